@@ -1,0 +1,89 @@
+"""Every error a user can cause, in one place.
+
+Each class subclasses :class:`WbfeError` and, where one fits, the matching built-in, so callers can
+catch either. Messages are one line; structured fields (``ref``, ``path``, ``tensor``) are kept on
+the instance for programs that want them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "WbfeError",
+    "SourceNotFoundError",
+    "ModelNotFoundError",
+    "CorruptCheckpointError",
+    "TruncatedCheckpointError",
+    "UnsafePickleError",
+    "UnsupportedDtypeError",
+    "NoUsableMatrixError",
+    "InvalidOptionError",
+    "UnknownNameError",
+    "MissingDependencyError",
+]
+
+
+class WbfeError(Exception):
+    """Base class of every error wbfe raises on purpose."""
+
+    def __init__(self, message: str, **fields: object) -> None:
+        # Messages must stay on one line: the CLI prints them as they are.
+        super().__init__(" ".join(str(message).split()))
+        self.fields = fields
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+
+class SourceNotFoundError(WbfeError, FileNotFoundError):
+    """A path does not exist, or a folder holds no weights wbfe can read."""
+
+
+class ModelNotFoundError(WbfeError, LookupError):
+    """A hub id or timm name that cannot be resolved (unknown, not cached while offline, no weights)."""
+
+
+class CorruptCheckpointError(WbfeError, ValueError):
+    """A checkpoint file that cannot be parsed: bad header, bad archive, inconsistent index."""
+
+
+class TruncatedCheckpointError(CorruptCheckpointError):
+    """A checkpoint file or shard that is shorter than its header says."""
+
+
+class UnsafePickleError(WbfeError, ValueError):
+    """A PyTorch pickle that would need to import or run code to load; it is never executed."""
+
+
+class UnsupportedDtypeError(WbfeError, TypeError):
+    """A tensor dtype wbfe cannot turn into a real matrix."""
+
+
+class NoUsableMatrixError(WbfeError, ValueError):
+    """A checkpoint in which every weight matrix was skipped (non-finite, all zero, too small, ...)."""
+
+
+class InvalidOptionError(WbfeError, ValueError):
+    """An option value outside its allowed set or range."""
+
+
+class UnknownNameError(InvalidOptionError, KeyError):
+    """A name looked up in a registry (metric group, zoo, activation, ...) that is not there."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
+
+
+class MissingDependencyError(WbfeError, ImportError):
+    """An optional package needed for the requested feature is not installed."""
+
+
+def unknown_name(kind: str, name: str, known: "list[str] | tuple[str, ...]") -> UnknownNameError:
+    """Build an :class:`UnknownNameError` that suggests the closest known names."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return UnknownNameError(
+        f"unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})",
+        name=name,
+        known=tuple(known),
+    )

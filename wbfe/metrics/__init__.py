@@ -1,0 +1,84 @@
+"""Metric groups: pure functions of a spectrum, looked up by stable name.
+
+``bfe``  — BFE-W, primal or dual, at lambda* or a given lambda (MATH.md §2).
+``htsr`` — the HT-SR baselines popularised by WeightWatcher (MATH.md §4).
+``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h against h* (MATH.md §3).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Iterable
+
+from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+
+__all__ = [
+    "GroupResult",
+    "MetricGroup",
+    "MetricOptions",
+    "Spectrum",
+    "DEFAULT_GROUPS",
+    "available_groups",
+    "get_group",
+    "resolve_groups",
+]
+
+# name -> "module:attribute"; modules are imported on first use so `import wbfe` stays light.
+_REGISTRY: dict[str, str] = {
+    "bfe": "wbfe.metrics.bfe:GROUP",
+    "htsr": "wbfe.metrics.htsr:GROUP",
+    "htmp": "wbfe.metrics.htmp:GROUP",
+}
+DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr", "htmp")
+
+
+def available_groups() -> tuple[str, ...]:
+    """Names of every registered metric group whose module can be imported."""
+    return tuple(name for name in _REGISTRY if _load(name, strict=False) is not None)
+
+
+def _load(name: str, *, strict: bool = True) -> MetricGroup | None:
+    module_name, attr = _REGISTRY[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if strict or exc.name != module_name:
+            raise
+        return None
+    return getattr(module, attr)
+
+
+def get_group(name: str) -> MetricGroup:
+    """The metric group registered as ``name``.
+
+    Raises:
+        UnknownNameError: no group has that name (the message suggests close matches).
+    """
+    if name not in _REGISTRY:
+        raise unknown_name("metric group", name, tuple(_REGISTRY))
+    group = _load(name)
+    assert group is not None
+    return group
+
+
+def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ...]:
+    """Parse ``"bfe,htsr"`` (or an iterable of names, or None for the default) into groups.
+
+    Raises:
+        UnknownNameError: a name is not registered.
+        InvalidOptionError: the list is empty.
+    """
+    if metrics is None:
+        names: list[str] = [n for n in DEFAULT_GROUPS if n in available_groups()]
+    elif isinstance(metrics, str):
+        names = [part.strip() for part in metrics.split(",") if part.strip()]
+    else:
+        names = [str(part).strip() for part in metrics]
+    if not names:
+        raise InvalidOptionError("no metric group given (choose from: " + ", ".join(_REGISTRY) + ")")
+    seen: dict[str, MetricGroup] = {}
+    for name in names:
+        if name not in seen:
+            seen[name] = get_group(name)
+    return tuple(seen.values())

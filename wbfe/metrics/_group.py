@@ -1,0 +1,100 @@
+"""The contract between a spectrum and the metric groups computed on it.
+
+A metric group is a pure function of one :class:`Spectrum` (plus :class:`MetricOptions`) returning
+a :class:`GroupResult`: a flat dict of column values and, for any column that could not be
+computed, a reason. Groups never see tensors, files or devices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Union
+
+import numpy as np
+
+Value = Union[float, int, str, None]
+Form = Literal["primal", "dual"]
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """Eigenvalues of the smaller Gram matrix of one weight matrix (or of pooled conv slices).
+
+    Attributes:
+        eigs: float64 eigenvalues in ascending order, noise-level values clipped to exactly 0.
+        rows: rows of the matrix (of one slice, for pooled slices) as stored: PyTorch ``out``.
+        cols: columns of the matrix (of one slice): PyTorch ``in`` (times kernel size if flattened).
+        n_slices: number of matrices whose spectra were pooled (1 unless conv ``slices``).
+    """
+
+    eigs: np.ndarray
+    rows: int
+    cols: int
+    n_slices: int = 1
+
+    @property
+    def p(self) -> int:
+        """Smaller side of one matrix: the number of eigenvalues per slice."""
+        return min(self.rows, self.cols)
+
+    @property
+    def P(self) -> int:  # noqa: N802 - the MATH.md name
+        """Larger side of one matrix."""
+        return max(self.rows, self.cols)
+
+    @property
+    def gamma(self) -> float:
+        """Aspect ratio p / P in (0, 1]."""
+        return self.p / self.P
+
+    @property
+    def form(self) -> Form:
+        """``primal`` when out <= in (the paper's m <= d_L), else ``dual``."""
+        return "primal" if self.rows <= self.cols else "dual"
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Options every metric group may read.
+
+    Attributes:
+        lam: prior precision for BFE-W and F-infinity: ``"opt"`` (lambda* = 1/mean(e)) or a value.
+        ww_compatible: reproduce WeightWatcher 0.7.7's fitting choices where they differ.
+        min_tail: smallest power-law tail accepted (ignored in WeightWatcher-compatible mode).
+    """
+
+    lam: Union[Literal["opt"], float] = "opt"
+    ww_compatible: bool = False
+    min_tail: int = 10
+
+
+@dataclass
+class GroupResult:
+    """Column values of one group for one matrix; NaN columns carry a reason."""
+
+    values: dict[str, Value] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def fail(self, column: str, reason: str) -> None:
+        """Mark ``column`` as NaN because of ``reason``."""
+        self.values[column] = math.nan
+        self.reasons[column] = reason
+
+
+@dataclass(frozen=True)
+class MetricGroup:
+    """A named set of columns computed together from one spectrum.
+
+    Attributes:
+        name: the stable name used by ``--metrics`` / ``metrics=``.
+        columns: every column the group produces, in display order.
+        summary_columns: columns summarised per model as ``<col>_head`` and ``<col>_mean``.
+        compute: the pure function.
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    summary_columns: tuple[str, ...]
+    compute: Callable[[Spectrum, MetricOptions], GroupResult]
+    description: str = ""
