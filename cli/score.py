@@ -1,0 +1,78 @@
+"""``wbfe score``: score one checkpoint (the embedded Fashion-MNIST CNN when no reference is given)."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+from wbfe_cli.main import app
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+class Conv(str, Enum):
+    flatten = "flatten"
+    slices = "slices"
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Optional[object]]:
+    """A transient progress bar on stderr when it is a terminal; None otherwise."""
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("scoring", total=None)
+
+        def update(done: int, total: Optional[int], name: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"scoring {name[:40]:<40}")
+
+        yield update
+
+
+@app.command("score")
+def score_command(
+    ref: Optional[str] = typer.Argument(
+        None, help="Checkpoint: file, folder, org/name[@rev], timm:NAME, torchvision:WEIGHTS. Default: the embedded demo CNN."
+    ),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the result to this file instead of stdout."),
+    layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name matches this regular expression."),
+    conv: Conv = typer.Option(Conv.flatten, "--conv", help="Conv kernels: flatten (out x in*k*k) or slices (pooled k*k matrices)."),
+    lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    head: Optional[str] = typer.Option(None, "--head", help="Tensor or module name of the classifier / LM head."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp). Default: all."),
+    min_eigs: int = typer.Option(10, "--min-eigs", help="Skip matrices with fewer eigenvalues."),
+    ww_compatible: bool = typer.Option(False, "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices."),
+) -> None:
+    """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
+    import wbfe
+    from wbfe.report import score_csv, score_table, write_atomic
+
+    target = ref if ref is not None else wbfe.default_checkpoint()
+    with progress_bar(enabled=True) as update:
+        result = wbfe.score(
+            target, metrics=metrics, lam=lam, conv=conv.value, layers=layers, device=device,
+            head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, progress=update,  # type: ignore[arg-type]
+        )
+    text = {Format.json: lambda: result.to_json() + "\n", Format.csv: lambda: score_csv(result),
+            Format.table: lambda: score_table(result)}[fmt]()
+    if output is not None:
+        write_atomic(output, text)
+        typer.echo(f"wrote {output}", err=True)
+    else:
+        typer.echo(text, nl=False)

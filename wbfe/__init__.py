@@ -1,0 +1,74 @@
+"""wbfe: data-free model-quality auditing from pretrained weights.
+
+>>> import wbfe
+>>> result = wbfe.score("path/to/model.safetensors")          # doctest: +SKIP
+>>> result.summary["bfe_head"], result.to_pandas()             # doctest: +SKIP
+
+Heavy dependencies (torch, scipy) are imported on first use, not by ``import wbfe``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from wbfe.errors import (
+    CorruptCheckpointError,
+    InvalidOptionError,
+    MissingDependencyError,
+    ModelNotFoundError,
+    NoUsableMatrixError,
+    SourceNotFoundError,
+    TruncatedCheckpointError,
+    UnknownNameError,
+    UnsafePickleError,
+    UnsupportedDtypeError,
+    WbfeError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "score",
+    "ModelScore",
+    "ScoreOptions",
+    "default_checkpoint",
+    "WbfeError",
+    "SourceNotFoundError",
+    "ModelNotFoundError",
+    "CorruptCheckpointError",
+    "TruncatedCheckpointError",
+    "UnsafePickleError",
+    "UnsupportedDtypeError",
+    "NoUsableMatrixError",
+    "InvalidOptionError",
+    "UnknownNameError",
+    "MissingDependencyError",
+]
+
+_LAZY = {
+    "score": "wbfe.scoring:score",
+    "ModelScore": "wbfe.scoring:ModelScore",
+    "ScoreOptions": "wbfe.scoring:ScoreOptions",
+    "default_checkpoint": "wbfe.fixtures:default_checkpoint",
+    "htmp": "wbfe.metrics.htmp:",
+    "rank": "wbfe.ranking:rank",
+    "RankResult": "wbfe.ranking:RankResult",
+}
+
+if TYPE_CHECKING:
+    from wbfe.fixtures import default_checkpoint
+    from wbfe.scoring import ModelScore, ScoreOptions, score
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'wbfe' has no attribute {name!r}")
+    import importlib
+
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    value = getattr(module, attr) if attr else module
+    globals()[name] = value
+    return value

@@ -1,0 +1,38 @@
+"""Environment variables wbfe honours, read at call time (so tests and callers can change them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir"]
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in _TRUE
+
+
+def hf_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` (or the older ``TRANSFORMERS_OFFLINE``) is set."""
+    return _flag("HF_HUB_OFFLINE") or _flag("TRANSFORMERS_OFFLINE")
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, with huggingface_hub's precedence of variables."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "huggingface" / "hub"
+
+
+def torch_hub_dir() -> Path:
+    """PyTorch's hub folder (``TORCH_HOME``/hub), where timm and torchvision keep URL downloads."""
+    if os.environ.get("TORCH_HOME"):
+        return Path(os.environ["TORCH_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "torch" / "hub"

@@ -1,0 +1,30 @@
+"""Checkpoints shipped with wbfe (the repository's ``fixtures/`` folder, installed as ``wbfe._fixtures``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wbfe.errors import SourceNotFoundError
+
+__all__ = ["fixtures_dir", "default_checkpoint"]
+
+DEFAULT_CHECKPOINT = "fmnist-cnn/model.safetensors"
+
+
+def fixtures_dir() -> Path:
+    """The installed fixtures folder."""
+    from importlib import resources
+
+    return Path(str(resources.files("wbfe._fixtures")))
+
+
+def default_checkpoint() -> Path:
+    """The checkpoint ``wbfe score`` scores when given no reference: a small Fashion-MNIST CNN.
+
+    Raises:
+        SourceNotFoundError: the fixtures were not installed with the package.
+    """
+    path = fixtures_dir() / DEFAULT_CHECKPOINT
+    if not path.is_file():
+        raise SourceNotFoundError(f"the default checkpoint {DEFAULT_CHECKPOINT} is not installed", path=str(path))
+    return path

@@ -1,0 +1,98 @@
+"""Render results as text tables, CSV and JSON, and write files atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["format_value", "text_table", "score_table", "score_csv", "write_atomic"]
+
+_TABLE_COLUMNS = (
+    "name", "role", "shape", "gamma", "form", "bfe",
+    "alpha", "alpha_weighted", "log_norm", "stable_rank",
+    "htmp_kappa", "htmp_beta", "h", "h_star", "diagnosis",
+)
+
+
+def format_value(value: Any) -> str:
+    """Compact, table-friendly text for one cell."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return f"{value:.4g}" if (abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3)) else f"{value:.4f}"
+    if isinstance(value, (list, tuple)):
+        return "x".join(str(v) for v in value)
+    return str(value)
+
+
+def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """A fixed-width table of ``columns`` from ``rows`` (numbers right-aligned)."""
+    cells = [[format_value(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [all(isinstance(row.get(c), (int, float)) or row.get(c) is None for row in rows) for c in columns]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    out = [line(list(columns)), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def score_table(result: Any) -> str:
+    """The ``wbfe score`` table: one line per matrix, then the summary and the skip count."""
+    present = [c for c in _TABLE_COLUMNS if any(c in layer for layer in result.layers)]
+    parts = [f"model: {result.model.get('source')}  ({result.model.get('format')}, sha256 "
+             f"{str(result.model.get('sha256'))[:12]})", "", text_table(result.layers, present), ""]
+    summary = [{"metric": k, "value": v} for k, v in result.summary.items() if not k.endswith("_n")]
+    parts.append(text_table(summary, ("metric", "value")))
+    if result.skipped:
+        reasons: dict[str, int] = {}
+        for skip in result.skipped:
+            key = skip["reason"].split(":")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+        listed = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        parts += ["", f"skipped {len(result.skipped)} tensors: {listed} (see --format json for each)"]
+    return "\n".join(parts) + "\n"
+
+
+def score_csv(result: Any) -> str:
+    """One CSV row per matrix with every column (reasons joined as ``column: reason``)."""
+    columns: list[str] = []
+    for layer in result.layers:
+        columns += [k for k in layer if k not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for layer in result.layers:
+        row = dict(layer)
+        row["shape"] = "x".join(str(s) for s in layer["shape"])
+        row["reasons"] = "; ".join(f"{k}: {v}" for k, v in layer.get("reasons", {}).items())
+        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,315 @@
+"""Score one checkpoint: sources -> matrices -> spectra -> metrics -> :class:`ModelScore`.
+
+(Named `scoring` so that the module never shadows the function `wbfe.score`.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal, Optional, Union
+
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError
+from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
+from wbfe.metrics import MetricOptions, resolve_groups
+from wbfe.sources import TensorEntry, open_source
+from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
+
+__all__ = ["ScoreOptions", "ModelScore", "score", "Progress"]
+
+# progress(done, total, tensor name); total may be None when unknown.
+Progress = Callable[[int, Optional[int], str], None]
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """Every setting of one scoring run (also recorded in the result's provenance)."""
+
+    metrics: tuple[str, ...]
+    lam: Union[Literal["opt"], float] = "opt"
+    conv: Literal["flatten", "slices"] = "flatten"
+    layers: Optional[str] = None
+    device: str = "auto"
+    head: Optional[str] = None
+    min_eigs: int = 10
+    ww_compatible: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metrics": list(self.metrics),
+            "lambda": self.lam,
+            "conv": self.conv,
+            "layers": self.layers,
+            "device": self.device,
+            "head": self.head,
+            "min_eigs": self.min_eigs,
+            "ww_compatible": self.ww_compatible,
+        }
+
+
+@dataclass
+class ModelScore:
+    """The scores of one checkpoint.
+
+    Attributes:
+        model: provenance: source, format, files, sha256, versions, options.
+        layers: one dict per analysed matrix: name, role, shape, dtype, convention, rows, cols,
+            n_slices, n_eigs, gamma, form, then each metric group's columns, and ``reasons`` for NaNs.
+        skipped: ``{"name", "reason", "shape", "dtype"}`` for every tensor not analysed.
+        summary: head, head and mean values of the main columns (``bfe_head``, ``bfe_mean``, ...).
+    """
+
+    model: dict[str, Any]
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (the JSON shape); non-finite numbers become None."""
+        return _clean({"model": self.model, "layers": self.layers, "skipped": self.skipped, "summary": self.summary})
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """Standard JSON (no NaN/Infinity tokens: they are written as null, with a reason beside them)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def to_pandas(self) -> Any:
+        """One row per analysed matrix (requires pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            from wbfe.errors import MissingDependencyError
+
+            raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
+        rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
+                for layer in self.layers]
+        return pd.DataFrame(rows)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _versions() -> dict[str, str]:
+    import platform
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for package in ("wbfe", "torch", "numpy", "scipy", "safetensors"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def _parse_lambda(lam: Union[str, float]) -> Union[Literal["opt"], float]:
+    if isinstance(lam, str) and lam.strip().lower() == "opt":
+        return "opt"
+    try:
+        value = float(lam)
+    except (TypeError, ValueError):
+        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}")
+    return value
+
+
+def _digest(tensor: Any) -> str:
+    # Tied weights saved twice (or shared storage lost in a format conversion) have equal bytes.
+    flat = tensor.detach().contiguous().reshape(-1).view(__import__("torch").uint8)
+    return hashlib.blake2b(flat.cpu().numpy().data, digest_size=16).hexdigest()
+
+
+def score(
+    ref: Any,
+    *,
+    metrics: Union[str, Iterable[str], None] = None,
+    lam: Union[str, float] = "opt",
+    conv: Literal["flatten", "slices"] = "flatten",
+    layers: Optional[str] = None,
+    device: str = "auto",
+    head: Optional[str] = None,
+    min_eigs: int = 10,
+    ww_compatible: bool = False,
+    progress: Optional[Progress] = None,
+) -> ModelScore:
+    """Score every weight matrix of a checkpoint.
+
+    Args:
+        ref: a path, ``org/name[@rev]``, ``timm:<name>``, ``torchvision:<weights>``, an ``nn.Module``
+            or a state dict (see :mod:`wbfe.sources`).
+        metrics: metric groups (``"bfe,htsr,htmp"`` or an iterable); None for all.
+        lam: ``"opt"`` (λ* per matrix) or a fixed prior precision.
+        conv: conv-kernel convention, ``flatten`` (out × in·k…) or ``slices`` (pooled k positions).
+        layers: a regular expression; only tensors whose name it matches (``re.search``) are analysed.
+        device: ``auto``, ``cpu`` or ``cuda`` for the eigen-solves.
+        head: tensor (or module) name of the classifier / LM head, overriding the built-in rule.
+        min_eigs: matrices with fewer eigenvalues are skipped.
+        ww_compatible: reproduce WeightWatcher 0.7.7's choices (conv slicing, fitting).
+        progress: called after each tensor with (done, total, name).
+
+    Returns:
+        A :class:`ModelScore`.
+
+    Raises:
+        InvalidOptionError: a bad option value. The errors of :func:`wbfe.sources.open_source`.
+        NoUsableMatrixError: every weight matrix was skipped.
+
+    Example:
+        >>> import torch, wbfe
+        >>> s = wbfe.score({"fc.weight": torch.eye(12) * 2.0}, metrics="bfe")
+        >>> round(s.summary["bfe_head"], 6)  # identity spectrum: F* = ½·log(2πe)
+        1.418939
+    """
+    groups = resolve_groups(metrics)
+    if not isinstance(min_eigs, int) or min_eigs < 1:
+        raise InvalidOptionError(f"min_eigs must be a positive integer, not {min_eigs!r}")
+    try:
+        pattern = re.compile(layers) if layers else None
+    except re.error as exc:
+        raise InvalidOptionError(f"--layers is not a valid regular expression: {exc}") from None
+    if conv not in ("flatten", "slices"):
+        raise InvalidOptionError(f"conv convention must be 'flatten' or 'slices', not {conv!r}")
+    if ww_compatible:
+        conv = "slices"
+    options = ScoreOptions(
+        metrics=tuple(g.name for g in groups),
+        lam=_parse_lambda(lam),
+        conv=conv,
+        layers=layers,
+        device=device,
+        head=head,
+        min_eigs=min_eigs,
+        ww_compatible=ww_compatible,
+    )
+    torch_device = resolve_device(device)
+    metric_options = MetricOptions(lam=options.lam, ww_compatible=ww_compatible)
+
+    result = ModelScore(model={})
+    seen_storage: dict[Any, str] = {}
+    seen_content: dict[tuple[Any, ...], str] = {}
+    with open_source(ref) as source:
+        total = len(source)
+        for done, entry in enumerate(source.entries(), start=1):
+            outcome = _score_entry(entry, options, pattern, groups, metric_options, torch_device,
+                                   seen_storage, seen_content)
+            if isinstance(outcome, Skip):
+                result.skipped.append(outcome.to_dict())
+            else:
+                result.layers.append(outcome)
+            if progress is not None:
+                progress(done, total, entry.name)
+        provenance = source.provenance.to_dict()
+    provenance.update({"device": str(torch_device), "versions": _versions(), "options": options.to_dict()})
+    result.model = provenance
+    if not result.layers:
+        reasons = "; ".join(f"{s['name']}: {s['reason']}" for s in result.skipped[:3])
+        raise NoUsableMatrixError(
+            f"{provenance['source']}: no usable weight matrix ({len(result.skipped)} tensors skipped"
+            + (f" — {reasons}" if reasons else "") + ")",
+            ref=provenance["source"],
+        )
+    result.summary = _summarise(result.layers, groups, head)
+    return result
+
+
+def _score_entry(
+    entry: TensorEntry,
+    options: ScoreOptions,
+    pattern: Optional[re.Pattern[str]],
+    groups: tuple[Any, ...],
+    metric_options: MetricOptions,
+    device: Any,
+    seen_storage: dict[Any, str],
+    seen_content: dict[tuple[Any, ...], str],
+) -> Union[Skip, dict[str, Any]]:
+    if pattern is not None and not pattern.search(entry.name):
+        return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
+    plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=options.min_eigs)
+    if isinstance(plan, Skip):
+        return plan
+    if entry.storage_key is not None:
+        if entry.storage_key in seen_storage:
+            return Skip(entry.name, f"tied: shares storage with {seen_storage[entry.storage_key]}", entry.shape, entry.dtype)
+        seen_storage[entry.storage_key] = entry.name
+    tensor = entry.load()
+    content_key = (entry.shape, entry.dtype, _digest(tensor))
+    if content_key in seen_content:
+        return Skip(entry.name, f"tied: identical to {seen_content[content_key]}", entry.shape, entry.dtype)
+    seen_content[content_key] = entry.name
+    matrices = (_ww_matrices(tensor, plan) if options.ww_compatible and plan.convention == "slices"
+                else as_matrices(tensor, plan))
+    try:
+        spec = spectrum(matrices, device)
+    except DegenerateMatrixError as exc:
+        return Skip(entry.name, str(exc), entry.shape, entry.dtype)
+    del tensor, matrices
+    return _layer_row(plan, spec, groups, metric_options)
+
+
+def _ww_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
+    from wbfe._ww_compat import ww_conv2d_matrices
+    import torch
+
+    if len(plan.shape) != 4:
+        return as_matrices(tensor, plan)
+    return [torch.from_numpy(m) for m in ww_conv2d_matrices(tensor.detach().float().cpu().numpy())]
+
+
+def _layer_row(plan: MatrixPlan, spec: Any, groups: tuple[Any, ...], metric_options: MetricOptions) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": plan.name,
+        "role": plan.role,
+        "shape": list(plan.shape),
+        "dtype": plan.dtype,
+        "convention": plan.convention,
+        "rows": spec.rows,
+        "cols": spec.cols,
+        "n_slices": spec.n_slices,
+        "n_eigs": int(spec.eigs.size),
+        "gamma": spec.gamma,
+        "form": spec.form,
+    }
+    reasons: dict[str, str] = {}
+    for group in groups:
+        out = group.compute(spec, metric_options)
+        row.update(out.values)
+        reasons.update(out.reasons)
+    row["reasons"] = reasons
+    return row
+
+
+def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], head_override: Optional[str]) -> dict[str, Any]:
+    import numpy as np
+
+    head = find_head([layer["name"] for layer in layers], head_override)
+    by_name = {layer["name"]: layer for layer in layers}
+    if head is not None:
+        by_name[head]["role"] = "head"
+    summary: dict[str, Any] = {"head": head, "n_layers": len(layers)}
+    for group in groups:
+        for column in group.summary_columns:
+            values = np.array([_as_float(layer.get(column)) for layer in layers], dtype=float)
+            finite = values[np.isfinite(values)]
+            summary[f"{column}_head"] = _as_float(by_name[head].get(column)) if head else math.nan
+            summary[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
+            summary[f"{column}_n"] = int(finite.size)
+    if head is None:
+        summary["head_note"] = "no classifier head found by name; pass --head NAME"
+    return summary
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan

@@ -1,0 +1,86 @@
+"""Local files and folders: pick the weight files a folder holds and open them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
+from wbfe.sources._base import TensorSource
+from wbfe.sources.safetensors_files import SafetensorsSource
+from wbfe.sources.torch_pickle import TORCH_SUFFIXES, TorchPickleSource
+
+__all__ = ["open_path", "pick_weight_files"]
+
+
+def pick_weight_files(names: Sequence[str]) -> list[str]:
+    """Choose which of a folder's (or repo's) top-level files hold the weights.
+
+    Preference: a safetensors index, ``model.safetensors``, a single ``*.safetensors``, a bin index,
+    ``pytorch_model.bin``, a single PyTorch file. Returns ``[index]`` for sharded checkpoints and
+    ``[file]`` otherwise; an empty list when nothing fits.
+
+    Raises:
+        CorruptCheckpointError: several candidate files and no index to say how they go together.
+    """
+    top = sorted(n for n in names if "/" not in n)
+    for kind, single, suffixes in (
+        ("safetensors", "model.safetensors", (".safetensors",)),
+        ("torch", "pytorch_model.bin", TORCH_SUFFIXES),
+    ):
+        indexes = [n for n in top if any(n.endswith(s + ".index.json") for s in suffixes)]
+        if len(indexes) == 1:
+            return indexes
+        if single in top:
+            return [single]
+        files = [n for n in top if n.endswith(suffixes)]
+        if len(files) == 1:
+            return files
+        if len(files) > 1 or len(indexes) > 1:
+            raise CorruptCheckpointError(
+                f"several {kind} weight files and no single index ({', '.join((indexes or files)[:4])}, ...); "
+                "pass one file explicitly"
+            )
+    return []
+
+
+def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> TensorSource:
+    """Open a checkpoint file or folder.
+
+    Raises:
+        SourceNotFoundError: the path does not exist, or a folder holds no weight files.
+        CorruptCheckpointError / TruncatedCheckpointError / UnsafePickleError: as the readers raise.
+    """
+    ref = ref if ref is not None else str(path)
+    if not path.exists():
+        raise SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
+    if path.is_dir():
+        try:
+            chosen = pick_weight_files([p.name for p in path.iterdir() if p.is_file()])
+        except CorruptCheckpointError as exc:
+            raise CorruptCheckpointError(f"{path}: {exc}", path=str(path)) from None
+        if not chosen:
+            raise SourceNotFoundError(
+                f"{path}: no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th) in this folder",
+                path=str(path),
+            )
+        path = path / chosen[0]
+    name = path.name
+    if name.endswith(".safetensors.index.json"):
+        from wbfe.sources.safetensors_files import read_index
+
+        shards = [path.parent / s for s in read_index(path)]
+        return SafetensorsSource(ref, shards, index=path, fmt=fmt)
+    if name.endswith(".safetensors"):
+        return SafetensorsSource(ref, [path], fmt=fmt)
+    if name.endswith(".index.json"):
+        from wbfe.sources.safetensors_files import read_index
+
+        shards = [path.parent / s for s in read_index(path)]
+        return TorchPickleSource(ref, shards, index=path)
+    if name.endswith(TORCH_SUFFIXES):
+        return TorchPickleSource(ref, [path])
+    raise SourceNotFoundError(
+        f"{path}: not a checkpoint format wbfe reads (expected .safetensors, .bin, .pt, .pth, .th, .ckpt)",
+        path=str(path),
+    )

@@ -1,0 +1,205 @@
+"""Safetensors: one memory-mapped file, or shards listed by ``*.safetensors.index.json``.
+
+The header is validated by wbfe before safetensors opens the file, so a corrupt or truncated file
+gets a precise one-line error naming the file, and nothing is read past the header until a tensor
+is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any, Iterator
+
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError
+from wbfe.sources._base import Provenance, TensorEntry, TensorSource, sha256_files
+
+__all__ = ["SafetensorsSource", "read_header", "read_index", "SAFETENSORS_DTYPES"]
+
+# safetensors dtype code -> (torch dtype name, bytes per element); sub-byte types have 0 and are
+# accepted by the header check without a size test.
+SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
+    "F64": ("float64", 8),
+    "F32": ("float32", 4),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "I64": ("int64", 8),
+    "I32": ("int32", 4),
+    "I16": ("int16", 2),
+    "I8": ("int8", 1),
+    "U64": ("uint64", 8),
+    "U32": ("uint32", 4),
+    "U16": ("uint16", 2),
+    "U8": ("uint8", 1),
+    "BOOL": ("bool", 1),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E5M2": ("float8_e5m2", 1),
+    "F8_E8M0": ("float8_e8m0fnu", 1),
+    "F6_E2M3": ("float6_e2m3", 0),
+    "F6_E3M2": ("float6_e3m2", 0),
+    "F4": ("float4_e2m1", 0),
+    "C64": ("complex64", 8),
+}
+_MAX_HEADER = 100_000_000  # the safetensors format's own limit
+
+
+def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Parse and validate a safetensors header.
+
+    Returns:
+        ``(tensors, metadata)``: per-tensor ``dtype``/``shape``/``data_offsets`` in file order,
+        and the free-form ``__metadata__`` string map.
+
+    Raises:
+        TruncatedCheckpointError: the file ends before its header or its last tensor.
+        CorruptCheckpointError: the header is not valid safetensors.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        prefix = fh.read(8)
+        if len(prefix) < 8:
+            raise TruncatedCheckpointError(
+                f"{path}: truncated safetensors file ({size} bytes, no header)", path=str(path)
+            )
+        (n,) = struct.unpack("<Q", prefix)
+        if n > _MAX_HEADER:
+            raise CorruptCheckpointError(
+                f"{path}: not a safetensors file (header length {n} is impossible)", path=str(path)
+            )
+        if 8 + n > size:
+            raise TruncatedCheckpointError(
+                f"{path}: truncated safetensors file (header needs {8 + n} bytes, file has {size})",
+                path=str(path),
+            )
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpointError(
+            f"{path}: corrupt safetensors header ({exc.__class__.__name__}: {exc})", path=str(path)
+        ) from None
+    if not isinstance(header, dict):
+        raise CorruptCheckpointError(f"{path}: corrupt safetensors header (not a JSON object)", path=str(path))
+    metadata = header.pop("__metadata__", None) or {}
+    data_size = size - 8 - n
+    end_max = 0
+    for name, info in header.items():
+        try:
+            dtype = info["dtype"]
+            shape = [int(s) for s in info["shape"]]
+            start, end = (int(o) for o in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise CorruptCheckpointError(
+                f"{path}: corrupt safetensors header (bad entry for tensor {name!r})", path=str(path)
+            ) from None
+        if dtype not in SAFETENSORS_DTYPES:
+            raise CorruptCheckpointError(
+                f"{path}: corrupt safetensors header (unknown dtype {dtype!r} for tensor {name!r})",
+                path=str(path),
+            )
+        numel = 1
+        for s in shape:
+            numel *= s
+        itemsize = SAFETENSORS_DTYPES[dtype][1]
+        if start < 0 or end < start or (itemsize and numel * itemsize != end - start):
+            raise CorruptCheckpointError(
+                f"{path}: corrupt safetensors header (offsets of tensor {name!r} do not match its shape)",
+                path=str(path),
+            )
+        end_max = max(end_max, end)
+    if end_max > data_size:
+        raise TruncatedCheckpointError(
+            f"{path}: truncated safetensors file (tensor data needs {end_max} bytes after the header, "
+            f"file has {data_size})",
+            path=str(path),
+        )
+    ordered = dict(sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]))
+    return ordered, {str(k): str(v) for k, v in dict(metadata).items()}
+
+
+def read_index(index_path: Path) -> dict[str, list[str]]:
+    """Read a ``*.index.json`` shard index: shard file name -> tensor names, in index order.
+
+    Raises:
+        CorruptCheckpointError: not valid JSON or no ``weight_map``.
+        SourceNotFoundError: a listed shard is missing.
+    """
+    try:
+        index = json.loads(index_path.read_text())
+        weight_map = index["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        raise CorruptCheckpointError(
+            f"{index_path}: corrupt shard index (expected JSON with a 'weight_map' object)",
+            path=str(index_path),
+        ) from None
+    shards: dict[str, list[str]] = {}
+    for tensor, shard in weight_map.items():
+        shards.setdefault(str(shard), []).append(str(tensor))
+    for shard in shards:
+        if not (index_path.parent / shard).is_file():
+            raise SourceNotFoundError(
+                f"{index_path}: shard {shard!r} listed in the index is missing", path=str(index_path)
+            )
+    return shards
+
+
+class SafetensorsSource(TensorSource):
+    """Tensors of one safetensors file or of the shards of an index, memory-mapped, one at a time."""
+
+    def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
+        self._plan: list[tuple[Path, list[str], dict[str, dict[str, Any]]]] = []
+        wanted = read_index(index) if index is not None else None
+        metadata: dict[str, str] = {}
+        for path in files:
+            header, meta = read_header(path)
+            metadata.update(meta)
+            names = list(header)
+            if wanted is not None:
+                listed = wanted.get(path.name, [])
+                missing = [t for t in listed if t not in header]
+                if missing:
+                    raise CorruptCheckpointError(
+                        f"{path}: tensor {missing[0]!r} listed in the index is not in this shard",
+                        path=str(path),
+                    )
+                names = listed
+            self._plan.append((path, names, header))
+        all_files = ([index] if index is not None else []) + list(files)
+        self.provenance = Provenance(
+            source=ref,
+            format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
+            files=[str(p) for p in all_files],
+            sha256=sha256_files(list(files)),
+            extra={"metadata": metadata} if metadata else {},
+        )
+        self._handles: list[Any] = []
+
+    def __len__(self) -> int:
+        return sum(len(names) for _, names, _ in self._plan)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        from safetensors import SafetensorError, safe_open
+
+        for path, names, header in self._plan:
+            try:
+                handle = safe_open(str(path), framework="pt")
+            except SafetensorError as exc:
+                raise CorruptCheckpointError(f"{path}: {exc}", path=str(path)) from None
+            self._handles.append(handle)
+            for name in names:
+                info = header[name]
+                yield TensorEntry(
+                    name=name,
+                    shape=tuple(int(s) for s in info["shape"]),
+                    dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
+                    load=lambda h=handle, n=name: h.get_tensor(n),
+                )
+            # Shards are released as soon as they are done so maps do not accumulate.
+            self._handles.remove(handle)
+            del handle
+
+    def close(self) -> None:
+        self._handles.clear()

@@ -1,0 +1,89 @@
+"""``timm:<name>`` and ``torchvision:<weights>``: weights of the two model libraries, from their caches.
+
+timm publishes most weights on the Hugging Face hub (``timm/<name>.<tag>``), read through
+:mod:`wbfe.sources.hub`; older timm weights and every torchvision weight are URLs that both
+libraries cache under ``$TORCH_HOME/hub/checkpoints/<file name>``, which is read first here too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from wbfe._config import hf_offline, torch_hub_dir
+from wbfe.errors import MissingDependencyError, ModelNotFoundError, unknown_name
+from wbfe.sources._base import TensorSource
+from wbfe.sources.hub import open_hub
+from wbfe.sources.local import open_path
+
+__all__ = ["open_timm", "open_torchvision", "open_url_checkpoint"]
+
+
+def open_url_checkpoint(url: str, *, ref: str, fmt: str) -> TensorSource:
+    """Open a checkpoint published at ``url`` from the torch hub cache, downloading it if allowed.
+
+    Raises:
+        ModelNotFoundError: not cached and offline, or the download failed.
+    """
+    target = torch_hub_dir() / "checkpoints" / Path(urlparse(url).path).name
+    if not target.is_file():
+        if hf_offline():
+            raise ModelNotFoundError(f"{ref}: {target} is not cached and HF_HUB_OFFLINE is set", ref=ref)
+        import torch
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            torch.hub.download_url_to_file(url, str(target), progress=False)
+        except Exception as exc:  # noqa: BLE001 - any network failure means "cannot resolve"
+            raise ModelNotFoundError(
+                f"{ref}: download of {url} failed and it is not cached ({exc.__class__.__name__})", ref=ref
+            ) from None
+    source = open_path(target, ref=ref, fmt=fmt)
+    source.provenance.extra["url"] = url
+    return source
+
+
+def open_timm(name: str, *, ref: str) -> TensorSource:
+    """Open the pretrained weights of timm model ``name`` (``resnet18`` or ``resnet18.a1_in1k``).
+
+    Without timm installed the name is read as the hub repo ``timm/<name>``.
+    """
+    try:
+        import timm
+    except ImportError:
+        return open_hub(f"timm/{name}", fmt="timm")
+    cfg = timm.models.get_pretrained_cfg(name)
+    if cfg is None:
+        raise unknown_name("timm pretrained model", name, timm.list_pretrained())
+    if getattr(cfg, "hf_hub_id", None):
+        try:
+            source = open_hub(str(cfg.hf_hub_id), fmt="timm")
+        except ModelNotFoundError:
+            if not getattr(cfg, "url", None):
+                raise
+        else:
+            source.provenance.source = ref
+            return source
+    if getattr(cfg, "url", None):
+        return open_url_checkpoint(str(cfg.url), ref=ref, fmt="timm")
+    raise ModelNotFoundError(f"{ref}: timm has no downloadable weights for {name!r}", ref=ref)
+
+
+def open_torchvision(name: str, *, ref: str) -> TensorSource:
+    """Open torchvision weights by enum name (``ResNet18_Weights.IMAGENET1K_V1``) or model name (default weights).
+
+    Raises:
+        MissingDependencyError: torchvision is not installed.
+        UnknownNameError: no such model or weights.
+    """
+    try:
+        from torchvision import models
+    except ImportError:
+        raise MissingDependencyError(f"{ref}: torchvision is not installed (pip install torchvision)") from None
+    try:
+        weights = models.get_weight(name) if "." in name else models.get_model_weights(name).DEFAULT
+    except (ValueError, KeyError, AttributeError):
+        raise unknown_name("torchvision model or weights", name, models.list_models()) from None
+    source = open_url_checkpoint(weights.url, ref=ref, fmt="torchvision")
+    source.provenance.extra["weights"] = str(weights)
+    return source
