@@ -44,17 +44,16 @@ def load_torch_file(path: Path) -> Any:
             return _load(mmap=False)
     except pickle.UnpicklingError as exc:
         text = str(exc)
-        if "Weights only load failed" in text:
-            found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text) or re.search(
-                r"(?:global|GLOBAL) ([\w.]+)", text
-            )
+        found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL ([\w.]+)", text)
+        if found or re.search(r"\b(global|GLOBAL|allowlisted|safe_globals)\b", text.split("WeightsUnpickler error:")[-1]):
             what = f" ({found.group(1)})" if found else ""
             raise UnsafePickleError(
                 f"{path}: refused to load a pickle that needs code{what}; wbfe only loads weights "
                 "(convert it to safetensors in a trusted environment)",
                 path=str(path),
             ) from None
-        raise CorruptCheckpointError(f"{path}: not a readable PyTorch checkpoint ({text[:120]})", path=str(path)) from None
+        detail = text.split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:120]
+        raise CorruptCheckpointError(f"{path}: not a readable PyTorch checkpoint ({detail})", path=str(path)) from None
     except (RuntimeError, KeyError, EOFError, ValueError, OSError, AttributeError, IndexError, struct.error) as exc:
         detail = str(exc).split(". ")[0][:160]
         raise CorruptCheckpointError(

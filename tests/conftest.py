@@ -1,0 +1,95 @@
+"""Shared fixtures: small synthetic checkpoints written to tmp_path, and the real checkpoints nearby."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_ZOO = ROOT.parent / "shared" / "zoo"
+CIFAR_ZOO = SHARED_ZOO / "cifar10-resnet"
+
+
+def cifar_zoo() -> Path:
+    """The CIFAR-10 ResNets beside the checkout, or skip with the reason."""
+    if not (CIFAR_ZOO / "accuracy.csv").is_file():
+        pytest.skip(f"real CIFAR-10 ResNets not found at {CIFAR_ZOO} (../shared/zoo is beside the checkout, not installed)")
+    return CIFAR_ZOO
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No test may reach a network: hub lookups are offline and caches point at empty folders."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path_factory.mktemp("torch-home")))
+
+
+def small_state_dict(seed: int = 0) -> dict:
+    """A tiny CNN-plus-MLP state dict with every kind of tensor wbfe meets."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "features.0.weight": torch.randn(16, 3, 3, 3, generator=g),
+        "features.0.bias": torch.randn(16, generator=g),
+        "features.1.running_mean": torch.zeros(16),
+        "features.1.num_batches_tracked": torch.tensor(7),
+        "blocks.0.attn.qkv.weight": torch.randn(96, 32, generator=g) / 6,
+        "blocks.0.mlp.fc1.weight": torch.randn(64, 32, generator=g) / 6,
+        "blocks.0.mlp.fc2.weight": torch.randn(32, 64, generator=g) / 8,
+        "embed.weight": torch.randn(100, 32, generator=g),
+        "classifier.weight": torch.randn(10, 32, generator=g) / 6,
+        "classifier.bias": torch.zeros(10),
+    }
+
+
+@pytest.fixture
+def state_dict() -> dict:
+    return small_state_dict()
+
+
+@pytest.fixture
+def st_file(tmp_path: Path, state_dict: dict) -> Path:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file(state_dict, str(path))
+    return path
+
+
+def write_sharded(folder: Path, state: dict, n_shards: int = 3) -> Path:
+    """Write ``state`` as safetensors shards with a ``model.safetensors.index.json``."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = list(state)
+    weight_map = {}
+    for i in range(n_shards):
+        part = names[i::n_shards]
+        shard = f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors"
+        save_file({k: state[k].contiguous() for k in part}, str(folder / shard))
+        weight_map.update({k: shard for k in part})
+    index = folder / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": {k: weight_map[k] for k in names}}))
+    return index
+
+
+def fake_hub_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], *, revision: str = "main",
+                      commit: str = "0123456789abcdef0123456789abcdef01234567") -> Path:
+    """Lay files out exactly as huggingface_hub's cache does: blobs, refs/<rev>, snapshots/<commit>/ symlinks."""
+    import hashlib
+
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / revision).write_text(commit)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        digest = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / digest).write_bytes(data)
+        (snap / name).symlink_to(Path("..") / ".." / "blobs" / digest)
+    return snap

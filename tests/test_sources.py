@@ -1,0 +1,239 @@
+"""Checkpoint readers: every format gives the same tensors; bad files give typed one-line errors."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import wbfe
+from tests.conftest import fake_hub_snapshot, small_state_dict, write_sharded
+from wbfe.errors import (
+    CorruptCheckpointError,
+    ModelNotFoundError,
+    SourceNotFoundError,
+    TruncatedCheckpointError,
+    UnsafePickleError,
+)
+from wbfe.sources import content_hash, open_source
+
+
+def _tensors(ref: object) -> dict[str, torch.Tensor]:
+    with open_source(ref) as source:
+        out = {e.name: e.load().clone() for e in source.entries()}
+        assert len(source) == len(out)
+        return out
+
+
+def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_all_formats_stream_identical_tensors(tmp_path: Path, state_dict: dict, st_file: Path) -> None:
+    index = write_sharded(tmp_path / "sharded", state_dict)
+    torch.save(state_dict, tmp_path / "pytorch_model.bin")
+    wrapped = {"state_dict": {f"module.{k}": v for k, v in state_dict.items()}, "best_prec1": 91.2, "epoch": 3}
+    torch.save(wrapped, tmp_path / "ckpt.th")
+    reference = {k: v for k, v in state_dict.items()}
+    for ref in (st_file, index, index.parent, tmp_path / "pytorch_model.bin", tmp_path / "ckpt.th", state_dict):
+        _assert_same(_tensors(ref), reference)
+
+
+def test_sharded_order_follows_the_index(tmp_path: Path, state_dict: dict) -> None:
+    index = write_sharded(tmp_path, state_dict, n_shards=2)
+    with open_source(index) as source:
+        names = [e.name for e in source.entries()]
+        assert source.provenance.format == "safetensors-sharded"
+    shard_of = {k: i % 2 for i, k in enumerate(state_dict)}
+    assert names == [k for k in state_dict if shard_of[k] == 0] + [k for k in state_dict if shard_of[k] == 1]
+
+
+def test_scores_equal_across_formats(tmp_path: Path, state_dict: dict, st_file: Path) -> None:
+    index = write_sharded(tmp_path / "sharded", state_dict)
+    torch.save(state_dict, tmp_path / "model.bin")
+    results = [wbfe.score(ref, metrics="bfe").layers for ref in (st_file, index, tmp_path / "model.bin")]
+    for other in results[1:]:
+        assert {r["name"]: r["bfe"] for r in other} == {r["name"]: r["bfe"] for r in results[0]}
+
+
+def test_provenance_and_content_hash(st_file: Path) -> None:
+    import hashlib
+
+    digest = hashlib.sha256(st_file.read_bytes()).hexdigest()
+    assert content_hash(st_file) == digest
+    with open_source(st_file) as source:
+        assert source.provenance.to_dict()["sha256"] == digest
+        assert source.provenance.format == "safetensors"
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def test_missing_path() -> None:
+    with pytest.raises(SourceNotFoundError, match="no such file or folder: /no/such/model.safetensors"):
+        open_source("/no/such/model.safetensors")
+
+
+def test_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(SourceNotFoundError, match="no weight files"):
+        open_source(tmp_path)
+
+
+def test_corrupt_header(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.safetensors"
+    payload = b"{not json" + b" " * 7
+    bad.write_bytes(struct.pack("<Q", len(payload)) + payload + b"\0" * 64)
+    with pytest.raises(CorruptCheckpointError, match=r"bad.safetensors: corrupt safetensors header \(JSONDecodeError"):
+        open_source(bad)
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\xff" * 100)
+    with pytest.raises(CorruptCheckpointError, match="not a safetensors file"):
+        open_source(garbage)
+
+
+def test_truncated_file(st_file: Path, tmp_path: Path) -> None:
+    data = st_file.read_bytes()
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(data[:-100])
+    with pytest.raises(TruncatedCheckpointError, match="cut.safetensors: truncated safetensors file"):
+        open_source(cut)
+    tiny = tmp_path / "tiny.safetensors"
+    tiny.write_bytes(data[:5])
+    with pytest.raises(TruncatedCheckpointError, match="no header"):
+        open_source(tiny)
+
+
+def test_truncated_and_missing_shard(tmp_path: Path, state_dict: dict) -> None:
+    index = write_sharded(tmp_path, state_dict)
+    shard = tmp_path / "model-00002-of-00003.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    with pytest.raises(TruncatedCheckpointError, match="model-00002-of-00003.safetensors: truncated"):
+        open_source(index)
+    shard.unlink()
+    with pytest.raises(SourceNotFoundError, match="shard 'model-00002-of-00003.safetensors' listed in the index is missing"):
+        open_source(index)
+
+
+def test_pickle_with_code_is_refused_and_never_run(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (os.system, (f"touch {marker}",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"w": torch.ones(3, 3), "payload": Evil()}, path)
+    with pytest.raises(UnsafePickleError, match=r"evil.pt: refused to load a pickle that needs code \((posix|nt)\.system\)"):
+        open_source(path)
+    assert not marker.exists()
+
+
+def test_garbage_and_truncated_pickles(tmp_path: Path, state_dict: dict) -> None:
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"definitely not a checkpoint" * 10)
+    with pytest.raises(CorruptCheckpointError, match="garbage.pt: not a readable PyTorch checkpoint"):
+        open_source(garbage)
+    good = tmp_path / "good.bin"
+    torch.save(state_dict, good)
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(CorruptCheckpointError, match="cut.bin: not a readable PyTorch checkpoint"):
+        open_source(cut)
+
+
+def test_pickle_without_tensors(tmp_path: Path) -> None:
+    path = tmp_path / "meta.pt"
+    torch.save({"epoch": 3, "lr": 0.1}, path)
+    with pytest.raises(CorruptCheckpointError, match="no state dict of tensors found"):
+        open_source(path)
+
+
+# --- hub, timm, torchvision: resolved offline from caches laid out as the libraries lay them ----------
+
+
+def _st_bytes(tmp_path: Path, state: dict) -> bytes:
+    path = tmp_path / "tmp.safetensors"
+    save_file(state, str(path))
+    return path.read_bytes()
+
+
+def test_hub_id_from_fake_cache(tmp_path: Path, state_dict: dict) -> None:
+    cache = Path(os.environ["HF_HUB_CACHE"])
+    data = _st_bytes(tmp_path, state_dict)
+    fake_hub_snapshot(cache, "acme/tiny-model", {"model.safetensors": data, "config.json": b"{}",
+                                                "pytorch_model.bin": b"ignored: safetensors preferred"})
+    # the layout is huggingface_hub's own: its cache lookup finds the file
+    from huggingface_hub import try_to_load_from_cache
+
+    assert try_to_load_from_cache("acme/tiny-model", "model.safetensors", cache_dir=cache)
+    _assert_same(_tensors("acme/tiny-model"), state_dict)
+    with open_source("acme/tiny-model") as source:
+        prov = source.provenance.to_dict()
+    assert prov["repo_id"] == "acme/tiny-model" and prov["commit"].startswith("0123456789")
+    import hashlib
+
+    assert prov["sha256"] == hashlib.sha256(data).hexdigest()  # taken from the blob name
+
+
+def test_hub_revision_and_sharded(tmp_path: Path, state_dict: dict) -> None:
+    cache = Path(os.environ["HF_HUB_CACHE"])
+    folder = tmp_path / "shards"
+    write_sharded(folder, state_dict)
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    fake_hub_snapshot(cache, "acme/big", files, revision="step1000", commit="f" * 40)
+    _assert_same(_tensors("acme/big@step1000"), state_dict)
+    with pytest.raises(ModelNotFoundError, match="acme/big@main: not in the local Hugging Face cache"):
+        open_source("acme/big@main")
+
+
+def test_unknown_hub_id_offline() -> None:
+    with pytest.raises(ModelNotFoundError, match="nobody/nothing: not in the local Hugging Face cache .* HF_HUB_OFFLINE is set"):
+        open_source("nobody/nothing")
+
+
+def test_timm_name_from_hub_cache(tmp_path: Path) -> None:
+    timm = pytest.importorskip("timm")
+    cfg = timm.models.get_pretrained_cfg("resnet18")
+    state = small_state_dict(1)
+    fake_hub_snapshot(Path(os.environ["HF_HUB_CACHE"]), cfg.hf_hub_id, {"model.safetensors": _st_bytes(tmp_path, state)})
+    _assert_same(_tensors("timm:resnet18"), state)
+    with pytest.raises(wbfe.UnknownNameError, match="unknown timm pretrained model 'resnet18x'"):
+        open_source("timm:resnet18x")
+
+
+def test_torchvision_weights_from_torch_hub_cache(tmp_path: Path) -> None:
+    models = pytest.importorskip("torchvision.models")
+    weights = models.get_weight("ResNet18_Weights.IMAGENET1K_V1")
+    target = Path(os.environ["TORCH_HOME"]) / "hub" / "checkpoints" / weights.url.rsplit("/", 1)[1]
+    target.parent.mkdir(parents=True)
+    state = small_state_dict(2)
+    torch.save(state, target)
+    _assert_same(_tensors("torchvision:ResNet18_Weights.IMAGENET1K_V1"), state)
+    _assert_same(_tensors("torchvision:resnet18"), state)  # resnet18's default weights are the same file
+    with pytest.raises(ModelNotFoundError, match="is not cached and HF_HUB_OFFLINE is set"):
+        open_source("torchvision:ResNet18_Weights.IMAGENET1K_V1".replace("18", "34"))
+
+
+def test_module_with_tied_weights() -> None:
+    emb = torch.nn.Embedding(50, 16)
+    head = torch.nn.Linear(16, 50, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"embed": emb, "lm_head": head})
+    result = wbfe.score(model, metrics="bfe")
+    assert [layer["name"] for layer in result.layers] == ["embed.weight"]
+    assert result.skipped == [{"name": "lm_head.weight", "reason": "tied: shares storage with embed.weight",
+                               "shape": [50, 16], "dtype": "float32"}]
+
+
+def test_duplicate_content_is_reported_as_tied(tmp_path: Path) -> None:
+    w = torch.randn(20, 30)
+    path = tmp_path / "dup.safetensors"
+    save_file({"a.weight": w, "b.weight": w.clone()}, str(path))
+    result = wbfe.score(path, metrics="bfe")
+    assert [s["reason"] for s in result.skipped] == ["tied: identical to a.weight"]

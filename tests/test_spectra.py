@@ -1,0 +1,86 @@
+"""Eigenvalues: the smaller Gram matrix in float64, blocked accumulation, degenerate inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from wbfe import spectra
+from wbfe.errors import InvalidOptionError
+from wbfe.spectra import DegenerateMatrixError, eigenvalues, resolve_device, spectrum
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("shape", [(20, 70), (70, 20), (33, 33)])
+def test_equal_squared_singular_values(shape: tuple[int, int]) -> None:
+    w = torch.randn(*shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    expected = np.sort(np.linalg.svd(w.numpy(), compute_uv=False) ** 2)
+    got = eigenvalues([w], CPU)
+    assert got.shape == (min(shape),)
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
+def test_blocked_gram_equals_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = torch.randn(15, 200, generator=torch.Generator().manual_seed(1))
+    whole = eigenvalues([w], CPU)
+    monkeypatch.setattr(spectra, "_BLOCK_BYTES", 8 * 15 * 7)  # 7 columns per block
+    blocked = eigenvalues([w], CPU)
+    np.testing.assert_allclose(blocked, whole, rtol=1e-12)
+    np.testing.assert_allclose(eigenvalues([w.T.contiguous()], CPU), whole, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_low_precision_inputs_are_exact_in_float64(dtype: torch.dtype) -> None:
+    w = torch.randn(12, 40, generator=torch.Generator().manual_seed(2)).to(dtype)
+    expected = np.sort(np.linalg.svd(w.to(torch.float64).numpy(), compute_uv=False) ** 2)
+    np.testing.assert_allclose(eigenvalues([w], CPU), expected, rtol=1e-10)
+
+
+def test_rank_deficient_gives_exact_zeros() -> None:
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(10, 3, generator=g, dtype=torch.float64) @ torch.randn(3, 30, generator=g, dtype=torch.float64)
+    e = eigenvalues([w], CPU)
+    assert np.count_nonzero(e == 0.0) == 7
+    assert np.all(e[-3:] > 0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_is_degenerate(bad: float) -> None:
+    w = torch.randn(10, 20)
+    w[3, 4] = bad
+    with pytest.raises(DegenerateMatrixError, match="non-finite"):
+        eigenvalues([w], CPU)
+
+
+def test_all_zero_is_degenerate() -> None:
+    with pytest.raises(DegenerateMatrixError, match="all-zero"):
+        eigenvalues([torch.zeros(10, 20)], CPU)
+
+
+def test_pooled_slices() -> None:
+    g = torch.Generator().manual_seed(4)
+    slices = [torch.randn(8, 12, generator=g, dtype=torch.float64) for _ in range(3)]
+    spec = spectrum(slices, CPU)
+    expected = np.sort(np.concatenate([np.linalg.svd(s.numpy(), compute_uv=False) ** 2 for s in slices]))
+    np.testing.assert_allclose(spec.eigs, expected, rtol=1e-10)
+    assert (spec.rows, spec.cols, spec.n_slices, spec.p, spec.gamma, spec.form) == (8, 12, 3, 8, 8 / 12, "primal")
+    assert spectrum([torch.randn(12, 8)], CPU).form == "dual"
+
+
+def test_devices() -> None:
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(InvalidOptionError, match="device must be auto, cpu or cuda"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidOptionError, match="no CUDA device"):
+            resolve_device("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_equals_cpu() -> None:
+    w = torch.randn(300, 700, generator=torch.Generator().manual_seed(5))
+    np.testing.assert_allclose(eigenvalues([w], torch.device("cuda")), eigenvalues([w], CPU), rtol=1e-9)
