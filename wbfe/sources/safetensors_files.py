@@ -1,8 +1,8 @@
-"""Safetensors: one memory-mapped file, or shards listed by ``*.safetensors.index.json``.
+"""Safetensors: one file, or shards listed by ``*.safetensors.index.json``, read one tensor at a time.
 
-The header is validated by wbfe before safetensors opens the file, so a corrupt or truncated file
-gets a precise one-line error naming the file, and nothing is read past the header until a tensor
-is asked for.
+wbfe validates the header itself, so a corrupt or truncated file gets a precise one-line error
+naming the file before any work, and nothing past the header is read until a tensor is asked for.
+Tensors are then read with one positioned read each (see :func:`_read_tensor` for why not a map).
 """
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.sources._base import Provenance, TensorEntry, TensorSource, sha256_files
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["SafetensorsSource", "read_header", "read_index", "SAFETENSORS_DTYPES"]
 
@@ -147,7 +150,7 @@ def read_index(index_path: Path) -> dict[str, list[str]]:
 
 
 class SafetensorsSource(TensorSource):
-    """Tensors of one safetensors file or of the shards of an index, memory-mapped, one at a time."""
+    """Tensors of one safetensors file or of the shards of an index, read one at a time."""
 
     def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
         self._plan: list[tuple[Path, list[str], dict[str, dict[str, Any]]]] = []
@@ -181,25 +184,42 @@ class SafetensorsSource(TensorSource):
         return sum(len(names) for _, names, _ in self._plan)
 
     def entries(self) -> Iterator[TensorEntry]:
-        from safetensors import SafetensorError, safe_open
-
         for path, names, header in self._plan:
-            try:
-                handle = safe_open(str(path), framework="pt")
-            except SafetensorError as exc:
-                raise CorruptCheckpointError(f"{path}: {exc}", path=str(path)) from None
-            self._handles.append(handle)
-            for name in names:
-                info = header[name]
-                yield TensorEntry(
-                    name=name,
-                    shape=tuple(int(s) for s in info["shape"]),
-                    dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
-                    load=lambda h=handle, n=name: h.get_tensor(n),
-                )
-            # Shards are released as soon as they are done so maps do not accumulate.
-            self._handles.remove(handle)
-            del handle
+            with open(path, "rb") as fh:
+                data_start = 8 + struct.unpack("<Q", fh.read(8))[0]
+                self._handles.append(fh)
+                for name in names:
+                    info = header[name]
+                    yield TensorEntry(
+                        name=name,
+                        shape=tuple(int(s) for s in info["shape"]),
+                        dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
+                        load=lambda fh=fh, info=info: _read_tensor(fh, data_start, info),
+                    )
+                # Shards are closed as soon as they are done so handles do not accumulate.
+                self._handles.remove(fh)
 
     def close(self) -> None:
+        for fh in self._handles:
+            fh.close()
         self._handles.clear()
+
+
+def _read_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tensor":
+    """Read one tensor with a single positioned read into its own buffer.
+
+    A plain read (rather than a memory map) keeps the resident set to the tensors alive now: pages
+    of a map stay counted in RSS until it is closed, which for one big file is the whole model.
+    """
+    import torch
+
+    dtype = getattr(torch, SAFETENSORS_DTYPES[info["dtype"]][0])
+    shape = [int(s) for s in info["shape"]]
+    start, end = (int(o) for o in info["data_offsets"])
+    if end == start:
+        return torch.empty(shape, dtype=dtype)
+    buffer = bytearray(end - start)
+    fh.seek(data_start + start)
+    if fh.readinto(buffer) != len(buffer):
+        raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
+    return torch.frombuffer(buffer, dtype=dtype).reshape(shape)
