@@ -1,0 +1,89 @@
+"""The scoring pipeline: summaries, options, result conversions, determinism."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import wbfe
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError
+from wbfe.metrics.bfe import bfe
+
+
+def test_summary_is_head_and_mean_of_layers(st_file: Path) -> None:
+    result = wbfe.score(st_file, metrics="bfe")
+    values = [layer["bfe"] for layer in result.layers]
+    assert result.summary["bfe_mean"] == pytest.approx(float(np.mean(values)), rel=1e-15)
+    assert result.summary["bfe_n"] == len(values)
+    head = next(layer for layer in result.layers if layer["name"] == "classifier.weight")
+    assert head["role"] == "head" and result.summary["bfe_head"] == head["bfe"]
+
+
+def test_layer_values_equal_direct_computation(state_dict: dict, st_file: Path) -> None:
+    result = wbfe.score(st_file, metrics="bfe", lam=2.0)
+    for layer in result.layers:
+        w = state_dict[layer["name"]].to(torch.float64)
+        w = w.reshape(w.shape[0], -1)
+        e = np.linalg.svd(w.numpy(), compute_uv=False) ** 2
+        assert layer["bfe"] == pytest.approx(bfe(e, 2.0)[0], rel=1e-10)
+        assert layer["gamma"] == min(w.shape) / max(w.shape)
+        assert layer["form"] == ("primal" if w.shape[0] <= w.shape[1] else "dual")
+
+
+def test_rank_deficient_is_infinite_with_reason_and_left_out_of_the_mean() -> None:
+    g = torch.Generator().manual_seed(0)
+    low_rank = torch.randn(20, 4, generator=g) @ torch.randn(4, 40, generator=g)
+    result = wbfe.score({"a.weight": low_rank, "fc.weight": torch.randn(12, 30, generator=g)}, metrics="bfe")
+    layer = result.layers[0]
+    assert layer["bfe"] == math.inf
+    assert layer["reasons"]["bfe"] == "rank-deficient: 16 zero eigenvalue(s), BFE-W = +inf"
+    assert result.summary["bfe_mean"] == result.layers[1]["bfe"] and result.summary["bfe_n"] == 1
+    data = json.loads(result.to_json())
+    assert data["layers"][0]["bfe"] is None and data["layers"][0]["reasons"]["bfe"].startswith("rank-deficient")
+
+
+def test_conversions(st_file: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    result = wbfe.score(st_file, metrics="bfe")
+    frame = result.to_pandas()
+    assert isinstance(frame, pd.DataFrame)
+    assert list(frame["name"]) == [layer["name"] for layer in result.layers]
+    assert list(frame["bfe"]) == [layer["bfe"] for layer in result.layers]
+    assert json.loads(result.to_json()) == result.to_dict()
+
+
+def test_deterministic(st_file: Path) -> None:
+    a = wbfe.score(st_file).to_dict()
+    b = wbfe.score(st_file).to_dict()
+    assert a["layers"] == b["layers"] and a["summary"] == b["summary"]
+
+
+def test_no_usable_matrix() -> None:
+    with pytest.raises(NoUsableMatrixError, match=r"<dict>: no usable weight matrix \(2 tensors skipped — b: 1-D tensor"):
+        wbfe.score({"b": torch.ones(5), "w": torch.full((12, 12), math.nan)}, metrics="bfe")
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"min_eigs": 0}, "min_eigs must be a positive integer"),
+        ({"conv": "rows"}, "conv convention must be 'flatten' or 'slices'"),
+        ({"lam": "best"}, "lambda must be 'opt' or a positive number"),
+        ({"metrics": ""}, "no metric group given"),
+        ({"device": "tpu"}, "device must be auto, cpu or cuda"),
+    ],
+)
+def test_invalid_options_fail_before_reading(kwargs: dict, message: str) -> None:
+    with pytest.raises(InvalidOptionError, match=message):
+        wbfe.score("/does/not/matter", **kwargs)
+
+
+def test_progress_callback(st_file: Path) -> None:
+    calls: list[tuple[int, int | None, str]] = []
+    wbfe.score(st_file, metrics="bfe", progress=lambda done, total, name: calls.append((done, total, name)))
+    assert [c[0] for c in calls] == list(range(1, 11)) and all(c[1] == 10 for c in calls)
