@@ -1,0 +1,1 @@
+"""Theory solvers and simulations (MATH.md §6–§7)."""
