@@ -1,0 +1,304 @@
+"""HT-SR baselines: the WeightWatcher 0.7.7 metrics, computed from one spectrum (MATH.md §4).
+
+For the eigenvalues e of the smaller Gram matrix (pooled over slices for a conv layer):
+
+- norm = Σe = ‖W‖_F², log_norm = log10 Σe; spectral_norm = max e, log_spectral_norm = log10 max e;
+  stable_rank = Σe / max e.
+- matrix_rank: singular values √e above max √e · P · ε (numpy's ``matrix_rank`` rule, P = larger
+  side of one matrix); entropy = −Σ pᵢ ln pᵢ / ln(rank), pᵢ = eᵢ/Σe.
+- alpha, sigma, xmin, num_pl_spikes: the power-law fit of :mod:`wbfe.metrics.powerlaw`;
+  num_pl_spikes = #{e ≥ xmin}. alpha_weighted = α·log10(max e); log_alpha_norm = log10 Σ eᵢ^α.
+- tpl_alpha, tpl_lambda: truncated power-law MLE on the same tail (e ≥ xmin of the power-law fit).
+- bulk_max, num_spikes, mp_softrank: WeightWatcher's ``mp_fit`` (see :func:`mp_fit`).
+
+Zero eigenvalues (rank-deficient matrices), as WeightWatcher 0.7.7 treats them: they stay in norm,
+spectral norm, stable rank, log_alpha_norm (0^α = 0), matrix_rank, entropy and the MP fit; the
+power-law fit drops them. WeightWatcher drops every eigenvalue ≤ 1e-5 (an absolute threshold,
+``EVALS_THRESH``) before the power-law fit; ``ww_compatible`` does the same, the default mode drops
+only exact zeros (the spectrum stage already clips noise-level values to 0), so α does not depend
+on the scale of W. In ``ww_compatible`` mode the entropy also adds WeightWatcher's ε = 1e-10 to
+every pᵢ and to the rank (its CPU value; on a CUDA machine it uses 6e-5).
+
+Failures are NaN with a reason (WeightWatcher writes −1), e.g. too few eigenvalues for the
+power-law tail, an all-zero or constant spectrum, or rank ≤ 1 for the entropy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
+
+__all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "WW_EVALS_THRESH", "WW_EPSILON", "GROUP"]
+
+#: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit.
+WW_EVALS_THRESH = 1e-5
+#: WeightWatcher 0.7.7's entropy regulariser on CPU (``RMT_Util.EPSILON``).
+WW_EPSILON = 1e-10
+_KDE_BANDWIDTH = 0.1
+_KDE_GRID = 1000
+_KDE_FLOOR = 0.01
+
+COLUMNS = (
+    "norm",
+    "log_norm",
+    "spectral_norm",
+    "log_spectral_norm",
+    "stable_rank",
+    "matrix_rank",
+    "entropy",
+    "alpha",
+    "sigma",
+    "xmin",
+    "num_pl_spikes",
+    "alpha_weighted",
+    "log_alpha_norm",
+    "tpl_alpha",
+    "tpl_lambda",
+    "bulk_max",
+    "num_spikes",
+    "mp_softrank",
+)
+
+
+def matrix_rank(eigs: np.ndarray, P: int) -> int:
+    """Number of singular values √e above max √e · P · ε(float64) (numpy's default tolerance)."""
+    sv = np.sqrt(np.asarray(eigs, dtype=np.float64))
+    if sv.size == 0:
+        return 0
+    tol = float(np.max(sv)) * P * np.finfo(np.float64).eps
+    return int(np.count_nonzero(sv > tol))
+
+
+def matrix_entropy(eigs: np.ndarray, P: int, *, epsilon: float = 0.0) -> tuple[float, Optional[str]]:
+    """Normalised spectral entropy −Σ pᵢ ln pᵢ / ln(rank), pᵢ = eᵢ/Σe.
+
+    Args:
+        eigs: non-negative eigenvalues.
+        P: larger side of the matrix (for the rank tolerance).
+        epsilon: added to every pᵢ and to the rank (WeightWatcher's regulariser; 0 = exact).
+
+    Returns:
+        ``(entropy, None)`` or ``(nan, reason)`` when the rank is ≤ 1 or the spectrum is all zero.
+    """
+    e = np.asarray(eigs, dtype=np.float64)
+    total = float(np.sum(e))
+    rank = matrix_rank(e, P)
+    if not total > 0.0:
+        return math.nan, "all-zero spectrum"
+    if rank <= 1:
+        return math.nan, f"matrix rank {rank}: entropy normalised by ln(rank) is undefined"
+    p = e / total + epsilon
+    if epsilon == 0.0:
+        p = p[p > 0.0]  # 0·ln 0 = 0
+    return float(-np.sum(p * np.log(p)) / np.log(rank + epsilon)), None
+
+
+@dataclass(frozen=True)
+class MPFit:
+    """WeightWatcher's Marchenko–Pastur fit of a spectrum.
+
+    Attributes:
+        sigma_mp: fitted MP scale σ of the rescaled spectrum (mean eigenvalue 1).
+        bulk_max: MP bulk edge σ²(1 + 1/√Q)², in the units of the input eigenvalues.
+        bulk_min: lower bulk edge σ²(1 − 1/√Q)², same units.
+        num_spikes: eigenvalues above the bulk edge plus its Tracy–Widom margin.
+        mp_softrank: bulk_max / max e.
+        reason: why the fit failed; ``None`` on success.
+    """
+
+    sigma_mp: float
+    bulk_max: float
+    bulk_min: float
+    num_spikes: float
+    mp_softrank: float
+    reason: Optional[str] = None
+
+
+def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
+    """Linear-kernel KDE, K(u) = max(0, 1 − |u|/h)/h (sklearn's ``linear``), by prefix sums."""
+    xs = np.sort(samples)
+    cs = np.concatenate(([0.0], np.cumsum(xs)))
+    lo = np.searchsorted(xs, grid - h, side="right")
+    mid = np.searchsorted(xs, grid, side="right")
+    hi = np.searchsorted(xs, grid + h, side="left")
+    n_left, n_right = mid - lo, hi - mid
+    left = n_left - (n_left * grid - (cs[mid] - cs[lo])) / h
+    right = n_right - ((cs[hi] - cs[mid]) - n_right * grid) / h
+    return np.maximum(left + right, 0.0) / (xs.size * h)
+
+
+def _mp_residual_factory(to_fit: np.ndarray, Q: float) -> Callable[[np.ndarray], float]:  # noqa: N803
+    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law."""
+    xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
+    yde = _linear_kde(to_fit, xde, _KDE_BANDWIDTH)
+    good = yde > _KDE_FLOOR  # WeightWatcher fits only where the KDE is not nearly zero
+    n_dropped = int(np.count_nonzero(yde < _KDE_FLOOR))
+    xde, yde = xde[good], yde[good]
+    x_peak = xde[int(np.argmax(yde))]
+    inv_sq = np.sqrt(1.0 / Q)
+
+    def residual(p: np.ndarray) -> float:
+        sigma = np.ravel(p)[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if Q == 1:
+                # WeightWatcher's quarter-circle law on singular values; σ enters only the prefactor.
+                ymp = np.nan_to_num((1 / (np.pi * sigma * sigma)) * np.sqrt(4 - xde**2))
+                return _sum_squares(ymp - yde, n_dropped)
+            b = np.power(sigma * (1 + inv_sq), 2)
+            a = np.power(sigma * (1 - inv_sq), 2)
+            if (b < x_peak) or (b > xde[-1]) or (a > x_peak):
+                return _sum_squares(np.full(xde.size, 1000.0), n_dropped)
+            prefactor = 1 / (2 * np.pi * sigma * sigma * xde * (1 / Q))
+            ymp = np.nan_to_num(prefactor * np.sqrt((b - xde) * (xde - a)))
+        return _sum_squares(ymp - yde, n_dropped)
+
+    return residual
+
+
+def _sum_squares(resid: np.ndarray, n_zeros: int) -> float:
+    # WeightWatcher appends a zero residual per dropped grid point; the same array keeps numpy's
+    # pairwise summation, hence Nelder–Mead's path, identical to its own.
+    return float(np.sum(np.concatenate((resid, np.zeros(n_zeros))) ** 2))
+
+
+def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWatcher names
+    """Marchenko–Pastur bulk fit exactly as WeightWatcher 0.7.7's ``mp_fit`` (rescale on, bw 0.1).
+
+    The spectrum is rescaled to mean 1; a linear-kernel KDE (bandwidth 0.1, 1000 points on
+    [0, max + 0.5], points with density ≤ 0.01 ignored) is matched in least squares by the MP
+    density of aspect ratio Q = N/M (the quarter-circle law of √e when Q = 1) over σ on the grid
+    [0.05 s, 2 s) in steps of 0.01 s, s = √(max e / (1 + 1/√Q)²), polished by Nelder–Mead
+    (``scipy.optimize.brute``). bulk_max = σ²(1 + 1/√Q)²; spikes are eigenvalues above
+    bulk_max + √(bulk_max^(2/3)·M^(−2/3)/√Q).
+
+    Args:
+        eigs: eigenvalues (zeros included, as WeightWatcher does).
+        N: larger side of one matrix (WeightWatcher's N; for some Conv2d layers WeightWatcher
+            reports N < M, see :mod:`wbfe._ww_compat`, and passing its N, M reproduces that too).
+        M: smaller side of one matrix (WeightWatcher's M).
+
+    Returns:
+        An :class:`MPFit`; NaN + reason for an empty or all-zero spectrum.
+    """
+    from scipy import optimize
+
+    e = np.asarray(eigs, dtype=np.float64)
+    nan = math.nan
+    if e.size == 0 or not float(np.sum(e)) > 0.0:
+        return MPFit(nan, nan, nan, nan, nan, "empty or all-zero spectrum")
+    Q = N / M
+    w_scale = np.sqrt(e.size) / np.sqrt(np.sum(e))
+    to_plot = (w_scale * w_scale) * e
+    lambda_max = float(np.max(to_plot))
+    s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
+    grid = (slice(0.05 * s, 2.0 * s, 0.01 * s),)
+    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
+    residual = _mp_residual_factory(to_fit, Q)
+    sigma = float(np.ravel(optimize.brute(residual, grid, full_output=True)[0])[0])
+    bulk_max = (sigma * (1 + 1 / np.sqrt(Q))) ** 2
+    bulk_min = (sigma * (1 - 1 / np.sqrt(Q))) ** 2
+    tw = 1 / np.sqrt(Q) * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
+    num_spikes = int(np.count_nonzero(to_plot > bulk_max + np.sqrt(tw)))
+    return MPFit(
+        sigma_mp=sigma,
+        bulk_max=float(bulk_max / (w_scale * w_scale)),
+        bulk_min=float(bulk_min / (w_scale * w_scale)),
+        num_spikes=num_spikes,
+        mp_softrank=float(bulk_max / lambda_max),
+    )
+
+
+def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
+    result = GroupResult()
+    e = np.sort(np.asarray(spec.eigs, dtype=np.float64))
+    problem = _spectrum_problem(e)
+    if problem is not None:
+        for column in COLUMNS:
+            result.fail(column, problem)
+        return result
+    _norm_columns(result, e, spec, options)
+    _power_law_columns(result, e, options)
+    fit = mp_fit(e, spec.P, spec.p)
+    for column in ("bulk_max", "num_spikes", "mp_softrank"):
+        if fit.reason is None:
+            result.values[column] = getattr(fit, column)
+        else:
+            result.fail(column, f"MP fit: {fit.reason}")
+    return result
+
+
+def _spectrum_problem(e: np.ndarray) -> Optional[str]:
+    if e.size == 0:
+        return "empty spectrum"
+    if not np.all(np.isfinite(e)):
+        return "non-finite eigenvalue"
+    if e[0] < 0.0:
+        return f"negative eigenvalue {float(e[0])!r} (the spectrum stage should clip noise to 0)"
+    if not e[-1] > 0.0:
+        return "all-zero spectrum"
+    return None
+
+
+def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: MetricOptions) -> None:
+    norm = float(np.sum(e))
+    spectral = float(e[-1])
+    result.values["norm"] = norm
+    result.values["log_norm"] = math.log10(norm)
+    result.values["spectral_norm"] = spectral
+    result.values["log_spectral_norm"] = math.log10(spectral)
+    result.values["stable_rank"] = norm / spectral
+    result.values["matrix_rank"] = matrix_rank(e, spec.P)
+    entropy, reason = matrix_entropy(e, spec.P, epsilon=WW_EPSILON if options.ww_compatible else 0.0)
+    if reason is None:
+        result.values["entropy"] = entropy
+    else:
+        result.fail("entropy", reason)
+
+
+def _power_law_columns(result: GroupResult, e: np.ndarray, options: MetricOptions) -> None:
+    threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
+    tail_source = e[e > threshold]
+    fit = fit_power_law(tail_source, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+    pl_columns = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
+    if fit.reason is not None:
+        dropped = e.size - tail_source.size
+        note = f" ({dropped} eigenvalue(s) <= {threshold:g} dropped)" if dropped else ""
+        for column in pl_columns + ("tpl_alpha", "tpl_lambda"):
+            result.fail(column, f"power-law fit: {fit.reason}{note}")
+        return
+    result.values["alpha"] = fit.alpha
+    result.values["sigma"] = fit.sigma
+    result.values["xmin"] = fit.xmin
+    result.values["num_pl_spikes"] = int(np.count_nonzero(e >= fit.xmin))
+    result.values["alpha_weighted"] = fit.alpha * math.log10(float(e[-1]))
+    result.values["log_alpha_norm"] = math.log10(float(np.sum(e**fit.alpha)))
+    tpl = fit_truncated_power_law(tail_source, xmin=fit.xmin)
+    if tpl.reason is None:
+        result.values["tpl_alpha"] = tpl.alpha
+        result.values["tpl_lambda"] = tpl.lam
+    else:
+        result.fail("tpl_alpha", f"truncated power-law fit: {tpl.reason}")
+        result.fail("tpl_lambda", f"truncated power-law fit: {tpl.reason}")
+
+
+GROUP = MetricGroup(
+    name="htsr",
+    columns=COLUMNS,
+    summary_columns=(
+        "alpha",
+        "alpha_weighted",
+        "log_norm",
+        "log_spectral_norm",
+        "stable_rank",
+        "log_alpha_norm",
+        "entropy",
+    ),
+    compute=_compute,
+    description="HT-SR baselines (WeightWatcher 0.7.7 metrics): norms, ranks, entropy, alpha, MP fit",
+)
