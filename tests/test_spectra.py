@@ -84,3 +84,44 @@ def test_devices() -> None:
 def test_cuda_equals_cpu() -> None:
     w = torch.randn(300, 700, generator=torch.Generator().manual_seed(5))
     np.testing.assert_allclose(eigenvalues([w], torch.device("cuda")), eigenvalues([w], CPU), rtol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(20, 70), (70, 20), (40, 40)])
+def test_cholesky_moments_equal_eigenvalue_moments(shape: tuple[int, int]) -> None:
+    from wbfe.spectra import log_moments
+
+    w = torch.randn(*shape, generator=torch.Generator().manual_seed(6)) * 3.0
+    e = eigenvalues([w], CPU)
+    mean, mean_log, n, n_zero = log_moments([w], CPU)
+    assert (n, n_zero) == (min(shape), 0)
+    assert mean == pytest.approx(e.mean(), rel=1e-12)
+    assert mean_log == pytest.approx(np.mean(np.log(e)), rel=1e-10)
+
+
+def test_cholesky_moments_of_pooled_slices_and_rank_deficient() -> None:
+    from wbfe.spectra import log_moments
+
+    g = torch.Generator().manual_seed(7)
+    slices = [torch.randn(8, 12, generator=g, dtype=torch.float64) for _ in range(3)]
+    e = eigenvalues(slices, CPU)
+    mean, mean_log, n, _ = log_moments(slices, CPU)
+    assert n == 24 and mean == pytest.approx(e.mean(), rel=1e-12)
+    assert mean_log == pytest.approx(np.mean(np.log(e)), rel=1e-10)
+    low = torch.randn(10, 3, generator=g, dtype=torch.float64) @ torch.randn(3, 30, generator=g, dtype=torch.float64)
+    mean, mean_log, n, n_zero = log_moments([low], CPU)
+    assert mean_log == -np.inf and n_zero == 7
+    with pytest.raises(DegenerateMatrixError, match="all-zero"):
+        log_moments([torch.zeros(5, 12)], CPU)
+    with pytest.raises(DegenerateMatrixError, match="non-finite"):
+        log_moments([torch.full((5, 12), float("nan"))], CPU)
+
+
+def test_bfe_only_path_equals_full_path() -> None:
+    import wbfe
+
+    g = torch.Generator().manual_seed(8)
+    state = {"a.weight": torch.randn(30, 80, generator=g), "b.weight": torch.randn(64, 16, 3, 3, generator=g)}
+    only = wbfe.score(state, metrics="bfe", conv="slices")
+    full = wbfe.score(state, metrics="bfe,htsr", conv="slices")
+    for x, y in zip(only.layers, full.layers):
+        assert x["bfe"] == pytest.approx(y["bfe"], rel=1e-10) and x["n_eigs"] == y["n_eigs"]

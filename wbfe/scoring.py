@@ -249,7 +249,7 @@ def _score_entry(
     matrices = (_ww_matrices(tensor, plan) if options.ww_compatible and plan.convention == "slices"
                 else as_matrices(tensor, plan))
     try:
-        spec = spectrum(matrices, device)
+        spec = spectrum(matrices, device, need_eigs=any(g.needs_eigenvalues for g in groups))
     except DegenerateMatrixError as exc:
         return Skip(entry.name, str(exc), entry.shape, entry.dtype)
     del tensor, matrices
@@ -275,7 +275,7 @@ def _layer_row(plan: MatrixPlan, spec: Any, groups: tuple[Any, ...], metric_opti
         "rows": spec.rows,
         "cols": spec.cols,
         "n_slices": spec.n_slices,
-        "n_eigs": int(spec.eigs.size),
+        "n_eigs": spec.n_eigs,
         "gamma": spec.gamma,
         "form": spec.form,
     }

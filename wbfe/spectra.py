@@ -1,12 +1,16 @@
 """The only place eigenvalues are computed: smaller Gram matrix, float64, once per matrix.
 
-The Gram matrix is accumulated block by block in float64, so a bfloat16 tensor never exists as a
-whole float64 copy: peak extra memory is one block plus the p×p Gram matrix.
+The Gram matrix is accumulated block by block in float64 (a symmetric rank-k update on the CPU,
+half the flops of a general product), so a bfloat16 tensor never exists as a whole float64 copy:
+peak extra memory is one block plus the p×p Gram matrix. When no metric needs the eigenvalues
+themselves (BFE-W alone needs only mean(e) and mean(log e)), a Cholesky factorisation replaces the
+eigen-solve.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Sequence
+import math
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -16,10 +20,10 @@ from wbfe.metrics._group import Spectrum
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "spectrum"]
+__all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum"]
 
-Device = Literal["auto", "cpu", "cuda"]
 _BLOCK_BYTES = 64 << 20  # float64 bytes of one block of rows/columns
+_EPS = float(np.finfo(np.float64).eps)
 
 
 class DegenerateMatrixError(WbfeError, ValueError):
@@ -45,20 +49,52 @@ def resolve_device(device: str) -> "torch.device":
     raise InvalidOptionError(f"device must be auto, cpu or cuda, not {device!r}")
 
 
-def gram(matrix: "torch.Tensor", device: "torch.device") -> "torch.Tensor":
-    """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64 on ``device``."""
+def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
+    """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64.
+
+    Returns:
+        On the CPU a Fortran-ordered numpy array whose upper triangle holds the Gram matrix (the
+        lower triangle is zero); on CUDA the full symmetric torch tensor on that device.
+
+    Raises:
+        DegenerateMatrixError: the matrix has non-finite entries.
+    """
     import torch
 
     rows, cols = matrix.shape
     wide = rows <= cols
     p, long = (rows, cols) if wide else (cols, rows)
-    out = torch.zeros((p, p), dtype=torch.float64, device=device)
     step = max(1, _BLOCK_BYTES // (8 * p))
-    for start in range(0, long, step):
-        block = matrix[:, start : start + step] if wide else matrix[start : start + step, :].T
-        block = block.to(device=device, dtype=torch.float64)
-        out.addmm_(block, block.T)
+    if device.type == "cpu":
+        from scipy.linalg.blas import dsyrk
+
+        out = np.zeros((p, p), dtype=np.float64, order="F")
+        for start in range(0, long, step):
+            block = matrix[:, start : start + step] if wide else matrix[start : start + step, :]
+            a = np.ascontiguousarray(block.detach().to(torch.float64).numpy())
+            # a is C-ordered; a.T is the same memory in Fortran order, so BLAS reads it without a copy.
+            out = dsyrk(1.0, a.T, beta=1.0, c=out, trans=1 if wide else 0, lower=0, overwrite_c=1)
+        finite = bool(np.isfinite(out).all())
+    else:
+        out = torch.zeros((p, p), dtype=torch.float64, device=device)
+        for start in range(0, long, step):
+            block = matrix[:, start : start + step] if wide else matrix[start : start + step, :].T
+            block = block.to(device=device, dtype=torch.float64)
+            out.addmm_(block, block.T)
+        finite = bool(torch.isfinite(out).all())
+    if not finite:
+        raise DegenerateMatrixError("non-finite values (NaN or Inf)")
     return out
+
+
+def _eigvalsh(g: Any) -> np.ndarray:
+    if isinstance(g, np.ndarray):
+        from scipy.linalg import eigvalsh
+
+        return eigvalsh(g, lower=False, check_finite=False, overwrite_a=True)
+    import torch
+
+    return torch.linalg.eigvalsh(g).cpu().numpy()
 
 
 def eigenvalues(matrices: Sequence["torch.Tensor"], device: "torch.device") -> np.ndarray:
@@ -67,25 +103,67 @@ def eigenvalues(matrices: Sequence["torch.Tensor"], device: "torch.device") -> n
     Raises:
         DegenerateMatrixError: non-finite entries, or all entries zero.
     """
-    import torch
-
-    pooled = []
-    for matrix in matrices:
-        g = gram(matrix, device)
-        if not bool(torch.isfinite(g).all()):
-            raise DegenerateMatrixError("non-finite values (NaN or Inf)")
-        pooled.append(torch.linalg.eigvalsh(g).cpu().numpy())
-    e = np.sort(np.concatenate(pooled))
+    e = np.sort(np.concatenate([_eigvalsh(gram(m, device)) for m in matrices]))
     top = e[-1] if e.size else 0.0
     if not top > 0.0:
         raise DegenerateMatrixError("all-zero matrix")
     # The Gram matrix carries rounding errors of order p·eps·max(e); below that an eigenvalue is 0.
     p = max(min(m.shape) for m in matrices)
-    e[e <= top * p * np.finfo(np.float64).eps] = 0.0
+    e[e <= top * p * _EPS] = 0.0
     return e
 
 
-def spectrum(matrices: Sequence["torch.Tensor"], device: "torch.device") -> Spectrum:
-    """The :class:`Spectrum` of one matrix or of pooled slices of equal shape."""
+def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> tuple[float, float, int, int]:
+    """``(mean(e), mean(log e), n, number of zero eigenvalues)`` of the pooled spectrum, by Cholesky where safe.
+
+    A Gram matrix whose factorisation fails, or has a pivot at the noise level where
+    :func:`eigenvalues` would clip an eigenvalue to 0, falls back to the eigenvalues, so both paths
+    agree on what counts as rank-deficient (then mean(log e) = −inf).
+
+    Raises:
+        DegenerateMatrixError: non-finite entries, or all entries zero.
+    """
+    trace = log_det = 0.0
+    n = n_zero = 0
+    for matrix in matrices:
+        g = gram(matrix, device)
+        p = g.shape[0]
+        tr = float(np.trace(g)) if isinstance(g, np.ndarray) else float(g.trace())
+        n += p
+        trace += tr
+        diag = _cholesky_diagonal(g)
+        if diag is None or tr <= 0.0 or float(np.min(diag)) ** 2 <= tr * p * _EPS:
+            e = eigenvalues([matrix], device) if tr > 0.0 else np.zeros(p)
+            n_zero += int(np.count_nonzero(e <= 0.0))
+            log_det += float(np.sum(np.log(e))) if np.all(e > 0) else -math.inf
+        else:
+            log_det += 2.0 * float(np.sum(np.log(diag)))
+    if not trace > 0.0:
+        raise DegenerateMatrixError("all-zero matrix")
+    return trace / n, log_det / n, n, n_zero
+
+
+def _cholesky_diagonal(g: Any) -> np.ndarray | None:
+    """Diagonal of the Cholesky factor, or None when the matrix is not numerically positive definite."""
+    if isinstance(g, np.ndarray):
+        from scipy.linalg.lapack import dpotrf
+
+        factor, info = dpotrf(g, lower=0, clean=0, overwrite_a=0)
+        return None if info != 0 else np.diag(factor).copy()
+    import torch
+
+    factor, info = torch.linalg.cholesky_ex(g)
+    return None if int(info) != 0 else torch.diagonal(factor).cpu().numpy()
+
+
+def spectrum(matrices: Sequence["torch.Tensor"], device: "torch.device", *, need_eigs: bool = True) -> Spectrum:
+    """The :class:`Spectrum` of one matrix or of pooled slices of equal shape.
+
+    Args:
+        need_eigs: False when only mean(e) and mean(log e) are needed (BFE-W alone).
+    """
     rows, cols = matrices[0].shape
-    return Spectrum(eigs=eigenvalues(matrices, device), rows=int(rows), cols=int(cols), n_slices=len(matrices))
+    shape = {"rows": int(rows), "cols": int(cols), "n_slices": len(matrices)}
+    if need_eigs:
+        return Spectrum(eigs=eigenvalues(matrices, device), **shape)
+    return Spectrum(eigs=None, moments=log_moments(matrices, device), **shape)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Union
+from typing import Callable, Literal, Optional, Union
 
 import numpy as np
 
@@ -22,16 +22,34 @@ class Spectrum:
     """Eigenvalues of the smaller Gram matrix of one weight matrix (or of pooled conv slices).
 
     Attributes:
-        eigs: float64 eigenvalues in ascending order, noise-level values clipped to exactly 0.
+        eigs: float64 eigenvalues in ascending order, noise-level values clipped to exactly 0; None
+            when only the moments were computed (every requested group has ``needs_eigenvalues=False``).
         rows: rows of the matrix (of one slice, for pooled slices) as stored: PyTorch ``out``.
         cols: columns of the matrix (of one slice): PyTorch ``in`` (times kernel size if flattened).
         n_slices: number of matrices whose spectra were pooled (1 unless conv ``slices``).
+        moments: ``(mean(e), mean(log e), n, n_zero)`` when ``eigs`` is None.
     """
 
-    eigs: np.ndarray
+    eigs: Optional[np.ndarray]
     rows: int
     cols: int
     n_slices: int = 1
+    moments: Optional[tuple[float, float, int, int]] = None
+
+    @property
+    def n_eigs(self) -> int:
+        """Number of (pooled) eigenvalues."""
+        return int(self.eigs.size) if self.eigs is not None else int(self.moments[2])  # type: ignore[index]
+
+    def log_moments(self) -> tuple[float, float, int, int]:
+        """``(mean(e), mean(log e), n, n_zero)``; mean(log e) is −inf when an eigenvalue is exactly 0."""
+        if self.eigs is None:
+            assert self.moments is not None
+            return self.moments
+        e = self.eigs
+        with np.errstate(divide="ignore"):
+            mean_log = float(np.mean(np.log(e))) if np.all(e > 0.0) else -math.inf
+        return float(np.mean(e)), mean_log, int(e.size), int(np.count_nonzero(e <= 0.0))
 
     @property
     def p(self) -> int:
@@ -91,6 +109,8 @@ class MetricGroup:
         columns: every column the group produces, in display order.
         summary_columns: columns summarised per model as ``<col>_head`` and ``<col>_mean``.
         compute: the pure function.
+        needs_eigenvalues: False when ``compute`` uses only ``Spectrum.log_moments()``, which lets
+            the pipeline replace the eigen-solve by a Cholesky factorisation.
     """
 
     name: str
@@ -98,3 +118,4 @@ class MetricGroup:
     summary_columns: tuple[str, ...]
     compute: Callable[[Spectrum, MetricOptions], GroupResult]
     description: str = ""
+    needs_eigenvalues: bool = True

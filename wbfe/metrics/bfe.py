@@ -23,7 +23,7 @@ import numpy as np
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
-__all__ = ["bfe", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
+__all__ = ["bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
 
 LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 
@@ -50,20 +50,22 @@ def bfe(eigs: np.ndarray, lam: Union[Literal["opt"], float] = "opt") -> tuple[fl
     e = np.asarray(eigs, dtype=np.float64)
     if e.size == 0:
         raise InvalidOptionError("BFE-W needs at least one eigenvalue")
-    mean_e = float(np.mean(e))
+    with np.errstate(divide="ignore"):
+        # log det = −inf when an eigenvalue is 0: F is +inf at every λ; reported, not hidden by jitter.
+        mean_log = float(np.mean(np.log(e))) if np.all(e > 0.0) else -math.inf
+    return bfe_from_moments(float(np.mean(e)), mean_log, lam)
+
+
+def bfe_from_moments(
+    mean_e: float, mean_log_e: float, lam: Union[Literal["opt"], float] = "opt"
+) -> tuple[float, float]:
+    """BFE-W from mean(e) and mean(log e) alone (all the formula needs); see :func:`bfe`."""
     if not mean_e > 0.0:
         raise InvalidOptionError("BFE-W is undefined for an all-zero matrix")
-    if np.any(e <= 0.0):
-        # log det = −inf: the free energy is +inf at every λ; reported, not hidden by jitter.
-        mean_log = -math.inf
-    else:
-        mean_log = float(np.mean(np.log(e)))
     if lam == "opt":
-        lam_used = 1.0 / mean_e
-        value = 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log)
-        return value, lam_used
+        return 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e), 1.0 / mean_e
     lam_used = _check_lambda(lam)
-    value = 0.5 * lam_used * mean_e - 0.5 * mean_log + 0.5 * math.log(2.0 * math.pi / lam_used)
+    value = 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used)
     return value, lam_used
 
 
@@ -86,11 +88,11 @@ def bfe_marchenko_pastur_limit(gamma: float) -> float:
 
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
-    value, lam_used = bfe(spec.eigs, options.lam)
+    mean_e, mean_log_e, _, n_zero = spec.log_moments()
+    value, lam_used = bfe_from_moments(mean_e, mean_log_e, options.lam)
     result.values["lambda"] = lam_used
     result.values["bfe"] = value
     if math.isinf(value):
-        n_zero = int(np.count_nonzero(spec.eigs <= 0.0))
         result.reasons["bfe"] = f"rank-deficient: {n_zero} zero eigenvalue(s), BFE-W = +inf"
     return result
 
@@ -101,4 +103,5 @@ GROUP = MetricGroup(
     summary_columns=("bfe",),
     compute=_compute,
     description="BFE-W (primal/dual) at lambda* or a given lambda",
+    needs_eigenvalues=False,
 )
