@@ -1,0 +1,445 @@
+"""Rank a zoo: score every model (cached), then correlate each metric with the quality column.
+
+Sign convention (see :mod:`wbfe.ranking.stats`): the quality is oriented so that higher is better
+(a lower-is-better column is negated), and ρ is reported as computed between the metric and that
+oriented quality. ``expected_sign`` says which sign means "the metric agrees": −1 for metrics where
+lower predicts better (BFE-W, MATH.md §2; the WeightWatcher capacity metrics), None where the
+literature gives no direction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
+
+from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
+from wbfe.ranking.stats import correlate
+from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
+
+__all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign"]
+
+Scorer = Callable[[str, Mapping[str, Any]], Mapping[str, Any]]
+"""``scorer(ref, options) -> {"summary": {...}, "model": {...}}``; options as in :func:`rank`."""
+
+# Lower is better: BFE-W (MATH.md §2, the paper reports negative ρ with accuracy) and the HT-SR
+# capacity metrics, for which WeightWatcher's papers report smaller values for better models.
+_EXPECTED_SIGN = {
+    "bfe": -1,
+    "alpha": -1,
+    "alpha_weighted": -1,
+    "log_alpha_norm": -1,
+    "log_norm": -1,
+    "log_spectral_norm": -1,
+}
+
+
+def expected_sign(metric: str) -> Optional[int]:
+    """−1 when a lower value of ``metric`` (``<column>_head`` / ``<column>_mean``) predicts a better model."""
+    base = metric.rsplit("_", 1)[0] if metric.endswith(("_head", "_mean")) else metric
+    return _EXPECTED_SIGN.get(base)
+
+
+@dataclass(frozen=True)
+class MetricCorrelation:
+    """One metric's agreement with the quality column (the JSON ``metrics`` item)."""
+
+    metric: str
+    rho: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    kendall_tau: float
+    pearson_r: float
+    n: int
+    expected_sign: Optional[int] = None
+    p_method: Optional[str] = None
+    reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """One scored model: its quality value and its summary metrics."""
+
+    model: str
+    ref: str
+    quality: float
+    scores: dict[str, Optional[float]]
+    source: Optional[str] = None
+    sha256: Optional[str] = None
+    cached: bool = False
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A model that could not be ranked, and why."""
+
+    model: str
+    reason: str
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
+
+
+@dataclass
+class RankResult:
+    """Every metric's correlation with one quality column of one zoo.
+
+    Attributes:
+        zoo, quality, lower_is_better: what was ranked.
+        metrics: one :class:`MetricCorrelation` per metric, sorted by |ρ| (ties by |τ|, then |r|;
+            undefined ρ last).
+        models: the models that were scored and have a quality value.
+        failed: the models left out, with the reason.
+        options: the scoring options (also part of the cache key).
+        n_scored, n_cached: models scored in this run vs. taken from the cache.
+    """
+
+    zoo: str
+    quality: str
+    lower_is_better: bool
+    metrics: list[MetricCorrelation]
+    models: list[ModelResult]
+    failed: list[Failure]
+    options: dict[str, Any] = field(default_factory=dict)
+    n_scored: int = 0
+    n_cached: int = 0
+
+    def metric(self, name: str) -> MetricCorrelation:
+        """The correlation of metric ``name``.
+
+        Raises:
+            UnknownNameError: no such metric in this result.
+        """
+        from wbfe.errors import unknown_name
+
+        for row in self.metrics:
+            if row.metric == name:
+                return row
+        raise unknown_name("metric", name, [m.metric for m in self.metrics])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape: zoo, quality, metrics, models, failed (then lower_is_better, options, run counts)."""
+        return _finite_or_none({
+            "zoo": self.zoo,
+            "quality": self.quality,
+            "metrics": [asdict(m) for m in self.metrics],
+            "models": [asdict(m) for m in self.models],
+            "failed": [asdict(f) for f in self.failed],
+            "lower_is_better": self.lower_is_better,
+            "options": self.options,
+            "n_scored": self.n_scored,
+            "n_cached": self.n_cached,
+        })
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """Standard JSON (non-finite numbers written as null)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def to_pandas(self) -> Any:
+        """One row per metric, in the order of :attr:`metrics` (requires pandas)."""
+        try:
+            import pandas as pd
+        except ModuleNotFoundError:
+            from wbfe.errors import MissingDependencyError
+
+            raise MissingDependencyError("RankResult.to_pandas needs pandas (pip install pandas)") from None
+        return pd.DataFrame([asdict(m) for m in self.metrics])
+
+
+def _score_with_wbfe(ref: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The default scorer: :func:`wbfe.score`, reduced to what ranking and the cache need."""
+    from wbfe.scoring import score
+
+    result = score(
+        ref,
+        metrics=list(options["metrics"]),
+        lam=options["lam"],
+        conv=options["conv"],
+        head=options["head"],
+        ww_compatible=options["ww_compatible"],
+        device=options.get("device", "auto"),
+    )
+    plain = result.to_dict()
+    return {"summary": plain["summary"], "model": plain["model"],
+            "n_layers": len(plain["layers"]), "n_skipped": len(plain["skipped"])}
+
+
+def _content_hash(ref: str) -> str:
+    from wbfe.sources import content_hash
+
+    return content_hash(ref)
+
+
+def _job(scorer: Scorer, ref: str, options: Mapping[str, Any], threads: int) -> Mapping[str, Any]:
+    # Runs in a worker process: split the cores between workers instead of oversubscribing them.
+    # The variables take effect when the scorer first imports torch / NumPy's BLAS.
+    import os
+    import sys
+
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    return scorer(ref, options)
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _metric_columns(summaries: Iterable[Mapping[str, Any]]) -> list[str]:
+    columns: list[str] = []
+    for summary in summaries:
+        for key, value in summary.items():
+            if not key.endswith(("_head", "_mean")) or key in columns:
+                continue
+            if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                columns.append(key)
+    return columns
+
+
+def _sort_key(row: MetricCorrelation) -> tuple[bool, float, float, float, str]:
+    """By |ρ| descending (undefined last); ties by |τ|, then |r|, then name."""
+
+    def mag(value: float) -> float:
+        return -abs(value) if math.isfinite(value) else 0.0
+
+    return (not math.isfinite(row.rho), mag(row.rho), mag(row.kendall_tau), mag(row.pearson_r), row.metric)
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
+
+
+def rank(
+    zoo: Union[str, Path, Zoo],
+    *,
+    quality: Optional[str] = None,
+    metrics: Union[str, Iterable[str], None] = None,
+    workers: int = 1,
+    cache_dir: Union[str, Path, None, Literal[False]] = None,
+    lower_is_better: Iterable[str] = (),
+    lam: Union[str, float] = "opt",
+    conv: Literal["flatten", "slices"] = "flatten",
+    head: Optional[str] = None,
+    ww_compatible: bool = False,
+    device: str = "auto",
+    n_boot: int = 2000,
+    n_perm: int = 10_000,
+    seed: int = 0,
+    progress: Optional[Callable[[str], None]] = None,
+    scorer: Optional[Scorer] = None,
+    hasher: Optional[Callable[[str], str]] = None,
+) -> RankResult:
+    """Score every model of a zoo and correlate each summary metric with a quality column.
+
+    Args:
+        zoo: a built-in zoo name, a CSV/YAML spec path, or a :class:`~wbfe.ranking.zoo.Zoo`.
+        quality: the quality column (default: the zoo's default, or its only numeric column).
+        metrics: metric groups to compute (``"bfe,htsr"``; None = all available).
+        workers: models scored in parallel (separate processes when > 1).
+        cache_dir: score cache folder; None = :func:`~wbfe.ranking.cache.default_cache_dir`,
+            False = no cache.
+        lower_is_better: extra columns for which lower is better (e.g. ``"perplexity"``).
+        lam, conv, head, ww_compatible, device: passed to :func:`wbfe.score`.
+        n_boot, n_perm, seed: bootstrap and permutation settings (see :func:`~wbfe.ranking.stats.correlate`).
+        progress: called with one line per model (for a progress display).
+        scorer: replaces :func:`wbfe.score` (must be picklable when ``workers`` > 1).
+        hasher: replaces :func:`wbfe.sources.content_hash` for the cache key.
+
+    Returns:
+        A :class:`RankResult`. A model whose quality value is missing, or whose hashing or scoring
+        raises, is listed in ``failed`` with the reason; the others are ranked.
+
+    Raises:
+        InvalidOptionError: ``workers`` < 1, an unknown quality column or metric group.
+        SourceNotFoundError: the zoo spec does not exist.
+    """
+    from wbfe.errors import InvalidOptionError
+    from wbfe.metrics import resolve_groups
+
+    if workers < 1:
+        raise InvalidOptionError(f"workers must be at least 1, not {workers}")
+    the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
+    column = the_zoo.resolve_quality(quality)
+    lower = column in the_zoo.lower_is_better
+    groups = tuple(g.name for g in resolve_groups(metrics))
+    try:
+        from importlib.metadata import version
+
+        wbfe_version = version("wbfe")
+    except Exception:  # noqa: BLE001 - not installed as a distribution: key on the source only
+        wbfe_version = "unknown"
+    options: dict[str, Any] = {
+        "metrics": list(groups),
+        "lam": lam,
+        "conv": conv,
+        "head": head,
+        "ww_compatible": ww_compatible,
+        "wbfe": wbfe_version,
+    }
+    score_fn: Scorer = scorer or _score_with_wbfe
+    hash_fn = hasher or _content_hash
+    cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else default_cache_dir())
+
+    run = _Run(cache=cache, options=options, say=progress or (lambda _line: None),
+               total=len(the_zoo.entries))
+    pending = run.lookup(the_zoo.entries, column, hash_fn)
+    job_options = dict(options, device=device)
+    if workers == 1 or len(pending) <= 1:
+        run.score_sequential(pending, score_fn, job_options)
+    else:
+        run.score_parallel(pending, score_fn, job_options, workers)
+
+    models = [
+        _model_result(entry, column, *run.payloads[entry.name])
+        for entry in the_zoo.entries if entry.name in run.payloads
+    ]
+    rows = _correlations(models, lower=lower, n_boot=n_boot, n_perm=n_perm, seed=seed)
+    order = {e.name: k for k, e in enumerate(the_zoo.entries)}
+    run.failed.sort(key=lambda f: order.get(f.model, len(order)))
+    return RankResult(
+        zoo=the_zoo.name,
+        quality=column,
+        lower_is_better=lower,
+        metrics=rows,
+        models=models,
+        failed=run.failed,
+        options=options,
+        n_scored=len(pending),
+        n_cached=sum(1 for _, cached in run.payloads.values() if cached),
+    )
+
+
+_Pending = tuple[int, ZooEntry, Optional[str]]  # (position in the zoo, entry, cache key)
+
+
+@dataclass
+class _Run:
+    """The mutable state of one ranking run: cache look-ups, scoring, failures, progress lines."""
+
+    cache: Optional[ScoreCache]
+    options: Mapping[str, Any]
+    say: Callable[[str], None]
+    total: int
+    failed: list[Failure] = field(default_factory=list)
+    payloads: dict[str, tuple[Mapping[str, Any], bool]] = field(default_factory=dict)
+
+    def _log(self, i: int, name: str, what: str) -> None:
+        self.say(f"[{i + 1}/{self.total}] {name}: {what}")
+
+    def lookup(self, entries: Iterable[ZooEntry], column: str, hash_fn: Callable[[str], str]) -> list[_Pending]:
+        """Models still to score; cache hits go to :attr:`payloads`, unusable rows to :attr:`failed`."""
+        pending: list[_Pending] = []
+        for i, entry in enumerate(entries):
+            if not math.isfinite(entry.quality.get(column, math.nan)):
+                self.failed.append(Failure(entry.name, f"no {column} value in the zoo"))
+                continue
+            key = None
+            if self.cache is not None:
+                try:
+                    key = cache_key(self.cache.content_hash(entry.ref, hash_fn), self.options)
+                except Exception as exc:  # noqa: BLE001 - recorded as this model's failure, run continues
+                    self.failed.append(Failure(entry.name, _reason(exc)))
+                    self._log(i, entry.name, f"failed ({_reason(exc)})")
+                    continue
+                hit = self.cache.get(key)
+                if hit is not None:
+                    self.payloads[entry.name] = (hit, True)
+                    self._log(i, entry.name, "cached")
+                    continue
+            pending.append((i, entry, key))
+        return pending
+
+    def finish(self, item: _Pending, outcome: Union[Mapping[str, Any], BaseException]) -> None:
+        """Record one model's payload (and cache it at once, so an interrupted run resumes) or failure."""
+        i, entry, key = item
+        if isinstance(outcome, BaseException):
+            self.failed.append(Failure(entry.name, _reason(outcome)))
+            self._log(i, entry.name, f"failed ({_reason(outcome)})")
+            return
+        payload = _finite_or_none(dict(outcome))
+        if self.cache is not None and key is not None:
+            self.cache.put(key, payload)
+        self.payloads[entry.name] = (payload, False)
+        self._log(i, entry.name, "scored")
+
+    def score_sequential(self, pending: list[_Pending], score_fn: Scorer, options: Mapping[str, Any]) -> None:
+        """Score in this process, one model after another."""
+        for item in pending:
+            self._log(item[0], item[1].name, "scoring")
+            try:
+                outcome: Union[Mapping[str, Any], BaseException] = score_fn(item[1].ref, options)
+            except Exception as exc:  # noqa: BLE001 - recorded as this model's failure, run continues
+                outcome = exc
+            self.finish(item, outcome)
+
+    def score_parallel(self, pending: list[_Pending], score_fn: Scorer, options: Mapping[str, Any],
+                       workers: int) -> None:
+        """Score in ``workers`` spawned processes; results are recorded here as they complete."""
+        import multiprocessing
+        import os
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        context = multiprocessing.get_context("spawn")  # fork + torch threads can deadlock
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        try:
+            futures = {pool.submit(_job, score_fn, item[1].ref, options, threads): item for item in pending}
+            for future in as_completed(futures):
+                try:
+                    outcome: Union[Mapping[str, Any], BaseException] = future.result()
+                except Exception as exc:  # noqa: BLE001 - recorded as this model's failure
+                    outcome = exc
+                self.finish(futures[future], outcome)
+        except BaseException:
+            # Interrupted: drop the queued models (finished ones are already cached) and stop.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+
+
+def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cached: bool) -> ModelResult:
+    summary = payload.get("summary") or {}
+    model_info = payload.get("model") or {}
+    return ModelResult(
+        model=entry.name,
+        ref=entry.ref,
+        quality=entry.quality[column],
+        scores={k: (None if v is None else _as_float(v)) for k, v in summary.items()
+                if k.endswith(("_head", "_mean")) and not isinstance(v, (str, bool))},
+        source=entry.source,
+        sha256=model_info.get("sha256"),
+        cached=cached,
+    )
+
+
+def _correlations(models: list[ModelResult], *, lower: bool, n_boot: int, n_perm: int,
+                  seed: int) -> list[MetricCorrelation]:
+    """One row per metric column, against the quality oriented so that higher is better."""
+    sign = -1.0 if lower else 1.0
+    oriented = [sign * m.quality for m in models]
+    rows: list[MetricCorrelation] = []
+    for name in _metric_columns(m.scores for m in models):
+        values = [_as_float(m.scores.get(name)) for m in models]
+        c = correlate(values, oriented, n_boot=n_boot, n_perm=n_perm, seed=seed)
+        rows.append(MetricCorrelation(
+            metric=name, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high, p_value=c.p_value,
+            kendall_tau=c.kendall_tau, pearson_r=c.pearson_r, n=c.n,
+            expected_sign=expected_sign(name), p_method=c.p_method, reason=c.reason,
+        ))
+    rows.sort(key=_sort_key)
+    return rows

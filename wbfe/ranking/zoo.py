@@ -1,0 +1,478 @@
+"""Zoo specs: which checkpoints to rank and their published quality numbers.
+
+A zoo is a table with one row per model:
+
+- ``model`` — any reference ``wbfe score`` accepts (local path, ``org/name[@rev]``, ``timm:<name>``,
+  ``torchvision:<Weights>.<NAME>``). Relative paths resolve against the folder of the spec file.
+  When a ``checkpoint`` column is present and filled, it holds the reference and ``model`` is only
+  the label (the layout of ``../shared/zoo/cifar10-resnet/accuracy.csv``).
+- one or more quality columns: every other column whose filled cells are all numbers. Higher is
+  better unless the column is declared lower-is-better (e.g. perplexity, test loss).
+- ``source`` (optional) — where the row's numbers come from.
+
+Specs are CSV files, or YAML files holding either a list of rows or a mapping with ``models`` (the
+rows) and optional ``name``, ``quality`` (default column) and ``lower_is_better``.
+
+Built-in zoos have stable names (:func:`list_zoos`); their tables live in ``fixtures/tables``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+
+from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
+
+__all__ = [
+    "ZooEntry",
+    "Zoo",
+    "BuiltinZoo",
+    "load_zoo",
+    "read_zoo_file",
+    "zoo_from_rows",
+    "list_zoos",
+    "builtin_zoo_names",
+    "torchvision_imagenet_rows",
+    "fixtures_dir",
+    "shared_zoo_dir",
+]
+
+_RESERVED = ("model", "checkpoint", "source")
+_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".th", ".ckpt", ".json")
+_PREFIXES = ("timm:", "torchvision:", "hf:", "hf-hub:")
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One model of a zoo.
+
+    Attributes:
+        name: the label shown in tables and plots (unique within the zoo).
+        ref: the reference handed to ``wbfe.score`` (relative paths already resolved).
+        quality: every numeric column of the row; NaN where the cell was empty.
+        source: the row's citation, when given.
+    """
+
+    name: str
+    ref: str
+    quality: Mapping[str, float]
+    source: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Zoo:
+    """A parsed zoo spec.
+
+    Attributes:
+        name: the built-in name, the YAML's ``name``, or ``<folder>/<file name>`` of the spec.
+        entries: the models, in file order.
+        quality_columns: the numeric columns, in file order.
+        lower_is_better: columns for which a lower value is better.
+        default_quality: the column ranked when none is asked for (None: the only one, if unique).
+        path: the spec file, when there is one.
+    """
+
+    name: str
+    entries: tuple[ZooEntry, ...]
+    quality_columns: tuple[str, ...]
+    lower_is_better: frozenset[str] = field(default_factory=frozenset)
+    default_quality: Optional[str] = None
+    path: Optional[Path] = None
+
+    def resolve_quality(self, quality: Optional[str]) -> str:
+        """The quality column to rank: ``quality`` if given, else the zoo's default.
+
+        Raises:
+            UnknownNameError: the column is not a quality column of this zoo.
+            InvalidOptionError: none was given and the zoo has several and no default.
+        """
+        if quality is None:
+            if self.default_quality is not None:
+                quality = self.default_quality
+            elif len(self.quality_columns) == 1:
+                quality = self.quality_columns[0]
+            else:
+                raise InvalidOptionError(
+                    f"zoo {self.name!r} has several quality columns; choose one with --quality "
+                    f"({', '.join(self.quality_columns)})"
+                )
+        if quality not in self.quality_columns:
+            raise unknown_name("quality column", quality, self.quality_columns)
+        return quality
+
+
+@dataclass(frozen=True)
+class BuiltinZoo:
+    """A zoo shipped with wbfe, found by its stable name.
+
+    Attributes:
+        name: the stable name (``wbfe rank NAME``).
+        description: one line for ``wbfe rank --list``.
+        default_quality: the column ranked by default.
+        lower_is_better: its lower-is-better columns.
+        load: builds the :class:`Zoo` (reads the table; may raise if its checkpoints are absent).
+        offline: True when every checkpoint is available without a network.
+    """
+
+    name: str
+    description: str
+    default_quality: str
+    lower_is_better: tuple[str, ...]
+    load: Callable[[], Zoo]
+    offline: bool
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _parse_number(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value
+
+
+def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
+    """A local path relative to ``base_dir`` becomes absolute; hub ids and prefixed names stay."""
+    value = value.strip()
+    if value.startswith(_PREFIXES) or base_dir is None:
+        return value
+    candidate = Path(value).expanduser()
+    if candidate.is_absolute():
+        return str(candidate)
+    joined = base_dir / candidate
+    looks_like_path = (
+        value.startswith((".", "~"))
+        or candidate.suffix.lower() in _FILE_SUFFIXES
+        or value.count("/") >= 2  # a hub id is "org/name" or a bare "name"
+    )
+    if joined.exists() or looks_like_path:
+        return str(joined.resolve())
+    return value
+
+
+def zoo_from_rows(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    name: str,
+    base_dir: Optional[Path] = None,
+    lower_is_better: Iterable[str] = (),
+    default_quality: Optional[str] = None,
+    path: Optional[Path] = None,
+) -> Zoo:
+    """Build a :class:`Zoo` from row mappings (CSV rows or YAML items).
+
+    Args:
+        rows: one mapping per model with at least a ``model`` key.
+        name: the zoo's name.
+        base_dir: folder against which relative paths resolve (None: leave references as given).
+        lower_is_better: columns for which lower is better.
+        default_quality: the column ranked by default.
+        path: the spec file, recorded on the result.
+
+    Returns:
+        The zoo, entries in row order.
+
+    Raises:
+        InvalidOptionError: no rows, a row without ``model``, duplicate model labels, no numeric
+            column, or a lower-is-better / default column that is not a quality column.
+    """
+    if not rows:
+        raise InvalidOptionError(f"zoo {name!r} has no models")
+    columns: list[str] = []
+    for row in rows:
+        for key in row:
+            key = str(key).strip()
+            if key and key not in columns:
+                columns.append(key)
+    if "model" not in columns:
+        raise InvalidOptionError(f"zoo {name!r} has no 'model' column (columns: {', '.join(columns)})")
+
+    def cell(row: Mapping[str, Any], key: str) -> str:
+        value = row.get(key)
+        if value is None:
+            value = next((v for k, v in row.items() if str(k).strip() == key), None)
+        return "" if value is None else str(value).strip()
+
+    numeric: list[str] = []
+    for col in columns:
+        if col in _RESERVED:
+            continue
+        cells = [cell(row, col) for row in rows]
+        filled = [c for c in cells if c != ""]
+        if filled and all(_parse_number(c) is not None for c in filled):
+            numeric.append(col)
+    if not numeric:
+        raise InvalidOptionError(f"zoo {name!r} has no numeric quality column")
+    lower = frozenset(lower_is_better)
+    for col in sorted(lower):
+        if col not in numeric:
+            raise unknown_name("quality column", col, tuple(numeric))
+    if default_quality is not None and default_quality not in numeric:
+        raise unknown_name("quality column", default_quality, tuple(numeric))
+
+    entries: list[ZooEntry] = []
+    seen: set[str] = set()
+    for number, row in enumerate(rows, start=1):
+        label = cell(row, "model")
+        if not label:
+            raise InvalidOptionError(f"zoo {name!r}: row {number} has an empty 'model' cell")
+        if label in seen:
+            raise InvalidOptionError(f"zoo {name!r}: model {label!r} appears twice")
+        seen.add(label)
+        ref = cell(row, "checkpoint") or label
+        quality = {}
+        for col in numeric:
+            text = cell(row, col)
+            quality[col] = float(text) if text else math.nan
+        entries.append(
+            ZooEntry(
+                name=label,
+                ref=_resolve_ref(ref, base_dir),
+                quality=quality,
+                source=cell(row, "source") or None,
+            )
+        )
+    return Zoo(
+        name=name,
+        entries=tuple(entries),
+        quality_columns=tuple(numeric),
+        lower_is_better=lower,
+        default_quality=default_quality,
+        path=path,
+    )
+
+
+def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        raise MissingDependencyError(
+            "reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as CSV"
+        ) from None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise InvalidOptionError(f"{path}: not valid YAML ({exc.__class__.__name__})", path=str(path)) from None
+    if isinstance(data, list):
+        return data, {}
+    if isinstance(data, dict) and isinstance(data.get("models"), list):
+        meta = {k: v for k, v in data.items() if k != "models"}
+        return data["models"], meta
+    raise InvalidOptionError(f"{path}: a YAML zoo is a list of rows or a mapping with 'models'", path=str(path))
+
+
+def read_zoo_file(
+    path: Union[str, Path],
+    *,
+    lower_is_better: Iterable[str] = (),
+    default_quality: Optional[str] = None,
+    name: Optional[str] = None,
+    base_dir: Optional[Path] = None,
+) -> Zoo:
+    """Parse a CSV or YAML zoo spec.
+
+    Args:
+        path: the spec file (``.csv``, ``.yaml`` or ``.yml``).
+        lower_is_better: extra lower-is-better columns (added to any the YAML declares).
+        default_quality: default column (overrides the YAML's ``quality``).
+        name: the zoo's name (default: the YAML's ``name``, else ``<folder>/<file name>``).
+        base_dir: folder for relative paths (default: the file's folder).
+
+    Returns:
+        The parsed :class:`Zoo`.
+
+    Raises:
+        SourceNotFoundError: the file does not exist.
+        InvalidOptionError: the file is not a valid zoo (see :func:`zoo_from_rows`).
+    """
+    spec = Path(path).expanduser()
+    if not spec.is_file():
+        raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
+    meta: dict[str, Any] = {}
+    if spec.suffix.lower() in (".yaml", ".yml"):
+        rows, meta = _read_yaml(spec)
+    else:
+        with spec.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    declared = meta.get("lower_is_better") or ()
+    if isinstance(declared, str):
+        declared = [declared]
+    return zoo_from_rows(
+        rows,
+        name=name or str(meta.get("name") or f"{spec.resolve().parent.name}/{spec.name}"),
+        base_dir=(base_dir or spec.parent).resolve(),
+        lower_is_better=set(declared) | set(lower_is_better),
+        default_quality=default_quality or meta.get("quality"),
+        path=spec.resolve(),
+    )
+
+
+# --------------------------------------------------------------------------- built-in zoos
+
+
+def fixtures_dir() -> Path:
+    """The folder of wbfe's shipped fixtures (``fixtures/`` in a checkout)."""
+    import importlib
+
+    module = importlib.import_module("wbfe._fixtures")
+    return Path(module.__file__).resolve().parent  # type: ignore[arg-type]
+
+
+def shared_zoo_dir() -> Path:
+    """Where the project's shared checkpoints live: ``$WBFE_SHARED_ZOO`` or ``<checkout>/../shared/zoo``."""
+    env = os.environ.get("WBFE_SHARED_ZOO")
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[2].parent / "shared" / "zoo"
+
+
+def _table(name: str) -> Path:
+    return fixtures_dir() / "tables" / name
+
+
+def _load_table(name: str, table: str, default: str, lower: tuple[str, ...] = ()) -> Zoo:
+    return read_zoo_file(_table(table), name=name, default_quality=default, lower_is_better=lower)
+
+
+def _load_fmnist() -> Zoo:
+    spec = fixtures_dir() / "fmnist-zoo" / "zoo.csv"
+    if not spec.is_file():
+        raise SourceNotFoundError(
+            f"the Fashion-MNIST zoo is not built yet (expected {spec}; see benchmarks/zoo/)", path=str(spec)
+        )
+    return read_zoo_file(spec, name="fmnist", default_quality="test_accuracy",
+                         lower_is_better=("test_loss",))
+
+
+def _load_cifar10() -> Zoo:
+    folder = shared_zoo_dir() / "cifar10-resnet"
+    if not folder.is_dir():
+        raise SourceNotFoundError(
+            f"the CIFAR-10 ResNet checkpoints are not at {folder}; set WBFE_SHARED_ZOO to the folder "
+            "that holds cifar10-resnet/",
+            path=str(folder),
+        )
+    return read_zoo_file(_table("cifar10-resnet.csv"), name="cifar10-resnet",
+                         default_quality="test_accuracy", base_dir=folder)
+
+
+def torchvision_imagenet_rows() -> list[dict[str, object]]:
+    """One row per torchvision classification weight with an ImageNet-1K acc@1 in its metadata.
+
+    Read from ``torchvision.models.get_model_weights(name)`` for every name of
+    ``torchvision.models.list_models(module=torchvision.models)``.
+
+    Raises:
+        MissingDependencyError: torchvision is not installed.
+    """
+    try:
+        import torchvision
+        import torchvision.models as tvm
+    except ModuleNotFoundError:
+        raise MissingDependencyError("reading torchvision's weight metadata needs torchvision") from None
+    rows: list[dict[str, object]] = []
+    for arch in sorted(tvm.list_models(module=tvm)):
+        for weight in tvm.get_model_weights(arch):
+            meta = weight.meta
+            metrics = meta.get("_metrics", {}).get("ImageNet-1K")
+            # VGG16 IMAGENET1K_FEATURES publishes NaN: a feature extractor has no acc@1.
+            if not metrics or not math.isfinite(float(metrics.get("acc@1", math.nan))):
+                continue
+            enum = f"{type(weight).__name__}.{weight.name}"
+            rows.append({
+                "model": f"torchvision:{enum}",
+                "acc1": metrics["acc@1"],
+                "acc5": metrics.get("acc@5", ""),
+                "num_params": meta.get("num_params", ""),
+                "gflops": meta.get("_ops", ""),
+                "file_size_mb": meta.get("_file_size", ""),
+                "source": f"torchvision {torchvision.__version__} weight metadata {enum}.meta['_metrics']"
+                          f"['ImageNet-1K']; recipe {meta.get('recipe', '')}",
+            })
+    return rows
+
+
+def _load_torchvision() -> Zoo:
+    try:
+        rows = torchvision_imagenet_rows()
+    except MissingDependencyError:
+        return _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1")
+    return zoo_from_rows(rows, name="torchvision-imagenet", default_quality="acc1")
+
+
+_BUILTINS: dict[str, BuiltinZoo] = {
+    zoo.name: zoo
+    for zoo in (
+        BuiltinZoo("fmnist", "Fashion-MNIST MLPs and small CNNs trained offline by benchmarks/zoo/ "
+                   "(test accuracy and loss measured)", "test_accuracy", ("test_loss",), _load_fmnist, True),
+        BuiltinZoo("cifar10-resnet", "CIFAR-10 ResNet-20/32/44/56 (akamaster/pytorch_resnet_cifar10) with "
+                   "published test accuracy; checkpoints in ../shared/zoo", "test_accuracy", (),
+                   _load_cifar10, True),
+        BuiltinZoo("torchvision-imagenet", "torchvision ImageNet-1K classifiers, acc@1/acc@5 from torchvision's "
+                   "weight metadata (downloads the weights)", "acc1", (), _load_torchvision, False),
+        BuiltinZoo("pythia-deduped-lambada", "Pythia deduped LLMs, zero-shot LAMBADA (OpenAI) accuracy at "
+                   "step 143000 from EleutherAI/pythia evals (downloads the weights)", "lambada_acc",
+                   ("lambada_ppl",),
+                   lambda: _load_table("pythia-deduped-lambada", "pythia-deduped-lambada.csv",
+                                       "lambada_acc", ("lambada_ppl",)), False),
+        BuiltinZoo("qwen3.5", "Qwen3.5 post-trained LLMs, knowledge benchmarks from the official model "
+                   "cards (downloads the weights)", "mmlu_pro", (),
+                   lambda: _load_table("qwen3.5", "qwen3.5.csv", "mmlu_pro"), False),
+    )
+}
+
+
+def builtin_zoo_names() -> tuple[str, ...]:
+    """The stable names of the built-in zoos."""
+    return tuple(_BUILTINS)
+
+
+def list_zoos() -> tuple[BuiltinZoo, ...]:
+    """Every built-in zoo, in a stable order."""
+    return tuple(_BUILTINS.values())
+
+
+def load_zoo(
+    spec: Union[str, Path, Zoo],
+    *,
+    lower_is_better: Iterable[str] = (),
+) -> Zoo:
+    """A zoo from a built-in name, a spec file path, or an already parsed :class:`Zoo`.
+
+    Args:
+        spec: a built-in name (see :func:`list_zoos`), a CSV/YAML path, or a :class:`Zoo`.
+        lower_is_better: extra lower-is-better columns.
+
+    Returns:
+        The zoo.
+
+    Raises:
+        UnknownNameError: ``spec`` is neither a file nor a built-in name.
+        SourceNotFoundError: a built-in zoo whose files are absent.
+        InvalidOptionError: the spec is not a valid zoo.
+    """
+    extra = frozenset(lower_is_better)
+    if isinstance(spec, Zoo):
+        zoo = spec
+    elif isinstance(spec, str) and spec in _BUILTINS:
+        zoo = _BUILTINS[spec].load()
+    else:
+        path = Path(spec).expanduser()
+        if not path.exists():
+            if isinstance(spec, str) and os.sep not in spec and not path.suffix:
+                raise unknown_name("zoo", spec, builtin_zoo_names())
+            raise SourceNotFoundError(f"zoo spec not found: {path}", path=str(path))
+        return read_zoo_file(path, lower_is_better=extra)
+    if extra:
+        for col in sorted(extra):
+            if col not in zoo.quality_columns:
+                raise unknown_name("quality column", col, zoo.quality_columns)
+        zoo = Zoo(zoo.name, zoo.entries, zoo.quality_columns, zoo.lower_is_better | extra,
+                  zoo.default_quality, zoo.path)
+    return zoo
