@@ -313,3 +313,36 @@ def _as_float(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
+
+
+def layer_spectrum(
+    ref: Any, layer: str, *, conv: Literal["flatten", "slices"] = "flatten", device: str = "auto"
+) -> tuple[MatrixPlan, Any]:
+    """The plan and :class:`~wbfe.metrics.Spectrum` of one named matrix of a checkpoint.
+
+    Args:
+        ref: any reference :func:`score` accepts.
+        layer: the tensor name as stored (or its module name without ``.weight``).
+
+    Raises:
+        InvalidOptionError: no such tensor (close names are suggested), or it is not a matrix.
+        DegenerateMatrixError: the matrix is non-finite or all zero.
+    """
+    if conv not in ("flatten", "slices"):
+        raise InvalidOptionError(f"conv convention must be 'flatten' or 'slices', not {conv!r}")
+    torch_device = resolve_device(device)
+    names: list[str] = []
+    with open_source(ref) as source:
+        for entry in source.entries():
+            names.append(entry.name)
+            if entry.name not in (layer, f"{layer}.weight"):
+                continue
+            plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=1)
+            if isinstance(plan, Skip):
+                raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
+            return plan, spectrum(as_matrices(entry.load(), plan), torch_device)
+    import difflib
+
+    close = difflib.get_close_matches(layer, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{hint}")

@@ -1,0 +1,46 @@
+"""``wbfe esd``: one layer's spectrum, its fits, and the figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from wbfe.errors import InvalidOptionError
+from wbfe.metrics import htmp
+from wbfe.metrics.powerlaw import fit_power_law
+from wbfe.plots.esd import fit_esd
+from wbfe.scoring import layer_spectrum
+from wbfe_cli.main import app
+
+
+def test_layer_spectrum_is_the_layer(st_file: Path, state_dict: dict) -> None:
+    plan, spec = layer_spectrum(st_file, "blocks.0.mlp.fc1")
+    w = state_dict["blocks.0.mlp.fc1.weight"].to(torch.float64).numpy()
+    np.testing.assert_allclose(spec.eigs, np.sort(np.linalg.svd(w, compute_uv=False) ** 2), rtol=1e-10)
+    assert plan.name == "blocks.0.mlp.fc1.weight" and plan.role == "mlp"
+    with pytest.raises(InvalidOptionError, match=r"no tensor named 'blocks.0.mlp.fc3' .* did you mean 'blocks.0.mlp.fc2.weight', 'blocks.0.mlp.fc1.weight'"):
+        layer_spectrum(st_file, "blocks.0.mlp.fc3")
+    with pytest.raises(InvalidOptionError, match=r"classifier.bias is not a weight matrix \(1-D tensor"):
+        layer_spectrum(st_file, "classifier.bias")
+
+
+def test_fits_are_the_library_fits() -> None:
+    eigs = np.sort(htmp.sample(3000, 2.0, 0.5, 1.5, seed=3))
+    fits = fit_esd(eigs, 0.5)
+    assert fits.power_law == fit_power_law(eigs, min_tail=10)
+    assert fits.htmp == htmp.fit(eigs, 0.5)
+    assert fits.truncated is not None and fits.truncated.xmin == fits.power_law.xmin
+
+
+def test_cli_writes_a_png(st_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "esd.png"
+    result = CliRunner().invoke(app, ["esd", str(st_file), "--layer", "embed.weight", "--output", str(out)])
+    assert result.exit_code == 0, result.stderr
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    bad = CliRunner().invoke(app, ["esd", str(st_file), "--layer", "nope", "--output", str(tmp_path / "x.png")])
+    assert bad.exit_code == 2 and "no tensor named 'nope'" in bad.stderr and not (tmp_path / "x.png").exists()

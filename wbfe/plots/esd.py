@@ -1,0 +1,90 @@
+"""The empirical spectral density of one matrix with its power-law, truncated power-law and HTMP fits."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+__all__ = ["EsdFits", "fit_esd", "plot_esd"]
+
+
+@dataclass(frozen=True)
+class EsdFits:
+    """The three fits drawn over an ESD (each None when it failed, with the reason kept)."""
+
+    power_law: Any
+    truncated: Any
+    htmp: Any
+    htmp_reason: str = ""
+
+
+def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
+    """Fit a power law (CSN), a truncated power law on the same tail, and the HTMP law to ``eigs``."""
+    from wbfe.errors import InvalidOptionError
+    from wbfe.metrics import htmp, powerlaw
+
+    positive = np.sort(eigs[eigs > 0.0])
+    pl = powerlaw.fit_power_law(positive, min_tail=min_tail)
+    tpl = powerlaw.fit_truncated_power_law(positive, xmin=pl.xmin) if math.isfinite(pl.xmin) else None
+    try:
+        ht, reason = htmp.fit(positive, min(gamma, 1.0 - 1e-9)), ""
+    except InvalidOptionError as exc:
+        ht, reason = None, str(exc)
+    return EsdFits(power_law=pl, truncated=tpl, htmp=ht, htmp_reason=reason)
+
+
+def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bins: int = 60) -> Path:
+    """Draw the ESD on log-log axes with the fitted densities and their parameters in the legend.
+
+    Returns:
+        ``path``, written atomically as PNG.
+    """
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from wbfe.metrics import htmp
+    from wbfe.metrics.powerlaw import tpl_log_normaliser
+    from wbfe.report import write_atomic
+
+    e = np.sort(eigs[eigs > 0.0])
+    n = e.size
+    edges = np.geomspace(e[0], e[-1] * (1 + 1e-12), bins + 1)
+    counts, _ = np.histogram(e, bins=edges)
+    density = counts / (n * np.diff(edges))
+    centres = np.sqrt(edges[:-1] * edges[1:])
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.loglog(centres[counts > 0], density[counts > 0], "o", ms=4, color="0.3", label=f"ESD ({n} eigenvalues)")
+    grid = np.geomspace(e[0], e[-1], 400)
+    pl, tpl, ht = fits.power_law, fits.truncated, fits.htmp
+    if pl is not None and math.isfinite(pl.alpha):
+        tail = grid[grid >= pl.xmin]
+        share = pl.n_tail / n  # the fits describe the tail only: scale them to its share of the ESD
+        ax.loglog(tail, share * (pl.alpha - 1) / pl.xmin * (tail / pl.xmin) ** (-pl.alpha), "-", color="C1",
+                  label=f"power law: α = {pl.alpha:.3f}, xmin = {pl.xmin:.3g}, tail = {pl.n_tail}")
+        if tpl is not None and math.isfinite(tpl.alpha):
+            log_z = tpl_log_normaliser(tpl.alpha, tpl.lam, tpl.xmin)
+            ax.loglog(tail, share * np.exp(-tpl.alpha * np.log(tail) - tpl.lam * tail - log_z), "--", color="C2",
+                      label=f"truncated PL: α = {tpl.alpha:.3f}, Λ = {tpl.lam:.3g}")
+    if ht is not None:
+        ax.loglog(grid, htmp.pdf(grid, ht.kappa, ht.gamma, ht.beta, ht.tau), "-", color="C0",
+                  label=f"HTMP: κ = {ht.kappa:.3g}, β = {ht.beta:.3g}, τ = {ht.tau:.3g}, KS = {ht.ks:.3f}")
+    elif fits.htmp_reason:
+        ax.plot([], [], " ", label=f"HTMP: not fitted ({fits.htmp_reason[:50]})")
+    ax.set_xlabel("eigenvalue of the smaller Gram matrix")
+    ax.set_ylabel("density")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    plt.close(fig)
+    write_atomic(Path(path), buffer.getvalue())
+    return Path(path)
