@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Union
@@ -83,18 +81,6 @@ def zoo_list() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _lambda(value: str) -> Union[str, float]:
     from wbfe.errors import InvalidOptionError
 
@@ -135,6 +121,7 @@ def rank_command(
         typer.echo(zoo_list(), nl=False)
         return
     from wbfe.ranking import rank
+    from wbfe.report import write_atomic
 
     result = rank(
         zoo if zoo is not None else DEFAULT_ZOO,
@@ -154,7 +141,7 @@ def rank_command(
     if output is not None:
         from wbfe.plots.ranking import plot_ranking
 
-        _write_atomic(output / "rank.json", result.to_json() + "\n")
+        write_atomic(output / "rank.json", result.to_json() + "\n")
         pngs = plot_ranking(result, output)
         typer.echo(f"wrote {output / 'rank.json'} and {len(pngs)} plots", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else rank_table(result), nl=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir"]
+__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "shared_zoo_dir"]
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -36,3 +36,18 @@ def torch_hub_dir() -> Path:
         return Path(os.environ["TORCH_HOME"]).expanduser() / "hub"
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg).expanduser() / "torch" / "hub"
+
+
+def wbfe_cache_dir() -> Path:
+    """wbfe's score cache: ``$WBFE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wbfe/scores``, else ``~/.cache/wbfe/scores``."""
+    if os.environ.get("WBFE_CACHE_DIR"):
+        return Path(os.environ["WBFE_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "wbfe" / "scores"
+
+
+def shared_zoo_dir() -> Path:
+    """The project's shared real checkpoints: ``$WBFE_SHARED_ZOO`` or ``<checkout>/../shared/zoo``."""
+    if os.environ.get("WBFE_SHARED_ZOO"):
+        return Path(os.environ["WBFE_SHARED_ZOO"]).expanduser()
+    return Path(__file__).resolve().parents[1].parent / "shared" / "zoo"

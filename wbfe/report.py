@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["format_value", "text_table", "score_table", "score_csv", "write_atomic"]
+__all__ = ["format_value", "text_table", "score_table", "score_csv", "write_atomic", "save_figure"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -92,7 +92,17 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, mode) as fh:
             fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def save_figure(fig: Any, path: Path, *, dpi: int = 120) -> Path:
+    """Render a matplotlib figure to PNG and write it with :func:`write_atomic`."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    write_atomic(Path(path), buffer.getvalue())
+    return Path(path)

@@ -43,8 +43,6 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     Returns:
         ``path``, written atomically as PNG.
     """
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,7 +50,7 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
 
     from wbfe.metrics import htmp
     from wbfe.metrics.powerlaw import tpl_log_normaliser
-    from wbfe.report import write_atomic
+    from wbfe.report import save_figure
 
     e = np.sort(eigs[eigs > 0.0])
     n = e.size
@@ -83,8 +81,7 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     ax.set_title(title)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
-    plt.close(fig)
-    write_atomic(Path(path), buffer.getvalue())
-    return Path(path)
+    try:
+        return save_figure(fig, Path(path))
+    finally:
+        plt.close(fig)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
@@ -73,16 +71,9 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
                  f"p = {row.p_value:.2g}, n = {row.n}")
         ax.set_title(title, fontsize=9)
         ax.grid(True, alpha=0.3)
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".png", dir=target.parent)
-        os.close(fd)
-        try:
-            fig.savefig(tmp, dpi=dpi, format="png")
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from wbfe.report import save_figure
+
+        target = save_figure(fig, Path(path), dpi=dpi)
     finally:
         plt.close(fig)
     return target

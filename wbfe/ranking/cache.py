@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
+
+from wbfe.report import write_atomic
 
 __all__ = ["ScoreCache", "default_cache_dir", "cache_key", "CACHE_FORMAT"]
 
@@ -25,11 +25,9 @@ CACHE_FORMAT = "wbfe-score-cache/1"
 
 def default_cache_dir() -> Path:
     """``$WBFE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wbfe/scores``, else ``~/.cache/wbfe/scores``."""
-    env = os.environ.get("WBFE_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "wbfe" / "scores"
+    from wbfe._config import wbfe_cache_dir
+
+    return wbfe_cache_dir()
 
 
 def _canonical(obj: Any) -> str:
@@ -44,20 +42,6 @@ def _sha256(text: str) -> str:
 def cache_key(content_hash: str, options: Mapping[str, Any]) -> str:
     """The entry name for a checkpoint's content hash scored with ``options`` (hex SHA-256)."""
     return _sha256(_canonical({"content": content_hash, "options": dict(options)}))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _file_signature(ref: str) -> Optional[list[list[Any]]]:
@@ -124,7 +108,7 @@ class ScoreCache:
         body = dict(payload)
         entry = {"format": CACHE_FORMAT, "key": key, "checksum": _sha256(_canonical(body)), "payload": body}
         path = self._entry_path(key)
-        _atomic_write(path, json.dumps(entry, sort_keys=True, allow_nan=True))
+        write_atomic(path, json.dumps(entry, sort_keys=True, allow_nan=True))
         return path
 
     def content_hash(self, ref: str, compute: Callable[[str], str]) -> str:
@@ -145,5 +129,5 @@ class ScoreCache:
         except (OSError, ValueError, AttributeError):
             pass
         digest = compute(ref)
-        _atomic_write(index, json.dumps({"ref": ref, "signature": signature, "sha256": digest}))
+        write_atomic(index, json.dumps({"ref": ref, "signature": signature, "sha256": digest}))
         return digest

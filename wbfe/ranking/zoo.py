@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
+from wbfe._config import shared_zoo_dir
 from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
+from wbfe.fixtures import fixtures_dir
 
 __all__ = [
     "ZooEntry",
@@ -314,22 +316,6 @@ def read_zoo_file(
 
 
 # --------------------------------------------------------------------------- built-in zoos
-
-
-def fixtures_dir() -> Path:
-    """The folder of wbfe's shipped fixtures (``fixtures/`` in a checkout)."""
-    import importlib
-
-    module = importlib.import_module("wbfe._fixtures")
-    return Path(module.__file__).resolve().parent  # type: ignore[arg-type]
-
-
-def shared_zoo_dir() -> Path:
-    """Where the project's shared checkpoints live: ``$WBFE_SHARED_ZOO`` or ``<checkout>/../shared/zoo``."""
-    env = os.environ.get("WBFE_SHARED_ZOO")
-    if env:
-        return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2].parent / "shared" / "zoo"
 
 
 def _table(name: str) -> Path:
