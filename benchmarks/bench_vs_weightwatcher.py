@@ -1,0 +1,169 @@
+"""wbfe against WeightWatcher 0.7.7 on the same checkpoints: time, peak RSS, fraction of the machine's limit.
+
+For each model, runs alternately (A B A B ...) in fresh processes, timing only the analysis call:
+  - wbfe  : ``wbfe.score(path, metrics=("bfe", "htsr"))``  (the same metrics WeightWatcher reports)
+  - bfe   : ``wbfe.score(path, metrics="bfe")``           (the BFE-W-only path)
+  - ww    : ``WeightWatcher().analyze(model=folder, randomize=False, plot=False)``
+with one BLAS thread and with the default thread count. Also measures the float64 GEMM rate and,
+per checkpoint, the time the Gram products and eigen-solves would take at that rate.
+
+    python benchmarks/bench_vs_weightwatcher.py [--repeats 3] [--models synthetic,cifar,transformer]
+
+Results: benchmarks/results/vs_weightwatcher.json (and printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "vs_weightwatcher.json"
+CIFAR = ROOT.parent / "shared" / "zoo" / "cifar10-resnet"
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+_CHILD = r"""
+import json, re, sys, time, logging
+tool, path = sys.argv[1], sys.argv[2]
+if tool == "ww":
+    import weightwatcher as ww
+    logging.disable(logging.WARNING)
+    start = time.perf_counter()
+    details = ww.WeightWatcher().analyze(model=path, randomize=False, plot=False)
+    n = len(details)
+else:
+    # imported before the clock, as `import weightwatcher` imports its whole stack
+    import torch, scipy.linalg, scipy.optimize, scipy.special, wbfe, wbfe.scoring, wbfe.metrics.htsr
+    metrics = ("bfe", "htsr") if tool == "wbfe" else ("bfe",)
+    start = time.perf_counter()
+    n = len(wbfe.score(path, metrics=metrics, device="cpu").layers)
+elapsed = time.perf_counter() - start
+hwm = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1))
+print(json.dumps({"seconds": elapsed, "peak_rss_mb": hwm / 1024, "layers": n}))
+"""
+
+
+def _run(tool: str, folder: Path, threads: int | None) -> dict:
+    env = dict(os.environ)
+    for var in THREAD_VARS:
+        if threads is None:
+            env.pop(var, None)
+        else:
+            env[var] = str(threads)
+    out = subprocess.run([sys.executable, "-c", _CHILD, tool, str(folder)], env=env, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _save(folder: Path, tensors: dict) -> Path:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+def build_models(tmp: Path, names: list[str]) -> dict[str, Path]:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    models: dict[str, Path] = {}
+    if "synthetic" in names:
+        tensors = {"conv.weight": torch.randn(64, 64, 3, 3, generator=g) / 24}
+        for i in range(3):
+            tensors[f"fc{i}.weight"] = torch.randn(1024, 1024, generator=g) / 32
+        for i in range(2):
+            tensors[f"up{i}.weight"] = torch.randn(2048, 512, generator=g) / 23
+        models["synthetic"] = _save(tmp / "synthetic", tensors)
+    if "cifar" in names and CIFAR.is_dir():
+        for depth in (20, 32, 44, 56):
+            folder = tmp / f"resnet{depth}"
+            folder.mkdir()
+            (folder / "model.safetensors").symlink_to(CIFAR / f"resnet{depth}.safetensors")
+            models[f"cifar-resnet{depth}"] = folder
+    if "transformer" in names:
+        hidden, layers, vocab = 768, 12, 30522
+        tensors = {"embeddings.word_embeddings.weight": torch.randn(vocab, hidden, generator=g) * 0.02}
+        for i in range(layers):
+            p = f"encoder.layer.{i}."
+            tensors[p + "attention.qkv.weight"] = torch.randn(3 * hidden, hidden, generator=g) * 0.02
+            tensors[p + "attention.out.weight"] = torch.randn(hidden, hidden, generator=g) * 0.02
+            tensors[p + "mlp.fc1.weight"] = torch.randn(4 * hidden, hidden, generator=g) * 0.02
+            tensors[p + "mlp.fc2.weight"] = torch.randn(hidden, 4 * hidden, generator=g) * 0.02
+        models["transformer-108M"] = _save(tmp / "transformer", tensors)
+    return models
+
+
+def gemm_gflops() -> float:
+    """Sustained float64 GEMM rate of this process (numpy, default threads)."""
+    import numpy as np
+
+    a = np.random.default_rng(0).standard_normal((2048, 2048))
+    a @ a  # warm-up
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - start)
+    return 2 * 2048**3 / best / 1e9
+
+
+def limit_seconds(folder: Path, gflops: float) -> float:
+    """Gram (2·p²·P flops) plus eigen-solve (≈ 4/3·p³ + 2·p³ for the reduction and back-steps)."""
+    from wbfe.matrices import MatrixPlan, plan_matrix
+    from wbfe.sources import open_source
+
+    flops = 0.0
+    with open_source(folder) as source:
+        for entry in source.entries():
+            plan = plan_matrix(entry.name, entry.shape, entry.dtype)
+            if isinstance(plan, MatrixPlan):
+                p, big = min(plan.rows, plan.cols), max(plan.rows, plan.cols)
+                flops += plan.n_slices * (2 * p * p * big + (4 / 3) * p**3)
+    return flops / (gflops * 1e9)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--models", default="synthetic,cifar,transformer")
+    args = parser.parse_args()
+    gflops = gemm_gflops()
+    report: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "gemm_gflops_f64": round(gflops, 2),
+                    "repeats": args.repeats, "models": {}}
+    with tempfile.TemporaryDirectory(prefix="wbfe-bench-") as tmp:
+        models = build_models(Path(tmp), args.models.split(","))
+        for name, folder in models.items():
+            entry: dict = {"checkpoint_bytes": (folder / "model.safetensors").stat().st_size,
+                           "limit_seconds": round(limit_seconds(folder, gflops), 4)}
+            for threads in (1, None):
+                runs: dict[str, list[dict]] = {"wbfe": [], "bfe": [], "ww": []}
+                for _ in range(args.repeats):
+                    for tool in ("ww", "wbfe", "bfe"):  # alternate so drift hits all three alike
+                        runs[tool].append(_run(tool, folder, threads))
+                med = {t: statistics.median(r["seconds"] for r in rs) for t, rs in runs.items()}
+                key = "threads_1" if threads == 1 else "threads_default"
+                entry[key] = {
+                    "median_seconds": {t: round(v, 4) for t, v in med.items()},
+                    "speedup_vs_ww": round(med["ww"] / med["wbfe"], 2),
+                    "speedup_bfe_only_vs_ww": round(med["ww"] / med["bfe"], 2),
+                    "peak_rss_mb": {t: round(max(r["peak_rss_mb"] for r in rs), 1) for t, rs in runs.items()},
+                    "layers": {t: rs[0]["layers"] for t, rs in runs.items()},
+                    "fraction_of_limit_bfe_only": round(entry["limit_seconds"] / med["bfe"], 3),
+                }
+            report["models"][name] = entry
+            print(name, json.dumps(entry), flush=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
