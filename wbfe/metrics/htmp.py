@@ -1,0 +1,501 @@
+"""The high-temperature Marchenko–Pastur (HTMP) law, its fit, F∞ and h against h* (MATH.md §3).
+
+Parameters: κ > 0 (eigenvalue repulsion), γ ∈ (0, 1) (aspect ratio), β > 0 (rate), τ >= 0 (gap).
+With a = κ/2, c = κ/(2γ), δ = c − a, b = 1 − δ and y = β(λ − τ):
+
+    ρ(λ) = β · y^(δ−1) e^(−y) / [Γ(1 + a) Γ(c) |U(a, b, −y)|²],   F(λ) = arg U(a, b, −y − i0) / (πa).
+
+Every Tricomi U comes from :mod:`wbfe.special` (log space, tested against mpmath).
+
+The metric group ``htmp`` fits the law to one spectrum and reports κ, β, τ, the KS distance,
+h = κ/β, the optimal h* at the prior precision λ, F∞ at λ and a diagnosis:
+
+- ``"under-fit side"`` when h > h*·(1 + DIAGNOSIS_RTOL), ``"over-fit side"`` when
+  h < h*/(1 + DIAGNOSIS_RTOL), ``"near optimum"`` in between (|log(h/h*)| <= log 1.05).
+- Exact zero eigenvalues (rank-deficient matrices) are dropped before the fit: they are not
+  draws from a continuous law. The count is recorded as the reason on ``htmp_kappa``.
+- A square matrix (γ = 1, so δ = 0 and the law is not normalisable), fewer than
+  ``MIN_EIGS`` nonzero eigenvalues, a constant spectrum or a failed fit make every numeric column
+  NaN with the reason; ``diagnosis`` then holds ``"no fit: <reason>"``.
+- ``lam="opt"`` is λ* = 1/mean(e) over the whole spectrum, zeros included (as in the ``bfe``
+  group); h* uses the finite-gap formula with c_g = βτ, τ being one spacing below min(e).
+- κ is searched in KAPPA_RANGE; a fit that ends at an end of it (κ = 300: Marchenko–Pastur-like)
+  keeps its values and says so in the reason on ``htmp_kappa``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import numpy as np
+from scipy.interpolate import CubicSpline
+from scipy.optimize import minimize_scalar
+from scipy.special import gammaln
+
+from wbfe.errors import InvalidOptionError
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.special import log_hyperu, log_hyperu_neg
+
+__all__ = [
+    "pdf",
+    "logpdf",
+    "cdf",
+    "sample",
+    "mean",
+    "variance",
+    "log_moment",
+    "f_inf",
+    "h_star",
+    "fit",
+    "HTMPFit",
+    "diagnose",
+    "KAPPA_RANGE",
+    "MIN_EIGS",
+    "DIAGNOSIS_RTOL",
+    "GROUP",
+]
+
+ArrayLike = Union[float, np.ndarray]
+
+KAPPA_RANGE = (0.01, 300.0)
+MIN_EIGS = 10
+DIAGNOSIS_RTOL = 0.05
+
+
+def _params(kappa: float, gamma: float, beta: float = 1.0, tau: float = 0.0) -> tuple[float, float, float]:
+    """Validate and return (a, b, c) = (κ/2, 1 − δ, κ/(2γ))."""
+    for name, value in (("kappa", kappa), ("beta", beta)):
+        if not (math.isfinite(value) and value > 0.0):
+            raise InvalidOptionError(f"{name} must be a positive number, not {value!r}")
+    if not 0.0 < gamma < 1.0:
+        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    if not (math.isfinite(tau) and tau >= 0.0):
+        raise InvalidOptionError(f"tau must be a number >= 0, not {tau!r}")
+    a = 0.5 * kappa
+    c = a / gamma
+    return a, 1.0 - (c - a), c
+
+
+def _log_norm(a: float, c: float) -> float:
+    return float(gammaln(1.0 + a) + gammaln(c))
+
+
+def logpdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> ArrayLike:
+    """Log density of the HTMP law at eigenvalue(s) x; −inf for x <= τ.
+
+    Args:
+        x: eigenvalue or array of eigenvalues.
+        kappa, gamma, beta, tau: the law's parameters (κ > 0, 0 < γ < 1, β > 0, τ >= 0).
+
+    Returns:
+        log ρ(x), shaped like ``x``.
+
+    Raises:
+        InvalidOptionError: a parameter out of range.
+    """
+    a, b, c = _params(kappa, gamma, beta, tau)
+    xa = np.asarray(x, dtype=np.float64)
+    y = beta * (np.atleast_1d(xa).ravel() - tau)
+    out = np.full(y.shape, -math.inf)
+    pos = y > 0.0
+    if pos.any():
+        yp = y[pos]
+        log_abs_u = np.real(log_hyperu_neg(a, b, yp))
+        out[pos] = math.log(beta) + (c - a - 1.0) * np.log(yp) - yp - _log_norm(a, c) - 2.0 * log_abs_u
+    return float(out[0]) if xa.ndim == 0 else out.reshape(xa.shape)
+
+
+def pdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> ArrayLike:
+    """Density of the HTMP law at eigenvalue(s) x (0 for x <= τ); see :func:`logpdf`."""
+    return np.exp(logpdf(x, kappa, gamma, beta, tau))
+
+
+def cdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> ArrayLike:
+    """CDF of the HTMP law, F = arg U(a, b, −β(x − τ) − i0) / (πa) (MATH.md §3).
+
+    Args:
+        x: eigenvalue or array of eigenvalues.
+        kappa, gamma, beta, tau: the law's parameters.
+
+    Returns:
+        F(x) in [0, 1], shaped like ``x``.
+
+    Raises:
+        InvalidOptionError: a parameter out of range.
+    """
+    a, b, _ = _params(kappa, gamma, beta, tau)
+    xa = np.asarray(x, dtype=np.float64)
+    y = np.maximum(beta * (np.atleast_1d(xa).ravel() - tau), 0.0)
+    out = np.clip(np.imag(log_hyperu_neg(a, b, y)) / (math.pi * a), 0.0, 1.0)
+    return float(out[0]) if xa.ndim == 0 else out.reshape(xa.shape)
+
+
+def mean(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
+    """Mean τ + κ/(2γβ)."""
+    _params(kappa, gamma, beta, tau)
+    return tau + kappa / (2.0 * gamma * beta)
+
+
+def variance(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
+    """Variance (κ/(2γ))(κ/2 + 1)/β² (τ shifts, it does not spread)."""
+    _params(kappa, gamma, beta, tau)
+    return kappa / (2.0 * gamma) * (0.5 * kappa + 1.0) / beta**2
+
+
+def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
+    """E[log λ] = −log β − (2/κ)·log U(κ/2, b, βτ); at τ = 0 a ratio of Gamma functions."""
+    a, b, c = _params(kappa, gamma, beta, tau)
+    if tau == 0.0:
+        log_u = float(gammaln(c - a) - gammaln(c))
+    else:
+        log_u = float(log_hyperu(a, b, beta * tau))
+    return -math.log(beta) - log_u / a
+
+
+def _lambda_value(lam: object) -> float:
+    try:
+        value = float(lam)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
+    if not (math.isfinite(value) and value > 0.0):
+        raise InvalidOptionError(f"lambda must be a positive number, not {lam!r}")
+    return value
+
+
+def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
+    """Limiting BFE-W of an HTMP spectrum at prior precision λ (MATH.md §3).
+
+    F∞ = λ/2·(κ/(2γβ) + τ) + (1/κ)·log U(κ/2, b, βτ) + ½·log(2πβ/λ),
+    i.e. λ/2·E[λ] − ½·E[log λ] + ½·log(2π/λ).
+
+    Raises:
+        InvalidOptionError: a parameter or λ out of range.
+    """
+    lam = _lambda_value(lam)
+    return 0.5 * lam * mean(kappa, gamma, beta, tau) - 0.5 * log_moment(kappa, gamma, beta, tau) + 0.5 * math.log(
+        2.0 * math.pi / lam
+    )
+
+
+def h_star(lam: float, gamma: float, kappa: Optional[float] = None, c: Optional[float] = None) -> float:
+    """Optimal scaled heavy-tailedness h* = κ/β* at prior precision λ.
+
+    Args:
+        lam: prior precision λ > 0.
+        gamma: aspect ratio in (0, 1).
+        kappa: κ; needed only with a gap.
+        c: gap constant c_g = βτ; None or 0 means no gap.
+
+    Returns:
+        2γ/λ without a gap; 2γκ / [λ(κ + 2γ·c_g)] with one.
+
+    Raises:
+        InvalidOptionError: λ, γ, κ or c out of range, or a gap without κ.
+    """
+    lam = _lambda_value(lam)
+    if not 0.0 < gamma < 1.0:
+        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    if c is None or c == 0.0:
+        return 2.0 * gamma / lam
+    if not (math.isfinite(c) and c > 0.0):
+        raise InvalidOptionError(f"gap constant c must be >= 0, not {c!r}")
+    if kappa is None or not (math.isfinite(kappa) and kappa > 0.0):
+        raise InvalidOptionError("h_star with a gap needs a positive kappa")
+    return 2.0 * gamma * kappa / (lam * (kappa + 2.0 * gamma * c))
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+def _y_range(a: float, c: float) -> tuple[float, float]:
+    """y-interval holding all but ~1e-12 of the mass of the law of y = β(λ − τ)."""
+    delta = c - a
+    # Near 0, F(y) ≈ y^δ Γ(c) / (Γ(1+a) Γ(δ) Γ(1+δ)); below y_lo it is under 1e-12.
+    log_f0 = float(gammaln(c) - gammaln(1.0 + a) - gammaln(delta) - gammaln(1.0 + delta))
+    log_lo = (math.log(1e-12) - log_f0) / delta
+    log_lo = min(log_lo, math.log(c) - 2.0)
+    log_lo = max(log_lo, -700.0)
+    sd = math.sqrt(c * (a + 1.0))
+    return math.exp(log_lo), c + 40.0 * sd + 60.0
+
+
+def sample(n: int, kappa: float, gamma: float, beta: float, tau: float = 0.0, seed: int = 0) -> np.ndarray:
+    """Draw n eigenvalues from the HTMP law by inverting its CDF on a fine grid.
+
+    Args:
+        n: number of draws.
+        kappa, gamma, beta, tau: the law's parameters.
+        seed: seed of ``numpy.random.default_rng``; the same seed gives the same draws.
+
+    Returns:
+        float64 array of n draws, unsorted.
+
+    Raises:
+        InvalidOptionError: n < 0 or a parameter out of range.
+    """
+    a, b, c = _params(kappa, gamma, beta, tau)
+    if n < 0:
+        raise InvalidOptionError(f"n must be >= 0, not {n!r}")
+    y_lo, y_hi = _y_range(a, c)
+    grid = np.exp(np.linspace(math.log(y_lo), math.log(y_hi), 1500))
+    grid = np.unique(np.concatenate([grid, np.linspace(y_lo, y_hi, 500)]))
+    cum = np.maximum.accumulate(np.clip(np.imag(log_hyperu_neg(a, b, grid)) / (math.pi * a), 0.0, 1.0))
+    u = np.random.default_rng(seed).random(n)
+    log_y = np.interp(u, cum, np.log(grid))
+    # Below the grid the CDF is y^δ·const: invert that power law instead of clamping.
+    low = u < cum[0]
+    if low.any():
+        log_y[low] = math.log(grid[0]) + np.log(u[low] / cum[0]) / (c - a)
+    return tau + np.exp(log_y) / beta
+
+
+# --- fitting ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HTMPFit:
+    """Maximum-likelihood HTMP fit of one spectrum (τ fixed, κ and β fitted).
+
+    Attributes:
+        kappa, beta, tau: fitted κ and β, and the fixed τ.
+        gamma: the aspect ratio used.
+        ks: Kolmogorov–Smirnov distance between the data and the fitted CDF.
+        loglik: log-likelihood of the data at the fit.
+        n: number of eigenvalues fitted.
+        converged: the optimiser met its tolerance inside the κ range.
+        at_bound: κ ended at an end of KAPPA_RANGE (κ = 300 means Marchenko–Pastur-like).
+        message: why it did not converge, or ``""``.
+    """
+
+    kappa: float
+    beta: float
+    tau: float
+    gamma: float
+    ks: float
+    loglik: float
+    n: int
+    converged: bool
+    at_bound: bool = False
+    message: str = ""
+
+    @property
+    def h(self) -> float:
+        """Scaled heavy-tailedness κ/β."""
+        return self.kappa / self.beta
+
+
+def _default_tau(e: np.ndarray) -> float:
+    """τ one spacing below the smallest eigenvalue, never below 0 (MATH.md: just below min(e))."""
+    if e.size < 2:
+        return 0.0
+    return max(0.0, float(e[0] - (e[1] - e[0])))
+
+
+class _ProfileModel:
+    """log ρ_κ(y) and arg U on a y-grid for one κ, as splines in log y (cheap to re-scale by β)."""
+
+    def __init__(self, kappa: float, gamma: float, log_y_lo: float, log_y_hi: float) -> None:
+        a, b, c = _params(kappa, gamma)
+        self.a, self.c = a, c
+        # Fine knots over the bulk (y within c ± 8 sd), coarse ones over the smooth tails.
+        sd = math.sqrt(c * (a + 1.0))
+        fine_lo = max(log_y_lo, math.log(max(c - 8.0 * sd, 1e-3 * c)))
+        fine_hi = min(log_y_hi, math.log(c + 8.0 * sd))
+        spacing = min(0.1, 0.6 / math.sqrt(c + 1.0))
+        # Left of the bulk f is smooth on the scale 1/min(δ, 1) in log y; right of it, on ~1/y.
+        far = min(fine_lo, math.log(1e-3 / (1.0 + a + c)))
+        parts = [
+            np.linspace(log_y_lo, far, int(math.ceil(max(far - log_y_lo, 0.0) / 2.0)) + 2),
+            np.linspace(far, fine_hi, int(math.ceil(max(fine_hi - far, 0.0) / 1.0)) + 2),
+            np.linspace(fine_lo, log_y_hi, int(math.ceil(max(log_y_hi - fine_lo, 0.0) / 0.25)) + 2),
+        ]
+        if fine_hi > fine_lo:
+            parts.append(np.linspace(fine_lo, fine_hi, int(min(math.ceil((fine_hi - fine_lo) / spacing), 400)) + 2))
+        t = np.unique(np.concatenate(parts))
+        log_u = log_hyperu_neg(a, b, np.exp(t), rtol=1e-8)
+        # f(t) = log ρ_y at y = e^t: (δ − 1) t − e^t − log Γ(1+a) − log Γ(c) − 2 log|U|
+        f = (c - a - 1.0) * t - np.exp(t) - _log_norm(a, c) - 2.0 * log_u.real
+        # A knot where U could not be certified is left out rather than poisoning the spline.
+        ok = np.isfinite(log_u)
+        self.log_density = CubicSpline(t[ok], f[ok])
+        self.cdf = CubicSpline(t[ok], np.imag(log_u[ok]) / (math.pi * a))
+
+    def loglik(self, log_beta: float, log_x: np.ndarray) -> float:
+        return float(np.sum(log_beta + self.log_density(log_beta + log_x)))
+
+
+def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPFit:
+    """Maximum-likelihood fit of the HTMP law to a spectrum, τ fixed.
+
+    κ is searched on a log scale in KAPPA_RANGE, starting from moment matching; for each κ the rate
+    β is profiled out (log ρ(x) = log β + f_κ(log βx), so one spline of f_κ serves every β).
+
+    Args:
+        eigs: positive eigenvalues (zeros must be removed by the caller).
+        gamma: aspect ratio in (0, 1).
+        tau: the gap; None means one spacing below min(eigs), floored at 0 (MATH.md §3).
+
+    Returns:
+        an :class:`HTMPFit`.
+
+    Raises:
+        InvalidOptionError: γ outside (0, 1), fewer than 2 eigenvalues, a non-positive or
+            non-finite eigenvalue, τ >= min(eigs), or a constant spectrum.
+    """
+    e = np.sort(np.asarray(eigs, dtype=np.float64).ravel())
+    if not 0.0 < gamma < 1.0:
+        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    if e.size < 2 or not np.all(np.isfinite(e)) or e[0] <= 0.0:
+        raise InvalidOptionError("fit needs at least 2 finite, positive eigenvalues")
+    tau_used = _default_tau(e) if tau is None else float(tau)
+    if not (0.0 <= tau_used < e[0]):
+        raise InvalidOptionError(f"tau must lie in [0, min(eigs)), not {tau_used!r}")
+    x = e - tau_used
+    m1 = float(np.mean(x))
+    var = float(np.var(x))
+    if not var > 0.0:
+        raise InvalidOptionError("fit needs a spectrum that is not constant")
+    log_x = np.log(x)
+    lo_k, hi_k = (math.log(k) for k in KAPPA_RANGE)
+    # Moment matching: var/mean² = γ + 2γ/κ.
+    excess = var / m1**2 - gamma
+    k0 = 2.0 * gamma / excess if excess > 0.0 else KAPPA_RANGE[1]
+    log_k0 = min(max(math.log(k0), lo_k), hi_k)
+    beta_span = 2.5  # the profiled log β stays within ±2.5 of moment matching
+
+    cache: dict[float, tuple[float, float, _ProfileModel]] = {}
+
+    def profile(log_k: float) -> tuple[float, float, _ProfileModel]:
+        if log_k in cache:
+            return cache[log_k]
+        kappa = math.exp(log_k)
+        c = kappa / (2.0 * gamma)
+        log_b0 = math.log(c / m1)
+        model = _ProfileModel(
+            kappa, gamma, log_b0 - beta_span + log_x[0] - 0.5, log_b0 + beta_span + log_x[-1] + 0.5
+        )
+        res = minimize_scalar(
+            lambda lb: -model.loglik(lb, log_x),
+            bounds=(log_b0 - beta_span, log_b0 + beta_span),
+            method="bounded",
+            options={"xatol": 1e-7},
+        )
+        cache[log_k] = (float(res.x), -float(res.fun), model)
+        return cache[log_k]
+
+    lo = max(lo_k, log_k0 - 2.0)
+    hi = min(hi_k, log_k0 + 2.0)
+    res_k = minimize_scalar(lambda lk: -profile(lk)[1], bounds=(lo, hi), method="bounded", options={"xatol": 1e-3})
+    log_k = float(res_k.x)
+    # The moment start can be off by more than e²: widen towards the range ends while improving.
+    while log_k - lo < 1e-3 and lo > lo_k or hi - log_k < 1e-3 and hi < hi_k:
+        if log_k - lo < 1e-3:
+            lo, hi = max(lo_k, lo - 3.0), lo + 0.1
+        else:
+            lo, hi = hi - 0.1, min(hi_k, hi + 3.0)
+        res_k = minimize_scalar(lambda lk: -profile(lk)[1], bounds=(lo, hi), method="bounded", options={"xatol": 1e-3})
+        log_k = float(res_k.x)
+    log_b, loglik, model = profile(log_k)
+    kappa = math.exp(log_k)
+    beta = math.exp(log_b)
+    at_bound = log_k - lo_k < 1e-3 or hi_k - log_k < 1e-3
+    beta_edge = abs(log_b - math.log(kappa / (2.0 * gamma) / m1)) > beta_span - 1e-3
+    converged = bool(res_k.success) and not beta_edge
+    message = ""
+    if beta_edge:
+        message = "profiled beta reached the edge of its search interval"
+    elif at_bound:
+        message = f"kappa at the end of its range {KAPPA_RANGE}"
+    fitted = np.clip(model.cdf(log_b + log_x), 0.0, 1.0)
+    n = e.size
+    ranks = np.arange(1, n + 1) / n
+    ks = float(max(np.max(ranks - fitted), np.max(fitted - (ranks - 1.0 / n))))
+    return HTMPFit(
+        kappa=kappa,
+        beta=beta,
+        tau=tau_used,
+        gamma=float(gamma),
+        ks=ks,
+        loglik=loglik,
+        n=int(n),
+        converged=converged,
+        at_bound=bool(at_bound),
+        message=message,
+    )
+
+
+# --- the metric group -------------------------------------------------------------------------
+
+
+def diagnose(h: float, h_opt: float, *, rtol: float = DIAGNOSIS_RTOL) -> str:
+    """``"under-fit side"`` if h > h*(1+rtol), ``"over-fit side"`` if h < h*/(1+rtol), else ``"near optimum"``."""
+    if h > h_opt * (1.0 + rtol):
+        return "under-fit side"
+    if h < h_opt / (1.0 + rtol):
+        return "over-fit side"
+    return "near optimum"
+
+
+_NUMERIC = ("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_inf")
+
+
+def _fail_all(result: GroupResult, reason: str) -> GroupResult:
+    for column in _NUMERIC:
+        result.fail(column, reason)
+    result.values["diagnosis"] = f"no fit: {reason}"
+    result.reasons["diagnosis"] = reason
+    return result
+
+
+def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
+    result = GroupResult()
+    eigs = np.asarray(spec.eigs, dtype=np.float64)
+    gamma = spec.gamma
+    if not gamma < 1.0:
+        return _fail_all(result, "square matrix: HTMP needs gamma < 1 (delta = 0 is not normalisable)")
+    positive = eigs[eigs > 0.0]
+    n_zero = eigs.size - positive.size
+    if positive.size < MIN_EIGS:
+        return _fail_all(result, f"only {positive.size} nonzero eigenvalue(s), need {MIN_EIGS}")
+    if options.lam == "opt":
+        lam = 1.0 / float(np.mean(eigs))
+    else:
+        lam = _lambda_value(options.lam)  # type: ignore[arg-type]
+    try:
+        fitted = fit(positive, gamma)
+    except InvalidOptionError as exc:
+        return _fail_all(result, f"degenerate spectrum: {exc}")
+    if not fitted.converged:
+        return _fail_all(result, f"HTMP fit did not converge: {fitted.message}")
+    c_g = fitted.beta * fitted.tau
+    h_value = fitted.h
+    h_opt = h_star(lam, gamma, fitted.kappa, c_g)
+    result.values.update(
+        htmp_kappa=fitted.kappa,
+        htmp_beta=fitted.beta,
+        htmp_tau=fitted.tau,
+        htmp_ks=fitted.ks,
+        h=h_value,
+        h_star=h_opt,
+        f_inf=f_inf(lam, fitted.kappa, gamma, fitted.beta, fitted.tau),
+        diagnosis=diagnose(h_value, h_opt),
+    )
+    notes = []
+    if n_zero:
+        notes.append(f"{n_zero} exact zero eigenvalue(s) (rank-deficient) dropped before the fit")
+    if fitted.at_bound:
+        notes.append(fitted.message)
+    if notes:
+        result.reasons["htmp_kappa"] = "; ".join(notes)
+    return result
+
+
+GROUP = MetricGroup(
+    name="htmp",
+    columns=("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_inf", "diagnosis"),
+    summary_columns=("htmp_kappa", "h", "f_inf"),
+    compute=_compute,
+    description="HTMP fit (kappa, beta, tau, KS), F-infinity and h against h*",
+)
