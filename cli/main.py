@@ -40,7 +40,7 @@ def _register() -> None:
     # Each command group lives in its own module and attaches itself to `app`.
     import importlib
 
-    for module in ("wbfe_cli.score", "wbfe_cli.rank", "wbfe_cli.esd"):
+    for module in ("wbfe_cli.score", "wbfe_cli.rank", "wbfe_cli.esd", "wbfe_cli.watch"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:  # a command group not written yet

@@ -10,13 +10,24 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["format_value", "text_table", "score_table", "score_csv", "write_atomic", "save_figure"]
+__all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv", "write_atomic", "save_figure"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
     "alpha", "alpha_weighted", "log_norm", "stable_rank",
     "htmp_kappa", "htmp_beta", "h", "h_star", "diagnosis",
 )
+
+
+def json_ready(obj: Any) -> Any:
+    """``obj`` with tuples as lists and non-finite floats as None, so standard JSON can hold it."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    return obj
 
 
 def format_value(value: Any) -> str:

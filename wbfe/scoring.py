@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Literal, Optional, Union
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
+from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
 
@@ -69,7 +70,7 @@ class ModelScore:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (the JSON shape); non-finite numbers become None."""
-        return _clean({"model": self.model, "layers": self.layers, "skipped": self.skipped, "summary": self.summary})
+        return json_ready({"model": self.model, "layers": self.layers, "skipped": self.skipped, "summary": self.summary})
 
     def to_json(self, indent: int | None = 2) -> str:
         """Standard JSON (no NaN/Infinity tokens: they are written as null, with a reason beside them)."""
@@ -86,16 +87,6 @@ class ModelScore:
         rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
                 for layer in self.layers]
         return pd.DataFrame(rows)
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
 
 
 def _versions() -> dict[str, str]:

@@ -1,0 +1,95 @@
+"""``wbfe watch`` through CliRunner: synthetic HTMP runs, calibration, files, and bad input (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import wbfe_cli.watch  # noqa: F401 - attaches the command until cli/main.py registers it
+from tests.test_watch import K_CROSS, RATE, _crossing_lambda, touch_weights, write_synthetic_run
+from wbfe_cli.main import app
+
+
+def invoke(*args: str):  # noqa: ANN201
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def error_line(result) -> str:  # noqa: ANN001
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("run")
+    # 7 checkpoints: the lowest test loss (one after the crossing) is not the last one.
+    write_synthetic_run(folder, steps=7, name="ckpt_{step:05d}.safetensors")
+    (folder / "metrics.csv").write_text("step,test_loss,test_accuracy\n" + "".join(
+        f"{t * 100},{0.4 + 0.1 * abs(t - K_CROSS - 1)},{80 - abs(t - K_CROSS - 1)}\n" for t in range(7)))
+    return folder
+
+
+def test_empty_folder(tmp_path: Path) -> None:
+    assert error_line(invoke("watch", tmp_path, "--lambda", "1")) == f"wbfe: error: {tmp_path}: no checkpoints found"
+
+
+def test_unparseable_steps(tmp_path: Path) -> None:
+    touch_weights(tmp_path / "best.safetensors")
+    assert error_line(invoke("watch", tmp_path)) == (
+        f"wbfe: error: {tmp_path}: cannot parse a step from best.safetensors (put the step in the name, "
+        "e.g. epoch_3.pt, or list the checkpoints in a CSV with a step column)")
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "give a RUN to watch, or --calibrate RUNS.csv"),
+    (("x", "--lambda", "calibrated"), "--lambda calibrated needs --calibrate RUNS.csv"),
+    (("x", "--lambda", "-3"), "--lambda must be a positive number or 'calibrated', not '-3'"),
+    (("no/such@main",), "cannot parse a step from the revision of 'no/such@main'"),
+    (("./missing-run",), "no such file or folder: ./missing-run"),
+])
+def test_bad_options(args: tuple[str, ...], message: str) -> None:
+    assert error_line(invoke("watch", *args)) == f"wbfe: error: {message}"
+
+
+def test_table_json_and_files(synthetic_run: Path, tmp_path: Path) -> None:
+    from wbfe.watch import watch
+
+    lam = _crossing_lambda()
+    table = invoke("watch", synthetic_run, "--lambda", repr(lam), "--output", tmp_path / "o")
+    assert table.exit_code == 0, table.output
+    assert f"recommended step: {K_CROSS * 100} — first checkpoint with h ≤ h*" in table.stdout
+    assert f"best test loss at step {(K_CROSS + 1) * 100} (0.4000); recommended: 0.5000 (gap +0.1000)" in table.stdout
+    assert table.stderr.splitlines() == [f"wrote {tmp_path / 'o' / 'watch.json'}", f"wrote {tmp_path / 'o' / 'watch.png'}"]
+    data = json.loads((tmp_path / "o" / "watch.json").read_text())
+    assert data == json.loads(watch(synthetic_run, lam=lam).to_json())  # the CLI and the library agree
+    assert data["recommended"]["step"] == K_CROSS * 100
+    assert data["comparison"]["test_loss_gap"] == pytest.approx(0.1)
+    assert set(data["checkpoints"][0]["layers"][0]) >= {"htmp_kappa", "htmp_beta", "htmp_tau", "h", "h_star",
+                                                       "f_inf", "bfe", "alpha"}
+    assert (tmp_path / "o" / "watch.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_calibrate_then_watch(synthetic_run: Path, tmp_path: Path) -> None:
+    # A second run crossing one checkpoint earlier, whose test loss is, like synthetic_run's,
+    # lowest one checkpoint after the crossing: leave-one-run-out must find a λ with no gap.
+    folder = tmp_path / "r0"
+    write_synthetic_run(folder, steps=6, beta0=RATE, seed=5)
+    (folder / "metrics.csv").write_text("step,test_loss\n" + "".join(
+        f"{t * 100},{0.4 + 0.1 * abs(t - K_CROSS)}\n" for t in range(6)))
+    (tmp_path / "runs.csv").write_text(f"run\nr0\n{synthetic_run}\n")
+    out = invoke("watch", synthetic_run, "--calibrate", tmp_path / "runs.csv", "--lambda", "calibrated",
+                 "--format", "json", "--output", tmp_path / "c")
+    assert out.exit_code == 0, out.output
+    cal = json.loads((tmp_path / "c" / "calibration.json").read_text())
+    assert [(r["recommended_step"], r["best_step"], r["test_loss_gap"]) for r in cal["runs"]] == [
+        (K_CROSS * 100, K_CROSS * 100, 0.0), ((K_CROSS + 1) * 100, (K_CROSS + 1) * 100, 0.0)]
+    assert (tmp_path / "c" / "calibration.png").is_file()
+    result = json.loads(out.stdout)
+    assert result["lambda"] == pytest.approx(cal["lambda_all_runs"]) and result["lambda_source"] == "calibrated"
+    assert result["recommended"]["step"] == (K_CROSS + 1) * 100
+    assert result["comparison"]["test_loss_gap"] == 0.0

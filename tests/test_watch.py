@@ -1,0 +1,362 @@
+"""wbfe.watch: step parsing and run discovery, the stopping rule, λ calibration, synthetic HTMP runs, the Monitor."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError
+from wbfe.watch_rule import calibrate_lambda, critical_lambda, layer_statistic, recommend
+from wbfe.watch_runs import discover_run, parse_step
+
+# Synthetic HTMP runs: one (P x p) "classifier.weight" per checkpoint whose squared singular
+# values are an HTMP sample with κ fixed and β_t rising geometrically, so h_t = κ/β_t falls by a
+# factor 2 per checkpoint and crosses h* = 2γ/λ exactly once, between checkpoints K-1 and K.
+P_SIDE, p_SIDE = 320, 80
+GAMMA = p_SIDE / P_SIDE
+KAPPA = 2.0
+BETA0, RATE, K_CROSS = 1.0, 2.0, 4
+
+
+def htmp_module():  # noqa: ANN201
+    return pytest.importorskip("wbfe.metrics.htmp", reason="wbfe.metrics.htmp has not landed yet")
+
+
+def _crossing_lambda() -> float:
+    # h* = 2γ/λ at the geometric middle of h_{K-1} and h_K.
+    h_mid = KAPPA / (BETA0 * RATE ** (K_CROSS - 0.5))
+    return 2.0 * GAMMA / h_mid
+
+
+def synthetic_weight(eigs: np.ndarray, seed: int) -> np.ndarray:
+    """A (p, P) matrix whose Gram-matrix eigenvalues are exactly ``eigs``: U diag(√e) Vᵀ."""
+    rng = np.random.default_rng(seed)
+    u, _ = np.linalg.qr(rng.standard_normal((p_SIDE, p_SIDE)))
+    v, _ = np.linalg.qr(rng.standard_normal((P_SIDE, p_SIDE)))
+    return (u * np.sqrt(eigs)) @ v.T
+
+
+def write_synthetic_run(folder: Path, *, steps: int = 8, beta0: float = BETA0, seed: int = 0,
+                        name: str = "step_{step}.safetensors") -> list[float]:
+    """Write checkpoints with β_t = β0·RATE^t; return the true h_t."""
+    import torch
+    from safetensors.torch import save_file
+
+    htmp = htmp_module()
+    folder.mkdir(parents=True, exist_ok=True)
+    # One call draws every checkpoint's spectrum (the CDF table is the costly part), at β = 1:
+    # a draw at rate β is the draw at rate 1 divided by β.
+    unit = np.asarray(htmp.sample(p_SIDE * steps, KAPPA, GAMMA, 1.0, seed=seed), dtype=float).reshape(steps, p_SIDE)
+    hs = []
+    for t in range(steps):
+        beta = beta0 * RATE**t
+        w = synthetic_weight(np.sort(unit[t]) / beta, seed * 100 + t)
+        save_file({"classifier.weight": torch.from_numpy(w).float()}, str(folder / name.format(step=t * 100)))
+        hs.append(KAPPA / beta)
+    return hs
+
+
+def touch_weights(path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"classifier.weight": torch.eye(12)}, str(path))
+
+
+# --- step parsing and run discovery -------------------------------------------------------------
+
+@pytest.mark.parametrize("name, step", [
+    ("epoch_9", 9), ("epoch_10", 10), ("step-1000", 1000), ("ckpt_00020.pt", 20), ("checkpoint-500/", 500),
+    ("checkpoint-500", 500), ("step1000", 1000), ("global_step200.ckpt", 200), ("run3_epoch_7.safetensors", 7),
+    ("model_epoch3_step1200.bin", 1200), ("weights-17.pth", 17), ("step-0", 0), ("model.safetensors", None),
+])
+def test_parse_step(name: str, step: int | None) -> None:
+    assert parse_step(name) == step
+
+
+def test_folder_order_is_numeric_over_files_and_folders(tmp_path: Path) -> None:
+    for name in ("epoch_10.safetensors", "epoch_9.safetensors", "ckpt_00020.safetensors", "step-1000.safetensors",
+                 "checkpoint-500/model.safetensors", "epoch_2.safetensors"):
+        touch_weights(tmp_path / name)
+    (tmp_path / "README.md").write_text("not a checkpoint")
+    (tmp_path / "logs").mkdir()
+    run = discover_run(tmp_path)
+    assert [c.step for c in run.checkpoints] == [2, 9, 10, 20, 500, 1000]
+    assert [Path(str(c.ref)).name for c in run.checkpoints] == [
+        "epoch_2.safetensors", "epoch_9.safetensors", "epoch_10.safetensors", "ckpt_00020.safetensors",
+        "checkpoint-500", "step-1000.safetensors"]
+    assert not run.has_test_loss
+
+
+def test_folder_metrics_csv_attaches_test_metrics(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "metrics.csv").write_text("step,test_loss,test_accuracy\n3,0.5,80\n1,0.9,60\n2,0.4,85\n")
+    run = discover_run(tmp_path)
+    assert [(c.step, c.test_loss, c.test_accuracy) for c in run.checkpoints] == [(1, 0.9, 60.0), (2, 0.4, 85.0),
+                                                                                (3, 0.5, 80.0)]
+    assert run.has_test_loss
+
+
+def test_run_csv_with_checkpoint_column_and_hub_ids(tmp_path: Path) -> None:
+    touch_weights(tmp_path / "a" / "w.safetensors")
+    (tmp_path / "run.csv").write_text("step,checkpoint,test_loss\n20,org/model@step20,0.3\n10,a/w.safetensors,0.5\n")
+    run = discover_run(tmp_path / "run.csv")
+    assert [(c.step, c.ref, c.test_loss) for c in run.checkpoints] == [
+        (10, str(tmp_path / "a" / "w.safetensors"), 0.5), (20, "org/model@step20", 0.3)]
+
+
+def test_run_csv_without_checkpoint_column_finds_files_beside_it(tmp_path: Path) -> None:
+    for step in (5, 15):
+        touch_weights(tmp_path / f"step-{step}.safetensors")
+    (tmp_path / "m.csv").write_text("step,test_loss\n15,0.2\n5,0.6\n")
+    run = discover_run(tmp_path / "m.csv")
+    assert [(c.step, Path(str(c.ref)).name) for c in run.checkpoints] == [(5, "step-5.safetensors"),
+                                                                          (15, "step-15.safetensors")]
+
+
+def test_hub_revision_list() -> None:
+    run = discover_run("org/name@step3000,org/name@step1000, org/name@step2000")
+    assert [(c.step, c.ref) for c in run.checkpoints] == [
+        (1000, "org/name@step1000"), (2000, "org/name@step2000"), (3000, "org/name@step3000")]
+    assert run.name == "org/name"
+
+
+@pytest.mark.parametrize("setup, error, message", [
+    (lambda d: None, SourceNotFoundError, "{d}: no checkpoints found"),
+    (lambda d: touch_weights(d / "final.safetensors"), InvalidOptionError,
+     "{d}: cannot parse a step from final.safetensors (put the step in the name, e.g. epoch_3.pt, "
+     "or list the checkpoints in a CSV with a step column)"),
+    (lambda d: (touch_weights(d / "epoch_3.safetensors"), touch_weights(d / "step-3.safetensors")),
+     InvalidOptionError, "{d}: two checkpoints have step 3 (epoch_3.safetensors and step-3.safetensors)"),
+])
+def test_bad_folders(tmp_path: Path, setup, error: type, message: str) -> None:  # noqa: ANN001
+    setup(tmp_path)
+    with pytest.raises(error) as info:
+        discover_run(tmp_path)
+    assert str(info.value) == message.format(d=tmp_path)
+
+
+def test_bad_csv_and_revisions(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("epoch,test_loss\n1,0.5\n")
+    with pytest.raises(InvalidOptionError, match="a run CSV needs a 'step' column"):
+        discover_run(tmp_path / "a.csv")
+    (tmp_path / "b.csv").write_text("step,test_loss\n1.5,0.5\n")
+    with pytest.raises(InvalidOptionError, match=r"step '1.5' is not an integer"):
+        discover_run(tmp_path / "b.csv")
+    with pytest.raises(InvalidOptionError, match="cannot parse a step from the revision of 'org/m@main'"):
+        discover_run("org/m@main,org/m@step2")
+    with pytest.raises(SourceNotFoundError):
+        discover_run(tmp_path / "missing")
+
+
+# --- the rule -----------------------------------------------------------------------------------
+
+def test_layer_statistic_is_the_median_log_ratio() -> None:
+    h = np.array([[4.0, 1.0, 2.0], [1.0, np.nan, 0.5], [np.nan, np.nan, np.nan]])
+    h_star = np.full_like(h, 2.0)
+    stat = layer_statistic(h, h_star)
+    assert stat[0] == pytest.approx(0.0)  # median of log(2), log(0.5), log(1)
+    assert stat[1] == pytest.approx(0.5 * (math.log(0.5) + math.log(0.25)))
+    assert math.isnan(stat[2])
+
+
+def test_recommend_first_crossing_and_its_edge_cases() -> None:
+    steps = [0, 10, 20, 30]
+    h = np.array([[8.0], [4.0], [2.0], [1.0]])
+    crit = critical_lambda(h, np.ones_like(h))  # h*(1) = 1 => h ≤ h*(λ) iff λ ≤ 1/h
+    np.testing.assert_allclose(crit, [0.125, 0.25, 0.5, 1.0])
+    rec = recommend(steps, crit, 0.3)  # h* = 3.33: first h below is 2 (step 20)
+    assert (rec.index, rec.step, rec.crossed) == (2, 20, True)
+    assert rec.reason == "first checkpoint with h ≤ h*(λ=0.3): h/h* = 0.600 (step 10: 1.200)"
+    assert recommend(steps, crit, 0.5).step == 20  # h = h* exactly counts as crossed
+    never = recommend(steps, crit, 2.0)
+    assert (never.step, never.crossed) == (30, False)
+    assert never.reason.startswith("h > h*(λ=2) at every checkpoint (under-fit throughout")
+    first = recommend(steps, crit, 0.1)
+    assert (first.step, first.crossed) == (0, True) and "already at the first checkpoint" in first.reason
+    assert recommend(steps, np.full(4, np.nan), 1.0).step is None
+    with pytest.raises(InvalidOptionError):
+        recommend(steps, crit, -1.0)
+
+
+def test_calibration_leave_one_out_on_known_runs() -> None:
+    # Three runs whose test loss is lowest exactly where h first drops below H0 = 3 (h*(1) = 1, so
+    # the right λ is any value in (1/4, 1/3]; λ = 1/3.5 from the grid below lies inside).
+    hs = [np.array([8.0, 5.0, 2.9, 2.0, 1.0]), np.array([6.0, 2.5, 1.5, 1.0, 0.5]),
+          np.array([9.0, 7.0, 4.0, 2.0, 1.0])]
+    losses = []
+    for h in hs:
+        best = int(np.argmax(h <= 3.0))
+        losses.append(0.3 + 0.05 * np.abs(np.arange(h.size) - best))
+    crits = [critical_lambda(h[:, None], np.ones((h.size, 1))) for h in hs]
+    steps = [list(range(0, 50, 10))] * 3
+    grid = np.array([0.1, 1 / 5, 1 / 3.5, 0.4, 0.7, 1.5])
+    cal = calibrate_lambda(["a", "b", "c"], steps, crits, losses, grid=grid)
+    assert cal.lam_all == pytest.approx(1 / 3.5)
+    assert [r.gap for r in cal.held_out] == [0.0, 0.0, 0.0]
+    assert [r.recommended_step for r in cal.held_out] == [20, 10, 30]
+    assert cal.mean_gap[0] == pytest.approx(np.mean([0.1, 0.05, 0.15]))  # λ=0.1: every run stops at step 0
+    with pytest.raises(InvalidOptionError, match="at least 2 runs"):
+        calibrate_lambda(["a"], steps[:1], crits[:1], losses[:1])
+
+
+def test_bfe_at_matches_bfe_at_a_fixed_lambda() -> None:
+    from wbfe.metrics.bfe import bfe
+    from wbfe.watch import bfe_at
+
+    eigs = np.random.default_rng(3).gamma(2.0, 0.7, size=50)
+    f_star, lam_star = bfe(eigs, "opt")
+    for lam in (0.01, lam_star, 3.0):
+        assert bfe_at(f_star, lam_star, lam) == pytest.approx(bfe(eigs, lam)[0], rel=1e-12, abs=1e-12)
+
+
+# --- synthetic HTMP runs through the whole pipeline -----------------------------------------------
+
+def test_synthetic_run_recommends_the_true_crossing(tmp_path: Path) -> None:
+    from wbfe.watch import watch
+
+    true_h = write_synthetic_run(tmp_path / "run")
+    lam = _crossing_lambda()
+    h_star_true = 2 * GAMMA / lam
+    assert true_h[K_CROSS - 1] > h_star_true >= true_h[K_CROSS]
+    result = watch(tmp_path / "run", lam=lam)
+    assert result.recommendation is not None
+    assert result.recommendation.step == K_CROSS * 100
+    assert result.recommendation.crossed
+    data = json.loads(result.to_json())
+    assert [c["step"] for c in data["checkpoints"]] == [t * 100 for t in range(8)]
+    # The rule on the reported columns: the first checkpoint with h ≤ h*.
+    fitted = [(c["layers"][0]["h"], c["layers"][0]["h_star"]) for c in data["checkpoints"]]
+    assert next(i for i, (h, hs) in enumerate(fitted) if h <= hs) == K_CROSS
+    # The fitted h tracks the true schedule (few-per-cent fits on 80 eigenvalues: within 25 %).
+    np.testing.assert_allclose([h for h, _ in fitted], true_h, rtol=0.25)
+    assert data["recommended"]["step"] == K_CROSS * 100 and data["lambda"] == pytest.approx(lam)
+
+
+@pytest.mark.slow
+def test_calibration_on_synthetic_runs_has_zero_held_out_gap(tmp_path: Path) -> None:
+    from wbfe.watch import calibrate, trajectory
+    from wbfe.watch_runs import Run
+
+    trajs = []
+    for r, beta0 in enumerate((1.0, 1 / RATE, RATE)):  # crossings at K_CROSS, K_CROSS + 1, K_CROSS - 1
+        write_synthetic_run(tmp_path / f"r{r}", steps=6, beta0=beta0, seed=r + 1)
+        run = discover_run(tmp_path / f"r{r}")
+        cross = K_CROSS + {0: 0, 1: 1, 2: -1}[r]
+        loss = [0.4 + 0.1 * abs(t - cross) for t in range(6)]
+        run = Run(run.name, tuple(type(c)(c.step, c.ref, loss[t]) for t, c in enumerate(run.checkpoints)))
+        trajs.append(trajectory(run))
+    report = calibrate(trajs)
+    assert [r.gap for r in report.calibration.held_out] == [0.0, 0.0, 0.0]
+    assert [r.recommended_step for r in report.calibration.held_out] == [400, 500, 300]
+    h_cross = 2 * GAMMA / report.calibration.lam_all
+    assert KAPPA / RATE**K_CROSS <= h_cross < KAPPA / RATE ** (K_CROSS - 1)
+
+
+# --- the in-training monitor ----------------------------------------------------------------------
+
+def _tiny_model():  # noqa: ANN202
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(80, 20), torch.nn.ReLU(), torch.nn.Linear(20, 12))
+    # Heavy-tailed column scales: small κ keeps the HTMP fits fast (near-MP spectra take ~30 s).
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for layer in (model[0], model[2]):
+            layer.weight.mul_(torch.exp(1.5 * torch.randn(layer.weight.shape[1], generator=g)))
+    return model
+
+
+def test_monitor_numbers_equal_wbfe_score_on_the_same_weights(tmp_path: Path) -> None:
+    htmp_module()
+    import torch
+    from safetensors.torch import save_file
+
+    import wbfe
+    from wbfe.watch import Monitor
+
+    torch.set_num_threads(1)
+    model = _tiny_model()
+    monitor = Monitor(model, every=2, layers="all")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(64, 80, generator=torch.Generator().manual_seed(1)), torch.arange(64) % 12
+    path = tmp_path / "step_2.safetensors"
+    for step in range(3):
+        if monitor(step) is not None and step == 2:  # after two updates: save what the monitor saw
+            save_file({k: v.detach().clone() for k, v in model.state_dict().items()}, str(path))
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert monitor.trajectory.steps == [0, 2]
+    lam = 0.7
+    reference = {r["name"]: r for r in wbfe.score(str(path), lam=lam).layers}
+    rows = monitor.result(lam).to_dict()["checkpoints"][-1]["layers"]
+    assert {r["name"] for r in rows} == set(reference) == {"0.weight", "2.weight"}
+    for row in rows:
+        ref = reference[row["name"]]
+        for column in ("htmp_kappa", "htmp_beta", "htmp_tau", "h", "h_star", "f_inf", "bfe", "alpha"):
+            assert row[column] == pytest.approx(ref[column], rel=1e-9), (row["name"], column)
+        assert row["diagnosis"] == ref["diagnosis"]
+    with pytest.raises(InvalidOptionError, match="step 1 is not after the last recorded step 2"):
+        monitor.record(1)
+    with pytest.raises(InvalidOptionError):
+        Monitor(model, every=0)
+
+
+def test_lightning_callback_needs_lightning() -> None:
+    from wbfe.watch import Monitor, lightning_callback
+
+    try:
+        import lightning  # noqa: F401
+        pytest.skip("lightning is installed")
+    except ImportError:
+        pass
+    try:
+        import pytorch_lightning  # noqa: F401
+        pytest.skip("pytorch_lightning is installed")
+    except ImportError:
+        pass
+    with pytest.raises(MissingDependencyError, match="needs lightning"):
+        lightning_callback(Monitor({}, every=1))
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    from wbfe.plots.watch import plot_watch
+    from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory, result_at
+
+    htmp_module()
+    traj = Trajectory("run")
+    for t, beta in enumerate((1.0, 2.0, 4.0)):
+        layer = LayerPoint("classifier.weight", "head", 0.25, 2.0, beta, 0.0, 0.01, 1.5, 1.0, 3.0)
+        traj.points.append(CheckpointPoint(t, f"s{t}", (layer,), test_loss=[0.5, 0.3, 0.4][t]))
+    result = result_at(traj, 0.5)  # h* = 2γ/λ = 1: h = 2, 1, 0.5 -> step 1
+    assert result.recommendation.step == 1
+    out = plot_watch(result, tmp_path / "w.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    comparison = result.comparison()
+    assert comparison is not None
+    assert {k: comparison[k] for k in ("best_step", "recommended_step", "test_loss_gap", "steps_from_best")} == {
+        "best_step": 1, "recommended_step": 1, "test_loss_gap": 0.0, "steps_from_best": 0}
+    assert result_at(traj, 2.0).comparison()["test_loss_gap"] == pytest.approx(0.1)  # h* = 0.25: never, keep step 2
+
+
+def test_critical_lambda_is_one_over_the_htmp_mean() -> None:
+    # h/h*(1) = κ/(2γβ) + τ for any gap (MATH.md §3 formulas), so λ_c = 1 / E_HTMP[e].
+    htmp = htmp_module()
+    from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory
+
+    traj = Trajectory("run")
+    params = [(0.3, 0.5, 2.0, 0.0), (0.1, 3.0, 0.7, 0.2), (0.6, 40.0, 5.0, 1.5)]
+    for t, (gamma, kappa, beta, tau) in enumerate(params):
+        layer = LayerPoint("w", "head", gamma, kappa, beta, tau, 0.0, 1.0, 1.0, 2.0)
+        traj.points.append(CheckpointPoint(t, "s", (layer,)))
+    expected = [1.0 / htmp.mean(kappa, gamma, beta, tau) for gamma, kappa, beta, tau in params]
+    np.testing.assert_allclose(traj.critical_lambdas(), expected, rtol=1e-12)

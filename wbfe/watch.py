@@ -1,0 +1,386 @@
+"""Watch a training run without data: h_t = κ_t/β_t against h*(λ) per checkpoint, and where to stop.
+
+Each checkpoint is scored once (:func:`wbfe.score`, groups ``bfe,htsr,htmp`` at λ*): the HTMP fit
+(κ, β, τ), α and F* do not depend on λ, so every λ-dependent column is derived afterwards:
+
+- h = κ/β and h*(λ) = h*(1)/λ with h*(1) from :func:`wbfe.metrics.htmp.h_star`;
+- F∞(λ) from :func:`wbfe.metrics.htmp.f_inf`;
+- BFE-W at λ from F* and λ* = 1/mean(e): F^λ = F* + ½·(r − 1 − log r), r = λ/λ* (MATH.md §2).
+
+The stopping rule and λ calibration are in :mod:`wbfe.watch_rule`, run discovery in
+:mod:`wbfe.watch_runs`, leave-one-run-out λ in :mod:`wbfe.watch_calibrate`; :class:`Monitor`
+(:mod:`wbfe.watch_monitor`) records the same quantities inside a training loop.
+
+>>> import wbfe.watch as ww
+>>> result = ww.watch("runs/seed0", lam=0.5)           # doctest: +SKIP
+>>> result.recommendation.step, result.to_json()       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError
+from wbfe.watch_rule import Recommendation, critical_lambda, recommend
+from wbfe.watch_runs import CheckpointRef, Run, discover_run
+
+__all__ = [
+    "LayerPoint",
+    "CheckpointPoint",
+    "Trajectory",
+    "WatchResult",
+    "CalibrationReport",
+    "Monitor",
+    "score_checkpoint",
+    "trajectory",
+    "watch",
+    "result_at",
+    "calibrate",
+    "read_runs_csv",
+    "bfe_at",
+    "lightning_callback",
+]
+
+# Calibration across runs and the in-training monitor live in their own modules, re-exported here.
+_ELSEWHERE = {
+    "CalibrationReport": "wbfe.watch_calibrate", "calibrate": "wbfe.watch_calibrate",
+    "read_runs_csv": "wbfe.watch_calibrate", "Monitor": "wbfe.watch_monitor",
+    "lightning_callback": "wbfe.watch_monitor",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wbfe.watch' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+METRICS = "bfe,htsr,htmp"
+
+
+def bfe_at(f_star: float, lambda_star: float, lam: float) -> float:
+    """BFE-W at prior precision λ from its optimum: F^λ = F* + ½·(r − 1 − log r), r = λ/λ*.
+
+    Args:
+        f_star: BFE-W at λ* (``+inf`` for a rank-deficient matrix).
+        lambda_star: λ* = 1/mean(e).
+        lam: the prior precision λ > 0.
+    """
+    r = lam / lambda_star
+    return f_star + 0.5 * (r - 1.0 - math.log(r))
+
+
+@dataclass(frozen=True)
+class LayerPoint:
+    """The λ-independent numbers of one matrix at one checkpoint (NaN where a fit failed).
+
+    Attributes:
+        name: tensor name. role: matrix role (``head`` for the classifier).
+        gamma: aspect ratio. kappa, beta, tau, ks: the HTMP fit and its KS distance.
+        bfe_opt: BFE-W at λ*. lambda_star: 1/mean(e). alpha: power-law α (HT-SR).
+        reasons: why a column is NaN.
+    """
+
+    name: str
+    role: str
+    gamma: float
+    kappa: float
+    beta: float
+    tau: float
+    ks: float
+    bfe_opt: float
+    lambda_star: float
+    alpha: float
+    reasons: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def h(self) -> float:
+        """Scaled heavy-tailedness h = κ/β."""
+        return self.kappa / self.beta
+
+    def h_star(self, lam: float) -> float:
+        """h*(λ) of this fit (NaN when the fit failed)."""
+        if not all(math.isfinite(v) for v in (self.kappa, self.beta, self.tau)):
+            return math.nan
+        from wbfe.metrics import htmp
+
+        return float(htmp.h_star(lam, self.gamma, kappa=self.kappa, c=self.beta * self.tau))
+
+    def columns(self, lam: Optional[float]) -> dict[str, Any]:
+        """The output columns; the λ-dependent ones are NaN when ``lam`` is None."""
+        row: dict[str, Any] = {
+            "name": self.name, "role": self.role, "gamma": self.gamma,
+            "htmp_kappa": self.kappa, "htmp_beta": self.beta, "htmp_tau": self.tau, "htmp_ks": self.ks,
+            "h": self.h, "h_star": math.nan, "f_inf": math.nan,
+            "bfe": self.bfe_opt if lam is None else bfe_at(self.bfe_opt, self.lambda_star, lam),
+            "bfe_opt": self.bfe_opt, "alpha": self.alpha, "diagnosis": None,
+        }
+        if lam is not None and math.isfinite(row["h"]):
+            from wbfe.metrics import htmp
+
+            row["h_star"] = self.h_star(lam)
+            row["f_inf"] = float(htmp.f_inf(lam, self.kappa, self.gamma, self.beta, self.tau))
+            row["diagnosis"] = htmp.diagnose(row["h"], row["h_star"])
+        if self.reasons:
+            row["reasons"] = dict(self.reasons)
+        return row
+
+
+@dataclass(frozen=True)
+class CheckpointPoint:
+    """One scored checkpoint: its step, where it came from, test metrics if known, and its layers."""
+
+    step: int
+    source: str
+    layers: tuple[LayerPoint, ...]
+    test_loss: float = math.nan
+    test_accuracy: float = math.nan
+
+
+@dataclass
+class Trajectory:
+    """The scored checkpoints of one run, in step order."""
+
+    run: str
+    points: list[CheckpointPoint] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[int]:
+        return [p.step for p in self.points]
+
+    @property
+    def layer_names(self) -> list[str]:
+        """Every layer seen, in first-seen order."""
+        names: dict[str, None] = {}
+        for point in self.points:
+            names.update(dict.fromkeys(layer.name for layer in point.layers))
+        return list(names)
+
+    def matrix(self, value: Callable[[LayerPoint], float]) -> np.ndarray:
+        """A (checkpoints, layers) array of ``value(layer)``, NaN where a layer is missing."""
+        names = self.layer_names
+        out = np.full((len(self.points), len(names)), np.nan)
+        for t, point in enumerate(self.points):
+            for layer in point.layers:
+                out[t, names.index(layer.name)] = value(layer)
+        return out
+
+    def critical_lambdas(self) -> np.ndarray:
+        """Per checkpoint, the largest λ at which it is on the over-fit side (:mod:`wbfe.watch_rule`)."""
+        return critical_lambda(self.matrix(lambda x: x.h), self.matrix(lambda x: x.h_star(1.0)))
+
+    def test_losses(self) -> np.ndarray:
+        return np.array([p.test_loss for p in self.points], dtype=float)
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _layer_point(row: dict[str, Any]) -> LayerPoint:
+    return LayerPoint(
+        name=row["name"], role=row.get("role", ""), gamma=_float(row.get("gamma")),
+        kappa=_float(row.get("htmp_kappa")), beta=_float(row.get("htmp_beta")), tau=_float(row.get("htmp_tau")),
+        ks=_float(row.get("htmp_ks")), bfe_opt=_float(row.get("bfe")), lambda_star=_float(row.get("lambda")),
+        alpha=_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}),
+    )
+
+
+def _layer_regex(layers: str) -> Optional[str]:
+    return None if layers in ("head", "all") else layers
+
+
+def score_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = None,
+                     device: str = "auto") -> tuple[LayerPoint, ...]:
+    """Score one checkpoint at λ* and keep the selected layers.
+
+    Args:
+        ref: anything :func:`wbfe.score` accepts.
+        layers: ``head`` (the classifier head), ``all``, or a regular expression on tensor names.
+        head: the head's tensor name, overriding the built-in rule.
+        device: eigen-solve device.
+
+    Raises:
+        InvalidOptionError: ``layers="head"`` and no head was found. The errors of :func:`wbfe.score`.
+    """
+    from wbfe.scoring import score
+
+    if not isinstance(layers, str) or not layers:
+        raise InvalidOptionError(f"layers must be 'head', 'all' or a regular expression, not {layers!r}")
+    result = score(ref, metrics=METRICS, lam="opt", layers=_layer_regex(layers), head=head, device=device)
+    rows = result.layers
+    if layers == "head":
+        name = result.summary.get("head")
+        if name is None:
+            raise InvalidOptionError(f"{result.model.get('source')}: no classifier head found by name; "
+                                     "pass --head NAME or --layers all|REGEX")
+        rows = [r for r in rows if r["name"] == name]
+    return tuple(_layer_point(r) for r in rows)
+
+
+def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Optional[str] = None,
+               device: str = "auto", progress: Optional[Callable[[int, int, int], None]] = None) -> Trajectory:
+    """Score every checkpoint of a run.
+
+    Args:
+        run: a folder, CSV or revision list (:func:`wbfe.watch_runs.discover_run`), or a :class:`Run`.
+        layers, head, device: as :func:`score_checkpoint`.
+        progress: called with (done, total, step) after each checkpoint.
+
+    Raises:
+        The errors of :func:`wbfe.watch_runs.discover_run` and :func:`score_checkpoint`.
+    """
+    run = run if isinstance(run, Run) else discover_run(run)
+    out = Trajectory(run=run.name)
+    for done, ck in enumerate(run.checkpoints, start=1):
+        out.points.append(checkpoint_point(ck, score_checkpoint(ck.ref, layers=layers, head=head, device=device)))
+        if progress is not None:
+            progress(done, len(run.checkpoints), ck.step)
+    return out
+
+
+def checkpoint_point(ck: CheckpointRef, layer_points: tuple[LayerPoint, ...]) -> CheckpointPoint:
+    """Pair a checkpoint reference with its scored layers."""
+    source = ck.ref if isinstance(ck.ref, str) else f"<{type(ck.ref).__name__}>"
+    return CheckpointPoint(ck.step, source, layer_points, ck.test_loss, ck.test_accuracy)
+
+
+@dataclass
+class WatchResult:
+    """Trajectories of one run at one λ, and the recommended checkpoint.
+
+    Attributes:
+        trajectory: the scored checkpoints.
+        lam: the prior precision of h*, F∞ and BFE-W; None when none was given (no recommendation).
+        lam_source: ``given``, ``calibrated`` or None.
+        recommendation: the rule's choice (None when ``lam`` is None).
+        layers: the layer selection used.
+    """
+
+    trajectory: Trajectory
+    lam: Optional[float]
+    lam_source: Optional[str]
+    recommendation: Optional[Recommendation]
+    layers: str = "head"
+
+    def comparison(self) -> Optional[dict[str, Any]]:
+        """Test metrics at the recommended and the best checkpoint (None without test losses)."""
+        loss = self.trajectory.test_losses()
+        rec = self.recommendation
+        if not np.any(np.isfinite(loss)) or rec is None or rec.index is None:
+            return None
+        best = int(np.nanargmin(loss))
+        acc = [p.test_accuracy for p in self.trajectory.points]
+        return {
+            "best_step": self.trajectory.steps[best], "best_test_loss": float(loss[best]),
+            "best_test_accuracy": acc[best],
+            "recommended_step": rec.step, "recommended_test_loss": float(loss[rec.index]),
+            "recommended_test_accuracy": acc[rec.index],
+            "test_loss_gap": float(loss[rec.index] - loss[best]),
+            "steps_from_best": self.trajectory.steps[rec.index] - self.trajectory.steps[best],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape: ``{"run", "lambda", "checkpoints": [...], "recommended": {...}, ...}``."""
+        from wbfe.report import json_ready
+
+        rec = self.recommendation
+        checkpoints = [{"step": p.step, "source": p.source, "test_loss": p.test_loss,
+                        "test_accuracy": p.test_accuracy,
+                        "layers": [layer.columns(self.lam) for layer in p.layers]} for p in self.trajectory.points]
+        recommended = ({"step": None, "reason": "no lambda given: pass --lambda FLOAT or --lambda calibrated"}
+                       if rec is None else {"step": rec.step, "crossed": rec.crossed, "reason": rec.reason})
+        return json_ready({
+            "run": self.trajectory.run, "lambda": self.lam, "lambda_source": self.lam_source,
+            "layer_selection": self.layers,
+            "rule": "first checkpoint (step order) where the median over the selected layers of log(h/h*) <= 0",
+            "checkpoints": checkpoints, "recommended": recommended, "comparison": self.comparison(),
+        })
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """Standard JSON (non-finite numbers as null)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat row per (checkpoint, layer) for tables and CSV."""
+        out = []
+        rec_step = self.recommendation.step if self.recommendation else None
+        for p in self.trajectory.points:
+            for layer in p.layers:
+                cols = layer.columns(self.lam)
+                cols.pop("reasons", None)
+                out.append({"step": p.step, **cols, "test_loss": p.test_loss,
+                            "keep": "<==" if p.step == rec_step else ""})
+        return out
+
+    def table(self) -> str:
+        """A text table of the trajectories, then the recommendation and the comparison."""
+        from wbfe.report import text_table
+
+        columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h", "h_star", "f_inf", "bfe", "alpha"]
+        if np.any(np.isfinite(self.trajectory.test_losses())):
+            columns.append("test_loss")
+        columns.append("keep")
+        lam = "none" if self.lam is None else f"{self.lam:.6g} ({self.lam_source})"
+        lines = [f"run: {self.trajectory.run}   lambda: {lam}   layers: {self.layers}", "",
+                 text_table(self.rows(), columns), ""]
+        rec = self.to_dict()["recommended"]
+        lines.append(f"recommended step: {rec['step'] if rec['step'] is not None else '-'} — {rec['reason']}")
+        comp = self.comparison()
+        if comp is not None:
+            lines.append(f"best test loss at step {comp['best_step']} ({comp['best_test_loss']:.4f}); "
+                         f"recommended: {comp['recommended_test_loss']:.4f} (gap {comp['test_loss_gap']:+.4f})")
+        return "\n".join(lines) + "\n"
+
+
+def _check_lambda(lam: Any) -> float:
+    value = _float(lam)
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidOptionError(f"lambda must be a positive number, not {lam!r}")
+    return value
+
+
+def result_at(traj: Trajectory, lam: Optional[float], *, lam_source: Optional[str] = None,
+              layers: str = "head") -> WatchResult:
+    """Apply the rule to a scored trajectory at ``lam`` (no recommendation when ``lam`` is None)."""
+    if lam is None:
+        return WatchResult(traj, None, None, None, layers)
+    lam = _check_lambda(lam)
+    rec = recommend(traj.steps, traj.critical_lambdas(), lam)
+    return WatchResult(traj, lam, lam_source or "given", rec, layers)
+
+
+def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: str = "head",
+          head: Optional[str] = None, device: str = "auto",
+          progress: Optional[Callable[[int, int, int], None]] = None) -> WatchResult:
+    """Score a run's checkpoints and recommend the one to keep.
+
+    Args:
+        run: a folder of checkpoints, a run CSV, or ``org/name@rev1,org/name@rev2`` (see :mod:`wbfe.watch_runs`).
+        lam: prior precision λ of h*(λ) = h*(1)/λ; None gives trajectories without a recommendation.
+        layers: ``head``, ``all`` or a regular expression on tensor names.
+        head: the head's tensor name, overriding the built-in rule.
+        device: eigen-solve device.
+        progress: called with (done, total, step) after each checkpoint.
+
+    Returns:
+        A :class:`WatchResult`.
+
+    Raises:
+        InvalidOptionError: a bad λ or layer selection; the errors of :func:`trajectory`.
+    """
+    if lam is not None:
+        lam = _check_lambda(lam)
+    traj = trajectory(run, layers=layers, head=head, device=device, progress=progress)
+    return result_at(traj, lam, layers=layers)

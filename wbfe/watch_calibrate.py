@@ -1,0 +1,113 @@
+"""λ calibration over several runs with test losses: leave one run out, report the held-out gap.
+
+The rule itself (first checkpoint with h_t ≤ h*(λ)) and the grid search are in
+:mod:`wbfe.watch_rule`; this module reads the runs, scores them and packages the result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError, SourceNotFoundError
+from wbfe.watch import Trajectory, trajectory
+from wbfe.watch_rule import Calibration, calibrate_lambda
+from wbfe.watch_runs import Run, discover_run, run_from_rows
+
+__all__ = ["CalibrationReport", "calibrate", "read_runs_csv"]
+
+
+@dataclass
+class CalibrationReport:
+    """Leave-one-run-out λ calibration over several runs, with their trajectories."""
+
+    calibration: Calibration
+    trajectories: list[Trajectory]
+    layers: str = "head"
+
+    def to_dict(self) -> dict[str, Any]:
+        from wbfe.report import json_ready
+
+        cal = self.calibration
+        runs = [{"run": r.name, "lambda": r.lam, "recommended_step": r.recommended_step, "best_step": r.best_step,
+                 "recommended_test_loss": r.recommended_loss, "best_test_loss": r.best_loss, "test_loss_gap": r.gap}
+                for r in cal.held_out]
+        gaps = np.array([r.gap for r in cal.held_out])
+        return json_ready({
+            "layer_selection": self.layers, "lambda_all_runs": cal.lam_all,
+            "held_out_gap_mean": float(np.nanmean(gaps)), "held_out_gap_median": float(np.nanmedian(gaps)),
+            "runs": runs, "grid": cal.grid.tolist(), "mean_gap": cal.mean_gap.tolist(),
+        })
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def table(self) -> str:
+        from wbfe.report import text_table
+
+        d = self.to_dict()
+        cols = ("run", "lambda", "recommended_step", "best_step", "recommended_test_loss", "best_test_loss",
+                "test_loss_gap")
+        return (text_table(d["runs"], cols) + "\n\n"
+                f"held-out test-loss gap: mean {d['held_out_gap_mean']:.4f}, median {d['held_out_gap_median']:.4f}; "
+                f"lambda chosen on all runs: {d['lambda_all_runs']:.6g}\n")
+
+
+def read_runs_csv(path: Union[str, Path]) -> list[Run]:
+    """The runs listed in a calibration CSV.
+
+    Two layouts: one row per run with a ``run`` column (a run folder or run CSV, relative to this
+    file), or one row per checkpoint with ``run``, ``step``, ``test_loss`` and optional
+    ``checkpoint`` / ``test_accuracy`` columns.
+
+    Raises:
+        InvalidOptionError: no ``run`` column, or a malformed row. The errors of :func:`discover_run`.
+    """
+    import csv
+
+    path = Path(path)
+    if not path.is_file():
+        raise SourceNotFoundError(f"no such file: {path}", path=str(path))
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = [f.strip() for f in (reader.fieldnames or [])]
+        rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
+    if "run" not in fields:
+        raise InvalidOptionError(f"{path}: a runs CSV needs a 'run' column (found: {', '.join(fields) or 'none'})")
+    if "step" not in fields:
+        runs = []
+        for row in rows:
+            target = Path(row["run"])
+            runs.append(discover_run(target if target.is_absolute() else path.parent / target))
+        return runs
+    grouped: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        grouped.setdefault(row["run"], []).append(row)
+    return [run_from_rows(path, group, name) for name, group in grouped.items()]
+
+
+def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]], *, layers: str = "head",
+              head: Optional[str] = None, device: str = "auto", grid: Optional[np.ndarray] = None) -> CalibrationReport:
+    """Choose λ by leave-one-run-out over runs that have a test loss at every checkpoint.
+
+    Args:
+        runs: a calibration CSV (:func:`read_runs_csv`), or runs / scored trajectories.
+        layers, head, device: as :func:`score_checkpoint`.
+        grid: λ values; default a log grid covering every run's critical λ.
+
+    Returns:
+        A :class:`CalibrationReport`: per held-out run the λ chosen on the others, its recommended
+        and best step and the test-loss gap; and the λ chosen on all runs.
+
+    Raises:
+        InvalidOptionError: fewer than two runs, or a run without test losses.
+    """
+    items = read_runs_csv(runs) if isinstance(runs, (str, Path)) else list(runs)
+    trajs = [x if isinstance(x, Trajectory) else trajectory(x, layers=layers, head=head, device=device) for x in items]
+    cal = calibrate_lambda([t.run for t in trajs], [t.steps for t in trajs], [t.critical_lambdas() for t in trajs],
+                           [t.test_losses() for t in trajs], grid=grid)
+    return CalibrationReport(cal, trajs, layers)

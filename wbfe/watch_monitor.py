@@ -1,0 +1,92 @@
+"""Record the watch quantities inside a training loop (plain PyTorch, or Lightning when installed)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from wbfe.errors import InvalidOptionError, MissingDependencyError
+from wbfe.watch import CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at, score_checkpoint
+from wbfe.watch_runs import CheckpointRef
+
+__all__ = ["Monitor", "lightning_callback"]
+
+
+class Monitor:
+    """Record the watch quantities inside a training loop, without saving checkpoints.
+
+    Example:
+        >>> monitor = Monitor(model, every=1, layers="all")          # doctest: +SKIP
+        >>> for epoch in range(epochs):                              # doctest: +SKIP
+        ...     train_one_epoch(model)
+        ...     monitor(epoch, test_loss=evaluate(model))            # test_loss is optional
+        >>> monitor.result(lam=0.5).recommendation                   # doctest: +SKIP
+    """
+
+    def __init__(self, model: Any, *, every: int = 1, layers: str = "head", head: Optional[str] = None,
+                 device: str = "cpu", name: str = "monitor") -> None:
+        """Store the settings.
+
+        Args:
+            model: an ``nn.Module`` (or a state dict) that training updates in place.
+            every: record when ``step % every == 0``.
+            layers: ``head``, ``all`` or a regular expression on tensor names.
+            head: the head's tensor name, overriding the built-in rule.
+            device: eigen-solve device.
+            name: the run name in results.
+
+        Raises:
+            InvalidOptionError: ``every`` is not a positive integer.
+        """
+        if not isinstance(every, int) or every < 1:
+            raise InvalidOptionError(f"every must be a positive integer, not {every!r}")
+        self.model, self.every, self.layers, self.head, self.device = model, every, layers, head, device
+        self.trajectory = Trajectory(run=name)
+
+    def __call__(self, step: int, *, test_loss: float = math.nan,
+                 test_accuracy: float = math.nan) -> Optional[CheckpointPoint]:
+        """Record at ``step`` if it is a multiple of ``every``; return the new point or None."""
+        if step % self.every:
+            return None
+        return self.record(step, test_loss=test_loss, test_accuracy=test_accuracy)
+
+    def record(self, step: int, *, test_loss: float = math.nan, test_accuracy: float = math.nan) -> CheckpointPoint:
+        """Score the model's current weights now and append them at ``step``.
+
+        Raises:
+            InvalidOptionError: ``step`` is not after the last recorded step.
+        """
+        if self.trajectory.points and step <= self.trajectory.points[-1].step:
+            raise InvalidOptionError(f"step {step} is not after the last recorded step {self.trajectory.points[-1].step}")
+        import torch
+
+        with torch.no_grad():
+            layer_points = score_checkpoint(self.model, layers=self.layers, head=self.head, device=self.device)
+        point = checkpoint_point(CheckpointRef(step, self.model, test_loss, test_accuracy), layer_points)
+        self.trajectory.points.append(point)
+        return point
+
+    def result(self, lam: Optional[float] = None) -> WatchResult:
+        """The recorded trajectory at ``lam`` with the rule's recommendation."""
+        return result_at(self.trajectory, lam, layers=self.layers)
+
+
+def lightning_callback(monitor: Monitor) -> Any:
+    """A Lightning ``Callback`` that calls ``monitor(trainer.current_epoch)`` after every training epoch.
+
+    Raises:
+        MissingDependencyError: neither ``lightning`` nor ``pytorch_lightning`` is installed.
+    """
+    try:
+        from lightning.pytorch import Callback
+    except ImportError:
+        try:
+            from pytorch_lightning import Callback
+        except ImportError:
+            raise MissingDependencyError("the Lightning callback needs lightning (pip install lightning)") from None
+
+    class WatchCallback(Callback):  # type: ignore[misc, valid-type]
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            monitor(int(trainer.current_epoch))
+
+    return WatchCallback()
