@@ -1,0 +1,201 @@
+"""``wbfe theory solve|curve|hmc|student|scaling``: the Bayes-optimal teacher–student model (MATH.md §6)."""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from wbfe.errors import InvalidOptionError
+from wbfe_cli.theory import app
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Readout(str, Enum):
+    power = "power"
+    dense = "dense"
+    exp = "exp"
+    sparse = "sparse"
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidOptionError(f"{name} must be comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise InvalidOptionError(f"{name} must not be empty")
+    return values
+
+
+def _ints(text: str, name: str) -> list[int]:
+    values = _floats(text, name)
+    if any(v != int(v) for v in values):
+        raise InvalidOptionError(f"{name} must be comma-separated integers, got {text!r}")
+    return [int(v) for v in values]
+
+
+def _num(x: Any) -> str:
+    return f"{x:.6g}" if isinstance(x, float) and math.isfinite(x) else str(x)
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=1))
+
+
+def _print_pairs(pairs: list[tuple[str, Any]]) -> None:
+    width = max(len(k) for k, _ in pairs)
+    for key, value in pairs:
+        typer.echo(f"{key:<{width}}  {_num(value)}")
+
+
+@app.command("solve")
+def solve_cmd(
+    beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
+    delta: float = typer.Option(0.04, help="noise variance Delta"),
+    d: int = typer.Option(200, help="input dimension"),
+    k: int = typer.Option(100, help="teacher width"),
+    r: Optional[float] = typer.Option(None, help="n/(kd) (default 0.5 unless --n is given)"),
+    n: Optional[float] = typer.Option(None, help="number of samples (instead of --r)"),
+    activation: str = typer.Option("tanh2", help="tanh2, tanh, erf or relu"),
+    readout: Readout = typer.Option(Readout.power, help="readout family"),
+    rate: float = typer.Option(0.2, help="decay rate of the exp readout"),
+    nonzeros: int = typer.Option(3, help="non-zeros of the sparse readout"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
+) -> None:
+    """Solve the fixed point: eps^BO, every crossing, q_i, snr_i, k_c."""
+    from wbfe.theory.teacher_student import readout as make_readout
+    from wbfe.theory.teacher_student import solve
+
+    if r is None and n is None:
+        r = 0.5
+    sol = solve(make_readout(readout.value, k, beta=beta, rate=rate, nonzeros=nonzeros), delta=delta, d=d, n=n, r=r,
+                activation=activation)
+    if fmt is Format.json:
+        _print_json(sol.to_dict())
+        return
+    _print_pairs([("eps", sol.eps), ("eps_all", ", ".join(_num(e) for e in sol.eps_all)), ("k_c", sol.k_c),
+                  ("n", sol.n), ("r", sol.r), ("lambda_sigma", sol.lambda_sigma), ("q_sigma", sol.q_sigma),
+                  ("g1", sol.g1), ("q[:10]", " ".join(f"{x:.4f}" for x in sol.q[:10]))])
+
+
+@app.command("curve")
+def curve_cmd(
+    output: Path = typer.Option(..., "--output", help="folder for the PNGs and curve.json"),
+    beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
+    delta: float = typer.Option(0.04, help="noise variance Delta"),
+    d: int = typer.Option(200, help="input dimension"),
+    k: int = typer.Option(100, help="teacher width"),
+    r_min: float = typer.Option(0.01, help="smallest n/(kd)"),
+    r_max: float = typer.Option(100.0, help="largest n/(kd)"),
+    points: int = typer.Option(80, help="number of r values (log-spaced)"),
+    activation: str = typer.Option("tanh2", help="tanh2, tanh, erf or relu"),
+    readout: Readout = typer.Option(Readout.power, help="readout family"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
+) -> None:
+    """Sweep eps, q_i and k_c over r; plot the staircase, eps with fitted slopes, and k_c."""
+    from wbfe.plots.theory import write_curve
+
+    data = write_curve(output, beta=beta, delta=delta, d=d, k=k, r_min=r_min, r_max=r_max, points=points,
+                       activation=activation, readout_kind=readout.value)
+    if fmt is Format.json:
+        _print_json({"fit": data["fit"], "files": data["files"]})
+        return
+    fit = data["fit"] or {}
+    _print_pairs([("feature-learning slope", fit.get("feature_learning", "n/a")),
+                  ("  predicted", fit.get("feature_learning_predicted", "n/a")),
+                  ("refinement slope", fit.get("refinement", "n/a")),
+                  ("  predicted", fit.get("refinement_predicted", "n/a"))])
+    for f in data["files"]:
+        typer.echo(f"wrote {f}")
+
+
+@app.command("hmc")
+def hmc_cmd(
+    r_values: str = typer.Option("0.5,2,5", "--r-values", help="comma-separated n/(kd) values"),
+    d: int = typer.Option(40, help="input dimension"),
+    k: int = typer.Option(20, help="teacher width"),
+    delta: float = typer.Option(0.04, help="noise variance Delta"),
+    beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
+    seeds: str = typer.Option("0,1,2", help="comma-separated seeds (one teacher and data set each)"),
+    warmup: int = typer.Option(600, help="HMC iterations with step-size adaptation"),
+    samples: int = typer.Option(300, help="HMC iterations after warm-up"),
+    device: str = typer.Option("cpu", help="cpu, cuda or auto"),
+    output: Optional[Path] = typer.Option(None, "--output", help="folder for hmc.png and hmc.json"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
+) -> None:
+    """HMC posterior sampling: Gibbs error/2 against the fixed point's eps."""
+    from wbfe.plots.theory import write_hmc
+
+    data = write_hmc(output, r_values=_floats(r_values, "--r-values"), d=d, k=k, delta=delta, beta=beta,
+                     seeds=_ints(seeds, "--seeds"), warmup=warmup, samples=samples, device=device)
+    if fmt is Format.json:
+        _print_json(data)
+        return
+    typer.echo(f"{'r':>8} {'n':>7} {'k_c':>4} {'eps_theory':>11} {'gibbs/2':>11} {'s.e.':>9} {'z':>6} {'accept':>6}")
+    for p in data["points"]:
+        typer.echo(f"{p['r']:>8.3g} {p['n']:>7d} {p['k_c']:>4d} {p['eps_theory']:>11.5f} {p['gibbs_half']:>11.5f} "
+                   f"{p['sem']:>9.2e} {p['z']:>6.2f} {p['accept_rate']:>6.2f}")
+    for f in data["files"]:
+        typer.echo(f"wrote {f}")
+
+
+@app.command("student")
+def student_cmd(
+    widths: str = typer.Option("1,2,4,6,8,12,16,24,32,48", help="comma-separated student widths"),
+    n: int = typer.Option(2000, help="number of samples"),
+    d: int = typer.Option(30, help="input dimension"),
+    k: int = typer.Option(30, help="teacher width"),
+    delta: float = typer.Option(0.05, help="noise variance Delta"),
+    beta: float = typer.Option(1.0, help="power-law exponent of the readout"),
+    seeds: str = typer.Option("0", help="comma-separated seeds"),
+    epochs: int = typer.Option(1000, help="full-batch Adam epochs"),
+    lr: float = typer.Option(0.01, help="Adam learning rate"),
+    device: str = typer.Option("cpu", help="cpu, cuda or auto"),
+    output: Optional[Path] = typer.Option(None, "--output", help="folder for student.png and student.json"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
+) -> None:
+    """Adam-trained students of several widths: test error against width, with k_c marked."""
+    from wbfe.plots.theory import write_student
+
+    data = write_student(output, widths=_ints(widths, "--widths"), d=d, k=k, n=n, delta=delta, beta=beta,
+                         seeds=_ints(seeds, "--seeds"), epochs=epochs, lr=lr, device=device)
+    if fmt is Format.json:
+        _print_json(data)
+        return
+    typer.echo(f"k_c (theory) = {data['k_c']}, eps^BO = {data['eps_theory']:.5g}, best width = {data['best_width']}")
+    typer.echo(f"{'width':>6} {'test error':>11}")
+    for w, e in zip(data["widths"], data["test_error"]):
+        typer.echo(f"{w:>6d} {e:>11.5f}")
+    for f in data["files"]:
+        typer.echo(f"wrote {f}")
+
+
+@app.command("scaling")
+def scaling_cmd(
+    d_values: str = typer.Option("100,200,400,800,1600,3200,6400", "--d-values", help="comma-separated d"),
+    r: float = typer.Option(4.0, help="n/(kd), held fixed"),
+    gamma: float = typer.Option(0.5, help="k/d"),
+    delta: float = typer.Option(0.04, help="noise variance Delta"),
+    activation: str = typer.Option("tanh2", help="tanh2, tanh, erf or relu"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
+) -> None:
+    """Table of the exponents of k_c(d) and eps(d) per readout family, fitted against predicted."""
+    from wbfe.theory.teacher_student import scaling_table
+
+    rows = scaling_table(_ints(d_values, "--d-values"), r=r, gamma=gamma, delta=delta, activation=activation)
+    if fmt is Format.json:
+        _print_json([row.to_dict() for row in rows])
+        return
+    typer.echo(f"{'family':<16} {'k_c fit':<12} {'k_c slope':>9} {'pred':>6} {'eps slope':>9} {'pred':>6}  note")
+    for row in rows:
+        typer.echo(f"{row.family:<16} {row.kc_axis:<12} {row.kc_slope:>9.3f} {row.kc_predicted:>6.2f} "
+                   f"{row.eps_slope:>9.3f} {row.eps_predicted:>6.2f}  {row.note}")

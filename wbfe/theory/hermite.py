@@ -1,0 +1,385 @@
+"""Hermite coefficients of an activation, the kernel g and the scalar channel m (MATH.md §6).
+
+With μ_ℓ = E[σ(z)·He_ℓ(z)] and the normalised coefficients c_ℓ = μ_ℓ/√ℓ!,
+
+    g(q) = E[σ̃(z₁)σ̃(z₂)] = Σ_{ℓ≥2} c_ℓ²·q^ℓ,   corr(z₁, z₂) = q,
+
+where σ̃ = σ − μ₀ − μ₁·x. The series is truncated at degree L and its remainder at q = 1,
+R = E[σ̃²] − Σ_{ℓ≤L} c_ℓ², is carried as one more term R·q^(L+1): g(1) is then exact and the error
+at q < 1 is at most R·q^(L+1) (the true remainder lies in [0, R·q^(L+1)]).
+
+The scalar channel m(λ) = argmax_{q∈[0,1)} {λ·g(q) + q + ln(1−q)} is 0 exactly for λ < λ_σ (that
+is the definition of λ_σ) and, above it, the solution of λ·g'(q)·(1−q) = q on the branch q ≥ q_σ.
+It is evaluated from a dense table of that branch, parametrised by u = −ln(1−q) so that q → 1
+keeps full precision; :meth:`Kernel.m_exact` is the brute-force global argmax used to check it.
+When μ₂ ≠ 0 the infimum defining λ_σ is reached as q → 0: λ_σ = 1/μ₂², q_σ = 0, and m switches on
+continuously (no jump).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable, Union
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError, unknown_name
+
+__all__ = [
+    "Activation",
+    "ACTIVATIONS",
+    "get_activation",
+    "hermite_coefficients",
+    "Kernel",
+    "kernel",
+    "kernel_quadrature",
+]
+
+ArrayLike = Union[float, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A pointwise activation in its numpy form and, when known, its torch form.
+
+    Attributes:
+        name: stable name (``tanh2``, ``erf``, ``relu``, ...; ``custom`` for a callable).
+        numpy: vectorised function of a float64 array.
+        torch: the same function of a torch tensor, or None when only numpy is known.
+        kinks: points where the function is not smooth (quadrature panels break there).
+    """
+
+    name: str
+    numpy: Callable[[np.ndarray], np.ndarray]
+    torch: Callable[[Any], Any] | None = None
+    kinks: tuple[float, ...] = ()
+
+
+def _erf_np(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+
+    return erf(x)
+
+
+def _torch_fn(name: str) -> Callable[[Any], Any]:
+    def fn(x: Any) -> Any:
+        import torch
+
+        if name == "tanh2":
+            return torch.tanh(2.0 * x)
+        if name == "tanh":
+            return torch.tanh(x)
+        if name == "erf":
+            return torch.erf(x)
+        return torch.relu(x)
+
+    return fn
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "tanh2": Activation("tanh2", lambda x: np.tanh(2.0 * x), _torch_fn("tanh2")),
+    "tanh": Activation("tanh", np.tanh, _torch_fn("tanh")),
+    "erf": Activation("erf", _erf_np, _torch_fn("erf")),
+    "relu": Activation("relu", lambda x: np.maximum(x, 0.0), _torch_fn("relu"), kinks=(0.0,)),
+}
+
+
+def get_activation(activation: Union[str, Activation, Callable[[np.ndarray], np.ndarray]]) -> Activation:
+    """Resolve a name, an :class:`Activation` or a numpy callable to an :class:`Activation`.
+
+    Raises:
+        UnknownNameError: an unknown activation name.
+    """
+    if isinstance(activation, Activation):
+        return activation
+    if isinstance(activation, str):
+        if activation not in ACTIVATIONS:
+            raise unknown_name("activation", activation, list(ACTIVATIONS))
+        return ACTIVATIONS[activation]
+    if callable(activation):
+        return Activation("custom", activation)
+    raise InvalidOptionError(f"activation must be a name or a callable, got {type(activation).__name__}")
+
+
+def _legendre_panels(lo: float, hi: float, breaks: tuple[float, ...], width: float, order: int) -> tuple[np.ndarray, np.ndarray]:
+    # Composite Gauss-Legendre: exact panels edges at the kinks keep piecewise-smooth integrands exact.
+    edges = sorted({lo, hi, *[b for b in breaks if lo < b < hi]})
+    x0, w0 = np.polynomial.legendre.leggauss(order)
+    xs, ws = [], []
+    for a, b in zip(edges[:-1], edges[1:]):
+        n_pan = max(1, int(math.ceil((b - a) / width)))
+        cuts = np.linspace(a, b, n_pan + 1)
+        half = 0.5 * np.diff(cuts)
+        mid = 0.5 * (cuts[:-1] + cuts[1:])
+        xs.append((mid[:, None] + half[:, None] * x0[None, :]).ravel())
+        ws.append((half[:, None] * w0[None, :]).ravel())
+    return np.concatenate(xs), np.concatenate(ws)
+
+
+def _normalised_coefficients(act: Activation, degree: int) -> tuple[np.ndarray, float]:
+    """c_ℓ = E[σ(z)·He_ℓ(z)]/√ℓ! for ℓ = 0..degree, and E[σ(z)²], by one quadrature."""
+    half_width = 2.0 * math.sqrt(degree + 1.0) + 14.0
+    z, w = _legendre_panels(-half_width, half_width, act.kinks, width=0.25, order=24)
+    message = "the activation must map a float64 array to finite values of the same shape"
+    try:
+        sig = np.asarray(act.numpy(z), dtype=np.float64)
+    except (TypeError, ValueError) as exc:  # e.g. math.tanh, which takes scalars only
+        raise InvalidOptionError(f"{message} ({exc})") from None
+    if sig.shape != z.shape or not np.all(np.isfinite(sig)):
+        raise InvalidOptionError(message)
+    # Orthonormal Hermite functions ψ_ℓ = h_ℓ·√φ stay bounded, so the recurrence never overflows.
+    root_phi = (2.0 * math.pi) ** -0.25 * np.exp(-0.25 * z * z)
+    weighted = w * sig * root_phi
+    coef = np.empty(degree + 1)
+    prev = np.zeros_like(z)
+    cur = root_phi.copy()
+    for ell in range(degree + 1):
+        coef[ell] = float(np.dot(weighted, cur))
+        nxt = (z * cur - math.sqrt(ell) * prev) / math.sqrt(ell + 1.0)
+        prev, cur = cur, nxt
+    second_moment = float(np.dot(w * sig * sig, root_phi * root_phi))
+    return coef, second_moment
+
+
+def hermite_coefficients(activation: Union[str, Activation, Callable], degree: int = 300) -> np.ndarray:
+    """Probabilists' Hermite coefficients μ_ℓ = E[σ(z)·He_ℓ(z)], z ~ N(0, 1), for ℓ = 0..degree.
+
+    Args:
+        activation: a name from :data:`ACTIVATIONS`, an :class:`Activation`, or a numpy callable.
+        degree: highest degree computed.
+
+    Returns:
+        float64 array of length ``degree + 1``.
+
+    Raises:
+        InvalidOptionError: ``degree`` < 2, or the activation does not return finite values.
+    """
+    if degree < 2:
+        raise InvalidOptionError(f"degree must be >= 2, got {degree}")
+    coef, _ = _normalised_coefficients(get_activation(activation), degree)
+    log_fact = np.array([math.lgamma(ell + 1.0) for ell in range(degree + 1)])
+    return coef * np.exp(0.5 * log_fact)
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """The kernel g of an activation and its scalar channel m (see the module docstring).
+
+    Attributes:
+        activation: the activation.
+        c2: squared normalised coefficients c_ℓ² for ℓ = 0..L (entries 0 and 1 are set to 0).
+        remainder: R = E[σ̃²] − Σ_{ℓ=2..L} c_ℓ² (≥ 0 up to rounding), carried as R·q^(L+1).
+        mu: μ₀, μ₁, μ₂ (the raw Hermite coefficients of degrees 0–2).
+    """
+
+    activation: Activation
+    c2: np.ndarray
+    remainder: float
+    mu: tuple[float, float, float]
+
+    @property
+    def degree(self) -> int:
+        """Truncation degree L of the series."""
+        return len(self.c2) - 1
+
+    @property
+    def g1(self) -> float:
+        """g(1) = E[σ̃(z)²]."""
+        return float(self.c2.sum() + self.remainder)
+
+    def _terms(self) -> tuple[np.ndarray, np.ndarray]:
+        powers = np.arange(self.degree + 2, dtype=np.float64)
+        weights = np.append(self.c2, self.remainder)
+        return powers, weights
+
+    def g(self, q: ArrayLike) -> np.ndarray:
+        """g(q) for q in [0, 1] (vectorised)."""
+        q = np.asarray(q, dtype=np.float64)
+        _, weights = self._terms()
+        return np.polynomial.polynomial.polyval(q, weights)
+
+    def g_prime(self, q: ArrayLike) -> np.ndarray:
+        """g'(q) (vectorised)."""
+        q = np.asarray(q, dtype=np.float64)
+        powers, weights = self._terms()
+        return np.polynomial.polynomial.polyval(q, (powers * weights)[1:])
+
+    def deficit(self, s: ArrayLike) -> np.ndarray:
+        """g(1) − g(1 − s), accurate also when s = 1 − q is far below machine precision of q."""
+        s = np.asarray(s, dtype=np.float64)
+        powers, weights = self._terms()
+        log_q = np.log1p(-np.clip(s, 0.0, 1.0))[..., None]
+        with np.errstate(invalid="ignore"):
+            one_minus_qell = -np.expm1(powers * log_q)
+        one_minus_qell = np.where(np.isfinite(one_minus_qell), one_minus_qell, 1.0)
+        return one_minus_qell @ weights
+
+    def potential(self, lam: ArrayLike, q: ArrayLike) -> np.ndarray:
+        """λ·g(q) + q + ln(1 − q), the function m maximises."""
+        q = np.asarray(q, dtype=np.float64)
+        return np.asarray(lam) * self.g(q) + q + np.log1p(-q)
+
+    @cached_property
+    def threshold(self) -> tuple[float, float]:
+        """(λ_σ, q_σ): λ_σ = inf_{q∈(0,1)} (−q − ln(1−q))/g(q), q_σ its minimiser (0 when μ₂ ≠ 0)."""
+        from scipy.optimize import minimize_scalar
+
+        def ratio(q: np.ndarray) -> np.ndarray:
+            return (-np.log1p(-q) - q) / self.g(q)
+
+        u = np.concatenate([np.geomspace(1e-6, 1.0, 400), np.linspace(1.0, 30.0, 2000)[1:]])
+        q = -np.expm1(-u)
+        vals = ratio(q)
+        i = int(np.argmin(vals))
+        limit0 = 1.0 / (2.0 * self.c2[2]) if self.c2[2] > 0 else math.inf
+        if i == 0 or limit0 <= vals[i] * (1 + 1e-12):
+            return float(min(limit0, vals[0])), 0.0
+        lo, hi = q[max(i - 1, 0)], q[min(i + 1, len(q) - 1)]
+        res = minimize_scalar(lambda x: float(ratio(np.array(x))), bounds=(lo, hi), method="bounded",
+                              options={"xatol": 1e-13})
+        return float(res.fun), float(res.x)
+
+    @property
+    def lambda_sigma(self) -> float:
+        """λ_σ, where m switches on."""
+        return self.threshold[0]
+
+    @property
+    def q_sigma(self) -> float:
+        """q_σ = m(λ_σ⁺): the size of the jump (0 for a continuous onset)."""
+        return self.threshold[1]
+
+    @cached_property
+    def _table(self) -> tuple[Any, Any, float, float]:
+        from scipy.interpolate import CubicSpline
+
+        q_sig = self.q_sigma
+        u_lo = -math.log1p(-q_sig) if q_sig > 0 else 1e-9
+        if q_sig > 0:
+            u = np.linspace(u_lo, 60.0, 12000)
+        else:
+            u = np.concatenate([np.geomspace(u_lo, 1.0, 3000), np.linspace(1.0, 60.0, 10000)[1:]])
+        s = np.exp(-u)
+        q = -np.expm1(-u)
+        lam = q / (s * self.g_prime(q))
+        if q_sig == 0.0:
+            lam[0] = max(lam[0], self.lambda_sigma)
+        x = np.log(lam)
+        if not np.all(np.diff(x) > 0):
+            raise InvalidOptionError(
+                f"activation {self.activation.name!r}: the branch of m above lambda_sigma is not monotone "
+                "(a second transition); not supported"
+            )
+        log_def = np.log(self.deficit(s))
+        return CubicSpline(x, u), CubicSpline(u, log_def), float(x[-1]), float(self.g_prime(1.0))
+
+    def m(self, lam: ArrayLike) -> np.ndarray:
+        """m(λ), vectorised: 0 for λ < λ_σ, the global argmax (≥ q_σ) for λ ≥ λ_σ."""
+        return -np.expm1(-self._log_one_minus_m(lam))
+
+    def deficit_at(self, lam: ArrayLike) -> np.ndarray:
+        """g(1) − g(m(λ)), vectorised and accurate when m(λ) is within 1e-16 of 1."""
+        lam = np.asarray(lam, dtype=np.float64)
+        u = self._log_one_minus_m(lam)
+        u_of_x, logdef_of_u, x_max, gp1 = self._table
+        out = np.full(lam.shape, self.g1)
+        on = u > 0
+        inside = on & (u <= 60.0)
+        out[inside] = np.exp(logdef_of_u(u[inside]))
+        far = u > 60.0
+        out[far] = gp1 * np.exp(-u[far])
+        return out
+
+    def _log_one_minus_m(self, lam: ArrayLike) -> np.ndarray:
+        # Returns u = −ln(1 − m(λ)) (0 where m = 0).
+        lam = np.asarray(lam, dtype=np.float64)
+        u_of_x, _, x_max, gp1 = self._table
+        u = np.zeros(lam.shape)
+        on = lam >= self.lambda_sigma
+        with np.errstate(divide="ignore"):
+            x = np.log(np.where(on, lam, 1.0))
+        inside = on & (x <= x_max)
+        u[inside] = u_of_x(x[inside])
+        far = on & (x > x_max)
+        u[far] = x[far] + math.log(gp1)  # 1 − q ≈ 1/(λ·g'(1)) as q → 1
+        return u
+
+    def m_exact(self, lam: float) -> float:
+        """m(λ) by brute force: the global argmax of the potential on a dense grid, then refined.
+
+        This is the definition itself and is slow; it checks :meth:`m`.
+        """
+        from scipy.optimize import minimize_scalar
+
+        u = np.concatenate([np.geomspace(1e-8, 1.0, 2000), np.linspace(1.0, 36.0, 8000)[1:]])
+        q = -np.expm1(-u)
+        pot = lam * self.g(q) + q - u  # ln(1 − q) = −u
+        i = int(np.argmax(pot))
+        if pot[i] <= 0.0:  # q = 0 gives potential λ·g(0) = 0
+            return 0.0
+        lo, hi = u[max(i - 1, 0)], u[min(i + 1, len(u) - 1)]
+        res = minimize_scalar(lambda t: -float(lam * self.g(-math.expm1(-t)) - t - math.expm1(-t)),
+                              bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
+        return float(-math.expm1(-res.x))
+
+
+def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: int = 300) -> Kernel:
+    """Build the :class:`Kernel` of an activation (cached per name and degree).
+
+    Args:
+        activation: a name from :data:`ACTIVATIONS`, an :class:`Activation`, or a numpy callable.
+        degree: truncation degree L of the Hermite series.
+
+    Returns:
+        The kernel, with g, g', m, λ_σ and q_σ.
+
+    Raises:
+        InvalidOptionError: ``degree`` < 2, a non-finite activation, or a g that vanishes.
+        UnknownNameError: an unknown activation name.
+    """
+    act = get_activation(activation)
+    key = (act.name, degree) if act.name != "custom" else None
+    if key is not None and key in _KERNELS:
+        return _KERNELS[key]
+    if degree < 2:
+        raise InvalidOptionError(f"degree must be >= 2, got {degree}")
+    coef, second = _normalised_coefficients(act, degree)
+    c2 = coef**2
+    mu = (float(coef[0]), float(coef[1]), float(coef[2] * math.sqrt(2.0)))
+    c2[:2] = 0.0
+    remainder = max(second - coef[0] ** 2 - coef[1] ** 2 - float(c2.sum()), 0.0)
+    if c2.sum() + remainder <= 1e-14:
+        raise InvalidOptionError(f"activation {act.name!r} is affine: its kernel g vanishes")
+    out = Kernel(act, c2, float(remainder), mu)
+    if key is not None:
+        _KERNELS[key] = out
+    return out
+
+
+_KERNELS: dict[tuple[str, int], Kernel] = {}
+
+
+def kernel_quadrature(activation: Union[str, Activation, Callable], q: float, *, nodes: int = 300) -> float:
+    """g(q) by 2-D Gauss–Hermite quadrature: an independent path to check the Hermite series.
+
+    Args:
+        activation: the activation.
+        q: correlation in [0, 1].
+        nodes: Gauss–Hermite nodes per dimension (numpy builds the rule accurately up to about 350).
+
+    Returns:
+        E[σ̃(z₁)σ̃(z₂)] with z₁ = x, z₂ = q·x + √(1−q²)·y, μ₀ and μ₁ taken from the same rule.
+    """
+    act = get_activation(activation)
+    x, w = np.polynomial.hermite_e.hermegauss(nodes)
+    w = w / w.sum()
+    mu0 = float(np.dot(w, act.numpy(x)))
+    mu1 = float(np.dot(w, act.numpy(x) * x))
+
+    def tilde(t: np.ndarray) -> np.ndarray:
+        return act.numpy(t) - mu0 - mu1 * t
+
+    z2 = q * x[:, None] + math.sqrt(max(1.0 - q * q, 0.0)) * x[None, :]
+    return float(np.einsum("i,j,i,ij->", w, w, tilde(x), tilde(z2)))

@@ -1,0 +1,274 @@
+"""Posterior sampling of the teacher–student model by Hamiltonian Monte Carlo (MATH.md §6 checks).
+
+A teacher y = vᵀσ̃(W⁰x/√d) + √Δ·z with W⁰ = √d·(orthonormal rows), x ~ N(0, I_d), and σ̃ the
+activation without its Hermite components of degree 0 and 1 (the part ε^BO is about). The
+posterior over W under the prior N(0, 1) per entry is sampled by HMC with the teacher's v known.
+The Gibbs error of a posterior sample, E_x[(f_W(x) − f_W⁰(x))²], is twice the Bayes-optimal error,
+so its half is compared with the fixed point's ε. As in the authors' checks, the chain starts
+informed: the rows the theory says are learned (qᵢ > 0) start at the teacher's, the others at random.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError
+from wbfe.theory.hermite import kernel
+from wbfe.theory.teacher_student import ActivationLike, readout, solve
+
+__all__ = ["resolve_device", "Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]
+
+
+def resolve_device(device: str = "cpu") -> Any:
+    """``cpu``, ``cuda`` (an error when absent) or ``auto`` (cuda when available) as a torch device.
+
+    Raises:
+        InvalidOptionError: an unknown device string, or ``cuda`` without a CUDA device.
+    """
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        return torch.device("cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InvalidOptionError(f"device {device!r} asked but no CUDA device is available")
+        return torch.device(device)
+    raise InvalidOptionError(f"device must be cpu, cuda or auto, got {device!r}")
+
+
+@dataclass
+class Teacher:
+    """A teacher network and its data, as torch tensors on one device.
+
+    Attributes:
+        w0: k×d teacher weights, rows of norm √d (pre-activations w·x/√d ~ N(0, 1)).
+        v: readout (length k).
+        x, y: training inputs (n×d) and noisy labels (n).
+        x_test, f_test: test inputs and the noiseless teacher output on them.
+        mu: (μ₀, μ₁) removed from the activation when ``centred``.
+    """
+
+    w0: Any
+    v: Any
+    x: Any
+    y: Any
+    x_test: Any
+    f_test: Any
+    act: Any
+    mu: tuple[float, float]
+    centred: bool
+
+    def output(self, w: Any, x: Any) -> Any:
+        """vᵀσ(Wx/√d) (with σ̃ in place of σ when ``centred``), batched over the rows of x."""
+        pre = x @ w.T / math.sqrt(x.shape[1])
+        h = self.act(pre)
+        if self.centred:
+            h = h - self.mu[0] - self.mu[1] * pre
+        return h @ self.v
+
+
+def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: ActivationLike = "tanh2",
+                 n_test: int = 20000, centred: bool = True, seed: int = 0, device: str = "cpu") -> Teacher:
+    """Draw an orthonormal-row teacher and its data with a seeded generator.
+
+    Args:
+        v: readout of length k ≤ d.
+        d: input dimension.
+        n: training samples.
+        delta: label-noise variance Δ ≥ 0.
+        activation: a named activation with a torch form.
+        n_test: test inputs for the generalisation error.
+        centred: remove the activation's degree-0 and degree-1 Hermite parts (σ̃), as ε^BO does.
+        seed: seed of every random draw.
+        device: ``cpu``, ``cuda`` or ``auto``.
+
+    Raises:
+        InvalidOptionError: k > d, non-positive sizes, or an activation without a torch form.
+    """
+    import torch
+
+    kern = kernel(activation)
+    if kern.activation.torch is None:
+        raise InvalidOptionError(f"activation {kern.activation.name!r} has no torch form; use a named one")
+    k = len(v)
+    if not (1 <= k <= d and n >= 1 and n_test >= 1 and delta >= 0):
+        raise InvalidOptionError(f"need 1 <= k <= d, n >= 1, n_test >= 1 and delta >= 0 (k={k}, d={d}, n={n})")
+    dev = resolve_device(device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(d, k, generator=gen, dtype=torch.float64))
+    w0 = (math.sqrt(d) * q.T).to(dev)
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64).to(dev)
+    z = torch.randn(n, generator=gen, dtype=torch.float64).to(dev)
+    x_test = torch.randn(n_test, d, generator=gen, dtype=torch.float64).to(dev)
+    vt = torch.as_tensor(np.asarray(v, dtype=np.float64), device=dev)
+    t = Teacher(w0, vt, x, None, x_test, None, kern.activation.torch, (kern.mu[0], kern.mu[1]), centred)
+    t.y = t.output(w0, x) + math.sqrt(delta) * z
+    t.f_test = t.output(w0, x_test)
+    return t
+
+
+@dataclass(frozen=True)
+class HMCRun:
+    """One HMC chain: the Gibbs error/2 of its kept samples and the sampler's statistics.
+
+    ``w2_mean`` is the mean squared entry of W over the kept samples (1 under the prior).
+    """
+
+    gibbs_half: float
+    trace: np.ndarray
+    w2_mean: float
+    accept_rate: float
+    step_size: float
+    informed_rows: int
+    n: int
+    d: int
+    k: int
+
+
+def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int = 1000, samples: int = 400,
+            leapfrog: int = 10, step_size: float = 0.01, target_accept: float = 0.75, every: int = 10,
+            seed: int = 0) -> HMCRun:
+    """Sample the posterior over W by HMC and measure the Gibbs error/2 of the samples.
+
+    The step size adapts during ``warmup`` (multiplicatively, towards ``target_accept``) and is then
+    frozen; one sample in ``every`` of the ``samples`` iterations after warm-up is kept.
+
+    Args:
+        teacher: the teacher and data from :func:`make_teacher`.
+        delta: the noise variance Δ the likelihood assumes (the teacher's, for Bayes-optimality).
+        informed_rows: rows initialised at the teacher's (the learned ones); the rest from the prior.
+        warmup, samples: iterations before and after the step size is frozen.
+        leapfrog: leapfrog steps per iteration.
+        step_size: initial step size.
+        target_accept: acceptance rate the adaptation aims at.
+        every: thinning of the kept samples.
+        seed: seed of the momenta, the accept draws and the uninformed rows.
+
+    Returns:
+        The :class:`HMCRun`.
+
+    Raises:
+        InvalidOptionError: non-positive counts, fewer ``samples`` than ``every``, Δ ≤ 0, or
+            ``informed_rows`` outside [0, k].
+    """
+    import torch
+
+    k, d = teacher.w0.shape
+    if not (warmup >= 0 and leapfrog >= 1 and 1 <= every <= samples and step_size > 0 and delta > 0):
+        raise InvalidOptionError("need warmup >= 0, leapfrog >= 1, 1 <= every <= samples, step_size > 0 and delta > 0")
+    if not 0 <= informed_rows <= k:
+        raise InvalidOptionError(f"informed_rows must be in [0, {k}], got {informed_rows}")
+    dev = teacher.w0.device
+    gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
+    w = torch.randn(k, d, generator=gen, dtype=torch.float64).to(dev)
+    w[:informed_rows] = teacher.w0[:informed_rows]
+
+    def energy_grad(w_: Any) -> tuple[Any, Any]:
+        w_ = w_.detach().requires_grad_(True)
+        res = teacher.output(w_, teacher.x) - teacher.y
+        u = 0.5 * (w_ * w_).sum() + (res * res).sum() / (2.0 * delta)
+        (grad,) = torch.autograd.grad(u, w_)
+        return u.detach(), grad
+
+    u_cur, g_cur = energy_grad(w)
+    trace, w2, accepted, kept_steps = [], [], 0, 0
+    eps = step_size
+    for it in range(warmup + samples):
+        p = torch.randn(k, d, generator=gen, dtype=torch.float64).to(dev)
+        h0 = u_cur + 0.5 * (p * p).sum()
+        w_new, g_new = w.clone(), g_cur
+        p = p - 0.5 * eps * g_new
+        for step in range(leapfrog):
+            w_new = w_new + eps * p
+            u_new, g_new = energy_grad(w_new)
+            if step < leapfrog - 1:
+                p = p - eps * g_new
+        p = p - 0.5 * eps * g_new
+        h1 = u_new + 0.5 * (p * p).sum()
+        log_ratio = float(h0 - h1)
+        accept_prob = math.exp(min(0.0, log_ratio)) if math.isfinite(log_ratio) else 0.0
+        if float(torch.rand(1, generator=gen)) < accept_prob:
+            w, u_cur, g_cur = w_new, u_new, g_new
+            if it >= warmup:
+                accepted += 1
+        if it < warmup:
+            eps *= math.exp(0.05 * (accept_prob - target_accept))
+        else:
+            kept_steps += 1
+            if (it - warmup) % every == every - 1:
+                with torch.no_grad():
+                    diff = teacher.output(w, teacher.x_test) - teacher.f_test
+                    trace.append(0.5 * float((diff * diff).mean()))
+                    w2.append(float((w * w).mean()))
+    arr = np.asarray(trace)
+    return HMCRun(float(arr.mean()), arr, float(np.mean(w2)), accepted / max(kept_steps, 1), eps, informed_rows,
+                  int(teacher.x.shape[0]), d, k)
+
+
+@dataclass(frozen=True)
+class HMCPoint:
+    """Theory against HMC at one sample size: ε^BO and the mean Gibbs error/2 over seeds."""
+
+    r: float
+    n: int
+    eps_theory: float
+    k_c: int
+    gibbs_half: float
+    sem: float
+    per_seed: tuple[float, ...]
+    accept_rate: float
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def z(self) -> float:
+        """(Gibbs error/2 − ε)/sem: the disagreement in units of the sampling error."""
+        return (self.gibbs_half - self.eps_theory) / self.sem if self.sem > 0 else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"r": self.r, "n": self.n, "eps_theory": self.eps_theory, "k_c": self.k_c,
+                "gibbs_half": self.gibbs_half, "sem": self.sem, "z": self.z, "per_seed": list(self.per_seed),
+                "accept_rate": self.accept_rate, **self.extra}
+
+
+def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: float = 0.04,
+              kind: str = "power", beta: float = 0.3, activation: ActivationLike = "tanh2",
+              seeds: Sequence[int] = (0, 1, 2), warmup: int = 600, samples: int = 300, leapfrog: int = 10,
+              n_test: int = 20000, device: str = "cpu", informed_rows: Optional[int] = None) -> list[HMCPoint]:
+    """Compare the HMC Gibbs error/2 with the fixed point's ε at several r = n/(kd).
+
+    Each seed draws a new teacher and data set; the standard error is over seeds (each seed's value
+    is already an average over its chain). ``informed_rows`` overrides the theory's k_c.
+
+    Returns:
+        One :class:`HMCPoint` per r.
+
+    Raises:
+        InvalidOptionError: empty ``r_values`` or ``seeds`` (and the errors of the parts).
+    """
+    if not r_values or not seeds:
+        raise InvalidOptionError("r_values and seeds must not be empty")
+    v = readout(kind, k, beta=beta)
+    points = []
+    for r in r_values:
+        n = int(round(r * k * d))
+        sol = solve(v, delta=delta, d=d, n=n, activation=activation)
+        rows = sol.k_c if informed_rows is None else informed_rows
+        vals, acc = [], []
+        for seed in seeds:
+            t = make_teacher(v, d=d, n=n, delta=delta, activation=activation, n_test=n_test, seed=seed, device=device)
+            run = run_hmc(t, delta=delta, informed_rows=rows, warmup=warmup, samples=samples, leapfrog=leapfrog,
+                          seed=seed)
+            vals.append(run.gibbs_half)
+            acc.append(run.accept_rate)
+        arr = np.asarray(vals)
+        sem = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else math.nan
+        points.append(HMCPoint(float(r), n, sol.eps, sol.k_c, float(arr.mean()), sem, tuple(vals),
+                               float(np.mean(acc)), {"informed_rows": rows}))
+    return points

@@ -1,0 +1,461 @@
+"""The Bayes-optimal extensive-width teacher–student fixed point (MATH.md §6).
+
+Teacher y = vᵀσ(W⁰x) + √Δ·z with k orthonormal rows in dimension d and n samples. With
+snrᵢ = (n/d)·vᵢ²/(Δ + ε) and qᵢ = m(snrᵢ), the Bayes-optimal error against the noiseless output
+(without its linear part) solves
+
+    ε = F(ε) = Σᵢ vᵢ²·(g(1) − g(qᵢ))   on [0, g(1)·‖v‖²].
+
+F is non-decreasing in ε and jumps up wherever some snrᵢ crosses λ_σ, so F(ε) − ε can change sign
+more than once. Every sign change is found by a scan (a geometric grid plus both sides of every
+jump) and refined by bisection; the smallest root is ε (F(0) > 0, so it is a stable crossing). The
+scan starts from the monotone iteration ε ← F(ε) from 0, which climbs to the smallest root without
+passing it, so no root is skipped and the features that are on only at tiny ε are never evaluated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Optional, Sequence, Union
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.theory.hermite import Activation, Kernel, kernel
+
+__all__ = [
+    "READOUTS",
+    "readout",
+    "fixed_point_map",
+    "FixedPoint",
+    "solve",
+    "Sweep",
+    "sweep",
+    "fit_slope",
+    "RegimeFit",
+    "fit_regimes",
+    "ScalingRow",
+    "scaling_table",
+]
+
+ReadoutKind = Literal["power", "dense", "exp", "sparse"]
+READOUTS: tuple[str, ...] = ("power", "dense", "exp", "sparse")
+ActivationLike = Union[str, Activation, Callable[[np.ndarray], np.ndarray]]
+
+
+def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros: int = 3) -> np.ndarray:
+    """The teacher's readout v (‖v‖ = 1), sorted by decreasing magnitude.
+
+    Args:
+        kind: ``power`` (vᵢ ∝ i^(−β)), ``dense`` (vᵢ = 1/√k, the β = 0 power law), ``exp``
+            (vᵢ ∝ e^(−rate·i)) or ``sparse`` (the first ``nonzeros`` entries equal, the rest 0).
+        k: teacher width.
+        beta: power-law exponent (``power`` only), ≥ 0.
+        rate: decay rate c of ``exp``, > 0.
+        nonzeros: number p of non-zero entries of ``sparse``, 1 ≤ p ≤ k.
+
+    Returns:
+        float64 array of length k.
+
+    Raises:
+        InvalidOptionError: k < 1 or an option out of range.
+        UnknownNameError: an unknown kind.
+    """
+    if kind not in READOUTS:
+        raise unknown_name("readout", kind, list(READOUTS))
+    if k < 1:
+        raise InvalidOptionError(f"k must be >= 1, got {k}")
+    i = np.arange(1, k + 1, dtype=np.float64)
+    if kind == "power":
+        if not beta >= 0:
+            raise InvalidOptionError(f"beta must be >= 0, got {beta}")
+        v = i ** (-beta)
+    elif kind == "dense":
+        v = np.ones(k)
+    elif kind == "exp":
+        if not rate > 0:
+            raise InvalidOptionError(f"rate must be > 0, got {rate}")
+        v = np.exp(-rate * (i - 1.0))
+    else:
+        if not 1 <= nonzeros <= k:
+            raise InvalidOptionError(f"nonzeros must be in [1, k={k}], got {nonzeros}")
+        v = (i <= nonzeros).astype(np.float64)
+    return v / np.linalg.norm(v)
+
+
+def fixed_point_map(eps: Union[float, np.ndarray], v: np.ndarray, *, n_over_d: float, delta: float,
+                    kern: Kernel) -> np.ndarray:
+    """F(ε) = Σᵢ vᵢ²·(g(1) − g(m((n/d)·vᵢ²/(Δ + ε)))), vectorised over ε."""
+    eps = np.atleast_1d(np.asarray(eps, dtype=np.float64))
+    v2 = np.sort(np.asarray(v, dtype=np.float64) ** 2)[::-1]
+    a = n_over_d * v2
+    # Features with snr < λ_σ contribute vᵢ²·g(1) exactly: sum them as a suffix of the sorted v², and
+    # evaluate m only for the (few) features that are on.
+    on = np.searchsorted(-a, -kern.lambda_sigma * (delta + eps), side="right")
+    suffix = np.append(np.cumsum(v2[::-1])[::-1], 0.0)
+    out = kern.g1 * suffix[on]
+    # Flatten the (ε, on-feature) pairs, in chunks of rows that keep the flat arrays small.
+    bounds = np.searchsorted(np.cumsum(on), np.arange(0, int(on.sum()), 2_000_000), side="right")
+    for lo, hi in zip(bounds, np.append(bounds[1:], eps.size)):
+        lo = min(int(lo), int(hi))
+        counts = on[lo:hi]
+        total = int(counts.sum())
+        if total == 0:
+            continue
+        rows = np.repeat(np.arange(lo, hi), counts)
+        idx = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        deficit = kern.deficit_at(a[idx] / (delta + eps[rows]))
+        out[lo:hi] += np.bincount(rows - lo, weights=v2[idx] * deficit, minlength=hi - lo)
+    return out
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """The solution of the fixed point for one teacher and one sample size.
+
+    Attributes:
+        eps: ε^BO, the smallest root of F(ε) = ε.
+        eps_all: every root found (ascending); roots after the first are further crossings.
+        kinds: ``stable`` (F − ε goes from + to −) or ``unstable`` (− to +) for each root.
+        jumps: places where F jumps over the diagonal (− to + through a discontinuity: no root).
+        q, snr: per-feature overlaps and signal-to-noise ratios at ε.
+        k_c: effective width #{i : qᵢ > 0}.
+        n, d, k, r, delta: the problem (r = n/(kd)).
+        lambda_sigma, q_sigma, g1: the kernel's constants.
+        activation: the activation's name.
+    """
+
+    eps: float
+    eps_all: tuple[float, ...]
+    kinds: tuple[str, ...]
+    jumps: tuple[float, ...]
+    q: np.ndarray
+    snr: np.ndarray
+    k_c: int
+    n: float
+    d: int
+    k: int
+    r: float
+    delta: float
+    lambda_sigma: float
+    q_sigma: float
+    g1: float
+    activation: str
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (arrays as lists)."""
+        return {
+            "eps": self.eps,
+            "eps_all": list(self.eps_all),
+            "kinds": list(self.kinds),
+            "jumps": list(self.jumps),
+            "k_c": self.k_c,
+            "q": self.q.tolist(),
+            "snr": self.snr.tolist(),
+            "n": self.n,
+            "d": self.d,
+            "k": self.k,
+            "r": self.r,
+            "delta": self.delta,
+            "lambda_sigma": self.lambda_sigma,
+            "q_sigma": self.q_sigma,
+            "g1": self.g1,
+            "activation": self.activation,
+            **self.extra,
+        }
+
+
+def _problem_size(k: int, d: int, n: Optional[float], r: Optional[float]) -> tuple[float, float]:
+    if (n is None) == (r is None):
+        raise InvalidOptionError("give exactly one of n and r")
+    if d < 1:
+        raise InvalidOptionError(f"d must be >= 1, got {d}")
+    if n is None:
+        assert r is not None
+        n = r * k * d
+    if not (math.isfinite(n) and n > 0):
+        raise InvalidOptionError(f"n (or r) must be positive and finite, got n={n}")
+    return float(n), float(n) / (k * d)
+
+
+def _roots(h: Callable[[np.ndarray], np.ndarray], grid: np.ndarray, scale: float) -> tuple[list, list, list]:
+    hv = h(grid)
+    hv[-1] = min(hv[-1], 0.0)  # F(ε_max) ≤ ε_max exactly; rounding must not hide the all-off root
+    pos = hv > 0
+    roots, kinds, jumps = [], [], []
+    for j in np.nonzero(pos[:-1] != pos[1:])[0]:
+        lo, hi, h_lo, h_hi = grid[j], grid[j + 1], hv[j], hv[j + 1]
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            if not lo < mid < hi:
+                break
+            h_mid = float(h(np.array([mid]))[0])
+            if (h_mid > 0) == (h_lo > 0):
+                lo, h_lo = mid, h_mid
+            else:
+                hi, h_hi = mid, h_mid
+        where = 0.5 * (lo + hi)
+        # A bracket that shrinks to nothing with |h| staying large is a jump of F, not a root.
+        if min(abs(h_lo), abs(h_hi)) > 1e-9 * scale and h_lo < 0:
+            jumps.append(float(where))
+        else:
+            roots.append(float(where))
+            kinds.append("stable" if h_lo > 0 else "unstable")
+    return roots, kinds, jumps
+
+
+def _lower_bound(h: Callable[[np.ndarray], np.ndarray], e_max: float, iterations: int = 40) -> float:
+    """A point below the smallest root where F(ε) − ε > 0, from the monotone iteration ε ← F(ε).
+
+    F is non-decreasing and F(0) > 0, so the iterates from 0 increase towards the smallest root and
+    never pass it; the scan can start at the last iterate still strictly below the next one (there
+    F − ε > 0), which keeps the features that are on at tiny ε out of the scan.
+    """
+    prev = 0.0
+    for _ in range(iterations):
+        nxt = prev + float(h(np.array([prev]))[0])
+        if not nxt > prev * (1 + 1e-9) or nxt >= e_max:
+            break
+        cand = float(h(np.array([nxt]))[0])
+        if not cand > 0:
+            break
+        prev = nxt
+    return prev
+
+
+def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: Optional[float] = None,
+          activation: ActivationLike = "tanh2", kern: Optional[Kernel] = None, grid_points: int = 600,
+          max_jumps: int = 256) -> FixedPoint:
+    """Solve the fixed point ε = F(ε) for a readout v (MATH.md §6).
+
+    Args:
+        v: the readout (any norm; ‖v‖ = 1 in the model).
+        delta: noise variance Δ > 0.
+        d: input dimension.
+        n: number of samples; or
+        r: n/(k·d) (give exactly one of the two).
+        activation: the activation (ignored when ``kern`` is given).
+        kern: a prebuilt :class:`~wbfe.theory.hermite.Kernel` (saves rebuilding it in sweeps).
+        grid_points: points of the geometric scan of [ε₀, g(1)·‖v‖²], where ε₀ ≤ ε^BO is the
+            last iterate of ε ← F(ε) from 0 still below the next (no root lies under it).
+        max_jumps: how many of the jumps of F just above ε₀ are bracketed on both sides.
+
+    Returns:
+        The :class:`FixedPoint`.
+
+    Raises:
+        InvalidOptionError: a non-positive Δ, d, n or r, an empty v, or both/neither of n and r.
+    """
+    v = np.asarray(v, dtype=np.float64).ravel()
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        raise InvalidOptionError("the readout v must be a non-empty finite vector")
+    if not (math.isfinite(delta) and delta > 0):
+        raise InvalidOptionError(f"delta must be positive, got {delta}")
+    kern = kern if kern is not None else kernel(activation)
+    k = v.size
+    n_val, r_val = _problem_size(k, d, n, r)
+    n_over_d = n_val / d
+    v2 = v**2
+    e_max = kern.g1 * float(v2.sum())
+
+    def h(eps: np.ndarray) -> np.ndarray:
+        return fixed_point_map(eps, v, n_over_d=n_over_d, delta=delta, kern=kern) - eps
+
+    start = _lower_bound(h, e_max)
+    breaks = np.unique(n_over_d * v2[v2 > 0] / kern.lambda_sigma - delta)
+    # Both sides of every jump of F just above the start resolve the closely spaced crossings there;
+    # farther jumps are left to the geometric grid (a wide teacher has thousands of them).
+    breaks = breaks[(breaks > start) & (breaks < e_max)][:max_jumps]
+    grid = np.unique(np.concatenate([
+        [start], np.geomspace(max(start, e_max * 1e-15), e_max, grid_points),
+        breaks * (1 - 1e-12), breaks * (1 + 1e-12),
+    ]))
+    roots, kinds, jumps = _roots(h, grid, e_max)
+    if not roots:  # cannot happen: h(0) > 0 >= h(e_max); kept as a loud failure, never a silent one
+        raise InvalidOptionError("no fixed point found; the kernel or readout is degenerate")
+    eps = roots[0]
+    snr = n_over_d * v2 / (delta + eps)
+    q = kern.m(snr)
+    return FixedPoint(
+        eps=eps, eps_all=tuple(roots), kinds=tuple(kinds), jumps=tuple(jumps), q=q, snr=snr,
+        k_c=int(np.count_nonzero(q > 0)), n=n_val, d=d, k=k, r=r_val, delta=delta,
+        lambda_sigma=kern.lambda_sigma, q_sigma=kern.q_sigma, g1=kern.g1, activation=kern.activation.name,
+    )
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Fixed points over a range of sample sizes, as arrays (index j ↔ the j-th sample size)."""
+
+    r: np.ndarray
+    n: np.ndarray
+    eps: np.ndarray
+    k_c: np.ndarray
+    q: np.ndarray  # shape (points, k)
+    n_roots: np.ndarray
+    d: int
+    k: int
+    delta: float
+    lambda_sigma: float
+    q_sigma: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "r": self.r.tolist(), "n": self.n.tolist(), "eps": self.eps.tolist(), "k_c": self.k_c.tolist(),
+            "q": self.q.tolist(), "n_roots": self.n_roots.tolist(), "d": self.d, "k": self.k,
+            "delta": self.delta, "lambda_sigma": self.lambda_sigma, "q_sigma": self.q_sigma,
+        }
+
+
+def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Sequence[float],
+          activation: ActivationLike = "tanh2", kern: Optional[Kernel] = None, grid_points: int = 300) -> Sweep:
+    """Solve the fixed point at each r = n/(kd) in ``r_values`` (see :func:`solve` for the errors)."""
+    kern = kern if kern is not None else kernel(activation)
+    sols = [solve(v, delta=delta, d=d, r=float(r), kern=kern, grid_points=grid_points) for r in r_values]
+    return Sweep(
+        r=np.array([s.r for s in sols]), n=np.array([s.n for s in sols]), eps=np.array([s.eps for s in sols]),
+        k_c=np.array([s.k_c for s in sols]), q=np.array([s.q for s in sols]),
+        n_roots=np.array([len(s.eps_all) for s in sols]), d=d, k=len(v), delta=delta,
+        lambda_sigma=kern.lambda_sigma, q_sigma=kern.q_sigma,
+    )
+
+
+def fit_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of log y against log x (NaN when fewer than 3 usable points)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if np.count_nonzero(ok) < 3:
+        return math.nan
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+@dataclass(frozen=True)
+class RegimeFit:
+    """Fitted exponents of ε(n) in the two regimes, with the predictions and the windows used."""
+
+    feature_learning: float
+    feature_learning_predicted: float
+    feature_learning_window: tuple[float, float]
+    refinement: float
+    refinement_predicted: float
+    refinement_window: tuple[float, float]
+    reasons: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "feature_learning": self.feature_learning, "feature_learning_predicted": self.feature_learning_predicted,
+            "feature_learning_window": list(self.feature_learning_window), "refinement": self.refinement,
+            "refinement_predicted": self.refinement_predicted, "refinement_window": list(self.refinement_window),
+            "reasons": dict(self.reasons),
+        }
+
+
+def fit_regimes(sw: Sweep, *, beta: float, kc_min: int = 8, kc_max_frac: float = 0.1,
+                eps_max_over_delta: float = math.inf, refine_factor: float = 30.0) -> RegimeFit:
+    """Fit ε ∝ n^a in the feature-learning and refinement regimes of a power-law sweep.
+
+    Feature learning: the points with ``kc_min`` ≤ k_c ≤ ``kc_max_frac``·k and ε ≤
+    ``eps_max_over_delta``·Δ (prediction 1/(2β) − 1, meaningful for β > ½; it assumes ε ≪ Δ, since
+    snrᵢ ∝ n/(Δ + ε), and k_c ≪ k). Refinement: n ≥ ``refine_factor`` × the first n with k_c = k
+    (prediction −1). A regime with fewer than 3 points is NaN with a reason.
+    """
+    reasons: dict[str, str] = {}
+    fl = (sw.k_c >= kc_min) & (sw.k_c <= kc_max_frac * sw.k) & (sw.eps <= eps_max_over_delta * sw.delta)
+    all_on = np.nonzero(sw.k_c == sw.k)[0]
+    rf = np.zeros_like(fl)
+    if all_on.size:
+        rf = sw.n >= refine_factor * sw.n[all_on[0]]
+    a_fl = fit_slope(sw.n[fl], sw.eps[fl])
+    a_rf = fit_slope(sw.n[rf], sw.eps[rf])
+    if math.isnan(a_fl):
+        reasons["feature_learning"] = "fewer than 3 points with kc_min <= k_c <= kc_max_frac*k and eps small enough"
+    elif beta <= 0.5:
+        # ε then tracks the unlearned mass 1 − (k_c/k)^(1−2β) of a finite teacher: no power law in n.
+        reasons["feature_learning"] = "the power law n^(1/(2beta)-1) is predicted for beta > 1/2 only"
+    if math.isnan(a_rf):
+        reasons["refinement"] = "fewer than 3 points with every feature learned long enough"
+
+    def window(mask: np.ndarray) -> tuple[float, float]:
+        return (float(sw.n[mask].min()), float(sw.n[mask].max())) if mask.any() else (math.nan, math.nan)
+
+    return RegimeFit(a_fl, 1.0 / (2.0 * beta) - 1.0, window(fl), a_rf, -1.0, window(rf), reasons)
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    """How k_c and ε scale with d at fixed r = n/(kd) and k = γd, for one readout family."""
+
+    family: str
+    kc_axis: str
+    kc_slope: float
+    kc_predicted: float
+    eps_slope: float
+    eps_predicted: float
+    note: str
+    d: tuple[int, ...]
+    k_c: tuple[int, ...]
+    eps: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"family": self.family, "kc_axis": self.kc_axis, "kc_slope": self.kc_slope, "kc_predicted": self.kc_predicted,
+                "eps_slope": self.eps_slope, "eps_predicted": self.eps_predicted, "note": self.note,
+                "d": list(self.d), "k_c": list(self.k_c), "eps": list(self.eps)}
+
+
+# (label, readout kind, options, predicted slope of k_c, of ε, note) — derived in MATH.md §6 terms:
+# feature i is on when (n/d)·vᵢ²/(Δ+ε) > λ_σ, with n/d = r·γ·d. For ``exp`` k_c grows like
+# ln(d)/(2c), so its k_c slope is fitted against ln d (prediction 1/(2c)), not log-log.
+SCALING_FAMILIES: tuple[tuple[str, str, dict, float, float, str], ...] = (
+    ("dense", "dense", {}, 1.0, 0.0, "all k features switch on together"),
+    ("power beta=0.3", "power", {"beta": 0.3}, 1.0, 0.0, "k_c a fixed fraction of k"),
+    ("power beta=0.5", "power", {"beta": 0.5}, 1.0, 0.0, "k_c ~ d/log d, eps ~ log log d/log d (log corrections)"),
+    ("power beta=1.0", "power", {"beta": 1.0}, 0.5, -0.5, "k_c ~ d^(1/(2beta)), eps ~ d^(1/(2beta)-1)"),
+    ("exp rate=0.2", "exp", {"rate": 0.2}, 2.5, -1.0, "k_c ~ ln(d)/(2c): slope vs ln d; eps ~ log(d)/d"),
+    ("sparse p=3", "sparse", {"nonzeros": 3}, 0.0, -1.0, "k_c = p, eps ~ p*d/n ~ 1/d"),
+)
+
+
+def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5, delta: float = 0.04,
+                  activation: ActivationLike = "tanh2") -> list[ScalingRow]:
+    """Fit the exponents of k_c(d) and ε(d) for each readout family at fixed r and k = γd.
+
+    Args:
+        d_values: input dimensions (at least 3).
+        r: n/(kd), held fixed.
+        gamma: k/d.
+        delta: noise variance Δ.
+        activation: the activation.
+
+    Returns:
+        One :class:`ScalingRow` per family of :data:`SCALING_FAMILIES`.
+
+    Raises:
+        InvalidOptionError: fewer than 3 dimensions or a non-positive r, γ or Δ.
+    """
+    if len(d_values) < 3:
+        raise InvalidOptionError(f"need at least 3 values of d, got {len(d_values)}")
+    if not (r > 0 and gamma > 0 and delta > 0):
+        raise InvalidOptionError("r, gamma and delta must be positive")
+    kern = kernel(activation)
+    rows = []
+    for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:
+        kcs, epss = [], []
+        for d in d_values:
+            k = max(int(round(gamma * d)), 1)
+            sol = solve(readout(kind, k, **opts), delta=delta, d=int(d), r=r, kern=kern, grid_points=300)
+            kcs.append(sol.k_c)
+            epss.append(sol.eps)
+        dd = np.asarray(d_values, dtype=np.float64)
+        kc_arr = np.asarray(kcs, dtype=np.float64)
+        if kind == "exp":
+            axis, kc_slope = "k_c vs ln d", float(np.polyfit(np.log(dd), kc_arr, 1)[0])
+        else:
+            axis, kc_slope = "log-log", fit_slope(dd, kc_arr) if np.all(kc_arr > 0) else math.nan
+        rows.append(ScalingRow(label, axis, kc_slope, kc_pred, fit_slope(dd, np.asarray(epss)), eps_pred, note,
+                               tuple(int(x) for x in d_values), tuple(kcs), tuple(float(e) for e in epss)))
+    return rows
