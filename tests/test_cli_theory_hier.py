@@ -1,0 +1,78 @@
+"""``wbfe theory hierarchical``: parses, calls simulate_hierarchical, prints JSON or a table, writes files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from wbfe.theory.hierarchical import simulate_hierarchical
+from wbfe_cli.main import app
+
+ARGS = ["theory", "hierarchical", "--d", "10", "--p", "4", "--gamma", "1.0", "--alpha-min", "1.6",
+        "--alpha-max", "3.6", "--points", "5", "--seeds", "2", "--features", "gaussian",
+        "--kernel-max-n", "200", "--n-test", "500"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - optional speed-up only
+        yield
+        return
+    with threadpool_limits(1):
+        yield
+
+
+def test_json_output_is_the_library_result():
+    result = CliRunner().invoke(app, [*ARGS, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) == {"settings", "points", "prediction"}
+    assert [pt["n"] for pt in data["points"]] == [40, 126, 398, 1259, 3981]
+    for pt in data["points"]:
+        assert set(pt) >= {"alpha", "n", "nmse", "nmse_kernel", "q", "recovered"} and len(pt["q"]) == 4
+    expected = simulate_hierarchical(d=10, p=4, gamma=1.0, alpha_min=1.6, alpha_max=3.6, points=5, seeds=2,
+                                     features="gaussian", kernel_max_n=200, n_test=500).to_dict()
+    assert data == json.loads(json.dumps(expected))
+    assert data["prediction"]["alpha_thresholds"][:2] == pytest.approx([2.0, 2.60206], abs=1e-5)
+
+
+def test_table_output():
+    result = CliRunner().invoke(app, ARGS)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("gaussian features  d=10  D=55  p=4  gamma=1.0")
+    assert lines[1].split() == ["alpha", "n", "nmse", "kernel", "recovered", "m(n)"]
+    assert lines[2].split()[:2] == ["1.600", "40"]
+    assert "thresholds (log_d n): i, predicted 2+2*gamma*log_d i, finite-d, measured" in result.stdout
+    assert lines[-2].startswith("NMSE slope")
+    assert lines[-1] == "kernel floor for d^2 << n << d^4: 1"  # Gaussian-equivalent: nothing below D²
+
+
+def test_output_writes_json_and_figures(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [*ARGS, "--seeds", "1", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "hierarchical.json").read_text())
+    assert saved["settings"]["seeds"] == 1 and len(saved["points"]) == 5
+    for name in ("hierarchical_overlaps.png", "hierarchical_nmse.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"wrote {out / name}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--activation", "tan"], "wbfe: error: unknown activation 'tan'; did you mean 'tanh'?"),
+        (["--gamma", "0.4"], "wbfe: error: the sequential-recovery predictions need gamma > 1/2, not 0.4"),
+        (["--points", "1"], "wbfe: error: points must be an integer >= 2, not 1"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(extra, message):
+    result = CliRunner().invoke(app, [*ARGS, *extra])
+    assert result.exit_code == 2
+    assert result.stderr.strip().startswith(message)
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,311 @@
+"""Theory II (MATH.md §7): sequential feature recovery in a hierarchical model, simulated.
+
+One call sweeps n = d^α over a grid of α, for several seeds: per seed a teacher is drawn once and one
+nested training set (each n uses the first n samples of the largest draw) plus one test set. At each
+n the spectral learner reports its per-feature overlaps q_i, the number recovered and its test NMSE;
+kernel ridge on the raw inputs gives the shallow baseline. The predictions (thresholds, m(n), the
+tail-sum NMSE and its exponent) are computed beside the measurements.
+
+The model, the learners and the formulas live in ``hierarchical_model``, ``hierarchical_spectral``,
+``hierarchical_kernel`` and ``hierarchical_theory``; the public names are re-exported here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.theory.hierarchical_kernel import fit_kernel_ridge, predict_kernel_ridge
+from wbfe.theory.hierarchical_model import (
+    ACTIVATIONS,
+    FEATURE_KINDS,
+    FeatureData,
+    HierarchicalTeacher,
+    feature_dim,
+    hermite_features,
+    make_teacher,
+    sample_data,
+    sym_to_vec,
+    vec_to_sym,
+)
+from wbfe.theory.hierarchical_spectral import (
+    SOLVERS,
+    SpectralFit,
+    fit_spectral,
+    matched_overlaps,
+    moment_operator,
+    predict_spectral,
+    top_eigenpairs,
+)
+from wbfe.theory import hierarchical_theory as theory
+
+__all__ = [
+    "ACTIVATIONS",
+    "FEATURE_KINDS",
+    "SOLVERS",
+    "FeatureData",
+    "HierarchicalTeacher",
+    "SpectralFit",
+    "HierarchicalPoint",
+    "HierarchicalResult",
+    "feature_dim",
+    "hermite_features",
+    "make_teacher",
+    "sample_data",
+    "sym_to_vec",
+    "vec_to_sym",
+    "moment_operator",
+    "top_eigenpairs",
+    "fit_spectral",
+    "predict_spectral",
+    "matched_overlaps",
+    "fit_kernel_ridge",
+    "predict_kernel_ridge",
+    "simulate_hierarchical",
+]
+
+MAX_TRAIN_BYTES = 4 * 2**30  # the largest training draw kept in memory
+
+
+@dataclass(frozen=True)
+class HierarchicalPoint:
+    """Measurements at one sample size, averaged over seeds.
+
+    Attributes:
+        alpha: log_d n as asked (n is its rounding).
+        n: training samples.
+        nmse: spectral learner's test MSE / Var(y_test), mean over seeds.
+        nmse_std: its standard deviation over seeds.
+        nmse_kernel: kernel ridge's NMSE (NaN when the baseline is switched off).
+        n_kernel: samples kernel ridge was trained on: min(n, kernel_max_n).
+        q: (p,) mean squared overlap of each teacher direction with its matched learned direction.
+        recovered: mean number of features with q_i >= the recovery level.
+    """
+
+    alpha: float
+    n: int
+    nmse: float
+    nmse_std: float
+    nmse_kernel: float
+    n_kernel: int
+    q: tuple[float, ...]
+    recovered: float
+
+
+@dataclass(frozen=True)
+class HierarchicalResult:
+    """A sweep: its settings, its points, and the predictions set against them."""
+
+    settings: dict[str, Any]
+    points: tuple[HierarchicalPoint, ...]
+    prediction: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (NaN becomes None): ``{"settings", "points", "prediction"}``."""
+        return _jsonable(
+            {"settings": self.settings, "points": [asdict(p) for p in self.points], "prediction": self.prediction}
+        )
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
+def _check_sweep(alpha_min: float, alpha_max: float, points: int, seeds: int, gamma: float,
+                 n_test: int, kernel_max_n: int, q_level: float) -> None:
+    if not (math.isfinite(alpha_min) and math.isfinite(alpha_max) and 0.0 < alpha_min < alpha_max):
+        raise InvalidOptionError(f"need 0 < alpha_min < alpha_max, not {alpha_min!r} and {alpha_max!r}")
+    if int(points) != points or points < 2:
+        raise InvalidOptionError(f"points must be an integer >= 2, not {points!r}")
+    if int(seeds) != seeds or seeds < 1:
+        raise InvalidOptionError(f"seeds must be a positive integer, not {seeds!r}")
+    if not gamma > 0.5:
+        raise InvalidOptionError(f"the sequential-recovery predictions need gamma > 1/2, not {gamma!r}")
+    if int(n_test) != n_test or n_test < 10:
+        raise InvalidOptionError(f"n_test must be an integer >= 10, not {n_test!r}")
+    if int(kernel_max_n) != kernel_max_n or kernel_max_n < 0:
+        raise InvalidOptionError(f"kernel_max_n must be a non-negative integer, not {kernel_max_n!r}")
+    if not 0.0 < q_level < 1.0:
+        raise InvalidOptionError(f"q_level must lie in (0, 1), not {q_level!r}")
+
+
+def simulate_hierarchical(
+    *,
+    d: int,
+    p: int | None = None,
+    gamma: float = 1.0,
+    alpha_min: float = 2.0,
+    alpha_max: float = 3.6,
+    points: int = 9,
+    seeds: int = 3,
+    eps: float = 0.5,
+    activation: str = "identity",
+    features: str = "hermite",
+    n_test: int = 2000,
+    kernel_max_n: int = 2000,
+    q_level: float = 0.5,
+    solver: str = "auto",
+    seed: int = 0,
+) -> HierarchicalResult:
+    """Sweep n = d^α and measure the spectral learner against kernel ridge and the predictions.
+
+    Args:
+        d: input dimension.
+        p: number of latent features (default round(d^eps)); the learner keeps p directions.
+        gamma: decay exponent of |b_i| (> 1/2).
+        alpha_min, alpha_max, points: the α grid (inclusive, evenly spaced).
+        seeds: independent repetitions (teacher and data).
+        eps: exponent of the default p.
+        activation: g*, ``"identity"`` or ``"tanh"``.
+        features: ``"hermite"`` or ``"gaussian"`` (Gaussian-equivalent).
+        n_test: test samples per seed.
+        kernel_max_n: largest training set given to kernel ridge (its cost is O(n³)); 0 switches it off.
+        q_level: overlap above which a feature counts as recovered, and the level whose crossing
+            defines a measured threshold.
+        solver: eigensolver (``"auto"``, ``"eigsh"`` matrix-free, ``"dense"``).
+        seed: master seed; the same arguments give the same result.
+
+    Returns:
+        The sweep with its predictions.
+
+    Raises:
+        InvalidOptionError: an option out of range, or a largest training set over MAX_TRAIN_BYTES.
+        UnknownNameError: unknown activation, feature kind or solver.
+    """
+    _check_sweep(alpha_min, alpha_max, points, seeds, gamma, n_test, kernel_max_n, q_level)
+    for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS),
+                               ("eigensolver", solver, SOLVERS)):
+        if value not in known:
+            raise unknown_name(kind, value, known)
+    if int(d) != d or d < 2:
+        raise InvalidOptionError(f"d must be an integer >= 2, not {d!r}")
+    alphas = np.linspace(alpha_min, alpha_max, int(points))
+    ns = [max(2, int(round(d**a))) for a in alphas]
+    width = d if features == "hermite" else feature_dim(int(d))
+    if ns[-1] * width * 8 > MAX_TRAIN_BYTES:
+        raise InvalidOptionError(
+            f"n = {ns[-1]} samples of dimension {width} need {ns[-1] * width * 8 / 2**30:.1f} GiB "
+            f"(limit {MAX_TRAIN_BYTES / 2**30:.0f} GiB); lower alpha_max or d"
+        )
+    children = np.random.SeedSequence(seed).spawn(int(seeds))
+    runs = [_run_seed(child, ns, d=d, p=p, gamma=gamma, eps=eps, activation=activation,
+                      features=features, n_test=n_test, kernel_max_n=kernel_max_n,
+                      q_level=q_level, solver=solver) for child in children]
+    teacher0 = runs[0]["teacher"]
+    nmse = np.array([r["nmse"] for r in runs])  # (seeds, points)
+    q = np.array([r["q"] for r in runs])  # (seeds, points, p)
+    kernel = np.array([r["nmse_kernel"] for r in runs])
+    recovered = np.array([r["recovered"] for r in runs])
+    pts = tuple(
+        HierarchicalPoint(
+            alpha=float(alphas[j]), n=ns[j], nmse=float(nmse[:, j].mean()), nmse_std=float(nmse[:, j].std()),
+            nmse_kernel=float(kernel[:, j].mean()), n_kernel=min(ns[j], int(kernel_max_n)),
+            q=tuple(float(v) for v in q[:, j].mean(axis=0)), recovered=float(recovered[:, j].mean()),
+        )
+        for j in range(len(ns))
+    )
+    settings = {
+        "d": int(d), "D": feature_dim(int(d)), "p": teacher0.p, "gamma": float(gamma), "eps": float(eps),
+        "activation": activation, "features": features, "alpha_min": float(alpha_min),
+        "alpha_max": float(alpha_max), "points": int(points), "seeds": int(seeds), "n_test": int(n_test),
+        "kernel_max_n": int(kernel_max_n), "q_level": float(q_level), "solver": solver, "seed": int(seed),
+    }
+    prediction = _predictions([r["teacher"] for r in runs], alphas, ns, pts, gamma=gamma, q_level=q_level)
+    return HierarchicalResult(settings, pts, prediction)
+
+
+def _run_seed(child: np.random.SeedSequence, ns: list[int], *, d: int, p: int | None, gamma: float,
+              eps: float, activation: str, features: str, n_test: int, kernel_max_n: int,
+              q_level: float, solver: str) -> dict[str, Any]:
+    s_teacher, s_train, s_test, s_eig = child.spawn(4)
+    teacher = make_teacher(d, p=p, gamma=gamma, eps=eps, activation=activation, features=features,
+                           seed=s_teacher)
+    train, y_train = sample_data(teacher, ns[-1], seed=s_train)
+    test, y_test = sample_data(teacher, n_test, seed=s_test)
+    var_test = float(np.var(y_test))
+    eig_seed = int(s_eig.generate_state(1)[0])
+    out: dict[str, Any] = {"teacher": teacher, "nmse": [], "q": [], "recovered": [], "nmse_kernel": []}
+    kernel_cache: dict[int, float] = {}
+    for n in ns:
+        data, y = train.head(n), y_train[:n]
+        k = min(teacher.p, data.dim - 1)
+        fit = fit_spectral(data, y, k, solver=solver, seed=eig_seed)
+        q = matched_overlaps(teacher.a, fit.directions)
+        out["q"].append(q)
+        out["recovered"].append(int(np.count_nonzero(q >= q_level)))
+        out["nmse"].append(float(np.mean((predict_spectral(fit, test) - y_test) ** 2)) / var_test)
+        n_k = min(n, int(kernel_max_n))
+        if n_k < 2:
+            out["nmse_kernel"].append(math.nan)  # baseline switched off
+            continue
+        if n_k not in kernel_cache:  # every n >= kernel_max_n trains on the same prefix
+            kfit = fit_kernel_ridge(train.inputs[:n_k], y_train[:n_k])
+            err = float(np.mean((predict_kernel_ridge(kfit, test.inputs) - y_test) ** 2))
+            kernel_cache[n_k] = err / var_test
+        out["nmse_kernel"].append(kernel_cache[n_k])
+    return out
+
+
+def _predictions(teachers: list[HierarchicalTeacher], alphas: np.ndarray, ns: list[int],
+                 pts: tuple[HierarchicalPoint, ...], *, gamma: float, q_level: float) -> dict[str, Any]:
+    teacher = teachers[0]  # |b_i| is the same for every seed; only the signs differ
+    d, p = teacher.d, teacher.p
+    # For a non-linear g* the constants depend on the signs: use root mean squares over seeds.
+    moments = [theory.spike_strengths(t.b, t.activation, t.y_mean, t.y_std) for t in teachers]
+    c = np.sqrt(np.mean([m[0] ** 2 for m in moments], axis=0))
+    v = np.mean([m[1] for m in moments], axis=0)
+    onset = theory.finite_d_thresholds(d, c, v)
+    half_pred = theory.finite_d_level_alphas(d, c, v, q_level)
+    half_meas = theory.crossing_alphas(alphas, np.array([pt.q for pt in pts]), q_level)
+    q_fin = [theory.finite_d_overlaps(n, d, c, v) for n in ns]
+    m_lead = [theory.recovered_count(a, d, gamma, p) for a in alphas]
+    m_fin = [int(np.count_nonzero(q >= q_level)) for q in q_fin]
+    nmse = np.array([pt.nmse for pt in pts])
+    nmse_fin = np.array([theory.overlap_nmse(q, teacher.b) for q in q_fin])
+    tails = np.array([theory.tail_fraction(m, teacher.b) for m in m_lead])
+    # Feature-learning range: from the first predicted recovery (finite-d model, q >= q_level) to
+    # half of the features, so that neither the flat start nor the finite-p end of the tail sum
+    # dominates the slope; the tail constant is fitted there too.
+    in_range = np.array([1 <= m <= max(1, p // 2) for m in m_fin])
+    const = theory.fit_tail_constant(nmse[in_range], tails[in_range])
+    n_arr = np.array(ns, dtype=np.float64)
+    return {
+        "alpha_thresholds": theory.leading_thresholds(d, p, gamma),
+        "alpha_thresholds_finite_d": onset,
+        # The measured onset: the measured half-overlap point moved by the predicted onset-to-half gap.
+        "alpha_thresholds_measured": half_meas - (half_pred - onset),
+        "alpha_half_predicted": half_pred,
+        "alpha_half_measured": half_meas,
+        "q_level": q_level,
+        "spike_strengths": c,
+        "couplings": v,
+        "b": teacher.b,
+        "recovered_count": m_lead,
+        "recovered_count_finite_d": m_fin,
+        "q_finite_d": q_fin,
+        "nmse_finite_d": nmse_fin,
+        "nmse_from_q": [theory.overlap_nmse(np.array(pt.q), teacher.b) for pt in pts],
+        "tail_constant": const,
+        "nmse_tail": const * tails,
+        "exponent": theory.nmse_exponent(gamma),
+        # What kernel ridge on the raw inputs can reach for d² ≪ n ≪ d⁴ (mean over seeds).
+        "kernel_floor": float(np.mean([theory.kernel_floor(t.a, t.b, d, features=t.features,
+                                                           activation=t.activation) for t in teachers])),
+        "slope_alpha_range": [float(alphas[in_range].min()), float(alphas[in_range].max())]
+        if in_range.any() else [math.nan, math.nan],
+        "fitted_slope": theory.loglog_slope(n_arr[in_range], nmse[in_range]),
+        "tail_slope": theory.loglog_slope(n_arr[in_range], tails[in_range]),
+        "finite_d_slope": theory.loglog_slope(n_arr[in_range], nmse_fin[in_range]),
+    }

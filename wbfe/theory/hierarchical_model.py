@@ -1,0 +1,274 @@
+"""The hierarchical target of MATH.md §7: latent degree-2 Hermite features and a power-law readout.
+
+x ~ N(0, I_d); z(x) ∈ R^D, D = d(d+1)/2, holds (x_i² − 1)/√2 and x_i x_j (i < j); the latent
+features are h_i = ⟨a_i, z(x)⟩ with a_i orthonormal, and the output is
+y = g*(s) standardised, s = Σ_i b_i (h_i² − 1), b_i = ±i^(−γ) scaled so that Var s = 1 for Gaussian h.
+The Gaussian-equivalent variant draws z ~ N(0, I_D) directly.
+
+A vector v ∈ R^D and a symmetric matrix A ∈ R^{d×d} are the same object: A_ii = v_ii,
+A_ij = v_ij/√2, so that ⟨v, z(x)⟩ = (xᵀAx − Tr A)/√2 and ‖A‖_F = ‖v‖. The matrix-free operators
+below never build z(x) for the Hermite features: they work with A.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError, unknown_name
+
+__all__ = [
+    "ACTIVATIONS",
+    "FEATURE_KINDS",
+    "HierarchicalTeacher",
+    "FeatureData",
+    "feature_dim",
+    "vec_to_sym",
+    "sym_to_vec",
+    "hermite_features",
+    "make_teacher",
+    "sample_data",
+    "teacher_output",
+]
+
+ACTIVATIONS = ("identity", "tanh")
+FEATURE_KINDS = ("hermite", "gaussian")
+_CHUNK = 32768  # rows per block: bounds the n×d·k temporaries of the matrix-free products
+_MC_SAMPLES = 400_000  # Monte Carlo size for the constants of a non-linear g*
+_MC_SEED = 20260514
+
+
+def feature_dim(d: int) -> int:
+    """D = d(d+1)/2, the number of degree-2 Hermite features of x ∈ R^d."""
+    return d * (d + 1) // 2
+
+
+def vec_to_sym(v: np.ndarray, d: int) -> np.ndarray:
+    """Map vectors in R^D (columns of ``v``) to symmetric d×d matrices with ⟨v, z⟩ = (xᵀAx − Tr A)/√2.
+
+    Args:
+        v: shape (D,) or (D, k), coordinates ordered as diagonal first, then (i < j) row-major.
+        d: input dimension.
+
+    Returns:
+        Shape (d, d) or (k, d, d).
+    """
+    v = np.asarray(v, dtype=np.float64)
+    single = v.ndim == 1
+    cols = v[:, None] if single else v
+    k = cols.shape[1]
+    iu, ju = np.triu_indices(d, 1)
+    out = np.zeros((k, d, d))
+    diag = np.arange(d)
+    out[:, diag, diag] = cols[:d].T
+    off = cols[d:].T / math.sqrt(2.0)
+    out[:, iu, ju] = off
+    out[:, ju, iu] = off
+    return out[0] if single else out
+
+
+def sym_to_vec(a: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`vec_to_sym`: symmetric (d, d) or (k, d, d) matrices to (D,) or (D, k)."""
+    a = np.asarray(a, dtype=np.float64)
+    single = a.ndim == 2
+    mats = a[None] if single else a
+    d = mats.shape[-1]
+    iu, ju = np.triu_indices(d, 1)
+    diag = np.arange(d)
+    v = np.concatenate([mats[:, diag, diag], math.sqrt(2.0) * mats[:, iu, ju]], axis=1).T
+    return v[:, 0] if single else v
+
+
+def hermite_features(x: np.ndarray) -> np.ndarray:
+    """The explicit feature map z(x): (n, d) → (n, D) (only for small d; the learners stay matrix-free)."""
+    x = np.asarray(x, dtype=np.float64)
+    iu, ju = np.triu_indices(x.shape[1], 1)
+    return np.concatenate([(x * x - 1.0) / math.sqrt(2.0), x[:, iu] * x[:, ju]], axis=1)
+
+
+@dataclass(frozen=True)
+class FeatureData:
+    """Inputs of n samples, with the matrix-free maps V ↦ Z V and W ↦ Zᵀ W of their features.
+
+    Attributes:
+        kind: ``"hermite"`` (``inputs`` is x, (n, d)) or ``"gaussian"`` (``inputs`` is z, (n, D)).
+        inputs: the raw inputs the kernel baseline sees.
+        d: input dimension of the Hermite model (also kept for the Gaussian variant).
+    """
+
+    kind: str
+    inputs: np.ndarray
+    d: int
+
+    @property
+    def n(self) -> int:
+        """Number of samples."""
+        return int(self.inputs.shape[0])
+
+    @property
+    def dim(self) -> int:
+        """D, the feature dimension."""
+        return feature_dim(self.d)
+
+    def head(self, n: int) -> "FeatureData":
+        """The first ``n`` samples (nested designs share one draw)."""
+        return FeatureData(self.kind, self.inputs[:n], self.d)
+
+    def project(self, v: np.ndarray) -> np.ndarray:
+        """Z V: (D, k) → (n, k), i.e. ⟨v_j, z(x_μ)⟩ for every sample and column."""
+        v = np.asarray(v, dtype=np.float64).reshape(self.dim, -1)
+        if self.kind == "gaussian":
+            return self.inputs @ v
+        mats = vec_to_sym(v, self.d)  # (k, d, d)
+        k = mats.shape[0]
+        traces = np.trace(mats, axis1=1, axis2=2)
+        stacked = mats.transpose(1, 0, 2).reshape(self.d, k * self.d)  # [A_1 | ... | A_k]
+        out = np.empty((self.n, k))
+        for lo in range(0, self.n, _CHUNK):
+            xb = self.inputs[lo : lo + _CHUNK]
+            xa = (xb @ stacked).reshape(xb.shape[0], k, self.d)
+            out[lo : lo + _CHUNK] = np.einsum("nkd,nd->nk", xa, xb)
+        return (out - traces) / math.sqrt(2.0)
+
+    def adjoint(self, w: np.ndarray) -> np.ndarray:
+        """Zᵀ W: (n, k) → (D, k), i.e. Σ_μ w_μ z(x_μ) for every column of weights."""
+        w = np.asarray(w, dtype=np.float64).reshape(self.n, -1)
+        if self.kind == "gaussian":
+            return self.inputs.T @ w
+        k = w.shape[1]
+        s = np.zeros((k, self.d, self.d))
+        for lo in range(0, self.n, _CHUNK):
+            xb = self.inputs[lo : lo + _CHUNK]
+            for j in range(k):
+                s[j] += xb.T @ (w[lo : lo + _CHUNK, j : j + 1] * xb)
+        s -= w.sum(axis=0)[:, None, None] * np.eye(self.d)
+        # Σ w z has diagonal coordinates S_ii/√2 and off-diagonal S_ij = sym_to_vec(S)/√2.
+        return sym_to_vec(s) / math.sqrt(2.0)
+
+
+@dataclass(frozen=True)
+class HierarchicalTeacher:
+    """One draw of the target function.
+
+    Attributes:
+        d: input dimension; the features live in R^D, D = d(d+1)/2.
+        gamma: decay exponent of |b_i| = i^(−γ) (before scaling).
+        activation: g*, ``"identity"`` or ``"tanh"``.
+        features: ``"hermite"`` or ``"gaussian"`` (the Gaussian-equivalent variant).
+        a: (D, p) orthonormal teacher directions.
+        b: (p,) second-layer weights ±i^(−γ)·scale with Var s = 1 for Gaussian latents.
+        y_mean, y_std: the population mean and standard deviation of g*(s) used to standardise y.
+    """
+
+    d: int
+    gamma: float
+    activation: str
+    features: str
+    a: np.ndarray
+    b: np.ndarray
+    y_mean: float
+    y_std: float
+
+    @property
+    def p(self) -> int:
+        """Number of latent features."""
+        return int(self.b.shape[0])
+
+
+def _check_choice(kind: str, value: str, known: tuple[str, ...]) -> str:
+    if value not in known:
+        raise unknown_name(kind, value, known)
+    return value
+
+
+def _activation(name: str, s: np.ndarray) -> np.ndarray:
+    return np.tanh(s) if name == "tanh" else s
+
+
+def make_teacher(
+    d: int,
+    *,
+    p: int | None = None,
+    gamma: float = 1.0,
+    eps: float = 0.5,
+    activation: str = "identity",
+    features: str = "hermite",
+    seed: int | np.random.SeedSequence = 0,
+) -> HierarchicalTeacher:
+    """Draw the teacher: orthonormal a_i ∈ R^D, random signs of b_i, standardisation constants.
+
+    Args:
+        d: input dimension (≥ 2).
+        p: number of latent features; default round(d^eps).
+        gamma: decay exponent of the second layer (> 0).
+        eps: exponent of the default p.
+        activation: g*, ``"identity"`` or ``"tanh"``.
+        features: ``"hermite"`` or ``"gaussian"``.
+        seed: seed of the draw.
+
+    Returns:
+        The teacher.
+
+    Raises:
+        InvalidOptionError: d < 2, p outside [1, D], gamma ≤ 0.
+        UnknownNameError: an unknown activation or feature kind.
+    """
+    if int(d) != d or d < 2:
+        raise InvalidOptionError(f"d must be an integer >= 2, not {d!r}")
+    big_d = feature_dim(int(d))
+    p_used = int(round(d**eps)) if p is None else p
+    if int(p_used) != p_used or not 1 <= p_used <= big_d:
+        raise InvalidOptionError(f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
+    if not (math.isfinite(gamma) and gamma > 0.0):
+        raise InvalidOptionError(f"gamma must be a positive number, not {gamma!r}")
+    _check_choice("activation", activation, ACTIVATIONS)
+    _check_choice("feature kind", features, FEATURE_KINDS)
+    rng = np.random.default_rng(seed)
+    q, r = np.linalg.qr(rng.standard_normal((big_d, int(p_used))))
+    a = q * np.sign(np.diag(r))  # the Haar-distributed orthonormal frame
+    raw = rng.choice([-1.0, 1.0], size=int(p_used)) * np.arange(1, p_used + 1) ** (-float(gamma))
+    b = raw / math.sqrt(2.0 * float(np.sum(raw**2)))  # Var Σ b_i(h_i²−1) = 2Σb² = 1
+    y_mean, y_std = _output_moments(b, activation)
+    return HierarchicalTeacher(int(d), float(gamma), activation, features, a, b, y_mean, y_std)
+
+
+def _output_moments(b: np.ndarray, activation: str) -> tuple[float, float]:
+    """Mean and standard deviation of g*(s) for independent Gaussian latents."""
+    if activation == "identity":
+        return 0.0, 1.0  # exact: E s = 0, Var s = 2Σb² = 1
+    h = np.random.default_rng(_MC_SEED).standard_normal((_MC_SAMPLES, b.shape[0]))
+    g = _activation(activation, (h * h - 1.0) @ b)
+    return float(g.mean()), float(g.std())
+
+
+def teacher_output(teacher: HierarchicalTeacher, h: np.ndarray) -> np.ndarray:
+    """y = (g*(s) − E g*)/sd g* for latents h of shape (n, p)."""
+    s = (h * h - 1.0) @ teacher.b
+    return (_activation(teacher.activation, s) - teacher.y_mean) / teacher.y_std
+
+
+def sample_data(
+    teacher: HierarchicalTeacher, n: int, *, seed: int | np.random.SeedSequence
+) -> tuple[FeatureData, np.ndarray]:
+    """Draw n samples of the teacher.
+
+    Args:
+        teacher: the target.
+        n: number of samples (≥ 1).
+        seed: seed of the draw.
+
+    Returns:
+        ``(data, y)``: the inputs (with their feature maps) and the standardised outputs.
+
+    Raises:
+        InvalidOptionError: n < 1.
+    """
+    if int(n) != n or n < 1:
+        raise InvalidOptionError(f"n must be a positive integer, not {n!r}")
+    rng = np.random.default_rng(seed)
+    dim = teacher.d if teacher.features == "hermite" else feature_dim(teacher.d)
+    data = FeatureData(teacher.features, rng.standard_normal((int(n), dim)), teacher.d)
+    h = data.project(teacher.a)
+    return data, teacher_output(teacher, h)

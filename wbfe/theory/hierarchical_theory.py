@@ -1,0 +1,237 @@
+"""Predictions of MATH.md §7 for the hierarchical model, and the measurements compared with them.
+
+Leading order (γ > ½, n = d^α): feature i is recovered once α > α_i = 2 + 2γ·log_d i, so
+m(n) = ⌊d^((α − α₁)/(2γ))⌋ features are known at n and NMSE ≈ c·Σ_{j>m} b_j² / Σ_j b_j², which
+decays as n^(−1 + 1/(2γ)).
+
+Finite d (a spiked random matrix, derived here and checked against simulations of the
+Gaussian-equivalent features): Ĉ = Σ_i c_i a_i a_iᵀ + noise, c_i = E[y·(h_i² − 1)] (= 2·b_i for
+g* = identity, Var s = 1). The noise is a semicircle of variance σ² = D/n (entries of variance
+E[y²]/n = 1/n) except along a_i, whose coupling to the bulk, (1/n)Σ_μ y_μ h_μi P⊥z_μ, has variance
+v_i·σ² per direction with v_i = E[y² h_i²] (= 1 + 8b_i² for the identity). With the semicircle's
+Stieltjes transform the outlier condition λ − c = v·σ²·g(λ) gives, for x = g(λ), the smaller root
+of (v − 1)σ²x² − c·x + 1 = 0, an outlier iff |c|/σ > v, i.e. n > n_i = D·v_i²/c_i², and then the
+squared overlap q = 1/(1 + vσ²x²/(1 − σ²x²)). v = 1 is the BBP law q = 1 − D/(n c²); for large n,
+1 − q ≈ v·D/(n c²). The NMSE left is Σ_j b_j²(1 − q_j²)/Σ_j b_j² (:func:`overlap_nmse`): with
+n_j ∝ j^(2γ) it decays with the same exponent −1 + 1/(2γ) and needs no fitted constant.
+
+Degree-2 Hermite features of x obey the same model only as d → ∞: at moderate d the fourth-order
+structure of z(x) adds an O(|b_1|/d) population bulk to Ĉ (directions built from the eigenvectors of
+the A_i) that delays the weaker features; the benchmark measures the delay.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError
+from wbfe.theory.hierarchical_model import vec_to_sym
+
+__all__ = [
+    "leading_thresholds",
+    "recovered_count",
+    "spike_strengths",
+    "finite_d_thresholds",
+    "finite_d_overlaps",
+    "finite_d_level_alphas",
+    "tail_fraction",
+    "overlap_nmse",
+    "fit_tail_constant",
+    "loglog_slope",
+    "crossing_alphas",
+    "nmse_exponent",
+    "kernel_floor",
+]
+
+_MC_SAMPLES = 400_000
+_MC_SEED = 20260515
+
+
+def leading_thresholds(d: int, p: int, gamma: float) -> np.ndarray:
+    """α_i = 2 + 2γ·log_d i for i = 1..p (MATH.md §7)."""
+    return 2.0 + 2.0 * gamma * np.log(np.arange(1, p + 1)) / math.log(d)
+
+
+def recovered_count(alpha: float, d: int, gamma: float, p: int, *, alpha1: float = 2.0) -> int:
+    """m(n) = ⌊d^((α − α₁)/(2γ))⌋, clipped to [0, p] (0 below the first threshold)."""
+    if alpha < alpha1:
+        return 0
+    # A tiny slack keeps α exactly on a threshold (d^integer) from flooring one below.
+    return int(min(p, math.floor(d ** ((alpha - alpha1) / (2.0 * gamma)) * (1.0 + 1e-12))))
+
+
+def spike_strengths(b: np.ndarray, activation: str, y_mean: float = 0.0,
+                    y_std: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Spike strengths c_i = E[y·(h_i² − 1)] and couplings v_i = E[y²·h_i²] for Gaussian latents.
+
+    Args:
+        b: (p,) second-layer weights with Var s = 2Σb² = 1.
+        activation: ``"identity"`` (exact: c_i = 2b_i/y_std, v_i = (1 + 8b_i²)/y_std²) or
+            ``"tanh"`` (Monte Carlo with a fixed seed).
+        y_mean, y_std: the standardisation of g*(s).
+
+    Returns:
+        ``(c, v)``, each of shape (p,).
+    """
+    b = np.asarray(b, dtype=np.float64)
+    if activation == "identity":
+        # Stein: E[s(h_i²−1)] = 2b_i; E[s²h_i²] = b_i²·E[(h²−1)²h²] + Σ_{j≠i} 2b_j² = 8b_i² + 2Σb².
+        return 2.0 * b / y_std, (8.0 * b**2 + 2.0 * float(np.sum(b**2))) / y_std**2
+    h = np.random.default_rng(_MC_SEED).standard_normal((_MC_SAMPLES, b.shape[0]))
+    y = (np.tanh((h * h - 1.0) @ b) - y_mean) / y_std
+    return ((h * h - 1.0) * y[:, None]).mean(axis=0), ((h * h) * (y * y)[:, None]).mean(axis=0)
+
+
+def _as_arrays(c: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.abs(np.asarray(c, dtype=np.float64)), np.asarray(v, dtype=np.float64)
+
+
+def finite_d_thresholds(d: int, c: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Onsets α_i = log_d(D·v_i²/c_i²) of the finite-d spiked model."""
+    c, v = _as_arrays(c, v)
+    big_d = d * (d + 1) / 2.0
+    with np.errstate(divide="ignore"):
+        return np.log(big_d * v**2 / c**2) / math.log(d)
+
+
+def finite_d_overlaps(n: float, d: int, c: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Predicted squared overlaps q_i at n samples in the finite-d spiked model (0 below onset)."""
+    c, v = _as_arrays(c, v)
+    s2 = d * (d + 1) / 2.0 / n
+    out = np.zeros_like(c)
+    for i, (ci, vi) in enumerate(zip(c, v)):
+        if not ci > vi * math.sqrt(s2):
+            continue
+        a = (vi - 1.0) * s2
+        # The smaller root of a·x² − c·x + 1 = 0, written to stay exact as a → 0.
+        x = 2.0 / (ci + math.sqrt(max(ci * ci - 4.0 * a, 0.0)))
+        out[i] = 1.0 / (1.0 + vi * s2 * x * x / (1.0 - s2 * x * x))
+    return out
+
+
+def finite_d_level_alphas(d: int, c: np.ndarray, v: np.ndarray, level: float) -> np.ndarray:
+    """α at which the predicted q_i reaches ``level``: σ_L = c·u/(1 + (v−1)u²), u² = r/(v + r), r = 1/L − 1."""
+    if not 0.0 < level < 1.0:
+        raise InvalidOptionError(f"the overlap level must lie in (0, 1), not {level!r}")
+    c, v = _as_arrays(c, v)
+    r = 1.0 / level - 1.0
+    u = np.sqrt(r / (v + r))
+    sigma = c * u / (1.0 + (v - 1.0) * u * u)
+    big_d = d * (d + 1) / 2.0
+    with np.errstate(divide="ignore"):
+        return np.log(big_d / sigma**2) / math.log(d)
+
+
+def tail_fraction(m: int, b: np.ndarray) -> float:
+    """Σ_{j>m} b_j² / Σ_j b_j²: the share of the signal in the features not yet recovered."""
+    b2 = np.asarray(b, dtype=np.float64) ** 2
+    return float(b2[int(m) :].sum() / b2.sum())
+
+
+def overlap_nmse(q: np.ndarray, b: np.ndarray) -> float:
+    """NMSE left by imperfect directions: Σ_j b_j²(1 − q_j²) / Σ_j b_j².
+
+    With â_j = √q_j·a_j + √(1−q_j)·w (w a unit direction independent of the latents),
+    corr(h_j² − 1, ĥ_j² − 1) = q_j for Gaussian latents, so the best multiple of ĥ_j² − 1 leaves a
+    share 1 − q_j² of feature j's variance 2b_j². Cross terms between features are neglected.
+    """
+    b2 = np.asarray(b, dtype=np.float64) ** 2
+    q = np.asarray(q, dtype=np.float64)
+    return float(np.sum(b2 * (1.0 - q * q)) / b2.sum())
+
+
+def fit_tail_constant(nmse: np.ndarray, tails: np.ndarray) -> float:
+    """Least-squares c in log space for NMSE ≈ c·tail, over the points where both are > 0.
+
+    Returns:
+        c, or NaN when no point qualifies.
+    """
+    nmse, tails = np.asarray(nmse, dtype=np.float64), np.asarray(tails, dtype=np.float64)
+    ok = np.isfinite(nmse) & (nmse > 0.0) & (tails > 0.0)
+    if not ok.any():
+        return math.nan
+    return float(np.exp(np.mean(np.log(nmse[ok]) - np.log(tails[ok]))))
+
+
+def loglog_slope(n: np.ndarray, values: np.ndarray) -> float:
+    """Least-squares slope of log(values) against log(n); NaN with fewer than two usable points."""
+    n, values = np.asarray(n, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(values) & (values > 0.0) & (n > 0.0)
+    if ok.sum() < 2:
+        return math.nan
+    return float(np.polyfit(np.log(n[ok]), np.log(values[ok]), 1)[0])
+
+
+def crossing_alphas(alphas: np.ndarray, q: np.ndarray, level: float) -> np.ndarray:
+    """Per feature, the α at which the overlap curve first reaches ``level`` (linear interpolation).
+
+    Args:
+        alphas: (m,) increasing grid of log_d n.
+        q: (m, p) overlaps (averaged over seeds).
+        level: the crossing level in (0, 1).
+
+    Returns:
+        (p,) crossing points; NaN for a feature that never reaches the level, and the first grid
+        point for one already above it there (the crossing is then at or below the grid).
+
+    Raises:
+        InvalidOptionError: level outside (0, 1) or mismatched shapes.
+    """
+    alphas, q = np.asarray(alphas, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if not 0.0 < level < 1.0:
+        raise InvalidOptionError(f"the crossing level must lie in (0, 1), not {level!r}")
+    if q.ndim != 2 or q.shape[0] != alphas.shape[0]:
+        raise InvalidOptionError("q must have one row per alpha")
+    out = np.full(q.shape[1], math.nan)
+    for i in range(q.shape[1]):
+        above = np.nonzero(q[:, i] >= level)[0]
+        if above.size == 0:
+            continue
+        j = int(above[0])
+        if j == 0:
+            out[i] = alphas[0]
+            continue
+        q0, q1 = q[j - 1, i], q[j, i]
+        out[i] = alphas[j - 1] + (level - q0) / (q1 - q0) * (alphas[j] - alphas[j - 1])
+    return out
+
+
+def nmse_exponent(gamma: float) -> float:
+    """The learning-curve exponent −1 + 1/(2γ) of MATH.md §7."""
+    return -1.0 + 1.0 / (2.0 * gamma)
+
+
+def kernel_floor(a: np.ndarray, b: np.ndarray, d: int, *, features: str = "hermite",
+                 activation: str = "identity") -> float:
+    """Share of Var(y) beyond degree 2 in x: the NMSE floor of a rotation-invariant kernel for d² ≪ n ≪ d⁴.
+
+    For g* = identity and Hermite features, h_i² − 1 has the degree-2 part 2(xᵀA_i²x − Tr A_i²), so
+    y's degree-2 part is 2(xᵀMx − Tr M), M = Σ b_i A_i², of variance 8‖M‖_F²; and, from the joint
+    cumulants of quadratic forms, Var s = Σ_ij b_i b_j [2δ_ij + 8 Tr(A_i²A_j²) + 4 Tr(A_iA_jA_iA_j)].
+    For the Gaussian-equivalent variant y is of degree 2 in z ∈ R^D, out of reach until n ≫ D²: 1.
+
+    Args:
+        a: (D, p) teacher directions.
+        b: (p,) second-layer weights.
+        d: input dimension.
+        features: ``"hermite"`` or ``"gaussian"``.
+        activation: only ``"identity"`` has the closed form; otherwise NaN.
+
+    Returns:
+        1 − Var(degree-2 part)/Var(y), or NaN.
+    """
+    if features == "gaussian":
+        return 1.0
+    if activation != "identity":
+        return math.nan
+    mats = vec_to_sym(np.asarray(a, dtype=np.float64), d)  # (p, d, d)
+    b = np.asarray(b, dtype=np.float64)
+    squares = mats @ mats
+    m = np.einsum("i,ijk->jk", b, squares)
+    tr_sq = np.einsum("ijk,lkj->il", squares, squares)  # Tr(A_i² A_l²)
+    prods = np.einsum("ijk,lkm->iljm", mats, mats)  # A_i A_l
+    tr_alt = np.einsum("iljm,ilmj->il", prods, prods)  # Tr(A_i A_l A_i A_l)
+    var_s = 2.0 * float(b @ b) + float(b @ (8.0 * tr_sq + 4.0 * tr_alt) @ b)
+    return 1.0 - 8.0 * float(np.sum(m * m)) / var_s
