@@ -14,7 +14,7 @@ import torch
 
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hermite import kernel
-from wbfe.theory.hmc import hmc_check, make_teacher, resolve_device, run_hmc
+from wbfe.theory.hmc import hmc_check, make_teacher, run_hmc
 from wbfe.theory.student import student_sweep, train_student
 from wbfe.theory.teacher_student import readout
 
@@ -39,16 +39,6 @@ def test_teacher_is_orthonormal_seeded_and_centred():
     mu1 = kernel("tanh2").mu[1]
     expected = (torch.tanh(2 * pre) - mu1 * pre) @ t.v
     assert torch.allclose(t.y, expected, atol=1e-14)
-
-
-def test_device_resolution():
-    assert resolve_device("cpu").type == "cpu"
-    with pytest.raises(InvalidOptionError, match="device must be cpu, cuda or auto, got 'tpu'"):
-        resolve_device("tpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(InvalidOptionError, match="no CUDA device is available"):
-            resolve_device("cuda")
-        assert resolve_device("auto").type == "cpu"
 
 
 def test_hmc_with_an_uninformative_likelihood_samples_the_prior():

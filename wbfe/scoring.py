@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Literal, Optional, Union
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
+from wbfe.metrics.bfe import parse_lambda
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
@@ -102,18 +103,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _parse_lambda(lam: Union[str, float]) -> Union[Literal["opt"], float]:
-    if isinstance(lam, str) and lam.strip().lower() == "opt":
-        return "opt"
-    try:
-        value = float(lam)
-    except (TypeError, ValueError):
-        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}")
-    return value
-
-
 def _digest(tensor: Any) -> str:
     # Tied weights saved twice (or shared storage lost in a format conversion) have equal bytes.
     flat = tensor.detach().contiguous().reshape(-1).view(__import__("torch").uint8)
@@ -174,7 +163,7 @@ def score(
         conv = "slices"
     options = ScoreOptions(
         metrics=tuple(g.name for g in groups),
-        lam=_parse_lambda(lam),
+        lam=parse_lambda(lam),
         conv=conv,
         layers=layers,
         device=device,

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
+from wbfe.metrics.bfe import positive_lambda
 from wbfe.watch_rule import Recommendation, critical_lambda, recommend
 from wbfe.watch_runs import CheckpointRef, Run, discover_run
 
@@ -344,19 +345,12 @@ class WatchResult:
         return "\n".join(lines) + "\n"
 
 
-def _check_lambda(lam: Any) -> float:
-    value = _float(lam)
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidOptionError(f"lambda must be a positive number, not {lam!r}")
-    return value
-
-
 def result_at(traj: Trajectory, lam: Optional[float], *, lam_source: Optional[str] = None,
               layers: str = "head") -> WatchResult:
     """Apply the rule to a scored trajectory at ``lam`` (no recommendation when ``lam`` is None)."""
     if lam is None:
         return WatchResult(traj, None, None, None, layers)
-    lam = _check_lambda(lam)
+    lam = positive_lambda(lam)
     rec = recommend(traj.steps, traj.critical_lambdas(), lam)
     return WatchResult(traj, lam, lam_source or "given", rec, layers)
 
@@ -381,6 +375,6 @@ def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: st
         InvalidOptionError: a bad λ or layer selection; the errors of :func:`trajectory`.
     """
     if lam is not None:
-        lam = _check_lambda(lam)
+        lam = positive_lambda(lam)
     traj = trajectory(run, layers=layers, head=head, device=device, progress=progress)
     return result_at(traj, lam, layers=layers)

@@ -23,7 +23,7 @@ import numpy as np
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
-__all__ = ["bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
+__all__ = ["bfe", "bfe_from_moments", "parse_lambda", "positive_lambda", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
 
 LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 
@@ -62,21 +62,40 @@ def bfe_from_moments(
     """BFE-W from mean(e) and mean(log e) alone (all the formula needs); see :func:`bfe`."""
     if not mean_e > 0.0:
         raise InvalidOptionError("BFE-W is undefined for an all-zero matrix")
-    if lam == "opt":
+    lam_used = parse_lambda(lam)
+    if lam_used == "opt":
         return 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e), 1.0 / mean_e
-    lam_used = _check_lambda(lam)
     value = 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used)
     return value, lam_used
 
 
-def _check_lambda(lam: object) -> float:
+def positive_lambda(lam: object) -> float:
+    """A positive finite prior precision, from a string or a number.
+
+    Raises:
+        InvalidOptionError: anything else (``"opt"`` included: use :func:`parse_lambda` to allow it).
+    """
     try:
         value = float(lam)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
+        value = math.nan
     if not (math.isfinite(value) and value > 0.0):
-        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}")
+        raise InvalidOptionError(f"lambda must be a positive number, not {lam!r}")
     return value
+
+
+def parse_lambda(lam: object) -> Union[Literal["opt"], float]:
+    """``"opt"`` (any case) or a positive finite prior precision.
+
+    Raises:
+        InvalidOptionError: anything else.
+    """
+    if isinstance(lam, str) and lam.strip().lower() == "opt":
+        return "opt"
+    try:
+        return positive_lambda(lam)
+    except InvalidOptionError:
+        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
 
 
 def bfe_marchenko_pastur_limit(gamma: float) -> float:

@@ -35,6 +35,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import gammaln
 
 from wbfe.errors import InvalidOptionError
+from wbfe.metrics.bfe import positive_lambda
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 from wbfe.special import log_hyperu, log_hyperu_neg
 
@@ -154,16 +155,6 @@ def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> flo
     return -math.log(beta) - log_u / a
 
 
-def _lambda_value(lam: object) -> float:
-    try:
-        value = float(lam)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
-    if not (math.isfinite(value) and value > 0.0):
-        raise InvalidOptionError(f"lambda must be a positive number, not {lam!r}")
-    return value
-
-
 def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
     """Limiting BFE-W of an HTMP spectrum at prior precision λ (MATH.md §3).
 
@@ -173,7 +164,7 @@ def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0)
     Raises:
         InvalidOptionError: a parameter or λ out of range.
     """
-    lam = _lambda_value(lam)
+    lam = positive_lambda(lam)
     return 0.5 * lam * mean(kappa, gamma, beta, tau) - 0.5 * log_moment(kappa, gamma, beta, tau) + 0.5 * math.log(
         2.0 * math.pi / lam
     )
@@ -194,7 +185,7 @@ def h_star(lam: float, gamma: float, kappa: Optional[float] = None, c: Optional[
     Raises:
         InvalidOptionError: λ, γ, κ or c out of range, or a gap without κ.
     """
-    lam = _lambda_value(lam)
+    lam = positive_lambda(lam)
     if not 0.0 < gamma < 1.0:
         raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
     if c is None or c == 0.0:
@@ -462,7 +453,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     if options.lam == "opt":
         lam = 1.0 / float(np.mean(eigs))
     else:
-        lam = _lambda_value(options.lam)  # type: ignore[arg-type]
+        lam = positive_lambda(options.lam)  # type: ignore[arg-type]
     try:
         fitted = fit(positive, gamma)
     except InvalidOptionError as exc:

@@ -17,29 +17,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
+from wbfe.spectra import resolve_device
 from wbfe.theory.hermite import kernel
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["resolve_device", "Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]
-
-
-def resolve_device(device: str = "cpu") -> Any:
-    """``cpu``, ``cuda`` (an error when absent) or ``auto`` (cuda when available) as a torch device.
-
-    Raises:
-        InvalidOptionError: an unknown device string, or ``cuda`` without a CUDA device.
-    """
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cpu":
-        return torch.device("cpu")
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise InvalidOptionError(f"device {device!r} asked but no CUDA device is available")
-        return torch.device(device)
-    raise InvalidOptionError(f"device must be cpu, cuda or auto, got {device!r}")
 
 
 @dataclass
