@@ -13,10 +13,9 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.watch import Trajectory, trajectory
 from wbfe.watch_rule import Calibration, calibrate_lambda
-from wbfe.watch_runs import Run, discover_run, run_from_rows
+from wbfe.watch_runs import Run, discover_run, read_csv, run_from_rows
 
 __all__ = ["CalibrationReport", "calibrate", "read_runs_csv"]
 
@@ -67,18 +66,9 @@ def read_runs_csv(path: Union[str, Path]) -> list[Run]:
     Raises:
         InvalidOptionError: no ``run`` column, or a malformed row. The errors of :func:`discover_run`.
     """
-    import csv
-
     path = Path(path)
-    if not path.is_file():
-        raise SourceNotFoundError(f"no such file: {path}", path=str(path))
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        fields = [f.strip() for f in (reader.fieldnames or [])]
-        rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
-    if "run" not in fields:
-        raise InvalidOptionError(f"{path}: a runs CSV needs a 'run' column (found: {', '.join(fields) or 'none'})")
-    if "step" not in fields:
+    rows = read_csv(path, required="run", kind="runs")
+    if "step" not in rows[0]:
         runs = []
         for row in rows:
             target = Path(row["run"])

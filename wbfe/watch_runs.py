@@ -150,12 +150,12 @@ def _folder_checkpoints(folder: Path) -> dict[int, Path]:
     return by_step
 
 
-def read_run_csv(path: Union[str, Path]) -> list[dict[str, str]]:
-    """The rows of a run CSV (dicts of strings), checked to have a ``step`` column.
+def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[str, str]]:
+    """The rows of a CSV as dicts of stripped strings, checked to have column ``required`` and rows.
 
     Raises:
         SourceNotFoundError: the file does not exist.
-        InvalidOptionError: no ``step`` column, or no rows.
+        InvalidOptionError: the column is missing, or there are no rows.
     """
     path = Path(path)
     if not path.is_file():
@@ -163,12 +163,19 @@ def read_run_csv(path: Union[str, Path]) -> list[dict[str, str]]:
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
         fields = [f.strip() for f in (reader.fieldnames or [])]
-        if "step" not in fields:
-            raise InvalidOptionError(f"{path}: a run CSV needs a 'step' column (found: {', '.join(fields) or 'none'})")
+        if required not in fields:
+            raise InvalidOptionError(
+                f"{path}: a {kind} CSV needs a {required!r} column (found: {', '.join(fields) or 'none'})"
+            )
         rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
     if not rows:
         raise InvalidOptionError(f"{path}: the CSV has no rows")
     return rows
+
+
+def read_run_csv(path: Union[str, Path]) -> list[dict[str, str]]:
+    """The rows of a run CSV (dicts of strings), checked to have a ``step`` column; see :func:`read_csv`."""
+    return read_csv(path, required="step", kind="run")
 
 
 def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
