@@ -9,6 +9,8 @@ eigen-solve.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -24,6 +26,9 @@ __all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "lo
 
 _BLOCK_BYTES = 64 << 20  # float64 bytes of one block of rows/columns
 _EPS = float(np.finfo(np.float64).eps)
+# Below this size a second BLAS thread costs more than it saves (CIFAR ResNet layers, p = 16..64,
+# ran 5-9x slower with two OpenBLAS threads than with one: benchmarks/results/vs_weightwatcher.json).
+_SMALL_P = 256
 
 
 class DegenerateMatrixError(WbfeError, ValueError):
@@ -87,6 +92,22 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _blas_controller() -> Any:
+    try:
+        import scipy.linalg.blas  # noqa: F401 - load OpenBLAS first so the controller sees it
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        return None
+    return ThreadpoolController()
+
+
+def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
+    """One BLAS thread for a small matrix on the CPU; the default otherwise."""
+    controller = _blas_controller() if device.type == "cpu" and min(matrix.shape) < _SMALL_P else None
+    return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
+
+
 def _eigvalsh(g: Any) -> np.ndarray:
     if isinstance(g, np.ndarray):
         from scipy.linalg import eigvalsh
@@ -103,7 +124,11 @@ def eigenvalues(matrices: Sequence["torch.Tensor"], device: "torch.device") -> n
     Raises:
         DegenerateMatrixError: non-finite entries, or all entries zero.
     """
-    e = np.sort(np.concatenate([_eigvalsh(gram(m, device)) for m in matrices]))
+    parts = []
+    for matrix in matrices:
+        with _threads_for(matrix, device):
+            parts.append(_eigvalsh(gram(matrix, device)))
+    e = np.sort(np.concatenate(parts))
     top = e[-1] if e.size else 0.0
     if not top > 0.0:
         raise DegenerateMatrixError("all-zero matrix")
@@ -126,12 +151,13 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> t
     trace = log_det = 0.0
     n = n_zero = 0
     for matrix in matrices:
-        g = gram(matrix, device)
+        with _threads_for(matrix, device):
+            g = gram(matrix, device)
+            diag = _cholesky_diagonal(g)
         p = g.shape[0]
         tr = float(np.trace(g)) if isinstance(g, np.ndarray) else float(g.trace())
         n += p
         trace += tr
-        diag = _cholesky_diagonal(g)
         if diag is None or tr <= 0.0 or float(np.min(diag)) ** 2 <= tr * p * _EPS:
             e = eigenvalues([matrix], device) if tr > 0.0 else np.zeros(p)
             n_zero += int(np.count_nonzero(e <= 0.0))
