@@ -360,3 +360,43 @@ def test_critical_lambda_is_one_over_the_htmp_mean() -> None:
         traj.points.append(CheckpointPoint(t, "s", (layer,)))
     expected = [1.0 / htmp.mean(kappa, gamma, beta, tau) for gamma, kappa, beta, tau in params]
     np.testing.assert_allclose(traj.critical_lambdas(), expected, rtol=1e-12)
+
+
+def test_lightning_callback_records_every_epoch() -> None:
+    """A real Lightning Trainer: the callback records one checkpoint per epoch, equal to a direct record."""
+    pl = pytest.importorskip("pytorch_lightning", reason="pytorch-lightning (a test dependency) not installed")
+    htmp_module()
+    import torch
+
+    from wbfe.watch import Monitor, lightning_callback
+
+    torch.set_num_threads(1)
+
+    class Tiny(pl.LightningModule):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _tiny_model()
+
+        def training_step(self, batch: tuple, _: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    g = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 80, generator=g), torch.arange(64) % 12)
+    module = Tiny()
+    monitor = Monitor(module.net, every=1, layers="all")
+    trainer = pl.Trainer(max_epochs=2, callbacks=[lightning_callback(monitor)], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         accelerator="cpu", devices=1)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=32))
+    assert monitor.trajectory.steps == [0, 1]
+    direct = Monitor(module.net, every=1, layers="all")
+    direct.record(1)
+    got = monitor.result(0.7).to_dict()["checkpoints"][-1]["layers"]
+    want = direct.result(0.7).to_dict()["checkpoints"][-1]["layers"]
+    assert [r["name"] for r in got] == [r["name"] for r in want]
+    for a, b in zip(got, want):
+        assert a["bfe"] == b["bfe"] and a["h"] == b["h"]
