@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from wbfe_cli.main import app
-from wbfe_cli.score import Conv
+from wbfe_cli._options import Conv
 
 
 @app.command("esd")

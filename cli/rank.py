@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Union
 
 import typer
 
+from wbfe_cli._options import Conv, Format
 from wbfe_cli.main import app
 
 if TYPE_CHECKING:
@@ -16,16 +16,6 @@ if TYPE_CHECKING:
 
 DEFAULT_ZOO = "fmnist"
 SMALL_N = 8
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-
-
-class Conv(str, Enum):
-    flatten = "flatten"
-    slices = "slices"
 
 
 def _num(value: Optional[float], digits: int = 3) -> str:

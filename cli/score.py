@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
 from typing import Iterator, Optional
 
 import typer
 
+from wbfe_cli._options import Conv, ScoreFormat
 from wbfe_cli.main import app
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
-
-class Conv(str, Enum):
-    flatten = "flatten"
-    slices = "slices"
 
 
 @contextmanager
@@ -48,7 +37,7 @@ def score_command(
     ref: Optional[str] = typer.Argument(
         None, help="Checkpoint: file, folder, org/name[@rev], timm:NAME, torchvision:WEIGHTS. Default: the embedded demo CNN."
     ),
-    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    fmt: ScoreFormat = typer.Option(ScoreFormat.table, "--format", "-f", help="Output format."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the result to this file instead of stdout."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name matches this regular expression."),
     conv: Conv = typer.Option(Conv.flatten, "--conv", help="Conv kernels: flatten (out x in*k*k) or slices (pooled k*k matrices)."),
@@ -69,8 +58,8 @@ def score_command(
             target, metrics=metrics, lam=lam, conv=conv.value, layers=layers, device=device,
             head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, progress=update,  # type: ignore[arg-type]
         )
-    text = {Format.json: lambda: result.to_json() + "\n", Format.csv: lambda: score_csv(result),
-            Format.table: lambda: score_table(result)}[fmt]()
+    text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
+            ScoreFormat.table: lambda: score_table(result)}[fmt]()
     if output is not None:
         write_atomic(output, text)
         typer.echo(f"wrote {output}", err=True)

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from wbfe_cli._options import Format
 from wbfe_cli.theory import app
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def _num(x: Any) -> str:

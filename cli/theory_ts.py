@@ -11,12 +11,8 @@ from typing import Any, Optional
 import typer
 
 from wbfe.errors import InvalidOptionError
+from wbfe_cli._options import Format
 from wbfe_cli.theory import app
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class Readout(str, Enum):

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import math
-from enum import Enum
 from pathlib import Path
 from typing import Optional, Union
 
 import typer
 
+from wbfe_cli._options import Format
 from wbfe_cli.main import app
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def _parse_lambda(text: Optional[str]) -> Union[None, str, float]:
