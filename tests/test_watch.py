@@ -323,6 +323,40 @@ def test_lightning_callback_needs_lightning(monkeypatch: pytest.MonkeyPatch) -> 
         lightning_callback(Monitor({}, every=1))
 
 
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    from wbfe.plots.watch import plot_watch
+    from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory, result_at
+
+    htmp_module()
+    traj = Trajectory("run")
+    for t, beta in enumerate((1.0, 2.0, 4.0)):
+        layer = LayerPoint("classifier.weight", "head", 0.25, 2.0, beta, 0.0, 0.01, 1.5, 1.0, 3.0)
+        traj.points.append(CheckpointPoint(t, f"s{t}", (layer,), test_loss=[0.5, 0.3, 0.4][t]))
+    result = result_at(traj, 0.5)  # h* = 2γ/λ = 1: h = 2, 1, 0.5 -> step 1
+    assert result.recommendation.step == 1
+    out = plot_watch(result, tmp_path / "w.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    comparison = result.comparison()
+    assert comparison is not None
+    assert {k: comparison[k] for k in ("best_step", "recommended_step", "test_loss_gap", "steps_from_best")} == {
+        "best_step": 1, "recommended_step": 1, "test_loss_gap": 0.0, "steps_from_best": 0}
+    assert result_at(traj, 2.0).comparison()["test_loss_gap"] == pytest.approx(0.1)  # h* = 0.25: never, keep step 2
+
+
+def test_critical_lambda_is_one_over_the_htmp_mean() -> None:
+    # h/h*(1) = κ/(2γβ) + τ for any gap (MATH.md §3 formulas), so λ_c = 1 / E_HTMP[e].
+    htmp = htmp_module()
+    from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory
+
+    traj = Trajectory("run")
+    params = [(0.3, 0.5, 2.0, 0.0), (0.1, 3.0, 0.7, 0.2), (0.6, 40.0, 5.0, 1.5)]
+    for t, (gamma, kappa, beta, tau) in enumerate(params):
+        layer = LayerPoint("w", "head", gamma, kappa, beta, tau, 0.0, 1.0, 1.0, 2.0)
+        traj.points.append(CheckpointPoint(t, "s", (layer,)))
+    expected = [1.0 / htmp.mean(kappa, gamma, beta, tau) for gamma, kappa, beta, tau in params]
+    np.testing.assert_allclose(traj.critical_lambdas(), expected, rtol=1e-12)
+
+
 def test_lightning_callback_records_every_epoch() -> None:
     """A real Lightning Trainer: the callback records one checkpoint per epoch, equal to a direct record."""
     pl = pytest.importorskip("pytorch_lightning", reason="pytorch-lightning (a test dependency) not installed")
