@@ -43,6 +43,8 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from wbfe.report import save_figure
+
     res = _as_dict(result)
     alphas = np.array([pt["alpha"] for pt in res["points"]])
     q = np.array([pt["q"] for pt in res["points"]])
@@ -66,10 +68,10 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
                  f"(-- 2 + 2 gamma log_d i, : finite-d)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    try:
+        return save_figure(fig, Path(path), dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
@@ -86,6 +88,8 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from wbfe.report import save_figure
 
     res = _as_dict(result)
     pred = res["prediction"]
@@ -119,10 +123,10 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     ax.set_ylabel("test NMSE")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    try:
+        return save_figure(fig, Path(path), dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def write_figures(result: Result, directory: Union[str, Path]) -> list[Path]:

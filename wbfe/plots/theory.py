@@ -42,12 +42,13 @@ def _figure() -> tuple[Any, Any]:
 def _save(fig: Any, path: PathLike) -> Path:
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from wbfe.report import save_figure
+
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, Path(path), dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def plot_staircase(sw: Any, path: PathLike, *, max_features: int = 40) -> Path:

@@ -15,21 +15,9 @@ __all__ = ["plot_watch", "plot_calibration"]
 
 
 def _save(fig: object, path: Union[str, Path], dpi: int) -> Path:
-    import os
-    import tempfile
+    from wbfe.report import save_figure
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write then rename: a reader never sees half a PNG.
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=dpi)  # type: ignore[attr-defined]
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return save_figure(fig, Path(path), dpi=dpi)
 
 
 def _label(run: str) -> str:
