@@ -37,15 +37,8 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    # Each command group lives in its own module and attaches itself to `app`.
-    import importlib
-
-    for module in ("wbfe_cli.score", "wbfe_cli.rank", "wbfe_cli.esd", "wbfe_cli.watch"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:  # a command group not written yet
-            if exc.name != module:
-                raise
+    # Each command group lives in its own module and attaches itself to `app` on import.
+    from wbfe_cli import esd, rank, score, watch  # noqa: F401
     from wbfe_cli.theory import app as theory_app
 
     app.add_typer(theory_app, name="theory", help="Solvers and simulations of the theory models.")

@@ -5,15 +5,14 @@ The commands live in one module per model and attach themselves to :data:`app` o
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
 app = typer.Typer(no_args_is_help=True)
 
-for _module in ("wbfe_cli.theory_ts", "wbfe_cli.theory_hier"):
-    try:
-        importlib.import_module(_module)
-    except ModuleNotFoundError as _exc:  # a model whose commands are not written yet
-        if _exc.name != _module:
-            raise
+
+def _register() -> None:
+    # The commands attach themselves to `app` on import (one module per model).
+    from wbfe_cli import theory_hier, theory_ts  # noqa: F401
+
+
+_register()

@@ -105,7 +105,9 @@ def _versions() -> dict[str, str]:
 
 def _digest(tensor: Any) -> str:
     # Tied weights saved twice (or shared storage lost in a format conversion) have equal bytes.
-    flat = tensor.detach().contiguous().reshape(-1).view(__import__("torch").uint8)
+    import torch
+
+    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
     return hashlib.blake2b(flat.cpu().numpy().data, digest_size=16).hexdigest()
 
 

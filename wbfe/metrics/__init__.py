@@ -19,7 +19,6 @@ __all__ = [
     "MetricOptions",
     "Spectrum",
     "DEFAULT_GROUPS",
-    "available_groups",
     "get_group",
     "resolve_groups",
 ]
@@ -33,20 +32,9 @@ _REGISTRY: dict[str, str] = {
 DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr", "htmp")
 
 
-def available_groups() -> tuple[str, ...]:
-    """Names of every registered metric group whose module can be imported."""
-    return tuple(name for name in _REGISTRY if _load(name, strict=False) is not None)
-
-
-def _load(name: str, *, strict: bool = True) -> MetricGroup | None:
+def _load(name: str) -> MetricGroup:
     module_name, attr = _REGISTRY[name].split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if strict or exc.name != module_name:
-            raise
-        return None
-    return getattr(module, attr)
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def get_group(name: str) -> MetricGroup:
@@ -57,9 +45,7 @@ def get_group(name: str) -> MetricGroup:
     """
     if name not in _REGISTRY:
         raise unknown_name("metric group", name, tuple(_REGISTRY))
-    group = _load(name)
-    assert group is not None
-    return group
+    return _load(name)
 
 
 def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ...]:
@@ -70,7 +56,7 @@ def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ..
         InvalidOptionError: the list is empty.
     """
     if metrics is None:
-        names: list[str] = [n for n in DEFAULT_GROUPS if n in available_groups()]
+        names: list[str] = list(DEFAULT_GROUPS)
     elif isinstance(metrics, str):
         names = [part.strip() for part in metrics.split(",") if part.strip()]
     else:
