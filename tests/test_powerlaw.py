@@ -189,6 +189,8 @@ def test_min_tail_below_two_is_rejected() -> None:
         (0.2, 1e-5, 1.0),
         (37.1, 5e-18, 1.0),
         (-15.0, 1e7, 1.0),
+        # A flat peak (curvature 1 − α ≈ 7e-5): its first panel once spanned 57 e-folds.
+        (0.9999251378006888, 3.4345278851413745e-05, 1.0),
     ],
 )
 def test_tpl_normaliser_against_mpmath(alpha: float, lam: float, xmin: float) -> None:
@@ -207,6 +209,44 @@ def test_tpl_recovers_alpha_and_lambda(alpha: float, lam: float, xmin: float) ->
     # Measured spread over seeds at this n: sd(α) ≈ 0.015–0.025, sd(Λ)/Λ ≈ 1.5 %; bounds ≈ 4 sd.
     assert fit.alpha == pytest.approx(alpha, abs=0.08)
     assert fit.lam == pytest.approx(lam, rel=0.06)
+
+
+def test_tpl_recovers_a_gamma_tail_far_below_alpha_zero() -> None:
+    # A Gamma(k, r) law restricted to x >= xmin is exactly a TPL with α = 1 − k, Λ = r.
+    rng = np.random.default_rng(3)
+    x = rng.gamma(60.0, 1 / 2.0, 40_000)
+    fit = fit_truncated_power_law(x[x >= 25.0], xmin=25.0)
+    assert fit.ok, fit.reason
+    # Measured over 20 seeds: mean α = −59.14, sd 0.70; mean Λ = 2.005, sd 0.022.
+    assert fit.alpha == pytest.approx(-59.0, abs=3.0)
+    assert fit.lam == pytest.approx(2.0, abs=0.09)
+
+
+def test_tpl_maximum_has_zero_score() -> None:
+    # The TPL is an exponential family: at the MLE the model's E[log x] and E[x] equal the data's.
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 30
+    x = tpl_samples(1.5, 0.3, 1.0, 2000, seed=4)
+    fit = fit_truncated_power_law(x, xmin=1.0)
+    a, lam = mpmath.mpf(fit.alpha), mpmath.mpf(fit.lam)
+    z = mpmath.quad(lambda t: t ** (-a) * mpmath.exp(-lam * t), [1, 10, mpmath.inf])
+    e_log = mpmath.quad(lambda t: mpmath.log(t) * t ** (-a) * mpmath.exp(-lam * t), [1, 10, mpmath.inf]) / z
+    e_x = mpmath.quad(lambda t: t ** (1 - a) * mpmath.exp(-lam * t), [1, 10, mpmath.inf]) / z
+    assert float(e_log) == pytest.approx(float(np.mean(np.log(x))), rel=1e-9)
+    assert float(e_x) == pytest.approx(float(np.mean(x)), rel=1e-9)
+
+
+def test_tpl_at_the_boundary_is_the_power_law() -> None:
+    # Truncating cannot raise the likelihood when the data's mean is at least the power law's:
+    # the MLE is Λ = 0 with the plain power-law exponent.
+    x = 1.0 + np.array([0.0, 0.1, 0.2, 0.5, 40.0])
+    mean_log = float(np.mean(np.log(x)))
+    alpha_pl = 1.0 + 1.0 / mean_log
+    assert alpha_pl > 2.0 and np.mean(x) >= (alpha_pl - 1.0) / (alpha_pl - 2.0)
+    fit = fit_truncated_power_law(x, xmin=1.0)
+    assert fit.lam == 0.0
+    assert fit.alpha == pytest.approx(alpha_pl, rel=1e-15)
+    assert fit.loglik == pytest.approx(x.size * (math.log(alpha_pl - 1.0) - alpha_pl * mean_log), rel=1e-12)
 
 
 def test_tpl_is_a_maximum_of_the_likelihood() -> None:

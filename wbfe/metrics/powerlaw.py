@@ -46,9 +46,7 @@ WW_SMALL_N = 20
 _WW_SMALL_N_MIN_TAIL = 8
 # Candidates × tail values evaluated at once; bounds the memory of the vectorised KS scan.
 _BLOCK_ELEMENTS = 1 << 20
-# Search box of the truncated power-law MLE, in (α, log Λ·xmin).
-_TPL_ALPHA_RANGE = (-20.0, 50.0)
-_TPL_LOG_LAM_RANGE = (-40.0, math.log(1e8))
+_TPL_MAX_NEWTON = 100
 _GL_NODES = 20
 _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
 
@@ -91,7 +89,8 @@ class TruncatedPowerLawFit:
 
     Attributes:
         alpha: exponent α (any real; α < 1 is normalisable because Λ > 0).
-        lam: truncation rate Λ > 0.
+        lam: truncation rate Λ >= 0; exactly 0 when no truncation raises the likelihood (the
+            maximum is then the plain power law, on the boundary of the parameter space).
         xmin: lower end of the fitted data.
         n_tail: number of values fitted.
         loglik: maximised log-likelihood (sum over the tail).
@@ -292,7 +291,7 @@ def _panel_edges(peak: float, scale: float, stop: Callable[[float], bool], lower
     scale/2, scale, 2·scale, … capped at 1, until ``stop(edge)`` or ``lower`` is reached."""
     direction = -1.0 if lower < peak else 1.0
     edges = [peak]
-    width = 0.5 * scale
+    width = min(0.5 * scale, 1.0)
     while True:
         edge = edges[-1] + direction * width
         if direction < 0 and edge <= lower:
@@ -304,28 +303,15 @@ def _panel_edges(peak: float, scale: float, stop: Callable[[float], bool], lower
         width = min(2.0 * width, 1.0)
 
 
-def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
-    """log Z, Z = ∫_xmin^∞ x^(−α)·exp(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin).
+def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Nodes u and weights w of ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1) (the TPL on y = e^u ≥ 1).
 
-    Computed in u = log(x/xmin), where the integrand exp(h(u)), h(u) = (1−α)u − Λ·xmin·(e^u − 1),
-    is log-concave: composite Gauss–Legendre on panels that start at the peak of h with the width
-    of the peak and double (up to 1) away from it, until h has dropped by 60.
-
-    Args:
-        alpha: exponent (any real).
-        lam: truncation rate Λ > 0.
-        xmin: lower limit > 0.
-
-    Returns:
-        log Z (about 1e-13 relative error against mpmath over the fitting range).
-
-    Raises:
-        ValueError: ``lam`` or ``xmin`` not positive.
+    Composite Gauss–Legendre on panels that start at the peak of the log-concave h with the width
+    of the peak and double (up to 1) away from it, until h has dropped by 60. The weights include
+    exp(h − h_peak); returns ``(u, w, h_peak)``, so ∫ exp(h) = e^h_peak · Σw and E[f(u)] = Σ w f / Σ w.
     """
-    if not (lam > 0.0 and xmin > 0.0):
-        raise ValueError(f"need lam > 0 and xmin > 0, not lam={lam!r}, xmin={xmin!r}")
     s = 1.0 - alpha
-    c = lam * xmin
+    c = lam
     if s > c:  # interior peak at e^u = s/c, curvature −s there
         u_peak = math.log(s / c)
         scale = 1.0 / math.sqrt(s)
@@ -343,9 +329,116 @@ def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
     e = np.asarray(edges)
     nodes, weights = _gauss_legendre()
     half = 0.5 * np.diff(e)[:, None]
-    u = 0.5 * (e[:-1] + e[1:])[:, None] + half * nodes[None, :]
-    total = float(np.sum(half * weights[None, :] * np.exp(s * u - c * np.expm1(u) - h_peak)))
-    return s * math.log(xmin) - c + h_peak + math.log(total)
+    u = (0.5 * (e[:-1] + e[1:])[:, None] + half * nodes[None, :]).ravel()
+    w = (half * weights[None, :]).ravel() * np.exp(s * u - c * np.expm1(u) - h_peak)
+    return u, w, h_peak
+
+
+def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
+    """log Z, Z = ∫_xmin^∞ x^(−α)·exp(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin).
+
+    Computed in u = log(x/xmin), where the integrand is log-concave, by the quadrature of
+    :func:`_tpl_quadrature`.
+
+    Args:
+        alpha: exponent (any real).
+        lam: truncation rate Λ > 0.
+        xmin: lower limit > 0.
+
+    Returns:
+        log Z (about 1e-13 relative error against mpmath over the fitting range).
+
+    Raises:
+        ValueError: ``lam`` or ``xmin`` not positive.
+    """
+    if not (lam > 0.0 and xmin > 0.0):
+        raise ValueError(f"need lam > 0 and xmin > 0, not lam={lam!r}, xmin={xmin!r}")
+    c = lam * xmin
+    _, w, h_peak = _tpl_quadrature(alpha, c)
+    return (1.0 - alpha) * math.log(xmin) - c + h_peak + math.log(float(np.sum(w)))
+
+
+def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """Mean negative log-likelihood of the TPL on y ≥ 1 with its gradient and Hessian in (α, Λ).
+
+    An exponential family in (−α, −Λ) with statistics (log y, y): the gradient is the data's mean
+    statistics minus the model's, the Hessian the model's covariance of (log y, y).
+    """
+    u, w, h_peak = _tpl_quadrature(alpha, lam)
+    total = float(np.sum(w))
+    p = w / total
+    y = np.exp(u)
+    eu = float(p @ u)
+    ey = float(p @ y)
+    du, dy = u - eu, y - ey
+    hess = np.array([[p @ (du * du), p @ (du * dy)], [p @ (du * dy), p @ (dy * dy)]])
+    value = alpha * mean_u + lam * mean_y - lam + h_peak + math.log(total)
+    return value, np.array([mean_u - eu, mean_y - ey]), hess
+
+
+def _damped_newton(
+    evaluate: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]],
+    x: np.ndarray,
+    max_step: Callable[[np.ndarray, np.ndarray], float],
+) -> tuple[np.ndarray, float, bool]:
+    """Minimise a smooth function of two variables by Newton steps with backtracking.
+
+    Where the Hessian is not positive definite its diagonal is raised (Levenberg–Marquardt);
+    ``max_step(x, step)`` bounds the step length (to stay in the domain). Returns (x, value, converged).
+    """
+    value, grad, hess = evaluate(x)
+    for _ in range(_TPL_MAX_NEWTON):
+        shifted, damping = hess, 0.0
+        while not (np.all(np.isfinite(shifted)) and shifted[0, 0] > 0.0 and np.linalg.det(shifted) > 0.0):
+            damping = 1e-3 if damping == 0.0 else 10.0 * damping
+            shifted = hess + damping * np.diag(np.abs(np.diag(hess)) + 1e-300) if damping < 1e12 else np.eye(2)
+        step = -np.linalg.solve(shifted, grad)
+        decrement = float(-grad @ step)
+        # The decrement is about twice the distance to the minimum: below rounding of it, stop.
+        if decrement < 1e-14 * max(1.0, abs(value)):
+            return x, value, True
+        t = max_step(x, step)
+        while t > 1e-12:
+            new_x = x + t * step
+            new_value, new_grad, new_hess = evaluate(new_x)
+            if new_value <= value - 1e-4 * t * decrement:
+                break
+            t *= 0.5
+        else:  # no decrease left to find: converged if the decrement was already small
+            return x, value, decrement < 1e-10 * max(1.0, abs(value))
+        x, value, grad, hess = new_x, new_value, new_grad, new_hess
+    return x, value, False
+
+
+def _tpl_newton(mean_u: float, mean_y: float, alpha: float, lam: float) -> tuple[float, float, float, bool]:
+    """Minimise the mean NLL over α and Λ > 0; returns (α, Λ, NLL, converged).
+
+    The NLL is convex in (α, Λ), so Newton there converges from anywhere, except that an optimum
+    at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and the steps stall
+    against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes.
+    """
+
+    def linear(x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        return _tpl_objective(float(x[0]), float(x[1]), mean_u, mean_y)
+
+    def logarithmic(x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        lam_ = math.exp(float(x[1]))
+        value, g, h = _tpl_objective(float(x[0]), lam_, mean_u, mean_y)
+        grad = np.array([g[0], lam_ * g[1]])
+        hess = np.array([[h[0, 0], lam_ * h[0, 1]], [lam_ * h[0, 1], lam_ * lam_ * h[1, 1] + lam_ * g[1]]])
+        return value, grad, hess
+
+    def to_boundary(x: np.ndarray, step: np.ndarray) -> float:  # at most 90 % of the way to Λ = 0
+        return 1.0 if step[1] >= 0.0 else min(1.0, 0.9 * float(x[1]) / float(-step[1]))
+
+    def capped(x: np.ndarray, step: np.ndarray) -> float:  # log Λ moves by at most 5 per step
+        return min(1.0, 5.0 / max(abs(float(step[1])), 1e-300))
+
+    x, value, converged = _damped_newton(linear, np.array([alpha, lam]), to_boundary)
+    if not converged and x[1] > 0.0:
+        x, value, converged = _damped_newton(logarithmic, np.array([x[0], math.log(x[1])]), capped)
+        x = np.array([x[0], math.exp(x[1])])
+    return float(x[0]), float(x[1]), value, converged
 
 
 def fit_truncated_power_law(
@@ -360,8 +453,6 @@ def fit_truncated_power_law(
     Returns:
         A :class:`TruncatedPowerLawFit`; NaN + reason when the tail is too small or degenerate.
     """
-    from scipy.optimize import minimize
-
     x = np.asarray(values, dtype=np.float64).ravel()
     x = x[np.isfinite(x) & (x > 0.0)]
     if x.size == 0:
@@ -380,31 +471,14 @@ def fit_truncated_power_law(
         reason = "degenerate tail: all values equal xmin"
         return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, reason)
 
-    def nll(theta: np.ndarray) -> float:
-        a, log_l = float(theta[0]), float(theta[1])
-        in_box = _TPL_ALPHA_RANGE[0] <= a <= _TPL_ALPHA_RANGE[1]
-        in_box = in_box and _TPL_LOG_LAM_RANGE[0] <= log_l <= _TPL_LOG_LAM_RANGE[1]
-        if not in_box:
-            return math.inf
-        lam = math.exp(log_l)
-        return a * mean_log + lam * mean_y + tpl_log_normaliser(a, lam, 1.0)
-
-    # Start from the power-law MLE with a mild truncation; Nelder–Mead (derivative-free, two restarts)
-    # is robust to the flat direction log Λ → −∞ of an untruncated tail.
     alpha_pl = 1.0 + 1.0 / mean_log
-    best = None
-    theta = np.array([min(alpha_pl, _TPL_ALPHA_RANGE[1] - 1.0), math.log(0.1 / mean_y)])
-    for _ in range(3):
-        options = {"xatol": 1e-10, "fatol": 1e-14, "maxiter": 2000}
-        res = minimize(nll, theta, method="Nelder-Mead", options=options)
-        if best is not None and best.fun - res.fun <= 1e-13 * abs(res.fun):
-            best = res if res.fun < best.fun else best
-            break
-        best = res
-        theta = res.x
-    assert best is not None
-    if not np.all(np.isfinite(best.x)) or not math.isfinite(best.fun):
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "likelihood maximisation failed")
-    a_hat, lam_scaled = float(best.x[0]), math.exp(float(best.x[1]))
-    loglik = float(-n * (best.fun + math.log(lo)))  # density in x carries a 1/xmin Jacobian
+    # The untruncated power law is the boundary Λ = 0 of a convex problem: it is the MLE when the
+    # likelihood cannot rise by truncating, i.e. when the data's mean is at least the power law's.
+    if alpha_pl > 2.0 and mean_y >= (alpha_pl - 1.0) / (alpha_pl - 2.0):
+        nll = alpha_pl * mean_log - math.log(alpha_pl - 1.0)
+        return TruncatedPowerLawFit(alpha_pl, 0.0, lo, n, float(-n * (nll + math.log(lo))))
+    a_hat, lam_scaled, nll, converged = _tpl_newton(mean_log, mean_y, alpha_pl, 0.1 / mean_y)
+    if not (converged and math.isfinite(a_hat) and math.isfinite(nll) and lam_scaled > 0.0):
+        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "likelihood maximisation did not converge")
+    loglik = float(-n * (nll + math.log(lo)))  # density in x carries a 1/xmin Jacobian
     return TruncatedPowerLawFit(a_hat, lam_scaled / lo, lo, n, loglik)
