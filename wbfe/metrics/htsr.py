@@ -133,8 +133,15 @@ def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
     return np.maximum(left + right, 0.0) / (xs.size * h)
 
 
-def _mp_residual_factory(to_fit: np.ndarray, Q: float) -> Callable[[np.ndarray], float]:  # noqa: N803
-    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law."""
+def _mp_residual_factory(
+    to_fit: np.ndarray, Q: float  # noqa: N803
+) -> tuple[Callable[[np.ndarray], float], Callable[[np.ndarray], np.ndarray]]:
+    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law.
+
+    Returns the residual of one σ (what Nelder–Mead polishes) and the residuals of a whole grid
+    of σ at once; both do the same floating-point operations, so the grid's minimum is the one
+    WeightWatcher's point-by-point ``brute`` finds.
+    """
     xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
     yde = _linear_kde(to_fit, xde, _KDE_BANDWIDTH)
     good = yde > _KDE_FLOOR  # WeightWatcher fits only where the KDE is not nearly zero
@@ -142,23 +149,39 @@ def _mp_residual_factory(to_fit: np.ndarray, Q: float) -> Callable[[np.ndarray],
     xde, yde = xde[good], yde[good]
     x_peak = xde[int(np.argmax(yde))]
     inv_sq = np.sqrt(1.0 / Q)
+    off_grid = _sum_squares(np.full(xde.size, 1000.0), n_dropped)
 
-    def residual(p: np.ndarray) -> float:
-        sigma = np.ravel(p)[0]
+    def edges(sigma: np.floating) -> tuple[np.floating, np.floating]:
+        return np.power(sigma * (1 + inv_sq), 2), np.power(sigma * (1 - inv_sq), 2)
+
+    def law(sigma: np.ndarray, b: np.ndarray, a: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             if Q == 1:
                 # WeightWatcher's quarter-circle law on singular values; σ enters only the prefactor.
-                ymp = np.nan_to_num((1 / (np.pi * sigma * sigma)) * np.sqrt(4 - xde**2))
-                return _sum_squares(ymp - yde, n_dropped)
-            b = np.power(sigma * (1 + inv_sq), 2)
-            a = np.power(sigma * (1 - inv_sq), 2)
-            if (b < x_peak) or (b > xde[-1]) or (a > x_peak):
-                return _sum_squares(np.full(xde.size, 1000.0), n_dropped)
+                return np.nan_to_num((1 / (np.pi * sigma * sigma)) * np.sqrt(4 - xde**2))
             prefactor = 1 / (2 * np.pi * sigma * sigma * xde * (1 / Q))
-            ymp = np.nan_to_num(prefactor * np.sqrt((b - xde) * (xde - a)))
-        return _sum_squares(ymp - yde, n_dropped)
+            return np.nan_to_num(prefactor * np.sqrt((b - xde) * (xde - a)))
 
-    return residual
+    def residual(p: np.ndarray) -> float:
+        sigma = np.ravel(p)[0]
+        b, a = edges(sigma)
+        if Q != 1 and ((b < x_peak) or (b > xde[-1]) or (a > x_peak)):
+            return off_grid
+        return _sum_squares(law(sigma, b, a) - yde, n_dropped)
+
+    def grid_residuals(sigmas: np.ndarray) -> np.ndarray:
+        pairs = [edges(sigma) for sigma in sigmas]
+        b = np.array([pair[0] for pair in pairs])
+        a = np.array([pair[1] for pair in pairs])
+        out = np.full(sigmas.size, off_grid)
+        valid = np.ones(sigmas.size, dtype=bool) if Q == 1 else ~((b < x_peak) | (b > xde[-1]) | (a > x_peak))
+        if valid.any():
+            diff = law(sigmas[valid, None], b[valid, None], a[valid, None]) - yde
+            padded = np.concatenate((diff, np.zeros((diff.shape[0], n_dropped))), axis=1)
+            out[valid] = np.sum(padded**2, axis=1)
+        return out
+
+    return residual, grid_residuals
 
 
 def _sum_squares(resid: np.ndarray, n_zeros: int) -> float:
@@ -197,10 +220,12 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     to_plot = (w_scale * w_scale) * e
     lambda_max = float(np.max(to_plot))
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
-    grid = (slice(0.05 * s, 2.0 * s, 0.01 * s),)
     to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
-    residual = _mp_residual_factory(to_fit, Q)
-    sigma = float(np.ravel(optimize.brute(residual, grid, full_output=True)[0])[0])
+    residual, grid_residuals = _mp_residual_factory(to_fit, Q)
+    # scipy.optimize.brute(residual, (slice,)) point by point, with the grid evaluated at once.
+    sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
+    start = sigmas[int(np.argmin(grid_residuals(sigmas)))]
+    sigma = float(np.ravel(optimize.fmin(residual, start, full_output=True, disp=False)[0])[0])
     bulk_max = (sigma * (1 + 1 / np.sqrt(Q))) ** 2
     bulk_min = (sigma * (1 - 1 / np.sqrt(Q))) ** 2
     tw = 1 / np.sqrt(Q) * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
