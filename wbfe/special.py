@@ -14,8 +14,8 @@ sinh-stretched copy of s whose steps follow the narrowest feature (the peak, the
 e^(−u) strip) and whose range reaches every part of the integrand above e^(−46) of its peak.
 
 On the cut each value checks itself: the sum with twice the step must agree, the terms must not
-cancel by more than 1e3 and their phase must not jump by more than 1 rad between nodes (unresolved
-oscillation). Rows that fail get a finer step, then other paths (J does not depend on the path;
+cancel by more than 1e3, and where their phase jumps by more than 1 rad between nodes (oscillation
+that may alias identically at h and 2h) the sum on nodes shifted by h/3 must agree too. Rows that fail get a finer step, then other paths (J does not depend on the path;
 three paths agreeing also counts), and NaN only if nothing converges to 1e-4 (never seen in tests).
 For y below ~1e-17/(1 + a + c) the two leading terms of the series at z = 0 are used instead.
 
@@ -68,7 +68,7 @@ def _log_sinh_trapezoid(
     s_hi: np.ndarray,
     dtype: type,
     ref: Optional[np.ndarray] = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """log ∫ exp(f(s)) ds for one integrand per row, by the trapezoidal rule in v, s = s_c + W·sinh v.
 
     Args:
@@ -85,7 +85,10 @@ def _log_sinh_trapezoid(
         twice that step (every other node), whose difference estimates the discretisation error,
         and log(Σ|terms| / |Σ terms|), the digits lost to cancellation (0 for a real integrand). The phase is
         the integrand's own (continuous) phase at the reference node plus the principal argument
-        of the sum relative to it.
+        of the sum relative to it. A fourth array holds, for rows whose phase moves by more than
+        1 rad between significant nodes, the sum with the same step on nodes shifted by a third
+        of it (NaN elsewhere): unresolved oscillation can alias to the same wrong value at h and
+        2h, never at offsets 0 and h/3 alike.
     """
     v_lo = np.arcsinh((s_lo - s_c) / width)
     v_hi = np.arcsinh((s_hi - s_c) / width)
@@ -96,6 +99,7 @@ def _log_sinh_trapezoid(
     out = np.empty(s_c.shape, dtype=dtype)
     out_coarse = np.empty(s_c.shape, dtype=dtype)
     lost = np.zeros(s_c.shape)
+    shifted = np.full(s_c.shape, complex(math.nan, math.nan) if dtype is complex else math.nan, dtype=dtype)
     order = np.argsort(n, kind="stable")
     for start in range(0, order.size, _CHUNK):
         rows = order[start : start + _CHUNK]
@@ -118,13 +122,21 @@ def _log_sinh_trapezoid(
         out_coarse[rows] = peak + np.log(np.sum(terms[:, ::2], axis=1) * 2.0 * hv)
         if dtype is complex:
             lost[rows] = np.log(np.sum(np.abs(terms), axis=1) * hv) + peak.real - out[rows].real
-            # Unresolved oscillation aliases to a smooth wrong sum that halving cannot see:
-            # count it as total loss when the phase moves more than 1 rad between significant nodes.
+            # Unresolved oscillation can alias to a smooth wrong sum that halving cannot see: where
+            # the phase moves more than 1 rad between significant nodes, sum again on shifted nodes.
             big = psi.real - psi.real.max(axis=1, keepdims=True) > -30.0
             dphase = np.abs(np.diff(psi.imag, axis=1))
             jump = np.max(np.where(big[:, 1:] | big[:, :-1], dphase, 0.0), axis=1)
-            lost[rows] = np.where(jump > 1.0, np.inf, lost[rows])
-    return out, out_coarse, lost
+            moved = np.flatnonzero(jump > 1.0)
+            if moved.size:
+                v3 = v[moved] + hv[moved, None] / 3.0
+                s3 = s_c[rows[moved], None] + width[rows[moved], None] * np.sinh(v3)
+                psi3 = log_integrand(s3, rows[moved]) + np.log(width[rows[moved], None] * np.cosh(v3))
+                total3 = np.sum(np.exp(psi3 - peak[moved, None]), axis=1) * hv[moved]
+                value3 = peak[moved] + np.log(total3)
+                # Not NaN: NaN marks the rows that were not checked.
+                shifted[rows[moved]] = np.where(np.isfinite(value3), value3, complex(math.inf, math.inf))
+    return out, out_coarse, lost, shifted
 
 
 def _bisect_decreasing(fn: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -218,7 +230,7 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     act_hi = s_hi
     width = np.maximum(0.5 * (act_hi - act_lo), sw)
     step = 0.8 * np.minimum(0.25, sw / 2.5)
-    log_int, _, _ = _log_sinh_trapezoid(
+    log_int, _, _, _ = _log_sinh_trapezoid(
         lambda s, rows: psi(s, lz[rows, None]),
         0.5 * (act_lo + act_hi),
         width,
@@ -354,10 +366,15 @@ def _cut_integral(
         one = one.real + 1j * (np.maximum(one.imag, 0.0) + 0.0)
         return -u + c * log_u - a * np.log(one) + np.log(1.0 - 1j * t0 * dg)
 
-    fine, coarse, lost = _log_sinh_trapezoid(
+    fine, coarse, lost, shifted = _log_sinh_trapezoid(
         log_integrand, 0.5 * (act_lo + act_hi), width, step, s_lo, s_hi, complex, ref=peak
     )
     err = np.abs(fine - coarse)
+    # The shifted sum has the fine sum's own error, not its square: map its difference to the
+    # same scale as |J_h − J_2h| (accepting ε <= sqrt(rtol)·M then means |J_h − J_h/3| <= rtol·M).
+    check = ~np.isnan(shifted.real)
+    scale = np.maximum(1.0, np.abs(fine))
+    err[check] = np.maximum(err[check], np.sqrt(np.abs(fine[check] - shifted[check]) * scale[check]))
     # A path along which the terms cancel by more than 1e3 cannot give 1e-13: treat as unconverged.
     ok = np.isfinite(err) & (lost < _CUT_MAX_LOST)
     return fine, np.where(ok, err, np.inf)
