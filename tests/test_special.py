@@ -299,3 +299,17 @@ def test_random_sweep_against_mpmath() -> None:
         ref = _mp_cut_or_none(a, b, y)
         if ref is not None:
             _check_cut(a, b, y, *ref)
+
+
+@pytest.mark.parametrize("kappa,gamma", [(100.0, 0.5), (100.0, 0.01), (1.0, 0.9), (20.0, 0.1), (300.0, 0.999)])
+def test_modulus_only_path_agrees_with_the_full_value_at_the_bulk_edges(kappa: float, gamma: float) -> None:
+    # log_abs_hyperu_neg tries other paths before finer steps (no phase to keep): where the
+    # default path struggles, at the bulk edges, both orders must give the same |U|.
+    a, b, c = _ab(kappa, gamma)
+    edges = np.sort(np.roots([1.0, -2.0 * (c + a), (c - a) ** 2]).real)
+    y = np.concatenate([edge * np.exp(np.linspace(-0.4, 0.4, 25)) for edge in edges if edge > 0.0])
+    full = log_hyperu_neg(a, b, y).real
+    modulus = log_abs_hyperu_neg(a, b, y)
+    np.testing.assert_allclose(modulus, full, rtol=1e-11, atol=1e-11)
+    loose = log_abs_hyperu_neg(a, b, y, rtol=1e-8)
+    np.testing.assert_allclose(loose, full, rtol=1e-9, atol=1e-9)

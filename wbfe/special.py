@@ -48,6 +48,8 @@ _DROP = 46.0
 # Rows with similar node counts are summed together; this bounds the padded work per chunk.
 _CHUNK = 64
 _MAX_NODES = 200_000
+# Target relative accuracy of log U on the cut.
+_CUT_TOL = 1e-13
 
 
 def _check_ab(a: float, b: float) -> tuple[float, float, float]:
@@ -265,6 +267,10 @@ def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> 
     Raises:
         InvalidOptionError: a <= 0, b >= 1, or a negative or non-finite y.
     """
+    return _log_hyperu_neg(a, b, y, rtol, modulus_only=False)
+
+
+def _log_hyperu_neg(a: float, b: float, y: ArrayLike, rtol: float, *, modulus_only: bool) -> ArrayLike:
     a, b, c = _check_ab(a, b)
     if not b < 1.0:
         raise InvalidOptionError(f"log_hyperu_neg needs b < 1, not b={b!r}")
@@ -284,7 +290,7 @@ def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> 
         out[tiny] = _log_hyperu_cut_near_zero(a, c, delta, log_a0, flat[tiny])
     rest = ~zero & ~tiny
     if np.any(rest):
-        out[rest] = _log_hyperu_cut(a, c, flat[rest], rtol)
+        out[rest] = _log_hyperu_cut(a, c, flat[rest], rtol, modulus_only)
     if y_arr.ndim == 0:
         return complex(out[0])
     return out.reshape(y_arr.shape)
@@ -301,9 +307,13 @@ def _log_hyperu_cut_near_zero(a: float, c: float, delta: float, log_a0: float, y
     return log_a0 + np.log1p(r)
 
 
-def log_abs_hyperu_neg(a: float, b: float, y: ArrayLike) -> ArrayLike:
-    """log |U(a, b, −y)| on the cut (the same from either side); see :func:`log_hyperu_neg`."""
-    value = log_hyperu_neg(a, b, y)
+def log_abs_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = _CUT_TOL) -> ArrayLike:
+    """log |U(a, b, −y)| on the cut (the same from either side); see :func:`log_hyperu_neg`.
+
+    Cheaper where the default path has not converged: with no phase to keep, other paths are
+    tried before finer steps.
+    """
+    value = _log_hyperu_neg(a, b, y, rtol, modulus_only=True)
     return value.real if isinstance(value, np.ndarray) else float(value.real)
 
 
@@ -329,7 +339,6 @@ _CUT_FALLBACKS = (
     (0.5, 0.1),
     (1.4, 0.3),
 )
-_CUT_TOL = 1e-13
 _CUT_MAX_LOST = math.log(1e3)
 
 
@@ -380,7 +389,7 @@ def _cut_integral(
     return fine, np.where(ok, err, np.inf)
 
 
-def _log_hyperu_cut(a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL) -> np.ndarray:
+def _log_hyperu_cut(a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL, modulus_only: bool = False) -> np.ndarray:
     """log U(a, b, −y − i0) for y > 0 along a path below u = y (see the module docstring)."""
     ly = np.log(y)
     # Saddles of e^-u u^c (1 - u/y)^-a:  u² − (y + c − a)u + yc = 0.
@@ -404,8 +413,8 @@ def _log_hyperu_cut(a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL) -
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d2 = -us + a * q / (1.0 - q) ** 2  # psi'' at the saddle along the ray
         cos_phi = np.clip(-d2.real / np.abs(d2), 0.05, 1.0)
+        sw_b = np.minimum(1.0 / np.sqrt(np.abs(d2)), 1.0)  # a zero curvature: width 1
     angle = np.maximum(np.arctan2(root, big_b), th_min)
-    sw_b = np.minimum(1.0 / np.sqrt(np.abs(d2)), 1.0)
     env_b = sw_b / np.sqrt(cos_phi)
     peak_b = 0.5 * (ly + math.log(c))
     sel = bulk
@@ -433,7 +442,7 @@ def _log_hyperu_cut(a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL) -
         qm = mode / yo
         with np.errstate(divide="ignore", over="ignore"):
             curv = np.abs(-mode + a * qm / (1.0 - qm) ** 2)
-        swo = np.minimum(1.0 / np.sqrt(curv), 1.0)
+            swo = np.minimum(1.0 / np.sqrt(curv), 1.0)
         sm = np.log(mode)
         th0[out] = t0
         bump_w[out] = w
@@ -445,59 +454,77 @@ def _log_hyperu_cut(a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL) -
         act_lo[out] = np.minimum(sm - 8.0 * swo, lyo - 4.0 * w)
         act_hi[out] = np.maximum(sm + 8.0 * swo, lyo + 4.0 * w)
 
+    # The steps above give ~1e-13; the trapezoidal error falls like e^(−k/h), so a looser target
+    # allows proportionally longer steps (log rtol / log 1e-13 of them), up to twice as long.
+    step = step * min(2.0, max(1.0, math.log(_CUT_TOL) / math.log(min(rtol, 0.1))))
     log_j, err = _cut_integral(a, c, y, ly, th0, bump_w, peak, step, act_lo, act_hi)
     # The trapezoidal error falls like e^(−k/h): if the sums at h and 2h differ by ε, the one at
     # h is off by about ε². Accept ε <= sqrt(rtol), scaled by the size of log J.
     accept = math.sqrt(rtol) * np.maximum(1.0, np.abs(log_j))
     refined: dict[int, list[complex]] = {}
-    for factor in (0.25, 0.0625):
-        bad = err > accept
-        if not bad.any():
-            break
-        rows = np.flatnonzero(bad)
-        cand, cand_err = _cut_integral(
-            a, c, y[rows], ly[rows], th0[rows], bump_w[rows], peak[rows], factor * step[rows], act_lo[rows], act_hi[rows]
-        )
-        better = cand_err < err[rows]
-        log_j[rows[better]] = cand[better]
-        err[rows[better]] = cand_err[better]
-        for row, value in zip(rows, cand):
-            refined.setdefault(int(row), []).append(value)
-    # The path is free: where halving the step changes the default path's sum, try others
-    # (rays, then wider or lower bumps) and keep the first that has converged, else the best.
-    votes: dict[int, list[complex]] = {}
-    for kind_th, kind_w in _CUT_FALLBACKS:
-        bad = err > accept
-        if not bad.any():
-            break
-        rows = np.flatnonzero(bad)
-        yb, lyb = y[rows], ly[rows]
-        t0 = np.full_like(yb, kind_th)
-        w = np.full_like(yb, kind_w)
-        sw = min(1.0, 1.0 / math.sqrt(c + a))
-        reach = np.minimum(w, 3.0)
-        stp = 0.5 * np.minimum.reduce(
-            [np.full_like(yb, 0.35 * sw), np.full_like(yb, 0.25), t0 / 6.0, (0.5 * math.pi - t0) / 8.0, w / 8.0]
-        )
-        lo = np.minimum(peak[rows] - 8.0 * sw, lyb - 4.0 * reach)
-        hi = np.maximum(peak[rows] + 8.0 * sw, lyb + 4.0 * reach)
-        cand, cand_err = _cut_integral(a, c, yb, lyb, t0, w, peak[rows], stp, lo, hi)
-        better = cand_err < err[rows]
-        log_j[rows[better]] = cand[better]
-        err[rows[better]] = cand_err[better]
-        for row, value in zip(rows, cand):
-            votes.setdefault(int(row), []).append(value)
-    # J does not depend on the path: where no single path passed its checks but three or more
-    # different paths give the same log J, that common value is the answer.
-    for row, values in votes.items():
-        if err[row] <= accept[row]:
-            continue
-        vals = np.array(values)
-        vals = vals[np.isfinite(vals)]
-        for v in vals:
-            if np.sum(np.abs(vals - v) <= 1e-10 * max(1.0, abs(v))) >= 3:
-                log_j[row], err[row] = v, 0.0
+
+    def other_paths() -> None:
+        # The path is free: where halving the step changes the default path's sum, try others
+        # (rays, then wider or lower bumps) and keep the first that has converged, else the best.
+        votes: dict[int, list[complex]] = {}
+        for kind_th, kind_w in _CUT_FALLBACKS:
+            bad = err > accept
+            if not bad.any():
                 break
+            rows = np.flatnonzero(bad)
+            yb, lyb = y[rows], ly[rows]
+            t0 = np.full_like(yb, kind_th)
+            w = np.full_like(yb, kind_w)
+            sw = min(1.0, 1.0 / math.sqrt(c + a))
+            reach = np.minimum(w, 3.0)
+            stp = 0.5 * np.minimum.reduce(
+                [np.full_like(yb, 0.35 * sw), np.full_like(yb, 0.25), t0 / 6.0, (0.5 * math.pi - t0) / 8.0, w / 8.0]
+            )
+            lo = np.minimum(peak[rows] - 8.0 * sw, lyb - 4.0 * reach)
+            hi = np.maximum(peak[rows] + 8.0 * sw, lyb + 4.0 * reach)
+            cand, cand_err = _cut_integral(a, c, yb, lyb, t0, w, peak[rows], stp, lo, hi)
+            better = cand_err < err[rows]
+            log_j[rows[better]] = cand[better]
+            err[rows[better]] = cand_err[better]
+            for row, value in zip(rows, cand):
+                votes.setdefault(int(row), []).append(value)
+        # J does not depend on the path: where no single path passed its checks but three or more
+        # different paths give the same log J, that common value is the answer.
+        for row, values in votes.items():
+            if err[row] <= accept[row]:
+                continue
+            vals = np.array(values)
+            vals = vals[np.isfinite(vals)]
+            for v in vals:
+                if np.sum(np.abs(vals - v) <= 1e-10 * max(1.0, abs(v))) >= 3:
+                    log_j[row], err[row] = v, 0.0
+                    break
+
+    def refine() -> None:
+        # Unsettled rows get the default path with steps 4 and 16 times finer.
+        for factor in (0.25, 0.0625):
+            bad = err > accept
+            if not bad.any():
+                break
+            rows = np.flatnonzero(bad)
+            cand, cand_err = _cut_integral(
+                a, c, y[rows], ly[rows], th0[rows], bump_w[rows], peak[rows], factor * step[rows], act_lo[rows], act_hi[rows]
+            )
+            better = cand_err < err[rows]
+            log_j[rows[better]] = cand[better]
+            err[rows[better]] = cand_err[better]
+            for row, value in zip(rows, cand):
+                refined.setdefault(int(row), []).append(value)
+
+    # Other paths cost the default step; refining the default path costs 4 and 16 times more but
+    # keeps its phase reference (the saddle), which another path's sum may place 2π away. Where
+    # only the modulus is wanted, the cheap paths go first.
+    if modulus_only:
+        other_paths()
+        refine()
+    else:
+        refine()
+        other_paths()
     # Steps 4 and 16 times finer than the default path's agreeing is convergence as well, even
     # where the cancellation or phase checks were too cautious to accept either sum.
     for row, values in refined.items():
