@@ -1,9 +1,12 @@
 """wbfe against WeightWatcher 0.7.7 on the same checkpoints: time, peak RSS, fraction of the machine's limit.
 
 For each model, runs alternately (A B A B ...) in fresh processes, timing only the analysis call:
-  - wbfe  : ``wbfe.score(path, metrics=("bfe", "htsr"))``  (the same metrics WeightWatcher reports)
+  - wbfe  : ``wbfe.score(path, metrics=("bfe", "htsr"))``  (norms, ranks, entropy, PL + TPL + MP fits)
   - bfe   : ``wbfe.score(path, metrics="bfe")``           (the BFE-W-only path)
-  - ww    : ``WeightWatcher().analyze(model=folder, randomize=False, plot=False)``
+  - ww    : ``WeightWatcher().analyze(model=folder, randomize=False, plot=False)`` (its default:
+            norms, ranks, entropy, PL fit; no MP fit)
+  - ww_mp : the same with ``mp_fit=True``, which adds bulk_max / num_spikes / mp_softrank: the
+            same metric set as ``wbfe`` but the truncated power law (once per setting: it is slow)
 with one BLAS thread and with the default thread count. Also measures the float64 GEMM rate and,
 per checkpoint, the time the Gram products and eigen-solves would take at that rate.
 
@@ -32,11 +35,12 @@ THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _CHILD = r"""
 import json, re, sys, time, logging
 tool, path = sys.argv[1], sys.argv[2]
-if tool == "ww":
+mp_fit = tool == "ww_mp"
+if tool.startswith("ww"):
     import weightwatcher as ww
     logging.disable(logging.WARNING)
     start = time.perf_counter()
-    details = ww.WeightWatcher().analyze(model=path, randomize=False, plot=False)
+    details = ww.WeightWatcher().analyze(model=path, randomize=False, plot=False, mp_fit=mp_fit)
     n = len(details)
 else:
     # imported before the clock, as `import weightwatcher` imports its whole stack
@@ -144,9 +148,10 @@ def main() -> None:
             entry: dict = {"checkpoint_bytes": (folder / "model.safetensors").stat().st_size,
                            "limit_seconds": round(limit_seconds(folder, gflops), 4)}
             for threads in (1, None):
-                runs: dict[str, list[dict]] = {"wbfe": [], "bfe": [], "ww": []}
-                for _ in range(args.repeats):
-                    for tool in ("ww", "wbfe", "bfe"):  # alternate so drift hits all three alike
+                runs: dict[str, list[dict]] = {"wbfe": [], "bfe": [], "ww": [], "ww_mp": []}
+                for i in range(args.repeats):
+                    tools = ("ww", "wbfe", "bfe") + (("ww_mp",) if i == 0 else ())
+                    for tool in tools:  # alternate so drift hits all alike
                         runs[tool].append(_run(tool, folder, threads))
                 med = {t: statistics.median(r["seconds"] for r in rs) for t, rs in runs.items()}
                 key = "threads_1" if threads == 1 else "threads_default"
@@ -154,6 +159,8 @@ def main() -> None:
                     "median_seconds": {t: round(v, 4) for t, v in med.items()},
                     "speedup_vs_ww": round(med["ww"] / med["wbfe"], 2),
                     "speedup_bfe_only_vs_ww": round(med["ww"] / med["bfe"], 2),
+                    "speedup_vs_ww_same_metrics": round(med["ww_mp"] / med["wbfe"], 2),
+                    "speedup_bfe_only_vs_ww_same_metrics": round(med["ww_mp"] / med["bfe"], 2),
                     "peak_rss_mb": {t: round(max(r["peak_rss_mb"] for r in rs), 1) for t, rs in runs.items()},
                     "layers": {t: rs[0]["layers"] for t, rs in runs.items()},
                     "fraction_of_limit_bfe_only": round(entry["limit_seconds"] / med["bfe"], 3),

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -91,16 +92,27 @@ class ModelScore:
 
 
 def _versions() -> dict[str, str]:
+    return dict(_installed_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_versions() -> tuple[tuple[str, str], ...]:
+    # A loaded package's __version__ is free; reading its metadata parses files (~5 ms a score).
     import platform
+    import sys
     from importlib import metadata
 
     out = {"python": platform.python_version()}
     for package in ("wbfe", "torch", "numpy", "scipy", "safetensors"):
+        loaded = getattr(sys.modules.get(package), "__version__", None)
+        if isinstance(loaded, str):
+            out[package] = loaded
+            continue
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             out[package] = "not installed"
-    return out
+    return tuple(out.items())
 
 
 def _digest(tensor: Any) -> str:

@@ -76,7 +76,7 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
         out = np.zeros((p, p), dtype=np.float64, order="F")
         for start in range(0, long, step):
             block = matrix[:, start : start + step] if wide else matrix[start : start + step, :]
-            a = np.ascontiguousarray(block.detach().to(torch.float64).numpy())
+            a = _float64_block(block)
             # a is C-ordered; a.T is the same memory in Fortran order, so BLAS reads it without a copy.
             out = dsyrk(1.0, a.T, beta=1.0, c=out, trans=1 if wide else 0, lower=0, overwrite_c=1)
         finite = bool(np.isfinite(out).all())
@@ -90,6 +90,16 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     if not finite:
         raise DegenerateMatrixError("non-finite values (NaN or Inf)")
     return out
+
+
+def _float64_block(block: "torch.Tensor") -> np.ndarray:
+    """A C-ordered float64 copy; numpy converts the dtypes it has without a torch kernel launch
+    (which, inside a thread-limited BLAS context, cost ~1 ms per small tensor)."""
+    import torch
+
+    if block.dtype in (torch.float32, torch.float64, torch.float16) and block.device.type == "cpu":
+        return np.array(block.detach().numpy(), dtype=np.float64, order="C")
+    return np.ascontiguousarray(block.detach().to(torch.float64).numpy())
 
 
 @functools.lru_cache(maxsize=1)
