@@ -36,6 +36,8 @@ LAWS = [  # (κ, γ, β)
     (8.0, 0.25, 1.0),
     (60.0, 0.5, 4.0),
     (4.0, 0.05, 1.0),
+    (0.5, 0.95, 1.0),  # nearly square: the longest contours for U
+    (150.0, 0.3, 1.0),  # nearly Marchenko-Pastur: the likelihood is flat in kappa
 ]
 OUT = Path(__file__).resolve().parent / "results" / "htmp_fit.json"
 
