@@ -37,7 +37,8 @@ def _reference_eps(v: np.ndarray, n_over_d: float, delta: float) -> float:
 
     grid = np.geomspace(1e-9, KERN.g1, 60)
     vals = [h(e) for e in grid]
-    j = next(i for i in range(len(grid) - 1) if vals[i] > 0 >= vals[i + 1])
+    # At ε = g1 with nothing learnt h is 0 up to the rounding of Σv² = 1 (a few 1e-17, either sign).
+    j = next(i for i in range(len(grid) - 1) if vals[i] > 1e-15 and vals[i + 1] <= 1e-15)
     return brentq(h, grid[j], grid[j + 1], xtol=1e-14) if vals[j + 1] < 0 else float(grid[j + 1])
 
 
