@@ -15,8 +15,11 @@ e^(−u) strip) and whose range reaches every part of the integrand above e^(−
 
 On the cut each value checks itself: the sum with twice the step must agree, the terms must not
 cancel by more than 1e3, and where their phase jumps by more than 1 rad between nodes (oscillation
-that may alias identically at h and 2h) the sum on nodes shifted by h/3 must agree too. Rows that fail get a finer step, then other paths (J does not depend on the path;
-three paths agreeing also counts), and NaN only if nothing converges to 1e-4 (never seen in tests).
+that may alias identically at h and 2h) the sum on nodes shifted by h/3 must agree too. Rows that
+fail get a finer step, then other paths (J does not depend on the path; three paths agreeing also
+counts), and NaN only if nothing converges to 1e-4 (never seen in tests). When only |U| is asked
+(:func:`log_abs_hyperu_neg`) the other paths go first: they are cheaper, and a path's phase may be
+2π off the saddle's, which only matters for arg U.
 For y below ~1e-17/(1 + a + c) the two leading terms of the series at z = 0 are used instead.
 
 Accuracy against mpmath (tests/test_special.py, κ ∈ [0.01, 300], γ ∈ [0.001, 0.999]):
@@ -389,7 +392,9 @@ def _cut_integral(
     return fine, np.where(ok, err, np.inf)
 
 
-def _log_hyperu_cut(a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL, modulus_only: bool = False) -> np.ndarray:
+def _log_hyperu_cut(
+    a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL, modulus_only: bool = False
+) -> np.ndarray:
     """log U(a, b, −y − i0) for y > 0 along a path below u = y (see the module docstring)."""
     ly = np.log(y)
     # Saddles of e^-u u^c (1 - u/y)^-a:  u² − (y + c − a)u + yc = 0.
@@ -508,7 +513,8 @@ def _log_hyperu_cut(a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL, m
                 break
             rows = np.flatnonzero(bad)
             cand, cand_err = _cut_integral(
-                a, c, y[rows], ly[rows], th0[rows], bump_w[rows], peak[rows], factor * step[rows], act_lo[rows], act_hi[rows]
+                a, c, y[rows], ly[rows], th0[rows], bump_w[rows], peak[rows], factor * step[rows],
+                act_lo[rows], act_hi[rows],
             )
             better = cand_err < err[rows]
             log_j[rows[better]] = cand[better]

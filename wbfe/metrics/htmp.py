@@ -289,7 +289,7 @@ def _default_tau(e: np.ndarray) -> float:
 
 
 class _ProfileModel:
-    """log ρ_κ(y) and arg U on a y-grid for one κ, as splines in log y (cheap to re-scale by β)."""
+    """log ρ_κ(y) on a y-grid for one κ, a spline in log y (cheap to re-scale by β), and its CDF."""
 
     def __init__(self, kappa: float, gamma: float, log_y_lo: float, log_y_hi: float) -> None:
         a, b, c = _params(kappa, gamma)
@@ -401,7 +401,9 @@ def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPF
         for end, inward, at_end in ((hi_k, -1.0, hi >= hi_k), (lo_k, 1.0, lo <= lo_k)):
             if at_end and profile(end)[1] >= profile(end + inward * _LOG_KAPPA_XTOL)[1]:
                 return end, True
-        res = minimize_scalar(lambda lk: -profile(lk)[1], bounds=(lo, hi), method="bounded", options={"xatol": _LOG_KAPPA_XTOL})
+        res = minimize_scalar(
+            lambda lk: -profile(lk)[1], bounds=(lo, hi), method="bounded", options={"xatol": _LOG_KAPPA_XTOL}
+        )
         return float(res.x), bool(res.success)
 
     lo = max(lo_k, log_k0 - 2.0)
