@@ -237,3 +237,32 @@ def test_duplicate_content_is_reported_as_tied(tmp_path: Path) -> None:
     save_file({"a.weight": w, "b.weight": w.clone()}, str(path))
     result = wbfe.score(path, metrics="bfe")
     assert [s["reason"] for s in result.skipped] == ["tied: identical to a.weight"]
+
+
+def test_duplicate_content_across_shards_and_formats(tmp_path: Path) -> None:
+    """Candidates come from a hash of a sample of the elements; only equal bytes make a tie."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(100, 100, generator=g)  # 10,000 elements: the sample takes every second one
+    near = w.clone()
+    near.view(-1)[1] += 1.0  # same sample, different bytes
+    state = {"a.weight": w, "b.weight": near, "c.weight": torch.randn(100, 100, generator=g), "d.weight": w.clone()}
+    index = write_sharded(tmp_path / "st", state, n_shards=4)  # d's shard comes after a's is closed
+    write_sharded_pickles(tmp_path / "pt", state)
+    torch.save(state, tmp_path / "one.bin")
+    for ref in (index, tmp_path / "pt", tmp_path / "one.bin", state):
+        result = wbfe.score(ref, metrics="bfe")
+        assert [layer["name"] for layer in result.layers] == ["a.weight", "b.weight", "c.weight"], ref
+        assert [s["reason"] for s in result.skipped] == ["tied: identical to a.weight"], ref
+        assert result.layers[0]["bfe"] != result.layers[1]["bfe"]
+
+
+def write_sharded_pickles(folder: Path, state: dict) -> None:
+    import json
+
+    folder.mkdir()
+    weight_map = {}
+    for i, name in enumerate(state):
+        shard = f"pytorch_model-{i + 1:05d}-of-{len(state):05d}.bin"
+        torch.save({name: state[name].clone()}, folder / shard)
+        weight_map[name] = shard
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))

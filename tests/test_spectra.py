@@ -125,3 +125,33 @@ def test_bfe_only_path_equals_full_path() -> None:
     full = wbfe.score(state, metrics="bfe,htsr", conv="slices")
     for x, y in zip(only.layers, full.layers):
         assert x["bfe"] == pytest.approx(y["bfe"], rel=1e-10) and x["n_eigs"] == y["n_eigs"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_lu_moments_of_large_square_equal_eigenvalue_moments(dtype: torch.dtype) -> None:
+    from wbfe.spectra import log_moments
+
+    w = (torch.randn(300, 300, generator=torch.Generator().manual_seed(9), dtype=torch.float64) * 0.1).to(dtype)
+    before = w.clone()
+    e = np.linalg.svd(w.to(torch.float64).numpy(), compute_uv=False) ** 2  # independent of the Gram path
+    mean, mean_log, n, n_zero = log_moments([w], CPU)
+    assert (n, n_zero) == (300, 0)
+    assert mean == pytest.approx(e.mean(), rel=1e-12)
+    assert mean_log == pytest.approx(np.mean(np.log(e)), rel=1e-10)
+    assert torch.equal(w, before)  # factorised a copy, never the caller's tensor
+
+
+def test_lu_moments_of_singular_and_bad_square_matrices() -> None:
+    from wbfe.spectra import log_moments
+
+    g = torch.Generator().manual_seed(10)
+    low = torch.randn(300, 290, generator=g, dtype=torch.float64) @ torch.randn(290, 300, generator=g, dtype=torch.float64)
+    mean, mean_log, n, n_zero = log_moments([low], CPU)
+    assert (mean_log, n, n_zero) == (-np.inf, 300, 10)
+    assert mean == pytest.approx(eigenvalues([low], CPU).mean(), rel=1e-12)
+    bad = torch.randn(300, 300, generator=g)
+    bad[7, 9] = float("nan")
+    with pytest.raises(DegenerateMatrixError, match="non-finite"):
+        log_moments([bad], CPU)
+    with pytest.raises(DegenerateMatrixError, match="all-zero"):
+        log_moments([torch.zeros(300, 300)], CPU)

@@ -24,8 +24,10 @@ class TensorEntry:
         name: the tensor name as stored (after unwrapping containers and a ``module.`` prefix).
         shape: its shape.
         dtype: a torch dtype name without the ``torch.`` prefix (``float32``, ``bfloat16``, ``int8``...).
-        load: reads the tensor (memory-mapped where the format allows); call at most once.
+        load: reads the tensor (memory-mapped where the format allows).
         storage_key: identifies shared storage (tied weights) where the format exposes it, else None.
+        reread: gets the same tensor again later in the stream (after its shard is closed, too)
+            without keeping anything else alive; None where only holding the tensor would allow it.
     """
 
     name: str
@@ -33,6 +35,7 @@ class TensorEntry:
     dtype: str
     load: Callable[[], "torch.Tensor"]
     storage_key: tuple[Any, ...] | None = None
+    reread: Callable[[], "torch.Tensor"] | None = None
 
 
 @dataclass

@@ -7,6 +7,8 @@ Tensors are then read with one positioned read each (see :func:`_read_tensor` fo
 
 from __future__ import annotations
 
+import functools
+
 import json
 import struct
 from pathlib import Path
@@ -195,6 +197,7 @@ class SafetensorsSource(TensorSource):
                         shape=tuple(int(s) for s in info["shape"]),
                         dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
                         load=lambda fh=fh, info=info: _read_tensor(fh, data_start, info),
+                        reread=functools.partial(_reread_tensor, fh, path, data_start, info),
                     )
                 # Shards are closed as soon as they are done so handles do not accumulate.
                 self._handles.remove(fh)
@@ -203,6 +206,14 @@ class SafetensorsSource(TensorSource):
         for fh in self._handles:
             fh.close()
         self._handles.clear()
+
+
+def _reread_tensor(fh: Any, path: Path, data_start: int, info: dict[str, Any]) -> "torch.Tensor":
+    """:func:`_read_tensor`, reopening the file when its shard is done and its handle closed."""
+    if not fh.closed:
+        return _read_tensor(fh, data_start, info)
+    with open(path, "rb") as reopened:
+        return _read_tensor(reopened, data_start, info)
 
 
 def _read_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tensor":

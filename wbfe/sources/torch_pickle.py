@@ -96,14 +96,20 @@ def dtype_name(tensor: Any) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
-def tensor_entries(state: Mapping[str, Any]) -> Iterator[TensorEntry]:
-    """Entries of an in-memory state dict; tied tensors share a ``storage_key``."""
+def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = None) -> Iterator[TensorEntry]:
+    """Entries of an in-memory state dict; tied tensors share a ``storage_key``.
+
+    ``held``: the state dict outlives the stream, so an entry can be read again at no cost.
+    ``scope``: part of every storage key; a freed shard's addresses are reused by the next one.
+    """
     for name, tensor in state.items():
         t = tensor.detach()
         key = None
         if t.device.type != "meta" and t.numel() > 0:
-            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-        yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=lambda t=t: t, storage_key=key)
+            key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        load = lambda t=t: t  # noqa: E731
+        yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key,
+                          reread=load if held else None)
 
 
 class TorchPickleSource(TensorSource):
@@ -139,7 +145,9 @@ class TorchPickleSource(TensorSource):
             yield from tensor_entries(state)
             return
         for path in self._files:
-            yield from tensor_entries(unwrap_state_dict(load_torch_file(path), where=str(path)))
+            # A shard's tensors go with it: holding one to reread would hold the whole shard's map.
+            state = unwrap_state_dict(load_torch_file(path), where=str(path))
+            yield from tensor_entries(state, held=False, scope=str(path))
 
     def close(self) -> None:
         self._state = None
