@@ -7,8 +7,9 @@ For each model, runs alternately (A B A B ...) in fresh processes, timing only t
             norms, ranks, entropy, PL fit; no MP fit)
   - ww_mp : the same with ``mp_fit=True``, which adds bulk_max / num_spikes / mp_softrank: the
             same metric set as ``wbfe`` but the truncated power law (once per setting: it is slow)
-with one BLAS thread and with the default thread count. Also measures the float64 GEMM rate and,
-per checkpoint, the time the Gram products and eigen-solves would take at that rate.
+with one BLAS thread and with the default thread count. Also measures the float64 GEMM rate at
+each thread setting and, per checkpoint, the time the unavoidable linear algebra would take at that
+rate (see ``limit_flops``): the fraction of that limit each wbfe path achieves.
 
     python benchmarks/bench_vs_weightwatcher.py [--repeats 3] [--models synthetic,cifar,transformer]
 
@@ -54,14 +55,18 @@ print(json.dumps({"seconds": elapsed, "peak_rss_mb": hwm / 1024, "layers": n}))
 """
 
 
-def _run(tool: str, folder: Path, threads: int | None) -> dict:
+def _thread_env(threads: int | None) -> dict[str, str]:
     env = dict(os.environ)
     for var in THREAD_VARS:
         if threads is None:
             env.pop(var, None)
         else:
             env[var] = str(threads)
-    out = subprocess.run([sys.executable, "-c", _CHILD, tool, str(folder)], env=env, check=True,
+    return env
+
+
+def _run(tool: str, folder: Path, threads: int | None) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, tool, str(folder)], env=_thread_env(threads), check=True,
                          capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -105,33 +110,45 @@ def build_models(tmp: Path, names: list[str]) -> dict[str, Path]:
     return models
 
 
-def gemm_gflops() -> float:
-    """Sustained float64 GEMM rate of this process (numpy, default threads)."""
-    import numpy as np
-
-    a = np.random.default_rng(0).standard_normal((2048, 2048))
-    a @ a  # warm-up
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        a @ a
-        best = min(best, time.perf_counter() - start)
-    return 2 * 2048**3 / best / 1e9
+_GEMM_CHILD = r"""
+import time, numpy as np
+a = np.random.default_rng(0).standard_normal((2048, 2048))
+a @ a  # warm-up
+best = min((lambda s: (a @ a, time.perf_counter() - s)[1])(time.perf_counter()) for _ in range(5))
+print(2 * 2048**3 / best / 1e9)
+"""
 
 
-def limit_seconds(folder: Path, gflops: float) -> float:
-    """Gram (2·p²·P flops) plus eigen-solve (≈ 4/3·p³ + 2·p³ for the reduction and back-steps)."""
+def gemm_gflops(threads: int | None) -> float:
+    """Sustained float64 GEMM rate of a fresh process with this many BLAS threads (None: the default)."""
+    out = subprocess.run([sys.executable, "-c", _GEMM_CHILD], env=_thread_env(threads), check=True,
+                         capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def limit_flops(folder: Path) -> dict[str, float]:
+    """Flops of the linear algebra each path cannot avoid, per matrix of p <= P:
+
+    - ``eig`` (any metric that needs the spectrum): the Gram product as a symmetric rank-k update,
+      p²·P, plus the reduction to tridiagonal form, 4/3·p³ (the eigenvalues of a tridiagonal
+      matrix are O(p²));
+    - ``bfe`` (BFE-W alone): p²·P + p³/3 for the Gram product and its Cholesky factor, or 2/3·p³
+      for the LU factors of a square matrix with p >= 256 (what wbfe does on the CPU).
+    """
     from wbfe.matrices import MatrixPlan, plan_matrix
     from wbfe.sources import open_source
+    from wbfe.spectra import _SMALL_P
 
-    flops = 0.0
+    eig = bfe = 0.0
     with open_source(folder) as source:
         for entry in source.entries():
             plan = plan_matrix(entry.name, entry.shape, entry.dtype)
             if isinstance(plan, MatrixPlan):
                 p, big = min(plan.rows, plan.cols), max(plan.rows, plan.cols)
-                flops += plan.n_slices * (2 * p * p * big + (4 / 3) * p**3)
-    return flops / (gflops * 1e9)
+                eig += plan.n_slices * (p * p * big + (4 / 3) * p**3)
+                square = plan.rows == plan.cols and p >= _SMALL_P
+                bfe += plan.n_slices * ((2 / 3) * p**3 if square else p * p * big + p**3 / 3)
+    return {"eig": eig, "bfe": bfe}
 
 
 def main() -> None:
@@ -139,14 +156,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default="synthetic,cifar,transformer")
     args = parser.parse_args()
-    gflops = gemm_gflops()
-    report: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "gemm_gflops_f64": round(gflops, 2),
+    gflops = {1: gemm_gflops(1), None: gemm_gflops(None)}
+    report: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(),
+                    "gemm_gflops_f64": {"threads_1": round(gflops[1], 2), "threads_default": round(gflops[None], 2)},
                     "repeats": args.repeats, "models": {}}
     with tempfile.TemporaryDirectory(prefix="wbfe-bench-") as tmp:
         models = build_models(Path(tmp), args.models.split(","))
         for name, folder in models.items():
+            flops = limit_flops(folder)
             entry: dict = {"checkpoint_bytes": (folder / "model.safetensors").stat().st_size,
-                           "limit_seconds": round(limit_seconds(folder, gflops), 4)}
+                           "limit_gflop": {k: round(v / 1e9, 3) for k, v in flops.items()}}
             for threads in (1, None):
                 runs: dict[str, list[dict]] = {"wbfe": [], "bfe": [], "ww": [], "ww_mp": []}
                 for i in range(args.repeats):
@@ -154,6 +173,7 @@ def main() -> None:
                     for tool in tools:  # alternate so drift hits all alike
                         runs[tool].append(_run(tool, folder, threads))
                 med = {t: statistics.median(r["seconds"] for r in rs) for t, rs in runs.items()}
+                limit = {k: v / (gflops[threads] * 1e9) for k, v in flops.items()}
                 key = "threads_1" if threads == 1 else "threads_default"
                 entry[key] = {
                     "median_seconds": {t: round(v, 4) for t, v in med.items()},
@@ -163,7 +183,9 @@ def main() -> None:
                     "speedup_bfe_only_vs_ww_same_metrics": round(med["ww_mp"] / med["bfe"], 2),
                     "peak_rss_mb": {t: round(max(r["peak_rss_mb"] for r in rs), 1) for t, rs in runs.items()},
                     "layers": {t: rs[0]["layers"] for t, rs in runs.items()},
-                    "fraction_of_limit_bfe_only": round(entry["limit_seconds"] / med["bfe"], 3),
+                    "limit_seconds": {k: round(v, 4) for k, v in limit.items()},
+                    "fraction_of_limit_wbfe": round(limit["eig"] / med["wbfe"], 3),
+                    "fraction_of_limit_bfe_only": round(limit["bfe"] / med["bfe"], 3),
                 }
             report["models"][name] = entry
             print(name, json.dumps(entry), flush=True)

@@ -87,3 +87,40 @@ def test_progress_callback(st_file: Path) -> None:
     calls: list[tuple[int, int | None, str]] = []
     wbfe.score(st_file, metrics="bfe", progress=lambda done, total, name: calls.append((done, total, name)))
     assert [c[0] for c in calls] == list(range(1, 11)) and all(c[1] == 10 for c in calls)
+
+
+def test_read_ahead_across_shards_gives_the_in_memory_scores(tmp_path: Path) -> None:
+    """Matrices of >= 2^18 elements are read on a worker while the one before is scored."""
+    from tests.conftest import write_sharded
+
+    g = torch.Generator().manual_seed(11)
+    state = {f"l{i}.weight": torch.randn(600, 500, generator=g) for i in range(5)}
+    state["l2.bias"] = torch.randn(600, generator=g)
+    state["l5.weight"] = state["l1.weight"].clone()  # a tie across shards, found by rereading l1
+    index = write_sharded(tmp_path, state, n_shards=3)
+    on_disk = wbfe.score(index, metrics="bfe")
+    in_memory = wbfe.score({k: v.clone() for k, v in state.items()}, metrics="bfe")
+    # Shard 1 holds l0, l3, l5; l1 comes later, in shard 2, when shard 1's handle is closed.
+    assert {s["name"]: s["reason"] for s in on_disk.skipped}["l1.weight"] == "tied: identical to l5.weight"
+    assert {s["name"]: s["reason"] for s in in_memory.skipped}["l5.weight"] == "tied: identical to l1.weight"
+    disk = {x["name"].replace("l5", "l1"): x["bfe"] for x in on_disk.layers}
+    assert disk == {x["name"]: x["bfe"] for x in in_memory.layers}
+    assert sorted(disk) == [f"l{i}.weight" for i in range(5)]
+
+
+def test_read_ahead_keeps_peak_memory_within_three_tensors() -> None:
+    from wbfe.matrices import plan_matrix
+    from wbfe.scoring import _may_read_ahead
+    from wbfe.sources import TensorEntry
+
+    def entry(shape: tuple[int, ...], dtype: str = "float32") -> tuple[TensorEntry, object]:
+        e = TensorEntry(name="x.weight", shape=shape, dtype=dtype, load=lambda: None)
+        return e, plan_matrix(e.name, shape, dtype)
+
+    tall, square, small = entry((4096, 1024)), entry((2048, 2048)), entry((100, 100))
+    # 16 MiB scored + 8 MiB Gram + 16 MiB next <= 3 x 16 MiB
+    assert _may_read_ahead(*tall, (*tall, None))
+    # 16 MiB scored + 32 MiB float64 LU copy + 16 MiB next > 3 x 16 MiB
+    assert not _may_read_ahead(*square, (*square, None))
+    assert not _may_read_ahead(*small, None)  # a thread hand-off costs more than it saves
+    assert _may_read_ahead(*tall, None)

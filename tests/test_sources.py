@@ -266,3 +266,26 @@ def write_sharded_pickles(folder: Path, state: dict) -> None:
         torch.save({name: state[name].clone()}, folder / shard)
         weight_map[name] = shard
     (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_file_digest_runs_in_the_background_and_reports_errors(tmp_path: Path) -> None:
+    import hashlib
+
+    from wbfe.sources._base import FileDigest
+
+    data = os.urandom(3 << 20)
+    (tmp_path / "a.bin").write_bytes(data)
+    (tmp_path / "b.bin").write_bytes(data[:100])
+    assert FileDigest([tmp_path / "a.bin"]).result() == hashlib.sha256(data).hexdigest()
+    lines = f"a.bin:{hashlib.sha256(data).hexdigest()}\nb.bin:{hashlib.sha256(data[:100]).hexdigest()}\n"
+    assert FileDigest([tmp_path / "b.bin", tmp_path / "a.bin"]).result() == hashlib.sha256(lines.encode()).hexdigest()
+    with pytest.raises(FileNotFoundError):
+        FileDigest([tmp_path / "gone.bin"]).result()
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"\0" * (64 << 20))
+    digest = FileDigest([big])
+    digest.cancel()
+    try:  # cancelled before the first 4 MiB chunk, or finished first on a fast machine
+        assert digest.result() == hashlib.sha256(big.read_bytes()).hexdigest()
+    except RuntimeError as exc:
+        assert "cancelled" in str(exc)

@@ -10,8 +10,9 @@ import hashlib
 import json
 import math
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union
 
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
@@ -233,8 +234,9 @@ def score(
     seen_content = _SeenContent()
     with open_source(ref) as source:
         total = len(source)
-        for done, entry in enumerate(source.entries(), start=1):
-            outcome = _score_entry(entry, options, pattern, groups, metric_options, torch_device,
+        planned = ((entry, _plan(entry, options, pattern)) for entry in source.entries())
+        for done, (entry, plan, reading) in enumerate(_read_ahead(planned), start=1):
+            outcome = _score_entry(entry, plan, reading, options, groups, metric_options, torch_device,
                                    seen_storage, seen_content)
             if isinstance(outcome, Skip):
                 result.skipped.append(outcome.to_dict())
@@ -256,26 +258,86 @@ def score(
     return result
 
 
+def _plan(entry: TensorEntry, options: ScoreOptions, pattern: Optional[re.Pattern[str]]) -> Union[Skip, MatrixPlan]:
+    if pattern is not None and not pattern.search(entry.name):
+        return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
+    return plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=options.min_eigs)
+
+
+_READ_AHEAD_ELEMENTS = 1 << 18  # smaller tensors are read in line: a thread hand-off costs ~50 µs
+
+
+def _may_read_ahead(entry: TensorEntry, plan: MatrixPlan, held: Optional[tuple[Any, ...]]) -> bool:
+    """Large enough to gain, and small enough that peak memory stays within 3x the larger tensor:
+    the tensor being scored, its float64 p×p Gram matrix (or LU copy), and this one."""
+    if math.prod(entry.shape) < _READ_AHEAD_ELEMENTS:
+        return False
+    if held is None or not isinstance(held[1], MatrixPlan):
+        return True
+    nbytes = _nbytes(entry)
+    current = _nbytes(held[0])
+    gram = 8 * min(held[1].rows, held[1].cols) ** 2
+    return current + gram + nbytes <= 3 * max(current, nbytes)
+
+
+def _nbytes(entry: TensorEntry) -> int:
+    import torch
+
+    return math.prod(entry.shape) * getattr(torch, entry.dtype).itemsize
+
+
+class _Reading:
+    """A tensor being read on the worker; :meth:`take` hands it over once and keeps no reference,
+    so that it is freed as soon as it is scored, not when the next one arrives."""
+
+    def __init__(self, future: "Future[Any]"):
+        self._future: Optional[Future[Any]] = future
+
+    def take(self) -> Any:
+        future, self._future = self._future, None
+        assert future is not None, "a read-ahead tensor is taken once"
+        return future.result()
+
+
+def _read_ahead(
+    planned: Iterator[tuple[TensorEntry, Union[Skip, MatrixPlan]]],
+) -> Iterator[tuple[TensorEntry, Union[Skip, MatrixPlan], Optional[_Reading]]]:
+    """Each entry with its plan and, for a large matrix, its tensor being read on a worker thread:
+    the next matrix is read while this one is scored.
+
+    Reads overlap the Gram products (file reads release the GIL) at the cost of one more tensor in
+    memory. A source's ``load`` may run on the worker after the source has moved past its shard.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wbfe-read") as pool:
+        held: Optional[tuple[TensorEntry, Union[Skip, MatrixPlan], Optional[_Reading]]] = None
+        for entry, plan in planned:
+            ahead = isinstance(plan, MatrixPlan) and _may_read_ahead(entry, plan, held)
+            reading = _Reading(pool.submit(entry.load)) if ahead else None
+            if held is not None:
+                yield held
+            held = (entry, plan, reading)
+        if held is not None:
+            yield held
+
+
 def _score_entry(
     entry: TensorEntry,
+    plan: Union[Skip, MatrixPlan],
+    reading: Optional[_Reading],
     options: ScoreOptions,
-    pattern: Optional[re.Pattern[str]],
     groups: tuple[Any, ...],
     metric_options: MetricOptions,
     device: Any,
     seen_storage: dict[Any, str],
     seen_content: _SeenContent,
 ) -> Union[Skip, dict[str, Any]]:
-    if pattern is not None and not pattern.search(entry.name):
-        return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
-    plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=options.min_eigs)
     if isinstance(plan, Skip):
         return plan
     if entry.storage_key is not None:
         if entry.storage_key in seen_storage:
             return Skip(entry.name, f"tied: shares storage with {seen_storage[entry.storage_key]}", entry.shape, entry.dtype)
         seen_storage[entry.storage_key] = entry.name
-    tensor = entry.load()
+    tensor = reading.take() if reading is not None else entry.load()
     earlier = seen_content.earlier_copy(entry, tensor)
     if earlier is not None:
         return Skip(entry.name, f"tied: identical to {earlier}", entry.shape, entry.dtype)

@@ -79,7 +79,8 @@ def content_hash(ref: Any) -> str:
         The errors of :func:`open_source`; ``SourceNotFoundError`` for in-memory objects.
     """
     with open_source(ref) as source:
-        if source.provenance.sha256 is None:
+        digest = source.provenance.digest()
+        if digest is None:
             raise SourceNotFoundError("in-memory models have no content hash")
-        return source.provenance.sha256
+        return digest
 

@@ -11,11 +11,12 @@ import functools
 
 import json
 import struct
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError
-from wbfe.sources._base import Provenance, TensorEntry, TensorSource, sha256_files
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 
 if TYPE_CHECKING:
     import torch
@@ -177,7 +178,7 @@ class SafetensorsSource(TensorSource):
             source=ref,
             format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
             files=[str(p) for p in all_files],
-            sha256=sha256_files(list(files)),
+            pending=FileDigest(files),
             extra={"metadata": metadata} if metadata else {},
         )
         self._handles: list[Any] = []
@@ -187,33 +188,52 @@ class SafetensorsSource(TensorSource):
 
     def entries(self) -> Iterator[TensorEntry]:
         for path, names, header in self._plan:
-            with open(path, "rb") as fh:
-                data_start = 8 + struct.unpack("<Q", fh.read(8))[0]
-                self._handles.append(fh)
+            shard = _Shard(path)
+            self._handles.append(shard)
+            try:
                 for name in names:
                     info = header[name]
+                    load = functools.partial(shard.read, info)
                     yield TensorEntry(
                         name=name,
                         shape=tuple(int(s) for s in info["shape"]),
                         dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
-                        load=lambda fh=fh, info=info: _read_tensor(fh, data_start, info),
-                        reread=functools.partial(_reread_tensor, fh, path, data_start, info),
+                        load=load,
+                        reread=load,
                     )
+            finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.
-                self._handles.remove(fh)
+                shard.close()
+                self._handles.remove(shard)
 
     def close(self) -> None:
-        for fh in self._handles:
-            fh.close()
+        if self.provenance.pending is not None:
+            self.provenance.pending.cancel()
+        for shard in self._handles:
+            shard.close()
         self._handles.clear()
 
 
-def _reread_tensor(fh: Any, path: Path, data_start: int, info: dict[str, Any]) -> "torch.Tensor":
-    """:func:`_read_tensor`, reopening the file when its shard is done and its handle closed."""
-    if not fh.closed:
-        return _read_tensor(fh, data_start, info)
-    with open(path, "rb") as reopened:
-        return _read_tensor(reopened, data_start, info)
+class _Shard:
+    """One open safetensors file whose tensors may be read from any thread, in any order, and after
+    it is closed (then from a handle of their own): a read-ahead thread and tie checks read too."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fh = open(path, "rb")
+        self._data_start = 8 + struct.unpack("<Q", self._fh.read(8))[0]
+        self._lock = threading.Lock()  # seek + read on one handle must not interleave
+
+    def read(self, info: dict[str, Any]) -> "torch.Tensor":
+        with self._lock:
+            if not self._fh.closed:
+                return _read_tensor(self._fh, self._data_start, info)
+        with open(self.path, "rb") as fh:
+            return _read_tensor(fh, self._data_start, info)
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
 
 
 def _read_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tensor":
@@ -229,8 +249,9 @@ def _read_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tenso
     start, end = (int(o) for o in info["data_offsets"])
     if end == start:
         return torch.empty(shape, dtype=dtype)
-    buffer = bytearray(end - start)
+    # torch.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte.
+    buffer = torch.empty(end - start, dtype=torch.uint8)
     fh.seek(data_start + start)
-    if fh.readinto(buffer) != len(buffer):
+    if fh.readinto(memoryview(buffer.numpy())) != end - start:
         raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
-    return torch.frombuffer(buffer, dtype=dtype).reshape(shape)
+    return buffer.view(dtype).reshape(shape)

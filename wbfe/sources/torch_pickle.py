@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError
-from wbfe.sources._base import Provenance, TensorEntry, TensorSource, sha256_files
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 
 __all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "TORCH_SUFFIXES"]
 
@@ -131,7 +131,7 @@ class TorchPickleSource(TensorSource):
             source=ref,
             format="torch-sharded" if index is not None else "torch",
             files=[str(p) for p in ([index] if index else []) + self._files],
-            sha256=sha256_files(self._files),
+            pending=FileDigest(self._files),
         )
 
     def __len__(self) -> int:
@@ -151,3 +151,5 @@ class TorchPickleSource(TensorSource):
 
     def close(self) -> None:
         self._state = None
+        if self.provenance.pending is not None:
+            self.provenance.pending.cancel()
