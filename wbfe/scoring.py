@@ -104,7 +104,8 @@ def _installed_versions() -> tuple[tuple[str, str], ...]:
     from importlib import metadata
 
     out = {"python": platform.python_version()}
-    for package in ("wbfe", "torch", "numpy", "scipy", "safetensors"):
+    # What computed the numbers (safetensors files are parsed by wbfe itself, not that package).
+    for package in ("wbfe", "torch", "numpy", "scipy"):
         loaded = getattr(sys.modules.get(package), "__version__", None)
         if isinstance(loaded, str):
             out[package] = loaded

@@ -29,8 +29,11 @@ __all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "lo
 # (k >= 1,000 for p <= 1,024) while adding little to the tensor itself (peak RSS, bench_memory.py).
 _BLOCK_BYTES = 8 << 20
 _EPS = float(np.finfo(np.float64).eps)
-# Below this size a second BLAS thread costs more than it saves (CIFAR ResNet layers, p = 16..64,
-# ran 5-9x slower with two OpenBLAS threads than with one: benchmarks/results/vs_weightwatcher.json).
+# From _MID_P to _SMALL_P a second OpenBLAS thread costs more than it saves (p = 128: the Gram
+# product 1.8x and its Cholesky factor 1.9x slower with two threads than with one, on two cores).
+# Below _MID_P OpenBLAS keeps to one thread by itself (p <= 64: the same times), so the thread
+# controller, ~5 ms to build, is not needed for models of small matrices such as CIFAR ResNets.
+_MID_P = 96
 _SMALL_P = 256
 
 
@@ -78,14 +81,14 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
         from scipy.linalg.blas import dsyrk
 
         out = np.zeros((p, p), dtype=np.float64, order="F")
-        a = None
+        # One buffer for every block: a fresh 8 MiB array per block is fresh pages the kernel zeroes.
+        storage = np.empty(min(step, long) * p, dtype=np.float64)
         for start in range(0, long, step):
             block = matrix[:, start : start + step] if wide else matrix[start : start + step, :]
-            a = None  # the previous block goes before the next is allocated: one block alive, not two
-            a = _float64_block(block)
+            a = _float64_block(block, storage)
             # a is C-ordered; a.T is the same memory in Fortran order, so BLAS reads it without a copy.
             out = dsyrk(1.0, a.T, beta=1.0, c=out, trans=1 if wide else 0, lower=1, overwrite_c=1)
-        del a
+        del storage
         finite = bool(np.isfinite(out).all())
     else:
         out = torch.zeros((p, p), dtype=torch.float64, device=device)
@@ -99,14 +102,18 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     return out
 
 
-def _float64_block(block: "torch.Tensor") -> np.ndarray:
-    """A C-ordered float64 copy; numpy converts the dtypes it has without a torch kernel launch
-    (which, inside a thread-limited BLAS context, cost ~1 ms per small tensor)."""
+def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
+    """``block`` in float64, C-ordered, in the first elements of ``storage``. numpy converts the
+    dtypes it has without a torch kernel launch (which, inside a thread-limited BLAS context, cost
+    ~1 ms per small tensor)."""
     import torch
 
+    a = storage[: block.numel()].reshape(block.shape)
     if block.dtype in (torch.float32, torch.float64, torch.float16) and block.device.type == "cpu":
-        return np.array(block.detach().numpy(), dtype=np.float64, order="C")
-    return np.ascontiguousarray(block.detach().to(torch.float64).numpy())
+        np.copyto(a, block.detach().numpy())
+    else:
+        torch.from_numpy(a).copy_(block.detach())
+    return a
 
 
 @functools.lru_cache(maxsize=1)
@@ -120,8 +127,8 @@ def _thread_controller() -> Any:
 
 
 def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
-    """One BLAS thread for a small matrix on the CPU; the default otherwise."""
-    controller = _thread_controller() if device.type == "cpu" and min(matrix.shape) < _SMALL_P else None
+    """One BLAS thread for a mid-sized matrix on the CPU; the default otherwise."""
+    controller = _thread_controller() if device.type == "cpu" and _MID_P <= min(matrix.shape) < _SMALL_P else None
     return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
 
 
