@@ -8,7 +8,6 @@ Tensors are then read with one positioned read each (see :func:`_read_tensor` fo
 from __future__ import annotations
 
 import functools
-
 import json
 import struct
 import threading
