@@ -110,17 +110,23 @@ def test_read_ahead_across_shards_gives_the_in_memory_scores(tmp_path: Path) -> 
 
 def test_read_ahead_keeps_peak_memory_within_three_tensors() -> None:
     from wbfe.matrices import plan_matrix
-    from wbfe.scoring import _may_read_ahead
+    from wbfe.pipeline import Pipeline
     from wbfe.sources import TensorEntry
 
     def entry(shape: tuple[int, ...], dtype: str = "float32") -> tuple[TensorEntry, object]:
         e = TensorEntry(name="x.weight", shape=shape, dtype=dtype, load=lambda: None)
         return e, plan_matrix(e.name, shape, dtype)
 
-    tall, square, small = entry((4096, 1024)), entry((2048, 2048)), entry((100, 100))
-    # 16 MiB scored + 8 MiB Gram + 16 MiB next <= 3 x 16 MiB
-    assert _may_read_ahead(*tall, (*tall, None))
-    # 16 MiB scored + 32 MiB float64 LU copy + 16 MiB next > 3 x 16 MiB
-    assert not _may_read_ahead(*square, (*square, None))
-    assert not _may_read_ahead(*small, None)  # a thread hand-off costs more than it saves
-    assert _may_read_ahead(*tall, None)
+    wide, tall, square, small = entry((1024, 16384)), entry((4096, 1024)), entry((2048, 2048)), entry((100, 100))
+    with Pipeline(torch.device("cpu"), workers=1) as pipeline:
+        pipeline._note(wide[0])
+        # 64 MiB scored + 8 MiB Gram + one 8 MiB float64 block + 64 MiB next <= 3 x 64 MiB
+        assert pipeline.may_read_ahead(wide[0], wide)
+        assert not pipeline.may_read_ahead(small[0], None)  # a thread hand-off costs more than it saves
+    with Pipeline(torch.device("cpu"), workers=1) as pipeline:
+        pipeline._note(square[0])
+        # 16 MiB scored + 32 MiB float64 LU copy + 16 MiB next > 3 x 16 MiB
+        assert not pipeline.may_read_ahead(square[0], square)
+        # 16 MiB scored + 8 MiB Gram + 32 MiB float64 copy (whole, for numpy) + 16 MiB > 3 x 16 MiB
+        assert not pipeline.may_read_ahead(tall[0], tall)
+        assert pipeline.may_read_ahead(tall[0], None)

@@ -10,14 +10,14 @@ import hashlib
 import json
 import math
 import re
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union
+from typing import Any, Callable, Iterable, Literal, Optional, Union
 
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
 from wbfe.metrics.bfe import parse_lambda
+from wbfe.pipeline import Pipeline, Reading
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
@@ -233,18 +233,37 @@ def score(
     result = ModelScore(model={})
     seen_storage: dict[Any, str] = {}
     seen_content = _SeenContent()
-    with open_source(ref) as source:
+    need_eigs = any(g.needs_eigenvalues for g in groups)
+    done = 0
+
+    def record(entry: TensorEntry, plan: Union[Skip, MatrixPlan], outcome: Any) -> None:
+        nonlocal done
+        if isinstance(outcome, DegenerateMatrixError):
+            outcome = Skip(entry.name, str(outcome), entry.shape, entry.dtype)
+        if isinstance(outcome, Skip):
+            result.skipped.append(outcome.to_dict())
+        else:
+            assert isinstance(plan, MatrixPlan)
+            result.layers.append(_layer_row(plan, outcome, groups, metric_options))
+        done += 1
+        if progress is not None:
+            progress(done, total, entry.name)
+
+    with open_source(ref) as source, Pipeline(torch_device) as pipeline:
         total = len(source)
         planned = ((entry, _plan(entry, options, pattern)) for entry in source.entries())
-        for done, (entry, plan, reading) in enumerate(_read_ahead(planned), start=1):
-            outcome = _score_entry(entry, plan, reading, options, groups, metric_options, torch_device,
-                                   seen_storage, seen_content)
-            if isinstance(outcome, Skip):
-                result.skipped.append(outcome.to_dict())
+        for entry, plan, reading in pipeline.read_ahead(planned):
+            prepared = _prepare(entry, plan, reading, options, seen_storage, seen_content)
+            if isinstance(prepared, Skip):
+                pipeline.put(entry, prepared)
             else:
-                result.layers.append(outcome)
-            if progress is not None:
-                progress(done, total, entry.name)
+                assert isinstance(plan, MatrixPlan)
+                pipeline.compute(entry, plan, _spectrum_job(prepared, torch_device, need_eigs))
+            del prepared  # the job holds the tensor now, and frees it when done
+            for item in pipeline.finished():
+                record(*item)
+        for item in pipeline.finished(wait=True):
+            record(*item)
         provenance = source.provenance.to_dict()
     provenance.update({"device": str(torch_device), "versions": _versions(), "options": options.to_dict()})
     result.model = provenance
@@ -265,73 +284,15 @@ def _plan(entry: TensorEntry, options: ScoreOptions, pattern: Optional[re.Patter
     return plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=options.min_eigs)
 
 
-_READ_AHEAD_ELEMENTS = 1 << 18  # smaller tensors are read in line: a thread hand-off costs ~50 µs
-
-
-def _may_read_ahead(entry: TensorEntry, plan: MatrixPlan, held: Optional[tuple[Any, ...]]) -> bool:
-    """Large enough to gain, and small enough that peak memory stays within 3x the larger tensor:
-    the tensor being scored, its float64 p×p Gram matrix (or LU copy), and this one."""
-    if math.prod(entry.shape) < _READ_AHEAD_ELEMENTS:
-        return False
-    if held is None or not isinstance(held[1], MatrixPlan):
-        return True
-    nbytes = _nbytes(entry)
-    current = _nbytes(held[0])
-    gram = 8 * min(held[1].rows, held[1].cols) ** 2
-    return current + gram + nbytes <= 3 * max(current, nbytes)
-
-
-def _nbytes(entry: TensorEntry) -> int:
-    import torch
-
-    return math.prod(entry.shape) * getattr(torch, entry.dtype).itemsize
-
-
-class _Reading:
-    """A tensor being read on the worker; :meth:`take` hands it over once and keeps no reference,
-    so that it is freed as soon as it is scored, not when the next one arrives."""
-
-    def __init__(self, future: "Future[Any]"):
-        self._future: Optional[Future[Any]] = future
-
-    def take(self) -> Any:
-        future, self._future = self._future, None
-        assert future is not None, "a read-ahead tensor is taken once"
-        return future.result()
-
-
-def _read_ahead(
-    planned: Iterator[tuple[TensorEntry, Union[Skip, MatrixPlan]]],
-) -> Iterator[tuple[TensorEntry, Union[Skip, MatrixPlan], Optional[_Reading]]]:
-    """Each entry with its plan and, for a large matrix, its tensor being read on a worker thread:
-    the next matrix is read while this one is scored.
-
-    Reads overlap the Gram products (file reads release the GIL) at the cost of one more tensor in
-    memory. A source's ``load`` may run on the worker after the source has moved past its shard.
-    """
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wbfe-read") as pool:
-        held: Optional[tuple[TensorEntry, Union[Skip, MatrixPlan], Optional[_Reading]]] = None
-        for entry, plan in planned:
-            ahead = isinstance(plan, MatrixPlan) and _may_read_ahead(entry, plan, held)
-            reading = _Reading(pool.submit(entry.load)) if ahead else None
-            if held is not None:
-                yield held
-            held = (entry, plan, reading)
-        if held is not None:
-            yield held
-
-
-def _score_entry(
+def _prepare(
     entry: TensorEntry,
     plan: Union[Skip, MatrixPlan],
-    reading: Optional[_Reading],
+    reading: Optional[Reading],
     options: ScoreOptions,
-    groups: tuple[Any, ...],
-    metric_options: MetricOptions,
-    device: Any,
     seen_storage: dict[Any, str],
     seen_content: _SeenContent,
-) -> Union[Skip, dict[str, Any]]:
+) -> Union[Skip, list[Any]]:
+    """The entry's matrices, or why it is skipped before any linear algebra."""
     if isinstance(plan, Skip):
         return plan
     if entry.storage_key is not None:
@@ -342,14 +303,17 @@ def _score_entry(
     earlier = seen_content.earlier_copy(entry, tensor)
     if earlier is not None:
         return Skip(entry.name, f"tied: identical to {earlier}", entry.shape, entry.dtype)
-    matrices = (_ww_matrices(tensor, plan) if options.ww_compatible and plan.convention == "slices"
-                else as_matrices(tensor, plan))
-    try:
-        spec = spectrum(matrices, device, need_eigs=any(g.needs_eigenvalues for g in groups))
-    except DegenerateMatrixError as exc:
-        return Skip(entry.name, str(exc), entry.shape, entry.dtype)
-    del tensor, matrices
-    return _layer_row(plan, spec, groups, metric_options)
+    return (_ww_matrices(tensor, plan) if options.ww_compatible and plan.convention == "slices"
+            else as_matrices(tensor, plan))
+
+
+def _spectrum_job(matrices: list[Any], device: Any, need_eigs: bool) -> Callable[[], Any]:
+    def job() -> Any:
+        try:
+            return spectrum(matrices, device, need_eigs=need_eigs)
+        except DegenerateMatrixError as exc:
+            return exc
+    return job
 
 
 def _ww_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:

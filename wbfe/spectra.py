@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+import threading
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from wbfe.metrics._group import Spectrum
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum"]
+__all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum", "work_bytes",
+           "releases_gil", "pin_threads"]
 
 # float64 bytes of one block of rows/columns: 8 MiB keeps the rank-k updates at full GEMM speed
 # (k >= 1,000 for p <= 1,024) while adding little to the tensor itself (peak RSS, bench_memory.py).
@@ -35,6 +37,10 @@ _EPS = float(np.finfo(np.float64).eps)
 # controller, ~5 ms to build, is not needed for models of small matrices such as CIFAR ResNets.
 _MID_P = 96
 _SMALL_P = 256
+# A matrix whose float64 copy fits in this is converted whole and multiplied by numpy, which
+# releases the GIL (scipy's BLAS wrappers hold it): such matrices can be scored on worker threads.
+_WHOLE_BYTES = 32 << 20
+_pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
 
 
 class DegenerateMatrixError(WbfeError, ValueError):
@@ -64,9 +70,9 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64.
 
     Returns:
-        On the CPU a Fortran-ordered numpy array whose lower triangle holds the Gram matrix (the
-        upper triangle is zero; LAPACK's lower Cholesky is the faster one); on CUDA the full
-        symmetric torch tensor on that device.
+        On the CPU a Fortran-ordered numpy array whose lower triangle holds the Gram matrix (what
+        LAPACK reads; the upper triangle may be zero); on CUDA the full symmetric torch tensor on
+        that device.
 
     Raises:
         DegenerateMatrixError: the matrix has non-finite entries.
@@ -76,10 +82,18 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     rows, cols = matrix.shape
     wide = rows <= cols
     p, long = (rows, cols) if wide else (cols, rows)
-    step = max(1, _BLOCK_BYTES // (8 * p))
-    if device.type == "cpu":
+    if device.type == "cpu" and 8 * rows * cols <= _WHOLE_BYTES and _pinned.is_set():
+        # On a worker (pin_threads): one numpy product, which releases the GIL. Alone, the blocked
+        # update below is 3 % faster (the float64 copy stays in cache).
+        a = _float64_block(matrix, np.empty(rows * cols, dtype=np.float64))
+        # numpy turns a·aᵀ into one symmetric rank-k update and fills both triangles; the
+        # transpose of the C-ordered result is the same matrix in Fortran order.
+        out = (a @ a.T if wide else a.T @ a).T
+        finite = bool(np.isfinite(out).all())
+    elif device.type == "cpu":
         from scipy.linalg.blas import dsyrk
 
+        step = max(1, _BLOCK_BYTES // (8 * p))
         out = np.zeros((p, p), dtype=np.float64, order="F")
         # One buffer for every block: a fresh 8 MiB array per block is fresh pages the kernel zeroes.
         storage = np.empty(min(step, long) * p, dtype=np.float64)
@@ -91,6 +105,7 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
         del storage
         finite = bool(np.isfinite(out).all())
     else:
+        step = max(1, _BLOCK_BYTES // (8 * p))
         out = torch.zeros((p, p), dtype=torch.float64, device=device)
         for start in range(0, long, step):
             block = matrix[:, start : start + step] if wide else matrix[start : start + step, :].T
@@ -100,6 +115,51 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     if not finite:
         raise DegenerateMatrixError("non-finite values (NaN or Inf)")
     return out
+
+
+def work_bytes(rows: int, cols: int, device: "torch.device") -> int:
+    """Memory one matrix's spectrum takes beyond the tensor itself, at most: the p×p Gram matrix
+    (or the LU copy of a large square one) and the float64 copy of the matrix or of one block."""
+    p = min(rows, cols)
+    if device.type == "cpu" and rows == cols and p >= _SMALL_P:
+        return 8 * p * p
+    whole = 8 * rows * cols
+    return 8 * p * p + (whole if whole <= _WHOLE_BYTES else _BLOCK_BYTES)
+
+
+def releases_gil(rows: int, cols: int, device: "torch.device") -> bool:
+    """Whether, under :func:`pin_threads`, this matrix's spectrum is computed without holding the
+    GIL for long (numpy's whole product, or torch's LU), so that workers can score such matrices
+    side by side."""
+    return device.type == "cpu" and 8 * rows * cols <= _WHOLE_BYTES
+
+
+@contextlib.contextmanager
+def pin_threads() -> Iterator[None]:
+    """Every BLAS and OpenMP pool at one thread, for scoring matrices on several workers at once.
+
+    Without it each worker's calls start pools of two threads on two cores, and one library's
+    threads, spinning while they wait for work, slow the other's: 16 Gram products of 3,072×768
+    by numpy with scipy's Cholesky took 1.08 s so, against 0.47 s in numpy alone. Per-matrix
+    thread limits are off meanwhile: they would race across workers.
+    """
+    import torch
+
+    controller = _thread_controller()
+    if controller is None or _pinned.is_set():
+        yield
+        return
+    # torch's too: threadpoolctl's OpenMP limit holds only for the thread that sets it, and MKL,
+    # linked into torch, is out of its sight; two workers' LUs then ran 10x slower.
+    torch_threads = torch.get_num_threads()
+    with controller.limit(limits=1):
+        torch.set_num_threads(1)
+        _pinned.set()
+        try:
+            yield
+        finally:
+            _pinned.clear()
+            torch.set_num_threads(torch_threads)
 
 
 def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
@@ -128,7 +188,8 @@ def _thread_controller() -> Any:
 
 def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
     """One BLAS thread for a mid-sized matrix on the CPU; the default otherwise."""
-    controller = _thread_controller() if device.type == "cpu" and _MID_P <= min(matrix.shape) < _SMALL_P else None
+    mid = device.type == "cpu" and _MID_P <= min(matrix.shape) < _SMALL_P and not _pinned.is_set()
+    controller = _thread_controller() if mid else None
     return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
 
 
@@ -136,7 +197,7 @@ def _one_openmp_thread() -> Any:
     """torch's LAPACK on one thread. OpenBLAS's threads spin for a while after each Gram product;
     a second OpenMP thread then shares a core with one and the LU ran slower than on one thread
     (16 ms against 14.6 ms for p = 1,024 on two cores)."""
-    controller = _thread_controller()
+    controller = None if _pinned.is_set() else _thread_controller()
     return controller.limit(limits=1, user_api="openmp") if controller is not None else contextlib.nullcontext()
 
 

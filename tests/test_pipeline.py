@@ -1,0 +1,89 @@
+"""The scoring pipeline's threads: read-ahead, matrices scored on workers side by side, stream order."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import wbfe
+from wbfe import pipeline, scoring, spectra
+
+
+def _checkpoint(path: Path) -> Path:
+    g = torch.Generator().manual_seed(12)
+    tensors = {
+        "a.weight": torch.randn(300, 600, generator=g),   # a worker's (300²·600 flops >= 2^24)
+        "b.weight": torch.randn(40, 50, generator=g),     # scored in line: too small to hand off
+        "c.bias": torch.randn(300, generator=g),          # skipped: not a matrix
+        "d.weight": torch.randn(256, 256, generator=g),   # a worker's LU
+        "e.weight": torch.zeros(300, 600),                # degenerate: skipped with its reason
+        "f.weight": torch.randn(700, 400, generator=g).to(torch.bfloat16),
+        "g.weight": torch.randn(64, 32, 3, 3, generator=g),
+    }
+    save_file(tensors, str(path))
+    return path
+
+
+@pytest.mark.parametrize("metrics", ["bfe", "bfe,htsr"])
+def test_workers_give_the_sequential_scores_in_stream_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             metrics: str) -> None:
+    path = _checkpoint(tmp_path / "m.safetensors")
+    monkeypatch.setattr(pipeline, "worker_count", lambda device: 1)
+    stored: list[str] = []
+    one = wbfe.score(path, metrics=metrics, device="cpu", progress=lambda done, total, name: stored.append(name))
+    monkeypatch.setattr(pipeline, "worker_count", lambda device: 2)
+    threads: dict[tuple[int, ...], str] = {}
+
+    def spectrum(matrices: list, device: torch.device, **kw: bool) -> object:
+        threads[tuple(matrices[0].shape)] = threading.current_thread().name
+        return spectra.spectrum(matrices, device, **kw)
+
+    monkeypatch.setattr(scoring, "spectrum", spectrum)
+    seen: list[str] = []
+    two = wbfe.score(path, metrics=metrics, device="cpu", progress=lambda done, total, name: seen.append(name))
+    assert threads[(300, 600)].startswith("wbfe-score") and threads[(256, 256)].startswith("wbfe-score")
+    assert threads[(40, 50)] == "MainThread"
+    again = wbfe.score(path, metrics=metrics, device="cpu")
+    assert seen == stored and sorted(seen) == ["a.weight", "b.weight", "c.bias", "d.weight", "e.weight", "f.weight",
+                                               "g.weight"]
+    assert [x["name"] for x in two.layers] == [x["name"] for x in one.layers] == [
+        n for n in stored if n not in ("c.bias", "e.weight")]
+    assert two.skipped == one.skipped and sorted(s["name"] for s in two.skipped) == ["c.bias", "e.weight"]
+    for x, y, z in zip(one.layers, two.layers, again.layers):
+        assert y["bfe"] == pytest.approx(x["bfe"], rel=1e-12)  # one BLAS thread against the default
+        assert y["bfe"] == z["bfe"]  # the same input, the same output
+
+
+def test_pinned_threads_are_restored_and_nest() -> None:
+    before = torch.get_num_threads()
+    with spectra.pin_threads():
+        assert torch.get_num_threads() == 1
+        with spectra.pin_threads():  # nested: a no-op, not a second restore
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+def test_a_worker_error_reaches_the_caller_in_order() -> None:
+    from wbfe.matrices import plan_matrix
+    from wbfe.sources import TensorEntry
+
+    def entry(name: str) -> tuple[TensorEntry, object]:
+        e = TensorEntry(name=name, shape=(300, 600), dtype="float32", load=lambda: None)
+        return e, plan_matrix(name, e.shape, e.dtype)
+
+    def fail() -> None:
+        raise OSError("disk gone")
+
+    with pipeline.Pipeline(torch.device("cpu"), workers=2) as p:
+        first, second = entry("x.weight"), entry("y.weight")
+        p.compute(*first, job=lambda: "first")
+        p.compute(*second, job=fail)
+        done = p.finished(wait=True)
+        assert next(done)[2] == "first"
+        with pytest.raises(OSError, match="disk gone"):
+            next(done)

@@ -1,0 +1,211 @@
+"""How one checkpoint's tensors flow to their spectra: read ahead, scored on workers side by side
+where that is faster, within a memory budget, and handed back in the order they were stored.
+
+- **Read-ahead.** The next large matrix is read on a thread while this one is scored (file reads
+  release the GIL).
+- **Workers.** A matrix whose float64 copy fits in ``spectra._WHOLE_BYTES`` is scored by numpy or
+  torch without the GIL, so ``workers`` of them run side by side with every BLAS pool held at one
+  thread (``spectra.pin_threads``). On two cores this beat one matrix at a time on two BLAS
+  threads by 1.5x (16 Gram products + Cholesky factors of 3,072×768). Larger matrices are scored
+  one at a time on the main thread with all BLAS threads, as before.
+- **Memory.** Tensors in flight, read or being scored, with their float64 work, stay within
+  ``3 ×`` the largest tensor met so far, the bound the performance issue sets.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
+
+from wbfe.matrices import MatrixPlan, Skip
+from wbfe.sources import TensorEntry
+from wbfe.spectra import _MID_P, pin_threads, releases_gil, work_bytes
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Pipeline", "Reading", "worker_count"]
+
+_READ_AHEAD_ELEMENTS = 1 << 18  # smaller tensors are read in line: a thread hand-off costs ~50 µs
+# Smaller matrices (p²·P flops) are scored in line: on a worker, the hand-offs and the GIL passed
+# back and forth made CIFAR ResNet-56 (p <= 64) twice as slow.
+_WORKER_FLOPS = 1 << 24
+_BUDGET = 3  # × the largest tensor: the most tensor and float64 work bytes in flight at once
+
+Planned = Union[Skip, MatrixPlan]
+
+
+def worker_count(device: "torch.device") -> int:
+    """How many matrices to score side by side: the BLAS threads the environment allows
+    (``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process may run on);
+    1 on a GPU."""
+    if device.type != "cpu":
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return max(1, min(int(value), cpus))
+    return max(1, cpus)
+
+
+class Reading:
+    """A tensor being read on the read-ahead thread; :meth:`take` hands it over once and keeps no
+    reference, so that it is freed as soon as it is scored, not when the next one arrives."""
+
+    def __init__(self, future: "Future[Any]"):
+        self._future: Optional[Future[Any]] = future
+
+    def take(self) -> Any:
+        future, self._future = self._future, None
+        assert future is not None, "a read-ahead tensor is taken once"
+        return future.result()
+
+
+class Pipeline:
+    """One scoring run's threads and memory budget. Use as a context manager.
+
+    Feed it entries with :meth:`read_ahead`, then hand each one to :meth:`put` (a skip) or
+    :meth:`compute` (a job that returns its spectrum), and collect ``(entry, plan, outcome)`` in
+    stream order from :meth:`finished`.
+    """
+
+    def __init__(self, device: "torch.device", workers: Optional[int] = None):
+        self.device = device
+        self.workers = worker_count(device) if workers is None else workers
+        self._largest = 0
+        self._in_flight = 0  # bytes held by jobs on the workers
+        self._running: collections.deque[tuple[Future[Any], int]] = collections.deque()
+        self._done: collections.deque[tuple[TensorEntry, Planned, Any]] = collections.deque()
+        self._stack = contextlib.ExitStack()
+        self._pinned: Optional[contextlib.ExitStack] = None
+        self._reader: Optional[ThreadPoolExecutor] = None
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    def __enter__(self) -> "Pipeline":
+        self._reader = self._stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="wbfe-read"))
+        if self.workers > 1:
+            self._pool = self._stack.enter_context(ThreadPoolExecutor(self.workers, thread_name_prefix="wbfe-score"))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for future, _ in self._running:
+            future.cancel()
+        futures_wait([f for f, _ in self._running])
+        self._running.clear()
+        self._unpin()
+        self._stack.close()
+
+    # -- memory ------------------------------------------------------------------------------
+
+    def _tensor_bytes(self, entry: TensorEntry) -> int:
+        import torch
+
+        return math.prod(entry.shape) * getattr(torch, entry.dtype).itemsize
+
+    def _cost(self, entry: TensorEntry, plan: MatrixPlan) -> int:
+        return self._tensor_bytes(entry) + work_bytes(plan.rows, plan.cols, self.device)
+
+    def _note(self, entry: TensorEntry) -> None:
+        self._largest = max(self._largest, self._tensor_bytes(entry))
+
+    def may_read_ahead(self, entry: TensorEntry, held: Optional[tuple[TensorEntry, Planned]]) -> bool:
+        """Large enough to gain, and small enough that the jobs on the workers, the tensor about to
+        be scored with its float64 work, and this one stay within the budget."""
+        if math.prod(entry.shape) < _READ_AHEAD_ELEMENTS:
+            return False
+        pending = self._cost(*held) if held is not None and isinstance(held[1], MatrixPlan) else 0
+        return self._in_flight + pending + self._tensor_bytes(entry) <= _BUDGET * self._largest
+
+    # -- stages ------------------------------------------------------------------------------
+
+    def read_ahead(self, planned: Iterator[tuple[TensorEntry, Planned]]) -> Iterator[tuple[TensorEntry, Planned, Optional[Reading]]]:
+        """Each entry with its plan and, for a large matrix within budget, its tensor being read
+        on the read-ahead thread while the entry before it is scored. A source's ``load`` may then
+        run after the source has moved past its shard."""
+        assert self._reader is not None, "use the pipeline as a context manager"
+        held: Optional[tuple[TensorEntry, Planned, Optional[Reading]]] = None
+        for entry, plan in planned:
+            reading = None
+            if isinstance(plan, MatrixPlan):
+                self._note(entry)
+                if self.may_read_ahead(entry, held[:2] if held is not None else None):
+                    reading = Reading(self._reader.submit(entry.load))
+            if held is not None:
+                yield held
+            held = (entry, plan, reading)
+        if held is not None:
+            yield held
+
+    def put(self, entry: TensorEntry, skip: Skip) -> None:
+        """An entry with nothing to compute, kept in its place in the stream."""
+        self._done.append((entry, skip, skip))
+
+    def compute(self, entry: TensorEntry, plan: MatrixPlan, job: Callable[[], Any]) -> None:
+        """Run ``job`` (the entry's spectrum) on a worker where it releases the GIL, else here."""
+        cost = self._cost(entry, plan)
+        p, big = sorted((plan.rows, plan.cols))
+        if (self._pool is not None and p * p * big * plan.n_slices >= _WORKER_FLOPS
+                and releases_gil(plan.rows, plan.cols, self.device)):
+            self._pin()
+            while self._running and (len(self._running) >= self.workers
+                                     or self._in_flight + cost > _BUDGET * self._largest):
+                self._wait_oldest()
+            future = self._pool.submit(job)
+            self._running.append((future, cost))
+            self._in_flight += cost
+            self._done.append((entry, plan, future))
+            return
+        if p >= _MID_P:  # a large matrix alone, with all BLAS threads (small ones use one anyway)
+            while self._running:
+                self._wait_oldest()
+            self._unpin()
+        self._done.append((entry, plan, _now(job)))
+
+    def finished(self, *, wait: bool = False) -> Iterator[tuple[TensorEntry, Planned, Any]]:
+        """Outcomes in stream order, as far as they are done (all of them with ``wait``). A job's
+        outcome is its return value; an exception it raised is raised here."""
+        while self._done:
+            entry, plan, outcome = self._done[0]
+            if isinstance(outcome, Future):
+                if not (wait or outcome.done()):
+                    return
+                if self._running and self._running[0][0] is outcome:  # else released already, or run here
+                    self._wait_oldest()
+                outcome = outcome.result()
+            self._done.popleft()
+            yield entry, plan, outcome
+
+    # -- threads -----------------------------------------------------------------------------
+
+    def _wait_oldest(self) -> None:
+        future, cost = self._running.popleft()
+        futures_wait([future])
+        self._in_flight -= cost
+
+    def _pin(self) -> None:
+        if self._pinned is None:
+            self._pinned = contextlib.ExitStack()
+            self._pinned.enter_context(pin_threads())
+
+    def _unpin(self) -> None:
+        if self._pinned is not None:
+            self._pinned.close()
+            self._pinned = None
+
+
+def _now(job: Callable[[], Any]) -> "Future[Any]":
+    done: Future[Any] = Future()
+    try:
+        done.set_result(job())
+    except Exception as exc:  # raised in stream order by finished(), as a worker's would be
+        done.set_exception(exc)
+    return done
