@@ -156,3 +156,22 @@ def test_lu_moments_of_singular_and_bad_square_matrices() -> None:
         log_moments([bad], CPU)
     with pytest.raises(DegenerateMatrixError, match="all-zero"):
         log_moments([torch.zeros(300, 300)], CPU)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(40, 90), (90, 40), (300, 300)])
+def test_gpu_code_path_run_on_the_cpu_equals_the_cpu_path(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype,
+                                                          shape: tuple[int, int]) -> None:
+    """The torch code path that runs on CUDA (Gram by addmm, torch eigvalsh and Cholesky), run on the
+    CPU, against the numpy/LAPACK path: BFE-W within 1e-8 relative, as the GPU must be."""
+    from wbfe.metrics.bfe import bfe_from_moments
+    from wbfe.spectra import log_moments
+
+    w = (torch.randn(*shape, generator=torch.Generator().manual_seed(13)) * 0.05).to(dtype)
+    cpu_eigs, cpu_moments = eigenvalues([w], CPU), log_moments([w], CPU)
+    monkeypatch.setattr(spectra, "_TORCH_ON_CPU", True)
+    monkeypatch.setattr(spectra, "_BLOCK_BYTES", 8 * min(shape) * 16)  # several blocks
+    torch_eigs, torch_moments = eigenvalues([w], CPU), log_moments([w], CPU)
+    np.testing.assert_allclose(torch_eigs, cpu_eigs, rtol=1e-9, atol=1e-12 * cpu_eigs[-1])
+    assert torch_moments[2:] == cpu_moments[2:]
+    assert bfe_from_moments(*torch_moments[:2])[0] == pytest.approx(bfe_from_moments(*cpu_moments[:2])[0], rel=1e-8)

@@ -41,6 +41,8 @@ _SMALL_P = 256
 # releases the GIL (scipy's BLAS wrappers hold it): such matrices can be scored on worker threads.
 _WHOLE_BYTES = 32 << 20
 _pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
+# Tests set this to run the torch code path that serves CUDA on the CPU (CI has no GPU).
+_TORCH_ON_CPU = False
 
 
 class DegenerateMatrixError(WbfeError, ValueError):
@@ -82,7 +84,8 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     rows, cols = matrix.shape
     wide = rows <= cols
     p, long = (rows, cols) if wide else (cols, rows)
-    if device.type == "cpu" and 8 * rows * cols <= _WHOLE_BYTES and _pinned.is_set():
+    numpy_path = device.type == "cpu" and not _TORCH_ON_CPU
+    if numpy_path and 8 * rows * cols <= _WHOLE_BYTES and _pinned.is_set():
         # On a worker (pin_threads): one numpy product, which releases the GIL. Alone, the blocked
         # update below is 3 % faster (the float64 copy stays in cache).
         a = _float64_block(matrix, np.empty(rows * cols, dtype=np.float64))
@@ -90,7 +93,7 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
         # transpose of the C-ordered result is the same matrix in Fortran order.
         out = (a @ a.T if wide else a.T @ a).T
         finite = bool(np.isfinite(out).all())
-    elif device.type == "cpu":
+    elif numpy_path:
         from scipy.linalg.blas import dsyrk
 
         step = max(1, _BLOCK_BYTES // (8 * p))
@@ -246,7 +249,7 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> t
     n = n_zero = 0
     for matrix in matrices:
         p = min(matrix.shape)
-        if device.type == "cpu" and matrix.shape[0] == matrix.shape[1] and p >= _SMALL_P:
+        if device.type == "cpu" and not _TORCH_ON_CPU and matrix.shape[0] == matrix.shape[1] and p >= _SMALL_P:
             with _one_openmp_thread():
                 tr, diag = _lu_diagonal(matrix)
         else:
