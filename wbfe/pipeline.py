@@ -9,7 +9,7 @@ where that is faster, within a memory budget, and handed back in the order they 
   threads by 1.5x (16 Gram products + Cholesky factors of 3,072×768). Larger matrices are scored
   one at a time on the main thread with all BLAS threads, as before.
 - **Memory.** Tensors in flight, read or being scored, with their float64 work, stay within
-  ``3 ×`` the largest tensor met so far, the bound the performance issue sets.
+  ``3 ×`` the largest tensor met so far (the bound the performance issue sets), or 64 MiB.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
@@ -36,6 +37,9 @@ _READ_AHEAD_ELEMENTS = 1 << 18  # smaller tensors are read in line: a thread han
 # back and forth made CIFAR ResNet-56 (p <= 64) twice as slow.
 _WORKER_FLOPS = 1 << 24
 _BUDGET = 3  # × the largest tensor: the most tensor and float64 work bytes in flight at once
+# ... or this much, whichever is more: 3 × a small model's largest tensor (4 MiB) left no room for
+# two matrices at once, while the interpreter alone is ~500 MB.
+_BUDGET_FLOOR = 64 << 20
 
 Planned = Union[Skip, MatrixPlan]
 
@@ -83,7 +87,7 @@ class Pipeline:
         self.workers = worker_count(device) if workers is None else workers
         self._largest = 0
         self._in_flight = 0  # bytes held by jobs on the workers
-        self._running: collections.deque[tuple[Future[Any], int]] = collections.deque()
+        self._running: dict[Future[Any], int] = {}  # jobs on the workers and their bytes
         self._done: collections.deque[tuple[TensorEntry, Planned, Any]] = collections.deque()
         self._stack = contextlib.ExitStack()
         self._pinned: Optional[contextlib.ExitStack] = None
@@ -97,9 +101,9 @@ class Pipeline:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for future, _ in self._running:
+        for future in self._running:
             future.cancel()
-        futures_wait([f for f, _ in self._running])
+        futures_wait(list(self._running))
         self._running.clear()
         self._unpin()
         self._stack.close()
@@ -114,6 +118,9 @@ class Pipeline:
     def _cost(self, entry: TensorEntry, plan: MatrixPlan) -> int:
         return self._tensor_bytes(entry) + work_bytes(plan.rows, plan.cols, self.device)
 
+    def _budget(self) -> int:
+        return max(_BUDGET * self._largest, _BUDGET_FLOOR)
+
     def _note(self, entry: TensorEntry) -> None:
         self._largest = max(self._largest, self._tensor_bytes(entry))
 
@@ -123,7 +130,7 @@ class Pipeline:
         if math.prod(entry.shape) < _READ_AHEAD_ELEMENTS:
             return False
         pending = self._cost(*held) if held is not None and isinstance(held[1], MatrixPlan) else 0
-        return self._in_flight + pending + self._tensor_bytes(entry) <= _BUDGET * self._largest
+        return self._in_flight + pending + self._tensor_bytes(entry) <= self._budget()
 
     # -- stages ------------------------------------------------------------------------------
 
@@ -157,16 +164,15 @@ class Pipeline:
                 and releases_gil(plan.rows, plan.cols, self.device)):
             self._pin()
             while self._running and (len(self._running) >= self.workers
-                                     or self._in_flight + cost > _BUDGET * self._largest):
-                self._wait_oldest()
+                                     or self._in_flight + cost > self._budget()):
+                self._wait(FIRST_COMPLETED)
             future = self._pool.submit(job)
-            self._running.append((future, cost))
+            self._running[future] = cost
             self._in_flight += cost
             self._done.append((entry, plan, future))
             return
         if p >= _MID_P:  # a large matrix alone, with all BLAS threads (small ones use one anyway)
-            while self._running:
-                self._wait_oldest()
+            self._wait()
             self._unpin()
         self._done.append((entry, plan, _now(job)))
 
@@ -178,18 +184,21 @@ class Pipeline:
             if isinstance(outcome, Future):
                 if not (wait or outcome.done()):
                     return
-                if self._running and self._running[0][0] is outcome:  # else released already, or run here
-                    self._wait_oldest()
+                self._release(outcome)
                 outcome = outcome.result()
             self._done.popleft()
             yield entry, plan, outcome
 
     # -- threads -----------------------------------------------------------------------------
 
-    def _wait_oldest(self) -> None:
-        future, cost = self._running.popleft()
-        futures_wait([future])
-        self._in_flight -= cost
+    def _wait(self, return_when: str = "ALL_COMPLETED") -> None:
+        """Until one job (or all) on the workers is done; their bytes are free again."""
+        done, _ = futures_wait(list(self._running), return_when=return_when)
+        for future in done:
+            self._release(future)
+
+    def _release(self, future: "Future[Any]") -> None:
+        self._in_flight -= self._running.pop(future, 0)
 
     def _pin(self) -> None:
         if self._pinned is None:

@@ -168,7 +168,8 @@ def pin_threads() -> Iterator[None]:
 def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
     """``block`` in float64, C-ordered, in the first elements of ``storage``. numpy converts the
     dtypes it has without a torch kernel launch (which, inside a thread-limited BLAS context, cost
-    ~1 ms per small tensor)."""
+    ~1 ms per small tensor). Converted just before its product, the block is still in cache: a
+    copy made earlier on another thread made the product slower by as much as it saved."""
     import torch
 
     a = storage[: block.numel()].reshape(block.shape)
