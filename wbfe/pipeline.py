@@ -18,8 +18,7 @@ import collections
 import contextlib
 import math
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 

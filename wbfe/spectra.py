@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum", "work_bytes",
-           "releases_gil", "pin_threads"]
+           "releases_gil", "uses_lu", "pin_threads"]
 
 # float64 bytes of one block of rows/columns: 8 MiB keeps the rank-k updates at full GEMM speed
 # (k >= 1,000 for p <= 1,024) while adding little to the tensor itself (peak RSS, bench_memory.py).
@@ -85,7 +85,7 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     wide = rows <= cols
     p, long = (rows, cols) if wide else (cols, rows)
     numpy_path = device.type == "cpu" and not _TORCH_ON_CPU
-    if numpy_path and 8 * rows * cols <= _WHOLE_BYTES and _pinned.is_set():
+    if numpy_path and releases_gil(rows, cols, device) and _pinned.is_set():
         # On a worker (pin_threads): one numpy product, which releases the GIL. Alone, the blocked
         # update below is 3 % faster (the float64 copy stays in cache).
         a = _float64_block(matrix, np.empty(rows * cols, dtype=np.float64))
@@ -124,10 +124,16 @@ def work_bytes(rows: int, cols: int, device: "torch.device") -> int:
     """Memory one matrix's spectrum takes beyond the tensor itself, at most: the p×p Gram matrix
     (or the LU copy of a large square one) and the float64 copy of the matrix or of one block."""
     p = min(rows, cols)
-    if device.type == "cpu" and rows == cols and p >= _SMALL_P:
+    if uses_lu(rows, cols, device):
         return 8 * p * p
     whole = 8 * rows * cols
     return 8 * p * p + (whole if whole <= _WHOLE_BYTES else _BLOCK_BYTES)
+
+
+def uses_lu(rows: int, cols: int, device: "torch.device") -> bool:
+    """Whether BFE-W alone takes log det from the LU factors of the matrix itself (a large square
+    matrix on the CPU), not from the Cholesky factor of its Gram matrix."""
+    return device.type == "cpu" and not _TORCH_ON_CPU and rows == cols and rows >= _SMALL_P
 
 
 def releases_gil(rows: int, cols: int, device: "torch.device") -> bool:
@@ -250,7 +256,7 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> t
     n = n_zero = 0
     for matrix in matrices:
         p = min(matrix.shape)
-        if device.type == "cpu" and not _TORCH_ON_CPU and matrix.shape[0] == matrix.shape[1] and p >= _SMALL_P:
+        if uses_lu(*matrix.shape, device):
             with _one_openmp_thread():
                 tr, diag = _lu_diagonal(matrix)
         else:

@@ -88,7 +88,9 @@ class TensorSource:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release resources (default: nothing to release)."""
+        """Release resources; stop hashing the files if that is still under way."""
+        if self.provenance.pending is not None:
+            self.provenance.pending.cancel()
 
     def __enter__(self) -> "TensorSource":
         return self

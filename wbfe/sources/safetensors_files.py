@@ -206,8 +206,7 @@ class SafetensorsSource(TensorSource):
                 self._handles.remove(shard)
 
     def close(self) -> None:
-        if self.provenance.pending is not None:
-            self.provenance.pending.cancel()
+        super().close()
         for shard in self._handles:
             shard.close()
         self._handles.clear()

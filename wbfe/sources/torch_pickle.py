@@ -150,6 +150,5 @@ class TorchPickleSource(TensorSource):
             yield from tensor_entries(state, held=False, scope=str(path))
 
     def close(self) -> None:
+        super().close()
         self._state = None
-        if self.provenance.pending is not None:
-            self.provenance.pending.cancel()
