@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -58,14 +59,37 @@ def test_workers_give_the_sequential_scores_in_stream_order(tmp_path: Path, monk
         assert y["bfe"] == z["bfe"]  # the same input, the same output
 
 
+def _mkl_threads() -> int:
+    """MKL's thread count inside torch (threadpoolctl cannot see it, so wbfe sets it through torch)."""
+    found = re.search(r"mkl_get_max_threads\(\) : (\d+)", torch.__config__.parallel_info())
+    return int(found.group(1)) if found else torch.get_num_threads()
+
+
 def test_pinned_threads_are_restored_and_nest() -> None:
     before = torch.get_num_threads()
-    with spectra.pin_threads():
-        assert torch.get_num_threads() == 1
-        with spectra.pin_threads():  # nested: a no-op, not a second restore
+    torch.set_num_threads(2)
+    try:
+        with spectra.pin_threads():
+            assert torch.get_num_threads() == 1 and _mkl_threads() == 1
+            with spectra.pin_threads():  # nested: a no-op, not a second restore
+                assert torch.get_num_threads() == 1
             assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
+        assert torch.get_num_threads() == 2 and _mkl_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_finished_does_not_wait_for_a_running_job_unless_asked() -> None:
+    from wbfe.matrices import plan_matrix
+    from wbfe.sources import TensorEntry
+
+    e = TensorEntry(name="x.weight", shape=(300, 600), dtype="float32", load=lambda: None)
+    release = threading.Event()
+    with pipeline.Pipeline(torch.device("cpu"), workers=2) as p:
+        p.compute(e, plan_matrix(e.name, e.shape, e.dtype), job=lambda: release.wait(10) and "done")
+        assert list(p.finished()) == []  # still running: nothing yet, and no wait
+        release.set()
+        assert [outcome for _, _, outcome in p.finished(wait=True)] == ["done"]
 
 
 def test_a_worker_error_reaches_the_caller_in_order() -> None:
