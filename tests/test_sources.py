@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from pathlib import Path
@@ -19,7 +20,7 @@ from wbfe.errors import (
     TruncatedCheckpointError,
     UnsafePickleError,
 )
-from wbfe.sources import content_hash, open_source
+from wbfe.sources import content_hash, open_source, safetensors_files
 
 
 def _tensors(ref: object) -> dict[str, torch.Tensor]:
@@ -118,6 +119,54 @@ def test_truncated_and_missing_shard(tmp_path: Path, state_dict: dict) -> None:
     shard.unlink()
     with pytest.raises(SourceNotFoundError, match="shard 'model-00002-of-00003.safetensors' listed in the index is missing"):
         open_source(index)
+
+
+def _unaligned_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """A valid safetensors file whose header length is odd, so tensor data starts at odd offsets
+    (the format does not promise alignment; the official writer pads to 8)."""
+    header, blobs, at = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (1 - len(text) % 2)  # odd length
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_mapped_read_and_unaligned_fallback_give_the_stored_tensors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.Generator().manual_seed(3)
+    tensors = {"a.weight": torch.randn(40, 24, generator=g), "b.weight": torch.randn(3, 5, 7, generator=g)}
+    aligned = tmp_path / "aligned.safetensors"
+    save_file(tensors, str(aligned))
+    odd = tmp_path / "odd.safetensors"
+    _unaligned_safetensors(odd, tensors)
+    assert (8 + struct.unpack("<Q", odd.read_bytes()[:8])[0]) % 4 != 0
+    maps = []
+    real_map = safetensors_files._map_tensor
+    monkeypatch.setattr(safetensors_files, "_map_tensor", lambda *a: maps.append(a) or real_map(*a))
+    _assert_same(_tensors(aligned), tensors)
+    assert len(maps) == 2  # both tensors were mapped, not read
+    _assert_same(_tensors(odd), tensors)
+    assert len(maps) == 2  # unaligned: read into buffers of their own
+
+    def no_map(*args: object, **kwargs: object) -> None:
+        raise OSError("this file system cannot map files")
+
+    monkeypatch.setattr(safetensors_files.mmap, "mmap", no_map)
+    _assert_same(_tensors(aligned), tensors)  # read instead
+
+
+def test_file_cut_short_after_opening(tmp_path: Path) -> None:
+    path = tmp_path / "cut.safetensors"
+    save_file({"w": torch.ones(64, 64)}, str(path))
+    data = path.read_bytes()
+    with open_source(path) as source:
+        entry = next(iter(source.entries()))
+        path.write_bytes(data[:-100])  # would be a SIGBUS on reading the map
+        with pytest.raises(TruncatedCheckpointError, match="cut.safetensors: truncated safetensors file .it changed"):
+            entry.load()
 
 
 def test_pickle_with_code_is_refused_and_never_run(tmp_path: Path) -> None:

@@ -2,14 +2,17 @@
 
 wbfe validates the header itself, so a corrupt or truncated file gets a precise one-line error
 naming the file before any work, and nothing past the header is read until a tensor is asked for.
-Tensors are then read with one positioned read each (see :func:`_read_tensor` for why not a map).
+Each tensor is then mapped on its own (see :func:`_map_tensor`), or read where it cannot be.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import mmap
+import os
 import struct
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -47,6 +50,9 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
     "C64": ("complex64", 8),
 }
 _MAX_HEADER = 100_000_000  # the safetensors format's own limit
+# madvise(MADV_POPULATE_READ) (Linux >= 5.14; Python < 3.13 lacks the name): fill a mapping's page
+# table from the page cache, reading from disk what is not there, in one call.
+_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 
 
 def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -203,7 +209,8 @@ class SafetensorsSource(TensorSource):
             finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.
                 shard.close()
-                self._handles.remove(shard)
+                if shard in self._handles:  # close() may have cleared them first
+                    self._handles.remove(shard)
 
     def close(self) -> None:
         super().close()
@@ -225,21 +232,17 @@ class _Shard:
     def read(self, info: dict[str, Any]) -> "torch.Tensor":
         with self._lock:
             if not self._fh.closed:
-                return _read_tensor(self._fh, self._data_start, info)
+                return _load_tensor(self._fh, self._data_start, info)
         with open(self.path, "rb") as fh:
-            return _read_tensor(fh, self._data_start, info)
+            return _load_tensor(fh, self._data_start, info)
 
     def close(self) -> None:
         with self._lock:
             self._fh.close()
 
 
-def _read_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tensor":
-    """Read one tensor with a single positioned read into its own buffer.
-
-    A plain read (rather than a memory map) keeps the resident set to the tensors alive now: pages
-    of a map stay counted in RSS until it is closed, which for one big file is the whole model.
-    """
+def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tensor":
+    """One tensor of the file: mapped where the file can be mapped at an aligned address, else read."""
     import torch
 
     dtype = getattr(torch, SAFETENSORS_DTYPES[info["dtype"]][0])
@@ -247,9 +250,49 @@ def _read_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tenso
     start, end = (int(o) for o in info["data_offsets"])
     if end == start:
         return torch.empty(shape, dtype=dtype)
+    if os.fstat(fh.fileno()).st_size < data_start + end:  # cut short since its header was checked
+        raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (it changed while being read)",
+                                       path=str(fh.name))
+    raw = None
+    if (data_start + start) % dtype.itemsize == 0:
+        try:
+            raw = _map_tensor(fh, data_start + start, end - start)
+        except OSError:  # a file system that cannot map files: read instead
+            raw = None
+    if raw is None:
+        raw = _read_tensor(fh, data_start + start, end - start)
+    return raw.view(dtype).reshape(shape)
+
+
+def _map_tensor(fh: Any, first: int, nbytes: int) -> "torch.Tensor":
+    """The bytes ``[first, first + nbytes)`` of the file, mapped copy-on-write, page table filled.
+
+    Reading into a buffer of its own cost 40 ms for a 94 MB tensor, all of it before any work on
+    the first tensor (fresh pages are faulted in and zeroed, then copied into); a filled map of the
+    same bytes takes 2 ms. One map per tensor, unmapped when the tensor is freed, so the resident
+    set is the tensors alive now, as with a read (a map of the whole file would keep every page
+    read so far counted until it was closed). Copy-on-write, as the tensor must be writable for
+    torch, though nothing writes it.
+    """
+    import torch
+
+    offset = first - first % mmap.ALLOCATIONGRANULARITY
+    mapped = mmap.mmap(fh.fileno(), first + nbytes - offset, access=mmap.ACCESS_COPY, offset=offset)
+    if _POPULATE_READ is not None and hasattr(mapped, "madvise"):
+        try:
+            mapped.madvise(_POPULATE_READ)
+        except OSError:  # an older kernel: pages are faulted in as they are first read
+            pass
+    return torch.frombuffer(mapped, dtype=torch.uint8, offset=first - offset, count=nbytes)
+
+
+def _read_tensor(fh: Any, first: int, nbytes: int) -> "torch.Tensor":
+    """The bytes ``[first, first + nbytes)`` of the file, read into a buffer of their own."""
+    import torch
+
     # torch.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte.
-    buffer = torch.empty(end - start, dtype=torch.uint8)
-    fh.seek(data_start + start)
-    if fh.readinto(memoryview(buffer.numpy())) != end - start:
+    buffer = torch.empty(nbytes, dtype=torch.uint8)
+    fh.seek(first)
+    if fh.readinto(memoryview(buffer.numpy())) != nbytes:
         raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
-    return buffer.view(dtype).reshape(shape)
+    return buffer
