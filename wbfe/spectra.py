@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
+from wbfe import _blas
 from wbfe.errors import InvalidOptionError, WbfeError
 from wbfe.metrics._group import Spectrum
 
@@ -37,9 +38,9 @@ _EPS = float(np.finfo(np.float64).eps)
 # controller, ~5 ms to build, is not needed for models of small matrices such as CIFAR ResNets.
 _MID_P = 96
 _SMALL_P = 256
-# A matrix whose float64 copy fits in this is converted whole and multiplied by numpy, which
-# releases the GIL (scipy's BLAS wrappers hold it): such matrices can be scored on worker threads.
-_WHOLE_BYTES = 32 << 20
+# Matrices whose float64 copy fits in this are scored side by side on worker threads (their
+# products and factorisations release the GIL); a larger one alone, on every BLAS thread.
+_WORKER_BYTES = 32 << 20
 _pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
 # Tests set this to run the torch code path that serves CUDA on the CPU (CI has no GPU).
 _TORCH_ON_CPU = False
@@ -84,19 +85,18 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     rows, cols = matrix.shape
     wide = rows <= cols
     p, long = (rows, cols) if wide else (cols, rows)
+    step = max(1, _BLOCK_BYTES // (8 * p))
     numpy_path = device.type == "cpu" and not _TORCH_ON_CPU
-    if numpy_path and releases_gil(rows, cols, device) and _pinned.is_set():
-        # On a worker (pin_threads): one numpy product, which releases the GIL. Alone, the blocked
-        # update below is 3 % faster (the float64 copy stays in cache).
+    if numpy_path and _pinned.is_set() and 8 * rows * cols <= _WORKER_BYTES:
+        # On a worker (pin_threads): one numpy product. Alone, the blocked update below is 3 %
+        # faster (the float64 copy stays in cache); on workers, the first products in a process
+        # took 10-20 ms longer blocked (2,048×512 on two cores).
         a = _float64_block(matrix, np.empty(rows * cols, dtype=np.float64))
         # numpy turns a·aᵀ into one symmetric rank-k update and fills both triangles; the
         # transpose of the C-ordered result is the same matrix in Fortran order.
         out = (a @ a.T if wide else a.T @ a).T
-        finite = bool(np.isfinite(out).all())
+        finite = bool(np.isfinite(np.diagonal(out)).all())
     elif numpy_path:
-        from scipy.linalg.blas import dsyrk
-
-        step = max(1, _BLOCK_BYTES // (8 * p))
         out = np.zeros((p, p), dtype=np.float64, order="F")
         # One buffer for every block: a fresh 8 MiB array per block is fresh pages the kernel zeroes.
         storage = np.empty(min(step, long) * p, dtype=np.float64)
@@ -104,11 +104,12 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
             block = matrix[:, start : start + step] if wide else matrix[start : start + step, :]
             a = _float64_block(block, storage)
             # a is C-ordered; a.T is the same memory in Fortran order, so BLAS reads it without a copy.
-            out = dsyrk(1.0, a.T, beta=1.0, c=out, trans=1 if wide else 0, lower=1, overwrite_c=1)
+            _blas.syrk_lower(out, a.T, trans=wide)
         del storage
-        finite = bool(np.isfinite(out).all())
+        # A NaN or ±Inf entry of W is in some diagonal entry Σ w², and |G_ij| <= √(G_ii·G_jj):
+        # the diagonal is finite exactly when the whole Gram matrix is.
+        finite = bool(np.isfinite(np.diagonal(out)).all())
     else:
-        step = max(1, _BLOCK_BYTES // (8 * p))
         out = torch.zeros((p, p), dtype=torch.float64, device=device)
         for start in range(0, long, step):
             block = matrix[:, start : start + step] if wide else matrix[start : start + step, :].T
@@ -127,7 +128,7 @@ def work_bytes(rows: int, cols: int, device: "torch.device") -> int:
     if uses_lu(rows, cols, device):
         return 8 * p * p
     whole = 8 * rows * cols
-    return 8 * p * p + (whole if whole <= _WHOLE_BYTES else _BLOCK_BYTES)
+    return 8 * p * p + (whole if whole <= _WORKER_BYTES else _BLOCK_BYTES)
 
 
 def uses_lu(rows: int, cols: int, device: "torch.device") -> bool:
@@ -137,10 +138,10 @@ def uses_lu(rows: int, cols: int, device: "torch.device") -> bool:
 
 
 def releases_gil(rows: int, cols: int, device: "torch.device") -> bool:
-    """Whether, under :func:`pin_threads`, this matrix's spectrum is computed without holding the
-    GIL for long (numpy's whole product, or torch's LU), so that workers can score such matrices
-    side by side."""
-    return device.type == "cpu" and 8 * rows * cols <= _WHOLE_BYTES
+    """Whether this matrix's spectrum is computed without holding the GIL for long (the Gram
+    product and Cholesky factor through :mod:`wbfe._blas`, torch's LU) and is small enough to be
+    scored on a worker, one of several side by side under :func:`pin_threads`."""
+    return device.type == "cpu" and 8 * rows * cols <= _WORKER_BYTES and _blas.releases_gil()
 
 
 @contextlib.contextmanager
@@ -174,8 +175,7 @@ def pin_threads() -> Iterator[None]:
 def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
     """``block`` in float64, C-ordered, in the first elements of ``storage``. numpy converts the
     dtypes it has without a torch kernel launch (which, inside a thread-limited BLAS context, cost
-    ~1 ms per small tensor). Converted just before its product, the block is still in cache: a
-    copy made earlier on another thread made the product slower by as much as it saved."""
+    ~1 ms per small tensor); both release the GIL."""
     import torch
 
     a = storage[: block.numel()].reshape(block.shape)
@@ -281,10 +281,7 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> t
 def _cholesky_diagonal(g: Any) -> np.ndarray | None:
     """Diagonal of the Cholesky factor (overwriting ``g``), or None when it is not numerically positive definite."""
     if isinstance(g, np.ndarray):
-        from scipy.linalg.lapack import dpotrf
-
-        factor, info = dpotrf(g, lower=1, clean=0, overwrite_a=1)
-        return None if info != 0 else np.diag(factor).copy()
+        return None if _blas.potrf_lower(g) != 0 else np.diag(g).copy()
     import torch
 
     factor, info = torch.linalg.cholesky_ex(g)
