@@ -137,17 +137,19 @@ def _unaligned_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None
 
 def test_mapped_read_and_unaligned_fallback_give_the_stored_tensors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     g = torch.Generator().manual_seed(3)
-    tensors = {"a.weight": torch.randn(40, 24, generator=g), "b.weight": torch.randn(3, 5, 7, generator=g)}
+    tensors = {"a.weight": torch.randn(40, 24, generator=g), "b.weight": torch.randn(3, 50, 7, generator=g),
+               "small.weight": torch.randn(4, 4, generator=g)}
     aligned = tmp_path / "aligned.safetensors"
     save_file(tensors, str(aligned))
     odd = tmp_path / "odd.safetensors"
     _unaligned_safetensors(odd, tensors)
     assert (8 + struct.unpack("<Q", odd.read_bytes()[:8])[0]) % 4 != 0
     maps = []
+    monkeypatch.setattr(safetensors_files, "_MAP_BYTES", 40 * 24 * 4)  # these two large enough to map
     real_map = safetensors_files._map_tensor
     monkeypatch.setattr(safetensors_files, "_map_tensor", lambda *a: maps.append(a) or real_map(*a))
     _assert_same(_tensors(aligned), tensors)
-    assert len(maps) == 2  # both tensors were mapped, not read
+    assert len(maps) == 2  # the two large tensors were mapped, the small one read
     _assert_same(_tensors(odd), tensors)
     assert len(maps) == 2  # unaligned: read into buffers of their own
 

@@ -52,6 +52,9 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
 _MAX_HEADER = 100_000_000  # the safetensors format's own limit
 # madvise(MADV_POPULATE_READ) (Linux >= 5.14; Python < 3.13 lacks the name): fill a mapping's page
 # table from the page cache, reading from disk what is not there, in one call.
+# Smaller tensors are read: a map, its page table and its unmapping cost more than reading a few
+# pages (CIFAR ResNet-56's 277 tensors: 3.4 ms mapped, 2.2 ms read, and more when freed).
+_MAP_BYTES = 1 << 20
 _POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 
 
@@ -242,7 +245,8 @@ class _Shard:
 
 
 def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tensor":
-    """One tensor of the file: mapped where the file can be mapped at an aligned address, else read."""
+    """One tensor of the file: a large one mapped where the file can be mapped at an aligned
+    address, anything else read."""
     import torch
 
     dtype = getattr(torch, SAFETENSORS_DTYPES[info["dtype"]][0])
@@ -254,7 +258,7 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tenso
         raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (it changed while being read)",
                                        path=str(fh.name))
     raw = None
-    if (data_start + start) % dtype.itemsize == 0:
+    if end - start >= _MAP_BYTES and (data_start + start) % dtype.itemsize == 0:
         try:
             raw = _map_tensor(fh, data_start + start, end - start)
         except OSError:  # a file system that cannot map files: read instead
