@@ -5,8 +5,9 @@ call, so while one thread is in a Gram product no other thread can even start a 
 float32→float64 block conversions ran during 20 products of 11 ms, against 575 alongside numpy's
 matmul, which releases it). scipy also exports the same routines for Cython
 (``scipy.linalg.cython_blas``, ``cython_lapack``) as C function pointers; called through ctypes,
-which releases the GIL around a foreign call, they let a second thread convert the next block, or
-score another matrix, meanwhile. Should those exports be missing, the wrappers are used instead.
+which releases the GIL around a foreign call, they let other threads work meanwhile: workers
+factorise matrices side by side, and the read-ahead thread reads. Should those exports be missing,
+the wrappers are used instead.
 """
 
 from __future__ import annotations

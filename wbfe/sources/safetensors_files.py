@@ -50,11 +50,11 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
     "C64": ("complex64", 8),
 }
 _MAX_HEADER = 100_000_000  # the safetensors format's own limit
-# madvise(MADV_POPULATE_READ) (Linux >= 5.14; Python < 3.13 lacks the name): fill a mapping's page
-# table from the page cache, reading from disk what is not there, in one call.
 # Smaller tensors are read: a map, its page table and its unmapping cost more than reading a few
 # pages (CIFAR ResNet-56's 277 tensors: 3.4 ms mapped, 2.2 ms read, and more when freed).
 _MAP_BYTES = 1 << 20
+# madvise(MADV_POPULATE_READ) (Linux >= 5.14; Python < 3.13 lacks the name): fill a mapping's page
+# table from the page cache, reading from disk what is not there, in one call.
 _POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 
 
