@@ -30,10 +30,11 @@ _POTRF = ctypes.CFUNCTYPE(None, ctypes.c_char_p, _int_p, ctypes.c_void_p, _int_p
 
 
 def _capsule_pointer(capsule: Any) -> int:
-    get_name = ctypes.pythonapi.PyCapsule_GetName
-    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    # Prototypes of our own: setting restype/argtypes on ctypes.pythonapi's function objects would
+    # change them for every other user of ctypes in the process.
+    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", ctypes.pythonapi))
     address = get_pointer(capsule, get_name(capsule))
     if not address:
         raise ValueError("empty capsule")

@@ -87,7 +87,7 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     p, long = (rows, cols) if wide else (cols, rows)
     step = max(1, _BLOCK_BYTES // (8 * p))
     numpy_path = device.type == "cpu" and not _TORCH_ON_CPU
-    if numpy_path and _pinned.is_set() and 8 * rows * cols <= _WORKER_BYTES:
+    if numpy_path and _pinned.is_set() and releases_gil(rows, cols, device):
         # On a worker (pin_threads): one numpy product. Alone, the blocked update below is 3 %
         # faster (the float64 copy stays in cache); on workers, the first products in a process
         # took 10-20 ms longer blocked (2,048×512 on two cores).
@@ -95,7 +95,6 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
         # numpy turns a·aᵀ into one symmetric rank-k update and fills both triangles; the
         # transpose of the C-ordered result is the same matrix in Fortran order.
         out = (a @ a.T if wide else a.T @ a).T
-        finite = bool(np.isfinite(np.diagonal(out)).all())
     elif numpy_path:
         out = np.zeros((p, p), dtype=np.float64, order="F")
         # One buffer for every block: a fresh 8 MiB array per block is fresh pages the kernel zeroes.
@@ -105,17 +104,15 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
             a = _float64_block(block, storage)
             # a is C-ordered; a.T is the same memory in Fortran order, so BLAS reads it without a copy.
             _blas.syrk_lower(out, a.T, trans=wide)
-        del storage
-        # A NaN or ±Inf entry of W is in some diagonal entry Σ w², and |G_ij| <= √(G_ii·G_jj):
-        # the diagonal is finite exactly when the whole Gram matrix is.
-        finite = bool(np.isfinite(np.diagonal(out)).all())
     else:
         out = torch.zeros((p, p), dtype=torch.float64, device=device)
         for start in range(0, long, step):
             block = matrix[:, start : start + step] if wide else matrix[start : start + step, :].T
             block = block.to(device=device, dtype=torch.float64)
             out.addmm_(block, block.T)
-        finite = bool(torch.isfinite(out).all())
+    # A NaN or ±Inf entry of W is in some diagonal entry Σ w², and |G_ij| <= √(G_ii·G_jj): the
+    # diagonal is finite exactly when the whole Gram matrix is.
+    finite = bool(np.isfinite(np.diagonal(out)).all()) if numpy_path else bool(torch.isfinite(out).all())
     if not finite:
         raise DegenerateMatrixError("non-finite values (NaN or Inf)")
     return out

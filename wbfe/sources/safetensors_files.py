@@ -7,6 +7,7 @@ Each tensor is then mapped on its own (see :func:`_map_tensor`), or read where i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import mmap
@@ -259,10 +260,8 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tenso
                                        path=str(fh.name))
     raw = None
     if end - start >= _MAP_BYTES and (data_start + start) % dtype.itemsize == 0:
-        try:
+        with contextlib.suppress(OSError):  # a file system that cannot map files: read instead
             raw = _map_tensor(fh, data_start + start, end - start)
-        except OSError:  # a file system that cannot map files: read instead
-            raw = None
     if raw is None:
         raw = _read_tensor(fh, data_start + start, end - start)
     return raw.view(dtype).reshape(shape)
@@ -282,11 +281,9 @@ def _map_tensor(fh: Any, first: int, nbytes: int) -> "torch.Tensor":
 
     offset = first - first % mmap.ALLOCATIONGRANULARITY
     mapped = mmap.mmap(fh.fileno(), first + nbytes - offset, access=mmap.ACCESS_COPY, offset=offset)
-    if _POPULATE_READ is not None and hasattr(mapped, "madvise"):
-        try:
+    if _POPULATE_READ is not None:
+        with contextlib.suppress(OSError):  # an older kernel: pages are faulted in as first read
             mapped.madvise(_POPULATE_READ)
-        except OSError:  # an older kernel: pages are faulted in as they are first read
-            pass
     return torch.frombuffer(mapped, dtype=torch.uint8, offset=first - offset, count=nbytes)
 
 
