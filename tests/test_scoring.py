@@ -133,3 +133,31 @@ def test_read_ahead_keeps_peak_memory_within_budget(monkeypatch: pytest.MonkeyPa
         # 16 MiB scored + 8 MiB Gram + 32 MiB float64 copy (whole, for numpy) + 16 MiB > 2.5 x 16 MiB
         assert not pipeline.may_read_ahead(tall[0], tall)
         assert pipeline.may_read_ahead(tall[0], None)
+
+
+def _assert_scores_agree(st_file: Path, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every layer's BFE-W on ``device`` within 1e-8 relative of the numpy/LAPACK path's, BFE-only
+    and with the eigenvalues; ``cpu`` runs the torch code path that serves CUDA."""
+    from wbfe import spectra
+
+    cpu = {m: wbfe.score(st_file, metrics=m, device="cpu") for m in ("bfe", "bfe,htsr")}
+    if device == "cpu":
+        monkeypatch.setattr(spectra, "_TORCH_ON_CPU", True)
+    for metrics, reference in cpu.items():
+        other = wbfe.score(st_file, metrics=metrics, device=device)
+        assert other.model["device"].startswith(device)
+        assert [x["name"] for x in other.layers] == [x["name"] for x in reference.layers]
+        for x, y in zip(other.layers, reference.layers):
+            assert x["bfe"] == pytest.approx(y["bfe"], rel=1e-8), x["name"]
+            if metrics != "bfe":
+                assert x["log_norm"] == pytest.approx(y["log_norm"], rel=1e-10), x["name"]
+
+
+def test_torch_code_path_scores_as_the_cpu_path(st_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _assert_scores_agree(st_file, "cpu", monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_score_equals_cpu_score(st_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _assert_scores_agree(st_file, "cuda", monkeypatch)

@@ -7,6 +7,7 @@ import os
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -317,6 +318,32 @@ def write_sharded_pickles(folder: Path, state: dict) -> None:
         torch.save({name: state[name].clone()}, folder / shard)
         weight_map[name] = shard
     (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_file_digest_hashes_shards_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several threads give the digest of hashlib over each file's bytes, whatever the order they
+    finish in; a missing shard among many is the error, and no thread is left running."""
+    import hashlib
+
+    from wbfe.sources import _base
+    from wbfe.sources._base import FileDigest, sha256_files
+
+    monkeypatch.setattr(_base, "usable_cpus", lambda: 5)
+    monkeypatch.setattr(_base, "_HASH_CHUNK", 1000)  # many reads per file
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(7):
+        paths.append(tmp_path / f"model-{i:05d}.safetensors")
+        paths[-1].write_bytes(rng.bytes(int(rng.integers(1, 50_000))))
+    lines = "".join(f"{p.name}:{hashlib.sha256(p.read_bytes()).hexdigest()}\n" for p in sorted(paths))
+    expected = hashlib.sha256(lines.encode()).hexdigest()
+    digest = FileDigest(paths[::-1])
+    assert len(digest._threads) == 4  # all CPUs but one
+    assert digest.result() == expected == sha256_files(paths)
+    broken = FileDigest(paths[:3] + [tmp_path / "gone.safetensors"] + paths[3:])
+    with pytest.raises(FileNotFoundError):
+        broken.result()
+    assert not any(t.is_alive() for t in broken._threads)
 
 
 def test_file_digest_runs_in_the_background_and_reports_errors(tmp_path: Path) -> None:

@@ -81,9 +81,21 @@ def test_devices() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_equals_cpu() -> None:
-    w = torch.randn(300, 700, generator=torch.Generator().manual_seed(5))
-    np.testing.assert_allclose(eigenvalues([w], torch.device("cuda")), eigenvalues([w], CPU), rtol=1e-9)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(300, 700), (700, 300), (512, 512)])
+def test_cuda_equals_cpu(dtype: torch.dtype, shape: tuple[int, int]) -> None:
+    """On a GPU: the eigenvalues, and BFE-W from the Cholesky path, as on the CPU (where a large
+    square matrix takes the LU path instead)."""
+    from wbfe.metrics.bfe import bfe_from_moments
+    from wbfe.spectra import log_moments
+
+    cuda = torch.device("cuda")
+    w = (torch.randn(*shape, generator=torch.Generator().manual_seed(5)) * 0.05).to(dtype)
+    cpu_eigs = eigenvalues([w], CPU)
+    np.testing.assert_allclose(eigenvalues([w], cuda), cpu_eigs, rtol=1e-9, atol=1e-12 * cpu_eigs[-1])
+    on_gpu, on_cpu = log_moments([w], cuda), log_moments([w], CPU)
+    assert on_gpu[2:] == on_cpu[2:]
+    assert bfe_from_moments(*on_gpu[:2])[0] == pytest.approx(bfe_from_moments(*on_cpu[:2])[0], rel=1e-8)
 
 
 @pytest.mark.parametrize("shape", [(20, 70), (70, 20), (40, 40)])
@@ -169,7 +181,7 @@ def test_gpu_code_path_run_on_the_cpu_equals_the_cpu_path(monkeypatch: pytest.Mo
     w = (torch.randn(*shape, generator=torch.Generator().manual_seed(13)) * 0.05).to(dtype)
     cpu_eigs, cpu_moments = eigenvalues([w], CPU), log_moments([w], CPU)
     monkeypatch.setattr(spectra, "_TORCH_ON_CPU", True)
-    monkeypatch.setattr(spectra, "_BLOCK_BYTES", 8 * min(shape) * 16)  # several blocks
+    monkeypatch.setattr(spectra, "_DEVICE_BLOCK_BYTES", 8 * min(shape) * 16)  # several blocks
     torch_eigs, torch_moments = eigenvalues([w], CPU), log_moments([w], CPU)
     np.testing.assert_allclose(torch_eigs, cpu_eigs, rtol=1e-9, atol=1e-12 * cpu_eigs[-1])
     assert torch_moments[2:] == cpu_moments[2:]

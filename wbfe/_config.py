@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "shared_zoo_dir"]
+__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "shared_zoo_dir", "usable_cpus"]
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -51,3 +51,11 @@ def shared_zoo_dir() -> Path:
     if os.environ.get("WBFE_SHARED_ZOO"):
         return Path(os.environ["WBFE_SHARED_ZOO"]).expanduser()
     return Path(__file__).resolve().parents[1].parent / "shared" / "zoo"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container or ``taskset`` narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

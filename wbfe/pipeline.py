@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
+from wbfe._config import usable_cpus
 from wbfe.matrices import MatrixPlan, Skip
 from wbfe.sources import TensorEntry
 from wbfe.spectra import _MID_P, pin_threads, releases_gil, work_bytes
@@ -52,10 +53,7 @@ def worker_count(device: "torch.device") -> int:
     1 on a GPU."""
     if device.type != "cpu":
         return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         value = os.environ.get(var, "").strip()
         if value.isdigit() and int(value) > 0:

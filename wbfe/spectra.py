@@ -31,6 +31,9 @@ __all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "lo
 # float64 bytes of one block of rows/columns: 8 MiB keeps the rank-k updates at full GEMM speed
 # (k >= 1,000 for p <= 1,024) while adding little to the tensor itself (peak RSS, bench_memory.py).
 _BLOCK_BYTES = 8 << 20
+# On a GPU memory is plentiful and each block costs two kernel launches: blocks of 256 MiB, so
+# that most matrices are one product.
+_DEVICE_BLOCK_BYTES = 256 << 20
 _EPS = float(np.finfo(np.float64).eps)
 # From _MID_P to _SMALL_P a second OpenBLAS thread costs more than it saves (p = 128: the Gram
 # product 1.8x and its Cholesky factor 1.9x slower with two threads than with one, on two cores).
@@ -85,7 +88,6 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     rows, cols = matrix.shape
     wide = rows <= cols
     p, long = (rows, cols) if wide else (cols, rows)
-    step = max(1, _BLOCK_BYTES // (8 * p))
     numpy_path = device.type == "cpu" and not _TORCH_ON_CPU
     if numpy_path and _pinned.is_set() and releases_gil(rows, cols, device):
         # On a worker (pin_threads): one numpy product. Alone, the blocked update below is 3 %
@@ -96,6 +98,7 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
         # transpose of the C-ordered result is the same matrix in Fortran order.
         out = (a @ a.T if wide else a.T @ a).T
     elif numpy_path:
+        step = max(1, _BLOCK_BYTES // (8 * p))
         out = np.zeros((p, p), dtype=np.float64, order="F")
         # One buffer for every block: a fresh 8 MiB array per block is fresh pages the kernel zeroes.
         storage = np.empty(min(step, long) * p, dtype=np.float64)
@@ -105,14 +108,19 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
             # a is C-ordered; a.T is the same memory in Fortran order, so BLAS reads it without a copy.
             _blas.syrk_lower(out, a.T, trans=wide)
     else:
+        # The tensor crosses to the device once, in its stored dtype (a bfloat16 tensor is a
+        # quarter of its float64 copy); each block is widened there, not on the host.
+        source = matrix.detach().to(device)
+        step = max(1, _DEVICE_BLOCK_BYTES // (8 * p))
         out = torch.zeros((p, p), dtype=torch.float64, device=device)
         for start in range(0, long, step):
-            block = matrix[:, start : start + step] if wide else matrix[start : start + step, :].T
-            block = block.to(device=device, dtype=torch.float64)
+            block = source[:, start : start + step] if wide else source[start : start + step, :].T
+            block = block.to(dtype=torch.float64)
             out.addmm_(block, block.T)
+        del source
     # A NaN or ±Inf entry of W is in some diagonal entry Σ w², and |G_ij| <= √(G_ii·G_jj): the
     # diagonal is finite exactly when the whole Gram matrix is.
-    finite = bool(np.isfinite(np.diagonal(out)).all()) if numpy_path else bool(torch.isfinite(out).all())
+    finite = bool(np.isfinite(np.diagonal(out)).all() if numpy_path else torch.isfinite(torch.diagonal(out)).all())
     if not finite:
         raise DegenerateMatrixError("non-finite values (NaN or Inf)")
     return out

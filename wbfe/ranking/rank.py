@@ -391,10 +391,11 @@ class _Run:
                        workers: int) -> None:
         """Score in ``workers`` spawned processes; results are recorded here as they complete."""
         import multiprocessing
-        import os
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        threads = max(1, (os.cpu_count() or 1) // workers)
+        from wbfe._config import usable_cpus
+
+        threads = max(1, usable_cpus() // workers)
         context = multiprocessing.get_context("spawn")  # fork + torch threads can deadlock
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         try:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from wbfe._config import usable_cpus
+
 if TYPE_CHECKING:
     import torch
 
@@ -100,29 +102,47 @@ class TensorSource:
 
 
 class FileDigest:
-    """:func:`sha256_files` on a background thread, so that hashing overlaps the scoring.
+    """:func:`sha256_files` on background threads, so that hashing overlaps the scoring.
 
-    Hashing runs at ~1 GB/s, a tenth of a BFE-W-only score's time; hashlib and file reads release
-    the GIL, so it costs nothing where BLAS leaves a core idle. :meth:`cancel` stops it early.
+    Hashing runs at 1-2 GB/s a thread; hashlib and file reads release the GIL, and the threads run
+    at the lowest priority, so they take only cores that BLAS leaves idle. A sharded checkpoint's
+    files are hashed side by side, one thread each, on all CPUs but one (at most
+    ``_HASH_THREADS``): on a GPU, where the spectra of a 2 GB checkpoint take about a second, one
+    thread would make the hash the slowest step. :meth:`cancel` stops it early.
     """
 
     def __init__(self, paths: Sequence[Path]):
+        self._paths = list(paths)
+        self._digests: list[tuple[str, str] | None] = [None] * len(self._paths)
+        self._next = iter(range(len(self._paths)))
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._value: str | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(list(paths),), name="wbfe-sha256", daemon=True)
-        self._thread.start()
+        count = max(1, min(len(self._paths), _HASH_THREADS, usable_cpus() - 1))
+        self._threads = [threading.Thread(target=self._run, name=f"wbfe-sha256-{i}", daemon=True)
+                         for i in range(count)]
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self, paths: list[Path]) -> None:
+    def _run(self) -> None:
         if sys.platform == "linux":
             # Lowest priority for this thread alone (Linux treats a thread id as a process id here):
             # it then takes a core only when BLAS leaves one idle, and never slows the Gram products.
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        try:
-            self._value = sha256_files(paths, stop=self._stop)
-        except BaseException as exc:  # re-raised in the caller's thread by result()
-            self._error = exc
+        buffer = bytearray(_HASH_CHUNK)
+        while not self._stop.is_set():
+            with self._lock:
+                index = next(self._next, None)
+            if index is None:
+                return
+            try:
+                self._digests[index] = _file_sha256(self._paths[index], buffer, self._stop)
+            except BaseException as exc:  # re-raised in the caller's thread by result()
+                with self._lock:
+                    self._error = self._error or exc
+                self._stop.set()
+                return
 
     def result(self) -> str:
         """The digest, once computed.
@@ -131,14 +151,44 @@ class FileDigest:
             Whatever hashing raised (an ``OSError`` for a file that went away), or
             ``RuntimeError`` after :meth:`cancel`.
         """
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
         if self._error is not None:
             raise self._error
-        assert self._value is not None
-        return self._value
+        if any(d is None for d in self._digests):
+            raise RuntimeError("hashing cancelled: the checkpoint was closed first")
+        return _combine([d for d in self._digests if d is not None])
 
     def cancel(self) -> None:
         self._stop.set()
+
+
+# Read size of one hashing thread, and the most threads one checkpoint's hash takes.
+_HASH_CHUNK = 1 << 22
+_HASH_THREADS = 8
+
+
+def _file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:
+    """``(file name, hex SHA-256)``, read through ``buffer``."""
+    blob = path.resolve()
+    if path.is_symlink() and _SHA256_NAME.fullmatch(blob.name):
+        # Hugging Face cache: an LFS blob is stored under its own SHA-256; no need to re-read it.
+        return path.name, blob.name
+    h = hashlib.sha256()
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
+            if stop is not None and stop.is_set():
+                raise RuntimeError("hashing cancelled: the checkpoint was closed first")
+            h.update(view[:n])
+    return path.name, h.hexdigest()
+
+
+def _combine(digests: Sequence[tuple[str, str]]) -> str:
+    if len(digests) == 1:
+        return digests[0][1]
+    lines = "".join(f"{name}:{digest}\n" for name, digest in sorted(digests))
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def sha256_files(paths: Sequence[Path], *, stop: threading.Event | None = None) -> str:
@@ -147,21 +197,5 @@ def sha256_files(paths: Sequence[Path], *, stop: threading.Event | None = None) 
     Raises:
         RuntimeError: ``stop`` was set before the files were read.
     """
-    digests = []
-    for path in paths:
-        blob = path.resolve()
-        if path.is_symlink() and _SHA256_NAME.fullmatch(blob.name):
-            # Hugging Face cache: an LFS blob is stored under its own SHA-256; no need to re-read it.
-            digests.append((path.name, blob.name))
-            continue
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 22), b""):
-                if stop is not None and stop.is_set():
-                    raise RuntimeError("hashing cancelled: the checkpoint was closed first")
-                h.update(chunk)
-        digests.append((path.name, h.hexdigest()))
-    if len(digests) == 1:
-        return digests[0][1]
-    lines = "".join(f"{name}:{digest}\n" for name, digest in sorted(digests))
-    return hashlib.sha256(lines.encode()).hexdigest()
+    buffer = bytearray(_HASH_CHUNK)
+    return _combine([_file_sha256(path, buffer, stop) for path in paths])
