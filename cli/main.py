@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -17,7 +16,8 @@ EXIT_BAD_INPUT = 2
 class _WbfeGroup(TyperGroup):
     """Turns every :class:`WbfeError` into one line on stderr and exit code 2, with no traceback."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    # ctx is click's Context, which typer vendors since 0.2x (typer.Context subclasses it).
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except WbfeError as exc:

@@ -121,7 +121,7 @@ def rank_command(
         cache_dir=False if no_cache else cache_dir,
         lower_is_better=tuple(lower_is_better or ()),
         lam=_lambda(lam),
-        conv=conv.value,  # type: ignore[arg-type]
+        conv=conv.value,
         head=head,
         device=device,
         n_boot=n_boot,

@@ -129,7 +129,9 @@ class Pipeline:
         be scored with its float64 work, and this one stay within the budget."""
         if math.prod(entry.shape) < _READ_AHEAD_ELEMENTS:
             return False
-        pending = self._cost(*held) if held is not None and isinstance(held[1], MatrixPlan) else 0
+        pending = 0
+        if held is not None and isinstance(held[1], MatrixPlan):
+            pending = self._cost(held[0], held[1])
         return self._in_flight + pending + self._tensor_bytes(entry) <= self._budget()
 
     # -- stages ------------------------------------------------------------------------------

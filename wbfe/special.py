@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 ArrayLike = Union[float, np.ndarray]
+ComplexLike = Union[complex, np.ndarray]  # log U on the cut: complex, shaped like the argument
 
 # Parts of an integrand below e^-46 of its peak are below double precision once summed.
 _DROP = 46.0
@@ -101,10 +102,10 @@ def _log_sinh_trapezoid(
     h = step / (width * math.sqrt(2.0))
     n = np.clip(np.ceil((v_hi - v_lo) / h).astype(np.int64) + 1, 16, _MAX_NODES)
     n += 1 - n % 2  # odd, so that every other node is the rule with twice the step
-    out = np.empty(s_c.shape, dtype=dtype)
-    out_coarse = np.empty(s_c.shape, dtype=dtype)
+    out: np.ndarray = np.empty(s_c.shape, dtype=dtype)
+    out_coarse: np.ndarray = np.empty(s_c.shape, dtype=dtype)
     lost = np.zeros(s_c.shape)
-    shifted = np.full(s_c.shape, complex(math.nan, math.nan) if dtype is complex else math.nan, dtype=dtype)
+    shifted: np.ndarray = np.full(s_c.shape, complex(math.nan, math.nan) if dtype is complex else math.nan, dtype=dtype)
     order = np.argsort(n, kind="stable")
     for start in range(0, order.size, _CHUNK):
         rows = order[start : start + _CHUNK]
@@ -247,7 +248,7 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     return log_int - gammaln(c)
 
 
-def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> ArrayLike:
+def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> ComplexLike:
     """log U(a, b, −y − i0) on the branch cut, with an argument continuous in y.
 
     The imaginary part is the argument of U approached from below the cut, continued from
@@ -273,7 +274,7 @@ def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> 
     return _log_hyperu_neg(a, b, y, rtol, modulus_only=False)
 
 
-def _log_hyperu_neg(a: float, b: float, y: ArrayLike, rtol: float, *, modulus_only: bool) -> ArrayLike:
+def _log_hyperu_neg(a: float, b: float, y: ArrayLike, rtol: float, *, modulus_only: bool) -> ComplexLike:
     a, b, c = _check_ab(a, b)
     if not b < 1.0:
         raise InvalidOptionError(f"log_hyperu_neg needs b < 1, not b={b!r}")
@@ -491,8 +492,8 @@ def _log_hyperu_cut(
             better = cand_err < err[rows]
             log_j[rows[better]] = cand[better]
             err[rows[better]] = cand_err[better]
-            for row, value in zip(rows, cand):
-                votes.setdefault(int(row), []).append(value)
+            for index, value in zip(rows, cand):
+                votes.setdefault(int(index), []).append(value)
         # J does not depend on the path: where no single path passed its checks but three or more
         # different paths give the same log J, that common value is the answer.
         for row, values in votes.items():

@@ -260,8 +260,10 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> t
     trace = log_det = 0.0
     n = n_zero = 0
     for matrix in matrices:
-        p = min(matrix.shape)
-        if uses_lu(*matrix.shape, device):
+        rows, cols = matrix.shape
+        p = min(rows, cols)
+        diag: np.ndarray | None
+        if uses_lu(rows, cols, device):
             with _one_openmp_thread():
                 tr, diag = _lu_diagonal(matrix)
         else:
@@ -322,8 +324,7 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "torch.device", *, need
     Args:
         need_eigs: False when only mean(e) and mean(log e) are needed (BFE-W alone).
     """
-    rows, cols = matrices[0].shape
-    shape = {"rows": int(rows), "cols": int(cols), "n_slices": len(matrices)}
+    rows, cols = (int(n) for n in matrices[0].shape)
     if need_eigs:
-        return Spectrum(eigs=eigenvalues(matrices, device), **shape)
-    return Spectrum(eigs=None, moments=log_moments(matrices, device), **shape)
+        return Spectrum(eigs=eigenvalues(matrices, device), rows=rows, cols=cols, n_slices=len(matrices))
+    return Spectrum(eigs=None, rows=rows, cols=cols, n_slices=len(matrices), moments=log_moments(matrices, device))

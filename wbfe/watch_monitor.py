@@ -85,7 +85,7 @@ def lightning_callback(monitor: Monitor) -> Any:
         except ImportError:
             raise MissingDependencyError("the Lightning callback needs lightning (pip install lightning)") from None
 
-    class WatchCallback(Callback):  # type: ignore[misc, valid-type]
+    class WatchCallback(Callback):
         def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
             monitor(int(trainer.current_epoch))
 

@@ -107,7 +107,7 @@ def logpdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0
     pos = y > 0.0
     if pos.any():
         yp = y[pos]
-        log_abs_u = np.real(log_hyperu_neg(a, b, yp))
+        log_abs_u = np.asarray(log_hyperu_neg(a, b, yp)).real
         out[pos] = math.log(beta) + (c - a - 1.0) * np.log(yp) - yp - _log_norm(a, c) - 2.0 * log_abs_u
     return float(out[0]) if xa.ndim == 0 else out.reshape(xa.shape)
 
@@ -133,7 +133,7 @@ def cdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0)
     a, b, _ = _params(kappa, gamma, beta, tau)
     xa = np.asarray(x, dtype=np.float64)
     y = np.maximum(beta * (np.atleast_1d(xa).ravel() - tau), 0.0)
-    out = np.clip(np.imag(log_hyperu_neg(a, b, y)) / (math.pi * a), 0.0, 1.0)
+    out = np.clip(np.asarray(log_hyperu_neg(a, b, y)).imag / (math.pi * a), 0.0, 1.0)
     return float(out[0]) if xa.ndim == 0 else out.reshape(xa.shape)
 
 
@@ -236,7 +236,7 @@ def sample(n: int, kappa: float, gamma: float, beta: float, tau: float = 0.0, se
     y_lo, y_hi = _y_range(a, c)
     grid = np.exp(np.linspace(math.log(y_lo), math.log(y_hi), 1500))
     grid = np.unique(np.concatenate([grid, np.linspace(y_lo, y_hi, 500)]))
-    cum = np.maximum.accumulate(np.clip(np.imag(log_hyperu_neg(a, b, grid)) / (math.pi * a), 0.0, 1.0))
+    cum = np.maximum.accumulate(np.clip(np.asarray(log_hyperu_neg(a, b, grid)).imag / (math.pi * a), 0.0, 1.0))
     u = np.random.default_rng(seed).random(n)
     log_y = np.interp(u, cum, np.log(grid))
     # Below the grid the CDF is y^δ·const: invert that power law instead of clamping.
@@ -327,7 +327,7 @@ class _ProfileModel:
         from there (trapezoidal rule on 20 points per knot; no other U is needed)."""
         t = np.linspace(self.knots[0], self.knots[-1], 20 * self.knots.size)
         density_t = np.exp(self.log_density(t) + t)  # ρ in t = log y: ρ_y(e^t)·e^t
-        start = np.imag(log_hyperu_neg(self.a, self.b, math.exp(self.knots[0]), rtol=_FIT_RTOL)) / (math.pi * self.a)
+        start = complex(log_hyperu_neg(self.a, self.b, math.exp(self.knots[0]), rtol=_FIT_RTOL)).imag / (math.pi * self.a)
         steps = 0.5 * (density_t[1:] + density_t[:-1]) * np.diff(t)
         cumulative = start + np.concatenate(([0.0], np.cumsum(steps)))
         return np.interp(log_y, t, cumulative)
@@ -481,7 +481,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     if options.lam == "opt":
         lam = 1.0 / float(np.mean(eigs))
     else:
-        lam = positive_lambda(options.lam)  # type: ignore[arg-type]
+        lam = positive_lambda(options.lam)
     try:
         fitted = fit(positive, gamma)
     except InvalidOptionError as exc:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -154,7 +154,8 @@ def _mp_residual_factory(
     def edges(sigma: np.floating) -> tuple[np.floating, np.floating]:
         return np.power(sigma * (1 + inv_sq), 2), np.power(sigma * (1 - inv_sq), 2)
 
-    def law(sigma: np.ndarray, b: np.ndarray, a: np.ndarray) -> np.ndarray:
+    # One σ (scalars) or a grid of σ (columns of arrays) alike.
+    def law(sigma: Any, b: Any, a: Any) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             if Q == 1:
                 # WeightWatcher's quarter-circle law on singular values; σ enters only the prefactor.

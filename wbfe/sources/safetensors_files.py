@@ -294,6 +294,6 @@ def _read_tensor(fh: Any, first: int, nbytes: int) -> "torch.Tensor":
     # torch.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte.
     buffer = torch.empty(nbytes, dtype=torch.uint8)
     fh.seek(first)
-    if fh.readinto(memoryview(buffer.numpy())) != nbytes:
+    if fh.readinto(buffer.numpy().data) != nbytes:
         raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
     return buffer

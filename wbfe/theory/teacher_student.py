@@ -310,7 +310,7 @@ class Sweep:
         }
 
 
-def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Sequence[float],
+def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float], np.ndarray],
           activation: ActivationLike = "tanh2", kern: Optional[Kernel] = None, grid_points: int = 300) -> Sweep:
     """Solve the fixed point at each r = n/(kd) in ``r_values`` (see :func:`solve` for the errors)."""
     kern = kern if kern is not None else kernel(activation)
