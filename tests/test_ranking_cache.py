@@ -4,6 +4,7 @@ recomputed, interrupted runs resume, failing models are listed and the rest is r
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from wbfe._provenance import installed_versions
 from wbfe.errors import InvalidOptionError
 from wbfe.ranking import rank
 from wbfe.ranking.cache import ScoreCache, cache_key
@@ -146,6 +148,23 @@ def test_changed_options_or_contents_are_rescored(tmp_path: Path) -> None:
     (tmp_path / "zoo" / "m2.txt").write_text("1.3100001")
     run(spec, tmp_path / "cache", scorer)
     assert scorer.calls[12:] == ["m2.txt"]
+
+
+def test_other_code_or_libraries_are_rescored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key holds wbfe's source digest and the library versions: an edit of a development
+    install, whose version string stays the same, does not reuse the scores of the old code."""
+    rank_module = importlib.import_module("wbfe.ranking.rank")  # the module, not the function
+    spec = make_zoo(tmp_path / "zoo")
+    scorer = Counting()
+    first = run(spec, tmp_path / "cache", scorer)
+    assert first.options["versions"] == installed_versions()
+    for changed in ({"wbfe_source": "0" * 16}, {"numpy": "0.0"}):
+        monkeypatch.setattr(rank_module, "installed_versions", lambda c=changed: {**installed_versions(), **c})
+        run(spec, tmp_path / "cache", scorer)
+    assert len(scorer.calls) == 18
+    monkeypatch.undo()
+    run(spec, tmp_path / "cache", scorer)  # the first code's entries are still there
+    assert len(scorer.calls) == 18
 
 
 def test_corrupted_entry_is_recomputed_by_rank(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -13,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Optional, Union
 
+from wbfe._provenance import installed_versions
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
@@ -90,31 +90,6 @@ class ModelScore:
         rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
                 for layer in self.layers]
         return pd.DataFrame(rows)
-
-
-def _versions() -> dict[str, str]:
-    return dict(_installed_versions())
-
-
-@functools.lru_cache(maxsize=1)
-def _installed_versions() -> tuple[tuple[str, str], ...]:
-    # A loaded package's __version__ is free; reading its metadata parses files (~5 ms a score).
-    import platform
-    import sys
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    # What computed the numbers (safetensors files are parsed by wbfe itself, not that package).
-    for package in ("wbfe", "torch", "numpy", "scipy"):
-        loaded = getattr(sys.modules.get(package), "__version__", None)
-        if isinstance(loaded, str):
-            out[package] = loaded
-            continue
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            out[package] = "not installed"
-    return tuple(out.items())
 
 
 _SAMPLE = 4096  # elements of a tensor hashed to find candidate duplicates
@@ -265,7 +240,7 @@ def score(
         for item in pipeline.finished(wait=True):
             record(*item)
         provenance = source.provenance.to_dict()
-    provenance.update({"device": str(torch_device), "versions": _versions(), "options": options.to_dict()})
+    provenance.update({"device": str(torch_device), "versions": installed_versions(), "options": options.to_dict()})
     result.model = provenance
     if not result.layers:
         reasons = "; ".join(f"{s['name']}: {s['reason']}" for s in result.skipped[:3])

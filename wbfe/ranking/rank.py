@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
+from wbfe._provenance import installed_versions
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
 from wbfe.ranking.stats import correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
@@ -277,19 +278,15 @@ def rank(
     column = the_zoo.resolve_quality(quality)
     lower = column in the_zoo.lower_is_better
     groups = tuple(g.name for g in resolve_groups(metrics))
-    try:
-        from importlib.metadata import version
-
-        wbfe_version = version("wbfe")
-    except Exception:  # noqa: BLE001 - not installed as a distribution: key on the source only
-        wbfe_version = "unknown"
     options: dict[str, Any] = {
         "metrics": list(groups),
         "lam": lam,
         "conv": conv,
         "head": head,
         "ww_compatible": ww_compatible,
-        "wbfe": wbfe_version,
+        # What computed the numbers, wbfe's source digest included: a development install keeps
+        # its version string across edits, and a cached score must come from the same code.
+        "versions": installed_versions(),
     }
     score_fn: Scorer = scorer or _score_with_wbfe
     hash_fn = hasher or _content_hash

@@ -1,0 +1,57 @@
+"""What computed the numbers: library versions, and a digest of wbfe's own source.
+
+A version string is the same across every edit of a development install, so the score cache keys
+on the source digest as well: scores cached by one state of the code are never served to another.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+__all__ = ["installed_versions", "source_digest", "tree_digest"]
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str], ...]:
+    # A loaded package's __version__ is free; reading its metadata parses files (~5 ms a score).
+    import platform
+    import sys
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    # What computed the numbers (safetensors files are parsed by wbfe itself, not that package).
+    for package in ("wbfe", "torch", "numpy", "scipy"):
+        loaded = getattr(sys.modules.get(package), "__version__", None)
+        if isinstance(loaded, str):
+            out[package] = loaded
+            continue
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "not installed"
+    return tuple(out.items())
+
+
+def installed_versions() -> dict[str, str]:
+    """``python``, ``wbfe``, ``wbfe_source`` (:func:`source_digest`), ``torch``, ``numpy`` and
+    ``scipy`` -> version (``not installed`` for a package that is absent)."""
+    out = dict(_versions())
+    out["wbfe_source"] = source_digest()
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """:func:`tree_digest` of the installed wbfe package, computed once a process (~1 ms)."""
+    return tree_digest(Path(__file__).resolve().parent)
+
+
+def tree_digest(root: Path) -> str:
+    """SHA-256 (hex, first 16 digits) of every ``.py`` file under ``root``, with its relative path."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
