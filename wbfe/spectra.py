@@ -247,7 +247,8 @@ def eigenvalues(matrices: Sequence["torch.Tensor"], device: "torch.device") -> n
 
 
 def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> tuple[float, float, int, int]:
-    """``(mean(e), mean(log e), n, number of zero eigenvalues)`` of the pooled spectrum, without an eigen-solve where safe.
+    """``(mean(e), mean(log e), n, number of zero eigenvalues)`` of the pooled spectrum, without
+    an eigen-solve where that is safe.
 
     log det comes from a Cholesky factorisation of the Gram matrix, or for a large square matrix on
     the CPU from an LU factorisation of the matrix itself. A factorisation that fails, or has a

@@ -293,7 +293,7 @@ class _ProfileModel:
 
     def __init__(self, kappa: float, gamma: float, log_y_lo: float, log_y_hi: float) -> None:
         a, b, c = _params(kappa, gamma)
-        self.a, self.c = a, c
+        self.a = a
         # Fine knots over the bulk (y within c ± 8 sd), coarse ones over the smooth tails.
         sd = math.sqrt(c * (a + 1.0))
         fine_lo = max(log_y_lo, math.log(max(c - 8.0 * sd, 1e-3 * c)))
