@@ -155,6 +155,10 @@ def score(
 ) -> ModelScore:
     """Score every weight matrix of a checkpoint.
 
+    While it runs, the process's BLAS, OpenMP and torch thread counts are changed (matrices are
+    scored on one thread each, side by side) and restored at the end; numeric work on other
+    threads of the process meanwhile runs with those counts.
+
     Args:
         ref: a path, ``org/name[@rev]``, ``timm:<name>``, ``torchvision:<weights>``, an ``nn.Module``
             or a state dict (see :mod:`wbfe.sources`).
