@@ -17,7 +17,7 @@ from wbfe._provenance import installed_versions, source_digest, tree_digest
 def test_versions_are_the_running_libraries() -> None:
     versions = installed_versions()
     assert (versions["torch"], versions["numpy"], versions["scipy"]) == (torch.__version__, np.__version__, scipy.__version__)
-    assert versions["wbfe_source"] == source_digest() == tree_digest(Path(wbfe.__file__).parent)
+    assert source_digest() == tree_digest(Path(wbfe.__file__).parent)
     assert wbfe.score({"fc.weight": torch.eye(12)}, metrics="bfe").model["versions"] == versions
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from wbfe._provenance import installed_versions
+from wbfe._provenance import installed_versions, source_digest
 from wbfe.errors import InvalidOptionError
 from wbfe.ranking import rank
 from wbfe.ranking.cache import ScoreCache, cache_key
@@ -157,10 +157,11 @@ def test_other_code_or_libraries_are_rescored(tmp_path: Path, monkeypatch: pytes
     spec = make_zoo(tmp_path / "zoo")
     scorer = Counting()
     first = run(spec, tmp_path / "cache", scorer)
-    assert first.options["versions"] == installed_versions()
-    for changed in ({"wbfe_source": "0" * 16}, {"numpy": "0.0"}):
-        monkeypatch.setattr(rank_module, "installed_versions", lambda c=changed: {**installed_versions(), **c})
-        run(spec, tmp_path / "cache", scorer)
+    assert first.options["versions"] == {**installed_versions(), "wbfe_source": source_digest()}
+    monkeypatch.setattr(rank_module, "source_digest", lambda: "0" * 16)  # the code was edited
+    run(spec, tmp_path / "cache", scorer)
+    monkeypatch.setattr(rank_module, "installed_versions", lambda: {**installed_versions(), "numpy": "0.0"})
+    run(spec, tmp_path / "cache", scorer)
     assert len(scorer.calls) == 18
     monkeypatch.undo()
     run(spec, tmp_path / "cache", scorer)  # the first code's entries are still there

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
-from wbfe._provenance import installed_versions
+from wbfe._provenance import installed_versions, source_digest
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
 from wbfe.ranking.stats import correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
@@ -286,7 +286,7 @@ def rank(
         "ww_compatible": ww_compatible,
         # What computed the numbers, wbfe's source digest included: a development install keeps
         # its version string across edits, and a cached score must come from the same code.
-        "versions": installed_versions(),
+        "versions": {**installed_versions(), "wbfe_source": source_digest()},
     }
     score_fn: Scorer = scorer or _score_with_wbfe
     hash_fn = hasher or _content_hash
