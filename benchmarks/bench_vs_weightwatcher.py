@@ -13,7 +13,8 @@ rate (see ``limit_flops``): the fraction of that limit each wbfe path achieves.
 
     python benchmarks/bench_vs_weightwatcher.py [--repeats 3] [--models synthetic,cifar,transformer]
 
-Results: benchmarks/results/vs_weightwatcher.json (and printed).
+Results: benchmarks/results/vs_weightwatcher.json (and printed); a run of some models only writes
+vs_weightwatcher_<models>.json beside it unless ``--out`` says otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "vs_weightwatcher.json"
 CIFAR = ROOT.parent / "shared" / "zoo" / "cifar10-resnet"
+ALL_MODELS = "synthetic,cifar,transformer"
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 _CHILD = r"""
@@ -174,8 +176,13 @@ def _cpu_model() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--models", default="synthetic,cifar,transformer")
+    parser.add_argument("--models", default=ALL_MODELS)
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results file (default {RESULTS.name}; with a subset of --models, one named after it)")
     args = parser.parse_args()
+    # A run of some models only never replaces the full run's figures.
+    out = args.out or (RESULTS if args.models == ALL_MODELS else
+                       RESULTS.with_name(f"{RESULTS.stem}_{args.models.replace(',', '_')}.json"))
     gflops = {1: gemm_gflops(1), None: gemm_gflops(None)}
     report: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
                     "gemm_gflops_f64": {"threads_1": round(gflops[1], 2), "threads_default": round(gflops[None], 2)},
@@ -212,8 +219,8 @@ def main() -> None:
                 }
             report["models"][name] = entry
             print(name, json.dumps(entry), flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "shared_zoo_dir", "usable_cpus"]
+__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "shared_zoo_dir", "usable_cpus",
+           "blas_threads_from_env"]
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -59,3 +60,13 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def blas_threads_from_env() -> int | None:
+    """The BLAS thread count the environment sets (``OPENBLAS_NUM_THREADS``, else
+    ``OMP_NUM_THREADS``, a positive whole number), or None."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return None

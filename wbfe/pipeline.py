@@ -17,12 +17,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
-import os
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
-from wbfe._config import usable_cpus
+from wbfe._config import blas_threads_from_env, usable_cpus
 from wbfe.matrices import MatrixPlan, Skip
 from wbfe.sources import TensorEntry
 from wbfe.spectra import _MID_P, pin_threads, releases_gil, work_bytes
@@ -54,11 +53,8 @@ def worker_count(device: "torch.device") -> int:
     if device.type != "cpu":
         return 1
     cpus = usable_cpus()
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(var, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return max(1, min(int(value), cpus))
-    return max(1, cpus)
+    threads = blas_threads_from_env()
+    return max(1, min(threads, cpus) if threads is not None else cpus)
 
 
 class Reading:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 
 from wbfe import _blas
+from wbfe._config import blas_threads_from_env
 from wbfe.errors import InvalidOptionError, WbfeError
 from wbfe.metrics._group import Spectrum
 
@@ -204,16 +205,10 @@ def _thread_controller() -> Any:
 def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
     """One BLAS thread for a mid-sized matrix on the CPU; the default otherwise."""
     mid = device.type == "cpu" and _MID_P <= min(matrix.shape) < _SMALL_P and not _pinned.is_set()
-    controller = _thread_controller() if mid else None
+    # Where the environment holds BLAS at one thread already, the controller (~10 ms to build,
+    # most of a small model's score) has nothing to do.
+    controller = _thread_controller() if mid and blas_threads_from_env() != 1 else None
     return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
-
-
-def _one_openmp_thread() -> Any:
-    """torch's LAPACK on one thread. OpenBLAS's threads spin for a while after each Gram product;
-    a second OpenMP thread then shares a core with one and the LU ran slower than on one thread
-    (16 ms against 14.6 ms for p = 1,024 on two cores)."""
-    controller = None if _pinned.is_set() else _thread_controller()
-    return controller.limit(limits=1, user_api="openmp") if controller is not None else contextlib.nullcontext()
 
 
 def _eigvalsh(g: Any) -> np.ndarray:
@@ -265,8 +260,11 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> t
         p = min(rows, cols)
         diag: np.ndarray | None
         if uses_lu(rows, cols, device):
-            with _one_openmp_thread():
-                tr, diag = _lu_diagonal(matrix)
+            # On every thread torch has: a matrix this size is on a worker, pinned to one thread
+            # (pin_threads), unless it is too large for one and alone. Holding that one to a single
+            # thread made a model of 3,072² and 8,192×3,072 matrices 13 % slower on two cores, and
+            # would cost far more on many.
+            tr, diag = _lu_diagonal(matrix)
         else:
             with _threads_for(matrix, device):
                 g = gram(matrix, device)
