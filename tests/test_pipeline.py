@@ -111,3 +111,33 @@ def test_a_worker_error_reaches_the_caller_in_order() -> None:
         assert next(done)[2] == "first"
         with pytest.raises(OSError, match="disk gone"):
             next(done)
+
+
+def test_worker_count_follows_the_environment_and_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(pipeline, "usable_cpus", lambda: 6)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    assert pipeline.worker_count(cpu) == 6
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert pipeline.worker_count(cpu) == 4
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")  # OpenBLAS's own variable comes first
+    assert pipeline.worker_count(cpu) == 2
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "16")  # never more workers than CPUs
+    assert pipeline.worker_count(cpu) == 6
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "lots")  # not a count: the next variable decides
+    assert pipeline.worker_count(cpu) == 4
+    assert pipeline.worker_count(torch.device("meta")) == 1  # any device but the CPU: one at a time
+
+
+def test_no_thread_controller_where_the_environment_holds_blas_at_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    mid = torch.zeros(128, 400)  # a mid-size matrix: one BLAS thread
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    built: list[int] = []
+    monkeypatch.setattr(spectra, "_thread_controller", lambda: built.append(1))
+    assert isinstance(spectra._threads_for(mid, torch.device("cpu")), contextlib.nullcontext) and not built
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    spectra._threads_for(mid, torch.device("cpu"))
+    assert built == [1]
