@@ -115,7 +115,9 @@ def test_a_worker_error_reaches_the_caller_in_order() -> None:
 
 def test_worker_count_follows_the_environment_and_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
-    monkeypatch.setattr(pipeline, "usable_cpus", lambda: 6)
+    from wbfe import _config
+
+    monkeypatch.setattr(_config, "usable_cpus", lambda: 6)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         monkeypatch.delenv(var, raising=False)
     assert pipeline.worker_count(cpu) == 6
@@ -130,7 +132,7 @@ def test_worker_count_follows_the_environment_and_the_cpus(monkeypatch: pytest.M
     assert pipeline.worker_count(torch.device("meta")) == 1  # any device but the CPU: one at a time
 
 
-def test_no_thread_controller_where_the_environment_holds_blas_at_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_thread_controller_where_blas_has_one_thread_anyway(monkeypatch: pytest.MonkeyPatch) -> None:
     import contextlib
 
     mid = torch.zeros(128, 400)  # a mid-size matrix: one BLAS thread
@@ -138,6 +140,14 @@ def test_no_thread_controller_where_the_environment_holds_blas_at_one_thread(mon
     built: list[int] = []
     monkeypatch.setattr(spectra, "_thread_controller", lambda: built.append(1))
     assert isinstance(spectra._threads_for(mid, torch.device("cpu")), contextlib.nullcontext) and not built
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    from wbfe import _config
+
+    monkeypatch.setattr(_config, "usable_cpus", lambda: 1)  # one CPU: BLAS has one thread too
+    assert isinstance(spectra._threads_for(mid, torch.device("cpu")), contextlib.nullcontext) and not built
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert isinstance(spectra._threads_for(mid, torch.device("cpu")), contextlib.nullcontext) and not built
+    monkeypatch.setattr(_config, "usable_cpus", lambda: 2)
     spectra._threads_for(mid, torch.device("cpu"))
     assert built == [1]

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 __all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "shared_zoo_dir", "usable_cpus",
-           "blas_threads_from_env"]
+           "blas_threads"]
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -62,11 +62,12 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def blas_threads_from_env() -> int | None:
-    """The BLAS thread count the environment sets (``OPENBLAS_NUM_THREADS``, else
-    ``OMP_NUM_THREADS``, a positive whole number), or None."""
+def blas_threads() -> int:
+    """How many threads BLAS may use: ``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS`` (a
+    positive whole number), else the usable CPUs, and never more than those."""
+    cpus = max(1, usable_cpus())
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         value = os.environ.get(var, "").strip()
         if value.isdigit() and int(value) > 0:
-            return int(value)
-    return None
+            return min(int(value), cpus)
+    return cpus

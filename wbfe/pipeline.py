@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
-from wbfe._config import blas_threads_from_env, usable_cpus
+from wbfe._config import blas_threads
 from wbfe.matrices import MatrixPlan, Skip
 from wbfe.sources import TensorEntry
 from wbfe.spectra import _MID_P, pin_threads, releases_gil, work_bytes
@@ -52,9 +52,7 @@ def worker_count(device: "torch.device") -> int:
     1 on a GPU."""
     if device.type != "cpu":
         return 1
-    cpus = usable_cpus()
-    threads = blas_threads_from_env()
-    return max(1, min(threads, cpus) if threads is not None else cpus)
+    return blas_threads()
 
 
 class Reading:

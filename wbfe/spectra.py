@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 
 from wbfe import _blas
-from wbfe._config import blas_threads_from_env
+from wbfe._config import blas_threads
 from wbfe.errors import InvalidOptionError, WbfeError
 from wbfe.metrics._group import Spectrum
 
@@ -205,9 +205,9 @@ def _thread_controller() -> Any:
 def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
     """One BLAS thread for a mid-sized matrix on the CPU; the default otherwise."""
     mid = device.type == "cpu" and _MID_P <= min(matrix.shape) < _SMALL_P and not _pinned.is_set()
-    # Where the environment holds BLAS at one thread already, the controller (~10 ms to build,
-    # most of a small model's score) has nothing to do.
-    controller = _thread_controller() if mid and blas_threads_from_env() != 1 else None
+    # Where BLAS has one thread anyway (the environment or the CPUs say so), the controller
+    # (~10 ms to build, most of a small model's score) has nothing to do.
+    controller = _thread_controller() if mid and blas_threads() > 1 else None
     return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
 
 

@@ -17,7 +17,7 @@ from wbfe._config import usable_cpus
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TensorEntry", "Provenance", "TensorSource", "sha256_files", "FileDigest"]
+__all__ = ["TensorEntry", "Provenance", "TensorSource", "FileDigest"]
 
 _SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
@@ -102,7 +102,8 @@ class TensorSource:
 
 
 class FileDigest:
-    """:func:`sha256_files` on background threads, so that hashing overlaps the scoring.
+    """SHA-256 of one file's bytes, or of the sorted ``name:digest`` lines of several files,
+    computed on background threads so that hashing overlaps the scoring.
 
     Hashing runs at 1-2 GB/s a thread; hashlib and file reads release the GIL, and the threads run
     at the lowest priority, so they take only cores that BLAS leaves idle. A sharded checkpoint's
@@ -190,13 +191,3 @@ def _combine(digests: Sequence[tuple[str, str]]) -> str:
         return digests[0][1]
     lines = "".join(f"{name}:{digest}\n" for name, digest in sorted(digests))
     return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def sha256_files(paths: Sequence[Path], *, stop: threading.Event | None = None) -> str:
-    """SHA-256 of one file's bytes, or of the sorted ``name:digest`` lines of several files.
-
-    Raises:
-        RuntimeError: ``stop`` was set before the files were read.
-    """
-    buffer = bytearray(_HASH_CHUNK)
-    return _combine([_file_sha256(path, buffer, stop) for path in paths])
