@@ -161,3 +161,32 @@ def test_torch_code_path_scores_as_the_cpu_path(st_file: Path, monkeypatch: pyte
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_score_equals_cpu_score(st_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _assert_scores_agree(st_file, "cuda", monkeypatch)
+
+
+def test_source_head_hint_and_quant_scheme_reach_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source that declares its head (a format or config that says so) and a dequantised tensor:
+    the head is the declared one, even against the name rules, and each row carries its scheme."""
+    from wbfe import scoring
+    from wbfe.sources import MemorySource
+    from wbfe.sources._base import TensorEntry
+
+    g = torch.Generator().manual_seed(0)
+    state = {"classifier.weight": torch.randn(10, 30, generator=g), "tok.weight": torch.randn(40, 30, generator=g)}
+
+    class Declared(MemorySource):
+        head_hint = "tok.weight"
+
+        def entries(self):  # type: ignore[no-untyped-def]
+            for entry in super().entries():
+                yield TensorEntry(entry.name, entry.shape, entry.dtype, entry.load,
+                                  quant="fp8-e4m3-block128" if entry.name == "tok.weight" else None)
+
+    monkeypatch.setattr(scoring, "open_source", lambda ref: Declared(ref))
+    result = wbfe.score(state, metrics="bfe")
+    assert result.summary["head"] == "tok.weight" and result.summary["head_source"] == "config"
+    assert {row["name"]: row["quant"] for row in result.layers} == {"classifier.weight": None, "tok.weight": "fp8-e4m3-block128"}
+    overridden = wbfe.score(state, metrics="bfe", head="classifier")
+    assert overridden.summary["head"] == "classifier.weight" and overridden.summary["head_source"] == "option"
+    monkeypatch.undo()
+    by_name = wbfe.score(state, metrics="bfe")
+    assert by_name.summary["head"] == "classifier.weight" and by_name.summary["head_source"] == "name"

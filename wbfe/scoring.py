@@ -223,7 +223,7 @@ def score(
             result.skipped.append(outcome.to_dict())
         else:
             assert isinstance(plan, MatrixPlan)
-            result.layers.append(_layer_row(plan, outcome, groups, metric_options))
+            result.layers.append(_layer_row(plan, outcome, groups, metric_options, entry.quant))
         done += 1
         if progress is not None:
             progress(done, total, entry.name)
@@ -244,6 +244,7 @@ def score(
         for item in pipeline.finished(wait=True):
             record(*item)
         provenance = source.provenance.to_dict()
+        head_hint = source.head_hint
     provenance.update({"device": str(torch_device), "versions": installed_versions(), "options": options.to_dict()})
     result.model = provenance
     if not result.layers:
@@ -253,7 +254,7 @@ def score(
             + (f" — {reasons}" if reasons else "") + ")",
             ref=provenance["source"],
         )
-    result.summary = _summarise(result.layers, groups, head)
+    result.summary = _summarise(result.layers, groups, head, head_hint)
     return result
 
 
@@ -304,12 +305,15 @@ def _ww_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
     return [torch.from_numpy(m) for m in ww_conv2d_matrices(tensor.detach().float().cpu().numpy())]
 
 
-def _layer_row(plan: MatrixPlan, spec: Any, groups: tuple[Any, ...], metric_options: MetricOptions) -> dict[str, Any]:
+def _layer_row(
+    plan: MatrixPlan, spec: Any, groups: tuple[Any, ...], metric_options: MetricOptions, quant: Optional[str] = None
+) -> dict[str, Any]:
     row: dict[str, Any] = {
         "name": plan.name,
         "role": plan.role,
         "shape": list(plan.shape),
         "dtype": plan.dtype,
+        "quant": quant,
         "convention": plan.convention,
         "rows": spec.rows,
         "cols": spec.cols,
@@ -327,14 +331,23 @@ def _layer_row(plan: MatrixPlan, spec: Any, groups: tuple[Any, ...], metric_opti
     return row
 
 
-def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], head_override: Optional[str]) -> dict[str, Any]:
+def _summarise(
+    layers: list[dict[str, Any]],
+    groups: tuple[Any, ...],
+    head_override: Optional[str],
+    head_hint: Optional[str] = None,
+) -> dict[str, Any]:
     import numpy as np
 
-    head = find_head([layer["name"] for layer in layers], head_override)
     by_name = {layer["name"]: layer for layer in layers}
+    if head_override is None and head_hint is not None and head_hint in by_name:
+        head, head_source = head_hint, "config"
+    else:
+        head = find_head([layer["name"] for layer in layers], head_override)
+        head_source = None if head is None else ("option" if head_override is not None else "name")
     if head is not None:
         by_name[head]["role"] = "head"
-    summary: dict[str, Any] = {"head": head, "n_layers": len(layers)}
+    summary: dict[str, Any] = {"head": head, "head_source": head_source, "n_layers": len(layers)}
     for group in groups:
         for column in group.summary_columns:
             values = np.array([_as_float(layer.get(column)) for layer in layers], dtype=float)

@@ -34,6 +34,9 @@ class TensorEntry:
         storage_key: identifies shared storage (tied weights) where the format exposes it, else None.
         reread: gets the same tensor again later in the stream (after its shard is closed, too)
             without keeping anything else alive; None where only holding the tensor would allow it.
+        quant: the storage scheme of a tensor that ``load`` dequantises (``fp8-e4m3-block128``,
+            ``gguf-q4_k``, ...); None for a tensor stored as plain floats. ``dtype`` is then the
+            dtype ``load`` returns.
     """
 
     name: str
@@ -42,6 +45,7 @@ class TensorEntry:
     load: Callable[[], "torch.Tensor"]
     storage_key: tuple[Any, ...] | None = None
     reread: Callable[[], "torch.Tensor"] | None = None
+    quant: str | None = None
 
 
 @dataclass
@@ -82,6 +86,9 @@ class TensorSource:
     """
 
     provenance: Provenance
+    # The head as the checkpoint's own format or config declares it (a tensor name), when it does:
+    # e.g. GGUF's token embedding when ``output.weight`` is absent. Read after ``entries()`` ends.
+    head_hint: str | None = None
 
     def entries(self) -> Iterator[TensorEntry]:
         raise NotImplementedError
