@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from wbfe.errors import InvalidOptionError, UnknownNameError
-from wbfe.theory import hierarchical_theory as th
+from wbfe.theory.hierarchical import theory as th
 from wbfe.theory.hierarchical import (
     FeatureData,
     feature_dim,
@@ -26,8 +26,8 @@ from wbfe.theory.hierarchical import (
     top_eigenpairs,
     vec_to_sym,
 )
-from wbfe.theory.hierarchical_kernel import rbf_kernel
-from wbfe.theory.hierarchical_spectral import dense_moment_matrix
+from wbfe.theory.hierarchical.kernel import rbf_kernel
+from wbfe.theory.hierarchical.spectral import dense_moment_matrix
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError
-from wbfe.watch_rule import calibrate_lambda, critical_lambda, layer_statistic, recommend
-from wbfe.watch_runs import discover_run, parse_step
+from wbfe.watch.rule import calibrate_lambda, critical_lambda, layer_statistic, recommend
+from wbfe.watch.runs import discover_run, parse_step
 
 # Synthetic HTMP runs: one (P x p) "classifier.weight" per checkpoint whose squared singular
 # values are an HTMP sample with κ fixed and β_t rising geometrically, so h_t = κ/β_t falls by a
@@ -242,7 +242,7 @@ def test_synthetic_run_recommends_the_true_crossing(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_calibration_on_synthetic_runs_has_zero_held_out_gap(tmp_path: Path) -> None:
     from wbfe.watch import calibrate, trajectory
-    from wbfe.watch_runs import Run
+    from wbfe.watch.runs import Run
 
     trajs = []
     for r, beta0 in enumerate((1.0, 1 / RATE, RATE)):  # crossings at K_CROSS, K_CROSS + 1, K_CROSS - 1

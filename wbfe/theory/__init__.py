@@ -6,5 +6,5 @@ Import the modules directly; nothing is imported here so that ``import wbfe.theo
 - :mod:`wbfe.theory.teacher_student`: readouts, the Bayes-optimal fixed point, sweeps and exponents.
 - :mod:`wbfe.theory.hmc`: HMC posterior sampling of the teacher–student model (torch).
 - :mod:`wbfe.theory.student`: Adam-trained students of varying width (torch).
-- ``wbfe.theory.hierarchical*``: the hierarchical sequential-feature-recovery model (§7).
+- :mod:`wbfe.theory.hierarchical`: the hierarchical sequential-feature-recovery model (§7).
 """

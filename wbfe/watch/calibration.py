@@ -1,7 +1,7 @@
 """λ calibration over several runs with test losses: leave one run out, report the held-out gap.
 
 The rule itself (first checkpoint with h_t ≤ h*(λ)) and the grid search are in
-:mod:`wbfe.watch_rule`; this module reads the runs, scores them and packages the result.
+:mod:`wbfe.watch.rule`; this module reads the runs, scores them and packages the result.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from wbfe.watch import Trajectory, trajectory
-from wbfe.watch_rule import Calibration, calibrate_lambda
-from wbfe.watch_runs import Run, discover_run, read_csv, run_from_rows
+from wbfe.watch.trajectories import Trajectory, trajectory
+from wbfe.watch.rule import Calibration, calibrate_lambda
+from wbfe.watch.runs import Run, discover_run, read_csv, run_from_rows
 
 __all__ = ["CalibrationReport", "calibrate", "read_runs_csv"]
 

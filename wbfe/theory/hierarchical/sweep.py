@@ -6,8 +6,8 @@ n the spectral learner reports its per-feature overlaps q_i, the number recovere
 kernel ridge on the raw inputs gives the shallow baseline. The predictions (thresholds, m(n), the
 tail-sum NMSE and its exponent) are computed beside the measurements.
 
-The model, the learners and the formulas live in ``hierarchical_model``, ``hierarchical_spectral``,
-``hierarchical_kernel`` and ``hierarchical_theory``; the public names are re-exported here.
+The model, the learners and the formulas live in the sibling modules ``model``, ``spectral``,
+``kernel`` and ``theory`` of :mod:`wbfe.theory.hierarchical`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.hierarchical_kernel import fit_kernel_ridge, predict_kernel_ridge
-from wbfe.theory.hierarchical_model import (
+from wbfe.theory.hierarchical.kernel import fit_kernel_ridge, predict_kernel_ridge
+from wbfe.theory.hierarchical.model import (
     ACTIVATIONS,
     FEATURE_KINDS,
     FeatureData,
@@ -32,7 +32,7 @@ from wbfe.theory.hierarchical_model import (
     sym_to_vec,
     vec_to_sym,
 )
-from wbfe.theory.hierarchical_spectral import (
+from wbfe.theory.hierarchical.spectral import (
     SOLVERS,
     SpectralFit,
     fit_spectral,
@@ -41,32 +41,9 @@ from wbfe.theory.hierarchical_spectral import (
     predict_spectral,
     top_eigenpairs,
 )
-from wbfe.theory import hierarchical_theory as theory
+from wbfe.theory.hierarchical import theory
 
-__all__ = [
-    "ACTIVATIONS",
-    "FEATURE_KINDS",
-    "SOLVERS",
-    "FeatureData",
-    "HierarchicalTeacher",
-    "SpectralFit",
-    "HierarchicalPoint",
-    "HierarchicalResult",
-    "feature_dim",
-    "hermite_features",
-    "make_teacher",
-    "sample_data",
-    "sym_to_vec",
-    "vec_to_sym",
-    "moment_operator",
-    "top_eigenpairs",
-    "fit_spectral",
-    "predict_spectral",
-    "matched_overlaps",
-    "fit_kernel_ridge",
-    "predict_kernel_ridge",
-    "simulate_hierarchical",
-]
+__all__ = ["HierarchicalPoint", "HierarchicalResult", "simulate_hierarchical"]
 
 MAX_TRAIN_BYTES = 4 * 2**30  # the largest training draw kept in memory
 

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.theory.hierarchical_model import vec_to_sym
+from wbfe.theory.hierarchical.model import vec_to_sym
 
 __all__ = [
     "leading_thresholds",

@@ -6,8 +6,8 @@ import math
 from typing import Any, Optional
 
 from wbfe.errors import InvalidOptionError, MissingDependencyError
-from wbfe.watch import CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at, score_checkpoint
-from wbfe.watch_runs import CheckpointRef
+from wbfe.watch.trajectories import CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at, score_checkpoint
+from wbfe.watch.runs import CheckpointRef
 
 __all__ = ["Monitor", "lightning_callback"]
 

@@ -1,4 +1,4 @@
-"""Watch a training run without data: h_t = κ_t/β_t against h*(λ) per checkpoint, and where to stop.
+"""A run's trajectory: each checkpoint scored once, then h_t = κ_t/β_t against h*(λ) and where to stop.
 
 Each checkpoint is scored once (:func:`wbfe.score`, groups ``bfe,htsr,htmp`` at λ*): the HTMP fit
 (κ, β, τ), α and F* do not depend on λ, so every λ-dependent column is derived afterwards:
@@ -6,14 +6,6 @@ Each checkpoint is scored once (:func:`wbfe.score`, groups ``bfe,htsr,htmp`` at 
 - h = κ/β and h*(λ) = h*(1)/λ with h*(1) from :func:`wbfe.metrics.htmp.h_star`;
 - F∞(λ) from :func:`wbfe.metrics.htmp.f_inf`;
 - BFE-W at λ from F* and λ* = 1/mean(e): F^λ = F* + ½·(r − 1 − log r), r = λ/λ* (MATH.md §2).
-
-The stopping rule and λ calibration are in :mod:`wbfe.watch_rule`, run discovery in
-:mod:`wbfe.watch_runs`, leave-one-run-out λ in :mod:`wbfe.watch_calibrate`; :class:`Monitor`
-(:mod:`wbfe.watch_monitor`) records the same quantities inside a training loop.
-
->>> import wbfe.watch as ww
->>> result = ww.watch("runs/seed0", lam=0.5)           # doctest: +SKIP
->>> result.recommendation.step, result.to_json()       # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -28,41 +20,20 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics.bfe import positive_lambda
-from wbfe.watch_rule import Recommendation, critical_lambda, recommend
-from wbfe.watch_runs import CheckpointRef, Run, discover_run
+from wbfe.watch.rule import Recommendation, critical_lambda, recommend
+from wbfe.watch.runs import CheckpointRef, Run, discover_run
 
 __all__ = [
     "LayerPoint",
     "CheckpointPoint",
     "Trajectory",
     "WatchResult",
-    "CalibrationReport",
-    "Monitor",
     "score_checkpoint",
     "trajectory",
     "watch",
     "result_at",
-    "calibrate",
-    "read_runs_csv",
     "bfe_at",
-    "lightning_callback",
 ]
-
-# Calibration across runs and the in-training monitor live in their own modules, re-exported here.
-_ELSEWHERE = {
-    "CalibrationReport": "wbfe.watch_calibrate", "calibrate": "wbfe.watch_calibrate",
-    "read_runs_csv": "wbfe.watch_calibrate", "Monitor": "wbfe.watch_monitor",
-    "lightning_callback": "wbfe.watch_monitor",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _ELSEWHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'wbfe.watch' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
 
 METRICS = "bfe,htsr,htmp"
 
@@ -175,7 +146,7 @@ class Trajectory:
         return out
 
     def critical_lambdas(self) -> np.ndarray:
-        """Per checkpoint, the largest λ at which it is on the over-fit side (:mod:`wbfe.watch_rule`)."""
+        """Per checkpoint, the largest λ at which it is on the over-fit side (:mod:`wbfe.watch.rule`)."""
         return critical_lambda(self.matrix(lambda x: x.h), self.matrix(lambda x: x.h_star(1.0)))
 
     def test_losses(self) -> np.ndarray:
@@ -235,12 +206,12 @@ def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Option
     """Score every checkpoint of a run.
 
     Args:
-        run: a folder, CSV or revision list (:func:`wbfe.watch_runs.discover_run`), or a :class:`Run`.
+        run: a folder, CSV or revision list (:func:`wbfe.watch.runs.discover_run`), or a :class:`Run`.
         layers, head, device: as :func:`score_checkpoint`.
         progress: called with (done, total, step) after each checkpoint.
 
     Raises:
-        The errors of :func:`wbfe.watch_runs.discover_run` and :func:`score_checkpoint`.
+        The errors of :func:`wbfe.watch.runs.discover_run` and :func:`score_checkpoint`.
     """
     run = run if isinstance(run, Run) else discover_run(run)
     out = Trajectory(run=run.name)
@@ -361,7 +332,7 @@ def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: st
     """Score a run's checkpoints and recommend the one to keep.
 
     Args:
-        run: a folder of checkpoints, a run CSV, or ``org/name@rev1,org/name@rev2`` (see :mod:`wbfe.watch_runs`).
+        run: a folder of checkpoints, a run CSV, or ``org/name@rev1,org/name@rev2`` (see :mod:`wbfe.watch.runs`).
         lam: prior precision λ of h*(λ) = h*(1)/λ; None gives trajectories without a recommendation.
         layers: ``head``, ``all`` or a regular expression on tensor names.
         head: the head's tensor name, overriding the built-in rule.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.hierarchical_model import FeatureData, hermite_features
+from wbfe.theory.hierarchical.model import FeatureData, hermite_features
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator

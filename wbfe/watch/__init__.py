@@ -1,0 +1,45 @@
+"""Watch a training run without data: h_t = κ_t/β_t against h*(λ) per checkpoint, and where to stop.
+
+- :mod:`wbfe.watch.runs`: a run's checkpoints and the step each was saved at;
+- :mod:`wbfe.watch.trajectories`: score each checkpoint once, derive the λ-dependent columns;
+- :mod:`wbfe.watch.rule`: the stopping rule and λ calibration across runs;
+- :mod:`wbfe.watch.calibration`: leave-one-run-out λ over several runs with test losses;
+- :mod:`wbfe.watch.monitor`: the same quantities recorded inside a training loop.
+
+>>> import wbfe.watch as ww
+>>> result = ww.watch("runs/seed0", lam=0.5)           # doctest: +SKIP
+>>> result.recommendation.step, result.to_json()       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from wbfe.watch.calibration import CalibrationReport, calibrate, read_runs_csv
+from wbfe.watch.monitor import Monitor, lightning_callback
+from wbfe.watch.trajectories import (
+    CheckpointPoint,
+    LayerPoint,
+    Trajectory,
+    WatchResult,
+    bfe_at,
+    result_at,
+    score_checkpoint,
+    trajectory,
+    watch,
+)
+
+__all__ = [
+    "LayerPoint",
+    "CheckpointPoint",
+    "Trajectory",
+    "WatchResult",
+    "CalibrationReport",
+    "Monitor",
+    "score_checkpoint",
+    "trajectory",
+    "watch",
+    "result_at",
+    "calibrate",
+    "read_runs_csv",
+    "bfe_at",
+    "lightning_callback",
+]
