@@ -44,9 +44,10 @@ def score_command(
     lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     head: Optional[str] = typer.Option(None, "--head", help="Tensor or module name of the classifier / LM head."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp). Default: all."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp; rand opt-in). Default: bfe,htsr,htmp."),
     min_eigs: int = typer.Option(10, "--min-eigs", help="Skip matrices with fewer eigenvalues."),
     ww_compatible: bool = typer.Option(False, "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random steps (the rand group's shuffles)."),
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
@@ -56,7 +57,7 @@ def score_command(
     with progress_bar(enabled=True) as update:
         result = wbfe.score(
             target, metrics=metrics, lam=lam, conv=conv.value, layers=layers, device=device,
-            head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, progress=update,  # type: ignore[arg-type]
+            head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed, progress=update,  # type: ignore[arg-type]
         )
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result)}[fmt]()

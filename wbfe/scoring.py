@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -40,6 +41,7 @@ class ScoreOptions:
     head: Optional[str] = None
     min_eigs: int = 10
     ww_compatible: bool = False
+    seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +53,7 @@ class ScoreOptions:
             "head": self.head,
             "min_eigs": self.min_eigs,
             "ww_compatible": self.ww_compatible,
+            "seed": self.seed,
         }
 
 
@@ -151,6 +154,7 @@ def score(
     head: Optional[str] = None,
     min_eigs: int = 10,
     ww_compatible: bool = False,
+    seed: int = 0,
     progress: Optional[Progress] = None,
 ) -> ModelScore:
     """Score every weight matrix of a checkpoint.
@@ -170,6 +174,7 @@ def score(
         head: tensor (or module) name of the classifier / LM head, overriding the built-in rule.
         min_eigs: matrices with fewer eigenvalues are skipped.
         ww_compatible: reproduce WeightWatcher 0.7.7's choices (conv slicing, fitting).
+        seed: seed of the random steps (the ``rand`` group's permutations); recorded in the options.
         progress: called after each tensor with (done, total, name).
 
     Returns:
@@ -194,6 +199,8 @@ def score(
         raise InvalidOptionError(f"--layers is not a valid regular expression: {exc}") from None
     if conv not in ("flatten", "slices"):
         raise InvalidOptionError(f"conv convention must be 'flatten' or 'slices', not {conv!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidOptionError(f"seed must be a non-negative integer, not {seed!r}")
     if ww_compatible:
         conv = "slices"
     options = ScoreOptions(
@@ -205,9 +212,10 @@ def score(
         head=head,
         min_eigs=min_eigs,
         ww_compatible=ww_compatible,
+        seed=seed,
     )
     torch_device = resolve_device(device)
-    metric_options = MetricOptions(lam=options.lam, ww_compatible=ww_compatible)
+    metric_options = MetricOptions(lam=options.lam, ww_compatible=ww_compatible, seed=seed)
 
     result = ModelScore(model={})
     seen_storage: dict[Any, str] = {}
@@ -237,7 +245,7 @@ def score(
                 pipeline.put(entry, prepared)
             else:
                 assert isinstance(plan, MatrixPlan)
-                pipeline.compute(entry, plan, _spectrum_job(prepared, torch_device, need_eigs))
+                pipeline.compute(entry, plan, _spectrum_job(prepared, torch_device, need_eigs, groups, metric_options, entry.name))
             del prepared  # the job holds the tensor now, and frees it when done
             for item in pipeline.finished():
                 record(*item)
@@ -287,10 +295,18 @@ def _prepare(
             else as_matrices(tensor, plan))
 
 
-def _spectrum_job(matrices: list[Any], device: Any, need_eigs: bool) -> Callable[[], Any]:
+def _spectrum_job(
+    matrices: list[Any], device: Any, need_eigs: bool, groups: tuple[Any, ...], metric_options: MetricOptions, name: str,
+) -> Callable[[], Any]:
+    """The spectrum of ``matrices``, with what each group's ``from_matrices`` hook computes beside it."""
     def job() -> Any:
         try:
-            return spectrum(matrices, device, need_eigs=need_eigs)
+            spec = spectrum(matrices, device, need_eigs=need_eigs)
+            hooks = [g for g in groups if g.from_matrices is not None]
+            if hooks:
+                spec = dataclasses.replace(spec, extra={g.name: g.from_matrices(matrices, device, metric_options, name)
+                                                        for g in hooks})
+            return spec
         except DegenerateMatrixError as exc:
             return exc
     return job

@@ -28,6 +28,7 @@ _REGISTRY: dict[str, str] = {
     "bfe": "wbfe.metrics.bfe:GROUP",
     "htsr": "wbfe.metrics.htsr:GROUP",
     "htmp": "wbfe.metrics.htmp:GROUP",
+    "rand": "wbfe.metrics.rand:GROUP",  # opt-in: not in DEFAULT_GROUPS
 }
 DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr", "htmp")
 

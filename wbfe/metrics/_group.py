@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -28,6 +28,8 @@ class Spectrum:
         cols: columns of the matrix (of one slice): PyTorch ``in`` (times kernel size if flattened).
         n_slices: number of matrices whose spectra were pooled (1 unless conv ``slices``).
         moments: ``(mean(e), mean(log e), n, n_zero)`` when ``eigs`` is None.
+        extra: what groups with a ``from_matrices`` hook computed from the matrices themselves,
+            by group name (e.g. the ``rand`` group's shuffled spectrum).
     """
 
     eigs: Optional[np.ndarray]
@@ -35,6 +37,7 @@ class Spectrum:
     cols: int
     n_slices: int = 1
     moments: Optional[tuple[float, float, int, int]] = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def n_eigs(self) -> int:
@@ -80,11 +83,13 @@ class MetricOptions:
         lam: prior precision for BFE-W and F-infinity: ``"opt"`` (lambda* = 1/mean(e)) or a value.
         ww_compatible: reproduce WeightWatcher 0.7.7's fitting choices where they differ.
         min_tail: smallest power-law tail accepted (ignored in WeightWatcher-compatible mode).
+        seed: seed of every random step a group takes (the ``rand`` group's permutations).
     """
 
     lam: Union[Literal["opt"], float] = "opt"
     ww_compatible: bool = False
     min_tail: int = 10
+    seed: int = 0
 
 
 @dataclass
@@ -111,6 +116,9 @@ class MetricGroup:
         compute: the pure function.
         needs_eigenvalues: False when ``compute`` uses only ``Spectrum.log_moments()``, which lets
             the pipeline replace the eigen-solve by a Cholesky factorisation.
+        from_matrices: for a group that needs the matrix itself, not only its spectrum: called in
+            the spectrum job with ``(matrices, device, options, tensor name)``; what it returns is
+            handed to ``compute`` as ``Spectrum.extra[name]``.
     """
 
     name: str
@@ -119,3 +127,4 @@ class MetricGroup:
     compute: Callable[[Spectrum, MetricOptions], GroupResult]
     description: str = ""
     needs_eigenvalues: bool = True
+    from_matrices: Optional[Callable[[Sequence[Any], Any, MetricOptions, str], Any]] = None

@@ -1,0 +1,162 @@
+"""The randomised control (``--metrics rand``): each matrix against a seeded element-wise shuffle.
+
+Shuffling the entries of W keeps their distribution (norm, mean, variance, largest entries) and
+destroys every correlation between them, so the shuffled matrix S is, to sampling error, a random
+matrix with W's entries. Its spectrum is then a Marchenko–Pastur bulk of variance σ² = var(w) —
+unless a few entries are large enough to make eigenvalues of their own above the bulk edge:
+"correlation traps" (Martin & Mahoney), which the shuffle cannot destroy because they live in
+single weights, not in correlations. Per matrix:
+
+- ``rand_distance``: Wasserstein-1 distance between the distributions of log e of W and of S
+  (nonzero eigenvalues): 0 when W already looks random, large when training built structure;
+- ``rand_traps``: eigenvalues of S above its MP bulk edge λ₊ = σ²(√P + √p)² by more than four
+  Tracy–Widom scales σ²(√P + √p)(1/√p + 1/√P)^⅓ (an exceedance probability of about 1e-4 for a
+  Gaussian matrix), not counting the one outlier a large mean of the entries makes by itself
+  (rank one, μ·11ᵀ; counted only when its predicted position clears the same threshold);
+- ``rand_bulk_max``: that edge λ₊; ``rand_lambda_max``: the largest eigenvalue of S;
+- ``rand_max_ratio``: λ_max(S) / λ_max(W), the ratio of the two spectra's largest eigenvalues
+  (WeightWatcher's ``ww_softrank``).
+
+The permutation is seeded from ``MetricOptions.seed`` and the tensor's name, so a matrix gets the
+same control whatever order or thread it is scored in.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+
+__all__ = ["ShuffledSpectrum", "shuffle_matrix", "shuffled_spectrum", "log_spectrum_distance", "mp_edge",
+           "tracy_widom_scale", "count_traps", "COLUMNS", "GROUP"]
+
+COLUMNS = ("rand_distance", "rand_traps", "rand_bulk_max", "rand_lambda_max", "rand_max_ratio")
+# Tracy–Widom scales above the edge an eigenvalue must reach to count as a trap: P(TW₁ > 4) ≈ 1e-4.
+TW_MARGIN = 4.0
+
+
+@dataclass(frozen=True)
+class ShuffledSpectrum:
+    """Eigenvalues of the shuffled matrices (pooled, ascending) and each one's trap count and edge."""
+
+    eigs: np.ndarray
+    traps: int
+    bulk_max: float
+
+
+def _rng(seed: int, name: str, index: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode()), index]))
+
+
+def shuffle_matrix(matrix: Any, rng: np.random.Generator) -> Any:
+    """A copy of ``matrix`` (a torch tensor) with its entries permuted uniformly at random.
+
+    The bits are shuffled as unsigned integers of the element's width, so a bfloat16 matrix is
+    permuted exactly, in its own dtype, with one copy of it and no index array.
+    """
+    import torch
+
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[matrix.element_size()]
+    copy = matrix.detach().to("cpu", copy=True).contiguous()
+    flat = copy.view(ints).reshape(-1).numpy()
+    rng.shuffle(flat)
+    return copy
+
+
+def mp_edge(sigma2: float, rows: int, cols: int) -> float:
+    """Marchenko–Pastur bulk edge of the Gram eigenvalues of a rows × cols matrix of entries of variance σ²."""
+    return sigma2 * (math.sqrt(rows) + math.sqrt(cols)) ** 2
+
+
+def tracy_widom_scale(sigma2: float, rows: int, cols: int) -> float:
+    """Fluctuation scale of the largest Gram eigenvalue at the edge (Johnstone 2001)."""
+    a, b = math.sqrt(rows), math.sqrt(cols)
+    return sigma2 * (a + b) * (1.0 / a + 1.0 / b) ** (1.0 / 3.0)
+
+
+def count_traps(eigs: np.ndarray, rows: int, cols: int, mean: float, sigma2: float) -> tuple[int, float]:
+    """``(traps, λ₊)`` of one shuffled matrix: eigenvalues above the edge plus the margin, less the
+    mean's own outlier (see the module docstring).
+
+    The mean μ of the entries is a rank-one term θ·uvᵀ with θ = |μ|·√(rows·cols); with s² = θ²/(σ²P)
+    it leaves the bulk when s² > √γ, at σ²P·(1 + s²)(γ + s²)/s² (Benaych-Georges & Nadakuditi 2012).
+    """
+    edge = mp_edge(sigma2, rows, cols)
+    threshold = edge + TW_MARGIN * tracy_widom_scale(sigma2, rows, cols)
+    above = int(np.count_nonzero(eigs > threshold))
+    p, big = sorted((rows, cols))
+    gamma = p / big
+    s2 = mean * mean * rows * cols / (sigma2 * big) if sigma2 > 0.0 else math.inf
+    if s2 > math.sqrt(gamma):
+        at = sigma2 * big * (1.0 + s2) * (gamma + s2) / s2 if math.isfinite(s2) else math.inf
+        if at > threshold:
+            above = max(0, above - 1)
+    return above, edge
+
+
+def shuffled_spectrum(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> ShuffledSpectrum:
+    """The ``from_matrices`` hook: shuffle each matrix (seeded by ``options.seed`` and ``name``) and
+    take its eigenvalues in the pipeline's own eigen-solve."""
+    import torch
+
+    from wbfe.spectra import eigenvalues
+
+    parts, traps, edge = [], 0, 0.0
+    for index, matrix in enumerate(matrices):
+        shuffled = shuffle_matrix(matrix, _rng(options.seed, name, index))
+        e = eigenvalues([shuffled], device)
+        del shuffled
+        n = matrix.numel()
+        mean = float(torch.sum(matrix, dtype=torch.float64)) / n
+        # Σw² is the trace of the Gram matrix: the sum of the (unclipped) eigenvalues, to rounding.
+        sigma2 = max(float(np.sum(e)) / n - mean * mean, 0.0)
+        count, bulk = count_traps(e, int(matrix.shape[0]), int(matrix.shape[1]), mean, sigma2)
+        traps += count
+        edge = max(edge, bulk)
+        parts.append(e)
+    return ShuffledSpectrum(eigs=np.sort(np.concatenate(parts)), traps=traps, bulk_max=edge)
+
+
+def log_spectrum_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Wasserstein-1 distance between the distributions of log e over the nonzero eigenvalues of
+    two spectra (scale-aware: multiplying W by c shifts every log e by 2·log c). NaN when either
+    spectrum has no nonzero eigenvalue."""
+    from scipy.stats import wasserstein_distance
+
+    la = np.log(a[a > 0.0])
+    lb = np.log(b[b > 0.0])
+    if la.size == 0 or lb.size == 0:
+        return math.nan
+    return float(wasserstein_distance(la, lb))
+
+
+def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
+    result = GroupResult()
+    shuffled = spec.extra.get("rand")
+    e = spec.eigs
+    if not isinstance(shuffled, ShuffledSpectrum) or e is None or not e.size or not e[-1] > 0.0:
+        for column in COLUMNS:
+            result.fail(column, "no shuffled spectrum (the rand group needs the matrix itself)")
+        return result
+    result.values["rand_distance"] = log_spectrum_distance(e, shuffled.eigs)
+    result.values["rand_traps"] = shuffled.traps
+    result.values["rand_bulk_max"] = shuffled.bulk_max
+    result.values["rand_lambda_max"] = float(shuffled.eigs[-1])
+    result.values["rand_max_ratio"] = float(shuffled.eigs[-1] / e[-1])
+    return result
+
+
+GROUP = MetricGroup(
+    name="rand",
+    columns=COLUMNS,
+    summary_columns=("rand_distance", "rand_traps"),
+    compute=_compute,
+    description="randomised control: a seeded element-wise shuffle of each matrix, correlation traps",
+    needs_eigenvalues=True,
+    from_matrices=shuffled_spectrum,
+)
