@@ -31,7 +31,8 @@ def test_dense_and_conv_conventions() -> None:
         ((10, 64), "int8", "integer tensor (int8)"),
         ((), "int64", "integer tensor (int64)"),
         ((10, 64), "float8_e4m3fn", "unsupported dtype float8_e4m3fn"),
-        ((5, 64), "float32", "too small: 5 eigenvalues < min_eigs=10"),
+        ((1, 64), "float32", "too small: 1 eigenvalue(s) < BFE-W needs at least 2"),
+        ((1, 1, 768), "float32", "3-D parameter with one row"),
         ((0, 64), "float32", "empty tensor"),
     ],
 )

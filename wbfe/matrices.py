@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Union
 
 from wbfe.errors import InvalidOptionError
+from wbfe.heads import HEAD_NAMES, find_head
 
 if TYPE_CHECKING:
     import torch
@@ -21,6 +22,7 @@ __all__ = [
     "MatrixPlan",
     "Skip",
     "FLOAT_DTYPES",
+    "MIN_BFE_EIGS",
     "HEAD_NAMES",
     "plan_matrix",
     "role_of",
@@ -30,11 +32,11 @@ __all__ = [
 
 ConvConvention = Literal["flatten", "slices"]
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-# Module names that hold a classifier / LM head, in order of preference (MATH.md §2).
-HEAD_NAMES = (("lm_head", "embed_out"), ("classifier", "head", "fc", "linear", "logits", "output_layer"))
+# BFE-W is defined for any matrix with at least two eigenvalues (MATH.md §2).
+MIN_BFE_EIGS = 2
 
 _ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("embedding", re.compile(r"(embed|wte|wpe|word_embeddings|position_embeddings|token_type|tok_embeddings|patch_embed)")),
+    ("embedding", re.compile(r"(embed|wte|wpe|word_embeddings|position_embeddings|token_type|tok_embeddings|patch_embed|(^|\.)shared\.weight$)")),
     ("attention", re.compile(r"(attn|attention|self_attn|q_proj|k_proj|v_proj|o_proj|qkv|query|key|value|c_attn|in_proj|out_proj)")),
     ("mlp", re.compile(r"(mlp|ffn|feed_forward|feedforward|intermediate|fc1|fc2|c_fc|c_proj|gate_proj|up_proj|down_proj|w1|w2|w3|\.output\.dense)")),
 )
@@ -93,9 +95,13 @@ def role_of(name: str, ndim: int) -> str:
 
 
 def plan_matrix(
-    name: str, shape: tuple[int, ...], dtype: str, *, conv: ConvConvention = "flatten", min_eigs: int = 10
+    name: str, shape: tuple[int, ...], dtype: str, *, conv: ConvConvention = "flatten", min_eigs: int = MIN_BFE_EIGS
 ) -> Union[MatrixPlan, Skip]:
-    """Decide, from metadata alone, whether and how a tensor becomes matrices."""
+    """Decide, from metadata alone, whether and how a tensor becomes matrices.
+
+    ``min_eigs``: fewer eigenvalues than this (and never fewer than :data:`MIN_BFE_EIGS`) skip the
+    tensor. Scoring passes the BFE-W minimum; the tail fits apply ``--min-eigs`` to their own columns.
+    """
     if conv not in ("flatten", "slices"):
         raise InvalidOptionError(f"conv convention must be 'flatten' or 'slices', not {conv!r}")
     if dtype not in FLOAT_DTYPES:
@@ -113,8 +119,13 @@ def plan_matrix(
     else:
         rows, cols, n_slices, convention = shape[0], shape[1], math.prod(shape[2:]), "slices"
     plan = MatrixPlan(name, role_of(name, len(shape)), tuple(shape), dtype, convention, rows, cols, n_slices)
-    if plan.n_eigs < min_eigs:
-        return Skip(name, f"too small: {plan.n_eigs} eigenvalues < min_eigs={min_eigs}", shape, dtype)
+    if len(shape) == 3 and shape[0] == 1:
+        return Skip(name, f"{len(shape)}-D parameter with one row (a token or position table, not a kernel)",
+                    shape, dtype)
+    if plan.n_eigs < max(min_eigs, MIN_BFE_EIGS):
+        needs = (f"min_eigs={min_eigs}" if min_eigs > MIN_BFE_EIGS
+                 else f"BFE-W needs at least {MIN_BFE_EIGS}")
+        return Skip(name, f"too small: {plan.n_eigs} eigenvalue(s) < {needs}", shape, dtype)
     return plan
 
 
@@ -124,44 +135,3 @@ def as_matrices(tensor: "torch.Tensor", plan: MatrixPlan) -> list["torch.Tensor"
         return [tensor.reshape(plan.rows, plan.cols)]
     kernel = tensor.reshape(plan.rows, plan.cols, plan.n_slices)
     return [kernel[:, :, i] for i in range(plan.n_slices)]
-
-
-def _head_rank(name: str) -> int | None:
-    parts = [p for p in re.sub(r"\.weight$", "", name).split(".") if not p.isdigit()]
-    if not parts:
-        return None
-    for rank, names in enumerate(HEAD_NAMES):
-        if parts[-1] in names:
-            return rank
-    return None
-
-
-def _natural_key(name: str) -> list[object]:
-    return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", name)]
-
-
-def find_head(names: list[str], override: str | None = None) -> str | None:
-    """Name of the classifier / LM-head matrix among analysed ``names``.
-
-    Rule: ``override`` if given (exact tensor name, or module name without ``.weight``); otherwise
-    the matrices whose module name, ignoring numeric indices, ends in ``lm_head``/``embed_out``, or
-    failing those in ``classifier``/``head``/``fc``/``linear``/``logits``/``output_layer``; among
-    several, the last in natural order (``classifier.6`` after ``classifier.0``). None if none match.
-
-    Raises:
-        InvalidOptionError: ``override`` names no analysed matrix.
-    """
-    if override is not None:
-        for candidate in (override, f"{override}.weight"):
-            if candidate in names:
-                return candidate
-        import difflib
-
-        close = difflib.get_close_matches(override, names, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{hint}")
-    ranked = [(rank, name) for name in names if (rank := _head_rank(name)) is not None]
-    if not ranked:
-        return None
-    best = min(rank for rank, _ in ranked)
-    return max((name for rank, name in ranked if rank == best), key=_natural_key)

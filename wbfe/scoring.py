@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterable, Literal, Optional, Union
 
 from wbfe._provenance import installed_versions
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
+from wbfe.heads import choose_head
+from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
 from wbfe.metrics.bfe import parse_lambda
 from wbfe.pipeline import Pipeline, Reading
@@ -172,7 +173,9 @@ def score(
         layers: a regular expression; only tensors whose name it matches (``re.search``) are analysed.
         device: ``auto``, ``cpu`` or ``cuda`` for the eigen-solves.
         head: tensor (or module) name of the classifier / LM head, overriding the built-in rule.
-        min_eigs: matrices with fewer eigenvalues are skipped.
+        min_eigs: the tail fits (HT-SR, HTMP) of matrices with fewer eigenvalues are NaN, with the
+            reason; BFE-W is computed for any matrix with at least 2 (WeightWatcher-compatible
+            mode skips such matrices altogether, as WeightWatcher does).
         ww_compatible: reproduce WeightWatcher 0.7.7's choices (conv slicing, fitting).
         seed: seed of the random steps (the ``rand`` group's permutations); recorded in the options.
         progress: called after each tensor with (done, total, name).
@@ -231,7 +234,7 @@ def score(
             result.skipped.append(outcome.to_dict())
         else:
             assert isinstance(plan, MatrixPlan)
-            result.layers.append(_layer_row(plan, outcome, groups, metric_options, entry.quant))
+            result.layers.append(_layer_row(plan, outcome, groups, metric_options, entry.quant, options.min_eigs))
         done += 1
         if progress is not None:
             progress(done, total, entry.name)
@@ -253,6 +256,7 @@ def score(
             record(*item)
         provenance = source.provenance.to_dict()
         head_hint = source.head_hint
+        config = source.config
     provenance.update({"device": str(torch_device), "versions": installed_versions(), "options": options.to_dict()})
     result.model = provenance
     if not result.layers:
@@ -262,14 +266,16 @@ def score(
             + (f" — {reasons}" if reasons else "") + ")",
             ref=provenance["source"],
         )
-    result.summary = _summarise(result.layers, groups, head, head_hint)
+    result.summary = _summarise(result.layers, groups, head, head_hint, result.skipped, config)
     return result
 
 
 def _plan(entry: TensorEntry, options: ScoreOptions, pattern: Optional[re.Pattern[str]]) -> Union[Skip, MatrixPlan]:
     if pattern is not None and not pattern.search(entry.name):
         return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
-    return plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=options.min_eigs)
+    # WeightWatcher skips small matrices; otherwise only the tail fits need --min-eigs (see _layer_row).
+    min_eigs = options.min_eigs if options.ww_compatible else MIN_BFE_EIGS
+    return plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=min_eigs)
 
 
 def _prepare(
@@ -321,8 +327,17 @@ def _ww_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
     return [torch.from_numpy(m) for m in ww_conv2d_matrices(tensor.detach().float().cpu().numpy())]
 
 
+# Metric groups that fit the spectrum's tail: below --min-eigs eigenvalues they report NaN.
+_TAIL_FIT_GROUPS = ("htsr", "htmp")
+
+
 def _layer_row(
-    plan: MatrixPlan, spec: Any, groups: tuple[Any, ...], metric_options: MetricOptions, quant: Optional[str] = None
+    plan: MatrixPlan,
+    spec: Any,
+    groups: tuple[Any, ...],
+    metric_options: MetricOptions,
+    quant: Optional[str] = None,
+    min_eigs: int = 1,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "name": plan.name,
@@ -340,6 +355,11 @@ def _layer_row(
     }
     reasons: dict[str, str] = {}
     for group in groups:
+        if group.name in _TAIL_FIT_GROUPS and spec.n_eigs < min_eigs:
+            why = f"too few eigenvalues for a tail fit: {spec.n_eigs} < min_eigs={min_eigs}"
+            row.update({column: math.nan for column in group.columns})
+            reasons.update({column: why for column in group.columns})
+            continue
         out = group.compute(spec, metric_options)
         row.update(out.values)
         reasons.update(out.reasons)
@@ -352,15 +372,14 @@ def _summarise(
     groups: tuple[Any, ...],
     head_override: Optional[str],
     head_hint: Optional[str] = None,
+    skipped: Optional[list[dict[str, Any]]] = None,
+    config: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     import numpy as np
 
     by_name = {layer["name"]: layer for layer in layers}
-    if head_override is None and head_hint is not None and head_hint in by_name:
-        head, head_source = head_hint, "config"
-    else:
-        head = find_head([layer["name"] for layer in layers], head_override)
-        head_source = None if head is None else ("option" if head_override is not None else "name")
+    choice = choose_head(layers, skipped or [], override=head_override, hint=head_hint, config=config)
+    head, head_source = choice.name, choice.source
     if head is not None:
         by_name[head]["role"] = "head"
     summary: dict[str, Any] = {"head": head, "head_source": head_source, "n_layers": len(layers)}
@@ -371,8 +390,10 @@ def _summarise(
             summary[f"{column}_head"] = _as_float(by_name[head].get(column)) if head else math.nan
             summary[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
             summary[f"{column}_n"] = int(finite.size)
-    if head is None:
-        summary["head_note"] = "no classifier head found by name; pass --head NAME"
+    if choice.note is not None:
+        summary["head_note"] = choice.note
+    elif head is None:
+        summary["head_note"] = "no head found by config, name or structure; pass --head NAME"
     return summary
 
 

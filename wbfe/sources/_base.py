@@ -89,6 +89,9 @@ class TensorSource:
     # The head as the checkpoint's own format or config declares it (a tensor name), when it does:
     # e.g. GGUF's token embedding when ``output.weight`` is absent. Read after ``entries()`` ends.
     head_hint: str | None = None
+    # The model's own configuration found beside the weights (Hugging Face ``config.json``, with a
+    # GPTQ ``quantize_config.json`` as its ``quantization_config``), parsed; None where there is none.
+    config: dict[str, Any] | None = None
 
     def entries(self) -> Iterator[TensorEntry]:
         raise NotImplementedError

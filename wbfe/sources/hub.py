@@ -12,7 +12,7 @@ from pathlib import Path
 from wbfe._config import hf_cache_dir, hf_offline
 from wbfe.errors import ModelNotFoundError, SourceNotFoundError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.local import open_path, pick_weight_files
+from wbfe.sources.local import open_path, pick_weight_files, read_model_config
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files"]
 
@@ -90,6 +90,7 @@ def open_hub(ref: str, *, fmt: str = "hf-hub") -> TensorSource:
             except SourceNotFoundError:
                 source = None  # an index whose shards are not all cached: complete it online
             if source is not None:
+                source.config = read_model_config(snapshot)
                 source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
                                                 "commit": snapshot.name})
                 return source
@@ -99,6 +100,7 @@ def open_hub(ref: str, *, fmt: str = "hf-hub") -> TensorSource:
         )
     local = download_weight_files(repo_id, revision, cache_dir)
     source = open_path(local, ref=ref, fmt=fmt)
+    source.config = read_model_config(local.parent)
     source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
                                     "commit": local.parent.name})
     return source

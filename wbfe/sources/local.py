@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.safetensors_files import SafetensorsSource
 from wbfe.sources.torch_pickle import TORCH_SUFFIXES, TorchPickleSource
 
-__all__ = ["open_path", "pick_weight_files"]
+__all__ = ["open_path", "pick_weight_files", "read_model_config"]
 
 
 def pick_weight_files(names: Sequence[str]) -> list[str]:
@@ -54,7 +55,8 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
     ref = ref if ref is not None else str(path)
     if not path.exists():
         raise SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
-    if path.is_dir():
+    folder = path if path.is_dir() else None
+    if folder is not None:
         try:
             chosen = pick_weight_files([p.name for p in path.iterdir() if p.is_file()])
         except CorruptCheckpointError as exc:
@@ -65,6 +67,31 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
                 path=str(path),
             )
         path = path / chosen[0]
+    source = _open_file(path, ref, fmt)
+    if folder is not None:  # a file named alone is read alone
+        source.config = read_model_config(folder)
+    return source
+
+
+def read_model_config(folder: Path) -> dict[str, Any] | None:
+    """The Hugging Face ``config.json`` in ``folder`` (with ``quantize_config.json``, which GPTQ
+    writers put beside it, as its ``quantization_config``); None where there is none or it is not
+    a JSON object (the weights are still scored, with the rules that need no config)."""
+    found: dict[str, Any] = {}
+    for file_name in ("config.json", "quantize_config.json"):
+        try:
+            parsed = json.loads((folder / file_name).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(parsed, dict):
+            if file_name == "config.json":
+                found = {**parsed, **found}
+            else:
+                found.setdefault("quantization_config", parsed)
+    return found or None
+
+
+def _open_file(path: Path, ref: str, fmt: str | None) -> TensorSource:
     name = path.name
     if name.endswith(".safetensors.index.json"):
         from wbfe.sources.safetensors_files import read_index

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources._order import checkpoint_order
 
 if TYPE_CHECKING:
     import torch
@@ -171,7 +172,7 @@ class SafetensorsSource(TensorSource):
         for path in files:
             header, meta = read_header(path)
             metadata.update(meta)
-            names = list(header)
+            names = checkpoint_order(list(header), lambda name: header[name]["dtype"])
             if wanted is not None:
                 listed = wanted.get(path.name, [])
                 missing = [t for t in listed if t not in header]
@@ -180,7 +181,7 @@ class SafetensorsSource(TensorSource):
                         f"{path}: tensor {missing[0]!r} listed in the index is not in this shard",
                         path=str(path),
                     )
-                names = listed
+                names = checkpoint_order(listed)
             self._plan.append((path, names, header))
         all_files = ([index] if index is not None else []) + list(files)
         self.provenance = Provenance(

@@ -1,0 +1,249 @@
+"""Which analysed matrix is the model's head (its classifier or LM head), and how that was found.
+
+Tried in this order, the first that answers wins, and the step is recorded as ``head_source``:
+
+1. ``option``: the user's ``--head``.
+2. ``config``: what the checkpoint declares: a source's own hint (a format that names its head),
+   timm's ``pretrained_cfg["classifier"]``, or a Hugging Face ``config.json``, whose
+   ``architectures`` task suffix says what the head maps to: the vocabulary (``…ForCausalLM``,
+   ``…ForConditionalGeneration``, ``…ForMaskedLM``…) or ``num_labels`` classes
+   (``…ForSequenceClassification``…). ``tied`` when that head is the input embedding
+   (``tie_word_embeddings``, so no LM head of its own is stored).
+3. ``name``: module names (:data:`HEAD_NAMES`); ``tied`` when the named head is stored but skipped
+   as a copy of (sharing storage with) an earlier matrix, which then is the head.
+4. ``structure``: a matrix whose output dimension is the input dimension of no other matrix
+   (nothing reads its output), the last such in the checkpoint's order: the classifier of an MLP or
+   CNN whatever its name, or a fully convolutional net's last convolution.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from wbfe.errors import InvalidOptionError
+from wbfe.sources._order import natural_key
+
+__all__ = ["HeadChoice", "HEAD_NAMES", "choose_head", "find_head", "head_rank", "terminal_matrices"]
+
+# Module names that hold a classifier / LM head, in order of preference (MATH.md §2): LM heads,
+# then the names classifiers are given in the model libraries and in the wild.
+HEAD_NAMES = (
+    ("lm_head", "embed_out"),
+    ("classifier", "head", "fc", "linear", "logits", "output_layer", "score", "output", "predictions",
+     "final_fc", "output_probs", "new_head", "conv_preds"),
+)
+# `architectures` suffixes of Hugging Face models whose head maps to the vocabulary, and to classes.
+_LM_TASKS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForMaskedLM", "WithLMHead",
+             "ForPreTraining", "ForSpeechSeq2Seq", "ForImageTextToText", "ForVision2Seq", "ForTextToSpeech")
+_CLASS_TASKS = ("ForSequenceClassification", "ForImageClassification", "ForTokenClassification",
+                "ForAudioClassification", "ForAudioFrameClassification", "ForMultipleChoice",
+                "ForQuestionAnswering", "ForVideoClassification", "ForAudioXVector")
+# Roles whose output feeds no matrix directly although they are no head: an embedding is looked up,
+# attention projections go through the attention product first.
+_NOT_HEADS = ("embedding", "attention")
+_TIED = re.compile(r"^tied: (?:shares storage with|identical to) (?P<name>.+)$")
+_KERAS_SUFFIX = re.compile(r"[/.](kernel|weight)(:\d+)?$")
+
+
+@dataclass(frozen=True)
+class HeadChoice:
+    """The head (None if none was found), the step that found it, and a note where there is doubt."""
+
+    name: Optional[str]
+    source: Optional[str]
+    note: Optional[str] = None
+
+
+def module_parts(name: str) -> list[str]:
+    """A tensor name's module path without the ``.weight``/``/kernel:0`` suffix and numeric indices."""
+    stem = _KERAS_SUFFIX.sub("", name)
+    return [p for p in re.split(r"[./]", stem) if p and not p.isdigit()]
+
+
+def head_rank(name: str) -> Optional[int]:
+    """Preference of ``name`` as a head by its module name (0 best), None if its name is no head's."""
+    parts = module_parts(name)
+    if not parts:
+        return None
+    for rank, names in enumerate(HEAD_NAMES):
+        if parts[-1] in names:
+            return rank
+    return None
+
+
+def find_head(names: Sequence[str], override: Optional[str] = None) -> Optional[str]:
+    """Name of the classifier / LM-head matrix among analysed ``names``, by name alone.
+
+    Rule: ``override`` if given (exact tensor name, or module name without ``.weight``); otherwise
+    the matrices whose module name, ignoring numeric indices, ends in ``lm_head``/``embed_out``, or
+    failing those in one of the classifier names of :data:`HEAD_NAMES`; among several, the last in
+    natural order (``classifier.6`` after ``classifier.0``). None if none match.
+
+    Raises:
+        InvalidOptionError: ``override`` names no analysed matrix.
+    """
+    if override is not None:
+        return _override(names, override)
+    ranked = [(rank, name) for name in names if (rank := head_rank(name)) is not None]
+    if not ranked:
+        return None
+    best = min(rank for rank, _ in ranked)
+    return max((name for rank, name in ranked if rank == best), key=natural_key)
+
+
+def _override(names: Sequence[str], override: str) -> str:
+    for candidate in (override, f"{override}.weight"):
+        if candidate in names:
+            return candidate
+    import difflib
+
+    close = difflib.get_close_matches(override, list(names), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{hint}")
+
+
+def _out_in(name: str, shape: Sequence[int]) -> tuple[int, int]:
+    """(output, input) dimension of a weight: PyTorch stores ``[out, in, k…]``; Keras/TF kernels
+    are ``[k…, in, out]``."""
+    if _is_kernel(name):
+        return int(shape[-1]), int(shape[-2])
+    return int(shape[0]), int(shape[1])
+
+
+def _is_kernel(name: str) -> bool:
+    return re.search(r"[/.]kernel(:\d+)?$", name) is not None
+
+
+def terminal_matrices(matrices: Iterable[tuple[str, Sequence[int], str]]) -> list[str]:
+    """Names, in the given order, of the matrices whose output no other matrix reads.
+
+    ``matrices``: ``(name, shape, role)``. A matrix's output is read by another when its output
+    dimension is that one's input dimension (the first matrix's input is the data's); a grouped or depthwise convolution (``[C, C/g, k…]``)
+    reads its own channel count ``C``. Embeddings and attention projections are never heads.
+    """
+    listed = [(name, tuple(shape), role) for name, shape, role in matrices if len(shape) >= 2]
+    inputs: set[int] = set()
+    for i, (name, shape, _) in enumerate(listed):
+        out, inp = _out_in(name, shape)
+        if i > 0:  # the first matrix reads the data (3 colour channels are no 3 classes' reader)
+            inputs.add(inp)
+        kernel = shape[:-2] if _is_kernel(name) else shape[2:]
+        if len(shape) > 2 and any(k > 1 for k in kernel) and inp < out and out % inp == 0:
+            inputs.add(out)
+    return [name for name, shape, role in listed
+            if role not in _NOT_HEADS and _out_in(name, shape)[0] not in inputs]
+
+
+def choose_head(
+    layers: Sequence[dict[str, Any]],
+    skipped: Sequence[dict[str, Any]] = (),
+    *,
+    override: Optional[str] = None,
+    hint: Optional[str] = None,
+    config: Optional[dict[str, Any]] = None,
+) -> HeadChoice:
+    """The head among the analysed ``layers`` (rows with ``name``, ``shape``, ``role``, in the
+    checkpoint's order), using ``skipped`` rows to see ties; see the module docstring for the steps.
+
+    Raises:
+        InvalidOptionError: ``override`` names no analysed matrix.
+    """
+    names = [layer["name"] for layer in layers]
+    if override is not None:
+        return HeadChoice(_override(names, override), "option")
+    if hint is not None and hint in names:
+        return HeadChoice(hint, "config")
+    if config:
+        chosen = _from_config(layers, config)
+        if chosen is not None:
+            return chosen
+    by_name = _by_name(layers, skipped)
+    if by_name is not None:
+        return by_name
+    return _by_structure(layers)
+
+
+def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Optional[HeadChoice]:
+    names = [layer["name"] for layer in layers]
+    pretrained = config.get("pretrained_cfg")
+    classifier = pretrained.get("classifier") if isinstance(pretrained, dict) else None
+    if isinstance(classifier, str):
+        for candidate in (classifier, f"{classifier}.weight"):
+            if candidate in names:
+                return HeadChoice(candidate, "config")
+    architectures = config.get("architectures")
+    arch = architectures[0] if isinstance(architectures, list) and architectures and isinstance(architectures[0], str) else None
+    if arch is None:
+        return None
+    if arch.endswith(_CLASS_TASKS):
+        labels = config.get("id2label")
+        n = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2)
+        if arch.endswith("ForQuestionAnswering"):
+            n = 2  # start and end logits
+        return _last_with_rows(layers, n, f"{arch} with {n} labels")
+    if arch.endswith(_LM_TASKS):
+        vocab = _config_value(config, "vocab_size")
+        if not isinstance(vocab, int):
+            return None
+        found = _last_with_rows(layers, vocab, f"{arch}'s vocabulary of {vocab}")
+        if found.name is not None:
+            return found
+        if _config_value(config, "tie_word_embeddings") is False:
+            return HeadChoice(None, None, f"config: {arch} with untied embeddings, but no matrix of "
+                                          f"{vocab} output rows was analysed; pass --head NAME")
+        embeddings = [layer for layer in layers if layer.get("role") == "embedding"
+                      and len(layer["shape"]) == 2 and layer["shape"][0] == vocab]
+        if embeddings:
+            return HeadChoice(embeddings[0]["name"], "tied",
+                              "the LM head is tied to the input embedding (tie_word_embeddings)")
+        return None
+    if arch.endswith("Model"):
+        return HeadChoice(None, None, f"config: {arch} is a base model without a head; pass --head NAME")
+    return None
+
+
+def _config_value(config: dict[str, Any], key: str) -> Any:
+    """``key`` of the config or, for multimodal models, of its language model's ``text_config``."""
+    if key in config:
+        return config[key]
+    text = config.get("text_config")
+    return text.get(key) if isinstance(text, dict) else None
+
+
+def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> HeadChoice:
+    found = [layer["name"] for layer in layers
+             if layer.get("role") not in _NOT_HEADS and _out_in(layer["name"], layer["shape"])[0] == rows]
+    if not found:
+        return HeadChoice(None, None)
+    note = None
+    if len(found) > 1:
+        note = f"{len(found)} matrices map to {what} ({', '.join(found[-3:])}); the last is taken"
+    return HeadChoice(found[-1], "config", note)
+
+
+def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Optional[HeadChoice]:
+    names = [layer["name"] for layer in layers]
+    terminal = set(terminal_matrices((layer["name"], layer["shape"], layer.get("role", "")) for layer in layers))
+    ties = {s["name"]: m.group("name") for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
+    # A named head whose output another matrix reads is not the model's output layer.
+    candidates = [n for n in names if n in terminal] + [t for t in ties if ties[t] in names]
+    best = find_head(candidates)
+    if best is None:
+        return None
+    if best in ties:
+        return HeadChoice(ties[best], "tied", f"{best} is tied to {ties[best]}")
+    return HeadChoice(best, "name")
+
+
+def _by_structure(layers: Sequence[dict[str, Any]]) -> HeadChoice:
+    terminal = terminal_matrices((layer["name"], layer["shape"], layer.get("role", "")) for layer in layers)
+    if not terminal:
+        return HeadChoice(None, None, "no head found by config, name or structure; pass --head NAME")
+    note = None
+    if len(terminal) > 1:
+        others = ", ".join(terminal[:-1][-3:])
+        note = (f"{len(terminal)} matrices feed no other ({others}, {terminal[-1]}); "
+                "the last in the checkpoint's order is taken")
+    return HeadChoice(terminal[-1], "structure", note)

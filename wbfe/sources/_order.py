@@ -1,0 +1,32 @@
+"""The order of a checkpoint's tensors: as stored, unless the writer only sorted them by name.
+
+The ``safetensors`` library writes tensors sorted by dtype, then by name (``layers.10`` before
+``layers.2``), and Hugging Face writes shard indexes with sorted keys: that order says nothing
+about the model, so such names are put in natural order (``layers.2`` before ``layers.10``), the
+nearest to the model's own. Any other stored order (a writer that kept the model's order, a pickle's
+insertion order) is kept as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Sequence
+
+__all__ = ["natural_key", "checkpoint_order"]
+
+
+def natural_key(name: str) -> list[object]:
+    """Sort key that orders the numbers inside a name by value: ``a.2`` before ``a.10``."""
+    return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", name)]
+
+
+def checkpoint_order(names: Sequence[str], group: Callable[[str], object] = lambda name: None) -> list[str]:
+    """``names`` (in stored order) in the checkpoint's order: natural order where the stored order
+    is only the writer's sort by name within each ``group`` (the dtype, for safetensors)."""
+    runs: dict[object, list[str]] = {}
+    for name in names:
+        runs.setdefault(group(name), []).append(name)
+    in_runs = [name for run in runs.values() for name in run]
+    if list(names) == in_runs and all(run == sorted(run) for run in runs.values()):
+        return sorted(names, key=natural_key)
+    return list(names)
