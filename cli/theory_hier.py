@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Optional
@@ -57,21 +56,21 @@ def hierarchical_cmd(
     output: Optional[Path] = typer.Option(None, "--output", help="folder for hierarchical.json and the PNGs"),
 ) -> None:
     """Sweep n = d^alpha: per-feature overlaps, spectral vs kernel NMSE, and the predictions."""
-    from wbfe.theory.hierarchical import simulate_hierarchical
+    from wbfe.theory._json import dumps
+    from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
 
-    result = simulate_hierarchical(d=d, p=p, gamma=gamma, alpha_min=alpha_min, alpha_max=alpha_max,
-                                   points=points, seeds=seeds, eps=eps, activation=activation,
-                                   features=features, n_test=n_test, kernel_max_n=kernel_max_n,
-                                   solver=solver, seed=seed)
+    settings = HierarchicalSettings(d=d, p=p, gamma=gamma, alpha_min=alpha_min, alpha_max=alpha_max,
+                                    points=points, seeds=seeds, eps=eps, activation=activation,
+                                    features=features, n_test=n_test, kernel_max_n=kernel_max_n,
+                                    solver=solver, seed=seed)
+    result = simulate_hierarchical(settings)
     data = result.to_dict()
     if output is not None:
-        from wbfe.plots.hierarchical import write_figures
+        from wbfe.theory.reports import write_hierarchical
 
-        output.mkdir(parents=True, exist_ok=True)
-        (output / "hierarchical.json").write_text(json.dumps(data, indent=1))
-        for path in write_figures(data, output):
+        for path in write_hierarchical(result, output):
             typer.echo(f"wrote {path}", err=True)
     if fmt is Format.json:
-        typer.echo(json.dumps(data, indent=1))
+        typer.echo(dumps(data))
     else:
         _print_table(data)

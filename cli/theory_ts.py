@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from enum import Enum
 from pathlib import Path
@@ -44,7 +43,9 @@ def _num(x: Any) -> str:
 
 
 def _print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=1))
+    from wbfe.theory._json import dumps
+
+    typer.echo(dumps(data))
 
 
 def _print_pairs(pairs: list[tuple[str, Any]]) -> None:
@@ -98,10 +99,12 @@ def curve_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Sweep eps, q_i and k_c over r; plot the staircase, eps with fitted slopes, and k_c."""
-    from wbfe.plots.theory import write_curve
+    from wbfe.theory.reports import write_curve
+    from wbfe.theory.settings import CurveSettings
 
-    data = write_curve(output, beta=beta, delta=delta, d=d, k=k, r_min=r_min, r_max=r_max, points=points,
-                       activation=activation, readout_kind=readout.value)
+    settings = CurveSettings(beta=beta, delta=delta, d=d, k=k, r_min=r_min, r_max=r_max, points=points,
+                             activation=activation, readout=readout.value)
+    data = write_curve(settings, output)
     if fmt is Format.json:
         _print_json({"fit": data["fit"], "files": data["files"]})
         return
@@ -111,7 +114,7 @@ def curve_cmd(
                   ("refinement slope", fit.get("refinement", "n/a")),
                   ("  predicted", fit.get("refinement_predicted", "n/a"))])
     for f in data["files"]:
-        typer.echo(f"wrote {f}")
+        typer.echo(f"wrote {f}", err=True)
 
 
 @app.command("hmc")
@@ -129,10 +132,12 @@ def hmc_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """HMC posterior sampling: Gibbs error/2 against the fixed point's eps."""
-    from wbfe.plots.theory import write_hmc
+    from wbfe.theory.reports import write_hmc
+    from wbfe.theory.settings import HmcSettings
 
-    data = write_hmc(output, r_values=_floats(r_values, "--r-values"), d=d, k=k, delta=delta, beta=beta,
-                     seeds=_ints(seeds, "--seeds"), warmup=warmup, samples=samples, device=device)
+    settings = HmcSettings(r_values=tuple(_floats(r_values, "--r-values")), d=d, k=k, delta=delta, beta=beta,
+                           seeds=tuple(_ints(seeds, "--seeds")), warmup=warmup, samples=samples, device=device)
+    data = write_hmc(settings, output)
     if fmt is Format.json:
         _print_json(data)
         return
@@ -141,7 +146,7 @@ def hmc_cmd(
         typer.echo(f"{p['r']:>8.3g} {p['n']:>7d} {p['k_c']:>4d} {p['eps_theory']:>11.5f} {p['gibbs_half']:>11.5f} "
                    f"{p['sem']:>9.2e} {p['z']:>6.2f} {p['accept_rate']:>6.2f}")
     for f in data["files"]:
-        typer.echo(f"wrote {f}")
+        typer.echo(f"wrote {f}", err=True)
 
 
 @app.command("student")
@@ -160,10 +165,12 @@ def student_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Adam-trained students of several widths: test error against width, with k_c marked."""
-    from wbfe.plots.theory import write_student
+    from wbfe.theory.reports import write_student
+    from wbfe.theory.settings import StudentSettings
 
-    data = write_student(output, widths=_ints(widths, "--widths"), d=d, k=k, n=n, delta=delta, beta=beta,
-                         seeds=_ints(seeds, "--seeds"), epochs=epochs, lr=lr, device=device)
+    settings = StudentSettings(widths=tuple(_ints(widths, "--widths")), n=n, d=d, k=k, delta=delta, beta=beta,
+                               seeds=tuple(_ints(seeds, "--seeds")), epochs=epochs, lr=lr, device=device)
+    data = write_student(settings, output)
     if fmt is Format.json:
         _print_json(data)
         return
@@ -172,7 +179,7 @@ def student_cmd(
     for w, e in zip(data["widths"], data["test_error"]):
         typer.echo(f"{w:>6d} {e:>11.5f}")
     for f in data["files"]:
-        typer.echo(f"wrote {f}")
+        typer.echo(f"wrote {f}", err=True)
 
 
 @app.command("scaling")

@@ -6,12 +6,12 @@ Writes benchmarks/theory/results/exponents.json.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from wbfe.theory._json import dumps
 from wbfe.theory.hermite import kernel
 from wbfe.theory.teacher_student import fit_regimes, readout, scaling_table, sweep
 
@@ -54,7 +54,7 @@ def main() -> None:
     out["seconds"] = time.time() - start
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "exponents.json"
-    path.write_text(json.dumps(out, indent=1, allow_nan=True))
+    path.write_text(dumps(out))
     print(f"wrote {path} in {out['seconds']:.0f} s")
 
 

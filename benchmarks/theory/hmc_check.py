@@ -7,14 +7,15 @@ Writes benchmarks/theory/results/hmc_d{d}{tag}.json (and a PNG in the folder of 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from pathlib import Path
 
 import torch
 
-from wbfe.plots.theory import write_hmc
+from wbfe.theory._json import dumps
+from wbfe.theory.reports import write_hmc
+from wbfe.theory.settings import HmcSettings
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -36,13 +37,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     start = time.time()
     out = RESULTS / f"hmc_d{args.d}{args.tag}"
-    data = write_hmc(out, r_values=[float(x) for x in args.r.split(",")], d=args.d, k=args.k, delta=args.delta,
-                     beta=args.beta, seeds=[int(s) for s in args.seeds.split(",")], warmup=args.warmup,
-                     samples=args.samples, device=args.device)
+    settings = HmcSettings(r_values=tuple(float(x) for x in args.r.split(",")), d=args.d, k=args.k, delta=args.delta,
+                           beta=args.beta, seeds=tuple(int(s) for s in args.seeds.split(",")), warmup=args.warmup,
+                           samples=args.samples, device=args.device)
+    data = write_hmc(settings, out)
     data.update(seconds=time.time() - start, warmup=args.warmup, samples=args.samples, leapfrog=10,
                 torch=torch.__version__, machine=platform.machine(), threads=args.threads, device=args.device)
     path = RESULTS / f"hmc_d{args.d}{args.tag}.json"
-    path.write_text(json.dumps(data, indent=1))
+    path.write_text(dumps(data))
     for p in data["points"]:
         print(f"r={p['r']:<5} n={p['n']:<6} k_c={p['k_c']:<3} eps={p['eps_theory']:.5f} "
               f"gibbs/2={p['gibbs_half']:.5f} ± {p['sem']:.5f} z={p['z']:+.2f} acc={p['accept_rate']:.2f}")

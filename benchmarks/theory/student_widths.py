@@ -7,13 +7,14 @@ Writes benchmarks/theory/results/student_widths.json (and one PNG per n).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import torch
 
-from wbfe.plots.theory import write_student
+from wbfe.theory._json import dumps
+from wbfe.theory.reports import write_student
+from wbfe.theory.settings import StudentSettings
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -34,16 +35,17 @@ def main() -> None:
     start = time.time()
     runs = []
     for n in [int(x) for x in args.n.split(",")]:
-        data = write_student(RESULTS / f"student_n{n}", widths=[int(w) for w in args.widths.split(",")], d=args.d,
-                             k=args.k, n=n, delta=args.delta, beta=args.beta,
-                             seeds=[int(s) for s in args.seeds.split(",")], epochs=args.epochs, device=args.device)
+        settings = StudentSettings(widths=tuple(int(w) for w in args.widths.split(",")), d=args.d, k=args.k, n=n,
+                                   delta=args.delta, beta=args.beta, seeds=tuple(int(s) for s in args.seeds.split(",")),
+                                   epochs=args.epochs, device=args.device)
+        data = write_student(settings, RESULTS / f"student_n{n}")
         runs.append(data)
         errs = ", ".join(f"{w}:{e:.4f}" for w, e in zip(data["widths"], data["test_error"]))
         print(f"n={n}: k_c={data['k_c']} best width={data['best_width']} eps^BO={data['eps_theory']:.4f}  [{errs}]")
     out = {"runs": runs, "epochs": args.epochs, "lr": 0.01, "seconds": time.time() - start,
            "torch": torch.__version__, "device": args.device}
     path = RESULTS / "student_widths.json"
-    path.write_text(json.dumps(out, indent=1))
+    path.write_text(dumps(out))
     print(f"wrote {path} in {out['seconds']:.0f} s")
 
 

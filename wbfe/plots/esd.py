@@ -43,13 +43,9 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     Returns:
         ``path``, written atomically as PNG.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from wbfe.metrics import htmp
     from wbfe.metrics.powerlaw import tpl_log_normaliser
+    from wbfe.plots._canvas import new_figure
     from wbfe.report import save_figure
 
     e = np.sort(eigs[eigs > 0.0])
@@ -58,7 +54,8 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     counts, _ = np.histogram(e, bins=edges)
     density = counts / (n * np.diff(edges))
     centres = np.sqrt(edges[:-1] * edges[1:])
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig = new_figure((7, 5))
+    ax = fig.subplots()
     ax.loglog(centres[counts > 0], density[counts > 0], "o", ms=4, color="0.3", label=f"ESD ({n} eigenvalues)")
     grid = np.geomspace(e[0], e[-1], 400)
     pl, tpl, ht = fits.power_law, fits.truncated, fits.htmp
@@ -81,7 +78,4 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     ax.set_title(title)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    try:
-        return save_figure(fig, Path(path))
-    finally:
-        plt.close(fig)
+    return save_figure(fig, Path(path))

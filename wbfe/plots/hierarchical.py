@@ -40,9 +40,7 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     """
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from wbfe.plots._canvas import new_figure
     from wbfe.report import save_figure
 
     res = _as_dict(result)
@@ -51,8 +49,9 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     lead = _nan(res["prediction"]["alpha_thresholds"])
     fin = _nan(res["prediction"]["alpha_thresholds_finite_d"])
     p = q.shape[1]
-    colors = plt.cm.viridis(np.linspace(0.0, 0.9, p))
-    fig, ax = plt.subplots(figsize=(7.0, 4.5))
+    colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, p))
+    fig = new_figure((7.0, 4.5))
+    ax = fig.subplots()
     for i in range(p):
         label = f"i = {i + 1}" if i < 6 or i == p - 1 else None
         ax.plot(alphas, q[:, i], "o-", ms=3, color=colors[i], label=label)
@@ -68,10 +67,7 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
                  f"(-- 2 + 2 gamma log_d i, : finite-d)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    try:
-        return save_figure(fig, Path(path), dpi=120)
-    finally:
-        plt.close(fig)
+    return save_figure(fig, Path(path), dpi=120)
 
 
 def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
@@ -84,11 +80,7 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     Returns:
         The path written.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from wbfe.plots._canvas import new_figure
     from wbfe.report import save_figure
 
     res = _as_dict(result)
@@ -97,7 +89,8 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     nmse = _nan([pt["nmse"] for pt in res["points"]])
     kernel = _nan([pt["nmse_kernel"] for pt in res["points"]])
     tail = _nan(pred["nmse_tail"])
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig = new_figure((6.5, 4.5))
+    ax = fig.subplots()
     ax.loglog(n, nmse, "o-", label="spectral (layer-wise)")
     if np.isfinite(kernel).any():
         ax.loglog(n, kernel, "s-", label="kernel ridge on inputs")
@@ -123,10 +116,7 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     ax.set_ylabel("test NMSE")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    try:
-        return save_figure(fig, Path(path), dpi=120)
-    finally:
-        plt.close(fig)
+    return save_figure(fig, Path(path), dpi=120)
 
 
 def write_figures(result: Result, directory: Union[str, Path]) -> list[Path]:

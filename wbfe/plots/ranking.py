@@ -45,38 +45,31 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
     Raises:
         UnknownNameError: ``metric`` is not in the result.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from wbfe.plots._canvas import new_figure
+    from wbfe.report import save_figure
 
     row = result.metric(metric)
     points = [(m.scores.get(metric), m.quality, m.model) for m in result.models]
     points = [(float(x), float(y), _label(label)) for x, y, label in points
               if x is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
-    fig, ax = plt.subplots(figsize=(7.5, 5.5), constrained_layout=True)
-    try:
-        if points:
-            xs, ys, labels = zip(*points)
-            ax.scatter(xs, ys, s=28, color="tab:blue", zorder=3)
-            for x, y, label in points:
-                ax.annotate(label, (x, y), xytext=(3, 2), textcoords="offset points", fontsize=6,
-                            annotation_clip=False)
-        else:
-            ax.text(0.5, 0.5, "no model has a finite value", ha="center", va="center", transform=ax.transAxes)
-        arrow = " (lower is better)" if result.lower_is_better else ""
-        ax.set_xlabel(metric)
-        ax.set_ylabel(f"{result.quality}{arrow}")
-        title = (f"{result.zoo}: ρ = {_fmt(row.rho)} [{_fmt(row.ci_low)}, {_fmt(row.ci_high)}], "
-                 f"p = {row.p_value:.2g}, n = {row.n}")
-        ax.set_title(title, fontsize=9)
-        ax.grid(True, alpha=0.3)
-        from wbfe.report import save_figure
-
-        target = save_figure(fig, Path(path), dpi=dpi)
-    finally:
-        plt.close(fig)
-    return target
+    fig = new_figure((7.5, 5.5), layout="constrained")
+    ax = fig.subplots()
+    if points:
+        xs, ys, labels = zip(*points)
+        ax.scatter(xs, ys, s=28, color="tab:blue", zorder=3)
+        for x, y, label in points:
+            ax.annotate(label, (x, y), xytext=(3, 2), textcoords="offset points", fontsize=6,
+                        annotation_clip=False)
+    else:
+        ax.text(0.5, 0.5, "no model has a finite value", ha="center", va="center", transform=ax.transAxes)
+    arrow = " (lower is better)" if result.lower_is_better else ""
+    ax.set_xlabel(metric)
+    ax.set_ylabel(f"{result.quality}{arrow}")
+    title = (f"{result.zoo}: ρ = {_fmt(row.rho)} [{_fmt(row.ci_low)}, {_fmt(row.ci_high)}], "
+             f"p = {row.p_value:.2g}, n = {row.n}")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    return save_figure(fig, Path(path), dpi=dpi)
 
 
 def plot_ranking(result: "RankResult", directory: Union[str, Path], *, metrics: Optional[list[str]] = None) -> list[Path]:

@@ -1,20 +1,15 @@
-"""Figures of the teacher–student theory and its simulation checks, and the reports that write them.
+"""Figures of the teacher–student theory and its simulation checks, each drawn from computed values.
 
-``plot_*`` draw one figure from computed values; ``write_*`` compute (sweep, HMC, Adam students),
-draw, and save the figures and a JSON of the numbers in one folder — what ``wbfe theory curve``,
-``hmc`` and ``student`` call.
+:mod:`wbfe.theory.reports` runs the sweeps and simulations and calls these.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Sequence, Union
 
 import numpy as np
-
-from wbfe.errors import InvalidOptionError
 
 __all__ = [
     "plot_staircase",
@@ -22,33 +17,23 @@ __all__ = [
     "plot_kc",
     "plot_hmc",
     "plot_student",
-    "write_curve",
-    "write_hmc",
-    "write_student",
 ]
 
 PathLike = Union[str, Path]
 
 
 def _figure() -> tuple[Any, Any]:
-    import matplotlib
+    from wbfe.plots._canvas import new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=(6.0, 4.2))
+    fig = new_figure((6.0, 4.2))
+    return fig, fig.subplots()
 
 
 def _save(fig: Any, path: PathLike) -> Path:
-    import matplotlib.pyplot as plt
-
     from wbfe.report import save_figure
 
     fig.tight_layout()
-    try:
-        return save_figure(fig, Path(path), dpi=110)
-    finally:
-        plt.close(fig)
+    return save_figure(fig, Path(path), dpi=110)
 
 
 def plot_staircase(sw: Any, path: PathLike, *, max_features: int = 40) -> Path:
@@ -131,75 +116,3 @@ def plot_student(result: Any, path: PathLike) -> Path:
     ax.legend(fontsize=8)
     return _save(fig, path)
 
-
-def _write_json(data: dict, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, allow_nan=True))
-    return path
-
-
-def write_curve(out_dir: PathLike, *, beta: float = 0.3, delta: float = 0.04, d: int = 200, k: int = 100,
-                r_min: float = 0.01, r_max: float = 100.0, points: int = 80, activation: Any = "tanh2",
-                readout_kind: str = "power", rate: float = 0.2, nonzeros: int = 3) -> dict[str, Any]:
-    """Sweep the fixed point over r, fit the regime exponents, and save three PNGs and ``curve.json``.
-
-    Returns:
-        The JSON written, with ``files`` listing the paths.
-
-    Raises:
-        InvalidOptionError: ``r_min``/``r_max``/``points`` out of range (and the solver's errors).
-    """
-    from wbfe.theory.teacher_student import fit_regimes, readout, sweep
-
-    if not (0 < r_min < r_max and points >= 2):
-        raise InvalidOptionError(f"need 0 < r_min < r_max and points >= 2 (got {r_min}, {r_max}, {points})")
-    out = Path(out_dir)
-    v = readout(readout_kind, k, beta=beta, rate=rate, nonzeros=nonzeros)
-    sw = sweep(v, delta=delta, d=d, r_values=np.geomspace(r_min, r_max, points), activation=activation)
-    fit = fit_regimes(sw, beta=beta) if readout_kind == "power" else None
-    files = [
-        plot_staircase(sw, out / "staircase.png"),
-        plot_eps(sw, fit, out / "eps.png"),
-        plot_kc(sw, out / "kc.png"),
-    ]
-    data = {"sweep": sw.to_dict(), "fit": fit.to_dict() if fit is not None else None,
-            "readout": readout_kind, "beta": beta, "files": [str(f) for f in files]}
-    files.append(_write_json(data, out / "curve.json"))
-    data["files"] = [str(f) for f in files]
-    return data
-
-
-def write_hmc(out_dir: Optional[PathLike], *, r_values: Sequence[float], d: int = 40, k: int = 20,
-              delta: float = 0.04, beta: float = 0.3, activation: Any = "tanh2", seeds: Sequence[int] = (0, 1, 2),
-              warmup: int = 600, samples: int = 300, device: str = "cpu") -> dict[str, Any]:
-    """Run :func:`~wbfe.theory.hmc.hmc_check` and save ``hmc.png`` and ``hmc.json`` (when ``out_dir``)."""
-    from wbfe.theory.hmc import hmc_check
-    from wbfe.theory.teacher_student import readout, sweep
-
-    pts = hmc_check(r_values=r_values, d=d, k=k, delta=delta, beta=beta, activation=activation, seeds=seeds,
-                    warmup=warmup, samples=samples, device=device)
-    data: dict[str, Any] = {"points": [p.to_dict() for p in pts], "d": d, "k": k, "delta": delta, "beta": beta,
-                            "files": []}
-    if out_dir is not None:
-        out = Path(out_dir)
-        r_grid = np.geomspace(min(r_values) / 2, max(r_values) * 2, 120)
-        sw = sweep(readout("power", k, beta=beta), delta=delta, d=d, r_values=r_grid, activation=activation)
-        data["files"] = [str(plot_hmc(pts, sw.r, sw.eps, out / "hmc.png")), str(out / "hmc.json")]
-        _write_json(data, out / "hmc.json")
-    return data
-
-
-def write_student(out_dir: Optional[PathLike], *, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 2000,
-                  delta: float = 0.05, beta: float = 1.0, activation: Any = "tanh2", seeds: Sequence[int] = (0,),
-                  epochs: int = 1000, lr: float = 0.01, device: str = "cpu") -> dict[str, Any]:
-    """Run :func:`~wbfe.theory.student.student_sweep` and save ``student.png`` and ``student.json``."""
-    from wbfe.theory.student import student_sweep
-
-    res = student_sweep(widths=widths, d=d, k=k, n=n, delta=delta, beta=beta, activation=activation, seeds=seeds,
-                        epochs=epochs, lr=lr, device=device)
-    data: dict[str, Any] = {**res.to_dict(), "files": []}
-    if out_dir is not None:
-        out = Path(out_dir)
-        data["files"] = [str(plot_student(res, out / "student.png")), str(out / "student.json")]
-        _write_json(data, out / "student.json")
-    return data

@@ -40,8 +40,7 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     """
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from wbfe.plots._canvas import new_figure
 
     traj = result.trajectory
     steps = np.array(traj.steps, dtype=float)
@@ -53,60 +52,58 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     bfe = traj.matrix(lambda x: x.columns(lam)["bfe"])
     h_star = traj.matrix(lambda x: x.h_star(lam)) if lam is not None else None
     rec = result.recommendation
-    fig, axes = plt.subplots(2, 2, figsize=(10.0, 7.0), constrained_layout=True)
-    try:
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        ax = axes[0, 0]
-        for j, name in enumerate(names):
-            c = colors[j % len(colors)]
-            ax.plot(steps, h[:, j], "o-", ms=3, color=c, label=f"h  {name}")
-            if h_star is not None:
-                ax.plot(steps, h_star[:, j], "--", color=c, alpha=0.7, label=f"h*(λ)  {name}")
-        ax.set_yscale("log")
-        ax.set_title("h = κ/β" + (f" and h*(λ={lam:.3g})" if lam is not None else ""))
-        ax.legend(fontsize=6)
-        ax = axes[0, 1]
-        for j, name in enumerate(names):
-            c = colors[j % len(colors)]
-            ax.plot(steps, kappa[:, j], "o-", ms=3, color=c, label=f"κ  {name}")
-        ax.set_ylabel("κ")
-        twin = ax.twinx()
-        for j, name in enumerate(names):
-            twin.plot(steps, beta[:, j], "s:", ms=3, color=colors[j % len(colors)], alpha=0.7)
-        twin.set_ylabel("β (dotted)")
-        twin.set_yscale("log")
-        ax.set_title("κ_t (solid) and β_t (dotted)")
-        ax.legend(fontsize=6)
-        ax = axes[1, 0]
-        for j, name in enumerate(names):
-            ax.plot(steps, bfe[:, j], "o-", ms=3, color=colors[j % len(colors)], label=name)
-        ax.set_title("BFE-W" + (f" at λ={lam:.3g}" if lam is not None else " at λ*"))
-        ax.legend(fontsize=6)
-        ax = axes[1, 1]
-        loss = traj.test_losses()
-        acc = np.array([p.test_accuracy for p in traj.points], dtype=float)
-        if np.any(np.isfinite(loss)):
-            ax.plot(steps, loss, "o-", ms=3, color="black", label="test loss")
-            best = int(np.nanargmin(loss))
-            ax.plot(steps[best], loss[best], "*", ms=12, color="gold", mec="black", label="lowest test loss")
-            ax.set_title("test metrics")
-            if np.any(np.isfinite(acc)):
-                twin = ax.twinx()
-                twin.plot(steps, acc, ".:", color="tab:gray")
-                twin.set_ylabel("test accuracy (dotted)")
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "no test metrics given", ha="center", va="center", transform=ax.transAxes)
-            ax.set_title("test metrics")
-        for ax in axes.ravel():
-            ax.set_xlabel("step")
-            if rec is not None and rec.step is not None:
-                ax.axvline(rec.step, color="red", ls="--", lw=1)
-        kept = "none" if rec is None or rec.step is None else str(rec.step)
-        fig.suptitle(f"{_label(traj.run)}: recommended step {kept}", fontsize=10)
-        return _save(fig, path, dpi)
-    finally:
-        plt.close(fig)
+    fig = new_figure((10.0, 7.0), layout="constrained")
+    axes = fig.subplots(2, 2)
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    ax = axes[0, 0]
+    for j, name in enumerate(names):
+        c = colors[j % len(colors)]
+        ax.plot(steps, h[:, j], "o-", ms=3, color=c, label=f"h  {name}")
+        if h_star is not None:
+            ax.plot(steps, h_star[:, j], "--", color=c, alpha=0.7, label=f"h*(λ)  {name}")
+    ax.set_yscale("log")
+    ax.set_title("h = κ/β" + (f" and h*(λ={lam:.3g})" if lam is not None else ""))
+    ax.legend(fontsize=6)
+    ax = axes[0, 1]
+    for j, name in enumerate(names):
+        c = colors[j % len(colors)]
+        ax.plot(steps, kappa[:, j], "o-", ms=3, color=c, label=f"κ  {name}")
+    ax.set_ylabel("κ")
+    twin = ax.twinx()
+    for j, name in enumerate(names):
+        twin.plot(steps, beta[:, j], "s:", ms=3, color=colors[j % len(colors)], alpha=0.7)
+    twin.set_ylabel("β (dotted)")
+    twin.set_yscale("log")
+    ax.set_title("κ_t (solid) and β_t (dotted)")
+    ax.legend(fontsize=6)
+    ax = axes[1, 0]
+    for j, name in enumerate(names):
+        ax.plot(steps, bfe[:, j], "o-", ms=3, color=colors[j % len(colors)], label=name)
+    ax.set_title("BFE-W" + (f" at λ={lam:.3g}" if lam is not None else " at λ*"))
+    ax.legend(fontsize=6)
+    ax = axes[1, 1]
+    loss = traj.test_losses()
+    acc = np.array([p.test_accuracy for p in traj.points], dtype=float)
+    if np.any(np.isfinite(loss)):
+        ax.plot(steps, loss, "o-", ms=3, color="black", label="test loss")
+        best = int(np.nanargmin(loss))
+        ax.plot(steps[best], loss[best], "*", ms=12, color="gold", mec="black", label="lowest test loss")
+        ax.set_title("test metrics")
+        if np.any(np.isfinite(acc)):
+            twin = ax.twinx()
+            twin.plot(steps, acc, ".:", color="tab:gray")
+            twin.set_ylabel("test accuracy (dotted)")
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no test metrics given", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title("test metrics")
+    for ax in axes.ravel():
+        ax.set_xlabel("step")
+        if rec is not None and rec.step is not None:
+            ax.axvline(rec.step, color="red", ls="--", lw=1)
+    kept = "none" if rec is None or rec.step is None else str(rec.step)
+    fig.suptitle(f"{_label(traj.run)}: recommended step {kept}", fontsize=10)
+    return _save(fig, path, dpi)
 
 
 def plot_calibration(report: "CalibrationReport", path: Union[str, Path], *, dpi: int = 110) -> Path:
@@ -120,23 +117,18 @@ def plot_calibration(report: "CalibrationReport", path: Union[str, Path], *, dpi
     Returns:
         The written path.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from wbfe.plots._canvas import new_figure
 
     cal = report.calibration
-    fig, ax = plt.subplots(figsize=(6.0, 4.0), constrained_layout=True)
-    try:
-        ax.plot(cal.grid, cal.mean_gap, "-", color="black", label="mean gap, all runs")
-        for run in cal.held_out:
-            if math.isfinite(run.gap):
-                ax.plot(run.lam, run.gap, "o", ms=5, label=f"{_label(run.name)}: held out")
-        ax.axvline(cal.lam_all, color="red", ls="--", lw=1, label="λ chosen on all runs")
-        ax.set_xscale("log")
-        ax.set_xlabel("λ")
-        ax.set_ylabel("test loss(recommended) − min test loss")
-        ax.legend(fontsize=6)
-        return _save(fig, path, dpi)
-    finally:
-        plt.close(fig)
+    fig = new_figure((6.0, 4.0), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(cal.grid, cal.mean_gap, "-", color="black", label="mean gap, all runs")
+    for run in cal.held_out:
+        if math.isfinite(run.gap):
+            ax.plot(run.lam, run.gap, "o", ms=5, label=f"{_label(run.name)}: held out")
+    ax.axvline(cal.lam_all, color="red", ls="--", lw=1, label="λ chosen on all runs")
+    ax.set_xscale("log")
+    ax.set_xlabel("λ")
+    ax.set_ylabel("test loss(recommended) − min test loss")
+    ax.legend(fontsize=6)
+    return _save(fig, path, dpi)

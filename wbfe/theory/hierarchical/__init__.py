@@ -4,6 +4,7 @@
 - :mod:`~wbfe.theory.hierarchical.spectral`: the layer-wise spectral learner and its overlaps;
 - :mod:`~wbfe.theory.hierarchical.kernel`: kernel ridge on the raw inputs, the shallow baseline;
 - :mod:`~wbfe.theory.hierarchical.theory`: the predictions (thresholds, finite-d overlaps, NMSE);
+- :mod:`~wbfe.theory.hierarchical.settings`: a sweep's settings, validated once;
 - :mod:`~wbfe.theory.hierarchical.sweep`: the simulated sweep over n = d^α that compares the two.
 """
 
@@ -31,6 +32,7 @@ from wbfe.theory.hierarchical.spectral import (
     predict_spectral,
     top_eigenpairs,
 )
+from wbfe.theory.hierarchical.settings import HierarchicalSettings
 from wbfe.theory.hierarchical.sweep import HierarchicalPoint, HierarchicalResult, simulate_hierarchical
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "FeatureData",
     "HierarchicalTeacher",
     "SpectralFit",
+    "HierarchicalSettings",
     "HierarchicalPoint",
     "HierarchicalResult",
     "feature_dim",

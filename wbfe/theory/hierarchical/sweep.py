@@ -14,38 +14,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.hierarchical.kernel import fit_kernel_ridge, predict_kernel_ridge
-from wbfe.theory.hierarchical.model import (
-    ACTIVATIONS,
-    FEATURE_KINDS,
-    FeatureData,
-    HierarchicalTeacher,
-    feature_dim,
-    hermite_features,
-    make_teacher,
-    sample_data,
-    sym_to_vec,
-    vec_to_sym,
-)
-from wbfe.theory.hierarchical.spectral import (
-    SOLVERS,
-    SpectralFit,
-    fit_spectral,
-    matched_overlaps,
-    moment_operator,
-    predict_spectral,
-    top_eigenpairs,
-)
+from wbfe.errors import InvalidOptionError
+from wbfe.theory._json import jsonable
 from wbfe.theory.hierarchical import theory
+from wbfe.theory.hierarchical.kernel import fit_kernel_ridge, predict_kernel_ridge
+from wbfe.theory.hierarchical.model import HierarchicalTeacher, make_teacher, sample_data
+from wbfe.theory.hierarchical.settings import HierarchicalSettings
+from wbfe.theory.hierarchical.spectral import fit_spectral, matched_overlaps, predict_spectral
 
 __all__ = ["HierarchicalPoint", "HierarchicalResult", "simulate_hierarchical"]
-
-MAX_TRAIN_BYTES = 4 * 2**30  # the largest training draw kept in memory
 
 
 @dataclass(frozen=True)
@@ -83,103 +64,36 @@ class HierarchicalResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None): ``{"settings", "points", "prediction"}``."""
-        return _jsonable(
+        return jsonable(
             {"settings": self.settings, "points": [asdict(p) for p in self.points], "prediction": self.prediction}
         )
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
-
-
-def _check_sweep(alpha_min: float, alpha_max: float, points: int, seeds: int, gamma: float,
-                 n_test: int, kernel_max_n: int, q_level: float) -> None:
-    if not (math.isfinite(alpha_min) and math.isfinite(alpha_max) and 0.0 < alpha_min < alpha_max):
-        raise InvalidOptionError(f"need 0 < alpha_min < alpha_max, not {alpha_min!r} and {alpha_max!r}")
-    if int(points) != points or points < 2:
-        raise InvalidOptionError(f"points must be an integer >= 2, not {points!r}")
-    if int(seeds) != seeds or seeds < 1:
-        raise InvalidOptionError(f"seeds must be a positive integer, not {seeds!r}")
-    if not gamma > 0.5:
-        raise InvalidOptionError(f"the sequential-recovery predictions need gamma > 1/2, not {gamma!r}")
-    if int(n_test) != n_test or n_test < 10:
-        raise InvalidOptionError(f"n_test must be an integer >= 10, not {n_test!r}")
-    if int(kernel_max_n) != kernel_max_n or kernel_max_n < 0:
-        raise InvalidOptionError(f"kernel_max_n must be a non-negative integer, not {kernel_max_n!r}")
-    if not 0.0 < q_level < 1.0:
-        raise InvalidOptionError(f"q_level must lie in (0, 1), not {q_level!r}")
-
-
-def simulate_hierarchical(
-    *,
-    d: int,
-    p: int | None = None,
-    gamma: float = 1.0,
-    alpha_min: float = 2.0,
-    alpha_max: float = 3.6,
-    points: int = 9,
-    seeds: int = 3,
-    eps: float = 0.5,
-    activation: str = "identity",
-    features: str = "hermite",
-    n_test: int = 2000,
-    kernel_max_n: int = 2000,
-    q_level: float = 0.5,
-    solver: str = "auto",
-    seed: int = 0,
-) -> HierarchicalResult:
+def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **options: Any) -> HierarchicalResult:
     """Sweep n = d^α and measure the spectral learner against kernel ridge and the predictions.
 
     Args:
-        d: input dimension.
-        p: number of latent features (default round(d^eps)); the learner keeps p directions.
-        gamma: decay exponent of |b_i| (> 1/2).
-        alpha_min, alpha_max, points: the α grid (inclusive, evenly spaced).
-        seeds: independent repetitions (teacher and data).
-        eps: exponent of the default p.
-        activation: g*, ``"identity"`` or ``"tanh"``.
-        features: ``"hermite"`` or ``"gaussian"`` (Gaussian-equivalent).
-        n_test: test samples per seed.
-        kernel_max_n: largest training set given to kernel ridge (its cost is O(n³)); 0 switches it off.
-        q_level: overlap above which a feature counts as recovered, and the level whose crossing
-            defines a measured threshold.
-        solver: eigensolver (``"auto"``, ``"eigsh"`` matrix-free, ``"dense"``).
-        seed: master seed; the same arguments give the same result.
+        settings: the sweep; or give its fields as keywords (``simulate_hierarchical(d=30, seeds=2)``),
+            see :class:`~wbfe.theory.hierarchical.settings.HierarchicalSettings`.
 
     Returns:
         The sweep with its predictions.
 
     Raises:
-        InvalidOptionError: an option out of range, or a largest training set over MAX_TRAIN_BYTES.
+        InvalidOptionError: an option out of range (or both ``settings`` and keywords given).
         UnknownNameError: unknown activation, feature kind or solver.
     """
-    _check_sweep(alpha_min, alpha_max, points, seeds, gamma, n_test, kernel_max_n, q_level)
-    for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS),
-                               ("eigensolver", solver, SOLVERS)):
-        if value not in known:
-            raise unknown_name(kind, value, known)
-    if int(d) != d or d < 2:
-        raise InvalidOptionError(f"d must be an integer >= 2, not {d!r}")
-    alphas = np.linspace(alpha_min, alpha_max, int(points))
-    ns = [max(2, int(round(d**a))) for a in alphas]
-    width = d if features == "hermite" else feature_dim(int(d))
-    if ns[-1] * width * 8 > MAX_TRAIN_BYTES:
-        raise InvalidOptionError(
-            f"n = {ns[-1]} samples of dimension {width} need {ns[-1] * width * 8 / 2**30:.1f} GiB "
-            f"(limit {MAX_TRAIN_BYTES / 2**30:.0f} GiB); lower alpha_max or d"
-        )
-    children = np.random.SeedSequence(seed).spawn(int(seeds))
-    runs = [_run_seed(child, ns, d=d, p=p, gamma=gamma, eps=eps, activation=activation,
-                      features=features, n_test=n_test, kernel_max_n=kernel_max_n,
-                      q_level=q_level, solver=solver) for child in children]
+    if settings is None:
+        settings = HierarchicalSettings(**options)
+    elif options:
+        raise InvalidOptionError(f"give the settings or keywords, not both (got {sorted(options)})")
+    s = settings
+    alphas = s.alphas()
+    ns = s.sample_sizes()
+    children = np.random.SeedSequence(s.seed).spawn(int(s.seeds))
+    runs = [_run_seed(child, ns, d=s.d, p=s.p, gamma=s.gamma, eps=s.eps, activation=s.activation,
+                      features=s.features, n_test=s.n_test, kernel_max_n=s.kernel_max_n,
+                      q_level=s.q_level, solver=s.solver) for child in children]
     teacher0 = runs[0]["teacher"]
     nmse = np.array([r["nmse"] for r in runs])  # (seeds, points)
     q = np.array([r["q"] for r in runs])  # (seeds, points, p)
@@ -188,19 +102,13 @@ def simulate_hierarchical(
     pts = tuple(
         HierarchicalPoint(
             alpha=float(alphas[j]), n=ns[j], nmse=float(nmse[:, j].mean()), nmse_std=float(nmse[:, j].std()),
-            nmse_kernel=float(kernel[:, j].mean()), n_kernel=min(ns[j], int(kernel_max_n)),
+            nmse_kernel=float(kernel[:, j].mean()), n_kernel=min(ns[j], int(s.kernel_max_n)),
             q=tuple(float(v) for v in q[:, j].mean(axis=0)), recovered=float(recovered[:, j].mean()),
         )
         for j in range(len(ns))
     )
-    settings = {
-        "d": int(d), "D": feature_dim(int(d)), "p": teacher0.p, "gamma": float(gamma), "eps": float(eps),
-        "activation": activation, "features": features, "alpha_min": float(alpha_min),
-        "alpha_max": float(alpha_max), "points": int(points), "seeds": int(seeds), "n_test": int(n_test),
-        "kernel_max_n": int(kernel_max_n), "q_level": float(q_level), "solver": solver, "seed": int(seed),
-    }
-    prediction = _predictions([r["teacher"] for r in runs], alphas, ns, pts, gamma=gamma, q_level=q_level)
-    return HierarchicalResult(settings, pts, prediction)
+    prediction = _predictions([r["teacher"] for r in runs], alphas, ns, pts, gamma=s.gamma, q_level=s.q_level)
+    return HierarchicalResult(s.to_dict(p=teacher0.p), pts, prediction)
 
 
 def _run_seed(child: np.random.SeedSequence, ns: list[int], *, d: int, p: int | None, gamma: float,

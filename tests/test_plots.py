@@ -1,0 +1,62 @@
+"""Every plot draws on its own Figure with an Agg canvas: the caller's backend and pyplot are left alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("pdf")  # the caller's choice, which no plot may switch
+    out = Path(sys.argv[1])
+
+    from wbfe.plots.esd import fit_esd, plot_esd
+    from wbfe.plots.hierarchical import write_figures
+    from wbfe.plots.ranking import plot_metric
+    from wbfe.plots.theory import plot_kc
+    from wbfe.plots.watch import plot_watch
+    from wbfe.theory.hierarchical import simulate_hierarchical
+    from wbfe.theory.teacher_student import readout, sweep
+    from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory, result_at
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((60, 120))
+    eigs = np.linalg.eigvalsh(w @ w.T / 120)
+    written = [plot_esd(eigs, fit_esd(eigs, 0.5), out / "esd.png")]
+    written.append(plot_kc(sweep(readout("power", 8, beta=1.0), delta=0.04, d=20, r_values=[0.5, 1.0, 4.0]),
+                           out / "kc.png"))
+    result = simulate_hierarchical(d=6, p=2, alpha_min=1.5, alpha_max=2.0, points=2, seeds=1, features="gaussian",
+                                   kernel_max_n=0, n_test=50)
+    written += write_figures(result, out)
+    traj = Trajectory("run")
+    for t, beta in enumerate((1.0, 2.0, 4.0)):
+        layer = LayerPoint("classifier.weight", "head", 0.25, 2.0, beta, 0.0, 0.01, 1.5, 1.0, 3.0)
+        traj.points.append(CheckpointPoint(t, f"s{t}", (layer,), test_loss=[0.5, 0.3, 0.4][t]))
+    written.append(plot_watch(result_at(traj, 0.5), out / "watch.png"))
+    row = SimpleNamespace(rho=-0.5, ci_low=-0.9, ci_high=0.1, p_value=0.2, n=3)
+    models = [SimpleNamespace(scores={"bfe_head": float(i)}, quality=float(-i), model=f"m{i}") for i in range(3)]
+    ranked = SimpleNamespace(metric=lambda name: row, models=models, lower_is_better=False, quality="acc", zoo="z")
+    written.append(plot_metric(ranked, "bfe_head", out / "rank.png"))
+    print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules, len(written))
+    """
+)
+
+
+def test_plots_never_switch_the_backend_nor_touch_pyplot(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["pdf", "False", "6"]
+    names = ["esd.png", "kc.png", "hierarchical_overlaps.png", "hierarchical_nmse.png", "watch.png", "rank.png"]
+    for name in names:
+        assert (tmp_path / name).read_bytes()[:8] == PNG, name

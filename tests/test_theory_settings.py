@@ -1,0 +1,96 @@
+"""The theory sweeps' settings: validated once, before any work; shared by the CLI, the run and its JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from wbfe.errors import InvalidOptionError, UnknownNameError
+from wbfe.theory._json import dumps, jsonable
+from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
+from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
+from wbfe_cli.main import app
+
+
+def _strict(text: str) -> object:
+    """Parse JSON as a standard parser does: a bare NaN or Infinity token is an error."""
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"non-standard JSON token {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: CurveSettings(r_min=5.0, r_max=1.0), "need 0 < r_min < r_max and points >= 2"),
+        (lambda: CurveSettings(points=1), "need 0 < r_min < r_max and points >= 2"),
+        (lambda: CurveSettings(delta=0.0), "delta must be positive and finite, got 0.0"),
+        (lambda: CurveSettings(readout="sparse", k=2, nonzeros=3), "nonzeros must be in [1, k=2], got 3"),
+        (lambda: HmcSettings(k=50, d=40), "need k <= d for HMC, got k=50, d=40"),
+        (lambda: HmcSettings(r_values=()), "r_values must not be empty"),
+        (lambda: HmcSettings(seeds=(0, -1)), "seeds must be an integer >= 0, got -1"),
+        (lambda: StudentSettings(widths=(2, 0)), "widths must be an integer >= 1, got 0"),
+        (lambda: StudentSettings(lr=math.nan), "lr must be positive and finite, got nan"),
+        (lambda: HierarchicalSettings(d=10, points=1), "points must be an integer >= 2, not 1"),
+        (lambda: HierarchicalSettings(d=1), "d must be an integer >= 2, not 1"),
+        (lambda: HierarchicalSettings(d=10, gamma=0.5), "the sequential-recovery predictions need gamma > 1/2"),
+    ],
+)
+def test_settings_refuse_bad_values(build, message) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        build()
+    assert str(info.value).startswith(message)
+
+
+def test_settings_refuse_unknown_names() -> None:
+    with pytest.raises(UnknownNameError, match="unknown activation 'tnh2'; did you mean 'tanh2'"):
+        CurveSettings(activation="tnh2")
+    with pytest.raises(UnknownNameError, match="unknown readout 'powr'"):
+        CurveSettings(readout="powr")
+    with pytest.raises(UnknownNameError, match="unknown feature kind 'gauss'"):
+        HierarchicalSettings(d=10, features="gauss")
+
+
+def test_cli_refuses_before_any_work(tmp_path: Path) -> None:
+    # HMC would need minutes; the settings refuse in the parse step, and nothing is written.
+    out = tmp_path / "hmc"
+    res = CliRunner().invoke(app, ["theory", "hmc", "--d", "10", "--k", "20", "--output", str(out)])
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == ["wbfe: error: need k <= d for HMC, got k=20, d=10"]
+    assert not out.exists()
+
+
+def test_hierarchical_settings_or_keywords_give_one_result() -> None:
+    kw = dict(d=6, p=2, alpha_min=1.5, alpha_max=2.0, points=2, seeds=1, features="gaussian", kernel_max_n=0, n_test=50)
+    settings = HierarchicalSettings(**kw)
+    a, b = simulate_hierarchical(settings), simulate_hierarchical(**kw)
+    assert a.to_dict() == b.to_dict()
+    assert a.settings == {**settings.to_dict(p=2)} and a.settings["D"] == 21 and a.settings["p"] == 2
+    with pytest.raises(InvalidOptionError, match="give the settings or keywords, not both"):
+        simulate_hierarchical(settings, d=7)
+
+
+def test_json_writes_null_for_non_finite_values() -> None:
+    assert jsonable({"x": [1.0, math.nan, -math.inf]}) == {"x": [1.0, None, None]}
+    assert _strict(dumps({"a": float("nan")})) == {"a": None}
+
+
+def test_student_json_is_standard_and_records_its_settings(tmp_path: Path) -> None:
+    # One seed: the standard errors are NaN, which the file must hold as null.
+    res = CliRunner().invoke(app, ["theory", "student", "--widths", "1,2", "--n", "100", "--d", "6", "--k", "6",
+                                   "--epochs", "5", "--output", str(tmp_path), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    saved = _strict((tmp_path / "student.json").read_text())
+    assert saved == _strict(res.stdout)
+    assert saved["sem"] == [None, None]
+    assert saved["settings"] == StudentSettings(widths=(1, 2), n=100, d=6, k=6, epochs=5).to_dict()
+    table = CliRunner().invoke(app, ["theory", "student", "--widths", "1", "--n", "100", "--d", "6", "--k", "6",
+                                     "--epochs", "5", "--output", str(tmp_path)])
+    assert table.exit_code == 0, table.output
+    assert f"wrote {tmp_path / 'student.json'}" in table.stderr and "wrote" not in table.stdout
