@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 from wbfe._config import blas_threads
 from wbfe.matrices import MatrixPlan, Skip
 from wbfe.sources import TensorEntry
-from wbfe.spectra import _MID_P, pin_threads, releases_gil, work_bytes
+from wbfe.spectra import multithreaded, pin_threads, releases_gil, work_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -167,7 +167,7 @@ class Pipeline:
             self._in_flight += cost
             self._done.append((entry, plan, future))
             return
-        if p >= _MID_P:  # a large matrix alone, with all BLAS threads (small ones use one anyway)
+        if multithreaded(plan.rows, plan.cols):  # alone, with all BLAS threads (small ones use one anyway)
             self._wait()
             self._unpin()
         self._done.append((entry, plan, _now(job)))

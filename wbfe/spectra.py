@@ -14,20 +14,20 @@ import contextlib
 import functools
 import math
 import threading
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 
 from wbfe import _blas
 from wbfe._config import blas_threads
 from wbfe.errors import InvalidOptionError, WbfeError
-from wbfe.metrics._group import Spectrum
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum", "work_bytes",
-           "releases_gil", "uses_lu", "pin_threads"]
+__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum", "work_bytes",
+           "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
 
 # float64 bytes of one block of rows/columns: 8 MiB keeps the rank-k updates at full GEMM speed
 # (k >= 1,000 for p <= 1,024) while adding little to the tensor itself (peak RSS, bench_memory.py).
@@ -45,9 +45,80 @@ _SMALL_P = 256
 # Matrices whose float64 copy fits in this are scored side by side on worker threads (their
 # products and factorisations release the GIL); a larger one alone, on every BLAS thread.
 _WORKER_BYTES = 32 << 20
+# Largest entries of a float64 W outside these are scaled by a power of two before the Gram matrix
+# (see _range_shift): inside, Σw² and every eigenvalue above the noise floor p·eps·max stay normal.
+_RANGE_LO = 2.0**-400
+_RANGE_HI = 2.0**400
 _pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
 # Tests set this to run the torch code path that serves CUDA on the CPU (CI has no GPU).
 _TORCH_ON_CPU = False
+
+
+Form = Literal["primal", "dual"]
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """Eigenvalues of the smaller Gram matrix of one weight matrix (or of pooled conv slices).
+
+    Attributes:
+        eigs: float64 eigenvalues in ascending order, noise-level values clipped to exactly 0; None
+            when only the moments were computed (every requested group has ``needs_eigenvalues=False``).
+        rows: rows of the matrix (of one slice, for pooled slices) as stored: PyTorch ``out``.
+        cols: columns of the matrix (of one slice): PyTorch ``in`` (times kernel size if flattened).
+        n_slices: number of matrices whose spectra were pooled (1 unless conv ``slices``).
+        moments: ``(mean(e), mean(log e), n, n_zero)`` when ``eigs`` is None.
+        extra: what groups with a ``from_matrices`` hook computed from the matrices themselves,
+            by group name (e.g. the ``rand`` group's shuffled spectrum).
+        log_scale: natural log of the factor the true eigenvalues are of ``eigs`` (and of the
+            moments): 0 unless the matrix was rescaled by a power of two because its Gram matrix
+            would leave float64's range (a float64 matrix scaled by 1e-200 or 1e200). Scale-
+            invariant columns (BFE-W at λ*, α, κ, ranks) ignore it; the others apply it.
+    """
+
+    eigs: Optional[np.ndarray]
+    rows: int
+    cols: int
+    n_slices: int = 1
+    moments: Optional[tuple[float, float, int, int]] = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    log_scale: float = 0.0
+
+    @property
+    def n_eigs(self) -> int:
+        """Number of (pooled) eigenvalues."""
+        return int(self.eigs.size) if self.eigs is not None else int(self.moments[2])  # type: ignore[index]
+
+    def log_moments(self) -> tuple[float, float, int, int]:
+        """``(mean(e), mean(log e), n, n_zero)`` of ``eigs`` as stored (see ``log_scale``); mean(log e)
+        is −inf when an eigenvalue is exactly 0."""
+        if self.eigs is None:
+            assert self.moments is not None
+            return self.moments
+        e = self.eigs
+        with np.errstate(divide="ignore"):
+            mean_log = float(np.mean(np.log(e))) if np.all(e > 0.0) else -math.inf
+        return float(np.mean(e)), mean_log, int(e.size), int(np.count_nonzero(e <= 0.0))
+
+    @property
+    def p(self) -> int:
+        """Smaller side of one matrix: the number of eigenvalues per slice."""
+        return min(self.rows, self.cols)
+
+    @property
+    def P(self) -> int:  # noqa: N802 - the MATH.md name
+        """Larger side of one matrix."""
+        return max(self.rows, self.cols)
+
+    @property
+    def gamma(self) -> float:
+        """Aspect ratio p / P in (0, 1]."""
+        return self.p / self.P
+
+    @property
+    def form(self) -> Form:
+        """``primal`` when out <= in (the paper's m <= d_L), else ``dual``."""
+        return "primal" if self.rows <= self.cols else "dual"
 
 
 class DegenerateMatrixError(WbfeError, ValueError):
@@ -141,6 +212,12 @@ def uses_lu(rows: int, cols: int, device: "torch.device") -> bool:
     """Whether BFE-W alone takes log det from the LU factors of the matrix itself (a large square
     matrix on the CPU), not from the Cholesky factor of its Gram matrix."""
     return device.type == "cpu" and not _TORCH_ON_CPU and rows == cols and rows >= _SMALL_P
+
+
+def multithreaded(rows: int, cols: int) -> bool:
+    """Whether BLAS may run this matrix's products on more than one thread: below p = 96 OpenBLAS
+    keeps to one by itself, so such a matrix may be scored while workers are pinned."""
+    return min(rows, cols) >= _MID_P
 
 
 def releases_gil(rows: int, cols: int, device: "torch.device") -> bool:
@@ -324,6 +401,31 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "torch.device", *, need
         need_eigs: False when only mean(e) and mean(log e) are needed (BFE-W alone).
     """
     rows, cols = (int(n) for n in matrices[0].shape)
+    shift = _range_shift(matrices)
+    log_scale = 0.0
+    if shift:
+        # W·2^k exactly: the eigenvalues are 4^k times W's, which ``log_scale`` undoes.
+        matrices = [m * math.ldexp(1.0, shift) for m in matrices]
+        log_scale = -2.0 * shift * math.log(2.0)
     if need_eigs:
-        return Spectrum(eigs=eigenvalues(matrices, device), rows=rows, cols=cols, n_slices=len(matrices))
-    return Spectrum(eigs=None, rows=rows, cols=cols, n_slices=len(matrices), moments=log_moments(matrices, device))
+        return Spectrum(eigs=eigenvalues(matrices, device), rows=rows, cols=cols, n_slices=len(matrices),
+                        log_scale=log_scale)
+    return Spectrum(eigs=None, rows=rows, cols=cols, n_slices=len(matrices), moments=log_moments(matrices, device),
+                    log_scale=log_scale)
+
+
+def _range_shift(matrices: Sequence["torch.Tensor"]) -> int:
+    """k such that W·2^k has its largest entry in [½, 1), when W's Gram matrix would leave
+    float64's range (entries of Σw² under ~1e-240 lose digits and underflow to 0, over ~1e240
+    overflow); 0 otherwise, and for non-finite or all-zero W (refused later with that reason).
+
+    Only float64 matrices can get there: a float32, float16 or bfloat16 entry squared is within
+    1e-90 ... 1e77, so the others are not even looked at."""
+    import torch
+
+    if matrices[0].dtype != torch.float64:
+        return 0
+    top = max(float(torch.amax(torch.abs(m))) for m in matrices)
+    if not (math.isfinite(top) and top > 0.0) or _RANGE_LO <= top <= _RANGE_HI:
+        return 0
+    return -math.frexp(top)[1]

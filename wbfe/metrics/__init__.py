@@ -11,7 +11,8 @@ import importlib
 from typing import Iterable
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions
+from wbfe.spectra import Spectrum
 
 __all__ = [
     "GroupResult",

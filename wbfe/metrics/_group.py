@@ -9,70 +9,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Literal, Optional, Sequence, Union
 
 import numpy as np
 
+from wbfe.spectra import Form, Spectrum  # noqa: F401 - re-exported: the groups' input, defined where it is computed
+
 Value = Union[float, int, str, None]
-Form = Literal["primal", "dual"]
+
+# exp() of more than this overflows float64; of less than _LOG_TINY it is 0.
+_LOG_HUGE = math.log(np.finfo(np.float64).max)
+_LOG_TINY = math.log(np.finfo(np.float64).smallest_normal)
 
 
-@dataclass(frozen=True)
-class Spectrum:
-    """Eigenvalues of the smaller Gram matrix of one weight matrix (or of pooled conv slices).
+def rescaled(value: float, power: float, log_scale: float) -> float:
+    """``value · exp(power · log_scale)``: a column of the true spectrum from the one computed on
+    the stored eigenvalues (:attr:`Spectrum.log_scale`), for a column that scales like e^power;
+    NaN where the true value lies outside float64's normal range (see :func:`out_of_range`)."""
+    if log_scale == 0.0 or value == 0.0 or not math.isfinite(value):
+        return value
+    log_abs = math.log(abs(value)) + power * log_scale
+    if not _LOG_TINY <= log_abs <= _LOG_HUGE:
+        return math.nan
+    return math.copysign(math.exp(log_abs), value)
 
-    Attributes:
-        eigs: float64 eigenvalues in ascending order, noise-level values clipped to exactly 0; None
-            when only the moments were computed (every requested group has ``needs_eigenvalues=False``).
-        rows: rows of the matrix (of one slice, for pooled slices) as stored: PyTorch ``out``.
-        cols: columns of the matrix (of one slice): PyTorch ``in`` (times kernel size if flattened).
-        n_slices: number of matrices whose spectra were pooled (1 unless conv ``slices``).
-        moments: ``(mean(e), mean(log e), n, n_zero)`` when ``eigs`` is None.
-        extra: what groups with a ``from_matrices`` hook computed from the matrices themselves,
-            by group name (e.g. the ``rand`` group's shuffled spectrum).
-    """
 
-    eigs: Optional[np.ndarray]
-    rows: int
-    cols: int
-    n_slices: int = 1
-    moments: Optional[tuple[float, float, int, int]] = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+def out_of_range(log_scale: float) -> str:
+    """The reason for a NaN from :func:`rescaled`."""
+    return f"outside float64's range: the eigenvalues are of order 1e{log_scale / math.log(10.0):+.0f}"
 
-    @property
-    def n_eigs(self) -> int:
-        """Number of (pooled) eigenvalues."""
-        return int(self.eigs.size) if self.eigs is not None else int(self.moments[2])  # type: ignore[index]
-
-    def log_moments(self) -> tuple[float, float, int, int]:
-        """``(mean(e), mean(log e), n, n_zero)``; mean(log e) is −inf when an eigenvalue is exactly 0."""
-        if self.eigs is None:
-            assert self.moments is not None
-            return self.moments
-        e = self.eigs
-        with np.errstate(divide="ignore"):
-            mean_log = float(np.mean(np.log(e))) if np.all(e > 0.0) else -math.inf
-        return float(np.mean(e)), mean_log, int(e.size), int(np.count_nonzero(e <= 0.0))
-
-    @property
-    def p(self) -> int:
-        """Smaller side of one matrix: the number of eigenvalues per slice."""
-        return min(self.rows, self.cols)
-
-    @property
-    def P(self) -> int:  # noqa: N802 - the MATH.md name
-        """Larger side of one matrix."""
-        return max(self.rows, self.cols)
-
-    @property
-    def gamma(self) -> float:
-        """Aspect ratio p / P in (0, 1]."""
-        return self.p / self.P
-
-    @property
-    def form(self) -> Form:
-        """``primal`` when out <= in (the paper's m <= d_L), else ``dual``."""
-        return "primal" if self.rows <= self.cols else "dual"
 
 
 @dataclass(frozen=True)
@@ -103,6 +68,14 @@ class GroupResult:
         """Mark ``column`` as NaN because of ``reason``."""
         self.values[column] = math.nan
         self.reasons[column] = reason
+
+    def put_rescaled(self, column: str, value: float, power: float, log_scale: float) -> None:
+        """``column`` = :func:`rescaled` ``(value, power, log_scale)``, or NaN with the reason."""
+        true = rescaled(value, power, log_scale)
+        if math.isnan(true) and not math.isnan(value):
+            self.fail(column, out_of_range(log_scale))
+        else:
+            self.values[column] = true
 
 
 @dataclass(frozen=True)

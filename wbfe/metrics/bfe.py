@@ -21,7 +21,8 @@ from typing import Literal, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
+from wbfe.spectra import Spectrum
 
 __all__ = ["bfe", "bfe_from_moments", "parse_lambda", "positive_lambda", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
 
@@ -108,9 +109,20 @@ def bfe_marchenko_pastur_limit(gamma: float) -> float:
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     mean_e, mean_log_e, _, n_zero = spec.log_moments()
-    value, lam_used = bfe_from_moments(mean_e, mean_log_e, options.lam)
-    result.values["lambda"] = lam_used
+    lam = options.lam
+    if lam != "opt" and spec.log_scale:
+        # F(λ) of e equals F(λ·s) of e/s: the moments are of the rescaled eigenvalues e/s.
+        lam = rescaled(positive_lambda(lam), 1.0, spec.log_scale)
+        if math.isnan(lam):
+            result.fail("lambda", out_of_range(spec.log_scale))
+            result.fail("bfe", out_of_range(spec.log_scale))
+            return result
+    value, lam_used = bfe_from_moments(mean_e, mean_log_e, lam)
     result.values["bfe"] = value
+    if options.lam == "opt":
+        result.put_rescaled("lambda", lam_used, -1.0, spec.log_scale)
+    else:
+        result.values["lambda"] = positive_lambda(options.lam)
     if math.isinf(value):
         result.reasons["bfe"] = f"rank-deficient: {n_zero} zero eigenvalue(s), BFE-W = +inf"
     return result

@@ -36,8 +36,9 @@ from scipy.special import gammaln
 
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics.bfe import positive_lambda
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
 from wbfe.special import log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
+from wbfe.spectra import Spectrum
 
 __all__ = [
     "pdf",
@@ -481,7 +482,10 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     if options.lam == "opt":
         lam = 1.0 / float(np.mean(eigs))
     else:
-        lam = positive_lambda(options.lam)
+        # λ in the units of the stored eigenvalues (see Spectrum.log_scale): λ·e is what counts.
+        lam = rescaled(positive_lambda(options.lam), 1.0, spec.log_scale)
+        if math.isnan(lam):
+            return _fail_all(result, out_of_range(spec.log_scale))
     try:
         fitted = fit(positive, gamma)
     except InvalidOptionError as exc:
@@ -493,14 +497,15 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     h_opt = h_star(lam, gamma, fitted.kappa, c_g)
     result.values.update(
         htmp_kappa=fitted.kappa,
-        htmp_beta=fitted.beta,
-        htmp_tau=fitted.tau,
         htmp_ks=fitted.ks,
-        h=h_value,
-        h_star=h_opt,
+        # F∞ is unchanged when the eigenvalues and 1/λ are scaled alike.
         f_inf=f_inf(lam, fitted.kappa, gamma, fitted.beta, fitted.tau),
         diagnosis=diagnose(h_value, h_opt),
     )
+    # β is a rate (1/e); τ, h = κ/β and h* = 2γ/λ·(...) are in the units of e.
+    for column, value, power in (("htmp_beta", fitted.beta, -1.0), ("htmp_tau", fitted.tau, 1.0),
+                                 ("h", h_value, 1.0), ("h_star", h_opt, 1.0)):
+        result.put_rescaled(column, value, power, spec.log_scale)
     notes = []
     if n_zero:
         notes.append(f"{n_zero} exact zero eigenvalue(s) (rank-deficient) dropped before the fit")

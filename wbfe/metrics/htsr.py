@@ -31,8 +31,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
+from wbfe.spectra import Spectrum
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "WW_EVALS_THRESH", "WW_EPSILON", "GROUP"]
 
@@ -43,6 +44,7 @@ WW_EPSILON = 1e-10
 _KDE_BANDWIDTH = 0.1
 _KDE_GRID = 1000
 _KDE_FLOOR = 0.01
+_LN10 = math.log(10.0)
 
 COLUMNS = (
     "norm",
@@ -249,13 +251,15 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
             result.fail(column, problem)
         return result
     _norm_columns(result, e, spec, options)
-    _power_law_columns(result, e, options)
+    _power_law_columns(result, e, options, spec.log_scale)
     fit = mp_fit(e, spec.P, spec.p)
     for column in ("bulk_max", "num_spikes", "mp_softrank"):
-        if fit.reason is None:
-            result.values[column] = getattr(fit, column)
-        else:
+        if fit.reason is not None:
             result.fail(column, f"MP fit: {fit.reason}")
+        elif column == "bulk_max":
+            result.put_rescaled(column, fit.bulk_max, 1.0, spec.log_scale)
+        else:
+            result.values[column] = getattr(fit, column)
     return result
 
 
@@ -274,10 +278,11 @@ def _spectrum_problem(e: np.ndarray) -> Optional[str]:
 def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: MetricOptions) -> None:
     norm = float(np.sum(e))
     spectral = float(e[-1])
-    result.values["norm"] = norm
-    result.values["log_norm"] = math.log10(norm)
-    result.values["spectral_norm"] = spectral
-    result.values["log_spectral_norm"] = math.log10(spectral)
+    shift = spec.log_scale / _LN10  # log10 of the true eigenvalues over the stored ones
+    result.put_rescaled("norm", norm, 1.0, spec.log_scale)
+    result.values["log_norm"] = math.log10(norm) + shift
+    result.put_rescaled("spectral_norm", spectral, 1.0, spec.log_scale)
+    result.values["log_spectral_norm"] = math.log10(spectral) + shift
     result.values["stable_rank"] = norm / spectral
     result.values["matrix_rank"] = matrix_rank(e, spec.P)
     entropy, reason = matrix_entropy(e, spec.P, epsilon=WW_EPSILON if options.ww_compatible else 0.0)
@@ -287,9 +292,13 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
         result.fail("entropy", reason)
 
 
-def _power_law_columns(result: GroupResult, e: np.ndarray, options: MetricOptions) -> None:
+def _power_law_columns(result: GroupResult, e: np.ndarray, options: MetricOptions, log_scale: float = 0.0) -> None:
     threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
-    tail_source = e[e > threshold]
+    # WeightWatcher's threshold is on the true eigenvalues; e are those over exp(log_scale).
+    stored_threshold = rescaled(threshold, 1.0, -log_scale) if threshold else 0.0
+    if math.isnan(stored_threshold):
+        stored_threshold = math.inf if log_scale < 0.0 else 0.0
+    tail_source = e[e > stored_threshold]
     fit = fit_power_law(tail_source, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
     pl_columns = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
     if fit.reason is not None:
@@ -298,16 +307,20 @@ def _power_law_columns(result: GroupResult, e: np.ndarray, options: MetricOption
         for column in pl_columns + ("tpl_alpha", "tpl_lambda"):
             result.fail(column, f"power-law fit: {fit.reason}{note}")
         return
+    shift = log_scale / _LN10
+    top = float(e[-1])
     result.values["alpha"] = fit.alpha
     result.values["sigma"] = fit.sigma
-    result.values["xmin"] = fit.xmin
+    result.put_rescaled("xmin", fit.xmin, 1.0, log_scale)
     result.values["num_pl_spikes"] = int(np.count_nonzero(e >= fit.xmin))
-    result.values["alpha_weighted"] = fit.alpha * math.log10(float(e[-1]))
-    result.values["log_alpha_norm"] = math.log10(float(np.sum(e**fit.alpha)))
+    result.values["alpha_weighted"] = fit.alpha * (math.log10(top) + shift)
+    # log10 Σ e^α = α·log10 max e + log10 Σ (e/max e)^α: e^α alone underflows to 0 for tiny weights
+    # (randn·1e-30: e ~ 1e-58, α ~ 5) and overflows for huge ones.
+    result.values["log_alpha_norm"] = fit.alpha * (math.log10(top) + shift) + math.log10(float(np.sum((e / top) ** fit.alpha)))
     tpl = fit_truncated_power_law(tail_source, xmin=fit.xmin)
     if tpl.reason is None:
         result.values["tpl_alpha"] = tpl.alpha
-        result.values["tpl_lambda"] = tpl.lam
+        result.put_rescaled("tpl_lambda", tpl.lam, -1.0, log_scale)
     else:
         result.fail("tpl_alpha", f"truncated power-law fit: {tpl.reason}")
         result.fail("tpl_lambda", f"truncated power-law fit: {tpl.reason}")
