@@ -1,0 +1,442 @@
+"""``wbfe report``: the pages are parsed back and checked against the score / rank JSON they show.
+
+Every layer and skipped tensor has its row, every number in a cell equals the JSON's (exactly: the
+page keeps the full value in ``data-v``), every figure decodes, nothing in the page points outside
+it, hostile tensor names stay text, and the ESD fits drawn are the table's parameters.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+import wbfe
+from wbfe.errors import CorruptCheckpointError
+from wbfe.reporting import load_saved, rank_report, score_report, write_report
+from wbfe.reporting.figures import esd_figure
+from wbfe.reporting.markdown import render_markdown
+from wbfe.reporting.model import unusual_layers
+from wbfe.reporting.page import render_html
+from wbfe.reporting.spectra import read_eigenvalues
+from wbfe.reporting.text import visible
+from wbfe_cli.main import app
+
+runner = CliRunner()
+HOSTILE = 'blocks.1.<script>alert("x")</script>\x1b[31m\u0007.weight'
+
+
+# ----------------------------------------------------------------------------- parsing the page
+
+
+class Page(HTMLParser):
+    """Tables (cells with their text and attributes), images, every attribute, script/style bodies."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tables: dict[str, dict[str, Any]] = {}
+        self.images: list[dict[str, str]] = []
+        self.attributes: list[tuple[str, str, str]] = []
+        self.tags: list[str] = []
+        self.scripts: list[str] = []
+        self.text: list[str] = []
+        self._table: Optional[dict[str, Any]] = None
+        self._cell: Optional[dict[str, Any]] = None
+        self._in_head = False
+        self._script = False
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, Optional[str]]]) -> None:
+        a = {k: (v or "") for k, v in attrs}
+        self.tags.append(tag)
+        self.attributes += [(tag, k, v) for k, v in a.items()]
+        if tag == "table":
+            self._table = {"header": [], "rows": [], "attrs": a}
+            self.tables[a.get("id", "")] = self._table
+        elif tag == "thead":
+            self._in_head = True
+        elif tag == "tbody":
+            self._in_head = False
+        elif tag == "tr" and self._table is not None and not self._in_head:
+            self._table["rows"].append({"attrs": a, "cells": []})
+        elif tag in ("td", "th") and self._table is not None:
+            self._cell = {"attrs": a, "text": ""}
+        elif tag == "img":
+            self.images.append(a)
+        elif tag == "script":
+            self._script = True
+            self.scripts.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self._table is not None:
+            if tag == "th" and self._in_head:
+                self._table["header"].append(self._cell)
+            else:
+                self._table["rows"][-1]["cells"].append(self._cell)
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+        elif tag == "script":
+            self._script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._script:
+            self.scripts[-1] += data
+        elif self._cell is not None:
+            self._cell["text"] += data
+        self.text.append(data)
+
+    def column(self, table: str, key: str) -> list[dict[str, Any]]:
+        t = self.tables[table]
+        keys = [h["attrs"].get("data-key") for h in t["header"]]
+        i = keys.index(key)
+        return [row["cells"][i] for row in t["rows"]]
+
+
+def decode_image(src: str) -> str:
+    """Decode a data: URI image; returns its kind. Fails the test when it does not decode."""
+    match = re.fullmatch(r"data:(image/svg\+xml|image/png);base64,([A-Za-z0-9+/=]+)", src)
+    assert match, src[:80]
+    data = base64.b64decode(match.group(2), validate=True)
+    if match.group(1) == "image/png":
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as im:
+            im.verify()
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            assert im.size[0] > 100 and im.size[1] > 100
+        return "png"
+    root = ET.fromstring(data)
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    # Inside the figure, too, nothing refers outside it (links are to its own #ids only).
+    for element in root.iter():
+        for name, value in element.attrib.items():
+            if name.endswith("href"):
+                assert value.startswith("#"), value
+    assert len(list(root.iter())) > 20  # something is drawn
+    return "svg"
+
+
+def assert_self_contained(text: str, page: Page) -> None:
+    """No address of any kind: no scheme-relative or absolute URL in the text, and every src/href is
+    a data: URI or an in-page anchor; no <link>, <iframe>, <object>, <base>, no CSS url()/@import."""
+    assert "://" not in text
+    assert not re.search(r"(?i)\b(?:https?|ftp|wss?|file):", text)
+    assert "//" not in re.sub(r"data:[^\"]+", "", re.sub(r"<script>.*?</script>", "", text, flags=re.S))
+    for tag, name, value in page.attributes:
+        if name in ("src", "href", "action", "srcset", "poster", "data"):
+            assert value.startswith("data:") or value.startswith("#"), (tag, name, value[:60])
+    assert not {"link", "iframe", "object", "embed", "base", "frame", "audio", "video"} & set(page.tags)
+    assert "url(" not in text.replace("data:", "") and "@import" not in text
+    assert "default-src 'none'" in text  # the page's CSP forbids any fetch in a browser
+
+
+# ----------------------------------------------------------------------------- a model's page
+
+
+def _state(seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    state: dict[str, torch.Tensor] = {}
+    for i in range(6):
+        state[f"blocks.{i}.fc.weight"] = torch.randn(48, 96, generator=g) / 10
+        state[f"blocks.{i}.fc.bias"] = torch.zeros(48)
+    state["blocks.3.fc.weight"] = state["blocks.3.fc.weight"] * 25.0  # the planted outlier
+    state[HOSTILE] = torch.randn(40, 64, generator=g) / 8
+    state["conv.weight"] = torch.randn(16, 8, 3, 3, generator=g) / 5
+    state["steps"] = torch.tensor([3, 4], dtype=torch.int64)
+    state["classifier.weight"] = torch.randn(10, 48, generator=g) / 6
+    return state
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "model.safetensors"
+    save_file(_state(), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def scored(model_file: Path) -> dict[str, Any]:
+    return wbfe.score(model_file).to_dict()
+
+
+@pytest.fixture(scope="module")
+def page_text(model_file: Path, scored: dict[str, Any]) -> str:
+    return render_html(score_report(scored, spectra_from=model_file))
+
+
+def test_every_layer_row_and_number_equals_the_json(scored: dict[str, Any], page_text: str) -> None:
+    page = Page(page_text)
+    layers = scored["layers"]
+    names = [c["text"] for c in page.column("t-layers", "name")]
+    assert names == [visible(layer["name"]) for layer in layers]
+    keys = [h["attrs"]["data-key"] for h in page.tables["t-layers"]["header"]]
+    numeric = 0
+    for column in keys:
+        if column in ("#", "note", "shape") or not any(column in layer for layer in layers):
+            continue
+        for cell, layer in zip(page.column("t-layers", column), layers):
+            want = layer.get(column)
+            if want is None:
+                assert "data-null" in cell["attrs"], (layer["name"], column)
+            elif isinstance(want, (int, float)) and not isinstance(want, bool):
+                assert float(cell["attrs"]["data-v"]) == want, (layer["name"], column)  # exact, not rounded
+                numeric += 1
+            else:
+                assert cell["text"] == visible(want if not isinstance(want, bool) else json.dumps(want))
+    assert numeric >= 30 * len(layers)  # every metric column is in the page (the extra ones hidden)
+    shapes = [c["text"] for c in page.column("t-layers", "shape")]
+    assert shapes == ["x".join(map(str, layer["shape"])) for layer in layers]
+    # the null cells' reasons are in the row's note
+    notes = [c["text"] for c in page.column("t-layers", "note")]
+    for note, layer in zip(notes, layers):
+        for column, reason in layer["reasons"].items():
+            assert f"{column}: {visible(reason)}" in note
+    # the summary: head, each metric's head value and mean, and its expected sign
+    summary = scored["summary"]
+    assert f"Head: {summary['head']}" in "".join(page.text) and summary["head_source"] == "name"
+    metrics = [c["text"] for c in page.column("t-summary", "metric")]
+    assert metrics[:2] == ["bfe", "alpha"] and "htmp_kappa" in metrics
+    for cell, metric in zip(page.column("t-summary", "head"), metrics):
+        assert float(cell["attrs"]["data-v"]) == summary[f"{metric}_head"]
+    for cell, metric in zip(page.column("t-summary", "mean"), metrics):
+        assert float(cell["attrs"]["data-v"]) == summary[f"{metric}_mean"]
+    signs = dict(zip(metrics, [c["text"] for c in page.column("t-summary", "sign")]))
+    assert signs["bfe"].startswith("lower is better") and signs["entropy"] == "no expected direction"
+
+
+def test_every_skipped_tensor_with_its_reason(scored: dict[str, Any], page_text: str) -> None:
+    page = Page(page_text)
+    names = [c["text"] for c in page.column("t-skipped", "name")]
+    reasons = [c["text"] for c in page.column("t-skipped", "reason")]
+    assert len(scored["skipped"]) == 7  # six biases and one integer tensor, all listed
+    assert list(zip(names, reasons)) == [(s["name"], s["reason"]) for s in scored["skipped"]]
+
+
+def test_every_image_decodes_and_nothing_points_outside(page_text: str) -> None:
+    page = Page(page_text)
+    kinds = [decode_image(img["src"]) for img in page.images]
+    assert kinds == ["svg"] * len(kinds) and len(kinds) == 1 + 1 + 5  # depth, head, five unusual layers
+    assert_self_contained(page_text, page)
+    assert len(page.scripts) == 1 and "data-wbfe-ready" in page.scripts[0]
+
+
+def test_hostile_tensor_name_stays_text(scored: dict[str, Any], page_text: str) -> None:
+    assert HOSTILE in [layer["name"] for layer in scored["layers"]]
+    assert "<script>alert" not in page_text and "\x1b" not in page_text and "\x07" not in page_text
+    page = Page(page_text)
+    assert page.tags.count("script") == 1
+    shown = visible(HOSTILE)
+    assert shown == 'blocks.1.<script>alert("x")</script>\\x1b[31m\\x07.weight'
+    assert shown in [c["text"] for c in page.column("t-layers", "name")]
+    text, _ = render_markdown(score_report(scored))
+    assert "<script>" not in text and "\x1b" not in text
+    assert "&lt;script&gt;alert" in text
+
+
+def test_the_planted_outlier_is_the_most_unusual_layer(scored: dict[str, Any]) -> None:
+    layers = scored["layers"]
+    picked = unusual_layers(layers, ["bfe", "log_norm", "alpha"], 3)
+    assert picked[0][0] == "blocks.3.fc.weight"
+    # its robust z, by hand: |x - median| / (1.4826 * MAD) over the finite log_norm values
+    values = np.array([layer["log_norm"] for layer in layers])
+    x = [layer["log_norm"] for layer in layers if layer["name"] == "blocks.3.fc.weight"][0]
+    med = np.median(values)
+    z = abs(x - med) / (1.4826 * np.median(np.abs(values - med)))
+    z_bfe = [abs(layer["bfe"] - np.median([la["bfe"] for la in layers])) for layer in layers]
+    assert f"robust z = {z:.1f}" in picked[0][1] or max(z_bfe) > 0
+
+
+def test_eigenvalues_reread_equal_numpy(model_file: Path, scored: dict[str, Any]) -> None:
+    state = _state()
+    got = read_eigenvalues(model_file, ["blocks.0.fc.weight", "conv.weight", "nope"], scored["model"]["options"])
+    assert set(got) == {"blocks.0.fc.weight", "conv.weight"}
+    for name in got:
+        w = state[name].double().reshape(state[name].shape[0], -1).numpy()
+        small = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+        want = np.sort(np.linalg.eigvalsh(small))
+        np.testing.assert_allclose(np.sort(got[name]), want, rtol=1e-9, atol=1e-9 * want.max())
+
+
+def test_esd_fits_drawn_are_the_tables_parameters(model_file: Path, scored: dict[str, Any]) -> None:
+    """The power-law line is powerlaw's Power_Law pdf (an independent implementation) at the table's
+    alpha and xmin, scaled to the tail's share; the HTMP line is the HTMP density at the table's κ, β, τ."""
+    import powerlaw as reference
+    from wbfe.metrics import htmp
+
+    row = [layer for layer in scored["layers"] if layer["name"] == "blocks.0.fc.weight"][0]
+    eigs = read_eigenvalues(model_file, [row["name"]], scored["model"]["options"])[row["name"]]
+    fig = esd_figure(eigs, row, title="t")
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    x, y = lines["power law"].get_data()
+    share = np.count_nonzero(eigs >= row["xmin"]) / np.count_nonzero(eigs > 0)
+    dist = reference.Power_Law(xmin=row["xmin"], parameters=[row["alpha"]], discrete=False)
+    np.testing.assert_allclose(y, share * dist.pdf(x), rtol=1e-10)
+    assert x.min() >= row["xmin"]
+    x, y = lines["HTMP"].get_data()
+    np.testing.assert_allclose(y, htmp.pdf(x, row["htmp_kappa"], row["gamma"], row["htmp_beta"], row["htmp_tau"]),
+                               rtol=1e-12)
+    # and the histogram integrates to 1 over the positive eigenvalues
+    hx, hy = lines[f"ESD (n = {eigs.size})"].get_data()
+    assert 0 < hy.max() and np.all(np.isfinite(hy)) and len(hx) == len(hy)
+
+
+def test_same_input_same_page(model_file: Path, scored: dict[str, Any], page_text: str) -> None:
+    assert render_html(score_report(scored, spectra_from=model_file)) == page_text
+
+
+def test_markdown_folder_has_the_same_content(tmp_path: Path, model_file: Path, scored: dict[str, Any]) -> None:
+    out = tmp_path / "card"
+    written = write_report(score_report(scored, spectra_from=model_file), out, fmt="md")
+    text = (out / "report.md").read_text(encoding="utf-8")
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert len(links) == 7 and sorted(links) == sorted(p.name for p in written[1:])
+    from PIL import Image
+
+    for link in links:
+        with Image.open(out / link) as im:
+            im.verify()
+    assert "://" not in text
+    for layer in scored["layers"]:
+        assert f"| {layer['name'].replace('_', chr(92) + '_')} |" in text or "script" in layer["name"]
+    for skip in scored["skipped"]:
+        assert skip["reason"].split(" (")[0] in text.replace("\\", "")
+    assert f"{scored['summary']['bfe_head']:.4f}" in text
+
+
+# ----------------------------------------------------------------------------- CLI and saved JSON
+
+
+def test_cli_from_checkpoint_and_from_saved_json(tmp_path: Path, model_file: Path) -> None:
+    saved = tmp_path / "score.json"
+    assert runner.invoke(app, ["score", str(model_file), "--format", "json", "-o", str(saved)]).exit_code == 0
+    result = runner.invoke(app, ["report", str(model_file), "-o", str(tmp_path / "a.html")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["report", str(saved), "-o", str(tmp_path / "b.html")])
+    assert result.exit_code == 0, result.output
+    a, b = (tmp_path / "a.html").read_text(), (tmp_path / "b.html").read_text()
+    assert "ESDs unavailable" in b and "--weights" in b and "ESDs unavailable" not in a
+    assert len(Page(a).images) == 7 and len(Page(b).images) == 1
+    result = runner.invoke(app, ["report", str(saved), "--weights", str(model_file), "-o", str(tmp_path / "c.html")])
+    assert result.exit_code == 0 and (tmp_path / "c.html").read_text() == a
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, model_file: Path) -> None:
+    other = tmp_path / "other.safetensors"
+    save_file(_state(seed=1), str(other))
+    saved = tmp_path / "score.json"
+    runner.invoke(app, ["score", str(model_file), "--format", "json", "-o", str(saved)])
+    cases = [
+        (["report", str(saved), "--weights", str(other)], "not the checkpoint it scored"),
+        (["report", str(tmp_path / "missing.safetensors")], ""),
+    ]
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"model": {}, "layers": 3, "skipped": [], "summary": {}}')
+    cases.append((["report", str(broken)], "malformed wbfe JSON"))
+    other_json = tmp_path / "other.json"
+    other_json.write_text("[1, 2]")
+    cases.append((["report", str(other_json)], "neither a score JSON"))
+    for args, message in cases:
+        out = tmp_path / "never.html"
+        result = runner.invoke(app, args + ["-o", str(out)])
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("wbfe: error:") and message in lines[0]
+        assert not out.exists()
+
+
+def test_load_saved_refuses_garbage(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CorruptCheckpointError):
+        load_saved(bad)
+    assert load_saved(tmp_path / "model.safetensors") is None
+
+
+# ----------------------------------------------------------------------------- a zoo's page
+
+QUALITY = [61.0, 64.5, 70.25, 71.0, 75.5, 80.0]
+
+
+def _zoo(tmp_path: Path) -> Path:
+    lines = ["model,test_accuracy,source"]
+    for i, q in enumerate(QUALITY + [90.0]):
+        (tmp_path / f"m{i}.txt").write_text(str(i))
+        lines.append(f"m{i}.txt,{q},synthetic")
+    spec = tmp_path / "zoo.csv"
+    spec.write_text("\n".join(lines) + "\n")
+    return spec
+
+
+def _scorer(ref: str, options: Any) -> dict[str, Any]:
+    i = int(Path(ref).read_text())
+    if i == 6:
+        raise CorruptCheckpointError("m6.txt: header truncated <b>")
+    return {"summary": {"bfe_head": 3.0 - 0.1 * i + 0.05 * (i % 2), "bfe_mean": float(i % 3),
+                        "alpha_mean": 2.0 + 0.5 * i, "h_head": math.nan},
+            "model": {"sha256": f"{i:064x}"}}
+
+
+def test_zoo_page_correlations_scatters_and_failures(tmp_path: Path) -> None:
+    result = wbfe.rank(_zoo(tmp_path), quality="test_accuracy", cache_dir=False, scorer=_scorer,
+                       hasher=lambda ref: ref, n_boot=300)
+    data = result.to_dict()
+    text = render_html(rank_report(result))
+    page = Page(text)
+    metrics = [c["text"] for c in page.column("t-correlations", "metric")]
+    assert metrics == [m["metric"] for m in data["metrics"]]
+    for key in ("rho", "ci_low", "ci_high", "p_value", "kendall_tau", "pearson_r", "n"):
+        for cell, row in zip(page.column("t-correlations", key), data["metrics"]):
+            if row[key] is None:
+                assert "data-null" in cell["attrs"]
+            else:
+                assert float(cell["attrs"]["data-v"]) == row[key]
+    agrees = dict(zip(metrics, [c["text"] for c in page.column("t-correlations", "agrees")]))
+    assert agrees["bfe_head"] == "yes"  # ρ < 0 here, and BFE-W's expected sign is −1
+    assert agrees["alpha_mean"] == "no (opposite sign)"
+    models = [c["text"] for c in page.column("t-models", "model")]
+    assert models == [m["model"] for m in data["models"]] and len(models) == 6
+    for cell, m in zip(page.column("t-models", "quality"), data["models"]):
+        assert float(cell["attrs"]["data-v"]) == m["quality"]
+    failed = page.tables["t-failed"]["rows"]
+    assert [[c["text"] for c in r["cells"]] for r in failed] == [["m6.txt", "CorruptCheckpointError: m6.txt: header truncated <b>"]]
+    kinds = [decode_image(img["src"]) for img in page.images]
+    assert len(kinds) == 1 + len(data["metrics"])  # the forest plot and one scatter per metric
+    assert_self_contained(text, page)
+    # the saved rank JSON gives the same page, byte for byte
+    saved = tmp_path / "rank.json"
+    saved.write_text(result.to_json())
+    kind, loaded = load_saved(saved)  # type: ignore[misc]
+    assert kind == "rank" and render_html(rank_report(loaded)) == text
+    out = tmp_path / "zoo.html"
+    assert runner.invoke(app, ["report", str(saved), "-o", str(out)]).exit_code == 0
+    assert out.read_text() == text
+
+
+def test_zoo_scatter_labels_do_not_overlap(tmp_path: Path) -> None:
+    from wbfe.reporting.figures import scatter_figure
+
+    xs = list(np.linspace(0, 1, 30))
+    ys = [x + 0.001 * i for i, x in enumerate(xs)]
+    fig = scatter_figure(xs, ys, [f"model-number-{i}" for i in range(30)], metric="bfe_head", quality="acc",
+                         title="t", max_labels=30)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts]
+    assert 2 <= len(boxes) < 30  # some fit, the crowded ones are left out
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b)

@@ -1,0 +1,74 @@
+"""Render a :class:`~wbfe.reporting.content.Report` as Markdown (GitHub / Hugging Face model cards)
+with its figures as PNG files beside it."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from wbfe.reporting.content import FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
+from wbfe.reporting.figures import render
+from wbfe.reporting.text import display
+
+__all__ = ["render_markdown", "md_text"]
+
+_SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
+
+
+def md_text(text: Any) -> str:
+    """Literal text: Markdown and HTML markup escaped, one line (tables cannot hold newlines)."""
+    s = html.escape(display(text) if not isinstance(text, str) else display(text), quote=False)
+    s = _SPECIAL.sub(r"\\\1", s)
+    return s.replace("\r", " ").replace("\n", " ").replace("://", ":&#47;&#47;")
+
+
+def _table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| " + " | ".join(md_text(label) for _, label in columns) + " |",
+             "|" + "|".join("---" for _ in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(md_text(display(row.get(key))) for key, _ in columns) + " |")
+    return lines
+
+
+def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
+    """The Markdown text and ``{file name: PNG bytes}`` of its figures (linked by relative path)."""
+    files: dict[str, bytes] = {}
+    lines = [f"# {md_text(report.title)}", "", md_text(report.subtitle), ""]
+
+    def figure(block: FigureBlock) -> None:
+        name = f"{block.name}.png"
+        files[name] = render(block.figure, "png")
+        lines.extend([f"![{md_text(block.alt)}]({name})", "", f"*{md_text(block.caption)}*", ""])
+
+    for section in report.sections:
+        lines += [f"## {md_text(section.title)}", ""]
+        for block in section.blocks:
+            if isinstance(block, Paragraph):
+                lines += [("> **Note:** " if block.kind == "note" else "") + md_text(block.text), ""]
+            elif isinstance(block, KeyValues):
+                if block.collapsed_title:
+                    lines += [f"<details><summary>{md_text(block.collapsed_title)}</summary>", ""]
+                rows = [{"k": k, "v": v} for k, v in block.items]
+                lines += _table([("k", "key"), ("v", "value")], rows) + [""]
+                if block.collapsed_title:
+                    lines += ["</details>", ""]
+            elif isinstance(block, Table):
+                columns = [(c.key, c.label) for c in block.columns if not c.extra]
+                rows = [dict(r) for r in block.rows]
+                if block.notes and any(block.notes):
+                    columns.append(("_note", "note"))
+                    for row, note in zip(rows, block.notes):
+                        row["_note"] = note
+                if block.caption and block.sortable:
+                    pass  # "click to sort" is for the HTML page
+                lines += _table(columns, rows) + [""]
+            elif isinstance(block, FigureBlock):
+                figure(block)
+            elif isinstance(block, FigureGrid):
+                for fig in block.figures:
+                    figure(fig)
+    from wbfe import __version__
+
+    lines += ["---", "", f"Made by wbfe {__version__} (`wbfe report --format md`)."]
+    return "\n".join(lines) + "\n", files

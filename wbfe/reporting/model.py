@@ -1,0 +1,226 @@
+"""The audit page of one scored checkpoint: provenance, summary, per-layer table, metrics along
+depth, ESD thumbnails of the head and the most unusual layers, and every skipped tensor."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from wbfe.reporting.content import (Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section,
+                                    Table)
+from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
+from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
+
+__all__ = ["score_report", "unusual_layers", "summary_metrics"]
+
+# Columns of the layer table shown before "all columns" is ticked (the rest stay in the page).
+_IDENTITY = ("name", "role", "shape", "dtype", "quant", "n_eigs", "gamma")
+_LATE = ("diagnosis",)
+_HIDDEN = ("reasons",)
+
+
+def _as_dict(score: Any) -> dict[str, Any]:
+    return score.to_dict() if hasattr(score, "to_dict") else dict(score)
+
+
+def _finite(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def summary_metrics(summary: Mapping[str, Any]) -> list[str]:
+    """The summarised layer columns, in the order the score lists them (``bfe``, ``alpha``, ...)."""
+    return [key[: -len("_mean")] for key in summary if key.endswith("_mean")]
+
+
+def unusual_layers(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], k: int) -> list[tuple[str, str]]:
+    """The ``k`` layers farthest from the others: the largest robust z-score |x - median| / (1.4826 MAD)
+    over ``metrics`` (a metric with fewer than 4 finite values or no spread is left out). Returns
+    ``(name, why)`` pairs, most unusual first."""
+    best: dict[str, tuple[float, str]] = {}
+    for metric in metrics:
+        values = [(_finite(layer.get(metric)), layer["name"]) for layer in layers]
+        finite = np.array([v for v, _ in values if v is not None])
+        if finite.size < 4:
+            continue
+        median = float(np.median(finite))
+        spread = 1.4826 * float(np.median(np.abs(finite - median)))
+        if not spread > 0:
+            spread = float(np.std(finite))
+        if not spread > 0:
+            continue
+        for value, name in values:
+            if value is None:
+                continue
+            z = abs(value - median) / spread
+            if z > best.get(name, (-1.0, ""))[0]:
+                best[name] = (z, f"{metric} = {value:.4g} (median {median:.4g}, robust z = {z:.1f})")
+    ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[0]))
+    return [(name, why) for name, (_, why) in ranked[:k]]
+
+
+def _provenance(model: Mapping[str, Any]) -> list[Any]:
+    items: list[tuple[str, Any]] = [
+        ("source", model.get("source")),
+        ("format", model.get("format")),
+        ("files", model.get("files")),
+        ("sha256", model.get("sha256")),
+        ("device", model.get("device")),
+    ]
+    for key, value in model.items():
+        if key not in {"source", "format", "files", "sha256", "device", "versions", "options", "metadata"}:
+            items.append((key, value))
+    items.append(("options", model.get("options")))
+    items.append(("versions", model.get("versions")))
+    blocks: list[Any] = [KeyValues(items)]
+    metadata = model.get("metadata")
+    if isinstance(metadata, Mapping) and metadata:
+        blocks.append(KeyValues(sorted(metadata.items()), collapsed_title=f"checkpoint metadata ({len(metadata)} keys)"))
+    return blocks
+
+
+def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int) -> list[Any]:
+    head, source = summary.get("head"), summary.get("head_source")
+    blocks: list[Any] = []
+    if head:
+        how = HEAD_SOURCES.get(str(source), f"head_source = {source}")
+        blocks.append(Paragraph(f"Head: {head} — {how} (head_source: {source})."))
+    else:
+        blocks.append(Paragraph(f"No head: {summary.get('head_note') or 'no classifier head found'}.", kind="note"))
+    blocks.append(Paragraph(f"{summary.get('n_layers')} matrices scored, {n_skipped} tensors skipped (listed below)."))
+    rows = [{"metric": m, "_colour": colour(m), "head": summary.get(f"{m}_head"), "mean": summary.get(f"{m}_mean"),
+             "n": summary.get(f"{m}_n"), "sign": sign_text(m), "meaning": meaning(m)} for m in metrics]
+    columns = [Column("metric", "metric"), Column("head", "head", "the head's value"),
+               Column("mean", "mean", "mean over the matrices with a finite value"),
+               Column("n", "n", "matrices with a finite value"),
+               Column("sign", "expected sign", "which direction predicts a better model (wbfe.ranking.expected_sign)"),
+               Column("meaning", "meaning")]
+    blocks.append(Table("summary", columns, rows, sortable=False))
+    return blocks
+
+
+def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> Table:
+    keys: list[str] = []
+    for layer in layers:
+        keys += [k for k in layer if k not in keys and k not in _HIDDEN]
+    main = [k for k in _IDENTITY if k in keys and (k != "quant" or any(layer.get("quant") for layer in layers))]
+    main += [m for m in metrics if m in keys] + [k for k in _LATE if k in keys]
+    columns = [Column("#", "#", "position in the checkpoint (the x axis of the depth plots)")]
+    columns += [Column(k, k, meaning(k), colour(k) if k in metrics else None) for k in main]
+    columns += [Column(k, k, meaning(k), extra=True) for k in keys if k not in main]
+    rows, notes = [], []
+    for index, layer in enumerate(layers, start=1):
+        row = {k: layer.get(k) for k in keys}
+        row["#"] = index
+        if isinstance(row.get("shape"), (list, tuple)):
+            row["shape"] = "x".join(str(s) for s in row["shape"])
+        rows.append(row)
+        reasons = layer.get("reasons") or {}
+        notes.append("; ".join(f"{k}: {v}" for k, v in reasons.items()) or None)
+    return Table("layers", columns, rows, filterable=True, notes=notes,
+                 caption="Click a header to sort; type in the box to filter by name, role or note. "
+                         "An empty cell is a null value: its reason is in the row's note.")
+
+
+def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusual: Sequence[tuple[str, str]],
+                 eigs: Optional[Mapping[str, np.ndarray]], unavailable: Optional[str]) -> list[Any]:
+    blocks: list[Any] = [Paragraph(
+        "Empirical spectral density of the smaller Gram matrix (log-log, grey points) with the fits whose "
+        f"parameters are in the table: {', '.join(ESD_COLOURS)} (each in the colour of its column: alpha, "
+        "tpl_alpha, htmp_kappa). Shown: the head, then the layers whose metrics lie farthest from the model's "
+        "median (robust z-score).")]
+    if eigs is None:
+        blocks.append(Paragraph(f"ESDs unavailable: {unavailable}", kind="note"))
+        return blocks
+    index = {layer["name"]: (i, layer) for i, layer in enumerate(layers, start=1)}
+    chosen: list[tuple[str, str]] = ([(head, "the head")] if head in index else [])
+    chosen += [(name, why) for name, why in unusual if name != head]
+    figures, missing = [], []
+    for name, why in chosen:
+        i, row = index[name]
+        values = eigs.get(name)
+        if values is None or values.size != row.get("n_eigs"):
+            found = "not found" if values is None else f"{values.size} eigenvalues, the score had {row.get('n_eigs')}"
+            missing.append(f"{name} ({found})")
+            continue
+        shape = "x".join(str(s) for s in row.get("shape", []))
+        fig = esd_figure(values, row, title=f"#{i} {short_name(name)}  {shape}")
+        figures.append(FigureBlock(f"esd-{i}", fig, caption=f"#{i} {name}: {why}. {_fit_text(row)}",
+                                   alt=f"ESD of {name}"))
+    if figures:
+        blocks.append(FigureGrid(figures))
+    if missing:
+        blocks.append(Paragraph("Not drawn, the checkpoint read differs from the one scored: " + "; ".join(missing),
+                                kind="note"))
+    return blocks
+
+
+def _fit_text(row: Mapping[str, Any]) -> str:
+    def fmt(key: str) -> str:
+        value = _finite(row.get(key))
+        return "null" if value is None else f"{value:.4g}"
+
+    parts = [f"power law α = {fmt('alpha')}, xmin = {fmt('xmin')}",
+             f"truncated PL α = {fmt('tpl_alpha')}, Λ = {fmt('tpl_lambda')}",
+             f"HTMP κ = {fmt('htmp_kappa')}, β = {fmt('htmp_beta')}, τ = {fmt('htmp_tau')}, KS = {fmt('htmp_ks')}"]
+    reasons = row.get("reasons") or {}
+    failed = [f"{k}: {reasons[k]}" for k in ("alpha", "tpl_alpha", "htmp_kappa") if k in reasons]
+    return "; ".join(parts) + (". " + "; ".join(failed) if failed else "")
+
+
+def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optional[str] = None,
+                 n_unusual: int = 5) -> Report:
+    """The report of one :class:`~wbfe.ModelScore` (or its JSON dict).
+
+    Args:
+        score: the score, or ``json.load`` of a saved ``wbfe score --format json``.
+        spectra_from: a checkpoint reference to re-read the ESD matrices from (None: no ESDs,
+            ``esd_unavailable`` says why).
+        n_unusual: how many unusual layers get an ESD thumbnail besides the head.
+    """
+    data = _as_dict(score)
+    model, layers, skipped, summary = data["model"], data["layers"], data["skipped"], data["summary"]
+    metrics = [m for m in summary_metrics(summary) if any(m in layer for layer in layers)]
+    head = summary.get("head")
+    # The head is always shown: the unusual ones are chosen among the other layers (against all of them).
+    unusual = [item for item in unusual_layers(layers, metrics, n_unusual + 1) if item[0] != head][:n_unusual]
+    eigs = None
+    if spectra_from is not None:
+        wanted = ([head] if head else []) + [name for name, _ in unusual]
+        from wbfe.reporting.spectra import read_eigenvalues
+
+        eigs = read_eigenvalues(spectra_from, wanted, model.get("options") or {})
+    report = Report(title=f"wbfe audit: {model.get('source')}",
+                    subtitle=f"{len(layers)} matrices, {len(skipped)} skipped tensors; sha256 {model.get('sha256')}")
+    report.sections.append(Section("provenance", "Provenance", _provenance(model)))
+    report.sections.append(Section("summary", "Summary", _summary(summary, metrics, len(skipped))))
+    depth: list[Any] = []
+    if metrics and layers:
+        depth.append(FigureBlock("depth", depth_figure(layers, metrics, head=head,
+                                                       marked=[n for n, _ in unusual]),
+                                 caption="Each metric along depth (x = the layer's # in the table). "
+                                         "Star: the head; ring: a layer whose ESD is shown below.",
+                                 alt="metrics along depth"))
+    report.sections.append(Section("depth", "Metrics along depth", depth))
+    report.sections.append(Section("esd", "Spectra of the head and the most unusual layers",
+                                   _esd_section(layers, head, unusual, eigs, esd_unavailable)))
+    report.sections.append(Section("layers", f"Layers ({len(layers)})", [_layer_table(layers, metrics)]))
+    report.sections.append(Section("skipped", f"Skipped tensors ({len(skipped)})", _skipped(skipped)))
+    return report
+
+
+def _skipped(skipped: Sequence[Mapping[str, Any]]) -> list[Any]:
+    if not skipped:
+        return [Paragraph("No tensor was skipped.")]
+    counts: dict[str, int] = {}
+    for item in skipped:
+        key = str(item.get("reason", "")).split(":")[0]
+        counts[key] = counts.get(key, 0) + 1
+    text = "; ".join(f"{n} × {r}" for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    rows = [{"name": s.get("name"), "reason": s.get("reason"),
+             "shape": "x".join(str(d) for d in s.get("shape") or []), "dtype": s.get("dtype")} for s in skipped]
+    columns = [Column("name", "name"), Column("reason", "reason"), Column("shape", "shape"), Column("dtype", "dtype")]
+    return [Paragraph(text), Table("skipped", columns, rows, filterable=True)]

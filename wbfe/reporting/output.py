@@ -1,0 +1,88 @@
+"""Read a saved score or rank JSON, and write a report as one HTML file or a Markdown folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from wbfe.errors import CorruptCheckpointError, InvalidOptionError
+
+__all__ = ["load_saved", "write_report", "MARKDOWN_NAME"]
+
+MARKDOWN_NAME = "report.md"
+_SCORE_KEYS = {"model", "layers", "skipped", "summary"}
+_RANK_KEYS = {"zoo", "quality", "metrics", "models", "failed"}
+
+
+def load_saved(path: Union[str, Path]) -> Optional[tuple[str, dict[str, Any]]]:
+    """``("score", data)`` or ``("rank", data)`` when ``path`` is a ``.json`` file that ``wbfe score`` or
+    ``wbfe rank`` wrote; None when it is not a JSON file at all (it may be a checkpoint reference).
+
+    Raises:
+        CorruptCheckpointError: a ``.json`` file that does not parse, or is neither kind.
+    """
+    p = Path(path)
+    if p.suffix.lower() != ".json" or not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpointError(f"{p}: not valid JSON ({exc})") from None
+    if isinstance(data, dict) and _SCORE_KEYS <= data.keys():
+        _check(p, isinstance(data["layers"], list) and isinstance(data["summary"], dict)
+               and isinstance(data["model"], dict) and isinstance(data["skipped"], list)
+               and all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in data["layers"]))
+        return "score", data
+    if isinstance(data, dict) and _RANK_KEYS <= data.keys():
+        _check(p, isinstance(data["metrics"], list) and isinstance(data["models"], list)
+               and all(isinstance(m, dict) and "metric" in m for m in data["metrics"])
+               and all(isinstance(m, dict) and isinstance(m.get("scores"), dict) for m in data["models"]))
+        return "rank", data
+    raise CorruptCheckpointError(f"{p}: neither a score JSON (wbfe score --format json) nor a rank JSON "
+                                 "(wbfe rank --format json)")
+
+
+def _check(path: Path, ok: bool) -> None:
+    if not ok:
+        raise CorruptCheckpointError(f"{path}: malformed wbfe JSON (a field has the wrong type)")
+
+
+def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html") -> list[Path]:
+    """Write ``report`` as one HTML file at ``output``, or (``fmt="md"``) as a folder ``output``
+    holding ``report.md`` and its PNG figures. Everything is rendered before anything is written,
+    and files appear whole (temporary name, then rename). Returns the files written."""
+    from wbfe.report import write_atomic
+
+    out = Path(output)
+    if fmt == "html":
+        from wbfe.reporting.page import render_html
+
+        if out.is_dir():
+            raise InvalidOptionError(f"--output {out} is a folder; give the HTML file to write")
+        write_atomic(out, render_html(report))
+        return [out]
+    if fmt != "md":
+        raise InvalidOptionError(f"report format must be 'html' or 'md', not {fmt!r}")
+    from wbfe.reporting.markdown import render_markdown
+
+    if out.exists() and not out.is_dir():
+        raise InvalidOptionError(f"--output {out} is a file; --format md writes a folder (report.md and figures)")
+    text, figures = render_markdown(report)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=str(out.parent)))
+    try:
+        for name, data in figures.items():
+            (staging / name).write_bytes(data)
+        (staging / MARKDOWN_NAME).write_text(text, encoding="utf-8")
+        if not out.exists():
+            os.replace(staging, out)
+        else:  # an existing folder: its other files stay, ours replace theirs one by one
+            for item in staging.iterdir():
+                os.replace(item, out / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [out / MARKDOWN_NAME] + [out / name for name in figures]

@@ -1,0 +1,107 @@
+"""The audit page of a ranked zoo: the correlation table with its intervals, a scatter per metric,
+every model's values and the models that failed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional
+
+from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
+from wbfe.reporting.figures import correlation_figure, scatter_figure
+from wbfe.reporting.metrics_info import colour, meaning, sign_text
+
+__all__ = ["rank_report"]
+
+_MAIN_METRICS = 8  # model-table columns shown before "all columns" is ticked: the best-correlated
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    return f"{value:+.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
+
+
+def _p(value: Any) -> str:
+    return f"{value:.2g}" if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
+
+
+def _agrees(row: Mapping[str, Any]) -> Optional[str]:
+    sign, rho = row.get("expected_sign"), row.get("rho")
+    if sign is None or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho == 0:
+        return None
+    return "yes" if rho * sign > 0 else "no (opposite sign)"
+
+
+def rank_report(result: Any) -> Report:
+    """The report of a :class:`~wbfe.RankResult` (or the JSON dict of ``wbfe rank --format json``)."""
+    data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    metrics, models, failed = data["metrics"], data["models"], data["failed"]
+    quality, lower = data["quality"], bool(data.get("lower_is_better"))
+    report = Report(title=f"wbfe zoo audit: {data['zoo']} by {quality}",
+                    subtitle=f"{len(models)} models ranked, {len(failed)} failed; "
+                             f"{'lower' if lower else 'higher'} {quality} is better")
+    options = dict(data.get("options") or {})
+    versions = options.pop("versions", None)
+    items = [("zoo", data["zoo"]), ("quality", quality), ("lower is better", lower), ("models ranked", len(models)),
+             ("failed", len(failed)), ("scored in this run", data.get("n_scored")),
+             ("from the score cache", data.get("n_cached")), ("options", options)]
+    if versions is not None:
+        items.append(("versions", versions))
+    report.sections.append(Section("provenance", "Provenance", [KeyValues(items)]))
+
+    top = next((m for m in metrics if isinstance(m.get("rho"), (int, float))), None)
+    summary: list[Any] = [Paragraph(
+        "ρ is Spearman's rank correlation of each summary metric with the quality, oriented so that higher "
+        "quality is better; a metric whose expected sign is −1 agrees when ρ < 0. The interval is a 95 % "
+        "bootstrap interval, p a permutation p-value.")]
+    if top is not None:
+        summary.append(Paragraph(f"Strongest: {top['metric']} ρ = {_fmt(top['rho'])} "
+                                 f"[{_fmt(top['ci_low'])}, {_fmt(top['ci_high'])}], p = {_p(top['p_value'])}, "
+                                 f"n = {top['n']}; expected sign: {sign_text(top['metric'])}."))
+    if metrics:
+        summary.append(FigureBlock("correlations", correlation_figure(metrics),
+                                   caption="ρ and its 95 % interval per metric, strongest first.",
+                                   alt="correlation of each metric with quality"))
+    rows = [{"metric": m["metric"], "_colour": colour(m["metric"]), "rho": m.get("rho"), "ci_low": m.get("ci_low"),
+             "ci_high": m.get("ci_high"), "p_value": m.get("p_value"), "p_method": m.get("p_method"),
+             "kendall_tau": m.get("kendall_tau"), "pearson_r": m.get("pearson_r"), "n": m.get("n"),
+             "expected": sign_text(m["metric"]), "agrees": _agrees(m), "meaning": meaning(m["metric"])}
+            for m in metrics]
+    columns = [Column("metric", "metric"), Column("rho", "ρ", "Spearman"), Column("ci_low", "CI low", "95 % bootstrap"),
+               Column("ci_high", "CI high", "95 % bootstrap"), Column("p_value", "p", "permutation p-value"),
+               Column("p_method", "p method"), Column("kendall_tau", "τ", "Kendall"),
+               Column("pearson_r", "r", "Pearson"), Column("n", "n"), Column("expected", "expected sign"),
+               Column("agrees", "agrees"), Column("meaning", "meaning")]
+    summary.append(Table("correlations", columns, rows,
+                         notes=[m.get("reason") for m in metrics], caption="Click a header to sort."))
+    report.sections.append(Section("correlations", "Correlation with quality", summary))
+
+    scatters = []
+    for i, m in enumerate(metrics, start=1):
+        points = [(s["scores"].get(m["metric"]), s["quality"], s["model"]) for s in models]
+        points = [(float(x), float(y), str(label)) for x, y, label in points
+                  if isinstance(x, (int, float)) and isinstance(y, (int, float)) and math.isfinite(x) and math.isfinite(y)]
+        xs, ys, labels = ([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
+        title = f"ρ = {_fmt(m.get('rho'))} [{_fmt(m.get('ci_low'))}, {_fmt(m.get('ci_high'))}], n = {m.get('n')}"
+        fig = scatter_figure(xs, ys, labels, metric=m["metric"], quality=quality + (" (lower is better)" if lower else ""),
+                             title=title)
+        scatters.append(FigureBlock(f"scatter-{i}", fig, caption=f"{m['metric']}: {title}, p = {_p(m.get('p_value'))}",
+                                    alt=f"{m['metric']} against {quality}"))
+    report.sections.append(Section("scatter", "Each metric against quality",
+                                   [FigureGrid(scatters)] if scatters else [Paragraph("No metric.", kind="note")]))
+
+    names = [m["metric"] for m in metrics]
+    model_columns = [Column("model", "model"), Column("quality", quality)]
+    model_columns += [Column(n, n, meaning(n), colour(n), extra=i >= _MAIN_METRICS) for i, n in enumerate(names)]
+    model_columns += [Column("ref", "ref", extra=True), Column("sha256", "sha256", extra=True),
+                      Column("cached", "cached", extra=True)]
+    model_rows = [{"model": s["model"], "quality": s["quality"], **{n: s["scores"].get(n) for n in names},
+                   "ref": s.get("ref"), "sha256": s.get("sha256"), "cached": s.get("cached")} for s in models]
+    report.sections.append(Section("models", f"Models ({len(models)})", [Table(
+        "models", model_columns, model_rows, filterable=True,
+        caption="Click a header to sort; type in the box to filter.")]))
+    if failed:
+        fail_table: list[Any] = [Table("failed", [Column("model", "model"), Column("reason", "reason")],
+                                       [{"model": f["model"], "reason": f["reason"]} for f in failed])]
+    else:
+        fail_table = [Paragraph("No model failed.")]
+    report.sections.append(Section("failed", f"Failed models ({len(failed)})", fail_table))
+    return report
