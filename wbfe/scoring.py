@@ -20,6 +20,7 @@ from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, plan_matr
 from wbfe.metrics import MetricOptions, resolve_groups
 from wbfe.metrics.bfe import parse_lambda
 from wbfe.pipeline import Pipeline, Reading
+from wbfe.quant import dequantised
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
@@ -241,7 +242,8 @@ def score(
 
     with open_source(ref) as source, Pipeline(torch_device) as pipeline:
         total = len(source)
-        planned = ((entry, _plan(entry, options, pattern)) for entry in source.entries())
+        planned = ((entry, _plan(entry, options, pattern, consumed))
+                   for entry, consumed in dequantised(source.entries(), source.config))
         for entry, plan, reading in pipeline.read_ahead(planned):
             prepared = _prepare(entry, plan, reading, options, seen_storage, seen_content)
             if isinstance(prepared, Skip):
@@ -270,9 +272,13 @@ def score(
     return result
 
 
-def _plan(entry: TensorEntry, options: ScoreOptions, pattern: Optional[re.Pattern[str]]) -> Union[Skip, MatrixPlan]:
+def _plan(
+    entry: TensorEntry, options: ScoreOptions, pattern: Optional[re.Pattern[str]], consumed: Optional[str] = None
+) -> Union[Skip, MatrixPlan]:
     if pattern is not None and not pattern.search(entry.name):
         return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
+    if consumed is not None:  # a quantized weight's scale, zeros or packed data (see wbfe.quant)
+        return Skip(entry.name, consumed, entry.shape, entry.dtype)
     # WeightWatcher skips small matrices; otherwise only the tail fits need --min-eigs (see _layer_row).
     min_eigs = options.min_eigs if options.ww_compatible else MIN_BFE_EIGS
     return plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=min_eigs)
@@ -422,11 +428,13 @@ def layer_spectrum(
     torch_device = resolve_device(device)
     names: list[str] = []
     with open_source(ref) as source:
-        for entry in source.entries():
+        for entry, consumed in dequantised(source.entries(), source.config):
             names.append(entry.name)
             if entry.name not in (layer, f"{layer}.weight"):
                 continue
-            plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=1)
+            plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv)
+            if consumed is not None:
+                plan = Skip(entry.name, consumed)
             if isinstance(plan, Skip):
                 raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
             return plan, spectrum(as_matrices(entry.load(), plan), torch_device)

@@ -1,0 +1,270 @@
+"""Dequantisation against independent quantisers (compressed-tensors, transformers' own FP8 and MXFP4
+code, and numpy packers written from the GPTQ/AWQ formats), then end to end from the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import wbfe
+from wbfe.metrics.bfe import bfe_from_moments
+from wbfe.quant.fp8 import dequantize_fp8, fp8_scheme
+from wbfe.quant.mxfp4 import dequantize_mxfp4
+from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
+
+# AutoAWQ packs eight 4-bit columns into a word in this order (its pack order map).
+AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def _bfe(w: torch.Tensor) -> float:
+    m = w.double().reshape(w.shape[0], -1).numpy()
+    e = np.linalg.eigvalsh(m @ m.T if m.shape[0] <= m.shape[1] else m.T @ m)
+    return bfe_from_moments(float(e.mean()), float(np.log(e).mean()), "opt")[0]
+
+
+def _weights(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, cols, generator=g) / math.sqrt(cols)
+
+
+# --- FP8 ------------------------------------------------------------------------------------------
+
+
+def test_fp8_block128_matches_transformers_deepseek_quantiser() -> None:
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize, _dequantize_fp8_weight
+
+    w = _weights(256, 384)
+    quantizer = Fp8Quantize(SimpleNamespace(quantization_config=SimpleNamespace(weight_block_size=[128, 128],
+                                                                                scale_fmt=None)))
+    out = quantizer._quantize_one("x.weight", w)
+    q, scale_inv = out["x.weight"], out["x.weight_scale_inv"]
+    assert q.dtype == torch.float8_e4m3fn and tuple(scale_inv.shape) == (2, 3)
+    ours = dequantize_fp8(q, scale_inv)
+    reference = _dequantize_fp8_weight(q, scale_inv, [128, 128], torch.float64)
+    assert torch.equal(ours, reference)
+    assert fp8_scheme("float8_e4m3fn", q.shape, scale_inv.shape) == "fp8-e4m3-block128"
+    assert float((ours - w.double()).abs().max()) < 0.07 * float(w.abs().max())  # e4m3: 3 mantissa bits
+
+
+def test_fp8_partial_blocks_match_transformers() -> None:
+    from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
+
+    q = (_weights(300, 200, seed=1) * 100).to(torch.float8_e4m3fn)
+    scale = torch.rand(3, 2, generator=torch.Generator().manual_seed(2)) + 0.5
+    assert torch.equal(dequantize_fp8(q, scale, [128, 128]),
+                       _dequantize_fp8_weight(q, scale, [128, 128], torch.float64))
+    assert fp8_scheme("float8_e4m3fn", q.shape, scale.shape, [128, 128]) == "fp8-e4m3-block128"
+
+
+@pytest.mark.parametrize("strategy,scheme", [("channel", "fp8-e4m3-channel"), ("tensor", "fp8-e4m3-tensor")])
+def test_fp8_compressed_tensors_scales(strategy: str, scheme: str) -> None:
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import dequantize, quantize
+
+    w = _weights(48, 96, seed=3)
+    args = QuantizationArgs(num_bits=8, type="float", strategy=strategy, symmetric=True)
+    amax = w.abs().amax(dim=1, keepdim=True) if strategy == "channel" else w.abs().amax().reshape(1)
+    scale = amax / 448.0
+    q = quantize(w, scale, torch.zeros_like(scale), args, dtype=torch.float8_e4m3fn)
+    reference = dequantize(q, scale, None, args)
+    ours = dequantize_fp8(q, scale)
+    assert fp8_scheme(str(q.dtype).removeprefix("torch."), q.shape, scale.shape) == scheme
+    assert torch.allclose(ours, reference.double(), rtol=1e-7, atol=0)  # theirs rounds to float32
+    assert _bfe(ours) == pytest.approx(_bfe(reference), rel=1e-6)
+
+
+# --- MXFP4 ----------------------------------------------------------------------------------------
+
+
+def _mxfp4_parts(experts: int, out: int, inp: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    blocks = torch.randint(0, 256, (experts, out, inp // 32, 16), generator=g, dtype=torch.int32).to(torch.uint8)
+    scales = torch.randint(118, 128, (experts, out, inp // 32), generator=g, dtype=torch.int32).to(torch.uint8)
+    return blocks, scales
+
+
+def test_mxfp4_matches_transformers_gpt_oss_conversion() -> None:
+    from transformers.integrations.mxfp4 import _convert_moe_packed_tensors
+
+    blocks, scales = _mxfp4_parts(3, 40, 64)
+    reference = _convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)  # exact: 2-bit mantissas
+    ours = dequantize_mxfp4(blocks, scales)
+    assert ours.shape == (3, 64, 40) and torch.equal(ours, reference.double())
+
+
+# --- GPTQ and AWQ: numpy quantisers written from the formats ---------------------------------------
+
+
+def _minmax_quantise(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Asymmetric min-max quantisation of each column of ``w`` ([n, out]): q, scale, zero."""
+    top = (1 << bits) - 1
+    lo, hi = np.minimum(w.min(0), 0), np.maximum(w.max(0), 0)
+    scale = ((hi - lo) / top).astype(np.float16).astype(np.float64)
+    zero = np.clip(np.round(-lo / scale), 0, top)
+    q = np.clip(np.round(w / scale) + zero, 0, top)
+    return q.astype(np.int64), scale, zero.astype(np.int64)
+
+
+def _pack(values: np.ndarray, bits: int, axis: int, order: tuple[int, ...] | None = None) -> np.ndarray:
+    """Pack along ``axis``: word j slot k holds entry ``n·j + order[k]`` in bits ``bits·k``."""
+    n = 32 // bits
+    v = np.moveaxis(values, axis, -1)
+    v = v.reshape(*v.shape[:-1], -1, n)
+    if order is not None:
+        v = v[..., list(order)]
+    words = np.zeros(v.shape[:-1], dtype=np.uint64)
+    for k in range(n):
+        words |= v[..., k].astype(np.uint64) << np.uint64(bits * k)
+    return np.moveaxis(words.astype(np.uint32).view(np.int32), -1, axis)
+
+
+def _gptq(w: torch.Tensor, bits: int, group: int, act_order: bool, seed: int = 0) -> dict[str, torch.Tensor]:
+    """GPTQ's tensors for ``w`` [out, in]: rows of Wᵀ grouped by g_idx (a permutation with act-order)."""
+    wt = w.double().numpy().T  # [in, out]
+    n_in = wt.shape[0]
+    g_idx = np.arange(n_in) // group
+    if act_order:
+        g_idx = g_idx[np.random.default_rng(seed).permutation(n_in)]
+    groups = n_in // group
+    q = np.zeros_like(wt, dtype=np.int64)
+    scales, zeros = np.zeros((groups, wt.shape[1])), np.zeros((groups, wt.shape[1]), dtype=np.int64)
+    for gi in range(groups):
+        rows = g_idx == gi
+        q[rows], scales[gi], zeros[gi] = _minmax_quantise(wt[rows], bits)
+    deq = (scales[g_idx] * (q - zeros[g_idx])).T
+    return {"qweight": torch.from_numpy(_pack(q, bits, 0)), "qzeros": torch.from_numpy(_pack(zeros - 1, bits, 1)),
+            "scales": torch.from_numpy(scales.astype(np.float16)), "g_idx": torch.from_numpy(g_idx.astype(np.int32)),
+            "expected": torch.from_numpy(deq)}
+
+
+def _awq(w: torch.Tensor, bits: int, group: int) -> dict[str, torch.Tensor]:
+    wt = w.double().numpy().T
+    groups = wt.shape[0] // group
+    q = np.zeros_like(wt, dtype=np.int64)
+    scales, zeros = np.zeros((groups, wt.shape[1])), np.zeros((groups, wt.shape[1]), dtype=np.int64)
+    for gi in range(groups):
+        q[gi * group:(gi + 1) * group], scales[gi], zeros[gi] = _minmax_quantise(wt[gi * group:(gi + 1) * group], bits)
+    deq = (np.repeat(scales, group, 0) * (q - np.repeat(zeros, group, 0))).T
+    return {"qweight": torch.from_numpy(_pack(q, bits, 1, AWQ_PACK_ORDER)),
+            "qzeros": torch.from_numpy(_pack(zeros, bits, 1, AWQ_PACK_ORDER)),
+            "scales": torch.from_numpy(scales.astype(np.float16)), "expected": torch.from_numpy(deq)}
+
+
+@pytest.mark.parametrize("bits,act_order", [(4, False), (4, True), (8, True)])
+def test_gptq_against_a_numpy_quantiser(bits: int, act_order: bool) -> None:
+    w = _weights(64, 128, seed=4)
+    t = _gptq(w, bits, 32, act_order)
+    ours = dequantize_gptq(t["qweight"], t["qzeros"], t["scales"], bits=bits, group_size=32,
+                           g_idx=t["g_idx"] if act_order else None)
+    assert torch.equal(ours, t["expected"])
+    assert float((ours - w.double()).abs().max()) < (0.2 if bits == 4 else 0.02)
+    assert _bfe(ours) == pytest.approx(_bfe(t["expected"]), rel=1e-12)
+
+
+def test_awq_against_a_numpy_quantiser() -> None:
+    w = _weights(64, 128, seed=5)
+    t = _awq(w, 4, 32)
+    ours = dequantize_awq(t["qweight"], t["qzeros"], t["scales"], bits=4, group_size=32)
+    assert torch.equal(ours, t["expected"])
+    assert float((ours - w.double()).abs().max()) < 0.2
+
+
+# --- Whole checkpoints in each family's layout, from the CLI ---------------------------------------
+
+
+def _folder(tmp_path: Path, name: str, tensors: dict[str, torch.Tensor], config: dict) -> Path:
+    from safetensors.torch import save_file
+
+    folder = tmp_path / name
+    folder.mkdir()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _cli_score(folder: Path) -> dict:
+    from wbfe_cli.main import app
+
+    result = CliRunner().invoke(app, ["score", str(folder), "--metrics", "bfe", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _accounted(data: dict, folder: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        stored = set(f.keys())
+    seen = {r["name"] for r in data["layers"]} | {s["name"] for s in data["skipped"]}
+    assert stored <= seen, stored - seen
+    return {s["name"]: s["reason"] for s in data["skipped"]}
+
+
+def _llama_layer(prefix: str, h: int, i: int, seed: int) -> dict[str, torch.Tensor]:
+    shapes = {"self_attn.q_proj": (h, h), "self_attn.k_proj": (h, h), "self_attn.v_proj": (h, h),
+              "self_attn.o_proj": (h, h), "mlp.gate_proj": (i, h), "mlp.up_proj": (i, h), "mlp.down_proj": (h, i)}
+    return {f"{prefix}.{k}": _weights(*s, seed=seed + n) for n, (k, s) in enumerate(shapes.items())}
+
+
+def test_deepseek_style_fp8_checkpoint_scores_from_the_cli(tmp_path: Path) -> None:
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize, _dequantize_fp8_weight
+
+    quantizer = Fp8Quantize(SimpleNamespace(quantization_config=SimpleNamespace(weight_block_size=[128, 128],
+                                                                                scale_fmt=None)))
+    tensors: dict[str, torch.Tensor] = {"model.embed_tokens.weight": _weights(512, 256).bfloat16(),
+                                        "lm_head.weight": _weights(512, 256, seed=9).bfloat16(),
+                                        "model.norm.weight": torch.ones(256).bfloat16()}
+    expected = {}
+    for name, w in _llama_layer("model.layers.0", 256, 384, 10).items():
+        out = quantizer._quantize_one(f"{name}.weight", w)
+        tensors.update(out)
+        expected[f"{name}.weight"] = _dequantize_fp8_weight(out[f"{name}.weight"], out[f"{name}.weight_scale_inv"],
+                                                            [128, 128], torch.float64)
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 512,
+              "tie_word_embeddings": False,
+              "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
+    folder = _folder(tmp_path, "fp8", tensors, config)
+    data = _cli_score(folder)
+    reasons = _accounted(data, folder)
+    rows = {r["name"]: r for r in data["layers"]}
+    for name, reference in expected.items():
+        assert rows[name]["quant"] == "fp8-e4m3-block128" and rows[name]["bfe"] == pytest.approx(_bfe(reference), rel=1e-9)
+        assert reasons[f"{name}_scale_inv"] == f"consumed: scale of {name}"
+    assert rows["lm_head.weight"]["quant"] is None and data["summary"]["head"] == "lm_head.weight"
+
+
+def test_gptq_and_awq_checkpoints_score_from_the_cli(tmp_path: Path) -> None:
+    for method in ("gptq", "awq"):
+        tensors: dict[str, torch.Tensor] = {"model.embed_tokens.weight": _weights(300, 128).half(),
+                                            "lm_head.weight": _weights(300, 128, seed=1).half()}
+        expected = {}
+        for name, w in _llama_layer("model.layers.0", 128, 256, 20).items():
+            t = _gptq(w, 4, 32, act_order=True) if method == "gptq" else _awq(w, 4, 32)
+            expected[f"{name}.weight"] = t.pop("expected")
+            tensors.update({f"{name}.{part}": v for part, v in t.items()})
+            tensors[f"{name}.bias"] = torch.zeros(w.shape[0]).half()
+        qconfig = ({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": True, "sym": False}
+                   if method == "gptq" else {"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemm",
+                                             "zero_point": True})
+        config = {"architectures": ["LlamaForCausalLM"], "vocab_size": 300, "tie_word_embeddings": False,
+                  "quantization_config": qconfig}
+        folder = _folder(tmp_path, method, tensors, config)
+        data = _cli_score(folder)
+        reasons = _accounted(data, folder)
+        rows = {r["name"]: r for r in data["layers"]}
+        for name, reference in expected.items():
+            assert rows[name]["quant"] == f"{method}-int4-g32"
+            assert rows[name]["shape"] == list(reference.shape)
+            assert rows[name]["bfe"] == pytest.approx(_bfe(reference), rel=1e-9)
+            prefix = name.removesuffix(".weight")
+            assert reasons[f"{prefix}.qzeros"] == f"consumed: zero points of {name}"
+            assert reasons[f"{prefix}.qweight"].startswith(f"consumed: packed data of {name}")
+        assert data["summary"]["head"] == "lm_head.weight"
+        assert not any(s["reason"].startswith(("integer", "unsupported")) for s in data["skipped"])

@@ -1,0 +1,72 @@
+"""FP8 weights (e4m3 / e5m2) times their scales: per tensor, per output channel, or per block.
+
+DeepSeek-V3 and the Qwen FP8 releases store ``weight`` as ``float8_e4m3fn`` with a ``weight_scale_inv``
+of one float32 per 128×128 block (despite its name, multiplied: W = q · s); compressed-tensors'
+``float-quantized`` format stores ``weight_scale`` per tensor ``[]``/``[1]``, per channel ``[out, 1]``
+or per block. Every FP8 value times a float32 scale is exact in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from wbfe.errors import CorruptCheckpointError
+
+__all__ = ["dequantize_fp8", "fp8_scheme"]
+
+_FORMATS = {"float8_e4m3fn": "e4m3", "float8_e4m3fnuz": "e4m3", "float8_e5m2": "e5m2", "float8_e5m2fnuz": "e5m2"}
+
+
+def _layout(weight_shape: Sequence[int], scale_shape: Sequence[int],
+            block: Optional[Sequence[int]]) -> tuple[str, Optional[tuple[int, int]]]:
+    rows, cols = int(weight_shape[-2]), int(weight_shape[-1])
+    lead = tuple(weight_shape[:-2])
+    scale = tuple(int(s) for s in scale_shape)
+    if math.prod(scale) == 1:
+        return "tensor", None
+    if scale in ((*lead, rows, 1), (*lead, rows)):
+        return "channel", None
+    if len(scale) == len(lead) + 2 and scale[:-2] == lead:
+        if block is None:  # the block the scale grid implies
+            block = (math.ceil(rows / scale[-2]), math.ceil(cols / scale[-1]))
+        b0, b1 = int(block[0]), int(block[1])
+        if (math.ceil(rows / b0), math.ceil(cols / b1)) == scale[-2:]:
+            return "block", (b0, b1)
+    raise CorruptCheckpointError(f"FP8 scale of shape {list(scale)} fits no layout of a weight of shape "
+                                 f"{list(weight_shape)} (per tensor, per channel or per block)")
+
+
+def fp8_scheme(dtype: str, weight_shape: Sequence[int], scale_shape: Sequence[int],
+               block: Optional[Sequence[int]] = None) -> str:
+    """The ``quant`` name, e.g. ``fp8-e4m3-block128``, ``fp8-e4m3-channel``, ``fp8-e5m2-tensor``.
+
+    Raises:
+        CorruptCheckpointError: the scale's shape fits no layout.
+    """
+    kind, size = _layout(weight_shape, scale_shape, block)
+    if size is not None:
+        kind += str(size[0]) if size[0] == size[1] else f"{size[0]}x{size[1]}"
+    return f"fp8-{_FORMATS.get(dtype, dtype)}-{kind}"
+
+
+def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor,
+                   block: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """``weight`` (FP8, ``[..., out, in]``) times ``scale`` laid out per tensor, channel or block, in float64.
+
+    Raises:
+        CorruptCheckpointError: the scale's shape fits no layout.
+    """
+    kind, size = _layout(weight.shape, scale.shape, block)
+    w = weight.to(torch.float64)
+    s = scale.to(torch.float64)
+    if kind == "tensor":
+        return w * s.reshape(())
+    if kind == "channel":
+        return w * s.reshape(*weight.shape[:-1], 1)
+    assert size is not None
+    rows, cols = weight.shape[-2:]
+    grid = s.repeat_interleave(size[0], dim=-2)[..., :rows, :].repeat_interleave(size[1], dim=-1)[..., :cols]
+    return w * grid

@@ -1,0 +1,36 @@
+"""MXFP4 (OCP Microscaling): blocks of 32 FP4 (e2m1) values sharing one E8M0 power-of-two scale.
+
+gpt-oss stores each expert stack as ``<name>_blocks`` (uint8 ``[E, out, in/32, 16]``, two values a
+byte, the low nibble first) and ``<name>_scales`` (uint8 ``[E, out, in/32]``, exponent + 127). The
+dequantised tensor is returned as ``[E, in, out]``, the layout of gpt-oss's bfloat16 checkpoints
+(so both are read alike). Every value is exact in float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from wbfe.errors import CorruptCheckpointError
+
+__all__ = ["FP4_E2M1", "dequantize_mxfp4"]
+
+# The 16 e2m1 codes: sign bit 3, exponent bits 2-1, mantissa bit 0 (OCP MX spec, table 5).
+FP4_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``[..., out, G, 16]`` bytes and ``[..., out, G]`` E8M0 scales -> float64 ``[..., G·32, out]``.
+
+    Raises:
+        CorruptCheckpointError: the shapes do not match, or a scale is the E8M0 NaN code (255).
+    """
+    if blocks.dtype != torch.uint8 or blocks.ndim < 3 or blocks.shape[-1] != 16 or blocks.shape[:-1] != scales.shape:
+        raise CorruptCheckpointError(f"MXFP4 blocks {list(blocks.shape)} ({blocks.dtype}) and scales "
+                                     f"{list(scales.shape)} do not match (expected [..., G, 16] uint8 and [..., G])")
+    codes = scales.to(torch.int32)
+    if bool((codes == 255).any()):
+        raise CorruptCheckpointError("MXFP4 scale holds the E8M0 NaN code 255")
+    lut = torch.tensor(FP4_E2M1, dtype=torch.float64)
+    values = torch.stack((lut[(blocks & 0x0F).long()], lut[(blocks >> 4).long()]), dim=-1)  # [..., G, 16, 2]
+    values = values.reshape(*blocks.shape[:-1], 32) * torch.exp2((codes - 127).to(torch.float64)).unsqueeze(-1)
+    return values.reshape(*blocks.shape[:-2], blocks.shape[-2] * 32).transpose(-1, -2)

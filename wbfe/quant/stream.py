@@ -1,0 +1,162 @@
+"""Group a quantized weight with its scales as the entries stream past, and dequantise it on load.
+
+A weight and its companions share a module prefix (``x.qweight``, ``x.qzeros``, ``x.scales``,
+``x.g_idx``; ``x.weight`` (FP8) and ``x.weight_scale_inv``; ``x.w_blocks`` and ``x.w_scales``) and
+lie next to each other in any stored order wbfe meets, so a group is held only until the stream
+moves past its prefix: nothing but the entries' metadata is held, and nothing is read early.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Iterable, Iterator, Optional
+
+from wbfe.errors import CorruptCheckpointError
+from wbfe.quant.fp8 import dequantize_fp8, fp8_scheme
+from wbfe.quant.mxfp4 import dequantize_mxfp4
+from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
+from wbfe.sources._base import TensorEntry
+
+__all__ = ["dequantised"]
+
+# Suffix -> part of a quantized weight; MXFP4's parts end in `_blocks` / `_scales` instead.
+_PARTS = {"weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "input_scale",
+          "qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx"}
+_WHAT = {"scale": "scale", "input_scale": "activation scale", "qzeros": "zero points", "scales": "scales",
+         "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks"}
+_FP8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+Item = tuple[TensorEntry, Optional[str]]
+
+
+def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
+    """``(prefix, part)`` of a tensor that belongs to a quantized weight, else None."""
+    name = entry.name
+    for suffix, part in (("_blocks", "blocks"), ("_scales", "mx_scales")):
+        if name.endswith(suffix) and entry.dtype == "uint8":
+            return name[: -len(suffix)], part
+    prefix, _, last = name.rpartition(".")
+    if last == "weight" and entry.dtype in _FP8:
+        return prefix, "weight"
+    if last in _PARTS:
+        return prefix, _PARTS[last]
+    return None
+
+
+def _complete(parts: dict[str, TensorEntry]) -> bool:
+    return ({"weight", "scale"} <= parts.keys() or {"qweight", "qzeros", "scales"} <= parts.keys()
+            or {"blocks", "mx_scales"} <= parts.keys())
+
+
+def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
+    """``(entry, None)`` for a tensor to plan as usual (a dequantised weight among them) and
+    ``(entry, reason)`` for one consumed by a quantized weight or unusable without its parts."""
+    qconfig = config.get("quantization_config") if isinstance(config, dict) else None
+    qconfig = qconfig if isinstance(qconfig, dict) else {}
+    pending: dict[str, dict[str, TensorEntry]] = {}
+    emitted: dict[str, str] = {}
+    for entry in entries:
+        split = _split(entry)
+        prefix = split[0] if split is not None else None
+        for done in [p for p, parts in pending.items() if p != prefix and _complete(parts)]:
+            yield from _emit(done, pending.pop(done), qconfig, emitted)
+        if split is None:
+            yield entry, None
+        elif prefix in emitted and split[1] in _WHAT:  # a late companion (an activation scale)
+            yield entry, f"consumed: {_WHAT[split[1]]} of {emitted[prefix]}"
+        else:
+            pending.setdefault(split[0], {})[split[1]] = entry
+    for prefix, parts in pending.items():
+        yield from _emit(prefix, parts, qconfig, emitted)
+
+
+def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], emitted: dict[str, str]) -> Iterator[Item]:
+    if not _complete(parts):
+        # Not a quantized weight after all (a float parameter named `scales`), or one missing a part.
+        for part, entry in parts.items():
+            if part == "weight":
+                yield entry, f"FP8 weight without its scale ({prefix}.weight_scale_inv or .weight_scale)"
+            elif entry.dtype.startswith(("float", "bfloat")):
+                yield entry, None
+            else:
+                yield entry, f"{_WHAT[part]} of a quantized weight whose other parts are missing"
+        return
+    try:
+        weight = _build(prefix, parts, qconfig)
+    except CorruptCheckpointError as exc:
+        for entry in parts.values():
+            yield entry, f"quantized weight {prefix} unreadable: {exc}"
+        return
+    emitted[prefix] = weight.name
+    yield weight, None
+    for part, entry in parts.items():
+        if part not in ("weight", "qweight", "blocks"):
+            yield entry, f"consumed: {_WHAT[part]} of {weight.name}"
+    main = parts.get("qweight") or parts.get("blocks")
+    if main is not None:
+        yield main, f"consumed: packed data of {weight.name} (scored dequantised)"
+
+
+def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any) -> TensorEntry:
+    return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype="float64", load=load, reread=load,
+                       quant=quant)
+
+
+def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
+    if "weight" in parts:
+        w, s = parts["weight"], parts["scale"]
+        block = qconfig.get("weight_block_size")
+        scheme = fp8_scheme(w.dtype, w.shape, s.shape, block)
+
+        def load_fp8() -> Any:
+            return dequantize_fp8(w.load(), s.load(), block)
+        return _entry(w.name, w.shape, scheme, load_fp8)
+    if "blocks" in parts:
+        b, s = parts["blocks"], parts["mx_scales"]
+        if len(b.shape) < 3 or b.shape[-1] != 16 or tuple(b.shape[:-1]) != tuple(s.shape):
+            raise CorruptCheckpointError(f"MXFP4 blocks {list(b.shape)} and scales {list(s.shape)} do not match")
+        shape = (*b.shape[:-3], b.shape[-2] * 32, b.shape[-3])
+        return _entry(prefix, shape, "mxfp4", lambda: dequantize_mxfp4(b.load(), s.load()))
+    return _build_int(prefix, parts, qconfig)
+
+
+def _build_int(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
+    q, z, s = parts["qweight"], parts["qzeros"], parts["scales"]
+    g = parts.get("g_idx")
+    if len(q.shape) != 2 or len(z.shape) != 2 or len(s.shape) != 2 or z.shape[0] != s.shape[0]:
+        raise CorruptCheckpointError(f"qweight {list(q.shape)}, qzeros {list(z.shape)}, scales {list(s.shape)}")
+    groups, n_out = s.shape
+    method = str(qconfig.get("quant_method", "")).lower()
+    awq = method == "awq" or (method != "gptq" and q.shape[1] != n_out)
+    bits_f = 32 * z.shape[1] / n_out
+    if bits_f not in (2, 4, 8) or (awq and 32 * q.shape[1] / n_out != bits_f):
+        raise CorruptCheckpointError(f"packing of qweight {list(q.shape)} / qzeros {list(z.shape)} for "
+                                     f"{n_out} outputs is no 2-, 4- or 8-bit layout")
+    bits = int(bits_f)
+    declared = qconfig.get("bits", qconfig.get("w_bit"))
+    if declared is not None and int(declared) != bits:
+        raise CorruptCheckpointError(f"config says {declared} bits, the tensors hold {bits}")
+    n_in = q.shape[0] if awq else q.shape[0] * 32 // bits
+    group_size = -1 if groups == 1 else math.ceil(n_in / groups)
+    if qconfig.get("group_size", qconfig.get("q_group_size")) not in (None, group_size, -1 if groups == 1 else None):
+        raise CorruptCheckpointError(f"config's group size {qconfig.get('group_size', qconfig.get('q_group_size'))} "
+                                     f"does not fit {groups} groups of {n_in} inputs")
+    label = f"g{group_size}" if group_size > 0 else "channel"
+    name = f"{prefix}.weight"
+    if awq:
+        load = functools.partial(_load_awq, q, z, s, bits, group_size)
+        return _entry(name, (n_out, n_in), f"awq-int{bits}-{label}", load)
+    offset = 0 if str(qconfig.get("checkpoint_format", "gptq")).lower() == "gptq_v2" else 1
+    load = functools.partial(_load_gptq, q, z, s, g, bits, group_size, offset)
+    return _entry(name, (n_out, n_in), f"gptq-int{bits}-{label}", load)
+
+
+def _load_gptq(q: TensorEntry, z: TensorEntry, s: TensorEntry, g: Optional[TensorEntry], bits: int,
+               group_size: int, offset: int) -> Any:
+    return dequantize_gptq(q.load(), z.load(), s.load(), bits=bits, group_size=group_size,
+                           g_idx=g.load() if g is not None else None, zero_offset=offset)
+
+
+def _load_awq(q: TensorEntry, z: TensorEntry, s: TensorEntry, bits: int, group_size: int) -> Any:
+    return dequantize_awq(q.load(), z.load(), s.load(), bits=bits, group_size=group_size)
