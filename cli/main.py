@@ -40,6 +40,7 @@ def _register() -> None:
     # Each command group lives in its own module and attaches itself to `app` on import.
     from wbfe_cli import esd, rank, score, watch  # noqa: F401
     from wbfe_cli import report  # noqa: F401
+    from wbfe_cli import compare  # noqa: F401
     from wbfe_cli.theory import app as theory_app
 
     app.add_typer(theory_app, name="theory", help="Solvers and simulations of the theory models.")

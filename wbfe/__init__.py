@@ -35,6 +35,7 @@ __all__ = [
     "default_checkpoint",
     "rank",
     "RankResult",
+    "compare", "Comparison",
     "htmp",
     "WbfeError",
     "SourceNotFoundError",
@@ -57,6 +58,7 @@ _LAZY = {
     "htmp": "wbfe.metrics.htmp:",
     "rank": "wbfe.ranking:rank",
     "RankResult": "wbfe.ranking:RankResult",
+    "compare": "wbfe.comparison:compare", "Comparison": "wbfe.comparison:Comparison",
 }
 
 if TYPE_CHECKING:

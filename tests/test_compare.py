@@ -1,0 +1,205 @@
+"""``wbfe.compare`` / ``wbfe compare``: against numpy, A vs A, antisymmetry, dtypes, sharding, renames."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from scipy.stats import wasserstein_distance
+from typer.testing import CliRunner
+
+import wbfe
+from wbfe_cli.main import app
+
+
+def _pair(seed: int = 0) -> tuple[dict, dict]:
+    g = torch.Generator().manual_seed(seed)
+    a = {
+        "layers.0.attn.weight": torch.randn(40, 60, generator=g, dtype=torch.float64),
+        "layers.0.mlp.weight": torch.randn(90, 30, generator=g, dtype=torch.float64),  # dual form
+        "layers.1.mlp.weight": torch.randn(300, 400, generator=g, dtype=torch.float64),  # ARPACK path
+        "layers.1.conv.weight": torch.randn(16, 8, 3, 3, generator=g, dtype=torch.float64),
+        "layers.1.norm.weight": torch.ones(30, dtype=torch.float64),
+    }
+    b = {}
+    for name, w in a.items():
+        low = torch.randn(w.shape[0], 3, generator=g, dtype=torch.float64) @ torch.randn(3, w[0].numel(), generator=g, dtype=torch.float64)
+        b[name] = w + 0.3 * low.reshape(w.shape) if w.ndim > 1 else w * 1.5
+    return a, b
+
+
+def _eigs(m: np.ndarray) -> np.ndarray:
+    return np.sort(np.linalg.svd(m, compute_uv=False) ** 2)
+
+
+def _bfe(e: np.ndarray) -> float:
+    return 0.5 * (math.log(2 * math.pi) + 1) + 0.5 * (math.log(e.mean()) - np.log(e).mean())
+
+
+def _overlap(x: np.ndarray, y: np.ndarray, k: int) -> tuple[float, float]:
+    ux, _, vxt = np.linalg.svd(x, full_matrices=False)
+    uy, _, vyt = np.linalg.svd(y, full_matrices=False)
+    return (float(np.sum((vxt[:k] @ vyt[:k].T) ** 2) / k), float(np.sum((ux[:, :k].T @ uy[:, :k]) ** 2) / k))
+
+
+def test_against_numpy() -> None:
+    a, b = _pair()
+    result = wbfe.compare(a, b, metrics="bfe,htsr", top_k=4)
+    rows = {row["name"]: row for row in result.layers}
+    assert set(rows) == {"layers.0.attn.weight", "layers.0.mlp.weight", "layers.1.mlp.weight", "layers.1.conv.weight"}
+    for name, row in rows.items():
+        x = a[name].reshape(a[name].shape[0], -1).numpy()
+        y = b[name].reshape(b[name].shape[0], -1).numpy()
+        d = y - x
+        ex, ey, ed = _eigs(x), _eigs(y), np.linalg.svd(d, compute_uv=False)
+        assert row["rel_frobenius"] == pytest.approx(np.linalg.norm(d) / np.linalg.norm(x), rel=1e-12)
+        assert row["stable_rank_delta"] == pytest.approx(np.sum(ed ** 2) / ed[0] ** 2, rel=1e-8)
+        assert row["w1_log_eigs"] == pytest.approx(wasserstein_distance(np.log(ex), np.log(ey)), rel=1e-8, abs=1e-12)
+        assert row["bfe_a"] == pytest.approx(_bfe(ex), rel=1e-10)
+        assert row["d_bfe"] == pytest.approx(_bfe(ey) - _bfe(ex), rel=1e-8, abs=1e-12)
+        assert row["d_stable_rank"] == pytest.approx(ey.sum() / ey[-1] - ex.sum() / ex[-1], rel=1e-8, abs=1e-10)
+        overlap_in, overlap_out = _overlap(x, y, 4)
+        assert row["overlap_in"] == pytest.approx(overlap_in, abs=1e-8)
+        assert row["overlap_out"] == pytest.approx(overlap_out, abs=1e-8)
+    # The metrics on each side are those `wbfe score` gives.
+    scored = {row["name"]: row for row in wbfe.score(b, metrics="bfe,htsr").layers}
+    for name, row in rows.items():
+        assert row["alpha_b"] == pytest.approx(scored[name]["alpha"], rel=1e-9)
+        assert row["bfe_b"] == pytest.approx(scored[name]["bfe"], rel=1e-12)
+    assert [s["name"] for s in result.skipped] == ["layers.1.norm.weight"]
+    assert "1-D" in result.skipped[0]["reason"]
+    top = result.summary["most_changed"][0]
+    assert top["rel_frobenius"] == max(row["rel_frobenius"] for row in result.layers)
+
+
+def test_a_against_itself() -> None:
+    a, _ = _pair(1)
+    result = wbfe.compare(a, a, metrics="bfe,htsr,htmp")
+    for row in result.layers:
+        assert row["rel_frobenius"] == 0.0 and row["w1_log_eigs"] == 0.0 and row["spectral_delta"] == 0.0
+        assert row["overlap_in"] == pytest.approx(1.0, abs=1e-12) and row["overlap_out"] == pytest.approx(1.0, abs=1e-12)
+        assert math.isnan(row["stable_rank_delta"]) and "B − A = 0" in row["reasons"]["stable_rank_delta"]
+        for key, value in row.items():
+            if key.startswith("d_") and isinstance(value, float) and math.isfinite(value):
+                assert value == 0.0, key
+            if key.endswith("_a") and key[:-2] + "_b" in row:
+                va, vb = value, row[key[:-2] + "_b"]
+                assert va == vb or (isinstance(va, float) and math.isnan(va) and math.isnan(vb)), key
+
+
+def test_a_vs_b_is_the_negated_b_vs_a() -> None:
+    a, b = _pair(2)
+    ab = {row["name"]: row for row in wbfe.compare(a, b, metrics="bfe,htsr").layers}
+    ba = {row["name"]: row for row in wbfe.compare(b, a, metrics="bfe,htsr").layers}
+    for name, row in ab.items():
+        other = ba[name]
+        for key, value in row.items():
+            if key.startswith("d_") and isinstance(value, float) and math.isfinite(value):
+                assert other[key] == pytest.approx(-value, rel=1e-12, abs=1e-15), key
+        for key in ("w1_log_eigs", "stable_rank_delta", "overlap_in", "overlap_out", "frobenius_delta"):
+            assert other[key] == pytest.approx(row[key], rel=1e-8), key
+        # ‖B − A‖/‖A‖ is not symmetric: the other way round divides by ‖B‖.
+        norm_b = np.linalg.norm(b[name].numpy())
+        assert other["rel_frobenius"] == pytest.approx(row["frobenius_delta"] / norm_b, rel=1e-12)
+
+
+def test_across_dtypes_and_sharding(tmp_path, monkeypatch) -> None:
+    a, _ = _pair(3)
+    a32 = {k: v.float().contiguous() for k, v in a.items()}
+    save_file(a32, str(tmp_path / "a.safetensors"))
+    folder = tmp_path / "b"
+    folder.mkdir()
+    b16 = {k: v.to(torch.bfloat16).contiguous() for k, v in a32.items()}
+    names = list(b16)
+    shards = {"model-00001-of-00002.safetensors": names[:2], "model-00002-of-00002.safetensors": names[2:]}
+    for shard, keys in shards.items():
+        save_file({k: b16[k] for k in keys}, str(folder / shard))
+    index = {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+    from wbfe.sources import safetensors_files
+
+    reads: dict[tuple, int] = {}
+    original = safetensors_files._load_tensor
+
+    def counting(fh, data_start, info):
+        key = (fh.name, tuple(info["data_offsets"]))
+        reads[key] = reads.get(key, 0) + 1
+        return original(fh, data_start, info)
+
+    monkeypatch.setattr(safetensors_files, "_load_tensor", counting)
+    result = wbfe.compare(tmp_path / "a.safetensors", folder, metrics="bfe")
+    assert max(reads.values()) == 1  # each tensor read once
+    assert len(result.layers) == 4 and not result.unmatched
+    assert result.model_b["format"] == "safetensors-sharded"
+    for row in result.layers:
+        x = a32[row["name"]].reshape(row["rows"], -1).double().numpy()
+        y = b16[row["name"]].reshape(row["rows"], -1).double().numpy()
+        assert row["dtype_a"] == "float32" and row["dtype_b"] == "bfloat16"
+        assert row["rel_frobenius"] == pytest.approx(np.linalg.norm(y - x) / np.linalg.norm(x), rel=1e-10)
+        assert 1e-4 < row["rel_frobenius"] < 2 ** -8  # bfloat16 rounding: 8 bits of mantissa
+
+
+def test_renames_and_unmatched() -> None:
+    a, b = _pair(4)
+    renamed = {"model." + k: v for k, v in b.items()}
+    renamed["model.extra.weight"] = torch.randn(20, 20, dtype=torch.float64)
+    plain = wbfe.compare(a, {**renamed, "layers.0.attn.weight": b["layers.0.attn.weight"]}, metrics="bfe")
+    assert {u["name"] for u in plain.unmatched if u["side"] == "a"} == set(a) - {"layers.0.attn.weight"}
+    assert all("no tensor" in u["reason"] for u in plain.unmatched if u["side"] == "a")
+    mapped = wbfe.compare(a, renamed, metrics="bfe", name_map=["^layers=model.layers"])
+    assert len(mapped.layers) == 4 and mapped.layers[0]["name_b"].startswith("model.layers.")
+    assert mapped.unmatched == [{"name": "model.extra.weight", "side": "b", "reason": "no tensor of A maps to this name"}]
+    # Every tensor is accounted for.
+    assert len(mapped.layers) + len(mapped.skipped) == len(a)
+    # Two of A's names onto one of B's: the second is unmatched, with the reason.
+    clash = wbfe.compare(a, renamed, metrics="bfe", name_map=[("^layers\\.0\\.(attn|mlp)", "model.layers.0.attn")])
+    assert any("already does" in u["reason"] for u in clash.unmatched)
+    with pytest.raises(wbfe.InvalidOptionError):
+        wbfe.compare(a, b, name_map=["no-equals-sign"])
+    with pytest.raises(wbfe.InvalidOptionError):
+        wbfe.compare(a, b, name_map=["(unclosed=x"])
+    with pytest.raises(wbfe.InvalidOptionError):
+        wbfe.compare(a, b, top_k=0)
+    with pytest.raises(wbfe.NoUsableMatrixError):
+        wbfe.compare(a, {"other.weight": torch.randn(20, 20)})
+
+
+def test_shape_change_is_skipped_with_reason() -> None:
+    a = {"fc.weight": torch.randn(20, 30), "out.weight": torch.randn(10, 20)}
+    b = {"fc.weight": torch.randn(20, 30), "out.weight": torch.randn(12, 20)}
+    result = wbfe.compare(a, b, metrics="bfe")
+    assert [row["name"] for row in result.layers] == ["fc.weight"]
+    assert result.skipped[0]["name"] == "out.weight" and "shape differs" in result.skipped[0]["reason"]
+    df = result.to_pandas()
+    assert list(df["name"]) == ["fc.weight"] and "d_bfe" in df.columns
+
+
+def test_cli(tmp_path) -> None:
+    a, b = _pair(5)
+    save_file({k: v.float().contiguous() for k, v in a.items()}, str(tmp_path / "a.safetensors"))
+    save_file({k: v.float().contiguous() for k, v in b.items()}, str(tmp_path / "b.safetensors"))
+    runner = CliRunner()
+    table = runner.invoke(app, ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"),
+                                "--metrics", "bfe", "--top-k", "3"])
+    assert table.exit_code == 0, table.output
+    assert "most changed" in table.stdout and "layers.1.mlp.weight" in table.stdout
+    out = tmp_path / "out"
+    done = runner.invoke(app, ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"),
+                               "--metrics", "bfe", "--format", "json", "--output", str(out)])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert data["options"]["top_k"] == 10 and len(data["layers"]) == 4
+    assert json.loads((out / "compare.json").read_text())["layers"] == data["layers"]
+    assert (out / "compare.csv").read_text().splitlines()[0].startswith("name,")
+    assert (out / "change_along_depth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = runner.invoke(app, ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "missing"),
+                              "--output", str(tmp_path / "never")])
+    assert bad.exit_code == 2 and not (tmp_path / "never").exists()
+    bad_map = runner.invoke(app, ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"),
+                                  "--map", "x"])
+    assert bad_map.exit_code == 2 and "REGEX=REPLACEMENT" in bad_map.stderr
