@@ -36,7 +36,7 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 MIN_BFE_EIGS = 2
 
 _ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("embedding", re.compile(r"(embed|wte|wpe|word_embeddings|position_embeddings|token_type|tok_embeddings|patch_embed|(^|\.)shared\.weight$)")),
+    ("embedding", re.compile(r"(embed|token_embd|wte|wpe|word_embeddings|position_embeddings|token_type|tok_embeddings|patch_embed|(^|\.)shared\.weight$)")),
     ("attention", re.compile(r"(attn|attention|self_attn|q_proj|k_proj|v_proj|o_proj|qkv|query|key|value|c_attn|in_proj|out_proj)")),
     ("mlp", re.compile(r"(mlp|ffn|feed_forward|feedforward|intermediate|fc1|fc2|c_fc|c_proj|gate_proj|up_proj|down_proj|w1|w2|w3|\.output\.dense)")),
 )

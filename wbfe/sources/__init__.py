@@ -69,7 +69,7 @@ def open_source(ref: Any) -> TensorSource:
     raise SourceNotFoundError(f"no such file or folder: {text}", path=text)
 
 
-_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".pt", ".pth", ".th", ".ckpt")
+_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".pt", ".pth", ".th", ".ckpt", ".gguf", ".h5", ".hdf5", ".keras", ".onnx")
 
 
 def content_hash(ref: Any) -> str:

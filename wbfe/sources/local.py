@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.sources._base import TensorSource
+from wbfe.sources.formats import open_other_format, pick_other_format, sniff_format
 from wbfe.sources.safetensors_files import SafetensorsSource
 from wbfe.sources.torch_pickle import TORCH_SUFFIXES, TorchPickleSource
 
@@ -18,8 +19,8 @@ def pick_weight_files(names: Sequence[str]) -> list[str]:
     """Choose which of a folder's (or repo's) top-level files hold the weights.
 
     Preference: a safetensors index, ``model.safetensors``, a single ``*.safetensors``, a bin index,
-    ``pytorch_model.bin``, a single PyTorch file. Returns ``[index]`` for sharded checkpoints and
-    ``[file]`` otherwise; an empty list when nothing fits.
+    ``pytorch_model.bin``, a single PyTorch file, a single GGUF (split set), Keras or ONNX file.
+    Returns ``[index]`` for sharded checkpoints and ``[file]`` otherwise; an empty list when nothing fits.
 
     Raises:
         CorruptCheckpointError: several candidate files and no index to say how they go together.
@@ -42,7 +43,7 @@ def pick_weight_files(names: Sequence[str]) -> list[str]:
                 f"several {kind} weight files and no single index ({', '.join((indexes or files)[:4])}, ...); "
                 "pass one file explicitly"
             )
-    return []
+    return pick_other_format(top)
 
 
 def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> TensorSource:
@@ -63,7 +64,8 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
             raise CorruptCheckpointError(f"{path}: {exc}", path=str(path)) from None
         if not chosen:
             raise SourceNotFoundError(
-                f"{path}: no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th) in this folder",
+                f"{path}: no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th, *.gguf, *.h5, *.keras, *.onnx) "
+                "in this folder",
                 path=str(path),
             )
         path = path / chosen[0]
@@ -92,6 +94,9 @@ def read_model_config(folder: Path) -> dict[str, Any] | None:
 
 
 def _open_file(path: Path, ref: str, fmt: str | None) -> TensorSource:
+    kind = sniff_format(path)  # GGUF, Keras, ONNX: by magic bytes first, then suffix
+    if kind is not None:
+        return open_other_format(path, kind, ref)
     name = path.name
     if name.endswith(".safetensors.index.json"):
         from wbfe.sources.safetensors_files import read_index
@@ -108,6 +113,7 @@ def _open_file(path: Path, ref: str, fmt: str | None) -> TensorSource:
     if name.endswith(TORCH_SUFFIXES):
         return TorchPickleSource(ref, [path])
     raise SourceNotFoundError(
-        f"{path}: not a checkpoint format wbfe reads (expected .safetensors, .bin, .pt, .pth, .th, .ckpt)",
+        f"{path}: not a checkpoint format wbfe reads (expected .safetensors, .bin, .pt, .pth, .th, .ckpt, "
+        ".gguf, .h5, .keras, .onnx)",
         path=str(path),
     )

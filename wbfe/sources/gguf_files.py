@@ -1,0 +1,245 @@
+"""GGUF (llama.cpp) files, one file or the splits ``name-00001-of-0000N.gguf``, parsed by the ``gguf``
+package and dequantised with its own dequantisers, one tensor at a time.
+
+GGUF stores a tensor's dimensions innermost first (``ne0`` = the input features); entries report
+them reversed, out × in, like every other source. Each tensor's bytes are read from the file when it
+is asked for (the package's memory map is used only for the header), so the resident set holds the
+tensor being read and its dequantised floats, never the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+__all__ = ["GGUFSource", "GGUF_MAGIC", "SPLIT_NAME", "split_files"]
+
+GGUF_MAGIC = b"GGUF"
+SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+# Stored as floats torch reads directly: no dequantiser, no ``quant``.
+_PLAIN = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
+_INTEGER = {"I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64"}
+# Metadata recorded in the provenance (``general.file_type`` is decoded to its llama.cpp name).
+_METADATA_KEYS = ("general.architecture", "general.name", "general.file_type", "general.quantization_version")
+
+
+def _gguf() -> Any:
+    try:
+        import gguf
+    except ImportError:
+        raise MissingDependencyError(
+            "reading GGUF files needs the gguf package: pip install 'wbfe[gguf]'", package="gguf"
+        ) from None
+    return gguf
+
+
+def split_files(path: Path) -> list[Path]:
+    """All the files of the split set ``path`` belongs to, in order (``[path]`` when it is not a split).
+
+    Raises:
+        SourceNotFoundError: a split of the set is missing.
+    """
+    found = SPLIT_NAME.match(path.name)
+    if found is None:
+        return [path]
+    count = int(found["count"])
+    files = [path.with_name(f"{found['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    missing = [i for i, f in enumerate(files, 1) if not f.is_file()]
+    if missing or not 1 <= int(found["no"]) <= count:
+        number = missing[0] if missing else int(found["no"])
+        raise SourceNotFoundError(
+            f"{path}: split {number} of {count} ({path.name.replace(found['no'], f'{number:05d}', 1)}) is missing",
+            path=str(path),
+        )
+    return files
+
+
+class _Split:
+    """One parsed GGUF file: its tensors and metadata, read through ``gguf.GGUFReader``."""
+
+    def __init__(self, path: Path):
+        gguf = _gguf()
+        self.path = path
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+        if len(magic) < 4:
+            raise TruncatedCheckpointError(f"{path}: truncated GGUF file ({size} bytes)", path=str(path))
+        if magic != GGUF_MAGIC:
+            raise CorruptCheckpointError(
+                f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})", path=str(path)
+            )
+        try:
+            reader = gguf.GGUFReader(path)
+        except ValueError as exc:
+            # The reader's views of tensor data that the file is too short for fail to reshape.
+            if "reshape" in str(exc) or "out of bounds" in str(exc):
+                raise TruncatedCheckpointError(
+                    f"{path}: truncated GGUF file (tensor data runs past the end of its {size} bytes)", path=str(path)
+                ) from None
+            raise CorruptCheckpointError(
+                f"{path}: corrupt or truncated GGUF header ({_one_line(exc)})", path=str(path)
+            ) from None
+        except (IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as exc:
+            raise CorruptCheckpointError(
+                f"{path}: corrupt or truncated GGUF header ({exc.__class__.__name__}: {_one_line(exc)})",
+                path=str(path),
+            ) from None
+        self.metadata = _metadata(reader, gguf)
+        self.split = (_field(reader, "split.no"), _field(reader, "split.count"))
+        # (name, quant type name, dims out x in, first byte, byte count): plain values only, so the
+        # reader and its memory map of the whole file are freed here.
+        self.tensors: list[tuple[str, str, tuple[int, ...], int, int]] = []
+        for t in reader.tensors:
+            first, nbytes = int(t.data_offset), int(t.n_bytes)
+            if first < 0 or first + nbytes > size:
+                raise TruncatedCheckpointError(
+                    f"{path}: tensor {t.name!r} lies past the end of the file ({first + nbytes} > {size} bytes)",
+                    path=str(path),
+                )
+            dims = tuple(int(d) for d in reversed(t.shape.tolist()))
+            self.tensors.append((t.name, t.tensor_type.name, dims, first, nbytes))
+        del reader
+
+
+def _one_line(exc: BaseException) -> str:
+    return str(exc).split("\n")[0][:160]
+
+
+def _field(reader: Any, key: str) -> Any:
+    field = reader.get_field(key)
+    if field is None:
+        return None
+    try:
+        return field.contents()
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _metadata(reader: Any, gguf: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in _METADATA_KEYS:
+        value = _field(reader, key)
+        if value is None:
+            continue
+        if key == "general.file_type":
+            try:
+                value = gguf.LlamaFileType(int(value)).name
+            except ValueError:
+                value = int(value)
+        out[key] = value
+    version = _field(reader, "GGUF.version")
+    if version is not None:
+        out["gguf.version"] = int(version)
+    return out
+
+
+class GGUFSource(TensorSource):
+    """The tensors of a GGUF file or split set, dequantised one at a time.
+
+    ``head_hint``: ``output.weight``, or ``token_embd.weight`` when the model has no output matrix
+    (its head is tied to the token embedding, as llama.cpp reads it).
+    """
+
+    def __init__(self, ref: str, path: Path):
+        files = split_files(path)
+        self._splits = [_Split(f) for f in files]
+        counts = {s.split[1] for s in self._splits}
+        if len(files) > 1 and counts != {len(files)}:
+            raise CorruptCheckpointError(
+                f"{path}: split count in the files ({sorted(c for c in counts if c is not None)}) "
+                f"does not match the {len(files)} files of the set",
+                path=str(path),
+            )
+        names = [t[0] for s in self._splits for t in s.tensors]
+        if "output.weight" in names:
+            self.head_hint = "output.weight"
+        elif "token_embd.weight" in names:
+            self.head_hint = "token_embd.weight"
+        self.provenance = Provenance(
+            source=ref,
+            format="gguf-split" if len(files) > 1 else "gguf",
+            files=[str(f) for f in files],
+            pending=FileDigest(files),
+            extra={"metadata": self._splits[0].metadata},
+        )
+
+    def __len__(self) -> int:
+        return sum(len(s.tensors) for s in self._splits)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        gguf = _gguf()
+        for split in self._splits:
+            for name, kind, dims, first, nbytes in split.tensors:
+                dtype, quant = _PLAIN.get(kind) or _INTEGER.get(kind), None
+                if dtype is None:
+                    quant = f"gguf-{kind.lower()}"
+                    qtype = gguf.GGMLQuantizationType[kind]
+                    # A type the package cannot dequantise is named as the dtype, which the planner
+                    # then skips as unsupported (it is never read).
+                    dtype = "float32" if _can_dequantize(gguf, qtype) else quant
+                load = _Loader(split.path, kind, dims, first, nbytes)
+                yield TensorEntry(name=name, shape=dims, dtype=dtype, load=load, reread=load, quant=quant)
+
+
+@functools.lru_cache(maxsize=None)
+def _can_dequantize(gguf: Any, qtype: Any) -> bool:
+    import numpy as np
+
+    _, size = gguf.GGML_QUANT_SIZES[qtype]
+    try:
+        gguf.quants.dequantize(np.zeros((1, size), dtype=np.uint8), qtype)
+    except NotImplementedError:
+        return False
+    return True
+
+
+class _Loader:
+    """Reads one tensor's bytes (``pread``: safe from any thread) and dequantises them."""
+
+    def __init__(self, path: Path, kind: str, dims: tuple[int, ...], first: int, nbytes: int):
+        self.path, self.kind, self.dims, self.first, self.nbytes = path, kind, dims, first, nbytes
+
+    def __call__(self) -> "torch.Tensor":
+        import numpy as np
+        import torch
+
+        raw = _read(self.path, self.first, self.nbytes)
+        if self.kind in _PLAIN or self.kind in _INTEGER:
+            dtype = getattr(torch, (_PLAIN.get(self.kind) or _INTEGER[self.kind]))
+            return torch.from_numpy(raw).view(dtype).reshape(self.dims)
+        gguf = _gguf()
+        qtype = gguf.GGMLQuantizationType[self.kind]
+        rows = raw.reshape(*self.dims[:-1], -1) if len(self.dims) > 1 else raw
+        floats: np.ndarray = gguf.quants.dequantize(rows, qtype)
+        return torch.from_numpy(np.ascontiguousarray(floats, dtype=np.float32)).reshape(self.dims)
+
+
+def _read(path: Path, first: int, nbytes: int) -> "np.ndarray":
+    import numpy as np
+
+    buffer = np.empty(nbytes, dtype=np.uint8)
+    view = memoryview(buffer)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        done = 0
+        while done < nbytes:
+            n = os.preadv(fd, [view[done:]], first + done)
+            if n <= 0:
+                raise TruncatedCheckpointError(
+                    f"{path}: truncated GGUF file (it changed while being read)", path=str(path)
+                )
+            done += n
+    finally:
+        os.close(fd)
+    return buffer
