@@ -203,3 +203,15 @@ def test_cli(tmp_path) -> None:
     bad_map = runner.invoke(app, ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"),
                                   "--map", "x"])
     assert bad_map.exit_code == 2 and "REGEX=REPLACEMENT" in bad_map.stderr
+
+
+def test_extreme_scales_compare_as_at_scale_one() -> None:
+    a, b = _pair(6)
+    one = {row["name"]: row for row in wbfe.compare(a, b, metrics="bfe").layers}
+    for scale in (1e-200, 1e200):
+        small = {row["name"]: row for row in wbfe.compare({k: v * scale for k, v in a.items()},
+                                                          {k: v * scale for k, v in b.items()}, metrics="bfe").layers}
+        for name, row in one.items():
+            for column in ("rel_frobenius", "w1_log_eigs", "stable_rank_delta", "overlap_in", "overlap_out", "d_bfe"):
+                assert small[name][column] == pytest.approx(row[column], rel=1e-8, abs=1e-10), (scale, column)
+            assert small[name]["frobenius_delta"] == pytest.approx(row["frobenius_delta"] * scale, rel=1e-8)

@@ -128,3 +128,18 @@ def test_cli_seed_and_bad_seed(tmp_path) -> None:
     assert bad.exit_code == 2
     with pytest.raises(wbfe.InvalidOptionError):
         wbfe.score(str(path), metrics="rand", seed=-1)
+
+
+def test_extreme_scale_matrix_gets_the_same_control() -> None:
+    # A matrix at 1e-200 has its Gram matrix scaled into float64's range (Spectrum.log_scale): the
+    # control must be the same as for the matrix at scale 1, with the absolute columns rescaled.
+    w = _gauss(60, 90, 12)
+    w[5, 7] = 40.0
+    one = wbfe.score({"fc.weight": w}, metrics="rand").layers[0]
+    tiny = wbfe.score({"fc.weight": w * 1e-200}, metrics="rand").layers[0]
+    for column in ("rand_distance", "rand_traps", "rand_max_ratio"):
+        assert tiny[column] == pytest.approx(one[column], rel=1e-9), column
+    assert tiny["rand_traps"] == 1
+    assert tiny["rand_lambda_max"] == 0.0  # 1e-400 times the value at scale 1: below float64's range
+    big = wbfe.score({"fc.weight": w * 1e100}, metrics="rand").layers[0]
+    assert big["rand_lambda_max"] == pytest.approx(one["rand_lambda_max"] * 1e200, rel=1e-9)

@@ -340,20 +340,28 @@ def _change(
             reasons[f"{column}_a"] = why
         for column, why in out_b.reasons.items():
             reasons[f"{column}_b"] = why
-    row["w1_log_eigs"] = log_spectrum_distance(spec_a.eigs, spec_b.eigs)
-    a64 = _float64(tensor_a, plan)
-    u_a, _, v_a = top_singular(a64, top_k)
+    # Spectra scaled for float64's range (Spectrum.log_scale) are compared in true units.
+    row["w1_log_eigs"] = log_spectrum_distance(spec_a.eigs, spec_b.eigs, shift=spec_b.log_scale - spec_a.log_scale)
+    # Both copies are scaled by one power of two where their entries are far from 1, so that Gram
+    # matrices and norms stay inside float64's range; only the absolute norms are scaled back.
+    a64 = _float64(tensor_a, plan, copy=True)
     b64 = _float64(tensor_b, plan, copy=True)  # overwritten by B − A below
+    biggest = max(float(np.max(np.abs(a64))), float(np.max(np.abs(b64))))
+    factor = math.ldexp(1.0, -math.frexp(biggest)[1]) if not 1e-100 < biggest < 1e100 else 1.0
+    if factor != 1.0:
+        a64 *= factor
+        b64 *= factor
+    u_a, _, v_a = top_singular(a64, top_k)
     u_b, _, v_b = top_singular(b64, top_k)
     norm_a = float(np.linalg.norm(a64))
     b64 -= a64  # B − A, in place: two float64 copies at most
     del a64
     norm_d = float(np.linalg.norm(b64))
-    row["frobenius_delta"] = norm_d
+    row["frobenius_delta"] = norm_d / factor
     row["rel_frobenius"] = norm_d / norm_a
     if norm_d > 0.0:
         spectral_d = float(top_singular(b64, 1)[1][0])
-        row["spectral_delta"] = spectral_d
+        row["spectral_delta"] = spectral_d / factor
         row["stable_rank_delta"] = norm_d ** 2 / spectral_d ** 2
     else:
         row["spectral_delta"] = 0.0

@@ -42,11 +42,16 @@ TW_MARGIN = 4.0
 
 @dataclass(frozen=True)
 class ShuffledSpectrum:
-    """Eigenvalues of the shuffled matrices (pooled, ascending) and each one's trap count and edge."""
+    """Eigenvalues of the shuffled matrices (pooled, ascending), their trap count and bulk edge.
+
+    ``eigs`` and ``bulk_max`` are in units scaled by exp(−log_scale), as ``Spectrum.eigs`` is for a
+    matrix whose Gram matrix would leave float64's range; ``log_scale`` = 0 otherwise.
+    """
 
     eigs: np.ndarray
     traps: int
     bulk_max: float
+    log_scale: float = 0.0
 
 
 def _rng(seed: int, name: str, index: int) -> np.random.Generator:
@@ -101,35 +106,39 @@ def count_traps(eigs: np.ndarray, rows: int, cols: int, mean: float, sigma2: flo
 
 def shuffled_spectrum(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> ShuffledSpectrum:
     """The ``from_matrices`` hook: shuffle each matrix (seeded by ``options.seed`` and ``name``) and
-    take its eigenvalues in the pipeline's own eigen-solve."""
+    take its spectrum in the pipeline's own eigen-solve (scaled as that scales it).
+
+    Raises:
+        DegenerateMatrixError: as :func:`wbfe.spectra.spectrum` (the matrix itself then fails too).
+    """
     import torch
 
-    from wbfe.spectra import eigenvalues
+    from wbfe.spectra import spectrum
 
-    parts, traps, edge = [], 0, 0.0
+    parts, traps, edge, log_scale = [], 0, 0.0, 0.0
     for index, matrix in enumerate(matrices):
-        shuffled = shuffle_matrix(matrix, _rng(options.seed, name, index))
-        e = eigenvalues([shuffled], device)
-        del shuffled
+        shuffled = spectrum([shuffle_matrix(matrix, _rng(options.seed, name, index))], device)
+        e, log_scale = np.asarray(shuffled.eigs), shuffled.log_scale  # slices share one scale: same entries' range
         n = matrix.numel()
-        mean = float(torch.sum(matrix, dtype=torch.float64)) / n
-        # Σw² is the trace of the Gram matrix: the sum of the (unclipped) eigenvalues, to rounding.
+        # The mean in the spectrum's units (entries times exp(−log_scale / 2)); Σw² is the trace of
+        # the Gram matrix: the sum of the (unclipped) eigenvalues, to rounding.
+        mean = float(torch.sum(matrix, dtype=torch.float64)) / n * math.exp(-0.5 * log_scale)
         sigma2 = max(float(np.sum(e)) / n - mean * mean, 0.0)
         count, bulk = count_traps(e, int(matrix.shape[0]), int(matrix.shape[1]), mean, sigma2)
         traps += count
         edge = max(edge, bulk)
         parts.append(e)
-    return ShuffledSpectrum(eigs=np.sort(np.concatenate(parts)), traps=traps, bulk_max=edge)
+    return ShuffledSpectrum(eigs=np.sort(np.concatenate(parts)), traps=traps, bulk_max=edge, log_scale=log_scale)
 
 
-def log_spectrum_distance(a: np.ndarray, b: np.ndarray) -> float:
+def log_spectrum_distance(a: np.ndarray, b: np.ndarray, *, shift: float = 0.0) -> float:
     """Wasserstein-1 distance between the distributions of log e over the nonzero eigenvalues of
-    two spectra (scale-aware: multiplying W by c shifts every log e by 2·log c). NaN when either
-    spectrum has no nonzero eigenvalue."""
+    two spectra (scale-aware: multiplying W by c shifts every log e by 2·log c), with ``shift``
+    added to every log e of ``b``. NaN when either spectrum has no nonzero eigenvalue."""
     from scipy.stats import wasserstein_distance
 
     la = np.log(a[a > 0.0])
-    lb = np.log(b[b > 0.0])
+    lb = np.log(b[b > 0.0]) + shift
     if la.size == 0 or lb.size == 0:
         return math.nan
     return float(wasserstein_distance(la, lb))
@@ -143,12 +152,24 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
         for column in COLUMNS:
             result.fail(column, "no shuffled spectrum (the rand group needs the matrix itself)")
         return result
-    result.values["rand_distance"] = log_spectrum_distance(e, shuffled.eigs)
+    # Both spectra in true units, in logs (either may be scaled for float64's range).
+    shift = shuffled.log_scale - spec.log_scale
+    result.values["rand_distance"] = log_spectrum_distance(e, shuffled.eigs, shift=shift)
     result.values["rand_traps"] = shuffled.traps
-    result.values["rand_bulk_max"] = shuffled.bulk_max
-    result.values["rand_lambda_max"] = float(shuffled.eigs[-1])
-    result.values["rand_max_ratio"] = float(shuffled.eigs[-1] / e[-1])
+    result.values["rand_bulk_max"] = _true_units(shuffled.bulk_max, shuffled.log_scale)
+    result.values["rand_lambda_max"] = _true_units(float(shuffled.eigs[-1]), shuffled.log_scale)
+    result.values["rand_max_ratio"] = float(math.exp(math.log(shuffled.eigs[-1] / e[-1]) + shift))
     return result
+
+
+def _true_units(value: float, log_scale: float) -> float:
+    """``value`` · exp(log_scale), +inf or 0 where float64 cannot hold it."""
+    if value <= 0.0:
+        return 0.0
+    try:
+        return math.exp(math.log(value) + log_scale)
+    except OverflowError:
+        return math.inf
 
 
 GROUP = MetricGroup(

@@ -19,16 +19,13 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     Returns:
         ``path``, written atomically as PNG.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
+    from wbfe.plots._canvas import new_figure
     from wbfe.report import save_figure
 
     rows = comparison.layers
     with_depth = all(row.get("depth") is not None for row in rows)
     x = np.array([row["depth"] if with_depth else i for i, row in enumerate(rows)], dtype=float)
-    fig = Figure(figsize=(9, 6.5), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = new_figure((9, 6.5), layout="constrained")
     axes = fig.subplots(2, 1, sharex=True)
     for ax, column, label, log in ((axes[0], "rel_frobenius", "‖B − A‖_F / ‖A‖_F", True),
                                    (axes[1], "w1_log_eigs", "W1 between log-spectra", False)):
