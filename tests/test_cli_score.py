@@ -93,7 +93,7 @@ def _one_line_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
 
 def test_bad_inputs_exit_2_with_one_line(tmp_path: Path, state_dict: dict) -> None:
     _one_line_exit_2(["score", str(tmp_path / "missing.safetensors")], "no such file or folder", tmp_path)
-    _one_line_exit_2(["score", "nobody/nothing"], "not in the local Hugging Face cache", tmp_path)
+    _one_line_exit_2(["score", "nobody/nothing"], "no such model in the local Hugging Face cache", tmp_path)
 
     corrupt = tmp_path / "corrupt.safetensors"
     corrupt.write_bytes(struct.pack("<Q", 12) + b"{not json!!}" + b"\0" * 8)

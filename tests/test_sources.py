@@ -240,12 +240,12 @@ def test_hub_revision_and_sharded(tmp_path: Path, state_dict: dict) -> None:
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     fake_hub_snapshot(cache, "acme/big", files, revision="step1000", commit="f" * 40)
     _assert_same(_tensors("acme/big@step1000"), state_dict)
-    with pytest.raises(ModelNotFoundError, match="acme/big@main: not in the local Hugging Face cache"):
+    with pytest.raises(ModelNotFoundError, match="acme/big@main: no such file or folder, and no such model in the local Hugging Face cache"):
         open_source("acme/big@main")
 
 
 def test_unknown_hub_id_offline() -> None:
-    with pytest.raises(ModelNotFoundError, match="nobody/nothing: not in the local Hugging Face cache .* HF_HUB_OFFLINE is set"):
+    with pytest.raises(ModelNotFoundError, match="nobody/nothing: no such file or folder, and no such model in the local Hugging Face cache .* .HF_HUB_OFFLINE is set"):
         open_source("nobody/nothing")
 
 

@@ -76,14 +76,22 @@ class MissingDependencyError(WbfeError, ImportError):
     """An optional package needed for the requested feature is not installed."""
 
 
-def unknown_name(kind: str, name: str, known: "list[str] | tuple[str, ...]") -> UnknownNameError:
-    """Build an :class:`UnknownNameError` that suggests the closest known names."""
+def unknown_name(
+    kind: str, name: str, known: "list[str] | tuple[str, ...]", *, max_listed: int = 40
+) -> UnknownNameError:
+    """Build an :class:`UnknownNameError` that suggests the closest known names.
+
+    The known names are listed when there are at most ``max_listed`` of them; a longer registry
+    (timm's ~1,500 models) is only counted, so the message stays one short line.
+    """
     import difflib
 
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    listing = (f"known: {', '.join(sorted(known))}" if len(known) <= max_listed
+               else f"{len(known)} known names, not listed")
     return UnknownNameError(
-        f"unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})",
+        f"unknown {kind} {name[:200]!r}{hint} ({listing})",
         name=name,
         known=tuple(known),
     )

@@ -275,6 +275,8 @@ def score(
 def _plan(
     entry: TensorEntry, options: ScoreOptions, pattern: Optional[re.Pattern[str]], consumed: Optional[str] = None
 ) -> Union[Skip, MatrixPlan]:
+    if entry.skip is not None:  # the reader could not give it as a dense tensor
+        return Skip(entry.name, entry.skip, entry.shape, entry.dtype)
     if pattern is not None and not pattern.search(entry.name):
         return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
     if consumed is not None:  # a quantized weight's scale, zeros or packed data (see wbfe.quant)

@@ -11,15 +11,22 @@ References, tried in this order:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from wbfe.errors import SourceNotFoundError
-from wbfe.sources._base import Provenance, TensorEntry, TensorSource
+from wbfe.sources._base import TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource
+from wbfe.sources.formats import OTHER_SUFFIXES
 from wbfe.sources.hub import HUB_ID
 from wbfe.sources.torch_pickle import tensor_entries, unwrap_state_dict
 
-__all__ = ["TensorEntry", "TensorSource", "Provenance", "open_source", "content_hash"]
+# The one list of suffixes a weight file (or a shard index) of any format wbfe reads may have.
+WEIGHT_SUFFIXES = (".safetensors",) + TORCH_SUFFIXES + OTHER_SUFFIXES + (".json",)
+
+__all__ = [
+    "TensorEntry", "TensorSource", "Provenance", "open_source", "content_hash", "WEIGHT_SUFFIXES", "TORCH_SUFFIXES",
+]
 
 
 class MemorySource(TensorSource):
@@ -53,7 +60,11 @@ def open_source(ref: Any) -> TensorSource:
         raise SourceNotFoundError(f"cannot read weights from a {type(ref).__name__}")
     text = str(ref)
     path = Path(text).expanduser()
-    if path.exists():
+    try:
+        exists = os.path.lexists(path)
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long
+        raise SourceNotFoundError(f"not a usable path: {text[:200]!r} ({exc})", path=text) from None
+    if exists:
         from wbfe.sources.local import open_path
 
         return open_path(path, ref=text)
@@ -62,14 +73,11 @@ def open_source(ref: Any) -> TensorSource:
             from wbfe.sources import zoo_libraries
 
             return getattr(zoo_libraries, opener)(text[len(prefix):], ref=text)
-    if HUB_ID.match(text) and not text.startswith((".", "/", "~")) and not text.endswith(_FILE_SUFFIXES):
+    if HUB_ID.match(text) and not text.startswith((".", "/", "~")) and not text.endswith(WEIGHT_SUFFIXES):
         from wbfe.sources.hub import open_hub
 
-        return open_hub(text)
+        return open_hub(text, could_be_path=True)
     raise SourceNotFoundError(f"no such file or folder: {text}", path=text)
-
-
-_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".pt", ".pth", ".th", ".ckpt", ".gguf", ".h5", ".hdf5", ".keras", ".onnx")
 
 
 def content_hash(ref: Any) -> str:

@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from wbfe._config import usable_cpus
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TensorEntry", "Provenance", "TensorSource", "FileDigest"]
+__all__ = [
+    "TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
+    "TORCH_SUFFIXES",
+]
+
+# PyTorch pickle suffixes (the list of every format's suffixes is wbfe.sources.WEIGHT_SUFFIXES).
+TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".th", ".ckpt")
 
 _SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
@@ -37,6 +46,9 @@ class TensorEntry:
         quant: the storage scheme of a tensor that ``load`` dequantises (``fp8-e4m3-block128``,
             ``gguf-q4_k``, ...); None for a tensor stored as plain floats. ``dtype`` is then the
             dtype ``load`` returns.
+        skip: why the reader cannot give this tensor as a dense matrix (sparse, on the meta
+            device, an expanded view far larger than its storage); it is then listed as skipped
+            with this reason and ``load`` is never called. None for a readable tensor.
     """
 
     name: str
@@ -46,6 +58,52 @@ class TensorEntry:
     storage_key: tuple[Any, ...] | None = None
     reread: Callable[[], "torch.Tensor"] | None = None
     quant: str | None = None
+    skip: str | None = None
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file (after following symlinks).
+
+    A FIFO, socket or device named like a checkpoint would block a read or never end; it is opened
+    without blocking, checked, and refused before a byte is read.
+
+    Raises:
+        SourceNotFoundError: the file does not exist or cannot be read (permissions, I/O error).
+        CorruptCheckpointError: the path is not a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CorruptCheckpointError(
+                f"{path}: not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'special file')}); wbfe reads "
+                "checkpoint files only", path=str(path)
+            )
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
+        fh.raw.name = str(path)  # type: ignore[attr-defined]  # as open() would name it, for messages
+        return fh
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def unreadable(path: Path | str, exc: OSError) -> SourceNotFoundError:
+    """The typed error for an ``OSError`` met while opening or reading ``path``."""
+    if exc.errno == errno.ENOENT:
+        return SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
+    if exc.errno == errno.ENAMETOOLONG:
+        return SourceNotFoundError(f"{str(path)[:200]}...: file name too long", path=str(path))
+    reason = exc.strerror or exc.__class__.__name__
+    return SourceNotFoundError(f"{path}: cannot be read ({reason})", path=str(path))
+
+
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
 
 
 @dataclass

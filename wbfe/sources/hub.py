@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from wbfe._config import hf_cache_dir, hf_offline
-from wbfe.errors import ModelNotFoundError, SourceNotFoundError
+from wbfe.errors import ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.local import open_path, pick_weight_files, read_model_config
 
@@ -41,10 +41,15 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
     """Download the weight files of a hub repo into the cache; return the chosen local file.
 
     Raises:
-        ModelNotFoundError: unknown repo or revision, no weight files, or the hub unreachable.
+        ModelNotFoundError: unknown repo or revision, no weight files, or the hub unreachable
+            (found out with one quick connection, not minutes of retries).
     """
     from huggingface_hub import HfApi, hf_hub_download
 
+    name = f"{repo_id}{'@' + revision if revision else ''}"
+    unreachable = _hub_unreachable()
+    if unreachable is not None:
+        raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
     try:
         names = HfApi().list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
@@ -52,26 +57,72 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
         local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir)))
         if local.name.endswith(".index.json"):
-            import json
+            from wbfe.sources.safetensors_files import index_weight_map
 
-            shards = sorted(set(json.loads(local.read_text())["weight_map"].values()))
-            for shard in shards:
+            for shard in index_weight_map(local):
                 hf_hub_download(repo_id, shard, revision=revision, cache_dir=str(cache_dir))
         return local
-    except ModelNotFoundError:
+    except WbfeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - hub and network errors all mean "cannot resolve"
-        kind = exc.__class__.__name__
-        what = "unknown model or revision" if "NotFound" in kind else "the hub could not be reached"
-        raise ModelNotFoundError(
-            f"{repo_id}{'@' + revision if revision else ''}: {what} and it is not in the local cache "
-            f"{cache_dir} ({kind})",
-            ref=repo_id,
-        ) from None
+    except Exception as exc:  # noqa: BLE001 - every hub and network failure means "cannot resolve"
+        raise ModelNotFoundError(f"{name}: {hub_failure(exc)}", ref=repo_id) from None
 
 
-def open_hub(ref: str, *, fmt: str = "hf-hub") -> TensorSource:
+def hub_failure(exc: BaseException) -> str:
+    """What a ``huggingface_hub`` (or network) exception means, by its type."""
+    try:
+        from huggingface_hub import errors
+    except ImportError:  # huggingface_hub < 0.24 kept them in utils
+        from huggingface_hub import utils as errors  # type: ignore[no-redef]
+
+    if isinstance(exc, errors.GatedRepoError):
+        return "a gated model: accept its terms on the hub and log in (hf auth login) to download it"
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return "no such model on the Hugging Face hub (or a private one)"
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return "no such revision of this model on the Hugging Face hub"
+    if isinstance(exc, errors.EntryNotFoundError):  # the local and the remote kinds alike
+        return "a weight file it lists is missing from the hub"
+    if isinstance(exc, errors.OfflineModeIsEnabled):
+        return "not in the local Hugging Face cache, and huggingface_hub is in offline mode"
+    if isinstance(exc, errors.HFValidationError):
+        return "not a valid Hugging Face model id"
+    if isinstance(exc, errors.HfHubHTTPError):
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        return f"the Hugging Face hub refused the request (HTTP {status})"
+    return f"the Hugging Face hub could not be reached ({exc.__class__.__name__})"
+
+
+def _hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the hub cannot be reached, from one TCP connection with a short timeout; None if it can.
+
+    huggingface_hub retries a failed connection for about 25 s before giving up; this answers in
+    at most ``timeout`` seconds. Behind a proxy (``HTTPS_PROXY``...) the check is left to the client.
+    """
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                                       "ALL_PROXY", "all_proxy")):
+        return None
+    url = urlparse(str(constants.ENDPOINT))
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout):
+            return None
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc.__class__.__name__
+        return f"the Hugging Face hub could not be reached ({url.hostname}: {reason})"
+
+
+def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> TensorSource:
     """Open ``org/name[@revision]`` from the cache, downloading it first unless offline.
+
+    ``could_be_path``: ``ref`` was also tried as a local path; errors then say that no such folder
+    exists either (``hf/lama`` is more often a mistyped folder than a model id).
 
     Raises:
         ModelNotFoundError: not cached and offline, unknown, or unreachable.
@@ -94,11 +145,20 @@ def open_hub(ref: str, *, fmt: str = "hf-hub") -> TensorSource:
                 source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
                                                 "commit": snapshot.name})
                 return source
+    prefix = f"{ref}: no such file or folder, and " if could_be_path else f"{ref}: "
     if hf_offline():
         raise ModelNotFoundError(
-            f"{ref}: not in the local Hugging Face cache {cache_dir} and HF_HUB_OFFLINE is set", ref=ref
+            f"{prefix}no such model in the local Hugging Face cache {cache_dir} (HF_HUB_OFFLINE is set)", ref=ref
         )
-    local = download_weight_files(repo_id, revision, cache_dir)
+    try:
+        local = download_weight_files(repo_id, revision, cache_dir)
+    except ModelNotFoundError as exc:
+        if not could_be_path:
+            raise
+        reason = str(exc).split(": ", 1)[-1]
+        raise ModelNotFoundError(
+            f"{prefix}no such model in the local Hugging Face cache {cache_dir}; {reason}", ref=ref
+        ) from None
     source = open_path(local, ref=ref, fmt=fmt)
     source.config = read_model_config(local.parent)
     source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",

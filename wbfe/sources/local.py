@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
-from wbfe.sources._base import TensorSource
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
+from wbfe.sources._base import TORCH_SUFFIXES, TensorSource, unreadable
 from wbfe.sources.formats import open_other_format, pick_other_format, sniff_format
 from wbfe.sources.safetensors_files import SafetensorsSource
-from wbfe.sources.torch_pickle import TORCH_SUFFIXES, TorchPickleSource
+from wbfe.sources.torch_pickle import TorchPickleSource
 
 __all__ = ["open_path", "pick_weight_files", "read_model_config"]
 
@@ -50,10 +50,18 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
     """Open a checkpoint file or folder.
 
     Raises:
-        SourceNotFoundError: the path does not exist, or a folder holds no weight files.
+        SourceNotFoundError: the path does not exist or cannot be read, or a folder holds no weight files.
         CorruptCheckpointError / TruncatedCheckpointError / UnsafePickleError: as the readers raise.
     """
-    ref = ref if ref is not None else str(path)
+    try:
+        return _open_path(path, ref if ref is not None else str(path), fmt)
+    except OSError as exc:  # e.g. a folder or file that cannot be read: never a traceback
+        if isinstance(exc, WbfeError):
+            raise
+        raise unreadable(getattr(exc, "filename", None) or path, exc) from None
+
+
+def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
     if not path.exists():
         raise SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
     folder = path if path.is_dir() else None
@@ -99,17 +107,11 @@ def _open_file(path: Path, ref: str, fmt: str | None) -> TensorSource:
         return open_other_format(path, kind, ref)
     name = path.name
     if name.endswith(".safetensors.index.json"):
-        from wbfe.sources.safetensors_files import read_index
-
-        shards = [path.parent / s for s in read_index(path)]
-        return SafetensorsSource(ref, shards, index=path, fmt=fmt)
+        return SafetensorsSource(ref, [], index=path, fmt=fmt)
     if name.endswith(".safetensors"):
         return SafetensorsSource(ref, [path], fmt=fmt)
     if name.endswith(".index.json"):
-        from wbfe.sources.safetensors_files import read_index
-
-        shards = [path.parent / s for s in read_index(path)]
-        return TorchPickleSource(ref, shards, index=path)
+        return TorchPickleSource(ref, [], index=path)
     if name.endswith(TORCH_SUFFIXES):
         return TorchPickleSource(ref, [path])
     raise SourceNotFoundError(

@@ -12,23 +12,28 @@ import functools
 import json
 import mmap
 import os
+import stat
 import struct
 import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.errors import (
+    CorruptCheckpointError,
+    SourceNotFoundError,
+    TruncatedCheckpointError,
+    UnsupportedDtypeError,
+)
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, unreadable
 from wbfe.sources._order import checkpoint_order
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SafetensorsSource", "read_header", "read_index", "SAFETENSORS_DTYPES"]
+__all__ = ["SafetensorsSource", "read_header", "read_index", "index_weight_map", "index_shards", "SAFETENSORS_DTYPES"]
 
-# safetensors dtype code -> (torch dtype name, bytes per element); sub-byte types have 0 and are
-# accepted by the header check without a size test.
+# safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
 SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
     "F64": ("float64", 8),
     "F32": ("float32", 4),
@@ -46,12 +51,14 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
     "F8_E4M3": ("float8_e4m3fn", 1),
     "F8_E5M2": ("float8_e5m2", 1),
     "F8_E8M0": ("float8_e8m0fnu", 1),
-    "F6_E2M3": ("float6_e2m3", 0),
-    "F6_E3M2": ("float6_e3m2", 0),
-    "F4": ("float4_e2m1", 0),
+    "F6_E2M3": ("float6_e2m3", 0.75),
+    "F6_E3M2": ("float6_e3m2", 0.75),
+    "F4": ("float4_e2m1", 0.5),
     "C64": ("complex64", 8),
 }
+_DTYPE_BITS = {code: round(size * 8) for code, (_, size) in SAFETENSORS_DTYPES.items()}
 _MAX_HEADER = 100_000_000  # the safetensors format's own limit
+_MAX_INDEX = 100_000_000  # a shard index of 10^6 tensors is ~100 MB
 # Smaller tensors are read: a map, its page table and its unmapping cost more than reading a few
 # pages (CIFAR ResNet-56's 277 tensors: 3.4 ms mapped, 2.2 ms read, and more when freed).
 _MAP_BYTES = 1 << 20
@@ -61,7 +68,14 @@ _POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linu
 
 
 def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Parse and validate a safetensors header.
+    """Parse and validate a safetensors header at least as strictly as the ``safetensors`` package.
+
+    The header must be a UTF-8 JSON object with unique keys; each tensor a ``dtype`` the format
+    defines, a ``shape`` of non-negative integers and two integer ``data_offsets`` spanning exactly
+    its bytes; the tensors' ranges, in offset order, must tile the data section from its first byte
+    to the file's end, with no gap and no overlap (so no two tensors share bytes);
+    ``__metadata__``, if present, maps strings to strings. Nothing read from the file is echoed in an
+    error but the JSON parser's position and the tensor names of a header that parsed.
 
     Returns:
         ``(tensors, metadata)``: per-tensor ``dtype``/``shape``/``data_offsets`` in file order,
@@ -69,97 +83,246 @@ def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
 
     Raises:
         TruncatedCheckpointError: the file ends before its header or its last tensor.
-        CorruptCheckpointError: the header is not valid safetensors.
+        CorruptCheckpointError: the header is not valid safetensors, or the path is not a regular file.
+        SourceNotFoundError: the file cannot be read.
     """
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        prefix = fh.read(8)
-        if len(prefix) < 8:
-            raise TruncatedCheckpointError(
-                f"{path}: truncated safetensors file ({size} bytes, no header)", path=str(path)
-            )
-        (n,) = struct.unpack("<Q", prefix)
-        if n > _MAX_HEADER:
-            raise CorruptCheckpointError(
-                f"{path}: not a safetensors file (header length {n} is impossible)", path=str(path)
-            )
-        if 8 + n > size:
-            raise TruncatedCheckpointError(
-                f"{path}: truncated safetensors file (header needs {8 + n} bytes, file has {size})",
-                path=str(path),
-            )
-        raw = fh.read(n)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptCheckpointError(
-            f"{path}: corrupt safetensors header ({exc.__class__.__name__}: {exc})", path=str(path)
-        ) from None
+    with open_regular(path) as fh:
+        try:
+            size = os.fstat(fh.fileno()).st_size
+            prefix = fh.read(8)
+            if len(prefix) < 8:
+                raise TruncatedCheckpointError(
+                    f"{path}: truncated safetensors file ({size} bytes, no header)", path=str(path)
+                )
+            (n,) = struct.unpack("<Q", prefix)
+            # The header length is the file's first 8 bytes: never print it (a foreign file's bytes).
+            if n > _MAX_HEADER:
+                raise CorruptCheckpointError(
+                    f"{path}: not a safetensors file (its first 8 bytes are not a header length)", path=str(path)
+                )
+            if 8 + n > size:
+                raise TruncatedCheckpointError(
+                    f"{path}: truncated safetensors file, or not one (its header would run past the end of "
+                    f"its {size} bytes)",
+                    path=str(path),
+                )
+            raw = fh.read(n)
+        except OSError as exc:
+            raise unreadable(path, exc) from None
+    if len(raw) != n:
+        raise TruncatedCheckpointError(f"{path}: truncated safetensors file (short read)", path=str(path))
+    header = _parse_json(raw, f"{path}: corrupt safetensors header", path)
     if not isinstance(header, dict):
         raise CorruptCheckpointError(f"{path}: corrupt safetensors header (not a JSON object)", path=str(path))
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CorruptCheckpointError(
+            f"{path}: corrupt safetensors header (__metadata__ must map strings to strings)", path=str(path)
+        )
+    tensors = {name: _tensor_info(path, name, info) for name, info in header.items()}
+    ordered = dict(sorted(tensors.items(), key=lambda kv: tuple(kv[1]["data_offsets"])))
     data_size = size - 8 - n
-    end_max = 0
-    for name, info in header.items():
-        try:
-            dtype = info["dtype"]
-            shape = [int(s) for s in info["shape"]]
-            start, end = (int(o) for o in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
+    position = 0
+    for name, info in ordered.items():
+        start, end = info["data_offsets"]
+        if start != position:
+            what = "overlaps the tensor before it" if start < position else "leaves a gap before it"
             raise CorruptCheckpointError(
-                f"{path}: corrupt safetensors header (bad entry for tensor {name!r})", path=str(path)
-            ) from None
-        if dtype not in SAFETENSORS_DTYPES:
-            raise CorruptCheckpointError(
-                f"{path}: corrupt safetensors header (unknown dtype {dtype!r} for tensor {name!r})",
-                path=str(path),
+                f"{path}: corrupt safetensors header (the data of tensor {name!r} {what})", path=str(path)
             )
-        numel = 1
-        for s in shape:
-            numel *= s
-        itemsize = SAFETENSORS_DTYPES[dtype][1]
-        if start < 0 or end < start or (itemsize and numel * itemsize != end - start):
-            raise CorruptCheckpointError(
-                f"{path}: corrupt safetensors header (offsets of tensor {name!r} do not match its shape)",
-                path=str(path),
-            )
-        end_max = max(end_max, end)
-    if end_max > data_size:
+        position = end
+    if position > data_size:
         raise TruncatedCheckpointError(
-            f"{path}: truncated safetensors file (tensor data needs {end_max} bytes after the header, "
+            f"{path}: truncated safetensors file (tensor data needs {position} bytes after the header, "
             f"file has {data_size})",
             path=str(path),
         )
-    ordered = dict(sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]))
-    return ordered, {str(k): str(v) for k, v in dict(metadata).items()}
+    if position < data_size:
+        raise CorruptCheckpointError(
+            f"{path}: corrupt safetensors header (its tensors cover {position} of the {data_size} data bytes)",
+            path=str(path),
+        )
+    return ordered, dict(metadata)
+
+
+def _parse_json(raw: bytes, what: str, path: Path) -> Any:
+    """JSON as the format allows it: UTF-8, unique keys, no NaN/Infinity, strings without lone
+    surrogates; a bounded nesting depth (deep nesting is refused, not a crash)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # The codec's message quotes the offending byte: never echo a file's bytes.
+        raise CorruptCheckpointError(f"{what} (not UTF-8 text)", path=str(path)) from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise CorruptCheckpointError(f"{what} (JSONDecodeError: {exc.msg} at character {exc.pos})",
+                                     path=str(path)) from None
+    except _DuplicateKey as exc:
+        raise CorruptCheckpointError(f"{what} (the key {exc.args[0]!r} appears twice)", path=str(path)) from None
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise CorruptCheckpointError(f"{what} ({reason})", path=str(path)) from None
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key[:80])
+        _check_text(key)
+        out[key] = value
+    for value in out.values():
+        if isinstance(value, str):
+            _check_text(value)
+    return out
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a string holds an unpaired surrogate escape") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_U64 = 1 << 64
+
+
+def _is_count(value: Any) -> bool:
+    """A JSON integer the format reads as an unsigned 64-bit count (bools and floats are not)."""
+    return type(value) is int and 0 <= value < _U64
+
+
+def _tensor_info(path: Path, name: str, info: Any) -> dict[str, Any]:
+    def bad(reason: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(
+            f"{path}: corrupt safetensors header ({reason} for tensor {name[:200]!r})", path=str(path)
+        )
+
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise bad("expected an object with dtype, shape and data_offsets")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+        raise bad(f"unknown dtype {str(dtype)[:40]!r}" if isinstance(dtype, str) else "dtype is not a string")
+    if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
+        raise bad("shape is not a list of non-negative integers")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
+        raise bad("data_offsets is not two non-negative integers")
+    start, end = offsets
+    numel = 1
+    for s in shape:
+        numel *= s
+        if numel >= _U64:
+            raise bad("shape has more than 2^64 elements")
+    bits = numel * _DTYPE_BITS[dtype]
+    if end < start or bits % 8 or bits // 8 != end - start:
+        raise bad("data_offsets do not match its shape and dtype")
+    return {"dtype": dtype, "shape": list(shape), "data_offsets": [start, end]}
 
 
 def read_index(index_path: Path) -> dict[str, list[str]]:
-    """Read a ``*.index.json`` shard index: shard file name -> tensor names, in index order.
+    """Read a ``*.index.json`` shard index: shard name -> tensor names, in index order.
+
+    Shard names are normalised (``./a`` and ``a`` are one shard) and must name a file inside the
+    index's folder: an absolute name, a ``..`` step or a folder symlink on the way is refused; the
+    shard itself may be a symlink (as in the Hugging Face cache) to a regular file.
 
     Raises:
-        CorruptCheckpointError: not valid JSON or no ``weight_map``.
-        SourceNotFoundError: a listed shard is missing.
+        CorruptCheckpointError: not valid JSON, no ``weight_map``, a shard name that leaves the
+            folder, or a shard that is not a regular file.
+        SourceNotFoundError: a listed shard is missing, or the index cannot be read.
     """
-    try:
-        index = json.loads(index_path.read_text())
-        weight_map = index["weight_map"]
-        if not isinstance(weight_map, dict):
-            raise TypeError
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+    shards = index_weight_map(index_path)
+    for shard in shards:
+        _check_shard(index_path, shard)
+    return shards
+
+
+def index_weight_map(index_path: Path) -> dict[str, list[str]]:
+    """:func:`read_index` without looking for the shards (which may not be downloaded yet).
+
+    Raises:
+        CorruptCheckpointError: not valid JSON, no ``weight_map``, a shard name that leaves the folder.
+        SourceNotFoundError: the index cannot be read.
+    """
+    with open_regular(index_path) as fh:
+        try:
+            raw = fh.read(_MAX_INDEX + 1)
+        except OSError as exc:
+            raise unreadable(index_path, exc) from None
+    if len(raw) > _MAX_INDEX:
+        raise CorruptCheckpointError(f"{index_path}: shard index larger than {_MAX_INDEX} bytes", path=str(index_path))
+    index = _parse_json(raw, f"{index_path}: corrupt shard index", index_path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
         raise CorruptCheckpointError(
             f"{index_path}: corrupt shard index (expected JSON with a 'weight_map' object)",
             path=str(index_path),
-        ) from None
+        )
     shards: dict[str, list[str]] = {}
     for tensor, shard in weight_map.items():
-        shards.setdefault(str(shard), []).append(str(tensor))
-    for shard in shards:
-        if not (index_path.parent / shard).is_file():
-            raise SourceNotFoundError(
-                f"{index_path}: shard {shard!r} listed in the index is missing", path=str(index_path)
+        if not isinstance(shard, str):
+            raise CorruptCheckpointError(
+                f"{index_path}: corrupt shard index (the shard of tensor {tensor[:200]!r} is not a file name)",
+                path=str(index_path),
             )
+        shards.setdefault(_shard_name(index_path, shard), []).append(tensor)
     return shards
+
+
+def _shard_name(index_path: Path, shard: str) -> str:
+    """``shard`` as a normalised relative name inside the index's folder, or refused."""
+    parts = [p for p in shard.split("/") if p not in ("", ".")]
+    if shard.startswith("/") or "\\" in shard or "\0" in shard or ".." in parts or not parts:
+        raise CorruptCheckpointError(
+            f"{index_path}: shard {shard[:200]!r} is not a file name inside the checkpoint's folder",
+            path=str(index_path),
+        )
+    return "/".join(parts)
+
+
+def _check_shard(index_path: Path, shard: str) -> None:
+    """A shard must be a regular file (possibly a symlink to one) reached through real folders."""
+    folder = index_path.parent
+    parts = shard.split("/")
+    try:
+        for i in range(1, len(parts)):
+            if not stat.S_ISDIR(os.lstat(folder.joinpath(*parts[:i])).st_mode):
+                raise CorruptCheckpointError(
+                    f"{index_path}: shard {shard!r} is reached through {'/'.join(parts[:i])!r}, which is not a "
+                    "folder of the checkpoint (a symlink or a file)",
+                    path=str(index_path),
+                )
+        mode = os.stat(folder / shard).st_mode
+    except FileNotFoundError:
+        raise SourceNotFoundError(
+            f"{index_path}: shard {shard!r} listed in the index is missing", path=str(index_path)
+        ) from None
+    except OSError as exc:
+        raise unreadable(folder / shard, exc) from None
+    if not stat.S_ISREG(mode):
+        raise CorruptCheckpointError(
+            f"{index_path}: shard {shard!r} listed in the index is not a regular file", path=str(index_path)
+        )
+
+
+def index_shards(index_path: Path) -> list[tuple[Path, list[str]]]:
+    """The shards of an index as ``(path, tensor names)``, each file once, in first-listed order.
+
+    Raises:
+        The errors of :func:`read_index`.
+    """
+    return [(index_path.parent / shard, names) for shard, names in read_index(index_path).items()]
 
 
 class SafetensorsSource(TensorSource):
@@ -167,14 +330,14 @@ class SafetensorsSource(TensorSource):
 
     def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
         self._plan: list[tuple[Path, list[str], dict[str, dict[str, Any]]]] = []
-        wanted = read_index(index) if index is not None else None
+        shards = index_shards(index) if index is not None else [(path, None) for path in files]
+        files = [path for path, _ in shards]
         metadata: dict[str, str] = {}
-        for path in files:
+        for path, listed in shards:
             header, meta = read_header(path)
             metadata.update(meta)
             names = checkpoint_order(list(header), lambda name: header[name]["dtype"])
-            if wanted is not None:
-                listed = wanted.get(path.name, [])
+            if listed is not None:
                 missing = [t for t in listed if t not in header]
                 if missing:
                     raise CorruptCheckpointError(
@@ -230,16 +393,24 @@ class _Shard:
 
     def __init__(self, path: Path):
         self.path = path
-        self._fh = open(path, "rb")
-        self._data_start = 8 + struct.unpack("<Q", self._fh.read(8))[0]
+        self._fh = open_regular(path)
+        try:
+            self._data_start = 8 + struct.unpack("<Q", self._fh.read(8))[0]
+        except (OSError, struct.error) as exc:
+            self._fh.close()
+            raise CorruptCheckpointError(f"{path}: changed while being read ({exc.__class__.__name__})",
+                                         path=str(path)) from None
         self._lock = threading.Lock()  # seek + read on one handle must not interleave
 
     def read(self, info: dict[str, Any]) -> "torch.Tensor":
-        with self._lock:
-            if not self._fh.closed:
-                return _load_tensor(self._fh, self._data_start, info)
-        with open(self.path, "rb") as fh:
-            return _load_tensor(fh, self._data_start, info)
+        try:
+            with self._lock:
+                if not self._fh.closed:
+                    return _load_tensor(self._fh, self._data_start, info)
+            with open_regular(self.path) as fh:
+                return _load_tensor(fh, self._data_start, info)
+        except OSError as exc:
+            raise unreadable(self.path, exc) from None
 
     def close(self) -> None:
         with self._lock:
@@ -251,7 +422,12 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tenso
     address, anything else read."""
     import torch
 
-    dtype = getattr(torch, SAFETENSORS_DTYPES[info["dtype"]][0])
+    dtype = getattr(torch, SAFETENSORS_DTYPES[info["dtype"]][0], None)
+    if not isinstance(dtype, torch.dtype):
+        raise UnsupportedDtypeError(
+            f"{fh.name}: this torch ({torch.__version__}) has no {info['dtype']} tensors, which the file "
+            "stores", path=str(fh.name), dtype=info["dtype"],
+        )
     shape = [int(s) for s in info["shape"]]
     start, end = (int(o) for o in info["data_offsets"])
     if end == start:

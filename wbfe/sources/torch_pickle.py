@@ -10,38 +10,64 @@ from __future__ import annotations
 import pickle
 import re
 import struct
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources._base import (
+    TORCH_SUFFIXES,
+    FileDigest,
+    Provenance,
+    TensorEntry,
+    TensorSource,
+    open_regular,
+    unreadable,
+)
 
 __all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "TORCH_SUFFIXES"]
 
-TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".th", ".ckpt")
 # Keys under which training scripts commonly nest the weights, in order of preference.
 _NESTED_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network", "params", "weights")
+_ZIP_MAGIC = b"PK\x03\x04"
 
 
 def load_torch_file(path: Path) -> Any:
     """``torch.load`` with ``weights_only=True`` (memory-mapped where possible), errors made typed.
 
+    The file must be a regular file; a zip-format file's records must pass their CRC-32 check
+    (torch itself does not check them). torch's warnings while loading are not shown: a file that
+    loads needs none of them, and one that does not gets wbfe's one-line error alone.
+
     Raises:
         UnsafePickleError: the pickle references code (a global other than tensors and containers).
-        CorruptCheckpointError: the file is not a readable PyTorch checkpoint (truncated, garbage).
+        CorruptCheckpointError: the file is not a readable PyTorch checkpoint (truncated, garbage,
+            a failed CRC), or not a regular file.
+        SourceNotFoundError: the file cannot be read.
     """
     import torch
+
+    with open_regular(path) as fh:
+        try:
+            if fh.read(4) == _ZIP_MAGIC:
+                fh.seek(0)
+                _check_zip_records(path, fh)
+        except OSError as exc:
+            raise unreadable(path, exc) from None
 
     def _load(mmap: bool) -> Any:
         return torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
 
     try:
-        try:
-            return _load(mmap=True)
-        except RuntimeError as exc:
-            if "mmap can only be used" not in str(exc):
-                raise
-            return _load(mmap=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return _load(mmap=True)
+            except RuntimeError as exc:
+                if "mmap can only be used" not in str(exc):
+                    raise
+                return _load(mmap=False)
     except pickle.UnpicklingError as exc:
         text = str(exc)
         found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL ([\w.]+)", text)
@@ -52,28 +78,63 @@ def load_torch_file(path: Path) -> Any:
                 "(convert it to safetensors in a trusted environment)",
                 path=str(path),
             ) from None
-        detail = text.split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:120]
+        detail = _safe_detail(text.split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:120])
         raise CorruptCheckpointError(f"{path}: not a readable PyTorch checkpoint ({detail})", path=str(path)) from None
-    except (RuntimeError, KeyError, EOFError, ValueError, OSError, AttributeError, IndexError, struct.error) as exc:
-        detail = str(exc).split(". ")[0][:160]
+    except (RuntimeError, KeyError, EOFError, ValueError, OSError, AttributeError, IndexError, TypeError,
+            struct.error, MemoryError, RecursionError) as exc:
+        detail = _safe_detail(str(exc).split(". ")[0][:160])
         raise CorruptCheckpointError(
             f"{path}: not a readable PyTorch checkpoint (truncated or corrupt: {exc.__class__.__name__}: {detail})",
             path=str(path),
         ) from None
 
 
+def _safe_detail(text: str) -> str:
+    """An error text of torch or pickle without the file's bytes it may quote (``invalid load key, 'r'``)."""
+    return re.sub(r"(invalid load key)[^.]*", r"\1", text)
+
+
+def _check_zip_records(path: Path, fh: Any) -> None:
+    """Read every record of a zip-format checkpoint through its CRC-32, as torch does not.
+
+    torch writes its records uncompressed; a compressed one (which torch could not map either) is
+    refused rather than inflated, so the check reads at most the file's own bytes.
+    """
+    try:
+        with zipfile.ZipFile(fh) as archive:
+            for info in archive.infolist():
+                if info.compress_type != zipfile.ZIP_STORED:
+                    raise CorruptCheckpointError(
+                        f"{path}: not a PyTorch checkpoint (a compressed zip record; torch.save stores them "
+                        "uncompressed)", path=str(path)
+                    )
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError, struct.error) as exc:
+        raise CorruptCheckpointError(
+            f"{path}: not a readable PyTorch checkpoint (a damaged zip archive: {exc.__class__.__name__})",
+            path=str(path),
+        ) from None
+    if bad is not None:
+        raise CorruptCheckpointError(
+            f"{path}: corrupt PyTorch checkpoint (a data record fails its CRC-32 check)", path=str(path)
+        )
+
+
 def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
     """Find the mapping of tensors inside a loaded checkpoint and strip a DataParallel ``module.`` prefix.
 
+    Mappings (and lists or tuples) nested inside the state dict are flattened with dotted names
+    (``{"encoder": {"fc.weight": t}}`` gives ``encoder.fc.weight``), so no tensor is lost.
+
     Raises:
-        CorruptCheckpointError: no mapping of tensors can be found.
+        CorruptCheckpointError: no mapping of tensors can be found, or two tensors get one name.
     """
     import torch
 
     current = obj
     for _ in range(4):
         if isinstance(current, Mapping) and any(isinstance(v, torch.Tensor) for v in current.values()):
-            state = {str(k): v for k, v in current.items() if isinstance(v, torch.Tensor)}
+            state = _flatten(current, where)
             if state and all(k.startswith("module.") for k in state):
                 state = {k[len("module."):]: v for k, v in state.items()}
             return state
@@ -88,12 +149,66 @@ def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
             current = mappings[0]
             continue
         break
-    keys = list(obj.keys())[:8] if isinstance(obj, Mapping) else type(obj).__name__
+    keys = [str(k)[:80] for k in list(obj.keys())[:8]] if isinstance(obj, Mapping) else type(obj).__name__
     raise CorruptCheckpointError(f"{where}: no state dict of tensors found (top level: {keys})", path=where)
+
+
+def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
+    """Tensors of ``state`` and of the containers inside it, named by their dotted path.
+
+    Each container is visited once (a pickle can share or nest one in itself), so the work is
+    bounded by the pickle's size.
+    """
+    import torch
+
+    out: dict[str, Any] = {}
+    seen = {id(state)}
+    stack: list[tuple[str, Any]] = [("", state)]
+    while stack:
+        prefix, container = stack.pop()
+        items = container.items() if isinstance(container, Mapping) else enumerate(container)
+        children = []
+        for key, value in items:
+            name = f"{prefix}{key}"
+            if isinstance(value, torch.Tensor):
+                if name in out:
+                    raise CorruptCheckpointError(
+                        f"{where}: two tensors are both named {name[:200]!r} once nested names are joined",
+                        path=where,
+                    )
+                out[name] = value
+            elif isinstance(value, (Mapping, list, tuple)) and id(value) not in seen:
+                seen.add(id(value))
+                children.append((f"{name}.", value))
+        stack.extend(reversed(children))
+    return out
 
 
 def dtype_name(tensor: Any) -> str:
     return str(tensor.dtype).removeprefix("torch.")
+
+
+def unreadable_reason(tensor: Any) -> str | None:
+    """Why a tensor cannot be read as a dense matrix without unbounded work, or None.
+
+    A strided view may reuse its storage's bytes (a stride of 0, as ``expand`` makes): a pickle of
+    a few bytes can describe an n × n matrix. Such a tensor is not materialised when its elements
+    would need more bytes than the storage it references holds.
+    """
+    import torch
+
+    if tensor.layout != torch.strided:
+        return f"{str(tensor.layout).removeprefix('torch.')} tensor: wbfe reads dense weights only"
+    if tensor.device.type == "meta":
+        return "meta-device tensor: the checkpoint holds no values for it"
+    if tensor.numel() == 0:
+        return None
+    need = tensor.numel() * tensor.element_size()
+    have = tensor.untyped_storage().nbytes()
+    if need > have:
+        return (f"stride-0 (expanded) storage: its {tensor.numel()} elements view {have} bytes of storage; "
+                "not materialised")
+    return None
 
 
 def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = None) -> Iterator[TensorEntry]:
@@ -104,12 +219,13 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
     """
     for name, tensor in state.items():
         t = tensor.detach()
+        skip = unreadable_reason(t)
         key = None
-        if t.device.type != "meta" and t.numel() > 0:
+        if skip is None and t.numel() > 0:
             key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
         load = lambda t=t: t  # noqa: E731
         yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key,
-                          reread=load if held else None)
+                          reread=load if held else None, skip=skip)
 
 
 class TorchPickleSource(TensorSource):
@@ -119,10 +235,14 @@ class TorchPickleSource(TensorSource):
         self._files = list(files)
         self._index = index
         self._length: int | None = None
+        self._listed: list[list[str]] = []
         if index is not None:
-            from wbfe.sources.safetensors_files import read_index
+            from wbfe.sources.safetensors_files import index_shards
 
-            self._length = sum(len(v) for v in read_index(index).values())
+            shards = index_shards(index)
+            self._files = [path for path, _ in shards]
+            self._listed = [names for _, names in shards]
+            self._length = sum(len(names) for names in self._listed)
         else:
             # One file: load it now, so errors surface before any work and len() is known.
             self._state: dict[str, Any] | None = unwrap_state_dict(load_torch_file(files[0]), where=str(files[0]))
@@ -144,9 +264,14 @@ class TorchPickleSource(TensorSource):
             assert state is not None
             yield from tensor_entries(state)
             return
-        for path in self._files:
+        for path, listed in zip(self._files, self._listed):
             # A shard's tensors go with it: holding one to reread would hold the whole shard's map.
             state = unwrap_state_dict(load_torch_file(path), where=str(path))
+            missing = [t for t in listed if t not in state]
+            if missing:
+                raise CorruptCheckpointError(
+                    f"{path}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(path)
+                )
             yield from tensor_entries(state, held=False, scope=str(path))
 
     def close(self) -> None:
