@@ -109,6 +109,8 @@ def _check_zip_records(path: Path, fh: Any) -> None:
                         "uncompressed)", path=str(path)
                     )
             bad = archive.testzip()
+    except CorruptCheckpointError:
+        raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError, struct.error) as exc:
         raise CorruptCheckpointError(
             f"{path}: not a readable PyTorch checkpoint (a damaged zip archive: {exc.__class__.__name__})",
