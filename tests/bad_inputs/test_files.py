@@ -419,6 +419,11 @@ CASES = [
     # 4. a './' shard name: the same file, every tensor kept
     Case("index-dot-slash-shard", _dotted_prefix_index,
          layers=("classifier.weight", "blocks.0.mlp.fc1.weight", "blocks.0.attn.qkv.weight", "embed.weight")),
+    # a config.json beside the weights that is a FIFO, or nested too deeply: ignored, never blocking
+    Case("config-json-fifo", lambda t, m: os.mkfifo(t / "config.json") or str(_valid_st(t / "model.safetensors").parent),
+         layers=("fc.weight",)),
+    Case("config-json-deep", lambda t, m: (t / "config.json").write_bytes(b"[" * 100_000 + b"]" * 100_000) and
+         str(_valid_st(t / "model.safetensors").parent), layers=("fc.weight",)),
     # 17. hub ids: a mistyped folder, an unreachable hub, typed hub answers
     Case("mistyped-folder-offline", _mistyped_folder, ModelNotFoundError,
          "hf/lama: no such file or folder, and no such model in the local Hugging Face cache"),

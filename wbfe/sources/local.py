@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
-from wbfe.sources._base import TORCH_SUFFIXES, TensorSource, unreadable
+from wbfe.sources._base import TORCH_SUFFIXES, TensorSource, open_regular, unreadable
 from wbfe.sources.formats import open_other_format, pick_other_format, sniff_format
 from wbfe.sources.safetensors_files import SafetensorsSource
 from wbfe.sources.torch_pickle import TorchPickleSource
@@ -83,15 +83,19 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
     return source
 
 
+_MAX_CONFIG = 50_000_000
+
+
 def read_model_config(folder: Path) -> dict[str, Any] | None:
     """The Hugging Face ``config.json`` in ``folder`` (with ``quantize_config.json``, which GPTQ
     writers put beside it, as its ``quantization_config``); None where there is none or it is not
     a JSON object (the weights are still scored, with the rules that need no config)."""
     found: dict[str, Any] = {}
     for file_name in ("config.json", "quantize_config.json"):
-        try:
-            parsed = json.loads((folder / file_name).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        try:  # a FIFO named config.json must not block, nor deep nesting crash
+            with open_regular(folder / file_name) as fh:
+                parsed = json.loads(fh.read(_MAX_CONFIG).decode("utf-8"))
+        except (WbfeError, OSError, ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError too
             continue
         if isinstance(parsed, dict):
             if file_name == "config.json":
