@@ -41,8 +41,8 @@ _CLASS_TASKS = ("ForSequenceClassification", "ForImageClassification", "ForToken
                 "ForAudioClassification", "ForAudioFrameClassification", "ForMultipleChoice",
                 "ForQuestionAnswering", "ForVideoClassification", "ForAudioXVector")
 # Roles whose output feeds no matrix directly although they are no head: an embedding is looked up,
-# attention projections go through the attention product first.
-_NOT_HEADS = ("embedding", "attention")
+# attention projections go through the attention product first, a router's scores pick experts.
+_NOT_HEADS = ("embedding", "attention", "router")
 _TIED = re.compile(r"^tied: (?:shares storage with|identical to) (?P<name>.+)$")
 _KERAS_SUFFIX = re.compile(r"[/.](kernel|weight)(:\d+)?$")
 

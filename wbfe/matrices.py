@@ -26,6 +26,8 @@ __all__ = [
     "HEAD_NAMES",
     "plan_matrix",
     "role_of",
+    "component_of",
+    "COMPONENTS",
     "as_matrices",
     "find_head",
 ]
@@ -36,6 +38,9 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 MIN_BFE_EIGS = 2
 
 _ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("shared_expert", re.compile(r"shared_expert")),
+    ("expert", re.compile(r"(\.experts[.\[]|block_sparse_moe\.(input|output)_linear)")),
+    ("router", re.compile(r"(^|\.)(gate|router)(\.weight)?$")),
     ("embedding", re.compile(r"(embed|token_embd|wte|wpe|word_embeddings|position_embeddings|token_type|tok_embeddings|patch_embed|(^|\.)shared\.weight$)")),
     ("attention", re.compile(r"(attn|attention|self_attn|q_proj|k_proj|v_proj|o_proj|qkv|query|key|value|c_attn|in_proj|out_proj)")),
     ("mlp", re.compile(r"(mlp|ffn|feed_forward|feedforward|intermediate|fc1|fc2|c_fc|c_proj|gate_proj|up_proj|down_proj|w1|w2|w3|\.output\.dense)")),
@@ -48,7 +53,8 @@ class MatrixPlan:
 
     Attributes:
         name: tensor name as stored.
-        role: ``head`` (set later by :func:`find_head`), ``attention``, ``mlp``, ``conv``, ``embedding`` or ``other``.
+        role: ``head`` (set later), ``attention``, ``mlp``, ``expert``, ``shared_expert``, ``router``, ``conv``,
+            ``embedding`` or ``other``.
         shape: tensor shape as stored.
         dtype: stored dtype name.
         convention: ``dense`` for 2-D tensors, else the conv convention used (``flatten``/``slices``).
@@ -81,6 +87,17 @@ class Skip:
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "reason": self.reason, "shape": list(self.shape), "dtype": self.dtype}
+
+
+# Top-level parts of a multimodal model, reported as each row's ``component``.
+COMPONENTS = ("visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder", "language_model",
+              "text_model", "text_encoder", "audio_tower", "audio_model", "audio_encoder", "multi_modal_projector",
+              "mm_projector", "connector")
+
+
+def component_of(name: str) -> str | None:
+    """The multimodal component a tensor belongs to (``visual``, ``language_model``, ...), else None."""
+    return next((part for part in name.split(".")[:-1] if part in COMPONENTS), None)
 
 
 def role_of(name: str, ndim: int) -> str:

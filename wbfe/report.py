@@ -66,7 +66,8 @@ def score_table(result: Any) -> str:
     present = [c for c in _TABLE_COLUMNS if any(c in layer for layer in result.layers)]
     parts = [f"model: {result.model.get('source')}  ({result.model.get('format')}, sha256 "
              f"{str(result.model.get('sha256'))[:12]})", "", text_table(result.layers, present), ""]
-    summary = [{"metric": k, "value": v} for k, v in result.summary.items() if not k.endswith("_n")]
+    summary = [{"metric": k, "value": v} for k, v in result.summary.items()
+               if not k.endswith("_n") and not isinstance(v, dict)]  # by_role/by_component: JSON only
     parts.append(text_table(summary, ("metric", "value")))
     if result.skipped:
         reasons: dict[str, int] = {}

@@ -16,11 +16,12 @@ from typing import Any, Callable, Iterable, Literal, Optional, Union
 from wbfe._provenance import installed_versions
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.heads import choose_head
-from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, plan_matrix
+from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, component_of, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
 from wbfe.metrics.bfe import parse_lambda
 from wbfe.pipeline import Pipeline, Reading
 from wbfe.quant import dequantised
+from wbfe.experts import expand_experts
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
@@ -243,7 +244,7 @@ def score(
     with open_source(ref) as source, Pipeline(torch_device) as pipeline:
         total = len(source)
         planned = ((entry, _plan(entry, options, pattern, consumed))
-                   for entry, consumed in dequantised(source.entries(), source.config))
+                   for entry, consumed in _stream(source))
         for entry, plan, reading in pipeline.read_ahead(planned):
             prepared = _prepare(entry, plan, reading, options, seen_storage, seen_content)
             if isinstance(prepared, Skip):
@@ -270,6 +271,12 @@ def score(
         )
     result.summary = _summarise(result.layers, groups, head, head_hint, result.skipped, config)
     return result
+
+
+def _stream(source: Any) -> Iterable[tuple[TensorEntry, Optional[str]]]:
+    """The source's entries as matrices to plan: quantized weights dequantised, fused expert stacks
+    split per expert; with each, the reason it is consumed by another (a scale), or None."""
+    return expand_experts(dequantised(source.entries(), source.config), source.config)
 
 
 def _plan(
@@ -350,6 +357,7 @@ def _layer_row(
     row: dict[str, Any] = {
         "name": plan.name,
         "role": plan.role,
+        "component": component_of(plan.name),
         "shape": list(plan.shape),
         "dtype": plan.dtype,
         "quant": quant,
@@ -398,11 +406,39 @@ def _summarise(
             summary[f"{column}_head"] = _as_float(by_name[head].get(column)) if head else math.nan
             summary[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
             summary[f"{column}_n"] = int(finite.size)
+    columns = [column for group in groups for column in group.summary_columns]
+    summary["by_role"] = _means_by(layers, "role", columns)
+    if any(layer.get("component") for layer in layers):
+        summary["by_component"] = _means_by(layers, "component", columns)
+    unsplit = [layer["name"] for layer in layers if _UNSPLIT.search(layer["name"])]
+    if unsplit:
+        summary["experts_note"] = (f"{len(unsplit)} fused gate_up expert matrices of a model type without a known "
+                                   "gate/up layout are scored unsplit (gate and up as one matrix)")
     if choice.note is not None:
         summary["head_note"] = choice.note
     elif head is None:
         summary["head_note"] = "no head found by config, name or structure; pass --head NAME"
     return summary
+
+
+_UNSPLIT = re.compile(r"(gate_up|input_linear|w13|w1_w3)[^.]*\[\d+\]$")
+
+
+def _means_by(layers: list[dict[str, Any]], key: str, columns: list[str]) -> dict[str, dict[str, Any]]:
+    """Per value of ``key`` (each role, or each component), ``n`` and the mean of each column over
+    its matrices with a finite value: thousands of expert rows do not drown the attention's mean."""
+    import numpy as np
+
+    out: dict[str, dict[str, Any]] = {}
+    for value in dict.fromkeys(str(layer.get(key)) for layer in layers if layer.get(key)):
+        members = [layer for layer in layers if str(layer.get(key)) == value]
+        entry: dict[str, Any] = {"n": len(members)}
+        for column in columns:
+            values = np.array([_as_float(layer.get(column)) for layer in members], dtype=float)
+            finite = values[np.isfinite(values)]
+            entry[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
+        out[value] = entry
+    return out
 
 
 def _as_float(value: Any) -> float:
@@ -430,7 +466,7 @@ def layer_spectrum(
     torch_device = resolve_device(device)
     names: list[str] = []
     with open_source(ref) as source:
-        for entry, consumed in dequantised(source.entries(), source.config):
+        for entry, consumed in _stream(source):
             names.append(entry.name)
             if entry.name not in (layer, f"{layer}.weight"):
                 continue

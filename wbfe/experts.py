@@ -1,0 +1,145 @@
+"""Fused mixture-of-experts tensors: one 3-D tensor ``[E, ·, ·]`` holds a layer's E expert matrices.
+
+A 3-D tensor under an ``experts`` module (or whose leading size is the config's expert count and
+whose other sizes include the hidden size) is read as E matrices ``<tensor>[e]``, each oriented as
+PyTorch's ``[out, in]``: by the position of the config's hidden size, or, where both sizes are equal,
+by the model's convention (gpt-oss and Llama 4 store ``[in, out]``, the rest of the Hugging Face
+MoE models ``[out, in]``). A fused ``gate_up`` matrix is split into ``<tensor>[e].gate`` and
+``<tensor>[e].up``: interleaved rows for gpt-oss, concatenated halves for the models that chunk it
+(Qwen-MoE, Llama 4, Mixtral, DeepSeek, Granite, ... in transformers 5); for an unknown model the
+expert is scored unsplit, with a note. Per-expert bias stacks ``[E, out]`` are biases.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Iterable, Iterator, Optional
+
+from wbfe.sources._base import TensorEntry
+
+__all__ = ["expand_experts", "is_expert_stack"]
+
+Item = tuple[TensorEntry, Optional[str]]
+
+# model_type of Hugging Face models whose fused gate_up rows are [gate; up] (they `.chunk(2)` it),
+# from transformers 5.24's modeling files; gpt-oss interleaves them.
+_CONCATENATED = frozenset("""
+afmoe aria axk1 axk2 bailing_hybrid beam cohere2_moe deepseek_ocr2 deepseek_v2 deepseek_v3 deepseek_v32
+deepseek_v4 dots1 dots3_note ernie4_5_moe ernie4_5_vl_moe exaone_moe flex_olmo gemma4 gemma4_text glm4_moe
+glm4_moe_lite glm4v_moe glm4v_moe_text glm_moe_dsa granitemoe granitemoe_swa granitemoehybrid granitemoeshared
+hunyuan_v1_moe jamba kimi_linear lfm2_moe llama4 llama4_text longcat_flash minimax minimax_m2 mistral4
+mixtral olmoe openai_privacy_filter phimoe qwen2_moe qwen3_5_moe qwen3_5_moe_text qwen3_moe qwen3_next
+qwen3_omni_moe qwen3_vl_moe qwen3_vl_moe_text solar_open
+""".split())
+_INTERLEAVED = frozenset({"gpt_oss"})
+# model_type whose expert stacks are [E, in, out] (used as x @ W[e]).
+_IN_OUT = frozenset({"gpt_oss", "llama4", "llama4_text", "openai_privacy_filter"})
+_EXPERT_COUNT = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_GATE_UP = re.compile(r"(gate_up|input_linear|w13|w1_w3)")
+_DOWN = re.compile(r"(down|output_linear|w2)")
+
+
+def _value(config: Optional[dict[str, Any]], key: str) -> Any:
+    if not config:
+        return None
+    if key in config:
+        return config[key]
+    for sub in ("text_config", "language_config", "llm_config"):
+        inner = config.get(sub)
+        if isinstance(inner, dict) and key in inner:
+            return inner[key]
+    return None
+
+
+def _under_experts(name: str) -> bool:
+    return "experts" in name.split(".")[:-1] and not re.search(r"\.experts\.\d+\.", name)
+
+
+def is_expert_stack(name: str, shape: tuple[int, ...], config: Optional[dict[str, Any]] = None) -> bool:
+    """Is this 3-D tensor a stack of expert matrices (not a convolution kernel)?"""
+    if len(shape) != 3 or shape[0] < 1:
+        return False
+    if _under_experts(name):
+        return True
+    count = next((c for key in _EXPERT_COUNT if isinstance(c := _value(config, key), int)), None)
+    hidden = _value(config, "hidden_size")
+    return count is not None and shape[0] == count and hidden in shape[1:]
+
+
+def expand_experts(items: Iterable[Item], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
+    """Replace each fused expert stack in the stream by its expert matrices; mark bias stacks."""
+    model_type = str(_value(config, "model_type") or "")
+    hidden = _value(config, "hidden_size")
+    for entry, reason in items:
+        if reason is not None:
+            yield entry, reason
+        elif len(entry.shape) == 2 and _under_experts(entry.name) and re.search(r"bias$", entry.name):
+            yield entry, "bias (one per expert, stacked)"
+        elif is_expert_stack(entry.name, entry.shape, config) and entry.dtype.startswith(("float", "bfloat")):
+            yield from _split_stack(entry, model_type, hidden if isinstance(hidden, int) else None)
+        else:
+            yield entry, None
+
+
+def _split_stack(entry: TensorEntry, model_type: str, hidden: Optional[int]) -> Iterator[Item]:
+    experts, a, b = entry.shape
+    if hidden is not None and a != b and hidden in (a, b):
+        # The hidden size is the output of a down projection and the input of the others.
+        transpose = (b == hidden) if _DOWN.search(entry.name) else (a == hidden)
+    else:
+        transpose = model_type in _IN_OUT
+    out, inp = (b, a) if transpose else (a, b)
+    split = None
+    if _GATE_UP.search(entry.name) and out % 2 == 0:
+        split = "interleaved" if model_type in _INTERLEAVED else "halves" if model_type in _CONCATENATED else None
+    holder = _Stack(entry, transpose, experts * (2 if split else 1))
+    for e in range(experts):
+        if split is None:
+            yield _expert_entry(entry, f"{entry.name}[{e}]", (out, inp), holder, e, None), None
+            continue
+        for part, index in (("gate", 0), ("up", 1)):
+            rows = slice(index, None, 2) if split == "interleaved" else slice(index * out // 2, (index + 1) * out // 2)
+            yield _expert_entry(entry, f"{entry.name}[{e}].{part}", (out // 2, inp), holder, e, rows), None
+
+
+def _expert_entry(entry: TensorEntry, name: str, shape: tuple[int, int], holder: "_Stack", e: int,
+                  rows: Optional[slice]) -> TensorEntry:
+    def load() -> Any:
+        return holder.take(e, rows)
+
+    def reread() -> Any:
+        return holder.read_again(e, rows)
+
+    return TensorEntry(name=name, shape=shape, dtype=entry.dtype, load=load,
+                       reread=reread if entry.reread is not None else None, quant=entry.quant)
+
+
+class _Stack:
+    """The fused tensor, read once and held while its experts are handed out (views, no copies),
+    then released: one stack in memory at a time, as a stored tensor of that size would be."""
+
+    def __init__(self, entry: TensorEntry, transpose: bool, uses: int):
+        self._entry = entry
+        self._transpose = transpose
+        self._left = uses
+        self._tensor: Any = None
+        self._lock = threading.Lock()
+
+    def _view(self, tensor: Any, e: int, rows: Optional[slice]) -> Any:
+        matrix = tensor[e].T if self._transpose else tensor[e]
+        return matrix[rows] if rows is not None else matrix
+
+    def take(self, e: int, rows: Optional[slice]) -> Any:
+        with self._lock:
+            if self._tensor is None:
+                self._tensor = self._entry.load()
+            tensor = self._tensor
+            self._left -= 1
+            if self._left <= 0:
+                self._tensor = None
+        return self._view(tensor, e, rows)
+
+    def read_again(self, e: int, rows: Optional[slice]) -> Any:
+        assert self._entry.reread is not None
+        return self._view(self._entry.reread(), e, rows)
