@@ -46,9 +46,11 @@ class TensorEntry:
         quant: the storage scheme of a tensor that ``load`` dequantises (``fp8-e4m3-block128``,
             ``gguf-q4_k``, ...); None for a tensor stored as plain floats. ``dtype`` is then the
             dtype ``load`` returns.
-        skip: why the reader cannot give this tensor as a dense matrix (sparse, on the meta
-            device, an expanded view far larger than its storage); it is then listed as skipped
-            with this reason and ``load`` is never called. None for a readable tensor.
+        skip: why this tensor is not read as a dense matrix: the reader cannot give it as one
+            (sparse, on the meta device, an expanded view far larger than its storage) or the
+            format itself says it is no weight matrix (a Keras optimizer moment, a BatchNorm
+            moving statistic, an ONNX bias); it is then listed as skipped with this reason and
+            ``load`` is never called. None for a readable tensor.
     """
 
     name: str

@@ -1,0 +1,505 @@
+"""Keras weights through h5py, without TensorFlow or Keras: Keras 2 HDF5 files (``model.save("m.h5")``
+with ``model_weights/<layer>/<weight name>``, or ``save_weights`` with the layers at the root) and
+Keras 3 archives (``.keras``: a zip of ``config.json``, ``metadata.json`` and ``model.weights.h5``,
+whose variables lie at ``layers/<class in snake case>[_N]/vars/<index>``) or bare ``.weights.h5``.
+
+Keras stores a Dense kernel in × out and a convolution kernel k… × in × out; entries report them
+out × in and out × in × k…, as PyTorch holds them, so ``flatten`` gives out × in·k… and ``slices``
+one out × in matrix per kernel position. A depthwise kernel k… × in × multiplier becomes
+in·multiplier × 1 × k… (PyTorch's grouped layout): one row per output channel, its own kernel.
+Embeddings are vocabulary × width in both. Biases, BatchNorm moving statistics and optimizer or
+metric state are listed with their reason, never read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import struct
+import threading
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Optional
+
+from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["KerasSource"]
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+_WEIGHTS_MEMBER = "model.weights.h5"
+# Keras 3's variables of a layer, by index, for the classes whose order is fixed by their build().
+_KERAS3_VARS: dict[str, tuple[str, ...]] = {
+    **{c: ("kernel", "bias") for c in ("dense", "conv1d", "conv2d", "conv3d", "conv1d_transpose",
+                                        "conv2d_transpose", "conv3d_transpose", "einsum_dense")},
+    "depthwise_conv1d": ("depthwise_kernel", "bias"),
+    "depthwise_conv2d": ("depthwise_kernel", "bias"),
+    "separable_conv1d": ("depthwise_kernel", "pointwise_kernel", "bias"),
+    "separable_conv2d": ("depthwise_kernel", "pointwise_kernel", "bias"),
+    "embedding": ("embeddings",),
+    "layer_normalization": ("gamma", "beta"),
+    "cell": ("kernel", "recurrent_kernel", "bias"),  # layers/lstm/cell/vars/...: LSTM, GRU, SimpleRNN
+}
+_NUMBERED = re.compile(r"^(?P<base>.+?)(_\d+)?$")
+
+
+def _h5py() -> Any:
+    try:
+        import h5py
+    except ImportError:
+        raise MissingDependencyError(
+            "reading Keras files needs h5py: pip install 'wbfe[keras]'", package="h5py"
+        ) from None
+    return h5py
+
+
+@dataclass(frozen=True)
+class _Var:
+    """One stored dataset: where it is, what it is, and how it becomes out × in."""
+
+    name: str
+    path: str  # inside the HDF5 file
+    shape: tuple[int, ...]  # as reported (out × in …)
+    dtype: str
+    layout: str  # dense | conv | depthwise | stored | skip
+    skip: Optional[str] = None
+
+
+def _layout(layer_class: str, var: str, ndim: int) -> tuple[str, Optional[str]]:
+    """How a variable of a layer of class ``layer_class`` (snake case) becomes a matrix, or why not."""
+    if var == "bias":
+        return "skip", "bias"
+    if var in ("moving_mean", "moving_variance"):
+        return "skip", f"BatchNorm moving statistic ({var})"
+    if var in ("gamma", "beta", "gamma or beta"):
+        return "skip", f"normalisation scale or shift ({var})"
+    if var == "embeddings":
+        return "stored", None
+    if var == "depthwise_kernel":
+        return ("depthwise", None) if ndim >= 3 else ("skip", f"depthwise kernel of rank {ndim}")
+    if var in ("kernel", "pointwise_kernel", "recurrent_kernel"):
+        if layer_class in ("einsum_dense", "multi_head_attention"):
+            return "skip", "EinsumDense kernel: its layout follows its equation, which wbfe does not read"
+        return ("dense", None) if ndim == 2 else ("conv", None) if ndim >= 3 else ("skip", f"{ndim}-D kernel")
+    return "skip", f"variable {var!r} of a {layer_class or 'Keras'} layer: not a kernel wbfe knows the layout of"
+
+
+def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if layout == "dense":
+        return (shape[1], shape[0])
+    if layout == "conv":
+        return (shape[-1], shape[-2], *shape[:-2])
+    if layout == "depthwise":
+        return (shape[-2] * shape[-1], 1, *shape[:-2])
+    return shape
+
+
+def _to_torch_layout(array: Any, layout: str) -> "torch.Tensor":
+    import torch
+
+    t = torch.from_numpy(array)
+    n = t.ndim
+    if layout == "dense":
+        t = t.T
+    elif layout == "conv":
+        t = t.permute(n - 1, n - 2, *range(n - 2))
+    elif layout == "depthwise":
+        t = t.permute(n - 2, n - 1, *range(n - 2)).reshape(t.shape[-2] * t.shape[-1], 1, *t.shape[:-2])
+    return t.contiguous()
+
+
+def _snake(name: str) -> str:
+    """keras.src.utils.naming.to_snake_case, the rule that names Keras 3's layer folders."""
+    name = re.sub(r"\W+", "", name)
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def _attr_list(group: Any, key: str) -> Optional[list[str]]:
+    """Keras's list attributes, split into ``key0``, ``key1``… when they outgrow an HDF5 header."""
+    def decode(values: Any) -> list[str]:
+        return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in values]
+
+    if key in group.attrs:
+        return decode(group.attrs[key])
+    chunks, i = [], 0
+    while f"{key}{i}" in group.attrs:
+        chunks += decode(group.attrs[f"{key}{i}"])
+        i += 1
+    return chunks if i else None
+
+
+def _json_attr(group: Any, key: str) -> Any:
+    raw = group.attrs.get(key)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw.decode("utf8") if isinstance(raw, bytes) else str(raw))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _config_layers(config: Any) -> list[dict[str, Any]]:
+    """The layer configs of a (Sequential or Functional) model config, in model order."""
+    if not isinstance(config, dict):
+        return []
+    inner = config.get("config", config)
+    layers = inner.get("layers") if isinstance(inner, dict) else inner if isinstance(inner, list) else None
+    return [layer for layer in layers or [] if isinstance(layer, dict)]
+
+
+def _class_name(layer: dict[str, Any]) -> str:
+    return str(layer.get("class_name", "")).split(">")[-1]
+
+
+class KerasSource(TensorSource):
+    """The variables of a Keras ``.h5`` / ``.weights.h5`` file or ``.keras`` archive."""
+
+    def __init__(self, ref: str, path: Path):
+        h5py = _h5py()
+        self._path = path
+        self._lock = threading.Lock()
+        self._archive: Optional[zipfile.ZipFile] = None
+        self._fileobj: Any = None
+        config: Any = None
+        metadata: dict[str, Any] = {}
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+        try:
+            if head[:4] == b"PK\x03\x04":
+                config, metadata = self._open_archive(path)
+                h5 = h5py.File(self._fileobj, "r")
+                size = self._member_size
+                fmt = "keras3"
+            else:
+                if head != HDF5_MAGIC:
+                    raise CorruptCheckpointError(
+                        f"{path}: not a Keras file (neither HDF5 nor a .keras zip: starts {head[:8]!r})", path=str(path)
+                    )
+                h5 = h5py.File(path, "r")
+                size = path.stat().st_size
+                fmt = "keras-h5"
+        except OSError as exc:
+            self._close_archive()
+            raise _hdf5_error(path, exc) from None
+        self._h5 = h5
+        try:
+            self._vars, head_hint, extra = self._plan(h5, config, size)
+        except (KeyError, OSError, ValueError, RuntimeError) as exc:
+            self.close_files()
+            if isinstance(exc, CorruptCheckpointError):
+                raise
+            raise _hdf5_error(path, exc) from None
+        except BaseException:
+            self.close_files()
+            raise
+        self.head_hint = head_hint
+        extra.update({k: v for k, v in metadata.items() if k == "keras_version"})
+        layout = extra.pop("layout")
+        self.provenance = Provenance(
+            source=ref, format=fmt if fmt == "keras3" else layout, files=[str(path)],
+            pending=FileDigest([path]), extra={"metadata": extra} if extra else {},
+        )
+
+    # ---- the container -----------------------------------------------------------------------
+
+    def _open_archive(self, path: Path) -> tuple[Any, dict[str, Any]]:
+        try:
+            archive = zipfile.ZipFile(path)
+            self._archive = archive
+            names = set(archive.namelist())
+            if _WEIGHTS_MEMBER not in names:
+                raise CorruptCheckpointError(f"{path}: a zip without {_WEIGHTS_MEMBER}: not a Keras 3 archive",
+                                             path=str(path))
+            config = _read_json(archive, "config.json")
+            metadata = _read_json(archive, "metadata.json") if "metadata.json" in names else {}
+            info = archive.getinfo(_WEIGHTS_MEMBER)
+            self._member_size = info.file_size
+            if info.compress_type == zipfile.ZIP_STORED:  # as Keras writes it: read in place
+                self._fileobj = _Window(path, _member_offset(path, info), info.file_size)
+            else:
+                self._fileobj = archive.open(info)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, struct.error, ValueError) as exc:
+            self._close_archive()
+            raise CorruptCheckpointError(f"{path}: corrupt or truncated .keras archive ({exc})", path=str(path)) from None
+        return config, metadata if isinstance(metadata, dict) else {}
+
+    def _close_archive(self) -> None:
+        if self._fileobj is not None:
+            self._fileobj.close()
+            self._fileobj = None
+        if self._archive is not None:
+            self._archive.close()
+            self._archive = None
+
+    # ---- what the file holds -----------------------------------------------------------------
+
+    def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[str], dict[str, Any]]:
+        datasets: list[str] = []
+        h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
+        extra: dict[str, Any] = {}
+        for key in ("keras_version", "backend"):
+            value = h5.attrs.get(key)
+            if value is not None:
+                extra[key] = value.decode("utf8") if isinstance(value, bytes) else str(value)
+        if "model_weights" in h5 or _attr_list(h5, "layer_names") is not None:
+            root = h5["model_weights"] if "model_weights" in h5 else h5
+            extra["layout"] = "keras-h5"
+            ordered, hint = self._plan_keras2(h5, root, _json_attr(h5, "model_config"))
+        elif "layers" in h5 or "vars" in h5:
+            extra["layout"] = "keras3-weights-h5"
+            ordered, hint = self._plan_keras3(h5, datasets, config)
+        else:
+            raise CorruptCheckpointError(
+                f"{self._path}: an HDF5 file but not Keras weights (no model_weights, layer_names or layers/)",
+                path=str(self._path),
+            )
+        listed = {v.path for v in ordered}
+        for path in datasets:  # everything else: optimizer and metric state, stray datasets
+            if path not in listed:
+                top = path.split("/")[0]
+                reason = ("optimizer state" if top in ("optimizer_weights", "optimizer") else
+                          "metric state" if top == "metrics" else "not a layer variable of the model")
+                ordered.append(self._var(h5, path, path, "skip", f"{reason} ({top}/)"))
+        for var in ordered:
+            self._check_extent(h5, var, size)
+        return ordered, hint, extra
+
+    def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None) -> _Var:
+        ds = h5[path]
+        stored = tuple(int(s) for s in ds.shape)
+        dtype = _dtype_name(ds)
+        return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, dtype, layout, skip)
+
+    def _plan_keras2(self, h5: Any, root: Any, model_config: Any) -> tuple[list[_Var], Optional[str]]:
+        classes = {str(layer.get("config", {}).get("name")): _snake(_class_name(layer))
+                   for layer in _walk_config(model_config)}
+        layer_names = _attr_list(root, "layer_names")
+        if layer_names is None:
+            raise CorruptCheckpointError(f"{self._path}: Keras HDF5 without its layer_names attribute",
+                                         path=str(self._path))
+        out: list[_Var] = []
+        hint = None
+        for layer in layer_names:
+            if layer not in root:
+                raise CorruptCheckpointError(f"{self._path}: layer {layer!r} listed in layer_names is missing",
+                                             path=str(self._path))
+            group = root[layer]
+            layer_class = classes.get(layer) or _NUMBERED.match(layer)["base"]  # type: ignore[index]
+            for weight in _attr_list(group, "weight_names") or []:
+                if weight not in group:
+                    raise CorruptCheckpointError(
+                        f"{self._path}: weight {weight!r} of layer {layer!r} listed in weight_names is missing",
+                        path=str(self._path),
+                    )
+                var = weight.split("/")[-1].split(":")[0]
+                path = f"{group.name.lstrip('/')}/{weight}"
+                layout, skip = _layout(layer_class, var, group[weight].ndim)
+                entry = self._var(h5, weight, path, layout, skip)
+                out.append(entry)
+                if layout == "dense" and var == "kernel":
+                    hint = weight
+        return out, hint
+
+    def _plan_keras3(self, h5: Any, datasets: list[str], config: Any) -> tuple[list[_Var], Optional[str]]:
+        order = _keras3_folders(config)
+        position = {folder: i for i, folder in enumerate(order)}
+
+        def key(path: str) -> tuple[int, list[Any]]:
+            folder = path.rsplit("/vars/", 1)[0]
+            return (position.get(folder, len(position)),
+                    [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)])
+
+        out: list[_Var] = []
+        for path in sorted((p for p in datasets if "/vars/" in p and p.split("/")[0] == "layers"), key=key):
+            folder, index = path.rsplit("/vars/", 1)
+            layer_class = _NUMBERED.match(folder.split("/")[-1])["base"]  # type: ignore[index]
+            names = _KERAS3_VARS.get(layer_class)
+            if layer_class == "batch_normalization":  # [gamma] [beta] moving_mean moving_variance
+                count = len(h5[f"{folder}/vars"])
+                names = ("gamma or beta",) * (count - 2) + ("moving_mean", "moving_variance")
+            if not index.isdigit():
+                out.append(self._var(h5, path, path, "skip", "not a numbered layer variable"))
+                continue
+            i = int(index)
+            if names is None or i >= len(names):
+                out.append(self._var(h5, path, path, "skip",
+                                     f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"))
+                continue
+            layout, skip = _layout(layer_class, names[i], h5[path].ndim)
+            out.append(self._var(h5, path, path, layout, skip))
+        dense = [v for v in out if v.layout == "dense" and _NUMBERED.match(v.path.split("/vars/")[0].split("/")[-1])
+                 ["base"] == "dense"]  # type: ignore[index]
+        hint = dense[-1].name if dense and order else None
+        return out, hint
+
+    def _check_extent(self, h5: Any, var: _Var, size: int) -> None:
+        """A contiguous dataset must lie inside the file: HDF5 would fail only when it is read."""
+        ds = h5[var.path]
+        offset = ds.id.get_offset()
+        if offset is not None and offset + ds.id.get_storage_size() > size:
+            raise TruncatedCheckpointError(
+                f"{self._path}: data of {var.name!r} lies past the end of the weights "
+                f"({offset + ds.id.get_storage_size()} > {size} bytes)",
+                path=str(self._path),
+            )
+
+    # ---- the stream --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._vars)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        for var in self._vars:
+            load = _Loader(self, var)
+            yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, reread=load, skip=var.skip)
+
+    def read(self, var: _Var) -> "torch.Tensor":
+        import numpy as np
+
+        with self._lock:
+            if self._h5 is None:
+                raise CorruptCheckpointError(f"{self._path}: read after the file was closed", path=str(self._path))
+            ds = self._h5[var.path]
+            try:
+                array = ds[()]
+            except (OSError, ValueError) as exc:
+                raise TruncatedCheckpointError(
+                    f"{self._path}: data of {var.name!r} unreadable ({str(exc).splitlines()[0][:120]})",
+                    path=str(self._path),
+                ) from None
+        if ds.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
+            import torch
+
+            raw = torch.from_numpy(np.ascontiguousarray(array).view(np.uint16).view(np.int16))
+            return _to_torch_layout(raw.view(torch.bfloat16).float().numpy(), var.layout).to(torch.bfloat16)
+        return _to_torch_layout(np.ascontiguousarray(array), var.layout)
+
+    def close_files(self) -> None:
+        with self._lock:
+            if getattr(self, "_h5", None) is not None:
+                self._h5.close()
+            self._h5 = None
+        self._close_archive()
+
+    def close(self) -> None:
+        super().close()
+        self.close_files()
+
+
+def _hdf5_error(path: Path, exc: BaseException) -> CorruptCheckpointError:
+    """h5py's error as a typed one: truncated where HDF5 found data past the end of the file."""
+    text = str(exc).strip("'\"").splitlines()[0][:160] if str(exc) else exc.__class__.__name__
+    truncated = any(k in text.lower() for k in ("truncated", "dataset size", "addr overflow", "eof"))
+    kind = TruncatedCheckpointError if truncated else CorruptCheckpointError
+    return kind(f"{path}: {'truncated' if truncated else 'corrupt'} HDF5 file ({text})", path=str(path))
+
+
+class _Loader:
+    def __init__(self, source: KerasSource, var: _Var):
+        self.source, self.var = source, var
+
+    def __call__(self) -> "torch.Tensor":
+        return self.source.read(self.var)
+
+
+def _dtype_name(ds: Any) -> str:
+    if ds.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
+        return "bfloat16"
+    kind, size = ds.dtype.kind, ds.dtype.itemsize
+    if kind == "f":
+        return {2: "float16", 4: "float32", 8: "float64"}.get(size, f"float{8 * size}")
+    if kind in "iu":
+        return f"{'u' if kind == 'u' else ''}int{8 * size}"
+    if kind == "b":
+        return "bool"
+    return f"hdf5-{ds.dtype.str}"
+
+
+def _walk_config(config: Any) -> Iterator[dict[str, Any]]:
+    for layer in _config_layers(config):
+        yield layer
+        yield from _walk_config(layer)
+
+
+def _keras3_folders(config: Any, prefix: str = "layers") -> list[str]:
+    """Keras 3's folder of each layer, in model order: saving_lib numbers a container's layers by
+    their class in snake case (``dense``, ``dense_1``, ...) as it walks ``model.layers``."""
+    used: dict[str, int] = {}
+    out: list[str] = []
+    for layer in _config_layers(config):
+        name = _snake(_class_name(layer))
+        if name == "input_layer" and prefix == "layers" and _class_name(config) == "Sequential":
+            continue  # Sequential.layers leaves its InputLayer out
+        used[name] = used.get(name, -1) + 1
+        folder = f"{prefix}/{name}" + (f"_{used[name]}" if used[name] else "")
+        out.append(folder)
+        if _config_layers(layer):
+            out += _keras3_folders(layer, f"{folder}/layers")
+    return out
+
+
+def _read_json(archive: zipfile.ZipFile, member: str) -> Any:
+    try:
+        return json.loads(archive.read(member))
+    except KeyError:
+        return None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpointError(f"{archive.filename}: {member} is not JSON ({exc})", path=archive.filename) from None
+
+
+def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:
+    """First byte of a stored member's data: after its local header (name and extra field)."""
+    with open(path, "rb") as fh:
+        fh.seek(info.header_offset)
+        header = fh.read(30)
+    if len(header) < 30 or header[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"bad local header for {info.filename}")
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    return info.header_offset + 30 + name_len + extra_len
+
+
+class _Window(io.RawIOBase):
+    """A read-only, seekable view of ``size`` bytes of a file from ``offset``: a stored zip member
+    handed to h5py without copying it out."""
+
+    def __init__(self, path: Path, offset: int, size: int):
+        super().__init__()
+        self._fh = open(path, "rb")
+        self._offset, self._size, self._pos = offset, size, 0
+        if self._fh.seek(0, io.SEEK_END) < offset + size:
+            self._fh.close()
+            raise zipfile.BadZipFile(f"{_WEIGHTS_MEMBER} runs past the end of the archive")
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = max(0, min(len(view), self._size - self._pos))
+        if n == 0:
+            return 0
+        self._fh.seek(self._offset + self._pos)
+        got = self._fh.readinto(view[:n])
+        self._pos += got or 0
+        return got or 0
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
