@@ -28,9 +28,11 @@ def _p(value: Optional[float]) -> str:
 
 def rank_table(result: "RankResult") -> str:
     """The text table: metrics sorted by |ρ|, then the models that failed."""
+    from wbfe.errors import printable
+
     direction = "lower is better" if result.lower_is_better else "higher is better"
     lines = [
-        f"zoo {result.zoo}: {len(result.models)} models ranked by {result.quality} ({direction}); "
+        f"zoo {printable(result.zoo)}: {len(result.models)} models ranked by {result.quality} ({direction}); "
         f"{result.n_scored} scored, {result.n_cached} from cache",
         "rho: Spearman of metric vs quality (quality oriented so higher = better); "
         "expected sign -1 = lower metric should mean better model",
@@ -42,10 +44,10 @@ def rank_table(result: "RankResult") -> str:
     for m in result.metrics:
         ci = f"[{_num(m.ci_low, 2)}, {_num(m.ci_high, 2)}]"
         expected = {-1: "-", 1: "+"}.get(m.expected_sign or 0, "")
-        line = (f"{m.metric:<{width}}  {_num(m.rho):>7}  {ci:>17}  {_p(m.p_value):>7}  "
+        line = (f"{printable(m.metric):<{width}}  {_num(m.rho):>7}  {ci:>17}  {_p(m.p_value):>7}  "
                 f"{_num(m.kendall_tau):>7}  {_num(m.pearson_r):>7}  {m.n:>4}  {expected:>3}")
         if m.reason:
-            line += f"  ({m.reason})"
+            line += f"  ({printable(m.reason)})"
         lines.append(line)
     if not result.metrics:
         lines.append("(no metric: no model could be scored)")
@@ -54,7 +56,7 @@ def rank_table(result: "RankResult") -> str:
                   "models; a perfect order gives [rho, rho]); rely on the exact permutation p"]
     if result.failed:
         lines += ["", f"failed ({len(result.failed)}):"]
-        lines += [f"  {f.model}: {f.reason}" for f in result.failed]
+        lines += [f"  {printable(f.model)}: {printable(f.reason)}" for f in result.failed]
     return "\n".join(lines) + "\n"
 
 
@@ -71,17 +73,6 @@ def zoo_list() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _lambda(value: str) -> Union[str, float]:
-    from wbfe.errors import InvalidOptionError
-
-    if value == "opt":
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise InvalidOptionError(f"--lambda must be 'opt' or a positive number, not {value!r}") from None
-
-
 @app.command("rank")
 def rank_command(
     zoo: Optional[str] = typer.Argument(
@@ -90,7 +81,7 @@ def rank_command(
     quality: Optional[str] = typer.Option(None, "--quality", "-q", help="Quality column (default: the zoo's)."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp)."),
     workers: int = typer.Option(1, "--workers", "-j", help="Models scored in parallel."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for rank.json and one PNG per metric."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Folder for rank.json and one PNG per metric."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
     lower_is_better: Optional[List[str]] = typer.Option(
         None, "--lower-is-better", help="A quality column for which lower is better (repeatable)."
@@ -110,28 +101,29 @@ def rank_command(
     if list_zoos:
         typer.echo(zoo_list(), nl=False)
         return
+    from wbfe.options import ScoreOptions, StatsOptions
+    from wbfe.output import check_output_dir, write_atomic
     from wbfe.ranking import rank
-    from wbfe.report import write_atomic
 
+    # Every option is checked here, before the first model is scored.
+    score = ScoreOptions(metrics=() if metrics is None else metrics, lam=lam, conv=conv.value,  # type: ignore[arg-type]
+                         head=head, device=device)
+    stats = StatsOptions(n_boot=n_boot, seed=seed)
+    folder = check_output_dir(output) if output is not None else None
     result = rank(
         zoo if zoo is not None else DEFAULT_ZOO,
-        quality=quality,
-        metrics=metrics,
+        quality,
+        score=score,
+        stats=stats,
         workers=workers,
         cache_dir=False if no_cache else cache_dir,
         lower_is_better=tuple(lower_is_better or ()),
-        lam=_lambda(lam),
-        conv=conv.value,
-        head=head,
-        device=device,
-        n_boot=n_boot,
-        seed=seed,
         progress=None if quiet else (lambda line: typer.echo(line, err=True)),
     )
-    if output is not None:
+    if folder is not None:
         from wbfe.plots.ranking import plot_ranking
 
-        write_atomic(output / "rank.json", result.to_json() + "\n")
-        pngs = plot_ranking(result, output)
-        typer.echo(f"wrote {output / 'rank.json'} and {len(pngs)} plots", err=True)
+        write_atomic(folder / "rank.json", result.to_json() + "\n")
+        pngs = plot_ranking(result, folder)
+        typer.echo(f"wrote {folder / 'rank.json'} and {len(pngs)} plots", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else rank_table(result), nl=False)

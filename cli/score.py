@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator, Optional
 
 import typer
@@ -38,7 +37,7 @@ def score_command(
         None, help="Checkpoint: file, folder, org/name[@rev], timm:NAME, torchvision:WEIGHTS. Default: the embedded demo CNN."
     ),
     fmt: ScoreFormat = typer.Option(ScoreFormat.table, "--format", "-f", help="Output format."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the result to this file instead of stdout."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the result to this file instead of stdout ('-': stdout)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name matches this regular expression."),
     conv: Conv = typer.Option(Conv.flatten, "--conv", help="Conv kernels: flatten (out x in*k*k) or slices (pooled k*k matrices)."),
     lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number."),
@@ -51,18 +50,21 @@ def score_command(
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
-    from wbfe.report import score_csv, score_table, write_atomic
+    from wbfe.options import ScoreOptions
+    from wbfe.output import check_output, write_output
+    from wbfe.report import score_csv, score_table
 
+    options = ScoreOptions(metrics=() if metrics is None else metrics, lam=lam, conv=conv.value,  # type: ignore[arg-type]
+                           layers=layers, device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible,
+                           seed=seed)
+    written = check_output(output) if output is not None else None  # before any work
     target = ref if ref is not None else wbfe.default_checkpoint()
     with progress_bar(enabled=True) as update:
-        result = wbfe.score(
-            target, metrics=metrics, lam=lam, conv=conv.value, layers=layers, device=device,
-            head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed, progress=update,  # type: ignore[arg-type]
-        )
+        result = wbfe.score(target, options=options, progress=update)  # type: ignore[arg-type]
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result)}[fmt]()
-    if output is not None:
-        write_atomic(output, text)
+    if written is not None:
+        write_output(written, text)
         typer.echo(f"wrote {output}", err=True)
     else:
         typer.echo(text, nl=False)

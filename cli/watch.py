@@ -29,7 +29,7 @@ def _parse_lambda(text: Optional[str]) -> Union[None, str, float]:
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
-    from wbfe.report import write_atomic
+    from wbfe.output import write_atomic
 
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / name, text)

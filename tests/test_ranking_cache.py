@@ -153,7 +153,7 @@ def test_changed_options_or_contents_are_rescored(tmp_path: Path) -> None:
 def test_other_code_or_libraries_are_rescored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The key holds wbfe's source digest and the library versions: an edit of a development
     install, whose version string stays the same, does not reuse the scores of the old code."""
-    rank_module = importlib.import_module("wbfe.ranking.rank")  # the module, not the function
+    rank_module = importlib.import_module("wbfe.ranking.ranker")
     spec = make_zoo(tmp_path / "zoo")
     scorer = Counting()
     first = run(spec, tmp_path / "cache", scorer)

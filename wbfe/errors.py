@@ -7,7 +7,10 @@ the instance for programs that want them.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 __all__ = [
+    "printable",
     "WbfeError",
     "SourceNotFoundError",
     "ModelNotFoundError",
@@ -19,7 +22,21 @@ __all__ = [
     "InvalidOptionError",
     "UnknownNameError",
     "MissingDependencyError",
+    "NothingRankedError",
+    "OutputError",
 ]
+
+
+def printable(text: str) -> str:
+    """``text`` with control and bidirectional-override characters written as escapes (``\\x1b``).
+
+    Names read from a checkpoint go to a terminal in tables and messages; an escape sequence in one
+    could move the cursor, rewrite earlier lines or hide text.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
 
 
 class WbfeError(Exception):
@@ -27,7 +44,8 @@ class WbfeError(Exception):
 
     def __init__(self, message: str, **fields: object) -> None:
         # Messages must stay on one line: the CLI prints them as they are.
-        super().__init__(" ".join(str(message).split()))
+        # Control characters (a tensor name's escape sequence) are shown escaped, never sent to the terminal.
+        super().__init__(printable(" ".join(str(message).split())))
         self.fields = fields
         for key, value in fields.items():
             setattr(self, key, value)
@@ -72,26 +90,41 @@ class UnknownNameError(InvalidOptionError, KeyError):
         return Exception.__str__(self)
 
 
+class NothingRankedError(WbfeError, ValueError):
+    """A ranking in which no model could be scored, so no metric was ranked (``result`` holds the failures)."""
+
+
+class OutputError(InvalidOptionError):
+    """An output path that cannot be written: not a regular file, a folder, unwritable, or empty."""
+
+
 class MissingDependencyError(WbfeError, ImportError):
     """An optional package needed for the requested feature is not installed."""
 
 
-def unknown_name(
-    kind: str, name: str, known: "list[str] | tuple[str, ...]", *, max_listed: int = 40
-) -> UnknownNameError:
-    """Build an :class:`UnknownNameError` that suggests the closest known names.
+_LISTED = 10  # known names shown in full; a registry of thousands (timm) must not fill the terminal
 
-    The known names are listed when there are at most ``max_listed`` of them; a longer registry
-    (timm's ~1,500 models) is only counted, so the message stays one short line.
-    """
+
+def did_you_mean(name: str, known: "Iterable[str]") -> str:
+    """``"; did you mean 'a', 'b'?"`` with up to three close matches of ``name``, or ``""``."""
     import difflib
 
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    listing = (f"known: {', '.join(sorted(known))}" if len(known) <= max_listed
-               else f"{len(known)} known names, not listed")
+    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def unknown_name(kind: str, name: str, known: "Iterable[str]", *, max_listed: int = _LISTED) -> UnknownNameError:
+    """Build an :class:`UnknownNameError` that suggests the closest known names.
+
+    The known names are listed when there are at most ``max_listed`` of them; a longer registry
+    (timm's ~1,500 models) is only counted, so the message stays one short line (the close matches
+    are still suggested). :attr:`UnknownNameError.known` keeps them all.
+    """
+    names = tuple(known)
+    listing = (f"known: {', '.join(sorted(names))}" if len(names) <= max_listed
+               else f"{len(names)} known names, not listed")
     return UnknownNameError(
-        f"unknown {kind} {name[:200]!r}{hint} ({listing})",
+        f"unknown {kind} {name[:200]!r}{did_you_mean(name, names)} ({listing})",
         name=name,
-        known=tuple(known),
+        known=names,
     )

@@ -97,11 +97,9 @@ def _override(names: Sequence[str], override: str) -> str:
     for candidate in (override, f"{override}.weight"):
         if candidate in names:
             return candidate
-    import difflib
+    from wbfe.errors import did_you_mean
 
-    close = difflib.get_close_matches(override, list(names), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{hint}")
+    raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{did_you_mean(override, names)}")
 
 
 def _out_in(name: str, shape: Sequence[int]) -> tuple[int, int]:

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Union
 
-from wbfe.errors import InvalidOptionError
 from wbfe.heads import HEAD_NAMES, find_head
 
 if TYPE_CHECKING:
@@ -119,8 +118,9 @@ def plan_matrix(
     ``min_eigs``: fewer eigenvalues than this (and never fewer than :data:`MIN_BFE_EIGS`) skip the
     tensor. Scoring passes the BFE-W minimum; the tail fits apply ``--min-eigs`` to their own columns.
     """
-    if conv not in ("flatten", "slices"):
-        raise InvalidOptionError(f"conv convention must be 'flatten' or 'slices', not {conv!r}")
+    from wbfe.options import check_conv
+
+    check_conv(conv)
     if dtype not in FLOAT_DTYPES:
         if dtype.startswith(("int", "uint", "qint", "quint")) or dtype == "bool":
             return Skip(name, f"integer tensor ({dtype}): quantized/packed weights or a counter", shape, dtype)

@@ -1,16 +1,21 @@
-"""Render results as text tables, CSV and JSON, and write files atomically."""
+"""Render results as text: tables, CSV and JSON-ready data (writing files is :mod:`wbfe.output`'s job).
+
+Text that came from a checkpoint (tensor names, metadata) is passed through :func:`printable` on
+its way to a table, a CSV cell or an error message: a name holding an escape sequence must not
+drive the user's terminal.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
-import os
-import tempfile
-from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv", "write_atomic", "save_figure"]
+from wbfe.errors import printable
+
+__all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float", "printable",
+           "write_atomic", "save_figure"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -43,8 +48,8 @@ def format_value(value: Any) -> str:
             return "inf" if value > 0 else "-inf"
         return f"{value:.4g}" if (abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3)) else f"{value:.4f}"
     if isinstance(value, (list, tuple)):
-        return "x".join(str(v) for v in value)
-    return str(value)
+        return "x".join(printable(str(v)) for v in value)
+    return printable(str(value))
 
 
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -64,7 +69,7 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 def score_table(result: Any) -> str:
     """The ``wbfe score`` table: one line per matrix, then the summary and the skip count."""
     present = [c for c in _TABLE_COLUMNS if any(c in layer for layer in result.layers)]
-    parts = [f"model: {result.model.get('source')}  ({result.model.get('format')}, sha256 "
+    parts = [f"model: {printable(str(result.model.get('source')))}  ({result.model.get('format')}, sha256 "
              f"{str(result.model.get('sha256'))[:12]})", "", text_table(result.layers, present), ""]
     summary = [{"metric": k, "value": v} for k, v in result.summary.items()
                if not k.endswith("_n") and not isinstance(v, dict)]  # by_role/by_component: JSON only
@@ -74,7 +79,7 @@ def score_table(result: Any) -> str:
         for skip in result.skipped:
             key = skip["reason"].split(":")[0]
             reasons[key] = reasons.get(key, 0) + 1
-        listed = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        listed = ", ".join(f"{n} {printable(r)}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
         parts += ["", f"skipped {len(result.skipped)} tensors: {listed} (see --format json for each)"]
     return "\n".join(parts) + "\n"
 
@@ -85,36 +90,24 @@ def score_csv(result: Any) -> str:
     for layer in result.layers:
         columns += [k for k in layer if k not in columns]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=[printable(c) for c in columns], lineterminator="\n")
     writer.writeheader()
     for layer in result.layers:
         row = dict(layer)
         row["shape"] = "x".join(str(s) for s in layer["shape"])
         row["reasons"] = "; ".join(f"{k}: {v}" for k, v in layer.get("reasons", {}).items())
-        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else printable(v) if isinstance(v, str) else v)
+                         for k, v in row.items()})
     return buffer.getvalue()
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, mode) as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def as_float(value: Any) -> float:
+    """A number as a float; NaN for None, text, booleans or anything else that is not a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
 
 
-def save_figure(fig: Any, path: Path, *, dpi: int = 120) -> Path:
-    """Render a matplotlib figure to PNG and write it with :func:`write_atomic`."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    write_atomic(Path(path), buffer.getvalue())
-    return Path(path)
+# Kept so that code written before the split (plots, watch) still imports them from here; new code
+# imports them from wbfe.output.
+from wbfe.output import save_figure, write_atomic  # noqa: E402

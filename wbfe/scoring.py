@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import re
@@ -14,50 +13,23 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Optional, Union
 
 from wbfe._provenance import installed_versions
-from wbfe.errors import InvalidOptionError, NoUsableMatrixError
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError, did_you_mean
 from wbfe.heads import choose_head
 from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, component_of, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
-from wbfe.metrics.bfe import parse_lambda
+from wbfe.options import ScoreOptions, check_conv
 from wbfe.pipeline import Pipeline, Reading
 from wbfe.quant import dequantised
 from wbfe.experts import expand_experts
-from wbfe.report import json_ready
+from wbfe.report import as_float, json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
+from wbfe.ties import SeenContent
 
 __all__ = ["ScoreOptions", "ModelScore", "score", "Progress"]
 
 # progress(done, total, tensor name); total may be None when unknown.
 Progress = Callable[[int, Optional[int], str], None]
-
-
-@dataclass(frozen=True)
-class ScoreOptions:
-    """Every setting of one scoring run (also recorded in the result's provenance)."""
-
-    metrics: tuple[str, ...]
-    lam: Union[Literal["opt"], float] = "opt"
-    conv: Literal["flatten", "slices"] = "flatten"
-    layers: Optional[str] = None
-    device: str = "auto"
-    head: Optional[str] = None
-    min_eigs: int = 10
-    ww_compatible: bool = False
-    seed: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metrics": list(self.metrics),
-            "lambda": self.lam,
-            "conv": self.conv,
-            "layers": self.layers,
-            "device": self.device,
-            "head": self.head,
-            "min_eigs": self.min_eigs,
-            "ww_compatible": self.ww_compatible,
-            "seed": self.seed,
-        }
 
 
 @dataclass
@@ -98,54 +70,6 @@ class ModelScore:
         return pd.DataFrame(rows)
 
 
-_SAMPLE = 4096  # elements of a tensor hashed to find candidate duplicates
-
-
-class _SeenContent:
-    """Finds a tensor whose bytes equal an earlier one's: tied weights saved twice, or shared
-    storage lost in a format conversion.
-
-    Hashing every byte cost a quarter of a BFE-W-only score (blake2b runs at ~0.9 GB/s, slower than
-    the Gram products). A hash of a strided sample finds the candidates; a candidate is confirmed
-    by comparing all bytes with the earlier tensor, read again. Where a source cannot read a tensor
-    again without holding it, every byte is hashed as before.
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[Any, ...], list[tuple[str, Optional[Callable[[], Any]]]]] = {}
-
-    def earlier_copy(self, entry: TensorEntry, tensor: Any) -> Optional[str]:
-        """The name of an earlier tensor with the same bytes, else None (and remember this one)."""
-        key = (entry.shape, entry.dtype) + (_sample_digest(tensor) if entry.reread else ("all", _digest(tensor)))
-        candidates = self._seen.setdefault(key, [])
-        for name, reread in candidates:
-            if reread is None or _same_bytes(reread(), tensor):
-                return name
-        candidates.append((entry.name, entry.reread))
-        return None
-
-
-def _as_bytes(tensor: Any) -> Any:
-    import torch
-
-    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-
-
-def _digest(tensor: Any) -> str:
-    return hashlib.blake2b(_as_bytes(tensor).numpy().data, digest_size=16).hexdigest()
-
-
-def _sample_digest(tensor: Any) -> tuple[str, str]:
-    flat = tensor.detach().reshape(-1)
-    return ("sample", _digest(flat[:: max(1, flat.numel() // _SAMPLE)]))
-
-
-def _same_bytes(a: Any, b: Any) -> bool:
-    import torch
-
-    return bool(a.shape == b.shape and a.dtype == b.dtype and torch.equal(_as_bytes(a), _as_bytes(b)))
-
-
 def score(
     ref: Any,
     *,
@@ -159,6 +83,7 @@ def score(
     ww_compatible: bool = False,
     seed: int = 0,
     progress: Optional[Progress] = None,
+    options: Optional[ScoreOptions] = None,
 ) -> ModelScore:
     """Score every weight matrix of a checkpoint.
 
@@ -181,6 +106,8 @@ def score(
         ww_compatible: reproduce WeightWatcher 0.7.7's choices (conv slicing, fitting).
         seed: seed of the random steps (the ``rand`` group's permutations); recorded in the options.
         progress: called after each tensor with (done, total, name).
+        options: every setting above as one :class:`~wbfe.options.ScoreOptions`; when given, the
+            other setting keywords must keep their defaults.
 
     Returns:
         A :class:`ModelScore`.
@@ -195,36 +122,21 @@ def score(
         >>> round(s.summary["bfe_head"], 6)  # identity spectrum: F* = ½·log(2πe)
         1.418939
     """
-    groups = resolve_groups(metrics)
-    if not isinstance(min_eigs, int) or min_eigs < 1:
-        raise InvalidOptionError(f"min_eigs must be a positive integer, not {min_eigs!r}")
-    try:
-        pattern = re.compile(layers) if layers else None
-    except re.error as exc:
-        raise InvalidOptionError(f"--layers is not a valid regular expression: {exc}") from None
-    if conv not in ("flatten", "slices"):
-        raise InvalidOptionError(f"conv convention must be 'flatten' or 'slices', not {conv!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InvalidOptionError(f"seed must be a non-negative integer, not {seed!r}")
-    if ww_compatible:
-        conv = "slices"
-    options = ScoreOptions(
-        metrics=tuple(g.name for g in groups),
-        lam=parse_lambda(lam),
-        conv=conv,
-        layers=layers,
-        device=device,
-        head=head,
-        min_eigs=min_eigs,
-        ww_compatible=ww_compatible,
-        seed=seed,
-    )
-    torch_device = resolve_device(device)
-    metric_options = MetricOptions(lam=options.lam, ww_compatible=ww_compatible, seed=seed)
+    given = dict(metrics=() if metrics is None else metrics, lam=lam, conv=conv, layers=layers or None,
+                 device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed)
+    if options is None:
+        options = ScoreOptions(**given)  # type: ignore[arg-type]
+    elif given != _DEFAULT_KEYWORDS:
+        raise InvalidOptionError("score(): pass the settings either as options=ScoreOptions(...) or as keywords, not both")
+    groups = resolve_groups(options.metrics)
+    pattern = options.pattern
+    head = options.head
+    torch_device = resolve_device(options.device)
+    metric_options = MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed)
 
     result = ModelScore(model={})
     seen_storage: dict[Any, str] = {}
-    seen_content = _SeenContent()
+    seen_content = SeenContent()
     need_eigs = any(g.needs_eigenvalues for g in groups)
     done = 0
 
@@ -273,6 +185,10 @@ def score(
     return result
 
 
+_DEFAULT_KEYWORDS = dict(metrics=(), lam="opt", conv="flatten", layers=None, device="auto", head=None,
+                         min_eigs=10, ww_compatible=False, seed=0)
+
+
 def _stream(source: Any) -> Iterable[tuple[TensorEntry, Optional[str]]]:
     """The source's entries as matrices to plan: quantized weights dequantised, fused expert stacks
     split per expert; with each, the reason it is consumed by another (a scale), or None."""
@@ -299,7 +215,7 @@ def _prepare(
     reading: Optional[Reading],
     options: ScoreOptions,
     seen_storage: dict[Any, str],
-    seen_content: _SeenContent,
+    seen_content: SeenContent,
 ) -> Union[Skip, list[Any]]:
     """The entry's matrices, or why it is skipped before any linear algebra."""
     if isinstance(plan, Skip):
@@ -401,9 +317,9 @@ def _summarise(
     summary: dict[str, Any] = {"head": head, "head_source": head_source, "n_layers": len(layers)}
     for group in groups:
         for column in group.summary_columns:
-            values = np.array([_as_float(layer.get(column)) for layer in layers], dtype=float)
+            values = np.array([as_float(layer.get(column)) for layer in layers], dtype=float)
             finite = values[np.isfinite(values)]
-            summary[f"{column}_head"] = _as_float(by_name[head].get(column)) if head else math.nan
+            summary[f"{column}_head"] = as_float(by_name[head].get(column)) if head else math.nan
             summary[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
             summary[f"{column}_n"] = int(finite.size)
     columns = [column for group in groups for column in group.summary_columns]
@@ -434,18 +350,11 @@ def _means_by(layers: list[dict[str, Any]], key: str, columns: list[str]) -> dic
         members = [layer for layer in layers if str(layer.get(key)) == value]
         entry: dict[str, Any] = {"n": len(members)}
         for column in columns:
-            values = np.array([_as_float(layer.get(column)) for layer in members], dtype=float)
+            values = np.array([as_float(layer.get(column)) for layer in members], dtype=float)
             finite = values[np.isfinite(values)]
             entry[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
         out[value] = entry
     return out
-
-
-def _as_float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def layer_spectrum(
@@ -461,8 +370,7 @@ def layer_spectrum(
         InvalidOptionError: no such tensor (close names are suggested), or it is not a matrix.
         DegenerateMatrixError: the matrix is non-finite or all zero.
     """
-    if conv not in ("flatten", "slices"):
-        raise InvalidOptionError(f"conv convention must be 'flatten' or 'slices', not {conv!r}")
+    check_conv(conv)
     torch_device = resolve_device(device)
     names: list[str] = []
     with open_source(ref) as source:
@@ -476,8 +384,4 @@ def layer_spectrum(
             if isinstance(plan, Skip):
                 raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
             return plan, spectrum(as_matrices(entry.load(), plan), torch_device)
-    import difflib
-
-    close = difflib.get_close_matches(layer, names, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{hint}")
+    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{did_you_mean(layer, names)}")

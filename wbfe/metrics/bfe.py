@@ -24,9 +24,21 @@ from wbfe.errors import InvalidOptionError
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
 from wbfe.spectra import Spectrum
 
-__all__ = ["bfe", "bfe_from_moments", "parse_lambda", "positive_lambda", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
+__all__ = [
+    "bfe", "bfe_from_moments", "parse_lambda", "positive_lambda", "lambda_star", "bfe_marchenko_pastur_limit",
+    "LAMBDA_MIN", "LAMBDA_MAX", "GROUP",
+]
 
 LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
+
+# A fixed prior precision must keep ½·log(2π/λ) and λ itself ordinary floats. Below ~3.5e-308,
+# 2π/λ overflows and F^λ is +inf for every matrix (it was reported as "rank-deficient" although no
+# eigenvalue was zero); a subnormal λ (< 2.2e-308) has lost its significant digits anyway. Inside
+# [1e-300, 1e300] both terms are finite (|½·log(2π/λ)| < 347) and λ is a normal float; F^λ can still
+# overflow through λ/2·mean(e) for a huge spectrum, and is then reported as such. Any λ a prior can
+# mean lies far inside: λ* = 1/mean(e) is about 1/(fan-in variance of the weights).
+LAMBDA_MIN = 1e-300
+LAMBDA_MAX = 1e300
 
 
 def lambda_star(eigs: np.ndarray) -> float:
@@ -71,17 +83,22 @@ def bfe_from_moments(
 
 
 def positive_lambda(lam: object) -> float:
-    """A positive finite prior precision, from a string or a number.
+    """A positive finite prior precision in [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`], from a string or a number.
 
     Raises:
         InvalidOptionError: anything else (``"opt"`` included: use :func:`parse_lambda` to allow it).
     """
     try:
         value = float(lam)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         value = math.nan
-    if not (math.isfinite(value) and value > 0.0):
+    if isinstance(lam, bool) or not (math.isfinite(value) and value > 0.0):
         raise InvalidOptionError(f"lambda must be a positive number, not {lam!r}")
+    if not LAMBDA_MIN <= value <= LAMBDA_MAX:
+        raise InvalidOptionError(
+            f"lambda must lie in [{LAMBDA_MIN:g}, {LAMBDA_MAX:g}], not {lam!r}: outside it ½·log(2π/λ) "
+            "or λ itself is not an ordinary float and BFE-W would be infinite for every matrix"
+        )
     return value
 
 
@@ -95,7 +112,9 @@ def parse_lambda(lam: object) -> Union[Literal["opt"], float]:
         return "opt"
     try:
         return positive_lambda(lam)
-    except InvalidOptionError:
+    except InvalidOptionError as exc:
+        if "must lie in" in str(exc):
+            raise
         raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
 
 
@@ -124,7 +143,10 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     else:
         result.values["lambda"] = positive_lambda(options.lam)
     if math.isinf(value):
-        result.reasons["bfe"] = f"rank-deficient: {n_zero} zero eigenvalue(s), BFE-W = +inf"
+        result.reasons["bfe"] = (
+            f"rank-deficient: {n_zero} zero eigenvalue(s), BFE-W = +inf" if n_zero > 0
+            else f"BFE-W overflows at lambda = {lam_used:.3g} (lambda/2 * mean eigenvalue = {0.5 * lam_used * mean_e:.3g})"
+        )
     return result
 
 

@@ -20,7 +20,7 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
         ``path``, written atomically as PNG.
     """
     from wbfe.plots._canvas import new_figure
-    from wbfe.report import save_figure
+    from wbfe.output import save_figure
 
     rows = comparison.layers
     with_depth = all(row.get("depth") is not None for row in rows)

@@ -41,7 +41,7 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     import matplotlib
 
     from wbfe.plots._canvas import new_figure
-    from wbfe.report import save_figure
+    from wbfe.output import save_figure
 
     res = _as_dict(result)
     alphas = np.array([pt["alpha"] for pt in res["points"]])
@@ -81,7 +81,7 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
         The path written.
     """
     from wbfe.plots._canvas import new_figure
-    from wbfe.report import save_figure
+    from wbfe.output import save_figure
 
     res = _as_dict(result)
     pred = res["prediction"]

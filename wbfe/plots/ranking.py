@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
 if TYPE_CHECKING:
-    from wbfe.ranking.rank import RankResult
+    from wbfe.ranking.ranker import RankResult
 
 __all__ = ["plot_metric", "plot_ranking", "metric_filename"]
 
@@ -34,7 +34,7 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
     file is written atomically (temporary file in the same folder, then renamed).
 
     Args:
-        result: a :class:`~wbfe.ranking.rank.RankResult`.
+        result: a :class:`~wbfe.ranking.ranker.RankResult`.
         metric: one of ``result.metrics``' names.
         path: the PNG to write.
         dpi: resolution.
@@ -46,7 +46,7 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
         UnknownNameError: ``metric`` is not in the result.
     """
     from wbfe.plots._canvas import new_figure
-    from wbfe.report import save_figure
+    from wbfe.output import save_figure
 
     row = result.metric(metric)
     points = [(m.scores.get(metric), m.quality, m.model) for m in result.models]

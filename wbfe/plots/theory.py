@@ -30,7 +30,7 @@ def _figure() -> tuple[Any, Any]:
 
 
 def _save(fig: Any, path: PathLike) -> Path:
-    from wbfe.report import save_figure
+    from wbfe.output import save_figure
 
     fig.tight_layout()
     return save_figure(fig, Path(path), dpi=110)

@@ -15,7 +15,7 @@ __all__ = ["plot_watch", "plot_calibration"]
 
 
 def _save(fig: object, path: Union[str, Path], dpi: int) -> Path:
-    from wbfe.report import save_figure
+    from wbfe.output import save_figure
 
     return save_figure(fig, Path(path), dpi=dpi)
 

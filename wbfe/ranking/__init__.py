@@ -6,12 +6,12 @@
 
 Submodules: :mod:`~wbfe.ranking.stats` (correlations, bootstrap, permutation p-values),
 :mod:`~wbfe.ranking.zoo` (zoo specs and the built-in zoos), :mod:`~wbfe.ranking.cache` (the score
-cache), :mod:`~wbfe.ranking.rank` (the pipeline).
+cache), :mod:`~wbfe.ranking.ranker` (the pipeline: :func:`rank`).
 """
 
 from __future__ import annotations
 
-from wbfe.ranking.rank import Failure, MetricCorrelation, ModelResult, RankResult, expected_sign, rank
+from wbfe.ranking.ranker import Failure, MetricCorrelation, ModelResult, RankResult, expected_sign, rank
 from wbfe.ranking.stats import Correlation, correlate
 from wbfe.ranking.zoo import BuiltinZoo, Zoo, ZooEntry, list_zoos, load_zoo
 

@@ -1,26 +1,39 @@
 """On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options.
 
-One JSON file per entry, written atomically (temporary file in the same folder, fsync, rename), so
-an interrupted run leaves either a complete entry or none, and the next run resumes from there.
-Each entry carries a SHA-256 checksum of its payload: a truncated or edited file is detected,
-removed and recomputed instead of being trusted.
+One JSON file per entry, written atomically (:func:`wbfe.output.write_atomic`), so an interrupted
+run leaves either a complete entry or none, and the next run resumes from there.
 
-A second, tiny index maps a *local* reference to its content hash while the files' sizes and
-modification times are unchanged, so a re-run does not re-read every checkpoint to hash it.
+Every file of the cache carries a SHA-256 checksum of its payload and the key it was stored under:
+a truncated, edited or moved file, one that is not UTF-8, JSON too deep to parse, or a folder or
+link in place of a file is treated as corrupt: removed and recomputed, never served.
+
+A second, tiny index maps a *local* reference to its content hash while its files are unchanged, so
+a re-run does not re-read every checkpoint to hash it. "Unchanged" is judged by size, modification
+time, inode and status-change time (ctime): replacing a file, or writing it and restoring its mtime,
+changes the ctime (no system call sets it), so the checkpoint is hashed again. This is as cheap as
+one ``stat`` per file and cannot be fooled without changing the clock.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
+import shutil
+import stat
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
 
-from wbfe.report import write_atomic
+from wbfe.errors import InvalidOptionError
+from wbfe.output import write_atomic
+from wbfe.report import json_ready
 
 __all__ = ["ScoreCache", "default_cache_dir", "cache_key", "CACHE_FORMAT"]
 
-CACHE_FORMAT = "wbfe-score-cache/1"
+CACHE_FORMAT = "wbfe-score-cache/2"
+_INDEX_FORMAT = "wbfe-hash-index/2"
+_MAX_ENTRY_BYTES = 16 * 2**20  # a summary is a few KB; anything this large is not one of ours
 
 
 def default_cache_dir() -> Path:
@@ -31,8 +44,8 @@ def default_cache_dir() -> Path:
 
 
 def _canonical(obj: Any) -> str:
-    # NaN is allowed inside the cache (summaries hold NaN for failed fits); key order is fixed.
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    # Key order is fixed; non-finite numbers are null (json_ready), as in every file wbfe writes.
+    return json.dumps(json_ready(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _sha256(text: str) -> str:
@@ -45,21 +58,63 @@ def cache_key(content_hash: str, options: Mapping[str, Any]) -> str:
 
 
 def _file_signature(ref: str) -> Optional[list[list[Any]]]:
-    """(relative path, size, mtime_ns) of a local file or of every file under a folder; None otherwise."""
+    """(relative path, size, mtime_ns, ctime_ns, inode, device) of a local file or of every file
+    under a folder; None for anything that is not a local path."""
     path = Path(ref)
     try:
         if path.is_file():
-            st = path.stat()
-            return [[path.name, st.st_size, st.st_mtime_ns]]
+            return [[path.name, *_stat_signature(path)]]
         if path.is_dir():
-            out = []
-            for child in sorted(p for p in path.rglob("*") if p.is_file()):
-                st = child.stat()
-                out.append([str(child.relative_to(path)), st.st_size, st.st_mtime_ns])
-            return out
+            return [[str(child.relative_to(path)), *_stat_signature(child)]
+                    for child in sorted(p for p in path.rglob("*") if p.is_file())]
     except OSError:
         return None
     return None
+
+
+def _stat_signature(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _clear(path: Path) -> None:
+    """Remove whatever is at ``path`` (a file, a link, or a folder someone put there), never following a link."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _read_checked(path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
+    """The payload of the cache file at ``path``; None when absent; raises ValueError when corrupt."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("not a regular file")
+    if st.st_size > _MAX_ENTRY_BYTES:
+        raise ValueError("too large")
+    with open(path, "rb") as handle:
+        raw = handle.read(_MAX_ENTRY_BYTES + 1)
+    try:
+        entry = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    ok = (
+        isinstance(entry, dict)
+        and entry.get("format") == fmt
+        and entry.get("key") == key
+        and isinstance(entry.get("payload"), dict)
+        and entry.get("checksum") == _sha256(_canonical(entry["payload"]))
+    )
+    if not ok:
+        raise ValueError("checksum, key or format mismatch")
+    return dict(entry["payload"])
 
 
 class ScoreCache:
@@ -73,43 +128,60 @@ class ScoreCache:
     """
 
     def __init__(self, directory: Union[str, Path]) -> None:
+        if not os.fspath(directory).strip():
+            raise InvalidOptionError("the score cache folder is empty ('')")
         self.directory = Path(directory).expanduser()
         self.corrupted: list[str] = []
 
     def _entry_path(self, key: str) -> Path:
         return self.directory / "entries" / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> Optional[dict[str, Any]]:
-        """The payload stored under ``key``; None when absent or corrupt (a corrupt file is removed)."""
-        path = self._entry_path(key)
+    def _index_path(self, ref: str) -> tuple[Path, str]:
+        key = _sha256(str(Path(ref).resolve()))
+        return self.directory / "hashes" / f"{key}.json", key
+
+    def check_writable(self) -> None:
+        """Make sure entries can be stored here (before a ranking scores its first model).
+
+        Raises:
+            InvalidOptionError: the folder cannot be created or written.
+        """
+        probe = self.directory / f".probe.{secrets.token_hex(6)}"
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
+            self.directory.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise InvalidOptionError(
+                f"the score cache {self.directory} is not writable ({exc.strerror or exc}); "
+                "choose another with --cache-dir or rank without one (--no-cache)",
+                path=str(self.directory),
+            ) from None
+
+    def _read(self, path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
         try:
-            entry = json.loads(text)
-            ok = (
-                isinstance(entry, dict)
-                and entry.get("format") == CACHE_FORMAT
-                and entry.get("key") == key
-                and isinstance(entry.get("payload"), dict)
-                and entry.get("checksum") == _sha256(_canonical(entry["payload"]))
-            )
-        except (ValueError, TypeError):
-            ok = False
-        if not ok:
+            return _read_checked(path, fmt, key)
+        except (OSError, ValueError, TypeError):
             self.corrupted.append(key)
-            path.unlink(missing_ok=True)
+            _clear(path)
             return None
-        return entry["payload"]
+
+    def _write(self, path: Path, fmt: str, key: str, payload: Mapping[str, Any]) -> Path:
+        body = json_ready(dict(payload))
+        entry = {"format": fmt, "key": key, "checksum": _sha256(_canonical(body)), "payload": body}
+        if path.is_symlink() or path.is_dir():
+            _clear(path)
+        write_atomic(path, json.dumps(entry, sort_keys=True, allow_nan=False))
+        return path
+
+    def get(self, key: str) -> Optional[dict[str, Any]]:
+        """The payload stored under ``key``; None when absent or corrupt (a corrupt entry is removed)."""
+        return self._read(self._entry_path(key), CACHE_FORMAT, key)
 
     def put(self, key: str, payload: Mapping[str, Any]) -> Path:
-        """Store ``payload`` (JSON-serialisable) under ``key`` atomically; returns the entry file."""
-        body = dict(payload)
-        entry = {"format": CACHE_FORMAT, "key": key, "checksum": _sha256(_canonical(body)), "payload": body}
-        path = self._entry_path(key)
-        write_atomic(path, json.dumps(entry, sort_keys=True, allow_nan=True))
-        return path
+        """Store ``payload`` (JSON-serialisable; non-finite numbers become null) under ``key``
+        atomically; returns the entry file."""
+        return self._write(self._entry_path(key), CACHE_FORMAT, key, payload)
 
     def content_hash(self, ref: str, compute: Callable[[str], str]) -> str:
         """``compute(ref)``, remembered for local files while their size and mtime are unchanged.
@@ -121,13 +193,10 @@ class ScoreCache:
         signature = _file_signature(ref)
         if signature is None:
             return compute(ref)
-        index = self.directory / "hashes" / f"{_sha256(str(Path(ref).resolve()))}.json"
-        try:
-            saved = json.loads(index.read_text(encoding="utf-8"))
-            if saved.get("signature") == signature and isinstance(saved.get("sha256"), str):
-                return str(saved["sha256"])
-        except (OSError, ValueError, AttributeError):
-            pass
+        index, key = self._index_path(ref)
+        saved = self._read(index, _INDEX_FORMAT, key)
+        if saved is not None and saved.get("signature") == signature and isinstance(saved.get("sha256"), str):
+            return str(saved["sha256"])
         digest = compute(ref)
-        write_atomic(index, json.dumps({"ref": ref, "signature": signature, "sha256": digest}))
+        self._write(index, _INDEX_FORMAT, key, {"ref": ref, "signature": signature, "sha256": digest})
         return digest

@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
+from wbfe.options import StatsOptions
 
 __all__ = [
     "Correlation",
@@ -262,6 +263,7 @@ def correlate(
     level: float = 0.95,
     seed: int = 0,
     exact_max_n: int = EXACT_MAX_N,
+    options: "Optional[StatsOptions]" = None,
 ) -> Correlation:
     """Every statistic of a metric against a quality, on the pairs where both are finite.
 
@@ -271,11 +273,16 @@ def correlate(
         n_boot, level: bootstrap resamples and interval coverage.
         n_perm, exact_max_n: permutation settings (see :func:`permutation_p_value`).
         seed: seed shared by the bootstrap and the Monte-Carlo permutations.
+        options: all of the above as one :class:`~wbfe.options.StatsOptions` (replaces them).
 
     Returns:
         A :class:`Correlation`; its numbers are NaN with a ``reason`` when fewer than
         :data:`MIN_MODELS` pairs remain or a side is constant.
     """
+    if options is None:
+        options = StatsOptions(n_boot=n_boot, n_perm=n_perm, level=level, seed=seed, exact_max_n=exact_max_n)
+    n_boot, n_perm, level, seed, exact_max_n = (options.n_boot, options.n_perm, options.level, options.seed,
+                                                options.exact_max_n)
     a, b = _pair(metric, quality)
     keep = np.isfinite(a) & np.isfinite(b)
     a, b = a[keep], b[keep]

@@ -16,14 +16,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe._provenance import installed_versions, source_digest
+from wbfe.errors import InvalidOptionError, NothingRankedError
+from wbfe.options import ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
 from wbfe.ranking.stats import correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
+from wbfe.report import as_float
 
 __all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign"]
 
-Scorer = Callable[[str, Mapping[str, Any]], Mapping[str, Any]]
-"""``scorer(ref, options) -> {"summary": {...}, "model": {...}}``; options as in :func:`rank`."""
+Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
+"""``scorer(ref, options) -> {"summary": {...}, "model": {...}}``, scoring ``ref`` with ``options``."""
 
 # Lower is better: BFE-W (MATH.md §2, the paper reports negative ρ with accuracy) and the HT-SR
 # capacity metrics, for which WeightWatcher's papers report smaller values for better models.
@@ -101,7 +104,9 @@ class RankResult:
             undefined ρ last).
         models: the models that were scored and have a quality value.
         failed: the models left out, with the reason.
-        options: the scoring options (also part of the cache key).
+        options: the scoring options (:meth:`ScoreOptions.to_dict`) and the versions of the code
+            that computed the scores (both part of the cache key).
+        stats: the statistics settings (:meth:`StatsOptions.to_dict`).
         n_scored, n_cached: models scored in this run vs. taken from the cache.
     """
 
@@ -112,6 +117,7 @@ class RankResult:
     models: list[ModelResult]
     failed: list[Failure]
     options: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
     n_scored: int = 0
     n_cached: int = 0
 
@@ -138,6 +144,7 @@ class RankResult:
             "failed": [asdict(f) for f in self.failed],
             "lower_is_better": self.lower_is_better,
             "options": self.options,
+            "stats": self.stats,
             "n_scored": self.n_scored,
             "n_cached": self.n_cached,
         })
@@ -157,19 +164,11 @@ class RankResult:
         return pd.DataFrame([asdict(m) for m in self.metrics])
 
 
-def _score_with_wbfe(ref: str, options: Mapping[str, Any]) -> dict[str, Any]:
+def _score_with_wbfe(ref: str, options: ScoreOptions) -> dict[str, Any]:
     """The default scorer: :func:`wbfe.score`, reduced to what ranking and the cache need."""
     from wbfe.scoring import score
 
-    result = score(
-        ref,
-        metrics=list(options["metrics"]),
-        lam=options["lam"],
-        conv=options["conv"],
-        head=options["head"],
-        ww_compatible=options["ww_compatible"],
-        device=options.get("device", "auto"),
-    )
+    result = score(ref, options=options)
     plain = result.to_dict()
     return {"summary": plain["summary"], "model": plain["model"],
             "n_layers": len(plain["layers"]), "n_skipped": len(plain["skipped"])}
@@ -181,17 +180,18 @@ def _content_hash(ref: str) -> str:
     return content_hash(ref)
 
 
-def _job(scorer: Scorer, ref: str, options: Mapping[str, Any], threads: int) -> Mapping[str, Any]:
+def _job(scorer: Scorer, ref: str, options: ScoreOptions, threads: int) -> Mapping[str, Any]:
     # Runs in a worker process: split the cores between workers instead of oversubscribing them.
-    # The variables take effect when the scorer first imports torch / NumPy's BLAS.
-    import os
+    # Environment variables would come too late (NumPy's BLAS is loaded by the time this runs), so
+    # the pools are limited through threadpoolctl, and torch's own pool directly.
     import sys
 
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(threads)
+    from threadpoolctl import threadpool_limits
+
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
-    return scorer(ref, options)
+    with threadpool_limits(limits=threads):
+        return scorer(ref, options)
 
 
 def _reason(exc: BaseException) -> str:
@@ -219,96 +219,88 @@ def _sort_key(row: MetricCorrelation) -> tuple[bool, float, float, float, str]:
     return (not math.isfinite(row.rho), mag(row.rho), mag(row.kendall_tau), mag(row.pearson_r), row.metric)
 
 
-def _as_float(value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return math.nan
-
-
 def rank(
     zoo: Union[str, Path, Zoo],
-    *,
     quality: Optional[str] = None,
-    metrics: Union[str, Iterable[str], None] = None,
+    *,
+    score: Optional[ScoreOptions] = None,
+    stats: Optional[StatsOptions] = None,
     workers: int = 1,
     cache_dir: Union[str, Path, None, Literal[False]] = None,
     lower_is_better: Iterable[str] = (),
-    lam: Union[str, float] = "opt",
-    conv: Literal["flatten", "slices"] = "flatten",
-    head: Optional[str] = None,
-    ww_compatible: bool = False,
-    device: str = "auto",
-    n_boot: int = 2000,
-    n_perm: int = 10_000,
-    seed: int = 0,
     progress: Optional[Callable[[str], None]] = None,
     scorer: Optional[Scorer] = None,
     hasher: Optional[Callable[[str], str]] = None,
+    **settings: Any,
 ) -> RankResult:
     """Score every model of a zoo and correlate each summary metric with a quality column.
+
+    Every option is checked before the first model is scored.
 
     Args:
         zoo: a built-in zoo name, a CSV/YAML spec path, or a :class:`~wbfe.ranking.zoo.Zoo`.
         quality: the quality column (default: the zoo's default, or its only numeric column).
-        metrics: metric groups to compute (``"bfe,htsr"``; None = all available).
+        score: how each model is scored (default: ``ScoreOptions()``, every metric group).
+        stats: bootstrap and permutation settings (default: ``StatsOptions()``).
         workers: models scored in parallel (separate processes when > 1).
         cache_dir: score cache folder; None = :func:`~wbfe.ranking.cache.default_cache_dir`,
             False = no cache.
         lower_is_better: extra columns for which lower is better (e.g. ``"perplexity"``).
-        lam, conv, head, ww_compatible, device: passed to :func:`wbfe.score`.
-        n_boot, n_perm, seed: bootstrap and permutation settings (see :func:`~wbfe.ranking.stats.correlate`).
         progress: called with one line per model (for a progress display).
         scorer: replaces :func:`wbfe.score` (must be picklable when ``workers`` > 1).
         hasher: replaces :func:`wbfe.sources.content_hash` for the cache key.
+        **settings: single fields of :class:`~wbfe.options.ScoreOptions` or
+            :class:`~wbfe.options.StatsOptions` (``metrics="bfe"``, ``n_boot=500``, ...), applied
+            over ``score`` and ``stats``.
 
     Returns:
         A :class:`RankResult`. A model whose quality value is missing, or whose hashing or scoring
         raises, is listed in ``failed`` with the reason; the others are ranked.
 
     Raises:
-        InvalidOptionError: ``workers`` < 1, an unknown quality column or metric group.
+        InvalidOptionError: a bad setting, ``workers`` < 1, an unknown quality column or metric
+            group, an unusable cache folder.
         SourceNotFoundError: the zoo spec does not exist.
+        NothingRankedError: no model could be scored (every one failed).
     """
-    from wbfe.errors import InvalidOptionError
-    from wbfe.metrics import resolve_groups
+    import dataclasses
 
-    if workers < 1:
-        raise InvalidOptionError(f"workers must be at least 1, not {workers}")
+    score_kw, stats_kw = split_keywords(settings)
+    score_options = dataclasses.replace(score, **score_kw) if score is not None else ScoreOptions(**score_kw)
+    stats_options = dataclasses.replace(stats, **stats_kw) if stats is not None else StatsOptions(**stats_kw)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InvalidOptionError(f"workers must be at least 1, not {workers!r}")
     the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
     column = the_zoo.resolve_quality(quality)
     lower = column in the_zoo.lower_is_better
-    groups = tuple(g.name for g in resolve_groups(metrics))
+    cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else default_cache_dir())
+    if cache is not None:
+        cache.check_writable()
     options: dict[str, Any] = {
-        "metrics": list(groups),
-        "lam": lam,
-        "conv": conv,
-        "head": head,
-        "ww_compatible": ww_compatible,
+        **score_options.to_dict(),
         # What computed the numbers, wbfe's source digest included: a development install keeps
         # its version string across edits, and a cached score must come from the same code.
         "versions": {**installed_versions(), "wbfe_source": source_digest()},
     }
     score_fn: Scorer = scorer or _score_with_wbfe
     hash_fn = hasher or _content_hash
-    cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else default_cache_dir())
 
-    run = _Run(cache=cache, options=options, say=progress or (lambda _line: None),
+    run = _Run(cache=cache, key_options=_key_options(options), say=progress or (lambda _line: None),
                total=len(the_zoo.entries))
     pending = run.lookup(the_zoo.entries, column, hash_fn)
-    job_options = dict(options, device=device)
     if workers == 1 or len(pending) <= 1:
-        run.score_sequential(pending, score_fn, job_options)
+        run.score_sequential(pending, score_fn, score_options)
     else:
-        run.score_parallel(pending, score_fn, job_options, workers)
+        run.score_parallel(pending, score_fn, score_options, workers)
 
     models = [
         _model_result(entry, column, *run.payloads[entry.name])
         for entry in the_zoo.entries if entry.name in run.payloads
     ]
-    rows = _correlations(models, lower=lower, n_boot=n_boot, n_perm=n_perm, seed=seed)
+    rows = _correlations(models, lower=lower, stats=stats_options)
     order = {e.name: k for k, e in enumerate(the_zoo.entries)}
     run.failed.sort(key=lambda f: order.get(f.model, len(order)))
-    return RankResult(
+    result = RankResult(
         zoo=the_zoo.name,
         quality=column,
         lower_is_better=lower,
@@ -316,9 +308,24 @@ def rank(
         models=models,
         failed=run.failed,
         options=options,
+        stats=stats_options.to_dict(),
         n_scored=len(pending),
         n_cached=sum(1 for _, cached in run.payloads.values() if cached),
     )
+    if not rows:
+        first = f"; first: {result.failed[0].model}: {result.failed[0].reason}" if result.failed else ""
+        raise NothingRankedError(
+            f"zoo {the_zoo.name}: no metric could be ranked: {len(result.failed)} of {len(the_zoo.entries)} "
+            f"models failed{first}",
+            result=result,
+        )
+    return result
+
+
+def _key_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that decide the numbers: the device only says where the eigen-solves run (on
+    CPU and CUDA they agree to rounding), so a score computed on either serves both."""
+    return {k: v for k, v in options.items() if k != "device"}
 
 
 _Pending = tuple[int, ZooEntry, Optional[str]]  # (position in the zoo, entry, cache key)
@@ -329,7 +336,7 @@ class _Run:
     """The mutable state of one ranking run: cache look-ups, scoring, failures, progress lines."""
 
     cache: Optional[ScoreCache]
-    options: Mapping[str, Any]
+    key_options: Mapping[str, Any]
     say: Callable[[str], None]
     total: int
     failed: list[Failure] = field(default_factory=list)
@@ -348,7 +355,7 @@ class _Run:
             key = None
             if self.cache is not None:
                 try:
-                    key = cache_key(self.cache.content_hash(entry.ref, hash_fn), self.options)
+                    key = cache_key(self.cache.content_hash(entry.ref, hash_fn), self.key_options)
                 except Exception as exc:  # noqa: BLE001 - recorded as this model's failure, run continues
                     self.failed.append(Failure(entry.name, _reason(exc)))
                     self._log(i, entry.name, f"failed ({_reason(exc)})")
@@ -374,7 +381,7 @@ class _Run:
         self.payloads[entry.name] = (payload, False)
         self._log(i, entry.name, "scored")
 
-    def score_sequential(self, pending: list[_Pending], score_fn: Scorer, options: Mapping[str, Any]) -> None:
+    def score_sequential(self, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions) -> None:
         """Score in this process, one model after another."""
         for item in pending:
             self._log(item[0], item[1].name, "scoring")
@@ -384,7 +391,7 @@ class _Run:
                 outcome = exc
             self.finish(item, outcome)
 
-    def score_parallel(self, pending: list[_Pending], score_fn: Scorer, options: Mapping[str, Any],
+    def score_parallel(self, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions,
                        workers: int) -> None:
         """Score in ``workers`` spawned processes; results are recorded here as they complete."""
         import multiprocessing
@@ -417,7 +424,7 @@ def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cach
         model=entry.name,
         ref=entry.ref,
         quality=entry.quality[column],
-        scores={k: (None if v is None else _as_float(v)) for k, v in summary.items()
+        scores={k: (None if v is None else as_float(v)) for k, v in summary.items()
                 if k.endswith(("_head", "_mean")) and not isinstance(v, (str, bool))},
         source=entry.source,
         sha256=model_info.get("sha256"),
@@ -425,15 +432,14 @@ def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cach
     )
 
 
-def _correlations(models: list[ModelResult], *, lower: bool, n_boot: int, n_perm: int,
-                  seed: int) -> list[MetricCorrelation]:
+def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[MetricCorrelation]:
     """One row per metric column, against the quality oriented so that higher is better."""
     sign = -1.0 if lower else 1.0
     oriented = [sign * m.quality for m in models]
     rows: list[MetricCorrelation] = []
     for name in _metric_columns(m.scores for m in models):
-        values = [_as_float(m.scores.get(name)) for m in models]
-        c = correlate(values, oriented, n_boot=n_boot, n_perm=n_perm, seed=seed)
+        values = [as_float(m.scores.get(name)) for m in models]
+        c = correlate(values, oriented, options=stats)
         rows.append(MetricCorrelation(
             metric=name, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high, p_value=c.p_value,
             kendall_tau=c.kendall_tau, pearson_r=c.pearson_r, n=c.n,

@@ -1,0 +1,194 @@
+"""Writing result files: the one place wbfe creates or replaces a file the user named (and its cache entries).
+
+Every write is atomic: the bytes go to a temporary file beside the target, are flushed to disk, and
+the temporary file is renamed over the target, so a reader sees the old file or the new one, never
+half of either. An output path is checked before any work starts (:func:`check_output`):
+
+- ``-`` is standard output;
+- a symbolic link is written through, to its target (the link stays);
+- an existing target must be a regular file the user may write; it keeps its permission bits;
+- a character or block device, a FIFO, a socket or a folder is refused, never replaced;
+- an empty path is refused.
+
+JSON is written with ``allow_nan=False``: a non-finite number is ``null`` (see
+:func:`wbfe.report.json_ready`).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import secrets
+import stat
+import sys
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from wbfe.errors import OutputError
+
+__all__ = ["STDOUT", "check_output", "check_output_dir", "write_atomic", "write_output", "write_json", "save_figure"]
+
+STDOUT = "-"
+"""The output path that means standard output."""
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _target(path: PathLike) -> Path:
+    """The file a write to ``path`` lands in: symbolic links followed, even a dangling one's target."""
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip():
+        raise OutputError(f"the output path is empty ({text!r})")
+    return Path(os.path.realpath(Path(text).expanduser()))
+
+
+def check_output(path: PathLike) -> Optional[Path]:
+    """The file a result for ``path`` will be written to; None for ``-`` (standard output).
+
+    Checked before any work starts, so that a run is not wasted on an output it cannot write.
+
+    Raises:
+        OutputError: an empty path, a target that is not a regular file, a file or folder the user
+            may not write.
+    """
+    if os.fspath(path) == STDOUT:
+        return None
+    target = _target(path)
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OutputError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}", path=str(path)) from None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            raise OutputError(f"cannot write {os.fspath(path)}: it is {_kind(st.st_mode)}, not a regular file",
+                              path=str(path))
+        if not os.access(target, os.W_OK):
+            raise OutputError(f"cannot write {os.fspath(path)}: permission denied", path=str(path))
+    folder = _existing_ancestor(target.parent)
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {os.fspath(path)}: {folder} is not a folder", path=str(path))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {os.fspath(path)}: folder {folder} is not writable", path=str(path))
+    return target
+
+
+def check_output_dir(path: PathLike) -> Path:
+    """A folder results will be written into (created when absent).
+
+    Raises:
+        OutputError: an empty path, something other than a folder, or a folder that is not writable.
+    """
+    folder = _target(path)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"cannot write into {os.fspath(path)}: it is {_kind(folder.stat().st_mode)}, not a folder",
+                          path=str(path))
+    ancestor = _existing_ancestor(folder)
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write into {os.fspath(path)}: {ancestor} is not a writable folder", path=str(path))
+    return folder
+
+
+def _existing_ancestor(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
+    """Replace the file at ``path`` (through symbolic links) with ``data``, atomically.
+
+    The parent folders are created when absent. An existing file keeps its permission bits; a new
+    one gets the process's default (0666 less the umask), as a plain ``open`` would give it.
+
+    Returns:
+        The file written (the link's target for a symbolic link).
+
+    Raises:
+        OutputError: as :func:`check_output`, or the write failed (disk full, read-only or
+            immutable file, ...); the target is then unchanged and no temporary file is left.
+    """
+    target = check_output(path)
+    if target is None:
+        raise OutputError("write_atomic() cannot write to standard output; use write_output()")
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        existing = target.stat().st_mode if target.exists() else None
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as exc:
+        raise OutputError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}", path=str(path)) from None
+    try:
+        try:
+            if existing is not None:
+                os.fchmod(fd, stat.S_IMODE(existing))
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            reason = "the file is immutable or read-only" if exc.errno in (errno.EPERM, errno.EACCES) else (
+                exc.strerror or str(exc))
+            raise OutputError(f"cannot write {os.fspath(path)}: {reason}", path=str(path)) from None
+        raise
+    _sync_folder(target.parent)
+    return target
+
+
+def _sync_folder(folder: Path) -> None:
+    # The rename is durable only once the folder's entry is on disk; best effort (not every
+    # file system lets a folder be opened for fsync).
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_output(path: PathLike, text: str) -> Optional[Path]:
+    """Write ``text`` to ``path``, or to standard output for ``-``; returns the file (None for stdout)."""
+    if os.fspath(path) == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return None
+    return write_atomic(path, text)
+
+
+def write_json(path: PathLike, obj: Any, *, indent: Optional[int] = 2) -> Optional[Path]:
+    """Standard JSON of ``obj`` (non-finite numbers as ``null``) to ``path`` or standard output."""
+    from wbfe.report import json_ready
+
+    return write_output(path, json.dumps(json_ready(obj), indent=indent, allow_nan=False) + "\n")
+
+
+def save_figure(fig: Any, path: PathLike, *, dpi: int = 120) -> Path:
+    """Render a matplotlib figure to PNG and write it with :func:`write_atomic`."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return write_atomic(path, buffer.getvalue())
