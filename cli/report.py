@@ -75,11 +75,10 @@ def report_command(
             report = score_report(data, spectra_from=weights, n_unusual=n_unusual)
     elif _is_zoo(target, quality):
         from wbfe.ranking import rank
-        from wbfe_cli.rank import _lambda
 
         result = rank(target, quality=quality, metrics=metrics, workers=workers,
                       cache_dir=False if no_cache else cache_dir, lower_is_better=tuple(lower_is_better or ()),
-                      lam=_lambda(lam), conv=conv.value, head=head, device=device, seed=seed,
+                      lam=lam, conv=conv.value, head=head, device=device, seed=seed,
                       ww_compatible=ww_compatible, progress=lambda line: typer.echo(line, err=True))
         report = rank_report(result)
     else:

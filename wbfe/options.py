@@ -264,8 +264,10 @@ def split_keywords(keywords: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     Raises:
         TypeError: a keyword that is neither (as for any unknown keyword argument).
     """
-    score_names = {f.name for f in fields(ScoreOptions)}
+    # ``seed`` alone means the statistics' seed, as it always has for rank(); the scoring seed (the
+    # rand group's shuffles, part of the cache key) is set through ScoreOptions.
     stats_names = {f.name for f in fields(StatsOptions)}
+    score_names = {f.name for f in fields(ScoreOptions)} - stats_names
     unknown = sorted(set(keywords) - score_names - stats_names)
     if unknown:
         raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")

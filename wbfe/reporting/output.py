@@ -55,7 +55,7 @@ def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html") ->
     """Write ``report`` as one HTML file at ``output``, or (``fmt="md"``) as a folder ``output``
     holding ``report.md`` and its PNG figures. Everything is rendered before anything is written,
     and files appear whole (temporary name, then rename). Returns the files written."""
-    from wbfe.report import write_atomic
+    from wbfe.output import write_atomic
 
     out = Path(output)
     if fmt == "html":

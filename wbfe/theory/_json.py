@@ -36,7 +36,7 @@ def dumps(data: Any) -> str:
 
 def write_json(data: Any, path: Path) -> Path:
     """Write :func:`dumps` of ``data`` to ``path`` atomically (creating its folder)."""
-    from wbfe.report import write_atomic
+    from wbfe.output import write_atomic
 
     write_atomic(path, dumps(data).encode())
     return path
