@@ -1,0 +1,211 @@
+"""ONNX models exported by ``torch.onnx.export`` (inline and with external data) score exactly as
+the PyTorch model; a QDQ model quantised by onnxruntime scores as its dequantised weights, within
+the bound the quantisation error allows of the original."""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+import wbfe
+from tests.test_gguf import bfe_bound
+from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
+from wbfe_cli.main import app
+
+onnx = pytest.importorskip("onnx")
+from onnx import numpy_helper  # noqa: E402
+
+
+class Net(nn.Module):
+    """Gather (embedding), Conv, ConvTranspose, a Linear on 3-D input (exported as MatMul with the
+    weight stored in × out) and a Linear head on 2-D input (Gemm, transB=1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.conv = nn.Conv1d(32, 48, 3)
+        self.deconv = nn.ConvTranspose1d(48, 40, 3)
+        self.proj = nn.Linear(40, 64)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids).transpose(1, 2)
+        h = self.deconv(torch.relu(self.conv(h))).transpose(1, 2)
+        return self.head(torch.relu(self.proj(h)).mean(1))
+
+
+@pytest.fixture(scope="module")
+def net() -> Net:
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+def export(net: Net, path: Path, *, external: bool = False) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.randint(0, 100, (2, 12)),), str(path), dynamo=False,
+                          input_names=["ids"], output_names=["logits"])
+    if external:
+        model = onnx.load(str(path))
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=path.name + ".data", size_threshold=0)
+    return path
+
+
+def param_of(path: Path, net: Net) -> dict[str, str]:
+    """Initializer name -> the PyTorch parameter it holds (equal, or equal transposed), found from the
+    values read by onnx itself."""
+    model = onnx.load(str(path))
+    out = {}
+    for tensor in model.graph.initializer:
+        value = numpy_helper.to_array(tensor)
+        for name, p in net.state_dict().items():
+            p = p.numpy()
+            if (value.shape == p.shape and np.array_equal(value, p)) or (
+                    value.ndim == 2 and value.T.shape == p.shape and np.array_equal(value.T, p)):
+                out[tensor.name] = name
+    return out
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_scores_exactly_as_the_pytorch_original(tmp_path: Path, net: Net, external: bool) -> None:
+    path = export(net, tmp_path / "net.onnx", external=external)
+    got = wbfe.score(path, metrics="bfe")
+    want = {row["name"]: row for row in wbfe.score(net, metrics="bfe").layers}
+    names = param_of(path, net)
+    rows = {names[row["name"]]: row for row in got.layers}
+    assert set(rows) == {"emb.weight", "conv.weight", "deconv.weight", "proj.weight", "head.weight"}
+    for param, row in rows.items():
+        assert row["bfe"] == want[param]["bfe"], param
+        assert row["shape"] == want[param]["shape"], param  # the MatMul weight reported out × in
+        assert row["quant"] is None
+    assert {names[s["name"]] for s in got.skipped} == {"conv.bias", "deconv.bias", "proj.bias", "head.bias"}
+    assert all("Add" in s["reason"] or s["reason"].startswith("bias") for s in got.skipped)
+    assert got.summary["head"] == "head.weight" and got.summary["head_source"] == "config"
+    consumers = got.model["consumers"]
+    assert consumers["head.weight"] == ["/head/Gemm (Gemm)"] and consumers["emb.weight"] == ["/emb/Gather (Gather)"]
+    matmul = next(n for n, p in names.items() if p == "proj.weight")
+    assert consumers[matmul] == ["/proj/MatMul (MatMul)"]
+    files = [path] + ([tmp_path / "net.onnx.data"] if external else [])
+    assert got.model["files"] == [str(f) for f in files]
+    if not external:
+        assert got.model["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _calibration(n: int = 8) -> object:
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            g = torch.Generator().manual_seed(3)
+            self.batches = iter([{"ids": torch.randint(0, 100, (2, 12), generator=g).numpy()} for _ in range(n)])
+
+        def get_next(self) -> dict | None:
+            return next(self.batches, None)
+
+    return Reader()
+
+
+@pytest.mark.parametrize("per_channel,weight_type", [(False, "int8"), (True, "int8"), (True, "uint8")])
+def test_qdq_model_dequantised(tmp_path: Path, net: Net, per_channel: bool, weight_type: str) -> None:
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    source = export(net, tmp_path / "net.onnx")
+    path = tmp_path / "net-int8.onnx"
+    quantization.quantize_static(str(source), str(path), _calibration(), quant_format=quantization.QuantFormat.QDQ,
+                                 per_channel=per_channel,
+                                 weight_type=quantization.QuantType.QInt8 if weight_type == "int8" else
+                                 quantization.QuantType.QUInt8, activation_type=quantization.QuantType.QUInt8,
+                                 op_types_to_quantize=["MatMul", "Gemm", "Conv"])
+    model = onnx.load(str(path))
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in init
+          and init[n.input[0]].dtype == np.dtype(weight_type)]
+    assert len(dq) >= 3
+    result = wbfe.score(path, metrics="bfe")
+    got = {row["name"]: row for row in result.layers}
+    original = {row["name"]: row for row in wbfe.score(net, metrics="bfe").layers}
+    module_of = {"/conv/Conv": "conv", "/proj/MatMul": "proj", "/head/Gemm": "head"}
+    for node in dq:
+        q, scale = init[node.input[0]], init[node.input[1]]
+        zero = init[node.input[2]] if len(node.input) > 2 and node.input[2] else np.zeros_like(q.flat[0])
+        axis = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 1)
+        if scale.size > 1:  # per channel along axis
+            shape = [1] * q.ndim
+            shape[axis] = -1
+            scale, zero = scale.reshape(shape), zero.reshape(shape)
+        decoded = ((q.astype(np.int32) - zero.astype(np.int32)).astype(np.float32) * scale).astype(np.float32)
+        row = got[node.input[0]]
+        assert row["quant"] == f"onnx-{weight_type}"
+        if weight_type == "uint8":
+            assert np.any(zero != 0)  # asymmetric: the zero point matters
+        (consumer,) = result.model["consumers"][row["name"]]
+        param = module_of[consumer.split(" ")[0]] + ".weight"
+        w = net.state_dict()[param]
+        matrix = torch.from_numpy(decoded.T.copy() if param == "proj.weight" else decoded)  # MatMul: in × out
+        assert list(matrix.shape) == list(w.shape) == row["shape"]
+        reference = wbfe.score({param: matrix}, metrics="bfe").layers[0]["bfe"]
+        assert row["bfe"] == reference, param
+        assert row["bfe"] != original[param]["bfe"]
+        assert abs(row["bfe"] - original[param]["bfe"]) <= bfe_bound(w.reshape(w.shape[0], -1),
+                                                                     matrix.reshape(w.shape[0], -1))
+    assert result.summary["head"] == next(n for n, c in result.model["consumers"].items() if "Gemm" in c[0])
+    reasons = [s["reason"] for s in result.skipped]
+    assert any(r.startswith("consumed: scale of quantised weight") for r in reasons)
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+def _cli(path: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["score", str(path), "--metrics", "bfe"])
+    return result.exit_code, result.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "data-out-of-range", "data-missing",
+                                    "data-outside-folder"])
+def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage: str) -> None:
+    path = export(net, tmp_path / "net.onnx", external=damage.startswith("data"))
+    expected: type[Exception] = CorruptCheckpointError
+    if damage == "truncated":
+        raw = path.read_bytes()
+        path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "garbage":
+        path.write_bytes(bytes(range(256)) * 40)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "data-missing":
+        (tmp_path / "net.onnx.data").unlink()
+        expected = SourceNotFoundError
+    else:
+        model = onnx.load(str(path), load_external_data=False)
+        tensor = next(t for t in model.graph.initializer if t.name == "head.weight")
+        for entry in tensor.external_data:
+            if damage == "data-out-of-range" and entry.key == "offset":
+                entry.value = str((tmp_path / "net.onnx.data").stat().st_size - 8)
+            if damage == "data-outside-folder" and entry.key == "location":
+                entry.value = "../secret.bin"
+        (tmp_path.parent / "secret.bin").write_bytes(b"\0" * 10_000)
+        onnx.save_model(model, str(path))
+        expected = TruncatedCheckpointError if damage == "data-out-of-range" else CorruptCheckpointError
+    with pytest.raises(expected) as info:
+        wbfe.score(path, metrics="bfe")
+    assert str(path) in str(info.value)
+    code, err = _cli(path)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_missing_onnx_package_names_the_extra(tmp_path: Path, net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    path = export(net, tmp_path / "net.onnx")
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'wbfe\[onnx\]'"):
+        wbfe.score(path, metrics="bfe")
+    code, err = _cli(path)
+    assert code == 2 and "pip install 'wbfe[onnx]'" in err
