@@ -188,3 +188,18 @@ def test_gpt_oss_mxfp4_checkpoint_scores_from_the_cli(tmp_path: Path) -> None:
                 assert row["quant"] == "mxfp4" and [row["rows"], row["cols"]] == list(m.shape)
                 assert row["bfe"] == pytest.approx(bfe_from_moments(s.mean(), np.log(s).mean(), "opt")[0], rel=1e-9)
     assert data["summary"]["head"] == "lm_head.weight" and data["summary"]["head_source"] == "config"
+
+
+def test_qwen_style_fused_moe_scores_from_the_cli(tmp_path: Path) -> None:
+    from wbfe_cli.main import app
+
+    state = _common() | _fused(_experts(), "qwen")
+    folder = _save(tmp_path / "qwen", state, "qwen3_moe")
+    out = CliRunner().invoke(app, ["score", str(folder), "--metrics", "bfe", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    rows = {r["name"] for r in data["layers"]}
+    for name, tensor in state.items():
+        assert name in rows or any(r.startswith(f"{name}[") for r in rows), name
+    assert sum(r.startswith("model.layers.1.mlp.experts.gate_up_proj[") for r in rows) == 2 * E
+    assert data["skipped"] == [] and data["summary"]["by_role"]["expert"]["n"] == LAYERS * E * 3

@@ -114,24 +114,26 @@ def _is_kernel(name: str) -> bool:
     return re.search(r"[/.]kernel(:\d+)?$", name) is not None
 
 
-def terminal_matrices(matrices: Iterable[tuple[str, Sequence[int], str]]) -> list[str]:
+def terminal_matrices(matrices: Iterable[tuple[str, Sequence[int], str]],
+                      exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
     """Names, in the given order, of the matrices whose output no other matrix reads.
 
     ``matrices``: ``(name, shape, role)``. A matrix's output is read by another when its output
     dimension is that one's input dimension (the first matrix's input is the data's); a grouped or depthwise convolution (``[C, C/g, k…]``)
-    reads its own channel count ``C``. Embeddings and attention projections are never heads.
+    reads its own channel count ``C``. The first matrix and a patch embedding read the data, not
+    another matrix. Matrices of the ``exclude`` roles are never heads (embeddings, attention
+    projections and routers, by default).
     """
     listed = [(name, tuple(shape), role) for name, shape, role in matrices if len(shape) >= 2]
     inputs: set[int] = set()
-    for i, (name, shape, _) in enumerate(listed):
+    for i, (name, shape, role) in enumerate(listed):
         out, inp = _out_in(name, shape)
-        if i > 0:  # the first matrix reads the data (3 colour channels are no 3 classes' reader)
+        if i > 0 and role != "embedding":  # data, not a matrix, feeds these: 3 colours are no 3 classes
             inputs.add(inp)
         kernel = shape[:-2] if _is_kernel(name) else shape[2:]
         if len(shape) > 2 and any(k > 1 for k in kernel) and inp < out and out % inp == 0:
             inputs.add(out)
-    return [name for name, shape, role in listed
-            if role not in _NOT_HEADS and _out_in(name, shape)[0] not in inputs]
+    return [name for name, shape, role in listed if role not in exclude and _out_in(name, shape)[0] not in inputs]
 
 
 def choose_head(
@@ -185,17 +187,20 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
         vocab = _config_value(config, "vocab_size")
         if not isinstance(vocab, int):
             return None
+        tied = _config_value(config, "tie_word_embeddings")
+        embeddings = [layer["name"] for layer in layers if layer.get("role") == "embedding"
+                      and len(layer["shape"]) == 2 and layer["shape"][0] == vocab]
+        # Tied: the model's head *is* its input embedding (a separate copy stored is overwritten on load).
+        if tied is True and embeddings:
+            return HeadChoice(embeddings[0], "tied", "the LM head is tied to the input embedding (tie_word_embeddings)")
         found = _last_with_rows(layers, vocab, f"{arch}'s vocabulary of {vocab}")
         if found.name is not None:
             return found
-        if _config_value(config, "tie_word_embeddings") is False:
+        if tied is False:
             return HeadChoice(None, None, f"config: {arch} with untied embeddings, but no matrix of "
                                           f"{vocab} output rows was analysed; pass --head NAME")
-        embeddings = [layer for layer in layers if layer.get("role") == "embedding"
-                      and len(layer["shape"]) == 2 and layer["shape"][0] == vocab]
-        if embeddings:
-            return HeadChoice(embeddings[0]["name"], "tied",
-                              "the LM head is tied to the input embedding (tie_word_embeddings)")
+        if embeddings:  # no LM head stored, and the config does not say: tied by transformers' default
+            return HeadChoice(embeddings[0], "tied", "no LM head stored: it is tied to the input embedding")
         return None
     if arch.endswith("Model"):
         return HeadChoice(None, None, f"config: {arch} is a base model without a head; pass --head NAME")
@@ -212,7 +217,12 @@ def _config_value(config: dict[str, Any], key: str) -> Any:
 
 def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> HeadChoice:
     found = [layer["name"] for layer in layers
-             if layer.get("role") not in _NOT_HEADS and _out_in(layer["name"], layer["shape"])[0] == rows]
+             if layer.get("role") not in ("embedding", "router") and _out_in(layer["name"], layer["shape"])[0] == rows]
+    # A matrix whose output another reads only has the head's size by chance (GPT-2's MLP is 4 x 768 wide,
+    # Falcon's 4 x hidden: a vocabulary that size in a tiny model).
+    terminal = set(terminal_matrices(((layer["name"], layer["shape"], layer.get("role", "")) for layer in layers),
+                                     exclude=()))
+    found = [name for name in found if name in terminal]
     if not found:
         return HeadChoice(None, None)
     note = None

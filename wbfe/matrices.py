@@ -40,7 +40,7 @@ _ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("shared_expert", re.compile(r"shared_expert")),
     ("expert", re.compile(r"(\.experts[.\[]|block_sparse_moe\.(input|output)_linear)")),
     ("router", re.compile(r"(^|\.)(gate|router)(\.weight)?$")),
-    ("embedding", re.compile(r"(embed|token_embd|wte|wpe|word_embeddings|position_embeddings|token_type|tok_embeddings|patch_embed|(^|\.)shared\.weight$)")),
+    ("embedding", re.compile(r"(embed(?!_out)|token_embd|wte|wpe|word_embeddings|position_embeddings|token_type|tok_embeddings|patch_embed|(^|\.)shared\.weight$)")),
     ("attention", re.compile(r"(attn|attention|self_attn|q_proj|k_proj|v_proj|o_proj|qkv|query|key|value|c_attn|in_proj|out_proj)")),
     ("mlp", re.compile(r"(mlp|ffn|feed_forward|feedforward|intermediate|fc1|fc2|c_fc|c_proj|gate_proj|up_proj|down_proj|w1|w2|w3|\.output\.dense)")),
 )
@@ -127,6 +127,8 @@ def plan_matrix(
         return Skip(name, f"unsupported dtype {dtype}", shape, dtype)
     if len(shape) < 2:
         return Skip(name, f"{len(shape)}-D tensor (bias, norm scale or buffer)", shape, dtype)
+    if re.search(r"(^|[._])bias$", name):  # BART's final_logits_bias [1, vocab], bias stacks [E, out]
+        return Skip(name, f"bias ({len(shape)}-D)", shape, dtype)
     if 0 in shape:
         return Skip(name, "empty tensor", shape, dtype)
     if len(shape) == 2:
