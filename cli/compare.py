@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from wbfe_cli._options import ScoreFormat
-from wbfe_cli.main import app
+from ._options import ScoreFormat
+from .main import app
 
 _TABLE = ("name", "shape", "rel_frobenius", "w1_log_eigs", "stable_rank_delta", "overlap_in", "overlap_out",
           "d_bfe", "d_alpha", "d_h")

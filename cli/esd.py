@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from wbfe_cli.main import app
-from wbfe_cli._options import Conv
+from .main import app
+from ._options import Conv
 
 
 @app.command("esd")

@@ -36,12 +36,26 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from wbfe import __version__
+
+        typer.echo(f"wbfe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Data-free model-quality auditing from the weights alone."""
+
+
 def _register() -> None:
     # Each command group lives in its own module and attaches itself to `app` on import.
-    from wbfe_cli import esd, rank, score, watch  # noqa: F401
-    from wbfe_cli import report  # noqa: F401
-    from wbfe_cli import compare  # noqa: F401
-    from wbfe_cli.theory import app as theory_app
+    from . import compare, esd, rank, report, score, watch  # noqa: F401
+    from .theory import app as theory_app
 
     app.add_typer(theory_app, name="theory", help="Solvers and simulations of the theory models.")
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, List, Optional, Union
 
 import typer
 
-from wbfe_cli._options import Conv, Format
-from wbfe_cli.main import app
+from ._options import Conv, Format
+from .main import app
 
 if TYPE_CHECKING:
     from wbfe.ranking import RankResult

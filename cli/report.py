@@ -8,8 +8,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from wbfe_cli._options import Conv
-from wbfe_cli.main import app
+from ._options import Conv
+from .main import app
 
 
 class ReportFormat(str, Enum):
@@ -82,7 +82,7 @@ def report_command(
                       ww_compatible=ww_compatible, progress=lambda line: typer.echo(line, err=True))
         report = rank_report(result)
     else:
-        from wbfe_cli.score import progress_bar
+        from .score import progress_bar
 
         with progress_bar(enabled=True) as update:
             score = wbfe.score(target, metrics=metrics, lam=lam, conv=conv.value, layers=layers, device=device,

@@ -8,8 +8,8 @@ from typing import Iterator, Optional
 
 import typer
 
-from wbfe_cli._options import Conv, ScoreFormat
-from wbfe_cli.main import app
+from ._options import Conv, ScoreFormat
+from .main import app
 
 
 @contextmanager

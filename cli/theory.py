@@ -12,7 +12,7 @@ app = typer.Typer(no_args_is_help=True)
 
 def _register() -> None:
     # The commands attach themselves to `app` on import (one module per model).
-    from wbfe_cli import theory_hier, theory_ts  # noqa: F401
+    from . import theory_hier, theory_ts  # noqa: F401
 
 
 _register()

@@ -8,8 +8,8 @@ from typing import Any, Optional
 
 import typer
 
-from wbfe_cli._options import Format
-from wbfe_cli.theory import app
+from ._options import Format
+from .theory import app
 
 
 def _num(x: Any) -> str:

@@ -10,8 +10,8 @@ from typing import Any, Optional
 import typer
 
 from wbfe.errors import InvalidOptionError
-from wbfe_cli._options import Format
-from wbfe_cli.theory import app
+from ._options import Format
+from .theory import app
 
 
 class Readout(str, Enum):

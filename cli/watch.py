@@ -8,8 +8,8 @@ from typing import Optional, Union
 
 import typer
 
-from wbfe_cli._options import Format
-from wbfe_cli.main import app
+from ._options import Format
+from .main import app
 
 
 def _parse_lambda(text: Optional[str]) -> Union[None, str, float]:

@@ -3,28 +3,58 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_ZOO = ROOT.parent / "shared" / "zoo"
+# The project's real checkpoints: $WBFE_SHARED_ZOO (as for wbfe itself), else ../shared/zoo beside the checkout.
+SHARED_ZOO = Path(os.environ["WBFE_SHARED_ZOO"]).expanduser() if os.environ.get("WBFE_SHARED_ZOO") \
+    else ROOT.parent / "shared" / "zoo"
 CIFAR_ZOO = SHARED_ZOO / "cifar10-resnet"
 
 
 def cifar_zoo() -> Path:
-    """The CIFAR-10 ResNets beside the checkout, or skip with the reason."""
+    """The CIFAR-10 ResNets of the shared zoo, or skip with the reason."""
     if not (CIFAR_ZOO / "accuracy.csv").is_file():
-        pytest.skip(f"real CIFAR-10 ResNets not found at {CIFAR_ZOO} (../shared/zoo is beside the checkout, not installed)")
+        pytest.skip(f"real CIFAR-10 ResNets not found at {CIFAR_ZOO} (set WBFE_SHARED_ZOO, or put them in "
+                    "../shared/zoo beside the checkout)")
     return CIFAR_ZOO
 
 
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """No test may reach a network: hub lookups are offline and caches point at empty folders."""
+    """No test may reach a network: hub lookups are offline and caches point at empty folders.
+
+    wbfe is pointed at the same shared zoo as the tests, also when it is installed rather than
+    imported from this checkout (its own default is relative to where it is installed).
+    """
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
     monkeypatch.setenv("TORCH_HOME", str(tmp_path_factory.mktemp("torch-home")))
+    monkeypatch.setenv("WBFE_SHARED_ZOO", str(SHARED_ZOO))
+
+
+@pytest.fixture(scope="module")
+def one_blas_thread() -> Iterator[None]:
+    """BLAS held at one thread for a module: spin-waiting threads on shared cores are many times slower."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """torch held at one intra-op thread for a test, restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def small_state_dict(seed: int = 0) -> dict:

@@ -12,9 +12,9 @@ from scipy import stats as sps
 from typer.testing import CliRunner
 
 from wbfe.ranking.zoo import fixtures_dir, list_zoos
+from tests.conftest import SHARED_ZOO
 from wbfe_cli.main import app
 
-SHARED_ZOO = Path(__file__).parents[1].parent / "shared" / "zoo"
 CIFAR = SHARED_ZOO / "cifar10-resnet"
 FMNIST = fixtures_dir() / "fmnist-zoo" / "zoo.csv"
 METRIC_KEYS = ["metric", "rho", "ci_low", "ci_high", "p_value", "kendall_tau", "pearson_r", "n"]

@@ -15,15 +15,7 @@ ARGS = ["theory", "hierarchical", "--d", "10", "--p", "4", "--gamma", "1.0", "--
         "--kernel-max-n", "200", "--n-test", "500"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - optional speed-up only
-        yield
-        return
-    with threadpool_limits(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def test_json_output_is_the_library_result():

@@ -30,16 +30,7 @@ from wbfe.theory.hierarchical.kernel import rbf_kernel
 from wbfe.theory.hierarchical.spectral import dense_moment_matrix
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    # A multi-threaded BLAS spin-waiting on two shared cores is many times slower than one thread.
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - optional speed-up only
-        yield
-        return
-    with threadpool_limits(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 # ---------------------------------------------------------------- the feature map

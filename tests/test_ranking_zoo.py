@@ -12,7 +12,8 @@ from wbfe.errors import InvalidOptionError, SourceNotFoundError, UnknownNameErro
 from wbfe.ranking import zoo as zoo_mod
 from wbfe.ranking.zoo import load_zoo, read_zoo_file
 
-SHARED_ZOO = Path(__file__).parents[1].parent / "shared" / "zoo"
+from tests.conftest import SHARED_ZOO
+
 TABLES = zoo_mod.fixtures_dir() / "tables"
 
 

@@ -19,12 +19,7 @@ from wbfe.theory.student import student_sweep, train_student
 from wbfe.theory.teacher_student import readout
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_teacher_is_orthonormal_seeded_and_centred():

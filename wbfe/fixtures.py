@@ -12,10 +12,15 @@ DEFAULT_CHECKPOINT = "fmnist-cnn/model.safetensors"
 
 
 def fixtures_dir() -> Path:
-    """The installed fixtures folder."""
+    """The shipped fixtures: the installed package data, or a source checkout's ``fixtures/`` folder."""
     from importlib import resources
 
-    return Path(str(resources.files("wbfe._fixtures")))
+    try:
+        return Path(str(resources.files("wbfe._fixtures")))
+    except ModuleNotFoundError:
+        # wbfe imported from a checkout (e.g. pytest run inside it beside a regular install), where
+        # fixtures/ is the sibling of wbfe/ rather than a subpackage.
+        return Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def default_checkpoint() -> Path:

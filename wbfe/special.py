@@ -186,7 +186,7 @@ def log_hyperu(a: float, b: float, z: ArrayLike) -> ArrayLike:
 
     Example:
         >>> round(float(log_hyperu(1.0, 1.0, 1.0)), 12)  # U(1, 1, z) = e^z E1(z)
-        -0.50819474651
+        -0.516931959002
     """
     a, b, c = _check_ab(a, b)
     z_arr = np.asarray(z, dtype=np.float64)

@@ -45,6 +45,12 @@ def bfe_at(f_star: float, lambda_star: float, lam: float) -> float:
         f_star: BFE-W at λ* (``+inf`` for a rank-deficient matrix).
         lambda_star: λ* = 1/mean(e).
         lam: the prior precision λ > 0.
+
+    Example:
+        >>> bfe_at(1.0, 2.0, 2.0)  # at λ* itself
+        1.0
+        >>> round(bfe_at(1.0, 2.0, 4.0), 9)  # r = 2: 1 + ½·(1 − log 2)
+        1.15342641
     """
     r = lam / lambda_star
     return f_star + 0.5 * (r - 1.0 - math.log(r))
