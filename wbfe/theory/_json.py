@@ -1,4 +1,8 @@
-"""Theory results as standard JSON: numpy values as Python ones, non-finite floats as ``null``."""
+"""Theory results as standard JSON: numpy values as Python ones, non-finite floats as ``null``.
+
+:func:`wbfe.report.json_ready` does the same for plain Python values; the theory results also hold
+numpy arrays and scalars, hence this converter, whose output the shared writer then writes.
+"""
 
 from __future__ import annotations
 
@@ -35,8 +39,8 @@ def dumps(data: Any) -> str:
 
 
 def write_json(data: Any, path: Path) -> Path:
-    """Write :func:`dumps` of ``data`` to ``path`` atomically (creating its folder)."""
-    from wbfe.output import write_atomic
+    """Write ``data`` to ``path`` as standard JSON through :func:`wbfe.output.write_json` (atomic)."""
+    from wbfe.output import write_json as write
 
-    write_atomic(path, dumps(data).encode())
+    write(path, jsonable(data), indent=1)
     return path
