@@ -88,7 +88,8 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
             ax = axes[i // ncols][i % ncols]
             y = np.array([_finite(layer.get(metric)) if _finite(layer.get(metric)) is not None else np.nan
                           for layer in layers], dtype=float)
-            ax.plot(x_all, y, "-", color=colour(metric), lw=1.1, marker="o", ms=2.6)
+            ok = np.isfinite(y)  # a null (failed fit) is left out; the line joins its neighbours
+            ax.plot(x_all[ok], y[ok], "-", color=colour(metric), lw=1.1, marker="o", ms=2.6)
             for name in marked:
                 if name in names:
                     k = names.index(name)
@@ -146,8 +147,11 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
             ax.loglog(tail, share * (alpha - 1) / xmin * (tail / xmin) ** (-alpha), "-", lw=1.4,
                       color=ESD_COLOURS["power law"], label="power law")
             t_alpha, t_lam = _finite(row.get("tpl_alpha")), _finite(row.get("tpl_lambda"))
-            if t_alpha is not None and t_lam is not None:
-                log_z = tpl_log_normaliser(t_alpha, t_lam, xmin)
+            if t_alpha is not None and t_lam is not None and (t_lam > 0 or t_alpha > 1):
+                if t_lam > 0:
+                    log_z = tpl_log_normaliser(t_alpha, t_lam, xmin)
+                else:  # Λ = 0: truncating did not raise the likelihood, the fit is a plain power law
+                    log_z = math.log(xmin ** (1 - t_alpha) / (t_alpha - 1))
                 ax.loglog(tail, share * np.exp(-t_alpha * np.log(tail) - t_lam * tail - log_z), "--", lw=1.2,
                           color=ESD_COLOURS["truncated PL"], label="truncated PL")
         kappa, beta, tau = (_finite(row.get(k)) for k in ("htmp_kappa", "htmp_beta", "htmp_tau"))

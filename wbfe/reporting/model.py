@@ -118,11 +118,18 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
         if isinstance(row.get("shape"), (list, tuple)):
             row["shape"] = "x".join(str(s) for s in row["shape"])
         rows.append(row)
-        reasons = layer.get("reasons") or {}
-        notes.append("; ".join(f"{k}: {v}" for k, v in reasons.items()) or None)
+        notes.append(_note(layer.get("reasons") or {}))
     return Table("layers", columns, rows, filterable=True, notes=notes,
                  caption="Click a header to sort; type in the box to filter by name, role or note. "
                          "An empty cell is a null value: its reason is in the row's note.")
+
+
+def _note(reasons: Mapping[str, str]) -> Optional[str]:
+    """``reasons`` with the columns that share a reason named together (a failed fit nulls a dozen)."""
+    by_reason: dict[str, list[str]] = {}
+    for column, reason in reasons.items():
+        by_reason.setdefault(str(reason), []).append(column)
+    return "; ".join(f"{', '.join(columns)}: {reason}" for reason, columns in by_reason.items()) or None
 
 
 def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusual: Sequence[tuple[str, str]],

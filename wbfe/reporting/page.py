@@ -49,7 +49,7 @@ table.data tbody tr:hover{background:#eef6ff}
 table.data tr.head{font-weight:600}
 table.data td.null{color:#b0b7bf}
 table.hide-extra .extra{display:none}
-td.note{color:var(--mute);white-space:normal;min-width:22em}
+td.note{color:var(--mute);white-space:normal;min-width:30em;max-width:60em;font-size:12px}
 .sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px;vertical-align:-1px}
 .figs{display:flex;flex-wrap:wrap;gap:14px}
 figure{margin:8px 0} .figs figure{width:360px}
