@@ -30,6 +30,8 @@ def report_command(
     ref: Optional[str] = typer.Argument(
         None, help="Checkpoint (as for `wbfe score`), a saved score or rank JSON, or a zoo (CSV/YAML or "
                    "built-in name, with --quality). Default: the embedded demo CNN."),
+    ref_b: Optional[str] = typer.Argument(None, help="A second checkpoint: the page compares it against REF "
+                                          "(as `wbfe compare REF REF_B`)."),
     output: Path = typer.Option(..., "--output", "-o", help="HTML file to write (--format md: a folder)."),
     fmt: ReportFormat = typer.Option(ReportFormat.html, "--format", "-f",
                                      help="html: one self-contained page; md: a folder with report.md and PNGs."),
@@ -50,20 +52,27 @@ def report_command(
     workers: int = typer.Option(1, "--workers", "-j", help="Zoo: models scored in parallel."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Zoo: score cache folder."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Zoo: score every model, read and write no cache."),
-    seed: int = typer.Option(0, "--seed", help="Zoo: seed of the bootstrap and permutation draws."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the zoo's bootstrap and permutation draws, or of compare's random steps."),
 ) -> None:
     """Write one self-contained audit page: provenance, summary, per-layer table, depth plots, ESDs, skips."""
     import wbfe
     from wbfe.errors import InvalidOptionError
-    from wbfe.reporting import load_saved, rank_report, score_report, write_report
+    from wbfe.reporting import compare_report, load_saved, rank_report, score_report, write_report
 
     if n_unusual < 0:
         raise InvalidOptionError(f"--unusual must be >= 0, not {n_unusual}")
     target = ref if ref is not None else wbfe.default_checkpoint()
     saved = load_saved(target) if ref is not None else None
     report: Any
-    if saved is not None and saved[0] == "rank":
+    if ref_b is not None:
+        if ref is None or saved is not None:
+            raise InvalidOptionError("a second reference compares two checkpoints: give both as checkpoints")
+        report = compare_report(wbfe.compare(target, ref_b, metrics=metrics, layers=layers, lam=lam, device=device,
+                                             min_eigs=min_eigs, seed=seed))
+    elif saved is not None and saved[0] == "rank":
         report = rank_report(saved[1])
+    elif saved is not None and saved[0] == "compare":
+        report = compare_report(saved[1])
     elif saved is not None:
         data = saved[1]
         if weights is None:

@@ -443,3 +443,48 @@ def test_zoo_scatter_labels_do_not_overlap(tmp_path: Path) -> None:
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
             assert not a.overlaps(b)
+
+
+# ----------------------------------------------------------------------------- a comparison's page
+
+
+def test_comparison_page_rows_numbers_and_unmatched(tmp_path: Path) -> None:
+    state_a = _state()
+    state_b = {k: v.clone() for k, v in state_a.items()}
+    g = torch.Generator().manual_seed(5)
+    state_b["blocks.2.fc.weight"] += torch.randn(48, 96, generator=g) / 5  # the changed one
+    state_b["extra.weight"] = torch.randn(12, 30, generator=g)  # only in B
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    save_file(state_a, str(a))
+    save_file(state_b, str(b))
+    saved = tmp_path / "compare.json"
+    result = runner.invoke(app, ["compare", str(a), str(b), "--format", "json", "-o", str(saved)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(saved.read_text())
+    assert load_saved(saved)[0] == "compare"  # type: ignore[index]
+    out = tmp_path / "c.html"
+    assert runner.invoke(app, ["report", str(saved), "-o", str(out)]).exit_code == 0
+    text = out.read_text()
+    page = Page(text)
+    names = [c["text"] for c in page.column("t-layers", "name")]
+    assert names == [visible(row["name"]) for row in data["layers"]]
+    for key in ("rel_frobenius", "w1_log_eigs", "overlap_in", "d_bfe", "d_alpha"):
+        for cell, row in zip(page.column("t-layers", key), data["layers"]):
+            if row.get(key) is None:
+                assert "data-null" in cell["attrs"]
+            else:
+                assert float(cell["attrs"]["data-v"]) == row[key]
+    changed = [c for c, n in zip(page.column("t-layers", "rel_frobenius"), names) if n == "blocks.2.fc.weight"]
+    assert float(changed[0]["attrs"]["data-v"]) > 0.1
+    assert [c["text"] for c in page.column("t-unmatched", "name")] == [u["name"] for u in data["unmatched"]]
+    assert "extra.weight" in [u["name"] for u in data["unmatched"]]
+    assert [c["text"] for c in page.column("t-skipped", "reason")] == [s["reason"] for s in data["skipped"]]
+    top = page.tables["t-summary-most_changed"]["rows"][0]["cells"]
+    assert top[0]["text"] == "blocks.2.fc.weight" == data["summary"]["most_changed"][0]["name"]
+    assert [decode_image(img["src"]) for img in page.images] == ["svg"]
+    assert_self_contained(text, page)
+    # straight from the two checkpoints: the same page
+    direct = tmp_path / "d.html"
+    result = runner.invoke(app, ["report", str(a), str(b), "-o", str(direct)])
+    assert result.exit_code == 0, result.output
+    assert direct.read_text() == text

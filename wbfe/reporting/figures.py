@@ -89,7 +89,10 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
             y = np.array([_finite(layer.get(metric)) if _finite(layer.get(metric)) is not None else np.nan
                           for layer in layers], dtype=float)
             ok = np.isfinite(y)  # a null (failed fit) is left out; the line joins its neighbours
-            ax.plot(x_all[ok], y[ok], "-", color=colour(metric), lw=1.1, marker="o", ms=2.6)
+            # A marker per layer helps up to a few dozen layers; beyond, they merge and only cost
+            # (each is an element of the SVG).
+            ax.plot(x_all[ok], y[ok], "-", color=colour(metric), lw=1.1,
+                    marker="o" if len(layers) <= 48 else None, ms=2.6)
             for name in marked:
                 if name in names:
                     k = names.index(name)
@@ -157,10 +160,11 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
         kappa, beta, tau = (_finite(row.get(k)) for k in ("htmp_kappa", "htmp_beta", "htmp_tau"))
         gamma = _finite(row.get("gamma"))
         if kappa is not None and beta is not None and tau is not None and gamma is not None and gamma < 1.0:
+            curve = grid[::4]  # the density is smooth: 30 points draw it (each costs a contour integral)
             with np.errstate(all="ignore"):
-                pdf = np.asarray(htmp.pdf(grid, kappa, gamma, beta, tau), dtype=float)
+                pdf = np.asarray(htmp.pdf(curve, kappa, gamma, beta, tau), dtype=float)
             ok = np.isfinite(pdf) & (pdf > 0)
-            ax.loglog(grid[ok], pdf[ok], "-", lw=1.2, color=ESD_COLOURS["HTMP"], label="HTMP")
+            ax.loglog(curve[ok], pdf[ok], "-", lw=1.2, color=ESD_COLOURS["HTMP"], label="HTMP")
         low = density[counts > 0].min()
         ax.set_ylim(bottom=low / 3.0, top=density.max() * 3.0)  # fits must not squash the data
         ax.set_xlabel("eigenvalue")
@@ -220,7 +224,10 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
             for k in (int(a), int(b)):
                 if k not in ends:
                     ends.append(k)
-        _place_labels(ax, [(float(x), float(y), short_name(label, 22)) for x, y, label in zip(xs, ys, labels)],
+        from wbfe.plots.ranking import _label as strip_suffix  # the one rule for checkpoint labels
+
+        _place_labels(ax, [(float(x), float(y), short_name(strip_suffix(label), 24))
+                           for x, y, label in zip(xs, ys, labels)],
                       ends[:max_labels])
     return fig
 
@@ -230,7 +237,7 @@ def correlation_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
     a hollow marker where the sign is the opposite of the expected one."""
     with _rc():
         longest = max((len(short_name(str(r["metric"]), 30)) for r in rows), default=4)
-        fig = new_figure(7.2, 0.24 * max(len(rows), 1) + 0.9, left=0.2 + 0.062 * longest, bottom=0.5, top=0.15)
+        fig = new_figure(7.2, 0.24 * max(len(rows), 1) + 1.0, left=0.2 + 0.062 * longest, bottom=0.62, top=0.15)
         ax = fig.add_subplot()
         for i, row in enumerate(rows):
             rho, lo, hi = (_finite(row.get(k)) for k in ("rho", "ci_low", "ci_high"))
@@ -247,8 +254,8 @@ def correlation_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
         ax.set_yticks(range(len(rows)), [short_name(str(r["metric"]), 30) for r in reversed(rows)])
         ax.set_xlim(-1.05, 1.05)
         ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_xlabel("Spearman ρ with quality (oriented: higher = better), 95 % bootstrap interval; "
-                      "hollow = against the expected sign")
+        ax.set_xlabel("Spearman ρ with quality (oriented: higher = better), 95 % bootstrap interval\n"
+                      "hollow marker: the sign is the opposite of the metric's expected sign")
         ax.grid(True, axis="x", alpha=0.3)
     return fig
 

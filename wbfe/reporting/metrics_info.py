@@ -55,6 +55,11 @@ _COLOURS: dict[str, str] = {
     "htmp_kappa": "#17becf",
     "h": "#bcbd22",
     "f_inf": "#7f7f7f",
+    "rel_frobenius": "#393b79",
+    "w1_log_eigs": "#637939",
+    "stable_rank_delta": "#8c6d31",
+    "overlap_in": "#843c39",
+    "overlap_out": "#7b4173",
 }
 _FALLBACK = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354")
 
@@ -69,7 +74,9 @@ HEAD_SOURCES: dict[str, str] = {
 
 
 def base_metric(metric: str) -> str:
-    """``bfe_head`` / ``bfe_mean`` -> ``bfe``; a layer column is its own base."""
+    """``bfe_head`` / ``bfe_mean`` / ``d_bfe`` (a comparison's change) -> ``bfe``; a layer column is its own base."""
+    if metric.startswith("d_"):
+        metric = metric[2:]
     return metric.rsplit("_", 1)[0] if metric.endswith(("_head", "_mean")) else metric
 
 

@@ -13,7 +13,7 @@ from wbfe.reporting.content import (Column, FigureBlock, FigureGrid, KeyValues, 
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
 from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
 
-__all__ = ["score_report", "unusual_layers", "summary_metrics"]
+__all__ = ["score_report", "unusual_layers", "summary_metrics", "reasons_note"]
 
 # Columns of the layer table shown before "all columns" is ticked (the rest stay in the page).
 _IDENTITY = ("name", "role", "shape", "dtype", "quant", "n_eigs", "gamma")
@@ -118,13 +118,13 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
         if isinstance(row.get("shape"), (list, tuple)):
             row["shape"] = "x".join(str(s) for s in row["shape"])
         rows.append(row)
-        notes.append(_note(layer.get("reasons") or {}))
+        notes.append(reasons_note(layer.get("reasons") or {}))
     return Table("layers", columns, rows, filterable=True, notes=notes,
                  caption="Click a header to sort; type in the box to filter by name, role or note. "
                          "An empty cell is a null value: its reason is in the row's note.")
 
 
-def _note(reasons: Mapping[str, str]) -> Optional[str]:
+def reasons_note(reasons: Mapping[str, str]) -> Optional[str]:
     """``reasons`` with the columns that share a reason named together (a failed fit nulls a dozen)."""
     by_reason: dict[str, list[str]] = {}
     for column, reason in reasons.items():

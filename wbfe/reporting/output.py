@@ -16,11 +16,13 @@ __all__ = ["load_saved", "write_report", "MARKDOWN_NAME"]
 MARKDOWN_NAME = "report.md"
 _SCORE_KEYS = {"model", "layers", "skipped", "summary"}
 _RANK_KEYS = {"zoo", "quality", "metrics", "models", "failed"}
+_COMPARE_KEYS = {"model_a", "model_b", "layers", "unmatched", "skipped", "summary"}
 
 
 def load_saved(path: Union[str, Path]) -> Optional[tuple[str, dict[str, Any]]]:
-    """``("score", data)`` or ``("rank", data)`` when ``path`` is a ``.json`` file that ``wbfe score`` or
-    ``wbfe rank`` wrote; None when it is not a JSON file at all (it may be a checkpoint reference).
+    """``("score", data)``, ``("rank", data)`` or ``("compare", data)`` when ``path`` is a ``.json`` file
+    that ``wbfe score``, ``wbfe rank`` or ``wbfe compare`` wrote; None when it is not a JSON file at
+    all (it may be a checkpoint reference).
 
     Raises:
         CorruptCheckpointError: a ``.json`` file that does not parse, or is neither kind.
@@ -42,8 +44,14 @@ def load_saved(path: Union[str, Path]) -> Optional[tuple[str, dict[str, Any]]]:
                and all(isinstance(m, dict) and "metric" in m for m in data["metrics"])
                and all(isinstance(m, dict) and isinstance(m.get("scores"), dict) for m in data["models"]))
         return "rank", data
-    raise CorruptCheckpointError(f"{p}: neither a score JSON (wbfe score --format json) nor a rank JSON "
-                                 "(wbfe rank --format json)")
+    if isinstance(data, dict) and _COMPARE_KEYS <= data.keys():
+        _check(p, isinstance(data["layers"], list) and isinstance(data["summary"], dict)
+               and all(isinstance(data[k], dict) for k in ("model_a", "model_b"))
+               and all(isinstance(data[k], list) for k in ("unmatched", "skipped"))
+               and all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in data["layers"]))
+        return "compare", data
+    raise CorruptCheckpointError(f"{p}: neither a score, a rank nor a compare JSON (wbfe score / rank / compare "
+                                 "--format json)")
 
 
 def _check(path: Path, ok: bool) -> None:
