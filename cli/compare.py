@@ -44,7 +44,10 @@ def compare_command(
         write_atomic(output / "compare.json", render[ScoreFormat.json]())
         write_atomic(output / "compare.csv", render[ScoreFormat.csv]())
         plot_change_along_depth(result, output / "change_along_depth.png")
-        typer.echo(f"wrote {output}/compare.json, compare.csv, change_along_depth.png", err=True)
+        from wbfe.reporting import compare_report, write_report
+
+        write_report(compare_report(result), output / "report.html")
+        typer.echo(f"wrote {output}/compare.json, compare.csv, change_along_depth.png, report.html", err=True)
     typer.echo(render[fmt](), nl=False)
 
 

@@ -352,7 +352,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, model_file: Path) -
     cases.append((["report", str(broken)], "malformed wbfe JSON"))
     other_json = tmp_path / "other.json"
     other_json.write_text("[1, 2]")
-    cases.append((["report", str(other_json)], "neither a score JSON"))
+    cases.append((["report", str(other_json)], "neither a score, a rank nor a compare JSON"))
     for args, message in cases:
         out = tmp_path / "never.html"
         result = runner.invoke(app, args + ["-o", str(out)])
@@ -457,9 +457,10 @@ def test_comparison_page_rows_numbers_and_unmatched(tmp_path: Path) -> None:
     a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
     save_file(state_a, str(a))
     save_file(state_b, str(b))
-    saved = tmp_path / "compare.json"
-    result = runner.invoke(app, ["compare", str(a), str(b), "--format", "json", "-o", str(saved)])
+    folder = tmp_path / "cmp"
+    result = runner.invoke(app, ["compare", str(a), str(b), "--format", "json", "-o", str(folder)])
     assert result.exit_code == 0, result.output
+    saved = folder / "compare.json"
     data = json.loads(saved.read_text())
     assert load_saved(saved)[0] == "compare"  # type: ignore[index]
     out = tmp_path / "c.html"
@@ -488,3 +489,5 @@ def test_comparison_page_rows_numbers_and_unmatched(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", str(a), str(b), "-o", str(direct)])
     assert result.exit_code == 0, result.output
     assert direct.read_text() == text
+    # `wbfe compare --output DIR` writes the same page as DIR/report.html
+    assert (folder / "report.html").read_text() == text

@@ -24,14 +24,13 @@ def new_figure(width: float, height: float, **margins: float) -> Any:
     """A Figure on its own Agg canvas (no pyplot: no global state, no backend switch), with fixed
     margins in inches (left, right, top, bottom): a layout engine would draw every figure twice,
     which was half the time a report adds to a score."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     import matplotlib
 
+    from wbfe.plots._canvas import new_figure as canvas_figure
+
     with matplotlib.rc_context(_RC):
-        fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
+        fig = canvas_figure((width, height))
+    fig.set_dpi(100)
     inches = {"left": 0.55, "right": 0.12, "top": 0.3, "bottom": 0.45, "wspace": 0.25, "hspace": 0.3}
     inches.update(margins)
     fig.subplots_adjust(left=inches["left"] / width, right=1 - inches["right"] / width,
