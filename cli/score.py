@@ -47,6 +47,7 @@ def score_command(
     min_eigs: int = typer.Option(10, "--min-eigs", help="Tail fits (HT-SR, HTMP) need this many eigenvalues; BFE-W needs 2."),
     ww_compatible: bool = typer.Option(False, "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random steps (the rand group's shuffles)."),
+    base: Optional[str] = typer.Option(None, "--base", help="For a PEFT LoRA adapter: its base model; also score each merged W0 + dW."),
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
@@ -60,7 +61,7 @@ def score_command(
     written = check_output(output) if output is not None else None  # before any work
     target = ref if ref is not None else wbfe.default_checkpoint()
     with progress_bar(enabled=True) as update:
-        result = wbfe.score(target, options=options, progress=update)  # type: ignore[arg-type]
+        result = wbfe.score(target, options=options, base=base, progress=update)  # type: ignore[arg-type]
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result)}[fmt]()
     if written is not None:

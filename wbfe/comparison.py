@@ -328,14 +328,14 @@ def _change(
         for column in group.columns:
             va, vb = out_a.values.get(column), out_b.values.get(column)
             row[f"{column}_a"], row[f"{column}_b"] = va, vb
-            if _is_number(va) and _is_number(vb):
-                row[f"d_{column}"] = float(vb) - float(va)  # type: ignore[arg-type]
-                if not math.isfinite(row[f"d_{column}"]):
-                    reasons[f"d_{column}"] = "not finite on one side"
-            elif column in out_a.reasons or column in out_b.reasons:
+            if column in out_a.reasons or column in out_b.reasons:
                 row[f"d_{column}"] = math.nan
                 reasons[f"d_{column}"] = "; ".join(f"{lab}: {o.reasons[column]}" for lab, o in (("A", out_a), ("B", out_b))
                                                    if column in o.reasons)
+            elif _is_number(va) and _is_number(vb):
+                row[f"d_{column}"] = float(vb) - float(va)  # type: ignore[arg-type]
+                if not math.isfinite(row[f"d_{column}"]):
+                    reasons[f"d_{column}"] = "not finite on one side"
         for column, why in out_a.reasons.items():
             reasons[f"{column}_a"] = why
         for column, why in out_b.reasons.items():

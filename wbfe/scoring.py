@@ -23,6 +23,7 @@ from wbfe.quant import dequantised
 from wbfe.experts import expand_experts
 from wbfe.report import as_float, json_ready
 from wbfe.sources import TensorEntry, open_source
+from wbfe.sources.peft_adapter import adapter_folder
 from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
 from wbfe.ties import SeenContent
 
@@ -82,6 +83,7 @@ def score(
     min_eigs: int = 10,
     ww_compatible: bool = False,
     seed: int = 0,
+    base: Any = None,
     progress: Optional[Progress] = None,
     options: Optional[ScoreOptions] = None,
 ) -> ModelScore:
@@ -105,6 +107,8 @@ def score(
             mode skips such matrices altogether, as WeightWatcher does).
         ww_compatible: reproduce WeightWatcher 0.7.7's choices (conv slicing, fitting).
         seed: seed of the random steps (the ``rand`` group's permutations); recorded in the options.
+        base: for a PEFT LoRA adapter folder, its base model (any reference): every adapted module
+            is also scored merged, W₀ + ΔW, with its change against W₀ (see :mod:`wbfe.adapters`).
         progress: called after each tensor with (done, total, name).
         options: every setting above as one :class:`~wbfe.options.ScoreOptions`; when given, the
             other setting keywords must keep their defaults.
@@ -133,6 +137,10 @@ def score(
     head = options.head
     torch_device = resolve_device(options.device)
     metric_options = MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed)
+    if base is not None or adapter_folder(ref) is not None:  # a PEFT LoRA adapter: ΔW = s·B·A per module
+        from wbfe.adapters import score_adapter
+
+        return score_adapter(ref, options, metric_options, groups, base=base)
 
     result = ModelScore(model={})
     seen_storage: dict[Any, str] = {}

@@ -65,6 +65,10 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
     if not path.exists():
         raise SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
     folder = path if path.is_dir() else None
+    if folder is not None and (folder / "adapter_config.json").is_file():  # a PEFT LoRA adapter
+        from wbfe.sources.peft_adapter import open_adapter
+
+        return open_adapter(folder, ref)
     if folder is not None:
         try:
             chosen = pick_weight_files([p.name for p in path.iterdir() if p.is_file()])

@@ -1,0 +1,229 @@
+"""PEFT LoRA adapters: ΔW = s·B·A spectra from the r × r core, merged modules against peft's own merge."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from typer.testing import CliRunner
+
+import wbfe
+from wbfe_cli.main import app
+
+peft = pytest.importorskip("peft", reason="peft is in the [test] extra")
+
+
+def _write_adapter(folder: Path, tensors: dict, **config) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", **config}))
+    return folder
+
+
+def _dense_eigs(delta: np.ndarray, r: int) -> np.ndarray:
+    return np.sort(np.linalg.svd(delta, compute_uv=False)[:r] ** 2)
+
+
+def _bfe(e: np.ndarray) -> float:
+    return 0.5 * (math.log(2 * math.pi) + 1) + 0.5 * (math.log(e.mean()) - np.log(e).mean())
+
+
+@pytest.mark.parametrize(("r", "alpha", "rslora"), [(4, 8, False), (8, 16, True), (1, 3, False), (16, 5, False)])
+def test_spectrum_against_dense_reference(tmp_path, r, alpha, rslora) -> None:
+    g = torch.Generator().manual_seed(r)
+    shapes = {"model.layers.0.q_proj": (96, 64), "model.layers.0.up_proj": (160, 64), "model.layers.1.down_proj": (64, 160)}
+    # rank_pattern / alpha_pattern on one module, as PEFT matches them (suffix after a dot).
+    ranks = {name: (r + 2 if name.endswith("up_proj") else r) for name in shapes}
+    tensors = {}
+    for name, (m, n) in shapes.items():
+        tensors[f"base_model.model.{name}.lora_A.weight"] = torch.randn(ranks[name], n, generator=g, dtype=torch.float64)
+        tensors[f"base_model.model.{name}.lora_B.weight"] = torch.randn(m, ranks[name], generator=g, dtype=torch.float64)
+    folder = _write_adapter(tmp_path / "ad", tensors, r=r, lora_alpha=alpha, use_rslora=rslora,
+                            rank_pattern={"layers.0.up_proj": r + 2}, alpha_pattern={"down_proj": 2 * alpha})
+    result = wbfe.score(folder, metrics="bfe")
+    assert result.model["format"] == "peft-lora" and result.model["adapter"]["r"] == r
+    rows = {row["name"]: row for row in result.layers}
+    for name in shapes:
+        rank = ranks[name]
+        a_alpha = 2 * alpha if name.endswith("down_proj") else alpha
+        scale = a_alpha / math.sqrt(rank) if rslora else a_alpha / rank
+        a = tensors[f"base_model.model.{name}.lora_A.weight"].numpy()
+        b = tensors[f"base_model.model.{name}.lora_B.weight"].numpy()
+        e = _dense_eigs(scale * b @ a, rank)
+        row = rows[f"{name}.weight"]
+        assert row["r"] == rank and row["scaling"] == pytest.approx(scale, rel=1e-15)
+        np.testing.assert_allclose(row["eigs"], e, rtol=1e-10)
+        assert row["frobenius_norm"] == pytest.approx(np.linalg.norm(scale * b @ a), rel=1e-10)
+        assert row["spectral_norm"] == pytest.approx(math.sqrt(e[-1]), rel=1e-10)
+        assert row["stable_rank"] == pytest.approx(e.sum() / e[-1], rel=1e-10)
+        s = np.sqrt(e)
+        p = s / s.sum()
+        assert row["effective_rank"] == pytest.approx(math.exp(-np.sum(p * np.log(p))), rel=1e-10)
+        assert row["bfe"] == pytest.approx(_bfe(e), rel=1e-10)
+        assert row["shape"] == list(shapes[name]) and row["n_eigs"] == rank
+
+
+def test_never_a_dense_product(tmp_path) -> None:
+    # 200,000 × 150,000 in float64 would be 240 GB: only the r × r core can be behind this.
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, 150_000, generator=g)
+    b = torch.randn(200_000, 4, generator=g)
+    folder = _write_adapter(tmp_path / "big", {"base_model.model.huge.lora_A.weight": a,
+                                               "base_model.model.huge.lora_B.weight": b}, r=4, lora_alpha=4)
+    row = wbfe.score(folder, metrics="bfe").layers[0]
+    # Reference from the 4 × 4 Gram products, independent of the QR route.
+    gram = (b.double().T @ b.double()).numpy() @ (a.double() @ a.double().T).numpy()
+    np.testing.assert_allclose(row["eigs"], np.sort(np.linalg.eigvals(gram).real), rtol=1e-8)
+    assert row["shape"] == [200_000, 150_000]
+
+
+def test_conv_embedding_and_fan_in_fan_out(tmp_path) -> None:
+    g = torch.Generator().manual_seed(1)
+    t = {
+        "base_model.model.conv.lora_A.weight": torch.randn(3, 5, 3, 3, generator=g),
+        "base_model.model.conv.lora_B.weight": torch.randn(12, 3, 1, 1, generator=g),
+        "base_model.model.embed_tokens.lora_embedding_A": torch.randn(3, 40, generator=g),
+        "base_model.model.embed_tokens.lora_embedding_B": torch.randn(16, 3, generator=g),
+        "base_model.model.h.0.attn.c_attn.lora_A.weight": torch.randn(3, 16, generator=g),
+        "base_model.model.h.0.attn.c_attn.lora_B.weight": torch.randn(48, 3, generator=g),
+    }
+    rows = {row["name"]: row for row in wbfe.score(_write_adapter(tmp_path / "ad", t, r=3, lora_alpha=6, fan_in_fan_out=True),
+                                                   metrics="bfe").layers}
+    conv = t["base_model.model.conv.lora_B.weight"].reshape(12, 3).double() @ t["base_model.model.conv.lora_A.weight"].reshape(3, -1).double()
+    np.testing.assert_allclose(rows["conv.weight"]["eigs"], _dense_eigs(2.0 * conv.numpy(), 3), rtol=1e-8)
+    assert rows["conv.weight"]["shape"] == [12, 5, 3, 3]
+    emb = (t["base_model.model.embed_tokens.lora_embedding_B"].double() @ t["base_model.model.embed_tokens.lora_embedding_A"].double()).T
+    np.testing.assert_allclose(rows["embed_tokens.weight"]["eigs"], _dense_eigs(2.0 * emb.numpy(), 3), rtol=1e-8)
+    assert rows["embed_tokens.weight"]["shape"] == [40, 16] and rows["embed_tokens.weight"]["role"] == "embedding"
+    assert rows["h.0.attn.c_attn.weight"]["shape"] == [16, 48]  # GPT-2 Conv1D stores in × out
+
+
+class _Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(40, 24)
+        self.layers = nn.ModuleList([nn.ModuleDict({"q_proj": nn.Linear(24, 24), "up_proj": nn.Linear(24, 64),
+                                                    "down_proj": nn.Linear(64, 24)}) for _ in range(2)])
+        self.conv = nn.Conv2d(3, 12, 3)
+        self.classifier = nn.Linear(24, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x).mean(1)
+        for block in self.layers:
+            h = h + block["down_proj"](torch.relu(block["up_proj"](h))) + block["q_proj"](h)
+        return self.classifier(h)
+
+
+@pytest.mark.parametrize("variant", ["plain", "rslora", "patterns", "dora"])
+def test_merged_against_peft_merge_and_unload(tmp_path, variant) -> None:
+    torch.manual_seed(0)
+    model = _Tiny()
+    base = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    save_file(base, str(tmp_path / "base.safetensors"))
+    extra = {"rslora": {"use_rslora": True}, "patterns": {"rank_pattern": {"layers.1.up_proj": 6}, "alpha_pattern": {"q_proj": 3}},
+             "dora": {"use_dora": True}, "plain": {}}[variant]
+    targets = ["q_proj", "up_proj", "down_proj", "conv", "embed"]
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, modules_to_save=["classifier"],
+                             init_lora_weights=False, **extra)
+    wrapped = peft.get_peft_model(model, config)
+    with torch.no_grad():  # train the saved module too, so that it differs from the base
+        wrapped.base_model.model.classifier.modules_to_save["default"].weight.mul_(1.5)
+    lora_layers = {name.removeprefix("base_model.model."): m for name, m in wrapped.named_modules()
+                   if isinstance(m, peft.tuners.lora.LoraLayer)}
+    deltas = {name: m.get_delta_weight("default").detach().double().numpy() for name, m in lora_layers.items()}
+    if variant == "dora":  # as trained: magnitudes no longer the norms of W₀ + ΔW they start from
+        with torch.no_grad():
+            for layer in lora_layers.values():
+                vector = layer.lora_magnitude_vector["default"].weight
+                vector.mul_(0.5 + torch.rand(vector.shape))
+    wrapped.save_pretrained(str(tmp_path / "adapter"))
+    merged = {k: v.detach().clone() for k, v in wrapped.merge_and_unload().state_dict().items()}
+
+    result = wbfe.score(tmp_path / "adapter", base=tmp_path / "base.safetensors", metrics="bfe,htsr")
+    reference = {row["name"]: row for row in wbfe.score(merged, metrics="bfe,htsr").layers}
+    plain_base = {row["name"]: row for row in wbfe.score(base, metrics="bfe,htsr").layers}
+    rows = {row["name"]: row for row in result.layers if row["kind"] == "lora"}
+    assert set(rows) == {f"{n}.weight" for n in deltas}
+    for name, row in rows.items():
+        module = name.removesuffix(".weight")
+        # ΔW's spectrum against peft's own dense delta (scale, patterns, rsLoRA included).
+        np.testing.assert_allclose(row["eigs"], _dense_eigs(deltas[module].reshape(deltas[module].shape[0], -1), row["r"]),
+                                   rtol=1e-5)
+        # The merged module against peft's merge_and_unload(), scored by wbfe as an ordinary matrix.
+        assert row["bfe_merged"] == pytest.approx(reference[name]["bfe"], rel=1e-5)
+        assert row["alpha_merged"] == pytest.approx(reference[name]["alpha"], rel=1e-3)
+        assert row["bfe_base"] == pytest.approx(plain_base[name]["bfe"], rel=1e-12)
+        w0, wm = base[name].double().numpy(), merged[name].double().numpy()
+        assert row["rel_frobenius"] == pytest.approx(np.linalg.norm(wm - w0) / np.linalg.norm(w0), rel=1e-5)
+        assert row["d_bfe"] == pytest.approx(reference[name]["bfe"] - plain_base[name]["bfe"], rel=1e-4, abs=1e-6)
+        if variant == "dora":
+            magnitude = lora_layers[module].lora_magnitude_vector["default"].weight.detach().double()
+            assert row["dora_magnitude_norm"] == pytest.approx(float(magnitude.norm()), rel=1e-12)
+            assert row["dora_magnitude_min"] == pytest.approx(float(magnitude.min()), rel=1e-12)
+    saved = [row for row in result.layers if row["kind"] == "modules_to_save"]
+    assert [row["name"] for row in saved] == ["classifier.weight"]
+    assert saved[0]["bfe"] == pytest.approx(reference["classifier.weight"]["bfe"], rel=1e-12)
+    assert any(s["name"] == "classifier.bias" for s in result.skipped)
+    assert result.model["base"]["sha256"] is not None and result.model["options"]["base"] == str(tmp_path / "base.safetensors")
+
+
+def test_trained_adapter(tmp_path) -> None:
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(16, 48), nn.ReLU(), nn.Linear(48, 16))
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["0", "2"])
+    wrapped = peft.get_peft_model(model, config)
+    # Freshly initialised, B = 0: ΔW = 0, reported as such, not as a spectrum.
+    wrapped.save_pretrained(str(tmp_path / "untrained"))
+    fresh = wbfe.score(tmp_path / "untrained", metrics="bfe").layers
+    assert all(row["frobenius_norm"] == 0.0 and math.isnan(row["bfe"]) and "ΔW = 0" in row["reasons"]["bfe"] for row in fresh)
+    x, y = torch.randn(256, 16), torch.randn(256, 16)
+    optimiser = torch.optim.Adam([p for p in wrapped.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(30):
+        optimiser.zero_grad()
+        loss = nn.functional.mse_loss(wrapped(x), y)
+        loss.backward()
+        optimiser.step()
+    wrapped.save_pretrained(str(tmp_path / "trained"))
+    rows = {row["name"]: row for row in wbfe.score(tmp_path / "trained", metrics="bfe").layers}
+    for name in ("0", "2"):
+        layer = wrapped.base_model.model[int(name)]
+        delta = layer.get_delta_weight("default").detach().double().numpy()
+        row = rows[f"{name}.weight"]
+        np.testing.assert_allclose(row["eigs"], _dense_eigs(delta, 4), rtol=1e-5)
+        assert row["frobenius_norm"] > 0.0 and math.isfinite(row["bfe"]) and 1.0 <= row["stable_rank"] <= 4.0
+
+
+def test_bad_adapters(tmp_path) -> None:
+    g = torch.Generator().manual_seed(2)
+    good = {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),
+            "base_model.model.fc.lora_B.weight": torch.randn(30, 4, generator=g)}
+    with pytest.raises(wbfe.CorruptCheckpointError, match="rank_pattern"):
+        wbfe.score(_write_adapter(tmp_path / "r", good, r=4, lora_alpha=8, rank_pattern={"fc": 6}))
+    with pytest.raises(wbfe.CorruptCheckpointError, match="no lora_B"):
+        wbfe.score(_write_adapter(tmp_path / "half", {"base_model.model.fc.lora_A.weight": good["base_model.model.fc.lora_A.weight"]},
+                                  r=4, lora_alpha=8))
+    with pytest.raises(wbfe.CorruptCheckpointError, match="peft_type"):
+        wbfe.score(_write_adapter(tmp_path / "ia3", good, r=4, lora_alpha=8, peft_type="IA3"))
+    with pytest.raises(wbfe.CorruptCheckpointError, match="lora_alpha"):
+        wbfe.score(_write_adapter(tmp_path / "alpha", good, r=4, lora_alpha=-1))
+    folder = _write_adapter(tmp_path / "ok", good, r=4, lora_alpha=8)
+    save_file({"fc.weight": torch.randn(20, 30)}, str(tmp_path / "wrong.safetensors"))
+    with pytest.raises(wbfe.CorruptCheckpointError, match="not this adapter's base"):
+        wbfe.score(folder, base=tmp_path / "wrong.safetensors")
+    save_file({"fc.weight": torch.randn(30, 20)}, str(tmp_path / "plain.safetensors"))
+    with pytest.raises(wbfe.InvalidOptionError, match="--base applies"):
+        wbfe.score(tmp_path / "plain.safetensors", base=tmp_path / "plain.safetensors")
+    runner = CliRunner()
+    out = runner.invoke(app, ["score", str(folder), "--base", str(tmp_path / "plain.safetensors"), "--format", "json",
+                              "--metrics", "bfe"])
+    assert out.exit_code == 0, out.output
+    row = json.loads(out.stdout)["layers"][0]
+    assert row["name"] == "fc.weight" and row["r"] == 4 and "bfe_merged" in row and "rel_frobenius" in row
+    bad = runner.invoke(app, ["score", str(tmp_path / "r"), "--metrics", "bfe"])
+    assert bad.exit_code == 2 and "rank_pattern" in bad.stderr

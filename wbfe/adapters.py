@@ -1,0 +1,338 @@
+"""Score a PEFT LoRA adapter: each adapted module as the one matrix it adds, ΔW = s·B·A.
+
+The spectrum of ΔW comes exactly from an r × r core, never from the m × n product: with B = Q_B R_B
+and Aᵀ = Q_A R_A (reduced QR), ΔW = s·Q_B (R_B R_Aᵀ) Q_Aᵀ, so the singular values of ΔW are those
+of s·R_B R_Aᵀ. Per adapted module: the r eigenvalues e = σ² (of ΔWᵀΔW, nonzero part), stable rank
+Σe / max e, effective rank exp(H) of p = σ/Σσ (Roy & Vetterli), ‖ΔW‖_F, ‖ΔW‖₂, and BFE-W on those
+r eigenvalues (the dual form restricted to ΔW's rank). DoRA magnitude vectors are summarised;
+``modules_to_save`` are scored as ordinary matrices. With a base checkpoint, every adapted module's
+merged weight W₀ + ΔW (rows rescaled by DoRA's magnitudes where present) is scored with the chosen
+metric groups beside W₀, streaming the base one tensor at a time, with the change against W₀ as
+``wbfe compare`` reports it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
+from wbfe.matrices import Skip, find_head, plan_matrix, role_of
+from wbfe.metrics.bfe import bfe
+from wbfe.sources import TensorEntry, open_source
+from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
+
+__all__ = ["LoraModule", "lora_factors", "core_singular_values", "delta_weight", "adapter_columns", "score_adapter"]
+
+_FACTOR = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B)\.weight$")
+_EMBED = re.compile(r"^(?P<module>.+)\.(?P<part>lora_embedding_A|lora_embedding_B)$")
+_MAGNITUDE = re.compile(r"^(?P<module>.+)\.lora_magnitude_vector(\.weight)?$")
+_EPS = float(np.finfo(np.float64).eps)
+
+
+@dataclass
+class LoraModule:
+    """The stored parts of one adapted module (its name as in the base model)."""
+
+    name: str
+    a: Optional[TensorEntry] = None
+    b: Optional[TensorEntry] = None
+    magnitude: Optional[TensorEntry] = None
+    embedding: bool = False
+
+
+def lora_factors(a: Any, b: Any, *, embedding: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(left, right)`` in float64 with ΔW = s·left·right laid out as the base weight is
+    (out × in·k·k; an embedding's num × dim), before any ``fan_in_fan_out`` transpose.
+
+    Linear and conv: left = B (out × r), right = A (r × in·k·k). Embedding: PEFT stores
+    A (r × num) and B (dim × r) and adds (B·A)ᵀ, so left = Aᵀ and right = Bᵀ.
+    """
+    import torch
+
+    a64 = a.detach().to(device="cpu", dtype=torch.float64).numpy()
+    b64 = b.detach().to(device="cpu", dtype=torch.float64).numpy()
+    if embedding:
+        return a64.T, b64.T
+    return b64.reshape(b64.shape[0], -1), a64.reshape(a64.shape[0], -1)
+
+
+def core_singular_values(left: np.ndarray, right: np.ndarray, scale: float) -> np.ndarray:
+    """Singular values of scale·left·right, descending, from the r × r core R_L R_Rᵀ (QR of left
+    and of rightᵀ); values at the rounding level of the largest are set to 0."""
+    _, r_left = np.linalg.qr(left)
+    _, r_right = np.linalg.qr(right.T)
+    s = np.linalg.svd(abs(scale) * (r_left @ r_right.T), compute_uv=False)
+    if s.size and s[0] > 0.0:
+        s[s <= s[0] * max(left.shape + right.shape) * _EPS] = 0.0
+    return s
+
+
+def delta_weight(left: np.ndarray, right: np.ndarray, scale: float, shape: tuple[int, ...], fan_in_fan_out: bool) -> np.ndarray:
+    """The dense ΔW in the base weight's stored shape (for merging only)."""
+    dense = scale * (left @ right)
+    return (dense.T if fan_in_fan_out else dense).reshape(shape)
+
+
+def adapter_columns(singular: np.ndarray, lam: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The columns of one adapted module from its singular values (descending)."""
+    e = np.sort(singular ** 2)
+    values: dict[str, Any] = {"eigs": [float(x) for x in e], "frobenius_norm": float(math.sqrt(e.sum())),
+                              "spectral_norm": float(singular[0]) if singular.size else 0.0}
+    reasons: dict[str, str] = {}
+    if not e.size or not e[-1] > 0.0:
+        why = "ΔW = 0: B (or A) is all zero, as PEFT initialises it (an untrained adapter)"
+        for column in ("stable_rank", "effective_rank", "bfe", "lambda"):
+            values[column] = math.nan
+            reasons[column] = why
+        return values, reasons
+    values["stable_rank"] = float(e.sum() / e[-1])
+    p = singular[singular > 0.0] / singular.sum()
+    values["effective_rank"] = float(math.exp(-np.sum(p * np.log(p))))
+    values["bfe"], values["lambda"] = bfe(e, lam)
+    if math.isinf(values["bfe"]):
+        reasons["bfe"] = f"rank-deficient: {int(np.count_nonzero(e <= 0.0))} of the r singular values are 0"
+    return values, reasons
+
+
+def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[TensorEntry], list[dict[str, Any]]]:
+    """Adapted modules, tensors saved whole (``modules_to_save``) and LoRA tensors left out."""
+    modules: dict[str, LoraModule] = {}
+    whole: list[TensorEntry] = []
+    skipped: list[dict[str, Any]] = []
+    for entry in source.entries():
+        name = entry.name[len(PREFIX):] if entry.name.startswith(PREFIX) else entry.name
+        factor = _FACTOR.match(name) or _EMBED.match(name)
+        magnitude = _MAGNITUDE.match(name)
+        if factor is not None:
+            module = modules.setdefault(factor["module"], LoraModule(factor["module"]))
+            module.embedding = factor["part"].startswith("lora_embedding")
+            setattr(module, "a" if factor["part"].endswith("A") else "b", entry)
+        elif magnitude is not None:
+            modules.setdefault(magnitude["module"], LoraModule(magnitude["module"])).magnitude = entry
+        elif ".lora_" in name:
+            skipped.append({"name": entry.name, "reason": "LoRA tensor other than the factors (e.g. lora_B bias): not a matrix of ΔW",
+                            "shape": list(entry.shape), "dtype": entry.dtype})
+        else:
+            whole.append(TensorEntry(name=name, shape=entry.shape, dtype=entry.dtype, load=entry.load,
+                                     storage_key=entry.storage_key, reread=entry.reread, quant=entry.quant))
+    return modules, whole, skipped
+
+
+def score_adapter(ref: Any, options: Any, metric_options: Any, groups: tuple[Any, ...], *, base: Any = None,
+                  top_k: int = 10) -> Any:
+    """Score the adapter folder ``ref`` (see the module docstring); ``options`` etc. as
+    :func:`wbfe.score` resolved them. Returns a :class:`~wbfe.scoring.ModelScore`.
+
+    Raises:
+        InvalidOptionError: ``base`` given but ``ref`` is not an adapter.
+        CorruptCheckpointError: a module with one factor only, factor shapes that disagree with
+            each other or with the configured rank, or a merged module whose base weight has
+            another shape.
+        NoUsableMatrixError: nothing to score.
+    """
+    from wbfe._provenance import installed_versions
+    from wbfe.scoring import ModelScore, score
+    from wbfe.spectra import resolve_device
+
+    torch_device = resolve_device(options.device)
+    with open_source(ref) as source:
+        if not isinstance(source, AdapterSource):
+            raise InvalidOptionError(f"--base applies to a PEFT LoRA adapter folder (adapter_config.json); {ref} is not one")
+        lora = source.lora
+        modules, whole, skipped = _module_parts(source)
+        layers: list[dict[str, Any]] = []
+        factors: dict[str, _Factors] = {}
+        pattern = options.pattern
+        for name, module in modules.items():
+            weight_name = f"{name}.weight"
+            if pattern is not None and not pattern.search(weight_name):
+                skipped.append({"name": weight_name, "reason": "not selected by --layers", "shape": [], "dtype": ""})
+                continue
+            row, factors[name] = _adapter_row(module, lora, source.provenance.source, metric_options)
+            layers.append(row)
+        provenance = source.provenance.to_dict()
+    if whole:
+        saved = score({entry.name: entry.load() for entry in whole}, options=options)
+        for row in saved.layers:
+            row["kind"] = "modules_to_save"
+        layers += saved.layers
+        skipped += saved.skipped
+    if base is not None:
+        provenance["base"] = _merge_with_base(base, layers, factors, lora, groups, metric_options, torch_device,
+                                              top_k, options.min_eigs)
+    provenance.update({"device": str(torch_device), "versions": installed_versions(),
+                       "options": {**options.to_dict(), "base": None if base is None else str(base)}})
+    if not layers:
+        raise NoUsableMatrixError(f"{provenance['source']}: the adapter holds no LoRA module and nothing saved whole")
+    return ModelScore(model=provenance, layers=layers, skipped=skipped, summary=_summarise(layers, groups, base is not None))
+
+
+@dataclass(frozen=True)
+class _Factors:
+    """What merging one module needs: ΔW = scale·left·right, and DoRA's magnitudes if any."""
+
+    left: np.ndarray
+    right: np.ndarray
+    scale: float
+    magnitude: Optional[np.ndarray]
+    embedding: bool = False
+
+
+def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_options: Any) -> tuple[dict[str, Any], _Factors]:
+    name = f"{module.name}.weight"
+    if module.a is None or module.b is None:
+        missing = "lora_A" if module.a is None else "lora_B"
+        raise CorruptCheckpointError(f"{where}: module {module.name!r} has no {missing} factor")
+    r, alpha = lora.rank_and_alpha(module.name)
+    scale = lora.scaling(module.name)
+    left, right = lora_factors(module.a.load(), module.b.load(), embedding=module.embedding)
+    if left.shape[1] != right.shape[0]:
+        raise CorruptCheckpointError(f"{where}: {module.name!r}: lora_A and lora_B disagree on the rank "
+                                     f"({right.shape[0]} vs {left.shape[1]})")
+    if left.shape[1] != r:
+        raise CorruptCheckpointError(f"{where}: {module.name!r}: the adapter config gives r = {r} (rank_pattern) "
+                                     f"but the factors have rank {left.shape[1]}")
+    if module.embedding:
+        shape: list[int] = [left.shape[0], right.shape[1]]
+        kind = "embedding"
+    elif len(module.a.shape) == 4:
+        shape = [left.shape[0], module.a.shape[1], *module.a.shape[2:]]
+        kind = "conv"
+    else:
+        shape = [left.shape[0], right.shape[1]]
+        if lora.fan_in_fan_out:
+            shape = shape[::-1]
+        kind = "linear"
+    singular = core_singular_values(left, right, scale)
+    row: dict[str, Any] = {
+        "name": name, "role": role_of(name, len(shape)), "kind": "lora", "lora_type": kind, "shape": shape,
+        "dtype": module.a.dtype, "quant": None, "rows": left.shape[0], "cols": right.shape[1], "r": r,
+        "lora_alpha": alpha, "scaling": scale, "n_eigs": r, "form": "rank-r",
+    }
+    values, reasons = adapter_columns(singular, metric_options.lam)
+    row.update(values)
+    m = None
+    if module.magnitude is not None:
+        m = module.magnitude.load().detach().double().reshape(-1).numpy()
+        row.update({"dora_magnitude_norm": float(np.linalg.norm(m)), "dora_magnitude_mean": float(m.mean()),
+                    "dora_magnitude_min": float(m.min()), "dora_magnitude_max": float(m.max())})
+    row["reasons"] = reasons
+    return row, _Factors(left, right, scale, m, module.embedding)
+
+
+def _merge_with_base(
+    base: Any, layers: list[dict[str, Any]], factors: dict[str, _Factors], lora: LoraConfig,
+    groups: tuple[Any, ...], metric_options: Any, device: Any, top_k: int, min_eigs: int,
+) -> dict[str, Any]:
+    """Add the merged-module columns to ``layers`` (base and merged metrics, the change), streaming
+    the base one tensor at a time; returns the base's provenance."""
+    import torch
+
+    from wbfe.comparison import _change
+    from wbfe.matrices import as_matrices
+    from wbfe.scoring import _spectrum_job
+    from wbfe.spectra import DegenerateMatrixError, pin_threads
+
+    by_weight = {f"{name}.weight": name for name in factors}
+    rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}
+    found: set[str] = set()
+    with open_source(base) as source:
+        for entry in source.entries():
+            module = by_weight.get(entry.name)
+            if module is None:
+                continue
+            row = rows[entry.name]
+            found.add(entry.name)
+            if tuple(entry.shape) != tuple(row["shape"]):
+                raise CorruptCheckpointError(f"{base}: {entry.name} has shape {list(entry.shape)} but the adapter's "
+                                             f"ΔW is {row['shape']}: not this adapter's base model")
+            plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv="flatten", min_eigs=min_eigs)
+            if isinstance(plan, Skip):
+                row["reasons"]["merged"] = f"base weight: {plan.reason}"
+                continue
+            w0 = entry.load()
+            f = factors[module]
+            merged64 = w0.detach().to(device="cpu", dtype=torch.float64).numpy() + delta_weight(
+                f.left, f.right, f.scale, tuple(entry.shape), lora.fan_in_fan_out)
+            if f.magnitude is not None:
+                # PEFT's DoRA embedding takes the norm per embedding dimension (over the vocabulary).
+                merged64 = _dora_rescale(merged64, f.magnitude, lora.fan_in_fan_out or f.embedding)
+            merged = torch.from_numpy(merged64)
+            with pin_threads():
+                specs = [_spectrum_job(as_matrices(t, plan), device, True, groups, metric_options, entry.name)()
+                         for t in (w0, merged)]
+                bad = [f"{lab}: {s}" for lab, s in zip(("base", "merged"), specs) if isinstance(s, DegenerateMatrixError)]
+                if bad:
+                    row["reasons"]["merged"] = "; ".join(bad)
+                    continue
+                change = _change(w0, merged, plan, specs[0], specs[1], groups, metric_options, top_k)
+            del w0, merged, merged64
+            _add_change(row, change)
+        provenance = source.provenance.to_dict()
+    for name, row in rows.items():
+        if name not in found:
+            row["reasons"]["merged"] = f"no tensor {name!r} in the base checkpoint"
+    return provenance
+
+
+def _dora_rescale(merged: np.ndarray, magnitude: np.ndarray, fan_in_fan_out: bool) -> np.ndarray:
+    """DoRA's merge: each output row of W₀ + ΔW (each column when ``fan_in_fan_out``) rescaled to
+    the stored magnitude, as PEFT's ``DoraLinearLayer`` and its conv and embedding variants merge."""
+    w = merged.T if fan_in_fan_out else merged
+    flat = w.reshape(w.shape[0], -1)
+    norms = np.linalg.norm(flat, axis=1)
+    scaled = flat * (magnitude.reshape(-1) / norms)[:, None]
+    out = scaled.reshape(w.shape)
+    return out.T if fan_in_fan_out else out
+
+
+def _add_change(row: dict[str, Any], change: dict[str, Any]) -> None:
+    """``wbfe compare``'s columns for W₀ → merged, with its ``_a``/``_b`` sides named ``_base``/``_merged``."""
+    for key, value in change.items():
+        if key == "reasons":
+            for column, why in value.items():
+                row["reasons"][_side_name(column)] = why.replace("A: ", "base: ").replace("B: ", "merged: ")
+        elif key not in ("n_eigs", "gamma", "form"):
+            row[_side_name(key)] = value
+
+
+def _side_name(key: str) -> str:
+    if key.endswith("_a"):
+        return key[:-2] + "_base"
+    if key.endswith("_b"):
+        return key[:-2] + "_merged"
+    return key
+
+
+def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bool) -> dict[str, Any]:
+    adapted = [row for row in layers if row.get("kind") == "lora"]
+    saved = [row for row in layers if row.get("kind") == "modules_to_save"]
+
+    def mean(rows: list[dict[str, Any]], column: str) -> tuple[float, int]:
+        values = np.array([float(row[column]) for row in rows if isinstance(row.get(column), (int, float))
+                           and not isinstance(row.get(column), bool)], dtype=float)
+        values = values[np.isfinite(values)]
+        return (float(values.mean()) if values.size else math.nan), int(values.size)
+
+    summary: dict[str, Any] = {"n_layers": len(layers), "n_adapted": len(adapted), "n_modules_to_save": len(saved),
+                               "ranks": sorted({int(row["r"]) for row in adapted})}
+    for column in ("bfe", "stable_rank", "effective_rank", "frobenius_norm", "spectral_norm"):
+        summary[f"{column}_mean"], summary[f"{column}_n"] = mean(adapted, column)
+    by_norm = sorted(adapted, key=lambda row: -row["frobenius_norm"])
+    summary["largest_updates"] = [{"name": row["name"], "frobenius_norm": row["frobenius_norm"]} for row in by_norm[:5]]
+    if merged:
+        summary["rel_frobenius_mean"], summary["rel_frobenius_n"] = mean(adapted, "rel_frobenius")
+        for group in groups:
+            for column in group.summary_columns:
+                summary[f"d_{column}_mean"], summary[f"d_{column}_n"] = mean(adapted, f"d_{column}")
+                summary[f"{column}_merged_mean"], _ = mean(adapted, f"{column}_merged")
+    head = find_head([row["name"] for row in layers])
+    summary["head"] = head
+    if head is not None:
+        next(row for row in layers if row["name"] == head)["role"] = "head"
+    return summary

@@ -1,0 +1,163 @@
+"""PEFT LoRA adapter folders: ``adapter_config.json`` beside ``adapter_model.safetensors`` (or ``.bin``).
+
+The folder is read like any checkpoint (its tensors stream through the ordinary readers) and its
+configuration is parsed and checked here: per adapted module the rank r and α (``rank_pattern``
+and ``alpha_pattern`` matched as PEFT matches them), the scale s = α/r, or α/√r with
+``use_rslora``, and which stored tensors are the factors, DoRA magnitudes and ``modules_to_save``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+from wbfe.errors import CorruptCheckpointError
+from wbfe.sources._base import TensorEntry, TensorSource
+
+__all__ = ["LoraConfig", "AdapterSource", "adapter_folder", "open_adapter", "read_lora_config", "ADAPTER_CONFIG",
+           "PREFIX"]
+
+ADAPTER_CONFIG = "adapter_config.json"
+# PEFT saves every key under the wrapper's prefix: base_model.model.<module name in the base model>.
+PREFIX = "base_model.model."
+_WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """The parts of a PEFT ``LoraConfig`` that fix what each adapted matrix is.
+
+    Attributes:
+        r, lora_alpha: the default rank and α.
+        use_rslora: s = α/√r instead of α/r.
+        rank_pattern, alpha_pattern: per-module overrides (regular expressions matched as PEFT does).
+        use_dora: DoRA: a magnitude vector per adapted module rescales the merged weight's rows.
+        fan_in_fan_out: the base layer stores its weight as in × out (GPT-2's Conv1D).
+        modules_to_save: modules trained and saved whole.
+        base_model: ``base_model_name_or_path`` as recorded (informative only).
+    """
+
+    r: int
+    lora_alpha: float
+    use_rslora: bool = False
+    rank_pattern: Mapping[str, int] = field(default_factory=dict)
+    alpha_pattern: Mapping[str, float] = field(default_factory=dict)
+    use_dora: bool = False
+    fan_in_fan_out: bool = False
+    modules_to_save: tuple[str, ...] = ()
+    base_model: Optional[str] = None
+
+    def rank_and_alpha(self, module: str) -> tuple[int, float]:
+        """``(r, α)`` of one module (its name in the base model), as PEFT resolves them: the first
+        pattern key k for which ``(.*\\.)?(k)$`` matches the name (peft.utils.other.get_pattern_key)."""
+        return (int(_pattern_value(self.rank_pattern, module, self.r)),
+                float(_pattern_value(self.alpha_pattern, module, self.lora_alpha)))
+
+    def scaling(self, module: str) -> float:
+        """s = α/r, or α/√r with rsLoRA."""
+        r, alpha = self.rank_and_alpha(module)
+        return alpha / math.sqrt(r) if self.use_rslora else alpha / r
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"r": self.r, "lora_alpha": self.lora_alpha, "use_rslora": self.use_rslora,
+                "rank_pattern": dict(self.rank_pattern), "alpha_pattern": dict(self.alpha_pattern),
+                "use_dora": self.use_dora, "fan_in_fan_out": self.fan_in_fan_out,
+                "modules_to_save": list(self.modules_to_save), "base_model_name_or_path": self.base_model}
+
+
+def _pattern_value(patterns: Mapping[str, Any], module: str, default: Any) -> Any:
+    for key, value in patterns.items():
+        if re.match(rf"(.*\.)?({key})$", module):
+            return value
+    return default
+
+
+def read_lora_config(path: Path) -> LoraConfig:
+    """Parse and check ``adapter_config.json``.
+
+    Raises:
+        CorruptCheckpointError: not JSON, not a LoRA adapter, or a rank/α that is not positive.
+    """
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config ({exc})", path=str(path)) from None
+    if not isinstance(raw, dict):
+        raise CorruptCheckpointError(f"{path}: the adapter config is not a JSON object", path=str(path))
+    kind = raw.get("peft_type")
+    if kind != "LORA":
+        raise CorruptCheckpointError(f"{path}: peft_type {kind!r} is not supported (LoRA adapters only)", path=str(path))
+
+    def positive(value: Any, what: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise CorruptCheckpointError(f"{path}: {what} must be a positive number, not {value!r}", path=str(path))
+        return float(value)
+
+    r = positive(raw.get("r"), "r")
+    alpha = positive(raw.get("lora_alpha"), "lora_alpha")
+    ranks = {str(k): int(positive(v, f"rank_pattern[{k!r}]")) for k, v in (raw.get("rank_pattern") or {}).items()}
+    alphas = {str(k): positive(v, f"alpha_pattern[{k!r}]") for k, v in (raw.get("alpha_pattern") or {}).items()}
+    for key in (*ranks, *alphas):
+        try:
+            re.compile(key)
+        except re.error as exc:
+            raise CorruptCheckpointError(f"{path}: pattern {key!r} is not a regular expression ({exc})", path=str(path)) from None
+    saved = raw.get("modules_to_save") or ()
+    return LoraConfig(r=int(r), lora_alpha=alpha, use_rslora=bool(raw.get("use_rslora", False)),
+                      rank_pattern=ranks, alpha_pattern=alphas, use_dora=bool(raw.get("use_dora", False)),
+                      fan_in_fan_out=bool(raw.get("fan_in_fan_out", False)),
+                      modules_to_save=tuple(str(m) for m in saved), base_model=raw.get("base_model_name_or_path"))
+
+
+def adapter_folder(ref: Any) -> Optional[Path]:
+    """The folder of a PEFT adapter when ``ref`` names one (the folder or its config file), else None."""
+    if not isinstance(ref, (str, Path)):
+        return None
+    path = Path(ref).expanduser()
+    if path.is_file() and path.name == ADAPTER_CONFIG:
+        path = path.parent
+    return path if path.is_dir() and (path / ADAPTER_CONFIG).is_file() else None
+
+
+class AdapterSource(TensorSource):
+    """An adapter folder: its stored tensors (names as saved), with the parsed ``lora`` config."""
+
+    def __init__(self, inner: TensorSource, lora: LoraConfig, folder: Path):
+        self._inner = inner
+        self.lora = lora
+        self.folder = folder
+        self.provenance = inner.provenance
+        self.provenance.format = "peft-lora"
+        self.provenance.files = [str(folder / ADAPTER_CONFIG), *self.provenance.files]
+        self.provenance.extra["adapter"] = lora.to_dict()
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        return self._inner.entries()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def open_adapter(folder: Path, ref: Optional[str] = None) -> AdapterSource:
+    """Open a PEFT LoRA adapter folder.
+
+    Raises:
+        SourceNotFoundError: no ``adapter_model.safetensors`` / ``.bin`` beside the config.
+        CorruptCheckpointError: as :func:`read_lora_config` and the readers raise.
+    """
+    from wbfe.errors import SourceNotFoundError
+    from wbfe.sources.local import _open_file
+
+    lora = read_lora_config(folder / ADAPTER_CONFIG)
+    for name in _WEIGHT_FILES:
+        if (folder / name).is_file():
+            return AdapterSource(_open_file(folder / name, ref if ref is not None else str(folder), None), lora, folder)
+    raise SourceNotFoundError(f"{folder}: adapter_config.json but no {' or '.join(_WEIGHT_FILES)} beside it",
+                              path=str(folder))
