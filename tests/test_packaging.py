@@ -19,8 +19,6 @@ SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 # Frameworks wbfe plugs into only when the caller already uses them (watch.lightning_callback
 # tries Lightning 2's `lightning`, then `pytorch_lightning`, which the test extra installs).
 CALLER_FRAMEWORKS = {"lightning", "pytorch_lightning"}
-# Extras declared ahead of the code that imports them (work in progress on another branch).
-PENDING_EXTRAS = {"onnx"}  # the ONNX reader of issue #18, wbfe/sources/onnx_files.py
 
 
 def _name(requirement: str) -> str:
@@ -65,8 +63,6 @@ def test_dependencies_are_exactly_what_is_imported() -> None:
         imported.update({d: module for d in dists})
     assert runtime - set(imported) == set(), "runtime dependencies that wbfe never imports"
     for extra, names in extras.items():
-        if extra in PENDING_EXTRAS:
-            continue
         assert names - set(imported) == set(), f"extra {extra!r} holds packages that wbfe never imports"
 
 
