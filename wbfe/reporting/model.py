@@ -99,6 +99,11 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
                Column("sign", "expected sign", "which direction predicts a better model (wbfe.ranking.expected_sign)"),
                Column("meaning", "meaning")]
     blocks.append(Table("summary", columns, rows, sortable=False))
+    # Whatever else the score summarised (per role, per component, notes): shown as it is.
+    shown = {"head", "head_source", "n_layers", "head_note"} | {f"{m}_{s}" for m in metrics for s in ("head", "mean", "n")}
+    rest = [(k, v) for k, v in summary.items() if k not in shown]
+    if rest:
+        blocks.append(KeyValues(rest, collapsed_title=f"other summary fields ({len(rest)})"))
     return blocks
 
 
@@ -200,8 +205,13 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
         from wbfe.reporting.spectra import read_eigenvalues
 
         eigs = read_eigenvalues(spectra_from, wanted, model.get("options") or {})
+    headline = ""
+    if head:
+        values = [(m, summary.get(f"{m}_head")) for m in metrics[:2]]
+        headline = f"; head {head}: " + ", ".join(f"{m} = {v:.4g}" for m, v in values if isinstance(v, (int, float)))
     report = Report(title=f"wbfe audit: {model.get('source')}",
-                    subtitle=f"{len(layers)} matrices, {len(skipped)} skipped tensors; sha256 {model.get('sha256')}")
+                    subtitle=f"{len(layers)} matrices, {len(skipped)} skipped tensors{headline}; "
+                             f"sha256 {str(model.get('sha256'))[:16]}…")
     report.sections.append(Section("provenance", "Provenance", _provenance(model)))
     report.sections.append(Section("summary", "Summary", _summary(summary, metrics, len(skipped))))
     depth: list[Any] = []

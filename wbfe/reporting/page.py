@@ -130,8 +130,8 @@ def _figure(block: FigureBlock, fmt: str) -> str:
 
 def _kv_value(value: Any) -> str:
     if isinstance(value, dict):
-        return "<br>".join(f"{esc(k)} = {esc(display(v)) if v is not None else 'null'}"
-                           for k, v in value.items()) or "{}"
+        # One line: options and versions took a screen each, one key per line.
+        return esc(display(value)) or "{}"
     if isinstance(value, (list, tuple)) and value and not all(is_number(v) for v in value):
         return "<br>".join(esc(display(v)) for v in value)
     return esc(display(value)) if value is not None else '<span class="null">null</span>'

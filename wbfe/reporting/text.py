@@ -33,7 +33,7 @@ def display(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return format_value(value)
     if isinstance(value, dict):
-        return ", ".join(f"{k} = {display(v)}" for k, v in value.items())
+        return "; ".join(f"{k} = {display(v) if v is not None else 'null'}" for k, v in value.items())
     if isinstance(value, (list, tuple)) and not all(is_number(v) for v in value):
         return ", ".join(display(v) for v in value)
     if isinstance(value, (list, tuple)) and not value:
