@@ -168,7 +168,7 @@ def test_correlate_too_few_models() -> None:
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"n_boot": 0}, "n_boot must be at least 1, not 0"),
+    ({"n_boot": 0}, "n_boot must be a positive integer, not 0"),
     ({"level": 1.0}, "level must be in (0, 1), not 1.0"),
 ])
 def test_bootstrap_rejects_bad_options(kwargs: dict, message: str) -> None:

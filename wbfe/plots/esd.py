@@ -64,10 +64,15 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
         share = pl.n_tail / n  # the fits describe the tail only: scale them to its share of the ESD
         ax.loglog(tail, share * (pl.alpha - 1) / pl.xmin * (tail / pl.xmin) ** (-pl.alpha), "-", color="C1",
                   label=f"power law: α = {pl.alpha:.3f}, xmin = {pl.xmin:.3g}, tail = {pl.n_tail}")
-        if tpl is not None and math.isfinite(tpl.alpha):
+        if tpl is not None and math.isfinite(tpl.alpha) and tpl.lam > 0.0:
             log_z = tpl_log_normaliser(tpl.alpha, tpl.lam, tpl.xmin)
             ax.loglog(tail, share * np.exp(-tpl.alpha * np.log(tail) - tpl.lam * tail - log_z), "--", color="C2",
                       label=f"truncated PL: α = {tpl.alpha:.3f}, Λ = {tpl.lam:.3g}")
+        elif tpl is not None and math.isfinite(tpl.alpha):
+            # Λ = 0: no truncation raised the likelihood, and the fit is a plain power law (whose
+            # normaliser is (α − 1)/xmin; the Λ > 0 formula has none at Λ = 0).
+            ax.loglog(tail, share * (tpl.alpha - 1) / tpl.xmin * (tail / tpl.xmin) ** (-tpl.alpha), "--", color="C2",
+                      label=f"truncated PL: α = {tpl.alpha:.3f}, Λ = 0 (no truncation: a plain power law)")
     if ht is not None:
         ax.loglog(grid, htmp.pdf(grid, ht.kappa, ht.gamma, ht.beta, ht.tau), "-", color="C0",
                   label=f"HTMP: κ = {ht.kappa:.3g}, β = {ht.beta:.3g}, τ = {ht.tau:.3g}, KS = {ht.ks:.3f}")

@@ -10,7 +10,6 @@ All resampling is seeded: the same input and seed give the same interval and p-v
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import asdict, dataclass
 from typing import Optional
@@ -85,64 +84,52 @@ def rankdata(values: "np.typing.ArrayLike", axis: int = -1) -> np.ndarray:
     return np.asarray(_rankdata(values, method="average", axis=axis), dtype=np.float64)
 
 
-def _rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pearson r of each row pair of two (m, n) arrays; NaN where a row is constant."""
-    da = a - a.mean(axis=-1, keepdims=True)
-    db = b - b.mean(axis=-1, keepdims=True)
-    num = np.sum(da * db, axis=-1)
-    den = np.sqrt(np.sum(da * da, axis=-1) * np.sum(db * db, axis=-1))
+def _rowwise_spearman(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Spearman ρ of each row pair of two (…, n) arrays (Pearson r of the average ranks); NaN where a
+    row is constant. The vectorised statistic scipy's resampling routines call."""
+    ra, rb = rankdata(a, axis=axis), rankdata(b, axis=axis)
+    da = ra - ra.mean(axis=axis, keepdims=True)
+    db = rb - rb.mean(axis=axis, keepdims=True)
+    num = np.sum(da * db, axis=axis)
+    den = np.sqrt(np.sum(da * da, axis=axis) * np.sum(db * db, axis=axis))
     with np.errstate(invalid="ignore", divide="ignore"):
         r = num / den
-    r = np.where(den > 0.0, r, np.nan)
-    # Rounding can push |r| a hair past 1 for perfectly monotone data.
-    return np.clip(r, -1.0, 1.0)
+    # Rounding can push |ρ| a hair past 1 for perfectly monotone data.
+    return np.clip(np.where(den > 0.0, r, np.nan), -1.0, 1.0)
+
+
+def _defined(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a correlation of ``a`` and ``b`` is defined: two or more pairs, neither side constant."""
+    return bool(a.size >= 2 and np.ptp(a) > 0 and np.ptp(b) > 0)
 
 
 def pearson(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
-    """Pearson correlation coefficient; NaN when either input is constant or n < 2.
+    """Pearson correlation coefficient (:func:`scipy.stats.pearsonr`); NaN when either input is constant or n < 2."""
+    from scipy.stats import pearsonr
 
-    Args:
-        x, y: equal-length finite samples.
-
-    Returns:
-        r in [-1, 1], or NaN.
-    """
     a, b = _pair(x, y)
-    if a.size < 2:
-        return math.nan
-    return float(_rowwise_pearson(a[None, :], b[None, :])[0])
+    return float(np.clip(pearsonr(a, b).statistic, -1.0, 1.0)) if _defined(a, b) else math.nan
 
 
 def spearman(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
-    """Spearman ρ: Pearson r of the average ranks; NaN when either input is constant or n < 2."""
+    """Spearman ρ (:func:`scipy.stats.spearmanr`); NaN when either input is constant or n < 2."""
+    from scipy.stats import spearmanr
+
     a, b = _pair(x, y)
-    if a.size < 2:
-        return math.nan
-    return pearson(rankdata(a), rankdata(b))
+    return float(spearmanr(a, b).statistic) if _defined(a, b) else math.nan
 
 
 def kendall_tau(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
-    """Kendall τ-b (tie-corrected), by counting all n(n−1)/2 pairs.
+    """Kendall τ-b, tie-corrected (:func:`scipy.stats.kendalltau`); NaN when either input is constant or n < 2."""
+    from scipy.stats import kendalltau
 
-    Args:
-        x, y: equal-length finite samples (zoos are small: O(n²) memory is fine below ~5,000).
-
-    Returns:
-        τ-b in [-1, 1]; NaN when either input is constant or n < 2.
-    """
     a, b = _pair(x, y)
-    n = a.size
-    if n < 2:
-        return math.nan
-    i, j = np.triu_indices(n, k=1)
-    sa = np.sign(a[i] - a[j])
-    sb = np.sign(b[i] - b[j])
-    concordance = float(np.sum(sa * sb))
-    untied_a = float(np.count_nonzero(sa))
-    untied_b = float(np.count_nonzero(sb))
-    if untied_a == 0.0 or untied_b == 0.0:
-        return math.nan
-    return float(np.clip(concordance / math.sqrt(untied_a * untied_b), -1.0, 1.0))
+    return float(kendalltau(a, b).statistic) if _defined(a, b) else math.nan
+
+
+def _batch(n: int, total: int) -> int:
+    # Resamples per batch: memory stays at ~2 million floats whatever the count.
+    return max(1, min(total, 2_000_000 // max(n, 1)))
 
 
 def bootstrap_ci(
@@ -153,9 +140,11 @@ def bootstrap_ci(
     level: float = 0.95,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of Spearman ρ, resampling models (pairs) with replacement.
+    """Percentile bootstrap interval of Spearman ρ, resampling models (pairs) with replacement
+    (:func:`scipy.stats.bootstrap`, ``paired=True``, ``method="percentile"``).
 
-    Resamples in which either side is constant have no ρ and are dropped (for n ≥ 5 they are rare).
+    Resamples in which either side is constant have no ρ; scipy's interval is then undefined, so
+    the percentiles are taken over the resamples that have one (for n ≥ 5 they are rare).
 
     Args:
         x, y: paired samples.
@@ -169,29 +158,27 @@ def bootstrap_ci(
     Raises:
         InvalidOptionError: ``n_boot`` < 1 or ``level`` outside (0, 1).
     """
-    if n_boot < 1:
-        raise InvalidOptionError(f"n_boot must be at least 1, not {n_boot}")
-    if not 0.0 < level < 1.0:
-        raise InvalidOptionError(f"level must be in (0, 1), not {level}")
+    import warnings
+
+    from scipy.stats import bootstrap
+
+    options = StatsOptions(n_boot=n_boot, level=level, seed=seed)
     a, b = _pair(x, y)
     n = a.size
     if n < 2:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    rhos = []
-    # Chunks bound memory at ~chunk·n floats whatever n_boot is.
-    chunk = max(1, min(n_boot, 2_000_000 // max(n, 1)))
-    done = 0
-    while done < n_boot:
-        m = min(chunk, n_boot - done)
-        idx = rng.integers(0, n, size=(m, n))
-        rhos.append(_rowwise_pearson(rankdata(a[idx], axis=1), rankdata(b[idx], axis=1)))
-        done += m
-    values = np.concatenate(rhos)
-    values = values[np.isfinite(values)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DegenerateDataWarning: handled below
+        result = bootstrap((a, b), _rowwise_spearman, paired=True, vectorized=True, n_resamples=options.n_boot,
+                           batch=_batch(n, options.n_boot), confidence_level=options.level, method="percentile",
+                           rng=np.random.default_rng(options.seed))
+    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    if math.isfinite(low) and math.isfinite(high):
+        return low, high
+    values = result.bootstrap_distribution[np.isfinite(result.bootstrap_distribution)]
     if values.size == 0:
         return math.nan, math.nan
-    alpha = (1.0 - level) / 2.0
+    alpha = (1.0 - options.level) / 2.0
     low, high = np.quantile(values, [alpha, 1.0 - alpha])
     return float(low), float(high)
 
@@ -204,11 +191,14 @@ def permutation_p_value(
     n_perm: int = 10_000,
     seed: int = 0,
 ) -> tuple[float, str]:
-    """Two-sided permutation p-value of Spearman ρ: P(|ρ_perm| ≥ |ρ_obs|) under random pairing.
+    """Two-sided permutation p-value of Spearman ρ: P(|ρ_perm| ≥ |ρ_obs|) under random pairing
+    (:func:`scipy.stats.permutation_test` of |ρ| with ``permutation_type="pairings"``).
 
     For n ≤ ``exact_max_n`` every one of the n! orderings of ``y`` is enumerated (the observed one
     included), so the value is exact. Above, ``n_perm`` seeded random orderings give the Monte-Carlo
-    estimate (1 + #{|ρ_perm| ≥ |ρ_obs|}) / (1 + n_perm), which is never 0.
+    estimate (1 + #{|ρ_perm| ≥ |ρ_obs|}) / (1 + n_perm), which is never 0. The statistic is |ρ| with
+    the one-sided alternative, so that the p-value is the share of orderings at least as extreme in
+    either direction (scipy's own two-sided p doubles the smaller tail instead).
 
     Args:
         x, y: paired samples.
@@ -222,36 +212,21 @@ def permutation_p_value(
     Raises:
         InvalidOptionError: ``n_perm`` < 1.
     """
-    if n_perm < 1:
-        raise InvalidOptionError(f"n_perm must be at least 1, not {n_perm}")
+    from scipy.stats import permutation_test
+
+    options = StatsOptions(n_perm=n_perm, exact_max_n=exact_max_n, seed=seed)
     a, b = _pair(x, y)
     n = a.size
-    method = "exact" if n <= exact_max_n else "monte-carlo"
-    ra, rb = rankdata(a), rankdata(b)
-    observed = pearson(ra, rb)
-    if not math.isfinite(observed):
+    method = "exact" if n <= options.exact_max_n else "monte-carlo"
+    if not _defined(a, b):
         return math.nan, method
-    # Ties in floating point: count values equal to the observed one up to rounding.
-    threshold = abs(observed) - 1e-12
-    if method == "exact":
-        perms = np.array(list(itertools.permutations(range(n))), dtype=np.intp)
-        hits = 0
-        for start in range(0, len(perms), 50_000):
-            block = perms[start : start + 50_000]
-            r = _rowwise_pearson(np.broadcast_to(ra, block.shape), rb[block])
-            hits += int(np.count_nonzero(np.abs(r) >= threshold))
-        return hits / len(perms), method
-    rng = np.random.default_rng(seed)
-    hits = 0
-    chunk = max(1, min(n_perm, 2_000_000 // max(n, 1)))
-    done = 0
-    while done < n_perm:
-        m = min(chunk, n_perm - done)
-        shuffled = rng.permuted(np.broadcast_to(rb, (m, n)), axis=1)
-        r = _rowwise_pearson(np.broadcast_to(ra, (m, n)), shuffled)
-        hits += int(np.count_nonzero(np.abs(r) >= threshold))
-        done += m
-    return (1 + hits) / (1 + n_perm), method
+    # Only y is reordered (one sample: n! orderings, not n!²); a is fixed in the statistic.
+    resamples = math.factorial(n) if method == "exact" else options.n_perm
+    result = permutation_test((b,), lambda yy, axis=-1: np.abs(_rowwise_spearman(np.broadcast_to(a, yy.shape), yy)),
+                              permutation_type="pairings", vectorized=True, n_resamples=resamples,
+                              batch=_batch(n, resamples), alternative="greater",
+                              rng=np.random.default_rng(options.seed))
+    return float(result.pvalue), method
 
 
 def correlate(

@@ -19,6 +19,7 @@ Built-in zoos have stable names (:func:`list_zoos`); their tables live in ``fixt
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -144,17 +145,27 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
     value = value.strip()
     if value.startswith(_PREFIXES) or base_dir is None:
         return value
-    candidate = Path(value).expanduser()
+    try:
+        candidate = Path(value).expanduser()
+    except RuntimeError:  # "~someone" who has no home folder here
+        candidate = Path(value)
     if candidate.is_absolute():
         return str(candidate)
     joined = base_dir / candidate
+    try:
+        exists = joined.exists()
+    except (OSError, ValueError):  # a name too long for the file system, or holding a NUL
+        exists = False
     looks_like_path = (
         value.startswith((".", "~"))
         or candidate.suffix.lower() in _FILE_SUFFIXES
         or value.count("/") >= 2  # a hub id is "org/name" or a bare "name"
     )
-    if joined.exists() or looks_like_path:
-        return str(joined.resolve())
+    if exists or looks_like_path:
+        try:
+            return str(joined.resolve())
+        except (OSError, ValueError, RuntimeError):
+            return str(joined)
     return value
 
 
@@ -250,6 +261,54 @@ def zoo_from_rows(
     )
 
 
+_MAX_SPEC_BYTES = 16 * 2**20  # a zoo table of thousands of models is a few hundred KB
+
+
+def _read_text(path: Path) -> str:
+    """The spec's text: a regular file of at most 16 MiB, UTF-8 (a leading byte-order mark is dropped).
+
+    Raises:
+        InvalidOptionError: a binary file, text that is not UTF-8, or a file too large to be a zoo.
+        SourceNotFoundError: the file cannot be read.
+    """
+    from wbfe.errors import CorruptCheckpointError
+    from wbfe.sources._base import open_regular
+
+    try:
+        with open_regular(path) as handle:
+            raw = handle.read(_MAX_SPEC_BYTES + 1)
+    except CorruptCheckpointError as exc:  # not a regular file: the reader's error speaks of checkpoints
+        raise InvalidOptionError(f"zoo spec {path} is {str(exc).split('(', 1)[-1].split(')')[0]}, not a file",
+                                 path=str(path)) from None
+    if len(raw) > _MAX_SPEC_BYTES:
+        raise InvalidOptionError(f"zoo spec {path} is larger than {_MAX_SPEC_BYTES // 2**20} MiB: not a zoo table",
+                                 path=str(path))
+    if b"\x00" in raw:
+        raise InvalidOptionError(f"zoo spec {path} is a binary file, not a CSV or YAML table", path=str(path))
+    try:
+        return raw.decode("utf-8-sig")  # Excel writes CSV with a byte-order mark
+    except UnicodeDecodeError as exc:
+        raise InvalidOptionError(
+            f"zoo spec {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save it as UTF-8", path=str(path)) from None
+
+
+def _read_csv(path: Path) -> list[Mapping[str, Any]]:
+    text = _read_text(path)
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""), restkey=_EXTRA)
+        rows = list(reader)
+    except csv.Error as exc:
+        raise InvalidOptionError(f"{path}: not a valid CSV table ({exc})", path=str(path)) from None
+    for number, row in enumerate(rows, start=2):
+        if _EXTRA in row:
+            raise InvalidOptionError(f"{path}: line {number} has more cells than the header", path=str(path))
+    return rows
+
+
+_EXTRA = "\x00extra"  # DictReader's key for cells beyond the header (NUL never reaches here)
+
+
 def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     try:
         import yaml
@@ -257,16 +316,31 @@ def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
         raise MissingDependencyError(
             "reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as CSV"
         ) from None
+    text = _read_text(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InvalidOptionError(f"{path}: not valid YAML ({exc.__class__.__name__})", path=str(path)) from None
+    except RecursionError:
+        raise InvalidOptionError(f"{path}: YAML nested too deeply to be a zoo", path=str(path)) from None
     if isinstance(data, list):
-        return data, {}
-    if isinstance(data, dict) and isinstance(data.get("models"), list):
-        meta = {k: v for k, v in data.items() if k != "models"}
-        return data["models"], meta
-    raise InvalidOptionError(f"{path}: a YAML zoo is a list of rows or a mapping with 'models'", path=str(path))
+        rows, meta = data, {}
+    elif isinstance(data, dict) and isinstance(data.get("models"), list):
+        rows, meta = data["models"], {k: v for k, v in data.items() if k != "models"}
+    else:
+        raise InvalidOptionError(f"{path}: a YAML zoo is a list of rows or a mapping with 'models'", path=str(path))
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise InvalidOptionError(f"{path}: row {number} is not a mapping of column to value", path=str(path))
+    for key in ("name", "quality"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise InvalidOptionError(f"{path}: '{key}' must be text, not {type(meta[key]).__name__}", path=str(path))
+    declared = meta.get("lower_is_better")
+    if declared is not None and not isinstance(declared, str) and not (
+            isinstance(declared, list) and all(isinstance(c, str) for c in declared)):
+        raise InvalidOptionError(f"{path}: 'lower_is_better' must be a column name or a list of them",
+                                 path=str(path))
+    return rows, meta
 
 
 def read_zoo_file(
@@ -294,14 +368,13 @@ def read_zoo_file(
         InvalidOptionError: the file is not a valid zoo (see :func:`zoo_from_rows`).
     """
     spec = Path(path).expanduser()
-    if not spec.is_file():
+    if not spec.exists():
         raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
     meta: dict[str, Any] = {}
     if spec.suffix.lower() in (".yaml", ".yml"):
         rows, meta = _read_yaml(spec)
     else:
-        with spec.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle))
+        rows = _read_csv(spec)
     declared = meta.get("lower_is_better") or ()
     if isinstance(declared, str):
         declared = [declared]
