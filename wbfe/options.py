@@ -87,7 +87,7 @@ def _nested_unbounded_repeat(tree: Any, inside: bool = False) -> bool:
         if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
             low, high, body = arg
             unbounded = high == c.MAXREPEAT
-            if unbounded and inside:
+            if unbounded and inside and op != c.POSSESSIVE_REPEAT:
                 return True
             # A possessive repeat never backtracks into its body: it cannot blow up.
             if op != c.POSSESSIVE_REPEAT and _nested_unbounded_repeat(body, inside or unbounded):

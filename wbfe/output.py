@@ -36,6 +36,7 @@ STDOUT = "-"
 PathLike = Union[str, "os.PathLike[str]"]
 
 _KINDS = (
+    (stat.S_ISREG, "a file"),
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
@@ -45,7 +46,7 @@ _KINDS = (
 
 
 def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
 
 
 def _target(path: PathLike) -> Path:
@@ -83,9 +84,23 @@ def check_output(path: PathLike) -> Optional[Path]:
     folder = _existing_ancestor(target.parent)
     if not folder.is_dir():
         raise OutputError(f"cannot write {os.fspath(path)}: {folder} is not a folder", path=str(path))
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write {os.fspath(path)}: folder {folder} is not writable", path=str(path))
+    _probe(folder, path)
     return target
+
+
+def _probe(folder: Path, path: PathLike) -> None:
+    """Create and remove an empty file in ``folder``: permission bits say too little (root passes
+    every check, an immutable folder or a read-only file system refuses anyway)."""
+    probe = folder / f".wbfe-probe.{secrets.token_hex(6)}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        raise OutputError(f"cannot write {os.fspath(path)}: folder {folder} is not writable "
+                          f"({exc.strerror or exc})", path=str(path)) from None
+    try:
+        probe.unlink()
+    except OSError:
+        pass
 
 
 def check_output_dir(path: PathLike) -> Path:
@@ -99,8 +114,9 @@ def check_output_dir(path: PathLike) -> Path:
         raise OutputError(f"cannot write into {os.fspath(path)}: it is {_kind(folder.stat().st_mode)}, not a folder",
                           path=str(path))
     ancestor = _existing_ancestor(folder)
-    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write into {os.fspath(path)}: {ancestor} is not a writable folder", path=str(path))
+    if not ancestor.is_dir():
+        raise OutputError(f"cannot write into {os.fspath(path)}: {ancestor} is not a folder", path=str(path))
+    _probe(ancestor, path)
     return folder
 
 
