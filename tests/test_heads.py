@@ -60,6 +60,10 @@ TABLE = [
     # The name rules alone pick `fc`, whose output the real classifier reads.
     pytest.param(_mlp(["features", "fc", "out_layer"], [784, 256, 128, 10]), "out_layer.weight", "structure",
                  id="named-fc-is-not-last"),
+    # fixtures/fmnist-zoo/cnn-w10-d2 as stored (sorted names): 10 conv channels and 10 classes.
+    pytest.param({"classifier.weight": _randn(10, 80), "fc1.weight": _randn(80, 980),
+                  "features.0.weight": _randn(10, 1, 3, 3), "features.3.weight": _randn(20, 10, 3, 3)},
+                 "classifier.weight", "name", id="10-channels-10-classes"),
     # Depthwise-separable blocks: a depthwise conv reads its own channel count.
     pytest.param({"stem.weight": _randn(32, 3, 3, 3), "b1.expand.weight": _randn(96, 32, 1, 1),
                   "b1.dw.weight": _randn(96, 1, 3, 3), "b1.project.weight": _randn(48, 96, 1, 1),

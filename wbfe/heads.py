@@ -118,22 +118,33 @@ def terminal_matrices(matrices: Iterable[tuple[str, Sequence[int], str]],
                       exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
     """Names, in the given order, of the matrices whose output no other matrix reads.
 
-    ``matrices``: ``(name, shape, role)``. A matrix's output is read by another when its output
-    dimension is that one's input dimension (the first matrix's input is the data's); a grouped or depthwise convolution (``[C, C/g, k…]``)
-    reads its own channel count ``C``. The first matrix and a patch embedding read the data, not
-    another matrix. Matrices of the ``exclude`` roles are never heads (embeddings, attention
-    projections and routers, by default).
+    ``matrices``: ``(name, shape, role)``. A dense matrix's output is read by another dense matrix
+    whose input dimension it is; a convolution's output by a convolution of that many input channels,
+    or by a dense matrix after pooling. A grouped or depthwise convolution (``[C, C/g, k…]``) reads its
+    own channel count ``C``; a patch embedding reads the data. (Dense and convolution inputs are kept
+    apart: a CNN's 10 channels are no reader of its 10 classes.) Matrices of the ``exclude`` roles
+    are never heads (embeddings, attention projections and routers, by default).
     """
     listed = [(name, tuple(shape), role) for name, shape, role in matrices if len(shape) >= 2]
-    inputs: set[int] = set()
-    for i, (name, shape, role) in enumerate(listed):
+    dense_inputs: set[int] = set()
+    conv_inputs: set[int] = set()
+    for name, shape, role in listed:
         out, inp = _out_in(name, shape)
-        if i > 0 and role != "embedding":  # data, not a matrix, feeds these: 3 colours are no 3 classes
-            inputs.add(inp)
+        if role == "embedding":  # looked up, or (a patch embedding) reads pixels
+            continue
+        if len(shape) == 2:
+            dense_inputs.add(inp)
+            continue
+        conv_inputs.add(inp)
         kernel = shape[:-2] if _is_kernel(name) else shape[2:]
-        if len(shape) > 2 and any(k > 1 for k in kernel) and inp < out and out % inp == 0:
-            inputs.add(out)
-    return [name for name, shape, role in listed if role not in exclude and _out_in(name, shape)[0] not in inputs]
+        if any(k > 1 for k in kernel) and inp < out and out % inp == 0:
+            conv_inputs.add(out)
+
+    def read(name: str, shape: tuple[int, ...]) -> bool:
+        out = _out_in(name, shape)[0]
+        return out in dense_inputs or (len(shape) > 2 and out in conv_inputs)
+
+    return [name for name, shape, role in listed if role not in exclude and not read(name, shape)]
 
 
 def choose_head(
