@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Optional, Union
 
@@ -19,13 +18,12 @@ def _parse_lambda(text: Optional[str]) -> Union[None, str, float]:
         return None
     if text.strip().lower() == "calibrated":
         return "calibrated"
+    from wbfe.metrics.bfe import positive_lambda
+
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidOptionError(f"--lambda must be a positive number or 'calibrated', not {text!r}")
-    return value
+        return positive_lambda(text)  # the one parser of a fixed lambda (finite, in its range)
+    except InvalidOptionError:
+        raise InvalidOptionError(f"--lambda must be a positive number or 'calibrated', not {text!r}") from None
 
 
 def _write(folder: Path, name: str, text: str) -> Path:

@@ -21,7 +21,7 @@ from wbfe.options import ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
 from wbfe.ranking.stats import correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
-from wbfe.report import as_float
+from wbfe.report import as_float, json_ready
 
 __all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign"]
 
@@ -84,16 +84,6 @@ class Failure:
     reason: str
 
 
-def _finite_or_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_none(v) for v in value]
-    return value
-
-
 @dataclass
 class RankResult:
     """Every metric's correlation with one quality column of one zoo.
@@ -136,7 +126,7 @@ class RankResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: zoo, quality, metrics, models, failed (then lower_is_better, options, run counts)."""
-        return _finite_or_none({
+        return json_ready({
             "zoo": self.zoo,
             "quality": self.quality,
             "metrics": [asdict(m) for m in self.metrics],
@@ -375,7 +365,7 @@ class _Run:
             self.failed.append(Failure(entry.name, _reason(outcome)))
             self._log(i, entry.name, f"failed ({_reason(outcome)})")
             return
-        payload = _finite_or_none(dict(outcome))
+        payload = json_ready(dict(outcome))
         if self.cache is not None and key is not None:
             self.cache.put(key, payload)
         self.payloads[entry.name] = (payload, False)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
+from wbfe.report import as_float
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics.bfe import positive_lambda
 from wbfe.watch.rule import Recommendation, critical_lambda, recommend
@@ -159,19 +160,12 @@ class Trajectory:
         return np.array([p.test_loss for p in self.points], dtype=float)
 
 
-def _float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _layer_point(row: dict[str, Any]) -> LayerPoint:
     return LayerPoint(
-        name=row["name"], role=row.get("role", ""), gamma=_float(row.get("gamma")),
-        kappa=_float(row.get("htmp_kappa")), beta=_float(row.get("htmp_beta")), tau=_float(row.get("htmp_tau")),
-        ks=_float(row.get("htmp_ks")), bfe_opt=_float(row.get("bfe")), lambda_star=_float(row.get("lambda")),
-        alpha=_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}),
+        name=row["name"], role=row.get("role", ""), gamma=as_float(row.get("gamma")),
+        kappa=as_float(row.get("htmp_kappa")), beta=as_float(row.get("htmp_beta")), tau=as_float(row.get("htmp_tau")),
+        ks=as_float(row.get("htmp_ks")), bfe_opt=as_float(row.get("bfe")), lambda_star=as_float(row.get("lambda")),
+        alpha=as_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}),
     )
 
 
