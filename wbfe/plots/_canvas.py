@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 __all__ = ["new_figure"]
 
 
-def new_figure(figsize: tuple[float, float], *, layout: Optional[str] = None) -> "Figure":
+def new_figure(figsize: tuple[float, float], *,
+               layout: Optional[Literal["constrained", "compressed", "tight"]] = None) -> "Figure":
     """A :class:`~matplotlib.figure.Figure` attached to a ``FigureCanvasAgg``, unknown to pyplot.
 
     Nothing needs closing: the figure is freed with its last reference.
