@@ -32,21 +32,22 @@ def compare_command(
 ) -> None:
     """Compare checkpoint B against A: relative change, metric changes, spectrum distance, subspace overlap."""
     import wbfe
-    from wbfe.report import score_csv, write_atomic
+    from wbfe.output import check_output_dir, write_atomic
+    from wbfe.report import score_csv
 
+    folder = check_output_dir(output) if output is not None else None  # before any work
     result = wbfe.compare(a, b, metrics=metrics, name_map=name_map, top_k=top_k, layers=layers, lam=lam,
                           device=device, min_eigs=min_eigs, seed=seed)
     render = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
               ScoreFormat.table: lambda: compare_table(result)}
-    if output is not None:
+    if folder is not None:
         from wbfe.plots.compare import plot_change_along_depth
-
-        write_atomic(output / "compare.json", render[ScoreFormat.json]())
-        write_atomic(output / "compare.csv", render[ScoreFormat.csv]())
-        plot_change_along_depth(result, output / "change_along_depth.png")
         from wbfe.reporting import compare_report, write_report
 
-        write_report(compare_report(result), output / "report.html")
+        write_atomic(folder / "compare.json", render[ScoreFormat.json]())
+        write_atomic(folder / "compare.csv", render[ScoreFormat.csv]())
+        plot_change_along_depth(result, folder / "change_along_depth.png")
+        write_report(compare_report(result), folder / "report.html")
         typer.echo(f"wrote {output}/compare.json, compare.csv, change_along_depth.png, report.html", err=True)
     typer.echo(render[fmt](), nl=False)
 

@@ -215,3 +215,12 @@ def test_extreme_scales_compare_as_at_scale_one() -> None:
             for column in ("rel_frobenius", "w1_log_eigs", "stable_rank_delta", "overlap_in", "overlap_out", "d_bfe"):
                 assert small[name][column] == pytest.approx(row[column], rel=1e-8, abs=1e-10), (scale, column)
             assert small[name]["frobenius_delta"] == pytest.approx(row["frobenius_delta"] * scale, rel=1e-8)
+
+
+def test_cli_refuses_an_output_it_cannot_write_before_any_work(tmp_path) -> None:
+    a, b = _pair(7)
+    save_file({k: v.float().contiguous() for k, v in a.items()}, str(tmp_path / "a.safetensors"))
+    (tmp_path / "file").write_text("not a folder")
+    out = CliRunner().invoke(app, ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "a.safetensors"),
+                                   "--output", str(tmp_path / "file")])
+    assert out.exit_code == 2 and "not a folder" in out.stderr

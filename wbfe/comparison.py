@@ -78,15 +78,10 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_pandas(self) -> Any:
-        """One row per matched matrix (requires pandas)."""
-        try:
-            import pandas as pd
-        except ImportError:
-            from wbfe.errors import MissingDependencyError
+        """One row per matched matrix (requires pandas), as :meth:`wbfe.ModelScore.to_pandas` builds it."""
+        from wbfe.scoring import ModelScore
 
-            raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
-        return pd.DataFrame([{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in row.items()}
-                             for row in self.layers])
+        return ModelScore(model={}, layers=self.layers).to_pandas()
 
 
 def parse_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]]) -> list[tuple[re.Pattern[str], str]]:

@@ -21,6 +21,7 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     """
     from wbfe.plots._canvas import new_figure
     from wbfe.output import save_figure
+    from wbfe.report import as_float
 
     rows = comparison.layers
     with_depth = all(row.get("depth") is not None for row in rows)
@@ -29,7 +30,7 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     axes = fig.subplots(2, 1, sharex=True)
     for ax, column, label, log in ((axes[0], "rel_frobenius", "‖B − A‖_F / ‖A‖_F", True),
                                    (axes[1], "w1_log_eigs", "W1 between log-spectra", False)):
-        y = np.array([_value(row.get(column)) for row in rows])
+        y = np.array([as_float(row.get(column)) for row in rows])
         for role in sorted({row["role"] for row in rows}):
             mask = np.array([row["role"] == role for row in rows]) & np.isfinite(y) & (~log | (y > 0))
             if mask.any():
@@ -47,9 +48,3 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     fig.suptitle(f"{comparison.model_b.get('source')} vs {comparison.model_a.get('source')}", fontsize=10)
     return save_figure(fig, path)
 
-
-def _value(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
