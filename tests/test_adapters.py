@@ -227,3 +227,19 @@ def test_bad_adapters(tmp_path) -> None:
     assert row["name"] == "fc.weight" and row["r"] == 4 and "bfe_merged" in row and "rel_frobenius" in row
     bad = runner.invoke(app, ["score", str(tmp_path / "r"), "--metrics", "bfe"])
     assert bad.exit_code == 2 and "rank_pattern" in bad.stderr
+
+
+def test_hub_adapter_from_the_cache(tmp_path, monkeypatch) -> None:
+    g = torch.Generator().manual_seed(3)
+    tensors = {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),
+               "base_model.model.fc.lora_B.weight": torch.randn(30, 4, generator=g)}
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--someone--tiny-lora"
+    _write_adapter(repo / "snapshots" / commit, tensors, r=4, lora_alpha=8)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    hub = wbfe.score("someone/tiny-lora", metrics="bfe")
+    local = wbfe.score(repo / "snapshots" / commit, metrics="bfe")
+    assert hub.model["format"] == "peft-lora" and hub.model["commit"] == commit
+    assert hub.layers[0]["eigs"] == local.layers[0]["eigs"] and hub.layers[0]["r"] == 4

@@ -123,13 +123,13 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
     return modules, whole, skipped
 
 
-def score_adapter(ref: Any, options: Any, metric_options: Any, groups: tuple[Any, ...], *, base: Any = None,
+def score_adapter(source: Any, options: Any, metric_options: Any, groups: tuple[Any, ...], *, base: Any = None,
                   top_k: int = 10) -> Any:
-    """Score the adapter folder ``ref`` (see the module docstring); ``options`` etc. as
-    :func:`wbfe.score` resolved them. Returns a :class:`~wbfe.scoring.ModelScore`.
+    """Score an opened adapter ``source`` (see the module docstring; the caller closes it);
+    ``options`` etc. as :func:`wbfe.score` resolved them. Returns a :class:`~wbfe.scoring.ModelScore`.
 
     Raises:
-        InvalidOptionError: ``base`` given but ``ref`` is not an adapter.
+        InvalidOptionError: ``base`` given but ``source`` is not an adapter.
         CorruptCheckpointError: a module with one factor only, factor shapes that disagree with
             each other or with the configured rank, or a merged module whose base weight has
             another shape.
@@ -140,24 +140,24 @@ def score_adapter(ref: Any, options: Any, metric_options: Any, groups: tuple[Any
     from wbfe.spectra import pin_threads, resolve_device
 
     torch_device = resolve_device(options.device)
-    with open_source(ref) as source:
-        if not isinstance(source, AdapterSource):
-            raise InvalidOptionError(f"--base applies to a PEFT LoRA adapter folder (adapter_config.json); {ref} is not one")
-        lora = source.lora
-        modules, whole, skipped = _module_parts(source)
-        layers: list[dict[str, Any]] = []
-        factors: dict[str, _Factors] = {}
-        pattern = options.pattern
-        # One BLAS thread: a 4,096 × 64 QR took 0.3-0.6 s on two busy threads, 0.015 s on one.
-        with pin_threads():
-            for name, module in modules.items():
-                weight_name = f"{name}.weight"
-                if pattern is not None and not pattern.search(weight_name):
-                    skipped.append({"name": weight_name, "reason": "not selected by --layers", "shape": [], "dtype": ""})
-                    continue
-                row, factors[name] = _adapter_row(module, lora, source.provenance.source, metric_options)
-                layers.append(row)
-        provenance = source.provenance.to_dict()
+    if not isinstance(source, AdapterSource):
+        raise InvalidOptionError(f"--base applies to a PEFT LoRA adapter folder (adapter_config.json); "
+                                 f"{source.provenance.source} is not one")
+    lora = source.lora
+    modules, whole, skipped = _module_parts(source)
+    layers: list[dict[str, Any]] = []
+    factors: dict[str, _Factors] = {}
+    pattern = options.pattern
+    # One BLAS thread: a 4,096 × 64 QR took 0.3-0.6 s on two busy threads, 0.015 s on one.
+    with pin_threads():
+        for name, module in modules.items():
+            weight_name = f"{name}.weight"
+            if pattern is not None and not pattern.search(weight_name):
+                skipped.append({"name": weight_name, "reason": "not selected by --layers", "shape": [], "dtype": ""})
+                continue
+            row, factors[name] = _adapter_row(module, lora, source.provenance.source, metric_options)
+            layers.append(row)
+    provenance = source.provenance.to_dict()
     if whole:
         saved = score({entry.name: entry.load() for entry in whole}, options=options)
         for row in saved.layers:

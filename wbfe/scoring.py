@@ -23,7 +23,7 @@ from wbfe.quant import dequantised
 from wbfe.experts import expand_experts
 from wbfe.report import as_float, json_ready
 from wbfe.sources import TensorEntry, open_source
-from wbfe.sources.peft_adapter import adapter_folder
+from wbfe.sources.peft_adapter import AdapterSource
 from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
 from wbfe.ties import SeenContent
 
@@ -137,11 +137,6 @@ def score(
     head = options.head
     torch_device = resolve_device(options.device)
     metric_options = MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed)
-    if base is not None or adapter_folder(ref) is not None:  # a PEFT LoRA adapter: ΔW = s·B·A per module
-        from wbfe.adapters import score_adapter
-
-        return score_adapter(ref, options, metric_options, groups, base=base)
-
     result = ModelScore(model={})
     seen_storage: dict[Any, str] = {}
     seen_content = SeenContent()
@@ -162,6 +157,10 @@ def score(
             progress(done, total, entry.name)
 
     with open_source(ref) as source, Pipeline(torch_device) as pipeline:
+        if isinstance(source, AdapterSource) or base is not None:  # a PEFT LoRA adapter: ΔW = s·B·A per module
+            from wbfe.adapters import score_adapter
+
+            return score_adapter(source, options, metric_options, groups, base=base)
         total = len(source)
         planned = ((entry, _plan(entry, options, pattern, consumed))
                    for entry, consumed in _stream(source))

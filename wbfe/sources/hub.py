@@ -53,6 +53,8 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
     try:
         names = HfApi().list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
+        if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
+            hf_hub_download(repo_id, "adapter_config.json", revision=revision, cache_dir=str(cache_dir))
         if not chosen:
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
         local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir)))
@@ -130,6 +132,8 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
     repo_id, revision = parse_hub_id(ref)
     cache_dir = hf_cache_dir()
     snapshot = _cached_snapshot(repo_id, revision, cache_dir)
+    if snapshot is not None and (snapshot / "adapter_config.json").is_file():  # a PEFT LoRA adapter
+        return _adapter(snapshot, ref, repo_id, revision)
     if snapshot is not None:
         try:
             chosen = pick_weight_files([p.name for p in snapshot.iterdir()])
@@ -159,8 +163,18 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
         raise ModelNotFoundError(
             f"{prefix}no such model in the local Hugging Face cache {cache_dir}; {reason}", ref=ref
         ) from None
+    if (local.parent / "adapter_config.json").is_file():
+        return _adapter(local.parent, ref, repo_id, revision)
     source = open_path(local, ref=ref, fmt=fmt)
     source.config = read_model_config(local.parent)
     source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
                                     "commit": local.parent.name})
+    return source
+
+
+def _adapter(folder: Path, ref: str, repo_id: str, revision: str | None) -> TensorSource:
+    from wbfe.sources.peft_adapter import open_adapter
+
+    source = open_adapter(folder, ref)
+    source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main", "commit": folder.name})
     return source

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping, Optional
 from wbfe.errors import CorruptCheckpointError
 from wbfe.sources._base import TensorEntry, TensorSource
 
-__all__ = ["LoraConfig", "AdapterSource", "adapter_folder", "open_adapter", "read_lora_config", "ADAPTER_CONFIG",
+__all__ = ["LoraConfig", "AdapterSource", "open_adapter", "read_lora_config", "ADAPTER_CONFIG",
            "PREFIX"]
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -111,16 +111,6 @@ def read_lora_config(path: Path) -> LoraConfig:
                       rank_pattern=ranks, alpha_pattern=alphas, use_dora=bool(raw.get("use_dora", False)),
                       fan_in_fan_out=bool(raw.get("fan_in_fan_out", False)),
                       modules_to_save=tuple(str(m) for m in saved), base_model=raw.get("base_model_name_or_path"))
-
-
-def adapter_folder(ref: Any) -> Optional[Path]:
-    """The folder of a PEFT adapter when ``ref`` names one (the folder or its config file), else None."""
-    if not isinstance(ref, (str, Path)):
-        return None
-    path = Path(ref).expanduser()
-    if path.is_file() and path.name == ADAPTER_CONFIG:
-        path = path.parent
-    return path if path.is_dir() and (path / ADAPTER_CONFIG).is_file() else None
 
 
 class AdapterSource(TensorSource):
