@@ -268,3 +268,42 @@ def test_gptq_and_awq_checkpoints_score_from_the_cli(tmp_path: Path) -> None:
             assert reasons[f"{prefix}.qweight"].startswith(f"consumed: packed data of {name}")
         assert data["summary"]["head"] == "lm_head.weight"
         assert not any(s["reason"].startswith(("integer", "unsupported")) for s in data["skipped"])
+
+
+def test_gptq_8bit_from_quantize_config_json(tmp_path: Path) -> None:
+    """AutoGPTQ's own layout: no quantization_config in config.json, a quantize_config.json beside it."""
+    from safetensors.torch import save_file
+
+    w = _weights(64, 128, seed=6)
+    t = _gptq(w, 8, 64, act_order=False)
+    expected = t.pop("expected")
+    folder = tmp_path / "gptq8"
+    folder.mkdir()
+    save_file({f"layers.0.mlp.up_proj.{k}": v.contiguous() for k, v in t.items()} | {"head.weight": _weights(5, 64)},
+              str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"architectures": ["X"]}))
+    (folder / "quantize_config.json").write_text(json.dumps({"bits": 8, "group_size": 64, "desc_act": False}))
+    result = wbfe.score(folder, metrics="bfe")
+    row = next(r for r in result.layers if r["name"] == "layers.0.mlp.up_proj.weight")
+    assert row["quant"] == "gptq-int8-g64" and row["bfe"] == pytest.approx(_bfe(expected), rel=1e-9)
+    # The config's bit width must be the tensors': a 4-bit claim on 8-bit words is refused for that weight.
+    (folder / "quantize_config.json").write_text(json.dumps({"bits": 4, "group_size": 64}))
+    result = wbfe.score(folder, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    assert "config says 4 bits, the tensors hold 8" in reasons["layers.0.mlp.up_proj.qweight"]
+    assert "layers.0.mlp.up_proj.weight" not in {r["name"] for r in result.layers}
+
+
+def test_fp8_e5m2_per_tensor_and_bad_parts() -> None:
+    w = _weights(20, 30, seed=8)
+    scale = torch.tensor(0.01)
+    q = (w / scale).to(torch.float8_e5m2)
+    state = {"a.weight": q, "a.weight_scale": scale, "b.weight": q.clone(), "b.weight_scale": torch.ones(4, 7),
+             "c.weight": q.clone(), "fc.weight": _weights(4, 20)}
+    result = wbfe.score(state, metrics="bfe")
+    rows = {r["name"]: r for r in result.layers}
+    assert rows["a.weight"]["quant"] == "fp8-e5m2-tensor"
+    assert rows["a.weight"]["bfe"] == pytest.approx(_bfe(q.double() * 0.01), rel=1e-12)
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    assert "fits no layout" in reasons["b.weight"] and "fits no layout" in reasons["b.weight_scale"]
+    assert reasons["c.weight"].startswith("FP8 weight without its scale")
