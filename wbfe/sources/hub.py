@@ -58,6 +58,9 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
         if not chosen:
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
         local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir)))
+        for config_name in ("config.json", "quantize_config.json"):  # the head, experts and quantization
+            if config_name in names:
+                hf_hub_download(repo_id, config_name, revision=revision, cache_dir=str(cache_dir))
         if local.name.endswith(".index.json"):
             from wbfe.sources.safetensors_files import index_weight_map
 
