@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -33,5 +34,5 @@ def esd_command(
         raise OutputError("wbfe esd writes a PNG file; give --output a file name, not '-'")
     plan, spec = layer_spectrum(target, layer, conv=conv.value, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
-    plot_esd(spec.eigs, fits, output, title=f"{plan.name}  {'x'.join(map(str, plan.shape))}  ({plan.convention})", bins=bins)
+    plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {'x'.join(map(str, plan.shape))}  ({plan.convention})", bins=bins)
     typer.echo(f"wrote {output}", err=True)
