@@ -110,9 +110,11 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
                 ax.tick_params(labelbottom=True)
         for j in range(len(metrics), nrows * ncols):
             axes[j // ncols][j % ncols].set_visible(False)
-        handles = [Line2D([], [], ls="", marker="*", ms=9, color="black", label="head"),
-                   Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="black", label="ESD shown below")]
-        fig.legend(handles=handles, loc="upper right", ncols=2, frameon=False, bbox_to_anchor=(1.0, 1.0))
+        handles = [Line2D([], [], ls="", marker="*", ms=9, color="black", label="head")] if head in names else []
+        if any(name in names for name in marked):
+            handles.append(Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="black", label="ESD shown below"))
+        if handles:
+            fig.legend(handles=handles, loc="upper right", ncols=2, frameon=False, bbox_to_anchor=(1.0, 1.0))
     return fig
 
 

@@ -26,14 +26,16 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def display(value: Any) -> str:
+def display(value: Any, nested: bool = False) -> str:
     """The text of one cell or value: numbers rounded as in ``wbfe score``'s table, containers compact."""
     if value is None:
         return ""
     if isinstance(value, float) and not math.isfinite(value):
         return format_value(value)
     if isinstance(value, dict):
-        return "; ".join(f"{k} = {display(v) if v is not None else 'null'}" for k, v in value.items())
+        text = ("; " if not nested else ", ").join(f"{k} = {display(v, True) if v is not None else 'null'}"
+                                                   for k, v in value.items())
+        return f"({text})" if nested else text
     if isinstance(value, (list, tuple)) and not all(is_number(v) for v in value):
         return ", ".join(display(v) for v in value)
     if isinstance(value, (list, tuple)) and not value:
