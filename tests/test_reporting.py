@@ -255,15 +255,21 @@ def test_hostile_tensor_name_stays_text(scored: dict[str, Any], page_text: str) 
 
 def test_the_planted_outlier_is_the_most_unusual_layer(scored: dict[str, Any]) -> None:
     layers = scored["layers"]
-    picked = unusual_layers(layers, ["bfe", "log_norm", "alpha"], 3)
+    metrics = ["bfe", "log_norm", "alpha"]
+    picked = unusual_layers(layers, metrics, 3)
     assert picked[0][0] == "blocks.3.fc.weight"
-    # its robust z, by hand: |x - median| / (1.4826 * MAD) over the finite log_norm values
-    values = np.array([layer["log_norm"] for layer in layers])
-    x = [layer["log_norm"] for layer in layers if layer["name"] == "blocks.3.fc.weight"][0]
-    med = np.median(values)
-    z = abs(x - med) / (1.4826 * np.median(np.abs(values - med)))
-    z_bfe = [abs(layer["bfe"] - np.median([la["bfe"] for la in layers])) for layer in layers]
-    assert f"robust z = {z:.1f}" in picked[0][1] or max(z_bfe) > 0
+
+    # its robust z by hand: max over the metrics of |x - median| / (1.4826 * MAD)
+    def z(metric: str, name: str) -> float:
+        values = np.array([layer[metric] for layer in layers])
+        x = [layer[metric] for layer in layers if layer["name"] == name][0]
+        med = np.median(values)
+        return float(abs(x - med) / (1.4826 * np.median(np.abs(values - med))))
+
+    best = max(metrics, key=lambda m: z(m, "blocks.3.fc.weight"))
+    assert picked[0][1].startswith(f"{best} = ") and picked[0][1].endswith(f"robust z = {z(best, 'blocks.3.fc.weight'):.1f})")
+    order = sorted({layer["name"] for layer in layers}, key=lambda n: -max(z(m, n) for m in metrics))
+    assert [name for name, _ in picked] == order[:3]
 
 
 def test_eigenvalues_reread_equal_numpy(model_file: Path, scored: dict[str, Any]) -> None:

@@ -179,15 +179,17 @@ def test_page_loads_sorts_filters_and_is_screenshotted(browser: Browser, tmp_pat
     widths = browser.js("return Array.from(document.images).map(i => i.complete ? i.naturalWidth : -1);")
     assert len(widths) == 7 and min(widths) > 100
     layers = score.to_dict()["layers"]
-    alphas = [layer["alpha"] for layer in layers]
-    assert browser.js(_COLUMN, "t-layers", "alpha") == alphas  # stored order before any click
-    browser.click("#t-layers thead th[data-key='alpha']")
-    finite = sorted(a for a in alphas if a is not None)
-    nulls = [None] * (len(alphas) - len(finite))
-    assert browser.js(_COLUMN, "t-layers", "alpha") == finite + nulls
-    browser.click("#t-layers thead th[data-key='alpha']")
-    assert browser.js(_COLUMN, "t-layers", "alpha") == finite[::-1] + nulls  # nulls last either way
-    assert browser.js("return document.querySelector(\"#t-layers th[data-key='alpha']\").getAttribute('aria-sort');") \
+    # htmp_kappa: null for the square matrix (HTMP needs gamma < 1), so the nulls' place is tested
+    kappas = [layer["htmp_kappa"] for layer in layers]
+    assert None in kappas
+    assert browser.js(_COLUMN, "t-layers", "htmp_kappa") == kappas  # stored order before any click
+    browser.click("#t-layers thead th[data-key='htmp_kappa']")
+    finite = sorted(a for a in kappas if a is not None)
+    nulls = [None] * (len(kappas) - len(finite))
+    assert browser.js(_COLUMN, "t-layers", "htmp_kappa") == finite + nulls
+    browser.click("#t-layers thead th[data-key='htmp_kappa']")
+    assert browser.js(_COLUMN, "t-layers", "htmp_kappa") == finite[::-1] + nulls  # nulls last either way
+    assert browser.js("return document.querySelector(\"#t-layers th[data-key='htmp_kappa']\").getAttribute('aria-sort');") \
         == "descending"
     browser.type("input[data-table='t-layers']", "blocks.")
     shown = browser.js("return Array.from(document.querySelectorAll('#t-layers tbody tr')).filter(r => !r.hidden)"
