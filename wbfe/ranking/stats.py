@@ -87,7 +87,10 @@ def rankdata(values: "np.typing.ArrayLike", axis: int = -1) -> np.ndarray:
 def _rowwise_spearman(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     """Spearman ρ of each row pair of two (…, n) arrays (Pearson r of the average ranks); NaN where a
     row is constant. The vectorised statistic scipy's resampling routines call."""
-    ra, rb = rankdata(a, axis=axis), rankdata(b, axis=axis)
+    return _rowwise_pearson(rankdata(a, axis=axis), rankdata(b, axis=axis), axis)
+
+
+def _rowwise_pearson(ra: np.ndarray, rb: np.ndarray, axis: int = -1) -> np.ndarray:
     da = ra - ra.mean(axis=axis, keepdims=True)
     db = rb - rb.mean(axis=axis, keepdims=True)
     num = np.sum(da * db, axis=axis)
@@ -220,9 +223,11 @@ def permutation_p_value(
     method = "exact" if n <= options.exact_max_n else "monte-carlo"
     if not _defined(a, b):
         return math.nan, method
-    # Only y is reordered (one sample: n! orderings, not n!²); a is fixed in the statistic.
+    # Only y's ranks are reordered (one sample: n! orderings, not n!²); a reordering of y reorders
+    # its ranks, so each ordering's ρ is the Pearson r of fixed ranks, with no ranking per ordering.
+    ra, rb = rankdata(a), rankdata(b)
     resamples = math.factorial(n) if method == "exact" else options.n_perm
-    result = permutation_test((b,), lambda yy, axis=-1: np.abs(_rowwise_spearman(np.broadcast_to(a, yy.shape), yy)),
+    result = permutation_test((rb,), lambda yy, axis=-1: np.abs(_rowwise_pearson(np.broadcast_to(ra, yy.shape), yy)),
                               permutation_type="pairings", vectorized=True, n_resamples=resamples,
                               batch=_batch(n, resamples), alternative="greater",
                               rng=np.random.default_rng(options.seed))
