@@ -367,3 +367,16 @@ def test_file_digest_runs_in_the_background_and_reports_errors(tmp_path: Path) -
         assert digest.result() == hashlib.sha256(big.read_bytes()).hexdigest()
     except RuntimeError as exc:
         assert "cancelled" in str(exc)
+
+
+def test_dtype_torch_cannot_hold_is_a_typed_error(tmp_path: Path) -> None:
+    """A 6-bit float tensor (valid safetensors; torch has no such dtype) is skipped when scored and
+    raises UnsupportedDtypeError, not AttributeError, when a caller loads it."""
+    path = tmp_path / "f6.safetensors"
+    header = json.dumps({"a": {"dtype": "F6_E2M3", "shape": [4, 4], "data_offsets": [0, 12]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(12))
+    with open_source(path) as source:
+        entry = next(iter(source.entries()))
+        assert entry.dtype == "float6_e2m3"
+        with pytest.raises(wbfe.UnsupportedDtypeError, match="has no F6_E2M3 tensors"):
+            entry.load()

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 from wbfe._config import shared_zoo_dir
 from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
 from wbfe.fixtures import fixtures_dir
+from wbfe.sources import WEIGHT_SUFFIXES
 
 __all__ = [
     "ZooEntry",
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 _RESERVED = ("model", "checkpoint", "source")
-_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".th", ".ckpt", ".json")
 _PREFIXES = ("timm:", "torchvision:", "hf:", "hf-hub:")
 
 
@@ -158,7 +158,7 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
         exists = False
     looks_like_path = (
         value.startswith((".", "~"))
-        or candidate.suffix.lower() in _FILE_SUFFIXES
+        or candidate.suffix.lower() in WEIGHT_SUFFIXES
         or value.count("/") >= 2  # a hub id is "org/name" or a bare "name"
     )
     if exists or looks_like_path:

@@ -21,11 +21,14 @@ from wbfe.sources.formats import OTHER_SUFFIXES
 from wbfe.sources.hub import HUB_ID
 from wbfe.sources.torch_pickle import tensor_entries, unwrap_state_dict
 
-# The one list of suffixes a weight file (or a shard index) of any format wbfe reads may have.
-WEIGHT_SUFFIXES = (".safetensors",) + TORCH_SUFFIXES + OTHER_SUFFIXES + (".json",)
+# The one list of suffixes a checkpoint file of any format wbfe reads may have, and with a shard
+# index's ``.json`` (which alone does not make a file a checkpoint).
+CHECKPOINT_SUFFIXES = (".safetensors",) + TORCH_SUFFIXES + OTHER_SUFFIXES
+WEIGHT_SUFFIXES = CHECKPOINT_SUFFIXES + (".json",)
 
 __all__ = [
-    "TensorEntry", "TensorSource", "Provenance", "open_source", "content_hash", "WEIGHT_SUFFIXES", "TORCH_SUFFIXES",
+    "TensorEntry", "TensorSource", "Provenance", "open_source", "content_hash", "WEIGHT_SUFFIXES", "CHECKPOINT_SUFFIXES",
+    "TORCH_SUFFIXES",
 ]
 
 

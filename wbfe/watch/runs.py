@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Optional, Union
 
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
+from wbfe.sources import CHECKPOINT_SUFFIXES
 
 __all__ = ["CheckpointRef", "Run", "parse_step", "discover_run", "read_run_csv", "run_from_rows", "WEIGHT_SUFFIXES"]
 
-WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".th")
+WEIGHT_SUFFIXES = CHECKPOINT_SUFFIXES  # the readers' one list (no .json: a config is no checkpoint)
 _KEYWORD = re.compile(r"(?:global_step|checkpoint|iteration|epoch|step|ckpt|iter)s?[-_.=@ ]?0*(\d+)", re.I)
 _NUMBER = re.compile(r"\d+")
 _METRIC_COLUMNS = ("test_loss", "test_accuracy")
