@@ -32,7 +32,7 @@ def report_command(
                    "built-in name, with --quality). Default: the embedded demo CNN."),
     ref_b: Optional[str] = typer.Argument(None, help="A second checkpoint: the page compares it against REF "
                                           "(as `wbfe compare REF REF_B`)."),
-    output: Path = typer.Option(..., "--output", "-o", help="HTML file to write (--format md: a folder)."),
+    output: str = typer.Option(..., "--output", "-o", help="HTML file to write ('-': stdout; --format md: a folder)."),
     fmt: ReportFormat = typer.Option(ReportFormat.html, "--format", "-f",
                                      help="html: one self-contained page; md: a folder with report.md and PNGs."),
     quality: Optional[str] = typer.Option(None, "--quality", "-q", help="Rank REF as a zoo by this quality column."),
@@ -58,7 +58,9 @@ def report_command(
     import wbfe
     from wbfe.errors import InvalidOptionError
     from wbfe.reporting import compare_report, load_saved, rank_report, score_report, write_report
+    from wbfe.reporting.output import check_report_output
 
+    check_report_output(output, fmt.value)  # before any work
     if n_unusual < 0:
         raise InvalidOptionError(f"--unusual must be >= 0, not {n_unusual}")
     target = ref if ref is not None else wbfe.default_checkpoint()
@@ -95,11 +97,12 @@ def report_command(
 
         with progress_bar(enabled=True) as update:
             score = wbfe.score(target, metrics=metrics, lam=lam, conv=conv.value, layers=layers, device=device,
-                               head=head, min_eigs=min_eigs, ww_compatible=ww_compatible,
+                               head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed,
                                progress=update)  # type: ignore[arg-type]
         report = score_report(score, spectra_from=target, n_unusual=n_unusual)
     written = write_report(report, output, fmt=fmt.value)
-    typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
+    if written:
+        typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
 
 
 def _same_checkpoint(weights: str, data: dict[str, Any]) -> None:

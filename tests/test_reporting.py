@@ -370,6 +370,36 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, model_file: Path) -
         assert not out.exists()
 
 
+def test_cli_output_checked_before_work_and_stdout(tmp_path: Path, model_file: Path) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    result = runner.invoke(app, ["report", str(tmp_path / "missing.safetensors"), "-o", str(folder)])
+    assert result.exit_code == 2 and "not a regular file" in result.stderr  # the output, not the missing input
+    (tmp_path / "a-file").write_text("x")
+    result = runner.invoke(app, ["report", str(model_file), "--format", "md", "-o", str(tmp_path / "a-file")])
+    assert result.exit_code == 2 and "not a folder" in result.stderr
+    result = runner.invoke(app, ["report", str(model_file), "-o", "-"])
+    assert result.exit_code == 0 and result.stdout.startswith("<!DOCTYPE html>")
+    assert len(Page(result.stdout).tables["t-layers"]["rows"]) == 10
+
+
+def test_cli_ranks_a_zoo_file(tmp_path: Path) -> None:
+    lines = ["model,acc"]
+    for i, acc in enumerate([70.0, 80.0, 75.0, 90.0]):
+        save_file(_state(seed=i + 10), str(tmp_path / f"m{i}.safetensors"))
+        lines.append(f"m{i}.safetensors,{acc}")
+    (tmp_path / "zoo.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "zoo.html"
+    result = runner.invoke(app, ["report", str(tmp_path / "zoo.csv"), "--quality", "acc", "--no-cache",
+                                 "--metrics", "bfe", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    page = Page(out.read_text())
+    assert [c["text"] for c in page.column("t-models", "model")] == [f"m{i}.safetensors" for i in range(4)]
+    bfe = [float(c["attrs"]["data-v"]) for c in page.column("t-models", "bfe_head")]
+    want = [wbfe.score(tmp_path / f"m{i}.safetensors", metrics="bfe").summary["bfe_head"] for i in range(4)]
+    assert bfe == want
+
+
 def test_load_saved_refuses_garbage(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

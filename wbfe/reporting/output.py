@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError
 
-__all__ = ["load_saved", "write_report", "MARKDOWN_NAME"]
+__all__ = ["load_saved", "write_report", "check_report_output", "MARKDOWN_NAME"]
 
 MARKDOWN_NAME = "report.md"
 _SCORE_KEYS = {"model", "layers", "skipped", "summary"}
@@ -59,38 +56,40 @@ def _check(path: Path, ok: bool) -> None:
         raise CorruptCheckpointError(f"{path}: malformed wbfe JSON (a field has the wrong type)")
 
 
-def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html") -> list[Path]:
-    """Write ``report`` as one HTML file at ``output``, or (``fmt="md"``) as a folder ``output``
-    holding ``report.md`` and its PNG figures. Everything is rendered before anything is written,
-    and files appear whole (temporary name, then rename). Returns the files written."""
-    from wbfe.output import write_atomic
+def check_report_output(output: Union[str, Path], fmt: str) -> None:
+    """Refuse an output the report cannot be written to, before any work (a file for HTML, ``-``
+    for standard output; a folder for Markdown).
 
-    out = Path(output)
+    Raises:
+        OutputError: as :func:`wbfe.output.check_output` / :func:`~wbfe.output.check_output_dir`.
+        InvalidOptionError: an unknown format.
+    """
+    from wbfe.output import check_output, check_output_dir
+
+    if fmt == "html":
+        check_output(output)
+    elif fmt == "md":
+        check_output_dir(output)
+    else:
+        raise InvalidOptionError(f"report format must be 'html' or 'md', not {fmt!r}")
+
+
+def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html") -> list[Path]:
+    """Write ``report`` as one HTML file at ``output`` (``-``: standard output), or (``fmt="md"``) into
+    the folder ``output`` as ``report.md`` and its PNG figures. Everything is rendered before
+    anything is written, and each file appears whole (:func:`wbfe.output.write_atomic`). Returns
+    the files written."""
+    from wbfe.output import check_output_dir, write_atomic, write_output
+
+    check_report_output(output, fmt)
     if fmt == "html":
         from wbfe.reporting.page import render_html
 
-        if out.is_dir():
-            raise InvalidOptionError(f"--output {out} is a folder; give the HTML file to write")
-        write_atomic(out, render_html(report))
-        return [out]
-    if fmt != "md":
-        raise InvalidOptionError(f"report format must be 'html' or 'md', not {fmt!r}")
+        written = write_output(output, render_html(report))
+        return [written] if written is not None else []
     from wbfe.reporting.markdown import render_markdown
 
-    if out.exists() and not out.is_dir():
-        raise InvalidOptionError(f"--output {out} is a file; --format md writes a folder (report.md and figures)")
     text, figures = render_markdown(report)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=str(out.parent)))
-    try:
-        for name, data in figures.items():
-            (staging / name).write_bytes(data)
-        (staging / MARKDOWN_NAME).write_text(text, encoding="utf-8")
-        if not out.exists():
-            os.replace(staging, out)
-        else:  # an existing folder: its other files stay, ours replace theirs one by one
-            for item in staging.iterdir():
-                os.replace(item, out / item.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return [out / MARKDOWN_NAME] + [out / name for name in figures]
+    folder = check_output_dir(output)
+    files = [write_atomic(folder / name, data) for name, data in figures.items()]
+    return [write_atomic(folder / MARKDOWN_NAME, text)] + files
