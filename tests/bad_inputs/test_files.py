@@ -181,12 +181,9 @@ def _flip_data_record(data: bytes) -> bytes:
     import io
 
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        info = next(i for i in archive.infolist() if "/data/" in i.filename and not i.filename.endswith("serialization_id"))
-        offset = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
-    # the local header's extra field may differ from the central one: find the record's bytes
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        info = next(i for i in archive.infolist() if "/data/" in i.filename and "serialization_id" not in i.filename)
         payload = archive.read(info.filename)
-    offset = data.index(payload[:64], info.header_offset)
+    offset = data.index(payload[:64], info.header_offset)  # the record's bytes follow its local header
     out = bytearray(data)
     out[offset + 17] ^= 0x40
     return bytes(out)
