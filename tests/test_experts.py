@@ -203,3 +203,15 @@ def test_qwen_style_fused_moe_scores_from_the_cli(tmp_path: Path) -> None:
         assert name in rows or any(r.startswith(f"{name}[") for r in rows), name
     assert sum(r.startswith("model.layers.1.mlp.experts.gate_up_proj[") for r in rows) == 2 * E
     assert data["skipped"] == [] and data["summary"]["by_role"]["expert"]["n"] == LAYERS * E * 3
+
+
+def test_gguf_expert_stacks_and_router_names() -> None:
+    from wbfe.experts import is_expert_stack
+    from wbfe.matrices import role_of
+
+    assert is_expert_stack("blk.0.ffn_gate_exps.weight", (8, 64, 32))
+    assert not is_expert_stack("blk.0.conv.weight", (8, 64, 3))
+    assert role_of("blk.0.ffn_down_exps.weight[3]", 2) == "expert"
+    assert role_of("blk.0.ffn_gate_inp.weight", 2) == "router"
+    assert role_of("model.layers.0.mlp.gate.weight", 2) == "router"
+    assert role_of("model.layers.0.mlp.gate_proj.weight", 2) == "mlp"

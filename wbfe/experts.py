@@ -53,7 +53,10 @@ def _value(config: Optional[dict[str, Any]], key: str) -> Any:
 
 
 def _under_experts(name: str) -> bool:
-    return "experts" in name.split(".")[:-1] and not re.search(r"\.experts\.\d+\.", name)
+    """Under an ``experts`` module (not one expert's own ``experts.3.``), or a GGUF expert stack
+    (``blk.0.ffn_gate_exps.weight``)."""
+    return (("experts" in name.split(".")[:-1] and not re.search(r"\.experts\.\d+\.", name))
+            or re.search(r"_exps(\.weight|\.bias)?$", name) is not None)
 
 
 def is_expert_stack(name: str, shape: tuple[int, ...], config: Optional[dict[str, Any]] = None) -> bool:
