@@ -154,7 +154,8 @@ def score(
             result.layers.append(_layer_row(plan, outcome, groups, metric_options, entry.quant, options.min_eigs))
         done += 1
         if progress is not None:
-            progress(done, total, entry.name)
+            # Fused expert stacks become several entries: the stored count is then a lower bound.
+            progress(done, None if total is None else max(total, done), entry.name)
 
     with open_source(ref) as source, Pipeline(torch_device) as pipeline:
         if isinstance(source, AdapterSource) or base is not None:  # a PEFT LoRA adapter: ΔW = s·B·A per module
