@@ -96,11 +96,14 @@ def rank_command(
     n_boot: int = typer.Option(2000, "--n-boot", help="Bootstrap resamples for the 95% interval."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap and permutation draws."),
     quiet: bool = typer.Option(False, "--quiet", help="No per-model progress on stderr."),
+    executor: str = typer.Option("local", "--executor", help="local, or ray: one Ray task per model (pip install 'wbfe[ray]')."),
+    address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: auto, ray://host:port or host:port (default: a Ray instance on this machine)."),
 ) -> None:
     """Rank a zoo: Spearman rho (95% bootstrap CI, permutation p), Kendall tau and Pearson r per metric."""
     if list_zoos:
         typer.echo(zoo_list(), nl=False)
         return
+    from wbfe.executors import ExecutorOptions
     from wbfe.options import ScoreOptions, StatsOptions
     from wbfe.output import check_output_dir, write_atomic
     from wbfe.ranking import rank
@@ -109,6 +112,7 @@ def rank_command(
     score = ScoreOptions(metrics=() if metrics is None else metrics, lam=lam, conv=conv.value,  # type: ignore[arg-type]
                          head=head, device=device)
     stats = StatsOptions(n_boot=n_boot, seed=seed)
+    where = ExecutorOptions(executor, address)  # type: ignore[arg-type]
     folder = check_output_dir(output) if output is not None else None
     result = rank(
         zoo if zoo is not None else DEFAULT_ZOO,
@@ -119,6 +123,8 @@ def rank_command(
         cache_dir=False if no_cache else cache_dir,
         lower_is_better=tuple(lower_is_better or ()),
         progress=None if quiet else (lambda line: typer.echo(line, err=True)),
+        executor=where.executor,
+        ray_address=where.address,
     )
     if folder is not None:
         from wbfe.plots.ranking import plot_ranking

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.errors import InvalidOptionError, NothingRankedError
+from wbfe.executors import ExecutorOptions
 from wbfe.options import ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
 from wbfe.ranking.stats import correlate
@@ -221,6 +222,8 @@ def rank(
     progress: Optional[Callable[[str], None]] = None,
     scorer: Optional[Scorer] = None,
     hasher: Optional[Callable[[str], str]] = None,
+    executor: Literal["local", "ray"] = "local",
+    ray_address: Optional[str] = None,
     **settings: Any,
 ) -> RankResult:
     """Score every model of a zoo and correlate each summary metric with a quality column.
@@ -239,6 +242,10 @@ def rank(
         progress: called with one line per model (for a progress display).
         scorer: replaces :func:`wbfe.score` (must be picklable when ``workers`` > 1).
         hasher: replaces :func:`wbfe.sources.content_hash` for the cache key.
+        executor: ``local`` (this process, or ``workers`` processes) or ``ray`` (one Ray task per
+            model, see :mod:`wbfe.executors.ray_rank`; the result is the same).
+        ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``; None
+            uses the Ray instance this process is connected to, or starts one on this machine.
         **settings: single fields of :class:`~wbfe.options.ScoreOptions` or
             :class:`~wbfe.options.StatsOptions` (``metrics="bfe"``, ``n_boot=500``, ...), applied
             over ``score`` and ``stats``.
@@ -260,6 +267,9 @@ def rank(
     stats_options = dataclasses.replace(stats, **stats_kw) if stats is not None else StatsOptions(**stats_kw)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InvalidOptionError(f"workers must be at least 1, not {workers!r}")
+    where = ExecutorOptions(executor, ray_address)
+    if where.is_ray and workers != 1:
+        raise InvalidOptionError("--workers is for the local executor; under Ray every model is its own task")
     the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
     column = the_zoo.resolve_quality(quality)
     lower = column in the_zoo.lower_is_better
@@ -278,7 +288,11 @@ def rank(
     run = _Run(cache=cache, key_options=_key_options(options), say=progress or (lambda _line: None),
                total=len(the_zoo.entries))
     pending = run.lookup(the_zoo.entries, column, hash_fn)
-    if workers == 1 or len(pending) <= 1:
+    if where.is_ray:
+        from wbfe.executors.ray_rank import score_on_ray
+
+        score_on_ray(run, pending, score_fn, score_options, where)
+    elif workers == 1 or len(pending) <= 1:
         run.score_sequential(pending, score_fn, score_options)
     else:
         run.score_parallel(pending, score_fn, score_options, workers)
@@ -297,7 +311,8 @@ def rank(
         metrics=rows,
         models=models,
         failed=run.failed,
-        options=options,
+        # Where it ran is provenance, not part of the cache key (the numbers are the same).
+        options={**options, "executor": where.executor} if where.is_ray else options,
         stats=stats_options.to_dict(),
         n_scored=len(pending),
         n_cached=sum(1 for _, cached in run.payloads.values() if cached),
@@ -358,18 +373,23 @@ class _Run:
             pending.append((i, entry, key))
         return pending
 
-    def finish(self, item: _Pending, outcome: Union[Mapping[str, Any], BaseException]) -> None:
-        """Record one model's payload (and cache it at once, so an interrupted run resumes) or failure."""
+    def finish(self, item: _Pending, outcome: Union[Mapping[str, Any], BaseException], note: str = "") -> None:
+        """Record one model's payload (and cache it at once, so an interrupted run resumes) or failure;
+        ``note`` is added to the progress line (where it ran, how many are left)."""
         i, entry, key = item
         if isinstance(outcome, BaseException):
-            self.failed.append(Failure(entry.name, _reason(outcome)))
-            self._log(i, entry.name, f"failed ({_reason(outcome)})")
+            self.fail(item, _reason(outcome), note)
             return
         payload = json_ready(dict(outcome))
         if self.cache is not None and key is not None:
             self.cache.put(key, payload)
         self.payloads[entry.name] = (payload, False)
-        self._log(i, entry.name, "scored")
+        self._log(i, entry.name, f"scored{note}")
+
+    def fail(self, item: _Pending, reason: str, note: str = "") -> None:
+        """Record one model's failure, ``reason`` as :func:`_reason` gives it."""
+        self.failed.append(Failure(item[1].name, reason))
+        self._log(item[0], item[1].name, f"failed{note} ({reason})")
 
     def score_sequential(self, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions) -> None:
         """Score in this process, one model after another."""

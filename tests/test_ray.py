@@ -1,0 +1,54 @@
+"""``--executor ray`` on one local Ray instance (the fast test; the multi-node ones are in
+tests/test_ray_cluster.py, marked slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.ray_zoo import make_zoo, without_run_details
+from wbfe.errors import InvalidOptionError
+from wbfe.executors import ExecutorOptions
+from wbfe.ranking import rank
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("executor, address, message", [
+    ("dask", None, "executor must be 'local' or 'ray'"),
+    ("local", "auto", "--address needs --executor ray"),
+    ("ray", "http://x", "Ray address must be auto"),
+])
+def test_executor_options_are_checked_first(executor: str, address: str, message: str) -> None:
+    with pytest.raises(InvalidOptionError, match=message):
+        ExecutorOptions(executor, address)  # type: ignore[arg-type]
+
+
+def test_rank_on_ray_equals_local_and_caches_each_model(tmp_path: Path, local_ray: None) -> None:
+    spec = make_zoo(tmp_path / "zoo", 4, unusable=True)
+    kw = dict(metrics="bfe,htsr", n_boot=200, n_perm=200)
+    local = rank(spec, cache_dir=tmp_path / "local-cache", **kw)  # type: ignore[arg-type]
+    lines: list[str] = []
+    on_ray = rank(spec, executor="ray", cache_dir=tmp_path / "ray-cache", progress=lines.append, **kw)  # type: ignore[arg-type]
+    assert without_run_details(on_ray.to_dict()) == without_run_details(local.to_dict())
+    assert on_ray.options["executor"] == "ray" and "executor" not in local.options
+    # The checkpoint wbfe refuses is a failed model with wbfe's reason (the same text as locally),
+    # not retried, and its progress line names the node it failed on.
+    assert [f.model for f in on_ray.failed] == ["broken"]
+    assert on_ray.failed[0].reason.startswith("NoUsableMatrixError")
+    node = ray.get_runtime_context().get_node_id()[:12]
+    assert any(line.startswith("[5/5] broken: failed on node " + node) for line in lines), lines
+    assert sum("by Ray" in line for line in lines) == 5
+    # Every scored model went into the cache: the re-run scores only the broken one.
+    again = rank(spec, executor="ray", cache_dir=tmp_path / "ray-cache", **kw)  # type: ignore[arg-type]
+    assert (again.n_cached, again.n_scored) == (4, 1)
+    assert without_run_details(again.to_dict()) == without_run_details(local.to_dict())
