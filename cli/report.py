@@ -63,7 +63,7 @@ def report_command(
     check_report_output(output, fmt.value)  # before any work
     if n_unusual < 0:
         raise InvalidOptionError(f"--unusual must be >= 0, not {n_unusual}")
-    target = ref if ref is not None else wbfe.default_checkpoint()
+    target = ref if ref is not None else str(wbfe.default_checkpoint())
     saved = load_saved(target) if ref is not None else None
     report: Any
     if ref_b is not None:

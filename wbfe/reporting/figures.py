@@ -16,7 +16,7 @@ __all__ = ["new_figure", "render", "depth_figure", "esd_figure", "scatter_figure
 
 # The ESD fits wear the colour of the column they produce.
 ESD_COLOURS = {"power law": colour("alpha"), "truncated PL": colour("tpl_alpha"), "HTMP": colour("htmp_kappa")}
-_RC = {"svg.hashsalt": "wbfe-report", "svg.fonttype": "path", "font.size": 8.0, "axes.titlesize": 8.5,
+_RC: Any = {"svg.hashsalt": "wbfe-report", "svg.fonttype": "path", "font.size": 8.0, "axes.titlesize": 8.5,
        "axes.labelsize": 8.0, "xtick.labelsize": 7.0, "ytick.labelsize": 7.0, "legend.fontsize": 7.0}
 
 

@@ -120,8 +120,9 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
     for index, layer in enumerate(layers, start=1):
         row = {k: layer.get(k) for k in keys}
         row["#"] = index
-        if isinstance(row.get("shape"), (list, tuple)):
-            row["shape"] = "x".join(str(s) for s in row["shape"])
+        shape = row.get("shape")
+        if isinstance(shape, (list, tuple)):
+            row["shape"] = "x".join(str(s) for s in shape)
         rows.append(row)
         notes.append(reasons_note(layer.get("reasons") or {}))
     return Table("layers", columns, rows, filterable=True, notes=notes,
@@ -148,7 +149,7 @@ def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusu
         blocks.append(Paragraph(f"ESDs unavailable: {unavailable}", kind="note"))
         return blocks
     index = {layer["name"]: (i, layer) for i, layer in enumerate(layers, start=1)}
-    chosen: list[tuple[str, str]] = ([(head, "the head")] if head in index else [])
+    chosen: list[tuple[str, str]] = ([(head, "the head")] if head is not None and head in index else [])
     chosen += [(name, why) for name, why in unusual if name != head]
     figures, missing = [], []
     for name, why in chosen:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 import numpy as np
 
@@ -23,7 +23,7 @@ def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any])
     from wbfe.spectra import eigenvalues, resolve_device
 
     wanted = set(names)
-    conv = options.get("conv") or "flatten"
+    conv: Literal["flatten", "slices"] = "slices" if options.get("conv") == "slices" else "flatten"
     device = resolve_device(str(options.get("device") or "auto"))
     out: dict[str, np.ndarray] = {}
     with open_source(ref) as source:
