@@ -25,13 +25,21 @@ _TABLE_COLUMNS = (
 
 
 def json_ready(obj: Any) -> Any:
-    """``obj`` with tuples as lists and non-finite floats as None, so standard JSON can hold it."""
+    """``obj`` with tuples as lists, numpy scalars and arrays as Python values, and non-finite floats
+    as None, so standard JSON can hold it.
+
+    >>> import numpy as np
+    >>> json_ready({"a": np.array([1.0, np.nan]), "b": (np.int64(2), float("inf"))})
+    {'a': [1.0, None], 'b': [2, None]}
+    """
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: json_ready(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_ready(v) for v in obj]
+    if type(obj).__module__ == "numpy" and hasattr(obj, "tolist"):  # without importing numpy here
+        return json_ready(obj.tolist())
     return obj
 
 
