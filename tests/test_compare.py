@@ -224,3 +224,43 @@ def test_cli_refuses_an_output_it_cannot_write_before_any_work(tmp_path) -> None
     out = CliRunner().invoke(app, ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "a.safetensors"),
                                    "--output", str(tmp_path / "file")])
     assert out.exit_code == 2 and "not a folder" in out.stderr
+
+
+def test_a_model_against_its_fp8_version(tmp_path) -> None:
+    # The quantised side is dequantised by wbfe's reader (tested against transformers in test_quant);
+    # the change is the quantisation error, computed here from transformers' own FP8 code.
+    from types import SimpleNamespace
+
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize, _dequantize_fp8_weight
+
+    quantizer = Fp8Quantize(SimpleNamespace(quantization_config=SimpleNamespace(weight_block_size=[128, 128],
+                                                                                scale_fmt=None)))
+    g = torch.Generator().manual_seed(8)
+    dense = {f"model.layers.{i}.mlp.up_proj.weight": torch.randn(256, 128, generator=g) / 12 for i in range(2)}
+    dense["lm_head.weight"] = torch.randn(300, 128, generator=g) / 12
+    quantised, reference = {}, {}
+    for name, w in dense.items():
+        if name.startswith("model.layers"):
+            out = quantizer._quantize_one(name, w)
+            quantised.update(out)
+            reference[name] = _dequantize_fp8_weight(out[name], out[f"{name}_scale_inv"], [128, 128], torch.float64)
+        else:
+            quantised[name] = w
+            reference[name] = w.double()
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+              "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
+    for folder, tensors, cfg in ((tmp_path / "full", dense, {"model_type": "deepseek_v3"}), (tmp_path / "fp8", quantised, config)):
+        folder.mkdir()
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+        (folder / "config.json").write_text(json.dumps(cfg))
+    result = wbfe.compare(tmp_path / "full", tmp_path / "fp8", metrics="bfe")
+    rows = {row["name"]: row for row in result.layers}
+    assert set(rows) == set(dense) and not result.unmatched
+    for name, w in dense.items():
+        x, y = w.double().numpy(), reference[name].numpy()
+        assert rows[name]["rel_frobenius"] == pytest.approx(np.linalg.norm(y - x) / np.linalg.norm(x), rel=1e-9)
+    assert rows["model.layers.0.mlp.up_proj.weight"]["quant_b"] == "fp8-e4m3-block128"
+    assert 1e-3 < rows["model.layers.0.mlp.up_proj.weight"]["rel_frobenius"] < 0.1  # e4m3: 3 mantissa bits
+    assert rows["lm_head.weight"]["rel_frobenius"] == 0.0
+    consumed = {s["name"]: s for s in result.skipped if s.get("side") == "b"}
+    assert consumed["model.layers.1.mlp.up_proj.weight_scale_inv"]["reason"].startswith("consumed: scale of")

@@ -206,7 +206,9 @@ def compare(
         return f"{label}: {outcome}" if isinstance(outcome, DegenerateMatrixError) else outcome
 
     with open_source(a) as source_a, open_source(b) as source_b:
-        for entry_a, entry_b, why in _pairs(source_a.entries(), source_b.entries(), renames, pattern):
+        stream_a = _dense_entries(source_a, "a", result.skipped)
+        stream_b = _dense_entries(source_b, "b", result.skipped)
+        for entry_a, entry_b, why in _pairs(stream_a, stream_b, renames, pattern):
             if entry_b is None:
                 result.unmatched.append({"name": entry_a.name, "side": "a", "reason": why})
                 continue
@@ -222,8 +224,7 @@ def compare(
                 result.skipped.append({**base, "shape_b": list(entry_b.shape),
                                        "reason": f"shape differs: A {list(entry_a.shape)}, B {list(entry_b.shape)}"})
                 continue
-            plan_a = plan_matrix(entry_a.name, entry_a.shape, entry_a.dtype, conv="flatten", min_eigs=min_eigs)
-            plan_b = plan_matrix(entry_b.name, entry_b.shape, entry_b.dtype, conv="flatten", min_eigs=min_eigs)
+            plan_a, plan_b = _plan(entry_a, min_eigs), _plan(entry_b, min_eigs)
             if isinstance(plan_a, Skip) or isinstance(plan_b, Skip):
                 reason = "; ".join(f"{lab}: {p.reason}" for lab, p in (("A", plan_a), ("B", plan_b)) if isinstance(p, Skip))
                 result.skipped.append({**base, "reason": reason})
@@ -298,6 +299,24 @@ def _pairs(
         yield entry, None, f"no tensor {key!r} in B" + ("" if key == entry.name else " (after --map)")
     for entry in waiting_b.values():
         yield None, entry, "no tensor of A maps to this name"
+
+
+def _dense_entries(source: Any, side: str, skipped: list[dict[str, Any]]) -> Iterator[TensorEntry]:
+    """The source's tensors as ``wbfe score`` sees them (quantised weights dequantised, fused expert
+    stacks split); what a quantised weight consumes (its scales, zeros) is listed in ``skipped``."""
+    from wbfe.scoring import _stream
+
+    for entry, consumed in _stream(source):
+        if consumed is None:
+            yield entry
+        else:
+            skipped.append({"name": entry.name, "side": side, "shape": list(entry.shape), "reason": consumed})
+
+
+def _plan(entry: TensorEntry, min_eigs: int) -> Union[MatrixPlan, Skip]:
+    if entry.skip is not None:  # the reader could not give it as a dense tensor
+        return Skip(entry.name, entry.skip, entry.shape, entry.dtype)
+    return plan_matrix(entry.name, entry.shape, entry.dtype, conv="flatten", min_eigs=min_eigs)
 
 
 def _selected(a: TensorEntry, b: TensorEntry, pattern: Optional[re.Pattern[str]]) -> tuple[TensorEntry, TensorEntry, str]:
