@@ -155,7 +155,9 @@ def score_adapter(source: Any, options: Any, metric_options: Any, groups: tuple[
             if pattern is not None and not pattern.search(weight_name):
                 skipped.append({"name": weight_name, "reason": "not selected by --layers", "shape": [], "dtype": ""})
                 continue
-            row, factors[name] = _adapter_row(module, lora, source.provenance.source, metric_options)
+            row, kept = _adapter_row(module, lora, source.provenance.source, metric_options)
+            if base is not None:  # the factors are kept for merging only (2·(m + n)·r float64 each)
+                factors[name] = kept
             layers.append(row)
     provenance = source.provenance.to_dict()
     if whole:
