@@ -494,3 +494,15 @@ def test_esd_draws_a_truncated_power_law_with_lambda_zero(tmp_path: Path) -> Non
     assert fits.truncated.lam == 0.0 and fits.truncated.alpha == pytest.approx(fits.power_law.alpha, rel=1e-12)
     out = plot_esd(eigs, fits, tmp_path / "esd.png")
     assert Path(out).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rank_table_escapes_model_labels_and_reasons(tmp_path: Path) -> None:
+    from wbfe.ranking import Failure
+    from wbfe_cli.rank import rank_table
+
+    result = rank(make_zoo(tmp_path / "zoo"), "acc", metrics="bfe", scorer=fake_scorer, hasher=fake_hash,
+                  cache_dir=False, n_boot=200)
+    result.failed.append(Failure("evil\x1b[2Jname", "ValueError: bad \x1b]0;title\x07"))
+    shown = rank_table(result)
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "evil\\x1b[2Jname: ValueError: bad \\x1b]0;title\\x07" in shown
