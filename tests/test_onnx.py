@@ -209,3 +209,45 @@ def test_missing_onnx_package_names_the_extra(tmp_path: Path, net: Net, monkeypa
         wbfe.score(path, metrics="bfe")
     code, err = _cli(path)
     assert code == 2 and "pip install 'wbfe[onnx]'" in err
+
+
+def test_blocked_dequantize_and_transpose_chains(tmp_path: Path) -> None:
+    """A graph built with onnx.helper (opset 21): a Gemm weight quantised per block of 32 along its
+    input axis with int8 zero points, and a MatMul weight stored out × in behind a Transpose."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(5)
+    out, inp, block = 16, 64, 32
+    q = rng.integers(-128, 128, size=(out, inp), dtype=np.int8)
+    scale = rng.uniform(0.01, 0.1, size=(out, inp // block)).astype(np.float32)
+    zero = rng.integers(-5, 6, size=(out, inp // block), dtype=np.int8)
+    w2 = rng.standard_normal((24, out)).astype(np.float32)  # out × in, used through Transpose
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w1_q", "w1_scale", "w1_zero"], ["w1"], name="dq", axis=1,
+                         block_size=block),
+        helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1", transB=1),
+        helper.make_node("Transpose", ["w2"], ["w2_t"], name="t", perm=[1, 0]),
+        helper.make_node("MatMul", ["h", "w2_t"], ["y"], name="fc2"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, inp])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24])],
+        initializer=[numpy_helper.from_array(q, "w1_q"), numpy_helper.from_array(scale, "w1_scale"),
+                     numpy_helper.from_array(zero, "w1_zero"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    onnx.checker.check_model(model)
+    path = tmp_path / "blocked.onnx"
+    onnx.save_model(model, str(path))
+    decoded = np.empty((out, inp), dtype=np.float32)
+    for r in range(out):
+        for c in range(inp):
+            decoded[r, c] = np.float32(int(q[r, c]) - int(zero[r, c // block])) * scale[r, c // block]
+    got = wbfe.score(path, metrics="bfe")
+    rows = {row["name"]: row for row in got.layers}
+    want = {row["name"]: row for row in wbfe.score({"w1_q": torch.from_numpy(decoded), "w2": torch.from_numpy(w2)},
+                                                   metrics="bfe").layers}
+    assert rows["w1_q"]["bfe"] == want["w1_q"]["bfe"] and rows["w1_q"]["quant"] == "onnx-int8"
+    assert rows["w2"]["bfe"] == want["w2"]["bfe"] and rows["w2"]["shape"] == [24, out]
+    assert got.summary["head"] == "w2"  # the last MatMul before the output
+    reasons = {s["name"]: s["reason"] for s in got.skipped}
+    assert reasons["w1_scale"].startswith("consumed: scale") and reasons["w1_zero"].startswith("consumed: zero")
