@@ -115,13 +115,7 @@ def keras3_weights(state: dict[str, torch.Tensor]) -> bytes:
     buffer = io.BytesIO()
     with h5py.File(buffer, "w") as f:
         f.create_group("vars")
-        used: dict[str, int] = {}
-        for _, cls, variables in LAYERS:
-            snake = {"Conv2D": "conv2d", "BatchNormalization": "batch_normalization",
-                     "DepthwiseConv2D": "depthwise_conv2d", "Flatten": "flatten", "Dense": "dense",
-                     "Embedding": "embedding"}[cls]
-            used[snake] = used.get(snake, -1) + 1
-            folder = f"layers/{snake}" + (f"_{used[snake]}" if used[snake] else "")
+        for folder, variables in keras3_folders():
             group = f.create_group(folder).create_group("vars")
             for i, (_, tensor_name) in enumerate(variables):
                 group[str(i)] = to_keras(tensor_name, state[tensor_name])
@@ -148,16 +142,20 @@ def keras2_names() -> dict[str, str]:
     return {f"{layer}/{var}:0": tensor for layer, _, variables in LAYERS for var, tensor in variables}
 
 
-def keras3_names() -> dict[str, str]:
-    out, used = {}, {}
+def keras3_folders() -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each layer's folder as keras 3's saving_lib names it (class in snake case, numbered per class)."""
+    snake = {"Conv2D": "conv2d", "BatchNormalization": "batch_normalization", "DepthwiseConv2D": "depthwise_conv2d",
+             "Flatten": "flatten", "Dense": "dense", "Embedding": "embedding"}
+    out, used = [], {}
     for _, cls, variables in LAYERS:
-        snake = {"Conv2D": "conv2d", "BatchNormalization": "batch_normalization",
-                 "DepthwiseConv2D": "depthwise_conv2d", "Flatten": "flatten", "Dense": "dense",
-                 "Embedding": "embedding"}[cls]
-        used[snake] = used.get(snake, -1) + 1
-        folder = f"layers/{snake}" + (f"_{used[snake]}" if used[snake] else "")
-        out.update({f"{folder}/vars/{i}": tensor for i, (_, tensor) in enumerate(variables)})
+        used[snake[cls]] = used.get(snake[cls], -1) + 1
+        out.append((f"layers/{snake[cls]}" + (f"_{used[snake[cls]]}" if used[snake[cls]] else ""), variables))
     return out
+
+
+def keras3_names() -> dict[str, str]:
+    return {f"{folder}/vars/{i}": tensor for folder, variables in keras3_folders()
+            for i, (_, tensor) in enumerate(variables)}
 
 
 @pytest.fixture(scope="module")

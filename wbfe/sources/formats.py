@@ -1,18 +1,22 @@
 """Which reader a file calls for, from its first bytes (and only then its suffix): GGUF, Keras
 (HDF5 ``.h5`` or the Keras 3 ``.keras`` zip) and ONNX. Safetensors and PyTorch files are left to
-:mod:`wbfe.sources.local`.
+:mod:`wbfe.sources.local`. Also the one byte-range read those readers share.
 """
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
 from wbfe.sources._base import TensorSource
 
-__all__ = ["sniff_format", "open_other_format", "pick_other_format", "OTHER_SUFFIXES"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["sniff_format", "open_other_format", "pick_other_format", "read_range", "OTHER_SUFFIXES"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -98,3 +102,27 @@ def pick_other_format(names: Sequence[str]) -> list[str]:
             f"several weight files ({', '.join(files[:4])}{', ...' if len(files) > 4 else ''}); pass one file explicitly"
         )
     return files
+
+
+def read_range(path: Path, first: int, nbytes: int) -> "np.ndarray":
+    """Bytes ``[first, first + nbytes)`` of a file into an array of their own (``pread``: no shared
+    file position, so safe from a read-ahead thread).
+
+    Raises:
+        TruncatedCheckpointError: the file ends first (it changed since its header was checked).
+    """
+    import numpy as np
+
+    buffer = np.empty(nbytes, dtype=np.uint8)
+    view = memoryview(buffer)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        done = 0
+        while done < nbytes:
+            n = os.preadv(fd, [view[done:]], first + done)
+            if n <= 0:
+                raise TruncatedCheckpointError(f"{path}: cut short while being read", path=str(path))
+            done += n
+    finally:
+        os.close(fd)
+    return buffer

@@ -10,13 +10,13 @@ tensor being read and its dequantised floats, never the file.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources.formats import read_range
 
 if TYPE_CHECKING:
     import numpy as np
@@ -214,7 +214,7 @@ class _Loader:
         import numpy as np
         import torch
 
-        raw = _read(self.path, self.first, self.nbytes)
+        raw = read_range(self.path, self.first, self.nbytes)
         if self.kind in _PLAIN or self.kind in _INTEGER:
             dtype = getattr(torch, (_PLAIN.get(self.kind) or _INTEGER[self.kind]))
             return torch.from_numpy(raw).view(dtype).reshape(self.dims)
@@ -223,23 +223,3 @@ class _Loader:
         rows = raw.reshape(*self.dims[:-1], -1) if len(self.dims) > 1 else raw
         floats: np.ndarray = gguf.quants.dequantize(rows, qtype)
         return torch.from_numpy(np.ascontiguousarray(floats, dtype=np.float32)).reshape(self.dims)
-
-
-def _read(path: Path, first: int, nbytes: int) -> "np.ndarray":
-    import numpy as np
-
-    buffer = np.empty(nbytes, dtype=np.uint8)
-    view = memoryview(buffer)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        done = 0
-        while done < nbytes:
-            n = os.preadv(fd, [view[done:]], first + done)
-            if n <= 0:
-                raise TruncatedCheckpointError(
-                    f"{path}: truncated GGUF file (it changed while being read)", path=str(path)
-                )
-            done += n
-    finally:
-        os.close(fd)
-    return buffer

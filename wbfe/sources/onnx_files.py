@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources.formats import read_range
 
 if TYPE_CHECKING:
     import numpy as np
@@ -233,9 +234,9 @@ class OnnxSource(TensorSource):
         tensor = self._init[name]
         if _external(onnx, tensor):
             info = self._external_info(tensor)
-            raw = _pread(info["file"], info["offset"], info["length"])
+            raw = read_range(info["file"], info["offset"], info["length"])
             dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
-            return np.frombuffer(raw, dtype=dtype).reshape(tuple(tensor.dims))
+            return raw.view(dtype).reshape(tuple(tensor.dims))
         try:
             return numpy_helper.to_array(tensor)
         except (ValueError, TypeError) as exc:
@@ -326,18 +327,3 @@ def _dtype_name(onnx: Any, data_type: int) -> str:
     if data_type == onnx.TensorProto.BFLOAT16:
         return "bfloat16"
     return name
-
-
-def _pread(path: Path, offset: int, length: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks, done = [], 0
-        while done < length:
-            chunk = os.pread(fd, length - done, offset + done)
-            if not chunk:
-                raise TruncatedCheckpointError(f"{path}: external data cut short while being read", path=str(path))
-            chunks.append(chunk)
-            done += len(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
