@@ -529,3 +529,35 @@ def test_comparison_page_rows_numbers_and_unmatched(tmp_path: Path) -> None:
     assert direct.read_text() == text
     # `wbfe compare --output DIR` writes the same page as DIR/report.html
     assert (folder / "report.html").read_text() == text
+
+
+def test_one_colour_per_metric_everywhere(scored: dict[str, Any], page_text: str) -> None:
+    """The depth panel, the zoo scatter, the forest plot, the table swatch and a comparison's d_<metric>
+    all draw a metric in the same colour (and different metrics in different colours)."""
+    from matplotlib.colors import to_hex
+
+    from wbfe.reporting.figures import correlation_figure, depth_figure, scatter_figure
+    from wbfe.reporting.metrics_info import colour
+
+    metrics = ["bfe", "alpha", "log_norm", "htmp_kappa", "h", "f_inf", "entropy", "stable_rank"]
+    assert len({colour(m) for m in metrics}) == len(metrics)
+    fig = depth_figure(scored["layers"], metrics, head=None)
+    drawn = [to_hex(ax.get_lines()[0].get_color()) for ax in fig.axes if ax.get_visible()]
+    assert drawn == [colour(m) for m in metrics]
+    for metric in ("bfe_head", "alpha_mean"):
+        fig = scatter_figure([1.0, 2.0, 3.0], [3.0, 1.0, 2.0], ["a", "b", "c"], metric=metric, quality="q", title="t")
+        assert to_hex(fig.axes[0].collections[0].get_facecolor()[0]) == colour(metric.rsplit("_", 1)[0])
+    fig = correlation_figure([{"metric": "bfe_head", "rho": -0.5, "ci_low": -0.8, "ci_high": -0.1, "expected_sign": -1}])
+    assert {to_hex(line.get_color()) for line in fig.axes[0].get_lines()[:2]} == {colour("bfe")}
+    assert colour("d_alpha") == colour("alpha") == colour("alpha_mean")
+    header = Page(page_text).tables["t-layers"]["header"]
+    swatch = [h for h in header if h["attrs"].get("data-key") == "alpha"][0]
+    assert f'data-key="alpha" title="{meaning_of("alpha")}"><span class="sw" style="background:{colour("alpha")}">' \
+        in page_text and swatch["text"] == "alpha"
+
+
+def meaning_of(metric: str) -> str:
+    from wbfe.reporting.metrics_info import meaning
+    from wbfe.reporting.page import esc
+
+    return esc(meaning(metric))
