@@ -64,8 +64,9 @@ def lora_factors(a: Any, b: Any, *, embedding: bool) -> tuple[np.ndarray, np.nda
 def core_singular_values(left: np.ndarray, right: np.ndarray, scale: float) -> np.ndarray:
     """Singular values of scale·left·right, descending, from the r × r core R_L R_Rᵀ (QR of left
     and of rightᵀ); values at the rounding level of the largest are set to 0."""
-    r_left = np.linalg.qr(left, mode="r")  # R alone: Q is never needed
-    r_right = np.linalg.qr(right.T, mode="r")
+    # R alone (Q is never needed); numpy's stubs type every mode as returning (Q, R).
+    r_left: np.ndarray = np.linalg.qr(left, mode="r")  # type: ignore[assignment]
+    r_right: np.ndarray = np.linalg.qr(right.T, mode="r")  # type: ignore[assignment]
     s = np.linalg.svd(abs(scale) * (r_left @ r_right.T), compute_uv=False)
     if s.size and s[0] > 0.0:
         s[s <= s[0] * max(left.shape + right.shape) * _EPS] = 0.0

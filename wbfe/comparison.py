@@ -209,11 +209,10 @@ def compare(
         stream_a = _dense_entries(source_a, "a", result.skipped)
         stream_b = _dense_entries(source_b, "b", result.skipped)
         for entry_a, entry_b, why in _pairs(stream_a, stream_b, renames, pattern):
-            if entry_b is None:
-                result.unmatched.append({"name": entry_a.name, "side": "a", "reason": why})
-                continue
-            if entry_a is None:
-                result.unmatched.append({"name": entry_b.name, "side": "b", "reason": why})
+            if entry_a is None or entry_b is None:
+                only = entry_a if entry_a is not None else entry_b
+                assert only is not None
+                result.unmatched.append({"name": only.name, "side": "a" if entry_b is None else "b", "reason": why})
                 continue
             base = {"name": entry_a.name, "name_b": entry_b.name, "shape": list(entry_a.shape),
                     "dtype_a": entry_a.dtype, "dtype_b": entry_b.dtype}
@@ -347,7 +346,7 @@ def _change(
                 reasons[f"d_{column}"] = "; ".join(f"{lab}: {o.reasons[column]}" for lab, o in (("A", out_a), ("B", out_b))
                                                    if column in o.reasons)
             elif _is_number(va) and _is_number(vb):
-                row[f"d_{column}"] = float(vb) - float(va)  # type: ignore[arg-type]
+                row[f"d_{column}"] = float(vb) - float(va)
                 if not math.isfinite(row[f"d_{column}"]):
                     reasons[f"d_{column}"] = "not finite on one side"
         for column, why in out_a.reasons.items():
