@@ -168,6 +168,10 @@ def test_terminal_matrices_closed_cases() -> None:
     # Embeddings and attention projections are never heads, although their output feeds no matrix.
     assert terminal_matrices([("e", (100, 16), "embedding"), ("k", (4, 16), "attention")]) == []
     assert choose_head([{"name": "x.weight", "shape": [3, 4], "role": "other"}], override="x").source == "option"
+    # A square matrix does not read its own output: a lone 12 x 12 classifier is terminal (two of
+    # them read each other's width, and neither is).
+    assert terminal_matrices([("fc", (12, 12), "other")]) == ["fc"]
+    assert terminal_matrices([("l1", (32, 32), "mlp"), ("l2", (32, 32), "mlp")]) == []
 
 
 def _write_safetensors(path: Path, tensors: list[tuple[str, torch.Tensor]]) -> None:

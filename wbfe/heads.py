@@ -126,23 +126,26 @@ def terminal_matrices(matrices: Iterable[tuple[str, Sequence[int], str]],
     are never heads (embeddings, attention projections and routers, by default).
     """
     listed = [(name, tuple(shape), role) for name, shape, role in matrices if len(shape) >= 2]
-    dense_inputs: set[int] = set()
-    conv_inputs: set[int] = set()
+    # Who reads each width: a checkpoint is feed-forward, so a square matrix is no reader of its own
+    # output (a lone 12 x 12 classifier is still terminal).
+    dense_inputs: dict[int, set[str]] = {}
+    conv_inputs: dict[int, set[str]] = {}
     for name, shape, role in listed:
         out, inp = _out_in(name, shape)
         if role == "embedding":  # looked up, or (a patch embedding) reads pixels
             continue
         if len(shape) == 2:
-            dense_inputs.add(inp)
+            dense_inputs.setdefault(inp, set()).add(name)
             continue
-        conv_inputs.add(inp)
+        conv_inputs.setdefault(inp, set()).add(name)
         kernel = shape[:-2] if _is_kernel(name) else shape[2:]
         if any(k > 1 for k in kernel) and inp < out and out % inp == 0:
-            conv_inputs.add(out)
+            conv_inputs.setdefault(out, set()).add(name)
 
     def read(name: str, shape: tuple[int, ...]) -> bool:
         out = _out_in(name, shape)[0]
-        return out in dense_inputs or (len(shape) > 2 and out in conv_inputs)
+        readers = dense_inputs.get(out, set()) | (conv_inputs.get(out, set()) if len(shape) > 2 else set())
+        return bool(readers - {name})
 
     return [name for name, shape, role in listed if role not in exclude and not read(name, shape)]
 
