@@ -48,9 +48,12 @@ def score_command(
     ww_compatible: bool = typer.Option(False, "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random steps (the rand group's shuffles)."),
     base: Optional[str] = typer.Option(None, "--base", help="For a PEFT LoRA adapter: its base model; also score each merged W0 + dW."),
+    executor: str = typer.Option("local", "--executor", help="local, or ray: one Ray task per shard (pip install 'wbfe[ray]')."),
+    address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: auto, ray://host:port or host:port (default: a Ray instance on this machine)."),
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
+    from wbfe.executors import ExecutorOptions
     from wbfe.options import ScoreOptions
     from wbfe.output import check_output, write_output
     from wbfe.report import score_csv, score_table
@@ -58,10 +61,15 @@ def score_command(
     options = ScoreOptions(metrics=() if metrics is None else metrics, lam=lam, conv=conv.value,  # type: ignore[arg-type]
                            layers=layers, device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible,
                            seed=seed)
+    where = ExecutorOptions(executor, address)  # type: ignore[arg-type]
     written = check_output(output) if output is not None else None  # before any work
     target = ref if ref is not None else wbfe.default_checkpoint()
-    with progress_bar(enabled=True) as update:
-        result = wbfe.score(target, options=options, base=base, progress=update)  # type: ignore[arg-type]
+    if where.is_ray:  # one line per finished shard on stderr: node, shards done/total, ETA
+        result = wbfe.score(target, options=options, base=base, executor="ray", ray_address=where.address,
+                            progress=lambda _done, _total, line: typer.echo(line, err=True))
+    else:
+        with progress_bar(enabled=True) as update:
+            result = wbfe.score(target, options=options, base=base, progress=update)  # type: ignore[arg-type]
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result)}[fmt]()
     if written is not None:

@@ -40,3 +40,38 @@ def without_run_details(result: dict) -> dict:  # type: ignore[type-arg]
     for key in ("n_scored", "n_cached"):
         out.pop(key)
     return out
+
+
+def make_sharded(folder: Path, n_shards: int = 3, *, width: int = 40) -> Path:
+    """A safetensors checkpoint in ``n_shards`` shards with an index, in the Hugging Face layout,
+    with what a merge must get right: a tensor in shard 0 repeated in two later shards (ties across
+    shards, named after the first copy), biases (skipped), an all-zero matrix (degenerate) and the
+    LM head in the last shard."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(99)
+    shared = torch.randn(width, width, generator=gen) / width**0.5
+    weight_map: dict[str, str] = {}
+    for s in range(n_shards):
+        tensors: dict[str, torch.Tensor] = {}
+        for layer in range(2):
+            prefix = f"model.layers.{2 * s + layer}"
+            tensors[f"{prefix}.mlp.up_proj.weight"] = torch.randn(2 * width, width, generator=gen) * (1 + s) / width**0.5
+            tensors[f"{prefix}.mlp.down_proj.weight"] = torch.randn(width, 2 * width, generator=gen) / width**0.5
+            tensors[f"{prefix}.mlp.down_proj.bias"] = torch.randn(width, generator=gen)
+        tensors[f"model.layers.{2 * s}.self_attn.q_proj.weight"] = shared.clone()
+        if s == 1:
+            tensors["model.layers.2.self_attn.o_proj.weight"] = torch.zeros(width, width)
+        if s == n_shards - 1:
+            tensors["lm_head.weight"] = torch.randn(64, width, generator=gen) / width**0.5
+        name = f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors"
+        save_file(tensors, str(folder / name), metadata={"format": "pt"})
+        weight_map.update({t: name for t in tensors})
+    index = folder / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "tie_word_embeddings": False}))
+    return folder

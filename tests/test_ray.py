@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.ray_zoo import make_zoo, without_run_details
+from tests.ray_zoo import make_sharded, make_zoo, without_run_details
 from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions
 from wbfe.ranking import rank
@@ -52,3 +52,18 @@ def test_rank_on_ray_equals_local_and_caches_each_model(tmp_path: Path, local_ra
     again = rank(spec, executor="ray", cache_dir=tmp_path / "ray-cache", **kw)  # type: ignore[arg-type]
     assert (again.n_cached, again.n_scored) == (4, 1)
     assert without_run_details(again.to_dict()) == without_run_details(local.to_dict())
+
+
+def test_sharded_score_on_ray_equals_local(tmp_path: Path, local_ray: None) -> None:
+    import wbfe
+
+    folder = make_sharded(tmp_path / "sharded")
+    local = wbfe.score(folder).to_dict()
+    seen: list[tuple[int, object, str]] = []
+    on_ray = wbfe.score(folder, executor="ray", progress=lambda d, t, line: seen.append((d, t, line))).to_dict()
+    assert on_ray["model"].pop("executor") == "ray"
+    assert on_ray == local
+    # The cross-shard ties were resolved on the driver, named after the first copy (shard 1).
+    tied = [s for s in local["skipped"] if s["reason"].startswith("tied")]
+    assert [s["reason"] for s in tied] == ["tied: identical to model.layers.0.self_attn.q_proj.weight"] * 2
+    assert len(seen) == 3 and all(t == 3 and "by Ray" in line for _, t, line in seen)

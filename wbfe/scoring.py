@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Literal, Optional, Union
 
 from wbfe._provenance import installed_versions
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError, did_you_mean
+from wbfe.executors import ExecutorOptions
 from wbfe.heads import choose_head
 from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, component_of, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
@@ -86,6 +87,8 @@ def score(
     base: Any = None,
     progress: Optional[Progress] = None,
     options: Optional[ScoreOptions] = None,
+    executor: Literal["local", "ray"] = "local",
+    ray_address: Optional[str] = None,
 ) -> ModelScore:
     """Score every weight matrix of a checkpoint.
 
@@ -112,6 +115,9 @@ def score(
         progress: called after each tensor with (done, total, name).
         options: every setting above as one :class:`~wbfe.options.ScoreOptions`; when given, the
             other setting keywords must keep their defaults.
+        executor: ``local``, or ``ray``: one Ray task per shard (see :mod:`wbfe.executors.ray_score`),
+            the same result (its provenance adds ``executor``); ``progress`` is then called per shard.
+        ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``.
 
     Returns:
         A :class:`ModelScore`.
@@ -132,6 +138,13 @@ def score(
         options = ScoreOptions(**given)  # type: ignore[arg-type]
     elif given != _DEFAULT_KEYWORDS:
         raise InvalidOptionError("score(): pass the settings either as options=ScoreOptions(...) or as keywords, not both")
+    where = ExecutorOptions(executor, ray_address)
+    if where.is_ray:
+        if base is not None:
+            raise InvalidOptionError("--base (a LoRA adapter) is scored locally; drop --executor ray")
+        from wbfe.executors.ray_score import score_on_ray
+
+        return score_on_ray(ref, options, where, progress=progress)  # type: ignore[no-any-return]
     groups = resolve_groups(options.metrics)
     pattern = options.pattern
     head = options.head

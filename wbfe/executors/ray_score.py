@@ -1,0 +1,283 @@
+"""``wbfe score --executor ray``: one Ray task per shard of a safetensors checkpoint (or per group
+of tensors of one large file), merged into exactly the result of a local score.
+
+Each task opens the checkpoint where it runs (headers only), streams its entries in the same order
+as a local score, and reads and scores only the tensors of its own part (a quantized weight's scale
+stored in another shard is the one exception: it is read where the weight is). It returns its rows
+tagged with their position in the stream, and the SHA-256 of its own shard's bytes. The driver
+merges the rows in stream order, resolves ties across parts (a tensor whose bytes equal an earlier
+one's, found by full digests, is skipped as ``tied`` exactly as a local run does), and computes the
+summary (the head needs every row) and the provenance with :mod:`wbfe.scoring`'s own functions.
+
+A checkpoint that is not safetensors (a pickle, a hub id, a GGUF file) is scored whole by one task.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError, WbfeError
+from wbfe.executors import ExecutorOptions
+from wbfe.executors._ray import SYSTEM_ERRORS, Progress, connect, node_of_this_task, task_resources
+from wbfe.options import ScoreOptions
+
+__all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES"]
+
+PART_BYTES = 2 * 2**30
+"""A single safetensors file larger than this is split into groups of tensors of about this size."""
+
+# An expert matrix split out of a fused stack (wbfe.experts) belongs where the stack is stored.
+_EXPERT_SUFFIX = re.compile(r"\[\d+\](?:\.[A-Za-z_]+)?$")
+
+
+@dataclass(frozen=True)
+class Part:
+    """The tensors one task scores: their names, the file whose bytes it hashes (None when another
+    part of the same file hashes it), and the bytes of its largest tensor's elements."""
+
+    names: tuple[str, ...]
+    file: Optional[str]
+    largest: int
+
+
+def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
+    """The parts of a local safetensors checkpoint (a file, an index or a folder holding either),
+    from its index and headers alone; None for anything else (scored whole by one task)."""
+    from wbfe.sources.local import pick_weight_files
+    from wbfe.sources.safetensors_files import index_shards, read_header
+
+    if not isinstance(ref, (str, Path)):
+        return None
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        if (path / "adapter_config.json").is_file():
+            return None
+        picked = pick_weight_files(sorted(p.name for p in path.iterdir()))
+        if len(picked) != 1:
+            return None
+        path = path / picked[0]
+    if path.name.endswith(".safetensors.index.json"):
+        shards = index_shards(path)
+    elif path.name.endswith(".safetensors") and path.is_file():
+        shards = [(path, list(read_header(path)[0]))]
+    else:
+        return None
+    parts: list[Part] = []
+    for shard, names in shards:
+        header = read_header(shard)[0]
+        start = len(parts)
+        group: list[str] = []
+        total = 0
+        for name in names:
+            size = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
+            if group and total + size > part_bytes:
+                parts.append(_part(group, header, None))
+                group, total = [], 0
+            group.append(name)
+            total += size
+        parts.append(_part(group, header, None))
+        parts[start] = _part(list(parts[start].names), header, str(shard))  # the file's first part hashes it
+    return parts
+
+
+def _part(names: list[str], header: dict[str, Any], file: Optional[str]) -> Part:
+    return Part(tuple(names), file, max((_numel(header[n]["shape"]) for n in names), default=0))
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+class _Digests:
+    """Stands in for :class:`wbfe.ties.SeenContent` in a task: finds no tie itself (an earlier copy
+    may be in another part) but keeps every tensor's full digest for the driver to decide."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, tuple[Any, ...]] = {}
+
+    def earlier_copy(self, entry: Any, tensor: Any) -> Optional[str]:
+        from wbfe.ties import _digest
+
+        self.keys[entry.name] = (list(entry.shape), entry.dtype, _digest(tensor))
+        return None
+
+
+def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int], file: Optional[str]) -> dict[str, Any]:
+    """Runs on a Ray worker: the rows of the tensors ``owner`` gives to ``part`` (a tensor no part
+    lists, such as a split expert, goes with the tensor it came from, else to part 0), each with its
+    position in the stream, and the SHA-256 of ``file``."""
+    from wbfe import scoring as sc
+    from wbfe.metrics import MetricOptions, resolve_groups
+    from wbfe.pipeline import Pipeline
+    from wbfe.sources import open_source
+    from wbfe.sources._base import _HASH_CHUNK, _file_sha256
+    from wbfe.spectra import DegenerateMatrixError, resolve_device
+
+    node = node_of_this_task()
+    try:
+        groups = resolve_groups(options.metrics)
+        device = resolve_device(options.device)
+        metric_options = MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed)
+        need_eigs = any(g.needs_eigenvalues for g in groups)
+        digests = _Digests()
+        seen_storage: dict[Any, str] = {}
+        rows: list[tuple[int, str, dict[str, Any]]] = []
+        position: dict[str, int] = {}
+
+        def mine(index: int, name: str) -> bool:
+            position[name] = index
+            return owner.get(name, owner.get(_EXPERT_SUFFIX.sub("", name), 0)) == part
+
+        with open_source(ref) as source, Pipeline(device) as pipeline:
+            if source.provenance.pending is not None:
+                source.provenance.pending.cancel()  # each part hashes only its own file, below
+            stream = (item for k, item in enumerate(sc._stream(source)) if mine(k, item[0].name))
+            planned = ((entry, sc._plan(entry, options, options.pattern, consumed)) for entry, consumed in stream)
+
+            def record(entry: Any, plan: Any, outcome: Any) -> None:
+                if isinstance(outcome, DegenerateMatrixError):
+                    outcome = sc.Skip(entry.name, str(outcome), entry.shape, entry.dtype)
+                if isinstance(outcome, sc.Skip):
+                    rows.append((position[entry.name], "skipped", outcome.to_dict()))
+                else:
+                    rows.append((position[entry.name], "layer",
+                                 sc._layer_row(plan, outcome, groups, metric_options, entry.quant, options.min_eigs)))
+
+            for entry, plan, reading in pipeline.read_ahead(planned):
+                prepared = sc._prepare(entry, plan, reading, options, seen_storage, digests)  # type: ignore[arg-type]
+                if isinstance(prepared, sc.Skip):
+                    pipeline.put(entry, prepared)
+                else:
+                    pipeline.compute(entry, plan, sc._spectrum_job(prepared, device, need_eigs, groups,
+                                                                   metric_options, entry.name))
+                del prepared
+                for item in pipeline.finished():
+                    record(*item)
+            for item in pipeline.finished(wait=True):
+                record(*item)
+            provenance = _provenance(source.provenance)
+            head_hint, config = source.head_hint, source.config
+        digest = _file_sha256(Path(file), bytearray(_HASH_CHUNK), None)[1] if file else None
+    except WbfeError as exc:
+        return {"error": exc, "node": node}
+    return {"rows": rows, "ties": digests.keys, "provenance": provenance, "head_hint": head_hint,
+            "config": config, "digest": digest, "node": node}
+
+
+def _provenance(provenance: Any) -> dict[str, Any]:
+    """:meth:`Provenance.to_dict` without waiting for the digest (the driver combines the parts')."""
+    out: dict[str, Any] = {"source": provenance.source, "format": provenance.format,
+                           "files": list(provenance.files), "sha256": None}
+    out.update(provenance.extra)
+    return out
+
+
+def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
+                 progress: Optional[Callable[[int, Optional[int], str], None]] = None,
+                 part_bytes: int = PART_BYTES) -> Any:
+    """:func:`wbfe.score` of ``ref`` on Ray: the same :class:`~wbfe.scoring.ModelScore` (its
+    provenance adds ``executor``), computed by one task per part (see :func:`plan_parts`).
+
+    Raises:
+        The errors a local score raises (a part's WbfeError is raised here, never retried).
+    """
+    from wbfe import scoring as sc
+    from wbfe._provenance import installed_versions
+    from wbfe.metrics import resolve_groups
+    from wbfe.sources._base import _combine
+    from wbfe.spectra import resolve_device
+
+    ray = connect(executor.address)
+    parts = plan_parts(ref, part_bytes)
+    def say(line: str) -> None:
+        if progress is not None:
+            progress(0 if parts is None else len(answers), None if parts is None else len(parts), line)
+
+    answers: dict[int, dict[str, Any]] = {}
+    retry = dict(max_retries=executor.max_retries, retry_exceptions=SYSTEM_ERRORS)
+    if parts is None:  # not safetensors: the whole model is one task
+        whole = ray.remote(_score_whole).options(**retry, **task_resources(options.device, None))
+        answer = ray.get(whole.remote(ref, options))
+        if "error" in answer:
+            say(f"[ray] {ref}: failed on {answer['node']}")
+            raise answer["error"]
+        say(f"[ray] {ref}: scored whole on {answer['node']}")
+        result = answer["result"]
+        result.model["executor"] = "ray"
+        return result
+    owner = {name: k for k, part in enumerate(parts) for name in part.names}
+    owner_ref = ray.put(owner)
+    remote = ray.remote(_score_part)
+    counter = Progress(total=len(parts), say=say, what="parts")
+    tasks = {remote.options(**retry, name=f"wbfe-score-part-{k}", **task_resources(options.device, part.largest))
+             .remote(ref, options, k, owner_ref, part.file): k for k, part in enumerate(parts)}
+    try:
+        while tasks:
+            ready, _ = ray.wait(list(tasks), num_returns=1)
+            for done in ready:
+                k = tasks.pop(done)
+                answer = ray.get(done)
+                if "error" in answer:
+                    say(f"[ray] part {k + 1}: failed{counter.step(answer['node'])}: {answer['error']}")
+                    raise answer["error"]
+                answers[k] = answer
+                say(f"[ray] part {k + 1} ({len(parts[k].names)} tensors) scored{counter.step(answer['node'])}")
+    except BaseException:
+        for pending in tasks:
+            ray.cancel(pending, force=True)
+        raise
+    rows = sorted((row for answer in answers.values() for row in answer["rows"]), key=lambda row: row[0])
+    ties = {name: key for answer in answers.values() for name, key in answer["ties"].items()}
+    layers, skipped = _merge(rows, ties)
+    first = answers[0]
+    provenance = dict(first["provenance"])
+    provenance["sha256"] = _combine([(Path(parts[k].file).name, answers[k]["digest"])  # type: ignore[arg-type]
+                                     for k in sorted(answers) if parts[k].file is not None])
+    device = resolve_device(options.device)
+    provenance.update({"device": str(device), "versions": installed_versions(), "options": options.to_dict(),
+                       "executor": "ray"})
+    if not layers:
+        reasons = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
+        raise NoUsableMatrixError(
+            f"{provenance['source']}: no usable weight matrix ({len(skipped)} tensors skipped"
+            + (f" — {reasons}" if reasons else "") + ")", ref=provenance["source"])
+    groups = resolve_groups(options.metrics)
+    summary = sc._summarise(layers, groups, options.head, first["head_hint"], skipped, first["config"])
+    return sc.ModelScore(model=provenance, layers=layers, skipped=skipped, summary=summary)
+
+
+def _merge(rows: list[tuple[int, str, dict[str, Any]]], ties: dict[str, tuple[Any, ...]]
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Layers and skipped rows in stream order; a tensor whose bytes equal an earlier one's (in any
+    part) becomes a ``tied`` skip, named after the first copy, as :class:`wbfe.ties.SeenContent` does."""
+    first_copy: dict[tuple[Any, ...], str] = {}
+    layers: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for _, kind, row in rows:
+        key = ties.get(row["name"])
+        if key is not None:
+            hashable = (tuple(key[0]), key[1], key[2])
+            earlier = first_copy.setdefault(hashable, row["name"])
+            if earlier != row["name"]:
+                skipped.append({"name": row["name"], "reason": f"tied: identical to {earlier}",
+                                "shape": list(key[0]), "dtype": key[1]})
+                continue
+        (layers if kind == "layer" else skipped).append(row)
+    return layers, skipped
+
+
+def _score_whole(ref: Any, options: ScoreOptions) -> dict[str, Any]:
+    """Runs on a Ray worker: :func:`wbfe.score` of a checkpoint that is not split into parts."""
+    from wbfe.scoring import score
+
+    node = node_of_this_task()
+    try:
+        return {"result": score(ref, options=options), "node": node}
+    except WbfeError as exc:
+        return {"error": exc, "node": node}
