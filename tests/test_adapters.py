@@ -67,6 +67,10 @@ def test_spectrum_against_dense_reference(tmp_path, r, alpha, rslora) -> None:
         assert row["effective_rank"] == pytest.approx(math.exp(-np.sum(p * np.log(p))), rel=1e-10)
         assert row["bfe"] == pytest.approx(_bfe(e), rel=1e-10)
         assert row["shape"] == list(shapes[name]) and row["n_eigs"] == rank
+    summary = result.summary
+    assert (summary["n_adapted"], summary["r_min"], summary["r_max"]) == (3, r, r + 2)
+    assert summary["largest_update"] == max(rows.values(), key=lambda row: row["frobenius_norm"])["name"]
+    assert summary["bfe_mean"] == pytest.approx(np.mean([row["bfe"] for row in rows.values()]), rel=1e-12)
 
 
 def test_never_a_dense_product(tmp_path) -> None:

@@ -324,12 +324,14 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
         values = values[np.isfinite(values)]
         return (float(values.mean()) if values.size else math.nan), int(values.size)
 
+    ranks = [int(row["r"]) for row in adapted]
     summary: dict[str, Any] = {"n_layers": len(layers), "n_adapted": len(adapted), "n_modules_to_save": len(saved),
-                               "ranks": sorted({int(row["r"]) for row in adapted})}
+                               "r_min": min(ranks, default=None), "r_max": max(ranks, default=None)}
     for column in ("bfe", "stable_rank", "effective_rank", "frobenius_norm", "spectral_norm"):
         summary[f"{column}_mean"], summary[f"{column}_n"] = mean(adapted, column)
-    by_norm = sorted(adapted, key=lambda row: -row["frobenius_norm"])
-    summary["largest_updates"] = [{"name": row["name"], "frobenius_norm": row["frobenius_norm"]} for row in by_norm[:5]]
+    largest = max(adapted, key=lambda row: row["frobenius_norm"], default=None)
+    summary["largest_update"] = None if largest is None else largest["name"]
+    summary["largest_update_frobenius_norm"] = math.nan if largest is None else largest["frobenius_norm"]
     if merged:
         summary["rel_frobenius_mean"], summary["rel_frobenius_n"] = mean(adapted, "rel_frobenius")
         for group in groups:
