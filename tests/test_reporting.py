@@ -561,3 +561,16 @@ def meaning_of(metric: str) -> str:
     from wbfe.reporting.page import esc
 
     return esc(meaning(metric))
+
+
+@pytest.mark.parametrize("options", [{"conv": "flatten"}, {"conv": "slices"}, {"ww_compatible": True}])
+def test_reread_spectra_are_the_scored_ones(model_file: Path, options: dict[str, Any]) -> None:
+    """Under each convention the thumbnails' eigenvalues are the score's: same count, and their sum
+    is the score's own `norm` column (Σ e)."""
+    result = wbfe.score(model_file, metrics="htsr", layers="conv|blocks.0", **options).to_dict()
+    names = [layer["name"] for layer in result["layers"]]
+    got = read_eigenvalues(model_file, names, result["model"]["options"])
+    for layer in result["layers"]:
+        e = got[layer["name"]]
+        assert e.size == layer["n_eigs"]
+        assert math.isclose(float(e.sum()), layer["norm"], rel_tol=1e-9)
