@@ -231,6 +231,9 @@ def test_bad_adapters(tmp_path) -> None:
     assert row["name"] == "fc.weight" and row["r"] == 4 and "bfe_merged" in row and "rel_frobenius" in row
     bad = runner.invoke(app, ["score", str(tmp_path / "r"), "--metrics", "bfe"])
     assert bad.exit_code == 2 and "rank_pattern" in bad.stderr
+    # compare reads full checkpoints: an adapter's factors are not the matrices they change.
+    with pytest.raises(wbfe.InvalidOptionError, match="LoRA adapter"):
+        wbfe.compare(folder, folder)
 
 
 def test_hub_adapter_from_the_cache(tmp_path, monkeypatch) -> None:

@@ -37,6 +37,7 @@ from wbfe.metrics.bfe import parse_lambda
 from wbfe.metrics.rand import log_spectrum_distance
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
+from wbfe.sources.peft_adapter import AdapterSource
 from wbfe.spectra import DegenerateMatrixError, pin_threads, resolve_device
 
 __all__ = ["Comparison", "compare", "parse_name_map", "subspace_overlap", "top_singular"]
@@ -168,7 +169,8 @@ def compare(
         lam, device, min_eigs, seed: as for :func:`wbfe.score`.
 
     Raises:
-        InvalidOptionError: a bad option value. The errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad option value, or a LoRA adapter folder (its tensors are factors).
+            The errors of :func:`wbfe.sources.open_source`.
         NoUsableMatrixError: no matrix of A has a comparable counterpart in B.
 
     Example:
@@ -206,6 +208,10 @@ def compare(
         return f"{label}: {outcome}" if isinstance(outcome, DegenerateMatrixError) else outcome
 
     with open_source(a) as source_a, open_source(b) as source_b:
+        for source in (source_a, source_b):
+            if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change
+                raise InvalidOptionError(f"{source.provenance.source} is a LoRA adapter: compare full checkpoints, "
+                                         "or score the adapter with --base to see its change against the base")
         stream_a = _dense_entries(source_a, "a", result.skipped)
         stream_b = _dense_entries(source_b, "b", result.skipped)
         for entry_a, entry_b, why in _pairs(stream_a, stream_b, renames, pattern):
