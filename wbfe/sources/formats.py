@@ -114,7 +114,7 @@ def read_range(path: Path, first: int, nbytes: int) -> "np.ndarray":
     import numpy as np
 
     buffer = np.empty(nbytes, dtype=np.uint8)
-    view = memoryview(buffer)
+    view = buffer.data  # a memoryview of the array's bytes
     fd = os.open(path, os.O_RDONLY)
     try:
         done = 0

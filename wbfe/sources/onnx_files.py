@@ -63,10 +63,7 @@ class OnnxSource(TensorSource):
         onnx = _onnx()
         self._path = path
         self._base = path.parent.resolve()
-        try:
-            from google.protobuf.message import DecodeError
-        except ImportError:  # pragma: no cover - onnx depends on protobuf
-            DecodeError = ValueError  # type: ignore[misc,assignment]
+        from google.protobuf.message import DecodeError  # onnx's own dependency
         try:
             model = onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as exc:
