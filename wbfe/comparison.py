@@ -15,15 +15,19 @@ tensors once their reader dequantises them):
 - ``overlap_in`` / ``overlap_out``: ‖V_Aᵀ V_B‖_F² / k for the top-k right (input-side) and left
   (output-side) singular vectors: 1 when the k leading directions are the same, ≈ k/n for random ones.
 
-Each pair is computed on one BLAS thread (``spectra.pin_threads``): on a shared two-core machine
-LAPACK's eigen-solvers on two threads ran 5-40x slower than on one.
+Pairs are computed side by side on worker threads (one per CPU), each on one BLAS thread
+(``spectra.pin_threads``): on a shared two-core machine LAPACK's eigen-solvers on two threads ran
+5-40x slower than on one.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
 import math
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
@@ -35,6 +39,7 @@ from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
 from wbfe.metrics.bfe import parse_lambda
 from wbfe.metrics.rand import log_spectrum_distance
+from wbfe.pipeline import worker_count
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.sources.peft_adapter import AdapterSource
@@ -207,7 +212,25 @@ def compare(
         outcome = _spectrum_job(as_matrices(tensor, plan), torch_device, True, groups, metric_options, entry.name)()
         return f"{label}: {outcome}" if isinstance(outcome, DegenerateMatrixError) else outcome
 
-    with open_source(a) as source_a, open_source(b) as source_b:
+    def pair(entry_a: TensorEntry, entry_b: TensorEntry, plan_a: MatrixPlan, plan_b: MatrixPlan, tensor_a: Any,
+             tensor_b: Any, base: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """``(True, row)`` for a compared pair, ``(False, skip)`` when either side has no spectrum."""
+        got_a, got_b = side(entry_a, plan_a, tensor_a, "A"), side(entry_b, plan_b, tensor_b, "B")
+        if isinstance(got_a, str) or isinstance(got_b, str):
+            return False, {**base, "reason": "; ".join(g for g in (got_a, got_b) if isinstance(g, str))}
+        return True, {**base, **_change(tensor_a, tensor_b, plan_a, got_a, got_b, groups, metric_options, top_k)}
+
+    def collect(future: "Future[tuple[bool, dict[str, Any]]]") -> None:
+        compared, row = future.result()
+        (result.layers if compared else result.skipped).append(row)
+
+    # Pairs are computed side by side on worker threads, every BLAS pool held at one thread (their
+    # products and eigen-solves release the GIL; on two busy threads LAPACK's eigen-solvers ran 5-40x
+    # slower than on one), rows kept in stream order.
+    workers = worker_count(torch_device)
+    in_flight: collections.deque[Future[tuple[bool, dict[str, Any]]]] = collections.deque()
+    with open_source(a) as source_a, open_source(b) as source_b, pin_threads(), \
+            ThreadPoolExecutor(workers, thread_name_prefix="wbfe-compare") as pool:
         for source in (source_a, source_b):
             if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change
                 raise InvalidOptionError(f"{source.provenance.source} is a LoRA adapter: compare full checkpoints, "
@@ -220,7 +243,7 @@ def compare(
                 assert only is not None
                 result.unmatched.append({"name": only.name, "side": "a" if entry_b is None else "b", "reason": why})
                 continue
-            base = {"name": entry_a.name, "name_b": entry_b.name, "shape": list(entry_a.shape),
+            base: dict[str, Any] = {"name": entry_a.name, "name_b": entry_b.name, "shape": list(entry_a.shape),
                     "dtype_a": entry_a.dtype, "dtype_b": entry_b.dtype}
             if why:
                 result.skipped.append({**base, "reason": why})
@@ -234,18 +257,14 @@ def compare(
                 reason = "; ".join(f"{lab}: {p.reason}" for lab, p in (("A", plan_a), ("B", plan_b)) if isinstance(p, Skip))
                 result.skipped.append({**base, "reason": reason})
                 continue
-            tensor_a, tensor_b = entry_a.load(), entry_b.load()
-            with pin_threads():
-                got_a, got_b = side(entry_a, plan_a, tensor_a, "A"), side(entry_b, plan_b, tensor_b, "B")
-                if isinstance(got_a, str) or isinstance(got_b, str):
-                    reason = "; ".join(g for g in (got_a, got_b) if isinstance(g, str))
-                    result.skipped.append({**base, "reason": reason})
-                    continue
-                row = {**base, "quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
-                       "rows": plan_a.rows, "cols": plan_a.cols, "depth": _depth(entry_a.name)}
-                row.update(_change(tensor_a, tensor_b, plan_a, got_a, got_b, groups, metric_options, top_k))
-            del tensor_a, tensor_b
-            result.layers.append(row)
+            base.update({"quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
+                         "rows": plan_a.rows, "cols": plan_a.cols, "depth": _depth(entry_a.name)})
+            job = functools.partial(pair, entry_a, entry_b, plan_a, plan_b, entry_a.load(), entry_b.load(), base)
+            in_flight.append(pool.submit(job))
+            while len(in_flight) > workers:  # at most one pair waiting beside those being computed
+                collect(in_flight.popleft())
+        while in_flight:
+            collect(in_flight.popleft())
         result.model_a = source_a.provenance.to_dict()
         result.model_b = source_b.provenance.to_dict()
     result.options["versions"] = installed_versions()
