@@ -67,3 +67,12 @@ def test_sharded_score_on_ray_equals_local(tmp_path: Path, local_ray: None) -> N
     tied = [s for s in local["skipped"] if s["reason"].startswith("tied")]
     assert [s["reason"] for s in tied] == ["tied: identical to model.layers.0.self_attn.q_proj.weight"] * 2
     assert len(seen) == 3 and all(t == 3 and "by Ray" in line for _, t, line in seen)
+    # One file split into groups of tensors (here one tensor per task): the same result again.
+    from wbfe.executors.ray_score import plan_parts, score_on_ray
+    from wbfe.options import ScoreOptions
+
+    single = make_zoo(tmp_path / "zoo", 1).parent / "m0.safetensors"
+    assert [len(p.names) for p in plan_parts(single, part_bytes=1)] == [1, 1, 1, 1]  # type: ignore[union-attr]
+    split = score_on_ray(single, ScoreOptions(), ExecutorOptions("ray"), part_bytes=1).to_dict()
+    split["model"].pop("executor")
+    assert split == wbfe.score(single).to_dict()
