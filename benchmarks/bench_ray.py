@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import sys
@@ -71,7 +72,7 @@ def on_cluster(spec: Path, nodes: int, repeat: int) -> dict[str, float]:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     for _ in range(nodes):
         cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, logging_level="ERROR")
+    ray.init(address=cluster.address, logging_level=logging.ERROR)
     cluster.wait_for_nodes()
     startup = time.perf_counter() - t0
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 def make_zoo(folder: Path, n: int, *, width: int = 48, unusable: bool = False) -> Path:
@@ -32,7 +33,7 @@ def make_zoo(folder: Path, n: int, *, width: int = 48, unusable: bool = False) -
     return spec
 
 
-def without_run_details(result: dict) -> dict:  # type: ignore[type-arg]
+def without_run_details(result: dict[str, Any]) -> dict[str, Any]:
     """A ranking's JSON less what may differ between equal runs: where it ran and what was cached."""
     out = dict(result)
     out["options"] = {k: v for k, v in out["options"].items() if k != "executor"}

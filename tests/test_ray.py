@@ -3,6 +3,7 @@ tests/test_ray_cluster.py, marked slow)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Iterator
 
@@ -18,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=1, include_dashboard=False, logging_level="WARNING")
+    ray.init(num_cpus=1, include_dashboard=False, logging_level=logging.WARNING)
     yield
     ray.shutdown()
 

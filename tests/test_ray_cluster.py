@@ -4,6 +4,7 @@ takes tens of seconds on a loaded machine."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -28,7 +29,7 @@ def cluster() -> Iterator[Any]:
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     c.add_node(num_cpus=1)
-    ray.init(address=c.address, logging_level="WARNING")
+    ray.init(address=c.address, logging_level=logging.WARNING)
     c.wait_for_nodes()
     yield c
     ray.shutdown()

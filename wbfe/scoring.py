@@ -144,7 +144,7 @@ def score(
             raise InvalidOptionError("--base (a LoRA adapter) is scored locally; drop --executor ray")
         from wbfe.executors.ray_score import score_on_ray
 
-        return score_on_ray(ref, options, where, progress=progress)  # type: ignore[no-any-return]
+        return score_on_ray(ref, options, where, progress=progress)
     groups = resolve_groups(options.metrics)
     pattern = options.pattern
     head = options.head

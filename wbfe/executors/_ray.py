@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ def connect(address: Optional[str]) -> Any:
     if ray.is_initialized():
         return ray
     try:
-        ray.init(address=address, include_dashboard=False, logging_level="WARNING", configure_logging=True)
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, configure_logging=True)
     except ConnectionError as exc:
         raise InvalidOptionError(f"no Ray cluster at {address!r}: {' '.join(str(exc).split())[:200]}") from None
     return ray

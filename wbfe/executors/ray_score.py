@@ -154,6 +154,7 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
                 if isinstance(prepared, sc.Skip):
                     pipeline.put(entry, prepared)
                 else:
+                    assert isinstance(plan, sc.MatrixPlan)
                     pipeline.compute(entry, plan, sc._spectrum_job(prepared, device, need_eigs, groups,
                                                                    metric_options, entry.name))
                 del prepared
