@@ -221,6 +221,22 @@ def test_picked_by_magic_bytes_whatever_the_name(tmp_path: Path, state: dict) ->
     assert wbfe.score(folder, metrics="bfe").model["format"] == "keras3"
 
 
+def test_keras3_bfloat16_variables(tmp_path: Path) -> None:
+    """keras 3 writes a bfloat16 variable as 2-byte opaque values with attrs["dtype"] = "bfloat16"."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    w = (torch.randn(12, 40, generator=torch.Generator().manual_seed(2)) / 6).to(torch.bfloat16)
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        ds = f.create_group("layers/dense").create_group("vars").create_dataset(
+            "0", data=w.float().numpy().T.astype(ml_dtypes.bfloat16))
+        ds.attrs["dtype"] = "bfloat16"
+    path = tmp_path / "m.weights.h5"
+    path.write_bytes(buffer.getvalue())
+    (row,) = wbfe.score(path, metrics="bfe").layers
+    assert row["dtype"] == "bfloat16" and row["shape"] == [12, 40]
+    assert row["bfe"] == wbfe.score({"w": w}, metrics="bfe").layers[0]["bfe"]
+
+
 # ---- bad input ---------------------------------------------------------------------------------
 
 def _cli(path: Path) -> tuple[int, str]:

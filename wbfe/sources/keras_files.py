@@ -99,10 +99,7 @@ def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
-def _to_torch_layout(array: Any, layout: str) -> "torch.Tensor":
-    import torch
-
-    t = torch.from_numpy(array)
+def _to_torch_layout(t: "torch.Tensor", layout: str) -> "torch.Tensor":
     n = t.ndim
     if layout == "dense":
         t = t.T
@@ -361,6 +358,7 @@ class KerasSource(TensorSource):
 
     def read(self, var: _Var) -> "torch.Tensor":
         import numpy as np
+        import torch
 
         with self._lock:
             if self._h5 is None:
@@ -373,12 +371,11 @@ class KerasSource(TensorSource):
                     f"{self._path}: data of {var.name!r} unreadable ({str(exc).splitlines()[0][:120]})",
                     path=str(self._path),
                 ) from None
-        if ds.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
-            import torch
-
-            raw = torch.from_numpy(np.ascontiguousarray(array).view(np.uint16).view(np.int16))
-            return _to_torch_layout(raw.view(torch.bfloat16).float().numpy(), var.layout).to(torch.bfloat16)
-        return _to_torch_layout(np.ascontiguousarray(array), var.layout)
+        if var.dtype == "bfloat16":  # Keras 3 stores bfloat16 as 2-byte opaque values, so marked
+            tensor = torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(np.ascontiguousarray(array))
+        return _to_torch_layout(tensor, var.layout)
 
     def close_files(self) -> None:
         with self._lock:
