@@ -51,6 +51,9 @@ ComplexLike = Union[complex, np.ndarray]  # log U on the cut: complex, shaped li
 _DROP = 46.0
 # Rows with similar node counts are summed together; this bounds the padded work per chunk.
 _CHUNK = 64
+# Chunks of rows with node counts within 2x of each other where rtol <= _TIGHT_RTOL (see _chunks).
+_CHUNK_SPREAD = 2.0
+_TIGHT_RTOL = 1e-10
 _MAX_NODES = 200_000
 # Target relative accuracy of log U on the cut.
 _CUT_TOL = 1e-13
@@ -74,6 +77,7 @@ def _log_sinh_trapezoid(
     s_hi: np.ndarray,
     dtype: type,
     ref: Optional[np.ndarray] = None,
+    spread: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """log ∫ exp(f(s)) ds for one integrand per row, by the trapezoidal rule in v, s = s_c + W·sinh v.
 
@@ -85,6 +89,9 @@ def _log_sinh_trapezoid(
         dtype: ``float`` or ``complex`` (the type of ``f``).
         ref: per row, the point whose integrand phase is the reference for the sum (the saddle
             or mode that dominates it); the node of largest modulus when None.
+        spread: rows are summed in chunks of up to _CHUNK, every row of a chunk on as many nodes
+            as the chunk's longest; a chunk also ends where that count would exceed ``spread``
+            times its shortest's (see :func:`_chunks`).
 
     Returns:
         ``(fine, coarse, lost)``: log of each row's integral with the step asked for and with
@@ -107,8 +114,7 @@ def _log_sinh_trapezoid(
     lost = np.zeros(s_c.shape)
     shifted: np.ndarray = np.full(s_c.shape, complex(math.nan, math.nan) if dtype is complex else math.nan, dtype=dtype)
     order = np.argsort(n, kind="stable")
-    for start in range(0, order.size, _CHUNK):
-        rows = order[start : start + _CHUNK]
+    for rows in _chunks(order, n, spread):
         nodes = int(n[rows].max())
         t = np.linspace(0.0, 1.0, nodes)
         v = v_lo[rows, None] + (v_hi - v_lo)[rows, None] * t
@@ -143,6 +149,23 @@ def _log_sinh_trapezoid(
                 # Not NaN: NaN marks the rows that were not checked.
                 shifted[rows[moved]] = np.where(np.isfinite(value3), value3, complex(math.inf, math.inf))
     return out, out_coarse, lost, shifted
+
+
+def _chunks(order: np.ndarray, n: np.ndarray, spread: float) -> list[np.ndarray]:
+    """``order`` (rows by ascending node count ``n``) cut into chunks of at most _CHUNK rows, a new
+    one also where a count exceeds ``spread`` times the chunk's first: one row of 10,000 nodes
+    then no longer pads 50 rows of 500 (4.5x the work of an HTMP fit's U grid). Padding gives a
+    row more nodes than its self-check asked for, which at loose tolerances (rtol 1e-8) some rows
+    needed to meet them: only tight ones (rtol <= _TIGHT_RTOL) use a finite spread."""
+    chunks = []
+    start = 0
+    while start < order.size:
+        stop = min(order.size, start + _CHUNK)
+        within = np.searchsorted(n[order[start:stop]], spread * n[order[start]], side="right")
+        stop = start + max(1, int(within))
+        chunks.append(order[start:stop])
+        start = stop
+    return chunks
 
 
 def _bisect_decreasing(fn: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -357,6 +380,7 @@ def _cut_integral(
     step: np.ndarray,
     act_lo: np.ndarray,
     act_hi: np.ndarray,
+    spread: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray]:
     """log J along log u = s − iθ0·exp(−½((s − log y)/w)²) (w = inf: a ray), and |J_h − J_2h|."""
     # Left of both the peak and u = y the integrand falls like u^c: e^-50 takes 50/c in s.
@@ -380,7 +404,7 @@ def _cut_integral(
         return -u + c * log_u - a * np.log(one) + np.log(1.0 - 1j * t0 * dg)
 
     fine, coarse, lost, shifted = _log_sinh_trapezoid(
-        log_integrand, 0.5 * (act_lo + act_hi), width, step, s_lo, s_hi, complex, ref=peak
+        log_integrand, 0.5 * (act_lo + act_hi), width, step, s_lo, s_hi, complex, ref=peak, spread=spread
     )
     err = np.abs(fine - coarse)
     # The shifted sum has the fine sum's own error, not its square: map its difference to the
@@ -463,7 +487,8 @@ def _log_hyperu_cut(
     # The steps above give ~1e-13; the trapezoidal error falls like e^(−k/h), so a looser target
     # allows proportionally longer steps (log rtol / log 1e-13 of them), up to twice as long.
     step = step * min(2.0, max(1.0, math.log(_CUT_TOL) / math.log(min(rtol, 0.1))))
-    log_j, err = _cut_integral(a, c, y, ly, th0, bump_w, peak, step, act_lo, act_hi)
+    spread = _CHUNK_SPREAD if rtol <= _TIGHT_RTOL else math.inf
+    log_j, err = _cut_integral(a, c, y, ly, th0, bump_w, peak, step, act_lo, act_hi, spread)
     # The trapezoidal error falls like e^(−k/h): if the sums at h and 2h differ by ε, the one at
     # h is off by about ε². Accept ε <= sqrt(rtol), scaled by the size of log J.
     accept = math.sqrt(rtol) * np.maximum(1.0, np.abs(log_j))
@@ -488,7 +513,7 @@ def _log_hyperu_cut(
             )
             lo = np.minimum(peak[rows] - 8.0 * sw, lyb - 4.0 * reach)
             hi = np.maximum(peak[rows] + 8.0 * sw, lyb + 4.0 * reach)
-            cand, cand_err = _cut_integral(a, c, yb, lyb, t0, w, peak[rows], stp, lo, hi)
+            cand, cand_err = _cut_integral(a, c, yb, lyb, t0, w, peak[rows], stp, lo, hi, spread)
             better = cand_err < err[rows]
             log_j[rows[better]] = cand[better]
             err[rows[better]] = cand_err[better]
@@ -515,7 +540,7 @@ def _log_hyperu_cut(
             rows = np.flatnonzero(bad)
             cand, cand_err = _cut_integral(
                 a, c, y[rows], ly[rows], th0[rows], bump_w[rows], peak[rows], factor * step[rows],
-                act_lo[rows], act_hi[rows],
+                act_lo[rows], act_hi[rows], spread,
             )
             better = cand_err < err[rows]
             log_j[rows[better]] = cand[better]

@@ -42,6 +42,10 @@ _EPS = float(np.finfo(np.float64).eps)
 # controller, ~5 ms to build, is not needed for models of small matrices such as CIFAR ResNets.
 _MID_P = 96
 _SMALL_P = 256
+# From here the eigenvalues come from LAPACK's two-stage reduction (wbfe._blas.eigvalsh_two_stage):
+# one thread, Zen 4, against dsyevr: 0.55x at p = 256, 0.85x at 1,536, 1.0x at 2,048, 2.2x at
+# 3,072, 3.7x at 4,096 (benchmarks/bench_eigensolvers.py).
+_TWO_STAGE_P = 2560
 # Matrices whose float64 copy fits in this are scored side by side on worker threads (their
 # products and factorisations release the GIL); a larger one alone, on every BLAS thread.
 _WORKER_BYTES = 32 << 20
@@ -290,8 +294,11 @@ def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
 
 def _eigvalsh(g: Any) -> np.ndarray:
     if isinstance(g, np.ndarray):
+        if g.shape[0] >= _TWO_STAGE_P and _blas.has_two_stage():
+            return _blas.eigvalsh_two_stage(g)
         from scipy.linalg import eigvalsh
 
+        # scipy's default driver (dsyevr); dsyevd, dsyev and torch's were no faster at p <= 2,048.
         return eigvalsh(g, lower=True, check_finite=False, overwrite_a=True)
     import torch
 

@@ -1,0 +1,53 @@
+"""The κ search of the HTMP fit (:func:`wbfe.metrics.htmp._maximise`) on functions whose maximum is
+known in closed form, and the fit against a brute-force scan of its own profile likelihood."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from wbfe.metrics import htmp
+
+
+@pytest.mark.parametrize(("peak", "start"), [(0.3, 0.0), (-1.7, 0.5), (2.9, -3.0), (0.0, 0.0)])
+def test_finds_the_maximum_of_a_smooth_unimodal_function(peak: float, start: float) -> None:
+    calls = []
+
+    def f(x: float) -> float:
+        calls.append(x)
+        return -((x - peak) ** 2) - 0.3 * (x - peak) ** 4 + 0.1 * (x - peak) ** 3
+
+    x, ok = htmp._maximise(f, -5.0, 5.0, start, 0.2, 1e-2)
+    assert ok
+    assert x == pytest.approx(peak, abs=1e-2)
+    assert x in calls  # a point that was evaluated, whose side results the caller holds
+    assert len(calls) <= 25
+
+
+@pytest.mark.parametrize(("end", "sign"), [(-2.0, -1.0), (3.0, 1.0)])
+def test_stops_at_the_end_where_the_function_still_rises(end: float, sign: float) -> None:
+    x, ok = htmp._maximise(lambda v: sign * v, -2.0, 3.0, 0.5, 0.2, 1e-2)
+    assert ok and x == end
+
+
+def test_fit_kappa_is_the_maximum_of_its_profile() -> None:
+    # Brute force on the fit's own objective: the profile likelihood (β maximised by Brent on a
+    # spline of the log-density spanning every β tried) at κ·e^±0.05, e^±0.1 is not higher.
+    eigs = np.sort(htmp.sample(1000, 2.0, 0.5, 1.0, seed=7))
+    fitted = htmp.fit(eigs, 0.5, tau=0.0)
+    profile = {step: _profile(eigs, fitted.kappa * math.exp(step), 0.5) for step in (-0.1, -0.05, 0.0, 0.05, 0.1)}
+    assert max(profile, key=profile.__getitem__) == 0.0
+    assert fitted.loglik == pytest.approx(profile[0.0], abs=0.05)
+
+
+def _profile(eigs: np.ndarray, kappa: float, gamma: float) -> float:
+    from scipy.optimize import minimize_scalar
+
+    log_x = np.log(eigs)
+    log_b0 = math.log(kappa / (2.0 * gamma) / float(np.mean(eigs)))
+    model = htmp._ProfileModel(kappa, gamma, log_b0 - 3.0 + log_x[0], log_b0 + 3.0 + log_x[-1])
+    res = minimize_scalar(lambda lb: -model.loglik(lb, log_x), bounds=(log_b0 - 2.5, log_b0 + 2.5),
+                          method="bounded", options={"xatol": 1e-7})
+    return -float(res.fun)
