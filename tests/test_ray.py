@@ -34,6 +34,29 @@ def test_executor_options_are_checked_first(executor: str, address: str, message
         ExecutorOptions(executor, address)  # type: ignore[arg-type]
 
 
+def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from wbfe.errors import MissingDependencyError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(MissingDependencyError, match=r"pip install 'wbfe\[ray\]'"):
+        ExecutorOptions("ray")
+
+
+def test_task_resources_come_from_the_device_and_the_largest_tensor(tmp_path: Path) -> None:
+    from wbfe.executors._ray import largest_tensor_elements, task_resources
+
+    spec = make_zoo(tmp_path / "zoo", 1, width=48)
+    largest = largest_tensor_elements(str(spec.parent / "m0.safetensors"))
+    assert largest == 48 * 48  # l1.weight, the largest of 48x48, 24x48, 10x24 and a bias
+    assert largest_tensor_elements(str(spec.parent)) == 48 * 48
+    assert largest_tensor_elements("org/model") is None
+    assert task_resources("cuda", largest) == {"num_cpus": 1, "num_gpus": 1, "memory": 48 * 48 * 24}
+    assert task_resources("cpu", None) == {"num_cpus": 1}
+
+
 def test_rank_on_ray_equals_local_and_caches_each_model(tmp_path: Path, local_ray: None) -> None:
     spec = make_zoo(tmp_path / "zoo", 4, unusable=True)
     kw = dict(metrics="bfe,htsr", n_boot=200, n_perm=200)
@@ -77,3 +100,10 @@ def test_sharded_score_on_ray_equals_local(tmp_path: Path, local_ray: None) -> N
     split = score_on_ray(single, ScoreOptions(), ExecutorOptions("ray"), part_bytes=1).to_dict()
     split["model"].pop("executor")
     assert split == wbfe.score(single).to_dict()
+    # A format that is not split (a torch pickle) is scored whole by one task: the same result.
+    import torch
+
+    torch.save({"a.weight": torch.randn(30, 20, generator=torch.Generator().manual_seed(3))}, tmp_path / "p.pt")
+    whole = wbfe.score(tmp_path / "p.pt", executor="ray").to_dict()
+    assert whole["model"].pop("executor") == "ray"
+    assert whole == wbfe.score(tmp_path / "p.pt").to_dict()
