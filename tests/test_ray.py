@@ -34,6 +34,25 @@ def test_executor_options_are_checked_first(executor: str, address: str, message
         ExecutorOptions(executor, address)  # type: ignore[arg-type]
 
 
+def test_an_address_where_nothing_listens_is_refused_at_once() -> None:
+    import socket
+    import time
+
+    from wbfe.executors._ray import check_reachable
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(InvalidOptionError, match=f"no Ray cluster answers at ray://127.0.0.1:{port}"):
+        check_reachable(f"ray://127.0.0.1:{port}")
+    assert time.monotonic() - start < 5
+    with socket.socket() as server:  # and one where something does
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        check_reachable(f"127.0.0.1:{server.getsockname()[1]}")
+
+
 def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 

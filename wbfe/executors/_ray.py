@@ -42,11 +42,29 @@ def connect(address: Optional[str]) -> Any:
     ray = import_ray()
     if ray.is_initialized():
         return ray
+    if address is not None and address != "auto":
+        check_reachable(address)
     try:
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, configure_logging=True)
     except ConnectionError as exc:
         raise InvalidOptionError(f"no Ray cluster at {address!r}: {' '.join(str(exc).split())[:200]}") from None
     return ray
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse at once an address where nothing listens: ``ray.init`` would retry for minutes.
+
+    Raises:
+        InvalidOptionError: no TCP connection to ``host:port`` within ``timeout`` seconds.
+    """
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise InvalidOptionError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
 
 
 def node_of_this_task() -> str:
