@@ -1,6 +1,8 @@
 """wbfe against WeightWatcher 0.7.7 on the same checkpoints: time, peak RSS, fraction of the machine's limit.
 
 For each model, runs alternately (A B A B ...) in fresh processes, timing only the analysis call:
+  - default: ``wbfe.score(path)``, the default metric groups (what ``wbfe score`` computes)
+  - htmp  : ``wbfe.score(path, metrics=("bfe", "htsr", "htmp"))`` (adds the HTMP fit)
   - wbfe  : ``wbfe.score(path, metrics=("bfe", "htsr"))``  (norms, ranks, entropy, PL + TPL + MP fits)
   - bfe   : ``wbfe.score(path, metrics="bfe")``           (the BFE-W-only path)
   - ww    : ``WeightWatcher().analyze(model=folder, randomize=False, plot=False)`` (its default:
@@ -31,7 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "vs_weightwatcher.json"
-CIFAR = ROOT.parent / "shared" / "zoo" / "cifar10-resnet"
+# ../shared beside the main checkout; from a worktree under /work/wt/NAME it is two levels up.
+CIFAR = next((base / "shared" / "zoo" / "cifar10-resnet" for base in (ROOT.parent, ROOT.parent.parent)
+              if (base / "shared" / "zoo" / "cifar10-resnet").is_dir()), ROOT.parent / "shared" / "zoo" / "cifar10-resnet")
 ALL_MODELS = "synthetic,cifar,transformer"
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -48,7 +52,8 @@ if tool.startswith("ww"):
 else:
     # imported before the clock, as `import weightwatcher` imports its whole stack
     import torch, scipy.linalg, scipy.optimize, scipy.special, wbfe, wbfe.scoring, wbfe.metrics.htsr
-    metrics = ("bfe", "htsr") if tool == "wbfe" else ("bfe",)
+    import wbfe.metrics.htmp
+    metrics = {"wbfe": ("bfe", "htsr"), "bfe": ("bfe",), "default": None, "htmp": ("bfe", "htsr", "htmp")}[tool]
     start = time.perf_counter()
     n = len(wbfe.score(path, metrics=metrics, device="cpu").layers)
 elapsed = time.perf_counter() - start
@@ -177,6 +182,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=ALL_MODELS)
+    parser.add_argument("--tools", default="ww,default,wbfe,bfe,htmp,ww_mp",
+                        help="which runs (ww_mp, once per setting, is slow: 12-70 s a model)")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"results file (default {RESULTS.name}; with a subset of --models, one named after it)")
     args = parser.parse_args()
@@ -194,28 +201,32 @@ def main() -> None:
             entry: dict = {"checkpoint_bytes": (folder / "model.safetensors").stat().st_size,
                            "limit_gflop": {k: round(v / 1e9, 3) for k, v in flops.items()}}
             for threads in (1, None):
-                runs: dict[str, list[dict]] = {"wbfe": [], "bfe": [], "ww": [], "ww_mp": []}
+                wanted = args.tools.split(",")
+                runs: dict[str, list[dict]] = {t: [] for t in wanted}
                 for i in range(args.repeats):
-                    tools = ("ww", "wbfe", "bfe") + (("ww_mp",) if i == 0 else ())
+                    tools = [t for t in wanted if t != "ww_mp" or i == 0]
                     for tool in tools:  # alternate so drift hits all alike
                         runs[tool].append(_run(tool, folder, threads))
                 med = {t: statistics.median(r["seconds"] for r in rs) for t, rs in runs.items()}
                 limit = {k: v / (gflops[threads] * 1e9) for k, v in flops.items()}
                 key = "threads_1" if threads == 1 else "threads_default"
+                ratio = lambda a, b: round(med[a] / med[b], 2) if a in med and b in med else None  # noqa: E731
                 entry[key] = {
                     "median_seconds": {t: round(v, 4) for t, v in med.items()},
-                    "speedup_vs_ww": round(med["ww"] / med["wbfe"], 2),
-                    "speedup_bfe_only_vs_ww": round(med["ww"] / med["bfe"], 2),
-                    "speedup_vs_ww_same_metrics": round(med["ww_mp"] / med["wbfe"], 2),
-                    "speedup_bfe_only_vs_ww_same_metrics": round(med["ww_mp"] / med["bfe"], 2),
+                    "speedup_default_vs_ww": ratio("ww", "default"),
+                    "speedup_with_htmp_vs_ww": ratio("ww", "htmp"),
+                    "speedup_vs_ww": ratio("ww", "wbfe"),
+                    "speedup_bfe_only_vs_ww": ratio("ww", "bfe"),
+                    "speedup_vs_ww_same_metrics": ratio("ww_mp", "wbfe"),
+                    "speedup_bfe_only_vs_ww_same_metrics": ratio("ww_mp", "bfe"),
                     "peak_rss_mb": {t: round(max(r["peak_rss_mb"] for r in rs), 1) for t, rs in runs.items()},
                     "layers": {t: rs[0]["layers"] for t, rs in runs.items()},
                     "limit_seconds": {k: round(v, 4) for k, v in limit.items()},
-                    "fraction_of_limit_wbfe": round(limit["eig"] / med["wbfe"], 3),
-                    "fraction_of_limit_bfe_only": round(limit["bfe"] / med["bfe"], 3),
+                    "fraction_of_limit_wbfe": round(limit["eig"] / med["wbfe"], 3) if "wbfe" in med else None,
+                    "fraction_of_limit_bfe_only": round(limit["bfe"] / med["bfe"], 3) if "bfe" in med else None,
                     # The most the BFE-only path could reach against WW's default on this machine:
                     # its unavoidable flops at the GEMM rate, against WW's time.
-                    "speedup_bfe_only_at_limit_vs_ww": round(med["ww"] / limit["bfe"], 2),
+                    "speedup_bfe_only_at_limit_vs_ww": round(med["ww"] / limit["bfe"], 2) if "ww" in med else None,
                 }
             report["models"][name] = entry
             print(name, json.dumps(entry), flush=True)

@@ -21,7 +21,7 @@ def compare_command(
     fmt: ScoreFormat = typer.Option(ScoreFormat.table, "--format", "-f", help="What to print."),
     output: Optional[Path] = typer.Option(None, "--output", "-o",
                                           help="Folder: compare.json, compare.csv, change_along_depth.png and report.html."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Metric groups whose change is reported. Default: bfe,htsr,htmp."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Metric groups whose change is reported. Default: bfe,htsr."),
     name_map: Optional[list[str]] = typer.Option(None, "--map", help="REGEX=REPL applied to A's names before matching (repeatable)."),
     top_k: int = typer.Option(10, "--top-k", help="Size of the singular subspaces whose overlap is reported."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name (in A) matches this regular expression."),

@@ -43,7 +43,7 @@ def score_command(
     lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     head: Optional[str] = typer.Option(None, "--head", help="Tensor or module name of the classifier / LM head."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp; rand opt-in). Default: bfe,htsr,htmp."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp; htmp and rand opt-in). Default: bfe,htsr."),
     min_eigs: int = typer.Option(10, "--min-eigs", help="Tail fits (HT-SR, HTMP) need this many eigenvalues; BFE-W needs 2."),
     ww_compatible: bool = typer.Option(False, "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random steps (the rand group's shuffles)."),

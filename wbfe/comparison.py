@@ -166,7 +166,7 @@ def compare(
 
     Args:
         a, b: any references :func:`wbfe.score` accepts (paths, hub ids, modules, state dicts).
-        metrics: metric groups whose change is reported (default ``bfe,htsr,htmp``).
+        metrics: metric groups whose change is reported (default ``bfe,htsr``).
         name_map: renames ``REGEX=REPL`` (or ``(regex, repl)``) applied in order to A's names
             before matching them with B's.
         top_k: size of the singular subspaces whose overlap is reported.

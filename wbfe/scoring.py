@@ -99,7 +99,7 @@ def score(
     Args:
         ref: a path, ``org/name[@rev]``, ``timm:<name>``, ``torchvision:<weights>``, an ``nn.Module``
             or a state dict (see :mod:`wbfe.sources`).
-        metrics: metric groups (``"bfe,htsr,htmp"`` or an iterable); None for all.
+        metrics: metric groups (``"bfe,htsr,htmp"`` or an iterable); None for the default, ``bfe,htsr``.
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision.
         conv: conv-kernel convention, ``flatten`` (out × in·k…) or ``slices`` (pooled k positions).
         layers: a regular expression; only tensors whose name it matches (``re.search``) are analysed.

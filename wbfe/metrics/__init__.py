@@ -2,7 +2,7 @@
 
 ``bfe``  — BFE-W, primal or dual, at lambda* or a given lambda (MATH.md §2).
 ``htsr`` — the HT-SR baselines popularised by WeightWatcher (MATH.md §4).
-``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h against h* (MATH.md §3).
+``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h against h* (MATH.md §3); opt-in.
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ _REGISTRY: dict[str, str] = {
     "htmp": "wbfe.metrics.htmp:GROUP",
     "rand": "wbfe.metrics.rand:GROUP",  # opt-in: not in DEFAULT_GROUPS
 }
-DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr", "htmp")
+# htmp is opt-in: its fit costs ~100 ms a matrix (a U grid per κ tried), which made the default
+# score of CIFAR ResNet-56 25x slower than WeightWatcher's default analyze() (6.2 s against
+# 0.25 s, benchmarks/bench_vs_weightwatcher.py --tools ww,default,wbfe,htmp); bfe+htsr is 2.1x
+# faster than it.
+DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 
 
 def _load(name: str) -> MetricGroup:
