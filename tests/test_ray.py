@@ -110,6 +110,10 @@ def test_sharded_score_on_ray_equals_local(tmp_path: Path, local_ray: None) -> N
     tied = [s for s in local["skipped"] if s["reason"].startswith("tied")]
     assert [s["reason"] for s in tied] == ["tied: identical to model.layers.0.self_attn.q_proj.weight"] * 2
     assert len(seen) == 3 and all(t == 3 and "by Ray" in line for _, t, line in seen)
+    total = sum(p.stat().st_size - 8 - int.from_bytes(p.read_bytes()[:8], "little")
+                for p in folder.glob("*.safetensors"))  # the tensor bytes: file less its header
+    assert seen[-1][2].endswith(f"3/3 parts by Ray, {total / 1e3:.1f} kB of {total / 1e3:.1f} kB, "
+                                f"all done in {seen[-1][2].rsplit(' in ', 1)[1]}"), seen
     # One file split into groups of tensors (here one tensor per task): the same result again.
     from wbfe.executors.ray_score import plan_parts, score_on_ray
     from wbfe.options import ScoreOptions

@@ -117,18 +117,31 @@ def task_resources(device: str, largest: Optional[int]) -> dict[str, Any]:
 
 @dataclass
 class Progress:
-    """Tasks done of ``total`` on the driver, with an estimate of the time left."""
+    """Tasks done of ``total`` on the driver (and bytes scored of ``total_bytes`` when known), with
+    an estimate of the time left."""
 
     total: int
     say: Callable[[str], None]
     what: str = "models"
+    total_bytes: int = 0
     done: int = 0
+    done_bytes: int = 0
     start: float = field(default_factory=time.monotonic)
 
-    def step(self, node: str) -> str:
-        """Count one finished task; the note for its progress line (node, done/total, ETA)."""
+    def step(self, node: str, nbytes: int = 0) -> str:
+        """Count one finished task; the note for its progress line (node, done/total, bytes, ETA)."""
         self.done += 1
+        self.done_bytes += nbytes
         elapsed = time.monotonic() - self.start
-        left = elapsed / self.done * (self.total - self.done)
+        share = self.done_bytes / self.total_bytes if self.total_bytes else self.done / self.total
+        left = elapsed / share * (1 - share) if share > 0 else float("nan")
         when = f"ETA {left:.0f} s" if self.done < self.total else f"all done in {elapsed:.0f} s"
-        return f" on {node} ({self.done}/{self.total} {self.what} by Ray, {when})"
+        scored = f", {_size(self.done_bytes)} of {_size(self.total_bytes)}" if self.total_bytes else ""
+        return f" on {node} ({self.done}/{self.total} {self.what} by Ray{scored}, {when})"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"

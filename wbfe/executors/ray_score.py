@@ -36,11 +36,12 @@ _EXPERT_SUFFIX = re.compile(r"\[\d+\](?:\.[A-Za-z_]+)?$")
 @dataclass(frozen=True)
 class Part:
     """The tensors one task scores: their names, the file whose bytes it hashes (None when another
-    part of the same file hashes it), and the bytes of its largest tensor's elements."""
+    part of the same file hashes it), the elements of its largest tensor and its tensors' bytes."""
 
     names: tuple[str, ...]
     file: Optional[str]
     largest: int
+    nbytes: int = 0
 
 
 def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
@@ -84,7 +85,8 @@ def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
 
 
 def _part(names: list[str], header: dict[str, Any], file: Optional[str]) -> Part:
-    return Part(tuple(names), file, max((_numel(header[n]["shape"]) for n in names), default=0))
+    return Part(tuple(names), file, max((_numel(header[n]["shape"]) for n in names), default=0),
+                sum(header[n]["data_offsets"][1] - header[n]["data_offsets"][0] for n in names))
 
 
 def _numel(shape: Any) -> int:
@@ -215,7 +217,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
     owner = {name: k for k, part in enumerate(parts) for name in part.names}
     owner_ref = ray.put(owner)
     remote = ray.remote(_score_part)
-    counter = Progress(total=len(parts), say=say, what="parts")
+    counter = Progress(total=len(parts), say=say, what="parts", total_bytes=sum(p.nbytes for p in parts))
     tasks = {remote.options(**retry, name=f"wbfe-score-part-{k}", **task_resources(options.device, part.largest))
              .remote(ref, options, k, owner_ref, part.file): k for k, part in enumerate(parts)}
     try:
@@ -225,10 +227,10 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
                 k = tasks.pop(done)
                 answer = ray.get(done)
                 if "error" in answer:
-                    say(f"[ray] part {k + 1}: failed{counter.step(answer['node'])}: {answer['error']}")
+                    say(f"[ray] part {k + 1}: failed{counter.step(answer['node'], parts[k].nbytes)}: {answer['error']}")
                     raise answer["error"]
                 answers[k] = answer
-                say(f"[ray] part {k + 1} ({len(parts[k].names)} tensors) scored{counter.step(answer['node'])}")
+                say(f"[ray] part {k + 1} ({len(parts[k].names)} tensors) scored{counter.step(answer['node'], parts[k].nbytes)}")
     except BaseException:
         for pending in tasks:
             ray.cancel(pending, force=True)
