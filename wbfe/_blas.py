@@ -137,9 +137,10 @@ def _two_stage() -> Optional[Callable[..., int]]:
         except OSError:  # pragma: no cover
             continue
         for name in ("scipy_LAPACKE_dsyevd_2stage", "LAPACKE_dsyevd_2stage"):
-            address = getattr(library, name, None)
-            if address is not None:
-                return _LAPACKE_EIG(ctypes.cast(address, ctypes.c_void_p).value)
+            symbol = getattr(library, name, None)
+            address = ctypes.cast(symbol, ctypes.c_void_p).value if symbol is not None else None
+            if address:
+                return _LAPACKE_EIG(address)
     return None
 
 
