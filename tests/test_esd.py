@@ -44,3 +44,12 @@ def test_cli_writes_a_png(st_file: Path, tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     bad = CliRunner().invoke(app, ["esd", str(st_file), "--layer", "nope", "--output", str(tmp_path / "x.png")])
     assert bad.exit_code == 2 and "no tensor named 'nope'" in bad.stderr and not (tmp_path / "x.png").exists()
+
+
+def test_a_tensor_its_reader_skips_is_no_esd(tmp_path: Path) -> None:
+    """A stride-0 (expanded) tensor is skipped by score() with its reason; `wbfe esd` names it and
+    the reason rather than plotting the spectrum of a rank-one view."""
+    path = tmp_path / "expanded.pt"
+    torch.save({"w": torch.randn(1, 64).expand(64, 64), "fc.weight": torch.randn(10, 64)}, path)
+    with pytest.raises(InvalidOptionError, match="stride-0"):
+        layer_spectrum(path, "w")

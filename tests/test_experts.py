@@ -215,3 +215,21 @@ def test_gguf_expert_stacks_and_router_names() -> None:
     assert role_of("blk.0.ffn_gate_inp.weight", 2) == "router"
     assert role_of("model.layers.0.mlp.gate.weight", 2) == "router"
     assert role_of("model.layers.0.mlp.gate_proj.weight", 2) == "mlp"
+
+
+def test_esd_rereads_see_expert_rows_as_score_does(tmp_path: Path) -> None:
+    """The report's ESD thumbnails and `wbfe esd` re-read a matrix by its row name: for a fused
+    stack that is `<tensor>[e]`, which only exists once the stack is split as score() splits it."""
+    from wbfe.reporting.spectra import read_eigenvalues
+    from wbfe.scoring import layer_spectrum
+
+    folder = _save(tmp_path / "fused", _common() | _fused(_experts(), "qwen"), "qwen3_moe")
+    result = wbfe.score(folder, metrics="htsr").to_dict()
+    experts = [layer for layer in result["layers"] if "[" in layer["name"]][:3]
+    assert experts
+    got = read_eigenvalues(folder, [layer["name"] for layer in experts], result["model"]["options"])
+    for layer in experts:
+        assert got[layer["name"]].size == layer["n_eigs"]
+        assert float(got[layer["name"]].sum()) == pytest.approx(layer["norm"], rel=1e-9)
+        _, spectrum = layer_spectrum(folder, layer["name"])
+        assert spectrum.n_eigs == layer["n_eigs"]

@@ -400,8 +400,8 @@ def layer_spectrum(
             if entry.name not in (layer, f"{layer}.weight"):
                 continue
             plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv)
-            if consumed is not None:
-                plan = Skip(entry.name, consumed)
+            if entry.skip is not None or consumed is not None:  # as score() does (see _plan)
+                plan = Skip(entry.name, entry.skip or consumed or "")
             if isinstance(plan, Skip):
                 raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
             return plan, spectrum(as_matrices(entry.load(), plan), torch_device)

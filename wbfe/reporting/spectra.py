@@ -18,7 +18,7 @@ def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any])
     """
     from wbfe.matrices import as_matrices, plan_matrix
     from wbfe.matrices import Skip
-    from wbfe.scoring import _ww_matrices  # the one definition of WeightWatcher's conv slices
+    from wbfe.scoring import _stream, _ww_matrices  # the tensors as score() saw them; WW's conv slices
     from wbfe.sources import open_source
     from wbfe.spectra import eigenvalues, resolve_device
 
@@ -27,8 +27,9 @@ def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any])
     device = resolve_device(str(options.get("device") or "auto"))
     out: dict[str, np.ndarray] = {}
     with open_source(ref) as source:
-        for entry in source.entries():
-            if entry.name not in wanted:
+        # Dequantised and split per expert as score() streams them, so every scored row can be re-read.
+        for entry, consumed in _stream(source):
+            if entry.name not in wanted or entry.skip is not None or consumed is not None:
                 continue
             plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=1)
             if isinstance(plan, Skip):
