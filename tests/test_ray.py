@@ -130,3 +130,25 @@ def test_sharded_score_on_ray_equals_local(tmp_path: Path, local_ray: None) -> N
     whole = wbfe.score(tmp_path / "p.pt", executor="ray").to_dict()
     assert whole["model"].pop("executor") == "ray"
     assert whole == wbfe.score(tmp_path / "p.pt").to_dict()
+
+
+def test_a_zoo_of_file_uris_ranks_on_ray_exactly_as_the_local_zoo(tmp_path: Path, local_ray: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each Ray task copies its URI into the object cache on its node (memory:// is per process, so
+    # file:// stands in for s3:// here).
+    pytest.importorskip("fsspec")
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "objects-home"))
+    spec = make_zoo(tmp_path / "zoo", 3)
+    rows = spec.read_text().splitlines()
+    uri_spec = tmp_path / "uris.csv"
+    uri_spec.write_text("\n".join([rows[0]] + [
+        f"{m},{(spec.parent / ckpt).as_uri()},{q}" for m, ckpt, q in (r.split(",") for r in rows[1:])]) + "\n")
+    kw = dict(metrics="bfe,htsr", n_boot=200, n_perm=200)
+    local = without_run_details(rank(spec, cache_dir=False, **kw).to_dict())  # type: ignore[arg-type]
+    on_ray = without_run_details(rank(uri_spec, executor="ray", cache_dir=tmp_path / "c", **kw).to_dict())  # type: ignore[arg-type]
+    assert [m["ref"] for m in on_ray["models"]] == [(spec.parent / f"m{k}.safetensors").as_uri() for k in range(3)]
+    for out in (local, on_ray):
+        out["models"] = [{k: v for k, v in m.items() if k != "ref"} for m in out["models"]]
+        out.pop("zoo", None)
+    assert on_ray == local
+    assert len(list((tmp_path / "objects-home" / "objects").rglob("*.safetensors"))) == 3

@@ -30,6 +30,7 @@ from wbfe._config import shared_zoo_dir
 from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
 from wbfe.fixtures import fixtures_dir
 from wbfe.sources import WEIGHT_SUFFIXES
+from wbfe.sources.object_store import is_uri
 
 __all__ = [
     "ZooEntry",
@@ -143,7 +144,7 @@ def _parse_number(text: str) -> Optional[float]:
 def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
     """A local path relative to ``base_dir`` becomes absolute; hub ids and prefixed names stay."""
     value = value.strip()
-    if value.startswith(_PREFIXES) or base_dir is None:
+    if value.startswith(_PREFIXES) or base_dir is None or is_uri(value):
         return value
     try:
         candidate = Path(value).expanduser()

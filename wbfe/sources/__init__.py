@@ -5,6 +5,8 @@ References, tried in this order:
 - an ``nn.Module`` or a mapping of tensors (library use);
 - an existing path: a ``.safetensors`` file, a ``*.index.json`` shard index, a PyTorch file
   (``.bin .pt .pth .th .ckpt``, loaded with ``weights_only=True``), or a folder holding one of these;
+- an object-store URI ``<protocol>://...`` (``s3://``, ``gs://``, ... through fsspec), copied
+  into a local cache first (:mod:`wbfe.sources.object_store`);
 - ``timm:<name>`` and ``torchvision:<weights>``;
 - a Hugging Face id ``org/name[@revision]``.
 """
@@ -19,6 +21,7 @@ from wbfe.errors import SourceNotFoundError
 from wbfe.sources._base import TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource
 from wbfe.sources.formats import OTHER_SUFFIXES
 from wbfe.sources.hub import HUB_ID
+from wbfe.sources.object_store import is_uri
 from wbfe.sources.torch_pickle import tensor_entries, unwrap_state_dict
 
 # The one list of suffixes a checkpoint file of any format wbfe reads may have, and with a shard
@@ -62,6 +65,10 @@ def open_source(ref: Any) -> TensorSource:
             return MemorySource(ref)
         raise SourceNotFoundError(f"cannot read weights from a {type(ref).__name__}")
     text = str(ref)
+    if isinstance(ref, str) and is_uri(text):  # s3://, gs://, memory://, file://: through fsspec
+        from wbfe.sources.object_store import open_uri
+
+        return open_uri(text)
     path = Path(text).expanduser()
     if os.path.lexists(path):  # a dangling symlink too: open_path says what it is
         from wbfe.sources.local import open_path

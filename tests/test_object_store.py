@@ -1,0 +1,170 @@
+"""Models referenced by an object-store URI (fsspec's ``memory://`` and ``file://`` stand in for
+``s3://`` and ``gs://``): copied into the local cache, then scored exactly as the local files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import wbfe
+from tests.ray_zoo import make_sharded, make_zoo, without_run_details
+from wbfe.errors import MissingDependencyError, SourceNotFoundError
+from wbfe.ranking import rank
+
+fsspec = pytest.importorskip("fsspec")
+
+
+@pytest.fixture()
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """An empty ``memory://`` store, and a fresh wbfe cache folder."""
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "cache"))
+    fs = fsspec.filesystem("memory")
+    fs.store.clear()
+    fs.pseudo_dirs.clear()
+    fs.pseudo_dirs.append("")
+    yield fs
+    fs.store.clear()
+
+
+def _upload(fs: Any, local: Path, remote: str) -> None:
+    if local.is_dir():
+        for f in sorted(local.iterdir()):
+            fs.pipe_file(f"{remote}/{f.name}", f.read_bytes())
+    else:
+        fs.pipe_file(remote, local.read_bytes())
+
+
+def _scores(result: Any) -> dict[str, Any]:
+    out = result.to_dict()
+    model = out.pop("model")
+    return {**out, "sha256": model["sha256"], "format": model["format"]}
+
+
+def test_a_checkpoint_in_the_store_scores_exactly_as_the_local_file(tmp_path: Path, store: Any) -> None:
+    local = make_zoo(tmp_path / "zoo", 1).parent / "m0.safetensors"
+    _upload(store, local, "/bucket/models/m0.safetensors")
+    remote = wbfe.score("memory://bucket/models/m0.safetensors")
+    assert _scores(remote) == _scores(wbfe.score(local))
+    assert remote.model["source"] == "memory://bucket/models/m0.safetensors"
+    from wbfe.sources import content_hash
+
+    assert content_hash("memory://bucket/models/m0.safetensors") == content_hash(str(local))
+    # The copy is in wbfe's cache folder, under objects/.
+    copies = list((tmp_path / "cache" / "objects").rglob("m0.safetensors"))
+    assert len(copies) == 1 and copies[0].read_bytes() == local.read_bytes()
+
+
+def test_a_sharded_folder_in_the_store_scores_exactly_as_the_local_folder(tmp_path: Path, store: Any) -> None:
+    folder = make_sharded(tmp_path / "sharded")
+    (folder / "config.json").write_text('{"model_type": "llama", "tie_word_embeddings": false}')
+    _upload(store, folder, "/bucket/sharded")
+    store.pipe_file("/bucket/sharded/notes/secret.bin", b"not named by the URI")  # a subfolder: never read
+    store.pipe_file("/bucket/sharded-other/x.safetensors", b"a sibling: never read")
+    remote = wbfe.score("memory://bucket/sharded/")
+    assert _scores(remote) == _scores(wbfe.score(folder))
+    copied = sorted(p.name for p in (tmp_path / "cache" / "objects").rglob("*") if p.is_file())
+    assert copied == sorted(p.name for p in folder.iterdir())
+
+
+def test_a_changed_object_is_fetched_again_and_an_unchanged_one_is_not(tmp_path: Path, store: Any) -> None:
+    zoo = make_zoo(tmp_path / "zoo", 2).parent
+    _upload(store, zoo / "m0.safetensors", "/b/m.safetensors")
+    first = wbfe.score("memory://b/m.safetensors")
+    calls: list[str] = []
+    real = type(store).get_file
+
+    def counting(self: Any, rpath: str, lpath: str, **kw: Any) -> Any:
+        calls.append(rpath)
+        return real(self, rpath, lpath, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(store), "get_file", counting)
+        again = wbfe.score("memory://b/m.safetensors")
+        assert calls == [] and _scores(again) == _scores(first)
+        _upload(store, zoo / "m1.safetensors", "/b/m.safetensors")  # replaced in the store
+        changed = wbfe.score("memory://b/m.safetensors")
+        assert calls == ["/b/m.safetensors"]
+    assert _scores(changed) == _scores(wbfe.score(zoo / "m1.safetensors"))
+    assert changed.model["sha256"] != first.model["sha256"]
+
+
+def test_a_zoo_of_uris_ranks_exactly_as_the_local_zoo(tmp_path: Path, store: Any) -> None:
+    spec = make_zoo(tmp_path / "zoo", 4, unusable=True)
+    lines = spec.read_text().splitlines()
+    for f in spec.parent.glob("*.safetensors"):
+        _upload(store, f, f"/zoo/{f.name}")
+    remote_spec = tmp_path / "remote.csv"
+    remote_spec.write_text("\n".join([lines[0]] + [
+        ",".join([m, f"memory://zoo/{ckpt}", q]) for m, ckpt, q in (row.split(",") for row in lines[1:])]) + "\n")
+    kw: dict[str, Any] = dict(metrics="bfe,htsr", n_boot=200, n_perm=200)
+    local = rank(spec, cache_dir=tmp_path / "local-cache", **kw)
+    remote = rank(remote_spec, cache_dir=tmp_path / "remote-cache", **kw)
+
+    def plain(result: Any) -> dict[str, Any]:
+        out = without_run_details(result.to_dict())
+        out["models"] = [{k: v for k, v in m.items() if k != "ref"} for m in out["models"]]
+        out.pop("zoo", None)
+        out["failed"] = [{**f, "reason": f["reason"].replace(str(spec.parent), "memory://zoo")} for f in out["failed"]]
+        return out
+
+    assert plain(remote) == plain(local)
+    assert [m.ref for m in remote.models] == [f"memory://zoo/m{k}.safetensors" for k in range(4)]
+    assert [f.model for f in remote.failed] == ["broken"]
+    # The score cache works for URIs: a re-run takes the four from it.
+    again = rank(remote_spec, cache_dir=tmp_path / "remote-cache", **kw)
+    assert (again.n_cached, again.n_scored) == (4, 1) and plain(again) == plain(local)
+
+
+def test_file_uris_are_read_too(tmp_path: Path, store: Any) -> None:
+    folder = make_sharded(tmp_path / "sharded")
+    assert _scores(wbfe.score(folder.as_uri())) == _scores(wbfe.score(folder))
+
+
+@pytest.mark.parametrize("uri, error, message", [
+    ("memory://bucket/absent.safetensors", SourceNotFoundError, "no such object: memory://bucket/absent"),
+    ("memory://bucket/empty/", SourceNotFoundError, "no weight files"),
+    ("nosuchproto://bucket/m.safetensors", SourceNotFoundError, "unknown protocol 'nosuchproto'"),
+])
+def test_bad_uris_are_typed_errors(store: Any, uri: str, error: type, message: str) -> None:
+    store.pipe_file("/bucket/empty/readme.txt", b"no weights here")
+    with pytest.raises(error, match=message):
+        wbfe.score(uri)
+
+
+def test_a_protocol_whose_package_is_missing_names_it(store: Any) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("s3fs") is not None:
+        pytest.skip("s3fs is installed here")
+    with pytest.raises(MissingDependencyError, match=r"s3:// protocol needs s3fs: pip install s3fs$"):
+        wbfe.score("s3://bucket/model/")
+
+
+def test_missing_fsspec_names_the_extra(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def no_fsspec(name: str, *a: Any, **kw: Any) -> Any:
+        if name == "fsspec" or name.startswith("fsspec."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_fsspec)
+    with pytest.raises(MissingDependencyError, match=r"need fsspec: pip install 'wbfe\[fsspec\]'$"):
+        wbfe.score("s3://bucket/model/")
+
+
+def test_the_cli_scores_a_uri_and_refuses_a_missing_one(tmp_path: Path, store: Any) -> None:
+    from typer.testing import CliRunner
+
+    from wbfe_cli.main import app
+
+    local = make_zoo(tmp_path / "zoo", 1).parent / "m0.safetensors"
+    _upload(store, local, "/b/m0.safetensors")
+    ok = CliRunner().invoke(app, ["score", "memory://b/m0.safetensors", "--format", "json"])
+    assert ok.exit_code == 0, ok.output
+    bad = CliRunner().invoke(app, ["score", "memory://b/absent.safetensors"])
+    assert bad.exit_code == 2 and "no such object: memory://b/absent.safetensors" in bad.output

@@ -1,0 +1,162 @@
+"""Object-store URIs (``s3://bucket/model/``, ``gs://...``, any ``<protocol>://`` fsspec knows).
+
+The object (a checkpoint file, or a folder: a shard index with its shards, ``config.json``) is
+copied into a local cache folder by whoever scores it (this process, or a Ray task on its node)
+and opened with the normal readers; the provenance keeps the URI. Only what the URI names is read:
+a named file alone, or a folder's weight files (as :func:`~wbfe.sources.local.pick_weight_files`
+chooses them, the shards its index lists) and its configs, never its subfolders' other files.
+
+The copy is content-addressed by the URI and what the store says of each object (size, ETag,
+modification time, generation): it is re-used while these are unchanged and fetched again when they
+change. A copy is written into a private folder and renamed into place, so a reader (another
+process, another driver) sees a complete copy or none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+from wbfe.errors import MissingDependencyError, SourceNotFoundError, WbfeError
+from wbfe.sources._base import TensorSource
+
+__all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "object_cache_dir", "FSSPEC_INSTALL"]
+
+URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S)
+FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
+
+# What stores report of an object that changes when its content does (s3: ETag, LastModified; gcs:
+# md5Hash, generation, updated; local and memory: mtime / created). Size is always compared.
+_IDENTITY = ("size", "ETag", "etag", "md5Hash", "generation", "mtime", "LastModified", "last_modified",
+             "updated", "created", "ino", "version_id", "VersionId")
+_CONFIGS = ("config.json", "quantize_config.json", "adapter_config.json")
+
+
+def is_uri(text: str) -> bool:
+    """Whether ``text`` is a ``<protocol>://...`` reference (a Windows drive ``C:\\`` is not)."""
+    return URI.match(text) is not None
+
+
+def object_cache_dir() -> Path:
+    """Where object-store copies live: ``objects/`` in wbfe's cache folder (``$WBFE_CACHE_DIR``)."""
+    from wbfe._config import wbfe_cache_dir
+
+    return wbfe_cache_dir() / "objects"
+
+
+def open_uri(uri: str) -> TensorSource:
+    """Copy the object ``uri`` names into the local cache (when not there already) and open it.
+
+    Raises:
+        MissingDependencyError: fsspec, or the protocol's package (e.g. s3fs), is not installed.
+        SourceNotFoundError: an unknown protocol, a missing object, a folder without weight files,
+            or a store that cannot be read.
+        CorruptCheckpointError, TruncatedCheckpointError, ...: as the readers raise for the copy.
+    """
+    from wbfe.sources.local import open_path
+
+    return open_path(fetch_uri(uri), ref=uri)
+
+
+def _filesystem(uri: str) -> tuple[Any, str]:
+    try:
+        import fsspec
+    except ModuleNotFoundError:
+        raise MissingDependencyError(f"{uri}: object-store URIs need fsspec: {FSSPEC_INSTALL}") from None
+    protocol = URI.match(uri).group("protocol")  # type: ignore[union-attr]
+    try:
+        return fsspec.core.url_to_fs(uri)  # type: ignore[no-any-return]
+    except ImportError as exc:  # a known protocol whose package (s3fs, gcsfs, ...) is missing
+        from fsspec.registry import known_implementations
+
+        impl = known_implementations.get(protocol, {}).get("class", "")
+        package = impl.split(".")[0] if impl else ""
+        hint = f"pip install {package}" if package else " ".join(str(exc).split())
+        raise MissingDependencyError(f"{uri}: the {protocol}:// protocol needs {package or 'a package'}: {hint}") from None
+    except (ValueError, TypeError) as exc:
+        raise SourceNotFoundError(f"{uri}: unknown protocol {protocol!r} ({' '.join(str(exc).split())})", path=uri) from None
+
+
+def _identity(info: dict[str, Any]) -> dict[str, str]:
+    return {k: str(info[k]) for k in _IDENTITY if info.get(k) is not None}
+
+
+def _rel(root: str, name: str) -> str:
+    return name.rstrip("/")[len(root.rstrip("/")):].lstrip("/")
+
+
+def fetch_uri(uri: str) -> Path:
+    """The local copy of ``uri``: a file, or a folder of the files the URI's folder holds that count.
+
+    Raises:
+        As :func:`open_uri`.
+    """
+    fs, path = _filesystem(uri)
+    try:
+        return _fetch(fs, path, uri)
+    except WbfeError:
+        raise
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"no such object: {uri}", path=uri) from None
+    except Exception as exc:  # noqa: BLE001 - any store failure (permissions, network) is "cannot read"
+        raise SourceNotFoundError(f"{uri}: cannot read ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})",
+                                  path=uri) from None
+
+
+def _fetch(fs: Any, path: str, uri: str) -> Path:
+    info = fs.info(path)
+    if info.get("type") == "directory":
+        listing = [e for e in fs.ls(path, detail=True) if e.get("type") == "file"]
+        top = {_rel(path, e["name"]): e for e in listing}
+        top = {name: e for name, e in top.items() if name and "/" not in name}
+        signature: Any = sorted([name, _identity(e)] for name, e in top.items())
+    else:
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if not name:
+            raise SourceNotFoundError(f"{uri}: names neither a file nor a folder", path=uri)
+        signature = [name, _identity(info)]
+    key = hashlib.sha256(json.dumps({"uri": uri, "objects": signature}, sort_keys=True).encode()).hexdigest()
+    final = object_cache_dir() / key[:2] / key
+    if final.is_dir():
+        return final / signature[0] if info.get("type") != "directory" else final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = final.parent / f".{key}.{secrets.token_hex(6)}.part"
+    staging.mkdir()
+    try:
+        if info.get("type") == "directory":
+            _fetch_folder(fs, path, uri, sorted(top), staging)
+        else:
+            fs.get_file(path, str(staging / signature[0]))
+        try:
+            os.rename(staging, final)
+        except OSError:  # another process put the same copy there first: use theirs
+            if not final.is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final / signature[0] if info.get("type") != "directory" else final
+
+
+def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path) -> None:
+    from wbfe.sources.local import pick_weight_files
+    from wbfe.sources.safetensors_files import index_weight_map
+
+    root = path.rstrip("/")
+    chosen = pick_weight_files(names)
+    if not chosen:
+        raise SourceNotFoundError(
+            f"{uri}: no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th, *.gguf, *.h5, *.keras, *.onnx) "
+            "in this folder", path=uri)
+    for name in chosen + [c for c in _CONFIGS if c in names]:
+        fs.get_file(f"{root}/{name}", str(staging / name))
+    if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)
+        for shard in index_weight_map(staging / chosen[0]):
+            target = staging / shard
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(f"{root}/{shard}", str(target))
