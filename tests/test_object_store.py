@@ -62,6 +62,7 @@ def test_a_sharded_folder_in_the_store_scores_exactly_as_the_local_folder(tmp_pa
     _upload(store, folder, "/bucket/sharded")
     store.pipe_file("/bucket/sharded/notes/secret.bin", b"not named by the URI")  # a subfolder: never read
     store.pipe_file("/bucket/sharded-other/x.safetensors", b"a sibling: never read")
+    store.pipe_file("/bucket/sharded/optimizer.pt", b"beside the weights, not one of them: never read")
     remote = wbfe.score("memory://bucket/sharded/")
     assert _scores(remote) == _scores(wbfe.score(folder))
     copied = sorted(p.name for p in (tmp_path / "cache" / "objects").rglob("*") if p.is_file())

@@ -17,9 +17,14 @@ from wbfe.ranking import rank
 ray = pytest.importorskip("ray")
 
 
+WORKER_CACHE = "wbfe-cache-of-the-ray-workers"
+
+
 @pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=1, include_dashboard=False, logging_level=logging.WARNING)
+def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:  # the workers inherit it: their object copies go there
+        mp.setenv("WBFE_CACHE_DIR", str(tmp_path_factory.mktemp(WORKER_CACHE)))
+        ray.init(num_cpus=1, include_dashboard=False, logging_level=logging.WARNING)
     yield
     ray.shutdown()
 
@@ -135,7 +140,8 @@ def test_sharded_score_on_ray_equals_local(tmp_path: Path, local_ray: None) -> N
 def test_a_zoo_of_file_uris_ranks_on_ray_exactly_as_the_local_zoo(tmp_path: Path, local_ray: None,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # Each Ray task copies its URI into the object cache on its node (memory:// is per process, so
-    # file:// stands in for s3:// here).
+    # file:// stands in for s3:// here); the driver keys the score cache on the store's metadata
+    # and downloads nothing.
     pytest.importorskip("fsspec")
     monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "objects-home"))
     spec = make_zoo(tmp_path / "zoo", 3)
@@ -151,4 +157,7 @@ def test_a_zoo_of_file_uris_ranks_on_ray_exactly_as_the_local_zoo(tmp_path: Path
         out["models"] = [{k: v for k, v in m.items() if k != "ref"} for m in out["models"]]
         out.pop("zoo", None)
     assert on_ray == local
-    assert len(list((tmp_path / "objects-home" / "objects").rglob("*.safetensors"))) == 3
+    assert not (tmp_path / "objects-home" / "objects").exists()
+    worker_cache = Path(ray.get(ray.remote(lambda: __import__("os").environ["WBFE_CACHE_DIR"]).remote()))
+    assert worker_cache.name.startswith(WORKER_CACHE)
+    assert sorted(p.name for p in (worker_cache / "objects").rglob("*.safetensors")) == [f"m{k}.safetensors" for k in range(3)]

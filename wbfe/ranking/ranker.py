@@ -167,8 +167,11 @@ def _score_with_wbfe(ref: str, options: ScoreOptions) -> dict[str, Any]:
 
 def _content_hash(ref: str) -> str:
     from wbfe.sources import content_hash
+    from wbfe.sources.object_store import is_uri, uri_signature
 
-    return content_hash(ref)
+    # An object-store model is keyed on what the store says of it (no download on the driver:
+    # the task that scores it fetches it where it runs).
+    return uri_signature(ref) if is_uri(ref) else content_hash(ref)
 
 
 def _job(scorer: Scorer, ref: str, options: ScoreOptions, threads: int) -> Mapping[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 from wbfe.errors import MissingDependencyError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 
-__all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "object_cache_dir", "FSSPEC_INSTALL"]
+__all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL"]
 
 URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S)
 FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
@@ -97,9 +97,23 @@ def fetch_uri(uri: str) -> Path:
     Raises:
         As :func:`open_uri`.
     """
+    return _calling_store(uri, _fetch)
+
+
+def uri_signature(uri: str) -> str:
+    """A SHA-256 naming ``uri`` and what the store says of its objects (sizes, ETags, times): it
+    changes when they change. What a ranking keys its cache on, without downloading the model.
+
+    Raises:
+        As :func:`open_uri`.
+    """
+    return _calling_store(uri, lambda fs, path, uri_: _describe(fs, path, uri_)[0])
+
+
+def _calling_store(uri: str, action: Any) -> Any:
     fs, path = _filesystem(uri)
     try:
-        return _fetch(fs, path, uri)
+        return action(fs, path, uri)
     except WbfeError:
         raise
     except FileNotFoundError:
@@ -109,8 +123,10 @@ def fetch_uri(uri: str) -> Path:
                                   path=uri) from None
 
 
-def _fetch(fs: Any, path: str, uri: str) -> Path:
+def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, dict[str, Any]]:
+    """(content key, the object's info, its signature, a folder's top-level files by name)."""
     info = fs.info(path)
+    top: dict[str, Any] = {}
     if info.get("type") == "directory":
         listing = [e for e in fs.ls(path, detail=True) if e.get("type") == "file"]
         top = {_rel(path, e["name"]): e for e in listing}
@@ -122,6 +138,11 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
             raise SourceNotFoundError(f"{uri}: names neither a file nor a folder", path=uri)
         signature = [name, _identity(info)]
     key = hashlib.sha256(json.dumps({"uri": uri, "objects": signature}, sort_keys=True).encode()).hexdigest()
+    return key, info, signature, top
+
+
+def _fetch(fs: Any, path: str, uri: str) -> Path:
+    key, info, signature, top = _describe(fs, path, uri)
     final = object_cache_dir() / key[:2] / key
     if final.is_dir():
         return final / signature[0] if info.get("type") != "directory" else final
