@@ -161,3 +161,13 @@ def test_a_zoo_of_file_uris_ranks_on_ray_exactly_as_the_local_zoo(tmp_path: Path
     worker_cache = Path(ray.get(ray.remote(lambda: __import__("os").environ["WBFE_CACHE_DIR"]).remote()))
     assert worker_cache.name.startswith(WORKER_CACHE)
     assert sorted(p.name for p in (worker_cache / "objects").rglob("*.safetensors")) == [f"m{k}.safetensors" for k in range(3)]
+    # `wbfe score URI --executor ray`: the URI is scored whole by one task, which fetches it.
+    import wbfe
+
+    sharded = make_sharded(tmp_path / "sharded")
+    whole = wbfe.score(sharded.as_uri(), executor="ray").to_dict()
+    assert whole["model"].pop("executor") == "ray" and whole["model"]["source"] == sharded.as_uri()
+    local_score = wbfe.score(sharded).to_dict()
+    for out in (whole, local_score):
+        out["model"] = {k: v for k, v in out["model"].items() if k not in ("source", "files")}
+    assert whole == local_score

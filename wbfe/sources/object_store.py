@@ -69,9 +69,9 @@ def _filesystem(uri: str) -> tuple[Any, str]:
         import fsspec
     except ModuleNotFoundError:
         raise MissingDependencyError(f"{uri}: object-store URIs need fsspec: {FSSPEC_INSTALL}") from None
-    protocol = URI.match(uri).group("protocol")  # type: ignore[union-attr]
+    protocol = uri.split("://", 1)[0]
     try:
-        return fsspec.core.url_to_fs(uri)  # type: ignore[no-any-return]
+        fs, path = fsspec.core.url_to_fs(uri)
     except ImportError as exc:  # a known protocol whose package (s3fs, gcsfs, ...) is missing
         from fsspec.registry import known_implementations
 
@@ -81,6 +81,7 @@ def _filesystem(uri: str) -> tuple[Any, str]:
         raise MissingDependencyError(f"{uri}: the {protocol}:// protocol needs {package or 'a package'}: {hint}") from None
     except (ValueError, TypeError) as exc:
         raise SourceNotFoundError(f"{uri}: unknown protocol {protocol!r} ({' '.join(str(exc).split())})", path=uri) from None
+    return fs, str(path)
 
 
 def _identity(info: dict[str, Any]) -> dict[str, str]:
