@@ -25,7 +25,7 @@ from wbfe.experts import expand_experts
 from wbfe.report import as_float, json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.sources.peft_adapter import AdapterSource
-from wbfe.spectra import DegenerateMatrixError, resolve_device, spectrum
+from wbfe.spectra import DegenerateMatrixError, batch_size, batchable, resolve_device, spectra_batch, spectrum
 from wbfe.ties import SeenContent
 
 __all__ = ["ScoreOptions", "ModelScore", "score", "Progress"]
@@ -178,9 +178,29 @@ def score(
         total = len(source)
         planned = ((entry, _plan(entry, options, pattern, consumed))
                    for entry, consumed in _stream(source))
+        # Consecutive small matrices of one shape and dtype (an MoE's experts) whose eigenvalues are
+        # needed, held until a batch is full or the stream moves on: one batched eigen-solve.
+        batch: list[tuple[TensorEntry, MatrixPlan, Any]] = []
+
+        def flush() -> None:
+            if len(batch) == 1:  # a matrix without equal-shaped neighbours: on its own, as any other
+                (entry, plan, matrices), = batch
+                pipeline.compute(entry, plan, _spectrum_job(matrices, torch_device, need_eigs, groups, metric_options, entry.name))
+            elif batch:
+                pipeline.compute_batch([(e, p) for e, p, _ in batch],
+                                       _batch_job(batch, torch_device, groups, metric_options))
+            batch.clear()
+
         for entry, plan, reading in pipeline.read_ahead(planned):
             prepared = _prepare(entry, plan, reading, options, seen_storage, seen_content)
-            if isinstance(prepared, Skip):
+            key = _batch_key(plan, prepared, torch_device) if need_eigs else None
+            if batch and (key != _batch_key(batch[0][1], batch[0][2], torch_device)
+                          or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
+                          or not pipeline.batch_fits([(e, p) for e, p, _ in batch] + [(entry, plan)])):  # type: ignore[list-item]
+                flush()
+            if key is not None:
+                batch.append((entry, plan, prepared))  # type: ignore[arg-type]
+            elif isinstance(prepared, Skip):
                 pipeline.put(entry, prepared)
             else:
                 assert isinstance(plan, MatrixPlan)
@@ -188,6 +208,7 @@ def score(
             del prepared  # the job holds the tensor now, and frees it when done
             for item in pipeline.finished():
                 record(*item)
+        flush()
         for item in pipeline.finished(wait=True):
             record(*item)
         provenance = source.provenance.to_dict()
@@ -259,14 +280,47 @@ def _spectrum_job(
     """The spectrum of ``matrices``, with what each group's ``from_matrices`` hook computes beside it."""
     def job() -> Any:
         try:
-            spec = spectrum(matrices, device, need_eigs=need_eigs)
-            hooks = [g for g in groups if g.from_matrices is not None]
-            if hooks:
-                spec = dataclasses.replace(spec, extra={g.name: g.from_matrices(matrices, device, metric_options, name)
-                                                        for g in hooks})
-            return spec
+            return _with_hooks(spectrum(matrices, device, need_eigs=need_eigs), matrices, device, groups,
+                               metric_options, name)
         except DegenerateMatrixError as exc:
             return exc
+    return job
+
+
+def _with_hooks(spec: Any, matrices: list[Any], device: Any, groups: tuple[Any, ...], metric_options: MetricOptions,
+                name: str) -> Any:
+    """``spec`` with what each group's ``from_matrices`` hook computes from the matrices themselves."""
+    hooks = [g for g in groups if g.from_matrices is not None]
+    if not hooks:
+        return spec
+    return dataclasses.replace(spec, extra={g.name: g.from_matrices(matrices, device, metric_options, name) for g in hooks})
+
+
+def _batch_key(plan: Union[Skip, MatrixPlan], prepared: Any, device: Any) -> Optional[tuple[int, int, Any]]:
+    """``(rows, cols, dtype)`` of an entry that is one small matrix scored in a batch with its
+    equal-shaped neighbours (see :func:`wbfe.spectra.spectra_batch`); None for any other entry."""
+    if (isinstance(prepared, Skip) or not isinstance(plan, MatrixPlan) or len(prepared) != 1
+            or not batchable(plan.rows, plan.cols, device)):
+        return None
+    return plan.rows, plan.cols, prepared[0].dtype
+
+
+def _batch_job(
+    batch: list[tuple[TensorEntry, MatrixPlan, Any]], device: Any, groups: tuple[Any, ...], metric_options: MetricOptions,
+) -> Callable[[], list[Any]]:
+    """:func:`_spectrum_job` of each entry of ``batch``, the spectra computed together."""
+    matrices = [prepared[0] for _, _, prepared in batch]
+    names = [entry.name for entry, _, _ in batch]
+
+    def job() -> list[Any]:
+        out = spectra_batch(matrices, device)
+        for k, spec in enumerate(out):
+            if not isinstance(spec, DegenerateMatrixError):
+                try:
+                    out[k] = _with_hooks(spec, [matrices[k]], device, groups, metric_options, names[k])
+                except DegenerateMatrixError as exc:
+                    out[k] = exc
+        return out
     return job
 
 
