@@ -21,7 +21,7 @@ class ScoreFormat(str, Enum):
 
 
 class Conv(str, Enum):
-    """Conv-kernel convention (MATH.md §1)."""
+    """Conv-kernel convention (docs/math.md §1)."""
 
     flatten = "flatten"
     slices = "slices"

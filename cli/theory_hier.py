@@ -1,4 +1,4 @@
-"""``wbfe theory hierarchical``: the sequential feature-recovery simulator (MATH.md §7)."""
+"""``wbfe theory hierarchical``: the sequential feature-recovery simulator (docs/math.md §7)."""
 
 from __future__ import annotations
 

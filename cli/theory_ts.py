@@ -1,4 +1,4 @@
-"""``wbfe theory solve|curve|hmc|student|scaling``: the Bayes-optimal teacher–student model (MATH.md §6)."""
+"""``wbfe theory solve|curve|hmc|student|scaling``: the Bayes-optimal teacher–student model (docs/math.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BFE-W against an independent computation, closed forms and its symmetries (MATH.md §2)."""
+"""BFE-W against an independent computation, closed forms and its symmetries (docs/math.md §2)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from wbfe.metrics.bfe import bfe, bfe_marchenko_pastur_limit, lambda_star
 
 
 def _independent(w: np.ndarray, lam: float | None) -> float:
-    """Primal formula straight from MATH.md with slogdet of the smaller Gram matrix (no shared code)."""
+    """Primal formula straight from docs/math.md with slogdet of the smaller Gram matrix (no shared code)."""
     w = np.asarray(w, dtype=np.float64)
     g = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
     m = g.shape[0]

@@ -61,3 +61,16 @@ def test_every_output_column_is_documented(tmp_path: Path) -> None:
     assert summarised <= listed, f"main columns missing from docs/metrics.md: {sorted(summarised - listed)}"
     undocumented = sorted((columns | {k for k in summary if not re.search(r"_(head|mean|n)$", k)}) - documented)
     assert undocumented == []
+
+
+def test_code_cites_the_repositorys_own_math_page() -> None:
+    """Every "math.md §N" the code, README and docs cite names a section that docs/math.md has; none
+    cites the design notes that live outside the repository (users never see them)."""
+    sections = set(re.findall(r"^## (\d+)\. ", _text("math.md"), flags=re.M))
+    files = [ROOT / "README.md", *DOCS.glob("*.md"), *(ROOT / "wbfe").rglob("*.py"), *(ROOT / "cli").rglob("*.py")]
+    cited: set[str] = set()
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert "MATH.md" not in text and "shared/design" not in text, path
+        cited.update(re.findall(r"math\.md §(\d+)", text))
+    assert cited and cited <= sections

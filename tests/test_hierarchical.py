@@ -1,4 +1,4 @@
-"""Theory II (MATH.md §7): the hierarchical model, its learners, its predictions and the sweep."""
+"""Theory II (docs/math.md §7): the hierarchical model, its learners, its predictions and the sweep."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The HTMP law, its fit, F∞, h* and the ``htmp`` metric group (MATH.md §3)."""
+"""The HTMP law, its fit, F∞, h* and the ``htmp`` metric group (docs/math.md §3)."""
 
 from __future__ import annotations
 

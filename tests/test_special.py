@@ -1,4 +1,4 @@
-"""wbfe.special against mpmath: log U on [0, ∞) and log|U|, arg U on the cut (MATH.md §3)."""
+"""wbfe.special against mpmath: log U on [0, ∞) and log|U|, arg U on the cut (docs/math.md §3)."""
 
 from __future__ import annotations
 

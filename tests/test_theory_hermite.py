@@ -1,4 +1,4 @@
-"""Hermite coefficients, the kernel g and the scalar channel m (wbfe.theory.hermite, MATH.md §6)."""
+"""Hermite coefficients, the kernel g and the scalar channel m (wbfe.theory.hermite, docs/math.md §6)."""
 
 from __future__ import annotations
 

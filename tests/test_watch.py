@@ -344,7 +344,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
 
 
 def test_critical_lambda_is_one_over_the_htmp_mean() -> None:
-    # h/h*(1) = κ/(2γβ) + τ for any gap (MATH.md §3 formulas), so λ_c = 1 / E_HTMP[e].
+    # h/h*(1) = κ/(2γβ) + τ for any gap (docs/math.md §3 formulas), so λ_c = 1 / E_HTMP[e].
     htmp = htmp_module()
     from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory
 

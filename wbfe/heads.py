@@ -27,7 +27,7 @@ from wbfe.sources._order import natural_key
 
 __all__ = ["HeadChoice", "HEAD_NAMES", "choose_head", "find_head", "head_rank", "terminal_matrices"]
 
-# Module names that hold a classifier / LM head, in order of preference (MATH.md §2): LM heads,
+# Module names that hold a classifier / LM head, in order of preference (docs/math.md §2): LM heads,
 # then the names classifiers are given in the model libraries and in the wild.
 HEAD_NAMES = (
     ("lm_head", "embed_out"),

@@ -33,7 +33,7 @@ __all__ = [
 
 ConvConvention = Literal["flatten", "slices"]
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-# BFE-W is defined for any matrix with at least two eigenvalues (MATH.md §2).
+# BFE-W is defined for any matrix with at least two eigenvalues (docs/math.md §2).
 MIN_BFE_EIGS = 2
 
 _ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -1,4 +1,4 @@
-"""Log-space Tricomi U(a, b, z) on [0, ∞) and on the branch cut (−∞, 0] (MATH.md §3).
+"""Log-space Tricomi U(a, b, z) on [0, ∞) and on the branch cut (−∞, 0] (docs/math.md §3).
 
 ``scipy.special.hyperu`` is wrong or NaN on much of the range the HTMP law needs (b down to
 −1.5e5, log U down to −1500), so everything here is computed in log space from one integral

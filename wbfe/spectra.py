@@ -116,7 +116,7 @@ class Spectrum:
         return min(self.rows, self.cols)
 
     @property
-    def P(self) -> int:  # noqa: N802 - the MATH.md name
+    def P(self) -> int:  # noqa: N802 - the docs/math.md name
         """Larger side of one matrix."""
         return max(self.rows, self.cols)
 

@@ -1,4 +1,4 @@
-"""Scaling exponents of the fixed point (MATH.md §6): ε(n) per regime and k_c(d), ε(d) per readout family.
+"""Scaling exponents of the fixed point (docs/math.md §6): ε(n) per regime and k_c(d), ε(d) per readout family.
 
 Usage: python benchmarks/theory/exponents.py
 Writes benchmarks/theory/results/exponents.json.

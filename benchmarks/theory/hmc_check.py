@@ -1,4 +1,4 @@
-"""HMC check of MATH.md §6: Gibbs error/2 of posterior samples against the fixed point's ε.
+"""HMC check of docs/math.md §6: Gibbs error/2 of posterior samples against the fixed point's ε.
 
 Usage: python benchmarks/theory/hmc_check.py [--d 60] [--k 30] [--r 0.5,1.5,2.5,3.5,5] [--seeds 0,1,2]
 Writes benchmarks/theory/results/hmc_d{d}{tag}.json (and a PNG in the folder of that name).

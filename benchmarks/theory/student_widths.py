@@ -1,4 +1,4 @@
-"""Adam students of several widths against the theory's effective width k_c (MATH.md §6).
+"""Adam students of several widths against the theory's effective width k_c (docs/math.md §6).
 
 Usage: python benchmarks/theory/student_widths.py [--n 1000,2000,4000] [--seeds 0,1] [--epochs 2000]
 Writes benchmarks/theory/results/student_widths.json (and one PNG per n).

@@ -1,4 +1,4 @@
-"""Benchmark of MATH.md §7: sequential feature recovery, measured against the predictions.
+"""Benchmark of docs/math.md §7: sequential feature recovery, measured against the predictions.
 
 Runs a few sweeps of :func:`wbfe.theory.hierarchical.simulate_hierarchical` at modest size (the CPU
 budget here is two shared cores) and writes, per sweep, ``<name>/hierarchical.json`` (settings,

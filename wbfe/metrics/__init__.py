@@ -1,8 +1,8 @@
 """Metric groups: pure functions of a spectrum, looked up by stable name.
 
-``bfe``  — BFE-W, primal or dual, at lambda* or a given lambda (MATH.md §2).
-``htsr`` — the HT-SR baselines popularised by WeightWatcher (MATH.md §4).
-``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h against h* (MATH.md §3); opt-in.
+``bfe``  — BFE-W, primal or dual, at lambda* or a given lambda (docs/math.md §2).
+``htsr`` — the HT-SR baselines popularised by WeightWatcher (docs/math.md §4).
+``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h against h* (docs/math.md §3); opt-in.
 """
 
 from __future__ import annotations

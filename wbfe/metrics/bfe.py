@@ -1,4 +1,4 @@
-"""BFE-W: the Bayesian free energy of a weight matrix (MATH.md §2).
+"""BFE-W: the Bayesian free energy of a weight matrix (docs/math.md §2).
 
 For the n eigenvalues ``e`` of the smaller Gram matrix,
 

@@ -1,4 +1,4 @@
-"""The high-temperature Marchenko–Pastur (HTMP) law, its fit, F∞ and h against h* (MATH.md §3).
+"""The high-temperature Marchenko–Pastur (HTMP) law, its fit, F∞ and h against h* (docs/math.md §3).
 
 Parameters: κ > 0 (eigenvalue repulsion), γ ∈ (0, 1) (aspect ratio), β > 0 (rate), τ >= 0 (gap).
 With a = κ/2, c = κ/(2γ), δ = c − a, b = 1 − δ and y = β(λ − τ):
@@ -124,7 +124,7 @@ def pdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0)
 
 
 def cdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> ArrayLike:
-    """CDF of the HTMP law, F = arg U(a, b, −β(x − τ) − i0) / (πa) (MATH.md §3).
+    """CDF of the HTMP law, F = arg U(a, b, −β(x − τ) − i0) / (πa) (docs/math.md §3).
 
     Args:
         x: eigenvalue or array of eigenvalues.
@@ -166,7 +166,7 @@ def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> flo
 
 
 def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
-    """Limiting BFE-W of an HTMP spectrum at prior precision λ (MATH.md §3).
+    """Limiting BFE-W of an HTMP spectrum at prior precision λ (docs/math.md §3).
 
     F∞ = λ/2·(κ/(2γβ) + τ) + (1/κ)·log U(κ/2, b, βτ) + ½·log(2πβ/λ),
     i.e. λ/2·E[λ] − ½·E[log λ] + ½·log(2π/λ).
@@ -288,7 +288,7 @@ class HTMPFit:
 
 
 def _default_tau(e: np.ndarray) -> float:
-    """τ one spacing below the smallest eigenvalue, never below 0 (MATH.md: just below min(e))."""
+    """τ one spacing below the smallest eigenvalue, never below 0 (docs/math.md: just below min(e))."""
     if e.size < 2:
         return 0.0
     return max(0.0, float(e[0] - (e[1] - e[0])))
@@ -414,7 +414,7 @@ def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPF
     Args:
         eigs: positive eigenvalues (zeros must be removed by the caller).
         gamma: aspect ratio in (0, 1).
-        tau: the gap; None means one spacing below min(eigs), floored at 0 (MATH.md §3).
+        tau: the gap; None means one spacing below min(eigs), floored at 0 (docs/math.md §3).
 
     Returns:
         an :class:`HTMPFit`.

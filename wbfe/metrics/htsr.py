@@ -1,4 +1,4 @@
-"""HT-SR baselines: the WeightWatcher 0.7.7 metrics, computed from one spectrum (MATH.md §4).
+"""HT-SR baselines: the WeightWatcher 0.7.7 metrics, computed from one spectrum (docs/math.md §4).
 
 For the eigenvalues e of the smaller Gram matrix (pooled over slices for a conv layer):
 

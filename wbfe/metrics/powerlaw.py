@@ -1,4 +1,4 @@
-"""Power-law and truncated power-law fits of an eigenvalue tail (MATH.md §4).
+"""Power-law and truncated power-law fits of an eigenvalue tail (docs/math.md §4).
 
 Continuous power law (Clauset, Shalizi & Newman 2009): for each candidate ``xmin`` (every value but
 the largest) the MLE is α = 1 + n_tail / Σ_tail ln(x/xmin); the chosen ``xmin`` minimises the KS

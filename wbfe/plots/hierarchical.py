@@ -1,4 +1,4 @@
-"""Figures of the hierarchical sequential-recovery sweep (MATH.md §7).
+"""Figures of the hierarchical sequential-recovery sweep (docs/math.md §7).
 
 Both functions take the JSON-ready dict of :meth:`HierarchicalResult.to_dict` (or a result), so a
 saved run can be re-plotted without recomputing it.

@@ -1,4 +1,4 @@
-"""Rank a model zoo against published quality numbers (MATH.md §5).
+"""Rank a model zoo against published quality numbers (docs/math.md §5).
 
 >>> import wbfe
 >>> result = wbfe.rank("cifar10-resnet", quality="test_accuracy")   # doctest: +SKIP

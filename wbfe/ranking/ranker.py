@@ -3,7 +3,7 @@
 Sign convention (see :mod:`wbfe.ranking.stats`): the quality is oriented so that higher is better
 (a lower-is-better column is negated), and ρ is reported as computed between the metric and that
 oriented quality. ``expected_sign`` says which sign means "the metric agrees": −1 for metrics where
-lower predicts better (BFE-W, MATH.md §2; the WeightWatcher capacity metrics), None where the
+lower predicts better (BFE-W, docs/math.md §2; the WeightWatcher capacity metrics), None where the
 literature gives no direction.
 """
 
@@ -29,7 +29,7 @@ __all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", 
 Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
 """``scorer(ref, options) -> {"summary": {...}, "model": {...}}``, scoring ``ref`` with ``options``."""
 
-# Lower is better: BFE-W (MATH.md §2, the paper reports negative ρ with accuracy) and the HT-SR
+# Lower is better: BFE-W (docs/math.md §2, the paper reports negative ρ with accuracy) and the HT-SR
 # capacity metrics, for which WeightWatcher's papers report smaller values for better models.
 _EXPECTED_SIGN = {
     "bfe": -1,

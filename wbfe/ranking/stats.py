@@ -1,4 +1,4 @@
-"""Rank correlations between a metric and a quality number, with their uncertainty (MATH.md §5).
+"""Rank correlations between a metric and a quality number, with their uncertainty (docs/math.md §5).
 
 Sign convention: every function reports the correlation *as computed* between the metric and the
 quality, where the quality is already oriented so that higher means better (a lower-is-better column

@@ -10,7 +10,7 @@ __all__ = ["MEANINGS", "colour", "meaning", "sign_text", "base_metric", "HEAD_SO
 
 # Column -> one sentence (README "What comes out" and "Spectral metrics").
 MEANINGS: dict[str, str] = {
-    "bfe": "BFE-W: Bayesian free energy of the weight matrix at the prior precision lambda (MATH.md §2)",
+    "bfe": "BFE-W: Bayesian free energy of the weight matrix at the prior precision lambda (docs/math.md §2)",
     "lambda": "prior precision used for BFE-W (lambda* = 1/mean eigenvalue by default)",
     "alpha": "power-law exponent of the ESD tail (WeightWatcher's alpha; 2-6 is the usual trained range)",
     "alpha_weighted": "alpha x log10(largest eigenvalue) (WeightWatcher's alpha-hat)",
@@ -19,7 +19,7 @@ MEANINGS: dict[str, str] = {
     "stable_rank": "sum of eigenvalues / largest eigenvalue",
     "log_alpha_norm": "log10 of the sum of eigenvalues to the power alpha",
     "entropy": "matrix entropy of the singular values (1 = flat spectrum)",
-    "htmp_kappa": "HTMP shape kappa: small = heavy-tailed, large = Marchenko-Pastur-like (MATH.md §3)",
+    "htmp_kappa": "HTMP shape kappa: small = heavy-tailed, large = Marchenko-Pastur-like (docs/math.md §3)",
     "h": "HTMP effective temperature h of the fitted law",
     "h_star": "h at the free-energy optimum for this lambda and gamma",
     "f_inf": "HTMP free energy F-infinity at lambda",

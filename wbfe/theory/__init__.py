@@ -1,4 +1,4 @@
-"""Theory solvers and simulations (MATH.md §6–§7).
+"""Theory solvers and simulations (docs/math.md §6–§7).
 
 Import the modules directly; nothing is imported here so that ``import wbfe.theory`` stays light:
 

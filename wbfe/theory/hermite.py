@@ -1,4 +1,4 @@
-"""Hermite coefficients of an activation, the kernel g and the scalar channel m (MATH.md §6).
+"""Hermite coefficients of an activation, the kernel g and the scalar channel m (docs/math.md §6).
 
 With μ_ℓ = E[σ(z)·He_ℓ(z)] and the normalised coefficients c_ℓ = μ_ℓ/√ℓ!,
 

@@ -1,4 +1,4 @@
-"""Posterior sampling of the teacher–student model by Hamiltonian Monte Carlo (MATH.md §6 checks).
+"""Posterior sampling of the teacher–student model by Hamiltonian Monte Carlo (docs/math.md §6 checks).
 
 A teacher y = vᵀσ̃(W⁰x/√d) + √Δ·z with W⁰ = √d·(orthonormal rows), x ~ N(0, I_d), and σ̃ the
 activation without its Hermite components of degree 0 and 1 (the part ε^BO is about). The

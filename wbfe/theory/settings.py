@@ -1,4 +1,4 @@
-"""Settings of the teacher–student sweeps (MATH.md §6), validated once when constructed.
+"""Settings of the teacher–student sweeps (docs/math.md §6), validated once when constructed.
 
 The CLI builds one of these from its options, :mod:`wbfe.theory.reports` runs it, and the JSON it
 writes records it under ``settings``: one spelling of every parameter from the command line to the file.

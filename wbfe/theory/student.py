@@ -1,4 +1,4 @@
-"""An Adam-trained student of width k_s against the teacher–student theory (MATH.md §6 checks).
+"""An Adam-trained student of width k_s against the teacher–student theory (docs/math.md §6 checks).
 
 The student f(x) = aᵀσ(Wx) has W ∈ R^{k_s×d} with rows renormalised to unit norm after every epoch
 and a trainable readout a (started at 0); it is trained on the mean squared error with Adam. Its

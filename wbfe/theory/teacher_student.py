@@ -1,4 +1,4 @@
-"""The Bayes-optimal extensive-width teacher–student fixed point (MATH.md §6).
+"""The Bayes-optimal extensive-width teacher–student fixed point (docs/math.md §6).
 
 Teacher y = vᵀσ(W⁰x) + √Δ·z with k orthonormal rows in dimension d and n samples. With
 snrᵢ = (n/d)·vᵢ²/(Δ + ε) and qᵢ = m(snrᵢ), the Bayes-optimal error against the noiseless output
@@ -228,7 +228,7 @@ def _lower_bound(h: Callable[[np.ndarray], np.ndarray], e_max: float, iterations
 def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: Optional[float] = None,
           activation: ActivationLike = "tanh2", kern: Optional[Kernel] = None, grid_points: int = 600,
           max_jumps: int = 256) -> FixedPoint:
-    """Solve the fixed point ε = F(ε) for a readout v (MATH.md §6).
+    """Solve the fixed point ε = F(ε) for a readout v (docs/math.md §6).
 
     Args:
         v: the readout (any norm; ‖v‖ = 1 in the model).
@@ -407,7 +407,7 @@ class ScalingRow:
                 "d": list(self.d), "k_c": list(self.k_c), "eps": list(self.eps)}
 
 
-# (label, readout kind, options, predicted slope of k_c, of ε, note) — derived in MATH.md §6 terms:
+# (label, readout kind, options, predicted slope of k_c, of ε, note) — derived in docs/math.md §6 terms:
 # feature i is on when (n/d)·vᵢ²/(Δ+ε) > λ_σ, with n/d = r·γ·d. For ``exp`` k_c grows like
 # ln(d)/(2c), so its k_c slope is fitted against ln d (prediction 1/(2c)), not log-log.
 SCALING_FAMILIES: tuple[tuple[str, str, dict, float, float, str], ...] = (

@@ -1,6 +1,6 @@
 """Where to stop: the recommendation rule on a run's h_t trajectory, and λ calibration across runs.
 
-The rule (MATH.md §3): training drives h = κ/β down through h*(λ); a checkpoint with h > h* is on
+The rule (docs/math.md §3): training drives h = κ/β down through h*(λ); a checkpoint with h > h* is on
 the under-fit side, one with h ≤ h* on the over-fit side. The recommended checkpoint is the FIRST,
 in step order, with h_t ≤ h*(λ). With several layers the run-level statistic is the median over
 the layers (whose fit succeeded) of log(h/h*); a single layer gives exactly h_t ≤ h*(λ).

@@ -5,7 +5,7 @@ Each checkpoint is scored once (:func:`wbfe.score`, groups ``bfe,htsr,htmp`` at 
 
 - h = κ/β and h*(λ) = h*(1)/λ with h*(1) from :func:`wbfe.metrics.htmp.h_star`;
 - F∞(λ) from :func:`wbfe.metrics.htmp.f_inf`;
-- BFE-W at λ from F* and λ* = 1/mean(e): F^λ = F* + ½·(r − 1 − log r), r = λ/λ* (MATH.md §2).
+- BFE-W at λ from F* and λ* = 1/mean(e): F^λ = F* + ½·(r − 1 − log r), r = λ/λ* (docs/math.md §2).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Theory II (MATH.md §7): sequential feature recovery in a hierarchical model.
+"""Theory II (docs/math.md §7): sequential feature recovery in a hierarchical model.
 
 - :mod:`~wbfe.theory.hierarchical.model`: the target (degree-2 Hermite features, power-law readout);
 - :mod:`~wbfe.theory.hierarchical.spectral`: the layer-wise spectral learner and its overlaps;

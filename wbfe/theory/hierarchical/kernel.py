@@ -1,4 +1,4 @@
-"""The shallow baseline of MATH.md §7: kernel ridge regression on the raw inputs.
+"""The shallow baseline of docs/math.md §7: kernel ridge regression on the raw inputs.
 
 A rotation-invariant Gaussian kernel k(u, v) = exp(−‖u − v‖²/(2·dim)) (bandwidth² = input
 dimension, so that k is O(1) on typical pairs) with the ridge chosen among a fixed grid by exact

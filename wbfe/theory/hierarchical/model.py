@@ -1,4 +1,4 @@
-"""The hierarchical target of MATH.md §7: latent degree-2 Hermite features and a power-law readout.
+"""The hierarchical target of docs/math.md §7: latent degree-2 Hermite features and a power-law readout.
 
 x ~ N(0, I_d); z(x) ∈ R^D, D = d(d+1)/2, holds (x_i² − 1)/√2 and x_i x_j (i < j); the latent
 features are h_i = ⟨a_i, z(x)⟩ with a_i orthonormal, and the output is

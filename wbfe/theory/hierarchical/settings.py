@@ -1,4 +1,4 @@
-"""Settings of a hierarchical sweep (MATH.md §7), validated once when constructed.
+"""Settings of a hierarchical sweep (docs/math.md §7), validated once when constructed.
 
 The CLI builds one from its options, :func:`~wbfe.theory.hierarchical.sweep.simulate_hierarchical`
 runs it, and the result's ``settings`` (and so its JSON) records it.

@@ -1,4 +1,4 @@
-"""The layer-wise spectral learner of MATH.md §7 and the overlaps with the teacher.
+"""The layer-wise spectral learner of docs/math.md §7 and the overlaps with the teacher.
 
 Ĉ = (1/n) Σ_μ y_μ (z_μ z_μᵀ − I); its top-p eigenvectors by |eigenvalue| estimate the teacher
 directions a_i; with ĥ = Âᵀz, B̂ = (1/2n) Σ_μ y_μ (ĥ_μ ĥ_μᵀ − I) and the prediction is

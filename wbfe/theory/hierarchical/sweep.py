@@ -1,4 +1,4 @@
-"""Theory II (MATH.md §7): sequential feature recovery in a hierarchical model, simulated.
+"""Theory II (docs/math.md §7): sequential feature recovery in a hierarchical model, simulated.
 
 One call sweeps n = d^α over a grid of α, for several seeds: per seed a teacher is drawn once and one
 nested training set (each n uses the first n samples of the largest draw) plus one test set. At each

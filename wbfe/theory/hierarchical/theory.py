@@ -1,4 +1,4 @@
-"""Predictions of MATH.md §7 for the hierarchical model, and the measurements compared with them.
+"""Predictions of docs/math.md §7 for the hierarchical model, and the measurements compared with them.
 
 Leading order (γ > ½, n = d^α): feature i is recovered once α > α_i = 2 + 2γ·log_d i, so
 m(n) = ⌊d^((α − α₁)/(2γ))⌋ features are known at n and NMSE ≈ c·Σ_{j>m} b_j² / Σ_j b_j², which
@@ -50,7 +50,7 @@ _MC_SEED = 20260515
 
 
 def leading_thresholds(d: int, p: int, gamma: float) -> np.ndarray:
-    """α_i = 2 + 2γ·log_d i for i = 1..p (MATH.md §7)."""
+    """α_i = 2 + 2γ·log_d i for i = 1..p (docs/math.md §7)."""
     return 2.0 + 2.0 * gamma * np.log(np.arange(1, p + 1)) / math.log(d)
 
 
@@ -199,7 +199,7 @@ def crossing_alphas(alphas: np.ndarray, q: np.ndarray, level: float) -> np.ndarr
 
 
 def nmse_exponent(gamma: float) -> float:
-    """The learning-curve exponent −1 + 1/(2γ) of MATH.md §7."""
+    """The learning-curve exponent −1 + 1/(2γ) of docs/math.md §7."""
     return -1.0 + 1.0 / (2.0 * gamma)
 
 
