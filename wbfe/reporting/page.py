@@ -30,7 +30,7 @@ section{margin-top:22px}
 h2{font-size:17px;border-bottom:1px solid var(--line);padding-bottom:4px}
 p.note{background:var(--note);border:1px solid #d4a72c;padding:6px 10px;border-radius:4px}
 dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:6px 0}
-dl.kv dt{color:var(--mute)} dl.kv dd{margin:0;word-break:break-all;font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-size:12.5px}
+dl.kv dt{color:var(--mute)} dl.kv dd{margin:0;overflow-wrap:anywhere;font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-size:12.5px}
 details{margin:8px 0} summary{cursor:pointer;color:var(--mute)}
 .tools{display:flex;gap:14px;align-items:center;margin:6px 0;font-size:13px;color:var(--mute)}
 .tools>*{flex:none}.tools>span:last-child{flex:1 1 auto}
