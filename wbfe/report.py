@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 from wbfe.errors import printable
 
-__all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float", "printable",
-           "write_atomic", "save_figure"]
+__all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float", "finite_or_none",
+           "printable"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -116,6 +116,7 @@ def as_float(value: Any) -> float:
     return math.nan
 
 
-# Kept so that code written before the split (plots, watch) still imports them from here; new code
-# imports them from wbfe.output.
-from wbfe.output import save_figure, write_atomic  # noqa: E402
+def finite_or_none(value: Any) -> "float | None":
+    """A finite number as a float; None for anything :func:`as_float` makes NaN, and for ±inf."""
+    number = as_float(value)
+    return number if math.isfinite(number) else None

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from wbfe.report import as_float, finite_or_none
 from wbfe.reporting.metrics_info import colour
 
 __all__ = ["new_figure", "render", "depth_figure", "esd_figure", "scatter_figure", "correlation_figure",
@@ -63,12 +64,6 @@ def short_name(name: str, limit: int = 38) -> str:
     return name[: keep // 2] + "…" + name[len(name) - (keep - keep // 2):]
 
 
-def _finite(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *, head: Optional[str],
                  marked: Sequence[str] = ()) -> Any:
     """One small panel per metric along depth (x = the layer's # in the table); the head is a star,
@@ -85,8 +80,7 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
         names = [layer["name"] for layer in layers]
         for i, metric in enumerate(metrics):
             ax = axes[i // ncols][i % ncols]
-            y = np.array([_finite(layer.get(metric)) if _finite(layer.get(metric)) is not None else np.nan
-                          for layer in layers], dtype=float)
+            y = np.array([as_float(layer.get(metric)) for layer in layers], dtype=float)
             ok = np.isfinite(y)  # a null (failed fit) is left out; the line joins its neighbours
             # A marker per layer helps up to a few dozen layers; beyond, they merge and only cost
             # (each is an element of the SVG).
@@ -144,13 +138,13 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
         centres = np.sqrt(edges[:-1] * edges[1:])
         ax.loglog(centres[counts > 0], density[counts > 0], "o", ms=2.8, color="0.35", label=f"ESD (n = {n})")
         grid = np.geomspace(e[0], e[-1], 120)
-        alpha, xmin = _finite(row.get("alpha")), _finite(row.get("xmin"))
+        alpha, xmin = finite_or_none(row.get("alpha")), finite_or_none(row.get("xmin"))
         if alpha is not None and xmin is not None and alpha > 1.0:
             tail = grid[grid >= xmin]
             share = float(np.count_nonzero(e >= xmin)) / n  # the fits describe the tail only
             ax.loglog(tail, share * (alpha - 1) / xmin * (tail / xmin) ** (-alpha), "-", lw=1.4,
                       color=ESD_COLOURS["power law"], label="power law")
-            t_alpha, t_lam = _finite(row.get("tpl_alpha")), _finite(row.get("tpl_lambda"))
+            t_alpha, t_lam = finite_or_none(row.get("tpl_alpha")), finite_or_none(row.get("tpl_lambda"))
             if t_alpha is not None and t_lam is not None and (t_lam > 0 or t_alpha > 1):
                 if t_lam > 0:
                     log_z = tpl_log_normaliser(t_alpha, t_lam, xmin)
@@ -158,8 +152,8 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
                     log_z = math.log(xmin ** (1 - t_alpha) / (t_alpha - 1))
                 ax.loglog(tail, share * np.exp(-t_alpha * np.log(tail) - t_lam * tail - log_z), "--", lw=1.2,
                           color=ESD_COLOURS["truncated PL"], label="truncated PL")
-        kappa, beta, tau = (_finite(row.get(k)) for k in ("htmp_kappa", "htmp_beta", "htmp_tau"))
-        gamma = _finite(row.get("gamma"))
+        kappa, beta, tau = (finite_or_none(row.get(k)) for k in ("htmp_kappa", "htmp_beta", "htmp_tau"))
+        gamma = finite_or_none(row.get("gamma"))
         if kappa is not None and beta is not None and tau is not None and gamma is not None and gamma < 1.0:
             curve = grid[::4]  # the density is smooth: 30 points draw it (each costs a contour integral)
             with np.errstate(all="ignore"):
@@ -241,7 +235,7 @@ def correlation_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
         fig = new_figure(7.2, 0.24 * max(len(rows), 1) + 1.0, left=0.2 + 0.062 * longest, bottom=0.62, top=0.15)
         ax = fig.add_subplot()
         for i, row in enumerate(rows):
-            rho, lo, hi = (_finite(row.get(k)) for k in ("rho", "ci_low", "ci_high"))
+            rho, lo, hi = (finite_or_none(row.get(k)) for k in ("rho", "ci_low", "ci_high"))
             y = len(rows) - 1 - i
             if rho is None:
                 continue

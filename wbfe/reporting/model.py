@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from wbfe.report import finite_or_none
 from wbfe.reporting.content import (Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section,
                                     Table)
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
@@ -25,12 +26,6 @@ def _as_dict(score: Any) -> dict[str, Any]:
     return score.to_dict() if hasattr(score, "to_dict") else dict(score)
 
 
-def _finite(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def summary_metrics(summary: Mapping[str, Any]) -> list[str]:
     """The summarised layer columns, in the order the score lists them (``bfe``, ``alpha``, ...)."""
     return [key[: -len("_mean")] for key in summary if key.endswith("_mean")]
@@ -42,7 +37,7 @@ def unusual_layers(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
     ``(name, why)`` pairs, most unusual first."""
     best: dict[str, tuple[float, str]] = {}
     for metric in metrics:
-        values = [(_finite(layer.get(metric)), layer["name"]) for layer in layers]
+        values = [(finite_or_none(layer.get(metric)), layer["name"]) for layer in layers]
         finite = np.array([v for v, _ in values if v is not None])
         if finite.size < 4:
             continue
@@ -173,7 +168,7 @@ def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusu
 
 def _fit_text(row: Mapping[str, Any]) -> str:
     def fmt(key: str) -> str:
-        value = _finite(row.get(key))
+        value = finite_or_none(row.get(key))
         return "null" if value is None else f"{value:.4g}"
 
     parts = [f"power law α = {fmt('alpha')}, xmin = {fmt('xmin')}",
