@@ -171,3 +171,18 @@ def test_a_zoo_of_file_uris_ranks_on_ray_exactly_as_the_local_zoo(tmp_path: Path
     for out in (whole, local_score):
         out["model"] = {k: v for k, v in out["model"].items() if k not in ("source", "files")}
     assert whole == local_score
+
+
+def test_small_experts_score_on_ray_exactly_as_locally(tmp_path: Path, local_ray: None) -> None:
+    """A fused stack of small experts is eigen-solved in batches; a Ray task runs the same loop as a
+    local score, so its numbers equal the local ones bit for bit (not only to rounding)."""
+    import wbfe
+    from tests.test_experts import _common, _experts, _fused, _save
+    from wbfe.executors.ray_score import score_on_ray
+    from wbfe.options import ScoreOptions
+
+    folder = _save(tmp_path / "moe", _common() | _fused(_experts(), "qwen"), "qwen3_moe")
+    options = ScoreOptions(metrics=("bfe", "htsr"))
+    on_ray = score_on_ray(folder, options, ExecutorOptions("ray")).to_dict()
+    on_ray["model"].pop("executor")
+    assert on_ray == wbfe.score(folder, options=options).to_dict()

@@ -146,14 +146,12 @@ def score(
 
         return score_on_ray(ref, options, where, progress=progress)
     groups = resolve_groups(options.metrics)
-    pattern = options.pattern
     head = options.head
     torch_device = resolve_device(options.device)
     metric_options = MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed)
     result = ModelScore(model={})
     seen_storage: dict[Any, str] = {}
     seen_content = SeenContent()
-    need_eigs = any(g.needs_eigenvalues for g in groups)
     done = 0
 
     def record(entry: TensorEntry, plan: Union[Skip, MatrixPlan], outcome: Any) -> None:
@@ -176,41 +174,8 @@ def score(
 
             return score_adapter(source, options, metric_options, groups, base=base)
         total = len(source)
-        planned = ((entry, _plan(entry, options, pattern, consumed))
-                   for entry, consumed in _stream(source))
-        # Consecutive small matrices of one shape and dtype (an MoE's experts) whose eigenvalues are
-        # needed, held until a batch is full or the stream moves on: one batched eigen-solve.
-        batch: list[tuple[TensorEntry, MatrixPlan, Any]] = []
-
-        def flush() -> None:
-            if len(batch) == 1:  # a matrix without equal-shaped neighbours: on its own, as any other
-                (entry, plan, matrices), = batch
-                pipeline.compute(entry, plan, _spectrum_job(matrices, torch_device, need_eigs, groups, metric_options, entry.name))
-            elif batch:
-                pipeline.compute_batch([(e, p) for e, p, _ in batch],
-                                       _batch_job(batch, torch_device, groups, metric_options))
-            batch.clear()
-
-        for entry, plan, reading in pipeline.read_ahead(planned):
-            prepared = _prepare(entry, plan, reading, options, seen_storage, seen_content)
-            key = _batch_key(plan, prepared, torch_device) if need_eigs else None
-            if batch and (key != _batch_key(batch[0][1], batch[0][2], torch_device)
-                          or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
-                          or not pipeline.batch_fits([(e, p) for e, p, _ in batch] + [(entry, plan)])):  # type: ignore[list-item]
-                flush()
-            if key is not None:
-                batch.append((entry, plan, prepared))  # type: ignore[arg-type]
-            elif isinstance(prepared, Skip):
-                pipeline.put(entry, prepared)
-            else:
-                assert isinstance(plan, MatrixPlan)
-                pipeline.compute(entry, plan, _spectrum_job(prepared, torch_device, need_eigs, groups, metric_options, entry.name))
-            del prepared  # the job holds the tensor now, and frees it when done
-            for item in pipeline.finished():
-                record(*item)
-        flush()
-        for item in pipeline.finished(wait=True):
-            record(*item)
+        _run_stream(pipeline, _stream(source), options, torch_device, groups, metric_options,
+                    seen_storage, seen_content, record)
         provenance = source.provenance.to_dict()
         head_hint = source.head_hint
         config = source.config
@@ -229,6 +194,56 @@ def score(
 
 _DEFAULT_KEYWORDS = dict(metrics=(), lam="opt", conv="flatten", layers=None, device="auto", head=None,
                          min_eigs=10, ww_compatible=False, seed=0)
+
+
+def _run_stream(
+    pipeline: Pipeline,
+    stream: Iterable[tuple[TensorEntry, Optional[str]]],
+    options: ScoreOptions,
+    device: Any,
+    groups: tuple[Any, ...],
+    metric_options: MetricOptions,
+    seen_storage: dict[Any, str],
+    seen_content: Any,
+    record: Callable[[TensorEntry, Union[Skip, MatrixPlan], Any], None],
+) -> None:
+    """Plan, read, tie-check and schedule every entry of ``stream`` on ``pipeline``, calling
+    ``record(entry, plan, outcome)`` in stream order as results finish. score() and the Ray
+    executor's per-shard task both run this one loop, so their rows agree exactly."""
+    need_eigs = any(g.needs_eigenvalues for g in groups)
+    planned = ((entry, _plan(entry, options, options.pattern, consumed)) for entry, consumed in stream)
+    # Consecutive small matrices of one shape and dtype (an MoE's experts) whose eigenvalues are
+    # needed, held until a batch is full or the stream moves on: one batched eigen-solve.
+    batch: list[tuple[TensorEntry, MatrixPlan, Any]] = []
+
+    def flush() -> None:
+        if len(batch) == 1:  # a matrix without equal-shaped neighbours: on its own, as any other
+            (entry, plan, matrices), = batch
+            pipeline.compute(entry, plan, _spectrum_job(matrices, device, need_eigs, groups, metric_options, entry.name))
+        elif batch:
+            pipeline.compute_batch([(e, p) for e, p, _ in batch], _batch_job(batch, device, groups, metric_options))
+        batch.clear()
+
+    for entry, plan, reading in pipeline.read_ahead(planned):
+        prepared = _prepare(entry, plan, reading, options, seen_storage, seen_content)
+        key = _batch_key(plan, prepared, device) if need_eigs else None
+        if batch and (key != _batch_key(batch[0][1], batch[0][2], device)
+                      or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
+                      or not pipeline.batch_fits([(e, p) for e, p, _ in batch] + [(entry, plan)])):  # type: ignore[list-item]
+            flush()
+        if key is not None:
+            batch.append((entry, plan, prepared))  # type: ignore[arg-type]
+        elif isinstance(prepared, Skip):
+            pipeline.put(entry, prepared)
+        else:
+            assert isinstance(plan, MatrixPlan)
+            pipeline.compute(entry, plan, _spectrum_job(prepared, device, need_eigs, groups, metric_options, entry.name))
+        del prepared  # the job holds the tensor now, and frees it when done
+        for item in pipeline.finished():
+            record(*item)
+    flush()
+    for item in pipeline.finished(wait=True):
+        record(*item)
 
 
 def _stream(source: Any) -> Iterable[tuple[TensorEntry, Optional[str]]]:

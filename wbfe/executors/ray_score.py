@@ -126,7 +126,6 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
         groups = resolve_groups(options.metrics)
         device = resolve_device(options.device)
         metric_options = MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed)
-        need_eigs = any(g.needs_eigenvalues for g in groups)
         digests = _Digests()
         seen_storage: dict[Any, str] = {}
         rows: list[tuple[int, str, dict[str, Any]]] = []
@@ -140,7 +139,6 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             if source.provenance.pending is not None:
                 source.provenance.pending.cancel()  # each part hashes only its own file, below
             stream = (item for k, item in enumerate(sc._stream(source)) if mine(k, item[0].name))
-            planned = ((entry, sc._plan(entry, options, options.pattern, consumed)) for entry, consumed in stream)
 
             def record(entry: Any, plan: Any, outcome: Any) -> None:
                 if isinstance(outcome, DegenerateMatrixError):
@@ -151,19 +149,7 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
                     rows.append((position[entry.name], "layer",
                                  sc._layer_row(plan, outcome, groups, metric_options, entry.quant, options.min_eigs)))
 
-            for entry, plan, reading in pipeline.read_ahead(planned):
-                prepared = sc._prepare(entry, plan, reading, options, seen_storage, digests)  # type: ignore[arg-type]
-                if isinstance(prepared, sc.Skip):
-                    pipeline.put(entry, prepared)
-                else:
-                    assert isinstance(plan, sc.MatrixPlan)
-                    pipeline.compute(entry, plan, sc._spectrum_job(prepared, device, need_eigs, groups,
-                                                                   metric_options, entry.name))
-                del prepared
-                for item in pipeline.finished():
-                    record(*item)
-            for item in pipeline.finished(wait=True):
-                record(*item)
+            sc._run_stream(pipeline, stream, options, device, groups, metric_options, seen_storage, digests, record)
             provenance = _provenance(source.provenance)
             head_hint, config = source.head_hint, source.config
         digest = _file_sha256(Path(file), bytearray(_HASH_CHUNK), None)[1] if file else None
