@@ -50,3 +50,52 @@ def test_potrf_lower_equals_lapack_and_reports_failure() -> None:
     assert _blas.potrf_lower(singular) == 3  # the leading minor of order 3 is not positive definite
     with pytest.raises(ValueError, match="square Fortran-ordered"):
         _blas.potrf_lower(np.ones((3, 4), order="F"))
+
+
+@pytest.mark.parametrize("p", [1, 2, 7, 64, 300])
+def test_eigvalsh_lower_is_scipys_eigvalsh_bit_for_bit(p: int) -> None:
+    from scipy.linalg import eigvalsh
+
+    rng = np.random.default_rng(p)
+    w = rng.standard_normal((p, 2 * p + 3)) * np.exp(rng.uniform(-3, 3, size=(p, 1)))  # a spread spectrum
+    g = np.asfortranarray(w @ w.T)
+    expected = eigvalsh(g.copy(order="F"), lower=True, check_finite=False)
+    lower_only = np.asfortranarray(np.tril(g)) + np.triu(np.full((p, p), np.nan), 1)  # upper never read
+    np.testing.assert_array_equal(_blas.eigvalsh_lower(np.asfortranarray(lower_only)), expected)
+    with pytest.raises(ValueError, match="square Fortran-ordered"):
+        _blas.eigvalsh_lower(np.ones((3, 3)))  # C-ordered
+
+
+def test_eigvalsh_lower_lets_other_threads_run() -> None:
+    # A solve on a second thread while this one counts in pure Python: with the GIL held for the
+    # solve (scipy's wrapper), the count stops until it ends; released, it goes on at its own rate.
+    import sys
+    import threading
+    import time
+
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((900, 1200))
+    g = np.asfortranarray(w @ w.T)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)  # a thread waiting for the GIL gets it within 0.1 ms of its release
+    try:
+        # One BLAS thread: a second one would spin against the counting loop for the other core.
+        with threadpool_limits(1):
+            def count_while(worker: threading.Thread) -> tuple[int, float]:
+                ticks, start = 0, time.perf_counter()
+                worker.start()
+                while worker.is_alive():
+                    ticks += 1
+                return ticks, time.perf_counter() - start
+
+            calibration, span = count_while(threading.Thread(target=time.sleep, args=(0.05,)))  # sleeps GIL-free
+            rate = calibration / span
+            ticks, elapsed = count_while(threading.Thread(target=_blas.eigvalsh_lower, args=(g,)))
+    finally:
+        sys.setswitchinterval(interval)
+    assert elapsed > 0.02, elapsed  # long enough to tell (p = 900: ~50 ms on one core)
+    # Released: ~100 % of the rate on two cores (a busy machine leaves well over a third);
+    # held: only the instants before the solve starts and after it ends.
+    assert ticks / (rate * elapsed) > 0.3, (ticks, rate, elapsed)

@@ -302,10 +302,8 @@ def _eigvalsh(g: Any) -> np.ndarray:
     if isinstance(g, np.ndarray):
         if g.shape[0] >= _TWO_STAGE_P and _blas.has_two_stage():
             return _blas.eigvalsh_two_stage(g)
-        from scipy.linalg import eigvalsh
-
         # scipy's default driver (dsyevr); dsyevd, dsyev and torch's were no faster at p <= 2,048.
-        return eigvalsh(g, lower=True, check_finite=False, overwrite_a=True)
+        return _blas.eigvalsh_lower(g)
     import torch
 
     return torch.linalg.eigvalsh(g).cpu().numpy()
