@@ -190,3 +190,35 @@ def test_source_head_hint_and_quant_scheme_reach_the_output(monkeypatch: pytest.
     monkeypatch.undo()
     by_name = wbfe.score(state, metrics="bfe")
     assert by_name.summary["head"] == "classifier.weight" and by_name.summary["head_source"] == "name"
+
+
+def test_compute_many_gets_runs_of_equal_shapes_and_rows_equal_compute(tmp_path, monkeypatch) -> None:
+    # Equal-shaped matrices in a row (an MoE layer's experts) reach a group's compute_many together;
+    # a skipped tensor or a new shape ends the run; a lone matrix goes through compute.
+    import dataclasses
+
+    import torch
+    from safetensors.torch import save_file
+
+    from wbfe.metrics import htsr
+
+    g = torch.Generator().manual_seed(5)
+    tensors = {f"model.layers.0.mlp.experts.{e}.gate_proj.weight": torch.randn(32, 64, generator=g) for e in range(10)}
+    tensors["model.layers.0.mlp.experts.6.gate_proj.weight"] = torch.zeros(32, 64)  # skipped: all zero
+    tensors["model.layers.0.self_attn.q_proj.weight"] = torch.randn(64, 64, generator=g)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    plain = wbfe.score(tmp_path, metrics=("bfe", "htsr"))
+
+    calls: list[int] = []
+
+    def many(specs, options):
+        calls.append(len(specs))
+        return [htsr.GROUP.compute(spec, options) for spec in specs]
+
+    monkeypatch.setattr(htsr, "GROUP", dataclasses.replace(htsr.GROUP, compute_many=many))
+    batched = wbfe.score(tmp_path, metrics=("bfe", "htsr"))
+    assert calls == [6, 3]
+    assert [s["name"] for s in batched.skipped] == ["model.layers.0.mlp.experts.6.gate_proj.weight"]
+    assert [layer["name"] for layer in batched.layers] == [layer["name"] for layer in plain.layers]
+    # json writes NaN as NaN, so equal dumps mean equal rows, NaN columns included.
+    assert json.dumps(batched.layers, sort_keys=True) == json.dumps(plain.layers, sort_keys=True)

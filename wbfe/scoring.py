@@ -154,15 +154,12 @@ def score(
     seen_content = SeenContent()
     done = 0
 
-    def record(entry: TensorEntry, plan: Union[Skip, MatrixPlan], outcome: Any) -> None:
+    def record(entry: TensorEntry, item: Union[Skip, dict[str, Any]]) -> None:
         nonlocal done
-        if isinstance(outcome, DegenerateMatrixError):
-            outcome = Skip(entry.name, str(outcome), entry.shape, entry.dtype)
-        if isinstance(outcome, Skip):
-            result.skipped.append(outcome.to_dict())
+        if isinstance(item, Skip):
+            result.skipped.append(item.to_dict())
         else:
-            assert isinstance(plan, MatrixPlan)
-            result.layers.append(_layer_row(plan, outcome, groups, metric_options, entry.quant, options.min_eigs))
+            result.layers.append(item)
         done += 1
         if progress is not None:
             # Fused expert stacks become several entries: the stored count is then a lower bound.
@@ -205,10 +202,10 @@ def _run_stream(
     metric_options: MetricOptions,
     seen_storage: dict[Any, str],
     seen_content: Any,
-    record: Callable[[TensorEntry, Union[Skip, MatrixPlan], Any], None],
+    record: Callable[[TensorEntry, Union[Skip, dict[str, Any]]], None],
 ) -> None:
     """Plan, read, tie-check and schedule every entry of ``stream`` on ``pipeline``, calling
-    ``record(entry, plan, outcome)`` in stream order as results finish. score() and the Ray
+    ``record(entry, skip_or_row)`` in stream order as results finish. score() and the Ray
     executor's per-shard task both run this one loop, so their rows agree exactly."""
     need_eigs = any(g.needs_eigenvalues for g in groups)
     planned = ((entry, _plan(entry, options, options.pattern, consumed)) for entry, consumed in stream)
@@ -224,6 +221,7 @@ def _run_stream(
             pipeline.compute_batch([(e, p) for e, p, _ in batch], _batch_job(batch, device, groups, metric_options))
         batch.clear()
 
+    rows = _RowMaker(groups, metric_options, options.min_eigs, record)
     for entry, plan, reading in pipeline.read_ahead(planned):
         prepared = _prepare(entry, plan, reading, options, seen_storage, seen_content)
         key = _batch_key(plan, prepared, device) if need_eigs else None
@@ -240,10 +238,65 @@ def _run_stream(
             pipeline.compute(entry, plan, _spectrum_job(prepared, device, need_eigs, groups, metric_options, entry.name))
         del prepared  # the job holds the tensor now, and frees it when done
         for item in pipeline.finished():
-            record(*item)
+            rows.add(*item)
     flush()
     for item in pipeline.finished(wait=True):
-        record(*item)
+        rows.add(*item)
+    rows.flush()
+
+
+class _RowMaker:
+    """Turns finished spectra into layer rows, in stream order, and hands each row (or skip) to
+    ``record``. Consecutive spectra of one shape (an MoE layer's experts) wait for each other, up to
+    ``_ROW_BATCH``, so that a group with ``compute_many`` fits them in one vectorised pass."""
+
+    def __init__(self, groups: tuple[Any, ...], metric_options: MetricOptions, min_eigs: int,
+                 record: Callable[[TensorEntry, Union[Skip, dict[str, Any]]], None]) -> None:
+        self.groups, self.metric_options, self.min_eigs, self.record = groups, metric_options, min_eigs, record
+        self.batching = any(g.compute_many is not None for g in groups)
+        self.pending: list[tuple[TensorEntry, MatrixPlan, Any]] = []
+
+    def add(self, entry: TensorEntry, plan: Union[Skip, MatrixPlan], outcome: Any) -> None:
+        if isinstance(outcome, DegenerateMatrixError):
+            outcome = Skip(entry.name, str(outcome), entry.shape, entry.dtype)
+        if isinstance(outcome, Skip):
+            self.flush()
+            self.record(entry, outcome)
+            return
+        assert isinstance(plan, MatrixPlan)
+        if self.pending and (_row_key(plan, outcome) != _row_key(self.pending[0][1], self.pending[0][2])
+                             or len(self.pending) >= _ROW_BATCH):
+            self.flush()
+        self.pending.append((entry, plan, outcome))
+        if not self.batching:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        specs = [spec for _, _, spec in self.pending]
+        results: dict[str, list[Any]] = {}
+        for group in self.groups:
+            if group.compute_many is not None and len(specs) > 1 and not _too_few(group, specs[0], self.min_eigs):
+                results[group.name] = group.compute_many(specs, self.metric_options)
+        for k, (entry, plan, spec) in enumerate(self.pending):
+            done = {name: outs[k] for name, outs in results.items()}
+            self.record(entry, _layer_row(plan, spec, self.groups, self.metric_options, entry.quant, self.min_eigs,
+                                          done))
+        self.pending.clear()
+
+
+# The most rows held back for one compute_many call: the spectra are small next to their matrices.
+_ROW_BATCH = 256
+
+
+def _row_key(plan: MatrixPlan, spec: Any) -> tuple[int, int, int, int]:
+    return plan.rows, plan.cols, plan.n_slices, spec.n_eigs
+
+
+def _too_few(group: Any, spec: Any, min_eigs: int) -> bool:
+    """Whether ``group`` fits a spectrum's tail and this one has too few eigenvalues for it."""
+    return group.name in _TAIL_FIT_GROUPS and spec.n_eigs < min_eigs
 
 
 def _stream(source: Any) -> Iterable[tuple[TensorEntry, Optional[str]]]:
@@ -359,7 +412,9 @@ def _layer_row(
     metric_options: MetricOptions,
     quant: Optional[str] = None,
     min_eigs: int = 1,
+    computed: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
+    """One layer's row; ``computed`` holds group results already computed (by ``compute_many``)."""
     row: dict[str, Any] = {
         "name": plan.name,
         "role": plan.role,
@@ -377,12 +432,12 @@ def _layer_row(
     }
     reasons: dict[str, str] = {}
     for group in groups:
-        if group.name in _TAIL_FIT_GROUPS and spec.n_eigs < min_eigs:
+        if _too_few(group, spec, min_eigs):
             why = f"too few eigenvalues for a tail fit: {spec.n_eigs} < min_eigs={min_eigs}"
             row.update({column: math.nan for column in group.columns})
             reasons.update({column: why for column in group.columns})
             continue
-        out = group.compute(spec, metric_options)
+        out = computed[group.name] if computed and group.name in computed else group.compute(spec, metric_options)
         row.update(out.values)
         reasons.update(out.reasons)
     row["reasons"] = reasons

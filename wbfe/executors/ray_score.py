@@ -119,7 +119,7 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
     from wbfe.pipeline import Pipeline
     from wbfe.sources import open_source
     from wbfe.sources._base import _HASH_CHUNK, _file_sha256
-    from wbfe.spectra import DegenerateMatrixError, resolve_device
+    from wbfe.spectra import resolve_device
 
     node = node_of_this_task()
     try:
@@ -140,14 +140,11 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
                 source.provenance.pending.cancel()  # each part hashes only its own file, below
             stream = (item for k, item in enumerate(sc._stream(source)) if mine(k, item[0].name))
 
-            def record(entry: Any, plan: Any, outcome: Any) -> None:
-                if isinstance(outcome, DegenerateMatrixError):
-                    outcome = sc.Skip(entry.name, str(outcome), entry.shape, entry.dtype)
-                if isinstance(outcome, sc.Skip):
-                    rows.append((position[entry.name], "skipped", outcome.to_dict()))
+            def record(entry: Any, item: Any) -> None:
+                if isinstance(item, sc.Skip):
+                    rows.append((position[entry.name], "skipped", item.to_dict()))
                 else:
-                    rows.append((position[entry.name], "layer",
-                                 sc._layer_row(plan, outcome, groups, metric_options, entry.quant, options.min_eigs)))
+                    rows.append((position[entry.name], "layer", item))
 
             sc._run_stream(pipeline, stream, options, device, groups, metric_options, seen_storage, digests, record)
             provenance = _provenance(source.provenance)

@@ -92,6 +92,9 @@ class MetricGroup:
         from_matrices: for a group that needs the matrix itself, not only its spectrum: called in
             the spectrum job with ``(matrices, device, options, tensor name)``; what it returns is
             handed to ``compute`` as ``Spectrum.extra[name]``.
+        compute_many: optional, ``compute`` of several spectra of one shape at once (an MoE's
+            experts), one result each, in order, each equal to ``compute`` on that spectrum; what
+            vectorises across them makes it faster.
     """
 
     name: str
@@ -101,3 +104,4 @@ class MetricGroup:
     description: str = ""
     needs_eigenvalues: bool = True
     from_matrices: Optional[Callable[[Sequence[Any], Any, MetricOptions, str], Any]] = None
+    compute_many: Optional[Callable[[Sequence[Spectrum], MetricOptions], list[GroupResult]]] = None
