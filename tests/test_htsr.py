@@ -13,7 +13,16 @@ import pytest
 from wbfe._ww_compat import WW_CONV2D_EIG_SCALE, ww_conv2d_dims, ww_conv2d_matrices, ww_linear_matrix
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
-from wbfe.metrics.htsr import COLUMNS, GROUP, _linear_kde, matrix_entropy, matrix_rank, mp_fit
+from wbfe.metrics.htsr import (
+    COLUMNS,
+    GROUP,
+    _linear_kde,
+    _MPResidual,
+    _nelder_mead_1d,
+    matrix_entropy,
+    matrix_rank,
+    mp_fit,
+)
 
 WW = MetricOptions(ww_compatible=True)
 PLAIN = MetricOptions()
@@ -300,3 +309,141 @@ def test_ww_helpers_reject_wrong_shapes() -> None:
         ww_conv2d_matrices(np.zeros((3, 4)))
     with pytest.raises(ValueError, match=r"expected a 2-D weight, got shape \(3, 4, 1\)"):
         ww_linear_matrix(np.zeros((3, 4, 1)))
+
+
+# ---------------------------------------------------------------- MP fit: the fast path is today's fit
+
+def _reference_mp_fit(eigs: np.ndarray, N: int, M: int) -> tuple[float, float, float, int]:  # noqa: N803
+    """The MP fit as wbfe computed it before its fast path (frozen copy): every σ of the grid
+    evaluated on the full KDE grid, then scipy's own ``fmin``. Returns (σ, bulk_max, softrank, spikes)."""
+    from scipy import optimize
+
+    e = np.asarray(eigs, dtype=np.float64)
+    Q = N / M
+    w_scale = np.sqrt(e.size) / np.sqrt(np.sum(e))
+    to_plot = (w_scale * w_scale) * e
+    lambda_max = float(np.max(to_plot))
+    s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
+    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
+    xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, 1000)
+    yde = _linear_kde(to_fit, xde, 0.1)
+    good = yde > 0.01
+    n_dropped = int(np.count_nonzero(yde < 0.01))
+    xde, yde = xde[good], yde[good]
+    x_peak = xde[int(np.argmax(yde))]
+    inv_sq = np.sqrt(1.0 / Q)
+
+    def sum_squares(resid: np.ndarray) -> float:
+        return float(np.sum(np.concatenate((resid, np.zeros(n_dropped))) ** 2))
+
+    off_grid = sum_squares(np.full(xde.size, 1000.0))
+
+    def law(sigma, b, a):  # noqa: ANN001, ANN202
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if Q == 1:
+                return np.nan_to_num((1 / (np.pi * sigma * sigma)) * np.sqrt(4 - xde**2))
+            prefactor = 1 / (2 * np.pi * sigma * sigma * xde * (1 / Q))
+            return np.nan_to_num(prefactor * np.sqrt((b - xde) * (xde - a)))
+
+    def residual(p: np.ndarray) -> float:
+        sigma = np.ravel(p)[0]
+        b, a = np.power(sigma * (1 + inv_sq), 2), np.power(sigma * (1 - inv_sq), 2)
+        if Q != 1 and ((b < x_peak) or (b > xde[-1]) or (a > x_peak)):
+            return off_grid
+        return sum_squares(law(sigma, b, a) - yde)
+
+    sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
+    start = sigmas[int(np.argmin([residual(np.array([x])) for x in sigmas]))]  # brute, point by point
+    sigma = float(np.ravel(optimize.fmin(residual, start, disp=False))[0])
+    bulk_max = (sigma * (1 + 1 / np.sqrt(Q))) ** 2
+    tw = 1 / np.sqrt(Q) * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
+    spikes = int(np.count_nonzero(to_plot > bulk_max + np.sqrt(tw)))
+    return sigma, float(bulk_max / (w_scale * w_scale)), float(bulk_max / lambda_max), spikes
+
+
+def _mp_cases() -> list[tuple[str, np.ndarray, int, int]]:
+    rng = np.random.default_rng(2026)
+    cases = []
+    for n in (2, 3, 5, 8, 10, 16, 40, 64, 200):
+        for ratio in (1, 2, 4):
+            P = n * ratio
+            w = rng.standard_normal((P, n))
+            cases.append((f"gauss n={n} Q={ratio}", spectrum_of([w]).eigs, P, n))
+            t = rng.standard_t(2.5, size=(P, n))
+            cases.append((f"t2.5 n={n} Q={ratio}", spectrum_of([t]).eigs, P, n))
+    for n in (20, 64, 150):
+        w = rng.standard_t(3.0, size=(2 * n, n))
+        w[:, n // 3 :] = 0.0  # exact zero eigenvalues
+        cases.append((f"rank-deficient n={n}", spectrum_of([w]).eigs, 2 * n, n))
+        e = np.sort(rng.gamma(2.0, size=n).round(1))  # many ties
+        cases.append((f"ties n={n}", e, 3 * n, n))
+        cases.append((f"WW N<M n={n}", spectrum_of([rng.standard_normal((n, 2 * n))]).eigs, n, 2 * n))
+        spikes = spectrum_of([rng.standard_normal((2 * n, n))]).eigs
+        spikes[-3:] *= [20.0, 40.0, 80.0]
+        cases.append((f"spiked n={n}", np.sort(spikes), 2 * n, n))
+    cases.append(("constant", np.full(30, 2.0), 60, 30))
+    cases.append(("one non-zero", np.array([0.0] * 9 + [1.0]), 20, 10))
+    cases.append(("single", np.array([3.0]), 1, 1))
+    return cases
+
+
+@pytest.mark.parametrize("case", _mp_cases(), ids=lambda c: c[0])
+def test_mp_fit_is_bit_for_bit_the_reference_fit(case: tuple[str, np.ndarray, int, int]) -> None:
+    _, e, N, M = case
+    fit = mp_fit(e, N, M)
+    sigma, bulk_max, softrank, spikes = _reference_mp_fit(e, N, M)
+    assert (fit.sigma_mp, fit.bulk_max, fit.mp_softrank, fit.num_spikes) == (sigma, bulk_max, softrank, spikes)
+
+
+def _nm_functions() -> list[tuple[str, object, float]]:
+    def residual_of(e: np.ndarray, N: int, M: int):  # noqa: ANN202
+        Q = N / M
+        e = e * e.size / np.sum(e)
+        return _MPResidual(np.sqrt(e) if Q == 1 else e, Q).exact
+
+    rng = np.random.default_rng(8)
+    funcs: list[tuple[str, object, float]] = [
+        ("quadratic", lambda x: (x - 1.234) ** 2, 0.3),
+        ("quartic", lambda x: (x - 0.7) ** 4 + 1.0, 5.0),
+        ("abs", lambda x: abs(x + 2.0), 0.0),
+        ("staircase", lambda x: float(np.floor(4 * x)) ** 2, 3.3),  # ties everywhere
+        ("flat", lambda x: 7.0, 1.0),
+        ("unbounded", lambda x: -x, 1.0),  # runs out of evaluations
+        ("nan beyond", lambda x: math.nan if x > 2 else (x - 3) ** 2, 1.9),
+        ("inf beyond", lambda x: math.inf if x < 0.5 else (x - 0.2) ** 2, 0.6),
+    ]
+    for i in range(12):
+        n = int(rng.integers(5, 120))
+        ratio = int(rng.integers(1, 4))
+        e = spectrum_of([rng.standard_t(3.0, size=(ratio * n, n))]).eigs
+        funcs.append((f"mp residual {i}", residual_of(e, ratio * n, n), float(rng.uniform(0.2, 2.0))))
+    return funcs
+
+
+@pytest.mark.parametrize("func", _nm_functions(), ids=lambda f: f[0])
+def test_nelder_mead_1d_is_scipy_fmin(func: tuple[str, object, float]) -> None:
+    from scipy import optimize
+
+    _, f, x0 = func
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = float(optimize.fmin(lambda p: f(float(np.ravel(p)[0])), x0, disp=False)[0])
+    assert _nelder_mead_1d(lambda x: (f(x), 0.0), x0, 0.0) == ref
+
+
+def test_fast_mp_residual_is_the_exact_one_within_its_bound() -> None:
+    rng = np.random.default_rng(9)
+    for n, ratio in ((30, 1), (30, 2), (300, 3), (100, 1)):
+        e = spectrum_of([rng.standard_t(3.0, size=(ratio * n, n))]).eigs
+        e = e * e.size / np.sum(e)
+        residual = _MPResidual(np.sqrt(e) if ratio == 1 else e, float(ratio))
+        sigmas = np.linspace(0.05, 2.5, 300)
+        grid_values, grid_scales = residual.grid(sigmas)
+        n_valid = 0
+        for sigma, grid_value, grid_scale in zip(sigmas, grid_values, grid_scales):
+            exact = residual.exact(float(sigma))
+            value, scale = residual.fast(float(sigma))
+            assert abs(value - exact) <= 1e-13 * max(scale, 1.0)
+            assert grid_value == pytest.approx(value, rel=1e-13) and grid_scale == pytest.approx(scale, rel=1e-13)
+            n_valid += scale > 0.0
+        assert n_valid > 20  # the comparison is not only of rejected σ

@@ -25,9 +25,10 @@ power-law tail, an all-zero or constant spectrum, or rank ≤ 1 for the entropy.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -45,6 +46,10 @@ _KDE_BANDWIDTH = 0.1
 _KDE_GRID = 1000
 _KDE_FLOOR = 0.01
 _LN10 = math.log(10.0)
+# |fast − exact| residual of the MP fit, relative to the magnitude of its terms (rounding of ~1000-term
+# sums is ~1e-13 of it): decisions closer than this are taken on the exact residuals.
+_FAST_REL_ERR = 1e-11
+_NM_MAXFUN = 200  # fmin's default maxiter = maxfun = 200 · (one variable)
 
 COLUMNS = (
     "norm",
@@ -135,62 +140,219 @@ def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
     return np.maximum(left + right, 0.0) / (xs.size * h)
 
 
-def _mp_residual_factory(
-    to_fit: np.ndarray, Q: float  # noqa: N803
-) -> tuple[Callable[[np.ndarray], float], Callable[[np.ndarray], np.ndarray]]:
+def _mp_residual_factory(to_fit: np.ndarray, Q: float) -> "_MPResidual":  # noqa: N803
+    return _MPResidual(to_fit, Q)
+
+
+class _MPResidual:
     """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law.
 
-    Returns the residual of one σ (what Nelder–Mead polishes) and the residuals of a whole grid
-    of σ at once; both do the same floating-point operations, so the grid's minimum is the one
-    WeightWatcher's point-by-point ``brute`` finds.
+    :meth:`exact` is WeightWatcher's residual operation for operation (an L-point array, numpy's
+    pairwise sum), so the σ Nelder–Mead and ``brute`` pick are its own. :meth:`fast` is the same
+    quantity from its expansion Σy² + Σ law² − 2 Σ law·y over the support of the law only (where
+    it is not 0), a few dot products; it returns ``(value, scale)`` with ``scale`` a bound on the
+    sum of the magnitudes of its terms, so ``|fast − exact| <= _FAST_REL_ERR · scale``. The fits
+    use the fast value and fall back to the exact one wherever a decision (a comparison of two
+    residuals) is closer than that: results are WeightWatcher's bit for bit, at a fraction of
+    the cost.
     """
-    xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
-    yde = _linear_kde(to_fit, xde, _KDE_BANDWIDTH)
-    good = yde > _KDE_FLOOR  # WeightWatcher fits only where the KDE is not nearly zero
-    n_dropped = int(np.count_nonzero(yde < _KDE_FLOOR))
-    xde, yde = xde[good], yde[good]
-    x_peak = xde[int(np.argmax(yde))]
-    inv_sq = np.sqrt(1.0 / Q)
-    off_grid = _sum_squares(np.full(xde.size, 1000.0), n_dropped)
 
-    def edges(sigma: np.floating) -> tuple[np.floating, np.floating]:
-        return np.power(sigma * (1 + inv_sq), 2), np.power(sigma * (1 - inv_sq), 2)
+    def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
+        xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
+        yde = _linear_kde(to_fit, xde, _KDE_BANDWIDTH)
+        good = yde > _KDE_FLOOR  # WeightWatcher fits only where the KDE is not nearly zero
+        n_dropped = int(np.count_nonzero(yde < _KDE_FLOOR))
+        self.xde, self.yde = xde[good], yde[good]
+        self.Q = Q
+        self.x_peak = float(self.xde[int(np.argmax(self.yde))])
+        self.x_last = float(self.xde[-1])
+        self.inv_sq = float(np.sqrt(1.0 / Q))
+        # WeightWatcher appends a zero residual per dropped grid point; keeping the same array keeps
+        # numpy's pairwise summation, hence Nelder–Mead's path, identical to its own.
+        self.padded = np.zeros(self.xde.size + n_dropped)
+        self.off_grid = float(np.sum(np.concatenate((np.full(self.xde.size, 1000.0), np.zeros(n_dropped))) ** 2))
+        self.y2 = float(np.dot(self.yde, self.yde))
+        self.xs_list = self.xde.tolist()
+        if Q == 1:
+            with np.errstate(invalid="ignore"):
+                r = np.sqrt(4 - self.xde**2)
+            on = np.isfinite(r)
+            self.r = r
+            self.rr, self.ry = float(np.dot(r[on], r[on])), float(np.dot(r[on], self.yde[on]))
+        else:
+            with np.errstate(divide="ignore"):
+                self.h = 1.0 / self.xde**2  # law² = (Q/2πσ²)²·(b − x)(x − a)/x²
+                self.g = self.yde / self.xde  # law·y = (Q/2πσ²)·√((b − x)(x − a))·y/x
 
-    # One σ (scalars) or a grid of σ (columns of arrays) alike.
-    def law(sigma: Any, b: Any, a: Any) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if Q == 1:
+    def edges(self, sigma: float) -> tuple[float, float]:
+        return (sigma * (1 + self.inv_sq)) ** 2, (sigma * (1 - self.inv_sq)) ** 2
+
+    def off(self, b: float, a: float) -> bool:
+        """WeightWatcher's rejection of a bulk edge outside the data (its residual is then 1000·L)."""
+        return self.Q != 1 and (b < self.x_peak or b > self.x_last or a > self.x_peak)
+
+    def exact(self, sigma: float) -> float:
+        b, a = self.edges(sigma)
+        if self.off(b, a):
+            return self.off_grid
+        xde = self.xde
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if self.Q == 1:
                 # WeightWatcher's quarter-circle law on singular values; σ enters only the prefactor.
-                return np.nan_to_num((1 / (np.pi * sigma * sigma)) * np.sqrt(4 - xde**2))
-            prefactor = 1 / (2 * np.pi * sigma * sigma * xde * (1 / Q))
-            return np.nan_to_num(prefactor * np.sqrt((b - xde) * (xde - a)))
+                law = np.nan_to_num((1 / (np.pi * sigma * sigma)) * np.sqrt(4 - xde**2))
+            else:
+                prefactor = 1 / (2 * np.pi * sigma * sigma * xde * (1 / self.Q))
+                law = np.nan_to_num(prefactor * np.sqrt((b - xde) * (xde - a)))
+        padded = self.padded.copy()
+        padded[: xde.size] = law - self.yde
+        return float(np.sum(padded**2))
 
-    def residual(p: np.ndarray) -> float:
-        sigma = np.ravel(p)[0]
-        b, a = edges(sigma)
-        if Q != 1 and ((b < x_peak) or (b > xde[-1]) or (a > x_peak)):
-            return off_grid
-        return _sum_squares(law(sigma, b, a) - yde, n_dropped)
+    def fast(self, sigma: float) -> tuple[float, float]:
+        b, a = self.edges(sigma)
+        if self.off(b, a):
+            return self.off_grid, 0.0
+        if self.Q == 1:
+            c = 1 / (np.pi * sigma * sigma)
+            t1, t2 = c * c * self.rr, 2.0 * c * self.ry
+        else:
+            if not a > 0.0:
+                return self.exact(sigma), 0.0
+            lo, hi = bisect.bisect_right(self.xs_list, a), bisect.bisect_left(self.xs_list, b)
+            xs = self.xde[lo:hi]
+            d = (b - xs) * (xs - a)  # > 0: a < xs < b
+            c = self.Q / (2 * np.pi * sigma * sigma)
+            t1, t2 = c * c * float(np.dot(d, self.h[lo:hi])), 2.0 * c * float(np.dot(np.sqrt(d), self.g[lo:hi]))
+        value = self.y2 + t1 - t2
+        if not math.isfinite(value):
+            return self.exact(sigma), 0.0
+        return value, self.y2 + t1 + t2
 
-    def grid_residuals(sigmas: np.ndarray) -> np.ndarray:
-        pairs = [edges(sigma) for sigma in sigmas]
-        b = np.array([pair[0] for pair in pairs])
-        a = np.array([pair[1] for pair in pairs])
-        out = np.full(sigmas.size, off_grid)
-        valid = np.ones(sigmas.size, dtype=bool) if Q == 1 else ~((b < x_peak) | (b > xde[-1]) | (a > x_peak))
-        if valid.any():
-            diff = law(sigmas[valid, None], b[valid, None], a[valid, None]) - yde
-            padded = np.concatenate((diff, np.zeros((diff.shape[0], n_dropped))), axis=1)
-            out[valid] = np.sum(padded**2, axis=1)
-        return out
+    def grid(self, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`fast` of every σ of a grid at once."""
+        b = (sigmas * (1 + self.inv_sq)) ** 2
+        a = (sigmas * (1 - self.inv_sq)) ** 2
+        values = np.full(sigmas.size, self.off_grid)
+        scales = np.zeros(sigmas.size)
+        if self.Q == 1:
+            c = 1 / (np.pi * sigmas * sigmas)
+            t1, t2 = c * c * self.rr, 2.0 * c * self.ry
+            values, scales = self.y2 + t1 - t2, self.y2 + t1 + t2
+        else:
+            valid = ~((b < self.x_peak) | (b > self.x_last) | (a > self.x_peak))
+            if valid.any():
+                bv, av = b[valid, None], a[valid, None]
+                lo = int(np.searchsorted(self.xde, float(np.min(av)), side="right"))
+                hi = int(np.searchsorted(self.xde, float(np.max(bv)), side="left"))
+                xs = self.xde[lo:hi]
+                d = np.maximum((bv - xs) * (xs - av), 0.0)
+                c = self.Q / (2 * np.pi * sigmas[valid] * sigmas[valid])
+                t1, t2 = c * c * (d @ self.h[lo:hi]), 2.0 * c * (np.sqrt(d) @ self.g[lo:hi])
+                values[valid], scales[valid] = self.y2 + t1 - t2, self.y2 + t1 + t2
+        bad = ~np.isfinite(values)
+        for i in np.flatnonzero(bad):
+            values[i], scales[i] = self.exact(float(sigmas[i])), 0.0
+        return values, scales
 
-    return residual, grid_residuals
+
+class _NearTie(Exception):
+    """Two fast residuals too close to compare: the exact ones decide."""
 
 
-def _sum_squares(resid: np.ndarray, n_zeros: int) -> float:
-    # WeightWatcher appends a zero residual per dropped grid point; the same array keeps numpy's
-    # pairwise summation, hence Nelder–Mead's path, identical to its own.
-    return float(np.sum(np.concatenate((resid, np.zeros(n_zeros))) ** 2))
+class _OutOfCalls(Exception):
+    """scipy's ``_MaxFuncCallError``."""
+
+
+def _grid_argmin(residual: _MPResidual, sigmas: np.ndarray) -> int:
+    """``argmin`` of the exact residuals on the grid (first minimum), from the fast ones: only the σ
+    whose fast value cannot be told from the smallest are evaluated exactly."""
+    values, scales = residual.grid(sigmas)
+    tol = _FAST_REL_ERR * scales
+    candidates = np.flatnonzero(values - tol <= float(np.min(values + tol)))
+    if candidates.size == 1:
+        return int(candidates[0])
+    exact = [residual.exact(float(sigmas[i])) if scales[i] > 0.0 else float(values[i]) for i in candidates]
+    return int(candidates[int(np.argmin(exact))])
+
+
+def _nelder_mead_1d(func: Callable[[float], tuple[float, float]], x0: float, rel_err: float) -> float:
+    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats.
+
+    scipy's ``_minimize_neldermead`` with fmin's defaults (initial step 5 %, xatol = fatol = 1e-4,
+    200 iterations and evaluations, reflection 1, expansion 2, contraction ½, shrink ½; sorting
+    keeps the older vertex first on ties), whose float arithmetic in one dimension is what this
+    does. ``func`` returns ``(value, scale)``: when ``rel_err`` > 0 a comparison of values closer
+    than ``rel_err``·scale raises :class:`_NearTie` (the values are approximations).
+    """
+    calls = 0
+    xatol = fatol = 1e-4
+
+    def evaluate(x: float) -> tuple[float, float]:
+        nonlocal calls
+        if calls >= _NM_MAXFUN:
+            raise _OutOfCalls
+        calls += 1
+        return func(x)
+
+    def less(p: tuple[float, float], q: tuple[float, float], or_equal: bool = False) -> bool:
+        if abs(p[0] - q[0]) <= rel_err * max(p[1], q[1]) and (p[1] > 0.0 or q[1] > 0.0):
+            raise _NearTie
+        return p[0] <= q[0] if or_equal else p[0] < q[0]
+
+    def ordered(x0: float, f0: tuple[float, float], x1: float, f1: tuple[float, float]) -> tuple:
+        # np.argsort of two values: NaN last, the first on ties.
+        if less(f1, f0) or (math.isnan(f0[0]) and not math.isnan(f1[0])):
+            return x1, f1, x0, f0
+        return x0, f0, x1, f1
+
+    x1 = (1 + 0.05) * x0 if x0 != 0 else 0.00025
+    x0, f0, x1, f1 = ordered(x0, evaluate(x0), x1, evaluate(x1))
+    iterations = 1
+    while calls < _NM_MAXFUN and iterations < _NM_MAXFUN:
+        try:
+            if abs(x1 - x0) <= xatol:
+                gap = abs(f0[0] - f1[0])
+                if abs(gap - fatol) <= 2.0 * rel_err * max(f0[1], f1[1]) and (f0[1] > 0.0 or f1[1] > 0.0):
+                    raise _NearTie
+                if gap <= fatol:
+                    break
+            xbar = x0
+            xr = 2 * xbar - x1
+            fxr = evaluate(xr)
+            if less(fxr, f0):
+                xe = 3 * xbar - 2 * x1
+                fxe = evaluate(xe)
+                x1, f1 = (xe, fxe) if less(fxe, fxr) else (xr, fxr)
+            else:  # with one variable the second-worst vertex is the best one: contract
+                shrink = False
+                if less(fxr, f1):
+                    xc = 1.5 * xbar - 0.5 * x1
+                    fxc = evaluate(xc)
+                    if less(fxc, fxr, or_equal=True):
+                        x1, f1 = xc, fxc
+                    else:
+                        shrink = True
+                else:
+                    xcc = 0.5 * xbar + 0.5 * x1
+                    fxcc = evaluate(xcc)
+                    if less(fxcc, f1):
+                        x1, f1 = xcc, fxcc
+                    else:
+                        shrink = True
+                if shrink:
+                    x1 = x0 + 0.5 * (x1 - x0)
+                    f1 = evaluate(x1)
+            iterations += 1
+        except _OutOfCalls:
+            pass
+        x0, f0, x1, f1 = ordered(x0, f0, x1, f1)
+    return x0
+
+
+def _polish(residual: _MPResidual, start: float) -> float:
+    try:
+        return _nelder_mead_1d(residual.fast, start, _FAST_REL_ERR)
+    except _NearTie:
+        return _nelder_mead_1d(lambda sigma: (residual.exact(sigma), 0.0), start, 0.0)
 
 
 def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWatcher names
@@ -212,8 +374,6 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     Returns:
         An :class:`MPFit`; NaN + reason for an empty or all-zero spectrum.
     """
-    from scipy import optimize
-
     e = np.asarray(eigs, dtype=np.float64)
     nan = math.nan
     if e.size == 0 or not float(np.sum(e)) > 0.0:
@@ -224,11 +384,10 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     lambda_max = float(np.max(to_plot))
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
     to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
-    residual, grid_residuals = _mp_residual_factory(to_fit, Q)
-    # scipy.optimize.brute(residual, (slice,)) point by point, with the grid evaluated at once.
+    residual = _MPResidual(to_fit, Q)
+    # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
     sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
-    start = sigmas[int(np.argmin(grid_residuals(sigmas)))]
-    sigma = float(np.ravel(optimize.fmin(residual, start, full_output=True, disp=False)[0])[0])
+    sigma = _polish(residual, float(sigmas[_grid_argmin(residual, sigmas)]))
     bulk_max = (sigma * (1 + 1 / np.sqrt(Q))) ** 2
     bulk_min = (sigma * (1 - 1 / np.sqrt(Q))) ** 2
     tw = 1 / np.sqrt(Q) * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
