@@ -120,34 +120,47 @@ def _log_sinh_trapezoid(
         v = v_lo[rows, None] + (v_hi - v_lo)[rows, None] * t
         hv = (v_hi - v_lo)[rows] / (nodes - 1)
         s = s_c[rows, None] + width[rows, None] * np.sinh(v)
-        psi = log_integrand(s, rows) + np.log(width[rows, None] * np.cosh(v))
+        psi = log_integrand(s, rows)
+        log_jacobian = np.log(width[rows, None] * np.cosh(v))
+        if dtype is complex:
+            psi.real += log_jacobian
+        else:
+            psi += log_jacobian
+        log_mod = psi.real
+        # The modulus is normalised by the largest node, the phase by the reference node.
+        top = np.max(log_mod, axis=1)
+        modulus = np.exp(log_mod - top[:, None])
+        if dtype is not complex:
+            out[rows] = top + np.log(np.sum(modulus, axis=1) * hv)
+            out_coarse[rows] = top + np.log(np.sum(modulus[:, ::2], axis=1) * 2.0 * hv)
+            continue
         if ref is None:
-            k = np.argmax(psi.real, axis=1)
+            k = np.argmax(log_mod, axis=1)
         else:
             k = np.argmin(np.abs(s - ref[rows, None]), axis=1)
-        peak = psi[np.arange(rows.size), k]
-        # The modulus is normalised by the largest node, the phase by the reference node.
-        top = np.max(psi.real, axis=1)
-        peak = top + 1j * peak.imag if dtype is complex else top
-        terms = np.exp(psi - peak[:, None])
-        out[rows] = peak + np.log(np.sum(terms, axis=1) * hv)
-        out_coarse[rows] = peak + np.log(np.sum(terms[:, ::2], axis=1) * 2.0 * hv)
-        if dtype is complex:
-            lost[rows] = np.log(np.sum(np.abs(terms), axis=1) * hv) + peak.real - out[rows].real
-            # Unresolved oscillation can alias to a smooth wrong sum that halving cannot see: where
-            # the phase moves more than 1 rad between significant nodes, sum again on shifted nodes.
-            big = psi.real - psi.real.max(axis=1, keepdims=True) > -30.0
-            dphase = np.abs(np.diff(psi.imag, axis=1))
-            jump = np.max(np.where(big[:, 1:] | big[:, :-1], dphase, 0.0), axis=1)
-            moved = np.flatnonzero(jump > 1.0)
-            if moved.size:
-                v3 = v[moved] + hv[moved, None] / 3.0
-                s3 = s_c[rows[moved], None] + width[rows[moved], None] * np.sinh(v3)
-                psi3 = log_integrand(s3, rows[moved]) + np.log(width[rows[moved], None] * np.cosh(v3))
-                total3 = np.sum(np.exp(psi3 - peak[moved, None]), axis=1) * hv[moved]
-                value3 = peak[moved] + np.log(total3)
-                # Not NaN: NaN marks the rows that were not checked.
-                shifted[rows[moved]] = np.where(np.isfinite(value3), value3, complex(math.inf, math.inf))
+        phase0 = psi.imag[np.arange(rows.size), k]
+        peak = top + 1j * phase0
+        # The terms exp(psi − peak) in real arithmetic: cheaper than numpy's complex exp.
+        phase = psi.imag - phase0[:, None]
+        t_re = modulus * np.cos(phase)
+        t_im = modulus * np.sin(phase)
+        out[rows] = peak + np.log((np.sum(t_re, axis=1) + 1j * np.sum(t_im, axis=1)) * hv)
+        out_coarse[rows] = peak + np.log((np.sum(t_re[:, ::2], axis=1) + 1j * np.sum(t_im[:, ::2], axis=1)) * 2.0 * hv)
+        lost[rows] = np.log(np.sum(modulus, axis=1) * hv) + top - out[rows].real
+        # Unresolved oscillation can alias to a smooth wrong sum that halving cannot see: where
+        # the phase moves more than 1 rad between significant nodes, sum again on shifted nodes.
+        big = log_mod - top[:, None] > -30.0
+        dphase = np.abs(np.diff(psi.imag, axis=1))
+        jump = np.max(np.where(big[:, 1:] | big[:, :-1], dphase, 0.0), axis=1)
+        moved = np.flatnonzero(jump > 1.0)
+        if moved.size:
+            v3 = v[moved] + hv[moved, None] / 3.0
+            s3 = s_c[rows[moved], None] + width[rows[moved], None] * np.sinh(v3)
+            psi3 = log_integrand(s3, rows[moved]) + np.log(width[rows[moved], None] * np.cosh(v3))
+            total3 = np.sum(np.exp(psi3 - peak[moved, None]), axis=1) * hv[moved]
+            value3 = peak[moved] + np.log(total3)
+            # Not NaN: NaN marks the rows that were not checked.
+            shifted[rows[moved]] = np.where(np.isfinite(value3), value3, complex(math.inf, math.inf))
     return out, out_coarse, lost, shifted
 
 
@@ -389,19 +402,29 @@ def _cut_integral(
     width = 0.5 * (act_hi - act_lo)
 
     def log_integrand(s: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        # In real arithmetic (half the time of numpy's complex exp/log/divide on these arrays):
+        # u = e^s e^(−iθ), θ = θ0·g(s), and the Jacobian 1 − iθ0·g'(s) of the bent path.
         t0 = th0[rows, None]
         w = bump_w[rows, None]
-        ly_r = ly[rows, None]
-        with np.errstate(invalid="ignore"):
-            g = np.where(np.isinf(w), 1.0, np.exp(-0.5 * ((s - ly_r) / w) ** 2))
-            dg = np.where(np.isinf(w), 0.0, -(s - ly_r) / w**2 * g)
-        theta = t0 * g
-        log_u = s - 1j * theta
-        u = np.exp(log_u)
-        # 1 - u/y stays in the closed upper half plane, so its principal log is the continuous one.
-        one = 1.0 - u / y[rows, None]
-        one = one.real + 1j * (np.maximum(one.imag, 0.0) + 0.0)
-        return -u + c * log_u - a * np.log(one) + np.log(1.0 - 1j * t0 * dg)
+        z = (s - ly[rows, None]) / w  # 0 on a ray (w = inf): g = 1, g' = 0
+        theta = t0 * np.exp(-0.5 * z * z)
+        e_s = np.exp(s)
+        u_re = e_s * np.cos(theta)
+        u_im = e_s * np.sin(theta)  # u = u_re − i·u_im, u_im >= 0 (θ in [0, π/2))
+        inv_y = 1.0 / y[rows, None]
+        # 1 − u/y lies in the closed upper half plane, so its principal log is the continuous one.
+        one_re = 1.0 - u_re * inv_y
+        one_im = u_im * inv_y
+        out = np.empty(s.shape, dtype=complex)
+        out.real = c * s - u_re - (0.5 * a) * np.log(one_re * one_re + one_im * one_im)
+        out.imag = u_im - c * theta - a * np.arctan2(one_im, one_re)
+        bent = ~np.isinf(bump_w[rows])
+        if bent.any():
+            # log(1 − i·q), q = θ0·g' = −θ·z/w
+            q = -(theta[bent] * z[bent]) / w[bent]
+            out.real[bent] += 0.5 * np.log1p(q * q)
+            out.imag[bent] -= np.arctan(q)
+        return out
 
     fine, coarse, lost, shifted = _log_sinh_trapezoid(
         log_integrand, 0.5 * (act_lo + act_hi), width, step, s_lo, s_hi, complex, ref=peak, spread=spread
