@@ -56,6 +56,39 @@ def test_sharded_order_follows_the_index(tmp_path: Path, state_dict: dict) -> No
     assert names == [k for k in state_dict if shard_of[k] == 0] + [k for k in state_dict if shard_of[k] == 1]
 
 
+def test_tensors_a_shard_holds_but_the_index_does_not_list_are_skipped_with_the_reason(tmp_path: Path, state_dict: dict) -> None:
+    # transformers loads only what the index lists; the rest is accounted for, never scored.
+    import json
+
+    index = write_sharded(tmp_path, state_dict, n_shards=2)
+    weight_map = json.loads(index.read_text())["weight_map"]
+    dropped = [name for name in state_dict if state_dict[name].ndim == 2][:2]
+    for name in dropped:
+        del weight_map[name]
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    result = wbfe.score(index, metrics="bfe")
+    skipped = {s["name"]: s["reason"] for s in result.skipped}
+    for name in dropped:
+        assert "not listed in model.safetensors.index.json" in skipped[name]
+        assert name not in {layer["name"] for layer in result.layers}
+    assert len(result.layers) + len(result.skipped) == len(state_dict)
+
+
+def test_tensors_a_pickle_shard_holds_but_the_index_does_not_list_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    import json
+
+    g = torch.Generator().manual_seed(0)
+    torch.save({"a.weight": torch.randn(20, 30, generator=g), "stale.weight": torch.randn(20, 30, generator=g)},
+               tmp_path / "pytorch_model-00001-of-00002.bin")
+    torch.save({"b.weight": torch.randn(20, 30, generator=g)}, tmp_path / "pytorch_model-00002-of-00002.bin")
+    weight_map = {"a.weight": "pytorch_model-00001-of-00002.bin", "b.weight": "pytorch_model-00002-of-00002.bin"}
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    result = wbfe.score(tmp_path, metrics="bfe")
+    assert [layer["name"] for layer in result.layers] == ["a.weight", "b.weight"]
+    assert [s["name"] for s in result.skipped] == ["stale.weight"]
+    assert "not listed in pytorch_model.bin.index.json" in result.skipped[0]["reason"]
+
+
 def test_scores_equal_across_formats(tmp_path: Path, state_dict: dict, st_file: Path) -> None:
     index = write_sharded(tmp_path / "sharded", state_dict)
     torch.save(state_dict, tmp_path / "model.bin")

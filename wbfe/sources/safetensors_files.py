@@ -330,8 +330,13 @@ class SafetensorsSource(TensorSource):
 
     def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
         self._plan: list[tuple[Path, list[str], dict[str, dict[str, Any]]]] = []
+        # Tensors a shard holds but its index does not list: transformers never loads them, so they
+        # are not scored, but listed as skipped with this reason rather than dropped unseen.
+        self._unlisted: dict[str, str] = {}
         shards = index_shards(index) if index is not None else [(path, None) for path in files]
         files = [path for path, _ in shards]
+        indexed = {name for _, listed in shards for name in listed or ()}
+        index_name = index.name if index is not None else ""
         metadata: dict[str, str] = {}
         for path, listed in shards:
             header, meta = read_header(path)
@@ -344,7 +349,11 @@ class SafetensorsSource(TensorSource):
                         f"{path}: tensor {missing[0]!r} listed in the index is not in this shard",
                         path=str(path),
                     )
-                names = checkpoint_order(listed)
+                # A name the index gives to another shard is that shard's: this copy is not scored either.
+                unlisted = [name for name in names if name not in indexed]
+                self._unlisted.update((name, f"in shard {path.name} but not listed in {index_name}: not part of "
+                                       "the checkpoint its index describes") for name in unlisted)
+                names = checkpoint_order(listed) + unlisted
             self._plan.append((path, names, header))
         all_files = ([index] if index is not None else []) + list(files)
         self.provenance = Provenance(
@@ -373,6 +382,7 @@ class SafetensorsSource(TensorSource):
                         dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
                         load=load,
                         reread=load,
+                        skip=self._unlisted.get(name),
                     )
             finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.

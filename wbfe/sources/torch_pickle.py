@@ -7,6 +7,8 @@ Zip-format files are memory-mapped; legacy (pre-1.6) files are read whole, as Py
 
 from __future__ import annotations
 
+import dataclasses
+
 import pickle
 import re
 import struct
@@ -274,7 +276,13 @@ class TorchPickleSource(TensorSource):
                 raise CorruptCheckpointError(
                     f"{path}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(path)
                 )
-            yield from tensor_entries(state, held=False, scope=str(path))
+            indexed = {name for names in self._listed for name in names}
+            index_name = self._index.name
+            for entry in tensor_entries(state, held=False, scope=str(path)):
+                if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
+                    entry = dataclasses.replace(entry, skip=f"in shard {path.name} but not listed in {index_name}: "
+                                                "not part of the checkpoint its index describes")
+                yield entry
 
     def close(self) -> None:
         super().close()
