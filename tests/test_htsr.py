@@ -438,7 +438,12 @@ def test_fast_mp_residual_is_the_exact_one_within_its_bound() -> None:
         e = e * e.size / np.sum(e)
         residual = _MPResidual(np.sqrt(e) if ratio == 1 else e, float(ratio))
         sigmas = np.linspace(0.05, 2.5, 300)
-        grid_values, grid_scales = residual.grid(sigmas)
+        grid_values, grid_scales = residual.grid(sigmas, prune=False)
+        pruned, _ = residual.grid(sigmas)
+        kept = pruned != np.inf  # pruned σ: their lower bound exceeds the minimum
+        assert pruned[kept] == pytest.approx(grid_values[kept], rel=1e-13)
+        assert 0 < np.count_nonzero(kept & (grid_scales > 0)) < np.count_nonzero(grid_scales > 0) or ratio == 1
+        assert np.argmin(pruned) == np.argmin(grid_values)
         n_valid = 0
         for sigma, grid_value, grid_scale in zip(sigmas, grid_values, grid_scales):
             exact = residual.exact(float(sigma))

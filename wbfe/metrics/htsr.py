@@ -227,31 +227,74 @@ class _MPResidual:
             return self.exact(sigma), 0.0
         return value, self.y2 + t1 + t2
 
-    def grid(self, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`fast` of every σ of a grid at once."""
+    def grid(self, sigmas: np.ndarray, prune: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`fast` of every σ of a grid at once; with ``prune``, +inf for the σ whose lower
+        bound (:meth:`_lower_bounds`) shows they are not the grid's minimum."""
         b = (sigmas * (1 + self.inv_sq)) ** 2
         a = (sigmas * (1 - self.inv_sq)) ** 2
         values = np.full(sigmas.size, self.off_grid)
         scales = np.zeros(sigmas.size)
+        computed = np.ones(sigmas.size, dtype=bool)
         if self.Q == 1:
             c = 1 / (np.pi * sigmas * sigmas)
             t1, t2 = c * c * self.rr, 2.0 * c * self.ry
             values, scales = self.y2 + t1 - t2, self.y2 + t1 + t2
         else:
-            valid = ~((b < self.x_peak) | (b > self.x_last) | (a > self.x_peak))
-            if valid.any():
-                bv, av = b[valid, None], a[valid, None]
-                lo = int(np.searchsorted(self.xde, float(np.min(av)), side="right"))
-                hi = int(np.searchsorted(self.xde, float(np.max(bv)), side="left"))
-                xs = self.xde[lo:hi]
-                d = np.maximum((bv - xs) * (xs - av), 0.0)
-                c = self.Q / (2 * np.pi * sigmas[valid] * sigmas[valid])
-                t1, t2 = c * c * (d @ self.h[lo:hi]), 2.0 * c * (np.sqrt(d) @ self.g[lo:hi])
-                values[valid], scales[valid] = self.y2 + t1 - t2, self.y2 + t1 + t2
-        bad = ~np.isfinite(values)
-        for i in np.flatnonzero(bad):
+            rows = np.flatnonzero(~((b < self.x_peak) | (b > self.x_last) | (a > self.x_peak)))
+            computed[:] = False
+            if prune and rows.size > 4:
+                bound, margin = self._lower_bounds(sigmas[rows], b[rows], a[rows])
+                first = rows[np.argsort(bound)[:4]]
+                values[first], scales[first] = self._support_sums(sigmas[first], b[first], a[first])
+                best = float(np.min(values[first] + _FAST_REL_ERR * scales[first]))
+                keep = bound - margin <= best
+                values[rows[~keep]] = np.inf
+                rows = rows[keep]
+            if rows.size:
+                values[rows], scales[rows] = self._support_sums(sigmas[rows], b[rows], a[rows])
+                computed[rows] = True
+        for i in np.flatnonzero(computed & ~np.isfinite(values)):
             values[i], scales[i] = self.exact(float(sigmas[i])), 0.0
         return values, scales
+
+    def _support_sums(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fast values and scales of σ whose edges pass :meth:`off` (Q ≠ 1)."""
+        lo = int(np.searchsorted(self.xde, float(np.min(a)), side="right"))
+        hi = int(np.searchsorted(self.xde, float(np.max(b)), side="left"))
+        xs = self.xde[lo:hi]
+        d = np.subtract(b[:, None], xs)
+        d *= xs - a[:, None]
+        np.maximum(d, 0.0, out=d)  # 0 off the support of each σ
+        t1 = d @ self.h[lo:hi]
+        t2 = np.sqrt(d, out=d) @ self.g[lo:hi]
+        c = self.Q / (2 * np.pi * sigmas * sigmas)
+        t1, t2 = c * c * t1, 2.0 * c * t2
+        return self.y2 + t1 - t2, self.y2 + t1 + t2
+
+    def _lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins.
+
+        By Cauchy–Schwarz Σ law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least
+        Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ law² = c²·Σ(−1 + (a+b)/x − ab/x²) and
+        Σ y² over the support come from prefix sums over the sorted KDE grid.
+        """
+        if not hasattr(self, "_prefix"):
+            x = self.xde
+            with np.errstate(divide="ignore"):
+                inv = np.where(x > 0.0, 1.0 / x, 0.0)
+            self._prefix = tuple(np.concatenate(([0.0], np.cumsum(v))) for v in (inv, inv * inv, self.yde**2))
+        s1, s2, sy = self._prefix
+        i0 = np.searchsorted(self.xde, a, side="right")
+        i1 = np.searchsorted(self.xde, b, side="left")
+        count = (i1 - i0).astype(np.float64)
+        sum1, sum2 = (a + b) * (s1[i1] - s1[i0]), (a * b) * (s2[i1] - s2[i0])
+        c = self.Q / (2 * np.pi * sigmas * sigmas)
+        law2 = c * c * np.maximum(sum1 - count - sum2, 0.0)
+        y2 = np.maximum(sy[i1] - sy[i0], 0.0)
+        bound = self.y2 - y2 + (np.sqrt(law2) - np.sqrt(y2)) ** 2
+        # Prefix sums are rounded relative to the whole prefix (s1[i1], s2[i1], sy[-1]).
+        magnitude = self.y2 + sy[-1] + c * c * (count + (a + b) * s1[i1] + a * b * s2[i1]) + 2.0 * np.sqrt(law2 * y2)
+        return bound, 1e-9 * magnitude + 1e-300
 
 
 class _NearTie(Exception):
