@@ -46,6 +46,11 @@ WW_SMALL_N = 20
 _WW_SMALL_N_MIN_TAIL = 8
 # Candidates × tail values evaluated at once; bounds the memory of the vectorised KS scan.
 _BLOCK_ELEMENTS = 1 << 20
+# The KS scan bounds each candidate's distance on every _KS_STRIDE-th value first, then computes the
+# exact distance of the _KS_FIRST lowest bounds and of any other bound below the best of those.
+_KS_STRIDE = 8
+_KS_FIRST = 8
+_KS_EXACT_BELOW = 128
 _TPL_MAX_NEWTON = 100
 _GL_NODES = 20
 _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
@@ -164,32 +169,55 @@ def _tail_alphas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return alphas, n_tail
 
 
-def _ks_block(x: np.ndarray, start: int, stop: int, alphas: np.ndarray) -> np.ndarray:
-    """KS distances of candidates start..stop−1, each against its own tail (vectorised)."""
-    tail = x[start:]
-    k = np.arange(tail.size)[None, :] - np.arange(stop - start)[:, None]  # rank within each tail
-    n_tail = (x.size - np.arange(start, stop)).astype(np.float64)[:, None]
+def _ks_rows(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Optional[np.ndarray] = None) -> np.ndarray:
+    """KS distances of the candidates ``rows`` (ascending), each against its own tail (vectorised).
+
+    With ``cols`` (ascending indices into ``x``), only those tail points count: a lower bound of
+    the distance made of the very same numbers, so it never exceeds it, not even by rounding.
+    """
+    start = int(rows[0])
+    cols = np.arange(start, x.size) if cols is None else cols[cols >= start]
+    k = cols[None, :] - rows[:, None]  # rank within each tail
+    n_tail = (x.size - rows).astype(np.float64)[:, None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # Same operations as WeightWatcher (ratio ** (1 − α)) so its choices are reproduced bit for bit.
-        theo = 1.0 - (tail[None, :] / x[start:stop, None]) ** (-alphas[start:stop, None] + 1.0)
+        theo = 1.0 - (x[cols][None, :] / x[rows, None]) ** (-alphas[rows, None] + 1.0)
         diff = np.abs(theo - k / n_tail)
     diff[k < 0] = -np.inf
-    return np.max(diff, axis=1)
+    return np.max(diff, axis=1) if cols.size else np.full(rows.size, -np.inf)
+
+
+def _ks_blocks(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Optional[np.ndarray] = None) -> np.ndarray:
+    width = x.size if cols is None else max(1, cols.size)
+    step = max(1, _BLOCK_ELEMENTS // width)
+    return np.concatenate([_ks_rows(x, rows[i : i + step], alphas, cols) for i in range(0, rows.size, step)])
 
 
 def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    n_cand = x.size - 1
-    ks = np.full(n_cand, np.inf)
+    """KS distances of the eligible candidates; +inf for the others, and for those a lower bound
+    shows cannot be the (first) minimum.
+
+    Every distance computed is the exact one (each element as WeightWatcher computes it, and a max
+    is exact), so the argmin and its distance are those of the full scan. The bound of a
+    candidate is the max over every ``_KS_STRIDE``-th point of the data; the exact distance is
+    then computed only for candidates whose bound does not exceed the best distance found.
+    """
+    ks = np.full(x.size - 1, np.inf)
     idx = np.flatnonzero(eligible)
-    if idx.size == 0:
+    if idx.size <= _KS_EXACT_BELOW:
+        if idx.size:
+            ks[idx] = _ks_blocks(x, idx, alphas)
         return ks
-    rows = max(1, _BLOCK_ELEMENTS // x.size)
-    start, end = int(idx[0]), int(idx[-1]) + 1
-    while start < end:
-        stop = min(end, start + rows)
-        ks[start:stop] = _ks_block(x, start, stop, alphas)
-        start = stop
-    ks[~eligible] = np.inf
+    bounds = _ks_blocks(x, idx, alphas, np.arange(0, x.size, _KS_STRIDE))
+    if np.isnan(bounds).any():
+        ks[idx] = _ks_blocks(x, idx, alphas)
+        return ks
+    first = np.sort(idx[np.argsort(bounds, kind="stable")[:_KS_FIRST]])
+    ks[first] = _ks_blocks(x, first, alphas)
+    best = float(np.min(ks[first]))
+    rest = idx[(bounds <= best) & np.isinf(ks[idx])]
+    if rest.size:
+        ks[rest] = _ks_blocks(x, rest, alphas)
     return ks
 
 
@@ -199,7 +227,7 @@ def _fit_scan(x: np.ndarray, *, min_tail: int, ww_compatible: bool) -> PowerLawF
     valid_alpha = np.isfinite(alphas) & (alphas > 1.0)
     if ww_compatible:
         # WWFit: D stays 1 where α <= 1, so such candidates still compete (and win if nothing else).
-        ks = np.where(alphas > 1.0, _ks_all(x, alphas, np.ones(alphas.size, dtype=bool)), 1.0)
+        ks = np.where(alphas > 1.0, _ks_all(x, alphas, alphas > 1.0), 1.0)
         n_eligible = int(ks.size)
     else:
         eligible = valid_alpha & (n_tail >= min_tail)
