@@ -452,3 +452,20 @@ def test_fast_mp_residual_is_the_exact_one_within_its_bound() -> None:
             assert grid_value == pytest.approx(value, rel=1e-13) and grid_scale == pytest.approx(scale, rel=1e-13)
             n_valid += scale > 0.0
         assert n_valid > 20  # the comparison is not only of rejected σ
+
+
+def test_mp_residual_lower_bounds_hold() -> None:
+    rng = np.random.default_rng(10)
+    for n, ratio, df in ((8, 2, 2.5), (16, 2, 100.0), (16, 4, 3.0), (64, 2, 2.5), (300, 3, 4.0), (50, 1.5, 3.0)):
+        w = rng.standard_t(df, size=(int(ratio * n), n))
+        e = spectrum_of([w]).eigs
+        e = e * e.size / np.sum(e)
+        residual = _MPResidual(e, float(ratio))
+        sigmas = np.linspace(0.05, 2.5, 400)
+        b, a = (sigmas * (1 + residual.inv_sq)) ** 2, (sigmas * (1 - residual.inv_sq)) ** 2
+        valid = np.array([not residual.off(float(bb), float(aa)) for bb, aa in zip(b, a)])
+        bound, margin = residual._lower_bounds(sigmas[valid], b[valid], a[valid])
+        exact = np.array([residual.exact(float(sigma)) for sigma in sigmas[valid]])
+        assert np.all(bound - margin <= exact)
+        if n >= 64:  # and useful: most σ are pruned (the KDE of a few eigenvalues is too bumpy for that)
+            assert np.count_nonzero(bound - margin > np.min(exact)) > 0.5 * exact.size
