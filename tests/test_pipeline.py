@@ -149,5 +149,18 @@ def test_no_thread_controller_where_blas_has_one_thread_anyway(monkeypatch: pyte
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     assert isinstance(spectra._threads_for(mid, torch.device("cpu")), contextlib.nullcontext) and not built
     monkeypatch.setattr(_config, "usable_cpus", lambda: 2)
-    spectra._threads_for(mid, torch.device("cpu"))
-    assert built == [1]
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    # BLAS may use two threads now: a matrix with p < 256 (a ResNet's 3x3 convolution too) gets one,
+    # every OpenBLAS of the process as threadpoolctl sees them, and the count is restored after;
+    # found without building threadpoolctl's controller (~10 ms, most of a small model's score).
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    with threadpool_limits(2, user_api="blas"):
+        for matrix in (mid, torch.zeros(64, 576)):
+            with spectra._threads_for(matrix, torch.device("cpu")):
+                inside = {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"}
+            after = {i["filepath"]: i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"}
+            assert inside and set(inside.values()) == {1}, inside
+            assert set(after.values()) == {2}, after
+        assert isinstance(spectra._threads_for(torch.zeros(256, 300), torch.device("cpu")), contextlib.nullcontext)
+    assert not built

@@ -37,12 +37,13 @@ _BLOCK_BYTES = 8 << 20
 # that most matrices are one product.
 _DEVICE_BLOCK_BYTES = 256 << 20
 _EPS = float(np.finfo(np.float64).eps)
-# From _MID_P to _SMALL_P a second OpenBLAS thread costs more than it saves (p = 128: the Gram
-# product 1.8x and its Cholesky factor 1.9x slower with two threads than with one, on two cores).
-# Below _MID_P OpenBLAS keeps to one thread by itself (p <= 64: the same times), so the thread
-# controller, ~5 ms to build, is not needed for models of small matrices such as CIFAR ResNets.
-_MID_P = 96
+# Below _SMALL_P a second OpenBLAS thread costs more than it saves (p = 128: the Gram product 1.8x
+# and its Cholesky factor 1.9x slower with two threads than with one, on two cores; p = 64 with
+# P = 576, a ResNet's 3x3 convolution: 70 µs on one thread, 0.1-7 ms on two, the more the busier
+# the machine), so such matrices are scored on one (wbfe._blas.one_thread).
 _SMALL_P = 256
+# Below _MID_P equal-shaped matrices are eigen-solved in batches (see batchable).
+_MID_P = 96
 # From here the eigenvalues come from LAPACK's two-stage reduction (wbfe._blas.eigvalsh_two_stage):
 # one thread, Zen 4, against dsyevr: 0.55x at p = 256, 0.85x at 1,536, 1.0x at 2,048, 2.2x at
 # 3,072, 3.7x at 4,096 (benchmarks/bench_eigensolvers.py).
@@ -54,7 +55,7 @@ _WORKER_BYTES = 32 << 20
 # (see _range_shift): inside, Σw² and every eigenvalue above the noise floor p·eps·max stay normal.
 _RANGE_LO = 2.0**-400
 _RANGE_HI = 2.0**400
-# Equal-shaped matrices up to p = _SMALL_P (an MoE's experts) are scored in batches of this many
+# Equal-shaped matrices below p = _MID_P (an MoE's small experts) are scored in batches of this many
 # float64 bytes (copies plus Gram matrices): one stacked product and one batched eigen-solve
 # replace a product, a solve and the Python around them per matrix.
 _BATCH_BYTES = 16 << 20
@@ -225,9 +226,10 @@ def uses_lu(rows: int, cols: int, device: "torch.device") -> bool:
 
 
 def multithreaded(rows: int, cols: int) -> bool:
-    """Whether BLAS may run this matrix's products on more than one thread: below p = 96 OpenBLAS
-    keeps to one by itself, so such a matrix may be scored while workers are pinned."""
-    return min(rows, cols) >= _MID_P
+    """Whether BLAS may run this matrix's products on more than one thread: below p = 256 every
+    call is held at one (:func:`_threads_for`), so such a matrix may be scored while workers are
+    pinned."""
+    return min(rows, cols) >= _SMALL_P
 
 
 def releases_gil(rows: int, cols: int, device: "torch.device") -> bool:
@@ -290,12 +292,10 @@ def _thread_controller() -> Any:
 
 
 def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
-    """One BLAS thread for a mid-sized matrix on the CPU; the default otherwise."""
-    mid = device.type == "cpu" and _MID_P <= min(matrix.shape) < _SMALL_P and not _pinned.is_set()
-    # Where BLAS has one thread anyway (the environment or the CPUs say so), the controller
-    # (~10 ms to build, most of a small model's score) has nothing to do.
-    controller = _thread_controller() if mid and blas_threads() > 1 else None
-    return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
+    """One BLAS thread for a matrix with p < 256 on the CPU; the default otherwise."""
+    if device.type != "cpu" or min(matrix.shape) >= _SMALL_P or _pinned.is_set() or blas_threads() == 1:
+        return contextlib.nullcontext()
+    return _one_blas_thread()
 
 
 def _eigvalsh(g: Any) -> np.ndarray:
@@ -446,7 +446,7 @@ def batchable(rows: int, cols: int, device: "torch.device") -> bool:
     (one thread, 1.2-1.6x faster in batches at p = 32-64, 1.1x at 96). From p = 128 the work is
     the flops: batches were 0.84-1.0x (numpy's batched dsyevd is slower there than scipy's dsyevr).
     On CUDA each matrix keeps its own products."""
-    return (device.type == "cpu" and not _TORCH_ON_CPU and not multithreaded(rows, cols)
+    return (device.type == "cpu" and not _TORCH_ON_CPU and min(rows, cols) < _MID_P
             and batch_size(rows, cols) > 1)
 
 
@@ -493,7 +493,11 @@ def spectra_batch(matrices: Sequence["torch.Tensor"], device: "torch.device") ->
 
 def _one_blas_thread() -> Any:
     """BLAS at one thread unless it is already (workers pinned, or one thread allowed)."""
-    controller = _thread_controller() if not _pinned.is_set() and blas_threads() > 1 else None
+    if _pinned.is_set() or blas_threads() == 1:
+        return contextlib.nullcontext()
+    if _blas.controls_threads():  # ~µs, where threadpoolctl's controller takes ~10 ms to build
+        return _blas.one_thread()
+    controller = _thread_controller()
     return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
 
 
