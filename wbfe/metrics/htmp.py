@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 from scipy.interpolate import PPoly, make_interp_spline
@@ -51,6 +51,7 @@ __all__ = [
     "f_inf",
     "h_star",
     "fit",
+    "fit_many",
     "HTMPFit",
     "diagnose",
     "KAPPA_RANGE",
@@ -332,6 +333,7 @@ class _ProfileModel:
         self.b, self.knots = b, t
         self._slope = c - a - 1.0
         self._log_norm = _log_norm(a, c)
+        self._cumulative: Optional[tuple[np.ndarray, np.ndarray]] = None
         # The likelihood needs only |U|; the CDF (arg U) is built for the one κ that wins.
         log_abs_u = log_abs_hyperu_neg(a, b, np.exp(t), rtol=_FIT_RTOL)
         # A knot where U could not be certified is left out rather than poisoning the spline.
@@ -346,25 +348,28 @@ class _ProfileModel:
     def cdf(self, log_y: np.ndarray) -> np.ndarray:
         """The CDF at y = e^log_y: arg U/(πa) at the first knot, plus the density spline integrated
         from there (trapezoidal rule on 40 points per knot; no other U is needed)."""
-        t = np.linspace(self.knots[0], self.knots[-1], 40 * self.knots.size)
-        density_t = np.exp(self.log_density(t) + t)  # ρ in t = log y: ρ_y(e^t)·e^t
-        start = complex(log_hyperu_neg(self.a, self.b, math.exp(self.knots[0]), rtol=_FIT_RTOL)).imag / (math.pi * self.a)
-        steps = 0.5 * (density_t[1:] + density_t[:-1]) * np.diff(t)
-        cumulative = start + np.concatenate(([0.0], np.cumsum(steps)))
-        return np.interp(log_y, t, cumulative)
+        if self._cumulative is None:  # once per model: the models of a batch serve many spectra
+            t = np.linspace(self.knots[0], self.knots[-1], 40 * self.knots.size)
+            density_t = np.exp(self.log_density(t) + t)  # ρ in t = log y: ρ_y(e^t)·e^t
+            first = complex(log_hyperu_neg(self.a, self.b, math.exp(self.knots[0]), rtol=_FIT_RTOL))
+            steps = 0.5 * (density_t[1:] + density_t[:-1]) * np.diff(t)
+            self._cumulative = t, first.imag / (math.pi * self.a) + np.concatenate(([0.0], np.cumsum(steps)))
+        return np.interp(log_y, *self._cumulative)
 
     def loglik(self, log_beta: float, log_x: np.ndarray) -> float:
         return float(np.sum(log_beta + self.log_density(log_beta + log_x)))
 
 
 def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, step: float,
-              xtol: float, max_evals: int = 60) -> tuple[float, bool]:
+              xtol: float, max_evals: int = 60, grid: Optional[float] = None) -> tuple[float, bool]:
     """The point of [lo, hi] where a smooth unimodal f is largest, to about ``xtol``.
 
     Successive parabolic interpolation through the best point and its evaluated neighbours,
     starting from ``start ± step``; where the best point is an end of those evaluated, steps
     outward, doubling. A profile likelihood near its maximum is nearly quadratic, so from a
     start within a few steps this takes 4–5 evaluations where Brent's bounded method took 7–8.
+    With ``grid``, f is evaluated only at multiples of it (or at lo, hi): the searches of a batch
+    then meet at the same points (grid <= xtol/2 keeps the tolerance).
 
     Returns:
         ``(x, converged)``; x is always a point where f was evaluated.
@@ -374,6 +379,8 @@ def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, s
     def at(x: float) -> bool:
         """Evaluate f at x (clipped into [lo, hi]); False if it was evaluated there already."""
         x = min(max(x, lo), hi)
+        if grid is not None and lo <= round(x / grid) * grid <= hi:
+            x = round(x / grid) * grid
         if x in seen:
             return False
         seen[x] = f(x)
@@ -420,11 +427,76 @@ def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, s
     return xs[-1], False
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """One spectrum ready to fit: sorted eigenvalues, the τ used, x = e − τ and its moments."""
+
+    e: np.ndarray
+    tau: float
+    log_x: np.ndarray
+    m1: float
+    log_k0: float
+
+
+def _prepare(eigs: np.ndarray, gamma: float, tau: Optional[float]) -> _Prepared:
+    """Validate one spectrum for :func:`fit` (raises InvalidOptionError as documented there)."""
+    e = np.sort(np.asarray(eigs, dtype=np.float64).ravel())
+    if e.size < 2 or not np.all(np.isfinite(e)) or e[0] <= 0.0:
+        raise InvalidOptionError("fit needs at least 2 finite, positive eigenvalues")
+    tau_used = _default_tau(e) if tau is None else float(tau)
+    if not (0.0 <= tau_used < e[0]):
+        raise InvalidOptionError(f"tau must lie in [0, min(eigs)), not {tau_used!r}")
+    x = e - tau_used
+    m1 = float(np.mean(x))
+    var = float(np.var(x))
+    if not var > 0.0:
+        raise InvalidOptionError("fit needs a spectrum that is not constant")
+    lo_k, hi_k = (math.log(k) for k in KAPPA_RANGE)
+    # Moment matching: var/mean² = γ + 2γ/κ.
+    excess = var / m1**2 - gamma
+    k0 = 2.0 * gamma / excess if excess > 0.0 else KAPPA_RANGE[1]
+    return _Prepared(e=e, tau=tau_used, log_x=np.log(x), m1=m1, log_k0=min(max(math.log(k0), lo_k), hi_k))
+
+
+# The profiled log β stays within ±_BETA_SPAN of moment matching.
+_BETA_SPAN = 2.5
+
+
+class _Models:
+    """The profile models of one γ, one per κ and β window tried.
+
+    Alone, a spectrum gets a model spanning the y-range of the β window asked for. In a batch
+    (``shared``), one model per κ spans the y-range of every spectrum's full β window
+    (±_BETA_SPAN): every spectrum whose search tries that κ uses it.
+    """
+
+    def __init__(self, gamma: float, spectra: Sequence[_Prepared], shared: bool) -> None:
+        self.gamma = gamma
+        self.shared = shared
+        # log y = log β + log x, log β within ±_BETA_SPAN of log(c/m1), and half a unit beyond.
+        margin = _BETA_SPAN + 0.5
+        self.rel_lo = min(float(p.log_x[0]) - math.log(p.m1) for p in spectra) - margin
+        self.rel_hi = max(float(p.log_x[-1]) - math.log(p.m1) for p in spectra) + margin
+        self.cache: dict[float, _ProfileModel] = {}
+
+    def get(self, log_k: float, p: _Prepared, lo_b: float, hi_b: float) -> _ProfileModel:
+        """The model at κ = e^log_k for spectrum ``p``'s log β in [lo_b, hi_b]."""
+        kappa = math.exp(log_k)
+        if not self.shared:
+            return _ProfileModel(kappa, self.gamma, lo_b + float(p.log_x[0]) - 0.5, hi_b + float(p.log_x[-1]) + 0.5)
+        if log_k not in self.cache:
+            log_c = log_k - math.log(2.0 * self.gamma)
+            self.cache[log_k] = _ProfileModel(kappa, self.gamma, log_c + self.rel_lo, log_c + self.rel_hi)
+        return self.cache[log_k]
+
+
 def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPFit:
     """Maximum-likelihood fit of the HTMP law to a spectrum, τ fixed.
 
     κ is searched on a log scale in KAPPA_RANGE, starting from moment matching; for each κ the rate
     β is profiled out (log ρ(x) = log β + f_κ(log βx), so one spline of f_κ serves every β).
+    The κ tried lie on a lattice in log κ (the start on steps of _LOG_KAPPA_STEP/2, the rest on
+    steps of _LOG_KAPPA_XTOL/2), so that the fits of a batch (:func:`fit_many`) share them.
 
     Args:
         eigs: positive eigenvalues (zeros must be removed by the caller).
@@ -438,61 +510,87 @@ def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPF
         InvalidOptionError: γ outside (0, 1), fewer than 2 eigenvalues, a non-positive or
             non-finite eigenvalue, τ >= min(eigs), or a constant spectrum.
     """
-    e = np.sort(np.asarray(eigs, dtype=np.float64).ravel())
     if not 0.0 < gamma < 1.0:
         raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
-    if e.size < 2 or not np.all(np.isfinite(e)) or e[0] <= 0.0:
-        raise InvalidOptionError("fit needs at least 2 finite, positive eigenvalues")
-    tau_used = _default_tau(e) if tau is None else float(tau)
-    if not (0.0 <= tau_used < e[0]):
-        raise InvalidOptionError(f"tau must lie in [0, min(eigs)), not {tau_used!r}")
-    x = e - tau_used
-    m1 = float(np.mean(x))
-    var = float(np.var(x))
-    if not var > 0.0:
-        raise InvalidOptionError("fit needs a spectrum that is not constant")
-    log_x = np.log(x)
-    lo_k, hi_k = (math.log(k) for k in KAPPA_RANGE)
-    # Moment matching: var/mean² = γ + 2γ/κ.
-    excess = var / m1**2 - gamma
-    k0 = 2.0 * gamma / excess if excess > 0.0 else KAPPA_RANGE[1]
-    log_k0 = min(max(math.log(k0), lo_k), hi_k)
-    beta_span = 2.5  # the profiled log β stays within ±2.5 of moment matching
+    prepared = _prepare(eigs, gamma, tau)
+    return _fit_prepared(prepared, gamma, _Models(gamma, [prepared], shared=False))
 
+
+def fit_many(
+    spectra: Sequence[np.ndarray], gamma: float, *, tau: Optional[float] = None
+) -> list[Union[HTMPFit, InvalidOptionError]]:
+    """:func:`fit` of many spectra of one γ (an MoE layer's experts), sharing the U grids.
+
+    The cost of a fit is one grid of U per κ tried; κ are tried on a lattice, and one grid per
+    lattice point, spanning every spectrum's β window, serves every spectrum of the batch. Each
+    result equals ``fit(spectra[i], gamma, tau=tau)`` to within the spline's interpolation error
+    (the grids span a wider y-range): κ and β to well under the 1 % κ tolerance of the search.
+
+    Args:
+        spectra: positive eigenvalues of each matrix (zeros removed by the caller).
+        gamma: their common aspect ratio in (0, 1).
+        tau: as in :func:`fit`, for every spectrum.
+
+    Returns:
+        per spectrum, in order, its :class:`HTMPFit`, or the InvalidOptionError that :func:`fit`
+        raises for it (too few eigenvalues, a constant spectrum, ...); the others are unaffected.
+
+    Raises:
+        InvalidOptionError: γ outside (0, 1).
+    """
+    if not 0.0 < gamma < 1.0:
+        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    prepared: list[Union[_Prepared, InvalidOptionError]] = []
+    for eigs in spectra:
+        try:
+            prepared.append(_prepare(eigs, gamma, tau))
+        except InvalidOptionError as exc:
+            prepared.append(exc)
+    valid = [p for p in prepared if isinstance(p, _Prepared)]
+    if not valid:
+        return [p for p in prepared if isinstance(p, InvalidOptionError)]
+    models = _Models(gamma, valid, shared=True)
+    return [_fit_prepared(p, gamma, models) if isinstance(p, _Prepared) else p for p in prepared]
+
+
+def _fit_prepared(p: _Prepared, gamma: float, models: _Models) -> HTMPFit:
+    log_x, m1 = p.log_x, p.m1
+    lo_k, hi_k = (math.log(k) for k in KAPPA_RANGE)
     cache: dict[float, tuple[float, float, _ProfileModel]] = {}
 
     def profile(log_k: float) -> tuple[float, float, _ProfileModel]:
         if log_k in cache:
             return cache[log_k]
-        kappa = math.exp(log_k)
-        c = kappa / (2.0 * gamma)
-        log_b0 = math.log(c / m1)
+        log_b0 = math.log(math.exp(log_k) / (2.0 * gamma) / m1)
         # The profiled log β sits at a near-constant offset from moment matching: once one κ is
-        # done, the next gets a window of ±_BETA_WINDOW around its prediction (the U grid, the
-        # cost, spans the window), and the full ±beta_span only if it ends on the window's edge.
-        spans = [(log_b0 - beta_span, log_b0 + beta_span)]
+        # done, the next searches ±_BETA_WINDOW around its prediction first, and the full
+        # ±_BETA_SPAN only if it ends on the window's edge.
+        spans = [(log_b0 - _BETA_SPAN, log_b0 + _BETA_SPAN)]
         if cache:
             near = min(cache, key=lambda k: abs(k - log_k))
             guess = log_b0 + cache[near][0] - math.log(math.exp(near) / (2.0 * gamma) / m1)
             spans.insert(0, (max(guess - _BETA_WINDOW, spans[0][0]), min(guess + _BETA_WINDOW, spans[0][1])))
         for lo_b, hi_b in spans:
-            model = _ProfileModel(kappa, gamma, lo_b + log_x[0] - 0.5, hi_b + log_x[-1] + 0.5)
+            model = models.get(log_k, p, lo_b, hi_b)
             res = minimize_scalar(
                 lambda lb: -model.loglik(lb, log_x), bounds=(lo_b, hi_b), method="bounded", options={"xatol": 1e-7}
             )
             log_b = float(res.x)
-            inside = lo_b + 1e-3 < log_b < hi_b - 1e-3
-            if inside or (lo_b, hi_b) == spans[-1]:
+            if lo_b + 1e-3 < log_b < hi_b - 1e-3:
                 break
         cache[log_k] = (log_b, -float(res.fun), model)
         return cache[log_k]
 
     def search(lo: float, hi: float, start: float, step: float) -> tuple[float, bool]:
-        return _maximise(lambda lk: profile(lk)[1], lo, hi, start, step, _LOG_KAPPA_XTOL)
+        return _maximise(lambda lk: profile(lk)[1], lo, hi, start, step, _LOG_KAPPA_XTOL,
+                         grid=0.5 * _LOG_KAPPA_XTOL)
 
-    lo = max(lo_k, log_k0 - 2.0)
-    hi = min(hi_k, log_k0 + 2.0)
-    log_k, success = search(lo, hi, log_k0, _LOG_KAPPA_STEP)
+    # The start on a coarse lattice: the nearby starts of a batch's spectra coincide.
+    coarse = 0.5 * _LOG_KAPPA_STEP
+    start = min(max(round(p.log_k0 / coarse) * coarse, lo_k), hi_k)
+    lo = max(lo_k, start - 2.0)
+    hi = min(hi_k, start + 2.0)
+    log_k, success = search(lo, hi, start, _LOG_KAPPA_STEP)
     # The moment start can be off by more than e²: widen towards the range ends while improving.
     while log_k - lo < 1e-3 and lo > lo_k or hi - log_k < 1e-3 and hi < hi_k:
         if log_k - lo < 1e-3:
@@ -504,7 +602,7 @@ def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPF
     kappa = math.exp(log_k)
     beta = math.exp(log_b)
     at_bound = log_k - lo_k < 1e-3 or hi_k - log_k < 1e-3
-    beta_edge = abs(log_b - math.log(kappa / (2.0 * gamma) / m1)) > beta_span - 1e-3
+    beta_edge = abs(log_b - math.log(kappa / (2.0 * gamma) / m1)) > _BETA_SPAN - 1e-3
     converged = success and not beta_edge
     message = ""
     if beta_edge:
@@ -512,13 +610,13 @@ def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPF
     elif at_bound:
         message = f"kappa at the end of its range {KAPPA_RANGE}"
     fitted = np.clip(model.cdf(log_b + log_x), 0.0, 1.0)
-    n = e.size
+    n = p.e.size
     ranks = np.arange(1, n + 1) / n
     ks = float(max(np.max(ranks - fitted), np.max(fitted - (ranks - 1.0 / n))))
     return HTMPFit(
         kappa=kappa,
         beta=beta,
-        tau=tau_used,
+        tau=p.tau,
         gamma=float(gamma),
         ks=ks,
         loglik=loglik,
@@ -552,29 +650,41 @@ def _fail_all(result: GroupResult, reason: str) -> GroupResult:
     return result
 
 
-def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
-    result = GroupResult()
+@dataclass(frozen=True)
+class _Ready:
+    """A spectrum that passed the group's checks: what its fit needs and what the row needs."""
+
+    positive: np.ndarray
+    lam: float
+    n_zero: int
+
+
+def _check(spec: Spectrum, options: MetricOptions) -> Union[_Ready, GroupResult]:
+    """The spectrum's nonzero eigenvalues and λ, or the all-NaN result saying why there is no fit."""
     eigs = np.asarray(spec.eigs, dtype=np.float64)
-    gamma = spec.gamma
-    if not gamma < 1.0:
-        return _fail_all(result, "square matrix: HTMP needs gamma < 1 (delta = 0 is not normalisable)")
+    if not spec.gamma < 1.0:
+        return _fail_all(GroupResult(), "square matrix: HTMP needs gamma < 1 (delta = 0 is not normalisable)")
     positive = eigs[eigs > 0.0]
-    n_zero = eigs.size - positive.size
     if positive.size < MIN_EIGS:
-        return _fail_all(result, f"only {positive.size} nonzero eigenvalue(s), need {MIN_EIGS}")
+        return _fail_all(GroupResult(), f"only {positive.size} nonzero eigenvalue(s), need {MIN_EIGS}")
     if options.lam == "opt":
         lam = 1.0 / float(np.mean(eigs))
     else:
         # λ in the units of the stored eigenvalues (see Spectrum.log_scale): λ·e is what counts.
         lam = rescaled(positive_lambda(options.lam), 1.0, spec.log_scale)
         if math.isnan(lam):
-            return _fail_all(result, out_of_range(spec.log_scale))
-    try:
-        fitted = fit(positive, gamma)
-    except InvalidOptionError as exc:
-        return _fail_all(result, f"degenerate spectrum: {exc}")
+            return _fail_all(GroupResult(), out_of_range(spec.log_scale))
+    return _Ready(positive=positive, lam=lam, n_zero=eigs.size - positive.size)
+
+
+def _row(spec: Spectrum, ready: _Ready, fitted: Union[HTMPFit, InvalidOptionError]) -> GroupResult:
+    """The group's columns from the fit of ``spec`` (or the reason it failed)."""
+    result = GroupResult()
+    if isinstance(fitted, InvalidOptionError):
+        return _fail_all(result, f"degenerate spectrum: {fitted}")
     if not fitted.converged:
         return _fail_all(result, f"HTMP fit did not converge: {fitted.message}")
+    gamma, lam = spec.gamma, ready.lam
     c_g = fitted.beta * fitted.tau
     h_value = fitted.h
     h_opt = h_star(lam, gamma, fitted.kappa, c_g)
@@ -590,8 +700,8 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
                                  ("h", h_value, 1.0), ("h_star", h_opt, 1.0)):
         result.put_rescaled(column, value, power, spec.log_scale)
     notes = []
-    if n_zero:
-        notes.append(f"{n_zero} exact zero eigenvalue(s) (rank-deficient) dropped before the fit")
+    if ready.n_zero:
+        notes.append(f"{ready.n_zero} exact zero eigenvalue(s) (rank-deficient) dropped before the fit")
     if fitted.at_bound:
         notes.append(fitted.message)
     if notes:
@@ -599,10 +709,40 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     return result
 
 
+def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
+    ready = _check(spec, options)
+    if isinstance(ready, GroupResult):
+        return ready
+    try:
+        fitted: Union[HTMPFit, InvalidOptionError] = fit(ready.positive, spec.gamma)
+    except InvalidOptionError as exc:
+        fitted = exc
+    return _row(spec, ready, fitted)
+
+
+def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[GroupResult]:
+    """``[_compute(s, options) for s in specs]``, the spectra of one γ fitted as one batch
+    (:func:`fit_many`: shared U grids, the point of batching an MoE layer's experts)."""
+    results: list[Optional[GroupResult]] = [None] * len(specs)
+    by_gamma: dict[float, list[tuple[int, _Ready]]] = {}
+    for i, spec in enumerate(specs):
+        ready = _check(spec, options)
+        if isinstance(ready, GroupResult):
+            results[i] = ready
+        else:
+            by_gamma.setdefault(spec.gamma, []).append((i, ready))
+    for gamma, members in by_gamma.items():
+        fits = fit_many([ready.positive for _, ready in members], gamma)
+        for (i, ready), fitted in zip(members, fits):
+            results[i] = _row(specs[i], ready, fitted)
+    return [r for r in results if r is not None]
+
+
 GROUP = MetricGroup(
     name="htmp",
     columns=("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_inf", "diagnosis"),
     summary_columns=("htmp_kappa", "h", "f_inf"),
     compute=_compute,
+    compute_many=_compute_many,
     description="HTMP fit (kappa, beta, tau, KS), F-infinity and h against h*",
 )
