@@ -66,15 +66,21 @@ def _mkl_threads() -> int:
 
 
 def test_pinned_threads_are_restored_and_nest() -> None:
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def openblas() -> set[int]:
+        return {i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"}
+
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        with spectra.pin_threads():
-            assert torch.get_num_threads() == 1 and _mkl_threads() == 1
-            with spectra.pin_threads():  # nested: a no-op, not a second restore
-                assert torch.get_num_threads() == 1
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 2 and _mkl_threads() == 2
+        with threadpool_limits(2, user_api="blas"):
+            with spectra.pin_threads():
+                assert torch.get_num_threads() == 1 and _mkl_threads() == 1 and openblas() == {1}
+                with spectra.pin_threads():  # nested: a no-op, not a second restore
+                    assert torch.get_num_threads() == 1
+                assert torch.get_num_threads() == 1 and openblas() == {1}
+            assert torch.get_num_threads() == 2 and _mkl_threads() == 2 and openblas() == {2}
     finally:
         torch.set_num_threads(before)
 

@@ -250,14 +250,21 @@ def pin_threads() -> Iterator[None]:
     """
     import torch
 
-    controller = _thread_controller()
-    if controller is None or _pinned.is_set():
+    if _pinned.is_set():
         yield
         return
+    if _blas.controls_threads():  # numpy's and scipy's OpenBLAS, the BLAS pools there are
+        limit: Any = _blas.one_thread()
+    else:
+        controller = _thread_controller()
+        if controller is None:
+            yield
+            return
+        limit = controller.limit(limits=1)
     # torch's too: threadpoolctl's OpenMP limit holds only for the thread that sets it, and MKL,
     # linked into torch, is out of its sight; two workers' LUs then ran 10x slower.
     torch_threads = torch.get_num_threads()
-    with controller.limit(limits=1):
+    with limit:
         torch.set_num_threads(1)
         _pinned.set()
         try:
