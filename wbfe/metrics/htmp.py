@@ -313,7 +313,9 @@ class _ProfileModel:
         self.a = a
         # Fine knots over the bulk (y within c ± 8 sd), coarse ones over the smooth tails.
         sd = math.sqrt(c * (a + 1.0))
-        fine_lo = max(log_y_lo, math.log(max(c - 8.0 * sd, 1e-3 * c)))
+        # Below y = c/50 log|U| is smooth on the step-1 grid (quintic error at the data unchanged
+        # from a fine grid down to c/1000 on the benchmark laws, with 20 % fewer knots).
+        fine_lo = max(log_y_lo, math.log(max(c - 8.0 * sd, 0.02 * c)))
         fine_hi = min(log_y_hi, math.log(c + 8.0 * sd))
         spacing = min(_BULK_STEP, 0.6 / math.sqrt(c + 1.0))
         # Left of the bulk f is smooth on the scale 1/min(δ, 1) in log y; right of it, on ~1/y.
