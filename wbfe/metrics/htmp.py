@@ -337,7 +337,7 @@ class _ProfileModel:
         self._log_norm = _log_norm(a, c)
         self._cumulative: Optional[tuple[np.ndarray, np.ndarray]] = None
         # The likelihood needs only |U|; the CDF (arg U) is built for the one κ that wins.
-        log_abs_u = log_abs_hyperu_neg(a, b, np.exp(t), rtol=_FIT_RTOL)
+        log_abs_u = np.asarray(log_abs_hyperu_neg(a, b, np.exp(t), rtol=_FIT_RTOL))
         # A knot where U could not be certified is left out rather than poisoning the spline.
         ok = np.isfinite(log_abs_u)
         # As a piecewise polynomial: evaluated as fast as a cubic spline, 7x faster than a B-spline.
