@@ -315,3 +315,16 @@ def test_pruned_ks_scan_is_the_full_scan(case: tuple[str, np.ndarray], ww: bool,
         full.alpha, full.xmin, full.ks, full.n_tail, full.n_candidates,
     )
     assert n_exact < pruned.n_candidates  # the scan did skip candidates
+
+
+def test_newton_linear_algebra_is_numpys() -> None:
+    """The TPL Newton step calls numpy's LAPACK gufuncs directly: the same numbers as np.linalg."""
+    from wbfe.metrics.powerlaw import _det, _solve
+
+    rng = np.random.default_rng(12)
+    for _ in range(500):
+        m = rng.standard_normal((2, 2)) * 10.0 ** rng.uniform(-8, 8, (2, 2))
+        a = m @ m.T + np.eye(2) * 10.0 ** rng.uniform(-12, 0)
+        g = rng.standard_normal(2) * 10.0 ** rng.uniform(-10, 5)
+        assert _det(a) == float(np.linalg.det(a))
+        assert np.array_equal(_solve(a, g), np.linalg.solve(a, g))
