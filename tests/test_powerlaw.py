@@ -323,8 +323,8 @@ def test_newton_linear_algebra_is_numpys() -> None:
 
     rng = np.random.default_rng(12)
     for _ in range(500):
-        m = rng.standard_normal((2, 2)) * 10.0 ** rng.uniform(-8, 8, (2, 2))
-        a = m @ m.T + np.eye(2) * 10.0 ** rng.uniform(-12, 0)
+        sd, r = 10.0 ** rng.uniform(-6, 6, 2), rng.uniform(-0.999, 0.999)  # a covariance, as in the fit
+        a = np.array([[sd[0] ** 2, r * sd[0] * sd[1]], [r * sd[0] * sd[1], sd[1] ** 2]])
         g = rng.standard_normal(2) * 10.0 ** rng.uniform(-10, 5)
         assert _det(a) == float(np.linalg.det(a))
         assert np.array_equal(_solve(a, g), np.linalg.solve(a, g))
