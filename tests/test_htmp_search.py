@@ -32,6 +32,29 @@ def test_stops_at_the_end_where_the_function_still_rises(end: float, sign: float
     assert ok and x == end
 
 
+def test_on_a_grid_it_evaluates_only_grid_points_and_the_ends() -> None:
+    calls: list[float] = []
+
+    def f(x: float) -> float:
+        calls.append(x)
+        return -((x - 0.537) ** 2)
+
+    x, ok = htmp._maximise(f, -5.0, 5.0, 0.1, 0.2, 1e-2, grid=1e-2)
+    assert ok and x == pytest.approx(0.537, abs=1e-2)
+    assert all(abs(c / 1e-2 - round(c / 1e-2)) < 1e-9 for c in calls)
+    calls.clear()
+    # rising towards an end that is not a grid point: it ends exactly there
+    x, ok = htmp._maximise(f, -5.0, 0.3337, 0.1, 0.2, 1e-2, grid=1e-2)
+    assert ok and x == 0.3337
+
+
+def test_a_marchenko_pastur_like_spectrum_ends_at_the_kappa_bound() -> None:
+    eigs = htmp.sample(1000, 150.0, 0.3, 1.0, seed=7)
+    fitted = htmp.fit(eigs, 0.3, tau=0.0)
+    assert fitted.kappa == pytest.approx(htmp.KAPPA_RANGE[1], rel=1e-12)
+    assert fitted.at_bound and fitted.converged and "end of its range" in fitted.message
+
+
 def test_fit_kappa_is_the_maximum_of_its_profile() -> None:
     # Brute force on the fit's own objective: the profile likelihood (β maximised by Brent on a
     # spline of the log-density spanning every β tried) at κ·e^±0.05, e^±0.1 is not higher.

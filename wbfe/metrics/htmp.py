@@ -381,7 +381,8 @@ def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, s
     def at(x: float) -> bool:
         """Evaluate f at x (clipped into [lo, hi]); False if it was evaluated there already."""
         x = min(max(x, lo), hi)
-        if grid is not None and lo <= round(x / grid) * grid <= hi:
+        # The ends stay as they are: a fit at an end of KAPPA_RANGE says so (at_bound).
+        if grid is not None and lo < x < hi and lo <= round(x / grid) * grid <= hi:
             x = round(x / grid) * grid
         if x in seen:
             return False
@@ -585,7 +586,7 @@ def _fit_prepared(p: _Prepared, gamma: float, models: _Models) -> HTMPFit:
 
     def search(lo: float, hi: float, start: float, step: float) -> tuple[float, bool]:
         return _maximise(lambda lk: profile(lk)[1], lo, hi, start, step, _LOG_KAPPA_XTOL,
-                         grid=0.5 * _LOG_KAPPA_XTOL)
+                         grid=_LOG_KAPPA_XTOL)
 
     # The start on a coarse lattice: the nearby starts of a batch's spectra coincide.
     coarse = 0.5 * _LOG_KAPPA_STEP
