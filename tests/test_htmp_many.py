@@ -105,3 +105,39 @@ def test_group_compute_many_equals_compute() -> None:
                 continue
             a, b = got.values[column], want.values[column]
             assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=2 * TOL, abs=1e-3)
+
+
+def test_score_fits_an_moe_layers_experts_as_one_batch(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # End to end: the experts of one layer reach compute_many together (scoring's hook), and their
+    # htmp columns equal those of one compute per expert.
+    import dataclasses
+
+    import torch
+    from safetensors.torch import save_file
+
+    import wbfe
+
+    g = torch.Generator().manual_seed(19)
+    tensors = {f"model.layers.0.mlp.experts.{e}.up_proj.weight": torch.randn(48, 192, generator=g) for e in range(8)}
+    tensors["model.layers.0.mlp.experts.3.up_proj.weight"] = torch.zeros(48, 192)  # skipped: all zero
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    calls: list[int] = []
+    batch_fn = htmp.GROUP.compute_many
+    assert batch_fn is not None
+
+    def counting(specs, options):
+        calls.append(len(specs))
+        return batch_fn(specs, options)
+
+    monkeypatch.setattr(htmp, "GROUP", dataclasses.replace(htmp.GROUP, compute_many=counting))
+    batched = wbfe.score(tmp_path, metrics="htmp")
+    assert calls == [3, 4]
+    monkeypatch.setattr(htmp, "GROUP", dataclasses.replace(htmp.GROUP, compute_many=None))
+    plain = wbfe.score(tmp_path, metrics="htmp")
+    assert [s["name"] for s in batched.skipped] == ["model.layers.0.mlp.experts.3.up_proj.weight"]
+    assert [row["name"] for row in batched.layers] == [row["name"] for row in plain.layers]
+    for got, want in zip(batched.layers, plain.layers):
+        assert got["reasons"] == want["reasons"] and got["diagnosis"] == want["diagnosis"]
+        for column in ("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_inf"):
+            assert math.isfinite(want[column])
+            assert got[column] == pytest.approx(want[column], rel=2 * TOL, abs=1e-3)
