@@ -170,7 +170,8 @@ class _MPResidual:
         # WeightWatcher appends a zero residual per dropped grid point; keeping the same array keeps
         # numpy's pairwise summation, hence Nelder–Mead's path, identical to its own.
         self.padded = np.zeros(self.xde.size + n_dropped)
-        self.off_grid = float(np.sum(np.concatenate((np.full(self.xde.size, 1000.0), np.zeros(n_dropped))) ** 2))
+        # Σ 1000² over the fitted points: partial sums are integers·1e6 < 2^53, so exact in any order.
+        self.off_grid = float(self.xde.size) * 1e6
         self.y2 = float(np.dot(self.yde, self.yde))
         self.xs_list = self.xde.tolist()
         if Q == 1:
