@@ -321,7 +321,7 @@ try:
         return float(_umath_linalg.det(a, signature="d->d"))
 
 except (ImportError, AttributeError):  # pragma: no cover - numpy without the private module
-    _solve, _det = np.linalg.solve, np.linalg.det  # type: ignore[assignment]
+    _solve, _det = np.linalg.solve, np.linalg.det
 
 
 @lru_cache(maxsize=1)
