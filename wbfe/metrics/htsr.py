@@ -140,10 +140,6 @@ def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
     return np.maximum(left + right, 0.0) / (xs.size * h)
 
 
-def _mp_residual_factory(to_fit: np.ndarray, Q: float) -> "_MPResidual":  # noqa: N803
-    return _MPResidual(to_fit, Q)
-
-
 class _MPResidual:
     """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law.
 
@@ -173,14 +169,13 @@ class _MPResidual:
         # Σ 1000² over the fitted points: partial sums are integers·1e6 < 2^53, so exact in any order.
         self.off_grid = float(self.xde.size) * 1e6
         self.y2 = float(np.dot(self.yde, self.yde))
-        self.xs_list = self.xde.tolist()
         if Q == 1:
             with np.errstate(invalid="ignore"):
                 r = np.sqrt(4 - self.xde**2)
             on = np.isfinite(r)
-            self.r = r
             self.rr, self.ry = float(np.dot(r[on], r[on])), float(np.dot(r[on], self.yde[on]))
         else:
+            self.xs_list = self.xde.tolist()  # bisect on a list: cheaper than searchsorted for one σ
             with np.errstate(divide="ignore"):
                 self.h = 1.0 / self.xde**2  # law² = (Q/2πσ²)²·(b − x)(x − a)/x²
                 self.g = self.yde / self.xde  # law·y = (Q/2πσ²)·√((b − x)(x − a))·y/x
