@@ -48,6 +48,40 @@ def test_on_a_grid_it_evaluates_only_grid_points_and_the_ends() -> None:
     assert ok and x == 0.3337
 
 
+@pytest.mark.parametrize("sigma", [0.02, 0.5, 1.0])
+def test_with_sd_fraction_it_stops_at_a_quarter_of_the_statistical_error(sigma: float) -> None:
+    # A skewed log-likelihood in x, largest at 0.537 with −f'' = 1/sigma² there.
+    calls: list[float] = []
+
+    def f(x: float) -> float:
+        calls.append(x)
+        z = (x - 0.537) / sigma
+        return -0.5 * z * z - 0.3 * z**4 + 0.1 * z**3
+
+    x, ok = htmp._maximise(f, -5.0, 5.0, 0.0, 0.2, 1e-2, grid=1e-2, sd_fraction=0.25)
+    assert ok and abs(x - 0.537) <= max(1e-2, 0.25 * sigma)
+    with_sd = len(calls)
+    calls.clear()
+    htmp._maximise(f, -5.0, 5.0, 0.0, 0.2, 1e-2, grid=1e-2)
+    # a sharp peak is searched to xtol either way; a flat one stops sooner with sd_fraction
+    assert (with_sd < len(calls)) if sigma > 0.1 else (with_sd == len(calls))
+
+
+def test_the_start_matches_the_jensen_gap_of_the_law() -> None:
+    for kappa, gamma in ((0.3, 0.2), (2.0, 0.5), (20.0, 0.1), (150.0, 0.3)):
+        beta = 1.7
+        # E[log x] − log E[x] from the closed forms of log_moment and mean
+        gap = htmp.log_moment(kappa, gamma, beta) - math.log(htmp.mean(kappa, gamma, beta))
+        assert htmp._jensen_gap(math.log(kappa), gamma) == pytest.approx(gap, abs=1e-12)
+        assert htmp._log_kappa_start(gap, gamma) == pytest.approx(math.log(kappa), abs=1e-5)
+        if kappa > 100.0:
+            continue  # nearly Marchenko–Pastur: log κ is barely determined by any draw
+        # and from a large draw, within a statistical error of log κ
+        x = htmp.sample(20_000, kappa, gamma, beta, seed=3)
+        start = htmp._prepare(x, gamma, 0.0).log_k0
+        assert start == pytest.approx(math.log(kappa), abs=0.1)
+
+
 def test_a_marchenko_pastur_like_spectrum_ends_at_the_kappa_bound() -> None:
     eigs = htmp.sample(1000, 150.0, 0.3, 1.0, seed=7)
     fitted = htmp.fit(eigs, 0.3, tau=0.0)
