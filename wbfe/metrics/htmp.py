@@ -21,6 +21,9 @@ h = κ/β, the optimal h* at the prior precision λ, F∞ at λ and a diagnosis:
   group); h* uses the finite-gap formula with c_g = βτ, τ being one spacing below min(e).
 - κ is searched in KAPPA_RANGE; a fit that ends at an end of it (κ = 300: Marchenko–Pastur-like)
   keeps its values and says so in the reason on ``htmp_kappa``.
+- Spectra of one shape handed over together (an MoE layer's experts, through the group's
+  ``compute_many``) are fitted as one batch by :func:`fit_many`, which shares the U grids that are
+  the cost of a fit; each row equals the one-at-a-time row to well within the fit's tolerance.
 """
 
 from __future__ import annotations
