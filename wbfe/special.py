@@ -503,9 +503,29 @@ def _log_hyperu_cut(
         # The e^-u strip narrows with θ only where |u| is not small: near the mode, not at a
         # bump around a y far below it.
         t_strip = np.where(lyo + 3.0 * w > math.log(0.1), t0, t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2))
-        step[out] = np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0])
-        act_lo[out] = np.minimum(sm - 8.0 * swo, lyo - 4.0 * w)
-        act_hi[out] = np.maximum(sm + 8.0 * swo, lyo + 4.0 * w)
+        step_o = np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0])
+        lo_o = np.minimum(sm - 8.0 * swo, lyo - 4.0 * w)
+        hi_o = np.maximum(sm + 8.0 * swo, lyo + 4.0 * w)
+        # A uniform step as fine as the bump's over the mode's whole region (±8 of its widths,
+        # wide where c is small) is mostly wasted: the sinh map may instead be centred on the bump,
+        # its steps growing with the distance from y (≈ h_v·distance, h_v = step/(W·√2)), made
+        # fine enough at the far edge of the mode's region. Where that takes fewer nodes, it is used.
+        reach = np.abs(sm - lyo) + 8.0 * swo
+        t_mode = t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2)
+        mode_step = np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), (0.5 * math.pi - t_mode) / 8.0])
+        bump_step = np.minimum.reduce([np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0])
+        centred_step = np.minimum(bump_step, 4.0 * w * math.sqrt(2.0) * mode_step / np.hypot(reach, 4.0 * w))
+        s_lo_o = np.minimum(lo_o, np.minimum(sm, lyo)) - 50.0 / c - 5.0
+        s_hi_o = np.maximum(math.log(c + a + 60.0 * math.sqrt(c) + 60.0), hi_o) + 1.0
+
+        def nodes(centre: np.ndarray, half: np.ndarray, h: np.ndarray) -> np.ndarray:
+            v_range = np.arcsinh((s_hi_o - centre) / half) - np.arcsinh((s_lo_o - centre) / half)
+            return v_range * half * math.sqrt(2.0) / h
+
+        centred = nodes(lyo, 4.0 * w, centred_step) < nodes(0.5 * (lo_o + hi_o), 0.5 * (hi_o - lo_o), step_o)
+        step[out] = np.where(centred, centred_step, step_o)
+        act_lo[out] = np.where(centred, lyo - 4.0 * w, lo_o)
+        act_hi[out] = np.where(centred, lyo + 4.0 * w, hi_o)
 
     # The steps above give ~1e-13; the trapezoidal error falls like e^(−k/h), so a looser target
     # allows proportionally longer steps (log rtol / log 1e-13 of them), up to twice as long.
