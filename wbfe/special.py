@@ -440,6 +440,41 @@ def _cut_integral(
     return fine, np.where(ok, err, np.inf)
 
 
+def _centred_map(
+    a: float,
+    c: float,
+    ly: np.ndarray,
+    near_y: np.ndarray,
+    near_y_step: np.ndarray,
+    peak: np.ndarray,
+    peak_half: np.ndarray,
+    peak_step: np.ndarray,
+    act_lo: np.ndarray,
+    act_hi: np.ndarray,
+    step: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, the cheaper of two sinh maps for :func:`_cut_integral`: the uniform region
+    [act_lo, act_hi] at ``step`` (the finest step anywhere), or one centred on log y (half-width
+    ``near_y``, step ``near_y_step`` there), whose steps grow with the distance from y (≈ h_v·d,
+    h_v = step/(W·√2)) and are still ``peak_step`` at the far edge of the peak's region
+    (peak ± peak_half). The fine step near y then is not spent over the peak's whole region,
+    which is wide where c is small. Returns (act_lo, act_hi, step)."""
+    reach = np.abs(peak - ly) + peak_half
+    centred_step = np.minimum(near_y_step, near_y * math.sqrt(2.0) * peak_step / np.hypot(reach, near_y))
+    top = math.log(c + a + 60.0 * math.sqrt(c) + 60.0)
+
+    def nodes(lo: np.ndarray, hi: np.ndarray, h: np.ndarray) -> np.ndarray:
+        # as _cut_integral and _log_sinh_trapezoid count them
+        s_lo = np.minimum(lo, np.minimum(peak, ly)) - 50.0 / c - 5.0
+        s_hi = np.maximum(top, hi) + 1.0
+        centre, half = 0.5 * (lo + hi), 0.5 * (hi - lo)
+        return (np.arcsinh((s_hi - centre) / half) - np.arcsinh((s_lo - centre) / half)) * half * math.sqrt(2.0) / h
+
+    centred = nodes(ly - near_y, ly + near_y, centred_step) < nodes(act_lo, act_hi, step)
+    return (np.where(centred, ly - near_y, act_lo), np.where(centred, ly + near_y, act_hi),
+            np.where(centred, centred_step, step))
+
+
 def _log_hyperu_cut(
     a: float, c: float, y: np.ndarray, rtol: float = _CUT_TOL, modulus_only: bool = False
 ) -> np.ndarray:
@@ -474,11 +509,15 @@ def _log_hyperu_cut(
     th0[sel] = angle[sel]
     bump_w[sel] = np.inf
     peak[sel] = peak_b[sel]
-    step[sel] = np.minimum.reduce(
-        [0.35 * sw_b * np.sqrt(cos_phi), np.full_like(y, 0.25), angle / 6.0, (0.5 * math.pi - angle) / 8.0]
-    )[sel]
-    act_lo[sel] = np.minimum(peak_b - 8.0 * env_b, ly - 3.0 * angle)[sel]
-    act_hi[sel] = np.maximum(peak_b + 8.0 * env_b, ly + 3.0 * angle)[sel]
+    strip = (0.5 * math.pi - angle) / 8.0
+    saddle_step = np.minimum.reduce([0.35 * sw_b * np.sqrt(cos_phi), np.full_like(y, 0.25), strip])
+    near_y_step = np.minimum.reduce([angle / 6.0, np.full_like(y, 0.25), strip])
+    lo_b, hi_b, step_b = _centred_map(
+        a, c, ly, 3.0 * angle, near_y_step, peak_b, 8.0 * env_b,
+        saddle_step, np.minimum(peak_b - 8.0 * env_b, ly - 3.0 * angle),
+        np.maximum(peak_b + 8.0 * env_b, ly + 3.0 * angle), np.minimum(saddle_step, near_y_step),
+    )
+    step[sel], act_lo[sel], act_hi[sel] = step_b[sel], lo_b[sel], hi_b[sel]
 
     # Outside the bulk: real saddles on one side of y; the real-axis mode of the integrand is
     # the peak, and a Gaussian bump in θ takes the path around y without reaching the mode.
@@ -503,29 +542,14 @@ def _log_hyperu_cut(
         # The e^-u strip narrows with θ only where |u| is not small: near the mode, not at a
         # bump around a y far below it.
         t_strip = np.where(lyo + 3.0 * w > math.log(0.1), t0, t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2))
-        step_o = np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0])
-        lo_o = np.minimum(sm - 8.0 * swo, lyo - 4.0 * w)
-        hi_o = np.maximum(sm + 8.0 * swo, lyo + 4.0 * w)
-        # A uniform step as fine as the bump's over the mode's whole region (±8 of its widths,
-        # wide where c is small) is mostly wasted: the sinh map may instead be centred on the bump,
-        # its steps growing with the distance from y (≈ h_v·distance, h_v = step/(W·√2)), made
-        # fine enough at the far edge of the mode's region. Where that takes fewer nodes, it is used.
-        reach = np.abs(sm - lyo) + 8.0 * swo
         t_mode = t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2)
         mode_step = np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), (0.5 * math.pi - t_mode) / 8.0])
         bump_step = np.minimum.reduce([np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0])
-        centred_step = np.minimum(bump_step, 4.0 * w * math.sqrt(2.0) * mode_step / np.hypot(reach, 4.0 * w))
-        s_lo_o = np.minimum(lo_o, np.minimum(sm, lyo)) - 50.0 / c - 5.0
-        s_hi_o = np.maximum(math.log(c + a + 60.0 * math.sqrt(c) + 60.0), hi_o) + 1.0
-
-        def nodes(centre: np.ndarray, half: np.ndarray, h: np.ndarray) -> np.ndarray:
-            v_range = np.arcsinh((s_hi_o - centre) / half) - np.arcsinh((s_lo_o - centre) / half)
-            return v_range * half * math.sqrt(2.0) / h
-
-        centred = nodes(lyo, 4.0 * w, centred_step) < nodes(0.5 * (lo_o + hi_o), 0.5 * (hi_o - lo_o), step_o)
-        step[out] = np.where(centred, centred_step, step_o)
-        act_lo[out] = np.where(centred, lyo - 4.0 * w, lo_o)
-        act_hi[out] = np.where(centred, lyo + 4.0 * w, hi_o)
+        act_lo[out], act_hi[out], step[out] = _centred_map(
+            a, c, lyo, 4.0 * w, bump_step, sm, 8.0 * swo, mode_step,
+            np.minimum(sm - 8.0 * swo, lyo - 4.0 * w), np.maximum(sm + 8.0 * swo, lyo + 4.0 * w),
+            np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0]),
+        )
 
     # The steps above give ~1e-13; the trapezoidal error falls like e^(−k/h), so a looser target
     # allows proportionally longer steps (log rtol / log 1e-13 of them), up to twice as long.
