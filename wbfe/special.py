@@ -11,7 +11,9 @@ bent into the lower half plane (log u = s − iθ(s)) so that it passes below th
 a ray through the complex saddle point of the integrand inside the "bulk" of the HTMP law, a
 Gaussian bump in θ around y outside it. Either way the integral is a trapezoidal sum in a
 sinh-stretched copy of s whose steps follow the narrowest feature (the peak, the singularity, the
-e^(−u) strip) and whose range reaches every part of the integrand above e^(−46) of its peak.
+e^(−u) strip) and whose range reaches every part of the integrand above e^(−46) of its peak; the
+stretch is centred on a region of uniform steps spanning the peak and y, or, where that takes fewer
+nodes, on y itself, its steps growing away from y and still fine enough across the peak.
 
 On the cut each value checks itself: the sum with twice the step must agree, the terms must not
 cancel by more than 1e3, and where their phase jumps by more than 1 rad between nodes (oscillation
