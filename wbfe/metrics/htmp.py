@@ -70,13 +70,13 @@ MIN_EIGS = 10
 DIAGNOSIS_RTOL = 0.05
 # κ to 1 %: a quarter of its statistical error at n = 1,000 or less; each step costs a U grid.
 _LOG_KAPPA_XTOL = 1e-2
-# With n < 1,000 eigenvalues the statistical error of log κ grows like 1/sqrt(n): the tolerance and
-# the first step grow with it (× sqrt(1000/n), at most × _MAX_SEARCH_SCALE), still a quarter of it.
+# With n < 1,000 eigenvalues the statistical error of log κ grows like 1/sqrt(n): so does the
+# tolerance (× sqrt(1000/n), at most × _MAX_SEARCH_SCALE), still a quarter of it.
 _SEARCH_N = 1000
 _MAX_SEARCH_SCALE = 5.0
 # Half-width of the log β window of every κ but the first (see fit's profile).
 _BETA_WINDOW = 0.5
-# First step of the κ search from moment matching: a few statistical errors of log κ at n = 1,000.
+# First step of the κ search from its start: a few statistical errors of log κ at n = 1,000.
 _LOG_KAPPA_STEP = 0.2
 # log U on the fit's knots to 1e-10: at looser targets U's self-check passed values off by 2e-7
 # (tests/test_special.py), and the rows are summed without padding only from 1e-10 (special._chunks).
@@ -478,7 +478,8 @@ def _prepare(eigs: np.ndarray, gamma: float, tau: Optional[float]) -> _Prepared:
     if not var > 0.0:
         raise InvalidOptionError("fit needs a spectrum that is not constant")
     log_x = np.log(x)
-    return _Prepared(e=e, tau=tau_used, log_x=log_x, m1=m1, log_k0=_log_kappa_start(float(np.mean(log_x)) - math.log(m1), gamma))
+    log_k0 = _log_kappa_start(float(np.mean(log_x)) - math.log(m1), gamma)
+    return _Prepared(e=e, tau=tau_used, log_x=log_x, m1=m1, log_k0=log_k0)
 
 
 def _jensen_gap(log_k: float, gamma: float) -> float:
@@ -538,8 +539,9 @@ class _Models:
 def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPFit:
     """Maximum-likelihood fit of the HTMP law to a spectrum, τ fixed.
 
-    κ is searched on a log scale in KAPPA_RANGE, starting from moment matching; for each κ the rate
-    β is profiled out (log ρ(x) = log β + f_κ(log βx), so one spline of f_κ serves every β).
+    κ is searched on a log scale in KAPPA_RANGE, starting from the κ whose law has the data's
+    E[log x] − log E[x] (x = e − τ); for each κ the rate β is profiled out
+    (log ρ(x) = log β + f_κ(log βx), so one spline of f_κ serves every β).
     κ is found to 1 % from n = 1,000 eigenvalues on, to sqrt(1000/n) % (at most 5 %) below that: a
     quarter of its statistical error either way. The κ tried lie on a lattice in log κ (the start on
     steps of half the first step, the rest on steps of the tolerance), so that the fits of a batch
