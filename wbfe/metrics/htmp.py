@@ -543,7 +543,8 @@ def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPF
     E[log x] − log E[x] (x = e − τ); for each κ the rate β is profiled out
     (log ρ(x) = log β + f_κ(log βx), so one spline of f_κ serves every β).
     κ is found to 1 % from n = 1,000 eigenvalues on, to sqrt(1000/n) % (at most 5 %) below that: a
-    quarter of its statistical error either way. The κ tried lie on a lattice in log κ (the start on
+    quarter of its statistical error either way (or to a quarter of the error read off the
+    profile's curvature, where that is coarser: a flat profile). The κ tried lie on a lattice in log κ (the start on
     steps of half the first step, the rest on steps of the tolerance), so that the fits of a batch
     (:func:`fit_many`) share them.
 
