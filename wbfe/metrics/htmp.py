@@ -365,16 +365,10 @@ class _ProfileModel:
             self._cumulative = t, first.imag / (math.pi * self.a) + np.concatenate(([0.0], np.cumsum(steps)))
         return np.interp(log_y, *self._cumulative)
 
-    def loglik(self, log_beta: float, log_x: np.ndarray, sums: Optional[tuple[float, float]] = None) -> float:
-        """Σ log ρ(x) at β = e^log_beta; ``sums`` = (Σ log x, Σ x), when given, spares the
-        exact terms' pass over the data (only log|U| is summed point by point)."""
-        if sums is None:
-            return float(np.sum(log_beta + self.log_density(log_beta + log_x)))
-        n = log_x.size
-        sum_log_x, sum_x = sums
-        log_abs_u = float(np.sum(self._log_abs_u(log_beta + log_x)))
-        return ((1.0 + self._slope) * n * log_beta + self._slope * sum_log_x - math.exp(log_beta) * sum_x
-                - n * self._log_norm - 2.0 * log_abs_u)
+    def loglik(self, log_beta: float, log_x: np.ndarray) -> float:
+        # Point by point: summing the exact terms from Σ log x and Σ x instead was 20 % faster but
+        # moved the profiled β by ~1e-8 under a rescaling of the eigenvalues (tests/test_scale_range).
+        return float(np.sum(log_beta + self.log_density(log_beta + log_x)))
 
 
 def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, step: float,
@@ -605,7 +599,6 @@ def fit_many(
 
 def _fit_prepared(p: _Prepared, gamma: float, models: _Models) -> HTMPFit:
     log_x, m1 = p.log_x, p.m1
-    sums = (float(np.sum(log_x)), float(np.sum(np.exp(log_x))))
     lo_k, hi_k = (math.log(k) for k in KAPPA_RANGE)
     cache: dict[float, tuple[float, float, _ProfileModel]] = {}
 
@@ -624,8 +617,7 @@ def _fit_prepared(p: _Prepared, gamma: float, models: _Models) -> HTMPFit:
         for lo_b, hi_b in spans:
             model = models.get(log_k, p, lo_b, hi_b)
             res = minimize_scalar(
-                lambda lb: -model.loglik(lb, log_x, sums), bounds=(lo_b, hi_b), method="bounded",
-                options={"xatol": 1e-7}
+                lambda lb: -model.loglik(lb, log_x), bounds=(lo_b, hi_b), method="bounded", options={"xatol": 1e-7}
             )
             log_b = float(res.x)
             if lo_b + 1e-3 < log_b < hi_b - 1e-3:
