@@ -193,8 +193,9 @@ def test_source_head_hint_and_quant_scheme_reach_the_output(monkeypatch: pytest.
 
 
 def test_compute_many_gets_runs_of_equal_shapes_and_rows_equal_compute(tmp_path, monkeypatch) -> None:
-    # Equal-shaped matrices in a row (an MoE layer's experts) reach a group's compute_many together;
-    # a skipped tensor or a new shape ends the run; a lone matrix goes through compute.
+    # Equal-shaped matrices (an MoE layer's experts) reach a group's compute_many together, though
+    # stored interleaved with another shape and with a skipped tensor between them; a lone matrix
+    # goes through compute; rows come in stream order.
     import dataclasses
 
     import torch
@@ -204,6 +205,8 @@ def test_compute_many_gets_runs_of_equal_shapes_and_rows_equal_compute(tmp_path,
 
     g = torch.Generator().manual_seed(5)
     tensors = {f"model.layers.0.mlp.experts.{e}.gate_proj.weight": torch.randn(32, 64, generator=g) for e in range(10)}
+    tensors.update({f"model.layers.0.mlp.experts.{e}.down_proj.weight": torch.randn(64, 32, generator=g) / 3
+                    for e in range(10)})  # stored before each expert's gate_proj: the shapes alternate
     tensors["model.layers.0.mlp.experts.6.gate_proj.weight"] = torch.zeros(32, 64)  # skipped: all zero
     tensors["model.layers.0.self_attn.q_proj.weight"] = torch.randn(64, 64, generator=g)
     save_file(tensors, str(tmp_path / "model.safetensors"))
@@ -217,7 +220,7 @@ def test_compute_many_gets_runs_of_equal_shapes_and_rows_equal_compute(tmp_path,
 
     monkeypatch.setattr(htsr, "GROUP", dataclasses.replace(htsr.GROUP, compute_many=many))
     batched = wbfe.score(tmp_path, metrics=("bfe", "htsr"))
-    assert calls == [6, 3]
+    assert calls == [10, 9]  # the down projections, then the gates but the all-zero one
     assert [s["name"] for s in batched.skipped] == ["model.layers.0.mlp.experts.6.gate_proj.weight"]
     assert [layer["name"] for layer in batched.layers] == [layer["name"] for layer in plain.layers]
     # json writes NaN as NaN, so equal dumps mean equal rows, NaN columns included.

@@ -246,44 +246,48 @@ def _run_stream(
 
 
 class _RowMaker:
-    """Turns finished spectra into layer rows, in stream order, and hands each row (or skip) to
-    ``record``. Consecutive spectra of one shape (an MoE layer's experts) wait for each other, up to
-    ``_ROW_BATCH``, so that a group with ``compute_many`` fits them in one vectorised pass."""
+    """Turns finished spectra into layer rows and hands each row (or skip) to ``record``, in stream
+    order. Where a group has ``compute_many``, up to ``_ROW_BATCH`` spectra are held back (skips
+    between them too, to keep the order) and those of one shape are fitted together: an MoE layer's
+    experts, stored interleaved (w1, w2, w3 of each expert) or with biases between them."""
 
     def __init__(self, groups: tuple[Any, ...], metric_options: MetricOptions, min_eigs: int,
                  record: Callable[[TensorEntry, Union[Skip, dict[str, Any]]], None]) -> None:
         self.groups, self.metric_options, self.min_eigs, self.record = groups, metric_options, min_eigs, record
         self.batching = any(g.compute_many is not None for g in groups)
-        self.pending: list[tuple[TensorEntry, MatrixPlan, Any]] = []
+        self.pending: list[tuple[TensorEntry, Union[Skip, MatrixPlan], Any]] = []
+        self.held = 0  # spectra among the pending entries
 
     def add(self, entry: TensorEntry, plan: Union[Skip, MatrixPlan], outcome: Any) -> None:
         if isinstance(outcome, DegenerateMatrixError):
             outcome = Skip(entry.name, str(outcome), entry.shape, entry.dtype)
-        if isinstance(outcome, Skip):
-            self.flush()
-            self.record(entry, outcome)
-            return
-        assert isinstance(plan, MatrixPlan)
-        if self.pending and (_row_key(plan, outcome) != _row_key(self.pending[0][1], self.pending[0][2])
-                             or len(self.pending) >= _ROW_BATCH):
-            self.flush()
         self.pending.append((entry, plan, outcome))
-        if not self.batching:
+        if not isinstance(outcome, Skip):
+            self.held += 1
+        if not self.batching or self.held >= _ROW_BATCH:
             self.flush()
 
     def flush(self) -> None:
-        if not self.pending:
-            return
-        specs = [spec for _, _, spec in self.pending]
-        results: dict[str, list[Any]] = {}
-        for group in self.groups:
-            if group.compute_many is not None and len(specs) > 1 and not _too_few(group, specs[0], self.min_eigs):
-                results[group.name] = group.compute_many(specs, self.metric_options)
-        for k, (entry, plan, spec) in enumerate(self.pending):
-            done = {name: outs[k] for name, outs in results.items()}
-            self.record(entry, _layer_row(plan, spec, self.groups, self.metric_options, entry.quant, self.min_eigs,
-                                          done))
+        runs: dict[tuple[int, int, int, int], list[int]] = {}
+        for k, (_, plan, outcome) in enumerate(self.pending):
+            if not isinstance(outcome, Skip):
+                runs.setdefault(_row_key(plan, outcome), []).append(k)  # type: ignore[arg-type]
+        done: dict[int, dict[str, Any]] = {}
+        for members in runs.values():
+            specs = [self.pending[k][2] for k in members]
+            for group in self.groups:
+                if group.compute_many is not None and len(specs) > 1 and not _too_few(group, specs[0], self.min_eigs):
+                    for k, out in zip(members, group.compute_many(specs, self.metric_options)):
+                        done.setdefault(k, {})[group.name] = out
+        for k, (entry, plan, outcome) in enumerate(self.pending):
+            if isinstance(outcome, Skip):
+                self.record(entry, outcome)
+            else:
+                assert isinstance(plan, MatrixPlan)
+                self.record(entry, _layer_row(plan, outcome, self.groups, self.metric_options, entry.quant,
+                                              self.min_eigs, done.get(k)))
         self.pending.clear()
+        self.held = 0
 
 
 # The most rows held back for one compute_many call: the spectra are small next to their matrices.
