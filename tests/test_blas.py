@@ -99,3 +99,18 @@ def test_eigvalsh_lower_lets_other_threads_run() -> None:
     # Released: ~100 % of the rate on two cores (a busy machine leaves well over a third);
     # held: only the instants before the solve starts and after it ends.
     assert ticks / (rate * elapsed) > 0.3, (ticks, rate, elapsed)
+
+
+def test_the_openblas_files_found_beside_the_wheels_are_the_ones_loaded() -> None:
+    # Loading a file that is not already mapped would give a second OpenBLAS whose thread count
+    # governs nothing; /proc/self/maps is the reference (where it exists).
+    import os
+
+    import scipy.linalg  # noqa: F401 - loads scipy's OpenBLAS
+
+    wheel = set(_blas._wheel_openblas())
+    if os.path.exists("/proc/self/maps"):
+        mapped = {os.path.realpath(p) for p in _blas._mapped_openblas()}
+        assert {os.path.realpath(p) for p in wheel} <= mapped
+        assert mapped, "numpy and scipy load an OpenBLAS"
+    assert _blas.controls_threads()
