@@ -31,10 +31,10 @@ _REGISTRY: dict[str, str] = {
     "htmp": "wbfe.metrics.htmp:GROUP",
     "rand": "wbfe.metrics.rand:GROUP",  # opt-in: not in DEFAULT_GROUPS
 }
-# htmp is opt-in: its fit costs ~100 ms a matrix (a U grid per κ tried), which made the default
-# score of CIFAR ResNet-56 25x slower than WeightWatcher's default analyze() (6.2 s against
-# 0.25 s, benchmarks/bench_vs_weightwatcher.py --tools ww,default,wbfe,htmp); bfe+htsr is 2.1x
-# faster than it.
+# htmp is opt-in: its fit (~10 ms for 1,000 eigenvalues, whatever the matrix's size) would make the
+# default score of CIFAR ResNet-20..56 0.43-0.69x as fast as WeightWatcher's default analyze(),
+# where bfe+htsr is 3-4x faster (benchmarks/bench_vs_weightwatcher.py; README, "The default score
+# against WeightWatcher's default").
 DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 
 
