@@ -413,3 +413,23 @@ def test_dtype_torch_cannot_hold_is_a_typed_error(tmp_path: Path) -> None:
         assert entry.dtype == "float6_e2m3"
         with pytest.raises(wbfe.UnsupportedDtypeError, match="has no F6_E2M3 tensors"):
             entry.load()
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "pickle"])
+def test_a_name_two_shards_hold_unlisted_is_one_skipped_row(tmp_path: Path, fmt: str) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(1)
+    ext, index = (".safetensors", "model.safetensors.index.json") if fmt == "safetensors" else (".bin", "pytorch_model.bin.index.json")
+    weight_map = {}
+    for i in (1, 2):
+        shard = f"model-0000{i}-of-00002{ext}"
+        tensors = {f"w{i}.weight": torch.randn(20, 30, generator=g), "stale.weight": torch.randn(20, 30, generator=g)}
+        save_file(tensors, str(tmp_path / shard)) if fmt == "safetensors" else torch.save(tensors, tmp_path / shard)
+        weight_map[f"w{i}.weight"] = shard
+    (tmp_path / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    result = wbfe.score(tmp_path, metrics="bfe")
+    assert sorted(layer["name"] for layer in result.layers) == ["w1.weight", "w2.weight"]
+    assert [s["name"] for s in result.skipped] == ["stale.weight"]

@@ -266,6 +266,8 @@ def _wheel_openblas() -> dict[str, None]:
 
     found: dict[str, None] = {}
     for package in (np, scipy):
+        if package.__file__ is None:  # pragma: no cover - a namespace package
+            continue
         folder = Path(package.__file__).parent.parent / f"{package.__name__}.libs"
         found.update(dict.fromkeys(str(path) for path in sorted(folder.glob("*openblas*.so*"))))
     return found

@@ -191,11 +191,19 @@ def test_shard_index(checkpoint: Path, weight_map: dict[str, Any]) -> None:
         assert path.resolve().is_relative_to(root)
     try:
         with open_source(index) as source:
-            streamed = {e.name: (e.load().flatten()[0].item()) for e in source.entries()}
-            assert len(source) == len(weight_map)
+            entries = list(source.entries())
+            streamed = {e.name: (e.load().flatten()[0].item()) for e in entries if e.skip is None}
+            unlisted = [e for e in entries if e.skip is not None]
+            assert len(source) == len(entries)
     except WbfeError:
         return
-    assert sorted(streamed) == sorted(weight_map)  # every tensor once, none dropped
+    assert sorted(streamed) == sorted(weight_map)  # every listed tensor once, none dropped
+    # What a listed shard holds besides is accounted for as skipped, each name once, none listed.
+    assert len({e.name for e in entries}) == len(entries)
+    assert all(e.name not in weight_map and "not listed in model.safetensors.index.json" in (e.skip or "")
+               for e in unlisted)
+    # Every shard holds t0..t3, so with any shard read, each name the index lacks is skipped once.
+    assert sorted(e.name for e in unlisted) == (sorted({f"t{k}" for k in range(4)} - set(weight_map)) if shards else [])
     for name, shard in weight_map.items():
         i = SHARDS.index("/".join(p for p in shard.split("/") if p not in ("", ".")))
         assert streamed[name] == 10 * i + int(name[1])  # from the shard the index names

@@ -331,12 +331,13 @@ class SafetensorsSource(TensorSource):
     def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
         self._plan: list[tuple[Path, list[str], dict[str, dict[str, Any]]]] = []
         # Tensors a shard holds but its index does not list: transformers never loads them, so they
-        # are not scored, but listed as skipped with this reason rather than dropped unseen.
-        self._unlisted: dict[str, str] = {}
+        # are not scored, but listed as skipped (once a name, with the shards that hold it) rather
+        # than dropped unseen.
+        self._unlisted: dict[str, list[str]] = {}
         shards = index_shards(index) if index is not None else [(path, None) for path in files]
         files = [path for path, _ in shards]
         indexed = {name for _, listed in shards for name in listed or ()}
-        index_name = index.name if index is not None else ""
+        self._index_name = index.name if index is not None else ""
         metadata: dict[str, str] = {}
         for path, listed in shards:
             header, meta = read_header(path)
@@ -350,9 +351,10 @@ class SafetensorsSource(TensorSource):
                         path=str(path),
                     )
                 # A name the index gives to another shard is that shard's: this copy is not scored either.
-                unlisted = [name for name in names if name not in indexed]
-                self._unlisted.update((name, f"in shard {path.name} but not listed in {index_name}: not part of "
-                                       "the checkpoint its index describes") for name in unlisted)
+                unlisted = [name for name in names if name not in indexed and name not in self._unlisted]
+                for name in names:
+                    if name not in indexed:
+                        self._unlisted.setdefault(name, []).append(path.name)
                 names = checkpoint_order(listed) + unlisted
             self._plan.append((path, names, header))
         all_files = ([index] if index is not None else []) + list(files)
@@ -382,13 +384,20 @@ class SafetensorsSource(TensorSource):
                         dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
                         load=load,
                         reread=load,
-                        skip=self._unlisted.get(name),
+                        skip=self._unlisted_reason(name),
                     )
             finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.
                 shard.close()
                 if shard in self._handles:  # close() may have cleared them first
                     self._handles.remove(shard)
+
+    def _unlisted_reason(self, name: str) -> str | None:
+        shards = self._unlisted.get(name)
+        if not shards:
+            return None
+        return (f"in shard{'s' if len(shards) > 1 else ''} {', '.join(shards)} but not listed in {self._index_name}: "
+                "not part of the checkpoint its index describes")
 
     def close(self) -> None:
         super().close()

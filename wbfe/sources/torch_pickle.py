@@ -268,6 +268,8 @@ class TorchPickleSource(TensorSource):
             assert state is not None
             yield from tensor_entries(state)
             return
+        indexed = {name for names in self._listed for name in names}
+        reported: set[str] = set()  # unlisted names already skipped: a name is one row
         for path, listed in zip(self._files, self._listed):
             # A shard's tensors go with it: holding one to reread would hold the whole shard's map.
             state = unwrap_state_dict(load_torch_file(path), where=str(path))
@@ -276,10 +278,12 @@ class TorchPickleSource(TensorSource):
                 raise CorruptCheckpointError(
                     f"{path}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(path)
                 )
-            indexed = {name for names in self._listed for name in names}
             index_name = self._index.name
             for entry in tensor_entries(state, held=False, scope=str(path)):
                 if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
+                    if entry.name in reported:
+                        continue
+                    reported.add(entry.name)
                     entry = dataclasses.replace(entry, skip=f"in shard {path.name} but not listed in {index_name}: "
                                                 "not part of the checkpoint its index describes")
                 yield entry
