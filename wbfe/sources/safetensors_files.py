@@ -31,7 +31,8 @@ from wbfe.sources._order import checkpoint_order
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SafetensorsSource", "read_header", "read_index", "index_weight_map", "index_shards", "SAFETENSORS_DTYPES"]
+__all__ = ["SafetensorsSource", "read_header", "read_index", "index_weight_map", "index_shards", "unlisted_reason",
+           "SAFETENSORS_DTYPES"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
 SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
@@ -325,6 +326,13 @@ def index_shards(index_path: Path) -> list[tuple[Path, list[str]]]:
     return [(index_path.parent / shard, names) for shard, names in read_index(index_path).items()]
 
 
+def unlisted_reason(shards: list[str], index_name: str) -> str:
+    """Why a tensor that ``shards`` hold but the index ``index_name`` does not list is skipped
+    (transformers loads only what the index lists), for every sharded format."""
+    return (f"in shard{'s' if len(shards) > 1 else ''} {', '.join(shards)} but not listed in {index_name}: "
+            "not part of the checkpoint its index describes")
+
+
 class SafetensorsSource(TensorSource):
     """Tensors of one safetensors file or of the shards of an index, read one at a time."""
 
@@ -377,6 +385,7 @@ class SafetensorsSource(TensorSource):
             try:
                 for name in names:
                     info = header[name]
+                    shards_unlisted = self._unlisted.get(name)
                     load = functools.partial(shard.read, info)
                     yield TensorEntry(
                         name=name,
@@ -384,20 +393,13 @@ class SafetensorsSource(TensorSource):
                         dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
                         load=load,
                         reread=load,
-                        skip=self._unlisted_reason(name),
+                        skip=unlisted_reason(shards_unlisted, self._index_name) if shards_unlisted else None,
                     )
             finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.
                 shard.close()
                 if shard in self._handles:  # close() may have cleared them first
                     self._handles.remove(shard)
-
-    def _unlisted_reason(self, name: str) -> str | None:
-        shards = self._unlisted.get(name)
-        if not shards:
-            return None
-        return (f"in shard{'s' if len(shards) > 1 else ''} {', '.join(shards)} but not listed in {self._index_name}: "
-                "not part of the checkpoint its index describes")
 
     def close(self) -> None:
         super().close()

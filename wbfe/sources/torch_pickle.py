@@ -8,7 +8,6 @@ Zip-format files are memory-mapped; legacy (pre-1.6) files are read whole, as Py
 from __future__ import annotations
 
 import dataclasses
-
 import pickle
 import re
 import struct
@@ -268,6 +267,8 @@ class TorchPickleSource(TensorSource):
             assert state is not None
             yield from tensor_entries(state)
             return
+        from wbfe.sources.safetensors_files import unlisted_reason
+
         indexed = {name for names in self._listed for name in names}
         reported: set[str] = set()  # unlisted names already skipped: a name is one row
         for path, listed in zip(self._files, self._listed):
@@ -278,14 +279,13 @@ class TorchPickleSource(TensorSource):
                 raise CorruptCheckpointError(
                     f"{path}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(path)
                 )
-            index_name = self._index.name
             for entry in tensor_entries(state, held=False, scope=str(path)):
                 if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
                     if entry.name in reported:
                         continue
                     reported.add(entry.name)
-                    entry = dataclasses.replace(entry, skip=f"in shard {path.name} but not listed in {index_name}: "
-                                                "not part of the checkpoint its index describes")
+                    # Shards are loaded one at a time: the first that holds the name is the one named.
+                    entry = dataclasses.replace(entry, skip=unlisted_reason([path.name], self._index.name))
                 yield entry
 
     def close(self) -> None:
