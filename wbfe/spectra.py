@@ -250,17 +250,10 @@ def pin_threads() -> Iterator[None]:
     """
     import torch
 
-    if _pinned.is_set():
+    limit = None if _pinned.is_set() else _one_thread_limit(user_api=None)
+    if limit is None:
         yield
         return
-    if _blas.controls_threads():  # numpy's and scipy's OpenBLAS, the BLAS pools there are
-        limit: Any = _blas.one_thread()
-    else:
-        controller = _thread_controller()
-        if controller is None:
-            yield
-            return
-        limit = controller.limit(limits=1)
     # torch's too: threadpoolctl's OpenMP limit holds only for the thread that sets it, and MKL,
     # linked into torch, is out of its sight; two workers' LUs then ran 10x slower.
     torch_threads = torch.get_num_threads()
@@ -300,7 +293,7 @@ def _thread_controller() -> Any:
 
 def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
     """One BLAS thread for a matrix with p < 256 on the CPU; the default otherwise."""
-    if device.type != "cpu" or min(matrix.shape) >= _SMALL_P or _pinned.is_set() or blas_threads() == 1:
+    if device.type != "cpu" or min(matrix.shape) >= _SMALL_P:
         return contextlib.nullcontext()
     return _one_blas_thread()
 
@@ -502,10 +495,17 @@ def _one_blas_thread() -> Any:
     """BLAS at one thread unless it is already (workers pinned, or one thread allowed)."""
     if _pinned.is_set() or blas_threads() == 1:
         return contextlib.nullcontext()
-    if _blas.controls_threads():  # ~µs, where threadpoolctl's controller takes ~10 ms to build
+    return _one_thread_limit(user_api="blas") or contextlib.nullcontext()
+
+
+def _one_thread_limit(*, user_api: Optional[str]) -> Any:
+    """A context holding the BLAS pools (and, through threadpoolctl, ``user_api``'s others) at one
+    thread; None where nothing can. OpenBLAS's own calls (~µs) where they are found, else
+    threadpoolctl's controller (~10 ms to build)."""
+    if _blas.controls_threads():
         return _blas.one_thread()
     controller = _thread_controller()
-    return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
+    return controller.limit(limits=1, user_api=user_api) if controller is not None else None
 
 
 def _range_shift(matrices: Sequence["torch.Tensor"]) -> int:
