@@ -453,10 +453,7 @@ def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions
     for name in _metric_columns(m.scores for m in models):
         values = [as_float(m.scores.get(name)) for m in models]
         c = correlate(values, oriented, options=stats)
-        rows.append(MetricCorrelation(
-            metric=name, rho=c.rho, ci_low=c.ci_low, ci_high=c.ci_high, p_value=c.p_value,
-            kendall_tau=c.kendall_tau, pearson_r=c.pearson_r, n=c.n,
-            expected_sign=expected_sign(name), p_method=c.p_method, reason=c.reason,
-        ))
+        # Every field of the correlation, so one added there cannot be left behind here.
+        rows.append(MetricCorrelation(metric=name, expected_sign=expected_sign(name), **asdict(c)))
     rows.sort(key=_sort_key)
     return rows
