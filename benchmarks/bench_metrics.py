@@ -68,7 +68,8 @@ def ww_analyze_time(w: np.ndarray) -> tuple[float, float]:
 
 def run(sizes: list[int], repeats: int, ww_max: int) -> dict:
     from wbfe.metrics._group import MetricOptions, Spectrum
-    from wbfe.metrics.htsr import GROUP, mp_fit
+    from wbfe.metrics.htsr import GROUP
+    from wbfe.metrics.mp import mp_fit
     from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
 
     GROUP.compute(Spectrum(np.linspace(1.0, 50.0, 64), 64, 128), MetricOptions())  # warm imports

@@ -13,16 +13,8 @@ import pytest
 from wbfe._ww_compat import WW_CONV2D_EIG_SCALE, ww_conv2d_dims, ww_conv2d_matrices, ww_linear_matrix
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
-from wbfe.metrics.htsr import (
-    COLUMNS,
-    GROUP,
-    _linear_kde,
-    _MPResidual,
-    _nelder_mead_1d,
-    matrix_entropy,
-    matrix_rank,
-    mp_fit,
-)
+from wbfe.metrics.htsr import COLUMNS, GROUP, matrix_entropy, matrix_rank
+from wbfe.metrics.mp import _linear_kde, _MPResidual, _nelder_mead_1d, mp_fit
 
 WW = MetricOptions(ww_compatible=True)
 PLAIN = MetricOptions()

@@ -102,7 +102,7 @@ def ww_conv2d_dims(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
 
     Returns:
         ``(N, M, rf)``; N < M happens (see the module docstring) and changes WW's MP fit
-        (pass these N, M to :func:`wbfe.metrics.htsr.mp_fit` to reproduce it).
+        (pass these N, M to :func:`wbfe.metrics.mp.mp_fit` to reproduce it).
     """
     out_ch, in_ch, kh, kw = (int(v) for v in shape)
     rf = kh * kw
