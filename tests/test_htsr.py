@@ -13,8 +13,9 @@ import pytest
 from wbfe._ww_compat import WW_CONV2D_EIG_SCALE, ww_conv2d_dims, ww_conv2d_matrices, ww_linear_matrix
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
-from wbfe.metrics.htsr import COLUMNS, GROUP, matrix_entropy, matrix_rank
+from wbfe.metrics.htsr import COLUMNS, GROUP, WW_EVALS_THRESH, matrix_entropy, matrix_rank
 from wbfe.metrics.mp import _linear_kde, _MPResidual, _nelder_mead_1d, mp_fit
+from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
 
 WW = MetricOptions(ww_compatible=True)
 PLAIN = MetricOptions()
@@ -461,3 +462,49 @@ def test_mp_residual_lower_bounds_hold() -> None:
         assert np.all(bound - margin <= exact)
         if n >= 64:  # and useful: most σ are pruned (the KDE of a few eigenvalues is too bumpy for that)
             assert np.count_nonzero(bound - margin > np.min(exact)) > 0.5 * exact.size
+
+
+# ---------------------------------------------------------------- batches (compute_many)
+
+def _batch_specs() -> list[Spectrum]:
+    """Spectra of a few shapes, interleaved, with the failures and corner cases a model has."""
+    specs = []
+    for seed in range(12):
+        specs.append(spectrum_of([heavy_tailed((32, 96), 2.5 + 0.2 * seed, seed)]))
+        if seed % 3 == 0:
+            specs.append(spectrum_of([heavy_tailed((64, 64), 3.0, 100 + seed)]))  # Q = 1
+    low_rank = heavy_tailed((32, 4), 3.0, 7) @ heavy_tailed((4, 96), 3.0, 8)
+    specs.append(spectrum_of([low_rank]))  # 28 zero eigenvalues: a power law on too few values
+    specs.append(Spectrum(np.zeros(32), 32, 96))  # all zero
+    specs.append(Spectrum(np.array([0.5, 1.0, 2.0, 3.0, 7.0]), 5, 9))  # too few for a tail
+    shifted = spectrum_of([heavy_tailed((32, 96), 2.2, 99)])
+    specs.append(Spectrum(shifted.eigs, 32, 96, log_scale=-400.0))  # rescaled: NaN where out of range
+    return specs
+
+
+@pytest.mark.parametrize("options", [PLAIN, WW], ids=["plain", "ww"])
+def test_compute_many_is_compute_of_each(options: MetricOptions) -> None:
+    import json
+
+    specs = _batch_specs()
+    many = GROUP.compute_many(specs, options)
+    assert len(many) == len(specs)
+    for spec, got in zip(specs, many):
+        one = GROUP.compute(spec, options)
+        # json writes NaN as NaN: equal dumps are equal values, NaN columns included, and equal reasons.
+        assert json.dumps(got.values) == json.dumps(one.values)
+        assert got.reasons == one.reasons
+        if spec.eigs.size < 20 or not spec.eigs[-1] > 0:
+            continue
+        # ... and the fit columns are the per-spectrum fits' (independently of compute_many).
+        e = np.sort(spec.eigs)
+        fit = mp_fit(e, spec.P, spec.p)
+        assert (got.values["num_spikes"], got.values["mp_softrank"]) == (fit.num_spikes, fit.mp_softrank)
+        tail = e[e > (WW_EVALS_THRESH * math.exp(-spec.log_scale) if options.ww_compatible else 0.0)]
+        pl = fit_power_law(tail, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+        if pl.ok:
+            assert got.values["alpha"] == pl.alpha
+            tpl = fit_truncated_power_law(tail, xmin=pl.xmin)
+            assert got.values["tpl_alpha"] == pytest.approx(tpl.alpha, rel=1e-12)
+        else:
+            assert math.isnan(got.values["alpha"])

@@ -26,13 +26,26 @@ power-law tail, an all-zero or constant spectrum, or rank ≤ 1 for the entropy.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit
-from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
+from wbfe.metrics.powerlaw import PowerLawFit, TruncatedPowerLawFit, fit_power_law, fit_truncated_power_law
+
+
+# Until the batched fits land: the per-spectrum ones in a loop.
+def mp_fit_many(spectra: Sequence[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
+    return [mp_fit(e, N, M) for e in spectra]
+
+
+def fit_power_law_many(samples: Sequence[np.ndarray], *, min_tail: int, ww_compatible: bool) -> list[PowerLawFit]:
+    return [fit_power_law(x, min_tail=min_tail, ww_compatible=ww_compatible) for x in samples]
+
+
+def fit_truncated_power_law_many(samples: Sequence[np.ndarray], xmins: Sequence[float]) -> list[TruncatedPowerLawFit]:
+    return [fit_truncated_power_law(x, xmin=m) for x, m in zip(samples, xmins)]
 from wbfe.spectra import Spectrum
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "WW_EVALS_THRESH", "WW_EPSILON", "GROUP"]
@@ -101,24 +114,42 @@ def matrix_entropy(eigs: np.ndarray, P: int, *, epsilon: float = 0.0) -> tuple[f
 
 
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
-    result = GroupResult()
-    e = np.sort(np.asarray(spec.eigs, dtype=np.float64))
-    problem = _spectrum_problem(e)
-    if problem is not None:
-        for column in COLUMNS:
-            result.fail(column, problem)
-        return result
-    _norm_columns(result, e, spec, options)
-    _power_law_columns(result, e, options, spec.log_scale)
-    fit = mp_fit(e, spec.P, spec.p)
+    return _compute_many([spec], options)[0]
+
+
+def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[GroupResult]:
+    """``_compute`` of each spectrum; those of one shape (an MoE layer's experts, a ResNet stage's
+    convolutions) have their three fits made as batches, where the Python around each fit's small
+    numpy calls is shared (the results are the per-spectrum fits', see the ``*_many`` fits)."""
+    results = [GroupResult() for _ in specs]
+    usable: list[tuple[int, np.ndarray]] = []
+    for k, spec in enumerate(specs):
+        e = np.sort(np.asarray(spec.eigs, dtype=np.float64))
+        problem = _spectrum_problem(e)
+        if problem is None:
+            _norm_columns(results[k], e, spec, options)
+            usable.append((k, e))
+        else:
+            for column in COLUMNS:
+                results[k].fail(column, problem)
+    _power_law_columns(results, specs, usable, options)
+    by_shape: dict[tuple[int, int], list[tuple[int, np.ndarray]]] = {}
+    for k, e in usable:
+        by_shape.setdefault((specs[k].P, specs[k].p), []).append((k, e))
+    for (P, p), members in by_shape.items():  # noqa: N806 - WeightWatcher's N, M
+        for (k, _), fit in zip(members, mp_fit_many([e for _, e in members], P, p)):
+            _mp_columns(results[k], fit, specs[k].log_scale)
+    return results
+
+
+def _mp_columns(result: GroupResult, fit: MPFit, log_scale: float) -> None:
     for column in ("bulk_max", "num_spikes", "mp_softrank"):
         if fit.reason is not None:
             result.fail(column, f"MP fit: {fit.reason}")
         elif column == "bulk_max":
-            result.put_rescaled(column, fit.bulk_max, 1.0, spec.log_scale)
+            result.put_rescaled(column, fit.bulk_max, 1.0, log_scale)
         else:
             result.values[column] = getattr(fit, column)
-    return result
 
 
 def _spectrum_problem(e: np.ndarray) -> Optional[str]:
@@ -150,38 +181,54 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
         result.fail("entropy", reason)
 
 
-def _power_law_columns(result: GroupResult, e: np.ndarray, options: MetricOptions, log_scale: float = 0.0) -> None:
+_PL_COLUMNS = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
+
+
+def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], usable: list[tuple[int, np.ndarray]],
+                       options: MetricOptions) -> None:
+    """The power-law and truncated power-law columns of each usable spectrum ``(k, sorted e)``."""
     threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
-    # WeightWatcher's threshold is on the true eigenvalues; e are those over exp(log_scale).
-    stored_threshold = rescaled(threshold, 1.0, -log_scale) if threshold else 0.0
-    if math.isnan(stored_threshold):
-        stored_threshold = math.inf if log_scale < 0.0 else 0.0
-    tail_source = e[e > stored_threshold]
-    fit = fit_power_law(tail_source, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
-    pl_columns = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
-    if fit.reason is not None:
-        dropped = e.size - tail_source.size
-        note = f" ({dropped} eigenvalue(s) <= {threshold:g} dropped)" if dropped else ""
-        for column in pl_columns + ("tpl_alpha", "tpl_lambda"):
-            result.fail(column, f"power-law fit: {fit.reason}{note}")
-        return
-    shift = log_scale / _LN10
-    top = float(e[-1])
-    result.values["alpha"] = fit.alpha
-    result.values["sigma"] = fit.sigma
-    result.put_rescaled("xmin", fit.xmin, 1.0, log_scale)
-    result.values["num_pl_spikes"] = int(np.count_nonzero(e >= fit.xmin))
-    result.values["alpha_weighted"] = fit.alpha * (math.log10(top) + shift)
-    # log10 Σ e^α = α·log10 max e + log10 Σ (e/max e)^α: e^α alone underflows to 0 for tiny weights
-    # (randn·1e-30: e ~ 1e-58, α ~ 5) and overflows for huge ones.
-    result.values["log_alpha_norm"] = fit.alpha * (math.log10(top) + shift) + math.log10(float(np.sum((e / top) ** fit.alpha)))
-    tpl = fit_truncated_power_law(tail_source, xmin=fit.xmin)
-    if tpl.reason is None:
-        result.values["tpl_alpha"] = tpl.alpha
-        result.put_rescaled("tpl_lambda", tpl.lam, -1.0, log_scale)
-    else:
-        result.fail("tpl_alpha", f"truncated power-law fit: {tpl.reason}")
-        result.fail("tpl_lambda", f"truncated power-law fit: {tpl.reason}")
+    tails = [e[e > _stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
+    fits = fit_power_law_many(tails, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+    fitted = []
+    for (k, e), tail_source, fit in zip(usable, tails, fits):
+        result = results[k]
+        if fit.reason is not None:
+            dropped = e.size - tail_source.size
+            note = f" ({dropped} eigenvalue(s) <= {threshold:g} dropped)" if dropped else ""
+            for column in _PL_COLUMNS + ("tpl_alpha", "tpl_lambda"):
+                result.fail(column, f"power-law fit: {fit.reason}{note}")
+            continue
+        shift = specs[k].log_scale / _LN10
+        top = float(e[-1])
+        result.values["alpha"] = fit.alpha
+        result.values["sigma"] = fit.sigma
+        result.put_rescaled("xmin", fit.xmin, 1.0, specs[k].log_scale)
+        result.values["num_pl_spikes"] = int(np.count_nonzero(e >= fit.xmin))
+        result.values["alpha_weighted"] = fit.alpha * (math.log10(top) + shift)
+        # log10 Σ e^α = α·log10 max e + log10 Σ (e/max e)^α: e^α alone underflows to 0 for tiny
+        # weights (randn·1e-30: e ~ 1e-58, α ~ 5) and overflows for huge ones.
+        result.values["log_alpha_norm"] = (fit.alpha * (math.log10(top) + shift)
+                                           + math.log10(float(np.sum((e / top) ** fit.alpha))))
+        fitted.append((k, tail_source, fit.xmin))
+    tpls = fit_truncated_power_law_many([tail for _, tail, _ in fitted], [xmin for _, _, xmin in fitted])
+    for (k, _, _), tpl in zip(fitted, tpls):
+        if tpl.reason is None:
+            results[k].values["tpl_alpha"] = tpl.alpha
+            results[k].put_rescaled("tpl_lambda", tpl.lam, -1.0, specs[k].log_scale)
+        else:
+            results[k].fail("tpl_alpha", f"truncated power-law fit: {tpl.reason}")
+            results[k].fail("tpl_lambda", f"truncated power-law fit: {tpl.reason}")
+
+
+def _stored_threshold(threshold: float, log_scale: float) -> float:
+    """WeightWatcher's threshold is on the true eigenvalues; the stored ones are those over exp(log_scale)."""
+    if not threshold:
+        return 0.0
+    stored = rescaled(threshold, 1.0, -log_scale)
+    if math.isnan(stored):
+        return math.inf if log_scale < 0.0 else 0.0
+    return stored
 
 
 GROUP = MetricGroup(
@@ -197,5 +244,6 @@ GROUP = MetricGroup(
         "entropy",
     ),
     compute=_compute,
+    compute_many=_compute_many,
     description="HT-SR baselines (WeightWatcher 0.7.7 metrics): norms, ranks, entropy, alpha, MP fit",
 )
