@@ -9,6 +9,10 @@ For each model, runs alternately (A B A B ...) in fresh processes, timing only t
             norms, ranks, entropy, PL fit; no MP fit)
   - ww_mp : the same with ``mp_fit=True``, which adds bulk_max / num_spikes / mp_softrank: the
             same metric set as ``wbfe`` but the truncated power law (once per setting: it is slow)
+  - floor : no scoring: wbfe's eigen-solve alone (float64 Gram matrix, dsyevr) of every matrix it
+            scores, already in memory; with several threads the better of one matrix at a time on
+            all of them and one matrix per thread. WW's time over it is the most a default run
+            could reach with this exact solver on this machine.
 with one BLAS thread and with the default thread count. Also measures the float64 GEMM rate at
 each thread setting and, per checkpoint, the time the unavoidable linear algebra would take at that
 rate (see ``limit_flops``): the fraction of that limit each wbfe path achieves.
@@ -49,6 +53,36 @@ if tool.startswith("ww"):
     start = time.perf_counter()
     details = ww.WeightWatcher().analyze(model=path, randomize=False, plot=False, mp_fit=mp_fit)
     n = len(details)
+elif tool == "floor":
+    # The eigen-solve alone: wbfe's spectra stage (float64 Gram matrix, LAPACK's dsyevr through
+    # wbfe._blas) on every matrix wbfe scores, the tensors already in memory; no reading, hashing,
+    # fits or rows. With several BLAS threads, the better of one matrix at a time on all of them and
+    # one matrix per thread, largest first.
+    import os, torch
+    from concurrent.futures import ThreadPoolExecutor
+    from wbfe.matrices import MatrixPlan, as_matrices, plan_matrix
+    from wbfe.sources import open_source
+    from wbfe.spectra import eigenvalues, pin_threads
+    cpu = torch.device("cpu")
+    groups = []
+    with open_source(path) as source:
+        for entry in source.entries():
+            plan = plan_matrix(entry.name, entry.shape, entry.dtype)
+            if isinstance(plan, MatrixPlan):
+                groups.append(as_matrices(entry.load(), plan))
+    groups.sort(key=lambda ms: -len(ms) * min(ms[0].shape) ** 2 * max(ms[0].shape))
+    eigenvalues(groups[-1], cpu)  # a floor: BLAS's and wbfe._blas's one-time set-up off the clock
+    start = time.perf_counter()
+    for ms in groups:
+        eigenvalues(ms, cpu)
+    elapsed = time.perf_counter() - start
+    threads = int(os.environ.get("OPENBLAS_NUM_THREADS") or os.cpu_count())
+    if threads > 1:
+        with pin_threads(), ThreadPoolExecutor(threads) as pool:
+            start = time.perf_counter()
+            list(pool.map(lambda ms: eigenvalues(ms, cpu), groups))
+            elapsed = min(elapsed, time.perf_counter() - start)
+    n = len(groups)
 else:
     # imported before the clock, as `import weightwatcher` imports its whole stack
     import torch, scipy.linalg, scipy.optimize, scipy.special, wbfe, wbfe.scoring, wbfe.metrics.htsr
@@ -182,7 +216,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=ALL_MODELS)
-    parser.add_argument("--tools", default="ww,default,wbfe,bfe,htmp,ww_mp",
+    parser.add_argument("--tools", default="ww,default,wbfe,bfe,htmp,floor,ww_mp",
                         help="which runs (ww_mp, once per setting, is slow: 12-70 s a model)")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"results file (default {RESULTS.name}; with a subset of --models, one named after it)")
@@ -230,6 +264,10 @@ def main() -> None:
                     # ... and the same for the default groups, which need every eigenvalue: above 5 here,
                     # the 5x is within reach of an exact float64 solver at all.
                     "speedup_default_at_limit_vs_ww": round(med["ww"] / limit["eig"], 2) if "ww" in med else None,
+                    # ... and against the exact solver's own time on this machine (tool "floor"): what
+                    # the default groups could reach if everything but the eigen-solve were free.
+                    "speedup_default_at_solver_floor_vs_ww": ratio("ww", "floor"),
+                    "solver_floor_over_default": ratio("floor", "default"),
                 }
             report["models"][name] = entry
             print(name, json.dumps(entry), flush=True)
