@@ -317,14 +317,25 @@ def test_pruned_ks_scan_is_the_full_scan(case: tuple[str, np.ndarray], ww: bool,
     assert n_exact < pruned.n_candidates  # the scan did skip candidates
 
 
-def test_newton_linear_algebra_is_numpys() -> None:
-    """The TPL Newton step calls numpy's LAPACK gufuncs directly: the same numbers as np.linalg."""
-    from wbfe.metrics.powerlaw import _det, _solve
+def test_newton_step_solves_the_damped_system() -> None:
+    """The TPL Newton step (LDLᵀ in closed form) against LAPACK's solve, on covariances as in the fit."""
+    from wbfe.metrics.powerlaw import _newton_step
 
     rng = np.random.default_rng(12)
     for _ in range(500):
-        sd, r = 10.0 ** rng.uniform(-6, 6, 2), rng.uniform(-0.999, 0.999)  # a covariance, as in the fit
+        sd, r = 10.0 ** rng.uniform(-6, 6, 2), rng.uniform(-0.999, 0.999)
         a = np.array([[sd[0] ** 2, r * sd[0] * sd[1]], [r * sd[0] * sd[1], sd[1] ** 2]])
         g = rng.standard_normal(2) * 10.0 ** rng.uniform(-10, 5)
-        assert _det(a) == float(np.linalg.det(a))
-        assert np.array_equal(_solve(a, g), np.linalg.solve(a, g))
+        step = np.array(_newton_step(g[0], g[1], a[0, 0], a[0, 1], a[1, 1]))
+        ref = -np.linalg.solve(a, g)
+        # Both backward stable: the same solution to within the condition number times rounding.
+        assert np.allclose(step, ref, rtol=1e-9 * np.linalg.cond(a), atol=0.0)
+    # Not positive definite: the diagonal is raised by the first of 1e-3, 1e-2, … times itself
+    # that makes it so (Levenberg–Marquardt): here 1 + d > 2, i.e. d = 10.
+    g = np.array([1.0, -2.0])
+    step = np.array(_newton_step(g[0], g[1], 1.0, 2.0, 1.0))
+    d = 1e-3 * 10.0 * 10.0 * 10.0 * 10.0
+    assert np.allclose(step, -np.linalg.solve(np.array([[1.0 + d, 2.0], [2.0, 1.0 + d]]), g), rtol=1e-14)
+    assert float(g @ step) < 0.0
+    # Not finite: the identity, a gradient step.
+    assert _newton_step(1.0, -2.0, math.nan, 0.0, 1.0) == (-1.0, 2.0)

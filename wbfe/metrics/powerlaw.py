@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional, Sequence, cast
 
 import numpy as np
 
@@ -37,6 +37,8 @@ __all__ = [
     "TruncatedPowerLawFit",
     "fit_power_law",
     "fit_truncated_power_law",
+    "fit_truncated_power_law_many",
+    "fit_power_law_many",
     "tpl_log_normaliser",
     "WW_SMALL_N",
 ]
@@ -54,6 +56,8 @@ _KS_EXACT_BELOW = 128
 _TPL_MAX_NEWTON = 100
 _GL_NODES = 20
 _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
+_TPL_BATCH_MIN = 3  # below this many fits, a loop of single fits is as fast
+_ONE_SEGMENT = np.zeros(1, dtype=np.intp)
 
 
 @dataclass(frozen=True)
@@ -309,21 +313,6 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     )
 
 
-try:
-    # The LAPACK gufuncs np.linalg.solve and det call, without their argument checks: ~10 µs of a
-    # ~25 µs Newton step on 2 × 2 matrices; same LAPACK routines, so the same numbers.
-    from numpy.linalg import _umath_linalg
-
-    def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return _umath_linalg.solve1(a, b, signature="dd->d")
-
-    def _det(a: np.ndarray) -> float:
-        return float(_umath_linalg.det(a, signature="d->d"))
-
-except (ImportError, AttributeError):  # pragma: no cover - numpy without the private module
-    _solve, _det = np.linalg.solve, np.linalg.det
-
-
 @lru_cache(maxsize=1)
 def _gauss_legendre() -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(_GL_NODES)
@@ -346,12 +335,11 @@ def _panel_edges(peak: float, scale: float, stop: Callable[[float], bool], lower
         width = min(2.0 * width, 1.0)
 
 
-def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """Nodes u and weights w of ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1) (the TPL on y = e^u ≥ 1).
+def _tpl_panels(alpha: float, lam: float) -> tuple[list[float], float]:
+    """Panel edges for ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1), and h at its peak.
 
-    Composite Gauss–Legendre on panels that start at the peak of the log-concave h with the width
-    of the peak and double (up to 1) away from it, until h has dropped by 60. The weights include
-    exp(h − h_peak); returns ``(u, w, h_peak)``, so ∫ exp(h) = e^h_peak · Σw and E[f(u)] = Σ w f / Σ w.
+    The panels start at the peak of the log-concave h with the width of the peak and double (up
+    to 1) away from it, until h has dropped by 60 (or u reaches 0 on the left).
     """
     s = 1.0 - alpha
     c = lam
@@ -369,11 +357,54 @@ def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, f
     edges = _panel_edges(u_peak, scale, dropped, math.inf)
     if u_peak > 0.0:
         edges = _panel_edges(u_peak, scale, dropped, 0.0)[::-1] + edges[1:]
+    return edges, h_peak
+
+
+def _tpl_nodes(alpha: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The quadratures of :func:`_tpl_quadrature` for every (α_k, Λ_k), their panels stacked.
+
+    Returns ``(u, w, h_peak, starts)``: u and w have a row per panel, fit k owns rows
+    ``starts[k]:starts[k+1]``. Every node and weight comes from elementwise operations only, so
+    it is the same number whichever batch the fit is in.
+    """
+    edges: list[float] = []
+    n_edges: list[int] = []
+    peaks: list[float] = []
+    for a, c in zip(alpha.tolist(), lam.tolist()):
+        e, h_peak = _tpl_panels(a, c)
+        edges.extend(e)
+        n_edges.append(len(e))
+        peaks.append(h_peak)
+    e_all = np.asarray(edges)
+    keep = np.ones(e_all.size - 1, dtype=bool)
+    keep[np.cumsum(n_edges)[:-1] - 1] = False  # no panel from one fit's last edge to the next's first
+    lo, hi = e_all[:-1][keep], e_all[1:][keep]
+    nodes, weights = _gauss_legendre()
+    half = 0.5 * (hi - lo)[:, None]
+    u = 0.5 * (lo + hi)[:, None] + half * nodes[None, :]
+    n_panels = np.asarray(n_edges) - 1
+    h_peak = np.asarray(peaks)
+    s = np.repeat(1.0 - alpha, n_panels)[:, None]
+    c = np.repeat(lam, n_panels)[:, None]
+    w = (half * weights[None, :]) * np.exp(s * u - c * np.expm1(u) - np.repeat(h_peak, n_panels)[:, None])
+    starts = np.concatenate(([0], np.cumsum(n_panels)[:-1]))
+    return u, w, h_peak, starts
+
+
+def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Nodes u and weights w of ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1) (the TPL on y = e^u ≥ 1).
+
+    Composite Gauss–Legendre on the panels of :func:`_tpl_panels`, a row per panel. The weights
+    include exp(h − h_peak); returns ``(u, w, h_peak)``, so ∫ exp(h) = e^h_peak · Σw and
+    E[f(u)] = Σ w f / Σ w. The numbers are those :func:`_tpl_nodes` gives the fit in any batch.
+    """
+    edges, h_peak = _tpl_panels(alpha, lam)
+    s = 1.0 - alpha
     e = np.asarray(edges)
     nodes, weights = _gauss_legendre()
     half = 0.5 * (e[1:] - e[:-1])[:, None]
-    u = (0.5 * (e[:-1] + e[1:])[:, None] + half * nodes[None, :]).ravel()
-    w = (half * weights[None, :]).ravel() * np.exp(s * u - c * np.expm1(u) - h_peak)
+    u = 0.5 * (e[:-1] + e[1:])[:, None] + half * nodes[None, :]
+    w = (half * weights[None, :]) * np.exp(s * u - lam * np.expm1(u) - h_peak)
     return u, w, h_peak
 
 
@@ -401,57 +432,210 @@ def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
     return (1.0 - alpha) * math.log(xmin) - c + h_peak + math.log(float(np.sum(w)))
 
 
-def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> tuple[float, np.ndarray, np.ndarray]:
-    """Mean negative log-likelihood of the TPL on y ≥ 1 with its gradient and Hessian in (α, Λ).
+# (value, gradient (2), Hessian entries (0,0), (0,1), (1,1)) of one fit's objective, or of many.
+_Eval = tuple[float, float, float, float, float, float]
+_EvalMany = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _log(values: np.ndarray) -> np.ndarray:
+    # math.log per value, not np.log: the scalar path's numbers, whatever SIMD np.log uses.
+    return np.array([math.log(v) if v > 0.0 else (-math.inf if v == 0.0 else math.nan) for v in values.tolist()])
+
+
+def _tpl_objective_many(alpha: np.ndarray, lam: np.ndarray, mean_u: np.ndarray, mean_y: np.ndarray) -> _EvalMany:
+    """Mean negative log-likelihood of the TPL on y ≥ 1 with its gradient and Hessian in (α, Λ),
+    for every fit k at (alpha[k], lam[k]) on data with means mean_u[k] of log y and mean_y[k] of y.
 
     An exponential family in (−α, −Λ) with statistics (log y, y): the gradient is the data's mean
-    statistics minus the model's, the Hessian the model's covariance of (log y, y).
+    statistics minus the model's, the Hessian the model's covariance of (log y, y). Sums are
+    over each panel's nodes, then over the fit's panels in order (np.add.reduceat): fit k's
+    numbers do not depend on the other fits of the batch, bit for bit.
     """
+    u, w, h_peak, starts = _tpl_nodes(alpha, lam)
+    n_panels = np.diff(np.append(starts, u.shape[0]))
+
+    def total_of(a: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(a.sum(axis=1), starts)
+
+    def per_node(a: np.ndarray) -> np.ndarray:
+        return np.repeat(a, n_panels)[:, None]
+
+    total = total_of(w)
+    p = w / per_node(total)
+    y = np.exp(u)
+    eu = total_of(p * u)
+    ey = total_of(p * y)
+    du = u - per_node(eu)
+    dy = y - per_node(ey)
+    h_uu = total_of(p * (du * du))
+    h_uy = total_of(p * (du * dy))
+    h_yy = total_of(p * (dy * dy))
+    value = alpha * mean_u + lam * mean_y - lam + h_peak + _log(total)
+    return value, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
+
+
+def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _Eval:
+    """:func:`_tpl_objective_many` for one fit, on Python floats: the same operations in the same
+    order, so the same numbers, at half the cost."""
     u, w, h_peak = _tpl_quadrature(alpha, lam)
-    total = float(w.sum())
+
+    def total_of(a: np.ndarray) -> float:
+        return float(np.add.reduceat(a.sum(axis=1), _ONE_SEGMENT)[0])
+
+    total = total_of(w)
     p = w / total
     y = np.exp(u)
-    eu = float(p @ u)
-    ey = float(p @ y)
-    du, dy = u - eu, y - ey
-    cross = p @ (du * dy)
-    hess = np.array([[p @ (du * du), cross], [cross, p @ (dy * dy)]])
-    value = alpha * mean_u + lam * mean_y - lam + h_peak + math.log(total)
-    return value, np.array([mean_u - eu, mean_y - ey]), hess
+    eu = total_of(p * u)
+    ey = total_of(p * y)
+    du = u - eu
+    dy = y - ey
+    h_uu = total_of(p * (du * du))
+    h_uy = total_of(p * (du * dy))
+    h_yy = total_of(p * (dy * dy))
+    value = alpha * mean_u + lam * mean_y - lam + h_peak + float(_log(np.array([total]))[0])
+    return value, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
 
 
-def _damped_newton(
-    evaluate: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]],
-    x: np.ndarray,
-    max_step: Callable[[np.ndarray, np.ndarray], float],
-) -> tuple[np.ndarray, float, bool]:
-    """Minimise a smooth function of two variables by Newton steps with backtracking.
+# The Newton iteration below exists twice, for one fit on Python floats (fast for one) and for
+# many fits on arrays in lockstep. Both use only +, −, ×, ÷, comparisons and math.log/math.exp
+# on single values, in the same order, so the two give the same numbers bit for bit
+# (tests/test_powerlaw_batch.py); a change to one must be made to the other.
+
+def _damping_sequence() -> tuple[float, ...]:
+    out: list[float] = []
+    damping = 0.0
+    while True:
+        damping = 1e-3 if damping == 0.0 else 10.0 * damping
+        if not damping < 1e12:
+            return tuple(out)
+        out.append(damping)
+
+
+_DAMPINGS = _damping_sequence()
+
+
+def _ldl(h00: float, h01: float, h11: float) -> tuple[float, float]:
+    """β = h01/h00 and the Schur complement h11 − β·h01 of [[h00, h01], [h01, h11]] = L·D·Lᵀ."""
+    beta = h01 / h00 if h00 != 0.0 else math.nan
+    return beta, h11 - beta * h01
+
+
+def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tuple[float, float]:
+    """−H⁻¹g by LDLᵀ, with H's diagonal raised (Levenberg–Marquardt) until H is positive definite.
+
+    LDLᵀ without pivoting is backward stable for a positive definite H; the Hessian here is a
+    covariance, nearly singular when the tail is narrow (log y and y nearly proportional).
+    """
+    s00, s11 = h00, h11
+    beta, schur = _ldl(s00, h01, s11)
+    if not (math.isfinite(s00) and math.isfinite(h01) and math.isfinite(s11) and s00 > 0.0 and schur > 0.0):
+        for damping in _DAMPINGS:
+            s00 = h00 + damping * (abs(h00) + 1e-300)
+            s11 = h11 + damping * (abs(h11) + 1e-300)
+            beta, schur = _ldl(s00, h01, s11)
+            if math.isfinite(s00) and math.isfinite(h01) and math.isfinite(s11) and s00 > 0.0 and schur > 0.0:
+                break
+        else:
+            s00, beta, schur = 1.0, 0.0, 1.0
+    step1 = (beta * g0 - g1) / schur
+    return -g0 / s00 - beta * step1, step1
+
+
+def _newton_step_many(g0: np.ndarray, g1: np.ndarray, h00: np.ndarray, h01: np.ndarray, h11: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_newton_step` of every fit at once."""
+
+    def ldl(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        beta = np.where(a != 0.0, b / np.where(a != 0.0, a, 1.0), math.nan)
+        return beta, c - beta * b
+
+    def pd(a: np.ndarray, b: np.ndarray, c: np.ndarray, schur: np.ndarray) -> np.ndarray:
+        return np.isfinite(a) & np.isfinite(b) & np.isfinite(c) & (a > 0.0) & (schur > 0.0)
+
+    s00, s11 = h00.copy(), h11.copy()
+    beta, schur = ldl(s00, h01, s11)
+    bad = np.flatnonzero(~pd(s00, h01, s11, schur))
+    for damping in _DAMPINGS:
+        if not bad.size:
+            break
+        s00[bad] = h00[bad] + damping * (np.abs(h00[bad]) + 1e-300)
+        s11[bad] = h11[bad] + damping * (np.abs(h11[bad]) + 1e-300)
+        beta[bad], schur[bad] = ldl(s00[bad], h01[bad], s11[bad])
+        bad = bad[~pd(s00[bad], h01[bad], s11[bad], schur[bad])]
+    s00[bad], beta[bad], schur[bad] = 1.0, 0.0, 1.0
+    step1 = (beta * g0 - g1) / schur
+    return -g0 / s00 - beta * step1, step1
+
+
+def _tpl_evaluate(x0: float, x1: float, log_lam: bool, mean_u: float, mean_y: float) -> _Eval:
+    """The objective at α = x0 and Λ = x1, or Λ = e^x1 (derivatives then in log Λ) if ``log_lam``."""
+    if not log_lam:
+        return _tpl_objective(x0, x1, mean_u, mean_y)
+    lam = math.exp(x1)
+    value, g0, g1, h00, h01, h11 = _tpl_objective(x0, lam, mean_u, mean_y)
+    return value, g0, lam * g1, h00, lam * h01, lam * lam * h11 + lam * g1
+
+
+def _tpl_evaluate_many(x0: np.ndarray, x1: np.ndarray, log_lam: np.ndarray, mean_u: np.ndarray, mean_y: np.ndarray) -> _EvalMany:
+    """:func:`_tpl_evaluate` of every fit at once."""
+    lam = x1.copy()
+    lam[log_lam] = [math.exp(v) for v in x1[log_lam].tolist()]
+    value, g0, g1, h00, h01, h11 = _tpl_objective_many(x0, lam, mean_u, mean_y)
+    ll = lam[log_lam]
+    h01[log_lam] = ll * h01[log_lam]
+    h11[log_lam] = ll * ll * h11[log_lam] + ll * g1[log_lam]
+    g1[log_lam] = ll * g1[log_lam]
+    return value, g0, g1, h00, h01, h11
+
+
+def _max_step(x1: float, step1: float, log_lam: bool) -> float:
+    if log_lam:  # log Λ moves by at most 5 per step
+        size = abs(step1)
+        bound = 5.0 / (1e-300 if 1e-300 > size else size)
+    elif step1 >= 0.0:
+        return 1.0
+    else:  # at most 90 % of the way to Λ = 0
+        bound = 0.9 * x1 / -step1
+    return bound if bound < 1.0 else 1.0
+
+
+def _max_step_many(x1: np.ndarray, step1: np.ndarray, log_lam: np.ndarray) -> np.ndarray:
+    size = np.abs(step1)
+    bound = np.where(log_lam, 5.0 / np.where(1e-300 > size, 1e-300, size), 0.9 * x1 / -step1)
+    bound = np.where(bound < 1.0, bound, 1.0)
+    return np.where(~log_lam & (step1 >= 0.0), 1.0, bound)
+
+
+def _at_least_one(values: np.ndarray) -> np.ndarray:
+    size = np.abs(values)
+    return np.where(size > 1.0, size, 1.0)
+
+
+def _damped_newton(x0: float, x1: float, log_lam: bool, mean_u: float, mean_y: float) -> tuple[float, float, float, bool]:
+    """Minimise the objective (:func:`_tpl_evaluate`) by Newton steps with backtracking.
 
     Where the Hessian is not positive definite its diagonal is raised (Levenberg–Marquardt);
-    ``max_step(x, step)`` bounds the step length (to stay in the domain). Returns (x, value, converged).
+    :func:`_max_step` bounds the step length (to stay in the domain). Returns (x0, x1, value, converged).
     """
-    value, grad, hess = evaluate(x)
+    value, g0, g1, h00, h01, h11 = _tpl_evaluate(x0, x1, log_lam, mean_u, mean_y)
     for _ in range(_TPL_MAX_NEWTON):
-        shifted, damping = hess, 0.0
-        while not (np.isfinite(shifted).all() and shifted[0, 0] > 0.0 and _det(shifted) > 0.0):
-            damping = 1e-3 if damping == 0.0 else 10.0 * damping
-            shifted = hess + damping * np.diag(np.abs(np.diag(hess)) + 1e-300) if damping < 1e12 else np.eye(2)
-        step = -_solve(shifted, grad)  # shifted is positive definite: never singular
-        decrement = float(-grad @ step)
+        s0, s1 = _newton_step(g0, g1, h00, h01, h11)
+        decrement = -(g0 * s0 + g1 * s1)
+        scale = abs(value) if abs(value) > 1.0 else 1.0
         # The decrement is about twice the distance to the minimum: below rounding of it, stop.
-        if decrement < 1e-14 * max(1.0, abs(value)):
-            return x, value, True
-        t = max_step(x, step)
+        if decrement < 1e-14 * scale:
+            return x0, x1, value, True
+        t = _max_step(x1, s1, log_lam)
         while t > 1e-12:
-            new_x = x + t * step
-            new_value, new_grad, new_hess = evaluate(new_x)
-            if new_value <= value - 1e-4 * t * decrement:
+            new_x0, new_x1 = x0 + t * s0, x1 + t * s1
+            new = _tpl_evaluate(new_x0, new_x1, log_lam, mean_u, mean_y)
+            if new[0] <= value - 1e-4 * t * decrement:
                 break
             t *= 0.5
         else:  # no decrease left to find: converged if the decrement was already small
-            return x, value, decrement < 1e-10 * max(1.0, abs(value))
-        x, value, grad, hess = new_x, new_value, new_grad, new_hess
-    return x, value, False
+            return x0, x1, value, decrement < 1e-10 * scale
+        x0, x1 = new_x0, new_x1
+        value, g0, g1, h00, h01, h11 = new
+    return x0, x1, value, False
 
 
 def _tpl_newton(mean_u: float, mean_y: float, alpha: float, lam: float) -> tuple[float, float, float, bool]:
@@ -461,42 +645,91 @@ def _tpl_newton(mean_u: float, mean_y: float, alpha: float, lam: float) -> tuple
     at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and the steps stall
     against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes.
     """
-
-    def linear(x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        return _tpl_objective(float(x[0]), float(x[1]), mean_u, mean_y)
-
-    def logarithmic(x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        lam_ = math.exp(float(x[1]))
-        value, g, h = _tpl_objective(float(x[0]), lam_, mean_u, mean_y)
-        grad = np.array([g[0], lam_ * g[1]])
-        hess = np.array([[h[0, 0], lam_ * h[0, 1]], [lam_ * h[0, 1], lam_ * lam_ * h[1, 1] + lam_ * g[1]]])
-        return value, grad, hess
-
-    def to_boundary(x: np.ndarray, step: np.ndarray) -> float:  # at most 90 % of the way to Λ = 0
-        return 1.0 if step[1] >= 0.0 else min(1.0, 0.9 * float(x[1]) / float(-step[1]))
-
-    def capped(x: np.ndarray, step: np.ndarray) -> float:  # log Λ moves by at most 5 per step
-        return min(1.0, 5.0 / max(abs(float(step[1])), 1e-300))
-
-    x, value, converged = _damped_newton(linear, np.array([alpha, lam]), to_boundary)
-    if not converged and x[1] > 0.0:
-        x, value, converged = _damped_newton(logarithmic, np.array([x[0], math.log(x[1])]), capped)
-        x = np.array([x[0], math.exp(x[1])])
-    return float(x[0]), float(x[1]), value, converged
+    alpha, lam, value, converged = _damped_newton(alpha, lam, False, mean_u, mean_y)
+    if not converged and lam > 0.0:
+        alpha, log_lam, value, converged = _damped_newton(alpha, math.log(lam), True, mean_u, mean_y)
+        lam = math.exp(log_lam)
+    return alpha, lam, value, converged
 
 
-def fit_truncated_power_law(
-    values: np.ndarray, *, xmin: Optional[float] = None
-) -> TruncatedPowerLawFit:
-    """Maximum-likelihood (α, Λ) of p(x) ∝ x^(−α)·exp(−Λx) on x ≥ xmin.
+def _tpl_newton_many(
+    mean_u: np.ndarray, mean_y: np.ndarray, alpha: np.ndarray, lam: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_tpl_newton` of every fit, the iterations of all in lockstep.
 
-    Args:
-        values: positive samples; those below ``xmin`` are ignored.
-        xmin: lower end of the fit; default the smallest value.
-
-    Returns:
-        A :class:`TruncatedPowerLawFit`; NaN + reason when the tail is too small or degenerate.
+    Each round evaluates the objective once for every fit that needs it (the start of a phase, or
+    a line-search trial), then each fit takes the branch its own numbers choose; the per-fit
+    operations are those of :func:`_damped_newton`, in the same order.
     """
+    n = mean_u.size
+    x0, x1 = alpha.copy(), lam.copy()
+    log_lam = np.zeros(n, dtype=bool)
+    value, g0, g1, h00, h01, h11 = (np.zeros(n) for _ in range(6))
+    s0, s1, t, decrement, scale = (np.zeros(n) for _ in range(5))
+    n_iter = np.zeros(n, dtype=np.int64)
+    converged = np.zeros(n, dtype=bool)
+    starting = np.arange(n)  # phase starts: evaluate at x
+    trying = np.zeros(0, dtype=np.int64)  # line search: evaluate at x + t·step
+    with np.errstate(all="ignore"):
+        while starting.size or trying.size:
+            idx = np.concatenate((starting, trying))
+            p0 = np.concatenate((x0[starting], x0[trying] + t[trying] * s0[trying]))
+            p1 = np.concatenate((x1[starting], x1[trying] + t[trying] * s1[trying]))
+            ev = _tpl_evaluate_many(p0, p1, log_lam[idx], mean_u[idx], mean_y[idx])
+            k = starting.size
+            accept = ev[0][k:] <= value[trying] - 1e-4 * t[trying] * decrement[trying]
+            taken = np.concatenate((np.ones(k, dtype=bool), accept))
+            moved = idx[taken]
+            x0[moved], x1[moved] = p0[taken], p1[taken]
+            for state, new in zip((value, g0, g1, h00, h01, h11), ev):
+                state[moved] = new[taken]
+            rejected = trying[~accept]
+            t[rejected] *= 0.5
+            exhausted = rejected[~(t[rejected] > 1e-12)]
+            ended = [exhausted]
+            ended_ok = [decrement[exhausted] < 1e-10 * scale[exhausted]]
+            trying = rejected[t[rejected] > 1e-12]
+
+            out = moved[n_iter[moved] >= _TPL_MAX_NEWTON]
+            ended.append(out)
+            ended_ok.append(np.zeros(out.size, dtype=bool))
+            stepping = moved[n_iter[moved] < _TPL_MAX_NEWTON]
+            n_iter[stepping] += 1
+            a, b = _newton_step_many(g0[stepping], g1[stepping], h00[stepping], h01[stepping], h11[stepping])
+            s0[stepping], s1[stepping] = a, b
+            decrement[stepping] = -(g0[stepping] * a + g1[stepping] * b)
+            scale[stepping] = _at_least_one(value[stepping])
+            small = decrement[stepping] < 1e-14 * scale[stepping]
+            ended.append(stepping[small])
+            ended_ok.append(np.ones(int(small.sum()), dtype=bool))
+            going = stepping[~small]
+            t[going] = _max_step_many(x1[going], s1[going], log_lam[going])
+            stuck = going[~(t[going] > 1e-12)]
+            ended.append(stuck)
+            ended_ok.append(decrement[stuck] < 1e-10 * scale[stuck])
+            trying = np.concatenate((trying, going[t[going] > 1e-12]))
+
+            done, ok = np.concatenate(ended), np.concatenate(ended_ok)
+            converged[done] = ok
+            finished = done[log_lam[done]]
+            x1[finished] = [math.exp(v) for v in x1[finished].tolist()]
+            starting = done[~log_lam[done] & ~ok & (x1[done] > 0.0)]
+            x1[starting] = [math.log(v) for v in x1[starting].tolist()]
+            log_lam[starting] = True
+            n_iter[starting] = 0
+    return x0, x1, value, converged
+
+
+class _TplData(NamedTuple):
+    xmin: float
+    n_tail: int
+    mean_log: float
+    mean_y: float
+    alpha_pl: float
+
+
+def _tpl_prepare(values: np.ndarray, xmin: Optional[float]) -> "TruncatedPowerLawFit | _TplData":
+    """The data's statistics for the Newton iteration, or the finished fit when none is needed."""
     x = np.asarray(values, dtype=np.float64).ravel()
     x = x[np.isfinite(x) & (x > 0.0)]
     if x.size == 0:
@@ -514,15 +747,75 @@ def fit_truncated_power_law(
     if mean_log <= 1e-14 * max(1.0, mean_y):
         reason = "degenerate tail: all values equal xmin"
         return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, reason)
-
     alpha_pl = 1.0 + 1.0 / mean_log
     # The untruncated power law is the boundary Λ = 0 of a convex problem: it is the MLE when the
     # likelihood cannot rise by truncating, i.e. when the data's mean is at least the power law's.
     if alpha_pl > 2.0 and mean_y >= (alpha_pl - 1.0) / (alpha_pl - 2.0):
         nll = alpha_pl * mean_log - math.log(alpha_pl - 1.0)
         return TruncatedPowerLawFit(alpha_pl, 0.0, lo, n, float(-n * (nll + math.log(lo))))
-    a_hat, lam_scaled, nll, converged = _tpl_newton(mean_log, mean_y, alpha_pl, 0.1 / mean_y)
+    return _TplData(lo, n, mean_log, mean_y, alpha_pl)
+
+
+def _tpl_result(data: _TplData, a_hat: float, lam_scaled: float, nll: float, converged: bool) -> TruncatedPowerLawFit:
+    lo, n = data.xmin, data.n_tail
     if not (converged and math.isfinite(a_hat) and math.isfinite(nll) and lam_scaled > 0.0):
         return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "likelihood maximisation did not converge")
     loglik = float(-n * (nll + math.log(lo)))  # density in x carries a 1/xmin Jacobian
     return TruncatedPowerLawFit(a_hat, lam_scaled / lo, lo, n, loglik)
+
+
+def fit_truncated_power_law(
+    values: np.ndarray, *, xmin: Optional[float] = None
+) -> TruncatedPowerLawFit:
+    """Maximum-likelihood (α, Λ) of p(x) ∝ x^(−α)·exp(−Λx) on x ≥ xmin.
+
+    Args:
+        values: positive samples; those below ``xmin`` are ignored.
+        xmin: lower end of the fit; default the smallest value.
+
+    Returns:
+        A :class:`TruncatedPowerLawFit`; NaN + reason when the tail is too small or degenerate.
+    """
+    data = _tpl_prepare(values, xmin)
+    if isinstance(data, TruncatedPowerLawFit):
+        return data
+    return _tpl_result(data, *_tpl_newton(data.mean_log, data.mean_y, data.alpha_pl, 0.1 / data.mean_y))
+
+
+def fit_truncated_power_law_many(
+    samples: Sequence[np.ndarray], xmins: Sequence[Optional[float]]
+) -> list[TruncatedPowerLawFit]:
+    """:func:`fit_truncated_power_law` of each ``samples[k]`` with ``xmin=xmins[k]``, bit for bit.
+
+    The Newton iterations of all fits run in lockstep on arrays (about 5× less time per fit than
+    a loop from 8 fits up); every fit's numbers are computed by the same operations in the same
+    order as alone, so result k equals the single fit exactly, whatever else is in the batch.
+    Samples may have different lengths. Batches below 3 run the single fit in a loop.
+
+    Raises:
+        InvalidOptionError: ``samples`` and ``xmins`` differ in length (a ``ValueError``).
+    """
+    if len(samples) != len(xmins):
+        raise InvalidOptionError(f"{len(samples)} samples but {len(xmins)} xmins")
+    if len(samples) < _TPL_BATCH_MIN:
+        return [fit_truncated_power_law(v, xmin=m) for v, m in zip(samples, xmins)]
+    prepared: list[TruncatedPowerLawFit | _TplData] = [_tpl_prepare(v, m) for v, m in zip(samples, xmins)]
+    todo = [(k, d) for k, d in enumerate(prepared) if isinstance(d, _TplData)]
+    if todo:
+        data = [d for _, d in todo]
+        alpha, lam, nll, converged = _tpl_newton_many(
+            np.array([d.mean_log for d in data]),
+            np.array([d.mean_y for d in data]),
+            np.array([d.alpha_pl for d in data]),
+            np.array([0.1 / d.mean_y for d in data]),
+        )
+        for j, (k, d) in enumerate(todo):
+            prepared[k] = _tpl_result(d, float(alpha[j]), float(lam[j]), float(nll[j]), bool(converged[j]))
+    return [cast(TruncatedPowerLawFit, d) for d in prepared]
+
+
+def fit_power_law_many(
+    samples: Sequence[np.ndarray], *, min_tail: int = 10, ww_compatible: bool = False
+) -> list[PowerLawFit]:
+    """:func:`fit_power_law` of each sample (same options), in a loop."""
+    return [fit_power_law(v, min_tail=min_tail, ww_compatible=ww_compatible) for v in samples]
