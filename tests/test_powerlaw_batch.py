@@ -146,16 +146,58 @@ def test_tpl_batch_rejects_mismatched_lengths() -> None:
     assert fit_truncated_power_law_many([], []) == []
 
 
-@pytest.mark.parametrize("ww,min_tail", [(False, 10), (False, 3), (True, 2)])
-def test_power_law_batch_equals_single_fits(ww: bool, min_tail: int) -> None:
-    rng = np.random.default_rng(11)
-    samples = [gram_eigs(rng, int(n), heavy=bool(k % 2)) for k, n in enumerate(rng.choice([8, 16, 19, 32, 64], 30))]
-    samples += [np.full(12, 3.0), np.array([1.0, 2.0]), np.array([1.0, -1.0, 2.0]), np.array([]), pareto(2.0, 500, 3)]
+def pl_samples(seed: int) -> list[np.ndarray]:
+    """Spectra of one shape (batched together) and of several (alone), with every failure."""
+    rng = np.random.default_rng(seed)
+    samples = [gram_eigs(rng, int(rng.choice([16, 32])), heavy=bool(k % 2)) for k in range(40)]
+    samples += [gram_eigs(rng, int(n), heavy=True) for n in (8, 19, 24, 48, 49, 64, 200)]
+    samples += [rng.uniform(1.0, 1.2, 16) for _ in range(3)]  # flat: candidates with α near 1
+    samples += [np.round(rng.gamma(1.5, size=32), 1) + 0.1 for _ in range(4)]  # ties
+    samples += [np.full(16, 3.0), np.full(32, 2.0), np.full(16, 1.0)]  # constant: degenerate
+    samples += [np.concatenate([[0.0], rng.uniform(1, 2, 15)]), np.concatenate([[np.nan], rng.uniform(1, 2, 15)])]
+    samples += [np.array([1.0, 2.0]), np.array([]), pareto(2.0, 500, 3), pareto(1.2, 16, 4), pareto(6.0, 32, 5)]
+    order = rng.permutation(len(samples))
+    return [samples[i] for i in order]
+
+
+@pytest.mark.parametrize("ww,min_tail", [(False, 10), (False, 3), (False, 40), (True, 2)])
+def test_power_law_batch_equals_single_fits(ww: bool, min_tail: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    batched: list[int] = []
+    real = module._fit_scan_many
+
+    def spy(x, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        batched.append(x.shape[0])
+        return real(x, **kwargs)
+
+    monkeypatch.setattr(module, "_fit_scan_many", spy)
+    samples = pl_samples(11)
     batch = fit_power_law_many(samples, min_tail=min_tail, ww_compatible=ww)
-    assert [exact(f) for f in batch] == [exact(fit_power_law(x, min_tail=min_tail, ww_compatible=ww)) for x in samples]
-    assert any(f.ok for f in batch) and any(not f.ok for f in batch)
+    single = [fit_power_law(x, min_tail=min_tail, ww_compatible=ww) for x in samples]
+    assert [exact(f) for f in batch] == [exact(f) for f in single]
+    # The 32-value spectra (and the 16-value ones outside the WW small-N mode) were scanned together.
+    assert sum(batched) >= 30 or min_tail > 32
+    assert any(f.ok for f in batch) and len({f.reason for f in batch if not f.ok}) >= 3
     if ww:
         assert {f.method for f in batch} == {"ww", "ww-small-n"}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    st.integers(2, 48).flatmap(
+        lambda n: st.lists(st.lists(st.floats(1e-3, 1e3), min_size=n, max_size=n), min_size=3, max_size=8)
+    ),
+    st.booleans(),
+)
+def test_power_law_batch_equals_single_fits_property(samples: list[list[float]], ww: bool) -> None:
+    arrays = [np.array(x) for x in samples]
+    batch = fit_power_law_many(arrays, min_tail=3, ww_compatible=ww)
+    assert [exact(f) for f in batch] == [exact(fit_power_law(x, min_tail=3, ww_compatible=ww)) for x in arrays]
+
+
+def test_power_law_batch_options_are_checked() -> None:
+    with pytest.raises(InvalidOptionError):
+        fit_power_law_many([np.ones(5)], min_tail=1)
+    assert fit_power_law_many([]) == []
 
 
 def test_the_narrow_tail_reaches_the_optimum() -> None:
