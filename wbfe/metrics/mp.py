@@ -12,11 +12,11 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Generator, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["MPFit", "mp_fit"]
+__all__ = ["MPFit", "mp_fit", "mp_fit_many"]
 
 _KDE_BANDWIDTH = 0.1
 _KDE_GRID = 1000
@@ -55,10 +55,34 @@ def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
     lo = np.searchsorted(xs, grid - h, side="right")
     mid = np.searchsorted(xs, grid, side="right")
     hi = np.searchsorted(xs, grid + h, side="left")
+    return _kde_from_counts(grid, cs[lo], cs[mid], cs[hi], lo, mid, hi, xs.shape[-1], h)
+
+
+def _kde_from_counts(grid, c_lo, c_mid, c_hi, lo, mid, hi, n: int, h: float):  # noqa: ANN001, ANN202
+    """The KDE at ``grid`` from the sample counts below grid − h, grid, grid + h and their prefix sums."""
     n_left, n_right = mid - lo, hi - mid
-    left = n_left - (n_left * grid - (cs[mid] - cs[lo])) / h
-    right = n_right - ((cs[hi] - cs[mid]) - n_right * grid) / h
-    return np.maximum(left + right, 0.0) / (xs.size * h)
+    left = n_left - (n_left * grid - (c_mid - c_lo)) / h
+    right = n_right - ((c_hi - c_mid) - n_right * grid) / h
+    return np.maximum(left + right, 0.0) / (n * h)
+
+
+def _fast_from_sums(c, y2, t1_sum, t2_sum):  # noqa: ANN001, ANN202
+    """Fast residual Σy² + c²·Σ d/x² − 2c·Σ √d·y/x (scalars or arrays) and its scale (the sum of the
+    magnitudes of the three terms), from the sums over the law's support."""
+    t1, t2 = c * c * t1_sum, 2.0 * c * t2_sum
+    return y2 + t1 - t2, y2 + t1 + t2
+
+
+def _bounds_from_sums(c, y2, sy_all, count, d1, d2, dy, s1_hi, s2_hi, b, a):  # noqa: ANN001, ANN202
+    """:meth:`_MPResidual._lower_bounds` from the prefix-sum differences over each σ's support
+    (count of points, Σ1/x, Σ1/x², Σy²) and the prefix sums Σ1/x, Σ1/x² up to its end."""
+    sum1, sum2 = (a + b) * d1, (a * b) * d2
+    law2 = c * c * np.maximum(sum1 - count - sum2, 0.0)
+    y2s = np.maximum(dy, 0.0)
+    bound = y2 - y2s + (np.sqrt(law2) - np.sqrt(y2s)) ** 2
+    # Prefix sums are rounded relative to the whole prefix (s1[i1], s2[i1], sy[-1]).
+    magnitude = y2 + sy_all + c * c * (count + (a + b) * s1_hi + a * b * s2_hi) + 2.0 * np.sqrt(law2 * y2s)
+    return bound, 1e-9 * magnitude + 1e-300
 
 
 class _MPResidual:
@@ -129,20 +153,22 @@ class _MPResidual:
         if self.off(b, a):
             return self.off_grid, 0.0
         if self.Q == 1:
-            c = 1 / (np.pi * sigma * sigma)
-            t1, t2 = c * c * self.rr, 2.0 * c * self.ry
+            value, scale = _fast_from_sums(1 / (np.pi * sigma * sigma), self.y2, self.rr, self.ry)
         else:
             if not a > 0.0:
                 return self.exact(sigma), 0.0
             lo, hi = bisect.bisect_right(self.xs_list, a), bisect.bisect_left(self.xs_list, b)
             xs = self.xde[lo:hi]
             d = (b - xs) * (xs - a)  # > 0: a < xs < b
-            c = self.Q / (2 * np.pi * sigma * sigma)
-            t1, t2 = c * c * float(np.dot(d, self.h[lo:hi])), 2.0 * c * float(np.dot(np.sqrt(d), self.g[lo:hi]))
-        value = self.y2 + t1 - t2
+            value, scale = _fast_from_sums(
+                self.Q / (2 * np.pi * sigma * sigma),
+                self.y2,
+                float(np.dot(d, self.h[lo:hi])),
+                float(np.dot(np.sqrt(d), self.g[lo:hi])),
+            )
         if not math.isfinite(value):
             return self.exact(sigma), 0.0
-        return value, self.y2 + t1 + t2
+        return value, scale
 
     def grid(self, sigmas: np.ndarray, prune: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`fast` of every σ of a grid at once; with ``prune``, +inf for the σ whose lower
@@ -153,9 +179,7 @@ class _MPResidual:
         scales = np.zeros(sigmas.size)
         computed = np.ones(sigmas.size, dtype=bool)
         if self.Q == 1:
-            c = 1 / (np.pi * sigmas * sigmas)
-            t1, t2 = c * c * self.rr, 2.0 * c * self.ry
-            values, scales = self.y2 + t1 - t2, self.y2 + t1 + t2
+            values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2, self.rr, self.ry)
         else:
             rows = np.flatnonzero(~((b < self.x_peak) | (b > self.x_last) | (a > self.x_peak)))
             computed[:] = False
@@ -184,9 +208,7 @@ class _MPResidual:
         np.maximum(d, 0.0, out=d)  # 0 off the support of each σ
         t1 = d @ self.h[lo:hi]
         t2 = np.sqrt(d, out=d) @ self.g[lo:hi]
-        c = self.Q / (2 * np.pi * sigmas * sigmas)
-        t1, t2 = c * c * t1, 2.0 * c * t2
-        return self.y2 + t1 - t2, self.y2 + t1 + t2
+        return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2, t1, t2)
 
     def _lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins.
@@ -203,23 +225,15 @@ class _MPResidual:
         s1, s2, sy = self._prefix
         i0 = np.searchsorted(self.xde, a, side="right")
         i1 = np.searchsorted(self.xde, b, side="left")
-        count = (i1 - i0).astype(np.float64)
-        sum1, sum2 = (a + b) * (s1[i1] - s1[i0]), (a * b) * (s2[i1] - s2[i0])
         c = self.Q / (2 * np.pi * sigmas * sigmas)
-        law2 = c * c * np.maximum(sum1 - count - sum2, 0.0)
-        y2 = np.maximum(sy[i1] - sy[i0], 0.0)
-        bound = self.y2 - y2 + (np.sqrt(law2) - np.sqrt(y2)) ** 2
-        # Prefix sums are rounded relative to the whole prefix (s1[i1], s2[i1], sy[-1]).
-        magnitude = self.y2 + sy[-1] + c * c * (count + (a + b) * s1[i1] + a * b * s2[i1]) + 2.0 * np.sqrt(law2 * y2)
-        return bound, 1e-9 * magnitude + 1e-300
+        return _bounds_from_sums(
+            c, self.y2, sy[-1], (i1 - i0).astype(np.float64),
+            s1[i1] - s1[i0], s2[i1] - s2[i0], sy[i1] - sy[i0], s1[i1], s2[i1], b, a,
+        )  # fmt: skip
 
 
 class _NearTie(Exception):
     """Two fast residuals too close to compare: the exact ones decide."""
-
-
-class _OutOfCalls(Exception):
-    """scipy's ``_MaxFuncCallError``."""
 
 
 def _grid_argmin(residual: _MPResidual, sigmas: np.ndarray) -> int:
@@ -243,15 +257,22 @@ def _nelder_mead_1d(func: Callable[[float], tuple[float, float]], x0: float, rel
     does. ``func`` returns ``(value, scale)``: when ``rel_err`` > 0 a comparison of values closer
     than ``rel_err``·scale raises :class:`_NearTie` (the values are approximations).
     """
-    calls = 0
-    xatol = fatol = 1e-4
+    steps = _nelder_mead_steps(x0, rel_err)
+    x = next(steps)
+    try:
+        while True:
+            x = steps.send(func(x))
+    except StopIteration as done:
+        return float(done.value)
 
-    def evaluate(x: float) -> tuple[float, float]:
-        nonlocal calls
-        if calls >= _NM_MAXFUN:
-            raise _OutOfCalls
-        calls += 1
-        return func(x)
+
+_Steps = Generator[float, tuple[float, float], float]
+
+
+def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
+    """:func:`_nelder_mead_1d` as a coroutine: yields each point to evaluate, is sent its
+    ``(value, scale)``, returns the minimum; :func:`mp_fit_many` runs many in lockstep."""
+    xatol = fatol = 1e-4
 
     def less(p: tuple[float, float], q: tuple[float, float], or_equal: bool = False) -> bool:
         if abs(p[0] - q[0]) <= rel_err * max(p[1], q[1]) and (p[1] > 0.0 or q[1] > 0.0):
@@ -265,45 +286,55 @@ def _nelder_mead_1d(func: Callable[[float], tuple[float, float]], x0: float, rel
         return x0, f0, x1, f1
 
     x1 = (1 + 0.05) * x0 if x0 != 0 else 0.00025
-    x0, f0, x1, f1 = ordered(x0, evaluate(x0), x1, evaluate(x1))
+    f0 = yield x0
+    f1 = yield x1
+    calls = 2
+    x0, f0, x1, f1 = ordered(x0, f0, x1, f1)
     iterations = 1
     while calls < _NM_MAXFUN and iterations < _NM_MAXFUN:
-        try:
-            if abs(x1 - x0) <= xatol:
-                gap = abs(f0[0] - f1[0])
-                if abs(gap - fatol) <= 2.0 * rel_err * max(f0[1], f1[1]) and (f0[1] > 0.0 or f1[1] > 0.0):
-                    raise _NearTie
-                if gap <= fatol:
-                    break
-            xbar = x0
-            xr = 2 * xbar - x1
-            fxr = evaluate(xr)
-            if less(fxr, f0):
+        # An evaluation past the budget is scipy's _MaxFuncCallError: the iteration stops there.
+        if abs(x1 - x0) <= xatol:
+            gap = abs(f0[0] - f1[0])
+            if abs(gap - fatol) <= 2.0 * rel_err * max(f0[1], f1[1]) and (f0[1] > 0.0 or f1[1] > 0.0):
+                raise _NearTie
+            if gap <= fatol:
+                break
+        xbar = x0
+        xr = 2 * xbar - x1
+        fxr = yield xr
+        calls += 1
+        if less(fxr, f0):
+            if calls < _NM_MAXFUN:
                 xe = 3 * xbar - 2 * x1
-                fxe = evaluate(xe)
+                fxe = yield xe
+                calls += 1
                 x1, f1 = (xe, fxe) if less(fxe, fxr) else (xr, fxr)
-            else:  # with one variable the second-worst vertex is the best one: contract
-                shrink = False
-                if less(fxr, f1):
+                iterations += 1
+        else:  # with one variable the second-worst vertex is the best one: contract
+            outside = less(fxr, f1)
+            if calls < _NM_MAXFUN:
+                if outside:
                     xc = 1.5 * xbar - 0.5 * x1
-                    fxc = evaluate(xc)
-                    if less(fxc, fxr, or_equal=True):
+                    fxc = yield xc
+                    calls += 1
+                    shrink = not less(fxc, fxr, or_equal=True)
+                    if not shrink:
                         x1, f1 = xc, fxc
-                    else:
-                        shrink = True
                 else:
                     xcc = 0.5 * xbar + 0.5 * x1
-                    fxcc = evaluate(xcc)
-                    if less(fxcc, f1):
+                    fxcc = yield xcc
+                    calls += 1
+                    shrink = not less(fxcc, f1)
+                    if not shrink:
                         x1, f1 = xcc, fxcc
-                    else:
-                        shrink = True
                 if shrink:
                     x1 = x0 + 0.5 * (x1 - x0)
-                    f1 = evaluate(x1)
-            iterations += 1
-        except _OutOfCalls:
-            pass
+                    if calls < _NM_MAXFUN:
+                        f1 = yield x1
+                        calls += 1
+                        iterations += 1
+                else:
+                    iterations += 1
         x0, f0, x1, f1 = ordered(x0, f0, x1, f1)
     return x0
 
@@ -348,6 +379,11 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
     sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
     sigma = _polish(residual, float(sigmas[_grid_argmin(residual, sigmas)]))
+    return _fit_of(sigma, to_plot, w_scale, lambda_max, Q, M)
+
+
+def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float, Q: float, M: int) -> MPFit:  # noqa: N803
+    """The :class:`MPFit` of the fitted σ of the rescaled spectrum ``to_plot`` (= w_scale² · eigs)."""
     bulk_max = (sigma * (1 + 1 / np.sqrt(Q))) ** 2
     bulk_min = (sigma * (1 - 1 / np.sqrt(Q))) ** 2
     tw = 1 / np.sqrt(Q) * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
@@ -359,3 +395,326 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
         num_spikes=num_spikes,
         mp_softrank=float(bulk_max / lambda_max),
     )
+
+
+# ------------------------------------------------------------------ many spectra of one shape at once
+
+_BATCH_MIN = 3  # fewer spectra: mp_fit one by one (the batch's fixed costs do not pay)
+_LOCKSTEP_MIN = 4  # fewer Nelder–Mead runs left: each finishes on its own residual
+_CHUNK = 1 << 16  # support-sum elements per vectorised step (cache-sized)
+
+
+def mp_fit_many(spectra: Sequence[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
+    """:func:`mp_fit` of many spectra of one matrix shape, equal to it field for field, vectorised.
+
+    The rescaling, the KDEs, the σ grids and their pruning run on the whole stack, and the
+    Nelder–Mead polishes in lockstep (each spectrum's own :func:`_nelder_mead_steps`, their points
+    evaluated together). Every decision too close for the fast residuals' rounding bound, and any
+    spectrum off the common path (a grid tie, a non-finite residual, a lower edge at 0), is taken by
+    :func:`mp_fit` on that spectrum alone, so each result is :func:`mp_fit`'s bit for bit.
+
+    Args:
+        spectra: eigenvalues of each matrix (zeros included); spectra of different lengths, or
+            fewer than three, are fitted one by one.
+        N: larger side of every matrix (WeightWatcher's N).
+        M: smaller side of every matrix (WeightWatcher's M).
+
+    Returns:
+        One :class:`MPFit` per spectrum, in order.
+    """
+    arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
+    if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
+        return [mp_fit(e, N, M) for e in arrays]
+    stack = np.stack(arrays)
+    sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
+    rows = np.flatnonzero(sums > 0.0)
+    results: list[Optional[MPFit]] = [None] * len(arrays)
+    if rows.size < _BATCH_MIN:
+        return [mp_fit(e, N, M) for e in arrays]
+    for k in np.flatnonzero(~(sums > 0.0)):
+        results[k] = mp_fit(arrays[k], N, M)  # empty or all-zero: mp_fit's failure
+    Q = N / M
+    e = stack[rows]
+    w_scale = np.sqrt(e.shape[1]) / np.sqrt(sums[rows])
+    to_plot = (w_scale * w_scale)[:, None] * e
+    lambda_max = np.max(to_plot, axis=1)
+    s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
+    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
+    batch = _ResidualBatch(to_fit, Q)
+    sigmas = _polish_many(batch, *batch.grid_starts(s))
+    for i, k in enumerate(rows.tolist()):
+        sigma = sigmas[i]
+        if sigma is None:
+            results[k] = mp_fit(arrays[k], N, M)
+        else:
+            results[k] = _fit_of(sigma, to_plot[i], w_scale[i], float(lambda_max[i]), Q, M)
+    return [fit for fit in results if fit is not None]
+
+
+def _searchsorted_rows(rows: np.ndarray, values: np.ndarray, side: str, guess: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(rows[k], values[k], side)`` for every (sorted) row k, from a guess of it
+    within a few places, corrected one place at a time."""
+    n_rows, width = rows.shape
+    flat = rows.ravel()
+    base = (np.arange(n_rows) * width).reshape((n_rows,) + (1,) * (values.ndim - 1))
+    before = np.less_equal if side == "right" else np.less  # rows[i] counts (is left of the value)
+    at = np.clip(guess, 0, width).astype(np.intp)
+    while True:
+        down = (at > 0) & ~before(flat.take(base + np.maximum(at - 1, 0)), values)
+        up = (at < width) & before(flat.take(base + np.minimum(at, width - 1)), values)
+        if not (down.any() or up.any()):
+            return at
+        at += up
+        at -= down
+
+
+def _step_counts(samples: np.ndarray, points: np.ndarray, step: np.ndarray, side: str) -> np.ndarray:
+    """How many grid points each count of samples ≤ (side "right") or < ("left") the points of
+    ``points`` (rows of ``i·step`` shifted by a constant) holds: row k's counts at its points are
+    ``np.repeat(arange(n + 1), runs[k])``, ``np.searchsorted(samples[k], points[k], side)``."""
+    n_points = points.shape[1]
+    guess = np.ceil((samples - points[:, :1]) / step[:, None])
+    place = _searchsorted_rows(points, samples, "left" if side == "right" else "right", guess)
+    runs = np.empty((samples.shape[0], samples.shape[1] + 1), dtype=np.intp)
+    runs[:, 0] = place[:, 0]
+    np.subtract(place[:, 1:], place[:, :-1], out=runs[:, 1:-1])
+    runs[:, -1] = n_points - place[:, -1]
+    return runs.ravel()
+
+
+def _linear_kde_rows(samples: np.ndarray, grid: np.ndarray, step: np.ndarray, h: float) -> np.ndarray:
+    """:func:`_linear_kde` of every row of ``samples`` on the same row of ``grid`` (np.linspace of
+    that ``step``), equal to it: the counts and prefix sums at the grid points are runs of theirs."""
+    n_rows, n = samples.shape
+    xs = np.sort(samples, axis=1)
+    cs = np.zeros((n_rows, n + 1))
+    np.cumsum(xs, axis=1, out=cs[:, 1:])  # row by row, as cumsum of each row
+    counts = np.tile(np.arange(n + 1, dtype=np.float64), n_rows)  # exact: int counts as float
+    cs = cs.ravel()
+    at = []
+    for points, side in ((grid - h, "right"), (grid, "right"), (grid + h, "left")):
+        runs = _step_counts(xs, points, step, side)
+        at.append((np.repeat(counts, runs).reshape(grid.shape), np.repeat(cs, runs).reshape(grid.shape)))
+    (lo, c_lo), (mid, c_mid), (hi, c_hi) = at
+    return _kde_from_counts(grid, c_lo, c_mid, c_hi, lo, mid, hi, n, h)
+
+
+def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Σ_j u[i, j]·v[i, j] of every row (np.matmul of stacked vectors: BLAS, not einsum's loop)."""
+    return np.matmul(u[:, None, :], v[:, :, None])[:, 0, 0]
+
+
+class _ResidualBatch:
+    """The :class:`_MPResidual` of every row of a stack of spectra (rescaled as ``to_fit``), fast form
+    only: each row's fitted KDE points packed at the front of a row of width 2·1000 (x = +inf, zero
+    weights behind), so every support is a window [lo, lo + width) of its row."""
+
+    def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
+        self.to_fit, self.Q = to_fit, Q
+        n_rows = to_fit.shape[0]
+        self.stop = np.max(to_fit, axis=1) + 0.5
+        xde = np.linspace(0.0, self.stop, _KDE_GRID, axis=1)  # each row np.linspace(0, stop, 1000)
+        self.step = self.stop / (_KDE_GRID - 1)  # np.linspace's: xde[i] = i·step but the last
+        yde = _linear_kde_rows(to_fit, xde, self.step, _KDE_BANDWIDTH)
+        good = yde > _KDE_FLOOR
+        self.n_good = np.count_nonzero(good, axis=1)
+        self.usable = self.n_good > 0  # no point to fit: mp_fit's own error
+        self.off_grid = self.n_good * 1e6
+        # np.argmax: the first maximum, a fitted point, as on the fitted points alone.
+        self.x_peak = xde.ravel().take(np.argmax(yde, axis=1) + np.arange(n_rows) * _KDE_GRID)
+        self.inv_sq = float(np.sqrt(1.0 / Q))
+        x, y = xde[good], yde[good]  # the fitted points of all rows, one after the other
+        self.y2 = np.bincount(np.repeat(np.arange(n_rows), self.n_good), y * y, minlength=n_rows)
+        if Q == 1:
+            with np.errstate(invalid="ignore"):
+                r = np.sqrt(4 - x**2)
+            r[~np.isfinite(r)] = 0.0
+            self.rr = np.bincount(np.repeat(np.arange(n_rows), self.n_good), r * r, minlength=n_rows)
+            self.ry = np.bincount(np.repeat(np.arange(n_rows), self.n_good), r * y, minlength=n_rows)
+            return
+        self.packed_before = np.zeros((n_rows, _KDE_GRID + 1), dtype=np.intp)  # fitted points before i
+        np.cumsum(good, axis=1, out=self.packed_before[:, 1:])
+        # Each row's fitted points packed at its front, in a row of 2·1000 (room for any window).
+        width = 2 * _KDE_GRID
+        first = np.cumsum(self.n_good) - self.n_good
+        at = np.arange(x.size) + np.repeat(np.arange(n_rows) * width - first, self.n_good)
+        with np.errstate(divide="ignore"):
+            inv = np.where(x > 0.0, 1.0 / x, 0.0)  # x = 0 is never inside a support (a > 0)
+        self.x = np.full((n_rows, width), np.inf)
+        packed = np.zeros((4, n_rows, width))
+        self.x.ravel()[at] = x
+        for out, v in zip(packed, (inv, inv * inv, y * inv, y * y)):
+            out.ravel()[at] = v
+        self.h, self.g = packed[1], packed[2]
+        self.x_last = self.x.ravel().take(np.maximum(self.n_good - 1, 0) + np.arange(n_rows) * width)
+        self.prefix = np.zeros((3, n_rows, _KDE_GRID + 1))  # Σ 1/x, Σ 1/x², Σ y² of the first i fitted points
+        np.cumsum(packed[(0, 1, 3), :, :_KDE_GRID], axis=2, out=self.prefix[:, :, 1:])
+
+    def off(self, rows: np.ndarray, b: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """:meth:`_MPResidual.off` of each (row, edges)."""
+        x_peak = self.x_peak[rows]
+        return (b < x_peak) | (b > self.x_last[rows]) | (a > x_peak)
+
+    def support_sums(self, rows: np.ndarray, sigmas: np.ndarray, b, a, lo, hi):  # noqa: ANN001, ANN201
+        """Fast values and scales of σ of rows whose supports lie in the windows [lo, hi) of them."""
+        t1 = np.empty(rows.size)
+        t2 = np.empty(rows.size)
+        widths = hi - lo
+        stride = self.x.shape[1]
+        start = 0
+        while start < rows.size:
+            width = int(np.max(widths[start:]))
+            stop = rows.size if width == 0 else min(rows.size, start + max(1, _CHUNK // width))
+            width = int(np.max(widths[start:stop]))
+            at = (rows[start:stop] * stride + lo[start:stop])[:, None] + np.arange(width)
+            x = self.x.ravel().take(at)
+            d = np.subtract(b[start:stop, None], x)
+            d *= x - a[start:stop, None]
+            np.fmax(d, 0.0, out=d)  # 0 off the support (and on the +inf padding)
+            t1[start:stop] = _row_dots(d, self.h.ravel().take(at))
+            t2[start:stop] = _row_dots(np.sqrt(d, out=d), self.g.ravel().take(at))
+            start = stop
+        return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2[rows], t1, t2)
+
+    def fast(self, rows: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_MPResidual.fast` of σ of each row: values, scales and the rows where it would
+        take the exact residual (a lower edge at 0, a non-finite value)."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # flagged, not used
+            return self._fast(rows, sigmas)
+
+    def _fast(self, rows: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.Q == 1:
+            values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[rows], self.rr[rows], self.ry[rows])
+            return values, scales, ~np.isfinite(values)
+        b = (sigmas * (1 + self.inv_sq)) ** 2
+        a = (sigmas * (1 - self.inv_sq)) ** 2
+        off = self.off(rows, b, a)
+        values, scales = self.off_grid[rows].astype(np.float64), np.zeros(rows.size)
+        on = np.flatnonzero(~off & (a > 0.0))
+        if on.size:
+            r = rows[on]
+            step = self.step[r]
+            # Windows holding each support: np.linspace's points i·step, the fitted ones packed.
+            lo_grid = np.clip(np.floor(a[on] / step) - 1.0, 0, _KDE_GRID).astype(np.intp)
+            hi_grid = np.clip(np.floor(b[on] / step) + 2.0, 0, _KDE_GRID).astype(np.intp)
+            lo = self.packed_before[r, lo_grid]
+            hi = self.packed_before[r, hi_grid]
+            values[on], scales[on] = self.support_sums(r, sigmas[on], b[on], a[on], lo, hi)
+        exact = ~off & ~(a > 0.0) | ~np.isfinite(values)
+        return values, scales, exact
+
+    def grid_starts(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`_grid_argmin` of every row on its σ grid (``brute``'s np.mgrid): the start σ and
+        its fast value and scale; NaN σ where the row must be fitted on its own."""
+        n_rows = s.size
+        grids = [np.arange(0.05 * si, 2.0 * si, 0.01 * si) for si in s.tolist()]  # np.mgrid[slice]
+        n_sigmas = max(g.size for g in grids)
+        sigmas = np.full((n_rows, n_sigmas), np.nan)
+        for k, g in enumerate(grids):
+            sigmas[k, : g.size] = g
+        in_grid = ~np.isnan(sigmas)
+        all_rows = np.broadcast_to(np.arange(n_rows)[:, None], sigmas.shape)
+        values = np.full(sigmas.shape, np.inf)
+        scales = np.zeros(sigmas.shape)
+        fallback = ~self.usable
+        if self.Q == 1:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                v, sc = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[:, None], self.rr[:, None], self.ry[:, None])
+            values[in_grid], scales[in_grid] = v[in_grid], sc[in_grid]
+            computed = in_grid
+        else:
+            b = (sigmas * (1 + self.inv_sq)) ** 2
+            a = (sigmas * (1 - self.inv_sq)) ** 2
+            with np.errstate(invalid="ignore"):
+                valid = in_grid & ~self.off(all_rows, b, a)
+            values[in_grid & ~valid] = np.broadcast_to(self.off_grid[:, None], sigmas.shape)[in_grid & ~valid]
+            # The fitted points in (a, b): from each edge's place on np.linspace's grid, corrected.
+            a, b = np.where(valid, a, 0.0), np.where(valid, b, 0.0)
+            xs, before = self.x[:, :_KDE_GRID], self.packed_before
+            grid_at = np.clip(np.floor(a / self.step[:, None]) + 1.0, 0, _KDE_GRID).astype(np.intp)
+            i0 = _searchsorted_rows(xs, a, "right", np.take_along_axis(before, grid_at, 1))
+            grid_at = np.clip(np.ceil(b / self.step[:, None]), 0, _KDE_GRID).astype(np.intp)
+            i1 = _searchsorted_rows(xs, b, "left", np.take_along_axis(before, grid_at, 1))
+            prefix = self.prefix.reshape(3, -1)
+            at0 = i0 + (np.arange(n_rows) * (_KDE_GRID + 1))[:, None]
+            at1 = i1 + (np.arange(n_rows) * (_KDE_GRID + 1))[:, None]
+            (s1_lo, s2_lo, sy_lo), (s1_hi, s2_hi, sy_hi) = prefix.take(at0, 1), prefix.take(at1, 1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                c = self.Q / (2 * np.pi * sigmas * sigmas)
+                bound, margin = _bounds_from_sums(
+                    c, self.y2[:, None], self.prefix[2, :, -1:], (i1 - i0).astype(np.float64),
+                    s1_hi - s1_lo, s2_hi - s2_lo, sy_hi - sy_lo, s1_hi, s2_hi, b, a,
+                )  # fmt: skip
+            n_valid = np.count_nonzero(valid, axis=1)
+            prune = n_valid > 4
+            first = np.zeros(sigmas.shape, dtype=bool)
+            if np.any(prune):
+                order = np.argpartition(np.where(valid, bound, np.inf), 4, axis=1)[:, :4]
+                np.put_along_axis(first, order, True, 1)
+            first = (first & prune[:, None] | ~prune[:, None]) & valid
+
+            def evaluate(mask: np.ndarray) -> None:
+                r, k = np.nonzero(mask)
+                values[r, k], scales[r, k] = self.support_sums(r, sigmas[r, k], b[r, k], a[r, k], i0[r, k], i1[r, k])
+
+            evaluate(first)
+            best = np.min(np.where(first, values + _FAST_REL_ERR * scales, np.inf), axis=1)
+            keep = valid & (~prune[:, None] | (bound - margin <= best[:, None]))
+            evaluate(keep & ~first)
+            pruned = valid & ~keep
+            values[pruned], scales[pruned] = np.inf, 0.0
+            computed = keep
+        fallback |= np.any(computed & ~np.isfinite(values), axis=1)
+        tol = _FAST_REL_ERR * scales
+        with np.errstate(invalid="ignore"):
+            candidates = values - tol <= np.min(values + tol, axis=1)[:, None]
+        tied = np.count_nonzero(candidates, axis=1) > 1
+        # Candidates all exact (rejected σ, at 1000·L): argmin of the values, the first on ties.
+        fallback |= tied & np.any(candidates & (scales > 0.0), axis=1)
+        best_at = np.where(tied, np.argmin(np.where(candidates, values, np.inf), axis=1), np.argmax(candidates, axis=1))
+        best_at += np.arange(n_rows) * sigmas.shape[1]
+        start, start_value, start_scale = (v.ravel().take(best_at) for v in (sigmas, values, scales))
+        start[fallback] = np.nan
+        return start, start_value, start_scale
+
+
+def _polish_many(
+    batch: _ResidualBatch, starts: np.ndarray, start_values: np.ndarray, start_scales: np.ndarray
+) -> list[Optional[float]]:
+    """:func:`_polish` of every row from its start σ, the Nelder–Mead runs in lockstep; None where
+    the row must be fitted on its own (a near tie, an exact residual, no start)."""
+    sigmas: list[Optional[float]] = [None] * starts.size
+    running: list[tuple[int, _Steps]] = []
+    points: list[float] = []
+    for k, (x0, value, scale) in enumerate(zip(starts.tolist(), start_values.tolist(), start_scales.tolist())):
+        if math.isnan(x0):
+            continue
+        steps = _nelder_mead_steps(x0, _FAST_REL_ERR)
+        next(steps)  # x0, whose fast residual the grid has
+        running.append((k, steps))
+        points.append(steps.send((value, scale)))
+    while len(running) >= _LOCKSTEP_MIN:
+        rows = np.array([k for k, _ in running])
+        values, scales, exact = batch.fast(rows, np.array(points))
+        still, points = [], []
+        for (k, steps), value, scale, off_path in zip(running, values.tolist(), scales.tolist(), exact.tolist()):
+            if off_path:
+                continue
+            try:
+                points.append(steps.send((value, scale)))
+                still.append((k, steps))
+            except StopIteration as done:
+                sigmas[k] = float(done.value)
+            except _NearTie:
+                pass
+        running = still
+    for (k, steps), x in zip(running, points):  # the last few: each on its own residual
+        residual = _MPResidual(batch.to_fit[k], batch.Q)
+        try:
+            while True:
+                x = steps.send(residual.fast(x))
+        except StopIteration as done:
+            sigmas[k] = float(done.value)
+        except _NearTie:
+            pass
+    return sigmas
