@@ -101,24 +101,34 @@ def test_tpl_batch_result_does_not_depend_on_the_rest_of_the_batch() -> None:
 
 
 def test_tpl_batch_runs_the_log_phase_in_lockstep(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fits that stall against Λ = 0 finish in (α, log Λ) while others still iterate in (α, Λ)."""
+    """Fits that stall against Λ = 0 finish in (α, log Λ) while others still iterate in (α, Λ),
+    all evaluated together, and each ends where it ends alone."""
     rng = np.random.default_rng(10)
-    phases: list[np.ndarray] = []
-    real = module._tpl_evaluate_many
+    log_phases: list[float] = []
+    calls: list[int] = []
+    real_newton, real_objective = module._damped_newton, module._tpl_objective_many
 
-    def spy(x0, x1, log_lam, mean_u, mean_y):  # noqa: ANN001, ANN202
-        phases.append(log_lam.copy())
-        return real(x0, x1, log_lam, mean_u, mean_y)
+    def newton(x0, x1, log_lam):  # noqa: ANN001, ANN202
+        if log_lam:
+            log_phases.append(x0)
+        return real_newton(x0, x1, log_lam)
 
-    monkeypatch.setattr(module, "_tpl_evaluate_many", spy)
+    def objective(alpha, lam, mean_u, mean_y):  # noqa: ANN001, ANN202
+        calls.append(alpha.size)
+        return real_objective(alpha, lam, mean_u, mean_y)
+
+    monkeypatch.setattr(module, "_damped_newton", newton)
+    monkeypatch.setattr(module, "_tpl_objective_many", objective)
     # Samples whose mean falls just short of the power law's: the MLE has Λ ~ 1e-20 (found by a
     # search over seeds: about 1 in 300 such samples reaches the log phase).
     samples = [pareto(2.5, 3000, 660764732), pareto(2.5, 3000, 375391194), tpl_samples(2.5, 1e-3, 1.0, 2000, 923461893)]
     samples += [tpl_samples(1.5, 0.3, 1.0, 500, int(s)) for s in rng.integers(1 << 30, size=20)]
     fits = fit_truncated_power_law_many(samples, [1.0] * len(samples))
-    assert any(p.any() and not p.all() for p in phases)  # both phases in one evaluation
+    assert len(log_phases) == 3
+    assert calls[0] == len(samples) and sum(calls) > 3 * len(calls)  # lockstep rounds, not one by one
     assert all(f.ok for f in fits) and all(0.0 < f.lam < 1e-18 for f in fits[:3])
-    monkeypatch.setattr(module, "_tpl_evaluate_many", real)
+    monkeypatch.setattr(module, "_damped_newton", real_newton)
+    monkeypatch.setattr(module, "_tpl_objective_many", real_objective)
     assert [exact(f) for f in fits] == [exact(fit_truncated_power_law(x, xmin=1.0)) for x in samples]
 
 
@@ -138,6 +148,19 @@ def test_tpl_batch_equals_single_fits_property(cases: list[tuple[list[float], Op
     xmins = [m for _, m in cases]
     batch = fit_truncated_power_law_many(samples, xmins)
     assert [exact(f) for f in batch] == [exact(fit_truncated_power_law(x, xmin=m)) for x, m in zip(samples, xmins)]
+
+
+def test_batched_objective_is_the_single_one_bit_for_bit() -> None:
+    """The objective of a fit evaluated among others equals its evaluation alone (every number)."""
+    rng = np.random.default_rng(13)
+    for size in (1, 3, 40):
+        alpha = np.concatenate([rng.uniform(-80.0, 40.0, size), [37.1, -15.0, 0.9999251378006888]])
+        lam = np.concatenate([10.0 ** rng.uniform(-18.0, 7.0, size), [5e-18, 1e7, 3.4345278851413745e-05]])
+        mean_u, mean_y = rng.uniform(0.01, 2.0, alpha.size), 1.0 + rng.uniform(0.01, 5.0, alpha.size)
+        many = [v.tolist() for v in module._tpl_objective_many(alpha, lam, mean_u, mean_y)]
+        for k in range(alpha.size):
+            one = module._tpl_objective(float(alpha[k]), float(lam[k]), float(mean_u[k]), float(mean_y[k]))
+            assert repr(one) == repr(tuple(v[k] for v in many))
 
 
 def test_tpl_batch_rejects_mismatched_lengths() -> None:

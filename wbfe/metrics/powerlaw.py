@@ -19,6 +19,9 @@ Two modes:
 Truncated power law p(x) ∝ x^(−α)·exp(−Λx) on x ≥ xmin: its own MLE, with the normaliser
 Z = ∫_xmin^∞ x^(−α) e^(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin) computed by quadrature in log space
 (valid for any real α when Λ > 0, α < 1 included; no incomplete-gamma sign cases).
+
+``fit_power_law_many`` and ``fit_truncated_power_law_many`` fit many samples at once (the scoring
+loop's many matrices of one shape); each result is the single fit's, bit for bit.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, NamedTuple, Optional, Sequence, cast
+from typing import Generator, NamedTuple, Optional, Sequence, cast
 
 import numpy as np
 
@@ -59,7 +62,9 @@ _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
 _PL_BATCH_MIN = 3  # fewer equal-length samples are fitted one by one
 _PL_BATCH_MAX_N = 48  # longer samples are fitted one by one (measured crossover, see fit_power_law_many)
 _TPL_BATCH_MIN = 3  # below this many fits, a loop of single fits is as fast
-_ONE_SEGMENT = np.zeros(1, dtype=np.intp)
+# Fits evaluated in one array pass: more spill the node arrays (~200 per fit) out of cache (measured
+# per fit: 21 µs at 8, 14 at 32, 20 at 64, 23 at 256).
+_TPL_CHUNK = 32
 
 
 @dataclass(frozen=True)
@@ -364,21 +369,36 @@ def _gauss_legendre() -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(_GL_NODES)
 
 
-def _panel_edges(peak: float, scale: float, stop: Callable[[float], bool], lower: float) -> list[float]:
+def _panel_edges(peak: float, scale: float, lower: float, s: float, c: float, h_peak: float) -> list[float]:
     """Edges going away from ``peak`` (to ``lower`` if it is below the peak, else to +∞): widths
-    scale/2, scale, 2·scale, … capped at 1, until ``stop(edge)`` or ``lower`` is reached."""
-    direction = -1.0 if lower < peak else 1.0
+    scale/2, scale, 2·scale, … capped at 1, until h(u) = s·u − c·(e^u − 1) is more than
+    ``_TPL_DROP`` below ``h_peak`` or ``lower`` is reached. (Inlined: ~13 edges per fit and per
+    evaluation, the one per-fit Python loop of a batched evaluation.)"""
+    expm1 = math.expm1
+    floor = -_TPL_DROP
     edges = [peak]
+    add = edges.append
+    edge = peak
     width = min(0.5 * scale, 1.0)
+    # `width = min(2 * width, 1)` below, written out (it is 1 for good after a few edges).
+    if lower < peak:
+        while True:
+            edge = edge - width
+            if edge <= lower:
+                add(lower)
+                return edges
+            add(edge)
+            if s * edge - c * expm1(edge) - h_peak < floor:
+                return edges
+            if width < 1.0:
+                width = 2.0 * width if 2.0 * width < 1.0 else 1.0
     while True:
-        edge = edges[-1] + direction * width
-        if direction < 0 and edge <= lower:
-            edges.append(lower)
+        edge = edge + width
+        add(edge)
+        if s * edge - c * expm1(edge) - h_peak < floor:
             return edges
-        edges.append(edge)
-        if stop(edge):
-            return edges
-        width = min(2.0 * width, 1.0)
+        if width < 1.0:
+            width = 2.0 * width if 2.0 * width < 1.0 else 1.0
 
 
 def _tpl_panels(alpha: float, lam: float) -> tuple[list[float], float]:
@@ -396,45 +416,38 @@ def _tpl_panels(alpha: float, lam: float) -> tuple[list[float], float]:
         u_peak = 0.0
         scale = min(1.0 / (c - s) if c > s else math.inf, 1.0 / math.sqrt(c), 1.0)
     h_peak = s * u_peak - c * math.expm1(u_peak)
-
-    def dropped(u: float) -> bool:
-        return s * u - c * math.expm1(u) - h_peak < -_TPL_DROP
-
-    edges = _panel_edges(u_peak, scale, dropped, math.inf)
+    edges = _panel_edges(u_peak, scale, math.inf, s, c, h_peak)
     if u_peak > 0.0:
-        edges = _panel_edges(u_peak, scale, dropped, 0.0)[::-1] + edges[1:]
+        edges = _panel_edges(u_peak, scale, 0.0, s, c, h_peak)[::-1] + edges[1:]
     return edges, h_peak
 
 
 def _tpl_nodes(alpha: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The quadratures of :func:`_tpl_quadrature` for every (α_k, Λ_k), their panels stacked.
 
-    Returns ``(u, w, h_peak, starts)``: u and w have a row per panel, fit k owns rows
-    ``starts[k]:starts[k+1]``. Every node and weight comes from elementwise operations only, so
-    it is the same number whichever batch the fit is in.
+    Returns ``(u, w, h_peak, n_panels)``: u and w have a row per panel, fit k owns the next
+    ``n_panels[k]`` rows. Every node and weight comes from elementwise operations only, so it is
+    the same number whichever batch the fit is in.
     """
-    edges: list[float] = []
-    n_edges: list[int] = []
+    lo: list[float] = []
+    hi: list[float] = []
     peaks: list[float] = []
+    counts: list[int] = []
     for a, c in zip(alpha.tolist(), lam.tolist()):
-        e, h_peak = _tpl_panels(a, c)
-        edges.extend(e)
-        n_edges.append(len(e))
-        peaks.append(h_peak)
-    e_all = np.asarray(edges)
-    keep = np.ones(e_all.size - 1, dtype=bool)
-    keep[np.cumsum(n_edges)[:-1] - 1] = False  # no panel from one fit's last edge to the next's first
-    lo, hi = e_all[:-1][keep], e_all[1:][keep]
+        e, peak = _tpl_panels(a, c)
+        lo += e[:-1]
+        hi += e[1:]
+        peaks.append(peak)
+        counts.append(len(e) - 1)
+    n_panels = np.array(counts)
+    h_peak = np.array(peaks)
+    lo_, hi_ = np.array([lo, hi])[:, :, None]
+    s_, c_, h_ = np.repeat(np.array([1.0 - alpha, lam, h_peak]), n_panels, axis=1)[:, :, None]
     nodes, weights = _gauss_legendre()
-    half = 0.5 * (hi - lo)[:, None]
-    u = 0.5 * (lo + hi)[:, None] + half * nodes[None, :]
-    n_panels = np.asarray(n_edges) - 1
-    h_peak = np.asarray(peaks)
-    s = np.repeat(1.0 - alpha, n_panels)[:, None]
-    c = np.repeat(lam, n_panels)[:, None]
-    w = (half * weights[None, :]) * np.exp(s * u - c * np.expm1(u) - np.repeat(h_peak, n_panels)[:, None])
-    starts = np.concatenate(([0], np.cumsum(n_panels)[:-1]))
-    return u, w, h_peak, starts
+    half = 0.5 * (hi_ - lo_)
+    u = 0.5 * (lo_ + hi_) + half * nodes
+    w = (half * weights) * np.exp(s_ * u - c_ * np.expm1(u) - h_)
+    return u, w, h_peak, n_panels
 
 
 def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -442,15 +455,15 @@ def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, f
 
     Composite Gauss–Legendre on the panels of :func:`_tpl_panels`, a row per panel. The weights
     include exp(h − h_peak); returns ``(u, w, h_peak)``, so ∫ exp(h) = e^h_peak · Σw and
-    E[f(u)] = Σ w f / Σ w. The numbers are those :func:`_tpl_nodes` gives the fit in any batch.
+    E[f(u)] = Σ w f / Σ w. The numbers are those of :func:`_tpl_nodes` (the same operations).
     """
     edges, h_peak = _tpl_panels(alpha, lam)
-    s = 1.0 - alpha
-    e = np.asarray(edges)
+    e = np.array(edges)[:, None]
+    lo, hi = e[:-1], e[1:]
     nodes, weights = _gauss_legendre()
-    half = 0.5 * (e[1:] - e[:-1])[:, None]
-    u = 0.5 * (e[:-1] + e[1:])[:, None] + half * nodes[None, :]
-    w = (half * weights[None, :]) * np.exp(s * u - lam * np.expm1(u) - h_peak)
+    half = 0.5 * (hi - lo)
+    u = 0.5 * (lo + hi) + half * nodes
+    w = (half * weights) * np.exp((1.0 - alpha) * u - lam * np.expm1(u) - h_peak)
     return u, w, h_peak
 
 
@@ -478,14 +491,26 @@ def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
     return (1.0 - alpha) * math.log(xmin) - c + h_peak + math.log(float(np.sum(w)))
 
 
-# (value, gradient (2), Hessian entries (0,0), (0,1), (1,1)) of one fit's objective, or of many.
+# (value, gradient (2), Hessian entries (0,0), (0,1), (1,1)) of the objective of one fit, or of many.
 _Eval = tuple[float, float, float, float, float, float]
 _EvalMany = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+def _log_of(value: float) -> float:
+    return math.log(value) if value > 0.0 else (-math.inf if value == 0.0 else math.nan)
+
+
 def _log(values: np.ndarray) -> np.ndarray:
-    # math.log per value, not np.log: the scalar path's numbers, whatever SIMD np.log uses.
-    return np.array([math.log(v) if v > 0.0 else (-math.inf if v == 0.0 else math.nan) for v in values.tolist()])
+    # math.log per value, not np.log: the single fit's numbers, whatever SIMD np.log uses.
+    return np.array([_log_of(v) for v in values.tolist()])
+
+
+def _sum_in_order(values: list[float]) -> float:
+    """((v0 + v1) + v2) + …, what np.cumsum computes (not the builtin sum: compensated from 3.12)."""
+    total = -0.0  # −0.0 + v = v exactly
+    for v in values:
+        total += v
+    return total
 
 
 def _tpl_objective_many(alpha: np.ndarray, lam: np.ndarray, mean_u: np.ndarray, mean_y: np.ndarray) -> _EvalMany:
@@ -493,59 +518,58 @@ def _tpl_objective_many(alpha: np.ndarray, lam: np.ndarray, mean_u: np.ndarray, 
     for every fit k at (alpha[k], lam[k]) on data with means mean_u[k] of log y and mean_y[k] of y.
 
     An exponential family in (−α, −Λ) with statistics (log y, y): the gradient is the data's mean
-    statistics minus the model's, the Hessian the model's covariance of (log y, y). Sums are
-    over each panel's nodes, then over the fit's panels in order (np.add.reduceat): fit k's
-    numbers do not depend on the other fits of the batch, bit for bit.
+    statistics minus the model's, the Hessian the model's covariance of (log y, y). A sum over a
+    fit's nodes is the sum of each panel's nodes, then of those in panel order (a cumulative sum
+    along the fit's row of a fits × panels grid): fit k's numbers do not depend on the other
+    fits of the batch, bit for bit.
     """
-    u, w, h_peak, starts = _tpl_nodes(alpha, lam)
-    n_panels = np.diff(np.append(starts, u.shape[0]))
+    u, w, h_peak, n_panels = _tpl_nodes(alpha, lam)
+    width = int(n_panels.max())
+    ends = np.cumsum(n_panels)
+    fit_rows = np.arange(n_panels.size) * width
+    cells = np.arange(u.shape[0]) + np.repeat(fit_rows - (ends - n_panels), n_panels)
+    lasts = fit_rows + n_panels - 1
 
-    def total_of(a: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(a.sum(axis=1), starts)
+    def totals(a: np.ndarray) -> np.ndarray:  # (…, panels, nodes) -> (…, fits)
+        grid = np.zeros(a.shape[:-2] + (n_panels.size * width,))
+        grid[..., cells] = a.sum(axis=-1)
+        return np.cumsum(grid.reshape(grid.shape[:-1] + (n_panels.size, width)), axis=-1).reshape(grid.shape)[..., lasts]
 
-    def per_node(a: np.ndarray) -> np.ndarray:
-        return np.repeat(a, n_panels)[:, None]
+    def per_node(a: np.ndarray) -> np.ndarray:  # (…, fits) -> (…, panels, 1)
+        return np.repeat(a, n_panels, axis=-1)[..., None]
 
-    total = total_of(w)
+    total = totals(w)
     p = w / per_node(total)
     y = np.exp(u)
-    eu = total_of(p * u)
-    ey = total_of(p * y)
+    eu, ey = totals(np.stack((p * u, p * y)))
     du = u - per_node(eu)
     dy = y - per_node(ey)
-    h_uu = total_of(p * (du * du))
-    h_uy = total_of(p * (du * dy))
-    h_yy = total_of(p * (dy * dy))
+    h_uu, h_uy, h_yy = totals(np.stack((p * (du * du), p * (du * dy), p * (dy * dy))))
     value = alpha * mean_u + lam * mean_y - lam + h_peak + _log(total)
     return value, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
 
 
 def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _Eval:
-    """:func:`_tpl_objective_many` for one fit, on Python floats: the same operations in the same
-    order, so the same numbers, at half the cost."""
+    """:func:`_tpl_objective_many` of one fit, as Python floats: the same operations in the same
+    order (a batch of one through the batched code costs twice as much)."""
     u, w, h_peak = _tpl_quadrature(alpha, lam)
 
-    def total_of(a: np.ndarray) -> float:
-        return float(np.add.reduceat(a.sum(axis=1), _ONE_SEGMENT)[0])
+    def total(a: np.ndarray) -> float:  # (panels, nodes) -> sum of the row sums in row order
+        return _sum_in_order(a.sum(axis=-1).tolist())
 
-    total = total_of(w)
-    p = w / total
+    total_w = total(w)
+    p = w / total_w
     y = np.exp(u)
-    eu = total_of(p * u)
-    ey = total_of(p * y)
+    eu = total(p * u)
+    ey = total(p * y)
     du = u - eu
     dy = y - ey
-    h_uu = total_of(p * (du * du))
-    h_uy = total_of(p * (du * dy))
-    h_yy = total_of(p * (dy * dy))
-    value = alpha * mean_u + lam * mean_y - lam + h_peak + float(_log(np.array([total]))[0])
+    h_uu = total(p * (du * du))
+    h_uy = total(p * (du * dy))
+    h_yy = total(p * (dy * dy))
+    value = alpha * mean_u + lam * mean_y - lam + h_peak + _log_of(total_w)
     return value, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
 
-
-# The Newton iteration below exists twice, for one fit on Python floats (fast for one) and for
-# many fits on arrays in lockstep. Both use only +, −, ×, ÷, comparisons and math.log/math.exp
-# on single values, in the same order, so the two give the same numbers bit for bit
-# (tests/test_powerlaw_batch.py); a change to one must be made to the other.
 
 def _damping_sequence() -> tuple[float, ...]:
     out: list[float] = []
@@ -557,6 +581,7 @@ def _damping_sequence() -> tuple[float, ...]:
         out.append(damping)
 
 
+# Damping factors of the Levenberg–Marquardt shift, in order; beyond the last, the identity.
 _DAMPINGS = _damping_sequence()
 
 
@@ -587,93 +612,50 @@ def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tu
     return -g0 / s00 - beta * step1, step1
 
 
-def _newton_step_many(g0: np.ndarray, g1: np.ndarray, h00: np.ndarray, h01: np.ndarray, h11: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_newton_step` of every fit at once."""
-
-    def ldl(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        beta = np.where(a != 0.0, b / np.where(a != 0.0, a, 1.0), math.nan)
-        return beta, c - beta * b
-
-    def pd(a: np.ndarray, b: np.ndarray, c: np.ndarray, schur: np.ndarray) -> np.ndarray:
-        return np.isfinite(a) & np.isfinite(b) & np.isfinite(c) & (a > 0.0) & (schur > 0.0)
-
-    s00, s11 = h00.copy(), h11.copy()
-    beta, schur = ldl(s00, h01, s11)
-    bad = np.flatnonzero(~pd(s00, h01, s11, schur))
-    for damping in _DAMPINGS:
-        if not bad.size:
-            break
-        s00[bad] = h00[bad] + damping * (np.abs(h00[bad]) + 1e-300)
-        s11[bad] = h11[bad] + damping * (np.abs(h11[bad]) + 1e-300)
-        beta[bad], schur[bad] = ldl(s00[bad], h01[bad], s11[bad])
-        bad = bad[~pd(s00[bad], h01[bad], s11[bad], schur[bad])]
-    s00[bad], beta[bad], schur[bad] = 1.0, 0.0, 1.0
-    step1 = (beta * g0 - g1) / schur
-    return -g0 / s00 - beta * step1, step1
+# The Newton iteration is a coroutine: it yields each point (α, Λ) where it needs the objective
+# and receives the objective's _Eval there. One fit runs it with _tpl_objective; many fits run
+# theirs in lockstep, the points of all of them evaluated at once by _tpl_objective_many (the same
+# numbers, bit for bit), so the batch's results are the single fits' by construction.
+_Iteration = Generator[tuple[float, float], _Eval, tuple[float, float, float, bool]]
 
 
-def _tpl_evaluate(x0: float, x1: float, log_lam: bool, mean_u: float, mean_y: float) -> _Eval:
+def _evaluation(x0: float, x1: float, log_lam: bool) -> Generator[tuple[float, float], _Eval, _Eval]:
     """The objective at α = x0 and Λ = x1, or Λ = e^x1 (derivatives then in log Λ) if ``log_lam``."""
     if not log_lam:
-        return _tpl_objective(x0, x1, mean_u, mean_y)
+        return (yield (x0, x1))
     lam = math.exp(x1)
-    value, g0, g1, h00, h01, h11 = _tpl_objective(x0, lam, mean_u, mean_y)
+    value, g0, g1, h00, h01, h11 = yield (x0, lam)
     return value, g0, lam * g1, h00, lam * h01, lam * lam * h11 + lam * g1
-
-
-def _tpl_evaluate_many(x0: np.ndarray, x1: np.ndarray, log_lam: np.ndarray, mean_u: np.ndarray, mean_y: np.ndarray) -> _EvalMany:
-    """:func:`_tpl_evaluate` of every fit at once."""
-    lam = x1.copy()
-    lam[log_lam] = [math.exp(v) for v in x1[log_lam].tolist()]
-    value, g0, g1, h00, h01, h11 = _tpl_objective_many(x0, lam, mean_u, mean_y)
-    ll = lam[log_lam]
-    h01[log_lam] = ll * h01[log_lam]
-    h11[log_lam] = ll * ll * h11[log_lam] + ll * g1[log_lam]
-    g1[log_lam] = ll * g1[log_lam]
-    return value, g0, g1, h00, h01, h11
 
 
 def _max_step(x1: float, step1: float, log_lam: bool) -> float:
     if log_lam:  # log Λ moves by at most 5 per step
-        size = abs(step1)
-        bound = 5.0 / (1e-300 if 1e-300 > size else size)
+        bound = 5.0 / max(abs(step1), 1e-300)
     elif step1 >= 0.0:
         return 1.0
     else:  # at most 90 % of the way to Λ = 0
         bound = 0.9 * x1 / -step1
-    return bound if bound < 1.0 else 1.0
+    return min(1.0, bound)
 
 
-def _max_step_many(x1: np.ndarray, step1: np.ndarray, log_lam: np.ndarray) -> np.ndarray:
-    size = np.abs(step1)
-    bound = np.where(log_lam, 5.0 / np.where(1e-300 > size, 1e-300, size), 0.9 * x1 / -step1)
-    bound = np.where(bound < 1.0, bound, 1.0)
-    return np.where(~log_lam & (step1 >= 0.0), 1.0, bound)
-
-
-def _at_least_one(values: np.ndarray) -> np.ndarray:
-    size = np.abs(values)
-    return np.where(size > 1.0, size, 1.0)
-
-
-def _damped_newton(x0: float, x1: float, log_lam: bool, mean_u: float, mean_y: float) -> tuple[float, float, float, bool]:
-    """Minimise the objective (:func:`_tpl_evaluate`) by Newton steps with backtracking.
+def _damped_newton(x0: float, x1: float, log_lam: bool) -> _Iteration:
+    """Minimise the objective (:func:`_evaluation`) by Newton steps with backtracking.
 
     Where the Hessian is not positive definite its diagonal is raised (Levenberg–Marquardt);
     :func:`_max_step` bounds the step length (to stay in the domain). Returns (x0, x1, value, converged).
     """
-    value, g0, g1, h00, h01, h11 = _tpl_evaluate(x0, x1, log_lam, mean_u, mean_y)
+    value, g0, g1, h00, h01, h11 = yield from _evaluation(x0, x1, log_lam)
     for _ in range(_TPL_MAX_NEWTON):
         s0, s1 = _newton_step(g0, g1, h00, h01, h11)
         decrement = -(g0 * s0 + g1 * s1)
-        scale = abs(value) if abs(value) > 1.0 else 1.0
+        scale = max(1.0, abs(value))
         # The decrement is about twice the distance to the minimum: below rounding of it, stop.
         if decrement < 1e-14 * scale:
             return x0, x1, value, True
         t = _max_step(x1, s1, log_lam)
         while t > 1e-12:
             new_x0, new_x1 = x0 + t * s0, x1 + t * s1
-            new = _tpl_evaluate(new_x0, new_x1, log_lam, mean_u, mean_y)
+            new = yield from _evaluation(new_x0, new_x1, log_lam)
             if new[0] <= value - 1e-4 * t * decrement:
                 break
             t *= 0.5
@@ -684,86 +666,18 @@ def _damped_newton(x0: float, x1: float, log_lam: bool, mean_u: float, mean_y: f
     return x0, x1, value, False
 
 
-def _tpl_newton(mean_u: float, mean_y: float, alpha: float, lam: float) -> tuple[float, float, float, bool]:
-    """Minimise the mean NLL over α and Λ > 0; returns (α, Λ, NLL, converged).
+def _tpl_newton(alpha: float, lam: float) -> _Iteration:
+    """Minimise the mean NLL over α and Λ > 0 from (alpha, lam); returns (α, Λ, NLL, converged).
 
     The NLL is convex in (α, Λ), so Newton there converges from anywhere, except that an optimum
     at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and the steps stall
     against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes.
     """
-    alpha, lam, value, converged = _damped_newton(alpha, lam, False, mean_u, mean_y)
+    alpha, lam, value, converged = yield from _damped_newton(alpha, lam, False)
     if not converged and lam > 0.0:
-        alpha, log_lam, value, converged = _damped_newton(alpha, math.log(lam), True, mean_u, mean_y)
+        alpha, log_lam, value, converged = yield from _damped_newton(alpha, math.log(lam), True)
         lam = math.exp(log_lam)
     return alpha, lam, value, converged
-
-
-def _tpl_newton_many(
-    mean_u: np.ndarray, mean_y: np.ndarray, alpha: np.ndarray, lam: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_tpl_newton` of every fit, the iterations of all in lockstep.
-
-    Each round evaluates the objective once for every fit that needs it (the start of a phase, or
-    a line-search trial), then each fit takes the branch its own numbers choose; the per-fit
-    operations are those of :func:`_damped_newton`, in the same order.
-    """
-    n = mean_u.size
-    x0, x1 = alpha.copy(), lam.copy()
-    log_lam = np.zeros(n, dtype=bool)
-    value, g0, g1, h00, h01, h11 = (np.zeros(n) for _ in range(6))
-    s0, s1, t, decrement, scale = (np.zeros(n) for _ in range(5))
-    n_iter = np.zeros(n, dtype=np.int64)
-    converged = np.zeros(n, dtype=bool)
-    starting = np.arange(n)  # phase starts: evaluate at x
-    trying = np.zeros(0, dtype=np.int64)  # line search: evaluate at x + t·step
-    with np.errstate(all="ignore"):
-        while starting.size or trying.size:
-            idx = np.concatenate((starting, trying))
-            p0 = np.concatenate((x0[starting], x0[trying] + t[trying] * s0[trying]))
-            p1 = np.concatenate((x1[starting], x1[trying] + t[trying] * s1[trying]))
-            ev = _tpl_evaluate_many(p0, p1, log_lam[idx], mean_u[idx], mean_y[idx])
-            k = starting.size
-            accept = ev[0][k:] <= value[trying] - 1e-4 * t[trying] * decrement[trying]
-            taken = np.concatenate((np.ones(k, dtype=bool), accept))
-            moved = idx[taken]
-            x0[moved], x1[moved] = p0[taken], p1[taken]
-            for state, new in zip((value, g0, g1, h00, h01, h11), ev):
-                state[moved] = new[taken]
-            rejected = trying[~accept]
-            t[rejected] *= 0.5
-            exhausted = rejected[~(t[rejected] > 1e-12)]
-            ended = [exhausted]
-            ended_ok = [decrement[exhausted] < 1e-10 * scale[exhausted]]
-            trying = rejected[t[rejected] > 1e-12]
-
-            out = moved[n_iter[moved] >= _TPL_MAX_NEWTON]
-            ended.append(out)
-            ended_ok.append(np.zeros(out.size, dtype=bool))
-            stepping = moved[n_iter[moved] < _TPL_MAX_NEWTON]
-            n_iter[stepping] += 1
-            a, b = _newton_step_many(g0[stepping], g1[stepping], h00[stepping], h01[stepping], h11[stepping])
-            s0[stepping], s1[stepping] = a, b
-            decrement[stepping] = -(g0[stepping] * a + g1[stepping] * b)
-            scale[stepping] = _at_least_one(value[stepping])
-            small = decrement[stepping] < 1e-14 * scale[stepping]
-            ended.append(stepping[small])
-            ended_ok.append(np.ones(int(small.sum()), dtype=bool))
-            going = stepping[~small]
-            t[going] = _max_step_many(x1[going], s1[going], log_lam[going])
-            stuck = going[~(t[going] > 1e-12)]
-            ended.append(stuck)
-            ended_ok.append(decrement[stuck] < 1e-10 * scale[stuck])
-            trying = np.concatenate((trying, going[t[going] > 1e-12]))
-
-            done, ok = np.concatenate(ended), np.concatenate(ended_ok)
-            converged[done] = ok
-            finished = done[log_lam[done]]
-            x1[finished] = [math.exp(v) for v in x1[finished].tolist()]
-            starting = done[~log_lam[done] & ~ok & (x1[done] > 0.0)]
-            x1[starting] = [math.log(v) for v in x1[starting].tolist()]
-            log_lam[starting] = True
-            n_iter[starting] = 0
-    return x0, x1, value, converged
 
 
 class _TplData(NamedTuple):
@@ -810,6 +724,10 @@ def _tpl_result(data: _TplData, a_hat: float, lam_scaled: float, nll: float, con
     return TruncatedPowerLawFit(a_hat, lam_scaled / lo, lo, n, loglik)
 
 
+def _tpl_start(data: _TplData) -> _Iteration:
+    return _tpl_newton(data.alpha_pl, 0.1 / data.mean_y)
+
+
 def fit_truncated_power_law(
     values: np.ndarray, *, xmin: Optional[float] = None
 ) -> TruncatedPowerLawFit:
@@ -825,7 +743,13 @@ def fit_truncated_power_law(
     data = _tpl_prepare(values, xmin)
     if isinstance(data, TruncatedPowerLawFit):
         return data
-    return _tpl_result(data, *_tpl_newton(data.mean_log, data.mean_y, data.alpha_pl, 0.1 / data.mean_y))
+    iteration = _tpl_start(data)
+    point = next(iteration)
+    while True:
+        try:
+            point = iteration.send(_tpl_objective(point[0], point[1], data.mean_log, data.mean_y))
+        except StopIteration as done:
+            return _tpl_result(data, *done.value)
 
 
 def fit_truncated_power_law_many(
@@ -833,10 +757,13 @@ def fit_truncated_power_law_many(
 ) -> list[TruncatedPowerLawFit]:
     """:func:`fit_truncated_power_law` of each ``samples[k]`` with ``xmin=xmins[k]``, bit for bit.
 
-    The Newton iterations of all fits run in lockstep on arrays (about 5× less time per fit than
-    a loop from 8 fits up); every fit's numbers are computed by the same operations in the same
-    order as alone, so result k equals the single fit exactly, whatever else is in the batch.
-    Samples may have different lengths. Batches below 3 run the single fit in a loop.
+    The Newton iterations of all fits run in lockstep: each round evaluates the objective at the
+    points every unfinished fit asks for, in array operations over ``_TPL_CHUNK`` fits at a time
+    whose numbers for a fit do not depend on the others; each fit's own steps and line search are
+    the single fit's code (a coroutine). Samples may have different lengths; the result for a
+    sample does not depend on the rest of the batch. Measured on spectra of 16–256 eigenvalues
+    (one core, shared): 2–2.8× less CPU time per fit than a loop from 18 fits up, 1.3–1.5× at 8;
+    batches below ``_TPL_BATCH_MIN`` run the single fit in a loop.
 
     Raises:
         InvalidOptionError: ``samples`` and ``xmins`` differ in length (a ``ValueError``).
@@ -846,17 +773,25 @@ def fit_truncated_power_law_many(
     if len(samples) < _TPL_BATCH_MIN:
         return [fit_truncated_power_law(v, xmin=m) for v, m in zip(samples, xmins)]
     prepared: list[TruncatedPowerLawFit | _TplData] = [_tpl_prepare(v, m) for v, m in zip(samples, xmins)]
-    todo = [(k, d) for k, d in enumerate(prepared) if isinstance(d, _TplData)]
-    if todo:
-        data = [d for _, d in todo]
-        alpha, lam, nll, converged = _tpl_newton_many(
-            np.array([d.mean_log for d in data]),
-            np.array([d.mean_y for d in data]),
-            np.array([d.alpha_pl for d in data]),
-            np.array([0.1 / d.mean_y for d in data]),
-        )
-        for j, (k, d) in enumerate(todo):
-            prepared[k] = _tpl_result(d, float(alpha[j]), float(lam[j]), float(nll[j]), bool(converged[j]))
+    running = {k: _tpl_start(d) for k, d in enumerate(prepared) if isinstance(d, _TplData)}
+    points = {k: next(it) for k, it in running.items()}
+    while points:
+        waiting = list(points)
+        for first in range(0, len(waiting), _TPL_CHUNK):
+            keys = waiting[first : first + _TPL_CHUNK]
+            data = [cast(_TplData, prepared[k]) for k in keys]
+            evals = _tpl_objective_many(
+                np.array([points[k][0] for k in keys]),
+                np.array([points[k][1] for k in keys]),
+                np.array([d.mean_log for d in data]),
+                np.array([d.mean_y for d in data]),
+            )
+            for k, d, ev in zip(keys, data, zip(*(e.tolist() for e in evals))):
+                try:
+                    points[k] = running[k].send(ev)
+                except StopIteration as done:
+                    prepared[k] = _tpl_result(d, *done.value)
+                    del points[k]
     return [cast(TruncatedPowerLawFit, d) for d in prepared]
 
 
