@@ -61,9 +61,18 @@ def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
 def _kde_from_counts(grid, c_lo, c_mid, c_hi, lo, mid, hi, n: int, h: float):  # noqa: ANN001, ANN202
     """The KDE at ``grid`` from the sample counts below grid − h, grid, grid + h and their prefix sums."""
     n_left, n_right = mid - lo, hi - mid
-    left = n_left - (n_left * grid - (c_mid - c_lo)) / h
-    right = n_right - ((c_hi - c_mid) - n_right * grid) / h
-    return np.maximum(left + right, 0.0) / (n * h)
+    left = n_left * grid  # left = n_left − (n_left·grid − (c_mid − c_lo))/h, in place
+    left -= c_mid - c_lo
+    left /= h
+    left = np.subtract(n_left, left, out=left)
+    right = c_hi - c_mid  # right = n_right − ((c_hi − c_mid) − n_right·grid)/h
+    right -= n_right * grid
+    right /= h
+    right = np.subtract(n_right, right, out=right)
+    left += right
+    left = np.maximum(left, 0.0, out=left)
+    left /= n * h
+    return left
 
 
 def _fast_from_sums(c, y2, t1_sum, t2_sum):  # noqa: ANN001, ANN202
@@ -400,8 +409,9 @@ def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float
 # ------------------------------------------------------------------ many spectra of one shape at once
 
 _BATCH_MIN = 3  # fewer spectra: mp_fit one by one (the batch's fixed costs do not pay)
-_LOCKSTEP_MIN = 4  # fewer Nelder–Mead runs left: each finishes on its own residual
-_CHUNK = 1 << 16  # support-sum elements per vectorised step (cache-sized)
+_BATCH_MAX = 64  # more: in groups of about this many (larger stacks fall out of cache)
+_LOCKSTEP_MIN = 8  # fewer Nelder–Mead runs left: each finishes alone (the lockstep's step costs more)
+_CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized)
 
 
 def mp_fit_many(spectra: Sequence[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
@@ -425,6 +435,14 @@ def mp_fit_many(spectra: Sequence[np.ndarray], N: int, M: int) -> list[MPFit]:  
     arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
     if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
         return [mp_fit(e, N, M) for e in arrays]
+    if len(arrays) > _BATCH_MAX:  # in groups that keep the stacks in cache
+        n_groups = -(-len(arrays) // _BATCH_MAX)
+        return [fit for group in np.array_split(np.arange(len(arrays)), n_groups)
+                for fit in _fit_batch([arrays[i] for i in group], N, M)]  # fmt: skip
+    return _fit_batch(arrays, N, M)
+
+
+def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
     stack = np.stack(arrays)
     sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
     rows = np.flatnonzero(sums > 0.0)
@@ -499,6 +517,15 @@ def _linear_kde_rows(samples: np.ndarray, grid: np.ndarray, step: np.ndarray, h:
     return _kde_from_counts(grid, c_lo, c_mid, c_hi, lo, mid, hi, n, h)
 
 
+def _windows(rows: np.ndarray, width: int) -> np.ndarray:
+    """Every run of ``width`` consecutive values of the (C-contiguous) ``rows``, as a read-only view:
+    ``_windows(rows, w)[i]`` is ``rows.ravel()[i : i + w]``; indexing it copies whole runs."""
+    flat = rows.ravel()
+    return np.lib.stride_tricks.as_strided(
+        flat, shape=(flat.size - width + 1, width), strides=(flat.itemsize,) * 2, writeable=False
+    )
+
+
 def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Σ_j u[i, j]·v[i, j] of every row (np.matmul of stacked vectors: BLAS, not einsum's loop)."""
     return np.matmul(u[:, None, :], v[:, :, None])[:, 0, 0]
@@ -506,49 +533,46 @@ def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 class _ResidualBatch:
     """The :class:`_MPResidual` of every row of a stack of spectra (rescaled as ``to_fit``), fast form
-    only: each row's fitted KDE points packed at the front of a row of width 2·1000 (x = +inf, zero
-    weights behind), so every support is a window [lo, lo + width) of its row."""
+    only, on each row's whole KDE grid: the points not fitted weigh 0, so every support is a window
+    [lo, lo + width) of a row (the arrays run on past the last row, where x = +inf)."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
         self.to_fit, self.Q = to_fit, Q
         n_rows = to_fit.shape[0]
-        self.stop = np.max(to_fit, axis=1) + 0.5
-        xde = np.linspace(0.0, self.stop, _KDE_GRID, axis=1)  # each row np.linspace(0, stop, 1000)
-        self.step = self.stop / (_KDE_GRID - 1)  # np.linspace's: xde[i] = i·step but the last
+        stop = np.max(to_fit, axis=1) + 0.5
+        self.x = np.full(n_rows * _KDE_GRID + _KDE_GRID, np.inf)
+        xde = self.x[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID)
+        xde[:] = np.linspace(0.0, stop, _KDE_GRID, axis=1)  # each row np.linspace(0, stop, 1000)
+        self.step = stop / (_KDE_GRID - 1)  # np.linspace's: xde[i] = i·step but the last (stop)
         yde = _linear_kde_rows(to_fit, xde, self.step, _KDE_BANDWIDTH)
         good = yde > _KDE_FLOOR
         self.n_good = np.count_nonzero(good, axis=1)
         self.usable = self.n_good > 0  # no point to fit: mp_fit's own error
         self.off_grid = self.n_good * 1e6
+        row_at = np.arange(n_rows) * _KDE_GRID
         # np.argmax: the first maximum, a fitted point, as on the fitted points alone.
-        self.x_peak = xde.ravel().take(np.argmax(yde, axis=1) + np.arange(n_rows) * _KDE_GRID)
+        self.x_peak = xde.ravel().take(np.argmax(yde, axis=1) + row_at)
+        self.x_last = xde.ravel().take(_KDE_GRID - 1 - np.argmax(good[:, ::-1], axis=1) + row_at)
         self.inv_sq = float(np.sqrt(1.0 / Q))
-        x, y = xde[good], yde[good]  # the fitted points of all rows, one after the other
-        self.y2 = np.bincount(np.repeat(np.arange(n_rows), self.n_good), y * y, minlength=n_rows)
+        y = np.where(good, yde, 0.0)
+        self.y2 = _row_dots(y, y)
         if Q == 1:
             with np.errstate(invalid="ignore"):
-                r = np.sqrt(4 - x**2)
-            r[~np.isfinite(r)] = 0.0
-            self.rr = np.bincount(np.repeat(np.arange(n_rows), self.n_good), r * r, minlength=n_rows)
-            self.ry = np.bincount(np.repeat(np.arange(n_rows), self.n_good), r * y, minlength=n_rows)
+                r = np.sqrt(4 - xde**2)
+            r[~(np.isfinite(r) & good)] = 0.0
+            self.rr, self.ry = _row_dots(r, r), _row_dots(r, y)
             return
-        self.packed_before = np.zeros((n_rows, _KDE_GRID + 1), dtype=np.intp)  # fitted points before i
-        np.cumsum(good, axis=1, out=self.packed_before[:, 1:])
-        # Each row's fitted points packed at its front, in a row of 2·1000 (room for any window).
-        width = 2 * _KDE_GRID
-        first = np.cumsum(self.n_good) - self.n_good
-        at = np.arange(x.size) + np.repeat(np.arange(n_rows) * width - first, self.n_good)
         with np.errstate(divide="ignore"):
-            inv = np.where(x > 0.0, 1.0 / x, 0.0)  # x = 0 is never inside a support (a > 0)
-        self.x = np.full((n_rows, width), np.inf)
-        packed = np.zeros((4, n_rows, width))
-        self.x.ravel()[at] = x
-        for out, v in zip(packed, (inv, inv * inv, y * inv, y * y)):
-            out.ravel()[at] = v
-        self.h, self.g = packed[1], packed[2]
-        self.x_last = self.x.ravel().take(np.maximum(self.n_good - 1, 0) + np.arange(n_rows) * width)
-        self.prefix = np.zeros((3, n_rows, _KDE_GRID + 1))  # Σ 1/x, Σ 1/x², Σ y² of the first i fitted points
-        np.cumsum(packed[(0, 1, 3), :, :_KDE_GRID], axis=2, out=self.prefix[:, :, 1:])
+            inv = np.divide(1.0, xde, out=np.zeros_like(xde), where=good & (xde > 0.0))  # x = 0: never in a support
+        self.h = np.zeros_like(self.x)
+        self.g = np.zeros_like(self.x)
+        h = np.multiply(inv, inv, out=self.h[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID))
+        np.multiply(y, inv, out=self.g[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID))
+        # Prefix sums of the fitted points (count, Σ 1/x, Σ 1/x², Σ y²) for the grid's lower bounds.
+        self.prefix = np.zeros((4, n_rows, _KDE_GRID + 1))
+        for out, v in zip(self.prefix, (good, inv, h, y * y)):
+            np.cumsum(v, axis=1, out=out[:, 1:])
+        self.windows = tuple(_windows(v, _KDE_GRID) for v in (self.x, self.h, self.g))
 
     def off(self, rows: np.ndarray, b: np.ndarray, a: np.ndarray) -> np.ndarray:
         """:meth:`_MPResidual.off` of each (row, edges)."""
@@ -560,19 +584,21 @@ class _ResidualBatch:
         t1 = np.empty(rows.size)
         t2 = np.empty(rows.size)
         widths = hi - lo
-        stride = self.x.shape[1]
+        order = np.argsort(widths)[::-1]  # widest first: each chunk pads to about its own width
+        widths, starts = widths[order].tolist(), (rows * _KDE_GRID + lo)[order]
+        b, a = b[order, None], a[order, None]
         start = 0
         while start < rows.size:
-            width = int(np.max(widths[start:]))
-            stop = rows.size if width == 0 else min(rows.size, start + max(1, _CHUNK // width))
-            width = int(np.max(widths[start:stop]))
-            at = (rows[start:stop] * stride + lo[start:stop])[:, None] + np.arange(width)
-            x = self.x.ravel().take(at)
-            d = np.subtract(b[start:stop, None], x)
-            d *= x - a[start:stop, None]
+            stop = min(rows.size, start + max(1, _CHUNK // max(widths[start], 1)))
+            width = widths[start]
+            # Row i: the points [lo_i, lo_i + width) of its row, copied as whole slices.
+            x, h, g = (v[starts[start:stop], :width] for v in self.windows)
+            d = np.subtract(b[start:stop], x)
+            d *= np.subtract(x, a[start:stop], out=x)
             np.fmax(d, 0.0, out=d)  # 0 off the support (and on the +inf padding)
-            t1[start:stop] = _row_dots(d, self.h.ravel().take(at))
-            t2[start:stop] = _row_dots(np.sqrt(d, out=d), self.g.ravel().take(at))
+            at = order[start:stop]
+            t1[at] = _row_dots(d, h)
+            t2[at] = _row_dots(np.sqrt(d, out=d), g)
             start = stop
         return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2[rows], t1, t2)
 
@@ -594,14 +620,38 @@ class _ResidualBatch:
         if on.size:
             r = rows[on]
             step = self.step[r]
-            # Windows holding each support: np.linspace's points i·step, the fitted ones packed.
-            lo_grid = np.clip(np.floor(a[on] / step) - 1.0, 0, _KDE_GRID).astype(np.intp)
-            hi_grid = np.clip(np.floor(b[on] / step) + 2.0, 0, _KDE_GRID).astype(np.intp)
-            lo = self.packed_before[r, lo_grid]
-            hi = self.packed_before[r, hi_grid]
+            # Windows holding each support (a, b) ⊂ (0, x_last]: np.linspace's points i·step.
+            lo = np.clip(np.floor(a[on] / step) - 1.0, 0, _KDE_GRID).astype(np.intp)
+            hi = np.clip(np.floor(b[on] / step) + 2.0, 0, _KDE_GRID).astype(np.intp)
             values[on], scales[on] = self.support_sums(r, sigmas[on], b[on], a[on], lo, hi)
         exact = ~off & ~(a > 0.0) | ~np.isfinite(values)
         return values, scales, exact
+
+    def fast_one(self, k: int, sigma: float) -> Optional[tuple[float, float]]:
+        """:meth:`fast` of one row and σ, in scalars (the lockstep's last few runs); None where the
+        single fit would take the exact residual."""
+        if self.Q == 1:
+            if sigma * sigma == 0.0:  # the single fit's 1/σ² fails: refit alone, as it does
+                return None
+            value, scale = _fast_from_sums(1 / (np.pi * sigma * sigma), self.y2[k], self.rr[k], self.ry[k])
+            return (float(value), float(scale)) if math.isfinite(value) else None
+        b = (sigma * (1 + self.inv_sq)) ** 2
+        a = (sigma * (1 - self.inv_sq)) ** 2
+        x_peak = self.x_peak[k]
+        if b < x_peak or b > self.x_last[k] or a > x_peak:
+            return float(self.off_grid[k]), 0.0
+        if not a > 0.0:
+            return None
+        step = self.step[k]
+        at = k * _KDE_GRID
+        lo, hi = at + max(math.floor(a / step) - 1, 0), at + min(math.floor(b / step) + 2, _KDE_GRID)
+        xs = self.x[lo:hi]
+        d = (b - xs) * (xs - a)
+        np.fmax(d, 0.0, out=d)
+        t1 = float(np.dot(d, self.h[lo:hi]))
+        c = self.Q / (2 * np.pi * sigma * sigma)
+        value, scale = _fast_from_sums(c, float(self.y2[k]), t1, float(np.dot(np.sqrt(d, out=d), self.g[lo:hi])))
+        return (value, scale) if math.isfinite(value) else None
 
     def grid_starts(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:func:`_grid_argmin` of every row on its σ grid (``brute``'s np.mgrid): the start σ and
@@ -628,21 +678,18 @@ class _ResidualBatch:
             with np.errstate(invalid="ignore"):
                 valid = in_grid & ~self.off(all_rows, b, a)
             values[in_grid & ~valid] = np.broadcast_to(self.off_grid[:, None], sigmas.shape)[in_grid & ~valid]
-            # The fitted points in (a, b): from each edge's place on np.linspace's grid, corrected.
+            # The grid points in (a, b): each edge's place among np.linspace's i·step, corrected.
             a, b = np.where(valid, a, 0.0), np.where(valid, b, 0.0)
-            xs, before = self.x[:, :_KDE_GRID], self.packed_before
-            grid_at = np.clip(np.floor(a / self.step[:, None]) + 1.0, 0, _KDE_GRID).astype(np.intp)
-            i0 = _searchsorted_rows(xs, a, "right", np.take_along_axis(before, grid_at, 1))
-            grid_at = np.clip(np.ceil(b / self.step[:, None]), 0, _KDE_GRID).astype(np.intp)
-            i1 = _searchsorted_rows(xs, b, "left", np.take_along_axis(before, grid_at, 1))
-            prefix = self.prefix.reshape(3, -1)
-            at0 = i0 + (np.arange(n_rows) * (_KDE_GRID + 1))[:, None]
-            at1 = i1 + (np.arange(n_rows) * (_KDE_GRID + 1))[:, None]
-            (s1_lo, s2_lo, sy_lo), (s1_hi, s2_hi, sy_hi) = prefix.take(at0, 1), prefix.take(at1, 1)
+            xde = self.x[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID)
+            i0 = _searchsorted_rows(xde, a, "right", np.floor(a / self.step[:, None]) + 1.0)
+            i1 = _searchsorted_rows(xde, b, "left", np.ceil(b / self.step[:, None]))
+            row_at = (np.arange(n_rows) * (_KDE_GRID + 1))[:, None]
+            prefix = self.prefix.reshape(4, -1)
+            (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = prefix.take(i0 + row_at, 1), prefix.take(i1 + row_at, 1)
             with np.errstate(invalid="ignore", divide="ignore"):
                 c = self.Q / (2 * np.pi * sigmas * sigmas)
                 bound, margin = _bounds_from_sums(
-                    c, self.y2[:, None], self.prefix[2, :, -1:], (i1 - i0).astype(np.float64),
+                    c, self.y2[:, None], self.prefix[3, :, -1:], n_hi - n_lo,
                     s1_hi - s1_lo, s2_hi - s2_lo, sy_hi - sy_lo, s1_hi, s2_hi, b, a,
                 )  # fmt: skip
             n_valid = np.count_nonzero(valid, axis=1)
@@ -708,11 +755,13 @@ def _polish_many(
             except _NearTie:
                 pass
         running = still
-    for (k, steps), x in zip(running, points):  # the last few: each on its own residual
-        residual = _MPResidual(batch.to_fit[k], batch.Q)
+    for (k, steps), x in zip(running, points):  # the last few: one by one
         try:
             while True:
-                x = steps.send(residual.fast(x))
+                fx = batch.fast_one(k, x)
+                if fx is None:
+                    break
+                x = steps.send(fx)
         except StopIteration as done:
             sigmas[k] = float(done.value)
         except _NearTie:
