@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Generator, NamedTuple, Optional, Sequence, cast
+from typing import Generator, Iterable, NamedTuple, Optional, Sequence, cast
 
 import numpy as np
 
@@ -65,6 +65,7 @@ _TPL_BATCH_MIN = 3  # below this many fits, a loop of single fits is as fast
 # Fits evaluated in one array pass: more spill the node arrays (~200 per fit) out of cache (measured
 # per fit: 21 µs at 8, 14 at 32, 20 at 64, 23 at 256).
 _TPL_CHUNK = 32
+_TPL_ALONE = 3  # this many evaluations or fewer are cheaper one by one (fixed cost ~60 µs a batch)
 
 
 @dataclass(frozen=True)
@@ -777,16 +778,22 @@ def fit_truncated_power_law_many(
     points = {k: next(it) for k, it in running.items()}
     while points:
         waiting = list(points)
-        for first in range(0, len(waiting), _TPL_CHUNK):
-            keys = waiting[first : first + _TPL_CHUNK]
+        n_chunks = -(-len(waiting) // _TPL_CHUNK)
+        for chunk in range(n_chunks):
+            keys = waiting[chunk::n_chunks]
             data = [cast(_TplData, prepared[k]) for k in keys]
-            evals = _tpl_objective_many(
-                np.array([points[k][0] for k in keys]),
-                np.array([points[k][1] for k in keys]),
-                np.array([d.mean_log for d in data]),
-                np.array([d.mean_y for d in data]),
-            )
-            for k, d, ev in zip(keys, data, zip(*(e.tolist() for e in evals))):
+            evals: Iterable[_Eval]
+            if len(keys) <= _TPL_ALONE:  # the last few fits: the batched call's overhead does not pay
+                evals = [_tpl_objective(*points[k], d.mean_log, d.mean_y) for k, d in zip(keys, data)]
+            else:
+                many = _tpl_objective_many(
+                    np.array([points[k][0] for k in keys]),
+                    np.array([points[k][1] for k in keys]),
+                    np.array([d.mean_log for d in data]),
+                    np.array([d.mean_y for d in data]),
+                )
+                evals = zip(*(e.tolist() for e in many))
+            for k, d, ev in zip(keys, data, evals):
                 try:
                     points[k] = running[k].send(ev)
                 except StopIteration as done:
