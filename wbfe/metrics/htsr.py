@@ -31,21 +31,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
-from wbfe.metrics.mp import MPFit, mp_fit
-from wbfe.metrics.powerlaw import PowerLawFit, TruncatedPowerLawFit, fit_power_law, fit_truncated_power_law
-
-
-# Until the batched fits land: the per-spectrum ones in a loop.
-def mp_fit_many(spectra: Sequence[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
-    return [mp_fit(e, N, M) for e in spectra]
-
-
-def fit_power_law_many(samples: Sequence[np.ndarray], *, min_tail: int, ww_compatible: bool) -> list[PowerLawFit]:
-    return [fit_power_law(x, min_tail=min_tail, ww_compatible=ww_compatible) for x in samples]
-
-
-def fit_truncated_power_law_many(samples: Sequence[np.ndarray], xmins: Sequence[float]) -> list[TruncatedPowerLawFit]:
-    return [fit_truncated_power_law(x, xmin=m) for x, m in zip(samples, xmins)]
+from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
+from wbfe.metrics.powerlaw import fit_power_law_many, fit_truncated_power_law_many
 from wbfe.spectra import Spectrum
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "WW_EVALS_THRESH", "WW_EPSILON", "GROUP"]
