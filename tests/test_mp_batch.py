@@ -15,6 +15,13 @@ from wbfe.metrics import mp
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
 
 
+@pytest.fixture(autouse=True)
+def batch_from_three(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of any size from 3 take the batch path (by default mp_fit_many loops below 16 spectra,
+    where the loop is faster): the small batches below test it, not the loop."""
+    monkeypatch.setattr(mp, "_BATCH_MIN", 3)
+
+
 def assert_same(batch: list[MPFit], spectra: list[np.ndarray], N: int, M: int) -> None:  # noqa: N803
     """Each batch fit is mp_fit's of its spectrum: every field bit for bit and of the same type, NaN for NaN."""
     assert len(batch) == len(spectra)
@@ -75,11 +82,24 @@ def test_tiny_spectra(n: int, ratio: int) -> None:
     assert_same(mp_fit_many(spectra, ratio * n, n), spectra, ratio * n, n)
 
 
-@pytest.mark.parametrize("size", [0, 1, 2, 3, 7, 64, 300])
-def test_batch_sizes(size: int) -> None:
+@pytest.mark.parametrize("batch_min", [3, 16])
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 7, 16, 64, 300])
+def test_batch_sizes(size: int, batch_min: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mp, "_BATCH_MIN", batch_min)  # 16: the default
+    batches = []
+
+    class Counted(mp._ResidualBatch):  # type: ignore[misc, name-defined]
+        def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
+            batches.append(to_fit.shape[0])
+            super().__init__(to_fit, Q)
+
+    monkeypatch.setattr(mp, "_ResidualBatch", Counted)
     spectra = (family("gauss", 16, 2, 150, seed=1) + family("heavy", 16, 2, 150, seed=2))[:size]
     fits = mp_fit_many(spectra, 32, 16)
     assert_same(fits, spectra, 32, 16)
+    # Below the threshold one by one; above, stacks of at most _BATCH_MAX (cache-sized).
+    assert sum(batches) == (size if size >= batch_min else 0)
+    assert all(batch <= mp._BATCH_MAX for batch in batches)
     if size >= 64:  # a real fit: bulk edges of (mostly) MP bulks, not all the same
         assert len({fit.sigma_mp for fit in fits}) > size // 2
         assert all(fit.reason is None and 0 < fit.bulk_min < fit.bulk_max for fit in fits)
@@ -332,14 +352,22 @@ def test_a_row_on_the_exact_residual_is_refitted(paths: Counter, monkeypatch: py
             values[0], exact[0] = np.nan, True
         return values, scales, exact
 
-    fast_one = mp._ResidualBatch.fast_one
-
-    def flagging_one(self, k, sigma):  # noqa: ANN001, ANN202
-        calls[0] += 1
-        return None if calls[0] % 7 == 0 else fast_one(self, k, sigma)
-
     monkeypatch.setattr(mp._ResidualBatch, "fast", flagging)
-    monkeypatch.setattr(mp._ResidualBatch, "fast_one", flagging_one)
     spectra = family("gauss", 32, 2, 20, seed=13)
     assert_same(paths["batch"](spectra, 64, 32), spectra, 64, 32)
     assert paths["refit"] >= 3
+
+
+def test_a_last_run_on_the_exact_residual_is_refitted(paths: Counter, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast_one = mp._ResidualBatch.fast_one
+    calls = [0]
+
+    def flagging_one(self, k, sigma):  # noqa: ANN001, ANN202
+        calls[0] += 1
+        return None if calls[0] % 4 == 0 else fast_one(self, k, sigma)
+
+    monkeypatch.setattr(mp._ResidualBatch, "fast_one", flagging_one)
+    monkeypatch.setattr(mp, "_LOCKSTEP_MIN", 6)  # the last five runs finish one by one
+    spectra = family("heavy", 32, 2, 9, seed=11)
+    assert_same(paths["batch"](spectra, 64, 32), spectra, 64, 32)
+    assert calls[0] >= 4 and paths["refit"] >= 1

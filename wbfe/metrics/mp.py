@@ -408,10 +408,10 @@ def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float
 
 # ------------------------------------------------------------------ many spectra of one shape at once
 
-_BATCH_MIN = 3  # fewer spectra: mp_fit one by one (the batch's fixed costs do not pay)
+_BATCH_MIN = 16  # fewer spectra: mp_fit one by one (the batch costs more below ~16: measured)
 _BATCH_MAX = 64  # more: in groups of about this many (larger stacks fall out of cache)
-_LOCKSTEP_MIN = 8  # fewer Nelder–Mead runs left: each finishes alone (the lockstep's step costs more)
-_CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized)
+_LOCKSTEP_MIN = 2  # fewer Nelder–Mead runs left: the last finishes alone (a step costs ~10 µs)
+_CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized: larger ones run slower)
 
 
 def mp_fit_many(spectra: Sequence[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
@@ -527,8 +527,16 @@ def _windows(rows: np.ndarray, width: int) -> np.ndarray:
 
 
 def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Σ_j u[i, j]·v[i, j] of every row (np.matmul of stacked vectors: BLAS, not einsum's loop)."""
-    return np.matmul(u[:, None, :], v[:, :, None])[:, 0, 0]
+    """Σ_j u[i, j]·v[i, j] of every row (np.vecdot where numpy has it: SIMD, one call)."""
+    if _vecdot is not None:
+        return _vecdot(u, v)
+    return np.einsum("ij,ij->i", u, v)
+
+
+_vecdot = getattr(np, "vecdot", None)  # numpy >= 2.0
+
+
+_WINDOW_SLACK = np.array([[-1.0], [2.0]])  # grid points beyond ⌊a/step⌋, ⌊b/step⌋ that may be inside
 
 
 class _ResidualBatch:
@@ -581,26 +589,33 @@ class _ResidualBatch:
 
     def support_sums(self, rows: np.ndarray, sigmas: np.ndarray, b, a, lo, hi):  # noqa: ANN001, ANN201
         """Fast values and scales of σ of rows whose supports lie in the windows [lo, hi) of them."""
-        t1 = np.empty(rows.size)
-        t2 = np.empty(rows.size)
         widths = hi - lo
-        order = np.argsort(widths)[::-1]  # widest first: each chunk pads to about its own width
-        widths, starts = widths[order].tolist(), (rows * _KDE_GRID + lo)[order]
-        b, a = b[order, None], a[order, None]
-        start = 0
-        while start < rows.size:
-            stop = min(rows.size, start + max(1, _CHUNK // max(widths[start], 1)))
-            width = widths[start]
-            # Row i: the points [lo_i, lo_i + width) of its row, copied as whole slices.
-            x, h, g = (v[starts[start:stop], :width] for v in self.windows)
-            d = np.subtract(b[start:stop], x)
-            d *= np.subtract(x, a[start:stop], out=x)
-            np.fmax(d, 0.0, out=d)  # 0 off the support (and on the +inf padding)
-            at = order[start:stop]
-            t1[at] = _row_dots(d, h)
-            t2[at] = _row_dots(np.sqrt(d, out=d), g)
-            start = stop
+        starts = rows * _KDE_GRID + lo
+        width = int(np.max(widths)) if rows.size else 0
+        if rows.size * width <= 4 * _CHUNK:  # one step (most Nelder–Mead steps)
+            t1, t2 = self._window_sums(starts, width, b[:, None], a[:, None])
+        else:
+            t1 = np.empty(rows.size)
+            t2 = np.empty(rows.size)
+            order = np.argsort(widths)[::-1]  # widest first: each chunk pads to about its own width
+            widths_desc, starts, b, a = widths[order].tolist(), starts[order], b[order, None], a[order, None]
+            start = 0
+            while start < rows.size:
+                stop = min(rows.size, start + max(1, _CHUNK // max(widths_desc[start], 1)))
+                at = order[start:stop]
+                t1[at], t2[at] = self._window_sums(starts[start:stop], widths_desc[start], b[start:stop], a[start:stop])
+                start = stop
         return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2[rows], t1, t2)
+
+    def _window_sums(self, starts: np.ndarray, width: int, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Σ d/x² and Σ √d·y/x, d = (b − x)(x − a) where > 0, over the ``width`` points from each start."""
+        # Each row's points copied as one slice from the strided views (not gathered one by one).
+        x, h, g = (v[starts, :width] for v in self.windows)
+        d = np.subtract(b, x)
+        d *= np.subtract(x, a, out=x)
+        np.fmax(d, 0.0, out=d)  # 0 off the support (and on the +inf padding)
+        t1 = _row_dots(d, h)
+        return t1, _row_dots(np.sqrt(d, out=d), g)
 
     def fast(self, rows: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`_MPResidual.fast` of σ of each row: values, scales and the rows where it would
@@ -616,15 +631,16 @@ class _ResidualBatch:
         a = (sigmas * (1 - self.inv_sq)) ** 2
         off = self.off(rows, b, a)
         values, scales = self.off_grid[rows].astype(np.float64), np.zeros(rows.size)
-        on = np.flatnonzero(~off & (a > 0.0))
+        inside = ~off & (a > 0.0)
+        on = np.flatnonzero(inside)
         if on.size:
-            r = rows[on]
-            step = self.step[r]
+            if on.size < rows.size:
+                rows, sigmas, b, a = rows[on], sigmas[on], b[on], a[on]
             # Windows holding each support (a, b) ⊂ (0, x_last]: np.linspace's points i·step.
-            lo = np.clip(np.floor(a[on] / step) - 1.0, 0, _KDE_GRID).astype(np.intp)
-            hi = np.clip(np.floor(b[on] / step) + 2.0, 0, _KDE_GRID).astype(np.intp)
-            values[on], scales[on] = self.support_sums(r, sigmas[on], b[on], a[on], lo, hi)
-        exact = ~off & ~(a > 0.0) | ~np.isfinite(values)
+            window = np.floor(np.stack((a, b)) / self.step[rows]) + _WINDOW_SLACK
+            lo, hi = np.clip(window, 0, _KDE_GRID, out=window).astype(np.intp)
+            values[on], scales[on] = self.support_sums(rows, sigmas, b, a, lo, hi)
+        exact = ~(off | inside) | ~np.isfinite(values)
         return values, scales, exact
 
     def fast_one(self, k: int, sigma: float) -> Optional[tuple[float, float]]:
