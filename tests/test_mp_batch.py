@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import fields
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -88,7 +89,7 @@ def test_batch_sizes(size: int, batch_min: int, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(mp, "_BATCH_MIN", batch_min)  # 16: the default
     batches = []
 
-    class Counted(mp._ResidualBatch):  # type: ignore[misc, name-defined]
+    class Counted(mp._ResidualBatch):
         def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
             batches.append(to_fit.shape[0])
             super().__init__(to_fit, Q)
@@ -117,11 +118,17 @@ def test_inputs_the_batch_does_not_take_are_fitted_one_by_one() -> None:
 # ---------------------------------------------------------------- the paths off the common one
 
 
+class Paths(Counter):
+    """Counts of the paths taken, and ``batch``: mp_fit_many that counts them."""
+
+    batch: Callable[[list[np.ndarray], int, int], list[MPFit]]
+
+
 @pytest.fixture
-def paths(monkeypatch: pytest.MonkeyPatch) -> Counter:
+def paths(monkeypatch: pytest.MonkeyPatch) -> Paths:
     """Counts, inside mp_fit_many, the spectra refitted alone, the Nelder–Mead runs that met a near
     tie or ran out of evaluations, and the evaluations of the runs finished one by one."""
-    hits: Counter = Counter()
+    hits = Paths()
     in_batch = [False]
     steps, fit_one, fast_one = mp._nelder_mead_steps, mp.mp_fit, mp._ResidualBatch.fast_one
 
@@ -163,7 +170,7 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> Counter:
     monkeypatch.setattr(mp, "_nelder_mead_steps", counted_steps)
     monkeypatch.setattr(mp, "mp_fit", counted_fit)
     monkeypatch.setattr(mp._ResidualBatch, "fast_one", counted_fast_one)
-    hits["batch"] = batch  # type: ignore[assignment]
+    hits.batch = batch
     return hits
 
 
@@ -180,41 +187,41 @@ def _near_tie_spectrum(seed: int) -> tuple[np.ndarray, int, int]:
 
 
 @pytest.mark.parametrize("seed", [655, 1145, 1596, 383])
-def test_near_ties_are_decided_exactly(paths: Counter, seed: int) -> None:
+def test_near_ties_are_decided_exactly(paths: Paths, seed: int) -> None:
     e, N, M = _near_tie_spectrum(seed)
     rng = np.random.default_rng(seed)
     spectra = [np.sort(e * rng.uniform(0.5, 2.0)) if k else e for k in range(6)]  # rescaled: same fit
     spectra += [eigs_of(rng.standard_normal((N, M))) for _ in range(6)]
-    fits = paths["batch"](spectra, N, M)
+    fits = paths.batch(spectra, N, M)
     assert paths["near tie"] >= 1 and paths["refit"] >= 1
     assert_same(fits, spectra, N, M)
 
 
 def test_coarse_rounding_bound_sends_many_decisions_to_the_exact_residual(
-    paths: Counter, monkeypatch: pytest.MonkeyPatch
+    paths: Paths, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A bound 10⁵ times too wide: near ties in the grid and in Nelder–Mead everywhere, all decided exactly.
     monkeypatch.setattr(mp, "_FAST_REL_ERR", 1e-6)
     for n, ratio in ((16, 2), (32, 1), (24, 9)):
         spectra = family("gauss", n, ratio, 10, seed=n) + family("heavy", n, ratio, 10, seed=n + 1)
-        fits = paths["batch"](spectra, ratio * n, n)
+        fits = paths.batch(spectra, ratio * n, n)
         assert_same(fits, spectra, ratio * n, n)
     assert paths["near tie"] >= 5 and paths["refit"] >= 10
 
 
-def test_out_of_evaluations(paths: Counter, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_out_of_evaluations(paths: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
     # No spectrum found whose Nelder–Mead runs out of its 200 evaluations; with 12 most do, and stop
     # mid-iteration as scipy does (its _MaxFuncCallError, tested against fmin in test_htsr).
     monkeypatch.setattr(mp, "_NM_MAXFUN", 12)
     for n, ratio in ((16, 2), (16, 1), (40, 4)):
         spectra = family("heavy", n, ratio, 16, seed=7 * n + ratio)
-        assert_same(paths["batch"](spectra, ratio * n, n), spectra, ratio * n, n)
+        assert_same(paths.batch(spectra, ratio * n, n), spectra, ratio * n, n)
     assert paths["maxfun"] >= 20
 
 
-def test_last_runs_finish_alone(paths: Counter) -> None:
+def test_last_runs_finish_alone(paths: Paths) -> None:
     spectra = family("heavy", 32, 2, 9, seed=11)
-    fits = paths["batch"](spectra, 64, 32)
+    fits = paths.batch(spectra, 64, 32)
     assert paths["alone"] > 0  # some runs outlast the lockstep's few
     assert_same(fits, spectra, 64, 32)
 
@@ -339,7 +346,7 @@ def test_decisions_hold_for_any_error_within_the_bound(monkeypatch: pytest.Monke
         assert_same(mp_fit_many(spectra, ratio * n, n), spectra, ratio * n, n)
 
 
-def test_a_row_on_the_exact_residual_is_refitted(paths: Counter, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_row_on_the_exact_residual_is_refitted(paths: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
     # Rows flagged for the exact residual (a lower edge at 0, a non-finite value: rare in real spectra)
     # leave the lockstep; their fast value must not be used. Flag some, with garbage values.
     fast = mp._ResidualBatch.fast
@@ -354,11 +361,11 @@ def test_a_row_on_the_exact_residual_is_refitted(paths: Counter, monkeypatch: py
 
     monkeypatch.setattr(mp._ResidualBatch, "fast", flagging)
     spectra = family("gauss", 32, 2, 20, seed=13)
-    assert_same(paths["batch"](spectra, 64, 32), spectra, 64, 32)
+    assert_same(paths.batch(spectra, 64, 32), spectra, 64, 32)
     assert paths["refit"] >= 3
 
 
-def test_a_last_run_on_the_exact_residual_is_refitted(paths: Counter, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_last_run_on_the_exact_residual_is_refitted(paths: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
     fast_one = mp._ResidualBatch.fast_one
     calls = [0]
 
@@ -369,5 +376,5 @@ def test_a_last_run_on_the_exact_residual_is_refitted(paths: Counter, monkeypatc
     monkeypatch.setattr(mp._ResidualBatch, "fast_one", flagging_one)
     monkeypatch.setattr(mp, "_LOCKSTEP_MIN", 6)  # the last five runs finish one by one
     spectra = family("heavy", 32, 2, 9, seed=11)
-    assert_same(paths["batch"](spectra, 64, 32), spectra, 64, 32)
+    assert_same(paths.batch(spectra, 64, 32), spectra, 64, 32)
     assert calls[0] >= 4 and paths["refit"] >= 1

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Generator, Optional, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["MPFit", "mp_fit", "mp_fit_many"]
 
@@ -414,7 +415,7 @@ _LOCKSTEP_MIN = 2  # fewer Nelder–Mead runs left: the last finishes alone (a s
 _CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized: larger ones run slower)
 
 
-def mp_fit_many(spectra: Sequence[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
+def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  # noqa: N803
     """:func:`mp_fit` of many spectra of one matrix shape, equal to it field for field, vectorised.
 
     The rescaling, the KDEs, the σ grids and their pruning run on the whole stack, and the
@@ -425,7 +426,7 @@ def mp_fit_many(spectra: Sequence[np.ndarray], N: int, M: int) -> list[MPFit]:  
 
     Args:
         spectra: eigenvalues of each matrix (zeros included); spectra of different lengths, or
-            fewer than three, are fitted one by one.
+            fewer than 16 (where the loop is faster), are fitted one by one.
         N: larger side of every matrix (WeightWatcher's N).
         M: smaller side of every matrix (WeightWatcher's M).
 
@@ -449,8 +450,8 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     results: list[Optional[MPFit]] = [None] * len(arrays)
     if rows.size < _BATCH_MIN:
         return [mp_fit(e, N, M) for e in arrays]
-    for k in np.flatnonzero(~(sums > 0.0)):
-        results[k] = mp_fit(arrays[k], N, M)  # empty or all-zero: mp_fit's failure
+    for empty in np.flatnonzero(~(sums > 0.0)).tolist():
+        results[empty] = mp_fit(arrays[empty], N, M)  # empty or all-zero: mp_fit's failure
     Q = N / M
     e = stack[rows]
     w_scale = np.sqrt(e.shape[1]) / np.sqrt(sums[rows])
@@ -545,13 +546,15 @@ class _ResidualBatch:
     [lo, lo + width) of a row (the arrays run on past the last row, where x = +inf)."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
-        self.to_fit, self.Q = to_fit, Q
+        self.Q = Q
         n_rows = to_fit.shape[0]
         stop = np.max(to_fit, axis=1) + 0.5
         self.x = np.full(n_rows * _KDE_GRID + _KDE_GRID, np.inf)
         xde = self.x[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID)
-        xde[:] = np.linspace(0.0, stop, _KDE_GRID, axis=1)  # each row np.linspace(0, stop, 1000)
-        self.step = stop / (_KDE_GRID - 1)  # np.linspace's: xde[i] = i·step but the last (stop)
+        # Each row np.linspace(0, stop, 1000) as numpy computes it: i·step (+ 0), the last one stop.
+        self.step = stop / (_KDE_GRID - 1)
+        np.multiply(np.arange(_KDE_GRID, dtype=np.float64), self.step[:, None], out=xde)
+        xde[:, -1] = stop
         yde = _linear_kde_rows(to_fit, xde, self.step, _KDE_BANDWIDTH)
         good = yde > _KDE_FLOOR
         self.n_good = np.count_nonzero(good, axis=1)
@@ -582,7 +585,7 @@ class _ResidualBatch:
             np.cumsum(v, axis=1, out=out[:, 1:])
         self.windows = tuple(_windows(v, _KDE_GRID) for v in (self.x, self.h, self.g))
 
-    def off(self, rows: np.ndarray, b: np.ndarray, a: np.ndarray) -> np.ndarray:
+    def off(self, rows, b, a):  # noqa: ANN001, ANN201 - arrays, or one row's scalars
         """:meth:`_MPResidual.off` of each (row, edges)."""
         x_peak = self.x_peak[rows]
         return (b < x_peak) | (b > self.x_last[rows]) | (a > x_peak)
@@ -653,14 +656,13 @@ class _ResidualBatch:
             return (float(value), float(scale)) if math.isfinite(value) else None
         b = (sigma * (1 + self.inv_sq)) ** 2
         a = (sigma * (1 - self.inv_sq)) ** 2
-        x_peak = self.x_peak[k]
-        if b < x_peak or b > self.x_last[k] or a > x_peak:
+        if self.off(k, b, a):
             return float(self.off_grid[k]), 0.0
         if not a > 0.0:
             return None
-        step = self.step[k]
-        at = k * _KDE_GRID
-        lo, hi = at + max(math.floor(a / step) - 1, 0), at + min(math.floor(b / step) + 2, _KDE_GRID)
+        step, at = float(self.step[k]), k * _KDE_GRID
+        lo = at + max(math.floor(a / step) + int(_WINDOW_SLACK[0, 0]), 0)
+        hi = at + min(math.floor(b / step) + int(_WINDOW_SLACK[1, 0]), _KDE_GRID)
         xs = self.x[lo:hi]
         d = (b - xs) * (xs - a)
         np.fmax(d, 0.0, out=d)
