@@ -113,6 +113,15 @@ def test_inputs_the_batch_does_not_take_are_fitted_one_by_one() -> None:
     assert_same(mp_fit_many(zeros, 32, 16), zeros, 32, 16)
     lists = [list(e) for e in family("heavy", 10, 2, 4, seed=6)]  # sequences, not arrays
     assert_same(mp_fit_many(lists, 20, 10), [np.asarray(e) for e in lists], 20, 10)
+    odd = family("gauss", 10, 2, 6, seed=7)
+    odd[1] = np.r_[odd[1][:-1], np.nan]  # NaN: mp_fit's failure
+    odd[2] = np.r_[-1e-3, odd[2][1:]]  # a negative eigenvalue: fitted as mp_fit fits it
+    assert_same(mp_fit_many(odd, 20, 10), odd, 20, 10)
+    odd[3] = np.r_[odd[3][:-1], np.inf]  # inf: mp_fit raises, and so does the batch
+    with np.errstate(invalid="ignore"), pytest.raises(ValueError, match="argmax of an empty sequence"):
+        mp_fit(odd[3], 20, 10)
+    with np.errstate(invalid="ignore"), pytest.raises(ValueError, match="argmax of an empty sequence"):
+        mp_fit_many(odd, 20, 10)
 
 
 # ---------------------------------------------------------------- the paths off the common one

@@ -446,12 +446,15 @@ def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  #
 def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
     stack = np.stack(arrays)
     sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
-    rows = np.flatnonzero(sums > 0.0)
+    # Rows fitted alone: empty or all-zero (mp_fit's failure), non-finite or negative values
+    # (whatever mp_fit makes of them, error included).
+    common = (sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0)
+    rows = np.flatnonzero(common)
     results: list[Optional[MPFit]] = [None] * len(arrays)
     if rows.size < _BATCH_MIN:
         return [mp_fit(e, N, M) for e in arrays]
-    for empty in np.flatnonzero(~(sums > 0.0)).tolist():
-        results[empty] = mp_fit(arrays[empty], N, M)  # empty or all-zero: mp_fit's failure
+    for alone in np.flatnonzero(~common).tolist():
+        results[alone] = mp_fit(arrays[alone], N, M)
     Q = N / M
     e = stack[rows]
     w_scale = np.sqrt(e.shape[1]) / np.sqrt(sums[rows])
