@@ -58,9 +58,10 @@ elif tool == "floor":
     # wbfe._blas) on every matrix wbfe scores, the tensors already in memory; no reading, hashing,
     # fits or rows. With several BLAS threads, the better of one matrix at a time on all of them and
     # one matrix per thread, largest first.
-    import os, torch
+    import torch
     from concurrent.futures import ThreadPoolExecutor
     from wbfe.matrices import MatrixPlan, as_matrices, plan_matrix
+    from wbfe.pipeline import worker_count
     from wbfe.sources import open_source
     from wbfe.spectra import eigenvalues, pin_threads
     cpu = torch.device("cpu")
@@ -76,7 +77,7 @@ elif tool == "floor":
     for ms in groups:
         eigenvalues(ms, cpu)
     elapsed = time.perf_counter() - start
-    threads = int(os.environ.get("OPENBLAS_NUM_THREADS") or os.cpu_count())
+    threads = worker_count(cpu)  # the workers wbfe's own pipeline would use
     if threads > 1:
         with pin_threads(), ThreadPoolExecutor(threads) as pool:
             start = time.perf_counter()
