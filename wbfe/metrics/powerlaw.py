@@ -586,10 +586,14 @@ def _damping_sequence() -> tuple[float, ...]:
 _DAMPINGS = _damping_sequence()
 
 
-def _ldl(h00: float, h01: float, h11: float) -> tuple[float, float]:
-    """β = h01/h00 and the Schur complement h11 − β·h01 of [[h00, h01], [h01, h11]] = L·D·Lᵀ."""
+def _ldl(h00: float, h01: float, h11: float) -> Optional[tuple[float, float]]:
+    """β = h01/h00 and the Schur complement h11 − β·h01 of [[h00, h01], [h01, h11]] = L·D·Lᵀ, or
+    None when the matrix is not (numerically) positive definite."""
     beta = h01 / h00 if h00 != 0.0 else math.nan
-    return beta, h11 - beta * h01
+    schur = h11 - beta * h01
+    if math.isfinite(h00) and math.isfinite(h01) and math.isfinite(h11) and h00 > 0.0 and schur > 0.0:
+        return beta, schur
+    return None
 
 
 def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tuple[float, float]:
@@ -598,17 +602,16 @@ def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tu
     LDLᵀ without pivoting is backward stable for a positive definite H; the Hessian here is a
     covariance, nearly singular when the tail is narrow (log y and y nearly proportional).
     """
-    s00, s11 = h00, h11
-    beta, schur = _ldl(s00, h01, s11)
-    if not (math.isfinite(s00) and math.isfinite(h01) and math.isfinite(s11) and s00 > 0.0 and schur > 0.0):
-        for damping in _DAMPINGS:
-            s00 = h00 + damping * (abs(h00) + 1e-300)
-            s11 = h11 + damping * (abs(h11) + 1e-300)
-            beta, schur = _ldl(s00, h01, s11)
-            if math.isfinite(s00) and math.isfinite(h01) and math.isfinite(s11) and s00 > 0.0 and schur > 0.0:
-                break
-        else:
-            s00, beta, schur = 1.0, 0.0, 1.0
+    s00 = h00
+    factors = _ldl(h00, h01, h11)
+    for damping in _DAMPINGS if factors is None else ():
+        s00 = h00 + damping * (abs(h00) + 1e-300)
+        factors = _ldl(s00, h01, h11 + damping * (abs(h11) + 1e-300))
+        if factors is not None:
+            break
+    if factors is None:
+        s00, factors = 1.0, (0.0, 1.0)
+    beta, schur = factors
     step1 = (beta * g0 - g1) / schur
     return -g0 / s00 - beta * step1, step1
 
