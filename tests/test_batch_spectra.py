@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import wbfe
-from wbfe import scoring, spectra
+from wbfe import spectra
+from wbfe.engine import jobs
 from wbfe.spectra import DegenerateMatrixError, spectra_batch, spectrum
 
 CPU = torch.device("cpu")
@@ -77,7 +78,7 @@ def _experts(n=24, seed=0):
 @pytest.mark.parametrize("metrics", ["bfe,htsr", "bfe,htsr,rand"])
 def test_scoring_in_batches_equals_one_at_a_time(monkeypatch, metrics):
     batched = wbfe.score(_experts(), metrics=metrics, device="cpu")
-    monkeypatch.setattr(scoring, "batchable", lambda *a: False)
+    monkeypatch.setattr(jobs, "batchable", lambda *a: False)
     single = wbfe.score(_experts(), metrics=metrics, device="cpu")
     assert [r["name"] for r in batched.layers] == [r["name"] for r in single.layers]
     assert batched.skipped == single.skipped
@@ -100,7 +101,7 @@ def test_batches_are_used_and_bounded(monkeypatch):
         calls.append(len(matrices))
         return real(matrices, device)
 
-    monkeypatch.setattr(scoring, "spectra_batch", spy)
+    monkeypatch.setattr(jobs, "spectra_batch", spy)
     monkeypatch.setattr(spectra, "_BATCH_BYTES", 8 * 5 * (64 * 32 + 32 * 32))  # 5 experts a batch
     wbfe.score(_experts(), metrics="bfe", device="cpu")
     assert calls == []  # BFE-W alone: a Cholesky factor per matrix, not an eigen-solve

@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import save_file
 
 import wbfe
-from wbfe import pipeline, scoring, spectra
+from wbfe import pipeline, spectra
+from wbfe.engine import jobs
 
 
 def _checkpoint(path: Path) -> Path:
@@ -43,7 +44,7 @@ def test_workers_give_the_sequential_scores_in_stream_order(tmp_path: Path, monk
         threads[tuple(matrices[0].shape)] = threading.current_thread().name
         return spectra.spectrum(matrices, device, **kw)
 
-    monkeypatch.setattr(scoring, "spectrum", spectrum)
+    monkeypatch.setattr(jobs, "spectrum", spectrum)
     seen: list[str] = []
     two = wbfe.score(path, metrics=metrics, device="cpu", progress=lambda done, total, name: seen.append(name))
     assert threads[(300, 600)].startswith("wbfe-score") and threads[(256, 256)].startswith("wbfe-score")

@@ -316,11 +316,11 @@ def test_worker_job_limits_the_loaded_blas_pools() -> None:
     """NumPy's BLAS is loaded before a worker's job runs: setting OMP/OPENBLAS_NUM_THREADS then has no
     effect, so the job limits the pools through threadpoolctl, and restores them afterwards."""
     from wbfe.options import ScoreOptions
-    from wbfe.ranking.ranker import _job
+    from wbfe.executors.local import run_with_threads
 
     np.ones(4) @ np.ones(4)  # make sure the BLAS is loaded, as it is in a real worker
     before = _thread_counts("", None)["threads"]
     if before == [1]:
         pytest.skip("the BLAS already runs one thread here: nothing to limit")
-    assert _job(_thread_counts, "unused", ScoreOptions(metrics="bfe"), 1) == {"threads": [1]}
+    assert run_with_threads(1, _thread_counts, ("unused", ScoreOptions(metrics="bfe"))) == {"threads": [1]}
     assert _thread_counts("", None)["threads"] == before  # torch's own pool stays at the worker's share

@@ -43,7 +43,7 @@ def test_an_address_where_nothing_listens_is_refused_at_once() -> None:
     import socket
     import time
 
-    from wbfe.executors._ray import check_reachable
+    from wbfe.executors.ray_cluster import check_reachable
 
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
         probe.bind(("127.0.0.1", 0))
@@ -70,7 +70,7 @@ def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_task_resources_come_from_the_device_and_the_largest_tensor(tmp_path: Path) -> None:
-    from wbfe.executors._ray import largest_tensor_elements, task_resources
+    from wbfe.executors.ray_cluster import largest_tensor_elements, task_resources
 
     spec = make_zoo(tmp_path / "zoo", 1, width=48)
     largest = largest_tensor_elements(str(spec.parent / "m0.safetensors"))
@@ -121,11 +121,12 @@ def test_sharded_score_on_ray_equals_local(tmp_path: Path, local_ray: None) -> N
                                 f"all done in {seen[-1][2].rsplit(' in ', 1)[1]}"), seen
     # One file split into groups of tensors (here one tensor per task): the same result again.
     from wbfe.executors.ray_score import plan_parts, score_on_ray
+    from wbfe.scoring import score_here
     from wbfe.options import ScoreOptions
 
     single = make_zoo(tmp_path / "zoo", 1).parent / "m0.safetensors"
     assert [len(p.names) for p in plan_parts(single, part_bytes=1)] == [1, 1, 1, 1]  # type: ignore[union-attr]
-    split = score_on_ray(single, ScoreOptions(), ExecutorOptions("ray"), part_bytes=1).to_dict()
+    split = score_on_ray(single, ScoreOptions(), ExecutorOptions("ray"), score_here, part_bytes=1).to_dict()
     split["model"].pop("executor")
     assert split == wbfe.score(single).to_dict()
     # A format that is not split (a torch pickle) is scored whole by one task: the same result.
@@ -179,10 +180,11 @@ def test_small_experts_score_on_ray_exactly_as_locally(tmp_path: Path, local_ray
     import wbfe
     from tests.test_experts import _common, _experts, _fused, _save
     from wbfe.executors.ray_score import score_on_ray
+    from wbfe.scoring import score_here
     from wbfe.options import ScoreOptions
 
     folder = _save(tmp_path / "moe", _common() | _fused(_experts(), "qwen"), "qwen3_moe")
     options = ScoreOptions(metrics=("bfe", "htsr"))
-    on_ray = score_on_ray(folder, options, ExecutorOptions("ray")).to_dict()
+    on_ray = score_on_ray(folder, options, ExecutorOptions("ray"), score_here).to_dict()
     on_ray["model"].pop("executor")
     assert on_ray == wbfe.score(folder, options=options).to_dict()

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
-from wbfe.matrices import Skip, find_head, plan_matrix, role_of
+from wbfe.matrices import Skip, find_head, role_of
 from wbfe.metrics.bfe import bfe
 from wbfe.sources import TensorEntry, open_source
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
@@ -124,10 +124,9 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
     return modules, whole, skipped
 
 
-def score_adapter(source: Any, options: Any, metric_options: Any, groups: tuple[Any, ...], *, base: Any = None,
-                  top_k: int = 10) -> Any:
-    """Score an opened adapter ``source`` (see the module docstring; the caller closes it);
-    ``options`` etc. as :func:`wbfe.score` resolved them. Returns a :class:`~wbfe.scoring.ModelScore`.
+def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 10) -> Any:
+    """Score an opened adapter ``source`` (see the module docstring; the caller closes it) under
+    ``options`` (a :class:`~wbfe.options.ScoreOptions`). Returns a :class:`~wbfe.engine.ModelScore`.
 
     Raises:
         InvalidOptionError: ``base`` given but ``source`` is not an adapter.
@@ -136,11 +135,11 @@ def score_adapter(source: Any, options: Any, metric_options: Any, groups: tuple[
             another shape.
         NoUsableMatrixError: nothing to score.
     """
-    from wbfe._provenance import installed_versions
-    from wbfe.scoring import ModelScore, score
-    from wbfe.spectra import pin_threads, resolve_device
+    from wbfe import engine
+    from wbfe.spectra import pin_threads
 
-    torch_device = resolve_device(options.device)
+    context = engine.Context.of(options)
+    groups, metric_options = context.groups, context.metric_options
     if not isinstance(source, AdapterSource):
         raise InvalidOptionError(f"--base applies to a PEFT LoRA adapter folder (adapter_config.json); "
                                  f"{source.provenance.source} is not one")
@@ -162,19 +161,19 @@ def score_adapter(source: Any, options: Any, metric_options: Any, groups: tuple[
             layers.append(row)
     provenance = source.provenance.to_dict()
     if whole:
-        saved = score({entry.name: entry.load() for entry in whole}, options=options)
+        with open_source({entry.name: entry.load() for entry in whole}) as saved_whole:
+            saved = engine.score_source(saved_whole, options)
         for row in saved.layers:
             row["kind"] = "modules_to_save"
         layers += saved.layers
         skipped += saved.skipped
     if base is not None:
-        provenance["base"] = _merge_with_base(base, layers, factors, lora, groups, metric_options, torch_device,
-                                              top_k, options.min_eigs)
-    provenance.update({"device": str(torch_device), "versions": installed_versions(),
-                       "options": {**options.to_dict(), "base": None if base is None else str(base)}})
+        provenance["base"] = _merge_with_base(base, layers, factors, lora, context, top_k)
+    provenance = engine.provenance_of(provenance, context)
+    provenance["options"] = {**options.to_dict(), "base": None if base is None else str(base)}
     if not layers:
         raise NoUsableMatrixError(f"{provenance['source']}: the adapter holds no LoRA module and nothing saved whole")
-    return ModelScore(model=provenance, layers=layers, skipped=skipped, summary=_summarise(layers, groups, base is not None))
+    return engine.ModelScore(model=provenance, layers=layers, skipped=skipped, summary=_summarise(layers, groups, base is not None))
 
 
 @dataclass(frozen=True)
@@ -231,32 +230,32 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
 
 
 def _merge_with_base(
-    base: Any, layers: list[dict[str, Any]], factors: dict[str, _Factors], lora: LoraConfig,
-    groups: tuple[Any, ...], metric_options: Any, device: Any, top_k: int, min_eigs: int,
+    base: Any, layers: list[dict[str, Any]], factors: dict[str, _Factors], lora: LoraConfig, context: Any, top_k: int,
 ) -> dict[str, Any]:
     """Add the merged-module columns to ``layers`` (base and merged metrics, the change), streaming
-    the base one tensor at a time; returns the base's provenance."""
+    the base one tensor at a time as a score reads it (quantised weights dequantised, fused expert
+    stacks split); returns the base's provenance."""
     import torch
 
-    from wbfe.comparison import _change
+    from wbfe import engine
+    from wbfe.change import matrix_change
     from wbfe.matrices import as_matrices
-    from wbfe.scoring import _spectrum_job
     from wbfe.spectra import DegenerateMatrixError, pin_threads
 
     by_weight = {f"{name}.weight": name for name in factors}
     rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}
     found: set[str] = set()
     with open_source(base) as source:
-        for entry in source.entries():
+        for entry, consumed in engine.entries(source):
             module = by_weight.get(entry.name)
-            if module is None:
+            if module is None or consumed is not None:
                 continue
             row = rows[entry.name]
             found.add(entry.name)
             if tuple(entry.shape) != tuple(row["shape"]):
                 raise CorruptCheckpointError(f"{base}: {entry.name} has shape {list(entry.shape)} but the adapter's "
                                              f"ΔW is {row['shape']}: not this adapter's base model")
-            plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv="flatten", min_eigs=min_eigs)
+            plan = engine.plan_entry(entry, min_eigs=context.options.min_eigs)
             if isinstance(plan, Skip):
                 row["reasons"]["merged"] = f"base weight: {plan.reason}"
                 continue
@@ -269,13 +268,14 @@ def _merge_with_base(
                 merged64 = _dora_rescale(merged64, f.magnitude, lora.fan_in_fan_out or f.embedding)
             merged = torch.from_numpy(merged64)
             with pin_threads():
-                specs = [_spectrum_job(as_matrices(t, plan), device, True, groups, metric_options, entry.name)()
+                specs = [engine.spectrum_of(as_matrices(t, plan), context, entry.name, need_eigs=True)
                          for t in (w0, merged)]
                 bad = [f"{lab}: {s}" for lab, s in zip(("base", "merged"), specs) if isinstance(s, DegenerateMatrixError)]
                 if bad:
                     row["reasons"]["merged"] = "; ".join(bad)
                     continue
-                change = _change(w0, merged, plan, specs[0], specs[1], groups, metric_options, top_k)
+                change = matrix_change(w0, merged, plan, specs[0], specs[1], context.groups, context.metric_options,
+                                       top_k)
             del w0, merged, merged64
             _add_change(row, change)
         provenance = source.provenance.to_dict()

@@ -33,12 +33,13 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from wbfe import engine
 from wbfe._provenance import installed_versions
+from wbfe.change import is_number, matrix_change, subspace_overlap, top_singular
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix
-from wbfe.metrics import MetricOptions, resolve_groups
-from wbfe.metrics.bfe import parse_lambda
-from wbfe.metrics.rand import log_spectrum_distance
+from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head
+from wbfe.metrics import resolve_groups
+from wbfe.options import ScoreOptions
 from wbfe.pipeline import worker_count
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
@@ -116,39 +117,6 @@ def parse_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
     return out
 
 
-def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(U_k, s_k, V_k)``: the k largest singular values of a float64 matrix, descending, and
-    their left and right singular vectors (columns); k is cut to the number of nonzero ones.
-
-    From the top-k eigenvectors of the smaller Gram matrix (LAPACK's subset eigen-solver), the
-    other side as M·v / s: a dense SVD of a 1,024 × 256 matrix took 0.1 s on one thread and 2-6 s
-    on two busy ones, while the Gram route is a product and a partial eigen-solve.
-    """
-    from scipy.linalg import eigh
-
-    rows, cols = matrix.shape
-    wide = rows <= cols
-    gram = matrix @ matrix.T if wide else matrix.T @ matrix
-    p = gram.shape[0]
-    k = min(k, p)
-    values, vectors = eigh(gram, subset_by_index=[p - k, p - 1], check_finite=False, overwrite_a=True)
-    values, vectors = values[::-1], vectors[:, ::-1]
-    # Below p·eps·λ_max an eigenvalue of the Gram matrix is rounding (as in wbfe.spectra).
-    keep = values > max(values[0], 0.0) * p * np.finfo(np.float64).eps
-    s = np.sqrt(values[keep])
-    vectors = vectors[:, keep]
-    other = (matrix.T @ vectors if wide else matrix @ vectors) / s
-    return (vectors, s, other) if wide else (other, s, vectors)
-
-
-def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
-    """‖aᵀb‖_F² / k for two matrices of k orthonormal columns each (the first k of either, when
-    one has more): the mean squared cosine of the principal angles between their spans (1
-    identical, 0 orthogonal)."""
-    k = min(a.shape[1], b.shape[1])
-    return float(np.sum((a[:, :k].T @ b[:, :k]) ** 2) / k) if k else math.nan
-
-
 def compare(
     a: Any,
     b: Any,
@@ -161,6 +129,7 @@ def compare(
     device: str = "auto",
     min_eigs: int = 10,
     seed: int = 0,
+    progress: Optional[engine.Progress] = None,
 ) -> Comparison:
     """Compare checkpoint ``b`` against checkpoint ``a``, matrix by matrix.
 
@@ -172,6 +141,8 @@ def compare(
         top_k: size of the singular subspaces whose overlap is reported.
         layers: only tensors whose (A) name matches this regular expression.
         lam, device, min_eigs, seed: as for :func:`wbfe.score`.
+        progress: called as each matched pair is done, with (done, total, name); the total is A's
+            stored tensors, raised to the count done where fused experts are split.
 
     Raises:
         InvalidOptionError: a bad option value, or a LoRA adapter folder (its tensors are factors).
@@ -185,31 +156,24 @@ def compare(
         >>> c.layers[0]["rel_frobenius"], c.layers[0]["d_bfe"]
         (1.0, 0.0)
     """
-    from wbfe.scoring import _spectrum_job
-
     groups = resolve_groups(metrics)
     renames = parse_name_map(name_map)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InvalidOptionError(f"top_k must be a positive integer, not {top_k!r}")
-    if not isinstance(min_eigs, int) or min_eigs < 1:
-        raise InvalidOptionError(f"min_eigs must be a positive integer, not {min_eigs!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InvalidOptionError(f"seed must be a non-negative integer, not {seed!r}")
-    try:
-        pattern = re.compile(layers) if layers else None
-    except re.error as exc:
-        raise InvalidOptionError(f"--layers is not a valid regular expression: {exc}") from None
-    lam_value = parse_lambda(lam)
-    torch_device = resolve_device(device)
-    metric_options = MetricOptions(lam=lam_value, seed=seed)
+    # The options a score would take, checked as a score checks them (the --layers expression too).
+    score_options = ScoreOptions(metrics=tuple(g.name for g in groups), lam=lam, layers=layers or None, device=device,
+                                 min_eigs=min_eigs, seed=seed)
+    context = engine.Context.of(score_options)
+    pattern = score_options.pattern
+    torch_device = context.device
     options = {"metrics": [g.name for g in groups], "map": [[p.pattern, r] for p, r in renames], "top_k": top_k,
-               "layers": layers, "lambda": lam_value, "device": device, "min_eigs": min_eigs, "seed": seed,
+               "layers": layers, "lambda": score_options.lam, "device": device, "min_eigs": min_eigs, "seed": seed,
                "conv": "flatten"}
     result = Comparison(model_a={}, model_b={}, options=options)
 
     def side(entry: TensorEntry, plan: MatrixPlan, tensor: Any, label: str) -> Any:
         """The entry's spectrum (with every group's extras), or why it cannot be compared."""
-        outcome = _spectrum_job(as_matrices(tensor, plan), torch_device, True, groups, metric_options, entry.name)()
+        outcome = engine.spectrum_of(as_matrices(tensor, plan), context, entry.name, need_eigs=True)
         return f"{label}: {outcome}" if isinstance(outcome, DegenerateMatrixError) else outcome
 
     def pair(entry_a: TensorEntry, entry_b: TensorEntry, plan_a: MatrixPlan, plan_b: MatrixPlan, tensor_a: Any,
@@ -218,23 +182,37 @@ def compare(
         got_a, got_b = side(entry_a, plan_a, tensor_a, "A"), side(entry_b, plan_b, tensor_b, "B")
         if isinstance(got_a, str) or isinstance(got_b, str):
             return False, {**base, "reason": "; ".join(g for g in (got_a, got_b) if isinstance(g, str))}
-        return True, {**base, **_change(tensor_a, tensor_b, plan_a, got_a, got_b, groups, metric_options, top_k)}
+        return True, {**base, **matrix_change(tensor_a, tensor_b, plan_a, got_a, got_b, groups,
+                                              context.metric_options, top_k)}
 
-    def collect(future: "Future[tuple[bool, dict[str, Any]]]") -> None:
+    held = 0  # bytes of the pairs in flight: their tensors and float64 work
+    largest = 0
+    done = 0
+
+    def collect() -> None:
+        nonlocal held, done
+        future, cost, name = in_flight.popleft()
         compared, row = future.result()
+        held -= cost
         (result.layers if compared else result.skipped).append(row)
+        done += 1
+        if progress is not None:
+            progress(done, max(total, done), name)
 
     # Pairs are computed side by side on worker threads, every BLAS pool held at one thread (their
     # products and eigen-solves release the GIL; on two busy threads LAPACK's eigen-solvers ran 5-40x
     # slower than on one), rows kept in stream order.
+    # What is in flight is bounded as a score bounds it: at least one pair at a time, more side by
+    # side only while they fit in 1.25x the largest pair met (or 64 MiB): about two tensors held.
     workers = worker_count(torch_device)
-    in_flight: collections.deque[Future[tuple[bool, dict[str, Any]]]] = collections.deque()
+    in_flight: collections.deque[tuple[Future[tuple[bool, dict[str, Any]]], int, str]] = collections.deque()
     with open_source(a) as source_a, open_source(b) as source_b, pin_threads(), \
             ThreadPoolExecutor(workers, thread_name_prefix="wbfe-compare") as pool:
         for source in (source_a, source_b):
             if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change
                 raise InvalidOptionError(f"{source.provenance.source} is a LoRA adapter: compare full checkpoints, "
                                          "or score the adapter with --base to see its change against the base")
+        total = len(source_a)  # stored tensors of A: raised to the count done when experts are split
         stream_a = _dense_entries(source_a, "a", result.skipped)
         stream_b = _dense_entries(source_b, "b", result.skipped)
         for entry_a, entry_b, why in _pairs(stream_a, stream_b, renames, pattern):
@@ -252,19 +230,22 @@ def compare(
                 result.skipped.append({**base, "shape_b": list(entry_b.shape),
                                        "reason": f"shape differs: A {list(entry_a.shape)}, B {list(entry_b.shape)}"})
                 continue
-            plan_a, plan_b = _plan(entry_a, min_eigs), _plan(entry_b, min_eigs)
+            plan_a, plan_b = engine.plan_entry(entry_a, min_eigs=min_eigs), engine.plan_entry(entry_b, min_eigs=min_eigs)
             if isinstance(plan_a, Skip) or isinstance(plan_b, Skip):
                 reason = "; ".join(f"{lab}: {p.reason}" for lab, p in (("A", plan_a), ("B", plan_b)) if isinstance(p, Skip))
                 result.skipped.append({**base, "reason": reason})
                 continue
             base.update({"quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
                          "rows": plan_a.rows, "cols": plan_a.cols, "depth": _depth(entry_a.name)})
+            cost = _pair_bytes(entry_a, entry_b, plan_a)
+            largest = max(largest, cost)
+            while in_flight and (len(in_flight) >= workers or held + cost > max(_BUDGET * largest, _BUDGET_FLOOR)):
+                collect()
             job = functools.partial(pair, entry_a, entry_b, plan_a, plan_b, entry_a.load(), entry_b.load(), base)
-            in_flight.append(pool.submit(job))
-            while len(in_flight) > workers:  # at most one pair waiting beside those being computed
-                collect(in_flight.popleft())
+            in_flight.append((pool.submit(job), cost, entry_a.name))
+            held += cost
         while in_flight:
-            collect(in_flight.popleft())
+            collect()
         result.model_a = source_a.provenance.to_dict()
         result.model_b = source_b.provenance.to_dict()
     result.options["versions"] = installed_versions()
@@ -276,6 +257,22 @@ def compare(
         )
     result.summary = _summarise(result, groups)
     return result
+
+
+def _pair_bytes(entry_a: TensorEntry, entry_b: TensorEntry, plan: MatrixPlan) -> int:
+    """What comparing one pair holds: both tensors as stored, and float64 copies of A, B and B − A's
+    Gram matrix (``matrix_change``)."""
+    def stored(entry: TensorEntry) -> int:
+        return math.prod(entry.shape) * _ITEMSIZE.get(entry.dtype, 8)
+
+    return stored(entry_a) + stored(entry_b) + 8 * (2 * plan.rows * plan.cols + min(plan.rows, plan.cols) ** 2)
+
+
+# Bytes per element of the stored dtypes (anything else counted as 8).
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+             "int8": 1, "uint8": 1}
+_BUDGET = 1.25
+_BUDGET_FLOOR = 64 << 20
 
 
 def _pairs(
@@ -328,92 +325,15 @@ def _pairs(
 def _dense_entries(source: Any, side: str, skipped: list[dict[str, Any]]) -> Iterator[TensorEntry]:
     """The source's tensors as ``wbfe score`` sees them (quantised weights dequantised, fused expert
     stacks split); what a quantised weight consumes (its scales, zeros) is listed in ``skipped``."""
-    from wbfe.scoring import _stream
-
-    for entry, consumed in _stream(source):
+    for entry, consumed in engine.entries(source):
         if consumed is None:
             yield entry
         else:
             skipped.append({"name": entry.name, "side": side, "shape": list(entry.shape), "reason": consumed})
 
 
-def _plan(entry: TensorEntry, min_eigs: int) -> Union[MatrixPlan, Skip]:
-    if entry.skip is not None:  # the reader could not give it as a dense tensor
-        return Skip(entry.name, entry.skip, entry.shape, entry.dtype)
-    return plan_matrix(entry.name, entry.shape, entry.dtype, conv="flatten", min_eigs=min_eigs)
-
-
 def _selected(a: TensorEntry, b: TensorEntry, pattern: Optional[re.Pattern[str]]) -> tuple[TensorEntry, TensorEntry, str]:
     return a, b, "" if pattern is None or pattern.search(a.name) else "not selected by --layers"
-
-
-def _float64(tensor: Any, plan: MatrixPlan, *, copy: bool = False) -> np.ndarray:
-    """The matrix in float64 on the CPU; ``copy``: never the caller's own storage (a float64 tensor
-    would otherwise come back as it is)."""
-    import torch
-
-    return tensor.detach().reshape(plan.rows, plan.cols).to(device="cpu", dtype=torch.float64, copy=copy).numpy()
-
-
-def _change(
-    tensor_a: Any, tensor_b: Any, plan: MatrixPlan, spec_a: Any, spec_b: Any, groups: tuple[Any, ...],
-    metric_options: MetricOptions, top_k: int,
-) -> dict[str, Any]:
-    row: dict[str, Any] = {"n_eigs": spec_a.n_eigs, "gamma": spec_a.gamma, "form": spec_a.form}
-    reasons: dict[str, str] = {}
-    for group in groups:
-        out_a, out_b = group.compute(spec_a, metric_options), group.compute(spec_b, metric_options)
-        for column in group.columns:
-            va, vb = out_a.values.get(column), out_b.values.get(column)
-            row[f"{column}_a"], row[f"{column}_b"] = va, vb
-            if column in out_a.reasons or column in out_b.reasons:
-                row[f"d_{column}"] = math.nan
-                reasons[f"d_{column}"] = "; ".join(f"{lab}: {o.reasons[column]}" for lab, o in (("A", out_a), ("B", out_b))
-                                                   if column in o.reasons)
-            elif _is_number(va) and _is_number(vb):
-                row[f"d_{column}"] = float(vb) - float(va)
-                if not math.isfinite(row[f"d_{column}"]):
-                    reasons[f"d_{column}"] = "not finite on one side"
-        for column, why in out_a.reasons.items():
-            reasons[f"{column}_a"] = why
-        for column, why in out_b.reasons.items():
-            reasons[f"{column}_b"] = why
-    # Spectra scaled for float64's range (Spectrum.log_scale) are compared in true units.
-    row["w1_log_eigs"] = log_spectrum_distance(spec_a.eigs, spec_b.eigs, shift=spec_b.log_scale - spec_a.log_scale)
-    # Both copies are scaled by one power of two where their entries are far from 1, so that Gram
-    # matrices and norms stay inside float64's range; only the absolute norms are scaled back.
-    a64 = _float64(tensor_a, plan, copy=True)
-    b64 = _float64(tensor_b, plan, copy=True)  # overwritten by B − A below
-    biggest = max(float(np.max(np.abs(a64))), float(np.max(np.abs(b64))))
-    factor = math.ldexp(1.0, -math.frexp(biggest)[1]) if not 1e-100 < biggest < 1e100 else 1.0
-    if factor != 1.0:
-        a64 *= factor
-        b64 *= factor
-    u_a, _, v_a = top_singular(a64, top_k)
-    u_b, _, v_b = top_singular(b64, top_k)
-    norm_a = float(np.linalg.norm(a64))
-    b64 -= a64  # B − A, in place: two float64 copies at most
-    del a64
-    norm_d = float(np.linalg.norm(b64))
-    row["frobenius_delta"] = norm_d / factor
-    row["rel_frobenius"] = norm_d / norm_a
-    if norm_d > 0.0:
-        spectral_d = float(top_singular(b64, 1)[1][0])
-        row["spectral_delta"] = spectral_d / factor
-        row["stable_rank_delta"] = norm_d ** 2 / spectral_d ** 2
-    else:
-        row["spectral_delta"] = 0.0
-        row["stable_rank_delta"] = math.nan
-        reasons["stable_rank_delta"] = "B − A = 0: no change to take the rank of"
-    row["top_k"] = min(u_a.shape[1], u_b.shape[1])
-    row["overlap_in"] = subspace_overlap(v_a, v_b)
-    row["overlap_out"] = subspace_overlap(u_a, u_b)
-    row["reasons"] = reasons
-    return row
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _depth(name: str) -> Optional[int]:
@@ -431,13 +351,13 @@ def _summarise(result: Comparison, groups: tuple[Any, ...]) -> dict[str, Any]:
     by_name = {row["name"]: row for row in rows}
 
     def finite(column: str) -> np.ndarray:
-        values = np.array([float(row.get(column, math.nan)) if _is_number(row.get(column)) else math.nan
+        values = np.array([float(row.get(column, math.nan)) if is_number(row.get(column)) else math.nan
                            for row in rows])
         return values[np.isfinite(values)]
 
     def ranked(column: str) -> list[dict[str, Any]]:
         scored = [(float(row[column]), row["name"]) for row in rows
-                  if _is_number(row.get(column)) and math.isfinite(row[column])]
+                  if is_number(row.get(column)) and math.isfinite(row[column])]
         scored.sort(key=lambda item: -item[0])
         return [{"name": name, column: value} for value, name in scored[:_MOST_CHANGED]]
 

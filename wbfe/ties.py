@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from wbfe.sources import TensorEntry
 
-__all__ = ["SeenContent"]
+__all__ = ["SeenContent", "full_digest"]
 
 _SAMPLE = 4096  # elements of a tensor hashed to find candidate duplicates
 
@@ -27,7 +27,7 @@ class SeenContent:
 
     def earlier_copy(self, entry: TensorEntry, tensor: Any) -> Optional[str]:
         """The name of an earlier tensor with the same bytes, else None (and remember this one)."""
-        key = (entry.shape, entry.dtype) + (_sample_digest(tensor) if entry.reread else ("all", _digest(tensor)))
+        key = (entry.shape, entry.dtype) + (_sample_digest(tensor) if entry.reread else ("all", full_digest(tensor)))
         candidates = self._seen.setdefault(key, [])
         for name, reread in candidates:
             if reread is None or _same_bytes(reread(), tensor):
@@ -42,13 +42,14 @@ def _as_bytes(tensor: Any) -> Any:
     return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
 
 
-def _digest(tensor: Any) -> str:
+def full_digest(tensor: Any) -> str:
+    """A digest of every byte of ``tensor`` (equal digests: equal bytes, to blake2b's certainty)."""
     return hashlib.blake2b(_as_bytes(tensor).numpy().data, digest_size=16).hexdigest()
 
 
 def _sample_digest(tensor: Any) -> tuple[str, str]:
     flat = tensor.detach().reshape(-1)
-    return ("sample", _digest(flat[:: max(1, flat.numel() // _SAMPLE)]))
+    return ("sample", full_digest(flat[:: max(1, flat.numel() // _SAMPLE)]))
 
 
 def _same_bytes(a: Any, b: Any) -> bool:

@@ -1,27 +1,42 @@
-"""Where the work of ``wbfe rank`` / ``wbfe score`` runs: this process (``local``, the default) or a
-Ray cluster (``ray``, the optional extra ``pip install 'wbfe[ray]'``).
+"""Where work runs: this process (``local``, the default) or a Ray cluster (``ray``, the optional
+extra ``pip install 'wbfe[ray]'``). Every executor implements :class:`Executor`; ``wbfe.score`` and
+``wbfe.rank`` receive one from :func:`executor_for` and never ask which it is.
+
+- :meth:`Executor.map` runs independent tasks (a ranking's models) and yields each outcome as it
+  finishes;
+- :meth:`Executor.score` scores one checkpoint: locally the engine's whole path, on Ray one task
+  per shard, merged into exactly the local result.
 
 :class:`ExecutorOptions` is checked before any work, like :class:`~wbfe.options.ScoreOptions`; the
-Ray code (:mod:`wbfe.executors.ray_rank`, :mod:`wbfe.executors.ray_score`) imports ``ray`` lazily.
+Ray code imports ``ray`` lazily.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Callable, Iterator, Literal, Optional, Protocol, Sequence
 
 from wbfe.errors import InvalidOptionError, MissingDependencyError
 
-__all__ = ["ExecutorOptions", "EXECUTORS", "RAY_INSTALL"]
+__all__ = ["ExecutorOptions", "Executor", "Task", "Outcome", "executor_for", "failure_reason", "EXECUTORS",
+           "RAY_INSTALL", "ScoreHere"]
 
-EXECUTORS = ("local", "ray")
 RAY_INSTALL = "pip install 'wbfe[ray]'"
+
+# Each executor's implementation, imported when first asked for (Ray's only where it is used).
+_IMPLEMENTATIONS = {"local": "wbfe.executors.local:LocalExecutor", "ray": "wbfe.executors.ray_executor:RayExecutor"}
+EXECUTORS = tuple(_IMPLEMENTATIONS)
 
 # "auto" (a cluster started with `ray start` on this machine), "ray://host:port" (Ray Client) or
 # "host:port" (a GCS address, as `ray start --head` prints it).
 _ADDRESS = re.compile(r"^(?:auto|(?:ray://)?[A-Za-z0-9_.\-]+:\d{1,5}|(?:ray://)?\[[0-9A-Fa-f:]+\]:\d{1,5})$")
+
+# score_here(ref, options, progress=...): the whole score of one checkpoint in the process it runs
+# in; the caller hands it in (a module-level function, so that it pickles to a Ray worker).
+ScoreHere = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -34,15 +49,19 @@ class ExecutorOptions:
             (or reuses) a Ray instance on this machine. Only with ``executor="ray"``.
         max_retries: how often Ray reruns a task whose worker or node died, or that raised a system
             error (OSError, MemoryError); a checkpoint wbfe refuses is a failed model, never retried.
+        workers: local processes for independent tasks (a ranking's models); 1 with Ray, where
+            every task is its own.
 
     Raises:
-        InvalidOptionError: an unknown executor, a malformed address, an address without Ray.
+        InvalidOptionError: an unknown executor, a malformed address, an address without Ray,
+            ``workers`` other than 1 with Ray.
         MissingDependencyError: ``executor="ray"`` where ray is not installed.
     """
 
     executor: Literal["local", "ray"] = "local"
     address: Optional[str] = None
     max_retries: int = 3
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -55,9 +74,77 @@ class ExecutorOptions:
                     f"Ray address must be auto, ray://host:port or host:port, not {self.address!r}")
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise InvalidOptionError(f"max_retries must be a non-negative integer, not {self.max_retries!r}")
-        if self.executor == "ray" and importlib.util.find_spec("ray") is None:
-            raise MissingDependencyError(f"--executor ray needs Ray: {RAY_INSTALL}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise InvalidOptionError(f"workers must be at least 1, not {self.workers!r}")
+        if self.executor == "ray":
+            if self.workers != 1:
+                raise InvalidOptionError("--workers is for the local executor; under Ray every model is its own task")
+            if importlib.util.find_spec("ray") is None:
+                raise MissingDependencyError(f"--executor ray needs Ray: {RAY_INSTALL}")
 
     @property
     def is_ray(self) -> bool:
         return self.executor == "ray"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One independent piece of work: ``fn(*args)`` where the executor runs it.
+
+    Attributes:
+        name: shown in progress lines and as the task's name on a cluster.
+        fn: a module-level function (it may be pickled to another process or node).
+        args: its arguments.
+        device: where its eigen-solves run (a cluster task then asks for a GPU).
+        sized_by: a checkpoint reference whose largest tensor bounds the task's memory, or None.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    device: str = "cpu"
+    sized_by: Any = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of the task at ``index``: its ``value``, or ``error`` (why it failed); ``note``
+    says where it ran and how far the run is (a suffix for its progress line)."""
+
+    index: int
+    value: Any = None
+    error: Optional[str] = None
+    note: str = ""
+
+
+class Executor(Protocol):
+    """Where tasks run. Implementations: :class:`wbfe.executors.local.LocalExecutor`,
+    :class:`wbfe.executors.ray_executor.RayExecutor`."""
+
+    name: str
+    runs_here: bool
+    """Whether work runs in this process (a LoRA adapter with its base is scored only there)."""
+
+    def map(self, tasks: Sequence[Task], *, started: Optional[Callable[[int], None]] = None) -> Iterator[Outcome]:
+        """Run every task; yield each outcome as it finishes. A task's exception is its outcome's
+        ``error`` (the run goes on), except KeyboardInterrupt, which stops the queued tasks.
+        ``started(index)`` is called as a task starts, where the executor knows it."""
+        ...
+
+    def score(self, ref: Any, options: Any, score_here: ScoreHere, *,
+              progress: Optional[Callable[[int, Optional[int], str], None]] = None) -> Any:
+        """The :class:`~wbfe.engine.ModelScore` of one checkpoint, the same wherever it runs."""
+        ...
+
+
+def executor_for(options: ExecutorOptions) -> Executor:
+    """The executor ``options`` names."""
+    module_name, _, name = _IMPLEMENTATIONS[options.executor].partition(":")
+    implementation: Callable[[ExecutorOptions], Executor] = getattr(importlib.import_module(module_name), name)
+    return implementation(options)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A task's failure as one line: the exception's type and its message."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

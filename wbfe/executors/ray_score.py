@@ -7,9 +7,11 @@ stored in another shard is the one exception: it is read where the weight is). I
 tagged with their position in the stream, and the SHA-256 of its own shard's bytes. The driver
 merges the rows in stream order, resolves ties across parts (a tensor whose bytes equal an earlier
 one's, found by full digests, is skipped as ``tied`` exactly as a local run does), and computes the
-summary (the head needs every row) and the provenance with :mod:`wbfe.scoring`'s own functions.
+summary (the head needs every row) and the provenance with the engine's own functions
+(:func:`wbfe.engine.finish`, :func:`wbfe.engine.provenance_of`).
 
-A checkpoint that is not safetensors (a pickle, a hub id, a GGUF file) is scored whole by one task.
+A checkpoint that is not safetensors (a pickle, a hub id, a GGUF file, an adapter) is scored whole
+by one task, with the ``score_here`` function the caller hands in.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from wbfe.errors import InvalidOptionError, NoUsableMatrixError, WbfeError
-from wbfe.executors import ExecutorOptions
-from wbfe.executors._ray import SYSTEM_ERRORS, Progress, connect, node_of_this_task, task_resources
+from wbfe.errors import WbfeError
+from wbfe.executors import ExecutorOptions, ScoreHere
+from wbfe.executors.ray_cluster import SYSTEM_ERRORS, Progress, connect, node_of_this_task, task_resources
 from wbfe.options import ScoreOptions
 
 __all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES"]
@@ -104,9 +106,9 @@ class _Digests:
         self.keys: dict[str, tuple[Any, ...]] = {}
 
     def earlier_copy(self, entry: Any, tensor: Any) -> Optional[str]:
-        from wbfe.ties import _digest
+        from wbfe.ties import full_digest
 
-        self.keys[entry.name] = (list(entry.shape), entry.dtype, _digest(tensor))
+        self.keys[entry.name] = (list(entry.shape), entry.dtype, full_digest(tensor))
         return None
 
 
@@ -114,20 +116,16 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
     """Runs on a Ray worker: the rows of the tensors ``owner`` gives to ``part`` (a tensor no part
     lists, such as a split expert, goes with the tensor it came from, else to part 0), each with its
     position in the stream, and the SHA-256 of ``file``."""
-    from wbfe import scoring as sc
-    from wbfe.metrics import MetricOptions, resolve_groups
+    from wbfe import engine
+    from wbfe.matrices import Skip
     from wbfe.pipeline import Pipeline
     from wbfe.sources import open_source
-    from wbfe.sources._base import _HASH_CHUNK, _file_sha256
-    from wbfe.spectra import resolve_device
+    from wbfe.sources._base import file_sha256
 
     node = node_of_this_task()
     try:
-        groups = resolve_groups(options.metrics)
-        device = resolve_device(options.device)
-        metric_options = MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed)
+        context = engine.Context.of(options)
         digests = _Digests()
-        seen_storage: dict[Any, str] = {}
         rows: list[tuple[int, str, dict[str, Any]]] = []
         position: dict[str, int] = {}
 
@@ -135,21 +133,20 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             position[name] = index
             return owner.get(name, owner.get(_EXPERT_SUFFIX.sub("", name), 0)) == part
 
-        with open_source(ref) as source, Pipeline(device) as pipeline:
+        def record(entry: Any, item: Any) -> None:
+            if isinstance(item, Skip):
+                rows.append((position[entry.name], "skipped", item.to_dict()))
+            else:
+                rows.append((position[entry.name], "layer", item))
+
+        with open_source(ref) as source, Pipeline(context.device) as pipeline:
             if source.provenance.pending is not None:
                 source.provenance.pending.cancel()  # each part hashes only its own file, below
-            stream = (item for k, item in enumerate(sc._stream(source)) if mine(k, item[0].name))
-
-            def record(entry: Any, item: Any) -> None:
-                if isinstance(item, sc.Skip):
-                    rows.append((position[entry.name], "skipped", item.to_dict()))
-                else:
-                    rows.append((position[entry.name], "layer", item))
-
-            sc._run_stream(pipeline, stream, options, device, groups, metric_options, seen_storage, digests, record)
+            planned = (item for k, item in enumerate(engine.stream(source, options)) if mine(k, item.entry.name))
+            engine.run(pipeline, planned, context, digests, record)
             provenance = _provenance(source.provenance)
             head_hint, config = source.head_hint, source.config
-        digest = _file_sha256(Path(file), bytearray(_HASH_CHUNK), None)[1] if file else None
+        digest = file_sha256(Path(file)) if file else None
     except WbfeError as exc:
         return {"error": exc, "node": node}
     return {"rows": rows, "ties": digests.keys, "provenance": provenance, "head_hint": head_hint,
@@ -164,20 +161,18 @@ def _provenance(provenance: Any) -> dict[str, Any]:
     return out
 
 
-def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
+def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, score_here: ScoreHere, *,
                  progress: Optional[Callable[[int, Optional[int], str], None]] = None,
                  part_bytes: int = PART_BYTES) -> Any:
-    """:func:`wbfe.score` of ``ref`` on Ray: the same :class:`~wbfe.scoring.ModelScore` (its
-    provenance adds ``executor``), computed by one task per part (see :func:`plan_parts`).
+    """:func:`wbfe.score` of ``ref`` on Ray: the same :class:`~wbfe.engine.ModelScore` (its
+    provenance adds ``executor``), computed by one task per part (see :func:`plan_parts`), or by
+    one task running ``score_here(ref, options)`` for a checkpoint that is not split.
 
     Raises:
         The errors a local score raises (a part's WbfeError is raised here, never retried).
     """
-    from wbfe import scoring as sc
-    from wbfe._provenance import installed_versions
-    from wbfe.metrics import resolve_groups
-    from wbfe.sources._base import _combine
-    from wbfe.spectra import resolve_device
+    from wbfe import engine
+    from wbfe.sources._base import combine_digests
 
     ray = connect(executor.address)
     parts = plan_parts(ref, part_bytes)
@@ -189,7 +184,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
     retry = dict(max_retries=executor.max_retries, retry_exceptions=SYSTEM_ERRORS)
     if parts is None:  # not safetensors: the whole model is one task
         whole = ray.remote(_score_whole).options(**retry, **task_resources(options.device, None))
-        answer = ray.get(whole.remote(ref, options))
+        answer = ray.get(whole.remote(score_here, ref, options))
         if "error" in answer:
             say(f"[ray] {ref}: failed on {answer['node']}")
             raise answer["error"]
@@ -200,7 +195,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
     owner = {name: k for k, part in enumerate(parts) for name in part.names}
     owner_ref = ray.put(owner)
     remote = ray.remote(_score_part)
-    counter = Progress(total=len(parts), say=say, what="parts", total_bytes=sum(p.nbytes for p in parts))
+    counter = Progress(total=len(parts), what="parts", total_bytes=sum(p.nbytes for p in parts))
     tasks = {remote.options(**retry, name=f"wbfe-score-part-{k}", **task_resources(options.device, part.largest))
              .remote(ref, options, k, owner_ref, part.file): k for k, part in enumerate(parts)}
     try:
@@ -223,19 +218,12 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
     layers, skipped = _merge(rows, ties)
     first = answers[0]
     provenance = dict(first["provenance"])
-    provenance["sha256"] = _combine([(Path(parts[k].file).name, answers[k]["digest"])  # type: ignore[arg-type]
-                                     for k in sorted(answers) if parts[k].file is not None])
-    device = resolve_device(options.device)
-    provenance.update({"device": str(device), "versions": installed_versions(), "options": options.to_dict(),
-                       "executor": "ray"})
-    if not layers:
-        reasons = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
-        raise NoUsableMatrixError(
-            f"{provenance['source']}: no usable weight matrix ({len(skipped)} tensors skipped"
-            + (f" — {reasons}" if reasons else "") + ")", ref=provenance["source"])
-    groups = resolve_groups(options.metrics)
-    summary = sc._summarise(layers, groups, options.head, first["head_hint"], skipped, first["config"])
-    return sc.ModelScore(model=provenance, layers=layers, skipped=skipped, summary=summary)
+    provenance["sha256"] = combine_digests([(Path(parts[k].file).name, answers[k]["digest"])  # type: ignore[arg-type]
+                                            for k in sorted(answers) if parts[k].file is not None])
+    context = engine.Context.of(options)
+    model = {**engine.provenance_of(provenance, context), "executor": "ray"}
+    return engine.finish(model, layers, skipped, context.groups, head=options.head, head_hint=first["head_hint"],
+                         config=first["config"])
 
 
 def _merge(rows: list[tuple[int, str, dict[str, Any]]], ties: dict[str, tuple[Any, ...]]
@@ -258,12 +246,10 @@ def _merge(rows: list[tuple[int, str, dict[str, Any]]], ties: dict[str, tuple[An
     return layers, skipped
 
 
-def _score_whole(ref: Any, options: ScoreOptions) -> dict[str, Any]:
-    """Runs on a Ray worker: :func:`wbfe.score` of a checkpoint that is not split into parts."""
-    from wbfe.scoring import score
-
+def _score_whole(score_here: ScoreHere, ref: Any, options: ScoreOptions) -> dict[str, Any]:
+    """Runs on a Ray worker: ``score_here`` of a checkpoint that is not split into parts."""
     node = node_of_this_task()
     try:
-        return {"result": score(ref, options=options), "node": node}
+        return {"result": score_here(ref, options), "node": node}
     except WbfeError as exc:
         return {"error": exc, "node": node}

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.errors import InvalidOptionError, NothingRankedError
-from wbfe.executors import ExecutorOptions
+from wbfe.executors import ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
 from wbfe.ranking.stats import correlate
@@ -174,25 +174,6 @@ def _content_hash(ref: str) -> str:
     return uri_signature(ref) if is_uri(ref) else content_hash(ref)
 
 
-def _job(scorer: Scorer, ref: str, options: ScoreOptions, threads: int) -> Mapping[str, Any]:
-    # Runs in a worker process: split the cores between workers instead of oversubscribing them.
-    # Environment variables would come too late (NumPy's BLAS is loaded by the time this runs), so
-    # the pools are limited through threadpoolctl, and torch's own pool directly.
-    import sys
-
-    from threadpoolctl import threadpool_limits
-
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads)
-    with threadpool_limits(limits=threads):
-        return scorer(ref, options)
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _metric_columns(summaries: Iterable[Mapping[str, Any]]) -> list[str]:
     columns: list[str] = []
     for summary in summaries:
@@ -246,7 +227,7 @@ def rank(
         scorer: replaces :func:`wbfe.score` (must be picklable when ``workers`` > 1).
         hasher: replaces :func:`wbfe.sources.content_hash` for the cache key.
         executor: ``local`` (this process, or ``workers`` processes) or ``ray`` (one Ray task per
-            model, see :mod:`wbfe.executors.ray_rank`; the result is the same).
+            model, see :mod:`wbfe.executors.ray_executor`; the result is the same).
         ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``; None
             uses the Ray instance this process is connected to, or starts one on this machine.
         **settings: single fields of :class:`~wbfe.options.ScoreOptions` or
@@ -268,11 +249,7 @@ def rank(
     score_kw, stats_kw = split_keywords(settings)
     score_options = dataclasses.replace(score, **score_kw) if score is not None else ScoreOptions(**score_kw)
     stats_options = dataclasses.replace(stats, **stats_kw) if stats is not None else StatsOptions(**stats_kw)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InvalidOptionError(f"workers must be at least 1, not {workers!r}")
-    where = ExecutorOptions(executor, ray_address)
-    if where.is_ray and workers != 1:
-        raise InvalidOptionError("--workers is for the local executor; under Ray every model is its own task")
+    where = ExecutorOptions(executor, ray_address, workers=workers)
     the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
     column = the_zoo.resolve_quality(quality)
     lower = column in the_zoo.lower_is_better
@@ -291,14 +268,11 @@ def rank(
     run = _Run(cache=cache, key_options=_key_options(options), say=progress or (lambda _line: None),
                total=len(the_zoo.entries))
     pending = run.lookup(the_zoo.entries, column, hash_fn)
-    if where.is_ray:
-        from wbfe.executors.ray_rank import score_on_ray
-
-        score_on_ray(run, pending, score_fn, score_options, where)
-    elif workers == 1 or len(pending) <= 1:
-        run.score_sequential(pending, score_fn, score_options)
-    else:
-        run.score_parallel(pending, score_fn, score_options, workers)
+    tasks = [Task(entry.name, score_fn, (entry.ref, score_options), device=score_options.device, sized_by=entry.ref)
+             for _, entry, _ in pending]
+    runner = executor_for(where)
+    for outcome in runner.map(tasks, started=lambda k: run.log(pending[k], "scoring")):
+        run.finish(pending[outcome.index], outcome)
 
     models = [
         _model_result(entry, column, *run.payloads[entry.name])
@@ -315,7 +289,7 @@ def rank(
         models=models,
         failed=run.failed,
         # Where it ran is provenance, not part of the cache key (the numbers are the same).
-        options={**options, "executor": where.executor} if where.is_ray else options,
+        options=options if runner.runs_here else {**options, "executor": runner.name},
         stats=stats_options.to_dict(),
         n_scored=len(pending),
         n_cached=sum(1 for _, cached in run.payloads.values() if cached),
@@ -365,8 +339,8 @@ class _Run:
                 try:
                     key = cache_key(self.cache.content_hash(entry.ref, hash_fn), self.key_options)
                 except Exception as exc:  # noqa: BLE001 - recorded as this model's failure, run continues
-                    self.failed.append(Failure(entry.name, _reason(exc)))
-                    self._log(i, entry.name, f"failed ({_reason(exc)})")
+                    self.failed.append(Failure(entry.name, failure_reason(exc)))
+                    self._log(i, entry.name, f"failed ({failure_reason(exc)})")
                     continue
                 hit = self.cache.get(key)
                 if hit is not None:
@@ -376,58 +350,22 @@ class _Run:
             pending.append((i, entry, key))
         return pending
 
-    def finish(self, item: _Pending, outcome: Union[Mapping[str, Any], BaseException], note: str = "") -> None:
+    def log(self, item: _Pending, what: str) -> None:
+        self._log(item[0], item[1].name, what)
+
+    def finish(self, item: _Pending, outcome: Outcome) -> None:
         """Record one model's payload (and cache it at once, so an interrupted run resumes) or failure;
-        ``note`` is added to the progress line (where it ran, how many are left)."""
+        the outcome's note is added to the progress line (where it ran, how many are left)."""
         i, entry, key = item
-        if isinstance(outcome, BaseException):
-            self.fail(item, _reason(outcome), note)
+        if outcome.error is not None:
+            self.failed.append(Failure(entry.name, outcome.error))
+            self._log(i, entry.name, f"failed{outcome.note} ({outcome.error})")
             return
-        payload = json_ready(dict(outcome))
+        payload = json_ready(dict(outcome.value))
         if self.cache is not None and key is not None:
             self.cache.put(key, payload)
         self.payloads[entry.name] = (payload, False)
-        self._log(i, entry.name, f"scored{note}")
-
-    def fail(self, item: _Pending, reason: str, note: str = "") -> None:
-        """Record one model's failure, ``reason`` as :func:`_reason` gives it."""
-        self.failed.append(Failure(item[1].name, reason))
-        self._log(item[0], item[1].name, f"failed{note} ({reason})")
-
-    def score_sequential(self, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions) -> None:
-        """Score in this process, one model after another."""
-        for item in pending:
-            self._log(item[0], item[1].name, "scoring")
-            try:
-                outcome: Union[Mapping[str, Any], BaseException] = score_fn(item[1].ref, options)
-            except Exception as exc:  # noqa: BLE001 - recorded as this model's failure, run continues
-                outcome = exc
-            self.finish(item, outcome)
-
-    def score_parallel(self, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions,
-                       workers: int) -> None:
-        """Score in ``workers`` spawned processes; results are recorded here as they complete."""
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        from wbfe._config import usable_cpus
-
-        threads = max(1, usable_cpus() // workers)
-        context = multiprocessing.get_context("spawn")  # fork + torch threads can deadlock
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
-        try:
-            futures = {pool.submit(_job, score_fn, item[1].ref, options, threads): item for item in pending}
-            for future in as_completed(futures):
-                try:
-                    outcome: Union[Mapping[str, Any], BaseException] = future.result()
-                except Exception as exc:  # noqa: BLE001 - recorded as this model's failure
-                    outcome = exc
-                self.finish(futures[future], outcome)
-        except BaseException:
-            # Interrupted: drop the queued models (finished ones are already cached) and stop.
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
+        self._log(i, entry.name, f"scored{outcome.note}")
 
 
 def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cached: bool) -> ModelResult:

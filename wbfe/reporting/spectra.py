@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -16,27 +16,10 @@ def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any])
     The source is opened once and only the wanted tensors are loaded. A name the checkpoint lacks
     is absent from the result (the caller says why).
     """
-    from wbfe.matrices import as_matrices, plan_matrix
-    from wbfe.matrices import Skip
-    from wbfe.scoring import _stream, _ww_matrices  # the tensors as score() saw them; WW's conv slices
-    from wbfe.sources import open_source
-    from wbfe.spectra import eigenvalues, resolve_device
+    from wbfe.engine import eigenvalues_of
+    from wbfe.options import ScoreOptions
 
-    wanted = set(names)
-    conv: Literal["flatten", "slices"] = "slices" if options.get("conv") == "slices" else "flatten"
-    device = resolve_device(str(options.get("device") or "auto"))
-    out: dict[str, np.ndarray] = {}
-    with open_source(ref) as source:
-        # Dequantised and split per expert as score() streams them, so every scored row can be re-read.
-        for entry, consumed in _stream(source):
-            if entry.name not in wanted or entry.skip is not None or consumed is not None:
-                continue
-            plan = plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=1)
-            if isinstance(plan, Skip):
-                continue
-            tensor = entry.load()
-            matrices = _ww_matrices(tensor, plan) if options.get("ww_compatible") else as_matrices(tensor, plan)
-            out[entry.name] = np.asarray(eigenvalues(matrices, device), dtype=float)
-            if len(out) == len(wanted):
-                break
-    return out
+    score_options = ScoreOptions(conv="slices" if options.get("conv") == "slices" else "flatten",
+                                 ww_compatible=bool(options.get("ww_compatible")),
+                                 device=str(options.get("device") or "auto"))
+    return eigenvalues_of(ref, names, score_options)

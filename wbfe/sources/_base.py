@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
-    "TORCH_SUFFIXES",
+    "TORCH_SUFFIXES", "file_sha256", "combine_digests",
 ]
 
 # PyTorch pickle suffixes (the list of every format's suffixes is wbfe.sources.WEIGHT_SUFFIXES).
@@ -261,3 +261,14 @@ def _combine(digests: Sequence[tuple[str, str]]) -> str:
         return digests[0][1]
     lines = "".join(f"{name}:{digest}\n" for name, digest in sorted(digests))
     return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """The hex SHA-256 of one weight file, as a checkpoint's provenance records it."""
+    return _file_sha256(path, bytearray(_HASH_CHUNK), None)[1]
+
+
+def combine_digests(digests: Sequence[tuple[str, str]]) -> str:
+    """A checkpoint's ``sha256`` from its files' ``(name, digest)``: the one digest of a single
+    file, else the SHA-256 of the sorted ``name:digest`` lines."""
+    return _combine(digests)

@@ -121,7 +121,6 @@ class Progress:
     an estimate of the time left."""
 
     total: int
-    say: Callable[[str], None]
     what: str = "models"
     total_bytes: int = 0
     done: int = 0

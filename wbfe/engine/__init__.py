@@ -1,0 +1,29 @@
+"""The scoring engine: the one path from an open checkpoint to its scores, which every feature
+(score, compare, the adapter merge, report, watch, the Ray tasks) uses.
+
+- :func:`stream` plans a source's entries (dequantised, experts split, each analysed how or skipped
+  why); :func:`plan_entry` plans one; :func:`matrices_of` turns a planned tensor into matrices.
+- :func:`spectrum_of` (and the pipeline jobs) compute a spectrum with every group's hooks.
+- :func:`run` drives a stream through a :class:`~wbfe.pipeline.Pipeline` into rows.
+- :func:`finish` makes a :class:`ModelScore` of the rows; :func:`score_source` is the whole path in
+  this process.
+
+The engine imports no feature built on it (enforced by the import contract in pyproject.toml).
+"""
+
+from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_source
+from wbfe.engine.context import Context
+from wbfe.engine.jobs import batch_job, batch_key, spectrum_job, spectrum_of
+from wbfe.engine.result import ModelScore, finish, no_usable_matrix, summarise
+from wbfe.engine.rows import ROW_BATCH, Record, RowMaker, layer_row
+from wbfe.engine.run import Done, Ties, run
+from wbfe.engine.stream import Planned, entries, matrices_of, plan_entry, stream
+
+__all__ = [
+    "Context", "Planned", "entries", "plan_entry", "stream", "matrices_of",
+    "spectrum_of", "spectrum_job", "batch_job", "batch_key",
+    "layer_row", "RowMaker", "Record", "ROW_BATCH",
+    "run", "Ties", "Done",
+    "ModelScore", "finish", "summarise", "no_usable_matrix",
+    "Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of",
+]

@@ -1,0 +1,119 @@
+"""One checkpoint scored in this process, from an open source to its :class:`ModelScore`: the
+engine's whole path, which the local executor runs and the other features call."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional, Union
+
+from wbfe._provenance import installed_versions
+from wbfe.engine.context import Context
+from wbfe.engine.result import ModelScore, finish
+from wbfe.engine.run import run
+from wbfe.engine.stream import entries, matrices_of, plan_entry, stream
+from wbfe.errors import InvalidOptionError, did_you_mean
+from wbfe.matrices import MatrixPlan, Skip
+from wbfe.options import ScoreOptions, check_conv
+from wbfe.pipeline import Pipeline
+from wbfe.sources import TensorEntry, open_source
+from wbfe.spectra import eigenvalues, resolve_device, spectrum
+from wbfe.ties import SeenContent
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of"]
+
+# progress(done, total, tensor name); total may be None when unknown.
+Progress = Callable[[int, Optional[int], str], None]
+
+
+def provenance_of(source_provenance: dict[str, Any], context: Context) -> dict[str, Any]:
+    """A score's ``model`` field: the source's provenance, the device, library versions, options."""
+    return {**source_provenance, "device": str(context.device), "versions": installed_versions(),
+            "options": context.options.to_dict()}
+
+
+def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progress] = None) -> ModelScore:
+    """Score every matrix of an open :class:`~wbfe.sources.TensorSource` in this process.
+
+    Args:
+        source: an open source (see :func:`wbfe.sources.open_source`).
+        options: validated options.
+        progress: called as each entry's spectrum is finished, with (done, total, name); the total
+            is the number of stored tensors (fused expert stacks become several entries, so it is
+            raised to the count done when they pass it).
+
+    Raises:
+        NoUsableMatrixError: every weight matrix was skipped.
+    """
+    context = Context.of(options)
+    layers: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    total = len(source)
+    count = 0
+
+    def record(entry: TensorEntry, item: Union[Skip, dict[str, Any]]) -> None:
+        if isinstance(item, Skip):
+            skipped.append(item.to_dict())
+        else:
+            layers.append(item)
+
+    def done(entry: TensorEntry) -> None:
+        nonlocal count
+        count += 1
+        if progress is not None:
+            progress(count, None if total is None else max(total, count), entry.name)
+
+    with Pipeline(context.device) as pipeline:
+        run(pipeline, stream(source, options), context, SeenContent(), record, done)
+    model = provenance_of(source.provenance.to_dict(), context)
+    return finish(model, layers, skipped, context.groups, head=options.head, head_hint=source.head_hint,
+                  config=source.config)
+
+
+def layer_spectrum(
+    ref: Any, layer: str, *, conv: Literal["flatten", "slices"] = "flatten", device: str = "auto"
+) -> tuple[MatrixPlan, Any]:
+    """The plan and :class:`~wbfe.metrics.Spectrum` of one named matrix of a checkpoint.
+
+    Args:
+        ref: any reference :func:`wbfe.score` accepts.
+        layer: the tensor name as stored (or its module name without ``.weight``).
+
+    Raises:
+        InvalidOptionError: no such tensor (close names are suggested), or it is not a matrix.
+        DegenerateMatrixError: the matrix is non-finite or all zero.
+    """
+    check_conv(conv)
+    torch_device = resolve_device(device)
+    names: list[str] = []
+    with open_source(ref) as source:
+        for entry, consumed in entries(source):
+            names.append(entry.name)
+            if entry.name not in (layer, f"{layer}.weight"):
+                continue
+            plan = plan_entry(entry, consumed, conv=conv)
+            if isinstance(plan, Skip):
+                raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
+            return plan, spectrum(matrices_of(entry.load(), plan), torch_device)
+    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{did_you_mean(layer, names)}")
+
+
+def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, "np.ndarray"]:
+    """The eigenvalues of each named matrix of ``ref``, computed as a score under ``options`` did
+    (conv convention, WeightWatcher mode, device): one pass over the stream, only the wanted
+    tensors loaded. A name the checkpoint lacks, or that is not a matrix, is absent."""
+    import numpy as np
+
+    wanted = set(names)
+    device = resolve_device(options.device)
+    out: dict[str, np.ndarray] = {}
+    with open_source(ref) as source:
+        for entry, plan in stream(source, options):
+            if entry.name not in wanted or isinstance(plan, Skip):
+                continue
+            matrices = matrices_of(entry.load(), plan, ww_compatible=options.ww_compatible)
+            out[entry.name] = np.asarray(eigenvalues(matrices, device), dtype=float)
+            if len(out) == len(wanted):
+                break
+    return out

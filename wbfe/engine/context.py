@@ -1,0 +1,44 @@
+"""What one scoring run resolves once from its options: metric groups, device, metric settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from wbfe.metrics import MetricOptions, resolve_groups
+from wbfe.options import ScoreOptions
+from wbfe.spectra import resolve_device
+
+__all__ = ["Context"]
+
+
+@dataclass(frozen=True)
+class Context:
+    """A run's resolved settings, built by :meth:`of` from a validated :class:`ScoreOptions`.
+
+    Attributes:
+        options: the options as given.
+        groups: the metric groups, resolved from ``options.metrics``.
+        device: the torch device of the eigen-solves.
+        metric_options: what every metric group receives.
+    """
+
+    options: ScoreOptions
+    groups: tuple[Any, ...]
+    device: Any
+    metric_options: MetricOptions
+
+    @classmethod
+    def of(cls, options: ScoreOptions) -> "Context":
+        """Resolve ``options`` (groups by name, the device)."""
+        return cls(
+            options=options,
+            groups=resolve_groups(options.metrics),
+            device=resolve_device(options.device),
+            metric_options=MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed),
+        )
+
+    @property
+    def need_eigs(self) -> bool:
+        """Whether any group needs eigenvalues (else BFE-W's moments from a factorisation do)."""
+        return any(g.needs_eigenvalues for g in self.groups)

@@ -1,0 +1,61 @@
+"""The spectra of planned matrices, as jobs the pipeline runs on its workers: one matrix (or one
+tensor's slices) at a time, or a batch of equal-shaped small matrices solved together. Each
+spectrum carries what every metric group's ``from_matrices`` hook computes from the matrices."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Union
+
+from wbfe.engine.context import Context
+from wbfe.matrices import MatrixPlan, Skip
+from wbfe.spectra import DegenerateMatrixError, batchable, spectra_batch, spectrum
+
+__all__ = ["spectrum_of", "spectrum_job", "batch_job", "batch_key"]
+
+
+def spectrum_of(matrices: list[Any], context: Context, name: str, *, need_eigs: Optional[bool] = None) -> Any:
+    """The :class:`~wbfe.metrics.Spectrum` of ``matrices`` with every group's hook, or the
+    :class:`DegenerateMatrixError` that says why there is none (returned, not raised)."""
+    try:
+        spec = spectrum(matrices, context.device, need_eigs=context.need_eigs if need_eigs is None else need_eigs)
+        return _with_hooks(spec, matrices, context, name)
+    except DegenerateMatrixError as exc:
+        return exc
+
+
+def spectrum_job(matrices: list[Any], context: Context, name: str) -> Callable[[], Any]:
+    """:func:`spectrum_of` as a job for :meth:`wbfe.pipeline.Pipeline.compute`."""
+    return lambda: spectrum_of(matrices, context, name)
+
+
+def _with_hooks(spec: Any, matrices: list[Any], context: Context, name: str) -> Any:
+    hooks = [g for g in context.groups if g.from_matrices is not None]
+    if not hooks:
+        return spec
+    extra = {g.name: g.from_matrices(matrices, context.device, context.metric_options, name) for g in hooks}
+    return dataclasses.replace(spec, extra=extra)
+
+
+def batch_key(plan: Union[Skip, MatrixPlan], prepared: Any, device: Any) -> Optional[tuple[int, int, Any]]:
+    """``(rows, cols, dtype)`` of an entry that is one small matrix scored in a batch with its
+    equal-shaped neighbours (see :func:`wbfe.spectra.spectra_batch`); None for any other entry."""
+    if (isinstance(prepared, Skip) or not isinstance(plan, MatrixPlan) or len(prepared) != 1
+            or not batchable(plan.rows, plan.cols, device)):
+        return None
+    return plan.rows, plan.cols, prepared[0].dtype
+
+
+def batch_job(matrices: list[Any], names: list[str], context: Context) -> Callable[[], list[Any]]:
+    """The spectra of one-matrix entries of one shape, computed together, each with its hooks (or
+    its :class:`DegenerateMatrixError`)."""
+    def job() -> list[Any]:
+        out = spectra_batch(matrices, context.device)
+        for k, spec in enumerate(out):
+            if not isinstance(spec, DegenerateMatrixError):
+                try:
+                    out[k] = _with_hooks(spec, [matrices[k]], context, names[k])
+                except DegenerateMatrixError as exc:
+                    out[k] = exc
+        return out
+    return job

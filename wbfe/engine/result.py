@@ -1,0 +1,161 @@
+"""A checkpoint's finished score: :class:`ModelScore`, and :func:`finish`, which checks that
+anything was scored and computes the summary (the head, per-model and per-role means)."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from wbfe.errors import NoUsableMatrixError
+from wbfe.heads import choose_head
+from wbfe.report import as_float, json_ready
+
+__all__ = ["ModelScore", "finish", "summarise", "no_usable_matrix"]
+
+
+@dataclass
+class ModelScore:
+    """The scores of one checkpoint.
+
+    Attributes:
+        model: provenance: source, format, files, sha256, versions, options.
+        layers: one dict per analysed matrix: name, role, shape, dtype, convention, rows, cols,
+            n_slices, n_eigs, gamma, form, then each metric group's columns, and ``reasons`` for NaNs.
+        skipped: ``{"name", "reason", "shape", "dtype"}`` for every tensor not analysed.
+        summary: head, head and mean values of the main columns (``bfe_head``, ``bfe_mean``, ...).
+    """
+
+    model: dict[str, Any]
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (the JSON shape); non-finite numbers become None."""
+        return json_ready({"model": self.model, "layers": self.layers, "skipped": self.skipped, "summary": self.summary})
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """Standard JSON (no NaN/Infinity tokens: they are written as null, with a reason beside them)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def to_pandas(self) -> Any:
+        """One row per analysed matrix (requires pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            from wbfe.errors import MissingDependencyError
+
+            raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
+        rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
+                for layer in self.layers]
+        return pd.DataFrame(rows)
+
+    def _headline(self) -> list[tuple[str, Any]]:
+        """The summary numbers a reader looks at first, in display order."""
+        keys = ("head", "head_source", "bfe_head", "bfe_mean", "alpha_mean", "h_head")
+        return [(k, self.summary[k]) for k in keys if k in self.summary]
+
+    def __repr__(self) -> str:
+        # A notebook shows this: a line, not the 56 KB of every row (to_dict() has them).
+        fields = ", ".join(f"{k}={_short(v)}" for k, v in self._headline())
+        return (f"ModelScore(source={self.model.get('source')!r}, layers={len(self.layers)}, "
+                f"skipped={len(self.skipped)}" + (f", {fields}" if fields else "") + ")")
+
+    def _repr_html_(self) -> str:
+        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_short(v))}</td></tr>"
+                        for k, v in [("source", self.model.get("source")), ("layers", len(self.layers)),
+                                     ("skipped", len(self.skipped)), *self._headline()])
+        return f"<table><caption>ModelScore</caption>{cells}</table>"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.6g}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def no_usable_matrix(source: str, skipped: list[dict[str, Any]]) -> NoUsableMatrixError:
+    """The error for a checkpoint of which every tensor was skipped, with the first reasons."""
+    reasons = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
+    return NoUsableMatrixError(
+        f"{source}: no usable weight matrix ({len(skipped)} tensors skipped" + (f" — {reasons}" if reasons else "") + ")",
+        ref=source,
+    )
+
+
+def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[dict[str, Any]], groups: tuple[Any, ...],
+           *, head: Optional[str] = None, head_hint: Optional[str] = None,
+           config: Optional[dict[str, Any]] = None) -> ModelScore:
+    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`, with its summary.
+
+    Raises:
+        NoUsableMatrixError: every tensor was skipped.
+    """
+    if not layers:
+        raise no_usable_matrix(model["source"], skipped)
+    summary = summarise(layers, groups, head, head_hint, skipped, config)
+    return ModelScore(model=model, layers=layers, skipped=skipped, summary=summary)
+
+
+def summarise(
+    layers: list[dict[str, Any]],
+    groups: tuple[Any, ...],
+    head_override: Optional[str],
+    head_hint: Optional[str] = None,
+    skipped: Optional[list[dict[str, Any]]] = None,
+    config: Optional[dict[str, Any]] = None,
+) -> dict[str, Any]:
+    """The summary of a model's rows: its head (and how it was found; its row's role becomes
+    ``head``), each summary column's head value, mean and count, and means per role and component."""
+    import numpy as np
+
+    by_name = {layer["name"]: layer for layer in layers}
+    choice = choose_head(layers, skipped or [], override=head_override, hint=head_hint, config=config)
+    head, head_source = choice.name, choice.source
+    if head is not None:
+        by_name[head]["role"] = "head"
+    summary: dict[str, Any] = {"head": head, "head_source": head_source, "n_layers": len(layers)}
+    for group in groups:
+        for column in group.summary_columns:
+            values = np.array([as_float(layer.get(column)) for layer in layers], dtype=float)
+            finite = values[np.isfinite(values)]
+            summary[f"{column}_head"] = as_float(by_name[head].get(column)) if head else math.nan
+            summary[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
+            summary[f"{column}_n"] = int(finite.size)
+    columns = [column for group in groups for column in group.summary_columns]
+    summary["by_role"] = _means_by(layers, "role", columns)
+    if any(layer.get("component") for layer in layers):
+        summary["by_component"] = _means_by(layers, "component", columns)
+    unsplit = [layer["name"] for layer in layers if _UNSPLIT.search(layer["name"])]
+    if unsplit:
+        summary["experts_note"] = (f"{len(unsplit)} fused gate_up expert matrices of a model type without a known "
+                                   "gate/up layout are scored unsplit (gate and up as one matrix)")
+    if choice.note is not None:
+        summary["head_note"] = choice.note
+    elif head is None:
+        summary["head_note"] = "no head found by config, name or structure; pass --head NAME"
+    return summary
+
+
+_UNSPLIT = re.compile(r"(gate_up|input_linear|w13|w1_w3)[^.]*\[\d+\]$")
+
+
+def _means_by(layers: list[dict[str, Any]], key: str, columns: list[str]) -> dict[str, dict[str, Any]]:
+    """Per value of ``key`` (each role, or each component), ``n`` and the mean of each column over
+    its matrices with a finite value: thousands of expert rows do not drown the attention's mean."""
+    import numpy as np
+
+    out: dict[str, dict[str, Any]] = {}
+    for value in dict.fromkeys(str(layer.get(key)) for layer in layers if layer.get(key)):
+        members = [layer for layer in layers if str(layer.get(key)) == value]
+        entry: dict[str, Any] = {"n": len(members)}
+        for column in columns:
+            values = np.array([as_float(layer.get(column)) for layer in members], dtype=float)
+            finite = values[np.isfinite(values)]
+            entry[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
+        out[value] = entry
+    return out

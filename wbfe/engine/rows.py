@@ -1,0 +1,114 @@
+"""Finished spectra become layer rows: every metric group's columns beside the matrix's shape,
+role and form, NaN columns with their reasons. Groups with ``compute_many`` get the spectra of one
+shape together (an MoE layer's experts, a ResNet stage's convolutions)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional, Union
+
+from wbfe.engine.context import Context
+from wbfe.matrices import MatrixPlan, Skip, component_of
+from wbfe.sources import TensorEntry
+from wbfe.spectra import DegenerateMatrixError
+
+__all__ = ["layer_row", "RowMaker", "Record", "ROW_BATCH", "TAIL_FIT_GROUPS"]
+
+# record(entry, skip or row), called in stream order.
+Record = Callable[[TensorEntry, Union[Skip, dict[str, Any]]], None]
+
+# Metric groups that fit the spectrum's tail: below --min-eigs eigenvalues they report NaN.
+TAIL_FIT_GROUPS = ("htsr", "htmp")
+
+# The most rows held back for one compute_many call: the spectra are small next to their matrices.
+ROW_BATCH = 256
+
+
+def too_few(group: Any, spec: Any, min_eigs: int) -> bool:
+    """Whether ``group`` fits a spectrum's tail and this one has too few eigenvalues for it."""
+    return group.name in TAIL_FIT_GROUPS and spec.n_eigs < min_eigs
+
+
+def layer_row(
+    plan: MatrixPlan,
+    spec: Any,
+    context: Context,
+    quant: Optional[str] = None,
+    computed: Optional[dict[str, Any]] = None,
+) -> dict[str, Any]:
+    """One layer's row; ``computed`` holds group results already computed (by ``compute_many``)."""
+    min_eigs = context.options.min_eigs
+    row: dict[str, Any] = {
+        "name": plan.name,
+        "role": plan.role,
+        "component": component_of(plan.name),
+        "shape": list(plan.shape),
+        "dtype": plan.dtype,
+        "quant": quant,
+        "convention": plan.convention,
+        "rows": spec.rows,
+        "cols": spec.cols,
+        "n_slices": spec.n_slices,
+        "n_eigs": spec.n_eigs,
+        "gamma": spec.gamma,
+        "form": spec.form,
+    }
+    reasons: dict[str, str] = {}
+    for group in context.groups:
+        if too_few(group, spec, min_eigs):
+            why = f"too few eigenvalues for a tail fit: {spec.n_eigs} < min_eigs={min_eigs}"
+            row.update({column: math.nan for column in group.columns})
+            reasons.update({column: why for column in group.columns})
+            continue
+        out = computed[group.name] if computed and group.name in computed else group.compute(spec, context.metric_options)
+        row.update(out.values)
+        reasons.update(out.reasons)
+    row["reasons"] = reasons
+    return row
+
+
+class RowMaker:
+    """Turns finished spectra into layer rows and hands each row (or skip) to ``record``, in stream
+    order. Where a group has ``compute_many``, up to :data:`ROW_BATCH` spectra are held back (skips
+    between them too, to keep the order) and those of one shape are fitted together: an MoE layer's
+    experts, stored interleaved (w1, w2, w3 of each expert) or with biases between them."""
+
+    def __init__(self, context: Context, record: Record) -> None:
+        self.context, self.record = context, record
+        self.batching = any(g.compute_many is not None for g in context.groups)
+        self.pending: list[tuple[TensorEntry, Union[Skip, MatrixPlan], Any]] = []
+        self.held = 0  # spectra among the pending entries
+
+    def add(self, entry: TensorEntry, plan: Union[Skip, MatrixPlan], outcome: Any) -> None:
+        """One finished entry: its skip, its spectrum, or the DegenerateMatrixError it met."""
+        if isinstance(outcome, DegenerateMatrixError):
+            outcome = Skip(entry.name, str(outcome), entry.shape, entry.dtype)
+        self.pending.append((entry, plan, outcome))
+        if not isinstance(outcome, Skip):
+            self.held += 1
+        if not self.batching or self.held >= ROW_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Rows of every pending entry, the equal-shaped spectra fitted together."""
+        runs: dict[tuple[int, int, int, int], list[int]] = {}
+        for k, (_, plan, outcome) in enumerate(self.pending):
+            if not isinstance(outcome, Skip):
+                assert isinstance(plan, MatrixPlan)
+                runs.setdefault((plan.rows, plan.cols, plan.n_slices, outcome.n_eigs), []).append(k)
+        done: dict[int, dict[str, Any]] = {}
+        min_eigs = self.context.options.min_eigs
+        for members in runs.values():
+            specs = [self.pending[k][2] for k in members]
+            for group in self.context.groups:
+                if group.compute_many is not None and len(specs) > 1 and not too_few(group, specs[0], min_eigs):
+                    for k, out in zip(members, group.compute_many(specs, self.context.metric_options)):
+                        done.setdefault(k, {})[group.name] = out
+        for k, (entry, plan, outcome) in enumerate(self.pending):
+            if isinstance(outcome, Skip):
+                self.record(entry, outcome)
+            else:
+                assert isinstance(plan, MatrixPlan)
+                self.record(entry, layer_row(plan, outcome, self.context, entry.quant, done.get(k)))
+        self.pending.clear()
+        self.held = 0

@@ -1,0 +1,108 @@
+"""The engine's loop: planned entries are read (ahead, within the memory budget), checked for
+ties, turned into matrices and handed to the pipeline's workers; finished spectra become rows,
+recorded in stream order. A local score and each Ray part run this one loop, so their rows agree
+exactly."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional, Protocol, Union
+
+from wbfe.engine.context import Context
+from wbfe.engine.jobs import batch_job, batch_key, spectrum_job
+from wbfe.engine.rows import Record, RowMaker
+from wbfe.engine.stream import Planned, matrices_of
+from wbfe.matrices import MatrixPlan, Skip
+from wbfe.pipeline import Pipeline, Reading
+from wbfe.sources import TensorEntry
+from wbfe.spectra import batch_size
+
+__all__ = ["run", "Ties", "Done"]
+
+# done(entry): called in stream order as each entry's spectrum (or skip) is finished.
+Done = Callable[[TensorEntry], None]
+
+
+class Ties(Protocol):
+    """Finds a tensor whose bytes equal an earlier one's (see :class:`wbfe.ties.SeenContent`)."""
+
+    def earlier_copy(self, entry: TensorEntry, tensor: Any) -> Optional[str]: ...
+
+
+def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: Ties, record: Record,
+        done: Optional[Done] = None) -> None:
+    """Score every planned entry on ``pipeline``, calling ``record(entry, skip_or_row)`` in stream
+    order as rows are made, and ``done(entry)`` as soon as its spectrum is finished (rows may be
+    held back a little longer, to fit equal-shaped spectra together).
+
+    Args:
+        pipeline: an entered :class:`~wbfe.pipeline.Pipeline` on ``context.device``.
+        planned: the stream (:func:`wbfe.engine.stream`), possibly a part of it.
+        context: the run's resolved settings.
+        ties: finds byte-identical earlier tensors (scored once, the copy skipped as ``tied``).
+        record: receives each entry's row or skip.
+        done: progress, per entry.
+    """
+    storage: dict[Any, str] = {}
+    # Consecutive small matrices of one shape and dtype (an MoE's experts) whose eigenvalues are
+    # needed, held until a batch is full or the stream moves on: one batched eigen-solve.
+    batch: list[tuple[TensorEntry, MatrixPlan, Any]] = []
+    device = context.device
+
+    def flush() -> None:
+        if len(batch) == 1:  # a matrix without equal-shaped neighbours: on its own, as any other
+            (entry, plan, matrices), = batch
+            pipeline.compute(entry, plan, spectrum_job(matrices, context, entry.name))
+        elif batch:
+            pipeline.compute_batch([(e, p) for e, p, _ in batch],
+                                   batch_job([m[0] for _, _, m in batch], [e.name for e, _, _ in batch], context))
+        batch.clear()
+
+    rows = RowMaker(context, record)
+
+    def collect(wait: bool = False) -> None:
+        for entry, plan, outcome in pipeline.finished(wait=wait):
+            if done is not None:
+                done(entry)
+            rows.add(entry, plan, outcome)
+
+    for entry, plan, reading in pipeline.read_ahead(iter(planned)):
+        prepared = _prepare(entry, plan, reading, context, storage, ties)
+        key = batch_key(plan, prepared, device) if context.need_eigs else None
+        if batch and (key != batch_key(batch[0][1], batch[0][2], device)
+                      or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
+                      or not pipeline.batch_fits([(e, p) for e, p, _ in batch] + [(entry, plan)])):  # type: ignore[list-item]
+            flush()
+        if key is not None:
+            batch.append((entry, plan, prepared))  # type: ignore[arg-type]
+        elif isinstance(prepared, Skip):
+            pipeline.put(entry, prepared)
+        else:
+            assert isinstance(plan, MatrixPlan)
+            pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name))
+        del prepared  # the job holds the tensor now, and frees it when done
+        collect()
+    flush()
+    collect(wait=True)
+    rows.flush()
+
+
+def _prepare(
+    entry: TensorEntry,
+    plan: Union[Skip, MatrixPlan],
+    reading: Optional[Reading],
+    context: Context,
+    storage: dict[Any, str],
+    ties: Ties,
+) -> Union[Skip, list[Any]]:
+    """The entry's matrices, or why it is skipped before any linear algebra."""
+    if isinstance(plan, Skip):
+        return plan
+    if entry.storage_key is not None:
+        if entry.storage_key in storage:
+            return Skip(entry.name, f"tied: shares storage with {storage[entry.storage_key]}", entry.shape, entry.dtype)
+        storage[entry.storage_key] = entry.name
+    tensor = reading.take() if reading is not None else entry.load()
+    earlier = ties.earlier_copy(entry, tensor)
+    if earlier is not None:
+        return Skip(entry.name, f"tied: identical to {earlier}", entry.shape, entry.dtype)
+    return matrices_of(tensor, plan, ww_compatible=context.options.ww_compatible)

@@ -1,0 +1,71 @@
+"""A checkpoint's entries as the engine sees them: quantised weights dequantised, fused expert
+stacks split, each planned (analysed how, or skipped why). Every feature that walks a
+checkpoint's matrices (score, compare, report, the adapter merge, Ray parts) reads this stream."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Literal, NamedTuple, Optional, Union
+
+from wbfe.experts import expand_experts
+from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, plan_matrix
+from wbfe.quant import dequantised
+from wbfe.sources import TensorEntry
+
+__all__ = ["Planned", "entries", "plan_entry", "stream", "matrices_of"]
+
+
+class Planned(NamedTuple):
+    """One entry of the stream with its plan: a :class:`MatrixPlan`, or the :class:`Skip` reason."""
+
+    entry: TensorEntry
+    plan: Union[Skip, MatrixPlan]
+
+
+def entries(source: Any) -> Iterator[tuple[TensorEntry, Optional[str]]]:
+    """The source's entries as matrices to plan: quantized weights dequantised, fused expert stacks
+    split per expert; with each, the reason it is consumed by another (a scale), or None."""
+    return expand_experts(dequantised(source.entries(), source.config), source.config)
+
+
+def plan_entry(
+    entry: TensorEntry,
+    consumed: Optional[str] = None,
+    *,
+    conv: Literal["flatten", "slices"] = "flatten",
+    min_eigs: int = MIN_BFE_EIGS,
+    pattern: Any = None,
+) -> Union[Skip, MatrixPlan]:
+    """How ``entry`` is analysed, or why it is skipped: the reader could not give it densely, it
+    is not selected by ``pattern`` (``--layers``), it is consumed by another tensor (a quantised
+    weight's scale), or :func:`wbfe.matrices.plan_matrix` refuses it."""
+    if entry.skip is not None:  # the reader could not give it as a dense tensor
+        return Skip(entry.name, entry.skip, entry.shape, entry.dtype)
+    if pattern is not None and not pattern.search(entry.name):
+        return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
+    if consumed is not None:  # a quantized weight's scale, zeros or packed data (see wbfe.quant)
+        return Skip(entry.name, consumed, entry.shape, entry.dtype)
+    return plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=min_eigs)
+
+
+def stream(source: Any, options: Any) -> Iterator[Planned]:
+    """Every entry of ``source`` planned under ``options`` (a :class:`~wbfe.options.ScoreOptions`).
+
+    WeightWatcher-compatible mode skips matrices with fewer than ``min_eigs`` eigenvalues, as
+    WeightWatcher does; otherwise BFE-W needs only two, and the tail fits apply ``min_eigs``
+    themselves (see :mod:`wbfe.engine.rows`).
+    """
+    min_eigs = options.min_eigs if options.ww_compatible else MIN_BFE_EIGS
+    for entry, consumed in entries(source):
+        yield Planned(entry, plan_entry(entry, consumed, conv=options.conv, min_eigs=min_eigs, pattern=options.pattern))
+
+
+def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_compatible: bool = False) -> list[Any]:
+    """The matrices a planned tensor is analysed as: :func:`wbfe.matrices.as_matrices`, or, in
+    WeightWatcher-compatible mode with the ``slices`` convention, WeightWatcher's own conv slices."""
+    if not (ww_compatible and plan.convention == "slices" and len(plan.shape) == 4):
+        return as_matrices(tensor, plan)
+    import torch
+
+    from wbfe._ww_compat import ww_conv2d_matrices
+
+    return [torch.from_numpy(m) for m in ww_conv2d_matrices(tensor.detach().float().cpu().numpy())]

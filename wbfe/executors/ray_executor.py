@@ -1,0 +1,82 @@
+"""The Ray executor: one Ray task per model of a ranking (:meth:`RayExecutor.map`), one per shard
+of a checkpoint (:meth:`RayExecutor.score`, see :mod:`wbfe.executors.ray_score`).
+
+The driver keeps every decision a local run makes (cache look-ups, failures, order, statistics):
+only the work moves to the cluster, and each outcome is handed back as it arrives, so a driver that
+caches results as they come loses nothing done when it dies. Ray reruns a task whose worker or node
+died (up to ``max_retries`` times); a task that raises anything else comes back as its failure, with
+the node it ran on, and is never retried.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from wbfe.executors import ExecutorOptions, Outcome, ScoreHere, Task, failure_reason
+from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, largest_tensor_elements, node_of_this_task,
+                                        task_resources)
+
+__all__ = ["RayExecutor"]
+
+
+def _run_task(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any]:
+    """Runs on a Ray worker: the task's value, or why it failed, with the node."""
+    node = node_of_this_task()
+    try:
+        value = fn(*args)
+    except tuple(SYSTEM_ERRORS):
+        raise  # Ray reruns it (retry_exceptions)
+    except Exception as exc:  # noqa: BLE001 - as a local run: this task's failure
+        return {"error": failure_reason(exc), "node": node}
+    return {"value": value, "node": node}
+
+
+class RayExecutor:
+    """Runs tasks on a Ray cluster (``options.address``, or one started on this machine)."""
+
+    name = "ray"
+    runs_here = False
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        self.options = options
+
+    def map(self, tasks: Sequence[Task], *, started: Optional[Callable[[int], None]] = None) -> Iterator[Outcome]:
+        ray = connect(self.options.address)
+        remote = ray.remote(_run_task)
+        progress = Progress(total=len(tasks), what="models")
+        running: dict[Any, int] = {}
+        try:
+            for k, task in enumerate(tasks):
+                resources = task_resources(task.device, largest_tensor_elements(task.sized_by))
+                ref = remote.options(max_retries=self.options.max_retries, retry_exceptions=SYSTEM_ERRORS,
+                                     name=f"wbfe:{task.name}"[:200], **resources).remote(task.fn, task.args)
+                running[ref] = k
+            while running:
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    k = running.pop(ref)
+                    try:
+                        answer = ray.get(ref)
+                    except ray.exceptions.RayTaskError as exc:  # a system error, retries spent
+                        cause = getattr(exc, "cause", None) or exc
+                        answer = {"error": failure_reason(cause), "node": _node_of(exc)}
+                    except ray.exceptions.RayError as exc:  # the worker or node died, retries spent
+                        answer = {"error": failure_reason(exc), "node": "a lost node"}
+                    note = progress.step(answer["node"])
+                    yield Outcome(k, value=answer.get("value"), error=answer.get("error"), note=note)
+        except BaseException:
+            # Interrupted: finished tasks were handed back; stop the rest instead of leaving them running.
+            for ref in running:
+                ray.cancel(ref, force=True)
+            raise
+
+    def score(self, ref: Any, options: Any, score_here: ScoreHere, *,
+              progress: Optional[Callable[[int, Optional[int], str], None]] = None) -> Any:
+        from wbfe.executors.ray_score import score_on_ray
+
+        return score_on_ray(ref, options, self.options, score_here, progress=progress)
+
+
+def _node_of(exc: BaseException) -> str:
+    ip = getattr(exc, "ip", None)
+    return f"node ({ip})" if ip else "an unknown node"
