@@ -18,7 +18,9 @@ import re
 import sys
 from pathlib import Path
 from statistics import median
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+Cell = Callable[[dict[str, Any]], str]  # one thread-count's figures -> the text of a table cell
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -86,10 +88,11 @@ def minutes(seconds: float) -> str:
 
 
 def thousands(x: float) -> str:
+    """A count with thousands separators."""
     return f"{x:,.0f}"
 
 
-def pair(model: dict[str, Any], get: Any) -> str:
+def pair(model: dict[str, Any], get: Cell) -> str:
     """One cell: the one-thread value / the default-threads value."""
     return " / ".join(get(model[t]) for t in THREADS)
 
@@ -144,9 +147,22 @@ def section_flow(results: Path) -> str:
 """
 
 
+def med(name: str) -> Cell:
+    """A cell of median seconds of one timed call."""
+    return lambda t: secs(t["median_seconds"][name])
+
+
+def ratio(name: str) -> Cell:
+    """A cell of one speed-up."""
+    return lambda t: times(t[name])
+
+
+def mb(n: float) -> str:
+    """Bytes as MB with two decimals."""
+    return f"{n / 1e6:.2f}"
+
+
 def vs_ww_row(key: str, m: dict[str, Any]) -> str:
-    med = lambda name: (lambda t: secs(t["median_seconds"][name]))  # noqa: E731
-    ratio = lambda name: (lambda t: times(t[name]))  # noqa: E731
     limits = [m[t]["speedup_default_at_limit_vs_ww"] for t in THREADS]
     limit = f"> {FLOP_LIMIT_CAP}×" if min(limits) > FLOP_LIMIT_CAP else pair(m, ratio("speedup_default_at_limit_vs_ww"))
     ww_rss = max(m[t]["peak_rss_mb"]["ww"] for t in THREADS)
@@ -174,7 +190,7 @@ def section_vs_ww(results: Path) -> str:
     large = [models[k] for k in LARGE if k in models]
     resnets = [models[k] for k in RESNETS if k in models]
     over_floor = span((1 / t["solver_floor_over_default"] - 1) * 100 for m in large for t in (m[x] for x in THREADS))
-    floor = {k: pair(models[k], lambda t: times(t["speedup_default_at_solver_floor_vs_ww"])) for k in LARGE}
+    floor = {k: pair(models[k], ratio("speedup_default_at_solver_floor_vs_ww")) for k in LARGE}
     limit_1 = {k: times(models[k]["threads_1"]["speedup_default_at_limit_vs_ww"]) for k in LARGE}
     same = span((t["speedup_vs_ww_same_metrics"] for m in models.values() for t in (m[x] for x in THREADS)))
     htmp_ratio = span((m[t]["speedup_with_htmp_vs_ww"] for m in resnets for t in THREADS), "{:.1f}", "×")
@@ -458,7 +474,6 @@ task.
 def section_report(results: Path) -> str:
     r = load(results, "report.json")
     b, a, pages = r["bench"], r["bench_all_groups"], r["pages"]
-    mb = lambda n: f"{n / 1e6:.2f}"  # noqa: E731
     return f"""## Audit pages
 
 `python benchmarks/bench_report.py` (`benchmarks/results/report.json`) on a synthetic
