@@ -437,7 +437,7 @@ def section_adapters_compare(results: Path) -> str:
 
 **A LoRA adapter** (`python benchmarks/bench_adapter.py`, `benchmarks/results/adapter.json`,
 {a["cpu_count"]} CPUs): a rank-{a["rank"]} adapter on a {thousands(a["shape"][0])}-wide model
-({a["modules"]} modules, {a["adapter_bytes"] / 1e6:.0f} MB of factors) scores in
+(32 layers × q, k, v, o: {a["modules"]} modules, {a["adapter_bytes"] / 1e6:.0f} MB of factors) scores in
 **{a["adapter"]["wall_s"]:.1f} s wall at {a["adapter"]["peak_rss_mb"]:.0f} MB peak RSS**, of which a
 bare `import wbfe, torch` is {a["baseline"]["wall_s"]:.1f} s and {a["baseline"]["peak_rss_mb"]:.0f} MB:
 {core:.1f} s for the {a["modules"]} modules and the file's hash. The dense route for one module (form
