@@ -1,0 +1,541 @@
+"""Write docs/performance.md from the measurements in benchmarks/results/.
+
+Every figure on that page that a benchmark recorded is read here from its JSON (or, for the fused
+MoE run, from the ``/usr/bin/time -v`` text) and formatted; the prose around the figures is the
+template in this file. Figures no file records (earlier runs, test-suite measurements) are written
+out in the prose and say so. Rerun after a benchmark writes new results, and commit both:
+``tests/test_docs.py`` fails while the page and the files disagree.
+
+    python benchmarks/make_performance_doc.py            # rewrite docs/performance.md
+    python benchmarks/make_performance_doc.py --check    # exit 1 if it is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from statistics import median
+from typing import Any, Callable, Iterable
+
+Cell = Callable[[dict[str, Any]], str]  # one thread-count's figures -> the text of a table cell
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+OUTPUT = ROOT / "docs" / "performance.md"
+
+# The vs-WeightWatcher table: file key -> the row's label.
+VS_WW_ROWS = {
+    "synthetic": "synthetic (Conv 64×64×3×3, 3×Linear 1024², 2×Linear 512→2048)",
+    "cifar-resnet20": "CIFAR ResNet-20",
+    "cifar-resnet32": "CIFAR ResNet-32",
+    "cifar-resnet44": "CIFAR ResNet-44",
+    "cifar-resnet56": "CIFAR ResNet-56",
+    "transformer-108M": "transformer-shaped, 108 M parameters",
+}
+RESNETS = ("cifar-resnet20", "cifar-resnet32", "cifar-resnet44", "cifar-resnet56")
+LARGE = ("synthetic", "transformer-108M")
+THREADS = ("threads_1", "threads_default")
+FLOP_LIMIT_CAP = 250  # above this the flop bound is only "> 250×": the solve is no longer the cost
+
+# The LLM-scale table: run key -> (checkpoint label, metrics label).
+LLM_ROWS = {
+    "moe:bfe": ("10,368 experts 256 × 1024", "`bfe`"),
+    "moe:bfe,htsr": ("10,368 experts 256 × 1024", "`bfe,htsr` (default)"),
+    "moe:htmp": ("384 experts (one MoE layer)", "`htmp`"),
+    "dense:bfe": ("one 7B layer (7 matrices)", "`bfe`"),
+    "dense:bfe,htsr": ("one 7B layer (7 matrices)", "`bfe,htsr` (default)"),
+}
+# Earlier runs of the same rows, kept in the text because no results file holds them.
+LLM_EARLIER = {"moe:bfe,htsr": " (42.8 s with the fits one at a time, 58.9 s before either)"}
+LLM_EARLIER_PER_MATRIX = {"moe:htmp": " (145 ms before)"}
+
+
+def load(results: Path, name: str) -> Any:
+    """Args: results: the results folder; name: a file in it. Returns: its parsed JSON."""
+    return json.loads((results / name).read_text(encoding="utf-8"))
+
+
+def secs(x: float) -> str:
+    """Seconds as the tables print them: two decimals, three below 0.1 s."""
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.3f}"
+
+
+def times(x: float) -> str:
+    """A ratio: one decimal below 20, whole above."""
+    return f"{x:.1f}×" if x < 20 else f"{x:.0f}×"
+
+
+def span(values: Iterable[float], fmt: str = "{:.0f}", unit: str = "") -> str:
+    """The range of values as "a–b" (one value when both ends print alike)."""
+    vals = sorted(values)
+    lo, hi = fmt.format(vals[0]), fmt.format(vals[-1])
+    return (lo if lo == hi else f"{lo}–{hi}") + unit
+
+
+def sci(x: float) -> str:
+    """A small number as 3.3e-8 (no zero-padded exponent)."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def minutes(seconds: float) -> str:
+    """Minutes, whole from 3 min, else one decimal."""
+    m = seconds / 60
+    return f"{m:.0f} min" if m >= 3 else f"{m:.1f} min"
+
+
+def thousands(x: float) -> str:
+    """A count with thousands separators."""
+    return f"{x:,.0f}"
+
+
+def pair(model: dict[str, Any], get: Cell) -> str:
+    """One cell: the one-thread value / the default-threads value."""
+    return " / ".join(get(model[t]) for t in THREADS)
+
+
+def section_flow(results: Path) -> str:
+    batches = load(results, "expert_batches.json")
+    run = batches["runs"]["bfe,htsr"]
+    one, batched = median(run["seconds_one_at_a_time"]), median(run["seconds_batched"])
+    args = batches["args"]
+    return f"""## How a checkpoint flows
+
+(`wbfe/pipeline.py`, `wbfe/spectra.py`)
+
+- Each safetensors tensor of 1 MiB or more is mapped on its own, copy-on-write, its page table
+  filled on the read-ahead thread (`MADV_POPULATE_READ`), and unmapped when it is freed, so the
+  resident set is the tensors alive now; smaller ones are read. The next large matrix is mapped
+  while this one is scored.
+- The files' SHA-256 (the provenance `sha256`) is computed on lowest-priority threads meanwhile,
+  one per shard, on all CPUs but one (at most 8).
+- Duplicate tensors are found from a hash of a 4,096-element sample, confirmed byte for byte.
+- The float64 Gram matrix is a symmetric rank-k update in 8 MiB blocks. It, the Cholesky factor
+  and the eigen-solve (`dsyevr`, the routine and workspace of `scipy.linalg.eigvalsh`, so the same
+  eigenvalues bit for bit) call OpenBLAS through scipy's Cython exports via ctypes
+  (`wbfe/_blas.py`), which releases the GIL (scipy's Python wrappers hold it: two workers' solves of
+  p = 768 ran 0.99× as fast as one after the other, now 1.75×), so that workers work side by side.
+  When only BFE-W is asked, a Cholesky factorisation replaces the eigen-solve, and a square matrix
+  with p ≥ 256 skips the Gram matrix: log det WᵀW = 2·log|det W| from its LU factors.
+- Mid-size matrices (float64 copy ≤ 32 MiB) are scored on worker threads side by side, every BLAS
+  and OpenMP pool held at one thread; larger ones alone with all threads; tiny ones in line.
+- Matrices with p < 256 run on one BLAS thread wherever they run: OpenBLAS split a ResNet 3×3
+  convolution's Gram product (64 × 576) over two threads, 70 µs on one against 0.1–7 ms on two.
+  The thread counts are set through OpenBLAS's own calls, found in `/proc/self/maps` (~0.2 ms;
+  threadpoolctl's controller, the fallback elsewhere, takes ~10 ms to build).
+- Consecutive matrices of one shape with p < 96 whose eigenvalues are needed (the experts of a fused
+  MoE stack) are eigen-solved in batches of up to 16 MiB of float64 work (one numpy batched solve,
+  one BLAS thread, on a worker); each keeps its own row, skip reason and rescaling.
+  {thousands(run["matrices"])} bfloat16 experts of {args["hidden"]}×{args["inter"]}: `--metrics bfe,htsr`
+  {one:.1f} → {batched:.1f} s, {run["median_ratio"]:.2f}× (`benchmarks/bench_expert_batches.py`,
+  `benchmarks/results/expert_batches.json`, {batches["cpu_count"]} cores, median of
+  {args["repeats"]}); BFE-W alone and p ≥ 96 (e.g. 256×1024 experts) are flop-bound and stay per
+  matrix, as does CUDA.
+- The HT-SR fits of matrices of one shape (a ResNet stage's convolutions, an MoE layer's experts,
+  up to 256 at a time) are made together: the truncated power law's Newton steps in lockstep, one
+  array evaluation for every fit's point; the power-law scans of equal-length spectra of up to 48
+  values in one 3-D array; the Marchenko–Pastur fit, from 16 spectra, with its KDE, σ grid and
+  Nelder–Mead steps over the whole stack. Each result is the single fit's bit for bit (the same
+  Newton and Nelder–Mead code drives both; any decision the batch's rounding could change is
+  retaken alone). Per fit, against one at a time (measured in the tests, no results file):
+  truncated power law 2.3–3.2× from 64 fits, 1.6–2.0× at 18; power law 2–3.7× for spectra of 16–32
+  values; MP 1.3–2.2× from 64 spectra (`tests/test_powerlaw_batch.py`, `tests/test_mp_batch.py`).
+- Tensors in flight and their float64 work stay within 2.5× the largest tensor met so far, or 64 MiB.
+"""
+
+
+def med(name: str) -> Cell:
+    """A cell of median seconds of one timed call."""
+    return lambda t: secs(t["median_seconds"][name])
+
+
+def ratio(name: str) -> Cell:
+    """A cell of one speed-up."""
+    return lambda t: times(t[name])
+
+
+def mb(n: float) -> str:
+    """Bytes as MB with two decimals."""
+    return f"{n / 1e6:.2f}"
+
+
+def vs_ww_row(key: str, m: dict[str, Any]) -> str:
+    limits = [m[t]["speedup_default_at_limit_vs_ww"] for t in THREADS]
+    limit = f"> {FLOP_LIMIT_CAP}×" if min(limits) > FLOP_LIMIT_CAP else pair(m, ratio("speedup_default_at_limit_vs_ww"))
+    ww_rss = max(m[t]["peak_rss_mb"]["ww"] for t in THREADS)
+    wbfe_rss = span(m[t]["peak_rss_mb"]["default"] for t in THREADS)
+    cells = [
+        VS_WW_ROWS[key],
+        pair(m, med("ww")) + " s",
+        pair(m, med("default")) + " s",
+        "**" + pair(m, ratio("speedup_default_vs_ww")) + "**",
+        pair(m, ratio("speedup_bfe_only_vs_ww")),
+        pair(m, med("htmp")) + " s",
+        pair(m, ratio("speedup_vs_ww_same_metrics")),
+        pair(m, ratio("speedup_default_at_solver_floor_vs_ww")),
+        limit,
+        f"{ww_rss:.0f} / {wbfe_rss} MB",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def section_vs_ww(results: Path) -> str:
+    data = load(results, "vs_weightwatcher.json")
+    models = data["models"]
+    gemm = data["gemm_gflops_f64"]
+    rows = "\n".join(vs_ww_row(key, models[key]) for key in VS_WW_ROWS if key in models)
+    large = [models[k] for k in LARGE if k in models]
+    resnets = [models[k] for k in RESNETS if k in models]
+    over_floor = span((1 / t["solver_floor_over_default"] - 1) * 100 for m in large for t in (m[x] for x in THREADS))
+    floor = {k: pair(models[k], ratio("speedup_default_at_solver_floor_vs_ww")) for k in LARGE}
+    limit_1 = {k: times(models[k]["threads_1"]["speedup_default_at_limit_vs_ww"]) for k in LARGE}
+    same = span((t["speedup_vs_ww_same_metrics"] for m in models.values() for t in (m[x] for x in THREADS)))
+    htmp_ratio = span((m[t]["speedup_with_htmp_vs_ww"] for m in resnets for t in THREADS), "{:.1f}", "×")
+    htmp_secs = span((m[t]["median_seconds"]["htmp"] for m in resnets for t in THREADS), "{:.2f}", " s")
+    htmp_adds = [(m[t]["median_seconds"]["htmp"] / m[t]["median_seconds"]["default"] - 1) * 100
+                 for m in large for t in THREADS]
+    htmp_adds_text = span([max(0.0, min(htmp_adds)), max(htmp_adds)], unit=" %")
+    transformer_2 = models["transformer-108M"]["threads_default"]["speedup_default_vs_ww"]
+    return f"""## The default score against WeightWatcher's default
+
+`wbfe score` computes the `bfe` and `htsr` groups by default. `python
+benchmarks/bench_vs_weightwatcher.py` (`benchmarks/results/vs_weightwatcher.json`) times, on the
+same files, each in a fresh process, alternating, median of {data["repeats"]}, timing the analysis
+call only: `wbfe.score(path)` (the default), the BFE-W-only path (`metrics="bfe"`), the default plus
+`htmp`, and WeightWatcher 0.7.7's default `analyze()` (norms, ranks, entropy, the power-law fit) and
+`analyze(mp_fit=True)`, which adds the Marchenko–Pastur fit and so computes what `htsr` does (less
+the truncated power law, which wbfe adds), and wbfe's eigen-solve alone ("solver floor": the Gram
+matrix and `dsyevr` of every matrix, the tensors already in memory, nothing else). Measured
+{data["date"]} on a {data["cpu_count"]}-core {data["cpu_model"]}, float64 GEMM
+{gemm["threads_1"]:.0f} GFLOP/s on one thread, {gemm["threads_default"]:.0f} on two (the run before
+this one, on a faster day for this shared machine, measured 63 / 121); each cell is one BLAS thread
+/ two:
+
+| checkpoint | WW default | wbfe default | **default vs WW default** | BFE-W only vs WW default | wbfe with `htmp` | vs WW with `mp_fit` (same metrics) | the most the solver floor allows | the most the flop limit allows | peak RSS WW / wbfe |
+|---|---|---|---|---|---|---|---|---|---|
+{rows}
+
+Timings on these shared machines vary by 10–30 % from run to run; compare ratios from one run only.
+The run before the batched HT-SR fits (no results file kept), on a faster day, gave the default
+2.4× / 3.6× (synthetic), 3.2× / 2.8×, 3.9× / 3.5×, 4.2× / 3.4×, 4.2× / 3.8× (ResNet-20 to -56) and
+3.3× / 4.3× (transformer).
+
+### What the ratios are made of
+
+On the synthetic model and the transformer the default is the eigen-solve: wbfe's time is
+{over_floor} % above its solver floor, and WeightWatcher's time over that floor is
+{floor["synthetic"]} (synthetic) and {floor["transformer-108M"]} (transformer). So no default,
+however little it did besides, could be much faster than that against WeightWatcher there with this
+exact solver (the transformer on two threads is {times(transformer_2)}). "The most the flop limit
+allows" is the same bound from the flops instead (each Gram product as a rank-k update, p²P, and the
+reduction to tridiagonal form, 4/3·p³, at the measured GEMM rate): {limit_1["synthetic"]} /
+{limit_1["transformer-108M"]} (synthetic / transformer) on one thread. The floor is below it because
+LAPACK's tridiagonal reduction runs at a third to a half of the GEMM rate: half its flops are
+symmetric matrix–vector products bound by memory (`dsyevr` at p = 768–1,024; the two-stage
+reduction, and a band reduction with kd = 8–64 tried here, were slower below p ≈ 2,500), and the
+Gram product as a rank-k update at ~80 % of it. On the ResNets (p ≤ 64) the eigen-solve is a
+twentieth of the time or less; the rest is the HT-SR fits, 0.5–1 ms a matrix of Python around small
+numpy calls (the Marchenko–Pastur fit about half of it), now made together for matrices of one
+shape (above), and ~0.3 ms a matrix of reading and bookkeeping. Neither the Marchenko–Pastur fit
+nor the truncated power law is in WeightWatcher's default `analyze()`; computed the way
+WeightWatcher computes them (`mp_fit=True`), the same metrics take it {same}× longer than wbfe.
+
+### Why `htmp` is not in the default
+
+The HTMP fit takes about ten milliseconds for 1,000 eigenvalues ([below](#the-htmp-fit)), but it is
+per matrix whatever its size: with it the default would be {htmp_ratio} WeightWatcher's speed on the
+ResNets ({htmp_secs}), while on the large models it adds {htmp_adds_text}. And at λ* its diagnosis
+is nearly always "near optimum" ([watch.md](watch.md)). `--metrics bfe,htsr,htmp` adds it; `wbfe
+watch` asks for it itself.
+"""
+
+
+def section_eigensolvers(results: Path) -> str:
+    data = load(results, "eigensolvers.json")
+    rows = data["rows"]
+    two_stage = ", ".join(
+        (f"**{r['evr_over']['two_stage']:.2f}× at {thousands(r['p'])}**" if r["p"] >= data["two_stage_from_p"]
+         else f"{r['evr_over']['two_stage']:.2f}× at {thousands(r['p'])}") for r in rows)
+    others = span((r["evr_over"][k] for r in rows for k in ("evd", "ev")), "{:.2f}", "×")
+    torch = span((r["evr_over"]["torch"] for r in rows), "{:.1f}", "×")
+    worst = max(r["max_diff_over_lambda_max"]["two_stage"] for r in rows)
+    sizes = ",".join(str(r["p"]) for r in rows)
+    threads = "one thread" if data["threads"] == 1 else f"{data['threads']} threads"
+    return f"""## Eigenvalues of large matrices
+
+From p = {thousands(data["two_stage_from_p"])} the eigenvalues come from LAPACK's two-stage
+tridiagonal reduction (`dsyevd_2stage`, eigenvalues only, called through the LAPACKE of the OpenBLAS
+scipy ships, `wbfe/_blas.py`), below from `dsyevr` as before. `python
+benchmarks/bench_eigensolvers.py --sizes {sizes} --repeats {data["repeats"]}`
+(`benchmarks/results/eigensolvers.json`), {threads}, time of `dsyevr` over each:
+two-stage {two_stage} (7B-shaped matrices at 4,096); `dsyevd` and `dsyev` {others}, torch's
+`eigvalsh` {torch}. In that run every two-stage eigenvalue was within {sci(worst)}·λ_max of
+`dsyevr`'s; `tests/test_eigensolver.py` holds it to 1e-12·λ_max on 21 spectra.
+"""
+
+
+def section_llm(results: Path) -> str:
+    data = load(results, "llm_scale.json")
+    runs = data["runs"]
+    lines = []
+    for key, (checkpoint, metrics) in LLM_ROWS.items():
+        r = runs[key]
+        per = r["seconds_per_matrix"]
+        per_text = f"{per * 1000:.1f} ms" if per < 1 else f"{per:.1f} s"
+        lines.append(f"| {checkpoint} | {metrics} | {r['seconds']:.1f} s{LLM_EARLIER.get(key, '')} | "
+                     f"{per_text}{LLM_EARLIER_PER_MATRIX.get(key, '')} | {r['fraction_of_gemm_limit'] * 100:.0f} % | {r['peak_rss_mb']:.0f} MB |")
+    ext = data["extrapolated_seconds"]
+    llama, qwen = ext["llama7b_32_layers"], ext["qwen30b_a3b_experts_only"]
+    dense = [runs["dense:bfe"]["fraction_of_gemm_limit"], runs["dense:bfe,htsr"]["fraction_of_gemm_limit"]]
+    table = "\n".join(lines)
+    return f"""## LLM scale: what to expect on a CPU
+
+`python benchmarks/bench_llm_scale.py` (`benchmarks/results/llm_scale.json`) generates a MoE
+checkpoint of 27 layers × 128 experts × 3 bfloat16 matrices of 256 × 1024, each expert its own 2-D
+tensor, one shard per layer ({thousands(data["moe_matrices"])} matrices, 5.4 GB), and one 7B-Llama
+layer (q, k, v, o 4096²; gate, up, down 11008 × 4096), and scores each in a fresh process with two
+threads (`htmp` on the first MoE layer's shard alone, its 384 experts fitted in batches). Measured
+on a {data["cpu_count"]}-core {data["cpu_model"]} (float64 GEMM {data["gemm_gflops_f64_default_threads"]:.0f}
+GFLOP/s on both cores), {data["date"][:10]}, with the batched HT-SR fits:
+
+| checkpoint | metrics | time | per matrix | fraction of the GEMM limit | peak RSS |
+|---|---|---|---|---|---|
+{table}
+
+Expected on this machine, extrapolated per matrix shape: a **7B** dense model (32 such layers; the
+embedding and LM head add about one layer) **≈ {minutes(llama["bfe"])} for `bfe`, ≈
+{minutes(llama["bfe,htsr"])} for the default**; a **30B-A3B** MoE (48 layers × 128 experts × 3
+matrices of 768 × 2048, scaled from the measured experts by their float64 flops) **≈
+{minutes(qwen["bfe"])} for `bfe`, ≈ {minutes(qwen["bfe,htsr"])} for the default** for the experts,
+and `htmp` adds about {minutes(qwen["htmp_extra"])} (it is per matrix, not per flop). The dense
+layers run at {span([d * 100 for d in dense], unit=" %")} of the flop limit (the rest is the
+tridiagonal reduction, as above; these machines' timings vary by ~20 % between runs: the same layer
+took 10.5 / 26.7 s in an earlier run). For small experts the default adds
+~{(runs["moe:bfe,htsr"]["seconds_per_matrix"] - runs["moe:bfe"]["seconds_per_matrix"]) * 1000:.1f} ms a
+matrix to BFE-W alone (the eigen-solve in place of a Cholesky factor, and the HT-SR fits, now in
+batches); those fits and the Python around each matrix are what is left between wbfe and the limit.
+Peak RSS stays near the interpreter's 500 MB plus a few tensors at any model size.
+"""
+
+
+def section_memory(results: Path) -> str:
+    m = load(results, "memory.json")
+    mib = m["largest_tensor_bytes"] / 2**20
+    bound = 3 * mib + 500
+    return f"""## Memory
+
+`python benchmarks/bench_memory.py --matrices {m["n_matrices"]}` (`benchmarks/results/memory.json`):
+scoring a generated {m["checkpoint_bytes"] / 2**30:.0f} GiB safetensors file of {m["n_matrices"]}
+float32 matrices ({mib:.0f} MiB each) peaks at **{m["peak_rss_mb"]:.0f} MB RSS** in
+{m["wall_s"]:.1f} s (below 3 × {mib:.0f} MiB + 500 MB = {bound:.0f} MB, and below 1 GB), of which
+{m["baseline_rss_mb"]:.0f} MB is a bare Python + torch process; the rest is
+{m["peak_minus_baseline_over_largest_tensor"]:.1f}× the largest tensor (the tensor, the next one
+being read, a float64 block and the Gram matrix). The pipeline keeps what it has in flight within
+2.5× the largest tensor (or 64 MiB), leaving the rest of the 3× + 500 MB budget to what scoring
+loads besides: the 108 M transformer, scored on two workers, peaked at 672 MB against a bound of
+782 MB in an earlier run. A square bfloat16 matrix needs 4× its own size in float64 for its LU copy
+or Gram matrix, so checkpoints whose largest tensor is one exceed the 3× form.
+"""
+
+
+def section_gpu(results: Path) -> str:
+    recorded = sorted(p.name for p in results.glob("gpu*.json"))
+    status = (f"Recorded GPU runs: {', '.join(f'`benchmarks/results/{n}`' for n in recorded)}." if recorded
+              else "No GPU has been available to this project yet, so no GPU figure is recorded.")
+    return f"""## On a GPU
+
+A GPU path exists (`--device cuda`): each tensor crosses to the device once in its stored dtype
+and is widened there, and the Gram matrix, Cholesky factor and eigen-solve are float64 on the
+device. Its code runs on the CPU in the tests (every layer's BFE-W within 1e-8 of the numpy path,
+for a whole score too), and the CUDA tests compare GPU and CPU numbers where a GPU is present.
+`benchmarks/bench_gpu.py` scores a generated 1.2 B-parameter bfloat16 checkpoint on the GPU and,
+in the same run, on the CPU, and reports GB of weights per second, the device's FP64 and
+host-to-device rates, the fraction of that limit, and the largest BFE-W difference of any layer;
+`bash benchmarks/gpu_check.sh` runs the CUDA tests and that benchmark in one go. {status}
+
+## Threads
+
+While it scores, wbfe sets the BLAS and OpenMP thread counts of its process (through
+threadpoolctl, and `torch.set_num_threads`) and restores them when it is done: matrices are scored
+side by side on one thread each, mid-size ones alone on one. Other numeric work running in the
+same process at the same time runs with those counts; run it in another process, or set
+`OPENBLAS_NUM_THREADS`/`OMP_NUM_THREADS`, which cap wbfe's workers too.
+"""
+
+
+def section_htmp(results: Path) -> str:
+    data = load(results, "htmp_fit.json")
+    s, b, rows = data["summary"], data["batch"], data["rows"]
+    laws = {(r["kappa"], r["gamma"], r["beta"]) for r in rows}
+    slowest = max(rows, key=lambda r: r["seconds"])
+    dkappa = "identical" if b["max_abs_dlog_kappa"] == 0 else f"within {sci(b['max_abs_dlog_kappa'])} in log κ"
+    return f"""## The HTMP fit
+
+`python benchmarks/bench_htmp_fit.py` (`benchmarks/results/htmp_fit.json`) fits
+{thousands(s["n_eigenvalues"])} eigenvalues drawn from {len(laws)} laws (γ from
+{span((r["gamma"] for r in rows), "{:g}").replace("–", " to ")}, κ from
+{span((r["kappa"] for r in rows), "{:g}").replace("–", " to ")}), with the default τ and with τ = 0,
+timed with {data["timer"]}: **median {s["median_seconds"] * 1000:.1f} ms CPU per fit** (48 ms and, before that,
+113 ms in earlier versions), {s["within_0.02s"]} of {s["fits"]} under 20 ms, slowest
+{slowest["seconds"] * 1000:.0f} ms (κ = {slowest["kappa"]:g}, γ = {slowest["gamma"]:g}: nearly
+Marchenko–Pastur laws, where the profile is flat and needs ~150 knots per κ). Every fitted κ and β
+was within 0.6 % of the former fit's but one flat near-Marchenko–Pastur profile (κ = 60, γ = ½,
+τ = 0: 3.3 %, well inside its error).
+
+Many matrices of one shape are fitted together (`wbfe.htmp.fit_many`): {b["spectra"]} spectra of
+{thousands(b["n_eigenvalues"])} eigenvalues took {b["batch_seconds_per_fit"] * 1000:.1f} ms per fit
+in the batch against {b["single_seconds_per_fit"] * 1000:.1f} ms alone,
+**{b["ratio_single_over_batch"]:.1f}×**, κ {dkappa} and log β within
+{sci(b["max_abs_dlog_beta"])} of the single fits.
+"""
+
+
+def fused_moe_figures(text: str) -> dict[str, float]:
+    """The `/usr/bin/time -v` figures of fused_moe_1b.txt: user CPU s, wall s, CPU %, peak RSS MB."""
+    def field(label: str) -> str:
+        found = re.search(rf"^\s*{re.escape(label)}:\s*(.+)$", text, flags=re.M)
+        if found is None:
+            raise ValueError(f"fused_moe_1b.txt has no '{label}' line")
+        return found.group(1).strip()
+    clock = [float(x) for x in field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":")]
+    wall = sum(v * 60 ** i for i, v in enumerate(reversed(clock)))
+    return {"user_s": float(field("User time (seconds)")), "wall_s": wall,
+            "cpu_percent": float(field("Percent of CPU this job got").rstrip("%")),
+            "rss_mb": float(field("Maximum resident set size (kbytes)")) / 1000}
+
+
+def section_formats(results: Path) -> str:
+    moe = fused_moe_figures((results / "fused_moe_1b.txt").read_text(encoding="utf-8"))
+    g = load(results, "gguf.json")
+    q, f = g["gguf_q4_k"], g["safetensors_f16"]
+    return f"""## Checkpoint families and formats
+
+Scoring a generated 1.05 B-parameter Qwen3-MoE-style checkpoint (bf16, 1,728 expert matrices of
+512×1,024, `benchmarks/fused_moe_checkpoint.py`) with `--metrics bfe` took {moe["user_s"]:.0f} s of
+CPU ({moe["wall_s"]:.0f} s of wall time at {moe["cpu_percent"]:.0f} % of a shared CPU) and
+{moe["rss_mb"]:.0f} MB peak RSS (`benchmarks/results/fused_moe_1b.txt`).
+
+Scoring a generated {q["file_bytes"] / 1e9:.2f} GB Q4_K GGUF file ({g["weights"] / 1e9:.1f} B
+weights in {g["matrices"]} matrices of {g["shape"][0]} × {thousands(g["shape"][1])}) with
+`--metrics bfe` took {q["cpu_s"]:.0f} s of CPU and {q["peak_rss_mb"]:.0f} MB peak RSS, against
+{f["cpu_s"]:.0f} s and {f["peak_rss_mb"]:.0f} MB for its {f["file_bytes"] / 1e9:.1f} GB float16
+safetensors original; the difference is the dequantising (`benchmarks/bench_gguf.py`,
+`benchmarks/results/gguf.json`; {g["cpu_count"]} CPUs shared with other work, so wall times of
+{thousands(q["wall_s"])} s and {thousands(f["wall_s"])} s). The largest BFE-W difference between the
+two was {sci(g["max_abs_delta_bfe"])}.
+"""
+
+
+def section_adapters_compare(results: Path) -> str:
+    a = load(results, "adapter.json")
+    c = load(results, "compare.json")
+    core = a["adapter"]["wall_s"] - a["baseline"]["wall_s"]
+    return f"""## Adapters and compare
+
+**A LoRA adapter** (`python benchmarks/bench_adapter.py`, `benchmarks/results/adapter.json`,
+{a["cpu_count"]} CPUs): a rank-{a["rank"]} adapter on a {thousands(a["shape"][0])}-wide model
+(32 layers × q, k, v, o: {a["modules"]} modules, {a["adapter_bytes"] / 1e6:.0f} MB of factors) scores in
+**{a["adapter"]["wall_s"]:.1f} s wall at {a["adapter"]["peak_rss_mb"]:.0f} MB peak RSS**, of which a
+bare `import wbfe, torch` is {a["baseline"]["wall_s"]:.1f} s and {a["baseline"]["peak_rss_mb"]:.0f} MB:
+{core:.1f} s for the {a["modules"]} modules and the file's hash. The dense route for one module (form
+the {thousands(a["shape"][0])} × {thousands(a["shape"][1])} ΔW, then its eigenvalues as `wbfe score`
+takes a dense matrix's) took {a["dense_seconds_per_module"]:.0f} s on that loaded machine:
+{thousands(round(a["dense_seconds_all_modules_extrapolated"], -2))} s for all {a["modules"]}.
+
+**`wbfe compare`** (`python benchmarks/bench_compare.py`, `benchmarks/results/compare.json`;
+{c["cpu_count"]}-core machine shared with other jobs): two generated
+{c["checkpoint_bytes_each"] / 1e9:.2f} GB float32 safetensors checkpoints (21 blocks of q, k, v, o
+1,024² and up/down 1,024 × 4,096: {c["n_matrices"]} matrices), `wbfe compare A B --metrics bfe` took
+**{c["compare"]["wall_s"]:.0f} s at {c["compare"]["peak_rss_mb"]:.0f} MB peak RSS** (a bare
+`import wbfe, torch` is {c["baseline"]["peak_rss_mb"]:.0f} MB), against {c["score_a"]["wall_s"]:.1f} s
+and {c["score_b"]["wall_s"]:.1f} s for `wbfe score --metrics bfe` of each alone in the same run
+({c["compare_over_two_scores"]:.1f}× the two). Pairs run on two worker threads of one BLAS thread
+each; one at a time (an earlier run, load ~9) it took 133 s at 795 MB.
+"""
+
+
+def section_ray(results: Path) -> str:
+    r = load(results, "ray.json")
+    empty = span([r["ray_1_node"]["empty_task_s"] * 1000, r["ray_2_nodes"]["empty_task_s"] * 1000], "{:.0f}")
+    return f"""## On a Ray cluster
+
+`python benchmarks/bench_ray.py` (`benchmarks/results/ray.json`): {r["models"]} generated models of
+{r["width"]}-wide matrices, `--metrics {r["metrics"]}` (machine: {r["machine"]}; {r["note"]}):
+1 worker node {r["ray_1_node"]["wall_s"]:.2f} s, 2 worker nodes {r["ray_2_nodes"]["wall_s"]:.2f} s
+(speed-up {r["speedup_2_vs_1_nodes"]:.2f}), local on one thread {r["local_sequential_s"]:.2f} s;
+Ray's overhead {r["ray_overhead_per_task_s"] * 1000:.0f} ms per model task, {empty} ms for an empty
+task.
+"""
+
+
+def section_report(results: Path) -> str:
+    r = load(results, "report.json")
+    b, a, pages = r["bench"], r["bench_all_groups"], r["pages"]
+    return f"""## Audit pages
+
+`python benchmarks/bench_report.py` (`benchmarks/results/report.json`) on a synthetic
+{b["model"]["matrices"]}-matrix transformer-shaped model ({b["model"]["weights"] / 1e6:.1f} M
+weights), on a {r["machine"]["cpus"]}-core machine (load {r["machine"]["load_average_1min"]}), median
+of three: with the default groups the page is {mb(b["html_bytes"])} MB and making it after the score
+(re-reading six matrices, drawing every figure, writing the file) took
+{b["report_html_s"]["wall"]:.2f} s wall ({b["report_html_s"]["cpu"]:.2f} s CPU) against the score's
+{b["score_s"]["wall"]:.2f} s; with `--metrics {",".join(a["metrics"])}` the page is
+{mb(a["html_bytes"])} MB and took {a["report_html_s"]["wall"]:.2f} s against the score's
+{a["score_s"]["wall"]:.2f} s. (At load average 8–11, in an earlier run, the page took 3.0–4.9 s
+wall, 1.1–1.9 s CPU.) The pages of the CIFAR-10 ResNet-20, the MiniLM encoder and the
+Fashion-MNIST zoo are {mb(pages["resnet20"]["html_bytes"])}, {mb(pages["minilm"]["html_bytes"])} and
+{mb(pages["zoo-fmnist"]["html_bytes"])} MB (`--screenshots` saves the top of each as
+`benchmarks/results/report-*.png`).
+"""
+
+
+def render(results: Path = RESULTS) -> str:
+    """The whole page.
+
+    Args:
+        results: the folder of benchmark results to read.
+
+    Returns:
+        The Markdown text of docs/performance.md.
+
+    Raises:
+        FileNotFoundError: a results file is missing. KeyError: a file lacks a field the page uses.
+    """
+    head = """# Performance and memory
+
+<!-- Generated by benchmarks/make_performance_doc.py from benchmarks/results/: edit the script, not
+this file, then run `python benchmarks/make_performance_doc.py`. -->
+
+How wbfe reads and scores a checkpoint, and what each benchmark measured. Every figure a benchmark
+recorded is read from its file in `benchmarks/results/` when this page is generated; figures of
+earlier runs, which no file keeps, say so. The machines are small shared ones (two cores, other
+jobs running), so compare ratios within one run rather than times across runs.
+"""
+    sections = [section_flow, section_vs_ww, section_eigensolvers, section_htmp, section_llm, section_memory,
+                section_formats, section_adapters_compare, section_ray, section_report, section_gpu]
+    return "\n".join([head, *(make(results) for make in sections)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/performance.md is out of date")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    text = render(args.results)
+    if args.check:
+        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is out of date: run python benchmarks/make_performance_doc.py", file=sys.stderr)
+            return 1
+        return 0
+    args.output.write_text(text, encoding="utf-8")
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
