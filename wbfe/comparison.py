@@ -44,7 +44,7 @@ from wbfe.pipeline import worker_count
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.sources.peft_adapter import AdapterSource
-from wbfe.spectra import DegenerateMatrixError, pin_threads, resolve_device
+from wbfe.spectra import DegenerateMatrixError, pin_threads
 
 __all__ = ["Comparison", "compare", "parse_name_map", "subspace_overlap", "top_singular"]
 
@@ -161,7 +161,8 @@ def compare(
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InvalidOptionError(f"top_k must be a positive integer, not {top_k!r}")
     # The options a score would take, checked as a score checks them (the --layers expression too).
-    score_options = ScoreOptions(metrics=tuple(g.name for g in groups), lam=lam, layers=layers or None, device=device,
+    score_options = ScoreOptions(metrics=tuple(g.name for g in groups), lam=lam,  # type: ignore[arg-type]
+                                 layers=layers or None, device=device,
                                  min_eigs=min_eigs, seed=seed)
     context = engine.Context.of(score_options)
     pattern = score_options.pattern

@@ -1,1 +1,1 @@
-"""Figures: each drawn on its own matplotlib Figure with an Agg canvas (see ``_canvas``), never through pyplot."""
+"""Figures: each drawn on its own matplotlib Figure with an Agg canvas (see ``canvas``), never through pyplot."""

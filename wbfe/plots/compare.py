@@ -19,7 +19,7 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     Returns:
         ``path``, written atomically as PNG.
     """
-    from wbfe.plots._canvas import new_figure
+    from wbfe.plots.canvas import new_figure
     from wbfe.output import save_figure
     from wbfe.report import as_float
 

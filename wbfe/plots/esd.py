@@ -45,7 +45,7 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     """
     from wbfe.metrics import htmp
     from wbfe.metrics.powerlaw import tpl_log_normaliser
-    from wbfe.plots._canvas import new_figure
+    from wbfe.plots.canvas import new_figure
     from wbfe.output import save_figure
 
     e = np.sort(eigs[eigs > 0.0])

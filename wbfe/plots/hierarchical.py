@@ -40,7 +40,7 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     """
     import matplotlib
 
-    from wbfe.plots._canvas import new_figure
+    from wbfe.plots.canvas import new_figure
     from wbfe.output import save_figure
 
     res = _as_dict(result)
@@ -80,7 +80,7 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     Returns:
         The path written.
     """
-    from wbfe.plots._canvas import new_figure
+    from wbfe.plots.canvas import new_figure
     from wbfe.output import save_figure
 
     res = _as_dict(result)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional, Union
 if TYPE_CHECKING:
     from wbfe.ranking.ranker import RankResult
 
-__all__ = ["plot_metric", "plot_ranking", "metric_filename"]
+__all__ = ["plot_metric", "plot_ranking", "metric_filename", "checkpoint_label"]
 
 
 def metric_filename(metric: str) -> str:
@@ -18,7 +18,7 @@ def metric_filename(metric: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", metric) + ".png"
 
 
-def _label(model: str) -> str:
+def checkpoint_label(model: str) -> str:
     # Checkpoint file names label the points: their extension only adds clutter.
     return re.sub(r"\.(safetensors|bin|pt|pth|th|ckpt)$", "", model)
 
@@ -45,12 +45,12 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
     Raises:
         UnknownNameError: ``metric`` is not in the result.
     """
-    from wbfe.plots._canvas import new_figure
+    from wbfe.plots.canvas import new_figure
     from wbfe.output import save_figure
 
     row = result.metric(metric)
     points = [(m.scores.get(metric), m.quality, m.model) for m in result.models]
-    points = [(float(x), float(y), _label(label)) for x, y, label in points
+    points = [(float(x), float(y), checkpoint_label(label)) for x, y, label in points
               if x is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
     fig = new_figure((7.5, 5.5), layout="constrained")
     ax = fig.subplots()

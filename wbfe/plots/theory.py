@@ -23,7 +23,7 @@ PathLike = Union[str, Path]
 
 
 def _figure() -> tuple[Any, Any]:
-    from wbfe.plots._canvas import new_figure
+    from wbfe.plots.canvas import new_figure
 
     fig = new_figure((6.0, 4.2))
     return fig, fig.subplots()

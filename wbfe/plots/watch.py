@@ -40,7 +40,7 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     """
     import matplotlib
 
-    from wbfe.plots._canvas import new_figure
+    from wbfe.plots.canvas import new_figure
 
     traj = result.trajectory
     steps = np.array(traj.steps, dtype=float)
@@ -117,7 +117,7 @@ def plot_calibration(report: "CalibrationReport", path: Union[str, Path], *, dpi
     Returns:
         The written path.
     """
-    from wbfe.plots._canvas import new_figure
+    from wbfe.plots.canvas import new_figure
 
     cal = report.calibration
     fig = new_figure((6.0, 4.0), layout="constrained")

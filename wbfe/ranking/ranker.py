@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe._provenance import installed_versions, source_digest
-from wbfe.errors import InvalidOptionError, NothingRankedError
+from wbfe.errors import NothingRankedError
 from wbfe.executors import ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir

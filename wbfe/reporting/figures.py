@@ -27,7 +27,7 @@ def new_figure(width: float, height: float, **margins: float) -> Any:
     which was half the time a report adds to a score."""
     import matplotlib
 
-    from wbfe.plots._canvas import new_figure as canvas_figure
+    from wbfe.plots.canvas import new_figure as canvas_figure
 
     with matplotlib.rc_context(_RC):
         fig = canvas_figure((width, height))
@@ -219,9 +219,9 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
             for k in (int(a), int(b)):
                 if k not in ends:
                     ends.append(k)
-        from wbfe.plots.ranking import _label as strip_suffix  # the one rule for checkpoint labels
+        from wbfe.plots.ranking import checkpoint_label  # the one rule for checkpoint labels
 
-        _place_labels(ax, [(float(x), float(y), short_name(strip_suffix(label), 24))
+        _place_labels(ax, [(float(x), float(y), short_name(checkpoint_label(label), 24))
                            for x, y, label in zip(xs, ys, labels)],
                       ends[:max_labels])
     return fig
