@@ -250,3 +250,38 @@ def test_hub_adapter_from_the_cache(tmp_path, monkeypatch) -> None:
     local = wbfe.score(repo / "snapshots" / commit, metrics="bfe")
     assert hub.model["format"] == "peft-lora" and hub.model["commit"] == commit
     assert hub.layers[0]["eigs"] == local.layers[0]["eigs"] and hub.layers[0]["r"] == 4
+
+
+def test_merge_onto_an_fp8_base_reads_it_dequantised(tmp_path) -> None:
+    """The merge streams the base as `wbfe score` reads it: an FP8 block-quantised weight is merged
+    as its dequantised float matrix (it used to fail: the merge read the raw FP8 entries), and the
+    merged spectrum equals that of W₀(dequantised) + ΔW scored as an ordinary matrix."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize, _dequantize_fp8_weight
+
+    g = torch.Generator().manual_seed(5)
+    quantizer = Fp8Quantize(SimpleNamespace(quantization_config=SimpleNamespace(weight_block_size=[128, 128],
+                                                                                scale_fmt=None)))
+    w = torch.randn(256, 384, generator=g) / 20
+    base_tensors = quantizer._quantize_one("model.layers.0.mlp.up_proj.weight", w)
+    w0 = _dequantize_fp8_weight(base_tensors["model.layers.0.mlp.up_proj.weight"],
+                                base_tensors["model.layers.0.mlp.up_proj.weight_scale_inv"], [128, 128], torch.float64)
+    base = tmp_path / "base"
+    base.mkdir()
+    save_file(base_tensors, str(base / "model.safetensors"))
+    (base / "config.json").write_text(json.dumps({
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}))
+    a = torch.randn(4, 384, generator=g) / 10
+    b = torch.randn(256, 4, generator=g) / 10
+    adapter = _write_adapter(tmp_path / "adapter", {
+        "base_model.model.model.layers.0.mlp.up_proj.lora_A.weight": a,
+        "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight": b}, r=4, lora_alpha=8)
+    result = wbfe.score(adapter, base=base, metrics="bfe")
+    row = next(r for r in result.layers if r["name"] == "model.layers.0.mlp.up_proj.weight")
+    merged = w0 + 2.0 * (b.double() @ a.double())  # scaling = lora_alpha / r
+    reference = wbfe.score({"model.layers.0.mlp.up_proj.weight": merged}, metrics="bfe").layers[0]["bfe"]
+    assert "merged" not in row["reasons"], row["reasons"]
+    assert row["bfe_merged"] == pytest.approx(reference, rel=1e-10)
+    assert row["bfe_base"] == pytest.approx(wbfe.score({"w.weight": w0}, metrics="bfe").layers[0]["bfe"], rel=1e-12)

@@ -264,3 +264,28 @@ def test_a_model_against_its_fp8_version(tmp_path) -> None:
     assert rows["lm_head.weight"]["rel_frobenius"] == 0.0
     consumed = {s["name"]: s for s in result.skipped if s.get("side") == "b"}
     assert consumed["model.layers.1.mlp.up_proj.weight_scale_inv"]["reason"].startswith("consumed: scale of")
+
+
+def test_compare_refuses_a_layers_pattern_that_score_refuses() -> None:
+    """compare() checks --layers as score() does (one options object): a pattern with nested
+    unbounded repeats, which can take exponential time on a crafted name, is refused by both."""
+    import torch
+
+    from wbfe.errors import InvalidOptionError
+
+    w = {"fc.weight": torch.eye(12)}
+    with pytest.raises(InvalidOptionError) as from_score:
+        wbfe.score(w, layers="(a+)+$")
+    with pytest.raises(InvalidOptionError) as from_compare:
+        wbfe.compare(w, w, layers="(a+)+$")
+    assert str(from_compare.value) == str(from_score.value)
+
+
+def test_compare_reports_progress_per_pair() -> None:
+    import torch
+
+    a = {f"l{k}.weight": torch.randn(16, 12, generator=torch.Generator().manual_seed(k)) for k in range(3)}
+    b = {name: 2 * w for name, w in a.items()}
+    seen: list[tuple[int, object, str]] = []
+    wbfe.compare(a, b, metrics="bfe", progress=lambda done, total, name: seen.append((done, total, name)))
+    assert seen == [(1, 3, "l0.weight"), (2, 3, "l1.weight"), (3, 3, "l2.weight")]
