@@ -225,3 +225,31 @@ def test_compute_many_gets_runs_of_equal_shapes_and_rows_equal_compute(tmp_path,
     assert [layer["name"] for layer in batched.layers] == [layer["name"] for layer in plain.layers]
     # json writes NaN as NaN, so equal dumps mean equal rows, NaN columns included.
     assert json.dumps(batched.layers, sort_keys=True) == json.dumps(plain.layers, sort_keys=True)
+
+
+def test_norms_of_a_small_matrix_are_computed_and_only_the_fits_need_min_eigs() -> None:
+    """A 7-class head has 7 eigenvalues, fewer than --min-eigs: its norms, ranks and entropy are
+    computed (they are no tail fits, and WeightWatcher reports them), its fits are NaN with the reason."""
+    import math
+
+    import numpy as np
+    import torch
+
+    import wbfe
+
+    w = torch.randn(7, 40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    row = wbfe.score({"classifier.weight": w}).layers[0]
+    e = np.linalg.eigvalsh((w @ w.T).numpy())
+    assert row["n_eigs"] == 7
+    assert row["log_norm"] == pytest.approx(math.log10(e.sum()), rel=1e-12)
+    assert row["log_spectral_norm"] == pytest.approx(math.log10(e.max()), rel=1e-12)
+    assert row["stable_rank"] == pytest.approx(e.sum() / e.max(), rel=1e-12)
+    p = e / e.sum()
+    assert row["entropy"] == pytest.approx(-(p * np.log(p)).sum() / math.log(7), rel=1e-10)
+    fits = {"alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm", "tpl_alpha", "tpl_lambda",
+            "bulk_max", "num_spikes", "mp_softrank"}
+    assert set(row["reasons"]) == fits
+    assert all(why == "too few eigenvalues for a tail fit: 7 < min_eigs=10" for why in row["reasons"].values())
+    # With --min-eigs 5 the fits run, and fail for their own reason (a tail needs 10 values).
+    small = wbfe.score({"classifier.weight": w}, min_eigs=5).layers[0]
+    assert small["reasons"]["alpha"].startswith("power-law fit: only 7 positive value(s)")

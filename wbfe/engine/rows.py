@@ -12,13 +12,10 @@ from wbfe.matrices import MatrixPlan, Skip, component_of
 from wbfe.sources import TensorEntry
 from wbfe.spectra import DegenerateMatrixError
 
-__all__ = ["layer_row", "RowMaker", "Record", "ROW_BATCH", "TAIL_FIT_GROUPS"]
+__all__ = ["layer_row", "RowMaker", "Record", "ROW_BATCH"]
 
 # record(entry, skip or row), called in stream order.
 Record = Callable[[TensorEntry, Union[Skip, dict[str, Any]]], None]
-
-# Metric groups that fit the spectrum's tail: below --min-eigs eigenvalues they report NaN.
-TAIL_FIT_GROUPS = ("htsr", "htmp")
 
 # The most rows held back for one compute_many call: the spectra are small next to their matrices.
 ROW_BATCH = 256
@@ -26,7 +23,12 @@ ROW_BATCH = 256
 
 def too_few(group: Any, spec: Any, min_eigs: int) -> bool:
     """Whether ``group`` fits a spectrum's tail and this one has too few eigenvalues for it."""
-    return group.name in TAIL_FIT_GROUPS and spec.n_eigs < min_eigs
+    return bool(group.tail_columns) and spec.n_eigs < min_eigs
+
+
+def nothing_to_compute(group: Any, spec: Any, min_eigs: int) -> bool:
+    """Whether every column of ``group`` is a tail fit this spectrum is too small for."""
+    return too_few(group, spec, min_eigs) and set(group.tail_columns) >= set(group.columns)
 
 
 def layer_row(
@@ -55,14 +57,15 @@ def layer_row(
     }
     reasons: dict[str, str] = {}
     for group in context.groups:
+        if not nothing_to_compute(group, spec, min_eigs):
+            out = (computed[group.name] if computed and group.name in computed
+                   else group.compute(spec, context.metric_options))
+            row.update(out.values)
+            reasons.update(out.reasons)
         if too_few(group, spec, min_eigs):
             why = f"too few eigenvalues for a tail fit: {spec.n_eigs} < min_eigs={min_eigs}"
-            row.update({column: math.nan for column in group.columns})
-            reasons.update({column: why for column in group.columns})
-            continue
-        out = computed[group.name] if computed and group.name in computed else group.compute(spec, context.metric_options)
-        row.update(out.values)
-        reasons.update(out.reasons)
+            row.update({column: math.nan for column in group.tail_columns})
+            reasons.update({column: why for column in group.tail_columns})
     row["reasons"] = reasons
     return row
 
@@ -101,7 +104,8 @@ class RowMaker:
         for members in runs.values():
             specs = [self.pending[k][2] for k in members]
             for group in self.context.groups:
-                if group.compute_many is not None and len(specs) > 1 and not too_few(group, specs[0], min_eigs):
+                if (group.compute_many is not None and len(specs) > 1
+                        and not nothing_to_compute(group, specs[0], min_eigs)):
                     for k, out in zip(members, group.compute_many(specs, self.context.metric_options)):
                         done.setdefault(k, {})[group.name] = out
         for k, (entry, plan, outcome) in enumerate(self.pending):

@@ -95,6 +95,9 @@ class MetricGroup:
         compute_many: optional, ``compute`` of several spectra of one shape at once (an MoE's
             experts), one result each, in order, each equal to ``compute`` on that spectrum; what
             vectorises across them makes it faster.
+        tail_columns: the columns that fit the spectrum's tail (or its bulk), and so need
+            ``--min-eigs`` eigenvalues: below that they are NaN with the reason, while the group's
+            other columns (norms, ranks) are computed for any spectrum.
     """
 
     name: str
@@ -105,3 +108,4 @@ class MetricGroup:
     needs_eigenvalues: bool = True
     from_matrices: Optional[Callable[[Sequence[Any], Any, MetricOptions, str], Any]] = None
     compute_many: Optional[Callable[[Sequence[Spectrum], MetricOptions], list[GroupResult]]] = None
+    tail_columns: tuple[str, ...] = ()

@@ -784,9 +784,12 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
     return [r for r in results if r is not None]
 
 
+_COLUMNS = ("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_inf", "diagnosis")
+
 GROUP = MetricGroup(
     name="htmp",
-    columns=("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_inf", "diagnosis"),
+    columns=_COLUMNS,
+    tail_columns=_COLUMNS,  # every column comes from the fit
     summary_columns=("htmp_kappa", "h", "f_inf"),
     compute=_compute,
     compute_many=_compute_many,

@@ -232,5 +232,8 @@ GROUP = MetricGroup(
     ),
     compute=_compute,
     compute_many=_compute_many,
+    # The fits need --min-eigs eigenvalues; the norms, ranks and entropy are computed for any matrix,
+    # as WeightWatcher computes them.
+    tail_columns=_PL_COLUMNS + ("tpl_alpha", "tpl_lambda", "bulk_max", "num_spikes", "mp_softrank"),
     description="HT-SR baselines (WeightWatcher 0.7.7 metrics): norms, ranks, entropy, alpha, MP fit",
 )
