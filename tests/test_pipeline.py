@@ -171,3 +171,32 @@ def test_no_thread_controller_where_blas_has_one_thread_anyway(monkeypatch: pyte
             assert set(after.values()) == {2}, after
         assert isinstance(spectra._threads_for(torch.zeros(256, 300), torch.device("cpu")), contextlib.nullcontext)
     assert not built
+
+
+def test_progress_knows_its_total_up_front_and_moves_per_spectrum(tmp_path: Path) -> None:
+    """A safetensors checkpoint's entries are listed from its header before any is scored, so the
+    first call already has the total; each call comes as a spectrum (or skip) is done, while the
+    rows of equal-shaped matrices are still held back to be fitted together (htsr's compute_many)."""
+    from safetensors.torch import save_file
+
+    import wbfe
+    from wbfe.engine import rows
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {f"layers.{k}.weight": torch.randn(24, 16, generator=g) for k in range(20)}
+    tensors.update({f"layers.{k}.bias": torch.zeros(24) for k in range(3)})
+    save_file(tensors, str(tmp_path / "m.safetensors"))
+    calls: list[tuple[int, object, int]] = []
+    original = rows.RowMaker.flush
+
+    def flush(self: rows.RowMaker) -> None:
+        calls.append((-1, None, len(self.pending)))  # when rows are made, and how many at once
+        original(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rows.RowMaker, "flush", flush)
+        wbfe.score(tmp_path / "m.safetensors", progress=lambda done, total, name: calls.append((done, total, 0)))
+    progress = [c for c in calls if c[0] >= 0]
+    assert [c[0] for c in progress] == list(range(1, 24))
+    assert {c[1] for c in progress} == {23}  # the total from the first call on
+    assert calls[-1] == (-1, None, 23)  # every row made in one flush, after every progress call

@@ -9,7 +9,7 @@ from wbfe._provenance import installed_versions
 from wbfe.engine.context import Context
 from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.run import run
-from wbfe.engine.stream import entries, matrices_of, plan_entry, stream
+from wbfe.engine.stream import Planned, entries, matrices_of, plan_entry, stream
 from wbfe.errors import InvalidOptionError, did_you_mean
 from wbfe.matrices import MatrixPlan, Skip
 from wbfe.options import ScoreOptions, check_conv
@@ -39,9 +39,10 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     Args:
         source: an open source (see :func:`wbfe.sources.open_source`).
         options: validated options.
-        progress: called as each entry's spectrum is finished, with (done, total, name); the total
-            is the number of stored tensors (fused expert stacks become several entries, so it is
-            raised to the count done when they pass it).
+        progress: called as each entry's spectrum (or skip) is finished, with (done, total, name).
+            Where the source reads headers only, the total is every entry, fused experts split,
+            counted before the first is scored; otherwise the stored tensors' count, raised to the
+            count done where expert stacks split into more.
 
     Raises:
         NoUsableMatrixError: every weight matrix was skipped.
@@ -49,7 +50,12 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     context = Context.of(options)
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    total = len(source)
+    planned: Iterable[Planned] = stream(source, options)
+    if source.headers_only:  # nothing is read to list them: the total is known up front
+        planned = list(planned)
+        total: Optional[int] = len(planned)
+    else:
+        total = len(source)
     count = 0
 
     def record(entry: TensorEntry, item: Union[Skip, dict[str, Any]]) -> None:
@@ -65,7 +71,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
             progress(count, None if total is None else max(total, count), entry.name)
 
     with Pipeline(context.device) as pipeline:
-        run(pipeline, stream(source, options), context, SeenContent(), record, done)
+        run(pipeline, planned, context, SeenContent(), record, done)
     model = provenance_of(source.provenance.to_dict(), context)
     return finish(model, layers, skipped, context.groups, head=options.head, head_hint=source.head_hint,
                   config=source.config)

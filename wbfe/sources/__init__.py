@@ -38,6 +38,8 @@ __all__ = [
 class MemorySource(TensorSource):
     """An in-memory ``nn.Module`` or state dict (tied parameters detected by shared storage)."""
 
+    headers_only = True
+
     def __init__(self, obj: Any):
         state = obj.state_dict() if hasattr(obj, "state_dict") and callable(obj.state_dict) else obj
         self._state = unwrap_state_dict(state, where=type(obj).__name__)

@@ -152,6 +152,9 @@ class TensorSource:
     # The model's own configuration found beside the weights (Hugging Face ``config.json``, with a
     # GPTQ ``quantize_config.json`` as its ``quantization_config``), parsed; None where there is none.
     config: dict[str, Any] | None = None
+    # True where entries() reads headers only (each tensor is read by its entry's load()): the
+    # entries can then be listed before any is scored, which gives progress its total up front.
+    headers_only: bool = False
 
     def entries(self) -> Iterator[TensorEntry]:
         raise NotImplementedError

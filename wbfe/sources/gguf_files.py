@@ -151,6 +151,8 @@ class GGUFSource(TensorSource):
     (its head is tied to the token embedding, as llama.cpp reads it).
     """
 
+    headers_only = True
+
     def __init__(self, ref: str, path: Path):
         files = split_files(path)
         self._splits = [_Split(f) for f in files]

@@ -336,6 +336,8 @@ def unlisted_reason(shards: list[str], index_name: str) -> str:
 class SafetensorsSource(TensorSource):
     """Tensors of one safetensors file or of the shards of an index, read one at a time."""
 
+    headers_only = True
+
     def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
         self._plan: list[tuple[Path, list[str], dict[str, dict[str, Any]]]] = []
         # Tensors a shard holds but its index does not list: transformers never loads them, so they
