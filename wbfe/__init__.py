@@ -36,6 +36,7 @@ __all__ = [
     "rank",
     "RankResult",
     "compare", "Comparison",
+    "describe", "Description", "esd",
     "htmp",
     "WbfeError",
     "SourceNotFoundError",
@@ -59,6 +60,7 @@ _LAZY = {
     "rank": "wbfe.ranking:rank",
     "RankResult": "wbfe.ranking:RankResult",
     "compare": "wbfe.comparison:compare", "Comparison": "wbfe.comparison:Comparison",
+    "describe": "wbfe.describe:describe", "Description": "wbfe.describe:Description", "esd": "wbfe.describe:esd",
 }
 
 if TYPE_CHECKING:

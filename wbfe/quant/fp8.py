@@ -9,11 +9,12 @@ or per block. Every FP8 value times a float32 scale is exact in float64.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from wbfe.errors import CorruptCheckpointError
+
+if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
+    import torch
 
 __all__ = ["dequantize_fp8", "fp8_scheme"]
 
@@ -59,6 +60,8 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor,
     Raises:
         CorruptCheckpointError: the scale's shape fits no layout.
     """
+    import torch
+
     kind, size = _layout(weight.shape, scale.shape, block)
     w = weight.to(torch.float64)
     s = scale.to(torch.float64)

@@ -8,9 +8,12 @@ dequantised tensor is returned as ``[E, in, out]``, the layout of gpt-oss's bflo
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from wbfe.errors import CorruptCheckpointError
+
+if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
+    import torch
 
 __all__ = ["FP4_E2M1", "dequantize_mxfp4"]
 
@@ -24,6 +27,8 @@ def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor
     Raises:
         CorruptCheckpointError: the shapes do not match, or a scale is the E8M0 NaN code (255).
     """
+    import torch
+
     if blocks.dtype != torch.uint8 or blocks.ndim < 3 or blocks.shape[-1] != 16 or blocks.shape[:-1] != scales.shape:
         raise CorruptCheckpointError(f"MXFP4 blocks {list(blocks.shape)} ({blocks.dtype}) and scales "
                                      f"{list(scales.shape)} do not match (expected [..., G, 16] uint8 and [..., G])")

@@ -15,11 +15,12 @@ Both return ``[out, in]`` float64, PyTorch's orientation.
 
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from wbfe.errors import CorruptCheckpointError
+
+if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
+    import torch
 
 __all__ = ["dequantize_gptq", "dequantize_awq", "unpack_int32", "AWQ_ORDER"]
 
@@ -29,6 +30,8 @@ AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
     """The ``32 // bits`` unsigned fields of each int32 word, lowest bits first, laid out along ``dim``
     (word ``i`` gives entries ``i·n … i·n + n − 1``)."""
+    import torch
+
     if bits not in (2, 4, 8):
         raise CorruptCheckpointError(f"{bits}-bit packing is not supported (2, 4 or 8 bits)")
     n = 32 // bits
@@ -53,6 +56,8 @@ def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.T
     Raises:
         CorruptCheckpointError: shapes that do not fit together, or a group index out of range.
     """
+    import torch
+
     q = unpack_int32(qweight, bits, 0)  # [in, out]
     n_in, n_out = q.shape
     groups = scales.shape[0]
@@ -78,6 +83,8 @@ def dequantize_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Te
     Raises:
         CorruptCheckpointError: shapes that do not fit together.
     """
+    import torch
+
     n = 32 // bits
     order = torch.tensor(AWQ_ORDER[:n] if n == 8 else range(n))
     inverse = torch.argsort(order)

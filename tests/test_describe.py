@@ -1,0 +1,86 @@
+"""wbfe.describe (what a score would analyse, from the headers) and wbfe.esd (one matrix's
+eigenvalues), against a score of the same checkpoint and against numpy and WeightWatcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import wbfe
+
+
+def _checkpoint(path: Path) -> Path:
+    g = torch.Generator().manual_seed(1)
+    save_file({"features.0.weight": torch.randn(8, 3, 3, 3, generator=g), "features.0.bias": torch.zeros(8),
+               "fc1.weight": torch.randn(64, 72, generator=g), "classifier.weight": torch.randn(10, 64, generator=g),
+               "tiny.weight": torch.randn(1, 5, generator=g)}, str(path))
+    return path
+
+
+def test_describe_lists_what_score_analyses(tmp_path: Path) -> None:
+    path = _checkpoint(tmp_path / "m.safetensors")
+    d = wbfe.describe(path)
+    s = wbfe.score(path, metrics="bfe")
+    assert [m["name"] for m in d.matrices] == [row["name"] for row in s.layers]
+    assert [x["name"] for x in d.skipped] == [x["name"] for x in s.skipped]
+    assert [x["reason"] for x in d.skipped] == [x["reason"] for x in s.skipped]
+    assert (d.head, d.head_source) == (s.summary["head"], s.summary["head_source"]) == ("classifier.weight", "name")
+    for m, row in zip(d.matrices, s.layers):
+        assert (m["role"], m["form"], m["n_eigs"]) == (row["role"], row["form"], row["n_eigs"])
+        assert (m["N"], m["M"]) == (max(row["rows"], row["cols"]), min(row["rows"], row["cols"]))
+    assert "sha256" not in d.model  # nothing is hashed
+
+
+def test_describe_reads_no_tensor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing but the header: every entry's load() would raise, and describe never calls it."""
+    from wbfe.sources.safetensors_files import SafetensorsSource
+
+    path = _checkpoint(tmp_path / "m.safetensors")
+    original = SafetensorsSource.entries
+
+    def entries(self: SafetensorsSource):  # type: ignore[no-untyped-def]
+        for entry in original(self):
+            def fail() -> None:
+                raise AssertionError(f"{entry.name} was read")
+            yield type(entry)(name=entry.name, shape=entry.shape, dtype=entry.dtype, load=fail)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SafetensorsSource, "entries", entries)
+    d = wbfe.describe(path, conv="slices")
+    assert [m["n_slices"] for m in d.matrices if m["name"] == "features.0.weight"] == [9]
+
+
+def test_esd_against_numpy_and_weightwatcher(tmp_path: Path) -> None:
+    path = _checkpoint(tmp_path / "m.safetensors")
+    from safetensors.torch import load_file
+
+    fc1 = load_file(str(path))["fc1.weight"].double().numpy()
+    ours = wbfe.esd(path, "fc1")
+    np.testing.assert_allclose(ours, np.sort(np.linalg.eigvalsh(fc1 @ fc1.T)), rtol=1e-10)
+    ww = pytest.importorskip("weightwatcher")
+    model = torch.nn.Sequential(torch.nn.Linear(72, 64, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.from_numpy(fc1).float())
+    reference = np.sort(np.asarray(ww.WeightWatcher(model=model).get_ESD()))
+    np.testing.assert_allclose(ours, reference, rtol=1e-4)  # WeightWatcher computes in float32
+
+
+def test_esd_suggests_names(tmp_path: Path) -> None:
+    path = _checkpoint(tmp_path / "m.safetensors")
+    with pytest.raises(wbfe.InvalidOptionError, match="did you mean 'fc1.weight'"):
+        wbfe.esd(path, "fc1.weights")
+
+
+def test_describe_imports_no_torch(tmp_path: Path) -> None:
+    """Planning reads headers: a fresh process describing a safetensors checkpoint never imports torch."""
+    import subprocess
+    import sys
+
+    path = _checkpoint(tmp_path / "m.safetensors")
+    code = ("import sys, wbfe; d = wbfe.describe(sys.argv[1]); "
+            "print(len(d.matrices), 'torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["3", "False"]  # tiny.weight (1 eigenvalue) is skipped

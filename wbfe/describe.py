@@ -1,0 +1,136 @@
+"""``wbfe describe``: which matrices a score would analyse, and how, from the checkpoint's headers
+alone (WeightWatcher's ``describe()``): no tensor is read, no eigenvalue computed, no file hashed.
+And ``wbfe.esd``: one matrix's eigenvalues (WeightWatcher's ``get_ESD()``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from wbfe import engine
+from wbfe.heads import choose_head
+from wbfe.matrices import MatrixPlan, component_of
+from wbfe.options import ScoreOptions
+from wbfe.sources import open_source
+
+__all__ = ["Description", "describe", "esd"]
+
+
+@dataclass
+class Description:
+    """What a score of one checkpoint would analyse.
+
+    Attributes:
+        model: ``source``, ``format`` and ``files`` (no ``sha256``: nothing is read to compute it).
+        matrices: one dict per matrix: ``name``, ``shape``, ``N`` and ``M`` (the larger and smaller
+            side of one matrix, WeightWatcher's names), ``n_slices``, ``n_eigs``, ``role``,
+            ``component``, ``convention``, ``form``, ``dtype``, ``quant``, ``head`` (bool).
+        skipped: ``name``, ``shape``, ``dtype`` and ``reason`` of every tensor a score would skip.
+        head, head_source: the head a score would report, and what decided it.
+    """
+
+    model: dict[str, Any]
+    matrices: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    head: Optional[str] = None
+    head_source: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "matrices": self.matrices, "skipped": self.skipped, "head": self.head,
+                "head_source": self.head_source}
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def __repr__(self) -> str:
+        return (f"Description(source={self.model.get('source')!r}, matrices={len(self.matrices)}, "
+                f"skipped={len(self.skipped)}, head={self.head!r})")
+
+
+def describe(
+    ref: Any,
+    *,
+    conv: Literal["flatten", "slices"] = "flatten",
+    layers: Optional[str] = None,
+    head: Optional[str] = None,
+    min_eigs: int = 10,
+    ww_compatible: bool = False,
+    options: Optional[ScoreOptions] = None,
+) -> Description:
+    """The matrices :func:`wbfe.score` would analyse in ``ref``, planned exactly as it plans them
+    (the engine's stream: dequantised, fused experts split, each analysed how or skipped why), from
+    the headers alone.
+
+    Args:
+        ref: any reference :func:`wbfe.score` accepts.
+        conv, layers, head, min_eigs, ww_compatible: as for :func:`wbfe.score`; or ``options``.
+
+    Raises:
+        InvalidOptionError: a bad option; the errors of :func:`wbfe.sources.open_source`.
+
+    Example:
+        >>> import torch, wbfe
+        >>> d = wbfe.describe({"fc.weight": torch.zeros(10, 64), "fc.bias": torch.zeros(10)})
+        >>> [(m["name"], m["N"], m["M"], m["form"], m["head"]) for m in d.matrices]
+        [('fc.weight', 64, 10, 'primal', True)]
+    """
+    if options is None:
+        options = ScoreOptions(metrics="bfe", conv=conv, layers=layers, head=head, min_eigs=min_eigs,
+                               ww_compatible=ww_compatible)
+    matrices: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    with open_source(ref) as source:
+        if source.provenance.pending is not None:
+            source.provenance.pending.cancel()  # the hash reads every byte; a description reads none
+        for entry, plan in engine.stream(source, options):
+            if isinstance(plan, MatrixPlan):
+                matrices.append(_described(plan, entry.quant))
+            else:
+                skipped.append(plan.to_dict())
+        model = {"source": source.provenance.source, "format": source.provenance.format,
+                 "files": list(source.provenance.files)}
+        hint, config = source.head_hint, source.config
+    choice = choose_head(matrices, skipped, override=options.head, hint=hint, config=config) if matrices else None
+    for row in matrices:
+        row["head"] = choice is not None and row["name"] == choice.name
+        if row["head"]:
+            row["role"] = "head"
+    return Description(model=model, matrices=matrices, skipped=skipped,
+                       head=None if choice is None else choice.name, head_source=None if choice is None else choice.source)
+
+
+def _described(plan: MatrixPlan, quant: Optional[str]) -> dict[str, Any]:
+    return {"name": plan.name, "shape": list(plan.shape), "N": max(plan.rows, plan.cols), "M": min(plan.rows, plan.cols),
+            "n_slices": plan.n_slices, "n_eigs": min(plan.rows, plan.cols) * plan.n_slices, "role": plan.role,
+            "component": component_of(plan.name), "convention": plan.convention,
+            "form": "primal" if plan.rows <= plan.cols else "dual", "dtype": plan.dtype, "quant": quant}
+
+
+def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices"] = "flatten", device: str = "auto") -> Any:
+    """The eigenvalues of one matrix of ``ref`` (its empirical spectral density), ascending: the
+    eigenvalues of the smaller Gram matrix W·Wᵀ or Wᵀ·W, pooled over a conv kernel's slices with
+    ``conv="slices"``, as a score computes them (float64; values below rounding set to 0).
+
+    Args:
+        ref: any reference :func:`wbfe.score` accepts.
+        name: the tensor's name as stored, or its module name without ``.weight``.
+
+    Raises:
+        InvalidOptionError: no such tensor (close names are suggested), or it is not a matrix.
+        DegenerateMatrixError: the matrix is non-finite or all zero.
+
+    Example:
+        >>> import torch, wbfe
+        >>> wbfe.esd({"fc.weight": 2 * torch.eye(3)}, "fc").tolist()
+        [4.0, 4.0, 4.0]
+    """
+    import math
+
+    import numpy as np
+
+    _, spectrum = engine.layer_spectrum(ref, name, conv=conv, device=device)
+    eigs = np.asarray(spectrum.eigs, dtype=float)
+    return eigs * math.exp(spectrum.log_scale) if spectrum.log_scale else eigs
+
+
