@@ -15,9 +15,13 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Sequence
 
-import click
 import typer
 from typer.core import TyperGroup
+
+try:  # typer 0.2x vendors click and does not re-export its exception classes
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - a typer that uses click itself
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from wbfe.errors import WbfeError
 
@@ -47,17 +51,17 @@ class _WbfeGroup(TyperGroup):
         # rich); wbfe's contract is one line and exit 2, as for its own errors.
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.NoArgsIsHelpError as exc:  # bare `wbfe` / `wbfe theory`: the help
+        except click_errors.NoArgsIsHelpError as exc:  # bare `wbfe` / `wbfe theory`: the help
             typer.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc), err=True)
             code = EXIT_BAD_INPUT
-        except click.UsageError as exc:
+        except click_errors.UsageError as exc:
             where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            typer.echo(_error_line(exc.format_message()) + where, err=True)
+            typer.echo(_error_line(exc.format_message().replace("Value error, ", "")) + where, err=True)
             code = EXIT_BAD_INPUT
-        except click.ClickException as exc:
+        except click_errors.ClickException as exc:
             typer.echo(_error_line(exc.format_message()), err=True)
             code = exc.exit_code
-        except click.exceptions.Abort:
+        except click_errors.Abort:
             typer.echo("wbfe: interrupted", err=True)
             code = 130
         if not standalone_mode:
