@@ -34,6 +34,15 @@ def _error_line(message: str) -> str:
     return "wbfe: error: " + " ".join(str(message).split())
 
 
+def _hint(exc: WbfeError) -> str:
+    """A bare hub name (``gpt2``) that is no file: say how to name the model (unless the library did)."""
+    from wbfe.errors import SourceNotFoundError, hub_name_hint
+
+    if not isinstance(exc, SourceNotFoundError) or "Hugging Face" in str(exc):
+        return ""
+    return hub_name_hint(getattr(exc, "path", ""))
+
+
 class _WbfeGroup(TyperGroup):
     """Turns every :class:`WbfeError` and usage error into one line on stderr and exit code 2."""
 
@@ -42,7 +51,7 @@ class _WbfeGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except WbfeError as exc:
-            typer.echo(_error_line(str(exc)), err=True)
+            typer.echo(_error_line(str(exc) + _hint(exc)), err=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,

@@ -61,8 +61,11 @@ class Integer(Constraint):
     low: int
     high: Optional[int] = None
     optional: bool = False
+    words: Optional[str] = None
 
     def describe(self) -> str:
+        if self.words is not None:
+            return self.words
         if self.high is not None:
             return f"an integer between {self.low} and {self.high}"
         return {0: "a non-negative integer", 1: "a positive integer"}.get(self.low, f"an integer of at least {self.low}")

@@ -364,7 +364,10 @@ def _check_cache_dir(value: Union[str, Path, None, bool]) -> Union[Path, None, L
 
 
 def _check_columns(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
-    items = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple, set)) else None
+    try:
+        items: Optional[tuple[Any, ...]] = (value,) if isinstance(value, str) else tuple(value)
+    except TypeError:
+        items = None
     if items is None or not all(isinstance(x, str) and x for x in items):
         raise InvalidOptionError(f"lower_is_better must be quality column names, not {value!r}")
     return items
@@ -386,7 +389,7 @@ class RankOptions(_Options):
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "quality": Text("a quality column name", optional=True),
-        "workers": Integer(1),
+        "workers": Integer(1, words="at least 1"),
         "cache_dir": Custom(_check_cache_dir, "a folder, None or False", bad=("", True, 3)),
         "lower_is_better": Custom(_check_columns, "quality column names", bad=(3, [""], [1])),
     }
