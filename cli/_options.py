@@ -21,7 +21,7 @@ from typing import Annotated, Any, Callable, List, Optional
 import typer
 
 __all__ = ["Format", "ScoreFormat", "Conv", "OptionGroup", "with_groups", "score_group", "compare_group",
-           "stats_group", "rank_group", "executor_group"]
+           "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat"]
 
 
 class Format(str, Enum):
@@ -139,6 +139,7 @@ def with_groups(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable
 
         params = keep + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in added]
         command.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+        command.option_groups = groups  # type: ignore[attr-defined]  # for tests and documentation
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
 
@@ -201,6 +202,47 @@ def rank_group() -> OptionGroup:
     return OptionGroup("run", {"quality": (Quality, None), "workers": (Workers, 1),
                                "lower_is_better": (LowerIsBetter, None), "cache_dir": (CacheDir, None),
                                "no_cache": (NoCache, False)}, _rank_options)
+
+
+def _watch_options(**values: Any) -> Any:
+    from wbfe.options import WatchOptions
+
+    return WatchOptions(**values)
+
+
+WatchLayers = Annotated[str, typer.Option("--layers", help="head, all, or a regular expression on tensor names.")]
+WatchLambda = Annotated[Optional[str], typer.Option(
+    "--lambda", help="Prior precision of h*(lambda) = h*(1)/lambda: a number, or 'calibrated' (with --calibrate).")]
+
+
+def watch_group() -> OptionGroup:
+    """The :class:`~wbfe.options.WatchOptions` options of ``wbfe watch``."""
+    return OptionGroup("options", {"layers": (WatchLayers, "head"), "lam": (WatchLambda, None), "head": (Head, None),
+                                 "device": (Device, "auto")}, _watch_options)
+
+
+def _report_options(**values: Any) -> Any:
+    from wbfe.options import ReportOptions
+
+    return ReportOptions(**values)
+
+
+class ReportFormat(str, Enum):
+    """Output format of ``wbfe report``."""
+
+    html = "html"
+    md = "md"
+
+
+def report_group() -> OptionGroup:
+    """The :class:`~wbfe.options.ReportOptions` options of ``wbfe report``."""
+    return OptionGroup("page", {
+        "fmt": (Annotated[ReportFormat, typer.Option(
+            "--format", "-f", help="html: one self-contained page; md: a folder with report.md and PNGs.")],
+            ReportFormat.html),
+        "n_unusual": (Annotated[int, typer.Option(
+            "--unusual", help="ESD thumbnails of the most unusual layers (besides the head).")], 5),
+    }, _report_options)
 
 
 def _executor_options(executor: str, address: Optional[str]) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -10,15 +9,10 @@ import typer
 
 from wbfe.errors import InvalidOptionError
 
-from ._options import rank_group, score_group, stats_group, with_groups
+from ._options import rank_group, report_group, score_group, stats_group, with_groups
 
 if TYPE_CHECKING:
-    from wbfe.options import CompareOptions, RankOptions, ScoreOptions, StatsOptions
-
-
-class ReportFormat(str, Enum):
-    html = "html"
-    md = "md"
+    from wbfe.options import CompareOptions, RankOptions, ReportOptions, ScoreOptions, StatsOptions
 
 
 def _is_zoo(ref: str, quality: Optional[str]) -> bool:
@@ -37,14 +31,11 @@ def report_command(
         help="A second checkpoint: the page compares it against REF (as `wbfe compare REF REF_B`).")] = None,
     output: Annotated[str, typer.Option(
         "--output", "-o", help="HTML file to write ('-': stdout; --format md: a folder).")] = ...,
-    fmt: Annotated[ReportFormat, typer.Option(
-        "--format", "-f", help="html: one self-contained page; md: a folder with report.md and PNGs.")] = ReportFormat.html,
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="For a saved score JSON: the checkpoint it scored, to draw ESDs from (its sha256 must "
                           "match).")] = None,
-    n_unusual: Annotated[int, typer.Option(
-        "--unusual", help="ESD thumbnails of the most unusual layers (besides the head).")] = 5,
     *,
+    page: "ReportOptions",
     score: "ScoreOptions",
     run: "RankOptions",
     stats: "StatsOptions",
@@ -56,11 +47,9 @@ def report_command(
     An option that does not apply to what is drawn is refused, never silently dropped.
     """
     import wbfe
-    from wbfe.options import ReportOptions
     from wbfe.reporting import compare_report, load_saved, rank_report, score_report, write_report
     from wbfe.reporting.output import check_report_output
 
-    page = ReportOptions(fmt=fmt.value, n_unusual=n_unusual)
     check_report_output(output, page.fmt)  # before any work
     target = ref if ref is not None else str(wbfe.default_checkpoint())
     saved = load_saved(target) if ref is not None else None
@@ -102,7 +91,7 @@ def report_command(
         typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
 
 
-report_command = with_groups(score_group(), rank_group(), stats_group())(report_command)
+report_command = with_groups(report_group(), score_group(), rank_group(), stats_group())(report_command)
 
 
 def compare_options(score: "ScoreOptions") -> "CompareOptions":

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ._options import Device, Format, Head
+from ._options import Format, watch_group, with_groups
+
+if TYPE_CHECKING:
+    from wbfe.options import WatchOptions
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
@@ -22,25 +25,18 @@ def watch_command(
     run: Annotated[Optional[str], typer.Argument(
         help="A run: folder of checkpoints (steps in the names), CSV with a step column, or "
              "org/name@rev1,org/name@rev2.")] = None,
-    layers: Annotated[str, typer.Option(
-        "--layers", help="head, all, or a regular expression on tensor names.")] = "head",
-    lam: Annotated[Optional[str], typer.Option(
-        "--lambda", help="Prior precision of h*(lambda) = h*(1)/lambda: a number, or 'calibrated' (with "
-                         "--calibrate).")] = None,
     calibrate_csv: Annotated[Optional[Path], typer.Option(
         "--calibrate", help="CSV of runs with test losses: choose lambda by leave-one-run-out.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Folder for the JSON result and the PNG plots.")] = None,
-    head: Head = None,
-    device: Device = "auto",
+    *,
+    options: "WatchOptions",
 ) -> None:
     """Score every checkpoint of a run; recommend the first where h_t <= h*(lambda) (under-fit before, over-fit after)."""
     from wbfe.errors import InvalidOptionError
-    from wbfe.options import WatchOptions
     from wbfe.watch import calibrate, result_at, trajectory
 
-    options = WatchOptions(layers=layers, lam=lam, head=head, device=device)
     lam_value = options.lam
     if run is None and calibrate_csv is None:
         raise InvalidOptionError("give a RUN to watch, or --calibrate RUNS.csv")
@@ -75,3 +71,6 @@ def watch_command(
         typer.echo(f"wrote {_write(output, 'watch.json', result.to_json() + chr(10))}", err=True)
         typer.echo(f"wrote {plot_watch(result, output / 'watch.png')}", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else result.table(), nl=False)
+
+
+watch_command = with_groups(watch_group())(watch_command)

@@ -178,7 +178,7 @@ METRICS = Custom(check_metrics, "metric group names (bfe, htsr, htmp, rand)", ba
 LAMBDA = Custom(check_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
 CONV = Custom(check_conv, "'flatten' or 'slices'", bad=("rows", 3))
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
-                bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$", ""), optional=True)
+                bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
 HEAD = Text("a tensor or module name", optional=True)
 MIN_EIGS = Integer(1)
