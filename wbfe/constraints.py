@@ -119,7 +119,7 @@ class Choice(Constraint):
     def check(self, value: Any) -> str:
         if value not in self.values:
             raise ValueError
-        return value  # type: ignore[no-any-return]
+        return value
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]

@@ -51,12 +51,28 @@ _CATEGORY_RE = {
 }
 
 
+def _is(code: int) -> _Pred:
+    return lambda ch: ord(ch) == code
+
+
+def _is_not(code: int) -> _Pred:
+    return lambda ch: ord(ch) != code
+
+
+def _between(low: int, high: int) -> _Pred:
+    return lambda ch: low <= ord(ch) <= high
+
+
+def _matches(pattern: "re.Pattern[str]") -> _Pred:
+    return lambda ch: pattern.match(ch) is not None
+
+
 def _one_char(op: Any, arg: Any, c: Any) -> Optional[_Pred]:
     """A predicate for the characters a one-character node matches (None: not such a node)."""
     if op is c.LITERAL:
-        return lambda ch, code=arg: ord(ch) == code
+        return _is(arg)
     if op is c.NOT_LITERAL:
-        return lambda ch, code=arg: ord(ch) != code
+        return _is_not(arg)
     if op is c.ANY:
         return lambda ch: True
     if op is c.IN:
@@ -71,10 +87,9 @@ def _in_set(items: Iterable[tuple[Any, Any]], c: Any) -> _Pred:
         if op is c.NEGATE:
             negate = True
         elif op is c.RANGE or op is c.RANGE_UNI_IGNORE:
-            preds.append(lambda ch, lo=arg[0], hi=arg[1]: lo <= ord(ch) <= hi)
+            preds.append(_between(arg[0], arg[1]))
         elif op is c.CATEGORY:
-            pattern = re.compile(_CATEGORY_RE.get(str(arg), r"[\s\S]"))
-            preds.append(lambda ch, pat=pattern: pat.match(ch) is not None)
+            preds.append(_matches(re.compile(_CATEGORY_RE.get(str(arg), r"[\s\S]"))))
         else:
             single = _one_char(op, arg, c)
             preds.append(single if single is not None else (lambda ch: True))
