@@ -18,10 +18,9 @@ from typing import Any, Optional, Sequence
 import typer
 from typer.core import TyperGroup
 
-try:  # typer 0.2x vendors click and does not re-export its exception classes
-    from typer._click import exceptions as click_errors
-except ImportError:  # pragma: no cover - a typer that uses click itself
-    from click import exceptions as click_errors  # type: ignore[no-redef]
+# Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click and exports
+# only BadParameter of them; older typers use click itself): found from BadParameter's module.
+click_errors: Any = sys.modules[typer.BadParameter.__module__]
 
 from wbfe.errors import WbfeError
 
