@@ -12,7 +12,8 @@ from ._options import REF_HELP, Conv, ConvOption, Device
 
 def esd_command(
     ref: Annotated[Optional[str], typer.Argument(help=REF_HELP)] = None,
-    layer: Annotated[str, typer.Option("--layer", help="Tensor name as stored (or module name without .weight).")] = ...,
+    *,
+    layer: Annotated[str, typer.Option("--layer", help="Tensor name as stored (or module name without .weight).")],
     output: Annotated[str, typer.Option("--output", "-o", help="PNG file to write.")] = "esd.png",
     conv: ConvOption = Conv.flatten,
     device: Device = "auto",

@@ -13,7 +13,7 @@ torch, numpy, scipy or matplotlib): ``wbfe --version`` and ``wbfe --help`` stay 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
@@ -53,12 +53,13 @@ class _WbfeGroup(TyperGroup):
             typer.echo(_error_line(str(exc) + _hint(exc)), err=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
-    def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
-             complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         # Click prints a usage error as a usage line, a hint and a boxed message (six lines with
         # rich); wbfe's contract is one line and exit 2, as for its own errors.
+        standalone_mode = kwargs.get("standalone_mode", True)
+        kwargs["standalone_mode"] = False
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = super().main(*args, **kwargs)
         except click_errors.NoArgsIsHelpError as exc:  # bare `wbfe` / `wbfe theory`: the help
             typer.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc), err=True)
             code = EXIT_BAD_INPUT

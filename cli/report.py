@@ -29,12 +29,12 @@ def report_command(
              "with --quality). Default: the embedded demo CNN.")] = None,
     ref_b: Annotated[Optional[str], typer.Argument(
         help="A second checkpoint: the page compares it against REF (as `wbfe compare REF REF_B`).")] = None,
+    *,
     output: Annotated[str, typer.Option(
-        "--output", "-o", help="HTML file to write ('-': stdout; --format md: a folder).")] = ...,
+        "--output", "-o", help="HTML file to write ('-': stdout; --format md: a folder).")],
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="For a saved score JSON: the checkpoint it scored, to draw ESDs from (its sha256 must "
                           "match).")] = None,
-    *,
     page: "ReportOptions",
     score: "ScoreOptions",
     run: "RankOptions",

@@ -357,7 +357,7 @@ class CompareOptions(_Options):
 
 def _check_cache_dir(value: Union[str, Path, None, bool]) -> Union[Path, None, Literal[False]]:
     if value is None or value is False:
-        return value  # type: ignore[return-value]
+        return value
     if isinstance(value, bool) or not isinstance(value, (str, Path)) or not str(value).strip():
         raise InvalidOptionError(f"cache_dir must be a folder, None (the default) or False (no cache), not {value!r}")
     return Path(value)
@@ -420,7 +420,7 @@ class ReportOptions(_Options):
 
 def _check_watch_layers(layers: object) -> str:
     if layers in ("head", "all"):
-        return layers  # type: ignore[return-value]
+        return layers
     if not isinstance(layers, str) or not layers:
         raise InvalidOptionError(f"layers must be 'head', 'all' or a regular expression, not {layers!r}")
     compile_layers(layers)
