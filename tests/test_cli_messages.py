@@ -160,3 +160,10 @@ def test_command_modules_do_not_import_the_entry_module(module: str) -> None:
     assert not imported & {".main", "wbfe_cli.main", "cli.main"}
     if module in ("theory_ts.py", "theory_hier.py"):
         assert ".theory" not in imported and "wbfe_cli.theory" not in imported
+
+
+@pytest.mark.parametrize("argv", [(), ("theory",)], ids=["wbfe", "wbfe theory"])
+def test_a_bare_group_prints_its_help_and_exits_2(argv: tuple[str, ...]) -> None:
+    result = cli(*argv)
+    assert result.exit_code == 2
+    assert "Usage:" in result.stderr and "Commands:" in result.stderr and "wbfe: error" not in result.stderr
