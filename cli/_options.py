@@ -1,8 +1,27 @@
-"""Choices shared by several commands (one definition, so help texts and values agree)."""
+"""Every option shared by several commands, declared once, and the groups that build options objects.
+
+Each shared option is an ``Annotated`` alias (its flag and help text written here only). Options that
+make up one library options object are an :class:`OptionGroup`: :func:`with_groups` adds the group's
+parameters to a command's signature and hands the command the built, validated object instead, so a
+command reads ``score: ScoreOptions`` rather than nine loose values, and every value is checked by
+the object's constraints table before the command does any work.
+
+Nothing heavy is imported here: the options classes are imported when a command runs.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Callable, List, Optional
+
+import typer
+
+__all__ = ["Format", "ScoreFormat", "Conv", "OptionGroup", "with_groups", "score_group", "compare_group",
+           "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat"]
 
 
 class Format(str, Enum):
@@ -25,3 +44,213 @@ class Conv(str, Enum):
 
     flatten = "flatten"
     slices = "slices"
+
+
+# ---------------------------------------------------------------- shared declarations (one help text each)
+
+REF_HELP = ("Checkpoint: file, folder, org/name[@rev] (a full Hugging Face id such as openai-community/gpt2), "
+            "timm:NAME, torchvision:WEIGHTS. Default: the embedded demo CNN.")
+RAY_INSTALL = "pip install 'wbfe[ray]'"
+
+Metrics = Annotated[Optional[str], typer.Option(
+    "--metrics", help="Comma list of metric groups (bfe, htsr, htmp, rand; htmp and rand opt-in). Default: bfe,htsr.")]
+Lambda = Annotated[str, typer.Option("--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number.")]
+ConvOption = Annotated[Conv, typer.Option(
+    "--conv", help="Conv kernels: flatten (out x in*k*k) or slices (pooled k*k matrices).")]
+Layers = Annotated[Optional[str], typer.Option(
+    "--layers", help="Only tensors whose name matches this regular expression (patterns that can take "
+                     "exponential time, such as (a+)+ or (a|a)*, are refused).")]
+Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+Head = Annotated[Optional[str], typer.Option("--head", help="Tensor or module name of the classifier / LM head.")]
+MinEigs = Annotated[int, typer.Option(
+    "--min-eigs", help="Tail fits (HT-SR, HTMP) need this many eigenvalues; BFE-W needs 2.")]
+WwCompatible = Annotated[bool, typer.Option("--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices.")]
+Seed = Annotated[int, typer.Option(
+    "--seed", help="Seed of the scoring's random steps (the rand group's shuffles); recorded in options.seed.")]
+StatsSeed = Annotated[int, typer.Option("--stats-seed", help="Seed of the ranking's bootstrap and permutation draws.")]
+NBoot = Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples for the 95% interval.")]
+Executor = Annotated[str, typer.Option(
+    "--executor", help=f"local, or ray: one Ray task per shard or model ({RAY_INSTALL}).")]
+Address = Annotated[Optional[str], typer.Option(
+    "--address", help="With --executor ray: auto, ray://host:port or host:port (default: a Ray instance on this machine).")]
+Quality = Annotated[Optional[str], typer.Option("--quality", "-q", help="Quality column (default: the zoo's).")]
+Workers = Annotated[int, typer.Option("--workers", "-j", help="Models scored in parallel.")]
+LowerIsBetter = Annotated[Optional[List[str]], typer.Option(
+    "--lower-is-better", help="A quality column for which lower is better (repeatable).")]
+CacheDir = Annotated[Optional[Path], typer.Option(
+    "--cache-dir", help="Score cache folder (default: ~/.cache/wbfe/scores).")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Score every model, read and write no cache.")]
+NameMap = Annotated[Optional[List[str]], typer.Option(
+    "--map", help="REGEX=REPL applied to A's names before matching (repeatable).")]
+TopK = Annotated[int, typer.Option("--top-k", help="Size of the singular subspaces whose overlap is reported.")]
+
+
+# ---------------------------------------------------------------- option groups
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """CLI parameters that together build one options object.
+
+    Attributes:
+        name: the keyword under which the command receives the built object.
+        params: parameter name -> (``Annotated`` alias, default).
+        build: ``build(**values)`` -> the options object (it validates).
+    """
+
+    name: str
+    params: dict[str, tuple[Any, Any]]
+    build: Callable[..., Any]
+
+    def parameters(self) -> list[inspect.Parameter]:
+        return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=alias)
+                for name, (alias, default) in self.params.items()]
+
+
+def _raw(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
+def with_groups(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the groups' options and hand it each group's built object.
+
+    The command declares a keyword per group (``score: ScoreOptions``); typer sees the group's
+    parameters in its place. Objects are built in the order given, before the command runs.
+    """
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        own = inspect.signature(func)
+        names = {g.name for g in groups}
+        missing = names - set(own.parameters)
+        if missing:
+            raise TypeError(f"{func.__name__} lacks the group keyword(s) {sorted(missing)}")
+        # The group keywords' annotations name library classes imported only for type checking;
+        # the other annotations are resolved here, in the command module's namespace.
+        keep = [p.replace(annotation=eval(p.annotation, func.__globals__))  # noqa: S307 - our own source text
+                if isinstance(p.annotation, str) else p
+                for p in own.parameters.values() if p.name not in names]
+        added = [p for g in groups for p in g.parameters()]
+
+        @functools.wraps(func)
+        def command(**values: Any) -> Any:
+            for group in groups:
+                values[group.name] = group.build(**{name: _raw(values.pop(name)) for name in group.params})
+            return func(**values)
+
+        params = keep + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in added]
+        command.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+        command.option_groups = groups  # type: ignore[attr-defined]  # for tests and documentation
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return wrap
+
+
+_SCORING: dict[str, tuple[Any, Any]] = {
+    "metrics": (Metrics, None), "lam": (Lambda, "opt"), "conv": (ConvOption, Conv.flatten), "layers": (Layers, None),
+    "device": (Device, "auto"), "head": (Head, None), "min_eigs": (MinEigs, 10), "ww_compatible": (WwCompatible, False),
+    "seed": (Seed, 0),
+}
+
+
+def _score_options(**values: Any) -> Any:
+    from wbfe.options import ScoreOptions
+
+    return ScoreOptions(**values)
+
+
+def score_group(*names: str, name: str = "score") -> OptionGroup:
+    """The :class:`~wbfe.options.ScoreOptions` options (all, or the ones named) of a command that scores."""
+    chosen = names or tuple(_SCORING)
+    return OptionGroup(name, {n: _SCORING[n] for n in chosen}, _score_options)
+
+
+def _compare_options(**values: Any) -> Any:
+    from wbfe.options import CompareOptions
+
+    return CompareOptions(**values)
+
+
+def compare_group() -> OptionGroup:
+    """The :class:`~wbfe.options.CompareOptions` options of ``wbfe compare``."""
+    params = {n: _SCORING[n] for n in ("metrics", "layers", "lam", "device", "min_eigs", "seed")}
+    params.update({"name_map": (NameMap, None), "top_k": (TopK, 10)})
+    return OptionGroup("compare", params, _compare_options)
+
+
+def _stats_options(n_boot: int, stats_seed: int) -> Any:
+    from wbfe.options import StatsOptions
+
+    return StatsOptions(n_boot=n_boot, seed=stats_seed)
+
+
+def stats_group() -> OptionGroup:
+    """The :class:`~wbfe.options.StatsOptions` options of a command that ranks."""
+    return OptionGroup("stats", {"n_boot": (NBoot, 2000), "stats_seed": (StatsSeed, 0)}, _stats_options)
+
+
+def _rank_options(quality: Optional[str], workers: int, lower_is_better: Optional[List[str]],
+                  cache_dir: Optional[Path], no_cache: bool) -> Any:
+    from wbfe.options import RankOptions
+
+    return RankOptions(quality=quality, workers=workers, lower_is_better=tuple(lower_is_better or ()),
+                       cache_dir=False if no_cache else cache_dir)
+
+
+def rank_group() -> OptionGroup:
+    """The :class:`~wbfe.options.RankOptions` options of a command that runs a zoo."""
+    return OptionGroup("run", {"quality": (Quality, None), "workers": (Workers, 1),
+                               "lower_is_better": (LowerIsBetter, None), "cache_dir": (CacheDir, None),
+                               "no_cache": (NoCache, False)}, _rank_options)
+
+
+def _watch_options(**values: Any) -> Any:
+    from wbfe.options import WatchOptions
+
+    return WatchOptions(**values)
+
+
+WatchLayers = Annotated[str, typer.Option("--layers", help="head, all, or a regular expression on tensor names.")]
+WatchLambda = Annotated[Optional[str], typer.Option(
+    "--lambda", help="Prior precision of h*(lambda) = h*(1)/lambda: a number, or 'calibrated' (with --calibrate).")]
+
+
+def watch_group() -> OptionGroup:
+    """The :class:`~wbfe.options.WatchOptions` options of ``wbfe watch``."""
+    return OptionGroup("options", {"layers": (WatchLayers, "head"), "lam": (WatchLambda, None), "head": (Head, None),
+                                 "device": (Device, "auto")}, _watch_options)
+
+
+def _report_options(**values: Any) -> Any:
+    from wbfe.options import ReportOptions
+
+    return ReportOptions(**values)
+
+
+class ReportFormat(str, Enum):
+    """Output format of ``wbfe report``."""
+
+    html = "html"
+    md = "md"
+
+
+def report_group() -> OptionGroup:
+    """The :class:`~wbfe.options.ReportOptions` options of ``wbfe report``."""
+    return OptionGroup("page", {
+        "fmt": (Annotated[ReportFormat, typer.Option(
+            "--format", "-f", help="html: one self-contained page; md: a folder with report.md and PNGs.")],
+            ReportFormat.html),
+        "n_unusual": (Annotated[int, typer.Option(
+            "--unusual", help="ESD thumbnails of the most unusual layers (besides the head).")], 5),
+    }, _report_options)
+
+
+def _executor_options(executor: str, address: Optional[str]) -> Any:
+    from wbfe.executors import ExecutorOptions
+
+    return ExecutorOptions(executor, address)  # type: ignore[arg-type]
+
+
+def executor_group() -> OptionGroup:
+    """Where the work runs (:class:`wbfe.executors.ExecutorOptions`)."""
+    return OptionGroup("where", {"executor": (Executor, "local"), "address": (Address, None)}, _executor_options)

@@ -3,32 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ._options import ScoreFormat
-from .main import app
+from ._options import ScoreFormat, compare_group, with_groups
+
+if TYPE_CHECKING:
+    from wbfe.options import CompareOptions
 
 _TABLE = ("name", "shape", "rel_frobenius", "w1_log_eigs", "stable_rank_delta", "overlap_in", "overlap_out",
           "d_bfe", "d_alpha", "d_h")
 
 
-@app.command("compare")
 def compare_command(
-    a: str = typer.Argument(..., help="Checkpoint A (the reference: base, full precision, step t)."),
-    b: str = typer.Argument(..., help="Checkpoint B (fine-tuned, quantised, step t+1)."),
-    fmt: ScoreFormat = typer.Option(ScoreFormat.table, "--format", "-f", help="What to print."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="Folder: compare.json, compare.csv, change_along_depth.png and report.html."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Metric groups whose change is reported. Default: bfe,htsr."),
-    name_map: Optional[list[str]] = typer.Option(None, "--map", help="REGEX=REPL applied to A's names before matching (repeatable)."),
-    top_k: int = typer.Option(10, "--top-k", help="Size of the singular subspaces whose overlap is reported."),
-    layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name (in A) matches this regular expression."),
-    lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' or a number."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    min_eigs: int = typer.Option(10, "--min-eigs", help="Skip matrices with fewer eigenvalues."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random steps (the rand group's shuffles)."),
+    a: Annotated[str, typer.Argument(help="Checkpoint A (the reference: base, full precision, step t).")],
+    b: Annotated[str, typer.Argument(help="Checkpoint B (fine-tuned, quantised, step t+1).")],
+    fmt: Annotated[ScoreFormat, typer.Option("--format", "-f", help="What to print.")] = ScoreFormat.table,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Folder: compare.json, compare.csv, change_along_depth.png and report.html.")] = None,
+    *,
+    compare: "CompareOptions",
 ) -> None:
     """Compare checkpoint B against A: relative change, metric changes, spectrum distance, subspace overlap."""
     import wbfe
@@ -36,8 +31,7 @@ def compare_command(
     from wbfe.report import score_csv
 
     folder = check_output_dir(output) if output is not None else None  # before any work
-    result = wbfe.compare(a, b, metrics=metrics, name_map=name_map, top_k=top_k, layers=layers, lam=lam,
-                          device=device, min_eigs=min_eigs, seed=seed)
+    result = wbfe.compare(a, b, **compare.keywords())
     render = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
               ScoreFormat.table: lambda: compare_table(result)}
     if folder is not None:
@@ -50,6 +44,9 @@ def compare_command(
         write_report(compare_report(result), folder / "report.html")
         typer.echo(f"wrote {output}/compare.json, compare.csv, change_along_depth.png, report.html", err=True)
     typer.echo(render[fmt](), nl=False)
+
+
+compare_command = with_groups(compare_group())(compare_command)
 
 
 def compare_table(result: object) -> str:

@@ -3,29 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
-from .main import app
-from ._options import Conv
+from ._options import REF_HELP, Conv, ConvOption, Device
 
 
-@app.command("esd")
 def esd_command(
-    ref: Optional[str] = typer.Argument(None, help="Checkpoint (as for `wbfe score`). Default: the embedded demo CNN."),
-    layer: str = typer.Option(..., "--layer", help="Tensor name as stored (or module name without .weight)."),
-    output: str = typer.Option("esd.png", "--output", "-o", help="PNG file to write."),
-    conv: Conv = typer.Option(Conv.flatten, "--conv", help="Conv kernels: flatten or slices."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    bins: int = typer.Option(60, "--bins", help="Histogram bins (log-spaced)."),
+    ref: Annotated[Optional[str], typer.Argument(help=REF_HELP)] = None,
+    *,
+    layer: Annotated[str, typer.Option("--layer", help="Tensor name as stored (or module name without .weight).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="PNG file to write.")] = "esd.png",
+    conv: ConvOption = Conv.flatten,
+    device: Device = "auto",
+    bins: Annotated[int, typer.Option("--bins", min=2, help="Histogram bins (log-spaced).")] = 60,
 ) -> None:
     """Plot the ESD of one layer (log-log) with the power-law, truncated power-law and HTMP fits."""
     import wbfe
     from wbfe.plots.esd import fit_esd, plot_esd
+    from wbfe.options import check_conv, check_device
+    from wbfe.output import check_output
     from wbfe.scoring import layer_spectrum
 
-    from wbfe.output import check_output
+    check_conv(conv.value)
+    check_device(device)  # every option before the checkpoint is read
 
     target = ref if ref is not None else wbfe.default_checkpoint()
     if check_output(output) is None:

@@ -1,4 +1,14 @@
-"""Entry module: builds the ``wbfe`` app from one file per command group, maps errors in one place."""
+"""Entry module: builds the ``wbfe`` app from one module per command group, maps errors in one place.
+
+As huggingface_hub's ``cli/hf.py`` does, each command module defines its command functions (or, for
+``theory``, its own typer app) and imports nothing from here; this module registers them. Errors are
+mapped here only: a :class:`~wbfe.errors.WbfeError` and a usage error (an unknown option, a value of
+the wrong type) are each one ``wbfe: error: ...`` line on stderr and exit code 2.
+
+Importing this module imports typer and the command modules, which import nothing heavy (no
+torch, numpy, scipy or matplotlib): ``wbfe --version`` and ``wbfe --help`` stay fast
+(tests/test_cli_startup.py, benchmarks/bench_startup.py).
+"""
 
 from __future__ import annotations
 
@@ -8,21 +18,64 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+# Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click and exports
+# only BadParameter of them; older typers use click itself): found from BadParameter's module.
+click_errors: Any = sys.modules[typer.BadParameter.__module__]
+
 from wbfe.errors import WbfeError
+
+from . import compare, esd, rank, report, score, theory, watch
 
 EXIT_BAD_INPUT = 2
 
 
+def _error_line(message: str) -> str:
+    return "wbfe: error: " + " ".join(str(message).split())
+
+
+def _hint(exc: WbfeError) -> str:
+    """A bare hub name (``gpt2``) that is no file: say how to name the model (unless the library did)."""
+    from wbfe.errors import SourceNotFoundError, hub_name_hint
+
+    if not isinstance(exc, SourceNotFoundError) or "Hugging Face" in str(exc):
+        return ""
+    return hub_name_hint(getattr(exc, "path", ""))
+
+
 class _WbfeGroup(TyperGroup):
-    """Turns every :class:`WbfeError` into one line on stderr and exit code 2, with no traceback."""
+    """Turns every :class:`WbfeError` and usage error into one line on stderr and exit code 2."""
 
     # ctx is click's Context, which typer vendors since 0.2x (typer.Context subclasses it).
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except WbfeError as exc:
-            typer.echo(f"wbfe: error: {exc}", err=True)
+            typer.echo(_error_line(str(exc) + _hint(exc)), err=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # Click prints a usage error as a usage line, a hint and a boxed message (six lines with
+        # rich); wbfe's contract is one line and exit 2, as for its own errors.
+        standalone_mode = kwargs.get("standalone_mode", True)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click_errors.NoArgsIsHelpError as exc:  # bare `wbfe` / `wbfe theory`: the help
+            typer.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc), err=True)
+            code = EXIT_BAD_INPUT
+        except click_errors.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            typer.echo(_error_line(exc.format_message().replace("Value error, ", "")) + where, err=True)
+            code = EXIT_BAD_INPUT
+        except click_errors.ClickException as exc:
+            typer.echo(_error_line(exc.format_message()), err=True)
+            code = exc.exit_code
+        except click_errors.Abort:
+            typer.echo("wbfe: interrupted", err=True)
+            code = 130
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 app = typer.Typer(
@@ -32,6 +85,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: rich markup would eat square brackets (pip install 'wbfe[ray]', org/name[@rev]).
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -52,15 +107,13 @@ def _root(
     """Data-free model-quality auditing from the weights alone."""
 
 
-def _register() -> None:
-    # Each command group lives in its own module and attaches itself to `app` on import.
-    from . import compare, esd, rank, report, score, watch  # noqa: F401
-    from .theory import app as theory_app
-
-    app.add_typer(theory_app, name="theory", help="Solvers and simulations of the theory models.")
-
-
-_register()
+app.command("score")(score.score_command)
+app.command("compare")(compare.compare_command)
+app.command("rank")(rank.rank_command)
+app.command("report")(report.report_command)
+app.command("esd")(esd.esd_command)
+app.command("watch")(watch.watch_command)
+app.add_typer(theory.theory_app, name="theory", help="Solvers and simulations of the theory models.")
 
 
 def main() -> None:
@@ -70,3 +123,7 @@ def main() -> None:
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         typer.echo("wbfe: interrupted", err=True)
         sys.exit(130)
+
+
+if __name__ == "__main__":  # python -m wbfe_cli.main
+    main()

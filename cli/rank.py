@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ._options import Conv, Format
-from .main import app
+from ._options import Format, executor_group, rank_group, score_group, stats_group, with_groups
 
 if TYPE_CHECKING:
+    from wbfe.executors import ExecutorOptions
+    from wbfe.options import RankOptions, ScoreOptions, StatsOptions
     from wbfe.ranking import RankResult
 
 DEFAULT_ZOO = "fmnist"
@@ -73,55 +73,37 @@ def zoo_list() -> str:
     return "\n".join(lines) + "\n"
 
 
-@app.command("rank")
 def rank_command(
-    zoo: Optional[str] = typer.Argument(
-        None, help="Zoo spec (CSV/YAML) or built-in zoo name (see --list). Default: the Fashion-MNIST zoo."
-    ),
-    quality: Optional[str] = typer.Option(None, "--quality", "-q", help="Quality column (default: the zoo's)."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp)."),
-    workers: int = typer.Option(1, "--workers", "-j", help="Models scored in parallel."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Folder for rank.json and one PNG per metric."),
-    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format on stdout."),
-    lower_is_better: Optional[List[str]] = typer.Option(
-        None, "--lower-is-better", help="A quality column for which lower is better (repeatable)."
-    ),
-    list_zoos: bool = typer.Option(False, "--list", help="List the built-in zoos and exit."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Score cache folder (default: ~/.cache/wbfe/scores)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Score every model, read and write no cache."),
-    lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number."),
-    conv: Conv = typer.Option(Conv.flatten, "--conv", help="Conv kernels: flatten or slices."),
-    head: Optional[str] = typer.Option(None, "--head", help="Tensor or module name of the classifier / LM head."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    n_boot: int = typer.Option(2000, "--n-boot", help="Bootstrap resamples for the 95% interval."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap and permutation draws."),
-    quiet: bool = typer.Option(False, "--quiet", help="No per-model progress on stderr."),
-    executor: str = typer.Option("local", "--executor", help="local, or ray: one Ray task per model (pip install 'wbfe[ray]')."),
-    address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: auto, ray://host:port or host:port (default: a Ray instance on this machine)."),
+    zoo: Annotated[Optional[str], typer.Argument(
+        help="Zoo spec (CSV/YAML) or built-in zoo name (see --list). Default: the Fashion-MNIST zoo.")] = None,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="Folder for rank.json and one PNG per metric.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format on stdout.")] = Format.table,
+    list_zoos: Annotated[bool, typer.Option("--list", help="List the built-in zoos and exit.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No per-model progress on stderr.")] = False,
+    *,
+    run: "RankOptions",
+    score: "ScoreOptions",
+    stats: "StatsOptions",
+    where: "ExecutorOptions",
 ) -> None:
     """Rank a zoo: Spearman rho (95% bootstrap CI, permutation p), Kendall tau and Pearson r per metric."""
     if list_zoos:
         typer.echo(zoo_list(), nl=False)
         return
-    from wbfe.executors import ExecutorOptions
-    from wbfe.options import ScoreOptions, StatsOptions
     from wbfe.output import check_output_dir, write_atomic
     from wbfe.ranking import rank
 
-    # Every option is checked here, before the first model is scored.
-    score = ScoreOptions(metrics=() if metrics is None else metrics, lam=lam, conv=conv.value,  # type: ignore[arg-type]
-                         head=head, device=device)
-    stats = StatsOptions(n_boot=n_boot, seed=seed)
-    where = ExecutorOptions(executor, address)  # type: ignore[arg-type]
+    # Every option was checked when its options object was built, before the first model is scored.
     folder = check_output_dir(output) if output is not None else None
     result = rank(
         zoo if zoo is not None else DEFAULT_ZOO,
-        quality,
+        run.quality,
         score=score,
         stats=stats,
-        workers=workers,
-        cache_dir=False if no_cache else cache_dir,
-        lower_is_better=tuple(lower_is_better or ()),
+        workers=run.workers,
+        cache_dir=run.cache_dir,
+        lower_is_better=run.lower_is_better,
         progress=None if quiet else (lambda line: typer.echo(line, err=True)),
         executor=where.executor,
         ray_address=where.address,
@@ -133,3 +115,6 @@ def rank_command(
         pngs = plot_ranking(result, folder)
         typer.echo(f"wrote {folder / 'rank.json'} and {len(pngs)} plots", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else rank_table(result), nl=False)
+
+
+rank_command = with_groups(rank_group(), score_group(), stats_group(), executor_group())(rank_command)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ._options import Conv
-from .main import app
+from wbfe.errors import InvalidOptionError
 
+from ._options import rank_group, report_group, score_group, stats_group, with_groups
 
-class ReportFormat(str, Enum):
-    html = "html"
-    md = "md"
+if TYPE_CHECKING:
+    from wbfe.options import CompareOptions, RankOptions, ReportOptions, ScoreOptions, StatsOptions
 
 
 def _is_zoo(ref: str, quality: Optional[str]) -> bool:
@@ -25,52 +23,43 @@ def _is_zoo(ref: str, quality: Optional[str]) -> bool:
     return ref in builtin_zoo_names() and not Path(ref).exists()
 
 
-@app.command("report")
 def report_command(
-    ref: Optional[str] = typer.Argument(
-        None, help="Checkpoint (as for `wbfe score`), a saved score or rank JSON, or a zoo (CSV/YAML or "
-                   "built-in name, with --quality). Default: the embedded demo CNN."),
-    ref_b: Optional[str] = typer.Argument(None, help="A second checkpoint: the page compares it against REF "
-                                          "(as `wbfe compare REF REF_B`)."),
-    output: str = typer.Option(..., "--output", "-o", help="HTML file to write ('-': stdout; --format md: a folder)."),
-    fmt: ReportFormat = typer.Option(ReportFormat.html, "--format", "-f",
-                                     help="html: one self-contained page; md: a folder with report.md and PNGs."),
-    quality: Optional[str] = typer.Option(None, "--quality", "-q", help="Rank REF as a zoo by this quality column."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="For a saved score JSON: the checkpoint it "
-                                          "scored, to draw ESDs from (its sha256 must match)."),
-    n_unusual: int = typer.Option(5, "--unusual", help="ESD thumbnails of the most unusual layers (besides the head)."),
-    layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name matches this regular expression."),
-    conv: Conv = typer.Option(Conv.flatten, "--conv", help="Conv kernels: flatten or slices."),
-    lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    head: Optional[str] = typer.Option(None, "--head", help="Tensor or module name of the classifier / LM head."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp)."),
-    min_eigs: int = typer.Option(10, "--min-eigs", help="Skip matrices with fewer eigenvalues."),
-    ww_compatible: bool = typer.Option(False, "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices."),
-    lower_is_better: Optional[List[str]] = typer.Option(
-        None, "--lower-is-better", help="Zoo: a quality column for which lower is better (repeatable)."),
-    workers: int = typer.Option(1, "--workers", "-j", help="Zoo: models scored in parallel."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Zoo: score cache folder."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Zoo: score every model, read and write no cache."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the zoo's bootstrap and permutation draws, or of compare's random steps."),
+    ref: Annotated[Optional[str], typer.Argument(
+        help="Checkpoint (as for `wbfe score`), a saved score or rank JSON, or a zoo (CSV/YAML or built-in name, "
+             "with --quality). Default: the embedded demo CNN.")] = None,
+    ref_b: Annotated[Optional[str], typer.Argument(
+        help="A second checkpoint: the page compares it against REF (as `wbfe compare REF REF_B`).")] = None,
+    *,
+    output: Annotated[str, typer.Option(
+        "--output", "-o", help="HTML file to write ('-': stdout; --format md: a folder).")],
+    weights: Annotated[Optional[str], typer.Option(
+        "--weights", help="For a saved score JSON: the checkpoint it scored, to draw ESDs from (its sha256 must "
+                          "match).")] = None,
+    page: "ReportOptions",
+    score: "ScoreOptions",
+    run: "RankOptions",
+    stats: "StatsOptions",
 ) -> None:
-    """Write one self-contained audit page: provenance, summary, per-layer table, depth plots, ESDs, skips."""
+    """Write one self-contained audit page: provenance, summary, per-layer table, depth plots, ESDs, skips.
+
+    What is drawn decides which options apply: the scoring options (--metrics ... --seed) to a
+    checkpoint, a comparison and a zoo; the zoo options (--quality ... --stats-seed) to a zoo only.
+    An option that does not apply to what is drawn is refused, never silently dropped.
+    """
     import wbfe
-    from wbfe.errors import InvalidOptionError
     from wbfe.reporting import compare_report, load_saved, rank_report, score_report, write_report
     from wbfe.reporting.output import check_report_output
 
-    check_report_output(output, fmt.value)  # before any work
-    if n_unusual < 0:
-        raise InvalidOptionError(f"--unusual must be >= 0, not {n_unusual}")
+    check_report_output(output, page.fmt)  # before any work
     target = ref if ref is not None else str(wbfe.default_checkpoint())
     saved = load_saved(target) if ref is not None else None
+    is_zoo = ref_b is None and saved is None and _is_zoo(target, run.quality)
+    _refuse_unused(score, run, stats, weights, saved=saved is not None, pair=ref_b is not None, zoo=is_zoo)
     report: Any
     if ref_b is not None:
         if ref is None or saved is not None:
             raise InvalidOptionError("a second reference compares two checkpoints: give both as checkpoints")
-        report = compare_report(wbfe.compare(target, ref_b, metrics=metrics, layers=layers, lam=lam, device=device,
-                                             min_eigs=min_eigs, seed=seed))
+        report = compare_report(wbfe.compare(target, ref_b, **compare_options(score).keywords()))
     elif saved is not None and saved[0] == "rank":
         report = rank_report(saved[1])
     elif saved is not None and saved[0] == "compare":
@@ -80,29 +69,61 @@ def report_command(
         if weights is None:
             why = ("this page was made from a saved score JSON, which holds no weights; pass --weights "
                    "CHECKPOINT (the file it scored) to draw them")
-            report = score_report(data, esd_unavailable=why, n_unusual=n_unusual)
+            report = score_report(data, esd_unavailable=why, n_unusual=page.n_unusual)
         else:
             _same_checkpoint(weights, data)
-            report = score_report(data, spectra_from=weights, n_unusual=n_unusual)
-    elif _is_zoo(target, quality):
+            report = score_report(data, spectra_from=weights, n_unusual=page.n_unusual)
+    elif is_zoo:
         from wbfe.ranking import rank
 
-        result = rank(target, quality=quality, metrics=metrics, workers=workers,
-                      cache_dir=False if no_cache else cache_dir, lower_is_better=tuple(lower_is_better or ()),
-                      lam=lam, conv=conv.value, head=head, device=device, seed=seed,
-                      ww_compatible=ww_compatible, progress=lambda line: typer.echo(line, err=True))
+        result = rank(target, quality=run.quality, score=score, stats=stats, workers=run.workers,
+                      cache_dir=run.cache_dir, lower_is_better=run.lower_is_better,
+                      progress=lambda line: typer.echo(line, err=True))
         report = rank_report(result)
     else:
         from .score import progress_bar
 
         with progress_bar(enabled=True) as update:
-            score = wbfe.score(target, metrics=metrics, lam=lam, conv=conv.value, layers=layers, device=device,
-                               head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed,
-                               progress=update)  # type: ignore[arg-type]
-        report = score_report(score, spectra_from=target, n_unusual=n_unusual)
-    written = write_report(report, output, fmt=fmt.value)
+            scored = wbfe.score(target, options=score, progress=update)  # type: ignore[arg-type]
+        report = score_report(scored, spectra_from=target, n_unusual=page.n_unusual)
+    written = write_report(report, output, fmt=page.fmt)
     if written:
         typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
+
+
+report_command = with_groups(report_group(), score_group(), rank_group(), stats_group())(report_command)
+
+
+def compare_options(score: "ScoreOptions") -> "CompareOptions":
+    """The comparison settings a report of two checkpoints uses: the scoring options a comparison has.
+
+    Raises:
+        InvalidOptionError: --conv slices, --head or --ww-compatible (a comparison flattens conv
+            kernels and has no head rule).
+    """
+    from wbfe.options import CompareOptions
+
+    if score.conv != "flatten" or score.head is not None or score.ww_compatible:
+        raise InvalidOptionError("a comparison of two checkpoints flattens conv kernels and has no head rule: "
+                                 "drop --conv, --head and --ww-compatible")
+    return CompareOptions(metrics=score.metrics, layers=score.layers, lam=score.lam, device=score.device,
+                          min_eigs=score.min_eigs, seed=score.seed)
+
+
+def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptions", weights: Optional[str], *,
+                   saved: bool, pair: bool, zoo: bool) -> None:
+    """Refuse options that do not apply to what the page draws (they used to be dropped silently)."""
+    from wbfe.options import RankOptions, ScoreOptions, StatsOptions
+
+    if saved and score != ScoreOptions():
+        raise InvalidOptionError("a saved JSON is drawn as it was scored: the scoring options (--metrics, --lambda, "
+                                 "--conv, --layers, --device, --head, --min-eigs, --ww-compatible, --seed) do not "
+                                 "apply; score the checkpoint again instead")
+    if not zoo and (run != RankOptions() or stats != StatsOptions()):
+        raise InvalidOptionError("--quality, --workers, --lower-is-better, --cache-dir, --no-cache, --n-boot and "
+                                 "--stats-seed apply to a zoo only")
+    if weights is not None and not saved:
+        raise InvalidOptionError("--weights goes with a saved score JSON (the checkpoint it scored)")
 
 
 def _same_checkpoint(weights: str, data: dict[str, Any]) -> None:

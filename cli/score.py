@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Iterator, Optional
 
 import typer
 
-from ._options import Conv, ScoreFormat
-from .main import app
+from ._options import REF_HELP, ScoreFormat, executor_group, score_group, with_groups
+
+if TYPE_CHECKING:
+    from wbfe.executors import ExecutorOptions
+    from wbfe.options import ScoreOptions
 
 
 @contextmanager
@@ -31,45 +34,30 @@ def progress_bar(enabled: bool) -> Iterator[Optional[object]]:
         yield update
 
 
-@app.command("score")
 def score_command(
-    ref: Optional[str] = typer.Argument(
-        None, help="Checkpoint: file, folder, org/name[@rev], timm:NAME, torchvision:WEIGHTS. Default: the embedded demo CNN."
-    ),
-    fmt: ScoreFormat = typer.Option(ScoreFormat.table, "--format", "-f", help="Output format."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the result to this file instead of stdout ('-': stdout)."),
-    layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name matches this regular expression."),
-    conv: Conv = typer.Option(Conv.flatten, "--conv", help="Conv kernels: flatten (out x in*k*k) or slices (pooled k*k matrices)."),
-    lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    head: Optional[str] = typer.Option(None, "--head", help="Tensor or module name of the classifier / LM head."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp; htmp and rand opt-in). Default: bfe,htsr."),
-    min_eigs: int = typer.Option(10, "--min-eigs", help="Tail fits (HT-SR, HTMP) need this many eigenvalues; BFE-W needs 2."),
-    ww_compatible: bool = typer.Option(False, "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random steps (the rand group's shuffles)."),
-    base: Optional[str] = typer.Option(None, "--base", help="For a PEFT LoRA adapter: its base model; also score each merged W0 + dW."),
-    executor: str = typer.Option("local", "--executor", help="local, or ray: one Ray task per shard (pip install 'wbfe[ray]')."),
-    address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: auto, ray://host:port or host:port (default: a Ray instance on this machine)."),
+    ref: Annotated[Optional[str], typer.Argument(help=REF_HELP)] = None,
+    fmt: Annotated[ScoreFormat, typer.Option("--format", "-f", help="Output format.")] = ScoreFormat.table,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="Write the result to this file instead of stdout ('-': stdout).")] = None,
+    base: Annotated[Optional[str], typer.Option(
+        "--base", help="For a PEFT LoRA adapter: its base model; also score each merged W0 + dW.")] = None,
+    *,
+    score: "ScoreOptions",
+    where: "ExecutorOptions",
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
-    from wbfe.executors import ExecutorOptions
-    from wbfe.options import ScoreOptions
     from wbfe.output import check_output, write_output
     from wbfe.report import score_csv, score_table
 
-    options = ScoreOptions(metrics=() if metrics is None else metrics, lam=lam, conv=conv.value,  # type: ignore[arg-type]
-                           layers=layers, device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible,
-                           seed=seed)
-    where = ExecutorOptions(executor, address)  # type: ignore[arg-type]
     written = check_output(output) if output is not None else None  # before any work
     target = ref if ref is not None else wbfe.default_checkpoint()
     if where.is_ray:  # one line per finished shard on stderr: node, shards done/total, ETA
-        result = wbfe.score(target, options=options, base=base, executor="ray", ray_address=where.address,
+        result = wbfe.score(target, options=score, base=base, executor="ray", ray_address=where.address,
                             progress=lambda _done, _total, line: typer.echo(line, err=True))
     else:
         with progress_bar(enabled=True) as update:
-            result = wbfe.score(target, options=options, base=base, progress=update)  # type: ignore[arg-type]
+            result = wbfe.score(target, options=score, base=base, progress=update)  # type: ignore[arg-type]
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result)}[fmt]()
     if written is not None:
@@ -77,3 +65,6 @@ def score_command(
         typer.echo(f"wrote {output}", err=True)
     else:
         typer.echo(text, nl=False)
+
+
+score_command = with_groups(score_group(), executor_group())(score_command)

@@ -1,18 +1,21 @@
 """``wbfe theory ...``: the theory solvers and their simulation checks.
 
-The commands live in one module per model and attach themselves to :data:`app` on import.
+This group's own typer app; the commands live in one module per model (theory_ts, theory_hier),
+which define functions only, and are registered here. Nothing imports this module back but the
+entry module, which adds :data:`theory_app` as the ``theory`` group.
 """
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+from . import theory_hier, theory_ts
 
+theory_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 
-def _register() -> None:
-    # The commands attach themselves to `app` on import (one module per model).
-    from . import theory_hier, theory_ts  # noqa: F401
-
-
-_register()
+theory_app.command("solve")(theory_ts.solve_cmd)
+theory_app.command("curve")(theory_ts.curve_cmd)
+theory_app.command("hmc")(theory_ts.hmc_cmd)
+theory_app.command("student")(theory_ts.student_cmd)
+theory_app.command("scaling")(theory_ts.scaling_cmd)
+theory_app.command("hierarchical")(theory_hier.hierarchical_cmd)

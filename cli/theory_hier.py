@@ -9,7 +9,6 @@ from typing import Any, Optional
 import typer
 
 from ._options import Format
-from .theory import app
 
 
 def _num(x: Any) -> str:
@@ -36,7 +35,6 @@ def _print_table(data: dict) -> None:
     typer.echo(f"kernel floor for d^2 << n << d^4: {_num(pred['kernel_floor'])}")
 
 
-@app.command("hierarchical")
 def hierarchical_cmd(
     d: int = typer.Option(60, help="input dimension (features live in D = d(d+1)/2)"),
     p: Optional[int] = typer.Option(None, help="latent features (default round(d^eps))"),
@@ -51,7 +49,7 @@ def hierarchical_cmd(
     n_test: int = typer.Option(2000, help="test samples per seed"),
     kernel_max_n: int = typer.Option(2000, help="largest kernel-ridge training set (0: no baseline)"),
     solver: str = typer.Option("auto", help="eigensolver: auto, eigsh (matrix-free) or dense"),
-    seed: int = typer.Option(0, help="master seed"),
+    seed: int = typer.Option(0, help="master seed of the simulation (teachers and data sets; not a scoring seed)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
     output: Optional[Path] = typer.Option(None, "--output", help="folder for hierarchical.json and the PNGs"),
 ) -> None:

@@ -11,7 +11,6 @@ import typer
 
 from wbfe.errors import InvalidOptionError
 from ._options import Format
-from .theory import app
 
 
 class Readout(str, Enum):
@@ -54,7 +53,6 @@ def _print_pairs(pairs: list[tuple[str, Any]]) -> None:
         typer.echo(f"{key:<{width}}  {_num(value)}")
 
 
-@app.command("solve")
 def solve_cmd(
     beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
     delta: float = typer.Option(0.04, help="noise variance Delta"),
@@ -84,7 +82,6 @@ def solve_cmd(
                   ("g1", sol.g1), ("q[:10]", " ".join(f"{x:.4f}" for x in sol.q[:10]))])
 
 
-@app.command("curve")
 def curve_cmd(
     output: Path = typer.Option(..., "--output", help="folder for the PNGs and curve.json"),
     beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
@@ -117,7 +114,6 @@ def curve_cmd(
         typer.echo(f"wrote {f}", err=True)
 
 
-@app.command("hmc")
 def hmc_cmd(
     r_values: str = typer.Option("0.5,2,5", "--r-values", help="comma-separated n/(kd) values"),
     d: int = typer.Option(40, help="input dimension"),
@@ -149,7 +145,6 @@ def hmc_cmd(
         typer.echo(f"wrote {f}", err=True)
 
 
-@app.command("student")
 def student_cmd(
     widths: str = typer.Option("1,2,4,6,8,12,16,24,32,48", help="comma-separated student widths"),
     n: int = typer.Option(2000, help="number of samples"),
@@ -182,7 +177,6 @@ def student_cmd(
         typer.echo(f"wrote {f}", err=True)
 
 
-@app.command("scaling")
 def scaling_cmd(
     d_values: str = typer.Option("100,200,400,800,1600,3200,6400", "--d-values", help="comma-separated d"),
     r: float = typer.Option(4.0, help="n/(kd), held fixed"),

@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ._options import Format
-from .main import app
+from ._options import Format, watch_group, with_groups
 
-
-def _parse_lambda(text: Optional[str]) -> Union[None, str, float]:
-    from wbfe.errors import InvalidOptionError
-
-    if text is None:
-        return None
-    if text.strip().lower() == "calibrated":
-        return "calibrated"
-    from wbfe.metrics.bfe import positive_lambda
-
-    try:
-        return positive_lambda(text)  # the one parser of a fixed lambda (finite, in its range)
-    except InvalidOptionError:
-        raise InvalidOptionError(f"--lambda must be a positive number or 'calibrated', not {text!r}") from None
+if TYPE_CHECKING:
+    from wbfe.options import WatchOptions
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
@@ -34,38 +21,37 @@ def _write(folder: Path, name: str, text: str) -> Path:
     return folder / name
 
 
-@app.command("watch")
 def watch_command(
-    run: Optional[str] = typer.Argument(
-        None, help="A run: folder of checkpoints (steps in the names), CSV with a step column, or org/name@rev1,org/name@rev2."
-    ),
-    layers: str = typer.Option("head", "--layers", help="head, all, or a regular expression on tensor names."),
-    lam: Optional[str] = typer.Option(
-        None, "--lambda", help="Prior precision of h*(lambda) = h*(1)/lambda: a number, or 'calibrated' (with --calibrate)."
-    ),
-    calibrate_csv: Optional[Path] = typer.Option(
-        None, "--calibrate", help="CSV of runs with test losses: choose lambda by leave-one-run-out."
-    ),
-    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder for the JSON result and the PNG plots."),
-    head: Optional[str] = typer.Option(None, "--head", help="Tensor or module name of the classifier / LM head."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    run: Annotated[Optional[str], typer.Argument(
+        help="A run: folder of checkpoints (steps in the names), CSV with a step column, or "
+             "org/name@rev1,org/name@rev2.")] = None,
+    calibrate_csv: Annotated[Optional[Path], typer.Option(
+        "--calibrate", help="CSV of runs with test losses: choose lambda by leave-one-run-out.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Folder for the JSON result and the PNG plots.")] = None,
+    *,
+    options: "WatchOptions",
 ) -> None:
     """Score every checkpoint of a run; recommend the first where h_t <= h*(lambda) (under-fit before, over-fit after)."""
     from wbfe.errors import InvalidOptionError
     from wbfe.watch import calibrate, result_at, trajectory
 
-    lam_value = _parse_lambda(lam)
+    lam_value = options.lam
     if run is None and calibrate_csv is None:
         raise InvalidOptionError("give a RUN to watch, or --calibrate RUNS.csv")
     if lam_value == "calibrated" and calibrate_csv is None:
         raise InvalidOptionError("--lambda calibrated needs --calibrate RUNS.csv")
     if isinstance(lam_value, float) and calibrate_csv is not None and run is not None:
         raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv for a run, not both")
+    if output is not None:
+        from wbfe.output import check_output_dir
+
+        check_output_dir(output)  # before any work
 
     report = None
     if calibrate_csv is not None:
-        report = calibrate(calibrate_csv, layers=layers, head=head, device=device)
+        report = calibrate(calibrate_csv, layers=options.layers, head=options.head, device=options.device)
         if output is not None:
             from wbfe.plots.watch import plot_calibration
 
@@ -76,12 +62,15 @@ def watch_command(
             return
         lam_value = report.calibration.lam_all
 
-    traj = trajectory(run, layers=layers, head=head, device=device)  # type: ignore[arg-type]
+    traj = trajectory(run, layers=options.layers, head=options.head, device=options.device)  # type: ignore[arg-type]
     result = result_at(traj, lam_value, lam_source="calibrated" if report is not None else "given",  # type: ignore[arg-type]
-                       layers=layers)
+                       layers=options.layers)
     if output is not None:
         from wbfe.plots.watch import plot_watch
 
         typer.echo(f"wrote {_write(output, 'watch.json', result.to_json() + chr(10))}", err=True)
         typer.echo(f"wrote {plot_watch(result, output / 'watch.png')}", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else result.table(), nl=False)
+
+
+watch_command = with_groups(watch_group())(watch_command)

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import wbfe_cli.watch  # noqa: F401 - attaches the command until cli/main.py registers it
 from tests.test_watch import K_CROSS, RATE, _crossing_lambda, touch_weights, write_synthetic_run
 from wbfe_cli.main import app
 

@@ -39,7 +39,7 @@ from wbfe.change import is_number, matrix_change, subspace_overlap, top_singular
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head
 from wbfe.metrics import resolve_groups
-from wbfe.options import ScoreOptions
+from wbfe.options import CompareOptions, ScoreOptions, check_name_map
 from wbfe.pipeline import worker_count
 from wbfe.report import json_ready
 from wbfe.sources import TensorEntry, open_source
@@ -92,29 +92,13 @@ class Comparison:
 
 
 def parse_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]]) -> list[tuple[re.Pattern[str], str]]:
-    """``["REGEX=REPL", (regex, repl), ...]`` as compiled renames (split at the last ``=``).
+    """``["REGEX=REPL", (regex, repl), ...]`` as compiled renames (split at the last ``=``), each
+    checked as :func:`~wbfe.options.check_name_map` checks it.
 
     Raises:
-        InvalidOptionError: no ``=``, an empty pattern or an invalid regular expression.
+        InvalidOptionError: no ``=``, an empty pattern, an invalid or unsafe regular expression.
     """
-    if pairs is None:
-        return []
-    items = [pairs] if isinstance(pairs, str) else list(pairs)
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            pattern, sep, repl = item.rpartition("=")
-            if not sep:
-                raise InvalidOptionError(f"--map must be REGEX=REPLACEMENT, not {item!r}")
-        else:
-            pattern, repl = item
-        if not pattern:
-            raise InvalidOptionError(f"--map {item!r} has an empty pattern")
-        try:
-            out.append((re.compile(pattern), repl))
-        except re.error as exc:
-            raise InvalidOptionError(f"--map {pattern!r} is not a valid regular expression: {exc}") from None
-    return out
+    return [(re.compile(pattern), repl) for pattern, repl in check_name_map(pairs)]
 
 
 def compare(
@@ -156,20 +140,16 @@ def compare(
         >>> c.layers[0]["rel_frobenius"], c.layers[0]["d_bfe"]
         (1.0, 0.0)
     """
-    groups = resolve_groups(metrics)
-    renames = parse_name_map(name_map)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InvalidOptionError(f"top_k must be a positive integer, not {top_k!r}")
-    # The options a score would take, checked as a score checks them (the --layers expression too).
-    score_options = ScoreOptions(metrics=tuple(g.name for g in groups), lam=lam,  # type: ignore[arg-type]
-                                 layers=layers or None, device=device,
-                                 min_eigs=min_eigs, seed=seed)
-    context = engine.Context.of(score_options)
-    pattern = score_options.pattern
+    given = CompareOptions(metrics=() if metrics is None else metrics, name_map=name_map, top_k=top_k,  # type: ignore[arg-type]
+                           layers=layers or None, lam=lam, device=device, min_eigs=min_eigs, seed=seed)
+    groups = resolve_groups(given.metrics)
+    renames = given.renames
+    pattern = given.pattern
+    # The spectra are computed as a score under the same settings computes them.
+    context = engine.Context.of(ScoreOptions(metrics=tuple(g.name for g in groups), lam=given.lam, device=given.device,
+                                             min_eigs=given.min_eigs, seed=given.seed))
     torch_device = context.device
-    options = {"metrics": [g.name for g in groups], "map": [[p.pattern, r] for p, r in renames], "top_k": top_k,
-               "layers": layers, "lambda": score_options.lam, "device": device, "min_eigs": min_eigs, "seed": seed,
-               "conv": "flatten"}
+    options = given.to_dict()
     result = Comparison(model_a={}, model_b={}, options=options)
 
     def side(entry: TensorEntry, plan: MatrixPlan, tensor: Any, label: str) -> Any:

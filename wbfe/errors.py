@@ -24,6 +24,9 @@ __all__ = [
     "MissingDependencyError",
     "NothingRankedError",
     "OutputError",
+    "did_you_mean",
+    "unknown_name",
+    "hub_name_hint",
 ]
 
 
@@ -128,3 +131,41 @@ def unknown_name(kind: str, name: str, known: "Iterable[str]", *, max_listed: in
         name=name,
         known=names,
     )
+
+
+# Models that the Hugging Face Hub once served under a bare name and now keeps under an
+# organisation (the bare name still redirects in transformers, but is not a repository id
+# huggingface_hub resolves offline or in the cache).
+_MOVED_HUB_MODELS = {
+    **{n: f"openai-community/{n}" for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "openai-gpt")},
+    **{n: f"google-bert/{n}" for n in ("bert-base-uncased", "bert-base-cased", "bert-large-uncased",
+                                      "bert-large-cased", "bert-base-multilingual-cased",
+                                      "bert-base-multilingual-uncased", "bert-base-chinese")},
+    **{n: f"distilbert/{n}" for n in ("distilgpt2", "distilbert-base-uncased", "distilbert-base-cased",
+                                     "distilroberta-base")},
+    **{n: f"FacebookAI/{n}" for n in ("roberta-base", "roberta-large", "xlm-roberta-base", "xlm-roberta-large")},
+    **{n: f"google-t5/{n}" for n in ("t5-small", "t5-base", "t5-large")},
+    **{n: f"albert/{n}" for n in ("albert-base-v2", "albert-large-v2")},
+}
+
+
+def hub_name_hint(ref: object) -> str:
+    """A hint for a reference that is no file or folder but looks like a bare Hugging Face model name.
+
+    ``gpt2`` or ``bert-base-uncased`` are not paths and not ``org/name`` ids; the hint names the full
+    id of a well-known model, or says what to write for any other.
+
+    Returns:
+        ``"; it looks like a Hugging Face model name: ..."`` or ``""`` (a path-like reference).
+    """
+    import re
+
+    text = str(ref)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}", text) or re.search(
+            r"\.(safetensors|bin|pt|pth|ckpt|gguf|onnx|h5|keras|npz|json|csv|ya?ml|tflite)$", text, re.I):
+        return ""
+    full = _MOVED_HUB_MODELS.get(text) or _MOVED_HUB_MODELS.get(text.lower())
+    if full is not None:
+        return f"; it looks like a Hugging Face model name: use its full id, {full} (or a local path)"
+    return ("; if it is a Hugging Face model, give its full id org/name (e.g. openai-community/gpt2), "
+            "or a local path")

@@ -1,28 +1,46 @@
-"""The settings of a scoring run and of a ranking's statistics, each validated once, when built.
+"""The settings of each wbfe entry point, each validated once, when built, from one constraints table.
 
 :class:`ScoreOptions` is the only path from a keyword, the CLI or a ranking to :func:`wbfe.score`;
-:class:`StatsOptions` holds what :func:`wbfe.rank` needs to turn scores into correlations. Both are
-frozen dataclasses whose constructor checks every field (the scikit-learn habit of one constraints
-table, here one checking function per field), so a bad value is refused before a byte is read or a
-model is scored, and the same message is given whichever way the value came in.
+:class:`StatsOptions` holds what :func:`wbfe.rank` needs to turn scores into correlations;
+:class:`CompareOptions`, :class:`RankOptions`, :class:`ReportOptions` and :class:`WatchOptions`
+hold the settings of a comparison, a ranking run, a report page and a watched run. Each is a frozen
+dataclass with one declared ``CONSTRAINTS`` table (scikit-learn's ``_parameter_constraints``, see
+:mod:`wbfe.constraints`) that its constructor applies to every field: a bad value is refused before
+a byte is read or a model is scored, with the same message whichever way the value came in, and
+tests/test_public_api_validation.py feeds every declared parameter a bad value automatically.
+
+Seeds: ``ScoreOptions.seed`` / ``CompareOptions.seed`` (CLI ``--seed``) seed the scoring's random
+steps (the ``rand`` group's shuffles); ``StatsOptions.seed`` (CLI ``--stats-seed``) seeds a
+ranking's bootstrap and permutation draws. The theory simulations' ``--seed`` is their own master
+seed (teachers and data).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Literal, Optional, Union
+from pathlib import Path
+from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
 
+from wbfe.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, validate_fields
 from wbfe.errors import InvalidOptionError
 
 __all__ = [
     "ScoreOptions",
     "StatsOptions",
+    "CompareOptions",
+    "RankOptions",
+    "ReportOptions",
+    "WatchOptions",
+    "OPTIONS_CLASSES",
     "CONVENTIONS",
     "check_conv",
     "check_device",
+    "check_lambda",
+    "check_metrics",
+    "check_name_map",
     "compile_layers",
+    "split_keywords",
     "MAX_EXACT_N",
 ]
 
@@ -60,95 +78,140 @@ def check_device(device: object) -> str:
     return device
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value: object, low: int, high: Optional[int] = None) -> int:
-    if not _is_int(value) or value < low or (high is not None and value > high):  # type: ignore[operator]
-        kind = ({0: "a non-negative integer", 1: "a positive integer"}.get(low, f"an integer of at least {low}")
-                if high is None else f"an integer between {low} and {high}")
-        raise InvalidOptionError(f"{name} must be {kind}, not {value!r}")
-    return int(value)  # type: ignore[call-overload]
-
-
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidOptionError(f"{name} must be True or False, not {value!r}")
-    return value
-
-
-def _nested_unbounded_repeat(tree: Any, inside: bool = False) -> bool:
-    """Whether a parsed pattern repeats, without bound, a sub-pattern that itself repeats without bound."""
-    from re import _constants as c  # type: ignore[attr-defined]  # noqa: PLC0415
-    from re import _parser as p  # type: ignore[attr-defined]  # noqa: PLC0415
-
-    for op, arg in tree:
-        if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
-            low, high, body = arg
-            unbounded = high == c.MAXREPEAT
-            if unbounded and inside and op != c.POSSESSIVE_REPEAT:
-                return True
-            # A possessive repeat never backtracks into its body: it cannot blow up.
-            if op != c.POSSESSIVE_REPEAT and _nested_unbounded_repeat(body, inside or unbounded):
-                return True
-        elif op == c.SUBPATTERN:
-            if _nested_unbounded_repeat(arg[-1], inside):
-                return True
-        elif op == c.BRANCH:
-            if any(_nested_unbounded_repeat(branch, inside) for branch in arg[1]):
-                return True
-        elif op in (c.ASSERT, c.ASSERT_NOT):
-            if _nested_unbounded_repeat(arg[1], inside):
-                return True
-        elif op == c.ATOMIC_GROUP:
-            continue  # no backtracking into an atomic group
-        elif isinstance(arg, p.SubPattern):
-            if _nested_unbounded_repeat(arg, inside):
-                return True
-    return False
-
-
-def compile_layers(pattern: Optional[str]) -> Optional[re.Pattern[str]]:
-    """The compiled ``--layers`` expression (None selects every tensor).
-
-    A pattern that repeats a repeated group without bound, such as ``(a+)+$`` or ``(\\w*\\.)*x``,
-    is refused: Python's backtracking matcher can take time exponential in the name's length on it
-    (``(a+)+$`` on 30 a's and a b takes minutes), and one such name stalls the whole run. Rejecting
-    the shape is cheap and certain, where a time limit on ``re.search`` is impossible (the matcher
-    holds the interpreter until it returns). Write the group once (``[\\w.]*``), bound the inner
-    repeat (``\\d{1,4}``) or make it possessive (``a++``).
+def check_lambda(lam: object) -> Union[Literal["opt"], float]:
+    """``"opt"`` or a positive prior precision in its range (:func:`wbfe.metrics.bfe.parse_lambda`).
 
     Raises:
-        InvalidOptionError: not a valid expression, or a nested unbounded repeat.
+        InvalidOptionError: anything else.
     """
+    from wbfe.metrics.bfe import parse_lambda
+
+    return parse_lambda(lam)
+
+
+def check_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
+    """Metric group names (``"bfe,htsr"`` or an iterable; ``()`` or None: the default groups).
+
+    Raises:
+        UnknownNameError: a name that is not a metric group (close names suggested).
+    """
+    from wbfe.metrics import resolve_groups
+
+    given = None if metrics is None or metrics == () else metrics
+    return tuple(group.name for group in resolve_groups(given))
+
+
+def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optional[re.Pattern[str]]:
+    """The compiled ``--layers`` expression (None selects every tensor).
+
+    A pattern on which Python's backtracking matcher can take exponential time is refused (see
+    :mod:`wbfe.safe_regex`): a repeated group repeated without bound (``(a+)+$``, ``(\\w*\\.)*x``), or a
+    repeat whose iterations can divide a name in more than one way (``(a|a)*``, ``(a{1,9}){1,9}``,
+    ``(a|aa)*``). One such name stalls the whole run, and a time limit on ``re.search`` is impossible
+    (the matcher holds the interpreter until it returns), so the shape is checked instead. Write the
+    group once (``[\\w.]*``), end each repeated part with a character it cannot match
+    (``(\\d{1,3}\\.)+``) or make the inner repeat possessive (``a++``).
+
+    Args:
+        pattern: the expression, or None.
+        option: the option's name in messages (``--map`` for a comparison's renames).
+
+    Raises:
+        InvalidOptionError: not a valid expression, or one of the shapes above.
+    """
+    from wbfe.safe_regex import unsafe_reason
+
     if pattern is None:
         return None
     if not isinstance(pattern, str) or not pattern:
-        raise InvalidOptionError(f"--layers must be a non-empty regular expression, not {pattern!r}")
+        raise InvalidOptionError(f"{option} must be a non-empty regular expression, not {pattern!r}")
     try:
-        from re import _parser as p  # type: ignore[attr-defined]  # noqa: PLC0415
-
         compiled = re.compile(pattern)
-        nested = _nested_unbounded_repeat(p.parse(pattern))
-    except re.error as exc:
-        raise InvalidOptionError(f"--layers is not a valid regular expression: {exc}") from None
-    if nested:
+        reason = unsafe_reason(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise InvalidOptionError(f"{option} is not a valid regular expression: {exc}") from None
+    if reason:
         raise InvalidOptionError(
-            f"--layers {pattern!r} repeats a repeated group without bound, which can take exponential "
-            "time to match; write the group once (e.g. [\\w.]*), bound the inner repeat or make it possessive"
-        )
+            f"{option} {pattern!r} {reason}, which can take exponential time to match; write the group once "
+            "(e.g. [\\w.]*), end each repeated part with a character it cannot match or make the inner "
+            "repeat possessive (a++)", option=option, pattern=pattern)
     return compiled
 
 
-def _metric_names(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    from wbfe.metrics import resolve_groups
+def check_layers(pattern: Optional[str]) -> Optional[str]:
+    """``pattern`` when :func:`compile_layers` accepts it."""
+    compile_layers(pattern)
+    return pattern
 
-    return tuple(group.name for group in resolve_groups(metrics))
+
+def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]]) -> tuple[tuple[str, str], ...]:
+    """``["REGEX=REPL", (regex, repl), ...]`` as (regex, repl) pairs (a string is split at its last ``=``).
+
+    Each regex is checked as ``--layers`` is (:func:`compile_layers`): it is matched against every
+    tensor name of checkpoint A.
+
+    Raises:
+        InvalidOptionError: no ``=``, an empty pattern, an invalid or unsafe regular expression.
+    """
+    if pairs is None:
+        return ()
+    items = [pairs] if isinstance(pairs, str) else list(pairs)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            pattern, sep, repl = item.rpartition("=")
+            if not sep:
+                raise InvalidOptionError(f"--map must be REGEX=REPLACEMENT, not {item!r}")
+        elif isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            pattern, repl = item
+        else:
+            raise InvalidOptionError(f"--map must be REGEX=REPLACEMENT or a (regex, replacement) pair, not {item!r}")
+        if not pattern:
+            raise InvalidOptionError(f"--map {item!r} has an empty pattern")
+        compile_layers(pattern, option="--map")
+        out.append((pattern, repl))
+    return tuple(out)
+
+
+# The declarations shared by several tables: one wording, one list of refused examples.
+METRICS = Custom(check_metrics, "metric group names (bfe, htsr, htmp, rand)", bad=("nope", "bfe,nope"))
+LAMBDA = Custom(check_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
+CONV = Custom(check_conv, "'flatten' or 'slices'", bad=("rows", 3))
+LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
+                bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
+DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
+HEAD = Text("a tensor or module name", optional=True)
+MIN_EIGS = Integer(1)
+SCORE_SEED = Integer(0)
+
+
+class _Options:
+    """Shared behaviour: validate every field against the class's ``CONSTRAINTS`` when built."""
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {}
+
+    def __post_init__(self) -> None:
+        validate_fields(self, self.CONSTRAINTS)
+        self._cross_check()
+
+    def _cross_check(self) -> None:
+        """Rules that tie fields together (none by default)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the fields (lists for tuples)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 @dataclass(frozen=True)
-class ScoreOptions:
+class ScoreOptions(_Options):
     """Every setting of one scoring run (also recorded in the result's provenance and the rank cache key).
 
     Each field is checked when the object is built; raw values are normalised on the way in
@@ -156,7 +219,7 @@ class ScoreOptions:
     ``ww_compatible=True`` forces ``conv="slices"``).
 
     Attributes:
-        metrics: metric group names (None: the default groups).
+        metrics: metric group names (empty: the default groups).
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision in
             [:data:`~wbfe.metrics.bfe.LAMBDA_MIN`, :data:`~wbfe.metrics.bfe.LAMBDA_MAX`].
         conv: conv-kernel convention, ``flatten`` or ``slices``.
@@ -165,11 +228,16 @@ class ScoreOptions:
         head: tensor (or module) name of the classifier / LM head.
         min_eigs: the tail fits of matrices with fewer eigenvalues are NaN (≥ 1).
         ww_compatible: reproduce WeightWatcher 0.7.7's choices.
-        seed: seed of the random steps (the ``rand`` group's shuffles), a non-negative integer.
+        seed: seed of the scoring's random steps (the ``rand`` group's shuffles), ≥ 0.
 
     Raises:
         InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a metric).
     """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "metrics": METRICS, "min_eigs": MIN_EIGS, "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
+        "ww_compatible": Flag(), "seed": SCORE_SEED, "device": DEVICE,
+    }
 
     metrics: tuple[str, ...] = ()
     lam: Union[Literal["opt"], float] = "opt"
@@ -181,22 +249,9 @@ class ScoreOptions:
     ww_compatible: bool = False
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        from wbfe.metrics.bfe import parse_lambda
-
-        set_ = object.__setattr__  # frozen: normalised values are set once, here
-        set_(self, "metrics", _metric_names(self.metrics if self.metrics != () else None))
-        set_(self, "min_eigs", _check_int("min_eigs", self.min_eigs, 1))
-        set_(self, "conv", check_conv(self.conv))
-        set_(self, "lam", parse_lambda(self.lam))
-        compile_layers(self.layers)
-        if self.head is not None and not (isinstance(self.head, str) and self.head):
-            raise InvalidOptionError(f"head must be a tensor or module name, not {self.head!r}")
-        set_(self, "ww_compatible", _check_bool("ww_compatible", self.ww_compatible))
+    def _cross_check(self) -> None:
         if self.ww_compatible:
-            set_(self, "conv", "slices")
-        set_(self, "seed", _check_int("seed", self.seed, 0))
-        set_(self, "device", check_device(self.device))
+            object.__setattr__(self, "conv", "slices")  # frozen: set once, here
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
@@ -219,7 +274,7 @@ class ScoreOptions:
 
 
 @dataclass(frozen=True)
-class StatsOptions:
+class StatsOptions(_Options):
     """How a ranking turns scores into correlations (see :func:`wbfe.ranking.stats.correlate`).
 
     Attributes:
@@ -228,12 +283,17 @@ class StatsOptions:
         n_perm: random orderings of the Monte-Carlo permutation p-value (≥ 1).
         exact_max_n: zoos up to this size get the exact p-value over all n! orderings
             (0 … :data:`MAX_EXACT_N`).
-        seed: seed of the bootstrap and permutation draws (a non-negative integer, as NumPy's
-            generators require).
+        seed: seed of the bootstrap and permutation draws (CLI ``--stats-seed``; a non-negative
+            integer, as NumPy's generators require).
 
     Raises:
         InvalidOptionError: a field outside its range.
     """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "n_boot": Integer(1), "n_perm": Integer(1), "exact_max_n": Integer(0, MAX_EXACT_N), "seed": Integer(0),
+        "level": Real(0.0, 1.0),
+    }
 
     n_boot: int = 2000
     level: float = 0.95
@@ -241,35 +301,202 @@ class StatsOptions:
     exact_max_n: int = 8
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "n_boot", _check_int("n_boot", self.n_boot, 1))
-        set_(self, "n_perm", _check_int("n_perm", self.n_perm, 1))
-        set_(self, "exact_max_n", _check_int("exact_max_n", self.exact_max_n, 0, MAX_EXACT_N))
-        set_(self, "seed", _check_int("seed", self.seed, 0))
-        level = self.level
-        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0 \
-                or not math.isfinite(level):
-            raise InvalidOptionError(f"level must be in (0, 1), not {level!r}")
-        set_(self, "level", float(level))
+
+@dataclass(frozen=True)
+class CompareOptions(_Options):
+    """Every setting of :func:`wbfe.compare` (recorded as the comparison's ``options``).
+
+    Attributes:
+        metrics: metric groups whose change is reported (empty: the default groups).
+        name_map: (regex, replacement) renames applied in order to A's names before matching.
+        top_k: size of the singular subspaces whose overlap is reported (≥ 1).
+        layers, lam, device, min_eigs, seed: as for :class:`ScoreOptions`.
+
+    Raises:
+        InvalidOptionError: a field outside its allowed set or range.
+    """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "metrics": METRICS,
+        "name_map": Custom(check_name_map, "REGEX=REPLACEMENT strings or (regex, replacement) pairs",
+                           bad=("no-equals-sign", "(a+)+=x", "=x", [3])),
+        "top_k": Integer(1), "min_eigs": MIN_EIGS, "seed": SCORE_SEED, "layers": LAYERS, "lam": LAMBDA,
+        "device": DEVICE,
+    }
+
+    metrics: tuple[str, ...] = ()
+    name_map: tuple[tuple[str, str], ...] = ()
+    top_k: int = 10
+    layers: Optional[str] = None
+    lam: Union[Literal["opt"], float] = "opt"
+    device: str = "auto"
+    min_eigs: int = 10
+    seed: int = 0
+
+    @property
+    def pattern(self) -> Optional[re.Pattern[str]]:
+        """The compiled :attr:`layers` expression, None when every tensor is selected."""
+        return compile_layers(self.layers)
+
+    @property
+    def renames(self) -> list[tuple[re.Pattern[str], str]]:
+        """:attr:`name_map` compiled, in order."""
+        return [(re.compile(pattern), repl) for pattern, repl in self.name_map]
+
+    def keywords(self) -> dict[str, Any]:
+        """The fields as :func:`wbfe.compare` keywords (``name_map`` as a list of pairs)."""
+        return {"metrics": self.metrics, "name_map": list(self.name_map), "top_k": self.top_k, "layers": self.layers,
+                "lam": self.lam, "device": self.device, "min_eigs": self.min_eigs, "seed": self.seed}
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (recorded in the ranking's JSON)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The comparison's recorded ``options`` (``lambda`` for :attr:`lam`, ``map`` for :attr:`name_map`)."""
+        return {"metrics": list(self.metrics), "map": [list(pair) for pair in self.name_map], "top_k": self.top_k,
+                "layers": self.layers, "lambda": self.lam, "device": self.device, "min_eigs": self.min_eigs,
+                "seed": self.seed, "conv": "flatten"}
+
+
+def _check_cache_dir(value: Union[str, Path, None, bool]) -> Union[Path, None, Literal[False]]:
+    if value is None or value is False:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (str, Path)) or not str(value).strip():
+        raise InvalidOptionError(f"cache_dir must be a folder, None (the default) or False (no cache), not {value!r}")
+    return Path(value)
+
+
+def _check_columns(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
+    try:
+        items: Optional[tuple[Any, ...]] = (value,) if isinstance(value, str) else tuple(value)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(x, str) and x for x in items):
+        raise InvalidOptionError(f"lower_is_better must be quality column names, not {value!r}")
+    return items
+
+
+@dataclass(frozen=True)
+class RankOptions(_Options):
+    """How a zoo is run through :func:`wbfe.rank` (what is scored how is :class:`ScoreOptions`).
+
+    Attributes:
+        quality: the quality column (None: the zoo's default).
+        workers: models scored in parallel (≥ 1; separate processes when > 1).
+        cache_dir: score cache folder; None: the default folder; False: no cache.
+        lower_is_better: extra quality columns for which lower is better.
+
+    Raises:
+        InvalidOptionError: a field outside its allowed set or range.
+    """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "quality": Text("a quality column name", optional=True),
+        "workers": Integer(1, words="at least 1"),
+        "cache_dir": Custom(_check_cache_dir, "a folder, None or False", bad=("", True, 3)),
+        "lower_is_better": Custom(_check_columns, "quality column names", bad=(3, [""], [1])),
+    }
+
+    quality: Optional[str] = None
+    workers: int = 1
+    cache_dir: Union[Path, None, Literal[False]] = None
+    lower_is_better: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReportOptions(_Options):
+    """What a report page shows and how it is written (:mod:`wbfe.reporting`).
+
+    Attributes:
+        fmt: ``html`` (one self-contained page) or ``md`` (a folder with report.md and PNGs).
+        n_unusual: ESD thumbnails of the most unusual layers besides the head (≥ 0).
+
+    Raises:
+        InvalidOptionError: a field outside its allowed set or range.
+    """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {"fmt": Choice(("html", "md")), "n_unusual": Integer(0)}
+
+    fmt: Literal["html", "md"] = "html"
+    n_unusual: int = 5
+
+
+def _check_watch_layers(layers: object) -> str:
+    if layers in ("head", "all"):
+        return layers
+    if not isinstance(layers, str) or not layers:
+        raise InvalidOptionError(f"layers must be 'head', 'all' or a regular expression, not {layers!r}")
+    compile_layers(layers)
+    return layers
+
+
+def _check_watch_lambda(lam: object) -> Union[None, Literal["calibrated"], float]:
+    if lam is None:
+        return None
+    if isinstance(lam, str) and lam.strip().lower() == "calibrated":
+        return "calibrated"
+    from wbfe.metrics.bfe import positive_lambda
+
+    try:
+        return positive_lambda(lam)  # the one parser of a fixed lambda (finite, in its range)
+    except InvalidOptionError:
+        raise InvalidOptionError(f"--lambda must be a positive number or 'calibrated', not {lam!r}") from None
+
+
+@dataclass(frozen=True)
+class WatchOptions(_Options):
+    """How :func:`wbfe.watch.watch` scores a run's checkpoints.
+
+    Attributes:
+        layers: ``head``, ``all`` or a regular expression on tensor names.
+        lam: prior precision of h*(λ) = h*(1)/λ: a positive number, ``"calibrated"`` (from a
+            calibration CSV) or None (no recommendation).
+        head: tensor or module name of the classifier / LM head.
+        device: as for :class:`ScoreOptions`.
+
+    Raises:
+        InvalidOptionError: a field outside its allowed set or range.
+    """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "layers": Custom(_check_watch_layers, "'head', 'all' or a regular expression", bad=("", "(a+)+$", 3)),
+        "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan")),
+        "head": HEAD, "device": DEVICE,
+    }
+
+    layers: str = "head"
+    lam: Union[None, Literal["calibrated"], float] = None
+    head: Optional[str] = None
+    device: str = "auto"
+
+
+OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions, RankOptions, ReportOptions,
+                                     WatchOptions)
+"""Every options class with a constraints table (the generated validation tests walk this)."""
+
+
+_SEED_KEYWORDS = {"score_seed": "seed", "stats_seed": "seed"}
 
 
 def split_keywords(keywords: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Keywords of :class:`ScoreOptions` and of :class:`StatsOptions`, for callers that take both loose.
 
+    Both have a ``seed``, with different meanings, so a loose seed is named: ``score_seed`` (the
+    ``rand`` group's shuffles) or ``stats_seed`` (the bootstrap and permutation draws).
+
     Raises:
+        InvalidOptionError: a bare ``seed``.
         TypeError: a keyword that is neither (as for any unknown keyword argument).
     """
-    # ``seed`` alone means the statistics' seed, as it always has for rank(); the scoring seed (the
-    # rand group's shuffles, part of the cache key) is set through ScoreOptions.
-    stats_names = {f.name for f in fields(StatsOptions)}
-    score_names = {f.name for f in fields(ScoreOptions)} - stats_names
-    unknown = sorted(set(keywords) - score_names - stats_names)
+    if "seed" in keywords:
+        raise InvalidOptionError("seed is ambiguous here: pass stats_seed= (the bootstrap and permutation draws) "
+                                 "or score_seed= (the rand group's shuffles)")
+    stats_names = {f.name for f in fields(StatsOptions)} - {"seed"}
+    score_names = {f.name for f in fields(ScoreOptions)} - {"seed"}
+    unknown = sorted(set(keywords) - score_names - stats_names - set(_SEED_KEYWORDS))
     if unknown:
         raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
-    return ({k: v for k, v in keywords.items() if k in score_names},
-            {k: v for k, v in keywords.items() if k in stats_names})
+    score = {k: v for k, v in keywords.items() if k in score_names}
+    stats = {k: v for k, v in keywords.items() if k in stats_names}
+    if "score_seed" in keywords:
+        score["seed"] = keywords["score_seed"]
+    if "stats_seed" in keywords:
+        stats["seed"] = keywords["stats_seed"]
+    return score, stats

@@ -4,10 +4,12 @@ Every write is atomic: the bytes go to a temporary file beside the target, are f
 the temporary file is renamed over the target, so a reader sees the old file or the new one, never
 half of either. An output path is checked before any work starts (:func:`check_output`):
 
-- ``-`` is standard output;
+- ``-`` and ``/dev/stdout`` are standard output;
+- ``/dev/null`` (or a link to it) is written to directly, the one device that is a legitimate place
+  to send a result (to time a run or check that it succeeds);
 - a symbolic link is written through, to its target (the link stays);
 - an existing target must be a regular file the user may write; it keeps its permission bits;
-- a character or block device, a FIFO, a socket or a folder is refused, never replaced;
+- any other character or block device, a FIFO, a socket or a folder is refused, never replaced;
 - an empty path is refused.
 
 JSON is written with ``allow_nan=False``: a non-finite number is ``null`` (see
@@ -28,10 +30,13 @@ from typing import Any, Optional, Union
 
 from wbfe.errors import OutputError
 
-__all__ = ["STDOUT", "check_output", "check_output_dir", "write_atomic", "write_output", "write_json", "save_figure"]
+__all__ = ["STDOUT", "STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "write_output", "write_json", "save_figure"]
 
 STDOUT = "-"
 """The output path that means standard output."""
+
+STDOUT_PATHS = (STDOUT, "/dev/stdout")
+"""Output paths written to standard output."""
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -57,8 +62,17 @@ def _target(path: PathLike) -> Path:
     return Path(os.path.realpath(Path(text).expanduser()))
 
 
+def is_devnull(st: os.stat_result) -> bool:
+    """Whether ``st`` describes the null device (the same character device as :data:`os.devnull`)."""
+    try:
+        null = os.stat(os.devnull)
+    except OSError:  # pragma: no cover - a system without /dev/null
+        return False
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev
+
+
 def check_output(path: PathLike) -> Optional[Path]:
-    """The file a result for ``path`` will be written to; None for ``-`` (standard output).
+    """The file a result for ``path`` will be written to; None for ``-`` or ``/dev/stdout`` (standard output).
 
     Checked before any work starts, so that a run is not wasted on an output it cannot write.
 
@@ -66,7 +80,7 @@ def check_output(path: PathLike) -> Optional[Path]:
         OutputError: an empty path, a target that is not a regular file, a file or folder the user
             may not write.
     """
-    if os.fspath(path) == STDOUT:
+    if os.fspath(path) in STDOUT_PATHS:
         return None
     target = _target(path)
     try:
@@ -75,6 +89,8 @@ def check_output(path: PathLike) -> Optional[Path]:
         st = None
     except OSError as exc:
         raise OutputError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}", path=str(path)) from None
+    if st is not None and is_devnull(st):
+        return target
     if st is not None:
         if not stat.S_ISREG(st.st_mode):
             raise OutputError(f"cannot write {os.fspath(path)}: it is {_kind(st.st_mode)}, not a regular file",
@@ -143,6 +159,10 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
     if target is None:
         raise OutputError("write_atomic() cannot write to standard output; use write_output()")
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if target.exists() and is_devnull(target.stat()):  # nothing to replace: the bytes are discarded
+        with open(target, "wb") as sink:
+            sink.write(payload)
+        return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         existing = target.stat().st_mode if target.exists() else None
@@ -189,7 +209,7 @@ def _sync_folder(folder: Path) -> None:
 
 def write_output(path: PathLike, text: str) -> Optional[Path]:
     """Write ``text`` to ``path``, or to standard output for ``-``; returns the file (None for stdout)."""
-    if os.fspath(path) == STDOUT:
+    if os.fspath(path) in STDOUT_PATHS:
         sys.stdout.write(text)
         sys.stdout.flush()
         return None

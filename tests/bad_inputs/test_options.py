@@ -164,7 +164,7 @@ OUTPUT_CASES = [
     OutputCase("empty path", lambda tmp: "", "the output path is empty"),
     OutputCase("folder", _folder, "it is a folder, not a regular file"),
     OutputCase("fifo", _fifo, "it is a FIFO, not a regular file"),
-    OutputCase("char device", lambda tmp: "/dev/null", "it is a character device, not a regular file"),
+    OutputCase("char device", lambda tmp: "/dev/zero", "it is a character device, not a regular file"),  # /dev/null is a legitimate sink (issue 35 §8)
     OutputCase("link to a char device", lambda tmp: (os.symlink("/dev/zero", tmp / "l"), str(tmp / "l"))[1],
                "it is a character device"),
     OutputCase("unwritable file system", _proc, "cannot write /proc/version"),
@@ -291,7 +291,8 @@ RANK_CASES = [
     ("lambda nan", {"lam": "nan"}, ("--lambda", "nan"), "lambda must be 'opt' or a positive number, not 'nan'"),
     ("lambda -1", {"lam": -1.0}, ("--lambda", "-1"), "lambda must be 'opt' or a positive number"),
     ("device tpu", {"device": "tpu"}, ("--device", "tpu"), "device must be auto, cpu or cuda, not 'tpu'"),
-    ("seed -1", {"seed": -1}, ("--seed", "-1"), "seed must be a non-negative integer, not -1"),
+    ("stats seed -1", {"stats_seed": -1}, ("--stats-seed", "-1"), "seed must be a non-negative integer, not -1"),
+    ("score seed -1", {"score_seed": -1}, ("--seed", "-1"), "seed must be a non-negative integer, not -1"),
     ("n_boot 0", {"n_boot": 0}, ("--n-boot", "0"), "n_boot must be a positive integer, not 0"),
     ("unknown metric", {"metrics": "nope"}, ("--metrics", "nope"), "unknown metric group 'nope'"),
 ]
@@ -342,7 +343,7 @@ def test_rank_takes_options_objects(tmp_path: Path) -> None:
     spec = make_zoo(tmp_path / "zoo")
     a = rank(spec, "acc", score=ScoreOptions(metrics="bfe"), stats=StatsOptions(n_boot=300, seed=4),
              scorer=fake_scorer, hasher=fake_hash, cache_dir=False)
-    b = rank(spec, "acc", metrics="bfe", n_boot=300, seed=4, scorer=fake_scorer, hasher=fake_hash, cache_dir=False)
+    b = rank(spec, "acc", metrics="bfe", n_boot=300, stats_seed=4, scorer=fake_scorer, hasher=fake_hash, cache_dir=False)
     assert a.to_dict() == b.to_dict()
     assert a.stats == {"n_boot": 300, "level": 0.95, "n_perm": 10_000, "exact_max_n": 8, "seed": 4}
     assert a.options["metrics"] == ["bfe"] and "lambda" in a.options

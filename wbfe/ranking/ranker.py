@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.errors import NothingRankedError
 from wbfe.executors import ExecutorOptions, Outcome, Task, executor_for, failure_reason
-from wbfe.options import ScoreOptions, StatsOptions, split_keywords
+from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
 from wbfe.ranking.stats import correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
@@ -246,6 +246,7 @@ def rank(
     """
     import dataclasses
 
+    RankOptions(quality=quality, workers=workers, cache_dir=cache_dir, lower_is_better=lower_is_better)  # checks only
     score_kw, stats_kw = split_keywords(settings)
     score_options = dataclasses.replace(score, **score_kw) if score is not None else ScoreOptions(**score_kw)
     stats_options = dataclasses.replace(stats, **stats_kw) if stats is not None else StatsOptions(**stats_kw)

@@ -187,8 +187,14 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
         score: the score, or ``json.load`` of a saved ``wbfe score --format json``.
         spectra_from: a checkpoint reference to re-read the ESD matrices from (None: no ESDs,
             ``esd_unavailable`` says why).
-        n_unusual: how many unusual layers get an ESD thumbnail besides the head.
+        n_unusual: how many unusual layers get an ESD thumbnail besides the head (≥ 0).
+
+    Raises:
+        InvalidOptionError: ``n_unusual`` is not a non-negative integer.
     """
+    from wbfe.options import ReportOptions
+
+    ReportOptions(n_unusual=n_unusual)  # checks only
     data = _as_dict(score)
     model, layers, skipped, summary = data["model"], data["layers"], data["skipped"], data["summary"]
     metrics = [m for m in summary_metrics(summary) if any(m in layer for layer in layers)]

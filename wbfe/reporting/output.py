@@ -64,8 +64,10 @@ def check_report_output(output: Union[str, Path], fmt: str) -> None:
         OutputError: as :func:`wbfe.output.check_output` / :func:`~wbfe.output.check_output_dir`.
         InvalidOptionError: an unknown format.
     """
+    from wbfe.options import ReportOptions
     from wbfe.output import check_output, check_output_dir
 
+    ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
     if fmt == "html":
         check_output(output)
     elif fmt == "md":

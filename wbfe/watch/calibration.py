@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from wbfe.options import WatchOptions
 from wbfe.watch.trajectories import Trajectory, trajectory
 from wbfe.watch.rule import Calibration, calibrate_lambda
 from wbfe.watch.runs import Run, discover_run, read_csv, run_from_rows
@@ -96,6 +97,7 @@ def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]
     Raises:
         InvalidOptionError: fewer than two runs, or a run without test losses.
     """
+    WatchOptions(layers=layers, head=head, device=device)  # every option before the first run is read
     items = read_runs_csv(runs) if isinstance(runs, (str, Path)) else list(runs)
     trajs = [x if isinstance(x, Trajectory) else trajectory(x, layers=layers, head=head, device=device) for x in items]
     cal = calibrate_lambda([t.run for t in trajs], [t.steps for t in trajs], [t.critical_lambdas() for t in trajs],

@@ -21,6 +21,7 @@ import numpy as np
 from wbfe.report import as_float
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics.bfe import positive_lambda
+from wbfe.options import WatchOptions
 from wbfe.watch.rule import Recommendation, critical_lambda, recommend
 from wbfe.watch.runs import CheckpointRef, Run, discover_run
 
@@ -213,6 +214,7 @@ def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Option
     Raises:
         The errors of :func:`wbfe.watch.runs.discover_run` and :func:`score_checkpoint`.
     """
+    WatchOptions(layers=layers, head=head, device=device)  # every option before the first checkpoint
     run = run if isinstance(run, Run) else discover_run(run)
     out = Trajectory(run=run.name)
     for done, ck in enumerate(run.checkpoints, start=1):
@@ -345,6 +347,7 @@ def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: st
     Raises:
         InvalidOptionError: a bad λ or layer selection; the errors of :func:`trajectory`.
     """
+    WatchOptions(layers=layers, lam=lam, head=head, device=device)  # every option before the first checkpoint
     if lam is not None:
         lam = positive_lambda(lam)
     traj = trajectory(run, layers=layers, head=head, device=device, progress=progress)

@@ -1,0 +1,209 @@
+"""Declared parameter constraints: one table per options object, used to check and to word the error.
+
+In the manner of scikit-learn's ``_parameter_constraints``: an options class declares
+``CONSTRAINTS = {"min_eigs": Integer(1), "conv": Choice(("flatten", "slices")), ...}`` and its
+constructor calls :func:`validate_fields`. Each constraint normalises a good value (``"0.5"`` →
+``0.5``) and refuses a bad one with :class:`~wbfe.errors.InvalidOptionError` worded from the same
+declaration (``min_eigs must be a positive integer, not 0``). Each also lists a few values it
+refuses (:attr:`Constraint.invalid`), so a test can feed every constrained parameter of every
+entry point a bad value without a hand-written table (tests/test_public_api_validation.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from wbfe.errors import InvalidOptionError
+
+__all__ = ["Constraint", "Integer", "Real", "Choice", "Flag", "Text", "Custom", "validate_fields"]
+
+
+class Constraint:
+    """What one parameter accepts.
+
+    Attributes:
+        invalid: values this constraint refuses (examples for the generated tests).
+        optional: None is accepted (and kept as None).
+    """
+
+    invalid: tuple[Any, ...] = ()
+    optional: bool = False
+
+    def describe(self) -> str:
+        """The allowed values in words, completing "NAME must be ..."."""
+        raise NotImplementedError
+
+    def check(self, value: Any) -> Any:
+        """The normalised value; raises ValueError or TypeError for a value outside the constraint."""
+        raise NotImplementedError
+
+    def __call__(self, name: str, value: Any) -> Any:
+        """``value`` normalised, or :class:`InvalidOptionError` ``"{name} must be {describe()}, not {value!r}"``."""
+        if value is None and self.optional:
+            return None
+        try:
+            return self.check(value)
+        except (TypeError, ValueError):
+            raise InvalidOptionError(f"{name} must be {self.describe()}, not {value!r}", name=name,
+                                     value=value) from None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Integer(Constraint):
+    """An integer (never a bool) in [low, high]."""
+
+    low: int
+    high: Optional[int] = None
+    optional: bool = False
+    words: Optional[str] = None
+
+    def describe(self) -> str:
+        if self.words is not None:
+            return self.words
+        if self.high is not None:
+            return f"an integer between {self.low} and {self.high}"
+        return {0: "a non-negative integer", 1: "a positive integer"}.get(self.low, f"an integer of at least {self.low}")
+
+    def check(self, value: Any) -> int:
+        if not _is_int(value) or value < self.low or (self.high is not None and value > self.high):
+            raise ValueError
+        return int(value)
+
+    @property
+    def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return (self.low - 1, 1.5, "3", True) + ((self.high + 1,) if self.high is not None else ())
+
+
+@dataclass(frozen=True)
+class Real(Constraint):
+    """A finite real number in an open or closed interval."""
+
+    low: float
+    high: float
+    open: bool = True
+
+    def describe(self) -> str:
+        left, right = ("(", ")") if self.open else ("[", "]")
+        return f"in {left}{self.low:g}, {self.high:g}{right}"
+
+    def check(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError
+        inside = self.low < value < self.high if self.open else self.low <= value <= self.high
+        if not inside:
+            raise ValueError
+        return float(value)
+
+    @property
+    def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return (self.low - 1.0, self.high + 1.0, math.nan, "0.5") + ((self.low, self.high) if self.open else ())
+
+
+@dataclass(frozen=True)
+class Choice(Constraint):
+    """One of a fixed set of strings."""
+
+    values: tuple[str, ...]
+    optional: bool = False
+
+    def describe(self) -> str:
+        quoted = [repr(v) for v in self.values]
+        return " or ".join(quoted) if len(quoted) <= 2 else f"one of {', '.join(quoted)}"
+
+    def check(self, value: Any) -> str:
+        if value not in self.values:
+            raise ValueError
+        return value
+
+    @property
+    def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return ("no-such-choice", 1)
+
+
+@dataclass(frozen=True)
+class Flag(Constraint):
+    """True or False (not 0, 1 or a string)."""
+
+    def describe(self) -> str:
+        return "True or False"
+
+    def check(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+
+    invalid = ("yes", 1)
+
+
+@dataclass(frozen=True)
+class Text(Constraint):
+    """A non-empty string (a name, a path)."""
+
+    what: str = "a non-empty string"
+    optional: bool = False
+
+    def describe(self) -> str:
+        return self.what
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError
+        return value
+
+    @property
+    def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return ("", 3)
+
+
+@dataclass(frozen=True)
+class Custom(Constraint):
+    """A check that words its own message (it raises :class:`InvalidOptionError` itself).
+
+    Attributes:
+        checker: ``checker(value) -> normalised value``.
+        words: the allowed values in words (for documentation).
+        bad: values it refuses.
+    """
+
+    checker: Callable[[Any], Any]
+    words: str
+    bad: tuple[Any, ...] = ()
+    optional: bool = False
+
+    def describe(self) -> str:
+        return self.words
+
+    def check(self, value: Any) -> Any:
+        return self.checker(value)
+
+    def __call__(self, name: str, value: Any) -> Any:
+        if value is None and self.optional:
+            return None
+        return self.checker(value)  # its own InvalidOptionError, with its own message
+
+    @property
+    def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return self.bad
+
+
+def validate_fields(obj: Any, constraints: Mapping[str, Constraint]) -> None:
+    """Check and normalise every constrained field of a frozen dataclass, in table order.
+
+    Raises:
+        InvalidOptionError: the first field outside its constraint.
+    """
+    for name, constraint in constraints.items():
+        object.__setattr__(obj, name, constraint(name, getattr(obj, name)))
+
+
+def constraint_table(cls: type) -> dict[str, Constraint]:
+    """The declared constraints of an options class (``cls.CONSTRAINTS``), for documentation and tests."""
+    return dict(getattr(cls, "CONSTRAINTS"))
+
+
