@@ -10,6 +10,13 @@ For the eigenvalues e of the smaller Gram matrix (pooled over slices for a conv 
   num_pl_spikes = #{e ≥ xmin}. alpha_weighted = α·log10(max e); log_alpha_norm = log10 Σ eᵢ^α.
 - tpl_alpha, tpl_lambda: truncated power-law MLE on the same tail (e ≥ xmin of the power-law fit).
 - bulk_max, num_spikes, mp_softrank: WeightWatcher's ``mp_fit`` (:mod:`wbfe.metrics.mp`).
+- lambda_max = max e; sv_min = √(min e), the smallest singular value; rank_loss = #eigenvalues −
+  matrix_rank; weak_rank_loss = #{e < 1e-6} (WeightWatcher's absolute ``tolerance``, true units).
+  For pooled conv slices WeightWatcher 0.7.7 works per slice: its rank tolerance uses each
+  slice's largest singular value, and its ``sv_min`` is the *largest* of the slices' smallest
+  singular values (``np.max`` where ``np.min`` was meant); ``ww_compatible`` reproduces both from
+  each slice's singular values (:func:`slice_singular_values`, the group's ``from_matrices`` hook,
+  which does nothing in the default mode or for a single matrix).
 
 Zero eigenvalues (rank-deficient matrices), as WeightWatcher 0.7.7 treats them: they stay in norm,
 spectral norm, stable rank, log_alpha_norm (0^α = 0), matrix_rank, entropy and the MP fit; the
@@ -26,22 +33,26 @@ power-law tail, an all-zero or constant spectrum, or rank ≤ 1 for the entropy.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
-from wbfe.metrics.powerlaw import fit_power_law_many, fit_truncated_power_law_many
+from wbfe.metrics.powerlaw import PowerLawFit, fit_power_law, fit_power_law_many, fit_truncated_power_law_many
 from wbfe.spectra import Spectrum
 
-__all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "WW_EVALS_THRESH", "WW_EPSILON", "GROUP"]
+__all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
+           "WW_EVALS_THRESH", "WW_EPSILON", "WW_WEAK_RANK_TOL", "GROUP"]
 
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit.
 WW_EVALS_THRESH = 1e-5
 #: WeightWatcher 0.7.7's entropy regulariser on CPU (``RMT_Util.EPSILON``).
 WW_EPSILON = 1e-10
+#: WeightWatcher 0.7.7's ``tolerance``: eigenvalues below it count in ``weak_rank_loss``.
+WW_WEAK_RANK_TOL = 1e-6
 _LN10 = math.log(10.0)
+_EPS = float(np.finfo(np.float64).eps)
 
 COLUMNS = (
     "norm",
@@ -62,6 +73,10 @@ COLUMNS = (
     "bulk_max",
     "num_spikes",
     "mp_softrank",
+    "rank_loss",
+    "weak_rank_loss",
+    "sv_min",
+    "lambda_max",
 )
 
 
@@ -166,6 +181,51 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
         result.values["entropy"] = entropy
     else:
         result.fail("entropy", reason)
+    _rank_columns(result, e, spec)
+
+
+def _rank_columns(result: GroupResult, e: np.ndarray, spec: Spectrum) -> None:
+    """rank_loss, weak_rank_loss, sv_min, lambda_max (see the module docstring)."""
+    result.put_rescaled("lambda_max", float(e[-1]), 1.0, spec.log_scale)
+    result.values["weak_rank_loss"] = int(np.count_nonzero(e < _stored_threshold(WW_WEAK_RANK_TOL, spec.log_scale)))
+    per_slice = spec.extra.get("htsr")
+    if per_slice is None:
+        result.values["rank_loss"] = int(e.size) - matrix_rank(e, spec.P)
+        result.put_rescaled("sv_min", math.sqrt(float(e[0])), 0.5, spec.log_scale)
+        return
+    # WeightWatcher's per-slice definitions (its combined_eigenvalues); sv are of the stored slices.
+    result.values["rank_loss"] = sum(int(sv.size) - int(np.count_nonzero(sv > np.max(sv) * spec.P * _EPS))
+                                     for sv in per_slice)
+    result.put_rescaled("sv_min", max(float(np.min(sv)) for sv in per_slice), 0.5, spec.log_scale)
+
+
+def slice_singular_values(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> Optional[list[np.ndarray]]:
+    """The ``from_matrices`` hook: in ``ww_compatible`` mode, each pooled slice's singular values
+    (float64 LAPACK SVD, as WeightWatcher computes them), for its per-slice ``rank_loss`` and
+    ``sv_min``; None in the default mode and for a single matrix (the spectrum suffices)."""
+    if not options.ww_compatible or len(matrices) < 2:
+        return None
+    from scipy.linalg import svd
+
+    return [svd(np.asarray(m.detach().cpu().double().numpy()), compute_uv=False) for m in matrices]
+
+
+def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFit:
+    """The power-law fit behind the ``alpha`` and ``xmin`` columns of one spectrum, as this group
+    makes it (WeightWatcher's 1e-5 threshold in ``ww_compatible`` mode, exact zeros dropped
+    otherwise); ``xmin`` is in the stored units of ``spec.eigs`` (see ``Spectrum.log_scale``).
+
+    Returns:
+        The fit; a failure (NaN + reason) for an empty or unusable spectrum.
+    """
+    e = np.sort(np.asarray(spec.eigs if spec.eigs is not None else [], dtype=np.float64))
+    problem = _spectrum_problem(e)
+    if problem is not None:
+        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0,
+                           "ww" if options.ww_compatible else "csn", problem)
+    threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
+    return fit_power_law(e[e > _stored_threshold(threshold, spec.log_scale)], min_tail=options.min_tail,
+                         ww_compatible=options.ww_compatible)
 
 
 _PL_COLUMNS = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
@@ -232,5 +292,6 @@ GROUP = MetricGroup(
     ),
     compute=_compute,
     compute_many=_compute_many,
+    from_matrices=slice_singular_values,
     description="HT-SR baselines (WeightWatcher 0.7.7 metrics): norms, ranks, entropy, alpha, MP fit",
 )
