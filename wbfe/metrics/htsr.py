@@ -224,8 +224,10 @@ def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFi
         return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0,
                            "ww" if options.ww_compatible else "csn", problem)
     threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
-    return fit_power_law(e[e > _stored_threshold(threshold, spec.log_scale)], min_tail=options.min_tail,
-                         ww_compatible=options.ww_compatible)
+    tail = e[e > _stored_threshold(threshold, spec.log_scale)]
+    if not options.plain_tail_fit:
+        return _alternative_fit(tail, options)
+    return fit_power_law(tail, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
 
 
 _PL_COLUMNS = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
@@ -236,7 +238,8 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
     """The power-law and truncated power-law columns of each usable spectrum ``(k, sorted e)``."""
     threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
     tails = [e[e > _stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
-    fits = fit_power_law_many(tails, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+    fits = (fit_power_law_many(tails, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+            if options.plain_tail_fit else [_alternative_fit(tail, options) for tail in tails])
     fitted = []
     for (k, e), tail_source, fit in zip(usable, tails, fits):
         result = results[k]
@@ -249,7 +252,10 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
         shift = specs[k].log_scale / _LN10
         top = float(e[-1])
         result.values["alpha"] = fit.alpha
-        result.values["sigma"] = fit.sigma
+        if math.isnan(fit.sigma):
+            result.fail("sigma", "no standard error for a truncated power-law fit (fit=tpl/e_tpl)")
+        else:
+            result.values["sigma"] = fit.sigma
         result.put_rescaled("xmin", fit.xmin, 1.0, specs[k].log_scale)
         result.values["num_pl_spikes"] = int(np.count_nonzero(e >= fit.xmin))
         result.values["alpha_weighted"] = fit.alpha * (math.log10(top) + shift)
@@ -266,6 +272,21 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
         else:
             results[k].fail("tpl_alpha", f"truncated power-law fit: {tpl.reason}")
             results[k].fail("tpl_lambda", f"truncated power-law fit: {tpl.reason}")
+
+
+def _alternative_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
+    """The ``fix_fingers`` / ``fit`` tail fit (:func:`wbfe.metrics.fingers.fit_tail`) in the shape
+    of the plain power-law fit (its α is the truncated fit's for ``fit=tpl``)."""
+    from wbfe.metrics.fingers import fit_tail
+
+    t = fit_tail(tail, fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
+                 ww_compatible=options.ww_compatible)
+    if not t.ok:
+        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0, "fingers", t.reason)
+    if not math.isfinite(t.alpha):
+        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0, "fingers", f"alpha = {t.alpha}")
+    return PowerLawFit(t.alpha, t.sigma, t.xmin, float(tail[-1]), int(np.count_nonzero(tail >= t.xmin)), t.ks, 0,
+                       "fingers")
 
 
 def _stored_threshold(threshold: float, log_scale: float) -> float:
