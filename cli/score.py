@@ -43,10 +43,12 @@ def score_command(
     lam: str = typer.Option("opt", "--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     head: Optional[str] = typer.Option(None, "--head", help="Tensor or module name of the classifier / LM head."),
-    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr, htmp; htmp and rand opt-in). Default: bfe,htsr."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Comma list of metric groups (bfe, htsr; opt-in: htmp, rand, vectors, detx, fingers). Default: bfe,htsr."),
     min_eigs: int = typer.Option(10, "--min-eigs", help="Tail fits (HT-SR, HTMP) need this many eigenvalues; BFE-W needs 2."),
     ww_compatible: bool = typer.Option(False, "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random steps (the rand group's shuffles)."),
+    fix_fingers: Optional[str] = typer.Option(None, "--fix-fingers", help="HT-SR power-law fit: xmin_peak or clip_xmax (WeightWatcher's fix_fingers)."),
+    fit: str = typer.Option("pl", "--fit", help="HT-SR tail model: pl, tpl or e_tpl (WeightWatcher's fit)."),
     base: Optional[str] = typer.Option(None, "--base", help="For a PEFT LoRA adapter: its base model; also score each merged W0 + dW."),
     executor: str = typer.Option("local", "--executor", help="local, or ray: one Ray task per shard (pip install 'wbfe[ray]')."),
     address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: auto, ray://host:port or host:port (default: a Ray instance on this machine)."),
@@ -60,7 +62,7 @@ def score_command(
 
     options = ScoreOptions(metrics=() if metrics is None else metrics, lam=lam, conv=conv.value,  # type: ignore[arg-type]
                            layers=layers, device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible,
-                           seed=seed)
+                           seed=seed, fix_fingers=fix_fingers, fit=fit)
     where = ExecutorOptions(executor, address)  # type: ignore[arg-type]
     written = check_output(output) if output is not None else None  # before any work
     target = ref if ref is not None else wbfe.default_checkpoint()

@@ -166,6 +166,9 @@ class ScoreOptions:
         min_eigs: the tail fits of matrices with fewer eigenvalues are NaN (≥ 1).
         ww_compatible: reproduce WeightWatcher 0.7.7's choices.
         seed: seed of the random steps (the ``rand`` group's shuffles), a non-negative integer.
+        fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: None,
+            ``xmin_peak`` or ``clip_xmax`` (:mod:`wbfe.metrics.fingers`).
+        fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
 
     Raises:
         InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a metric).
@@ -180,9 +183,14 @@ class ScoreOptions:
     min_eigs: int = 10
     ww_compatible: bool = False
     seed: int = 0
+    fix_fingers: Optional[str] = None
+    fit: str = "pl"
 
     def __post_init__(self) -> None:
         from wbfe.metrics.bfe import parse_lambda
+        from wbfe.metrics.fingers import check_tail_options
+
+        check_tail_options(self.fix_fingers, self.fit)  # type: ignore[arg-type]
 
         set_ = object.__setattr__  # frozen: normalised values are set once, here
         set_(self, "metrics", _metric_names(self.metrics if self.metrics != () else None))
@@ -215,6 +223,9 @@ class ScoreOptions:
             "min_eigs": self.min_eigs,
             "ww_compatible": self.ww_compatible,
             "seed": self.seed,
+            # only when set, so that the provenance and rank cache keys of plain runs do not change
+            **({"fix_fingers": self.fix_fingers} if self.fix_fingers is not None else {}),
+            **({"fit": self.fit} if self.fit != "pl" else {}),
         }
 
 

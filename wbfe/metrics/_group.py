@@ -71,6 +71,13 @@ class MetricOptions:
 
             check_tail_options(self.fix_fingers, self.fit)
 
+    @classmethod
+    def from_score_options(cls, options: Any) -> "MetricOptions":
+        """The metric options of a :class:`~wbfe.options.ScoreOptions` (the one place that maps
+        one onto the other, so a new score option reaches the groups without touching callers)."""
+        return cls(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed,
+                   fix_fingers=getattr(options, "fix_fingers", None), fit=getattr(options, "fit", "pl"))
+
     @property
     def plain_tail_fit(self) -> bool:
         """True for the default power-law fit (no ``fix_fingers``, ``fit="pl"``)."""
