@@ -23,12 +23,14 @@ import os
 import secrets
 import stat
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, BinaryIO, Iterator, Optional, Union
 
 from wbfe.errors import OutputError
 
-__all__ = ["STDOUT", "check_output", "check_output_dir", "write_atomic", "write_output", "write_json", "save_figure"]
+__all__ = ["STDOUT", "check_output", "check_output_dir", "write_atomic", "open_atomic", "write_output", "write_json",
+           "save_figure"]
 
 STDOUT = "-"
 """The output path that means standard output."""
@@ -170,6 +172,41 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
         raise
     _sync_folder(target.parent)
     return target
+
+
+@contextmanager
+def open_atomic(path: PathLike) -> Iterator[BinaryIO]:
+    """A binary file to stream a large result into; it replaces ``path`` atomically when the block
+    ends without an exception (as :func:`write_atomic`, which needs the whole content at once),
+    and is removed, leaving ``path`` unchanged, when it raises.
+
+    Raises:
+        OutputError: as :func:`write_atomic`.
+    """
+    target = check_output(path)
+    if target is None:
+        raise OutputError("open_atomic() cannot write to standard output")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        existing = target.stat().st_mode if target.exists() else None
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as exc:
+        raise OutputError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}", path=str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if existing is not None:
+                os.fchmod(fh.fileno(), stat.S_IMODE(existing))
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}", path=str(path)) from None
+        raise
+    _sync_folder(target.parent)
 
 
 def _sync_folder(folder: Path) -> None:
