@@ -93,9 +93,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    from threadpoolctl import threadpool_limits
     import torch
     import weightwatcher
+    from threadpoolctl import threadpool_limits
 
     import wbfe
     from wbfe.metrics import get_group
@@ -119,7 +119,7 @@ def main() -> None:
                 out["groups"][f"{group}_{mode}_added_s"] = t - base
         out["groups"]["ww_analyze_s"] = ww_base
         for group, flag in (("vectors", "vectors"), ("detx", "detX")):
-            t = median_time(quiet(lambda: ww.analyze(randomize=False, mp_fit=False, plot=False, **{flag: True})),
+            t = median_time(quiet(lambda: ww.analyze(randomize=False, mp_fit=False, plot=False, **{flag: True})),  # noqa: B023 - called at once
                             args.repeats)
             out["groups"][f"{group}_ww_added_s"] = t - ww_base
         t = median_time(quiet(lambda: ww.analyze(randomize=False, mp_fit=False, plot=False, fix_fingers="clip_xmax")),

@@ -16,8 +16,18 @@ import pytest
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
-from wbfe.metrics.fingers import check_tail_options, esd_peak, fit_tail, peak_range, tpl_ks_distance
-from wbfe.metrics.powerlaw import fit_power_law, fit_power_law_in_range, fit_truncated_power_law
+from wbfe.metrics.fingers import (
+    check_tail_options,
+    esd_peak,
+    fit_tail,
+    peak_range,
+    tpl_ks_distance,
+)
+from wbfe.metrics.powerlaw import (
+    fit_power_law,
+    fit_power_law_in_range,
+    fit_truncated_power_law,
+)
 from wbfe.options import ScoreOptions
 
 # The package's 2.0 default bounds α of a power law to [0, 3] and clamps larger exponents onto 3;

@@ -82,7 +82,7 @@ def test_ww_compatible_columns_equal_weightwatcher(parity, name: str) -> None:
 
 
 def test_comparison_covers_the_quirks(parity) -> None:
-    ww_rows, ours = parity
+    ww_rows, _ = parity
     assert ww_rows["low_rank"]["rank_loss"] == 50 and ww_rows["low_rank"]["weak_rank_loss"] == 50
     # conv: WW's sv_min is the largest of the slices' smallest singular values, far above the
     # smallest singular value of all (in the slice scaled by 1e-3)
@@ -102,7 +102,7 @@ def _numpy_vector_columns(w: np.ndarray, n_tail: int) -> dict[str, float]:
     from weightwatcher import RMT_Util as R
 
     x = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
-    evals, v = np.linalg.eigh(x)  # ascending
+    _, v = np.linalg.eigh(x)  # ascending eigenvalues
     numbers = {"vec_entropy": [R.discrete_entropy(v[:, j]) for j in range(v.shape[1])],
                "loc_ratio": [R.localization_ratio(v[:, j]) for j in range(v.shape[1])],
                "part_ratio": [R.participation_ratio(v[:, j]) for j in range(v.shape[1])]}

@@ -39,7 +39,12 @@ import numpy as np
 
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
-from wbfe.metrics.powerlaw import PowerLawFit, fit_power_law, fit_power_law_many, fit_truncated_power_law_many
+from wbfe.metrics.powerlaw import (
+    PowerLawFit,
+    fit_power_law,
+    fit_power_law_many,
+    fit_truncated_power_law_many,
+)
 from wbfe.spectra import Spectrum
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
