@@ -198,3 +198,46 @@ def test_rank_columns_against_svd() -> None:
     layer = wbfe.score({"s.weight": small}, metrics="htsr").layers[0]
     assert layer["weak_rank_loss"] == int(np.count_nonzero(e < 1e-6)) and 0 < layer["weak_rank_loss"] < 50
     assert layer["sv_min"] == pytest.approx(math.sqrt(e.min()), rel=1e-8)
+
+
+# ---------------------------------------------------------------- conv2d_fft
+
+def test_conv2d_fft_equals_weightwatcher() -> None:
+    ww = pytest.importorskip("weightwatcher")
+    from wbfe._ww_compat import ww_conv2d_fft_eigenvalues
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3), torch.nn.Conv2d(32, 24, 3), torch.nn.Conv2d(12, 8, 5),
+                                torch.nn.Conv2d(2, 1, 9))  # the last: out + in < kh + kw, FFT over the channels
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            details = ww.WeightWatcher(model=model).analyze(randomize=False, plot=False, conv2d_fft=True, mp_fit=True)
+    finally:
+        logging.disable(logging.NOTSET)
+    assert len(details) == 4
+    htsr = get_group("htsr")
+    for (_, ref), layer in zip(details.iterrows(), model):
+        e, n, m = ww_conv2d_fft_eigenvalues(layer.weight.detach().numpy())
+        assert (n, m, e.size) == (ref["N"], ref["M"], ref["num_evals"])
+        got = htsr.compute(Spectrum(eigs=e, rows=n, cols=m), MetricOptions(ww_compatible=True)).values
+        for column in ("alpha", "xmin", "num_pl_spikes", "log_norm", "log_spectral_norm", "stable_rank", "matrix_rank",
+                       "entropy", "lambda_max", "num_spikes", "bulk_max"):
+            assert got[column] == pytest.approx(float(ref[column]), rel=1e-6), (ref["name"], column)
+
+
+def test_conv2d_fft_is_not_the_operator_spectrum() -> None:
+    """What WW's conv2d_fft computes, written out: real part of the 32 × 32 FFT grid of each kernel,
+    halved eigenvalues, the top rf·N·M — not the SVD of the frequency-domain operator."""
+    from wbfe._ww_compat import ww_conv2d_fft_eigenvalues
+
+    w = heavy((6, 4, 3, 3), 3.0, 8).numpy()
+    e, n, m = ww_conv2d_fft_eigenvalues(w)
+    grids = np.fft.fft2(w, [32, 32], axes=[2, 3]).real.astype(np.float64)
+    sv = np.sort(np.concatenate([np.linalg.svd(grids[i, j], compute_uv=False) for i in range(6) for j in range(4)]))
+    assert (n, m) == (6, 4)
+    assert e == pytest.approx(np.sort(sv[-3 * 6 * 4:] ** 2) / 2, rel=1e-10)
+    operator = np.fft.fft2(w, [32, 32], axes=[2, 3])
+    op_sv = np.concatenate([np.linalg.svd(operator[:, :, u, v], compute_uv=False) for u in range(32) for v in range(32)])
+    assert op_sv.size == 4 * 32 * 32 != e.size
