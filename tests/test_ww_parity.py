@@ -241,3 +241,13 @@ def test_conv2d_fft_is_not_the_operator_spectrum() -> None:
     operator = np.fft.fft2(w, [32, 32], axes=[2, 3])
     op_sv = np.concatenate([np.linalg.svd(operator[:, :, u, v], compute_uv=False) for u in range(32) for v in range(32)])
     assert op_sv.size == 4 * 32 * 32 != e.size
+
+
+@pytest.mark.parametrize("group", ["htsr", "vectors", "detx", "fingers"])
+def test_every_column_is_documented(group: str) -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`([A-Za-z_0-9]+)`", text))
+    assert set(get_group(group).columns) <= documented
