@@ -53,7 +53,8 @@ REF_HELP = ("Checkpoint: file, folder, org/name[@rev] (a full Hugging Face id su
 RAY_INSTALL = "pip install 'wbfe[ray]'"
 
 Metrics = Annotated[Optional[str], typer.Option(
-    "--metrics", help="Comma list of metric groups (bfe, htsr, htmp, rand; htmp and rand opt-in). Default: bfe,htsr.")]
+    "--metrics", help="Comma list of metric groups (bfe, htsr; opt-in: htmp, rand, vectors, detx, fingers). "
+                      "Default: bfe,htsr.")]
 Lambda = Annotated[str, typer.Option("--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number.")]
 ConvOption = Annotated[Conv, typer.Option(
     "--conv", help="Conv kernels: flatten (out x in*k*k) or slices (pooled k*k matrices).")]
@@ -67,6 +68,9 @@ MinEigs = Annotated[int, typer.Option(
 WwCompatible = Annotated[bool, typer.Option("--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices.")]
 Seed = Annotated[int, typer.Option(
     "--seed", help="Seed of the scoring's random steps (the rand group's shuffles); recorded in options.seed.")]
+FixFingers = Annotated[Optional[str], typer.Option(
+    "--fix-fingers", help="HT-SR power-law fit: xmin_peak or clip_xmax (WeightWatcher's fix_fingers).")]
+Fit = Annotated[str, typer.Option("--fit", help="HT-SR tail model: pl, tpl or e_tpl (WeightWatcher's fit).")]
 StatsSeed = Annotated[int, typer.Option("--stats-seed", help="Seed of the ranking's bootstrap and permutation draws.")]
 NBoot = Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples for the 95% interval.")]
 Executor = Annotated[str, typer.Option(
@@ -149,7 +153,7 @@ def with_groups(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable
 _SCORING: dict[str, tuple[Any, Any]] = {
     "metrics": (Metrics, None), "lam": (Lambda, "opt"), "conv": (ConvOption, Conv.flatten), "layers": (Layers, None),
     "device": (Device, "auto"), "head": (Head, None), "min_eigs": (MinEigs, 10), "ww_compatible": (WwCompatible, False),
-    "seed": (Seed, 0),
+    "seed": (Seed, 0), "fix_fingers": (FixFingers, None), "fit": (Fit, "pl"),
 }
 
 

@@ -18,13 +18,13 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from wbfe.errors import WbfeError
+
+from . import compare, esd, rank, report, score, smooth, theory, watch
+
 # Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click and exports
 # only BadParameter of them; older typers use click itself): found from BadParameter's module.
 click_errors: Any = sys.modules[typer.BadParameter.__module__]
-
-from wbfe.errors import WbfeError
-
-from . import compare, esd, rank, report, score, theory, watch
 
 EXIT_BAD_INPUT = 2
 
@@ -113,6 +113,8 @@ app.command("rank")(rank.rank_command)
 app.command("report")(report.report_command)
 app.command("esd")(esd.esd_command)
 app.command("watch")(watch.watch_command)
+app.command("smooth")(smooth.smooth_command)
+app.command("sharpen")(smooth.sharpen_command)
 app.add_typer(theory.theory_app, name="theory", help="Solvers and simulations of the theory models.")
 
 

@@ -10,7 +10,6 @@ import os
 import struct
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors.torch import save_file
 from typer.testing import CliRunner

@@ -199,7 +199,7 @@ def test_qwen_style_fused_moe_scores_from_the_cli(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     rows = {r["name"] for r in data["layers"]}
-    for name, tensor in state.items():
+    for name in state:
         assert name in rows or any(r.startswith(f"{name}[") for r in rows), name
     assert sum(r.startswith("model.layers.1.mlp.experts.gate_up_proj[") for r in rows) == 2 * E
     assert data["skipped"] == [] and data["summary"]["by_role"]["expert"]["n"] == LAYERS * E * 3

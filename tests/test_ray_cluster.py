@@ -5,7 +5,6 @@ takes tens of seconds on a loaded machine."""
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time

@@ -229,6 +229,9 @@ class ScoreOptions(_Options):
         min_eigs: the tail fits of matrices with fewer eigenvalues are NaN (≥ 1).
         ww_compatible: reproduce WeightWatcher 0.7.7's choices.
         seed: seed of the scoring's random steps (the ``rand`` group's shuffles), ≥ 0.
+        fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: None,
+            ``xmin_peak`` or ``clip_xmax`` (:mod:`wbfe.metrics.fingers`).
+        fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
 
     Raises:
         InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a metric).
@@ -237,6 +240,7 @@ class ScoreOptions(_Options):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "min_eigs": MIN_EIGS, "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
         "ww_compatible": Flag(), "seed": SCORE_SEED, "device": DEVICE,
+        "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
     }
 
     metrics: tuple[str, ...] = ()
@@ -248,8 +252,13 @@ class ScoreOptions(_Options):
     min_eigs: int = 10
     ww_compatible: bool = False
     seed: int = 0
+    fix_fingers: Optional[str] = None
+    fit: str = "pl"
 
     def _cross_check(self) -> None:
+        from wbfe.metrics.fingers import check_tail_options
+
+        check_tail_options(self.fix_fingers, self.fit)  # type: ignore[arg-type]  # the two together
         if self.ww_compatible:
             object.__setattr__(self, "conv", "slices")  # frozen: set once, here
 
@@ -270,6 +279,9 @@ class ScoreOptions(_Options):
             "min_eigs": self.min_eigs,
             "ww_compatible": self.ww_compatible,
             "seed": self.seed,
+            # only when set, so that the provenance and rank cache keys of plain runs do not change
+            **({"fix_fingers": self.fix_fingers} if self.fix_fingers is not None else {}),
+            **({"fit": self.fit} if self.fit != "pl" else {}),
         }
 
 

@@ -25,12 +25,14 @@ import os
 import secrets
 import stat
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, BinaryIO, Iterator, Optional, Union
 
 from wbfe.errors import OutputError
 
-__all__ = ["STDOUT", "STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "write_output", "write_json", "save_figure"]
+__all__ = ["STDOUT", "STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
+           "write_output", "write_json", "save_figure"]
 
 STDOUT = "-"
 """The output path that means standard output."""
@@ -158,11 +160,29 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
     target = check_output(path)
     if target is None:
         raise OutputError("write_atomic() cannot write to standard output; use write_output()")
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    if target.exists() and is_devnull(target.stat()):  # nothing to replace: the bytes are discarded
+    with open_atomic(target) as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else bytes(data))
+    return target
+
+
+@contextmanager
+def open_atomic(path: PathLike) -> Iterator[BinaryIO]:
+    """A binary file to write a result into; it replaces ``path`` atomically when the block ends
+    without an exception, and is removed, leaving ``path`` unchanged, when it raises (so a large
+    result can be streamed, one part at a time). The null device is written to directly: there is
+    nothing to replace, the bytes are discarded.
+
+    Raises:
+        OutputError: as :func:`check_output`, or the write failed (disk full, read-only or
+            immutable file, ...); the target is then unchanged and no temporary file is left.
+    """
+    target = check_output(path)
+    if target is None:
+        raise OutputError("open_atomic() cannot write to standard output")
+    if target.exists() and is_devnull(target.stat()):
         with open(target, "wb") as sink:
-            sink.write(payload)
-        return target
+            yield sink
+        return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         existing = target.stat().st_mode if target.exists() else None
@@ -171,15 +191,12 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
     except OSError as exc:
         raise OutputError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}", path=str(path)) from None
     try:
-        try:
+        with os.fdopen(fd, "wb") as fh:
             if existing is not None:
-                os.fchmod(fd, stat.S_IMODE(existing))
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+                os.fchmod(fh.fileno(), stat.S_IMODE(existing))
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -189,7 +206,6 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
             raise OutputError(f"cannot write {os.fspath(path)}: {reason}", path=str(path)) from None
         raise
     _sync_folder(target.parent)
-    return target
 
 
 def _sync_folder(folder: Path) -> None:

@@ -35,7 +35,7 @@ class Context:
             options=options,
             groups=resolve_groups(options.metrics),
             device=resolve_device(options.device),
-            metric_options=MetricOptions(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed),
+            metric_options=MetricOptions.from_score_options(options),
         )
 
     @property

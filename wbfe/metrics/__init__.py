@@ -3,6 +3,10 @@
 ``bfe``  — BFE-W, primal or dual, at lambda* or a given lambda (docs/math.md §2).
 ``htsr`` — the HT-SR baselines popularised by WeightWatcher (docs/math.md §4).
 ``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h against h* (docs/math.md §3); opt-in.
+``rand`` — randomised control (a seeded shuffle of each matrix); opt-in.
+``vectors`` — eigenvector localisation in the bulk and tail (WeightWatcher's ``vectors=True``); opt-in.
+``fingers`` — the diagnostics of ``fix_fingers`` / ``fit`` (num_fingers, raw_alpha, Lambda); opt-in.
+``detx`` — the det X = 1 tail and its gap to the power-law tail (WeightWatcher's ``detX``/``ERG``); opt-in.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ _REGISTRY: dict[str, str] = {
     "htsr": "wbfe.metrics.htsr:GROUP",
     "htmp": "wbfe.metrics.htmp:GROUP",
     "rand": "wbfe.metrics.rand:GROUP",  # opt-in: not in DEFAULT_GROUPS
+    "vectors": "wbfe.metrics.vectors:GROUP",  # opt-in: an eigen-decomposition with vectors per matrix
+    "detx": "wbfe.metrics.detx:GROUP",  # opt-in
+    "fingers": "wbfe.metrics.fingers:GROUP",  # opt-in: num_fingers, raw_alpha, Lambda of --fix-fingers / --fit
 }
 # htmp is opt-in: its fit (~10 ms for 1,000 eigenvalues, whatever the matrix's size) would make the
 # default score of CIFAR ResNet-20..56 0.43-0.69x as fast as WeightWatcher's default analyze(),

@@ -49,12 +49,39 @@ class MetricOptions:
         ww_compatible: reproduce WeightWatcher 0.7.7's fitting choices where they differ.
         min_tail: smallest power-law tail accepted (ignored in WeightWatcher-compatible mode).
         seed: seed of every random step a group takes (the ``rand`` group's permutations).
+        fix_fingers: WeightWatcher's ``fix_fingers`` for the power-law columns: None,
+            ``"xmin_peak"`` or ``"clip_xmax"`` (:mod:`wbfe.metrics.fingers`).
+        fit: the tail model of the ``alpha`` columns: ``"pl"`` (power law), ``"tpl"`` (truncated
+            power law) or ``"e_tpl"`` (``tpl`` with ``xmin_peak``), WeightWatcher's ``fit``.
+
+    Raises:
+        InvalidOptionError: an unknown ``fix_fingers`` or ``fit``, or ``clip_xmax`` with a truncated fit.
     """
 
     lam: Union[Literal["opt"], float] = "opt"
     ww_compatible: bool = False
     min_tail: int = 10
     seed: int = 0
+    fix_fingers: Optional[Literal["xmin_peak", "clip_xmax"]] = None
+    fit: Literal["pl", "tpl", "e_tpl"] = "pl"
+
+    def __post_init__(self) -> None:
+        if self.fix_fingers is not None or self.fit != "pl":
+            from wbfe.metrics.fingers import check_tail_options
+
+            check_tail_options(self.fix_fingers, self.fit)
+
+    @classmethod
+    def from_score_options(cls, options: Any) -> "MetricOptions":
+        """The metric options of a :class:`~wbfe.options.ScoreOptions` (the one place that maps
+        one onto the other, so a new score option reaches the groups without touching callers)."""
+        return cls(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed,
+                   fix_fingers=getattr(options, "fix_fingers", None), fit=getattr(options, "fit", "pl"))
+
+    @property
+    def plain_tail_fit(self) -> bool:
+        """True for the default power-law fit (no ``fix_fingers``, ``fit="pl"``)."""
+        return self.fix_fingers is None and self.fit == "pl"
 
 
 @dataclass

@@ -10,6 +10,13 @@ For the eigenvalues e of the smaller Gram matrix (pooled over slices for a conv 
   num_pl_spikes = #{e ≥ xmin}. alpha_weighted = α·log10(max e); log_alpha_norm = log10 Σ eᵢ^α.
 - tpl_alpha, tpl_lambda: truncated power-law MLE on the same tail (e ≥ xmin of the power-law fit).
 - bulk_max, num_spikes, mp_softrank: WeightWatcher's ``mp_fit`` (:mod:`wbfe.metrics.mp`).
+- lambda_max = max e; sv_min = √(min e), the smallest singular value; rank_loss = #eigenvalues −
+  matrix_rank; weak_rank_loss = #{e < 1e-6} (WeightWatcher's absolute ``tolerance``, true units).
+  For pooled conv slices WeightWatcher 0.7.7 works per slice: its rank tolerance uses each
+  slice's largest singular value, and its ``sv_min`` is the *largest* of the slices' smallest
+  singular values (``np.max`` where ``np.min`` was meant); ``ww_compatible`` reproduces both from
+  each slice's singular values (:func:`slice_singular_values`, the group's ``from_matrices`` hook,
+  which does nothing in the default mode or for a single matrix).
 
 Zero eigenvalues (rank-deficient matrices), as WeightWatcher 0.7.7 treats them: they stay in norm,
 spectral norm, stable rank, log_alpha_norm (0^α = 0), matrix_rank, entropy and the MP fit; the
@@ -26,22 +33,31 @@ power-law tail, an all-zero or constant spectrum, or rank ≤ 1 for the entropy.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
-from wbfe.metrics.powerlaw import fit_power_law_many, fit_truncated_power_law_many
+from wbfe.metrics.powerlaw import (
+    PowerLawFit,
+    fit_power_law,
+    fit_power_law_many,
+    fit_truncated_power_law_many,
+)
 from wbfe.spectra import Spectrum
 
-__all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "WW_EVALS_THRESH", "WW_EPSILON", "GROUP"]
+__all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
+           "WW_EVALS_THRESH", "WW_EPSILON", "WW_WEAK_RANK_TOL", "GROUP"]
 
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit.
 WW_EVALS_THRESH = 1e-5
 #: WeightWatcher 0.7.7's entropy regulariser on CPU (``RMT_Util.EPSILON``).
 WW_EPSILON = 1e-10
+#: WeightWatcher 0.7.7's ``tolerance``: eigenvalues below it count in ``weak_rank_loss``.
+WW_WEAK_RANK_TOL = 1e-6
 _LN10 = math.log(10.0)
+_EPS = float(np.finfo(np.float64).eps)
 
 COLUMNS = (
     "norm",
@@ -62,6 +78,10 @@ COLUMNS = (
     "bulk_max",
     "num_spikes",
     "mp_softrank",
+    "rank_loss",
+    "weak_rank_loss",
+    "sv_min",
+    "lambda_max",
 )
 
 
@@ -166,6 +186,53 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
         result.values["entropy"] = entropy
     else:
         result.fail("entropy", reason)
+    _rank_columns(result, e, spec)
+
+
+def _rank_columns(result: GroupResult, e: np.ndarray, spec: Spectrum) -> None:
+    """rank_loss, weak_rank_loss, sv_min, lambda_max (see the module docstring)."""
+    result.put_rescaled("lambda_max", float(e[-1]), 1.0, spec.log_scale)
+    result.values["weak_rank_loss"] = int(np.count_nonzero(e < _stored_threshold(WW_WEAK_RANK_TOL, spec.log_scale)))
+    per_slice = spec.extra.get("htsr")
+    if per_slice is None:
+        result.values["rank_loss"] = int(e.size) - matrix_rank(e, spec.P)
+        result.put_rescaled("sv_min", math.sqrt(float(e[0])), 0.5, spec.log_scale)
+        return
+    # WeightWatcher's per-slice definitions (its combined_eigenvalues); sv are of the stored slices.
+    result.values["rank_loss"] = sum(int(sv.size) - int(np.count_nonzero(sv > np.max(sv) * spec.P * _EPS))
+                                     for sv in per_slice)
+    result.put_rescaled("sv_min", max(float(np.min(sv)) for sv in per_slice), 0.5, spec.log_scale)
+
+
+def slice_singular_values(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> Optional[list[np.ndarray]]:
+    """The ``from_matrices`` hook: in ``ww_compatible`` mode, each pooled slice's singular values
+    (float64 LAPACK SVD, as WeightWatcher computes them), for its per-slice ``rank_loss`` and
+    ``sv_min``; None in the default mode and for a single matrix (the spectrum suffices)."""
+    if not options.ww_compatible or len(matrices) < 2:
+        return None
+    from scipy.linalg import svd
+
+    return [svd(np.asarray(m.detach().cpu().double().numpy()), compute_uv=False) for m in matrices]
+
+
+def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFit:
+    """The power-law fit behind the ``alpha`` and ``xmin`` columns of one spectrum, as this group
+    makes it (WeightWatcher's 1e-5 threshold in ``ww_compatible`` mode, exact zeros dropped
+    otherwise); ``xmin`` is in the stored units of ``spec.eigs`` (see ``Spectrum.log_scale``).
+
+    Returns:
+        The fit; a failure (NaN + reason) for an empty or unusable spectrum.
+    """
+    e = np.sort(np.asarray(spec.eigs if spec.eigs is not None else [], dtype=np.float64))
+    problem = _spectrum_problem(e)
+    if problem is not None:
+        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0,
+                           "ww" if options.ww_compatible else "csn", problem)
+    threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
+    tail = e[e > _stored_threshold(threshold, spec.log_scale)]
+    if not options.plain_tail_fit:
+        return _alternative_fit(tail, options)
+    return fit_power_law(tail, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
 
 
 _PL_COLUMNS = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
@@ -176,7 +243,8 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
     """The power-law and truncated power-law columns of each usable spectrum ``(k, sorted e)``."""
     threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
     tails = [e[e > _stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
-    fits = fit_power_law_many(tails, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+    fits = (fit_power_law_many(tails, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+            if options.plain_tail_fit else [_alternative_fit(tail, options) for tail in tails])
     fitted = []
     for (k, e), tail_source, fit in zip(usable, tails, fits):
         result = results[k]
@@ -189,7 +257,10 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
         shift = specs[k].log_scale / _LN10
         top = float(e[-1])
         result.values["alpha"] = fit.alpha
-        result.values["sigma"] = fit.sigma
+        if math.isnan(fit.sigma):
+            result.fail("sigma", "no standard error for a truncated power-law fit (fit=tpl/e_tpl)")
+        else:
+            result.values["sigma"] = fit.sigma
         result.put_rescaled("xmin", fit.xmin, 1.0, specs[k].log_scale)
         result.values["num_pl_spikes"] = int(np.count_nonzero(e >= fit.xmin))
         result.values["alpha_weighted"] = fit.alpha * (math.log10(top) + shift)
@@ -206,6 +277,21 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
         else:
             results[k].fail("tpl_alpha", f"truncated power-law fit: {tpl.reason}")
             results[k].fail("tpl_lambda", f"truncated power-law fit: {tpl.reason}")
+
+
+def _alternative_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
+    """The ``fix_fingers`` / ``fit`` tail fit (:func:`wbfe.metrics.fingers.fit_tail`) in the shape
+    of the plain power-law fit (its α is the truncated fit's for ``fit=tpl``)."""
+    from wbfe.metrics.fingers import fit_tail
+
+    t = fit_tail(tail, fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
+                 ww_compatible=options.ww_compatible)
+    if not t.ok:
+        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0, "fingers", t.reason)
+    if not math.isfinite(t.alpha):
+        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0, "fingers", f"alpha = {t.alpha}")
+    return PowerLawFit(t.alpha, t.sigma, t.xmin, float(tail[-1]), int(np.count_nonzero(tail >= t.xmin)), t.ks, 0,
+                       "fingers")
 
 
 def _stored_threshold(threshold: float, log_scale: float) -> float:
@@ -232,6 +318,7 @@ GROUP = MetricGroup(
     ),
     compute=_compute,
     compute_many=_compute_many,
+    from_matrices=slice_singular_values,
     # The fits need --min-eigs eigenvalues; the norms, ranks and entropy are computed for any matrix,
     # as WeightWatcher computes them.
     tail_columns=_PL_COLUMNS + ("tpl_alpha", "tpl_lambda", "bulk_max", "num_spikes", "mp_softrank"),

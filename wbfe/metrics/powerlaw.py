@@ -42,6 +42,7 @@ __all__ = [
     "fit_truncated_power_law",
     "fit_truncated_power_law_many",
     "fit_power_law_many",
+    "fit_power_law_in_range",
     "tpl_log_normaliser",
     "WW_SMALL_N",
 ]
@@ -173,6 +174,47 @@ def _pl_input(values: np.ndarray, *, min_tail: int, ww_compatible: bool) -> "np.
     if x.size < min_tail:
         return _failed(method, f"only {x.size} positive value(s), need a tail of at least {min_tail}")
     return x
+
+
+def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail: int = 10) -> PowerLawFit:
+    """The power-law fit with ``xmin`` restricted to the sample's values in [lo, hi), as the
+    ``powerlaw`` package's ``Fit(data, xmin=(lo, hi))`` restricts it.
+
+    The candidates are the distinct values in the range less the largest of them (the package drops
+    the last candidate, meant as the sample's maximum, also from a range), each with its MLE α and
+    KS distance; the first minimum of the distance among those with α > 1 and a tail of at least
+    ``min_tail`` values wins (the package's own validity is ``parameter_ranges``; with
+    ``{'alpha': [1, None]}`` it is the same test).
+
+    Args:
+        values: positive samples.
+        lo, hi: the range (either order, as the package takes ``min`` and ``max`` of it).
+        min_tail: smallest tail accepted (≥ 1 here: 1 accepts any).
+
+    Returns:
+        A :class:`PowerLawFit` (``method="range"``); NaN + reason when no candidate qualifies.
+    """
+    method = "range"
+    x = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    if x.size and (not np.all(np.isfinite(x)) or x[0] <= 0.0):
+        return _failed(method, "non-finite or non-positive values")
+    low, high = min(lo, hi), max(lo, hi)
+    in_range = (x >= low) & (x < high)
+    first = np.ones(x.size, dtype=bool)
+    first[1:] = x[1:] != x[:-1]  # the first index of each distinct value, as np.unique(return_index)
+    candidates = np.flatnonzero(in_range & first)[:-1]
+    candidates = candidates[candidates < x.size - 1]
+    if candidates.size == 0:
+        return _failed(method, f"no candidate xmin in [{low:.6g}, {high:.6g})")
+    alphas, n_tail = _tail_alphas(x)
+    valid = np.zeros(alphas.size, dtype=bool)
+    valid[candidates] = np.isfinite(alphas[candidates]) & (alphas[candidates] > 1.0) & (n_tail[candidates] >= min_tail)
+    if not valid.any():
+        return _failed(method, f"no candidate xmin in [{low:.6g}, {high:.6g}) gives alpha > 1 with a tail of {min_tail}",
+                       int(candidates.size))
+    ks = _ks_all(x, alphas, valid)
+    fit = _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, ww_compatible=False)
+    return PowerLawFit(fit.alpha, fit.sigma, fit.xmin, fit.xmax, fit.n_tail, fit.ks, fit.n_candidates, method, fit.reason)
 
 
 def _tail_alphas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

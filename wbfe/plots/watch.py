@@ -70,7 +70,7 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
         ax.plot(steps, kappa[:, j], "o-", ms=3, color=c, label=f"κ  {name}")
     ax.set_ylabel("κ")
     twin = ax.twinx()
-    for j, name in enumerate(names):
+    for j in range(len(names)):
         twin.plot(steps, beta[:, j], "s:", ms=3, color=colors[j % len(colors)], alpha=0.7)
     twin.set_ylabel("β (dotted)")
     twin.set_yscale("log")

@@ -3,7 +3,6 @@ depth, ESD thumbnails of the head and the most unusual layers, and every skipped
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np

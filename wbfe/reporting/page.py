@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from wbfe.reporting.content import Block, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
 from wbfe.reporting.figures import render

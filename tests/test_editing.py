@@ -1,0 +1,214 @@
+"""wbfe.editing (SVD smoothing and sharpening) and ``wbfe smooth`` / ``wbfe sharpen``: against the
+Eckart–Young closed form, WeightWatcher 0.7.7's ``SVDSmoothing`` / ``SVDSharpness`` on the same
+weights, and the safetensors package reading what was written."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+from wbfe.editing import (
+    edit_weight,
+    remove_top,
+    sharpen_checkpoint,
+    sharpening_count,
+    smooth_checkpoint,
+    smooth_matrix,
+    smoothing_rank,
+)
+from wbfe.errors import InvalidOptionError, OutputError
+from wbfe.metrics.detx import detx_tail
+
+
+def heavy(shape: tuple[int, ...], df: float, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_t(df, size=shape)
+
+
+def trapped(rows: int, cols: int, seed: int) -> np.ndarray:
+    """A Gaussian matrix with one entry 40 standard deviations large: one correlation trap."""
+    w = np.random.default_rng(seed).standard_normal((rows, cols))
+    w[3, 5] = 40.0
+    return w
+
+
+# ---------------------------------------------------------------- the matrix operations
+
+def test_smooth_matrix_is_the_best_rank_k_approximation() -> None:
+    w = heavy((70, 40), 3.0, 1)
+    s = np.linalg.svd(w, compute_uv=False)
+    for k in (1, 10, 39):
+        a = smooth_matrix(w, k)
+        assert np.linalg.matrix_rank(a) == k
+        assert np.allclose(np.linalg.svd(a, compute_uv=False)[:k], s[:k], rtol=1e-12)
+        # Eckart–Young: the residual is exactly the dropped components
+        assert np.linalg.norm(w - a) ** 2 == pytest.approx(np.sum(s[k:] ** 2), rel=1e-10)
+        assert np.linalg.svd(w - a, compute_uv=False)[: 40 - k] == pytest.approx(s[k:], rel=1e-10)
+
+
+def test_remove_top_and_smooth_add_up() -> None:
+    w = heavy((30, 50), 3.0, 2)
+    assert np.allclose(smooth_matrix(w, 4) + remove_top(w, 4), w, atol=1e-12)
+
+
+def test_ranks_follow_weightwatchers_rules() -> None:
+    dense, conv = heavy((40, 60), 3.0, 3), heavy((16, 8, 3, 3), 3.0, 4)
+    assert smoothing_rank(dense, percent=0.5, method="svd") == 20
+    assert smoothing_rank(conv, percent=0.5, method="svd") == int(np.ceil(int(0.5 * 8 * 9) / 9))
+    pooled = np.sort(np.concatenate([np.linalg.svd(conv[:, :, i, j], compute_uv=False) ** 2
+                                     for i in range(3) for j in range(3)]))
+    assert smoothing_rank(conv, percent=0.5, method="detx") == int(np.ceil(detx_tail(pooled)[0] / 9))
+    assert sharpening_count(trapped(80, 50, 0), name="w") == 1
+    assert sharpening_count(np.random.default_rng(5).standard_normal((80, 50)), name="w") == 0
+    with pytest.raises(InvalidOptionError, match="^percent must be between 0 and 1, not 1.5$"):
+        smoothing_rank(dense, percent=1.5, method="svd")
+    with pytest.raises(InvalidOptionError, match="^smoothing method must be svd or detx, not 'rmt'$"):
+        smoothing_rank(dense, percent=0.5, method="rmt")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- against WeightWatcher 0.7.7
+
+def _ww_edit(model: torch.nn.Module, call: str, **kwargs) -> torch.nn.Module:
+    ww = pytest.importorskip("weightwatcher")
+    copy_ = copy.deepcopy(model)
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            getattr(ww.WeightWatcher(model=copy_), call)(**kwargs)
+    finally:
+        logging.disable(logging.NOTSET)
+    return copy_
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(60, 40), torch.nn.Conv2d(8, 16, 3))
+    with torch.no_grad():
+        m[0].weight.copy_(torch.from_numpy(heavy((40, 60), 3.0, 1).astype(np.float32)))
+    return m
+
+
+@pytest.mark.parametrize(("method", "percent"), [("svd", 0.5), ("detx", 0.8)])
+def test_smoothing_equals_weightwatcher(method: str, percent: float) -> None:
+    model = _model()
+    theirs = _ww_edit(model, "SVDSmoothing", percent=percent, method={"svd": "svd", "detx": "detX"}[method],
+                      svd_method="accurate")
+    for ours_layer, their_layer in zip(model, theirs):
+        w = ours_layer.weight.detach().double().numpy()
+        ours = edit_weight(w, smooth_matrix, smoothing_rank(w, percent=percent, method=method))  # type: ignore[arg-type]
+        # WeightWatcher's randomised TruncatedSVD (and float32 storage) agrees to ~1e-5 of the
+        # largest weight; one component more or less would differ by ~1e-1.
+        their = their_layer.weight.detach().double().numpy()
+        assert np.abs(ours - their).max() <= 1e-4 * np.abs(w).max()
+        assert not np.allclose(their, w)
+
+
+def test_sharpening_equals_weightwatcher() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(50, 80))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.from_numpy(trapped(80, 50, 0).astype(np.float32)))
+    np.random.seed(0)  # WeightWatcher permutes with NumPy's global generator
+    theirs = _ww_edit(model, "SVDSharpness")[0].weight.detach().double().numpy()
+    w = model[0].weight.detach().double().numpy()
+    ours = edit_weight(w, remove_top, sharpening_count(w, name="0.weight"))
+    assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(w).max()
+    assert abs(ours[3, 5]) < 10.0  # the trap's component is gone
+
+
+# ---------------------------------------------------------------- checkpoints
+
+@pytest.fixture()
+def checkpoint(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    tensors = {
+        "fc.weight": torch.from_numpy(trapped(60, 40, 1).astype(np.float32)),
+        "fc.bias": torch.randn(60, generator=torch.Generator().manual_seed(1)),
+        "conv.weight": torch.from_numpy(heavy((16, 8, 3, 3), 3.0, 2)).to(torch.bfloat16),
+        "emb.weight": torch.from_numpy(heavy((30, 12), 3.0, 3)).to(torch.float16),
+        "step": torch.tensor(7),
+    }
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path), metadata={"format": "pt", "note": "kept"})
+    return path, tensors
+
+
+def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    with safe_open(str(path), "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 - safe_open has no __iter__
+
+
+def _raw(t: torch.Tensor) -> bytes:
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def test_smooth_checkpoint(checkpoint, tmp_path: Path) -> None:
+    path, tensors = checkpoint
+    out = tmp_path / "smooth.safetensors"
+    summary = smooth_checkpoint(path, out, percent=0.5, layers=r"fc|conv")
+    got, meta = _read(out)
+    assert meta == {"format": "pt", "note": "kept"}
+    assert set(got) == set(tensors) and summary.edited == {"fc.weight": 20, "conv.weight": 4}
+    for name in ("fc.bias", "emb.weight", "step"):  # not selected or not a matrix: byte for byte
+        assert got[name].dtype == tensors[name].dtype and _raw(got[name]) == _raw(tensors[name])
+    for name in ("fc.weight", "conv.weight"):
+        assert got[name].dtype == tensors[name].dtype and got[name].shape == tensors[name].shape
+        w = tensors[name].double().numpy()
+        want = torch.from_numpy(edit_weight(w, smooth_matrix, summary.edited[name])).to(tensors[name].dtype)
+        assert _raw(got[name]) == _raw(want)
+    assert summary.unchanged == {"emb.weight": "not selected by --layers"}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_sharpen_checkpoint(checkpoint, tmp_path: Path) -> None:
+    path, tensors = checkpoint
+    out = tmp_path / "sharp.safetensors"
+    summary = sharpen_checkpoint(path, out, layers=r"^fc\.")
+    got, _ = _read(out)
+    assert summary.edited == {"fc.weight": 1}
+    s = np.linalg.svd(tensors["fc.weight"].double().numpy(), compute_uv=False)
+    g = np.linalg.svd(got["fc.weight"].double().numpy(), compute_uv=False)
+    assert g[:38] == pytest.approx(s[1:39], rel=1e-5) and g[-1] < 1e-4 * s[0]
+    assert _raw(got["conv.weight"]) == _raw(tensors["conv.weight"])
+
+
+def test_output_is_replaced_atomically(checkpoint, tmp_path: Path) -> None:
+    path, _ = checkpoint
+    out = tmp_path / "out.safetensors"
+    out.write_bytes(b"old")
+    with pytest.raises(InvalidOptionError):
+        smooth_checkpoint(path, out, percent=0.5, layers="(a+)+$")  # refused before any write
+    assert out.read_bytes() == b"old"
+    smooth_checkpoint(path, out, percent=0.5)
+    assert _read(out)[1]["note"] == "kept"
+    with pytest.raises(OutputError):
+        smooth_checkpoint(path, tmp_path, percent=0.5)  # a folder is never replaced
+
+
+def test_cli(checkpoint, tmp_path: Path) -> None:
+    from wbfe_cli.main import app
+
+    runner = CliRunner()
+    path, _ = checkpoint
+    out = tmp_path / "cli.safetensors"
+    result = runner.invoke(app, ["smooth", str(path), str(out), "--percent", "0.5", "--method", "svd"])
+    assert result.exit_code == 0, result.stderr
+    assert "3 matrices edited" in result.stderr and result.stdout == ""
+    direct = tmp_path / "direct.safetensors"
+    smooth_checkpoint(path, direct, percent=0.5)
+    assert out.read_bytes() == direct.read_bytes()
+    result = runner.invoke(app, ["sharpen", str(path), str(tmp_path / "s.safetensors"), "--seed", "3"])
+    assert result.exit_code == 0
+    result = runner.invoke(app, ["smooth", str(path), str(out), "--percent", "2"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "wbfe: error: percent must be between 0 and 1, not 2.0"

@@ -1,0 +1,85 @@
+"""wbfe.metrics.intra (products of consecutive layers): against WeightWatcher 0.7.7's ``intra=True``
+and the definition written out with numpy."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError
+from wbfe.metrics.intra import align_pair, intra_matrix, intra_pairs, score_intra
+
+COLUMNS = ("alpha", "xmin", "num_pl_spikes", "log_norm", "log_spectral_norm", "stable_rank", "matrix_rank", "entropy",
+           "lambda_max", "sv_min", "rank_loss", "num_spikes", "bulk_max", "mp_softrank")
+
+
+def heavy(shape: tuple[int, ...], df: float, seed: int) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).standard_t(df, size=shape).astype(np.float32))
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(300, 200), torch.nn.ReLU(), torch.nn.Linear(200, 150),
+                            torch.nn.Linear(150, 100), torch.nn.Linear(100, 40))
+    with torch.no_grad():
+        for k, layer in enumerate([m[0], m[2], m[3], m[4]]):
+            layer.weight.copy_(heavy(tuple(layer.weight.shape), 3.0, k))
+    return m
+
+
+@pytest.mark.parametrize("sparsify", [False, True])
+def test_equals_weightwatcher_intra(sparsify: bool) -> None:
+    ww = pytest.importorskip("weightwatcher")
+    model = _model()
+    np.random.seed(5)  # WeightWatcher's sparsify masks come from NumPy's global generator
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            details = ww.WeightWatcher(model=model).analyze(randomize=False, plot=False, intra=True, mp_fit=True,
+                                                            sparsify=sparsify)
+    finally:
+        logging.disable(logging.NOTSET)
+    rows = score_intra(model, metrics="htsr", ww_compatible=True, sparsify=sparsify, seed=5)
+    assert [r["name"] for r in rows] == ["0.weight X 2.weight", "2.weight X 3.weight", "3.weight X 4.weight"]
+    assert len(details) == 3
+    for row, (_, ref) in zip(rows, details.iterrows()):
+        assert (row["rows"], row["cols"]) == (ref["N"], ref["M"])
+        for column in COLUMNS:
+            assert row[column] == pytest.approx(float(ref[column]), rel=1e-6), (row["name"], column)
+
+
+def test_definition_with_numpy() -> None:
+    w0, w1 = heavy((80, 100), 3.0, 1).double().numpy(), heavy((60, 80), 3.0, 2).double().numpy()
+    x = intra_matrix(w0, w1)
+    want = w0.T @ w1.T / (np.linalg.norm(w0) * np.linalg.norm(w1))  # shared side 80
+    assert x.shape == (100, 60) and np.allclose(x, want, rtol=1e-12, atol=0)
+    pair = intra_pairs([("a", w0), ("b", w1)], sparsify=False)[0]
+    assert pair.spectrum.eigs == pytest.approx(np.sort(np.linalg.svd(want, compute_uv=False)), rel=1e-12)
+    rng = np.random.RandomState(3)
+    s = np.random.RandomState(3).randint(2, size=80 * 80).reshape(80, 80)
+    masked = intra_matrix(w0, w1, rng=rng)
+    assert np.allclose(masked, w0.T @ s @ w1.T / (np.linalg.norm(w0) * np.linalg.norm(w1) + np.sqrt(np.linalg.norm(s))),
+                       rtol=1e-12, atol=0)
+
+
+def test_alignment_and_chains() -> None:
+    a, b = np.zeros((5, 7)), np.zeros((7, 3))
+    assert [m.shape for m in align_pair(a, b)] == [(5, 7), (7, 3)]
+    assert [m.shape for m in align_pair(a.T, b.T)] == [(5, 7), (7, 3)]
+    assert align_pair(np.zeros((5, 6)), np.zeros((7, 8))) is None  # no shared side: skipped
+    chain = [("a", np.ones((4, 6))), ("conv", np.ones((4, 4, 3, 3))), ("b", np.ones((6, 4))), ("c", np.ones((6, 2)))]
+    assert [p.name for p in intra_pairs(chain, sparsify=False)] == ["b X c"]  # a convolution ends the chain
+
+
+def test_errors() -> None:
+    with pytest.raises(InvalidOptionError, match="needs the matrices themselves"):
+        score_intra(_model(), metrics="vectors")
+    with pytest.raises(NoUsableMatrixError):
+        score_intra({"only.weight": torch.ones(4, 5)})

@@ -1,0 +1,306 @@
+"""SVD smoothing and sharpening of a checkpoint: WeightWatcher 0.7.7's ``SVDSmoothing`` and ``SVDSharpness``.
+
+Both replace each weight matrix W = U·diag(s)·Vᵀ by a copy with some singular components removed:
+
+- **smoothing** keeps the k largest (the best rank-k approximation, Eckart–Young). ``method="svd"``:
+  k = ⌊percent·M·rf⌋ (M = smaller side, rf = kernel positions, 1 for a dense layer);
+  ``method="detx"``: k = ``detX_num`` of the matrix's spectrum (:func:`wbfe.metrics.detx.detx_tail`):
+  the components that satisfy det X = 1. k = 0 or k ≥ M leaves the matrix as it is (WeightWatcher:
+  "not smoothing" for 0).
+- **sharpening** removes the k largest, k = the number of Marchenko–Pastur spikes (WeightWatcher's
+  ``mp_fit``) of the spectrum of W with its entries permuted (seeded): what a permutation cannot
+  destroy are single large entries, "correlation traps"; their components are taken out of W.
+
+For a convolution (out, in, kh, kw) every kernel position's out × in slice is edited on its own, with
+k divided over the slices as WeightWatcher divides it: ⌈k/rf⌉ (for sharpening ⌈−k/rf⌉ components
+are kept off the top, so fewer spikes than kernel positions remove none). The spectrum that decides
+k pools the slices (unscaled: WeightWatcher's ``apply_esd`` runs without its conv normalisation here).
+
+WeightWatcher computes the truncated SVD with scikit-learn's randomised ``TruncatedSVD`` (7 power
+iterations, seed 42) and edits the model in memory; here the SVD is LAPACK's (exact to rounding), and
+a checkpoint is read tensor by tensor (:func:`wbfe.sources.open_source`) and written as a safetensors
+file: edited matrices in their own dtype, every other tensor byte for byte, the input's safetensors
+metadata kept, streamed one tensor at a time into a temporary file that replaces the output
+atomically (:func:`wbfe.output.open_atomic`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Literal, Optional, Union
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["EditSummary", "smooth_matrix", "remove_top", "smoothing_rank", "sharpening_count", "edit_weight",
+           "smooth_checkpoint", "sharpen_checkpoint"]
+
+SmoothMethod = Literal["svd", "detx"]
+_FLOAT_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+_OTHER_DTYPES = {"int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+                 "uint16": "U16", "uint32": "U32", "uint64": "U64", "float8_e4m3fn": "F8_E4M3",
+                 "float8_e5m2": "F8_E5M2", "complex64": "C64"}
+_CODES = {**_FLOAT_DTYPES, **_OTHER_DTYPES}
+
+
+@dataclass(frozen=True)
+class EditSummary:
+    """What an edit did.
+
+    Attributes:
+        output: the file written.
+        edited: ``{tensor name: components kept (smoothing) or removed (sharpening) per slice}``
+            for every matrix changed.
+        unchanged: ``{tensor name: why}`` for every weight matrix left as it was (k = 0, k ≥ M,
+            not selected); every other tensor is copied byte for byte and not listed.
+    """
+
+    output: Path
+    edited: dict[str, int]
+    unchanged: dict[str, str]
+
+
+def smooth_matrix(w: np.ndarray, keep: int) -> np.ndarray:
+    """The best rank-``keep`` approximation of ``w`` (its ``keep`` largest singular components)."""
+    u, s, vt = np.linalg.svd(np.asarray(w, dtype=np.float64), full_matrices=False)
+    return (u[:, :keep] * s[:keep]) @ vt[:keep]
+
+
+def remove_top(w: np.ndarray, count: int) -> np.ndarray:
+    """``w`` without its ``count`` largest singular components."""
+    u, s, vt = np.linalg.svd(np.asarray(w, dtype=np.float64), full_matrices=False)
+    return (u[:, count:] * s[count:]) @ vt[count:]
+
+
+def _slices(w: np.ndarray) -> list[np.ndarray]:
+    """The matrices of a weight: itself (2-D) or its kernel positions' out × in slices (4-D)."""
+    if w.ndim == 2:
+        return [w]
+    return [w[:, :, i, j] for i in range(w.shape[2]) for j in range(w.shape[3])]
+
+
+def _pooled_eigs(mats: list[np.ndarray]) -> np.ndarray:
+    return np.sort(np.concatenate([np.linalg.svd(m, compute_uv=False) ** 2 for m in mats]))
+
+
+def smoothing_rank(w: np.ndarray, *, percent: float, method: SmoothMethod) -> int:
+    """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule.
+
+    Raises:
+        InvalidOptionError: ``percent`` outside [0, 1] (method ``svd``), or an unknown method.
+    """
+    mats = _slices(w)
+    rf = len(mats)
+    if method == "svd":
+        if not (isinstance(percent, (int, float)) and 0.0 <= percent <= 1.0):
+            raise InvalidOptionError(f"percent must be between 0 and 1, not {percent!r}")
+        total = int(percent * min(mats[0].shape) * rf)
+    elif method == "detx":
+        from wbfe.metrics.detx import detx_tail
+
+        total = detx_tail(_pooled_eigs(mats))[0]
+    else:
+        raise InvalidOptionError(f"smoothing method must be svd or detx, not {method!r}")
+    return total if rf == 1 else int(math.ceil(total / rf))
+
+
+def _rng(seed: int, name: str) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode())]))
+
+
+def sharpening_count(w: np.ndarray, *, seed: int = 0, name: str = "") -> int:
+    """Components removed per matrix (per slice): the MP spikes of the permuted weight's spectrum.
+
+    The permutation of all entries is seeded from ``seed`` and ``name``; WeightWatcher permutes each
+    slice with NumPy's global generator.
+    """
+    from wbfe.metrics.mp import mp_fit
+
+    mats = _slices(w)
+    rng = _rng(seed, name)
+    permuted = [rng.permutation(m.ravel()).reshape(m.shape) for m in mats]
+    e = _pooled_eigs(permuted)
+    big, small = max(mats[0].shape), min(mats[0].shape)
+    fit = mp_fit(e, big, small)
+    spikes = int(fit.num_spikes) if fit.reason is None else 0
+    return spikes if len(mats) == 1 else -int(math.ceil(-spikes / len(mats)))
+
+
+def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray], count: int) -> np.ndarray:
+    """``operation(slice, count)`` on every matrix of ``w`` (2-D, or each kernel position of a 4-D
+    (out, in, kh, kw) convolution), in float64."""
+    w = np.asarray(w, dtype=np.float64)
+    if w.ndim == 2:
+        return operation(w, count)
+    out = np.empty_like(w)
+    for i in range(w.shape[2]):
+        for j in range(w.shape[3]):
+            out[:, :, i, j] = operation(w[:, :, i, j], count)
+    return out
+
+
+def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern[str]"], name: str) -> Optional[str]:
+    """None when the tensor is a weight matrix to edit, else why it is copied (None reason = not a matrix)."""
+    if dtype not in _FLOAT_DTYPES or len(shape) not in (2, 4) or min(shape[:2]) < 2:
+        return ""
+    if pattern is not None and not pattern.search(name):
+        return "not selected by --layers"
+    return None
+
+
+def _header(described: list[tuple[str, tuple[int, ...], str]], metadata: dict[str, str]) -> bytes:
+    """The safetensors header (length prefix included) of tensors ``(name, shape, dtype)`` in order."""
+    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for name, shape, dtype in described:
+        code = _CODES.get(dtype)
+        if code is None:
+            raise UnsupportedDtypeError(f"{name}: dtype {dtype} cannot be written to safetensors here", name=name)
+        if name in header:
+            raise UnsupportedDtypeError(f"{name}: two tensors of this name", name=name)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * _itemsize(dtype)
+        header[name] = {"dtype": code, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as the safetensors writer pads it
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def _itemsize(dtype: str) -> int:
+    import torch
+
+    return int(getattr(torch, dtype).itemsize)
+
+
+def _tensor_bytes(tensor: "torch.Tensor") -> bytes:
+    import torch
+
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+def _edit_checkpoint(
+    ref: Any, out: Union[str, Path], *, layers: Optional[str],
+    decide: Callable[[str, np.ndarray], tuple[int, Optional[str]]],
+    operation: Callable[[np.ndarray, int], np.ndarray],
+) -> EditSummary:
+    import torch
+
+    from wbfe.options import compile_layers
+    from wbfe.output import check_output, open_atomic
+    from wbfe.sources import open_source
+
+    pattern = compile_layers(layers)
+    target = check_output(out)
+    if target is None:
+        raise InvalidOptionError("the edited checkpoint needs a file path, not standard output")
+    edited: dict[str, int] = {}
+    unchanged: dict[str, str] = {}
+    with open_source(ref) as source:
+        # Pass 1 reads no data: the header (every tensor's dtype, shape and offsets) comes first in
+        # the file. Pass 2 streams the tensors, one in memory at a time, in the same order.
+        described = [(e.name, tuple(e.shape), e.dtype) for e in source.entries()]
+        for entry in source.entries():
+            if entry.quant is not None:
+                raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
+                                            "tensors and would not copy it byte for byte", name=entry.name)
+        raw = source.provenance.extra.get("metadata") or {}
+        metadata = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in dict(raw).items()}
+        with open_atomic(target) as fh:
+            fh.write(_header(described, metadata))
+            for k, entry in enumerate(source.entries()):
+                if k >= len(described) or described[k] != (entry.name, tuple(entry.shape), entry.dtype):
+                    raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
+                _write_entry(fh, entry, pattern, decide, operation, edited, unchanged, torch)
+    return EditSummary(output=target, edited=edited, unchanged=unchanged)
+
+
+def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, decide: Any, operation: Any, edited: dict[str, int],
+                 unchanged: dict[str, str], torch: Any) -> None:
+    """Write one tensor: edited when it is a selected weight matrix that ``decide`` changes."""
+    tensor = entry.load()
+    if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
+        raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
+                                    f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
+    why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name)
+    if why is None:
+        w = tensor.detach().cpu().to(torch.float64).numpy()
+        count, why = decide(entry.name, w)
+        if why is None:
+            new = torch.from_numpy(edit_weight(w, operation, count)).to(tensor.dtype)
+            fh.write(_tensor_bytes(new))
+            edited[entry.name] = count
+            return
+    if why:
+        unchanged[entry.name] = why
+    fh.write(_tensor_bytes(tensor))
+
+
+def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, method: SmoothMethod = "svd",
+                      layers: Optional[str] = None) -> EditSummary:
+    """Write ``ref`` with every weight matrix replaced by its SVD smoothing (see the module docstring).
+
+    Args:
+        ref: any checkpoint :func:`wbfe.sources.open_source` reads.
+        out: the safetensors file to write (replaced atomically).
+        percent: fraction of the components kept, method ``svd`` (WeightWatcher's default 0.8).
+        method: ``svd`` (a fixed fraction) or ``detx`` (the det X = 1 tail).
+        layers: a regular expression; only matching tensors are edited (the rest are copied).
+
+    Returns:
+        An :class:`EditSummary`.
+
+    Raises:
+        InvalidOptionError: a bad ``percent``, ``method`` or ``layers``; OutputError: ``out`` cannot
+            be written; UnsupportedDtypeError: a tensor that cannot be copied exactly (quantised);
+            the errors of :func:`wbfe.sources.open_source`.
+    """
+    if method not in ("svd", "detx"):
+        raise InvalidOptionError(f"smoothing method must be svd or detx, not {method!r}")
+    smoothing_rank(np.zeros((2, 2)), percent=percent, method="svd")  # validates percent before any work
+
+    def decide(name: str, w: np.ndarray) -> tuple[int, Optional[str]]:
+        keep = smoothing_rank(w, percent=percent, method=method)
+        if keep <= 0:
+            return keep, "keeps 0 components: left as it is (WeightWatcher does not smooth it)"
+        if keep >= min(w.shape[:2]):
+            return keep, f"keeps all {min(w.shape[:2])} components"
+        return keep, None
+
+    return _edit_checkpoint(ref, out, layers=layers, decide=decide, operation=smooth_matrix)
+
+
+def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str] = None, seed: int = 0) -> EditSummary:
+    """Write ``ref`` with the correlation-trap components removed from every weight matrix.
+
+    Args:
+        ref: any checkpoint :func:`wbfe.sources.open_source` reads.
+        out: the safetensors file to write (replaced atomically).
+        layers: a regular expression; only matching tensors are edited.
+        seed: seed of the permutations (with each tensor's name).
+
+    Returns:
+        An :class:`EditSummary`.
+
+    Raises:
+        As :func:`smooth_checkpoint`.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidOptionError(f"seed must be a non-negative integer, not {seed!r}")
+
+    def decide(name: str, w: np.ndarray) -> tuple[int, Optional[str]]:
+        count = sharpening_count(w, seed=seed, name=name)
+        if count <= 0:
+            return count, "no correlation trap (no MP spike in the permuted spectrum)"
+        return count, None
+
+    return _edit_checkpoint(ref, out, layers=layers, decide=decide, operation=remove_top)

@@ -1,0 +1,83 @@
+"""The det X = 1 condition (``--metrics detx``): WeightWatcher 0.7.7's ``detX=True`` / ``ERG=True``.
+
+WeightWatcher (``apply_detX``, ``RMT_Util.detX_constraint``) rescales the eigenvalues e (all of
+them, zeros included) to mean 1, ẽ = e·n/Σe, and finds the smallest tail whose product is below 1:
+scanning idx = n−1, n−2, …, 1 it stops at the first idx with Π_{i ≥ idx} ẽᵢ < 1. Then
+
+- ``detX_num`` = ``num_ERG_spikes`` = n − idx, the size of that tail (n when no product drops below
+  1: the scan then ends at idx = 1; 0, with idx = 0, for a constant spectrum);
+- ``detX_val_unrescaled`` = ẽ_idx, the rescaled eigenvalue at idx, and ``detX_val`` = e_idx, the
+  same eigenvalue in the matrix's own units (WeightWatcher's names are the other way round: its
+  "unrescaled" value is the rescaled one; the names are kept so that columns compare);
+- ``ERG_gap`` = detX_num − num_pl_spikes, against the tail of the power-law fit (the ``htsr``
+  group's, :func:`wbfe.metrics.htsr.fit_spectrum_power_law`); NaN with the reason if it failed.
+
+The product is tested as a sum of logarithms from the top (one pass instead of WeightWatcher's
+quadratic rescan; the same tail except where a product is within rounding of exactly 1), which
+also keeps it finite where WeightWatcher's product overflows (top eigenvalues of a large matrix).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+
+__all__ = ["detx_tail", "COLUMNS", "GROUP"]
+
+COLUMNS = ("detX_num", "detX_val", "detX_val_unrescaled", "num_ERG_spikes", "ERG_gap")
+
+
+def detx_tail(eigs: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """``(detX_num, idx, rescaled eigenvalues)`` of ascending eigenvalues (see the module docstring).
+
+    Args:
+        eigs: ascending, non-negative, at least one positive.
+
+    Returns:
+        The tail size, the index of its first eigenvalue, and e·n/Σe.
+    """
+    e = np.asarray(eigs, dtype=np.float64)
+    n = e.size
+    scaled = e * (n / float(np.sum(e)))
+    if n < 2 or not scaled[0] < scaled[-1]:
+        return 0, 0, scaled
+    with np.errstate(divide="ignore"):
+        # log Π_{i >= idx} for idx = n−1 … 1
+        log_products = np.cumsum(np.log(scaled[:0:-1]))
+    below = np.flatnonzero(log_products < 0.0)
+    if below.size == 0:
+        return n, 1, scaled
+    idx = n - 1 - int(below[0])
+    return n - idx, idx, scaled
+
+
+def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
+    from wbfe.metrics.htsr import fit_spectrum_power_law
+
+    result = GroupResult()
+    e = None if spec.eigs is None else np.sort(np.asarray(spec.eigs, dtype=np.float64))
+    if e is None or e.size == 0 or not np.all(np.isfinite(e)) or e[0] < 0.0 or not e[-1] > 0.0:
+        for column in COLUMNS:
+            result.fail(column, "no usable spectrum (empty, non-finite, negative or all zero)")
+        return result
+    num, idx, scaled = detx_tail(e)
+    result.values["detX_num"] = num
+    result.values["num_ERG_spikes"] = num
+    result.put_rescaled("detX_val", float(e[idx]), 1.0, spec.log_scale)
+    result.values["detX_val_unrescaled"] = float(scaled[idx])  # scale-free: mean 1
+    fit = fit_spectrum_power_law(spec, options)
+    if fit.ok:
+        result.values["ERG_gap"] = num - int(np.count_nonzero(e >= fit.xmin))
+    else:
+        result.fail("ERG_gap", f"power-law fit: {fit.reason}")
+    return result
+
+
+GROUP = MetricGroup(
+    name="detx",
+    columns=COLUMNS,
+    summary_columns=("detX_num", "ERG_gap"),
+    compute=_compute,
+    description="det X = 1 tail and its gap to the power-law tail (WeightWatcher 0.7.7's detX / ERG)",
+)

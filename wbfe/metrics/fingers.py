@@ -1,0 +1,265 @@
+"""WeightWatcher 0.7.7's alternative tail fits: ``fix_fingers`` and ``fit='TPL'``/``'E_TPL'``.
+
+"Fingers" are a few eigenvalues far above the rest of a power-law tail (finite-size outliers) that
+drag the fitted α up. WeightWatcher (``fit_powerlaw`` in ``weightwatcher.py``,
+``fit_clipped_powerlaw`` in ``RMT_Util.py``) offers two remedies and a second tail model:
+
+- ``xmin_peak``: xmin is searched only near the peak of the ESD: h = 100-bin histogram of log10 e,
+  peak = 10^(left edge of its fullest bin); the candidates are the eigenvalues in
+  [0.95·peak, 1.5·peak), as the ``powerlaw`` package restricts ``Fit(xmin=(lo, hi))``
+  (:func:`wbfe.metrics.powerlaw.fit_power_law_in_range`). WeightWatcher's source passes
+  ``(log10(0.95·peak), 1.5·peak)``, a log10 left over on the lower end (for a peak below 1 that
+  drops the lower limit altogether); ``ww_compatible`` keeps that, the default mode uses 0.95·peak.
+- ``clip_xmax``: fit the tail, then refit with the top idx eigenvalues removed, idx = 2, 3, …, 9;
+  stop at the first refit whose α is below the first α by more than 1 (``finger_thresh``): that
+  refit is the result and ``num_fingers`` = idx − 1 (WeightWatcher's count: one less than it
+  removed); stop without it when a refit's α ≤ 2; ``raw_alpha`` is the first α. Each fit is the
+  usual one (:func:`wbfe.metrics.powerlaw.fit_power_law`, WeightWatcher's ``WWFit`` in
+  ``ww_compatible`` mode, which is what 0.7.7 runs for it); ``num_pl_spikes`` counts every
+  eigenvalue ≥ xmin, the removed ones included.
+- ``fit='tpl'``: the tail model p(x) ∝ x^(−α)·e^(−Λx) (the exact MLE of
+  :func:`wbfe.metrics.powerlaw.fit_truncated_power_law`), with xmin chosen, as the ``powerlaw``
+  package does for ``xmin_distribution='truncated_power_law'``, by the smallest KS distance of the
+  truncated fit itself among the candidates; ``alpha`` and ``Lambda`` are that fit's, ``sigma``
+  is NaN (WeightWatcher's too: the package has no standard error for it).
+- ``fit='e_tpl'`` (WeightWatcher's "extended TPL"): ``tpl`` with ``xmin_peak``.
+
+WeightWatcher runs all of these but ``clip_xmax`` through the ``powerlaw`` package only, and with
+powerlaw 2.0 (the version installed beside it) every such fit fails (−1); the definitions above
+are its source's, checked against the package's own ``Fit`` on the same candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics.powerlaw import (
+    PowerLawFit,
+    fit_power_law,
+    fit_power_law_in_range,
+    fit_truncated_power_law_many,
+    tpl_log_normaliser,
+)
+
+__all__ = ["FixFingers", "TailModel", "TailFit", "esd_peak", "peak_range", "fit_tail", "tpl_ks_distance",
+           "check_tail_options", "WW_MAX_FINGERS", "WW_FINGER_THRESH", "WW_MIN_ALPHA", "COLUMNS", "GROUP"]
+
+FixFingers = Optional[Literal["xmin_peak", "clip_xmax"]]
+TailModel = Literal["pl", "tpl", "e_tpl"]
+
+#: WeightWatcher 0.7.7's defaults: refits idx = 2 … WW_MAX_FINGERS − 1 (``range(2, max_fingers)``).
+WW_MAX_FINGERS = 10
+WW_FINGER_THRESH = 1.0
+WW_MIN_ALPHA = 2.0
+_PEAK_BINS = 100
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
+
+
+@dataclass(frozen=True)
+class TailFit:
+    """The tail fit behind the ``alpha`` columns under ``fix_fingers`` / ``fit``.
+
+    Attributes:
+        alpha, sigma, xmin, ks: as :class:`~wbfe.metrics.powerlaw.PowerLawFit` (sigma NaN for a
+            truncated fit).
+        lam: Λ of a truncated fit (WeightWatcher's ``Lambda``); NaN for a power law.
+        num_fingers: ``clip_xmax`` only (else 0).
+        raw_alpha: ``clip_xmax``: α before clipping; NaN otherwise.
+        reason: why the fit failed; None on success.
+    """
+
+    alpha: float
+    sigma: float
+    xmin: float
+    ks: float
+    lam: float = math.nan
+    num_fingers: int = 0
+    raw_alpha: float = math.nan
+    reason: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the fit succeeded."""
+        return self.reason is None
+
+
+def check_tail_options(fix_fingers: FixFingers, fit: str) -> None:
+    """Validate ``fix_fingers`` and ``fit`` together.
+
+    Raises:
+        InvalidOptionError: an unknown value, or a truncated fit with ``clip_xmax`` (WeightWatcher
+            refuses ``E_TPL`` with it and clips power laws only).
+    """
+    if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
+        raise InvalidOptionError(f"fix_fingers must be xmin_peak or clip_xmax, not {fix_fingers!r}")
+    if fit not in ("pl", "tpl", "e_tpl"):
+        raise InvalidOptionError(f"fit must be pl, tpl or e_tpl, not {fit!r}")
+    if fit != "pl" and fix_fingers == "clip_xmax":
+        raise InvalidOptionError(f"fit={fit} cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)")
+
+
+def esd_peak(x: np.ndarray) -> float:
+    """10^(left edge of the fullest of 100 bins of log10 x): WeightWatcher's ESD peak."""
+    counts, edges = np.histogram(np.log10(x), bins=_PEAK_BINS)
+    return float(10 ** edges[int(np.argmax(counts))])
+
+
+def peak_range(x: np.ndarray, *, ww_compatible: bool) -> tuple[float, float]:
+    """The xmin range of ``xmin_peak`` (see the module docstring)."""
+    peak = esd_peak(x)
+    return (math.log10(0.95 * peak) if ww_compatible else 0.95 * peak), 1.5 * peak
+
+
+def _from_pl(fit: PowerLawFit, **extra: float) -> TailFit:
+    return TailFit(fit.alpha, fit.sigma, fit.xmin, fit.ks, reason=fit.reason, **extra)  # type: ignore[arg-type]
+
+
+def _clip_xmax(x: np.ndarray, *, min_tail: int, ww_compatible: bool) -> TailFit:
+    first = fit_power_law(x, min_tail=min_tail, ww_compatible=ww_compatible)
+    if not first.ok:
+        return _from_pl(first)
+    best, fingers = first, 0
+    for idx in range(2, WW_MAX_FINGERS):
+        if x.size - idx < 2:
+            break
+        fit = fit_power_law(x[:-idx], min_tail=min_tail, ww_compatible=ww_compatible)
+        if fit.alpha + WW_FINGER_THRESH < first.alpha:  # NaN compares False: a failed refit goes on
+            best, fingers = fit, idx - 1
+            break
+        if fit.alpha <= WW_MIN_ALPHA:
+            break
+    return TailFit(best.alpha, best.sigma, best.xmin, best.ks, num_fingers=fingers, raw_alpha=first.alpha,
+                   reason=best.reason)
+
+
+def tpl_ks_distance(tail: np.ndarray, alpha: float, lam: float) -> float:
+    """KS distance max_k |F(x_k) − k/n| of a truncated power law on the ascending ``tail`` (xmin =
+    tail[0]), F(x) = ∫_xmin^x t^(−α) e^(−Λt) dt / Z: the integrals between consecutive values by
+    8-point Gauss–Legendre in log t, the rest of Z beyond the largest value in closed form."""
+    x0 = float(tail[0])
+    u = np.log(tail)
+    a, b = u[:-1], u[1:]
+    half = 0.5 * (b - a)
+    nodes = 0.5 * (a + b)[:, None] + half[:, None] * _GL_X[None, :]
+    log0 = (1.0 - alpha) * math.log(x0) - lam * x0  # log of t·p(t) at xmin, to keep the numbers O(1)
+    g = np.exp((1.0 - alpha) * nodes - lam * np.exp(nodes) - log0)
+    pieces = half * (g @ _GL_W)
+    top = float(tail[-1])
+    if lam > 0.0:
+        beyond = math.exp(tpl_log_normaliser(alpha, lam, top) - log0)
+    elif alpha > 1.0:
+        beyond = math.exp((1.0 - alpha) * math.log(top) - log0) / (alpha - 1.0)
+    else:
+        return math.nan
+    cumulative = np.concatenate(([0.0], np.cumsum(pieces)))
+    cdf = cumulative / (cumulative[-1] + beyond)
+    k = np.arange(tail.size) / tail.size
+    return float(np.max(np.abs(cdf - k)))
+
+
+def _tpl_scan(x: np.ndarray, lo: float, hi: float, *, min_tail: int) -> TailFit:
+    """Truncated power law with xmin chosen by its own KS distance among the candidates in [lo, hi)."""
+    first = np.ones(x.size, dtype=bool)
+    first[1:] = x[1:] != x[:-1]
+    candidates = np.flatnonzero((x >= lo) & (x < hi) & first)[:-1]
+    candidates = candidates[(candidates < x.size - 1) & (x.size - candidates >= max(min_tail, 3))]
+    if candidates.size == 0:
+        return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"no candidate xmin in [{lo:.6g}, {hi:.6g})")
+    fits = fit_truncated_power_law_many([x[i:] for i in candidates], [float(x[i]) for i in candidates])
+    best: Optional[tuple[float, int]] = None
+    for j, (i, fit) in enumerate(zip(candidates, fits)):
+        if not fit.ok:
+            continue
+        d = tpl_ks_distance(x[i:], fit.alpha, fit.lam)
+        if math.isfinite(d) and (best is None or d < best[0]):
+            best = (d, j)
+    if best is None:
+        return TailFit(math.nan, math.nan, math.nan, math.nan, reason="no candidate xmin gives a truncated power-law fit")
+    d, j = best
+    fit = fits[j]
+    return TailFit(fit.alpha, math.nan, fit.xmin, d, lam=fit.lam)
+
+
+def fit_tail(x: np.ndarray, *, fix_fingers: FixFingers = None, fit: TailModel = "pl", min_tail: int = 10,
+             ww_compatible: bool = False) -> TailFit:
+    """The tail fit of the positive sample ``x`` under WeightWatcher's ``fix_fingers`` and ``fit``.
+
+    Args:
+        x: positive eigenvalues (thresholded as the caller's power-law fit thresholds them).
+        fix_fingers: None, ``xmin_peak`` or ``clip_xmax``.
+        fit: ``pl``, ``tpl`` or ``e_tpl`` (= ``tpl`` with ``xmin_peak``).
+        min_tail: smallest tail accepted in the default mode.
+        ww_compatible: WeightWatcher's own choices (see the module docstring).
+
+    Returns:
+        A :class:`TailFit`; NaN + reason on failure.
+
+    Raises:
+        InvalidOptionError: see :func:`check_tail_options`.
+    """
+    check_tail_options(fix_fingers, fit)
+    x = np.sort(np.asarray(x, dtype=np.float64).ravel())
+    if x.size < 3 or not np.all(np.isfinite(x)) or x[0] <= 0.0:
+        return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"need at least 3 positive finite values, got {x.size}")
+    if fit == "e_tpl":
+        fit, fix_fingers = "tpl", "xmin_peak"
+    tail_min = 1 if ww_compatible else min_tail
+    if fix_fingers == "clip_xmax":
+        return _clip_xmax(x, min_tail=min_tail, ww_compatible=ww_compatible)
+    # no range: the package's (min, max), whose strict upper end and dropped last candidate leave out
+    # the two largest values
+    lo, hi = peak_range(x, ww_compatible=ww_compatible) if fix_fingers == "xmin_peak" else (float(x[0]), float(x[-1]))
+    if fit == "tpl":
+        return _tpl_scan(x, lo, hi, min_tail=tail_min)
+    if fix_fingers == "xmin_peak":
+        return _from_pl(fit_power_law_in_range(x, lo, hi, min_tail=tail_min))
+    return _from_pl(fit_power_law(x, min_tail=min_tail, ww_compatible=ww_compatible))
+
+
+# ---------------------------------------------------------------- the ``fingers`` metric group
+
+COLUMNS = ("num_fingers", "raw_alpha", "Lambda")
+
+
+def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
+    from wbfe.metrics.htsr import WW_EVALS_THRESH  # the same tail as htsr's fit
+
+    result = GroupResult()
+    e = None if spec.eigs is None else np.sort(np.asarray(spec.eigs, dtype=np.float64))
+    if e is None or e.size == 0 or not np.all(np.isfinite(e)) or not e[-1] > 0.0:
+        for column in COLUMNS:
+            result.fail(column, "no usable spectrum")
+        return result
+    threshold = WW_EVALS_THRESH * math.exp(-spec.log_scale) if options.ww_compatible else 0.0
+    fit = fit_tail(e[e > threshold], fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
+                   ww_compatible=options.ww_compatible)
+    if not fit.ok:
+        for column in COLUMNS:
+            result.fail(column, f"tail fit: {fit.reason}")
+        return result
+    result.values["num_fingers"] = fit.num_fingers
+    if options.fix_fingers == "clip_xmax":
+        result.values["raw_alpha"] = fit.raw_alpha
+    else:
+        result.fail("raw_alpha", "only with fix_fingers=clip_xmax")
+    if options.fit in ("tpl", "e_tpl"):
+        result.put_rescaled("Lambda", fit.lam, -1.0, spec.log_scale)
+    else:
+        result.fail("Lambda", "only with fit=tpl or e_tpl")
+    return result
+
+
+GROUP = MetricGroup(
+    name="fingers",
+    columns=COLUMNS,
+    summary_columns=("num_fingers",),
+    compute=_compute,
+    description="diagnostics of the fix_fingers / fit tail fits: fingers clipped, raw alpha, TPL Lambda",
+    tail_columns=COLUMNS,  # every column comes from a tail fit
+)

@@ -1,0 +1,167 @@
+"""Products of consecutive layers (WeightWatcher 0.7.7's ``intra=True``), scored with the metric groups.
+
+For consecutive weight matrices W₀, W₁ of the stream (WeightWatcher's ``WWIntraLayerIterator``):
+
+- align them on a shared side (``align_mats``): W₀ is transposed unless its second side is the
+  shared one, W₁ unless its first side is; a pair without a shared side is skipped;
+- X = W₀·W₁ / (‖W₀‖_F·‖W₁‖_F), or with ``sparsify`` (WeightWatcher's default) X = W₀·S·W₁ /
+  (‖W₀‖_F·‖W₁‖_F + √‖S‖_F) with S a random 0/1 matrix on the shared side (its normalisation,
+  marked "probably wrong" in its source, is kept); S is drawn with NumPy's legacy generator seeded
+  by ``seed``, pair after pair, so ``np.random.seed(seed)`` before WeightWatcher's ``analyze``
+  draws the same S;
+- the "eigenvalues" analysed are the *singular values* of X, not their squares
+  (``combined_eigenvalues`` with ``INTRA``: ``evals = sv``), so a group's ``lambda_max`` is σ_max(X)
+  and ``alpha`` is the tail exponent of the singular values. Only the largest ``n_comp`` of them are
+  kept, n_comp = min side of W₁ (WeightWatcher copies the second layer's ``num_components``).
+
+Here the pairs are consecutive 2-D float weights in the order the source gives them (a model's
+module order); a tensor of another rank (a convolution: WeightWatcher pairs its first kernel
+slice in a 0.2x-style slice iterator) ends the chain and starts a new one. Each pair is scored by
+:func:`score_intra` with the groups that work from a spectrum alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Union
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError
+from wbfe.metrics._group import MetricOptions, Spectrum
+
+__all__ = ["IntraPair", "align_pair", "intra_matrix", "intra_spectrum", "intra_pairs", "score_intra"]
+
+
+@dataclass(frozen=True)
+class IntraPair:
+    """One product of consecutive layers: ``name`` is ``"<first> X <second>"``."""
+
+    name: str
+    first: str
+    second: str
+    spectrum: Spectrum
+
+
+def align_pair(w0: np.ndarray, w1: np.ndarray) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """WeightWatcher's ``align_mats``: (W₀, W₁) oriented so that W₀·W₁ is defined, or None.
+
+    The shared side is the largest side length that occurs twice among the four; WeightWatcher
+    then transposes each matrix that does not have it in the needed place, and skips the pair if
+    the product is still undefined.
+    """
+    shapes = [w0.shape[0], w0.shape[1], w1.shape[0], w1.shape[1]]
+    repeated = [x for x in set(shapes) if shapes.count(x) > 1]
+    if repeated:
+        shared = max(repeated)
+        if w0.shape[1] != shared:
+            w0 = w0.T
+        if w1.shape[0] != shared:
+            w1 = w1.T
+    return (w0, w1) if w0.shape[1] == w1.shape[0] else None
+
+
+def intra_matrix(w0: np.ndarray, w1: np.ndarray, *, rng: Optional[np.random.RandomState] = None) -> Optional[np.ndarray]:
+    """X = W₀·W₁/(‖W₀‖·‖W₁‖) after :func:`align_pair`, in float64; None when they do not chain.
+
+    Args:
+        rng: with a generator, WeightWatcher's ``sparsify``: X = W₀·S·W₁/(‖W₀‖·‖W₁‖ + √‖S‖),
+            S = ``rng.randint(2, size=m·m)`` as an m × m matrix, m the shared side.
+    """
+    aligned = align_pair(np.asarray(w0, dtype=np.float64), np.asarray(w1, dtype=np.float64))
+    if aligned is None:
+        return None
+    a, b = aligned
+    norm = np.linalg.norm(a) * np.linalg.norm(b)
+    if rng is None:
+        return np.dot(a, b) / norm
+    m = b.shape[0]
+    s = rng.randint(2, size=m * m).reshape((m, m))
+    return np.dot(np.dot(a, s), b) / (norm + np.sqrt(np.linalg.norm(s)))
+
+
+def intra_spectrum(x: np.ndarray, n_comp: int) -> Spectrum:
+    """The spectrum WeightWatcher analyses for X: its largest ``n_comp`` singular values."""
+    sv = np.sort(np.linalg.svd(x, compute_uv=False))[-n_comp:]
+    return Spectrum(eigs=sv, rows=int(x.shape[0]), cols=int(x.shape[1]))
+
+
+def intra_pairs(weights: Iterable[tuple[str, Any]], *, sparsify: bool = True, seed: int = 0) -> list[IntraPair]:
+    """The products of consecutive 2-D weights of ``(name, tensor or array)`` in order.
+
+    Args:
+        weights: the chain, in order.
+        sparsify: WeightWatcher's default random 0/1 mask between the two (see :func:`intra_matrix`).
+        seed: seed of the masks.
+
+    Returns:
+        One :class:`IntraPair` per chaining pair; pairs that share no side are left out (as
+        WeightWatcher skips them).
+    """
+    pairs: list[IntraPair] = []
+    rng = np.random.RandomState(seed) if sparsify else None
+    previous: Optional[tuple[str, np.ndarray]] = None
+    for name, tensor in weights:
+        w = tensor.detach().cpu().double().numpy() if hasattr(tensor, "detach") else np.asarray(tensor, dtype=np.float64)
+        if w.ndim != 2:
+            previous = None
+            continue
+        if previous is not None:
+            x = intra_matrix(previous[1], w, rng=rng)
+            if x is not None:
+                pairs.append(IntraPair(f"{previous[0]} X {name}", previous[0], name,
+                                       intra_spectrum(x, min(w.shape))))
+        previous = (name, w)
+    return pairs
+
+
+def score_intra(
+    ref: Any, *, metrics: Union[str, Iterable[str]] = "htsr", ww_compatible: bool = False,
+    layers: Optional[str] = None, sparsify: bool = True, seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Score the products of consecutive layers of a checkpoint, one row per pair.
+
+    Args:
+        ref: anything :func:`wbfe.sources.open_source` reads (an ``nn.Module`` included).
+        metrics: groups that need only the spectrum (``htsr``, ``detx``, ``fingers``, ``htmp``, ``bfe``).
+        ww_compatible: WeightWatcher's fitting choices (see :class:`MetricOptions`).
+        layers: a regular expression selecting the weights that form the chain.
+        sparsify, seed: see :func:`intra_pairs`.
+
+    Returns:
+        Rows ``{"name", "first", "second", "rows", "cols", "n_eigs", <columns>..., "reasons"}``.
+
+    Raises:
+        InvalidOptionError: a group that needs the matrices themselves (``vectors``, ``rand``).
+        NoUsableMatrixError: fewer than two chaining weights.
+    """
+    from wbfe.metrics import resolve_groups
+    from wbfe.options import compile_layers
+    from wbfe.sources import open_source
+
+    groups = resolve_groups(metrics)
+    for group in groups:
+        if group.from_matrices is not None and group.name != "htsr":
+            raise InvalidOptionError(f"metric group {group.name} needs the matrices themselves, not a product's spectrum")
+    pattern = compile_layers(layers)
+    options = MetricOptions(ww_compatible=ww_compatible)
+    with open_source(ref) as source:
+        chain = ((e.name, e.load()) for e in source.entries()
+                 if e.skip is None and len(e.shape) >= 2 and e.dtype.startswith(("float", "bfloat"))
+                 and (pattern is None or pattern.search(e.name)))
+        pairs = intra_pairs(chain, sparsify=sparsify, seed=seed)
+    if not pairs:
+        raise NoUsableMatrixError("no two consecutive weight matrices share a side: nothing to multiply")
+    rows = []
+    for pair in pairs:
+        row: dict[str, Any] = {"name": pair.name, "first": pair.first, "second": pair.second,
+                               "rows": pair.spectrum.rows, "cols": pair.spectrum.cols, "n_eigs": pair.spectrum.n_eigs}
+        reasons: dict[str, str] = {}
+        for group in groups:
+            result = group.compute(pair.spectrum, options)
+            row.update(result.values)
+            reasons.update(result.reasons)
+        row["reasons"] = reasons
+        rows.append(row)
+    return rows
+
