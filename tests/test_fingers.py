@@ -216,7 +216,7 @@ def test_htsr_columns_follow_the_fit_option() -> None:
 def test_option_errors() -> None:
     with pytest.raises(InvalidOptionError, match="^fix_fingers must be xmin_peak or clip_xmax, not 'peak'$"):
         MetricOptions(fix_fingers="peak")  # type: ignore[arg-type]
-    with pytest.raises(InvalidOptionError, match="^fit must be pl, tpl or e_tpl, not 'TPL'$"):
+    with pytest.raises(InvalidOptionError, match="^fit must be one of 'pl', 'tpl', 'e_tpl', not 'TPL'$"):
         ScoreOptions(fit="TPL")
     with pytest.raises(InvalidOptionError, match="cannot be combined with fix_fingers=clip_xmax"):
         check_tail_options("clip_xmax", "e_tpl")

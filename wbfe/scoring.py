@@ -29,6 +29,8 @@ def score(
     min_eigs: int = 10,
     ww_compatible: bool = False,
     seed: int = 0,
+    fix_fingers: Optional[str] = None,
+    fit: str = "pl",
     base: Any = None,
     progress: Optional[Progress] = None,
     options: Optional[ScoreOptions] = None,
@@ -55,6 +57,9 @@ def score(
             mode skips such matrices altogether, as WeightWatcher does).
         ww_compatible: reproduce WeightWatcher 0.7.7's choices (conv slicing, fitting).
         seed: seed of the random steps (the ``rand`` group's permutations); recorded in the options.
+        fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: ``xmin_peak`` or
+            ``clip_xmax`` (see :mod:`wbfe.metrics.fingers`); None for the plain fit.
+        fit: the HT-SR tail model: ``pl``, ``tpl`` or ``e_tpl``.
         base: for a PEFT LoRA adapter folder, its base model (any reference): every adapted module
             is also scored merged, W₀ + ΔW, with its change against W₀ (see :mod:`wbfe.adapters`).
         progress: called after each tensor with (done, total, name).
@@ -78,7 +83,8 @@ def score(
         1.418939
     """
     given = dict(metrics=() if metrics is None else metrics, lam=lam, conv=conv, layers=layers or None,
-                 device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed)
+                 device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed,
+                 fix_fingers=fix_fingers, fit=fit)
     if options is None:
         options = ScoreOptions(**given)  # type: ignore[arg-type]
     elif given != _DEFAULT_KEYWORDS:
@@ -113,4 +119,4 @@ def _is_adapter(source: Any) -> bool:
 
 
 _DEFAULT_KEYWORDS = dict(metrics=(), lam="opt", conv="flatten", layers=None, device="auto", head=None,
-                         min_eigs=10, ww_compatible=False, seed=0)
+                         min_eigs=10, ww_compatible=False, seed=0, fix_fingers=None, fit="pl")
