@@ -39,7 +39,8 @@ def watch_command(
     run: Optional[str] = typer.Argument(
         None, help="A run: folder of checkpoints (steps in the names), CSV with a step column, or org/name@rev1,org/name@rev2."
     ),
-    layers: str = typer.Option("head", "--layers", help="head, all, or a regular expression on tensor names."),
+    layers: str = typer.Option("head", "--layers", help="head, all, fittable (the matrices with enough eigenvalues "
+                               "for the HTMP fit), or a regular expression on tensor names."),
     lam: Optional[str] = typer.Option(
         None, "--lambda", help="Prior precision of h*(lambda) = h*(1)/lambda: a number, or 'calibrated' (with --calibrate)."
     ),
