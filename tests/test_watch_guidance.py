@@ -137,3 +137,19 @@ def test_cli_prints_the_reason_and_the_hint(mlp_run: Path) -> None:
     assert out.exit_code == 0, out.output
     assert REASON in out.stdout and "rerun with --layers fittable" in out.stdout
     assert "BFE-W at each layer's λ* at the last checkpoint (step 3): step 0" in out.stdout
+
+
+def test_plot_draws_the_fixed_lambda_bfe(mlp_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wbfe.plots.watch as plots
+    from wbfe.watch import watch
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi: figures.append(fig) or Path(path))
+    result = watch(mlp_run)
+    plots.plot_watch(result, tmp_path / "w.png")
+    h_ax, _, bfe_ax, _ = figures[0].axes[:4]
+    fixed = result.fixed_lambda()
+    solid, dotted = bfe_ax.get_lines()[:2]
+    assert np.allclose(solid.get_ydata(), fixed.bfe[:, 0]) and np.allclose(dotted.get_ydata(), fixed.bfe_opt[:, 0])
+    assert bfe_ax.get_title() == "BFE-W at the last checkpoint's λ* (dotted: at each λ*)"
+    assert [t.get_text() for t in h_ax.texts] == ["no HTMP fit (too few eigenvalues?):\nsee the notes of the table"]
