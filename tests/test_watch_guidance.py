@@ -105,7 +105,10 @@ def test_fixed_lambda_bfe_matches_the_eigenvalues(mlp_run: Path) -> None:
     assert [c["layers"][0]["bfe_fixed"] for c in data["checkpoints"]] == pytest.approx(want, rel=1e-5)
     assert fixed["summary"] == describe_trend(list(range(EPOCHS)), np.array([p["bfe"] for p in fixed["trend"]]))
     # a given λ replaces the last checkpoint's
-    given = watch(mlp_run, lam=2.0).to_dict()["bfe_fixed_lambda"]
+    at_2 = watch(mlp_run, lam=2.0).to_dict()
+    assert at_2["recommended"] == {"step": None, "crossed": False, "reason": (
+        "no checkpoint has a finite h/h* (no HTMP fit of the selected layers: failed, or too few eigenvalues)")}
+    given = at_2["bfe_fixed_lambda"]
     assert given["lambda_source"] == "given"
     assert [p["bfe"] for p in given["trend"]] == pytest.approx(
         [bfe(gram_eigs(mlp_run, t, "4.weight"), 2.0)[0] for t in range(EPOCHS)], rel=1e-5)
