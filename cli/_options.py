@@ -214,7 +214,8 @@ def _watch_options(**values: Any) -> Any:
     return WatchOptions(**values)
 
 
-WatchLayers = Annotated[str, typer.Option("--layers", help="head, all, or a regular expression on tensor names.")]
+WatchLayers = Annotated[str, typer.Option("--layers", help="head, all, fittable (the matrices with enough eigenvalues "
+                                                          "for the HTMP fit), or a regular expression on tensor names.")]
 WatchLambda = Annotated[Optional[str], typer.Option(
     "--lambda", help="Prior precision of h*(lambda) = h*(1)/lambda: a number, or 'calibrated' (with --calibrate).")]
 

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from wbfe.errors import WbfeError
 
-from . import compare, esd, rank, report, score, smooth, theory, watch
+from . import cache, compare, esd, rank, report, score, smooth, theory, watch
 
 # Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click and exports
 # only BadParameter of them; older typers use click itself): found from BadParameter's module.
@@ -116,6 +116,7 @@ app.command("watch")(watch.watch_command)
 app.command("smooth")(smooth.smooth_command)
 app.command("sharpen")(smooth.sharpen_command)
 app.add_typer(theory.theory_app, name="theory", help="Solvers and simulations of the theory models.")
+app.add_typer(cache.app, name="cache", help="Inspect and prune wbfe's cache (score entries, object-store copies).")
 
 
 def main() -> None:

@@ -106,10 +106,13 @@ def curve_cmd(
         _print_json({"fit": data["fit"], "files": data["files"]})
         return
     fit = data["fit"] or {}
+    why = fit.get("reasons") or {}  # a NaN slope comes with its reason
     _print_pairs([("feature-learning slope", fit.get("feature_learning", "n/a")),
-                  ("  predicted", fit.get("feature_learning_predicted", "n/a")),
-                  ("refinement slope", fit.get("refinement", "n/a")),
-                  ("  predicted", fit.get("refinement_predicted", "n/a"))])
+                  ("  predicted", fit.get("feature_learning_predicted", "n/a"))]
+                 + ([("  why", why["feature_learning"])] if "feature_learning" in why else [])
+                 + [("refinement slope", fit.get("refinement", "n/a")),
+                    ("  predicted", fit.get("refinement_predicted", "n/a"))]
+                 + ([("  why", why["refinement"])] if "refinement" in why else []))
     for f in data["files"]:
         typer.echo(f"wrote {f}", err=True)
 

@@ -431,10 +431,10 @@ class ReportOptions(_Options):
 
 
 def _check_watch_layers(layers: object) -> str:
-    if layers in ("head", "all"):
-        return layers
+    if layers in ("head", "all", "fittable"):
+        return layers  # type: ignore[return-value]
     if not isinstance(layers, str) or not layers:
-        raise InvalidOptionError(f"layers must be 'head', 'all' or a regular expression, not {layers!r}")
+        raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
     compile_layers(layers)
     return layers
 
@@ -457,7 +457,8 @@ class WatchOptions(_Options):
     """How :func:`wbfe.watch.watch` scores a run's checkpoints.
 
     Attributes:
-        layers: ``head``, ``all`` or a regular expression on tensor names.
+        layers: ``head``, ``all``, ``fittable`` (the matrices with enough eigenvalues for the HTMP
+            fit) or a regular expression on tensor names.
         lam: prior precision of h*(λ) = h*(1)/λ: a positive number, ``"calibrated"`` (from a
             calibration CSV) or None (no recommendation).
         head: tensor or module name of the classifier / LM head.
@@ -468,7 +469,8 @@ class WatchOptions(_Options):
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "layers": Custom(_check_watch_layers, "'head', 'all' or a regular expression", bad=("", "(a+)+$", 3)),
+        "layers": Custom(_check_watch_layers, "'head', 'all', 'fittable' or a regular expression",
+                         bad=("", "(a+)+$", 3)),
         "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan")),
         "head": HEAD, "device": DEVICE,
     }

@@ -26,7 +26,10 @@ def _label(run: str) -> str:
 
 
 def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110) -> Path:
-    """Save a 2×2 figure: h_t with h*(λ) per layer; κ_t and β_t; BFE-W; test loss/accuracy (if known).
+    """Save a 2×2 figure: h_t with h*(λ) per layer; κ_t and β_t; BFE-W at a fixed λ; test loss/accuracy (if known).
+
+    BFE-W is drawn at the given λ, else at each layer's λ* of the last checkpoint (solid) beside its
+    value at each checkpoint's own λ* (dotted), which is not expected to fall over one run.
 
     The recommended checkpoint is a vertical dashed line on every panel.
 
@@ -49,7 +52,8 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     h = traj.matrix(lambda x: x.h)
     kappa = traj.matrix(lambda x: x.kappa)
     beta = traj.matrix(lambda x: x.beta)
-    bfe = traj.matrix(lambda x: x.columns(lam)["bfe"])
+    fixed = result.fixed_lambda()  # BFE-W at one λ across the run (λ* moves with the weights' scale)
+    bfe, bfe_opt = fixed.bfe, fixed.bfe_opt
     h_star = traj.matrix(lambda x: x.h_star(lam)) if lam is not None else None
     rec = result.recommendation
     fig = new_figure((10.0, 7.0), layout="constrained")
@@ -61,7 +65,11 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
         ax.plot(steps, h[:, j], "o-", ms=3, color=c, label=f"h  {name}")
         if h_star is not None:
             ax.plot(steps, h_star[:, j], "--", color=c, alpha=0.7, label=f"h*(λ)  {name}")
-    ax.set_yscale("log")
+    if np.any(np.isfinite(h)):
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no HTMP fit (too few eigenvalues?):\nsee the notes of the table", ha="center",
+                va="center", transform=ax.transAxes, fontsize=8)
     ax.set_title("h = κ/β" + (f" and h*(λ={lam:.3g})" if lam is not None else ""))
     ax.legend(fontsize=6)
     ax = axes[0, 1]
@@ -78,8 +86,12 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     ax.legend(fontsize=6)
     ax = axes[1, 0]
     for j, name in enumerate(names):
-        ax.plot(steps, bfe[:, j], "o-", ms=3, color=colors[j % len(colors)], label=name)
-    ax.set_title("BFE-W" + (f" at λ={lam:.3g}" if lam is not None else " at λ*"))
+        c = colors[j % len(colors)]
+        ax.plot(steps, bfe[:, j], "o-", ms=3, color=c, label=name)
+        if lam is None:
+            ax.plot(steps, bfe_opt[:, j], ":", color=c, alpha=0.7)
+    ax.set_title(f"BFE-W at λ={lam:.3g}" if lam is not None else
+                 "BFE-W at the last checkpoint's λ* (dotted: at each λ*)", fontsize=9)
     ax.legend(fontsize=6)
     ax = axes[1, 1]
     loss = traj.test_losses()

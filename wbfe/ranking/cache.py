@@ -12,6 +12,12 @@ a re-run does not re-read every checkpoint to hash it. "Unchanged" is judged by 
 time, inode and status-change time (ctime): replacing a file, or writing it and restoring its mtime,
 changes the ctime (no system call sets it), so the checkpoint is hashed again. This is as cheap as
 one ``stat`` per file and cannot be fooled without changing the clock.
+
+Two drivers sharing a cache score each model once: a driver claims an entry before scoring it
+(:meth:`ScoreCache.claim`, a lock file per entry, :mod:`wbfe.ranking.claims`), and a model another
+driver holds is taken from the cache once that driver has stored it (:func:`score_claimed`).
+A hit marks its entry as used (its modification time), so :mod:`wbfe.cache_admin` prunes the least
+recently used entries first.
 """
 
 from __future__ import annotations
@@ -22,14 +28,18 @@ import os
 import secrets
 import shutil
 import stat
+import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 from wbfe.errors import InvalidOptionError
 from wbfe.output import write_atomic
+from wbfe.ranking.claims import CLAIM_SUFFIX, STALE_AFTER, Claim, read_claim, try_claim
 from wbfe.report import json_ready
 
-__all__ = ["ScoreCache", "default_cache_dir", "cache_key", "CACHE_FORMAT"]
+__all__ = ["ScoreCache", "default_cache_dir", "cache_key", "score_claimed", "CACHE_FORMAT"]
+
+_T = TypeVar("_T")
 
 CACHE_FORMAT = "wbfe-score-cache/2"
 _INDEX_FORMAT = "wbfe-hash-index/2"
@@ -175,8 +185,38 @@ class ScoreCache:
         return path
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
-        """The payload stored under ``key``; None when absent or corrupt (a corrupt entry is removed)."""
-        return self._read(self._entry_path(key), CACHE_FORMAT, key)
+        """The payload stored under ``key``; None when absent or corrupt (a corrupt entry is removed).
+
+        A hit sets the entry's modification time to now: the cache's least-recently-used order.
+        """
+        path = self._entry_path(key)
+        payload = self._read(path, CACHE_FORMAT, key)
+        if payload is not None:
+            try:
+                os.utime(path, follow_symlinks=False)
+            except OSError:  # a read-only cache still serves its entries
+                pass
+        return payload
+
+    def claim_path(self, key: str) -> Path:
+        """The claim (lock) file of entry ``key``, beside the entry."""
+        return self._entry_path(key).with_name(f"{key}{CLAIM_SUFFIX}")
+
+    def claim(self, key: str, *, stale_after: float = STALE_AFTER) -> Optional[Claim]:
+        """Claim entry ``key`` for scoring; None when a live process holds it (a stale claim is taken over).
+
+        Args:
+            key: the entry key (:func:`cache_key`).
+            stale_after: seconds after which any claim counts as stale (see :mod:`wbfe.ranking.claims`).
+
+        Returns:
+            A :class:`~wbfe.ranking.claims.Claim` to release once the entry is stored (or the work failed).
+        """
+        return try_claim(self.claim_path(key), stale_after=stale_after)
+
+    def claim_owner(self, key: str) -> Optional[dict[str, Any]]:
+        """Who holds entry ``key``'s claim (host, pid, time), None when nobody does."""
+        return read_claim(self.claim_path(key))
 
     def put(self, key: str, payload: Mapping[str, Any]) -> Path:
         """Store ``payload`` (JSON-serialisable; non-finite numbers become null) under ``key``
@@ -200,3 +240,50 @@ class ScoreCache:
         digest = compute(ref)
         self._write(index, _INDEX_FORMAT, key, {"ref": ref, "signature": signature, "sha256": digest})
         return digest
+
+
+def score_claimed(cache: ScoreCache, items: Sequence[_T], *, key_of: Callable[[_T], Optional[str]],
+                  score: Callable[[_T], None], shared: Callable[[_T, dict[str, Any]], None],
+                  poll: float = 0.5, stale_after: float = STALE_AFTER) -> None:
+    """Score each item at most once among the processes sharing ``cache``.
+
+    Each item is claimed just before it is scored, so two drivers split a zoo between them; an item
+    another process holds is deferred and, after this process's own items, taken from the cache
+    once stored (``shared``). When its owner releases it without an entry (its scoring failed, or
+    it died and the claim went stale) this process claims and scores it itself.
+
+    Args:
+        cache: the shared cache.
+        items: the work, in order.
+        key_of: an item's entry key; None scores it without claiming.
+        score: scores one item and stores its entry (``cache.put``) before returning, or records its failure.
+        shared: receives an item and the payload another process stored for it.
+        poll: seconds between looks at the entries other processes hold.
+        stale_after: see :meth:`ScoreCache.claim`.
+    """
+    waiting = list(items)
+    first = True
+    while waiting:
+        deferred = []
+        for item in waiting:
+            key = key_of(item)
+            if key is None:
+                score(item)
+                continue
+            hit = None if first else cache.get(key)
+            if hit is not None:
+                shared(item, hit)
+                continue
+            claim = cache.claim(key, stale_after=stale_after)
+            if claim is None:
+                deferred.append(item)
+                continue
+            with claim:
+                hit = cache.get(key)  # stored by another driver since this one looked it up
+                if hit is not None:
+                    shared(item, hit)
+                else:
+                    score(item)
+        waiting, first = deferred, False
+        if waiting:
+            time.sleep(poll)

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.errors import NothingRankedError
-from wbfe.executors import ExecutorOptions, Outcome, Task, executor_for, failure_reason
+from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
-from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir
+from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir, score_claimed
 from wbfe.ranking.stats import correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
 from wbfe.report import as_float, json_ready
@@ -268,12 +268,17 @@ def rank(
 
     run = _Run(cache=cache, key_options=_key_options(options), say=progress or (lambda _line: None),
                total=len(the_zoo.entries))
-    pending = run.lookup(the_zoo.entries, column, hash_fn)
-    tasks = [Task(entry.name, score_fn, (entry.ref, score_options), device=score_options.device, sized_by=entry.ref)
-             for _, entry, _ in pending]
     runner = executor_for(where)
-    for outcome in runner.map(tasks, started=lambda k: run.log(pending[k], "scoring")):
-        run.finish(pending[outcome.index], outcome)
+    blocked: dict[str, str] = {}
+    if scorer is None and hasher is None and runner.runs_here:
+        # Models neither cached nor downloadable here fail at once, and when that is every model
+        # the ranking stops with one error instead of trying each (cluster nodes have their own caches).
+        from wbfe.ranking.availability import unavailable_models
+
+        blocked = unavailable_models(the_zoo)
+    run.failed.extend(Failure(name, reason) for name, reason in blocked.items())
+    pending = run.lookup([e for e in the_zoo.entries if e.name not in blocked], column, hash_fn)
+    run.score(runner, pending, score_fn, score_options)
 
     models = [
         _model_result(entry, column, *run.payloads[entry.name])
@@ -292,7 +297,7 @@ def rank(
         # Where it ran is provenance, not part of the cache key (the numbers are the same).
         options=options if runner.runs_here else {**options, "executor": runner.name},
         stats=stats_options.to_dict(),
-        n_scored=len(pending),
+        n_scored=len(pending) - run.n_shared,
         n_cached=sum(1 for _, cached in run.payloads.values() if cached),
     )
     if not rows:
@@ -324,6 +329,7 @@ class _Run:
     total: int
     failed: list[Failure] = field(default_factory=list)
     payloads: dict[str, tuple[Mapping[str, Any], bool]] = field(default_factory=dict)
+    n_shared: int = 0  # pending models another driver scored meanwhile (taken from the cache)
 
     def _log(self, i: int, name: str, what: str) -> None:
         self.say(f"[{i + 1}/{self.total}] {name}: {what}")
@@ -353,6 +359,52 @@ class _Run:
 
     def log(self, item: _Pending, what: str) -> None:
         self._log(item[0], item[1].name, what)
+
+    def score(self, runner: Executor, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions) -> None:
+        """Score ``pending`` on ``runner``, each outcome recorded (and cached) as it arrives.
+
+        With a cache, each model is claimed before it is handed to the executor, so that two drivers
+        sharing the cache score it once: the models another driver holds are taken from the cache
+        once it stores them, or scored here, one at a time, if it gives them up
+        (:func:`wbfe.ranking.cache.score_claimed`).
+        """
+        def task(item: _Pending) -> Task:
+            entry = item[1]
+            return Task(entry.name, score_fn, (entry.ref, options), device=options.device, sized_by=entry.ref)
+
+        def run_tasks(items: list[_Pending]) -> None:
+            for outcome in runner.map([task(item) for item in items], started=lambda k: self.log(items[k], "scoring")):
+                item = items[outcome.index]
+                self.finish(item, outcome)
+                claim = claims.pop(item[0], None)
+                if claim is not None:
+                    claim.release()
+
+        claims: dict[int, Any] = {}
+        mine, theirs = [], []
+        try:
+            for item in pending:
+                claim = self.cache.claim(item[2]) if self.cache is not None and item[2] is not None else None
+                if claim is None and self.cache is not None and item[2] is not None:
+                    theirs.append(item)
+                else:
+                    claims[item[0]] = claim
+                    mine.append(item)
+            run_tasks(mine)
+        finally:
+            for claim in claims.values():
+                if claim is not None:
+                    claim.release()
+        if theirs:
+            assert self.cache is not None
+            score_claimed(self.cache, theirs, key_of=lambda item: item[2], score=lambda item: run_tasks([item]),
+                          shared=self.shared)
+
+    def shared(self, item: _Pending, payload: Mapping[str, Any]) -> None:
+        """Record a model another driver on the same cache scored while this one waited."""
+        self.payloads[item[1].name] = (payload, True)
+        self.n_shared += 1
+        self._log(item[0], item[1].name, "cached (scored by another driver)")
 
     def finish(self, item: _Pending, outcome: Outcome) -> None:
         """Record one model's payload (and cache it at once, so an interrupted run resumes) or failure;

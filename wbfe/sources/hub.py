@@ -14,7 +14,8 @@ from wbfe.errors import ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.local import open_path, pick_weight_files, read_model_config
 
-__all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files"]
+__all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_unreachable", "hub_cached",
+           "host_unreachable"]
 
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
@@ -98,29 +99,66 @@ def hub_failure(exc: BaseException) -> str:
     return f"the Hugging Face hub could not be reached ({exc.__class__.__name__})"
 
 
-def _hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the hub cannot be reached, from one TCP connection with a short timeout; None if it can.
+def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None:
+    """Why the host of ``url`` cannot be reached, from one TCP connection with a short timeout; None if it can.
 
-    huggingface_hub retries a failed connection for about 25 s before giving up; this answers in
-    at most ``timeout`` seconds. Behind a proxy (``HTTPS_PROXY``...) the check is left to the client.
+    Behind a proxy (``HTTPS_PROXY``...) the check is left to the client (the proxy decides).
+
+    Args:
+        url: any URL on the host (``https://huggingface.co``, ``http://127.0.0.1:9/x.pth``).
+        what: how the message names the host (``the Hugging Face hub``).
+        timeout: seconds for the connection.
     """
     import os
     import socket
     from urllib.parse import urlparse
 
-    from huggingface_hub import constants
-
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
                                        "ALL_PROXY", "all_proxy")):
         return None
-    url = urlparse(str(constants.ENDPOINT))
-    port = url.port or (443 if url.scheme == "https" else 80)
+    parsed = urlparse(url)
     try:
-        with socket.create_connection((url.hostname or "", port), timeout=timeout):
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:  # a port out of range
+        return f"{what} could not be reached ({url}: not a valid address)"
+    try:
+        with socket.create_connection((parsed.hostname or "", port), timeout=timeout):
             return None
     except (OSError, UnicodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc.__class__.__name__
-        return f"the Hugging Face hub could not be reached ({url.hostname}: {reason})"
+        return f"{what} could not be reached ({parsed.hostname}: {reason})"
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub (``HF_ENDPOINT``) cannot be reached, from one quick TCP connection; None if it can.
+
+    huggingface_hub retries a failed connection for about 25 s before giving up; this answers in
+    at most ``timeout`` seconds.
+    """
+    from huggingface_hub import constants
+
+    return host_unreachable(str(constants.ENDPOINT), what="the Hugging Face hub", timeout=timeout)
+
+
+_hub_unreachable = hub_unreachable  # the name download_weight_files calls (tests replace it)
+
+
+def hub_cached(ref: str) -> bool:
+    """Whether the hub model ``org/name[@revision]`` has weight files in the local Hugging Face cache (no network).
+
+    Raises:
+        ModelNotFoundError: ``ref`` is not a hub id.
+    """
+    repo_id, revision = parse_hub_id(ref)
+    snapshot = _cached_snapshot(repo_id, revision, hf_cache_dir())
+    if snapshot is None:
+        return False
+    if (snapshot / "adapter_config.json").is_file():
+        return True
+    try:
+        return bool(pick_weight_files([p.name for p in snapshot.iterdir()]))
+    except OSError:
+        return False
 
 
 def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> TensorSource:

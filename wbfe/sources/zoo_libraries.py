@@ -16,7 +16,61 @@ from wbfe.sources._base import TensorSource
 from wbfe.sources.hub import open_hub
 from wbfe.sources.local import open_path
 
-__all__ = ["open_timm", "open_torchvision", "open_url_checkpoint"]
+__all__ = ["open_timm", "open_torchvision", "open_url_checkpoint", "url_cache_path", "library_weights"]
+
+
+def url_cache_path(url: str) -> Path:
+    """Where torch and timm cache the checkpoint published at ``url``: ``$TORCH_HOME/hub/checkpoints/<file>``."""
+    return torch_hub_dir() / "checkpoints" / Path(urlparse(url).path).name
+
+
+def library_weights(ref: str) -> tuple[bool, str]:
+    """Whether a ``timm:`` / ``torchvision:`` reference is cached here, and the URL its download comes from.
+
+    Looks only at local caches and the libraries' metadata (no network).
+
+    Args:
+        ref: ``timm:<name>`` or ``torchvision:<weights>``.
+
+    Returns:
+        ``(cached, url)``: ``url`` is the checkpoint's URL, or the hub endpoint for weights on the hub.
+
+    Raises:
+        MissingDependencyError, UnknownNameError, ModelNotFoundError: as opening ``ref`` would.
+    """
+    from wbfe.sources.hub import hub_cached
+
+    if ref.startswith("torchvision:"):
+        try:
+            from torchvision import models
+        except ImportError:
+            raise MissingDependencyError(f"{ref}: torchvision is not installed (pip install torchvision)") from None
+        name = ref[len("torchvision:"):]
+        try:
+            weights = models.get_weight(name) if "." in name else models.get_model_weights(name).DEFAULT
+        except (ValueError, KeyError, AttributeError):
+            raise unknown_name("torchvision model or weights", name, models.list_models()) from None
+        return url_cache_path(weights.url).is_file(), str(weights.url)
+    name = ref[len("timm:"):]
+    try:
+        import timm
+    except ImportError:
+        return hub_cached(f"timm/{name}"), _hub_endpoint()
+    cfg = timm.models.get_pretrained_cfg(name)
+    if cfg is None:
+        raise unknown_name("timm pretrained model", name, timm.list_pretrained())
+    hub_id, url = getattr(cfg, "hf_hub_id", None), getattr(cfg, "url", None)
+    if (hub_id and hub_cached(str(hub_id))) or (url and url_cache_path(str(url)).is_file()):
+        return True, str(url or _hub_endpoint())
+    if not hub_id and not url:
+        raise ModelNotFoundError(f"{ref}: timm has no downloadable weights for {name!r}", ref=ref)
+    return False, _hub_endpoint() if hub_id else str(url)
+
+
+def _hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
 
 
 def open_url_checkpoint(url: str, *, ref: str, fmt: str) -> TensorSource:
@@ -25,7 +79,7 @@ def open_url_checkpoint(url: str, *, ref: str, fmt: str) -> TensorSource:
     Raises:
         ModelNotFoundError: not cached and offline, or the download failed.
     """
-    target = torch_hub_dir() / "checkpoints" / Path(urlparse(url).path).name
+    target = url_cache_path(url)
     if not target.is_file():
         if hf_offline():
             raise ModelNotFoundError(f"{ref}: {target} is not cached and HF_HUB_OFFLINE is set", ref=ref)

@@ -372,17 +372,43 @@ def fit_regimes(sw: Sweep, *, beta: float, kc_min: int = 8, kc_max_frac: float =
     a_fl = fit_slope(sw.n[fl], sw.eps[fl])
     a_rf = fit_slope(sw.n[rf], sw.eps[rf])
     if math.isnan(a_fl):
-        reasons["feature_learning"] = "fewer than 3 points with kc_min <= k_c <= kc_max_frac*k and eps small enough"
+        reasons["feature_learning"] = _too_few_feature_learning(sw, fl, kc_min, kc_max_frac, eps_max_over_delta)
     elif beta <= 0.5:
         # ε then tracks the unlearned mass 1 − (k_c/k)^(1−2β) of a finite teacher: no power law in n.
         reasons["feature_learning"] = "the power law n^(1/(2beta)-1) is predicted for beta > 1/2 only"
     if math.isnan(a_rf):
-        reasons["refinement"] = "fewer than 3 points with every feature learned long enough"
+        reasons["refinement"] = _too_few_refinement(sw, rf, all_on, refine_factor)
 
     def window(mask: np.ndarray) -> tuple[float, float]:
         return (float(sw.n[mask].min()), float(sw.n[mask].max())) if mask.any() else (math.nan, math.nan)
 
     return RegimeFit(a_fl, 1.0 / (2.0 * beta) - 1.0, window(fl), a_rf, -1.0, window(rf), reasons)
+
+
+def _too_few_refinement(sw: Sweep, rf: np.ndarray, all_on: np.ndarray, refine_factor: float) -> str:
+    """Why the refinement slope is NaN, with the numbers that decide it and what to change."""
+    r_max = float(sw.r[-1])
+    if not all_on.size:
+        return (f"no point has all k={sw.k} features learned (k_c reaches {int(sw.k_c.max())} by r = {r_max:.3g}): "
+                "raise --r-max")
+    r_on = float(sw.r[all_on[0]])
+    # r ≥ refine_factor·r_on; a decade of it is what a slope needs.
+    return (f"{int(np.count_nonzero(rf))} point(s) in the refinement regime r >= {refine_factor:g} x {r_on:.3g} "
+            f"(the first r with all k={sw.k} features learned) = {refine_factor * r_on:.3g}, up to r_max = "
+            f"{r_max:.3g}; 3 are needed: raise --r-max to about {10 * refine_factor * r_on:.3g}")
+
+
+def _too_few_feature_learning(sw: Sweep, fl: np.ndarray, kc_min: int, kc_max_frac: float,
+                              eps_max_over_delta: float) -> str:
+    """Why the feature-learning slope is NaN, with the r range of the regime and what to change."""
+    band = (sw.k_c >= kc_min) & (sw.k_c <= kc_max_frac * sw.k)
+    eps_rule = "" if math.isinf(eps_max_over_delta) else f" and eps <= {eps_max_over_delta:g}*Delta"
+    head = (f"{int(np.count_nonzero(fl))} point(s) with {kc_min} <= k_c <= {kc_max_frac:g}*k = "
+            f"{kc_max_frac * sw.k:g}{eps_rule}; 3 are needed")
+    if not band.any():
+        return head + ": k_c never enters that band in this sweep (raise --k, or widen --r-min/--r-max)"
+    lo, hi = float(sw.r[band].min()), float(sw.r[band].max())
+    return head + f": the band spans r = {lo:.3g} to {hi:.3g}; raise --points (or --k for a wider band)"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 - :mod:`wbfe.watch.runs`: a run's checkpoints and the step each was saved at;
 - :mod:`wbfe.watch.trajectories`: score each checkpoint once, derive the λ-dependent columns;
+- :mod:`wbfe.watch.guidance`: why a column is NaN, which layers can carry h_t, BFE-W at a fixed λ;
 - :mod:`wbfe.watch.rule`: the stopping rule and λ calibration across runs;
 - :mod:`wbfe.watch.calibration`: leave-one-run-out λ over several runs with test losses;
 - :mod:`wbfe.watch.monitor`: the same quantities recorded inside a training loop.
@@ -14,14 +15,17 @@
 from __future__ import annotations
 
 from wbfe.watch.calibration import CalibrationReport, calibrate, read_runs_csv
+from wbfe.watch.guidance import FixedLambdaTrend, fixed_lambda_trend
 from wbfe.watch.monitor import Monitor, lightning_callback
 from wbfe.watch.trajectories import (
     CheckpointPoint,
     LayerPoint,
     Trajectory,
+    CheckpointScan,
     WatchResult,
     bfe_at,
     result_at,
+    scan_checkpoint,
     score_checkpoint,
     trajectory,
     watch,
@@ -42,4 +46,8 @@ __all__ = [
     "read_runs_csv",
     "bfe_at",
     "lightning_callback",
+    "CheckpointScan",
+    "scan_checkpoint",
+    "FixedLambdaTrend",
+    "fixed_lambda_trend",
 ]

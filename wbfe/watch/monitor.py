@@ -6,7 +6,7 @@ import math
 from typing import Any, Optional
 
 from wbfe.errors import InvalidOptionError, MissingDependencyError
-from wbfe.watch.trajectories import CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at, score_checkpoint
+from wbfe.watch.trajectories import CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at, scan_checkpoint
 from wbfe.watch.runs import CheckpointRef
 
 __all__ = ["Monitor", "lightning_callback"]
@@ -30,7 +30,7 @@ class Monitor:
         Args:
             model: an ``nn.Module`` (or a state dict) that training updates in place.
             every: record when ``step % every == 0``.
-            layers: ``head``, ``all`` or a regular expression on tensor names.
+            layers: ``head``, ``all``, ``fittable`` or a regular expression on tensor names.
             head: the head's tensor name, overriding the built-in rule.
             device: eigen-solve device.
             name: the run name in results.
@@ -61,8 +61,8 @@ class Monitor:
         import torch
 
         with torch.no_grad():
-            layer_points = score_checkpoint(self.model, layers=self.layers, head=self.head, device=self.device)
-        point = checkpoint_point(CheckpointRef(step, self.model, test_loss, test_accuracy), layer_points)
+            scanned = scan_checkpoint(self.model, layers=self.layers, head=self.head, device=self.device)
+        point = checkpoint_point(CheckpointRef(step, self.model, test_loss, test_accuracy), scanned)
         self.trajectory.points.append(point)
         return point
 

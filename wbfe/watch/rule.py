@@ -111,7 +111,8 @@ def recommend(steps: Sequence[int], crit: np.ndarray, lam: float) -> Recommendat
         raise InvalidOptionError(f"{len(steps)} steps but {crit.size} statistics")
     judged = np.flatnonzero(np.isfinite(crit))
     if judged.size == 0:
-        return Recommendation(None, None, False, "no checkpoint has a finite h/h* (every HTMP fit failed)")
+        return Recommendation(None, None, False, "no checkpoint has a finite h/h* (no HTMP fit of the selected "
+                              "layers: failed, or too few eigenvalues)")
     ratio = lambda i: float(lam / crit[i])  # noqa: E731 - median h/h*(λ) at checkpoint i
     passing = [int(i) for i in judged if lam <= crit[i]]
     if not passing:

@@ -22,6 +22,8 @@ from wbfe.report import as_float
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics.bfe import positive_lambda
 from wbfe.options import WatchOptions
+from wbfe.watch.guidance import (BFE_OPT_CAVEAT, FixedLambdaTrend, bfe_at, describe_trend, fittable_hint,
+                                 fixed_lambda_trend, nan_notes)
 from wbfe.watch.rule import Recommendation, critical_lambda, recommend
 from wbfe.watch.runs import CheckpointRef, Run, discover_run
 
@@ -35,27 +37,12 @@ __all__ = [
     "watch",
     "result_at",
     "bfe_at",
+    "CheckpointScan",
+    "scan_checkpoint",
+    "LAYER_CHOICES",
 ]
 
 METRICS = "bfe,htsr,htmp"
-
-
-def bfe_at(f_star: float, lambda_star: float, lam: float) -> float:
-    """BFE-W at prior precision λ from its optimum: F^λ = F* + ½·(r − 1 − log r), r = λ/λ*.
-
-    Args:
-        f_star: BFE-W at λ* (``+inf`` for a rank-deficient matrix).
-        lambda_star: λ* = 1/mean(e).
-        lam: the prior precision λ > 0.
-
-    Example:
-        >>> bfe_at(1.0, 2.0, 2.0)  # at λ* itself
-        1.0
-        >>> round(bfe_at(1.0, 2.0, 4.0), 9)  # r = 2: 1 + ½·(1 − log 2)
-        1.15342641
-    """
-    r = lam / lambda_star
-    return f_star + 0.5 * (r - 1.0 - math.log(r))
 
 
 @dataclass(frozen=True)
@@ -66,7 +53,7 @@ class LayerPoint:
         name: tensor name. role: matrix role (``head`` for the classifier).
         gamma: aspect ratio. kappa, beta, tau, ks: the HTMP fit and its KS distance.
         bfe_opt: BFE-W at λ*. lambda_star: 1/mean(e). alpha: power-law α (HT-SR).
-        reasons: why a column is NaN.
+        reasons: why a column is NaN. n_eigs: the number of eigenvalues (0 when unknown).
     """
 
     name: str
@@ -80,6 +67,7 @@ class LayerPoint:
     lambda_star: float
     alpha: float
     reasons: dict[str, str] = field(default_factory=dict, compare=False)
+    n_eigs: int = 0
 
     @property
     def h(self) -> float:
@@ -116,13 +104,21 @@ class LayerPoint:
 
 @dataclass(frozen=True)
 class CheckpointPoint:
-    """One scored checkpoint: its step, where it came from, test metrics if known, and its layers."""
+    """One scored checkpoint: its step, where it came from, test metrics if known, and its layers.
+
+    Attributes:
+        fittable: (name, eigenvalue count) of every matrix of the checkpoint, selected or not, with
+            at least ``min_eigs`` eigenvalues (the ones an HTMP fit can be made on).
+        min_eigs: the eigenvalue count the tail fits needed (0 when unknown).
+    """
 
     step: int
     source: str
     layers: tuple[LayerPoint, ...]
     test_loss: float = math.nan
     test_accuracy: float = math.nan
+    fittable: tuple[tuple[str, int], ...] = ()
+    min_eigs: int = 0
 
 
 @dataclass
@@ -167,22 +163,45 @@ def _layer_point(row: dict[str, Any]) -> LayerPoint:
         kappa=as_float(row.get("htmp_kappa")), beta=as_float(row.get("htmp_beta")), tau=as_float(row.get("htmp_tau")),
         ks=as_float(row.get("htmp_ks")), bfe_opt=as_float(row.get("bfe")), lambda_star=as_float(row.get("lambda")),
         alpha=as_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}),
+        n_eigs=int(row.get("n_eigs") or 0),
     )
 
 
+LAYER_CHOICES = ("head", "all", "fittable")
+
+
 def _layer_regex(layers: str) -> Optional[str]:
-    return None if layers in ("head", "all") else layers
+    return None if layers in LAYER_CHOICES else layers
 
 
-def score_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = None,
-                     device: str = "auto") -> tuple[LayerPoint, ...]:
-    """Score one checkpoint at λ* and keep the selected layers.
+@dataclass(frozen=True)
+class CheckpointScan:
+    """One checkpoint scored at λ*: the selected layers, and which matrices an HTMP fit can use.
+
+    Attributes:
+        layers: the selected layers' numbers.
+        fittable: (name, eigenvalue count) of every scored matrix with at least ``min_eigs`` eigenvalues.
+        min_eigs: the eigenvalue count the tail fits need.
+    """
+
+    layers: tuple[LayerPoint, ...]
+    fittable: tuple[tuple[str, int], ...]
+    min_eigs: int
+
+
+def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = None,
+                    device: str = "auto") -> CheckpointScan:
+    """Score one checkpoint at λ*, keep the selected layers and list the matrices that can be fitted.
 
     Args:
         ref: anything :func:`wbfe.score` accepts.
-        layers: ``head`` (the classifier head), ``all``, or a regular expression on tensor names.
+        layers: ``head`` (the classifier head), ``all``, ``fittable`` (every matrix with at least
+            ``min_eigs`` eigenvalues, the ones with an HTMP fit), or a regular expression on tensor names.
         head: the head's tensor name, overriding the built-in rule.
         device: eigen-solve device.
+
+    Returns:
+        A :class:`CheckpointScan`.
 
     Raises:
         InvalidOptionError: ``layers="head"`` and no head was found. The errors of :func:`wbfe.score`.
@@ -190,16 +209,32 @@ def score_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = No
     from wbfe.scoring import score
 
     if not isinstance(layers, str) or not layers:
-        raise InvalidOptionError(f"layers must be 'head', 'all' or a regular expression, not {layers!r}")
+        raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
     result = score(ref, metrics=METRICS, lam="opt", layers=_layer_regex(layers), head=head, device=device)
+    min_eigs = int((result.model.get("options") or {}).get("min_eigs") or 0)
+    fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in result.layers
+                     if int(r.get("n_eigs") or 0) >= min_eigs)
     rows = result.layers
     if layers == "head":
         name = result.summary.get("head")
         if name is None:
             raise InvalidOptionError(f"{result.model.get('source')}: no classifier head found by name; "
-                                     "pass --head NAME or --layers all|REGEX")
+                                     "pass --head NAME or --layers all|fittable|REGEX")
         rows = [r for r in rows if r["name"] == name]
-    return tuple(_layer_point(r) for r in rows)
+    elif layers == "fittable":
+        keep = {name for name, _ in fittable}
+        rows = [r for r in rows if r["name"] in keep]
+    return CheckpointScan(tuple(_layer_point(r) for r in rows), fittable, min_eigs)
+
+
+def score_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = None,
+                     device: str = "auto") -> tuple[LayerPoint, ...]:
+    """Score one checkpoint at λ* and keep the selected layers (:func:`scan_checkpoint`'s ``layers``).
+
+    Raises:
+        InvalidOptionError: ``layers="head"`` and no head was found. The errors of :func:`wbfe.score`.
+    """
+    return scan_checkpoint(ref, layers=layers, head=head, device=device).layers
 
 
 def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Optional[str] = None,
@@ -208,26 +243,29 @@ def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Option
 
     Args:
         run: a folder, CSV or revision list (:func:`wbfe.watch.runs.discover_run`), or a :class:`Run`.
-        layers, head, device: as :func:`score_checkpoint`.
+        layers, head, device: as :func:`scan_checkpoint`.
         progress: called with (done, total, step) after each checkpoint.
 
     Raises:
-        The errors of :func:`wbfe.watch.runs.discover_run` and :func:`score_checkpoint`.
+        The errors of :func:`wbfe.watch.runs.discover_run` and :func:`scan_checkpoint`.
     """
     WatchOptions(layers=layers, head=head, device=device)  # every option before the first checkpoint
     run = run if isinstance(run, Run) else discover_run(run)
     out = Trajectory(run=run.name)
     for done, ck in enumerate(run.checkpoints, start=1):
-        out.points.append(checkpoint_point(ck, score_checkpoint(ck.ref, layers=layers, head=head, device=device)))
+        out.points.append(checkpoint_point(ck, scan_checkpoint(ck.ref, layers=layers, head=head, device=device)))
         if progress is not None:
             progress(done, len(run.checkpoints), ck.step)
     return out
 
 
-def checkpoint_point(ck: CheckpointRef, layer_points: tuple[LayerPoint, ...]) -> CheckpointPoint:
-    """Pair a checkpoint reference with its scored layers."""
+def checkpoint_point(ck: CheckpointRef, scanned: Union[CheckpointScan, tuple[LayerPoint, ...]]) -> CheckpointPoint:
+    """Pair a checkpoint reference with its scored layers (a :class:`CheckpointScan` or the layers alone)."""
     source = ck.ref if isinstance(ck.ref, str) else f"<{type(ck.ref).__name__}>"
-    return CheckpointPoint(ck.step, source, layer_points, ck.test_loss, ck.test_accuracy)
+    if isinstance(scanned, CheckpointScan):
+        return CheckpointPoint(ck.step, source, scanned.layers, ck.test_loss, ck.test_accuracy,
+                               scanned.fittable, scanned.min_eigs)
+    return CheckpointPoint(ck.step, source, tuple(scanned), ck.test_loss, ck.test_accuracy)
 
 
 @dataclass
@@ -265,21 +303,53 @@ class WatchResult:
             "steps_from_best": self.trajectory.steps[rec.index] - self.trajectory.steps[best],
         }
 
+    def fixed_lambda(self) -> FixedLambdaTrend:
+        """BFE-W at one λ across the run: the given λ, else each layer's λ* at the last checkpoint."""
+        t = self.trajectory
+        return fixed_lambda_trend(t.steps, t.layer_names, t.matrix(lambda x: x.bfe_opt),
+                                  t.matrix(lambda x: x.lambda_star), self.lam)
+
+    def signal(self) -> list[dict[str, Any]]:
+        """Per checkpoint, h_t against h*: the median over layers of h/h*(1) and λ_c = its inverse.
+
+        A checkpoint is on the over-fit side (h ≤ h*(λ)) for every λ ≤ λ_c, so a rising λ_c is h_t
+        falling relative to h*; with a λ, ``h_over_h_star`` is the median h/h*(λ) = λ/λ_c.
+        """
+        crit = self.trajectory.critical_lambdas()
+        out = []
+        for step, c in zip(self.trajectory.steps, crit):
+            row = {"step": step, "h_over_h_star_1": float(1.0 / c), "lambda_c": float(c)}
+            if self.lam is not None:
+                row["h_over_h_star"] = float(self.lam / c)
+            out.append(row)
+        return out
+
+    def notes(self) -> tuple[list[str], Optional[str]]:
+        """The numbered reasons for NaN rows and the hint naming fittable layers (:mod:`wbfe.watch.guidance`)."""
+        return nan_notes(self.trajectory.points)[1], fittable_hint(self.trajectory.points, self.layers)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: ``{"run", "lambda", "checkpoints": [...], "recommended": {...}, ...}``."""
         from wbfe.report import json_ready
 
         rec = self.recommendation
-        checkpoints = [{"step": p.step, "source": p.source, "test_loss": p.test_loss,
-                        "test_accuracy": p.test_accuracy,
-                        "layers": [layer.columns(self.lam) for layer in p.layers]} for p in self.trajectory.points]
-        recommended = ({"step": None, "reason": "no lambda given: pass --lambda FLOAT or --lambda calibrated"}
-                       if rec is None else {"step": rec.step, "crossed": rec.crossed, "reason": rec.reason})
+        fixed = self.fixed_lambda()
+        names = self.trajectory.layer_names
+        checkpoints = []
+        for t, p in enumerate(self.trajectory.points):
+            layers = [{**layer.columns(self.lam), "bfe_fixed": float(fixed.bfe[t, names.index(layer.name)])}
+                      for layer in p.layers]
+            checkpoints.append({"step": p.step, "source": p.source, "test_loss": p.test_loss,
+                                "test_accuracy": p.test_accuracy, "layers": layers})
+        recommended = ({"step": None, "reason": NO_LAMBDA} if rec is None
+                       else {"step": rec.step, "crossed": rec.crossed, "reason": rec.reason})
+        notes, hint = self.notes()
         return json_ready({
             "run": self.trajectory.run, "lambda": self.lam, "lambda_source": self.lam_source,
             "layer_selection": self.layers,
             "rule": "first checkpoint (step order) where the median over the selected layers of log(h/h*) <= 0",
             "checkpoints": checkpoints, "recommended": recommended, "comparison": self.comparison(),
+            "signal": self.signal(), "bfe_fixed_lambda": fixed.to_dict(), "notes": notes, "hint": hint,
         })
 
     def to_json(self, indent: Optional[int] = 2) -> str:
@@ -287,28 +357,42 @@ class WatchResult:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def rows(self) -> list[dict[str, Any]]:
-        """One flat row per (checkpoint, layer) for tables and CSV."""
+        """One flat row per (checkpoint, layer) for tables and CSV (``note``: the NaN reason's number)."""
         out = []
         rec_step = self.recommendation.step if self.recommendation else None
-        for p in self.trajectory.points:
+        fixed = self.fixed_lambda()
+        names = self.trajectory.layer_names
+        marks = nan_notes(self.trajectory.points)[0]
+        for t, p in enumerate(self.trajectory.points):
             for layer in p.layers:
                 cols = layer.columns(self.lam)
                 cols.pop("reasons", None)
-                out.append({"step": p.step, **cols, "test_loss": p.test_loss,
-                            "keep": "<==" if p.step == rec_step else ""})
+                mark = marks.get((t, layer.name))
+                out.append({"step": p.step, **cols, "bfe_fix": float(fixed.bfe[t, names.index(layer.name)]),
+                            "test_loss": p.test_loss, "keep": "<==" if p.step == rec_step else "",
+                            "note": f"[{mark}]" if mark else ""})
         return out
 
     def table(self) -> str:
-        """A text table of the trajectories, then the recommendation and the comparison."""
+        """A text table of the trajectories, why a column is NaN, h_t against h* and BFE-W at a fixed λ across
+        the run, then the recommendation and the comparison."""
         from wbfe.report import text_table
 
-        columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h", "h_star", "f_inf", "bfe", "alpha"]
+        if self.lam is None:  # h*, F∞ need a λ; BFE-W at λ* and at the last checkpoint's λ* side by side
+            columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h", "bfe", "bfe_fix", "alpha"]
+        else:
+            columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h", "h_star", "f_inf", "bfe", "alpha"]
         if np.any(np.isfinite(self.trajectory.test_losses())):
             columns.append("test_loss")
-        columns.append("keep")
+        rows = self.rows()
+        columns += ["keep"] + (["note"] if any(r["note"] for r in rows) else [])
         lam = "none" if self.lam is None else f"{self.lam:.6g} ({self.lam_source})"
-        lines = [f"run: {self.trajectory.run}   lambda: {lam}   layers: {self.layers}", "",
-                 text_table(self.rows(), columns), ""]
+        lines = [f"run: {self.trajectory.run}   lambda: {lam}   layers: {self.layers}", "", text_table(rows, columns)]
+        notes, hint = self.notes()
+        lines += [f"  {n}" for n in notes]
+        if hint:
+            lines.append(f"hint: {hint}")
+        lines += ["", *self._run_lines()]
         rec = self.to_dict()["recommended"]
         lines.append(f"recommended step: {rec['step'] if rec['step'] is not None else '-'} — {rec['reason']}")
         comp = self.comparison()
@@ -316,6 +400,30 @@ class WatchResult:
             lines.append(f"best test loss at step {comp['best_step']} ({comp['best_test_loss']:.4f}); "
                          f"recommended: {comp['recommended_test_loss']:.4f} (gap {comp['test_loss_gap']:+.4f})")
         return "\n".join(lines) + "\n"
+
+    def _run_lines(self) -> list[str]:
+        from wbfe.report import text_table
+
+        fixed = self.fixed_lambda()
+        ratio = "h_over_h_star" if self.lam is not None else "h_over_h_star_1"
+        rows = [{**s, "bfe_fixed": b, "bfe_opt": o}
+                for s, b, o in zip(self.signal(), fixed.run_bfe, fixed.run_bfe_opt)]
+        if fixed.source == "given":
+            where = f"the given λ = {self.lam:.6g}"
+        else:
+            where = f"each layer's λ* at the last checkpoint (step {fixed.source_step})"
+        side = "h/h*(λ) ≤ 1 is the over-fit side" if self.lam is not None else \
+            "a checkpoint is on the over-fit side for every λ ≤ lambda_c"
+        if not any(math.isfinite(r["lambda_c"]) for r in rows):
+            side = "no selected layer has a finite h/h*: see the notes above"
+        return [f"across the run (median over layers; {side}):",
+                text_table(rows, ["step", ratio, "lambda_c", "bfe_fixed", "bfe_opt"]),
+                f"BFE-W at {where}: {describe_trend(fixed.steps, fixed.run_bfe)}",
+                f"note: {BFE_OPT_CAVEAT}", ""]
+
+
+NO_LAMBDA = ("no lambda given: pass --lambda FLOAT or --lambda calibrated (with --calibrate RUNS.csv); "
+             "meanwhile read lambda_c (h_t against h*) and BFE-W at a fixed λ above")
 
 
 def result_at(traj: Trajectory, lam: Optional[float], *, lam_source: Optional[str] = None,

@@ -1,0 +1,51 @@
+"""``wbfe cache info`` / ``wbfe cache prune``: what the score and object cache holds, and pruning it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Union
+
+import typer
+
+from ._options import Format
+
+app = typer.Typer(no_args_is_help=True, help="Inspect and prune wbfe's cache (score entries, object-store copies).")
+
+_DIR_HELP = "Cache folder (default: $WBFE_CACHE_DIR, else ~/.cache/wbfe/scores)."
+
+
+@app.command("info")
+def info_command(
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=_DIR_HELP),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+) -> None:
+    """Count and size what the cache holds, per kind, with when it was last used."""
+    from wbfe.cache_admin import cache_info
+
+    result = cache_info(cache_dir)
+    typer.echo(json.dumps(result.to_dict(), indent=2) + "\n" if fmt is Format.json else result.table(), nl=False)
+
+
+@app.command("prune")
+def prune_command(
+    max_size: Optional[str] = typer.Option(
+        None, "--max-size", help="Keep at most this much (500M, 20G); least recently used go first. Default 20G "
+        "unless --older-than is given alone; 'none' for no size bound."),
+    older_than: Optional[float] = typer.Option(None, "--older-than", help="Remove what was last used more than "
+                                                                        "DAYS days ago."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=_DIR_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be removed, remove nothing."),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+) -> None:
+    """Remove old or least recently used entries and copies; never anything wbfe did not write."""
+    from wbfe.cache_admin import DEFAULT_MAX_SIZE, prune_cache
+
+    if max_size is not None and max_size.strip().lower() == "none":
+        bound: Union[str, int, None] = None
+    elif max_size is not None:
+        bound = max_size
+    else:
+        bound = None if older_than is not None else DEFAULT_MAX_SIZE
+    report = prune_cache(cache_dir, max_size=bound, older_than=older_than, dry_run=dry_run)
+    typer.echo(json.dumps(report.to_dict(), indent=2) + "\n" if fmt is Format.json else report.summary(), nl=False)

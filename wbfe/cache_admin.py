@@ -1,0 +1,360 @@
+"""What wbfe's cache folder holds, and pruning it: by age, and to a size bound, least recently used first.
+
+The cache folder (``$WBFE_CACHE_DIR``, :func:`wbfe.ranking.cache.default_cache_dir`) holds
+
+- ``entries/<2 hex>/<key>.json``: score entries (:class:`wbfe.ranking.cache.ScoreCache`), and their
+  claim files ``<key>.claim`` while a driver scores the model;
+- ``hashes/<key>.json``: the content-hash index of local checkpoints;
+- ``objects/<2 hex>/<key>/``: object-store copies (:mod:`wbfe.sources.object_store`), one folder per
+  copy, and ``.<key>.<token>.part`` folders of copies being fetched.
+
+Only these shapes are ever removed (a file someone else put in the folder is counted as ``other``
+and left alone), nothing is followed through a symbolic link (a link is neither entered nor
+removed), and every removal is checked to lie inside the cache folder.
+
+A unit's last use is the latest access or modification time of its files: a score hit touches its
+entry, and reading a copy updates its files' access times (``relatime``: at most once a day).
+Claims are removed only when stale (their owner is gone); a half-fetched copy or half-written file
+only when older than a day.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
+
+from wbfe.errors import InvalidOptionError
+
+__all__ = ["CacheUnit", "CacheInfo", "PruneReport", "cache_info", "prune_cache", "parse_size", "format_size",
+           "DEFAULT_MAX_SIZE", "KINDS"]
+
+DEFAULT_MAX_SIZE = 20 * 2**30  # 20 GiB: a few LLM copies; score entries are a few KB each
+KINDS = ("entries", "hashes", "objects", "claims", "partial")
+_PARTIAL_AGE = 86400.0
+_HEX64 = r"[0-9a-f]{64}"
+_ENTRY = re.compile(rf"^{_HEX64}\.json$")
+_CLAIM = re.compile(rf"^{_HEX64}\.claim$")
+_TEMP = re.compile(rf"^\.{_HEX64}\.(json\.[0-9a-f]+\.tmp|claim\.[0-9a-f]+\.stale)$")  # write_atomic, claims
+_OBJECT = re.compile(rf"^{_HEX64}$")
+_OBJECT_PART = re.compile(rf"^\.{_HEX64}\.[0-9a-f]+\.part$")
+_SHARD = re.compile(r"^[0-9a-f]{2}$")
+_UNITS = {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_size(text: Union[str, int]) -> int:
+    """Bytes from ``500M``, ``20G``, ``1.5T``, ``2GiB``, ``123`` (powers of 1024).
+
+    Raises:
+        InvalidOptionError: not a non-negative size.
+    """
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([BKMGT]?)(?:I?B)?\s*", str(text).upper())
+    if not match:
+        raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
+    value = float(match.group(1)) * _UNITS[match.group(2) or "B"]
+    if not math.isfinite(value):
+        raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
+    return int(value)
+
+
+def format_size(n: float) -> str:
+    """``1.5 GiB``-style text for a byte count."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+@dataclass(frozen=True)
+class CacheUnit:
+    """One removable thing: a score entry, an index file, a claim, an object copy (a folder) or a partial one.
+
+    Attributes:
+        kind: one of :data:`KINDS`. path: where it is. size: bytes (a folder: its files, links not followed).
+        last_used: seconds since the epoch (latest access or modification of its files).
+    """
+
+    kind: str
+    path: Path
+    size: int
+    last_used: float
+
+
+def _tree(path: Path) -> tuple[int, float]:
+    """Size and latest atime/mtime of a folder's files, links counted as themselves and never entered."""
+    size, latest = 0, 0.0
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for name in files + dirs:
+            st = os.lstat(os.path.join(root, name))
+            if not stat.S_ISDIR(st.st_mode):
+                size += st.st_size
+            latest = max(latest, st.st_atime, st.st_mtime)
+    st = os.lstat(path)
+    return size, max(latest, st.st_mtime)
+
+
+def _dirs(path: Path) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            yield from sorted(it, key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+
+
+def _file_unit(kind: str, entry: os.DirEntry[str]) -> CacheUnit:
+    st = entry.stat(follow_symlinks=False)
+    return CacheUnit(kind, Path(entry.path), st.st_size, max(st.st_atime, st.st_mtime))
+
+
+def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
+    """(units, bytes of other files, count of symbolic links skipped) under ``root``."""
+    units: list[CacheUnit] = []
+    other, links = 0, 0
+    known = {"entries", "hashes", "objects"}
+    for top in _dirs(root):
+        if top.is_symlink():
+            links += 1
+            continue
+        if top.name not in known or not top.is_dir(follow_symlinks=False):
+            other += _tree(Path(top.path))[0] if top.is_dir(follow_symlinks=False) else top.stat(
+                follow_symlinks=False).st_size
+            continue
+        shards = [top] if top.name == "hashes" else [s for s in _dirs(Path(top.path))]
+        for shard in shards:
+            if shard.is_symlink():
+                links += 1
+                continue
+            if not shard.is_dir(follow_symlinks=False) or (top.name != "hashes" and not _SHARD.match(shard.name)):
+                other += shard.stat(follow_symlinks=False).st_size if not shard.is_dir(follow_symlinks=False) \
+                    else _tree(Path(shard.path))[0]
+                continue
+            for item in _dirs(Path(shard.path)):
+                unit = _classify(top.name, item)
+                if unit is None:
+                    links += item.is_symlink()
+                    if not item.is_symlink():
+                        other += _tree(Path(item.path))[0] if item.is_dir(follow_symlinks=False) else \
+                            item.stat(follow_symlinks=False).st_size
+                else:
+                    units.append(unit)
+    return units, other, links
+
+
+def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:
+    if item.is_symlink():
+        return None
+    is_dir = item.is_dir(follow_symlinks=False)
+    if top in ("entries", "hashes") and not is_dir:
+        if _ENTRY.match(item.name):
+            return _file_unit(top, item)
+        if top == "entries" and _CLAIM.match(item.name):
+            return _file_unit("claims", item)
+        if _TEMP.match(item.name):
+            return _file_unit("partial", item)
+    if top == "objects" and is_dir and (_OBJECT.match(item.name) or _OBJECT_PART.match(item.name)):
+        size, used = _tree(Path(item.path))
+        return CacheUnit("objects" if _OBJECT.match(item.name) else "partial", Path(item.path), size, used)
+    return None
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What a cache folder holds.
+
+    Attributes:
+        directory: the folder. units: every removable unit. other_bytes: bytes of files wbfe did not
+        write (never removed). links: symbolic links seen (never followed, never removed).
+    """
+
+    directory: Path
+    units: tuple[CacheUnit, ...]
+    other_bytes: int
+    links: int
+
+    @property
+    def total(self) -> int:
+        """Bytes of the removable units."""
+        return sum(u.size for u in self.units)
+
+    def by_kind(self) -> dict[str, dict[str, Any]]:
+        """Per kind: count, bytes, oldest and newest last use (None for an empty kind)."""
+        out = {}
+        for kind in KINDS:
+            mine = [u for u in self.units if u.kind == kind]
+            out[kind] = {"count": len(mine), "bytes": sum(u.size for u in mine),
+                         "oldest_use": min((u.last_used for u in mine), default=None),
+                         "newest_use": max((u.last_used for u in mine), default=None)}
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape."""
+        return {"directory": str(self.directory), "total_bytes": self.total, "kinds": self.by_kind(),
+                "other_bytes": self.other_bytes, "links_skipped": self.links, "default_max_bytes": DEFAULT_MAX_SIZE}
+
+    def table(self) -> str:
+        """A text summary, one line per kind."""
+        now = time.time()
+        lines = [f"cache: {self.directory}"]
+        for kind, row in self.by_kind().items():
+            ages = "" if row["oldest_use"] is None else (
+                f", last used {(now - row['newest_use']) / 86400:.1f}-{(now - row['oldest_use']) / 86400:.1f} days ago")
+            lines.append(f"  {kind:8s} {row['count']:6d}  {format_size(row['bytes']):>10s}{ages}")
+        lines.append(f"  total             {format_size(self.total):>10s}  (prune bound by default: "
+                     f"{format_size(DEFAULT_MAX_SIZE)})")
+        if self.other_bytes or self.links:
+            lines.append(f"  not wbfe's: {format_size(self.other_bytes)} of other files, {self.links} symbolic "
+                         "link(s): never removed")
+        return "\n".join(lines) + "\n"
+
+
+def cache_info(directory: Union[str, Path, None] = None) -> CacheInfo:
+    """Scan a cache folder (default :func:`wbfe.ranking.cache.default_cache_dir`).
+
+    Raises:
+        InvalidOptionError: the path exists and is not a folder.
+    """
+    root = _root(directory)
+    units, other, links = _scan(root) if root.is_dir() else ([], 0, 0)
+    return CacheInfo(root, tuple(units), other, links)
+
+
+def _root(directory: Union[str, Path, None]) -> Path:
+    if directory is None:
+        from wbfe.ranking.cache import default_cache_dir
+
+        directory = default_cache_dir()
+    if not os.fspath(directory).strip():
+        raise InvalidOptionError("the cache folder is empty ('')")
+    root = Path(directory).expanduser()
+    if root.exists() and not root.is_dir():
+        raise InvalidOptionError(f"not a folder: {root}", path=str(root))
+    return root
+
+
+@dataclass
+class PruneReport:
+    """What :func:`prune_cache` removed (or would remove, with ``dry_run``).
+
+    Attributes:
+        removed: the units removed, oldest use first. kept_bytes: bytes of units left.
+        max_size, older_than_days: the bounds applied. dry_run: nothing was removed.
+    """
+
+    directory: Path
+    removed: list[CacheUnit] = field(default_factory=list)
+    kept_bytes: int = 0
+    max_size: Optional[int] = None
+    older_than_days: Optional[float] = None
+    dry_run: bool = False
+
+    @property
+    def freed(self) -> int:
+        return sum(u.size for u in self.removed)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape."""
+        return {"directory": str(self.directory), "dry_run": self.dry_run, "max_bytes": self.max_size,
+                "older_than_days": self.older_than_days, "removed": [
+                    {"kind": u.kind, "path": str(u.path), "bytes": u.size, "last_used": u.last_used}
+                    for u in self.removed], "freed_bytes": self.freed, "kept_bytes": self.kept_bytes}
+
+    def summary(self) -> str:
+        """One line."""
+        verb = "would remove" if self.dry_run else "removed"
+        kinds = {k: sum(1 for u in self.removed if u.kind == k) for k in KINDS}
+        what = ", ".join(f"{n} {k}" for k, n in kinds.items() if n) or "nothing"
+        return (f"{verb} {what} ({format_size(self.freed)}) from {self.directory}; "
+                f"{format_size(self.kept_bytes)} kept\n")
+
+
+def _inside(root: Path, path: Path) -> bool:
+    # The parent is resolved (links and all): a unit whose folder leads out of the cache is never removed.
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([real_root, os.path.realpath(path.parent)]) == real_root
+
+
+def _remove(root: Path, unit: CacheUnit) -> bool:
+    if not _inside(root, unit.path):
+        return False
+    try:
+        mode = os.lstat(unit.path).st_mode
+    except FileNotFoundError:
+        return True
+    if stat.S_ISLNK(mode):
+        return False
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(unit.path, ignore_errors=True)  # rmtree removes links inside, never their targets
+    else:
+        unit.path.unlink(missing_ok=True)
+    return True
+
+
+def _removable_claim(unit: CacheUnit, now: float) -> bool:
+    from wbfe.ranking.claims import is_stale, read_claim
+
+    try:
+        age = now - os.lstat(unit.path).st_mtime  # reading a claim moves its access time, not its age
+    except FileNotFoundError:
+        return False
+    owner = read_claim(unit.path)
+    return owner is not None and is_stale(owner, age=age)
+
+
+def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int, str, None] = DEFAULT_MAX_SIZE,
+                older_than: Optional[float] = None, dry_run: bool = False,
+                now: Optional[float] = None) -> PruneReport:
+    """Remove cache units unused for ``older_than`` days, then the least recently used until ``max_size`` holds.
+
+    Args:
+        directory: the cache folder (default :func:`wbfe.ranking.cache.default_cache_dir`).
+        max_size: the size bound in bytes or as text (``20G``); None for no bound.
+        older_than: remove what was last used more than this many days ago; None for no age rule.
+        dry_run: report only.
+        now: the current time (seconds since the epoch), for tests.
+
+    Returns:
+        A :class:`PruneReport`. Stale claims and day-old partial copies are always removed; live
+        claims never.
+
+    Raises:
+        InvalidOptionError: a negative or unparsable bound, or ``directory`` is not a folder.
+    """
+    bound = None if max_size is None else parse_size(max_size)
+    if older_than is not None and not (isinstance(older_than, (int, float)) and math.isfinite(older_than)
+                                       and older_than >= 0):
+        raise InvalidOptionError(f"older_than must be a non-negative number of days, not {older_than!r}")
+    now = time.time() if now is None else now
+    info = cache_info(directory)
+    report = PruneReport(info.directory, max_size=bound, older_than_days=older_than, dry_run=dry_run)
+    keep: list[CacheUnit] = []
+    for unit in sorted(info.units, key=lambda u: u.last_used):
+        if unit.kind == "claims":
+            drop = _removable_claim(unit, now)
+        elif unit.kind == "partial":
+            drop = now - unit.last_used > _PARTIAL_AGE
+        else:
+            drop = older_than is not None and now - unit.last_used > older_than * 86400.0
+        (report.removed if drop else keep).append(unit)
+    if bound is not None:
+        total = sum(u.size for u in keep)
+        evictable = [u for u in keep if u.kind in ("entries", "hashes", "objects")]
+        for unit in evictable:  # oldest use first
+            if total <= bound:
+                break
+            keep.remove(unit)
+            report.removed.append(unit)
+            total -= unit.size
+    if not dry_run:
+        report.removed = [u for u in report.removed if _remove(info.directory, u)]
+    report.removed.sort(key=lambda u: u.last_used)
+    report.kept_bytes = info.total - report.freed
+    return report

@@ -1,0 +1,116 @@
+"""Before scoring a zoo: which models cannot be had here (not cached, and no download possible).
+
+A zoo of downloadable models (``torchvision-imagenet``: 114 weights) ranked with no network used to
+try every model in turn (each failing on its own) before saying nothing could be ranked. This
+module finds out once: a model is available when its weights are in the local cache (torch hub
+cache, Hugging Face cache) or on disk; otherwise it needs a download, which is impossible when
+``HF_HUB_OFFLINE`` is set or when its host does not accept one TCP connection (checked once per
+host, :func:`wbfe.sources.hub.host_unreachable`). Nothing is downloaded and no client retries.
+
+Object-store URIs and anything that is not a model reference are left to the scorer (reported
+there), as are the models whose download host answers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Optional
+from urllib.parse import urlparse
+
+from wbfe._config import hf_offline
+from wbfe.errors import ModelNotFoundError, WbfeError
+from wbfe.ranking.zoo import Zoo
+
+__all__ = ["unavailable_models", "model_blocker"]
+
+_FIX = ("run once with a network to cache the weights, or point TORCH_HOME / HF_HUB_CACHE at a cache "
+        "that holds them")
+
+
+def _where(ref: str) -> Optional[tuple[bool, str, str]]:
+    """(cached, download URL, what to call the host) of a downloadable reference; None for anything else."""
+    from wbfe.sources.hub import HUB_ID, hub_cached
+    from wbfe.sources.object_store import is_uri
+
+    if is_uri(ref) or os.path.lexists(Path(ref).expanduser()):
+        return None
+    if ref.startswith(("timm:", "torchvision:")):
+        from wbfe.sources.zoo_libraries import library_weights
+
+        cached, url = library_weights(ref)
+        return cached, url, _host_name(url)
+    text = ref.split(":", 1)[1] if ref.startswith(("hf:", "hf-hub:")) else ref
+    if HUB_ID.match(text) and not text.startswith((".", "/", "~")):
+        from huggingface_hub import constants
+
+        return hub_cached(text), str(constants.ENDPOINT), "the Hugging Face hub"
+    return None
+
+
+def _host_name(url: str) -> str:
+    from huggingface_hub import constants
+
+    if urlparse(url).netloc == urlparse(str(constants.ENDPOINT)).netloc:
+        return "the Hugging Face hub"
+    return f"the download host {urlparse(url).hostname}"
+
+
+def model_blocker(ref: str, reach: Callable[[str, str], Optional[str]]) -> Optional[str]:
+    """Why ``ref`` cannot be had here, or None (available, or not ours to judge).
+
+    Args:
+        ref: a zoo entry's reference.
+        reach: ``reach(url, what)`` says why the host of ``url`` cannot be reached, None if it can.
+
+    Returns:
+        A reason, e.g. ``not cached, and HF_HUB_OFFLINE is set``.
+    """
+    try:
+        where = _where(ref)
+    except WbfeError:
+        return None  # an unknown name or a missing library: the scorer reports it for this model
+    if where is None or where[0]:
+        return None
+    if hf_offline():
+        return "not cached, and HF_HUB_OFFLINE is set"
+    why = reach(where[1], where[2])
+    return None if why is None else f"not cached, and {why}"
+
+
+def unavailable_models(zoo: Zoo, *, timeout: float = 3.0) -> dict[str, str]:
+    """The zoo's models that cannot be had here, each with its reason; raise when that is every model.
+
+    Args:
+        zoo: the zoo to rank.
+        timeout: seconds for each host's one connection.
+
+    Returns:
+        Model name → reason, for the models to record as failed without trying them.
+
+    Raises:
+        ModelNotFoundError: no model of the zoo can be had (one line: how many, why, what to do).
+    """
+    from wbfe.sources.hub import host_unreachable
+
+    hosts: dict[str, Optional[str]] = {}
+
+    def reach(url: str, what: str) -> Optional[str]:
+        host = urlparse(url).netloc
+        if host not in hosts:  # one connection per host for the whole zoo
+            hosts[host] = host_unreachable(url, what=what, timeout=timeout)
+        return hosts[host]
+
+    blocked = {}
+    for entry in zoo.entries:
+        why = model_blocker(entry.ref, reach)
+        if why is not None:
+            blocked[entry.name] = why
+    if zoo.entries and len(blocked) == len(zoo.entries):
+        reason, count = Counter(blocked.values()).most_common(1)[0]
+        share = "every one" if count == len(blocked) else f"{count} of them"
+        raise ModelNotFoundError(
+            f"zoo {zoo.name}: none of its {len(zoo.entries)} models can be scored here: {reason} ({share}); {_FIX}",
+            ref=zoo.name)
+    return blocked

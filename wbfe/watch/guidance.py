@@ -1,0 +1,213 @@
+"""What a watch result can and cannot say: why a column is NaN, which layers can carry h_t, BFE-W at a fixed λ.
+
+Three things a table of NaN does not tell by itself:
+
+- why: the HTMP fit (κ, β, τ, hence h, h*, F∞) and α need ``min_eigs`` eigenvalues; a 7-class head
+  has 7, so its fit is NaN at every checkpoint (:func:`nan_notes`);
+- what instead: the matrices of the same checkpoint that have enough eigenvalues
+  (:func:`fittable_hint`; ``--layers fittable`` selects them);
+- which BFE-W to read across one run: BFE-W at λ* is the free energy at each checkpoint's own
+  optimal prior precision λ* = 1/mean(e), which moves with the weights' scale, so it is not expected
+  to fall over the epochs of one run (the BFE-W paper: tracking one run needs λ calibrated
+  afterwards). BFE-W at one fixed λ, taken from the last checkpoint or given, is comparable across
+  the run (:func:`fixed_lambda_trend`); the stopping signal itself is h_t against h*.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["bfe_at", "bfe_at_many", "FixedLambdaTrend", "fixed_lambda_trend", "nan_notes", "fittable_hint",
+           "describe_trend", "BFE_OPT_CAVEAT"]
+
+BFE_OPT_CAVEAT = ("BFE-W at λ* (the bfe column without --lambda) is not expected to fall over one run's epochs: "
+                  "λ* = 1/mean(e) follows the weights' scale, so tracking one run needs λ fixed afterwards "
+                  "(the BFE-W paper); the stopping signal is h_t against h*(λ)")
+
+# The columns that an HTMP-fit or α failure leaves NaN, named as the table names them.
+_FIT_COLUMNS = "htmp_kappa, htmp_beta, htmp_tau, h, h_star, f_inf, alpha"
+
+
+def bfe_at(f_star: float, lambda_star: float, lam: float) -> float:
+    """BFE-W at prior precision λ from its optimum: F^λ = F* + ½·(r − 1 − log r), r = λ/λ*.
+
+    Args:
+        f_star: BFE-W at λ* (``+inf`` for a rank-deficient matrix).
+        lambda_star: λ* = 1/mean(e).
+        lam: the prior precision λ > 0.
+
+    Returns:
+        F^λ (NaN when ``f_star`` or ``lambda_star`` is NaN).
+
+    Example:
+        >>> bfe_at(1.0, 2.0, 2.0)  # at λ* itself
+        1.0
+        >>> round(bfe_at(1.0, 2.0, 4.0), 9)  # r = 2: 1 + ½·(1 − log 2)
+        1.15342641
+    """
+    r = lam / lambda_star
+    return f_star + 0.5 * (r - 1.0 - math.log(r))
+
+
+def bfe_at_many(f_star: np.ndarray, lambda_star: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """:func:`bfe_at` elementwise over broadcastable arrays (NaN where an input is NaN or λ* ≤ 0)."""
+    f_star, lambda_star, lam = (np.asarray(x, dtype=float) for x in (f_star, lambda_star, lam))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = lam / lambda_star
+        out = f_star + 0.5 * (r - 1.0 - np.log(r))
+    out[~(r > 0)] = np.nan
+    return out
+
+
+@dataclass(frozen=True)
+class FixedLambdaTrend:
+    """BFE-W at one fixed λ per layer across a run, beside BFE-W at each checkpoint's λ*.
+
+    Attributes:
+        source: ``given`` (one λ for every layer) or ``last checkpoint`` (each layer's λ* there).
+        source_step: the step the λ values were taken at (None when given).
+        lambdas: layer name → the fixed λ (NaN where the layer has no finite λ*).
+        steps: the checkpoints' steps.
+        bfe: (checkpoints, layers) BFE-W at the fixed λ.
+        bfe_opt: (checkpoints, layers) BFE-W at λ*.
+        run_bfe, run_bfe_opt: per checkpoint, the mean over the layers finite at every checkpoint
+            (NaN when no layer is).
+    """
+
+    source: str
+    source_step: Optional[int]
+    lambdas: dict[str, float]
+    steps: tuple[int, ...]
+    bfe: np.ndarray
+    bfe_opt: np.ndarray
+    run_bfe: np.ndarray
+    run_bfe_opt: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape (non-finite numbers are turned into null by the caller's ``json_ready``)."""
+        return {
+            "lambda_source": self.source, "lambda_step": self.source_step,
+            "lambdas": {k: float(v) for k, v in self.lambdas.items()},
+            "trend": [{"step": s, "bfe": float(b), "bfe_opt": float(o)}
+                      for s, b, o in zip(self.steps, self.run_bfe, self.run_bfe_opt)],
+            "summary": describe_trend(self.steps, self.run_bfe),
+            "note": BFE_OPT_CAVEAT,
+        }
+
+
+def _run_mean(values: np.ndarray) -> np.ndarray:
+    # The same layers at every checkpoint, so the run-level numbers are comparable along the run.
+    if values.size == 0:
+        return np.full(values.shape[0], np.nan)
+    keep = np.all(np.isfinite(values), axis=0)
+    return values[:, keep].mean(axis=1) if keep.any() else np.full(values.shape[0], np.nan)
+
+
+def fixed_lambda_trend(steps: Sequence[int], names: Sequence[str], bfe_opt: np.ndarray,
+                       lambda_star: np.ndarray, lam: Optional[float] = None) -> FixedLambdaTrend:
+    """BFE-W of every (checkpoint, layer) at one λ per layer, from F* and λ* alone.
+
+    Args:
+        steps: the checkpoints' steps, in order.
+        names: the layer names (columns).
+        bfe_opt: (checkpoints, layers) BFE-W at λ*.
+        lambda_star: the matching λ*.
+        lam: one λ for every layer; None takes each layer's λ* at the last checkpoint where it is finite.
+
+    Returns:
+        A :class:`FixedLambdaTrend`.
+    """
+    bfe_opt = np.asarray(bfe_opt, dtype=float).reshape(len(steps), len(names))
+    lambda_star = np.asarray(lambda_star, dtype=float).reshape(bfe_opt.shape)
+    if lam is not None:
+        fixed = np.full(len(names), float(lam))
+        source, source_step = "given", None
+    else:
+        fixed = np.full(len(names), np.nan)
+        last_row = -1
+        for j in range(len(names)):
+            finite = np.flatnonzero(np.isfinite(lambda_star[:, j]) & (lambda_star[:, j] > 0))
+            if finite.size:
+                fixed[j] = lambda_star[finite[-1], j]
+                last_row = max(last_row, int(finite[-1]))
+        source = "last checkpoint"
+        source_step = int(steps[last_row]) if last_row >= 0 else None
+    values = bfe_at_many(bfe_opt, lambda_star, fixed[None, :])
+    return FixedLambdaTrend(source, source_step, dict(zip(names, fixed.tolist())), tuple(int(s) for s in steps),
+                            values, bfe_opt, _run_mean(values), _run_mean(bfe_opt))
+
+
+def describe_trend(steps: Sequence[int], values: np.ndarray) -> str:
+    """One line: first and last finite value, the change, and at how many steps it fell."""
+    values = np.asarray(values, dtype=float)
+    finite = np.flatnonzero(np.isfinite(values))
+    if finite.size == 0:
+        return "no finite value"
+    first, last = int(finite[0]), int(finite[-1])
+    if first == last:
+        return f"step {steps[first]}: {values[first]:.6g} (one checkpoint)"
+    diffs = np.diff(values[finite])
+    return (f"step {steps[first]} {values[first]:.6g} → step {steps[last]} {values[last]:.6g} "
+            f"({values[last] - values[first]:+.4g}; falls at {int(np.sum(diffs < 0))} of {diffs.size} steps)")
+
+
+def _layer_reason(layer: Any) -> str:
+    reasons = getattr(layer, "reasons", {}) or {}
+    for key in ("h", "htmp_kappa", "htmp_beta", "alpha"):
+        if reasons.get(key):
+            return str(reasons[key])
+    return "the HTMP fit did not converge" if not math.isfinite(layer.kappa) else "h = κ/β is not finite"
+
+
+def nan_notes(points: Sequence[Any]) -> tuple[dict[tuple[int, str], int], list[str]]:
+    """Why h is NaN, per (checkpoint, layer), grouped into numbered notes.
+
+    Args:
+        points: the run's :class:`~wbfe.watch.trajectories.CheckpointPoint` objects.
+
+    Returns:
+        ``(marks, notes)``: ``marks[(checkpoint index, layer name)]`` is the 1-based note number of a
+        row whose h is NaN; ``notes[k - 1]`` is note k's text.
+    """
+    keys: dict[tuple[str, str], list[int]] = {}
+    for t, point in enumerate(points):
+        for layer in point.layers:
+            if not math.isfinite(layer.h):
+                keys.setdefault((layer.name, _layer_reason(layer)), []).append(t)
+    marks: dict[tuple[int, str], int] = {}
+    notes = []
+    for k, ((name, reason), where) in enumerate(keys.items(), start=1):
+        for t in where:
+            marks[(t, name)] = k
+        notes.append(f"[{k}] {name} ({len(where)} of {len(points)} checkpoints): {_FIT_COLUMNS} are NaN — {reason}")
+    return marks, notes
+
+
+def fittable_hint(points: Sequence[Any], layers: str) -> Optional[str]:
+    """A hint naming the matrices that can carry h_t, when some selected layer has too few eigenvalues.
+
+    Args:
+        points: the run's checkpoint points (their ``fittable`` and ``min_eigs`` come from scoring).
+        layers: the layer selection used.
+
+    Returns:
+        One sentence, or None when every selected layer has enough eigenvalues or nothing is known.
+    """
+    if not points:
+        return None
+    last = points[-1]
+    min_eigs = getattr(last, "min_eigs", 0)
+    short = [layer for layer in last.layers if 0 < layer.n_eigs < min_eigs]
+    if not short or layers == "fittable":
+        return None
+    fittable = list(getattr(last, "fittable", ()))
+    what = ", ".join(f"{layer.name} has {layer.n_eigs}" for layer in short)
+    head = f"too few eigenvalues for an HTMP fit ({what}; the fit needs min_eigs={min_eigs})"
+    if not fittable:
+        return head + "; no matrix of this checkpoint has enough: h_t cannot be followed, only BFE-W"
+    listed = ", ".join(f"{name} ({n})" for name, n in fittable[:8]) + (" ..." if len(fittable) > 8 else "")
+    return f"{head}; the matrices that can carry h_t: {listed} — rerun with --layers fittable"
