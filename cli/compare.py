@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ._options import ScoreFormat, compare_group, with_groups
+from ._progress import progress_bar
 
 if TYPE_CHECKING:
     from wbfe.options import CompareOptions
@@ -31,7 +32,8 @@ def compare_command(
     from wbfe.report import score_csv
 
     folder = check_output_dir(output) if output is not None else None  # before any work
-    result = wbfe.compare(a, b, **compare.keywords())
+    with progress_bar(enabled=True, what="comparing", unit="pairs") as update:
+        result = wbfe.compare(a, b, **compare.keywords(), progress=update)
     render = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
               ScoreFormat.table: lambda: compare_table(result)}
     if folder is not None:

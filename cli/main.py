@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from wbfe.errors import WbfeError
 
-from . import cache, compare, esd, rank, report, score, smooth, theory, watch
+from . import cache, compare, describe, esd, rank, report, score, smooth, theory, watch
 
 # Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click and exports
 # only BadParameter of them; older typers use click itself): found from BadParameter's module.
@@ -112,6 +112,7 @@ app.command("compare")(compare.compare_command)
 app.command("rank")(rank.rank_command)
 app.command("report")(report.report_command)
 app.command("esd")(esd.esd_command)
+app.command("describe")(describe.describe_command)
 app.command("watch")(watch.watch_command)
 app.command("smooth")(smooth.smooth_command)
 app.command("sharpen")(smooth.sharpen_command)

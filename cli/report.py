@@ -81,7 +81,7 @@ def report_command(
                       progress=lambda line: typer.echo(line, err=True))
         report = rank_report(result)
     else:
-        from .score import progress_bar
+        from ._progress import progress_bar
 
         with progress_bar(enabled=True) as update:
             scored = wbfe.score(target, options=score, progress=update)  # type: ignore[arg-type]

@@ -2,36 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from ._options import REF_HELP, ScoreFormat, executor_group, score_group, with_groups
+from ._progress import progress_bar
 
 if TYPE_CHECKING:
     from wbfe.executors import ExecutorOptions
     from wbfe.options import ScoreOptions
-
-
-@contextmanager
-def progress_bar(enabled: bool) -> Iterator[Optional[object]]:
-    """A transient progress bar on stderr when it is a terminal; None otherwise."""
-    if not (enabled and sys.stderr.isatty()):
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("scoring", total=None)
-
-        def update(done: int, total: Optional[int], name: str) -> None:
-            bar.update(task, completed=done, total=total, description=f"scoring {name[:40]:<40}")
-
-        yield update
 
 
 def score_command(

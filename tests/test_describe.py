@@ -84,3 +84,21 @@ def test_describe_imports_no_torch(tmp_path: Path) -> None:
             "print(len(d.matrices), 'torch' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
     assert run.stdout.split() == ["3", "False"]  # tiny.weight (1 eigenvalue) is skipped
+
+
+def test_describe_command(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from wbfe_cli.main import app
+
+    path = _checkpoint(tmp_path / "m.safetensors")
+    out = CliRunner().invoke(app, ["describe", str(path), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == json.loads(wbfe.describe(path).to_json())
+    table = CliRunner().invoke(app, ["describe", str(path)])
+    assert table.exit_code == 0
+    assert "head: classifier.weight (name); 3 matrices, 2 tensors skipped" in table.stdout
+    bad = CliRunner().invoke(app, ["describe", str(path), "--layers", "(a+)+$"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("wbfe: error: --layers")

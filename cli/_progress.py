@@ -1,0 +1,36 @@
+"""The progress bar of the commands that score: on stderr, only when it is a terminal."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+__all__ = ["progress_bar", "Update"]
+
+# update(done, total, name): what the library's ``progress=`` callbacks receive.
+Update = Callable[[int, Optional[int], str], None]
+
+
+@contextmanager
+def progress_bar(enabled: bool, what: str = "scoring", unit: str = "matrices") -> Iterator[Optional[Update]]:
+    """A transient bar with the count done of the total, the rate and the time left; None when
+    stderr is not a terminal (nothing is drawn into a pipe or a log)."""
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    rate = TextColumn("{task.fields[rate]}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(), rate,
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None, rate="")
+
+        def update(done: int, total: Optional[int], name: str) -> None:
+            speed: Any = bar.tasks[0].speed
+            shown = f"{speed:.1f} {unit}/s" if speed else ""
+            bar.update(task, completed=done, total=total, rate=shown, description=f"{what} {name[:40]:<40}")
+
+        yield update
