@@ -118,7 +118,7 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
     from wbfe.metrics import MetricOptions, resolve_groups
     from wbfe.pipeline import Pipeline
     from wbfe.sources import open_source
-    from wbfe.sources._base import _HASH_CHUNK, _file_sha256
+    from wbfe.sources._base import HASH_CHUNK, file_sha256
     from wbfe.spectra import resolve_device
 
     node = node_of_this_task()
@@ -149,7 +149,7 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             sc._run_stream(pipeline, stream, options, device, groups, metric_options, seen_storage, digests, record)
             provenance = _provenance(source.provenance)
             head_hint, config = source.head_hint, source.config
-        digest = _file_sha256(Path(file), bytearray(_HASH_CHUNK), None)[1] if file else None
+        digest = file_sha256(Path(file), bytearray(HASH_CHUNK), None)[1] if file else None
     except WbfeError as exc:
         return {"error": exc, "node": node}
     return {"rows": rows, "ties": digests.keys, "provenance": provenance, "head_hint": head_hint,
@@ -176,7 +176,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
     from wbfe import scoring as sc
     from wbfe._provenance import installed_versions
     from wbfe.metrics import resolve_groups
-    from wbfe.sources._base import _combine
+    from wbfe.sources._base import combine_digests
     from wbfe.spectra import resolve_device
 
     ray = connect(executor.address)
@@ -223,7 +223,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, *,
     layers, skipped = _merge(rows, ties)
     first = answers[0]
     provenance = dict(first["provenance"])
-    provenance["sha256"] = _combine([(Path(parts[k].file).name, answers[k]["digest"])  # type: ignore[arg-type]
+    provenance["sha256"] = combine_digests([(Path(parts[k].file).name, answers[k]["digest"])  # type: ignore[arg-type]
                                      for k in sorted(answers) if parts[k].file is not None])
     device = resolve_device(options.device)
     provenance.update({"device": str(device), "versions": installed_versions(), "options": options.to_dict(),

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from wbfe._config import hf_cache_dir, hf_offline
 from wbfe.errors import ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.local import open_path, pick_weight_files, read_model_config
+from wbfe.sources.registry import checkpoint_suffixes, register_location
 
-__all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files"]
+__all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "is_hub_id", "open_hub_ref"]
 
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
@@ -181,3 +183,19 @@ def _adapter(folder: Path, ref: str, repo_id: str, revision: str | None) -> Tens
     source = open_adapter(folder, ref)
     source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main", "commit": folder.name})
     return source
+
+
+def is_hub_id(ref: Any) -> bool:
+    """Whether ``ref`` reads as a hub id ``org/name[@revision]``: not a relative or absolute path,
+    nor a name ending like a checkpoint file (``runs/model.safetensors`` is a missing file)."""
+    if not isinstance(ref, (str, Path)):
+        return False
+    text = str(ref)
+    return (HUB_ID.match(text) is not None and not text.startswith((".", "/", "~"))
+            and not text.endswith(checkpoint_suffixes() + (".json",)))
+
+
+@register_location("hub", order=50, claims=is_hub_id)
+def open_hub_ref(ref: Any) -> TensorSource:
+    """Open a hub id that is not an existing path (the ``hub`` location)."""
+    return open_hub(str(ref), could_be_path=True)

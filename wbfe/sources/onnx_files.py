@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
-from wbfe.sources.formats import read_range
+from wbfe.sources.io import read_range
+from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["OnnxSource"]
+__all__ = ["OnnxSource", "open_onnx", "ONNX"]
 
 # Weight input of each operator: (input index, layout of the stored tensor).
 _WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0}
@@ -324,3 +325,16 @@ def _dtype_name(onnx: Any, data_type: int) -> str:
     if data_type == onnx.TensorProto.BFLOAT16:
         return "bfloat16"
     return name
+
+
+def open_onnx(path: Path, ref: str, fmt: str | None = None) -> OnnxSource:
+    """Open an ONNX model (a protobuf, with no magic: told by its ``.onnx`` suffix).
+
+    Raises:
+        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError, MissingDependencyError:
+            as the reader raises.
+    """
+    return OnnxSource(ref, path)
+
+
+ONNX = register_format(FileFormat(name="onnx", suffixes=(".onnx",), open=open_onnx, group="other", rank=30))
