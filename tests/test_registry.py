@@ -93,9 +93,51 @@ def write_onnx(folder: Path) -> tuple[Path, Expected]:
     return folder / "model.onnx", {k: torch.from_numpy(v) for k, v in w.items()}
 
 
+class _Scriptable(torch.nn.Module):
+    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 6, bias=False)
+        self.fc2 = torch.nn.Linear(6, 3, bias=False)
+        with torch.no_grad():
+            self.fc1.weight.copy_(torch.from_numpy(weights["fc1.weight"]))
+            self.fc2.weight.copy_(torch.from_numpy(weights["fc2.weight"]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.fc1(x))
+
+
+def write_torchscript(folder: Path) -> tuple[Path, Expected]:
+    import warnings
+
+    w = _weights(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.script(_Scriptable(w)), str(folder / "model.jit"))
+    return folder / "model.jit", {k: torch.from_numpy(v) for k, v in w.items()}
+
+
+def write_npz(folder: Path) -> tuple[Path, Expected]:
+    w = _weights(6)
+    np.savez(folder / "model.npz", **w)
+    return folder / "model.npz", {k: torch.from_numpy(v) for k, v in w.items()}
+
+
+def write_flax(folder: Path) -> tuple[Path, Expected]:
+    """Dense kernels (in × out) as flax.serialization writes them: msgpack extension type 1."""
+    msgpack = pytest.importorskip("msgpack")
+    w = _weights(7)
+
+    def ext(a: np.ndarray) -> object:
+        return msgpack.ExtType(1, msgpack.packb((a.shape, a.dtype.name, a.tobytes()), use_bin_type=True))
+
+    tree = {"fc1": {"kernel": ext(w["fc1.weight"].T.copy())}, "fc2": {"kernel": ext(w["fc2.weight"].T.copy())}}
+    (folder / "flax_model.msgpack").write_bytes(msgpack.packb(tree))
+    return folder / "flax_model.msgpack", {k: torch.from_numpy(v) for k, v in w.items()}
+
+
 WRITERS: dict[str, Writer] = {
     "safetensors": write_safetensors, "torch": write_torch, "gguf": write_gguf, "keras": write_keras,
-    "onnx": write_onnx,
+    "onnx": write_onnx, "torchscript": write_torchscript, "npz": write_npz, "flax": write_flax,
 }
 
 
@@ -138,7 +180,8 @@ def test_each_format_is_found_by_its_bytes_or_refuses_garbage(tmp_path: Path, fm
 
 def test_suffixes_and_locations_come_from_the_registries() -> None:
     assert CHECKPOINT_SUFFIXES[:11] == (".safetensors", ".bin", ".pt", ".pth", ".th", ".ckpt", ".gguf", ".h5",
-                                        ".hdf5", ".keras", ".onnx")
+                                        ".hdf5", ".keras", ".onnx")  # by rank: the folder preference
+    assert set(CHECKPOINT_SUFFIXES[11:]) == {".jit", ".torchscript", ".npz", ".msgpack"}
     assert [loc.name for loc in locations()] == ["memory", "object-store", "path", "timm", "torchvision", "hub"]
 
 
@@ -153,6 +196,8 @@ def test_folder_preference_follows_the_ranks() -> None:
     with pytest.raises(CorruptCheckpointError, match=r"^several torch weight files and no single index"):
         pick_weight_files(["a.bin", "b.pt"])
     assert pick_weight_files(["README.md", "tokenizer.json"]) == []
+    assert pick_weight_files(["flax_model.msgpack", "tf_model.h5"]) == ["tf_model.h5"]  # Keras ranks first
+    assert pick_weight_files(["flax_model.msgpack", "opt.msgpack", "w.npz"]) == ["flax_model.msgpack"]
 
 
 def test_a_fifo_named_like_any_format_is_refused_without_blocking(tmp_path: Path) -> None:

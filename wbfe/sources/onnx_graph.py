@@ -128,9 +128,9 @@ class _Walker:
             self.position += 1
             ins = [_resolve(scopes, name) if name else None for name in node.input]
             self.inputs_of[position] = ins
-            for i, vid in enumerate(ins):
-                if vid is not None:
-                    self.uses[vid].append(_Use(node, i, position))
+            for i, used in enumerate(ins):
+                if used is not None:
+                    self.uses[used].append(_Use(node, i, position))
             outs = self.outputs_of[position] = [self.new() for _ in node.output]
             if node.op_type == "Constant" and outs:
                 self._constant(node, outs[0], scope)
