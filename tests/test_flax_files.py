@@ -100,7 +100,8 @@ def test_folder_with_config_scores_like_the_pytorch_layout(tmp_path: Path) -> No
         assert source.config == {"num_labels": 5, "model_type": "toy"}
         assert source.provenance.format == "flax-msgpack"
     got = {row["name"]: row["bfe"] for row in wbfe.score(tmp_path, metrics="bfe").layers}
-    torch_state = {"embed.weight": EMBED, "conv.weight": CONV.transpose(3, 2, 0, 1), "conv1d.weight": CONV1D.transpose(2, 1, 0),
+    torch_state = {"embed.weight": EMBED, "conv.weight": CONV.transpose(3, 2, 0, 1),
+                   "conv1d.weight": CONV1D.transpose(2, 1, 0),
                    "layer.0.dense.weight": DENSE.T, "classifier.weight": HEAD.T}
     want = {row["name"]: row["bfe"] for row in wbfe.score(
         {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_state.items()}, metrics="bfe").layers}

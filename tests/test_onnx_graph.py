@@ -87,7 +87,8 @@ def test_if_branches_sharing_a_weight_list_it_once(tmp_path: Path) -> None:
                          then_branch=_branch("then", "w_in", "a"), else_branch=_branch("else", "w_in", "b")),
         helper.make_node("Gemm", ["h", "w_out"], ["y"], name="head", transB=1),
     ]
-    graph = helper.make_graph(nodes, "g", [_info("cond", [], TensorProto.BOOL), _info("x", [1, 4])], [_info("y", [1, 3])],
+    inputs = [_info("cond", [], TensorProto.BOOL), _info("x", [1, 4])]
+    graph = helper.make_graph(nodes, "g", inputs, [_info("y", [1, 3])],
                               [numpy_helper.from_array(W_OUT, "w_out"), numpy_helper.from_array(W_IN, "w_in")])
     entries, source = _read(_save(tmp_path, graph))
     assert list(entries) == ["w_in", "w_out"]  # the model's order (w_in's branches come first), stored order reversed
@@ -102,7 +103,8 @@ def test_if_branches_sharing_a_weight_list_it_once(tmp_path: Path) -> None:
 def test_head_found_inside_the_branches_an_output_comes_from(tmp_path: Path) -> None:
     nodes = [helper.make_node("If", ["cond"], ["y"], name="choose",
                               then_branch=_branch("then", "w_in", "a"), else_branch=_branch("else", "w_in", "b"))]
-    graph = helper.make_graph(nodes, "g", [_info("cond", [], TensorProto.BOOL), _info("x", [1, 4])], [_info("y", [1, 6])],
+    inputs = [_info("cond", [], TensorProto.BOOL), _info("x", [1, 4])]
+    graph = helper.make_graph(nodes, "g", inputs, [_info("y", [1, 6])],
                               [numpy_helper.from_array(W_IN, "w_in")])
     _, source = _read(_save(tmp_path, graph))
     assert source.head_hint == "w_in"
@@ -116,7 +118,8 @@ def test_weight_two_subgraphs_deep_in_a_loop_and_an_if(tmp_path: Path) -> None:
     inner_else = helper.make_graph([helper.make_node("Identity", ["s_in"], ["e"], name="keep")], "else", [],
                                    [_info("e", [1, 6])])
     body = helper.make_graph(
-        [helper.make_node("If", ["cond_in"], ["s_out"], name="inner_if", then_branch=inner_then, else_branch=inner_else),
+        [helper.make_node("If", ["cond_in"], ["s_out"], name="inner_if", then_branch=inner_then,
+                          else_branch=inner_else),
          helper.make_node("Identity", ["cond_in"], ["cond_out"], name="cond_id")],
         "body", [_info("i", [], TensorProto.INT64), _info("cond_in", [], TensorProto.BOOL), _info("s_in", [1, 6])],
         [_info("cond_out", [], TensorProto.BOOL), _info("s_out", [1, 6])])
@@ -175,12 +178,13 @@ def test_same_name_in_two_branches_is_qualified(tmp_path: Path) -> None:
     a, b = RNG.standard_normal((4, 6)).astype(np.float32), RNG.standard_normal((4, 6)).astype(np.float32)
 
     def branch(name: str, array: np.ndarray, out: str) -> onnx.GraphProto:
-        return helper.make_graph([_const("w", array), helper.make_node("MatMul", ["x", "w"], [out], name=f"{name}_mm")],
-                                 name, [], [_info(out, [1, 6])])
+        nodes = [_const("w", array), helper.make_node("MatMul", ["x", "w"], [out], name=f"{name}_mm")]
+        return helper.make_graph(nodes, name, [], [_info(out, [1, 6])])
 
     nodes = [helper.make_node("If", ["cond"], ["y"], name="choose", then_branch=branch("then", a, "p"),
                               else_branch=branch("else", b, "q"))]
-    graph = helper.make_graph(nodes, "g", [_info("cond", [], TensorProto.BOOL), _info("x", [1, 4])], [_info("y", [1, 6])])
+    inputs = [_info("cond", [], TensorProto.BOOL), _info("x", [1, 4])]
+    graph = helper.make_graph(nodes, "g", inputs, [_info("y", [1, 6])])
     entries, _ = _read(_save(tmp_path, graph))
     assert list(entries) == ["choose/then_branch/w", "choose/else_branch/w"]
     assert torch.equal(entries["choose/then_branch/w"].load(), torch.from_numpy(a.T.copy()))

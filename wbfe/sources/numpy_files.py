@@ -75,7 +75,8 @@ class NpzSource(TensorSource):
             skip = "object array: only a pickle can hold it, and wbfe does not unpickle .npz members"
         elif torch_dtype is None:
             skip = f"{dtype} array: not a weight dtype"
-        return _Member(name, info.filename, tuple(int(s) for s in shape), torch_dtype or str(dtype), bool(fortran), skip)
+        return _Member(name, info.filename, tuple(int(s) for s in shape), torch_dtype or str(dtype), bool(fortran),
+                       skip)
 
     def __len__(self) -> int:
         return len(self._members)
