@@ -14,7 +14,7 @@ from wbfe._config import hf_cache_dir, hf_offline
 from wbfe.errors import ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.local import open_path, pick_weight_files, read_model_config
-from wbfe.sources.registry import checkpoint_suffixes, register_location
+from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "is_hub_id", "open_hub_ref"]
 
@@ -137,8 +137,9 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
     repo_id, revision = parse_hub_id(ref)
     cache_dir = hf_cache_dir()
     snapshot = _cached_snapshot(repo_id, revision, cache_dir)
-    if snapshot is not None and (snapshot / "adapter_config.json").is_file():  # a PEFT LoRA adapter
-        return _adapter(snapshot, ref, repo_id, revision)
+    kind = _folder_kind(snapshot, ref, repo_id, revision) if snapshot is not None else None
+    if kind is not None:  # a folder of its own kind: a PEFT LoRA adapter
+        return kind
     if snapshot is not None:
         try:
             chosen = pick_weight_files([p.name for p in snapshot.iterdir()])
@@ -168,8 +169,9 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
         raise ModelNotFoundError(
             f"{prefix}no such model in the local Hugging Face cache {cache_dir}; {reason}", ref=ref
         ) from None
-    if (local.parent / "adapter_config.json").is_file():
-        return _adapter(local.parent, ref, repo_id, revision)
+    kind = _folder_kind(local.parent, ref, repo_id, revision)
+    if kind is not None:
+        return kind
     source = open_path(local, ref=ref, fmt=fmt)
     source.config = read_model_config(local.parent)
     source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
@@ -177,12 +179,15 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
     return source
 
 
-def _adapter(folder: Path, ref: str, repo_id: str, revision: str | None) -> TensorSource:
-    from wbfe.sources.peft_adapter import open_adapter
-
-    source = open_adapter(folder, ref)
-    source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main", "commit": folder.name})
-    return source
+def _folder_kind(folder: Path, ref: str, repo_id: str, revision: str | None) -> TensorSource | None:
+    """The snapshot opened as the registered folder kind that claims it (a PEFT adapter), else None."""
+    for kind in folder_kinds():
+        if kind.claims(folder):
+            source = kind.open(folder, ref)
+            source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
+                                            "commit": folder.name})
+            return source
+    return None
 
 
 def is_hub_id(ref: Any) -> bool:
