@@ -189,3 +189,40 @@ def test_same_name_in_two_branches_is_qualified(tmp_path: Path) -> None:
     assert list(entries) == ["choose/then_branch/w", "choose/else_branch/w"]
     assert torch.equal(entries["choose/then_branch/w"].load(), torch.from_numpy(a.T.copy()))
     assert torch.equal(entries["choose/else_branch/w"].load(), torch.from_numpy(b.T.copy()))
+
+
+def _dft_basis(n_fft: int, window: np.ndarray) -> np.ndarray:
+    """[cos; -sin] rows of the real DFT for k = 0..n/2, times the window: (2·bins) × n."""
+    k, t = np.meshgrid(np.arange(n_fft // 2 + 1), np.arange(n_fft), indexing="ij")
+    angle = 2 * np.pi * k * t / n_fft
+    return (np.concatenate([np.cos(angle), -np.sin(angle)]) * window).astype(np.float32)
+
+
+def test_a_dft_basis_is_found_by_its_values_whatever_its_name(tmp_path: Path) -> None:
+    """torch.stft exported as a Conv1d over a Hann-windowed basis named onnx::Conv_7, and the same
+    basis as a MatMul operand (stored n × 2·bins); a random Conv1d weight of the same shape is read."""
+    from wbfe.sources.onnx_graph import is_dft_basis
+
+    n_fft = 16
+    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
+    basis = _dft_basis(n_fft, hann)
+    random = RNG.standard_normal(basis.shape).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["audio", "onnx::Conv_7"], ["spec"], name="/Conv", strides=[n_fft]),
+             helper.make_node("Conv", ["audio", "learned"], ["feat"], name="/Conv_1", strides=[n_fft]),
+             helper.make_node("MatMul", ["frames", "onnx::MatMul_9"], ["spec2"], name="/MatMul")]
+    graph = helper.make_graph(
+        nodes, "g", [_info("audio", [1, 1, 64]), _info("frames", [4, n_fft])],
+        [_info("spec", [1, 18, 4]), _info("feat", [1, 18, 4]), _info("spec2", [4, 18])],
+        [numpy_helper.from_array(basis[:, None, :], "onnx::Conv_7"),
+         numpy_helper.from_array(random[:, None, :], "learned"),
+         numpy_helper.from_array(basis.T.copy(), "onnx::MatMul_9")])
+    entries, _ = _read(_save(tmp_path, graph))
+    for name in ("onnx::Conv_7", "onnx::MatMul_9"):
+        assert entries[name].skip.startswith("signal-processing constant (a windowed DFT basis"), name
+    assert entries["learned"].skip is None
+    assert torch.equal(entries["learned"].load(), torch.from_numpy(random[:, None, :]))
+    # the check itself: a rectangular window and the cosine half alone are bases too; a perturbed one is not
+    assert is_dft_basis(_dft_basis(n_fft, np.ones(n_fft))) and is_dft_basis(basis[: n_fft // 2 + 1])
+    perturbed = basis.copy()
+    perturbed[5, 3] += 0.01
+    assert not is_dft_basis(perturbed)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
-from wbfe.sources.onnx_graph import Planned, plan_graph
+from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
 from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ class OnnxSource(TensorSource):
         if model.ir_version <= 0 or not graph.node:
             raise CorruptCheckpointError(f"{path}: not an ONNX model (no graph nodes)", path=str(path))
         try:
-            plan = plan_graph(onnx, graph, lambda code: _dtype_name(onnx, code))
+            plan = plan_graph(onnx, graph, lambda code: _dtype_name(onnx, code),
+                              values=lambda weight: self.read(weight).numpy())
         except (ValueError, TypeError, KeyError) as exc:  # a malformed attribute or tensor header
             raise CorruptCheckpointError(f"{path}: malformed ONNX graph ({str(exc)[:120]})", path=str(path)) from None
         self._weights = plan.tensors
@@ -118,10 +119,12 @@ class OnnxSource(TensorSource):
         return {"file": target, "offset": offset, "length": length}
 
     def _array(self, vid: int) -> "np.ndarray":
+        return self._stored_array(self._stored[vid])
+
+    def _stored_array(self, stored: Stored) -> "np.ndarray":
         from onnx import numpy_helper
 
         onnx = _onnx()
-        stored = self._stored[vid]
         if stored.array is not None:
             return stored.array
         tensor, name = stored.tensor, stored.name
@@ -145,7 +148,7 @@ class OnnxSource(TensorSource):
         import numpy as np
         import torch
 
-        array = self._array(weight.stored.vid)
+        array = self._stored_array(weight.stored)
         if weight.dq is not None:
             array = _dequantize(array, self._array(weight.dq[0]),
                                 None if weight.dq[1] is None else self._array(weight.dq[1]), weight.dq[2], weight.dq[3])

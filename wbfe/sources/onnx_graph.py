@@ -15,9 +15,10 @@ and that operator decides what it is:
   embedding): a weight;
 - a Gemm/Conv bias, and anything else (an ``Add`` of a positional table, a mask in a ``Where``):
   skipped with the consumer named;
-- a tensor named as a signal-processing constant (an STFT/DFT basis, a window, a mel filterbank)
-  is skipped even when a ``Conv`` or ``MatMul`` consumes it: the graph computes a transform with
-  it, it was never learned.
+- a tensor named as a signal-processing constant (an STFT/DFT basis, a window, a mel filterbank),
+  or whose values are a windowed DFT basis whatever its name (:func:`is_dft_basis`, checked only
+  for weights shaped like one), is skipped even when a ``Conv`` or ``MatMul`` consumes it: the
+  graph computes a transform with it, it was never learned.
 
 Constant nodes holding scalars or vectors that reach no weight input (shapes, axes, epsilons: the
 plumbing of an exported graph) are not tensors of the checkpoint and are not listed; every
@@ -31,7 +32,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-__all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "WEIGHT_INPUT"]
+__all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft_basis", "WEIGHT_INPUT"]
 
 # The weight input of each operator that multiplies by a weight.
 WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0}
@@ -225,13 +226,15 @@ def node_label(node: Any) -> str:
     return f"{node.name or (node.output[0] if node.output else '?')} ({node.op_type})"
 
 
-def plan_graph(onnx: Any, graph: Any, dtype_name: Any) -> GraphPlan:
+def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = None) -> GraphPlan:
     """Find the stored tensors of ``graph`` (and its subgraphs) and what each is.
 
     Args:
         onnx: the ``onnx`` module.
         graph: the model's main ``GraphProto``.
         dtype_name: maps an ONNX data type code to wbfe's dtype name.
+        values: reads a planned weight as a numpy array in its reported orientation; given, a weight
+            shaped like a DFT basis is read and, if it is one (:func:`is_dft_basis`), skipped.
 
     Returns:
         The listed tensors in the model's order (of the first node using each; unused ones last),
@@ -247,6 +250,11 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any) -> GraphPlan:
             _plan_one(walker, plans, vid, plan, consumed)
     for vid, reason in consumed.items():
         plans[vid].skip = reason
+    for plan in plans.values():
+        if values is not None and plan.skip is None and plan.quant is None and _dft_shaped(plan.shape):
+            if is_dft_basis(values(plan)):
+                plan.skip = ("signal-processing constant (a windowed DFT basis: the graph computes a short-time "
+                             "Fourier transform with it), not a learned weight")
     for vid, plan in plans.items():
         uses = walker.follow(vid, False, len(plan.stored_shape))
         if uses:
@@ -261,6 +269,44 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any) -> GraphPlan:
     listed.sort(key=lambda p: p.position)  # stable: stored order among equals
     start = main.get(graph.output[0].name) if graph.output else None
     return GraphPlan(listed, _head(walker, start, listed), walker.stored)
+
+
+def _dft_shaped(shape: tuple[int, ...]) -> bool:
+    """out × n (a MatMul/Gemm) or out × 1 × n (a Conv1d over one channel), with out = n/2+1 or twice it."""
+    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[1] != 1):
+        return False
+    rows, n = shape[0], shape[-1]
+    return n >= 8 and rows in (n // 2 + 1, 2 * (n // 2 + 1))
+
+
+def is_dft_basis(matrix: Any) -> bool:
+    """Whether ``matrix`` (out × [1 ×] n) is a windowed real DFT basis as STFT exports store it:
+    rows ``w[t]·cos(2πkt/n)`` for k = 0..n/2, then (if there are twice as many rows) ``±w[t]·sin(2πkt/n)``,
+    the window ``w`` being whatever row 0 (k = 0) holds.
+
+    Args:
+        matrix: the array, in its reported orientation.
+
+    Returns:
+        True for such a basis (to a relative tolerance of 1e-3), else False.
+    """
+    import numpy as np
+
+    m = np.asarray(matrix, dtype=np.float64).reshape(matrix.shape[0], -1)
+    rows, n = m.shape
+    bins = n // 2 + 1
+    window = m[0]
+    scale = float(np.abs(window).max()) if window.size else 0.0
+    if scale == 0.0 or not np.isfinite(scale) or np.count_nonzero(np.abs(window) > 1e-6 * scale) < n // 2:
+        return False
+    angle = 2 * np.pi * np.outer(np.arange(bins), np.arange(n)) / n
+    tol = 1e-3 * scale
+    if not np.allclose(m[:bins], window * np.cos(angle), rtol=0, atol=tol):
+        return False
+    if rows == bins:
+        return True
+    sin = window * np.sin(angle)
+    return bool(np.allclose(m[bins:], sin, rtol=0, atol=tol) or np.allclose(m[bins:], -sin, rtol=0, atol=tol))
 
 
 def _listed(plan: Planned, consumed: bool) -> bool:
