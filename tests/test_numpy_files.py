@@ -42,7 +42,7 @@ def test_object_arrays_are_skipped_never_unpickled(tmp_path: Path) -> None:
     assert entries["ok"].skip is None
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "bad-header", "no-arrays"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "bad-header", "no-arrays", "huge-shape"])
 def test_damaged_archives_get_a_typed_error(tmp_path: Path, damage: str) -> None:
     import zipfile
 
@@ -55,10 +55,16 @@ def test_damaged_archives_get_a_typed_error(tmp_path: Path, damage: str) -> None
     elif damage == "bad-header":
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr("fc.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': 1}    \n")
+    elif damage == "huge-shape":  # a header declaring 8 TB over 16 bytes of data: refused before allocating
+        header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }".ljust(117) + "\n"
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("fc.npy", b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 16)
     else:
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr("readme.txt", "nothing here")
-    with pytest.raises(CorruptCheckpointError, match=str(path)):
+    with pytest.raises(CorruptCheckpointError, match=str(path)) as info:
         with open_source(path) as source:
             for entry in source.entries():
                 entry.load()
+    if damage == "huge-shape":
+        assert str(info.value).endswith("'fc' holds 16 bytes, its header declares 8000000000000")

@@ -185,6 +185,15 @@ def test_suffixes_and_locations_come_from_the_registries() -> None:
     assert [loc.name for loc in locations()] == ["memory", "object-store", "path", "timm", "torchvision", "hub"]
 
 
+def test_an_unknown_format_name_suggests_the_close_one() -> None:
+    from wbfe.errors import UnknownNameError
+    from wbfe.sources.registry import format_named
+
+    assert format_named("onnx").suffixes == (".onnx",)
+    with pytest.raises(UnknownNameError, match=r"unknown checkpoint format 'onxx'.*onnx"):
+        format_named("onxx")
+
+
 def test_folder_preference_follows_the_ranks() -> None:
     assert pick_weight_files(["a.onnx", "model.safetensors", "b.bin"]) == ["model.safetensors"]
     assert pick_weight_files(["b.bin", "a.onnx"]) == ["b.bin"]

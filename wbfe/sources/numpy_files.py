@@ -8,6 +8,7 @@ PyTorch holds them); names are the archive's keys.
 
 from __future__ import annotations
 
+import math
 import struct
 import zipfile
 from dataclasses import dataclass
@@ -66,9 +67,14 @@ class NpzSource(TensorSource):
                 version = np.lib.format.read_magic(fh)
                 read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, fortran, dtype = read(fh)
+                data_start = fh.tell()
         except (ValueError, OSError, EOFError, SyntaxError, struct.error, zipfile.BadZipFile) as exc:
             raise CorruptCheckpointError(f"{self._path}: array {name!r} has no readable .npy header ({str(exc)[:80]})",
                                          path=str(self._path)) from None
+        need = math.prod(int(d) for d in shape) * dtype.itemsize
+        if not dtype.hasobject and info.file_size - data_start != need:  # before any allocation of that size
+            raise CorruptCheckpointError(f"{self._path}: array {name!r} holds {info.file_size - data_start} bytes, "
+                                         f"its header declares {need}", path=str(self._path))
         torch_dtype = numpy_dtype_name(dtype)
         skip = None
         if dtype.hasobject:
