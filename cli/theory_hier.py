@@ -54,7 +54,7 @@ def hierarchical_cmd(
     output: Optional[Path] = typer.Option(None, "--output", help="folder for hierarchical.json and the PNGs"),
 ) -> None:
     """Sweep n = d^alpha: per-feature overlaps, spectral vs kernel NMSE, and the predictions."""
-    from wbfe.theory._json import dumps
+    from wbfe.theory.json_io import dumps
     from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
 
     settings = HierarchicalSettings(d=d, p=p, gamma=gamma, alpha_min=alpha_min, alpha_max=alpha_max,

@@ -42,7 +42,7 @@ def _num(x: Any) -> str:
 
 
 def _print_json(data: Any) -> None:
-    from wbfe.theory._json import dumps
+    from wbfe.theory.json_io import dumps
 
     typer.echo(dumps(data))
 

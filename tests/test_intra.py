@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.metrics.intra import align_pair, intra_matrix, intra_pairs, score_intra
+from wbfe.intra import score_intra
+from wbfe.metrics.intra import align_pair, intra_matrix, intra_pairs
 
 COLUMNS = ("alpha", "xmin", "num_pl_spikes", "log_norm", "log_spectral_norm", "stable_rank", "matrix_rank", "entropy",
            "lambda_max", "sv_min", "rank_loss", "num_spikes", "bulk_max", "mp_softrank")

@@ -362,7 +362,7 @@ def test_file_digest_hashes_shards_side_by_side(tmp_path: Path, monkeypatch: pyt
     from wbfe.sources._base import FileDigest
 
     monkeypatch.setattr(_base, "usable_cpus", lambda: 5)
-    monkeypatch.setattr(_base, "_HASH_CHUNK", 1000)  # many reads per file
+    monkeypatch.setattr(_base, "HASH_CHUNK", 1000)  # many reads per file
     rng = np.random.default_rng(0)
     paths = []
     for i in range(7):

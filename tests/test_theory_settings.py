@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from wbfe.errors import InvalidOptionError, UnknownNameError
-from wbfe.theory._json import dumps, jsonable
+from wbfe.theory.json_io import dumps, jsonable
 from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 from wbfe_cli.main import app

@@ -40,10 +40,12 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
+__all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
            "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID"]
 
 #: The FFT grid of WeightWatcher 0.7.7's ``conv2d_fft`` (``get_conv2d_fft(W, n=32)``).
+#: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
+WW_EVALS_THRESH = 1e-5
 WW_FFT_GRID = 32
 
 #: Factor WeightWatcher 0.7.7 applies to every pooled Conv2d eigenvalue (conv2d_norm with count 1).

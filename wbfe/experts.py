@@ -16,7 +16,7 @@ import re
 import threading
 from typing import Any, Iterable, Iterator, Optional
 
-from wbfe.sources._base import TensorEntry
+from wbfe.sources import TensorEntry
 
 __all__ = ["expand_experts", "is_expert_stack"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wbfe.theory._json import dumps
+from wbfe.theory.json_io import dumps
 from wbfe.theory.hermite import kernel
 from wbfe.theory.teacher_student import fit_regimes, readout, scaling_table, sweep
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from wbfe.theory._json import dumps
+from wbfe.theory.json_io import dumps
 from wbfe.theory.reports import write_hmc
 from wbfe.theory.settings import HmcSettings
 

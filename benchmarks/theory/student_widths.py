@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from wbfe.theory._json import dumps
+from wbfe.theory.json_io import dumps
 from wbfe.theory.reports import write_student
 from wbfe.theory.settings import StudentSettings
 

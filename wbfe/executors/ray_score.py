@@ -120,7 +120,7 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
     from wbfe.matrices import Skip
     from wbfe.pipeline import Pipeline
     from wbfe.sources import open_source
-    from wbfe.sources._base import file_sha256
+    from wbfe.sources import HASH_CHUNK, file_sha256
 
     node = node_of_this_task()
     try:
@@ -146,7 +146,7 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             engine.run(pipeline, planned, context, digests, record)
             provenance = _provenance(source.provenance)
             head_hint, config = source.head_hint, source.config
-        digest = file_sha256(Path(file)) if file else None
+        digest = file_sha256(Path(file), bytearray(HASH_CHUNK), None)[1] if file else None
     except WbfeError as exc:
         return {"error": exc, "node": node}
     return {"rows": rows, "ties": digests.keys, "provenance": provenance, "head_hint": head_hint,
@@ -172,7 +172,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
         The errors a local score raises (a part's WbfeError is raised here, never retried).
     """
     from wbfe import engine
-    from wbfe.sources._base import combine_digests
+    from wbfe.sources import combine_digests
 
     ray = connect(executor.address)
     parts = plan_parts(ref, part_bytes)

@@ -13,6 +13,8 @@ from typing import Any, Callable, Literal, Optional, Sequence, Union
 
 import numpy as np
 
+from wbfe.errors import InvalidOptionError
+
 from wbfe.spectra import Form, Spectrum  # noqa: F401 - re-exported: the groups' input, defined where it is computed
 
 Value = Union[float, int, str, None]
@@ -67,8 +69,6 @@ class MetricOptions:
 
     def __post_init__(self) -> None:
         if self.fix_fingers is not None or self.fit != "pl":
-            from wbfe.metrics.fingers import check_tail_options
-
             check_tail_options(self.fix_fingers, self.fit)
 
     @classmethod
@@ -136,3 +136,18 @@ class MetricGroup:
     from_matrices: Optional[Callable[[Sequence[Any], Any, MetricOptions, str], Any]] = None
     compute_many: Optional[Callable[[Sequence[Spectrum], MetricOptions], list[GroupResult]]] = None
     tail_columns: tuple[str, ...] = ()
+
+
+def check_tail_options(fix_fingers: Optional[str], fit: str) -> None:
+    """Validate ``fix_fingers`` and ``fit`` together.
+
+    Raises:
+        InvalidOptionError: an unknown value, or a truncated fit with ``clip_xmax`` (WeightWatcher
+            refuses ``E_TPL`` with it and clips power laws only).
+    """
+    if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
+        raise InvalidOptionError(f"fix_fingers must be xmin_peak or clip_xmax, not {fix_fingers!r}")
+    if fit not in ("pl", "tpl", "e_tpl"):
+        raise InvalidOptionError(f"fit must be pl, tpl or e_tpl, not {fit!r}")
+    if fit != "pl" and fix_fingers == "clip_xmax":
+        raise InvalidOptionError(f"fit={fit} cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)")

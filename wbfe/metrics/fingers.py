@@ -37,8 +37,8 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe._ww_compat import WW_EVALS_THRESH  # the same tail as htsr's fit
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, check_tail_options
 from wbfe.metrics.powerlaw import (
     PowerLawFit,
     fit_power_law,
@@ -87,21 +87,6 @@ class TailFit:
     def ok(self) -> bool:
         """True when the fit succeeded."""
         return self.reason is None
-
-
-def check_tail_options(fix_fingers: FixFingers, fit: str) -> None:
-    """Validate ``fix_fingers`` and ``fit`` together.
-
-    Raises:
-        InvalidOptionError: an unknown value, or a truncated fit with ``clip_xmax`` (WeightWatcher
-            refuses ``E_TPL`` with it and clips power laws only).
-    """
-    if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
-        raise InvalidOptionError(f"fix_fingers must be xmin_peak or clip_xmax, not {fix_fingers!r}")
-    if fit not in ("pl", "tpl", "e_tpl"):
-        raise InvalidOptionError(f"fit must be pl, tpl or e_tpl, not {fit!r}")
-    if fit != "pl" and fix_fingers == "clip_xmax":
-        raise InvalidOptionError(f"fit={fit} cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)")
 
 
 def esd_peak(x: np.ndarray) -> float:
@@ -228,7 +213,6 @@ COLUMNS = ("num_fingers", "raw_alpha", "Lambda")
 
 
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
-    from wbfe.metrics.htsr import WW_EVALS_THRESH  # the same tail as htsr's fit
 
     result = GroupResult()
     e = None if spec.eigs is None else np.sort(np.asarray(spec.eigs, dtype=np.float64))

@@ -37,6 +37,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from wbfe._ww_compat import WW_EVALS_THRESH
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
 from wbfe.metrics.powerlaw import (
@@ -50,8 +51,6 @@ from wbfe.spectra import Spectrum
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
            "WW_EVALS_THRESH", "WW_EPSILON", "WW_WEAK_RANK_TOL", "GROUP"]
 
-#: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit.
-WW_EVALS_THRESH = 1e-5
 #: WeightWatcher 0.7.7's entropy regulariser on CPU (``RMT_Util.EPSILON``).
 WW_EPSILON = 1e-10
 #: WeightWatcher 0.7.7's ``tolerance``: eigenvalues below it count in ``weak_rank_loss``.

@@ -23,14 +23,13 @@ slice in a 0.2x-style slice iterator) ends the chain and starts a new one. Each 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.metrics._group import MetricOptions, Spectrum
+from wbfe.metrics._group import Spectrum
 
-__all__ = ["IntraPair", "align_pair", "intra_matrix", "intra_spectrum", "intra_pairs", "score_intra"]
+__all__ = ["IntraPair", "align_pair", "intra_matrix", "intra_spectrum", "intra_pairs"]
 
 
 @dataclass(frozen=True)
@@ -113,55 +112,3 @@ def intra_pairs(weights: Iterable[tuple[str, Any]], *, sparsify: bool = True, se
                                        intra_spectrum(x, min(w.shape))))
         previous = (name, w)
     return pairs
-
-
-def score_intra(
-    ref: Any, *, metrics: Union[str, Iterable[str]] = "htsr", ww_compatible: bool = False,
-    layers: Optional[str] = None, sparsify: bool = True, seed: int = 0,
-) -> list[dict[str, Any]]:
-    """Score the products of consecutive layers of a checkpoint, one row per pair.
-
-    Args:
-        ref: anything :func:`wbfe.sources.open_source` reads (an ``nn.Module`` included).
-        metrics: groups that need only the spectrum (``htsr``, ``detx``, ``fingers``, ``htmp``, ``bfe``).
-        ww_compatible: WeightWatcher's fitting choices (see :class:`MetricOptions`).
-        layers: a regular expression selecting the weights that form the chain.
-        sparsify, seed: see :func:`intra_pairs`.
-
-    Returns:
-        Rows ``{"name", "first", "second", "rows", "cols", "n_eigs", <columns>..., "reasons"}``.
-
-    Raises:
-        InvalidOptionError: a group that needs the matrices themselves (``vectors``, ``rand``).
-        NoUsableMatrixError: fewer than two chaining weights.
-    """
-    from wbfe.metrics import resolve_groups
-    from wbfe.options import compile_layers
-    from wbfe.sources import open_source
-
-    groups = resolve_groups(metrics)
-    for group in groups:
-        if group.from_matrices is not None and group.name != "htsr":
-            raise InvalidOptionError(f"metric group {group.name} needs the matrices themselves, not a product's spectrum")
-    pattern = compile_layers(layers)
-    options = MetricOptions(ww_compatible=ww_compatible)
-    with open_source(ref) as source:
-        chain = ((e.name, e.load()) for e in source.entries()
-                 if e.skip is None and len(e.shape) >= 2 and e.dtype.startswith(("float", "bfloat"))
-                 and (pattern is None or pattern.search(e.name)))
-        pairs = intra_pairs(chain, sparsify=sparsify, seed=seed)
-    if not pairs:
-        raise NoUsableMatrixError("no two consecutive weight matrices share a side: nothing to multiply")
-    rows = []
-    for pair in pairs:
-        row: dict[str, Any] = {"name": pair.name, "first": pair.first, "second": pair.second,
-                               "rows": pair.spectrum.rows, "cols": pair.spectrum.cols, "n_eigs": pair.spectrum.n_eigs}
-        reasons: dict[str, str] = {}
-        for group in groups:
-            result = group.compute(pair.spectrum, options)
-            row.update(result.values)
-            reasons.update(result.reasons)
-        row["reasons"] = reasons
-        rows.append(row)
-    return rows
-

@@ -16,7 +16,7 @@ from wbfe.errors import CorruptCheckpointError
 from wbfe.quant.fp8 import dequantize_fp8, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
 from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
-from wbfe.sources._base import TensorEntry
+from wbfe.sources import TensorEntry
 
 __all__ = ["dequantised"]
 

@@ -273,7 +273,7 @@ def _read_text(path: Path) -> str:
         SourceNotFoundError: the file cannot be read.
     """
     from wbfe.errors import CorruptCheckpointError
-    from wbfe.sources._base import open_regular
+    from wbfe.sources import open_regular
 
     try:
         with open_regular(path) as handle:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
-    "TORCH_SUFFIXES", "file_sha256", "combine_digests",
+    "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests",
 ]
 
 # PyTorch pickle suffixes (the list of every format's suffixes is wbfe.sources.WEIGHT_SUFFIXES).
@@ -204,14 +204,14 @@ class FileDigest:
             # it then takes a core only when BLAS leaves one idle, and never slows the Gram products.
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        buffer = bytearray(_HASH_CHUNK)
+        buffer = bytearray(HASH_CHUNK)
         while not self._stop.is_set():
             with self._lock:
                 index = next(self._next, None)
             if index is None:
                 return
             try:
-                self._digests[index] = _file_sha256(self._paths[index], buffer, self._stop)
+                self._digests[index] = file_sha256(self._paths[index], buffer, self._stop)
             except BaseException as exc:  # re-raised in the caller's thread by result()
                 with self._lock:
                     self._error = self._error or exc
@@ -231,7 +231,7 @@ class FileDigest:
             raise self._error
         if any(d is None for d in self._digests):
             raise RuntimeError("hashing cancelled: the checkpoint was closed first")
-        return _combine([d for d in self._digests if d is not None])
+        return combine_digests([d for d in self._digests if d is not None])
 
     def cancel(self) -> None:
         self._stop.set()
@@ -239,12 +239,13 @@ class FileDigest:
 
 # Read size of one hashing thread: 64 KiB to 4 MiB all hash at 1.5 GB/s here, while a 4 MiB
 # buffer's zero fill and page faults cost a small CNN's score 2 ms. The most threads one hash takes.
-_HASH_CHUNK = 1 << 18
+HASH_CHUNK = 1 << 18
 _HASH_THREADS = 8
 
 
-def _file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:
-    """``(file name, hex SHA-256)``, read through ``buffer``."""
+def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:
+    """``(file name, hex SHA-256)`` of one file, read through ``buffer`` (of :data:`HASH_CHUNK`
+    bytes); ``stop``, when set, cancels it with a ``RuntimeError``."""
     blob = path.resolve()
     if path.is_symlink() and _SHA256_NAME.fullmatch(blob.name):
         # Hugging Face cache: an LFS blob is stored under its own SHA-256; no need to re-read it.
@@ -259,19 +260,10 @@ def _file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) ->
     return path.name, h.hexdigest()
 
 
-def _combine(digests: Sequence[tuple[str, str]]) -> str:
+def combine_digests(digests: Sequence[tuple[str, str]]) -> str:
+    """The digest of several files' ``(name, digest)``: the one digest itself for one file, else the
+    SHA-256 of their sorted ``name:digest`` lines (what :class:`FileDigest` gives)."""
     if len(digests) == 1:
         return digests[0][1]
     lines = "".join(f"{name}:{digest}\n" for name, digest in sorted(digests))
     return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """The hex SHA-256 of one weight file, as a checkpoint's provenance records it."""
-    return _file_sha256(path, bytearray(_HASH_CHUNK), None)[1]
-
-
-def combine_digests(digests: Sequence[tuple[str, str]]) -> str:
-    """A checkpoint's ``sha256`` from its files' ``(name, digest)``: the one digest of a single
-    file, else the SHA-256 of the sorted ``name:digest`` lines."""
-    return _combine(digests)

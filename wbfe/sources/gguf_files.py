@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
-from wbfe.sources.formats import read_range
+from wbfe.sources.io import read_range
+from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["GGUFSource", "GGUF_MAGIC", "SPLIT_NAME", "split_files"]
+__all__ = ["GGUFSource", "GGUF_MAGIC", "SPLIT_NAME", "split_files", "open_gguf", "GGUF"]
 
 GGUF_MAGIC = b"GGUF"
 SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -225,3 +226,24 @@ class _Loader:
         rows = raw.reshape(*self.dims[:-1], -1) if len(self.dims) > 1 else raw
         floats: np.ndarray = gguf.quants.dequantize(rows, qtype)
         return torch.from_numpy(np.ascontiguousarray(floats, dtype=np.float32)).reshape(self.dims)
+
+
+def open_gguf(path: Path, ref: str, fmt: str | None = None) -> GGUFSource:
+    """Open a GGUF file (with the rest of its split set).
+
+    Raises:
+        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError: as the reader raises.
+    """
+    return GGUFSource(ref, path)
+
+
+def _first_split(name: str) -> bool:
+    """A split set counts once in a folder, as its first split."""
+    split = SPLIT_NAME.match(name)
+    return split is None or int(split["no"]) == 1
+
+
+GGUF = register_format(FileFormat(
+    name="gguf", suffixes=(".gguf",), open=open_gguf, sniff=lambda head, path: head[:4] == GGUF_MAGIC,
+    group="other", rank=30, in_folder=_first_split,
+))

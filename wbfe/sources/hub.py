@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from wbfe._config import hf_cache_dir, hf_offline
 from wbfe.errors import ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.local import open_path, pick_weight_files, read_model_config
+from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_unreachable", "hub_cached",
-           "host_unreachable"]
+           "host_unreachable", "is_hub_id", "open_hub_ref"]
 
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
@@ -173,8 +175,9 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
     repo_id, revision = parse_hub_id(ref)
     cache_dir = hf_cache_dir()
     snapshot = _cached_snapshot(repo_id, revision, cache_dir)
-    if snapshot is not None and (snapshot / "adapter_config.json").is_file():  # a PEFT LoRA adapter
-        return _adapter(snapshot, ref, repo_id, revision)
+    kind = _folder_kind(snapshot, ref, repo_id, revision) if snapshot is not None else None
+    if kind is not None:  # a folder of its own kind: a PEFT LoRA adapter
+        return kind
     if snapshot is not None:
         try:
             chosen = pick_weight_files([p.name for p in snapshot.iterdir()])
@@ -204,8 +207,9 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
         raise ModelNotFoundError(
             f"{prefix}no such model in the local Hugging Face cache {cache_dir}; {reason}", ref=ref
         ) from None
-    if (local.parent / "adapter_config.json").is_file():
-        return _adapter(local.parent, ref, repo_id, revision)
+    kind = _folder_kind(local.parent, ref, repo_id, revision)
+    if kind is not None:
+        return kind
     source = open_path(local, ref=ref, fmt=fmt)
     source.config = read_model_config(local.parent)
     source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
@@ -213,9 +217,28 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
     return source
 
 
-def _adapter(folder: Path, ref: str, repo_id: str, revision: str | None) -> TensorSource:
-    from wbfe.sources.peft_adapter import open_adapter
+def _folder_kind(folder: Path, ref: str, repo_id: str, revision: str | None) -> TensorSource | None:
+    """The snapshot opened as the registered folder kind that claims it (a PEFT adapter), else None."""
+    for kind in folder_kinds():
+        if kind.claims(folder):
+            source = kind.open(folder, ref)
+            source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
+                                            "commit": folder.name})
+            return source
+    return None
 
-    source = open_adapter(folder, ref)
-    source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main", "commit": folder.name})
-    return source
+
+def is_hub_id(ref: Any) -> bool:
+    """Whether ``ref`` reads as a hub id ``org/name[@revision]``: not a relative or absolute path,
+    nor a name ending like a checkpoint file (``runs/model.safetensors`` is a missing file)."""
+    if not isinstance(ref, (str, Path)):
+        return False
+    text = str(ref)
+    return (HUB_ID.match(text) is not None and not text.startswith((".", "/", "~"))
+            and not text.endswith(checkpoint_suffixes() + (".json",)))
+
+
+@register_location("hub", order=50, claims=is_hub_id)
+def open_hub_ref(ref: Any) -> TensorSource:
+    """Open a hub id that is not an existing path (the ``hub`` location)."""
+    return open_hub(str(ref), could_be_path=True)

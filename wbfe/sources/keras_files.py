@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources.registry import FileFormat, register_format, zip_members
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KerasSource"]
+__all__ = ["KerasSource", "open_keras", "is_keras_file", "KERAS"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _WEIGHTS_MEMBER = "model.weights.h5"
@@ -500,3 +501,29 @@ class _Window(io.RawIOBase):
     def close(self) -> None:
         self._fh.close()
         super().close()
+
+
+# Members of a Keras 3 archive (keras.saving.saving_lib): the weights and the model's config.
+_ARCHIVE_MEMBERS = (_WEIGHTS_MEMBER, "config.json")
+
+
+def is_keras_file(head: bytes, path: Path) -> bool:
+    """An HDF5 file (by its magic), or a zip holding a Keras 3 archive's members, whatever its name."""
+    if head[:8] == HDF5_MAGIC:
+        return True
+    return head[:4] == b"PK\x03\x04" and all(m in zip_members(path) for m in _ARCHIVE_MEMBERS)
+
+
+def open_keras(path: Path, ref: str, fmt: str | None = None) -> KerasSource:
+    """Open a Keras HDF5 file or Keras 3 archive.
+
+    Raises:
+        CorruptCheckpointError, TruncatedCheckpointError, MissingDependencyError: as the reader raises.
+    """
+    return KerasSource(ref, path)
+
+
+KERAS = register_format(FileFormat(
+    name="keras", suffixes=(".h5", ".hdf5", ".keras"), open=open_keras, sniff=is_keras_file,
+    group="other", rank=30,
+))

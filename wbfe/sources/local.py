@@ -1,49 +1,37 @@
-"""Local files and folders: pick the weight files a folder holds and open them."""
+"""Local files and folders: pick the weight files a folder holds and open them with the reader the
+format registry (:mod:`wbfe.sources.registry`) names; registered as the ``path`` location."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
-from wbfe.sources._base import TORCH_SUFFIXES, TensorSource, open_regular, unreadable
-from wbfe.sources.formats import open_other_format, pick_other_format, sniff_format
-from wbfe.sources.safetensors_files import SafetensorsSource
-from wbfe.sources.torch_pickle import TorchPickleSource
+from wbfe.sources._base import TensorSource, open_regular, unreadable
+from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, format_of, pick_files, register_location
 
-__all__ = ["open_path", "pick_weight_files", "read_model_config"]
+__all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config"]
 
 
 def pick_weight_files(names: Sequence[str]) -> list[str]:
     """Choose which of a folder's (or repo's) top-level files hold the weights.
 
-    Preference: a safetensors index, ``model.safetensors``, a single ``*.safetensors``, a bin index,
-    ``pytorch_model.bin``, a single PyTorch file, a single GGUF (split set), Keras or ONNX file.
-    Returns ``[index]`` for sharded checkpoints and ``[file]`` otherwise; an empty list when nothing fits.
+    Preference, by the registered formats' ranks: a safetensors index, ``model.safetensors``, a
+    single ``*.safetensors``, a bin index, ``pytorch_model.bin``, a single PyTorch file, a single
+    GGUF (split set), Keras or ONNX file, then the other registered formats.
+
+    Args:
+        names: the file names (names with a ``/`` are in subfolders and ignored).
+
+    Returns:
+        ``[index]`` for sharded checkpoints and ``[file]`` otherwise; an empty list when nothing fits.
 
     Raises:
         CorruptCheckpointError: several candidate files and no index to say how they go together.
     """
-    top = sorted(n for n in names if "/" not in n)
-    for kind, single, suffixes in (
-        ("safetensors", "model.safetensors", (".safetensors",)),
-        ("torch", "pytorch_model.bin", TORCH_SUFFIXES),
-    ):
-        indexes = [n for n in top if any(n.endswith(s + ".index.json") for s in suffixes)]
-        if len(indexes) == 1:
-            return indexes
-        if single in top:
-            return [single]
-        files = [n for n in top if n.endswith(suffixes)]
-        if len(files) == 1:
-            return files
-        if len(files) > 1 or len(indexes) > 1:
-            raise CorruptCheckpointError(
-                f"several {kind} weight files and no single index ({', '.join((indexes or files)[:4])}, ...); "
-                "pass one file explicitly"
-            )
-    return pick_other_format(top)
+    return pick_files(names)
 
 
 def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> TensorSource:
@@ -65,23 +53,19 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
     if not path.exists():
         raise SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
     folder = path if path.is_dir() else None
-    if folder is not None and (folder / "adapter_config.json").is_file():  # a PEFT LoRA adapter
-        from wbfe.sources.peft_adapter import open_adapter
-
-        return open_adapter(folder, ref)
     if folder is not None:
+        for kind in folder_kinds():  # a folder that is a checkpoint of its own kind (a PEFT adapter)
+            if kind.claims(folder):
+                return kind.open(folder, ref)
         try:
             chosen = pick_weight_files([p.name for p in path.iterdir() if p.is_file()])
         except CorruptCheckpointError as exc:
             raise CorruptCheckpointError(f"{path}: {exc}", path=str(path)) from None
         if not chosen:
-            raise SourceNotFoundError(
-                f"{path}: no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th, *.gguf, *.h5, *.keras, *.onnx) "
-                "in this folder",
-                path=str(path),
-            )
+            listed = ", ".join(f"*{s}" for s in checkpoint_suffixes())
+            raise SourceNotFoundError(f"{path}: no weight files ({listed}) in this folder", path=str(path))
         path = path / chosen[0]
-    source = _open_file(path, ref, fmt)
+    source = open_file(path, ref, fmt)
     if folder is not None:  # a file named alone is read alone
         source.config = read_model_config(folder)
     return source
@@ -109,21 +93,36 @@ def read_model_config(folder: Path) -> dict[str, Any] | None:
     return found or None
 
 
-def _open_file(path: Path, ref: str, fmt: str | None) -> TensorSource:
-    kind = sniff_format(path)  # GGUF, Keras, ONNX: by magic bytes first, then suffix
-    if kind is not None:
-        return open_other_format(path, kind, ref)
-    name = path.name
-    if name.endswith(".safetensors.index.json"):
-        return SafetensorsSource(ref, [], index=path, fmt=fmt)
-    if name.endswith(".safetensors"):
-        return SafetensorsSource(ref, [path], fmt=fmt)
-    if name.endswith(".index.json"):
-        return TorchPickleSource(ref, [], index=path)
-    if name.endswith(TORCH_SUFFIXES):
-        return TorchPickleSource(ref, [path])
-    raise SourceNotFoundError(
-        f"{path}: not a checkpoint format wbfe reads (expected .safetensors, .bin, .pt, .pth, .th, .ckpt, "
-        ".gguf, .h5, .keras, .onnx)",
-        path=str(path),
-    )
+def open_file(path: Path, ref: str, fmt: str | None = None) -> TensorSource:
+    """Open one checkpoint file with the registered format that reads it (by its first bytes, then
+    its suffix).
+
+    Args:
+        path: the file.
+        ref: the reference as the user gave it (recorded in the provenance).
+        fmt: a provenance format label for readers that take one (``hf-hub``), else None.
+
+    Returns:
+        The opened source.
+
+    Raises:
+        SourceNotFoundError: no registered format reads such a file, or it cannot be read.
+        CorruptCheckpointError: not a regular file (a FIFO, a device), or as the reader raises.
+    """
+    found = format_of(path)
+    if found is None:
+        expected = ", ".join(checkpoint_suffixes())
+        raise SourceNotFoundError(f"{path}: not a checkpoint format wbfe reads (expected {expected})", path=str(path))
+    open_regular(path).close()  # a FIFO or device named like a checkpoint is refused, never read
+    return found.open(path, ref, fmt)
+
+
+def _is_path(ref: Any) -> bool:
+    # A dangling symlink too: open_path says what it is.
+    return isinstance(ref, (str, Path)) and os.path.lexists(Path(str(ref)).expanduser())
+
+
+@register_location("path", order=30, claims=_is_path)
+def open_local(ref: Any) -> TensorSource:
+    """Open an existing local path (the ``path`` location)."""
+    return open_path(Path(str(ref)).expanduser(), ref=str(ref))

@@ -25,6 +25,7 @@ from typing import Any
 
 from wbfe.errors import MissingDependencyError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
+from wbfe.sources.registry import register_location
 
 __all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL"]
 
@@ -50,6 +51,11 @@ def object_cache_dir() -> Path:
     return wbfe_cache_dir() / "objects"
 
 
+def _claims_uri(ref: Any) -> bool:
+    return isinstance(ref, str) and is_uri(ref)  # s3://, gs://, memory://, file://: through fsspec
+
+
+@register_location("object-store", order=20, claims=_claims_uri)
 def open_uri(uri: str) -> TensorSource:
     """Copy the object ``uri`` names into the local cache (when not there already) and open it.
 

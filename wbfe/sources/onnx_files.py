@@ -1,36 +1,32 @@
 """ONNX models (``.onnx``, with or without external data files), parsed by the ``onnx`` package.
 
-The weight matrices are the initializers a node takes as its weight: input B of ``MatMul`` (stored
-in × out: reported out × in) and of ``Gemm`` (out × in when ``transB`` is set, else in × out), input W
-of ``Conv`` (out × in/groups × k…) and ``ConvTranspose`` (in × out/groups × k…, as PyTorch holds
-both), and the table of a ``Gather`` (an embedding). ``Identity`` and 2-D ``Transpose`` nodes between
-an initializer and its consumer are followed. A quantised initializer reaching one of these through
-``DequantizeLinear`` is dequantised, ``(q − zero point)·scale`` per tensor, axis or block, in float32
-as the operator computes it. Every other initializer is listed as skipped with its consumer named.
-The model is parsed without its external data, which is read one tensor at a time when asked for.
+Which stored tensors are weights, how each is oriented and in what order the model uses them is
+read from the graph by :mod:`wbfe.sources.onnx_graph` (initializers and ``Constant`` values of the
+main graph and of every ``If``/``Loop``/``Scan`` subgraph, followed through ``Identity``, ``Cast``,
+``Transpose`` and ``DequantizeLinear`` to the operator that consumes them). A quantised tensor
+reaching a weight input through ``DequantizeLinear`` is dequantised, ``(q − zero point)·scale`` per
+tensor, axis or block, in float32 as the operator computes it. The head hint is the weight of the
+last Gemm/MatMul the graph's output depends on. The model is parsed without its external data,
+which is read one tensor at a time when asked for.
 """
 
 from __future__ import annotations
 
 import os
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
-from wbfe.sources.formats import read_range
+from wbfe.sources.io import read_range
+from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
+from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["OnnxSource"]
-
-# Weight input of each operator: (input index, layout of the stored tensor).
-_WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0}
-_PASS_THROUGH = ("Identity", "Transpose")
+__all__ = ["OnnxSource", "open_onnx", "ONNX"]
 
 
 def _onnx() -> Any:
@@ -42,22 +38,8 @@ def _onnx() -> Any:
     return onnx
 
 
-@dataclass
-class _Weight:
-    """An initializer and what the graph does with it."""
-
-    name: str
-    shape: tuple[int, ...]  # reported
-    dtype: str
-    transpose: bool = False
-    quant: Optional[str] = None
-    skip: Optional[str] = None
-    consumers: list[str] = field(default_factory=list)
-    dq: Optional[tuple[str, Optional[str], int, int]] = None  # (scale, zero point, axis, block size)
-
-
 class OnnxSource(TensorSource):
-    """The weight initializers of an ONNX model, read one at a time."""
+    """The weights an ONNX model's graph stores, read one at a time in the model's order."""
 
     def __init__(self, ref: str, path: Path):
         onnx = _onnx()
@@ -73,10 +55,15 @@ class OnnxSource(TensorSource):
         graph = model.graph
         if model.ir_version <= 0 or not graph.node:
             raise CorruptCheckpointError(f"{path}: not an ONNX model (no graph nodes)", path=str(path))
-        self._init = {t.name: t for t in graph.initializer}
-        self._weights = self._plan(onnx, graph)
+        try:
+            plan = plan_graph(onnx, graph, lambda code: _dtype_name(onnx, code),
+                              values=lambda weight: self.read(weight).numpy())
+        except (ValueError, TypeError, KeyError) as exc:  # a malformed attribute or tensor header
+            raise CorruptCheckpointError(f"{path}: malformed ONNX graph ({str(exc)[:120]})", path=str(path)) from None
+        self._weights = plan.tensors
+        self._stored = plan.stored
         self._files = self._check_data(onnx)
-        self.head_hint = self._head(graph)
+        self.head_hint = plan.head
         metadata = {"producer": f"{model.producer_name} {model.producer_version}".strip(),
                     "ir_version": int(model.ir_version),
                     "opset": {o.domain or "ai.onnx": int(o.version) for o in model.opset_import}}
@@ -87,107 +74,15 @@ class OnnxSource(TensorSource):
             extra={"metadata": metadata, "consumers": consumers},
         )
 
-    # ---- the graph -----------------------------------------------------------------------------
-
-    def _plan(self, onnx: Any, graph: Any) -> list[_Weight]:
-        from onnx import helper
-
-        uses: dict[str, list[tuple[Any, int]]] = defaultdict(list)
-        for node in graph.node:
-            for i, name in enumerate(node.input):
-                if name:
-                    uses[name].append((node, i))
-        weights: dict[str, _Weight] = {}
-        for name, tensor in self._init.items():
-            dims = tuple(int(d) for d in tensor.dims)
-            weights[name] = _Weight(name, dims, _dtype_name(onnx, tensor.data_type))
-
-        def final_uses(value: str, transposed: bool) -> list[tuple[Any, int, bool]]:
-            """The nodes a value reaches through Identity / 2-D Transpose nodes (and whether transposed)."""
-            out = []
-            for node, i in uses.get(value, []):
-                if node.op_type in _PASS_THROUGH and i == 0:
-                    perm = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "perm"), None)
-                    if node.op_type == "Identity" or list(perm or [1, 0]) == [1, 0]:
-                        out += final_uses(node.output[0], transposed ^ (node.op_type == "Transpose"))
-                        continue
-                out.append((node, i, transposed))
-            return out
-
-        for name, weight in weights.items():
-            found = final_uses(name, False)
-            dq = [(n, i) for n, i, _ in found if n.op_type == "DequantizeLinear" and i == 0]
-            if dq:
-                node = dq[0][0]
-                scale = node.input[1] if len(node.input) > 1 else ""
-                zero = node.input[2] if len(node.input) > 2 and node.input[2] else None
-                if scale not in self._init or (zero is not None and zero not in self._init):
-                    weight.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
-                    continue
-                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-                weight.dq = (scale, zero, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
-                weight.quant = f"onnx-{weight.dtype}"
-                weights[scale].skip = f"consumed: scale of quantised weight {name} ({_node_name(node)})"
-                if zero is not None:
-                    weights[zero].skip = f"consumed: zero point of quantised weight {name} ({_node_name(node)})"
-                found = final_uses(node.output[0], any(t for n, _, t in found if n is node))
-            weight_uses = [(n, i, t) for n, i, t in found if _WEIGHT_INPUT.get(n.op_type) == i]
-            if weight.skip is not None:
-                continue
-            if not weight_uses:
-                if found:
-                    what = ", ".join(f"{_node_name(n)} input {i}" for n, i, _ in found[:3])
-                    bias = any(n.op_type in ("Gemm", "Conv", "ConvTranspose") and i == 2 for n, i, _ in found)
-                    weight.skip = ("bias" if bias else "not a weight input") + f" (consumed by {what})"
-                else:
-                    weight.skip = "initializer no node uses as a weight (graph input default or unused)"
-                continue
-            node, _, transposed = weight_uses[-1]
-            weight.consumers = [_node_name(n) for n, _, _ in weight_uses]
-            if node.op_type in ("MatMul", "Gemm") and len(weight.shape) != 2:
-                weight.skip = f"{len(weight.shape)}-D {node.op_type} operand (batched weights are not read)"
-                continue
-            if node.op_type == "Gemm":
-                trans_b = any(a.name == "transB" and helper.get_attribute_value(a) for a in node.attribute)
-                transposed ^= not trans_b
-            elif node.op_type == "MatMul":
-                transposed = not transposed
-            weight.transpose = transposed
-            if transposed:
-                weight.shape = (weight.shape[1], weight.shape[0])
-            if weight.quant is not None:
-                weight.dtype = "float32"
-        return list(weights.values())
-
-    def _head(self, graph: Any) -> Optional[str]:
-        """The weight of the last Gemm/MatMul the graph's first output depends on."""
-        if not graph.output:
-            return None
-        producer = {out: node for node in graph.node for out in node.output}
-        order = {id(node): i for i, node in enumerate(graph.node)}
-        by_consumer = {c: w.name for w in self._weights if w.skip is None for c in w.consumers}
-        seen: set[int] = set()
-        stack = [graph.output[0].name]
-        best: tuple[int, str] | None = None
-        while stack:
-            node = producer.get(stack.pop())
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            name = _node_name(node)
-            if node.op_type in ("Gemm", "MatMul") and name in by_consumer:
-                if best is None or order[id(node)] > best[0]:
-                    best = (order[id(node)], by_consumer[name])
-            stack += [i for i in node.input if i]
-        return best[1] if best else None
-
     # ---- the data ------------------------------------------------------------------------------
 
     def _check_data(self, onnx: Any) -> list[Path]:
         """The external data files, each inside the model's folder and long enough for its tensors."""
         files = [self._path]
         for weight in self._weights:
-            tensor = self._init[weight.name]
+            tensor = weight.stored.tensor
+            if tensor is None:
+                continue
             if _external(onnx, tensor):
                 info = self._external_info(tensor)
                 if info["file"] not in files:
@@ -223,12 +118,16 @@ class OnnxSource(TensorSource):
             )
         return {"file": target, "offset": offset, "length": length}
 
-    def _array(self, name: str) -> "np.ndarray":
-        import numpy as np
+    def _array(self, vid: int) -> "np.ndarray":
+        return self._stored_array(self._stored[vid])
+
+    def _stored_array(self, stored: Stored) -> "np.ndarray":
         from onnx import numpy_helper
 
         onnx = _onnx()
-        tensor = self._init[name]
+        if stored.array is not None:
+            return stored.array
+        tensor, name = stored.tensor, stored.name
         if _external(onnx, tensor):
             info = self._external_info(tensor)
             raw = read_range(info["file"], info["offset"], info["length"])
@@ -240,11 +139,16 @@ class OnnxSource(TensorSource):
             raise CorruptCheckpointError(f"{self._path}: initializer {name!r} unreadable ({exc})",
                                          path=str(self._path)) from None
 
-    def read(self, weight: _Weight) -> "torch.Tensor":
+    def read(self, weight: Planned) -> "torch.Tensor":
+        """The tensor as the consuming operator uses it (dequantised, out × in).
+
+        Raises:
+            CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError: unreadable data.
+        """
         import numpy as np
         import torch
 
-        array = self._array(weight.name)
+        array = self._stored_array(weight.stored)
         if weight.dq is not None:
             array = _dequantize(array, self._array(weight.dq[0]),
                                 None if weight.dq[1] is None else self._array(weight.dq[1]), weight.dq[2], weight.dq[3])
@@ -262,7 +166,7 @@ class OnnxSource(TensorSource):
 
 
 class _Loader:
-    def __init__(self, source: OnnxSource, weight: _Weight):
+    def __init__(self, source: OnnxSource, weight: Planned):
         self.source, self.weight = source, weight
 
     def __call__(self) -> "torch.Tensor":
@@ -287,10 +191,6 @@ def _dequantize(q: "np.ndarray", scale: "np.ndarray", zero: "Optional[np.ndarray
             shape[axis] = -1
             scale, zero_i = scale.reshape(shape), zero_i.reshape(shape)
     return ((x - zero_i).astype(np.float32) * scale).astype(np.float32)
-
-
-def _node_name(node: Any) -> str:
-    return f"{node.name or node.output[0]} ({node.op_type})"
 
 
 def _external(onnx: Any, tensor: Any) -> bool:
@@ -324,3 +224,16 @@ def _dtype_name(onnx: Any, data_type: int) -> str:
     if data_type == onnx.TensorProto.BFLOAT16:
         return "bfloat16"
     return name
+
+
+def open_onnx(path: Path, ref: str, fmt: str | None = None) -> OnnxSource:
+    """Open an ONNX model (a protobuf, with no magic: told by its ``.onnx`` suffix).
+
+    Raises:
+        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError, MissingDependencyError:
+            as the reader raises.
+    """
+    return OnnxSource(ref, path)
+
+
+ONNX = register_format(FileFormat(name="onnx", suffixes=(".onnx",), open=open_onnx, group="other", rank=30))

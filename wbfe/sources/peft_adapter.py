@@ -17,9 +17,11 @@ from typing import Any, Iterator, Mapping, Optional
 
 from wbfe.errors import CorruptCheckpointError
 from wbfe.sources._base import TensorEntry, TensorSource
+from wbfe.sources.local import open_file
+from wbfe.sources.registry import register_folder
 
-__all__ = ["LoraConfig", "AdapterSource", "open_adapter", "read_lora_config", "ADAPTER_CONFIG",
-           "PREFIX"]
+__all__ = ["LoraConfig", "AdapterSource", "open_adapter", "read_lora_config", "is_adapter_folder",
+           "ADAPTER_CONFIG", "PREFIX"]
 
 ADAPTER_CONFIG = "adapter_config.json"
 # PEFT saves every key under the wrapper's prefix: base_model.model.<module name in the base model>.
@@ -135,6 +137,12 @@ class AdapterSource(TensorSource):
         self._inner.close()
 
 
+def is_adapter_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a PEFT adapter (it holds ``adapter_config.json``)."""
+    return (folder / ADAPTER_CONFIG).is_file()
+
+
+@register_folder("peft-lora", claims=is_adapter_folder)
 def open_adapter(folder: Path, ref: Optional[str] = None) -> AdapterSource:
     """Open a PEFT LoRA adapter folder.
 
@@ -143,11 +151,10 @@ def open_adapter(folder: Path, ref: Optional[str] = None) -> AdapterSource:
         CorruptCheckpointError: as :func:`read_lora_config` and the readers raise.
     """
     from wbfe.errors import SourceNotFoundError
-    from wbfe.sources.local import _open_file
 
     lora = read_lora_config(folder / ADAPTER_CONFIG)
     for name in _WEIGHT_FILES:
         if (folder / name).is_file():
-            return AdapterSource(_open_file(folder / name, ref if ref is not None else str(folder), None), lora, folder)
+            return AdapterSource(open_file(folder / name, ref if ref is not None else str(folder), None), lora, folder)
     raise SourceNotFoundError(f"{folder}: adapter_config.json but no {' or '.join(_WEIGHT_FILES)} beside it",
                               path=str(folder))

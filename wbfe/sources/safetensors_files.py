@@ -27,12 +27,13 @@ from wbfe.errors import (
 )
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, unreadable
 from wbfe.sources._order import checkpoint_order
+from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["SafetensorsSource", "read_header", "read_index", "index_weight_map", "index_shards", "unlisted_reason",
-           "SAFETENSORS_DTYPES"]
+           "SAFETENSORS_DTYPES", "open_safetensors", "SAFETENSORS"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
 SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
@@ -497,3 +498,20 @@ def _read_tensor(fh: Any, first: int, nbytes: int) -> "torch.Tensor":
     if fh.readinto(buffer.numpy().data) != nbytes:
         raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
     return buffer
+
+
+def open_safetensors(path: Path, ref: str, fmt: str | None = None) -> SafetensorsSource:
+    """Open a ``.safetensors`` file or a ``*.safetensors.index.json`` shard index.
+
+    Raises:
+        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError: as the reader raises.
+    """
+    if path.name.lower().endswith(".index.json"):
+        return SafetensorsSource(ref, [], index=path, fmt=fmt)
+    return SafetensorsSource(ref, [path], fmt=fmt)
+
+
+SAFETENSORS = register_format(FileFormat(
+    name="safetensors", suffixes=(".safetensors",), open=open_safetensors,
+    index_suffixes=(".safetensors.index.json",), preferred="model.safetensors", group="safetensors", rank=10,
+))

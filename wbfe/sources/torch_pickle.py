@@ -26,8 +26,10 @@ from wbfe.sources._base import (
     open_regular,
     unreadable,
 )
+from wbfe.sources.registry import FileFormat, register_format
 
-__all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "TORCH_SUFFIXES"]
+__all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "tensor_entries", "check_zip_records",
+           "open_torch", "TORCH", "TORCH_SUFFIXES"]
 
 # Keys under which training scripts commonly nest the weights, in order of preference.
 _NESTED_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network", "params", "weights")
@@ -53,7 +55,7 @@ def load_torch_file(path: Path) -> Any:
         try:
             if fh.read(4) == _ZIP_MAGIC:
                 fh.seek(0)
-                _check_zip_records(path, fh)
+                check_zip_records(path, fh)
         except OSError as exc:
             raise unreadable(path, exc) from None
 
@@ -95,7 +97,7 @@ def _safe_detail(text: str) -> str:
     return re.sub(r"(invalid load key)[^.]*", r"\1", text)
 
 
-def _check_zip_records(path: Path, fh: Any) -> None:
+def check_zip_records(path: Path, fh: Any) -> None:
     """Read every record of a zip-format checkpoint through its CRC-32, as torch does not.
 
     torch writes its records uncompressed; a compressed one (which torch could not map either) is
@@ -291,3 +293,21 @@ class TorchPickleSource(TensorSource):
     def close(self) -> None:
         super().close()
         self._state = None
+
+
+def open_torch(path: Path, ref: str, fmt: str | None = None) -> TorchPickleSource:
+    """Open a PyTorch pickle file, or a ``*.index.json`` index of pickle shards.
+
+    Raises:
+        UnsafePickleError, CorruptCheckpointError, SourceNotFoundError: as :func:`load_torch_file`.
+    """
+    if path.name.lower().endswith(".index.json"):
+        return TorchPickleSource(ref, [], index=path)
+    return TorchPickleSource(ref, [path])
+
+
+TORCH = register_format(FileFormat(
+    name="torch", suffixes=TORCH_SUFFIXES, open=open_torch,
+    index_suffixes=tuple(s + ".index.json" for s in TORCH_SUFFIXES), named_suffixes=(".index.json",),
+    preferred="pytorch_model.bin", group="torch", rank=20,
+))

@@ -8,6 +8,7 @@ libraries cache under ``$TORCH_HOME/hub/checkpoints/<file name>``, which is read
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from wbfe._config import hf_offline, torch_hub_dir
@@ -15,8 +16,10 @@ from wbfe.errors import MissingDependencyError, ModelNotFoundError, unknown_name
 from wbfe.sources._base import TensorSource
 from wbfe.sources.hub import open_hub
 from wbfe.sources.local import open_path
+from wbfe.sources.registry import register_location
 
-__all__ = ["open_timm", "open_torchvision", "open_url_checkpoint", "url_cache_path", "library_weights"]
+__all__ = ["open_timm", "open_torchvision", "open_url_checkpoint", "open_timm_ref", "open_torchvision_ref",
+           "url_cache_path", "library_weights"]
 
 
 def url_cache_path(url: str) -> Path:
@@ -141,3 +144,22 @@ def open_torchvision(name: str, *, ref: str) -> TensorSource:
     source = open_url_checkpoint(weights.url, ref=ref, fmt="torchvision")
     source.provenance.extra["weights"] = str(weights)
     return source
+
+
+def _prefixed(prefix: str) -> Any:
+    def claims(ref: Any) -> bool:
+        return isinstance(ref, (str, Path)) and str(ref).startswith(prefix)
+
+    return claims
+
+
+@register_location("timm", order=40, claims=_prefixed("timm:"))
+def open_timm_ref(ref: Any) -> TensorSource:
+    """Open a ``timm:<name>`` reference (the ``timm`` location)."""
+    return open_timm(str(ref)[len("timm:"):], ref=str(ref))
+
+
+@register_location("torchvision", order=41, claims=_prefixed("torchvision:"))
+def open_torchvision_ref(ref: Any) -> TensorSource:
+    """Open a ``torchvision:<weights>`` reference (the ``torchvision`` location)."""
+    return open_torchvision(str(ref)[len("torchvision:"):], ref=str(ref))

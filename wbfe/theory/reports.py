@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from wbfe.theory._json import write_json
+from wbfe.theory.json_io import write_json
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
 if TYPE_CHECKING:

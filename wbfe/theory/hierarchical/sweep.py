@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.theory._json import jsonable
+from wbfe.theory.json_io import jsonable
 from wbfe.theory.hierarchical import theory
 from wbfe.theory.hierarchical.kernel import fit_kernel_ridge, predict_kernel_ridge
 from wbfe.theory.hierarchical.model import HierarchicalTeacher, make_teacher, sample_data

@@ -1,0 +1,127 @@
+"""Flax msgpack checkpoints (wbfe/sources/flax_files.py), written here with msgpack itself as
+flax/serialization.py writes them (arrays as extension type 1 holding a packed (shape, dtype name,
+C-order bytes); arrays over the chunk limit as chunked maps), read back in PyTorch's layout and
+names and compared with the arrays they were written from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import wbfe
+from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
+from wbfe.sources import open_source
+
+msgpack = pytest.importorskip("msgpack")
+RNG = np.random.default_rng(7)
+
+
+def ext(array: np.ndarray, dtype_name: str | None = None, code: int = 1) -> Any:
+    """flax.serialization._msgpack_ext_pack of one array."""
+    payload = msgpack.packb((array.shape, dtype_name or array.dtype.name, array.tobytes("C")), use_bin_type=True)
+    return msgpack.ExtType(code, payload)
+
+
+def chunked(array: np.ndarray, pieces: int) -> dict:
+    """flax.serialization._chunk with a small chunk size: the flat array in ``pieces`` parts."""
+    flat = array.reshape(-1)
+    parts = np.array_split(flat, pieces)
+    return {"__msgpack_chunked_array__": True, "shape": {str(i): s for i, s in enumerate(array.shape)},
+            "chunks": {str(i): ext(p) for i, p in enumerate(parts)}}
+
+
+def write(path: Path, tree: dict) -> Path:
+    def encode(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: encode(v) for k, v in node.items()}
+        return ext(node) if isinstance(node, np.ndarray) else node
+
+    path.write_bytes(msgpack.packb(encode(tree)))
+    return path
+
+
+DENSE = RNG.standard_normal((12, 8)).astype(np.float32)  # in × out
+CONV = RNG.standard_normal((3, 3, 4, 12)).astype(np.float32)  # kh × kw × in × out
+CONV1D = RNG.standard_normal((5, 4, 6)).astype(np.float32)  # k × in × out
+EMBED = RNG.standard_normal((30, 12)).astype(np.float32)
+SCALE = RNG.standard_normal(12).astype(np.float32)
+HEAD = RNG.standard_normal((8, 5)).astype(np.float32)
+MEAN = RNG.standard_normal(12).astype(np.float32)
+
+
+def tree() -> dict:
+    return {"params": {"embed": {"embedding": EMBED}, "conv": {"kernel": CONV, "bias": np.zeros(12, np.float32)},
+                       "conv1d": {"kernel": CONV1D}, "norm": {"scale": SCALE},
+                       "layer": {"0": {"dense": {"kernel": DENSE}}}, "classifier": {"kernel": HEAD}},
+            "batch_stats": {"norm": {"mean": MEAN, "var": np.abs(MEAN)}}, "step": 100}
+
+
+def read(path: Path) -> dict[str, Any]:
+    with open_source(path) as source:
+        return {e.name: e for e in source.entries()}
+
+
+def test_read_in_pytorch_layout_and_names(tmp_path: Path) -> None:
+    entries = read(write(tmp_path / "flax_model.msgpack", tree()))
+    want = {
+        "embed.weight": EMBED, "conv.weight": CONV.transpose(3, 2, 0, 1), "conv.bias": np.zeros(12, np.float32),
+        "conv1d.weight": CONV1D.transpose(2, 1, 0), "norm.weight": SCALE, "layer.0.dense.weight": DENSE.T,
+        "classifier.weight": HEAD.T, "norm.running_mean": MEAN, "norm.running_var": np.abs(MEAN),
+    }
+    assert list(entries) == list(want)  # stored order; the step count is no tensor
+    for name, array in want.items():
+        assert entries[name].shape == array.shape, name
+        assert torch.equal(entries[name].load(), torch.from_numpy(np.ascontiguousarray(array))), name
+
+
+def test_chunked_bfloat16_and_scalars(tmp_path: Path) -> None:
+    big = RNG.standard_normal((6, 10)).astype(np.float32)
+    bf16 = torch.randn(4, 3, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    raw = {"big": {"kernel": chunked(big, 4)},
+           "half": {"kernel": ext(bf16.view(torch.int16).numpy(), "bfloat16")},
+           "count": msgpack.ExtType(3, msgpack.packb(((), "int32", np.int32(5).tobytes()), use_bin_type=True))}
+    path = tmp_path / "flax_model.msgpack"
+    path.write_bytes(msgpack.packb(raw))
+    entries = read(path)
+    assert torch.equal(entries["big.weight"].load(), torch.from_numpy(big.T.copy()))
+    assert entries["half.weight"].dtype == "bfloat16" and torch.equal(entries["half.weight"].load(), bf16.T)
+    assert entries["count"].skip == "a numpy scalar, not an array"
+
+
+def test_folder_with_config_scores_like_the_pytorch_layout(tmp_path: Path) -> None:
+    write(tmp_path / "flax_model.msgpack", tree())
+    (tmp_path / "config.json").write_text(json.dumps({"num_labels": 5, "model_type": "toy"}))
+    with open_source(tmp_path) as source:
+        assert source.config == {"num_labels": 5, "model_type": "toy"}
+        assert source.provenance.format == "flax-msgpack"
+    got = {row["name"]: row["bfe"] for row in wbfe.score(tmp_path, metrics="bfe").layers}
+    torch_state = {"embed.weight": EMBED, "conv.weight": CONV.transpose(3, 2, 0, 1),
+                   "conv1d.weight": CONV1D.transpose(2, 1, 0),
+                   "layer.0.dense.weight": DENSE.T, "classifier.weight": HEAD.T}
+    want = {row["name"]: row["bfe"] for row in wbfe.score(
+        {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in torch_state.items()}, metrics="bfe").layers}
+    assert got == want
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "short-array", "not-a-map"])
+def test_damaged_files_get_a_typed_error(tmp_path: Path, damage: str) -> None:
+    path = write(tmp_path / "flax_model.msgpack", tree())
+    raw = path.read_bytes()
+    expected: type[Exception] = CorruptCheckpointError
+    if damage == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+        expected = TruncatedCheckpointError
+    elif damage == "garbage":
+        path.write_bytes(b"\xc1" + bytes(range(200)))
+    elif damage == "short-array":
+        payload = msgpack.packb(((4, 4), "float32", b"\0" * 60), use_bin_type=True)
+        path.write_bytes(msgpack.packb({"fc": {"kernel": msgpack.ExtType(1, payload)}}))
+    else:
+        path.write_bytes(msgpack.packb([1, 2, 3]))
+    with pytest.raises(expected, match=str(path)):
+        read(path)

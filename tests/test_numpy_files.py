@@ -1,0 +1,70 @@
+"""NumPy .npz archives (wbfe/sources/numpy_files.py): arrays written by np.savez and
+np.savez_compressed read back equal, an object array skipped without unpickling, a damaged archive a
+typed error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from wbfe.errors import CorruptCheckpointError
+from wbfe.sources import open_source
+
+RNG = np.random.default_rng(5)
+ARRAYS = {"fc1.weight": RNG.standard_normal((6, 4)).astype(np.float32),
+          "fc2.weight": RNG.standard_normal((3, 6)).astype(np.float16),
+          "conv.weight": np.asfortranarray(RNG.standard_normal((5, 2, 3, 3))),
+          "steps": np.arange(4, dtype=np.int64)}
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_arrays_read_back_equal(tmp_path: Path, save: object) -> None:
+    save(tmp_path / "weights.npz", **ARRAYS)  # type: ignore[operator]
+    with open_source(tmp_path / "weights.npz") as source:
+        entries = {e.name: e for e in source.entries()}
+        assert source.provenance.format == "npz"
+    assert list(entries) == list(ARRAYS)
+    for name, array in ARRAYS.items():
+        assert entries[name].shape == array.shape and entries[name].dtype == str(array.dtype)
+        assert torch.equal(entries[name].load(), torch.from_numpy(np.ascontiguousarray(array))), name
+    with open_source(tmp_path) as source:  # the folder holding it
+        assert [e.name for e in source.entries()] == list(ARRAYS)
+
+
+def test_object_arrays_are_skipped_never_unpickled(tmp_path: Path) -> None:
+    np.savez(tmp_path / "w.npz", ok=ARRAYS["fc1.weight"], obj=np.array([{"a": 1}, None], dtype=object))
+    with open_source(tmp_path / "w.npz") as source:
+        entries = {e.name: e for e in source.entries()}
+    assert entries["obj"].skip == "object array: only a pickle can hold it, and wbfe does not unpickle .npz members"
+    assert entries["ok"].skip is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "bad-header", "no-arrays", "huge-shape"])
+def test_damaged_archives_get_a_typed_error(tmp_path: Path, damage: str) -> None:
+    import zipfile
+
+    path = tmp_path / "w.npz"
+    np.savez(path, **ARRAYS)
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:300])
+    elif damage == "garbage":
+        path.write_bytes(b"PK\x03\x04" + bytes(range(256)))
+    elif damage == "bad-header":
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("fc.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': 1}    \n")
+    elif damage == "huge-shape":  # a header declaring 8 TB over 16 bytes of data: refused before allocating
+        header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }".ljust(117) + "\n"
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("fc.npy", b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 16)
+    else:
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("readme.txt", "nothing here")
+    with pytest.raises(CorruptCheckpointError, match=str(path)) as info:
+        with open_source(path) as source:
+            for entry in source.entries():
+                entry.load()
+    if damage == "huge-shape":
+        assert str(info.value).endswith("'fc' holds 16 bytes, its header declares 8000000000000")

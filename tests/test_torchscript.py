@@ -1,0 +1,160 @@
+"""TorchScript archives (wbfe/sources/torchscript_files.py): every tensor of a scripted or traced
+module read from the archive's records equals the module's own, without torch.jit.load; a pickle
+that needs code is refused, a damaged archive is a typed error."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+import wbfe
+from wbfe.errors import CorruptCheckpointError, UnsafePickleError
+from wbfe.sources import open_source
+from wbfe_cli.main import app
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.conv = nn.Conv1d(8, 12, 3)
+        self.bn = nn.BatchNorm1d(12)
+        self.blocks = nn.ModuleList([nn.Linear(12, 12) for _ in range(2)])
+        self.head = nn.Linear(12, 5)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 12))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.bn(self.conv(self.emb(ids).transpose(1, 2))).mean(2) * self.scale
+        for block in self.blocks:
+            h = torch.relu(block(h))
+        return self.head(h)
+
+
+@pytest.fixture(scope="module")
+def net() -> Net:
+    torch.manual_seed(0)
+    model = Net().eval()
+    with torch.no_grad():  # non-default BatchNorm statistics, so they are read, not assumed
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    return model
+
+
+def save_scripted(net: nn.Module, path: Path) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.script(net), str(path))
+    return path
+
+
+def test_every_tensor_equals_the_modules_own(tmp_path: Path, net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = save_scripted(net, tmp_path / "net.pt")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the archive's code must not be loaded")
+
+    monkeypatch.setattr(torch.jit, "load", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    with open_source(path) as source:
+        assert source.provenance.format == "torchscript"
+        got = {e.name: e.load() for e in source.entries()}
+    want = net.state_dict()
+    assert set(got) == set(want)
+    for name, tensor in want.items():
+        assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
+
+
+def test_scores_exactly_as_the_module(tmp_path: Path, net: Net) -> None:
+    path = save_scripted(net, tmp_path / "net.jit")
+    got = {row["name"]: row["bfe"] for row in wbfe.score(path, metrics="bfe").layers}
+    want = {row["name"]: row["bfe"] for row in wbfe.score(net, metrics="bfe").layers}
+    assert got == want and len(got) == 5
+
+
+def test_traced_constants_are_read(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(1)
+    captured = torch.randn(3, 4, generator=g)
+
+    class Traced(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) @ captured.T
+
+    torch.manual_seed(2)
+    module = Traced()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.trace(module, torch.randn(2, 4)), str(tmp_path / "t.pt"))
+    with open_source(tmp_path / "t.pt") as source:
+        got = {e.name: e.load() for e in source.entries()}
+    assert torch.equal(got["constants.0"], captured)
+    assert torch.equal(got["fc.weight"], module.fc.weight.detach())
+
+
+def _with_data_pkl(path: Path, out: Path, payload: bytes) -> Path:
+    """``path`` with its data.pkl replaced by ``payload``."""
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = payload if info.filename.endswith("/data.pkl") else src.read(info)
+            dst.writestr(info, data)
+    return out
+
+
+class _Exploit:
+    def __reduce__(self) -> tuple:
+        import os
+
+        return (os.system, ("touch /tmp/wbfe-torchscript-pwned",))
+
+
+def test_a_pickle_that_needs_code_is_refused(tmp_path: Path, net: Net) -> None:
+    path = save_scripted(net, tmp_path / "net.pt")
+    bad = _with_data_pkl(path, tmp_path / "bad.pt", pickle.dumps(_Exploit(), protocol=2))
+    with pytest.raises(UnsafePickleError, match=r"needs (posix|os)\.system"):
+        open_source(bad)
+    assert not Path("/tmp/wbfe-torchscript-pwned").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage-pickle", "missing-record", "short-record"])
+def test_damaged_archives_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage: str) -> None:
+    path = save_scripted(net, tmp_path / "net.pt")
+    if damage == "truncated":
+        raw = path.read_bytes()
+        bad = tmp_path / "bad.jit"
+        bad.write_bytes(raw[: len(raw) // 2])
+    elif damage == "garbage-pickle":
+        bad = _with_data_pkl(path, tmp_path / "bad.jit", b"\x80\x02(garbage")
+    else:
+        bad = tmp_path / "bad.jit"
+        with zipfile.ZipFile(path) as src, zipfile.ZipFile(bad, "w") as dst:
+            for info in src.infolist():
+                data = src.read(info)
+                if info.filename.endswith("/data/1"):
+                    if damage == "missing-record":
+                        continue
+                    data = data[:-4]
+                dst.writestr(info, data)
+    with pytest.raises(CorruptCheckpointError) as info:
+        with open_source(bad) as source:
+            for entry in source.entries():
+                entry.load()
+    assert str(bad) in str(info.value)
+    result = CliRunner().invoke(app, ["score", str(bad), "--metrics", "bfe"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_sniffed_from_a_pt_name_and_picked_in_a_folder(tmp_path: Path, net: Net) -> None:
+    save_scripted(net, tmp_path / "model.pt")
+    (tmp_path / "config.json").write_text('{"num_labels": 5}')
+    with open_source(tmp_path) as source:
+        assert source.provenance.format == "torchscript" and source.config == {"num_labels": 5}

@@ -1,0 +1,230 @@
+"""Flax checkpoints (``flax_model.msgpack``, ``flax.serialization.to_bytes``), read with ``msgpack``.
+
+The format, as ``flax/serialization.py`` writes it: a msgpack map of nested maps (the variables'
+tree); each array is msgpack extension type 1 holding a msgpack-packed ``(shape, dtype name, raw
+C-order bytes)``; an array over 1 GiB is a map ``{"__msgpack_chunked_array__": True, "shape": {...},
+"chunks": {"0": array, ...}}`` of flat pieces; numpy scalars are extension type 3 (listed as skipped).
+Neither flax nor jax is needed. The file is parsed whole when opened (msgpack has no index), and
+each array converted to a tensor when asked for.
+
+Flax stores a Dense ``kernel`` in × out and a convolution kernel k… × in × out; they are reported
+in PyTorch's layout, out × in and out × in × k…, and named as PyTorch names them (as transformers'
+Flax-to-PyTorch conversion does): ``kernel`` and ``scale`` and ``embedding`` become ``weight``,
+BatchNorm's ``mean`` and ``var`` ``running_mean`` and ``running_var``. A top-level ``params`` or
+``batch_stats`` collection is not part of the names; optimizer state is listed as skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Optional
+
+from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+from wbfe.sources.numpy_files import numpy_dtype_name
+from wbfe.sources.registry import FileFormat, register_format
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["FlaxSource", "open_flax", "FLAX", "torch_name", "torch_layout"]
+
+_NDARRAY, _NPSCALAR = 1, 3
+_CHUNKED = "__msgpack_chunked_array__"
+_COLLECTIONS = ("params", "batch_stats")
+_OPTIMIZER = ("opt_state", "optimizer", "optimizer_state")
+_RENAMED = {"kernel": "weight", "scale": "weight", "embedding": "weight", "mean": "running_mean",
+            "var": "running_var"}
+
+
+def _msgpack() -> Any:
+    try:
+        import msgpack
+    except ImportError:
+        raise MissingDependencyError("reading Flax checkpoints needs msgpack: pip install 'wbfe[flax]'",
+                                     package="msgpack") from None
+    return msgpack
+
+
+@dataclass(frozen=True)
+class _Array:
+    """An array as stored: its shape, numpy dtype name and raw bytes (or its flat chunks)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    pieces: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    name: str
+    array: Optional[_Array]
+    permute: Optional[tuple[int, ...]]
+    skip: Optional[str]
+
+
+def torch_name(path: tuple[str, ...], ndim: int) -> str:
+    """The PyTorch name of the Flax variable at ``path`` (collection prefix dropped, last key renamed)."""
+    keys = list(path[1:] if len(path) > 1 and path[0] in _COLLECTIONS else path)
+    if keys and keys[-1] in _RENAMED:
+        keys[-1] = _RENAMED[keys[-1]]
+    return ".".join(keys)
+
+
+def torch_layout(last_key: str, ndim: int) -> Optional[tuple[int, ...]]:
+    """The permutation that takes a Flax ``kernel`` to PyTorch's layout: in × out to out × in, and
+    k… × in × out to out × in × k…; None for every other variable (kept as stored)."""
+    if last_key != "kernel" or ndim < 2:
+        return None
+    return (ndim - 1, ndim - 2, *range(ndim - 2))
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    """msgpack's hook for extension types: arrays (1) and numpy scalars (3) as ``_Array``."""
+    msgpack = _msgpack()
+    if code not in (_NDARRAY, _NPSCALAR):
+        return msgpack.ExtType(code, data)
+    shape, dtype, buffer = msgpack.unpackb(data, raw=True)
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(s, int) and s >= 0 for s in shape) \
+            or not isinstance(dtype, bytes) or not isinstance(buffer, bytes):
+        raise ValueError("an array record that is not (shape, dtype, bytes)")
+    array = _Array(tuple(shape), dtype.decode("ascii"), (buffer,))
+    return array if code == _NDARRAY else ("scalar", array)
+
+
+class FlaxSource(TensorSource):
+    """The arrays of a Flax msgpack checkpoint, in PyTorch's layout and names."""
+
+    def __init__(self, ref: str, path: Path):
+        msgpack = _msgpack()
+        self._path = path
+        with open_regular(path) as fh:
+            raw = fh.read()
+        try:
+            tree = msgpack.unpackb(raw, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+        except (msgpack.OutOfData, ValueError) as exc:
+            if isinstance(exc, msgpack.OutOfData) or "incomplete input" in str(exc):
+                raise TruncatedCheckpointError(f"{path}: truncated Flax msgpack file", path=str(path)) from None
+            raise CorruptCheckpointError(f"{path}: not a readable Flax msgpack file ({exc.__class__.__name__}: "
+                                         f"{str(exc)[:80]})", path=str(path)) from None
+        except (msgpack.UnpackException, TypeError, RecursionError) as exc:
+            raise CorruptCheckpointError(f"{path}: not a readable Flax msgpack file ({exc.__class__.__name__}: "
+                                         f"{str(exc)[:80]})", path=str(path)) from None
+        del raw
+        if not isinstance(tree, dict):
+            raise CorruptCheckpointError(f"{path}: not a Flax checkpoint (the top level is no map)", path=str(path))
+        self._leaves = self._flatten(tree)
+        if not self._leaves:
+            raise CorruptCheckpointError(f"{path}: a Flax msgpack file with no arrays", path=str(path))
+        self.provenance = Provenance(source=ref, format="flax-msgpack", files=[str(path)], pending=FileDigest([path]))
+
+    def _flatten(self, tree: dict[Any, Any]) -> list[_Leaf]:
+        out: list[_Leaf] = []
+        names: set[str] = set()
+        stack: list[tuple[tuple[str, ...], Any]] = [((), tree)]
+        while stack:
+            path, value = stack.pop()
+            if isinstance(value, dict) and value.get(_CHUNKED) is True:
+                value = self._unchunk(path, value)
+            if isinstance(value, dict):
+                stack += [((*path, str(k)), v) for k, v in reversed(list(value.items()))]
+                continue
+            if isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar":
+                out.append(_Leaf(".".join(path), None, None, "a numpy scalar, not an array"))
+                continue
+            if not isinstance(value, _Array):
+                continue  # a step count, a flag: not a tensor
+            leaf = self._leaf(path, value)
+            if leaf.name in names:
+                raise CorruptCheckpointError(f"{self._path}: two arrays are both named {leaf.name!r}",
+                                             path=str(self._path))
+            names.add(leaf.name)
+            out.append(leaf)
+        return out
+
+    def _leaf(self, path: tuple[str, ...], array: _Array) -> _Leaf:
+        ndim = len(array.shape)
+        name = torch_name(path, ndim)
+        dtype = "bfloat16" if array.dtype == "bfloat16" else _dtype(array.dtype)
+        if dtype is None:
+            return _Leaf(name, array, None, f"{array.dtype} array: not a weight dtype")
+        need = math.prod(array.shape) * _itemsize(dtype)
+        if sum(len(p) for p in array.pieces) != need:
+            raise CorruptCheckpointError(f"{self._path}: array {'.'.join(path)!r} holds "
+                                         f"{sum(len(p) for p in array.pieces)} bytes, its shape needs {need}",
+                                         path=str(self._path))
+        skip = "optimizer state" if path and path[0] in _OPTIMIZER else None
+        return _Leaf(name, array, torch_layout(path[-1] if path else "", ndim), skip)
+
+    def _unchunk(self, path: tuple[str, ...], value: dict[Any, Any]) -> _Array:
+        """A chunked array's pieces, in order, as one array (the bytes stay separate until read)."""
+        try:
+            shape = tuple(int(value["shape"][str(i)]) for i in range(len(value["shape"])))
+            chunks = [value["chunks"][str(i)] for i in range(len(value["chunks"]))]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CorruptCheckpointError(f"{self._path}: chunked array {'.'.join(path)!r} is malformed",
+                                         path=str(self._path)) from None
+        if not chunks or not all(isinstance(c, _Array) and c.dtype == chunks[0].dtype for c in chunks):
+            raise CorruptCheckpointError(f"{self._path}: chunked array {'.'.join(path)!r} has no or mixed chunks",
+                                         path=str(self._path))
+        return _Array(shape, chunks[0].dtype, tuple(p for c in chunks for p in c.pieces))
+
+    def __len__(self) -> int:
+        return len(self._leaves)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        for leaf in self._leaves:
+            array = leaf.array
+            shape = array.shape if array is not None else ()
+            if leaf.permute is not None:
+                shape = tuple(shape[i] for i in leaf.permute)
+            dtype = (_dtype(array.dtype) or array.dtype) if array is not None else "float32"
+            load = _Loader(leaf)
+            yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=load, reread=load, skip=leaf.skip)
+
+
+class _Loader:
+    def __init__(self, leaf: _Leaf):
+        self.leaf = leaf
+
+    def __call__(self) -> "torch.Tensor":
+        import torch
+
+        array = self.leaf.array
+        assert array is not None
+        dtype = getattr(torch, _dtype(array.dtype) or "float32")
+        flat = torch.frombuffer(bytearray(b"".join(array.pieces)), dtype=dtype) if math.prod(array.shape) else \
+            torch.empty(0, dtype=dtype)
+        t = flat.reshape(array.shape)
+        return (t.permute(*self.leaf.permute) if self.leaf.permute is not None else t).contiguous()
+
+
+def _dtype(name: str) -> Optional[str]:
+    if name == "bfloat16":
+        return "bfloat16"
+    import numpy as np
+
+    try:
+        return numpy_dtype_name(np.dtype(name))
+    except TypeError:
+        return None
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}.get(dtype, 1)
+
+
+def open_flax(path: Path, ref: str, fmt: Optional[str] = None) -> FlaxSource:
+    """Open a Flax msgpack checkpoint.
+
+    Raises:
+        CorruptCheckpointError, TruncatedCheckpointError: not a readable Flax msgpack file.
+        MissingDependencyError: msgpack is not installed.
+    """
+    return FlaxSource(ref, path)
+
+
+FLAX = register_format(FileFormat(name="flax", suffixes=(".msgpack",), open=open_flax,
+                                  preferred="flax_model.msgpack", group="more", rank=40))

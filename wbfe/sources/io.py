@@ -1,0 +1,46 @@
+"""Byte-level reads the checkpoint readers share."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wbfe.errors import TruncatedCheckpointError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["read_range"]
+
+
+def read_range(path: Path, first: int, nbytes: int) -> "np.ndarray":
+    """Bytes ``[first, first + nbytes)`` of a file into an array of their own (``pread``: no shared
+    file position, so safe from a read-ahead thread).
+
+    Args:
+        path: the file.
+        first: offset of the first byte.
+        nbytes: how many bytes.
+
+    Returns:
+        A writable ``uint8`` array of ``nbytes`` bytes.
+
+    Raises:
+        TruncatedCheckpointError: the file ends first (it changed since its header was checked).
+    """
+    import numpy as np
+
+    buffer = np.empty(nbytes, dtype=np.uint8)
+    view = buffer.data  # a memoryview of the array's bytes
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        done = 0
+        while done < nbytes:
+            n = os.preadv(fd, [view[done:]], first + done)
+            if n <= 0:
+                raise TruncatedCheckpointError(f"{path}: cut short while being read", path=str(path))
+            done += n
+    finally:
+        os.close(fd)
+    return buffer

@@ -1,0 +1,39 @@
+"""In-memory models: an ``nn.Module`` or a mapping of tensors (library use); the ``memory`` location."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from wbfe.sources._base import Provenance, TensorEntry, TensorSource
+from wbfe.sources.registry import register_location
+from wbfe.sources.torch_pickle import tensor_entries, unwrap_state_dict
+
+__all__ = ["MemorySource", "is_in_memory"]
+
+
+class MemorySource(TensorSource):
+    """An in-memory ``nn.Module`` or state dict (tied parameters detected by shared storage)."""
+
+    headers_only = True  # nothing to read: the tensors are in memory
+
+    def __init__(self, obj: Any):
+        state = obj.state_dict() if hasattr(obj, "state_dict") and callable(obj.state_dict) else obj
+        self._state = unwrap_state_dict(state, where=type(obj).__name__)
+        self.provenance = Provenance(
+            source=f"<{type(obj).__name__}>", format="module" if state is not obj else "state_dict"
+        )
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        return tensor_entries(self._state)
+
+
+def is_in_memory(ref: Any) -> bool:
+    """Whether ``ref`` is an object holding tensors: a mapping, or anything with ``state_dict``."""
+    return not isinstance(ref, (str, Path)) and (isinstance(ref, Mapping) or hasattr(ref, "state_dict"))
+
+
+register_location("memory", order=10, claims=is_in_memory)(MemorySource)

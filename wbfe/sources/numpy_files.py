@@ -1,0 +1,140 @@
+"""NumPy ``.npz`` archives (``np.savez``, ``np.savez_compressed``): one ``.npy`` member per array.
+
+Each member's header (shape, dtype, order) is read when the archive is opened and its data when the
+tensor is asked for, with ``allow_pickle=False``: an object array (which only a pickle can hold) is
+listed as skipped, never unpickled. Arrays are taken as stored (``out × in`` for a matrix, as
+PyTorch holds them); names are the archive's keys.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Optional
+
+from wbfe.errors import CorruptCheckpointError
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+from wbfe.sources.registry import FileFormat, register_format
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["NpzSource", "open_npz", "NPZ", "numpy_dtype_name"]
+
+# numpy dtype names torch holds as they are.
+_TORCH_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
+
+
+def numpy_dtype_name(dtype: Any) -> Optional[str]:
+    """wbfe's dtype name for a numpy dtype torch can hold (``float32``...), else None."""
+    name = str(dtype)
+    return name if name in _TORCH_DTYPES else None
+
+
+@dataclass(frozen=True)
+class _Member:
+    name: str
+    member: str
+    shape: tuple[int, ...]
+    dtype: str
+    fortran: bool
+    skip: Optional[str]
+
+
+class NpzSource(TensorSource):
+    """The arrays of an ``.npz`` archive, read one member at a time."""
+
+    def __init__(self, ref: str, path: Path):
+        self._path = path
+        with open_regular(path) as fh:
+            archive = _zip(path, fh)
+            with archive:
+                self._members = [self._header(archive, info) for info in archive.infolist()
+                                 if info.filename.endswith(".npy")]
+        if not self._members:
+            raise CorruptCheckpointError(f"{path}: an .npz archive with no .npy arrays", path=str(path))
+        self.provenance = Provenance(source=ref, format="npz", files=[str(path)], pending=FileDigest([path]))
+
+    def _header(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
+        import numpy as np
+
+        name = info.filename[: -len(".npy")]
+        try:
+            with archive.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, fortran, dtype = read(fh)
+                data_start = fh.tell()
+        except (ValueError, OSError, EOFError, SyntaxError, struct.error, zipfile.BadZipFile) as exc:
+            raise CorruptCheckpointError(f"{self._path}: array {name!r} has no readable .npy header ({str(exc)[:80]})",
+                                         path=str(self._path)) from None
+        need = math.prod(int(d) for d in shape) * dtype.itemsize
+        if not dtype.hasobject and info.file_size - data_start != need:  # before any allocation of that size
+            raise CorruptCheckpointError(f"{self._path}: array {name!r} holds {info.file_size - data_start} bytes, "
+                                         f"its header declares {need}", path=str(self._path))
+        torch_dtype = numpy_dtype_name(dtype)
+        skip = None
+        if dtype.hasobject:
+            skip = "object array: only a pickle can hold it, and wbfe does not unpickle .npz members"
+        elif torch_dtype is None:
+            skip = f"{dtype} array: not a weight dtype"
+        return _Member(name, info.filename, tuple(int(s) for s in shape), torch_dtype or str(dtype), bool(fortran),
+                       skip)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        for member in self._members:
+            load = _Loader(self, member)
+            yield TensorEntry(name=member.name, shape=member.shape, dtype=member.dtype, load=load, reread=load,
+                              skip=member.skip)
+
+    def read(self, member: _Member) -> "torch.Tensor":
+        """One array, read with ``allow_pickle=False``.
+
+        Raises:
+            CorruptCheckpointError: the member is damaged (short, a failed CRC-32).
+        """
+        import numpy as np
+        import torch
+
+        try:
+            with open_regular(self._path) as fh, _zip(self._path, fh) as archive, archive.open(member.member) as f:
+                array = np.lib.format.read_array(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            raise CorruptCheckpointError(f"{self._path}: array {member.name!r} unreadable ({str(exc)[:80]})",
+                                         path=str(self._path)) from None
+        return torch.from_numpy(np.ascontiguousarray(array).copy())
+
+
+class _Loader:
+    def __init__(self, source: NpzSource, member: _Member):
+        self.source, self.member = source, member
+
+    def __call__(self) -> "torch.Tensor":
+        return self.source.read(self.member)
+
+
+def _zip(path: Path, fh: Any) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(fh)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error) as exc:
+        raise CorruptCheckpointError(f"{path}: not a readable .npz archive (a damaged zip: {exc.__class__.__name__})",
+                                     path=str(path)) from None
+
+
+def open_npz(path: Path, ref: str, fmt: Optional[str] = None) -> NpzSource:
+    """Open a NumPy ``.npz`` archive.
+
+    Raises:
+        CorruptCheckpointError: not a readable archive of ``.npy`` arrays.
+        SourceNotFoundError: the file cannot be read.
+    """
+    return NpzSource(ref, path)
+
+
+NPZ = register_format(FileFormat(name="npz", suffixes=(".npz",), open=open_npz, group="more", rank=40))

@@ -1,0 +1,404 @@
+"""What an ONNX graph does with each stored tensor: which are weights, how each is oriented, the
+order the model uses them in, and which one produces the output (the head).
+
+Stored tensors are the initializers and the ``Constant`` nodes' values (``value``, or
+``value_float(s)`` / ``value_int(s)``) of the main graph and of every subgraph (the branches of
+``If``, the bodies of ``Loop`` and ``Scan``) at any depth. Names are resolved by ONNX's scoping
+rules (an inner name shadows an outer one), so a weight of the main graph used inside two
+branches is one tensor with two consumers, listed once. A tensor is followed through
+``Identity``, ``Cast``, 2-D ``Transpose``, ``DequantizeLinear``, out of an ``If`` branch into the
+``If``'s output and into a ``Loop`` body as loop-carried state, to the operator that consumes it,
+and that operator decides what it is:
+
+- input B of ``MatMul`` (in × out: reported out × in) and of ``Gemm`` (out × in with ``transB``,
+  else in × out); input W of ``Conv`` and ``ConvTranspose``; the table of ``Gather`` (an
+  embedding): a weight;
+- a Gemm/Conv bias, and anything else (an ``Add`` of a positional table, a mask in a ``Where``):
+  skipped with the consumer named;
+- a tensor named as a signal-processing constant (an STFT/DFT basis, a window, a mel filterbank),
+  or whose values are a windowed DFT basis whatever its name (:func:`is_dft_basis`, checked only
+  for weights shaped like one), is skipped even when a ``Conv`` or ``MatMul`` consumes it: the
+  graph computes a transform with it, it was never learned.
+
+Constant nodes holding scalars or vectors that reach no weight input (shapes, axes, epsilons: the
+plumbing of an exported graph) are not tensors of the checkpoint and are not listed; every
+initializer is. This module reads no tensor data; :mod:`wbfe.sources.onnx_files` does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+__all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft_basis", "WEIGHT_INPUT"]
+
+# The weight input of each operator that multiplies by a weight.
+WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0}
+_BIAS_OPS = ("Gemm", "Conv", "ConvTranspose")
+# Names of constants a graph computes a transform with (torch.stft exports, Whisper's mel filters).
+_SIGNAL = re.compile(r"(?<![a-z])(i?stft|i?r?dft|i?r?fft|mel_?filters?|mel_?basis|mel_?fb|filterbanks?|fbank|"
+                     r"(forward|inverse)_basis|(hann|hamming|blackman|kaiser)_window)(?![a-z])", re.I)
+
+
+@dataclass
+class Stored:
+    """A stored tensor: an initializer or a Constant node's value, in the graph at ``scope``."""
+
+    vid: int
+    name: str
+    scope: str
+    tensor: Any = None  # a TensorProto (initializer or Constant ``value``)
+    array: Any = None  # a numpy array (Constant ``value_float(s)`` / ``value_int(s)``)
+    constant: Optional[str] = None  # the Constant node's label, None for an initializer
+    skip: Optional[str] = None  # a Constant that cannot be read (a sparse value)
+
+
+@dataclass
+class Planned:
+    """A stored tensor and what the graph does with it."""
+
+    stored: Stored
+    name: str  # unique among the listed tensors
+    shape: tuple[int, ...]  # as reported (out × in for a transposed weight)
+    dtype: str
+    transpose: bool = False
+    quant: Optional[str] = None
+    skip: Optional[str] = None
+    consumers: list[str] = field(default_factory=list)
+    dq: Optional[tuple[int, Optional[int], int, int]] = None  # (scale vid, zero point vid, axis, block size)
+    position: float = float("inf")  # of the first node using it (graph order, subgraphs in place)
+    used_at: list[int] = field(default_factory=list)  # positions of the nodes using it as a weight
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """The shape as stored (before any transpose)."""
+        return (self.shape[1], self.shape[0]) if self.transpose else self.shape
+
+
+@dataclass
+class GraphPlan:
+    """The listed tensors in the model's order, and the head."""
+
+    tensors: list[Planned]
+    head: Optional[str]
+    stored: dict[int, Stored]
+
+
+@dataclass
+class _Use:
+    node: Any
+    index: int
+    position: int
+
+
+class _Walker:
+    """One pass over the graph and its subgraphs, resolving every name to a value id."""
+
+    def __init__(self, onnx: Any):
+        self.onnx = onnx
+        self.count = 0
+        self.position = 0
+        self.stored: dict[int, Stored] = {}
+        self.shape: dict[int, tuple[int, ...]] = {}
+        self.dtype: dict[int, int] = {}
+        self.uses: dict[int, list[_Use]] = defaultdict(list)
+        self.passes: dict[int, list[int]] = defaultdict(list)  # value -> values it becomes (If outputs)
+        self.carried: dict[tuple[int, int], int] = {}  # (Loop position, input index) -> body input value
+        self.producer: dict[int, tuple[Any, int]] = {}  # value -> (node, position)
+        # By node position (a node's place in graph order, subgraphs in place: unique per node).
+        self.inputs_of: dict[int, list[Optional[int]]] = {}  # its inputs' values (None: no input)
+        self.outputs_of: dict[int, list[int]] = {}  # its outputs' values
+
+    def new(self) -> int:
+        self.count += 1
+        return self.count
+
+    def walk(self, graph: Any, chain: list[dict[str, int]], scope: str) -> dict[str, int]:
+        local: dict[str, int] = {}
+        scopes = chain + [local]
+        for value in graph.input:
+            local[value.name] = self.new()
+        for tensor in graph.initializer:
+            vid = local[tensor.name] = self.new()
+            self.stored[vid] = Stored(vid, tensor.name, scope, tensor=tensor)
+            self.shape[vid], self.dtype[vid] = tuple(int(d) for d in tensor.dims), int(tensor.data_type)
+        for node in graph.node:
+            position = self.position
+            self.position += 1
+            ins = [_resolve(scopes, name) if name else None for name in node.input]
+            self.inputs_of[position] = ins
+            for i, used in enumerate(ins):
+                if used is not None:
+                    self.uses[used].append(_Use(node, i, position))
+            outs = self.outputs_of[position] = [self.new() for _ in node.output]
+            if node.op_type == "Constant" and outs:
+                self._constant(node, outs[0], scope)
+            # then_branch before else_branch, whatever order the attributes were stored in (onnx.helper sorts them)
+            for attr in sorted(node.attribute, key=lambda a: a.name != "then_branch"):
+                for k, sub in enumerate(_subgraphs(self.onnx, attr)):
+                    inner = self.walk(sub, scopes, f"{scope}{node.name or node.op_type}/{attr.name}{k or ''}/")
+                    if node.op_type == "If":  # a branch's outputs are the If's outputs
+                        for out, target in zip(sub.output, outs):
+                            source = _resolve(scopes + [inner], out.name)
+                            if source is not None:
+                                self.passes[source].append(target)
+                    if node.op_type == "Loop":  # Loop inputs 2.. are the body's inputs 2.. (carried state)
+                        for i in range(2, min(len(ins), len(sub.input))):
+                            self.carried[(position, i)] = inner[sub.input[i].name]
+            for name, vid in zip(node.output, outs):
+                if name:
+                    local[name] = vid
+                    self.producer[vid] = (node, position)
+        return local
+
+    def _constant(self, node: Any, vid: int, scope: str) -> None:
+        import numpy as np
+
+        label = node_label(node)
+        stored = Stored(vid, node.output[0], scope, constant=label)
+        for attr in node.attribute:
+            if attr.name == "value":
+                stored.tensor = attr.t
+                self.shape[vid], self.dtype[vid] = tuple(int(d) for d in attr.t.dims), int(attr.t.data_type)
+            elif attr.name in ("value_float", "value_floats", "value_int", "value_ints"):
+                kind = np.float32 if "float" in attr.name else np.int64
+                raw = self.onnx.helper.get_attribute_value(attr)
+                stored.array = np.asarray(raw, dtype=kind)
+                self.shape[vid] = tuple(stored.array.shape)
+                self.dtype[vid] = int(self.onnx.helper.np_dtype_to_tensor_dtype(np.dtype(kind)))
+            elif attr.name == "sparse_value":
+                stored.skip = "sparse constant: wbfe reads dense weights only"
+                self.shape[vid] = tuple(int(d) for d in attr.sparse_tensor.dims)
+                self.dtype[vid] = int(attr.sparse_tensor.values.data_type)
+        if stored.tensor is not None or stored.array is not None or stored.skip is not None:
+            self.stored[vid] = stored
+
+    def follow(self, vid: int, transposed: bool, ndim: int) -> list[tuple[_Use, bool]]:
+        """The uses an ``ndim``-D value reaches through pass-through operators, in graph order, and
+        whether it is transposed there."""
+        out: list[tuple[_Use, bool]] = []
+        seen: set[tuple[int, bool]] = set()
+        stack = [(vid, transposed)]
+        while stack:
+            value, flip = stack.pop()
+            if (value, flip) in seen:
+                continue
+            seen.add((value, flip))
+            stack += [(target, flip) for target in self.passes.get(value, [])]
+            for use in self.uses.get(value, []):
+                node = use.node
+                outputs = self.outputs_of[use.position]
+                if use.index == 0 and node.op_type in ("Identity", "Cast") and outputs:
+                    stack.append((outputs[0], flip))
+                elif use.index == 0 and node.op_type == "Transpose" and outputs and self._swaps(node, ndim):
+                    stack.append((outputs[0], not flip))
+                elif node.op_type == "Loop" and (use.position, use.index) in self.carried:
+                    stack.append((self.carried[(use.position, use.index)], flip))
+                else:
+                    out.append((use, flip))
+        return sorted(out, key=lambda u: u[0].position)
+
+    def _swaps(self, node: Any, ndim: int) -> bool:
+        """A Transpose that swaps the two axes of a matrix."""
+        perm = next((list(self.onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "perm"), None)
+        return ndim == 2 and perm in (None, [1, 0])
+
+
+def _resolve(scopes: list[dict[str, int]], name: str) -> Optional[int]:
+    for scope in reversed(scopes):
+        if name in scope:
+            return scope[name]
+    return None
+
+
+def _subgraphs(onnx: Any, attr: Any) -> list[Any]:
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return [attr.g]
+    if attr.type == onnx.AttributeProto.GRAPHS:
+        return list(attr.graphs)
+    return []
+
+
+def node_label(node: Any) -> str:
+    """A node as messages name it: ``name (OpType)``, its first output standing in for a missing name."""
+    return f"{node.name or (node.output[0] if node.output else '?')} ({node.op_type})"
+
+
+def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = None) -> GraphPlan:
+    """Find the stored tensors of ``graph`` (and its subgraphs) and what each is.
+
+    Args:
+        onnx: the ``onnx`` module.
+        graph: the model's main ``GraphProto``.
+        dtype_name: maps an ONNX data type code to wbfe's dtype name.
+        values: reads a planned weight as a numpy array in its reported orientation; given, a weight
+            shaped like a DFT basis is read and, if it is one (:func:`is_dft_basis`), skipped.
+
+    Returns:
+        The listed tensors in the model's order (of the first node using each; unused ones last),
+        and the head: the weight of the last Gemm/MatMul the graph's first output depends on.
+    """
+    walker = _Walker(onnx)
+    main = walker.walk(graph, [], "")
+    plans = {vid: Planned(s, s.name, walker.shape[vid], dtype_name(walker.dtype[vid]), skip=s.skip)
+             for vid, s in walker.stored.items()}
+    consumed: dict[int, str] = {}
+    for vid, plan in plans.items():
+        if plan.skip is None:
+            _plan_one(walker, plans, vid, plan, consumed)
+    for vid, reason in consumed.items():
+        plans[vid].skip = reason
+    for plan in plans.values():
+        if values is not None and plan.skip is None and plan.quant is None and _dft_shaped(plan.shape):
+            if is_dft_basis(values(plan)):
+                plan.skip = ("signal-processing constant (a windowed DFT basis: the graph computes a short-time "
+                             "Fourier transform with it), not a learned weight")
+    for vid, plan in plans.items():
+        uses = walker.follow(vid, False, len(plan.stored_shape))
+        if uses:
+            plan.position = uses[0][0].position
+    listed = [p for vid, p in plans.items() if _listed(p, vid in consumed)]
+    counts: dict[str, int] = defaultdict(int)
+    for plan in listed:
+        counts[plan.name] += 1
+    for plan in listed:  # the same name in two scopes: qualified by the scope
+        if counts[plan.name] > 1 and plan.stored.scope:
+            plan.name = plan.stored.scope + plan.name
+    listed.sort(key=lambda p: p.position)  # stable: stored order among equals
+    start = main.get(graph.output[0].name) if graph.output else None
+    return GraphPlan(listed, _head(walker, start, listed), walker.stored)
+
+
+def _dft_shaped(shape: tuple[int, ...]) -> bool:
+    """out × n (a MatMul/Gemm) or out × 1 × n (a Conv1d over one channel), with out = n/2+1 or twice it."""
+    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[1] != 1):
+        return False
+    rows, n = shape[0], shape[-1]
+    return n >= 8 and rows in (n // 2 + 1, 2 * (n // 2 + 1))
+
+
+def is_dft_basis(matrix: Any) -> bool:
+    """Whether ``matrix`` (out × [1 ×] n) is a windowed real DFT basis as STFT exports store it:
+    rows ``w[t]·cos(2πkt/n)`` for k = 0..n/2, then (if there are twice as many rows) ``±w[t]·sin(2πkt/n)``,
+    the window ``w`` being whatever row 0 (k = 0) holds.
+
+    Args:
+        matrix: the array, in its reported orientation.
+
+    Returns:
+        True for such a basis (to a relative tolerance of 1e-3), else False.
+    """
+    import numpy as np
+
+    m = np.asarray(matrix, dtype=np.float64).reshape(matrix.shape[0], -1)
+    rows, n = m.shape
+    bins = n // 2 + 1
+    window = m[0]
+    scale = float(np.abs(window).max()) if window.size else 0.0
+    if scale == 0.0 or not np.isfinite(scale) or np.count_nonzero(np.abs(window) > 1e-6 * scale) < n // 2:
+        return False
+    angle = 2 * np.pi * np.outer(np.arange(bins), np.arange(n)) / n
+    tol = 1e-3 * scale
+    if not np.allclose(m[:bins], window * np.cos(angle), rtol=0, atol=tol):
+        return False
+    if rows == bins:
+        return True
+    sin = window * np.sin(angle)
+    return bool(np.allclose(m[bins:], sin, rtol=0, atol=tol) or np.allclose(m[bins:], -sin, rtol=0, atol=tol))
+
+
+def _listed(plan: Planned, consumed: bool) -> bool:
+    """Initializers always; a Constant when it is a weight, a DequantizeLinear operand, or a table."""
+    if plan.stored.constant is None or consumed:
+        return True
+    return bool(plan.consumers) or len(plan.shape) >= 2
+
+
+def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planned, consumed: dict[int, str]) -> None:
+    ndim = len(plan.shape)
+    found = walker.follow(vid, False, ndim)
+    dq = [(use, flip) for use, flip in found if use.node.op_type == "DequantizeLinear" and use.index == 0]
+    if dq:
+        node = dq[0][0].node
+        operands = walker.inputs_of[dq[0][0].position]
+        scale = operands[1] if len(operands) > 1 else None
+        zero = operands[2] if len(node.input) > 2 and node.input[2] and len(operands) > 2 else None
+        if scale not in walker.stored or (zero is not None and zero not in walker.stored):
+            plan.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
+            return
+        attrs = {a.name: onnx_attr(walker.onnx, a) for a in node.attribute}
+        plan.dq = (scale, zero, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
+        plan.quant = f"onnx-{plan.dtype}"
+        consumed[scale] = f"consumed: scale of quantised weight {plan.name} ({node_label(node)})"
+        if zero is not None:
+            consumed[zero] = f"consumed: zero point of quantised weight {plan.name} ({node_label(node)})"
+        outputs = walker.outputs_of[dq[0][0].position]
+        found = walker.follow(outputs[0], dq[0][1], ndim) if outputs else []
+    weight_uses = [(use, flip) for use, flip in found if WEIGHT_INPUT.get(use.node.op_type) == use.index]
+    if not weight_uses:
+        if found:
+            what = ", ".join(f"{node_label(u.node)} input {u.index}" for u, _ in found[:3])
+            bias = any(u.node.op_type in _BIAS_OPS and u.index == 2 for u, _ in found)
+            plan.skip = ("bias" if bias else "not a weight input") + f" (consumed by {what})"
+        else:
+            plan.skip = ("initializer no node uses as a weight (graph input default or unused)"
+                         if plan.stored.constant is None else f"constant {plan.stored.constant} that no node uses")
+        return
+    use, transposed = weight_uses[-1]
+    node = use.node
+    plan.consumers = [node_label(u.node) for u, _ in weight_uses]
+    plan.used_at = [u.position for u, _ in weight_uses]
+    names = [plan.name, plan.stored.constant or ""] + plan.consumers
+    signal = next((m for m in (_SIGNAL.search(n) for n in names) if m), None)
+    if signal is not None:
+        plan.skip = (f"signal-processing constant ({signal.group(0)}: an STFT/DFT basis, window or filterbank "
+                     f"the graph computes with), not a learned weight")
+        return
+    if node.op_type in ("MatMul", "Gemm") and len(plan.shape) != 2:
+        plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
+        return
+    if node.op_type == "Gemm":
+        trans_b = any(a.name == "transB" and onnx_attr(walker.onnx, a) for a in node.attribute)
+        transposed ^= not trans_b
+    elif node.op_type == "MatMul":
+        transposed = not transposed
+    plan.transpose = transposed
+    if transposed:
+        plan.shape = (plan.shape[1], plan.shape[0])
+    if plan.quant is not None:
+        plan.dtype = "float32"
+
+
+def onnx_attr(onnx: Any, attr: Any) -> Any:
+    """An attribute's value (``onnx.helper.get_attribute_value``)."""
+    return onnx.helper.get_attribute_value(attr)
+
+
+def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optional[str]:
+    """The weight of the last Gemm/MatMul (in graph order) the value ``start`` (the graph's first
+    output) depends on, looking into the branches an ``If`` output comes from."""
+    by_node = {position: plan.name for plan in listed if plan.skip is None for position in plan.used_at}
+    back: dict[int, list[int]] = defaultdict(list)
+    for source, targets in walker.passes.items():
+        for target in targets:
+            back[target].append(source)
+    seen: set[int] = set()
+    stack = [start] if start is not None else []
+    best: tuple[int, str] | None = None
+    while stack:
+        vid = stack.pop()
+        if vid in seen:
+            continue
+        seen.add(vid)
+        stack += back.get(vid, [])
+        produced = walker.producer.get(vid)
+        if produced is None:
+            continue
+        node, position = produced
+        if node.op_type in ("Gemm", "MatMul") and position in by_node:
+            if best is None or position > best[0]:
+                best = (position, by_node[position])
+        stack += [v for v in walker.inputs_of.get(position, []) if v is not None]
+    return best[1] if best else None

@@ -1,0 +1,246 @@
+"""The registries of checkpoint file formats, folder kinds and reference kinds ("locations").
+
+Each format module registers how to recognise its files and how to open them, the way timm's
+``register_model`` fills its table of model entry points: a new format is one new module with one
+``register_format`` call, and the tests parametrised over :func:`file_formats` cover it. Likewise a
+reference kind (an in-memory module, an object-store URI, a local path, ``timm:`` names, hub ids)
+registers a resolver with its place in the order they are tried (:func:`register_location`), and a
+folder that is a checkpoint of its own kind (a PEFT adapter) a folder opener
+(:func:`register_folder`). This module imports no reader: it holds the tables and the lookups that
+:func:`wbfe.sources.open_source` and :mod:`wbfe.sources.local` use instead of if-chains.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from wbfe.errors import CorruptCheckpointError
+from wbfe.sources._base import TensorSource
+
+__all__ = [
+    "FileFormat", "Location", "FolderKind", "register_format", "register_location", "register_folder",
+    "file_formats", "locations", "folder_kinds", "format_of", "format_named", "checkpoint_suffixes",
+    "pick_files", "read_head", "zip_members", "Opener",
+]
+
+# Opens one file: (path, the reference as the user gave it, a provenance format label or None).
+Opener = Callable[[Path, str, Optional[str]], TensorSource]
+# Bytes read from the start of a file for the sniffers (every magic number registered fits).
+HEAD_BYTES = 16
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """How wbfe recognises and opens one checkpoint file format.
+
+    Attributes:
+        name: a stable name (``safetensors``, ``torch``, ``gguf``...).
+        suffixes: file name endings of its files (lower case; matched in any case).
+        open: the opener.
+        sniff: tells the format's files from their first :data:`HEAD_BYTES` bytes (and the path, for
+            a zip's members), whatever their name; None for a format told only by its suffix.
+        index_suffixes: endings of a shard index (a JSON file naming the shards), if it has one.
+        named_suffixes: further endings the format opens when the user names such a file, but
+            that do not mark one of its files in a folder (a PyTorch index ``weights.index.json``).
+        preferred: the file name chosen first among several in a folder (``model.safetensors``).
+        group: formats of one group compete in a folder: several of its files and no index is an
+            error. Groups are preferred in the order of their ``rank``.
+        rank: the group's place in a folder's preference (lower first).
+        in_folder: whether a file named so counts as one of the format's files in a folder listing
+            (say, only the first split of a GGUF split set); None: every file with a suffix does.
+    """
+
+    name: str
+    suffixes: tuple[str, ...]
+    open: Opener
+    sniff: Optional[Callable[[bytes, Path], bool]] = None
+    index_suffixes: tuple[str, ...] = ()
+    named_suffixes: tuple[str, ...] = ()
+    preferred: Optional[str] = None
+    group: str = "other"
+    rank: int = 50
+    in_folder: Optional[Callable[[str], bool]] = None
+
+    def claims_name(self, name: str) -> bool:
+        """Whether a file named ``name`` carries one of this format's suffixes (index included)."""
+        return name.lower().endswith(self.suffixes + self.index_suffixes + self.named_suffixes)
+
+    def lists(self, name: str) -> bool:
+        """Whether ``name`` counts as this format's file (not index) in a folder."""
+        return name.lower().endswith(self.suffixes) and (self.in_folder is None or self.in_folder(name))
+
+
+@dataclass(frozen=True)
+class Location:
+    """A kind of reference: ``claims(ref)`` says whether ``ref`` is one, ``open(ref)`` opens it.
+
+    Locations are tried by ascending ``order``; the first that claims a reference opens it.
+    """
+
+    name: str
+    order: int
+    claims: Callable[[Any], bool]
+    open: Callable[[Any], TensorSource]
+
+
+@dataclass(frozen=True)
+class FolderKind:
+    """A folder that is a checkpoint of its own kind: ``claims(folder)``, ``open(folder, ref)``."""
+
+    name: str
+    claims: Callable[[Path], bool]
+    open: Callable[[Path, str], TensorSource]
+
+
+_FORMATS: dict[str, FileFormat] = {}
+_LOCATIONS: dict[str, Location] = {}
+_FOLDERS: dict[str, FolderKind] = {}
+
+
+def register_format(fmt: FileFormat) -> FileFormat:
+    """Add ``fmt`` to the table of file formats (a second registration of a name replaces the first).
+
+    Returns:
+        ``fmt``, so that a module can keep it as a constant.
+    """
+    _FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def register_location(name: str, *, order: int, claims: Callable[[Any], bool]) -> Callable[[Any], Any]:
+    """Decorator: register the function it decorates as the opener of references ``claims`` accepts,
+    tried at ``order`` (lower first)."""
+
+    def wrap(opener: Callable[[Any], TensorSource]) -> Callable[[Any], TensorSource]:
+        _LOCATIONS[name] = Location(name, order, claims, opener)
+        return opener
+
+    return wrap
+
+
+def register_folder(name: str, *, claims: Callable[[Path], bool]) -> Callable[[Any], Any]:
+    """Decorator: register the decorated ``open(folder, ref)`` for folders that ``claims`` accepts."""
+
+    def wrap(opener: Callable[[Path, str], TensorSource]) -> Callable[[Path, str], TensorSource]:
+        _FOLDERS[name] = FolderKind(name, claims, opener)
+        return opener
+
+    return wrap
+
+
+def file_formats() -> list[FileFormat]:
+    """The registered file formats, by folder preference (rank), then registration order."""
+    order = {name: i for i, name in enumerate(_FORMATS)}
+    return sorted(_FORMATS.values(), key=lambda f: (f.rank, order[f.name]))
+
+
+def format_named(name: str) -> FileFormat:
+    """The registered format called ``name``.
+
+    Raises:
+        UnknownNameError: no format has that name.
+    """
+    from wbfe.errors import unknown_name
+
+    if name not in _FORMATS:
+        raise unknown_name("checkpoint format", name, list(_FORMATS))
+    return _FORMATS[name]
+
+
+def locations() -> list[Location]:
+    """The registered reference kinds, in the order they are tried."""
+    return sorted(_LOCATIONS.values(), key=lambda loc: loc.order)
+
+
+def folder_kinds() -> list[FolderKind]:
+    """The registered folder kinds, in registration order."""
+    return list(_FOLDERS.values())
+
+
+def checkpoint_suffixes() -> tuple[str, ...]:
+    """Every suffix a checkpoint file of a registered format may have (shard indexes excluded)."""
+    out: list[str] = []
+    for fmt in file_formats():
+        out += [s for s in fmt.suffixes if s not in out]
+    return tuple(out)
+
+
+def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
+    """The first ``n`` bytes of ``path`` (fewer for a short file; ``b""`` when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def zip_members(path: Path) -> set[str]:
+    """The member names of the zip archive ``path`` (empty when it is none or cannot be read)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return set(archive.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return set()
+
+
+def format_of(path: Path) -> Optional[FileFormat]:
+    """The format that reads the file ``path``: the first whose sniffer recognises its first bytes,
+    else the one with the longest suffix the name ends with (so ``x.safetensors.index.json`` is a
+    safetensors index, not a PyTorch one); None when no format takes it.
+
+    A file named for a format whose bytes say otherwise goes to that format's reader, which reports
+    what is wrong with it.
+    """
+    formats = file_formats()
+    if path.is_file():
+        head = read_head(path)
+        for fmt in formats:
+            if fmt.sniff is not None and head and fmt.sniff(head, path):
+                return fmt
+    name = path.name.lower()
+    best: tuple[int, Optional[FileFormat]] = (0, None)
+    for fmt in formats:
+        for suffix in fmt.suffixes + fmt.index_suffixes + fmt.named_suffixes:
+            if name.endswith(suffix) and len(suffix) > best[0]:
+                best = (len(suffix), fmt)
+    return best[1]
+
+
+def pick_files(names: Iterable[str]) -> list[str]:
+    """Choose which of a folder's (or repo's) top-level files hold the weights, from their names.
+
+    Groups are tried by rank; within one, a single shard index wins, then the ``preferred`` file,
+    then a single file of the group's formats. Returns ``[index]`` or ``[file]``; ``[]`` when no
+    file fits.
+
+    Raises:
+        CorruptCheckpointError: several files of the first group that has any, and no single index.
+    """
+    top = sorted(n for n in names if "/" not in n)
+    groups: dict[str, list[FileFormat]] = {}
+    for fmt in file_formats():
+        groups.setdefault(fmt.group, []).append(fmt)
+    for group, members in groups.items():
+        index_suffixes = tuple(s for f in members for s in f.index_suffixes)
+        indexes = [n for n in top if index_suffixes and n.lower().endswith(index_suffixes)]
+        if len(indexes) == 1:
+            return indexes
+        preferred = [f.preferred for f in members if f.preferred in top]
+        if preferred:
+            return [str(preferred[0])]
+        files = [n for n in top if any(f.lists(n) for f in members)]
+        if len(files) == 1:
+            return files
+        if len(files) > 1 or len(indexes) > 1:
+            raise CorruptCheckpointError(_several(group, bool(index_suffixes), indexes or files))
+    return []
+
+
+def _several(group: str, has_index: bool, names: Sequence[str]) -> str:
+    listed = ", ".join(names[:4])
+    if has_index:
+        return f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
+    return f"several weight files ({listed}{', ...' if len(names) > 4 else ''}); pass one file explicitly"

@@ -1,0 +1,299 @@
+"""TorchScript archives (``torch.jit.save``: ``.pt``, ``.jit``), read without loading or running
+the scripted code.
+
+An archive is a zip: ``<name>/data.pkl`` pickles the module tree (each module an object of a
+``__torch__.…`` class whose state holds its parameters, buffers and submodules),
+``<name>/constants.pkl`` a tuple of the tensors the code uses as constants, and
+``<name>/data/<key>`` and ``<name>/constants/<key>`` hold the storages' raw little-endian bytes. The
+pickles are read with a restricted unpickler, as :mod:`wbfe.sources.torch_pickle` reads PyTorch's
+(``weights_only``): it resolves only the tensor-rebuilding functions, storage types and containers
+named in ``_ALLOWED`` to wbfe's own stand-ins, turns every ``__torch__`` class into an inert
+record of its state, and refuses any other global; nothing in the archive is imported or run.
+``torch.jit.load`` would compile and run the archive's code, which is why it is not used.
+Tensors are named by their path in the module tree (``fc.weight``); the code's constants are
+``constants.<i>``. Storages are read one at a time, when a tensor is asked for.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import struct
+import zipfile
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+
+from wbfe.errors import CorruptCheckpointError, UnsafePickleError
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, unreadable
+from wbfe.sources.registry import FileFormat, register_format, zip_members
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["TorchScriptSource", "open_torchscript", "is_torchscript", "TORCHSCRIPT"]
+
+# Storage classes a TorchScript pickle names -> torch dtype names.
+_STORAGES = {
+    "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16", "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+    "ByteStorage": "uint8", "BoolStorage": "bool",
+}
+_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+             "int8": 1, "uint8": 1, "bool": 1}
+
+
+def is_torchscript(head: bytes, path: Path) -> bool:
+    """A zip holding ``<name>/data.pkl``, ``<name>/constants.pkl`` and ``<name>/code/`` (what
+    ``torch.jit.save`` writes; ``torch.save`` writes no ``constants.pkl`` nor code)."""
+    if head[:4] != b"PK\x03\x04":
+        return False
+    members = zip_members(path)
+    prefixes = {m.split("/", 1)[0] for m in members if m.endswith("/constants.pkl") and m.count("/") == 1}
+    return any(f"{p}/data.pkl" in members and any(m.startswith(f"{p}/code/") for m in members) for p in prefixes)
+
+
+@dataclass(frozen=True)
+class _Storage:
+    """A storage record: ``<folder>/<key>`` of ``numel`` elements of ``dtype``."""
+
+    member: str
+    dtype: str
+    numel: int
+
+
+@dataclass(frozen=True)
+class _TensorRef:
+    """A tensor as the pickle rebuilds it, not yet read: a view of a storage."""
+
+    storage: _Storage
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+class _Scripted:
+    """An object of a ``__torch__`` class: its state, never its code."""
+
+    qualname = "__torch__"
+
+    def __init__(self, *args: Any) -> None:
+        self.state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+_CLASSES: dict[str, type] = {}
+
+
+def _scripted_class(qualname: str) -> type:
+    if qualname not in _CLASSES:
+        _CLASSES[qualname] = type("Scripted", (_Scripted,), {"qualname": qualname})
+    return _CLASSES[qualname]
+
+
+def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> _TensorRef:
+    if not isinstance(storage, _Storage) or not _ints(offset) or not _ints(*size) or not _ints(*stride) \
+            or len(size) != len(stride):
+        raise CorruptCheckpointError("a tensor record with an invalid storage, size or stride")
+    return _TensorRef(storage, int(offset), tuple(int(s) for s in size), tuple(int(s) for s in stride))
+
+
+def _ints(*values: Any) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+
+
+def _first(value: Any, *rest: Any) -> Any:
+    return value
+
+
+# The only globals the unpickler resolves, each to wbfe's own function or a container.
+_ALLOWED: dict[tuple[str, str], Callable[..., Any]] = {
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_parameter"): _first,  # (data, requires_grad, hooks): the data
+    ("collections", "OrderedDict"): OrderedDict,
+    ("torch.jit._pickle", "restore_type_tag"): _first,
+    **{("torch.jit._pickle", f"build_{kind}list"): _first for kind in ("int", "double", "bool", "tensor")},
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    """Resolves ``_ALLOWED`` globals, storage types and ``__torch__`` classes; refuses the rest."""
+
+    def __init__(self, file: Any, folder: str):
+        super().__init__(file)
+        self.folder = folder
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return _ALLOWED[(module, name)]
+        if module == "torch" and name in _STORAGES:
+            return _STORAGES[name]
+        if module == "__torch__" or module.startswith("__torch__."):
+            return _scripted_class(f"{module}.{name}")
+        raise UnsafePickleError(f"refused to load a TorchScript pickle that needs {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> _Storage:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and pid[1] in _STORAGES.values()
+                and isinstance(pid[2], str) and pid[2].isalnum() and _ints(pid[4])):
+            raise CorruptCheckpointError(f"an unknown storage record {str(pid)[:80]}")
+        return _Storage(f"{self.folder}/{pid[2]}", pid[1], int(pid[4]))
+
+
+class TorchScriptSource(TensorSource):
+    """The tensors of a TorchScript archive, read one storage at a time."""
+
+    def __init__(self, ref: str, path: Path):
+        self._path = path
+        with open_regular(path) as fh:
+            try:
+                with _zip(path, fh) as archive:
+                    members = set(archive.namelist())
+                    prefix = self._prefix(members)
+                    order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
+                    if order not in (b"little", b""):  # no record: written before byteorder was, little-endian
+                        raise CorruptCheckpointError(f"{path}: a big-endian TorchScript archive", path=str(path))
+                    tree = self._unpickle(archive, f"{prefix}/data.pkl", f"{prefix}/data")
+                    constants = self._unpickle(archive, f"{prefix}/constants.pkl", f"{prefix}/constants")
+                    self._offsets = {i.filename: i for i in archive.infolist()}
+            except OSError as exc:
+                raise unreadable(path, exc) from None
+        self._tensors = _collect(tree, constants)
+        for name, t in self._tensors:
+            if t.storage.member not in members:
+                raise CorruptCheckpointError(f"{path}: tensor {name!r} names a missing record {t.storage.member}",
+                                             path=str(path))
+        self.provenance = Provenance(source=ref, format="torchscript", files=[str(path)], pending=FileDigest([path]))
+
+    def _prefix(self, members: set[str]) -> str:
+        found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
+        if not found or f"{found[0]}/constants.pkl" not in members:
+            raise CorruptCheckpointError(f"{self._path}: not a TorchScript archive (no data.pkl and constants.pkl)",
+                                         path=str(self._path))
+        return found[0]
+
+    def _unpickle(self, archive: zipfile.ZipFile, member: str, folder: str) -> Any:
+        try:
+            with archive.open(member) as fh:
+                return _Unpickler(fh, folder).load()
+        except UnsafePickleError as exc:
+            raise UnsafePickleError(f"{self._path}: {exc}; wbfe never runs a checkpoint's code",
+                                    path=str(self._path)) from None
+        except CorruptCheckpointError as exc:
+            raise CorruptCheckpointError(f"{self._path}: {exc}", path=str(self._path)) from None
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+                struct.error, MemoryError, RecursionError, zipfile.BadZipFile) as exc:
+            raise CorruptCheckpointError(f"{self._path}: unreadable TorchScript {member.split('/')[-1]} "
+                                         f"({exc.__class__.__name__})", path=str(self._path)) from None
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        for name, ref in self._tensors:
+            skip = _unreadable(ref)
+            load = _Loader(self, ref)
+            key = (ref.storage.member, ref.offset, ref.size, ref.stride) if skip is None else None
+            yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, load=load, reread=load,
+                              storage_key=key, skip=skip)
+
+    def read(self, ref: _TensorRef) -> "torch.Tensor":
+        """The tensor ``ref`` describes, read from its storage record.
+
+        Raises:
+            CorruptCheckpointError: the record's length does not match its storage.
+        """
+        import torch
+
+        info = self._offsets[ref.storage.member]
+        nbytes = ref.storage.numel * _ITEMSIZE[ref.storage.dtype]
+        if info.file_size != nbytes:
+            raise CorruptCheckpointError(
+                f"{self._path}: record {info.filename} holds {info.file_size} bytes, its storage needs {nbytes}",
+                path=str(self._path))
+        try:
+            with open_regular(self._path) as fh, _zip(self._path, fh) as archive:
+                raw = bytearray(archive.read(info))  # zipfile checks the record's CRC-32
+        except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
+            raise CorruptCheckpointError(f"{self._path}: record {info.filename} unreadable ({exc.__class__.__name__})",
+                                         path=str(self._path)) from None
+        storage = torch.frombuffer(raw, dtype=getattr(torch, ref.storage.dtype)) if raw else \
+            torch.empty(0, dtype=getattr(torch, ref.storage.dtype))
+        return torch.as_strided(storage, ref.size, ref.stride, ref.offset).clone()
+
+
+def _zip(path: Path, fh: Any) -> zipfile.ZipFile:
+    """The archive in ``fh``; a file that is no zip is a corrupt checkpoint."""
+    try:
+        return zipfile.ZipFile(fh)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error) as exc:
+        raise CorruptCheckpointError(f"{path}: not a readable TorchScript archive (a damaged zip: "
+                                     f"{exc.__class__.__name__})", path=str(path)) from None
+
+
+class _Loader:
+    def __init__(self, source: TorchScriptSource, ref: _TensorRef):
+        self.source, self.ref = source, ref
+
+    def __call__(self) -> "torch.Tensor":
+        return self.source.read(self.ref)
+
+
+def _unreadable(ref: _TensorRef) -> Optional[str]:
+    """Why a view cannot be read without unbounded work or outside its storage, or None."""
+    if any(s == 0 for s in ref.size):
+        return None
+    last = ref.offset + sum((s - 1) * st for s, st in zip(ref.size, ref.stride))
+    if last >= ref.storage.numel:
+        return f"a view past the end of its storage ({ref.storage.numel} elements): not read"
+    if math.prod(ref.size) > ref.storage.numel:
+        return (f"stride-0 (expanded) storage: its {math.prod(ref.size)} elements view {ref.storage.numel} "
+                "stored elements; not materialised")
+    return None
+
+
+def _collect(tree: Any, constants: Any) -> list[tuple[str, _TensorRef]]:
+    """``(dotted name, tensor)`` of every tensor in the module tree, in stored order, then the
+    code's constants; each container visited once (a pickle can share or nest one in itself)."""
+    out: list[tuple[str, _TensorRef]] = []
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [("", tree)]
+    while stack:
+        prefix, value = stack.pop()
+        if isinstance(value, _TensorRef):
+            out.append((prefix.rstrip("."), value))
+            continue
+        if isinstance(value, _Scripted):
+            value = value.state
+        if id(value) in seen:
+            continue
+        if isinstance(value, dict):
+            items = [(str(k), v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            items = [(str(i), v) for i, v in enumerate(value)]
+        else:
+            continue
+        seen.add(id(value))
+        stack += [(f"{prefix}{k}.", v) for k, v in reversed(items)]
+    if isinstance(constants, tuple):
+        out += [(f"constants.{i}", c) for i, c in enumerate(constants) if isinstance(c, _TensorRef)]
+    return out
+
+
+def open_torchscript(path: Path, ref: str, fmt: Optional[str] = None) -> TorchScriptSource:
+    """Open a TorchScript archive.
+
+    Raises:
+        UnsafePickleError: a pickle needs a global beyond tensors, storages and containers.
+        CorruptCheckpointError: not a readable TorchScript archive.
+        SourceNotFoundError: the file cannot be read.
+    """
+    return TorchScriptSource(ref, path)
+
+
+TORCHSCRIPT = register_format(FileFormat(
+    name="torchscript", suffixes=(".jit", ".torchscript"), open=open_torchscript, sniff=is_torchscript,
+    group="more", rank=40,
+))
