@@ -59,11 +59,11 @@ def main() -> int:
                 values[name] = np.sort(solve(g))
                 times[name].append(time.perf_counter() - start)
         top = float(values["evr"][-1])
-        row = {"p": p, "seconds": {k: statistics.median(v) for k, v in times.items()},
-               "max_diff_over_lambda_max": {k: float(np.max(np.abs(v - values["evr"]))) / top for k, v in values.items()}}
-        row["evr_over"] = {k: row["seconds"]["evr"] / v for k, v in row["seconds"].items()}
-        rows.append(row)
-        print(f"p={p:5d}  " + "  ".join(f"{k} {v * 1e3:9.1f} ms ({row['evr_over'][k]:.2f}x)" for k, v in row["seconds"].items()),
+        seconds = {k: statistics.median(v) for k, v in times.items()}
+        max_diff = {k: float(np.max(np.abs(v - values["evr"]))) / top for k, v in values.items()}
+        evr_over = {k: seconds["evr"] / v for k, v in seconds.items()}
+        rows.append({"p": p, "seconds": seconds, "max_diff_over_lambda_max": max_diff, "evr_over": evr_over})
+        print(f"p={p:5d}  " + "  ".join(f"{k} {v * 1e3:9.1f} ms ({evr_over[k]:.2f}x)" for k, v in seconds.items()),
               flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({
