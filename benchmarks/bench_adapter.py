@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_compare import BIN, timed  # noqa: E402 - one /usr/bin/time parser for both benchmarks
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: benchmarks/ is a folder, not a package
+from benchmarks.bench_compare import BIN, timed  # noqa: E402 - one /usr/bin/time parser for both benchmarks
 
 RESULTS = Path(__file__).parent / "results" / "adapter.json"
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")

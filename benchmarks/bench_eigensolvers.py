@@ -3,10 +3,10 @@
 Run:  python benchmarks/bench_eigensolvers.py [--sizes 256,1024,2048,4096] [--threads 1]
 
 Times scipy's ``eigvalsh`` with its drivers ``evr`` (the default, what wbfe used everywhere before),
-``evd`` and ``ev``, LAPACK's two-stage ``dsyevd_2stage`` (``wbfe._blas.eigvalsh_two_stage``) and
+``evd`` and ``ev``, LAPACK's two-stage ``dsyevd_2stage`` (``wbfe.blas.eigvalsh_two_stage``) and
 torch's ``eigvalsh``, each on a fresh copy, in turn, ``--repeats`` rounds; reports the medians,
 the ratio of ``evr`` to each, and the largest eigenvalue difference over λ_max. wbfe switches to
-the two-stage solver from ``spectra._TWO_STAGE_P``. Writes ``results/eigensolvers.json``.
+the two-stage solver from ``spectra.TWO_STAGE_P``. Writes ``results/eigensolvers.json``.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ def main() -> int:
     import scipy.linalg
     import torch
 
-    from wbfe import _blas, spectra
+    from wbfe import blas, spectra
 
     torch.set_num_threads(args.threads)
     solvers = {
         "evr": lambda g: scipy.linalg.eigvalsh(g, lower=True, check_finite=False, overwrite_a=True),
         "evd": lambda g: scipy.linalg.eigvalsh(g, lower=True, check_finite=False, overwrite_a=True, driver="evd"),
         "ev": lambda g: scipy.linalg.eigvalsh(g, lower=True, check_finite=False, overwrite_a=True, driver="ev"),
-        "two_stage": _blas.eigvalsh_two_stage,
+        "two_stage": blas.eigvalsh_two_stage,
         "torch": lambda g: torch.linalg.eigvalsh(torch.from_numpy(g), UPLO="L").numpy(),
     }
     rng = np.random.default_rng(0)
@@ -59,15 +59,15 @@ def main() -> int:
                 values[name] = np.sort(solve(g))
                 times[name].append(time.perf_counter() - start)
         top = float(values["evr"][-1])
-        row = {"p": p, "seconds": {k: statistics.median(v) for k, v in times.items()},
-               "max_diff_over_lambda_max": {k: float(np.max(np.abs(v - values["evr"]))) / top for k, v in values.items()}}
-        row["evr_over"] = {k: row["seconds"]["evr"] / v for k, v in row["seconds"].items()}
-        rows.append(row)
-        print(f"p={p:5d}  " + "  ".join(f"{k} {v * 1e3:9.1f} ms ({row['evr_over'][k]:.2f}x)" for k, v in row["seconds"].items()),
+        seconds = {k: statistics.median(v) for k, v in times.items()}
+        max_diff = {k: float(np.max(np.abs(v - values["evr"]))) / top for k, v in values.items()}
+        evr_over = {k: seconds["evr"] / v for k, v in seconds.items()}
+        rows.append({"p": p, "seconds": seconds, "max_diff_over_lambda_max": max_diff, "evr_over": evr_over})
+        print(f"p={p:5d}  " + "  ".join(f"{k} {v * 1e3:9.1f} ms ({evr_over[k]:.2f}x)" for k, v in seconds.items()),
               flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({
-        "rows": rows, "threads": args.threads, "repeats": args.repeats, "two_stage_from_p": spectra._TWO_STAGE_P,
+        "rows": rows, "threads": args.threads, "repeats": args.repeats, "two_stage_from_p": spectra.TWO_STAGE_P,
         "cpu": _cpu(), "python": sys.version.split()[0], "numpy": np.__version__, "scipy": scipy.__version__,
         "torch": torch.__version__, "machine": platform.machine(), "load_average": os.getloadavg(),
     }, indent=2))

@@ -89,8 +89,8 @@ def write_gguf(path: Path, tensor_names: list[str], bases: list[np.ndarray]) -> 
 
 def timed_score(path: Path, out: Path) -> dict[str, float]:
     """``wbfe score --metrics bfe`` under /usr/bin/time -v: wall seconds and peak RSS in MB."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_compare import timed  # GNU time's figures, parsed once for every benchmark
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.bench_compare import timed  # GNU time's figures, parsed once for every benchmark
 
     wbfe = Path(sys.executable).with_name("wbfe")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -31,7 +31,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from wbfe.metrics._group import MetricOptions  # noqa: E402
+from wbfe.metrics import MetricOptions  # noqa: E402
 from wbfe.metrics.htsr import GROUP  # noqa: E402
 from wbfe.metrics.mp import mp_fit  # noqa: E402
 from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law  # noqa: E402
@@ -78,6 +78,7 @@ def measure(sizes: tuple[int, ...]) -> list[dict]:
         for kind in ("mp", "heavy", "square"):
             spec = spectrum(kind, n, seed=n)
             e = spec.eigs
+            assert e is not None  # spectrum() always keeps the eigenvalues
             positive = e[e > 0.0]
             pl = fit_power_law(positive)
             parts = {

@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vs_weightwatcher import _cpu_model, gemm_gflops  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: benchmarks/ is a folder, not a package
+from benchmarks.bench_vs_weightwatcher import cpu_model, gemm_gflops  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "llm_scale.json"
 METRIC_SETS = {"bfe": ("bfe",), "bfe,htsr": ("bfe", "htsr"), "htmp": ("htmp",)}
@@ -88,7 +88,7 @@ def main() -> int:
 
     g = torch.Generator().manual_seed(0)
     rate = gemm_gflops(None) * 1e9
-    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
                     "gemm_gflops_f64_default_threads": round(rate / 1e9, 2), "load_average_start": os.getloadavg(),
                     "runs": {}}
     with tempfile.TemporaryDirectory(prefix="wbfe-llm-") as tmp:

@@ -25,16 +25,18 @@ import platform  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Callable  # noqa: E402
+from typing import Callable, TypeVar  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "metrics_time.json"
+T = TypeVar("T")
 
 
-def best_of(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
-    """Smallest wall time over ``repeats`` calls, and the last result."""
-    best, out = float("inf"), None
+def best_of(fn: Callable[[], T], repeats: int) -> tuple[float, T]:
+    """Smallest wall time over ``repeats`` (at least one) calls, and the last result."""
+    best = float("inf")
+    out: T
     for _ in range(repeats):
         start = time.perf_counter()
         out = fn()
@@ -67,7 +69,7 @@ def ww_analyze_time(w: np.ndarray) -> tuple[float, float]:
 
 
 def run(sizes: list[int], repeats: int, ww_max: int) -> dict:
-    from wbfe.metrics._group import MetricOptions, Spectrum
+    from wbfe.metrics import MetricOptions, Spectrum
     from wbfe.metrics.htsr import GROUP
     from wbfe.metrics.mp import mp_fit
     from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law

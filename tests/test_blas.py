@@ -1,4 +1,4 @@
-"""The GIL-free BLAS/LAPACK calls (wbfe._blas) against numpy and scipy."""
+"""The GIL-free BLAS/LAPACK calls (wbfe.blas) against numpy and scipy."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from scipy.linalg.lapack import dpotrf
 
-from wbfe import _blas
+from wbfe import blas
 
 
 def test_scipy_exports_the_routines() -> None:
     # Otherwise every call silently falls back to scipy's wrappers, which hold the GIL.
-    assert _blas.releases_gil()
+    assert blas.releases_gil()
 
 
 @pytest.mark.parametrize("trans", [False, True])
@@ -21,7 +21,7 @@ def test_syrk_lower_accumulates_the_lower_triangle(trans: bool) -> None:
     a = np.asfortranarray(rng.standard_normal((k, n) if trans else (n, k)))
     start = np.asfortranarray(rng.standard_normal((n, n)))
     c = start.copy(order="F")
-    _blas.syrk_lower(c, a, trans=trans)
+    blas.syrk_lower(c, a, trans=trans)
     product = a.T @ a if trans else a @ a.T
     lower = np.tril_indices(n)
     np.testing.assert_allclose(c[lower], (start + product)[lower], rtol=1e-13, atol=1e-12)
@@ -32,9 +32,9 @@ def test_syrk_lower_accumulates_the_lower_triangle(trans: bool) -> None:
 def test_syrk_lower_refuses_what_blas_would_misread() -> None:
     c = np.zeros((4, 4), order="F")
     with pytest.raises(ValueError, match="Fortran-ordered float64"):
-        _blas.syrk_lower(c, np.ones((4, 6)), trans=False)  # C-ordered
+        blas.syrk_lower(c, np.ones((4, 6)), trans=False)  # C-ordered
     with pytest.raises(ValueError, match="do not match"):
-        _blas.syrk_lower(c, np.ones((5, 6), order="F"), trans=False)
+        blas.syrk_lower(c, np.ones((5, 6), order="F"), trans=False)
 
 
 def test_potrf_lower_equals_lapack_and_reports_failure() -> None:
@@ -44,12 +44,12 @@ def test_potrf_lower_equals_lapack_and_reports_failure() -> None:
     expected, info = dpotrf(g, lower=1, clean=1)
     assert info == 0
     mine = g.copy(order="F")
-    assert _blas.potrf_lower(mine) == 0
+    assert blas.potrf_lower(mine) == 0
     np.testing.assert_allclose(np.tril(mine), expected, rtol=1e-13, atol=1e-13)
     singular = np.asfortranarray(np.diag([4.0, 1.0, -1.0, 2.0]))
-    assert _blas.potrf_lower(singular) == 3  # the leading minor of order 3 is not positive definite
+    assert blas.potrf_lower(singular) == 3  # the leading minor of order 3 is not positive definite
     with pytest.raises(ValueError, match="square Fortran-ordered"):
-        _blas.potrf_lower(np.ones((3, 4), order="F"))
+        blas.potrf_lower(np.ones((3, 4), order="F"))
 
 
 @pytest.mark.parametrize("p", [1, 2, 7, 64, 300])
@@ -61,9 +61,9 @@ def test_eigvalsh_lower_is_scipys_eigvalsh_bit_for_bit(p: int) -> None:
     g = np.asfortranarray(w @ w.T)
     expected = eigvalsh(g.copy(order="F"), lower=True, check_finite=False)
     lower_only = np.asfortranarray(np.tril(g)) + np.triu(np.full((p, p), np.nan), 1)  # upper never read
-    np.testing.assert_array_equal(_blas.eigvalsh_lower(np.asfortranarray(lower_only)), expected)
+    np.testing.assert_array_equal(blas.eigvalsh_lower(np.asfortranarray(lower_only)), expected)
     with pytest.raises(ValueError, match="square Fortran-ordered"):
-        _blas.eigvalsh_lower(np.ones((3, 3)))  # C-ordered
+        blas.eigvalsh_lower(np.ones((3, 3)))  # C-ordered
 
 
 def test_eigvalsh_lower_lets_other_threads_run() -> None:
@@ -92,7 +92,7 @@ def test_eigvalsh_lower_lets_other_threads_run() -> None:
 
             calibration, span = count_while(threading.Thread(target=time.sleep, args=(0.05,)))  # sleeps GIL-free
             rate = calibration / span
-            ticks, elapsed = count_while(threading.Thread(target=_blas.eigvalsh_lower, args=(g,)))
+            ticks, elapsed = count_while(threading.Thread(target=blas.eigvalsh_lower, args=(g,)))
     finally:
         sys.setswitchinterval(interval)
     assert elapsed > 0.02, elapsed  # long enough to tell (p = 900: ~50 ms on one core)
@@ -108,9 +108,9 @@ def test_the_openblas_files_found_beside_the_wheels_are_the_ones_loaded() -> Non
 
     import scipy.linalg  # noqa: F401 - loads scipy's OpenBLAS
 
-    wheel = set(_blas._wheel_openblas())
+    wheel = set(blas._wheel_openblas())
     if os.path.exists("/proc/self/maps"):
-        mapped = {os.path.realpath(p) for p in _blas._mapped_openblas()}
+        mapped = {os.path.realpath(p) for p in blas._mapped_openblas()}
         assert {os.path.realpath(p) for p in wheel} <= mapped
         assert mapped, "numpy and scipy load an OpenBLAS"
-    assert _blas.controls_threads()
+    assert blas.controls_threads()

@@ -1,4 +1,4 @@
-"""The two-stage eigenvalue solver (LAPACK dsyevd_2stage via wbfe._blas) against the solver it
+"""The two-stage eigenvalue solver (LAPACK dsyevd_2stage via wbfe.blas) against the solver it
 replaces for large matrices (scipy's eigvalsh, dsyevr): every eigenvalue within 1e-12·λ_max, on
 many spectra (Gaussian, heavy-tailed, rank-deficient, clustered, spiked, tiny and huge scales)."""
 
@@ -9,9 +9,9 @@ import pytest
 import scipy.linalg
 import torch
 
-from wbfe import _blas, spectra
+from wbfe import blas, spectra
 
-pytestmark = pytest.mark.skipif(not _blas.has_two_stage(), reason="no LAPACKE dsyevd_2stage in this LAPACK")
+pytestmark = pytest.mark.skipif(not blas.has_two_stage(), reason="no LAPACKE dsyevd_2stage in this LAPACK")
 
 
 def _spectra_cases() -> list[tuple[str, np.ndarray]]:
@@ -37,7 +37,7 @@ def test_two_stage_equals_dsyevr(name: str, w: np.ndarray) -> None:
     g = np.asfortranarray(w @ w.T)
     today = scipy.linalg.eigvalsh(g.copy(order="F"), lower=True, check_finite=False)
     lower_only = np.asfortranarray(np.tril(g))  # LAPACK reads the lower triangle only
-    two_stage = _blas.eigvalsh_two_stage(lower_only)
+    two_stage = blas.eigvalsh_two_stage(lower_only)
     assert np.all(np.diff(two_stage) >= 0.0)
     np.testing.assert_allclose(two_stage, today, rtol=0.0, atol=1e-12 * today[-1])
 
@@ -46,9 +46,9 @@ def test_spectrum_uses_it_for_large_matrices(monkeypatch: pytest.MonkeyPatch) ->
     w = torch.randn(150, 420, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     today = spectra.eigenvalues([w], torch.device("cpu"))
     calls = []
-    real = _blas.eigvalsh_two_stage
-    monkeypatch.setattr(_blas, "eigvalsh_two_stage", lambda g: calls.append(g.shape) or real(g))
-    monkeypatch.setattr(spectra, "_TWO_STAGE_P", 100)
+    real = blas.eigvalsh_two_stage
+    monkeypatch.setattr(blas, "eigvalsh_two_stage", lambda g: calls.append(g.shape) or real(g))
+    monkeypatch.setattr(spectra, "TWO_STAGE_P", 100)
     got = spectra.eigenvalues([w], torch.device("cpu"))
     assert calls == [(150, 150)]
     np.testing.assert_allclose(got, today, rtol=0.0, atol=1e-12 * today[-1])
@@ -56,6 +56,6 @@ def test_spectrum_uses_it_for_large_matrices(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_bad_input_is_refused() -> None:
     with pytest.raises(ValueError):
-        _blas.eigvalsh_two_stage(np.ones((3, 3)))  # C-ordered
+        blas.eigvalsh_two_stage(np.ones((3, 3)))  # C-ordered
     with pytest.raises(ValueError):
-        _blas.eigvalsh_two_stage(np.ones((3, 4), order="F"))
+        blas.eigvalsh_two_stage(np.ones((3, 4), order="F"))

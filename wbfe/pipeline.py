@@ -4,7 +4,7 @@ where that is faster, within a memory budget, and handed back in the order they 
 - **Read-ahead.** The next large matrix is read, or mapped with its page table filled, on a thread
   while this one is scored.
 - **Workers.** A matrix whose float64 copy fits in ``spectra._WORKER_BYTES`` is scored by BLAS
-  (``wbfe._blas``) or torch without the GIL, so ``workers`` of them run side by side with every
+  (``wbfe.blas``) or torch without the GIL, so ``workers`` of them run side by side with every
   BLAS pool held at one thread (``spectra.pin_threads``). On two cores this beat one matrix at a
   time on two BLAS threads by 1.5x (16 Gram products + Cholesky factors of 3,072×768). Larger
   matrices are scored one at a time on the main thread with all BLAS threads, as before.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Optional, Seq
 
 import numpy as np
 
-from wbfe import _blas
+from wbfe import blas
 from wbfe._config import blas_threads
 from wbfe.errors import InvalidOptionError, WbfeError
 
@@ -40,14 +40,14 @@ _EPS = float(np.finfo(np.float64).eps)
 # Below _SMALL_P a second OpenBLAS thread costs more than it saves (p = 128: the Gram product 1.8x
 # and its Cholesky factor 1.9x slower with two threads than with one, on two cores; p = 64 with
 # P = 576, a ResNet's 3x3 convolution: 70 µs on one thread, 0.1-7 ms on two, the more the busier
-# the machine), so such matrices are scored on one (wbfe._blas.one_thread).
+# the machine), so such matrices are scored on one (wbfe.blas.one_thread).
 _SMALL_P = 256
 # Below _MID_P equal-shaped matrices are eigen-solved in batches (see batchable).
 _MID_P = 96
-# From here the eigenvalues come from LAPACK's two-stage reduction (wbfe._blas.eigvalsh_two_stage):
+# From here the eigenvalues come from LAPACK's two-stage reduction (wbfe.blas.eigvalsh_two_stage):
 # one thread, Zen 4, against dsyevr: 0.55x at p = 256, 0.85x at 1,536, 1.0x at 2,048, 2.2x at
 # 3,072, 3.7x at 4,096 (benchmarks/bench_eigensolvers.py).
-_TWO_STAGE_P = 2560
+TWO_STAGE_P = 2560
 # Matrices whose float64 copy fits in this are scored side by side on worker threads (their
 # products and factorisations release the GIL); a larger one alone, on every BLAS thread.
 _WORKER_BYTES = 32 << 20
@@ -189,7 +189,7 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
             block = matrix[:, start : start + step] if wide else matrix[start : start + step, :]
             a = _float64_block(block, storage)
             # a is C-ordered; a.T is the same memory in Fortran order, so BLAS reads it without a copy.
-            _blas.syrk_lower(out, a.T, trans=wide)
+            blas.syrk_lower(out, a.T, trans=wide)
     else:
         # The tensor crosses to the device once, in its stored dtype (a bfloat16 tensor is a
         # quarter of its float64 copy); each block is widened there, not on the host.
@@ -234,9 +234,9 @@ def multithreaded(rows: int, cols: int) -> bool:
 
 def releases_gil(rows: int, cols: int, device: "torch.device") -> bool:
     """Whether this matrix's spectrum is computed without holding the GIL for long (the Gram
-    product and Cholesky factor through :mod:`wbfe._blas`, torch's LU) and is small enough to be
+    product and Cholesky factor through :mod:`wbfe.blas`, torch's LU) and is small enough to be
     scored on a worker, one of several side by side under :func:`pin_threads`."""
-    return device.type == "cpu" and 8 * rows * cols <= _WORKER_BYTES and _blas.releases_gil()
+    return device.type == "cpu" and 8 * rows * cols <= _WORKER_BYTES and blas.releases_gil()
 
 
 @contextlib.contextmanager
@@ -300,10 +300,10 @@ def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
 
 def _eigvalsh(g: Any) -> np.ndarray:
     if isinstance(g, np.ndarray):
-        if g.shape[0] >= _TWO_STAGE_P and _blas.has_two_stage():
-            return _blas.eigvalsh_two_stage(g)
+        if g.shape[0] >= TWO_STAGE_P and blas.has_two_stage():
+            return blas.eigvalsh_two_stage(g)
         # scipy's default driver (dsyevr); dsyevd, dsyev and torch's were no faster at p <= 2,048.
-        return _blas.eigvalsh_lower(g)
+        return blas.eigvalsh_lower(g)
     import torch
 
     return torch.linalg.eigvalsh(g).cpu().numpy()
@@ -390,7 +390,7 @@ def _log_det(matrix: "torch.Tensor", device: "torch.device", tr: float, diag: Op
 def _cholesky_diagonal(g: Any) -> np.ndarray | None:
     """Diagonal of the Cholesky factor (overwriting ``g``), or None when it is not numerically positive definite."""
     if isinstance(g, np.ndarray):
-        return None if _blas.potrf_lower(g) != 0 else np.diag(g).copy()
+        return None if blas.potrf_lower(g) != 0 else np.diag(g).copy()
     import torch
 
     factor, info = torch.linalg.cholesky_ex(g)
@@ -502,8 +502,8 @@ def _one_thread_limit(*, user_api: Optional[str]) -> Any:
     """A context holding the BLAS pools (and, through threadpoolctl, ``user_api``'s others) at one
     thread; None where nothing can. OpenBLAS's own calls (~µs) where they are found, else
     threadpoolctl's controller (~10 ms to build)."""
-    if _blas.controls_threads():
-        return _blas.one_thread()
+    if blas.controls_threads():
+        return blas.one_thread()
     controller = _thread_controller()
     return controller.limit(limits=1, user_api=user_api) if controller is not None else None
 

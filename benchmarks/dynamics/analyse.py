@@ -22,6 +22,10 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wbfe.watch import LayerPoint
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -40,14 +44,22 @@ def _to_json(traj) -> dict:  # noqa: ANN001
                                         for p in traj.points]}
 
 
+def _layer_from_json(layer: dict[str, Any]) -> LayerPoint:
+    """One matrix's numbers as ``_to_json`` wrote them, a null number (a failed fit) back to NaN."""
+    from wbfe.watch import LayerPoint
+
+    fields: dict[str, Any] = {k: (math.nan if v is None and k not in ("name", "role", "reasons") else v)
+                              for k, v in layer.items()}
+    return LayerPoint(**fields)
+
+
 def _from_json(data: dict):  # noqa: ANN202
-    from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory
+    from wbfe.watch import CheckpointPoint, Trajectory
 
     nan = lambda v: math.nan if v is None else v  # noqa: E731
     traj = Trajectory(run=data["run"])
     for p in data["points"]:
-        layers = tuple(LayerPoint(**{k: (nan(v) if k not in ("name", "role", "reasons") else v)
-                                     for k, v in layer.items()}) for layer in p["layers"])
+        layers = tuple(_layer_from_json(layer) for layer in p["layers"])
         traj.points.append(CheckpointPoint(p["step"], p["source"], layers, nan(p["test_loss"]), nan(p["test_accuracy"])))
     return traj
 
@@ -162,14 +174,18 @@ def plots(trajs: list, analysis: dict) -> list[str]:
     for t in trajs:
         group = _group_of(t.run)
         for sel in ("fc1", "head"):
+            layer = SELECTIONS[sel]
+            assert layer is not None  # "fc1" and "head" each name one matrix
             lam = analysis["selections"][sel][group]["lambda_all_runs"]
-            result = result_at(_select(t, SELECTIONS[sel]), lam, lam_source="calibrated", layers=SELECTIONS[sel])
+            result = result_at(_select(t, layer), lam, lam_source="calibrated", layers=layer)
             written.append(str(plot_watch(result, RESULTS / f"watch-{t.run}-{sel}.png", dpi=70).relative_to(REPO)))
     for sel in ("fc1", "head"):
+        layer = SELECTIONS[sel]
+        assert layer is not None
         for group in ("noise0.3", "sgdwd-noise0.3"):
-            members = [_select(t, SELECTIONS[sel]) for t in trajs if _group_of(t.run) == group]
+            members = [_select(t, layer) for t in trajs if _group_of(t.run) == group]
             if len(members) >= 2:
-                report = calibrate(members, layers=SELECTIONS[sel])
+                report = calibrate(members, layers=layer)
                 written.append(str(plot_calibration(report, RESULTS / f"calibration-{group}-{sel}.png",
                                                     dpi=80).relative_to(REPO)))
     return written
@@ -187,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     analysis["plots"] = plots(trajs, analysis)
     analysis["seconds"] = round(time.perf_counter() - started, 1)
     analysis["script"] = "benchmarks/dynamics/analyse.py"
-    from wbfe.scoring import _clean
+    from wbfe.report import json_ready
 
-    (RESULTS / "dynamics.json").write_text(json.dumps(_clean(analysis), indent=1, allow_nan=False) + "\n")
+    (RESULTS / "dynamics.json").write_text(json.dumps(json_ready(analysis), indent=1, allow_nan=False) + "\n")
     for sel, groups in analysis["selections"].items():
         for group, res in groups.items():
             rows = ", ".join(f"{r['run']}: best {r['best_epoch']} rec {r['recommended_epoch']} gap {r['test_loss_gap']:+.3f}"

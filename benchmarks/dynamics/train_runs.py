@@ -23,6 +23,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchmarks.fashion_mnist.train import Dataset
 
 REPO = Path(__file__).resolve().parents[2]
 # Checkpoints (~0.8 MB each, ~130 MB in all) stay out of the repository.
@@ -32,7 +36,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
 
 
 def train_run(*, seed: int, label_noise: float, epochs: int, train_size: int, width: int,
-              lr: float, out: Path, data: object, optimizer: str = "adam",
+              lr: float, out: Path, data: Dataset, optimizer: str = "adam",
               weight_decay: float = 0.0) -> dict[str, object]:
     """Train one network at a constant learning rate and checkpoint it after every epoch.
 
@@ -67,6 +71,7 @@ def train_run(*, seed: int, label_noise: float, epochs: int, train_size: int, wi
     torch.manual_seed(seed)
     spec = ArchSpec("cnn", width=width, depth=2)
     model = build_model(spec)
+    opt: torch.optim.Optimizer
     if optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay)
     else:

@@ -46,11 +46,11 @@ def main() -> None:
     d_values = [100, 200, 400, 800, 1600, 3200, 6400, 12800]
     for r in (2.0, 4.0):
         rows = scaling_table(d_values, r=r, gamma=0.5, delta=0.04)
-        out["d_scaling"][f"r={r}"] = [row.to_dict() for row in rows]
+        out["d_scaling"][f"r={r}"] = [scaling.to_dict() for scaling in rows]
         print(f"r = {r}, gamma = 0.5, d = {d_values}")
-        for row in rows:
-            print(f"  {row.family:<16} k_c ({row.kc_axis}) {row.kc_slope:+.3f} pred {row.kc_predicted:+.2f}   "
-                  f"eps {row.eps_slope:+.3f} pred {row.eps_predicted:+.2f}   k_c={list(row.k_c)}")
+        for scaling in rows:
+            print(f"  {scaling.family:<16} k_c ({scaling.kc_axis}) {scaling.kc_slope:+.3f} pred {scaling.kc_predicted:+.2f}   "
+                  f"eps {scaling.eps_slope:+.3f} pred {scaling.eps_predicted:+.2f}   k_c={list(scaling.k_c)}")
     out["seconds"] = time.time() - start
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "exponents.json"
