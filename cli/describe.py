@@ -25,7 +25,7 @@ def describe_command(
     from wbfe.options import ScoreOptions
     from wbfe.report import format_value, text_table
 
-    options = ScoreOptions(metrics="bfe", conv=conv.value, layers=layers, head=head, min_eigs=min_eigs,
+    options = ScoreOptions(metrics=("bfe",), conv=conv.value, layers=layers, head=head, min_eigs=min_eigs,
                            ww_compatible=ww_compatible)
     target = ref if ref is not None else wbfe.default_checkpoint()
     described = wbfe.describe(target, options=options)

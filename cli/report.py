@@ -84,7 +84,7 @@ def report_command(
         from ._progress import progress_bar
 
         with progress_bar(enabled=True) as update:
-            scored = wbfe.score(target, options=score, progress=update)  # type: ignore[arg-type]
+            scored = wbfe.score(target, options=score, progress=update)
         report = score_report(scored, spectra_from=target, n_unusual=page.n_unusual)
     written = write_report(report, output, fmt=page.fmt)
     if written:

@@ -37,7 +37,7 @@ def score_command(
                             progress=lambda _done, _total, line: typer.echo(line, err=True))
     else:
         with progress_bar(enabled=True) as update:
-            result = wbfe.score(target, options=score, base=base, progress=update)  # type: ignore[arg-type]
+            result = wbfe.score(target, options=score, base=base, progress=update)
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result)}[fmt]()
     if written is not None:

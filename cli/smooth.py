@@ -37,7 +37,7 @@ def smooth_command(
     """Keep the largest singular components of every weight matrix (WeightWatcher's SVDSmoothing)."""
     from wbfe.editing import smooth_checkpoint
 
-    _report(smooth_checkpoint(ref, out, percent=percent, method=method.value, layers=layers))  # type: ignore[arg-type]
+    _report(smooth_checkpoint(ref, out, percent=percent, method=method.value, layers=layers))
 
 
 def sharpen_command(

@@ -204,6 +204,6 @@ def validate_fields(obj: Any, constraints: Mapping[str, Constraint]) -> None:
 
 def constraint_table(cls: type) -> dict[str, Constraint]:
     """The declared constraints of an options class (``cls.CONSTRAINTS``), for documentation and tests."""
-    return dict(cls.CONSTRAINTS)
+    return dict(getattr(cls, "CONSTRAINTS"))  # noqa: B009 - declared by each options class, not by type
 
 

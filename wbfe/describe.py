@@ -76,7 +76,7 @@ def describe(
         [('fc.weight', 64, 10, 'primal', True)]
     """
     if options is None:
-        options = ScoreOptions(metrics="bfe", conv=conv, layers=layers, head=head, min_eigs=min_eigs,
+        options = ScoreOptions(metrics=("bfe",), conv=conv, layers=layers, head=head, min_eigs=min_eigs,
                                ww_compatible=ww_compatible)
     matrices: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []

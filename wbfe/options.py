@@ -258,7 +258,7 @@ class ScoreOptions(_Options):
     def _cross_check(self) -> None:
         from wbfe.metrics.fingers import check_tail_options
 
-        check_tail_options(self.fix_fingers, self.fit)  # type: ignore[arg-type]  # the two together
+        check_tail_options(self.fix_fingers, self.fit)  # the two together
         if self.ww_compatible:
             object.__setattr__(self, "conv", "slices")  # frozen: set once, here
 
@@ -432,7 +432,7 @@ class ReportOptions(_Options):
 
 def _check_watch_layers(layers: object) -> str:
     if layers in ("head", "all", "fittable"):
-        return layers  # type: ignore[return-value]
+        return str(layers)
     if not isinstance(layers, str) or not layers:
         raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
     compile_layers(layers)

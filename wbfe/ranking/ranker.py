@@ -246,7 +246,8 @@ def rank(
     """
     import dataclasses
 
-    RankOptions(quality=quality, workers=workers, cache_dir=cache_dir, lower_is_better=lower_is_better)  # checks only
+    RankOptions(quality=quality, workers=workers, cache_dir=cache_dir,  # type: ignore[arg-type]  # checks only
+                lower_is_better=lower_is_better)  # type: ignore[arg-type]
     score_kw, stats_kw = split_keywords(settings)
     score_options = dataclasses.replace(score, **score_kw) if score is not None else ScoreOptions(**score_kw)
     stats_options = dataclasses.replace(stats, **stats_kw) if stats is not None else StatsOptions(**stats_kw)
