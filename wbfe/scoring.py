@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Literal, Optional, Union
 from wbfe._provenance import installed_versions
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError, did_you_mean
 from wbfe.executors import ExecutorOptions
+from wbfe.framework import order_rows
 from wbfe.heads import choose_head
 from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, component_of, plan_matrix
 from wbfe.metrics import MetricOptions, resolve_groups
@@ -173,6 +174,7 @@ def score(
         total = len(source)
         _run_stream(pipeline, _stream(source), options, torch_device, groups, metric_options,
                     seen_storage, seen_content, record)
+        description = source.description  # the checkpoint's own: model order, head (wbfe.framework)
         provenance = source.provenance.to_dict()
         head_hint = source.head_hint
         config = source.config
@@ -185,7 +187,10 @@ def score(
             + (f" — {reasons}" if reasons else "") + ")",
             ref=provenance["source"],
         )
-    result.summary = _summarise(result.layers, groups, head, head_hint, result.skipped, config)
+    if description is not None:  # rows in the model's order
+        result.layers = order_rows(result.layers, description.order)
+        result.skipped = order_rows(result.skipped, description.order)
+    result.summary = _summarise(result.layers, groups, head, head_hint, result.skipped, config, description)
     return result
 
 
@@ -320,7 +325,7 @@ def _plan(
         return Skip(entry.name, consumed, entry.shape, entry.dtype)
     # WeightWatcher skips small matrices; otherwise only the tail fits need --min-eigs (see _layer_row).
     min_eigs = options.min_eigs if options.ww_compatible else MIN_BFE_EIGS
-    return plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=min_eigs)
+    return plan_matrix(entry.name, entry.shape, entry.dtype, conv=options.conv, min_eigs=min_eigs, layout=entry.layout)
 
 
 def _prepare(
@@ -455,11 +460,13 @@ def _summarise(
     head_hint: Optional[str] = None,
     skipped: Optional[list[dict[str, Any]]] = None,
     config: Optional[dict[str, Any]] = None,
+    description: Optional[Any] = None,
 ) -> dict[str, Any]:
     import numpy as np
 
     by_name = {layer["name"]: layer for layer in layers}
-    choice = choose_head(layers, skipped or [], override=head_override, hint=head_hint, config=config)
+    choice = choose_head(layers, skipped or [], override=head_override, hint=head_hint, config=config,
+                         description=description)
     head, head_source = choice.name, choice.source
     if head is not None:
         by_name[head]["role"] = "head"
