@@ -199,23 +199,26 @@ def choose_head(
     return _by_structure(layers)
 
 
-def _from_description(names: Sequence[str], skipped: Sequence[dict[str, Any]],
+def _from_description(original: Sequence[str], skipped: Sequence[dict[str, Any]],
                       description: FrameworkDescription) -> Optional[HeadChoice]:
     """The head the checkpoint's description names, where it is analysed (itself or, tied, the
     weight it is stored as); None to let the rules decide."""
     head, where = description.head, f"{description.framework} {description.model}"
+    # Each analysed matrix by the description's name for it (a weight saved under its in-memory name).
+    stored = {description.resolve(n): n for n in original}
     if head is None:
         # transformers knows when a model has no head (a base model): no rule should invent one.
         if description.framework == "transformers" and description.note:
             return HeadChoice(None, None, f"{where}: {description.note}")
         return None
-    if head in names:
-        return HeadChoice(head, "framework")
-    ties = {s["name"]: m.group("name") for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
+    if head in stored:
+        return HeadChoice(stored[head], "framework", description.note)
+    ties = {description.resolve(s["name"]): description.resolve(m.group("name"))
+            for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
     target = description.tied.get(head) or ties.get(head)
-    if target is not None and target in names:
-        return HeadChoice(target, "framework", f"{head} is tied to {target} ({where})")
-    reason = next((str(s.get("reason")) for s in skipped if s.get("name") == head), None)
+    if target is not None and target in stored:
+        return HeadChoice(stored[target], "framework", f"{head} is tied to {stored[target]} ({where})")
+    reason = next((str(s.get("reason")) for s in skipped if description.resolve(s.get("name", "")) == head), None)
     if reason is not None:
         return HeadChoice(None, None, f"{where}: the head {head} is not analysed ({reason}); pass --head NAME")
     return None  # stored under another name: the rules look for it

@@ -188,8 +188,8 @@ def score(
             ref=provenance["source"],
         )
     if description is not None:  # rows in the model's order
-        result.layers = order_rows(result.layers, description.order)
-        result.skipped = order_rows(result.skipped, description.order)
+        result.layers = order_rows(result.layers, description.order, description.aliases)
+        result.skipped = order_rows(result.skipped, description.order, description.aliases)
     result.summary = _summarise(result.layers, groups, head, head_hint, result.skipped, config, description)
     return result
 

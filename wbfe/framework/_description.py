@@ -66,6 +66,10 @@ class FrameworkDescription:
             (transformers' tied LM head: ``lm_head.weight`` -> ``model.embed_tokens.weight``).
         layouts: the weights whose layout is not :data:`OUT_IN`, with theirs.
         note: why the head is None, or what else the user should know.
+        aliases: another name a weight may be stored under -> its name here (transformers 5 keeps
+            a model's names in memory but saves some models under their original checkpoint's,
+            GPT-NeoX's ``lm_head.weight`` as ``embed_out.weight``: the description holds the saved
+            names, and the in-memory ones are aliases).
     """
 
     framework: str
@@ -75,10 +79,15 @@ class FrameworkDescription:
     tied: Mapping[str, str] = field(default_factory=dict)
     layouts: Mapping[str, str] = field(default_factory=dict)
     note: Optional[str] = None
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    def resolve(self, name: str) -> str:
+        """``name`` as this description names the weight (through :attr:`aliases`)."""
+        return self.aliases.get(name, name)
 
     def layout_of(self, name: str) -> str:
         """The layout of weight ``name`` (:data:`OUT_IN` unless the framework says otherwise)."""
-        return self.layouts.get(name, OUT_IN)
+        return self.layouts.get(self.resolve(name), OUT_IN)
 
     def summary(self) -> dict[str, Any]:
         """What the result's provenance records about the description used."""
@@ -92,13 +101,15 @@ class FrameworkDescription:
 _EXPERT_SUFFIX = re.compile(r"\[.*$")
 
 
-def order_rows(rows: Sequence[dict[str, Any]], order: Optional[Sequence[str]]) -> list[dict[str, Any]]:
+def order_rows(rows: Sequence[dict[str, Any]], order: Optional[Sequence[str]],
+               aliases: Optional[Mapping[str, str]] = None) -> list[dict[str, Any]]:
     """``rows`` (dicts with a ``name``) in the model's ``order``; the stored order where there is none.
 
     A row whose name the order lists goes to that place. Any other row (a weight stored under a name
     the model does not use, a per-expert copy of a fused stack) goes with the listed weight that
     shares the longest module path with it, after it; rows that land together keep their
-    stored order. With no order (None or empty), the rows are returned as they came.
+    stored order. With no order (None or empty), the rows are returned as they came. ``aliases``:
+    another name a weight may be stored under -> its name in ``order``.
 
     Example:
         >>> rows = [{"name": n} for n in ("lm_head.weight", "h.10.w", "h.2.w", "embed.weight")]
@@ -116,6 +127,7 @@ def order_rows(rows: Sequence[dict[str, Any]], order: Optional[Sequence[str]]) -
             prefixes[".".join(parts[:k])] = i
 
     def key(k: int, name: str) -> tuple[int, int, int]:
+        name = (aliases or {}).get(name, name)
         if name in position:
             return position[name], 0, k
         stem = _EXPERT_SUFFIX.sub("", name)

@@ -96,7 +96,40 @@ def _read(model: Any, arch: str, config: dict[str, Any]) -> FrameworkDescription
         if transposed and getattr(module, "weight", None) is not None:
             layouts[f"{name}.weight" if name else "weight"] = IN_OUT
     head, note = _head(model, arch, config)
-    return FrameworkDescription("transformers", arch, tuple(order), head, tied, layouts, note)
+    saved = _saved_names(model, order + list(tied))
+    rename = saved.get
+    return FrameworkDescription(
+        "transformers", arch, tuple(rename(n, n) for n in order),
+        rename(head, head) if head is not None else None,
+        {rename(k, k): rename(v, v) for k, v in tied.items()}, {rename(k, k): v for k, v in layouts.items()}, note,
+        aliases=dict(saved),  # a checkpoint written with the in-memory names
+    )
+
+
+def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
+    """The names ``save_pretrained`` writes for the parameters that transformers renames on saving
+    (its conversion mapping, reversed as ``revert_weight_conversion`` does); only the changed ones.
+    Fused-expert converters are left out: their per-expert names are placed by ``order_rows``."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import PrefixChange, WeightRenaming, apply_renamings
+
+        conversions = [c for c in get_model_conversion_mapping(model, add_legacy=False) or []
+                       if not isinstance(c, PrefixChange)][::-1]
+        renamings = [r for r in (c.reverse_transform() for c in conversions) if isinstance(r, WeightRenaming)]
+    except Exception:  # noqa: BLE001 - older or newer transformers without this API: names as in memory
+        return {}
+    if not renamings:
+        return {}
+    out = {}
+    for name in names:
+        try:
+            saved = apply_renamings(name, renamings)
+        except Exception:  # noqa: BLE001
+            continue
+        if saved != name:
+            out[name] = saved
+    return out
 
 
 def _conv1d_class() -> Optional[type]:
