@@ -270,3 +270,24 @@ def test_timm_folder_is_described_by_timm(tmp_path: Path) -> None:
     w = classifier.weight.detach().double().numpy()
     e = np.linalg.eigvalsh(w @ w.T)
     assert head["bfe"] == pytest.approx(bfe_from_moments(float(e.mean()), float(np.log(e).mean()), "opt")[0], rel=1e-9)
+
+
+def test_timm_name_with_a_bare_checkpoint_is_described_by_timm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``timm:<name>`` whose weights are a URL's .pth in the torch hub cache (no config beside it)."""
+    timm = pytest.importorskip("timm")
+    from types import SimpleNamespace
+
+    torch.manual_seed(0)
+    model = timm.create_model("test_resnet", pretrained=False)
+    (tmp_path / "hub" / "checkpoints").mkdir(parents=True)
+    # Saved in sorted order, as a converted checkpoint often is: fc before the stem.
+    state = {k: v.contiguous() for k, v in sorted(model.state_dict().items())}
+    torch.save(state, tmp_path / "hub" / "checkpoints" / "test_resnet.pth")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(timm.models, "get_pretrained_cfg",
+                        lambda name: SimpleNamespace(hf_hub_id=None, url="https://example.invalid/test_resnet.pth"))
+    result = wbfe.score("timm:test_resnet", metrics="bfe")
+    assert (result.summary["head"], result.summary["head_source"]) == ("fc.weight", "framework")
+    rows = [r["name"] for r in result.layers]
+    assert rows == [n for n, _ in model.named_parameters() if n in set(rows)]
+    assert rows[-1] == "fc.weight" and sorted(rows)[-1] != "fc.weight"  # the model's order, not the file's
