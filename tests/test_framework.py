@@ -18,11 +18,16 @@ import torch
 
 import wbfe
 from wbfe.errors import InvalidOptionError
-from wbfe.framework import FrameworkDescription, check_layout, describe_config, order_rows, out_in
+from wbfe.framework import (
+    FrameworkDescription,
+    check_layout,
+    describe_config,
+    order_rows,
+    out_in,
+)
 from wbfe.framework.keras_graph import keras_head
 from wbfe.matrices import as_matrices, plan_matrix
 from wbfe.metrics.bfe import bfe_from_moments
-
 
 # ---- pure helpers ------------------------------------------------------------------------------
 
@@ -191,7 +196,7 @@ def test_rows_come_in_named_parameters_order(saved: tuple[str, Any, Path, Any]) 
 
 
 def test_gpt2_conv1d_rows_are_out_by_in(saved: tuple[str, Any, Path, Any]) -> None:
-    case, model, folder, result = saved
+    case, model, _, result = saved
     if case != "gpt2":
         pytest.skip("GPT-2 only")
     from transformers.pytorch_utils import Conv1D
@@ -290,4 +295,4 @@ def test_timm_name_with_a_bare_checkpoint_is_described_by_timm(tmp_path: Path, m
     assert (result.summary["head"], result.summary["head_source"]) == ("fc.weight", "framework")
     rows = [r["name"] for r in result.layers]
     assert rows == [n for n, _ in model.named_parameters() if n in set(rows)]
-    assert rows[-1] == "fc.weight" and sorted(rows)[-1] != "fc.weight"  # the model's order, not the file's
+    assert rows[-1] == "fc.weight" and max(rows) != "fc.weight"  # the model's order, not the file's (sorted)

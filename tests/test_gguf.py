@@ -170,7 +170,15 @@ def test_tied_head_is_the_token_embedding(tmp_path: Path) -> None:
     result = wbfe.score(path, metrics="bfe")
     assert result.summary["head"] == "token_embd.weight"
     assert result.summary["head_source"] == "framework"
+    assert result.summary["head_note"] == "no output.weight: the head is the token embedding, as llama.cpp reads it"
+    assert result.model["framework"] == {"used": "gguf", "model": "llama",
+                                         "note": "no output.weight: the head is the token embedding, as llama.cpp "
+                                                 "reads it"}
     assert by_name(result)["token_embd.weight"]["role"] == "head"
+    # Rows in the file's own (llama.cpp's) order, which the writer kept: the model's.
+    stored = list(llama_state_dict(tied=True))
+    rows = [r["name"] for r in result.layers]
+    assert rows == [n for n in stored if n in set(rows)]
 
 
 def test_split_files_read_as_one_model(tmp_path: Path, model: dict) -> None:

@@ -67,7 +67,7 @@ def _build(transformers: Any, model_class: Any, config: dict[str, Any]) -> Any:
     import torch
 
     model_type = config.get("model_type")
-    config_class = getattr(model_class, "config_class", None)
+    config_class: Any = getattr(model_class, "config_class", None)
     if isinstance(model_type, str) and model_type in transformers.CONFIG_MAPPING:
         config_class = transformers.CONFIG_MAPPING[model_type]
     parsed = config_class.from_dict({k: v for k, v in config.items() if k != "auto_map"})
@@ -76,11 +76,12 @@ def _build(transformers: Any, model_class: Any, config: dict[str, Any]) -> Any:
     # no_init_weights (what from_pretrained uses) skips the initialisers, which even on the meta
     # device take half the build (0.84 -> 0.38 s for a 70B Llama); it leaves ties undone, which
     # all_tied_weights_keys then gives.
+    skip_init: Any = contextlib.nullcontext
     try:
-        from transformers.initialization import no_init_weights
+        from transformers.initialization import no_init_weights as skip_init
     except ImportError:
-        no_init_weights = contextlib.nullcontext
-    with torch.device("meta"), no_init_weights():
+        pass
+    with torch.device("meta"), skip_init():
         return model_class(parsed)
 
 
@@ -121,7 +122,11 @@ def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
     Fused-expert converters are left out: their per-expert names are placed by ``order_rows``."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import PrefixChange, WeightRenaming, apply_renamings
+        from transformers.core_model_loading import (
+            PrefixChange,
+            WeightRenaming,
+            apply_renamings,
+        )
 
         conversions = [c for c in get_model_conversion_mapping(model, add_legacy=False) or []
                        if not isinstance(c, PrefixChange)][::-1]
@@ -134,8 +139,8 @@ def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
     for name in names:
         try:
             saved = apply_renamings(name, renamings)
-        except Exception:  # noqa: BLE001
-            continue
+        except Exception:  # noqa: BLE001 - a pattern this name trips: it keeps its in-memory name
+            saved = name
         if saved != name:
             out[name] = saved
     return out
@@ -146,7 +151,7 @@ def _conv1d_class() -> Optional[type]:
         from transformers.pytorch_utils import Conv1D
     except ImportError:
         return None
-    return Conv1D  # type: ignore[no-any-return]
+    return Conv1D
 
 
 def _param_name(model: Any, module: Any) -> Optional[str]:
