@@ -296,3 +296,34 @@ def test_timm_name_with_a_bare_checkpoint_is_described_by_timm(tmp_path: Path, m
     rows = [r["name"] for r in result.layers]
     assert rows == [n for n, _ in model.named_parameters() if n in set(rows)]
     assert rows[-1] == "fc.weight" and max(rows) != "fc.weight"  # the model's order, not the file's (sorted)
+
+
+def test_an_in_memory_model_describes_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """describe_module on the objects themselves, and the two lines that wire it into MemorySource
+    (``own_description = describe_module(obj)``; entries through ``self.described``), patched here."""
+    from wbfe.framework import describe_module
+    from wbfe.sources import MemorySource
+    from wbfe.sources.torch_pickle import tensor_entries
+
+    gpt2 = _build("gpt2")
+    described = describe_module(gpt2)
+    assert described is not None and described.framework == "transformers"
+    assert described.head == "lm_head.weight" and described.tied == {"lm_head.weight": "transformer.wte.weight"}
+    assert described.layout_of("transformer.h.1.mlp.c_fc.weight") == "in_out"
+    assert describe_module({"w": torch.zeros(2, 2)}) is None
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ConvTranspose2d(8, 4, 3))
+    assert describe_module(net).layouts == {"1.weight": "in_out"}
+
+    original = MemorySource.__init__
+
+    def init(self: Any, obj: Any) -> None:
+        original(self, obj)
+        self.own_description = describe_module(obj)
+
+    monkeypatch.setattr(MemorySource, "__init__", init)
+    monkeypatch.setattr(MemorySource, "entries", lambda self: self.described(tensor_entries(self._state)))
+    result = wbfe.score(gpt2, metrics="bfe")
+    rows = {r["name"]: r for r in result.layers}
+    assert rows["transformer.h.0.mlp.c_fc.weight"]["form"] == "dual"
+    assert (result.summary["head"], result.summary["head_source"]) == ("transformer.wte.weight", "framework")
+    assert [r["name"] for r in result.layers] == [n for n, _ in gpt2.named_parameters() if n in rows]

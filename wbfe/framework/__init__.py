@@ -27,7 +27,7 @@ from wbfe.framework._description import (
 
 __all__ = [
     "FrameworkDescription", "Fallback", "Layout", "OUT_IN", "IN_OUT", "LAYOUTS", "check_layout", "out_in",
-    "order_rows", "describe_config",
+    "order_rows", "describe_config", "describe_module",
 ]
 
 
@@ -49,3 +49,15 @@ def describe_config(config: Any) -> Union[FrameworkDescription, Fallback, None]:
 
         return describe_transformers(config)
     return None
+
+
+def describe_module(module: Any) -> Union[FrameworkDescription, None]:
+    """What an in-memory model says about itself (a model handed to ``wbfe.score`` as an object):
+    for a transformers ``PreTrainedModel`` everything :func:`describe_config` gives; for another
+    ``nn.Module`` (a timm model, a torchvision one) the order of ``named_parameters()``, the head
+    its ``get_output_embeddings()`` or ``get_classifier()`` returns, and the ``in_out`` layout of
+    transposed convolutions. None for something that is not an ``nn.Module`` (a state dict).
+    """
+    from wbfe.framework.modules import describe_module as describe
+
+    return describe(module)

@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 
 from wbfe.framework._description import IN_OUT, Fallback, FrameworkDescription
 
-__all__ = ["describe_transformers", "Fallback"]
+__all__ = ["describe_transformers", "describe_built", "Fallback"]
 
 
 # ``architectures`` suffixes whose head maps to labels, and how many (None: ``num_labels``).
@@ -83,6 +83,12 @@ def _build(transformers: Any, model_class: Any, config: dict[str, Any]) -> Any:
         pass
     with torch.device("meta"), skip_init():
         return model_class(parsed)
+
+
+def describe_built(model: Any) -> FrameworkDescription:
+    """A transformers model already built (an object handed to wbfe), read as :func:`describe_transformers` reads
+    the skeleton; its weights are not touched."""
+    return _read(model, type(model).__name__, {})
 
 
 def _read(model: Any, arch: str, config: dict[str, Any]) -> FrameworkDescription:
