@@ -328,3 +328,18 @@ def test_an_in_memory_model_describes_itself(monkeypatch: pytest.MonkeyPatch) ->
     assert rows["transformer.h.0.mlp.c_fc.weight"]["form"] == "dual"
     assert (result.summary["head"], result.summary["head_source"]) == ("transformer.wte.weight", "framework")
     assert [r["name"] for r in result.layers] == [n for n, _ in gpt2.named_parameters() if n in rows]
+
+
+def test_a_description_without_a_head_leaves_the_rules_to_decide_and_says_why() -> None:
+    from wbfe.heads import choose_head
+
+    layers = [{"name": "a", "shape": [32, 16], "role": "mlp"}, {"name": "b", "shape": [16, 32], "role": "mlp"},
+              {"name": "out", "shape": [4, 16], "role": "other"}]
+    described = FrameworkDescription("keras", "Functional", ("a", "b", "out"), None,
+                                     note="the model's output layer add (Add) reads several layers: no single head")
+    choice = choose_head(layers, description=described)
+    assert (choice.name, choice.source) == ("out", "structure")
+    assert choice.note == "keras: the model's output layer add (Add) reads several layers: no single head"
+    # A head the description names wins over the rules; a GPT-2-like in_out matrix reads out x in.
+    named = FrameworkDescription("transformers", "X", ("a", "b", "out"), "b", layouts={"b": "in_out"})
+    assert choose_head(layers, description=named).source == "framework"

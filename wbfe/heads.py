@@ -182,11 +182,23 @@ def choose_head(
     names = [layer["name"] for layer in layers]
     if override is not None:
         return HeadChoice(_override(names, override), "option")
+    why = None
     if description is not None:
         layers = [dict(layer, layout=_layout(layer, description)) for layer in layers]
         chosen = _from_description(names, skipped, description)
         if chosen is not None:
             return chosen
+        # Why the description named no head, said beside the rules' choice.
+        why = f"{description.framework}: {description.note}" if description.note else None
+    chosen = _by_rules(layers, skipped, names, hint, config)
+    if why and chosen.note is None:
+        chosen = HeadChoice(chosen.name, chosen.source, why)
+    return chosen
+
+
+def _by_rules(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]], names: Sequence[str],
+              hint: Optional[str], config: Optional[dict[str, Any]]) -> HeadChoice:
+    """Steps 3 to 5: the config rules, names, structure."""
     if hint is not None and hint in names:
         return HeadChoice(hint, "config")
     if config:
