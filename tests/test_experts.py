@@ -187,7 +187,7 @@ def test_gpt_oss_mxfp4_checkpoint_scores_from_the_cli(tmp_path: Path) -> None:
 
                 assert row["quant"] == "mxfp4" and [row["rows"], row["cols"]] == list(m.shape)
                 assert row["bfe"] == pytest.approx(bfe_from_moments(s.mean(), np.log(s).mean(), "opt")[0], rel=1e-9)
-    assert data["summary"]["head"] == "lm_head.weight" and data["summary"]["head_source"] == "config"
+    assert data["summary"]["head"] == "lm_head.weight" and data["summary"]["head_source"] == "framework"
 
 
 def test_qwen_style_fused_moe_scores_from_the_cli(tmp_path: Path) -> None:

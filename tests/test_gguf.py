@@ -139,7 +139,7 @@ def test_f32_scores_exactly_as_the_pytorch_original(tmp_path: Path, model: dict,
     roles = {row["name"]: row["role"] for row in got.layers}
     assert roles["token_embd.weight"] == "embedding" and roles["output.weight"] == "head"
     assert roles["blk.0.attn_q.weight"] == "attention" and roles["blk.0.ffn_down.weight"] == "mlp"
-    assert got.summary["head"] == "output.weight" and got.summary["head_source"] == "config"
+    assert got.summary["head"] == "output.weight" and got.summary["head_source"] == "framework"
     assert {s["name"] for s in got.skipped} == {n for n, t in model.items() if t.ndim == 1}
     assert got.model["format"] == "gguf"
     assert got.model["metadata"]["general.architecture"] == "llama"
@@ -169,8 +169,16 @@ def test_tied_head_is_the_token_embedding(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "tied.gguf", llama_state_dict(tied=True), "Q8_0")
     result = wbfe.score(path, metrics="bfe")
     assert result.summary["head"] == "token_embd.weight"
-    assert result.summary["head_source"] == "config"
+    assert result.summary["head_source"] == "framework"
+    assert result.summary["head_note"] == "no output.weight: the head is the token embedding, as llama.cpp reads it"
+    assert result.model["framework"] == {"used": "gguf", "model": "llama",
+                                         "note": "no output.weight: the head is the token embedding, as llama.cpp "
+                                                 "reads it"}
     assert by_name(result)["token_embd.weight"]["role"] == "head"
+    # Rows in the file's own (llama.cpp's) order, which the writer kept: the model's.
+    stored = list(llama_state_dict(tied=True))
+    rows = [r["name"] for r in result.layers]
+    assert rows == [n for n in stored if n in set(rows)]
 
 
 def test_split_files_read_as_one_model(tmp_path: Path, model: dict) -> None:

@@ -54,8 +54,10 @@ TABLE = [
                  "structure", id="last-1x1-conv"),
     pytest.param(_cnn_then({"seg.out.weight": _randn(21, 64, 3, 3)}), "seg.out.weight", "structure",
                  id="last-kxk-conv"),
-    pytest.param({"conv2d/kernel:0": _randn(3, 3, 1, 32), "conv2d_1/kernel:0": _randn(3, 3, 32, 64),
-                  "dense/kernel:0": _randn(1024, 128), "dense_1/kernel:0": _randn(128, 10)},
+    # Keras names on weights in PyTorch's [out, in, k...] layout (every reader converts to it): the
+    # name says nothing about the layout, so ``kernel:0`` is read as out x in like any other weight.
+    pytest.param({"conv2d/kernel:0": _randn(32, 1, 3, 3), "conv2d_1/kernel:0": _randn(64, 32, 3, 3),
+                  "dense/kernel:0": _randn(128, 1024), "dense_1/kernel:0": _randn(10, 128)},
                  "dense_1/kernel:0", "structure", id="keras-dense_1-kernel"),
     # The name rules alone pick `fc`, whose output the real classifier reads.
     pytest.param(_mlp(["features", "fc", "out_layer"], [784, 256, 128, 10]), "out_layer.weight", "structure",
@@ -82,7 +84,7 @@ def test_head_of_real_naming_patterns(tmp_path: Path, state: dict, head: str, so
     assert row["role"] == "head" and result.summary["bfe_head"] == row["bfe"]
     # The head's BFE-W is the closed form of its own spectrum, whatever its size.
     w = state[head].double()
-    w = w.reshape(w.shape[0], -1) if not head.endswith("kernel:0") else w.reshape(-1, w.shape[-1])
+    w = w.reshape(w.shape[0], -1)
     e = np.linalg.eigvalsh((w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w).numpy())
     expected, _ = bfe_from_moments(float(e.mean()), float(np.log(e).mean()), "opt")
     assert row["bfe"] == pytest.approx(expected, rel=1e-9)
@@ -115,13 +117,24 @@ def _save_hf_folder(folder: Path, state: dict[str, torch.Tensor], config: dict) 
     return folder
 
 
-def test_config_tied_embeddings_make_the_embedding_the_head(tmp_path: Path) -> None:
+# transformers builds Qwen2ForCausalLM and says its lm_head is tied ("framework"); an architecture
+# defined by the checkpoint's own code is never run, and the config rules decide ("tied").
+@pytest.mark.parametrize("arch,extra,source", [("Qwen2ForCausalLM", {}, "framework"),
+                                               ("MyOwnForCausalLM", {"auto_map": {"AutoModel": "m.M"}}, "tied")])
+def test_config_tied_embeddings_make_the_embedding_the_head(tmp_path: Path, arch: str, extra: dict,
+                                                            source: str) -> None:
     state = {"model.embed_tokens.weight": _randn(50, 16), "model.layers.0.mlp.up_proj.weight": _randn(32, 16),
              "model.layers.0.mlp.down_proj.weight": _randn(16, 32), "model.layers.0.mlp.fc.weight": _randn(8, 16)}
-    config = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 50, "tie_word_embeddings": True}
+    config = {"architectures": [arch], "vocab_size": 50, "tie_word_embeddings": True, **extra}
     folder = _save_hf_folder(tmp_path / "m", state, config)
-    summary = wbfe.score(folder, metrics="bfe").summary
-    assert (summary["head"], summary["head_source"]) == ("model.embed_tokens.weight", "tied")
+    result = wbfe.score(folder, metrics="bfe")
+    summary = result.summary
+    assert (summary["head"], summary["head_source"]) == ("model.embed_tokens.weight", source)
+    if source == "framework":
+        assert "lm_head.weight is tied to model.embed_tokens.weight" in summary["head_note"]
+        assert result.model["framework"] == {"used": "transformers", "model": arch}
+    else:
+        assert result.model["framework"]["used"] == "rules" and "never runs" in result.model["framework"]["why"]
     # The same file named alone is read alone: no config, and the name rules find `fc`.
     alone = wbfe.score(folder / "model.safetensors", metrics="bfe").summary
     assert (alone["head"], alone["head_source"]) == ("model.layers.0.mlp.fc.weight", "name")
@@ -134,7 +147,7 @@ def test_config_labels_find_a_two_label_classifier_and_min_eigs_spares_bfe(tmp_p
               "id2label": {"0": "neg", "1": "pos"}}
     folder = _save_hf_folder(tmp_path / "m", state, config)
     result = wbfe.score(folder, metrics="bfe,htsr,htmp", min_eigs=10)
-    assert (result.summary["head"], result.summary["head_source"]) == ("score.weight", "config")
+    assert (result.summary["head"], result.summary["head_source"]) == ("score.weight", "framework")
     head = next(layer for layer in result.layers if layer["name"] == "score.weight")
     w = state["score.weight"].double()
     e = np.linalg.eigvalsh((w @ w.T).numpy())

@@ -140,7 +140,7 @@ def _check(case: str, tmp_path: Path) -> None:
     result = wbfe.score(folder, metrics="bfe")
     summary = result.summary
     assert _is_head(folder, summary["head"], expected), (case, summary["head"], summary.get("head_note"))
-    assert summary["head_source"] in ("config", "tied", "name", "structure")
+    assert summary["head_source"] == "framework", (case, summary.get("head_note"), result.model.get("framework"))
     assert summary["bfe_head"] is not None and summary["bfe_head"] == summary["bfe_head"]  # finite
     stored = _stored(folder)
     rows = {r["name"] for r in result.layers}
@@ -173,7 +173,7 @@ def test_multimodal_rows_carry_their_component_and_the_head_is_the_language_mode
     model.save_pretrained(tmp_path / "llava")
     result = wbfe.score(tmp_path / "llava", metrics="bfe")
     assert _is_head(tmp_path / "llava", result.summary["head"], _expected_head(model))
-    assert result.summary["head_source"] == "config"
+    assert result.summary["head_source"] == "framework"
     components = {r["component"] for r in result.layers}
     assert {"vision_tower", "language_model", "multi_modal_projector"} <= components
     by_component = result.summary["by_component"]

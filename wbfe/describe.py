@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from wbfe import engine
+from wbfe.framework import order_rows
 from wbfe.heads import choose_head
 from wbfe.matrices import MatrixPlan, component_of
 from wbfe.options import ScoreOptions
@@ -88,10 +89,17 @@ def describe(
                 matrices.append(_described(plan, entry.quant))
             else:
                 skipped.append(plan.to_dict())
+        description = source.description
         model = {"source": source.provenance.source, "format": source.provenance.format,
                  "files": list(source.provenance.files)}
+        if "framework" in source.provenance.extra:
+            model["framework"] = source.provenance.extra["framework"]
         hint, config = source.head_hint, source.config
-    choice = choose_head(matrices, skipped, override=options.head, hint=hint, config=config) if matrices else None
+    if description is not None:  # the model's own order, as a score gives it
+        matrices = order_rows(matrices, description.order, description.aliases)
+        skipped = order_rows(skipped, description.order, description.aliases)
+    choice = (choose_head(matrices, skipped, override=options.head, hint=hint, config=config, description=description)
+              if matrices else None)
     for row in matrices:
         row["head"] = choice is not None and row["name"] == choice.name
         if row["head"]:

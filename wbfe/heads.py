@@ -3,17 +3,25 @@
 Tried in this order, the first that answers wins, and the step is recorded as ``head_source``:
 
 1. ``option``: the user's ``--head``.
-2. ``config``: what the checkpoint declares: a source's own hint (a format that names its head),
+2. ``framework``: the checkpoint's own description (:class:`wbfe.framework.FrameworkDescription`):
+   the transformers or timm model built from its ``config.json`` on the meta device, a Keras file's
+   layer graph, a GGUF file's ``output.weight``; a tied head (stored once, as the embedding) is
+   that embedding, said in the note.
+3. ``config``: what the checkpoint declares, read by wbfe's rules where its framework cannot
+   describe it: a source's own hint (a format that names its head),
    timm's ``pretrained_cfg["classifier"]``, or a Hugging Face ``config.json``, whose
    ``architectures`` task suffix says what the head maps to: the vocabulary (``…ForCausalLM``,
    ``…ForConditionalGeneration``, ``…ForMaskedLM``…) or ``num_labels`` classes
    (``…ForSequenceClassification``…). ``tied`` when that head is the input embedding
    (``tie_word_embeddings``, so no LM head of its own is stored).
-3. ``name``: module names (:data:`HEAD_NAMES`); ``tied`` when the named head is stored but skipped
+4. ``name``: module names (:data:`HEAD_NAMES`); ``tied`` when the named head is stored but skipped
    as a copy of (sharing storage with) an earlier matrix, which then is the head.
-4. ``structure``: a matrix whose output dimension is the input dimension of no other matrix
+5. ``structure``: a matrix whose output dimension is the input dimension of no other matrix
    (nothing reads its output), the last such in the checkpoint's order: the classifier of an MLP or
    CNN whatever its name, or a fully convolutional net's last convolution.
+
+A matrix's output and input dimensions come from its shape and the layout its reader or the
+checkpoint's description states (``out_in`` unless said otherwise), never from its name.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 from wbfe.errors import InvalidOptionError
-from wbfe.sources._order import natural_key
+from wbfe.framework import OUT_IN, FrameworkDescription, out_in
+from wbfe.sources import natural_key
 
 __all__ = ["HeadChoice", "HEAD_NAMES", "choose_head", "find_head", "head_rank", "terminal_matrices"]
 
@@ -102,52 +111,48 @@ def _override(names: Sequence[str], override: str) -> str:
     raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{did_you_mean(override, names)}")
 
 
-def _out_in(name: str, shape: Sequence[int]) -> tuple[int, int]:
-    """(output, input) dimension of a weight: PyTorch stores ``[out, in, k…]``; Keras/TF kernels
-    are ``[k…, in, out]``."""
-    if _is_kernel(name):
-        return int(shape[-1]), int(shape[-2])
-    return int(shape[0]), int(shape[1])
+def _layout(layer: dict[str, Any], description: Optional[FrameworkDescription]) -> str:
+    """A row's layout: its own ``layout`` if it has one, else the description's, else ``out_in``."""
+    layout = layer.get("layout")
+    if isinstance(layout, str):
+        return layout
+    return description.layout_of(layer["name"]) if description is not None else OUT_IN
 
 
-def _is_kernel(name: str) -> bool:
-    return re.search(r"[/.]kernel(:\d+)?$", name) is not None
-
-
-def terminal_matrices(matrices: Iterable[tuple[str, Sequence[int], str]],
-                      exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
+def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
     """Names, in the given order, of the matrices whose output no other matrix reads.
 
-    ``matrices``: ``(name, shape, role)``. A dense matrix's output is read by another dense matrix
+    ``matrices``: ``(name, shape, role)`` or ``(name, shape, role, layout)``; without a layout,
+    ``out_in`` ([out, in, k...]). A dense matrix's output is read by another dense matrix
     whose input dimension it is; a convolution's output by a convolution of that many input channels,
     or by a dense matrix after pooling. A grouped or depthwise convolution (``[C, C/g, k…]``) reads its
     own channel count ``C``; a patch embedding reads the data. (Dense and convolution inputs are kept
     apart: a CNN's 10 channels are no reader of its 10 classes.) Matrices of the ``exclude`` roles
     are never heads (embeddings, attention projections and routers, by default).
     """
-    listed = [(name, tuple(shape), role) for name, shape, role in matrices if len(shape) >= 2]
+    listed = [(item[0], tuple(item[1]), item[2], item[3] if len(item) > 3 else OUT_IN)
+              for item in matrices if len(item[1]) >= 2]
     # Who reads each width: a checkpoint is feed-forward, so a square matrix is no reader of its own
     # output (a lone 12 x 12 classifier is still terminal).
     dense_inputs: dict[int, set[str]] = {}
     conv_inputs: dict[int, set[str]] = {}
-    for name, shape, role in listed:
-        out, inp = _out_in(name, shape)
+    for name, shape, role, layout in listed:
+        out, inp = out_in(shape, layout)
         if role == "embedding":  # looked up, or (a patch embedding) reads pixels
             continue
         if len(shape) == 2:
             dense_inputs.setdefault(inp, set()).add(name)
             continue
         conv_inputs.setdefault(inp, set()).add(name)
-        kernel = shape[:-2] if _is_kernel(name) else shape[2:]
-        if any(k > 1 for k in kernel) and inp < out and out % inp == 0:
+        if any(k > 1 for k in shape[2:]) and inp < out and out % inp == 0:
             conv_inputs.setdefault(out, set()).add(name)
 
-    def read(name: str, shape: tuple[int, ...]) -> bool:
-        out = _out_in(name, shape)[0]
+    def read(name: str, shape: tuple[int, ...], layout: str) -> bool:
+        out = out_in(shape, layout)[0]
         readers = dense_inputs.get(out, set()) | (conv_inputs.get(out, set()) if len(shape) > 2 else set())
         return bool(readers - {name})
 
-    return [name for name, shape, role in listed if role not in exclude and not read(name, shape)]
+    return [name for name, shape, role, layout in listed if role not in exclude and not read(name, shape, layout)]
 
 
 def choose_head(
@@ -157,9 +162,19 @@ def choose_head(
     override: Optional[str] = None,
     hint: Optional[str] = None,
     config: Optional[dict[str, Any]] = None,
+    description: Optional[FrameworkDescription] = None,
 ) -> HeadChoice:
     """The head among the analysed ``layers`` (rows with ``name``, ``shape``, ``role``, in the
     checkpoint's order), using ``skipped`` rows to see ties; see the module docstring for the steps.
+
+    Args:
+        layers: the analysed rows.
+        skipped: the skipped rows (``name``, ``reason``).
+        override: the user's ``--head``.
+        hint: the head a reader names without a full description (ONNX's graph output).
+        config: the checkpoint's ``config.json``, for the rules.
+        description: the checkpoint's own description; its head wins over every rule, and its
+            layouts say each matrix's output dimension.
 
     Raises:
         InvalidOptionError: ``override`` names no analysed matrix.
@@ -167,6 +182,23 @@ def choose_head(
     names = [layer["name"] for layer in layers]
     if override is not None:
         return HeadChoice(_override(names, override), "option")
+    why = None
+    if description is not None:
+        layers = [dict(layer, layout=_layout(layer, description)) for layer in layers]
+        chosen = _from_description(names, skipped, description)
+        if chosen is not None:
+            return chosen
+        # Why the description named no head, said beside the rules' choice.
+        why = f"{description.framework}: {description.note}" if description.note else None
+    chosen = _by_rules(layers, skipped, names, hint, config)
+    if why and chosen.note is None:
+        chosen = HeadChoice(chosen.name, chosen.source, why)
+    return chosen
+
+
+def _by_rules(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]], names: Sequence[str],
+              hint: Optional[str], config: Optional[dict[str, Any]]) -> HeadChoice:
+    """Steps 3 to 5: the config rules, names, structure."""
     if hint is not None and hint in names:
         return HeadChoice(hint, "config")
     if config:
@@ -177,6 +209,31 @@ def choose_head(
     if by_name is not None:
         return by_name
     return _by_structure(layers)
+
+
+def _from_description(original: Sequence[str], skipped: Sequence[dict[str, Any]],
+                      description: FrameworkDescription) -> Optional[HeadChoice]:
+    """The head the checkpoint's description names, where it is analysed (itself or, tied, the
+    weight it is stored as); None to let the rules decide."""
+    head, where = description.head, f"{description.framework} {description.model}"
+    # Each analysed matrix by the description's name for it (a weight saved under its in-memory name).
+    stored = {description.resolve(n): n for n in original}
+    if head is None:
+        # transformers knows when a model has no head (a base model): no rule should invent one.
+        if description.framework == "transformers" and description.note:
+            return HeadChoice(None, None, f"{where}: {description.note}")
+        return None
+    if head in stored:
+        return HeadChoice(stored[head], "framework", description.note)
+    ties = {description.resolve(s["name"]): description.resolve(m.group("name"))
+            for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
+    target = description.tied.get(head) or ties.get(head)
+    if target is not None and target in stored:
+        return HeadChoice(stored[target], "framework", f"{head} is tied to {stored[target]} ({where})")
+    reason = next((str(s.get("reason")) for s in skipped if description.resolve(s.get("name", "")) == head), None)
+    if reason is not None:
+        return HeadChoice(None, None, f"{where}: the head {head} is not analysed ({reason}); pass --head NAME")
+    return None  # stored under another name: the rules look for it
 
 
 def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Optional[HeadChoice]:
@@ -230,12 +287,12 @@ def _config_value(config: dict[str, Any], key: str) -> Any:
 
 
 def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> HeadChoice:
-    found = [layer["name"] for layer in layers
-             if layer.get("role") not in ("embedding", "router") and _out_in(layer["name"], layer["shape"])[0] == rows]
+    found = [layer["name"] for layer in layers if layer.get("role") not in ("embedding", "router")
+             and out_in(layer["shape"], layer.get("layout", OUT_IN))[0] == rows]
     # A matrix whose output another reads only has the head's size by chance (GPT-2's MLP is 4 x 768 wide,
     # Falcon's 4 x hidden: a vocabulary that size in a tiny model).
-    terminal = set(terminal_matrices(((layer["name"], layer["shape"], layer.get("role", "")) for layer in layers),
-                                     exclude=()))
+    terminal = set(terminal_matrices(((layer["name"], layer["shape"], layer.get("role", ""),
+                                       layer.get("layout", OUT_IN)) for layer in layers), exclude=()))
     found = [name for name in found if name in terminal]
     if not found:
         return HeadChoice(None, None)
@@ -247,7 +304,8 @@ def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> H
 
 def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Optional[HeadChoice]:
     names = [layer["name"] for layer in layers]
-    terminal = set(terminal_matrices((layer["name"], layer["shape"], layer.get("role", "")) for layer in layers))
+    terminal = set(terminal_matrices((layer["name"], layer["shape"], layer.get("role", ""), layer.get("layout", OUT_IN))
+                                     for layer in layers))
     ties = {s["name"]: m.group("name") for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
     # A named head whose output another matrix reads is not the model's output layer.
     candidates = [n for n in names if n in terminal] + [t for t in ties if ties[t] in names]
@@ -260,7 +318,8 @@ def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]
 
 
 def _by_structure(layers: Sequence[dict[str, Any]]) -> HeadChoice:
-    terminal = terminal_matrices((layer["name"], layer["shape"], layer.get("role", "")) for layer in layers)
+    terminal = terminal_matrices((layer["name"], layer["shape"], layer.get("role", ""), layer.get("layout", OUT_IN))
+                                 for layer in layers)
     if not terminal:
         return HeadChoice(None, None, "no head found by config, name or structure; pass --head NAME")
     note = None

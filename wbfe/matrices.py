@@ -1,7 +1,9 @@
 """Tensor -> weight matrices: which tensors are analysed, in what role and convention, and why not.
 
-Decisions here use only a tensor's name, shape and dtype (read from the checkpoint header), so
-tensors that will be skipped are never read.
+Decisions here use only a tensor's name, shape, dtype and layout (read from the checkpoint header
+and the checkpoint's own description), so tensors that will be skipped are never read. A matrix is
+oriented out x in whatever its stored layout: an ``in_out`` weight (GPT-2's Conv1D) is analysed as
+its transpose, so ``rows`` is its output dimension and ``form`` (``primal`` when out <= in) is true.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Union
 
+from wbfe.framework import IN_OUT, OUT_IN, check_layout
 from wbfe.heads import HEAD_NAMES, find_head
 
 if TYPE_CHECKING:
@@ -59,6 +62,8 @@ class MatrixPlan:
         convention: ``dense`` for 2-D tensors, else the conv convention used (``flatten``/``slices``).
         rows, cols: shape of one matrix (of one slice for ``slices``).
         n_slices: number of matrices whose spectra are pooled.
+        layout: the stored tensor's layout (``out_in`` or ``in_out``); ``rows`` is the output
+            dimension in both.
     """
 
     name: str
@@ -69,6 +74,7 @@ class MatrixPlan:
     rows: int
     cols: int
     n_slices: int
+    layout: str = OUT_IN
 
     @property
     def n_eigs(self) -> int:
@@ -111,9 +117,13 @@ def role_of(name: str, ndim: int) -> str:
 
 
 def plan_matrix(
-    name: str, shape: tuple[int, ...], dtype: str, *, conv: ConvConvention = "flatten", min_eigs: int = MIN_BFE_EIGS
+    name: str, shape: tuple[int, ...], dtype: str, *, conv: ConvConvention = "flatten", min_eigs: int = MIN_BFE_EIGS,
+    layout: str = OUT_IN,
 ) -> Union[MatrixPlan, Skip]:
     """Decide, from metadata alone, whether and how a tensor becomes matrices.
+
+    ``layout``: the stored tensor's (``TensorEntry.layout``); an ``in_out`` tensor [in, out, k...]
+    is planned as [out, in, k...].
 
     ``min_eigs``: fewer eigenvalues than this (and never fewer than :data:`MIN_BFE_EIGS`) skip the
     tensor. Scoring passes the BFE-W minimum; the tail fits apply ``--min-eigs`` to their own columns.
@@ -121,6 +131,7 @@ def plan_matrix(
     from wbfe.options import check_conv
 
     check_conv(conv)
+    check_layout(layout)
     if dtype not in FLOAT_DTYPES:
         if dtype.startswith(("int", "uint", "qint", "quint")) or dtype == "bool":
             return Skip(name, f"integer tensor ({dtype}): quantized/packed weights or a counter", shape, dtype)
@@ -131,13 +142,14 @@ def plan_matrix(
         return Skip(name, f"bias ({len(shape)}-D)", shape, dtype)
     if 0 in shape:
         return Skip(name, "empty tensor", shape, dtype)
+    out, inp = (shape[1], shape[0]) if layout == IN_OUT else (shape[0], shape[1])
     if len(shape) == 2:
-        rows, cols, n_slices, convention = shape[0], shape[1], 1, "dense"
+        rows, cols, n_slices, convention = out, inp, 1, "dense"
     elif conv == "flatten":
-        rows, cols, n_slices, convention = shape[0], math.prod(shape[1:]), 1, "flatten"
+        rows, cols, n_slices, convention = out, inp * math.prod(shape[2:]), 1, "flatten"
     else:
-        rows, cols, n_slices, convention = shape[0], shape[1], math.prod(shape[2:]), "slices"
-    plan = MatrixPlan(name, role_of(name, len(shape)), tuple(shape), dtype, convention, rows, cols, n_slices)
+        rows, cols, n_slices, convention = out, inp, math.prod(shape[2:]), "slices"
+    plan = MatrixPlan(name, role_of(name, len(shape)), tuple(shape), dtype, convention, rows, cols, n_slices, layout)
     if len(shape) == 3 and shape[0] == 1:
         return Skip(name, f"{len(shape)}-D parameter with one row (a token or position table, not a kernel)",
                     shape, dtype)
@@ -149,7 +161,12 @@ def plan_matrix(
 
 
 def as_matrices(tensor: "torch.Tensor", plan: MatrixPlan) -> list["torch.Tensor"]:
-    """The 2-D views of ``tensor`` that ``plan`` describes (no copies for dense and flatten)."""
+    """The out x in views of ``tensor`` that ``plan`` describes (no copies for dense and flatten
+    ``out_in`` tensors; an ``in_out`` one is transposed first, a view for a dense matrix)."""
+    if plan.layout == IN_OUT:
+        tensor = tensor.transpose(0, 1)
+        if plan.convention != "dense":  # the reshape below needs the transposed axes in memory order
+            tensor = tensor.contiguous()
     if plan.convention in ("dense", "flatten"):
         return [tensor.reshape(plan.rows, plan.cols)]
     kernel = tensor.reshape(plan.rows, plan.cols, plan.n_slices)

@@ -72,9 +72,10 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
 
     with Pipeline(context.device) as pipeline:
         run(pipeline, planned, context, SeenContent(), record, done)
+    description = source.description  # records which description was used in the provenance
     model = provenance_of(source.provenance.to_dict(), context)
     return finish(model, layers, skipped, context.groups, head=options.head, head_hint=source.head_hint,
-                  config=source.config)
+                  config=source.config, description=description)
 
 
 def layer_spectrum(

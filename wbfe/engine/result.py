@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from wbfe.errors import NoUsableMatrixError
+from wbfe.framework import FrameworkDescription, order_rows
 from wbfe.heads import choose_head
 from wbfe.report import as_float, json_ready
 
@@ -89,15 +90,21 @@ def no_usable_matrix(source: str, skipped: list[dict[str, Any]]) -> NoUsableMatr
 
 def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[dict[str, Any]], groups: tuple[Any, ...],
            *, head: Optional[str] = None, head_hint: Optional[str] = None,
-           config: Optional[dict[str, Any]] = None) -> ModelScore:
-    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`, with its summary.
+           config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> ModelScore:
+    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`, with its summary: rows in
+    the model's own order where the checkpoint describes itself (``description``, see
+    :mod:`wbfe.framework`), else in stored order; the head as the description, the option, the
+    config or the rules decide it.
 
     Raises:
         NoUsableMatrixError: every tensor was skipped.
     """
     if not layers:
         raise no_usable_matrix(model["source"], skipped)
-    summary = summarise(layers, groups, head, head_hint, skipped, config)
+    if description is not None:
+        layers = order_rows(layers, description.order, description.aliases)
+        skipped = order_rows(skipped, description.order, description.aliases)
+    summary = summarise(layers, groups, head, head_hint, skipped, config, description)
     return ModelScore(model=model, layers=layers, skipped=skipped, summary=summary)
 
 
@@ -108,13 +115,15 @@ def summarise(
     head_hint: Optional[str] = None,
     skipped: Optional[list[dict[str, Any]]] = None,
     config: Optional[dict[str, Any]] = None,
+    description: Optional[FrameworkDescription] = None,
 ) -> dict[str, Any]:
     """The summary of a model's rows: its head (and how it was found; its row's role becomes
     ``head``), each summary column's head value, mean and count, and means per role and component."""
     import numpy as np
 
     by_name = {layer["name"]: layer for layer in layers}
-    choice = choose_head(layers, skipped or [], override=head_override, hint=head_hint, config=config)
+    choice = choose_head(layers, skipped or [], override=head_override, hint=head_hint, config=config,
+                         description=description)
     head, head_source = choice.name, choice.source
     if head is not None:
         by_name[head]["role"] = "head"

@@ -44,7 +44,7 @@ def plan_entry(
         return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
     if consumed is not None:  # a quantized weight's scale, zeros or packed data (see wbfe.quant)
         return Skip(entry.name, consumed, entry.shape, entry.dtype)
-    return plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=min_eigs)
+    return plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=min_eigs, layout=entry.layout)
 
 
 def stream(source: Any, options: Any) -> Iterator[Planned]:

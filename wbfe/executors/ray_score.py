@@ -144,13 +144,14 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
                 source.provenance.pending.cancel()  # each part hashes only its own file, below
             planned = (item for k, item in enumerate(engine.stream(source, options)) if mine(k, item.entry.name))
             engine.run(pipeline, planned, context, digests, record)
+            description = source.description  # before the provenance: it records which was used
             provenance = _provenance(source.provenance)
             head_hint, config = source.head_hint, source.config
         digest = file_sha256(Path(file), bytearray(HASH_CHUNK), None)[1] if file else None
     except WbfeError as exc:
         return {"error": exc, "node": node}
     return {"rows": rows, "ties": digests.keys, "provenance": provenance, "head_hint": head_hint,
-            "config": config, "digest": digest, "node": node}
+            "config": config, "description": description, "digest": digest, "node": node}
 
 
 def _provenance(provenance: Any) -> dict[str, Any]:
@@ -223,7 +224,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
     context = engine.Context.of(options)
     model = {**engine.provenance_of(provenance, context), "executor": "ray"}
     return engine.finish(model, layers, skipped, context.groups, head=options.head, head_hint=first["head_hint"],
-                         config=first["config"])
+                         config=first["config"], description=first["description"])
 
 
 def _merge(rows: list[tuple[int, str, dict[str, Any]]], ties: dict[str, tuple[Any, ...]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import os
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from wbfe._config import usable_cpus
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
+from wbfe.framework.description import OUT_IN, Fallback, FrameworkDescription
 
 if TYPE_CHECKING:
     import torch
@@ -51,6 +53,10 @@ class TensorEntry:
             format itself says it is no weight matrix (a Keras optimizer moment, a BatchNorm
             moving statistic, an ONNX bias); it is then listed as skipped with this reason and
             ``load`` is never called. None for a readable tensor.
+        layout: how the axes of the tensor ``load`` returns are laid out, as the reader or the
+            checkpoint's own description says: ``out_in`` ([out, in, k...], PyTorch's and what the
+            Keras and GGUF readers convert to) or ``in_out`` (stored transposed: GPT-2's Conv1D,
+            a transposed convolution). Never inferred from the name later.
     """
 
     name: str
@@ -61,6 +67,7 @@ class TensorEntry:
     reread: Callable[[], "torch.Tensor"] | None = None
     quant: str | None = None
     skip: str | None = None
+    layout: str = OUT_IN
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -155,6 +162,41 @@ class TensorSource:
     # True where entries() reads headers only (each tensor is read by its entry's load()): the
     # entries can then be listed before any is scored, which gives progress its total up front.
     headers_only: bool = False
+    # The description a reader took from the file itself (a Keras model_config, a GGUF tensor list);
+    # None where the description, if any, comes from ``config`` (see ``description``).
+    own_description: FrameworkDescription | None = None
+    _described: tuple[Any, FrameworkDescription | None] | None = None
+
+    @property
+    def description(self) -> FrameworkDescription | None:
+        """What the checkpoint's own framework says about it (order, head, ties, layouts): the
+        reader's ``own_description``, else the model ``config`` names built by its framework
+        (:func:`wbfe.framework.describe_config`); None where there is none. What was used, or why
+        the rules decide instead, is recorded in ``provenance.extra["framework"]``."""
+        if self.own_description is not None:
+            self.provenance.extra["framework"] = self.own_description.summary()
+            return self.own_description
+        if self.config is None:
+            return None
+        if self._described is None or self._described[0] is not self.config:
+            from wbfe.framework import describe_config
+
+            found = describe_config(self.config)
+            if isinstance(found, Fallback):
+                self.provenance.extra["framework"] = {"used": "rules", "why": str(found)}
+            elif found is not None:
+                self.provenance.extra["framework"] = found.summary()
+            self._described = (self.config, found if isinstance(found, FrameworkDescription) else None)
+        return self._described[1]
+
+    def described(self, entries: Iterator[TensorEntry]) -> Iterator[TensorEntry]:
+        """``entries`` with the layout the checkpoint's description gives each (GPT-2's Conv1D
+        weights are ``in_out``); unchanged where there is no description."""
+        description = self.description
+        layouts = description.layouts if description is not None else {}
+        for entry in entries:
+            layout = layouts.get(entry.name)
+            yield entry if layout is None or layout == entry.layout else dataclasses.replace(entry, layout=layout)
 
     def entries(self) -> Iterator[TensorEntry]:
         raise NotImplementedError

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
+from wbfe.framework import FrameworkDescription
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format
@@ -148,8 +149,8 @@ def _metadata(reader: Any, gguf: Any) -> dict[str, Any]:
 class GGUFSource(TensorSource):
     """The tensors of a GGUF file or split set, dequantised one at a time.
 
-    ``head_hint``: ``output.weight``, or ``token_embd.weight`` when the model has no output matrix
-    (its head is tied to the token embedding, as llama.cpp reads it).
+    ``head_hint`` and ``own_description.head``: ``output.weight``, or ``token_embd.weight`` when the
+    model has no output matrix (its head is tied to the token embedding, as llama.cpp reads it).
     """
 
     headers_only = True
@@ -165,10 +166,17 @@ class GGUFSource(TensorSource):
                 path=str(path),
             )
         names = [t[0] for s in self._splits for t in s.tensors]
+        note = None
         if "output.weight" in names:
             self.head_hint = "output.weight"
         elif "token_embd.weight" in names:
             self.head_hint = "token_embd.weight"
+            note = "no output.weight: the head is the token embedding, as llama.cpp reads it"
+        # The file is its own description: llama.cpp's tensor order is the model's, and its names
+        # (output.weight, token_embd.weight) are fixed by the format.
+        arch = self._splits[0].metadata.get("general.architecture")
+        self.own_description = FrameworkDescription("gguf", str(arch or "gguf"), tuple(names), self.head_hint,
+                                                    note=note)
         self.provenance = Provenance(
             source=ref,
             format="gguf-split" if len(files) > 1 else "gguf",

@@ -7,8 +7,14 @@ Keras stores a Dense kernel in × out and a convolution kernel k… × in × out
 out × in and out × in × k…, as PyTorch holds them, so ``flatten`` gives out × in·k… and ``slices``
 one out × in matrix per kernel position. A depthwise kernel k… × in × multiplier becomes
 in·multiplier × 1 × k… (PyTorch's grouped layout): one row per output channel, its own kernel.
-Embeddings are vocabulary × width in both. Biases, BatchNorm moving statistics and optimizer or
-metric state are listed with their reason, never read.
+Embeddings are vocabulary × width in both. A transposed convolution's kernel (k… × out × in in
+Keras) becomes in × out × k…, PyTorch's own layout for it, and its entry says so (``in_out``).
+Biases, BatchNorm moving statistics and optimizer or metric state are listed with their reason,
+never read.
+
+The file's own model config (``model_config`` of an ``.h5``, ``config.json`` of a ``.keras``) is its
+description (:mod:`wbfe.framework.keras_graph`): the weights come in its layer order, and the layer
+that produces the model's output is the head, found without names (``source.description``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
+from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
+from wbfe.framework.keras_graph import class_name, config_layers, keras_head
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.registry import FileFormat, register_format, zip_members
 
@@ -69,6 +77,8 @@ class _Var:
     dtype: str
     layout: str  # dense | conv | depthwise | stored | skip
     skip: Optional[str] = None
+    layer: str = ""  # the top-level layer's group (Keras 2) or the layer's folder (Keras 3)
+    axes: str = OUT_IN  # the layout of the tensor as read: in_out for a transposed convolution
 
 
 def _layout(layer_class: str, var: str, ndim: int) -> tuple[str, Optional[str]]:
@@ -81,7 +91,8 @@ def _layout(layer_class: str, var: str, ndim: int) -> tuple[str, Optional[str]]:
         return "skip", f"normalisation scale or shift ({var})"
     if var == "embeddings":
         return "stored", None
-    if var == "depthwise_kernel":
+    if var == "depthwise_kernel" or (var == "kernel" and layer_class.startswith("depthwise_conv")):
+        # Keras 3's legacy .h5 writer names a DepthwiseConv2D's variable ``kernel``.
         return ("depthwise", None) if ndim >= 3 else ("skip", f"depthwise kernel of rank {ndim}")
     if var in ("kernel", "pointwise_kernel", "recurrent_kernel"):
         if layer_class in ("einsum_dense", "multi_head_attention"):
@@ -142,19 +153,6 @@ def _json_attr(group: Any, key: str) -> Any:
         return None
 
 
-def _config_layers(config: Any) -> list[dict[str, Any]]:
-    """The layer configs of a (Sequential or Functional) model config, in model order."""
-    if not isinstance(config, dict):
-        return []
-    inner = config.get("config", config)
-    layers = inner.get("layers") if isinstance(inner, dict) else inner if isinstance(inner, list) else None
-    return [layer for layer in layers or [] if isinstance(layer, dict)]
-
-
-def _class_name(layer: dict[str, Any]) -> str:
-    return str(layer.get("class_name", "")).split(">")[-1]
-
-
 class KerasSource(TensorSource):
     """The variables of a Keras ``.h5`` / ``.weights.h5`` file or ``.keras`` archive."""
 
@@ -187,7 +185,7 @@ class KerasSource(TensorSource):
             raise _hdf5_error(path, exc) from None
         self._h5 = h5
         try:
-            self._vars, head_hint, extra = self._plan(h5, config, size)
+            self._vars, description, extra = self._plan(h5, config, size)
         except (KeyError, OSError, ValueError, RuntimeError) as exc:
             self.close_files()
             if isinstance(exc, CorruptCheckpointError):
@@ -196,7 +194,7 @@ class KerasSource(TensorSource):
         except BaseException:
             self.close_files()
             raise
-        self.head_hint = head_hint
+        self.own_description = description
         extra.update({k: v for k, v in metadata.items() if k == "keras_version"})
         layout = extra.pop("layout")
         self.provenance = Provenance(
@@ -237,7 +235,7 @@ class KerasSource(TensorSource):
 
     # ---- what the file holds -----------------------------------------------------------------
 
-    def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[str], dict[str, Any]]:
+    def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
         extra: dict[str, Any] = {}
@@ -248,10 +246,13 @@ class KerasSource(TensorSource):
         if "model_weights" in h5 or _attr_list(h5, "layer_names") is not None:
             root = h5["model_weights"] if "model_weights" in h5 else h5
             extra["layout"] = "keras-h5"
-            ordered, hint = self._plan_keras2(h5, root, _json_attr(h5, "model_config"))
+            config = _json_attr(h5, "model_config")
+            ordered = self._plan_keras2(h5, root, config)
+            head, why = _keras2_head(ordered, config)
         elif "layers" in h5 or "vars" in h5:
             extra["layout"] = "keras3-weights-h5"
-            ordered, hint = self._plan_keras3(h5, datasets, config)
+            ordered = self._plan_keras3(h5, datasets, config)
+            head, why = _keras3_head(ordered, config)
         else:
             raise CorruptCheckpointError(
                 f"{self._path}: an HDF5 file but not Keras weights (no model_weights, layer_names or layers/)",
@@ -266,23 +267,29 @@ class KerasSource(TensorSource):
                 ordered.append(self._var(h5, path, path, "skip", f"{reason} ({top}/)"))
         for var in ordered:
             self._check_extent(h5, var, size)
-        return ordered, hint, extra
+        description = None
+        if config_layers(config):  # the file's own model graph: its order and its output layer
+            description = FrameworkDescription(
+                "keras", class_name(config) or "Model", tuple(v.name for v in ordered if v.skip is None), head,
+                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why)
+        return ordered, description, extra
 
-    def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None) -> _Var:
+    def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None, layer: str = "",
+             axes: str = OUT_IN) -> _Var:
         ds = h5[path]
         stored = tuple(int(s) for s in ds.shape)
         dtype = _dtype_name(ds)
-        return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, dtype, layout, skip)
+        return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, dtype, layout, skip,
+                    layer, axes)
 
-    def _plan_keras2(self, h5: Any, root: Any, model_config: Any) -> tuple[list[_Var], Optional[str]]:
-        classes = {str(layer.get("config", {}).get("name")): _snake(_class_name(layer))
+    def _plan_keras2(self, h5: Any, root: Any, model_config: Any) -> list[_Var]:
+        classes = {str(layer.get("config", {}).get("name")): _snake(class_name(layer))
                    for layer in _walk_config(model_config)}
         layer_names = _attr_list(root, "layer_names")
         if layer_names is None:
             raise CorruptCheckpointError(f"{self._path}: Keras HDF5 without its layer_names attribute",
                                          path=str(self._path))
         out: list[_Var] = []
-        hint = None
         for layer in layer_names:
             if layer not in root:
                 raise CorruptCheckpointError(f"{self._path}: layer {layer!r} listed in layer_names is missing",
@@ -297,15 +304,14 @@ class KerasSource(TensorSource):
                     )
                 var = weight.split("/")[-1].split(":")[0]
                 path = f"{group.name.lstrip('/')}/{weight}"
-                layout, skip = _layout(layer_class, var, group[weight].ndim)
-                entry = self._var(h5, weight, path, layout, skip)
-                out.append(entry)
-                if layout == "dense" and var == "kernel":
-                    hint = weight
-        return out, hint
+                # A weight of a nested model names its own layer: ``backbone/conv1/kernel``.
+                inner = next((classes[p] for p in reversed(weight.split("/")[:-1]) if p in classes), layer_class)
+                layout, skip = _layout(inner, var, group[weight].ndim)
+                out.append(self._var(h5, weight, path, layout, skip, layer, _axes(inner, layout)))
+        return out
 
-    def _plan_keras3(self, h5: Any, datasets: list[str], config: Any) -> tuple[list[_Var], Optional[str]]:
-        order = _keras3_folders(config)
+    def _plan_keras3(self, h5: Any, datasets: list[str], config: Any) -> list[_Var]:
+        order = [folder for _, folder in _keras3_folders(config)]
         position = {folder: i for i, folder in enumerate(order)}
 
         def key(path: str) -> tuple[int, list[Any]]:
@@ -330,11 +336,8 @@ class KerasSource(TensorSource):
                                      f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"))
                 continue
             layout, skip = _layout(layer_class, names[i], h5[path].ndim)
-            out.append(self._var(h5, path, path, layout, skip))
-        dense = [v for v in out if v.layout == "dense" and _NUMBERED.match(v.path.split("/vars/")[0].split("/")[-1])
-                 ["base"] == "dense"]  # type: ignore[index]
-        hint = dense[-1].name if dense and order else None
-        return out, hint
+            out.append(self._var(h5, path, path, layout, skip, folder, _axes(layer_class, layout)))
+        return out
 
     def _check_extent(self, h5: Any, var: _Var, size: int) -> None:
         """A contiguous dataset must lie inside the file: HDF5 would fail only when it is read."""
@@ -355,7 +358,8 @@ class KerasSource(TensorSource):
     def entries(self) -> Iterator[TensorEntry]:
         for var in self._vars:
             load = _Loader(self, var)
-            yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, reread=load, skip=var.skip)
+            yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, reread=load, skip=var.skip,
+                              layout=var.axes)
 
     def read(self, var: _Var) -> "torch.Tensor":
         import numpy as np
@@ -420,26 +424,64 @@ def _dtype_name(ds: Any) -> str:
 
 
 def _walk_config(config: Any) -> Iterator[dict[str, Any]]:
-    for layer in _config_layers(config):
+    for layer in config_layers(config):
         yield layer
         yield from _walk_config(layer)
 
 
-def _keras3_folders(config: Any, prefix: str = "layers") -> list[str]:
-    """Keras 3's folder of each layer, in model order: saving_lib numbers a container's layers by
-    their class in snake case (``dense``, ``dense_1``, ...) as it walks ``model.layers``."""
+def _keras3_folders(config: Any, prefix: str = "layers",
+                    names: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """Keras 3's folder of each layer, in model order, with the layer's names from the outer model
+    in: saving_lib numbers a container's layers by their class in snake case (``dense``,
+    ``dense_1``, ...) as it walks ``model.layers``."""
     used: dict[str, int] = {}
-    out: list[str] = []
-    for layer in _config_layers(config):
-        name = _snake(_class_name(layer))
-        if name == "input_layer" and prefix == "layers" and _class_name(config) == "Sequential":
+    out: list[tuple[tuple[str, ...], str]] = []
+    for layer in config_layers(config):
+        name = _snake(class_name(layer))
+        if name == "input_layer" and prefix == "layers" and class_name(config) == "Sequential":
             continue  # Sequential.layers leaves its InputLayer out
         used[name] = used.get(name, -1) + 1
         folder = f"{prefix}/{name}" + (f"_{used[name]}" if used[name] else "")
-        out.append(folder)
-        if _config_layers(layer):
-            out += _keras3_folders(layer, f"{folder}/layers")
+        path = names + (str(layer.get("config", {}).get("name", layer.get("name", ""))),)
+        out.append((path, folder))
+        if config_layers(layer):
+            out += _keras3_folders(layer, f"{folder}/layers", path)
     return out
+
+
+def _axes(layer_class: str, layout: str) -> str:
+    """The layout of a converted kernel: Keras stores a transposed convolution's as k… × out × in."""
+    return IN_OUT if layout == "conv" and layer_class.endswith("_transpose") else OUT_IN
+
+
+def _keras2_head(variables: list[_Var], config: Any) -> tuple[Optional[str], Optional[str]]:
+    """The stored name of the head's matrix in a Keras 2 / legacy ``.h5``, from its model config."""
+    head, why = keras_head(config)
+    if head is None:
+        return None, why
+    top, inner = head.layer.path[0], head.layer.path[-1]
+    for wanted in head.variables:
+        for var in variables:
+            parts = var.name.split("/")
+            if (var.layer == top and var.skip is None and parts[-1].split(":")[0] == wanted
+                    and (len(head.layer.path) == 1 or inner in parts[:-1])):
+                return var.name, head.note
+    return None, f"the output layer {'/'.join(head.layer.path)} has no {' or '.join(head.variables)} stored"
+
+
+def _keras3_head(variables: list[_Var], config: Any) -> tuple[Optional[str], Optional[str]]:
+    """The stored name of the head's matrix in a Keras 3 archive, from its ``config.json``."""
+    head, why = keras_head(config)
+    if head is None:
+        return None, why
+    folder = dict(_keras3_folders(config)).get(head.layer.path)
+    names = _KERAS3_VARS.get(_snake(head.layer.class_name), ())
+    for wanted in head.variables:
+        if folder is not None and wanted in names:
+            path = f"{folder}/vars/{names.index(wanted)}"
+            if any(v.name == path and v.skip is None for v in variables):
+                return path, head.note
+    return None, f"the output layer {'/'.join(head.layer.path)} has no {' or '.join(head.variables)} stored"
 
 
 def _read_json(archive: zipfile.ZipFile, member: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from wbfe.framework import describe_module
 from wbfe.sources._base import Provenance, TensorEntry, TensorSource
 from wbfe.sources.registry import register_location
 from wbfe.sources.torch_pickle import tensor_entries, unwrap_state_dict
@@ -23,12 +24,14 @@ class MemorySource(TensorSource):
         self.provenance = Provenance(
             source=f"<{type(obj).__name__}>", format="module" if state is not obj else "state_dict"
         )
+        # A module describes itself (order, head, ties, layouts: wbfe.framework); a state dict does not.
+        self.own_description = describe_module(obj) if state is not obj else None
 
     def __len__(self) -> int:
         return len(self._state)
 
     def entries(self) -> Iterator[TensorEntry]:
-        return tensor_entries(self._state)
+        return self.described(tensor_entries(self._state))
 
 
 def is_in_memory(ref: Any) -> bool:

@@ -382,6 +382,9 @@ class SafetensorsSource(TensorSource):
         return sum(len(names) for _, names, _ in self._plan)
 
     def entries(self) -> Iterator[TensorEntry]:
+        return self.described(self._entries())
+
+    def _entries(self) -> Iterator[TensorEntry]:
         for path, names, header in self._plan:
             shard = _Shard(path)
             self._handles.append(shard)

@@ -264,6 +264,9 @@ class TorchPickleSource(TensorSource):
         return self._length
 
     def entries(self) -> Iterator[TensorEntry]:
+        return self.described(self._entries())
+
+    def _entries(self) -> Iterator[TensorEntry]:
         if self._index is None:
             state, self._state = self._state, None
             assert state is not None

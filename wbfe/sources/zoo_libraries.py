@@ -3,6 +3,8 @@
 timm publishes most weights on the Hugging Face hub (``timm/<name>.<tag>``), read through
 :mod:`wbfe.sources.hub`; older timm weights and every torchvision weight are URLs that both
 libraries cache under ``$TORCH_HOME/hub/checkpoints/<file name>``, which is read first here too.
+A hub snapshot's timm ``config.json`` describes the model (:mod:`wbfe.framework`); a bare ``.pth``
+is described by ``timm.create_model(name)`` on the meta device.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from urllib.parse import urlparse
 
 from wbfe._config import hf_offline, torch_hub_dir
 from wbfe.errors import MissingDependencyError, ModelNotFoundError, unknown_name
+from wbfe.framework import FrameworkDescription
+from wbfe.framework.timm_model import describe_timm
 from wbfe.sources._base import TensorSource
 from wbfe.sources.hub import open_hub
 from wbfe.sources.local import open_path
@@ -122,7 +126,12 @@ def open_timm(name: str, *, ref: str) -> TensorSource:
             source.provenance.source = ref
             return source
     if getattr(cfg, "url", None):
-        return open_url_checkpoint(str(cfg.url), ref=ref, fmt="timm")
+        source = open_url_checkpoint(str(cfg.url), ref=ref, fmt="timm")
+        # A bare .pth carries no config: timm itself describes the model it was made for.
+        described = describe_timm(name)
+        if isinstance(described, FrameworkDescription):
+            source.own_description = described
+        return source
     raise ModelNotFoundError(f"{ref}: timm has no downloadable weights for {name!r}", ref=ref)
 
 

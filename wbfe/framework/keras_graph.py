@@ -1,0 +1,156 @@
+"""A Keras model as its own ``model_config`` describes it (the ``model_config`` attribute of an
+``.h5``, the ``config.json`` of a ``.keras``): the layers in model order, nested models included,
+and the layer whose weights produce the model's output.
+
+The output layer is found by walking back from the model's (first) output through the layers that
+hold no weight matrix (pooling, flatten, reshape, activation, dropout, normalisation...) to the
+first layer that does: a Dense, a convolution (also 1 x 1 or k x k before global pooling, as in
+SqueezeNet and mini-Xception), a separable or depthwise convolution, a recurrent layer; into a
+nested Functional or Sequential model (a backbone inside a Sequential) when the walk meets one.
+Pure functions of the parsed JSON; no Keras needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+__all__ = ["KerasLayer", "KerasHead", "keras_layers", "keras_head", "config_layers", "class_name"]
+
+# Layer classes whose weight matrix computes their output, and the variable that is that matrix.
+_KERNELS = {
+    **{c: ("kernel",) for c in ("Dense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose",
+                               "Conv3DTranspose", "Convolution1D", "Convolution2D", "Convolution3D",
+                               "LSTM", "GRU", "SimpleRNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D")},
+    **{c: ("pointwise_kernel",) for c in ("SeparableConv1D", "SeparableConv2D", "SeparableConvolution1D",
+                                          "SeparableConvolution2D")},
+    # Keras 3's legacy .h5 writer names a DepthwiseConv2D's variable ``kernel``.
+    **{c: ("depthwise_kernel", "kernel") for c in ("DepthwiseConv1D", "DepthwiseConv2D")},
+    "EinsumDense": ("kernel",),
+}
+# Layers with a weight matrix that is no output layer: an embedding is looked up.
+_NOT_OUTPUTS = ("Embedding", "MultiHeadAttention")
+
+
+def class_name(layer: Any) -> str:
+    """A layer config's class name without a registered package prefix (``my_pkg>Dense`` -> ``Dense``)."""
+    return str(layer.get("class_name", "")).split(">")[-1] if isinstance(layer, dict) else ""
+
+
+def config_layers(config: Any) -> list[dict[str, Any]]:
+    """The layer configs of a (Sequential or Functional) model config, in model order."""
+    if not isinstance(config, dict):
+        return []
+    inner = config.get("config", config)
+    layers = inner.get("layers") if isinstance(inner, dict) else inner if isinstance(inner, list) else None
+    return [layer for layer in layers or [] if isinstance(layer, dict)]
+
+
+def _name(layer: dict[str, Any]) -> str:
+    inner = layer.get("config")
+    name = inner.get("name") if isinstance(inner, dict) else None
+    return str(name if name is not None else layer.get("name", ""))
+
+
+@dataclass(frozen=True)
+class KerasLayer:
+    """One layer: its names from the outermost model in (``("backbone", "conv1")``) and its class."""
+
+    path: tuple[str, ...]
+    class_name: str
+
+
+@dataclass(frozen=True)
+class KerasHead:
+    """The layer that produces the model's output, and the variables (in preference) holding its matrix."""
+
+    layer: KerasLayer
+    variables: tuple[str, ...]
+    note: Optional[str] = None
+
+
+def keras_layers(config: Any, prefix: tuple[str, ...] = ()) -> Iterator[KerasLayer]:
+    """Every layer of a model config in model order, a nested model's own layers after it."""
+    for layer in config_layers(config):
+        path = prefix + (_name(layer),)
+        yield KerasLayer(path, class_name(layer))
+        yield from keras_layers(layer, path)
+
+
+def keras_head(config: Any) -> tuple[Optional[KerasHead], Optional[str]]:
+    """The layer whose weight matrix produces the model's (first) output.
+
+    Returns:
+        ``(head, None)``, or ``(None, why)`` when the config does not say: no layers, an output
+        that merges several branches, or one produced by a layer wbfe does not know.
+    """
+    return _head(config, (), set())
+
+
+def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> tuple[Optional[KerasHead], Optional[str]]:
+    layers = config_layers(config)
+    if not layers:
+        return None, "the Keras model config lists no layers"
+    by_name = {_name(layer): layer for layer in layers}
+    inner = config.get("config", {}) if isinstance(config, dict) else {}
+    outputs = _history_names(inner.get("output_layers")) if isinstance(inner, dict) else []
+    sequential = class_name(config) == "Sequential" or not outputs
+    chain = [layer for layer in layers if class_name(layer) != "InputLayer"]
+    note = None
+    if sequential:
+        if not chain:
+            return None, "the Keras model config lists only inputs"
+        current: Optional[dict[str, Any]] = chain[-1]
+    else:
+        if len(set(outputs)) > 1:
+            note = f"the model has {len(set(outputs))} outputs ({', '.join(dict.fromkeys(outputs))}); the first is taken"
+        current = by_name.get(outputs[0])
+    while current is not None:
+        path = prefix + (_name(current),)
+        if path in seen:
+            return None, f"the Keras layer graph loops at {'/'.join(path)}"
+        seen.add(path)
+        cls = class_name(current)
+        if cls in _KERNELS:
+            return KerasHead(KerasLayer(path, cls), _KERNELS[cls], note), None
+        if config_layers(current):  # a nested model: its own output layer
+            found, why = _head(current, path, seen)
+            if found is not None and note and not found.note:
+                found = KerasHead(found.layer, found.variables, note)
+            return found, why
+        if cls in _NOT_OUTPUTS:
+            return None, f"the model's output comes from {'/'.join(path)}, a {cls}: no head"
+        if sequential:
+            index = chain.index(current)
+            current = chain[index - 1] if index > 0 else None
+            continue
+        inbound = list(dict.fromkeys(_history_names(current.get("inbound_nodes"))))
+        if len(inbound) != 1:
+            what = "several layers" if inbound else "no layer"
+            return None, f"the model's output layer {'/'.join(path)} ({cls}) reads {what}: no single head"
+        current = by_name.get(inbound[0])
+    return None, "no layer with a weight matrix produces the Keras model's output"
+
+
+def _history_names(nodes: Any) -> list[str]:
+    """Layer names a Keras node structure refers to, in order: Keras 3's ``keras_history``
+    (``{"keras_history": [name, node, tensor]}``) and Keras 2's ``[name, node, tensor, kwargs]``."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            history = value.get("keras_history")
+            if isinstance(history, list) and history and isinstance(history[0], str):
+                found.append(history[0])
+                return
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            if len(value) >= 3 and isinstance(value[0], str) and isinstance(value[1], int):
+                found.append(value[0])
+                return
+            for item in value:
+                walk(item)
+
+    walk(nodes)
+    return found

@@ -1,0 +1,46 @@
+"""An in-memory ``nn.Module`` described by itself (see :func:`wbfe.framework.describe_module`)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from wbfe.framework.description import IN_OUT, FrameworkDescription
+
+__all__ = ["describe_module"]
+
+
+def describe_module(module: Any) -> Optional[FrameworkDescription]:
+    """The description an ``nn.Module`` gives of itself; None for anything else."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(module, torch.nn.Module):
+        return None
+    transformers = sys.modules.get("transformers")
+    if transformers is not None and isinstance(module, transformers.PreTrainedModel):
+        from wbfe.framework.transformers_model import describe_built
+
+        return describe_built(module)
+    first: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            tied[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    transposed = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+    layouts = {f"{name}.weight" if name else "weight": IN_OUT for name, sub in module.named_modules()
+               if isinstance(sub, transposed)}
+    head_module = None
+    for method in ("get_output_embeddings", "get_classifier"):
+        if callable(getattr(module, method, None)):
+            try:
+                head_module = getattr(module, method)()
+            except (NotImplementedError, AttributeError, TypeError):
+                head_module = None
+            if head_module is not None:
+                break
+    head = next((f"{name}.weight" if name else "weight" for name, sub in module.named_modules()
+                 if head_module is not None and sub is head_module and getattr(sub, "weight", None) is not None),
+                None)
+    return FrameworkDescription("torch", type(module).__name__, tuple(first.values()), head, tied, layouts,
+                                None if head else "the module names no output embeddings or classifier")

@@ -1,0 +1,84 @@
+"""A timm model described by timm itself: ``timm.create_model(name, pretrained=False)`` on the meta
+device gives the weights' order (``named_parameters()``) and the classifier (``get_classifier()``,
+else ``pretrained_cfg["classifier"]``). Used for ``timm:`` names and for folders whose
+``config.json`` is timm's (``architecture`` with ``pretrained_cfg``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Optional, Union
+
+from wbfe.framework.description import IN_OUT, Fallback, FrameworkDescription
+
+__all__ = ["describe_timm", "is_timm_config"]
+
+
+def is_timm_config(config: Any) -> bool:
+    """Whether ``config`` is a timm ``config.json`` (``architecture`` and ``pretrained_cfg``)."""
+    return isinstance(config, dict) and isinstance(config.get("architecture"), str) and "pretrained_cfg" in config
+
+
+def describe_timm(architecture: str, config: Optional[dict[str, Any]] = None) -> Union[FrameworkDescription, Fallback]:
+    """timm model ``architecture`` (``resnet18``, ``resnet18.a1_in1k``), with the ``num_classes`` and
+    ``num_features`` of its ``config.json`` where given, as timm builds it.
+
+    Returns:
+        A :class:`FrameworkDescription`, or a :class:`Fallback` saying why there is none.
+    """
+    kwargs = {}
+    for key in ("num_classes", "in_chans", "global_pool"):
+        value = (config or {}).get(key)
+        if value is not None:
+            kwargs[key] = value
+    pretrained = (config or {}).get("pretrained_cfg")
+    classifier = pretrained.get("classifier") if isinstance(pretrained, dict) else None
+    return _describe(architecture, json.dumps(kwargs, sort_keys=True, default=str),
+                     classifier if isinstance(classifier, str) else None)
+
+
+@functools.lru_cache(maxsize=64)
+def _describe(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Union[FrameworkDescription, Fallback]:
+    try:
+        import timm
+        import torch
+    except ImportError:
+        return Fallback(f"timm is not installed, so {architecture} is not built (pip install timm)")
+    name = architecture.split(".")[0]
+    if not timm.is_model(name):
+        return Fallback(f"timm {timm.__version__} has no model {name}")
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **json.loads(kwargs_json))
+    except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
+        return Fallback(f"timm could not build {name} ({type(exc).__name__})")
+    order: list[str] = []
+    tied: dict[str, str] = {}
+    first: dict[int, str] = {}
+    for pname, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            tied[pname] = first[id(param)]
+        else:
+            first[id(param)] = pname
+            order.append(pname)
+    layouts = {f"{m}.weight": IN_OUT for m, module in model.named_modules()
+               if isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))}
+    head = _classifier(model, classifier or getattr(model, "pretrained_cfg", {}).get("classifier"))
+    note = None if head else f"timm's {name} names no classifier weight"
+    return FrameworkDescription("timm", architecture, tuple(order), head, tied, layouts, note)
+
+
+def _classifier(model: Any, declared: Optional[str]) -> Optional[str]:
+    """The classifier weight: the module ``get_classifier()`` returns, else the declared name."""
+    module = model.get_classifier() if hasattr(model, "get_classifier") else None
+    if module is not None and getattr(module, "weight", None) is not None:
+        for mname, sub in model.named_modules():
+            if sub is module:
+                return f"{mname}.weight"
+    if declared:
+        params = dict(model.named_parameters())
+        for candidate in (declared, f"{declared}.weight"):
+            if candidate in params and params[candidate].ndim >= 2:
+                return candidate
+    return None
