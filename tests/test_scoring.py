@@ -253,3 +253,20 @@ def test_norms_of_a_small_matrix_are_computed_and_only_the_fits_need_min_eigs() 
     # With --min-eigs 5 the fits run, and fail for their own reason (a tail needs 10 values).
     small = wbfe.score({"classifier.weight": w}, min_eigs=5).layers[0]
     assert small["reasons"]["alpha"].startswith("power-law fit: only 7 positive value(s)")
+
+
+def test_repr_is_one_line_and_html_a_table() -> None:
+    """A notebook shows repr(result): the source, the counts and the headline numbers, not every row."""
+    import torch
+
+    import wbfe
+
+    state = {f"layers.{k}.weight": torch.randn(64, 48, generator=torch.Generator().manual_seed(k)) for k in range(40)}
+    result = wbfe.score(state)
+    text = repr(result)
+    assert "\n" not in text and len(text) < 400, text
+    assert text.startswith("ModelScore(source='<dict>', layers=40, skipped=0, head=")
+    assert f"bfe_mean={result.summary['bfe_mean']:.6g}" in text
+    page = result._repr_html_()
+    assert page.startswith("<table>") and "<th>layers</th><td>40</td>" in page
+    assert len(result.to_json()) > 20 * len(text)  # the rows are still all there

@@ -152,7 +152,7 @@ def test_refinement_exponent():
 def test_regime_without_points_is_nan_with_reason():
     sw = sweep(readout("power", 20, beta=1.0), delta=0.04, d=40, r_values=[0.01, 0.02, 0.05], kern=KERN)
     fit = fit_regimes(sw, beta=1.0)
-    assert math.isnan(fit.refinement) and "every feature learned" in fit.reasons["refinement"]
+    assert math.isnan(fit.refinement) and "no point has all k=20 features learned" in fit.reasons["refinement"]
 
 
 def test_scaling_table_exponents():

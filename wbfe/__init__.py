@@ -60,7 +60,7 @@ _LAZY = {
     "rank": "wbfe.ranking:rank",
     "RankResult": "wbfe.ranking:RankResult",
     "compare": "wbfe.comparison:compare", "Comparison": "wbfe.comparison:Comparison",
-    "describe": "wbfe.describe:describe", "Description": "wbfe.describe:Description", "esd": "wbfe.describe:esd",
+    "describe": "wbfe.description:describe", "Description": "wbfe.description:Description", "esd": "wbfe.description:esd",
 }
 
 if TYPE_CHECKING:

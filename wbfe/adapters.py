@@ -120,7 +120,8 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
                             "shape": list(entry.shape), "dtype": entry.dtype})
         else:
             whole.append(TensorEntry(name=name, shape=entry.shape, dtype=entry.dtype, load=entry.load,
-                                     storage_key=entry.storage_key, reread=entry.reread, quant=entry.quant))
+                                     storage_key=entry.storage_key, reread=entry.reread, quant=entry.quant,
+                                     layout=entry.layout))
     return modules, whole, skipped
 
 

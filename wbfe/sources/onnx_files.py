@@ -162,7 +162,7 @@ class OnnxSource(TensorSource):
         for weight in self._weights:
             load = _Loader(self, weight)
             yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load, reread=load,
-                              quant=weight.quant, skip=weight.skip)
+                              quant=weight.quant, skip=weight.skip, layout=weight.layout)
 
 
 class _Loader:

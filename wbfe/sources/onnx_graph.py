@@ -64,6 +64,9 @@ class Planned:
     shape: tuple[int, ...]  # as reported (out × in for a transposed weight)
     dtype: str
     transpose: bool = False
+    # [out, in, k...] once read, or in_out where the consuming op stores its weight transposed
+    # (ConvTranspose: [in, out/groups, k...], as PyTorch's): layout as data, from the graph.
+    layout: str = "out_in"
     quant: Optional[str] = None
     skip: Optional[str] = None
     consumers: list[str] = field(default_factory=list)
@@ -364,6 +367,8 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
         transposed ^= not trans_b
     elif node.op_type == "MatMul":
         transposed = not transposed
+    elif node.op_type == "ConvTranspose":
+        plan.layout = "in_out"
     plan.transpose = transposed
     if transposed:
         plan.shape = (plan.shape[1], plan.shape[0])

@@ -1,6 +1,9 @@
-"""``wbfe describe``: which matrices a score would analyse, and how, from the checkpoint's headers
-alone (WeightWatcher's ``describe()``): no tensor is read, no eigenvalue computed, no file hashed.
-And ``wbfe.esd``: one matrix's eigenvalues (WeightWatcher's ``get_ESD()``)."""
+"""``wbfe describe`` (:func:`describe`): which matrices a score would analyse, and how, from the
+checkpoint's headers alone (WeightWatcher's ``describe()``): no tensor is read, no eigenvalue
+computed, no file hashed. And ``wbfe.esd``: one matrix's eigenvalues (WeightWatcher's ``get_ESD()``).
+
+(Named ``description`` so that the module never shadows the function ``wbfe.describe``.)
+"""
 
 from __future__ import annotations
 
