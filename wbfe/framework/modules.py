@@ -42,5 +42,8 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
     head = next((f"{name}.weight" if name else "weight" for name, sub in module.named_modules()
                  if head_module is not None and sub is head_module and getattr(sub, "weight", None) is not None),
                 None)
+    from wbfe.framework.head_facts import head_facts
+
     return FrameworkDescription("torch", type(module).__name__, tuple(first.values()), head, tied, layouts,
-                                None if head else "the module names no output embeddings or classifier")
+                                None if head else "the module names no output embeddings or classifier",
+                                facts={"family": type(module).__name__, **head_facts(module, head)})
