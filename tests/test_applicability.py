@@ -146,7 +146,7 @@ def test_bare_state_dict_is_unknown(tmp_path):
     assert verdict["status"] == "unknown"
     assert "add the model's config.json beside the weights" in verdict["reasons"][0]
     # The text table carries it as a line under the summary; the JSON as the summary field.
-    assert "bfe applicability: unknown — whether dropout" in score_table(result)
+    assert "bfe applicability: unknown — no description of the model" in score_table(result)
     assert '"bfe_applicability"' in result.to_json()
     torch = pytest.importorskip("torch")
     state = {"fc.weight": torch.from_numpy(rng.standard_normal((10, 40)).astype(np.float32))}

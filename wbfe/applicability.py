@@ -115,14 +115,12 @@ def applicability(description: Optional[FrameworkDescription],
     """
     if description is None:
         if config:
-            why = ("its config.json names no model wbfe could build here (see model.framework for why); "
-                   "install the framework it names (transformers, timm) or add a config.json that names a known class")
+            why = ("its config.json names no model wbfe could build here (see model.framework): install the "
+                   "framework it names (transformers, timm) to decide")
         else:
-            why = ("it carries no description of its model (a bare state dict or weights without config); "
-                   "add the model's config.json beside the weights, or score the framework's own file "
-                   "(.keras, .h5, .gguf)")
-        return {"status": "unknown",
-                "reasons": [f"whether dropout or attention precedes the head cannot be read: {why}"]}
+            why = ("no description of the model (a bare state dict, or weights without config.json): add the "
+                   "model's config.json beside the weights, or score the framework's own file (.keras, .h5, .gguf)")
+        return {"status": "unknown", "reasons": [why]}
     failed = [reason for reason in (rule.check(description) for rule in RULES) if reason is not None]
     if failed:
         return {"status": "fails", "reasons": failed}
