@@ -134,6 +134,21 @@ def test_llama_holds(tmp_path):
     assert "lm_head.weight" in verdict["reasons"][0]
 
 
+@pytest.mark.parametrize("config, layer, rate", [
+    ({"model_type": "roberta", "architectures": ["RobertaForSequenceClassification"], "vocab_size": 64,
+      "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+      "hidden_dropout_prob": 0.1, "classifier_dropout": 0.3}, "classifier.dropout", 0.3),
+    ({"model_type": "distilbert", "architectures": ["DistilBertForSequenceClassification"], "vocab_size": 64,
+      "dim": 32, "n_layers": 1, "n_heads": 2, "hidden_dim": 64, "seq_classif_dropout": 0.25}, "dropout", 0.25),
+])
+def test_config_fields_on_the_heads_path(config, layer, rate):
+    from wbfe.framework.transformers_model import describe_transformers
+
+    verdict = applicability(describe_transformers(config))
+    assert verdict["status"] == "fails"
+    assert f"reads: {layer} (rate {rate:g});" in verdict["reasons"][0]
+
+
 # --- no description ---------------------------------------------------------------------------
 
 def test_bare_state_dict_is_unknown(tmp_path):
@@ -187,6 +202,21 @@ def test_timm_drop_rate_and_vit():
     assert "vision transformer" in applicability(vit)["reasons"][0]
 
 
+def test_in_memory_modules():
+    timm = pytest.importorskip("timm")
+    from wbfe.framework import describe_module
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    dropped = timm.create_model("efficientnet_b0", num_classes=5, drop_rate=0.2)
+    assert "drop_rate (rate 0.2)" in applicability(describe_module(dropped))["reasons"][0]
+    assert applicability(describe_module(timm.create_model("resnet18", num_classes=5)))["status"] == "holds"
+    # A module that does not name its classifier: the path into the head cannot be read.
+    plain = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 3))
+    verdict = applicability(describe_module(plain))
+    assert verdict["status"] == "unknown" and "names no head" in verdict["reasons"][0]
+
+
 # --- ranking ----------------------------------------------------------------------------------
 
 def test_rank_rho_on_the_models_where_it_holds(tmp_path, keras_files):
@@ -226,3 +256,19 @@ def test_rank_rho_on_the_models_where_it_holds(tmp_path, keras_files):
     everyone = spearmanr([m.scores["bfe_head"] for m in result.models], [m.quality for m in result.models]).statistic
     assert math.isclose(row.rho, everyone, abs_tol=1e-12)
     assert result.to_dict()["metrics"][0]["applicable"]["n"] == 4
+    from wbfe_cli.rank import rank_table
+
+    table = rank_table(result)
+    assert "BFE-W applicability: holds 4, fails 4, unknown 4" in table
+    line = next(t for t in table.splitlines() if t.startswith("bfe_head "))
+    assert f"holds: {expected:+.3f} [" in line and line.endswith("n=4")
+
+
+def test_report_page_says_it(keras_files):
+    from wbfe.reporting.content import Paragraph
+    from wbfe.reporting.model import score_report
+
+    result = wbfe.score(str(keras_files["dropout_dense", ".keras"]), metrics="bfe")
+    texts = [b.text for s in score_report(result).sections for b in s.blocks if isinstance(b, Paragraph)]
+    said = [t for t in texts if t.startswith("bfe applicability: fails — dropout on the features the head reads: drop")]
+    assert len(said) == 1

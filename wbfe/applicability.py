@@ -73,8 +73,6 @@ def _vision_transformer(d: FrameworkDescription) -> Optional[str]:
 def _single_linear_head(d: FrameworkDescription) -> Optional[str]:
     if d.facts.get("no_head"):
         return f"no single head: {d.facts['no_head']}; {_HEAD_FINDING}"
-    if d.head is None:
-        return f"no head: {d.note or 'the description names none'}; {_HEAD_FINDING}"
     others = d.facts.get("heads") or []
     if others:
         return (f"the output combines the head {d.head} with {', '.join(map(str, others))} "
@@ -105,7 +103,7 @@ def applicability(description: Optional[FrameworkDescription],
     Returns:
         ``{"status": "holds" | "fails" | "unknown", "reasons": [...]}``: ``fails`` with one reason
         per broken condition, ``holds`` when the description is known and breaks none, ``unknown``
-        with what would decide it when there is no description.
+        with what would decide it when there is no description, or it names no head.
 
     Example:
         >>> d = FrameworkDescription("keras", "Sequential", ("dense/kernel",), "dense/kernel",
@@ -121,6 +119,12 @@ def applicability(description: Optional[FrameworkDescription],
             why = ("no description of the model (a bare state dict, or weights without config.json): add the "
                    "model's config.json beside the weights, or score the framework's own file (.keras, .h5, .gguf)")
         return {"status": "unknown", "reasons": [why]}
+    if description.head is None and not description.facts.get("no_head"):
+        # The description names no head (a base model, a module without get_classifier()): the
+        # path into the head cannot be read, which is not the same as a model without one.
+        return {"status": "unknown", "reasons": [
+            f"{description.model}: its description names no head ({description.note or 'none given'}); "
+            "the path into the head cannot be read"]}
     failed = [reason for reason in (rule.check(description) for rule in RULES) if reason is not None]
     if failed:
         return {"status": "fails", "reasons": failed}

@@ -24,7 +24,8 @@ def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = 
         model: a built ``torch.nn.Module`` (on the meta device is fine: no weight is read).
         head: the head weight's name, e.g. ``classifier.weight``; None gives no facts.
         drop_rate: a dropout rate the model applies functionally before its head (timm's
-            ``drop_rate`` attribute), reported as the layer ``drop_rate``.
+            ``drop_rate`` attribute), reported as the layer ``drop_rate`` where no Dropout module
+            beside the head holds it.
 
     Returns:
         ``{"dropout": [[layer, rate], ...], "heads": [layer, ...]}``: the dropout modules with rate > 0
@@ -47,7 +48,7 @@ def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = 
             facts["dropout"].append([full, float(child.p)])
         elif full != module_name and outputs is not None and _outputs(child) == outputs:
             facts["heads"].append(full)
-    if drop_rate:
+    if drop_rate and not facts["dropout"]:  # a Dropout module already holds the rate where there is one
         facts["dropout"].append(["drop_rate", float(drop_rate)])
     return facts
 

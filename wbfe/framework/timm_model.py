@@ -72,10 +72,7 @@ def _describe(architecture: str, kwargs_json: str, classifier: Optional[str]) ->
 
     # timm applies its drop_rate functionally before the classifier in many models (ResNet, ...);
     # where a ClassifierHead holds it as a Dropout module, the module is found instead.
-    facts = {"family": name, **head_facts(model, head)}
-    rate = float(getattr(model, "drop_rate", 0.0) or 0.0)
-    if rate > 0 and not facts["dropout"]:
-        facts["dropout"] = [["drop_rate", rate]]
+    facts = {"family": name, **head_facts(model, head, drop_rate=float(getattr(model, "drop_rate", 0.0) or 0.0))}
     return FrameworkDescription("timm", architecture, tuple(order), head, tied, layouts, note, facts=facts)
 
 
