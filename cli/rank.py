@@ -36,6 +36,11 @@ def rank_table(result: "RankResult") -> str:
         f"{result.n_scored} scored, {result.n_cached} from cache",
         "rho: Spearman of metric vs quality (quality oriented so higher = better); "
         "expected sign -1 = lower metric should mean better model",
+    ]
+    if result.applicability:
+        lines.append("BFE-W applicability: " + ", ".join(f"{k} {v}" for k, v in result.applicability.items())
+                     + " (holds: rho on the models where it holds)")
+    lines += [
         "",
     ]
     width = max([len("metric")] + [len(m.metric) for m in result.metrics])
@@ -48,6 +53,10 @@ def rank_table(result: "RankResult") -> str:
                 f"{_num(m.kendall_tau):>7}  {_num(m.pearson_r):>7}  {m.n:>4}  {expected:>3}")
         if m.reason:
             line += f"  ({printable(m.reason)})"
+        sub = m.applicable or {}
+        if sub.get("n"):  # rho on the models where BFE-W's conditions hold
+            line += (f"  holds: {_num(sub.get('rho'))} [{_num(sub.get('ci_low'), 2)}, {_num(sub.get('ci_high'), 2)}]"
+                     f" n={sub['n']}")
         lines.append(line)
     if not result.metrics:
         lines.append("(no metric: no model could be scored)")

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from wbfe.errors import printable
 
 __all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float", "finite_or_none",
-           "printable"]
+           "printable", "applicability_line"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -82,6 +82,9 @@ def score_table(result: Any) -> str:
     summary = [{"metric": k, "value": v} for k, v in result.summary.items()
                if not k.endswith("_n") and not isinstance(v, dict)]  # by_role/by_component: JSON only
     parts.append(text_table(summary, ("metric", "value")))
+    verdict = result.summary.get("bfe_applicability")
+    if isinstance(verdict, dict):
+        parts.append(applicability_line(verdict))
     if result.skipped:
         reasons: dict[str, int] = {}
         for skip in result.skipped:
@@ -90,6 +93,12 @@ def score_table(result: Any) -> str:
         listed = ", ".join(f"{n} {printable(r)}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
         parts += ["", f"skipped {len(result.skipped)} tensors: {listed} (see --format json for each)"]
     return "\n".join(parts) + "\n"
+
+
+def applicability_line(verdict: dict[str, Any]) -> str:
+    """The text line for ``summary.bfe_applicability``: the status, then its reasons."""
+    reasons = "; ".join(printable(str(r)) for r in verdict.get("reasons") or [])
+    return f"bfe applicability: {printable(str(verdict.get('status')))}" + (f" — {reasons}" if reasons else "")
 
 
 def score_csv(result: Any) -> str:

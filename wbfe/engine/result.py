@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from wbfe.applicability import applicability
 from wbfe.errors import NoUsableMatrixError
 from wbfe.framework import FrameworkDescription, order_rows
 from wbfe.heads import choose_head
@@ -143,6 +144,8 @@ def summarise(
     if unsplit:
         summary["experts_note"] = (f"{len(unsplit)} fused gate_up expert matrices of a model type without a known "
                                    "gate/up layout are scored unsplit (gate and up as one matrix)")
+    # Whether the paper's conditions for BFE-W hold, from the architecture the checkpoint describes.
+    summary["bfe_applicability"] = applicability(description, config)
     if choice.note is not None:
         summary["head_note"] = choice.note
     elif head is None:

@@ -70,6 +70,11 @@ class FrameworkDescription:
             a model's names in memory but saves some models under their original checkpoint's,
             GPT-NeoX's ``lm_head.weight`` as ``embed_out.weight``: the description holds the saved
             names, and the in-memory ones are aliases).
+        facts: what the description says about the path into the head, as plain data (read by
+            :mod:`wbfe.applicability`): ``family`` (transformers' ``model_type``, timm's
+            architecture), ``dropout`` (``[[layer, rate], ...]``: dropout with rate > 0 on the
+            features the head reads), ``heads`` (other layers producing the same output),
+            ``head_class`` (the head layer's class, where the graph names it).
     """
 
     framework: str
@@ -80,6 +85,7 @@ class FrameworkDescription:
     layouts: Mapping[str, str] = field(default_factory=dict)
     note: Optional[str] = None
     aliases: Mapping[str, str] = field(default_factory=dict)
+    facts: Mapping[str, Any] = field(default_factory=dict)
 
     def resolve(self, name: str) -> str:
         """``name`` as this description names the weight (through :attr:`aliases`)."""

@@ -7,7 +7,9 @@ hold no weight matrix (pooling, flatten, reshape, activation, dropout, normalisa
 first layer that does: a Dense, a convolution (also 1 x 1 or k x k before global pooling, as in
 SqueezeNet and mini-Xception), a separable or depthwise convolution, a recurrent layer; into a
 nested Functional or Sequential model (a backbone inside a Sequential) when the walk meets one.
-Pure functions of the parsed JSON; no Keras needed.
+From the head the walk goes on back through the layers without a weight matrix to the layer that
+feeds them, recording the dropout layers it passes (:attr:`KerasHead.dropout`): dropout on the
+features the head reads. Pure functions of the parsed JSON; no Keras needed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-__all__ = ["KerasLayer", "KerasHead", "keras_layers", "keras_head", "config_layers", "class_name"]
+__all__ = ["KerasLayer", "KerasHead", "keras_layers", "keras_head", "keras_facts", "config_layers", "class_name"]
 
 # Layer classes whose weight matrix computes their output, and the variable that is that matrix.
 _KERNELS = {
@@ -28,6 +30,9 @@ _KERNELS = {
     **{c: ("depthwise_kernel", "kernel") for c in ("DepthwiseConv1D", "DepthwiseConv2D")},
     "EinsumDense": ("kernel",),
 }
+# Layers that drop inputs while training, and the config field holding the rate.
+_DROPOUTS = {"Dropout": "rate", "SpatialDropout1D": "rate", "SpatialDropout2D": "rate", "SpatialDropout3D": "rate",
+             "AlphaDropout": "rate", "GaussianDropout": "rate", "GaussianNoise": "stddev"}
 # Layers with a weight matrix that is no output layer: an embedding is looked up.
 _NOT_OUTPUTS = ("Embedding", "MultiHeadAttention")
 
@@ -67,6 +72,7 @@ class KerasHead:
     layer: KerasLayer
     variables: tuple[str, ...]
     note: Optional[str] = None
+    dropout: tuple[tuple[str, float], ...] = ()
 
 
 def keras_layers(config: Any, prefix: tuple[str, ...] = ()) -> Iterator[KerasLayer]:
@@ -85,6 +91,17 @@ def keras_head(config: Any) -> tuple[Optional[KerasHead], Optional[str]]:
         that merges several branches, or one produced by a layer wbfe does not know.
     """
     return _head(config, (), set())
+
+
+def keras_facts(config: Any) -> dict[str, Any]:
+    """What the graph says about the path into the head, as :attr:`FrameworkDescription.facts`
+    holds it: ``head_class``, ``dropout`` (``[[layer, rate], ...]``) and ``no_head`` (why there is
+    no single head, where there is none)."""
+    head, why = keras_head(config)
+    if head is None:
+        return {"family": "keras", "dropout": [], "no_head": why}
+    return {"family": "keras", "head_class": head.layer.class_name,
+            "dropout": [[layer, rate] for layer, rate in head.dropout]}
 
 
 def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> tuple[Optional[KerasHead], Optional[str]]:
@@ -112,11 +129,12 @@ def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> t
         seen.add(path)
         cls = class_name(current)
         if cls in _KERNELS:
-            return KerasHead(KerasLayer(path, cls), _KERNELS[cls], note), None
+            dropout = tuple(_dropout_into(current, chain, by_name, sequential, prefix))
+            return KerasHead(KerasLayer(path, cls), _KERNELS[cls], note, dropout), None
         if config_layers(current):  # a nested model: its own output layer
             found, why = _head(current, path, seen)
             if found is not None and note and not found.note:
-                found = KerasHead(found.layer, found.variables, note)
+                found = KerasHead(found.layer, found.variables, note, found.dropout)
             return found, why
         if cls in _NOT_OUTPUTS:
             return None, f"the model's output comes from {'/'.join(path)}, a {cls}: no head"
@@ -130,6 +148,32 @@ def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> t
             return None, f"the model's output layer {'/'.join(path)} ({cls}) reads {what}: no single head"
         current = by_name.get(inbound[0])
     return None, "no layer with a weight matrix produces the Keras model's output"
+
+
+def _dropout_into(head: dict[str, Any], chain: list[dict[str, Any]], by_name: dict[str, dict[str, Any]],
+                  sequential: bool, prefix: tuple[str, ...]) -> Iterator[tuple[str, float]]:
+    """The dropout layers with rate > 0 between ``head`` and the layer with weights (or the
+    branch, input or nested model) that feeds it, nearest the head first."""
+    current: Optional[dict[str, Any]] = head
+    seen: set[str] = set()
+    while current is not None and _name(current) not in seen:
+        seen.add(_name(current))
+        if sequential:
+            index = chain.index(current) if current in chain else 0
+            current = chain[index - 1] if index > 0 else None
+        else:
+            inbound = list(dict.fromkeys(_history_names(current.get("inbound_nodes"))))
+            current = by_name.get(inbound[0]) if len(inbound) == 1 else None
+        if current is None:
+            return
+        cls = class_name(current)
+        if cls in _KERNELS or cls in _NOT_OUTPUTS or config_layers(current) or cls == "InputLayer":
+            return
+        if cls in _DROPOUTS:
+            inner = current.get("config")
+            rate = inner.get(_DROPOUTS[cls]) if isinstance(inner, dict) else None
+            if isinstance(rate, (int, float)) and rate > 0:
+                yield "/".join(prefix + (_name(current),)), float(rate)
 
 
 def _history_names(nodes: Any) -> list[str]:

@@ -42,5 +42,15 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
     head = next((f"{name}.weight" if name else "weight" for name, sub in module.named_modules()
                  if head_module is not None and sub is head_module and getattr(sub, "weight", None) is not None),
                 None)
+    from wbfe.framework.head_facts import head_facts
+
     return FrameworkDescription("torch", type(module).__name__, tuple(first.values()), head, tied, layouts,
-                                None if head else "the module names no output embeddings or classifier")
+                                None if head else "the module names no output embeddings or classifier",
+                                facts={"family": type(module).__name__,
+                                       # timm models keep the rate they apply before the classifier in drop_rate
+                                       **head_facts(module, head, drop_rate=_rate(getattr(module, "drop_rate", None)))})
+
+
+def _rate(value: Any) -> Optional[float]:
+    """A dropout rate attribute as a float; None when it is not a number."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -28,11 +28,13 @@ def describe_timm(architecture: str, config: Optional[dict[str, Any]] = None) ->
         A :class:`FrameworkDescription`, or a :class:`Fallback` saying why there is none.
     """
     kwargs = {}
-    for key in ("num_classes", "in_chans", "global_pool"):
+    pretrained = (config or {}).get("pretrained_cfg")
+    for key in ("num_classes", "in_chans", "global_pool", "drop_rate"):
         value = (config or {}).get(key)
+        if value is None and key == "drop_rate" and isinstance(pretrained, dict):
+            value = pretrained.get(key)
         if value is not None:
             kwargs[key] = value
-    pretrained = (config or {}).get("pretrained_cfg")
     classifier = pretrained.get("classifier") if isinstance(pretrained, dict) else None
     return _describe(architecture, json.dumps(kwargs, sort_keys=True, default=str),
                      classifier if isinstance(classifier, str) else None)
@@ -66,7 +68,12 @@ def _describe(architecture: str, kwargs_json: str, classifier: Optional[str]) ->
                if isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))}
     head = _classifier(model, classifier or getattr(model, "pretrained_cfg", {}).get("classifier"))
     note = None if head else f"timm's {name} names no classifier weight"
-    return FrameworkDescription("timm", architecture, tuple(order), head, tied, layouts, note)
+    from wbfe.framework.head_facts import head_facts
+
+    # timm applies its drop_rate functionally before the classifier in many models (ResNet, ...);
+    # where a ClassifierHead holds it as a Dropout module, the module is found instead.
+    facts = {"family": name, **head_facts(model, head, drop_rate=float(getattr(model, "drop_rate", 0.0) or 0.0))}
+    return FrameworkDescription("timm", architecture, tuple(order), head, tied, layouts, note, facts=facts)
 
 
 def _classifier(model: Any, declared: Optional[str]) -> Optional[str]:

@@ -112,6 +112,9 @@ def _read(model: Any, arch: str, config: dict[str, Any]) -> FrameworkDescription
         if transposed and getattr(module, "weight", None) is not None:
             layouts[f"{name}.weight" if name else "weight"] = IN_OUT
     head, note = _head(model, arch, config)
+    from wbfe.framework.head_facts import head_facts
+
+    facts = {"family": str(getattr(model.config, "model_type", "") or ""), **head_facts(model, head)}
     saved = _saved_names(model, order + list(tied))
     rename = saved.get
     return FrameworkDescription(
@@ -119,6 +122,7 @@ def _read(model: Any, arch: str, config: dict[str, Any]) -> FrameworkDescription
         rename(head, head) if head is not None else None,
         {rename(k, k): rename(v, v) for k, v in tied.items()}, {rename(k, k): v for k, v in layouts.items()}, note,
         aliases=dict(saved),  # a checkpoint written with the in-memory names
+        facts=facts,
     )
 
 

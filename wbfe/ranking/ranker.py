@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
+from wbfe.applicability import STATUSES
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.errors import NothingRankedError
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
@@ -24,7 +25,8 @@ from wbfe.ranking.stats import correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
 from wbfe.report import as_float, json_ready
 
-__all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign"]
+__all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign",
+           "applicability_counts"]
 
 Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
 """``scorer(ref, options) -> {"summary": {...}, "model": {...}}``, scoring ``ref`` with ``options``."""
@@ -62,6 +64,9 @@ class MetricCorrelation:
     expected_sign: Optional[int] = None
     p_method: Optional[str] = None
     reason: Optional[str] = None
+    # The same ρ on the models where BFE-W's conditions hold (summary.bfe_applicability):
+    # {"n", "rho", "ci_low", "ci_high"}.
+    applicable: Optional[dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class ModelResult:
     source: Optional[str] = None
     sha256: Optional[str] = None
     cached: bool = False
+    applicability: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,8 @@ class RankResult:
             that computed the scores (both part of the cache key).
         stats: the statistics settings (:meth:`StatsOptions.to_dict`).
         n_scored, n_cached: models scored in this run vs. taken from the cache.
+        applicability: how many ranked models have each ``summary.bfe_applicability`` status
+            (``holds``, ``fails``, ``unknown``): whether BFE-W's conditions hold for them.
     """
 
     zoo: str
@@ -111,6 +119,7 @@ class RankResult:
     stats: dict[str, Any] = field(default_factory=dict)
     n_scored: int = 0
     n_cached: int = 0
+    applicability: dict[str, int] = field(default_factory=dict)
 
     def metric(self, name: str) -> MetricCorrelation:
         """The correlation of metric ``name``.
@@ -138,6 +147,7 @@ class RankResult:
             "stats": self.stats,
             "n_scored": self.n_scored,
             "n_cached": self.n_cached,
+            "applicability": self.applicability,
         })
 
     def to_json(self, indent: Optional[int] = 2) -> str:
@@ -300,6 +310,7 @@ def rank(
         stats=stats_options.to_dict(),
         n_scored=len(pending) - run.n_shared,
         n_cached=sum(1 for _, cached in run.payloads.values() if cached),
+        applicability=applicability_counts(models),
     )
     if not rows:
         first = f"; first: {result.failed[0].model}: {result.failed[0].reason}" if result.failed else ""
@@ -434,7 +445,22 @@ def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cach
         source=entry.source,
         sha256=model_info.get("sha256"),
         cached=cached,
+        applicability=_status(summary.get("bfe_applicability")),
     )
+
+
+def _status(verdict: Any) -> str:
+    """The status of a summary's ``bfe_applicability`` (``unknown`` for a summary without one)."""
+    status = verdict.get("status") if isinstance(verdict, Mapping) else None
+    return status if status in STATUSES else "unknown"
+
+
+def applicability_counts(models: Iterable[ModelResult]) -> dict[str, int]:
+    """How many ``models`` have each BFE-W applicability status, every status listed."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for model in models:
+        counts[model.applicability] += 1
+    return counts
 
 
 def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[MetricCorrelation]:
@@ -445,7 +471,12 @@ def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions
     for name in _metric_columns(m.scores for m in models):
         values = [as_float(m.scores.get(name)) for m in models]
         c = correlate(values, oriented, options=stats)
+        # The same on the models where BFE-W's conditions hold (the paper's setting).
+        keep = [k for k, m in enumerate(models) if m.applicability == "holds"]
+        sub = correlate([values[k] for k in keep], [oriented[k] for k in keep], options=stats)
+        applicable = {"n": sub.n, "rho": sub.rho, "ci_low": sub.ci_low, "ci_high": sub.ci_high}
         # Every field of the correlation, so one added there cannot be left behind here.
-        rows.append(MetricCorrelation(metric=name, expected_sign=expected_sign(name), **asdict(c)))
+        rows.append(MetricCorrelation(metric=name, expected_sign=expected_sign(name), **asdict(c),
+                                      applicable=applicable))
     rows.sort(key=_sort_key)
     return rows

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from wbfe.report import finite_or_none
+from wbfe.report import applicability_line, finite_or_none
 from wbfe.reporting.content import (Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section,
                                     Table)
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
@@ -85,6 +85,10 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
     else:
         blocks.append(Paragraph(f"No head: {summary.get('head_note') or 'no classifier head found'}.", kind="note"))
     blocks.append(Paragraph(f"{summary.get('n_layers')} matrices scored, {n_skipped} tensors skipped (listed below)."))
+    verdict = summary.get("bfe_applicability")
+    if isinstance(verdict, dict):
+        # The paper's conditions for BFE-W, from the architecture: a reader sees them beside the numbers.
+        blocks.append(Paragraph(applicability_line(verdict) + ".", kind="" if verdict.get("status") == "holds" else "note"))
     rows = [{"metric": m, "_colour": colour(m), "head": summary.get(f"{m}_head"), "mean": summary.get(f"{m}_mean"),
              "n": summary.get(f"{m}_n"), "sign": sign_text(m), "meaning": meaning(m)} for m in metrics]
     columns = [Column("metric", "metric"), Column("head", "head", "the head's value"),
@@ -94,7 +98,7 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
                Column("meaning", "meaning")]
     blocks.append(Table("summary", columns, rows, sortable=False))
     # Whatever else the score summarised (per role, per component, notes): shown as it is.
-    shown = {"head", "head_source", "n_layers", "head_note"} | {f"{m}_{s}" for m in metrics for s in ("head", "mean", "n")}
+    shown = {"head", "head_source", "n_layers", "head_note", "bfe_applicability"} | {f"{m}_{s}" for m in metrics for s in ("head", "mean", "n")}
     rest = [(k, v) for k, v in summary.items() if k not in shown]
     if rest:
         blocks.append(KeyValues(rest, collapsed_title=f"other summary fields ({len(rest)})"))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
-from wbfe.framework.keras_graph import class_name, config_layers, keras_head
+from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.registry import FileFormat, register_format, zip_members
 
@@ -271,7 +271,8 @@ class KerasSource(TensorSource):
         if config_layers(config):  # the file's own model graph: its order and its output layer
             description = FrameworkDescription(
                 "keras", class_name(config) or "Model", tuple(v.name for v in ordered if v.skip is None), head,
-                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why)
+                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why,
+                facts=keras_facts(config))
         return ordered, description, extra
 
     def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None, layer: str = "",

@@ -1,0 +1,133 @@
+"""Whether BFE-W applies to a checkpoint: the BFE-W paper's own conditions (arXiv 2610.13123),
+checked against the checkpoint's own description of its model (:mod:`wbfe.framework`).
+
+BFE-W is derived for a decoupled last layer at interpolation: one linear map from the last
+features to the outputs, trained on features nothing perturbs. The paper's ablation finds it
+uninformative where that setting is broken: dropout before the last layer (VGG, EfficientNet,
+MNASNet: Spearman ρ 0.00 overall) and vision transformers (ViT, Swin: ρ +0.14), against ρ −0.71
+to −1.00 for standard conv nets (ResNet, RegNet, ResNeXt), −0.66 for Pythia and −0.77 for
+Qwen3.5 (dual BFE-W). The rules below read the architecture only, never a score or an outcome.
+Pure functions of plain data; nothing is imported or built here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from wbfe.framework.description import FrameworkDescription
+
+__all__ = ["STATUSES", "Rule", "RULES", "VISION_TRANSFORMERS", "TIMM_VISION_TRANSFORMERS", "applicability"]
+
+STATUSES = ("holds", "fails", "unknown")
+
+# transformers ``model_type``s of vision transformers (patch embeddings + attention blocks, a head on a token).
+VISION_TRANSFORMERS = frozenset({
+    "vit", "vit_msn", "vit_mae", "vit_hybrid", "deit", "beit", "data2vec-vision", "dinov2",
+    "dinov2_with_registers", "swin", "swinv2", "donut-swin", "levit", "pvt", "pvt_v2", "dit", "yolos",
+    "vitdet", "hiera", "ijepa", "efficientformer", "mobilevit", "mobilevitv2", "cvt", "clip_vision_model",
+    "siglip_vision_model", "segformer", "vivit", "timesformer", "videomae",
+})
+# timm architecture name prefixes of vision transformers.
+TIMM_VISION_TRANSFORMERS = (
+    "vit_", "deit", "beit", "swin", "eva", "cait", "xcit", "pvt_v2", "levit", "twins", "crossvit", "tnt_", "pit_",
+    "convit", "mvitv2", "efficientformer", "hiera", "volo", "flexivit", "samvit", "mobilevit", "nextvit", "fastvit",
+)
+# Keras layers that are not one linear map of their input.
+_NONLINEAR_HEADS = frozenset({"LSTM", "GRU", "SimpleRNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"})
+
+_DROPOUT_FINDING = ("the paper finds BFE-W uninformative when dropout precedes the last layer "
+                    "(VGG, EfficientNet, MNASNet: Spearman rho 0.00)")
+_VIT_FINDING = ("the paper finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)")
+_HEAD_FINDING = ("BFE-W is derived for one linear last layer on the last features; the paper's "
+                 "derivation does not cover this head")
+_HOLDS_FINDING = ("the setting BFE-W is derived for (a decoupled linear last layer); the paper finds rho -0.71 to "
+                  "-1.00 on standard conv nets and -0.66 (Pythia), -0.77 (Qwen3.5) on decoder LMs")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One of the paper's conditions: a name, and a check that returns why it fails (None: it does not)."""
+
+    name: str
+    check: Callable[[FrameworkDescription], Optional[str]]
+
+
+def _dropout(d: FrameworkDescription) -> Optional[str]:
+    found = [(str(layer), float(rate)) for layer, rate in d.facts.get("dropout") or [] if float(rate) > 0]
+    if not found:
+        return None
+    named = ", ".join(f"{layer} (rate {rate:g})" for layer, rate in found)
+    return f"dropout on the features the head reads: {named}; {_DROPOUT_FINDING}"
+
+
+def _vision_transformer(d: FrameworkDescription) -> Optional[str]:
+    family = str(d.facts.get("family") or "")
+    if d.framework == "transformers" and family in VISION_TRANSFORMERS:
+        return f"{d.model} is a vision transformer (model_type {family}); {_VIT_FINDING}"
+    if d.framework == "timm" and family.startswith(TIMM_VISION_TRANSFORMERS):
+        return f"timm's {family} is a vision transformer; {_VIT_FINDING}"
+    return None
+
+
+def _single_linear_head(d: FrameworkDescription) -> Optional[str]:
+    if d.facts.get("no_head"):
+        return f"no single head: {d.facts['no_head']}; {_HEAD_FINDING}"
+    others = d.facts.get("heads") or []
+    if others:
+        return (f"the output combines the head {d.head} with {', '.join(map(str, others))} "
+                f"(several heads, no single last layer); {_HEAD_FINDING}")
+    head_class = d.facts.get("head_class")
+    if head_class in _NONLINEAR_HEADS:
+        return f"the head {d.head} is a {head_class} layer, not one linear map of its input; {_HEAD_FINDING}"
+    return None
+
+
+# The paper's conditions, in the order the reasons are listed. Each reads the architecture only.
+RULES: tuple[Rule, ...] = (
+    Rule("dropout_before_head", _dropout),
+    Rule("vision_transformer", _vision_transformer),
+    Rule("single_linear_head", _single_linear_head),
+)
+
+
+def applicability(description: Optional[FrameworkDescription],
+                  config: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """Whether BFE-W applies to the model a checkpoint describes.
+
+    Args:
+        description: the checkpoint's own description (``source.description``); None where it has none.
+        config: the checkpoint's ``config.json`` where it has one (says what to add when no
+            description could be built from it).
+
+    Returns:
+        ``{"status": "holds" | "fails" | "unknown", "reasons": [...]}``: ``fails`` with one reason
+        per broken condition, ``holds`` when the description is known and breaks none, ``unknown``
+        with what would decide it when there is no description, or it names no head.
+
+    Example:
+        >>> d = FrameworkDescription("keras", "Sequential", ("dense/kernel",), "dense/kernel",
+        ...                          facts={"dropout": [["drop", 0.5]], "head_class": "Dense"})
+        >>> applicability(d)["status"], applicability(None)["status"]
+        ('fails', 'unknown')
+    """
+    if description is None:
+        if config:
+            why = ("its config.json names no model wbfe could build here (see model.framework): install the "
+                   "framework it names (transformers, timm) to decide")
+        else:
+            why = ("no description of the model (a bare state dict, or weights without config.json): add the "
+                   "model's config.json beside the weights, or score the framework's own file (.keras, .h5, .gguf)")
+        return {"status": "unknown", "reasons": [why]}
+    if description.head is None and not description.facts.get("no_head"):
+        # The description names no head (a base model, a module without get_classifier()): the
+        # path into the head cannot be read, which is not the same as a model without one.
+        return {"status": "unknown", "reasons": [
+            f"{description.model}: its description names no head ({description.note or 'none given'}); "
+            "the path into the head cannot be read"]}
+    failed = [reason for reason in (rule.check(description) for rule in RULES) if reason is not None]
+    if failed:
+        return {"status": "fails", "reasons": failed}
+    return {"status": "holds",
+            "reasons": [f"{description.model}: the head {description.head} is one linear map of the last features "
+                        f"with no dropout before it: {_HOLDS_FINDING}"]}

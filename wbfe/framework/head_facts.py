@@ -1,0 +1,58 @@
+"""What a built ``nn.Module`` says about the path into its head: the dropout layers beside the
+head (the classifier's own module, where frameworks put the dropout they apply to the features the
+head reads) and the other heads beside it that produce the same outputs (DeiT's distillation head,
+averaged with the classifier: no single head).
+
+Read from the module tree, so the rates are the ones the framework itself took from the config
+(BERT's ``classifier_dropout`` else ``hidden_dropout_prob``, DistilBERT's ``seq_classif_dropout``,
+XLNet's and GPT-2 double heads' ``summary_first_dropout``, timm's ``drop_rate``...).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["head_facts"]
+
+_DROPOUTS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
+
+
+def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = None) -> dict[str, Any]:
+    """The facts about the path into ``model``'s head weight ``head`` (a ``named_parameters`` name).
+
+    Args:
+        model: a built ``torch.nn.Module`` (on the meta device is fine: no weight is read).
+        head: the head weight's name, e.g. ``classifier.weight``; None gives no facts.
+        drop_rate: a dropout rate the model applies functionally before its head (timm's
+            ``drop_rate`` attribute), reported as the layer ``drop_rate`` where no Dropout module
+            beside the head holds it.
+
+    Returns:
+        ``{"dropout": [[layer, rate], ...], "heads": [layer, ...]}``: the dropout modules with rate > 0
+        in the head's own module (siblings of the head), and the other linear layers beside the head
+        with as many outputs as it (a second head whose output is combined with it); either may be empty.
+    """
+    facts: dict[str, Any] = {"dropout": [], "heads": []}
+    if head is None:
+        return facts
+    module_name = head.rsplit(".", 1)[0] if "." in head else ""
+    parent_name = module_name.rsplit(".", 1)[0] if "." in module_name else ""
+    modules = dict(model.named_modules())
+    parent = modules.get(parent_name)
+    if parent is None or module_name not in modules:
+        return facts
+    outputs = _outputs(modules[module_name])
+    for child_name, child in parent.named_children():
+        full = f"{parent_name}.{child_name}" if parent_name else child_name
+        if type(child).__name__ in _DROPOUTS and float(getattr(child, "p", 0.0) or 0.0) > 0:
+            facts["dropout"].append([full, float(child.p)])
+        elif full != module_name and outputs is not None and _outputs(child) == outputs:
+            facts["heads"].append(full)
+    if drop_rate and not facts["dropout"]:  # a Dropout module already holds the rate where there is one
+        facts["dropout"].append(["drop_rate", float(drop_rate)])
+    return facts
+
+
+def _outputs(module: Any) -> Optional[int]:
+    """A linear layer's number of outputs; None for any other module."""
+    return getattr(module, "out_features", None) if type(module).__name__ == "Linear" else None
