@@ -38,6 +38,8 @@ Conv2d, weight (out, in, kh, kw):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
@@ -85,10 +87,7 @@ def ww_conv2d_matrices(w: np.ndarray, *, pool: bool = True) -> list[np.ndarray]:
     Raises:
         ValueError: ``w`` is not 4-D.
     """
-    w = np.asarray(w)
-    if w.ndim != 4:
-        raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w.shape}")
-    w32 = w.astype(np.float32)
+    w32 = _conv_weight32(w)
     out_ch, in_ch, kh, kw = w32.shape
     slices: list[np.ndarray] = []
     for i in range(kh):
@@ -138,10 +137,7 @@ def ww_conv2d_fft_eigenvalues(w: np.ndarray) -> tuple[np.ndarray, int, int]:
     Raises:
         ValueError: ``w`` is not 4-D.
     """
-    w = np.asarray(w)
-    if w.ndim != 4:
-        raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w.shape}")
-    w32 = w.astype(np.float32)
+    w32 = _conv_weight32(w)
     n, m, imax, jmax = w32.shape
     axes = [2, 3]
     if n + m < imax + jmax:
@@ -154,3 +150,15 @@ def ww_conv2d_fft_eigenvalues(w: np.ndarray) -> tuple[np.ndarray, int, int]:
     sv = np.linalg.svd(coefs.real.astype(np.float64), compute_uv=False).ravel()
     sv = np.sort(sv)[-n_comp:]
     return np.sort(sv * sv), int(n), int(m)
+
+
+def _conv_weight32(w: Any) -> np.ndarray:
+    """A conv weight (out, in, kh, kw) as float32, the precision WeightWatcher computes in.
+
+    Raises:
+        ValueError: ``w`` is not 4-D.
+    """
+    w = np.asarray(w)
+    if w.ndim != 4:
+        raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w.shape}")
+    return w.astype(np.float32)
