@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import struct
 import subprocess
@@ -83,6 +84,19 @@ print(json.dumps({"describe_s": time.perf_counter() - start, "matrices": len(d.m
 """
 
 
+def _runs(folder: Path, runs: int) -> dict[str, object]:
+    """Median and max of ``describe`` (import included) over fresh processes, and the process time."""
+    calls, wall = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run = subprocess.run([sys.executable, "-c", _CODE, str(folder)], capture_output=True, text=True, check=True)
+        wall.append(time.perf_counter() - start)
+        calls.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    return {"matrices": calls[0]["matrices"], "head": calls[0]["head"],
+            "describe_s_median": statistics.median(c["describe_s"] for c in calls),
+            "describe_s_max": max(c["describe_s"] for c in calls), "process_s_median": statistics.median(wall)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -91,21 +105,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         nbytes = write_sparse_checkpoint(folder, args.layers)
-        calls, wall = [], []
-        for _ in range(args.runs):
-            start = time.perf_counter()
-            run = subprocess.run([sys.executable, "-c", _CODE, str(folder)], capture_output=True, text=True, check=True)
-            wall.append(time.perf_counter() - start)
-            calls.append(json.loads(run.stdout.strip().splitlines()[-1]))
+        # With config.json the description comes from transformers' meta skeleton (which imports
+        # torch and transformers); without it, from the headers and the name rules alone.
+        with_config = _runs(folder, args.runs)
+        (folder / "config.json").unlink()
+        headers_only = _runs(folder, args.runs)
     result = {
         "checkpoint": f"Llama-3-70B shapes, {args.layers} layers, 30 sparse bfloat16 shards",
         "bytes": nbytes,
-        "matrices": calls[0]["matrices"],
-        "head": calls[0]["head"],
-        "describe_s_median": statistics.median(c["describe_s"] for c in calls),
-        "describe_s_max": max(c["describe_s"] for c in calls),
-        "process_s_median": statistics.median(wall),
+        "matrices": with_config["matrices"],
+        "head": with_config["head"],
+        "with_config": with_config,
+        "without_config": headers_only,
         "runs": args.runs,
+        "load_average": os.getloadavg(),
     }
     print(json.dumps(result, indent=2))
     RESULTS.parent.mkdir(exist_ok=True)
