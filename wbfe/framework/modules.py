@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-from wbfe.framework.description import IN_OUT, FrameworkDescription
+from wbfe.framework.parameters import shared_parameters, transposed_weights
+from wbfe.framework.description import FrameworkDescription
 
 __all__ = ["describe_module"]
 
@@ -20,16 +21,8 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
         from wbfe.framework.transformers_model import describe_built
 
         return describe_built(module)
-    first: dict[int, str] = {}
-    tied: dict[str, str] = {}
-    for name, param in module.named_parameters(remove_duplicate=False):
-        if id(param) in first:
-            tied[name] = first[id(param)]
-        else:
-            first[id(param)] = name
-    transposed = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
-    layouts = {f"{name}.weight" if name else "weight": IN_OUT for name, sub in module.named_modules()
-               if isinstance(sub, transposed)}
+    order, tied = shared_parameters(module)
+    layouts = transposed_weights(module)
     head_module = None
     for method in ("get_output_embeddings", "get_classifier"):
         if callable(getattr(module, method, None)):
@@ -44,7 +37,7 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
                 None)
     from wbfe.framework.head_facts import head_facts
 
-    return FrameworkDescription("torch", type(module).__name__, tuple(first.values()), head, tied, layouts,
+    return FrameworkDescription("torch", type(module).__name__, tuple(order), head, tied, layouts,
                                 None if head else "the module names no output embeddings or classifier",
                                 facts={"family": type(module).__name__,
                                        # timm models keep the rate they apply before the classifier in drop_rate

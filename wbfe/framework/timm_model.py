@@ -10,7 +10,8 @@ import functools
 import json
 from typing import Any, Optional, Union
 
-from wbfe.framework.description import IN_OUT, Fallback, FrameworkDescription
+from wbfe.framework.parameters import shared_parameters, transposed_weights
+from wbfe.framework.description import Fallback, FrameworkDescription
 
 __all__ = ["describe_timm", "is_timm_config"]
 
@@ -55,17 +56,8 @@ def _describe(architecture: str, kwargs_json: str, classifier: Optional[str]) ->
             model = timm.create_model(name, pretrained=False, **json.loads(kwargs_json))
     except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
         return Fallback(f"timm could not build {name} ({type(exc).__name__})")
-    order: list[str] = []
-    tied: dict[str, str] = {}
-    first: dict[int, str] = {}
-    for pname, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in first:
-            tied[pname] = first[id(param)]
-        else:
-            first[id(param)] = pname
-            order.append(pname)
-    layouts = {f"{m}.weight": IN_OUT for m, module in model.named_modules()
-               if isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))}
+    order, tied = shared_parameters(model)
+    layouts = transposed_weights(model)
     head = _classifier(model, classifier or getattr(model, "pretrained_cfg", {}).get("classifier"))
     note = None if head else f"timm's {name} names no classifier weight"
     from wbfe.framework.head_facts import head_facts

@@ -16,7 +16,8 @@ import functools
 import json
 from typing import Any, Optional, Union
 
-from wbfe.framework.description import IN_OUT, Fallback, FrameworkDescription
+from wbfe.framework.parameters import shared_parameters, transposed_weights
+from wbfe.framework.description import Fallback, FrameworkDescription
 
 __all__ = ["describe_transformers", "describe_built", "Fallback"]
 
@@ -92,25 +93,14 @@ def describe_built(model: Any) -> FrameworkDescription:
 
 
 def _read(model: Any, arch: str, config: dict[str, Any]) -> FrameworkDescription:
-    import torch
-
     declared = getattr(model, "all_tied_weights_keys", None)  # transformers 5: {tied weight: its source}
     tied: dict[str, str] = {str(k): str(v) for k, v in declared.items()} if isinstance(declared, dict) else {}
-    order: list[str] = []
-    first: dict[int, str] = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in first:  # tied by sharing the parameter (older transformers tie in __init__)
-            tied.setdefault(name, first[id(param)])
-        else:
-            first[id(param)] = name
-    order = [name for name in first.values() if name not in tied]
-    layouts = {}
+    names, shared = shared_parameters(model)
+    for name, source in shared.items():  # tied by sharing the parameter (older transformers tie in __init__)
+        tied.setdefault(name, source)
+    order = [name for name in names if name not in tied]
     conv1d = _conv1d_class()
-    for name, module in model.named_modules():
-        transposed = (conv1d is not None and isinstance(module, conv1d)) or isinstance(
-            module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d))
-        if transposed and getattr(module, "weight", None) is not None:
-            layouts[f"{name}.weight" if name else "weight"] = IN_OUT
+    layouts = transposed_weights(model, also=(conv1d,) if conv1d is not None else ())
     head, note = _head(model, arch, config)
     from wbfe.framework.head_facts import head_facts
 
