@@ -244,15 +244,8 @@ def compare(
 def _pair_bytes(entry_a: TensorEntry, entry_b: TensorEntry, plan: MatrixPlan) -> int:
     """What comparing one pair holds: both tensors as stored, and float64 copies of A, B and B − A's
     Gram matrix (``matrix_change``)."""
-    def stored(entry: TensorEntry) -> int:
-        return math.prod(entry.shape) * _ITEMSIZE.get(entry.dtype, 8)
+    return entry_a.nbytes + entry_b.nbytes + 8 * (2 * plan.rows * plan.cols + min(plan.rows, plan.cols) ** 2)
 
-    return stored(entry_a) + stored(entry_b) + 8 * (2 * plan.rows * plan.cols + min(plan.rows, plan.cols) ** 2)
-
-
-# Bytes per element of the stored dtypes (anything else counted as 8).
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-             "int8": 1, "uint8": 1}
 _BUDGET = 1.25
 _BUDGET_FLOOR = 64 << 20
 

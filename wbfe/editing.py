@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Literal, Optional, Un
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
+from wbfe.sources import stored_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -167,18 +168,12 @@ def _header(described: list[tuple[str, tuple[int, ...], str]], metadata: dict[st
             raise UnsupportedDtypeError(f"{name}: dtype {dtype} cannot be written to safetensors here", name=name)
         if name in header:
             raise UnsupportedDtypeError(f"{name}: two tensors of this name", name=name)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * _itemsize(dtype)
+        nbytes = stored_bytes(shape, dtype)
         header[name] = {"dtype": code, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as the safetensors writer pads it
     return len(raw).to_bytes(8, "little") + raw
-
-
-def _itemsize(dtype: str) -> int:
-    import torch
-
-    return int(getattr(torch, dtype).itemsize)
 
 
 def _tensor_bytes(tensor: "torch.Tensor") -> bytes:

@@ -104,19 +104,14 @@ class Pipeline:
 
     # -- memory ------------------------------------------------------------------------------
 
-    def _tensor_bytes(self, entry: TensorEntry) -> int:
-        import torch
-
-        return math.prod(entry.shape) * getattr(torch, entry.dtype).itemsize
-
     def _cost(self, entry: TensorEntry, plan: MatrixPlan) -> int:
-        return self._tensor_bytes(entry) + work_bytes(plan.rows, plan.cols, self.device)
+        return entry.nbytes + work_bytes(plan.rows, plan.cols, self.device)
 
     def _budget(self) -> int:
         return max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
 
     def _note(self, entry: TensorEntry) -> None:
-        self._largest = max(self._largest, self._tensor_bytes(entry))
+        self._largest = max(self._largest, entry.nbytes)
 
     def may_read_ahead(self, entry: TensorEntry, held: Optional[tuple[TensorEntry, Planned]]) -> bool:
         """Large enough to gain, and small enough that the jobs on the workers, the tensor about to
@@ -126,7 +121,7 @@ class Pipeline:
         pending = 0
         if held is not None and isinstance(held[1], MatrixPlan):
             pending = self._cost(held[0], held[1])
-        return self._in_flight + pending + self._tensor_bytes(entry) <= self._budget()
+        return self._in_flight + pending + entry.nbytes <= self._budget()
 
     # -- stages ------------------------------------------------------------------------------
 

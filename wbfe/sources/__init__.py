@@ -27,7 +27,7 @@ from wbfe.sources import flax_files, numpy_files, torchscript_files  # noqa: F40
 from wbfe.sources import hub, local, object_store, peft_adapter, zoo_libraries  # noqa: F401
 from wbfe.errors import SourceNotFoundError, hub_name_hint
 from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
-                                file_sha256, open_regular)
+                                file_sha256, open_regular, stored_bytes)
 from wbfe.sources._order import natural_key
 from wbfe.sources.memory import MemorySource
 from wbfe.sources.registry import checkpoint_suffixes, locations
@@ -40,7 +40,7 @@ WEIGHT_SUFFIXES = CHECKPOINT_SUFFIXES + (".json",)
 __all__ = [
     "TensorEntry", "TensorSource", "Provenance", "MemorySource", "open_source", "content_hash", "WEIGHT_SUFFIXES",
     "CHECKPOINT_SUFFIXES", "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests", "open_regular",
-    "natural_key",
+    "natural_key", "stored_bytes",
 ]
 
 

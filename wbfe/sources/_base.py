@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
     "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests",
+    "stored_bytes",
 ]
 
 # PyTorch pickle suffixes (the list of every format's suffixes is wbfe.sources.WEIGHT_SUFFIXES).
@@ -68,6 +69,25 @@ class TensorEntry:
     quant: str | None = None
     skip: str | None = None
     layout: str = OUT_IN
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the tensor ``load`` returns (its elements times its dtype's size)."""
+        return stored_bytes(self.shape, self.dtype)
+
+
+def stored_bytes(shape: Sequence[int], dtype: str) -> int:
+    """The bytes of a tensor of ``shape`` and ``dtype`` (a torch dtype name).
+
+    Raises:
+        AttributeError: ``dtype`` names no torch dtype.
+    """
+    import torch
+
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count * int(getattr(torch, dtype).itemsize)
 
 
 def open_regular(path: Path) -> BinaryIO:
