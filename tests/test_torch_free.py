@@ -168,3 +168,13 @@ def test_flax_msgpack(tmp_path: Path) -> None:
                 "layer.0.dense.weight": DENSE.T, "classifier.weight": HEAD.T}
     assert_same_rows(got, wbfe.score({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in as_torch.items()},
                                      metrics=METRICS, device="cpu"))
+
+
+def test_a_score_without_torch_records_the_same_torch_version() -> None:
+    """Provenance names torch's version whether or not the score imported it (the package metadata
+    lacks the build tag, ``+cpu``/``+cu130``, that torch.__version__ carries)."""
+    code = ("import json, sys; from wbfe._provenance import installed_versions; "
+            "print(json.dumps([installed_versions()['torch'], 'torch' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    version, loaded = json.loads(out.stdout)
+    assert loaded is False and version == torch.__version__
