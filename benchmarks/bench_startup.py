@@ -2,7 +2,8 @@
 
 Runs each command in a fresh interpreter N times (subprocess) and records the median wall time:
 ``wbfe --version``, ``wbfe --help`` and ``wbfe score`` on the shipped fixture (the embedded
-Fashion-MNIST CNN, ``--metrics bfe``, output to /dev/null). A probe run of each lists the heavy
+Fashion-MNIST CNN, ``--metrics bfe`` and the default metrics, output to /dev/null), against a bare
+interpreter and one that imports torch alone (the cost a float safetensors score no longer pays). A probe run of each lists the heavy
 top-level packages (torch, numpy, scipy, matplotlib, pandas, ...) in ``sys.modules`` when the command
 exits: --version and --help must import none (tests/test_cli_startup.py checks that too).
 
@@ -30,6 +31,7 @@ COMMANDS = {
     "wbfe --version": ["--version"],
     "wbfe --help": ["--help"],
     "wbfe score (fixture, bfe)": ["score", "--metrics", "bfe", "--format", "json", "-o", "/dev/null"],
+    "wbfe score (fixture, default metrics)": ["score", "--format", "json", "-o", "/dev/null"],
 }
 PROBE = """
 import json, sys
@@ -62,7 +64,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=5, help="runs per command (the median is kept)")
     args = parser.parse_args()
     rows = {}
-    bare = [run_once_python() for _ in range(args.n)]
+    bare = [run_once_python("pass") for _ in range(args.n)]
+    # The peer: what importing torch alone costs, which a float safetensors score no longer pays.
+    torch_alone = [run_once_python("import torch") for _ in range(args.n)]
     for name, argv in COMMANDS.items():
         times = [run_once(argv) for _ in range(args.n)]
         rows[name] = {"median_s": round(statistics.median(times), 3), "min_s": round(min(times), 3),
@@ -72,18 +76,20 @@ def main() -> None:
         "what": "wall time of a fresh `python -m wbfe_cli.main ARGS` (median of runs), and the heavy "
                 "packages in sys.modules when it exits",
         "interpreter_alone_median_s": round(statistics.median(bare), 3),
+        "import_torch_alone_median_s": round(statistics.median(torch_alone), 3),
         "commands": rows,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
     }
     print(f"{'python -c pass':<28} median {result['interpreter_alone_median_s']:.3f} s")
+    print(f"{'python -c import torch':<28} median {result['import_torch_alone_median_s']:.3f} s")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {RESULTS}")
 
 
-def run_once_python() -> float:
+def run_once_python(code: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True)
     return time.perf_counter() - start
 
 

@@ -177,11 +177,10 @@ def limit_flops(folder: Path) -> dict[str, float]:
     - ``bfe`` (BFE-W alone): p²·P + p³/3 for the Gram product and its Cholesky factor, or 2/3·p³
       for the LU factors of a square matrix with p >= 256 (what wbfe does on the CPU).
     """
-    import torch
 
     from wbfe.matrices import MatrixPlan, plan_matrix
     from wbfe.sources import open_source
-    from wbfe.spectra import uses_lu
+    from wbfe.spectra import resolve_device, uses_lu
 
     eig = bfe = 0.0
     with open_source(folder) as source:
@@ -190,7 +189,7 @@ def limit_flops(folder: Path) -> dict[str, float]:
             if isinstance(plan, MatrixPlan):
                 p, big = min(plan.rows, plan.cols), max(plan.rows, plan.cols)
                 eig += plan.n_slices * (p * p * big + (4 / 3) * p**3)
-                lu = uses_lu(plan.rows, plan.cols, torch.device("cpu"))
+                lu = uses_lu(plan.rows, plan.cols, resolve_device("cpu"))
                 bfe += plan.n_slices * ((2 / 3) * p**3 if lu else p * p * big + p**3 / 3)
     return {"eig": eig, "bfe": bfe}
 

@@ -492,6 +492,35 @@ Fashion-MNIST zoo are {mb(pages["resnet20"]["html_bytes"])}, {mb(pages["minilm"]
 """
 
 
+def section_startup(results: Path) -> str:
+    r = load(results, "startup.json")
+    c = r["commands"]
+
+    def cell(name: str) -> str:
+        heavy = ", ".join(c[name]["heavy_modules"]) or "none"
+        return f"| `{name}` | {c[name]['median_s']:.2f} s | {heavy} |"
+
+    rows = "\n".join(cell(name) for name in c)
+    return f"""## Start-up
+
+`python benchmarks/bench_startup.py` (`benchmarks/results/startup.json`): a fresh interpreter per
+run, median of {next(iter(c.values()))["runs"]} ({r["machine"]["cpus"]} cores, other jobs running), with the
+heavy packages each command had imported when it exited:
+
+| command | median | heavy packages imported |
+|---|---|---|
+{rows}
+| `python -c pass` | {r["interpreter_alone_median_s"]:.2f} s | - |
+| `python -c "import torch"` | {r["import_torch_alone_median_s"]:.2f} s | torch |
+
+A float safetensors, GGUF, Keras, ONNX, NumPy or Flax checkpoint is read into numpy arrays and
+scored on the CPU without importing torch (`tests/test_torch_free.py` checks it per format); torch
+is imported where it is needed: PyTorch pickles and TorchScript, bfloat16 and float8 tensors (numpy
+has no such dtypes), the quantised safetensors layouts (FP8, GPTQ, AWQ, MXFP4), CUDA (asked only where NVIDIA's driver is present), timm,
+torchvision and `nn.Module` inputs, and the `vectors` group.
+"""
+
+
 def render(results: Path = RESULTS) -> str:
     """The whole page.
 
@@ -515,7 +544,7 @@ earlier runs, which no file keeps, say so. The machines are small shared ones (t
 jobs running), so compare ratios within one run rather than times across runs.
 """
     sections = [section_flow, section_vs_ww, section_eigensolvers, section_htmp, section_llm, section_memory,
-                section_formats, section_adapters_compare, section_ray, section_report, section_gpu]
+                section_formats, section_adapters_compare, section_ray, section_report, section_gpu, section_startup]
     return "\n".join([head, *(make(results) for make in sections)])
 
 

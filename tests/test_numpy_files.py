@@ -12,6 +12,7 @@ import torch
 
 from wbfe.errors import CorruptCheckpointError
 from wbfe.sources import open_source
+from wbfe.arrays import to_torch
 
 RNG = np.random.default_rng(5)
 ARRAYS = {"fc1.weight": RNG.standard_normal((6, 4)).astype(np.float32),
@@ -29,7 +30,7 @@ def test_arrays_read_back_equal(tmp_path: Path, save: object) -> None:
     assert list(entries) == list(ARRAYS)
     for name, array in ARRAYS.items():
         assert entries[name].shape == array.shape and entries[name].dtype == str(array.dtype)
-        assert torch.equal(entries[name].load(), torch.from_numpy(np.ascontiguousarray(array))), name
+        assert torch.equal(to_torch(entries[name].load()), torch.from_numpy(np.ascontiguousarray(array))), name
     with open_source(tmp_path) as source:  # the folder holding it
         assert [e.name for e in source.entries()] == list(ARRAYS)
 

@@ -14,6 +14,7 @@ import torch
 
 import wbfe
 from wbfe.sources import open_source
+from wbfe.arrays import to_torch
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -61,9 +62,9 @@ def test_constant_nodes_hold_weights_and_value_floats_are_read(tmp_path: Path) -
     graph = helper.make_graph(nodes, "g", [_info("x", [1, 4])], [_info("y", [1, 3]), _info("h3", [1, 1, 6])])
     entries, source = _read(_save(tmp_path, graph))
     assert list(entries) == ["w_in", "w_out"]  # the 1-D constants are plumbing, not tensors of the model
-    assert torch.equal(entries["w_in"].load(), torch.from_numpy(W_IN.T.copy()))
+    assert torch.equal(to_torch(entries["w_in"].load()), torch.from_numpy(W_IN.T.copy()))
     assert entries["w_in"].shape == (6, 4)
-    assert torch.equal(entries["w_out"].load(), torch.from_numpy(W_OUT))
+    assert torch.equal(to_torch(entries["w_out"].load()), torch.from_numpy(W_OUT))
     assert source.head_hint == "w_out"
     assert source.provenance.extra["consumers"] == {"w_in": ["fc1 (MatMul)"], "w_out": ["fc2 (Gemm)"]}
 
@@ -92,7 +93,7 @@ def test_if_branches_sharing_a_weight_list_it_once(tmp_path: Path) -> None:
                               [numpy_helper.from_array(W_OUT, "w_out"), numpy_helper.from_array(W_IN, "w_in")])
     entries, source = _read(_save(tmp_path, graph))
     assert list(entries) == ["w_in", "w_out"]  # the model's order (w_in's branches come first), stored order reversed
-    assert torch.equal(entries["w_in"].load(), torch.from_numpy(W_IN.T.copy()))
+    assert torch.equal(to_torch(entries["w_in"].load()), torch.from_numpy(W_IN.T.copy()))
     assert source.provenance.extra["consumers"]["w_in"] == ["then_mm (MatMul)", "else_mm (MatMul)"]
     assert source.head_hint == "w_out"
     # scored once, not once per branch
@@ -130,7 +131,7 @@ def test_weight_two_subgraphs_deep_in_a_loop_and_an_if(tmp_path: Path) -> None:
                               [numpy_helper.from_array(W_IN, "w_in")])
     entries, source = _read(_save(tmp_path, graph))
     assert list(entries) == ["w_in", "w_deep"]
-    assert torch.equal(entries["w_deep"].load(), torch.from_numpy(W_DEEP.T.copy()))
+    assert torch.equal(to_torch(entries["w_deep"].load()), torch.from_numpy(W_DEEP.T.copy()))
     assert source.provenance.extra["consumers"]["w_deep"] == ["deep_mm (MatMul)"]
 
 
@@ -144,7 +145,7 @@ def test_weight_behind_identity_cast_and_transpose(tmp_path: Path) -> None:
     entries, source = _read(_save(tmp_path, graph))
     entry = entries["w_half"]
     assert entry.shape == (5, 4) and entry.dtype == "float16"
-    assert torch.equal(entry.load(), torch.from_numpy(W_HALF))  # out × in as stored: the Transpose undoes MatMul's
+    assert torch.equal(to_torch(entry.load()), torch.from_numpy(W_HALF))  # out × in as stored: the Transpose undoes MatMul's
     assert source.head_hint == "w_half"
 
 
@@ -187,8 +188,8 @@ def test_same_name_in_two_branches_is_qualified(tmp_path: Path) -> None:
     graph = helper.make_graph(nodes, "g", inputs, [_info("y", [1, 6])])
     entries, _ = _read(_save(tmp_path, graph))
     assert list(entries) == ["choose/then_branch/w", "choose/else_branch/w"]
-    assert torch.equal(entries["choose/then_branch/w"].load(), torch.from_numpy(a.T.copy()))
-    assert torch.equal(entries["choose/else_branch/w"].load(), torch.from_numpy(b.T.copy()))
+    assert torch.equal(to_torch(entries["choose/then_branch/w"].load()), torch.from_numpy(a.T.copy()))
+    assert torch.equal(to_torch(entries["choose/else_branch/w"].load()), torch.from_numpy(b.T.copy()))
 
 
 def _dft_basis(n_fft: int, window: np.ndarray) -> np.ndarray:
@@ -220,7 +221,7 @@ def test_a_dft_basis_is_found_by_its_values_whatever_its_name(tmp_path: Path) ->
     for name in ("onnx::Conv_7", "onnx::MatMul_9"):
         assert entries[name].skip.startswith("signal-processing constant (a windowed DFT basis"), name
     assert entries["learned"].skip is None
-    assert torch.equal(entries["learned"].load(), torch.from_numpy(random[:, None, :]))
+    assert torch.equal(to_torch(entries["learned"].load()), torch.from_numpy(random[:, None, :]))
     # the check itself: a rectangular window and the cosine half alone are bases too; a perturbed one is not
     assert is_dft_basis(_dft_basis(n_fft, np.ones(n_fft))) and is_dft_basis(basis[: n_fft // 2 + 1])
     perturbed = basis.copy()

@@ -21,6 +21,7 @@ from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.sources import CHECKPOINT_SUFFIXES, open_source
 from wbfe.sources.local import pick_weight_files
 from wbfe.sources.registry import file_formats, format_of, locations
+from wbfe.arrays import to_torch
 
 Expected = dict[str, torch.Tensor]
 Writer = Callable[[Path], tuple[Path, Expected]]
@@ -143,7 +144,7 @@ WRITERS: dict[str, Writer] = {
 
 def read_all(ref: object) -> Expected:
     with open_source(ref) as source:
-        return {e.name: e.load() for e in source.entries() if e.skip is None}
+        return {e.name: to_torch(e.load()) for e in source.entries() if e.skip is None}
 
 
 def test_every_format_has_a_writer() -> None:

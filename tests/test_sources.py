@@ -22,11 +22,12 @@ from wbfe.errors import (
     UnsafePickleError,
 )
 from wbfe.sources import content_hash, open_source, safetensors_files
+from wbfe.arrays import to_torch
 
 
 def _tensors(ref: object) -> dict[str, torch.Tensor]:
     with open_source(ref) as source:
-        out = {e.name: e.load().clone() for e in source.entries()}
+        out = {e.name: to_torch(e.load()).clone() for e in source.entries()}
         assert len(source) == len(out)
         return out
 

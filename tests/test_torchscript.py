@@ -18,6 +18,7 @@ import wbfe
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError
 from wbfe.sources import open_source
 from wbfe_cli.main import app
+from wbfe.arrays import to_torch
 
 
 class Net(nn.Module):
@@ -64,7 +65,7 @@ def test_every_tensor_equals_the_modules_own(tmp_path: Path, net: Net, monkeypat
     monkeypatch.setattr(torch, "load", refuse)
     with open_source(path) as source:
         assert source.provenance.format == "torchscript"
-        got = {e.name: e.load() for e in source.entries()}
+        got = {e.name: to_torch(e.load()) for e in source.entries()}
     want = net.state_dict()
     assert set(got) == set(want)
     for name, tensor in want.items():
@@ -96,7 +97,7 @@ def test_traced_constants_are_read(tmp_path: Path) -> None:
         warnings.simplefilter("ignore")
         torch.jit.save(torch.jit.trace(module, torch.randn(2, 4)), str(tmp_path / "t.pt"))
     with open_source(tmp_path / "t.pt") as source:
-        got = {e.name: e.load() for e in source.entries()}
+        got = {e.name: to_torch(e.load()) for e in source.entries()}
     assert torch.equal(got["constants.0"], captured)
     assert torch.equal(got["fc.weight"], module.fc.weight.detach())
 

@@ -27,11 +27,32 @@ def _versions() -> tuple[tuple[str, str], ...]:
         if isinstance(loaded, str):
             out[package] = loaded
             continue
+        if package == "torch" and (unloaded := _torch_version_unimported()) is not None:
+            out[package] = unloaded
+            continue
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             out[package] = "not installed"
     return tuple(out.items())
+
+
+def _torch_version_unimported() -> str | None:
+    """torch's ``__version__`` (with its build tag, ``2.14.1+cu130``, which the package metadata
+    lacks) from its ``version.py``, without importing torch: a score that never needed torch
+    records the same version as one that did."""
+    import re
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("torch")
+        if spec is None or spec.origin is None:
+            return None
+        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
+    except (ImportError, OSError, ValueError):
+        return None
+    found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, flags=re.MULTILINE)
+    return found.group(1) if found else None
 
 
 def installed_versions() -> dict[str, str]:

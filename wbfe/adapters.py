@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from wbfe.arrays import to_numpy, to_torch
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
 from wbfe.matrices import Skip, find_head, role_of
 from wbfe.metrics.bfe import bfe
@@ -52,10 +53,8 @@ def lora_factors(a: Any, b: Any, *, embedding: bool) -> tuple[np.ndarray, np.nda
     Linear and conv: left = B (out × r), right = A (r × in·k·k). Embedding: PEFT stores
     A (r × num) and B (dim × r) and adds (B·A)ᵀ, so left = Aᵀ and right = Bᵀ.
     """
-    import torch
-
-    a64 = a.detach().to(device="cpu", dtype=torch.float64).numpy()
-    b64 = b.detach().to(device="cpu", dtype=torch.float64).numpy()
+    a64 = to_numpy(a).astype(np.float64)
+    b64 = to_numpy(b).astype(np.float64)
     if embedding:
         return a64.T, b64.T
     return b64.reshape(b64.shape[0], -1), a64.reshape(a64.shape[0], -1)
@@ -162,7 +161,7 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
             layers.append(row)
     provenance = source.provenance.to_dict()
     if whole:
-        with open_source({entry.name: entry.load() for entry in whole}) as saved_whole:
+        with open_source({entry.name: to_torch(entry.load()) for entry in whole}) as saved_whole:
             saved = engine.score_source(saved_whole, options)
         for row in saved.layers:
             row["kind"] = "modules_to_save"
@@ -223,7 +222,7 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
     row.update(values)
     m = None
     if module.magnitude is not None:
-        m = module.magnitude.load().detach().double().reshape(-1).numpy()
+        m = to_numpy(module.magnitude.load()).astype(np.float64).reshape(-1)
         row.update({"dora_magnitude_norm": float(np.linalg.norm(m)), "dora_magnitude_mean": float(m.mean()),
                     "dora_magnitude_min": float(m.min()), "dora_magnitude_max": float(m.max())})
     row["reasons"] = reasons
@@ -236,8 +235,6 @@ def _merge_with_base(
     """Add the merged-module columns to ``layers`` (base and merged metrics, the change), streaming
     the base one tensor at a time as a score reads it (quantised weights dequantised, fused expert
     stacks split); returns the base's provenance."""
-    import torch
-
     from wbfe import engine
     from wbfe.change import matrix_change
     from wbfe.matrices import as_matrices
@@ -262,12 +259,12 @@ def _merge_with_base(
                 continue
             w0 = entry.load()
             f = factors[module]
-            merged64 = w0.detach().to(device="cpu", dtype=torch.float64).numpy() + delta_weight(
+            merged64 = to_numpy(w0).astype(np.float64) + delta_weight(
                 f.left, f.right, f.scale, tuple(entry.shape), lora.fan_in_fan_out)
             if f.magnitude is not None:
                 # PEFT's DoRA embedding takes the norm per embedding dimension (over the vocabulary).
                 merged64 = _dora_rescale(merged64, f.magnitude, lora.fan_in_fan_out or f.embedding)
-            merged = torch.from_numpy(merged64)
+            merged = merged64
             with pin_threads():
                 specs = [engine.spectrum_of(as_matrices(t, plan), context, entry.name, need_eigs=True)
                          for t in (w0, merged)]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-__all__ = ["syrk_lower", "potrf_lower", "eigvalsh_lower", "releases_gil", "eigvalsh_two_stage", "has_two_stage",
+__all__ = ["syrk_lower", "potrf_lower", "getrf", "eigvalsh_lower", "releases_gil", "eigvalsh_two_stage", "has_two_stage",
            "one_thread", "controls_threads"]
 
 _int_p = ctypes.POINTER(ctypes.c_int)
@@ -30,6 +30,8 @@ _SYRK = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, _int_p, _int_p,
                          _double_p, ctypes.c_void_p, _int_p)
 # void dpotrf(char *uplo, int *n, d *a, int *lda, int *info)
 _POTRF = ctypes.CFUNCTYPE(None, ctypes.c_char_p, _int_p, ctypes.c_void_p, _int_p, _int_p)
+# void dgetrf(int *m, int *n, d *a, int *lda, int *ipiv, int *info)
+_GETRF = ctypes.CFUNCTYPE(None, _int_p, _int_p, ctypes.c_void_p, _int_p, ctypes.c_void_p, _int_p)
 # void dsyevr(char *jobz, char *range, char *uplo, int *n, d *a, int *lda, d *vl, d *vu, int *il, int *iu,
 #             d *abstol, int *m, d *w, d *z, int *ldz, int *isuppz, d *work, int *lwork, int *iwork,
 #             int *liwork, int *info)
@@ -120,6 +122,41 @@ def potrf_lower(g: np.ndarray) -> int:
     info = ctypes.c_int(0)
     routines[1](b"L", ctypes.byref(n), g.ctypes.data, ctypes.byref(ctypes.c_int(max(1, g.shape[0]))),
                 ctypes.byref(info))
+    return int(info.value)
+
+
+@functools.lru_cache(maxsize=1)
+def _getrf_routine() -> Optional[Callable[..., None]]:
+    try:
+        from scipy.linalg import cython_lapack
+
+        return _GETRF(_capsule_pointer(cython_lapack.__pyx_capi__["dgetrf"]))
+    except (ImportError, AttributeError, KeyError, ValueError, TypeError):  # pragma: no cover - see _routines
+        return None
+
+
+def getrf(a: np.ndarray) -> int:
+    """The LU factors (A = P·L·U) of ``a``, in place: U on and above the diagonal.
+
+    Args:
+        a: float64, Fortran-ordered, m×n.
+
+    Returns:
+        LAPACK's ``info``: 0 on success, i > 0 when u_ii is exactly zero (the factors are complete).
+    """
+    if not (a.flags.f_contiguous and a.dtype == np.float64 and a.ndim == 2):
+        raise ValueError("getrf needs a Fortran-ordered float64 matrix")
+    routine = _getrf_routine()
+    if routine is None:  # pragma: no cover - see _routines
+        from scipy.linalg.lapack import dgetrf
+
+        _, _, info = dgetrf(a, overwrite_a=1)
+        return int(info)
+    m, n = a.shape
+    pivots = np.empty(max(1, min(m, n)), dtype=np.intc)
+    info = ctypes.c_int(0)
+    routine(ctypes.byref(ctypes.c_int(m)), ctypes.byref(ctypes.c_int(n)), a.ctypes.data,
+            ctypes.byref(ctypes.c_int(max(1, m))), pivots.ctypes.data, ctypes.byref(info))
     return int(info.value)
 
 

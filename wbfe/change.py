@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from wbfe.arrays import to_numpy
 from wbfe.matrices import MatrixPlan
 from wbfe.metrics import MetricOptions
 from wbfe.metrics.rand import log_spectrum_distance
@@ -52,9 +53,7 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
 def float64_matrix(tensor: Any, plan: MatrixPlan, *, copy: bool = False) -> np.ndarray:
     """The matrix in float64 on the CPU; ``copy``: never the caller's own storage (a float64 tensor
     would otherwise come back as it is)."""
-    import torch
-
-    return tensor.detach().reshape(plan.rows, plan.cols).to(device="cpu", dtype=torch.float64, copy=copy).numpy()
+    return to_numpy(tensor).reshape(plan.rows, plan.cols).astype(np.float64, copy=copy)
 
 
 def matrix_change(

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Literal, Optional, Un
 
 import numpy as np
 
+from wbfe.arrays import to_torch
 from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
 from wbfe.sources import stored_bytes
 
@@ -222,7 +223,7 @@ def _edit_checkpoint(
 def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, decide: Any, operation: Any, edited: dict[str, int],
                  unchanged: dict[str, str], torch: Any) -> None:
     """Write one tensor: edited when it is a selected weight matrix that ``decide`` changes."""
-    tensor = entry.load()
+    tensor = to_torch(entry.load())
     if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
         raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                     f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)

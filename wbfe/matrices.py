@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
+from wbfe.arrays import contiguous, swap_first_axes
 from wbfe.framework import IN_OUT, OUT_IN, check_layout
 from wbfe.heads import HEAD_NAMES, find_head
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 __all__ = [
     "ConvConvention",
@@ -160,13 +161,14 @@ def plan_matrix(
     return plan
 
 
-def as_matrices(tensor: "torch.Tensor", plan: MatrixPlan) -> list["torch.Tensor"]:
+def as_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
     """The out x in views of ``tensor`` that ``plan`` describes (no copies for dense and flatten
-    ``out_in`` tensors; an ``in_out`` one is transposed first, a view for a dense matrix)."""
+    ``out_in`` tensors; an ``in_out`` one is transposed first, a view for a dense matrix), of the
+    tensor's kind: numpy arrays or torch tensors (:mod:`wbfe.arrays`)."""
     if plan.layout == IN_OUT:
-        tensor = tensor.transpose(0, 1)
+        tensor = swap_first_axes(tensor)
         if plan.convention != "dense":  # the reshape below needs the transposed axes in memory order
-            tensor = tensor.contiguous()
+            tensor = contiguous(tensor)
     if plan.convention in ("dense", "flatten"):
         return [tensor.reshape(plan.rows, plan.cols)]
     kernel = tensor.reshape(plan.rows, plan.cols, plan.n_slices)

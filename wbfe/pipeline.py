@@ -27,7 +27,7 @@ from wbfe.sources import TensorEntry
 from wbfe.spectra import multithreaded, pin_threads, releases_gil, work_bytes
 
 if TYPE_CHECKING:
-    import torch
+    from wbfe.spectra import Device
 
 __all__ = ["Pipeline", "Reading", "worker_count"]
 
@@ -46,7 +46,7 @@ _BUDGET_FLOOR = 64 << 20
 Planned = Union[Skip, MatrixPlan]
 
 
-def worker_count(device: "torch.device") -> int:
+def worker_count(device: "Device") -> int:
     """How many matrices to score side by side: the BLAS threads the environment allows
     (``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process may run on);
     1 on a GPU."""
@@ -76,7 +76,7 @@ class Pipeline:
     stream order from :meth:`finished`.
     """
 
-    def __init__(self, device: "torch.device", workers: Optional[int] = None):
+    def __init__(self, device: "Device", workers: Optional[int] = None):
         self.device = device
         self.workers = worker_count(device) if workers is None else workers
         self._largest = 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Optional, Sequence
@@ -21,12 +22,13 @@ import numpy as np
 
 from wbfe import blas
 from wbfe._config import blas_threads
+from wbfe.arrays import dtype_name, is_torch, to_torch, torch_loaded
 from wbfe.errors import InvalidOptionError, WbfeError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum", "work_bytes",
+__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum", "work_bytes",
            "releases_gil", "uses_lu", "pin_threads", "multithreaded", "batchable", "batch_size",
            "spectra_batch"]
 
@@ -136,26 +138,51 @@ class DegenerateMatrixError(WbfeError, ValueError):
     """A matrix with no meaningful spectrum (non-finite or all-zero entries); recorded as a skip."""
 
 
-def resolve_device(device: str) -> "torch.device":
+class Device(str):
+    """A device name (``cpu``, ``cuda``, ``cuda:1``) that torch takes wherever it takes a device,
+    with torch.device's ``type``; a plain string, so that resolving ``cpu`` imports nothing."""
+
+    @property
+    def type(self) -> str:
+        return self.split(":", 1)[0]
+
+
+def resolve_device(device: str) -> Device:
     """``auto`` -> CUDA when available, else CPU.
 
     Raises:
         InvalidOptionError: unknown device, or ``cuda`` without a CUDA device.
     """
-    import torch
-
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return Device("cuda" if _cuda_available() else "cpu")
     if device == "cpu":
-        return torch.device("cpu")
+        return Device("cpu")
     if device.startswith("cuda"):
-        if not torch.cuda.is_available():
+        if not _cuda_available():
             raise InvalidOptionError("--device cuda was asked for but no CUDA device is available")
-        return torch.device(device)
+        return Device(device)
     raise InvalidOptionError(f"device must be auto, cpu or cuda, not {device!r}")
 
 
-def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
+def _cuda_available() -> bool:
+    """torch's answer, asked only where it can be yes: torch needs NVIDIA's driver for CUDA, and
+    importing it just to hear no would cost a CPU-only machine 1.5 s on every run."""
+    if not torch_loaded() and not _nvidia_driver():
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@functools.lru_cache(maxsize=1)
+def _nvidia_driver() -> bool:
+    import ctypes.util
+    import os
+
+    return os.path.exists("/proc/driver/nvidia/version") or ctypes.util.find_library("cuda") is not None
+
+
+def gram(matrix: "torch.Tensor", device: "Device") -> Any:
     """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64.
 
     Returns:
@@ -166,8 +193,6 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     Raises:
         DegenerateMatrixError: the matrix has non-finite entries.
     """
-    import torch
-
     rows, cols = matrix.shape
     wide = rows <= cols
     p, long = (rows, cols) if wide else (cols, rows)
@@ -193,7 +218,9 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
     else:
         # The tensor crosses to the device once, in its stored dtype (a bfloat16 tensor is a
         # quarter of its float64 copy); each block is widened there, not on the host.
-        source = matrix.detach().to(device)
+        import torch
+
+        source = to_torch(matrix).detach().to(device)
         step = max(1, _DEVICE_BLOCK_BYTES // (8 * p))
         out = torch.zeros((p, p), dtype=torch.float64, device=device)
         for start in range(0, long, step):
@@ -203,13 +230,13 @@ def gram(matrix: "torch.Tensor", device: "torch.device") -> Any:
         del source
     # A NaN or ±Inf entry of W is in some diagonal entry Σ w², and |G_ij| <= √(G_ii·G_jj): the
     # diagonal is finite exactly when the whole Gram matrix is.
-    finite = bool(np.isfinite(np.diagonal(out)).all() if numpy_path else torch.isfinite(torch.diagonal(out)).all())
+    finite = bool(np.isfinite(np.diagonal(out)).all() if numpy_path else out.diagonal().isfinite().all())
     if not finite:
         raise DegenerateMatrixError(_NON_FINITE)
     return out
 
 
-def work_bytes(rows: int, cols: int, device: "torch.device") -> int:
+def work_bytes(rows: int, cols: int, device: "Device") -> int:
     """Memory one matrix's spectrum takes beyond the tensor itself, at most: the p×p Gram matrix
     (or the LU copy of a large square one) and the float64 copy of the matrix or of one block."""
     p = min(rows, cols)
@@ -219,7 +246,7 @@ def work_bytes(rows: int, cols: int, device: "torch.device") -> int:
     return 8 * p * p + (whole if whole <= _WORKER_BYTES else _BLOCK_BYTES)
 
 
-def uses_lu(rows: int, cols: int, device: "torch.device") -> bool:
+def uses_lu(rows: int, cols: int, device: "Device") -> bool:
     """Whether BFE-W alone takes log det from the LU factors of the matrix itself (a large square
     matrix on the CPU), not from the Cholesky factor of its Gram matrix."""
     return device.type == "cpu" and not _TORCH_ON_CPU and rows == cols and rows >= _SMALL_P
@@ -232,9 +259,9 @@ def multithreaded(rows: int, cols: int) -> bool:
     return min(rows, cols) >= _SMALL_P
 
 
-def releases_gil(rows: int, cols: int, device: "torch.device") -> bool:
+def releases_gil(rows: int, cols: int, device: "Device") -> bool:
     """Whether this matrix's spectrum is computed without holding the GIL for long (the Gram
-    product and Cholesky factor through :mod:`wbfe.blas`, torch's LU) and is small enough to be
+    product, Cholesky and LU factors through :mod:`wbfe.blas` and LAPACK) and is small enough to be
     scored on a worker, one of several side by side under :func:`pin_threads`."""
     return device.type == "cpu" and 8 * rows * cols <= _WORKER_BYTES and blas.releases_gil()
 
@@ -248,36 +275,38 @@ def pin_threads() -> Iterator[None]:
     by numpy with scipy's Cholesky took 1.08 s so, against 0.47 s in numpy alone. Per-matrix
     thread limits are off meanwhile: they would race across workers.
     """
-    import torch
-
     limit = None if _pinned.is_set() else _one_thread_limit(user_api=None)
     if limit is None:
         yield
         return
-    # torch's too: threadpoolctl's OpenMP limit holds only for the thread that sets it, and MKL,
-    # linked into torch, is out of its sight; two workers' LUs then ran 10x slower.
-    torch_threads = torch.get_num_threads()
+    # torch's too, where it is loaded (a torch tensor's widening runs on torch's threads):
+    # threadpoolctl's OpenMP limit holds only for the thread that sets it, and MKL, linked into
+    # torch, is out of its sight; two workers' torch LUs once ran 10x slower so.
+    torch = sys.modules.get("torch")
+    torch_threads = torch.get_num_threads() if torch is not None else None
     with limit:
-        torch.set_num_threads(1)
+        if torch is not None:
+            torch.set_num_threads(1)
         _pinned.set()
         try:
             yield
         finally:
             _pinned.clear()
-            torch.set_num_threads(torch_threads)
+            if torch is not None:
+                torch.set_num_threads(torch_threads)
 
 
 def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
     """``block`` in float64, C-ordered, in the first elements of ``storage``. numpy converts the
     dtypes it has without a torch kernel launch (which, inside a thread-limited BLAS context, cost
     ~1 ms per small tensor); both release the GIL."""
-    import torch
-
-    a = storage[: block.numel()].reshape(block.shape)
-    if block.dtype in (torch.float32, torch.float64, torch.float16) and block.device.type == "cpu":
+    a = storage[: math.prod(block.shape)].reshape(block.shape)
+    if not is_torch(block):
+        np.copyto(a, block)
+    elif dtype_name(block) in ("float32", "float64", "float16") and block.device.type == "cpu":
         np.copyto(a, block.detach().numpy())
     else:
-        torch.from_numpy(a).copy_(block.detach())
+        to_torch(a).copy_(block.detach())
     return a
 
 
@@ -291,7 +320,7 @@ def _thread_controller() -> Any:
     return ThreadpoolController()
 
 
-def _threads_for(matrix: "torch.Tensor", device: "torch.device") -> Any:
+def _threads_for(matrix: "torch.Tensor", device: "Device") -> Any:
     """One BLAS thread for a matrix with p < 256 on the CPU; the default otherwise."""
     if device.type != "cpu" or min(matrix.shape) >= _SMALL_P:
         return contextlib.nullcontext()
@@ -309,7 +338,7 @@ def _eigvalsh(g: Any) -> np.ndarray:
     return torch.linalg.eigvalsh(g).cpu().numpy()
 
 
-def eigenvalues(matrices: Sequence["torch.Tensor"], device: "torch.device") -> np.ndarray:
+def eigenvalues(matrices: Sequence["torch.Tensor"], device: "Device") -> np.ndarray:
     """Pooled eigenvalues of the smaller Gram matrices, ascending, noise-level values set to 0.
 
     Raises:
@@ -336,7 +365,7 @@ def _clipped(e: np.ndarray, p: int) -> np.ndarray:
     return e
 
 
-def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> tuple[float, float, int, int]:
+def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[float, float, int, int]:
     """``(mean(e), mean(log e), n, number of zero eigenvalues)`` of the pooled spectrum, without
     an eigen-solve where that is safe.
 
@@ -355,7 +384,7 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> t
         p = min(rows, cols)
         diag: np.ndarray | None
         if uses_lu(rows, cols, device):
-            # On every thread torch has: a matrix this size is on a worker, pinned to one thread
+            # On every BLAS thread: a matrix this size is on a worker, pinned to one thread
             # (pin_threads), unless it is too large for one and alone. Holding that one to a single
             # thread made a model of 3,072² and 8,192×3,072 matrices 13 % slower on two cores, and
             # would cost far more on many.
@@ -376,7 +405,7 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "torch.device") -> t
     return trace / n, log_det / n, n, n_zero
 
 
-def _log_det(matrix: "torch.Tensor", device: "torch.device", tr: float, diag: Optional[np.ndarray]) -> tuple[float, int]:
+def _log_det(matrix: "torch.Tensor", device: "Device", tr: float, diag: Optional[np.ndarray]) -> tuple[float, int]:
     """``(log det, number of zero eigenvalues)`` of one matrix's Gram matrix of trace ``tr``, from
     the diagonal of its Cholesky (or LU) factor, or from its eigenvalues where the factorisation
     failed (``diag`` None) or has a pivot at the noise level (:func:`eigenvalues` would clip it)."""
@@ -397,30 +426,29 @@ def _cholesky_diagonal(g: Any) -> np.ndarray | None:
     return None if int(info) != 0 else torch.diagonal(factor).cpu().numpy()
 
 
-def _lu_diagonal(matrix: "torch.Tensor") -> tuple[float, np.ndarray]:
+def _lu_diagonal(matrix: Any) -> tuple[float, np.ndarray]:
     """``(‖W‖_F², |diag U|)`` of a square W = PLU: Tr(WᵀW), and |det W| = ∏|u_ii|.
 
-    One float64 copy is factorised in place (torch's LAPACK, which on the CPU beat OpenBLAS's LU
-    2x with two threads). An exactly singular W gives a zero on the diagonal, not an error.
+    One float64 copy is factorised in place by LAPACK's dgetrf, without the GIL (:mod:`wbfe.blas`;
+    as fast as torch's LU, 0.17 s against 0.20 s at 3,072² on two cores). An exactly singular W
+    gives a zero on the diagonal, not an error.
 
     Raises:
         DegenerateMatrixError: the matrix has non-finite entries.
     """
-    import torch
-
-    w = matrix.detach().to(dtype=torch.float64, memory_format=torch.contiguous_format, copy=True)
-    flat = w.view(-1)
-    tr = float(torch.dot(flat, flat))
+    w = _float64_block(matrix, np.empty(math.prod(matrix.shape), dtype=np.float64))
+    flat = w.reshape(-1)
+    tr = float(np.dot(flat, flat))
     if not math.isfinite(tr):
         raise DegenerateMatrixError(_NON_FINITE)
-    lu = w.mT  # Fortran order, as LAPACK wants: the LU of Wᵀ, whose |det| is |det W|
-    pivots = torch.empty(lu.shape[0], dtype=torch.int32)
-    info = torch.empty((), dtype=torch.int32)
-    torch.linalg.lu_factor_ex(lu, out=(lu, pivots, info))
-    return tr, torch.diagonal(lu).abs().numpy().copy()
+    # w is C-ordered, so w.T is Fortran-ordered, as LAPACK wants, without a copy: the LU of Wᵀ,
+    # whose |det| is |det W|.
+    lu = w.T
+    blas.getrf(lu)
+    return tr, np.abs(np.diagonal(lu)).copy()
 
 
-def spectrum(matrices: Sequence["torch.Tensor"], device: "torch.device", *, need_eigs: bool = True) -> Spectrum:
+def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs: bool = True) -> Spectrum:
     """The :class:`Spectrum` of one matrix or of pooled slices of equal shape.
 
     Args:
@@ -440,7 +468,7 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "torch.device", *, need
                     log_scale=log_scale)
 
 
-def batchable(rows: int, cols: int, device: "torch.device") -> bool:
+def batchable(rows: int, cols: int, device: "Device") -> bool:
     """Whether matrices of this shape are scored several at a time by :func:`spectra_batch`: those
     with p < 96 on the CPU, where the Python around each product and solve is most of the time
     (one thread, 1.2-1.6x faster in batches at p = 32-64, 1.1x at 96). From p = 128 the work is
@@ -457,7 +485,7 @@ def batch_size(rows: int, cols: int) -> int:
     return max(1, _BATCH_BYTES // (8 * (rows * cols + p * p)))
 
 
-def spectra_batch(matrices: Sequence["torch.Tensor"], device: "torch.device") -> list[Spectrum | DegenerateMatrixError]:
+def spectra_batch(matrices: Sequence["torch.Tensor"], device: "Device") -> list[Spectrum | DegenerateMatrixError]:
     """:func:`spectrum` (with eigenvalues) of each of several single matrices of one shape, on one
     BLAS thread: the eigenvalues of all their Gram matrices from one batched symmetric solve. A
     non-finite or all-zero matrix gets its :class:`DegenerateMatrixError` in its place.
@@ -515,11 +543,9 @@ def _range_shift(matrices: Sequence["torch.Tensor"]) -> int:
 
     Only float64 matrices can get there: a float32, float16 or bfloat16 entry squared is within
     1e-90 ... 1e77, so the others are not even looked at."""
-    import torch
-
-    if matrices[0].dtype != torch.float64:
+    if dtype_name(matrices[0]) != "float64":
         return 0
-    top = max(float(torch.amax(torch.abs(m))) for m in matrices)
+    top = max(float(abs(m).max()) for m in matrices)
     if not (math.isfinite(top) and top > 0.0) or _RANGE_LO <= top <= _RANGE_HI:
         return 0
     return -math.frexp(top)[1]

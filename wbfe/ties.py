@@ -10,8 +10,12 @@ again without holding it, every byte is hashed as before.
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any, Callable, Optional
 
+import numpy as np
+
+from wbfe.arrays import dtype_name, flat_bytes
 from wbfe.sources import TensorEntry
 
 __all__ = ["SeenContent", "full_digest"]
@@ -36,23 +40,17 @@ class SeenContent:
         return None
 
 
-def _as_bytes(tensor: Any) -> Any:
-    import torch
-
-    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-
-
 def full_digest(tensor: Any) -> str:
     """A digest of every byte of ``tensor`` (equal digests: equal bytes, to blake2b's certainty)."""
-    return hashlib.blake2b(_as_bytes(tensor).numpy().data, digest_size=16).hexdigest()
+    return hashlib.blake2b(flat_bytes(tensor).data, digest_size=16).hexdigest()
 
 
 def _sample_digest(tensor: Any) -> tuple[str, str]:
-    flat = tensor.detach().reshape(-1)
-    return ("sample", full_digest(flat[:: max(1, flat.numel() // _SAMPLE)]))
+    flat = tensor.reshape(-1)
+    count = math.prod(flat.shape)
+    return ("sample", full_digest(flat[:: max(1, count // _SAMPLE)]))
 
 
 def _same_bytes(a: Any, b: Any) -> bool:
-    import torch
-
-    return bool(a.shape == b.shape and a.dtype == b.dtype and torch.equal(_as_bytes(a), _as_bytes(b)))
+    return bool(tuple(a.shape) == tuple(b.shape) and dtype_name(a) == dtype_name(b)
+                and np.array_equal(flat_bytes(a), flat_bytes(b)))

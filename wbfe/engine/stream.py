@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Literal, NamedTuple, Optional, Union
 
+import numpy as np
+
+from wbfe.arrays import to_numpy
 from wbfe.experts import expand_experts
 from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, plan_matrix
 from wbfe.quant import dequantised
@@ -64,8 +67,6 @@ def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_compatible: bool = False) -
     WeightWatcher-compatible mode with the ``slices`` convention, WeightWatcher's own conv slices."""
     if not (ww_compatible and plan.convention == "slices" and len(plan.shape) == 4):
         return as_matrices(tensor, plan)
-    import torch
-
     from wbfe._ww_compat import ww_conv2d_matrices
 
-    return [torch.from_numpy(m) for m in ww_conv2d_matrices(tensor.detach().float().cpu().numpy())]
+    return list(ww_conv2d_matrices(to_numpy(tensor).astype(np.float32, copy=False)))

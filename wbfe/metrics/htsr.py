@@ -38,6 +38,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from wbfe._ww_compat import WW_EVALS_THRESH
+from wbfe.arrays import to_numpy
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
 from wbfe.metrics.powerlaw import (
@@ -211,7 +212,7 @@ def slice_singular_values(matrices: Sequence[Any], device: Any, options: MetricO
         return None
     from scipy.linalg import svd
 
-    return [svd(np.asarray(m.detach().cpu().double().numpy()), compute_uv=False) for m in matrices]
+    return [svd(to_numpy(m).astype(np.float64), compute_uv=False) for m in matrices]
 
 
 def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFit:

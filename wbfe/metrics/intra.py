@@ -27,6 +27,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from wbfe.arrays import to_numpy
 from wbfe.metrics._group import Spectrum
 
 __all__ = ["IntraPair", "align_pair", "intra_matrix", "intra_spectrum", "intra_pairs"]
@@ -101,7 +102,7 @@ def intra_pairs(weights: Iterable[tuple[str, Any]], *, sparsify: bool = True, se
     rng = np.random.RandomState(seed) if sparsify else None
     previous: Optional[tuple[str, np.ndarray]] = None
     for name, tensor in weights:
-        w = tensor.detach().cpu().double().numpy() if hasattr(tensor, "detach") else np.asarray(tensor, dtype=np.float64)
+        w = to_numpy(tensor).astype(np.float64)
         if w.ndim != 2:
             previous = None
             continue

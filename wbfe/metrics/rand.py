@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from wbfe.arrays import flat_bytes, is_torch, to_numpy
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
 __all__ = ["ShuffledSpectrum", "shuffle_matrix", "shuffled_spectrum", "log_spectrum_distance", "mp_edge",
@@ -54,22 +55,24 @@ class ShuffledSpectrum:
     log_scale: float = 0.0
 
 
+_UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def _rng(seed: int, name: str, index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode()), index]))
 
 
 def shuffle_matrix(matrix: Any, rng: np.random.Generator) -> Any:
-    """A copy of ``matrix`` (a torch tensor) with its entries permuted uniformly at random.
+    """A copy of ``matrix`` (a numpy array or a torch tensor, returned as the same kind) with its
+    entries permuted uniformly at random.
 
     The bits are shuffled as unsigned integers of the element's width, so a bfloat16 matrix is
     permuted exactly, in its own dtype, with one copy of it and no index array.
     """
-    import torch
-
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[matrix.element_size()]
-    copy = matrix.detach().to("cpu", copy=True).contiguous()
-    flat = copy.view(ints).reshape(-1).numpy()
-    rng.shuffle(flat)
+    copy = matrix.detach().to("cpu", copy=True).contiguous() if is_torch(matrix) else np.array(matrix, order="C")
+    flat = flat_bytes(copy)  # the copy's own memory: it is contiguous and on the host
+    width = flat.size // max(1, math.prod(copy.shape))
+    rng.shuffle(flat.view(_UINTS[width]))
     return copy
 
 
@@ -111,18 +114,16 @@ def shuffled_spectrum(matrices: Sequence[Any], device: Any, options: MetricOptio
     Raises:
         DegenerateMatrixError: as :func:`wbfe.spectra.spectrum` (the matrix itself then fails too).
     """
-    import torch
-
     from wbfe.spectra import spectrum
 
     parts, traps, edge, log_scale = [], 0, 0.0, 0.0
     for index, matrix in enumerate(matrices):
         shuffled = spectrum([shuffle_matrix(matrix, _rng(options.seed, name, index))], device)
         e, log_scale = np.asarray(shuffled.eigs), shuffled.log_scale  # slices share one scale: same entries' range
-        n = matrix.numel()
+        n = math.prod(matrix.shape)
         # The mean in the spectrum's units (entries times exp(−log_scale / 2)); Σw² is the trace of
         # the Gram matrix: the sum of the (unclipped) eigenvalues, to rounding.
-        mean = float(torch.sum(matrix, dtype=torch.float64)) / n * math.exp(-0.5 * log_scale)
+        mean = float(np.sum(to_numpy(matrix), dtype=np.float64)) / n * math.exp(-0.5 * log_scale)
         sigma2 = max(float(np.sum(e)) / n - mean * mean, 0.0)
         count, bulk = count_traps(e, int(matrix.shape[0]), int(matrix.shape[1]), mean, sigma2)
         traps += count

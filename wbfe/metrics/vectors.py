@@ -33,6 +33,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from wbfe.arrays import to_numpy, to_torch
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
 __all__ = ["EigenvectorData", "localization_ratios", "participation_ratios", "discrete_entropies",
@@ -111,7 +112,7 @@ def _ww_slice(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 def _default_slice(matrix: Any, device: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     import torch
 
-    w = matrix.detach().to(device=device, dtype=torch.float64)
+    w = to_torch(matrix).detach().to(device=device, dtype=torch.float64)
     x = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
     evals, v = torch.linalg.eigh(x)
     return (evals.cpu().numpy(), *_metrics(v.cpu().numpy()))
@@ -121,7 +122,7 @@ def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOption
     """The ``from_matrices`` hook: the eigenvector metrics of every slice, pooled.
 
     Args:
-        matrices: the matrix, or the conv slices pooled for one spectrum (torch tensors).
+        matrices: the matrix, or the conv slices pooled for one spectrum (numpy arrays or torch tensors).
         device: where the default mode's eigen-solve runs.
         options: ``ww_compatible`` selects WeightWatcher's arithmetic.
         name: the tensor's name (unused: nothing here is random).
@@ -133,7 +134,7 @@ def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOption
     svd_parts = []
     for matrix in matrices:
         if options.ww_compatible:
-            *numbers, sv2 = _ww_slice(np.asarray(matrix.detach().cpu().double().numpy()))
+            *numbers, sv2 = _ww_slice(to_numpy(matrix).astype(np.float64))
             svd_parts.append(sv2)
         else:
             numbers = list(_default_slice(matrix, device))

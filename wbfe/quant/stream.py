@@ -12,6 +12,7 @@ import functools
 import math
 from typing import Any, Iterable, Iterator, Optional
 
+from wbfe.arrays import to_torch
 from wbfe.errors import CorruptCheckpointError
 from wbfe.quant.fp8 import dequantize_fp8, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
@@ -110,14 +111,14 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
         scheme = fp8_scheme(w.dtype, w.shape, s.shape, block)
 
         def load_fp8() -> Any:
-            return dequantize_fp8(w.load(), s.load(), block)
+            return dequantize_fp8(to_torch(w.load()), to_torch(s.load()), block)
         return _entry(w.name, w.shape, scheme, load_fp8)
     if "blocks" in parts:
         b, s = parts["blocks"], parts["mx_scales"]
         if len(b.shape) < 3 or b.shape[-1] != 16 or tuple(b.shape[:-1]) != tuple(s.shape):
             raise CorruptCheckpointError(f"MXFP4 blocks {list(b.shape)} and scales {list(s.shape)} do not match")
         shape = (*b.shape[:-3], b.shape[-2] * 32, b.shape[-3])
-        return _entry(prefix, shape, "mxfp4", lambda: dequantize_mxfp4(b.load(), s.load()))
+        return _entry(prefix, shape, "mxfp4", lambda: dequantize_mxfp4(to_torch(b.load()), to_torch(s.load())))
     return _build_int(prefix, parts, qconfig)
 
 
@@ -154,9 +155,11 @@ def _build_int(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, An
 
 def _load_gptq(q: TensorEntry, z: TensorEntry, s: TensorEntry, g: Optional[TensorEntry], bits: int,
                group_size: int, offset: int) -> Any:
-    return dequantize_gptq(q.load(), z.load(), s.load(), bits=bits, group_size=group_size,
-                           g_idx=g.load() if g is not None else None, zero_offset=offset)
+    return dequantize_gptq(to_torch(q.load()), to_torch(z.load()), to_torch(s.load()), bits=bits,
+                           group_size=group_size, g_idx=to_torch(g.load()) if g is not None else None,
+                           zero_offset=offset)
 
 
 def _load_awq(q: TensorEntry, z: TensorEntry, s: TensorEntry, bits: int, group_size: int) -> Any:
-    return dequantize_awq(q.load(), z.load(), s.load(), bits=bits, group_size=group_size)
+    return dequantize_awq(to_torch(q.load()), to_torch(z.load()), to_torch(s.load()), bits=bits,
+                          group_size=group_size)

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from wbfe._config import usable_cpus
+from wbfe.arrays import itemsize
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.framework.description import OUT_IN, Fallback, FrameworkDescription
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 __all__ = [
     "TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
@@ -42,7 +43,9 @@ class TensorEntry:
         name: the tensor name as stored (after unwrapping containers and a ``module.`` prefix).
         shape: its shape.
         dtype: a torch dtype name without the ``torch.`` prefix (``float32``, ``bfloat16``, ``int8``...).
-        load: reads the tensor (memory-mapped where the format allows).
+        load: reads the tensor (memory-mapped where the format allows): a numpy array where numpy
+            has its dtype and the reader is not torch's own, else a torch tensor (see
+            :mod:`wbfe.arrays`, whose functions take either).
         storage_key: identifies shared storage (tied weights) where the format exposes it, else None.
         reread: gets the same tensor again later in the stream (after its shard is closed, too)
             without keeping anything else alive; None where only holding the tensor would allow it.
@@ -63,9 +66,9 @@ class TensorEntry:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    load: Callable[[], "torch.Tensor"]
+    load: Callable[[], Any]
     storage_key: tuple[Any, ...] | None = None
-    reread: Callable[[], "torch.Tensor"] | None = None
+    reread: Callable[[], Any] | None = None
     quant: str | None = None
     skip: str | None = None
     layout: str = OUT_IN
@@ -82,12 +85,10 @@ def stored_bytes(shape: Sequence[int], dtype: str) -> int:
     Raises:
         AttributeError: ``dtype`` names no torch dtype.
     """
-    import torch
-
     count = 1
     for size in shape:
         count *= int(size)
-    return count * int(getattr(torch, dtype).itemsize)
+    return count * itemsize(dtype)
 
 
 def open_regular(path: Path) -> BinaryIO:

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
+from wbfe.arrays import NUMPY_DTYPES, from_bytes
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.numpy_files import numpy_dtype_name
 from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 __all__ = ["FlaxSource", "open_flax", "FLAX", "torch_name", "torch_layout"]
 
@@ -189,16 +190,19 @@ class _Loader:
     def __init__(self, leaf: _Leaf):
         self.leaf = leaf
 
-    def __call__(self) -> "torch.Tensor":
-        import torch
+    def __call__(self) -> Any:
+        import numpy as np
 
         array = self.leaf.array
         assert array is not None
-        dtype = getattr(torch, _dtype(array.dtype) or "float32")
-        flat = torch.frombuffer(bytearray(b"".join(array.pieces)), dtype=dtype) if math.prod(array.shape) else \
-            torch.empty(0, dtype=dtype)
-        t = flat.reshape(array.shape)
-        return (t.permute(*self.leaf.permute) if self.leaf.permute is not None else t).contiguous()
+        dtype = _dtype(array.dtype) or "float32"
+        raw = np.frombuffer(bytearray(b"".join(array.pieces)), dtype=np.uint8)
+        if dtype in NUMPY_DTYPES:
+            t = raw.view(NUMPY_DTYPES[dtype]).reshape(array.shape)
+            return np.ascontiguousarray(np.transpose(t, self.leaf.permute) if self.leaf.permute is not None else t)
+        # bfloat16: numpy has no such dtype, so torch holds it.
+        tensor = from_bytes(raw, dtype, array.shape)
+        return (tensor.permute(*self.leaf.permute) if self.leaf.permute is not None else tensor).contiguous()
 
 
 def _dtype(name: str) -> Optional[str]:

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from wbfe.arrays import from_bytes
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.framework import FrameworkDescription
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
@@ -22,7 +23,6 @@ from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
     import numpy as np
-    import torch
 
 __all__ = ["GGUFSource", "GGUF_MAGIC", "SPLIT_NAME", "split_files", "open_gguf", "GGUF"]
 
@@ -221,19 +221,17 @@ class _Loader:
     def __init__(self, path: Path, kind: str, dims: tuple[int, ...], first: int, nbytes: int):
         self.path, self.kind, self.dims, self.first, self.nbytes = path, kind, dims, first, nbytes
 
-    def __call__(self) -> "torch.Tensor":
+    def __call__(self) -> Any:
         import numpy as np
-        import torch
 
         raw = read_range(self.path, self.first, self.nbytes)
         if self.kind in _PLAIN or self.kind in _INTEGER:
-            dtype = getattr(torch, (_PLAIN.get(self.kind) or _INTEGER[self.kind]))
-            return torch.from_numpy(raw).view(dtype).reshape(self.dims)
+            return from_bytes(raw, _PLAIN.get(self.kind) or _INTEGER[self.kind], self.dims)
         gguf = _gguf()
         qtype = gguf.GGMLQuantizationType[self.kind]
         rows = raw.reshape(*self.dims[:-1], -1) if len(self.dims) > 1 else raw
         floats: np.ndarray = gguf.quants.dequantize(rows, qtype)
-        return torch.from_numpy(np.ascontiguousarray(floats, dtype=np.float32)).reshape(self.dims)
+        return np.ascontiguousarray(floats, dtype=np.float32).reshape(self.dims)
 
 
 def open_gguf(path: Path, ref: str, fmt: str | None = None) -> GGUFSource:

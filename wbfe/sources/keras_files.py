@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
+from wbfe.arrays import from_bytes
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
@@ -36,7 +37,7 @@ from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.registry import FileFormat, register_format, zip_members
 
 if TYPE_CHECKING:
-    import torch
+    import numpy as np
 
 __all__ = ["KerasSource", "open_keras", "is_keras_file", "KERAS"]
 
@@ -111,15 +112,17 @@ def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
-def _to_torch_layout(t: "torch.Tensor", layout: str) -> "torch.Tensor":
+def _to_torch_layout(t: "np.ndarray", layout: str) -> "np.ndarray":
+    import numpy as np
+
     n = t.ndim
     if layout == "dense":
         t = t.T
     elif layout == "conv":
-        t = t.permute(n - 1, n - 2, *range(n - 2))
+        t = np.transpose(t, (n - 1, n - 2, *range(n - 2)))
     elif layout == "depthwise":
-        t = t.permute(n - 2, n - 1, *range(n - 2)).reshape(t.shape[-2] * t.shape[-1], 1, *t.shape[:-2])
-    return t.contiguous()
+        t = np.transpose(t, (n - 2, n - 1, *range(n - 2))).reshape(t.shape[-2] * t.shape[-1], 1, *t.shape[:-2])
+    return np.ascontiguousarray(t)
 
 
 def _snake(name: str) -> str:
@@ -362,9 +365,8 @@ class KerasSource(TensorSource):
             yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, reread=load, skip=var.skip,
                               layout=var.axes)
 
-    def read(self, var: _Var) -> "torch.Tensor":
+    def read(self, var: _Var) -> Any:
         import numpy as np
-        import torch
 
         with self._lock:
             if self._h5 is None:
@@ -378,10 +380,9 @@ class KerasSource(TensorSource):
                     path=str(self._path),
                 ) from None
         if var.dtype == "bfloat16":  # Keras 3 stores bfloat16 as 2-byte opaque values, so marked
-            tensor = torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
-        else:
-            tensor = torch.from_numpy(np.ascontiguousarray(array))
-        return _to_torch_layout(tensor, var.layout)
+            bits = _to_torch_layout(np.ascontiguousarray(array).view(np.uint8).view(np.int16), var.layout)
+            return from_bytes(bits.view(np.uint8), "bfloat16", bits.shape)
+        return _to_torch_layout(np.asarray(array), var.layout)
 
     def close_files(self) -> None:
         with self._lock:
@@ -407,7 +408,7 @@ class _Loader:
     def __init__(self, source: KerasSource, var: _Var):
         self.source, self.var = source, var
 
-    def __call__(self) -> "torch.Tensor":
+    def __call__(self) -> Any:
         return self.source.read(self.var)
 
 

@@ -20,7 +20,7 @@ from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 __all__ = ["NpzSource", "open_npz", "NPZ", "numpy_dtype_name"]
 
@@ -93,14 +93,13 @@ class NpzSource(TensorSource):
             yield TensorEntry(name=member.name, shape=member.shape, dtype=member.dtype, load=load, reread=load,
                               skip=member.skip)
 
-    def read(self, member: _Member) -> "torch.Tensor":
+    def read(self, member: _Member) -> Any:
         """One array, read with ``allow_pickle=False``.
 
         Raises:
             CorruptCheckpointError: the member is damaged (short, a failed CRC-32).
         """
         import numpy as np
-        import torch
 
         try:
             with open_regular(self._path) as fh, _zip(self._path, fh) as archive, archive.open(member.member) as f:
@@ -108,14 +107,14 @@ class NpzSource(TensorSource):
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
             raise CorruptCheckpointError(f"{self._path}: array {member.name!r} unreadable ({str(exc)[:80]})",
                                          path=str(self._path)) from None
-        return torch.from_numpy(np.ascontiguousarray(array).copy())
+        return np.ascontiguousarray(array).copy()
 
 
 class _Loader:
     def __init__(self, source: NpzSource, member: _Member):
         self.source, self.member = source, member
 
-    def __call__(self) -> "torch.Tensor":
+    def __call__(self) -> Any:
         return self.source.read(self.member)
 
 

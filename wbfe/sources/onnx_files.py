@@ -24,7 +24,6 @@ from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
     import numpy as np
-    import torch
 
 __all__ = ["OnnxSource", "open_onnx", "ONNX"]
 
@@ -57,7 +56,7 @@ class OnnxSource(TensorSource):
             raise CorruptCheckpointError(f"{path}: not an ONNX model (no graph nodes)", path=str(path))
         try:
             plan = plan_graph(onnx, graph, lambda code: _dtype_name(onnx, code),
-                              values=lambda weight: self.read(weight).numpy())
+                              values=lambda weight: self.read(weight))
         except (ValueError, TypeError, KeyError) as exc:  # a malformed attribute or tensor header
             raise CorruptCheckpointError(f"{path}: malformed ONNX graph ({str(exc)[:120]})", path=str(path)) from None
         self._weights = plan.tensors
@@ -139,21 +138,20 @@ class OnnxSource(TensorSource):
             raise CorruptCheckpointError(f"{self._path}: initializer {name!r} unreadable ({exc})",
                                          path=str(self._path)) from None
 
-    def read(self, weight: Planned) -> "torch.Tensor":
+    def read(self, weight: Planned) -> Any:
         """The tensor as the consuming operator uses it (dequantised, out × in).
 
         Raises:
             CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError: unreadable data.
         """
         import numpy as np
-        import torch
 
         array = self._stored_array(weight.stored)
         if weight.dq is not None:
             array = _dequantize(array, self._array(weight.dq[0]),
                                 None if weight.dq[1] is None else self._array(weight.dq[1]), weight.dq[2], weight.dq[3])
-        t = torch.from_numpy(np.array(array))  # a copy the tensor owns, writable
-        return (t.T if weight.transpose else t).contiguous()
+        t = np.array(array)  # a copy the tensor owns, writable
+        return np.ascontiguousarray(t.T if weight.transpose else t)
 
     def __len__(self) -> int:
         return len(self._weights)
@@ -169,7 +167,7 @@ class _Loader:
     def __init__(self, source: OnnxSource, weight: Planned):
         self.source, self.weight = source, weight
 
-    def __call__(self) -> "torch.Tensor":
+    def __call__(self) -> Any:
         return self.source.read(self.weight)
 
 

@@ -19,6 +19,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+import numpy as np
+
+from wbfe.arrays import NUMPY_DTYPES, from_bytes
 from wbfe.errors import (
     CorruptCheckpointError,
     SourceNotFoundError,
@@ -30,7 +33,7 @@ from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 __all__ = ["SafetensorsSource", "read_header", "read_index", "index_weight_map", "index_shards", "unlisted_reason",
            "SAFETENSORS_DTYPES", "open_safetensors", "SAFETENSORS"]
@@ -429,7 +432,7 @@ class _Shard:
                                          path=str(path)) from None
         self._lock = threading.Lock()  # seek + read on one handle must not interleave
 
-    def read(self, info: dict[str, Any]) -> "torch.Tensor":
+    def read(self, info: dict[str, Any]) -> Any:
         try:
             with self._lock:
                 if not self._fh.closed:
@@ -444,61 +447,58 @@ class _Shard:
             self._fh.close()
 
 
-def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> "torch.Tensor":
-    """One tensor of the file: a large one mapped where the file can be mapped at an aligned
-    address, anything else read."""
-    import torch
+def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
+    """One tensor of the file (a numpy array where numpy has its dtype, see :mod:`wbfe.arrays`): a
+    large one mapped where the file can be mapped at an aligned address, anything else read."""
+    name, size = SAFETENSORS_DTYPES[info["dtype"]]
+    if name not in NUMPY_DTYPES:
+        import torch
 
-    dtype = getattr(torch, SAFETENSORS_DTYPES[info["dtype"]][0], None)
-    if not isinstance(dtype, torch.dtype):
-        raise UnsupportedDtypeError(
-            f"{fh.name}: this torch ({torch.__version__}) has no {info['dtype']} tensors, which the file "
-            "stores", path=str(fh.name), dtype=info["dtype"],
-        )
+        if not isinstance(getattr(torch, name, None), torch.dtype):
+            raise UnsupportedDtypeError(
+                f"{fh.name}: this torch ({torch.__version__}) has no {info['dtype']} tensors, which the file "
+                "stores", path=str(fh.name), dtype=info["dtype"],
+            )
     shape = [int(s) for s in info["shape"]]
     start, end = (int(o) for o in info["data_offsets"])
     if end == start:
-        return torch.empty(shape, dtype=dtype)
+        return from_bytes(np.empty(0, dtype=np.uint8), name, shape)
     if os.fstat(fh.fileno()).st_size < data_start + end:  # cut short since its header was checked
         raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (it changed while being read)",
                                        path=str(fh.name))
     raw = None
-    if end - start >= _MAP_BYTES and (data_start + start) % dtype.itemsize == 0:
+    if end - start >= _MAP_BYTES and (data_start + start) % max(1, int(size)) == 0:
         with contextlib.suppress(OSError):  # a file system that cannot map files: read instead
             raw = _map_tensor(fh, data_start + start, end - start)
     if raw is None:
         raw = _read_tensor(fh, data_start + start, end - start)
-    return raw.view(dtype).reshape(shape)
+    return from_bytes(raw, name, shape)
 
 
-def _map_tensor(fh: Any, first: int, nbytes: int) -> "torch.Tensor":
+def _map_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
     """The bytes ``[first, first + nbytes)`` of the file, mapped copy-on-write, page table filled.
 
     Reading into a buffer of its own cost 40 ms for a 94 MB tensor, all of it before any work on
     the first tensor (fresh pages are faulted in and zeroed, then copied into); a filled map of the
     same bytes takes 2 ms. One map per tensor, unmapped when the tensor is freed, so the resident
     set is the tensors alive now, as with a read (a map of the whole file would keep every page
-    read so far counted until it was closed). Copy-on-write, as the tensor must be writable for
+    read so far counted until it was closed). Copy-on-write, as a tensor must be writable for
     torch, though nothing writes it.
     """
-    import torch
-
     offset = first - first % mmap.ALLOCATIONGRANULARITY
     mapped = mmap.mmap(fh.fileno(), first + nbytes - offset, access=mmap.ACCESS_COPY, offset=offset)
     if _POPULATE_READ is not None:
         with contextlib.suppress(OSError):  # an older kernel: pages are faulted in as first read
             mapped.madvise(_POPULATE_READ)
-    return torch.frombuffer(mapped, dtype=torch.uint8, offset=first - offset, count=nbytes)
+    return np.frombuffer(mapped, dtype=np.uint8, offset=first - offset, count=nbytes)
 
 
-def _read_tensor(fh: Any, first: int, nbytes: int) -> "torch.Tensor":
+def _read_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
     """The bytes ``[first, first + nbytes)`` of the file, read into a buffer of their own."""
-    import torch
-
-    # torch.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte.
-    buffer = torch.empty(nbytes, dtype=torch.uint8)
+    # np.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte.
+    buffer = np.empty(nbytes, dtype=np.uint8)
     fh.seek(first)
-    if fh.readinto(buffer.numpy().data) != nbytes:
+    if fh.readinto(buffer.data) != nbytes:
         raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
     return buffer
 

@@ -1,0 +1,124 @@
+"""Tensors as the readers hand them over: a numpy array where numpy has the dtype, a torch tensor
+where only torch does (bfloat16, the float8 kinds) or where the reader is torch's own (pickles,
+TorchScript, an ``nn.Module``).
+
+A safetensors, GGUF, Keras or ONNX checkpoint of float32 or float16 weights is thereby scored on
+the CPU without importing torch, which costs about 1.5 s of start-up, most of a small model's
+score. The functions here take either kind, so the engine and the features built on it need not
+know which reader a tensor came from; a feature whose math is written with torch takes
+:func:`to_torch` of what it is given (no copy for a numpy array).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["NUMPY_DTYPES", "is_torch", "to_torch", "to_numpy", "dtype_name", "itemsize", "from_bytes",
+           "flat_bytes", "swap_first_axes", "contiguous", "torch_loaded"]
+
+# wbfe's dtype names (torch's, without the prefix) that numpy holds as they are stored.
+NUMPY_DTYPES: dict[str, Any] = {
+    "float64": np.float64, "float32": np.float32, "float16": np.float16,
+    "int64": np.int64, "int32": np.int32, "int16": np.int16, "int8": np.int8,
+    "uint64": np.uint64, "uint32": np.uint32, "uint16": np.uint16, "uint8": np.uint8, "bool": np.bool_,
+}
+# Bytes per element of the dtypes numpy lacks, so that sizes are known without importing torch.
+_OTHER_ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e8m0fnu": 1,
+                   "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complex64": 8, "complex128": 16}
+
+
+def torch_loaded() -> bool:
+    """Whether torch has been imported in this process (by wbfe or by its caller)."""
+    return "torch" in sys.modules
+
+
+def is_torch(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor; asked without importing torch."""
+    return torch_loaded() and isinstance(x, sys.modules["torch"].Tensor)
+
+
+def to_torch(x: Any) -> Any:
+    """``x`` as a torch tensor: itself, or a numpy array's memory shared (no copy)."""
+    if is_torch(x):
+        return x
+    import torch
+
+    return torch.from_numpy(np.asarray(x))
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """``x`` as a numpy array on the host: itself, a CPU tensor's memory shared, or (for dtypes
+    numpy lacks: bfloat16, float8) a float32 copy, which holds their values exactly."""
+    if not is_torch(x):
+        return np.asarray(x)
+    import torch
+
+    x = x.detach()
+    if x.device.type != "cpu":
+        x = x.cpu()
+    if dtype_name(x) not in NUMPY_DTYPES:
+        x = x.to(torch.float32)
+    return x.numpy()
+
+
+def dtype_name(x: Any) -> str:
+    """wbfe's name of ``x``'s dtype (torch's, without the ``torch.`` prefix): ``float32``, ``bfloat16``..."""
+    if is_torch(x):
+        return str(x.dtype).removeprefix("torch.")
+    name = np.dtype(x.dtype).name
+    return "bool" if name == "bool" else name
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of the dtype named ``dtype`` (a torch dtype name).
+
+    Raises:
+        AttributeError: ``dtype`` names no torch dtype.
+    """
+    if dtype in NUMPY_DTYPES:
+        return int(np.dtype(NUMPY_DTYPES[dtype]).itemsize)
+    if dtype in _OTHER_ITEMSIZE:
+        return _OTHER_ITEMSIZE[dtype]
+    import torch
+
+    return int(getattr(torch, dtype).itemsize)
+
+
+def from_bytes(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> Any:
+    """The tensor of ``dtype`` and ``shape`` held in the uint8 array ``raw`` (no copy): a numpy array
+    when numpy has the dtype, else a torch tensor.
+
+    Raises:
+        AttributeError: ``dtype`` names no torch dtype.
+    """
+    if dtype in NUMPY_DTYPES:
+        return raw.view(NUMPY_DTYPES[dtype]).reshape(tuple(shape))
+    import torch
+
+    return torch.from_numpy(raw).view(getattr(torch, dtype)).reshape(tuple(shape))
+
+
+def flat_bytes(x: Any) -> np.ndarray:
+    """The bytes of ``x`` in C order, as a flat uint8 numpy array (a copy only where ``x`` is not
+    contiguous, or not on the host)."""
+    if is_torch(x):
+        x = x.detach()
+        if x.device.type != "cpu":
+            x = x.cpu()
+        import torch
+
+        return x.contiguous().reshape(-1).view(torch.uint8).numpy()
+    return np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+
+
+def swap_first_axes(x: Any) -> Any:
+    """``x`` with its first two axes swapped (a view)."""
+    return x.transpose(0, 1) if is_torch(x) else np.swapaxes(x, 0, 1)
+
+
+def contiguous(x: Any) -> Any:
+    """``x`` in C order (itself when it already is)."""
+    return x.contiguous() if is_torch(x) else np.ascontiguousarray(x)
