@@ -1,7 +1,8 @@
 """The engine's loop: planned entries are read (ahead, within the memory budget), checked for
 ties, turned into matrices and handed to the pipeline's workers; finished spectra become rows,
 recorded in stream order. A local score and each Ray part run this one loop, so their rows agree
-exactly."""
+exactly. With ``options.intra`` the products of consecutive matrices (:mod:`wbfe.engine.products`)
+are scored in the same loop, each right after its second matrix."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol, Union
 
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import batch_job, batch_key, spectrum_job
+from wbfe.engine.products import IntraChain
 from wbfe.engine.rows import Record, RowMaker
 from wbfe.engine.stream import Planned, matrices_of
 from wbfe.matrices import MatrixPlan, Skip
@@ -51,13 +53,14 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
     def flush() -> None:
         if len(batch) == 1:  # a matrix without equal-shaped neighbours: on its own, as any other
             (entry, plan, matrices), = batch
-            pipeline.compute(entry, plan, spectrum_job(matrices, context, entry.name))
+            pipeline.compute(entry, plan, spectrum_job(matrices, context, entry.name, plan))
         elif batch:
             pipeline.compute_batch([(e, p) for e, p, _ in batch],
                                    batch_job([m[0] for _, _, m in batch], [e.name for e, _, _ in batch], context))
         batch.clear()
 
     rows = RowMaker(context, record)
+    chain = IntraChain(context.options.seed) if context.options.intra else None
 
     def collect(wait: bool = False) -> None:
         for entry, plan, outcome in pipeline.finished(wait=wait):
@@ -67,6 +70,8 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
 
     for entry, plan, reading in pipeline.read_ahead(iter(planned)):
         prepared = _prepare(entry, plan, reading, context, storage, ties)
+        product = (chain.follow(plan, prepared) if chain is not None and isinstance(plan, MatrixPlan)
+                   and not isinstance(prepared, Skip) else None)
         key = batch_key(plan, prepared, device) if context.need_eigs else None
         if batch and (key != batch_key(batch[0][1], batch[0][2], device)
                       or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
@@ -78,7 +83,10 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
             pipeline.put(entry, prepared)
         else:
             assert isinstance(plan, MatrixPlan)
-            pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name))
+            pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name, plan))
+        if product is not None:  # its row follows its second matrix's: the held batch goes first
+            flush()
+            pipeline.compute(*product)
         del prepared  # the job holds the tensor now, and frees it when done
         collect()
     flush()

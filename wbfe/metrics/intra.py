@@ -29,7 +29,7 @@ import numpy as np
 
 from wbfe.metrics._group import Spectrum
 
-__all__ = ["IntraPair", "align_pair", "intra_matrix", "intra_spectrum", "intra_pairs"]
+__all__ = ["IntraPair", "align_pair", "intra_mask", "intra_matrix", "intra_spectrum", "intra_pairs"]
 
 
 @dataclass(frozen=True)
@@ -60,23 +60,31 @@ def align_pair(w0: np.ndarray, w1: np.ndarray) -> Optional[tuple[np.ndarray, np.
     return (w0, w1) if w0.shape[1] == w1.shape[0] else None
 
 
-def intra_matrix(w0: np.ndarray, w1: np.ndarray, *, rng: Optional[np.random.RandomState] = None) -> Optional[np.ndarray]:
+def intra_mask(rng: np.random.RandomState, m: int) -> np.ndarray:
+    """WeightWatcher's ``sparsify`` mask S for a shared side m: ``rng.randint(2, size=m·m)`` as m × m."""
+    return rng.randint(2, size=m * m).reshape((m, m))
+
+
+def intra_matrix(w0: np.ndarray, w1: np.ndarray, *, rng: Optional[np.random.RandomState] = None,
+                 mask: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
     """X = W₀·W₁/(‖W₀‖·‖W₁‖) after :func:`align_pair`, in float64; None when they do not chain.
 
     Args:
         rng: with a generator, WeightWatcher's ``sparsify``: X = W₀·S·W₁/(‖W₀‖·‖W₁‖ + √‖S‖),
-            S = ``rng.randint(2, size=m·m)`` as an m × m matrix, m the shared side.
+            S = :func:`intra_mask` of the shared side.
+        mask: that S, drawn already (the engine draws the masks in stream order, then multiplies
+            on a worker).
     """
     aligned = align_pair(np.asarray(w0, dtype=np.float64), np.asarray(w1, dtype=np.float64))
     if aligned is None:
         return None
     a, b = aligned
     norm = np.linalg.norm(a) * np.linalg.norm(b)
-    if rng is None:
+    if rng is not None:
+        mask = intra_mask(rng, b.shape[0])
+    if mask is None:
         return np.dot(a, b) / norm
-    m = b.shape[0]
-    s = rng.randint(2, size=m * m).reshape((m, m))
-    return np.dot(np.dot(a, s), b) / (norm + np.sqrt(np.linalg.norm(s)))
+    return np.dot(np.dot(a, mask), b) / (norm + np.sqrt(np.linalg.norm(mask)))
 
 
 def intra_spectrum(x: np.ndarray, n_comp: int) -> Spectrum:
