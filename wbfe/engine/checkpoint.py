@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from wbfe._provenance import installed_versions
 from wbfe.engine.context import Context
+from wbfe.engine.products import IntraChain
 from wbfe.engine.jobs import planned_spectrum
 from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.run import run
@@ -71,9 +72,14 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
         if progress is not None:
             progress(count, None if total is None else max(total, count), entry.name)
 
-    with Pipeline(context.device) as pipeline:
-        run(pipeline, planned, context, SeenContent(), record, done)
     description = source.description  # records which description was used in the provenance
+    chain = None
+    if options.intra and isinstance(planned, list):  # every plan known: the chain in the model's order
+        chain = IntraChain.in_order(options.seed, [p.plan for p in planned if isinstance(p.plan, MatrixPlan)],
+                                    description.order if description is not None else None,
+                                    description.aliases if description is not None else None)
+    with Pipeline(context.device) as pipeline:
+        run(pipeline, planned, context, SeenContent(), record, done, chain)
     model = provenance_of(source.provenance.to_dict(), context)
     return finish(model, layers, skipped, context.groups, head=options.head, head_hint=source.head_hint,
                   config=source.config, description=description)

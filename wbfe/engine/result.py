@@ -167,13 +167,15 @@ def summarise(
 
 def _with_products(layers: list[dict[str, Any]],
                    order: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """``order`` applied to the matrices' rows, each product's row kept right after the row it
-    followed in the stream (its second matrix's)."""
+    """``order`` applied to the matrices' rows, each product's row (``"<first> X <second>"``) right
+    after its second matrix's row (after the row it followed in the stream if that one has none)."""
     after: dict[Optional[str], list[dict[str, Any]]] = {}
     previous: Optional[str] = None
+    names = {layer["name"] for layer in layers if layer.get("role") != INTRA}
     for layer in layers:
         if layer.get("role") == INTRA:
-            after.setdefault(previous, []).append(layer)
+            second = layer["name"].rpartition(" X ")[2]
+            after.setdefault(second if second in names else previous, []).append(layer)
         else:
             previous = layer["name"]
     if not after:

@@ -31,7 +31,7 @@ class Ties(Protocol):
 
 
 def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: Ties, record: Record,
-        done: Optional[Done] = None) -> None:
+        done: Optional[Done] = None, chain: Optional[IntraChain] = None) -> None:
     """Score every planned entry on ``pipeline``, calling ``record(entry, skip_or_row)`` in stream
     order as rows are made, and ``done(entry)`` as soon as its spectrum is finished (rows may be
     held back a little longer, to fit equal-shaped spectra together).
@@ -43,6 +43,9 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         ties: finds byte-identical earlier tensors (scored once, the copy skipped as ``tied``).
         record: receives each entry's row or skip.
         done: progress, per entry.
+        chain: with ``options.intra``, the chain of matrices whose products are scored too
+            (:meth:`IntraChain.in_order` when the stream is planned up front; by default the
+            stream's order).
     """
     storage: dict[Any, str] = {}
     # Consecutive small matrices of one shape and dtype (an MoE's experts) whose eigenvalues are
@@ -60,7 +63,8 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         batch.clear()
 
     rows = RowMaker(context, record)
-    chain = IntraChain(context.options.seed) if context.options.intra else None
+    if chain is None and context.options.intra:
+        chain = IntraChain(context.options.seed)
 
     def collect(wait: bool = False) -> None:
         for entry, plan, outcome in pipeline.finished(wait=wait):
@@ -70,8 +74,8 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
 
     for entry, plan, reading in pipeline.read_ahead(iter(planned)):
         prepared = _prepare(entry, plan, reading, context, storage, ties)
-        product = (chain.follow(plan, prepared) if chain is not None and isinstance(plan, MatrixPlan)
-                   and not isinstance(prepared, Skip) else None)
+        products = (chain.follow(plan, None if isinstance(prepared, Skip) else prepared)
+                    if chain is not None and isinstance(plan, MatrixPlan) else [])
         key = batch_key(plan, prepared, device) if context.need_eigs else None
         if batch and (key != batch_key(batch[0][1], batch[0][2], device)
                       or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
@@ -84,9 +88,10 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         else:
             assert isinstance(plan, MatrixPlan)
             pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name, plan))
-        if product is not None:  # its row follows its second matrix's: the held batch goes first
+        if products:  # their rows follow this entry's: the held batch goes first
             flush()
-            pipeline.compute(*product)
+            for product in products:
+                pipeline.compute(*product)
         del prepared  # the job holds the tensor now, and frees it when done
         collect()
     flush()
