@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Union
 
 from wbfe.framework import IN_OUT, OUT_IN, check_layout
 from wbfe.heads import HEAD_NAMES, find_head
@@ -60,7 +60,7 @@ class MatrixPlan:
         shape: tensor shape as stored.
         dtype: stored dtype name.
         convention: ``dense`` for 2-D tensors, else the conv convention used (``flatten``/``slices``,
-            or ``fft``: WeightWatcher's FFT view of a 4-D kernel, :mod:`wbfe.metrics.conv_fft`);
+            or ``fft``: WeightWatcher's FFT view of a 4-D kernel, :mod:`wbfe.conv_fft`);
             ``intra`` for a product of consecutive matrices (:mod:`wbfe.metrics.intra`).
         rows, cols: shape of one matrix (of one slice for ``slices``; N ≥ M as WeightWatcher
             reports them for ``fft``).
@@ -153,7 +153,7 @@ def plan_matrix(
     elif conv == "flatten":
         rows, cols, n_slices, convention = out, inp * math.prod(shape[2:]), 1, "flatten"
     elif conv == "fft" and len(shape) == 4:  # WeightWatcher's FFT view is of 2-D convolutions only
-        from wbfe.metrics.conv_fft import conv2d_fft_dims
+        from wbfe.conv_fft import conv2d_fft_dims
 
         rows, cols, kept = conv2d_fft_dims((out, inp, *shape[2:]))
         # No size check: WeightWatcher applies no min_evals to the FFT view, and it keeps rf·N·M ≥ 1 values.

@@ -47,7 +47,7 @@ __all__ = [
 
 CONVENTIONS = ("flatten", "slices", "fft")
 """Conv-kernel conventions (docs: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
-``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel, :mod:`wbfe.metrics.conv_fft`)."""
+``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel, :mod:`wbfe.conv_fft`)."""
 
 ConvConvention = Literal["flatten", "slices", "fft"]
 

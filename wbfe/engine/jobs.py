@@ -18,7 +18,7 @@ __all__ = ["spectrum_of", "spectrum_job", "batch_job", "batch_key", "planned_spe
 def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: Any, *, need_eigs: bool = True) -> Spectrum:
     """The spectrum of a planned entry's matrices (:func:`~wbfe.engine.matrices_of`): their pooled
     Gram eigenvalues, or for the ``fft`` convention WeightWatcher's FFT view of the kernel
-    (:mod:`wbfe.metrics.conv_fft`, always with its eigenvalues).
+    (:mod:`wbfe.conv_fft`, always with its eigenvalues).
 
     Raises:
         DegenerateMatrixError: non-finite or all-zero entries.
@@ -27,7 +27,7 @@ def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: An
         return spectrum(matrices, device, need_eigs=need_eigs)
     import numpy as np
 
-    from wbfe.metrics.conv_fft import conv2d_fft_eigenvalues
+    from wbfe.conv_fft import conv2d_fft_eigenvalues
 
     kernel = matrices[0].detach().float().cpu().numpy()
     if not np.isfinite(kernel).all():

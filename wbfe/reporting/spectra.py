@@ -20,7 +20,7 @@ def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any])
     from wbfe.options import CONVENTIONS, ScoreOptions
 
     conv = options.get("conv")
-    score_options = ScoreOptions(conv=conv if conv in CONVENTIONS else "flatten",  # type: ignore[arg-type]
+    score_options = ScoreOptions(conv=conv if conv in CONVENTIONS else "flatten",
                                  ww_compatible=bool(options.get("ww_compatible")),
                                  device=str(options.get("device") or "auto"))
     return eigenvalues_of(ref, names, score_options)
