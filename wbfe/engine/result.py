@@ -148,7 +148,7 @@ def summarise(
     summary["by_role"] = _means_by(every, "role", columns)
     if products:
         summary["intra"] = {"n": len(products), "note": (
-            f"{len(products)} products of consecutive weight matrices (WeightWatcher's intra=True) are included "
+            f"{len(products)} product(s) of consecutive weight matrices (WeightWatcher's intra=True) included "
             "as rows with role 'intra'; the head and the model's means leave them out, by_role['intra'] has theirs")}
     if any(layer.get("component") for layer in layers):
         summary["by_component"] = _means_by(layers, "component", columns)
