@@ -220,7 +220,7 @@ class ScoreOptions(_Options):
 
     Each field is checked when the object is built; raw values are normalised on the way in
     (``metrics="bfe,htsr"`` becomes ``("bfe", "htsr")``, ``lam="0.5"`` becomes ``0.5``,
-    ``ww_compatible=True`` forces ``conv="slices"``).
+    ``ww_compatible=True`` turns the default ``conv="flatten"`` into ``"slices"``; ``"fft"`` stays).
 
     Attributes:
         metrics: metric group names (empty: the default groups).
