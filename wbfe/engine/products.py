@@ -32,11 +32,15 @@ INTRA = "intra"
 
 
 class Product(NamedTuple):
-    """One product to score: a stand-in entry (its ``load`` multiplies), its plan, its spectrum job."""
+    """One product to score: a stand-in entry (its ``load`` multiplies), its plan, its spectrum job
+    (a :class:`~wbfe.spectra.Spectrum`, or the :class:`DegenerateMatrixError` saying why none), and
+    the names of its two matrices."""
 
     entry: TensorEntry
     plan: MatrixPlan
     job: Callable[[], Any]
+    first: str
+    second: str
 
 
 class _Pair(NamedTuple):
@@ -85,6 +89,11 @@ class IntraChain:
             previous = plan
         chain.pairs = pairs
         return chain
+
+    def needs(self, name: str) -> bool:
+        """Whether a matrix is part of a product still to make (always True before :meth:`in_order`'s
+        chain is known: the stream's order finds it as it goes)."""
+        return self.pairs is None or bool(self.pairs.get(name))
 
     def follow(self, plan: MatrixPlan, matrices: Optional[list[Any]]) -> list[Product]:
         """The products this entry completes; ``matrices`` None for a planned matrix that has
@@ -170,4 +179,4 @@ def _product(first: str, w0: np.ndarray, second: str, w1: np.ndarray, mask: Opti
         return torch.from_numpy(intra_matrix(a, b, mask=mask))
 
     plan = MatrixPlan(name, INTRA, shape, "float64", INTRA, *shape, 1, kept=n_comp)
-    return Product(TensorEntry(name, shape, "float64", load), plan, job)
+    return Product(TensorEntry(name, shape, "float64", load), plan, job, first, second)

@@ -91,7 +91,7 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         if products:  # their rows follow this entry's: the held batch goes first
             flush()
             for product in products:
-                pipeline.compute(*product)
+                pipeline.compute(product.entry, product.plan, product.job)
         del prepared  # the job holds the tensor now, and frees it when done
         collect()
     flush()
