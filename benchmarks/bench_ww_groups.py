@@ -11,6 +11,12 @@ each timing is the median of ``--repeats`` runs of the analysis call alone:
   (the one of these it runs; the others go through the ``powerlaw`` package, whose 2.0 makes them
   fail) and, for ``xmin_peak`` and ``e_tpl``, the ``powerlaw`` package's own ``Fit`` on the same
   tails (what WeightWatcher would call), that one on the smallest layers only (it is slow).
+- ``intra`` and ``conv fft``: ``wbfe.score(model, metrics="htsr", intra=True)`` / ``conv="fft"``
+  (default and ``ww_compatible``) against ``analyze(intra=True)`` / ``analyze(conv2d_fft=True)``,
+  each as its whole run's time and as that less the plain run's. WeightWatcher's ``intra`` run
+  scores the products only (its layers' own rows are not made), and it also multiplies the two
+  convolutions' first slices; wbfe's adds the products' rows to every matrix's (a conv kernel ends
+  its chain): the row counts are saved beside the times.
 
     python benchmarks/bench_ww_groups.py [--repeats 3] [--scale 1]
 
@@ -86,6 +92,29 @@ def ww_spectra(model: Any) -> list[Any]:
     return specs
 
 
+def views(model: Any, ww: Any, ww_base: float, groups: dict[str, float], repeats: int) -> dict[str, Any]:
+    """Time of ``intra`` and ``conv fft`` (whole runs, and less the plain run), wbfe against WeightWatcher."""
+    import wbfe
+
+    out: dict[str, Any] = {}
+    for mode, compat in (("default", False), ("ww_compatible", True)):
+        base = groups[f"htsr_{mode}_s"]
+        for label, keywords in (("intra", {"intra": True}), ("conv_fft", {"conv": "fft"})):
+            t = median_time(lambda: wbfe.score(model, metrics="htsr", ww_compatible=compat, **keywords),  # noqa: B023
+                            repeats)
+            out[f"{label}_{mode}_s"], out[f"{label}_{mode}_added_s"] = t, t - base
+    rows = [r for r in wbfe.score(model, metrics="htsr", intra=True).layers if r["role"] == "intra"]
+    out["intra_wbfe_products"] = [r["name"] for r in rows]
+    for label, flag in (("intra", "intra"), ("conv_fft", "conv2d_fft")):
+        np.random.seed(0)
+        t = median_time(quiet(lambda: ww.analyze(randomize=False, mp_fit=False, plot=False, **{flag: True})),  # noqa: B023
+                        repeats)
+        out[f"{label}_ww_s"], out[f"{label}_ww_added_s"] = t, t - ww_base
+    details = quiet(lambda: ww.analyze(randomize=False, mp_fit=False, plot=False, intra=True))()
+    out["intra_ww_products"] = [str(name).strip() for name in details["name"]]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -125,6 +154,7 @@ def main() -> None:
         t = median_time(quiet(lambda: ww.analyze(randomize=False, mp_fit=False, plot=False, fix_fingers="clip_xmax")),
                         args.repeats)
         out["tail_fits"]["clip_xmax_ww_added_s"] = t - ww_base
+        out["views"] = views(model, ww, ww_base, out["groups"], args.repeats)
 
         specs = ww_spectra(model)
         htsr = get_group("htsr")

@@ -44,6 +44,7 @@ class Conv(str, Enum):
 
     flatten = "flatten"
     slices = "slices"
+    fft = "fft"
 
 
 # ---------------------------------------------------------------- shared declarations (one help text each)
@@ -57,7 +58,11 @@ Metrics = Annotated[Optional[str], typer.Option(
                       "Default: bfe,htsr.")]
 Lambda = Annotated[str, typer.Option("--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number.")]
 ConvOption = Annotated[Conv, typer.Option(
-    "--conv", help="Conv kernels: flatten (out x in*k*k) or slices (pooled k*k matrices).")]
+    "--conv", help="Conv kernels: flatten (out x in*k*k), slices (pooled k*k matrices) or fft (WeightWatcher's "
+                   "conv2d_fft view of 2-D convolutions).")]
+Intra = Annotated[bool, typer.Option(
+    "--intra", help="Also score the products of consecutive weight matrices (WeightWatcher's intra=True), "
+                    "one row each, role intra.")]
 Layers = Annotated[Optional[str], typer.Option(
     "--layers", help="Only tensors whose name matches this regular expression (patterns that can take "
                      "exponential time, such as (a+)+ or (a|a)*, are refused).")]
@@ -153,7 +158,7 @@ def with_groups(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable
 _SCORING: dict[str, tuple[Any, Any]] = {
     "metrics": (Metrics, None), "lam": (Lambda, "opt"), "conv": (ConvOption, Conv.flatten), "layers": (Layers, None),
     "device": (Device, "auto"), "head": (Head, None), "min_eigs": (MinEigs, 10), "ww_compatible": (WwCompatible, False),
-    "seed": (Seed, 0), "fix_fingers": (FixFingers, None), "fit": (Fit, "pl"),
+    "seed": (Seed, 0), "fix_fingers": (FixFingers, None), "fit": (Fit, "pl"), "intra": (Intra, False),
 }
 
 

@@ -55,6 +55,9 @@ def report_command(
     saved = load_saved(target) if ref is not None else None
     is_zoo = ref_b is None and saved is None and _is_zoo(target, run.quality)
     _refuse_unused(score, run, stats, weights, saved=saved is not None, pair=ref_b is not None, zoo=is_zoo)
+    if score.intra or score.conv == "fft":
+        raise InvalidOptionError("a report draws the ESDs of stored matrices: --intra and --conv fft do not apply; "
+                                 "use wbfe score --intra / --conv fft")
     report: Any
     if ref_b is not None:
         if ref is None or saved is not None:

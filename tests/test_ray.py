@@ -188,3 +188,25 @@ def test_small_experts_score_on_ray_exactly_as_locally(tmp_path: Path, local_ray
     on_ray = score_on_ray(folder, options, ExecutorOptions("ray"), score_here).to_dict()
     on_ray["model"].pop("executor")
     assert on_ray == wbfe.score(folder, options=options).to_dict()
+
+
+def test_intra_and_conv_fft_on_ray_equal_local(tmp_path: Path, local_ray: None) -> None:
+    """The options travel whole: --conv fft is scored per part as locally; an --intra run, whose
+    products may straddle two parts, is scored by one task, with every product row."""
+    import torch
+    from safetensors.torch import save_file
+
+    from wbfe.executors.ray_score import score_on_ray
+    from wbfe.options import ScoreOptions
+    from wbfe.scoring import score_here
+
+    g = torch.Generator().manual_seed(4)
+    path = tmp_path / "m.safetensors"
+    save_file({"a.weight": torch.randn(40, 30, generator=g), "b.weight": torch.randn(20, 40, generator=g),
+               "c.weight": torch.randn(24, 20, generator=g), "d.weight": torch.randn(8, 6, 3, 3, generator=g)}, str(path))
+    for options in (ScoreOptions(intra=True, seed=2), ScoreOptions(conv="fft"), ScoreOptions(intra=True, conv="fft")):
+        split = score_on_ray(path, options, ExecutorOptions("ray"), score_here, part_bytes=1).to_dict()
+        assert split["model"].pop("executor") == "ray"
+        assert split == score_here(path, options).to_dict()
+    assert [row["name"] for row in split["layers"] if row["role"] == "intra"] == ["a.weight X b.weight",
+                                                                                 "b.weight X c.weight"]

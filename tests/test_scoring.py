@@ -72,7 +72,7 @@ def test_no_usable_matrix() -> None:
     "kwargs,message",
     [
         ({"min_eigs": 0}, "min_eigs must be a positive integer"),
-        ({"conv": "rows"}, "conv convention must be 'flatten' or 'slices'"),
+        ({"conv": "rows"}, "conv convention must be 'flatten', 'slices' or 'fft'"),
         ({"lam": "best"}, "lambda must be 'opt' or a positive number"),
         ({"metrics": ""}, "no metric group given"),
         ({"device": "tpu"}, "device must be auto, cpu or cuda"),

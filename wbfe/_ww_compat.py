@@ -42,13 +42,17 @@ from typing import Any
 
 import numpy as np
 
+from wbfe.conv_fft import FFT_GRID, conv2d_fft_eigenvalues
+
 __all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
            "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID"]
 
-#: The FFT grid of WeightWatcher 0.7.7's ``conv2d_fft`` (``get_conv2d_fft(W, n=32)``).
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
 WW_EVALS_THRESH = 1e-5
-WW_FFT_GRID = 32
+#: The FFT grid of WeightWatcher 0.7.7's ``conv2d_fft``; the FFT view itself lives in the public
+#: :mod:`wbfe.conv_fft` (the engine scores it for ``--conv fft``), named here as before.
+WW_FFT_GRID = FFT_GRID
+ww_conv2d_fft_eigenvalues = conv2d_fft_eigenvalues
 
 #: Factor WeightWatcher 0.7.7 applies to every pooled Conv2d eigenvalue (conv2d_norm with count 1).
 WW_CONV2D_EIG_SCALE = 0.5
@@ -114,42 +118,6 @@ def ww_conv2d_dims(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
     if out_ch + in_ch < kh + kw or out_ch >= in_ch:
         return out_ch, in_ch, rf
     return (in_ch, out_ch, rf) if rf % 2 == 1 else (out_ch, in_ch, rf)
-
-
-def ww_conv2d_fft_eigenvalues(w: np.ndarray) -> tuple[np.ndarray, int, int]:
-    """The eigenvalues WeightWatcher 0.7.7 analyses for a Conv2d weight with ``conv2d_fft=True``.
-
-    Its ``get_conv2d_fft`` takes the 2-D FFT of the kernel over the two spatial axes on a 32 × 32
-    grid (over the first two axes instead when out + in < kh + kw), giving an (out, in, 32, 32)
-    complex array; the conv normalisation multiplies it by √½; ``combined_eigenvalues`` then keeps
-    the real part (``astype(float)``), takes the singular values of every 32 × 32 grid (SciPy's SVD
-    batched over the last two axes), and keeps the largest rf·N·M of them, squared (rf = the smaller
-    spatial size, N ≥ M the channel counts). This is not the singular values of the convolution
-    operator (Sedghi et al. 2019, the SVD of each frequency's out × in matrix): the ``conv2d_fft``
-    option is deprecated in WeightWatcher's own documentation; this reproduces what it computes.
-
-    Args:
-        w: weight of shape (out, in, kh, kw), as ``torch.nn.Conv2d.weight``.
-
-    Returns:
-        ``(eigenvalues ascending, N, M)``, N and M as WeightWatcher reports them.
-
-    Raises:
-        ValueError: ``w`` is not 4-D.
-    """
-    w32 = _conv_weight32(w)
-    n, m, imax, jmax = w32.shape
-    axes = [2, 3]
-    if n + m < imax + jmax:
-        n, m, imax, jmax = imax, jmax, n, m
-        axes = [0, 1]
-    if n < m:
-        n, m = m, n
-    n_comp = min(imax, jmax) * n * m
-    coefs = np.fft.fft2(w32, [WW_FFT_GRID, WW_FFT_GRID], axes=axes) * np.sqrt(1 / 2.0)
-    sv = np.linalg.svd(coefs.real.astype(np.float64), compute_uv=False).ravel()
-    sv = np.sort(sv)[-n_comp:]
-    return np.sort(sv * sv), int(n), int(m)
 
 
 def _conv_weight32(w: Any) -> np.ndarray:

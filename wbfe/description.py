@@ -55,7 +55,7 @@ class Description:
 def describe(
     ref: Any,
     *,
-    conv: Literal["flatten", "slices"] = "flatten",
+    conv: Literal["flatten", "slices", "fft"] = "flatten",
     layers: Optional[str] = None,
     head: Optional[str] = None,
     min_eigs: int = 10,
@@ -113,12 +113,12 @@ def describe(
 
 def _described(plan: MatrixPlan, quant: Optional[str]) -> dict[str, Any]:
     return {"name": plan.name, "shape": list(plan.shape), "N": max(plan.rows, plan.cols), "M": min(plan.rows, plan.cols),
-            "n_slices": plan.n_slices, "n_eigs": min(plan.rows, plan.cols) * plan.n_slices, "role": plan.role,
+            "n_slices": plan.n_slices, "n_eigs": plan.n_eigs, "role": plan.role,
             "component": component_of(plan.name), "convention": plan.convention,
             "form": "primal" if plan.rows <= plan.cols else "dual", "dtype": plan.dtype, "quant": quant}
 
 
-def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices"] = "flatten", device: str = "auto") -> Any:
+def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices", "fft"] = "flatten", device: str = "auto") -> Any:
     """The eigenvalues of one matrix of ``ref`` (its empirical spectral density), ascending: the
     eigenvalues of the smaller Gram matrix W·Wᵀ or Wᵀ·W, pooled over a conv kernel's slices with
     ``conv="slices"``, as a score computes them (float64; values below rounding set to 0).

@@ -1,17 +1,19 @@
 """``intra``: the spectra of products of consecutive layers' matrices (WeightWatcher 0.7.7's
-``intra=True``), scored with the metric groups that need only a spectrum. The products and their
-spectra are :mod:`wbfe.metrics.intra`'s; this module walks a checkpoint with the engine."""
+``intra=True``) alone, scored with the metric groups that need only a spectrum. The chain and the
+products are the engine's (:class:`wbfe.engine.IntraChain`, as ``wbfe score --intra`` makes them);
+only the matrices that form a product are read, and the matrices' own rows are not made."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Optional, Union
 
 from wbfe import engine
-from wbfe.errors import InvalidOptionError, NoUsableMatrixError
+from wbfe.errors import NoUsableMatrixError
+from wbfe.matrices import MatrixPlan
 from wbfe.metrics import MetricOptions, resolve_groups
-from wbfe.metrics.intra import intra_pairs
 from wbfe.options import ScoreOptions
 from wbfe.sources import open_source
+from wbfe.spectra import DegenerateMatrixError
 
 __all__ = ["score_intra"]
 
@@ -25,43 +27,51 @@ def score_intra(
     Args:
         ref: anything :func:`wbfe.sources.open_source` reads (an ``nn.Module`` included).
         metrics: groups that need only the spectrum (``htsr``, ``detx``, ``fingers``, ``htmp``, ``bfe``).
-        ww_compatible: WeightWatcher's fitting choices (see :class:`MetricOptions`).
+        ww_compatible: WeightWatcher's fitting choices (see :class:`MetricOptions`); matrices too
+            small for it leave the chain, as WeightWatcher leaves them out of its layers.
         layers: a regular expression selecting the weights that form the chain.
-        sparsify, seed: see :func:`intra_pairs`.
+        sparsify: WeightWatcher's default random 0/1 mask between the two (see
+            :func:`wbfe.metrics.intra.intra_matrix`); seed: the masks' seed.
 
     Returns:
-        Rows ``{"name", "first", "second", "rows", "cols", "n_eigs", <columns>..., "reasons"}``.
+        Rows ``{"name", "first", "second", "rows", "cols", "n_eigs", <columns>..., "reasons"}``; a
+        pair with a non-finite or all-zero factor has no columns, and says so in
+        ``reasons["spectrum"]``.
 
     Raises:
         InvalidOptionError: a group that needs the matrices themselves (``vectors``, ``rand``).
-        NoUsableMatrixError: fewer than two chaining weights.
+        NoUsableMatrixError: no two consecutive weight matrices share a side.
     """
     groups = resolve_groups(metrics)
-    for group in groups:
-        if group.from_matrices is not None and group.name != "htsr":
-            raise InvalidOptionError(f"metric group {group.name} needs the matrices themselves, not a product's spectrum")
     settings = ScoreOptions(metrics=tuple(g.name for g in groups), layers=layers, ww_compatible=ww_compatible,
-                            seed=seed)
-    pattern = settings.pattern
+                            seed=seed, intra=True)
     options = MetricOptions.from_score_options(settings)
+    products: list[engine.Product] = []
     with open_source(ref) as source:
-        # The tensors as a score reads them (quantised weights dequantised, fused experts split).
-        chain = ((e.name, e.load()) for e, consumed in engine.entries(source)
-                 if consumed is None and e.skip is None and len(e.shape) >= 2
-                 and e.dtype.startswith(("float", "bfloat")) and (pattern is None or pattern.search(e.name)))
-        pairs = intra_pairs(chain, sparsify=sparsify, seed=seed)
-    if not pairs:
+        planned = [(entry, plan) for entry, plan in engine.stream(source, settings) if isinstance(plan, MatrixPlan)]
+        description = source.description
+        chain = engine.IntraChain.in_order(seed, [plan for _, plan in planned],
+                                           description.order if description is not None else None,
+                                           description.aliases if description is not None else None, sparsify=sparsify)
+        for entry, plan in planned:
+            if chain.needs(plan.name):
+                products += chain.follow(plan, engine.matrices_of(entry.load(), plan, ww_compatible=ww_compatible))
+    if not products:
         raise NoUsableMatrixError("no two consecutive weight matrices share a side: nothing to multiply")
     rows = []
-    for pair in pairs:
-        row: dict[str, Any] = {"name": pair.name, "first": pair.first, "second": pair.second,
-                               "rows": pair.spectrum.rows, "cols": pair.spectrum.cols, "n_eigs": pair.spectrum.n_eigs}
+    for product in products:
+        spec = product.job()
+        row: dict[str, Any] = {"name": product.plan.name, "first": product.first, "second": product.second,
+                               "rows": product.plan.rows, "cols": product.plan.cols}
+        if isinstance(spec, DegenerateMatrixError):
+            rows.append({**row, "n_eigs": 0, "reasons": {"spectrum": str(spec)}})
+            continue
+        row["n_eigs"] = spec.n_eigs
         reasons: dict[str, str] = {}
         for group in groups:
-            result = group.compute(pair.spectrum, options)
+            result = group.compute(spec, options)
             row.update(result.values)
             reasons.update(result.reasons)
         row["reasons"] = reasons
         rows.append(row)
     return rows
-

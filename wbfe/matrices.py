@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import Any, Union
 
 from wbfe.arrays import contiguous, swap_first_axes
 from wbfe.framework import IN_OUT, OUT_IN, check_layout
 from wbfe.heads import HEAD_NAMES, find_head
+from wbfe.options import ConvConvention
 
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "ConvConvention",
@@ -35,7 +34,6 @@ __all__ = [
     "find_head",
 ]
 
-ConvConvention = Literal["flatten", "slices"]
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 # BFE-W is defined for any matrix with at least two eigenvalues (docs/math.md §2).
 MIN_BFE_EIGS = 2
@@ -60,11 +58,15 @@ class MatrixPlan:
             ``embedding`` or ``other``.
         shape: tensor shape as stored.
         dtype: stored dtype name.
-        convention: ``dense`` for 2-D tensors, else the conv convention used (``flatten``/``slices``).
-        rows, cols: shape of one matrix (of one slice for ``slices``).
+        convention: ``dense`` for 2-D tensors, else the conv convention used (``flatten``/``slices``,
+            or ``fft``: WeightWatcher's FFT view of a 4-D kernel, :mod:`wbfe.conv_fft`);
+            ``intra`` for a product of consecutive matrices (:mod:`wbfe.metrics.intra`).
+        rows, cols: shape of one matrix (of one slice for ``slices``; N ≥ M as WeightWatcher
+            reports them for ``fft``).
         n_slices: number of matrices whose spectra are pooled.
         layout: the stored tensor's layout (``out_in`` or ``in_out``); ``rows`` is the output
             dimension in both.
+        kept: for a view that keeps only its largest values (``fft``, ``intra``), how many; None: all.
     """
 
     name: str
@@ -76,10 +78,11 @@ class MatrixPlan:
     cols: int
     n_slices: int
     layout: str = OUT_IN
+    kept: int | None = None
 
     @property
     def n_eigs(self) -> int:
-        return min(self.rows, self.cols) * self.n_slices
+        return min(self.rows, self.cols) * self.n_slices if self.kept is None else self.kept
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,13 @@ def plan_matrix(
         rows, cols, n_slices, convention = out, inp, 1, "dense"
     elif conv == "flatten":
         rows, cols, n_slices, convention = out, inp * math.prod(shape[2:]), 1, "flatten"
-    else:
+    elif conv == "fft" and len(shape) == 4:  # WeightWatcher's FFT view is of 2-D convolutions only
+        from wbfe.conv_fft import conv2d_fft_dims
+
+        rows, cols, kept = conv2d_fft_dims((out, inp, *shape[2:]))
+        # No size check: WeightWatcher applies no min_evals to the FFT view, and it keeps rf·N·M ≥ 1 values.
+        return MatrixPlan(name, role_of(name, len(shape)), tuple(shape), dtype, "fft", rows, cols, 1, layout, kept)
+    else:  # slices (and the other conv kernels under fft)
         rows, cols, n_slices, convention = out, inp, math.prod(shape[2:]), "slices"
     plan = MatrixPlan(name, role_of(name, len(shape)), tuple(shape), dtype, convention, rows, cols, n_slices, layout)
     if len(shape) == 3 and shape[0] == 1:
@@ -164,11 +173,16 @@ def plan_matrix(
 def as_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
     """The out x in views of ``tensor`` that ``plan`` describes (no copies for dense and flatten
     ``out_in`` tensors; an ``in_out`` one is transposed first, a view for a dense matrix), of the
-    tensor's kind: numpy arrays or torch tensors (:mod:`wbfe.arrays`)."""
+    tensor's kind: numpy arrays or torch tensors (:mod:`wbfe.arrays`). For the ``fft`` view, the
+    (out, in, kh, kw) kernel itself: its 32 × 32 grids are made with its spectrum."""
     if plan.layout == IN_OUT:
         tensor = swap_first_axes(tensor)
+        if plan.convention == "fft":
+            return [tensor]
         if plan.convention != "dense":  # the reshape below needs the transposed axes in memory order
             tensor = contiguous(tensor)
+    if plan.convention == "fft":
+        return [tensor]
     if plan.convention in ("dense", "flatten"):
         return [tensor.reshape(plan.rows, plan.cols)]
     kernel = tensor.reshape(plan.rows, plan.cols, plan.n_slices)

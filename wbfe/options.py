@@ -35,6 +35,7 @@ __all__ = [
     "OPTIONS_CLASSES",
     "CONVENTIONS",
     "check_conv",
+    "ConvConvention",
     "check_device",
     "check_lambda",
     "check_metrics",
@@ -44,21 +45,24 @@ __all__ = [
     "MAX_EXACT_N",
 ]
 
-CONVENTIONS = ("flatten", "slices")
-"""Conv-kernel conventions (docs: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices)."""
+CONVENTIONS = ("flatten", "slices", "fft")
+"""Conv-kernel conventions (docs: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
+``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel, :mod:`wbfe.conv_fft`)."""
+
+ConvConvention = Literal["flatten", "slices", "fft"]
 
 MAX_EXACT_N = 10
 """Largest zoo for which every ordering may be enumerated (10! = 3.6 million orderings)."""
 
 
-def check_conv(conv: object) -> Literal["flatten", "slices"]:
+def check_conv(conv: object) -> ConvConvention:
     """``conv`` itself when it is a known conv-kernel convention.
 
     Raises:
         InvalidOptionError: anything else.
     """
     if conv not in CONVENTIONS:
-        raise InvalidOptionError(f"conv convention must be 'flatten' or 'slices', not {conv!r}")
+        raise InvalidOptionError(f"conv convention must be 'flatten', 'slices' or 'fft', not {conv!r}")
     return conv  # type: ignore[return-value]
 
 
@@ -176,7 +180,7 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
 # The declarations shared by several tables: one wording, one list of refused examples.
 METRICS = Custom(check_metrics, "metric group names (bfe, htsr, htmp, rand)", bad=("nope", "bfe,nope"))
 LAMBDA = Custom(check_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
-CONV = Custom(check_conv, "'flatten' or 'slices'", bad=("rows", 3))
+CONV = Custom(check_conv, "'flatten', 'slices' or 'fft'", bad=("rows", 3))
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
@@ -216,13 +220,14 @@ class ScoreOptions(_Options):
 
     Each field is checked when the object is built; raw values are normalised on the way in
     (``metrics="bfe,htsr"`` becomes ``("bfe", "htsr")``, ``lam="0.5"`` becomes ``0.5``,
-    ``ww_compatible=True`` forces ``conv="slices"``).
+    ``ww_compatible=True`` turns the default ``conv="flatten"`` into ``"slices"``; ``"fft"`` stays).
 
     Attributes:
         metrics: metric group names (empty: the default groups).
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision in
             [:data:`~wbfe.metrics.bfe.LAMBDA_MIN`, :data:`~wbfe.metrics.bfe.LAMBDA_MAX`].
-        conv: conv-kernel convention, ``flatten`` or ``slices``.
+        conv: conv-kernel convention, ``flatten``, ``slices`` or ``fft`` (WeightWatcher's
+            ``conv2d_fft`` view of 4-D kernels).
         layers: a regular expression; only tensors whose name it matches are analysed.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for the eigen-solves.
         head: tensor (or module) name of the classifier / LM head.
@@ -232,6 +237,8 @@ class ScoreOptions(_Options):
         fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: None,
             ``xmin_peak`` or ``clip_xmax`` (:mod:`wbfe.metrics.fingers`).
         fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
+        intra: also score the products of consecutive weight matrices (WeightWatcher's
+            ``intra=True``, :mod:`wbfe.metrics.intra`), one extra row each, role ``intra``.
 
     Raises:
         InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a metric).
@@ -241,11 +248,12 @@ class ScoreOptions(_Options):
         "metrics": METRICS, "min_eigs": MIN_EIGS, "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
         "ww_compatible": Flag(), "seed": SCORE_SEED, "device": DEVICE,
         "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
+        "intra": Flag(),
     }
 
     metrics: tuple[str, ...] = ()
     lam: Union[Literal["opt"], float] = "opt"
-    conv: Literal["flatten", "slices"] = "flatten"
+    conv: ConvConvention = "flatten"
     layers: Optional[str] = None
     device: str = "auto"
     head: Optional[str] = None
@@ -254,13 +262,25 @@ class ScoreOptions(_Options):
     seed: int = 0
     fix_fingers: Optional[str] = None
     fit: str = "pl"
+    intra: bool = False
 
     def _cross_check(self) -> None:
         from wbfe.metrics.fingers import check_tail_options
 
         check_tail_options(self.fix_fingers, self.fit)  # the two together
-        if self.ww_compatible:
+        if self.ww_compatible and self.conv == "flatten":  # WeightWatcher slices; its fft view stays
             object.__setattr__(self, "conv", "slices")  # frozen: set once, here
+        # A product's or an FFT view's spectrum has no matrices of its own to shuffle or take vectors of
+        # (WeightWatcher refuses intra with randomize or vectors too).
+        views = [v for v, on in (("--intra", self.intra), ("--conv fft", self.conv == "fft")) if on]
+        if views:
+            from wbfe.metrics import resolve_groups
+
+            needy = [g.name for g in resolve_groups(self.metrics or None) if g.from_matrices is not None
+                     and g.name != "htsr"]
+            if needy:
+                raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
+                                         "themselves, not a product's or an FFT view's spectrum")
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
@@ -282,6 +302,7 @@ class ScoreOptions(_Options):
             # only when set, so that the provenance and rank cache keys of plain runs do not change
             **({"fix_fingers": self.fix_fingers} if self.fix_fingers is not None else {}),
             **({"fit": self.fit} if self.fit != "pl" else {}),
+            **({"intra": True} if self.intra else {}),
         }
 
 

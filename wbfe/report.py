@@ -85,6 +85,9 @@ def score_table(result: Any) -> str:
     verdict = result.summary.get("bfe_applicability")
     if isinstance(verdict, dict):
         parts.append(applicability_line(verdict))
+    intra = result.summary.get("intra")
+    if isinstance(intra, dict):  # --intra: the product rows are in the table, not in the means above
+        parts.append(f"intra: {printable(str(intra.get('note')))}")
     if result.skipped:
         reasons: dict[str, int] = {}
         for skip in result.skipped:

@@ -22,7 +22,7 @@ def score(
     *,
     metrics: Union[str, Iterable[str], None] = None,
     lam: Union[str, float] = "opt",
-    conv: Literal["flatten", "slices"] = "flatten",
+    conv: Literal["flatten", "slices", "fft"] = "flatten",
     layers: Optional[str] = None,
     device: str = "auto",
     head: Optional[str] = None,
@@ -31,6 +31,7 @@ def score(
     seed: int = 0,
     fix_fingers: Optional[str] = None,
     fit: str = "pl",
+    intra: bool = False,
     base: Any = None,
     progress: Optional[Progress] = None,
     options: Optional[ScoreOptions] = None,
@@ -48,7 +49,8 @@ def score(
             or a state dict (see :mod:`wbfe.sources`).
         metrics: metric groups (``"bfe,htsr,htmp"`` or an iterable); None for the default, ``bfe,htsr``.
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision.
-        conv: conv-kernel convention, ``flatten`` (out × in·k…) or ``slices`` (pooled k positions).
+        conv: conv-kernel convention, ``flatten`` (out × in·k…), ``slices`` (pooled k positions) or
+            ``fft`` (WeightWatcher's ``conv2d_fft`` view of 4-D kernels, :mod:`wbfe.conv_fft`).
         layers: a regular expression; only tensors whose name it matches (``re.search``) are analysed.
         device: ``auto``, ``cpu`` or ``cuda`` for the eigen-solves.
         head: tensor (or module) name of the classifier / LM head, overriding the built-in rule.
@@ -60,6 +62,8 @@ def score(
         fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: ``xmin_peak`` or
             ``clip_xmax`` (see :mod:`wbfe.metrics.fingers`); None for the plain fit.
         fit: the HT-SR tail model: ``pl``, ``tpl`` or ``e_tpl``.
+        intra: also score the products of consecutive weight matrices (WeightWatcher's
+            ``intra=True``), one row each, role ``intra``, named ``"<first> X <second>"``.
         base: for a PEFT LoRA adapter folder, its base model (any reference): every adapted module
             is also scored merged, W₀ + ΔW, with its change against W₀ (see :mod:`wbfe.adapters`).
         progress: called after each tensor with (done, total, name).
@@ -84,7 +88,7 @@ def score(
     """
     given = dict(metrics=() if metrics is None else metrics, lam=lam, conv=conv, layers=layers or None,
                  device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed,
-                 fix_fingers=fix_fingers, fit=fit)
+                 fix_fingers=fix_fingers, fit=fit, intra=intra)
     if options is None:
         options = ScoreOptions(**given)  # type: ignore[arg-type]
     elif given != _DEFAULT_KEYWORDS:
@@ -93,6 +97,8 @@ def score(
     if base is not None:
         if not runner.runs_here:
             raise InvalidOptionError("--base (a LoRA adapter) is scored locally; drop --executor ray")
+        if options.intra:
+            raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's: drop --base")
         return score_here(ref, options, base=base, progress=progress)
     return runner.score(ref, options, score_here, progress=progress)
 
@@ -106,6 +112,8 @@ def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: O
     """
     with open_source(ref) as source:
         if base is not None or _is_adapter(source):  # ΔW = s·B·A per module
+            if options.intra:
+                raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's")
             from wbfe.adapters import score_adapter
 
             return score_adapter(source, options, base=base)
@@ -119,4 +127,4 @@ def _is_adapter(source: Any) -> bool:
 
 
 _DEFAULT_KEYWORDS = dict(metrics=(), lam="opt", conv="flatten", layers=None, device="auto", head=None,
-                         min_eigs=10, ww_compatible=False, seed=0, fix_fingers=None, fit="pl")
+                         min_eigs=10, ww_compatible=False, seed=0, fix_fingers=None, fit="pl", intra=False)

@@ -3,19 +3,21 @@ engine's whole path, which the local executor runs and the other features call."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from wbfe._provenance import installed_versions
 from wbfe.engine.context import Context
+from wbfe.engine.products import IntraChain
+from wbfe.engine.jobs import planned_spectrum
 from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.run import run
 from wbfe.engine.stream import Planned, entries, matrices_of, plan_entry, stream
 from wbfe.errors import InvalidOptionError, did_you_mean
-from wbfe.matrices import MatrixPlan, Skip
+from wbfe.matrices import ConvConvention, MatrixPlan, Skip
 from wbfe.options import ScoreOptions, check_conv
 from wbfe.pipeline import Pipeline
 from wbfe.sources import TensorEntry, open_source
-from wbfe.spectra import eigenvalues, resolve_device, spectrum
+from wbfe.spectra import resolve_device
 from wbfe.ties import SeenContent
 
 if TYPE_CHECKING:
@@ -70,16 +72,21 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
         if progress is not None:
             progress(count, None if total is None else max(total, count), entry.name)
 
-    with Pipeline(context.device) as pipeline:
-        run(pipeline, planned, context, SeenContent(), record, done)
     description = source.description  # records which description was used in the provenance
+    chain = None
+    if options.intra and isinstance(planned, list):  # every plan known: the chain in the model's order
+        chain = IntraChain.in_order(options.seed, [p.plan for p in planned if isinstance(p.plan, MatrixPlan)],
+                                    description.order if description is not None else None,
+                                    description.aliases if description is not None else None)
+    with Pipeline(context.device) as pipeline:
+        run(pipeline, planned, context, SeenContent(), record, done, chain)
     model = provenance_of(source.provenance.to_dict(), context)
     return finish(model, layers, skipped, context.groups, head=options.head, head_hint=source.head_hint,
                   config=source.config, description=description)
 
 
 def layer_spectrum(
-    ref: Any, layer: str, *, conv: Literal["flatten", "slices"] = "flatten", device: str = "auto"
+    ref: Any, layer: str, *, conv: ConvConvention = "flatten", device: str = "auto"
 ) -> tuple[MatrixPlan, Any]:
     """The plan and :class:`~wbfe.metrics.Spectrum` of one named matrix of a checkpoint.
 
@@ -102,7 +109,7 @@ def layer_spectrum(
             plan = plan_entry(entry, consumed, conv=conv)
             if isinstance(plan, Skip):
                 raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
-            return plan, spectrum(matrices_of(entry.load(), plan), torch_device)
+            return plan, planned_spectrum(matrices_of(entry.load(), plan), plan, torch_device)
     raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{did_you_mean(layer, names)}")
 
 
@@ -120,7 +127,10 @@ def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dic
             if entry.name not in wanted or isinstance(plan, Skip):
                 continue
             matrices = matrices_of(entry.load(), plan, ww_compatible=options.ww_compatible)
-            out[entry.name] = np.asarray(eigenvalues(matrices, device), dtype=float)
+            spec = planned_spectrum(matrices, plan, device)
+            assert spec.eigs is not None  # asked for
+            # in true units (a matrix whose Gram matrix left float64's range was scaled by a power of two)
+            out[entry.name] = np.asarray(spec.eigs, dtype=float) * np.exp(spec.log_scale)
             if len(out) == len(wanted):
                 break
     return out

@@ -1,32 +1,61 @@
 """The spectra of planned matrices, as jobs the pipeline runs on its workers: one matrix (or one
 tensor's slices) at a time, or a batch of equal-shaped small matrices solved together. Each
-spectrum carries what every metric group's ``from_matrices`` hook computes from the matrices."""
+spectrum carries what every metric group's ``from_matrices`` hook computes from the matrices.
+:func:`planned_spectrum` is the one place a plan's convention decides which spectrum is taken."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, Optional, Union
 
+import numpy as np
+
+from wbfe.arrays import to_numpy
 from wbfe.engine.context import Context
 from wbfe.matrices import MatrixPlan, Skip
-from wbfe.spectra import DegenerateMatrixError, batchable, spectra_batch, spectrum
+from wbfe.spectra import DegenerateMatrixError, Spectrum, batchable, spectra_batch, spectrum
 
-__all__ = ["spectrum_of", "spectrum_job", "batch_job", "batch_key"]
+__all__ = ["spectrum_of", "spectrum_job", "batch_job", "batch_key", "planned_spectrum"]
 
 
-def spectrum_of(matrices: list[Any], context: Context, name: str, *, need_eigs: Optional[bool] = None) -> Any:
-    """The :class:`~wbfe.metrics.Spectrum` of ``matrices`` with every group's hook, or the
-    :class:`DegenerateMatrixError` that says why there is none (returned, not raised)."""
+def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: Any, *, need_eigs: bool = True) -> Spectrum:
+    """The spectrum of a planned entry's matrices (:func:`~wbfe.engine.matrices_of`): their pooled
+    Gram eigenvalues, or for the ``fft`` convention WeightWatcher's FFT view of the kernel
+    (:mod:`wbfe.conv_fft`, always with its eigenvalues).
+
+    Raises:
+        DegenerateMatrixError: non-finite or all-zero entries.
+    """
+    if plan is None or plan.convention != "fft":
+        return spectrum(matrices, device, need_eigs=need_eigs)
+
+    from wbfe.conv_fft import conv2d_fft_eigenvalues
+
+    kernel = to_numpy(matrices[0]).astype(np.float32, copy=False)
+    if not np.isfinite(kernel).all():
+        raise DegenerateMatrixError("non-finite values (NaN or Inf)")
+    if not kernel.any():
+        raise DegenerateMatrixError("all-zero matrix")
+    eigs, n, m = conv2d_fft_eigenvalues(kernel)
+    return Spectrum(eigs=eigs, rows=n, cols=m)
+
+
+def spectrum_of(matrices: list[Any], context: Context, name: str, *, need_eigs: Optional[bool] = None,
+                plan: Optional[MatrixPlan] = None) -> Any:
+    """The :class:`~wbfe.metrics.Spectrum` of ``matrices`` (as ``plan`` says, see
+    :func:`planned_spectrum`) with every group's hook, or the :class:`DegenerateMatrixError` that
+    says why there is none (returned, not raised)."""
     try:
-        spec = spectrum(matrices, context.device, need_eigs=context.need_eigs if need_eigs is None else need_eigs)
+        spec = planned_spectrum(matrices, plan, context.device,
+                                need_eigs=context.need_eigs if need_eigs is None else need_eigs)
         return _with_hooks(spec, matrices, context, name)
     except DegenerateMatrixError as exc:
         return exc
 
 
-def spectrum_job(matrices: list[Any], context: Context, name: str) -> Callable[[], Any]:
+def spectrum_job(matrices: list[Any], context: Context, name: str, plan: Optional[MatrixPlan] = None) -> Callable[[], Any]:
     """:func:`spectrum_of` as a job for :meth:`wbfe.pipeline.Pipeline.compute`."""
-    return lambda: spectrum_of(matrices, context, name)
+    return lambda: spectrum_of(matrices, context, name, plan=plan)
 
 
 def _with_hooks(spec: Any, matrices: list[Any], context: Context, name: str) -> Any:
@@ -41,7 +70,7 @@ def batch_key(plan: Union[Skip, MatrixPlan], prepared: Any, device: Any) -> Opti
     """``(rows, cols, dtype)`` of an entry that is one small matrix scored in a batch with its
     equal-shaped neighbours (see :func:`wbfe.spectra.spectra_batch`); None for any other entry."""
     if (isinstance(prepared, Skip) or not isinstance(plan, MatrixPlan) or len(prepared) != 1
-            or not batchable(plan.rows, plan.cols, device)):
+            or plan.convention == "fft" or not batchable(plan.rows, plan.cols, device)):
         return None
     return plan.rows, plan.cols, prepared[0].dtype
 

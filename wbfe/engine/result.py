@@ -8,9 +8,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from wbfe.applicability import applicability
+from wbfe.engine.products import INTRA
 from wbfe.errors import NoUsableMatrixError
 from wbfe.framework import FrameworkDescription, order_rows
 from wbfe.heads import choose_head
@@ -103,7 +104,8 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     if not layers:
         raise no_usable_matrix(model["source"], skipped)
     if description is not None:
-        layers = order_rows(layers, description.order, description.aliases)
+        order, aliases = description.order, description.aliases
+        layers = _with_products(layers, lambda rows: order_rows(rows, order, aliases))
         skipped = order_rows(skipped, description.order, description.aliases)
     summary = summarise(layers, groups, head, head_hint, skipped, config, description)
     return ModelScore(model=model, layers=layers, skipped=skipped, summary=summary)
@@ -119,9 +121,15 @@ def summarise(
     description: Optional[FrameworkDescription] = None,
 ) -> dict[str, Any]:
     """The summary of a model's rows: its head (and how it was found; its row's role becomes
-    ``head``), each summary column's head value, mean and count, and means per role and component."""
+    ``head``), each summary column's head value, mean and count, and means per role and component.
+    Rows of products of consecutive matrices (role ``intra``) are no matrices of the model: the head
+    and the model's means leave them out, ``by_role["intra"]`` has their means and ``intra`` says
+    how many were included."""
     import numpy as np
 
+    products = [layer for layer in layers if layer.get("role") == INTRA]
+    every = layers
+    layers = [layer for layer in layers if layer.get("role") != INTRA] if products else layers
     by_name = {layer["name"]: layer for layer in layers}
     choice = choose_head(layers, skipped or [], override=head_override, hint=head_hint, config=config,
                          description=description)
@@ -137,7 +145,11 @@ def summarise(
             summary[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
             summary[f"{column}_n"] = int(finite.size)
     columns = [column for group in groups for column in group.summary_columns]
-    summary["by_role"] = _means_by(layers, "role", columns)
+    summary["by_role"] = _means_by(every, "role", columns)
+    if products:
+        summary["intra"] = {"n": len(products), "note": (
+            f"{len(products)} product(s) of consecutive weight matrices (WeightWatcher's intra=True) included "
+            "as rows with role 'intra'; the head and the model's means leave them out, by_role['intra'] has theirs")}
     if any(layer.get("component") for layer in layers):
         summary["by_component"] = _means_by(layers, "component", columns)
     unsplit = [layer["name"] for layer in layers if _UNSPLIT.search(layer["name"])]
@@ -151,6 +163,28 @@ def summarise(
     elif head is None:
         summary["head_note"] = "no head found by config, name or structure; pass --head NAME"
     return summary
+
+
+def _with_products(layers: list[dict[str, Any]],
+                   order: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``order`` applied to the matrices' rows, each product's row (``"<first> X <second>"``) right
+    after its second matrix's row (after the row it followed in the stream if that one has none)."""
+    after: dict[Optional[str], list[dict[str, Any]]] = {}
+    previous: Optional[str] = None
+    names = {layer["name"] for layer in layers if layer.get("role") != INTRA}
+    for layer in layers:
+        if layer.get("role") == INTRA:
+            second = layer["name"].rpartition(" X ")[2]
+            after.setdefault(second if second in names else previous, []).append(layer)
+        else:
+            previous = layer["name"]
+    if not after:
+        return order(layers)
+    out = list(after.get(None, []))
+    for layer in order([layer for layer in layers if layer.get("role") != INTRA]):
+        out.append(layer)
+        out.extend(after.get(layer["name"], []))
+    return out
 
 
 _UNSPLIT = re.compile(r"(gate_up|input_linear|w13|w1_w3)[^.]*\[\d+\]$")

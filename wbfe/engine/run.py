@@ -1,7 +1,8 @@
 """The engine's loop: planned entries are read (ahead, within the memory budget), checked for
 ties, turned into matrices and handed to the pipeline's workers; finished spectra become rows,
 recorded in stream order. A local score and each Ray part run this one loop, so their rows agree
-exactly."""
+exactly. With ``options.intra`` the products of consecutive matrices (:mod:`wbfe.engine.products`)
+are scored in the same loop, each right after its second matrix."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol, Union
 
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import batch_job, batch_key, spectrum_job
+from wbfe.engine.products import IntraChain
 from wbfe.engine.rows import Record, RowMaker
 from wbfe.engine.stream import Planned, matrices_of
 from wbfe.matrices import MatrixPlan, Skip
@@ -29,7 +31,7 @@ class Ties(Protocol):
 
 
 def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: Ties, record: Record,
-        done: Optional[Done] = None) -> None:
+        done: Optional[Done] = None, chain: Optional[IntraChain] = None) -> None:
     """Score every planned entry on ``pipeline``, calling ``record(entry, skip_or_row)`` in stream
     order as rows are made, and ``done(entry)`` as soon as its spectrum is finished (rows may be
     held back a little longer, to fit equal-shaped spectra together).
@@ -41,6 +43,9 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         ties: finds byte-identical earlier tensors (scored once, the copy skipped as ``tied``).
         record: receives each entry's row or skip.
         done: progress, per entry.
+        chain: with ``options.intra``, the chain of matrices whose products are scored too
+            (:meth:`IntraChain.in_order` when the stream is planned up front; by default the
+            stream's order).
     """
     storage: dict[Any, str] = {}
     # Consecutive small matrices of one shape and dtype (an MoE's experts) whose eigenvalues are
@@ -51,13 +56,15 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
     def flush() -> None:
         if len(batch) == 1:  # a matrix without equal-shaped neighbours: on its own, as any other
             (entry, plan, matrices), = batch
-            pipeline.compute(entry, plan, spectrum_job(matrices, context, entry.name))
+            pipeline.compute(entry, plan, spectrum_job(matrices, context, entry.name, plan))
         elif batch:
             pipeline.compute_batch([(e, p) for e, p, _ in batch],
                                    batch_job([m[0] for _, _, m in batch], [e.name for e, _, _ in batch], context))
         batch.clear()
 
     rows = RowMaker(context, record)
+    if chain is None and context.options.intra:
+        chain = IntraChain(context.options.seed)
 
     def collect(wait: bool = False) -> None:
         for entry, plan, outcome in pipeline.finished(wait=wait):
@@ -67,6 +74,8 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
 
     for entry, plan, reading in pipeline.read_ahead(iter(planned)):
         prepared = _prepare(entry, plan, reading, context, storage, ties)
+        products = (chain.follow(plan, None if isinstance(prepared, Skip) else prepared)
+                    if chain is not None and isinstance(plan, MatrixPlan) else [])
         key = batch_key(plan, prepared, device) if context.need_eigs else None
         if batch and (key != batch_key(batch[0][1], batch[0][2], device)
                       or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
@@ -78,7 +87,11 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
             pipeline.put(entry, prepared)
         else:
             assert isinstance(plan, MatrixPlan)
-            pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name))
+            pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name, plan))
+        if products:  # their rows follow this entry's: the held batch goes first
+            flush()
+            for product in products:
+                pipeline.compute(product.entry, product.plan, product.job)
         del prepared  # the job holds the tensor now, and frees it when done
         collect()
     flush()

@@ -4,13 +4,13 @@ checkpoint's matrices (score, compare, report, the adapter merge, Ray parts) rea
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Literal, NamedTuple, Optional, Union
+from typing import Any, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 
 from wbfe.arrays import to_numpy
 from wbfe.experts import expand_experts
-from wbfe.matrices import MIN_BFE_EIGS, MatrixPlan, Skip, as_matrices, plan_matrix
+from wbfe.matrices import MIN_BFE_EIGS, ConvConvention, MatrixPlan, Skip, as_matrices, plan_matrix
 from wbfe.quant import dequantised
 from wbfe.sources import TensorEntry
 
@@ -34,7 +34,7 @@ def plan_entry(
     entry: TensorEntry,
     consumed: Optional[str] = None,
     *,
-    conv: Literal["flatten", "slices"] = "flatten",
+    conv: ConvConvention = "flatten",
     min_eigs: int = MIN_BFE_EIGS,
     pattern: Any = None,
 ) -> Union[Skip, MatrixPlan]:
@@ -64,7 +64,9 @@ def stream(source: Any, options: Any) -> Iterator[Planned]:
 
 def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_compatible: bool = False) -> list[Any]:
     """The matrices a planned tensor is analysed as: :func:`wbfe.matrices.as_matrices`, or, in
-    WeightWatcher-compatible mode with the ``slices`` convention, WeightWatcher's own conv slices."""
+    WeightWatcher-compatible mode with the ``slices`` convention, WeightWatcher's own conv slices.
+    For the ``fft`` view it is the kernel itself, which :func:`wbfe.engine.planned_spectrum` turns
+    into the view's eigenvalues."""
     if not (ww_compatible and plan.convention == "slices" and len(plan.shape) == 4):
         return as_matrices(tensor, plan)
     from wbfe._ww_compat import ww_conv2d_matrices

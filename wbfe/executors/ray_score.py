@@ -176,7 +176,8 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
     from wbfe.sources import combine_digests
 
     ray = connect(executor.address)
-    parts = plan_parts(ref, part_bytes)
+    # A product of consecutive matrices (--intra) may straddle two parts: one task scores the whole.
+    parts = None if options.intra else plan_parts(ref, part_bytes)
     def say(line: str) -> None:
         if progress is not None:
             progress(0 if parts is None else len(answers), None if parts is None else len(parts), line)

@@ -30,7 +30,7 @@ import numpy as np
 from wbfe.arrays import to_numpy
 from wbfe.metrics._group import Spectrum
 
-__all__ = ["IntraPair", "align_pair", "intra_matrix", "intra_spectrum", "intra_pairs"]
+__all__ = ["IntraPair", "align_pair", "aligned_shapes", "intra_mask", "intra_matrix", "intra_spectrum", "intra_pairs"]
 
 
 @dataclass(frozen=True)
@@ -50,34 +50,49 @@ def align_pair(w0: np.ndarray, w1: np.ndarray) -> Optional[tuple[np.ndarray, np.
     then transposes each matrix that does not have it in the needed place, and skips the pair if
     the product is still undefined.
     """
-    shapes = [w0.shape[0], w0.shape[1], w1.shape[0], w1.shape[1]]
+    flips = aligned_shapes(w0.shape, w1.shape)
+    if flips is None:
+        return None
+    return (w0.T if flips[0] else w0), (w1.T if flips[1] else w1)
+
+
+def aligned_shapes(s0: tuple[int, ...], s1: tuple[int, ...]) -> Optional[tuple[bool, bool, int]]:
+    """:func:`align_pair` from the shapes alone: (transpose W₀?, transpose W₁?, shared side m), or None."""
+    shapes = [s0[0], s0[1], s1[0], s1[1]]
     repeated = [x for x in set(shapes) if shapes.count(x) > 1]
+    flip0 = flip1 = False
     if repeated:
         shared = max(repeated)
-        if w0.shape[1] != shared:
-            w0 = w0.T
-        if w1.shape[0] != shared:
-            w1 = w1.T
-    return (w0, w1) if w0.shape[1] == w1.shape[0] else None
+        flip0, flip1 = s0[1] != shared, s1[0] != shared
+    inner0, inner1 = (s0[0] if flip0 else s0[1]), (s1[1] if flip1 else s1[0])
+    return (flip0, flip1, int(inner1)) if inner0 == inner1 else None
 
 
-def intra_matrix(w0: np.ndarray, w1: np.ndarray, *, rng: Optional[np.random.RandomState] = None) -> Optional[np.ndarray]:
+def intra_mask(rng: np.random.RandomState, m: int) -> np.ndarray:
+    """WeightWatcher's ``sparsify`` mask S for a shared side m: ``rng.randint(2, size=m·m)`` as m × m."""
+    return rng.randint(2, size=m * m).reshape((m, m))
+
+
+def intra_matrix(w0: np.ndarray, w1: np.ndarray, *, rng: Optional[np.random.RandomState] = None,
+                 mask: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
     """X = W₀·W₁/(‖W₀‖·‖W₁‖) after :func:`align_pair`, in float64; None when they do not chain.
 
     Args:
         rng: with a generator, WeightWatcher's ``sparsify``: X = W₀·S·W₁/(‖W₀‖·‖W₁‖ + √‖S‖),
-            S = ``rng.randint(2, size=m·m)`` as an m × m matrix, m the shared side.
+            S = :func:`intra_mask` of the shared side.
+        mask: that S, drawn already (the engine draws the masks in stream order, then multiplies
+            on a worker).
     """
     aligned = align_pair(np.asarray(w0, dtype=np.float64), np.asarray(w1, dtype=np.float64))
     if aligned is None:
         return None
     a, b = aligned
     norm = np.linalg.norm(a) * np.linalg.norm(b)
-    if rng is None:
+    if rng is not None:
+        mask = intra_mask(rng, b.shape[0])
+    if mask is None:
         return np.dot(a, b) / norm
-    m = b.shape[0]
-    s = rng.randint(2, size=m * m).reshape((m, m))
-    return np.dot(np.dot(a, s), b) / (norm + np.sqrt(np.linalg.norm(s)))
+    return np.dot(np.dot(a, mask), b) / (norm + np.sqrt(np.linalg.norm(mask)))
 
 
 def intra_spectrum(x: np.ndarray, n_comp: int) -> Spectrum:

@@ -1,0 +1,64 @@
+"""The FFT view of a conv kernel (WeightWatcher 0.7.7's ``conv2d_fft=True``): what ``--conv fft`` scores.
+
+WeightWatcher's ``get_conv2d_fft`` takes the 2-D FFT of the kernel over its two spatial axes on a
+32 × 32 grid (over the first two axes instead when out + in < kh + kw), giving an (out, in, 32, 32)
+complex array; its conv normalisation multiplies it by √½; ``combined_eigenvalues`` then keeps the
+real part (``astype(float)``), takes the singular values of every 32 × 32 grid (batched SVD over the
+last two axes), and keeps the largest rf·N·M of them, squared (rf = the smaller spatial size, N ≥ M
+the channel counts). This is not the spectrum of the convolution operator (Sedghi et al. 2019, the
+SVD of each frequency's out × in matrix), and WeightWatcher's own documentation marks the option
+deprecated: this module reproduces what it computes, so that its numbers can be compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FFT_GRID", "conv2d_fft_dims", "conv2d_fft_eigenvalues"]
+
+#: The FFT grid of WeightWatcher 0.7.7's ``conv2d_fft`` (``get_conv2d_fft(W, n=32)``).
+FFT_GRID = 32
+
+
+def conv2d_fft_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """``(N, M, kept)`` of the FFT view of a kernel of this (out, in, kh, kw) shape, from its shape alone.
+
+    N ≥ M are the sides WeightWatcher reports (the channel counts, or the spatial sizes when
+    out + in < kh + kw) and ``kept`` = rf·N·M the number of eigenvalues it keeps.
+
+    Raises:
+        ValueError: ``shape`` is not 4-D.
+    """
+    if len(shape) != 4:
+        raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {tuple(shape)}")
+    n, m, imax, jmax = (int(v) for v in shape)
+    if n + m < imax + jmax:
+        n, m, imax, jmax = imax, jmax, n, m
+    n, m = max(n, m), min(n, m)
+    return n, m, min(imax, jmax) * n * m
+
+
+def conv2d_fft_eigenvalues(w: Any) -> tuple[np.ndarray, int, int]:
+    """The eigenvalues WeightWatcher 0.7.7 analyses for a Conv2d weight with ``conv2d_fft=True``.
+
+    Args:
+        w: weight of shape (out, in, kh, kw), as ``torch.nn.Conv2d.weight`` (read as float32, the
+            precision WeightWatcher computes in).
+
+    Returns:
+        ``(eigenvalues ascending, N, M)``, N and M as WeightWatcher reports them.
+
+    Raises:
+        ValueError: ``w`` is not 4-D.
+    """
+    w32 = np.asarray(w)
+    n, m, kept = conv2d_fft_dims(w32.shape)
+    w32 = w32.astype(np.float32)
+    out_ch, in_ch, kh, kw = w32.shape
+    axes = [2, 3] if out_ch + in_ch >= kh + kw else [0, 1]
+    coefs = np.fft.fft2(w32, [FFT_GRID, FFT_GRID], axes=axes) * np.sqrt(1 / 2.0)
+    sv = np.linalg.svd(coefs.real.astype(np.float64), compute_uv=False).ravel()
+    sv = np.sort(sv)[-kept:]
+    return np.sort(sv * sv), n, m

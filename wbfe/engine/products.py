@@ -1,0 +1,181 @@
+"""Extra matrices made from consecutive entries of the stream: the products of consecutive weight
+matrices that WeightWatcher 0.7.7 analyses with ``intra=True`` (:mod:`wbfe.metrics.intra`), each
+scored as one more row (role and convention ``intra``, named ``"<first> X <second>"``), placed right
+after the row of its second matrix.
+
+The chain is the model's 2-D matrices in its own order where the checkpoint describes it (see
+:mod:`wbfe.framework`; WeightWatcher walks the modules in order), else in stream order. A tensor
+that is skipped (a bias, a norm, one not selected by ``--layers``, one too small in
+WeightWatcher-compatible mode, which WeightWatcher leaves out of its layers too) is passed over; a
+conv kernel ends the chain, as in :func:`wbfe.metrics.intra.intra_pairs`. The ``sparsify`` masks
+come from NumPy's legacy generator seeded with ``options.seed``, drawn in chain order whatever
+order the tensors are read in, so ``np.random.seed(seed)`` before WeightWatcher's ``analyze`` draws
+the same masks. A matrix is held (as float64) only until the products it is part of are made.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from wbfe.arrays import to_numpy
+from wbfe.framework import order_rows
+from wbfe.matrices import MatrixPlan
+from wbfe.metrics.intra import aligned_shapes, intra_mask, intra_matrix, intra_spectrum
+from wbfe.sources import TensorEntry
+from wbfe.spectra import DegenerateMatrixError
+
+__all__ = ["Product", "IntraChain", "INTRA"]
+
+INTRA = "intra"
+"""The role and the convention of a product's row."""
+
+
+class Product(NamedTuple):
+    """One product to score: a stand-in entry (its ``load`` multiplies), its plan, its spectrum job
+    (a :class:`~wbfe.spectra.Spectrum`, or the :class:`DegenerateMatrixError` saying why none), and
+    the names of its two matrices."""
+
+    entry: TensorEntry
+    plan: MatrixPlan
+    job: Callable[[], Any]
+    first: str
+    second: str
+
+
+class _Pair(NamedTuple):
+    first: str
+    second: str
+    state: Any  # the generator's state before this pair's mask (None: no mask)
+
+
+class IntraChain:
+    """Follows the stream's matrices and makes the products of consecutive ones.
+
+    Built with :meth:`in_order` when every plan is known before the first tensor is read (the
+    chain in the model's order); otherwise the chain is the stream's order, found as it goes.
+    """
+
+    def __init__(self, seed: int, *, sparsify: bool = True) -> None:
+        self.rng = np.random.RandomState(seed) if sparsify else None
+        self.previous: Optional[str] = None
+        self.pairs: Optional[dict[str, list[_Pair]]] = None  # by member, when planned up front
+        self.held: dict[str, np.ndarray] = {}
+
+    @classmethod
+    def in_order(cls, seed: int, plans: Sequence[MatrixPlan], order: Optional[Sequence[str]] = None,
+                 aliases: Any = None, *, sparsify: bool = True) -> "IntraChain":
+        """The chain of ``plans`` (the stream's matrices) in the model's ``order`` (stream order
+        where None), its pairs and their masks' generator states fixed here, in chain order."""
+        chain = cls(seed, sparsify=sparsify)
+        by_name = {plan.name: plan for plan in plans}
+        pairs: dict[str, list[_Pair]] = {}
+        previous: Optional[MatrixPlan] = None
+        for row in order_rows([{"name": plan.name} for plan in plans], order, aliases):
+            plan = by_name[row["name"]]
+            if plan.convention != "dense":
+                previous = None
+                continue
+            if previous is not None:
+                aligned = aligned_shapes((previous.rows, previous.cols), (plan.rows, plan.cols))
+                if aligned is not None:
+                    state = None
+                    if chain.rng is not None:
+                        state = chain.rng.get_state()
+                        intra_mask(chain.rng, aligned[2])  # advance as WeightWatcher's draw does
+                    pair = _Pair(previous.name, plan.name, state)
+                    pairs.setdefault(pair.first, []).append(pair)
+                    pairs.setdefault(pair.second, []).append(pair)
+            previous = plan
+        chain.pairs = pairs
+        return chain
+
+    def needs(self, name: str) -> bool:
+        """Whether a matrix is part of a product still to make (always True before :meth:`in_order`'s
+        chain is known: the stream's order finds it as it goes)."""
+        return self.pairs is None or bool(self.pairs.get(name))
+
+    def follow(self, plan: MatrixPlan, matrices: Optional[list[Any]]) -> list[Product]:
+        """The products this entry completes; ``matrices`` None for a planned matrix that has
+        none after all (a tied copy): its products are not made."""
+        if self.pairs is None:
+            return self._follow_stream(plan, matrices)
+        mine = self.pairs.get(plan.name, [])
+        if matrices is None:
+            for pair in mine:  # its partners need not wait for it
+                self._release(pair)
+            return []
+        if not mine:
+            return []
+        self.held[plan.name] = _as_array(matrices)
+        out = []
+        for pair in mine:
+            if pair.first in self.held and pair.second in self.held:
+                state = pair.state
+                mask = None
+                if state is not None:
+                    rng = np.random.RandomState()
+                    rng.set_state(state)
+                    flips = aligned_shapes(self.held[pair.first].shape, self.held[pair.second].shape)
+                    assert flips is not None  # aligned when planned
+                    mask = intra_mask(rng, flips[2])
+                out.append(_product(pair.first, self.held[pair.first], pair.second, self.held[pair.second], mask))
+                self._release(pair)
+        return out
+
+    def _release(self, pair: _Pair) -> None:
+        """``pair`` is done (made, or abandoned): a member with no pair left is no longer held."""
+        assert self.pairs is not None
+        for name in (pair.first, pair.second):
+            left = [p for p in self.pairs.get(name, []) if p is not pair]
+            self.pairs[name] = left
+            if not left:
+                self.held.pop(name, None)
+
+    def _follow_stream(self, plan: MatrixPlan, matrices: Optional[list[Any]]) -> list[Product]:
+        if matrices is None:
+            return []
+        if plan.convention != "dense" or len(matrices) != 1:
+            self.previous = None
+            self.held.clear()
+            return []
+        w = _as_array(matrices)
+        previous, self.previous = self.previous, plan.name
+        before = self.held.pop(previous) if previous is not None else None
+        self.held = {plan.name: w}
+        if previous is None or before is None:
+            return []
+        flips = aligned_shapes(before.shape, w.shape)
+        if flips is None:
+            return []
+        mask = intra_mask(self.rng, flips[2]) if self.rng is not None else None
+        return [_product(previous, before, plan.name, w, mask)]
+
+
+def _as_array(matrices: list[Any]) -> np.ndarray:
+    return to_numpy(matrices[0]).astype(np.float64)
+
+
+def _product(first: str, w0: np.ndarray, second: str, w1: np.ndarray, mask: Optional[np.ndarray]) -> Product:
+    """The product of ``w0`` and ``w1`` as a stand-in entry, its plan and its spectrum job."""
+    flips = aligned_shapes(w0.shape, w1.shape)
+    assert flips is not None
+    a, b = (w0.T if flips[0] else w0), (w1.T if flips[1] else w1)
+    name, n_comp = f"{first} X {second}", min(w1.shape)  # WeightWatcher keeps the second's count
+    shape = (int(a.shape[0]), int(b.shape[1]))
+
+    def job() -> Any:
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            return DegenerateMatrixError("non-finite values (NaN or Inf) in a factor")
+        if not (a.any() and b.any()):
+            return DegenerateMatrixError("an all-zero factor")
+        x = intra_matrix(a, b, mask=mask)
+        assert x is not None  # aligned above
+        return intra_spectrum(x, n_comp)
+
+    def load() -> Any:
+        return intra_matrix(a, b, mask=mask)
+
+    plan = MatrixPlan(name, INTRA, shape, "float64", INTRA, *shape, 1, kept=n_comp)
+    return Product(TensorEntry(name, shape, "float64", load), plan, job, first, second)
