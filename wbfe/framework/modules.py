@@ -65,14 +65,14 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
 _DROPOUTS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
 
 
-def _last_linear(module: Any, linear: type) -> tuple[Any, str]:
+def _last_linear(module: Any, linear: Any) -> tuple[Any, str]:
     """The head of a module that names none: its last registered ``nn.Linear``, and the rule that found it.
 
     Returns:
         ``(head_module, rule)``; ``head_module`` is None (and ``rule`` says why) when the module has no
         ``nn.Linear`` or the last one's outputs differ from the module's ``num_classes``.
     """
-    found = [(name, sub) for name, sub in module.named_modules() if isinstance(sub, linear)]
+    found: list[tuple[str, Any]] = [(name, sub) for name, sub in module.named_modules() if isinstance(sub, linear)]
     if not found:
         return None, "the module names no output embeddings or classifier and has no nn.Linear layer"
     name, last = found[-1]
@@ -84,7 +84,7 @@ def _last_linear(module: Any, linear: type) -> tuple[Any, str]:
                   "names no classifier (no get_classifier() or get_output_embeddings())")
 
 
-def _dropout_in_sequence(module: Any, head: str, sequential: type) -> Any:
+def _dropout_in_sequence(module: Any, head: str, sequential: Any) -> Any:
     """The dropout on the path into ``head`` where the head sits in an ``nn.Sequential``.
 
     Returns:
@@ -94,7 +94,7 @@ def _dropout_in_sequence(module: Any, head: str, sequential: type) -> Any:
     """
     path = head.rsplit(".", 1)[0]
     parent_name, child = path.rsplit(".", 1) if "." in path else ("", path)
-    parent = dict(module.named_modules()).get(parent_name)
+    parent: Any = dict(module.named_modules()).get(parent_name)
     if not isinstance(parent, sequential):
         return None
     children = list(parent.named_children())
