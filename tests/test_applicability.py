@@ -211,10 +211,48 @@ def test_in_memory_modules():
     dropped = timm.create_model("efficientnet_b0", num_classes=5, drop_rate=0.2)
     assert "drop_rate (rate 0.2)" in applicability(describe_module(dropped))["reasons"][0]
     assert applicability(describe_module(timm.create_model("resnet18", num_classes=5)))["status"] == "holds"
-    # A module that does not name its classifier: the path into the head cannot be read.
-    plain = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 3))
+    # A module that names no classifier: its head is its last nn.Linear, and the dropout reaching it
+    # is read from the nn.Sequential around it (the one right before the head, not one before a hidden layer).
+    plain = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Dropout(0.3), torch.nn.Linear(4, 4),
+                                torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(4, 3))
     verdict = applicability(describe_module(plain))
-    assert verdict["status"] == "unknown" and "names no head" in verdict["reasons"][0]
+    assert verdict["status"] == "fails", verdict
+    assert verdict["reasons"][0].startswith("dropout on the features the head reads: 4 (rate 0.5); ")
+    assert "the head 5.weight is the last nn.Linear registered in the module tree (3 outputs)" in verdict["reasons"][0]
+    # Dropout only before the hidden layer: not on the head's input.
+    hidden_only = torch.nn.Sequential(torch.nn.Dropout(0.3), torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+    assert applicability(describe_module(hidden_only))["status"] == "holds"
+    # No nn.Linear at all (a conv head), or a last Linear that does not map to num_classes: no head to read.
+    conv_head = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Dropout(0.5), torch.nn.Conv2d(4, 10, 1))
+    verdict = applicability(describe_module(conv_head))
+    assert verdict["status"] == "unknown" and "no nn.Linear" in verdict["reasons"][0]
+    odd = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 3))
+    odd.num_classes = 5  # type: ignore[assignment]
+    verdict = applicability(describe_module(odd))
+    assert verdict["status"] == "unknown" and "does not map to its num_classes (5)" in verdict["reasons"][0]
+
+
+def test_torchvision_modules_without_get_classifier():
+    """torchvision's models name no classifier: VGG's head has Dropout(0.5) right before it (fails,
+    naming classifier.5 and not classifier.2, which feeds a hidden layer), ResNet's fc has none (holds),
+    and ViT is a vision transformer (fails)."""
+    torchvision = pytest.importorskip("torchvision")
+    from wbfe.framework import describe_module
+
+    vgg = applicability(describe_module(torchvision.models.vgg11(weights=None)))
+    assert vgg["status"] == "fails"
+    assert vgg["reasons"] == [
+        "dropout on the features the head reads: classifier.5 (rate 0.5); the paper finds BFE-W uninformative when "
+        "dropout precedes the last layer (VGG, EfficientNet, MNASNet: Spearman rho 0.00); the head "
+        "classifier.6.weight is the last nn.Linear registered in the module tree (1000 outputs): the module names "
+        "no classifier (no get_classifier() or get_output_embeddings())"]
+    resnet = applicability(describe_module(torchvision.models.resnet18(weights=None, num_classes=7)))
+    assert resnet["status"] == "holds"
+    assert "the head fc.weight is the last nn.Linear registered in the module tree (7 outputs)" in resnet["reasons"][0]
+    efficientnet = applicability(describe_module(torchvision.models.efficientnet_b0(weights=None)))
+    assert "classifier.0 (rate 0.2)" in efficientnet["reasons"][0]
+    vit = applicability(describe_module(torchvision.models.vit_b_16(weights=None)))
+    assert vit["status"] == "fails" and "VisionTransformer, a vision transformer" in vit["reasons"][0]
 
 
 # --- ranking ----------------------------------------------------------------------------------

@@ -306,3 +306,50 @@ def test_performance_doc_reads_its_figures_from_the_results(tmp_path: Path) -> N
     assert gen.main(["--check", "--results", str(results), "--output", str(out)]) == 1
     assert gen.main(["--results", str(results), "--output", str(out)]) == 0
     assert gen.main(["--check", "--results", str(results), "--output", str(out)]) == 0
+
+
+# --- docs/evidence.md is generated from benchmarks/results/evidence.json ---------------------------
+
+
+def _evidence():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("evidence", ROOT / "benchmarks" / "evidence.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_evidence_doc_is_the_generators_output() -> None:
+    gen = _evidence()
+    assert (DOCS / "evidence.md").read_text(encoding="utf-8") == gen.render(ROOT / "benchmarks" / "results" / "evidence.json"), (
+        "docs/evidence.md is out of date: run python benchmarks/evidence.py --render")
+
+
+def test_evidence_doc_reads_its_figures_from_the_results(tmp_path: Path) -> None:
+    """Changed measurements change the page, its tables and its reading alike."""
+    gen = _evidence()
+    data = json.loads((ROOT / "benchmarks" / "results" / "evidence.json").read_text(encoding="utf-8"))
+    # The statuses the rules gave, as scored: every dropout twin fails, every other model holds.
+    for model in data["zoos"]["fmnist-dropout"]["views"]["module"]["models"]:
+        assert model["status"] == ("fails" if "-drop" in model["model"] else "holds"), model["model"]
+    assert {m["status"] for m in data["zoos"]["fmnist-dropout"]["views"]["file"]["models"]} == {"unknown"}
+    cell = data["zoos"]["fmnist-dropout"]["views"]["module"]["metrics"]["bfe_head"]["fails"]
+    cell.update(rho=-0.93, ci_low=-0.99, ci_high=-0.81)
+    results = tmp_path / "evidence.json"
+    results.write_text(json.dumps(data), encoding="utf-8")
+    text = gen.render(results)
+    assert "| `bfe_head` | " in text and "-0.93 [-0.99, -0.81]" in text
+    assert "the two intervals overlap" in gen.render(ROOT / "benchmarks" / "results" / "evidence.json")
+    # With the holds interval moved clear of the fails one, the reading says they no longer overlap.
+    data["zoos"]["fmnist-dropout"]["views"]["module"]["metrics"]["bfe_head"]["holds"].update(
+        rho=0.1, ci_low=-0.5, ci_high=0.6)
+    results.write_text(json.dumps(data), encoding="utf-8")
+    text = gen.render(results)
+    assert "the two intervals do not overlap" in text and "+0.10 [-0.50, +0.60]" in text
+    out = tmp_path / "evidence.md"
+    out.write_text("stale", encoding="utf-8")
+    assert gen.main(["--check", "--results", str(results), "--output", str(out)]) == 1
+    assert gen.main(["--render", "--results", str(results), "--output", str(out)]) == 0
+    assert gen.main(["--check", "--results", str(results), "--output", str(out)]) == 0

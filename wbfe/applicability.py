@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Optional
 
 from wbfe.framework.description import FrameworkDescription
 
-__all__ = ["STATUSES", "Rule", "RULES", "VISION_TRANSFORMERS", "TIMM_VISION_TRANSFORMERS", "applicability"]
+__all__ = ["STATUSES", "Rule", "RULES", "VISION_TRANSFORMERS", "TIMM_VISION_TRANSFORMERS", "TORCH_VISION_TRANSFORMERS",
+           "applicability"]
 
 STATUSES = ("holds", "fails", "unknown")
 
@@ -33,6 +34,8 @@ TIMM_VISION_TRANSFORMERS = (
     "vit_", "deit", "beit", "swin", "eva", "cait", "xcit", "pvt_v2", "levit", "twins", "crossvit", "tnt_", "pit_",
     "convit", "mvitv2", "efficientformer", "hiera", "volo", "flexivit", "samvit", "mobilevit", "nextvit", "fastvit",
 )
+# torchvision's vision transformer classes (an in-memory module is described by its class name).
+TORCH_VISION_TRANSFORMERS = frozenset({"VisionTransformer", "SwinTransformer"})
 # Keras layers that are not one linear map of their input.
 _NONLINEAR_HEADS = frozenset({"LSTM", "GRU", "SimpleRNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"})
 
@@ -58,7 +61,13 @@ def _dropout(d: FrameworkDescription) -> Optional[str]:
     if not found:
         return None
     named = ", ".join(f"{layer} (rate {rate:g})" for layer, rate in found)
-    return f"dropout on the features the head reads: {named}; {_DROPOUT_FINDING}"
+    return f"dropout on the features the head reads: {named}; {_DROPOUT_FINDING}{_head_rule(d)}"
+
+
+def _head_rule(d: FrameworkDescription) -> str:
+    """How the head was found, where the description had to infer it (a module naming no classifier)."""
+    rule = d.facts.get("head_rule")
+    return f"; the head {d.head} is {rule}" if rule else ""
 
 
 def _vision_transformer(d: FrameworkDescription) -> Optional[str]:
@@ -67,6 +76,8 @@ def _vision_transformer(d: FrameworkDescription) -> Optional[str]:
         return f"{d.model} is a vision transformer (model_type {family}); {_VIT_FINDING}"
     if d.framework == "timm" and family.startswith(TIMM_VISION_TRANSFORMERS):
         return f"timm's {family} is a vision transformer; {_VIT_FINDING}"
+    if d.framework == "torch" and family in TORCH_VISION_TRANSFORMERS:
+        return f"the module is a {family}, a vision transformer; {_VIT_FINDING}"
     return None
 
 
@@ -130,4 +141,4 @@ def applicability(description: Optional[FrameworkDescription],
         return {"status": "fails", "reasons": failed}
     return {"status": "holds",
             "reasons": [f"{description.model}: the head {description.head} is one linear map of the last features "
-                        f"with no dropout before it: {_HOLDS_FINDING}"]}
+                        f"with no dropout before it: {_HOLDS_FINDING}{_head_rule(description)}"]}

@@ -11,6 +11,11 @@ it can be stored in a safetensors header and rebuilt from it.
   channels in block ``i``, then ``fc1`` with ``8 * width`` units (ReLU), then the classifier.
   ``ArchSpec("cnn", width=16, depth=2)`` is Conv(1,16,3) / Conv(16,32,3) / Linear(32*7*7, 128) /
   Linear(128, 10): the default demo checkpoint.
+
+``dropout`` > 0 adds an ``nn.Dropout(dropout)`` named ``dropout`` on the features the classifier
+reads (after the last hidden ReLU, right before ``classifier``); it has no weights, so the state
+dict is the same as without it. With the default 0 no such module exists and the metadata has no
+``dropout`` key (the shipped zoo's headers round-trip unchanged).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class ArchSpec:
     arch: str
     width: int
     depth: int
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -44,6 +50,8 @@ class ArchSpec:
             raise InvalidOptionError(f"width must be >= 1, got {self.width}", option="width")
         if self.depth < 1:
             raise InvalidOptionError(f"depth must be >= 1, got {self.depth}", option="depth")
+        if not 0.0 <= self.dropout < 1.0:
+            raise InvalidOptionError(f"dropout must be in [0, 1), got {self.dropout}", option="dropout")
         # Each CNN block halves the side (floor); below 1 pixel there is nothing left to pool.
         if self.arch == "cnn" and IMAGE_SIDE >> self.depth < 1:
             raise InvalidOptionError(f"cnn depth must be <= 4, got {self.depth}", option="depth")
@@ -51,40 +59,46 @@ class ArchSpec:
     @property
     def name(self) -> str:
         """A short readable label, e.g. ``cnn-w16-d2``."""
-        return f"{self.arch}-w{self.width}-d{self.depth}"
+        return f"{self.arch}-w{self.width}-d{self.depth}" + (f"-drop{self.dropout:g}" if self.dropout else "")
 
     def to_metadata(self) -> dict[str, str]:
         """The spec as a string dict (the form safetensors header metadata requires)."""
-        return {"arch": self.arch, "width": str(self.width), "depth": str(self.depth)}
+        meta = {"arch": self.arch, "width": str(self.width), "depth": str(self.depth)}
+        return {**meta, "dropout": repr(self.dropout)} if self.dropout else meta
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str]) -> "ArchSpec":
         """Rebuild a spec from :meth:`to_metadata` output (extra keys are ignored)."""
-        return cls(arch=meta["arch"], width=int(meta["width"]), depth=int(meta["depth"]))
+        return cls(arch=meta["arch"], width=int(meta["width"]), depth=int(meta["depth"]),
+                   dropout=float(meta.get("dropout", "0")))
 
 
 class MLP(nn.Module):
-    """``depth`` hidden Linear+ReLU layers ``fc1..fc<depth>`` of ``width`` units, then ``classifier``."""
+    """``depth`` hidden Linear+ReLU layers ``fc1..fc<depth>`` of ``width`` units, then ``classifier``
+    (with ``dropout`` > 0, an ``nn.Dropout`` between the last hidden layer and ``classifier``)."""
 
-    def __init__(self, width: int, depth: int) -> None:
+    def __init__(self, width: int, depth: int, dropout: float = 0.0) -> None:
         super().__init__()
         sizes = [IMAGE_SIDE * IMAGE_SIDE] + [width] * depth
         for i in range(depth):
             setattr(self, f"fc{i + 1}", nn.Linear(sizes[i], sizes[i + 1]))
         self.depth = depth
+        self.dropout = nn.Dropout(dropout) if dropout else None
         self.classifier = nn.Linear(sizes[-1], NUM_CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.flatten(1)
         for i in range(self.depth):
             x = torch.relu(getattr(self, f"fc{i + 1}")(x))
+        if self.dropout is not None:
+            x = self.dropout(x)
         return self.classifier(x)
 
 
 class CNN(nn.Module):
     """``depth`` conv blocks in ``features``, then ``fc1`` (8·width units) and ``classifier``."""
 
-    def __init__(self, width: int, depth: int) -> None:
+    def __init__(self, width: int, depth: int, dropout: float = 0.0) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         in_ch, side = 1, IMAGE_SIDE
@@ -94,11 +108,14 @@ class CNN(nn.Module):
             in_ch, side = out_ch, side // 2
         self.features = nn.Sequential(*layers)
         self.fc1 = nn.Linear(in_ch * side * side, 8 * width)
+        self.dropout = nn.Dropout(dropout) if dropout else None
         self.classifier = nn.Linear(8 * width, NUM_CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.features(x).flatten(1)
-        return self.classifier(torch.relu(self.fc1(x)))
+        x = torch.relu(self.fc1(self.features(x).flatten(1)))
+        if self.dropout is not None:
+            x = self.dropout(x)
+        return self.classifier(x)
 
 
 def build_model(spec: ArchSpec) -> nn.Module:
@@ -113,7 +130,7 @@ def build_model(spec: ArchSpec) -> nn.Module:
         weights.
     """
     family = MLP if spec.arch == "mlp" else CNN
-    return family(spec.width, spec.depth)
+    return family(spec.width, spec.depth, spec.dropout)
 
 
 def count_params(spec: ArchSpec) -> int:
