@@ -232,6 +232,10 @@ class ScoreOptions(_Options):
         fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: None,
             ``xmin_peak`` or ``clip_xmax`` (:mod:`wbfe.metrics.fingers`).
         fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
+        stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads each
+            tensor with an HTTP range request (nothing on disk), False downloads first, None streams
+            when the files are larger than the free disk (:mod:`wbfe.sources.remote`). How the
+            bytes travel, not what is computed: not in :meth:`to_dict`.
 
     Raises:
         InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a metric).
@@ -241,6 +245,7 @@ class ScoreOptions(_Options):
         "metrics": METRICS, "min_eigs": MIN_EIGS, "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
         "ww_compatible": Flag(), "seed": SCORE_SEED, "device": DEVICE,
         "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
+        "stream": Flag(optional=True),
     }
 
     metrics: tuple[str, ...] = ()
@@ -254,6 +259,7 @@ class ScoreOptions(_Options):
     seed: int = 0
     fix_fingers: Optional[str] = None
     fit: str = "pl"
+    stream: Optional[bool] = None
 
     def _cross_check(self) -> None:
         from wbfe.metrics.fingers import check_tail_options
