@@ -39,6 +39,7 @@ class State:
     files: dict[str, bytes] = field(default_factory=dict)  # URL path -> bytes
     repos: dict[str, Repo] = field(default_factory=dict)  # "org/name" -> repo
     ignore_range: bool = False
+    honour_if_match: bool = True
     token: str | None = None  # the hub's resolve route wants "Bearer <token>" when set
     # (path substring, fault) pairs, each used once by the first request whose path holds it; a
     # fault ending in "!" stays (every such request meets it).
@@ -70,6 +71,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
+
+    head_only = False
+
+    def do_HEAD(self) -> None:  # noqa: N802 - the http.server name
+        self.head_only = True
+        try:
+            self.do_GET()
+        finally:
+            self.head_only = False
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server name
         path = unquote(urlsplit(self.path).path)
@@ -127,7 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
         if repo is None or revision not in ("main", repo.commit) or name not in repo.files:
             return self._plain(path, 404, b"not found", {"X-Error-Code": "EntryNotFound"})
         data = repo.files[name]
-        headers = {"X-Repo-Commit": repo.commit}
+        fault = self.state.fault_for(path + "#commit")
+        headers = {"X-Repo-Commit": "b" * 40 if fault == "commit" else repo.commit}
         if name.endswith(".safetensors"):  # LFS: the hub redirects to its storage
             sha = hashlib.sha256(data).hexdigest()
             headers.update({"Location": f"/lfs/{sha}", "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))})
@@ -142,21 +153,25 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
-        self._log(path, status, len(body))
+        # Logged before the body goes out: the client may act on the answer before this thread runs again.
+        self._log(path, status, 0 if self.head_only else len(body))
+        if not self.head_only:
+            self.wfile.write(body)
 
-    def _log(self, path: str, status: int, sent: int) -> None:
+    def _log(self, path: str, status: int, sent: int) -> Request:
+        request = Request(path, self.headers.get("Range"), status, sent)
         with self.state.lock:
-            self.state.log.append(Request(path, self.headers.get("Range"), status, sent))
+            self.state.log.append(request)
+        return request
 
     def _serve(self, path: str, data: bytes, fault: str | None, headers: dict[str, str] | None = None) -> None:
         etag = etag_of(data)
         base = {"ETag": etag, "Accept-Ranges": "bytes", **(headers or {})}
         match = _RANGE.match(self.headers.get("Range") or "")
-        if self.state.ignore_range or fault == "ignore_range" or match is None:
+        if self.head_only or self.state.ignore_range or fault == "ignore_range" or match is None:
             return self._plain(path, 200, data, base)
         if_match = self.headers.get("If-Match")
-        if if_match is not None and if_match != etag:
+        if self.state.honour_if_match and if_match is not None and if_match != etag:
             return self._plain(path, 412, b"precondition failed", base)
         first = int(match.group(1))
         last = min(int(match.group(2)) if match.group(2) else len(data) - 1, len(data) - 1)
@@ -174,26 +189,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Range", f"bytes {shown[0]}-{shown[1]}/{len(data)}")
         self.send_header("Content-Length", str(length))
         self.end_headers()
-        sent = 0
+        logged = self._log(path, 206, 0)  # before the body: see _plain
         try:
             if fault == "drop":  # half the body, then the connection is cut
+                logged.sent = len(body) // 2
                 self.wfile.write(body[: len(body) // 2])
                 self.wfile.flush()
-                sent = len(body) // 2
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
             elif fault == "trickle":
                 for i in range(0, len(body), 256):
+                    logged.sent += len(body[i:i + 256])
                     self.wfile.write(body[i:i + 256])
                     self.wfile.flush()
-                    sent += len(body[i:i + 256])
                     time.sleep(0.02)
             else:
+                logged.sent = length
                 self.wfile.write(body[:length])
-                sent = length
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
-        self._log(path, 206, sent)
 
 
 class Server:

@@ -26,13 +26,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
-from wbfe.errors import RangeNotSupportedError, RemoteChangedError, RemoteReadError, TruncatedCheckpointError
-
-if TYPE_CHECKING:
-    import torch
+from wbfe.errors import (RangeNotSupportedError, RemoteChangedError, RemoteReadError, TruncatedCheckpointError,
+                         WbfeError)
 
 __all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ"]
 
@@ -132,15 +130,10 @@ class RemoteFile:
             self._fetch(start, nbytes, memoryview(out))
         return bytes(out)
 
-    def read_tensor(self, start: int, nbytes: int) -> "torch.Tensor":
-        """The bytes ``[start, start + nbytes)`` in a uint8 tensor of their own, in one request."""
-        import torch
-
-        # torch.empty, not bytearray: no zero-fill pass over a tensor that is about to be overwritten.
-        buffer = torch.empty(nbytes, dtype=torch.uint8)
-        if nbytes:
-            self._fetch(start, nbytes, memoryview(buffer.numpy()).cast("B"))
-        return buffer
+    def read_into(self, start: int, into: memoryview) -> None:
+        """Fill ``into`` with the bytes from ``start`` on (exactly ``len(into)``), in one request."""
+        if len(into):
+            self._fetch(start, len(into), into)
 
     def close(self) -> None:
         """Close this thread's connections (other threads' close when their thread ends)."""
@@ -161,6 +154,9 @@ class RemoteFile:
                 self.close()
                 if attempt + 1 < policy.attempts:
                     self._sleep(policy.delay(attempt, exc.retry_after))
+            except WbfeError:  # a verdict (404, a changed file), some of them OSErrors too: never retried
+                self.close()
+                raise
             except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, cut short
                 last = f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:200]}" if str(exc) else \
                     exc.__class__.__name__

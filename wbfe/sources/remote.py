@@ -71,11 +71,13 @@ class _RemoteShard:
 
         dtype = torch_dtype(info, self.remote.name)
         start, end = (self._data_start + int(o) for o in info["data_offsets"])
-        if end <= len(self._head):
-            raw = torch.frombuffer(bytearray(self._head[start:end]), dtype=torch.uint8) if end > start else \
-                torch.empty(0, dtype=torch.uint8)
-        else:
-            raw = self.remote.read_tensor(start, end - start)
+        # torch.empty, not bytearray: no zero-fill pass over bytes about to be overwritten.
+        raw = torch.empty(end - start, dtype=torch.uint8)
+        view = memoryview(raw.numpy()).cast("B")
+        have = max(0, min(end, len(self._head)) - start)  # what the first read already holds
+        view[:have] = self._head[start:start + have]
+        if have < end - start:
+            self.remote.read_into(start + have, view[have:])
         return raw.view(dtype).reshape([int(s) for s in info["shape"]])
 
     def close(self) -> None:
