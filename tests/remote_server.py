@@ -85,8 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         fault = self.state.fault_for(path)
         if fault is not None and fault.startswith("status:"):
-            status = int(fault.split(":")[1])
-            extra = {"Retry-After": "0"} if status in (429, 503) else {}
+            parts = fault.split(":")  # status:429 or status:429:<Retry-After seconds>
+            status = int(parts[1])
+            extra = {"Retry-After": parts[2] if len(parts) > 2 else "0"} if status in (429, 503) else {}
             return self._plain(path, status, b"injected", extra)
         if path.startswith("/api/models/"):
             return self._model_info(path[len("/api/models/"):])
@@ -210,13 +211,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+class _Quiet(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that drops a connection (as the fault tests make it) is no server error
+
+
 class Server:
     """``with Server() as s``: ``s.url(path)``, ``s.endpoint`` (for HF_ENDPOINT), ``s.state``."""
 
     def __init__(self) -> None:
         self.state = State()
         handler = type("Handler", (_Handler,), {"state": self.state})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _Quiet(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

@@ -227,14 +227,21 @@ class RemoteFile:
         deadline = began + policy.timeout + expected / policy.min_rate
         got = 0
         while got < expected:
-            n = response.readinto(into[got:min(expected, got + _CHUNK)])
+            # read1: what one socket read brings (a readinto would wait for its whole buffer, so a
+            # trickle that keeps each read under the timeout would never meet the deadline).
+            chunk = response.read1(min(expected - got, _CHUNK))
+            n = len(chunk)
             if not n:
                 raise _Retry(f"short read: {got} of {expected} bytes")
+            into[got:got + n] = chunk
             got += n
             with self._lock:
                 self.bytes_fetched += n
             if time.monotonic() > deadline and got < expected:
                 raise _Retry(f"too slow: {got} of {expected} bytes in {time.monotonic() - began:.1f} s")
+        # Ends the answer (read1 never marks it done), so that the connection takes the next request.
+        if response.read(1):
+            raise _Retry(f"a body longer than the {expected} bytes asked for")
         return got
 
     # ------------------------------------------------------------------ requests and identity
