@@ -73,7 +73,7 @@ class _RemoteShard:
         start, end = (self._data_start + int(o) for o in info["data_offsets"])
         # torch.empty, not bytearray: no zero-fill pass over bytes about to be overwritten.
         raw = torch.empty(end - start, dtype=torch.uint8)
-        view = memoryview(raw.numpy()).cast("B")
+        view = raw.numpy().data
         have = max(0, min(end, len(self._head)) - start)  # what the first read already holds
         view[:have] = self._head[start:start + have]
         if have < end - start:
