@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from wbfe._config import hf_cache_dir, hf_offline
-from wbfe.errors import InvalidOptionError, ModelNotFoundError, SourceNotFoundError, WbfeError
+from wbfe.errors import InvalidOptionError, ModelNotFoundError, RangeNotSupportedError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.local import open_path, pick_weight_files, read_model_config
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
@@ -306,10 +306,15 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
 
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
     digests = {n.rsplit("/", 1)[-1]: str(d) for n, s in siblings.items() if (d := _lfs_sha256(s)) is not None}
-    source = stream_safetensors(
-        ref, chosen[0], url_for, headers=headers, sizes=sizes, digests=digests, commit=info.sha, fmt=fmt,
-        decide=None if stream else (lambda total: should_stream(None, total, hf_cache_dir())),
-        extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
+    try:
+        source = stream_safetensors(
+            ref, chosen[0], url_for, headers=headers, sizes=sizes, digests=digests, commit=info.sha, fmt=fmt,
+            decide=None if stream else (lambda total: should_stream(None, total, hf_cache_dir())),
+            extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
+    except RangeNotSupportedError:
+        if stream:
+            raise
+        return None  # by default a server without ranges means a download, as before
     if source is None:
         return None
     from wbfe.sources.http_range import RemoteFile
