@@ -24,6 +24,7 @@ class Request:
     range: str | None
     status: int
     sent: int  # body bytes written
+    auth: str | None = None  # the Authorization header received
 
 
 @dataclass
@@ -115,9 +116,14 @@ class _Handler(BaseHTTPRequestHandler):
         parts = rest.split("/")
         repo_id = "/".join(parts[:2])
         repo = self.state.repos.get(repo_id)
-        if repo is None or (len(parts) > 2 and parts[2:3] != ["revision"]):
+        if repo is None or (len(parts) > 2 and parts[2] not in ("revision", "tree")):
             return self._plain("/api/models/" + rest, 404, b'{"error": "Repository not found"}',
                                {"X-Error-Code": "RepoNotFound"})
+        if len(parts) > 3 and parts[2] == "tree":  # the file listing (list_repo_files)
+            files = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                     for name, data in sorted(repo.files.items())]
+            return self._plain("/api/models/" + rest, 200, json.dumps(files).encode(),
+                               {"Content-Type": "application/json"})
         if len(parts) > 3 and parts[3] not in ("main", repo.commit):
             return self._plain("/api/models/" + rest, 404, b'{"error": "Invalid rev id"}',
                                {"X-Error-Code": "RevisionNotFound"})
@@ -142,25 +148,28 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"X-Repo-Commit": "b" * 40 if fault == "commit" else repo.commit}
         if name.endswith(".safetensors"):  # LFS: the hub redirects to its storage
             sha = hashlib.sha256(data).hexdigest()
-            headers.update({"Location": f"/lfs/{sha}", "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))})
+            # On another host, as the hub's storage is: a client must not send the token there.
+            storage = f"http://localhost:{self.server.server_address[1]}"
+            headers.update({"Location": f"{storage}/lfs/{sha}", "X-Linked-Etag": f'"{sha}"',
+                            "X-Linked-Size": str(len(data)), "ETag": f'"{hashlib.sha1(data).hexdigest()}"'})
             return self._plain(path, 302, b"", headers)
         return self._serve(path, data, None, headers)
 
     # ---------------------------------------------------------------- bodies
 
     def _plain(self, path: str, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        # Logged before the answer goes out: the client may act on it before this thread runs again.
+        self._log(path, status, 0 if self.head_only else len(body))
         self.send_response(status)
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        # Logged before the body goes out: the client may act on the answer before this thread runs again.
-        self._log(path, status, 0 if self.head_only else len(body))
         if not self.head_only:
             self.wfile.write(body)
 
     def _log(self, path: str, status: int, sent: int) -> Request:
-        request = Request(path, self.headers.get("Range"), status, sent)
+        request = Request(path, self.headers.get("Range"), status, sent, self.headers.get("Authorization"))
         with self.state.lock:
             self.state.log.append(request)
         return request
@@ -184,13 +193,13 @@ class _Handler(BaseHTTPRequestHandler):
             body = data[first + 1:last + 2]
             shown = (first + 1, first + len(body))
         length = len(body) - 10 if fault == "short" else len(body)
+        logged = self._log(path, 206, 0)  # before the answer: see _plain
         self.send_response(206)
         for key, value in base.items():
             self.send_header(key, value)
         self.send_header("Content-Range", f"bytes {shown[0]}-{shown[1]}/{len(data)}")
         self.send_header("Content-Length", str(length))
         self.end_headers()
-        logged = self._log(path, 206, 0)  # before the body: see _plain
         try:
             if fault == "drop":  # half the body, then the connection is cut
                 logged.sent = len(body) // 2

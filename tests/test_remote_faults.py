@@ -47,7 +47,7 @@ def after_header(server: Server, fault: str) -> None:
 
 
 def tensor_ranges(server: Server) -> list[str | None]:
-    return [r.range for r in server.state.log if r.range != f"bytes=0-{FIRST_READ - 1}"]
+    return [r.range for r in server.state.ranged(PATH) if r.range != f"bytes=0-{FIRST_READ - 1}"]
 
 
 @pytest.mark.parametrize("fault", ["drop", "short", "bad_range", "status:500", "status:503", "status:429"])

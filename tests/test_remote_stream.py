@@ -75,7 +75,7 @@ def test_a_streamed_url_scores_as_the_local_file_with_one_request_a_tensor(tmp_p
     streamed = wbfe.score(url, stream=True)
     same_scores(streamed, wbfe.score(str(local)))
     assert streamed.model["transport"] == "stream" and streamed.model["files"] == [url]
-    log = server.state.log
+    log = server.state.ranged("/models/m.safetensors")
     # The header in one request of FIRST_READ bytes, then one request per tensor past it, each
     # asking for exactly the tensor's bytes not read yet; nothing else: the bodies add up to the file.
     assert log[0].range == f"bytes=0-{FIRST_READ - 1}"
@@ -155,7 +155,11 @@ def test_a_401_says_a_token_is_needed_and_the_token_is_sent(tmp_path: Path, serv
     with pytest.raises(RemoteReadError, match=r"model\.safetensors: access refused \(HTTP 401\).*HF_TOKEN"):
         wbfe.score("org/gated", stream=True)
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    server.state.log.clear()
     same_scores(wbfe.score("org/gated", stream=True), wbfe.score(str(local)))
+    # The token goes to the hub, never to the storage host its redirects lead to.
+    assert {r.auth for r in server.state.log if "/resolve/" in r.path} == {"Bearer hf_secret"}
+    assert {r.auth for r in server.state.log if r.path.startswith("/lfs/")} == {None}
 
 
 def test_a_429_is_retried(tmp_path: Path, server: Server) -> None:
@@ -163,7 +167,7 @@ def test_a_429_is_retried(tmp_path: Path, server: Server) -> None:
     server.state.files["/m.safetensors"] = local.read_bytes()
     server.state.faults.append(("/m.safetensors", "status:429"))
     same_scores(wbfe.score(server.url("/m.safetensors"), stream=True), wbfe.score(str(local)))
-    assert [r.status for r in server.state.log[:2]] == [429, 206]
+    assert [r.status for r in server.state.ranged("/m.safetensors")[:2]] == [429, 206]
 
 
 def test_a_server_that_ignores_range_is_refused_when_streaming_and_downloaded_by_default(
@@ -174,7 +178,7 @@ def test_a_server_that_ignores_range_is_refused_when_streaming_and_downloaded_by
     server.state.ignore_range = True
     with pytest.raises(RangeNotSupportedError, match="ignores HTTP range requests.*without --stream"):
         wbfe.score(server.url("/m.safetensors"), stream=True)
-    assert len(server.state.log) == 1  # refused at the first answer, not retried
+    assert len(server.state.ranged("/m.safetensors")) == 1  # refused at the first answer, not retried
     monkeypatch.setattr(remote, "free_disk", lambda folder: 10**15)
     downloaded = wbfe.score(server.url("/m.safetensors"))
     same_scores(downloaded, wbfe.score(str(local)))
@@ -220,6 +224,13 @@ def test_by_default_a_hub_model_larger_than_the_free_disk_is_streamed(tmp_path: 
     # Only the index was fetched before the decision; no shard was downloaded into the cache.
     assert not any((tmp_path / "hf").rglob("*.safetensors")) if (tmp_path / "hf").exists() else True
     same_scores(streamed, wbfe.score(str(folder)))
+    # With room on the disk it is downloaded into the hub cache, as before.
+    monkeypatch.setattr(remote, "free_disk", lambda f: total)
+    downloaded = wbfe.score("org/big")
+    assert "transport" not in downloaded.model
+    assert sorted(p.name for p in (tmp_path / "hf").rglob("*.safetensors")) == sorted(
+        p.name for p in folder.glob("*.safetensors"))
+    same_scores(downloaded, streamed)
 
 
 def test_stream_is_refused_for_references_it_cannot_read(tmp_path: Path, server: Server) -> None:

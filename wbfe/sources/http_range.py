@@ -254,7 +254,8 @@ class RemoteFile:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https"):
                 raise RemoteReadError(f"{self.name}: redirected to a {parts.scheme or 'relative'} URL", path=self.name)
-            sent = headers if parts.netloc == origin else {k: v for k, v in headers.items() if k != "Authorization"}
+            sent = headers if parts.netloc == origin else {k: v for k, v in headers.items()
+                                                           if k.lower() != "authorization"}
             conn = self._connection(parts.scheme, parts.netloc)
             target = parts.path or "/"
             if parts.query:

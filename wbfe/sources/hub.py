@@ -55,21 +55,24 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
     if unreachable is not None:
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
     try:
-        names = HfApi().list_repo_files(repo_id, revision=revision)
+        endpoint = hub_endpoint()
+        names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
-            hf_hub_download(repo_id, "adapter_config.json", revision=revision, cache_dir=str(cache_dir))
+            hf_hub_download(repo_id, "adapter_config.json", revision=revision, cache_dir=str(cache_dir),
+                            endpoint=endpoint)
         if not chosen:
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
-        local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir)))
+        local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir),
+                                     endpoint=endpoint))
         for config_name in ("config.json", "quantize_config.json"):  # the head, experts and quantization
             if config_name in names:
-                hf_hub_download(repo_id, config_name, revision=revision, cache_dir=str(cache_dir))
+                hf_hub_download(repo_id, config_name, revision=revision, cache_dir=str(cache_dir), endpoint=endpoint)
         if local.name.endswith(".index.json"):
             from wbfe.sources.safetensors_files import index_weight_map
 
             for shard in index_weight_map(local):
-                hf_hub_download(repo_id, shard, revision=revision, cache_dir=str(cache_dir))
+                hf_hub_download(repo_id, shard, revision=revision, cache_dir=str(cache_dir), endpoint=endpoint)
         return local
     except WbfeError:
         raise
@@ -138,9 +141,7 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     huggingface_hub retries a failed connection for about 25 s before giving up; this answers in
     at most ``timeout`` seconds.
     """
-    from huggingface_hub import constants
-
-    return host_unreachable(str(constants.ENDPOINT), what="the Hugging Face hub", timeout=timeout)
+    return host_unreachable(hub_endpoint(), what="the Hugging Face hub", timeout=timeout)
 
 
 _hub_unreachable = hub_unreachable  # the name download_weight_files calls (tests replace it)
@@ -281,7 +282,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
 
     name = f"{repo_id}{'@' + revision if revision else ''}"
     endpoint = hub_endpoint()
-    unreachable = host_unreachable(endpoint, what="the Hugging Face hub")
+    unreachable = _hub_unreachable()
     if unreachable is not None:
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
     try:
