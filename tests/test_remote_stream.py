@@ -257,3 +257,36 @@ def test_the_cli_streams_with_stream(tmp_path: Path, server: Server) -> None:
     assert json.loads(streamed.stdout)["layers"] == json.loads(wbfe.score(str(local)).to_json())["layers"]
     refused = runner.invoke(app, ["score", str(local), "--stream"])
     assert refused.exit_code == 2 and "--stream reads hub ids" in refused.output
+
+
+@pytest.mark.parametrize("damage", ["header_length", "json", "gap", "truncated"])
+def test_a_bad_remote_header_is_refused_with_the_local_files_message(tmp_path: Path, server: Server,
+                                                                     damage: str) -> None:
+    from wbfe.errors import CorruptCheckpointError
+
+    data = bytearray(make_checkpoint(tmp_path / "m.safetensors").read_bytes())
+    if damage == "header_length":
+        data[:8] = struct.pack("<Q", 10**12)
+    elif damage == "json":
+        data[8] = ord("[")
+    elif damage == "gap":  # one byte more after the last tensor: the offsets no longer tile the data
+        data += b"\0"
+    else:
+        del data[-100:]
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(bytes(data))
+    server.state.files["/bad.safetensors"] = bytes(data)
+    with pytest.raises(CorruptCheckpointError) as local_error:
+        wbfe.score(str(bad))
+    with pytest.raises(CorruptCheckpointError) as remote_error:
+        wbfe.score(server.url("/bad.safetensors"), stream=True)
+    assert type(remote_error.value) is type(local_error.value)
+    assert str(remote_error.value) == str(local_error.value).replace(str(bad), server.url("/bad.safetensors"))
+    assert len(server.state.ranged("/bad")) == 1  # the header's request only
+
+
+def test_stream_is_refused_for_a_hub_model_without_safetensors(tmp_path: Path, server: Server) -> None:
+    server.state.repos["org/pickled"] = Repo({"pytorch_model.bin": b"not read"})
+    with pytest.raises(InvalidOptionError, match="org/pickled: --stream reads safetensors weights; this repository "
+                                                 "holds pytorch_model.bin"):
+        wbfe.score("org/pickled", stream=True)

@@ -114,6 +114,7 @@ class RemoteFile:
         self._sleep = sleep
         self._lock = threading.Lock()  # pinning and the counters
         self._local = threading.local()  # one kept-alive connection per thread and host
+        self._conns: list[http.client.HTTPConnection] = []  # all of them, for close()
 
     # ------------------------------------------------------------------ public reads
 
@@ -136,10 +137,22 @@ class RemoteFile:
             self._fetch(start, len(into), into)
 
     def close(self) -> None:
-        """Close this thread's connections (other threads' close when their thread ends)."""
-        for conn in getattr(self._local, "conns", {}).values():
+        """Close every thread's connections (one in use fails its read, which is retried on a new
+        one: http.client reopens a closed connection)."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
             conn.close()
         self._local.conns = {}
+
+    def _close_mine(self) -> None:
+        """Close this thread's connections (after a failure: the next try starts afresh)."""
+        mine = list(getattr(self._local, "conns", {}).values())
+        for conn in mine:
+            conn.close()
+        self._local.conns = {}
+        with self._lock:
+            self._conns = [conn for conn in self._conns if conn not in mine]
 
     # ------------------------------------------------------------------ one range, with retries
 
@@ -151,20 +164,20 @@ class RemoteFile:
                 return self._attempt(start, nbytes, into, first)
             except _Retry as exc:
                 last = str(exc)
-                self.close()
+                self._close_mine()
                 if attempt + 1 < policy.attempts:
                     self._sleep(policy.delay(attempt, exc.retry_after))
             except WbfeError:  # a verdict (404, a changed file), some of them OSErrors too: never retried
-                self.close()
+                self._close_mine()
                 raise
             except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, cut short
                 last = f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:200]}" if str(exc) else \
                     exc.__class__.__name__
-                self.close()
+                self._close_mine()
                 if attempt + 1 < policy.attempts:
                     self._sleep(policy.delay(attempt))
             except BaseException:
-                self.close()
+                self._close_mine()
                 raise
         raise RemoteReadError(f"{self.name}: bytes {start}-{start + nbytes - 1} could not be read in "
                               f"{policy.attempts} tries (last: {last})", path=self.name)
@@ -282,6 +295,8 @@ class RemoteFile:
             kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
             conn = kind(netloc, timeout=self._policy.timeout)
             conns[(scheme, netloc)] = conn
+            with self._lock:
+                self._conns.append(conn)
         return conn
 
     def _drop(self, scheme: str, netloc: str) -> None:
