@@ -202,6 +202,10 @@ def test_by_default_a_file_larger_than_the_free_disk_is_streamed(tmp_path: Path,
     assert streamed.model["transport"] == "stream"
     assert asked == [tmp_path / "wbfe-cache" / "objects"]
     assert not (tmp_path / "wbfe-cache").exists()
+    from wbfe.sources import content_hash
+
+    with pytest.raises(SourceNotFoundError, match="lists no SHA-256 has no content hash; score it with --no-stream"):
+        content_hash(server.url("/m.safetensors"))  # a URL's bytes are never hashed when streamed
     monkeypatch.setattr(remote, "free_disk", lambda folder: free(folder, size))
     copied = wbfe.score(server.url("/m.safetensors"))
     assert "transport" not in copied.model

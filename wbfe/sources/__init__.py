@@ -81,10 +81,14 @@ def content_hash(ref: Any) -> str:
     """SHA-256 of a checkpoint's weight files (what ``ModelScore.model['sha256']`` holds).
 
     Raises:
-        The errors of :func:`open_source`; ``SourceNotFoundError`` for in-memory objects.
+        The errors of :func:`open_source`; ``SourceNotFoundError`` for in-memory objects and for a
+        streamed URL (:mod:`wbfe.sources.remote`) whose server lists no SHA-256.
     """
     with open_source(ref) as source:
         digest = source.provenance.digest()
         if digest is None:
+            if source.provenance.extra.get("transport") == "stream":  # no byte hashed, none listed by the server
+                raise SourceNotFoundError(f"{ref}: a streamed checkpoint whose server lists no SHA-256 has no "
+                                          "content hash; score it with --no-stream", path=str(ref))
             raise SourceNotFoundError("in-memory models have no content hash")
         return digest
