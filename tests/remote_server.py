@@ -207,6 +207,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
+            elif fault == "stall":  # the headers, then nothing for longer than a client's read timeout
+                time.sleep(1.5)
+                self.close_connection = True
             elif fault == "trickle":
                 for i in range(0, len(body), 256):
                     logged.sent += len(body[i:i + 256])

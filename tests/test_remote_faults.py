@@ -113,6 +113,15 @@ def test_a_trickle_is_cut_at_its_deadline_and_retried(server: Server, local: Pat
         wbfe.score(server.url(PATH), stream=True)
 
 
+def test_a_stalled_answer_times_out_and_is_retried(server: Server, local: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_range, "DEFAULT_POLICY", RetryPolicy(attempts=3, backoff=0.001, timeout=0.5))
+    after_header(server, "stall")
+    same_scores(wbfe.score(server.url(PATH), stream=True), wbfe.score(str(local)))
+    ranges = tensor_ranges(server)
+    assert ranges.count(ranges[0]) == 2
+
+
 def test_the_back_off_is_a_fixed_schedule_and_retry_after_is_honoured_within_its_bound(server: Server,
                                                                                       local: Path) -> None:
     waits: list[float] = []
