@@ -76,6 +76,10 @@ Seed = Annotated[int, typer.Option(
 FixFingers = Annotated[Optional[str], typer.Option(
     "--fix-fingers", help="HT-SR power-law fit: xmin_peak or clip_xmax (WeightWatcher's fix_fingers).")]
 Fit = Annotated[str, typer.Option("--fit", help="HT-SR tail model: pl, tpl or e_tpl (WeightWatcher's fit).")]
+Stream = Annotated[Optional[bool], typer.Option(
+    "--stream/--no-stream", help="Hub ids and http(s) URLs of safetensors: read each tensor with an HTTP range "
+                                 "request, nothing on disk (--no-stream: download first). Default: stream when "
+                                 "the files are larger than the free disk.")]
 StatsSeed = Annotated[int, typer.Option("--stats-seed", help="Seed of the ranking's bootstrap and permutation draws.")]
 NBoot = Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples for the 95% interval.")]
 Executor = Annotated[str, typer.Option(
@@ -159,6 +163,7 @@ _SCORING: dict[str, tuple[Any, Any]] = {
     "metrics": (Metrics, None), "lam": (Lambda, "opt"), "conv": (ConvOption, Conv.flatten), "layers": (Layers, None),
     "device": (Device, "auto"), "head": (Head, None), "min_eigs": (MinEigs, 10), "ww_compatible": (WwCompatible, False),
     "seed": (Seed, 0), "fix_fingers": (FixFingers, None), "fit": (Fit, "pl"), "intra": (Intra, False),
+    "stream": (Stream, None),
 }
 
 

@@ -181,7 +181,7 @@ def test_source_head_hint_and_quant_scheme_reach_the_output(monkeypatch: pytest.
                 yield TensorEntry(entry.name, entry.shape, entry.dtype, entry.load,
                                   quant="fp8-e4m3-block128" if entry.name == "tok.weight" else None)
 
-    monkeypatch.setattr(scoring, "open_source", lambda ref: Declared(ref))
+    monkeypatch.setattr(scoring, "open_source", lambda ref, **_: Declared(ref))
     result = wbfe.score(state, metrics="bfe")
     assert result.summary["head"] == "tok.weight" and result.summary["head_source"] == "config"
     assert {row["name"]: row["quant"] for row in result.layers} == {"classifier.weight": None, "tok.weight": "fp8-e4m3-block128"}

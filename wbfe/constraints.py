@@ -128,10 +128,12 @@ class Choice(Constraint):
 
 @dataclass(frozen=True)
 class Flag(Constraint):
-    """True or False (not 0, 1 or a string)."""
+    """True or False (not 0, 1 or a string); also None when ``optional`` (an automatic choice)."""
+
+    optional: bool = False
 
     def describe(self) -> str:
-        return "True or False"
+        return "True, False or None" if self.optional else "True or False"
 
     def check(self, value: Any) -> bool:
         if not isinstance(value, bool):

@@ -16,6 +16,9 @@ __all__ = [
     "ModelNotFoundError",
     "CorruptCheckpointError",
     "TruncatedCheckpointError",
+    "RemoteReadError",
+    "RemoteChangedError",
+    "RangeNotSupportedError",
     "UnsafePickleError",
     "UnsupportedDtypeError",
     "NoUsableMatrixError",
@@ -68,6 +71,19 @@ class CorruptCheckpointError(WbfeError, ValueError):
 
 class TruncatedCheckpointError(CorruptCheckpointError):
     """A checkpoint file or shard that is shorter than its header says."""
+
+
+class RemoteReadError(SourceNotFoundError):
+    """A remote file (an HTTP URL, a hub file) that cannot be read: refused (404, 401), a server that
+    ignores range requests, or failures that outlasted the retries."""
+
+
+class RangeNotSupportedError(RemoteReadError):
+    """A server that ignores HTTP range requests: the file can be downloaded, not streamed."""
+
+
+class RemoteChangedError(CorruptCheckpointError):
+    """A remote file that changed while it was read (another ETag or commit): its bytes are never mixed."""
 
 
 class UnsafePickleError(WbfeError, ValueError):

@@ -239,6 +239,10 @@ class ScoreOptions(_Options):
         fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
         intra: also score the products of consecutive weight matrices (WeightWatcher's
             ``intra=True``, :mod:`wbfe.metrics.intra`), one extra row each, role ``intra``.
+        stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads each
+            tensor with an HTTP range request (nothing on disk), False downloads first, None streams
+            when the files are larger than the free disk (:mod:`wbfe.sources.remote`). How the
+            bytes travel, not what is computed: not in :meth:`to_dict`.
 
     Raises:
         InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a metric).
@@ -249,6 +253,7 @@ class ScoreOptions(_Options):
         "ww_compatible": Flag(), "seed": SCORE_SEED, "device": DEVICE,
         "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
         "intra": Flag(),
+        "stream": Flag(optional=True),
     }
 
     metrics: tuple[str, ...] = ()
@@ -263,6 +268,7 @@ class ScoreOptions(_Options):
     fix_fingers: Optional[str] = None
     fit: str = "pl"
     intra: bool = False
+    stream: Optional[bool] = None
 
     def _cross_check(self) -> None:
         from wbfe.metrics.fingers import check_tail_options

@@ -37,6 +37,7 @@ def score(
     options: Optional[ScoreOptions] = None,
     executor: Literal["local", "ray"] = "local",
     ray_address: Optional[str] = None,
+    stream: Optional[bool] = None,
 ) -> ModelScore:
     """Score every weight matrix of a checkpoint.
 
@@ -72,6 +73,9 @@ def score(
         executor: ``local``, or ``ray``: one Ray task per shard (see :mod:`wbfe.executors.ray_score`),
             the same result (its provenance adds ``executor``); ``progress`` is then called per shard.
         ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``.
+        stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads each tensor
+            with an HTTP range request, nothing written to disk; False downloads first; None streams
+            when the files are larger than the free disk (:mod:`wbfe.sources.remote`).
 
     Returns:
         A :class:`ModelScore`.
@@ -88,7 +92,7 @@ def score(
     """
     given = dict(metrics=() if metrics is None else metrics, lam=lam, conv=conv, layers=layers or None,
                  device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed,
-                 fix_fingers=fix_fingers, fit=fit, intra=intra)
+                 fix_fingers=fix_fingers, fit=fit, intra=intra, stream=stream)
     if options is None:
         options = ScoreOptions(**given)  # type: ignore[arg-type]
     elif given != _DEFAULT_KEYWORDS:
@@ -110,7 +114,7 @@ def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: O
     Raises:
         The errors of :func:`score`.
     """
-    with open_source(ref) as source:
+    with open_source(ref, stream=options.stream) as source:
         if base is not None or _is_adapter(source):  # ΔW = s·B·A per module
             if options.intra:
                 raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's")
@@ -127,4 +131,5 @@ def _is_adapter(source: Any) -> bool:
 
 
 _DEFAULT_KEYWORDS = dict(metrics=(), lam="opt", conv="flatten", layers=None, device="auto", head=None,
-                         min_eigs=10, ww_compatible=False, seed=0, fix_fingers=None, fit="pl", intra=False)
+                         min_eigs=10, ww_compatible=False, seed=0, fix_fingers=None, fit="pl", intra=False,
+                         stream=None)

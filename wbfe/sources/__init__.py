@@ -4,6 +4,8 @@ References are resolved by the locations registered in :mod:`wbfe.sources.regist
 their declared order:
 
 - ``memory``: an ``nn.Module`` or a mapping of tensors (library use);
+- ``http``: an ``http(s)://`` URL of safetensors weights, streamed with range requests when
+  asked or when larger than the free disk (:mod:`wbfe.sources.remote`), else copied as below;
 - ``object-store``: a URI ``<protocol>://...`` (``s3://``, ``gs://``, ... through fsspec), copied
   into a local cache first (:mod:`wbfe.sources.object_store`);
 - ``path``: an existing file or folder, read by the registered file format that recognises it
@@ -24,8 +26,8 @@ from typing import Any
 # same); the order here does not matter, each declares its own place.
 from wbfe.sources import gguf_files, keras_files, onnx_files, safetensors_files, torch_pickle  # noqa: F401
 from wbfe.sources import flax_files, numpy_files, torchscript_files  # noqa: F401
-from wbfe.sources import hub, local, object_store, peft_adapter, zoo_libraries  # noqa: F401
-from wbfe.errors import SourceNotFoundError, hub_name_hint
+from wbfe.sources import hub, local, object_store, peft_adapter, remote, zoo_libraries  # noqa: F401
+from wbfe.errors import InvalidOptionError, SourceNotFoundError, hub_name_hint
 from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
                                 file_sha256, open_regular, stored_bytes)
 from wbfe.sources._order import natural_key
@@ -44,11 +46,15 @@ __all__ = [
 ]
 
 
-def open_source(ref: Any) -> TensorSource:
+def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
     """Open ``ref`` for streaming (see the module docstring for what a reference can be).
 
     Args:
         ref: a path, URI, model name or id, an ``nn.Module`` or a mapping of tensors.
+        stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads them with
+            HTTP range requests, one tensor at a time, nothing written to disk; False downloads
+            them first; None (default) streams when they are larger than the cache's free disk
+            (:mod:`wbfe.sources.remote`).
 
     Returns:
         The opened source (use it as a context manager).
@@ -60,6 +66,11 @@ def open_source(ref: Any) -> TensorSource:
     """
     for location in locations():
         if location.claims(ref):
+            if location.streams:
+                return location.open(ref, stream=stream)
+            if stream:
+                raise InvalidOptionError(f"--stream reads hub ids and http(s):// URLs; {str(ref)[:200]!r} is "
+                                         f"read from its {location.name} location")
             return location.open(ref)
     if not isinstance(ref, (str, Path)):
         raise SourceNotFoundError(f"cannot read weights from a {type(ref).__name__}")
@@ -70,10 +81,14 @@ def content_hash(ref: Any) -> str:
     """SHA-256 of a checkpoint's weight files (what ``ModelScore.model['sha256']`` holds).
 
     Raises:
-        The errors of :func:`open_source`; ``SourceNotFoundError`` for in-memory objects.
+        The errors of :func:`open_source`; ``SourceNotFoundError`` for in-memory objects and for a
+        streamed URL (:mod:`wbfe.sources.remote`) whose server lists no SHA-256.
     """
     with open_source(ref) as source:
         digest = source.provenance.digest()
         if digest is None:
+            if source.provenance.extra.get("transport") == "stream":  # no byte hashed, none listed by the server
+                raise SourceNotFoundError(f"{ref}: a streamed checkpoint whose server lists no SHA-256 has no "
+                                          "content hash; score it with --no-stream", path=str(ref))
             raise SourceNotFoundError("in-memory models have no content hash")
         return digest

@@ -6,18 +6,19 @@ time); a model missing from the cache then raises :class:`ModelNotFoundError` wi
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from wbfe._config import hf_cache_dir, hf_offline
-from wbfe.errors import ModelNotFoundError, SourceNotFoundError, WbfeError
+from wbfe.errors import InvalidOptionError, ModelNotFoundError, RangeNotSupportedError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.local import open_path, pick_weight_files, read_model_config
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_unreachable", "hub_cached",
-           "host_unreachable", "is_hub_id", "open_hub_ref"]
+           "host_unreachable", "is_hub_id", "open_hub_ref", "stream_hub", "hub_endpoint"]
 
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
@@ -54,21 +55,24 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
     if unreachable is not None:
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
     try:
-        names = HfApi().list_repo_files(repo_id, revision=revision)
+        endpoint = hub_endpoint()
+        names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
-            hf_hub_download(repo_id, "adapter_config.json", revision=revision, cache_dir=str(cache_dir))
+            hf_hub_download(repo_id, "adapter_config.json", revision=revision, cache_dir=str(cache_dir),
+                            endpoint=endpoint)
         if not chosen:
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
-        local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir)))
+        local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir),
+                                     endpoint=endpoint))
         for config_name in ("config.json", "quantize_config.json"):  # the head, experts and quantization
             if config_name in names:
-                hf_hub_download(repo_id, config_name, revision=revision, cache_dir=str(cache_dir))
+                hf_hub_download(repo_id, config_name, revision=revision, cache_dir=str(cache_dir), endpoint=endpoint)
         if local.name.endswith(".index.json"):
             from wbfe.sources.safetensors_files import index_weight_map
 
             for shard in index_weight_map(local):
-                hf_hub_download(repo_id, shard, revision=revision, cache_dir=str(cache_dir))
+                hf_hub_download(repo_id, shard, revision=revision, cache_dir=str(cache_dir), endpoint=endpoint)
         return local
     except WbfeError:
         raise
@@ -137,9 +141,7 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     huggingface_hub retries a failed connection for about 25 s before giving up; this answers in
     at most ``timeout`` seconds.
     """
-    from huggingface_hub import constants
-
-    return host_unreachable(str(constants.ENDPOINT), what="the Hugging Face hub", timeout=timeout)
+    return host_unreachable(hub_endpoint(), what="the Hugging Face hub", timeout=timeout)
 
 
 _hub_unreachable = hub_unreachable  # the name download_weight_files calls (tests replace it)
@@ -163,11 +165,14 @@ def hub_cached(ref: str) -> bool:
         return False
 
 
-def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> TensorSource:
-    """Open ``org/name[@revision]`` from the cache, downloading it first unless offline.
+def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stream: bool | None = None) -> TensorSource:
+    """Open ``org/name[@revision]`` from the cache, else stream or download it unless offline.
 
     ``could_be_path``: ``ref`` was also tried as a local path; errors then say that no such folder
     exists either (``hf/lama`` is more often a mistyped folder than a model id).
+    ``stream``: for a model not in the cache, True reads its safetensors with HTTP range requests
+    (:mod:`wbfe.sources.remote`), False downloads it, None streams it when its weight files are
+    larger than the cache's free disk. A model in the cache is read from there.
 
     Raises:
         ModelNotFoundError: not cached and offline, unknown, or unreachable.
@@ -199,6 +204,9 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False) -> T
             f"{prefix}no such model in the local Hugging Face cache {cache_dir} (HF_HUB_OFFLINE is set)", ref=ref
         )
     try:
+        streamed = stream_hub(ref, repo_id, revision, stream=stream, fmt=fmt) if stream is not False else None
+        if streamed is not None:
+            return streamed
         local = download_weight_files(repo_id, revision, cache_dir)
     except ModelNotFoundError as exc:
         if not could_be_path:
@@ -238,7 +246,94 @@ def is_hub_id(ref: Any) -> bool:
             and not text.endswith(checkpoint_suffixes() + (".json",)))
 
 
-@register_location("hub", order=50, claims=is_hub_id)
-def open_hub_ref(ref: Any) -> TensorSource:
+@register_location("hub", order=50, claims=is_hub_id, streams=True)
+def open_hub_ref(ref: Any, *, stream: bool | None = None) -> TensorSource:
     """Open a hub id that is not an existing path (the ``hub`` location)."""
-    return open_hub(str(ref), could_be_path=True)
+    return open_hub(str(ref), could_be_path=True, stream=stream)
+
+
+def hub_endpoint() -> str:
+    """The hub's address: ``HF_ENDPOINT`` as set now (huggingface_hub reads it once, when imported)."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or str(constants.ENDPOINT)).rstrip("/")
+
+
+def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | None,
+               fmt: str = "hf-hub") -> TensorSource | None:
+    """The hub model's safetensors opened for streaming, or None where it is to be downloaded
+    instead (``stream`` None and enough free disk, or weights that cannot be streamed).
+
+    The model's files, sizes and SHA-256s and its commit come from the hub's model-info route
+    (``HfApi.model_info``); each file is then read at that commit from its resolve URL
+    (``hf_hub_url``), with the hub's headers (token included), and every answer must come from
+    that commit. ``config.json`` (and ``quantize_config.json``) are fetched too.
+
+    Raises:
+        ModelNotFoundError: unknown model or revision, no weight files, the hub unreachable.
+        InvalidOptionError: ``stream=True`` for weights that are not safetensors (or an adapter).
+        The errors of :func:`wbfe.sources.remote.stream_safetensors`.
+    """
+    from huggingface_hub import HfApi, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    from wbfe.sources.local import MAX_CONFIG, MODEL_CONFIGS, model_config
+    from wbfe.sources.remote import is_safetensors_name, should_stream, stream_safetensors
+
+    name = f"{repo_id}{'@' + revision if revision else ''}"
+    endpoint = hub_endpoint()
+    unreachable = _hub_unreachable()
+    if unreachable is not None:
+        raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
+    try:
+        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
+    except Exception as exc:  # noqa: BLE001 - every hub and network failure means "cannot resolve"
+        raise ModelNotFoundError(f"{name}: {hub_failure(exc)}", ref=repo_id) from None
+    siblings = {s.rfilename: s for s in info.siblings or []}
+    chosen = pick_weight_files(list(siblings))
+    if not chosen:
+        raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
+    if "adapter_config.json" in siblings or not is_safetensors_name(chosen[0]):
+        if stream:
+            what = "a PEFT adapter" if "adapter_config.json" in siblings else chosen[0]
+            raise InvalidOptionError(f"{name}: --stream reads safetensors weights; this repository holds {what}: "
+                                     "drop --stream to download it")
+        return None
+    commit = info.sha or revision
+    headers = build_hf_headers()
+
+    def url_for(file_name: str) -> str:
+        return hf_hub_url(repo_id, file_name, revision=commit, endpoint=endpoint)
+
+    sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
+    digests = {n.rsplit("/", 1)[-1]: str(d) for n, s in siblings.items() if (d := _lfs_sha256(s)) is not None}
+    try:
+        source = stream_safetensors(
+            ref, chosen[0], url_for, headers=headers, sizes=sizes, digests=digests, commit=info.sha, fmt=fmt,
+            decide=None if stream else (lambda total: should_stream(None, total, hf_cache_dir())),
+            extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
+    except RangeNotSupportedError:
+        if stream:
+            raise
+        return None  # by default a server without ranges means a download, as before
+    if source is None:
+        return None
+    from wbfe.sources.http_range import RemoteFile
+
+    found: dict[str, bytes] = {}
+    for config_name in MODEL_CONFIGS:  # small: what the framework description reads
+        if config_name in siblings:
+            try:
+                found[config_name] = RemoteFile(url_for(config_name), headers=headers).read_all(MAX_CONFIG)
+            except WbfeError:
+                continue  # as a local unreadable config: the rules that need none decide
+    source.config = model_config(found)
+    return source
+
+
+def _lfs_sha256(sibling: Any) -> str | None:
+    lfs = getattr(sibling, "lfs", None)
+    if lfs is None:
+        return None
+    sha = lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
+    return str(sha) if sha else None

@@ -12,7 +12,7 @@ from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource, open_regular, unreadable
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, format_of, pick_files, register_location
 
-__all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config"]
+__all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS", "MAX_CONFIG"]
 
 
 def pick_weight_files(names: Sequence[str]) -> list[str]:
@@ -71,19 +71,36 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
     return source
 
 
-_MAX_CONFIG = 50_000_000
+MAX_CONFIG = 50_000_000
 
 
 def read_model_config(folder: Path) -> dict[str, Any] | None:
     """The Hugging Face ``config.json`` in ``folder`` (with ``quantize_config.json``, which GPTQ
     writers put beside it, as its ``quantization_config``); None where there is none or it is not
     a JSON object (the weights are still scored, with the rules that need no config)."""
-    found: dict[str, Any] = {}
-    for file_name in ("config.json", "quantize_config.json"):
-        try:  # a FIFO named config.json must not block, nor deep nesting crash
+    found: dict[str, bytes] = {}
+    for file_name in MODEL_CONFIGS:
+        try:  # a FIFO named config.json must not block
             with open_regular(folder / file_name) as fh:
-                parsed = json.loads(fh.read(_MAX_CONFIG).decode("utf-8"))
-        except (WbfeError, OSError, ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError too
+                found[file_name] = fh.read(MAX_CONFIG)
+        except (WbfeError, OSError):
+            continue
+    return model_config(found)
+
+
+MODEL_CONFIGS = ("config.json", "quantize_config.json")
+
+
+def model_config(files: dict[str, bytes]) -> dict[str, Any] | None:
+    """The model configuration from the bytes of its files (:data:`MODEL_CONFIGS`, by name; a local
+    folder's or a remote repository's): see :func:`read_model_config`."""
+    found: dict[str, Any] = {}
+    for file_name in MODEL_CONFIGS:
+        if file_name not in files:
+            continue
+        try:  # deep nesting must not crash
+            parsed = json.loads(files[file_name].decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError too
             continue
         if isinstance(parsed, dict):
             if file_name == "config.json":

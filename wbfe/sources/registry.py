@@ -78,12 +78,15 @@ class Location:
     """A kind of reference: ``claims(ref)`` says whether ``ref`` is one, ``open(ref)`` opens it.
 
     Locations are tried by ascending ``order``; the first that claims a reference opens it.
+    ``streams``: the location reads remote files and takes ``open(ref, stream=...)`` (True: stream,
+    False: download first, None: its own default); the others are opened as ``open(ref)``.
     """
 
     name: str
     order: int
     claims: Callable[[Any], bool]
-    open: Callable[[Any], TensorSource]
+    open: Callable[..., TensorSource]
+    streams: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,12 +113,13 @@ def register_format(fmt: FileFormat) -> FileFormat:
     return fmt
 
 
-def register_location(name: str, *, order: int, claims: Callable[[Any], bool]) -> Callable[[Any], Any]:
+def register_location(name: str, *, order: int, claims: Callable[[Any], bool],
+                      streams: bool = False) -> Callable[[Any], Any]:
     """Decorator: register the function it decorates as the opener of references ``claims`` accepts,
-    tried at ``order`` (lower first)."""
+    tried at ``order`` (lower first); ``streams``: it takes a ``stream`` keyword (see :class:`Location`)."""
 
-    def wrap(opener: Callable[[Any], TensorSource]) -> Callable[[Any], TensorSource]:
-        _LOCATIONS[name] = Location(name, order, claims, opener)
+    def wrap(opener: Callable[..., TensorSource]) -> Callable[..., TensorSource]:
+        _LOCATIONS[name] = Location(name, order, claims, opener, streams)
         return opener
 
     return wrap

@@ -17,7 +17,7 @@ import struct
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 import numpy as np
 
@@ -35,8 +35,9 @@ from wbfe.sources.registry import FileFormat, register_format
 if TYPE_CHECKING:
     pass
 
-__all__ = ["SafetensorsSource", "read_header", "read_index", "index_weight_map", "index_shards", "unlisted_reason",
-           "SAFETENSORS_DTYPES", "open_safetensors", "SAFETENSORS"]
+__all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_header", "header_length", "parse_header",
+           "read_index", "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "tensor_dtype",
+           "SAFETENSORS_DTYPES", "MAX_INDEX", "open_safetensors", "SAFETENSORS"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
 SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
@@ -63,7 +64,7 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
 }
 _DTYPE_BITS = {code: round(size * 8) for code, (_, size) in SAFETENSORS_DTYPES.items()}
 _MAX_HEADER = 100_000_000  # the safetensors format's own limit
-_MAX_INDEX = 100_000_000  # a shard index of 10^6 tensors is ~100 MB
+MAX_INDEX = 100_000_000  # a shard index of 10^6 tensors is ~100 MB
 # Smaller tensors are read: a map, its page table and its unmapping cost more than reading a few
 # pages (CIFAR ResNet-56's 277 tensors: 3.4 ms mapped, 2.2 ms read, and more when freed).
 _MAP_BYTES = 1 << 20
@@ -94,28 +95,49 @@ def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     with open_regular(path) as fh:
         try:
             size = os.fstat(fh.fileno()).st_size
-            prefix = fh.read(8)
-            if len(prefix) < 8:
-                raise TruncatedCheckpointError(
-                    f"{path}: truncated safetensors file ({size} bytes, no header)", path=str(path)
-                )
-            (n,) = struct.unpack("<Q", prefix)
-            # The header length is the file's first 8 bytes: never print it (a foreign file's bytes).
-            if n > _MAX_HEADER:
-                raise CorruptCheckpointError(
-                    f"{path}: not a safetensors file (its first 8 bytes are not a header length)", path=str(path)
-                )
-            if 8 + n > size:
-                raise TruncatedCheckpointError(
-                    f"{path}: truncated safetensors file, or not one (its header would run past the end of "
-                    f"its {size} bytes)",
-                    path=str(path),
-                )
+            n = header_length(fh.read(8), size, str(path))
             raw = fh.read(n)
         except OSError as exc:
             raise unreadable(path, exc) from None
     if len(raw) != n:
         raise TruncatedCheckpointError(f"{path}: truncated safetensors file (short read)", path=str(path))
+    return parse_header(raw, size, str(path))
+
+
+def header_length(prefix: bytes, size: int, where: str) -> int:
+    """The header length a safetensors file of ``size`` bytes declares in its first 8 bytes ``prefix``.
+
+    ``where`` names the file in messages (a path or a URL): a local file and a remote one are
+    checked by the same code.
+
+    Raises:
+        TruncatedCheckpointError: fewer than 8 bytes, or a header that would run past the end.
+        CorruptCheckpointError: a length beyond the format's limit.
+    """
+    if len(prefix) < 8:
+        raise TruncatedCheckpointError(f"{where}: truncated safetensors file ({size} bytes, no header)", path=where)
+    (n,) = struct.unpack("<Q", prefix[:8])
+    # The header length is the file's first 8 bytes: never print it (a foreign file's bytes).
+    if n > _MAX_HEADER:
+        raise CorruptCheckpointError(
+            f"{where}: not a safetensors file (its first 8 bytes are not a header length)", path=where
+        )
+    if 8 + n > size:
+        raise TruncatedCheckpointError(
+            f"{where}: truncated safetensors file, or not one (its header would run past the end of its {size} bytes)",
+            path=where,
+        )
+    return int(n)
+
+
+def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Validate the header bytes ``raw`` of a safetensors file of ``size`` bytes (see :func:`read_header`).
+
+    Raises:
+        The errors of :func:`read_header` (``where`` names the file in them).
+    """
+    path = where
+    n = len(raw)
     header = _parse_json(raw, f"{path}: corrupt safetensors header", path)
     if not isinstance(header, dict):
         raise CorruptCheckpointError(f"{path}: corrupt safetensors header (not a JSON object)", path=str(path))
@@ -152,7 +174,7 @@ def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     return ordered, dict(metadata)
 
 
-def _parse_json(raw: bytes, what: str, path: Path) -> Any:
+def _parse_json(raw: bytes, what: str, path: Path | str) -> Any:
     """JSON as the format allows it: UTF-8, unique keys, no NaN/Infinity, strings without lone
     surrogates; a bounded nesting depth (deep nesting is refused, not a crash)."""
     try:
@@ -208,7 +230,7 @@ def _is_count(value: Any) -> bool:
     return type(value) is int and 0 <= value < _U64
 
 
-def _tensor_info(path: Path, name: str, info: Any) -> dict[str, Any]:
+def _tensor_info(path: Path | str, name: str, info: Any) -> dict[str, Any]:
     def bad(reason: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(
             f"{path}: corrupt safetensors header ({reason} for tensor {name[:200]!r})", path=str(path)
@@ -262,11 +284,22 @@ def index_weight_map(index_path: Path) -> dict[str, list[str]]:
     """
     with open_regular(index_path) as fh:
         try:
-            raw = fh.read(_MAX_INDEX + 1)
+            raw = fh.read(MAX_INDEX + 1)
         except OSError as exc:
             raise unreadable(index_path, exc) from None
-    if len(raw) > _MAX_INDEX:
-        raise CorruptCheckpointError(f"{index_path}: shard index larger than {_MAX_INDEX} bytes", path=str(index_path))
+    return parse_weight_map(raw, str(index_path))
+
+
+def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
+    """The shards of the index whose bytes are ``raw`` (a local file or a remote one, named ``where``):
+    shard name -> tensor names, as :func:`index_weight_map` gives them.
+
+    Raises:
+        CorruptCheckpointError: as :func:`index_weight_map` raises.
+    """
+    index_path = where
+    if len(raw) > MAX_INDEX:
+        raise CorruptCheckpointError(f"{index_path}: shard index larger than {MAX_INDEX} bytes", path=str(index_path))
     index = _parse_json(raw, f"{index_path}: corrupt shard index", index_path)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
@@ -285,7 +318,7 @@ def index_weight_map(index_path: Path) -> dict[str, list[str]]:
     return shards
 
 
-def _shard_name(index_path: Path, shard: str) -> str:
+def _shard_name(index_path: Path | str, shard: str) -> str:
     """``shard`` as a normalised relative name inside the index's folder, or refused."""
     parts = [p for p in shard.split("/") if p not in ("", ".")]
     if shard.startswith("/") or "\\" in shard or "\0" in shard or ".." in parts or not parts:
@@ -337,49 +370,56 @@ def unlisted_reason(shards: list[str], index_name: str) -> str:
             "not part of the checkpoint its index describes")
 
 
-class SafetensorsSource(TensorSource):
-    """Tensors of one safetensors file or of the shards of an index, read one at a time."""
+class ShardReader(Protocol):
+    """Reads the tensors of one opened shard (a local file, a remote one) by their header entries."""
+
+    def read(self, info: dict[str, Any]) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class ShardedSafetensors(TensorSource):
+    """The tensors of safetensors shards whose headers are read, in checkpoint order, each read by a
+    :class:`ShardReader` when asked for. A subclass gets the headers (:meth:`plan`) and opens a
+    shard (:meth:`open_shard`); the order, the index's listing and the skipped tensors are shared,
+    whether the bytes come from a local file or from HTTP ranges."""
 
     headers_only = True
 
-    def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
-        self._plan: list[tuple[Path, list[str], dict[str, dict[str, Any]]]] = []
+    def plan(self, shards: list[tuple[Any, str, list[str] | None, dict[str, dict[str, Any]]]],
+             index_name: str) -> None:
+        """Set the reading plan from ``(key, shard name, tensors its index lists or None, header)``
+        per shard (``key`` is what :meth:`open_shard` gets).
+
+        Raises:
+            CorruptCheckpointError: a tensor the index lists is not in its shard.
+        """
+        self._plan: list[tuple[Any, list[str], dict[str, dict[str, Any]]]] = []
         # Tensors a shard holds but its index does not list: transformers never loads them, so they
         # are not scored, but listed as skipped (once a name, with the shards that hold it) rather
         # than dropped unseen.
         self._unlisted: dict[str, list[str]] = {}
-        shards = index_shards(index) if index is not None else [(path, None) for path in files]
-        files = [path for path, _ in shards]
-        indexed = {name for _, listed in shards for name in listed or ()}
-        self._index_name = index.name if index is not None else ""
-        metadata: dict[str, str] = {}
-        for path, listed in shards:
-            header, meta = read_header(path)
-            metadata.update(meta)
+        self._index_name = index_name
+        self._handles: list[ShardReader] = []
+        indexed = {name for _, _, listed, _ in shards for name in listed or ()}
+        for key, shard_name, listed, header in shards:
             names = checkpoint_order(list(header), lambda name: header[name]["dtype"])
             if listed is not None:
                 missing = [t for t in listed if t not in header]
                 if missing:
                     raise CorruptCheckpointError(
-                        f"{path}: tensor {missing[0]!r} listed in the index is not in this shard",
-                        path=str(path),
+                        f"{key}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(key)
                     )
                 # A name the index gives to another shard is that shard's: this copy is not scored either.
                 unlisted = [name for name in names if name not in indexed and name not in self._unlisted]
                 for name in names:
                     if name not in indexed:
-                        self._unlisted.setdefault(name, []).append(path.name)
+                        self._unlisted.setdefault(name, []).append(shard_name)
                 names = checkpoint_order(listed) + unlisted
-            self._plan.append((path, names, header))
-        all_files = ([index] if index is not None else []) + list(files)
-        self.provenance = Provenance(
-            source=ref,
-            format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
-            files=[str(p) for p in all_files],
-            pending=FileDigest(files),
-            extra={"metadata": metadata} if metadata else {},
-        )
-        self._handles: list[Any] = []
+            self._plan.append((key, names, header))
+
+    def open_shard(self, key: Any) -> ShardReader:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return sum(len(names) for _, names, _ in self._plan)
@@ -388,8 +428,8 @@ class SafetensorsSource(TensorSource):
         return self.described(self._entries())
 
     def _entries(self) -> Iterator[TensorEntry]:
-        for path, names, header in self._plan:
-            shard = _Shard(path)
+        for key, names, header in self._plan:
+            shard = self.open_shard(key)
             self._handles.append(shard)
             try:
                 for name in names:
@@ -415,6 +455,32 @@ class SafetensorsSource(TensorSource):
         for shard in self._handles:
             shard.close()
         self._handles.clear()
+
+
+class SafetensorsSource(ShardedSafetensors):
+    """Tensors of one safetensors file or of the shards of an index, read one at a time."""
+
+    def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
+        shards = index_shards(index) if index is not None else [(path, None) for path in files]
+        files = [path for path, _ in shards]
+        metadata: dict[str, str] = {}
+        planned = []
+        for path, listed in shards:
+            header, meta = read_header(path)
+            metadata.update(meta)
+            planned.append((path, path.name, listed, header))
+        self.plan(planned, index.name if index is not None else "")
+        all_files = ([index] if index is not None else []) + list(files)
+        self.provenance = Provenance(
+            source=ref,
+            format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
+            files=[str(p) for p in all_files],
+            pending=FileDigest(files),
+            extra={"metadata": metadata} if metadata else {},
+        )
+
+    def open_shard(self, key: Any) -> ShardReader:
+        return _Shard(key)
 
 
 class _Shard:
@@ -450,15 +516,7 @@ class _Shard:
 def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
     """One tensor of the file (a numpy array where numpy has its dtype, see :mod:`wbfe.arrays`): a
     large one mapped where the file can be mapped at an aligned address, anything else read."""
-    name, size = SAFETENSORS_DTYPES[info["dtype"]]
-    if name not in NUMPY_DTYPES:
-        import torch
-
-        if not isinstance(getattr(torch, name, None), torch.dtype):
-            raise UnsupportedDtypeError(
-                f"{fh.name}: this torch ({torch.__version__}) has no {info['dtype']} tensors, which the file "
-                "stores", path=str(fh.name), dtype=info["dtype"],
-            )
+    name, size = tensor_dtype(info, str(fh.name)), SAFETENSORS_DTYPES[info["dtype"]][1]
     shape = [int(s) for s in info["shape"]]
     start, end = (int(o) for o in info["data_offsets"])
     if end == start:
@@ -473,6 +531,26 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
     if raw is None:
         raw = _read_tensor(fh, data_start + start, end - start)
     return from_bytes(raw, name, shape)
+
+
+def tensor_dtype(info: dict[str, Any], where: str) -> str:
+    """wbfe's dtype name of a header entry ``info`` of the file ``where``, checked to be one that
+    this process can hold: numpy's, or else torch's (bfloat16, the float8 kinds).
+
+    Raises:
+        UnsupportedDtypeError: this torch has no such dtype.
+    """
+    name = SAFETENSORS_DTYPES[info["dtype"]][0]
+    if name in NUMPY_DTYPES:
+        return name
+    import torch
+
+    if not isinstance(getattr(torch, name, None), torch.dtype):
+        raise UnsupportedDtypeError(
+            f"{where}: this torch ({torch.__version__}) has no {info['dtype']} tensors, which the file "
+            "stores", path=where, dtype=info["dtype"],
+        )
+    return name
 
 
 def _map_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:

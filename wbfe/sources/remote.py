@@ -1,0 +1,226 @@
+"""Safetensors checkpoints read over HTTP, one range request a tensor, with nothing written to disk.
+
+A hub id (``org/name[@rev]``, see :mod:`wbfe.sources.hub`) or an ``http(s)://`` URL of a
+``.safetensors`` file or a ``.safetensors.index.json`` shard index is streamed: the index (when
+there is one) and each shard's header are fetched and validated by the same code as a local file's
+(:func:`~wbfe.sources.safetensors_files.parse_header`), then each tensor is fetched with one range
+request when the engine asks for it. Memory holds about the tensors being scored; disk, nothing.
+The transport, its checks and retries are :mod:`wbfe.sources.http_range`.
+
+Streaming is asked for with ``stream=True`` (CLI ``--stream``) and refused with ``stream=False``
+(``--no-stream``: download or copy first, as before); by default (None) a checkpoint is streamed
+when its files are larger than the free disk of the cache they would be downloaded into
+(:func:`should_stream`), else downloaded. A server that ignores ``Range`` cannot be streamed: with
+``stream=True`` that is an error, by default the file is downloaded instead.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping
+from urllib.parse import urljoin, urlsplit
+
+import numpy as np
+
+from wbfe.arrays import from_bytes
+from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError
+from wbfe.sources._base import Provenance, TensorSource, combine_digests
+from wbfe.sources.http_range import FIRST_READ, RemoteFile, RetryPolicy
+from wbfe.sources.registry import register_location
+from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, ShardReader, header_length, parse_header,
+                                            parse_weight_map, tensor_dtype)
+
+__all__ = ["RemoteSafetensorsSource", "stream_safetensors", "should_stream", "free_disk", "is_safetensors_name",
+           "open_url", "STREAM_SUFFIXES"]
+
+STREAM_SUFFIXES = (".safetensors", ".safetensors.index.json")
+
+
+def is_safetensors_name(name: str) -> bool:
+    """Whether a file named ``name`` can be streamed (a safetensors file or shard index)."""
+    return name.lower().endswith(STREAM_SUFFIXES)
+
+
+def free_disk(folder: Path) -> int:
+    """Free bytes on the file system that holds ``folder`` (or its nearest existing parent)."""
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def should_stream(stream: bool | None, total_bytes: int, cache_dir: Path) -> bool:
+    """``stream`` when given; by default, whether ``total_bytes`` exceed the free disk of ``cache_dir``."""
+    if stream is not None:
+        return stream
+    return total_bytes > free_disk(cache_dir)
+
+
+class _RemoteShard:
+    """The tensors of one remote shard, each fetched with one range request (none for a tensor
+    that lies within the shard's first read, which the header came in)."""
+
+    def __init__(self, remote: RemoteFile, data_start: int, head: bytes):
+        self.remote = remote
+        self._data_start = data_start
+        self._head = head
+
+    def read(self, info: dict[str, Any]) -> Any:
+        dtype = tensor_dtype(info, self.remote.name)
+        start, end = (self._data_start + int(o) for o in info["data_offsets"])
+        # np.empty, not bytearray: no zero-fill pass over bytes about to be overwritten.
+        raw = np.empty(end - start, dtype=np.uint8)
+        view = raw.data
+        have = max(0, min(end, len(self._head)) - start)  # what the first read already holds
+        view[:have] = self._head[start:start + have]
+        if have < end - start:
+            self.remote.read_into(start + have, view[have:])
+        return from_bytes(raw, dtype, [int(s) for s in info["shape"]])
+
+    def close(self) -> None:
+        self.remote.close()
+
+
+class RemoteSafetensorsSource(ShardedSafetensors):
+    """Tensors of remote safetensors shards, read one range request at a time (see the module docs)."""
+
+    def __init__(self, ref: str,
+                 shards: list[tuple[RemoteFile, str, list[str] | None, dict[str, dict[str, Any]], int, bytes]],
+                 *, index: RemoteFile | None, index_name: str, fmt: str | None, metadata: dict[str, str],
+                 digests: Mapping[str, str] | None, extra: Mapping[str, Any] | None):
+        self._starts = {id(remote): (data_start, head) for remote, _, _, _, data_start, head in shards}
+        self.remotes = ([index] if index is not None else []) + [remote for remote, *_ in shards]
+        self.plan([(remote, name, listed, header) for remote, name, listed, header, *_ in shards], index_name)
+        names = [name.rsplit("/", 1)[-1] for _, name, *_ in shards]
+        known = [digests.get(name) for _, name, *_ in shards] if digests else []
+        sha256 = (combine_digests([(n, d) for n, d in zip(names, known) if d is not None])
+                  if known and all(known) else None)
+        self.provenance = Provenance(
+            source=ref, format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
+            files=[remote.url for remote in self.remotes], sha256=sha256,
+            extra={**({"metadata": metadata} if metadata else {}), "transport": "stream",
+                   "etags": {remote.url: remote.identity for remote in self.remotes}, **dict(extra or {})},
+        )
+
+    def open_shard(self, key: Any) -> ShardReader:
+        return _RemoteShard(key, *self._starts[id(key)])
+
+    def fetched(self) -> dict[str, int]:
+        """What was fetched so far: ``requests``, ``bytes`` (bodies, retries included) and the
+        files' ``size`` in all."""
+        return {"requests": sum(r.requests for r in self.remotes),
+                "bytes": sum(r.bytes_fetched for r in self.remotes),
+                "size": sum(r.size or 0 for r in self.remotes)}
+
+    def close(self) -> None:
+        super().close()
+        for remote in self.remotes:
+            remote.close()
+
+
+def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, headers: Mapping[str, str] | None = None,
+                       decide: Callable[[int], bool] | None = None, sizes: Mapping[str, int] | None = None,
+                       digests: Mapping[str, str] | None = None, commit: str | None = None, fmt: str | None = None,
+                       extra: Mapping[str, Any] | None = None,
+                       policy: RetryPolicy | None = None) -> RemoteSafetensorsSource | None:
+    """Open the remote safetensors file (or shard index) ``name`` for streaming.
+
+    Args:
+        ref: the reference as the user gave it (the provenance's ``source``).
+        name: the weight file's name; shards are named relative to it.
+        url_for: the URL of a file of the checkpoint, by its name.
+        headers: sent with every request (user agent, token).
+        decide: given the checkpoint's size in bytes, whether to stream it; when it says no, None
+            is returned (after fetching the index alone when ``sizes`` has every shard's size).
+        sizes, digests: each file's size and SHA-256 where the server lists them (the hub does).
+        commit: the commit every answer must come from (a hub ``X-Repo-Commit``), when known.
+        fmt, extra: the provenance's format label and further fields.
+        policy: retries and timeouts.
+
+    Raises:
+        RemoteReadError, RangeNotSupportedError, RemoteChangedError: the transport's errors.
+        CorruptCheckpointError, TruncatedCheckpointError: an index or header that is not valid.
+    """
+    def remote(file_name: str) -> RemoteFile:
+        return RemoteFile(url_for(file_name), headers=headers, policy=policy)
+
+    index: RemoteFile | None = None
+    if name.lower().endswith(".index.json"):
+        index = remote(name)
+        planned = list(parse_weight_map(index.read_all(MAX_INDEX), index.name).items())
+        _check_commit(index, commit)
+        folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+        shard_names: list[tuple[str, list[str] | None]] = [(folder + shard, listed) for shard, listed in planned]
+    else:
+        shard_names = [(name, None)]
+    if decide is not None and sizes is not None and all(n in sizes for n, _ in shard_names):
+        if not decide(sum(sizes[n] for n, _ in shard_names)):
+            return None
+        decide = None
+    shards = []
+    metadata: dict[str, str] = {}
+    for shard_name, listed in shard_names:
+        file = remote(shard_name)
+        head = file.head(FIRST_READ)
+        size = file.size or 0
+        n = header_length(head[:8], size, file.name)
+        raw = head[8:8 + n]
+        if len(raw) < n:  # a header longer than the first read: one more request
+            raw += file.read_bytes(len(head), 8 + n - len(head))
+        header, meta = parse_header(raw, size, file.name)
+        _check_commit(file, commit)
+        metadata.update(meta)
+        shards.append((file, shard_name.rsplit("/", 1)[-1], listed, header, 8 + n, head))
+    if decide is not None and not decide(sum(file.size or 0 for file, *_ in shards)):
+        for file, *_ in shards:
+            file.close()
+        return None
+    return RemoteSafetensorsSource(ref, shards, index=index, index_name=name.rsplit("/", 1)[-1] if index else "",
+                                   fmt=fmt, metadata=metadata, digests=digests, extra=extra)
+
+
+def _check_commit(file: RemoteFile, commit: str | None) -> None:
+    if commit is not None and file.commit is not None and file.commit != commit:
+        raise RemoteChangedError(f"{file.name}: served from commit {file.commit}, not {commit}: the repository "
+                                 "changed while it was read; score it again", path=file.name)
+
+
+def _claims_http(ref: Any) -> bool:
+    return isinstance(ref, str) and ref.lower().startswith(("http://", "https://"))
+
+
+@register_location("http", order=15, claims=_claims_http, streams=True)
+def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
+    """An ``http(s)://`` URL: a safetensors file or shard index streamed (see the module docs),
+    anything else (or with ``stream=False``) copied into the object cache first
+    (:func:`wbfe.sources.object_store.open_uri`).
+
+    Raises:
+        InvalidOptionError: ``stream=True`` for a URL that names no safetensors file.
+        The errors of :func:`stream_safetensors` and :func:`~wbfe.sources.object_store.open_uri`.
+    """
+    from wbfe.sources.object_store import object_cache_dir, open_uri
+
+    path = urlsplit(url).path
+    name = path.rsplit("/", 1)[-1]
+    if not is_safetensors_name(name):
+        if stream:
+            raise InvalidOptionError(f"{url}: --stream reads .safetensors files and .safetensors.index.json shard "
+                                     "indexes only; drop --stream to download it")
+        return open_uri(url)
+    if stream is False:
+        return open_uri(url)
+
+    def url_for(file_name: str) -> str:
+        return url if file_name == name else urljoin(url, file_name)
+
+    try:
+        source = stream_safetensors(url, name, url_for,
+                                    decide=None if stream else (lambda total: should_stream(None, total,
+                                                                                             object_cache_dir())))
+    except RangeNotSupportedError:
+        if stream:
+            raise
+        return open_uri(url)  # by default a server without ranges means a download, as before
+    return source if source is not None else open_uri(url)
