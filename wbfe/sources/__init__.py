@@ -23,7 +23,7 @@ from typing import Any
 # The format and location modules register themselves when imported (timm's model modules do the
 # same); the order here does not matter, each declares its own place.
 from wbfe.sources import gguf_files, keras_files, onnx_files, safetensors_files, torch_pickle  # noqa: F401
-from wbfe.sources import flax_files, numpy_files, torchscript_files  # noqa: F401
+from wbfe.sources import flax_files, numpy_files, tflite_files, torchscript_files  # noqa: F401
 from wbfe.sources import hub, local, object_store, peft_adapter, zoo_libraries  # noqa: F401
 from wbfe.errors import SourceNotFoundError, hub_name_hint
 from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
