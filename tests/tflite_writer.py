@@ -49,6 +49,7 @@ class Tensor:
     scale: Sequence[float] = ()
     zero_point: Sequence[int] = ()
     axis: int = 0
+    buffer: Optional[int] = None  # overrides the buffer index (to write a broken file)
 
 
 @dataclass
@@ -137,7 +138,7 @@ def build(graph: Graph, *, external_at: Optional[list[int]] = None, description:
         b.StartObject(9)
         b.PrependUOffsetTRelativeSlot(0, shape, 0)
         b.PrependInt8Slot(1, t.type, 0)
-        b.PrependUint32Slot(2, buffer if t.data is not None else 0, 0)
+        b.PrependUint32Slot(2, t.buffer if t.buffer is not None else buffer if t.data is not None else 0, 0)
         b.PrependUOffsetTRelativeSlot(3, name, 0)
         if quant is not None:
             b.PrependUOffsetTRelativeSlot(4, quant, 0)
@@ -215,20 +216,21 @@ def quantize_symmetric(w: np.ndarray, axis: int, bits: int) -> tuple[np.ndarray,
     """Per-channel symmetric quantisation along ``axis``: (q, scales), zero points 0."""
     qmax = 2 ** (bits - 1) - 1
     other = tuple(i for i in range(w.ndim) if i != axis)
-    scale = np.abs(w).max(axis=other) / qmax
+    scale = (np.abs(w).max(axis=other) / qmax).astype(np.float32)  # stored as float32
     shape = [1] * w.ndim
     shape[axis] = -1
-    q = np.clip(np.round(w / scale.reshape(shape)), -qmax, qmax)
-    return q.astype(np.int8 if bits == 8 else np.int16), scale.astype(np.float32)
+    # rounded in float64 against the stored scale: within half a step of it, whatever the bits
+    q = np.clip(np.round(w.astype(np.float64) / scale.reshape(shape).astype(np.float64)), -qmax, qmax)
+    return q.astype(np.int8 if bits == 8 else np.int16), scale
 
 
 def quantize_uint8(w: np.ndarray) -> tuple[np.ndarray, float, int]:
     """Per-tensor asymmetric uint8: (q, scale, zero point), the range widened to hold 0."""
     lo, hi = min(float(w.min()), 0.0), max(float(w.max()), 0.0)
-    scale = (hi - lo) / 255.0
+    scale = float(np.float32((hi - lo) / 255.0))  # stored as float32
     zero = int(np.clip(np.round(-lo / scale), 0, 255))
-    q = np.clip(np.round(w / scale) + zero, 0, 255).astype(np.uint8)
-    return q, float(np.float32(scale)), zero
+    q = np.clip(np.round(w.astype(np.float64) / scale) + zero, 0, 255).astype(np.uint8)
+    return q, scale, zero
 
 
 # Per-channel axis of each weight as TFLite stores it (schema.fbs: the output channel).
@@ -297,14 +299,19 @@ def _weight_tensor(name: str, w: np.ndarray, axis: int, variant: str) -> Tensor:
     raise ValueError(variant)
 
 
-def random_weights(seed: int = 0, channels: int = 8, hidden: int = 32, classes: int = 10) -> dict[str, np.ndarray]:
-    """Float weights for :func:`twin_graph`, in TFLite's layouts."""
+def random_weights(seed: int = 0, channels: int = 4, hidden: int = 32, classes: int = 10) -> dict[str, np.ndarray]:
+    """Float weights for :func:`twin_graph`, in TFLite's layouts. Each output channel has its own
+    scale (log-uniform over e^±1.5), as trained layers do: per-channel scales then matter."""
     rng = np.random.default_rng(seed)
-    return {"conv": rng.standard_normal((channels, 3, 3, 3)).astype(np.float32),
-            "conv_bias": rng.standard_normal(channels).astype(np.float32),
-            "depthwise": rng.standard_normal((1, 3, 3, channels)).astype(np.float32),
+
+    def weight(shape: tuple[int, ...], axis: int) -> np.ndarray:
+        gains = np.exp(rng.uniform(-1.5, 1.5, shape[axis]))
+        view = [1] * len(shape)
+        view[axis] = -1
+        return (rng.standard_normal(shape) * gains.reshape(view)).astype(np.float32)
+
+    return {"conv": weight((channels, 3, 3, 3), 0), "conv_bias": rng.standard_normal(channels).astype(np.float32),
+            "depthwise": weight((1, 3, 3, channels), 3),
             "depthwise_bias": rng.standard_normal(channels).astype(np.float32),
-            "fc1": rng.standard_normal((hidden, 16 * channels)).astype(np.float32),
-            "fc1_bias": rng.standard_normal(hidden).astype(np.float32),
-            "fc2": rng.standard_normal((classes, hidden)).astype(np.float32),
-            "fc2_bias": rng.standard_normal(classes).astype(np.float32)}
+            "fc1": weight((hidden, 16 * channels), 0), "fc1_bias": rng.standard_normal(hidden).astype(np.float32),
+            "fc2": weight((classes, hidden), 0), "fc2_bias": rng.standard_normal(classes).astype(np.float32)}

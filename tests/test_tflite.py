@@ -1,0 +1,329 @@
+"""TFLite models (wbfe.sources.tflite_files): files written field by field from TFLite's schema
+(tests/tflite_writer.py, checked against the ``tflite`` package's own accessors), weights read in
+PyTorch's layout, dequantisation checked against an independent numpy implementation, float and
+int8 twins, and hostile files refused with a typed error."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import wbfe
+from tests import tflite_writer as tw
+from wbfe.errors import CorruptCheckpointError, WbfeError
+from wbfe.sources import open_source
+from wbfe.sources.registry import format_of
+
+tflite = pytest.importorskip("tflite")
+
+WEIGHTS = ("conv", "depthwise", "fc1", "fc2")
+# How a weight stored in TFLite's layout becomes PyTorch's [out, in, k...] (written out by hand,
+# not taken from the reader).
+TO_TORCH = {"conv": (0, 3, 1, 2), "depthwise": (3, 0, 1, 2), "fc1": (0, 1), "fc2": (0, 1)}
+VARIANTS = ("float32", "int8", "uint8", "int16", "float16")
+
+
+@pytest.fixture(scope="module")
+def weights() -> dict[str, np.ndarray]:
+    return tw.random_weights(seed=0)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory, weights: dict[str, np.ndarray]) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("tflite")
+    out = {v: tw.write(folder / f"model_{v}.tflite", tw.twin_graph(weights, v)) for v in VARIANTS}
+    out["int8-external"] = tw.write(folder / "model_int8_external.tflite", tw.twin_graph(weights, "int8"), external=True)
+    return out
+
+
+def _matrices(path: Path) -> dict[str, torch.Tensor]:
+    with open_source(path) as source:
+        return {e.name: e.load() for e in source.entries() if e.skip is None}
+
+
+# ---- the writer follows the schema: the tflite package's own accessors read it back ------------
+
+
+@pytest.mark.parametrize("variant", VARIANTS + ("int8-external",))
+def test_the_writer_output_reads_with_the_tflite_accessors(models: dict[str, Path], weights: dict[str, np.ndarray],
+                                                           variant: str) -> None:
+    raw = models[variant].read_bytes()
+    assert tflite.Model.ModelBufferHasIdentifier(raw, 0)
+    model = tflite.Model.GetRootAs(raw, 0)
+    sg = model.Subgraphs(0)
+    codes = [tflite.utils.BUILTIN_OPCODE2NAME[model.OperatorCodes(sg.Operators(k).OpcodeIndex()).BuiltinCode()]
+             for k in range(sg.OperatorsLength())]
+    expected_ops = ["CONV_2D", "DEPTHWISE_CONV_2D", "RESHAPE", "FULLY_CONNECTED", "FULLY_CONNECTED", "SOFTMAX"]
+    if variant == "float16":
+        expected_ops = ["DEQUANTIZE", "CONV_2D", "DEQUANTIZE", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "RESHAPE",
+                        "FULLY_CONNECTED", "DEQUANTIZE", "FULLY_CONNECTED", "SOFTMAX"]
+    assert codes == expected_ops
+    weight_ops = [sg.Operators(k) for k, c in enumerate(codes) if c in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")]
+    for key, op in zip(WEIGHTS, weight_ops):
+        t_index = op.Inputs(1)
+        if variant == "float16":  # the weight input is the DEQUANTIZE's output
+            producer = next(sg.Operators(k) for k in range(sg.OperatorsLength()) if sg.Operators(k).Outputs(0) == t_index)
+            t_index = producer.Inputs(0)
+        tensor = sg.Tensors(t_index)
+        assert tuple(tensor.ShapeAsNumpy()) == weights[key].shape
+        buffer = model.Buffers(tensor.Buffer())
+        if variant == "int8-external":
+            assert buffer.DataIsNone() and buffer.Offset() > 1
+            data = np.frombuffer(raw, np.uint8, count=buffer.Size(), offset=buffer.Offset())
+        else:
+            data = buffer.DataAsNumpy()
+        stored = data.view(_stored_dtype(tensor.Type())).reshape(weights[key].shape)
+        q = tensor.Quantization()
+        if variant in ("float32", "float16"):
+            assert np.array_equal(stored.astype(np.float32), weights[key].astype(stored.dtype).astype(np.float32))
+        else:  # the written integers are the weights to within half a step of their scale
+            scale, zero = q.ScaleAsNumpy(), q.ZeroPointAsNumpy()
+            axis = q.QuantizedDimension()
+            shape = [1] * stored.ndim
+            if scale.size > 1:
+                shape[axis] = -1
+            real = (stored.astype(np.float64) - zero.reshape(shape)) * scale.reshape(shape)
+            assert np.all(np.abs(real - weights[key]) <= scale.reshape(shape) / 2 * (1 + 1e-5))
+
+
+def _stored_dtype(code: int) -> np.dtype:
+    return np.dtype({0: "<f4", 1: "<f2", 3: "u1", 7: "<i2", 9: "i1"}[code])
+
+
+# ---- reading --------------------------------------------------------------------------------------
+
+
+def test_a_float_model_reads_as_its_weights_in_pytorchs_layout(models: dict[str, Path],
+                                                               weights: dict[str, np.ndarray]) -> None:
+    assert format_of(models["float32"]).name == "tflite"
+    with open_source(models["float32"]) as source:
+        entries = list(source.entries())
+        got = {e.name: e.load() for e in entries if e.skip is None}
+        description = source.description
+        assert source.provenance.format == "tflite"
+    names = ["model/conv/Conv2D", "model/depthwise/depthwise", "model/hidden/MatMul", "model/out/MatMul"]
+    assert list(got) == names  # the graph's order
+    for key, name in zip(WEIGHTS, names):
+        expected = torch.from_numpy(weights[key].transpose(TO_TORCH[key]).copy())
+        assert got[name].dtype == torch.float32 and torch.equal(got[name], expected), name
+    # every constant is accounted for: the 4 biases and the reshape's shape are listed, with why
+    skipped = {e.name: e.skip for e in entries if e.skip is not None}
+    assert len(skipped) == 5
+    assert sum(reason.startswith("bias (consumed by ") for reason in skipped.values()) == 4
+    assert skipped["model/flatten/Const"].startswith("not a weight input (consumed by RESHAPE")
+    assert description is not None and description.framework == "tflite"
+    assert description.order == tuple(names) and description.head == "model/out/MatMul"
+
+
+def test_a_tflite_model_is_found_by_its_identifier_under_any_name(models: dict[str, Path], tmp_path: Path) -> None:
+    renamed = tmp_path / "weights.data"
+    renamed.write_bytes(models["int8"].read_bytes())
+    assert format_of(renamed).name == "tflite"
+    assert set(_matrices(renamed)) == set(_matrices(models["int8"]))
+
+
+def _independent_dequantise(q: np.ndarray, scale: np.ndarray, zero: np.ndarray, axis: int) -> np.ndarray:
+    """real = scale·(q − zero point), element by element, channel looked up by hand (float64)."""
+    out = np.empty(q.shape, dtype=np.float64)
+    for index in np.ndindex(q.shape):
+        c = index[axis] if scale.size > 1 else 0
+        out[index] = float(scale[c]) * (int(q[index]) - int(zero[c]))
+    return out
+
+
+@pytest.mark.parametrize("variant", ["int8", "uint8", "int16", "float16", "int8-external"])
+def test_dequantisation_agrees_with_an_independent_implementation(models: dict[str, Path], variant: str) -> None:
+    raw = models[variant].read_bytes()
+    model = tflite.Model.GetRootAs(raw, 0)
+    sg = model.Subgraphs(0)
+    got = _matrices(models[variant])
+    for key, name in zip(WEIGHTS, [f"tfl.pseudo_qconst{i}" for i in range(4)]):
+        tensor = next(sg.Tensors(i) for i in range(sg.TensorsLength()) if sg.Tensors(i).Name().decode() == name)
+        buffer = model.Buffers(tensor.Buffer())
+        data = (np.frombuffer(raw, np.uint8, count=buffer.Size(), offset=buffer.Offset())
+                if buffer.Offset() > 1 else buffer.DataAsNumpy())
+        stored = data.view(_stored_dtype(tensor.Type())).reshape(tuple(tensor.ShapeAsNumpy()))
+        if variant == "float16":
+            expected = stored.astype(np.float64)
+        else:
+            q = tensor.Quantization()
+            expected = _independent_dequantise(stored, q.ScaleAsNumpy(), q.ZeroPointAsNumpy(), q.QuantizedDimension())
+        ours = got[name].numpy().astype(np.float64).transpose(np.argsort(TO_TORCH[key]))  # back to TFLite's layout
+        # float32 arithmetic (as TFLite's DEQUANTIZE) against float64: one float32 rounding apart
+        np.testing.assert_allclose(ours, expected, rtol=2 ** -23, atol=0)
+        if variant != "float16":
+            assert len(set(tensor.Quantization().ScaleAsNumpy())) == (1 if variant == "uint8" else weights_channels(key))
+
+
+def weights_channels(key: str) -> int:
+    return {"conv": 4, "depthwise": 4, "fc1": 32, "fc2": 10}[key]
+
+
+def test_the_quantised_entries_say_how_they_were_stored(models: dict[str, Path]) -> None:
+    for variant, quant in (("int8", "tflite-int8-per-channel"), ("uint8", "tflite-uint8-per-tensor"),
+                           ("int16", "tflite-int16-per-channel"), ("float16", "tflite-float16")):
+        with open_source(models[variant]) as source:
+            read = [e for e in source.entries() if e.skip is None]
+        assert [e.quant for e in read] == [quant] * 4 and {e.dtype for e in read} == {"float32"}
+        assert [e.shape for e in read] == [(4, 3, 3, 3), (4, 1, 3, 3), (32, 64), (10, 32)]
+
+
+def test_weights_after_the_flatbuffer_read_as_the_inline_ones(models: dict[str, Path]) -> None:
+    inline, external = _matrices(models["int8"]), _matrices(models["int8-external"])
+    assert list(inline) == list(external)
+    assert all(torch.equal(inline[k], external[k]) for k in inline)
+
+
+# ---- float and int8 twins -------------------------------------------------------------------------
+
+
+def _bfe(w: np.ndarray) -> float:
+    """F* (docs/math.md §2) from the singular values, independently of wbfe."""
+    e = np.linalg.svd(w.astype(np.float64), compute_uv=False) ** 2
+    return 0.5 * math.log(2 * math.pi * math.e) + 0.5 * (math.log(e.mean()) - float(np.mean(np.log(e))))
+
+
+def _noise_bound(w: np.ndarray, error_fro: float) -> float:
+    """The most F* can move when W changes by Δ with ‖Δ‖_F ≤ ``error_fro``: each singular value moves
+    by at most ‖Δ‖₂ ≤ ‖Δ‖_F (Weyl), ‖W‖_F by at most ‖Δ‖_F, so
+    |ΔF*| ≤ ½·[2·max|log(1 ± d/‖W‖_F)| + (2/p)·Σ −log(1 − d/σᵢ)]."""
+    s = np.linalg.svd(w.astype(np.float64), compute_uv=False)
+    assert error_fro < s.min(), "quantisation error larger than the smallest singular value: no bound"
+    fro = float(np.linalg.norm(w))
+    mean_e = 2 * max(math.log1p(error_fro / fro), -math.log1p(-error_fro / fro))
+    mean_log = 2 * float(np.mean(-np.log1p(-error_fro / s)))
+    return 0.5 * (mean_e + mean_log)
+
+
+def test_a_float_model_and_its_int8_twin_agree_within_quantisation_noise(models: dict[str, Path],
+                                                                         weights: dict[str, np.ndarray]) -> None:
+    float_rows = wbfe.score(models["float32"], metrics="bfe").layers
+    int8_rows = wbfe.score(models["int8"], metrics="bfe").layers
+    assert len(float_rows) == len(int8_rows) == 4
+    for key, a, b in zip(WEIGHTS, float_rows, int8_rows):
+        w = weights[key].transpose(TO_TORCH[key]).reshape(weights[key].shape[TO_TORCH[key][0]], -1)
+        assert a["bfe"] == pytest.approx(_bfe(w), rel=1e-9)  # wbfe's F* of the float weights
+        # int8 symmetric per channel: each entry off by at most half its channel's step s_c = max|w_c|/127
+        step = np.abs(w).max(axis=1) / 127
+        error_fro = 0.5 * math.sqrt(float(np.sum(step ** 2 * w.shape[1])))
+        bound = _noise_bound(w, error_fro)
+        assert a["bfe"] != b["bfe"] and abs(a["bfe"] - b["bfe"]) <= bound, key
+        # the bound is tight enough to catch a reader that applied one channel's scale to all of them
+        q, scale = tw.quantize_symmetric(weights[key], tw.AXES[key], 8)
+        one_scale = q.transpose(TO_TORCH[key]).reshape(w.shape).astype(np.float64) * float(scale[0])
+        assert abs(_bfe(one_scale) - a["bfe"]) > bound, key
+
+
+@pytest.mark.parametrize("variant", ["uint8", "int16", "float16"])
+def test_every_variant_gives_the_same_matrices(models: dict[str, Path], variant: str) -> None:
+    reference = _matrices(models["float32"])
+    got = _matrices(models[variant])
+    assert [t.shape for t in got.values()] == [t.shape for t in reference.values()]
+    for (name, ours), expected in zip(got.items(), reference.values()):
+        # uint8 per tensor: a step of (max − min)/255 over the whole tensor; int16: max|w_c|/32767
+        w = expected.numpy()
+        step = {"uint8": (max(w.max(), 0) - min(w.min(), 0)) / 255,
+                "int16": np.abs(w.reshape(w.shape[0], -1)).max(axis=1).reshape((-1,) + (1,) * (w.ndim - 1)) / 32767,
+                "float16": np.abs(w) * 2.0 ** -10}[variant]  # float16: a step (ulp) of at most |w|·2⁻¹⁰
+        # plus the float32 rounding of the dequantised value (one unit in its last place)
+        assert np.all(np.abs(ours.numpy() - w) <= step / 2 + np.spacing(np.abs(w))), name
+
+
+# ---- hostile files ----------------------------------------------------------------------------------
+
+
+def _graph(weights: dict[str, np.ndarray], variant: str = "int8") -> tw.Graph:
+    return tw.twin_graph(weights, variant)
+
+
+def _broken(weights: dict[str, np.ndarray], how: str) -> tuple[tw.Graph, bool]:
+    g = _graph(weights)
+    fc1 = next(t for t in g.tensors if t.name == "tfl.pseudo_qconst2")
+    external = False
+    if how == "shape":
+        fc1.shape = (32, 65)  # 32·65 elements, 32·64 bytes
+    elif how == "dtype":
+        fc1.type = 99
+    elif how == "scales":
+        fc1.scale = list(fc1.scale)[:5]
+        fc1.zero_point = [0] * 5
+    elif how == "zero points":
+        fc1.zero_point = list(fc1.zero_point)[:-1]
+    elif how == "axis":
+        fc1.axis = 7
+    elif how == "scale value":
+        fc1.scale = [math.nan] + list(fc1.scale)[1:]
+    elif how == "buffer index":
+        fc1.buffer = 1000
+    elif how == "op input":
+        g.ops[3].inputs = [g.ops[3].inputs[0], 500, g.ops[3].inputs[2]]
+    elif how == "external past the end":
+        external = True
+    return g, external
+
+
+@pytest.mark.parametrize("how, message", [
+    ("shape", r"tensor 'tfl.pseudo_qconst2': shape \[32, 65\] of int8 needs 2080 bytes, its buffer \d+ holds 2048"),
+    ("dtype", r"tensor 'tfl.pseudo_qconst2' .*unknown tensor type 99"),
+    ("scales", r"tensor 'tfl.pseudo_qconst2' .*5 quantisation scales along dimension 0 of shape \[32, 64\]"),
+    ("zero points", r"tensor 'tfl.pseudo_qconst2' .*32 quantisation scales but 31 zero points"),
+    ("axis", r"tensor 'tfl.pseudo_qconst2' .*32 quantisation scales along dimension 7"),
+    ("scale value", r"tensor 'tfl.pseudo_qconst2' .*negative, infinite or NaN"),
+    ("buffer index", r"tensor 'tfl.pseudo_qconst2' .*buffer index 1000 out of range"),
+    ("op input", r"operator 3: tensor index 500 out of range"),
+    ("external past the end", r"buffer \d+: data at bytes \d+\.\.\d+ lies past the end"),
+])
+def test_an_inconsistent_file_is_refused_naming_what_is_wrong(tmp_path: Path, weights: dict[str, np.ndarray],
+                                                              how: str, message: str) -> None:
+    g, external = _broken(weights, how)
+    path = tw.write(tmp_path / "bad.tflite", g, external=external)
+    if external:  # the trailing area cut short: the last buffer's bytes are gone
+        path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(CorruptCheckpointError, match=message):
+        _matrices(path)
+
+
+def test_not_a_tflite_file_is_refused(tmp_path: Path, models: dict[str, Path]) -> None:
+    raw = bytearray(models["float32"].read_bytes())
+    raw[4:8] = b"TFL2"
+    path = tmp_path / "m.tflite"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptCheckpointError, match=r"not a TFLite model \(file identifier b'TFL2'"):
+        _matrices(path)
+    path.write_bytes(b"\x10\0\0")
+    with pytest.raises(CorruptCheckpointError, match="too short"):
+        _matrices(path)
+
+
+def _read_everything(path: Path) -> Any:
+    with open_source(path) as source:
+        return [(e.name, e.load() if e.skip is None else e.skip) for e in source.entries()]
+
+
+@pytest.mark.parametrize("variant", ["int8", "float16", "int8-external"])
+def test_truncated_and_mutated_files_give_a_typed_error_or_their_weights(tmp_path: Path, models: dict[str, Path],
+                                                                          variant: str) -> None:
+    """Every prefix length class and 300 seeded byte mutations: each either reads (every weight
+    loads) or is refused with a WbfeError; never an IndexError, struct.error or other crash."""
+    raw = models[variant].read_bytes()
+    path = tmp_path / "m.tflite"
+    rng = np.random.default_rng(0)
+    cases = [raw[:n] for n in sorted({8, 12, 16, 64, len(raw) // 3, len(raw) // 2, len(raw) - 16, len(raw) - 1})]
+    for _ in range(300):
+        mutated = bytearray(raw)
+        for at in rng.integers(8, len(raw), size=int(rng.integers(1, 4))):
+            mutated[int(at)] = int(rng.integers(0, 256))
+        cases.append(bytes(mutated))
+    refused = 0
+    for case in cases:
+        path.write_bytes(case)
+        try:
+            _read_everything(path)
+        except WbfeError:
+            refused += 1
+    assert refused >= 8  # the truncations at least
