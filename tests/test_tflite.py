@@ -327,3 +327,73 @@ def test_truncated_and_mutated_files_give_a_typed_error_or_their_weights(tmp_pat
         except WbfeError:
             refused += 1
     assert refused >= 8  # the truncations at least
+
+
+# ---- compare: a float model against its int8 twin, paired by graph order ---------------------------
+
+_KERAS = """
+import sys, numpy as np, keras
+keras.utils.set_random_seed(0)
+m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, name="conv"),
+                      keras.layers.DepthwiseConv2D(3, name="depthwise"), keras.layers.Flatten(),
+                      keras.layers.Dense(32, name="hidden"), keras.layers.Dense(10, activation="softmax", name="out")])
+out = sys.argv[1]
+m.save(out + "/float.h5")
+np.savez(out + "/weights.npz", *m.get_weights())
+"""
+
+
+@pytest.fixture(scope="module")
+def keras_twin(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, np.ndarray]]:
+    """A Keras 3 model saved by Keras itself as .h5, and its int8 TFLite conversion, written as
+    TFLite's converter lays the same weights out."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("keras") is None:
+        pytest.skip("the Keras twin needs keras (in the test extra)")
+    folder = tmp_path_factory.mktemp("keras_twin")
+    env = dict(os.environ, KERAS_BACKEND="torch")  # its own process: the backend is chosen at import
+    subprocess.run([sys.executable, "-c", _KERAS, str(folder)], env=env, check=True, capture_output=True, timeout=300)
+    k = np.load(folder / "weights.npz")
+    w = {"conv": k["arr_0"].transpose(3, 0, 1, 2),  # kh kw in out -> out kh kw in
+         "conv_bias": k["arr_1"],
+         "depthwise": k["arr_2"].transpose(3, 0, 1, 2),  # kh kw C 1 -> 1 kh kw C
+         "depthwise_bias": k["arr_3"], "fc1": k["arr_4"].T, "fc1_bias": k["arr_5"], "fc2": k["arr_6"].T,
+         "fc2_bias": k["arr_7"]}
+    w = {key: np.ascontiguousarray(v, dtype=np.float32) for key, v in w.items()}
+    tflite_path = tw.write(folder / "model_int8.tflite", tw.twin_graph(w, "int8"))
+    return folder / "float.h5", tflite_path, w
+
+
+def test_compare_pairs_a_keras_model_and_its_int8_twin_by_graph_order(keras_twin: Any) -> None:
+    h5, int8, w = keras_twin
+    result = wbfe.compare(h5, int8, metrics="bfe", min_eigs=2)  # the 4-channel convs have 4 eigenvalues
+    assert result.summary["pairing"] == "graph order" and "pairing_note" not in result.summary
+    assert [row["name_b"] for row in result.layers] == [f"tfl.pseudo_qconst{i}" for i in range(4)]
+    assert [row["shape"] for row in result.layers] == [[4, 3, 3, 3], [4, 1, 3, 3], [32, 64], [10, 32]]
+    assert not result.unmatched
+    assert sum(s["reason"] == "bias" for s in result.skipped if s.get("side") == "a") == 4
+    for key, row in zip(WEIGHTS, result.layers):
+        m = w[key].transpose(TO_TORCH[key]).reshape(w[key].shape[TO_TORCH[key][0]], -1)
+        step = np.abs(m).max(axis=1) / 127  # each entry within half its channel's int8 step
+        error_fro = 0.5 * math.sqrt(float(np.sum(step ** 2 * m.shape[1])))
+        assert 0 < row["rel_frobenius"] <= error_fro / np.linalg.norm(m) * (1 + 1e-6), key
+        assert abs(row["d_bfe"]) <= _noise_bound(m, error_fro), key
+
+
+def test_compare_by_name_when_the_names_agree_and_refuses_order_when_matrices_differ(
+        models: dict[str, Path], tmp_path: Path, weights: dict[str, np.ndarray]) -> None:
+    same = wbfe.compare(models["int8"], models["int16"], metrics="bfe", min_eigs=2)  # the converter's names on both sides
+    assert same.summary["pairing"] == "name" and len(same.layers) == 4
+    by_order = wbfe.compare(models["float32"], models["int8"], metrics="bfe", min_eigs=2)
+    assert by_order.summary["pairing"] == "graph order"
+    assert [r["name"] for r in by_order.layers] == list(_matrices(models["float32"]))
+    # one FULLY_CONNECTED fewer on B: no one-to-one correspondence, so names decide (and none match)
+    g = tw.twin_graph(weights, "int8")
+    g.ops[4] = tw.Op(tw.SOFTMAX, [g.ops[4].inputs[0]], g.ops[4].outputs)
+    fewer = tw.write(tmp_path / "fewer.tflite", g)
+    with pytest.raises(wbfe.errors.NoUsableMatrixError, match=r"not paired by graph order: A has 4 matrices, B 3"):
+        wbfe.compare(models["float32"], fewer, metrics="bfe", min_eigs=2)
