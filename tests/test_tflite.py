@@ -375,6 +375,7 @@ def test_compare_pairs_a_keras_model_and_its_int8_twin_by_graph_order(keras_twin
     assert [row["name_b"] for row in result.layers] == [f"tfl.pseudo_qconst{i}" for i in range(4)]
     assert [row["shape"] for row in result.layers] == [[4, 3, 3, 3], [4, 1, 3, 3], [32, 64], [10, 32]]
     assert not result.unmatched
+    assert result.summary["head"] == result.layers[-1]["name"]  # the Keras graph's output layer
     assert sum(s["reason"] == "bias" for s in result.skipped if s.get("side") == "a") == 4
     for key, row in zip(WEIGHTS, result.layers):
         m = w[key].transpose(TO_TORCH[key]).reshape(w[key].shape[TO_TORCH[key][0]], -1)
@@ -391,6 +392,7 @@ def test_compare_by_name_when_the_names_agree_and_refuses_order_when_matrices_di
     by_order = wbfe.compare(models["float32"], models["int8"], metrics="bfe", min_eigs=2)
     assert by_order.summary["pairing"] == "graph order"
     assert [r["name"] for r in by_order.layers] == list(_matrices(models["float32"]))
+    assert by_order.summary["head"] == "model/out/MatMul"  # A's graph names its head
     # one FULLY_CONNECTED fewer on B: no one-to-one correspondence, so names decide (and none match)
     g = tw.twin_graph(weights, "int8")
     g.ops[4] = tw.Op(tw.SOFTMAX, [g.ops[4].inputs[0]], g.ops[4].outputs)

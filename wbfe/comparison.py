@@ -254,7 +254,9 @@ def compare(
             f"({len(result.unmatched)} unmatched, {len(result.skipped)} skipped)"
             + (f"; not paired by graph order: {note}" if note else "")
         )
-    result.summary = _summarise(result, groups)
+    # Paired by order, the names are the frameworks' own (no rule knows them): A's graph names its head.
+    head = orders[0].head if pairs is not None and orders is not None else None
+    result.summary = _summarise(result, groups, head)
     result.summary["pairing"] = pairing
     if note:
         result.summary["pairing_note"] = note
@@ -410,10 +412,10 @@ def _depth(name: str) -> Optional[int]:
     return None
 
 
-def _summarise(result: Comparison, groups: tuple[Any, ...]) -> dict[str, Any]:
+def _summarise(result: Comparison, groups: tuple[Any, ...], described_head: Optional[str] = None) -> dict[str, Any]:
     rows = result.layers
     names = [row["name"] for row in rows]
-    head = find_head(names)
+    head = described_head if described_head in names else find_head(names)
     by_name = {row["name"]: row for row in rows}
 
     def finite(column: str) -> np.ndarray:
