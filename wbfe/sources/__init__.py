@@ -7,12 +7,12 @@ their declared order:
 - ``object-store``: a URI ``<protocol>://...`` (``s3://``, ``gs://``, ... through fsspec), copied
   into a local cache first (:mod:`wbfe.sources.object_store`);
 - ``path``: an existing file or folder, read by the registered file format that recognises it
-  (safetensors, PyTorch pickles, GGUF, Keras, ONNX, ...; :mod:`wbfe.sources.local`);
+  (safetensors, PyTorch pickles, GGUF, Keras, ONNX, TFLite, ...; :mod:`wbfe.sources.local`);
 - ``timm`` and ``torchvision``: ``timm:<name>`` and ``torchvision:<weights>``;
 - ``hub``: a Hugging Face id ``org/name[@revision]``.
 
 Importing this package registers the built-in formats and locations; no reader's own dependency
-(torch, onnx, gguf, h5py, fsspec, huggingface_hub) is imported until a checkpoint needs it.
+(torch, onnx, gguf, h5py, tflite, fsspec, huggingface_hub) is imported until a checkpoint needs it.
 """
 
 from __future__ import annotations
