@@ -332,7 +332,7 @@ def plan_graph(model: TflModel) -> GraphPlan:
             for t in op.outputs:
                 if t >= 0:
                     producer[t] = op
-        for index, plan in plans.items():
+        for plan in plans.values():
             _plan_one(plan, uses, offset)
         for plan in plans.values():
             if plan.skip is None and plan.tensor.variable:
