@@ -399,3 +399,82 @@ def test_compare_by_name_when_the_names_agree_and_refuses_order_when_matrices_di
     fewer = tw.write(tmp_path / "fewer.tflite", g)
     with pytest.raises(wbfe.errors.NoUsableMatrixError, match=r"not paired by graph order: A has 4 matrices, B 3"):
         wbfe.compare(models["float32"], fewer, metrics="bfe", min_eigs=2)
+
+
+# ---- what the graph says about other operators ----------------------------------------------------
+
+
+def _const(g: tw.Graph, name: str, array: np.ndarray, type_: int = tw.FLOAT32, **quant: Any) -> int:
+    return g.add(tw.Tensor(name, array.shape, type_, array.tobytes(), **quant))
+
+
+def test_other_operators_and_what_is_skipped(tmp_path: Path) -> None:
+    """BATCH_MATMUL (stored in × out unless adj_y), a GATHER table, a shuffled FULLY_CONNECTED, an
+    int8 weight without scales, an int8 weight through DEQUANTIZE (dynamic range), a shared buffer."""
+    rng = np.random.default_rng(3)
+    bmm = rng.standard_normal((6, 5)).astype(np.float32)  # in × out
+    bmm_t = rng.standard_normal((4, 5)).astype(np.float32)  # out × in (adj_y)
+    table = rng.standard_normal((20, 6)).astype(np.float32)
+    q = rng.integers(-127, 128, (3, 4)).astype(np.int8)
+    g = tw.Graph()
+    ids = g.add(tw.Tensor("ids", (1, 2), tw.INT32))
+    emb = g.add(tw.Tensor("emb", (1, 2, 6)))
+    g.ops.append(tw.Op(36, [_const(g, "table", table), ids], [emb]))  # GATHER(params, indices)
+    h = g.add(tw.Tensor("h", (1, 2, 5)))
+    g.ops.append(tw.Op(tw.BATCH_MATMUL, [emb, _const(g, "bmm", bmm)], [h], adj_y=False))
+    h2 = g.add(tw.Tensor("h2", (1, 2, 4)))
+    g.ops.append(tw.Op(tw.BATCH_MATMUL, [h, _const(g, "bmm_t", bmm_t)], [h2], adj_y=True))
+    shared = g.add(tw.Tensor("shared", (6, 5), buffer=2))  # bmm's buffer (buffer 1 is the table's)
+    g.ops.append(tw.Op(tw.FULLY_CONNECTED, [h, shared, -1], [g.add(tw.Tensor("h5", (1, 2, 6)))]))
+    shuffled = _const(g, "shuffled", q, tw.INT8, scale=[0.5], zero_point=[0])
+    h3 = g.add(tw.Tensor("h3", (1, 3)))
+    g.ops.append(tw.Op(tw.FULLY_CONNECTED, [h2, shuffled, -1], [h3], weights_format=1))
+    bare = _const(g, "no_scales", q, tw.INT8)
+    h4 = g.add(tw.Tensor("h4", (1, 3)))
+    g.ops.append(tw.Op(tw.FULLY_CONNECTED, [h2, bare, -1], [h4]))
+    dyn = _const(g, "dynamic", q, tw.INT8, scale=[0.25, 0.5, 1.0], zero_point=[0, 1, -1], axis=0)
+    deq = g.add(tw.Tensor("dynamic_dequantized", (3, 4)))
+    g.ops.append(tw.Op(tw.DEQUANTIZE, [dyn], [deq]))
+    out = g.add(tw.Tensor("out", (1, 3)))
+    g.ops.append(tw.Op(tw.FULLY_CONNECTED, [h2, deq, -1], [out]))
+    g.inputs, g.outputs = [ids], [out]
+    path = tw.write(tmp_path / "ops.tflite", g)
+    with open_source(path) as source:
+        entries = {e.name: e for e in source.entries()}
+        read = {name: e.load() for name, e in entries.items() if e.skip is None}
+        head = source.description.head  # type: ignore[union-attr]
+    assert list(read) == ["table", "bmm", "bmm_t", "shared", "dynamic"]  # the graph's order
+    assert torch.equal(read["table"], torch.from_numpy(table))
+    assert torch.equal(read["bmm"], torch.from_numpy(bmm.T.copy())) and entries["bmm"].shape == (5, 6)
+    assert torch.equal(read["bmm_t"], torch.from_numpy(bmm_t))
+    expected = (q.astype(np.float64) - np.array([[0], [1], [-1]])) * np.array([[0.25], [0.5], [1.0]])
+    assert np.array_equal(read["dynamic"].numpy(), expected.astype(np.float32))
+    assert entries["dynamic"].quant == "tflite-int8-per-channel" and head == "dynamic"
+    assert entries["shuffled"].skip == "FULLY_CONNECTED weights in a shuffled format (SHUFFLED4x16INT8): not read"
+    assert entries["no_scales"].skip == "int8 weight without quantisation scales: its real values are unknown"
+    assert "ids" not in entries and "h" not in entries  # activations have no buffer: not stored tensors
+    assert entries["shared"].storage_key == entries["bmm"].storage_key  # one buffer, two tensors
+    scored = wbfe.score(path, metrics="bfe")
+    assert any(s["name"] == "shared" and "tie" in s["reason"] for s in scored.skipped)
+
+
+def test_score_takes_the_graphs_head_and_order(models: dict[str, Path]) -> None:
+    result = wbfe.score(models["int8"], metrics="bfe")
+    assert [row["name"] for row in result.layers] == [f"tfl.pseudo_qconst{i}" for i in range(4)]
+    assert result.summary["head"] == "tfl.pseudo_qconst3" and result.summary["head_source"] == "framework"
+    assert result.model["framework"]["used"] == "tflite"
+    assert result.model["format"] == "tflite"
+
+
+def test_a_graph_whose_output_no_fully_connected_produces_has_no_head(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    g = tw.Graph()
+    x = g.add(tw.Tensor("x", (1, 8, 8, 3)))
+    y = g.add(tw.Tensor("y", (1, 6, 6, 4)))
+    g.ops = [tw.Op(tw.CONV_2D, [x, _const(g, "k", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)), -1], [y])]
+    g.inputs, g.outputs = [x], [y]
+    with open_source(tw.write(tmp_path / "conv.tflite", g)) as source:
+        assert [e.shape for e in source.entries()] == [(4, 3, 3, 3)]
+        description = source.description
+    assert description is not None and description.head is None
+    assert description.note == "no FULLY_CONNECTED with a readable weight produces the graph's output"
