@@ -298,6 +298,11 @@ def test_not_a_tflite_file_is_refused(tmp_path: Path, models: dict[str, Path]) -
     path.write_bytes(b"\x10\0\0")
     with pytest.raises(CorruptCheckpointError, match="too short"):
         _matrices(path)
+    raw = bytearray(models["float32"].read_bytes())
+    raw[0:4] = (0xFFFFFF00).to_bytes(4, "little")  # the root table's offset, far past the end
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptCheckpointError, match=r"the model header: flatbuffer offsets out of range"):
+        _matrices(path)
 
 
 def _read_everything(path: Path) -> Any:
