@@ -254,6 +254,8 @@ def _broken(weights: dict[str, np.ndarray], how: str) -> tuple[tw.Graph, bool]:
         fc1.zero_point = [0] * 5
     elif how == "zero points":
         fc1.zero_point = list(fc1.zero_point)[:-1]
+    elif how == "zero point range":
+        fc1.zero_point = [200] * len(fc1.scale)
     elif how == "axis":
         fc1.axis = 7
     elif how == "scale value":
@@ -272,6 +274,7 @@ def _broken(weights: dict[str, np.ndarray], how: str) -> tuple[tw.Graph, bool]:
     ("dtype", r"tensor 'tfl.pseudo_qconst2' .*unknown tensor type 99"),
     ("scales", r"tensor 'tfl.pseudo_qconst2' .*5 quantisation scales along dimension 0 of shape \[32, 64\]"),
     ("zero points", r"tensor 'tfl.pseudo_qconst2' .*32 quantisation scales but 31 zero points"),
+    ("zero point range", r"tensor 'tfl.pseudo_qconst2' .*a zero point outside the range of int8 \[-128, 127\]"),
     ("axis", r"tensor 'tfl.pseudo_qconst2' .*32 quantisation scales along dimension 7"),
     ("scale value", r"tensor 'tfl.pseudo_qconst2' .*negative, infinite or NaN"),
     ("buffer index", r"tensor 'tfl.pseudo_qconst2' .*buffer index 1000 out of range"),

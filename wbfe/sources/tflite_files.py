@@ -62,12 +62,16 @@ def dequantize(q: "np.ndarray", scale: Sequence[float], zero_point: Sequence[int
     import numpy as np
 
     scales = np.asarray(scale, dtype=np.float32)
-    zeros = np.asarray(zero_point, dtype=np.int64)
+    zeros = np.asarray(zero_point, dtype=np.float32)  # exact: a zero point lies in q's own range
     if scales.size > 1:
         shape = [1] * q.ndim
         shape[axis] = -1
         scales, zeros = scales.reshape(shape), zeros.reshape(shape)
-    return (scales * (q.astype(np.int64) - zeros).astype(np.float32)).astype(np.float32)
+    real = q.astype(np.float32)
+    if zeros.any():
+        real -= zeros  # q − zero point is an integer below 2^17 in magnitude: exact in float32
+    real *= scales
+    return real
 
 
 class TfliteSource(TensorSource):

@@ -53,6 +53,8 @@ _WEIGHT_OPS: dict[str, tuple[int, int]] = {  # op -> (weight input, rank it must
 STORED_AXES = {"CONV_2D": "[out, kh, kw, in]", "DEPTHWISE_CONV_2D": "[1, kh, kw, C]",
                "TRANSPOSE_CONV": "[out, kh, kw, in]", "FULLY_CONNECTED": "[out, in]", "CONV_3D": "[kd, kh, kw, in, out]",
                "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]", "GATHER": "[rows, width]"}
+# The values each quantised integer type holds (a zero point must be one of them).
+_RANGES = {"int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
 _BIAS_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "CONV_3D")
 _FC_OPTIONS, _BMM_OPTIONS = 8, 101  # BuiltinOptions union tags (schema.fbs)
 
@@ -287,6 +289,9 @@ def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTe
                 raise r.fail(f"{len(scale)} quantisation scales along dimension {axis} of shape {list(shape)}")
             if not all(math.isfinite(v) and v >= 0 for v in scale):
                 raise r.fail("a quantisation scale that is negative, infinite or NaN")
+            low, high = _RANGES.get(DTYPES[code], (-(2 ** 63), 2 ** 63))
+            if not all(low <= z < high for z in zero):
+                raise r.fail(f"a zero point outside the range of {DTYPES[code]} [{low}, {high - 1}]")
             quant = TflQuant(tuple(float(v) for v in scale), tuple(int(v) for v in zero), axis)
     sparse = tensor.Sparsity() is not None
     return TflTensor(t, name, shape, DTYPES[code], buffer, quant, sparse, bool(tensor.IsVariable()), custom)
