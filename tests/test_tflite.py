@@ -6,6 +6,7 @@ int8 twins, and hostile files refused with a typed error."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -486,3 +487,37 @@ def test_a_graph_whose_output_no_fully_connected_produces_has_no_head(tmp_path: 
         description = source.description
     assert description is not None and description.head is None
     assert description.note == "no FULLY_CONNECTED with a readable weight produces the graph's output"
+
+
+def test_the_cli_says_the_matrices_were_paired_by_graph_order(models: dict[str, Path]) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    runner = CliRunner()
+    table = runner.invoke(app, ["compare", str(models["float32"]), str(models["int8"]), "--metrics", "bfe",
+                                "--min-eigs", "2"])
+    assert table.exit_code == 0, table.output
+    assert table.stdout.splitlines()[0].endswith("(paired by graph order: the names differ)")
+    assert re.search(r"^pairing\s+graph order$", table.stdout, flags=re.M)
+    same = runner.invoke(app, ["compare", str(models["int8"]), str(models["int16"]), "--metrics", "bfe",
+                               "--min-eigs", "2", "--format", "json"])
+    assert same.exit_code == 0 and '"pairing": "name"' in same.stdout
+
+
+def test_graph_plans_of_several_subgraphs_keep_names_apart() -> None:
+    """Plain records (no file): tensor names repeat across subgraphs (a WHILE body and the main
+    graph) and within one; each listed name is unique, the main graph's first."""
+    from wbfe.sources.tflite_graph import TflBuffer, TflModel, TflOp, TflSubgraph, TflTensor, plan_graph
+
+    def subgraph(name: str, buffer: int) -> TflSubgraph:
+        tensors = (TflTensor(0, "x", (1, 4), "float32", 0), TflTensor(1, "w", (3, 4), "float32", buffer),
+                   TflTensor(2, "w", (3, 4), "float32", buffer + 1), TflTensor(3, "y", (1, 3), "float32", 0),
+                   TflTensor(4, "z", (1, 3), "float32", 0))
+        ops = (TflOp(0, "FULLY_CONNECTED", (0, 1, -1), (3,)), TflOp(1, "FULLY_CONNECTED", (0, 2, -1), (4,)))
+        return TflSubgraph(name, tensors, ops, (4,))
+
+    buffers = (TflBuffer(0, 0),) + tuple(TflBuffer(100 * i, 48) for i in range(1, 5))
+    plan = plan_graph(TflModel(3, "", (subgraph("main", 1), subgraph("body", 3)), buffers))
+    assert [p.name for p in plan.tensors] == ["w", "w#2", "body/w", "body/w#2"]
+    assert plan.head == "w#2"  # the FULLY_CONNECTED producing the main graph's output
