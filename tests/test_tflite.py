@@ -521,3 +521,33 @@ def test_graph_plans_of_several_subgraphs_keep_names_apart() -> None:
     plan = plan_graph(TflModel(3, "", (subgraph("main", 1), subgraph("body", 3)), buffers))
     assert [p.name for p in plan.tensors] == ["w", "w#2", "body/w", "body/w#2"]
     assert plan.head == "w#2"  # the FULLY_CONNECTED producing the main graph's output
+
+
+@pytest.mark.parametrize("variant", ["int8", "int8-external"])
+def test_each_weight_is_one_read_of_exactly_its_buffer(models: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                                       variant: str) -> None:
+    import wbfe.sources.tflite_files as reader
+
+    reads: list[tuple[int, int]] = []
+    real_read = reader.read_range
+
+    def recording(path: Path, first: int, nbytes: int) -> np.ndarray:
+        reads.append((first, nbytes))
+        return real_read(path, first, nbytes)
+
+    monkeypatch.setattr(reader, "read_range", recording)
+    _matrices(models[variant])
+    raw = models[variant].read_bytes()
+    model = tflite.Model.GetRootAs(raw, 0)
+    sg = model.Subgraphs(0)
+    expected = []
+    for i in range(4):  # the weights' buffers, where the tflite accessors find them
+        tensor = next(sg.Tensors(k) for k in range(sg.TensorsLength())
+                      if sg.Tensors(k).Name().decode() == f"tfl.pseudo_qconst{i}")
+        buffer = model.Buffers(tensor.Buffer())
+        if buffer.Offset() > 1:
+            expected.append((buffer.Offset(), buffer.Size()))
+        else:  # the data vector's first byte (flatbuffers' Table.Vector) and its length
+            expected.append((buffer._tab.Vector(buffer._tab.Offset(4)), buffer.DataLength()))
+        assert expected[-1][1] == int(np.prod(tensor.ShapeAsNumpy()))  # int8: one byte per element
+    assert reads == expected
