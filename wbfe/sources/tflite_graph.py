@@ -27,6 +27,7 @@ depends on. Other subgraphs (``WHILE`` bodies, ``IF`` branches) are planned the 
 from __future__ import annotations
 
 import math
+import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -179,15 +180,10 @@ def parse_model(tflite: Any, buf: Any, size: int, path: str) -> TflModel:
         return _parse(tflite, reader)
     except CorruptCheckpointError:
         raise
+    except struct.error as exc:  # an offset the accessors follow past the end of the file
+        raise reader.fail(f"flatbuffer offsets out of range ({str(exc)[:100]})") from None
     except (IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError, MemoryError) as exc:
-        # struct.error is a subclass of Exception only; caught below by its own name.
         raise reader.fail(f"unreadable flatbuffer ({type(exc).__name__}: {str(exc)[:100]})") from None
-    except Exception as exc:
-        import struct
-
-        if isinstance(exc, struct.error):
-            raise reader.fail(f"flatbuffer offsets out of range ({str(exc)[:100]})") from None
-        raise
 
 
 def _parse(tflite: Any, r: _Reader) -> TflModel:
@@ -227,6 +223,8 @@ def _buffer(b: Any, r: _Reader) -> TflBuffer:
         if offset + size > r.size:
             raise r.fail(f"data at bytes {offset}..{offset + size} lies past the end of the {r.size}-byte file")
         return TflBuffer(offset, size, external=True)
+    # Where the data vector lies, not its bytes: the generated class has no accessor for that, so
+    # the flatbuffers Table it wraps is asked (field 0 at vtable offset 4).
     tab = b._tab
     o = tab.Offset(4)
     if not o:
