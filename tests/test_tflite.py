@@ -551,3 +551,18 @@ def test_each_weight_is_one_read_of_exactly_its_buffer(models: dict[str, Path], 
             expected.append((buffer._tab.Vector(buffer._tab.Offset(4)), buffer.DataLength()))
         assert expected[-1][1] == int(np.prod(tensor.ShapeAsNumpy()))  # int8: one byte per element
     assert reads == expected
+
+
+def test_the_cli_refuses_a_broken_file_with_one_line_and_exit_2(tmp_path: Path,
+                                                                weights: dict[str, np.ndarray]) -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    g, _ = _broken(weights, "shape")
+    path = tw.write(tmp_path / "bad.tflite", g)
+    done = CliRunner().invoke(app, ["score", str(path), "--metrics", "bfe"])
+    assert done.exit_code == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "tensor 'tfl.pseudo_qconst2': shape [32, 65]" in lines[0]
+    assert "Traceback" not in done.output
