@@ -566,3 +566,13 @@ def test_the_cli_refuses_a_broken_file_with_one_line_and_exit_2(tmp_path: Path,
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "tensor 'tfl.pseudo_qconst2': shape [32, 65]" in lines[0]
     assert "Traceback" not in done.output
+
+
+def test_a_module_order_is_no_graph_order_to_pair_by(models: dict[str, Path]) -> None:
+    """A torch module lists its parameters in registration order, not the order it computes in:
+    even with the same matrices (count and shapes), it is not paired with a graph by position."""
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Conv2d(4, 4, 3, groups=4), torch.nn.Flatten(),
+                                 torch.nn.Linear(64, 32), torch.nn.Linear(32, 10))
+    with pytest.raises(wbfe.errors.NoUsableMatrixError) as refused:
+        wbfe.compare(module, models["int8"], metrics="bfe", min_eigs=2)
+    assert "graph order" not in str(refused.value)

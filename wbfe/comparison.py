@@ -5,8 +5,8 @@
 Both checkpoints are streamed side by side (:func:`wbfe.sources.open_source`) and their tensors
 matched by name, after optional ``REGEX=REPL`` renames applied to A's names; each tensor is read
 once. Where the two sides name their weights differently (a Keras ``.h5`` and its TFLite int8
-conversion) and both describe their model's order (:attr:`TensorSource.description`, at least one
-from the file itself), the matrices are paired by that order instead, provided both sides have the
+conversion) and both files describe the order their graph computes in (a Keras layer graph, a
+TFLite operator list), the matrices are paired by that order instead, provided both sides have the
 same number of matrices with the same shapes (out × in × k..., whatever each side's layout);
 ``summary["pairing"]`` says which pairing was used (``name`` or ``graph order``) and
 ``summary["pairing_note"]`` why graph order was not, where it was considered. Per matched matrix (conv kernels flattened to out × in·k·k, any float dtype, quantised
@@ -263,16 +263,22 @@ def compare(
     return result
 
 
+# Descriptions whose order is the order the model computes in (a Keras layer graph, a TFLite
+# operator list), so that two of them, from different files, list corresponding layers at the same
+# places. A transformers or torch order is the modules' registration order and GGUF's the
+# converter's: matching counts and shapes there could still pair a query with a key projection.
+_GRAPH_ORDERED = ("keras", "tflite")
+
+
 def _orders(source_a: Any, source_b: Any,
             renames: Sequence[tuple[re.Pattern[str], str]]) -> Optional[tuple[FrameworkDescription, FrameworkDescription]]:
-    """Both sides' descriptions when their matrices may be paired by the model's order: each side
-    describes its order, at least one from the file itself (a Keras graph, a TFLite or GGUF file:
-    no framework is imported to describe two Hugging Face checkpoints, which share their names),
-    and no name of A (after the renames) is a name of B. None otherwise."""
-    if source_a.own_description is None and source_b.own_description is None:
-        return None
-    da, db = source_a.description, source_b.description
+    """Both sides' own descriptions when their matrices may be paired by the model's order: each
+    file describes the order its graph computes in (:data:`_GRAPH_ORDERED`), and no name of A (after
+    the renames) is a name of B. None otherwise."""
+    da, db = source_a.own_description, source_b.own_description
     if da is None or db is None or not da.order or not db.order:
+        return None
+    if da.framework not in _GRAPH_ORDERED or db.framework not in _GRAPH_ORDERED:
         return None
     names_b = set(db.order) | set(db.aliases)
     for name in da.order:
