@@ -576,3 +576,21 @@ def test_a_module_order_is_no_graph_order_to_pair_by(models: dict[str, Path]) ->
     with pytest.raises(wbfe.errors.NoUsableMatrixError) as refused:
         wbfe.compare(module, models["int8"], metrics="bfe", min_eigs=2)
     assert "graph order" not in str(refused.value)
+
+
+def test_a_sparse_weight_is_skipped_not_refused(tmp_path: Path) -> None:
+    """A sparse model (MediaPipe's ``*_sparse.tflite``): the constant holds only the kept values,
+    fewer bytes than its dense shape, and reaches its CONV_2D through DENSIFY and DEQUANTIZE."""
+    g = tw.Graph()
+    x = g.add(tw.Tensor("x", (1, 8, 8, 3)))
+    kept = np.arange(10, dtype="<f2").tobytes()
+    sparse = g.add(tw.Tensor("k_sparse", (4, 3, 3, 3), tw.FLOAT16, kept, sparse=True))
+    dense = g.add(tw.Tensor("k_dense", (4, 3, 3, 3), tw.FLOAT16))
+    k = g.add(tw.Tensor("k", (4, 3, 3, 3)))
+    y = g.add(tw.Tensor("y", (1, 6, 6, 4)))
+    g.ops = [tw.Op(tw.DENSIFY, [sparse], [dense]), tw.Op(tw.DEQUANTIZE, [dense], [k]), tw.Op(tw.CONV_2D, [x, k, -1], [y])]
+    g.inputs, g.outputs = [x], [y]
+    with open_source(tw.write(tmp_path / "sparse.tflite", g)) as source:
+        (entry,) = list(source.entries())
+    assert entry.name == "k_sparse"
+    assert entry.skip == "sparse tensor (TFLite sparsity parameters): wbfe reads dense weights only"

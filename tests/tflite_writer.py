@@ -6,7 +6,8 @@ Field slots are the schema's field ids (a table's n-th field is slot n, vtable o
 - Model: version 0, operator_codes 1, subgraphs 2, description 3, buffers 4.
 - OperatorCode: deprecated_builtin_code 0 (byte), custom_code 1, version 2, builtin_code 3 (int).
 - SubGraph: tensors 0, inputs 1, outputs 2, operators 3, name 4.
-- Tensor: shape 0, type 1 (byte), buffer 2 (uint), name 3, quantization 4, is_variable 5.
+- Tensor: shape 0, type 1 (byte), buffer 2 (uint), name 3, quantization 4, is_variable 5,
+  sparsity 6.
 - QuantizationParameters: min 0, max 1, scale 2 ([float]), zero_point 3 ([long]), details_type 4,
   details 5, quantized_dimension 6.
 - Operator: opcode_index 0, inputs 1, outputs 2, builtin_options_type 3, builtin_options 4.
@@ -35,7 +36,7 @@ import numpy as np
 # TensorType codes and BuiltinOperator codes (schema.fbs).
 FLOAT32, FLOAT16, INT32, UINT8, INT16, INT8 = 0, 1, 2, 3, 7, 9
 CONV_2D, DEPTHWISE_CONV_2D, DEQUANTIZE, FULLY_CONNECTED, RESHAPE, SOFTMAX = 3, 4, 6, 9, 22, 25
-BATCH_MATMUL = 126
+BATCH_MATMUL, DENSIFY = 126, 124
 _FC_OPTIONS, _BMM_OPTIONS = 8, 101
 _NUMPY = {FLOAT32: "<f4", FLOAT16: "<f2", INT32: "<i4", UINT8: "u1", INT16: "<i2", INT8: "i1"}
 
@@ -50,6 +51,7 @@ class Tensor:
     zero_point: Sequence[int] = ()
     axis: int = 0
     buffer: Optional[int] = None  # overrides the buffer index (to write a broken file)
+    sparse: bool = False  # a SparsityParameters table (empty: its buffer holds only kept values)
 
 
 @dataclass
@@ -133,6 +135,10 @@ def build(graph: Graph, *, external_at: Optional[list[int]] = None, description:
             b.PrependUOffsetTRelativeSlot(3, zero, 0)
             b.PrependInt32Slot(6, t.axis, 0)
             quant = b.EndObject()
+        sparsity = None
+        if t.sparse:
+            b.StartObject(3)
+            sparsity = b.EndObject()
         if t.data is not None:
             buffer += 1
         b.StartObject(9)
@@ -142,6 +148,8 @@ def build(graph: Graph, *, external_at: Optional[list[int]] = None, description:
         b.PrependUOffsetTRelativeSlot(3, name, 0)
         if quant is not None:
             b.PrependUOffsetTRelativeSlot(4, quant, 0)
+        if sparsity is not None:
+            b.PrependUOffsetTRelativeSlot(6, sparsity, 0)
         tensor_offs.append(b.EndObject())
     op_offs = []
     for op in graph.ops:

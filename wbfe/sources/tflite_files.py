@@ -119,8 +119,10 @@ class TfliteSource(TensorSource):
     def _check_extent(self, planned: Planned) -> None:
         tensor = planned.tensor
         itemsize = ITEMSIZE.get(tensor.dtype)
-        if itemsize is None:
-            return  # string, int4, resource...: never read (a weight of these is skipped)
+        if itemsize is None or tensor.sparse:
+            # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never
+            # read (a weight of these is skipped with that reason)
+            return
         numel = 1
         for d in tensor.shape:
             numel *= d

@@ -15,7 +15,8 @@ refused there with a :class:`~wbfe.errors.CorruptCheckpointError` naming what is
   PyTorch's layout ([out, in, k...]);
 - a constant reaching such an input through ``DEQUANTIZE`` (float16 models store their weights as
   float16 and dequantise them in the graph; dynamic-range models do the same with int8) is that
-  weight: the stored tensor is read and converted as ``DEQUANTIZE`` would;
+  weight: the stored tensor is read and converted as ``DEQUANTIZE`` would; one reaching it through
+  ``DENSIFY`` is a sparse weight, listed as skipped (only its kept values are stored);
 - every other constant (a bias, a reshape's shape, a constant of an elementwise op) is listed as
   skipped with the operator that consumes it.
 
@@ -56,6 +57,9 @@ STORED_AXES = {"CONV_2D": "[out, kh, kw, in]", "DEPTHWISE_CONV_2D": "[1, kh, kw,
                "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]", "GATHER": "[rows, width]"}
 # The values each quantised integer type holds (a zero point must be one of them).
 _RANGES = {"int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
+# Operators a stored weight passes through on its way to the op that multiplies by it: float16
+# and dynamic-range models dequantise their weights in the graph, sparse ones densify them.
+_PASS_OPS = ("DEQUANTIZE", "DENSIFY")
 _BIAS_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "CONV_3D")
 _FC_OPTIONS, _BMM_OPTIONS = 8, 101  # BuiltinOptions union tags (schema.fbs)
 
@@ -356,9 +360,14 @@ def plan_graph(model: TflModel) -> GraphPlan:
 def _plan_one(plan: Planned, uses: dict[int, list[tuple[TflOp, int]]], offset: int) -> None:
     found = list(uses.get(plan.tensor.index, []))
     through: list[tuple[TflOp, int]] = []
-    for op, i in found:  # DEQUANTIZE: the weight is what its output feeds
-        if op.op == "DEQUANTIZE" and i == 0 and op.outputs and op.outputs[0] >= 0:
-            through += [(o, k) for o, k in uses.get(op.outputs[0], []) if o.op != "DEQUANTIZE"]
+    stack, seen = list(found), set()
+    while stack:  # DEQUANTIZE, DENSIFY: the weight is what their output feeds
+        op, i = stack.pop()
+        if (op.position, i) in seen:
+            continue
+        seen.add((op.position, i))
+        if op.op in _PASS_OPS and i == 0 and op.outputs and op.outputs[0] >= 0:
+            stack += uses.get(op.outputs[0], [])
         else:
             through.append((op, i))
     through.sort(key=lambda u: u[0].position)
