@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["TfliteSource", "open_tflite", "TFLITE", "dequantize", "IDENTIFIER"]
+__all__ = ["TfliteSource", "open_tflite", "TFLITE", "dequantize", "to_torch_layout", "IDENTIFIER"]
 
 # The file identifier schema.fbs declares (``file_identifier "TFL3"``), at bytes 4..8.
 IDENTIFIER = b"TFL3"

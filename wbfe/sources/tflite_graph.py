@@ -35,8 +35,8 @@ from typing import Any, Optional
 
 from wbfe.errors import CorruptCheckpointError
 
-__all__ = ["TflTensor", "TflOp", "TflBuffer", "TflModel", "Planned", "GraphPlan", "parse_model", "plan_graph",
-           "DTYPES", "ITEMSIZE", "STORED_AXES"]
+__all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan", "parse_model", "plan_graph",
+           "DTYPES", "ITEMSIZE", "STORED_AXES", "reported_shape"]
 
 # TensorType codes (schema.fbs) -> wbfe's dtype names (torch's where torch has one).
 DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
