@@ -58,7 +58,8 @@ def compare_table(result: object) -> str:
     layers = result.layers  # type: ignore[attr-defined]
     summary = result.summary  # type: ignore[attr-defined]
     columns = [c for c in _TABLE if any(c in row for row in layers)]
-    parts = [f"B: {result.model_b.get('source')}  vs  A: {result.model_a.get('source')}", "",  # type: ignore[attr-defined]
+    paired = ("  (paired by graph order: the names differ)" if summary.get("pairing") == "graph order" else "")
+    parts = [f"B: {result.model_b.get('source')}  vs  A: {result.model_a.get('source')}{paired}", "",  # type: ignore[attr-defined]
              text_table(layers, columns), "",
              "most changed (‖B − A‖/‖A‖): " + ", ".join(f"{m['name']} {m['rel_frobenius']:.3g}" for m in summary["most_changed"]),
              "most changed spectrum (W1): " + ", ".join(f"{m['name']} {m['w1_log_eigs']:.3g}"

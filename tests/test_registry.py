@@ -136,9 +136,28 @@ def write_flax(folder: Path) -> tuple[Path, Expected]:
     return folder / "flax_model.msgpack", {k: torch.from_numpy(v) for k, v in w.items()}
 
 
+def write_tflite(folder: Path) -> tuple[Path, Expected]:
+    """Two FULLY_CONNECTED ops (weights out × in), written from TFLite's schema (tests/tflite_writer.py)."""
+    pytest.importorskip("tflite")
+    from tests import tflite_writer as tw
+
+    w = _weights(8)
+    g = tw.Graph()
+    x = g.add(tw.Tensor("x", (1, 4)))
+    fc1 = g.add(tw.Tensor("fc1.weight", (6, 4), data=w["fc1.weight"].tobytes()))
+    h = g.add(tw.Tensor("h", (1, 6)))
+    fc2 = g.add(tw.Tensor("fc2.weight", (3, 6), data=w["fc2.weight"].tobytes()))
+    y = g.add(tw.Tensor("y", (1, 3)))
+    g.ops = [tw.Op(tw.FULLY_CONNECTED, [x, fc1, -1], [h]), tw.Op(tw.FULLY_CONNECTED, [h, fc2, -1], [y])]
+    g.inputs, g.outputs = [x], [y]
+    tw.write(folder / "model.tflite", g)
+    return folder / "model.tflite", {k: torch.from_numpy(v) for k, v in w.items()}
+
+
 WRITERS: dict[str, Writer] = {
     "safetensors": write_safetensors, "torch": write_torch, "gguf": write_gguf, "keras": write_keras,
     "onnx": write_onnx, "torchscript": write_torchscript, "npz": write_npz, "flax": write_flax,
+    "tflite": write_tflite,
 }
 
 
@@ -182,7 +201,7 @@ def test_each_format_is_found_by_its_bytes_or_refuses_garbage(tmp_path: Path, fm
 def test_suffixes_and_locations_come_from_the_registries() -> None:
     assert CHECKPOINT_SUFFIXES[:11] == (".safetensors", ".bin", ".pt", ".pth", ".th", ".ckpt", ".gguf", ".h5",
                                         ".hdf5", ".keras", ".onnx")  # by rank: the folder preference
-    assert set(CHECKPOINT_SUFFIXES[11:]) == {".jit", ".torchscript", ".npz", ".msgpack"}
+    assert set(CHECKPOINT_SUFFIXES[11:]) == {".jit", ".torchscript", ".npz", ".msgpack", ".tflite"}
     assert [loc.name for loc in locations()] == ["memory", "http", "object-store", "path", "timm", "torchvision", "hub"]
     assert [loc.name for loc in locations() if loc.streams] == ["http", "hub"]
 
@@ -223,7 +242,7 @@ def test_a_fifo_named_like_any_format_is_refused_without_blocking(tmp_path: Path
 
 def test_importing_the_sources_imports_no_reader_dependency() -> None:
     code = ("import sys, wbfe.sources\n"
-            "print(sorted(m for m in ('torch', 'onnx', 'gguf', 'h5py', 'fsspec', 'huggingface_hub', 'msgpack')"
+            "print(sorted(m for m in ('torch', 'onnx', 'gguf', 'h5py', 'fsspec', 'huggingface_hub', 'msgpack', 'tflite')"
             " if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"

@@ -4,7 +4,12 @@
 
 Both checkpoints are streamed side by side (:func:`wbfe.sources.open_source`) and their tensors
 matched by name, after optional ``REGEX=REPL`` renames applied to A's names; each tensor is read
-once. Per matched matrix (conv kernels flattened to out × in·k·k, any float dtype, quantised
+once. Where the two sides name their weights differently (a Keras ``.h5`` and its TFLite int8
+conversion) and both files describe the order their graph computes in (a Keras layer graph, a
+TFLite operator list), the matrices are paired by that order instead, provided both sides have the
+same number of matrices with the same shapes (out × in × k..., whatever each side's layout);
+``summary["pairing"]`` says which pairing was used (``name`` or ``graph order``) and
+``summary["pairing_note"]`` why graph order was not, where it was considered. Per matched matrix (conv kernels flattened to out × in·k·k, any float dtype, quantised
 tensors once their reader dequantises them):
 
 - ``rel_frobenius`` = ‖B − A‖_F / ‖A‖_F;
@@ -23,6 +28,7 @@ Pairs are computed side by side on worker threads (one per CPU), each on one BLA
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import json
 import math
@@ -37,6 +43,7 @@ from wbfe import engine
 from wbfe._provenance import installed_versions
 from wbfe.change import is_number, matrix_change, subspace_overlap, top_singular
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
+from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, check_name_map
@@ -197,7 +204,16 @@ def compare(
         total = len(source_a)  # stored tensors of A: raised to the count done when experts are split
         stream_a = _dense_entries(source_a, "a", result.skipped)
         stream_b = _dense_entries(source_b, "b", result.skipped)
-        for entry_a, entry_b, why in _pairs(stream_a, stream_b, renames, pattern):
+        pairing, note, pairs = "name", None, None
+        orders = _orders(source_a, source_b, renames)
+        if orders is not None:  # the names differ and both sides know their model's order
+            listed_a, listed_b = list(stream_a), list(stream_b)
+            pairs, note = _by_order(listed_a, listed_b, orders, min_eigs, pattern, result.skipped)
+            stream_a, stream_b = iter(listed_a), iter(listed_b)
+            if pairs is not None:
+                pairing = "graph order"
+        matched = pairs if pairs is not None else _pairs(stream_a, stream_b, renames, pattern)
+        for entry_a, entry_b, why in matched:
             if entry_a is None or entry_b is None:
                 only = entry_a if entry_a is not None else entry_b
                 assert only is not None
@@ -236,9 +252,92 @@ def compare(
         raise NoUsableMatrixError(
             f"no matrix of {result.model_a.get('source')} has a comparable counterpart in {result.model_b.get('source')} "
             f"({len(result.unmatched)} unmatched, {len(result.skipped)} skipped)"
+            + (f"; not paired by graph order: {note}" if note else "")
         )
-    result.summary = _summarise(result, groups)
+    # Paired by order, the names are the frameworks' own (no rule knows them): A's graph names its head.
+    head = orders[0].head if pairs is not None and orders is not None else None
+    result.summary = _summarise(result, groups, head)
+    result.summary["pairing"] = pairing
+    if note:
+        result.summary["pairing_note"] = note
     return result
+
+
+# Descriptions whose order is the order the model computes in (a Keras layer graph, a TFLite
+# operator list), so that two of them, from different files, list corresponding layers at the same
+# places. A transformers or torch order is the modules' registration order and GGUF's the
+# converter's: matching counts and shapes there could still pair a query with a key projection.
+_GRAPH_ORDERED = ("keras", "tflite")
+
+
+def _orders(source_a: Any, source_b: Any,
+            renames: Sequence[tuple[re.Pattern[str], str]]) -> Optional[tuple[FrameworkDescription, FrameworkDescription]]:
+    """Both sides' own descriptions when their matrices may be paired by the model's order: each
+    file describes the order its graph computes in (:data:`_GRAPH_ORDERED`), and no name of A (after
+    the renames) is a name of B. None otherwise."""
+    da, db = source_a.own_description, source_b.own_description
+    if da is None or db is None or not da.order or not db.order:
+        return None
+    if da.framework not in _GRAPH_ORDERED or db.framework not in _GRAPH_ORDERED:
+        return None
+    names_b = set(db.order) | set(db.aliases)
+    for name in da.order:
+        for regex, repl in renames:
+            name = regex.sub(repl, name)
+        if name in names_b:
+            return None
+    return da, db
+
+
+def _by_order(
+    entries_a: list[TensorEntry], entries_b: list[TensorEntry], orders: tuple[FrameworkDescription, FrameworkDescription],
+    min_eigs: int, pattern: Optional[re.Pattern[str]], skipped: list[dict[str, Any]],
+) -> tuple[Optional[list[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]], Optional[str]]:
+    """The two sides' matrices paired by their place in each side's model order, and each side's
+    other tensors listed in ``skipped``; ``(None, why not)`` when the matrices do not correspond
+    one to one (their counts or shapes differ, or a matrix is not in its side's order)."""
+    sides = []
+    others: list[dict[str, Any]] = []
+    for label, entries, description in (("a", entries_a, orders[0]), ("b", entries_b, orders[1])):
+        position = {name: i for i, name in enumerate(description.order)}
+        matrices = []
+        for k, entry in enumerate(entries):
+            plan = engine.plan_entry(entry, min_eigs=min_eigs)
+            if isinstance(plan, Skip):
+                others.append({"name": entry.name, "side": label, "shape": list(entry.shape), "reason": plan.reason})
+                continue
+            where = position.get(description.resolve(entry.name))
+            if where is None:
+                return None, f"matrix {entry.name!r} of {label.upper()} is not in its model's order"
+            matrices.append((where, k, entry))
+        sides.append([entry for _, _, entry in sorted(matrices, key=lambda m: (m[0], m[1]))])
+    found_a, found_b = sides
+    if len(found_a) != len(found_b):
+        return None, f"A has {len(found_a)} matrices, B {len(found_b)}"
+    pairs: list[tuple[Optional[TensorEntry], Optional[TensorEntry], str]] = []
+    for a, b in zip(found_a, found_b):
+        shape_a = (*out_in(a.shape, a.layout), *a.shape[2:])
+        shape_b = (*out_in(b.shape, b.layout), *b.shape[2:])
+        if shape_a != shape_b:
+            return None, (f"matrix {len(pairs) + 1} in order differs in shape: {a.name!r} {list(shape_a)}, "
+                          f"{b.name!r} {list(shape_b)} (out x in x k...)")
+        if a.layout != b.layout:  # B as A holds it, so that the two tensors line up entry by entry
+            b = _as_layout(b, a.layout)
+        pairs.append(_selected(a, b, pattern))
+    skipped += others
+    return pairs, None
+
+
+def _as_layout(entry: TensorEntry, layout: str) -> TensorEntry:
+    """``entry`` with its first two axes swapped (out_in <-> in_out), loaded so."""
+    load = entry.load
+
+    def swapped() -> Any:
+        return load().transpose(0, 1).contiguous()
+
+    shape = (entry.shape[1], entry.shape[0], *entry.shape[2:])
+    return dataclasses.replace(entry, shape=shape, layout=IN_OUT if layout == IN_OUT else OUT_IN, load=swapped,
+                               reread=None)
 
 
 def _pair_bytes(entry_a: TensorEntry, entry_b: TensorEntry, plan: MatrixPlan) -> int:
@@ -319,10 +418,10 @@ def _depth(name: str) -> Optional[int]:
     return None
 
 
-def _summarise(result: Comparison, groups: tuple[Any, ...]) -> dict[str, Any]:
+def _summarise(result: Comparison, groups: tuple[Any, ...], described_head: Optional[str] = None) -> dict[str, Any]:
     rows = result.layers
     names = [row["name"] for row in rows]
-    head = find_head(names)
+    head = described_head if described_head in names else find_head(names)
     by_name = {row["name"]: row for row in rows}
 
     def finite(column: str) -> np.ndarray:

@@ -9,12 +9,12 @@ their declared order:
 - ``object-store``: a URI ``<protocol>://...`` (``s3://``, ``gs://``, ... through fsspec), copied
   into a local cache first (:mod:`wbfe.sources.object_store`);
 - ``path``: an existing file or folder, read by the registered file format that recognises it
-  (safetensors, PyTorch pickles, GGUF, Keras, ONNX, ...; :mod:`wbfe.sources.local`);
+  (safetensors, PyTorch pickles, GGUF, Keras, ONNX, TFLite, ...; :mod:`wbfe.sources.local`);
 - ``timm`` and ``torchvision``: ``timm:<name>`` and ``torchvision:<weights>``;
 - ``hub``: a Hugging Face id ``org/name[@revision]``.
 
 Importing this package registers the built-in formats and locations; no reader's own dependency
-(torch, onnx, gguf, h5py, fsspec, huggingface_hub) is imported until a checkpoint needs it.
+(torch, onnx, gguf, h5py, tflite, fsspec, huggingface_hub) is imported until a checkpoint needs it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 # The format and location modules register themselves when imported (timm's model modules do the
 # same); the order here does not matter, each declares its own place.
 from wbfe.sources import gguf_files, keras_files, onnx_files, safetensors_files, torch_pickle  # noqa: F401
-from wbfe.sources import flax_files, numpy_files, torchscript_files  # noqa: F401
+from wbfe.sources import flax_files, numpy_files, tflite_files, torchscript_files  # noqa: F401
 from wbfe.sources import hub, local, object_store, peft_adapter, remote, zoo_libraries  # noqa: F401
 from wbfe.errors import InvalidOptionError, SourceNotFoundError, hub_name_hint
 from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,

@@ -1,0 +1,221 @@
+"""TFLite models (``.tflite``): the flatbuffer read through the ``tflite`` package's accessors.
+
+Which constants are weights, how each is laid out, the model's order and its head come from the
+graph (:mod:`wbfe.sources.tflite_graph`). Each weight is read on its own (``pread`` of exactly its
+buffer's bytes, in the flatbuffer or, for a model over 2 GB, in the trailing area its ``Buffer``
+points at with ``offset``/``size``) and comes out as PyTorch holds it: a ``CONV_2D`` kernel
+[out, kh, kw, in] as [out, in, kh, kw], a ``DEPTHWISE_CONV_2D`` kernel [1, kh, kw, C] as
+[C, 1, kh, kw], a ``FULLY_CONNECTED`` weight [out, in] as it is. Quantised weights (int8, uint8,
+int16) are dequantised as TFLite's ``DEQUANTIZE`` computes them, real = scale · (q − zero_point) in
+float32, with one scale per tensor or one per channel along ``quantized_dimension``; float16 weights
+(stored float16 and dequantised in the graph) are read as float32.
+
+A file is checked whole when it is opened: the ``TFL3`` identifier, every count, index and extent
+of the flatbuffer, each constant's buffer against its shape and dtype (exactly numel × itemsize
+bytes), each quantised tensor's scales and zero points against its quantised dimension. Anything
+wrong is refused then with a :class:`~wbfe.errors.CorruptCheckpointError` naming the tensor.
+"""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+
+from wbfe.arrays import from_bytes
+from wbfe.errors import CorruptCheckpointError, MissingDependencyError
+from wbfe.framework.description import FrameworkDescription
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+from wbfe.sources.io import read_range
+from wbfe.sources.registry import FileFormat, register_format
+from wbfe.sources.tflite_graph import ITEMSIZE, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["TfliteSource", "open_tflite", "TFLITE", "dequantize", "to_torch_layout", "IDENTIFIER"]
+
+# The file identifier schema.fbs declares (``file_identifier "TFL3"``), at bytes 4..8.
+IDENTIFIER = b"TFL3"
+_NUMPY = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int8": "i1", "uint8": "u1", "int16": "<i2",
+          "bfloat16": "<u2"}
+
+
+def _tflite() -> Any:
+    try:
+        import tflite
+    except ImportError:
+        raise MissingDependencyError("reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'",
+                                     package="tflite") from None
+    return tflite
+
+
+def dequantize(q: "np.ndarray", scale: Sequence[float], zero_point: Sequence[int], axis: int) -> "np.ndarray":
+    """TFLite's ``DEQUANTIZE``: ``scale · (q − zero_point)`` in float32, one scale and zero point for
+    the whole tensor, or one per index along ``axis``.
+
+    Example:
+        >>> import numpy as np
+        >>> dequantize(np.array([[-128, 0], [10, 127]], np.int8), [0.5, 2.0], [0, 1], 0).tolist()
+        [[-64.0, 0.0], [18.0, 252.0]]
+    """
+    import numpy as np
+
+    scales = np.asarray(scale, dtype=np.float32)
+    zeros = np.asarray(zero_point, dtype=np.float32)  # exact: a zero point lies in q's own range
+    if scales.size > 1:
+        shape = [1] * q.ndim
+        shape[axis] = -1
+        scales, zeros = scales.reshape(shape), zeros.reshape(shape)
+    real = q.astype(np.float32)
+    if zeros.any():
+        real -= zeros  # q − zero point is an integer below 2^17 in magnitude: exact in float32
+    real *= scales
+    return real
+
+
+class TfliteSource(TensorSource):
+    """The constant tensors of a TFLite model, the weights read one at a time in the graph's order."""
+
+    headers_only = True
+
+    def __init__(self, ref: str, path: Path):
+        tflite = _tflite()
+        self._path = path
+        with open_regular(path) as fh:
+            size = fh.seek(0, 2)
+            if size < 8:
+                raise CorruptCheckpointError(f"{path}: {size} bytes: too short for a TFLite model", path=str(path))
+            fh.seek(4)
+            identifier = fh.read(4)
+            if identifier != IDENTIFIER:
+                raise CorruptCheckpointError(
+                    f"{path}: not a TFLite model (file identifier {identifier!r}, {IDENTIFIER!r} expected)",
+                    path=str(path))
+            # Mapped, not read: the flatbuffer of a >2 GB model is followed by its weights.
+            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                model = parse_model(tflite, buf, size, str(path))
+            finally:
+                try:
+                    buf.close()
+                except BufferError:  # a view an error's frames still hold: unmapped when they go
+                    pass
+        self._buffers = model.buffers
+        plan = plan_graph(model)
+        for planned in plan.tensors:
+            self._check_extent(planned)
+        self._plan = plan.tensors
+        self.head_hint = plan.head
+        self.own_description = _describe(model.description, plan)
+        self.provenance = Provenance(
+            source=ref, format="tflite", files=[str(path)], pending=FileDigest([path]),
+            extra={"metadata": {"schema_version": model.version, "description": model.description,
+                                "subgraphs": len(model.subgraphs),
+                                "operators": sum(len(s.ops) for s in model.subgraphs),
+                                "external_buffers": sum(1 for b in model.buffers if b.external)},
+                   "consumers": {p.name: p.consumers for p in self._plan if p.skip is None}})
+
+    def _check_extent(self, planned: Planned) -> None:
+        tensor = planned.tensor
+        itemsize = ITEMSIZE.get(tensor.dtype)
+        if itemsize is None or tensor.sparse:
+            # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never
+            # read (a weight of these is skipped with that reason)
+            return
+        numel = 1
+        for d in tensor.shape:
+            numel *= d
+        buffer = self._buffers[tensor.buffer]
+        if buffer.size != numel * itemsize:
+            raise CorruptCheckpointError(
+                f"{self._path}: tensor {tensor.name!r}: shape {list(tensor.shape)} of {tensor.dtype} needs "
+                f"{numel * itemsize} bytes, its buffer {tensor.buffer} holds {buffer.size}", path=str(self._path))
+
+    def read(self, planned: Planned) -> Any:
+        """The weight as its operator uses it, in PyTorch's layout (dequantised where it is quantised):
+        a numpy array, or a torch tensor for bfloat16 (:mod:`wbfe.arrays`).
+
+        Raises:
+            TruncatedCheckpointError: the file was cut short since it was opened.
+        """
+        import numpy as np
+
+        tensor = planned.tensor
+        buffer: TflBuffer = self._buffers[tensor.buffer]
+        raw = read_range(self._path, buffer.start, buffer.size)  # exactly the tensor's bytes
+        array = raw.view(np.dtype(_NUMPY[tensor.dtype])).reshape(tensor.shape)
+        if tensor.dtype == "bfloat16":  # numpy holds its bits; torch, the values
+            bits = np.ascontiguousarray(to_torch_layout(array, planned.op or "", planned.transpose))
+            return from_bytes(bits.reshape(-1).view(np.uint8), "bfloat16", bits.shape)
+        if tensor.quant is not None and tensor.dtype in ("int8", "uint8", "int16"):
+            array = dequantize(array, tensor.quant.scale, tensor.quant.zero_point, tensor.quant.axis)
+        elif tensor.dtype == "float16":
+            array = array.astype(np.float32)
+        # Its own writable copy, in C order.
+        return np.array(to_torch_layout(array, planned.op or "", planned.transpose), order="C")
+
+    def __len__(self) -> int:
+        return len(self._plan)
+
+    def entries(self) -> Iterator[TensorEntry]:
+        for planned in self._plan:
+            tensor = planned.tensor
+            load = _Loader(self, planned)
+            dtype, quant = tensor.dtype, None
+            if planned.skip is None and tensor.dtype in ("int8", "uint8", "int16", "float16"):
+                dtype = "float32"
+                per = "" if tensor.quant is None else "-per-channel" if len(tensor.quant.scale) > 1 else "-per-tensor"
+                quant = f"tflite-{tensor.dtype}{per}"
+            yield TensorEntry(name=planned.name, shape=planned.shape, dtype=dtype, load=load, reread=load,
+                              storage_key=("tflite-buffer", tensor.buffer), quant=quant, skip=planned.skip)
+
+
+class _Loader:
+    def __init__(self, source: TfliteSource, planned: Planned):
+        self.source, self.planned = source, planned
+
+    def __call__(self) -> Any:
+        return self.source.read(self.planned)
+
+
+def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.ndarray":
+    """A weight of ``op`` as stored (:data:`~wbfe.sources.tflite_graph.STORED_AXES`) in [out, in, k...] (a view)."""
+    import numpy as np
+
+    if op in ("CONV_2D", "TRANSPOSE_CONV"):
+        return np.transpose(t, (0, 3, 1, 2))
+    if op == "DEPTHWISE_CONV_2D":
+        return np.transpose(t, (3, 0, 1, 2))
+    if op == "CONV_3D":
+        return np.transpose(t, (4, 3, 0, 1, 2))
+    if transpose:
+        return t.T
+    return t
+
+
+def _describe(model_description: str, plan: GraphPlan) -> FrameworkDescription:
+    weights = [p for p in plan.tensors if p.skip is None]
+    facts: dict[str, Any] = {"family": "tflite"}
+    if plan.head is not None:
+        facts["head_class"] = "FULLY_CONNECTED"
+    note = plan.note or ("an inference graph: the converter drops dropout, so whether training used it is unknown")
+    return FrameworkDescription("tflite", model_description or "tflite", tuple(p.name for p in weights), plan.head,
+                                note=note, facts=facts)
+
+
+def _sniff(head: bytes, path: Path) -> bool:
+    return len(head) >= 8 and head[4:8] == IDENTIFIER
+
+
+def open_tflite(path: Path, ref: str, fmt: Optional[str] = None) -> TfliteSource:
+    """Open a TFLite flatbuffer (told by its ``TFL3`` identifier, or its ``.tflite`` suffix).
+
+    Raises:
+        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError, MissingDependencyError.
+    """
+    return TfliteSource(ref, path)
+
+
+TFLITE = register_format(FileFormat(name="tflite", suffixes=(".tflite",), open=open_tflite, sniff=_sniff,
+                                    group="other", rank=30))

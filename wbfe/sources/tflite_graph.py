@@ -1,0 +1,459 @@
+"""What a TFLite model's graph holds and does with each stored tensor, as plain data.
+
+:func:`parse_model` reads the flatbuffer (through the ``tflite`` package's accessors, generated
+from TFLite's ``schema.fbs``) into plain records once, checking every count, index and extent
+against the file as it goes, so that nothing later touches the flatbuffer: a hostile file is
+refused there with a :class:`~wbfe.errors.CorruptCheckpointError` naming what is wrong, never an
+``IndexError`` or ``struct.error`` from deep inside the accessors.
+
+:func:`plan_graph` then decides, from the operators alone, what each constant tensor is:
+
+- input 1 of ``CONV_2D`` ([out, kh, kw, in]), ``DEPTHWISE_CONV_2D`` ([1, kh, kw, C]),
+  ``TRANSPOSE_CONV`` ([out, kh, kw, in]), ``FULLY_CONNECTED`` ([out, in]), ``CONV_3D``
+  ([kd, kh, kw, in, out]) and ``BATCH_MATMUL`` (a 2-D [in, out], or [out, in] with ``adj_y``);
+  the table of ``EMBEDDING_LOOKUP`` (input 1) and of ``GATHER`` (input 0): a weight, reported in
+  PyTorch's layout ([out, in, k...]);
+- a constant reaching such an input through ``DEQUANTIZE`` (float16 models store their weights as
+  float16 and dequantise them in the graph; dynamic-range models do the same with int8) is that
+  weight: the stored tensor is read and converted as ``DEQUANTIZE`` would; one reaching it through
+  ``DENSIFY`` is a sparse weight, listed as skipped (only its kept values are stored);
+- every other constant (a bias, a reshape's shape, a constant of an elementwise op) is listed as
+  skipped with the operator that consumes it.
+
+The model's order is the order of the main subgraph's operators (the converter writes them in
+execution order); the head is the weight of the last ``FULLY_CONNECTED`` the graph's first output
+depends on. Other subgraphs (``WHILE`` bodies, ``IF`` branches) are planned the same way, after.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from wbfe.errors import CorruptCheckpointError
+
+__all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan", "parse_model", "plan_graph",
+           "DTYPES", "ITEMSIZE", "STORED_AXES", "reported_shape"]
+
+# TensorType codes (schema.fbs) -> wbfe's dtype names (torch's where torch has one).
+DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
+          8: "complex64", 9: "int8", 10: "float64", 11: "complex128", 12: "uint64", 13: "resource",
+          14: "variant", 15: "uint32", 16: "uint16", 17: "int4", 18: "bfloat16"}
+ITEMSIZE = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "bool": 1, "int16": 2, "complex64": 8,
+            "int8": 1, "float64": 8, "complex128": 16, "uint64": 8, "uint32": 4, "uint16": 2, "bfloat16": 2}
+
+# The weight input of each operator that multiplies by a weight, and how its weight is stored:
+# the permutation that brings it to [out, in, k...] (None: already so, or a table).
+_WEIGHT_OPS: dict[str, tuple[int, int]] = {  # op -> (weight input, rank it must have)
+    "CONV_2D": (1, 4), "DEPTHWISE_CONV_2D": (1, 4), "TRANSPOSE_CONV": (1, 4), "FULLY_CONNECTED": (1, 2),
+    "CONV_3D": (1, 5), "BATCH_MATMUL": (1, 2), "EMBEDDING_LOOKUP": (1, 2), "GATHER": (0, 2),
+}
+# How each op's weight is stored, as a name (what the reader converts from).
+STORED_AXES = {"CONV_2D": "[out, kh, kw, in]", "DEPTHWISE_CONV_2D": "[1, kh, kw, C]",
+               "TRANSPOSE_CONV": "[out, kh, kw, in]", "FULLY_CONNECTED": "[out, in]", "CONV_3D": "[kd, kh, kw, in, out]",
+               "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]", "GATHER": "[rows, width]"}
+# The values each quantised integer type holds (a zero point must be one of them).
+_RANGES = {"int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
+# Operators a stored weight passes through on its way to the op that multiplies by it: float16
+# and dynamic-range models dequantise their weights in the graph, sparse ones densify them.
+_PASS_OPS = ("DEQUANTIZE", "DENSIFY")
+_BIAS_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "CONV_3D")
+_FC_OPTIONS, _BMM_OPTIONS = 8, 101  # BuiltinOptions union tags (schema.fbs)
+
+
+@dataclass(frozen=True)
+class TflBuffer:
+    """Where a buffer's bytes lie in the file: ``[start, start + size)``; size 0 for none."""
+
+    start: int
+    size: int
+    external: bool = False  # in the trailing area of a >2 GB model (Buffer.offset/size)
+
+
+@dataclass(frozen=True)
+class TflQuant:
+    """A tensor's affine quantisation: real = scale · (q − zero_point), per channel along ``axis``."""
+
+    scale: tuple[float, ...]
+    zero_point: tuple[int, ...]
+    axis: int
+
+
+@dataclass(frozen=True)
+class TflTensor:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    buffer: int
+    quant: Optional[TflQuant] = None
+    sparse: bool = False
+    variable: bool = False
+    custom_quant: bool = False
+
+
+@dataclass(frozen=True)
+class TflOp:
+    position: int
+    op: str  # BuiltinOperator name (CUSTOM:<code> for a custom one)
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    options: dict[str, Any] = field(default_factory=dict)  # the few options the planner reads
+
+
+@dataclass(frozen=True)
+class TflSubgraph:
+    name: str
+    tensors: tuple[TflTensor, ...]
+    ops: tuple[TflOp, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TflModel:
+    version: int
+    description: str
+    subgraphs: tuple[TflSubgraph, ...]
+    buffers: tuple[TflBuffer, ...]
+
+
+@dataclass
+class Planned:
+    """A constant tensor and what the graph does with it."""
+
+    subgraph: int
+    tensor: TflTensor
+    name: str
+    shape: tuple[int, ...]  # as reported: [out, in, k...] for a weight
+    op: Optional[str] = None  # the consuming weight op: decides the conversion
+    skip: Optional[str] = None
+    consumers: list[str] = field(default_factory=list)
+    position: float = math.inf
+    used_at: list[int] = field(default_factory=list)
+    transpose: bool = False  # a BATCH_MATMUL weight stored [in, out]
+
+
+@dataclass
+class GraphPlan:
+    tensors: list[Planned]
+    head: Optional[str]
+    note: Optional[str]
+
+
+class _Reader:
+    """Reads the flatbuffer through the ``tflite`` accessors, checking counts and extents."""
+
+    def __init__(self, buf: Any, size: int, path: str):
+        self.buf, self.size, self.path = buf, size, path
+        self.what = "the model header"
+
+    def fail(self, why: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"{self.path}: {self.what}: {why}", path=self.path)
+
+    def count(self, n: int, width: int, what: str) -> int:
+        """A vector's length, refused when its elements cannot fit in the file."""
+        if n < 0 or n * width > self.size:
+            raise self.fail(f"{what} vector of {n} entries does not fit in a {self.size}-byte file")
+        return n
+
+    def numbers(self, table: Any, name: str, width: int) -> list[Any]:
+        """A vector of numbers (``<name>AsNumpy``), bounds-checked by numpy."""
+        if getattr(table, f"{name}IsNone")():
+            return []
+        n = self.count(int(getattr(table, f"{name}Length")()), width, name.lower())
+        values = getattr(table, f"{name}AsNumpy")()
+        if n and len(values) != n:
+            raise self.fail(f"{name.lower()} vector cut short")
+        return [v.item() for v in values] if n else []
+
+    def string(self, raw: Any) -> str:
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+def parse_model(tflite: Any, buf: Any, size: int, path: str) -> TflModel:
+    """The model in ``buf`` (the file's bytes, ``size`` long) as plain records.
+
+    Raises:
+        CorruptCheckpointError: anything out of range, inconsistent or unknown, naming where.
+    """
+    reader = _Reader(buf, size, path)
+    try:
+        return _parse(tflite, reader)
+    except CorruptCheckpointError:
+        raise
+    except struct.error as exc:  # an offset the accessors follow past the end of the file
+        raise reader.fail(f"flatbuffer offsets out of range ({str(exc)[:100]})") from None
+    except (IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError, MemoryError) as exc:
+        raise reader.fail(f"unreadable flatbuffer ({type(exc).__name__}: {str(exc)[:100]})") from None
+
+
+def _parse(tflite: Any, r: _Reader) -> TflModel:
+    from tflite.utils import BUILTIN_OPCODE2NAME
+
+    model = tflite.Model.GetRootAs(r.buf, 0)
+    version = int(model.Version())
+    buffers = []
+    for b in range(r.count(model.BuffersLength(), 4, "buffers")):
+        r.what = f"buffer {b}"
+        buffers.append(_buffer(model.Buffers(b), r))
+    codes = []
+    for c in range(r.count(model.OperatorCodesLength(), 4, "operator codes")):
+        r.what = f"operator code {c}"
+        code = model.OperatorCodes(c)
+        builtin = max(int(code.DeprecatedBuiltinCode()), int(code.BuiltinCode()))  # as schema.fbs says
+        if builtin == 32:  # CUSTOM
+            codes.append(f"CUSTOM:{r.string(code.CustomCode())}")
+        elif builtin in BUILTIN_OPCODE2NAME:
+            codes.append(BUILTIN_OPCODE2NAME[builtin])
+        else:
+            codes.append(f"BUILTIN_{builtin}")  # a newer operator: consumes nothing wbfe reads as a weight
+    subgraphs = []
+    for s in range(r.count(model.SubgraphsLength(), 4, "subgraphs")):
+        r.what = f"subgraph {s}"
+        subgraphs.append(_subgraph(tflite, model.Subgraphs(s), s, codes, len(buffers), r))
+    if not subgraphs:
+        r.what = "the model"
+        raise r.fail("no subgraph: not a TFLite model")
+    r.what = "the model"
+    return TflModel(version, r.string(model.Description()), tuple(subgraphs), tuple(buffers))
+
+
+def _buffer(b: Any, r: _Reader) -> TflBuffer:
+    offset, size = int(b.Offset()), int(b.Size())
+    if offset > 1:  # schema.fbs: data outside the flatbuffer, at this offset from the file's start
+        if offset + size > r.size:
+            raise r.fail(f"data at bytes {offset}..{offset + size} lies past the end of the {r.size}-byte file")
+        return TflBuffer(offset, size, external=True)
+    # Where the data vector lies, not its bytes: the generated class has no accessor for that, so
+    # the flatbuffers Table it wraps is asked (field 0 at vtable offset 4).
+    tab = b._tab
+    o = tab.Offset(4)
+    if not o:
+        return TflBuffer(0, 0)
+    start, n = tab.Vector(o), tab.VectorLen(o)
+    if start < 0 or n < 0 or start + n > r.size:
+        raise r.fail(f"data at bytes {start}..{start + n} lies past the end of the {r.size}-byte file")
+    return TflBuffer(start, n)
+
+
+def _subgraph(tflite: Any, sg: Any, s: int, codes: list[str], n_buffers: int, r: _Reader) -> TflSubgraph:
+    name = r.string(sg.Name())
+    tensors = []
+    for t in range(r.count(sg.TensorsLength(), 4, "tensors")):
+        r.what = f"subgraph {s} tensor {t}"
+        tensor = sg.Tensors(t)
+        tname = r.string(tensor.Name()) or f"tensor_{t}"
+        r.what = f"tensor {tname!r} (subgraph {s}, index {t})"
+        tensors.append(_tensor(tensor, t, tname, n_buffers, r))
+    ops = []
+    for k in range(r.count(sg.OperatorsLength(), 4, "operators")):
+        r.what = f"subgraph {s} operator {k}"
+        op = sg.Operators(k)
+        index = int(op.OpcodeIndex())
+        if index >= len(codes):
+            raise r.fail(f"opcode index {index} out of range ({len(codes)} operator codes)")
+        ins, outs = r.numbers(op, "Inputs", 4), r.numbers(op, "Outputs", 4)
+        for i in ins + outs:
+            if i < -1 or i >= len(tensors):  # -1: an optional input left out
+                raise r.fail(f"tensor index {i} out of range ({len(tensors)} tensors)")
+        ops.append(TflOp(k, codes[index], tuple(ins), tuple(outs), _options(tflite, op, codes[index])))
+    r.what = f"subgraph {s}"
+    outputs = r.numbers(sg, "Outputs", 4)
+    if any(i < 0 or i >= len(tensors) for i in outputs):
+        raise r.fail(f"output tensor index out of range ({len(tensors)} tensors)")
+    return TflSubgraph(name, tuple(tensors), tuple(ops), tuple(outputs))
+
+
+def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTensor:
+    code = int(tensor.Type())
+    if code not in DTYPES:
+        raise r.fail(f"unknown tensor type {code}")
+    shape = tuple(r.numbers(tensor, "Shape", 4))
+    if any(d < 0 for d in shape):
+        raise r.fail(f"negative dimension in shape {list(shape)}")
+    buffer = int(tensor.Buffer())
+    if buffer >= n_buffers:
+        raise r.fail(f"buffer index {buffer} out of range ({n_buffers} buffers)")
+    quant, custom = None, False
+    q = tensor.Quantization()
+    if q is not None:
+        custom = int(q.DetailsType()) != 0
+        scale = r.numbers(q, "Scale", 4)
+        zero = r.numbers(q, "ZeroPoint", 8)
+        if scale:
+            axis = int(q.QuantizedDimension())
+            if len(zero) != len(scale):
+                raise r.fail(f"{len(scale)} quantisation scales but {len(zero)} zero points")
+            if len(scale) > 1 and not (0 <= axis < len(shape) and shape[axis] == len(scale)):
+                raise r.fail(f"{len(scale)} quantisation scales along dimension {axis} of shape {list(shape)}")
+            if not all(math.isfinite(v) and v >= 0 for v in scale):
+                raise r.fail("a quantisation scale that is negative, infinite or NaN")
+            low, high = _RANGES.get(DTYPES[code], (-(2 ** 63), 2 ** 63))
+            if not all(low <= z < high for z in zero):
+                raise r.fail(f"a zero point outside the range of {DTYPES[code]} [{low}, {high - 1}]")
+            quant = TflQuant(tuple(float(v) for v in scale), tuple(int(v) for v in zero), axis)
+    sparse = tensor.Sparsity() is not None
+    return TflTensor(t, name, shape, DTYPES[code], buffer, quant, sparse, bool(tensor.IsVariable()), custom)
+
+
+def _options(tflite: Any, op: Any, name: str) -> dict[str, Any]:
+    kind, table = int(op.BuiltinOptionsType()), op.BuiltinOptions()
+    if table is None:
+        return {}
+    if name == "FULLY_CONNECTED" and kind == _FC_OPTIONS:
+        opts = tflite.FullyConnectedOptions()
+        opts.Init(table.Bytes, table.Pos)
+        return {"weights_format": int(opts.WeightsFormat())}
+    if name == "BATCH_MATMUL" and kind == _BMM_OPTIONS:
+        opts = tflite.BatchMatMulOptions()
+        opts.Init(table.Bytes, table.Pos)
+        return {"adj_y": bool(opts.AdjY())}
+    return {}
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+
+
+def plan_graph(model: TflModel) -> GraphPlan:
+    """Every constant tensor of every subgraph, what it is, in the model's order; and the head.
+
+    A constant is a tensor whose buffer holds data (buffer 0 is the schema's empty sentinel).
+    """
+    listed: list[Planned] = []
+    head: Optional[Planned] = None
+    note: Optional[str] = None
+    offset = 0
+    used: dict[str, int] = defaultdict(int)
+    for s, sg in enumerate(model.subgraphs):
+        plans = {t.index: Planned(s, t, t.name, t.shape) for t in sg.tensors
+                 if t.buffer > 0 and model.buffers[t.buffer].size > 0}
+        uses: dict[int, list[tuple[TflOp, int]]] = defaultdict(list)
+        producer: dict[int, TflOp] = {}
+        for op in sg.ops:
+            for i, t in enumerate(op.inputs):
+                if t >= 0:
+                    uses[t].append((op, i))
+            for t in op.outputs:
+                if t >= 0:
+                    producer[t] = op
+        for plan in plans.values():
+            _plan_one(plan, uses, offset)
+        for plan in plans.values():
+            if plan.skip is None and plan.tensor.variable:
+                plan.skip = "variable tensor (state the graph updates), not a weight"
+        if s == 0:
+            head, note = _head(sg, plans, producer)
+        offset += len(sg.ops) + 1
+        for plan in sorted(plans.values(), key=lambda p: (p.position, p.tensor.index)):
+            if used[plan.name]:  # tensor names need not be unique: qualify the later ones
+                plan.name = f"{sg.name or f'subgraph{s}'}/{plan.name}" if s else plan.name
+                if used[plan.name]:
+                    plan.name = f"{plan.name}#{plan.tensor.index}"
+            used[plan.name] += 1
+            listed.append(plan)
+    return GraphPlan(listed, head.name if head is not None else None, note)
+
+
+def _plan_one(plan: Planned, uses: dict[int, list[tuple[TflOp, int]]], offset: int) -> None:
+    found = list(uses.get(plan.tensor.index, []))
+    through: list[tuple[TflOp, int]] = []
+    stack, seen = list(found), set()
+    while stack:  # DEQUANTIZE, DENSIFY: the weight is what their output feeds
+        op, i = stack.pop()
+        if (op.position, i) in seen:
+            continue
+        seen.add((op.position, i))
+        if op.op in _PASS_OPS and i == 0 and op.outputs and op.outputs[0] >= 0:
+            stack += uses.get(op.outputs[0], [])
+        else:
+            through.append((op, i))
+    through.sort(key=lambda u: u[0].position)
+    if found:
+        plan.position = offset + min(op.position for op, _ in found)
+    weight_uses = [(op, i) for op, i in through if _WEIGHT_OPS.get(op.op, (-1, 0))[0] == i]
+    t = plan.tensor
+    if not weight_uses:
+        if through:
+            what = ", ".join(f"{op.op} #{op.position} input {i}" for op, i in through[:3])
+            bias = any(op.op in _BIAS_OPS and i == 2 for op, i in through)
+            plan.skip = ("bias" if bias else "not a weight input") + f" (consumed by {what})"
+        else:
+            plan.skip = "constant no operator uses"
+        return
+    op, _ = weight_uses[0]
+    plan.op = op.op
+    plan.consumers = [f"{o.op} #{o.position}" for o, _ in weight_uses]
+    plan.used_at = [o.position for o, _ in weight_uses]
+    rank = _WEIGHT_OPS[op.op][1]
+    if len(t.shape) != rank:
+        plan.skip = f"{len(t.shape)}-D weight of {op.op} (stored {STORED_AXES[op.op]}: {rank}-D expected)"
+        return
+    if t.sparse:
+        plan.skip = "sparse tensor (TFLite sparsity parameters): wbfe reads dense weights only"
+        return
+    if t.custom_quant:
+        plan.skip = "custom quantisation (QuantizationParameters.details): not read"
+        return
+    if op.op == "FULLY_CONNECTED" and op.options.get("weights_format", 0) != 0:
+        plan.skip = "FULLY_CONNECTED weights in a shuffled format (SHUFFLED4x16INT8): not read"
+        return
+    if op.op == "DEPTHWISE_CONV_2D" and t.shape[0] != 1:
+        plan.skip = f"DEPTHWISE_CONV_2D weight of shape {list(t.shape)} (stored [1, kh, kw, C] expected)"
+        return
+    if t.dtype in ("int8", "uint8", "int16") and t.quant is None:
+        plan.skip = f"{t.dtype} weight without quantisation scales: its real values are unknown"
+        return
+    if t.dtype not in ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16"):
+        plan.skip = f"{t.dtype} weight: wbfe reads float, float16 and int8/uint8/int16-quantised weights"
+        return
+    plan.shape = reported_shape(op.op, t.shape, op.options)
+    plan.transpose = op.op == "BATCH_MATMUL" and not op.options.get("adj_y", False)
+
+
+def reported_shape(op: str, shape: tuple[int, ...], options: Optional[dict[str, Any]] = None) -> tuple[int, ...]:
+    """The shape of a weight of ``op`` stored as ``shape``, in PyTorch's [out, in, k...] layout.
+
+    Example:
+        >>> reported_shape("CONV_2D", (8, 3, 3, 4)), reported_shape("DEPTHWISE_CONV_2D", (1, 3, 3, 8))
+        ((8, 4, 3, 3), (8, 1, 3, 3))
+    """
+    if op in ("CONV_2D", "TRANSPOSE_CONV"):
+        return (shape[0], shape[3], shape[1], shape[2])
+    if op == "DEPTHWISE_CONV_2D":
+        return (shape[3], 1, shape[1], shape[2])
+    if op == "CONV_3D":
+        return (shape[4], shape[3], shape[0], shape[1], shape[2])
+    if op == "BATCH_MATMUL" and not (options or {}).get("adj_y", False):
+        return (shape[1], shape[0])
+    return tuple(shape)
+
+
+def _head(sg: TflSubgraph, plans: dict[int, Planned], producer: dict[int, TflOp]) -> tuple[Optional[Planned], Optional[str]]:
+    """The weight of the last FULLY_CONNECTED (in op order) the first graph output depends on."""
+    weight_of: dict[int, Planned] = {}
+    for plan in plans.values():
+        if plan.skip is None and plan.op == "FULLY_CONNECTED":
+            for position in plan.used_at:
+                weight_of.setdefault(position, plan)
+    if not sg.outputs:
+        return None, "the main subgraph has no output"
+    seen: set[int] = set()
+    stack = [sg.outputs[0]]
+    best: Optional[tuple[int, Planned]] = None
+    while stack:
+        t = stack.pop()
+        if t in seen or t < 0:
+            continue
+        seen.add(t)
+        op = producer.get(t)
+        if op is None:
+            continue
+        if op.position in weight_of and (best is None or op.position > best[0]):
+            best = (op.position, weight_of[op.position])
+        stack += list(op.inputs)
+    if best is None:
+        return None, "no FULLY_CONNECTED with a readable weight produces the graph's output"
+    return best[1], None
