@@ -595,3 +595,11 @@ def test_a_sparse_weight_is_skipped_not_refused(tmp_path: Path) -> None:
         (entry,) = list(source.entries())
     assert entry.name == "k_sparse"
     assert entry.skip == "sparse tensor (TFLite sparsity parameters): wbfe reads dense weights only"
+
+
+def test_bfe_applicability_is_unknown_for_an_inference_graph(models: dict[str, Path]) -> None:
+    """The converter removes dropout, so the graph cannot show whether the paper's condition holds."""
+    summary = wbfe.score(models["float32"], metrics="bfe").summary
+    verdict = summary["bfe_applicability"]
+    assert summary["head_source"] == "framework" and verdict["status"] == "unknown"
+    assert "converter removes dropout" in verdict["reasons"][0] and summary["head"] in verdict["reasons"][0]

@@ -139,6 +139,13 @@ def applicability(description: Optional[FrameworkDescription],
     failed = [reason for reason in (rule.check(description) for rule in RULES) if reason is not None]
     if failed:
         return {"status": "fails", "reasons": failed}
+    if description.facts.get("dropout_unrecorded"):
+        # An inference graph (a TFLite file): converters drop Dropout, so its absence here says
+        # nothing about training, and "holds" would claim what the file cannot show.
+        return {"status": "unknown", "reasons": [
+            f"{description.model}: {description.facts['dropout_unrecorded']}; the head {description.head} is one "
+            "linear map of the last features, so the training model's description (config.json, the .keras or "
+            ".h5 file) would decide it"]}
     return {"status": "holds",
             "reasons": [f"{description.model}: the head {description.head} is one linear map of the last features "
                         f"with no dropout before it: {_HOLDS_FINDING}{_head_rule(description)}"]}

@@ -196,7 +196,9 @@ def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.nd
 
 def _describe(model_description: str, plan: GraphPlan) -> FrameworkDescription:
     weights = [p for p in plan.tensors if p.skip is None]
-    facts: dict[str, Any] = {"family": "tflite"}
+    facts: dict[str, Any] = {"family": "tflite", "dropout_unrecorded": (
+        "an inference graph: the converter removes dropout, so whether training put dropout before the head "
+        "is not recorded")}
     if plan.head is not None:
         facts["head_class"] = "FULLY_CONNECTED"
     note = plan.note or ("an inference graph: the converter drops dropout, so whether training used it is unknown")
