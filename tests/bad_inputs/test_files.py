@@ -267,6 +267,9 @@ def _hub_answers(exc: Callable[[], BaseException]) -> Callable[[Path, Any], str]
         def answer(*args: Any, **kwargs: Any) -> Any:
             raise exc()
 
+        # model_info: the first call of a model not in the cache (its file sizes decide whether it
+        # is streamed); list_repo_files: the download's.
+        mp.setattr(HfApi, "model_info", answer)
         mp.setattr(HfApi, "list_repo_files", answer)
         return "acme/some-model"
     return build
