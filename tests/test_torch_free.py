@@ -178,3 +178,14 @@ def test_a_score_without_torch_records_the_same_torch_version() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     version, loaded = json.loads(out.stdout)
     assert loaded is False and version == torch.__version__
+
+
+def test_tflite(tmp_path: Path) -> None:
+    """An int8 TFLite model is dequantised with numpy alone; the same numbers as in this process."""
+    pytest.importorskip("tflite")
+    from tests import tflite_writer as tw
+
+    path = tw.write(tmp_path / "model.tflite", tw.twin_graph(tw.random_weights(seed=0), "int8"))
+    loaded, got = score_in_fresh_process(path, tmp_path / "out.json")
+    assert loaded is False
+    assert_same_rows(got, wbfe.score(path, metrics=METRICS, device="cpu"))
