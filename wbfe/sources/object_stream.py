@@ -57,6 +57,7 @@ def stream_object(uri: str, *, stream: bool | None) -> TensorSource | None:
 def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource | None:
     from wbfe.sources.local import MAX_CONFIG, MODEL_CONFIGS, model_config, pick_weight_files
 
+    fs.invalidate_cache(path)  # what the store says now, not a listing cached by an earlier call
     info = fs.info(path)
     root = path.rstrip("/")
     if info.get("type") == "directory":
@@ -87,7 +88,9 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         return None
 
     def open_file(file_name: str) -> StoreFile:
-        return StoreFile(fs, f"{root}/{file_name}" if root else file_name, base + file_name, identify=object_identity)
+        known = info if file_name == name and info.get("type") != "directory" else None
+        return StoreFile(fs, f"{root}/{file_name}" if root else file_name, base + file_name,
+                         identify=object_identity, info=known)
 
     source = stream_safetensors(
         uri, name, lambda file_name: base + file_name, open_file=open_file, sizes=sizes,

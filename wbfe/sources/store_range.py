@@ -63,6 +63,8 @@ class StoreFile:
         path: the object's path in ``fs``.
         url: the object's URI (how provenance and messages name it).
         identify: what of ``fs.info``'s answer names a version (the identity fields).
+        info: ``fs.info``'s answer already at hand (asked of the store, not a cached listing): the
+            first contact, which then costs no request.
         policy: the retries (default: :data:`wbfe.sources.http_range.DEFAULT_POLICY`).
         sleep: the wait between tries (tests record it instead).
 
@@ -75,7 +77,8 @@ class StoreFile:
     commit: str | None = None  # stores have no commits
 
     def __init__(self, fs: Any, path: str, url: str, *, identify: Callable[[Mapping[str, Any]], dict[str, str]],
-                 policy: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep):
+                 info: Mapping[str, Any] | None = None, policy: RetryPolicy | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
         self.fs, self.path, self.url, self.name = fs, path, url, url
         self.size: int | None = None
         self.identity: str | None = None
@@ -84,6 +87,7 @@ class StoreFile:
         self.bytes_fetched = 0
         self.checks = 0
         self._identify = identify
+        self._known = dict(info) if info is not None else None
         self._policy = policy or http_range.DEFAULT_POLICY
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -140,7 +144,7 @@ class StoreFile:
         """Pin the identity (once) and return the size."""
         if self.size is not None:
             return self.size
-        info = self._retrying("the object's description", self._info, first=True)
+        info = self._known or self._retrying("the object's description", self._info, first=True)
         with self._lock:
             if self.size is None:
                 self.size = int(info.get("size") or 0)
