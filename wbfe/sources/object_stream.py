@@ -51,7 +51,7 @@ def stream_object(uri: str, *, stream: bool | None) -> TensorSource | None:
         InvalidOptionError: ``stream=True`` for weights that are not safetensors (or an adapter).
         RemoteReadError, RemoteChangedError, CorruptCheckpointError, ...: as the reads raise.
     """
-    return call_store(uri, lambda fs, path, uri_: _stream(fs, path, uri_, stream))  # type: ignore[no-any-return]
+    return call_store(uri, lambda fs, path, uri_: _stream(fs, path, uri_, stream))
 
 
 def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource | None:
