@@ -1,8 +1,9 @@
 """Streaming safetensors from object-store URIs (wbfe.sources.object_stream, store_range) with
 ranged fsspec reads: fsspec's ``memory://`` store, and ``fakes3://``, an in-memory store defined
 here that behaves as s3fs does where it matters (a ranged ``cat_file`` per read, ``fs.info`` with
-an ETag, and on a versioned bucket a ``VersionId`` that ``cat_file(version_id=)`` reads), counts
-every call and injects faults.
+an ETag, and on a versioned bucket a ``VersionId`` that ``cat_file(version_id=)`` reads; as gcsfs,
+a ranged ``cat_file`` split into parallel requests unless given ``concurrency=1``), counts every
+call and injects faults.
 
 Every streamed score is compared with the score of the same bytes read from a local file (or the
 copied object): equal rows, skips and summaries, not merely close ones."""
@@ -84,9 +85,11 @@ class FakeS3(AbstractFileSystem):
         return entries if detail else [e["name"] for e in entries]
 
     def cat_file(self, path: str, start: int | None = None, end: int | None = None, version_id: str | None = None,
-                 **kwargs: Any) -> bytes:
+                 concurrency: int = 2, **kwargs: Any) -> bytes:
         path = self._strip_protocol(path)
-        self.bucket.log.append(("cat", path, start, end, version_id))
+        # As gcsfs: a range is split into `concurrency` requests unless told 1.
+        cut = [start, end] if concurrency == 1 or start is None or end is None else [start, (start + end) // 2, end]
+        self.bucket.log.extend(("cat", path, a, b, version_id) for a, b in zip(cut, cut[1:]))
         fault = self.bucket.faults.pop(0)[1] if self.bucket.faults and self.bucket.faults[0][0] == path else "none"
         if fault == "replace":  # a new upload lands just before this answer
             self.bucket.put(path, self.bucket.replacement)

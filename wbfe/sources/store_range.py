@@ -2,7 +2,8 @@
 pinned to the version first seen, with bounded retries.
 
 A :class:`StoreFile` reads with ``fs.cat_file(path, start, end)``: one ranged GET in s3fs and
-gcsfs, no read-ahead block cache, nothing written to disk. Every answer is checked before a byte
+gcsfs (told ``concurrency=1`` where its ``cat_file`` would split a range), no read-ahead block
+cache, nothing written to disk. Every answer is checked before a byte
 of it is used: exactly the bytes asked for (a short or long answer is retried, never padded).
 
 The object's identity is taken on first contact from ``fs.info`` (what
@@ -31,24 +32,34 @@ from wbfe.errors import RemoteChangedError, RemoteReadError, TruncatedCheckpoint
 from wbfe.sources import http_range
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy
 
-__all__ = ["StoreFile", "version_pin"]
+__all__ = ["StoreFile", "version_pin", "one_request"]
 
 # (what fs.info calls a version, the keyword cat_file takes it as)
 _VERSION_KEYS = (("VersionId", "version_id"), ("version_id", "version_id"), ("generation", "generation"))
 
 
+def _cat_parameters(fs: Any) -> Mapping[str, Any]:
+    try:
+        return inspect.signature(fs.cat_file).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
 def version_pin(fs: Any, info: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword that makes ``fs.cat_file`` read the version ``info`` describes, when the store
     reports one and its ``cat_file`` takes it (``{}`` otherwise: the object is checked, not pinned)."""
-    try:
-        params = inspect.signature(fs.cat_file).parameters
-    except (TypeError, ValueError):
-        return {}
+    params = _cat_parameters(fs)
     for field, keyword in _VERSION_KEYS:
         value = info.get(field)
         if value not in (None, "", "null") and keyword in params:
             return {keyword: value}
     return {}
+
+
+def one_request(fs: Any) -> dict[str, Any]:
+    """The keyword that keeps ``fs.cat_file`` to one request per range: gcsfs splits a large range
+    into ``concurrency`` parallel requests unless told ``concurrency=1``."""
+    return {"concurrency": 1} if "concurrency" in _cat_parameters(fs) else {}
 
 
 class _Short(Exception):
@@ -88,6 +99,7 @@ class StoreFile:
         self.checks = 0
         self._identify = identify
         self._known = dict(info) if info is not None else None
+        self._one = one_request(fs)
         self._policy = policy or http_range.DEFAULT_POLICY
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -177,7 +189,7 @@ class StoreFile:
                                            f"({size} bytes)", path=self.name)
 
         def attempt() -> None:
-            data = self.fs.cat_file(self.path, start=start, end=start + nbytes, **self.pinned)
+            data = self.fs.cat_file(self.path, start=start, end=start + nbytes, **self.pinned, **self._one)
             with self._lock:
                 self.requests += 1
                 self.bytes_fetched += len(data)
