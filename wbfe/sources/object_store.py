@@ -1,4 +1,8 @@
-"""Object-store URIs (``s3://bucket/model/``, ``gs://...``, any ``<protocol>://`` fsspec knows).
+"""Object-store URIs (``s3://bucket/model/``, ``gs://...``, any ``<protocol>://`` fsspec knows): the copy.
+
+(Safetensors asked to be streamed, or larger than the free disk, are not copied but read in place
+with ranged reads: :mod:`wbfe.sources.object_stream`. This module holds the copy, and the store
+access both share.)
 
 The object (a checkpoint file, or a folder: a shard index with its shards, ``config.json``) is
 copied into a local cache folder by whoever scores it (this process, or a Ray task on its node)
