@@ -308,3 +308,25 @@ def test_the_cli_streams_a_uri_and_reports_a_change_in_one_line_with_exit_2(tmp_
     assert changed.exit_code == 2 and "Traceback" not in changed.output
     assert "the remote file changed while it was read" in changed.output
     assert len(changed.output.strip().splitlines()) == 1
+
+
+def test_the_back_off_between_tries_is_the_policys_fixed_schedule(tmp_path: Path, bucket: Bucket) -> None:
+    from wbfe.sources.object_store import object_identity
+    from wbfe.sources.store_range import StoreFile
+
+    data = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
+    bucket.put(KEY, data)
+    fs = fsspec.filesystem("fakes3")
+    waits: list[float] = []
+    policy = RetryPolicy(attempts=4, backoff=0.5, backoff_max=1.5)
+    file = StoreFile(fs, KEY, URI, identify=object_identity, policy=policy, sleep=waits.append)
+    bucket.faults = [(KEY, "timeout"), (KEY, "connection"), (KEY, "short")]
+    assert file.head(16) == data[:16]
+    assert waits == [0.5, 1.0, 1.5]  # doubled from backoff, cut at backoff_max
+    assert (file.requests, file.bytes_fetched) == (2, 16 + 15)  # the two answers: the short one, then the good one
+    waits.clear()
+    bucket.faults = [(KEY, "timeout")] * 4
+    with pytest.raises(RemoteReadError, match=rf"{URI}: bytes 100-199 could not be read in 4 tries "
+                                              r"\(last: TimeoutError: read timed out\)$"):
+        file.read_bytes(100, 100)
+    assert waits == [0.5, 1.0, 1.5]
