@@ -22,7 +22,7 @@ import wbfe
 from tests.ray_zoo import make_sharded
 from tests.test_remote_stream import make_checkpoint, same_scores, spans
 from wbfe.arrays import to_torch
-from wbfe.errors import InvalidOptionError, RemoteChangedError, RemoteReadError
+from wbfe.errors import InvalidOptionError, RemoteChangedError, RemoteReadError, SourceNotFoundError
 from wbfe.sources import http_range, open_source, remote
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy
 
@@ -288,6 +288,9 @@ def test_stream_is_refused_for_objects_it_cannot_read(tmp_path: Path, bucket: Bu
     bucket.put("bucket/adapter/adapter_model.safetensors", b"not read")
     with pytest.raises(InvalidOptionError, match="this holds a PEFT adapter"):
         wbfe.score("fakes3://bucket/adapter", stream=True)
+    bucket.put("bucket/empty/readme.txt", b"no weights here")
+    with pytest.raises(SourceNotFoundError, match=r"fakes3://bucket/empty/: no weight files \(\*\.safetensors, \*\.bin"):
+        wbfe.score("fakes3://bucket/empty/", stream=True)
     assert [op for op, *_ in bucket.log if op == "cat"] == []
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from wbfe.errors import InvalidOptionError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.object_store import call_store, claims_uri, object_cache_dir, object_identity, open_uri
-from wbfe.sources.registry import register_location
+from wbfe.sources.registry import checkpoint_suffixes, register_location
 from wbfe.sources.remote import is_safetensors_name, should_stream, stream_safetensors
 from wbfe.sources.store_range import StoreFile
 
@@ -68,7 +68,8 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         chosen = pick_weight_files(names)
         if not chosen:
             if stream:
-                raise SourceNotFoundError(f"{uri}: no weight files in this folder", path=uri)
+                listed = ", ".join(f"*{suffix}" for suffix in checkpoint_suffixes())
+                raise SourceNotFoundError(f"{uri}: no weight files ({listed}) in this folder", path=uri)
             return None  # the copy says what is missing
         name = chosen[0]
         configs = [c for c in MODEL_CONFIGS if c in names]
