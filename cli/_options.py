@@ -77,9 +77,10 @@ FixFingers = Annotated[Optional[str], typer.Option(
     "--fix-fingers", help="HT-SR power-law fit: xmin_peak or clip_xmax (WeightWatcher's fix_fingers).")]
 Fit = Annotated[str, typer.Option("--fit", help="HT-SR tail model: pl, tpl or e_tpl (WeightWatcher's fit).")]
 Stream = Annotated[Optional[bool], typer.Option(
-    "--stream/--no-stream", help="Hub ids and http(s) URLs of safetensors: read each tensor with an HTTP range "
-                                 "request, nothing on disk (--no-stream: download first). Default: stream when "
-                                 "the files are larger than the free disk.")]
+    "--stream/--no-stream", help="Hub ids, http(s) URLs and object-store URIs (s3://, gs://, ...) of "
+                                 "safetensors: read each tensor with one range request, nothing on disk "
+                                 "(--no-stream: download or copy first). Default: stream when the files are "
+                                 "larger than the free disk.")]
 StatsSeed = Annotated[int, typer.Option("--stats-seed", help="Seed of the ranking's bootstrap and permutation draws.")]
 NBoot = Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples for the 95% interval.")]
 Executor = Annotated[str, typer.Option(

@@ -203,7 +203,7 @@ def test_suffixes_and_locations_come_from_the_registries() -> None:
                                         ".hdf5", ".keras", ".onnx")  # by rank: the folder preference
     assert set(CHECKPOINT_SUFFIXES[11:]) == {".jit", ".torchscript", ".npz", ".msgpack", ".tflite"}
     assert [loc.name for loc in locations()] == ["memory", "http", "object-store", "path", "timm", "torchvision", "hub"]
-    assert [loc.name for loc in locations() if loc.streams] == ["http", "hub"]
+    assert [loc.name for loc in locations() if loc.streams] == ["http", "object-store", "hub"]
 
 
 def test_an_unknown_format_name_suggests_the_close_one() -> None:

@@ -239,9 +239,10 @@ class ScoreOptions(_Options):
         fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
         intra: also score the products of consecutive weight matrices (WeightWatcher's
             ``intra=True``, :mod:`wbfe.metrics.intra`), one extra row each, role ``intra``.
-        stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads each
-            tensor with an HTTP range request (nothing on disk), False downloads first, None streams
-            when the files are larger than the free disk (:mod:`wbfe.sources.remote`). How the
+        stream: for a hub id, an ``http(s)://`` URL or an object-store URI (``s3://``, ...) of
+            safetensors weights: True reads each tensor with one range request (nothing on disk),
+            False downloads (copies) first, None streams when the files are larger than the free
+            disk (:mod:`wbfe.sources.remote`, :mod:`wbfe.sources.object_stream`). How the
             bytes travel, not what is computed: not in :meth:`to_dict`.
 
     Raises:

@@ -6,8 +6,10 @@ their declared order:
 - ``memory``: an ``nn.Module`` or a mapping of tensors (library use);
 - ``http``: an ``http(s)://`` URL of safetensors weights, streamed with range requests when
   asked or when larger than the free disk (:mod:`wbfe.sources.remote`), else copied as below;
-- ``object-store``: a URI ``<protocol>://...`` (``s3://``, ``gs://``, ... through fsspec), copied
-  into a local cache first (:mod:`wbfe.sources.object_store`);
+- ``object-store``: a URI ``<protocol>://...`` (``s3://``, ``gs://``, ... through fsspec): its
+  safetensors streamed with ranged reads when asked or when larger than the free disk
+  (:mod:`wbfe.sources.object_stream`), else copied into a local cache first
+  (:mod:`wbfe.sources.object_store`);
 - ``path``: an existing file or folder, read by the registered file format that recognises it
   (safetensors, PyTorch pickles, GGUF, Keras, ONNX, TFLite, ...; :mod:`wbfe.sources.local`);
 - ``timm`` and ``torchvision``: ``timm:<name>`` and ``torchvision:<weights>``;
@@ -26,7 +28,7 @@ from typing import Any
 # same); the order here does not matter, each declares its own place.
 from wbfe.sources import gguf_files, keras_files, onnx_files, safetensors_files, torch_pickle  # noqa: F401
 from wbfe.sources import flax_files, numpy_files, tflite_files, torchscript_files  # noqa: F401
-from wbfe.sources import hub, local, object_store, peft_adapter, remote, zoo_libraries  # noqa: F401
+from wbfe.sources import hub, local, object_store, object_stream, peft_adapter, remote, zoo_libraries  # noqa: F401
 from wbfe.errors import InvalidOptionError, SourceNotFoundError, hub_name_hint
 from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
                                 file_sha256, open_regular, stored_bytes)
@@ -51,10 +53,10 @@ def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
 
     Args:
         ref: a path, URI, model name or id, an ``nn.Module`` or a mapping of tensors.
-        stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads them with
-            HTTP range requests, one tensor at a time, nothing written to disk; False downloads
-            them first; None (default) streams when they are larger than the cache's free disk
-            (:mod:`wbfe.sources.remote`).
+        stream: for a hub id, an ``http(s)://`` URL or an object-store URI of safetensors weights:
+            True reads them with range requests, one tensor at a time, nothing written to disk;
+            False downloads (or copies) them first; None (default) streams when they are larger
+            than the cache's free disk (:mod:`wbfe.sources.remote`).
 
     Returns:
         The opened source (use it as a context manager).
@@ -69,8 +71,8 @@ def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
             if location.streams:
                 return location.open(ref, stream=stream)
             if stream:
-                raise InvalidOptionError(f"--stream reads hub ids and http(s):// URLs; {str(ref)[:200]!r} is "
-                                         f"read from its {location.name} location")
+                raise InvalidOptionError(f"--stream reads hub ids and http(s):// or object-store URIs; "
+                                         f"{str(ref)[:200]!r} is read from its {location.name} location")
             return location.open(ref)
     if not isinstance(ref, (str, Path)):
         raise SourceNotFoundError(f"cannot read weights from a {type(ref).__name__}")

@@ -1,4 +1,8 @@
-"""Object-store URIs (``s3://bucket/model/``, ``gs://...``, any ``<protocol>://`` fsspec knows).
+"""Object-store URIs (``s3://bucket/model/``, ``gs://...``, any ``<protocol>://`` fsspec knows): the copy.
+
+(Safetensors asked to be streamed, or larger than the free disk, are not copied but read in place
+with ranged reads: :mod:`wbfe.sources.object_stream`. This module holds the copy, and the store
+access both share.)
 
 The object (a checkpoint file, or a folder: a shard index with its shards, ``config.json``) is
 copied into a local cache folder by whoever scores it (this process, or a Ray task on its node)
@@ -21,13 +25,13 @@ import re
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from wbfe.errors import MissingDependencyError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.registry import register_location
 
-__all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL"]
+__all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL",
+           "store_filesystem", "object_identity", "call_store", "CONFIGS", "claims_uri"]
 
 URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S)
 FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
@@ -36,7 +40,7 @@ FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
 # md5Hash, generation, updated; local and memory: mtime / created). Size is always compared.
 _IDENTITY = ("size", "ETag", "etag", "md5Hash", "generation", "mtime", "LastModified", "last_modified",
              "updated", "created", "ino", "version_id", "VersionId")
-_CONFIGS = ("config.json", "quantize_config.json", "adapter_config.json")
+CONFIGS = ("config.json", "quantize_config.json", "adapter_config.json")
 
 
 def is_uri(text: str) -> bool:
@@ -51,13 +55,16 @@ def object_cache_dir() -> Path:
     return wbfe_cache_dir() / "objects"
 
 
-def _claims_uri(ref: Any) -> bool:
-    return isinstance(ref, str) and is_uri(ref)  # s3://, gs://, memory://, file://: through fsspec
+def claims_uri(ref: Any) -> bool:
+    """Whether ``ref`` is a URI fsspec reads (``s3://``, ``gs://``, ``memory://``, ``file://``, ...)."""
+    return isinstance(ref, str) and is_uri(ref)
 
 
-@register_location("object-store", order=20, claims=_claims_uri)
 def open_uri(uri: str) -> TensorSource:
     """Copy the object ``uri`` names into the local cache (when not there already) and open it.
+
+    (The ``object-store`` location, :func:`wbfe.sources.object_stream.open_object`, streams
+    safetensors instead where asked or where they do not fit on the disk.)
 
     Raises:
         MissingDependencyError: fsspec, or the protocol's package (e.g. s3fs), is not installed.
@@ -70,7 +77,13 @@ def open_uri(uri: str) -> TensorSource:
     return open_path(fetch_uri(uri), ref=uri)
 
 
-def _filesystem(uri: str) -> tuple[Any, str]:
+def store_filesystem(uri: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``uri`` and the path in it.
+
+    Raises:
+        MissingDependencyError: fsspec, or the protocol's package, is not installed.
+        SourceNotFoundError: an unknown protocol.
+    """
     try:
         import fsspec
     except ModuleNotFoundError:
@@ -90,7 +103,8 @@ def _filesystem(uri: str) -> tuple[Any, str]:
     return fs, str(path)
 
 
-def _identity(info: dict[str, Any]) -> dict[str, str]:
+def object_identity(info: Mapping[str, Any]) -> dict[str, str]:
+    """What ``fs.info`` says of an object that changes when its content does (see ``_IDENTITY``)."""
     return {k: str(info[k]) for k in _IDENTITY if info.get(k) is not None}
 
 
@@ -104,7 +118,7 @@ def fetch_uri(uri: str) -> Path:
     Raises:
         As :func:`open_uri`.
     """
-    return _calling_store(uri, _fetch)
+    return call_store(uri, _fetch)
 
 
 def uri_signature(uri: str) -> str:
@@ -114,11 +128,16 @@ def uri_signature(uri: str) -> str:
     Raises:
         As :func:`open_uri`.
     """
-    return _calling_store(uri, lambda fs, path, uri_: _describe(fs, path, uri_)[0])
+    return call_store(uri, lambda fs, path, uri_: _describe(fs, path, uri_)[0])
 
 
-def _calling_store(uri: str, action: Any) -> Any:
-    fs, path = _filesystem(uri)
+def call_store(uri: str, action: Any) -> Any:
+    """``action(fs, path, uri)``, its store failures turned into one-line typed errors.
+
+    Raises:
+        As :func:`open_uri`.
+    """
+    fs, path = store_filesystem(uri)
     try:
         return action(fs, path, uri)
     except WbfeError:
@@ -138,12 +157,12 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
         listing = [e for e in fs.ls(path, detail=True) if e.get("type") == "file"]
         top = {_rel(path, e["name"]): e for e in listing}
         top = {name: e for name, e in top.items() if name and "/" not in name}
-        signature: Any = sorted([name, _identity(e)] for name, e in top.items())
+        signature: Any = sorted([name, object_identity(e)] for name, e in top.items())
     else:
         name = path.rstrip("/").rsplit("/", 1)[-1]
         if not name:
             raise SourceNotFoundError(f"{uri}: names neither a file nor a folder", path=uri)
-        signature = [name, _identity(info)]
+        signature = [name, object_identity(info)]
     key = hashlib.sha256(json.dumps({"uri": uri, "objects": signature}, sort_keys=True).encode()).hexdigest()
     return key, info, signature, top
 
@@ -181,7 +200,7 @@ def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path)
         raise SourceNotFoundError(
             f"{uri}: no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th, *.gguf, *.h5, *.keras, *.onnx) "
             "in this folder", path=uri)
-    for name in chosen + [c for c in _CONFIGS if c in names]:
+    for name in chosen + [c for c in CONFIGS if c in names]:
         fs.get_file(f"{root}/{name}", str(staging / name))
     if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)
         for shard in index_weight_map(staging / chosen[0]):

@@ -1,11 +1,13 @@
-"""Safetensors checkpoints read over HTTP, one range request a tensor, with nothing written to disk.
+"""Safetensors checkpoints read remotely, one range request a tensor, with nothing written to disk.
 
 A hub id (``org/name[@rev]``, see :mod:`wbfe.sources.hub`) or an ``http(s)://`` URL of a
 ``.safetensors`` file or a ``.safetensors.index.json`` shard index is streamed: the index (when
 there is one) and each shard's header are fetched and validated by the same code as a local file's
 (:func:`~wbfe.sources.safetensors_files.parse_header`), then each tensor is fetched with one range
 request when the engine asks for it. Memory holds about the tensors being scored; disk, nothing.
-The transport, its checks and retries are :mod:`wbfe.sources.http_range`.
+The transport, its checks and retries are :mod:`wbfe.sources.http_range` for HTTP, and
+:mod:`wbfe.sources.store_range` for object-store URIs (:mod:`wbfe.sources.object_stream`); both
+are a :class:`~wbfe.sources.ranged.RangedFile`.
 
 Streaming is asked for with ``stream=True`` (CLI ``--stream``) and refused with ``stream=False``
 (``--no-stream``: download or copy first, as before); by default (None) a checkpoint is streamed
@@ -27,6 +29,7 @@ from wbfe.arrays import from_bytes
 from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError
 from wbfe.sources._base import Provenance, TensorSource, combine_digests
 from wbfe.sources.http_range import FIRST_READ, RemoteFile, RetryPolicy
+from wbfe.sources.ranged import RangedFile
 from wbfe.sources.registry import register_location
 from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, ShardReader, header_length, parse_header,
                                             parse_weight_map, tensor_dtype)
@@ -61,7 +64,7 @@ class _RemoteShard:
     """The tensors of one remote shard, each fetched with one range request (none for a tensor
     that lies within the shard's first read, which the header came in)."""
 
-    def __init__(self, remote: RemoteFile, data_start: int, head: bytes):
+    def __init__(self, remote: RangedFile, data_start: int, head: bytes):
         self.remote = remote
         self._data_start = data_start
         self._head = head
@@ -86,8 +89,8 @@ class RemoteSafetensorsSource(ShardedSafetensors):
     """Tensors of remote safetensors shards, read one range request at a time (see the module docs)."""
 
     def __init__(self, ref: str,
-                 shards: list[tuple[RemoteFile, str, list[str] | None, dict[str, dict[str, Any]], int, bytes]],
-                 *, index: RemoteFile | None, index_name: str, fmt: str | None, metadata: dict[str, str],
+                 shards: list[tuple[RangedFile, str, list[str] | None, dict[str, dict[str, Any]], int, bytes]],
+                 *, index: RangedFile | None, index_name: str, fmt: str | None, metadata: dict[str, str],
                  digests: Mapping[str, str] | None, extra: Mapping[str, Any] | None):
         self._starts = {id(remote): (data_start, head) for remote, _, _, _, data_start, head in shards}
         self.remotes = ([index] if index is not None else []) + [remote for remote, *_ in shards]
@@ -123,7 +126,8 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
                        decide: Callable[[int], bool] | None = None, sizes: Mapping[str, int] | None = None,
                        digests: Mapping[str, str] | None = None, commit: str | None = None, fmt: str | None = None,
                        extra: Mapping[str, Any] | None = None,
-                       policy: RetryPolicy | None = None) -> RemoteSafetensorsSource | None:
+                       policy: RetryPolicy | None = None,
+                       open_file: Callable[[str], RangedFile] | None = None) -> RemoteSafetensorsSource | None:
     """Open the remote safetensors file (or shard index) ``name`` for streaming.
 
     Args:
@@ -137,15 +141,20 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
         commit: the commit every answer must come from (a hub ``X-Repo-Commit``), when known.
         fmt, extra: the provenance's format label and further fields.
         policy: retries and timeouts.
+        open_file: opens a file of the checkpoint, by its name, for ranged reads (an object-store
+            object, :class:`~wbfe.sources.store_range.StoreFile`); default: an HTTP
+            :class:`~wbfe.sources.http_range.RemoteFile` of ``url_for(name)``.
 
     Raises:
         RemoteReadError, RangeNotSupportedError, RemoteChangedError: the transport's errors.
         CorruptCheckpointError, TruncatedCheckpointError: an index or header that is not valid.
     """
-    def remote(file_name: str) -> RemoteFile:
+    def remote(file_name: str) -> RangedFile:
+        if open_file is not None:
+            return open_file(file_name)
         return RemoteFile(url_for(file_name), headers=headers, policy=policy)
 
-    index: RemoteFile | None = None
+    index: RangedFile | None = None
     if name.lower().endswith(".index.json"):
         index = remote(name)
         planned = list(parse_weight_map(index.read_all(MAX_INDEX), index.name).items())
@@ -180,7 +189,7 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
                                    fmt=fmt, metadata=metadata, digests=digests, extra=extra)
 
 
-def _check_commit(file: RemoteFile, commit: str | None) -> None:
+def _check_commit(file: RangedFile, commit: str | None) -> None:
     if commit is not None and file.commit is not None and file.commit != commit:
         raise RemoteChangedError(f"{file.name}: served from commit {file.commit}, not {commit}: the repository "
                                  "changed while it was read; score it again", path=file.name)
