@@ -91,6 +91,25 @@ def test_a_changed_object_is_fetched_again_and_an_unchanged_one_is_not(tmp_path:
     assert changed.model["sha256"] != first.model["sha256"]
 
 
+def test_a_reused_copy_counts_as_recently_used_for_prune(tmp_path: Path, store: Any) -> None:
+    """`wbfe cache prune --older-than` keeps a copy that was just scored again, however old its
+    first fetch (reading files moves their access time at most once a day)."""
+    import os
+
+    from wbfe.cache_admin import prune_cache
+
+    zoo = make_zoo(tmp_path / "zoo", 1).parent
+    _upload(store, zoo / "m0.safetensors", "/b/m.safetensors")
+    wbfe.score("memory://b/m.safetensors")
+    (copy,) = [p for p in (tmp_path / "cache" / "objects").glob("*/*") if p.is_dir()]
+    month_ago = copy.stat().st_mtime - 30 * 86400
+    for path in (copy, *copy.rglob("*")):
+        os.utime(path, (month_ago, month_ago))
+    assert [u.path for u in prune_cache(tmp_path / "cache", max_size=None, older_than=7.0, dry_run=True).removed] == [copy]
+    wbfe.score("memory://b/m.safetensors")  # reused, not fetched again
+    assert prune_cache(tmp_path / "cache", max_size=None, older_than=7.0, dry_run=True).removed == []
+
+
 def test_a_zoo_of_uris_ranks_exactly_as_the_local_zoo(tmp_path: Path, store: Any) -> None:
     spec = make_zoo(tmp_path / "zoo", 4, unusable=True)
     lines = spec.read_text().splitlines()

@@ -18,6 +18,7 @@ process, another driver) sees a complete copy or none.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -171,6 +172,10 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
     key, info, signature, top = _describe(fs, path, uri)
     final = object_cache_dir() / key[:2] / key
     if final.is_dir():
+        # Marked used: `wbfe cache prune` removes the least recently used copies first, and reading
+        # a file moves its access time at most once a day (relatime).
+        with contextlib.suppress(OSError):
+            os.utime(final)
         return final / signature[0] if info.get("type") != "directory" else final
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = final.parent / f".{key}.{secrets.token_hex(6)}.part"
