@@ -238,6 +238,9 @@ class KerasSource(TensorSource):
     def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
+        if not all(isinstance(name, str) for name in datasets):  # h5py gives a name that is not UTF-8 as bytes
+            raise CorruptCheckpointError(f"{self._path}: an HDF5 dataset name that is not UTF-8 text; Keras writes "
+                                         "UTF-8 names", path=str(self._path))
         extra: dict[str, Any] = {}
         for key in ("keras_version", "backend"):
             value = h5.attrs.get(key)

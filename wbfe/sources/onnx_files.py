@@ -60,6 +60,9 @@ class OnnxSource(TensorSource):
                               values=lambda weight: self.read(weight).numpy())
         except (ValueError, TypeError, KeyError) as exc:  # a malformed attribute or tensor header
             raise CorruptCheckpointError(f"{path}: malformed ONNX graph ({str(exc)[:120]})", path=str(path)) from None
+        if not all(isinstance(w.name, str) for w in plan.tensors):  # proto2 strings: UTF-8 is not checked
+            raise CorruptCheckpointError(f"{path}: malformed ONNX graph (a tensor name that is not UTF-8 text)",
+                                         path=str(path))
         self._weights = plan.tensors
         self._stored = plan.stored
         self._files = self._check_data(onnx)
@@ -159,10 +162,16 @@ class OnnxSource(TensorSource):
         return len(self._weights)
 
     def entries(self) -> Iterator[TensorEntry]:
+        import torch
+
         for weight in self._weights:
             load = _Loader(self, weight)
+            skip = weight.skip
+            if skip is None and not isinstance(getattr(torch, weight.dtype, None), torch.dtype):
+                # an ONNX data type torch has no tensors of (a string, an unknown code): never read
+                skip = f"{weight.dtype} tensor: not a dtype wbfe reads as a weight"
             yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load, reread=load,
-                              quant=weight.quant, skip=weight.skip, layout=weight.layout)
+                              quant=weight.quant, skip=skip, layout=weight.layout)
 
 
 class _Loader:
