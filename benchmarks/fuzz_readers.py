@@ -12,7 +12,8 @@ fuzzing goes on (see ``benchmarks/fuzz/run.py``); a native crash ends the proces
 libFuzzer saves, and the reader is started again on its corpus for the time left. Findings are
 listed by signature in the JSON and their inputs left in the work folder (``--work``); once fixed,
 an input goes to ``tests/fuzz_corpus/<reader>/``, which ``tests/test_fuzz_corpus.py`` replays.
-A rerun of some readers updates their records and keeps the others'.
+A rerun of some readers updates their records (the earlier runs kept under ``earlier_runs``) and
+keeps the others'.
 """
 
 from __future__ import annotations
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for reader, record in zip(readers, pool.map(lambda r: fuzz_reader(r, args), readers)):
             saved = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
+            earlier = saved.get(reader)
+            if isinstance(earlier, dict):  # an earlier run of this reader (before a fix, say) stays on record
+                record["earlier_runs"] = [*earlier.pop("earlier_runs", []), earlier]
             saved[reader] = {**record, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                              "command": "python benchmarks/fuzz_readers.py " + " ".join(
                                  sys.argv[1:] if argv is None else argv)}

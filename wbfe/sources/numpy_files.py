@@ -61,6 +61,10 @@ class NpzSource(TensorSource):
                                  if info.filename.endswith(".npy")]
         if not self._members:
             raise CorruptCheckpointError(f"{path}: an .npz archive with no .npy arrays", path=str(path))
+        names = [m.member for m in self._members]
+        if len(set(names)) != len(names):  # a member is read by its name: which of two would be read?
+            twice = next(n for n in names if names.count(n) > 1)
+            raise CorruptCheckpointError(f"{path}: an .npz archive with two members named {twice!r}", path=str(path))
         self.provenance = Provenance(source=ref, format="npz", files=[str(path)], pending=FileDigest([path]))
 
     def _header(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:

@@ -228,6 +228,9 @@ class TorchScriptSource(TensorSource):
         except ZIP_ERRORS as exc:
             raise CorruptCheckpointError(f"{self._path}: record {info.filename} unreadable ({exc.__class__.__name__})",
                                          path=str(self._path)) from None
+        if len(raw) != nbytes:  # a stored record reads its compressed size, which may say less than its size
+            raise CorruptCheckpointError(f"{self._path}: record {info.filename} gives {len(raw)} bytes, its header "
+                                         f"says {nbytes}", path=str(self._path))
         storage = torch.frombuffer(raw, dtype=getattr(torch, ref.storage.dtype)) if raw else \
             torch.empty(0, dtype=getattr(torch, ref.storage.dtype))
         return torch.as_strided(storage, ref.size, ref.stride, ref.offset).clone()
