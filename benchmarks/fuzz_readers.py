@@ -99,7 +99,10 @@ def fuzz_reader(reader: str, args: argparse.Namespace) -> dict[str, Any]:
     seconds = round(time.monotonic() - start, 1)
     python = sorted(p.with_suffix(".txt").read_text(encoding="utf-8").splitlines()[0]
                     for p in findings.glob("*.bin") if p.with_suffix(".txt").exists())
-    native = sorted(p.name for p in crashes.iterdir() if p.is_file())
+    # libFuzzer's artifacts: crash-, timeout-, oom- (findings) and slow-unit- (an input slower than
+    # -report_slow_units, 10 s: noted, not a finding).
+    native = sorted(p.name for p in crashes.iterdir() if p.is_file() and not p.name.startswith("slow-unit-"))
+    slow = sorted(p.name for p in crashes.iterdir() if p.is_file() and p.name.startswith("slow-unit-"))
     return {
         "seconds": seconds,
         "executions": executions,
@@ -108,6 +111,7 @@ def fuzz_reader(reader: str, args: argparse.Namespace) -> dict[str, Any]:
         "exec_per_sec": round(executions / seconds, 1) if seconds else None,
         "corpus_files": sum(1 for p in corpus.iterdir() if p.is_file()),
         "restarts": restarts,
+        "slow_units": len(slow),
         **({"log_tail": log_tail} if restarts and not native else {}),
     }
 

@@ -33,7 +33,7 @@ from wbfe.errors import CorruptCheckpointError, MissingDependencyError, Truncate
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
-from wbfe.sources.registry import FileFormat, register_format, zip_members
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
 
 if TYPE_CHECKING:
     import torch
@@ -220,7 +220,7 @@ class KerasSource(TensorSource):
                 self._fileobj = _Window(path, _member_offset(path, info), info.file_size)
             else:
                 self._fileobj = archive.open(info)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, struct.error, ValueError) as exc:
+        except ZIP_ERRORS as exc:  # our own CorruptCheckpointError (a ValueError) included: one message
             self._close_archive()
             raise CorruptCheckpointError(f"{path}: corrupt or truncated .keras archive ({exc})", path=str(path)) from None
         return config, metadata if isinstance(metadata, dict) else {}
