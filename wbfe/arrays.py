@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["NUMPY_DTYPES", "is_torch", "to_torch", "to_numpy", "dtype_name", "itemsize", "from_bytes",
+__all__ = ["NUMPY_DTYPES", "is_known_dtype", "is_torch", "to_torch", "to_numpy", "dtype_name", "itemsize", "from_bytes",
            "flat_bytes", "swap_first_axes", "contiguous", "torch_loaded"]
 
 # wbfe's dtype names (torch's, without the prefix) that numpy holds as they are stored.
@@ -28,6 +28,12 @@ NUMPY_DTYPES: dict[str, Any] = {
 # Bytes per element of the dtypes numpy lacks, so that sizes are known without importing torch.
 _OTHER_ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e8m0fnu": 1,
                    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complex64": 8, "complex128": 16}
+
+
+def is_known_dtype(dtype: str) -> bool:
+    """Whether ``dtype`` names a tensor dtype wbfe holds (numpy's, or torch's bfloat16 and float8
+    kinds), asked without importing torch."""
+    return dtype in NUMPY_DTYPES or dtype in _OTHER_ITEMSIZE
 
 
 def torch_loaded() -> bool:

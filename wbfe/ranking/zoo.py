@@ -194,7 +194,8 @@ def zoo_from_rows(
 
     Raises:
         InvalidOptionError: no rows, a row without ``model``, duplicate model labels, no numeric
-            column, or a lower-is-better / default column that is not a quality column.
+            column, an infinite quality value, or a lower-is-better / default column that is not a
+            quality column.
     """
     if not rows:
         raise InvalidOptionError(f"zoo {name!r} has no models")
@@ -244,6 +245,8 @@ def zoo_from_rows(
         for col in numeric:
             text = cell(row, col)
             quality[col] = float(text) if text else math.nan
+            if math.isinf(quality[col]):  # "inf" parses as a number, but no quality is infinite (found by fuzzing)
+                raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {text!r}, not a finite number")
         entries.append(
             ZooEntry(
                 name=label,

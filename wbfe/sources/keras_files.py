@@ -34,7 +34,7 @@ from wbfe.errors import CorruptCheckpointError, MissingDependencyError, Truncate
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
-from wbfe.sources.registry import FileFormat, register_format, zip_members
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
 
 if TYPE_CHECKING:
     import numpy as np
@@ -223,7 +223,7 @@ class KerasSource(TensorSource):
                 self._fileobj = _Window(path, _member_offset(path, info), info.file_size)
             else:
                 self._fileobj = archive.open(info)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, struct.error, ValueError) as exc:
+        except ZIP_ERRORS as exc:  # our own CorruptCheckpointError (a ValueError) included: one message
             self._close_archive()
             raise CorruptCheckpointError(f"{path}: corrupt or truncated .keras archive ({exc})", path=str(path)) from None
         return config, metadata if isinstance(metadata, dict) else {}
@@ -241,6 +241,9 @@ class KerasSource(TensorSource):
     def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
+        if not all(isinstance(name, str) for name in datasets):  # h5py gives a name that is not UTF-8 as bytes
+            raise CorruptCheckpointError(f"{self._path}: an HDF5 dataset name that is not UTF-8 text; Keras writes "
+                                         "UTF-8 names", path=str(self._path))
         extra: dict[str, Any] = {}
         for key in ("keras_version", "backend"):
             value = h5.attrs.get(key)

@@ -9,28 +9,33 @@ PyTorch holds them); names are the archive's keys.
 from __future__ import annotations
 
 import math
-import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, WbfeError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
-from wbfe.sources.registry import FileFormat, register_format
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
 
 if TYPE_CHECKING:
     pass
 
 __all__ = ["NpzSource", "open_npz", "NPZ", "numpy_dtype_name"]
 
+# A damaged member's .npy header: the zip's errors, and numpy's header parser's (a SyntaxError).
+_HEADER_ERRORS: tuple[type[BaseException], ...] = (*ZIP_ERRORS, SyntaxError)
 # numpy dtype names torch holds as they are.
 _TORCH_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
 
 
 def numpy_dtype_name(dtype: Any) -> Optional[str]:
-    """wbfe's dtype name for a numpy dtype torch can hold (``float32``...), else None."""
-    name = str(dtype)
+    """wbfe's dtype name for a numpy dtype torch can hold (``float32``...), in either byte order
+    (a big-endian array is read as the same numbers in native order), else None."""
+    try:
+        name = str(dtype.newbyteorder("=")) if dtype.byteorder in "<>" else str(dtype)
+    except (AttributeError, ValueError):  # not a numpy dtype (or one without a byte order)
+        name = str(dtype)
     return name if name in _TORCH_DTYPES else None
 
 
@@ -56,6 +61,10 @@ class NpzSource(TensorSource):
                                  if info.filename.endswith(".npy")]
         if not self._members:
             raise CorruptCheckpointError(f"{path}: an .npz archive with no .npy arrays", path=str(path))
+        names = [m.member for m in self._members]
+        if len(set(names)) != len(names):  # a member is read by its name: which of two would be read?
+            twice = next(n for n in names if names.count(n) > 1)
+            raise CorruptCheckpointError(f"{path}: an .npz archive with two members named {twice!r}", path=str(path))
         self.provenance = Provenance(source=ref, format="npz", files=[str(path)], pending=FileDigest([path]))
 
     def _header(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
@@ -68,7 +77,7 @@ class NpzSource(TensorSource):
                 read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
                 shape, fortran, dtype = read(fh)
                 data_start = fh.tell()
-        except (ValueError, OSError, EOFError, SyntaxError, struct.error, zipfile.BadZipFile) as exc:
+        except _HEADER_ERRORS as exc:
             raise CorruptCheckpointError(f"{self._path}: array {name!r} has no readable .npy header ({str(exc)[:80]})",
                                          path=str(self._path)) from None
         need = math.prod(int(d) for d in shape) * dtype.itemsize
@@ -104,10 +113,13 @@ class NpzSource(TensorSource):
         try:
             with open_regular(self._path) as fh, _zip(self._path, fh) as archive, archive.open(member.member) as f:
                 array = np.lib.format.read_array(f, allow_pickle=False)
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        except WbfeError:
+            raise
+        except ZIP_ERRORS as exc:
             raise CorruptCheckpointError(f"{self._path}: array {member.name!r} unreadable ({str(exc)[:80]})",
                                          path=str(self._path)) from None
-        return np.ascontiguousarray(array).copy()
+        # np.array, not ascontiguousarray, which makes a 0-d array 1-d; native byte order for torch.
+        return np.array(array, dtype=array.dtype.newbyteorder("="), order="C")
 
 
 class _Loader:
@@ -121,7 +133,7 @@ class _Loader:
 def _zip(path: Path, fh: Any) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(fh)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error) as exc:
+    except ZIP_ERRORS as exc:
         raise CorruptCheckpointError(f"{path}: not a readable .npz archive (a damaged zip: {exc.__class__.__name__})",
                                      path=str(path)) from None
 

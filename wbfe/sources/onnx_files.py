@@ -16,7 +16,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
+from wbfe.arrays import is_known_dtype
+from wbfe.errors import (CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError,
+                         WbfeError)
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
@@ -59,6 +61,9 @@ class OnnxSource(TensorSource):
                               values=lambda weight: self.read(weight))
         except (ValueError, TypeError, KeyError) as exc:  # a malformed attribute or tensor header
             raise CorruptCheckpointError(f"{path}: malformed ONNX graph ({str(exc)[:120]})", path=str(path)) from None
+        if not all(isinstance(w.name, str) for w in plan.tensors):  # proto2 strings: UTF-8 is not checked
+            raise CorruptCheckpointError(f"{path}: malformed ONNX graph (a tensor name that is not UTF-8 text)",
+                                         path=str(path))
         self._weights = plan.tensors
         self._stored = plan.stored
         self._files = self._check_data(onnx)
@@ -127,13 +132,18 @@ class OnnxSource(TensorSource):
         if stored.array is not None:
             return stored.array
         tensor, name = stored.tensor, stored.name
-        if _external(onnx, tensor):
-            info = self._external_info(tensor)
-            raw = read_range(info["file"], info["offset"], info["length"])
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
-            return raw.view(dtype).reshape(tuple(tensor.dims))
         try:
+            if _external(onnx, tensor):
+                info = self._external_info(tensor)
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+                raw = read_range(info["file"], info["offset"], info["length"])
+                return raw.view(dtype).reshape(tuple(tensor.dims))
             return numpy_helper.to_array(tensor)
+        except WbfeError:  # the external data's own errors (missing, out of range, cut short)
+            raise
+        except KeyError as exc:  # a data type code onnx does not know (a scale's, say: found by fuzzing)
+            raise CorruptCheckpointError(f"{self._path}: initializer {name!r} has an unknown data type {exc}",
+                                         path=str(self._path)) from None
         except (ValueError, TypeError) as exc:
             raise CorruptCheckpointError(f"{self._path}: initializer {name!r} unreadable ({exc})",
                                          path=str(self._path)) from None
@@ -148,8 +158,13 @@ class OnnxSource(TensorSource):
 
         array = self._stored_array(weight.stored)
         if weight.dq is not None:
-            array = _dequantize(array, self._array(weight.dq[0]),
-                                None if weight.dq[1] is None else self._array(weight.dq[1]), weight.dq[2], weight.dq[3])
+            try:
+                array = _dequantize(array, self._array(weight.dq[0]),
+                                    None if weight.dq[1] is None else self._array(weight.dq[1]), weight.dq[2],
+                                    weight.dq[3])
+            except ValueError as exc:  # a scale or zero point that does not fit the tensor (found by fuzzing)
+                raise CorruptCheckpointError(f"{self._path}: DequantizeLinear of {weight.name!r}: {exc}",
+                                             path=str(self._path)) from None
         t = np.array(array)  # a copy the tensor owns, writable
         return np.ascontiguousarray(t.T if weight.transpose else t)
 
@@ -159,8 +174,12 @@ class OnnxSource(TensorSource):
     def entries(self) -> Iterator[TensorEntry]:
         for weight in self._weights:
             load = _Loader(self, weight)
+            skip = weight.skip
+            if skip is None and not is_known_dtype(weight.dtype):
+                # an ONNX data type wbfe holds no tensors of (a string, an unknown code): never read
+                skip = f"{weight.dtype} tensor: not a dtype wbfe reads as a weight"
             yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load, reread=load,
-                              quant=weight.quant, skip=weight.skip, layout=weight.layout)
+                              quant=weight.quant, skip=skip, layout=weight.layout)
 
 
 class _Loader:
@@ -173,14 +192,28 @@ class _Loader:
 
 def _dequantize(q: "np.ndarray", scale: "np.ndarray", zero: "Optional[np.ndarray]", axis: int, block: int) -> "np.ndarray":
     """DequantizeLinear: ``(q − zero)·scale`` in float32, the scale per tensor, along ``axis``, or per
-    block of ``block`` elements along ``axis``."""
+    block of ``block`` elements along ``axis``.
+
+    Raises:
+        ValueError: a scale or zero point whose shape does not fit ``q``, ``axis`` and ``block``.
+    """
     import numpy as np
 
     x = q.astype(np.int32)
     scale = scale.astype(np.float32)
     zero_i = zero.astype(np.int32) if zero is not None else np.zeros_like(scale, dtype=np.int32)
+    if zero_i.shape != scale.shape:
+        raise ValueError(f"zero point of shape {zero_i.shape} for a scale of shape {scale.shape}")
     if scale.ndim > 0 and scale.size > 1 or block:
+        if not -q.ndim <= axis < q.ndim:
+            raise ValueError(f"axis {axis} of a {q.ndim}-D tensor")
         axis = axis % q.ndim
+        if block:
+            if not 0 < block <= q.shape[axis] or scale.ndim != q.ndim or \
+                    scale.shape[axis] != -(-q.shape[axis] // block):
+                raise ValueError(f"scale of shape {scale.shape} for blocks of {block} along axis {axis} of {q.shape}")
+        elif scale.size != q.shape[axis]:
+            raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
         if block:
             scale = np.repeat(scale, block, axis=axis).take(range(q.shape[axis]), axis=axis)
             zero_i = np.repeat(zero_i, block, axis=axis).take(range(q.shape[axis]), axis=axis)

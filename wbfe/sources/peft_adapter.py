@@ -88,6 +88,9 @@ def read_lora_config(path: Path) -> LoraConfig:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config ({exc})", path=str(path)) from None
+    except RecursionError:
+        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config (nested too deeply)",
+                                     path=str(path)) from None
     if not isinstance(raw, dict):
         raise CorruptCheckpointError(f"{path}: the adapter config is not a JSON object", path=str(path))
     kind = raw.get("peft_type")
@@ -99,20 +102,40 @@ def read_lora_config(path: Path) -> LoraConfig:
             raise CorruptCheckpointError(f"{path}: {what} must be a positive number, not {value!r}", path=str(path))
         return float(value)
 
-    r = positive(raw.get("r"), "r")
+    def rank(value: Any, what: str) -> int:  # PEFT's ranks are integers: r = 0.5 would scale by α/0
+        if positive(value, what) != int(value):
+            raise CorruptCheckpointError(f"{path}: {what} must be a positive integer, not {value!r}", path=str(path))
+        return int(value)
+
+    def mapping(key: str) -> dict[Any, Any]:
+        value = raw.get(key) or {}
+        if not isinstance(value, dict):
+            raise CorruptCheckpointError(f"{path}: {key} must map module patterns to values, not a "
+                                         f"{type(value).__name__}", path=str(path))
+        return value
+
+    def flag(key: str) -> bool:
+        value = raw.get(key, False)
+        if value is not None and not isinstance(value, bool):
+            raise CorruptCheckpointError(f"{path}: {key} must be true or false, not {value!r}", path=str(path))
+        return bool(value)
+
+    r = rank(raw.get("r"), "r")
     alpha = positive(raw.get("lora_alpha"), "lora_alpha")
-    ranks = {str(k): int(positive(v, f"rank_pattern[{k!r}]")) for k, v in (raw.get("rank_pattern") or {}).items()}
-    alphas = {str(k): positive(v, f"alpha_pattern[{k!r}]") for k, v in (raw.get("alpha_pattern") or {}).items()}
+    ranks = {str(k): rank(v, f"rank_pattern[{k!r}]") for k, v in mapping("rank_pattern").items()}
+    alphas = {str(k): positive(v, f"alpha_pattern[{k!r}]") for k, v in mapping("alpha_pattern").items()}
     for key in (*ranks, *alphas):
         try:
             re.compile(key)
         except re.error as exc:
             raise CorruptCheckpointError(f"{path}: pattern {key!r} is not a regular expression ({exc})", path=str(path)) from None
-    saved = raw.get("modules_to_save") or ()
-    return LoraConfig(r=int(r), lora_alpha=alpha, use_rslora=bool(raw.get("use_rslora", False)),
-                      rank_pattern=ranks, alpha_pattern=alphas, use_dora=bool(raw.get("use_dora", False)),
-                      fan_in_fan_out=bool(raw.get("fan_in_fan_out", False)),
-                      modules_to_save=tuple(str(m) for m in saved), base_model=raw.get("base_model_name_or_path"))
+    saved = raw.get("modules_to_save") or []
+    if not isinstance(saved, list) or not all(isinstance(m, str) for m in saved):
+        raise CorruptCheckpointError(f"{path}: modules_to_save must be a list of module names", path=str(path))
+    base = raw.get("base_model_name_or_path")
+    return LoraConfig(r=r, lora_alpha=alpha, use_rslora=flag("use_rslora"), rank_pattern=ranks, alpha_pattern=alphas,
+                      use_dora=flag("use_dora"), fan_in_fan_out=flag("fan_in_fan_out"), modules_to_save=tuple(saved),
+                      base_model=base if isinstance(base, str) else None)
 
 
 class AdapterSource(TensorSource):

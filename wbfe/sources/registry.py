@@ -12,7 +12,9 @@ folder that is a checkpoint of its own kind (a PEFT adapter) a folder opener
 
 from __future__ import annotations
 
+import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -23,7 +25,7 @@ from wbfe.sources._base import TensorSource
 __all__ = [
     "FileFormat", "Location", "FolderKind", "register_format", "register_location", "register_folder",
     "file_formats", "locations", "folder_kinds", "format_of", "format_named", "checkpoint_suffixes",
-    "pick_files", "read_head", "zip_members", "Opener",
+    "pick_files", "read_head", "zip_members", "Opener", "ZIP_ERRORS",
 ]
 
 # Opens one file: (path, the reference as the user gave it, a provenance format label or None).
@@ -181,12 +183,24 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
         return b""
 
 
+# What Python's zipfile raises on a damaged archive, beyond BadZipFile (found by fuzzing the readers):
+# a version or compression it does not implement (NotImplementedError), a member flagged encrypted
+# (RuntimeError), a name that is not UTF-8 (UnicodeDecodeError, a ValueError), a header cut short
+# (struct.error, EOFError), a bad deflate stream (zlib.error), an offset before the file's start
+# (OSError from seek). A reader catches these around its zip reads, after re-raising its own
+# WbfeErrors (some of which are ValueErrors or OSErrors too).
+ZIP_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, ValueError, EOFError, struct.error,
+    zlib.error, OSError,
+)
+
+
 def zip_members(path: Path) -> set[str]:
     """The member names of the zip archive ``path`` (empty when it is none or cannot be read)."""
     try:
         with zipfile.ZipFile(path) as archive:
             return set(archive.namelist())
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+    except ZIP_ERRORS:
         return set()
 
 

@@ -26,7 +26,7 @@ from wbfe.sources._base import (
     open_regular,
     unreadable,
 )
-from wbfe.sources.registry import FileFormat, register_format
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
 
 __all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "tensor_entries", "check_zip_records",
            "open_torch", "TORCH", "TORCH_SUFFIXES"]
@@ -84,7 +84,8 @@ def load_torch_file(path: Path) -> Any:
         detail = _safe_detail(text.split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:120])
         raise CorruptCheckpointError(f"{path}: not a readable PyTorch checkpoint ({detail})", path=str(path)) from None
     except (RuntimeError, KeyError, EOFError, ValueError, OSError, AttributeError, IndexError, TypeError,
-            struct.error, MemoryError, RecursionError) as exc:
+            struct.error, MemoryError, RecursionError, NotImplementedError, AssertionError) as exc:
+        # AssertionError: torch's legacy loader asserts on the file's content ("storage key not found").
         detail = _safe_detail(str(exc).split(". ")[0][:160])
         raise CorruptCheckpointError(
             f"{path}: not a readable PyTorch checkpoint (truncated or corrupt: {exc.__class__.__name__}: {detail})",
@@ -114,7 +115,7 @@ def check_zip_records(path: Path, fh: Any) -> None:
             bad = archive.testzip()
     except CorruptCheckpointError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError, struct.error) as exc:
+    except ZIP_ERRORS as exc:
         raise CorruptCheckpointError(
             f"{path}: not a readable PyTorch checkpoint (a damaged zip archive: {exc.__class__.__name__})",
             path=str(path),

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import math
 import pickle
-import struct
 import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from wbfe.errors import CorruptCheckpointError, UnsafePickleError
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, unreadable
-from wbfe.sources.registry import FileFormat, register_format, zip_members
+from wbfe.errors import CorruptCheckpointError, UnsafePickleError, WbfeError
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
 
 if TYPE_CHECKING:
     import torch
@@ -142,6 +141,12 @@ class _Unpickler(pickle.Unpickler):
         return _Storage(f"{self.folder}/{pid[2]}", pid[1], int(pid[4]))
 
 
+# What reading a pickle from a damaged archive raises: the unpickler's errors and the zip's (ZIP_ERRORS).
+_PICKLE_ERRORS: tuple[type[BaseException], ...] = (
+    pickle.UnpicklingError, TypeError, AttributeError, IndexError, KeyError, MemoryError, RecursionError, *ZIP_ERRORS,
+)
+
+
 class TorchScriptSource(TensorSource):
     """The tensors of a TorchScript archive, read one storage at a time."""
 
@@ -158,8 +163,11 @@ class TorchScriptSource(TensorSource):
                     tree = self._unpickle(archive, f"{prefix}/data.pkl", f"{prefix}/data")
                     constants = self._unpickle(archive, f"{prefix}/constants.pkl", f"{prefix}/constants")
                     self._offsets = {i.filename: i for i in archive.infolist()}
-            except OSError as exc:
-                raise unreadable(path, exc) from None
+            except WbfeError:
+                raise
+            except ZIP_ERRORS as exc:  # a damaged archive (see ZIP_ERRORS), never a traceback
+                raise CorruptCheckpointError(f"{path}: not a readable TorchScript archive (a damaged zip: "
+                                             f"{exc.__class__.__name__})", path=str(path)) from None
         self._tensors = _collect(tree, constants)
         for name, t in self._tensors:
             if t.storage.member not in members:
@@ -183,8 +191,7 @@ class TorchScriptSource(TensorSource):
                                     path=str(self._path)) from None
         except CorruptCheckpointError as exc:
             raise CorruptCheckpointError(f"{self._path}: {exc}", path=str(self._path)) from None
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-                struct.error, MemoryError, RecursionError, zipfile.BadZipFile) as exc:
+        except _PICKLE_ERRORS as exc:
             raise CorruptCheckpointError(f"{self._path}: unreadable TorchScript {member.split('/')[-1]} "
                                          f"({exc.__class__.__name__})", path=str(self._path)) from None
 
@@ -216,9 +223,14 @@ class TorchScriptSource(TensorSource):
         try:
             with open_regular(self._path) as fh, _zip(self._path, fh) as archive:
                 raw = bytearray(archive.read(info))  # zipfile checks the record's CRC-32
-        except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
+        except WbfeError:
+            raise
+        except ZIP_ERRORS as exc:
             raise CorruptCheckpointError(f"{self._path}: record {info.filename} unreadable ({exc.__class__.__name__})",
                                          path=str(self._path)) from None
+        if len(raw) != nbytes:  # a stored record reads its compressed size, which may say less than its size
+            raise CorruptCheckpointError(f"{self._path}: record {info.filename} gives {len(raw)} bytes, its header "
+                                         f"says {nbytes}", path=str(self._path))
         storage = torch.frombuffer(raw, dtype=getattr(torch, ref.storage.dtype)) if raw else \
             torch.empty(0, dtype=getattr(torch, ref.storage.dtype))
         return torch.as_strided(storage, ref.size, ref.stride, ref.offset).clone()
@@ -228,7 +240,7 @@ def _zip(path: Path, fh: Any) -> zipfile.ZipFile:
     """The archive in ``fh``; a file that is no zip is a corrupt checkpoint."""
     try:
         return zipfile.ZipFile(fh)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error) as exc:
+    except ZIP_ERRORS as exc:
         raise CorruptCheckpointError(f"{path}: not a readable TorchScript archive (a damaged zip: "
                                      f"{exc.__class__.__name__})", path=str(path)) from None
 
