@@ -10,7 +10,9 @@ tensor being read and its dequantised floats, never the file.
 from __future__ import annotations
 
 import functools
+import math
 import re
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -74,13 +76,15 @@ class _Split:
         self.path = path
         size = path.stat().st_size
         with open(path, "rb") as fh:
-            magic = fh.read(4)
+            head = fh.read(24)
+        magic = head[:4]
         if len(magic) < 4:
             raise TruncatedCheckpointError(f"{path}: truncated GGUF file ({size} bytes)", path=str(path))
         if magic != GGUF_MAGIC:
             raise CorruptCheckpointError(
                 f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})", path=str(path)
             )
+        _check_counts(path, head, size)
         try:
             reader = gguf.GGUFReader(path)
         except ValueError as exc:
@@ -112,6 +116,27 @@ class _Split:
             dims = tuple(int(d) for d in reversed(t.shape.tolist()))
             self.tensors.append((t.name, t.tensor_type.name, dims, first, nbytes))
         del reader
+
+
+# The fewest bytes a header entry takes: a key-value pair (key length, type, a 1-byte value) and a
+# tensor's description (name length, dimension count, type, offset).
+_MIN_KV_BYTES = 8 + 4 + 1
+_MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
+
+
+def _check_counts(path: Path, head: bytes, size: int) -> None:
+    """Refuse a header whose tensor and key-value counts the file is too short to hold, before the
+    gguf package reads it: past the end its reader reads nothing and goes on, so a count of 10⁶ in a
+    100-byte file made it build 10⁶ fields (gigabytes; found by fuzzing)."""
+    if len(head) < 24:
+        raise TruncatedCheckpointError(f"{path}: truncated GGUF header ({size} bytes)", path=str(path))
+    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
+    if version == 1 or version > 0xFFFF:  # version 1's counts are 32-bit; a big-endian file's version reads huge
+        return
+    if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
+        raise TruncatedCheckpointError(
+            f"{path}: truncated or corrupt GGUF header ({n_tensors} tensors and {n_kv} key-value pairs do not fit "
+            f"in its {size} bytes)", path=str(path))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -225,10 +250,12 @@ class _Loader:
         import numpy as np
         import torch
 
+        plain = _PLAIN.get(self.kind) or _INTEGER.get(self.kind)
+        if math.prod(self.dims) == 0:  # no bytes to view or dequantise (both fail on an empty buffer)
+            return torch.empty(self.dims, dtype=getattr(torch, plain or "float32"))
         raw = read_range(self.path, self.first, self.nbytes)
-        if self.kind in _PLAIN or self.kind in _INTEGER:
-            dtype = getattr(torch, (_PLAIN.get(self.kind) or _INTEGER[self.kind]))
-            return torch.from_numpy(raw).view(dtype).reshape(self.dims)
+        if plain is not None:
+            return torch.from_numpy(raw).view(getattr(torch, plain)).reshape(self.dims)
         gguf = _gguf()
         qtype = gguf.GGMLQuantizationType[self.kind]
         rows = raw.reshape(*self.dims[:-1], -1) if len(self.dims) > 1 else raw
