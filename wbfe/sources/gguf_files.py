@@ -85,6 +85,7 @@ class _Split:
                 f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})", path=str(path)
             )
         _check_counts(path, head, size)
+        _check_fields(path, size)
         try:
             reader = gguf.GGUFReader(path)
         except ValueError as exc:
@@ -121,6 +122,8 @@ class _Split:
 # The fewest bytes a header entry takes: a key-value pair (key length, type, a 1-byte value) and a
 # tensor's description (name length, dimension count, type, offset).
 _MIN_KV_BYTES = 8 + 4 + 1
+# The most of a file read to check its key-value section (a vocabulary of 256k tokens takes ~5 MB).
+_MAX_HEADER_SCAN = 64 << 20
 _MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
 
 
@@ -137,6 +140,71 @@ def _check_counts(path: Path, head: bytes, size: int) -> None:
         raise TruncatedCheckpointError(
             f"{path}: truncated or corrupt GGUF header ({n_tensors} tensors and {n_kv} key-value pairs do not fit "
             f"in its {size} bytes)", path=str(path))
+
+
+# GGUF value types: byte size of each scalar type (8 STRING and 9 ARRAY have their own layout).
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_MAX_ARRAY_DEPTH = 8
+
+
+def _check_fields(path: Path, size: int) -> None:
+    """Walk the key-value section and refuse a value the file is too short to hold, before the gguf
+    package reads it: its reader parses an array one element at a time and, past the end of the
+    file, reads empty elements without moving on, so an array count of 10¹² ran it out of memory
+    (found by fuzzing). Here a count is checked against the bytes left before anything is read."""
+    with open(path, "rb") as fh:
+        data = fh.read(min(size, _MAX_HEADER_SCAN))
+    version, _, n_kv = struct.unpack_from("<IQQ", data, 4)
+    if version == 1 or version > 0xFFFF:  # 32-bit counts, or big-endian: left to the gguf package
+        return
+
+    def short() -> TruncatedCheckpointError:
+        return TruncatedCheckpointError(f"{path}: truncated or corrupt GGUF header (a value runs past the end of "
+                                        f"its {size} bytes)", path=str(path))
+
+    def count(at: int) -> tuple[int, int]:
+        if at + 8 > len(data):
+            raise short() if len(data) == size else _Unscanned()
+        return struct.unpack_from("<Q", data, at)[0], at + 8
+
+    def value(at: int, kind: int, depth: int) -> int:
+        if kind in _SCALAR_BYTES:
+            at += _SCALAR_BYTES[kind]
+        elif kind == 8:  # a string: its length, its bytes
+            n, at = count(at)
+            at += n
+        elif kind == 9 and depth < _MAX_ARRAY_DEPTH:  # an array: item type, count, items
+            if at + 4 > len(data):
+                raise short() if len(data) == size else _Unscanned()
+            item = struct.unpack_from("<I", data, at)[0]
+            n, at = count(at + 4)
+            if item in _SCALAR_BYTES:
+                at += n * _SCALAR_BYTES[item]
+            elif n * 8 > size - at:  # every string or array item takes 8 bytes at least
+                raise short()
+            else:
+                for _ in range(n):
+                    at = value(at, item, depth + 1)
+        else:
+            raise CorruptCheckpointError(f"{path}: corrupt GGUF header (value type {kind})", path=str(path))
+        if at > size:
+            raise short()
+        return at
+
+    at = 24
+    try:
+        for _ in range(n_kv):
+            n, at = count(at)  # the key
+            at += n
+            if at + 4 > len(data):
+                raise short() if len(data) == size else _Unscanned()
+            at = value(at + 4, struct.unpack_from("<I", data, at)[0], 0)
+    except _Unscanned:  # a header longer than the scan: the gguf package reads the rest
+        return
+
+
+class _Unscanned(Exception):
+    """The key-value section goes on past the bytes scanned."""
 
 
 def _one_line(exc: BaseException) -> str:
