@@ -127,14 +127,21 @@ _MAX_HEADER_SCAN = 64 << 20
 _MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
 
 
+def _byte_order(head: bytes) -> str:
+    """``<`` or ``>``: a big-endian file's version, read little-endian, has its low 16 bits zero (the
+    gguf package's own test; a fuzzed big-endian file got past a little-endian-only check)."""
+    return ">" if struct.unpack_from("<I", head, 4)[0] & 0xFFFF == 0 else "<"
+
+
 def _check_counts(path: Path, head: bytes, size: int) -> None:
     """Refuse a header whose tensor and key-value counts the file is too short to hold, before the
     gguf package reads it: past the end its reader reads nothing and goes on, so a count of 10⁶ in a
     100-byte file made it build 10⁶ fields (gigabytes; found by fuzzing)."""
     if len(head) < 24:
         raise TruncatedCheckpointError(f"{path}: truncated GGUF header ({size} bytes)", path=str(path))
-    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
-    if version == 1 or version > 0xFFFF:  # version 1's counts are 32-bit; a big-endian file's version reads huge
+    order = _byte_order(head)
+    version, n_tensors, n_kv = struct.unpack(order + "IQQ", head[4:24])
+    if version == 1:  # version 1's counts are 32-bit
         return
     if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
         raise TruncatedCheckpointError(
@@ -154,8 +161,9 @@ def _check_fields(path: Path, size: int) -> None:
     (found by fuzzing). Here a count is checked against the bytes left before anything is read."""
     with open(path, "rb") as fh:
         data = fh.read(min(size, _MAX_HEADER_SCAN))
-    version, _, n_kv = struct.unpack_from("<IQQ", data, 4)
-    if version == 1 or version > 0xFFFF:  # 32-bit counts, or big-endian: left to the gguf package
+    order = _byte_order(data)
+    version, _, n_kv = struct.unpack_from(order + "IQQ", data, 4)
+    if version == 1:  # 32-bit counts: left to the gguf package
         return
 
     def short() -> TruncatedCheckpointError:
@@ -165,7 +173,7 @@ def _check_fields(path: Path, size: int) -> None:
     def count(at: int) -> tuple[int, int]:
         if at + 8 > len(data):
             raise short() if len(data) == size else _Unscanned()
-        return struct.unpack_from("<Q", data, at)[0], at + 8
+        return struct.unpack_from(order + "Q", data, at)[0], at + 8
 
     def value(at: int, kind: int, depth: int) -> int:
         if kind in _SCALAR_BYTES:
@@ -176,7 +184,7 @@ def _check_fields(path: Path, size: int) -> None:
         elif kind == 9 and depth < _MAX_ARRAY_DEPTH:  # an array: item type, count, items
             if at + 4 > len(data):
                 raise short() if len(data) == size else _Unscanned()
-            item = struct.unpack_from("<I", data, at)[0]
+            item = struct.unpack_from(order + "I", data, at)[0]
             n, at = count(at + 4)
             if item in _SCALAR_BYTES:
                 at += n * _SCALAR_BYTES[item]
@@ -198,7 +206,7 @@ def _check_fields(path: Path, size: int) -> None:
             at += n
             if at + 4 > len(data):
                 raise short() if len(data) == size else _Unscanned()
-            at = value(at + 4, struct.unpack_from("<I", data, at)[0], 0)
+            at = value(at + 4, struct.unpack_from(order + "I", data, at)[0], 0)
     except _Unscanned:  # a header longer than the scan: the gguf package reads the rest
         return
 
