@@ -32,9 +32,9 @@ def _same_bytes(path: Path, entry: Any, tensor: Any) -> None:
             stored = archive[entry.name]
     except Exception:  # noqa: BLE001 - numpy refuses what wbfe read: no reference to compare with
         return
-    got = flat_bytes(tensor)
-    if stored.shape == tuple(tensor.shape) and stored.dtype.itemsize * stored.size == got.size:
-        got = got.tobytes()
+    held = flat_bytes(tensor)
+    if stored.shape == tuple(tensor.shape) and stored.dtype.itemsize * stored.size == held.size:
+        got = held.tobytes()
         assert got == np.ascontiguousarray(stored).astype(stored.dtype.newbyteorder("<")).tobytes(), (
             f"{entry.name!r}: not the bytes numpy reads for it")
 

@@ -212,7 +212,7 @@ def _dtype(name: str) -> Optional[str]:
 
     try:
         return numpy_dtype_name(np.dtype(name))
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):  # numpy parses "2l 3tf" or "," as a format string (found by fuzzing)
         return None
 
 

@@ -10,7 +10,9 @@ tensor being read and its dequantised floats, never the file.
 from __future__ import annotations
 
 import functools
+import math
 import re
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -74,13 +76,16 @@ class _Split:
         self.path = path
         size = path.stat().st_size
         with open(path, "rb") as fh:
-            magic = fh.read(4)
+            head = fh.read(24)
+        magic = head[:4]
         if len(magic) < 4:
             raise TruncatedCheckpointError(f"{path}: truncated GGUF file ({size} bytes)", path=str(path))
         if magic != GGUF_MAGIC:
             raise CorruptCheckpointError(
                 f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})", path=str(path)
             )
+        _check_counts(path, head, size)
+        _check_fields(path, size)
         try:
             reader = gguf.GGUFReader(path)
         except ValueError as exc:
@@ -112,6 +117,102 @@ class _Split:
             dims = tuple(int(d) for d in reversed(t.shape.tolist()))
             self.tensors.append((t.name, t.tensor_type.name, dims, first, nbytes))
         del reader
+
+
+# The fewest bytes a header entry takes: a key-value pair (key length, type, a 1-byte value) and a
+# tensor's description (name length, dimension count, type, offset).
+_MIN_KV_BYTES = 8 + 4 + 1
+# The most of a file read to check its key-value section (a vocabulary of 256k tokens takes ~5 MB).
+_MAX_HEADER_SCAN = 64 << 20
+_MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
+
+
+def _byte_order(head: bytes) -> str:
+    """``<`` or ``>``: a big-endian file's version, read little-endian, has its low 16 bits zero (the
+    gguf package's own test; a fuzzed big-endian file got past a little-endian-only check)."""
+    return ">" if struct.unpack_from("<I", head, 4)[0] & 0xFFFF == 0 else "<"
+
+
+def _check_counts(path: Path, head: bytes, size: int) -> None:
+    """Refuse a header whose tensor and key-value counts the file is too short to hold, before the
+    gguf package reads it: past the end its reader reads nothing and goes on, so a count of 10⁶ in a
+    100-byte file made it build 10⁶ fields (gigabytes; found by fuzzing)."""
+    if len(head) < 24:
+        raise TruncatedCheckpointError(f"{path}: truncated GGUF header ({size} bytes)", path=str(path))
+    order = _byte_order(head)
+    version, n_tensors, n_kv = struct.unpack(order + "IQQ", head[4:24])
+    if version == 1:  # version 1's counts are 32-bit
+        return
+    if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
+        raise TruncatedCheckpointError(
+            f"{path}: truncated or corrupt GGUF header ({n_tensors} tensors and {n_kv} key-value pairs do not fit "
+            f"in its {size} bytes)", path=str(path))
+
+
+# GGUF value types: byte size of each scalar type (8 STRING and 9 ARRAY have their own layout).
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_MAX_ARRAY_DEPTH = 8
+
+
+def _check_fields(path: Path, size: int) -> None:
+    """Walk the key-value section and refuse a value the file is too short to hold, before the gguf
+    package reads it: its reader parses an array one element at a time and, past the end of the
+    file, reads empty elements without moving on, so an array count of 10¹² ran it out of memory
+    (found by fuzzing). Here a count is checked against the bytes left before anything is read."""
+    with open(path, "rb") as fh:
+        data = fh.read(min(size, _MAX_HEADER_SCAN))
+    order = _byte_order(data)
+    version, _, n_kv = struct.unpack_from(order + "IQQ", data, 4)
+    if version == 1:  # 32-bit counts: left to the gguf package
+        return
+
+    def short() -> TruncatedCheckpointError:
+        return TruncatedCheckpointError(f"{path}: truncated or corrupt GGUF header (a value runs past the end of "
+                                        f"its {size} bytes)", path=str(path))
+
+    def count(at: int) -> tuple[int, int]:
+        if at + 8 > len(data):
+            raise short() if len(data) == size else _Unscanned()
+        return struct.unpack_from(order + "Q", data, at)[0], at + 8
+
+    def value(at: int, kind: int, depth: int) -> int:
+        if kind in _SCALAR_BYTES:
+            at += _SCALAR_BYTES[kind]
+        elif kind == 8:  # a string: its length, its bytes
+            n, at = count(at)
+            at += n
+        elif kind == 9 and depth < _MAX_ARRAY_DEPTH:  # an array: item type, count, items
+            if at + 4 > len(data):
+                raise short() if len(data) == size else _Unscanned()
+            item = struct.unpack_from(order + "I", data, at)[0]
+            n, at = count(at + 4)
+            if item in _SCALAR_BYTES:
+                at += n * _SCALAR_BYTES[item]
+            elif n * 8 > size - at:  # every string or array item takes 8 bytes at least
+                raise short()
+            else:
+                for _ in range(n):
+                    at = value(at, item, depth + 1)
+        else:
+            raise CorruptCheckpointError(f"{path}: corrupt GGUF header (value type {kind})", path=str(path))
+        if at > size:
+            raise short()
+        return at
+
+    at = 24
+    try:
+        for _ in range(n_kv):
+            n, at = count(at)  # the key
+            at += n
+            if at + 4 > len(data):
+                raise short() if len(data) == size else _Unscanned()
+            at = value(at + 4, struct.unpack_from(order + "I", data, at)[0], 0)
+    except _Unscanned:  # a header longer than the scan: the gguf package reads the rest
+        return
+
+
+class _Unscanned(Exception):
+    """The key-value section goes on past the bytes scanned."""
 
 
 def _one_line(exc: BaseException) -> str:
@@ -224,9 +325,12 @@ class _Loader:
     def __call__(self) -> Any:
         import numpy as np
 
+        plain = _PLAIN.get(self.kind) or _INTEGER.get(self.kind)
+        if math.prod(self.dims) == 0:  # no bytes to view or dequantise (both fail on an empty buffer)
+            return from_bytes(np.empty(0, dtype=np.uint8), plain or "float32", self.dims)
         raw = read_range(self.path, self.first, self.nbytes)
-        if self.kind in _PLAIN or self.kind in _INTEGER:
-            return from_bytes(raw, _PLAIN.get(self.kind) or _INTEGER[self.kind], self.dims)
+        if plain is not None:
+            return from_bytes(raw, plain, self.dims)
         gguf = _gguf()
         qtype = gguf.GGMLQuantizationType[self.kind]
         rows = raw.reshape(*self.dims[:-1], -1) if len(self.dims) > 1 else raw

@@ -9,6 +9,7 @@ PyTorch holds them); names are the archive's keys.
 from __future__ import annotations
 
 import math
+import tokenize
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = ["NpzSource", "open_npz", "NPZ", "numpy_dtype_name"]
 
-# A damaged member's .npy header: the zip's errors, and numpy's header parser's (a SyntaxError).
-_HEADER_ERRORS: tuple[type[BaseException], ...] = (*ZIP_ERRORS, SyntaxError)
+# A damaged member's .npy header: the zip's errors, and numpy's header parser's (a SyntaxError, or
+# tokenize's TokenError for an unclosed bracket: found by fuzzing).
+_HEADER_ERRORS: tuple[type[BaseException], ...] = (*ZIP_ERRORS, SyntaxError, tokenize.TokenError)
 # numpy dtype names torch holds as they are.
 _TORCH_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
 
