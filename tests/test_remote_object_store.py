@@ -20,8 +20,7 @@ import pytest
 
 import wbfe
 from tests.ray_zoo import make_sharded
-from tests.test_remote_stream import make_checkpoint, same_scores, spans
-from wbfe.arrays import to_torch
+from tests.test_remote_stream import assert_streams_the_files_bytes, make_checkpoint, same_scores, spans
 from wbfe.errors import InvalidOptionError, RemoteChangedError, RemoteReadError, SourceNotFoundError
 from wbfe.sources import http_range, open_source, remote
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy
@@ -156,19 +155,9 @@ def test_a_streamed_object_scores_as_the_local_file_with_one_request_a_tensor(tm
 
 
 def test_streamed_tensors_hold_the_objects_bytes(tmp_path: Path, bucket: Bucket) -> None:
-    from safetensors.torch import load_file
-
     local = make_checkpoint(tmp_path / "m.safetensors")
     bucket.put(KEY, local.read_bytes())
-    reference = load_file(str(local))
-    with open_source(URI, stream=True) as source:
-        loaded = {entry.name: to_torch(entry.load()) for entry in source.entries()}
-        fetched = source.fetched()  # type: ignore[attr-defined]
-    with open_source(str(local)) as source:
-        assert list(loaded) == [entry.name for entry in source.entries()]  # the same order as read locally
-    for name, tensor in reference.items():
-        assert loaded[name].dtype == tensor.dtype and loaded[name].equal(tensor)
-    assert fetched == {"requests": 3, "bytes": local.stat().st_size, "size": local.stat().st_size}
+    assert_streams_the_files_bytes(URI, local)
 
 
 def test_a_sharded_folder_streams_with_its_config(tmp_path: Path, bucket: Bucket) -> None:

@@ -87,13 +87,14 @@ def test_a_streamed_url_scores_as_the_local_file_with_one_request_a_tensor(tmp_p
     assert not (tmp_path / "wbfe-cache").exists()  # nothing written to disk
 
 
-def test_streamed_tensors_hold_the_files_bytes(tmp_path: Path, server: Server) -> None:
+def assert_streams_the_files_bytes(ref: str, local: Path) -> None:
+    """Streaming ``ref`` (the bytes of ``local``) gives the tensors the safetensors package reads
+    from ``local``, in the order a local read lists them, in one request per tensor beyond the
+    header's read and no byte fetched twice."""
     from safetensors.torch import load_file
 
-    local = make_checkpoint(tmp_path / "m.safetensors")
-    server.state.files["/m.safetensors"] = local.read_bytes()
     reference = load_file(str(local))
-    with open_source(server.url("/m.safetensors"), stream=True) as source:
+    with open_source(ref, stream=True) as source:
         loaded = {entry.name: to_torch(entry.load()) for entry in source.entries()}
         fetched = source.fetched()  # type: ignore[attr-defined]
     with open_source(str(local)) as source:
@@ -101,6 +102,12 @@ def test_streamed_tensors_hold_the_files_bytes(tmp_path: Path, server: Server) -
     for name, tensor in reference.items():
         assert loaded[name].dtype == tensor.dtype and loaded[name].equal(tensor)
     assert fetched == {"requests": 3, "bytes": local.stat().st_size, "size": local.stat().st_size}
+
+
+def test_streamed_tensors_hold_the_files_bytes(tmp_path: Path, server: Server) -> None:
+    local = make_checkpoint(tmp_path / "m.safetensors")
+    server.state.files["/m.safetensors"] = local.read_bytes()
+    assert_streams_the_files_bytes(server.url("/m.safetensors"), local)
 
 
 def test_a_hub_model_streams_through_the_model_info_and_resolve_routes(tmp_path: Path, server: Server) -> None:

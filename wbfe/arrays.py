@@ -74,8 +74,7 @@ def dtype_name(x: Any) -> str:
     """wbfe's name of ``x``'s dtype (torch's, without the ``torch.`` prefix): ``float32``, ``bfloat16``..."""
     if is_torch(x):
         return str(x.dtype).removeprefix("torch.")
-    name = np.dtype(x.dtype).name
-    return "bool" if name == "bool" else name
+    return np.dtype(x.dtype).name
 
 
 def itemsize(dtype: str) -> int:
