@@ -25,6 +25,12 @@ from . import cache, compare, describe, esd, rank, report, score, smooth, theory
 # Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click and exports
 # only BadParameter of them; older typers use click itself): found from BadParameter's module.
 click_errors: Any = sys.modules[typer.BadParameter.__module__]
+# Abort (an interrupted prompt or output) is not where BadParameter is in the typers that vendor
+# click: it is in typer.exceptions; older typers use click's own.
+try:
+    from typer.exceptions import Abort as _Abort
+except ImportError:  # pragma: no cover - typer < 0.20
+    _Abort = click_errors.Abort
 
 EXIT_BAD_INPUT = 2
 
@@ -70,7 +76,7 @@ class _WbfeGroup(TyperGroup):
         except click_errors.ClickException as exc:
             typer.echo(_error_line(exc.format_message()), err=True)
             code = exc.exit_code
-        except click_errors.Abort:
+        except _Abort:
             typer.echo("wbfe: interrupted", err=True)
             code = 130
         if not standalone_mode:

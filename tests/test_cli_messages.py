@@ -167,3 +167,39 @@ def test_a_bare_group_prints_its_help_and_exits_2(argv: tuple[str, ...]) -> None
     result = cli(*argv)
     assert result.exit_code == 2
     assert "Usage:" in result.stderr and "Commands:" in result.stderr and "wbfe: error" not in result.stderr
+
+
+def test_output_cut_short_by_the_reader_is_no_traceback() -> None:
+    """`wbfe describe | head -1`: the pipe closes under the command; it stops without a traceback
+    (the interrupt handler once named an exception class this typer does not have)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "wbfe_cli.main", "describe"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does after its line
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and proc.returncode != 0
+
+
+def test_an_abort_is_one_line_and_exit_130() -> None:
+    """An interrupted prompt or output (typer's Abort) ends as `wbfe: interrupted`, code 130."""
+    import typer
+
+    from wbfe_cli.main import _WbfeGroup
+
+    probe = typer.Typer(cls=_WbfeGroup)
+
+    @probe.command()
+    def stop() -> None:
+        raise typer.Abort()
+
+    @probe.command()
+    def other() -> None:  # two commands, so that `stop` is a subcommand as in wbfe
+        pass
+
+    result = CliRunner().invoke(probe, ["stop"])
+    assert result.exit_code == 130 and result.stderr.strip() == "wbfe: interrupted"
