@@ -27,8 +27,11 @@ from . import cache, compare, describe, esd, rank, report, score, smooth, theory
 click_errors: Any = sys.modules[typer.BadParameter.__module__]
 # Abort (an interrupted prompt or output) is not where BadParameter is in the typers that vendor
 # click: it is in typer.exceptions; older typers use click's own.
+_Abort: type[BaseException]
 try:
-    from typer.exceptions import Abort as _Abort
+    from typer.exceptions import Abort as _TyperAbort
+
+    _Abort = _TyperAbort
 except ImportError:  # pragma: no cover - typer < 0.20
     _Abort = click_errors.Abort
 
