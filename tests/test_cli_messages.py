@@ -171,18 +171,24 @@ def test_a_bare_group_prints_its_help_and_exits_2(argv: tuple[str, ...]) -> None
 
 def test_output_cut_short_by_the_reader_is_no_traceback() -> None:
     """`wbfe describe | head -1`: the pipe closes under the command; it stops without a traceback
-    (the interrupt handler once named an exception class this typer does not have)."""
+    (the interrupt handler once named an exception class this typer does not have).
+
+    The reader's end is closed before the command starts, so that its every write meets a closed
+    pipe: reading a line first and then closing raced the command, which could write its few
+    hundred bytes whole into the pipe's buffer and exit 0 before the close."""
+    import os
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "wbfe_cli.main", "describe"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
-    proc.stdout.readline()
-    proc.stdout.close()  # as `head -1` does after its line
-    err = proc.stderr.read().decode()
-    proc.wait(timeout=120)
-    assert "Traceback" not in err and proc.returncode != 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "wbfe_cli.main", "describe"], stdout=write_end,
+                              stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    err = proc.stderr.decode()
+    assert "Traceback" not in err and "Error" not in err and proc.returncode != 0
 
 
 def test_an_abort_is_one_line_and_exit_130() -> None:
