@@ -268,14 +268,19 @@ def test_metrics_default_is_stated_right_everywhere() -> None:
 # --- docs/performance.md is generated from benchmarks/results/ ------------------------------------
 
 
-def _generator():  # type: ignore[no-untyped-def]
+def _benchmark_script(name: str):  # type: ignore[no-untyped-def]
+    """A script of benchmarks/ loaded as a module (benchmarks/ is no package of the install)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_performance_doc", ROOT / "benchmarks" / "make_performance_doc.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _generator():  # type: ignore[no-untyped-def]
+    return _benchmark_script("make_performance_doc")
 
 
 def test_performance_doc_is_the_generators_output() -> None:
@@ -312,13 +317,7 @@ def test_performance_doc_reads_its_figures_from_the_results(tmp_path: Path) -> N
 
 
 def _evidence():  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("evidence", ROOT / "benchmarks" / "evidence.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _benchmark_script("evidence")
 
 
 def test_evidence_doc_is_the_generators_output() -> None:
