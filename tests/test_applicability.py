@@ -310,3 +310,17 @@ def test_report_page_says_it(keras_files):
     texts = [b.text for s in score_report(result).sections for b in s.blocks if isinstance(b, Paragraph)]
     said = [t for t in texts if t.startswith("bfe applicability: fails — dropout on the features the head reads: drop")]
     assert len(said) == 1
+
+
+@pytest.mark.parametrize("framework,family", [("transformers", "vit"), ("transformers", "deit"), ("timm", "vit_tiny_patch16_224")])
+def test_a_vision_transformer_whose_description_names_no_head_fails(framework, family):
+    """The vision-transformer finding is about the architecture: it decides even where no head is
+    named (a ViTModel without classifier, DeiT with its teacher head), before the no-head fallback."""
+    from wbfe.applicability import applicability
+    from wbfe.framework.description import FrameworkDescription
+
+    d = FrameworkDescription(framework, "ViTModel", ("encoder.weight",), None, facts={"family": family})
+    verdict = applicability(d)
+    assert verdict["status"] == "fails" and "vision transformer" in verdict["reasons"][0]
+    plain = FrameworkDescription(framework, "BertModel", ("encoder.weight",), None, facts={"family": "bert"})
+    assert applicability(plain)["status"] == "unknown"

@@ -130,6 +130,11 @@ def applicability(description: Optional[FrameworkDescription],
             why = ("no description of the model (a bare state dict, or weights without config.json): add the "
                    "model's config.json beside the weights, or score the framework's own file (.keras, .h5, .gguf)")
         return {"status": "unknown", "reasons": [why]}
+    vit = _vision_transformer(description)
+    if description.head is None and vit is not None:
+        # The architecture alone decides it: the paper's vision-transformer finding needs no head
+        # (a ViTModel without a classifier, DeiT's two heads).
+        return {"status": "fails", "reasons": [vit]}
     if description.head is None and not description.facts.get("no_head"):
         # The description names no head (a base model, a module without get_classifier()): the
         # path into the head cannot be read, which is not the same as a model without one.
