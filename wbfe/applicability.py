@@ -54,6 +54,9 @@ class Rule:
 
     name: str
     check: Callable[[FrameworkDescription], Optional[str]]
+    # False for a rule the architecture alone decides (a vision transformer): it runs even where
+    # the description names no head.
+    needs_head: bool = True
 
 
 def _dropout(d: FrameworkDescription) -> Optional[str]:
@@ -97,7 +100,7 @@ def _single_linear_head(d: FrameworkDescription) -> Optional[str]:
 # The paper's conditions, in the order the reasons are listed. Each reads the architecture only.
 RULES: tuple[Rule, ...] = (
     Rule("dropout_before_head", _dropout),
-    Rule("vision_transformer", _vision_transformer),
+    Rule("vision_transformer", _vision_transformer, needs_head=False),
     Rule("single_linear_head", _single_linear_head),
 )
 
@@ -130,20 +133,18 @@ def applicability(description: Optional[FrameworkDescription],
             why = ("no description of the model (a bare state dict, or weights without config.json): add the "
                    "model's config.json beside the weights, or score the framework's own file (.keras, .h5, .gguf)")
         return {"status": "unknown", "reasons": [why]}
-    vit = _vision_transformer(description)
-    if description.head is None and vit is not None:
-        # The architecture alone decides it: the paper's vision-transformer finding needs no head
-        # (a ViTModel without a classifier, DeiT's two heads).
-        return {"status": "fails", "reasons": [vit]}
-    if description.head is None and not description.facts.get("no_head"):
-        # The description names no head (a base model, a module without get_classifier()): the
-        # path into the head cannot be read, which is not the same as a model without one.
+    # A description that names no head (a base model, a module without get_classifier()): the path
+    # into the head cannot be read, which is not the same as a model without one; only the rules
+    # that need no head can decide.
+    head_unread = description.head is None and not description.facts.get("no_head")
+    rules = [rule for rule in RULES if not (head_unread and rule.needs_head)]
+    failed = [reason for reason in (rule.check(description) for rule in rules) if reason is not None]
+    if failed:
+        return {"status": "fails", "reasons": failed}
+    if head_unread:
         return {"status": "unknown", "reasons": [
             f"{description.model}: its description names no head ({description.note or 'none given'}); "
             "the path into the head cannot be read"]}
-    failed = [reason for reason in (rule.check(description) for rule in RULES) if reason is not None]
-    if failed:
-        return {"status": "fails", "reasons": failed}
     if description.facts.get("dropout_unrecorded"):
         # An inference graph (a TFLite file): converters drop Dropout, so its absence here says
         # nothing about training, and "holds" would claim what the file cannot show.
