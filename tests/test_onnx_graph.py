@@ -1,6 +1,6 @@
-"""Weights wherever a real-world ONNX graph keeps them (wbfe/sources/onnx_graph.py): Constant nodes,
-If branches sharing a weight, nested Loop bodies, a Scan body, the value_float(s)/value_int(s) forms, chains of Identity/Cast/Transpose, signal-processing
-constants skipped; the model's order and the head from the graph. Every graph is built with
+"""Weights wherever a real-world ONNX graph keeps them (wbfe/sources/onnx_graph.py): Constant nodes
+and their value_float(s)/value_int(s) forms, If branches sharing a weight, nested Loop bodies, a Scan
+body, chains of Identity/Cast/Transpose, signal-processing constants skipped; the model's order and the head from the graph. Every graph is built with
 onnx.helper from seeded float arrays, and every value read is compared with the array it was built
 from (transposed where the consuming operator says so)."""
 
