@@ -39,7 +39,7 @@ def same_comparison(x: wbfe.Comparison, y: wbfe.Comparison) -> None:
 
 
 def test_compare_of_a_streamed_url_and_a_streamed_hub_model_equals_compare_of_the_local_files(
-        tmp_path: Path, server: Server) -> None:
+        tmp_path: Path, server: Server) -> None:  # noqa: F811 - the imported fixture
     a, b = make_pair(tmp_path)
     server.state.files["/a/model.safetensors"] = a.read_bytes()
     server.state.repos["org/b"] = Repo({"model.safetensors": b.read_bytes()}, commit="d" * 40)
@@ -54,7 +54,7 @@ def test_compare_of_a_streamed_url_and_a_streamed_hub_model_equals_compare_of_th
     assert not (tmp_path / "hf").exists() or not any((tmp_path / "hf").rglob("*.safetensors"))
 
 
-def test_the_cli_compares_streamed_checkpoints_with_stream(tmp_path: Path, server: Server) -> None:
+def test_the_cli_compares_streamed_checkpoints_with_stream(tmp_path: Path, server: Server) -> None:  # noqa: F811
     a, b = make_pair(tmp_path)
     server.state.files["/a.safetensors"] = a.read_bytes()
     server.state.files["/b.safetensors"] = b.read_bytes()
@@ -81,7 +81,7 @@ def big_checkpoint(path: Path) -> Path:
     return path
 
 
-def test_describe_streams_only_the_headers(tmp_path: Path, server: Server) -> None:
+def test_describe_streams_only_the_headers(tmp_path: Path, server: Server) -> None:  # noqa: F811
     local = big_checkpoint(tmp_path / "model.safetensors")
     size = local.stat().st_size
     config = {"model_type": "bert", "architectures": ["BertForSequenceClassification"]}
