@@ -188,7 +188,7 @@ def _compare_options(**values: Any) -> Any:
 
 def compare_group() -> OptionGroup:
     """The :class:`~wbfe.options.CompareOptions` options of ``wbfe compare``."""
-    params = {n: _SCORING[n] for n in ("metrics", "layers", "lam", "device", "min_eigs", "seed")}
+    params = {n: _SCORING[n] for n in ("metrics", "layers", "lam", "device", "min_eigs", "seed", "stream")}
     params.update({"name_map": (NameMap, None), "top_k": (TopK, 10)})
     return OptionGroup("compare", params, _compare_options)
 

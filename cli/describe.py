@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._options import REF_HELP, Conv, ConvOption, Format, Head, Layers, MinEigs, WwCompatible
+from ._options import REF_HELP, Conv, ConvOption, Format, Head, Layers, MinEigs, Stream, WwCompatible
 
 
 def describe_command(
@@ -18,6 +18,7 @@ def describe_command(
     head: Head = None,
     min_eigs: MinEigs = 10,
     ww_compatible: WwCompatible = False,
+    stream: Stream = None,
 ) -> None:
     """List the matrices a score would analyse (name, shape, N, M, role, form, head) and the tensors it
     would skip, without reading a tensor or computing an eigenvalue."""
@@ -26,7 +27,7 @@ def describe_command(
     from wbfe.report import format_value, text_table
 
     options = ScoreOptions(metrics=("bfe",), conv=conv.value, layers=layers, head=head, min_eigs=min_eigs,
-                           ww_compatible=ww_compatible)
+                           ww_compatible=ww_compatible, stream=stream)
     target = ref if ref is not None else wbfe.default_checkpoint()
     described = wbfe.describe(target, options=options)
     if fmt is Format.json:

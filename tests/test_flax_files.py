@@ -1,7 +1,8 @@
 """Flax msgpack checkpoints (wbfe/sources/flax_files.py), written here with msgpack itself as
 flax/serialization.py writes them (arrays as extension type 1 holding a packed (shape, dtype name,
 C-order bytes); arrays over the chunk limit as chunked maps), read back in PyTorch's layout and
-names and compared with the arrays they were written from."""
+names and compared with the arrays they were written from; a BERT classifier in Flax's layout (and
+as .npz) beside its config.json takes its head from the config, as its safetensors save does."""
 
 from __future__ import annotations
 
@@ -126,3 +127,58 @@ def test_damaged_files_get_a_typed_error(tmp_path: Path, damage: str) -> None:
         path.write_bytes(msgpack.packb([1, 2, 3]))
     with pytest.raises(expected, match=str(path)):
         read(path)
+
+
+def flax_tree(state: dict[str, np.ndarray]) -> dict:
+    """A PyTorch BERT state dict in Flax's layout, as transformers' PyTorch-to-Flax conversion
+    writes it: nested maps, a Linear's ``kernel`` in × out, ``embedding`` and LayerNorm ``scale``."""
+    out: dict = {}
+    for name, array in state.items():
+        *path, leaf = name.split(".")
+        if leaf == "weight":
+            if "LayerNorm" in path[-1]:
+                leaf = "scale"
+            elif path[-1].endswith("embeddings"):
+                leaf = "embedding"
+            else:
+                leaf, array = "kernel", np.ascontiguousarray(array.T)
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = array
+    return out
+
+
+def test_a_bert_classifier_as_msgpack_and_npz_takes_its_head_from_config_json(tmp_path: Path) -> None:
+    """The same tiny BertForSequenceClassification saved by transformers as safetensors, written as
+    flax_model.msgpack (Flax's layout) and as model.npz, each beside its config.json: the same
+    matrices in the same orientation, the head the config's architecture names, decided by it."""
+    transformers = pytest.importorskip("transformers")
+    from safetensors.numpy import load_file
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=24, num_labels=3)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "st")
+    state = load_file(str(tmp_path / "st" / "model.safetensors"))
+    config_json = (tmp_path / "st" / "config.json").read_text()
+    (tmp_path / "flax").mkdir()
+    write(tmp_path / "flax" / "flax_model.msgpack", flax_tree(state))
+    (tmp_path / "npz").mkdir()
+    np.savez(tmp_path / "npz" / "model.npz", **state)
+    reference = wbfe.describe(str(tmp_path / "st"))
+    want = wbfe.score(str(tmp_path / "st"), metrics="bfe")
+    assert reference.head == "classifier.weight" and reference.head_source == "framework"
+    for folder, fmt in (("flax", "flax-msgpack"), ("npz", "npz")):
+        bare = wbfe.describe(str(tmp_path / folder))
+        (tmp_path / folder / "config.json").write_text(config_json)
+        got = wbfe.describe(str(tmp_path / folder))
+        assert got.model["format"] == fmt
+        assert got.head == reference.head and got.head_source == "framework" != bare.head_source
+        assert got.model["framework"] == reference.model["framework"] == {
+            "used": "transformers", "model": "BertForSequenceClassification"}
+        # Orientation: every matrix out × in, as the PyTorch checkpoint holds it.
+        assert [(m["name"], m["shape"], m["N"], m["M"], m["role"]) for m in got.matrices] == \
+            [(m["name"], m["shape"], m["N"], m["M"], m["role"]) for m in reference.matrices]
+        scored = wbfe.score(str(tmp_path / folder), metrics="bfe")
+        assert scored.layers == want.layers and scored.summary == want.summary

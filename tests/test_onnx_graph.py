@@ -1,6 +1,6 @@
-"""Weights wherever a real-world ONNX graph keeps them (wbfe/sources/onnx_graph.py): Constant nodes,
-If branches sharing a weight, nested Loop bodies, chains of Identity/Cast/Transpose, signal-processing
-constants skipped; the model's order and the head from the graph. Every graph is built with
+"""Weights wherever a real-world ONNX graph keeps them (wbfe/sources/onnx_graph.py): Constant nodes
+and their value_float(s)/value_int(s) forms, If branches sharing a weight, nested Loop bodies, a Scan
+body, chains of Identity/Cast/Transpose, signal-processing constants skipped; the model's order and the head from the graph. Every graph is built with
 onnx.helper from seeded float arrays, and every value read is compared with the array it was built
 from (transposed where the consuming operator says so)."""
 
@@ -227,3 +227,65 @@ def test_a_dft_basis_is_found_by_its_values_whatever_its_name(tmp_path: Path) ->
     perturbed = basis.copy()
     perturbed[5, 3] += 0.01
     assert not is_dft_basis(perturbed)
+
+
+@pytest.mark.parametrize("attr, value, kind", [
+    ("value_float", 2.5, TensorProto.FLOAT), ("value_floats", [1.0, -2.0, 0.25, 4.0], TensorProto.FLOAT),
+    ("value_int", 3, TensorProto.INT64), ("value_ints", [7, -1, 0, 2], TensorProto.INT64)])
+def test_constant_value_forms_load_the_values_onnx_gives_and_are_skipped_as_no_matrix(
+        tmp_path: Path, attr: str, value: object, kind: int) -> None:
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [helper.make_node("Constant", [], ["v"], name="v_node", **{attr: value}),
+             helper.make_node("MatMul", ["x", "v"], ["y"], name="dot")]
+    graph = helper.make_graph(nodes, "g", [_info("x", [2, 4], kind)], [_info("y", [2], kind), _info("v", list(np.shape(value)), kind)])
+    path = _save(tmp_path, graph)
+    # onnx's own reference runtime evaluates the Constant node: the independent value.
+    (expected,) = ReferenceEvaluator(str(path)).run(["v"], {"x": np.zeros((2, 4), dtype=helper.tensor_dtype_to_np_dtype(kind))})
+    assert np.array_equal(expected, np.asarray(value))
+    entries, _ = _read(path)
+    entry = entries["v"]
+    loaded = np.asarray(entry.load())
+    assert loaded.dtype == expected.dtype and loaded.shape == expected.shape == entry.shape
+    assert np.array_equal(loaded, expected)
+    # Neither a scalar nor a vector is a matrix: listed, skipped with the reason.
+    ndim = np.ndim(value)
+    assert entry.skip == f"{ndim}-D MatMul operand (batched weights are not read)"
+    (row,) = [r for r in wbfe.describe(str(path)).skipped if r["name"] == "v"]
+    assert row["reason"] == entry.skip
+
+
+W_SCAN = RNG.standard_normal((4, 6)).astype(np.float32)  # in × out, an outer initializer used in a Scan body
+W_STEP = RNG.standard_normal((6, 6)).astype(np.float32)  # in × out, a Constant inside the body
+
+
+def test_weights_inside_a_scan_body_are_read_and_listed_once(tmp_path: Path) -> None:
+    """Scan over the rows of x: s ← s @ W_STEP + x_t @ W_SCAN; W_SCAN is used again after the Scan."""
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_t", "w_scan"], ["p"], name="scan_in_mm"),
+         _const("w_step", W_STEP),
+         helper.make_node("MatMul", ["s_in", "w_step"], ["q"], name="scan_step_mm"),
+         helper.make_node("Add", ["p", "q"], ["s_out"], name="scan_add"),
+         helper.make_node("Identity", ["s_out"], ["y_t"], name="scan_out")],
+        "body", [_info("s_in", [6]), _info("x_t", [4])], [_info("s_out", [6]), _info("y_t", [6])])
+    nodes = [helper.make_node("Scan", ["s0", "x"], ["s_last", "ys"], name="scan", body=body, num_scan_inputs=1),
+             helper.make_node("MatMul", ["x", "w_scan"], ["z"], name="direct_mm")]
+    graph = helper.make_graph(nodes, "g", [_info("s0", [6]), _info("x", [3, 4])],
+                              [_info("s_last", [6]), _info("ys", [3, 6]), _info("z", [3, 6])],
+                              [numpy_helper.from_array(W_SCAN, "w_scan")])
+    path = _save(tmp_path, graph)
+    from onnx.reference import ReferenceEvaluator
+
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    s = np.zeros(6, dtype=np.float32)
+    for row in x:  # the recurrence the graph computes, by hand: the graph is the one described
+        s = s @ W_STEP + row @ W_SCAN
+    (last,) = ReferenceEvaluator(str(path)).run(["s_last"], {"s0": np.zeros(6, dtype=np.float32), "x": x})
+    assert np.allclose(last, s, rtol=1e-5)
+    entries, source = _read(path)
+    assert sorted(entries) == ["w_scan", "w_step"]  # w_scan used in the body and outside: once
+    assert torch.equal(to_torch(entries["w_scan"].load()), torch.from_numpy(W_SCAN.T.copy()))
+    assert torch.equal(to_torch(entries["w_step"].load()), torch.from_numpy(W_STEP.T.copy()))
+    assert sorted(source.provenance.extra["consumers"]["w_scan"]) == ["direct_mm (MatMul)", "scan_in_mm (MatMul)"]
+    described = wbfe.describe(str(path))
+    assert sorted(m["name"] for m in described.matrices) == ["w_scan", "w_step"]

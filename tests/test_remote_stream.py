@@ -302,3 +302,48 @@ def test_stream_is_refused_for_a_hub_model_without_safetensors(tmp_path: Path, s
     with pytest.raises(InvalidOptionError, match="org/pickled: --stream reads safetensors weights; this repository "
                                                  "holds pytorch_model.bin"):
         wbfe.score("org/pickled", stream=True)
+
+
+def _refs(server: Server, data: bytes) -> dict[str, tuple[str, str]]:
+    """The same file as a plain URL and as a hub model: ref -> (its range reads' path, its cache)."""
+    server.state.files["/m.safetensors"] = data
+    server.state.repos["org/r"] = Repo({"model.safetensors": data}, commit="f" * 40)
+    return {"url": (server.url("/m.safetensors"), "/m.safetensors"), "hub": ("org/r", "/lfs/")}
+
+
+@pytest.mark.parametrize("kind", ["url", "hub"])
+def test_a_429_with_retry_after_is_retried_after_the_wait_it_names(tmp_path: Path, server: Server, kind: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    local = make_checkpoint(tmp_path / "model.safetensors")
+    ref, where = _refs(server, local.read_bytes())[kind]
+    waits: list[float] = []
+    delay = RetryPolicy.delay
+
+    def recorded(self: RetryPolicy, retry: int, retry_after: float | None = None) -> float:
+        waits.append(delay(self, retry, retry_after))
+        return waits[-1]
+
+    monkeypatch.setattr(RetryPolicy, "delay", recorded)
+    server.state.faults.append((where, "status:429:1"))  # on the weights' range reads (the hub's storage)
+    same_scores(wbfe.score(ref, stream=True), wbfe.score(str(local)))
+    assert [r.status for r in server.state.ranged(where)[:2]] == [429, 206]
+    assert waits == [1.0]  # the Retry-After, not the policy's back-off of 0.001 s
+
+
+@pytest.mark.parametrize("kind", ["url", "hub"])
+def test_a_server_that_ignores_range_does_the_same_on_the_hub_and_plain_urls(tmp_path: Path, server: Server,
+                                                                           kind: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    local = make_checkpoint(tmp_path / "model.safetensors")
+    ref, where = _refs(server, local.read_bytes())[kind]
+    server.state.ignore_range = True
+    with pytest.raises(RangeNotSupportedError, match="ignores HTTP range requests.*without --stream"):
+        wbfe.score(ref, stream=True)
+    assert [r.status for r in server.state.ranged(where)] == [200]  # refused at the first answer, not retried
+    # By default, where the free disk would have it streamed, the file is downloaded instead.
+    monkeypatch.setattr(remote, "free_disk", lambda folder: 0)
+    downloaded = wbfe.score(ref)
+    same_scores(downloaded, wbfe.score(str(local)))
+    assert "transport" not in downloaded.model
+    cache = tmp_path / ("wbfe-cache" if kind == "url" else "hf")
+    assert [p.read_bytes() for p in cache.rglob("*.safetensors")] == [local.read_bytes()]

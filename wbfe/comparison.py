@@ -120,6 +120,7 @@ def compare(
     device: str = "auto",
     min_eigs: int = 10,
     seed: int = 0,
+    stream: Optional[bool] = None,
     progress: Optional[engine.Progress] = None,
 ) -> Comparison:
     """Compare checkpoint ``b`` against checkpoint ``a``, matrix by matrix.
@@ -132,6 +133,7 @@ def compare(
         top_k: size of the singular subspaces whose overlap is reported.
         layers: only tensors whose (A) name matches this regular expression.
         lam, device, min_eigs, seed: as for :func:`wbfe.score`.
+        stream: as for :func:`wbfe.score`, for both checkpoints (a hub id, URL or object-store URI).
         progress: called as each matched pair is done, with (done, total, name); the total is A's
             stored tensors, raised to the count done where fused experts are split.
 
@@ -149,7 +151,7 @@ def compare(
     """
     given = CompareOptions(metrics=() if metrics is None else metrics, name_map=name_map, top_k=top_k,  # type: ignore[arg-type]
                            layers=layers or None, lam=lam, device=device, min_eigs=min_eigs,  # type: ignore[arg-type]
-                           seed=seed)
+                           seed=seed, stream=stream)
     groups = resolve_groups(given.metrics)
     renames = given.renames
     pattern = given.pattern
@@ -195,7 +197,7 @@ def compare(
     # side only while they fit in 1.25x the largest pair met (or 64 MiB): about two tensors held.
     workers = worker_count(torch_device)
     in_flight: collections.deque[tuple[Future[tuple[bool, dict[str, Any]]], int, str]] = collections.deque()
-    with open_source(a) as source_a, open_source(b) as source_b, pin_threads(), \
+    with open_source(a, stream=given.stream) as source_a, open_source(b, stream=given.stream) as source_b, pin_threads(), \
             ThreadPoolExecutor(workers, thread_name_prefix="wbfe-compare") as pool:
         for source in (source_a, source_b):
             if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change

@@ -60,6 +60,7 @@ def describe(
     head: Optional[str] = None,
     min_eigs: int = 10,
     ww_compatible: bool = False,
+    stream: Optional[bool] = None,
     options: Optional[ScoreOptions] = None,
 ) -> Description:
     """The matrices :func:`wbfe.score` would analyse in ``ref``, planned exactly as it plans them
@@ -68,7 +69,8 @@ def describe(
 
     Args:
         ref: any reference :func:`wbfe.score` accepts.
-        conv, layers, head, min_eigs, ww_compatible: as for :func:`wbfe.score`; or ``options``.
+        conv, layers, head, min_eigs, ww_compatible, stream: as for :func:`wbfe.score`; or
+            ``options``. Streamed, only the headers (and ``config.json``) are fetched.
 
     Raises:
         InvalidOptionError: a bad option; the errors of :func:`wbfe.sources.open_source`.
@@ -81,10 +83,10 @@ def describe(
     """
     if options is None:
         options = ScoreOptions(metrics=("bfe",), conv=conv, layers=layers, head=head, min_eigs=min_eigs,
-                               ww_compatible=ww_compatible)
+                               ww_compatible=ww_compatible, stream=stream)
     matrices: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    with open_source(ref) as source:
+    with open_source(ref, stream=options.stream) as source:
         if source.provenance.pending is not None:
             source.provenance.pending.cancel()  # the hash reads every byte; a description reads none
         for entry, plan in engine.stream(source, options):

@@ -350,14 +350,15 @@ class CompareOptions(_Options):
         metrics: metric groups whose change is reported (empty: the default groups).
         name_map: (regex, replacement) renames applied in order to A's names before matching.
         top_k: size of the singular subspaces whose overlap is reported (≥ 1).
-        layers, lam, device, min_eigs, seed: as for :class:`ScoreOptions`.
+        layers, lam, device, min_eigs, seed, stream: as for :class:`ScoreOptions` (``stream``
+            applies to both checkpoints).
 
     Raises:
         InvalidOptionError: a field outside its allowed set or range.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "metrics": METRICS,
+        "metrics": METRICS, "stream": Flag(optional=True),
         "name_map": Custom(check_name_map, "REGEX=REPLACEMENT strings or (regex, replacement) pairs",
                            bad=("no-equals-sign", "(a+)+=x", "=x", [3])),
         "top_k": Integer(1), "min_eigs": MIN_EIGS, "seed": SCORE_SEED, "layers": LAYERS, "lam": LAMBDA,
@@ -372,6 +373,7 @@ class CompareOptions(_Options):
     device: str = "auto"
     min_eigs: int = 10
     seed: int = 0
+    stream: Optional[bool] = None
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
@@ -386,7 +388,8 @@ class CompareOptions(_Options):
     def keywords(self) -> dict[str, Any]:
         """The fields as :func:`wbfe.compare` keywords (``name_map`` as a list of pairs)."""
         return {"metrics": self.metrics, "name_map": list(self.name_map), "top_k": self.top_k, "layers": self.layers,
-                "lam": self.lam, "device": self.device, "min_eigs": self.min_eigs, "seed": self.seed}
+                "lam": self.lam, "device": self.device, "min_eigs": self.min_eigs, "seed": self.seed,
+                "stream": self.stream}
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison's recorded ``options`` (``lambda`` for :attr:`lam`, ``map`` for :attr:`name_map`)."""

@@ -165,8 +165,9 @@ class OnnxSource(TensorSource):
             except ValueError as exc:  # a scale or zero point that does not fit the tensor (found by fuzzing)
                 raise CorruptCheckpointError(f"{self._path}: DequantizeLinear of {weight.name!r}: {exc}",
                                              path=str(self._path)) from None
-        t = np.array(array)  # a copy the tensor owns, writable
-        return np.ascontiguousarray(t.T if weight.transpose else t)
+        # A C-ordered copy the tensor owns, writable; not np.ascontiguousarray, which makes a 0-D
+        # constant (a value_float) 1-D, unlike the shape its entry lists.
+        return np.array(array.T if weight.transpose else array, order="C")
 
     def __len__(self) -> int:
         return len(self._weights)
