@@ -324,3 +324,37 @@ def test_a_vision_transformer_whose_description_names_no_head_fails(framework, f
     assert verdict["status"] == "fails" and "vision transformer" in verdict["reasons"][0]
     plain = FrameworkDescription(framework, "BertModel", ("encoder.weight",), None, facts={"family": "bert"})
     assert applicability(plain)["status"] == "unknown"
+
+
+# --- a head that reads a summary stage (XLNet's SequenceSummary) -------------------------------
+
+def _xlnet(**dropouts):
+    from transformers import XLNetConfig, XLNetForSequenceClassification
+
+    from wbfe.framework import describe_module
+
+    import torch
+    with torch.device("meta"):
+        model = XLNetForSequenceClassification(XLNetConfig(vocab_size=64, d_model=32, n_layer=1, n_head=2,
+                                                           d_inner=64, num_labels=3, **dropouts))
+    return applicability(describe_module(model))
+
+
+def test_xlnet_dropout_inside_its_sequence_summary_fails():
+    """transformers' SequenceSummary runs first_dropout → summary linear → tanh → last_dropout before
+    logits_proj: both dropouts perturb the features the head is trained on."""
+    pytest.importorskip("transformers")
+    verdict = _xlnet(summary_first_dropout=0.2, summary_last_dropout=0.0)
+    assert verdict["status"] == "fails"
+    assert verdict["reasons"][0].startswith(
+        "dropout on the features the head reads: sequence_summary.first_dropout (rate 0.2); ")
+    default_last = _xlnet(summary_first_dropout=0.0)  # XLNetConfig's summary_last_dropout is 0.1
+    assert "sequence_summary.last_dropout (rate 0.1)" in default_last["reasons"][0]
+
+
+def test_xlnet_without_summary_dropout_holds():
+    pytest.importorskip("transformers")
+    verdict = _xlnet(summary_first_dropout=0.0, summary_last_dropout=0.0)
+    assert verdict["status"] == "holds", verdict
+    assert ("the head logits_proj.weight is one linear map of the last features with no dropout before it (the "
+            "summary stage sequence_summary, a linear map and an activation, makes those features)") in verdict["reasons"][0]

@@ -154,4 +154,12 @@ def applicability(description: Optional[FrameworkDescription],
             ".h5 file) would decide it"]}
     return {"status": "holds",
             "reasons": [f"{description.model}: the head {description.head} is one linear map of the last features "
-                        f"with no dropout before it: {_HOLDS_FINDING}{_head_rule(description)}"]}
+                        f"with no dropout before it{_summary_stage(description)}: {_HOLDS_FINDING}"
+                        f"{_head_rule(description)}"]}
+
+
+def _summary_stage(d: FrameworkDescription) -> str:
+    """Where the head reads a summary stage (linear + activation): its output is the last features,
+    as a pooler's is; the paper's last layer is the linear map after it, not the two together."""
+    stage = d.facts.get("summary_stage")
+    return f" (the summary stage {stage}, a linear map and an activation, makes those features)" if stage else ""
