@@ -37,6 +37,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "evidence.json"
 OUTPUT = ROOT / "docs" / "evidence.md"
 COMMAND = "python benchmarks/evidence.py"
 STATUSES = ("holds", "fails", "unknown")
+# rank's default groups (bfe, htsr) and the HTMP fit (its summary columns h, f_inf, htmp_kappa).
+METRICS = "bfe,htsr,htmp"
 # The BFE-W paper (arXiv 2610.13123), as wbfe.applicability quotes it: Spearman ρ of BFE-W with accuracy.
 PAPER = (
     ("standard conv nets (ResNet, RegNet, ResNeXt)", "holds", "−0.71 to −1.00"),
@@ -138,7 +140,7 @@ def rank_view(zoo: Any, scorer: Optional[Callable[[str, Any], Any]]) -> dict[str
     import wbfe
 
     kwargs: dict[str, Any] = {"scorer": scorer} if scorer is not None else {}
-    result = wbfe.rank(zoo, "test_accuracy", cache_dir=False, **kwargs)
+    result = wbfe.rank(zoo, "test_accuracy", cache_dir=False, metrics=METRICS, **kwargs)
     models = [{"model": m.model, "quality": m.quality, "status": m.applicability, "scores": m.scores}
               for m in result.models]
     metrics = [row.metric for row in result.metrics]
@@ -166,6 +168,20 @@ def largest_difference(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, 
     return max(diffs, default=0.0)
 
 
+def left_out() -> dict[str, str]:
+    """The zoos rank knows that this run cannot score, with why: every built-in zoo whose
+    checkpoints are downloaded (this script runs offline), and ``timm:`` / ``torchvision:``
+    references, which name downloadable weights."""
+    from wbfe.ranking.zoo import list_zoos
+
+    out = {zoo.name: f"{zoo.description}: its weights are downloaded, and this run is offline"
+           for zoo in list_zoos() if not zoo.offline}
+    out["timm: / torchvision: / hf: references"] = ("a zoo spec may name timm, torchvision or Hub models "
+                                                    "(wbfe/ranking/zoo.py); their weights are downloaded, and "
+                                                    "this run is offline")
+    return out
+
+
 def measure() -> dict[str, Any]:
     """Score every zoo in both views; return what the JSON holds."""
     import platform
@@ -174,7 +190,7 @@ def measure() -> dict[str, Any]:
     from wbfe.errors import SourceNotFoundError
 
     started = time.perf_counter()
-    out: dict[str, Any] = {"zoos": {}, "missing": {}}
+    out: dict[str, Any] = {"zoos": {}, "missing": {}, "left_out": left_out()}
     pooled: list[dict[str, Any]] = []
     for key, (title, load, build) in zoos().items():
         try:
@@ -257,7 +273,9 @@ def render(results: Path = RESULTS) -> str:
         "models of each BFE-W applicability status (`summary.bfe_applicability`, [metrics.md]"
         "(metrics.md#where-bfe-w-applies)). For BFE-W, `alpha`, `alpha_weighted`, `log_norm`, "
         "`log_spectral_norm` and `log_alpha_norm` a *negative* ρ is agreement (lower predicts better); "
-        "`stable_rank` and `entropy` have no expected sign. Statistics: "
+        "`stable_rank` and `entropy` have no expected sign. The metric groups are rank's defaults (bfe, htsr) "
+        "and the HTMP fit (`h`, `f_inf`, `htmp_kappa`, [metrics.md](metrics.md)), which have no expected sign "
+        "here either. Statistics: "
         f"{run['stats']}; with wbfe {run['wbfe']}, in {run['seconds']} s.",
         "",
         "## How the statuses are obtained",
@@ -280,6 +298,11 @@ def render(results: Path = RESULTS) -> str:
         out.append(f"| `{key}` | {zoo['n_models']} | {files} | {_counts(views['module']['counts'])} | {diff} |")
     for key, why in data.get("missing", {}).items():
         out.append(f"| `{key}` | — | not scored: {why} | | |")
+    if data.get("left_out"):
+        out += ["", "Left out: the zoos `wbfe rank` knows whose models this run cannot score (no network "
+                "here), so no ρ on this page covers them:", "",
+                "| zoo | why |", "|---|---|",
+                *[f"| `{key}` | {why} |" for key, why in data["left_out"].items()]]
     out += [
         "",
         "## The paper's figures, for context",

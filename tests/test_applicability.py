@@ -103,7 +103,7 @@ def test_bert_with_hidden_dropout_fails(tmp_path):
     verdict = _verdict(_save(_bert(0.1), tmp_path / "bert"))
     assert verdict["status"] == "fails"
     assert verdict["reasons"] == [
-        "dropout on the features the head reads: dropout (rate 0.1); the paper finds BFE-W uninformative when "
+        "dropout on the features the head reads: dropout (rate 0.1); the paper (arXiv 2610.13123) finds BFE-W uninformative when "
         "dropout precedes the last layer (VGG, EfficientNet, MNASNet: Spearman rho 0.00)"]
 
 
@@ -120,7 +120,7 @@ def test_vit_fails(tmp_path):
                                                 intermediate_size=64, image_size=32, patch_size=8, num_labels=3))
     verdict = _verdict(_save(model, tmp_path / "vit"))
     assert verdict == {"status": "fails", "reasons": [
-        "ViTForImageClassification is a vision transformer (model_type vit); the paper finds BFE-W does not "
+        "ViTForImageClassification is a vision transformer (model_type vit); the paper (arXiv 2610.13123) finds BFE-W does not "
         "track accuracy on vision transformers (ViT, Swin: rho +0.14)"]}
 
 
@@ -242,7 +242,7 @@ def test_torchvision_modules_without_get_classifier():
     vgg = applicability(describe_module(torchvision.models.vgg11(weights=None)))
     assert vgg["status"] == "fails"
     assert vgg["reasons"] == [
-        "dropout on the features the head reads: classifier.5 (rate 0.5); the paper finds BFE-W uninformative when "
+        "dropout on the features the head reads: classifier.5 (rate 0.5); the paper (arXiv 2610.13123) finds BFE-W uninformative when "
         "dropout precedes the last layer (VGG, EfficientNet, MNASNet: Spearman rho 0.00); the head "
         "classifier.6.weight is the last nn.Linear registered in the module tree (1000 outputs): the module names "
         "no classifier (no get_classifier() or get_output_embeddings())"]
@@ -324,3 +324,61 @@ def test_a_vision_transformer_whose_description_names_no_head_fails(framework, f
     assert verdict["status"] == "fails" and "vision transformer" in verdict["reasons"][0]
     plain = FrameworkDescription(framework, "BertModel", ("encoder.weight",), None, facts={"family": "bert"})
     assert applicability(plain)["status"] == "unknown"
+
+
+# --- a head that reads a summary stage (XLNet's SequenceSummary) -------------------------------
+
+def _xlnet(**dropouts):
+    from transformers import XLNetConfig, XLNetForSequenceClassification
+
+    from wbfe.framework import describe_module
+
+    import torch
+    with torch.device("meta"):
+        model = XLNetForSequenceClassification(XLNetConfig(vocab_size=64, d_model=32, n_layer=1, n_head=2,
+                                                           d_inner=64, num_labels=3, **dropouts))
+    return applicability(describe_module(model))
+
+
+def test_xlnet_dropout_inside_its_sequence_summary_fails():
+    """transformers' SequenceSummary runs first_dropout → summary linear → tanh → last_dropout before
+    logits_proj: both dropouts perturb the features the head is trained on."""
+    pytest.importorskip("transformers")
+    verdict = _xlnet(summary_first_dropout=0.2, summary_last_dropout=0.0)
+    assert verdict["status"] == "fails"
+    assert verdict["reasons"][0].startswith(
+        "dropout on the features the head reads: sequence_summary.first_dropout (rate 0.2); ")
+    default_last = _xlnet(summary_first_dropout=0.0)  # XLNetConfig's summary_last_dropout is 0.1
+    assert "sequence_summary.last_dropout (rate 0.1)" in default_last["reasons"][0]
+
+
+def test_xlnet_without_summary_dropout_holds():
+    pytest.importorskip("transformers")
+    verdict = _xlnet(summary_first_dropout=0.0, summary_last_dropout=0.0)
+    assert verdict["status"] == "holds", verdict
+    assert ("the head logits_proj.weight is one linear map of the last features with no dropout before it (the "
+            "summary stage sequence_summary, a linear map and an activation, makes those features)") in verdict["reasons"][0]
+
+
+def test_every_reason_cites_the_papers_condition():
+    """Each branch's reasons name the paper and its condition; an ``unknown`` reason also says what
+    would decide it (the brief of issue #30: a reader must see why, not only a status)."""
+    def desc(head="fc.weight", **facts):
+        return FrameworkDescription("torch", "Net", ("fc.weight",), head, facts=facts)
+
+    condition = "BFE-W is derived for a decoupled linear last layer at interpolation (arXiv 2610.13123)"
+    unknown = [applicability(None), applicability(None, {"model_type": "nothing"}), applicability(desc(head=None)),
+               applicability(desc(dropout_unrecorded="an inference graph: converters remove Dropout"))]
+    for verdict in unknown:
+        assert verdict["status"] == "unknown", verdict
+        (reason,) = verdict["reasons"]
+        assert condition in reason and "decide" in reason.rpartition(condition)[2], reason
+    fails = applicability(desc(dropout=[["drop", 0.5]], heads=["fc2"], head_class="LSTM", family="x"))
+    assert fails["status"] == "fails" and len(fails["reasons"]) == 2
+    vit = applicability(FrameworkDescription("timm", "vit", ("head.weight",), "head.weight", facts={"family": "vit_s"}))
+    holds = applicability(desc())
+    assert holds["status"] == "holds"
+    for reason in [*fails["reasons"], *vit["reasons"], *holds["reasons"]]:
+        assert "arXiv 2610.13123" in reason, reason
+    assert "uninformative when dropout precedes the last layer" in fails["reasons"][0]
+    assert "a decoupled linear last layer" in holds["reasons"][0]

@@ -39,12 +39,16 @@ TORCH_VISION_TRANSFORMERS = frozenset({"VisionTransformer", "SwinTransformer"})
 # Keras layers that are not one linear map of their input.
 _NONLINEAR_HEADS = frozenset({"LSTM", "GRU", "SimpleRNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"})
 
-_DROPOUT_FINDING = ("the paper finds BFE-W uninformative when dropout precedes the last layer "
+_PAPER = "arXiv 2610.13123"
+# The condition every reason is read against; an "unknown" reason states it, then what would decide it.
+_CONDITION = (f"BFE-W is derived for a decoupled linear last layer at interpolation ({_PAPER}), and the paper finds "
+              "it uninformative with dropout before that layer (rho 0.00) or on vision transformers (rho +0.14)")
+_DROPOUT_FINDING = (f"the paper ({_PAPER}) finds BFE-W uninformative when dropout precedes the last layer "
                     "(VGG, EfficientNet, MNASNet: Spearman rho 0.00)")
-_VIT_FINDING = ("the paper finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)")
-_HEAD_FINDING = ("BFE-W is derived for one linear last layer on the last features; the paper's "
+_VIT_FINDING = (f"the paper ({_PAPER}) finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)")
+_HEAD_FINDING = (f"BFE-W is derived for one linear last layer on the last features ({_PAPER}); the paper's "
                  "derivation does not cover this head")
-_HOLDS_FINDING = ("the setting BFE-W is derived for (a decoupled linear last layer); the paper finds rho -0.71 to "
+_HOLDS_FINDING = (f"the setting BFE-W is derived for (a decoupled linear last layer, {_PAPER}); the paper finds rho -0.71 to "
                   "-1.00 on standard conv nets and -0.66 (Pythia), -0.77 (Qwen3.5) on decoder LMs")
 
 
@@ -127,11 +131,13 @@ def applicability(description: Optional[FrameworkDescription],
     """
     if description is None:
         if config:
-            why = ("its config.json names no model wbfe could build here (see model.framework): install the "
-                   "framework it names (transformers, timm) to decide")
+            why = ("its config.json names no model wbfe could build here (see model.framework), so the path into "
+                   f"the head cannot be checked; {_CONDITION}: install the framework it names (transformers, timm) "
+                   "to decide")
         else:
-            why = ("no description of the model (a bare state dict, or weights without config.json): add the "
-                   "model's config.json beside the weights, or score the framework's own file (.keras, .h5, .gguf)")
+            why = ("no description of the model (a bare state dict, or weights without config.json), so the path "
+                   f"into the head cannot be checked; {_CONDITION}: add the model's config.json beside the weights, "
+                   "or score the framework's own file (.keras, .h5, .gguf), to decide")
         return {"status": "unknown", "reasons": [why]}
     # A description that names no head (a base model, a module without get_classifier()): the path
     # into the head cannot be read, which is not the same as a model without one; only the rules
@@ -144,14 +150,24 @@ def applicability(description: Optional[FrameworkDescription],
     if head_unread:
         return {"status": "unknown", "reasons": [
             f"{description.model}: its description names no head ({description.note or 'none given'}); "
-            "the path into the head cannot be read"]}
+            f"the path into the head cannot be read; {_CONDITION}: name the head (--head) on a model "
+            "with its classifier, or give the task model's config.json (a ...For...Classification), to decide"]}
     if description.facts.get("dropout_unrecorded"):
         # An inference graph (a TFLite file): converters drop Dropout, so its absence here says
         # nothing about training, and "holds" would claim what the file cannot show.
         return {"status": "unknown", "reasons": [
             f"{description.model}: {description.facts['dropout_unrecorded']}; the head {description.head} is one "
-            "linear map of the last features, so the training model's description (config.json, the .keras or "
-            ".h5 file) would decide it"]}
+            f"linear map of the last features; {_CONDITION}, and whether training put dropout there cannot be "
+            "read from this file: the training model's description (config.json, the .keras or .h5 file) would "
+            "decide it"]}
     return {"status": "holds",
             "reasons": [f"{description.model}: the head {description.head} is one linear map of the last features "
-                        f"with no dropout before it: {_HOLDS_FINDING}{_head_rule(description)}"]}
+                        f"with no dropout before it{_summary_stage(description)}: {_HOLDS_FINDING}"
+                        f"{_head_rule(description)}"]}
+
+
+def _summary_stage(d: FrameworkDescription) -> str:
+    """Where the head reads a summary stage (linear + activation): its output is the last features,
+    as a pooler's is; the paper's last layer is the linear map after it, not the two together."""
+    stage = d.facts.get("summary_stage")
+    return f" (the summary stage {stage}, a linear map and an activation, makes those features)" if stage else ""

@@ -105,10 +105,18 @@ def applicability_line(verdict: dict[str, Any]) -> str:
 
 
 def score_csv(result: Any) -> str:
-    """One CSV row per matrix with every column (reasons joined as ``column: reason``)."""
+    """One CSV row per matrix with every column (reasons joined as ``column: reason``), then the
+    model's BFE-W applicability (``bfe_applicability``, its reasons joined with "; ") on every row:
+    a CSV has no summary block, and a reader filtering rows must still see whether BFE-W applies."""
     columns: list[str] = []
     for layer in result.layers:
         columns += [k for k in layer if k not in columns]
+    verdict = result.summary.get("bfe_applicability")
+    model_columns: dict[str, str] = {}
+    if isinstance(verdict, dict):
+        model_columns = {"bfe_applicability": str(verdict.get("status")),
+                         "bfe_applicability_reasons": "; ".join(str(r) for r in verdict.get("reasons") or [])}
+        columns += [c for c in model_columns if c not in columns]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=[printable(c) for c in columns], lineterminator="\n")
     writer.writeheader()
@@ -116,6 +124,7 @@ def score_csv(result: Any) -> str:
         row = dict(layer)
         row["shape"] = "x".join(str(s) for s in layer["shape"])
         row["reasons"] = "; ".join(f"{k}: {v}" for k, v in layer.get("reasons", {}).items())
+        row.update(model_columns)
         writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else printable(v) if isinstance(v, str) else v)
                          for k, v in row.items()})
     return buffer.getvalue()

@@ -60,7 +60,11 @@ class ModelScore:
     def _headline(self) -> list[tuple[str, Any]]:
         """The summary numbers a reader looks at first, in display order."""
         keys = ("head", "head_source", "bfe_head", "bfe_mean", "alpha_mean", "h_head")
-        return [(k, self.summary[k]) for k in keys if k in self.summary]
+        shown = [(k, self.summary[k]) for k in keys if k in self.summary]
+        verdict = self.summary.get("bfe_applicability")
+        if isinstance(verdict, dict):  # the status only: its reasons are long (summary has them)
+            shown.append(("bfe_applicability", verdict.get("status")))
+        return shown
 
     def __repr__(self) -> str:
         # A notebook shows this: a line, not the 56 KB of every row (to_dict() has them).

@@ -5,7 +5,13 @@ averaged with the classifier: no single head).
 
 Read from the module tree, so the rates are the ones the framework itself took from the config
 (BERT's ``classifier_dropout`` else ``hidden_dropout_prob``, DistilBERT's ``seq_classif_dropout``,
-XLNet's and GPT-2 double heads' ``summary_first_dropout``, timm's ``drop_rate``...).
+timm's ``drop_rate``...).
+
+A head may read a summary or pooler stage beside it instead of the backbone's output directly
+(transformers' SequenceSummary in XLNet, GPT-2 double heads: first_dropout → summary linear →
+activation → last_dropout). Such a stage is a sibling made only of leaf layers with a Linear among
+them (the backbone beside the head is a tree of blocks, never only leaves); its dropouts are on the
+path into the head, and are reported under the stage's name (``sequence_summary.first_dropout``).
 """
 
 from __future__ import annotations
@@ -46,11 +52,22 @@ def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = 
         full = f"{parent_name}.{child_name}" if parent_name else child_name
         if type(child).__name__ in _DROPOUTS and float(getattr(child, "p", 0.0) or 0.0) > 0:
             facts["dropout"].append([full, float(child.p)])
+        elif full != module_name and _is_summary_stage(child):
+            facts.setdefault("summary_stage", full)
+            facts["dropout"] += [[f"{full}.{name}", float(layer.p)] for name, layer in child.named_children()
+                                 if type(layer).__name__ in _DROPOUTS and float(getattr(layer, "p", 0.0) or 0.0) > 0]
         elif full != module_name and outputs is not None and _outputs(child) == outputs:
             facts["heads"].append(full)
     if drop_rate and not facts["dropout"]:  # a Dropout module already holds the rate where there is one
         facts["dropout"].append(["drop_rate", float(drop_rate)])
     return facts
+
+
+def _is_summary_stage(module: Any) -> bool:
+    """A pooler / sequence-summary stage: only leaf layers, a Linear among them."""
+    children = list(module.children())
+    return (any(type(c).__name__ == "Linear" for c in children)
+            and all(next(iter(c.children()), None) is None for c in children))
 
 
 def _outputs(module: Any) -> Optional[int]:
