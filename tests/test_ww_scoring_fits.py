@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 import wbfe
 from wbfe_cli.main import app
 
-from test_ww_compatible_scoring import _model
+from tests.test_ww_compatible_scoring import _model
 
 EVALS_THRESH = 1e-5  # weightwatcher.constants.EVALS_THRESH: the eigenvalues it fits
 PL_RANGE = {"alpha": [1, None]}  # the Clauset-Shalizi-Newman bounds WeightWatcher was written for (see test_fingers)
