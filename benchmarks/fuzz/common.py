@@ -9,14 +9,14 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 
 from wbfe.errors import WbfeError
 
 __all__ = ["Hang", "REFUSALS", "refused", "scratch", "put", "fresh_folder", "time_bound", "check_source",
-           "check_engine", "Compare", "Reference", "TIME_BOUND", "USE_ALARM"]
+           "check_engine", "Compare", "Reference", "RefusedTensor", "TIME_BOUND", "USE_ALARM"]
 
 # Seconds one input may take (a hang is a finding). Under libFuzzer, whose -timeout uses SIGALRM
 # itself (and also stops a hang in native code), benchmarks/fuzz/run.py sets USE_ALARM off.
@@ -91,9 +91,15 @@ def time_bound(seconds: float = TIME_BOUND) -> Iterator[None]:
 # it (a harness's own parse, or the format's reference package); raises AssertionError if not.
 Compare = Callable[[Any, Any], None]
 # reference(): the file's tensors as the format's reference package parses the same bytes, {name:
-# bytes of its stored values}, or None where the reference cannot list them (a layout wbfe unwraps
-# by its own rules). Raises AssertionError where the reference refuses a file wbfe read.
-Reference = Callable[[], Optional[dict[str, bytes]]]
+# the bytes of its stored values (or a tuple of the layouts the reader may give: a matrix or its
+# transpose), None where the reader reads a transform of them (ONNX's dequantised weights), or a
+# RefusedTensor where the reference cannot read that tensor}, or None where the reference cannot
+# list them (a layout wbfe unwraps by its own rules). Raises AssertionError where the reference refuses a file wbfe read.
+class RefusedTensor(str):
+    """The reference's refusal of one tensor: the reader must skip it, never read numbers from it."""
+
+
+Reference = Callable[[], Optional[dict[str, Union[None, bytes, tuple[bytes, ...], RefusedTensor]]]]
 
 
 def check_source(ref: Any, *, compare: Optional[Compare] = None, reference: Optional[Reference] = None,
@@ -164,7 +170,10 @@ def check_reference(names: list[str], held: dict[str, bytes], reference: Referen
         f"the reader lists {sorted(set(names) - set(stored))} the reference does not, and misses "
         f"{sorted(set(stored) - set(names))}")
     for name, data in held.items():
-        assert data == stored[name], f"{name!r}: not the bytes the reference package reads for it"
+        want = stored[name]
+        assert not isinstance(want, RefusedTensor), f"{name!r}: read, but the reference refuses it: {want}"
+        assert want is None or data in (want if isinstance(want, tuple) else (want,)), (
+            f"{name!r}: not the bytes the reference package reads for it")
 
 
 def check_engine(ref: Any, names: list[str]) -> None:
