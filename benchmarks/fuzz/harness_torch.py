@@ -12,7 +12,7 @@ import io
 from collections import OrderedDict
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from benchmarks.fuzz.common import check_source, put
 
@@ -25,7 +25,7 @@ def fuzz_one(data: bytes) -> None:
     check_source(path, reference=lambda: _torch_parse(path))
 
 
-def _torch_parse(path: Path) -> Optional[dict[str, bytes]]:
+def _torch_parse(path: Path) -> Optional[dict[str, Any]]:
     import torch
 
     try:
