@@ -39,13 +39,14 @@ def prune_command(
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Remove old or least recently used entries and copies; never anything wbfe did not write."""
-    from wbfe.cache_admin import DEFAULT_MAX_SIZE, prune_cache
+    from wbfe.cache_admin import prune_cache
+    from wbfe.sources.object_bound import object_cache_bound
 
     if max_size is not None and max_size.strip().lower() == "none":
         bound: Union[str, int, None] = None
     elif max_size is not None:
         bound = max_size
     else:
-        bound = None if older_than is not None else DEFAULT_MAX_SIZE
+        bound = None if older_than is not None else object_cache_bound()
     report = prune_cache(cache_dir, max_size=bound, older_than=older_than, dry_run=dry_run)
     typer.echo(json.dumps(report.to_dict(), indent=2) + "\n" if fmt is Format.json else report.summary(), nl=False)

@@ -34,6 +34,10 @@ def test_two_drivers_at_once_agree_with_one_and_leave_a_valid_cache(tmp_path: Pa
     results = [_result(first), _result(second)]
     for result in results:
         assert without_run_details(result) == without_run_details(alone)
+    # Each model is scored exactly once between them: the cache claim makes the other driver
+    # wait for and take the first one's score instead of scoring it again.
+    assert sum(int(result["n_scored"]) for result in results) == 4  # type: ignore[call-overload]
+    assert sum(int(r["n_scored"]) + int(r["n_cached"]) for r in results) == 8  # type: ignore[call-overload]
     # The cache the two wrote together is whole: a third run takes every model from it.
     third = _result(_rank(spec, env))
     assert (third["n_cached"], third["n_scored"]) == (4, 0)

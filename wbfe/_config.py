@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "shared_zoo_dir", "usable_cpus",
+__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "wbfe_cache_max_size", "shared_zoo_dir", "usable_cpus",
            "blas_threads"]
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -45,6 +45,12 @@ def wbfe_cache_dir() -> Path:
         return Path(os.environ["WBFE_CACHE_DIR"]).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg).expanduser() / "wbfe" / "scores"
+
+
+def wbfe_cache_max_size() -> str:
+    """``$WBFE_CACHE_MAX_SIZE`` as written ('' when unset): the object-copy bound, parsed by
+    :func:`wbfe.sources.object_bound.object_cache_bound`."""
+    return os.environ.get("WBFE_CACHE_MAX_SIZE", "").strip()
 
 
 def shared_zoo_dir() -> Path:

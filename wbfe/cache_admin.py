@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from wbfe.errors import InvalidOptionError
+from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size
 
 __all__ = ["CacheUnit", "CacheInfo", "PruneReport", "cache_info", "prune_cache", "parse_size", "format_size",
            "DEFAULT_MAX_SIZE", "KINDS"]
 
-DEFAULT_MAX_SIZE = 20 * 2**30  # 20 GiB: a few LLM copies; score entries are a few KB each
 KINDS = ("entries", "hashes", "objects", "claims", "partial")
 _PARTIAL_AGE = 86400.0
 _HEX64 = r"[0-9a-f]{64}"
@@ -45,24 +45,6 @@ _TEMP = re.compile(rf"^\.{_HEX64}\.(json\.[0-9a-f]+\.tmp|claim\.[0-9a-f]+\.stale
 _OBJECT = re.compile(rf"^{_HEX64}$")
 _OBJECT_PART = re.compile(rf"^\.{_HEX64}\.[0-9a-f]+\.part$")
 _SHARD = re.compile(r"^[0-9a-f]{2}$")
-_UNITS = {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def parse_size(text: Union[str, int]) -> int:
-    """Bytes from ``500M``, ``20G``, ``1.5T``, ``2GiB``, ``123`` (powers of 1024).
-
-    Raises:
-        InvalidOptionError: not a non-negative size.
-    """
-    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
-        return text
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([BKMGT]?)(?:I?B)?\s*", str(text).upper())
-    if not match:
-        raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
-    value = float(match.group(1)) * _UNITS[match.group(2) or "B"]
-    if not math.isfinite(value):
-        raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
-    return int(value)
 
 
 def format_size(n: float) -> str:

@@ -9,14 +9,14 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 
 from wbfe.errors import WbfeError
 
 __all__ = ["Hang", "REFUSALS", "refused", "scratch", "put", "fresh_folder", "time_bound", "check_source",
-           "check_engine", "Compare", "TIME_BOUND", "USE_ALARM"]
+           "check_engine", "Compare", "Reference", "RefusedTensor", "TIME_BOUND", "USE_ALARM"]
 
 # Seconds one input may take (a hang is a finding). Under libFuzzer, whose -timeout uses SIGALRM
 # itself (and also stops a hang in native code), benchmarks/fuzz/run.py sets USE_ALARM off.
@@ -90,11 +90,24 @@ def time_bound(seconds: float = TIME_BOUND) -> Iterator[None]:
 # compare(entry, tensor): an independent check that the tensor holds the bytes the file stores for
 # it (a harness's own parse, or the format's reference package); raises AssertionError if not.
 Compare = Callable[[Any, Any], None]
+# reference(): the file's tensors as the format's reference package parses the same bytes, {name:
+# the bytes of its stored values (or a tuple of the layouts the reader may give: a matrix or its
+# transpose), None where the reader reads a transform of them (ONNX's dequantised weights), or a
+# RefusedTensor where the reference cannot read that tensor}, or None where the reference cannot
+# list them (a layout wbfe unwraps by its own rules). Raises AssertionError where the reference refuses a file wbfe read.
+class RefusedTensor(str):
+    """The reference's refusal of one tensor: the reader must skip it, never read numbers from it."""
 
 
-def check_source(ref: Any, *, compare: Optional[Compare] = None, engine: bool = True) -> None:
+Reference = Callable[[], Optional[dict[str, Union[None, bytes, tuple[bytes, ...], RefusedTensor]]]]
+
+
+def check_source(ref: Any, *, compare: Optional[Compare] = None, reference: Optional[Reference] = None,
+                 engine: bool = True) -> None:
     """Open ``ref`` with :func:`wbfe.sources.open_source`, read every entry, check the invariants,
-    then score it with the engine when it is small. A :class:`WbfeError` anywhere ends it quietly
+    then score it with the engine when it is small. With ``reference``, the reader's list (read or
+    skipped) must be exactly the reference's tensors, and every tensor read must hold the bytes the
+    reference reads for it. A :class:`WbfeError` anywhere ends it quietly
     (a refusal is the right answer to a bad file); anything else propagates (a finding).
 
     Raises:
@@ -104,6 +117,7 @@ def check_source(ref: Any, *, compare: Optional[Compare] = None, engine: bool = 
     from wbfe.sources import open_source
 
     names: list[str] = []
+    held: dict[str, bytes] = {}
     total = 0
     try:
         with time_bound(), open_source(ref) as source:
@@ -128,14 +142,38 @@ def check_source(ref: Any, *, compare: Optional[Compare] = None, engine: bool = 
                 assert dtype_name(tensor) == entry.dtype, (
                     f"{entry.name!r}: load() gave {dtype_name(tensor)}, the entry says {entry.dtype}")
                 total += int(flat_bytes(tensor).size)
+                if reference is not None:
+                    held[entry.name] = flat_bytes(tensor).tobytes()
                 if compare is not None:
                     compare(entry, tensor)
                 del tensor
     except WbfeError as exc:
         refused(exc)
         return
+    if reference is not None:
+        check_reference(names, held, reference)
     if engine and names and len(names) <= _ENGINE_ENTRIES and total <= _ENGINE_BYTES:
         check_engine(ref, names)
+
+
+def check_reference(names: list[str], held: dict[str, bytes], reference: Reference) -> None:
+    """The reader's list against the reference parse: the same tensors, each read one the same bytes.
+
+    Raises:
+        AssertionError: a tensor one lists and the other does not, or different bytes.
+    """
+    with time_bound():
+        stored = reference()
+    if stored is None:
+        return
+    assert sorted(names) == sorted(stored), (
+        f"the reader lists {sorted(set(names) - set(stored))} the reference does not, and misses "
+        f"{sorted(set(stored) - set(names))}")
+    for name, data in held.items():
+        want = stored[name]
+        assert not isinstance(want, RefusedTensor), f"{name!r}: read, but the reference refuses it: {want}"
+        assert want is None or data in (want if isinstance(want, tuple) else (want,)), (
+            f"{name!r}: not the bytes the reference package reads for it")
 
 
 def check_engine(ref: Any, names: list[str]) -> None:

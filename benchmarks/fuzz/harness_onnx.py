@@ -1,16 +1,61 @@
 """Fuzz the ONNX reader: one ``model.onnx`` (protobuf, initializers, the graph that says which
-tensors are weights, QDQ dequantisation)."""
+tensors are weights, QDQ dequantisation).
+
+Independent check: the reader lists exactly the model's initializers and ``Constant`` values as
+the ``onnx`` package parses the same bytes, and each tensor read holds what
+``onnx.numpy_helper.to_array`` reads for it (a dequantised weight is a transform, not compared);
+a model ``onnx`` refuses that the reader read is a finding.
+"""
 
 from __future__ import annotations
 
-from benchmarks.fuzz.common import check_source, put
+from pathlib import Path
+from typing import Any, Optional
+
+from benchmarks.fuzz.common import RefusedTensor, check_source, put
 
 NAME = "onnx"
 
 
 def fuzz_one(data: bytes) -> None:
     """Read ``data`` as an ONNX model; raise on a finding."""
-    check_source(put("model.onnx", data))
+    path = put("model.onnx", data)
+    check_source(path, reference=lambda: _onnx_parse(path))
+
+
+def _onnx_parse(path: Path) -> Optional[dict[str, Any]]:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        graph = model.graph
+        quantised = {node.input[0] for node in graph.node if node.op_type == "DequantizeLinear" and node.input}
+        out: dict[str, Optional[bytes]] = {}
+        for tensor in graph.initializer:
+            external = tensor.data_location == onnx.TensorProto.EXTERNAL
+            out[tensor.name] = None if external or tensor.name in quantised else _layouts(np, numpy_helper, tensor)
+        for node in graph.node:
+            if node.op_type == "Constant" and node.output:
+                values = [a for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR]
+                if values:
+                    out[node.output[0]] = None if node.output[0] in quantised else _layouts(
+                        np, numpy_helper, values[0].t)
+    except Exception as exc:  # noqa: BLE001 - any refusal by onnx of a model wbfe read
+        raise AssertionError(f"onnx refuses a model the reader read: {type(exc).__name__}: {exc}") from None
+    return out
+
+
+def _layouts(np: Any, numpy_helper: Any, tensor: Any) -> Any:
+    """The little-endian bytes of a tensor's values, and of its transpose for a matrix (the reader
+    orients a MatMul weight as the graph uses it); a RefusedTensor where onnx cannot read it."""
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception as exc:  # noqa: BLE001 - onnx cannot read this tensor: the reader must not either
+        return RefusedTensor(f"{type(exc).__name__}: {exc}")
+    forms = [array] + ([array.T] if array.ndim == 2 else [])
+    return tuple(bytes(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()) for a in forms)
 
 
 def seeds() -> dict[str, bytes]:

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 from wbfe.errors import MissingDependencyError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
+from wbfe.sources.object_bound import evict_objects, object_cache_bound
 
 __all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL",
            "store_filesystem", "object_identity", "call_store", "CONFIGS", "claims_uri"]
@@ -192,6 +193,8 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    # The copies grow by a checkpoint each time: keep them within the bound, never evicting this one.
+    evict_objects(object_cache_dir(), keep=final, bound=object_cache_bound())
     return final / signature[0] if info.get("type") != "directory" else final
 
 

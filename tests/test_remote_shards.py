@@ -1,0 +1,52 @@
+"""A sharded checkpoint streamed from the loopback hub whose shard holds a tensor its index does
+not list (issue #33 §7): the tensor is a skipped row with the reason, as when read locally."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import wbfe
+from tests.ray_zoo import make_sharded
+from tests.remote_server import Repo, Server
+from wbfe.sources import http_range
+from wbfe.sources.http_range import RetryPolicy
+
+
+@pytest.fixture()
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(http_range, "DEFAULT_POLICY", RetryPolicy(attempts=3, backoff=0.001, backoff_max=0.01,
+                                                                  timeout=5.0))
+    with Server() as srv:
+        monkeypatch.setenv("HF_ENDPOINT", srv.endpoint)
+        yield srv
+
+
+def test_a_streamed_shard_tensor_the_index_does_not_list_is_skipped_with_the_reason(
+        tmp_path: Path, server: Server) -> None:
+    folder = make_sharded(tmp_path / "sharded")
+    index = folder / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"]
+    dropped = "model.layers.3.mlp.up_proj.weight"  # a matrix of the second shard, scored when listed
+    assert weight_map.pop(dropped) == "model-00002-of-00003.safetensors"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    files["config.json"] = json.dumps({"model_type": "llama", "tie_word_embeddings": False}).encode()
+    server.state.repos["org/unlisted"] = Repo(files, commit="d" * 40)
+
+    streamed = wbfe.score("org/unlisted", stream=True, metrics="bfe")
+    local = wbfe.score(str(folder), metrics="bfe")
+    assert any("/lfs/" in r.path or "/resolve/" in r.path for r in server.state.log)  # it was remote
+    reasons = {s["name"]: s["reason"] for s in streamed.skipped}
+    assert "not listed in model.safetensors.index.json" in reasons[dropped]
+    assert dropped not in {layer["name"] for layer in streamed.layers}
+    # The same rows and skips as the local read of the same files.
+    assert streamed.skipped == local.skipped
+    assert [layer["name"] for layer in streamed.layers] == [layer["name"] for layer in local.layers]

@@ -1,0 +1,114 @@
+"""The size bound on object-store copies (``$WBFE_CACHE_DIR/objects``), applied as each new copy lands.
+
+``wbfe cache prune`` applies a bound to the whole cache on request; copies of checkpoints are the
+part that grows by gigabytes unasked, so after every new copy the least recently used other copies
+are removed until the copies fit ``$WBFE_CACHE_MAX_SIZE`` (default 20 GiB; ``none`` for no bound).
+The copy just written is never removed, even when it alone is larger than the bound, and neither is
+a copy still being fetched (its ``.part`` folder).
+
+Last use is the latest access or modification time of a copy's files and folder: a cache hit
+touches the folder (:func:`wbfe.sources.object_store.fetch_uri`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+from typing import Optional, Union
+
+from wbfe.errors import InvalidOptionError
+
+__all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_ENV", "parse_size", "object_cache_bound", "evict_objects"]
+
+DEFAULT_MAX_SIZE = 20 * 2**30  # 20 GiB: a few LLM copies; score entries are a few KB each
+MAX_SIZE_ENV = "WBFE_CACHE_MAX_SIZE"
+_UNITS = {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_OBJECT = re.compile(r"^[0-9a-f]{64}$")
+_SHARD = re.compile(r"^[0-9a-f]{2}$")
+
+
+def parse_size(text: Union[str, int]) -> int:
+    """Bytes from ``500M``, ``20G``, ``1.5T``, ``2GiB``, ``123`` (powers of 1024).
+
+    Raises:
+        InvalidOptionError: not a non-negative size.
+    """
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([BKMGT]?)(?:I?B)?\s*", str(text).upper())
+    if not match:
+        raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
+    value = float(match.group(1)) * _UNITS[match.group(2) or "B"]
+    if not math.isfinite(value):
+        raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
+    return int(value)
+
+
+def object_cache_bound() -> Optional[int]:
+    """The bound from ``$WBFE_CACHE_MAX_SIZE`` (read at call time), else the default; None for ``none``.
+
+    Raises:
+        InvalidOptionError: the variable is neither a size nor ``none``.
+    """
+    from wbfe._config import wbfe_cache_max_size
+
+    text = wbfe_cache_max_size()
+    if not text:
+        return DEFAULT_MAX_SIZE
+    if text.lower() in ("none", "off", "unbounded"):
+        return None
+    try:
+        return parse_size(text)
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"{MAX_SIZE_ENV}: {exc}") from None
+
+
+def _usage(path: Path) -> tuple[int, float]:
+    """Bytes of a copy's files and its latest use; links counted as themselves, never entered."""
+    size, latest = 0, os.lstat(path).st_mtime
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for name in files + dirs:
+            st = os.lstat(os.path.join(root, name))
+            if not stat.S_ISDIR(st.st_mode):
+                size += st.st_size
+            latest = max(latest, st.st_atime, st.st_mtime)
+    return size, latest
+
+
+def _copies(objects: Path) -> list[tuple[float, int, Path]]:
+    found = []
+    for shard in sorted(objects.iterdir()) if objects.is_dir() else []:
+        if shard.is_symlink() or not shard.is_dir() or not _SHARD.match(shard.name):
+            continue
+        for copy in sorted(shard.iterdir()):
+            if copy.is_symlink() or not copy.is_dir() or not _OBJECT.match(copy.name):
+                continue  # a partial copy, or something wbfe did not write
+            try:
+                size, used = _usage(copy)
+            except FileNotFoundError:  # removed by another process meanwhile
+                continue
+            found.append((used, size, copy))
+    return found
+
+
+def evict_objects(objects: Path, *, keep: Path, bound: Optional[int]) -> list[Path]:
+    """Remove the least recently used copies under ``objects`` other than ``keep`` until the copies
+    fit ``bound`` bytes (None: no bound); returns the copies removed, least recently used first."""
+    if bound is None:
+        return []
+    copies = _copies(objects)
+    total = sum(size for _, size, _ in copies)
+    removed = []
+    for _, size, copy in sorted(copies, key=lambda c: (c[0], c[2].name)):
+        if total <= bound:
+            break
+        if copy == keep:
+            continue
+        shutil.rmtree(copy, ignore_errors=True)
+        removed.append(copy)
+        total -= size
+    return removed
