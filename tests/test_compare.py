@@ -288,4 +288,4 @@ def test_compare_reports_progress_per_pair() -> None:
     b = {name: 2 * w for name, w in a.items()}
     seen: list[tuple[int, object, str]] = []
     wbfe.compare(a, b, metrics="bfe", progress=lambda done, total, name: seen.append((done, total, name)))
-    assert seen == [(1, 3, "l0.weight"), (2, 3, "l1.weight"), (3, 3, "l2.weight")]
+    assert seen == [(0, 3, ""), (1, 3, "l0.weight"), (2, 3, "l1.weight"), (3, 3, "l2.weight")]

@@ -132,7 +132,8 @@ def compare(
         top_k: size of the singular subspaces whose overlap is reported.
         layers: only tensors whose (A) name matches this regular expression.
         lam, device, min_eigs, seed: as for :func:`wbfe.score`.
-        progress: called as each matched pair is done, with (done, total, name); the total is A's
+        progress: called once with (0, total, "") before the first pair, then as each matched pair
+            is done, with (done, total, name); the total is A's
             stored tensors, raised to the count done where fused experts are split.
 
     Raises:
@@ -202,6 +203,8 @@ def compare(
                 raise InvalidOptionError(f"{source.provenance.source} is a LoRA adapter: compare full checkpoints, "
                                          "or score the adapter with --base to see its change against the base")
         total = len(source_a)  # stored tensors of A: raised to the count done when experts are split
+        if progress is not None:  # the total at once, before the first pair
+            progress(0, total, "")
         stream_a = _dense_entries(source_a, "a", result.skipped)
         stream_b = _dense_entries(source_b, "b", result.skipped)
         pairing, note, pairs = "name", None, None
