@@ -12,7 +12,7 @@ from wbfe.engine.jobs import planned_spectrum
 from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.run import run
 from wbfe.engine.stream import Planned, entries, matrices_of, plan_entry, stream
-from wbfe.errors import InvalidOptionError, did_you_mean
+from wbfe.errors import InvalidOptionError, name_hint
 from wbfe.matrices import ConvConvention, MatrixPlan, Skip
 from wbfe.options import ScoreOptions, check_conv
 from wbfe.pipeline import Pipeline
@@ -113,7 +113,7 @@ def layer_spectrum(
             if isinstance(plan, Skip):
                 raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
             return plan, planned_spectrum(matrices_of(entry.load(), plan), plan, torch_device)
-    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{did_you_mean(layer, names)}")
+    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{name_hint(layer, names, ref)}")
 
 
 def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, "np.ndarray"]:
