@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,7 +313,6 @@ def test_compare_holds_about_one_pair_at_a_time(tmp_path: Path, monkeypatch: pyt
     matrices of 256 x 256 (30 MiB stored, 60 MiB as float64) stays within a few pairs' float64 work."""
     import tracemalloc
 
-    import numpy as np
     from safetensors.numpy import save_file
 
     from wbfe import comparison
