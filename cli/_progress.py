@@ -13,10 +13,12 @@ Update = Callable[[int, Optional[int], str], None]
 
 
 @contextmanager
-def progress_bar(enabled: bool, what: str = "scoring", unit: str = "matrices") -> Iterator[Optional[Update]]:
+def progress_bar(enabled: bool, what: str = "scoring", unit: str = "matrices", *,
+                 console: Any = None) -> Iterator[Optional[Update]]:
     """A transient bar with the count done of the total, the rate and the time left; None when
-    stderr is not a terminal (nothing is drawn into a pipe or a log)."""
-    if not (enabled and sys.stderr.isatty()):
+    stderr is not a terminal (nothing is drawn into a pipe or a log). ``console``: a rich Console
+    to draw on instead of stderr's (tests draw on a forced terminal)."""
+    if not enabled or (console is None and not sys.stderr.isatty()):
         yield None
         return
     from rich.console import Console
@@ -25,12 +27,13 @@ def progress_bar(enabled: bool, what: str = "scoring", unit: str = "matrices") -
 
     rate = TextColumn("{task.fields[rate]}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(), rate,
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console or Console(stderr=True), transient=True) as bar:
         task = bar.add_task(what, total=None, rate="")
 
         def update(done: int, total: Optional[int], name: str) -> None:
             speed: Any = bar.tasks[0].speed
             shown = f"{speed:.1f} {unit}/s" if speed else ""
             bar.update(task, completed=done, total=total, rate=shown, description=f"{what} {name[:40]:<40}")
+            bar.refresh()  # drawn at each matrix: the 0/N start shows before the first one is done
 
         yield update

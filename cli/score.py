@@ -43,6 +43,8 @@ def score_command(
     if written is not None:
         write_output(written, text)
         typer.echo(f"wrote {output}", err=True)
+    elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
+        write_output(output, text)
     else:
         typer.echo(text, nl=False)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -288,4 +289,45 @@ def test_compare_reports_progress_per_pair() -> None:
     b = {name: 2 * w for name, w in a.items()}
     seen: list[tuple[int, object, str]] = []
     wbfe.compare(a, b, metrics="bfe", progress=lambda done, total, name: seen.append((done, total, name)))
-    assert seen == [(1, 3, "l0.weight"), (2, 3, "l1.weight"), (3, 3, "l2.weight")]
+    assert seen == [(0, 3, ""), (1, 3, "l0.weight"), (2, 3, "l1.weight"), (3, 3, "l2.weight")]
+
+
+def test_repr_is_one_short_line_and_html_shows_summary_and_top_changed() -> None:
+    g = torch.Generator().manual_seed(3)
+    a = {f"l{k}.weight": torch.randn(24, 16, generator=g) for k in range(40)}
+    b = {name: w * (1 + 0.01 * k) for k, (name, w) in enumerate(a.items())}  # l39 changed most
+    c = wbfe.compare(a, b, metrics="bfe")
+    text = repr(c)
+    assert "\n" not in text and len(text) < 400, len(text)
+    assert text.startswith("Comparison(") and "pairs=40" in text and "n_matched=40" in text
+    mean = c.summary["rel_frobenius_mean"]
+    assert f"rel_frobenius_mean={mean:.6g}" in text
+    page = c._repr_html_()
+    assert len(page) < 4000 and "<table>" in page and "pairs</th><td>40" in page
+    assert page.index("l39.weight") < page.index("l38.weight")  # the most changed first
+    assert "l0.weight" not in page  # the top changed only, not every row
+
+
+def test_compare_holds_about_one_pair_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's own allocation peak (numpy's buffers are traced) while comparing 2 x 60 float32
+    matrices of 256 x 256 (30 MiB stored, 60 MiB as float64) stays within a few pairs' float64 work."""
+    import tracemalloc
+
+    from safetensors.numpy import save_file
+
+    from wbfe import comparison
+
+    monkeypatch.setattr(comparison, "worker_count", lambda device: 1)  # one pair in flight by design
+    rng = np.random.default_rng(0)
+    a = {f"l{k}.weight": rng.standard_normal((256, 256)).astype(np.float32) for k in range(60)}
+    save_file(a, str(tmp_path / "a.safetensors"))
+    save_file({n: (w * 1.5).astype(np.float32) for n, w in a.items()}, str(tmp_path / "b.safetensors"))
+    pair64 = 2 * 256 * 256 * 8  # the largest pair as float64: 1 MiB
+    tracemalloc.start()
+    try:
+        c = wbfe.compare(tmp_path / "a.safetensors", tmp_path / "b.safetensors", metrics="bfe", device="cpu")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert c.summary["n_matched"] == 60
+    assert peak < 8 * pair64, peak / 2**20  # holding every tensor would be 30x that

@@ -1,4 +1,5 @@
-"""Output paths that are devices (issue 35 §8): /dev/null and /dev/stdout are accepted, others refused."""
+"""Output paths that are devices (issue 35 §8): /dev/null and the standard streams (/dev/stdout, /dev/stderr,
+/dev/fd/1, /dev/fd/2) are accepted, others refused."""
 
 from __future__ import annotations
 
@@ -50,3 +51,19 @@ def test_cli_writes_to_dev_null_and_dev_stdout() -> None:
     assert to_stdout.stdout.startswith("name,role,")
     refused = runner.invoke(app, ["score", "--metrics", "bfe", "-o", "/dev/zero"])
     assert refused.exit_code == 2 and refused.stderr.startswith("wbfe: error: cannot write /dev/zero")
+
+
+@pytest.mark.parametrize(("path", "stream"), [("/dev/stderr", "err"), ("/dev/fd/2", "err"), ("/dev/fd/1", "out")])
+def test_standard_streams_by_device_name(path: str, stream: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check_output(path) is None  # no file is created or replaced
+    assert write_output(path, "hello\n") is None
+    captured = capsys.readouterr()
+    assert getattr(captured, stream) == "hello\n" and getattr(captured, "out" if stream == "err" else "err") == ""
+
+
+def test_cli_writes_to_dev_stderr() -> None:
+    runner = CliRunner()
+    plain = runner.invoke(app, ["score", "--metrics", "bfe", "--format", "csv"])
+    to_err = runner.invoke(app, ["score", "--metrics", "bfe", "--format", "csv", "-o", "/dev/stderr"])
+    assert to_err.exit_code == 0, to_err.stderr
+    assert to_err.stdout == "" and to_err.stderr.endswith(plain.stdout) and plain.stdout.startswith("name,role,")

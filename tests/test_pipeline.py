@@ -36,7 +36,7 @@ def test_workers_give_the_sequential_scores_in_stream_order(tmp_path: Path, monk
     path = _checkpoint(tmp_path / "m.safetensors")
     monkeypatch.setattr(pipeline, "worker_count", lambda device: 1)
     stored: list[str] = []
-    one = wbfe.score(path, metrics=metrics, device="cpu", progress=lambda done, total, name: stored.append(name))
+    one = wbfe.score(path, metrics=metrics, device="cpu", progress=lambda done, total, name: done and stored.append(name))
     monkeypatch.setattr(pipeline, "worker_count", lambda device: 2)
     threads: dict[tuple[int, ...], str] = {}
 
@@ -46,7 +46,7 @@ def test_workers_give_the_sequential_scores_in_stream_order(tmp_path: Path, monk
 
     monkeypatch.setattr(jobs, "spectrum", spectrum)
     seen: list[str] = []
-    two = wbfe.score(path, metrics=metrics, device="cpu", progress=lambda done, total, name: seen.append(name))
+    two = wbfe.score(path, metrics=metrics, device="cpu", progress=lambda done, total, name: done and seen.append(name))
     assert threads[(300, 600)].startswith("wbfe-score") and threads[(256, 256)].startswith("wbfe-score")
     assert threads[(40, 50)] == "MainThread"
     again = wbfe.score(path, metrics=metrics, device="cpu")
@@ -197,6 +197,6 @@ def test_progress_knows_its_total_up_front_and_moves_per_spectrum(tmp_path: Path
         patch.setattr(rows.RowMaker, "flush", flush)
         wbfe.score(tmp_path / "m.safetensors", progress=lambda done, total, name: calls.append((done, total, 0)))
     progress = [c for c in calls if c[0] >= 0]
-    assert [c[0] for c in progress] == list(range(1, 24))
+    assert [c[0] for c in progress] == list(range(0, 24))
     assert {c[1] for c in progress} == {23}  # the total from the first call on
     assert calls[-1] == (-1, None, 23)  # every row made in one flush, after every progress call

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import html
 import json
 import math
 import re
@@ -97,6 +98,34 @@ class Comparison:
 
         return ModelScore(model={}, layers=self.layers).to_pandas()
 
+    def _headline(self) -> list[tuple[str, Any]]:
+        """The summary's counts and means: what a notebook line shows (the rows stay in to_dict())."""
+        keys = ("n_matched", "n_skipped", "n_unmatched_a", "n_unmatched_b", "rel_frobenius_mean",
+                "w1_log_eigs_mean", "d_bfe_mean", "d_alpha_mean")
+        return [(k, self.summary[k]) for k in keys if k in self.summary]
+
+    def __repr__(self) -> str:
+        # A notebook shows this: one line, not the 873 KB of 301 pairs' rows.
+        fields = ", ".join(f"{k}={_short(v)}" for k, v in self._headline())
+        return (f"Comparison(a={self.model_a.get('source')!r}, b={self.model_b.get('source')!r}, "
+                f"pairs={len(self.layers)}" + (f", {fields}" if fields else "") + ")")
+
+    def _repr_html_(self) -> str:
+        rows = [("A", self.model_a.get("source")), ("B", self.model_b.get("source")), ("pairs", len(self.layers)),
+                *self._headline()]
+        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_short(v))}</td></tr>" for k, v in rows)
+        top = self.summary.get("most_changed") or []
+        changed = "".join(f"<tr><td>{html.escape(str(r['name']))}</td><td>{_short(r['rel_frobenius'])}</td></tr>"
+                          for r in top)
+        table = (f"<table><caption>most changed (relative Frobenius)</caption>{changed}</table>" if changed else "")
+        return f"<table><caption>Comparison</caption>{cells}</table>{table}"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.6g}"
+    return repr(value) if isinstance(value, str) else str(value)
+
 
 def parse_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]]) -> list[tuple[re.Pattern[str], str]]:
     """``["REGEX=REPL", (regex, repl), ...]`` as compiled renames (split at the last ``=``), each
@@ -134,7 +163,8 @@ def compare(
         layers: only tensors whose (A) name matches this regular expression.
         lam, device, min_eigs, seed: as for :func:`wbfe.score`.
         stream: as for :func:`wbfe.score`, for both checkpoints (a hub id, URL or object-store URI).
-        progress: called as each matched pair is done, with (done, total, name); the total is A's
+        progress: called once with (0, total, "") before the first pair, then as each matched pair
+            is done, with (done, total, name); the total is A's
             stored tensors, raised to the count done where fused experts are split.
 
     Raises:
@@ -204,6 +234,8 @@ def compare(
                 raise InvalidOptionError(f"{source.provenance.source} is a LoRA adapter: compare full checkpoints, "
                                          "or score the adapter with --base to see its change against the base")
         total = len(source_a)  # stored tensors of A: raised to the count done when experts are split
+        if progress is not None:  # the total at once, before the first pair
+            progress(0, total, "")
         stream_a = _dense_entries(source_a, "a", result.skipped)
         stream_b = _dense_entries(source_b, "b", result.skipped)
         pairing, note, pairs = "name", None, None

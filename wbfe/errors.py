@@ -132,6 +132,20 @@ def did_you_mean(name: str, known: "Iterable[str]") -> str:
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
+def name_hint(name: str, known: "Iterable[str]", ref: object = "<checkpoint>", *, shown: int = 3) -> str:
+    """The close names of ``name`` (``"; did you mean ...?"``), or where none is close a few of the
+    known names, their count and where to see them all, so a wrong name never ends in silence."""
+    names = list(known)
+    close = did_you_mean(name, names)
+    if close:
+        return close
+    if not names:
+        return f" (no names to match; see wbfe describe {ref})"
+    sample = ", ".join(repr(n) for n in names[:shown])
+    more = f" of {len(names)}" if len(names) > shown else ""
+    return f"; nothing close: known names include {sample}{more} (wbfe describe {ref} lists them)"
+
+
 def unknown_name(kind: str, name: str, known: "Iterable[str]", *, max_listed: int = _LISTED) -> UnknownNameError:
     """Build an :class:`UnknownNameError` that suggests the closest known names.
 

@@ -106,9 +106,9 @@ def _override(names: Sequence[str], override: str) -> str:
     for candidate in (override, f"{override}.weight"):
         if candidate in names:
             return candidate
-    from wbfe.errors import did_you_mean
+    from wbfe.errors import name_hint
 
-    raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{did_you_mean(override, names)}")
+    raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{name_hint(override, names)}")
 
 
 def _layout(layer: dict[str, Any], description: Optional[FrameworkDescription]) -> str:

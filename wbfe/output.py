@@ -4,7 +4,8 @@ Every write is atomic: the bytes go to a temporary file beside the target, are f
 the temporary file is renamed over the target, so a reader sees the old file or the new one, never
 half of either. An output path is checked before any work starts (:func:`check_output`):
 
-- ``-`` and ``/dev/stdout`` are standard output;
+- ``-``, ``/dev/stdout`` and ``/dev/fd/1`` are standard output, ``/dev/stderr`` and ``/dev/fd/2``
+  standard error;
 - ``/dev/null`` (or a link to it) is written to directly, the one device that is a legitimate place
   to send a result (to time a run or check that it succeeds);
 - a symbolic link is written through, to its target (the link stays);
@@ -37,8 +38,11 @@ __all__ = ["STDOUT", "STDOUT_PATHS", "is_devnull", "check_output", "check_output
 STDOUT = "-"
 """The output path that means standard output."""
 
-STDOUT_PATHS = (STDOUT, "/dev/stdout")
+STDOUT_PATHS = (STDOUT, "/dev/stdout", "/dev/fd/1")
 """Output paths written to standard output."""
+
+STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")
+"""Output paths written to standard error (the process's own stream, not the device it points to)."""
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -82,7 +86,7 @@ def check_output(path: PathLike) -> Optional[Path]:
         OutputError: an empty path, a target that is not a regular file, a file or folder the user
             may not write.
     """
-    if os.fspath(path) in STDOUT_PATHS:
+    if os.fspath(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
         return None
     target = _target(path)
     try:
@@ -227,11 +231,12 @@ def _sync_folder(folder: Path) -> None:
 
 
 def write_output(path: PathLike, text: str) -> Optional[Path]:
-    """Write ``text`` to ``path``, or to standard output for ``-``; returns the file (None for stdout)."""
-    if os.fspath(path) in STDOUT_PATHS:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return None
+    """Write ``text`` to ``path``, or to standard output (``-``) or error; returns the file (None for a stream)."""
+    for names, stream in ((STDOUT_PATHS, sys.stdout), (STDERR_PATHS, sys.stderr)):
+        if os.fspath(path) in names:
+            stream.write(text)
+            stream.flush()
+            return None
     return write_atomic(path, text)
 
 

@@ -12,7 +12,7 @@ from wbfe.engine.jobs import planned_spectrum
 from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.run import run
 from wbfe.engine.stream import Planned, entries, matrices_of, plan_entry, stream
-from wbfe.errors import InvalidOptionError, did_you_mean
+from wbfe.errors import InvalidOptionError, name_hint
 from wbfe.matrices import ConvConvention, MatrixPlan, Skip
 from wbfe.options import ScoreOptions, check_conv
 from wbfe.pipeline import Pipeline
@@ -41,7 +41,8 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     Args:
         source: an open source (see :func:`wbfe.sources.open_source`).
         options: validated options.
-        progress: called as each entry's spectrum (or skip) is finished, with (done, total, name).
+        progress: called once with (0, total, "") before the first matrix, then as each entry's
+            spectrum (or skip) is finished, with (done, total, name).
             Where the source reads headers only, the total is every entry, fused experts split,
             counted before the first is scored; otherwise the stored tensors' count, raised to the
             count done where expert stacks split into more.
@@ -78,6 +79,8 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
         chain = IntraChain.in_order(options.seed, [p.plan for p in planned if isinstance(p.plan, MatrixPlan)],
                                     description.order if description is not None else None,
                                     description.aliases if description is not None else None)
+    if progress is not None:  # the total at once, before the first spectrum (a bar reads 0/N, not 0/?)
+        progress(0, total, "")
     with Pipeline(context.device) as pipeline:
         run(pipeline, planned, context, SeenContent(), record, done, chain)
     model = provenance_of(source.provenance.to_dict(), context)
@@ -110,7 +113,7 @@ def layer_spectrum(
             if isinstance(plan, Skip):
                 raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
             return plan, planned_spectrum(matrices_of(entry.load(), plan), plan, torch_device)
-    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{did_you_mean(layer, names)}")
+    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{name_hint(layer, names, ref)}")
 
 
 def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, "np.ndarray"]:

@@ -1,0 +1,76 @@
+"""The terminal progress bar (cli/_progress.py) and the engine's progress calls that feed it."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import wbfe
+from cli._progress import progress_bar
+
+
+def _terminal() -> tuple[object, io.StringIO]:
+    from rich.console import Console
+
+    out = io.StringIO()
+    return Console(file=out, force_terminal=True, width=160, color_system=None), out
+
+
+def _frames(text: str) -> list[str]:
+    """The bar's successive drawings (rich redraws the line after cursor moves / carriage returns)."""
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", text).replace("\r", "\n")
+    return [line for line in plain.split("\n") if line.strip()]
+
+
+def test_the_bar_shows_the_total_at_once_then_moves_per_matrix_with_a_rate_and_eta(st_file: Path) -> None:
+    console, out = _terminal()
+    seen: list[str] = []
+
+    with progress_bar(enabled=True, console=console) as update:
+        assert update is not None
+
+        def slowed(done: int, total: int | None, name: str) -> None:
+            update(done, total, name)
+            seen.append(out.getvalue())
+            time.sleep(0.02)  # a measurable rate
+
+        wbfe.score(st_file, metrics="bfe", progress=slowed)
+    first = _frames(seen[0])
+    assert first and "0/10" in first[-1]  # before the first matrix: the total, not 0/?
+    assert "?" not in first[-1]
+    for k in range(1, 11):  # one step per matrix
+        assert f"{k}/10" in _frames(seen[k])[-1]
+    last = _frames(seen[-1])[-1]
+    assert re.search(r"\d+\.\d matrices/s", last)  # the rate
+    assert re.search(r"\d:\d\d:\d\d", last)  # elapsed and time left
+
+
+def test_no_bar_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    with progress_bar(enabled=True) as update:
+        assert update is None
+
+
+def test_compare_feeds_the_bar_pairs_with_the_total_first() -> None:
+    import torch
+
+    a = {f"l{k}.weight": torch.randn(16, 12, generator=torch.Generator().manual_seed(k)) for k in range(3)}
+    b = {name: 2 * w for name, w in a.items()}
+    console, out = _terminal()
+    seen: list[str] = []
+    with progress_bar(enabled=True, what="comparing", unit="pairs", console=console) as update:
+        assert update is not None
+
+        def slowed(done: int, total: int | None, name: str) -> None:
+            update(done, total, name)
+            seen.append(out.getvalue())
+            time.sleep(0.02)
+
+        wbfe.compare(a, b, metrics="bfe", progress=slowed)
+    assert "0/3" in _frames(seen[0])[-1] and "comparing" in _frames(seen[0])[-1]
+    assert "3/3" in _frames(seen[-1])[-1] and re.search(r"pairs/s", _frames(seen[-1])[-1])
