@@ -258,3 +258,12 @@ def serve() -> Iterator[Server]:
     """A pytest fixture body: a running server, stopped after the test."""
     with Server() as server:
         yield server
+
+
+def go_online(monkeypatch: Any) -> None:
+    """Lift the tests' offline mode for a loopback hub: the variable, and huggingface_hub's copy of it,
+    which it reads once at import (an earlier test may have imported it while offline)."""
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 
 import wbfe
-from tests.remote_server import Repo, Server
+from tests.remote_server import Repo, Server, go_online
 from tests.test_remote_stream import make_checkpoint, same_scores
 from wbfe.errors import CorruptCheckpointError, RemoteChangedError, RemoteReadError
 from wbfe.sources import http_range
@@ -26,7 +26,7 @@ PATH = "/m.safetensors"
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    go_online(monkeypatch)
     monkeypatch.setattr(http_range, "DEFAULT_POLICY", QUICK)
     with Server() as srv:
         monkeypatch.setenv("HF_ENDPOINT", srv.endpoint)

@@ -11,7 +11,7 @@ import pytest
 
 import wbfe
 from tests.ray_zoo import make_sharded
-from tests.remote_server import Repo, Server
+from tests.remote_server import Repo, Server, go_online
 from wbfe.sources import http_range
 from wbfe.sources.http_range import RetryPolicy
 
@@ -20,7 +20,7 @@ from wbfe.sources.http_range import RetryPolicy
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    go_online(monkeypatch)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(http_range, "DEFAULT_POLICY", RetryPolicy(attempts=3, backoff=0.001, backoff_max=0.01,
                                                                   timeout=5.0))
