@@ -5,32 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
-
-import pytest
 
 import wbfe
 from tests.ray_zoo import make_sharded
-from tests.remote_server import Repo, Server, go_online
-from wbfe.sources import http_range
-from wbfe.sources.http_range import RetryPolicy
-
-
-@pytest.fixture()
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    go_online(monkeypatch)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(http_range, "DEFAULT_POLICY", RetryPolicy(attempts=3, backoff=0.001, backoff_max=0.01,
-                                                                  timeout=5.0))
-    with Server() as srv:
-        monkeypatch.setenv("HF_ENDPOINT", srv.endpoint)
-        yield srv
+from tests.remote_server import Repo, Server
+from tests.test_remote_stream import server  # noqa: F401 - the loopback hub fixture
 
 
 def test_a_streamed_shard_tensor_the_index_does_not_list_is_skipped_with_the_reason(
-        tmp_path: Path, server: Server) -> None:
+        tmp_path: Path, server: Server) -> None:  # noqa: F811 - the imported fixture
     folder = make_sharded(tmp_path / "sharded")
     index = folder / "model.safetensors.index.json"
     weight_map = json.loads(index.read_text())["weight_map"]

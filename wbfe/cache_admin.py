@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from wbfe.errors import InvalidOptionError
-from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size
+from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size, tree_usage
 
 __all__ = ["CacheUnit", "CacheInfo", "PruneReport", "cache_info", "prune_cache", "parse_size", "format_size",
            "DEFAULT_MAX_SIZE", "KINDS"]
@@ -71,19 +71,6 @@ class CacheUnit:
     last_used: float
 
 
-def _tree(path: Path) -> tuple[int, float]:
-    """Size and latest atime/mtime of a folder's files, links counted as themselves and never entered."""
-    size, latest = 0, 0.0
-    for root, dirs, files in os.walk(path, followlinks=False):
-        for name in files + dirs:
-            st = os.lstat(os.path.join(root, name))
-            if not stat.S_ISDIR(st.st_mode):
-                size += st.st_size
-            latest = max(latest, st.st_atime, st.st_mtime)
-    st = os.lstat(path)
-    return size, max(latest, st.st_mtime)
-
-
 def _dirs(path: Path) -> Iterator[os.DirEntry[str]]:
     try:
         with os.scandir(path) as it:
@@ -107,7 +94,7 @@ def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
             links += 1
             continue
         if top.name not in known or not top.is_dir(follow_symlinks=False):
-            other += _tree(Path(top.path))[0] if top.is_dir(follow_symlinks=False) else top.stat(
+            other += tree_usage(Path(top.path))[0] if top.is_dir(follow_symlinks=False) else top.stat(
                 follow_symlinks=False).st_size
             continue
         shards = [top] if top.name == "hashes" else [s for s in _dirs(Path(top.path))]
@@ -117,14 +104,14 @@ def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
                 continue
             if not shard.is_dir(follow_symlinks=False) or (top.name != "hashes" and not _SHARD.match(shard.name)):
                 other += shard.stat(follow_symlinks=False).st_size if not shard.is_dir(follow_symlinks=False) \
-                    else _tree(Path(shard.path))[0]
+                    else tree_usage(Path(shard.path))[0]
                 continue
             for item in _dirs(Path(shard.path)):
                 unit = _classify(top.name, item)
                 if unit is None:
                     links += item.is_symlink()
                     if not item.is_symlink():
-                        other += _tree(Path(item.path))[0] if item.is_dir(follow_symlinks=False) else \
+                        other += tree_usage(Path(item.path))[0] if item.is_dir(follow_symlinks=False) else \
                             item.stat(follow_symlinks=False).st_size
                 else:
                     units.append(unit)
@@ -143,7 +130,7 @@ def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:
         if _TEMP.match(item.name):
             return _file_unit("partial", item)
     if top == "objects" and is_dir and (_OBJECT.match(item.name) or _OBJECT_PART.match(item.name)):
-        size, used = _tree(Path(item.path))
+        size, used = tree_usage(Path(item.path))
         return CacheUnit("objects" if _OBJECT.match(item.name) else "partial", Path(item.path), size, used)
     return None
 

@@ -67,8 +67,8 @@ def object_cache_bound() -> Optional[int]:
         raise InvalidOptionError(f"{MAX_SIZE_ENV}: {exc}") from None
 
 
-def _usage(path: Path) -> tuple[int, float]:
-    """Bytes of a copy's files and its latest use; links counted as themselves, never entered."""
+def tree_usage(path: Path) -> tuple[int, float]:
+    """Bytes of a folder's files and their latest use (atime/mtime); links counted as themselves, never entered."""
     size, latest = 0, os.lstat(path).st_mtime
     for root, dirs, files in os.walk(path, followlinks=False):
         for name in files + dirs:
@@ -88,7 +88,7 @@ def _copies(objects: Path) -> list[tuple[float, int, Path]]:
             if copy.is_symlink() or not copy.is_dir() or not _OBJECT.match(copy.name):
                 continue  # a partial copy, or something wbfe did not write
             try:
-                size, used = _usage(copy)
+                size, used = tree_usage(copy)
             except FileNotFoundError:  # removed by another process meanwhile
                 continue
             found.append((used, size, copy))
