@@ -340,16 +340,61 @@ def _xlnet(**dropouts):
     return applicability(describe_module(model))
 
 
-def test_xlnet_dropout_inside_its_sequence_summary_fails():
+def test_xlnet_dropout_after_its_summary_linear_fails():
     """transformers' SequenceSummary runs first_dropout → summary linear → tanh → last_dropout before
-    logits_proj: both dropouts perturb the features the head is trained on."""
+    logits_proj: last_dropout is on the features the head is trained on (XLNetConfig's default 0.1)."""
+    pytest.importorskip("transformers")
+    default_last = _xlnet(summary_first_dropout=0.0)
+    assert default_last["status"] == "fails"
+    assert default_last["reasons"][0].startswith(
+        "dropout on the features the head reads: sequence_summary.last_dropout (rate 0.1); ")
+
+
+def test_xlnet_dropout_before_its_summary_linear_is_a_hidden_layers_and_holds():
+    """first_dropout feeds the summary's linear layer, not logits_proj: the same rule as a dropout
+    behind another layer of an nn.Sequential or a Keras graph (not counted), named in the reason.
+    SequenceSummary registers first_dropout after its linear layer, so only the forward order says
+    which side of it a dropout is on."""
     pytest.importorskip("transformers")
     verdict = _xlnet(summary_first_dropout=0.2, summary_last_dropout=0.0)
-    assert verdict["status"] == "fails"
-    assert verdict["reasons"][0].startswith(
-        "dropout on the features the head reads: sequence_summary.first_dropout (rate 0.2); ")
-    default_last = _xlnet(summary_first_dropout=0.0)  # XLNetConfig's summary_last_dropout is 0.1
-    assert "sequence_summary.last_dropout (rate 0.1)" in default_last["reasons"][0]
+    assert verdict["status"] == "holds", verdict
+    assert ("(the summary stage sequence_summary, a linear map and an activation, makes those features; its dropout "
+            "sequence_summary.first_dropout (rate 0.2) acts before its linear map") in verdict["reasons"][0]
+    both = _xlnet(summary_first_dropout=0.2, summary_last_dropout=0.3)
+    assert both["status"] == "fails"
+    assert "sequence_summary.last_dropout (rate 0.3)" in both["reasons"][0]
+    assert "first_dropout" not in both["reasons"][0]
+
+
+def test_a_summary_stage_is_read_in_its_forward_order_not_its_registration_order():
+    """Two stages with the same children registered in the same order, whose forward passes put the
+    dropout on opposite sides of the linear layer: only the one after it is on the head's input."""
+    torch = pytest.importorskip("torch")
+    from wbfe.framework.head_facts import head_facts
+
+    class Stage(torch.nn.Module):
+        def __init__(self, dropout_last: bool):
+            super().__init__()
+            self.dropout_last = dropout_last
+            self.dense = torch.nn.Linear(8, 8)
+            self.act = torch.nn.Tanh()
+            self.drop = torch.nn.Dropout(0.25)
+
+        def forward(self, x):
+            return (self.drop(self.act(self.dense(x))) if self.dropout_last
+                    else self.act(self.dense(self.drop(x))))
+
+    class Net(torch.nn.Module):
+        def __init__(self, dropout_last: bool):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Sequential(torch.nn.ReLU()))
+            self.pool = Stage(dropout_last)
+            self.out = torch.nn.Linear(8, 3)
+
+    after = head_facts(Net(True), "out.weight")
+    before = head_facts(Net(False), "out.weight")
+    assert after["dropout"] == [["pool.drop", 0.25]] and "hidden_dropout" not in after
+    assert before["dropout"] == [] and before["hidden_dropout"] == [["pool.drop", 0.25]]
 
 
 def test_xlnet_without_summary_dropout_holds():

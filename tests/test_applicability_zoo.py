@@ -35,16 +35,22 @@ def test_swin_from_its_config_fails_as_a_vision_transformer(tmp_path):
         "BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)"]
 
 
-def test_deit_distilled_fails_as_a_vision_transformer():
-    """DeiTForImageClassificationWithTeacher (cls_classifier averaged with distillation_classifier)
-    names no single head in its description; the vision-transformer finding needs none and decides."""
+def test_deit_distilled_fails_as_a_vision_transformer_with_two_heads():
+    """DeiTForImageClassificationWithTeacher averages cls_classifier with distillation_classifier:
+    a vision transformer, and no single last layer (its class name ends in ...WithTeacher, which
+    still makes it a classification task with num_labels outputs)."""
     transformers = pytest.importorskip("transformers")
     config = transformers.DeiTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                                      image_size=32, patch_size=8, num_labels=3)
-    verdict = applicability(describe_module(_meta(lambda: transformers.DeiTForImageClassificationWithTeacher(config))))
+    description = describe_module(_meta(lambda: transformers.DeiTForImageClassificationWithTeacher(config)))
+    assert description.head == "distillation_classifier.weight"
+    verdict = applicability(description)
     assert verdict == {"status": "fails", "reasons": [
         "DeiTForImageClassificationWithTeacher is a vision transformer (model_type deit); the paper "
-        "(arXiv 2610.13123) finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)"]}
+        "(arXiv 2610.13123) finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)",
+        "the output combines the head distillation_classifier.weight with cls_classifier (several heads, no single "
+        "last layer); BFE-W is derived for one linear last layer on the last features (arXiv 2610.13123); the "
+        "paper's derivation does not cover this head"]}
 
 
 @pytest.mark.parametrize("arch", ["efficientnet_b0", "mobilenetv2_050"])

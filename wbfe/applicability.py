@@ -170,4 +170,9 @@ def _summary_stage(d: FrameworkDescription) -> str:
     """Where the head reads a summary stage (linear + activation): its output is the last features,
     as a pooler's is; the paper's last layer is the linear map after it, not the two together."""
     stage = d.facts.get("summary_stage")
-    return f" (the summary stage {stage}, a linear map and an activation, makes those features)" if stage else ""
+    if not stage:
+        return ""
+    hidden = ", ".join(f"{layer} (rate {float(rate):g})" for layer, rate in d.facts.get("hidden_dropout") or [])
+    before = (f"; its dropout {hidden} acts before its linear map, on a hidden layer's input, not on the "
+              "features the head reads, as a dropout behind another layer is not counted anywhere") if hidden else ""
+    return f" (the summary stage {stage}, a linear map and an activation, makes those features{before})"

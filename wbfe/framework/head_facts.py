@@ -10,8 +10,11 @@ timm's ``drop_rate``...).
 A head may read a summary or pooler stage beside it instead of the backbone's output directly
 (transformers' SequenceSummary in XLNet, GPT-2 double heads: first_dropout → summary linear →
 activation → last_dropout). Such a stage is a sibling made only of leaf layers with a Linear among
-them (the backbone beside the head is a tree of blocks, never only leaves); its dropouts are on the
-path into the head, and are reported under the stage's name (``sequence_summary.first_dropout``).
+them (the backbone beside the head is a tree of blocks, never only leaves). Its dropouts after its
+linear layer are on the head's input and are reported under the stage's name
+(``sequence_summary.last_dropout``); one before the linear layer feeds a hidden layer, which is not
+the head's input, as everywhere else (``nn.Sequential``, a Keras graph), and is listed apart
+(``hidden_dropout``).
 """
 
 from __future__ import annotations
@@ -54,8 +57,10 @@ def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = 
             facts["dropout"].append([full, float(child.p)])
         elif full != module_name and _is_summary_stage(child):
             facts.setdefault("summary_stage", full)
-            facts["dropout"] += [[f"{full}.{name}", float(layer.p)] for name, layer in child.named_children()
-                                 if type(layer).__name__ in _DROPOUTS and float(getattr(layer, "p", 0.0) or 0.0) > 0]
+            on_input, hidden = _stage_dropouts(child)
+            facts["dropout"] += [[f"{full}.{name}", rate] for name, rate in on_input]
+            if hidden:
+                facts["hidden_dropout"] = [[f"{full}.{name}", rate] for name, rate in hidden]
         elif full != module_name and outputs is not None and _outputs(child) == outputs:
             facts["heads"].append(full)
     if drop_rate and not facts["dropout"]:  # a Dropout module already holds the rate where there is one
@@ -68,6 +73,52 @@ def _is_summary_stage(module: Any) -> bool:
     children = list(module.children())
     return (any(type(c).__name__ == "Linear" for c in children)
             and all(next(iter(c.children()), None) is None for c in children))
+
+
+def _stage_dropouts(stage: Any) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """A summary stage's dropouts with rate > 0: those after its last weighted layer (on the features
+    the head reads) and those before it (on a hidden layer's input, which the rule for a dropout behind
+    another layer does not count, as in an ``nn.Sequential`` or a Keras graph).
+
+    The order is the forward pass's, seen by calling the stage once on one tiny batch (a meta tensor for a
+    skeleton) with a hook on each child: registration order is not call order (SequenceSummary registers its linear layer
+    before first_dropout, which runs first). Where the stage cannot be called so, every dropout in it
+    counts, as the cautious reading."""
+    rated = {name: float(layer.p) for name, layer in stage.named_children()
+             if type(layer).__name__ in _DROPOUTS and float(getattr(layer, "p", 0.0) or 0.0) > 0}
+    if not rated:
+        return [], []
+    order = _call_order(stage)
+    if order is None:
+        return list(rated.items()), []
+    weighted = [k for k, name in enumerate(order) if next(getattr(stage, name).parameters(), None) is not None]
+    last = weighted[-1] if weighted else -1
+    return ([(name, rated[name]) for name in order[last + 1:] if name in rated],
+            [(name, rated[name]) for name in order[:last + 1] if name in rated])
+
+
+def _call_order(stage: Any) -> Optional[list[str]]:
+    """The names of ``stage``'s children in the order its forward pass calls them; None when the
+    stage cannot be called with one batch of features (it needs other inputs), or skips a child."""
+    import torch
+
+    linear = next((c for c in stage.children() if type(c).__name__ == "Linear"), None)
+    if linear is None:
+        return None
+    order: list[str] = []
+    hooks = [child.register_forward_hook(lambda *_, name=name: order.append(name))
+             for name, child in stage.named_children()]
+    try:
+        with torch.no_grad():
+            # on the weights' own device and dtype (meta for a skeleton): one tiny batch, nothing kept
+            stage(torch.zeros(1, 2, linear.in_features, device=linear.weight.device, dtype=linear.weight.dtype))
+    except Exception:  # noqa: BLE001 - a stage with another signature: its order stays unread
+        return None
+    finally:
+        for hook in hooks:
+            hook.remove()
+    called = set(order)
+    return order if len(called) == len(order) and called == {n for n, _ in stage.named_children()} else None
 
 
 def _outputs(module: Any) -> Optional[int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 from typing import Any, Optional, Union
 
 from wbfe.framework.parameters import shared_parameters, transposed_weights
@@ -24,6 +25,8 @@ __all__ = ["describe_transformers", "describe_built", "Fallback"]
 
 # ``architectures`` suffixes whose head maps to labels, and how many (None: ``num_labels``).
 _LABEL_TASKS = {"ForQuestionAnswering": 2, "ForMultipleChoice": 1}
+# a task model whose head maps to ``num_labels`` classes
+_CLASSIFICATION = re.compile(r"For\w*Classification")
 
 
 def describe_transformers(config: dict[str, Any]) -> Union[FrameworkDescription, Fallback]:
@@ -172,7 +175,7 @@ def _head(model: Any, arch: str, config: dict[str, Any]) -> tuple[Optional[str],
     if output is not None and getattr(output, "weight", None) is not None:
         return _param_name(model, output), None
     labels: Optional[int] = next((n for suffix, n in _LABEL_TASKS.items() if arch.endswith(suffix)), None)
-    if labels is None and "For" in arch and arch.endswith("Classification"):
+    if labels is None and _CLASSIFICATION.search(arch):  # ...ForImageClassificationWithTeacher too (DeiT)
         labels = int(getattr(model.config, "num_labels", 0) or 0)
     if labels is None:
         return None, f"{arch} has no output embeddings or classifier (a base model); pass --head NAME"
