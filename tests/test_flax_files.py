@@ -176,7 +176,8 @@ def test_a_bert_classifier_as_msgpack_and_npz_takes_its_head_from_config_json(tm
         assert got.model["format"] == fmt
         assert got.head == reference.head and got.head_source == "framework" != bare.head_source
         assert got.model["framework"] == reference.model["framework"] == {
-            "used": "transformers", "model": "BertForSequenceClassification"}
+            "used": "transformers", "model": "BertForSequenceClassification",
+            "dropout_read": "forward pass on the meta device"}
         # Orientation: every matrix out × in, as the PyTorch checkpoint holds it.
         assert [(m["name"], m["shape"], m["N"], m["M"], m["role"]) for m in got.matrices] == \
             [(m["name"], m["shape"], m["N"], m["M"], m["role"]) for m in reference.matrices]

@@ -132,7 +132,8 @@ def test_config_tied_embeddings_make_the_embedding_the_head(tmp_path: Path, arch
     assert (summary["head"], summary["head_source"]) == ("model.embed_tokens.weight", source)
     if source == "framework":
         assert "lm_head.weight is tied to model.embed_tokens.weight" in summary["head_note"]
-        assert result.model["framework"] == {"used": "transformers", "model": arch}
+        assert result.model["framework"] == {"used": "transformers", "model": arch,
+                                               "dropout_read": "forward pass on the meta device"}
     else:
         assert result.model["framework"]["used"] == "rules" and "never runs" in result.model["framework"]["why"]
     # The same file named alone is read alone: no config, and the name rules find `fc`.

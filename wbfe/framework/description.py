@@ -100,6 +100,8 @@ class FrameworkDescription:
         out: dict[str, Any] = {"used": self.framework, "model": self.model}
         if self.note:
             out["note"] = self.note
+        if self.facts.get("dropout_read"):  # how the dropout on the head's input was read (applicability)
+            out["dropout_read"] = self.facts["dropout_read"]
         return out
 
 

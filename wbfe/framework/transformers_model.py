@@ -64,7 +64,7 @@ def _describe(key: str) -> Union[FrameworkDescription, Fallback]:
         model = _build(transformers, model_class, config)
     except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
         return Fallback(f"transformers could not build {arch} from config.json ({type(exc).__name__})")
-    return _read(model, arch, config)
+    return _read(model, arch, config, skeleton=True)
 
 
 def _build(transformers: Any, model_class: Any, config: dict[str, Any]) -> Any:
@@ -92,10 +92,10 @@ def _build(transformers: Any, model_class: Any, config: dict[str, Any]) -> Any:
 def describe_built(model: Any) -> FrameworkDescription:
     """A transformers model already built (an object handed to wbfe), read as :func:`describe_transformers` reads
     the skeleton; its weights are not touched."""
-    return _read(model, type(model).__name__, {})
+    return _read(model, type(model).__name__, {}, skeleton=False)
 
 
-def _read(model: Any, arch: str, config: dict[str, Any]) -> FrameworkDescription:
+def _read(model: Any, arch: str, config: dict[str, Any], *, skeleton: bool) -> FrameworkDescription:
     declared = getattr(model, "all_tied_weights_keys", None)  # transformers 5: {tied weight: its source}
     tied: dict[str, str] = {str(k): str(v) for k, v in declared.items()} if isinstance(declared, dict) else {}
     names, shared = shared_parameters(model)
@@ -107,7 +107,9 @@ def _read(model: Any, arch: str, config: dict[str, Any]) -> FrameworkDescription
     head, note = _head(model, arch, config)
     from wbfe.framework.head_facts import head_facts
 
-    facts = {"family": str(getattr(model.config, "model_type", "") or ""), **head_facts(model, head)}
+    static = head_facts(model, head)
+    facts = {"family": str(getattr(model.config, "model_type", "") or ""), **static,
+             **_traced(model, head, skeleton, static)}
     saved = _saved_names(model, order + list(tied))
     rename = saved.get
     return FrameworkDescription(
@@ -117,6 +119,33 @@ def _read(model: Any, arch: str, config: dict[str, Any]) -> FrameworkDescription
         aliases=dict(saved),  # a checkpoint written with the in-memory names
         facts=facts,
     )
+
+
+def _traced(model: Any, head: Optional[str], skeleton: bool, static: dict[str, Any]) -> dict[str, Any]:
+    """The dropout on the head's input from the skeleton's own forward pass, where it runs on the meta
+    device (:mod:`wbfe.framework.forward_trace`); else the module tree's reading stands, and
+    ``dropout_read`` says why. A model with real weights is never run (that would compute)."""
+    if head is None:
+        return {}
+    on_meta = all(p.device.type == "meta" for p in model.parameters())
+    if not skeleton and not on_meta:
+        return {"dropout_read": "module tree: a built model with weights is not run"}
+    if skeleton:
+        # a parameter or buffer made with a fixed device (XLNet's torch.FloatTensor mask_emb) ignores
+        # the meta context it was built in; moving it there costs nothing and keeps the pass on meta
+        model.to("meta")
+    from wbfe.framework.forward_trace import head_input_dropouts
+
+    traced = head_input_dropouts(model, head)
+    if isinstance(traced, str):
+        return {"dropout_read": f"module tree: {traced}"}
+    facts: dict[str, Any] = {"dropout": traced.dropout, "dropout_read": "forward pass on the meta device"}
+    stage = static.get("summary_stage")
+    if stage and not (traced.feeds or "").startswith(f"{stage}."):
+        # a summary stage beside the head that the head does not read (GPT-2 double heads: the
+        # multiple-choice summary beside lm_head)
+        facts.update(summary_stage=None, hidden_dropout=[])
+    return facts
 
 
 def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
