@@ -77,3 +77,14 @@ def test_the_bound_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WBFE_CACHE_MAX_SIZE", "lots")
     with pytest.raises(InvalidOptionError, match="WBFE_CACHE_MAX_SIZE"):
         object_cache_bound()
+
+
+def test_a_bad_bound_is_refused_before_anything_is_fetched(
+        tmp_path: Path, store: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variable is read as the fetch starts: a typo costs no download and leaves no copy."""
+    uri = _put(store, "big.bin", 1000)
+    for bad in ("20 gigs", "-1", "1e3"):
+        monkeypatch.setenv("WBFE_CACHE_MAX_SIZE", bad)
+        with pytest.raises(InvalidOptionError, match="WBFE_CACHE_MAX_SIZE"):
+            fetch_uri(uri)
+        assert not (tmp_path / "cache" / "objects").exists() or _held(tmp_path) == set()

@@ -170,6 +170,7 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
 
 
 def _fetch(fs: Any, path: str, uri: str) -> Path:
+    bound = object_cache_bound()  # a bad $WBFE_CACHE_MAX_SIZE is refused before anything is fetched
     key, info, signature, top = _describe(fs, path, uri)
     final = object_cache_dir() / key[:2] / key
     if final.is_dir():
@@ -194,7 +195,7 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     # The copies grow by a checkpoint each time: keep them within the bound, never evicting this one.
-    evict_objects(object_cache_dir(), keep=final, bound=object_cache_bound())
+    evict_objects(object_cache_dir(), keep=final, bound=bound)
     return final / signature[0] if info.get("type") != "directory" else final
 
 
