@@ -102,6 +102,9 @@ def store_filesystem(uri: str) -> tuple[Any, str]:
         raise MissingDependencyError(f"{uri}: the {protocol}:// protocol needs {package or 'a package'}: {hint}") from None
     except (ValueError, TypeError) as exc:
         raise SourceNotFoundError(f"{uri}: unknown protocol {protocol!r} ({' '.join(str(exc).split())})", path=uri) from None
+    except Exception as exc:  # noqa: BLE001 - a filesystem that connects as it is made (ftp://, sftp://) and cannot
+        raise SourceNotFoundError(f"{uri}: cannot reach the store ({type(exc).__name__}: "
+                                  f"{' '.join(str(exc).split())[:300]})", path=uri) from None
     return fs, str(path)
 
 

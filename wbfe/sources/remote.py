@@ -26,7 +26,7 @@ from urllib.parse import urljoin, urlsplit
 import numpy as np
 
 from wbfe.arrays import from_bytes
-from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError
+from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError
 from wbfe.sources._base import Provenance, TensorSource, combine_digests
 from wbfe.sources.http_range import FIRST_READ, RemoteFile, RetryPolicy
 from wbfe.sources.ranged import RangedFile
@@ -211,7 +211,10 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     """
     from wbfe.sources.object_store import object_cache_dir, open_uri
 
-    path = urlsplit(url).path
+    try:
+        path = urlsplit(url).path
+    except ValueError as exc:  # an unclosed IPv6 host, a bad port...
+        raise SourceNotFoundError(f"{url}: not a valid URL ({exc})", path=url) from None
     name = path.rsplit("/", 1)[-1]
     if not is_safetensors_name(name):
         if stream:

@@ -1,0 +1,45 @@
+"""Malformed or unreachable remote references end in one typed error (library) and one
+``wbfe: error:`` line with exit code 2 (CLI), on score, describe and compare, streamed or not:
+found by a hostile-input pass, where an unclosed IPv6 host and an ftp:// store (which connects as
+its filesystem is made) ended in tracebacks. Nothing here leaves the machine: the store is a
+closed loopback port."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import wbfe
+from wbfe.errors import SourceNotFoundError
+from wbfe_cli.main import app
+
+BAD_URL = "http://[::1/model.safetensors"
+CLOSED_FTP = "ftp://127.0.0.1:1/model.safetensors"
+
+
+@pytest.mark.parametrize("stream", [None, True])
+def test_an_invalid_url_is_a_typed_error(stream):
+    with pytest.raises(SourceNotFoundError, match=r"not a valid URL \(Invalid IPv6 URL\)"):
+        wbfe.describe(BAD_URL, stream=stream)
+
+
+def test_a_store_that_cannot_be_reached_as_it_is_made_is_a_typed_error(tmp_path, monkeypatch):
+    pytest.importorskip("fsspec")
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(SourceNotFoundError, match=r"^ftp://127\.0\.0\.1:1/model\.safetensors: cannot reach the store "
+                                                  r"\(ConnectionRefusedError"):
+        wbfe.score(CLOSED_FTP)
+    assert not (tmp_path / "cache" / "objects").exists() or not any((tmp_path / "cache" / "objects").rglob("*.part"))
+
+
+@pytest.mark.parametrize("argv", [
+    ["score", BAD_URL], ["describe", "--stream", BAD_URL], ["compare", "--stream", BAD_URL, BAD_URL],
+    ["describe", CLOSED_FTP],
+])
+def test_the_cli_says_it_in_one_line(argv, tmp_path, monkeypatch):
+    pytest.importorskip("fsspec")
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "cache"))
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wbfe: error: "), result.output
