@@ -43,3 +43,23 @@ def test_the_cli_says_it_in_one_line(argv, tmp_path, monkeypatch):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("wbfe: error: "), result.output
+
+
+def test_an_empty_reference_never_reads_the_working_folder(tmp_path, monkeypatch, st_file):
+    """Path("") is ".": an empty argument (an unset shell variable) used to score, describe or watch
+    whatever the working folder held."""
+    import shutil
+
+    from wbfe.watch.runs import discover_run
+
+    shutil.copy(st_file, tmp_path / "step_3.safetensors")
+    monkeypatch.chdir(tmp_path)
+    for call in (wbfe.score, wbfe.describe):
+        for ref in ("", "  "):
+            with pytest.raises(SourceNotFoundError, match="^an empty model reference"):
+                call(ref)
+    with pytest.raises(SourceNotFoundError, match="^an empty run reference"):
+        discover_run("")
+    for argv in (["score", ""], ["describe", ""], ["watch", ""], ["compare", "", str(st_file)]):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2 and result.output.startswith("wbfe: error: an empty "), (argv, result.output)

@@ -66,6 +66,9 @@ def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
         ModelNotFoundError: an id that cannot be resolved (unknown, or not cached while offline).
         CorruptCheckpointError, TruncatedCheckpointError, UnsafePickleError: unreadable checkpoints.
     """
+    if isinstance(ref, str) and not ref.strip():
+        # Path("") is the working folder: an empty argument (an unset shell variable) must not read it
+        raise SourceNotFoundError("an empty model reference: name a file, folder, URI or model id", path=ref)
     for location in locations():
         if location.claims(ref):
             if location.streams:

@@ -249,6 +249,9 @@ def discover_run(run: Union[str, Path]) -> Run:
             malformed CSV or revision list.
     """
     text = str(run)
+    if not text.strip():  # Path("") is the working folder: an empty argument must not read it
+        raise SourceNotFoundError("an empty run reference: name a folder of checkpoints, a CSV or a list of hub "
+                                  "revisions", path=text)
     path = Path(text).expanduser()
     if path.is_dir():
         by_step = _folder_checkpoints(path)
