@@ -34,18 +34,38 @@ Conv2d, weight (out, in, kh, kw):
       swapped once per transposed slice, so for out < in they end as (in, out) when kh·kw is odd
       but (out, in), i.e. N < M, when kh·kw is even; in the "channels first" case they are
       (out, in). :func:`ww_conv2d_dims` reproduces this; eigenvalues and α are unaffected.
+
+SVDSmoothing / SVDSharpness (``WeightWatcher.SVDSmoothing``, ``apply_svd_smoothing``,
+``smooth_W_alt``, ``SVDSharpness``, ``apply_svd_sharpness``; ``RMT_Util._smooth_W_accurate``,
+``permute_matrix``), for :mod:`wbfe.editing`'s ``ww_compatible`` mode:
+    - the edited layers are the analysed ones (the skip rules above), the weight read as float32;
+    - the count: ``svd`` ``int(percent·M·rf)`` with WW's M (a Conv2d's from :func:`ww_conv2d_dims`),
+      ``detX`` the ``detX_num`` of the layer's pooled spectrum; sharpening −(the MP spikes of the
+      spectrum of the layer's matrices, each permuted by ``np.random.permutation`` from NumPy's
+      global generator). A Conv2d divides it over its slices ``w[:, :, i, j]``, ⌈count/rf⌉;
+    - a positive count k keeps k components with scikit-learn's ``TruncatedSVD(n_components=k,
+      n_iter=7, random_state=42)`` (randomised, LU-normalised power iterations; imported by
+      ``RMT_Util``, and the CPU "fast" method is this one too): the weight (rows ≥ cols, transposed
+      if need be) projected on the k right vectors it finds, X·Vₖ·Vₖᵀ, in float32;
+      :func:`ww_truncated_smooth` is that algorithm step by step (scikit-learn 1.x's
+      ``_randomized_range_finder`` and ``_randomized_svd``), on SciPy, which wbfe depends on;
+    - a negative count −c: the full SVD (``scipy.linalg.svd``) with the c largest singular values
+      set to 0, recomposed (:func:`ww_remove_top`); 0 leaves the weight as it is.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Optional
 
 import numpy as np
 
 from wbfe.conv_fft import FFT_GRID, conv2d_fft_eigenvalues
 
 __all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
-           "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID"]
+           "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID", "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims",
+           "ww_skip_reason", "ww_esd_matrices", "ww_truncated_smooth", "ww_remove_top", "ww_smoothing_count",
+           "ww_sharpening_count", "ww_edit_weight"]
 
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
 WW_EVALS_THRESH = 1e-5
@@ -130,3 +150,143 @@ def _conv_weight32(w: Any) -> np.ndarray:
     if w.ndim != 4:
         raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w.shape}")
     return w.astype(np.float32)
+
+
+# ---------------------------------------------------------------- SVDSmoothing / SVDSharpness
+
+#: WeightWatcher 0.7.7's ``DEFAULT_MIN_EVALS``, ``DEFAULT_MAX_EVALS`` and ``DEFAULT_MAX_N``.
+WW_MIN_EVALS, WW_MAX_EVALS, WW_MAX_N = 8, 15000, 50000
+
+
+def ww_layer_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """WeightWatcher 0.7.7's (N, M, rf) of a 2-D weight or a PyTorch Conv2d weight (out, in, kh, kw)."""
+    if len(shape) == 2:
+        return max(shape), min(shape), 1
+    return ww_conv2d_dims((shape[0], shape[1], shape[2], shape[3]))
+
+
+def ww_skip_reason(shape: tuple[int, ...]) -> Optional[str]:
+    """Why WeightWatcher 0.7.7 does not analyse (so neither smooths nor sharpens) a weight of this
+    shape, None when it does."""
+    n, m, rf = ww_layer_dims(shape)
+    if len(shape) == 4 and shape[0] + shape[1] < shape[2] + shape[3]:
+        return "WeightWatcher reads this kernel channels-first (out + in < kh + kw); not reproduced"
+    if m * rf < WW_MIN_EVALS:
+        return f"WeightWatcher skips it: {m * rf} eigenvalues < min_evals {WW_MIN_EVALS}"
+    if m * rf > WW_MAX_EVALS:
+        return f"WeightWatcher skips it: {m * rf} eigenvalues > max_evals {WW_MAX_EVALS}"
+    if n > WW_MAX_N:
+        return f"WeightWatcher skips it: N = {n} > max_N {WW_MAX_N}"
+    return None
+
+
+def ww_esd_matrices(w32: np.ndarray) -> list[np.ndarray]:
+    """The matrices whose pooled eigenvalues are WeightWatcher's spectrum of the layer (float64)."""
+    if w32.ndim == 2:
+        return [ww_linear_matrix(w32)]
+    return ww_conv2d_matrices(w32)
+
+
+def _pooled(mats: list[np.ndarray]) -> np.ndarray:
+    return np.sort(np.concatenate([np.linalg.svd(m, compute_uv=False) ** 2 for m in mats]))
+
+
+def ww_truncated_smooth(w: np.ndarray, k: int) -> np.ndarray:
+    """``RMT_Util._smooth_W_accurate(w, k)``: scikit-learn's ``TruncatedSVD(k, n_iter=7,
+    random_state=42)`` projection of ``w`` on its k leading right singular vectors, step by step.
+
+    In ``w``'s own precision (float32 as WeightWatcher reads a layer), as scikit-learn computes.
+
+    Raises:
+        ValueError: k > the smaller side (scikit-learn refuses it, and so WeightWatcher fails).
+    """
+    import scipy.linalg
+
+    x = w.T if w.shape[0] < w.shape[1] else w
+    if not 1 <= k <= x.shape[1]:
+        raise ValueError(f"n_components {k} outside [1, {x.shape[1]}]")
+    # _randomized_range_finder: a seeded Gaussian start, 7 LU-normalised power iterations, one QR
+    q = np.random.RandomState(42).normal(size=(x.shape[1], k + 10))  # n_oversamples = 10
+    if x.dtype == np.float32:
+        q = q.astype(np.float32, copy=False)
+    for _ in range(7):
+        q = scipy.linalg.lu(x @ q, permute_l=True, check_finite=False)[0]
+        q = scipy.linalg.lu(x.T @ q, permute_l=True, check_finite=False)[0]
+    q = scipy.linalg.qr(x @ q, mode="economic", check_finite=False)[0]
+    vt = scipy.linalg.svd(q.T @ x, full_matrices=False, lapack_driver="gesdd")[2][:k]
+    # TruncatedSVD.fit_transform is X·Vᵀ; the sign flip of V cancels in X·Vᵀ·V, so it is left out
+    smoothed = (x @ vt.T) @ vt
+    return smoothed.T if x is not w else smoothed
+
+
+def ww_remove_top(w: np.ndarray, count: int) -> np.ndarray:
+    """``WeightWatcher.smooth_W_alt(w, -count)``: the full SVD with the ``count`` largest singular
+    values zeroed, recomposed as WeightWatcher recomposes it."""
+    import scipy.linalg
+
+    n, m = max(w.shape), min(w.shape)
+    u, s, vh = scipy.linalg.svd(w, compute_uv=True)
+    s[:count] = 0.0
+    full = np.diag(np.array(list(s) + [0] * (n - m)))  # WW's list round trip decides the dtype
+    if u.shape[0] > vh.shape[0]:
+        return np.asarray(np.dot(np.dot(u, full)[:n, :m], vh))
+    return np.asarray(np.dot(u, np.dot(full, vh)[:m, :n]))
+
+
+def ww_smoothing_count(w32: np.ndarray, *, percent: float, method: str) -> int:
+    """SVDSmoothing's ``num_smooth`` of a layer (before a Conv2d's division by rf).
+
+    Args:
+        w32: the weight as WeightWatcher reads it (float32), 2-D or (out, in, kh, kw).
+        percent: kept fraction (method ``svd``).
+        method: ``svd`` or ``detx`` (WeightWatcher's ``detX``).
+    """
+    _, m, rf = ww_layer_dims(w32.shape)
+    if method == "svd":
+        return int(percent * m * rf)
+    from wbfe.metrics.detx import detx_tail
+
+    return detx_tail(_pooled(ww_esd_matrices(w32)))[0]
+
+
+def ww_sharpening_count(w32: np.ndarray, generator: np.random.RandomState) -> int:
+    """SVDSharpness's ``num_smooth`` of a layer: −(MP spikes of its permuted matrices' spectrum).
+
+    Args:
+        w32: the weight as WeightWatcher reads it (float32).
+        generator: stands for NumPy's global generator, which WeightWatcher permutes with; one
+            permutation per matrix is drawn from it, as WeightWatcher draws them.
+    """
+    from wbfe.metrics.mp import mp_fit
+
+    n, m, _ = ww_layer_dims(w32.shape)
+    permuted = []
+    for mat in ww_esd_matrices(w32):
+        ids = generator.permutation(np.arange(mat.size))
+        permuted.append(mat.reshape(-1)[ids].reshape(mat.shape))
+    fit = mp_fit(_pooled(permuted), n, m)
+    # WW's fit cannot fail on a matrix with a non-zero entry; an all-zero one is left as it is
+    return -int(fit.num_spikes) if fit.reason is None else 0
+
+
+def ww_edit_weight(w32: np.ndarray, num_smooth: int) -> np.ndarray:
+    """``apply_svd_smoothing`` of one weight: keep ``num_smooth`` > 0 components, remove −``num_smooth``
+    < 0, per slice ``w[:, :, i, j]`` of a Conv2d with the count divided, ⌈num_smooth/rf⌉.
+
+    Raises:
+        ValueError: a count larger than a matrix's smaller side (WeightWatcher fails on it too).
+    """
+    def one(mat: np.ndarray, count: int) -> np.ndarray:
+        if count > 0:
+            return ww_truncated_smooth(mat, count)
+        return ww_remove_top(mat, -count) if count < 0 else mat
+
+    if w32.ndim == 2:
+        return one(w32, num_smooth)
+    _, _, kh, kw = w32.shape
+    count = int(math.ceil(num_smooth / (kh * kw)))
+    out = np.zeros_like(w32)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i, j] = one(w32[:, :, i, j], count)
+    return out
