@@ -51,6 +51,13 @@ SVDSmoothing / SVDSharpness (``WeightWatcher.SVDSmoothing``, ``apply_svd_smoothi
       ``_randomized_range_finder`` and ``_randomized_svd``), on SciPy, which wbfe depends on;
     - a negative count −c: the full SVD (``scipy.linalg.svd``) with the c largest singular values
       set to 0, recomposed (:func:`ww_remove_top`); 0 leaves the weight as it is.
+
+``intra=True`` (``WWIntraLayerIterator``) on a conv net: the chain is every analysed layer in
+module order, Conv2d included; each layer enters with ``Wmats[0]``, which for a Conv2d is its
+first kernel position's slice ``w[:, :, 0, 0]``, transposed when out < in, not yet scaled (the
+conv normalisation runs later, in ``analyze``'s loop). The product row is a copy of the *second*
+layer: it keeps that layer's ``num_components`` (M·rf for a Conv2d, with WW's M) largest values,
+and ``apply_normalize_Wmats`` scales the product by √(1/2) when that layer is a Conv2d.
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ from wbfe.conv_fft import FFT_GRID, conv2d_fft_eigenvalues
 __all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
            "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID", "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims",
            "ww_skip_reason", "ww_esd_matrices", "ww_truncated_smooth", "ww_remove_top", "ww_smoothing_count",
-           "ww_sharpening_count", "ww_edit_weight"]
+           "ww_sharpening_count", "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
 
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
 WW_EVALS_THRESH = 1e-5
@@ -290,3 +297,25 @@ def ww_edit_weight(w32: np.ndarray, num_smooth: int) -> np.ndarray:
         for j in range(kw):
             out[:, :, i, j] = one(w32[:, :, i, j], count)
     return out
+
+
+# ---------------------------------------------------------------- intra=True
+
+def ww_intra_member_shape(shape: tuple[int, ...]) -> tuple[int, int]:
+    """The shape of the matrix a Conv2d weight (out, in, kh, kw) enters WW's intra chain with."""
+    out_ch, in_ch = int(shape[0]), int(shape[1])
+    return (in_ch, out_ch) if out_ch < in_ch else (out_ch, in_ch)
+
+
+def ww_intra_member(shape: tuple[int, ...], matrices: list[np.ndarray]) -> tuple[np.ndarray, int, float]:
+    """A Conv2d's member of WW's intra chain: (its first slice, the count a product with it second
+    keeps, the factor such a product is scaled by).
+
+    Args:
+        shape: the weight's shape (out, in, kh, kw).
+        matrices: :func:`ww_conv2d_matrices` of it (scaled by √(1/2)); the first is unscaled
+            back to the float32 slice exactly (the scaled float64 product rounds back to it).
+    """
+    first = (np.asarray(matrices[0], dtype=np.float64) / np.sqrt(0.5)).astype(np.float32).astype(np.float64)
+    _, m, rf = ww_conv2d_dims((shape[0], shape[1], shape[2], shape[3]))
+    return first, m * rf, float(np.sqrt(0.5))
