@@ -71,8 +71,8 @@ from wbfe.conv_fft import FFT_GRID, conv2d_fft_eigenvalues
 
 __all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
            "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID", "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims",
-           "ww_skip_reason", "ww_esd_matrices", "ww_truncated_smooth", "ww_remove_top", "ww_smoothing_count",
-           "ww_sharpening_count", "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
+           "ww_skip_reason", "ww_esd_matrices", "ww_truncated_smooth", "ww_remove_top", "ww_svd_count",
+           "ww_layer_eigenvalues", "ww_permuted_eigenvalues", "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
 
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
 WW_EVALS_THRESH = 1e-5
@@ -240,40 +240,30 @@ def ww_remove_top(w: np.ndarray, count: int) -> np.ndarray:
     return np.asarray(np.dot(u, np.dot(full, vh)[:m, :n]))
 
 
-def ww_smoothing_count(w32: np.ndarray, *, percent: float, method: str) -> int:
-    """SVDSmoothing's ``num_smooth`` of a layer (before a Conv2d's division by rf).
-
-    Args:
-        w32: the weight as WeightWatcher reads it (float32), 2-D or (out, in, kh, kw).
-        percent: kept fraction (method ``svd``).
-        method: ``svd`` or ``detx`` (WeightWatcher's ``detX``).
-    """
-    _, m, rf = ww_layer_dims(w32.shape)
-    if method == "svd":
-        return int(percent * m * rf)
-    from wbfe.metrics.detx import detx_tail
-
-    return detx_tail(_pooled(ww_esd_matrices(w32)))[0]
+def ww_svd_count(shape: tuple[int, ...], percent: float) -> int:
+    """SVDSmoothing's ``num_smooth`` with method ``svd``: ``int(percent·M·rf)``, WW's M and rf."""
+    _, m, rf = ww_layer_dims(shape)
+    return int(percent * m * rf)
 
 
-def ww_sharpening_count(w32: np.ndarray, generator: np.random.RandomState) -> int:
-    """SVDSharpness's ``num_smooth`` of a layer: −(MP spikes of its permuted matrices' spectrum).
+def ww_layer_eigenvalues(w32: np.ndarray) -> np.ndarray:
+    """The layer's pooled, sorted spectrum as WW's ``apply_esd`` makes it (detX counts on it)."""
+    return _pooled(ww_esd_matrices(w32))
+
+
+def ww_permuted_eigenvalues(w32: np.ndarray, generator: np.random.RandomState) -> np.ndarray:
+    """SVDSharpness's spectrum: WW's matrices of the layer, each permuted (``permute_matrix``).
 
     Args:
         w32: the weight as WeightWatcher reads it (float32).
         generator: stands for NumPy's global generator, which WeightWatcher permutes with; one
             permutation per matrix is drawn from it, as WeightWatcher draws them.
     """
-    from wbfe.metrics.mp import mp_fit
-
-    n, m, _ = ww_layer_dims(w32.shape)
     permuted = []
     for mat in ww_esd_matrices(w32):
         ids = generator.permutation(np.arange(mat.size))
         permuted.append(mat.reshape(-1)[ids].reshape(mat.shape))
-    fit = mp_fit(_pooled(permuted), n, m)
-    # WW's fit cannot fail on a matrix with a non-zero entry; an all-zero one is left as it is
-    return -int(fit.num_spikes) if fit.reason is None else 0
+    return _pooled(permuted)
 
 
 def ww_edit_weight(w32: np.ndarray, num_smooth: int) -> np.ndarray:

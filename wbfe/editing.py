@@ -290,13 +290,17 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if options.ww_compatible:
-            from wbfe._ww_compat import ww_skip_reason, ww_smoothing_count
+            from wbfe._ww_compat import ww_layer_eigenvalues, ww_skip_reason, ww_svd_count
 
             skip = ww_skip_reason(tuple(tensor.shape))
             if skip is not None:
                 return None, 0, skip
             w32 = _float32(tensor)
-            return _ww_apply(name, w32, ww_smoothing_count(w32, percent=options.percent, method=options.method))
+            if options.method == "svd":
+                return _ww_apply(name, w32, ww_svd_count(w32.shape, options.percent))
+            from wbfe.metrics.detx import detx_tail
+
+            return _ww_apply(name, w32, detx_tail(ww_layer_eigenvalues(w32))[0])
         w = _float64(tensor)
         keep = smoothing_rank(w, percent=options.percent, method=options.method)  # type: ignore[arg-type]
         if keep <= 0:
@@ -334,13 +338,17 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if options.ww_compatible:
-            from wbfe._ww_compat import ww_sharpening_count, ww_skip_reason
+            from wbfe._ww_compat import ww_layer_dims, ww_permuted_eigenvalues, ww_skip_reason
+            from wbfe.metrics.mp import mp_fit
 
             skip = ww_skip_reason(tuple(tensor.shape))
             if skip is not None:
                 return None, 0, skip
             w32 = _float32(tensor)
-            return _ww_apply(name, w32, ww_sharpening_count(w32, generator))
+            n, m, _ = ww_layer_dims(w32.shape)
+            fit = mp_fit(ww_permuted_eigenvalues(w32, generator), n, m)
+            # WW's fit cannot fail on a matrix with a non-zero entry; an all-zero one is left as it is
+            return _ww_apply(name, w32, -int(fit.num_spikes) if fit.reason is None else 0)
         w = _float64(tensor)
         count = sharpening_count(w, seed=options.seed, name=name)
         if count <= 0:
