@@ -17,8 +17,9 @@ are kept off the top, so fewer spikes than kernel positions remove none). The sp
 k pools the slices (unscaled: WeightWatcher's ``apply_esd`` runs without its conv normalisation here).
 
 WeightWatcher computes the truncated SVD with scikit-learn's randomised ``TruncatedSVD`` (7 power
-iterations, seed 42) and edits the model in memory; here the SVD is LAPACK's (exact to rounding), and
-a checkpoint is read tensor by tensor (:func:`wbfe.sources.open_source`) and written as a safetensors
+iterations, seed 42) and edits the model in memory; here the SVD is LAPACK's (exact to rounding).
+``ww_compatible=True`` reproduces WeightWatcher's edit instead, value for value: its layers, its
+counts, its randomised SVD in float32 (:mod:`wbfe._ww_compat`). Either way a checkpoint is read tensor by tensor (:func:`wbfe.sources.open_source`) and written as a safetensors
 file: edited matrices in their own dtype, every other tensor byte for byte, the input's safetensors
 metadata kept, streamed one tensor at a time into a temporary file that replaces the output
 atomically (:func:`wbfe.output.open_atomic`).
