@@ -13,6 +13,9 @@ import typer
 __all__ = ["SmoothMethod", "smooth_command", "sharpen_command"]
 
 
+WW_HELP = "Reproduce WeightWatcher 0.7.7's edit exactly (its layers, counts and randomised truncated SVD)."
+
+
 class SmoothMethod(str, Enum):
     """How many singular components ``wbfe smooth`` keeps."""
 
@@ -33,11 +36,13 @@ def smooth_command(
     percent: float = typer.Option(0.8, "--percent", help="Fraction of the singular components kept (method svd)."),
     method: SmoothMethod = typer.Option(SmoothMethod.svd, "--method", help="svd: a fixed fraction; detx: the det X = 1 tail."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name matches this regular expression."),
+    ww_compatible: bool = typer.Option(False, "--ww-compatible", help=WW_HELP),
 ) -> None:
     """Keep the largest singular components of every weight matrix (WeightWatcher's SVDSmoothing)."""
     from wbfe.editing import smooth_checkpoint
 
-    _report(smooth_checkpoint(ref, out, percent=percent, method=method.value, layers=layers))
+    _report(smooth_checkpoint(ref, out, percent=percent, method=method.value, layers=layers,
+                              ww_compatible=ww_compatible))
 
 
 def sharpen_command(
@@ -45,8 +50,9 @@ def sharpen_command(
     out: str = typer.Argument(..., help="The safetensors file to write (replaced atomically)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Only tensors whose name matches this regular expression."),
     seed: int = typer.Option(0, "--seed", help="Seed of the permutations that find the correlation traps."),
+    ww_compatible: bool = typer.Option(False, "--ww-compatible", help=WW_HELP),
 ) -> None:
     """Remove the correlation-trap components of every weight matrix (WeightWatcher's SVDSharpness)."""
     from wbfe.editing import sharpen_checkpoint
 
-    _report(sharpen_checkpoint(ref, out, layers=layers, seed=seed))
+    _report(sharpen_checkpoint(ref, out, layers=layers, seed=seed, ww_compatible=ww_compatible))

@@ -70,7 +70,7 @@ def test_ranks_follow_weightwatchers_rules() -> None:
     assert smoothing_rank(conv, percent=0.5, method="detx") == int(np.ceil(detx_tail(pooled)[0] / 9))
     assert sharpening_count(trapped(80, 50, 0), name="w") == 1
     assert sharpening_count(np.random.default_rng(5).standard_normal((80, 50)), name="w") == 0
-    with pytest.raises(InvalidOptionError, match="^percent must be between 0 and 1, not 1.5$"):
+    with pytest.raises(InvalidOptionError, match="^percent must be in \\[0, 1\\], not 1.5$"):
         smoothing_rank(dense, percent=1.5, method="svd")
     with pytest.raises(InvalidOptionError, match="^smoothing method must be svd or detx, not 'rmt'$"):
         smoothing_rank(dense, percent=0.5, method="rmt")  # type: ignore[arg-type]
@@ -211,4 +211,35 @@ def test_cli(checkpoint, tmp_path: Path) -> None:
     assert result.exit_code == 0
     result = runner.invoke(app, ["smooth", str(path), str(out), "--percent", "2"])
     assert result.exit_code == 2
-    assert result.stderr.strip() == "wbfe: error: percent must be between 0 and 1, not 2.0"
+    assert result.stderr.strip() == "wbfe: error: percent must be in [0, 1], not 2.0"
+
+
+# ---------------------------------------------------------------- one matrix at a time
+
+@pytest.mark.parametrize(("edit", "keywords"), [
+    (smooth_checkpoint, {"percent": 0.5}), (smooth_checkpoint, {"percent": 0.05, "ww_compatible": True}),
+    (sharpen_checkpoint, {}), (sharpen_checkpoint, {"ww_compatible": True}),
+])
+def test_the_edit_holds_one_matrix_at_a_time(tmp_path: Path, edit, keywords) -> None:
+    import tracemalloc
+
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    count, shape = 32, (256, 128)
+    save_file({f"l{i}.weight": torch.from_numpy(rng.standard_normal(shape).astype(np.float32)) for i in range(count)},
+              str(tmp_path / "many.safetensors"))
+    one = shape[0] * shape[1] * 8  # one matrix in float64, the precision the edit computes in
+    with threadpool_limits(1):  # one BLAS thread: on a busy machine many are far slower
+        edit(tmp_path / "many.safetensors", tmp_path / "warm.safetensors", **keywords)  # imports, caches
+        tracemalloc.start()  # NumPy's allocations are traced; a copy of every matrix would show
+        try:
+            summary = edit(tmp_path / "many.safetensors", tmp_path / "out.safetensors", **keywords)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert len(summary.edited) + len(summary.unchanged) == count
+    # measured: 3.6–5 matrices' worth (the SVD's factors, the edited copy, its bytes); holding
+    # every matrix would be 32 (16 in float32)
+    assert peak < 8 * one, peak / one
+    assert peak < count * one / 4

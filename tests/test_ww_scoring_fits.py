@@ -104,19 +104,31 @@ def test_xmin_peak_equals_the_powerlaw_package() -> None:
         assert ours[name]["num_pl_spikes"] == np.count_nonzero(x >= ref.xmin), name
 
 
+@pytest.fixture(scope="module")
+def tpl_reference() -> dict[str, tuple[np.ndarray, float]]:
+    """Per layer, WeightWatcher's eigenvalues and the xmin of the package's truncated-power-law KS scan
+    over the full range: the reference of both ``tpl`` and ``e_tpl`` (the same scan, see below), made once,
+    since it is this test file's cost (a numerical TPL fit per candidate xmin, ~50 s for the four layers)."""
+    out = {}
+    for name, x in _ww_evals(_model()).items():
+        ref = _package_fit(x, xmin_distribution="truncated_power_law",
+                           parameter_ranges={"alpha": [-20, 20], "Lambda": [0, None]})
+        out[name] = (x, float(ref.xmin))
+    return out
+
+
 @pytest.mark.parametrize("fit", ["tpl", "e_tpl"])
-def test_tpl_xmin_equals_the_powerlaw_package(fit: str) -> None:
+def test_tpl_xmin_equals_the_powerlaw_package(fit: str, tpl_reference: dict[str, tuple[np.ndarray, float]]) -> None:
     """The tail WeightWatcher's TPL fit chooses: the package's truncated-power-law KS scan over the full range
     (E_TPL's range starts at WeightWatcher's log10(0.95·peak), below every eigenvalue here: the same scan)."""
     model = _model()
     ww_rows = _analyze(model, fit=fit.upper(), pl_package="powerlaw")
     assert all(row["alpha"] == -1 for row in ww_rows.values())
     ours = _ours(model, fit=fit)
-    for name, x in _ww_evals(model).items():
-        ref = _package_fit(x, xmin_distribution="truncated_power_law",
-                           parameter_ranges={"alpha": [-20, 20], "Lambda": [0, None]})
-        assert ours[name]["xmin"] == pytest.approx(ref.xmin, rel=1e-6), name
-        assert ours[name]["num_pl_spikes"] == np.count_nonzero(x >= ref.xmin), name
+    assert sorted(ours) == sorted(tpl_reference)
+    for name, (x, xmin) in tpl_reference.items():
+        assert ours[name]["xmin"] == pytest.approx(xmin, rel=1e-6), name
+        assert ours[name]["num_pl_spikes"] == np.count_nonzero(x >= xmin), name
 
 
 def test_cli_matches_the_library(tmp_path: Path) -> None:

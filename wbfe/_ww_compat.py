@@ -34,18 +34,45 @@ Conv2d, weight (out, in, kh, kw):
       swapped once per transposed slice, so for out < in they end as (in, out) when kh·kw is odd
       but (out, in), i.e. N < M, when kh·kw is even; in the "channels first" case they are
       (out, in). :func:`ww_conv2d_dims` reproduces this; eigenvalues and α are unaffected.
+
+SVDSmoothing / SVDSharpness (``WeightWatcher.SVDSmoothing``, ``apply_svd_smoothing``,
+``smooth_W_alt``, ``SVDSharpness``, ``apply_svd_sharpness``; ``RMT_Util._smooth_W_accurate``,
+``permute_matrix``), for :mod:`wbfe.editing`'s ``ww_compatible`` mode:
+    - the edited layers are the analysed ones (the skip rules above), the weight read as float32;
+    - the count: ``svd`` ``int(percent·M·rf)`` with WW's M (a Conv2d's from :func:`ww_conv2d_dims`),
+      ``detX`` the ``detX_num`` of the layer's pooled spectrum; sharpening −(the MP spikes of the
+      spectrum of the layer's matrices, each permuted by ``np.random.permutation`` from NumPy's
+      global generator). A Conv2d divides it over its slices ``w[:, :, i, j]``, ⌈count/rf⌉;
+    - a positive count k keeps k components with scikit-learn's ``TruncatedSVD(n_components=k,
+      n_iter=7, random_state=42)`` (randomised, LU-normalised power iterations; imported by
+      ``RMT_Util``, and the CPU "fast" method is this one too): the weight (rows ≥ cols, transposed
+      if need be) projected on the k right vectors it finds, X·Vₖ·Vₖᵀ, in float32;
+      :func:`ww_truncated_smooth` is that algorithm step by step (scikit-learn 1.x's
+      ``_randomized_range_finder`` and ``_randomized_svd``), on SciPy, which wbfe depends on;
+    - a negative count −c: the full SVD (``scipy.linalg.svd``) with the c largest singular values
+      set to 0, recomposed (:func:`ww_remove_top`); 0 leaves the weight as it is.
+
+``intra=True`` (``WWIntraLayerIterator``) on a conv net: the chain is every analysed layer in
+module order, Conv2d included; each layer enters with ``Wmats[0]``, which for a Conv2d is its
+first kernel position's slice ``w[:, :, 0, 0]``, transposed when out < in, not yet scaled (the
+conv normalisation runs later, in ``analyze``'s loop). The product row is a copy of the *second*
+layer: it keeps that layer's ``num_components`` (M·rf for a Conv2d, with WW's M) largest values,
+and ``apply_normalize_Wmats`` scales the product by √(1/2) when that layer is a Conv2d.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Optional
 
 import numpy as np
 
 from wbfe.conv_fft import FFT_GRID, conv2d_fft_eigenvalues
 
 __all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
-           "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID"]
+           "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID", "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims",
+           "ww_skip_reason", "ww_esd_matrices", "ww_truncated_smooth", "ww_remove_top", "ww_svd_count",
+           "ww_layer_eigenvalues", "ww_permuted_eigenvalues", "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
 
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
 WW_EVALS_THRESH = 1e-5
@@ -130,3 +157,155 @@ def _conv_weight32(w: Any) -> np.ndarray:
     if w.ndim != 4:
         raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w.shape}")
     return w.astype(np.float32)
+
+
+# ---------------------------------------------------------------- SVDSmoothing / SVDSharpness
+
+#: WeightWatcher 0.7.7's ``DEFAULT_MIN_EVALS``, ``DEFAULT_MAX_EVALS`` and ``DEFAULT_MAX_N``.
+WW_MIN_EVALS, WW_MAX_EVALS, WW_MAX_N = 8, 15000, 50000
+
+
+def ww_layer_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """WeightWatcher 0.7.7's (N, M, rf) of a 2-D weight or a PyTorch Conv2d weight (out, in, kh, kw)."""
+    if len(shape) == 2:
+        return max(shape), min(shape), 1
+    return ww_conv2d_dims((shape[0], shape[1], shape[2], shape[3]))
+
+
+def ww_skip_reason(shape: tuple[int, ...]) -> Optional[str]:
+    """Why WeightWatcher 0.7.7 does not analyse (so neither smooths nor sharpens) a weight of this
+    shape, None when it does."""
+    n, m, rf = ww_layer_dims(shape)
+    if len(shape) == 4 and shape[0] + shape[1] < shape[2] + shape[3]:
+        return "WeightWatcher reads this kernel channels-first (out + in < kh + kw); not reproduced"
+    if m * rf < WW_MIN_EVALS:
+        return f"WeightWatcher skips it: {m * rf} eigenvalues < min_evals {WW_MIN_EVALS}"
+    if m * rf > WW_MAX_EVALS:
+        return f"WeightWatcher skips it: {m * rf} eigenvalues > max_evals {WW_MAX_EVALS}"
+    if n > WW_MAX_N:
+        return f"WeightWatcher skips it: N = {n} > max_N {WW_MAX_N}"
+    return None
+
+
+def ww_esd_matrices(w32: np.ndarray) -> list[np.ndarray]:
+    """The matrices whose pooled eigenvalues are WeightWatcher's spectrum of the layer (float64)."""
+    if w32.ndim == 2:
+        return [ww_linear_matrix(w32)]
+    return ww_conv2d_matrices(w32)
+
+
+def _pooled(mats: list[np.ndarray]) -> np.ndarray:
+    return np.sort(np.concatenate([np.linalg.svd(m, compute_uv=False) ** 2 for m in mats]))
+
+
+def ww_truncated_smooth(w: np.ndarray, k: int) -> np.ndarray:
+    """``RMT_Util._smooth_W_accurate(w, k)``: scikit-learn's ``TruncatedSVD(k, n_iter=7,
+    random_state=42)`` projection of ``w`` on its k leading right singular vectors, step by step.
+
+    In ``w``'s own precision (float32 as WeightWatcher reads a layer), as scikit-learn computes.
+
+    Raises:
+        ValueError: k > the smaller side (scikit-learn refuses it, and so WeightWatcher fails).
+    """
+    import scipy.linalg
+
+    x = w.T if w.shape[0] < w.shape[1] else w
+    if not 1 <= k <= x.shape[1]:
+        raise ValueError(f"n_components {k} outside [1, {x.shape[1]}]")
+    # _randomized_range_finder: a seeded Gaussian start, 7 LU-normalised power iterations, one QR
+    q = np.random.RandomState(42).normal(size=(x.shape[1], k + 10))  # n_oversamples = 10
+    if x.dtype == np.float32:
+        q = q.astype(np.float32, copy=False)
+    for _ in range(7):
+        q = scipy.linalg.lu(x @ q, permute_l=True, check_finite=False)[0]
+        q = scipy.linalg.lu(x.T @ q, permute_l=True, check_finite=False)[0]
+    q = scipy.linalg.qr(x @ q, mode="economic", check_finite=False)[0]
+    vt = scipy.linalg.svd(q.T @ x, full_matrices=False, lapack_driver="gesdd")[2][:k]
+    # TruncatedSVD.fit_transform is X·Vᵀ; the sign flip of V cancels in X·Vᵀ·V, so it is left out
+    smoothed = (x @ vt.T) @ vt
+    return smoothed.T if x is not w else smoothed
+
+
+def ww_remove_top(w: np.ndarray, count: int) -> np.ndarray:
+    """``WeightWatcher.smooth_W_alt(w, -count)``: the full SVD with the ``count`` largest singular
+    values zeroed, recomposed as WeightWatcher recomposes it."""
+    import scipy.linalg
+
+    n, m = max(w.shape), min(w.shape)
+    u, s, vh = scipy.linalg.svd(w, compute_uv=True)
+    s[:count] = 0.0
+    full = np.diag(np.array(list(s) + [0] * (n - m)))  # WW's list round trip decides the dtype
+    if u.shape[0] > vh.shape[0]:
+        return np.asarray(np.dot(np.dot(u, full)[:n, :m], vh))
+    return np.asarray(np.dot(u, np.dot(full, vh)[:m, :n]))
+
+
+def ww_svd_count(shape: tuple[int, ...], percent: float) -> int:
+    """SVDSmoothing's ``num_smooth`` with method ``svd``: ``int(percent·M·rf)``, WW's M and rf."""
+    _, m, rf = ww_layer_dims(shape)
+    return int(percent * m * rf)
+
+
+def ww_layer_eigenvalues(w32: np.ndarray) -> np.ndarray:
+    """The layer's pooled, sorted spectrum as WW's ``apply_esd`` makes it (detX counts on it)."""
+    return _pooled(ww_esd_matrices(w32))
+
+
+def ww_permuted_eigenvalues(w32: np.ndarray, generator: np.random.RandomState) -> np.ndarray:
+    """SVDSharpness's spectrum: WW's matrices of the layer, each permuted (``permute_matrix``).
+
+    Args:
+        w32: the weight as WeightWatcher reads it (float32).
+        generator: stands for NumPy's global generator, which WeightWatcher permutes with; one
+            permutation per matrix is drawn from it, as WeightWatcher draws them.
+    """
+    permuted = []
+    for mat in ww_esd_matrices(w32):
+        ids = generator.permutation(np.arange(mat.size))
+        permuted.append(mat.reshape(-1)[ids].reshape(mat.shape))
+    return _pooled(permuted)
+
+
+def ww_edit_weight(w32: np.ndarray, num_smooth: int) -> np.ndarray:
+    """``apply_svd_smoothing`` of one weight: keep ``num_smooth`` > 0 components, remove −``num_smooth``
+    < 0, per slice ``w[:, :, i, j]`` of a Conv2d with the count divided, ⌈num_smooth/rf⌉.
+
+    Raises:
+        ValueError: a count larger than a matrix's smaller side (WeightWatcher fails on it too).
+    """
+    def one(mat: np.ndarray, count: int) -> np.ndarray:
+        if count > 0:
+            return ww_truncated_smooth(mat, count)
+        return ww_remove_top(mat, -count) if count < 0 else mat
+
+    if w32.ndim == 2:
+        return one(w32, num_smooth)
+    _, _, kh, kw = w32.shape
+    count = int(math.ceil(num_smooth / (kh * kw)))
+    out = np.zeros_like(w32)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i, j] = one(w32[:, :, i, j], count)
+    return out
+
+
+# ---------------------------------------------------------------- intra=True
+
+def ww_intra_member_shape(shape: tuple[int, ...]) -> tuple[int, int]:
+    """The shape of the matrix a Conv2d weight (out, in, kh, kw) enters WW's intra chain with."""
+    out_ch, in_ch = int(shape[0]), int(shape[1])
+    return (in_ch, out_ch) if out_ch < in_ch else (out_ch, in_ch)
+
+
+def ww_intra_member(shape: tuple[int, ...], matrices: list[np.ndarray]) -> tuple[np.ndarray, int, float]:
+    """A Conv2d's member of WW's intra chain: (its first slice, the count a product with it second
+    keeps, the factor such a product is scaled by).
+
+    Args:
+        shape: the weight's shape (out, in, kh, kw).
+        matrices: :func:`ww_conv2d_matrices` of it (scaled by √(1/2)); the first is unscaled
+            back to the float32 slice exactly (the scaled float64 product rounds back to it).
+    """
+    first = (np.asarray(matrices[0], dtype=np.float64) / np.sqrt(0.5)).astype(np.float32).astype(np.float64)
+    _, m, rf = ww_conv2d_dims((shape[0], shape[1], shape[2], shape[3]))
+    return first, m * rf, float(np.sqrt(0.5))

@@ -17,8 +17,9 @@ are kept off the top, so fewer spikes than kernel positions remove none). The sp
 k pools the slices (unscaled: WeightWatcher's ``apply_esd`` runs without its conv normalisation here).
 
 WeightWatcher computes the truncated SVD with scikit-learn's randomised ``TruncatedSVD`` (7 power
-iterations, seed 42) and edits the model in memory; here the SVD is LAPACK's (exact to rounding), and
-a checkpoint is read tensor by tensor (:func:`wbfe.sources.open_source`) and written as a safetensors
+iterations, seed 42) and edits the model in memory; here the SVD is LAPACK's (exact to rounding).
+``ww_compatible=True`` reproduces WeightWatcher's edit instead, value for value: its layers, its
+counts, its randomised SVD in float32 (:mod:`wbfe._ww_compat`). Either way a checkpoint is read tensor by tensor (:func:`wbfe.sources.open_source`) and written as a safetensors
 file: edited matrices in their own dtype, every other tensor byte for byte, the input's safetensors
 metadata kept, streamed one tensor at a time into a temporary file that replaces the output
 atomically (:func:`wbfe.output.open_atomic`).
@@ -104,7 +105,7 @@ def smoothing_rank(w: np.ndarray, *, percent: float, method: SmoothMethod) -> in
     rf = len(mats)
     if method == "svd":
         if not (isinstance(percent, (int, float)) and 0.0 <= percent <= 1.0):
-            raise InvalidOptionError(f"percent must be between 0 and 1, not {percent!r}")
+            raise InvalidOptionError(f"percent must be in [0, 1], not {percent!r}")
         total = int(percent * min(mats[0].shape) * rf)
     elif method == "detx":
         from wbfe.metrics.detx import detx_tail
@@ -184,11 +185,11 @@ def _tensor_bytes(tensor: "torch.Tensor") -> bytes:
     return flat.view(torch.uint8).numpy().tobytes()
 
 
-def _edit_checkpoint(
-    ref: Any, out: Union[str, Path], *, layers: Optional[str],
-    decide: Callable[[str, np.ndarray], tuple[int, Optional[str]]],
-    operation: Callable[[np.ndarray, int], np.ndarray],
-) -> EditSummary:
+#: ``editor(name, weight) -> (edited weight or None, count, why it is left as it is)``
+Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
+
+
+def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], editor: Editor) -> EditSummary:
     import torch
 
     from wbfe.options import compile_layers
@@ -216,24 +217,22 @@ def _edit_checkpoint(
             for k, entry in enumerate(source.entries()):
                 if k >= len(described) or described[k] != (entry.name, tuple(entry.shape), entry.dtype):
                     raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
-                _write_entry(fh, entry, pattern, decide, operation, edited, unchanged, torch)
+                _write_entry(fh, entry, pattern, editor, edited, unchanged, torch)
     return EditSummary(output=target, edited=edited, unchanged=unchanged)
 
 
-def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, decide: Any, operation: Any, edited: dict[str, int],
+def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, editor: Editor, edited: dict[str, int],
                  unchanged: dict[str, str], torch: Any) -> None:
-    """Write one tensor: edited when it is a selected weight matrix that ``decide`` changes."""
+    """Write one tensor: edited when it is a selected weight matrix that ``editor`` changes."""
     tensor = to_torch(entry.load())
     if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
         raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                     f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
     why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name)
     if why is None:
-        w = tensor.detach().cpu().to(torch.float64).numpy()
-        count, why = decide(entry.name, w)
-        if why is None:
-            new = torch.from_numpy(edit_weight(w, operation, count)).to(tensor.dtype)
-            fh.write(_tensor_bytes(new))
+        new, count, why = editor(entry.name, tensor)
+        if new is not None:
+            fh.write(_tensor_bytes(torch.from_numpy(new).to(tensor.dtype)))
             edited[entry.name] = count
             return
     if why:
@@ -241,8 +240,32 @@ def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, decide: Any, operation:
     fh.write(_tensor_bytes(tensor))
 
 
+def _float64(tensor: "torch.Tensor") -> np.ndarray:
+    import torch
+
+    return np.asarray(tensor.detach().cpu().to(torch.float64).numpy())
+
+
+def _float32(tensor: "torch.Tensor") -> np.ndarray:
+    """The weight as WeightWatcher reads a layer (``tensor.float().numpy()``)."""
+    return np.asarray(tensor.detach().cpu().float().numpy())
+
+
+def _ww_apply(name: str, w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
+    """WeightWatcher's edit of one layer, or why it leaves the layer as it is."""
+    from wbfe._ww_compat import ww_edit_weight
+
+    per_slice = num_smooth if w32.ndim == 2 else int(math.ceil(num_smooth / (w32.shape[2] * w32.shape[3])))
+    if per_slice == 0:
+        return None, 0, "count 0: WeightWatcher does not edit it"
+    if per_slice > min(w32.shape[:2]):
+        return None, per_slice, (f"keeps {per_slice} > {min(w32.shape[:2])} components: WeightWatcher's TruncatedSVD "
+                                 "refuses it (its SVDSmoothing fails)")
+    return ww_edit_weight(w32, num_smooth), abs(per_slice), ""
+
+
 def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, method: SmoothMethod = "svd",
-                      layers: Optional[str] = None) -> EditSummary:
+                      layers: Optional[str] = None, ww_compatible: bool = False) -> EditSummary:
     """Write ``ref`` with every weight matrix replaced by its SVD smoothing (see the module docstring).
 
     Args:
@@ -251,38 +274,57 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
         percent: fraction of the components kept, method ``svd`` (WeightWatcher's default 0.8).
         method: ``svd`` (a fixed fraction) or ``detx`` (the det X = 1 tail).
         layers: a regular expression; only matching tensors are edited (the rest are copied).
+        ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe._ww_compat`): its layers,
+            counts and randomised truncated SVD, in float32.
 
     Returns:
         An :class:`EditSummary`.
 
     Raises:
-        InvalidOptionError: a bad ``percent``, ``method`` or ``layers``; OutputError: ``out`` cannot
-            be written; UnsupportedDtypeError: a tensor that cannot be copied exactly (quantised);
-            the errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``;
+            OutputError: ``out`` cannot be written; UnsupportedDtypeError: a tensor that cannot
+            be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
     """
-    if method not in ("svd", "detx"):
-        raise InvalidOptionError(f"smoothing method must be svd or detx, not {method!r}")
-    smoothing_rank(np.zeros((2, 2)), percent=percent, method="svd")  # validates percent before any work
+    from wbfe.options import EditOptions
 
-    def decide(name: str, w: np.ndarray) -> tuple[int, Optional[str]]:
-        keep = smoothing_rank(w, percent=percent, method=method)
+    options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
+
+    def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
+        if options.ww_compatible:
+            from wbfe._ww_compat import ww_layer_eigenvalues, ww_skip_reason, ww_svd_count
+
+            skip = ww_skip_reason(tuple(tensor.shape))
+            if skip is not None:
+                return None, 0, skip
+            w32 = _float32(tensor)
+            if options.method == "svd":
+                return _ww_apply(name, w32, ww_svd_count(w32.shape, options.percent))
+            from wbfe.metrics.detx import detx_tail
+
+            return _ww_apply(name, w32, detx_tail(ww_layer_eigenvalues(w32))[0])
+        w = _float64(tensor)
+        keep = smoothing_rank(w, percent=options.percent, method=options.method)  # type: ignore[arg-type]
         if keep <= 0:
-            return keep, "keeps 0 components: left as it is (WeightWatcher does not smooth it)"
+            return None, keep, "keeps 0 components: left as it is (WeightWatcher does not smooth it)"
         if keep >= min(w.shape[:2]):
-            return keep, f"keeps all {min(w.shape[:2])} components"
-        return keep, None
+            return None, keep, f"keeps all {min(w.shape[:2])} components"
+        return edit_weight(w, smooth_matrix, keep), keep, ""
 
-    return _edit_checkpoint(ref, out, layers=layers, decide=decide, operation=smooth_matrix)
+    return _edit_checkpoint(ref, out, layers=options.layers, editor=editor)
 
 
-def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str] = None, seed: int = 0) -> EditSummary:
+def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str] = None, seed: int = 0,
+                       ww_compatible: bool = False) -> EditSummary:
     """Write ``ref`` with the correlation-trap components removed from every weight matrix.
 
     Args:
         ref: any checkpoint :func:`wbfe.sources.open_source` reads.
         out: the safetensors file to write (replaced atomically).
         layers: a regular expression; only matching tensors are edited.
-        seed: seed of the permutations (with each tensor's name).
+        seed: seed of the permutations (with each tensor's name; with ``ww_compatible``, the seed
+            of one NumPy ``RandomState`` drawn from tensor after tensor in the checkpoint's order,
+            as WeightWatcher draws from NumPy's global generator after ``np.random.seed(seed)``).
+        ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe._ww_compat`).
 
     Returns:
         An :class:`EditSummary`.
@@ -290,13 +332,28 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
     Raises:
         As :func:`smooth_checkpoint`.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InvalidOptionError(f"seed must be a non-negative integer, not {seed!r}")
+    from wbfe.options import EditOptions
 
-    def decide(name: str, w: np.ndarray) -> tuple[int, Optional[str]]:
-        count = sharpening_count(w, seed=seed, name=name)
+    options = EditOptions(layers=layers, seed=seed, ww_compatible=ww_compatible)
+    generator = np.random.RandomState(options.seed)
+
+    def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
+        if options.ww_compatible:
+            from wbfe._ww_compat import ww_layer_dims, ww_permuted_eigenvalues, ww_skip_reason
+            from wbfe.metrics.mp import mp_fit
+
+            skip = ww_skip_reason(tuple(tensor.shape))
+            if skip is not None:
+                return None, 0, skip
+            w32 = _float32(tensor)
+            n, m, _ = ww_layer_dims(w32.shape)
+            fit = mp_fit(ww_permuted_eigenvalues(w32, generator), n, m)
+            # WW's fit cannot fail on a matrix with a non-zero entry; an all-zero one is left as it is
+            return _ww_apply(name, w32, -int(fit.num_spikes) if fit.reason is None else 0)
+        w = _float64(tensor)
+        count = sharpening_count(w, seed=options.seed, name=name)
         if count <= 0:
-            return count, "no correlation trap (no MP spike in the permuted spectrum)"
-        return count, None
+            return None, count, "no correlation trap (no MP spike in the permuted spectrum)"
+        return edit_weight(w, remove_top, count), count, ""
 
-    return _edit_checkpoint(ref, out, layers=layers, decide=decide, operation=remove_top)
+    return _edit_checkpoint(ref, out, layers=options.layers, editor=editor)

@@ -52,7 +52,8 @@ def score_intra(
         description = source.description
         chain = engine.IntraChain.in_order(seed, [plan for _, plan in planned],
                                            description.order if description is not None else None,
-                                           description.aliases if description is not None else None, sparsify=sparsify)
+                                           description.aliases if description is not None else None, sparsify=sparsify,
+                                           ww_compatible=ww_compatible)
         for entry, plan in planned:
             if chain.needs(plan.name):
                 products += chain.follow(plan, engine.matrices_of(entry.load(), plan, ww_compatible=ww_compatible))

@@ -32,6 +32,7 @@ __all__ = [
     "RankOptions",
     "ReportOptions",
     "WatchOptions",
+    "EditOptions",
     "OPTIONS_CLASSES",
     "CONVENTIONS",
     "check_conv",
@@ -512,8 +513,35 @@ class WatchOptions(_Options):
     device: str = "auto"
 
 
+@dataclass(frozen=True)
+class EditOptions(_Options):
+    """The settings of ``wbfe smooth`` / ``wbfe sharpen`` (:mod:`wbfe.editing`).
+
+    Attributes:
+        percent: fraction of the singular components smoothing keeps (method ``svd``), in [0, 1].
+        method: ``svd`` (a fixed fraction) or ``detx`` (the det X = 1 tail).
+        layers: a regular expression; only matching tensors are edited.
+        seed: seed of sharpening's permutations, ≥ 0.
+        ww_compatible: reproduce WeightWatcher 0.7.7's edit (its layers, counts and randomised SVD).
+
+    Raises:
+        InvalidOptionError: a field outside its allowed set or range.
+    """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "percent": Real(0.0, 1.0, open=False), "method": Choice(("svd", "detx")), "layers": LAYERS,
+        "seed": Integer(0), "ww_compatible": Flag(),
+    }
+
+    percent: float = 0.8
+    method: str = "svd"
+    layers: Optional[str] = None
+    seed: int = 0
+    ww_compatible: bool = False
+
+
 OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions, RankOptions, ReportOptions,
-                                     WatchOptions)
+                                     WatchOptions, EditOptions)
 """Every options class with a constraints table (the generated validation tests walk this)."""
 
 

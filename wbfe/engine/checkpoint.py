@@ -78,7 +78,8 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     if options.intra and isinstance(planned, list):  # every plan known: the chain in the model's order
         chain = IntraChain.in_order(options.seed, [p.plan for p in planned if isinstance(p.plan, MatrixPlan)],
                                     description.order if description is not None else None,
-                                    description.aliases if description is not None else None)
+                                    description.aliases if description is not None else None,
+                                    ww_compatible=options.ww_compatible)
     if progress is not None:  # the total at once, before the first spectrum (a bar reads 0/N, not 0/?)
         progress(0, total, "")
     with Pipeline(context.device) as pipeline:

@@ -11,6 +11,13 @@ conv kernel ends the chain, as in :func:`wbfe.metrics.intra.intra_pairs`. The ``
 come from NumPy's legacy generator seeded with ``options.seed``, drawn in chain order whatever
 order the tensors are read in, so ``np.random.seed(seed)`` before WeightWatcher's ``analyze`` draws
 the same masks. A matrix is held (as float64) only until the products it is part of are made.
+
+In WeightWatcher-compatible mode a Conv2d kernel (convention ``slices``) is a member of the chain
+too, as in WeightWatcher's ``WWIntraLayerIterator``: by its first kernel position's slice
+``w[:, :, 0, 0]`` (transposed when out < in, unscaled), and a product whose second member is a
+Conv2d is scaled by √(1/2) (WeightWatcher normalises the product as a layer of the second
+member's type: its ``conv2d_norm``) and keeps that member's M·rf largest values
+(:func:`wbfe._ww_compat.ww_intra_member`).
 """
 
 from __future__ import annotations
@@ -44,6 +51,15 @@ class Product(NamedTuple):
     second: str
 
 
+class _Member(NamedTuple):
+    """One matrix of the chain: what enters the product, how many values a product with it second
+    keeps, and the factor such a product is scaled by."""
+
+    matrix: np.ndarray
+    n_comp: int
+    scale: float
+
+
 class _Pair(NamedTuple):
     first: str
     second: str
@@ -57,39 +73,60 @@ class IntraChain:
     chain in the model's order); otherwise the chain is the stream's order, found as it goes.
     """
 
-    def __init__(self, seed: int, *, sparsify: bool = True) -> None:
+    def __init__(self, seed: int, *, sparsify: bool = True, ww_compatible: bool = False) -> None:
         self.rng = np.random.RandomState(seed) if sparsify else None
+        self.ww_compatible = ww_compatible
         self.previous: Optional[str] = None
         self.pairs: Optional[dict[str, list[_Pair]]] = None  # by member, when planned up front
-        self.held: dict[str, np.ndarray] = {}
+        self.held: dict[str, _Member] = {}
 
     @classmethod
     def in_order(cls, seed: int, plans: Sequence[MatrixPlan], order: Optional[Sequence[str]] = None,
-                 aliases: Any = None, *, sparsify: bool = True) -> "IntraChain":
+                 aliases: Any = None, *, sparsify: bool = True, ww_compatible: bool = False) -> "IntraChain":
         """The chain of ``plans`` (the stream's matrices) in the model's ``order`` (stream order
         where None), its pairs and their masks' generator states fixed here, in chain order."""
-        chain = cls(seed, sparsify=sparsify)
+        chain = cls(seed, sparsify=sparsify, ww_compatible=ww_compatible)
         by_name = {plan.name: plan for plan in plans}
         pairs: dict[str, list[_Pair]] = {}
-        previous: Optional[MatrixPlan] = None
+        previous: Optional[tuple[int, int]] = None
+        previous_name = ""
         for row in order_rows([{"name": plan.name} for plan in plans], order, aliases):
             plan = by_name[row["name"]]
-            if plan.convention != "dense":
+            shape = chain.member_shape(plan)
+            if shape is None:
                 previous = None
                 continue
             if previous is not None:
-                aligned = aligned_shapes((previous.rows, previous.cols), (plan.rows, plan.cols))
+                aligned = aligned_shapes(previous, shape)
                 if aligned is not None:
                     state = None
                     if chain.rng is not None:
                         state = chain.rng.get_state()
                         intra_mask(chain.rng, aligned[2])  # advance as WeightWatcher's draw does
-                    pair = _Pair(previous.name, plan.name, state)
+                    pair = _Pair(previous_name, plan.name, state)
                     pairs.setdefault(pair.first, []).append(pair)
                     pairs.setdefault(pair.second, []).append(pair)
-            previous = plan
+            previous, previous_name = shape, plan.name
         chain.pairs = pairs
         return chain
+
+    def member_shape(self, plan: MatrixPlan) -> Optional[tuple[int, int]]:
+        """The shape of the matrix ``plan`` enters the chain with; None: it ends the chain."""
+        if plan.convention == "dense":
+            return plan.rows, plan.cols
+        if self.ww_compatible and plan.convention == "slices" and len(plan.shape) == 4:
+            from wbfe._ww_compat import ww_intra_member_shape
+
+            return ww_intra_member_shape(plan.shape)
+        return None
+
+    def _member(self, plan: MatrixPlan, matrices: list[Any]) -> _Member:
+        if plan.convention == "dense":
+            w = _as_array(matrices)
+            return _Member(w, min(w.shape), 1.0)
+        from wbfe._ww_compat import ww_intra_member
+
+        return _Member(*ww_intra_member(plan.shape, matrices))
 
     def needs(self, name: str) -> bool:
         """Whether a matrix is part of a product still to make (always True before :meth:`in_order`'s
@@ -108,7 +145,7 @@ class IntraChain:
             return []
         if not mine:
             return []
-        self.held[plan.name] = _as_array(matrices)
+        self.held[plan.name] = self._member(plan, matrices)
         out = []
         for pair in mine:
             if pair.first in self.held and pair.second in self.held:
@@ -117,7 +154,7 @@ class IntraChain:
                 if state is not None:
                     rng = np.random.RandomState()
                     rng.set_state(state)
-                    flips = aligned_shapes(self.held[pair.first].shape, self.held[pair.second].shape)
+                    flips = aligned_shapes(self.held[pair.first].matrix.shape, self.held[pair.second].matrix.shape)
                     assert flips is not None  # aligned when planned
                     mask = intra_mask(rng, flips[2])
                 out.append(_product(pair.first, self.held[pair.first], pair.second, self.held[pair.second], mask))
@@ -136,17 +173,17 @@ class IntraChain:
     def _follow_stream(self, plan: MatrixPlan, matrices: Optional[list[Any]]) -> list[Product]:
         if matrices is None:
             return []
-        if plan.convention != "dense" or len(matrices) != 1:
+        if self.member_shape(plan) is None or (plan.convention == "dense" and len(matrices) != 1):
             self.previous = None
             self.held.clear()
             return []
-        w = _as_array(matrices)
+        w = self._member(plan, matrices)
         previous, self.previous = self.previous, plan.name
         before = self.held.pop(previous) if previous is not None else None
         self.held = {plan.name: w}
         if previous is None or before is None:
             return []
-        flips = aligned_shapes(before.shape, w.shape)
+        flips = aligned_shapes(before.matrix.shape, w.matrix.shape)
         if flips is None:
             return []
         mask = intra_mask(self.rng, flips[2]) if self.rng is not None else None
@@ -157,25 +194,31 @@ def _as_array(matrices: list[Any]) -> np.ndarray:
     return to_numpy(matrices[0]).astype(np.float64)
 
 
-def _product(first: str, w0: np.ndarray, second: str, w1: np.ndarray, mask: Optional[np.ndarray]) -> Product:
-    """The product of ``w0`` and ``w1`` as a stand-in entry, its plan and its spectrum job."""
+def _product(first: str, m0: _Member, second: str, m1: _Member, mask: Optional[np.ndarray]) -> Product:
+    """The product of ``m0`` and ``m1`` as a stand-in entry, its plan and its spectrum job."""
+    w0, w1 = m0.matrix, m1.matrix
     flips = aligned_shapes(w0.shape, w1.shape)
     assert flips is not None
     a, b = (w0.T if flips[0] else w0), (w1.T if flips[1] else w1)
-    name, n_comp = f"{first} X {second}", min(w1.shape)  # WeightWatcher keeps the second's count
     shape = (int(a.shape[0]), int(b.shape[1]))
+    # WeightWatcher keeps the second's count, capped here at what the product has
+    name, n_comp, scale = f"{first} X {second}", min(m1.n_comp, *shape), m1.scale
+
+    def product() -> Optional[np.ndarray]:
+        x = intra_matrix(a, b, mask=mask)
+        return x if x is None or scale == 1.0 else x * scale
 
     def job() -> Any:
         if not (np.isfinite(a).all() and np.isfinite(b).all()):
             return DegenerateMatrixError("non-finite values (NaN or Inf) in a factor")
         if not (a.any() and b.any()):
             return DegenerateMatrixError("an all-zero factor")
-        x = intra_matrix(a, b, mask=mask)
+        x = product()
         assert x is not None  # aligned above
         return intra_spectrum(x, n_comp)
 
     def load() -> Any:
-        return intra_matrix(a, b, mask=mask)
+        return product()
 
     plan = MatrixPlan(name, INTRA, shape, "float64", INTRA, *shape, 1, kept=n_comp)
     return Product(TensorEntry(name, shape, "float64", load), plan, job, first, second)

@@ -64,7 +64,7 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
 
     rows = RowMaker(context, record)
     if chain is None and context.options.intra:
-        chain = IntraChain(context.options.seed)
+        chain = IntraChain(context.options.seed, ww_compatible=context.options.ww_compatible)
 
     def collect(wait: bool = False) -> None:
         for entry, plan, outcome in pipeline.finished(wait=wait):

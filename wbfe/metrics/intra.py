@@ -15,8 +15,9 @@ For consecutive weight matrices W₀, W₁ of the stream (WeightWatcher's ``WWIn
   kept, n_comp = min side of W₁ (WeightWatcher copies the second layer's ``num_components``).
 
 Here the pairs are consecutive 2-D float weights in the order the source gives them (a model's
-module order); a tensor of another rank (a convolution: WeightWatcher pairs its first kernel
-slice in a 0.2x-style slice iterator) ends the chain and starts a new one. Each pair is scored by
+module order); a tensor of another rank ends the chain and starts a new one. (WeightWatcher pairs
+a convolution by its first kernel slice; the engine's chain does so in WeightWatcher-compatible
+mode, :mod:`wbfe.engine.products`.) Each pair is scored by
 :func:`score_intra` with the groups that work from a spectrum alone.
 """
 
