@@ -291,12 +291,11 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if options.ww_compatible:
-            from wbfe._ww_compat import ww_layer_eigenvalues, ww_skip_reason, ww_svd_count
+            from wbfe._ww_compat import ww_layer_eigenvalues, ww_svd_count
 
-            skip = ww_skip_reason(tuple(tensor.shape))
-            if skip is not None:
-                return None, 0, skip
-            w32 = _float32(tensor)
+            w32 = _ww_matrix(tensor)
+            if isinstance(w32, str):
+                return None, 0, w32
             if options.method == "svd":
                 return _ww_apply(name, w32, ww_svd_count(w32.shape, options.percent))
             from wbfe.metrics.detx import detx_tail
@@ -311,6 +310,14 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
         return edit_weight(w, smooth_matrix, keep), keep, ""
 
     return _edit_checkpoint(ref, out, layers=options.layers, editor=editor)
+
+
+def _ww_matrix(tensor: "torch.Tensor") -> Union[np.ndarray, str]:
+    """The weight as WeightWatcher edits it (float32), or why WeightWatcher leaves it alone."""
+    from wbfe._ww_compat import ww_skip_reason
+
+    skip = ww_skip_reason(tuple(tensor.shape))
+    return skip if skip is not None else _float32(tensor)
 
 
 def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str] = None, seed: int = 0,
@@ -339,13 +346,12 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if options.ww_compatible:
-            from wbfe._ww_compat import ww_layer_dims, ww_permuted_eigenvalues, ww_skip_reason
+            from wbfe._ww_compat import ww_layer_dims, ww_permuted_eigenvalues
             from wbfe.metrics.mp import mp_fit
 
-            skip = ww_skip_reason(tuple(tensor.shape))
-            if skip is not None:
-                return None, 0, skip
-            w32 = _float32(tensor)
+            w32 = _ww_matrix(tensor)
+            if isinstance(w32, str):
+                return None, 0, w32
             n, m, _ = ww_layer_dims(w32.shape)
             fit = mp_fit(ww_permuted_eigenvalues(w32, generator), n, m)
             # WW's fit cannot fail on a matrix with a non-zero entry; an all-zero one is left as it is
