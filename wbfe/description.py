@@ -27,7 +27,8 @@ class Description:
     """What a score of one checkpoint would analyse.
 
     Attributes:
-        model: ``source``, ``format`` and ``files`` (no ``sha256``: nothing is read to compute it).
+        model: ``source``, ``format`` and ``files`` (no ``sha256``: nothing is read to compute it), and
+            ``framework`` where the checkpoint has a description or a config: what decided (``used``).
         matrices: one dict per matrix: ``name``, ``shape``, ``N`` and ``M`` (the larger and smaller
             side of one matrix, WeightWatcher's names), ``n_slices``, ``n_eigs``, ``role``,
             ``component``, ``convention``, ``form``, ``dtype``, ``quant``, ``head`` (bool).
@@ -67,6 +68,13 @@ def describe(
     """The matrices :func:`wbfe.score` would analyse in ``ref``, planned exactly as it plans them
     (the engine's stream: dequantised, fused experts split, each analysed how or skipped why), from
     the headers alone.
+
+    Beside a ``config.json`` naming a transformers model, a score builds the model on the meta
+    device (importing torch and transformers) for its head, order and orientation. A description
+    leaves them to wbfe's config rules where those give the same head and orientation: no layer in
+    transformers' modeling files (read as text, :func:`wbfe.framework.transformers_source.plain_layouts`)
+    stores its weight transposed, and the config names one head. ``model["framework"]`` says which
+    decided; under the rules the rows are in the checkpoint's order, not the model's.
 
     Args:
         ref: any reference :func:`wbfe.score` accepts.
@@ -123,22 +131,18 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
 
 
 def _decided(choice: Optional[HeadChoice], matrices: list[dict[str, Any]]) -> bool:
-    """Whether the config rules named the head the framework would: one matrix maps to the
-    vocabulary or the labels (``config``), or the head is the input embedding (``tied``) and no
-    other matrix has its outputs (a stored LM head the framework would take instead). A ``--head``
-    decides too."""
-    if choice is None or choice.name is None:
+    """Whether the rules named the head the framework would: ``--head``; one matrix of the
+    vocabulary's or the labels' size (``config`` with no note); or the input embedding (``tied``)
+    where no other matrix has its outputs (a stored LM head, which the framework would take)."""
+    if choice is None or choice.name is None or choice.source not in ("option", "config", "tied"):
         return False
-    if choice.source == "option":
-        return True
-    if choice.note is not None and choice.source == "config":
-        return False  # several matrices of the head's size: the framework knows which
-    if choice.source not in ("config", "tied"):
-        return False
-    rows = {m["name"]: m for m in matrices}[choice.name]
-    outputs = rows["shape"][0]
-    return not any(m["name"] != choice.name and m["role"] != "embedding" and m["shape"][0] == outputs
-                   for m in matrices) if choice.source == "tied" else True
+    if choice.source == "config":
+        return choice.note is None  # a note: several matrices of the head's size, the framework knows which
+    if choice.source == "tied":
+        outputs = next(m for m in matrices if m["name"] == choice.name)["shape"][0]
+        return not any(m["name"] != choice.name and m["role"] != "embedding" and m["shape"][0] == outputs
+                       for m in matrices)
+    return True
 
 
 def _description(model: dict[str, Any], matrices: list[dict[str, Any]], skipped: list[dict[str, Any]],
