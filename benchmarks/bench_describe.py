@@ -4,7 +4,12 @@ The checkpoint is generated in the real layout (30 safetensors shards of bfloat1
 ``model.safetensors.index.json`` and a config.json), each shard a sparse file: its header is real
 and its size is the real one (140 GB in all), while its data pages are holes that take no disk.
 ``describe`` reads the headers only, so it cannot tell. Each run is a fresh process; the time is
-the ``describe`` call alone, and the whole process's, median of the runs.
+the ``describe`` call (``import wbfe`` included), and the whole process's, median of the runs.
+
+Three cases: beside the config.json (the config rules decide, transformers' modeling_llama.py is
+read as text, nothing is imported: ``with_config``), without it (``without_config``), and, for
+comparison, what a score pays for the same config: transformers' own description, the model
+built on the meta device, which imports torch and transformers (``framework_description``).
 
     python benchmarks/bench_describe.py [--runs 5] [--layers 80]
 """
@@ -77,24 +82,38 @@ def write_sparse_checkpoint(folder: Path, layers: int, shards: int = 30) -> int:
 
 _CODE = """
 import sys, time, json
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 import wbfe
 d = wbfe.describe(sys.argv[1])
-print(json.dumps({"describe_s": time.perf_counter() - start, "matrices": len(d.matrices), "head": d.head}))
+print(json.dumps({"describe_s": time.perf_counter() - start, "describe_cpu_s": time.process_time() - cpu, "matrices": len(d.matrices), "head": d.head,
+                  "framework": d.model.get("framework", {}).get("used"),
+                  "transformers_imported": "transformers" in sys.modules}))
+"""
+
+_FRAMEWORK_CODE = """
+import sys, time, json
+start, cpu = time.perf_counter(), time.process_time()
+from wbfe.framework import describe_config
+d = describe_config(json.load(open(sys.argv[1] + "/config.json")))
+print(json.dumps({"describe_s": time.perf_counter() - start, "describe_cpu_s": time.process_time() - cpu, "matrices": len(d.order), "head": d.head,
+                  "framework": d.framework, "transformers_imported": "transformers" in sys.modules}))
 """
 
 
-def _runs(folder: Path, runs: int) -> dict[str, object]:
+def _runs(folder: Path, runs: int, code: str = _CODE) -> dict[str, object]:
     """Median and max of ``describe`` (import included) over fresh processes, and the process time."""
     calls, wall = [], []
     for _ in range(runs):
         start = time.perf_counter()
-        run = subprocess.run([sys.executable, "-c", _CODE, str(folder)], capture_output=True, text=True, check=True)
+        run = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True)
         wall.append(time.perf_counter() - start)
         calls.append(json.loads(run.stdout.strip().splitlines()[-1]))
-    return {"matrices": calls[0]["matrices"], "head": calls[0]["head"],
+    return {"matrices": calls[0]["matrices"], "head": calls[0]["head"], "framework": calls[0]["framework"],
+            "transformers_imported": calls[0]["transformers_imported"],
             "describe_s_median": statistics.median(c["describe_s"] for c in calls),
-            "describe_s_max": max(c["describe_s"] for c in calls), "process_s_median": statistics.median(wall)}
+            "describe_s_max": max(c["describe_s"] for c in calls), "process_s_median": statistics.median(wall),
+            # CPU time of the same span: what the call costs, less the waiting for a core of a shared machine
+            "describe_cpu_s_median": statistics.median(c["describe_cpu_s"] for c in calls)}
 
 
 def main() -> None:
@@ -105,9 +124,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         nbytes = write_sparse_checkpoint(folder, args.layers)
-        # With config.json the description comes from transformers' meta skeleton (which imports
-        # torch and transformers); without it, from the headers and the name rules alone.
+        # With config.json the config rules decide (transformers' source read as text, not imported);
+        # a score builds transformers' meta skeleton instead (framework); without it, the name rules.
         with_config = _runs(folder, args.runs)
+        framework = _runs(folder, args.runs, _FRAMEWORK_CODE)
         (folder / "config.json").unlink()
         headers_only = _runs(folder, args.runs)
     result = {
@@ -117,8 +137,10 @@ def main() -> None:
         "head": with_config["head"],
         "with_config": with_config,
         "without_config": headers_only,
+        "framework_description": framework,
         "runs": args.runs,
-        "load_average": os.getloadavg(),
+        "load_average": os.getloadavg(),  # over the last 1, 5 and 15 minutes, at the end
+        "cpus": os.cpu_count(),
     }
     print(json.dumps(result, indent=2))
     RESULTS.parent.mkdir(exist_ok=True)

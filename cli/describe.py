@@ -34,7 +34,12 @@ def describe_command(
         typer.echo(described.to_json())
         return
     rows = [{**m, "shape": "x".join(map(str, m["shape"])), "head": "*" if m["head"] else ""} for m in described.matrices]
-    typer.echo(f"model: {format_value(described.model['source'])}  ({described.model['format']})\n")
+    typer.echo(f"model: {format_value(described.model['source'])}  ({described.model['format']})")
+    framework = described.model.get("framework")
+    if framework is not None:  # which decided head, order and orientation: the framework, or the rules and why
+        said = framework.get("model") if framework.get("used") != "rules" else framework.get("why")
+        typer.echo(f"framework: {framework.get('used')} ({said})")
+    typer.echo("")
     typer.echo(text_table(rows, ("name", "role", "shape", "N", "M", "n_slices", "n_eigs", "form", "dtype", "head")))
     typer.echo(f"\nhead: {described.head} ({described.head_source}); {len(described.matrices)} matrices, "
                f"{len(described.skipped)} tensors skipped (see --format json for each reason)")

@@ -13,7 +13,8 @@ from typing import Any, Literal, Optional
 
 from wbfe import engine
 from wbfe.framework import order_rows
-from wbfe.heads import choose_head
+from wbfe.framework.transformers_source import plain_layouts
+from wbfe.heads import HeadChoice, choose_head
 from wbfe.matrices import MatrixPlan, component_of
 from wbfe.options import ScoreOptions
 from wbfe.sources import open_source
@@ -26,7 +27,8 @@ class Description:
     """What a score of one checkpoint would analyse.
 
     Attributes:
-        model: ``source``, ``format`` and ``files`` (no ``sha256``: nothing is read to compute it).
+        model: ``source``, ``format`` and ``files`` (no ``sha256``: nothing is read to compute it), and
+            ``framework`` where the checkpoint has a description or a config: what decided (``used``).
         matrices: one dict per matrix: ``name``, ``shape``, ``N`` and ``M`` (the larger and smaller
             side of one matrix, WeightWatcher's names), ``n_slices``, ``n_eigs``, ``role``,
             ``component``, ``convention``, ``form``, ``dtype``, ``quant``, ``head`` (bool).
@@ -67,6 +69,13 @@ def describe(
     (the engine's stream: dequantised, fused experts split, each analysed how or skipped why), from
     the headers alone.
 
+    Beside a ``config.json`` naming a transformers model, a score builds the model on the meta
+    device (importing torch and transformers) for its head, order and orientation. A description
+    leaves them to wbfe's config rules where those give the same head and orientation: no layer in
+    transformers' modeling files (read as text, :func:`wbfe.framework.transformers_source.plain_layouts`)
+    stores its weight transposed, and the config names one head. ``model["framework"]`` says which
+    decided; under the rules the rows are in the checkpoint's order, not the model's.
+
     Args:
         ref: any reference :func:`wbfe.score` accepts.
         conv, layers, head, min_eigs, ww_compatible, stream: as for :func:`wbfe.score`; or
@@ -84,27 +93,60 @@ def describe(
     if options is None:
         options = ScoreOptions(metrics=("bfe",), conv=conv, layers=layers, head=head, min_eigs=min_eigs,
                                ww_compatible=ww_compatible, stream=stream)
-    matrices: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
     with open_source(ref, stream=options.stream) as source:
         if source.provenance.pending is not None:
             source.provenance.pending.cancel()  # the hash reads every byte; a description reads none
-        for entry, plan in engine.stream(source, options):
-            if isinstance(plan, MatrixPlan):
-                matrices.append(_described(plan, entry.quant))
-            else:
-                skipped.append(plan.to_dict())
-        description = source.description
-        model = {"source": source.provenance.source, "format": source.provenance.format,
-                 "files": list(source.provenance.files)}
-        if "framework" in source.provenance.extra:
-            model["framework"] = source.provenance.extra["framework"]
-        hint, config = source.head_hint, source.config
+        why = None if source.own_description is not None else plain_layouts(source.config)
+        if why is not None:  # the rules may decide without building the model (seconds of imports)
+            source.leave_to_rules(f"describe: {why}, and the config decides the head; rows in the "
+                                  "checkpoint's order (a score gives the model's)")
+            planned = _planned(source, options)
+            if _decided(planned[3], planned[1]):
+                return _description(*planned)
+            source.leave_to_rules(None)  # the rules leave the head open: ask the framework
+        return _description(*_planned(source, options))
+
+
+def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]],
+                                                          Optional[HeadChoice]]:
+    """The model, matrices, skipped tensors and head a score of ``source`` would report."""
+    matrices: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for entry, plan in engine.stream(source, options):
+        if isinstance(plan, MatrixPlan):
+            matrices.append(_described(plan, entry.quant))
+        else:
+            skipped.append(plan.to_dict())
+    description = source.description
+    model = {"source": source.provenance.source, "format": source.provenance.format,
+             "files": list(source.provenance.files)}
+    if "framework" in source.provenance.extra:
+        model["framework"] = source.provenance.extra["framework"]
     if description is not None:  # the model's own order, as a score gives it
         matrices = order_rows(matrices, description.order, description.aliases)
         skipped = order_rows(skipped, description.order, description.aliases)
-    choice = (choose_head(matrices, skipped, override=options.head, hint=hint, config=config, description=description)
-              if matrices else None)
+    choice = (choose_head(matrices, skipped, override=options.head, hint=source.head_hint, config=source.config,
+                          description=description) if matrices else None)
+    return model, matrices, skipped, choice
+
+
+def _decided(choice: Optional[HeadChoice], matrices: list[dict[str, Any]]) -> bool:
+    """Whether the rules named the head the framework would: ``--head``; one matrix of the
+    vocabulary's or the labels' size (``config`` with no note); or the input embedding (``tied``)
+    where no other matrix has its outputs (a stored LM head, which the framework would take)."""
+    if choice is None or choice.name is None or choice.source not in ("option", "config", "tied"):
+        return False
+    if choice.source == "config":
+        return choice.note is None  # a note: several matrices of the head's size, the framework knows which
+    if choice.source == "tied":
+        outputs = next(m for m in matrices if m["name"] == choice.name)["shape"][0]
+        return not any(m["name"] != choice.name and m["role"] != "embedding" and m["shape"][0] == outputs
+                       for m in matrices)
+    return True
+
+
+def _description(model: dict[str, Any], matrices: list[dict[str, Any]], skipped: list[dict[str, Any]],
+                 choice: Optional[HeadChoice]) -> Description:
     for row in matrices:
         row["head"] = choice is not None and row["name"] == choice.name
         if row["head"]:

@@ -210,6 +210,14 @@ class TensorSource:
             self._described = (self.config, found if isinstance(found, FrameworkDescription) else None)
         return self._described[1]
 
+    def leave_to_rules(self, why: str | None) -> None:
+        """Let wbfe's rules decide instead of the framework ``config`` names (``why`` is recorded as
+        ``provenance.extra["framework"]``), so that its model is not built; None undoes it."""
+        self.provenance.extra.pop("framework", None)
+        self._described = None if why is None else (self.config, None)
+        if why is not None:
+            self.provenance.extra["framework"] = {"used": "rules", "why": why}
+
     def described(self, entries: Iterator[TensorEntry]) -> Iterator[TensorEntry]:
         """``entries`` with the layout the checkpoint's description gives each (GPT-2's Conv1D
         weights are ``in_out``); unchanged where there is no description."""

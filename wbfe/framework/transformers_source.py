@@ -1,0 +1,99 @@
+"""What transformers' own source files say about a model's weight layouts, read without importing
+transformers (or torch): the modeling files of the model a ``config.json`` names, found through the
+package's import spec.
+
+Building the model on the meta device (:mod:`wbfe.framework.transformers_model`) imports torch and
+transformers, seconds before the first header is read. Where only the layouts matter, text is
+enough: a weight is stored ``in_out`` only by transformers' ``Conv1D`` (GPT-2's) and PyTorch's
+``ConvTranspose*``, and a modeling file that names neither builds none of them. A file that
+builds part of its model from another model's file (``from ..bert.modeling_bert import``) or through
+the auto classes (a sub-config's model) has those files read too; anything not found says
+"cannot tell", never "plain".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+__all__ = ["plain_layouts"]
+
+# What builds a weight stored [in, out, k...]; a mention in a comment only makes the answer "cannot tell".
+_TRANSPOSED = re.compile(r"\bConv1D\b|ConvTranspose")
+_IMPORTED = re.compile(r"^from \.\.(\w+)\.modeling_\w+ import", re.MULTILINE)
+
+
+def plain_layouts(config: Any) -> Optional[str]:
+    """Why every weight of the transformers model ``config`` names is stored ``out_in``, read from
+    transformers' source files; None where they do not say so (a ``Conv1D`` or ``ConvTranspose``
+    layer, a model type or class not found, transformers not installed).
+
+    Example:
+        >>> plain_layouts({"architectures": ["NoSuchModel"], "model_type": "no_such_type"}) is None
+        True
+    """
+    if not isinstance(config, dict):
+        return None
+    architectures = config.get("architectures")
+    arch = architectures[0] if isinstance(architectures, list) and architectures else None
+    models = _models_folder()
+    if not isinstance(arch, str) or models is None:
+        return None
+    files = _model_files(models, config, arch)
+    if files is None:
+        return None
+    for path in files:
+        if _TRANSPOSED.search(path.read_text(encoding="utf-8", errors="replace")):
+            return None
+    names = ", ".join(sorted(p.name for p in files))
+    return f"no layer stored transposed (Conv1D, ConvTranspose) in transformers' {names}"
+
+
+def _models_folder() -> Optional[Path]:
+    try:
+        spec = importlib.util.find_spec("transformers")  # locates the package without running it
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    folder = Path(locations[0]) / "models" if locations else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
+def _model_files(models: Path, config: dict[str, Any], arch: Optional[str]) -> Optional[list[Path]]:
+    """The modeling files that build the model of ``config`` (class ``arch``, where given): its own,
+    those it imports from, its sub-configs' models'; None where one is not found."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type.replace("-", "_").isidentifier():
+        return None
+    own = _modeling_file(models, model_type.replace("-", "_"))
+    if own is None:
+        return None
+    text = own.read_text(encoding="utf-8", errors="replace")
+    if arch is not None and not re.search(rf"^class {re.escape(arch)}\(", text, re.MULTILINE):
+        return None  # the class is not where the model type says: cannot tell
+    files, pending = [own], [m for m in _IMPORTED.findall(text) if m != "auto"]
+    sub_configs = [v for v in config.values() if isinstance(v, dict) and "model_type" in v]
+    if "from ..auto" in text and not sub_configs:
+        return None  # built through the auto classes from a sub-config the file does not show
+    for sub in sub_configs:
+        found = _model_files(models, sub, None)
+        if found is None:
+            return None
+        files += found
+    while pending:
+        folder = pending.pop()
+        path = _modeling_file(models, folder)
+        if path is None:
+            return None
+        if path not in files:
+            files.append(path)
+            pending += [m for m in _IMPORTED.findall(path.read_text(encoding="utf-8", errors="replace"))
+                        if m != "auto"]
+    return files
+
+
+def _modeling_file(models: Path, folder: str) -> Optional[Path]:
+    path = models / folder / f"modeling_{folder}.py"
+    return path if path.is_file() else None
