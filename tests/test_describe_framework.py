@@ -105,7 +105,8 @@ def test_describe_columns_equal_a_scores_with_transformers(folders: dict[str, Pa
     for case in CASES:
         d = described[str(folders[case])]
         s = wbfe.score(folders[case], metrics="bfe")
-        assert s.model["framework"] == {"used": "transformers", "model": CASES[case][1]}
+        assert s.model["framework"] == {"used": "transformers", "model": CASES[case][1],
+                                        "dropout_read": "forward pass on the meta device"}
         assert d["head"] == s.summary["head"], case
         assert _by_name(d["matrices"]) == _score_columns(s.layers, s.summary["head"]), case
         assert sorted(x["name"] for x in d["skipped"]) == sorted(x["name"] for x in s.skipped), case
