@@ -189,11 +189,12 @@ def _edit_checkpoint(
     decide: Callable[[str, np.ndarray], tuple[int, Optional[str]]],
     operation: Callable[[np.ndarray, int], np.ndarray],
 ) -> EditSummary:
-    import torch
-
+    from wbfe._deps import require_torch
     from wbfe.options import compile_layers
     from wbfe.output import check_output, open_atomic
     from wbfe.sources import open_source
+
+    torch = require_torch("smoothing or sharpening a checkpoint")
 
     pattern = compile_layers(layers)
     target = check_output(out)
