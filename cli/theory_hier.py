@@ -51,9 +51,10 @@ def hierarchical_cmd(
     solver: str = typer.Option("auto", help="eigensolver: auto, eigsh (matrix-free) or dense"),
     seed: int = typer.Option(0, help="master seed of the simulation (teachers and data sets; not a scoring seed)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
-    output: Optional[Path] = typer.Option(None, "--output", help="folder for hierarchical.json and the PNGs"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for hierarchical.json and the PNGs"),
 ) -> None:
     """Sweep n = d^alpha: per-feature overlaps, spectral vs kernel NMSE, and the predictions."""
+    from wbfe.output import check_output_dir
     from wbfe.theory.json_io import dumps
     from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
 
@@ -61,12 +62,13 @@ def hierarchical_cmd(
                                     points=points, seeds=seeds, eps=eps, activation=activation,
                                     features=features, n_test=n_test, kernel_max_n=kernel_max_n,
                                     solver=solver, seed=seed)
+    folder = check_output_dir(output) if output is not None else None  # before the simulation
     result = simulate_hierarchical(settings)
     data = result.to_dict()
-    if output is not None:
+    if folder is not None:
         from wbfe.theory.reports import write_hierarchical
 
-        for path in write_hierarchical(result, output):
+        for path in write_hierarchical(result, folder):
             typer.echo(f"wrote {path}", err=True)
     if fmt is Format.json:
         typer.echo(dumps(data))

@@ -83,7 +83,7 @@ def solve_cmd(
 
 
 def curve_cmd(
-    output: Path = typer.Option(..., "--output", help="folder for the PNGs and curve.json"),
+    output: Path = typer.Option(..., "--output", "-o", help="folder for the PNGs and curve.json"),
     beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
     delta: float = typer.Option(0.04, help="noise variance Delta"),
     d: int = typer.Option(200, help="input dimension"),
@@ -96,12 +96,13 @@ def curve_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Sweep eps, q_i and k_c over r; plot the staircase, eps with fitted slopes, and k_c."""
+    from wbfe.output import check_output_dir
     from wbfe.theory.reports import write_curve
     from wbfe.theory.settings import CurveSettings
 
     settings = CurveSettings(beta=beta, delta=delta, d=d, k=k, r_min=r_min, r_max=r_max, points=points,
                              activation=activation, readout=readout.value)
-    data = write_curve(settings, output)
+    data = write_curve(settings, check_output_dir(output))  # the folder is checked before the sweep
     if fmt is Format.json:
         _print_json({"fit": data["fit"], "files": data["files"]})
         return
@@ -127,16 +128,17 @@ def hmc_cmd(
     warmup: int = typer.Option(600, help="HMC iterations with step-size adaptation"),
     samples: int = typer.Option(300, help="HMC iterations after warm-up"),
     device: str = typer.Option("cpu", help="cpu, cuda or auto"),
-    output: Optional[Path] = typer.Option(None, "--output", help="folder for hmc.png and hmc.json"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for hmc.png and hmc.json"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """HMC posterior sampling: Gibbs error/2 against the fixed point's eps."""
+    from wbfe.output import check_output_dir
     from wbfe.theory.reports import write_hmc
     from wbfe.theory.settings import HmcSettings
 
     settings = HmcSettings(r_values=tuple(_floats(r_values, "--r-values")), d=d, k=k, delta=delta, beta=beta,
                            seeds=tuple(_ints(seeds, "--seeds")), warmup=warmup, samples=samples, device=device)
-    data = write_hmc(settings, output)
+    data = write_hmc(settings, check_output_dir(output) if output is not None else None)
     if fmt is Format.json:
         _print_json(data)
         return
@@ -159,16 +161,17 @@ def student_cmd(
     epochs: int = typer.Option(1000, help="full-batch Adam epochs"),
     lr: float = typer.Option(0.01, help="Adam learning rate"),
     device: str = typer.Option("cpu", help="cpu, cuda or auto"),
-    output: Optional[Path] = typer.Option(None, "--output", help="folder for student.png and student.json"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for student.png and student.json"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Adam-trained students of several widths: test error against width, with k_c marked."""
+    from wbfe.output import check_output_dir
     from wbfe.theory.reports import write_student
     from wbfe.theory.settings import StudentSettings
 
     settings = StudentSettings(widths=tuple(_ints(widths, "--widths")), n=n, d=d, k=k, delta=delta, beta=beta,
                                seeds=tuple(_ints(seeds, "--seeds")), epochs=epochs, lr=lr, device=device)
-    data = write_student(settings, output)
+    data = write_student(settings, check_output_dir(output) if output is not None else None)
     if fmt is Format.json:
         _print_json(data)
         return

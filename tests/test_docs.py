@@ -180,9 +180,10 @@ def test_quick_start_commands_are_what_ci_runs() -> None:
         "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/wbfe score")
     assert _block_after(text, "<!-- ci: test -->")[0] == (
         "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest")
-    # The CPU-only route comes right before them.
+    # The base install has no torch; the CPU-only route of torch comes right before the command that installs it.
     cpu = text.index("pip install torch --index-url https://download.pytorch.org/whl/cpu")
-    assert cpu < text.index("<!-- ci: demo -->") < text.index("<!-- ci: test -->")
+    assert text.index("<!-- ci: demo -->") < cpu < text.index("<!-- ci: test -->")
+    assert "torch" not in _block_after(text, "<!-- ci: demo -->")[0]
 
 
 def test_readme_library_example_runs() -> None:

@@ -102,3 +102,34 @@ def test_wheel_ships_the_fixtures_without_warnings(tmp_path: Path) -> None:
                 "wbfe/_fixtures/fmnist-zoo/zoo.csv", "wbfe/_fixtures/tables/cifar10-resnet.csv"}
     assert expected <= names
     assert not any("__pycache__" in n for n in names)
+
+
+def _module_level_imports(tree: ast.Module) -> set[str]:
+    """Top-level names imported when the module is imported: its body, and the ``if``/``try`` blocks in
+    it, but not functions, classes or ``if TYPE_CHECKING:`` blocks."""
+    names: set[str] = set()
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                stack.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            stack.extend(node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body])
+    return names
+
+
+def test_torch_is_an_extra() -> None:
+    """The base install has no torch (issue 35 §3): no module imports it when imported, and the
+    `torch` and `test` extras bring it."""
+    project = PYPROJECT["project"]
+    assert "torch" not in {_name(r) for r in project["dependencies"]}
+    extras = {k: {_name(r) for r in v} for k, v in project["optional-dependencies"].items()}
+    assert "torch" in extras["torch"] and "torch" in extras["test"] and "torch" in extras["transformers"]
+    at_import = {str(path.relative_to(ROOT)): _module_level_imports(ast.parse(path.read_text(encoding="utf-8")))
+                 for folder in (ROOT / "wbfe", ROOT / "cli") for path in folder.rglob("*.py")}
+    assert {path for path, names in at_import.items() if names & {"torch", "torchvision", "timm"}} == set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -37,5 +38,26 @@ def test_torchvision_zoo_offline(tmp_path: Path) -> None:
     out, _ = _rank(["torchvision-imagenet"], env)
     assert out.returncode == 2
     lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wbfe: error: zoo torchvision-imagenet: none of its ")
+    assert lines[0].endswith(f"models can be scored here: not cached, and HF_HUB_OFFLINE is set (every one); {FIX}")
+
+
+def test_torchvision_zoo_offline_never_imports_torchvision(tmp_path: Path) -> None:
+    """With nothing in torch's hub cache and HF_HUB_OFFLINE set, none of the weights can be had: that
+    is known without importing torchvision (2-3 s), so the one-line failure comes first."""
+    probe = (
+        "import json, sys\n"
+        "sys.argv = ['wbfe', 'rank', 'torchvision-imagenet']\n"
+        "from wbfe_cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "sys.stderr.write('PROBE ' + json.dumps({'code': code, 'torchvision': sorted("
+        "m for m in sys.modules if m.split('.')[0] == 'torchvision')}) + '\\n')\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TORCH_HOME": str(tmp_path / "torch"),
+           "WBFE_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=240)
+    *lines, last = out.stderr.splitlines()
+    assert last.startswith("PROBE "), out.stderr[-2000:]
+    assert json.loads(last[len("PROBE "):]) == {"code": 2, "torchvision": []}
     assert len(lines) == 1 and lines[0].startswith("wbfe: error: zoo torchvision-imagenet: none of its ")
     assert lines[0].endswith(f"models can be scored here: not cached, and HF_HUB_OFFLINE is set (every one); {FIX}")

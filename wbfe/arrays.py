@@ -16,6 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from wbfe._deps import require_torch
+
 __all__ = ["NUMPY_DTYPES", "is_known_dtype", "is_torch", "to_torch", "to_numpy", "dtype_name", "itemsize", "from_bytes",
            "flat_bytes", "swap_first_axes", "contiguous", "torch_loaded"]
 
@@ -38,7 +40,7 @@ def is_known_dtype(dtype: str) -> bool:
 
 def torch_loaded() -> bool:
     """Whether torch has been imported in this process (by wbfe or by its caller)."""
-    return "torch" in sys.modules
+    return sys.modules.get("torch") is not None  # None: an import of torch is blocked
 
 
 def is_torch(x: Any) -> bool:
@@ -50,6 +52,7 @@ def to_torch(x: Any) -> Any:
     """``x`` as a torch tensor: itself, or a numpy array's memory shared (no copy)."""
     if is_torch(x):
         return x
+    require_torch("a step written with torch")
     import torch
 
     return torch.from_numpy(np.asarray(x))
@@ -82,11 +85,13 @@ def itemsize(dtype: str) -> int:
 
     Raises:
         AttributeError: ``dtype`` names no torch dtype.
+        MissingDependencyError: torch, which alone knows such a dtype, is not installed.
     """
     if dtype in NUMPY_DTYPES:
         return int(np.dtype(NUMPY_DTYPES[dtype]).itemsize)
     if dtype in _OTHER_ITEMSIZE:
         return _OTHER_ITEMSIZE[dtype]
+    require_torch(f"a {dtype} tensor")
     import torch
 
     return int(getattr(torch, dtype).itemsize)
@@ -98,9 +103,11 @@ def from_bytes(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> Any:
 
     Raises:
         AttributeError: ``dtype`` names no torch dtype.
+        MissingDependencyError: torch is not installed (numpy has no such dtype).
     """
     if dtype in NUMPY_DTYPES:
         return raw.view(NUMPY_DTYPES[dtype]).reshape(tuple(shape))
+    require_torch(f"reading {dtype} tensors (numpy has no {dtype})")
     import torch
 
     return torch.from_numpy(raw).view(getattr(torch, dtype)).reshape(tuple(shape))

@@ -190,11 +190,12 @@ Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 
 
 def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], editor: Editor) -> EditSummary:
-    import torch
-
+    from wbfe._deps import require_torch
     from wbfe.options import compile_layers
     from wbfe.output import check_output, open_atomic
     from wbfe.sources import open_source
+
+    torch = require_torch("smoothing or sharpening a checkpoint")
 
     pattern = compile_layers(layers)
     target = check_output(out)

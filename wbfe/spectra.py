@@ -22,6 +22,7 @@ import numpy as np
 
 from wbfe import blas
 from wbfe._config import blas_threads
+from wbfe._deps import require_torch, torch_installed
 from wbfe.arrays import dtype_name, is_torch, to_torch, torch_loaded
 from wbfe.errors import InvalidOptionError, WbfeError
 
@@ -152,12 +153,14 @@ def resolve_device(device: str) -> Device:
 
     Raises:
         InvalidOptionError: unknown device, or ``cuda`` without a CUDA device.
+        MissingDependencyError: ``cuda`` where torch is not installed (``auto`` then means the CPU).
     """
     if device == "auto":
         return Device("cuda" if _cuda_available() else "cpu")
     if device == "cpu":
         return Device("cpu")
     if device.startswith("cuda"):
+        require_torch(f"--device {device}")
         if not _cuda_available():
             raise InvalidOptionError("--device cuda was asked for but no CUDA device is available")
         return Device(device)
@@ -167,7 +170,7 @@ def resolve_device(device: str) -> Device:
 def _cuda_available() -> bool:
     """torch's answer, asked only where it can be yes: torch needs NVIDIA's driver for CUDA, and
     importing it just to hear no would cost a CPU-only machine 1.5 s on every run."""
-    if not torch_loaded() and not _nvidia_driver():
+    if not torch_loaded() and not (_nvidia_driver() and torch_installed()):
         return False
     import torch
 

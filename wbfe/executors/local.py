@@ -70,7 +70,8 @@ def run_with_threads(threads: int, fn: Callable[..., Any], args: tuple[Any, ...]
 
     from threadpoolctl import threadpool_limits
 
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads)
+    torch = sys.modules.get("torch")  # None: an import of torch is blocked
+    if torch is not None:
+        torch.set_num_threads(threads)
     with threadpool_limits(limits=threads):
         return fn(*args)

@@ -10,6 +10,7 @@ import functools
 import json
 from typing import Any, Optional, Union
 
+from wbfe._deps import TORCH_INSTALL, torch_installed
 from wbfe.framework.parameters import shared_parameters, transposed_weights
 from wbfe.framework.description import Fallback, FrameworkDescription
 
@@ -43,6 +44,8 @@ def describe_timm(architecture: str, config: Optional[dict[str, Any]] = None) ->
 
 @functools.lru_cache(maxsize=64)
 def _describe(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Union[FrameworkDescription, Fallback]:
+    if not torch_installed():  # timm is built on torch: without it the rules decide, as without timm
+        return Fallback(f"torch is not installed, so {architecture} is not built ({TORCH_INSTALL})")
     try:
         import timm
         import torch

@@ -17,6 +17,7 @@ import json
 import re
 from typing import Any, Optional, Union
 
+from wbfe._deps import TORCH_INSTALL, torch_installed
 from wbfe.framework.parameters import shared_parameters, transposed_weights
 from wbfe.framework.description import Fallback, FrameworkDescription
 
@@ -51,6 +52,8 @@ def _describe(key: str) -> Union[FrameworkDescription, Fallback]:
     arch = architectures[0] if isinstance(architectures, list) and architectures else None
     if not isinstance(arch, str) or not arch.isidentifier():
         return Fallback("config.json names no architecture")
+    if not torch_installed():  # the model is built with torch, on its meta device
+        return Fallback(f"torch is not installed, so {arch} is not built ({TORCH_INSTALL})")
     try:
         import transformers
     except ImportError:

@@ -33,6 +33,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from wbfe._deps import require_torch
 from wbfe.arrays import to_numpy, to_torch
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
@@ -110,6 +111,7 @@ def _ww_slice(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 
 def _default_slice(matrix: Any, device: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    require_torch("--metrics vectors without --ww-compatible (which uses scipy)")
     import torch
 
     w = to_torch(matrix).detach().to(device=device, dtype=torch.float64)

@@ -12,6 +12,7 @@ import functools
 import math
 from typing import Any, Iterable, Iterator, Optional
 
+from wbfe._deps import require_torch
 from wbfe.arrays import to_torch
 from wbfe.errors import CorruptCheckpointError
 from wbfe.quant.fp8 import dequantize_fp8, fp8_scheme
@@ -105,6 +106,8 @@ def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any) -> TensorEn
 
 
 def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
+    # Asked when the weight is planned, so that a missing torch stops the run before any work.
+    require_torch(f"dequantising {prefix} (FP8, MXFP4, GPTQ and AWQ weights)")
     if "weight" in parts:
         w, s = parts["weight"], parts["scale"]
         block = qconfig.get("weight_block_size")

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 from wbfe._config import hf_offline
 from wbfe.errors import ModelNotFoundError, WbfeError
-from wbfe.ranking.zoo import Zoo
+from wbfe.ranking.zoo import TORCHVISION_DOWNLOADS, Zoo, torchvision_weight_not_cached
 
 __all__ = ["unavailable_models", "model_blocker"]
 
@@ -36,6 +36,8 @@ def _where(ref: str) -> Optional[tuple[bool, str, str]]:
 
     if is_uri(ref) or os.path.lexists(Path(ref).expanduser()):
         return None
+    if torchvision_weight_not_cached(ref):
+        return False, TORCHVISION_DOWNLOADS, _host_name(TORCHVISION_DOWNLOADS)
     if ref.startswith(("timm:", "torchvision:")):
         from wbfe.sources.zoo_libraries import library_weights
 

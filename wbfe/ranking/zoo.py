@@ -19,6 +19,7 @@ Built-in zoos have stable names (:func:`list_zoos`); their tables live in ``fixt
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import os
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from wbfe._config import shared_zoo_dir
+from wbfe._config import hf_offline, shared_zoo_dir, torch_hub_dir
 from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
 from wbfe.fixtures import fixtures_dir
 from wbfe.sources import WEIGHT_SUFFIXES
@@ -42,6 +43,8 @@ __all__ = [
     "list_zoos",
     "builtin_zoo_names",
     "torchvision_imagenet_rows",
+    "TORCHVISION_DOWNLOADS",
+    "torchvision_weight_not_cached",
     "fixtures_dir",
     "shared_zoo_dir",
 ]
@@ -461,7 +464,37 @@ def torchvision_imagenet_rows() -> list[dict[str, object]]:
     return rows
 
 
+# Where every torchvision weight is published (``weights.url``), so its host is known without torchvision.
+TORCHVISION_DOWNLOADS = "https://download.pytorch.org/models/"
+
+
+def _torch_hub_checkpoints_empty() -> bool:
+    """Whether torch's hub cache (``$TORCH_HOME/hub/checkpoints``) holds no file: then no torchvision
+    weight is cached, whatever its file's name, which only torchvision knows."""
+    folder = torch_hub_dir() / "checkpoints"
+    try:
+        return not any(p.is_file() for p in folder.iterdir())
+    except OSError:  # absent, or not a folder
+        return True
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_torchvision_refs() -> frozenset[str]:
+    return frozenset(e.ref for e in _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1").entries)
+
+
+def torchvision_weight_not_cached(ref: str) -> bool:
+    """True when ``ref`` is a torchvision weight the shipped table lists and torch's hub cache holds no
+    file at all, so it is certainly not cached; told without importing torchvision (2-3 s). False
+    means "ask torchvision": a name the table lacks is left to it (and its name hints)."""
+    return ref in _shipped_torchvision_refs() and _torch_hub_checkpoints_empty()
+
+
 def _load_torchvision() -> Zoo:
+    if hf_offline() and _torch_hub_checkpoints_empty():
+        # None of the weights can be had, so the shipped table, which lists them, is as good as
+        # torchvision's metadata, and wbfe rank says so without importing torchvision (2-3 s).
+        return _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1")
     try:
         rows = torchvision_imagenet_rows()
     except MissingDependencyError:

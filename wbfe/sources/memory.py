@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from wbfe._deps import require_torch
 from wbfe.framework import describe_module
 from wbfe.sources._base import Provenance, TensorEntry, TensorSource
 from wbfe.sources.registry import register_location
@@ -19,6 +20,7 @@ class MemorySource(TensorSource):
     headers_only = True  # nothing to read: the tensors are in memory
 
     def __init__(self, obj: Any):
+        require_torch("scoring an in-memory model or state dict")  # its tensors are torch's
         state = obj.state_dict() if hasattr(obj, "state_dict") and callable(obj.state_dict) else obj
         self._state = unwrap_state_dict(state, where=type(obj).__name__)
         self.provenance = Provenance(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 import numpy as np
 
+from wbfe._deps import require_torch
 from wbfe.arrays import NUMPY_DTYPES, from_bytes
 from wbfe.errors import (
     CorruptCheckpointError,
@@ -539,10 +540,12 @@ def tensor_dtype(info: dict[str, Any], where: str) -> str:
 
     Raises:
         UnsupportedDtypeError: this torch has no such dtype.
+        MissingDependencyError: torch is not installed.
     """
     name = SAFETENSORS_DTYPES[info["dtype"]][0]
     if name in NUMPY_DTYPES:
         return name
+    require_torch(f"{where}: reading {info['dtype']} tensors (numpy has no {name})")
     import torch
 
     if not isinstance(getattr(torch, name, None), torch.dtype):

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError
 from wbfe.sources._base import (
     TORCH_SUFFIXES,
@@ -48,7 +49,9 @@ def load_torch_file(path: Path) -> Any:
         CorruptCheckpointError: the file is not a readable PyTorch checkpoint (truncated, garbage,
             a failed CRC), or not a regular file.
         SourceNotFoundError: the file cannot be read.
+        MissingDependencyError: torch is not installed.
     """
+    require_torch("reading a PyTorch pickle")
     import torch
 
     with open_regular(path) as fh:
@@ -303,8 +306,10 @@ def open_torch(path: Path, ref: str, fmt: str | None = None) -> TorchPickleSourc
     """Open a PyTorch pickle file, or a ``*.index.json`` index of pickle shards.
 
     Raises:
-        UnsafePickleError, CorruptCheckpointError, SourceNotFoundError: as :func:`load_torch_file`.
+        UnsafePickleError, CorruptCheckpointError, SourceNotFoundError, MissingDependencyError: as
+            :func:`load_torch_file` (torch is asked for first: an index of shards loads them later).
     """
+    require_torch("reading a PyTorch pickle")
     if path.name.lower().endswith(".index.json"):
         return TorchPickleSource(ref, [], index=path)
     return TorchPickleSource(ref, [path])

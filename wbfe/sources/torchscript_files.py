@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
+from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError, WbfeError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
@@ -301,7 +302,10 @@ def open_torchscript(path: Path, ref: str, fmt: Optional[str] = None) -> TorchSc
         UnsafePickleError: a pickle needs a global beyond tensors, storages and containers.
         CorruptCheckpointError: not a readable TorchScript archive.
         SourceNotFoundError: the file cannot be read.
+        MissingDependencyError: torch is not installed (the archive is parsed without it, but its
+            tensors are torch's to hold).
     """
+    require_torch("reading a TorchScript archive")
     return TorchScriptSource(ref, path)
 
 

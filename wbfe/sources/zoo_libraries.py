@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from wbfe._config import hf_offline, torch_hub_dir
+from wbfe._deps import require_torch
 from wbfe.errors import MissingDependencyError, ModelNotFoundError, unknown_name
 from wbfe.framework import FrameworkDescription
 from wbfe.framework.timm_model import describe_timm
@@ -90,6 +91,7 @@ def open_url_checkpoint(url: str, *, ref: str, fmt: str) -> TensorSource:
     if not target.is_file():
         if hf_offline():
             raise ModelNotFoundError(f"{ref}: {target} is not cached and HF_HUB_OFFLINE is set", ref=ref)
+        require_torch(f"{ref}: downloading the checkpoint (torch.hub)")
         import torch
 
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.spectra import resolve_device
 from wbfe.theory.hermite import kernel
@@ -72,7 +73,9 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
 
     Raises:
         InvalidOptionError: k > d, non-positive sizes, or an activation without a torch form.
+        MissingDependencyError: torch is not installed.
     """
+    require_torch("drawing the HMC check's teacher and data")
     import torch
 
     kern = kernel(activation)
@@ -138,7 +141,9 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
     Raises:
         InvalidOptionError: non-positive counts, fewer ``samples`` than ``every``, Δ ≤ 0, or
             ``informed_rows`` outside [0, k].
+        MissingDependencyError: torch is not installed.
     """
+    require_torch("the HMC sampler")
     import torch
 
     k, d = teacher.w0.shape

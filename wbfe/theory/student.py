@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hmc import Teacher, make_teacher
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
@@ -39,7 +40,9 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
 
     Raises:
         InvalidOptionError: non-positive width, epochs, batches or learning rate.
+        MissingDependencyError: torch is not installed.
     """
+    require_torch("training the student networks")
     import torch
 
     if not (width >= 1 and epochs >= 1 and batches >= 1 and lr > 0):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError, MissingDependencyError
 from wbfe.watch.trajectories import CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at, scan_checkpoint
 from wbfe.watch.runs import CheckpointRef
@@ -58,7 +59,7 @@ class Monitor:
         """
         if self.trajectory.points and step <= self.trajectory.points[-1].step:
             raise InvalidOptionError(f"step {step} is not after the last recorded step {self.trajectory.points[-1].step}")
-        import torch
+        torch = require_torch("the training monitor")  # present wherever an nn.Module is trained
 
         with torch.no_grad():
             scanned = scan_checkpoint(self.model, layers=self.layers, head=self.head, device=self.device)
