@@ -515,7 +515,7 @@ heavy packages each command had imported when it exited:
 
 A float safetensors, GGUF, Keras, ONNX, NumPy or Flax checkpoint is read into numpy arrays and
 scored on the CPU without importing torch (`tests/test_torch_free.py` checks it per format); torch
-is imported where it is needed: PyTorch pickles and TorchScript, bfloat16 and float8 tensors (numpy
+is imported where it is needed: PyTorch pickles and TorchScript, float8 tensors (numpy
 has no such dtypes), the quantised safetensors layouts (FP8, GPTQ, AWQ, MXFP4), CUDA (asked only where NVIDIA's driver is present), timm,
 torchvision and `nn.Module` inputs, and the `vectors` group.
 """

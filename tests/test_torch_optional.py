@@ -16,6 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -116,7 +117,7 @@ def test_a_pickle_is_the_one_clear_error(blocker: str, tmp_path: Path) -> None:
     assert json.loads(done.stdout) == [message, "torch", True, True], done.stderr[-2000:]
 
 
-def test_torchscript_bfloat16_and_cuda_say_so(blocker: str, tmp_path: Path) -> None:
+def test_torchscript_and_cuda_say_so_and_a_float8_scale_is_skipped(blocker: str, tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     torch.manual_seed(0)
@@ -126,10 +127,12 @@ def test_torchscript_bfloat16_and_cuda_say_so(blocker: str, tmp_path: Path) -> N
         torch.jit.save(torch.jit.trace(torch.nn.Linear(30, 20), torch.randn(1, 30)), str(scripted))
     assert_one_error_line(cli_without_torch(blocker, "score", str(scripted)),
                           f"reading a TorchScript archive needs torch: {TORCH_INSTALL}")
-    bf16 = tmp_path / "model.safetensors"
-    save_file({"fc.weight": torch.randn(20, 30).bfloat16()}, str(bf16))
-    assert_one_error_line(cli_without_torch(blocker, "score", str(bf16)),
-                          f"{bf16}: reading BF16 tensors (numpy has no bfloat16) needs torch: {TORCH_INSTALL}")
+    e8 = tmp_path / "model.safetensors"
+    save_file({"fc.weight": torch.ones(20, 30).to(torch.float8_e8m0fnu)}, str(e8))
+    # planned from its header as with torch (a scale dtype, no weight): never read, so torch is not asked
+    assert_one_error_line(cli_without_torch(blocker, "score", str(e8)),
+                          f"{e8}: no usable weight matrix (1 tensors skipped — fc.weight: unsupported dtype "
+                          "float8_e8m0fnu)")
     assert_one_error_line(cli_without_torch(blocker, "score", "--device", "cuda"),
                           f"--device cuda needs torch: {TORCH_INSTALL}")
 
@@ -185,3 +188,41 @@ def test_version_and_help(blocker: str) -> None:
     done = cli_without_torch(blocker, "--help")
     assert done.returncode == 0 and "score" in done.stdout and "Usage" in done.stdout, done.stderr[-2000:]
 
+
+
+def test_bfloat16_widened_holds_every_value_as_torch_does() -> None:
+    """Every one of the 65,536 bfloat16 bit patterns, widened by numpy alone, is the value torch
+    gives it (NaN where torch's is NaN)."""
+    from wbfe.arrays import widen
+
+    stored = torch.arange(2**16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    got = widen(stored.view(torch.uint8).numpy(), "bfloat16", (2**16,)).astype("float64")
+    want = stored.to(torch.float64).numpy()
+    assert got.shape == want.shape
+    assert ((got == want) | (np.isnan(got) & np.isnan(want))).all()
+
+
+def test_a_bfloat16_checkpoint_scores_as_with_torch(blocker: str, tmp_path: Path) -> None:
+    """Most LLM checkpoints store bfloat16: the base install scores them, with the numbers torch's
+    reading gives."""
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(0)
+    tensors = {"a.weight": torch.randn(48, 40, generator=generator).bfloat16(),
+               "b.weight": torch.randn(40, 32, generator=generator).bfloat16()}
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    out = tmp_path / "score.json"
+    done = cli_without_torch(blocker, "score", str(path), "--metrics", METRICS, "--min-eigs", "5", "--format", "json",
+                             "-o", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = {row["name"]: row for row in json.loads(out.read_text())["layers"]}
+    want = {row["name"]: row for row in wbfe.score(str(path), metrics=METRICS, min_eigs=5, device="cpu").layers}
+    assert set(got) == set(want) == set(tensors)
+    compared = 0
+    for name, row in want.items():
+        for column in ("bfe", "alpha", "log_norm", "stable_rank", "htmp_kappa"):
+            if isinstance(row.get(column), float) and not math.isnan(row[column]):
+                assert got[name][column] == pytest.approx(row[column], rel=1e-9), (name, column)
+                compared += 1
+    assert compared >= 6

@@ -2,7 +2,7 @@
 
 A float safetensors, GGUF, Keras, ONNX, TFLite, Flax or NumPy checkpoint is scored on the CPU
 with numpy alone, so torch is an extra (``pip install 'wbfe[torch]'``). The paths that cannot
-work without it (a PyTorch pickle, TorchScript, bfloat16 and float8 tensors, CUDA, the
+work without it (a PyTorch pickle, TorchScript, float8 tensors, CUDA, the
 dequantisers of packed integers, the theory solvers written with torch) call
 :func:`require_torch` before they import it, so a missing torch is one typed error that names
 what needed it. The paths where torch only helps (CUDA when available, a model class built on

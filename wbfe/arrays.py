@@ -16,9 +16,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from wbfe._deps import require_torch
+from wbfe._deps import require_torch, torch_installed
 
-__all__ = ["NUMPY_DTYPES", "is_known_dtype", "is_torch", "to_torch", "to_numpy", "dtype_name", "itemsize", "from_bytes",
+__all__ = ["NUMPY_DTYPES", "WIDENED_DTYPES", "is_known_dtype", "holds_without_torch", "widen", "is_torch", "to_torch", "to_numpy", "dtype_name", "itemsize", "from_bytes",
            "flat_bytes", "swap_first_axes", "contiguous", "torch_loaded"]
 
 # wbfe's dtype names (torch's, without the prefix) that numpy holds as they are stored.
@@ -30,6 +30,27 @@ NUMPY_DTYPES: dict[str, Any] = {
 # Bytes per element of the dtypes numpy lacks, so that sizes are known without importing torch.
 _OTHER_ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e8m0fnu": 1,
                    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complex64": 8, "complex128": 16}
+
+
+# The dtype numpy lacks whose every value a numpy float holds exactly, read without torch where torch
+# is not installed: bfloat16, the top half of a float32 (most LLM checkpoints store it). Where torch
+# is installed it holds the tensor as stored.
+WIDENED_DTYPES = ("bfloat16",)
+
+
+def widen(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> np.ndarray:
+    """The values of the ``dtype`` tensor (one of :data:`WIDENED_DTYPES`) held in the uint8 array
+    ``raw``, exactly, as a numpy float32 array of ``shape`` (a copy)."""
+    if dtype != "bfloat16":
+        raise ValueError(f"numpy cannot hold {dtype} exactly")
+    flat = np.ascontiguousarray(raw).reshape(-1)
+    return (flat.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(tuple(shape))
+
+
+def holds_without_torch(dtype: str) -> bool:
+    """Whether a ``dtype`` tensor is read without torch here: numpy holds it, or it is widened
+    (:func:`widen`) because torch is not installed."""
+    return dtype in NUMPY_DTYPES or (dtype in WIDENED_DTYPES and not torch_loaded() and not torch_installed())
 
 
 def is_known_dtype(dtype: str) -> bool:
@@ -99,7 +120,8 @@ def itemsize(dtype: str) -> int:
 
 def from_bytes(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> Any:
     """The tensor of ``dtype`` and ``shape`` held in the uint8 array ``raw`` (no copy): a numpy array
-    when numpy has the dtype, else a torch tensor.
+    when numpy has the dtype, else a torch tensor; without torch, a widened numpy copy of the
+    dtypes numpy can hold exactly (:func:`widen`).
 
     Raises:
         AttributeError: ``dtype`` names no torch dtype.
@@ -107,6 +129,8 @@ def from_bytes(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> Any:
     """
     if dtype in NUMPY_DTYPES:
         return raw.view(NUMPY_DTYPES[dtype]).reshape(tuple(shape))
+    if holds_without_torch(dtype):
+        return widen(raw, dtype, shape)
     require_torch(f"reading {dtype} tensors (numpy has no {dtype})")
     import torch
 

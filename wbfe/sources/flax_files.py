@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from wbfe.arrays import NUMPY_DTYPES, from_bytes
+from wbfe.arrays import NUMPY_DTYPES, from_bytes, is_torch
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.numpy_files import numpy_dtype_name
@@ -200,8 +200,11 @@ class _Loader:
         if dtype in NUMPY_DTYPES:
             t = raw.view(NUMPY_DTYPES[dtype]).reshape(array.shape)
             return np.ascontiguousarray(np.transpose(t, self.leaf.permute) if self.leaf.permute is not None else t)
-        # bfloat16: numpy has no such dtype, so torch holds it.
+        # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
         tensor = from_bytes(raw, dtype, array.shape)
+        if not is_torch(tensor):
+            return np.ascontiguousarray(np.transpose(tensor, self.leaf.permute) if self.leaf.permute is not None
+                                        else tensor)
         return (tensor.permute(*self.leaf.permute) if self.leaf.permute is not None else tensor).contiguous()
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Protocol
 import numpy as np
 
 from wbfe._deps import require_torch
-from wbfe.arrays import NUMPY_DTYPES, from_bytes
+from wbfe.arrays import from_bytes, holds_without_torch
 from wbfe.errors import (
     CorruptCheckpointError,
     SourceNotFoundError,
@@ -543,7 +543,7 @@ def tensor_dtype(info: dict[str, Any], where: str) -> str:
         MissingDependencyError: torch is not installed.
     """
     name = SAFETENSORS_DTYPES[info["dtype"]][0]
-    if name in NUMPY_DTYPES:
+    if holds_without_torch(name):
         return name
     require_torch(f"{where}: reading {info['dtype']} tensors (numpy has no {name})")
     import torch
