@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from benchmarks.fuzz.common import check_source, put
+from benchmarks.fuzz.harness_safetensors import read_as
 
 NAME = "tflite"
 # TensorType codes of schema.fbs: float32, float16, float64, bfloat16 (the stored floats).
@@ -32,7 +33,8 @@ _LAYOUTS = {4: ((0, 3, 1, 2), (3, 0, 1, 2)), 5: ((4, 3, 0, 1, 2),)}
 
 def fuzz_one(data: bytes) -> None:
     """Read ``data`` as a TFLite model; raise on a finding."""
-    check_source(put("model.tflite", data), reference=lambda: _tflite_parse(data))
+    path = put("model.tflite", data)
+    check_source(path, reference=lambda: _tflite_parse(data) if read_as(path, "tflite") else None)
 
 
 def _tflite_parse(data: bytes) -> Optional[dict[str, Any]]:
