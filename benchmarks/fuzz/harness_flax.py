@@ -11,7 +11,6 @@ restore would, that the reader read is a finding.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from benchmarks.fuzz.common import RefusedTensor, check_source, put
