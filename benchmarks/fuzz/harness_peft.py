@@ -82,12 +82,13 @@ def _peft_parse(data: bytes) -> dict[str, Any]:
     from peft.utils.other import get_pattern_key
 
     try:
-        raw = json.loads(data)
+        raw: Any = json.loads(data)
         out: dict[str, Any] = {}
-        ranks, alphas = raw.get("rank_pattern") or {}, raw.get("alpha_pattern") or {}
+        ranks: Any = raw.get("rank_pattern") or {}
+        alphas: Any = raw.get("alpha_pattern") or {}
         for module in _MODULES:  # peft.tuners.lora.model.LoraModel._create_and_replace, LoraLayer.update_layer
-            r = ranks.get(get_pattern_key(ranks.keys(), module), raw["r"])
-            alpha = alphas.get(get_pattern_key(alphas.keys(), module), raw["lora_alpha"])
+            r: Any = ranks.get(get_pattern_key(list(ranks), module), raw["r"])
+            alpha: Any = alphas.get(get_pattern_key(list(alphas), module), raw["lora_alpha"])
             out[module] = alpha / math.sqrt(r) if raw.get("use_rslora") else alpha / r
         out.update(use_dora=bool(raw.get("use_dora")), fan_in_fan_out=bool(raw.get("fan_in_fan_out")),
                    modules_to_save=list(raw.get("modules_to_save") or []))

@@ -40,7 +40,7 @@ def read_as(path: Path, fmt: str) -> bool:
     return found is not None and found.name == fmt
 
 
-def safetensors_parse(path: Path) -> dict[str, bytes]:
+def safetensors_parse(path: Path) -> dict[str, Any]:
     """The file's tensors as ``safetensors.safe_open`` reads them: {name: bytes of its values}.
 
     Raises:
