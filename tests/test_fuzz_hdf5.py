@@ -68,9 +68,14 @@ def test_a_sound_file_passes_once_and_is_remembered(tmp_path: Path, monkeypatch:
     hdf5_guard.check_hdf5_index(path)
     os.utime(path, ns=(1, 1))  # changed (its mtime, and so its ctime): walked again
     monkeypatch.undo()
-    calls = []
+    calls: list[int] = []
     real = hdf5_guard._context
-    monkeypatch.setattr(hdf5_guard, "_context", lambda: calls.append(1) or real())
+
+    def counted() -> object:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(hdf5_guard, "_context", counted)
     hdf5_guard.check_hdf5_index(path)
     assert calls == [1]
 
