@@ -94,7 +94,9 @@ def _number(text: str) -> bool:
 def _check_rows(zoo: Any, rows: list[Any]) -> None:
     columns: list[str] = []
     for row in rows:
-        columns += [c for c in (str(k).strip() for k in row) if c and c not in columns]
+        for column in (str(k).strip() for k in row):
+            if column and column not in columns:  # (two keys of one row may strip to one name)
+                columns.append(column)
     numeric = [c for c in columns if c not in _RESERVED
                and any(_cell(r, c) for r in rows) and all(_number(_cell(r, c)) for r in rows if _cell(r, c))]
     assert list(zoo.quality_columns) == numeric, f"quality columns {zoo.quality_columns}, the parse's {numeric}"
