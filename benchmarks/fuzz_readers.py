@@ -19,6 +19,8 @@ keeps the others'.
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -26,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -44,6 +47,16 @@ _EXECUTED = re.compile(r"stat::number_of_executed_units:\s*(\d+)")
 _PROGRESS = re.compile(r"^#(\d+)\s", re.M)
 _ARTIFACT = re.compile(r"Test unit written to (\S+)")
 _MAX_RESTARTS = 20
+
+
+def harness_digest(reader: str) -> str:
+    """SHA-256 of what decides a harness's checks: its module and ``benchmarks/fuzz/common.py``.
+    A run records it; ``tests/test_fuzz_results.py`` requires the latest run of every reader to
+    match the files as they are, so a changed harness needs a fresh run."""
+    digest = hashlib.sha256()
+    for path in (ROOT / "benchmarks" / "fuzz" / f"harness_{reader}.py", ROOT / "benchmarks" / "fuzz" / "common.py"):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
@@ -70,6 +83,7 @@ def fuzz_reader(reader: str, args: argparse.Namespace) -> dict[str, Any]:
             if path.is_file():
                 shutil.copy(path, corpus / f"replay-{path.name}")
     dictionary = _dictionary(reader, work)
+    digest = harness_digest(reader)  # at the start: the code this run fuzzed
     start = time.monotonic()
     executions, restarts, log_tail = 0, 0, ""
     while True:
@@ -105,6 +119,7 @@ def fuzz_reader(reader: str, args: argparse.Namespace) -> dict[str, Any]:
     slow = sorted(p.name for p in crashes.iterdir() if p.is_file() and p.name.startswith("slow-unit-"))
     return {
         "seconds": seconds,
+        "harness_sha256": digest,
         "executions": executions,
         "findings": len(python) + len(native),
         "finding_signatures": python + [f"native:{name}" for name in native],
@@ -165,17 +180,21 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for reader, record in zip(readers, pool.map(lambda r: fuzz_reader(r, args), readers)):
-            saved = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
-            earlier = saved.get(reader)
-            if isinstance(earlier, dict):  # an earlier run of this reader (before a fix, say) stays on record
-                record["earlier_runs"] = [*earlier.pop("earlier_runs", []), earlier]
-            saved[reader] = {**record, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                             "command": "python benchmarks/fuzz_readers.py " + " ".join(
-                                 sys.argv[1:] if argv is None else argv)}
-            saved["run"] = {"versions": _versions(), "cpu_count": os.cpu_count(), "rss_limit_mb": args.rss_mb,
-                            "address_space_mb": args.as_mb, "timeout_s": args.timeout}
+            # Several drivers (one per reader, run side by side) may update the one file: hold its lock.
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            with open(Path(tempfile.gettempdir()) / "wbfe-fuzz-results.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                saved = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
+                earlier = saved.get(reader)
+                if isinstance(earlier, dict):  # an earlier run of this reader (before a fix, say) stays on record
+                    record["earlier_runs"] = [*earlier.pop("earlier_runs", []), earlier]
+                saved[reader] = {**record, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                 "command": "python benchmarks/fuzz_readers.py " + " ".join(
+                                     sys.argv[1:] if argv is None else argv)}
+                saved["run"] = {**saved.get("run", {}), "versions": _versions(), "cpu_count": os.cpu_count(),
+                                "rss_limit_mb": args.rss_mb, "address_space_mb": args.as_mb,
+                                "timeout_s": args.timeout}
+                out.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             print(f"{reader}: {record['seconds']} s, {record['executions']} executions, "
                   f"{record['findings']} findings {record['finding_signatures']}", flush=True)
     return 0

@@ -95,6 +95,21 @@ def test_chunked_bfloat16_and_scalars(tmp_path: Path) -> None:
     assert entries["count"].skip == "a numpy scalar, not an array"
 
 
+def test_byte_order_and_a_chunk_marker_as_flax_restores_them(tmp_path: Path) -> None:
+    # Found by fuzzing (tests/fuzz_corpus/flax): a big-endian dtype read as native, and a chunked
+    # array whose marker is not true read as arrays of its chunks.
+    big_endian = DENSE.astype(">f4")
+    raw = {"params": {"be": {"kernel": ext(big_endian, ">f4")},
+                      "odd": {"bias": {"__msgpack_chunked_array__": False, "shape": {"0": 12},
+                                       "chunks": {"0": ext(MEAN[:6]), "1": ext(MEAN[6:])}}}}}
+    path = tmp_path / "flax_model.msgpack"
+    path.write_bytes(msgpack.packb(raw))
+    entries = read(path)
+    assert list(entries) == ["be.weight", "odd.bias"]
+    assert torch.equal(to_torch(entries["be.weight"].load()), torch.from_numpy(DENSE.T.copy()))
+    assert torch.equal(to_torch(entries["odd.bias"].load()), torch.from_numpy(MEAN))
+
+
 def test_folder_with_config_scores_like_the_pytorch_layout(tmp_path: Path) -> None:
     write(tmp_path / "flax_model.msgpack", tree())
     (tmp_path / "config.json").write_text(json.dumps({"num_labels": 5, "model_type": "toy"}))

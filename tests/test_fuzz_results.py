@@ -1,8 +1,9 @@
 """``benchmarks/results/fuzz_readers.json`` tied to the harness registry and the corpus (issue #33 §5).
 
 The record is the campaign's claim; these checks make it fail when a harness is added without a
-run, a run is cut short of the issue's 600 s, or a finding is neither fixed (its input replayed
-from ``tests/fuzz_corpus``) nor parked with its reason (``benchmarks/fuzz/upstream``).
+run, a run is cut short of the issue's 600 s, a harness (or ``benchmarks/fuzz/common.py``) changed
+after its latest run, or a finding is neither fixed (its input replayed from ``tests/fuzz_corpus``)
+nor parked with its reason (``benchmarks/fuzz/upstream``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.fuzz import HARNESSES  # noqa: E402
+from benchmarks.fuzz_readers import harness_digest  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "fuzz_readers.json"
 # A path a resolution names: a corpus glob (``.../name-*``) or one parked upstream input.
@@ -37,11 +39,13 @@ def test_the_record_lists_exactly_the_registered_harnesses() -> None:
     assert readers == set(HARNESSES)
 
 
-def test_every_reader_had_a_full_length_run() -> None:
-    # The latest entry may be a shorter rerun after a fix; the reader still needs one ≥ 600 s run.
-    short = {reader: [run["seconds"] for run in _runs(entry)] for reader, entry in _record().items()
-             if reader != "run" and max(run["seconds"] for run in _runs(entry)) < 600}
-    assert short == {}
+def test_the_latest_run_of_every_reader_is_full_length_and_of_its_current_harness() -> None:
+    # A run records the digest of its harness and common.py (fuzz_readers.harness_digest) when it
+    # starts: a harness changed since (a new check, a new seed) has not been fuzzed for 600 s.
+    stale = {reader: {"seconds": entry["seconds"], "digest": entry.get("harness_sha256")}
+             for reader, entry in _record().items()
+             if reader != "run" and (entry["seconds"] < 600 or entry.get("harness_sha256") != harness_digest(reader))}
+    assert stale == {}, f"fuzz these readers again (python benchmarks/fuzz_readers.py --readers ...): {stale}"
 
 
 def test_every_finding_is_resolved_against_the_corpus() -> None:

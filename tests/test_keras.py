@@ -300,3 +300,18 @@ def test_missing_h5py_names_the_extra(tmp_path: Path, state: dict, monkeypatch: 
         wbfe.score(path, metrics="bfe")
     code, err = _cli(path)
     assert code == 2 and "pip install 'wbfe[keras]'" in err
+
+
+def test_a_damaged_stored_weights_member_fails_its_crc(tmp_path: Path, state: dict) -> None:
+    # Found by fuzzing: the stored model.weights.h5 is read in place, past zipfile's CRC-32 check;
+    # one flipped byte of a variable's data was read as the model's numbers.
+    import zipfile
+
+    path = write_keras3(tmp_path / "m.keras", state)
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("model.weights.h5")
+    raw = bytearray(path.read_bytes())
+    raw[info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size - 8] ^= 0x40
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptCheckpointError, match="fails its CRC-32 check"):
+        wbfe.score(path, metrics="bfe")

@@ -43,7 +43,7 @@ def test_object_arrays_are_skipped_never_unpickled(tmp_path: Path) -> None:
     assert entries["ok"].skip is None
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "bad-header", "no-arrays", "huge-shape"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "bad-header", "no-arrays", "huge-shape", "leading-bytes"])
 def test_damaged_archives_get_a_typed_error(tmp_path: Path, damage: str) -> None:
     import zipfile
 
@@ -53,6 +53,8 @@ def test_damaged_archives_get_a_typed_error(tmp_path: Path, damage: str) -> None
         path.write_bytes(path.read_bytes()[:300])
     elif damage == "garbage":
         path.write_bytes(b"PK\x03\x04" + bytes(range(256)))
+    elif damage == "leading-bytes":  # zipfile reads it, numpy.load takes it for a pickle (found by fuzzing)
+        path.write_bytes(b"junk" + path.read_bytes())
     elif damage == "bad-header":
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr("fc.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': 1}    \n")

@@ -168,7 +168,7 @@ def _cli(path: Path) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "data-out-of-range", "data-missing",
-                                    "data-outside-folder"])
+                                    "data-outside-folder", "duplicate-initializer"])
 def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage: str) -> None:
     path = export(net, tmp_path / "net.onnx", external=damage.startswith("data"))
     expected: type[Exception] = CorruptCheckpointError
@@ -182,6 +182,10 @@ def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage
     elif damage == "data-missing":
         (tmp_path / "net.onnx.data").unlink()
         expected = SourceNotFoundError
+    elif damage == "duplicate-initializer":  # found by fuzzing: two initializers of one name were both listed
+        model = onnx.load(str(path))
+        model.graph.initializer.append(model.graph.initializer[0])
+        onnx.save_model(model, str(path))
     else:
         model = onnx.load(str(path), load_external_data=False)
         tensor = next(t for t in model.graph.initializer if t.name == "head.weight")

@@ -246,3 +246,13 @@ def test_importing_the_sources_imports_no_reader_dependency() -> None:
             " if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_shard_index_is_an_index_whatever_its_bytes(tmp_path: Path) -> None:
+    # Found by fuzzing: an index starting with b"GGUF" was read as an (empty) GGUF file, and the
+    # folder's shards were dropped unseen; it is a corrupt index.
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_bytes(b"GGUF" + b"\x00" * 40)
+    assert format_of(index).name == "safetensors"
+    with pytest.raises(CorruptCheckpointError, match="shard index"):
+        read_all(tmp_path)

@@ -166,6 +166,8 @@ def check_reference(names: list[str], held: dict[str, bytes], reference: Referen
         stored = reference()
     if stored is None:
         return
+    assert len(set(names)) == len(names), (  # two tensors of one name: which is the row of that name?
+        f"the reader lists {sorted({n for n in names if names.count(n) > 1})} twice")
     assert sorted(names) == sorted(stored), (
         f"the reader lists {sorted(set(names) - set(stored))} the reference does not, and misses "
         f"{sorted(set(stored) - set(names))}")

@@ -2,6 +2,12 @@
 
 The folder is read as a source and scored as an adapter (ΔW = s·B·A per module): the config's
 rank, α, patterns and flags decide the scaling, so a bad value must be refused, not computed with.
+
+Independent check: where the reader accepts a config, :mod:`json`'s parse of the same bytes, with
+PEFT's own pattern lookup (``peft.utils.other.get_pattern_key``, as ``LoraModel`` resolves a
+module's r and α) and ``LoraLayer``'s scale (α/r, α/√r with rsLoRA), gives each module's scaling;
+the flags and ``modules_to_save`` are the parse's. A config :mod:`json` refuses that the reader
+accepted is a finding.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from benchmarks.fuzz.common import refused, check_source, fresh_folder, put, time_bound
 from wbfe.errors import WbfeError
@@ -52,10 +58,16 @@ def fuzz_one(data: bytes) -> None:
         with time_bound(), open_source(folder) as source:
             lora = getattr(source, "lora", None)
             if lora is not None:
+                want = _peft_parse(data)
                 for module in _MODULES:
                     scale = lora.scaling(module)
                     assert isinstance(scale, float) and math.isfinite(scale) and scale >= 0, (
                         f"{module}: scaling {scale!r} from a config that was accepted")
+                    # (a relative 1e-12: an integer α over 2**53 divides exactly in PEFT, as a float here)
+                    assert math.isclose(scale, want[module], rel_tol=1e-12), (
+                        f"{module}: scaling {scale!r}, PEFT's rules on the JSON give {want[module]!r}")
+                assert (lora.use_dora, lora.fan_in_fan_out, list(lora.modules_to_save)) == (
+                    want["use_dora"], want["fan_in_fan_out"], want["modules_to_save"]), "flags not the JSON's"
         with time_bound():
             result = wbfe.score(folder, metrics="bfe", device="cpu")
     except WbfeError as exc:
@@ -64,6 +76,25 @@ def fuzz_one(data: bytes) -> None:
     for skip in result.skipped:
         assert isinstance(skip.get("reason"), str) and skip["reason"].strip(), f"skip without a reason: {skip!r}"
     assert result.layers or result.skipped, "an adapter scored to nothing, with no reason"
+
+
+def _peft_parse(data: bytes) -> dict[str, Any]:
+    from peft.utils.other import get_pattern_key
+
+    try:
+        raw: Any = json.loads(data)
+        out: dict[str, Any] = {}
+        ranks: Any = raw.get("rank_pattern") or {}
+        alphas: Any = raw.get("alpha_pattern") or {}
+        for module in _MODULES:  # peft.tuners.lora.model.LoraModel._create_and_replace, LoraLayer.update_layer
+            r: Any = ranks.get(get_pattern_key(list(ranks), module), raw["r"])
+            alpha: Any = alphas.get(get_pattern_key(list(alphas), module), raw["lora_alpha"])
+            out[module] = alpha / math.sqrt(r) if raw.get("use_rslora") else alpha / r
+        out.update(use_dora=bool(raw.get("use_dora")), fan_in_fan_out=bool(raw.get("fan_in_fan_out")),
+                   modules_to_save=list(raw.get("modules_to_save") or []))
+    except Exception as exc:  # noqa: BLE001 - json (or PEFT's rules) refuses a config the reader accepted
+        raise AssertionError(f"PEFT's rules refuse a config the reader accepted: {type(exc).__name__}: {exc}") from None
+    return out
 
 
 def seeds() -> dict[str, bytes]:

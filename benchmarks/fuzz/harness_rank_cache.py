@@ -3,12 +3,19 @@
 The cache must serve a payload only from an intact entry, and treat anything else as corrupt:
 removed and reported missing, never an exception. The bytes are read three ways: as an entry file,
 as the payload of an entry with a valid checksum, and as a hash-index file.
+
+Independent check: :mod:`json` and :mod:`hashlib` on the same bytes decide whether the entry is
+intact by the cache's documented layout (a JSON object of this ``format`` and ``key`` whose
+``checksum`` is the SHA-256 of its ``payload`` object as canonical JSON: sorted keys, no spaces,
+non-finite numbers as null); the cache must serve exactly the intact ones, each with the parse's
+payload.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +64,44 @@ def fuzz_one(data: bytes) -> None:
 def _check_get(cache: Any, entry: Path, data: bytes) -> None:
     entry.write_bytes(data)
     got = cache.get(_KEY)
+    want = _intact_payload(data)
     if got is None:
         assert not entry.exists(), "a corrupt entry was left in place"
+        assert want is None, "an intact entry was not served"
     else:
         assert isinstance(got, dict), f"the cache served a {type(got).__name__}"
+        assert want is not None, "a corrupt entry was served"
+        assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True), "not the entry's payload"
+
+
+def _intact_payload(data: bytes) -> Any:
+    """The payload of an intact entry file ``data``, parsed by :mod:`json`; None when it is not intact."""
+    from wbfe.ranking.cache import CACHE_FORMAT
+
+    if len(data) > 16 << 20:  # the cache's bound on an entry file (16 MiB, wbfe.ranking.cache): refused unread
+        return None
+    try:
+        parsed = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if not (isinstance(parsed, dict) and parsed.get("format") == CACHE_FORMAT and parsed.get("key") == _KEY
+            and isinstance(parsed.get("payload"), dict)):
+        return None
+    try:
+        canonical = json.dumps(_finite(parsed["payload"]), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (ValueError, RecursionError):
+        return None
+    return parsed["payload"] if parsed.get("checksum") == hashlib.sha256(canonical.encode()).hexdigest() else None
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _index_file(cache: Any, ref: Path) -> Path:

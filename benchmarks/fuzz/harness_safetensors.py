@@ -1,13 +1,17 @@
 """Fuzz the safetensors reader: one ``model.safetensors`` file (header, offsets, data section).
 
-Independent check: each tensor's bytes are the file's bytes at the offsets its header declares,
-parsed here with :mod:`json` alone (no number may come from outside the tensor's own range).
+Independent checks: each tensor's bytes are the file's bytes at the offsets its header declares,
+parsed here with :mod:`json` alone (no number may come from outside the tensor's own range); and
+the reader lists exactly the tensors the ``safetensors`` package's ``safe_open`` lists, each read
+one holding the bytes ``safe_open`` reads for it. A file ``safetensors`` refuses that the reader
+read is a finding.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 from typing import Any
 
 from benchmarks.fuzz.common import check_source, put
@@ -22,7 +26,39 @@ DICTIONARY = ('"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"',
 def fuzz_one(data: bytes) -> None:
     """Read ``data`` as a safetensors file; raise on a finding."""
     path = put("model.safetensors", data)
-    check_source(path, compare=lambda entry, tensor: _same_bytes(data, entry, tensor))
+    check_source(path, compare=lambda entry, tensor: _same_bytes(data, entry, tensor),
+                 reference=lambda: safetensors_parse(path) if read_as(path, "safetensors") else None)
+
+
+def read_as(path: Path, fmt: str) -> bool:
+    """Whether wbfe reads ``path`` as ``fmt``: a file whose first bytes are another format's magic
+    (``GGUF``...) goes to that format's reader whatever its name (found by fuzzing: the reference of
+    the named format refused what the GGUF reader read), and that format's harness checks it."""
+    from wbfe.sources.registry import format_of
+
+    found = format_of(path)
+    return found is not None and found.name == fmt
+
+
+def safetensors_parse(path: Path) -> dict[str, Any]:
+    """The file's tensors as ``safetensors.safe_open`` reads them: {name: bytes of its values}.
+
+    Raises:
+        AssertionError: ``safetensors`` refuses the file (the caller's reader read it).
+    """
+    import torch
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {name: _tensor_bytes(torch, f.get_tensor(name)) for name in f.keys()}
+    except Exception as exc:  # noqa: BLE001 - any refusal by safetensors of a file wbfe read
+        raise AssertionError(f"safetensors refuses a file the reader read: {type(exc).__name__}: {exc}") from None
+
+
+def _tensor_bytes(torch: Any, tensor: Any) -> bytes:
+    flat = tensor.contiguous().reshape(-1)
+    return bytes(flat.view(torch.uint8).numpy().tobytes()) if flat.numel() else b""
 
 
 def _same_bytes(data: bytes, entry: Any, tensor: Any) -> None:

@@ -2,11 +2,21 @@
 
 A spec that parses must give a zoo whose entries have unique names, a reference and numeric
 quality columns, and whose default quality column is one of its columns.
+
+Independent check: where the reader accepts a spec, :mod:`csv`'s ``DictReader`` (or
+``yaml.safe_load``) parse of the same text gives the rows, read by the rules docs/ranking.md
+states: the models are the rows' ``model`` cells in order; the quality columns are exactly the
+columns (names stripped) other than ``model``, ``checkpoint`` and ``source`` whose filled cells
+are all numbers; each entry's value in one is its cell as a float (NaN where empty); its reference
+is its ``checkpoint`` cell (or its label), as given or resolved to an absolute path. A spec the
+parse refuses that the reader accepted is a finding.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from typing import Any
 
 from benchmarks.fuzz.common import refused, put, time_bound
 from wbfe.errors import WbfeError
@@ -42,6 +52,63 @@ def fuzz_one(data: bytes) -> None:
     assert zoo.default_quality is None or zoo.default_quality in zoo.quality_columns, (
         f"default quality {zoo.default_quality!r} is not a column")
     assert set(zoo.lower_is_better) <= set(zoo.quality_columns) | set(), "lower-is-better names no column"
+    _check_rows(zoo, _parsed_rows(data))
+
+
+_RESERVED = ("model", "checkpoint", "source")
+
+
+def _parsed_rows(data: bytes) -> list[Any]:
+    import csv
+    import io
+
+    import yaml
+
+    try:
+        text = data[1:].decode("utf-8-sig")
+        if data[0] & 1:
+            parsed = yaml.safe_load(text)
+            return list(parsed if isinstance(parsed, list) else parsed["models"])
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+    except Exception as exc:  # noqa: BLE001 - any refusal by csv/yaml of a spec the reader accepted
+        raise AssertionError(f"the csv/yaml parse refuses a spec the reader accepted: {type(exc).__name__}: {exc}"
+                             ) from None
+
+
+def _cell(row: Any, key: str) -> str:
+    """A row's cell of a column: the key as given, else the first whose name stripped is it."""
+    value = row.get(key)
+    if value is None:
+        value = next((v for k, v in row.items() if str(k).strip() == key), None)
+    return "" if value is None else str(value).strip()
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_rows(zoo: Any, rows: list[Any]) -> None:
+    columns: list[str] = []
+    for row in rows:
+        for column in (str(k).strip() for k in row):
+            if column and column not in columns:  # (two keys of one row may strip to one name)
+                columns.append(column)
+    numeric = [c for c in columns if c not in _RESERVED
+               and any(_cell(r, c) for r in rows) and all(_number(_cell(r, c)) for r in rows if _cell(r, c))]
+    assert list(zoo.quality_columns) == numeric, f"quality columns {zoo.quality_columns}, the parse's {numeric}"
+    assert [e.name for e in zoo.entries] == [_cell(r, "model") for r in rows], "models not the parse's rows"
+    for entry, row in zip(zoo.entries, rows):
+        for column in numeric:
+            text = _cell(row, column)
+            want = float(text) if text else math.nan
+            got = entry.quality[column]
+            assert got == want or (math.isnan(got) and math.isnan(want)), f"{entry.name!r}: {column} = {got!r}"
+        given = _cell(row, "checkpoint") or entry.name
+        assert entry.ref == given or os.path.isabs(entry.ref), f"{entry.name!r}: reference {entry.ref!r}, not {given!r}"
 
 
 def seeds() -> dict[str, bytes]:

@@ -127,7 +127,9 @@ class FlaxSource(TensorSource):
         stack: list[tuple[tuple[str, ...], Any]] = [((), tree)]
         while stack:
             path, value = stack.pop()
-            if isinstance(value, dict) and value.get(_CHUNKED) is True:
+            # The marker's presence, whatever its value, makes a chunked array, as flax's restore has it
+            # (found by fuzzing: a false marker read the chunks as arrays of their own).
+            if isinstance(value, dict) and _CHUNKED in value:
                 value = self._unchunk(path, value)
             if isinstance(value, dict):
                 stack += [((*path, str(k)), v) for k, v in reversed(list(value.items()))]
@@ -198,7 +200,8 @@ class _Loader:
         dtype = _dtype(array.dtype) or "float32"
         raw = np.frombuffer(bytearray(b"".join(array.pieces)), dtype=np.uint8)
         if dtype in NUMPY_DTYPES:
-            t = raw.view(NUMPY_DTYPES[dtype]).reshape(array.shape)
+            # Viewed as stored (a big-endian ">f4" is float32 too: found by fuzzing), then in native order.
+            t = raw.view(np.dtype(array.dtype)).reshape(array.shape).astype(NUMPY_DTYPES[dtype], copy=False)
             return np.ascontiguousarray(np.transpose(t, self.leaf.permute) if self.leaf.permute is not None else t)
         # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
         tensor = from_bytes(raw, dtype, array.shape)

@@ -27,6 +27,8 @@ __all__ = ["NpzSource", "open_npz", "NPZ", "numpy_dtype_name"]
 # A damaged member's .npy header: the zip's errors, and numpy's header parser's (a SyntaxError, or
 # tokenize's TokenError for an unclosed bracket: found by fuzzing).
 _HEADER_ERRORS: tuple[type[BaseException], ...] = (*ZIP_ERRORS, SyntaxError, tokenize.TokenError)
+# What numpy.load takes for a zip (an .npz): a local file header or an empty archive's end record.
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 # numpy dtype names torch holds as they are.
 _TORCH_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
 
@@ -57,6 +59,12 @@ class NpzSource(TensorSource):
     def __init__(self, ref: str, path: Path):
         self._path = path
         with open_regular(path) as fh:
+            # numpy.load takes a file for a zip only by its first bytes; zipfile would also take one
+            # with bytes before the archive (found by fuzzing), which numpy reads as a pickle.
+            if fh.read(4) not in _ZIP_MAGIC:
+                raise CorruptCheckpointError(f"{path}: not an .npz archive (it does not start as a zip file)",
+                                             path=str(path))
+            fh.seek(0)
             archive = _zip(path, fh)
             with archive:
                 self._members = [self._header(archive, info) for info in archive.infolist()

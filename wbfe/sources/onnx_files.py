@@ -64,6 +64,11 @@ class OnnxSource(TensorSource):
         if not all(isinstance(w.name, str) for w in plan.tensors):  # proto2 strings: UTF-8 is not checked
             raise CorruptCheckpointError(f"{path}: malformed ONNX graph (a tensor name that is not UTF-8 text)",
                                          path=str(path))
+        names = [w.name for w in plan.tensors]
+        if len(set(names)) != len(names):  # ONNX values are single-assignment: which one would the graph use?
+            twice = next(n for n in names if names.count(n) > 1)
+            raise CorruptCheckpointError(f"{path}: malformed ONNX graph (two stored tensors named {twice[:200]!r})",
+                                         path=str(path))
         self._weights = plan.tensors
         self._stored = plan.stored
         self._files = self._check_data(onnx)

@@ -213,17 +213,20 @@ def format_of(path: Path) -> Optional[FileFormat]:
     what is wrong with it.
     """
     formats = file_formats()
+    name = path.name.lower()
+    best: tuple[int, Optional[FileFormat]] = (0, None)
+    index = False
+    for fmt in formats:
+        for suffix in fmt.suffixes + fmt.index_suffixes + fmt.named_suffixes:
+            if name.endswith(suffix) and len(suffix) > best[0]:
+                best, index = (len(suffix), fmt), suffix in fmt.index_suffixes
+    if index:  # a shard index is JSON: bytes that look like another format do not make it one (found by fuzzing)
+        return best[1]
     if path.is_file():
         head = read_head(path)
         for fmt in formats:
             if fmt.sniff is not None and head and fmt.sniff(head, path):
                 return fmt
-    name = path.name.lower()
-    best: tuple[int, Optional[FileFormat]] = (0, None)
-    for fmt in formats:
-        for suffix in fmt.suffixes + fmt.index_suffixes + fmt.named_suffixes:
-            if name.endswith(suffix) and len(suffix) > best[0]:
-                best = (len(suffix), fmt)
     return best[1]
 
 

@@ -170,7 +170,12 @@ class _Reader:
         return [v.item() for v in values] if n else []
 
     def string(self, raw: Any) -> str:
-        return raw.decode("utf-8", errors="replace") if raw else ""
+        if not raw:
+            return ""
+        try:
+            return str(raw.decode("utf-8"))
+        except UnicodeDecodeError:  # schema.fbs strings are UTF-8 (found by fuzzing: a length over the rest of the file)
+            raise self.fail("a name that is not UTF-8 text") from None
 
 
 def parse_model(tflite: Any, buf: Any, size: int, path: str) -> TflModel:
