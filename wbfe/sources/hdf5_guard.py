@@ -22,13 +22,13 @@ nothing. Where there is no fork server (Windows) the files are read unguarded.
 
 from __future__ import annotations
 
-import io
 import multiprocessing
 import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
 from wbfe.errors import CorruptCheckpointError
+from wbfe.sources.file_window import FileWindow
 
 __all__ = ["WALK_TIMEOUT_S", "WALK_MEMORY_BYTES", "Hdf5IndexError", "check_hdf5_index"]
 
@@ -52,42 +52,6 @@ def _context() -> Any:
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(["h5py", __name__])
     return _CONTEXT
-
-
-class _Window(io.RawIOBase):
-    """``size`` bytes of a file from ``offset`` (a stored zip member), read-only and seekable."""
-
-    def __init__(self, path: str, offset: int, size: int):
-        super().__init__()
-        self._fh = open(path, "rb")
-        self._offset, self._size, self._pos = offset, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
-        self._pos = max(0, (0, self._pos, self._size)[whence] + pos)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        n = max(0, min(len(view), self._size - self._pos))
-        if n == 0:
-            return 0
-        self._fh.seek(self._offset + self._pos)
-        got = self._fh.readinto(view[:n]) or 0
-        self._pos += got
-        return got
-
-    def close(self) -> None:
-        self._fh.close()
-        super().close()
 
 
 def _walk(target: Any) -> None:
@@ -119,7 +83,7 @@ def _child(conn: Any, path: str, member: Optional[str], window: Optional[tuple[i
             with zipfile.ZipFile(path) as archive, archive.open(member) as fh:
                 _walk(fh)
         else:
-            _walk(_Window(path, *window) if window else path)
+            _walk(FileWindow(path, *window) if window else path)
         conn.send(None)
     except MemoryError:
         conn.send(("MemoryError", ""))

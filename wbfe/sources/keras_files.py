@@ -19,7 +19,6 @@ that produces the model's output is the head, found without names (``source.desc
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import struct
@@ -35,6 +34,7 @@ from wbfe.errors import CorruptCheckpointError, MissingDependencyError, Truncate
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources.file_window import FileWindow
 from wbfe.sources.hdf5_guard import Hdf5IndexError, check_hdf5_index
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
 
@@ -238,7 +238,7 @@ class KerasSource(TensorSource):
             self._window: Optional[tuple[int, int]] = None
             if info.compress_type == zipfile.ZIP_STORED:  # as Keras writes it: read in place
                 self._window = (_member_offset(path, info), info.file_size)
-                self._fileobj = _Window(path, *self._window)
+                self._fileobj = FileWindow(path, *self._window, what=_WEIGHTS_MEMBER)
                 # Read in place, the member skips zipfile's CRC-32 check: made here, once (found by
                 # fuzzing: a damaged member was read as it was).
                 if _crc32(self._fileobj) != info.CRC:
@@ -537,47 +537,6 @@ def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:
         raise zipfile.BadZipFile(f"bad local header for {info.filename}")
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     return info.header_offset + 30 + name_len + extra_len
-
-
-class _Window(io.RawIOBase):
-    """A read-only, seekable view of ``size`` bytes of a file from ``offset``: a stored zip member
-    handed to h5py without copying it out."""
-
-    def __init__(self, path: Path, offset: int, size: int):
-        super().__init__()
-        self._fh = open(path, "rb")
-        self._offset, self._size, self._pos = offset, size, 0
-        if self._fh.seek(0, io.SEEK_END) < offset + size:
-            self._fh.close()
-            raise zipfile.BadZipFile(f"{_WEIGHTS_MEMBER} runs past the end of the archive")
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + pos)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        n = max(0, min(len(view), self._size - self._pos))
-        if n == 0:
-            return 0
-        self._fh.seek(self._offset + self._pos)
-        got = self._fh.readinto(view[:n])
-        self._pos += got or 0
-        return got or 0
-
-    def close(self) -> None:
-        self._fh.close()
-        super().close()
 
 
 # Members of a Keras 3 archive (keras.saving.saving_lib): the weights and the model's config.
