@@ -28,6 +28,7 @@ from wbfe.sources._base import (
     unreadable,
 )
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
+from wbfe.sources.torch_legacy import check_legacy_records
 
 __all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "tensor_entries", "check_zip_records",
            "open_torch", "TORCH", "TORCH_SUFFIXES"]
@@ -59,6 +60,8 @@ def load_torch_file(path: Path) -> Any:
             if fh.read(4) == _ZIP_MAGIC:
                 fh.seek(0)
                 check_zip_records(path, fh)
+            else:  # a legacy file: torch fills its storages without checking their records
+                check_legacy_records(path, fh)
         except OSError as exc:
             raise unreadable(path, exc) from None
 

@@ -1,0 +1,97 @@
+"""Legacy (non-zip) PyTorch checkpoints: torch fills the storages its key list names from their
+records without comparing them with the tensors (wbfe/sources/torch_legacy.py). A file whose key
+list leaves a storage out, whose record counts other elements, or whose bytes run past its end is
+refused before torch hands over uninitialised memory; what torch.save writes still loads as
+torch.load reads it. Found by fuzzing the torch reader: the corpus input has its key list emptied,
+and torch.load returns different numbers for it on every call."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import wbfe  # noqa: E402
+from wbfe.errors import CorruptCheckpointError  # noqa: E402
+
+CORPUS = Path(__file__).parent / "fuzz_corpus" / "torch" / "uninitialised-legacy-storages-84cac5d2.bin"
+
+
+def _legacy(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer, _use_new_zipfile_serialization=False)
+    return buffer.getvalue()
+
+
+def _state():
+    g = torch.Generator().manual_seed(4)
+    return {"fc.weight": torch.randn(12, 6, generator=g), "fc.bias": torch.zeros(12),
+            "head.weight": torch.randn(3, 12, generator=g).half(), "view.weight": torch.randn(8, 8, generator=g)[::2]}
+
+
+def _key_list_span(data: bytes) -> tuple[int, int]:
+    """Where the pickled key list sits: after the four pickles (the test's own, trusted bytes)."""
+    fh = io.BytesIO(data)
+    for _ in range(3):
+        pickle.load(fh)
+
+    class Objects(pickle.Unpickler):
+        def persistent_load(self, pid):
+            return None
+
+        def find_class(self, module, name):
+            return lambda *a, **k: None
+
+    Objects(fh).load()
+    start = fh.tell()
+    pickle.load(fh)
+    return start, fh.tell()
+
+
+def test_what_torch_save_writes_still_loads_as_torch_reads_it(tmp_path):
+    path = tmp_path / "legacy.bin"
+    path.write_bytes(_legacy(_state()))
+    got = {row["name"]: row for row in wbfe.score(str(path), metrics="bfe").layers}
+    want = {row["name"]: row for row in wbfe.score(torch.load(path, weights_only=True), metrics="bfe").layers}
+    assert got.keys() == want.keys() and got
+    assert all(got[n]["bfe"] == want[n]["bfe"] for n in got)
+
+
+def test_a_storage_left_out_of_the_key_list_is_refused(tmp_path):
+    data = _legacy(_state())
+    start, end = _key_list_span(data)
+    keys = pickle.loads(data[start:end])
+    path = tmp_path / "dropped.bin"
+    # the last key left out, its record left in place: torch loads it and leaves that storage unfilled
+    path.write_bytes(data[:start] + pickle.dumps(keys[:-1], protocol=2) + data[end:])
+    with pytest.raises(CorruptCheckpointError, match=r"1 of its 4 storages have no record in the file"):
+        wbfe.score(str(path))
+
+
+def test_a_record_that_counts_other_elements_is_refused(tmp_path):
+    data = _legacy(_state())
+    _, end = _key_list_span(data)
+    (count,) = struct.unpack("<q", data[end:end + 8])
+    path = tmp_path / "count.bin"
+    path.write_bytes(data[:end] + struct.pack("<q", count - 1) + data[end + 8:])
+    with pytest.raises(CorruptCheckpointError, match=rf"holds {count - 1} elements in the file, {count} in its tensor"):
+        wbfe.score(str(path))
+
+
+def test_a_record_cut_short_is_refused(tmp_path):
+    path = tmp_path / "short.bin"
+    path.write_bytes(_legacy(_state())[:-5])
+    with pytest.raises(CorruptCheckpointError, match="legacy PyTorch checkpoint"):
+        wbfe.score(str(path))
+
+
+def test_the_fuzz_input_is_refused(tmp_path):
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes(CORPUS.read_bytes())
+    with pytest.raises(CorruptCheckpointError, match=r"4 of its 4 storages have no record in the file"):
+        wbfe.score(str(path))

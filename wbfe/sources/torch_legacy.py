@@ -1,0 +1,144 @@
+"""The records of a legacy (pre-1.6, non-zip) PyTorch checkpoint, checked before torch reads it.
+
+A legacy file is four pickles (magic number, protocol, system info, the object) followed by a
+pickled list of storage keys and, per key, the storage's element count (int64) and its bytes.
+torch makes each storage from the object's own count, then fills the storages the key list names
+from their records, comparing nothing: a storage the list leaves out, or whose record counts fewer
+elements, is handed over as uninitialised memory, different on every load (found by fuzzing the
+torch reader: a key list emptied). wbfe reads the records here first, with an unpickler that builds
+nothing and imports nothing, and refuses a file with a storage left unfilled, a count that
+disagrees or bytes that run past its end.
+
+Where the records cannot be read this way (a layout this check does not know), it gives no
+verdict and torch decides, as before.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+from pathlib import Path
+from typing import Any, BinaryIO, Optional
+
+from wbfe.errors import CorruptCheckpointError
+
+__all__ = ["check_legacy_records"]
+
+# Bytes per element of the typed storages a legacy file names (``torch.FloatStorage``...).
+_ITEMSIZE = {
+    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
+    "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1,
+    "ComplexFloatStorage": 8, "ComplexDoubleStorage": 16,
+}
+
+
+class _Placeholder:
+    """Stands for any object the pickle names: takes every argument and every item, does nothing."""
+
+    qualname = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def append(self, value: Any) -> None:
+        pass
+
+    def extend(self, values: Any) -> None:
+        pass
+
+
+class _Records(pickle.Unpickler):
+    """Reads the object pickle for its storage records alone: every class is a placeholder."""
+
+    def __init__(self, fh: Any):
+        super().__init__(fh)
+        self.storages: dict[str, tuple[str, int]] = {}  # key -> (storage class name, element count)
+
+    def find_class(self, module: str, name: str) -> Any:
+        return type(name, (_Placeholder,), {"qualname": f"{module}.{name}"})
+
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
+            kind = getattr(pid[1], "qualname", "")
+            if isinstance(pid[2], str) and isinstance(pid[4], int):
+                self.storages[pid[2]] = (kind, pid[4])
+        return _Placeholder()
+
+
+class _Plain(pickle.Unpickler):
+    """For the header pickles and the key list: plain data only."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} in a legacy checkpoint's plain records")
+
+
+def check_legacy_records(path: Path, fh: BinaryIO) -> None:
+    """Refuse a legacy checkpoint whose storage records disagree with its object (see the module).
+
+    Raises:
+        CorruptCheckpointError: a storage's element count in the file differs from the one the
+            object gives it, its bytes run past the end of the file, or the key list leaves a
+            storage without its record.
+    """
+    size_of_file = fh.seek(0, io.SEEK_END)
+    fh.seek(0)
+    found = _records(fh, size_of_file)
+    if found is None:
+        return
+    storages, records = found
+    for key, count, start in records:
+        kind, declared = storages[key]
+        size = _ITEMSIZE[kind.rsplit(".", 1)[-1]]
+        if count != declared:
+            raise CorruptCheckpointError(
+                f"{path}: corrupt legacy PyTorch checkpoint (storage {key[:40]} holds {count} elements in the file, "
+                f"{declared} in its tensor: torch would read uninitialised memory)", path=str(path))
+        if start + count * size > size_of_file:
+            raise CorruptCheckpointError(
+                f"{path}: truncated legacy PyTorch checkpoint (storage {key[:40]} runs past the end of the file)",
+                path=str(path))
+    unfilled = sorted(set(storages) - {key for key, _, _ in records})
+    if unfilled:
+        raise CorruptCheckpointError(
+            f"{path}: corrupt legacy PyTorch checkpoint ({len(unfilled)} of its {len(storages)} storages have no "
+            "record in the file: torch would hand them over as uninitialised memory)", path=str(path))
+
+
+_Found = tuple[dict[str, tuple[str, int]], list[tuple[str, int, int]]]
+
+
+def _records(fh: BinaryIO, size_of_file: int) -> Optional[_Found]:
+    """The object's storages and the file's (key, count, first byte) records; None where this
+    check cannot read them (torch decides)."""
+    try:
+        magic, _protocol, info = (_Plain(fh).load() for _ in range(3))
+        if magic != 0x1950A86A20F9469CFC6C or not isinstance(info, dict) or info.get("little_endian") is not True:
+            return None
+        reader = _Records(fh)
+        reader.load()
+        keys = _Plain(fh).load()
+    except Exception:  # noqa: BLE001 - a pickle this check cannot follow: torch's own loader decides
+        return None
+    storages = reader.storages
+    if not isinstance(keys, (list, tuple)) or any(not isinstance(k, str) or k not in storages for k in keys):
+        return None
+    if any(kind.rsplit(".", 1)[-1] not in _ITEMSIZE or not kind.startswith("torch.") for kind, _ in storages.values()):
+        return None
+    records = []
+    for key in keys:
+        head = fh.read(8)
+        if len(head) < 8:  # the record's count itself is cut off: past the end, whatever it held
+            records.append((key, storages[key][1], size_of_file + 1))
+            break
+        (count,) = struct.unpack("<q", head)
+        records.append((key, count, fh.tell()))
+        size = _ITEMSIZE[storages[key][0].rsplit(".", 1)[-1]]
+        fh.seek(max(0, count) * size, io.SEEK_CUR)
+    return storages, records
