@@ -16,10 +16,12 @@ says so and the module-tree reading (:mod:`wbfe.framework.head_facts`) decides.
 
 from __future__ import annotations
 
-import inspect
 import contextlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Union
+
+from wbfe.framework.head_facts import DROPOUT_CLASSES
 
 __all__ = ["HeadInput", "head_input_dropouts", "meta_inputs"]
 
@@ -109,7 +111,7 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
     functions = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
     events: list[tuple[str, Any]] = []  # ("weighted" | "head" | "dropout", name or [layer, rate])
     stack: list[str] = []
-    dropout_modules = {id(m) for m in modules.values() if isinstance(m, torch.nn.modules.dropout._DropoutNd)}
+    dropout_modules = {id(m) for m in modules.values() if type(m).__name__ in DROPOUT_CLASSES}
 
     class _Dropouts(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

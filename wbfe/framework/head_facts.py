@@ -21,9 +21,17 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-__all__ = ["head_facts"]
+__all__ = ["DROPOUT_CLASSES", "dropout_rate", "head_facts"]
 
-_DROPOUTS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
+# torch's dropout modules, by class name (a module tree on the meta device is read without torch's types)
+DROPOUT_CLASSES = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
+
+
+def dropout_rate(module: Any) -> float:
+    """The rate of a torch dropout module; 0 for any other module."""
+    if type(module).__name__ not in DROPOUT_CLASSES:
+        return 0.0
+    return float(getattr(module, "p", 0.0) or 0.0)
 
 
 def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = None) -> dict[str, Any]:
@@ -53,8 +61,8 @@ def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = 
     outputs = _outputs(modules[module_name])
     for child_name, child in parent.named_children():
         full = f"{parent_name}.{child_name}" if parent_name else child_name
-        if type(child).__name__ in _DROPOUTS and float(getattr(child, "p", 0.0) or 0.0) > 0:
-            facts["dropout"].append([full, float(child.p)])
+        if dropout_rate(child) > 0:
+            facts["dropout"].append([full, dropout_rate(child)])
         elif full != module_name and _is_summary_stage(child):
             facts.setdefault("summary_stage", full)
             on_input, hidden = _stage_dropouts(child)
@@ -84,8 +92,7 @@ def _stage_dropouts(stage: Any) -> tuple[list[tuple[str, float]], list[tuple[str
     skeleton) with a hook on each child: registration order is not call order (SequenceSummary registers its linear layer
     before first_dropout, which runs first). Where the stage cannot be called so, every dropout in it
     counts, as the cautious reading."""
-    rated = {name: float(layer.p) for name, layer in stage.named_children()
-             if type(layer).__name__ in _DROPOUTS and float(getattr(layer, "p", 0.0) or 0.0) > 0}
+    rated = {name: dropout_rate(layer) for name, layer in stage.named_children() if dropout_rate(layer) > 0}
     if not rated:
         return [], []
     order = _call_order(stage)

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from wbfe.framework.parameters import shared_parameters, transposed_weights
 from wbfe.framework.description import FrameworkDescription
+from wbfe.framework.head_facts import dropout_rate, head_facts
 
 __all__ = ["describe_module"]
 
@@ -48,8 +49,6 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
     head = next((f"{name}.weight" if name else "weight" for name, sub in module.named_modules()
                  if head_module is not None and sub is head_module and getattr(sub, "weight", None) is not None),
                 None)
-    from wbfe.framework.head_facts import head_facts
-
     # timm models keep the rate they apply before the classifier in drop_rate
     facts = {"family": type(module).__name__,
              **head_facts(module, head, drop_rate=_rate(getattr(module, "drop_rate", None)))}
@@ -60,9 +59,6 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
             facts["dropout"] = in_sequence
     note = None if head else (rule or "the module names no output embeddings or classifier")
     return FrameworkDescription("torch", type(module).__name__, tuple(order), head, tied, layouts, note, facts=facts)
-
-
-_DROPOUTS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
 
 
 def _last_linear(module: Any, linear: Any) -> tuple[Any, str]:
@@ -103,8 +99,8 @@ def _dropout_in_sequence(module: Any, head: str, sequential: Any) -> Any:
     for name, sub in reversed(children[:position]):
         if next(sub.parameters(), None) is not None:
             break  # the layer that computes the head's input: dropout before it is not on the head's input
-        if type(sub).__name__ in _DROPOUTS and float(getattr(sub, "p", 0.0) or 0.0) > 0:
-            found.append([f"{parent_name}.{name}" if parent_name else name, float(sub.p)])
+        if dropout_rate(sub) > 0:
+            found.append([f"{parent_name}.{name}" if parent_name else name, dropout_rate(sub)])
     return found[::-1]
 
 

@@ -59,16 +59,17 @@ class _Records(pickle.Unpickler):
 
     def __init__(self, fh: Any):
         super().__init__(fh)
-        self.storages: dict[str, tuple[str, int]] = {}  # key -> (storage class name, element count)
+        # key -> (bytes per element, element count); 0 bytes: a storage class this check does not know
+        self.storages: dict[str, tuple[int, int]] = {}
 
     def find_class(self, module: str, name: str) -> Any:
         return type(name, (_Placeholder,), {"qualname": f"{module}.{name}"})
 
     def persistent_load(self, pid: Any) -> Any:
         if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
-            kind = getattr(pid[1], "qualname", "")
+            module, _, name = str(getattr(pid[1], "qualname", "")).rpartition(".")
             if isinstance(pid[2], str) and isinstance(pid[4], int):
-                self.storages[pid[2]] = (kind, pid[4])
+                self.storages[pid[2]] = (_ITEMSIZE.get(name, 0) if module == "torch" else 0, pid[4])
         return _Placeholder()
 
 
@@ -94,8 +95,7 @@ def check_legacy_records(path: Path, fh: BinaryIO) -> None:
         return
     storages, records = found
     for key, count, start in records:
-        kind, declared = storages[key]
-        size = _ITEMSIZE[kind.rsplit(".", 1)[-1]]
+        size, declared = storages[key]
         if count != declared:
             raise CorruptCheckpointError(
                 f"{path}: corrupt legacy PyTorch checkpoint (storage {key[:40]} holds {count} elements in the file, "
@@ -111,7 +111,7 @@ def check_legacy_records(path: Path, fh: BinaryIO) -> None:
             "record in the file: torch would hand them over as uninitialised memory)", path=str(path))
 
 
-_Found = tuple[dict[str, tuple[str, int]], list[tuple[str, int, int]]]
+_Found = tuple[dict[str, tuple[int, int]], list[tuple[str, int, int]]]
 
 
 def _records(fh: BinaryIO, size_of_file: int) -> Optional[_Found]:
@@ -129,7 +129,7 @@ def _records(fh: BinaryIO, size_of_file: int) -> Optional[_Found]:
     storages = reader.storages
     if not isinstance(keys, (list, tuple)) or any(not isinstance(k, str) or k not in storages for k in keys):
         return None
-    if any(kind.rsplit(".", 1)[-1] not in _ITEMSIZE or not kind.startswith("torch.") for kind, _ in storages.values()):
+    if any(size == 0 for size, _ in storages.values()):
         return None
     records = []
     for key in keys:
@@ -139,6 +139,5 @@ def _records(fh: BinaryIO, size_of_file: int) -> Optional[_Found]:
             break
         (count,) = struct.unpack("<q", head)
         records.append((key, count, fh.tell()))
-        size = _ITEMSIZE[storages[key][0].rsplit(".", 1)[-1]]
-        fh.seek(max(0, count) * size, io.SEEK_CUR)
+        fh.seek(max(0, count) * storages[key][0], io.SEEK_CUR)
     return storages, records
