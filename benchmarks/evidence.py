@@ -314,6 +314,18 @@ def render(results: Path = RESULTS) -> str:
         "|---|---|---|",
         *[f"| {what} | `{status}` | {rho} |" for what, status, rho in PAPER],
         "",
+        "## Where the conditions hold: the paper beside this project",
+        "",
+        "A `holds` verdict says a model is in the setting BFE-W is derived for; it is no prediction of ρ. "
+        "BFE-W at the head (`bfe_head`) on the models whose status is `holds`, as the paper reports it and as "
+        "this project measures it (module view, ρ [95 % interval]):",
+        "",
+        "| models | source | ρ of `bfe_head` |",
+        "|---|---|---|",
+        *[f"| {what} | the paper | {rho} |" for what, status, rho in PAPER if status == "holds"],
+        *[f"| `{key}`: {zoo['title']} | measured here | {_cell(data, key, 'holds')} |"
+          for key, zoo in data["zoos"].items() if zoo["views"]["module"]["counts"].get("holds")],
+        "",
         "## Measured",
         "",
         "ρ [95 % interval] per status (module view; the `all` column is also the file view's ρ, where "

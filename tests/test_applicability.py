@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -121,7 +122,8 @@ def test_vit_fails(tmp_path):
     verdict = _verdict(_save(model, tmp_path / "vit"))
     assert verdict == {"status": "fails", "reasons": [
         "ViTForImageClassification is a vision transformer (model_type vit); the paper (arXiv 2610.13123) finds BFE-W does not "
-        "track accuracy on vision transformers (ViT, Swin: rho +0.14)"]}
+        "track accuracy on vision transformers (ViT, Swin: rho +0.14)"],
+        "checked": ["dropout_before_head", "vision_transformer", "single_linear_head"]}
 
 
 def test_llama_holds(tmp_path):
@@ -132,6 +134,13 @@ def test_llama_holds(tmp_path):
     verdict = _verdict(_save(model, tmp_path / "llama"))
     assert verdict["status"] == "holds"
     assert "lm_head.weight" in verdict["reasons"][0]
+    # "holds" names what was checked and points to the measured evidence; it quotes no rho of the
+    # paper's as if it were a prediction for this model.
+    assert verdict["checked"] == ["dropout_before_head", "vision_transformer", "single_linear_head"]
+    assert "the conditions checked (dropout_before_head, vision_transformer, single_linear_head) hold" in verdict[
+        "reasons"][0]
+    assert "docs/evidence.md" in verdict["reasons"][0]
+    assert not re.search(r"rho [-+]?\d", verdict["reasons"][0])
 
 
 @pytest.mark.parametrize("config, layer, rate", [

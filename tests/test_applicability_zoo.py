@@ -50,7 +50,8 @@ def test_deit_distilled_fails_as_a_vision_transformer_with_two_heads():
         "(arXiv 2610.13123) finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)",
         "the output combines the head distillation_classifier.weight with cls_classifier (several heads, no single "
         "last layer); BFE-W is derived for one linear last layer on the last features (arXiv 2610.13123); the "
-        "paper's derivation does not cover this head"]}
+        "paper's derivation does not cover this head"],
+        "checked": ["dropout_before_head", "vision_transformer", "single_linear_head"]}
 
 
 @pytest.mark.parametrize("arch", ["efficientnet_b0", "mobilenetv2_050"])

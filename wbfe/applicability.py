@@ -48,8 +48,11 @@ _DROPOUT_FINDING = (f"the paper ({_PAPER}) finds BFE-W uninformative when dropou
 _VIT_FINDING = (f"the paper ({_PAPER}) finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)")
 _HEAD_FINDING = (f"BFE-W is derived for one linear last layer on the last features ({_PAPER}); the paper's "
                  "derivation does not cover this head")
-_HOLDS_FINDING = (f"the setting BFE-W is derived for (a decoupled linear last layer, {_PAPER}); the paper finds rho -0.71 to "
-                  "-1.00 on standard conv nets and -0.66 (Pythia), -0.77 (Qwen3.5) on decoder LMs")
+# What "holds" says: the setting is the derivation's, no more. How well BFE-W then orders models is
+# measured per zoo (docs/evidence.md, the paper's rho beside the project's own), not promised for this one.
+_HOLDS_FINDING = (f"the setting BFE-W is derived for (a decoupled linear last layer, {_PAPER}); this says nothing of "
+                  "how well it will order models like this one: docs/evidence.md gives the paper's Spearman rho beside "
+                  "the rho this project measures on its own zoos")
 
 
 @dataclass(frozen=True)
@@ -119,9 +122,10 @@ def applicability(description: Optional[FrameworkDescription],
             description could be built from it).
 
     Returns:
-        ``{"status": "holds" | "fails" | "unknown", "reasons": [...]}``: ``fails`` with one reason
-        per broken condition, ``holds`` when the description is known and breaks none, ``unknown``
-        with what would decide it when there is no description, or it names no head.
+        ``{"status": "holds" | "fails" | "unknown", "reasons": [...], "checked": [...]}``: ``fails``
+        with one reason per broken condition, ``holds`` when the description is known and breaks none,
+        ``unknown`` with what would decide it when there is no description, or it names no head;
+        ``checked`` names the conditions (:data:`RULES`) that were read, where a description was.
 
     Example:
         >>> d = FrameworkDescription("keras", "Sequential", ("dense/kernel",), "dense/kernel",
@@ -138,32 +142,33 @@ def applicability(description: Optional[FrameworkDescription],
             why = ("no description of the model (a bare state dict, or weights without config.json), so the path "
                    f"into the head cannot be checked; {_CONDITION}: add the model's config.json beside the weights, "
                    "or score the framework's own file (.keras, .h5, .gguf), to decide")
-        return {"status": "unknown", "reasons": [why]}
+        return {"status": "unknown", "reasons": [why], "checked": []}
     # A description that names no head (a base model, a module without get_classifier()): the path
     # into the head cannot be read, which is not the same as a model without one; only the rules
     # that need no head can decide.
     head_unread = description.head is None and not description.facts.get("no_head")
     rules = [rule for rule in RULES if not (head_unread and rule.needs_head)]
     failed = [reason for reason in (rule.check(description) for rule in rules) if reason is not None]
+    checked = [rule.name for rule in rules]
     if failed:
-        return {"status": "fails", "reasons": failed}
+        return {"status": "fails", "reasons": failed, "checked": checked}
     if head_unread:
-        return {"status": "unknown", "reasons": [
+        return {"status": "unknown", "checked": checked, "reasons": [
             f"{description.model}: its description names no head ({description.note or 'none given'}); "
             f"the path into the head cannot be read; {_CONDITION}: name the head (--head) on a model "
             "with its classifier, or give the task model's config.json (a ...For...Classification), to decide"]}
     if description.facts.get("dropout_unrecorded"):
         # An inference graph (a TFLite file): converters drop Dropout, so its absence here says
         # nothing about training, and "holds" would claim what the file cannot show.
-        return {"status": "unknown", "reasons": [
+        return {"status": "unknown", "checked": checked, "reasons": [
             f"{description.model}: {description.facts['dropout_unrecorded']}; the head {description.head} is one "
             f"linear map of the last features; {_CONDITION}, and whether training put dropout there cannot be "
             "read from this file: the training model's description (config.json, the .keras or .h5 file) would "
             "decide it"]}
-    return {"status": "holds",
+    return {"status": "holds", "checked": checked,
             "reasons": [f"{description.model}: the head {description.head} is one linear map of the last features "
-                        f"with no dropout before it{_summary_stage(description)}: {_HOLDS_FINDING}"
-                        f"{_head_rule(description)}"]}
+                        f"with no dropout before it{_summary_stage(description)}: the conditions checked "
+                        f"({', '.join(checked)}) hold, {_HOLDS_FINDING}{_head_rule(description)}"]}
 
 
 def _summary_stage(d: FrameworkDescription) -> str:
