@@ -24,8 +24,9 @@ class SmoothMethod(str, Enum):
 
 
 def _report(summary: Any) -> None:
-    typer.echo(f"wrote {summary.output}: {len(summary.edited)} matrices edited, "
-               f"{len(summary.unchanged)} weight matrices left as they were", err=True)
+    left = len(summary.unchanged)
+    typer.echo(f"wrote {summary.output}: {len(summary.edited)} of {summary.n_matrices} weight matrices edited, "
+               f"{left} left as {'it was' if left == 1 else 'they were'}", err=True)
     for name, why in summary.unchanged.items():
         typer.echo(f"  unchanged {name}: {why}", err=True)
 

@@ -203,7 +203,7 @@ def test_cli(checkpoint, tmp_path: Path) -> None:
     out = tmp_path / "cli.safetensors"
     result = runner.invoke(app, ["smooth", str(path), str(out), "--percent", "0.5", "--method", "svd"])
     assert result.exit_code == 0, result.stderr
-    assert "3 matrices edited" in result.stderr and result.stdout == ""
+    assert "3 of 3 weight matrices edited, 0 left as they were" in result.stderr and result.stdout == ""
     direct = tmp_path / "direct.safetensors"
     smooth_checkpoint(path, direct, percent=0.5)
     assert out.read_bytes() == direct.read_bytes()
@@ -243,3 +243,34 @@ def test_the_edit_holds_one_matrix_at_a_time(tmp_path: Path, edit, keywords) -> 
     # every matrix would be 32 (16 in float32)
     assert peak < 8 * one, peak / one
     assert peak < count * one / 4
+
+
+# ---------------------------------------------------------------- every matrix accounted for
+
+@pytest.mark.parametrize(("edit", "keywords"), [
+    (smooth_checkpoint, {}), (smooth_checkpoint, {"ww_compatible": True}), (sharpen_checkpoint, {}),
+    (sharpen_checkpoint, {"ww_compatible": True}),
+])
+def test_every_weight_matrix_is_edited_or_listed_with_its_reason(tmp_path: Path, edit, keywords) -> None:
+    """The fixture's four matrices (one a 16×1×3×3 first convolution, one input channel): every one is
+    edited or listed as unchanged with a reason, and the counts add up to the matrices score analyses."""
+    import wbfe
+    from wbfe.fixtures import default_checkpoint
+
+    ref = default_checkpoint()
+    rng = np.random.default_rng(0)
+    extra = tmp_path / "extra.safetensors"
+    save_file({"conv1d.weight": torch.from_numpy(rng.standard_normal((8, 4, 3)).astype(np.float32)),
+               "row.weight": torch.from_numpy(rng.standard_normal((1, 12)).astype(np.float32)),
+               "bias": torch.zeros(4), "steps": torch.tensor([3], dtype=torch.int64)}, str(extra))
+    summary = edit(ref, tmp_path / "out.safetensors", **keywords)
+    analysed = {row["name"] for row in wbfe.score(ref, metrics="bfe").layers}
+    assert set(summary.edited) | set(summary.unchanged) == analysed == {
+        "classifier.weight", "fc1.weight", "features.0.weight", "features.3.weight"}
+    assert summary.n_matrices == 4
+    assert summary.unchanged["features.0.weight"].startswith("one input channel")
+    assert all(summary.unchanged.values())
+    other = edit(extra, tmp_path / "out2.safetensors")
+    assert other.edited == {} and set(other.unchanged) == {"conv1d.weight", "row.weight"}
+    assert other.unchanged["conv1d.weight"].startswith("a 3-D weight")
+    assert other.unchanged["row.weight"].startswith("too small: 1×12")

@@ -64,12 +64,18 @@ class EditSummary:
         edited: ``{tensor name: components kept (smoothing) or removed (sharpening) per slice}``
             for every matrix changed.
         unchanged: ``{tensor name: why}`` for every weight matrix left as it was (k = 0, k ≥ M,
-            not selected); every other tensor is copied byte for byte and not listed.
+            not selected, too small, depthwise, skipped by WeightWatcher's rules); every other
+            tensor (vectors, integer tensors) is copied byte for byte and not listed.
     """
 
     output: Path
     edited: dict[str, int]
     unchanged: dict[str, str]
+
+    @property
+    def n_matrices(self) -> int:
+        """The weight matrices in the checkpoint: every float tensor of two or more dimensions."""
+        return len(self.edited) + len(self.unchanged)
 
 
 def smooth_matrix(w: np.ndarray, keep: int) -> np.ndarray:
@@ -152,11 +158,19 @@ def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray
 
 
 def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern[str]"], name: str) -> Optional[str]:
-    """None when the tensor is a weight matrix to edit, else why it is copied (None reason = not a matrix)."""
-    if dtype not in _FLOAT_DTYPES or len(shape) not in (2, 4) or min(shape[:2]) < 2:
+    """None when the tensor is a weight matrix to edit, else why it is copied: ``""`` for a tensor that is
+    no weight matrix (a vector, an integer tensor), a reason for a weight matrix left as it is."""
+    if dtype not in _FLOAT_DTYPES or len(shape) < 2:
         return ""
     if pattern is not None and not pattern.search(name):
         return "not selected by --layers"
+    if len(shape) not in (2, 4):
+        return f"a {len(shape)}-D weight: only matrices and 4-D convolution kernels are edited"
+    if min(shape[:2]) < 2:
+        if len(shape) == 4 and shape[1] == 1:
+            return (f"one input channel (a depthwise convolution, or a first layer on one channel): its "
+                    f"{shape[0]}×1 slices have one singular value each, nothing to edit")
+        return f"too small: {shape[0]}×{shape[1]} has one singular value, nothing to edit"
     return None
 
 
