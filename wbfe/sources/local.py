@@ -10,7 +10,8 @@ from typing import Any, Sequence
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource, open_regular, unreadable
-from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, format_of, pick_files, register_location
+from wbfe.sources.registry import (checkpoint_suffixes, folder_kinds, format_of, other_formats, pick_files,
+                                   register_location)
 
 __all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS", "MAX_CONFIG"]
 
@@ -57,18 +58,36 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
         for kind in folder_kinds():  # a folder that is a checkpoint of its own kind (a PEFT adapter)
             if kind.claims(folder):
                 return kind.open(folder, ref)
+        listing = [p.name for p in path.iterdir() if p.is_file()]
         try:
-            chosen = pick_weight_files([p.name for p in path.iterdir() if p.is_file()])
+            chosen = pick_weight_files(listing)
         except CorruptCheckpointError as exc:
             raise CorruptCheckpointError(f"{path}: {exc}", path=str(path)) from None
         if not chosen:
             listed = ", ".join(f"*{s}" for s in checkpoint_suffixes())
             raise SourceNotFoundError(f"{path}: no weight files ({listed}) in this folder", path=str(path))
+        _refuse_mixed_formats(path, listing, chosen[0])
         path = path / chosen[0]
     source = open_file(path, ref, fmt)
     if folder is not None:  # a file named alone is read alone
         source.config = read_model_config(folder)
     return source
+
+
+def _refuse_mixed_formats(folder: Path, listing: Sequence[str], chosen: str) -> None:
+    """A folder of checkpoints in several formats is several checkpoints: scoring one of them would
+    drop the others without a word. A ``config.json`` ties them together as one model saved in
+    several formats (a Hugging Face repository), and then the preferred format is read.
+
+    Raises:
+        CorruptCheckpointError: files of another format beside ``chosen`` and no config.json.
+    """
+    others = other_formats(listing, chosen)
+    if not others or (folder / "config.json").is_file():
+        return
+    shown = ", ".join([chosen, *others][:6]) + (", ..." if len(others) > 5 else "")
+    raise CorruptCheckpointError(f"{folder}: this folder holds checkpoints of more than one format ({shown}); "
+                                 f"name the file to score, e.g. {folder / chosen}", path=str(folder))
 
 
 MAX_CONFIG = 50_000_000

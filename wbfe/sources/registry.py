@@ -25,7 +25,7 @@ from wbfe.sources._base import TensorSource
 __all__ = [
     "FileFormat", "Location", "FolderKind", "register_format", "register_location", "register_folder",
     "file_formats", "locations", "folder_kinds", "format_of", "format_named", "checkpoint_suffixes",
-    "pick_files", "read_head", "zip_members", "Opener", "ZIP_ERRORS",
+    "pick_files", "other_formats", "read_head", "zip_members", "Opener", "ZIP_ERRORS",
 ]
 
 # Opens one file: (path, the reference as the user gave it, a provenance format label or None).
@@ -258,6 +258,16 @@ def pick_files(names: Iterable[str]) -> list[str]:
         if len(files) > 1 or len(indexes) > 1:
             raise CorruptCheckpointError(_several(group, bool(index_suffixes), indexes or files))
     return []
+
+
+def other_formats(names: Iterable[str], chosen: str) -> list[str]:
+    """The top-level files in ``names`` that are checkpoints of another group of formats than the
+    file ``chosen`` (by :func:`pick_files`): each would be a different checkpoint to score."""
+    formats = file_formats()
+    own = {f.group for f in formats if f.lists(chosen) or (f.index_suffixes and chosen.lower().endswith(f.index_suffixes))}
+    return sorted(n for n in names if "/" not in n and n != chosen
+                  and any((f.lists(n) or (f.index_suffixes and n.lower().endswith(f.index_suffixes)))
+                          and f.group not in own for f in formats))
 
 
 def _several(group: str, has_index: bool, names: Sequence[str]) -> str:
