@@ -50,10 +50,18 @@ def report_command(
     from wbfe.reporting import compare_report, load_saved, rank_report, score_report, write_report
     from wbfe.reporting.output import check_report_output
 
-    check_report_output(output, page.fmt)  # before any work
+    from wbfe.output import local_reads
+
+    reads = [p for r in (ref, ref_b, weights) for p in local_reads(r)]
+    check_report_output(output, page.fmt, reads=reads)  # before any work
     target = ref if ref is not None else str(wbfe.default_checkpoint())
     saved = load_saved(target) if ref is not None else None
     is_zoo = ref_b is None and saved is None and _is_zoo(target, run.quality)
+    if is_zoo:  # and not over a model the zoo lists
+        from .rank import zoo_reads
+
+        reads += zoo_reads(target, run.lower_is_better)
+        check_report_output(output, page.fmt, reads=reads)
     _refuse_unused(score, run, stats, weights, saved=saved is not None, pair=ref_b is not None, zoo=is_zoo)
     if score.intra or score.conv == "fft":
         raise InvalidOptionError("a report draws the ESDs of stored matrices: --intra and --conv fft do not apply; "
@@ -89,7 +97,7 @@ def report_command(
         with progress_bar(enabled=True) as update:
             scored = wbfe.score(target, options=score, progress=update)
         report = score_report(scored, spectra_from=target, n_unusual=page.n_unusual)
-    written = write_report(report, output, fmt=page.fmt)
+    written = write_report(report, output, fmt=page.fmt, reads=reads)
     if written:
         typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
 
