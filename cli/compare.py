@@ -28,7 +28,7 @@ def compare_command(
 ) -> None:
     """Compare checkpoint B against A: relative change, metric changes, spectrum distance, subspace overlap."""
     import wbfe
-    from wbfe.output import check_output_dir, local_reads, write_atomic
+    from wbfe.output import check_output_dir, local_files, local_reads, write_atomic
     from wbfe.report import score_csv
 
     reads = [*local_reads(a), *local_reads(b)]
@@ -41,6 +41,8 @@ def compare_command(
         from wbfe.plots.compare import plot_change_along_depth
         from wbfe.reporting import compare_report, write_report
 
+        # and not over a file the readers resolved on the way (a hub cache's snapshot files)
+        reads += [*local_files(result.model_a.get("files")), *local_files(result.model_b.get("files"))]
         write_atomic(folder / "compare.json", render[ScoreFormat.json](), reads=reads)
         write_atomic(folder / "compare.csv", render[ScoreFormat.csv](), reads=reads)
         plot_change_along_depth(result, folder / "change_along_depth.png")

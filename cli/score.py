@@ -27,7 +27,7 @@ def score_command(
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
-    from wbfe.output import check_output, local_reads, write_output
+    from wbfe.output import check_output, local_files, local_reads, write_output
     from wbfe.report import score_csv, score_table
 
     target = ref if ref is not None else wbfe.default_checkpoint()
@@ -42,18 +42,12 @@ def score_command(
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result)}[fmt]()
     if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
-        write_output(written, text, reads=[*reads, *_local_files(result.model.get("files"))])
+        write_output(written, text, reads=[*reads, *local_files(result.model.get("files"))])
         typer.echo(f"wrote {output}", err=True)
     elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
         write_output(output, text)
     else:
         typer.echo(text, nl=False)
-
-
-def _local_files(files: object) -> list[str]:
-    from pathlib import Path
-
-    return [f for f in files or [] if isinstance(f, str) and "://" not in f and Path(f).exists()]  # type: ignore[attr-defined]
 
 
 score_command = with_groups(score_group(), executor_group())(score_command)

@@ -192,7 +192,7 @@ Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], editor: Editor) -> EditSummary:
     from wbfe._deps import require_torch
     from wbfe.options import compile_layers
-    from wbfe.output import check_output, local_reads, open_atomic, refuse_overlap
+    from wbfe.output import check_output, local_files, local_reads, open_atomic, refuse_overlap
     from wbfe.sources import open_source
 
     torch = require_torch("smoothing or sharpening a checkpoint")
@@ -206,7 +206,8 @@ def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], 
     unchanged: dict[str, str] = {}
     with open_source(ref) as source:
         # the files the reader resolved (an index's shards, a folder's weight file) are known only now
-        refuse_overlap(out, [*reads, *_read_files(source.provenance)])
+        reads = (*reads, *local_files(source.provenance.files))
+        refuse_overlap(target, reads)
         # Pass 1 reads no data: the header (every tensor's dtype, shape and offsets) comes first in
         # the file. Pass 2 streams the tensors, one in memory at a time, in the same order.
         described = [(e.name, tuple(e.shape), e.dtype) for e in source.entries()]
@@ -223,11 +224,6 @@ def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], 
                     raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
                 _write_entry(fh, entry, pattern, editor, edited, unchanged, torch)
     return EditSummary(output=target, edited=edited, unchanged=unchanged)
-
-
-def _read_files(provenance: Any) -> list[Path]:
-    """The local files a source read, from its provenance (none for a hub id or an in-memory model)."""
-    return [Path(f) for f in provenance.files if isinstance(f, str) and "://" not in f and Path(f).exists()]
 
 
 def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, editor: Editor, edited: dict[str, int],

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 from wbfe.errors import OutputError, OverwriteError
 
 __all__ = ["STDOUT", "STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
-           "write_output", "write_json", "save_figure", "local_reads", "refuse_overlap"]
+           "write_output", "write_json", "save_figure", "local_reads", "local_files", "refuse_overlap"]
 
 STDOUT = "-"
 """The output path that means standard output."""
@@ -96,6 +96,14 @@ def local_reads(ref: Any) -> tuple[Path, ...]:
     if path.is_file() and path.name.lower().endswith(".index.json"):
         return (path, path.parent)
     return (path,)
+
+
+def local_files(files: Any) -> list[Path]:
+    """The local files among ``files`` (a provenance's ``files``: what a reader resolved while
+    opening, such as an index's shards or a hub cache's snapshot files); URLs are left out."""
+    if not isinstance(files, (list, tuple)):
+        return []
+    return [Path(f) for f in files if isinstance(f, str) and "://" not in f and f.strip() and Path(f).exists()]
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
