@@ -28,10 +28,11 @@ def compare_command(
 ) -> None:
     """Compare checkpoint B against A: relative change, metric changes, spectrum distance, subspace overlap."""
     import wbfe
-    from wbfe.output import check_output_dir, write_atomic
+    from wbfe.output import check_output_dir, local_files, local_reads, write_atomic
     from wbfe.report import score_csv
 
-    folder = check_output_dir(output) if output is not None else None  # before any work
+    reads = [*local_reads(a), *local_reads(b)]
+    folder = check_output_dir(output, reads=reads) if output is not None else None  # before any work
     with progress_bar(enabled=True, what="comparing", unit="pairs") as update:
         result = wbfe.compare(a, b, **compare.keywords(), progress=update)
     render = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
@@ -40,8 +41,10 @@ def compare_command(
         from wbfe.plots.compare import plot_change_along_depth
         from wbfe.reporting import compare_report, write_report
 
-        write_atomic(folder / "compare.json", render[ScoreFormat.json]())
-        write_atomic(folder / "compare.csv", render[ScoreFormat.csv]())
+        # and not over a file the readers resolved on the way (a hub cache's snapshot files)
+        reads += [*local_files(result.model_a.get("files")), *local_files(result.model_b.get("files"))]
+        write_atomic(folder / "compare.json", render[ScoreFormat.json](), reads=reads)
+        write_atomic(folder / "compare.csv", render[ScoreFormat.csv](), reads=reads)
         plot_change_along_depth(result, folder / "change_along_depth.png")
         write_report(compare_report(result), folder / "report.html")
         typer.echo(f"wrote {output}/compare.json, compare.csv, change_along_depth.png, report.html", err=True)

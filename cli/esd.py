@@ -23,14 +23,14 @@ def esd_command(
     import wbfe
     from wbfe.plots.esd import fit_esd, plot_esd
     from wbfe.options import check_conv, check_device
-    from wbfe.output import check_output
+    from wbfe.output import check_output, local_reads
     from wbfe.scoring import layer_spectrum
 
     check_conv(conv.value)
     check_device(device)  # every option before the checkpoint is read
 
     target = ref if ref is not None else wbfe.default_checkpoint()
-    if check_output(output) is None:
+    if check_output(output, reads=local_reads(target)) is None:
         from wbfe.errors import OutputError
 
         raise OutputError("wbfe esd writes a PNG file; give --output a file name, not '-'")

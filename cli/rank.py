@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -100,11 +101,16 @@ def rank_command(
     if list_zoos:
         typer.echo(zoo_list(), nl=False)
         return
-    from wbfe.output import check_output_dir, write_atomic
+    from wbfe.output import check_output_dir, refuse_overlap, write_atomic
     from wbfe.ranking import rank
 
     # Every option was checked when its options object was built, before the first model is scored.
-    folder = check_output_dir(output) if output is not None else None
+    cache = run.cache_dir if isinstance(run.cache_dir, (str, Path)) else None
+    reads = (zoo_reads(zoo if zoo is not None else DEFAULT_ZOO, run.lower_is_better)
+             if output is not None or cache is not None else [])
+    folder = check_output_dir(output, reads=reads) if output is not None else None
+    if cache is not None:  # the score cache writes its entries there
+        refuse_overlap(cache, reads, folder=True)
     result = rank(
         zoo if zoo is not None else DEFAULT_ZOO,
         run.quality,
@@ -120,10 +126,19 @@ def rank_command(
     if folder is not None:
         from wbfe.plots.ranking import plot_ranking
 
-        write_atomic(folder / "rank.json", result.to_json() + "\n")
+        write_atomic(folder / "rank.json", result.to_json() + "\n", reads=reads)
         pngs = plot_ranking(result, folder)
         typer.echo(f"wrote {folder / 'rank.json'} and {len(pngs)} plots", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else rank_table(result), nl=False)
+
+
+def zoo_reads(spec: str, lower_is_better: tuple[str, ...]) -> list[Path]:
+    """The local files a zoo run reads: its spec file and every local model it lists."""
+    from wbfe.output import local_reads
+    from wbfe.ranking import load_zoo
+
+    zoo = load_zoo(spec, lower_is_better=lower_is_better)
+    return [*local_reads(spec), *(p for entry in zoo.entries for p in local_reads(entry.ref))]
 
 
 rank_command = with_groups(rank_group(), score_group(), stats_group(), executor_group())(rank_command)

@@ -50,10 +50,18 @@ def report_command(
     from wbfe.reporting import compare_report, load_saved, rank_report, score_report, write_report
     from wbfe.reporting.output import check_report_output
 
-    check_report_output(output, page.fmt)  # before any work
+    from wbfe.output import local_files, local_reads
+
+    reads = [p for r in (ref, ref_b, weights) for p in local_reads(r)]
+    check_report_output(output, page.fmt, reads=reads)  # before any work
     target = ref if ref is not None else str(wbfe.default_checkpoint())
     saved = load_saved(target) if ref is not None else None
     is_zoo = ref_b is None and saved is None and _is_zoo(target, run.quality)
+    if is_zoo:  # and not over a model the zoo lists
+        from .rank import zoo_reads
+
+        reads += zoo_reads(target, run.lower_is_better)
+        check_report_output(output, page.fmt, reads=reads)
     _refuse_unused(score, run, stats, weights, saved=saved is not None, pair=ref_b is not None, zoo=is_zoo)
     if score.intra or score.conv == "fft":
         raise InvalidOptionError("a report draws the ESDs of stored matrices: --intra and --conv fft do not apply; "
@@ -62,7 +70,9 @@ def report_command(
     if ref_b is not None:
         if ref is None or saved is not None:
             raise InvalidOptionError("a second reference compares two checkpoints: give both as checkpoints")
-        report = compare_report(wbfe.compare(target, ref_b, **compare_options(score).keywords()))
+        compared = wbfe.compare(target, ref_b, **compare_options(score).keywords())
+        reads += [*local_files(compared.model_a.get("files")), *local_files(compared.model_b.get("files"))]
+        report = compare_report(compared)
     elif saved is not None and saved[0] == "rank":
         report = rank_report(saved[1])
     elif saved is not None and saved[0] == "compare":
@@ -88,8 +98,9 @@ def report_command(
 
         with progress_bar(enabled=True) as update:
             scored = wbfe.score(target, options=score, progress=update)
+        reads += local_files(scored.model.get("files"))  # the files the reader resolved (a hub snapshot's)
         report = score_report(scored, spectra_from=target, n_unusual=page.n_unusual)
-    written = write_report(report, output, fmt=page.fmt)
+    written = write_report(report, output, fmt=page.fmt, reads=reads)
     if written:
         typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
 

@@ -27,11 +27,12 @@ def score_command(
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
-    from wbfe.output import check_output, write_output
+    from wbfe.output import check_output, local_files, local_reads, write_output
     from wbfe.report import score_csv, score_table
 
-    written = check_output(output) if output is not None else None  # before any work
     target = ref if ref is not None else wbfe.default_checkpoint()
+    reads = [*local_reads(target), *local_reads(base)]
+    written = check_output(output, reads=reads) if output is not None else None  # before any work
     if where.is_ray:  # one line per finished shard on stderr: node, shards done/total, ETA
         result = wbfe.score(target, options=score, base=base, executor="ray", ray_address=where.address,
                             progress=lambda _done, _total, line: typer.echo(line, err=True))
@@ -40,8 +41,8 @@ def score_command(
             result = wbfe.score(target, options=score, base=base, progress=update)
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result)}[fmt]()
-    if written is not None:
-        write_output(written, text)
+    if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
+        write_output(written, text, reads=[*reads, *local_files(result.model.get("files"))])
         typer.echo(f"wrote {output}", err=True)
     elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
         write_output(output, text)

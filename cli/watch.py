@@ -13,12 +13,28 @@ if TYPE_CHECKING:
     from wbfe.options import WatchOptions
 
 
-def _write(folder: Path, name: str, text: str) -> Path:
+def _write(folder: Path, name: str, text: str, reads: list[Path]) -> Path:
     from wbfe.output import write_atomic
 
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / name, text)
+    write_atomic(folder / name, text, reads=reads)
     return folder / name
+
+
+def _watch_reads(run: Optional[str], calibrate_csv: Optional[Path]) -> list[Path]:
+    """The local files and folders a watch reads: the run (folder or CSV) and its checkpoints, the
+    calibration CSV and its runs."""
+    from wbfe.output import local_reads
+    from wbfe.watch import read_runs_csv
+    from wbfe.watch.runs import discover_run
+
+    runs = [discover_run(run)] if run is not None else []
+    if calibrate_csv is not None:
+        runs += read_runs_csv(calibrate_csv)
+    listed = [str(run)] if run is not None else []
+    listed += [str(calibrate_csv)] if calibrate_csv is not None else []
+    listed += [c.ref for r in runs for c in r.checkpoints if isinstance(c.ref, str)]
+    return [p for ref in listed for p in local_reads(ref)]
 
 
 def watch_command(
@@ -44,10 +60,12 @@ def watch_command(
         raise InvalidOptionError("--lambda calibrated needs --calibrate RUNS.csv")
     if isinstance(lam_value, float) and calibrate_csv is not None and run is not None:
         raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv for a run, not both")
+    reads: list[Path] = []
     if output is not None:
         from wbfe.output import check_output_dir
 
-        check_output_dir(output)  # before any work
+        reads = _watch_reads(run, calibrate_csv)
+        check_output_dir(output, reads=reads)  # before any work
 
     report = None
     if calibrate_csv is not None:
@@ -55,7 +73,7 @@ def watch_command(
         if output is not None:
             from wbfe.plots.watch import plot_calibration
 
-            typer.echo(f"wrote {_write(output, 'calibration.json', report.to_json() + chr(10))}", err=True)
+            typer.echo(f"wrote {_write(output, 'calibration.json', report.to_json() + chr(10), reads)}", err=True)
             typer.echo(f"wrote {plot_calibration(report, output / 'calibration.png')}", err=True)
         if run is None:
             typer.echo(report.to_json() + "\n" if fmt is Format.json else report.table(), nl=False)
@@ -68,7 +86,7 @@ def watch_command(
     if output is not None:
         from wbfe.plots.watch import plot_watch
 
-        typer.echo(f"wrote {_write(output, 'watch.json', result.to_json() + chr(10))}", err=True)
+        typer.echo(f"wrote {_write(output, 'watch.json', result.to_json() + chr(10), reads)}", err=True)
         typer.echo(f"wrote {plot_watch(result, output / 'watch.png')}", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else result.table(), nl=False)
 

@@ -206,18 +206,22 @@ Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], editor: Editor) -> EditSummary:
     from wbfe._deps import require_torch
     from wbfe.options import compile_layers
-    from wbfe.output import check_output, open_atomic
+    from wbfe.output import check_output, local_files, local_reads, open_atomic, refuse_overlap
     from wbfe.sources import open_source
 
     torch = require_torch("smoothing or sharpening a checkpoint")
 
     pattern = compile_layers(layers)
-    target = check_output(out)
+    reads = local_reads(ref)
+    target = check_output(out, reads=reads)  # before the checkpoint is opened
     if target is None:
         raise InvalidOptionError("the edited checkpoint needs a file path, not standard output")
     edited: dict[str, int] = {}
     unchanged: dict[str, str] = {}
     with open_source(ref) as source:
+        # the files the reader resolved (an index's shards, a folder's weight file) are known only now
+        reads = (*reads, *local_files(source.provenance.files))
+        refuse_overlap(target, reads)
         # Pass 1 reads no data: the header (every tensor's dtype, shape and offsets) comes first in
         # the file. Pass 2 streams the tensors, one in memory at a time, in the same order.
         described = [(e.name, tuple(e.shape), e.dtype) for e in source.entries()]
@@ -227,7 +231,7 @@ def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], 
                                             "tensors and would not copy it byte for byte", name=entry.name)
         raw = source.provenance.extra.get("metadata") or {}
         metadata = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in dict(raw).items()}
-        with open_atomic(target) as fh:
+        with open_atomic(target, reads=reads) as fh:
             fh.write(_header(described, metadata))
             for k, entry in enumerate(source.entries()):
                 if k >= len(described) or described[k] != (entry.name, tuple(entry.shape), entry.dtype):
@@ -297,7 +301,8 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
 
     Raises:
         InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``;
-            OutputError: ``out`` cannot be written; UnsupportedDtypeError: a tensor that cannot
+            OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
+            or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
             be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
     """
     from wbfe.options import EditOptions

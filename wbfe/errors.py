@@ -27,6 +27,7 @@ __all__ = [
     "MissingDependencyError",
     "NothingRankedError",
     "OutputError",
+    "OverwriteError",
     "did_you_mean",
     "unknown_name",
     "hub_name_hint",
@@ -115,6 +116,12 @@ class NothingRankedError(WbfeError, ValueError):
 
 class OutputError(InvalidOptionError):
     """An output path that cannot be written: not a regular file, a folder, unwritable, or empty."""
+
+
+class OverwriteError(OutputError):
+    """An output that is, or lies inside, what the command reads: the input file under another
+    spelling, a link to it, or a file in a folder the command reads (``path``: the output,
+    ``input``: what it would overwrite or write into)."""
 
 
 class MissingDependencyError(WbfeError, ImportError):

@@ -11,7 +11,10 @@ half of either. An output path is checked before any work starts (:func:`check_o
 - a symbolic link is written through, to its target (the link stays);
 - an existing target must be a regular file the user may write; it keeps its permission bits;
 - any other character or block device, a FIFO, a socket or a folder is refused, never replaced;
-- an empty path is refused.
+- an empty path is refused;
+- an output that is, or lies inside, what the command reads is refused (:func:`refuse_overlap`):
+  the input file under any spelling (relative, ``..``, a symbolic link), a hard link to it, or
+  any file in a folder the command reads (a checkpoint folder, the folder of an index's shards).
 
 JSON is written with ``allow_nan=False``: a non-finite number is ``null`` (see
 :func:`wbfe.report.json_ready`).
@@ -28,12 +31,12 @@ import stat
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Optional, Union
+from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
-from wbfe.errors import OutputError
+from wbfe.errors import OutputError, OverwriteError
 
 __all__ = ["STDOUT", "STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
-           "write_output", "write_json", "save_figure"]
+           "write_output", "write_json", "save_figure", "local_reads", "local_files", "refuse_overlap"]
 
 STDOUT = "-"
 """The output path that means standard output."""
@@ -45,6 +48,7 @@ STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")
 """Output paths written to standard error (the process's own stream, not the device it points to)."""
 
 PathLike = Union[str, "os.PathLike[str]"]
+Reads = Iterable[PathLike]
 
 _KINDS = (
     (stat.S_ISREG, "a file"),
@@ -77,17 +81,97 @@ def is_devnull(st: os.stat_result) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev
 
 
-def check_output(path: PathLike) -> Optional[Path]:
+def local_reads(ref: Any) -> tuple[Path, ...]:
+    """The local files and folders that reading the checkpoint reference ``ref`` reads: a file, a
+    folder, or an index file with its folder (where its shards are resolved). Empty for a hub id, a
+    URL, an in-memory model or a path that does not exist (nothing local to protect)."""
+    if not isinstance(ref, (str, os.PathLike)):
+        return ()
+    text = os.fspath(ref)
+    if not isinstance(text, str) or not text.strip() or "://" in text:
+        return ()
+    path = Path(text).expanduser()
+    if not path.exists():
+        return ()
+    if path.is_file() and path.name.lower().endswith(".index.json"):
+        return (path, path.parent)
+    return (path,)
+
+
+def local_files(files: Any) -> list[Path]:
+    """The local files among ``files`` (a provenance's ``files``: what a reader resolved while
+    opening, such as an index's shards or a hub cache's snapshot files); URLs are left out."""
+    if not isinstance(files, (list, tuple)):
+        return []
+    return [Path(f) for f in files if isinstance(f, str) and "://" not in f and f.strip() and Path(f).exists()]
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _chain(target: Path) -> list[tuple[Path, os.stat_result]]:
+    """``target`` and its existing ancestors, with their status (a bind mount or a case-insensitive
+    file system can give one folder two real paths: the inode says it is the same)."""
+    found = []
+    for p in (target, *target.parents):
+        try:
+            found.append((p, p.stat()))
+        except OSError:
+            continue
+    return found
+
+
+def refuse_overlap(path: PathLike, reads: Reads, *, folder: bool = False) -> None:
+    """Refuse to write ``path`` (a file; with ``folder``, a folder to write files into) over or into
+    what the command reads: a file of ``reads`` (the same real path, or the same device and inode:
+    a hard link) or anything inside a folder of ``reads``.
+
+    Raises:
+        OverwriteError: one line that names the input and says what to write instead.
+    """
+    reads = list(reads)
+    if not reads or os.fspath(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
+        return
+    target = _target(path)
+    chain = _chain(target)
+    shown = os.fspath(path)
+    for read in reads:
+        real = Path(os.path.realpath(Path(os.fspath(read)).expanduser()))
+        try:
+            st = real.stat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            same = [p for p, s in chain if _same(s, st)]
+            if target == real or real in target.parents or same:
+                where = "" if target == real or (same and same[0] == target) else "inside "
+                raise OverwriteError(f"cannot write {shown}: it is {where}{os.fspath(read)}, a folder this command "
+                                     "reads; write the output outside the checkpoint folder",
+                                     path=shown, input=os.fspath(read))
+        elif chain and chain[0][0] == target and (target == real or _same(chain[0][1], st)):
+            how = f"the input {os.fspath(read)} itself" if target == real else f"a hard link to the input {os.fspath(read)}"
+            raise OverwriteError(f"cannot write {shown}: it is {how}; wbfe never writes over what it reads: "
+                                 "name another output file", path=shown, input=os.fspath(read))
+
+
+def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
     """The file a result for ``path`` will be written to; None for ``-`` or ``/dev/stdout`` (standard output).
 
     Checked before any work starts, so that a run is not wasted on an output it cannot write.
 
+    Args:
+        path: the output.
+        reads: the local files and folders the command reads (:func:`local_reads`); the output may
+            be none of them, nor lie inside one (:func:`refuse_overlap`).
+
     Raises:
         OutputError: an empty path, a target that is not a regular file, a file or folder the user
-            may not write.
+            may not write. OverwriteError: an output over or inside what the command reads.
     """
     if os.fspath(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
         return None
+    refuse_overlap(path, reads)
     target = _target(path)
     try:
         st = target.stat()
@@ -125,12 +209,15 @@ def _probe(folder: Path, path: PathLike) -> None:
         pass
 
 
-def check_output_dir(path: PathLike) -> Path:
+def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
     """A folder results will be written into (created when absent).
 
     Raises:
         OutputError: an empty path, something other than a folder, or a folder that is not writable.
+            OverwriteError: a folder the command reads, or one inside it (``reads`` as for
+            :func:`check_output`).
     """
+    refuse_overlap(path, reads, folder=True)
     folder = _target(path)
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"cannot write into {os.fspath(path)}: it is {_kind(folder.stat().st_mode)}, not a folder",
@@ -148,7 +235,7 @@ def _existing_ancestor(folder: Path) -> Path:
     return folder
 
 
-def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
+def write_atomic(path: PathLike, data: Union[str, bytes], *, reads: Reads = ()) -> Path:
     """Replace the file at ``path`` (through symbolic links) with ``data``, atomically.
 
     The parent folders are created when absent. An existing file keeps its permission bits; a new
@@ -161,11 +248,12 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
         OutputError: as :func:`check_output`, or the write failed (disk full, read-only or
             immutable file, ...); the target is then unchanged and no temporary file is left.
     """
-    target = check_output(path)
+    reads = list(reads)
+    target = check_output(path, reads=reads)
     if target is None:
         raise OutputError("write_atomic() cannot write to standard output; use write_output()")
     view = memoryview(data.encode("utf-8") if isinstance(data, str) else bytes(data))
-    with open_atomic(target) as fh:
+    with open_atomic(target, reads=reads) as fh:
         fh.flush()
         while view:  # the whole payload through the file descriptor: a short write is continued
             view = view[os.write(fh.fileno(), view):]
@@ -173,17 +261,21 @@ def write_atomic(path: PathLike, data: Union[str, bytes]) -> Path:
 
 
 @contextmanager
-def open_atomic(path: PathLike) -> Iterator[BinaryIO]:
+def open_atomic(path: PathLike, *, reads: Reads = ()) -> Iterator[BinaryIO]:
     """A binary file to write a result into; it replaces ``path`` atomically when the block ends
     without an exception, and is removed, leaving ``path`` unchanged, when it raises (so a large
     result can be streamed, one part at a time). The null device is written to directly: there is
     nothing to replace, the bytes are discarded.
 
+    ``reads`` (as for :func:`check_output`) is checked before the file is opened; a writer that
+    learns of more inputs while it works checks them again with :func:`refuse_overlap` before the
+    block ends, so that a refused output is never half-written.
+
     Raises:
         OutputError: as :func:`check_output`, or the write failed (disk full, read-only or
             immutable file, ...); the target is then unchanged and no temporary file is left.
     """
-    target = check_output(path)
+    target = check_output(path, reads=reads)
     if target is None:
         raise OutputError("open_atomic() cannot write to standard output")
     if target.exists() and is_devnull(target.stat()):
@@ -230,14 +322,15 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def write_output(path: PathLike, text: str) -> Optional[Path]:
-    """Write ``text`` to ``path``, or to standard output (``-``) or error; returns the file (None for a stream)."""
+def write_output(path: PathLike, text: str, *, reads: Reads = ()) -> Optional[Path]:
+    """Write ``text`` to ``path``, or to standard output (``-``) or error; returns the file (None for a stream).
+    ``reads``: as for :func:`check_output`."""
     for names, stream in ((STDOUT_PATHS, sys.stdout), (STDERR_PATHS, sys.stderr)):
         if os.fspath(path) in names:
             stream.write(text)
             stream.flush()
             return None
-    return write_atomic(path, text)
+    return write_atomic(path, text, reads=reads)
 
 
 def write_json(path: PathLike, obj: Any, *, indent: Optional[int] = 2) -> Optional[Path]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError
 
@@ -56,9 +56,10 @@ def _check(path: Path, ok: bool) -> None:
         raise CorruptCheckpointError(f"{path}: malformed wbfe JSON (a field has the wrong type)")
 
 
-def check_report_output(output: Union[str, Path], fmt: str) -> None:
+def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[Union[str, Path]] = ()) -> None:
     """Refuse an output the report cannot be written to, before any work (a file for HTML, ``-``
-    for standard output; a folder for Markdown).
+    for standard output; a folder for Markdown), or one over or inside what the report reads
+    (``reads``: :func:`wbfe.output.refuse_overlap`).
 
     Raises:
         OutputError: as :func:`wbfe.output.check_output` / :func:`~wbfe.output.check_output_dir`.
@@ -69,29 +70,32 @@ def check_report_output(output: Union[str, Path], fmt: str) -> None:
 
     ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
     if fmt == "html":
-        check_output(output)
+        check_output(output, reads=reads)
     elif fmt == "md":
-        check_output_dir(output)
+        check_output_dir(output, reads=reads)
     else:
         raise InvalidOptionError(f"report format must be 'html' or 'md', not {fmt!r}")
 
 
-def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html") -> list[Path]:
+def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
+                 reads: Iterable[Union[str, Path]] = ()) -> list[Path]:
     """Write ``report`` as one HTML file at ``output`` (``-``: standard output), or (``fmt="md"``) into
     the folder ``output`` as ``report.md`` and its PNG figures. Everything is rendered before
     anything is written, and each file appears whole (:func:`wbfe.output.write_atomic`). Returns
-    the files written."""
+    the files written. ``reads``: the local files and folders the report was made from, which no
+    output may overwrite or lie inside."""
     from wbfe.output import check_output_dir, write_atomic, write_output
 
-    check_report_output(output, fmt)
+    reads = list(reads)
+    check_report_output(output, fmt, reads=reads)
     if fmt == "html":
         from wbfe.reporting.page import render_html
 
-        written = write_output(output, render_html(report))
+        written = write_output(output, render_html(report), reads=reads)
         return [written] if written is not None else []
     from wbfe.reporting.markdown import render_markdown
 
     text, figures = render_markdown(report)
-    folder = check_output_dir(output)
-    files = [write_atomic(folder / name, data) for name, data in figures.items()]
-    return [write_atomic(folder / MARKDOWN_NAME, text)] + files
+    folder = check_output_dir(output, reads=reads)
+    files = [write_atomic(folder / name, data, reads=reads) for name, data in figures.items()]
+    return [write_atomic(folder / MARKDOWN_NAME, text, reads=reads)] + files
