@@ -28,8 +28,8 @@ def compare_command(
 ) -> None:
     """Compare checkpoint B against A: relative change, metric changes, spectrum distance, subspace overlap."""
     import wbfe
-    from wbfe.output import check_output_dir, write_atomic
-    from wbfe.report import score_csv
+    from wbfe.render.files import check_output_dir, write_atomic
+    from wbfe.render.text import score_csv
 
     folder = check_output_dir(output) if output is not None else None  # before any work
     with progress_bar(enabled=True, what="comparing", unit="pairs") as update:
@@ -37,8 +37,8 @@ def compare_command(
     render = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
               ScoreFormat.table: lambda: compare_table(result)}
     if folder is not None:
-        from wbfe.plots.compare import plot_change_along_depth
         from wbfe.reporting import compare_report, write_report
+        from wbfe.reporting.plots.compare import plot_change_along_depth
 
         write_atomic(folder / "compare.json", render[ScoreFormat.json]())
         write_atomic(folder / "compare.csv", render[ScoreFormat.csv]())
@@ -53,7 +53,7 @@ compare_command = with_groups(compare_group())(compare_command)
 
 def compare_table(result: object) -> str:
     """One line per matched matrix, then the most-changed matrices and what was left out."""
-    from wbfe.report import text_table
+    from wbfe.render.text import text_table
 
     layers = result.layers  # type: ignore[attr-defined]
     summary = result.summary  # type: ignore[attr-defined]

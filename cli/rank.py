@@ -100,8 +100,8 @@ def rank_command(
     if list_zoos:
         typer.echo(zoo_list(), nl=False)
         return
-    from wbfe.output import check_output_dir, write_atomic
     from wbfe.ranking import rank
+    from wbfe.render.files import check_output_dir, write_atomic
 
     # Every option was checked when its options object was built, before the first model is scored.
     folder = check_output_dir(output) if output is not None else None
@@ -118,7 +118,7 @@ def rank_command(
         ray_address=where.address,
     )
     if folder is not None:
-        from wbfe.plots.ranking import plot_ranking
+        from wbfe.reporting.plots.ranking import plot_ranking
 
         write_atomic(folder / "rank.json", result.to_json() + "\n")
         pngs = plot_ranking(result, folder)

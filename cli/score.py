@@ -27,8 +27,8 @@ def score_command(
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
-    from wbfe.output import check_output, write_output
-    from wbfe.report import score_csv, score_table
+    from wbfe.render.files import check_output, write_output
+    from wbfe.render.text import score_csv, score_table
 
     written = check_output(output) if output is not None else None  # before any work
     target = ref if ref is not None else wbfe.default_checkpoint()

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
-    from wbfe.output import write_atomic
+    from wbfe.render.files import write_atomic
 
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / name, text)
@@ -45,7 +45,7 @@ def watch_command(
     if isinstance(lam_value, float) and calibrate_csv is not None and run is not None:
         raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv for a run, not both")
     if output is not None:
-        from wbfe.output import check_output_dir
+        from wbfe.render.files import check_output_dir
 
         check_output_dir(output)  # before any work
 
@@ -53,7 +53,7 @@ def watch_command(
     if calibrate_csv is not None:
         report = calibrate(calibrate_csv, layers=options.layers, head=options.head, device=options.device)
         if output is not None:
-            from wbfe.plots.watch import plot_calibration
+            from wbfe.reporting.plots.watch import plot_calibration
 
             typer.echo(f"wrote {_write(output, 'calibration.json', report.to_json() + chr(10))}", err=True)
             typer.echo(f"wrote {plot_calibration(report, output / 'calibration.png')}", err=True)
@@ -66,7 +66,7 @@ def watch_command(
     result = result_at(traj, lam_value, lam_source="calibrated" if report is not None else "given",  # type: ignore[arg-type]
                        layers=options.layers)
     if output is not None:
-        from wbfe.plots.watch import plot_watch
+        from wbfe.reporting.plots.watch import plot_watch
 
         typer.echo(f"wrote {_write(output, 'watch.json', result.to_json() + chr(10))}", err=True)
         typer.echo(f"wrote {plot_watch(result, output / 'watch.png')}", err=True)

@@ -61,11 +61,11 @@ def check_report_output(output: Union[str, Path], fmt: str) -> None:
     for standard output; a folder for Markdown).
 
     Raises:
-        OutputError: as :func:`wbfe.output.check_output` / :func:`~wbfe.output.check_output_dir`.
+        OutputError: as :func:`wbfe.render.files.check_output` / :func:`~wbfe.render.files.check_output_dir`.
         InvalidOptionError: an unknown format.
     """
     from wbfe.options import ReportOptions
-    from wbfe.output import check_output, check_output_dir
+    from wbfe.render.files import check_output, check_output_dir
 
     ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
     if fmt == "html":
@@ -79,9 +79,9 @@ def check_report_output(output: Union[str, Path], fmt: str) -> None:
 def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html") -> list[Path]:
     """Write ``report`` as one HTML file at ``output`` (``-``: standard output), or (``fmt="md"``) into
     the folder ``output`` as ``report.md`` and its PNG figures. Everything is rendered before
-    anything is written, and each file appears whole (:func:`wbfe.output.write_atomic`). Returns
+    anything is written, and each file appears whole (:func:`wbfe.render.files.write_atomic`). Returns
     the files written."""
-    from wbfe.output import check_output_dir, write_atomic, write_output
+    from wbfe.render.files import check_output_dir, write_atomic, write_output
 
     check_report_output(output, fmt)
     if fmt == "html":

@@ -14,7 +14,7 @@ half of either. An output path is checked before any work starts (:func:`check_o
 - an empty path is refused.
 
 JSON is written with ``allow_nan=False``: a non-finite number is ``null`` (see
-:func:`wbfe.report.json_ready`).
+:func:`wbfe.render.text.json_ready`).
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def write_output(path: PathLike, text: str) -> Optional[Path]:
 
 def write_json(path: PathLike, obj: Any, *, indent: Optional[int] = 2) -> Optional[Path]:
     """Standard JSON of ``obj`` (non-finite numbers as ``null``) to ``path`` or standard output."""
-    from wbfe.report import json_ready
+    from wbfe.render.text import json_ready
 
     return write_output(path, json.dumps(json_ready(obj), indent=indent, allow_nan=False) + "\n")
 
