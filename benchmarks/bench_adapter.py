@@ -51,7 +51,7 @@ def write_adapter(folder: Path, layers: int, width: int, rank: int) -> None:
 _DENSE = """
 import sys, time, torch
 from safetensors import safe_open
-from wbfe.spectra import eigenvalues, resolve_device
+from wbfe.linalg.spectra import eigenvalues, resolve_device
 folder, n, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 scale = 2.0
 with safe_open(folder + "/adapter_model.safetensors", "pt") as f:

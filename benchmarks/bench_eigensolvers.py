@@ -3,7 +3,7 @@
 Run:  python benchmarks/bench_eigensolvers.py [--sizes 256,1024,2048,4096] [--threads 1]
 
 Times scipy's ``eigvalsh`` with its drivers ``evr`` (the default, what wbfe used everywhere before),
-``evd`` and ``ev``, LAPACK's two-stage ``dsyevd_2stage`` (``wbfe.blas.eigvalsh_two_stage``) and
+``evd`` and ``ev``, LAPACK's two-stage ``dsyevd_2stage`` (``wbfe.linalg.blas.eigvalsh_two_stage``) and
 torch's ``eigvalsh``, each on a fresh copy, in turn, ``--repeats`` rounds; reports the medians,
 the ratio of ``evr`` to each, and the largest eigenvalue difference over λ_max. wbfe switches to
 the two-stage solver from ``spectra.TWO_STAGE_P``. Writes ``results/eigensolvers.json``.
@@ -35,7 +35,7 @@ def main() -> int:
     import scipy.linalg
     import torch
 
-    from wbfe import blas, spectra
+    from wbfe.linalg import blas, spectra
 
     torch.set_num_threads(args.threads)
     solvers = {

@@ -1,4 +1,4 @@
-"""Small expert matrices eigen-solved in batches (wbfe.spectra.spectra_batch) against one at a time.
+"""Small expert matrices eigen-solved in batches (wbfe.linalg.spectra.spectra_batch) against one at a time.
 
 Run:  python benchmarks/bench_expert_batches.py [--layers 8] [--experts 128] [--hidden 64] [--inter 128] [--repeats 3]
 

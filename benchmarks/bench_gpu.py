@@ -154,7 +154,7 @@ def main() -> None:
     import torch
 
     import wbfe
-    from wbfe.spectra import resolve_device
+    from wbfe.linalg.spectra import resolve_device
 
     device = resolve_device(args.device)
     folder = Path(tempfile.mkdtemp(prefix="wbfe-gpu-"))

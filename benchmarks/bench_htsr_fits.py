@@ -31,11 +31,11 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
+from wbfe.linalg.spectra import Spectrum  # noqa: E402
 from wbfe.metrics import MetricOptions  # noqa: E402
 from wbfe.metrics.htsr import GROUP  # noqa: E402
 from wbfe.metrics.mp import mp_fit  # noqa: E402
 from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law  # noqa: E402
-from wbfe.spectra import Spectrum  # noqa: E402
 
 SIZES = (16, 64, 256, 768, 1024)
 REPEATS = 5

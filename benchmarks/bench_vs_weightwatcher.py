@@ -55,15 +55,15 @@ if tool.startswith("ww"):
     n = len(details)
 elif tool == "floor":
     # The eigen-solve alone: wbfe's spectra stage (float64 Gram matrix, LAPACK's dsyevr through
-    # wbfe.blas) on every matrix wbfe scores, the tensors already in memory; no reading, hashing,
+    # wbfe.linalg.blas) on every matrix wbfe scores, the tensors already in memory; no reading, hashing,
     # fits or rows. With several BLAS threads, the better of one matrix at a time on all of them and
     # one matrix per thread, largest first.
     import torch
     from concurrent.futures import ThreadPoolExecutor
-    from wbfe.matrices import MatrixPlan, as_matrices, plan_matrix
-    from wbfe.pipeline import worker_count
+    from wbfe.engine.matrices import MatrixPlan, as_matrices, plan_matrix
+    from wbfe.engine.pipeline import worker_count
     from wbfe.sources import open_source
-    from wbfe.spectra import eigenvalues, pin_threads
+    from wbfe.linalg.spectra import eigenvalues, pin_threads
     cpu = torch.device("cpu")
     groups = []
     with open_source(path) as source:
@@ -72,7 +72,7 @@ elif tool == "floor":
             if isinstance(plan, MatrixPlan):
                 groups.append(as_matrices(entry.load(), plan))
     groups.sort(key=lambda ms: -len(ms) * min(ms[0].shape) ** 2 * max(ms[0].shape))
-    eigenvalues(groups[-1], cpu)  # a floor: BLAS's and wbfe.blas's one-time set-up off the clock
+    eigenvalues(groups[-1], cpu)  # a floor: BLAS's and wbfe.linalg.blas's one-time set-up off the clock
     start = time.perf_counter()
     for ms in groups:
         eigenvalues(ms, cpu)
@@ -178,9 +178,9 @@ def limit_flops(folder: Path) -> dict[str, float]:
       for the LU factors of a square matrix with p >= 256 (what wbfe does on the CPU).
     """
 
-    from wbfe.matrices import MatrixPlan, plan_matrix
+    from wbfe.engine.matrices import MatrixPlan, plan_matrix
+    from wbfe.linalg.spectra import resolve_device, uses_lu
     from wbfe.sources import open_source
-    from wbfe.spectra import resolve_device, uses_lu
 
     eig = bfe = 0.0
     with open_source(folder) as source:

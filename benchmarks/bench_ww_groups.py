@@ -123,8 +123,8 @@ def quiet(fn: Callable[[], Any]) -> Callable[[], Any]:
 
 def ww_spectra(model: Any) -> list[Any]:
     """The spectra wbfe's WeightWatcher-compatible mode scores (the ×½ conv slices), for the fit timings."""
-    from wbfe._ww_compat import ww_conv2d_matrices
     from wbfe.metrics._group import Spectrum
+    from wbfe.metrics.ww_compat import ww_conv2d_matrices
 
     specs = []
     for _, module in model.named_children():

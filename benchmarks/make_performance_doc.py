@@ -104,7 +104,7 @@ def section_flow(results: Path) -> str:
     args = batches["args"]
     return f"""## How a checkpoint flows
 
-(`wbfe/pipeline.py`, `wbfe/spectra.py`)
+(`wbfe/engine/pipeline.py`, `wbfe/linalg/spectra.py`)
 
 - Each safetensors tensor of 1 MiB or more is mapped on its own, copy-on-write, its page table
   filled on the read-ahead thread (`MADV_POPULATE_READ`), and unmapped when it is freed, so the
@@ -116,7 +116,7 @@ def section_flow(results: Path) -> str:
 - The float64 Gram matrix is a symmetric rank-k update in 8 MiB blocks. It, the Cholesky factor
   and the eigen-solve (`dsyevr`, the routine and workspace of `scipy.linalg.eigvalsh`, so the same
   eigenvalues bit for bit) call OpenBLAS through scipy's Cython exports via ctypes
-  (`wbfe/blas.py`), which releases the GIL (scipy's Python wrappers hold it: two workers' solves of
+  (`wbfe/linalg/blas.py`), which releases the GIL (scipy's Python wrappers hold it: two workers' solves of
   p = 768 ran 0.99× as fast as one after the other, now 1.75×), so that workers work side by side.
   When only BFE-W is asked, a Cholesky factorisation replaces the eigen-solve, and a square matrix
   with p ≥ 256 skips the Gram matrix: log det WᵀW = 2·log|det W| from its LU factors.
@@ -268,7 +268,7 @@ def section_eigensolvers(results: Path) -> str:
 
 From p = {thousands(data["two_stage_from_p"])} the eigenvalues come from LAPACK's two-stage
 tridiagonal reduction (`dsyevd_2stage`, eigenvalues only, called through the LAPACKE of the OpenBLAS
-scipy ships, `wbfe/blas.py`), below from `dsyevr` as before. `python
+scipy ships, `wbfe/linalg/blas.py`), below from `dsyevr` as before. `python
 benchmarks/bench_eigensolvers.py --sizes {sizes} --repeats {data["repeats"]}`
 (`benchmarks/results/eigensolvers.json`), {threads}, time of `dsyevr` over each:
 two-stage {two_stage} (7B-shaped matrices at 4,096); `dsyevd` and `dsyev` {others}, torch's

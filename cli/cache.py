@@ -21,7 +21,7 @@ def info_command(
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Count and size what the cache holds, per kind, with when it was last used."""
-    from wbfe.cache_admin import cache_info
+    from wbfe.ranking.cache_admin import cache_info
 
     result = cache_info(cache_dir)
     typer.echo(json.dumps(result.to_dict(), indent=2) + "\n" if fmt is Format.json else result.table(), nl=False)
@@ -39,7 +39,7 @@ def prune_command(
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Remove old or least recently used entries and copies; never anything wbfe did not write."""
-    from wbfe.cache_admin import prune_cache
+    from wbfe.ranking.cache_admin import prune_cache
     from wbfe.sources.object_bound import object_cache_bound
 
     if max_size is not None and max_size.strip().lower() == "none":

@@ -28,8 +28,8 @@ def compare_command(
 ) -> None:
     """Compare checkpoint B against A: relative change, metric changes, spectrum distance, subspace overlap."""
     import wbfe
-    from wbfe.output import check_output_dir, local_files, local_reads, write_atomic
-    from wbfe.report import score_csv
+    from wbfe.render.files import check_output_dir, local_files, local_reads, write_atomic
+    from wbfe.render.text import score_csv
 
     reads = [*local_reads(a), *local_reads(b)]
     folder = check_output_dir(output, reads=reads) if output is not None else None  # before any work
@@ -38,8 +38,8 @@ def compare_command(
     render = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
               ScoreFormat.table: lambda: compare_table(result)}
     if folder is not None:
-        from wbfe.plots.compare import plot_change_along_depth
         from wbfe.reporting import compare_report, write_report
+        from wbfe.reporting.plots.compare import plot_change_along_depth
 
         # and not over a file the readers resolved on the way (a hub cache's snapshot files)
         reads += [*local_files(result.model_a.get("files")), *local_files(result.model_b.get("files"))]
@@ -56,7 +56,7 @@ compare_command = with_groups(compare_group())(compare_command)
 
 def compare_table(result: object) -> str:
     """One line per matched matrix, then the most-changed matrices and what was left out."""
-    from wbfe.report import text_table
+    from wbfe.render.text import text_table
 
     layers = result.layers  # type: ignore[attr-defined]
     summary = result.summary  # type: ignore[attr-defined]

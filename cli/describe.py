@@ -24,7 +24,7 @@ def describe_command(
     would skip, without reading a tensor or computing an eigenvalue."""
     import wbfe
     from wbfe.options import ScoreOptions
-    from wbfe.report import format_value, text_table
+    from wbfe.render.text import format_value, text_table
 
     options = ScoreOptions(metrics=("bfe",), conv=conv.value, layers=layers, head=head, min_eigs=min_eigs,
                            ww_compatible=ww_compatible, stream=stream)

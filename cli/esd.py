@@ -21,9 +21,8 @@ def esd_command(
 ) -> None:
     """Plot the ESD of one layer (log-log) with the power-law, truncated power-law and HTMP fits."""
     import wbfe
-    from wbfe.plots.esd import fit_esd, plot_esd
     from wbfe.options import check_conv, check_device
-    from wbfe.output import check_output, local_reads
+    from wbfe.render.files import check_output, local_reads
     from wbfe.scoring import layer_spectrum
 
     check_conv(conv.value)

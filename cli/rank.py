@@ -101,8 +101,9 @@ def rank_command(
     if list_zoos:
         typer.echo(zoo_list(), nl=False)
         return
-    from wbfe.output import check_output_dir, refuse_overlap, write_atomic
+    from wbfe.render.files import check_output_dir, refuse_overlap, write_atomic
     from wbfe.ranking import rank
+    from wbfe.render.files import check_output_dir, write_atomic
 
     # Every option was checked when its options object was built, before the first model is scored.
     cache = run.cache_dir if isinstance(run.cache_dir, (str, Path)) else None
@@ -124,7 +125,7 @@ def rank_command(
         ray_address=where.address,
     )
     if folder is not None:
-        from wbfe.plots.ranking import plot_ranking
+        from wbfe.reporting.plots.ranking import plot_ranking
 
         write_atomic(folder / "rank.json", result.to_json() + "\n", reads=reads)
         pngs = plot_ranking(result, folder)
@@ -134,7 +135,7 @@ def rank_command(
 
 def zoo_reads(spec: str, lower_is_better: tuple[str, ...]) -> list[Path]:
     """The local files a zoo run reads: its spec file and every local model it lists."""
-    from wbfe.output import local_reads
+    from wbfe.render.files import local_reads
     from wbfe.ranking import load_zoo
 
     zoo = load_zoo(spec, lower_is_better=lower_is_better)

@@ -50,7 +50,7 @@ def report_command(
     from wbfe.reporting import compare_report, load_saved, rank_report, score_report, write_report
     from wbfe.reporting.output import check_report_output
 
-    from wbfe.output import local_files, local_reads
+    from wbfe.render.files import local_files, local_reads
 
     reads = [p for r in (ref, ref_b, weights) for p in local_reads(r)]
     check_report_output(output, page.fmt, reads=reads)  # before any work

@@ -27,8 +27,8 @@ def score_command(
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
-    from wbfe.output import check_output, local_files, local_reads, write_output
-    from wbfe.report import score_csv, score_table
+    from wbfe.render.files import check_output, local_files, local_reads, write_output
+    from wbfe.render.text import score_csv, score_table
 
     target = ref if ref is not None else wbfe.default_checkpoint()
     reads = [*local_reads(target), *local_reads(base)]

@@ -54,9 +54,9 @@ def hierarchical_cmd(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for hierarchical.json and the PNGs"),
 ) -> None:
     """Sweep n = d^alpha: per-feature overlaps, spectral vs kernel NMSE, and the predictions."""
-    from wbfe.output import check_output_dir
-    from wbfe.theory.json_io import dumps
+    from wbfe.render.files import check_output_dir
     from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
+    from wbfe.theory.json_io import dumps
 
     settings = HierarchicalSettings(d=d, p=p, gamma=gamma, alpha_min=alpha_min, alpha_max=alpha_max,
                                     points=points, seeds=seeds, eps=eps, activation=activation,

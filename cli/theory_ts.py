@@ -10,6 +10,7 @@ from typing import Any, Optional
 import typer
 
 from wbfe.errors import InvalidOptionError
+
 from ._options import Format
 
 
@@ -96,7 +97,7 @@ def curve_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Sweep eps, q_i and k_c over r; plot the staircase, eps with fitted slopes, and k_c."""
-    from wbfe.output import check_output_dir
+    from wbfe.render.files import check_output_dir
     from wbfe.theory.reports import write_curve
     from wbfe.theory.settings import CurveSettings
 
@@ -132,7 +133,7 @@ def hmc_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """HMC posterior sampling: Gibbs error/2 against the fixed point's eps."""
-    from wbfe.output import check_output_dir
+    from wbfe.render.files import check_output_dir
     from wbfe.theory.reports import write_hmc
     from wbfe.theory.settings import HmcSettings
 
@@ -165,7 +166,7 @@ def student_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Adam-trained students of several widths: test error against width, with k_c marked."""
-    from wbfe.output import check_output_dir
+    from wbfe.render.files import check_output_dir
     from wbfe.theory.reports import write_student
     from wbfe.theory.settings import StudentSettings
 

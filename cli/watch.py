@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def _write(folder: Path, name: str, text: str, reads: list[Path]) -> Path:
-    from wbfe.output import write_atomic
+    from wbfe.render.files import write_atomic
 
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / name, text, reads=reads)
@@ -24,7 +24,7 @@ def _write(folder: Path, name: str, text: str, reads: list[Path]) -> Path:
 def _watch_reads(run: Optional[str], calibrate_csv: Optional[Path]) -> list[Path]:
     """The local files and folders a watch reads: the run (folder or CSV) and its checkpoints, the
     calibration CSV and its runs."""
-    from wbfe.output import local_reads
+    from wbfe.render.files import local_reads
     from wbfe.watch import read_runs_csv
     from wbfe.watch.runs import discover_run
 
@@ -62,7 +62,7 @@ def watch_command(
         raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv for a run, not both")
     reads: list[Path] = []
     if output is not None:
-        from wbfe.output import check_output_dir
+        from wbfe.render.files import check_output_dir
 
         reads = _watch_reads(run, calibrate_csv)
         check_output_dir(output, reads=reads)  # before any work
@@ -71,7 +71,7 @@ def watch_command(
     if calibrate_csv is not None:
         report = calibrate(calibrate_csv, layers=options.layers, head=options.head, device=options.device)
         if output is not None:
-            from wbfe.plots.watch import plot_calibration
+            from wbfe.reporting.plots.watch import plot_calibration
 
             typer.echo(f"wrote {_write(output, 'calibration.json', report.to_json() + chr(10), reads)}", err=True)
             typer.echo(f"wrote {plot_calibration(report, output / 'calibration.png')}", err=True)
@@ -84,7 +84,7 @@ def watch_command(
     result = result_at(traj, lam_value, lam_source="calibrated" if report is not None else "given",  # type: ignore[arg-type]
                        layers=options.layers)
     if output is not None:
-        from wbfe.plots.watch import plot_watch
+        from wbfe.reporting.plots.watch import plot_watch
 
         typer.echo(f"wrote {_write(output, 'watch.json', result.to_json() + chr(10), reads)}", err=True)
         typer.echo(f"wrote {plot_watch(result, output / 'watch.png')}", err=True)

@@ -16,7 +16,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 import wbfe  # noqa: E402
 from wbfe.applicability import RULES, applicability  # noqa: E402
 from wbfe.framework import FrameworkDescription  # noqa: E402
-from wbfe.report import score_table  # noqa: E402
+from wbfe.render.text import score_table  # noqa: E402
 
 
 def _verdict(path) -> dict:
@@ -267,8 +267,8 @@ def test_torchvision_modules_without_get_classifier():
 # --- ranking ----------------------------------------------------------------------------------
 
 def test_rank_rho_on_the_models_where_it_holds(tmp_path, keras_files):
-    from scipy.stats import spearmanr
     from safetensors.numpy import save_file
+    from scipy.stats import spearmanr
 
     from wbfe.ranking import rank
     from wbfe.ranking.zoo import Zoo, ZooEntry
@@ -338,11 +338,10 @@ def test_a_vision_transformer_whose_description_names_no_head_fails(framework, f
 # --- a head that reads a summary stage (XLNet's SequenceSummary) -------------------------------
 
 def _xlnet(**dropouts):
+    import torch
     from transformers import XLNetConfig, XLNetForSequenceClassification
 
     from wbfe.framework import describe_module
-
-    import torch
     with torch.device("meta"):
         model = XLNetForSequenceClassification(XLNetConfig(vocab_size=64, d_model=32, n_layer=1, n_head=2,
                                                            d_inner=64, num_labels=3, **dropouts))

@@ -9,7 +9,7 @@ import io
 import pytest
 
 import wbfe
-from wbfe.report import score_csv
+from wbfe.render.text import score_csv
 
 
 def _bert(tmp_path, p: float):

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import wbfe
-from wbfe import spectra
 from wbfe.engine import jobs
-from wbfe.spectra import DegenerateMatrixError, spectra_batch, spectrum
+from wbfe.linalg import spectra
+from wbfe.linalg.spectra import DegenerateMatrixError, spectra_batch, spectrum
 
 CPU = torch.device("cpu")
 

@@ -1,4 +1,4 @@
-"""The GIL-free BLAS/LAPACK calls (wbfe.blas) against numpy and scipy."""
+"""The GIL-free BLAS/LAPACK calls (wbfe.linalg.blas) against numpy and scipy."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.linalg.lapack import dpotrf
 
-from wbfe import blas
+from wbfe.linalg import blas
 
 
 def test_scipy_exports_the_routines() -> None:

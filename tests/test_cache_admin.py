@@ -1,4 +1,4 @@
-"""wbfe.cache_admin and ``wbfe cache``: sizes per kind, pruning by age and to a size bound (least recently
+"""wbfe.ranking.cache_admin and ``wbfe cache``: sizes per kind, pruning by age and to a size bound (least recently
 used first), and never touching what wbfe did not write or what lies behind a symbolic link."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from wbfe.cache_admin import DEFAULT_MAX_SIZE, cache_info, format_size, parse_size, prune_cache
 from wbfe.errors import InvalidOptionError
 from wbfe.ranking.cache import ScoreCache, cache_key
+from wbfe.ranking.cache_admin import DEFAULT_MAX_SIZE, cache_info, format_size, parse_size, prune_cache
 
 NOW = 2_000_000_000.0
 DAY = 86400.0

@@ -32,7 +32,7 @@ MODULES = _modules_with_examples()
 
 def test_examples_exist() -> None:
     # The runnable ones: BFE-W of a module (scoring), Tricomi U (special), theory settings and JSON, watch.
-    assert {"wbfe.scoring", "wbfe.special", "wbfe.theory.settings", "wbfe.watch.guidance", "wbfe.description"} <= set(MODULES)
+    assert {"wbfe.scoring", "wbfe.metrics.special", "wbfe.theory.settings", "wbfe.watch.guidance", "wbfe.description"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

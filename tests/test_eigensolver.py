@@ -1,4 +1,4 @@
-"""The two-stage eigenvalue solver (LAPACK dsyevd_2stage via wbfe.blas) against the solver it
+"""The two-stage eigenvalue solver (LAPACK dsyevd_2stage via wbfe.linalg.blas) against the solver it
 replaces for large matrices (scipy's eigvalsh, dsyevr): every eigenvalue within 1e-12·λ_max, on
 many spectra (Gaussian, heavy-tailed, rank-deficient, clustered, spiked, tiny and huge scales)."""
 
@@ -9,7 +9,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from wbfe import blas, spectra
+from wbfe.linalg import blas, spectra
 
 pytestmark = pytest.mark.skipif(not blas.has_two_stage(), reason="no LAPACKE dsyevd_2stage in this LAPACK")
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
+from wbfe_cli.main import app
 
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics import htmp
 from wbfe.metrics.powerlaw import fit_power_law
-from wbfe.plots.esd import fit_esd
+from wbfe.reporting.plots.esd import fit_esd
 from wbfe.scoring import layer_spectrum
-from wbfe_cli.main import app
 
 
 def test_layer_spectrum_is_the_layer(st_file: Path, state_dict: dict) -> None:

@@ -142,7 +142,6 @@ def test_gpt_oss_mxfp4_checkpoint_scores_from_the_cli(tmp_path: Path) -> None:
     """gpt-oss's layout: MXFP4 expert blocks + scales, bf16 bias stacks and attention, router."""
     from safetensors.torch import save_file
     from transformers.integrations.mxfp4 import _convert_moe_packed_tensors
-
     from wbfe_cli.main import app
 
     g = torch.Generator().manual_seed(7)
@@ -206,8 +205,8 @@ def test_qwen_style_fused_moe_scores_from_the_cli(tmp_path: Path) -> None:
 
 
 def test_gguf_expert_stacks_and_router_names() -> None:
-    from wbfe.experts import is_expert_stack
-    from wbfe.matrices import role_of
+    from wbfe.engine.experts import is_expert_stack
+    from wbfe.engine.matrices import role_of
 
     assert is_expert_stack("blk.0.ffn_gate_exps.weight", (8, 64, 32))
     assert not is_expert_stack("blk.0.conv.weight", (8, 64, 3))

@@ -81,7 +81,7 @@ def _model():
 def ww_clipped():
     torch = pytest.importorskip("torch")
     ww = pytest.importorskip("weightwatcher")
-    from wbfe._ww_compat import ww_conv2d_matrices, ww_linear_matrix
+    from wbfe.metrics.ww_compat import ww_conv2d_matrices, ww_linear_matrix
 
     model = _model()
     logging.disable(logging.WARNING)

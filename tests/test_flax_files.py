@@ -16,8 +16,8 @@ import torch
 
 import wbfe
 from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import open_source
-from wbfe.arrays import to_torch
 
 msgpack = pytest.importorskip("msgpack")
 RNG = np.random.default_rng(7)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import wbfe
+from wbfe.engine.matrices import as_matrices, plan_matrix
 from wbfe.errors import InvalidOptionError
 from wbfe.framework import (
     FrameworkDescription,
@@ -26,7 +27,6 @@ from wbfe.framework import (
     out_in,
 )
 from wbfe.framework.keras_graph import keras_head
-from wbfe.matrices import as_matrices, plan_matrix
 from wbfe.metrics.bfe import bfe_from_moments
 
 # ---- pure helpers ------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def test_an_in_memory_model_describes_itself(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_a_description_without_a_head_leaves_the_rules_to_decide_and_says_why() -> None:
-    from wbfe.heads import choose_head
+    from wbfe.engine.heads import choose_head
 
     layers = [{"name": "a", "shape": [32, 16], "role": "mlp"}, {"name": "b", "shape": [16, 32], "role": "mlp"},
               {"name": "out", "shape": [4, 16], "role": "other"}]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import wbfe
-from wbfe.heads import choose_head, terminal_matrices
+from wbfe.engine.heads import choose_head, terminal_matrices
 from wbfe.metrics.bfe import bfe_from_moments
 
 

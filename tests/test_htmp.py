@@ -124,7 +124,7 @@ def test_f_inf_at_lambda_star_has_the_closed_form() -> None:
     kappa, gamma, beta, tau = LAWS[4]
     lam = 1.0 / htmp.mean(kappa, gamma, beta, tau)
     c_g = beta * tau
-    from wbfe.special import log_hyperu
+    from wbfe.metrics.special import log_hyperu
 
     closed = 0.5 * math.log(2 * math.pi * math.e) + 0.5 * math.log(c_g + kappa / (2 * gamma))
     closed += float(log_hyperu(kappa / 2, 1 - kappa * (1 - gamma) / (2 * gamma), c_g)) / kappa

@@ -1,4 +1,4 @@
-"""Tests of wbfe.metrics.htsr (HT-SR columns, MP fit) and wbfe._ww_compat, against WeightWatcher 0.7.7."""
+"""Tests of wbfe.metrics.htsr (HT-SR columns, MP fit) and wbfe.metrics.ww_compat, against WeightWatcher 0.7.7."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import warnings
 import numpy as np
 import pytest
 
-from wbfe._ww_compat import WW_CONV2D_EIG_SCALE, ww_conv2d_dims, ww_conv2d_matrices, ww_linear_matrix
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
 from wbfe.metrics.htsr import COLUMNS, GROUP, WW_EVALS_THRESH, matrix_entropy, matrix_rank
 from wbfe.metrics.mp import _linear_kde, _MPResidual, _nelder_mead_1d, mp_fit
 from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
+from wbfe.metrics.ww_compat import WW_CONV2D_EIG_SCALE, ww_conv2d_dims, ww_conv2d_matrices, ww_linear_matrix
 
 WW = MetricOptions(ww_compatible=True)
 PLAIN = MetricOptions()

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from wbfe.engine.intra import score_intra
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.intra import score_intra
 from wbfe.metrics.intra import align_pair, intra_matrix, intra_pairs
 
 COLUMNS = ("alpha", "xmin", "num_pl_spikes", "log_norm", "log_spectral_norm", "stable_rank", "matrix_rank", "entropy",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix, role_of
 from wbfe.errors import InvalidOptionError
-from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head, plan_matrix, role_of
 
 
 def test_dense_and_conv_conventions() -> None:

@@ -114,7 +114,7 @@ def test_edit_to_a_new_file_beside_the_input_still_works(model: Path, tmp_path: 
 
 def test_library_raises_the_typed_error(model: Path, folder: Path, tmp_path: Path) -> None:
     from wbfe.editing import sharpen_checkpoint, smooth_checkpoint
-    from wbfe.output import check_output, check_output_dir, local_reads, write_atomic
+    from wbfe.render.files import check_output, check_output_dir, local_reads, write_atomic
 
     before = _fingerprint(model, folder)
     for edit in (smooth_checkpoint, sharpen_checkpoint):

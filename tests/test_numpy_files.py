@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from wbfe.errors import CorruptCheckpointError
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import open_source
-from wbfe.arrays import to_torch
 
 RNG = np.random.default_rng(5)
 ARRAYS = {"fc1.weight": RNG.standard_normal((6, 4)).astype(np.float32),

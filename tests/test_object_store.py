@@ -96,7 +96,7 @@ def test_a_reused_copy_counts_as_recently_used_for_prune(tmp_path: Path, store: 
     first fetch."""
     import os
 
-    from wbfe.cache_admin import prune_cache
+    from wbfe.ranking.cache_admin import prune_cache
 
     zoo = make_zoo(tmp_path / "zoo", 1).parent
     _upload(store, zoo / "m0.safetensors", "/b/m.safetensors")
@@ -182,7 +182,6 @@ def test_missing_fsspec_names_the_extra(store: Any, monkeypatch: pytest.MonkeyPa
 
 def test_the_cli_scores_a_uri_and_refuses_a_missing_one(tmp_path: Path, store: Any) -> None:
     from typer.testing import CliRunner
-
     from wbfe_cli.main import app
 
     local = make_zoo(tmp_path / "zoo", 1).parent / "m0.safetensors"

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import wbfe
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import open_source
-from wbfe.arrays import to_torch
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402

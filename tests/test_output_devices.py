@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from wbfe_cli.main import app
 
 from wbfe.errors import OutputError
-from wbfe.output import check_output, write_atomic, write_output
-from wbfe_cli.main import app
+from wbfe.render.files import check_output, write_atomic, write_output
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/null") or not os.path.exists("/dev/zero"),
                                 reason="needs /dev/null and /dev/zero (POSIX)")

@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import save_file
 
 import wbfe
-from wbfe import pipeline, spectra
-from wbfe.engine import jobs
+from wbfe.engine import jobs, pipeline
+from wbfe.linalg import spectra
 
 
 def _checkpoint(path: Path) -> Path:
@@ -87,7 +87,7 @@ def test_pinned_threads_are_restored_and_nest() -> None:
 
 
 def test_finished_does_not_wait_for_a_running_job_unless_asked() -> None:
-    from wbfe.matrices import plan_matrix
+    from wbfe.engine.matrices import plan_matrix
     from wbfe.sources import TensorEntry
 
     e = TensorEntry(name="x.weight", shape=(300, 600), dtype="float32", load=lambda: None)
@@ -100,7 +100,7 @@ def test_finished_does_not_wait_for_a_running_job_unless_asked() -> None:
 
 
 def test_a_worker_error_reaches_the_caller_in_order() -> None:
-    from wbfe.matrices import plan_matrix
+    from wbfe.engine.matrices import plan_matrix
     from wbfe.sources import TensorEntry
 
     def entry(name: str) -> tuple[TensorEntry, object]:

@@ -21,11 +21,11 @@ SCRIPT = textwrap.dedent(
     matplotlib.use("pdf")  # the caller's choice, which no plot may switch
     out = Path(sys.argv[1])
 
-    from wbfe.plots.esd import fit_esd, plot_esd
-    from wbfe.plots.hierarchical import write_figures
-    from wbfe.plots.ranking import plot_metric
-    from wbfe.plots.theory import plot_kc
-    from wbfe.plots.watch import plot_watch
+    from wbfe.reporting.plots.esd import fit_esd, plot_esd
+    from wbfe.reporting.plots.hierarchical import write_figures
+    from wbfe.reporting.plots.ranking import plot_metric
+    from wbfe.reporting.plots.theory import plot_kc
+    from wbfe.reporting.plots.watch import plot_watch
     from wbfe.theory.hierarchical import simulate_hierarchical
     from wbfe.theory.teacher_student import readout, sweep
     from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory, result_at

@@ -17,9 +17,9 @@ from typing import Any, Callable, Optional
 
 import pytest
 from typer.testing import CliRunner
+from wbfe_cli.main import app
 
 import wbfe
-from wbfe.constraints import Constraint, Flag
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.options import (
     OPTIONS_CLASSES,
@@ -30,7 +30,7 @@ from wbfe.options import (
     StatsOptions,
     WatchOptions,
 )
-from wbfe_cli.main import app
+from wbfe.options.constraints import Constraint, Flag
 
 Call = Callable[[Path, dict[str, Any]], Any]
 

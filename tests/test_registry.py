@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import CHECKPOINT_SUFFIXES, open_source
 from wbfe.sources.local import pick_weight_files
 from wbfe.sources.registry import file_formats, format_of, locations
-from wbfe.arrays import to_torch
 
 Expected = dict[str, torch.Tensor]
 Writer = Callable[[Path], tuple[Path, Expected]]

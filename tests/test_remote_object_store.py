@@ -1,4 +1,4 @@
-"""Streaming safetensors from object-store URIs (wbfe.sources.object_stream, store_range) with
+"""Streaming safetensors from object-store URIs (wbfe.sources.object_location, store_range) with
 ranged fsspec reads: fsspec's ``memory://`` store, and ``fakes3://``, an in-memory store defined
 here that behaves as s3fs does where it matters (a ranged ``cat_file`` per read, ``fs.info`` with
 an ETag, and on a versioned bucket a ``VersionId`` that ``cat_file(version_id=)`` reads; as gcsfs,

@@ -17,9 +17,14 @@ import pytest
 import wbfe
 from tests.ray_zoo import make_sharded
 from tests.remote_server import Repo, Server, go_online
-from wbfe.arrays import to_torch
-from wbfe.errors import (InvalidOptionError, ModelNotFoundError, RangeNotSupportedError, RemoteReadError,
-                         SourceNotFoundError)
+from wbfe.errors import (
+    InvalidOptionError,
+    ModelNotFoundError,
+    RangeNotSupportedError,
+    RemoteReadError,
+    SourceNotFoundError,
+)
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import http_range, open_source, remote
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy
 

@@ -14,7 +14,7 @@ import pytest
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options import CompareOptions, ScoreOptions, WatchOptions, compile_layers
-from wbfe.safe_regex import unsafe_reason
+from wbfe.options.safe_regex import unsafe_reason
 
 # (pattern, repeated unit, tail that makes the match fail): the adversarial name is unit * n + tail.
 BAD = [

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import wbfe
-from wbfe.spectra import spectrum
+from wbfe.linalg.spectra import spectrum
 
 CPU = torch.device("cpu")
 INVARIANT = ("bfe", "stable_rank", "matrix_rank", "entropy", "alpha", "num_pl_spikes", "tpl_alpha",

@@ -113,9 +113,9 @@ def test_read_ahead_across_shards_gives_the_in_memory_scores(tmp_path: Path) -> 
 
 
 def test_read_ahead_keeps_peak_memory_within_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    from wbfe import pipeline as pipeline_module
-    from wbfe.matrices import plan_matrix
-    from wbfe.pipeline import Pipeline
+    from wbfe.engine import pipeline as pipeline_module
+    from wbfe.engine.matrices import plan_matrix
+    from wbfe.engine.pipeline import Pipeline
     from wbfe.sources import TensorEntry
 
     def entry(shape: tuple[int, ...], dtype: str = "float32") -> tuple[TensorEntry, object]:
@@ -142,7 +142,7 @@ def test_read_ahead_keeps_peak_memory_within_budget(monkeypatch: pytest.MonkeyPa
 def _assert_scores_agree(st_file: Path, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every layer's BFE-W on ``device`` within 1e-8 relative of the numpy/LAPACK path's, BFE-only
     and with the eigenvalues; ``cpu`` runs the torch code path that serves CUDA."""
-    from wbfe import spectra
+    from wbfe.linalg import spectra
 
     cpu = {m: wbfe.score(st_file, metrics=m, device="cpu") for m in ("bfe", "bfe,htsr")}
     if device == "cpu":

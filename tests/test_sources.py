@@ -21,8 +21,8 @@ from wbfe.errors import (
     TruncatedCheckpointError,
     UnsafePickleError,
 )
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import content_hash, open_source, safetensors_files
-from wbfe.arrays import to_torch
 
 
 def _tensors(ref: object) -> dict[str, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""wbfe.special against mpmath: log U on [0, ∞) and log|U|, arg U on the cut (docs/math.md §3)."""
+"""wbfe.metrics.special against mpmath: log U on [0, ∞) and log|U|, arg U on the cut (docs/math.md §3)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from scipy.special import exp1, gammaln
 
 from wbfe.errors import InvalidOptionError
-from wbfe.special import arg_hyperu_neg, log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
+from wbfe.metrics.special import arg_hyperu_neg, log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
 
 mp = pytest.importorskip("mpmath")
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from wbfe import spectra
 from wbfe.errors import InvalidOptionError
-from wbfe.spectra import DegenerateMatrixError, eigenvalues, resolve_device, spectrum
+from wbfe.linalg import spectra
+from wbfe.linalg.spectra import DegenerateMatrixError, eigenvalues, resolve_device, spectrum
 
 CPU = torch.device("cpu")
 
@@ -86,8 +86,8 @@ def test_devices() -> None:
 def test_cuda_equals_cpu(dtype: torch.dtype, shape: tuple[int, int]) -> None:
     """On a GPU: the eigenvalues, and BFE-W from the Cholesky path, as on the CPU (where a large
     square matrix takes the LU path instead)."""
+    from wbfe.linalg.spectra import log_moments
     from wbfe.metrics.bfe import bfe_from_moments
-    from wbfe.spectra import log_moments
 
     cuda = torch.device("cuda")
     w = (torch.randn(*shape, generator=torch.Generator().manual_seed(5)) * 0.05).to(dtype)
@@ -100,7 +100,7 @@ def test_cuda_equals_cpu(dtype: torch.dtype, shape: tuple[int, int]) -> None:
 
 @pytest.mark.parametrize("shape", [(20, 70), (70, 20), (40, 40)])
 def test_cholesky_moments_equal_eigenvalue_moments(shape: tuple[int, int]) -> None:
-    from wbfe.spectra import log_moments
+    from wbfe.linalg.spectra import log_moments
 
     w = torch.randn(*shape, generator=torch.Generator().manual_seed(6)) * 3.0
     e = eigenvalues([w], CPU)
@@ -111,7 +111,7 @@ def test_cholesky_moments_equal_eigenvalue_moments(shape: tuple[int, int]) -> No
 
 
 def test_cholesky_moments_of_pooled_slices_and_rank_deficient() -> None:
-    from wbfe.spectra import log_moments
+    from wbfe.linalg.spectra import log_moments
 
     g = torch.Generator().manual_seed(7)
     slices = [torch.randn(8, 12, generator=g, dtype=torch.float64) for _ in range(3)]
@@ -141,7 +141,7 @@ def test_bfe_only_path_equals_full_path() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_lu_moments_of_large_square_equal_eigenvalue_moments(dtype: torch.dtype) -> None:
-    from wbfe.spectra import log_moments
+    from wbfe.linalg.spectra import log_moments
 
     w = (torch.randn(300, 300, generator=torch.Generator().manual_seed(9), dtype=torch.float64) * 0.1).to(dtype)
     before = w.clone()
@@ -154,7 +154,7 @@ def test_lu_moments_of_large_square_equal_eigenvalue_moments(dtype: torch.dtype)
 
 
 def test_lu_moments_of_singular_and_bad_square_matrices() -> None:
-    from wbfe.spectra import log_moments
+    from wbfe.linalg.spectra import log_moments
 
     g = torch.Generator().manual_seed(10)
     low = torch.randn(300, 290, generator=g, dtype=torch.float64) @ torch.randn(290, 300, generator=g, dtype=torch.float64)
@@ -175,8 +175,8 @@ def test_gpu_code_path_run_on_the_cpu_equals_the_cpu_path(monkeypatch: pytest.Mo
                                                           shape: tuple[int, int]) -> None:
     """The torch code path that runs on CUDA (Gram by addmm, torch eigvalsh and Cholesky), run on the
     CPU, against the numpy/LAPACK path: BFE-W within 1e-8 relative, as the GPU must be."""
+    from wbfe.linalg.spectra import log_moments
     from wbfe.metrics.bfe import bfe_from_moments
-    from wbfe.spectra import log_moments
 
     w = (torch.randn(*shape, generator=torch.Generator().manual_seed(13)) * 0.05).to(dtype)
     cpu_eigs, cpu_moments = eigenvalues([w], CPU), log_moments([w], CPU)

@@ -16,8 +16,8 @@ import torch
 
 import wbfe
 from tests import tflite_writer as tw
-from wbfe.arrays import to_torch
 from wbfe.errors import CorruptCheckpointError, WbfeError
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import open_source
 from wbfe.sources.registry import format_of
 

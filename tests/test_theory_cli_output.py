@@ -1,5 +1,5 @@
 """The theory commands' ``--output`` folder (issue 35): ``-o`` as in score, compare, rank, report and
-watch, and the same folder rules (wbfe.output.check_output_dir), checked before any simulation."""
+watch, and the same folder rules (wbfe.render.files.check_output_dir), checked before any simulation."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from wbfe_cli.main import app
 
 from wbfe.errors import OutputError
-from wbfe.output import check_output_dir
-from wbfe_cli.main import app
+from wbfe.render.files import check_output_dir
 
 runner = CliRunner()
 CURVE = ["theory", "curve", "--beta", "1.0", "--k", "50", "--d", "40", "--points", "12"]

@@ -193,7 +193,7 @@ def test_version_and_help(blocker: str) -> None:
 def test_bfloat16_widened_holds_every_value_as_torch_does() -> None:
     """Every one of the 65,536 bfloat16 bit patterns, widened by numpy alone, is the value torch
     gives it (NaN where torch's is NaN)."""
-    from wbfe.arrays import widen
+    from wbfe.linalg.arrays import widen
 
     stored = torch.arange(2**16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     got = widen(stored.view(torch.uint8).numpy(), "bfloat16", (2**16,)).astype("float64")

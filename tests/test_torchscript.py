@@ -13,12 +13,12 @@ import pytest
 import torch
 from torch import nn
 from typer.testing import CliRunner
+from wbfe_cli.main import app
 
 import wbfe
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import open_source
-from wbfe_cli.main import app
-from wbfe.arrays import to_torch
 
 
 class Net(nn.Module):

@@ -324,7 +324,7 @@ def test_lightning_callback_needs_lightning(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
-    from wbfe.plots.watch import plot_watch
+    from wbfe.reporting.plots.watch import plot_watch
     from wbfe.watch import CheckpointPoint, LayerPoint, Trajectory, result_at
 
     htmp_module()

@@ -143,7 +143,7 @@ def test_cli_prints_the_reason_and_the_hint(mlp_run: Path) -> None:
 
 
 def test_plot_draws_the_fixed_lambda_bfe(mlp_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import wbfe.plots.watch as plots
+    import wbfe.reporting.plots.watch as plots
     from wbfe.watch import watch
 
     figures = []

@@ -86,7 +86,7 @@ def test_comparison_covers_the_quirks(parity) -> None:
     assert ww_rows["low_rank"]["rank_loss"] == 50 and ww_rows["low_rank"]["weak_rank_loss"] == 50
     # conv: WW's sv_min is the largest of the slices' smallest singular values, far above the
     # smallest singular value of all (in the slice scaled by 1e-3)
-    from wbfe._ww_compat import ww_conv2d_matrices
+    from wbfe.metrics.ww_compat import ww_conv2d_matrices
 
     slices = ww_conv2d_matrices(_model().conv.weight.detach().numpy())
     smallest = [np.linalg.svd(s, compute_uv=False).min() for s in slices]
@@ -204,7 +204,7 @@ def test_rank_columns_against_svd() -> None:
 
 def test_conv2d_fft_equals_weightwatcher() -> None:
     ww = pytest.importorskip("weightwatcher")
-    from wbfe._ww_compat import ww_conv2d_fft_eigenvalues
+    from wbfe.metrics.ww_compat import ww_conv2d_fft_eigenvalues
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3), torch.nn.Conv2d(32, 24, 3), torch.nn.Conv2d(12, 8, 5),
@@ -230,7 +230,7 @@ def test_conv2d_fft_equals_weightwatcher() -> None:
 def test_conv2d_fft_is_not_the_operator_spectrum() -> None:
     """What WW's conv2d_fft computes, written out: real part of the 32 × 32 FFT grid of each kernel,
     halved eigenvalues, the top rf·N·M — not the SVD of the frequency-domain operator."""
-    from wbfe._ww_compat import ww_conv2d_fft_eigenvalues
+    from wbfe.metrics.ww_compat import ww_conv2d_fft_eigenvalues
 
     w = heavy((6, 4, 3, 3), 3.0, 8).numpy()
     e, n, m = ww_conv2d_fft_eigenvalues(w)

@@ -20,9 +20,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from wbfe.arrays import to_numpy, to_torch
+from wbfe.engine.matrices import Skip, find_head, role_of
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
-from wbfe.matrices import Skip, find_head, role_of
+from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics.bfe import bfe
 from wbfe.sources import TensorEntry, open_source
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
@@ -136,7 +136,7 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
         NoUsableMatrixError: nothing to score.
     """
     from wbfe import engine
-    from wbfe.spectra import pin_threads
+    from wbfe.linalg.spectra import pin_threads
 
     context = engine.Context.of(options)
     groups, metric_options = context.groups, context.metric_options
@@ -236,9 +236,9 @@ def _merge_with_base(
     the base one tensor at a time as a score reads it (quantised weights dequantised, fused expert
     stacks split); returns the base's provenance."""
     from wbfe import engine
-    from wbfe.change import matrix_change
-    from wbfe.matrices import as_matrices
-    from wbfe.spectra import DegenerateMatrixError, pin_threads
+    from wbfe.engine.change import matrix_change
+    from wbfe.engine.matrices import as_matrices
+    from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 
     by_weight = {f"{name}.weight": name for name in factors}
     rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}

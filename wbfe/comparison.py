@@ -42,17 +42,17 @@ import numpy as np
 
 from wbfe import engine
 from wbfe._provenance import installed_versions
-from wbfe.change import is_number, matrix_change, subspace_overlap, top_singular
+from wbfe.engine.change import is_number, matrix_change, subspace_overlap, top_singular
+from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices, find_head
+from wbfe.engine.pipeline import worker_count
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
-from wbfe.matrices import MatrixPlan, Skip, as_matrices, find_head
+from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, check_name_map
-from wbfe.pipeline import worker_count
-from wbfe.report import json_ready
+from wbfe.render.text import json_ready
 from wbfe.sources import TensorEntry, open_source
 from wbfe.sources.peft_adapter import AdapterSource
-from wbfe.spectra import DegenerateMatrixError, pin_threads
 
 __all__ = ["Comparison", "compare", "parse_name_map", "subspace_overlap", "top_singular"]
 

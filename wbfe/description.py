@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from wbfe import engine
+from wbfe.engine.heads import HeadChoice, choose_head
+from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
-from wbfe.heads import HeadChoice, choose_head
-from wbfe.matrices import MatrixPlan, component_of
 from wbfe.options import ScoreOptions
 from wbfe.sources import open_source
 

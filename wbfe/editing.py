@@ -19,10 +19,10 @@ k pools the slices (unscaled: WeightWatcher's ``apply_esd`` runs without its con
 WeightWatcher computes the truncated SVD with scikit-learn's randomised ``TruncatedSVD`` (7 power
 iterations, seed 42) and edits the model in memory; here the SVD is LAPACK's (exact to rounding).
 ``ww_compatible=True`` reproduces WeightWatcher's edit instead, value for value: its layers, its
-counts, its randomised SVD in float32 (:mod:`wbfe._ww_compat`). Either way a checkpoint is read tensor by tensor (:func:`wbfe.sources.open_source`) and written as a safetensors
+counts, its randomised SVD in float32 (:mod:`wbfe.metrics.ww_compat`). Either way a checkpoint is read tensor by tensor (:func:`wbfe.sources.open_source`) and written as a safetensors
 file: edited matrices in their own dtype, every other tensor byte for byte, the input's safetensors
 metadata kept, streamed one tensor at a time into a temporary file that replaces the output
-atomically (:func:`wbfe.output.open_atomic`).
+atomically (:func:`wbfe.render.files.open_atomic`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Literal, Optional, Un
 
 import numpy as np
 
-from wbfe.arrays import to_torch
 from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import stored_bytes
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], editor: Editor) -> EditSummary:
     from wbfe._deps import require_torch
     from wbfe.options import compile_layers
-    from wbfe.output import check_output, local_files, local_reads, open_atomic, refuse_overlap
+    from wbfe.render.files import check_output, local_files, local_reads, open_atomic, refuse_overlap
     from wbfe.sources import open_source
 
     torch = require_torch("smoothing or sharpening a checkpoint")
@@ -272,7 +272,7 @@ def _float32(tensor: "torch.Tensor") -> np.ndarray:
 
 def _ww_apply(name: str, w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
     """WeightWatcher's edit of one layer, or why it leaves the layer as it is."""
-    from wbfe._ww_compat import ww_edit_weight
+    from wbfe.metrics.ww_compat import ww_edit_weight
 
     per_slice = num_smooth if w32.ndim == 2 else int(math.ceil(num_smooth / (w32.shape[2] * w32.shape[3])))
     if per_slice == 0:
@@ -293,7 +293,7 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
         percent: fraction of the components kept, method ``svd`` (WeightWatcher's default 0.8).
         method: ``svd`` (a fixed fraction) or ``detx`` (the det X = 1 tail).
         layers: a regular expression; only matching tensors are edited (the rest are copied).
-        ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe._ww_compat`): its layers,
+        ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe.metrics.ww_compat`): its layers,
             counts and randomised truncated SVD, in float32.
 
     Returns:
@@ -311,7 +311,7 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if options.ww_compatible:
-            from wbfe._ww_compat import ww_layer_eigenvalues, ww_svd_count
+            from wbfe.metrics.ww_compat import ww_layer_eigenvalues, ww_svd_count
 
             w32 = _ww_matrix(tensor)
             if isinstance(w32, str):
@@ -334,7 +334,7 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
 
 def _ww_matrix(tensor: "torch.Tensor") -> Union[np.ndarray, str]:
     """The weight as WeightWatcher edits it (float32), or why WeightWatcher leaves it alone."""
-    from wbfe._ww_compat import ww_skip_reason
+    from wbfe.metrics.ww_compat import ww_skip_reason
 
     skip = ww_skip_reason(tuple(tensor.shape))
     return skip if skip is not None else _float32(tensor)
@@ -351,7 +351,7 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
         seed: seed of the permutations (with each tensor's name; with ``ww_compatible``, the seed
             of one NumPy ``RandomState`` drawn from tensor after tensor in the checkpoint's order,
             as WeightWatcher draws from NumPy's global generator after ``np.random.seed(seed)``).
-        ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe._ww_compat`).
+        ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe.metrics.ww_compat`).
 
     Returns:
         An :class:`EditSummary`.
@@ -366,8 +366,8 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if options.ww_compatible:
-            from wbfe._ww_compat import ww_layer_dims, ww_permuted_eigenvalues
             from wbfe.metrics.mp import mp_fit
+            from wbfe.metrics.ww_compat import ww_layer_dims, ww_permuted_eigenvalues
 
             w32 = _ww_matrix(tensor)
             if isinstance(w32, str):

@@ -51,7 +51,7 @@ def score(
         metrics: metric groups (``"bfe,htsr,htmp"`` or an iterable); None for the default, ``bfe,htsr``.
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision.
         conv: conv-kernel convention, ``flatten`` (out × in·k…), ``slices`` (pooled k positions) or
-            ``fft`` (WeightWatcher's ``conv2d_fft`` view of 4-D kernels, :mod:`wbfe.conv_fft`).
+            ``fft`` (WeightWatcher's ``conv2d_fft`` view of 4-D kernels, :mod:`wbfe.linalg.conv_fft`).
         layers: a regular expression; only tensors whose name it matches (``re.search``) are analysed.
         device: ``auto``, ``cpu`` or ``cuda`` for the eigen-solves.
         head: tensor (or module) name of the classifier / LM head, overriding the built-in rule.

@@ -99,9 +99,8 @@ def score_runs(runs_root: Path, cache: Path) -> list:
 
 
 def _spearman(x, y) -> float:  # noqa: ANN001
-    from scipy import stats
-
     import numpy as np
+    from scipy import stats
 
     x, y = np.asarray(x, float), np.asarray(y, float)
     ok = np.isfinite(x) & np.isfinite(y)
@@ -167,7 +166,7 @@ def _group_of(run: str) -> str:
 
 def plots(trajs: list, analysis: dict) -> list[str]:
     """One watch figure per run (head and fc1 at the λ chosen on all runs of its group) and calibration curves."""
-    from wbfe.plots.watch import plot_calibration, plot_watch
+    from wbfe.reporting.plots.watch import plot_calibration, plot_watch
     from wbfe.watch import calibrate, result_at
 
     written = []
@@ -203,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     analysis["plots"] = plots(trajs, analysis)
     analysis["seconds"] = round(time.perf_counter() - started, 1)
     analysis["script"] = "benchmarks/dynamics/analyse.py"
-    from wbfe.report import json_ready
+    from wbfe.render.text import json_ready
 
     (RESULTS / "dynamics.json").write_text(json.dumps(json_ready(analysis), indent=1, allow_nan=False) + "\n")
     for sel, groups in analysis["selections"].items():

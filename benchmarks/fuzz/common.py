@@ -113,7 +113,7 @@ def check_source(ref: Any, *, compare: Optional[Compare] = None, reference: Opti
     Raises:
         AssertionError: a broken invariant.
     """
-    from wbfe.arrays import dtype_name, flat_bytes, is_known_dtype, is_torch
+    from wbfe.linalg.arrays import dtype_name, flat_bytes, is_known_dtype, is_torch
     from wbfe.sources import open_source
 
     names: list[str] = []

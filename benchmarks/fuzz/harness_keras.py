@@ -46,7 +46,7 @@ def _sorted_bits(array: Any) -> tuple[int, str]:
     """(element count, digest of the element bit patterns in sorted order): a layout's invariant."""
     import numpy as np
 
-    from wbfe.arrays import flat_bytes
+    from wbfe.linalg.arrays import flat_bytes
 
     raw = np.ascontiguousarray(flat_bytes(array))
     size = array.element_size() if hasattr(array, "element_size") else array.dtype.itemsize
@@ -58,7 +58,7 @@ def _same_datasets(path: Path, data: bytes) -> None:
     import h5py
     import numpy as np
 
-    from wbfe.arrays import is_known_dtype
+    from wbfe.linalg.arrays import is_known_dtype
     from wbfe.sources import open_source
 
     try:

@@ -62,7 +62,7 @@ def _tensor_bytes(torch: Any, tensor: Any) -> bytes:
 
 
 def _same_bytes(data: bytes, entry: Any, tensor: Any) -> None:
-    from wbfe.arrays import flat_bytes
+    from wbfe.linalg.arrays import flat_bytes
 
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])

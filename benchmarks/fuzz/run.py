@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 # Packages whose modules are instrumented: what the readers, the engine and the adapters run.
 _INSTRUMENTED = ("wbfe.sources", "wbfe.engine", "wbfe.ranking", "wbfe.framework", "wbfe.quant")
-_MODULES = ("wbfe", "wbfe.scoring", "wbfe.adapters", "wbfe.matrices", "wbfe.pipeline", "wbfe.experts")
+_MODULES = ("wbfe", "wbfe.scoring", "wbfe.adapters", "wbfe.engine.matrices", "wbfe.engine.pipeline", "wbfe.engine.experts")
 
 
 def _import_instrumented() -> None:

@@ -23,7 +23,7 @@ import numpy as np
 # Two shared cores: a multi-threaded BLAS spin-waiting on a loaded machine is many times slower.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from wbfe.plots.hierarchical import write_figures  # noqa: E402
+from wbfe.reporting.plots.hierarchical import write_figures  # noqa: E402
 from wbfe.theory.hierarchical import simulate_hierarchical  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -23,9 +23,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from wbfe.errors import WbfeError
+from wbfe.linalg.arrays import to_torch
 from wbfe.sources import open_source
 from wbfe.sources.safetensors_files import SAFETENSORS_DTYPES, read_header, read_index
-from wbfe.arrays import to_torch
 
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from wbfe.errors import WbfeError
 from wbfe.ranking.cache import ScoreCache, cache_key
 from wbfe.ranking.zoo import read_zoo_file
-from wbfe.report import json_ready
+from wbfe.render.text import json_ready
 
 yaml = pytest.importorskip("yaml")
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
+from wbfe_cli.main import app
 
 import wbfe
 from wbfe.errors import (
@@ -33,10 +34,9 @@ from wbfe.errors import (
     WbfeError,
 )
 from wbfe.options import ScoreOptions, StatsOptions, compile_layers
-from wbfe.output import write_atomic
 from wbfe.ranking import rank
 from wbfe.ranking.cache import ScoreCache, cache_key
-from wbfe_cli.main import app
+from wbfe.render.files import write_atomic
 
 
 def cli(*args: str) -> Any:
@@ -487,7 +487,7 @@ def test_unknown_name_lists_a_few_names_only() -> None:
 
 
 def test_esd_draws_a_truncated_power_law_with_lambda_zero(tmp_path: Path) -> None:
-    from wbfe.plots.esd import fit_esd, plot_esd
+    from wbfe.reporting.plots.esd import fit_esd, plot_esd
 
     rng = np.random.default_rng(2)
     eigs = np.sort((1.0 - rng.random(400)) ** (-1 / 1.5))  # Pareto tail: the TPL's best Λ is 0
@@ -498,8 +498,9 @@ def test_esd_draws_a_truncated_power_law_with_lambda_zero(tmp_path: Path) -> Non
 
 
 def test_rank_table_escapes_model_labels_and_reasons(tmp_path: Path) -> None:
-    from wbfe.ranking import Failure
     from wbfe_cli.rank import rank_table
+
+    from wbfe.ranking import Failure
 
     result = rank(make_zoo(tmp_path / "zoo"), "acc", metrics="bfe", scorer=fake_scorer, hasher=fake_hash,
                   cache_dir=False, n_boot=200)

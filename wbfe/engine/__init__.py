@@ -5,7 +5,7 @@
   why); :func:`plan_entry` plans one; :func:`matrices_of` turns a planned tensor into matrices.
 - :func:`spectrum_of` (and the pipeline jobs) compute a spectrum with every group's hooks.
 - :class:`IntraChain` makes extra matrices from consecutive entries (``intra``: their products).
-- :func:`run` drives a stream through a :class:`~wbfe.pipeline.Pipeline` into rows.
+- :func:`run` drives a stream through a :class:`~wbfe.engine.pipeline.Pipeline` into rows.
 - :func:`finish` makes a :class:`ModelScore` of the rows; :func:`score_source` is the whole path in
   this process.
 
@@ -15,11 +15,11 @@ The engine imports no feature built on it (enforced by the import contract in py
 from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_source
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import batch_job, batch_key, planned_spectrum, spectrum_job, spectrum_of
+from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, stream
 from wbfe.engine.products import INTRA, IntraChain, Product
 from wbfe.engine.result import ModelScore, finish, no_usable_matrix, summarise
 from wbfe.engine.rows import ROW_BATCH, Record, RowMaker, layer_row
 from wbfe.engine.run import Done, Ties, run
-from wbfe.engine.stream import Planned, entries, matrices_of, plan_entry, stream
 
 __all__ = [
     "Context", "Planned", "entries", "plan_entry", "stream", "matrices_of",

@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 
 from wbfe._provenance import installed_versions
 from wbfe.engine.context import Context
-from wbfe.engine.products import IntraChain
 from wbfe.engine.jobs import planned_spectrum
+from wbfe.engine.matrices import ConvConvention, MatrixPlan, Skip
+from wbfe.engine.pipeline import Pipeline
+from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, stream
+from wbfe.engine.products import IntraChain
 from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.run import run
-from wbfe.engine.stream import Planned, entries, matrices_of, plan_entry, stream
+from wbfe.engine.ties import SeenContent
 from wbfe.errors import InvalidOptionError, name_hint
-from wbfe.matrices import ConvConvention, MatrixPlan, Skip
+from wbfe.linalg.spectra import resolve_device
 from wbfe.options import ScoreOptions, check_conv
-from wbfe.pipeline import Pipeline
 from wbfe.sources import TensorEntry, open_source
-from wbfe.spectra import resolve_device
-from wbfe.ties import SeenContent
 
 if TYPE_CHECKING:
     import numpy as np

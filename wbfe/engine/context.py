@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from wbfe.linalg.spectra import resolve_device
 from wbfe.metrics import MetricOptions, resolve_groups
 from wbfe.options import ScoreOptions
-from wbfe.spectra import resolve_device
 
 __all__ = ["Context"]
 

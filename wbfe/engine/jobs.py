@@ -10,10 +10,10 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from wbfe.arrays import to_numpy
 from wbfe.engine.context import Context
-from wbfe.matrices import MatrixPlan, Skip
-from wbfe.spectra import DegenerateMatrixError, Spectrum, batchable, spectra_batch, spectrum
+from wbfe.engine.matrices import MatrixPlan, Skip
+from wbfe.linalg.arrays import to_numpy
+from wbfe.linalg.spectra import DegenerateMatrixError, Spectrum, batchable, spectra_batch, spectrum
 
 __all__ = ["spectrum_of", "spectrum_job", "batch_job", "batch_key", "planned_spectrum"]
 
@@ -21,7 +21,7 @@ __all__ = ["spectrum_of", "spectrum_job", "batch_job", "batch_key", "planned_spe
 def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: Any, *, need_eigs: bool = True) -> Spectrum:
     """The spectrum of a planned entry's matrices (:func:`~wbfe.engine.matrices_of`): their pooled
     Gram eigenvalues, or for the ``fft`` convention WeightWatcher's FFT view of the kernel
-    (:mod:`wbfe.conv_fft`, always with its eigenvalues).
+    (:mod:`wbfe.linalg.conv_fft`, always with its eigenvalues).
 
     Raises:
         DegenerateMatrixError: non-finite or all-zero entries.
@@ -29,7 +29,7 @@ def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: An
     if plan is None or plan.convention != "fft":
         return spectrum(matrices, device, need_eigs=need_eigs)
 
-    from wbfe.conv_fft import conv2d_fft_eigenvalues
+    from wbfe.linalg.conv_fft import conv2d_fft_eigenvalues
 
     kernel = to_numpy(matrices[0]).astype(np.float32, copy=False)
     if not np.isfinite(kernel).all():
@@ -54,7 +54,7 @@ def spectrum_of(matrices: list[Any], context: Context, name: str, *, need_eigs: 
 
 
 def spectrum_job(matrices: list[Any], context: Context, name: str, plan: Optional[MatrixPlan] = None) -> Callable[[], Any]:
-    """:func:`spectrum_of` as a job for :meth:`wbfe.pipeline.Pipeline.compute`."""
+    """:func:`spectrum_of` as a job for :meth:`wbfe.engine.pipeline.Pipeline.compute`."""
     return lambda: spectrum_of(matrices, context, name, plan=plan)
 
 
@@ -68,7 +68,7 @@ def _with_hooks(spec: Any, matrices: list[Any], context: Context, name: str) -> 
 
 def batch_key(plan: Union[Skip, MatrixPlan], prepared: Any, device: Any) -> Optional[tuple[int, int, Any]]:
     """``(rows, cols, dtype)`` of an entry that is one small matrix scored in a batch with its
-    equal-shaped neighbours (see :func:`wbfe.spectra.spectra_batch`); None for any other entry."""
+    equal-shaped neighbours (see :func:`wbfe.linalg.spectra.spectra_batch`); None for any other entry."""
     if (isinstance(prepared, Skip) or not isinstance(plan, MatrixPlan) or len(prepared) != 1
             or plan.convention == "fft" or not batchable(plan.rows, plan.cols, device)):
         return None

@@ -17,7 +17,7 @@ too, as in WeightWatcher's ``WWIntraLayerIterator``: by its first kernel positio
 ``w[:, :, 0, 0]`` (transposed when out < in, unscaled), and a product whose second member is a
 Conv2d is scaled by √(1/2) (WeightWatcher normalises the product as a layer of the second
 member's type: its ``conv2d_norm``) and keeps that member's M·rf largest values
-(:func:`wbfe._ww_compat.ww_intra_member`).
+(:func:`wbfe.metrics.ww_compat.ww_intra_member`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from wbfe.arrays import to_numpy
+from wbfe.engine.matrices import MatrixPlan
 from wbfe.framework import order_rows
-from wbfe.matrices import MatrixPlan
+from wbfe.linalg.arrays import to_numpy
+from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.metrics.intra import aligned_shapes, intra_mask, intra_matrix, intra_spectrum
 from wbfe.sources import TensorEntry
-from wbfe.spectra import DegenerateMatrixError
 
 __all__ = ["Product", "IntraChain", "INTRA"]
 
@@ -41,7 +41,7 @@ INTRA = "intra"
 
 class Product(NamedTuple):
     """One product to score: a stand-in entry (its ``load`` multiplies), its plan, its spectrum job
-    (a :class:`~wbfe.spectra.Spectrum`, or the :class:`DegenerateMatrixError` saying why none), and
+    (a :class:`~wbfe.linalg.spectra.Spectrum`, or the :class:`DegenerateMatrixError` saying why none), and
     the names of its two matrices."""
 
     entry: TensorEntry
@@ -115,7 +115,7 @@ class IntraChain:
         if plan.convention == "dense":
             return plan.rows, plan.cols
         if self.ww_compatible and plan.convention == "slices" and len(plan.shape) == 4:
-            from wbfe._ww_compat import ww_intra_member_shape
+            from wbfe.metrics.ww_compat import ww_intra_member_shape
 
             return ww_intra_member_shape(plan.shape)
         return None
@@ -124,7 +124,7 @@ class IntraChain:
         if plan.convention == "dense":
             w = _as_array(matrices)
             return _Member(w, min(w.shape), 1.0)
-        from wbfe._ww_compat import ww_intra_member
+        from wbfe.metrics.ww_compat import ww_intra_member
 
         return _Member(*ww_intra_member(plan.shape, matrices))
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from wbfe.applicability import applicability
+from wbfe.engine.heads import choose_head
 from wbfe.engine.products import INTRA
 from wbfe.errors import NoUsableMatrixError
 from wbfe.framework import FrameworkDescription, order_rows
-from wbfe.heads import choose_head
-from wbfe.report import as_float, json_ready
+from wbfe.render.text import as_float, json_ready
 
 __all__ = ["ModelScore", "finish", "summarise", "no_usable_matrix"]
 

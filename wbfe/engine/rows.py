@@ -8,9 +8,9 @@ import math
 from typing import Any, Callable, Optional, Union
 
 from wbfe.engine.context import Context
-from wbfe.matrices import MatrixPlan, Skip, component_of
+from wbfe.engine.matrices import MatrixPlan, Skip, component_of
+from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.sources import TensorEntry
-from wbfe.spectra import DegenerateMatrixError
 
 __all__ = ["layer_row", "RowMaker", "Record", "ROW_BATCH"]
 

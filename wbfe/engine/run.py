@@ -10,13 +10,13 @@ from typing import Any, Callable, Iterable, Optional, Protocol, Union
 
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import batch_job, batch_key, spectrum_job
+from wbfe.engine.matrices import MatrixPlan, Skip
+from wbfe.engine.pipeline import Pipeline, Reading
+from wbfe.engine.plan import Planned, matrices_of
 from wbfe.engine.products import IntraChain
 from wbfe.engine.rows import Record, RowMaker
-from wbfe.engine.stream import Planned, matrices_of
-from wbfe.matrices import MatrixPlan, Skip
-from wbfe.pipeline import Pipeline, Reading
+from wbfe.linalg.spectra import batch_size
 from wbfe.sources import TensorEntry
-from wbfe.spectra import batch_size
 
 __all__ = ["run", "Ties", "Done"]
 
@@ -25,7 +25,7 @@ Done = Callable[[TensorEntry], None]
 
 
 class Ties(Protocol):
-    """Finds a tensor whose bytes equal an earlier one's (see :class:`wbfe.ties.SeenContent`)."""
+    """Finds a tensor whose bytes equal an earlier one's (see :class:`wbfe.engine.ties.SeenContent`)."""
 
     def earlier_copy(self, entry: TensorEntry, tensor: Any) -> Optional[str]: ...
 
@@ -37,7 +37,7 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
     held back a little longer, to fit equal-shaped spectra together).
 
     Args:
-        pipeline: an entered :class:`~wbfe.pipeline.Pipeline` on ``context.device``.
+        pipeline: an entered :class:`~wbfe.engine.pipeline.Pipeline` on ``context.device``.
         planned: the stream (:func:`wbfe.engine.stream`), possibly a part of it.
         context: the run's resolved settings.
         ties: finds byte-identical earlier tensors (scored once, the copy skipped as ``tied``).

@@ -31,7 +31,7 @@ __all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES"]
 PART_BYTES = 2 * 2**30
 """A single safetensors file larger than this is split into groups of tensors of about this size."""
 
-# An expert matrix split out of a fused stack (wbfe.experts) belongs where the stack is stored.
+# An expert matrix split out of a fused stack (wbfe.engine.experts) belongs where the stack is stored.
 _EXPERT_SUFFIX = re.compile(r"\[\d+\](?:\.[A-Za-z_]+)?$")
 
 
@@ -99,14 +99,14 @@ def _numel(shape: Any) -> int:
 
 
 class _Digests:
-    """Stands in for :class:`wbfe.ties.SeenContent` in a task: finds no tie itself (an earlier copy
+    """Stands in for :class:`wbfe.engine.ties.SeenContent` in a task: finds no tie itself (an earlier copy
     may be in another part) but keeps every tensor's full digest for the driver to decide."""
 
     def __init__(self) -> None:
         self.keys: dict[str, tuple[Any, ...]] = {}
 
     def earlier_copy(self, entry: Any, tensor: Any) -> Optional[str]:
-        from wbfe.ties import full_digest
+        from wbfe.engine.ties import full_digest
 
         self.keys[entry.name] = (list(entry.shape), entry.dtype, full_digest(tensor))
         return None
@@ -117,10 +117,9 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
     lists, such as a split expert, goes with the tensor it came from, else to part 0), each with its
     position in the stream, and the SHA-256 of ``file``."""
     from wbfe import engine
-    from wbfe.matrices import Skip
-    from wbfe.pipeline import Pipeline
-    from wbfe.sources import open_source
-    from wbfe.sources import HASH_CHUNK, file_sha256
+    from wbfe.engine.matrices import Skip
+    from wbfe.engine.pipeline import Pipeline
+    from wbfe.sources import HASH_CHUNK, file_sha256, open_source
 
     node = node_of_this_task()
     try:
@@ -231,7 +230,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
 def _merge(rows: list[tuple[int, str, dict[str, Any]]], ties: dict[str, tuple[Any, ...]]
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Layers and skipped rows in stream order; a tensor whose bytes equal an earlier one's (in any
-    part) becomes a ``tied`` skip, named after the first copy, as :class:`wbfe.ties.SeenContent` does."""
+    part) becomes a ``tied`` skip, named after the first copy, as :class:`wbfe.engine.ties.SeenContent` does."""
     first_copy: dict[tuple[Any, ...], str] = {}
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []

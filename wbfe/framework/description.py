@@ -105,7 +105,7 @@ class FrameworkDescription:
         return out
 
 
-# A fused expert stack split per expert by wbfe.experts is named ``<weight>[e]`` or ``<weight>[e].gate``.
+# A fused expert stack split per expert by wbfe.engine.experts is named ``<weight>[e]`` or ``<weight>[e].gate``.
 _EXPERT_SUFFIX = re.compile(r"\[.*$")
 
 

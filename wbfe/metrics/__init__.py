@@ -15,8 +15,8 @@ import importlib
 from typing import Iterable
 
 from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions
-from wbfe.spectra import Spectrum
 
 __all__ = [
     "GroupResult",

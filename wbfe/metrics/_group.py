@@ -14,8 +14,7 @@ from typing import Any, Callable, Literal, Optional, Sequence, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-
-from wbfe.spectra import Form, Spectrum  # noqa: F401 - re-exported: the groups' input, defined where it is computed
+from wbfe.linalg.spectra import Form, Spectrum  # noqa: F401 - re-exported: the groups' input, defined where it is computed
 
 Value = Union[float, int, str, None]
 

@@ -21,8 +21,8 @@ from typing import Literal, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
+from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
-from wbfe.spectra import Spectrum
 
 __all__ = [
     "bfe", "bfe_from_moments", "parse_lambda", "positive_lambda", "lambda_star", "bfe_marchenko_pastur_limit",

@@ -37,7 +37,6 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from wbfe._ww_compat import WW_EVALS_THRESH  # the same tail as htsr's fit
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, check_tail_options
 from wbfe.metrics.powerlaw import (
     PowerLawFit,
@@ -46,6 +45,7 @@ from wbfe.metrics.powerlaw import (
     fit_truncated_power_law_many,
     tpl_log_normaliser,
 )
+from wbfe.metrics.ww_compat import WW_EVALS_THRESH  # the same tail as htsr's fit
 
 __all__ = ["FixFingers", "TailModel", "TailFit", "esd_peak", "peak_range", "fit_tail", "tpl_ks_distance",
            "check_tail_options", "WW_MAX_FINGERS", "WW_FINGER_THRESH", "WW_MIN_ALPHA", "COLUMNS", "GROUP"]

@@ -5,7 +5,7 @@ With a = κ/2, c = κ/(2γ), δ = c − a, b = 1 − δ and y = β(λ − τ):
 
     ρ(λ) = β · y^(δ−1) e^(−y) / [Γ(1 + a) Γ(c) |U(a, b, −y)|²],   F(λ) = arg U(a, b, −y − i0) / (πa).
 
-Every Tricomi U comes from :mod:`wbfe.special` (log space, tested against mpmath).
+Every Tricomi U comes from :mod:`wbfe.metrics.special` (log space, tested against mpmath).
 
 The metric group ``htmp`` fits the law to one spectrum and reports κ, β, τ, the KS distance,
 h = κ/β, the optimal h* at the prior precision λ, F∞ at λ and a diagnosis:
@@ -38,10 +38,10 @@ from scipy.optimize import brentq, minimize_scalar
 from scipy.special import gammaln
 
 from wbfe.errors import InvalidOptionError
-from wbfe.metrics.bfe import positive_lambda
+from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
-from wbfe.special import log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
-from wbfe.spectra import Spectrum
+from wbfe.metrics.bfe import positive_lambda
+from wbfe.metrics.special import log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
 
 __all__ = [
     "pdf",

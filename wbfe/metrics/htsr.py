@@ -37,8 +37,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from wbfe._ww_compat import WW_EVALS_THRESH
-from wbfe.arrays import to_numpy
+from wbfe.linalg.arrays import to_numpy
+from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
 from wbfe.metrics.powerlaw import (
@@ -47,7 +47,7 @@ from wbfe.metrics.powerlaw import (
     fit_power_law_many,
     fit_truncated_power_law_many,
 )
-from wbfe.spectra import Spectrum
+from wbfe.metrics.ww_compat import WW_EVALS_THRESH
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
            "WW_EVALS_THRESH", "WW_EPSILON", "WW_WEAK_RANK_TOL", "GROUP"]

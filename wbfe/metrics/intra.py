@@ -28,7 +28,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from wbfe.arrays import to_numpy
+from wbfe.linalg.arrays import to_numpy
 from wbfe.metrics._group import Spectrum
 
 __all__ = ["IntraPair", "align_pair", "aligned_shapes", "intra_mask", "intra_matrix", "intra_spectrum", "intra_pairs"]

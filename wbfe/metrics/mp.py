@@ -369,7 +369,7 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     Args:
         eigs: eigenvalues (zeros included, as WeightWatcher does).
         N: larger side of one matrix (WeightWatcher's N; for some Conv2d layers WeightWatcher
-            reports N < M, see :mod:`wbfe._ww_compat`, and passing its N, M reproduces that too).
+            reports N < M, see :mod:`wbfe.metrics.ww_compat`, and passing its N, M reproduces that too).
         M: smaller side of one matrix (WeightWatcher's M).
 
     Returns:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from wbfe.arrays import flat_bytes, is_torch, to_numpy
+from wbfe.linalg.arrays import flat_bytes, is_torch, to_numpy
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
 __all__ = ["ShuffledSpectrum", "shuffle_matrix", "shuffled_spectrum", "log_spectrum_distance", "mp_edge",
@@ -112,9 +112,9 @@ def shuffled_spectrum(matrices: Sequence[Any], device: Any, options: MetricOptio
     take its spectrum in the pipeline's own eigen-solve (scaled as that scales it).
 
     Raises:
-        DegenerateMatrixError: as :func:`wbfe.spectra.spectrum` (the matrix itself then fails too).
+        DegenerateMatrixError: as :func:`wbfe.linalg.spectra.spectrum` (the matrix itself then fails too).
     """
-    from wbfe.spectra import spectrum
+    from wbfe.linalg.spectra import spectrum
 
     parts, traps, edge, log_scale = [], 0, 0.0, 0.0
     for index, matrix in enumerate(matrices):

@@ -15,7 +15,7 @@ tail: ``bulk_mean_loc_ratio``, ``bulk_var_loc_ratio``, ``tail_mean_loc_ratio``, 
 WeightWatcher's names). No fit, or an empty bulk or tail, is NaN with the reason (WeightWatcher
 then leaves the columns out, or writes NaN from ``np.mean([])``).
 
-Eigenvectors are not in the :class:`~wbfe.spectra.Spectrum`: the group's ``from_matrices`` hook
+Eigenvectors are not in the :class:`~wbfe.linalg.spectra.Spectrum`: the group's ``from_matrices`` hook
 computes them from the matrices themselves. Default mode: ``torch.linalg.eigh`` of the float64
 Gram matrix on the scoring device, and the tail is the top ``num_pl_spikes`` eigenvectors of the
 pooled order (so the split agrees with the spectrum's own count). ``ww_compatible`` mode repeats
@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from wbfe._deps import require_torch
-from wbfe.arrays import to_numpy, to_torch
+from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
 __all__ = ["EigenvectorData", "localization_ratios", "participation_ratios", "discrete_entropies",

@@ -5,6 +5,6 @@ entry that loads the dequantised matrix (its ``quant`` names the scheme) and its
 group-index tensors are marked as consumed (listed as skipped with that reason, never as matrices).
 """
 
-from wbfe.quant.stream import dequantised
+from wbfe.quant.grouping import dequantised
 
 __all__ = ["dequantised"]

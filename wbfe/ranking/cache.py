@@ -1,6 +1,6 @@
 """On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options.
 
-One JSON file per entry, written atomically (:func:`wbfe.output.write_atomic`), so an interrupted
+One JSON file per entry, written atomically (:func:`wbfe.render.files.write_atomic`), so an interrupted
 run leaves either a complete entry or none, and the next run resumes from there.
 
 Every file of the cache carries a SHA-256 checksum of its payload and the key it was stored under:
@@ -16,7 +16,7 @@ one ``stat`` per file and cannot be fooled without changing the clock.
 Two drivers sharing a cache score each model once: a driver claims an entry before scoring it
 (:meth:`ScoreCache.claim`, a lock file per entry, :mod:`wbfe.ranking.claims`), and a model another
 driver holds is taken from the cache once that driver has stored it (:func:`score_claimed`).
-A hit marks its entry as used (its modification time), so :mod:`wbfe.cache_admin` prunes the least
+A hit marks its entry as used (its modification time), so :mod:`wbfe.ranking.cache_admin` prunes the least
 recently used entries first.
 """
 
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 from wbfe.errors import InvalidOptionError
-from wbfe.output import write_atomic
 from wbfe.ranking.claims import CLAIM_SUFFIX, STALE_AFTER, Claim, read_claim, try_claim
-from wbfe.report import json_ready
+from wbfe.render.files import write_atomic
+from wbfe.render.text import json_ready
 
 __all__ = ["ScoreCache", "default_cache_dir", "cache_key", "score_claimed", "CACHE_FORMAT"]
 

@@ -15,15 +15,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
-from wbfe.applicability import STATUSES
 from wbfe._provenance import installed_versions, source_digest
+from wbfe.applicability import STATUSES
 from wbfe.errors import NothingRankedError
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir, score_claimed
 from wbfe.ranking.stats import correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
-from wbfe.report import as_float, json_ready
+from wbfe.render.text import as_float, json_ready
 
 __all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign",
            "applicability_counts"]

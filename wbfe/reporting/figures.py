@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from wbfe.report import as_float, finite_or_none
+from wbfe.render.text import as_float, finite_or_none
 from wbfe.reporting.metrics_info import colour
 
 __all__ = ["new_figure", "render", "depth_figure", "esd_figure", "scatter_figure", "correlation_figure",
@@ -27,7 +27,7 @@ def new_figure(width: float, height: float, **margins: float) -> Any:
     which was half the time a report adds to a score."""
     import matplotlib
 
-    from wbfe.plots.canvas import new_figure as canvas_figure
+    from wbfe.reporting.plots.canvas import new_figure as canvas_figure
 
     with matplotlib.rc_context(_RC):
         fig = canvas_figure((width, height))
@@ -219,7 +219,7 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
             for k in (int(a), int(b)):
                 if k not in ends:
                     ends.append(k)
-        from wbfe.plots.ranking import checkpoint_label  # the one rule for checkpoint labels
+        from wbfe.reporting.plots.ranking import checkpoint_label  # the one rule for checkpoint labels
 
         _place_labels(ax, [(float(x), float(y), short_name(checkpoint_label(label), 24))
                            for x, y, label in zip(xs, ys, labels)],

@@ -7,9 +7,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from wbfe.report import applicability_line, finite_or_none
-from wbfe.reporting.content import (Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section,
-                                    Table)
+from wbfe.render.text import applicability_line, finite_or_none
+from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
 from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
 

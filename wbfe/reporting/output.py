@@ -59,14 +59,14 @@ def _check(path: Path, ok: bool) -> None:
 def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[Union[str, Path]] = ()) -> None:
     """Refuse an output the report cannot be written to, before any work (a file for HTML, ``-``
     for standard output; a folder for Markdown), or one over or inside what the report reads
-    (``reads``: :func:`wbfe.output.refuse_overlap`).
+    (``reads``: :func:`wbfe.render.files.refuse_overlap`).
 
     Raises:
-        OutputError: as :func:`wbfe.output.check_output` / :func:`~wbfe.output.check_output_dir`.
+        OutputError: as :func:`wbfe.render.files.check_output` / :func:`~wbfe.render.files.check_output_dir`.
         InvalidOptionError: an unknown format.
     """
     from wbfe.options import ReportOptions
-    from wbfe.output import check_output, check_output_dir
+    from wbfe.render.files import check_output, check_output_dir
 
     ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
     if fmt == "html":
@@ -81,10 +81,10 @@ def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
                  reads: Iterable[Union[str, Path]] = ()) -> list[Path]:
     """Write ``report`` as one HTML file at ``output`` (``-``: standard output), or (``fmt="md"``) into
     the folder ``output`` as ``report.md`` and its PNG figures. Everything is rendered before
-    anything is written, and each file appears whole (:func:`wbfe.output.write_atomic`). Returns
+    anything is written, and each file appears whole (:func:`wbfe.render.files.write_atomic`). Returns
     the files written. ``reads``: the local files and folders the report was made from, which no
     output may overwrite or lie inside."""
-    from wbfe.output import check_output_dir, write_atomic, write_output
+    from wbfe.render.files import check_output_dir, write_atomic, write_output
 
     reads = list(reads)
     check_report_output(output, fmt, reads=reads)

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from wbfe.report import format_value
+from wbfe.render.text import format_value
 
 __all__ = ["visible", "display", "is_number"]
 

@@ -8,7 +8,7 @@ their declared order:
   asked or when larger than the free disk (:mod:`wbfe.sources.remote`), else copied as below;
 - ``object-store``: a URI ``<protocol>://...`` (``s3://``, ``gs://``, ... through fsspec): its
   safetensors streamed with ranged reads when asked or when larger than the free disk
-  (:mod:`wbfe.sources.object_stream`), else copied into a local cache first
+  (:mod:`wbfe.sources.object_location`), else copied into a local cache first
   (:mod:`wbfe.sources.object_store`);
 - ``path``: an existing file or folder, read by the registered file format that recognises it
   (safetensors, PyTorch pickles, GGUF, Keras, ONNX, TFLite, ...; :mod:`wbfe.sources.local`);
@@ -24,14 +24,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from wbfe.errors import InvalidOptionError, SourceNotFoundError, hub_name_hint
+
 # The format and location modules register themselves when imported (timm's model modules do the
 # same); the order here does not matter, each declares its own place.
-from wbfe.sources import gguf_files, keras_files, onnx_files, safetensors_files, torch_pickle  # noqa: F401
-from wbfe.sources import flax_files, numpy_files, tflite_files, torchscript_files  # noqa: F401
-from wbfe.sources import hub, local, object_store, object_stream, peft_adapter, remote, zoo_libraries  # noqa: F401
-from wbfe.errors import InvalidOptionError, SourceNotFoundError, hub_name_hint
-from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
-                                file_sha256, open_regular, stored_bytes)
+from wbfe.sources import (  # noqa: F401  # noqa: F401  # noqa: F401
+    flax_files,
+    gguf_files,
+    hub,
+    keras_files,
+    local,
+    numpy_files,
+    object_location,
+    object_store,
+    onnx_files,
+    peft_adapter,
+    remote,
+    safetensors_files,
+    tflite_files,
+    torch_pickle,
+    torchscript_files,
+    zoo_libraries,
+)
+from wbfe.sources._base import (
+    HASH_CHUNK,
+    TORCH_SUFFIXES,
+    Provenance,
+    TensorEntry,
+    TensorSource,
+    combine_digests,
+    file_sha256,
+    open_regular,
+    stored_bytes,
+)
 from wbfe.sources._order import natural_key
 from wbfe.sources.memory import MemorySource
 from wbfe.sources.registry import checkpoint_suffixes, locations

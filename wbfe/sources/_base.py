@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from wbfe._config import usable_cpus
-from wbfe.arrays import itemsize
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.framework.description import OUT_IN, Fallback, FrameworkDescription
+from wbfe.linalg.arrays import itemsize
 
 if TYPE_CHECKING:
     pass
@@ -45,7 +45,7 @@ class TensorEntry:
         dtype: a torch dtype name without the ``torch.`` prefix (``float32``, ``bfloat16``, ``int8``...).
         load: reads the tensor (memory-mapped where the format allows): a numpy array where numpy
             has its dtype and the reader is not torch's own, else a torch tensor (see
-            :mod:`wbfe.arrays`, whose functions take either).
+            :mod:`wbfe.linalg.arrays`, whose functions take either).
         storage_key: identifies shared storage (tied weights) where the format exposes it, else None.
         reread: gets the same tensor again later in the stream (after its shard is closed, too)
             without keeping anything else alive; None where only holding the tensor would allow it.

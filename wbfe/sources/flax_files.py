@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from wbfe.arrays import NUMPY_DTYPES, from_bytes, is_torch
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
+from wbfe.linalg.arrays import NUMPY_DTYPES, from_bytes, is_torch
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.numpy_files import numpy_dtype_name
 from wbfe.sources.registry import FileFormat, register_format

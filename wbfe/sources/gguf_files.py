@@ -16,9 +16,9 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from wbfe.arrays import from_bytes
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
 from wbfe.framework import FrameworkDescription
+from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from wbfe.arrays import from_bytes
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
+from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.file_window import FileWindow
 from wbfe.sources.hdf5_guard import Hdf5IndexError, check_hdf5_index

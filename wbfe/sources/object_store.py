@@ -1,7 +1,7 @@
 """Object-store URIs (``s3://bucket/model/``, ``gs://...``, any ``<protocol>://`` fsspec knows): the copy.
 
 (Safetensors asked to be streamed, or larger than the free disk, are not copied but read in place
-with ranged reads: :mod:`wbfe.sources.object_stream`. This module holds the copy, and the store
+with ranged reads: :mod:`wbfe.sources.object_location`. This module holds the copy, and the store
 access both share.)
 
 The object (a checkpoint file, or a folder: a shard index with its shards, ``config.json``) is
@@ -65,7 +65,7 @@ def claims_uri(ref: Any) -> bool:
 def open_uri(uri: str) -> TensorSource:
     """Copy the object ``uri`` names into the local cache (when not there already) and open it.
 
-    (The ``object-store`` location, :func:`wbfe.sources.object_stream.open_object`, streams
+    (The ``object-store`` location, :func:`wbfe.sources.object_location.open_object`, streams
     safetensors instead where asked or where they do not fit on the disk.)
 
     Raises:

@@ -16,9 +16,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from wbfe.arrays import is_known_dtype
-from wbfe.errors import (CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError,
-                         WbfeError)
+from wbfe.errors import (
+    CorruptCheckpointError,
+    MissingDependencyError,
+    SourceNotFoundError,
+    TruncatedCheckpointError,
+    WbfeError,
+)
+from wbfe.linalg.arrays import is_known_dtype
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph

@@ -6,7 +6,7 @@ there is one) and each shard's header are fetched and validated by the same code
 (:func:`~wbfe.sources.safetensors_files.parse_header`), then each tensor is fetched with one range
 request when the engine asks for it. Memory holds about the tensors being scored; disk, nothing.
 The transport, its checks and retries are :mod:`wbfe.sources.http_range` for HTTP, and
-:mod:`wbfe.sources.store_range` for object-store URIs (:mod:`wbfe.sources.object_stream`); both
+:mod:`wbfe.sources.store_range` for object-store URIs (:mod:`wbfe.sources.object_location`); both
 are a :class:`~wbfe.sources.ranged.RangedFile`.
 
 Streaming is asked for with ``stream=True`` (CLI ``--stream``) and refused with ``stream=False``
@@ -25,14 +25,21 @@ from urllib.parse import urljoin, urlsplit
 
 import numpy as np
 
-from wbfe.arrays import from_bytes
 from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError
+from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import Provenance, TensorSource, combine_digests
 from wbfe.sources.http_range import FIRST_READ, RemoteFile, RetryPolicy
 from wbfe.sources.ranged import RangedFile
 from wbfe.sources.registry import register_location
-from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, ShardReader, header_length, parse_header,
-                                            parse_weight_map, tensor_dtype)
+from wbfe.sources.safetensors_files import (
+    MAX_INDEX,
+    ShardedSafetensors,
+    ShardReader,
+    header_length,
+    parse_header,
+    parse_weight_map,
+    tensor_dtype,
+)
 
 __all__ = ["RemoteSafetensorsSource", "stream_safetensors", "should_stream", "free_disk", "is_safetensors_name",
            "open_url", "STREAM_SUFFIXES"]

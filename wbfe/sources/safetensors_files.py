@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Iterator, Protocol
 import numpy as np
 
 from wbfe._deps import require_torch
-from wbfe.arrays import from_bytes, holds_without_torch
 from wbfe.errors import (
     CorruptCheckpointError,
     SourceNotFoundError,
     TruncatedCheckpointError,
     UnsupportedDtypeError,
 )
+from wbfe.linalg.arrays import from_bytes, holds_without_torch
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, unreadable
 from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
@@ -515,7 +515,7 @@ class _Shard:
 
 
 def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
-    """One tensor of the file (a numpy array where numpy has its dtype, see :mod:`wbfe.arrays`): a
+    """One tensor of the file (a numpy array where numpy has its dtype, see :mod:`wbfe.linalg.arrays`): a
     large one mapped where the file can be mapped at an aligned address, anything else read."""
     name, size = tensor_dtype(info, str(fh.name)), SAFETENSORS_DTYPES[info["dtype"]][1]
     shape = [int(s) for s in info["shape"]]

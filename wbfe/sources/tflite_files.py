@@ -22,9 +22,9 @@ import mmap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
-from wbfe.arrays import from_bytes
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError
 from wbfe.framework.description import FrameworkDescription
+from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format
@@ -134,7 +134,7 @@ class TfliteSource(TensorSource):
 
     def read(self, planned: Planned) -> Any:
         """The weight as its operator uses it, in PyTorch's layout (dequantised where it is quantised):
-        a numpy array, or a torch tensor for bfloat16 (:mod:`wbfe.arrays`).
+        a numpy array, or a torch tensor for bfloat16 (:mod:`wbfe.linalg.arrays`).
 
         Raises:
             TruncatedCheckpointError: the file was cut short since it was opened.

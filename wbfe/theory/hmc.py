@@ -18,7 +18,7 @@ import numpy as np
 
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
-from wbfe.spectra import resolve_device
+from wbfe.linalg.spectra import resolve_device
 from wbfe.theory.hermite import kernel
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 

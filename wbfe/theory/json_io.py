@@ -1,6 +1,6 @@
 """Theory results as standard JSON: numpy values as Python ones, non-finite floats as ``null``.
 
-:func:`jsonable` is :func:`wbfe.report.json_ready` (numpy arrays and scalars as Python values, NaN/±inf as
+:func:`jsonable` is :func:`wbfe.render.text.json_ready` (numpy arrays and scalars as Python values, NaN/±inf as
 ``null``), kept under this name for the theory modules that import it.
 """
 
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wbfe.report import json_ready
+from wbfe.render.text import json_ready
 
 __all__ = ["jsonable", "dumps", "write_json"]
 
@@ -24,8 +24,8 @@ def dumps(data: Any) -> str:
 
 
 def write_json(data: Any, path: Path) -> Path:
-    """Write ``data`` to ``path`` as standard JSON through :func:`wbfe.output.write_json` (atomic)."""
-    from wbfe.output import write_json as write
+    """Write ``data`` to ``path`` as standard JSON through :func:`wbfe.render.files.write_json` (atomic)."""
+    from wbfe.render.files import write_json as write
 
     write(path, jsonable(data), indent=1)
     return path

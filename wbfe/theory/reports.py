@@ -1,7 +1,7 @@
 """Run a theory sweep from its settings, then draw its figures and write its JSON in one folder.
 
-The computing happens here (the solvers, HMC, Adam students); :mod:`wbfe.plots.theory` and
-:mod:`wbfe.plots.hierarchical` only draw values they are given. Each ``write_*`` returns the data it
+The computing happens here (the solvers, HMC, Adam students); :mod:`wbfe.reporting.plots.theory` and
+:mod:`wbfe.reporting.plots.hierarchical` only draw values they are given. Each ``write_*`` returns the data it
 wrote (non-finite values still as floats, for tables); its JSON file holds them as ``null``.
 """
 
@@ -29,7 +29,7 @@ def write_curve(settings: CurveSettings, out_dir: PathLike) -> dict[str, Any]:
     Returns:
         The JSON written, with ``files`` listing the paths.
     """
-    from wbfe.plots.theory import plot_eps, plot_kc, plot_staircase
+    from wbfe.reporting.plots.theory import plot_eps, plot_kc, plot_staircase
     from wbfe.theory.teacher_student import fit_regimes, readout, sweep
 
     s = settings
@@ -56,7 +56,7 @@ def write_hmc(settings: HmcSettings, out_dir: Optional[PathLike] = None) -> dict
     data: dict[str, Any] = {"settings": s.to_dict(), "points": [p.to_dict() for p in pts], "d": s.d, "k": s.k,
                             "delta": s.delta, "beta": s.beta, "files": []}
     if out_dir is not None:
-        from wbfe.plots.theory import plot_hmc
+        from wbfe.reporting.plots.theory import plot_hmc
 
         out = Path(out_dir)
         # The theory curve spans the simulated r values with a factor 2 of margin on each side.
@@ -76,7 +76,7 @@ def write_student(settings: StudentSettings, out_dir: Optional[PathLike] = None)
                         seeds=s.seeds, epochs=s.epochs, lr=s.lr, device=s.device)
     data: dict[str, Any] = {"settings": s.to_dict(), **res.to_dict(), "files": []}
     if out_dir is not None:
-        from wbfe.plots.theory import plot_student
+        from wbfe.reporting.plots.theory import plot_student
 
         out = Path(out_dir)
         data["files"] = [str(plot_student(res, out / "student.png")), str(out / "student.json")]
@@ -86,7 +86,7 @@ def write_student(settings: StudentSettings, out_dir: Optional[PathLike] = None)
 
 def write_hierarchical(result: "HierarchicalResult", out_dir: PathLike) -> list[Path]:
     """Save ``hierarchical.json`` and the two figures of a hierarchical sweep; return the paths."""
-    from wbfe.plots.hierarchical import write_figures
+    from wbfe.reporting.plots.hierarchical import write_figures
 
     out = Path(out_dir)
     data = result.to_dict()

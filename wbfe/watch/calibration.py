@@ -14,9 +14,9 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from wbfe.options import WatchOptions
-from wbfe.watch.trajectories import Trajectory, trajectory
 from wbfe.watch.rule import Calibration, calibrate_lambda
 from wbfe.watch.runs import Run, discover_run, read_csv, run_from_rows
+from wbfe.watch.trajectories import Trajectory, trajectory
 
 __all__ = ["CalibrationReport", "calibrate", "read_runs_csv"]
 
@@ -30,7 +30,7 @@ class CalibrationReport:
     layers: str = "head"
 
     def to_dict(self) -> dict[str, Any]:
-        from wbfe.report import json_ready
+        from wbfe.render.text import json_ready
 
         cal = self.calibration
         runs = [{"run": r.name, "lambda": r.lam, "recommended_step": r.recommended_step, "best_step": r.best_step,
@@ -47,7 +47,7 @@ class CalibrationReport:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def table(self) -> str:
-        from wbfe.report import text_table
+        from wbfe.render.text import text_table
 
         d = self.to_dict()
         cols = ("run", "lambda", "recommended_step", "best_step", "recommended_test_loss", "best_test_loss",

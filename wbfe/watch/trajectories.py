@@ -18,12 +18,19 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from wbfe.report import as_float
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics.bfe import positive_lambda
 from wbfe.options import WatchOptions
-from wbfe.watch.guidance import (BFE_OPT_CAVEAT, FixedLambdaTrend, bfe_at, describe_trend, fittable_hint,
-                                 fixed_lambda_trend, nan_notes)
+from wbfe.render.text import as_float
+from wbfe.watch.guidance import (
+    BFE_OPT_CAVEAT,
+    FixedLambdaTrend,
+    bfe_at,
+    describe_trend,
+    fittable_hint,
+    fixed_lambda_trend,
+    nan_notes,
+)
 from wbfe.watch.rule import Recommendation, critical_lambda, recommend
 from wbfe.watch.runs import CheckpointRef, Run, discover_run
 
@@ -330,7 +337,7 @@ class WatchResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: ``{"run", "lambda", "checkpoints": [...], "recommended": {...}, ...}``."""
-        from wbfe.report import json_ready
+        from wbfe.render.text import json_ready
 
         rec = self.recommendation
         fixed = self.fixed_lambda()
@@ -376,7 +383,7 @@ class WatchResult:
     def table(self) -> str:
         """A text table of the trajectories, why a column is NaN, h_t against h* and BFE-W at a fixed λ across
         the run, then the recommendation and the comparison."""
-        from wbfe.report import text_table
+        from wbfe.render.text import text_table
 
         if self.lam is None:  # h*, F∞ need a λ; BFE-W at λ* and at the last checkpoint's λ* side by side
             columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h", "bfe", "bfe_fix", "alpha"]
@@ -402,7 +409,7 @@ class WatchResult:
         return "\n".join(lines) + "\n"
 
     def _run_lines(self) -> list[str]:
-        from wbfe.report import text_table
+        from wbfe.render.text import text_table
 
         fixed = self.fixed_lambda()
         ratio = "h_over_h_star" if self.lam is not None else "h_over_h_star_1"

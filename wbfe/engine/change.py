@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from wbfe.arrays import to_numpy
-from wbfe.matrices import MatrixPlan
+from wbfe.engine.matrices import MatrixPlan
+from wbfe.linalg.arrays import to_numpy
 from wbfe.metrics import MetricOptions
 from wbfe.metrics.rand import log_spectrum_distance
 
@@ -34,7 +34,7 @@ def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
     k = min(k, p)
     values, vectors = eigh(gram, subset_by_index=[p - k, p - 1], check_finite=False, overwrite_a=True)
     values, vectors = values[::-1], vectors[:, ::-1]
-    # Below p·eps·λ_max an eigenvalue of the Gram matrix is rounding (as in wbfe.spectra).
+    # Below p·eps·λ_max an eigenvalue of the Gram matrix is rounding (as in wbfe.linalg.spectra).
     keep = values > max(values[0], 0.0) * p * np.finfo(np.float64).eps
     s = np.sqrt(values[keep])
     vectors = vectors[:, keep]

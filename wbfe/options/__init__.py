@@ -5,7 +5,7 @@
 :class:`CompareOptions`, :class:`RankOptions`, :class:`ReportOptions` and :class:`WatchOptions`
 hold the settings of a comparison, a ranking run, a report page and a watched run. Each is a frozen
 dataclass with one declared ``CONSTRAINTS`` table (scikit-learn's ``_parameter_constraints``, see
-:mod:`wbfe.constraints`) that its constructor applies to every field: a bad value is refused before
+:mod:`wbfe.options.constraints`) that its constructor applies to every field: a bad value is refused before
 a byte is read or a model is scored, with the same message whichever way the value came in, and
 tests/test_public_api_validation.py feeds every declared parameter a bad value automatically.
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
 
-from wbfe.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, validate_fields
 from wbfe.errors import InvalidOptionError
+from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, validate_fields
 
 __all__ = [
     "ScoreOptions",
@@ -48,7 +48,7 @@ __all__ = [
 
 CONVENTIONS = ("flatten", "slices", "fft")
 """Conv-kernel conventions (docs: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
-``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel, :mod:`wbfe.conv_fft`)."""
+``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel, :mod:`wbfe.linalg.conv_fft`)."""
 
 ConvConvention = Literal["flatten", "slices", "fft"]
 
@@ -77,7 +77,7 @@ def check_device(device: object) -> str:
         raise InvalidOptionError(f"device must be auto, cpu or cuda, not {device!r}")
     if device in ("auto", "cpu"):
         return device
-    from wbfe.spectra import resolve_device
+    from wbfe.linalg.spectra import resolve_device
 
     resolve_device(device)  # raises for an unknown name or a missing CUDA device
     return device
@@ -110,7 +110,7 @@ def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optio
     """The compiled ``--layers`` expression (None selects every tensor).
 
     A pattern on which Python's backtracking matcher can take exponential time is refused (see
-    :mod:`wbfe.safe_regex`): a repeated group repeated without bound (``(a+)+$``, ``(\\w*\\.)*x``), or a
+    :mod:`wbfe.options.safe_regex`): a repeated group repeated without bound (``(a+)+$``, ``(\\w*\\.)*x``), or a
     repeat whose iterations can divide a name in more than one way (``(a|a)*``, ``(a{1,9}){1,9}``,
     ``(a|aa)*``). One such name stalls the whole run, and a time limit on ``re.search`` is impossible
     (the matcher holds the interpreter until it returns), so the shape is checked instead. Write the
@@ -124,7 +124,7 @@ def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optio
     Raises:
         InvalidOptionError: not a valid expression, or one of the shapes above.
     """
-    from wbfe.safe_regex import unsafe_reason
+    from wbfe.options.safe_regex import unsafe_reason
 
     if pattern is None:
         return None
@@ -243,7 +243,7 @@ class ScoreOptions(_Options):
         stream: for a hub id, an ``http(s)://`` URL or an object-store URI (``s3://``, ...) of
             safetensors weights: True reads each tensor with one range request (nothing on disk),
             False downloads (copies) first, None streams when the files are larger than the free
-            disk (:mod:`wbfe.sources.remote`, :mod:`wbfe.sources.object_stream`). How the
+            disk (:mod:`wbfe.sources.remote`, :mod:`wbfe.sources.object_location`). How the
             bytes travel, not what is computed: not in :meth:`to_dict`.
 
     Raises:

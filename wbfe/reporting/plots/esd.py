@@ -45,8 +45,8 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     """
     from wbfe.metrics import htmp
     from wbfe.metrics.powerlaw import tpl_log_normaliser
-    from wbfe.plots.canvas import new_figure
-    from wbfe.output import save_figure
+    from wbfe.render.files import save_figure
+    from wbfe.reporting.plots.canvas import new_figure
 
     e = np.sort(eigs[eigs > 0.0])
     n = e.size

@@ -13,8 +13,8 @@ import math
 from typing import Any, Iterable, Iterator, Optional
 
 from wbfe._deps import require_torch
-from wbfe.arrays import to_torch
 from wbfe.errors import CorruptCheckpointError
+from wbfe.linalg.arrays import to_torch
 from wbfe.quant.fp8 import dequantize_fp8, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
 from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq

@@ -4,7 +4,7 @@ where that is faster, within a memory budget, and handed back in the order they 
 - **Read-ahead.** The next large matrix is read, or mapped with its page table filled, on a thread
   while this one is scored.
 - **Workers.** A matrix whose float64 copy fits in ``spectra._WORKER_BYTES`` is scored by BLAS
-  (``wbfe.blas``) or torch without the GIL, so ``workers`` of them run side by side with every
+  (``wbfe.linalg.blas``) or torch without the GIL, so ``workers`` of them run side by side with every
   BLAS pool held at one thread (``spectra.pin_threads``). On two cores this beat one matrix at a
   time on two BLAS threads by 1.5x (16 Gram products + Cholesky factors of 3,072×768). Larger
   matrices are scored one at a time on the main thread with all BLAS threads, as before.
@@ -22,12 +22,12 @@ from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Optional, Union
 
 from wbfe._config import blas_threads
-from wbfe.matrices import MatrixPlan, Skip
+from wbfe.engine.matrices import MatrixPlan, Skip
+from wbfe.linalg.spectra import multithreaded, pin_threads, releases_gil, work_bytes
 from wbfe.sources import TensorEntry
-from wbfe.spectra import multithreaded, pin_threads, releases_gil, work_bytes
 
 if TYPE_CHECKING:
-    from wbfe.spectra import Device
+    from wbfe.linalg.spectra import Device
 
 __all__ = ["Pipeline", "Reading", "worker_count"]
 

@@ -8,9 +8,9 @@ from typing import Any, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 
-from wbfe.arrays import to_numpy
-from wbfe.experts import expand_experts
-from wbfe.matrices import MIN_BFE_EIGS, ConvConvention, MatrixPlan, Skip, as_matrices, plan_matrix
+from wbfe.engine.experts import expand_experts
+from wbfe.engine.matrices import MIN_BFE_EIGS, ConvConvention, MatrixPlan, Skip, as_matrices, plan_matrix
+from wbfe.linalg.arrays import to_numpy
 from wbfe.quant import dequantised
 from wbfe.sources import TensorEntry
 
@@ -40,7 +40,7 @@ def plan_entry(
 ) -> Union[Skip, MatrixPlan]:
     """How ``entry`` is analysed, or why it is skipped: the reader could not give it densely, it
     is not selected by ``pattern`` (``--layers``), it is consumed by another tensor (a quantised
-    weight's scale), or :func:`wbfe.matrices.plan_matrix` refuses it."""
+    weight's scale), or :func:`wbfe.engine.matrices.plan_matrix` refuses it."""
     if entry.skip is not None:  # the reader could not give it as a dense tensor
         return Skip(entry.name, entry.skip, entry.shape, entry.dtype)
     if pattern is not None and not pattern.search(entry.name):
@@ -63,12 +63,12 @@ def stream(source: Any, options: Any) -> Iterator[Planned]:
 
 
 def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_compatible: bool = False) -> list[Any]:
-    """The matrices a planned tensor is analysed as: :func:`wbfe.matrices.as_matrices`, or, in
+    """The matrices a planned tensor is analysed as: :func:`wbfe.engine.matrices.as_matrices`, or, in
     WeightWatcher-compatible mode with the ``slices`` convention, WeightWatcher's own conv slices.
     For the ``fft`` view it is the kernel itself, which :func:`wbfe.engine.planned_spectrum` turns
     into the view's eigenvalues."""
     if not (ww_compatible and plan.convention == "slices" and len(plan.shape) == 4):
         return as_matrices(tensor, plan)
-    from wbfe._ww_compat import ww_conv2d_matrices
+    from wbfe.metrics.ww_compat import ww_conv2d_matrices
 
     return list(ww_conv2d_matrices(to_numpy(tensor).astype(np.float32, copy=False)))

@@ -17,7 +17,7 @@ half of either. An output path is checked before any work starts (:func:`check_o
   any file in a folder the command reads (a checkpoint folder, the folder of an index's shards).
 
 JSON is written with ``allow_nan=False``: a non-finite number is ``null`` (see
-:func:`wbfe.report.json_ready`).
+:func:`wbfe.render.text.json_ready`).
 """
 
 from __future__ import annotations
@@ -335,7 +335,7 @@ def write_output(path: PathLike, text: str, *, reads: Reads = ()) -> Optional[Pa
 
 def write_json(path: PathLike, obj: Any, *, indent: Optional[int] = 2) -> Optional[Path]:
     """Standard JSON of ``obj`` (non-finite numbers as ``null``) to ``path`` or standard output."""
-    from wbfe.report import json_ready
+    from wbfe.render.text import json_ready
 
     return write_output(path, json.dumps(json_ready(obj), indent=indent, allow_nan=False) + "\n")
 

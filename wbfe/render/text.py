@@ -1,4 +1,4 @@
-"""Render results as text: tables, CSV and JSON-ready data (writing files is :mod:`wbfe.output`'s job).
+"""Render results as text: tables, CSV and JSON-ready data (writing files is :mod:`wbfe.render.files`'s job).
 
 Text that came from a checkpoint (tensor names, metadata) is passed through :func:`printable` on
 its way to a table, a CSV cell or an error message: a name holding an escape sequence must not

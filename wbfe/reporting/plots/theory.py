@@ -23,14 +23,14 @@ PathLike = Union[str, Path]
 
 
 def _figure() -> tuple[Any, Any]:
-    from wbfe.plots.canvas import new_figure
+    from wbfe.reporting.plots.canvas import new_figure
 
     fig = new_figure((6.0, 4.2))
     return fig, fig.subplots()
 
 
 def _save(fig: Any, path: PathLike) -> Path:
-    from wbfe.output import save_figure
+    from wbfe.render.files import save_figure
 
     fig.tight_layout()
     return save_figure(fig, Path(path), dpi=110)

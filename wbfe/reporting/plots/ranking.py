@@ -45,8 +45,8 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
     Raises:
         UnknownNameError: ``metric`` is not in the result.
     """
-    from wbfe.plots.canvas import new_figure
-    from wbfe.output import save_figure
+    from wbfe.render.files import save_figure
+    from wbfe.reporting.plots.canvas import new_figure
 
     row = result.metric(metric)
     points = [(m.scores.get(metric), m.quality, m.model) for m in result.models]

@@ -13,11 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Union
 
-from wbfe.arrays import contiguous, swap_first_axes
+from wbfe.engine.heads import HEAD_NAMES, find_head
 from wbfe.framework import IN_OUT, OUT_IN, check_layout
-from wbfe.heads import HEAD_NAMES, find_head
+from wbfe.linalg.arrays import contiguous, swap_first_axes
 from wbfe.options import ConvConvention
-
 
 __all__ = [
     "ConvConvention",
@@ -59,7 +58,7 @@ class MatrixPlan:
         shape: tensor shape as stored.
         dtype: stored dtype name.
         convention: ``dense`` for 2-D tensors, else the conv convention used (``flatten``/``slices``,
-            or ``fft``: WeightWatcher's FFT view of a 4-D kernel, :mod:`wbfe.conv_fft`);
+            or ``fft``: WeightWatcher's FFT view of a 4-D kernel, :mod:`wbfe.linalg.conv_fft`);
             ``intra`` for a product of consecutive matrices (:mod:`wbfe.metrics.intra`).
         rows, cols: shape of one matrix (of one slice for ``slices``; N ≥ M as WeightWatcher
             reports them for ``fft``).
@@ -152,7 +151,7 @@ def plan_matrix(
     elif conv == "flatten":
         rows, cols, n_slices, convention = out, inp * math.prod(shape[2:]), 1, "flatten"
     elif conv == "fft" and len(shape) == 4:  # WeightWatcher's FFT view is of 2-D convolutions only
-        from wbfe.conv_fft import conv2d_fft_dims
+        from wbfe.linalg.conv_fft import conv2d_fft_dims
 
         rows, cols, kept = conv2d_fft_dims((out, inp, *shape[2:]))
         # No size check: WeightWatcher applies no min_evals to the FFT view, and it keeps rf·N·M ≥ 1 values.
@@ -173,7 +172,7 @@ def plan_matrix(
 def as_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
     """The out x in views of ``tensor`` that ``plan`` describes (no copies for dense and flatten
     ``out_in`` tensors; an ``in_out`` one is transposed first, a view for a dense matrix), of the
-    tensor's kind: numpy arrays or torch tensors (:mod:`wbfe.arrays`). For the ``fft`` view, the
+    tensor's kind: numpy arrays or torch tensors (:mod:`wbfe.linalg.arrays`). For the ``fft`` view, the
     (out, in, kh, kw) kernel itself: its 32 × 32 grids are made with its spectrum."""
     if plan.layout == IN_OUT:
         tensor = swap_first_axes(tensor)

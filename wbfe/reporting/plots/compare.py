@@ -19,9 +19,9 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     Returns:
         ``path``, written atomically as PNG.
     """
-    from wbfe.plots.canvas import new_figure
-    from wbfe.output import save_figure
-    from wbfe.report import as_float
+    from wbfe.render.files import save_figure
+    from wbfe.render.text import as_float
+    from wbfe.reporting.plots.canvas import new_figure
 
     rows = comparison.layers
     with_depth = all(row.get("depth") is not None for row in rows)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from wbfe.arrays import dtype_name, flat_bytes
+from wbfe.linalg.arrays import dtype_name, flat_bytes
 from wbfe.sources import TensorEntry
 
 __all__ = ["SeenContent", "full_digest"]

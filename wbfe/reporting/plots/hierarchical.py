@@ -40,8 +40,8 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     """
     import matplotlib
 
-    from wbfe.plots.canvas import new_figure
-    from wbfe.output import save_figure
+    from wbfe.render.files import save_figure
+    from wbfe.reporting.plots.canvas import new_figure
 
     res = _as_dict(result)
     alphas = np.array([pt["alpha"] for pt in res["points"]])
@@ -80,8 +80,8 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     Returns:
         The path written.
     """
-    from wbfe.plots.canvas import new_figure
-    from wbfe.output import save_figure
+    from wbfe.render.files import save_figure
+    from wbfe.reporting.plots.canvas import new_figure
 
     res = _as_dict(result)
     pred = res["prediction"]

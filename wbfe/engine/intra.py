@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional, Union
 
 from wbfe import engine
+from wbfe.engine.matrices import MatrixPlan
 from wbfe.errors import NoUsableMatrixError
-from wbfe.matrices import MatrixPlan
+from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.metrics import MetricOptions, resolve_groups
 from wbfe.options import ScoreOptions
 from wbfe.sources import open_source
-from wbfe.spectra import DegenerateMatrixError
 
 __all__ = ["score_intra"]
 

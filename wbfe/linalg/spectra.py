@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Optional, Seq
 
 import numpy as np
 
-from wbfe import blas
 from wbfe._config import blas_threads
 from wbfe._deps import require_torch, torch_installed
-from wbfe.arrays import dtype_name, is_torch, to_torch, torch_loaded
 from wbfe.errors import InvalidOptionError, WbfeError
+from wbfe.linalg import blas
+from wbfe.linalg.arrays import dtype_name, is_torch, to_torch, torch_loaded
 
 if TYPE_CHECKING:
     import torch
@@ -43,11 +43,11 @@ _EPS = float(np.finfo(np.float64).eps)
 # Below _SMALL_P a second OpenBLAS thread costs more than it saves (p = 128: the Gram product 1.8x
 # and its Cholesky factor 1.9x slower with two threads than with one, on two cores; p = 64 with
 # P = 576, a ResNet's 3x3 convolution: 70 µs on one thread, 0.1-7 ms on two, the more the busier
-# the machine), so such matrices are scored on one (wbfe.blas.one_thread).
+# the machine), so such matrices are scored on one (wbfe.linalg.blas.one_thread).
 _SMALL_P = 256
 # Below _MID_P equal-shaped matrices are eigen-solved in batches (see batchable).
 _MID_P = 96
-# From here the eigenvalues come from LAPACK's two-stage reduction (wbfe.blas.eigvalsh_two_stage):
+# From here the eigenvalues come from LAPACK's two-stage reduction (wbfe.linalg.blas.eigvalsh_two_stage):
 # one thread, Zen 4, against dsyevr: 0.55x at p = 256, 0.85x at 1,536, 1.0x at 2,048, 2.2x at
 # 3,072, 3.7x at 4,096 (benchmarks/bench_eigensolvers.py).
 TWO_STAGE_P = 2560
@@ -264,7 +264,7 @@ def multithreaded(rows: int, cols: int) -> bool:
 
 def releases_gil(rows: int, cols: int, device: "Device") -> bool:
     """Whether this matrix's spectrum is computed without holding the GIL for long (the Gram
-    product, Cholesky and LU factors through :mod:`wbfe.blas` and LAPACK) and is small enough to be
+    product, Cholesky and LU factors through :mod:`wbfe.linalg.blas` and LAPACK) and is small enough to be
     scored on a worker, one of several side by side under :func:`pin_threads`."""
     return device.type == "cpu" and 8 * rows * cols <= _WORKER_BYTES and blas.releases_gil()
 
@@ -432,7 +432,7 @@ def _cholesky_diagonal(g: Any) -> np.ndarray | None:
 def _lu_diagonal(matrix: Any) -> tuple[float, np.ndarray]:
     """``(‖W‖_F², |diag U|)`` of a square W = PLU: Tr(WᵀW), and |det W| = ∏|u_ii|.
 
-    One float64 copy is factorised in place by LAPACK's dgetrf, without the GIL (:mod:`wbfe.blas`;
+    One float64 copy is factorised in place by LAPACK's dgetrf, without the GIL (:mod:`wbfe.linalg.blas`;
     as fast as torch's LU, 0.17 s against 0.20 s at 3,072² on two cores). An exactly singular W
     gives a zero on the diagonal, not an error.
 

@@ -15,7 +15,7 @@ __all__ = ["plot_watch", "plot_calibration"]
 
 
 def _save(fig: object, path: Union[str, Path], dpi: int) -> Path:
-    from wbfe.output import save_figure
+    from wbfe.render.files import save_figure
 
     return save_figure(fig, Path(path), dpi=dpi)
 
@@ -43,7 +43,7 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     """
     import matplotlib
 
-    from wbfe.plots.canvas import new_figure
+    from wbfe.reporting.plots.canvas import new_figure
 
     traj = result.trajectory
     steps = np.array(traj.steps, dtype=float)
@@ -129,7 +129,7 @@ def plot_calibration(report: "CalibrationReport", path: Union[str, Path], *, dpi
     Returns:
         The written path.
     """
-    from wbfe.plots.canvas import new_figure
+    from wbfe.reporting.plots.canvas import new_figure
 
     cal = report.calibration
     fig = new_figure((6.0, 4.0), layout="constrained")
