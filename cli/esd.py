@@ -23,6 +23,7 @@ def esd_command(
     import wbfe
     from wbfe.options import check_conv, check_device
     from wbfe.render.files import check_output, local_reads
+    from wbfe.reporting.plots.esd import fit_esd, plot_esd
     from wbfe.scoring import layer_spectrum
 
     check_conv(conv.value)

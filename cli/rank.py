@@ -103,7 +103,6 @@ def rank_command(
         return
     from wbfe.render.files import check_output_dir, refuse_overlap, write_atomic
     from wbfe.ranking import rank
-    from wbfe.render.files import check_output_dir, write_atomic
 
     # Every option was checked when its options object was built, before the first model is scored.
     cache = run.cache_dir if isinstance(run.cache_dir, (str, Path)) else None
