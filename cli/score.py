@@ -21,6 +21,8 @@ def score_command(
         "--output", "-o", help="Write the result to this file instead of stdout ('-': stdout).")] = None,
     base: Annotated[Optional[str], typer.Option(
         "--base", help="For a PEFT LoRA adapter: its base model; also score each merged W0 + dW.")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="The table's BFE-W applicability line with its full reasons.")] = False,
     *,
     score: "ScoreOptions",
     where: "ExecutorOptions",
@@ -40,7 +42,7 @@ def score_command(
         with progress_bar(enabled=True) as update:
             result = wbfe.score(target, options=score, base=base, progress=update)
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
-            ScoreFormat.table: lambda: score_table(result)}[fmt]()
+            ScoreFormat.table: lambda: score_table(result, verbose=verbose, width=_terminal_width(written, output))}[fmt]()
     if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
         write_output(written, text, reads=[*reads, *local_files(result.model.get("files"))])
         typer.echo(f"wrote {output}", err=True)
@@ -48,6 +50,16 @@ def score_command(
         write_output(output, text)
     else:
         typer.echo(text, nl=False)
+
+
+def _terminal_width(written: object, output: Optional[str]) -> Optional[int]:
+    """The terminal's width where the table goes to one (long names are then shortened to fit it)."""
+    import shutil
+    import sys
+
+    if written is not None or output not in (None, "-") or not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
 
 
 score_command = with_groups(score_group(), executor_group())(score_command)

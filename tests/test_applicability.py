@@ -123,7 +123,8 @@ def test_vit_fails(tmp_path):
     assert verdict == {"status": "fails", "reasons": [
         "ViTForImageClassification is a vision transformer (model_type vit); the paper (arXiv 2610.13123) finds BFE-W does not "
         "track accuracy on vision transformers (ViT, Swin: rho +0.14)"],
-        "checked": ["dropout_before_head", "vision_transformer", "single_linear_head"]}
+        "checked": ["dropout_before_head", "vision_transformer", "single_linear_head"],
+        "summary": "a vision transformer: outside the setting BFE-W is derived for"}
 
 
 def test_llama_holds(tmp_path):

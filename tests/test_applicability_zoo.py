@@ -51,7 +51,8 @@ def test_deit_distilled_fails_as_a_vision_transformer_with_two_heads():
         "the output combines the head distillation_classifier.weight with cls_classifier (several heads, no single "
         "last layer); BFE-W is derived for one linear last layer on the last features (arXiv 2610.13123); the "
         "paper's derivation does not cover this head"],
-        "checked": ["dropout_before_head", "vision_transformer", "single_linear_head"]}
+        "checked": ["dropout_before_head", "vision_transformer", "single_linear_head"],
+        "summary": "a vision transformer; not one linear head: outside the setting BFE-W is derived for"}
 
 
 @pytest.mark.parametrize("arch", ["efficientnet_b0", "mobilenetv2_050"])

@@ -104,6 +104,10 @@ def _single_linear_head(d: FrameworkDescription) -> Optional[str]:
     return None
 
 
+# What each broken condition is called in the one-line summary.
+_BROKEN = {"dropout_before_head": "dropout on the head's input", "vision_transformer": "a vision transformer",
+           "single_linear_head": "not one linear head"}
+
 # The paper's conditions, in the order the reasons are listed. Each reads the architecture only.
 RULES: tuple[Rule, ...] = (
     Rule("dropout_before_head", _dropout),
@@ -125,7 +129,8 @@ def applicability(description: Optional[FrameworkDescription],
         ``{"status": "holds" | "fails" | "unknown", "reasons": [...], "checked": [...]}``: ``fails``
         with one reason per broken condition, ``holds`` when the description is known and breaks none,
         ``unknown`` with what would decide it when there is no description, or it names no head;
-        ``checked`` names the conditions (:data:`RULES`) that were read, where a description was.
+        ``checked`` names the conditions (:data:`RULES`) that were read, where a description was;
+        ``summary`` says it in one short sentence (the ``wbfe score`` table's line).
 
     Example:
         >>> d = FrameworkDescription("keras", "Sequential", ("dense/kernel",), "dense/kernel",
@@ -142,30 +147,39 @@ def applicability(description: Optional[FrameworkDescription],
             why = ("no description of the model (a bare state dict, or weights without config.json), so the path "
                    f"into the head cannot be checked; {_CONDITION}: add the model's config.json beside the weights, "
                    "or score the framework's own file (.keras, .h5, .gguf), to decide")
-        return {"status": "unknown", "reasons": [why], "checked": []}
+        short = ("its config.json names no model wbfe could build here: install the framework it names to decide"
+                 if config else "no description of the model: add its config.json beside the weights, or score the "
+                 "framework's own file, to decide")
+        return {"status": "unknown", "reasons": [why], "checked": [], "summary": short}
     # A description that names no head (a base model, a module without get_classifier()): the path
     # into the head cannot be read, which is not the same as a model without one; only the rules
     # that need no head can decide.
     head_unread = description.head is None and not description.facts.get("no_head")
     rules = [rule for rule in RULES if not (head_unread and rule.needs_head)]
-    failed = [reason for reason in (rule.check(description) for rule in rules) if reason is not None]
+    verdicts = [(rule.name, rule.check(description)) for rule in rules]
+    failed = [reason for _, reason in verdicts if reason is not None]
     checked = [rule.name for rule in rules]
     if failed:
-        return {"status": "fails", "reasons": failed, "checked": checked}
+        broken = [_BROKEN[name] for name, reason in verdicts if reason is not None]
+        return {"status": "fails", "reasons": failed, "checked": checked,
+                "summary": f"{'; '.join(broken)}: outside the setting BFE-W is derived for"}
     if head_unread:
-        return {"status": "unknown", "checked": checked, "reasons": [
+        return {"status": "unknown", "checked": checked,
+                "summary": "the description names no head: name it (--head) to decide", "reasons": [
             f"{description.model}: its description names no head ({description.note or 'none given'}); "
             f"the path into the head cannot be read; {_CONDITION}: name the head (--head) on a model "
             "with its classifier, or give the task model's config.json (a ...For...Classification), to decide"]}
     if description.facts.get("dropout_unrecorded"):
         # An inference graph (a TFLite file): converters drop Dropout, so its absence here says
         # nothing about training, and "holds" would claim what the file cannot show.
-        return {"status": "unknown", "checked": checked, "reasons": [
+        return {"status": "unknown", "checked": checked,
+                "summary": "an inference graph cannot show whether training put dropout before the head", "reasons": [
             f"{description.model}: {description.facts['dropout_unrecorded']}; the head {description.head} is one "
             f"linear map of the last features; {_CONDITION}, and whether training put dropout there cannot be "
             "read from this file: the training model's description (config.json, the .keras or .h5 file) would "
             "decide it"]}
     return {"status": "holds", "checked": checked,
+            "summary": f"the conditions checked hold ({', '.join(checked)}); what that predicts: docs/evidence.md",
             "reasons": [f"{description.model}: the head {description.head} is one linear map of the last features "
                         f"with no dropout before it{_summary_stage(description)}: the conditions checked "
                         f"({', '.join(checked)}) hold, {_HOLDS_FINDING}{_head_rule(description)}"]}

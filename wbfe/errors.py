@@ -11,6 +11,7 @@ from typing import Iterable
 
 __all__ = [
     "printable",
+    "clip",
     "WbfeError",
     "SourceNotFoundError",
     "ModelNotFoundError",
@@ -44,6 +45,21 @@ def printable(text: str) -> str:
         return text
     return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
                    for ch in text)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line, cut to at most ``limit`` characters at a word boundary, with "…" where it
+    was cut: a message quoting another library's words never ends mid-word.
+
+    Example:
+        >>> clip("unpack_from requires a buffer of at least 4 bytes (actual 2)", 40)
+        'unpack_from requires a buffer of at…'
+    """
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit - 1]
+    return cut.rstrip(" ,;:(") + "…"
 
 
 class WbfeError(Exception):

@@ -10,12 +10,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Any, Sequence
+import re
+from typing import Any, Optional, Sequence
 
-from wbfe.errors import printable
+from wbfe.errors import clip, printable
 
 __all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float", "finite_or_none",
-           "printable", "applicability_line"]
+           "printable", "applicability_line", "skipped_line", "LINE_LIMIT"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -74,34 +75,79 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(out)
 
 
-def score_table(result: Any) -> str:
-    """The ``wbfe score`` table: one line per matrix, then the summary and the skip count."""
+#: The longest line the tables print for a person (a name, a reason, a list of skips), in characters.
+LINE_LIMIT = 250
+# An operator's or node's position inside a skip reason ("consumed by CONV_2D #12 input 2"): it
+# tells the tensors apart in the JSON, and keeps equal reasons from grouping in the table.
+_POSITIONS = re.compile(r"\s*\([^()]*#\d+[^()]*\)")
+
+
+def score_table(result: Any, *, verbose: bool = False, width: Optional[int] = None) -> str:
+    """The ``wbfe score`` table: one line per matrix, then the summary and the skip count.
+
+    Args:
+        verbose: the applicability line with its full reasons (else its one-sentence summary).
+        width: the terminal's width, where the table goes to one: longer tensor names are
+            shortened in the middle to fit it (else printed whole).
+    """
     present = [c for c in _TABLE_COLUMNS if any(c in layer for layer in result.layers)]
+    layers = _fit_names(result.layers, present, width)
     parts = [f"model: {printable(str(result.model.get('source')))}  ({result.model.get('format')}, sha256 "
-             f"{str(result.model.get('sha256'))[:12]})", "", text_table(result.layers, present), ""]
+             f"{str(result.model.get('sha256'))[:12]})", "", text_table(layers, present), ""]
     summary = [{"metric": k, "value": v} for k, v in result.summary.items()
                if not k.endswith("_n") and not isinstance(v, dict)]  # by_role/by_component: JSON only
     parts.append(text_table(summary, ("metric", "value")))
     verdict = result.summary.get("bfe_applicability")
     if isinstance(verdict, dict):
-        parts.append(applicability_line(verdict))
+        parts.append(applicability_line(verdict, verbose=verbose))
     intra = result.summary.get("intra")
     if isinstance(intra, dict):  # --intra: the product rows are in the table, not in the means above
         parts.append(f"intra: {printable(str(intra.get('note')))}")
     if result.skipped:
-        reasons: dict[str, int] = {}
-        for skip in result.skipped:
-            key = skip["reason"].split(":")[0]
-            reasons[key] = reasons.get(key, 0) + 1
-        listed = ", ".join(f"{n} {printable(r)}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
-        parts += ["", f"skipped {len(result.skipped)} tensors: {listed} (see --format json for each)"]
+        parts += ["", skipped_line(result.skipped)]
     return "\n".join(parts) + "\n"
 
 
-def applicability_line(verdict: dict[str, Any]) -> str:
-    """The text line for ``summary.bfe_applicability``: the status, then its reasons."""
+def skipped_line(skipped: Sequence[dict[str, Any]]) -> str:
+    """One line counting the skipped tensors by reason (positions inside a reason left to the JSON),
+    the most common first, within :data:`LINE_LIMIT`."""
+    reasons: dict[str, int] = {}
+    for skip in skipped:
+        key = _POSITIONS.sub("", str(skip["reason"]).split(":")[0]).strip()
+        reasons[key] = reasons.get(key, 0) + 1
+    head, tail = f"skipped {len(skipped)} tensors: ", " (see --format json for each)"
+    parts = [f"{n} {printable(clip(reason, 80))}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    shown = len(parts)
+    while shown > 1 and len(head + ", ".join(parts[:shown]) + f", and {len(parts)} other reasons" + tail) > LINE_LIMIT:
+        shown -= 1
+    others = len(parts) - shown
+    more = f", and {others} other reason{'s' if others > 1 else ''}" if others else ""
+    return head + ", ".join(parts[:shown]) + more + tail
+
+
+def _fit_names(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: Optional[int]) -> Sequence[dict[str, Any]]:
+    """``rows`` with names longer than the terminal leaves room for shortened in the middle."""
+    if width is None or "name" not in columns:
+        return rows
+    others = [c for c in columns if c != "name"]
+    used = sum(max([len(c)] + [len(format_value(r.get(c))) for r in rows]) + 2 for c in others)
+    room = max(24, width - used)
+    return [{**r, "name": _middle(str(r.get("name")), room)} if len(str(r.get("name"))) > room else r for r in rows]
+
+
+def _middle(name: str, room: int) -> str:
+    keep = room - 1
+    return name[:(keep + 1) // 2] + "…" + name[len(name) - keep // 2:]
+
+
+def applicability_line(verdict: dict[str, Any], *, verbose: bool = True) -> str:
+    """The text line for ``summary.bfe_applicability``: the status, then its reasons (``verbose``) or
+    their one-sentence summary."""
+    status = f"bfe applicability: {printable(str(verdict.get('status')))}"
+    if not verbose and verdict.get("summary"):
+        return f"{status} — {printable(str(verdict['summary']))} (--verbose: the reasons)"
     reasons = "; ".join(printable(str(r)) for r in verdict.get("reasons") or [])
-    return f"bfe applicability: {printable(str(verdict.get('status')))}" + (f" — {reasons}" if reasons else "")
+    return status + (f" — {reasons}" if reasons else "")
 
 
 def score_csv(result: Any) -> str:

@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError
+from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError, clip
 from wbfe.framework import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
@@ -216,7 +216,7 @@ class _Unscanned(Exception):
 
 
 def _one_line(exc: BaseException) -> str:
-    return str(exc).split("\n")[0][:160]
+    return clip(str(exc).split("\n")[0], 160)
 
 
 def _field(reader: Any, key: str) -> Any:

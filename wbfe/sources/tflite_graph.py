@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, clip
 
 __all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan", "parse_model", "plan_graph",
            "DTYPES", "ITEMSIZE", "STORED_AXES", "reported_shape"]
@@ -190,9 +190,9 @@ def parse_model(tflite: Any, buf: Any, size: int, path: str) -> TflModel:
     except CorruptCheckpointError:
         raise
     except struct.error as exc:  # an offset the accessors follow past the end of the file
-        raise reader.fail(f"flatbuffer offsets out of range ({str(exc)[:100]})") from None
+        raise reader.fail(f"flatbuffer offsets out of range ({clip(str(exc), 100)})") from None
     except (IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError, AttributeError, MemoryError) as exc:
-        raise reader.fail(f"unreadable flatbuffer ({type(exc).__name__}: {str(exc)[:100]})") from None
+        raise reader.fail(f"unreadable flatbuffer ({type(exc).__name__}: {clip(str(exc), 100)})") from None
 
 
 def _parse(tflite: Any, r: _Reader) -> TflModel:
