@@ -31,6 +31,13 @@ def nothing_to_compute(group: Any, spec: Any, min_eigs: int) -> bool:
     return too_few(group, spec, min_eigs) and set(group.tail_columns) >= set(group.columns)
 
 
+def dead_units_reason(spec: Any) -> str:
+    """Why a matrix's spectrum is of a part of it: its exactly-zero rows and columns were left out."""
+    dead = " and ".join(f"{n} all-zero {what}" for n, what in ((spec.dead_rows, "row(s)"), (spec.dead_cols, "column(s)"))
+                        if n)
+    return f"{dead} (dead or pruned units) left out: BFE-W and the spectrum are of the live {spec.rows}x{spec.cols} part"
+
+
 def layer_row(
     plan: MatrixPlan,
     spec: Any,
@@ -54,8 +61,12 @@ def layer_row(
         "n_eigs": spec.n_eigs,
         "gamma": spec.gamma,
         "form": spec.form,
+        "dead_rows": spec.dead_rows,
+        "dead_cols": spec.dead_cols,
     }
     reasons: dict[str, str] = {}
+    if spec.dead_rows or spec.dead_cols:
+        reasons["dead_units"] = dead_units_reason(spec)
     for group in context.groups:
         if not nothing_to_compute(group, spec, min_eigs):
             out = (computed[group.name] if computed and group.name in computed
@@ -98,7 +109,7 @@ class RowMaker:
         for k, (_, plan, outcome) in enumerate(self.pending):
             if not isinstance(outcome, Skip):
                 assert isinstance(plan, MatrixPlan)
-                runs.setdefault((plan.rows, plan.cols, plan.n_slices, outcome.n_eigs), []).append(k)
+                runs.setdefault((outcome.rows, outcome.cols, plan.n_slices, outcome.n_eigs), []).append(k)
         done: dict[int, dict[str, Any]] = {}
         min_eigs = self.context.options.min_eigs
         for members in runs.values():
