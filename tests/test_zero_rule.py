@@ -189,3 +189,16 @@ def test_gpu_code_path_follows_the_same_rule(monkeypatch: pytest.MonkeyPatch, ne
         mean_e, mean_log_e, _, n_zero = spec.log_moments()
         got = 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e)
         assert n_zero == 0 and got == pytest.approx(_truth([w]), rel=1e-6), cond
+
+
+def test_dead_units_are_named_in_the_summary_and_the_table(tmp_path: Path) -> None:
+    from wbfe.report import score_table
+
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((20, 40))
+    w[:, [0, 1]] = 0.0
+    path = tmp_path / "m.safetensors"
+    save_file({"a.weight": w, "b.weight": rng.standard_normal((20, 40))}, str(path))
+    result = wbfe.score(path, device="cpu", metrics="bfe")
+    assert result.summary["dead_units"]["n"] == 1
+    assert "dead units: 1 matrix(es)" in score_table(result) and "a.weight (0 rows, 2 cols)" in score_table(result)

@@ -88,6 +88,9 @@ def score_table(result: Any) -> str:
     intra = result.summary.get("intra")
     if isinstance(intra, dict):  # --intra: the product rows are in the table, not in the means above
         parts.append(f"intra: {printable(str(intra.get('note')))}")
+    dead = result.summary.get("dead_units")
+    if isinstance(dead, dict):
+        parts.append(f"dead units: {printable(str(dead.get('note')))}")
     if result.skipped:
         reasons: dict[str, int] = {}
         for skip in result.skipped:
