@@ -38,7 +38,8 @@ from wbfe.errors import InvalidOptionError, WbfeError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum", "work_bytes",
+__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "w_eigenvalues", "live_part", "log_moments", "spectrum",
+           "work_bytes",
            "releases_gil", "uses_lu", "pin_threads", "multithreaded", "batchable", "batch_size",
            "spectra_batch"]
 
@@ -447,16 +448,15 @@ def live_part(matrices: Sequence["torch.Tensor"]) -> tuple[list["torch.Tensor"],
     if not (dead_rows or dead_cols):
         return list(matrices), 0, 0
     rows_at, cols_at = np.flatnonzero(live_rows), np.flatnonzero(live_cols)
-    out = []
+    out: list[Any] = []
     for m in matrices:
         if is_torch(m):
             import torch
 
-            m = m.index_select(0, torch.as_tensor(rows_at, device=m.device))
-            m = m.index_select(1, torch.as_tensor(cols_at, device=m.device))
+            live = m.index_select(0, torch.as_tensor(rows_at, device=m.device))
+            out.append(live.index_select(1, torch.as_tensor(cols_at, device=m.device)))
         else:
-            m = np.asarray(m)[np.ix_(rows_at, cols_at)]
-        out.append(m)
+            out.append(np.asarray(m)[np.ix_(rows_at, cols_at)])
     return out, dead_rows, dead_cols
 
 

@@ -112,7 +112,7 @@ class RowMaker:
 
     def flush(self) -> None:
         """Rows of every pending entry, the equal-shaped spectra fitted together."""
-        runs: dict[tuple[int, int, int, int], list[int]] = {}
+        runs: dict[tuple[int, ...], list[int]] = {}
         for k, (_, plan, outcome) in enumerate(self.pending):
             if not isinstance(outcome, Skip):
                 assert isinstance(plan, MatrixPlan)
