@@ -38,7 +38,9 @@ def test_layer_values_equal_direct_computation(state_dict: dict, st_file: Path) 
 
 def test_rank_deficient_is_infinite_with_reason_and_left_out_of_the_mean() -> None:
     g = torch.Generator().manual_seed(0)
-    low_rank = torch.randn(20, 4, generator=g) @ torch.randn(4, 40, generator=g)
+    # float64: a float32 product of rank-4 factors is full rank as stored (its rounding leaves
+    # singular values ~1e-7·σ_max, which the zero rule σ <= σ_max·P·eps keeps).
+    low_rank = torch.randn(20, 4, generator=g, dtype=torch.float64) @ torch.randn(4, 40, generator=g, dtype=torch.float64)
     result = wbfe.score({"a.weight": low_rank, "fc.weight": torch.randn(12, 30, generator=g)}, metrics="bfe")
     layer = result.layers[0]
     assert layer["bfe"] == math.inf

@@ -190,8 +190,14 @@ def test_rank_columns_against_svd() -> None:
     layer = wbfe.score({"m.weight": w}, metrics="htsr").layers[0]
     assert layer["lambda_max"] == pytest.approx(u[0] ** 2, rel=1e-12)
     assert layer["rank_loss"] == 90 - np.linalg.matrix_rank(w.numpy()) == 0
-    w[:30] = 0.0  # rank 60 of 90
+    w[:30] = 0.0  # rank 60 of 90: 30 dead rows
+    # The default mode scores the live 60×130 part (full rank); WeightWatcher's view counts the
+    # dead rows' zeros (docs/math.md §1).
     layer = wbfe.score({"m.weight": w}, metrics="htsr").layers[0]
+    live = torch.linalg.svdvals(w[30:, 10:]).numpy()
+    assert (layer["dead_rows"], layer["dead_cols"], layer["rows"], layer["cols"]) == (30, 10, 60, 130)
+    assert layer["rank_loss"] == 0 and layer["sv_min"] == pytest.approx(live.min(), rel=1e-10)
+    layer = wbfe.score({"m.weight": w}, metrics="htsr", ww_compatible=True).layers[0]
     assert layer["rank_loss"] == 30 and layer["weak_rank_loss"] == 30 and layer["sv_min"] == 0.0
     small = heavy((50, 70), 3.0, 22).double() * 1e-4  # eigenvalues ~1e-6: some under WW's tolerance
     e = torch.linalg.svdvals(small).numpy() ** 2

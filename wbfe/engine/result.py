@@ -154,6 +154,13 @@ def summarise(
         summary["intra"] = {"n": len(products), "note": (
             f"{len(products)} product(s) of consecutive weight matrices (WeightWatcher's intra=True) included "
             "as rows with role 'intra'; the head and the model's means leave them out, by_role['intra'] has theirs")}
+    dead = [layer for layer in every if layer.get("dead_rows") or layer.get("dead_cols")]
+    if dead:
+        listed = ", ".join(f"{layer['name']} ({layer.get('dead_rows') or 0} rows, {layer.get('dead_cols') or 0} cols)"
+                           for layer in dead[:5]) + (f" and {len(dead) - 5} more" if len(dead) > 5 else "")
+        summary["dead_units"] = {"n": len(dead), "note": (
+            f"{len(dead)} matrix(es) with exactly-zero rows or columns (dead or pruned units): {listed}; "
+            "BFE-W and the spectrum columns are of each one's live part (dead_rows, dead_cols in the rows)")}
     if any(layer.get("component") for layer in layers):
         summary["by_component"] = _means_by(layers, "component", columns)
     unsplit = [layer["name"] for layer in layers if _UNSPLIT.search(layer["name"])]

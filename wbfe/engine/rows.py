@@ -31,6 +31,20 @@ def nothing_to_compute(group: Any, spec: Any, min_eigs: int) -> bool:
     return too_few(group, spec, min_eigs) and set(group.tail_columns) >= set(group.columns)
 
 
+def dead_units_reason(spec: Any) -> str:
+    """Why a matrix's spectrum is of a part of it: its exactly-zero rows and columns were left out."""
+    dead = " and ".join(f"{n} all-zero {what}" for n, what in ((spec.dead_rows, "row(s)"), (spec.dead_cols, "column(s)"))
+                        if n)
+    return f"{dead} (dead or pruned units) left out: BFE-W and the spectrum are of the live {spec.rows}x{spec.cols} part"
+
+
+def group_view(group: Any, spec: Any, context: Context) -> Any:
+    """The spectrum ``group`` is computed on: the live part's, except that with ``ww_compatible``
+    every group but BFE-W sees the whole matrix as WeightWatcher does, its dead units' zero
+    eigenvalues included (its rank_loss, weak_rank_loss, sv_min count them)."""
+    return spec.whole() if context.metric_options.ww_compatible and group.name != "bfe" else spec
+
+
 def layer_row(
     plan: MatrixPlan,
     spec: Any,
@@ -54,12 +68,16 @@ def layer_row(
         "n_eigs": spec.n_eigs,
         "gamma": spec.gamma,
         "form": spec.form,
+        "dead_rows": spec.dead_rows,
+        "dead_cols": spec.dead_cols,
     }
     reasons: dict[str, str] = {}
+    if spec.dead_rows or spec.dead_cols:
+        reasons["dead_units"] = dead_units_reason(spec)
     for group in context.groups:
         if not nothing_to_compute(group, spec, min_eigs):
             out = (computed[group.name] if computed and group.name in computed
-                   else group.compute(spec, context.metric_options))
+                   else group.compute(group_view(group, spec, context), context.metric_options))
             row.update(out.values)
             reasons.update(out.reasons)
         if too_few(group, spec, min_eigs):
@@ -94,11 +112,12 @@ class RowMaker:
 
     def flush(self) -> None:
         """Rows of every pending entry, the equal-shaped spectra fitted together."""
-        runs: dict[tuple[int, int, int, int], list[int]] = {}
+        runs: dict[tuple[int, ...], list[int]] = {}
         for k, (_, plan, outcome) in enumerate(self.pending):
             if not isinstance(outcome, Skip):
                 assert isinstance(plan, MatrixPlan)
-                runs.setdefault((plan.rows, plan.cols, plan.n_slices, outcome.n_eigs), []).append(k)
+                runs.setdefault((outcome.rows, outcome.cols, outcome.dead_rows, outcome.dead_cols, plan.n_slices,
+                                 outcome.n_eigs), []).append(k)
         done: dict[int, dict[str, Any]] = {}
         min_eigs = self.context.options.min_eigs
         for members in runs.values():
@@ -106,7 +125,8 @@ class RowMaker:
             for group in self.context.groups:
                 if (group.compute_many is not None and len(specs) > 1
                         and not nothing_to_compute(group, specs[0], min_eigs)):
-                    for k, out in zip(members, group.compute_many(specs, self.context.metric_options)):
+                    views = [group_view(group, spec, self.context) for spec in specs]
+                    for k, out in zip(members, group.compute_many(views, self.context.metric_options)):
                         done.setdefault(k, {})[group.name] = out
         for k, (entry, plan, outcome) in enumerate(self.pending):
             if isinstance(outcome, Skip):

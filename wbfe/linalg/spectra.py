@@ -6,11 +6,20 @@ peak extra memory is one block plus the p×p Gram matrix. When no metric needs t
 themselves (BFE-W alone needs only mean(e) and mean(log e)), a Cholesky factorisation replaces the
 eigen-solve, and a large square matrix skips the Gram matrix altogether: log det(WᵀW) = 2·log|det W|
 from an LU factorisation of W (⅔p³ flops against p³ + ⅓p³, and no squared condition number).
+
+One zero rule holds on every path (eigenvalues, Cholesky, LU, batches, CUDA), per matrix and per
+slice, on that matrix's own scale: a singular value σ is zero when σ <= σ_max·P·eps (numpy's
+``matrix_rank`` rule). The Gram matrix resolves eigenvalues down to about eps·e_max only, so where
+the error bound eps·e_max·mean(1/e) on mean(log e) (or the factor's condition estimate) exceeds
+``_LOG_DET_TOL`` the spectrum is taken from W itself: the squared singular values of W, accurate where the Gram matrix's
+are rounding noise. Exactly-zero rows and columns (dead or pruned units) are left out first
+(:func:`live_part`): the spectrum is that of the live part.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import sys
@@ -29,7 +38,8 @@ from wbfe.linalg.arrays import dtype_name, is_torch, to_torch, torch_loaded
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "log_moments", "spectrum", "work_bytes",
+__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "w_eigenvalues", "live_part", "log_moments", "spectrum",
+           "work_bytes",
            "releases_gil", "uses_lu", "pin_threads", "multithreaded", "batchable", "batch_size",
            "spectra_batch"]
 
@@ -63,6 +73,13 @@ _RANGE_HI = 2.0**400
 # replace a product, a solve and the Python around them per matrix.
 _BATCH_BYTES = 16 << 20
 _NON_FINITE = "non-finite values (NaN or Inf)"
+# Largest error bound on mean(log e) for which the Gram matrix's eigenvalues (or its Cholesky/LU
+# factor's log det) are kept: LAPACK resolves each eigenvalue to ~eps·e_max, so the bound is
+# eps·e_max·mean(1/e). Above it the spectrum comes from W's singular values. The bound is ~100x the
+# error measured (square 512-2,048 Gaussian matrices with spikes, against an SVD); at 1e-8 the
+# issue's 64×256 matrix with cond(W) 1e4 keeps its Gram matrix, with 1e5 it takes the SVD, and
+# most large square matrices keep theirs (an SVD of W costs ~3x the Gram eigen-solve).
+_LOG_DET_TOL = 1e-8
 _pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
 # Tests set this to run the torch code path that serves CUDA on the CPU (CI has no GPU).
 _TORCH_ON_CPU = False
@@ -88,6 +105,8 @@ class Spectrum:
             moments): 0 unless the matrix was rescaled by a power of two because its Gram matrix
             would leave float64's range (a float64 matrix scaled by 1e-200 or 1e200). Scale-
             invariant columns (BFE-W at λ*, α, κ, ranks) ignore it; the others apply it.
+        dead_rows, dead_cols: exactly-zero rows and columns (in every slice) left out of the matrix;
+            ``rows`` and ``cols`` are those of the live part the spectrum is of.
     """
 
     eigs: Optional[np.ndarray]
@@ -97,6 +116,18 @@ class Spectrum:
     moments: Optional[tuple[float, float, int, int]] = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     log_scale: float = 0.0
+    dead_rows: int = 0
+    dead_cols: int = 0
+
+    def whole(self) -> "Spectrum":
+        """This spectrum as WeightWatcher sees the whole matrix: the live part's eigenvalues and the
+        zeros its dead rows and columns add (min of the stored sides less the live p, per slice)."""
+        if not (self.dead_rows or self.dead_cols) or self.eigs is None:
+            return self
+        rows, cols = self.rows + self.dead_rows, self.cols + self.dead_cols
+        zeros = np.zeros((min(rows, cols) - self.p) * self.n_slices)
+        return dataclasses.replace(self, eigs=np.concatenate([zeros, self.eigs]), rows=rows, cols=cols,
+                                   dead_rows=0, dead_cols=0)
 
     @property
     def n_eigs(self) -> int:
@@ -342,7 +373,8 @@ def _eigvalsh(g: Any) -> np.ndarray:
 
 
 def eigenvalues(matrices: Sequence["torch.Tensor"], device: "Device") -> np.ndarray:
-    """Pooled eigenvalues of the smaller Gram matrices, ascending, noise-level values set to 0.
+    """Pooled eigenvalues of the smaller Gram matrices, ascending, each matrix's zeros (the zero
+    rule, on its own scale) exactly 0.
 
     Raises:
         DegenerateMatrixError: non-finite entries, or all entries zero.
@@ -350,22 +382,93 @@ def eigenvalues(matrices: Sequence["torch.Tensor"], device: "Device") -> np.ndar
     parts = []
     for matrix in matrices:
         with _threads_for(matrix, device):
-            parts.append(_eigvalsh(gram(matrix, device)))
-    return _clipped(np.sort(np.concatenate(parts)), max(min(m.shape) for m in matrices))
+            e = np.sort(_eigvalsh(gram(matrix, device)))
+        parts.append(_resolved(e, matrix, device))
+    pooled = np.sort(np.concatenate(parts))
+    if not (pooled.size and pooled[-1] > 0.0):
+        raise DegenerateMatrixError("all-zero matrix")
+    return pooled
 
 
-def _clipped(e: np.ndarray, p: int) -> np.ndarray:
-    """Ascending eigenvalues with those at the noise level set to 0 (in place).
+def _resolved(e: np.ndarray, matrix: "torch.Tensor", device: "Device") -> np.ndarray:
+    """One matrix's ascending Gram eigenvalues ``e`` where the Gram matrix resolves them all, else
+    the squared singular values of the matrix itself (:func:`w_eigenvalues`)."""
+    top = float(e[-1]) if e.size else 0.0
+    if not top > 0.0:
+        return np.zeros(e.size)
+    if float(e[0]) > 0.0 and _EPS * top * float(np.mean(1.0 / e)) <= _LOG_DET_TOL:
+        return e
+    return w_eigenvalues(matrix, device)
+
+
+def w_eigenvalues(matrix: "torch.Tensor", device: "Device") -> np.ndarray:
+    """Ascending squared singular values of one matrix, computed from W (no Gram matrix, so no
+    squared condition number), those the zero rule calls zero (σ <= σ_max·P·eps) exactly 0.
 
     Raises:
-        DegenerateMatrixError: all of them zero.
+        DegenerateMatrixError: non-finite entries.
     """
-    top = e[-1] if e.size else 0.0
-    if not top > 0.0:
+    rows, cols = (int(n) for n in matrix.shape)
+    if device.type == "cpu" and not _TORCH_ON_CPU:
+        w = _float64_block(matrix, np.empty(rows * cols, dtype=np.float64))
+        if not np.isfinite(w).all():
+            raise DegenerateMatrixError(_NON_FINITE)
+        sv = np.linalg.svd(w, compute_uv=False)
+    else:
+        import torch
+
+        w64 = to_torch(matrix).detach().to(device=device, dtype=torch.float64)
+        if not bool(w64.isfinite().all()):
+            raise DegenerateMatrixError(_NON_FINITE)
+        sv = torch.linalg.svdvals(w64).cpu().numpy()
+    sv = np.sort(np.asarray(sv, dtype=np.float64))
+    top = float(sv[-1]) if sv.size else 0.0
+    sv[sv <= top * max(rows, cols) * _EPS] = 0.0
+    return sv * sv
+
+
+def live_part(matrices: Sequence["torch.Tensor"]) -> tuple[list["torch.Tensor"], int, int]:
+    """``(matrices without their dead rows and columns, dead rows, dead cols)``: a row (column) is
+    dead when it is exactly zero in every matrix (every slice of a conv kernel: a dead or pruned
+    unit). The matrices are returned as they are when none is.
+
+    Raises:
+        DegenerateMatrixError: every entry is zero.
+    """
+    live_rows = live_cols = None
+    for m in matrices:
+        r, c = _nonzero_lines(m)
+        live_rows = r if live_rows is None else live_rows | r
+        live_cols = c if live_cols is None else live_cols | c
+    assert live_rows is not None and live_cols is not None
+    n_rows, n_cols = int(live_rows.sum()), int(live_cols.sum())
+    if n_rows == 0 or n_cols == 0:
         raise DegenerateMatrixError("all-zero matrix")
-    # The Gram matrix carries rounding errors of order p·eps·max(e); below that an eigenvalue is 0.
-    e[e <= top * p * _EPS] = 0.0
-    return e
+    dead_rows, dead_cols = live_rows.size - n_rows, live_cols.size - n_cols
+    if not (dead_rows or dead_cols):
+        return list(matrices), 0, 0
+    rows_at, cols_at = np.flatnonzero(live_rows), np.flatnonzero(live_cols)
+    out: list[Any] = []
+    for m in matrices:
+        if is_torch(m):
+            import torch
+
+            live = m.index_select(0, torch.as_tensor(rows_at, device=m.device))
+            out.append(live.index_select(1, torch.as_tensor(cols_at, device=m.device)))
+        else:
+            out.append(np.asarray(m)[np.ix_(rows_at, cols_at)])
+    return out, dead_rows, dead_cols
+
+
+def _nonzero_lines(m: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows and which columns of ``m`` hold a non-zero entry (NaN counts as non-zero)."""
+    if is_torch(m) and dtype_name(m) in ("float32", "float64", "float16") and m.device.type == "cpu":
+        m = m.detach().numpy()  # numpy's reduction needs no boolean copy: 4x faster than torch's here
+    if is_torch(m):
+        nz = m.detach() != 0
+        return nz.any(dim=1).cpu().numpy(), nz.any(dim=0).cpu().numpy()
+    a = np.asarray(m)
+    return np.any(a, axis=1), np.any(a, axis=0)
 
 
 def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[float, float, int, int]:
@@ -373,9 +476,10 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
     an eigen-solve where that is safe.
 
     log det comes from a Cholesky factorisation of the Gram matrix, or for a large square matrix on
-    the CPU from an LU factorisation of the matrix itself. A factorisation that fails, or has a
-    pivot at the noise level where :func:`eigenvalues` would clip an eigenvalue to 0, falls back to
-    the eigenvalues, so both paths agree on what counts as rank-deficient (then mean(log e) = −inf).
+    the CPU from an LU factorisation of the matrix itself. Where the factor's condition estimate says
+    the Gram matrix does not resolve the smallest eigenvalue (:func:`eigenvalues` would take W's
+    singular values), or the factorisation fails, log det comes from W's singular values, with the
+    same zero rule as :func:`eigenvalues` (a zero makes mean(log e) = −inf).
 
     Raises:
         DegenerateMatrixError: non-finite entries, or all entries zero.
@@ -410,27 +514,54 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
 
 def _log_det(matrix: "torch.Tensor", device: "Device", tr: float, diag: Optional[np.ndarray]) -> tuple[float, int]:
     """``(log det, number of zero eigenvalues)`` of one matrix's Gram matrix of trace ``tr``, from
-    the diagonal of its Cholesky (or LU) factor, or from its eigenvalues where the factorisation
-    failed (``diag`` None) or has a pivot at the noise level (:func:`eigenvalues` would clip it)."""
+    the diagonal of its Cholesky (or LU) factor, or from W's singular values where the
+    factorisation failed or is not trusted (``diag`` None)."""
     p = min(matrix.shape)
-    if diag is None or tr <= 0.0 or float(np.min(diag)) ** 2 <= tr * p * _EPS:
-        e = eigenvalues([matrix], device) if tr > 0.0 else np.zeros(p)
+    if tr <= 0.0:
+        return -math.inf, p
+    if diag is None or not float(np.min(diag)) > 0.0:
+        e = w_eigenvalues(matrix, device)
         return (float(np.sum(np.log(e))) if np.all(e > 0) else -math.inf), int(np.count_nonzero(e <= 0.0))
     return 2.0 * float(np.sum(np.log(diag))), 0
 
 
 def _cholesky_diagonal(g: Any) -> np.ndarray | None:
-    """Diagonal of the Cholesky factor (overwriting ``g``), or None when it is not numerically positive definite."""
+    """Diagonal of the Cholesky factor (overwriting ``g``), or None when it is not numerically
+    positive definite or the error bound eps·e_max·mean(1/e) of its log det exceeds
+    ``_LOG_DET_TOL`` (the rule :func:`eigenvalues` follows): e_max <= ‖G‖₁, and Σ1/e = ‖L⁻¹‖²_F is
+    estimated from below by Σ1/l_ii² and by LAPACK's estimate of 1/e_min."""
     if isinstance(g, np.ndarray):
-        return None if blas.potrf_lower(g) != 0 else np.diag(g).copy()
+        # ‖G‖₁ from the lower triangle (all LAPACK reads; the upper one may be zero), before potrf
+        # overwrites it.
+        low = np.abs(np.tril(g))
+        anorm = float(np.max(low.sum(axis=0) + low.sum(axis=1) - np.diagonal(low)))
+        del low
+        if blas.potrf_lower(g) != 0:
+            return None
+        from scipy.linalg.lapack import dpocon
+
+        rcond, info = dpocon(g, anorm, uplo="L")
+        diag = np.diag(g).copy()
+        if info != 0 or not rcond > 0.0:
+            return None
+        bound = _EPS * (anorm * float(np.sum(1.0 / (diag * diag))) + 1.0 / rcond) / diag.size
+        return diag if bound <= _LOG_DET_TOL else None
     import torch
 
     factor, info = torch.linalg.cholesky_ex(g)
-    return None if int(info) != 0 else torch.diagonal(factor).cpu().numpy()
+    if int(info) != 0:
+        return None
+    # No condition estimator in torch: Σ1/e = ‖L⁻¹‖²_F exactly, e_max <= ‖G‖_F.
+    eye = torch.eye(g.shape[0], dtype=g.dtype, device=g.device)
+    inv = torch.linalg.solve_triangular(factor, eye, upper=False)
+    bound = _EPS * float(torch.linalg.matrix_norm(g) * torch.linalg.matrix_norm(inv) ** 2) / g.shape[0]
+    return torch.diagonal(factor).cpu().numpy() if bound <= _LOG_DET_TOL else None
 
 
-def _lu_diagonal(matrix: Any) -> tuple[float, np.ndarray]:
-    """``(‖W‖_F², |diag U|)`` of a square W = PLU: Tr(WᵀW), and |det W| = ∏|u_ii|.
+def _lu_diagonal(matrix: Any) -> tuple[float, Optional[np.ndarray]]:
+    """``(‖W‖_F², |diag U|)`` of a square W = PLU: Tr(WᵀW), and |det W| = ∏|u_ii|; None in place of
+    the diagonal where W is singular or the error bound of log|det W| from the LU factors,
+    2·eps·cond₁(W)/p, exceeds ``_LOG_DET_TOL``: log det then comes from W's singular values.
 
     One float64 copy is factorised in place by LAPACK's dgetrf, without the GIL (:mod:`wbfe.linalg.blas`;
     as fast as torch's LU, 0.17 s against 0.20 s at 3,072² on two cores). An exactly singular W
@@ -445,9 +576,16 @@ def _lu_diagonal(matrix: Any) -> tuple[float, np.ndarray]:
     if not math.isfinite(tr):
         raise DegenerateMatrixError(_NON_FINITE)
     # w is C-ordered, so w.T is Fortran-ordered, as LAPACK wants, without a copy: the LU of Wᵀ,
-    # whose |det| is |det W|.
+    # whose |det| is |det W|. ‖Wᵀ‖₁ is the largest row sum of |W|.
+    anorm = float(np.max(np.abs(w).sum(axis=1)))
     lu = w.T
-    blas.getrf(lu)
+    if blas.getrf(lu) != 0:
+        return tr, None
+    from scipy.linalg.lapack import dgecon
+
+    rcond, info = dgecon(lu, anorm, norm="1")
+    if info != 0 or not 2.0 * _EPS <= _LOG_DET_TOL * rcond * lu.shape[0]:
+        return tr, None
     return tr, np.abs(np.diagonal(lu)).copy()
 
 
@@ -457,6 +595,7 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
     Args:
         need_eigs: False when only mean(e) and mean(log e) are needed (BFE-W alone).
     """
+    matrices, dead_rows, dead_cols = live_part(matrices)
     rows, cols = (int(n) for n in matrices[0].shape)
     shift = _range_shift(matrices)
     log_scale = 0.0
@@ -466,9 +605,9 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
         log_scale = -2.0 * shift * math.log(2.0)
     if need_eigs:
         return Spectrum(eigs=eigenvalues(matrices, device), rows=rows, cols=cols, n_slices=len(matrices),
-                        log_scale=log_scale)
+                        log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
     return Spectrum(eigs=None, rows=rows, cols=cols, n_slices=len(matrices), moments=log_moments(matrices, device),
-                    log_scale=log_scale)
+                    log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
 
 
 def batchable(rows: int, cols: int, device: "Device") -> bool:
@@ -499,11 +638,15 @@ def spectra_batch(matrices: Sequence["torch.Tensor"], device: "Device") -> list[
     p = min(rows, cols)
     shifts = [_range_shift([m]) for m in matrices]
     out: list[Spectrum | DegenerateMatrixError] = []
+    # Matrices with a dead row or column: their live parts differ in shape, so each is scored alone.
+    alone: set[int] = set()
     with _one_blas_thread():
         a = np.empty(rows * cols, dtype=np.float64)
         g = np.empty((len(matrices), p, p), dtype=np.float64)
         for k, m in enumerate(matrices):
             w = _float64_block(m * math.ldexp(1.0, shifts[k]) if shifts[k] else m, a)
+            if not (np.any(w, axis=1).all() and np.any(w, axis=0).all()):
+                alone.add(k)
             # numpy turns a 2-D w·wᵀ into a symmetric rank-k update (half a general product's
             # flops); one stacked 3-D matmul is a general product per matrix, 1.2-1.4x slower.
             np.matmul(w, w.T, out=g[k]) if rows <= cols else np.matmul(w.T, w, out=g[k])
@@ -511,14 +654,19 @@ def spectra_batch(matrices: Sequence["torch.Tensor"], device: "Device") -> list[
         # As in gram(): the diagonal is finite exactly when the whole Gram matrix is.
         finite = np.asarray(np.isfinite(np.diagonal(g, axis1=1, axis2=2)).all(axis=1))
         solved = iter(np.linalg.eigvalsh(g[finite]) if finite.any() else ())
-    for k in range(len(matrices)):
-        try:
-            if not finite[k]:
-                raise DegenerateMatrixError(_NON_FINITE)
-            out.append(Spectrum(eigs=_clipped(np.array(next(solved)), p), rows=rows, cols=cols,
-                                log_scale=-2.0 * shifts[k] * math.log(2.0) if shifts[k] else 0.0))
-        except DegenerateMatrixError as exc:
-            out.append(exc)
+        for k in range(len(matrices)):
+            try:
+                if not finite[k]:
+                    raise DegenerateMatrixError(_NON_FINITE)
+                e = np.array(next(solved))
+                if k in alone:
+                    out.append(spectrum([matrices[k]], device))
+                    continue
+                scaled = matrices[k] * math.ldexp(1.0, shifts[k]) if shifts[k] else matrices[k]
+                out.append(Spectrum(eigs=_resolved(e, scaled, device), rows=rows, cols=cols,
+                                    log_scale=-2.0 * shifts[k] * math.log(2.0) if shifts[k] else 0.0))
+            except DegenerateMatrixError as exc:
+                out.append(exc)
     return out
 
 

@@ -103,6 +103,9 @@ def score_table(result: Any, *, verbose: bool = False, width: Optional[int] = No
     intra = result.summary.get("intra")
     if isinstance(intra, dict):  # --intra: the product rows are in the table, not in the means above
         parts.append(f"intra: {printable(str(intra.get('note')))}")
+    dead = result.summary.get("dead_units")
+    if isinstance(dead, dict):
+        parts.append(f"dead units: {printable(str(dead.get('note')))}")
     if result.skipped:
         parts += ["", skipped_line(result.skipped)]
     return "\n".join(parts) + "\n"
