@@ -27,6 +27,7 @@ there is no ``os.fork`` (Windows) the files are read unguarded.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -146,6 +147,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
+@atexit.register
+def _stop_at_exit() -> None:
+    """Close the walker's pipe, so that it ends with this process (killed if it does not at once)."""
+    walker = _WALKER
+    if walker is None or walker.pid != os.getpid():
+        return
+    try:
+        if walker.process.stdin is not None:
+            walker.process.stdin.close()
+        walker.process.wait(timeout=2)
+    except (OSError, subprocess.TimeoutExpired):
+        walker.stop()
+
+
 def _walker() -> Optional[_Walker]:
     """This process's walker, started on first use; None where there is no fork (Windows)."""
     global _WALKER
@@ -240,8 +255,11 @@ def _serve() -> None:
                                    float(request["timeout"]))
         except Exception as exc:  # noqa: BLE001 - a malformed request gets an answer, not a dead walker
             answer = {"status": "error", "kind": type(exc).__name__, "text": str(exc)[:300]}
-        out.write(json.dumps(answer).encode() + b"\n")
-        out.flush()
+        try:
+            out.write(json.dumps(answer).encode() + b"\n")
+            out.flush()
+        except BrokenPipeError:  # the process that asked is gone
+            return
 
 
 def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]], memory: int,
@@ -253,7 +271,7 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
         code = 0
         try:
             os.close(receive)
-            verdict = _child(path, member, tuple(window) if window else None, memory)
+            verdict = _child(path, member, (window[0], window[1]) if window else None, memory)
             os.write(send, json.dumps(verdict).encode())
         except BaseException:  # noqa: BLE001 - whatever happens, the child ends here
             code = 70
