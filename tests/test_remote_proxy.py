@@ -204,3 +204,19 @@ def test_a_proxy_that_is_down_fails_the_read(tmp_path: Path, server: Server, mon
         wbfe.score(server.url("/m.safetensors"), stream=True)
     assert "\n" not in str(info.value)
     assert server.state.log == []
+
+
+def test_a_hub_session_that_is_not_an_httpx_client_is_one_line(tmp_path: Path, server: Server,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub before 1.0 gave a requests session: the reader says what to upgrade."""
+    import huggingface_hub
+    import requests
+
+    from wbfe.errors import MissingDependencyError
+
+    monkeypatch.setattr(http_range, "_HTTP", None)
+    monkeypatch.setattr(huggingface_hub, "get_session", requests.Session)
+    server.state.files["/m.safetensors"] = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
+    with pytest.raises(MissingDependencyError, match="huggingface_hub 1.0 or later"):
+        wbfe.score(server.url("/m.safetensors"), stream=True)
+    assert server.state.log == []

@@ -16,9 +16,9 @@ for 401/403, the token it needs). A server that ignores ``Range`` (200 with the 
 never read into memory: :class:`~wbfe.errors.RangeNotSupportedError`.
 
 The requests go through the HTTP client huggingface_hub itself uses (``httpx2``, or ``httpx``
-before huggingface_hub 2): for a hub file, huggingface_hub's own configured session
-(``huggingface_hub.get_session()``, a client factory the user set included), else a client of the
-same package made for the file. So the environment is honoured as by every other tool: proxies
+before huggingface_hub 2, found from its session so that wbfe names no HTTP package of its own):
+for a hub file, huggingface_hub's own configured session (``huggingface_hub.get_session()``, a
+client factory the user set included), else a client of the same package made for the file. So the environment is honoured as by every other tool: proxies
 (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, either case), a CA bundle
 (``SSL_CERT_FILE``, ``SSL_CERT_DIR``); the request headers (user agent, a hub token from
 ``HF_TOKEN``) come from the caller. The client follows redirects (the ``Authorization`` header is
@@ -30,20 +30,16 @@ from __future__ import annotations
 
 import re
 import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-try:
-    import httpx2 as httpx
-except ImportError:  # huggingface_hub 1.x depends on httpx itself
-    import httpx  # type: ignore[no-redef, import-not-found, unused-ignore]
+from wbfe.errors import (MissingDependencyError, RangeNotSupportedError, RemoteChangedError, RemoteReadError,
+                         TruncatedCheckpointError, WbfeError)
 
-from wbfe.errors import (RangeNotSupportedError, RemoteChangedError, RemoteReadError, TruncatedCheckpointError,
-                         WbfeError)
-
-__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ"]
+__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "http_package"]
 
 # The first request of a file asks for this many bytes: most safetensors headers fit (a 70B model's
 # shard header is ~40 KB), so the header costs one request, else two.
@@ -82,6 +78,33 @@ class RetryPolicy:
 
 
 DEFAULT_POLICY = RetryPolicy()
+
+
+_HTTP: Any = None
+_HTTP_NAMES = ("Client", "Timeout", "TransportError", "TooManyRedirects", "UnsupportedProtocol", "InvalidURL")
+
+
+def http_package() -> Any:
+    """The package of huggingface_hub's HTTP session (``httpx2``; ``httpx`` in huggingface_hub 1.x):
+    its ``Client``, ``Timeout`` and exceptions, the same the hub's own requests use.
+
+    Raises:
+        MissingDependencyError: huggingface_hub's session is not of that kind (huggingface_hub < 1.0,
+            whose session is requests').
+    """
+    global _HTTP
+    if _HTTP is None:
+        from huggingface_hub import get_session
+
+        for cls in type(get_session()).__mro__:  # a client factory's own subclass included
+            package = sys.modules.get(cls.__module__.split(".")[0])
+            if package is not None and all(hasattr(package, n) for n in _HTTP_NAMES):
+                _HTTP = package
+                break
+        else:
+            raise MissingDependencyError("remote reads need huggingface_hub 1.0 or later (its session is not an "
+                                         "httpx client): pip install -U huggingface_hub")
+    return _HTTP
 
 
 class _Retry(Exception):
@@ -126,7 +149,7 @@ class RemoteFile:
         self._sleep = sleep
         self._lock = threading.Lock()  # pinning and the counters
         self._hub = hub
-        self._own: httpx.Client | None = None  # this file's client (not the hub's shared one)
+        self._own: Any = None  # this file's client (not the hub's shared one)
 
     # ------------------------------------------------------------------ public reads
 
@@ -155,22 +178,22 @@ class RemoteFile:
         if own is not None:
             own.close()
 
-    def _client(self) -> httpx.Client:
+    def _client(self) -> Any:
         if self._hub:
             from huggingface_hub import get_session
 
-            session: httpx.Client = get_session()
-            return session
+            return get_session()
         with self._lock:
             if self._own is None:
                 # The environment as it is now: proxies, NO_PROXY, SSL_CERT_FILE (trust_env).
-                self._own = httpx.Client(trust_env=True, follow_redirects=True, max_redirects=_REDIRECTS)
+                self._own = http_package().Client(trust_env=True, follow_redirects=True, max_redirects=_REDIRECTS)
             return self._own
 
     # ------------------------------------------------------------------ one range, with retries
 
     def _fetch(self, start: int, nbytes: int, into: memoryview, *, first: bool = False) -> int:
         policy = self._policy
+        http = http_package()
         last = ""
         for attempt in range(policy.attempts):
             try:
@@ -181,9 +204,9 @@ class RemoteFile:
                     self._sleep(policy.delay(attempt, exc.retry_after))
             except WbfeError:  # a verdict (404, a changed file), some of them OSErrors too: never retried
                 raise
-            except (httpx.TooManyRedirects, httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            except (http.TooManyRedirects, http.UnsupportedProtocol, http.InvalidURL) as exc:
                 raise RemoteReadError(f"{self.name}: {_said(exc)}", path=self.name) from None
-            except httpx.TransportError as exc:  # refused, reset, timed out, cut short, a proxy's failure
+            except http.TransportError as exc:  # refused, reset, timed out, cut short, a proxy's failure
                 if _certificate_refused(exc):
                     raise RemoteReadError(
                         f"{self.name}: the server's TLS certificate is not trusted ({_said(exc)}); point "
@@ -203,12 +226,12 @@ class RemoteFile:
         if self.identity is not None and not self.identity.startswith("W/") and self.identity.startswith('"'):
             headers["If-Match"] = self.identity
         with self._client().stream("GET", self.url, headers=headers, follow_redirects=True,
-                                   timeout=httpx.Timeout(policy.timeout)) as response:
+                                   timeout=http_package().Timeout(policy.timeout)) as response:
             with self._lock:
                 self.requests += 1
             return self._answer(response, start, nbytes, into, first, began)
 
-    def _answer(self, response: httpx.Response, start: int, nbytes: int, into: memoryview, first: bool,
+    def _answer(self, response: Any, start: int, nbytes: int, into: memoryview, first: bool,
                 began: float) -> int:
         """Check the answer to one range request and read its body into ``into``."""
         policy = self._policy
@@ -277,7 +300,7 @@ class RemoteFile:
                     self.bytes_fetched += n
                 if time.monotonic() > deadline and got < expected:
                     raise _Retry(f"too slow: {got} of {expected} bytes in {time.monotonic() - began:.1f} s")
-        except httpx.TransportError as exc:  # cut, reset or timed out within the body
+        except http_package().TransportError as exc:  # cut, reset or timed out within the body
             raise _Retry(f"short read: {got} of {expected} bytes ({_said(exc)})") from None
         if got < expected:
             raise _Retry(f"short read: {got} of {expected} bytes")
@@ -285,7 +308,7 @@ class RemoteFile:
 
     # ------------------------------------------------------------------ identity
 
-    def _pin(self, response: httpx.Response, commit: str | None, first: bool) -> None:
+    def _pin(self, response: Any, commit: str | None, first: bool) -> None:
         identity = response.headers.get("ETag") or response.headers.get("Last-Modified")
         with self._lock:
             if first and self.identity is None and self.size is None:
