@@ -42,7 +42,7 @@ def test_hostile_hdf5_ends_in_a_typed_error_in_bounded_time(tmp_path: Path, name
     path.write_bytes((CORPUS / name).read_bytes())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     start = time.monotonic()
-    # 100 s: the guard's 3 s and the fork server's start, with room for a loaded machine; without the
+    # 100 s: the guard's 3 s and the walker's start, with room for a loaded machine; without the
     # guard the open never returns (or is killed for memory), and this fails.
     done = subprocess.run([sys.executable, "-c", _OPEN, str(path)], capture_output=True, text=True, timeout=100,
                           env=env)
@@ -64,18 +64,18 @@ def test_a_sound_file_passes_once_and_is_remembered(tmp_path: Path, monkeypatch:
         f.attrs["backend"] = "tensorflow"
         f.create_dataset("layers/dense/vars/0", data=np.arange(12, dtype=np.float32).reshape(3, 4))
     hdf5_guard.check_hdf5_index(path)
-    monkeypatch.setattr(hdf5_guard, "_context", lambda: pytest.fail("a remembered file was walked again"))
+    monkeypatch.setattr(hdf5_guard, "_walker", lambda: pytest.fail("a remembered file was walked again"))
     hdf5_guard.check_hdf5_index(path)
     os.utime(path, ns=(1, 1))  # changed (its mtime, and so its ctime): walked again
     monkeypatch.undo()
     calls: list[int] = []
-    real = hdf5_guard._context
+    real = hdf5_guard._walker
 
     def counted() -> object:
         calls.append(1)
         return real()
 
-    monkeypatch.setattr(hdf5_guard, "_context", counted)
+    monkeypatch.setattr(hdf5_guard, "_walker", counted)
     hdf5_guard.check_hdf5_index(path)
     assert calls == [1]
 

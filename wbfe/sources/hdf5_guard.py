@@ -13,45 +13,315 @@ an error in the file's index ends in a typed :class:`~wbfe.errors.CorruptCheckpo
 this process never gives the file to libhdf5. The dataset values are not read by the child: they
 are read when a tensor is asked for, through the index checked here.
 
-Children are forked by multiprocessing's fork server, started once per process with h5py already
-imported (a fork of this process could inherit a lock another thread holds; a fresh interpreter per
-file would cost half a second), so a check costs one fork and the walk. A file that passed is
-remembered while it is unchanged (device, inode, size, mtime, ctime): reading it again costs
-nothing. Where there is no fork server (Windows) the files are read unguarded.
+The children are forked by a walker: a helper interpreter (``sys.executable -c``, with this
+process's ``sys.path``) started once per process, which imports h5py and this module and nothing
+of the caller's, and forks one child per file from its single thread. multiprocessing is not used:
+its fork server and spawn re-import the caller's ``__main__``, which reruns a script without an
+``if __name__ == "__main__"`` guard and cannot be done at all for stdin or a notebook, and its
+plain fork could inherit a lock another thread of this process holds. The walker is its own
+session (a Ctrl-C of the terminal does not reach it) and ends when this process closes its pipe.
+A check costs one request over a pipe, one fork and the walk; a file that passed is remembered
+while it is unchanged (device, inode, size, mtime, ctime): reading it again costs nothing. Where
+there is no ``os.fork`` (Windows) the files are read unguarded.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, WbfeError
 from wbfe.sources.file_window import FileWindow
 
-__all__ = ["WALK_TIMEOUT_S", "WALK_MEMORY_BYTES", "Hdf5IndexError", "check_hdf5_index"]
+__all__ = ["WALK_TIMEOUT_S", "WALK_MEMORY_BYTES", "Hdf5IndexError", "Hdf5GuardError", "check_hdf5_index"]
 
 # A sound index of even a large model is walked in well under a second; these bounds only stop a
 # walk that would never end, or would take the machine's memory.
 WALK_TIMEOUT_S = 20.0
 WALK_MEMORY_BYTES = 1 << 30
+# What the walker may add to a walk's timeout (a fork, a kill) before this process gives up on it.
+_WALKER_SLACK_S = 15.0
 
 _PASSED: dict[tuple[object, ...], bool] = {}
 _MAX_REMEMBERED = 4096
 
-_CONTEXT: Any = None
+_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+         "from wbfe.sources.hdf5_guard import _serve; _serve()")
 
 
-def _context() -> Any:
-    """multiprocessing's fork-server context, with h5py preloaded; None where there is none."""
-    global _CONTEXT
-    if _CONTEXT is None:
-        if "forkserver" not in multiprocessing.get_all_start_methods():
-            return None
-        _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["h5py", __name__])
-    return _CONTEXT
+class Hdf5IndexError(CorruptCheckpointError):
+    """The child's walk of the file's index met an error of libhdf5 (``kind``: its exception type)."""
+
+    def __init__(self, message: str, *, path: str, kind: str, text: str):
+        super().__init__(message, path=path)
+        self.kind, self.text = kind, text
+
+
+class Hdf5GuardError(WbfeError, OSError):
+    """The walker (the helper process that checks HDF5 files) could not be started or stopped
+    answering: the file was not read, and nothing is said of it."""
+
+
+# ---------------------------------------------------------------------------------- this process
+
+
+class _Walker:
+    """The helper interpreter, and one request at a time to it."""
+
+    def __init__(self) -> None:
+        from multiprocessing import spawn  # the interpreter multiprocessing.set_executable() names
+
+        self.process = subprocess.Popen(
+            [spawn.get_executable(), "-c", _BOOT, json.dumps([p for p in sys.path if isinstance(p, str)])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, close_fds=True)
+        self.pid = os.getpid()
+        self._buffer = b""
+
+    def ask(self, request: dict[str, Any], wait: float) -> Optional[dict[str, Any]]:
+        """Send one request; the walker's answer, or None when it did not answer within ``wait`` s.
+
+        Raises:
+            EOFError: the walker died.
+        """
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError:
+            raise EOFError from None
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + wait
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise EOFError
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def stop(self) -> None:
+        """End the walker and the walk it may be running (they share its session)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+_WALKER: Optional[_Walker] = None
+_LOCK = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    """A forked copy of this process starts its own walker: the two would mix their answers on one
+    pipe. Its copies of the parent's pipes are closed (the parent's walker keeps running)."""
+    global _WALKER, _LOCK
+    walker, _WALKER, _LOCK = _WALKER, None, threading.Lock()
+    if walker is not None:
+        for pipe in (walker.process.stdin, walker.process.stdout):
+            if pipe is not None:
+                try:
+                    os.close(pipe.fileno())
+                except OSError:
+                    pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """Close the walker's pipe, so that it ends with this process (killed if it does not at once)."""
+    walker = _WALKER
+    if walker is None or walker.pid != os.getpid():
+        return
+    try:
+        if walker.process.stdin is not None:
+            walker.process.stdin.close()
+        walker.process.wait(timeout=2)
+    except (OSError, subprocess.TimeoutExpired):
+        walker.stop()
+
+
+def _walker() -> Optional[_Walker]:
+    """This process's walker, started on first use; None where there is no fork (Windows)."""
+    global _WALKER
+    if not hasattr(os, "fork"):
+        return None
+    if _WALKER is None or _WALKER.process.poll() is not None or _WALKER.pid != os.getpid():
+        try:
+            _WALKER = _Walker()
+        except OSError as exc:
+            raise Hdf5GuardError(f"the helper process that checks HDF5 files could not be started ({exc}); "
+                                 "the file was not read") from None
+    return _WALKER
+
+
+def check_hdf5_index(path: Path, *, window: Optional[tuple[int, int]] = None, member: Optional[str] = None) -> None:
+    """Walk the HDF5 index of ``path`` (or of the bytes ``window = (offset, size)`` of it, or of its
+    zip ``member``) in a bounded child process; return when it finished cleanly.
+
+    Raises:
+        CorruptCheckpointError: the walk did not finish within :data:`WALK_TIMEOUT_S`, ran out of
+            :data:`WALK_MEMORY_BYTES`, or crashed: the file is damaged or hostile.
+        Hdf5IndexError: libhdf5 refused the index (a damaged or truncated file).
+        Hdf5GuardError: the walker could not be started, or died twice.
+    """
+    global _WALKER
+    try:
+        st = path.stat()
+    except OSError:
+        return  # the reader's own open reports it
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, window, member)
+    if key in _PASSED:
+        return
+    what = f"{path}{f' ({member})' if member else ''}"
+    request = {"path": str(Path(path).absolute()), "member": member, "window": list(window) if window else None,
+               "memory": WALK_MEMORY_BYTES, "timeout": WALK_TIMEOUT_S}
+    answer = None
+    with _LOCK:
+        for _ in range(2):  # a walker that died (killed from outside) is started once more
+            walker = _walker()
+            if walker is None:
+                return
+            try:
+                answer = walker.ask(request, WALK_TIMEOUT_S + _WALKER_SLACK_S)
+            except EOFError:
+                walker.stop()
+                _WALKER = None
+                continue
+            if answer is None:  # the walker did not stop the walk itself: both are ended
+                walker.stop()
+                _WALKER = None
+                answer = {"status": "timeout"}
+            break
+    if answer is None:
+        raise Hdf5GuardError(f"{what}: the helper process that checks HDF5 files died twice; the file was not read",
+                             path=str(path))
+    status = answer["status"]
+    if status == "timeout":
+        raise CorruptCheckpointError(
+            f"{what}: the HDF5 library did not finish reading the file's index within {WALK_TIMEOUT_S:g} s: "
+            "the file is damaged or hostile", path=str(path))
+    if status == "ok":
+        if len(_PASSED) >= _MAX_REMEMBERED:
+            _PASSED.clear()
+        _PASSED[key] = True
+        return
+    kind, text = str(answer.get("kind", "")), str(answer.get("text", ""))
+    if kind == "MemoryError" or "memory allocation failed" in text:
+        raise CorruptCheckpointError(
+            f"{what}: the HDF5 library ran out of memory ({WALK_MEMORY_BYTES >> 20} MiB) reading the file's "
+            "index: the file is damaged or hostile", path=str(path))
+    if status == "crashed":
+        raise CorruptCheckpointError(
+            f"{what}: the HDF5 library crashed reading the file's index ({answer.get('exit')}): the file "
+            "is damaged or hostile", path=str(path))
+    raise Hdf5IndexError(f"{what}: {text or kind}", path=str(path), kind=kind, text=text or kind)
+
+
+# ---------------------------------------------------------------------------------- the walker
+
+
+def _serve() -> None:
+    """The walker's loop: one JSON request a line on stdin, one JSON answer a line on stdout, until
+    stdin closes (the process that started it ended)."""
+    import h5py  # noqa: F401 - imported once here, so that each forked child has it
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        try:
+            request = json.loads(line)
+            answer = _bounded_walk(request["path"], request["member"], request["window"], int(request["memory"]),
+                                   float(request["timeout"]))
+        except Exception as exc:  # noqa: BLE001 - a malformed request gets an answer, not a dead walker
+            answer = {"status": "error", "kind": type(exc).__name__, "text": str(exc)[:300]}
+        try:
+            out.write(json.dumps(answer).encode() + b"\n")
+            out.flush()
+        except BrokenPipeError:  # the process that asked is gone
+            return
+
+
+def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]], memory: int,
+                  timeout: float) -> dict[str, Any]:
+    """Fork a child that walks the file under the memory limit; its verdict, or a timeout, or a crash."""
+    receive, send = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the walker's loop
+        code = 0
+        try:
+            os.close(receive)
+            verdict = _child(path, member, (window[0], window[1]) if window else None, memory)
+            os.write(send, json.dumps(verdict).encode())
+        except BaseException:  # noqa: BLE001 - whatever happens, the child ends here
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(send)
+    deadline = time.monotonic() + timeout
+    data = b""
+    finished = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([receive], [], [], left)[0]:
+                break
+            chunk = os.read(receive, 1 << 16)
+            if not chunk:
+                finished = True
+                break
+            data += chunk
+    finally:
+        os.close(receive)
+    if not finished:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if not finished:
+        return {"status": "timeout"}
+    if not data:
+        how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.waitstatus_to_exitcode(status)}")
+        return {"status": "crashed", "exit": how}
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def _child(path: str, member: Optional[str], window: Optional[tuple[int, int]], memory: int) -> dict[str, Any]:
+    """In the forked child: limit its memory, walk; ``{"status": "ok"}`` or the error met."""
+    try:
+        import resource
+
+        used = _address_space()
+        resource.setrlimit(resource.RLIMIT_AS, (used + memory, used + memory))
+        if member:
+            with zipfile.ZipFile(path) as archive, archive.open(member) as fh:
+                _walk(fh)
+        else:
+            _walk(FileWindow(path, *window) if window else path)
+        return {"status": "ok"}
+    except MemoryError:
+        return {"status": "error", "kind": "MemoryError", "text": ""}
+    except BaseException as exc:  # noqa: BLE001 - every failure of the walk is the verdict
+        return {"status": "error", "kind": type(exc).__name__, "text": str(exc)[:300]}
 
 
 def _walk(target: Any) -> None:
@@ -72,94 +342,10 @@ def _walk(target: Any) -> None:
                     pass
 
 
-def _child(conn: Any, path: str, member: Optional[str], window: Optional[tuple[int, int]], memory: int) -> None:
-    """The forked child: limit its memory, walk, send ``(error type, text)`` or None."""
-    try:
-        import resource
-
-        used = _address_space()
-        resource.setrlimit(resource.RLIMIT_AS, (used + memory, used + memory))
-        if member:
-            with zipfile.ZipFile(path) as archive, archive.open(member) as fh:
-                _walk(fh)
-        else:
-            _walk(FileWindow(path, *window) if window else path)
-        conn.send(None)
-    except MemoryError:
-        conn.send(("MemoryError", ""))
-    except BaseException as exc:  # noqa: BLE001 - every failure of the walk is the verdict
-        conn.send((type(exc).__name__, str(exc)[:300]))
-
-
 def _address_space() -> int:
     """This process's virtual memory size in bytes (Linux's /proc; 0 where unknown)."""
     try:
         with open("/proc/self/statm") as fh:
-            import os
-
             return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
-
-
-class Hdf5IndexError(CorruptCheckpointError):
-    """The child's walk of the file's index met an error of libhdf5 (``kind``: its exception type)."""
-
-    def __init__(self, message: str, *, path: str, kind: str, text: str):
-        super().__init__(message, path=path)
-        self.kind, self.text = kind, text
-
-
-def check_hdf5_index(path: Path, *, window: Optional[tuple[int, int]] = None, member: Optional[str] = None) -> None:
-    """Walk the HDF5 index of ``path`` (or of the bytes ``window = (offset, size)`` of it, or of its
-    zip ``member``) in a bounded child process; return when it finished cleanly.
-
-    Raises:
-        CorruptCheckpointError: the walk did not finish within :data:`WALK_TIMEOUT_S`, ran out of
-            :data:`WALK_MEMORY_BYTES`, or crashed: the file is damaged or hostile.
-        Hdf5IndexError: libhdf5 refused the index (a damaged or truncated file).
-    """
-    try:
-        st = path.stat()
-    except OSError:
-        return  # the reader's own open reports it
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, window, member)
-    if key in _PASSED:
-        return
-    context = _context()
-    if context is None:
-        return
-    what = f"{path}{f' ({member})' if member else ''}"
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(send, str(path), member, window, WALK_MEMORY_BYTES), daemon=True)
-    child.start()
-    send.close()
-    try:
-        finished = receive.poll(WALK_TIMEOUT_S)
-        verdict = receive.recv() if finished else None
-    except (EOFError, OSError):  # the child died before it could answer
-        finished, verdict = True, ("", "")
-    finally:
-        receive.close()
-        if child.is_alive() and not finished:
-            child.kill()
-        child.join(5)
-    if not finished:
-        raise CorruptCheckpointError(
-            f"{what}: the HDF5 library did not finish reading the file's index within {WALK_TIMEOUT_S:g} s: "
-            "the file is damaged or hostile", path=str(path))
-    if verdict is None:
-        if len(_PASSED) >= _MAX_REMEMBERED:
-            _PASSED.clear()
-        _PASSED[key] = True
-        return
-    kind, text = verdict
-    if kind == "MemoryError" or "memory allocation failed" in text:
-        raise CorruptCheckpointError(
-            f"{what}: the HDF5 library ran out of memory ({WALK_MEMORY_BYTES >> 20} MiB) reading the file's "
-            "index: the file is damaged or hostile", path=str(path))
-    if not kind:
-        raise CorruptCheckpointError(
-            f"{what}: the HDF5 library crashed reading the file's index (exit code {child.exitcode}): the file "
-            "is damaged or hostile", path=str(path))
-    raise Hdf5IndexError(f"{what}: {text or kind}", path=str(path), kind=kind, text=text or kind)

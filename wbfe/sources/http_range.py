@@ -15,29 +15,35 @@ bounded number of times. 404 and 401/403 are not retried: a one-line error names
 for 401/403, the token it needs). A server that ignores ``Range`` (200 with the whole file) is
 never read into memory: :class:`~wbfe.errors.RangeNotSupportedError`.
 
-Only the standard library's ``http.client`` is used, so timeouts, redirects and byte counts are
-all in view here; the request headers (user agent, a hub token) come from the caller.
+The requests go through the HTTP client huggingface_hub itself uses (``httpx2``, or ``httpx``
+before huggingface_hub 2, found from its session so that wbfe names no HTTP package of its own):
+for a hub file, huggingface_hub's own configured session (``huggingface_hub.get_session()``, a
+client factory the user set included), else a client of the same package made for the file. So the environment is honoured as by every other tool: proxies
+(``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, either case), a CA bundle
+(``SSL_CERT_FILE``, ``SSL_CERT_DIR``); the request headers (user agent, a hub token from
+``HF_TOKEN``) come from the caller. The client follows redirects (the ``Authorization`` header is
+not sent to another host) and pools connections; the checks, the deadline of a body and the
+retries stay here.
 """
 
 from __future__ import annotations
 
-import http.client
 import re
+import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
-from urllib.parse import urljoin, urlsplit
 
-from wbfe.errors import (RangeNotSupportedError, RemoteChangedError, RemoteReadError, TruncatedCheckpointError,
-                         WbfeError)
+from wbfe.errors import (MissingDependencyError, RangeNotSupportedError, RemoteChangedError, RemoteReadError,
+                         TruncatedCheckpointError, WbfeError)
 
-__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ"]
+__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "http_package"]
 
 # The first request of a file asks for this many bytes: most safetensors headers fit (a 70B model's
 # shard header is ~40 KB), so the header costs one request, else two.
 FIRST_READ = 1 << 16
-_CHUNK = 1 << 20  # bytes per socket read: the deadline is checked between reads
 _REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
 
@@ -74,6 +80,33 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
+_HTTP: Any = None
+_HTTP_NAMES = ("Client", "Timeout", "TransportError", "TooManyRedirects", "UnsupportedProtocol", "InvalidURL")
+
+
+def http_package() -> Any:
+    """The package of huggingface_hub's HTTP session (``httpx2``; ``httpx`` in huggingface_hub 1.x):
+    its ``Client``, ``Timeout`` and exceptions, the same the hub's own requests use.
+
+    Raises:
+        MissingDependencyError: huggingface_hub's session is not of that kind (huggingface_hub < 1.0,
+            whose session is requests').
+    """
+    global _HTTP
+    if _HTTP is None:
+        from huggingface_hub import get_session
+
+        for cls in type(get_session()).__mro__:  # a client factory's own subclass included
+            package = sys.modules.get(cls.__module__.split(".")[0])
+            if package is not None and all(hasattr(package, n) for n in _HTTP_NAMES):
+                _HTTP = package
+                break
+        else:
+            raise MissingDependencyError("remote reads need huggingface_hub 1.0 or later (its session is not an "
+                                         "httpx client): pip install -U huggingface_hub")
+    return _HTTP
+
+
 class _Retry(Exception):
     """A failure worth another try (the message says what went wrong)."""
 
@@ -92,6 +125,8 @@ class RemoteFile:
         policy: the retries and timeouts.
         name: how messages name the file (default: the URL).
         sleep: the wait between tries (tests record it instead).
+        hub: a Hugging Face hub file: read through huggingface_hub's session (its client
+            factory, its offline mode), not a client of this file's own.
 
     Attributes:
         size: the file's size, known after the first read.
@@ -101,7 +136,7 @@ class RemoteFile:
     """
 
     def __init__(self, url: str, *, headers: Mapping[str, str] | None = None, policy: RetryPolicy | None = None,
-                 name: str | None = None, sleep: Callable[[float], None] = time.sleep):
+                 name: str | None = None, sleep: Callable[[float], None] = time.sleep, hub: bool = False):
         self.url = url
         self.name = name or url
         self.size: int | None = None
@@ -113,8 +148,8 @@ class RemoteFile:
         self._policy = policy or DEFAULT_POLICY
         self._sleep = sleep
         self._lock = threading.Lock()  # pinning and the counters
-        self._local = threading.local()  # one kept-alive connection per thread and host
-        self._conns: list[http.client.HTTPConnection] = []  # all of them, for close()
+        self._hub = hub
+        self._own: Any = None  # this file's client (not the hub's shared one)
 
     # ------------------------------------------------------------------ public reads
 
@@ -137,48 +172,50 @@ class RemoteFile:
             self._fetch(start, len(into), into)
 
     def close(self) -> None:
-        """Close every thread's connections (one in use fails its read, which is retried on a new
-        one: http.client reopens a closed connection)."""
+        """Close this file's own client and its connections (huggingface_hub's session is shared: it stays)."""
         with self._lock:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            conn.close()
-        self._local.conns = {}
+            own, self._own = self._own, None
+        if own is not None:
+            own.close()
 
-    def _close_mine(self) -> None:
-        """Close this thread's connections (after a failure: the next try starts afresh)."""
-        mine = list(getattr(self._local, "conns", {}).values())
-        for conn in mine:
-            conn.close()
-        self._local.conns = {}
+    def _client(self) -> Any:
+        if self._hub:
+            from huggingface_hub import get_session
+
+            return get_session()
         with self._lock:
-            self._conns = [conn for conn in self._conns if conn not in mine]
+            if self._own is None:
+                # The environment as it is now: proxies, NO_PROXY, SSL_CERT_FILE (trust_env).
+                self._own = http_package().Client(trust_env=True, follow_redirects=True, max_redirects=_REDIRECTS)
+            return self._own
 
     # ------------------------------------------------------------------ one range, with retries
 
     def _fetch(self, start: int, nbytes: int, into: memoryview, *, first: bool = False) -> int:
         policy = self._policy
+        http = http_package()
         last = ""
         for attempt in range(policy.attempts):
             try:
                 return self._attempt(start, nbytes, into, first)
             except _Retry as exc:
                 last = str(exc)
-                self._close_mine()
                 if attempt + 1 < policy.attempts:
                     self._sleep(policy.delay(attempt, exc.retry_after))
             except WbfeError:  # a verdict (404, a changed file), some of them OSErrors too: never retried
-                self._close_mine()
                 raise
-            except (OSError, http.client.HTTPException) as exc:  # refused, reset, timed out, cut short
-                last = f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:200]}" if str(exc) else \
-                    exc.__class__.__name__
-                self._close_mine()
+            except (http.TooManyRedirects, http.UnsupportedProtocol, http.InvalidURL) as exc:
+                raise RemoteReadError(f"{self.name}: {_said(exc)}", path=self.name) from None
+            except http.TransportError as exc:  # refused, reset, timed out, cut short, a proxy's failure
+                if _certificate_refused(exc):
+                    raise RemoteReadError(
+                        f"{self.name}: the server's TLS certificate is not trusted ({_said(exc)}); point "
+                        "SSL_CERT_FILE at the CA bundle that signs it", path=self.name) from None
+                last = _said(exc)
                 if attempt + 1 < policy.attempts:
                     self._sleep(policy.delay(attempt))
-            except BaseException:
-                self._close_mine()
-                raise
+            except OSError as exc:  # huggingface_hub's offline mode (a ConnectionError): no retry
+                raise RemoteReadError(f"{self.name}: {_said(exc)}", path=self.name) from None
         raise RemoteReadError(f"{self.name}: bytes {start}-{start + nbytes - 1} could not be read in "
                               f"{policy.attempts} tries (last: {last})", path=self.name)
 
@@ -188,16 +225,25 @@ class RemoteFile:
         headers = {**self._headers, "Range": f"bytes={start}-{start + nbytes - 1}", "Accept-Encoding": "identity"}
         if self.identity is not None and not self.identity.startswith("W/") and self.identity.startswith('"'):
             headers["If-Match"] = self.identity
-        response, seen_commit = self._open(headers)
-        with self._lock:
-            self.requests += 1
-        status = response.status
+        with self._client().stream("GET", self.url, headers=headers, follow_redirects=True,
+                                   timeout=http_package().Timeout(policy.timeout)) as response:
+            with self._lock:
+                self.requests += 1
+            return self._answer(response, start, nbytes, into, first, began)
+
+    def _answer(self, response: Any, start: int, nbytes: int, into: memoryview, first: bool,
+                began: float) -> int:
+        """Check the answer to one range request and read its body into ``into``."""
+        policy = self._policy
+        status = response.status_code
         if status in (404, 410):
             raise RemoteReadError(f"{self.name}: not found (HTTP {status})", path=self.name)
         if status in (401, 403):
+            gated = response.headers.get("X-Error-Code") == "GatedRepo"
             raise RemoteReadError(
-                f"{self.name}: access refused (HTTP {status}); a token with access is needed: set HF_TOKEN "
-                "(or run hf auth login) for the Hugging Face hub", path=self.name)
+                f"{self.name}: access refused (HTTP {status}); "
+                + ("a gated model: accept its terms on the hub, then " if gated else "a token with access is needed: ")
+                + "set HF_TOKEN (or run hf auth login) for the Hugging Face hub", path=self.name)
         if status == 412:
             raise self._changed("its ETag no longer matches (HTTP 412)")
         if status == 416:
@@ -205,22 +251,24 @@ class RemoteFile:
                 raise self._changed(f"it no longer holds bytes {start}-{start + nbytes - 1} (HTTP 416)")
             raise TruncatedCheckpointError(f"{self.name}: empty file (HTTP 416)", path=self.name)
         if status == 429 or 500 <= status < 600:
-            raise _Retry(f"HTTP {status}", _retry_after(response.getheader("Retry-After")))
+            raise _Retry(f"HTTP {status}", _retry_after(response.headers.get("Retry-After")))
         if status not in (200, 206):
             raise RemoteReadError(f"{self.name}: the server answered HTTP {status}", path=self.name)
-        self._pin(response, seen_commit, first)
-        length = _int(response.getheader("Content-Length"))
+        # The commit any hop named (the hub's resolve route answers with a redirect to its storage).
+        commit = next((r.headers["X-Repo-Commit"] for r in (*response.history, response)
+                       if "X-Repo-Commit" in r.headers), None)
+        self._pin(response, commit, first)
+        length = _int(response.headers.get("Content-Length"))
         if status == 200:
             # The whole file: use it only where the whole file is what was asked for (a small file's
             # first read); never pull a whole checkpoint through a request for one tensor.
             if start != 0 or length is None or length > nbytes:
-                response.close()
                 raise RangeNotSupportedError(
                     f"{self.name}: the server ignores HTTP range requests (it answered 200 with the whole file), "
                     "so it cannot be streamed; score it without --stream to download it first", path=self.name)
             total, expected = length, length
         else:
-            match = _CONTENT_RANGE.match(response.getheader("Content-Range") or "")
+            match = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
             if match is None or match.group(3) == "*":
                 raise _Retry(f"a 206 answer without a valid Content-Range ({_shown(response, 'Content-Range')})")
             first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
@@ -239,73 +287,29 @@ class RemoteFile:
                 self.size = total
         deadline = began + policy.timeout + expected / policy.min_rate
         got = 0
-        while got < expected:
-            # read1: what one socket read brings (a readinto would wait for its whole buffer, so a
-            # trickle that keeps each read under the timeout would never meet the deadline).
-            chunk = response.read1(min(expected - got, _CHUNK))
-            n = len(chunk)
-            if not n:
-                raise _Retry(f"short read: {got} of {expected} bytes")
-            into[got:got + n] = chunk
-            got += n
-            with self._lock:
-                self.bytes_fetched += n
-            if time.monotonic() > deadline and got < expected:
-                raise _Retry(f"too slow: {got} of {expected} bytes in {time.monotonic() - began:.1f} s")
-        # Ends the answer (read1 never marks it done), so that the connection takes the next request.
-        if response.read(1):
-            raise _Retry(f"a body longer than the {expected} bytes asked for")
+        # iter_raw without a chunk size: what each socket read brings, so that a trickle that keeps
+        # each read under the timeout still meets the deadline.
+        try:
+            for chunk in response.iter_raw():
+                n = len(chunk)
+                if got + n > expected:
+                    raise _Retry(f"a body longer than the {expected} bytes asked for")
+                into[got:got + n] = chunk
+                got += n
+                with self._lock:
+                    self.bytes_fetched += n
+                if time.monotonic() > deadline and got < expected:
+                    raise _Retry(f"too slow: {got} of {expected} bytes in {time.monotonic() - began:.1f} s")
+        except http_package().TransportError as exc:  # cut, reset or timed out within the body
+            raise _Retry(f"short read: {got} of {expected} bytes ({_said(exc)})") from None
+        if got < expected:
+            raise _Retry(f"short read: {got} of {expected} bytes")
         return got
 
-    # ------------------------------------------------------------------ requests and identity
+    # ------------------------------------------------------------------ identity
 
-    def _open(self, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, str | None]:
-        """Send a GET, following redirects; the response of the last hop and the commit any hop named."""
-        url, commit = self.url, None
-        origin = urlsplit(self.url).netloc
-        for _ in range(_REDIRECTS + 1):
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https"):
-                raise RemoteReadError(f"{self.name}: redirected to a {parts.scheme or 'relative'} URL", path=self.name)
-            sent = headers if parts.netloc == origin else {k: v for k, v in headers.items()
-                                                           if k.lower() != "authorization"}
-            conn = self._connection(parts.scheme, parts.netloc)
-            target = parts.path or "/"
-            if parts.query:
-                target += "?" + parts.query
-            try:
-                conn.request("GET", target, headers=sent)
-                response = conn.getresponse()
-            except BaseException:
-                self._drop(parts.scheme, parts.netloc)
-                raise
-            commit = commit or response.getheader("X-Repo-Commit")
-            if response.status in (301, 302, 303, 307, 308) and response.getheader("Location"):
-                response.read()  # small; keeps the connection usable
-                url = urljoin(url, response.getheader("Location") or "")
-                continue
-            return response, commit
-        raise RemoteReadError(f"{self.name}: more than {_REDIRECTS} redirects", path=self.name)
-
-    def _connection(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
-        conns: dict[tuple[str, str], http.client.HTTPConnection] = getattr(self._local, "conns", None) or {}
-        self._local.conns = conns
-        conn = conns.get((scheme, netloc))
-        if conn is None:
-            kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
-            conn = kind(netloc, timeout=self._policy.timeout)
-            conns[(scheme, netloc)] = conn
-            with self._lock:
-                self._conns.append(conn)
-        return conn
-
-    def _drop(self, scheme: str, netloc: str) -> None:
-        conn = getattr(self._local, "conns", {}).pop((scheme, netloc), None)
-        if conn is not None:
-            conn.close()
-
-    def _pin(self, response: http.client.HTTPResponse, commit: str | None, first: bool) -> None:
-        identity = response.getheader("ETag") or response.getheader("Last-Modified")
+    def _pin(self, response: Any, commit: str | None, first: bool) -> None:
+        identity = response.headers.get("ETag") or response.headers.get("Last-Modified")
         with self._lock:
             if first and self.identity is None and self.size is None:
                 self.identity, self.commit = identity, commit
@@ -348,5 +352,23 @@ def _retry_after(text: str | None) -> float | None:
 
 
 def _shown(response: Any, header: str) -> str:
-    value = response.getheader(header)
+    value = response.headers.get(header)
     return "none" if value is None else repr(value[:80])
+
+
+def _said(exc: BaseException) -> str:
+    """An exception in a short line: its type and its first words."""
+    text = " ".join(str(exc).split())[:200]
+    return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether a connection failed on the server's certificate (no retry mends that)."""
+    seen: BaseException | None = exc
+    for _ in range(5):  # the TLS error sits a cause or two below the client's own
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -309,7 +309,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     digests = {n.rsplit("/", 1)[-1]: str(d) for n, s in siblings.items() if (d := _lfs_sha256(s)) is not None}
     try:
         source = stream_safetensors(
-            ref, chosen[0], url_for, headers=headers, sizes=sizes, digests=digests, commit=info.sha, fmt=fmt,
+            ref, chosen[0], url_for, headers=headers, sizes=sizes, digests=digests, commit=info.sha, fmt=fmt, hub=True,
             decide=None if stream else (lambda total: should_stream(None, total, hf_cache_dir())),
             extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
     except RangeNotSupportedError:
@@ -324,7 +324,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     for config_name in MODEL_CONFIGS:  # small: what the framework description reads
         if config_name in siblings:
             try:
-                found[config_name] = RemoteFile(url_for(config_name), headers=headers).read_all(MAX_CONFIG)
+                found[config_name] = RemoteFile(url_for(config_name), headers=headers, hub=True).read_all(MAX_CONFIG)
             except WbfeError:
                 continue  # as a local unreadable config: the rules that need none decide
     source.config = model_config(found)

@@ -134,7 +134,8 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
                        digests: Mapping[str, str] | None = None, commit: str | None = None, fmt: str | None = None,
                        extra: Mapping[str, Any] | None = None,
                        policy: RetryPolicy | None = None,
-                       open_file: Callable[[str], RangedFile] | None = None) -> RemoteSafetensorsSource | None:
+                       open_file: Callable[[str], RangedFile] | None = None,
+                       hub: bool = False) -> RemoteSafetensorsSource | None:
     """Open the remote safetensors file (or shard index) ``name`` for streaming.
 
     Args:
@@ -151,6 +152,7 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
         open_file: opens a file of the checkpoint, by its name, for ranged reads (an object-store
             object, :class:`~wbfe.sources.store_range.StoreFile`); default: an HTTP
             :class:`~wbfe.sources.http_range.RemoteFile` of ``url_for(name)``.
+        hub: the files are a Hugging Face hub repository's: read through huggingface_hub's session.
 
     Raises:
         RemoteReadError, RangeNotSupportedError, RemoteChangedError: the transport's errors.
@@ -159,41 +161,49 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
     def remote(file_name: str) -> RangedFile:
         if open_file is not None:
             return open_file(file_name)
-        return RemoteFile(url_for(file_name), headers=headers, policy=policy)
+        return RemoteFile(url_for(file_name), headers=headers, policy=policy, hub=hub)
 
-    index: RangedFile | None = None
-    if name.lower().endswith(".index.json"):
-        index = remote(name)
-        planned = list(parse_weight_map(index.read_all(MAX_INDEX), index.name).items())
-        _check_commit(index, commit)
-        folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
-        shard_names: list[tuple[str, list[str] | None]] = [(folder + shard, listed) for shard, listed in planned]
-    else:
-        shard_names = [(name, None)]
-    if decide is not None and sizes is not None and all(n in sizes for n, _ in shard_names):
-        if not decide(sum(sizes[n] for n, _ in shard_names)):
+    opened: list[RangedFile] = []  # closed unless a source takes them
+    source: RemoteSafetensorsSource | None = None
+    try:
+        index: RangedFile | None = None
+        if name.lower().endswith(".index.json"):
+            index = remote(name)
+            opened.append(index)
+            planned = list(parse_weight_map(index.read_all(MAX_INDEX), index.name).items())
+            _check_commit(index, commit)
+            folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+            shard_names: list[tuple[str, list[str] | None]] = [(folder + shard, listed) for shard, listed in planned]
+        else:
+            shard_names = [(name, None)]
+        if decide is not None and sizes is not None and all(n in sizes for n, _ in shard_names):
+            if not decide(sum(sizes[n] for n, _ in shard_names)):
+                return None
+            decide = None
+        shards = []
+        metadata: dict[str, str] = {}
+        for shard_name, listed in shard_names:
+            file = remote(shard_name)
+            opened.append(file)
+            head = file.head(FIRST_READ)
+            size = file.size or 0
+            n = header_length(head[:8], size, file.name)
+            raw = head[8:8 + n]
+            if len(raw) < n:  # a header longer than the first read: one more request
+                raw += file.read_bytes(len(head), 8 + n - len(head))
+            header, meta = parse_header(raw, size, file.name)
+            _check_commit(file, commit)
+            metadata.update(meta)
+            shards.append((file, shard_name.rsplit("/", 1)[-1], listed, header, 8 + n, head))
+        if decide is not None and not decide(sum(file.size or 0 for file, *_ in shards)):
             return None
-        decide = None
-    shards = []
-    metadata: dict[str, str] = {}
-    for shard_name, listed in shard_names:
-        file = remote(shard_name)
-        head = file.head(FIRST_READ)
-        size = file.size or 0
-        n = header_length(head[:8], size, file.name)
-        raw = head[8:8 + n]
-        if len(raw) < n:  # a header longer than the first read: one more request
-            raw += file.read_bytes(len(head), 8 + n - len(head))
-        header, meta = parse_header(raw, size, file.name)
-        _check_commit(file, commit)
-        metadata.update(meta)
-        shards.append((file, shard_name.rsplit("/", 1)[-1], listed, header, 8 + n, head))
-    if decide is not None and not decide(sum(file.size or 0 for file, *_ in shards)):
-        for file, *_ in shards:
-            file.close()
-        return None
-    return RemoteSafetensorsSource(ref, shards, index=index, index_name=name.rsplit("/", 1)[-1] if index else "",
-                                   fmt=fmt, metadata=metadata, digests=digests, extra=extra)
+        source = RemoteSafetensorsSource(ref, shards, index=index, index_name=name.rsplit("/", 1)[-1] if index else "",
+                                         fmt=fmt, metadata=metadata, digests=digests, extra=extra)
+        return source
+    finally:
+        if source is None:
+            for opened_file in opened:
+                opened_file.close()
 
 
 def _check_commit(file: RangedFile, commit: str | None) -> None:
