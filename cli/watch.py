@@ -30,12 +30,19 @@ def watch_command(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Folder for the JSON result and the PNG plots.")] = None,
+    rule: Annotated[Optional[str], typer.Option(
+        "--rule", help="Data-free stopping rule (default: the one with the lowest measured held-out regret; "
+                       "docs/early_stopping.md lists them).")] = None,
+    step_pattern: Annotated[Optional[str], typer.Option(
+        "--step-pattern", help="Regular expression on checkpoint names whose first group is the step.")] = None,
     *,
     options: "WatchOptions",
 ) -> None:
-    """Score every checkpoint of a run; recommend the first where h_t <= h*(lambda) (under-fit before, over-fit after)."""
+    """Score every checkpoint of a run and recommend the one to keep, by the measured data-free stopping rule
+    (or the first where h_t <= h*(lambda) with --lambda)."""
     from wbfe.errors import InvalidOptionError
     from wbfe.watch import calibrate, result_at, trajectory
+    from wbfe.watch.runs import compile_step_pattern, discover_run
 
     lam_value = options.lam
     if run is None and calibrate_csv is None:
@@ -44,6 +51,14 @@ def watch_command(
         raise InvalidOptionError("--lambda calibrated needs --calibrate RUNS.csv")
     if isinstance(lam_value, float) and calibrate_csv is not None and run is not None:
         raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv for a run, not both")
+    if rule is not None and (lam_value is not None or calibrate_csv is not None):
+        raise InvalidOptionError("give either --rule NAME or --lambda / --calibrate (the h* rule at a λ), not both")
+    compile_step_pattern(step_pattern)
+    metrics = None
+    if lam_value is None and calibrate_csv is None:
+        from wbfe.watch.decide import rule_metrics
+
+        metrics = rule_metrics(rule)  # an unknown rule is refused before any checkpoint is read
     if output is not None:
         from wbfe.output import check_output_dir
 
@@ -62,9 +77,17 @@ def watch_command(
             return
         lam_value = report.calibration.lam_all
 
-    traj = trajectory(run, layers=options.layers, head=options.head, device=options.device)  # type: ignore[arg-type]
-    result = result_at(traj, lam_value, lam_source="calibrated" if report is not None else "given",  # type: ignore[arg-type]
-                       layers=options.layers)
+    assert run is not None  # refused above when neither a run nor --calibrate was given
+    found = discover_run(run, step_pattern=step_pattern)
+    if metrics is not None:
+        from wbfe.watch.decide import result_by_rule
+
+        traj = trajectory(found, layers=options.layers, head=options.head, device=options.device, metrics=metrics)
+        result = result_by_rule(traj, rule, layers=options.layers)
+    else:
+        traj = trajectory(found, layers=options.layers, head=options.head, device=options.device)
+        result = result_at(traj, lam_value, lam_source="calibrated" if report is not None else "given",  # type: ignore[arg-type]
+                           layers=options.layers)
     if output is not None:
         from wbfe.plots.watch import plot_watch
 
