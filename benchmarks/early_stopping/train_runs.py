@@ -225,31 +225,29 @@ def main(argv: list[str] | None = None) -> int:
     specs = [s for s in default_specs() if s.name.startswith(args.only)]
     started = time.perf_counter()
     data: dict[str, Any] = {}
-    record = []
     for spec in specs:
         if spec.dataset not in data:
             data[spec.dataset] = load_data(spec.dataset, args.fmnist_root)
         t0 = time.perf_counter()
         rows = train_run(spec, data[spec.dataset], args.runs / spec.name)
-        record.append({"run": spec.name, **asdict(spec), "seconds": round(time.perf_counter() - t0, 1),
-                       "best_test_epoch": min(rows, key=lambda r: r["test_loss"])["step"]})
-    # Merge into the committed tables: runs trained now replace their earlier rows.
-    names = {s.name for s in specs}
-    kept: list[dict[str, Any]] = []
-    if RESULTS_CSV.is_file():
-        with open(RESULTS_CSV, newline="") as fh:
-            kept = [r for r in csv.DictReader(fh) if r["run"] not in names]
-    new = []
-    for spec in specs:
-        with open(args.runs / spec.name / "metrics.csv", newline="") as fh:
-            new += [{"run": spec.name, **r} for r in csv.DictReader(fh)]
+        (args.runs / spec.name / "run.json").write_text(json.dumps(
+            {"run": spec.name, **asdict(spec), "seconds": round(time.perf_counter() - t0, 1),
+             "best_test_epoch": min(rows, key=lambda r: r["test_loss"])["step"]}) + "\n")
+    # The committed table holds every run of the default set trained so far (several processes may train
+    # disjoint subsets side by side; whichever finishes last writes them all).
+    rows_out = []
+    for spec in default_specs():
+        metrics = args.runs / spec.name / "metrics.csv"
+        if metrics.is_file():
+            with open(metrics, newline="") as fh:
+                rows_out += [{"run": spec.name, **r} for r in csv.DictReader(fh)]
     with open(RESULTS_CSV, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(kept + new)
-    old = json.loads(RESULTS_JSON.read_text())["runs"] if RESULTS_JSON.is_file() else []
+        writer.writerows(rows_out)
+    done = [args.runs / s.name / "run.json" for s in default_specs()]
     summary = {"script": "benchmarks/early_stopping/train_runs.py", "threads": 1, "torch": torch.__version__,
-               "runs": [r for r in old if r["run"] not in names] + record}
+               "runs": [json.loads(p.read_text()) for p in done if p.is_file()]}
     RESULTS_JSON.write_text(json.dumps(summary, indent=1) + "\n")
     print(f"trained {len(specs)} runs in {time.perf_counter() - started:.0f} s; wrote {RESULTS_CSV}", file=sys.stderr)
     return 0

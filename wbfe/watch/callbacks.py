@@ -72,11 +72,11 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
     if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
         raise InvalidOptionError(f"patience must be a positive integer, not {patience!r}", option="patience")
     WatchOptions(layers=layers, lam=lam, head=head, device=device)
-    metrics = METRICS
+    groups = METRICS
     if lam is None:
         from wbfe.watch.decide import rule_metrics
 
-        metrics = rule_metrics(rule)  # an unknown rule is refused before training starts
+        groups = rule_metrics(rule)  # an unknown rule is refused before training starts
     folder = None
     if output is not None:
         from wbfe.output import check_output_dir
@@ -93,7 +93,7 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
                 return
             if self.monitor is None:
                 self.monitor = Monitor(model, layers=layers, head=head, device=device, name=str(args.output_dir),
-                                       metrics=metrics)
+                                       metrics=groups)
             step = int(state.global_step)
             loss = float((metrics or {}).get("eval_loss", math.nan))
             acc = float((metrics or {}).get("eval_accuracy", math.nan))
