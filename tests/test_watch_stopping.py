@@ -65,14 +65,15 @@ def _layer(kappa: float, beta: float, lam_star: float, **extra: float) -> LayerP
 
 
 def test_h_star_first_is_h_at_most_h_star_at_the_first_lambda_star() -> None:
-    """The paper's rule at λ = λ* of the first checkpoint, checked against LayerPoint.h_star(λ) directly."""
-    betas = [1.0, 0.8, 2.0, 3.0, 5.0, 6.0]  # h/h*(0.7) = 0.7·(4/β + 0.5) ≤ 1 from β ≈ 4.3 (index 4)
+    """The paper's rule at the λ where h = h*(λ) at the first checkpoint, checked against LayerPoint.h_star(λ)."""
+    betas = [1.0, 0.8, 0.7, 0.9, 1.1, 1.5]  # h/h*(1) = 4/β + 0.5 falls below its first value 4.5 at index 4
     traj = Trajectory("r", [CheckpointPoint(t, "s", (_layer(2.0, b, 0.7, log_norm=float(-t)),), min_eigs=10)
                             for t, b in enumerate(betas)])
     from wbfe.watch.stopping import run_signals
 
     sig = run_signals(traj)
-    lam = 0.7
+    first = traj.points[0].layers[0]
+    lam = first.h_star(1.0) / first.h  # h = h*(λ) at the first checkpoint
     direct = next(t for t in range(1, len(betas))
                   if traj.points[t].layers[0].h <= traj.points[t].layers[0].h_star(lam))
     assert direct == 4 and apply_rule(sig, "h_star_first", None)[0] == direct

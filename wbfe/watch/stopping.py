@@ -12,8 +12,8 @@ The rules (``RULES``) and what they read:
 - ``last``: keep the last checkpoint (the baseline every rule must beat);
 - ``h_star_first`` / ``h_star_fanin`` / ``h_star_loo``: the BFE-W paper's rule, the first checkpoint
   (after the initialisation) with median log(h/h*(λ)) ≤ 0, with λ fixed in advance per matrix from the
-  run's first checkpoint (λ* there), from the fan-in (prior variance 1/fan-in), or one λ chosen on
-  the other runs. Since h/h*(λ) ≈ λ·mean(e) (docs/math.md), these fire only when the weights' scale falls;
+  run's first checkpoint (the λ at which h = h* there), from the fan-in (prior variance 1/fan-in), or
+  one λ chosen on the other runs. Since h/h*(λ) ≈ λ·mean(e) (docs/math.md), these fire only when the weights' scale falls;
 - ``bfe_last_min`` / ``bfe_first_min``: the minimum over the run of BFE-W at a fixed λ per matrix (its
   λ* at the last / first checkpoint);
 - ``alpha_cross2``: the first checkpoint whose mean power-law α is ≤ 2 (HT-SR's over-fit boundary);
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Callable, Optional, Sequence
@@ -47,6 +48,8 @@ __all__ = [
     "detect_regime",
     "apply_rule",
     "evaluate_rules",
+    "select_held_out",
+    "Measured",
     "shipped_table",
     "rule_names",
 ]
@@ -179,7 +182,8 @@ def _last(sig: RunSignals, why: str = "keep the last checkpoint") -> Choice:
 
 
 def _first_crossing(sig: RunSignals, log_lam: np.ndarray, label: str) -> Choice:
-    with np.errstate(invalid="ignore"):
+    with warnings.catch_warnings():  # a checkpoint with no finite ratio is NaN, and skipped below
+        warnings.simplefilter("ignore", RuntimeWarning)
         stat = np.nanmedian(sig.log_ratio + log_lam[None, :], axis=1) if sig.log_ratio.size else np.array([])
     finite = [t for t in range(1, len(stat)) if math.isfinite(float(stat[t]))]
     if not finite:
@@ -258,8 +262,10 @@ class Rule:
 def _base_rules() -> dict[str, Rule]:
     rules = [
         Rule("last", "keep the last checkpoint", lambda s, _: _last(s)),
-        Rule("h_star_first", "first h_t ≤ h*(λ), λ = each matrix's λ* at the first checkpoint",
-             lambda s, _: _first_crossing(s, np.log(s.lam_first), "λ from the first checkpoint")),
+        Rule("h_star_first", "first h_t ≤ h*(λ), λ per matrix such that h = h*(λ) at the first checkpoint "
+                             "(fires when h/h* falls below its first value)",
+             lambda s, _: _first_crossing(s, -s.log_ratio[0] if len(s.log_ratio) else np.zeros(0),
+                                          "λ from the first checkpoint")),
         Rule("h_star_fanin", "first h_t ≤ h*(λ), λ = fan-in/max(rows, cols) (prior variance 1/fan-in)",
              lambda s, _: _first_crossing(s, np.log(s.lam_fanin), "λ from the fan-in")),
         Rule("h_star_loo", "first h_t ≤ h*(λ), one λ chosen on other runs",
@@ -321,42 +327,80 @@ def apply_rule(sig: RunSignals, name: str, param: Any = None) -> Choice:
 
 # --- leave-one-run-out evaluation ------------------------------------------------------------------------------
 
-def _regrets(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray], name: str, param: Any) -> np.ndarray:
-    return np.array([loss[apply_rule(s, name, param)[0]] - loss.min() for s, loss in zip(sigs, losses)])
-
-
-def _middle(grid: Sequence[Any], means: np.ndarray) -> Any:
+def _middle(means: np.ndarray) -> int:
     # Ties (flat stretches) are common: take the middle of the minimising set.
     best = np.flatnonzero(means <= np.nanmin(means) + 1e-12)
-    return grid[int(best[len(best) // 2])]
+    return int(best[len(best) // 2])
 
 
-def tune(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray], name: str) -> tuple[Any, float]:
-    """The parameter of rule ``name`` with the lowest mean regret on these runs, and that regret.
+class Measured:
+    """Every rule's choice on every run at every parameter, computed once; tuning is then arithmetic.
 
-    Composite rules tune their parts on the same runs (``gated`` per detected regime).
+    A base rule's choice on a run does not depend on the other runs, so the (parameter, run) tables
+    of chosen checkpoints and regrets serve every subset of runs a parameter is tuned on.
     """
-    rule = RULES[name]
-    if not sigs:
-        raise InvalidOptionError("tuning a rule needs at least one run")
-    if name == "gated":
-        param: dict[str, Any] = {}
-        regimes = [detect_regime(s) for s in sigs]
-        for regime in ("shrinking", "growing"):
-            idx = [i for i, r in enumerate(regimes) if r == regime] or list(range(len(sigs)))
-            sub_s, sub_l = [sigs[i] for i in idx], [losses[i] for i in idx]
-            scored = [(tune(sub_s, sub_l, n)[1], n) for n in RULES if not RULES[n].composite]
-            best = min(scored)[1]
-            param[regime] = (best, tune(sub_s, sub_l, best)[0])
-        return param, float(_regrets(sigs, losses, name, param).mean())
-    if name == "vote":
-        param = {n: tune(sigs, losses, n)[0] for n in VOTERS}
-        return param, float(_regrets(sigs, losses, name, param).mean())
-    if not rule.grid:
-        return None, float(_regrets(sigs, losses, name, None).mean())
-    means = np.array([_regrets(sigs, losses, name, p).mean() for p in rule.grid])
-    value = _middle(rule.grid, means)
-    return value, float(np.nanmin(means))
+
+    def __init__(self, sigs: Sequence[RunSignals], losses: Sequence[np.ndarray]) -> None:
+        if len(sigs) < 2 or len(sigs) != len(losses):
+            raise InvalidOptionError("leave-one-run-out needs at least two runs, each with its test losses")
+        self.losses = [np.asarray(x, dtype=float) for x in losses]
+        for s, loss in zip(sigs, self.losses):
+            if loss.size != len(s.steps) or not np.all(np.isfinite(loss)):
+                raise InvalidOptionError(f"run {s.name}: every checkpoint needs a finite test loss")
+        self.sigs = list(sigs)
+        self.n = len(sigs)
+        self.regimes = [detect_regime(s) for s in sigs]
+        self.choice: dict[str, np.ndarray] = {}
+        self.regret: dict[str, np.ndarray] = {}
+        for name, rule in RULES.items():
+            if rule.composite:
+                continue
+            grid = rule.grid or (None,)
+            chosen = np.array([[apply_rule(s, name, p)[0] for s in sigs] for p in grid], dtype=int)
+            self.choice[name] = chosen
+            self.regret[name] = np.array([[self.losses[i][c[i]] - self.losses[i].min() for i in range(self.n)]
+                                          for c in chosen])
+
+    def _base(self, name: str, subset: Sequence[int]) -> tuple[int, float]:
+        means = self.regret[name][:, list(subset)].mean(axis=1)
+        k = _middle(means)
+        return k, float(means[k])
+
+    def tune(self, name: str, subset: Sequence[int]) -> tuple[Any, np.ndarray]:
+        """Rule ``name``'s parameter chosen on the runs ``subset``, and its choice on every run.
+
+        Composite rules tune their parts on the same runs (``gated``: per detected regime, the base
+        rule and parameter with the lowest mean regret on that regime's runs of the subset).
+        """
+        subset = list(subset)
+        if name == "gated":
+            param: dict[str, Any] = {}
+            chosen = np.zeros(self.n, dtype=int)
+            for regime in ("shrinking", "growing"):
+                idx = [i for i in subset if self.regimes[i] == regime] or subset
+                scored = sorted((self._base(n, idx)[1], n) for n in self.choice)
+                best = scored[0][1]
+                k = self._base(best, idx)[0]
+                param[regime] = [best, (RULES[best].grid or (None,))[k]]
+                mine = [i for i in range(self.n) if self.regimes[i] == regime]
+                chosen[mine] = self.choice[best][k][mine]
+            return param, chosen
+        if name == "vote":
+            ks = {n: self._base(n, subset)[0] for n in VOTERS}
+            param = {n: (RULES[n].grid or (None,))[k] for n, k in ks.items()}
+            votes = np.sort(np.array([self.choice[n][k] for n, k in ks.items()]), axis=0)
+            return param, votes[len(VOTERS) // 2]
+        k = self._base(name, subset)[0]
+        return (RULES[name].grid or (None,))[k], self.choice[name][k]
+
+    def regrets(self, chosen: np.ndarray) -> np.ndarray:
+        return np.array([self.losses[i][chosen[i]] - self.losses[i].min() for i in range(self.n)])
+
+    def held_out(self, name: str, runs: Optional[Sequence[int]] = None) -> np.ndarray:
+        """Per run of ``runs`` (default all), the checkpoint rule ``name`` keeps with its parameter tuned on
+        the other runs of ``runs``."""
+        runs = list(range(self.n)) if runs is None else list(runs)
+        return np.array([self.tune(name, [i for i in runs if i != r])[1][r] for r in runs], dtype=int)
 
 
 @dataclass(frozen=True)
@@ -368,6 +412,10 @@ class RuleScore:
     chosen: tuple[int, ...]
     regret: np.ndarray
     hit: np.ndarray
+
+
+def _hits(m: Measured, chosen: Sequence[int], runs: Sequence[int]) -> np.ndarray:
+    return np.array([abs(int(t) - int(np.argmin(m.losses[r]))) <= 1 for t, r in zip(chosen, runs)])
 
 
 def evaluate_rules(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
@@ -385,24 +433,40 @@ def evaluate_rules(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
     Raises:
         InvalidOptionError: fewer than two runs, or a loss series that does not match its run.
     """
-    if len(sigs) < 2 or len(sigs) != len(losses):
-        raise InvalidOptionError("leave-one-run-out needs at least two runs, each with its test losses")
-    losses = [np.asarray(x, dtype=float) for x in losses]
-    for s, loss in zip(sigs, losses):
-        if loss.size != len(s.steps) or not np.all(np.isfinite(loss)):
-            raise InvalidOptionError(f"run {s.name}: every checkpoint needs a finite test loss")
+    m = Measured(sigs, losses)
+    runs = list(range(m.n))
     out = {}
     for name in names or list(RULES):
-        chosen, regret = [], []
-        for r in range(len(sigs)):
-            others = [i for i in range(len(sigs)) if i != r]
-            param = tune([sigs[i] for i in others], [losses[i] for i in others], name)[0]
-            t = apply_rule(sigs[r], name, param)[0]
-            chosen.append(t)
-            regret.append(float(losses[r][t] - losses[r].min()))
-        hit = np.array([abs(t - int(np.argmin(loss))) <= 1 for t, loss in zip(chosen, losses)])
-        out[name] = RuleScore(name, tune(sigs, losses, name)[0], tuple(chosen), np.array(regret), hit)
+        chosen = m.held_out(name)
+        regret = np.array([m.losses[r][chosen[r]] - m.losses[r].min() for r in runs])
+        out[name] = RuleScore(name, m.tune(name, runs)[0], tuple(int(t) for t in chosen), regret,
+                              _hits(m, chosen, runs))
     return out
+
+
+def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
+                    names: Optional[Sequence[str]] = None) -> tuple[list[str], RuleScore]:
+    """The whole default procedure, held out: for each run, the rule with the lowest leave-one-run-out
+    regret on the *other* runs (nested), its parameter tuned on them, applied to the held-out run.
+
+    Returns:
+        (the rule picked for each run, the resulting :class:`RuleScore` named ``auto``).
+    """
+    m = Measured(sigs, losses)
+    names = list(names or RULES)
+    picks, chosen = [], []
+    for r in range(m.n):
+        others = [i for i in range(m.n) if i != r]
+        scored = []
+        for name in names:
+            inner = m.held_out(name, others)
+            scored.append((float(np.mean([m.losses[i][t] - m.losses[i].min() for i, t in zip(others, inner)])),
+                           name != "last", name))  # ties go to keeping the last
+        pick = min(scored)[2]
+        picks.append(pick)
+        chosen.append(int(m.tune(pick, others)[1][r]))
+    regret = np.array([m.losses[r][chosen[r]] - m.losses[r].min() for r in range(m.n)])
+    return picks, RuleScore("auto", None, tuple(chosen), regret, _hits(m, chosen, range(m.n)))
 
 
 # --- the table shipped with the package -----------------------------------------------------------------------
