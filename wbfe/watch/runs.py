@@ -321,13 +321,18 @@ _HF_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 
 def _hf_checkpoints(folder: Path) -> dict[int, Path]:
-    """A Hugging Face Trainer output folder's ``checkpoint-N/`` subfolders by step (empty when none)."""
+    """A Hugging Face Trainer output folder's ``checkpoint-N/`` subfolders by step.
+
+    Empty unless a ``trainer_state.json`` (the folder's or a checkpoint's) marks the folder as a Trainer's.
+    """
     out = {}
     for path in folder.iterdir():
         match = _HF_CHECKPOINT.fullmatch(path.name)
         if match and path.is_dir() and _is_checkpoint(path):
             out[int(match.group(1))] = path
-    return out
+    marked = (folder / "trainer_state.json").is_file() or any((p / "trainer_state.json").is_file()
+                                                               for p in out.values())
+    return out if marked else {}
 
 
 def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[str, str]]:
@@ -374,9 +379,10 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
 
     Returns:
         A :class:`Run`; a folder's ``metrics.csv`` (else a Trainer's ``trainer_state.json``)
-        supplies test metrics by step. A folder holding ``checkpoint-N/`` subfolders is read as a
-        Hugging Face Trainer output: those subfolders are its checkpoints, and a final model saved
-        beside them (usually a copy of the last checkpoint) is not one.
+        supplies test metrics by step. A folder holding ``checkpoint-N/`` subfolders and a
+        ``trainer_state.json`` (its own or theirs) is read as a Hugging Face Trainer output: those
+        subfolders are its checkpoints, and a final model saved beside them (usually a copy of the
+        last checkpoint) is not one.
 
     Raises:
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
