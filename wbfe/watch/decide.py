@@ -82,9 +82,13 @@ def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str 
     lines = []
     if rule is None and name == "last":
         best = min((v["regret_mean"], k) for k, v in table["rules"].items() if k != "last")
-        lines.append(f"keep the last checkpoint — no data-free rule beat it on {runs} held-out runs (best: "
-                     f"{best[1]}, mean regret {best[0]:.4f} against {last['regret_mean']:.4f}); "
-                     "choose another with --rule NAME")
+        line = (f"keep the last checkpoint — no data-free rule beat it on {runs} held-out runs (best single rule: "
+                f"{best[1]}, mean regret {best[0]:.4f} against {last['regret_mean']:.4f}")
+        auto = table.get("auto_selection")
+        if auto is not None and best[0] < last["regret_mean"]:
+            line += (f", but a rule chosen on the other runs, applied to the held-out one, "
+                     f"{auto['regret_mean']:.4f}")
+        lines.append(line + "); choose another with --rule NAME")
     else:
         how = "default: the lowest held-out regret" if rule is None else "chosen with --rule"
         lines.append(f"{name} ({how}) — {row['description']}")

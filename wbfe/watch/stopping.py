@@ -301,8 +301,8 @@ def _gated(sig: RunSignals, param: Any) -> Choice:
 
 
 def _vote(sig: RunSignals, param: Any) -> Choice:
-    picks = sorted(RULES[n].choose(sig, param.get(n))[0] for n in VOTERS)
-    t = picks[len(picks) // 2]
+    picks = [RULES[n].choose(sig, param.get(n))[0] for n in VOTERS]
+    t = sorted(picks)[len(picks) // 2]
     return t, f"median of {', '.join(f'{n}: step {sig.steps[i]}' for n, i in zip(VOTERS, picks))}"
 
 
@@ -414,7 +414,7 @@ class RuleScore:
     hit: np.ndarray
 
 
-def _hits(m: Measured, chosen: Sequence[int], runs: Sequence[int]) -> np.ndarray:
+def _hits(m: Measured, chosen: Any, runs: Sequence[int]) -> np.ndarray:
     return np.array([abs(int(t) - int(np.argmin(m.losses[r]))) <= 1 for t, r in zip(chosen, runs)])
 
 
