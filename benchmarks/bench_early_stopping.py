@@ -102,7 +102,7 @@ def _jsonable(x: Any) -> Any:
 
 
 def evaluate(sigs: list[Any], metrics: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
-    from wbfe.watch.stopping import RULES, detect_regime, evaluate_rules, select_held_out
+    from wbfe.watch.stopping import RULES, Measured, detect_regime, evaluate_rules, select_held_out
 
     names = [s.name for s in sigs]
     losses = [metrics[n]["test_loss"] for n in names]
@@ -140,6 +140,13 @@ def evaluate(sigs: list[Any], metrics: dict[str, dict[str, np.ndarray]]) -> dict
     t1 = time.perf_counter()
     auto_pick, auto = select_held_out(sigs, losses)
     seconds += time.perf_counter() - t1
+    # A regime detector wbfe does not ship yet: BatchNorm present in the checkpoint (here read from the run's
+    # design, which is what its tensor names show), gating as `gated` does with the norm trend.
+    m = Measured(sigs, losses)
+    m.regimes = ["shrinking" if describe_run(n)["regime"] == "bn-sgd" else "growing" for n in names]
+    bn_chosen = m.held_out("gated")
+    bn_regret = m.regrets(bn_chosen)
+    bn_hit = np.array([abs(int(t) - b) <= 1 for t, b in zip(bn_chosen, best)])
     ranked = sorted((v["all"]["regret_mean"], k) for k, v in rules.items())
     # The default must beat keeping the last held out twice over: as a rule (its parameter chosen on the other
     # runs) and as the choice of a rule among all of them (nested: the choice made on the other runs).
@@ -162,6 +169,10 @@ def evaluate(sigs: list[Any], metrics: dict[str, dict[str, np.ndarray]]) -> dict
                  for n, d, s, b, loss in zip(names, info, sigs, best, losses)],
         "baselines": {"last": block(last, scores["last"].hit), "validation_oracle": block(oracle, oracle_hit)},
         "rules": rules,
+        "gated_by_batchnorm": {"description": "not shipped: per held-out run, BatchNorm present in the checkpoint "
+                                              "or not picks the rule (and parameter) that did best on the other "
+                                              "runs of that kind", "param_all_runs": m.tune("gated", range(m.n))[0],
+                               **block(bn_regret, bn_hit)},
         "ranking": [k for _, k in ranked],
         "default": default,
         "auto_selection": {"description": "per held-out run, the rule with the lowest leave-one-run-out regret on "

@@ -109,6 +109,23 @@ def render(r: dict[str, Any]) -> str:
                      f"{sum(x['detected_regime'] == 'growing' for x in sub)} |")
     lines += ["", "The h\\* rules per trained regime (mean regret, hit rate):", ""]
     lines += _group_table(r, "regime", list(H_STAR))
+    gb = r["gated_by_batchnorm"]
+    bn = [x for x in runs if x["regime"] == "bn-sgd"]
+    lines += ["", f"The norm trend detected {sum(x['detected_regime'] == 'shrinking' for x in bn)} of {len(bn)} "
+              "BatchNorm + weight-decay runs as shrinking (in the others the norms still grow over the epochs "
+              "trained). Gating on BatchNorm's presence instead (a property of the checkpoint, which "
+              "`wbfe` does not read yet: here taken from the run's design) and taking, per kind, the rule that did "
+              f"best on the other runs of that kind gives a held-out mean regret of {_f(gb['all']['regret_mean'])} "
+              f"(median {_f(gb['all']['regret_median'])}; better than the last on {gb['all']['better_than_last']} "
+              f"runs, worse on {gb['all']['worse_than_last']}; chosen on all runs, `shrinking` = BatchNorm: "
+              f"`{json.dumps(gb['param_all_runs'])}`). Per trained regime:", ""]
+    lines += ["| | " + " | ".join(sorted(gb["regime"])) + " |", "|---|" + "---|" * len(gb["regime"]),
+              "| gated by BatchNorm | " + " | ".join(f"{_f(gb['regime'][g]['regret_mean'])} "
+                                                   f"({gb['regime'][g]['hit_rate']:.0%})" for g in sorted(gb["regime"]))
+              + " |",
+              "| keep the last | " + " | ".join(f"{_f(r['baselines']['last']['regime'][g]['regret_mean'])} "
+                                              f"({r['baselines']['last']['regime'][g]['hit_rate']:.0%})"
+                                              for g in sorted(gb["regime"])) + " |"]
     lines += [
         "",
         "## Every rule, held out (all runs)",
@@ -117,7 +134,8 @@ def render(r: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
         _row("keep the last", last, "baseline"),
         _row("validation-loss oracle", oracle, "uses data"),
-        _row("auto selection (held out)", auto, "the default procedure, held out"),
+        _row("auto selection (held out)", auto, "choosing the rule, held out"),
+        _row("gated by BatchNorm (not shipped)", r["gated_by_batchnorm"]["all"], "regime from the architecture"),
     ]
     for name in ranking:
         note = "**default**" if name == default else ("worse than the last" if
