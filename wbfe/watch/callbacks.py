@@ -83,7 +83,7 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
 
         folder = check_output_dir(output)
 
-    class WatchTrainerCallback(TrainerCallback):  # type: ignore[misc]
+    class WatchTrainerCallback(TrainerCallback):
         def __init__(self) -> None:
             self.monitor: Optional[Monitor] = None
             self.state = StopState()
