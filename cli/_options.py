@@ -222,18 +222,21 @@ def rank_group() -> OptionGroup:
 def _watch_options(**values: Any) -> Any:
     from wbfe.options import WatchOptions
 
+    if values.get("layers") == "auto":  # the stopping rules were measured on the fittable matrices; h* at a λ on the head
+        values["layers"] = "head" if values.get("lam") is not None else "fittable"
     return WatchOptions(**values)
 
 
-WatchLayers = Annotated[str, typer.Option("--layers", help="head, all, fittable (the matrices with enough eigenvalues "
-                                                          "for the HTMP fit), or a regular expression on tensor names.")]
+WatchLayers = Annotated[str, typer.Option(
+    "--layers", help="auto (fittable for the stopping rules, head with --lambda), head, all, fittable (the matrices "
+                     "with enough eigenvalues for the HTMP fit), or a regular expression on tensor names.")]
 WatchLambda = Annotated[Optional[str], typer.Option(
     "--lambda", help="Prior precision of h*(lambda) = h*(1)/lambda: a number, or 'calibrated' (with --calibrate).")]
 
 
 def watch_group() -> OptionGroup:
     """The :class:`~wbfe.options.WatchOptions` options of ``wbfe watch``."""
-    return OptionGroup("options", {"layers": (WatchLayers, "head"), "lam": (WatchLambda, None), "head": (Head, None),
+    return OptionGroup("options", {"layers": (WatchLayers, "auto"), "lam": (WatchLambda, None), "head": (Head, None),
                                  "device": (Device, "auto")}, _watch_options)
 
 

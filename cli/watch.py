@@ -21,14 +21,14 @@ def _write(folder: Path, name: str, text: str, reads: list[Path]) -> Path:
     return folder / name
 
 
-def _watch_reads(run: Optional[str], calibrate_csv: Optional[Path]) -> list[Path]:
+def _watch_reads(run: Optional[str], calibrate_csv: Optional[Path], step_pattern: Optional[str]) -> list[Path]:
     """The local files and folders a watch reads: the run (folder or CSV) and its checkpoints, the
     calibration CSV and its runs."""
     from wbfe.render.files import local_reads
     from wbfe.watch import read_runs_csv
     from wbfe.watch.runs import discover_run
 
-    runs = [discover_run(run)] if run is not None else []
+    runs = [discover_run(run, step_pattern=step_pattern)] if run is not None else []
     if calibrate_csv is not None:
         runs += read_runs_csv(calibrate_csv)
     listed = [str(run)] if run is not None else []
@@ -46,12 +46,19 @@ def watch_command(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Folder for the JSON result and the PNG plots.")] = None,
+    rule: Annotated[Optional[str], typer.Option(
+        "--rule", help="Data-free stopping rule (default: the one with the lowest measured held-out regret; "
+                       "docs/early_stopping.md lists them).")] = None,
+    step_pattern: Annotated[Optional[str], typer.Option(
+        "--step-pattern", help="Regular expression on checkpoint names whose first group is the step.")] = None,
     *,
     options: "WatchOptions",
 ) -> None:
-    """Score every checkpoint of a run; recommend the first where h_t <= h*(lambda) (under-fit before, over-fit after)."""
+    """Score every checkpoint of a run and recommend the one to keep, by the measured data-free stopping rule
+    (or the first where h_t <= h*(lambda) with --lambda)."""
     from wbfe.errors import InvalidOptionError
     from wbfe.watch import calibrate, result_at, trajectory
+    from wbfe.watch.runs import compile_step_pattern, discover_run
 
     lam_value = options.lam
     if run is None and calibrate_csv is None:
@@ -61,10 +68,18 @@ def watch_command(
     if isinstance(lam_value, float) and calibrate_csv is not None and run is not None:
         raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv for a run, not both")
     reads: list[Path] = []
+    if rule is not None and (lam_value is not None or calibrate_csv is not None):
+        raise InvalidOptionError("give either --rule NAME or --lambda / --calibrate (the h* rule at a λ), not both")
+    compile_step_pattern(step_pattern)
+    metrics = None
+    if lam_value is None and calibrate_csv is None:
+        from wbfe.watch.decide import rule_metrics
+
+        metrics = rule_metrics(rule)  # an unknown rule is refused before any checkpoint is read
     if output is not None:
         from wbfe.render.files import check_output_dir
 
-        reads = _watch_reads(run, calibrate_csv)
+        reads = _watch_reads(run, calibrate_csv, step_pattern)
         check_output_dir(output, reads=reads)  # before any work
 
     report = None
@@ -80,9 +95,17 @@ def watch_command(
             return
         lam_value = report.calibration.lam_all
 
-    traj = trajectory(run, layers=options.layers, head=options.head, device=options.device)  # type: ignore[arg-type]
-    result = result_at(traj, lam_value, lam_source="calibrated" if report is not None else "given",  # type: ignore[arg-type]
-                       layers=options.layers)
+    assert run is not None  # refused above when neither a run nor --calibrate was given
+    found = discover_run(run, step_pattern=step_pattern)
+    if metrics is not None:
+        from wbfe.watch.decide import result_by_rule
+
+        traj = trajectory(found, layers=options.layers, head=options.head, device=options.device, metrics=metrics)
+        result = result_by_rule(traj, rule, layers=options.layers)
+    else:
+        traj = trajectory(found, layers=options.layers, head=options.head, device=options.device)
+        result = result_at(traj, lam_value, lam_source="calibrated" if report is not None else "given",  # type: ignore[arg-type]
+                           layers=options.layers)
     if output is not None:
         from wbfe.reporting.plots.watch import plot_watch
 

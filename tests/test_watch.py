@@ -133,7 +133,9 @@ def test_hub_revision_list() -> None:
      "{d}: cannot parse a step from final.safetensors (put the step in the name, e.g. epoch_3.pt, "
      "or list the checkpoints in a CSV with a step column)"),
     (lambda d: (touch_weights(d / "epoch_3.safetensors"), touch_weights(d / "step-3.safetensors")),
-     InvalidOptionError, "{d}: two checkpoints have step 3 (epoch_3.safetensors and step-3.safetensors)"),
+     InvalidOptionError, "{d}: two checkpoints have step 3 (epoch_3.safetensors and step-3.safetensors); "
+     "pass --step-pattern REGEX (its first group is the step, e.g. 'epoch(\\d+)'), or list the checkpoints in a "
+     "run CSV with step and checkpoint columns"),
 ])
 def test_bad_folders(tmp_path: Path, setup, error: type, message: str) -> None:  # noqa: ANN001
     setup(tmp_path)

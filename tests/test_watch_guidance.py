@@ -136,7 +136,7 @@ def test_cli_prints_the_reason_and_the_hint(mlp_run: Path) -> None:
     import wbfe_cli.watch  # noqa: F401 - attaches the command
     from wbfe_cli.main import app
 
-    out = CliRunner().invoke(app, ["watch", str(mlp_run)])
+    out = CliRunner().invoke(app, ["watch", str(mlp_run), "--layers", "head"])  # the default is fittable now
     assert out.exit_code == 0, out.output
     assert REASON in out.stdout and "rerun with --layers fittable" in out.stdout
     assert "BFE-W at each layer's λ* at the last checkpoint (step 3): step 0" in out.stdout

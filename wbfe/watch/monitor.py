@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError, MissingDependencyError
-from wbfe.watch.trajectories import CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at, scan_checkpoint
+from wbfe.watch.trajectories import (METRICS, CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at,
+                                     scan_checkpoint)
 from wbfe.watch.runs import CheckpointRef
 
 __all__ = ["Monitor", "lightning_callback"]
@@ -25,7 +26,7 @@ class Monitor:
     """
 
     def __init__(self, model: Any, *, every: int = 1, layers: str = "head", head: Optional[str] = None,
-                 device: str = "cpu", name: str = "monitor") -> None:
+                 device: str = "cpu", name: str = "monitor", metrics: str = METRICS) -> None:
         """Store the settings.
 
         Args:
@@ -35,6 +36,7 @@ class Monitor:
             head: the head's tensor name, overriding the built-in rule.
             device: eigen-solve device.
             name: the run name in results.
+            metrics: the metric groups scored (``rand`` adds the randomised control some stopping rules read).
 
         Raises:
             InvalidOptionError: ``every`` is not a positive integer.
@@ -42,6 +44,7 @@ class Monitor:
         if not isinstance(every, int) or every < 1:
             raise InvalidOptionError(f"every must be a positive integer, not {every!r}")
         self.model, self.every, self.layers, self.head, self.device = model, every, layers, head, device
+        self.metrics = metrics
         self.trajectory = Trajectory(run=name)
 
     def __call__(self, step: int, *, test_loss: float = math.nan,
@@ -62,7 +65,8 @@ class Monitor:
         torch = require_torch("the training monitor")  # present wherever an nn.Module is trained
 
         with torch.no_grad():
-            scanned = scan_checkpoint(self.model, layers=self.layers, head=self.head, device=self.device)
+            scanned = scan_checkpoint(self.model, layers=self.layers, head=self.head, device=self.device,
+                                      metrics=self.metrics)
         point = checkpoint_point(CheckpointRef(step, self.model, test_loss, test_accuracy), scanned)
         self.trajectory.points.append(point)
         return point

@@ -2,9 +2,11 @@
 
 A run is given as one of:
 
-- a folder of checkpoints: weight files (``epoch_9.pt``, ``ckpt_00020.safetensors``) and/or
-  checkpoint folders (``checkpoint-500/``), each named with its step; a ``metrics.csv`` beside them
-  (columns ``step`` and optionally ``test_loss`` / ``test_accuracy``) adds test metrics;
+- a folder of checkpoints: weight files (``epoch_9.pt``, ``ckpt_00020.safetensors``, Keras
+  ``saved-model-03-0.85.hdf5``) and/or checkpoint folders (``checkpoint-500/``), each named with its
+  step; a ``metrics.csv`` beside them (columns ``step`` and optionally ``test_loss`` /
+  ``test_accuracy``) adds test metrics; without one, a Hugging Face Trainer's ``trainer_state.json``
+  (in the folder or its newest ``checkpoint-N/``) supplies ``eval_loss`` / ``eval_accuracy`` per step;
 - a CSV with a ``step`` column, optional ``checkpoint`` (a path, relative to the CSV's folder, or a
   hub id) and optional ``test_loss`` / ``test_accuracy``; without ``checkpoint`` the checkpoints are
   found by step among the files and folders next to the CSV;
@@ -12,7 +14,12 @@ A run is given as one of:
 
 Step rule (:func:`parse_step`): the number after the last ``epoch`` / ``step`` / ``ckpt`` /
 ``checkpoint`` / ``iter`` / ``global_step`` keyword of the name (file suffixes removed); failing
-that, the last number in the name. ``epoch_10`` sorts after ``epoch_9``.
+that, when the name also holds decimal numbers (metrics, as Keras ``ModelCheckpoint`` writes
+``weights.{epoch:02d}-{val_loss:.2f}.hdf5``), the first whole number; failing that, the only whole
+number. In a folder whose names hold several whole numbers, the one position that changes between
+names is the step; when more than one changes the names are ambiguous and refused, naming
+``step_pattern`` (a regular expression whose first group, or whole match, is the step) and the run
+CSV. ``epoch_10`` sorts after ``epoch_9``.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from typing import Optional, Union
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources import CHECKPOINT_SUFFIXES
 
-__all__ = ["CheckpointRef", "Run", "parse_step", "discover_run", "read_run_csv", "run_from_rows", "WEIGHT_SUFFIXES"]
+__all__ = ["CheckpointRef", "Run", "parse_step", "discover_run", "read_run_csv", "run_from_rows", "WEIGHT_SUFFIXES",
+           "compile_step_pattern", "trainer_state_metrics", "STEP_ROUTES"]
 
 WEIGHT_SUFFIXES = CHECKPOINT_SUFFIXES  # the readers' one list (no .json: a config is no checkpoint)
 _KEYWORD = re.compile(r"(?:global_step|checkpoint|iteration|epoch|step|ckpt|iter)s?[-_.=@ ]?0*(\d+)", re.I)
-_NUMBER = re.compile(r"\d+")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")  # a decimal (a metric in the name) is one token, not two numbers
 _METRIC_COLUMNS = ("test_loss", "test_accuracy")
 
 
@@ -75,21 +83,91 @@ def _stem(name: str) -> str:
     return name
 
 
-def parse_step(name: str) -> Optional[int]:
+def _numbers(stem: str) -> tuple[list[int], bool]:
+    """The whole numbers of a name, and whether it also holds a decimal number (a metric)."""
+    tokens = _NUMBER.findall(stem)
+    return [int(t) for t in tokens if "." not in t], any("." in t for t in tokens)
+
+
+def _name_stem(name: str) -> str:
+    return _stem(Path(name).name if "/" in name.rstrip("/") else name)
+
+
+def compile_step_pattern(pattern: Optional[str]) -> Optional[re.Pattern[str]]:
+    """The compiled ``--step-pattern`` (None for None); refused when invalid or unsafe to match.
+
+    Raises:
+        InvalidOptionError: not a valid regular expression, or one that can take exponential time.
+    """
+    if pattern is None:
+        return None
+    from wbfe.options import compile_layers
+
+    compiled = compile_layers(pattern, option="--step-pattern")
+    assert compiled is not None  # a str pattern always compiles to a pattern
+    return compiled
+
+
+def _by_pattern(stem: str, pattern: re.Pattern[str]) -> Optional[int]:
+    match = pattern.search(stem)
+    if match is None:
+        return None
+    text = next((g for g in match.groups() if g is not None), match.group(0))
+    digits = re.search(r"\d+", text)
+    return int(digits.group(0)) if digits else None
+
+
+def parse_step(name: str, pattern: Optional[re.Pattern[str]] = None) -> Optional[int]:
     """The step encoded in a checkpoint's file, folder or revision name, or None when it has no number.
 
     Args:
-        name: e.g. ``epoch_9.pt``, ``checkpoint-500``, ``ckpt_00020.safetensors``, ``step1000``.
+        name: e.g. ``epoch_9.pt``, ``checkpoint-500``, ``ckpt_00020.safetensors``, ``step1000``,
+            ``saved-model-03-0.85.hdf5`` (Keras: the epoch, never the metric after it).
+        pattern: a compiled ``--step-pattern``: its first group (or whole match) is the step.
 
     Returns:
-        The number after the last step keyword, else the last number in the name; None if none.
+        With ``pattern``, its number (None when it does not match); else the number after the last
+        step keyword, else the first whole number of a name that also holds a decimal, else the last
+        whole number; None if none.
     """
-    stem = _stem(Path(name).name if "/" in name.rstrip("/") else name)
+    stem = _name_stem(name)
+    if pattern is not None:
+        return _by_pattern(stem, pattern)
     keyed = _KEYWORD.findall(stem)
     if keyed:
         return int(keyed[-1])
-    numbers = _NUMBER.findall(stem)
-    return int(numbers[-1]) if numbers else None
+    whole, metric = _numbers(stem)
+    if not whole:
+        return None
+    return whole[0] if metric else whole[-1]
+
+
+STEP_ROUTES = ("pass --step-pattern REGEX (its first group is the step, e.g. 'epoch(\\d+)'), or list the "
+               "checkpoints in a run CSV with step and checkpoint columns")
+
+
+def _folder_steps(folder: Path, paths: list[Path]) -> dict[Path, int]:
+    """Per name, the step: by keyword or Keras rule, else the one whole-number position that varies."""
+    steps: dict[Path, int] = {}
+    plain: dict[int, list[tuple[Path, list[int]]]] = {}
+    for path in paths:
+        stem = _name_stem(path.name)
+        whole, metric = _numbers(stem)
+        if _KEYWORD.search(stem) or metric or len(whole) <= 1:
+            step = parse_step(path.name)
+            if step is not None:
+                steps[path] = step
+        else:
+            plain.setdefault(len(whole), []).append((path, whole))
+    for count, group in plain.items():
+        varying = [i for i in range(count) if len({w[i] for _, w in group}) > 1]
+        if len(varying) > 1:
+            examples = ", ".join(p.name for p, _ in group[:2])
+            raise InvalidOptionError(f"{folder}: ambiguous checkpoint names ({examples}: more than one number "
+                                     f"changes between names); {STEP_ROUTES}")
+        position = varying[0] if varying else count - 1
+        steps.update({p: w[position] for p, w in group})
+    return steps
 
 
 def _is_checkpoint(path: Path) -> bool:
@@ -129,23 +207,28 @@ def _add(found: dict[int, CheckpointRef], item: CheckpointRef, label: str, where
     found[item.step] = item
 
 
-def _folder_checkpoints(folder: Path) -> dict[int, Path]:
+def _folder_checkpoints(folder: Path, pattern: Optional[re.Pattern[str]] = None) -> dict[int, Path]:
+    paths = [p for p in sorted(folder.iterdir()) if _is_checkpoint(p)]
+    if pattern is not None:
+        parsed = {p: _by_pattern(_name_stem(p.name), pattern) for p in paths}
+    else:
+        parsed = dict(_folder_steps(folder, paths))
     by_step: dict[int, Path] = {}
     unparsed: list[str] = []
-    for path in sorted(folder.iterdir()):
-        if not _is_checkpoint(path):
-            continue
-        step = parse_step(path.name)
+    for path in paths:
+        step = parsed.get(path)
         if step is None:
             unparsed.append(path.name)
         elif step in by_step:
-            raise InvalidOptionError(f"{folder}: two checkpoints have step {step} ({by_step[step].name} and {path.name})")
+            raise InvalidOptionError(f"{folder}: two checkpoints have step {step} ({by_step[step].name} and "
+                                     f"{path.name}); {STEP_ROUTES}")
         else:
             by_step[step] = path
     if unparsed:
         raise InvalidOptionError(
             f"{folder}: cannot parse a step from {', '.join(unparsed[:3])}"
             + (" ..." if len(unparsed) > 3 else "")
+            + (f" with --step-pattern {pattern.pattern!r}" if pattern is not None else "")
             + " (put the step in the name, e.g. epoch_3.pt, or list the checkpoints in a CSV with a step column)"
         )
     return by_step
@@ -234,31 +317,93 @@ def _from_hub_list(text: str) -> Run:
     return _ordered(",".join(sorted(repos)), found)
 
 
-def discover_run(run: Union[str, Path]) -> Run:
+_HF_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+
+
+def _hf_checkpoints(folder: Path) -> dict[int, Path]:
+    """A Hugging Face Trainer output folder's ``checkpoint-N/`` subfolders by step.
+
+    Empty unless a ``trainer_state.json`` (the folder's or a checkpoint's) marks the folder as a Trainer's.
+    """
+    out = {}
+    for path in folder.iterdir():
+        match = _HF_CHECKPOINT.fullmatch(path.name)
+        if match and path.is_dir() and _is_checkpoint(path):
+            out[int(match.group(1))] = path
+    marked = (folder / "trainer_state.json").is_file() or any((p / "trainer_state.json").is_file()
+                                                               for p in out.values())
+    return out if marked else {}
+
+
+def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[str, str]]:
+    """``eval_loss`` / ``eval_accuracy`` per step from a Trainer's ``trainer_state.json`` log history.
+
+    The folder's own ``trainer_state.json`` is read, else the one in its newest ``checkpoint-N/``
+    (each holds the history up to its step). Returns ``{step: {"test_loss", "test_accuracy"}}`` as
+    strings, like a metrics CSV; empty when there is no state file or it logs no evaluation.
+
+    Raises:
+        InvalidOptionError: the state file is not JSON or has no ``log_history`` list.
+    """
+    import json
+
+    candidates = [folder / "trainer_state.json"] + [hf[s] / "trainer_state.json" for s in sorted(hf, reverse=True)]
+    state_path = next((p for p in candidates if p.is_file()), None)
+    if state_path is None:
+        return {}
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidOptionError(f"{state_path}: not a readable trainer_state.json ({exc})") from None
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise InvalidOptionError(f"{state_path}: no log_history list (not a Hugging Face trainer_state.json)")
+    out: dict[int, dict[str, str]] = {}
+    for entry in history:
+        if not isinstance(entry, dict) or "step" not in entry:
+            continue
+        row = out.setdefault(int(entry["step"]), {})
+        for key, column in (("eval_loss", "test_loss"), ("eval_accuracy", "test_accuracy")):
+            if isinstance(entry.get(key), (int, float)):
+                row[column] = str(entry[key])
+    return {step: row for step, row in out.items() if row}
+
+
+def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -> Run:
     """Resolve a run (folder, CSV or comma list of hub revisions) into its ordered checkpoints.
 
     Args:
         run: see the module docstring.
+        step_pattern: a regular expression on checkpoint names (suffix removed) whose first group,
+            or whole match, is the step; for names the built-in rule cannot read.
 
     Returns:
-        A :class:`Run`; a folder's ``metrics.csv`` supplies test metrics by step.
+        A :class:`Run`; a folder's ``metrics.csv`` (else a Trainer's ``trainer_state.json``)
+        supplies test metrics by step. A folder holding ``checkpoint-N/`` subfolders and a
+        ``trainer_state.json`` (its own or theirs) is read as a Hugging Face Trainer output: those
+        subfolders are its checkpoints, and a final model saved beside them (usually a copy of the
+        last checkpoint) is not one.
 
     Raises:
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
-        InvalidOptionError: a checkpoint name without a step, two checkpoints with one step, a
-            malformed CSV or revision list.
+        InvalidOptionError: a checkpoint name without a step, two checkpoints with one step,
+            ambiguous names, a malformed CSV, revision list, step pattern or trainer state.
     """
     text = str(run)
+    pattern = compile_step_pattern(step_pattern)
     if not text.strip():  # Path("") is the working folder: an empty argument must not read it
         raise SourceNotFoundError("an empty run reference: name a folder of checkpoints, a CSV or a list of hub "
                                   "revisions", path=text)
     path = Path(text).expanduser()
     if path.is_dir():
-        by_step = _folder_checkpoints(path)
+        hf = _hf_checkpoints(path) if pattern is None else {}
+        by_step = hf or _folder_checkpoints(path, pattern)
         metrics: dict[int, dict[str, str]] = {}
         if (path / "metrics.csv").is_file():
             for i, row in enumerate(read_run_csv(path / "metrics.csv"), start=2):
                 metrics[_int_step(row.get("step"), f"{path / 'metrics.csv'}:{i}")] = row
+        elif hf:
+            metrics = trainer_state_metrics(path, hf)
         found = {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
                                   _float(metrics.get(s, {}).get("test_accuracy")))
                  for s, p in by_step.items()}

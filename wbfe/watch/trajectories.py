@@ -50,6 +50,8 @@ __all__ = [
 ]
 
 METRICS = "bfe,htsr,htmp"
+# Scored anyway by METRICS (``rand_distance`` only with the opt-in ``rand`` group): kept for the stopping rules.
+EXTRA_COLUMNS = ("rows", "cols", "log_norm", "log_spectral_norm", "stable_rank", "alpha_weighted", "rand_distance")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class LayerPoint:
         gamma: aspect ratio. kappa, beta, tau, ks: the HTMP fit and its KS distance.
         bfe_opt: BFE-W at λ*. lambda_star: 1/mean(e). alpha: power-law α (HT-SR).
         reasons: why a column is NaN. n_eigs: the number of eigenvalues (0 when unknown).
+        extra: the other per-matrix numbers the stopping rules read (:data:`EXTRA_COLUMNS`), when scored.
     """
 
     name: str
@@ -75,6 +78,7 @@ class LayerPoint:
     alpha: float
     reasons: dict[str, str] = field(default_factory=dict, compare=False)
     n_eigs: int = 0
+    extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def h(self) -> float:
@@ -171,6 +175,7 @@ def _layer_point(row: dict[str, Any]) -> LayerPoint:
         ks=as_float(row.get("htmp_ks")), bfe_opt=as_float(row.get("bfe")), lambda_star=as_float(row.get("lambda")),
         alpha=as_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}),
         n_eigs=int(row.get("n_eigs") or 0),
+        extra={k: as_float(row.get(k)) for k in EXTRA_COLUMNS if k in row},
     )
 
 
@@ -197,7 +202,7 @@ class CheckpointScan:
 
 
 def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = None,
-                    device: str = "auto") -> CheckpointScan:
+                    device: str = "auto", metrics: str = METRICS) -> CheckpointScan:
     """Score one checkpoint at λ*, keep the selected layers and list the matrices that can be fitted.
 
     Args:
@@ -206,6 +211,7 @@ def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = Non
             ``min_eigs`` eigenvalues, the ones with an HTMP fit), or a regular expression on tensor names.
         head: the head's tensor name, overriding the built-in rule.
         device: eigen-solve device.
+        metrics: the metric groups to score (at least ``bfe,htsr,htmp``; ``rand`` adds ``rand_distance``).
 
     Returns:
         A :class:`CheckpointScan`.
@@ -217,7 +223,7 @@ def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = Non
 
     if not isinstance(layers, str) or not layers:
         raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
-    result = score(ref, metrics=METRICS, lam="opt", layers=_layer_regex(layers), head=head, device=device)
+    result = score(ref, metrics=metrics, lam="opt", layers=_layer_regex(layers), head=head, device=device)
     min_eigs = int((result.model.get("options") or {}).get("min_eigs") or 0)
     fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in result.layers
                      if int(r.get("n_eigs") or 0) >= min_eigs)
@@ -245,12 +251,13 @@ def score_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = No
 
 
 def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Optional[str] = None,
-               device: str = "auto", progress: Optional[Callable[[int, int, int], None]] = None) -> Trajectory:
+               device: str = "auto", progress: Optional[Callable[[int, int, int], None]] = None,
+               metrics: str = METRICS) -> Trajectory:
     """Score every checkpoint of a run.
 
     Args:
         run: a folder, CSV or revision list (:func:`wbfe.watch.runs.discover_run`), or a :class:`Run`.
-        layers, head, device: as :func:`scan_checkpoint`.
+        layers, head, device, metrics: as :func:`scan_checkpoint`.
         progress: called with (done, total, step) after each checkpoint.
 
     Raises:
@@ -260,7 +267,8 @@ def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Option
     run = run if isinstance(run, Run) else discover_run(run)
     out = Trajectory(run=run.name)
     for done, ck in enumerate(run.checkpoints, start=1):
-        out.points.append(checkpoint_point(ck, scan_checkpoint(ck.ref, layers=layers, head=head, device=device)))
+        out.points.append(checkpoint_point(ck, scan_checkpoint(ck.ref, layers=layers, head=head, device=device,
+                                                                  metrics=metrics)))
         if progress is not None:
             progress(done, len(run.checkpoints), ck.step)
     return out
@@ -283,8 +291,10 @@ class WatchResult:
         trajectory: the scored checkpoints.
         lam: the prior precision of h*, F∞ and BFE-W; None when none was given (no recommendation).
         lam_source: ``given``, ``calibrated`` or None.
-        recommendation: the rule's choice (None when ``lam`` is None).
+        recommendation: the rule's choice (None when ``lam`` is None and no stopping rule decided).
         layers: the layer selection used.
+        stopping: the data-free stopping rule that decided and its measured figures
+            (:func:`wbfe.watch.decide.result_by_rule`); None for the h* rule at a given λ.
     """
 
     trajectory: Trajectory
@@ -292,23 +302,32 @@ class WatchResult:
     lam_source: Optional[str]
     recommendation: Optional[Recommendation]
     layers: str = "head"
+    stopping: Optional[dict[str, Any]] = None
 
     def comparison(self) -> Optional[dict[str, Any]]:
-        """Test metrics at the recommended and the best checkpoint (None without test losses)."""
+        """Test metrics at the recommended and the best checkpoint (None without test metrics).
+
+        The best checkpoint is the lowest test loss; a run with test accuracy and no test loss is
+        compared on accuracy alone (``metric`` says which, ``test_accuracy_gap`` = best − recommended).
+        """
         loss = self.trajectory.test_losses()
+        acc = np.array([p.test_accuracy for p in self.trajectory.points], dtype=float)
         rec = self.recommendation
-        if not np.any(np.isfinite(loss)) or rec is None or rec.index is None:
+        by_loss = bool(np.any(np.isfinite(loss)))
+        if (not by_loss and not np.any(np.isfinite(acc))) or rec is None or rec.index is None:
             return None
-        best = int(np.nanargmin(loss))
-        acc = [p.test_accuracy for p in self.trajectory.points]
-        return {
+        best = int(np.nanargmin(loss)) if by_loss else int(np.nanargmax(acc))
+        out = {
+            "metric": "test_loss" if by_loss else "test_accuracy",
             "best_step": self.trajectory.steps[best], "best_test_loss": float(loss[best]),
-            "best_test_accuracy": acc[best],
+            "best_test_accuracy": float(acc[best]),
             "recommended_step": rec.step, "recommended_test_loss": float(loss[rec.index]),
-            "recommended_test_accuracy": acc[rec.index],
+            "recommended_test_accuracy": float(acc[rec.index]),
             "test_loss_gap": float(loss[rec.index] - loss[best]),
+            "test_accuracy_gap": float(acc[best] - acc[rec.index]),
             "steps_from_best": self.trajectory.steps[rec.index] - self.trajectory.steps[best],
         }
+        return out
 
     def fixed_lambda(self) -> FixedLambdaTrend:
         """BFE-W at one λ across the run: the given λ, else each layer's λ* at the last checkpoint."""
@@ -348,14 +367,19 @@ class WatchResult:
                       for layer in p.layers]
             checkpoints.append({"step": p.step, "source": p.source, "test_loss": p.test_loss,
                                 "test_accuracy": p.test_accuracy, "layers": layers})
-        recommended = ({"step": None, "reason": NO_LAMBDA} if rec is None
-                       else {"step": rec.step, "crossed": rec.crossed, "reason": rec.reason})
+        if rec is None:
+            recommended: dict[str, Any] = {"step": None, "reason": NO_LAMBDA}
+        elif self.stopping is not None:
+            recommended = {"step": rec.step, "rule": self.stopping["name"], "reason": rec.reason}
+        else:
+            recommended = {"step": rec.step, "crossed": rec.crossed, "reason": rec.reason}
         notes, hint = self.notes()
         return json_ready({
             "run": self.trajectory.run, "lambda": self.lam, "lambda_source": self.lam_source,
             "layer_selection": self.layers,
-            "rule": "first checkpoint (step order) where the median over the selected layers of log(h/h*) <= 0",
-            "checkpoints": checkpoints, "recommended": recommended, "comparison": self.comparison(),
+            "rule": (self.stopping["description"] if self.stopping is not None else
+                     "first checkpoint (step order) where the median over the selected layers of log(h/h*) <= 0"),
+            "stopping_rule": self.stopping, "checkpoints": checkpoints, "recommended": recommended, "comparison": self.comparison(),
             "signal": self.signal(), "bfe_fixed_lambda": fixed.to_dict(), "notes": notes, "hint": hint,
         })
 
@@ -376,7 +400,8 @@ class WatchResult:
                 cols.pop("reasons", None)
                 mark = marks.get((t, layer.name))
                 out.append({"step": p.step, **cols, "bfe_fix": float(fixed.bfe[t, names.index(layer.name)]),
-                            "test_loss": p.test_loss, "keep": "<==" if p.step == rec_step else "",
+                            "test_loss": p.test_loss, "test_accuracy": p.test_accuracy,
+                            "keep": "<==" if p.step == rec_step else "",
                             "note": f"[{mark}]" if mark else ""})
         return out
 
@@ -391,6 +416,8 @@ class WatchResult:
             columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h", "h_star", "f_inf", "bfe", "alpha"]
         if np.any(np.isfinite(self.trajectory.test_losses())):
             columns.append("test_loss")
+        if any(math.isfinite(p.test_accuracy) for p in self.trajectory.points):
+            columns.append("test_accuracy")
         rows = self.rows()
         columns += ["keep"] + (["note"] if any(r["note"] for r in rows) else [])
         lam = "none" if self.lam is None else f"{self.lam:.6g} ({self.lam_source})"
@@ -402,10 +429,16 @@ class WatchResult:
         lines += ["", *self._run_lines()]
         rec = self.to_dict()["recommended"]
         lines.append(f"recommended step: {rec['step'] if rec['step'] is not None else '-'} — {rec['reason']}")
+        if self.stopping is not None:
+            lines += [f"rule: {line}" for line in self.stopping["lines"]]
         comp = self.comparison()
-        if comp is not None:
+        if comp is not None and comp["metric"] == "test_loss":
             lines.append(f"best test loss at step {comp['best_step']} ({comp['best_test_loss']:.4f}); "
                          f"recommended: {comp['recommended_test_loss']:.4f} (gap {comp['test_loss_gap']:+.4f})")
+        elif comp is not None:
+            lines.append(f"best test accuracy at step {comp['best_step']} ({comp['best_test_accuracy']:.4f}); "
+                         f"recommended: {comp['recommended_test_accuracy']:.4f} "
+                         f"(gap {comp['test_accuracy_gap']:+.4f}; no test loss given)")
         return "\n".join(lines) + "\n"
 
     def _run_lines(self) -> list[str]:

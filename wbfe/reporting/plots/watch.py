@@ -106,6 +106,12 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
             twin.plot(steps, acc, ".:", color="tab:gray")
             twin.set_ylabel("test accuracy (dotted)")
         ax.legend(fontsize=7)
+    elif np.any(np.isfinite(acc)):  # accuracy alone is a test metric: the best checkpoint is the highest
+        ax.plot(steps, acc, "o-", ms=3, color="black", label="test accuracy")
+        best = int(np.nanargmax(acc))
+        ax.plot(steps[best], acc[best], "*", ms=12, color="gold", mec="black", label="highest test accuracy")
+        ax.set_title("test metrics (accuracy; no test loss given)")
+        ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, "no test metrics given", ha="center", va="center", transform=ax.transAxes)
         ax.set_title("test metrics")
@@ -114,7 +120,8 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
         if rec is not None and rec.step is not None:
             ax.axvline(rec.step, color="red", ls="--", lw=1)
     kept = "none" if rec is None or rec.step is None else str(rec.step)
-    fig.suptitle(f"{_label(traj.run)}: recommended step {kept}", fontsize=10)
+    by = f" (rule {result.stopping['name']})" if result.stopping is not None else ""
+    fig.suptitle(f"{_label(traj.run)}: recommended step {kept}{by}", fontsize=10)
     return _save(fig, path, dpi)
 
 

@@ -1,0 +1,131 @@
+"""Stop a training run from inside the trainer: a Hugging Face ``TrainerCallback`` on the watch quantities.
+
+At every evaluation and every save, the callback scores the model's weights in memory (no checkpoint
+is read back), records the evaluation metrics the Trainer computed at that step (``eval_loss``,
+``eval_accuracy``) as the run's test metrics, applies the stopping rule and, when given a folder,
+rewrites ``watch.json`` there: the same JSON as ``wbfe watch RUN -f json``.
+
+The rule fires when the checkpoint it recommends has stayed the same for ``patience`` further records
+(a rule that keeps the last checkpoint never fires); with ``stop=True`` the callback then sets
+``control.should_training_stop``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from wbfe.errors import InvalidOptionError, MissingDependencyError
+from wbfe.watch.monitor import Monitor
+from wbfe.watch.trajectories import METRICS, WatchResult, result_at
+
+__all__ = ["StopState", "trainer_callback"]
+
+
+@dataclasses.dataclass
+class StopState:
+    """What the rule said at the last record: the result, whether it fired, and at which step."""
+
+    result: Optional[WatchResult] = None
+    fired_at: Optional[int] = None
+
+
+def _decide(monitor: Monitor, rule: Optional[str], lam: Optional[float]) -> WatchResult:
+    if lam is not None:
+        return result_at(monitor.trajectory, lam, layers=monitor.layers)
+    from wbfe.watch.decide import result_by_rule
+
+    return result_by_rule(monitor.trajectory, rule, layers=monitor.layers)
+
+
+def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[str] = None,
+                     lam: Optional[float] = None, stop: bool = False, patience: int = 2,
+                     layers: str = "fittable", head: Optional[str] = None, device: str = "cpu") -> Any:
+    """A Hugging Face ``TrainerCallback`` that records the watch signal at each evaluation and save.
+
+    Args:
+        output: a folder for ``watch.json`` (rewritten after each record); None writes nothing.
+        rule: a stopping rule (:mod:`wbfe.watch.stopping`); None takes the measured default.
+        lam: use the h* rule at this λ instead of a measured rule.
+        stop: set ``control.should_training_stop`` when the rule fires.
+        patience: records the recommended checkpoint must stay unchanged for the rule to fire (≥ 1).
+        layers, head, device: as :class:`~wbfe.watch.Monitor`.
+
+    Returns:
+        A ``transformers.TrainerCallback``; its ``state`` is a :class:`StopState` and its ``monitor``
+        the :class:`~wbfe.watch.Monitor` holding the recorded trajectory.
+
+    Raises:
+        MissingDependencyError: transformers is not installed.
+        InvalidOptionError: both ``rule`` and ``lam``, an unknown rule, a bad ``patience`` or output folder.
+    """
+    try:
+        from transformers import TrainerCallback
+    except ImportError:
+        raise MissingDependencyError("the Trainer callback needs transformers (pip install transformers)") from None
+    from wbfe.options import WatchOptions
+
+    if rule is not None and lam is not None:
+        raise InvalidOptionError("give either rule or lam (the h* rule at a λ), not both")
+    if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
+        raise InvalidOptionError(f"patience must be a positive integer, not {patience!r}", option="patience")
+    WatchOptions(layers=layers, lam=lam, head=head, device=device)
+    groups = METRICS
+    if lam is None:
+        from wbfe.watch.decide import rule_metrics
+
+        groups = rule_metrics(rule)  # an unknown rule is refused before training starts
+    folder = None
+    if output is not None:
+        from wbfe.render.files import check_output_dir
+
+        folder = check_output_dir(output)
+
+    class WatchTrainerCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.monitor: Optional[Monitor] = None
+            self.state = StopState()
+
+        def _record(self, args: Any, state: Any, control: Any, model: Any, metrics: Optional[dict[str, Any]]) -> None:
+            if model is None:
+                return
+            if self.monitor is None:
+                self.monitor = Monitor(model, layers=layers, head=head, device=device, name=str(args.output_dir),
+                                       metrics=groups)
+            step = int(state.global_step)
+            loss = float((metrics or {}).get("eval_loss", math.nan))
+            acc = float((metrics or {}).get("eval_accuracy", math.nan))
+            points = self.monitor.trajectory.points
+            if points and points[-1].step == step:
+                # A save and an evaluation at one step: one record, with the evaluation's metrics.
+                last = points[-1]
+                points[-1] = dataclasses.replace(last, test_loss=loss if math.isfinite(loss) else last.test_loss,
+                                                 test_accuracy=acc if math.isfinite(acc) else last.test_accuracy)
+            else:
+                self.monitor.record(step, test_loss=loss, test_accuracy=acc)
+            result = _decide(self.monitor, rule, lam)
+            self.state.result = result
+            rec = result.recommendation
+            n = len(self.monitor.trajectory.points)
+            if (rec is not None and rec.index is not None and n - 1 - rec.index >= patience
+                    and self.state.fired_at is None):
+                self.state.fired_at = step
+            if folder is not None:
+                from wbfe.render.files import write_atomic
+
+                write_atomic(folder / "watch.json", result.to_json() + "\n")
+            if stop and self.state.fired_at is not None:
+                control.should_training_stop = True
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Optional[dict[str, Any]] = None,
+                        **kwargs: Any) -> Any:
+            self._record(args, state, control, kwargs.get("model"), metrics)
+            return control
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            self._record(args, state, control, kwargs.get("model"), None)
+            return control
+
+    return WatchTrainerCallback()

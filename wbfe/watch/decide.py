@@ -1,0 +1,104 @@
+"""Recommend a checkpoint by a measured data-free stopping rule, with the figures that say how far to trust it.
+
+The rules are in :mod:`wbfe.watch.stopping`; their held-out regret and hit rate, and the parameters
+chosen on the measured runs, come from the table the package ships (``stopping_table.json``, generated
+by ``benchmarks/bench_early_stopping.py``). The default is the rule with the lowest held-out mean
+regret, or keeping the last checkpoint when no rule beat it; the figures are printed either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.watch.rule import Recommendation
+from wbfe.watch.stopping import RULES, apply_rule, run_signals, shipped_table
+from wbfe.watch.trajectories import METRICS, Trajectory, WatchResult
+
+__all__ = ["result_by_rule", "rule_metrics", "resolve_rule"]
+
+
+def resolve_rule(rule: Optional[str], table: Optional[dict[str, Any]] = None) -> tuple[str, dict[str, Any]]:
+    """The rule's name (the table's default for None) and its row of the shipped table.
+
+    Raises:
+        InvalidOptionError: an unknown rule, or one the table has no measurement of.
+    """
+    table = shipped_table() if table is None else table
+    name = table["default"] if rule is None else rule
+    if name not in RULES:
+        raise unknown_name("stopping rule", name, RULES)
+    if name not in table["rules"]:
+        raise InvalidOptionError(f"rule {name} has no measurement in the shipped table: rerun "
+                                 "benchmarks/bench_early_stopping.py", option="rule")
+    return name, table["rules"][name]
+
+
+def _reads(name: str, param: Any) -> set[str]:
+    """The rules a rule reads (itself, or a composite's parts)."""
+    if name == "gated":
+        return {str(v[0]) for v in dict(param).values()}
+    if name == "vote":
+        return set(dict(param))
+    return {name}
+
+
+def rule_metrics(rule: Optional[str] = None) -> str:
+    """The metric groups to score for ``rule`` (``rand`` only when it reads the randomised control)."""
+    name, row = resolve_rule(rule)
+    return METRICS + (",rand" if any(n.startswith("rand_") for n in _reads(name, row["param"])) else "")
+
+
+def _fig(block: dict[str, Any]) -> str:
+    return (f"mean regret {block['regret_mean']:.4f} (median {block['regret_median']:.4f}), "
+            f"hit rate {block['hit_rate']:.0%}")
+
+
+def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str = "fittable",
+                   table: Optional[dict[str, Any]] = None) -> WatchResult:
+    """Apply a measured stopping rule to a scored trajectory.
+
+    Args:
+        traj: the scored run (:func:`wbfe.watch.trajectory`, scored with :func:`rule_metrics`).
+        rule: a rule name (:data:`wbfe.watch.stopping.RULES`); None takes the table's default.
+        layers: the layer selection the trajectory was scored with (the figures were measured with
+            ``fittable``; another selection is said so in the output).
+        table: the measured table; default the one shipped in the package.
+
+    Returns:
+        A :class:`WatchResult` whose ``stopping`` holds the rule, its parameter and its measured figures.
+
+    Raises:
+        InvalidOptionError: an unknown or unmeasured rule, or an empty trajectory.
+    """
+    table = shipped_table() if table is None else table
+    name, row = resolve_rule(rule, table)
+    if not traj.points:
+        raise InvalidOptionError(f"{traj.run}: no checkpoints to choose from")
+    index, reason = apply_rule(run_signals(traj), name, row["param"])
+    last, oracle, runs = table["keep_last"], table["validation_oracle"], table["runs"]
+    measured = (f"held out on {runs} measured runs: {_fig(row)}; keep the last: {_fig(last)}; "
+                f"validation-set oracle: {_fig(oracle)} (regret = test loss − the run's lowest)")
+    lines = []
+    if rule is None and name == "last":
+        best = min((v["regret_mean"], k) for k, v in table["rules"].items() if k != "last")
+        line = (f"keep the last checkpoint — no data-free rule beat it on {runs} held-out runs (best single rule: "
+                f"{best[1]}, mean regret {best[0]:.4f} against {last['regret_mean']:.4f}")
+        auto = table.get("auto_selection")
+        if auto is not None and best[0] < last["regret_mean"]:
+            line += (f", but a rule chosen on the other runs, applied to the held-out one, "
+                     f"{auto['regret_mean']:.4f}")
+        lines.append(line + "); choose another with --rule NAME")
+    else:
+        how = "default: the lowest held-out regret" if rule is None else "chosen with --rule"
+        lines.append(f"{name} ({how}) — {row['description']}")
+    lines.append(measured)
+    if layers != table["layers"]:
+        lines.append(f"note: measured with --layers {table['layers']}; this run used --layers {layers}")
+    stopping = {"name": name, "description": row["description"], "default": rule is None, "param": row["param"],
+                "held_out": {k: row[k] for k in ("n", "regret_mean", "regret_median", "hit_rate",
+                                                  "better_than_last", "worse_than_last")},
+                "keep_last": last, "validation_oracle": oracle, "measured_runs": runs,
+                "measured_layers": table["layers"], "lines": lines}
+    rec = Recommendation(index, traj.steps[index], False, reason)
+    return WatchResult(traj, None, None, rec, layers, stopping)

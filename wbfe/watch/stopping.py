@@ -1,0 +1,485 @@
+"""Data-free stopping rules: which checkpoint of a run to keep, from its weights alone, and how each is measured.
+
+A run is reduced to :class:`RunSignals`: per checkpoint, run-level series over the selected matrices
+that an HTMP fit can use (mean over the matrices finite at every checkpoint, so the series are
+comparable along the run). A :class:`Rule` maps those signals (and, for rules with a free parameter,
+a parameter chosen on *other* runs) to one checkpoint. :func:`evaluate_rules` measures every rule
+leave-one-run-out on runs with test losses: regret = test loss at the chosen checkpoint minus the
+run's lowest test loss, against keeping the last checkpoint and against a validation-set oracle.
+
+The rules (``RULES``) and what they read:
+
+- ``last``: keep the last checkpoint (the baseline every rule must beat);
+- ``h_star_first`` / ``h_star_fanin`` / ``h_star_loo``: the BFE-W paper's rule, the first checkpoint
+  (after the initialisation) with median log(h/h*(λ)) ≤ 0, with λ fixed in advance per matrix from the
+  run's first checkpoint (the λ at which h = h* there), from the fan-in (prior variance 1/fan-in), or
+  one λ chosen on the other runs. Since h/h*(λ) ≈ λ·mean(e) (docs/math.md), these fire only when the weights' scale falls;
+- ``bfe_last_min`` / ``bfe_first_min``: the minimum over the run of BFE-W at a fixed λ per matrix (its
+  λ* at the last / first checkpoint);
+- ``alpha_cross2``: the first checkpoint whose mean power-law α is ≤ 2 (HT-SR's over-fit boundary);
+- ``<signal>_min`` / ``_max``: the extreme of a series; ``<signal>_frac``: the first checkpoint where
+  the series has made a fraction q of its whole change since the initialisation; ``<signal>_plateau``:
+  the first checkpoint whose step change is at most q times the largest one (q chosen on other runs);
+- ``gated``: a regime detector from the weights (mean log-norm falling from the first trained
+  checkpoint to the last: the BatchNorm + weight-decay regime; rising otherwise) picks, per regime,
+  the rule with the lowest regret on the other runs of that regime;
+- ``vote``: the median of the checkpoints chosen by ``h_star_loo``, ``bfe_last_min`` and ``log_norm_plateau``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError, unknown_name
+
+__all__ = [
+    "RunSignals",
+    "Rule",
+    "RULES",
+    "SERIES",
+    "run_signals",
+    "detect_regime",
+    "apply_rule",
+    "evaluate_rules",
+    "select_held_out",
+    "Measured",
+    "shipped_table",
+    "rule_names",
+]
+
+# Run-level series, each a mean over the matrices finite at every checkpoint (see run_signals).
+SERIES = ("log_mean_e", "bfe_last", "bfe_first", "bfe_opt", "alpha", "alpha_weighted", "log_norm",
+          "log_spectral_norm", "log_stable_rank", "rand_distance")
+FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+PLATEAUS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+LAMBDAS = tuple(float(x) for x in np.geomspace(1e-3, 1e3, 61))
+
+
+@dataclass(frozen=True)
+class RunSignals:
+    """A run reduced to what the rules read (no test metric).
+
+    Attributes:
+        name: the run's name.
+        steps: the checkpoints' steps.
+        series: run-level series, one value per checkpoint (:data:`SERIES`), NaN where unknown.
+        log_ratio: (checkpoints, matrices) log(h/h*(1)) of each matrix (NaN where its HTMP fit failed).
+        lam_first: per matrix, λ* = 1/mean(e) at the first checkpoint.
+        lam_fanin: per matrix, fan-in / max(rows, cols): λ of a Gaussian prior of variance 1/fan-in.
+    """
+
+    name: str
+    steps: tuple[int, ...]
+    series: dict[str, np.ndarray]
+    log_ratio: np.ndarray
+    lam_first: np.ndarray
+    lam_fanin: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (NaN as None); :meth:`from_dict` reads it back."""
+        def clean(a: np.ndarray) -> Any:
+            return [None if not math.isfinite(float(v)) else float(v) for v in np.ravel(a)]
+
+        return {"name": self.name, "steps": list(self.steps),
+                "series": {k: clean(v) for k, v in self.series.items()},
+                "log_ratio": [clean(row) for row in self.log_ratio],
+                "lam_first": clean(self.lam_first), "lam_fanin": clean(self.lam_fanin)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunSignals":
+        def arr(x: Any) -> np.ndarray:
+            return np.array([math.nan if v is None else v for v in x], dtype=float)
+
+        ratio = np.array([arr(row) for row in d["log_ratio"]], dtype=float).reshape(len(d["steps"]), -1)
+        return cls(d["name"], tuple(int(s) for s in d["steps"]), {k: arr(v) for k, v in d["series"].items()},
+                   ratio, arr(d["lam_first"]), arr(d["lam_fanin"]))
+
+
+def _run_mean(values: np.ndarray) -> np.ndarray:
+    # The same matrices at every checkpoint, so the series is comparable along the run.
+    if values.size == 0:
+        return np.full(values.shape[0], np.nan)
+    keep = np.all(np.isfinite(values), axis=0)
+    return values[:, keep].mean(axis=1) if keep.any() else np.full(values.shape[0], np.nan)
+
+
+def run_signals(traj: Any) -> RunSignals:
+    """The :class:`RunSignals` of a scored :class:`~wbfe.watch.trajectories.Trajectory`.
+
+    Only matrices with at least ``min_eigs`` eigenvalues (the ones an HTMP fit can use) enter; a
+    trajectory scored without that count keeps every selected matrix.
+    """
+    from wbfe.watch.guidance import bfe_at_many
+
+    names = traj.layer_names
+    counts = traj.matrix(lambda x: float(x.n_eigs)) if traj.points else np.zeros((0, 0))
+    min_eigs = max((p.min_eigs for p in traj.points), default=0)
+    keep = np.array([bool(np.all((counts[:, j] >= min_eigs) | ~np.isfinite(counts[:, j]))) for j in range(len(names))],
+                    dtype=bool)
+    if not keep.any():
+        keep = np.ones(len(names), dtype=bool)
+
+    def mat(fn: Callable[[Any], float]) -> np.ndarray:
+        return traj.matrix(fn)[:, keep]
+
+    def extra(key: str) -> Callable[[Any], float]:
+        return lambda x: float(x.extra.get(key, math.nan))
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_ratio = np.log(mat(lambda x: x.h) / mat(lambda x: x.h_star(1.0)))
+        lam_star = mat(lambda x: x.lambda_star)
+        bfe_opt = mat(lambda x: x.bfe_opt)
+        rows, cols = mat(extra("rows")), mat(extra("cols"))
+        # The shape is the same at every checkpoint: the first one with it known.
+        ratio = cols / np.maximum(rows, cols)
+        lam_fanin = np.array([next((v for v in ratio[:, j] if math.isfinite(v)), math.nan)
+                              for j in range(ratio.shape[1])]) if len(ratio) else np.zeros(0)
+
+        def fixed(at: int) -> np.ndarray:
+            lam = lam_star[at] if len(lam_star) else np.zeros(0)
+            return _run_mean(bfe_at_many(bfe_opt, lam_star, lam[None, :]))
+
+        series = {
+            "log_mean_e": _run_mean(-np.log(lam_star)), "bfe_last": fixed(-1), "bfe_first": fixed(0),
+            "bfe_opt": _run_mean(bfe_opt), "alpha": _run_mean(mat(lambda x: x.alpha)),
+            "alpha_weighted": _run_mean(mat(extra("alpha_weighted"))), "log_norm": _run_mean(mat(extra("log_norm"))),
+            "log_spectral_norm": _run_mean(mat(extra("log_spectral_norm"))),
+            "log_stable_rank": _run_mean(np.log10(mat(extra("stable_rank")))),
+            "rand_distance": _run_mean(mat(extra("rand_distance"))),
+        }
+    return RunSignals(traj.run, tuple(traj.steps), series, log_ratio,
+                      lam_star[0] if len(lam_star) else np.zeros(0), np.asarray(lam_fanin, dtype=float))
+
+
+def detect_regime(sig: RunSignals) -> str:
+    """``shrinking`` when the mean log-norm falls from the first trained checkpoint to the last, else ``growing``.
+
+    The first checkpoint is often the initialisation, whose scale is the initialiser's choice, so the
+    trend is read from the second checkpoint on (from the first when there are only two).
+    """
+    s = sig.series.get("log_norm", np.array([]))
+    finite = np.flatnonzero(np.isfinite(s))
+    if finite.size < 2:
+        return "growing"
+    start = finite[1] if finite.size > 2 else finite[0]
+    return "shrinking" if s[finite[-1]] < s[start] else "growing"
+
+
+# --- the rule forms: each returns (index, reason) -------------------------------------------------------------
+
+Choice = tuple[int, str]
+
+
+def _last(sig: RunSignals, why: str = "keep the last checkpoint") -> Choice:
+    return len(sig.steps) - 1, why
+
+
+def _first_crossing(sig: RunSignals, log_lam: np.ndarray, label: str) -> Choice:
+    with warnings.catch_warnings():  # a checkpoint with no finite ratio is NaN, and skipped below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        stat = np.nanmedian(sig.log_ratio + log_lam[None, :], axis=1) if sig.log_ratio.size else np.array([])
+    finite = [t for t in range(1, len(stat)) if math.isfinite(float(stat[t]))]
+    if not finite:
+        return _last(sig, f"no finite h/h* ({label}): the last checkpoint is kept")
+    for t in finite:
+        if stat[t] <= 0:
+            return t, f"first checkpoint after the first with h ≤ h*(λ) ({label}; median h/h* = {math.exp(stat[t]):.3g})"
+    return _last(sig, f"h > h*(λ) at every checkpoint ({label}; last median h/h* = {math.exp(stat[finite[-1]]):.3g}): "
+                      "never crossed, the last checkpoint is kept")
+
+
+def _series(sig: RunSignals, key: str) -> Optional[np.ndarray]:
+    s = sig.series.get(key)
+    return s if s is not None and np.all(np.isfinite(s)) and s.size >= 2 else None
+
+
+def _extreme(key: str, sign: float) -> Callable[[RunSignals, Any], Choice]:
+    def choose(sig: RunSignals, _: Any) -> Choice:
+        s = _series(sig, key)
+        if s is None:
+            return _last(sig, f"{key} is not finite at every checkpoint: the last checkpoint is kept")
+        t = int(np.argmin(sign * s))
+        return t, f"{'lowest' if sign > 0 else 'highest'} {key} of the run ({s[t]:.4g})"
+    return choose
+
+
+def _fraction(key: str) -> Callable[[RunSignals, Any], Choice]:
+    def choose(sig: RunSignals, q: Any) -> Choice:
+        s = _series(sig, key)
+        if s is None:
+            return _last(sig, f"{key} is not finite at every checkpoint: the last checkpoint is kept")
+        total = s[-1] - s[0]
+        if total == 0:
+            return _last(sig, f"{key} does not change over the run: the last checkpoint is kept")
+        done = (s - s[0]) / total
+        t = next(i for i in range(1, len(s)) if done[i] >= q or i == len(s) - 1)
+        return t, f"first checkpoint where {key} has made {float(q):.0%} of its change over the run ({done[t]:.0%})"
+    return choose
+
+
+def _plateau(key: str) -> Callable[[RunSignals, Any], Choice]:
+    def choose(sig: RunSignals, q: Any) -> Choice:
+        s = _series(sig, key)
+        if s is None:
+            return _last(sig, f"{key} is not finite at every checkpoint: the last checkpoint is kept")
+        step = np.abs(np.diff(s))
+        if step.max() == 0:
+            return _last(sig, f"{key} does not change over the run: the last checkpoint is kept")
+        t = next((i + 1 for i in range(1, step.size) if step[i] <= q * step.max()), len(s) - 1)
+        return t, f"first checkpoint where {key} changes by at most {float(q):g} of its largest step change"
+    return choose
+
+
+def _alpha_cross(sig: RunSignals, _: Any) -> Choice:
+    s = sig.series.get("alpha", np.array([]))
+    finite = [t for t in range(len(s)) if math.isfinite(float(s[t]))]
+    if not finite:
+        return _last(sig, "no finite α: the last checkpoint is kept")
+    for t in finite:
+        if s[t] <= 2.0:
+            return t, f"first checkpoint with mean α ≤ 2 ({s[t]:.3g})"
+    return _last(sig, f"mean α > 2 at every checkpoint (last {s[finite[-1]]:.3g}): the last checkpoint is kept")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A stopping rule: a name, what it does, its free parameter's grid (empty: none) and its choice."""
+
+    name: str
+    description: str
+    choose: Callable[[RunSignals, Any], Choice] = field(compare=False)
+    grid: tuple[Any, ...] = ()
+    composite: bool = False
+
+
+def _base_rules() -> dict[str, Rule]:
+    rules = [
+        Rule("last", "keep the last checkpoint", lambda s, _: _last(s)),
+        Rule("h_star_first", "first h_t ≤ h*(λ), λ per matrix such that h = h*(λ) at the first checkpoint "
+                             "(fires when h/h* falls below its first value)",
+             lambda s, _: _first_crossing(s, -s.log_ratio[0] if len(s.log_ratio) else np.zeros(0),
+                                          "λ from the first checkpoint")),
+        Rule("h_star_fanin", "first h_t ≤ h*(λ), λ = fan-in/max(rows, cols) (prior variance 1/fan-in)",
+             lambda s, _: _first_crossing(s, np.log(s.lam_fanin), "λ from the fan-in")),
+        Rule("h_star_loo", "first h_t ≤ h*(λ), one λ chosen on other runs",
+             lambda s, lam: _first_crossing(s, np.full(s.log_ratio.shape[1], math.log(lam)), f"λ = {lam:.3g}"),
+             LAMBDAS),
+        Rule("bfe_last_min", "minimum of BFE-W at each matrix's λ* of the last checkpoint", _extreme("bfe_last", 1.0)),
+        Rule("bfe_first_min", "minimum of BFE-W at each matrix's λ* of the first checkpoint", _extreme("bfe_first", 1.0)),
+        Rule("alpha_cross2", "first checkpoint with mean α ≤ 2", _alpha_cross),
+    ]
+    for key in SERIES:
+        rules += [Rule(f"{key}_min", f"minimum of {key}", _extreme(key, 1.0)),
+                  Rule(f"{key}_max", f"maximum of {key}", _extreme(key, -1.0)),
+                  Rule(f"{key}_frac", f"first checkpoint where {key} has made a fraction q of its change",
+                       _fraction(key), FRACTIONS),
+                  Rule(f"{key}_plateau", f"first checkpoint where {key}'s step change is ≤ q × its largest",
+                       _plateau(key), PLATEAUS)]
+    return {r.name: r for r in rules}
+
+
+RULES: dict[str, Rule] = _base_rules()
+RULES["gated"] = Rule("gated", "regime from the weights (log-norm falling or rising), then the rule that did best "
+                               "on the other runs of that regime", lambda s, p: _gated(s, p), composite=True)
+RULES["vote"] = Rule("vote", "median of the checkpoints chosen by h_star_loo, bfe_last_min and log_norm_plateau",
+                     lambda s, p: _vote(s, p), composite=True)
+VOTERS = ("h_star_loo", "bfe_last_min", "log_norm_plateau")
+
+
+def _gated(sig: RunSignals, param: Any) -> Choice:
+    regime = detect_regime(sig)
+    name, value = param[regime]
+    t, why = RULES[name].choose(sig, value)
+    return t, f"norms {regime} → {name}: {why}"
+
+
+def _vote(sig: RunSignals, param: Any) -> Choice:
+    picks = [RULES[n].choose(sig, param.get(n))[0] for n in VOTERS]
+    t = sorted(picks)[len(picks) // 2]
+    return t, f"median of {', '.join(f'{n}: step {sig.steps[i]}' for n, i in zip(VOTERS, picks))}"
+
+
+def rule_names() -> list[str]:
+    """Every rule's name."""
+    return list(RULES)
+
+
+def apply_rule(sig: RunSignals, name: str, param: Any = None) -> Choice:
+    """The checkpoint index rule ``name`` keeps (with ``param`` for rules that have one) and why.
+
+    Raises:
+        InvalidOptionError: an unknown rule, or a rule with a parameter and none given.
+    """
+    if name not in RULES:
+        raise unknown_name("stopping rule", name, RULES)
+    rule = RULES[name]
+    if (rule.grid or rule.composite) and param is None:
+        raise InvalidOptionError(f"rule {name} needs its parameter (chosen on measured runs)", option="rule")
+    return rule.choose(sig, param)
+
+
+# --- leave-one-run-out evaluation ------------------------------------------------------------------------------
+
+def _middle(means: np.ndarray) -> int:
+    # Ties (flat stretches) are common: take the middle of the minimising set.
+    best = np.flatnonzero(means <= np.nanmin(means) + 1e-12)
+    return int(best[len(best) // 2])
+
+
+class Measured:
+    """Every rule's choice on every run at every parameter, computed once; tuning is then arithmetic.
+
+    A base rule's choice on a run does not depend on the other runs, so the (parameter, run) tables
+    of chosen checkpoints and regrets serve every subset of runs a parameter is tuned on.
+    """
+
+    def __init__(self, sigs: Sequence[RunSignals], losses: Sequence[np.ndarray]) -> None:
+        if len(sigs) < 2 or len(sigs) != len(losses):
+            raise InvalidOptionError("leave-one-run-out needs at least two runs, each with its test losses")
+        self.losses = [np.asarray(x, dtype=float) for x in losses]
+        for s, loss in zip(sigs, self.losses):
+            if loss.size != len(s.steps) or not np.all(np.isfinite(loss)):
+                raise InvalidOptionError(f"run {s.name}: every checkpoint needs a finite test loss")
+        self.sigs = list(sigs)
+        self.n = len(sigs)
+        self.regimes = [detect_regime(s) for s in sigs]
+        self.choice: dict[str, np.ndarray] = {}
+        self.regret: dict[str, np.ndarray] = {}
+        for name, rule in RULES.items():
+            if rule.composite:
+                continue
+            grid = rule.grid or (None,)
+            chosen = np.array([[apply_rule(s, name, p)[0] for s in sigs] for p in grid], dtype=int)
+            self.choice[name] = chosen
+            self.regret[name] = np.array([[self.losses[i][c[i]] - self.losses[i].min() for i in range(self.n)]
+                                          for c in chosen])
+
+    def _base(self, name: str, subset: Sequence[int]) -> tuple[int, float]:
+        means = self.regret[name][:, list(subset)].mean(axis=1)
+        k = _middle(means)
+        return k, float(means[k])
+
+    def tune(self, name: str, subset: Sequence[int]) -> tuple[Any, np.ndarray]:
+        """Rule ``name``'s parameter chosen on the runs ``subset``, and its choice on every run.
+
+        Composite rules tune their parts on the same runs (``gated``: per detected regime, the base
+        rule and parameter with the lowest mean regret on that regime's runs of the subset).
+        """
+        subset = list(subset)
+        if name == "gated":
+            param: dict[str, Any] = {}
+            chosen = np.zeros(self.n, dtype=int)
+            for regime in ("shrinking", "growing"):
+                idx = [i for i in subset if self.regimes[i] == regime] or subset
+                scored = sorted((self._base(n, idx)[1], n) for n in self.choice)
+                best = scored[0][1]
+                k = self._base(best, idx)[0]
+                param[regime] = [best, (RULES[best].grid or (None,))[k]]
+                mine = [i for i in range(self.n) if self.regimes[i] == regime]
+                chosen[mine] = self.choice[best][k][mine]
+            return param, chosen
+        if name == "vote":
+            ks = {n: self._base(n, subset)[0] for n in VOTERS}
+            param = {n: (RULES[n].grid or (None,))[k] for n, k in ks.items()}
+            votes = np.sort(np.array([self.choice[n][k] for n, k in ks.items()]), axis=0)
+            return param, votes[len(VOTERS) // 2]
+        k = self._base(name, subset)[0]
+        return (RULES[name].grid or (None,))[k], self.choice[name][k]
+
+    def regrets(self, chosen: np.ndarray) -> np.ndarray:
+        return np.array([self.losses[i][chosen[i]] - self.losses[i].min() for i in range(self.n)])
+
+    def held_out(self, name: str, runs: Optional[Sequence[int]] = None) -> np.ndarray:
+        """Per run of ``runs`` (default all), the checkpoint rule ``name`` keeps with its parameter tuned on
+        the other runs of ``runs``."""
+        runs = list(range(self.n)) if runs is None else list(runs)
+        return np.array([self.tune(name, [i for i in runs if i != r])[1][r] for r in runs], dtype=int)
+
+
+@dataclass(frozen=True)
+class RuleScore:
+    """One rule measured leave-one-run-out: per run, the held-out choice and its regret."""
+
+    name: str
+    param_all: Any
+    chosen: tuple[int, ...]
+    regret: np.ndarray
+    hit: np.ndarray
+
+
+def _hits(m: Measured, chosen: Any, runs: Sequence[int]) -> np.ndarray:
+    return np.array([abs(int(t) - int(np.argmin(m.losses[r]))) <= 1 for t, r in zip(chosen, runs)])
+
+
+def evaluate_rules(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
+                   names: Optional[Sequence[str]] = None) -> dict[str, RuleScore]:
+    """Every rule leave-one-run-out: its parameter chosen on the other runs, applied to the held-out one.
+
+    Args:
+        sigs: the runs' signals.
+        losses: each run's test loss per checkpoint (finite).
+        names: the rules to evaluate (default all).
+
+    Returns:
+        Rule name → :class:`RuleScore` (``param_all``: the parameter chosen on all runs, for new runs).
+
+    Raises:
+        InvalidOptionError: fewer than two runs, or a loss series that does not match its run.
+    """
+    m = Measured(sigs, losses)
+    runs = list(range(m.n))
+    out = {}
+    for name in names or list(RULES):
+        chosen = m.held_out(name)
+        regret = np.array([m.losses[r][chosen[r]] - m.losses[r].min() for r in runs])
+        out[name] = RuleScore(name, m.tune(name, runs)[0], tuple(int(t) for t in chosen), regret,
+                              _hits(m, chosen, runs))
+    return out
+
+
+def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
+                    names: Optional[Sequence[str]] = None) -> tuple[list[str], RuleScore]:
+    """The whole default procedure, held out: for each run, the rule with the lowest leave-one-run-out
+    regret on the *other* runs (nested), its parameter tuned on them, applied to the held-out run.
+
+    Returns:
+        (the rule picked for each run, the resulting :class:`RuleScore` named ``auto``).
+    """
+    m = Measured(sigs, losses)
+    names = list(names or RULES)
+    picks, chosen = [], []
+    for r in range(m.n):
+        others = [i for i in range(m.n) if i != r]
+        scored = []
+        for name in names:
+            inner = m.held_out(name, others)
+            scored.append((float(np.mean([m.losses[i][t] - m.losses[i].min() for i, t in zip(others, inner)])),
+                           name != "last", name))  # ties go to keeping the last
+        pick = min(scored)[2]
+        picks.append(pick)
+        chosen.append(int(m.tune(pick, others)[1][r]))
+    regret = np.array([m.losses[r][chosen[r]] - m.losses[r].min() for r in range(m.n)])
+    return picks, RuleScore("auto", None, tuple(chosen), regret, _hits(m, chosen, range(m.n)))
+
+
+# --- the table shipped with the package -----------------------------------------------------------------------
+
+TABLE = "stopping_table.json"
+
+
+def shipped_table() -> dict[str, Any]:
+    """The measured rules shipped in the package (``wbfe/watch/stopping_table.json``).
+
+    Generated by ``benchmarks/bench_early_stopping.py`` from ``benchmarks/results/early_stopping.json``:
+    per rule, its parameter chosen on all measured runs and its held-out regret and hit rate; and the
+    default rule (the lowest held-out mean regret, or ``last`` when no rule beats keeping the last).
+    """
+    text = resources.files("wbfe.watch").joinpath(TABLE).read_text(encoding="utf-8")
+    return dict(json.loads(text))
