@@ -59,7 +59,7 @@ def sparsity_command(
     from wbfe.pruning import sparsity
 
     options = PruneOptions(target=target, by=by, spread=spread, mapping=mapping, reverse=reverse, exclude=exclude,
-                           layers=layers, head=head)
+                           layers=layers, head=head)  # type: ignore[arg-type]  # exclude: split by its check
     for path in (json_out, csv_out):  # before any work
         if path is not None:
             check_output(path)
@@ -94,7 +94,7 @@ def prune_command(
     from wbfe.pruning import prune
 
     options = PruneOptions(target=target, by=by, method=method, spread=spread, mapping=mapping, reverse=reverse,
-                           exclude=exclude, layers=layers, head=head)
+                           exclude=exclude, layers=layers, head=head)  # type: ignore[arg-type]
     if json_out is not None:
         check_output(json_out)
     report = prune(ref, out, options=options)

@@ -177,8 +177,9 @@ def test_prune_refuses_its_input(model: Path, tmp_path: Path) -> None:
     with pytest.raises(OutputError, match=f"^refusing to write {model}: it is the input {model}; name another file$"):
         prune(model, model, target=0.5)
     folder = model.parent
-    with pytest.raises(OutputError, match="it is the input"):
-        prune(folder, folder / "other.safetensors", target=0.5)
+    with pytest.raises(OutputError, match=f"^refusing to write {folder / 'o.st'}: it lies in the input folder {folder}; "
+                                          "name a file outside it$"):
+        prune(folder, folder / "o.st", target=0.5)
     link = tmp_path / "link.safetensors"
     link.symlink_to(model)
     with pytest.raises(OutputError, match="it is the input"):
@@ -234,3 +235,41 @@ def test_cli(model: Path, tmp_path: Path) -> None:
     ]:
         done = runner.invoke(app, args)
         assert done.exit_code == 2 and done.stderr.strip() == message, (args, done.output)
+
+
+# ---------------------------------------------------------------- the measured page
+
+def _doc_generator():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("make_pruning_doc", root / "benchmarks" / "make_pruning_doc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pruning_doc_is_the_generators_output_and_the_default_is_the_best_measured() -> None:
+    gen = _doc_generator()
+    assert gen.OUTPUT.read_text(encoding="utf-8") == gen.render(gen.RESULTS), (
+        "docs/pruning.md is out of date: run python benchmarks/make_pruning_doc.py")
+    best = json.loads(gen.RESULTS.read_text(encoding="utf-8"))["best"]["by"]
+    from wbfe.options import PruneOptions
+
+    assert PruneOptions().by == best
+
+
+def test_pruning_doc_reads_its_figures_from_the_results(tmp_path: Path) -> None:
+    gen = _doc_generator()
+    data = json.loads(gen.RESULTS.read_text(encoding="utf-8"))
+    data["summary"]["all"]["multi"]["0.7"]["bfe"]["gain_mean"] = 12.34
+    data["summary"]["all"]["multi"]["0.7"]["uniform"]["mean"] = 55.55
+    changed = tmp_path / "pruning.json"
+    changed.write_text(json.dumps(data), encoding="utf-8")
+    text = gen.render(changed)
+    assert "+12.3 ±" in text and ("55.5 ± " in text or "55.6 ± " in text)
+    out = tmp_path / "pruning.md"
+    assert gen.main(["--check", "--results", str(changed), "--output", str(out)]) == 1
+    assert gen.main(["--results", str(changed), "--output", str(out)]) == 0
+    assert gen.main(["--check", "--results", str(changed), "--output", str(out)]) == 0

@@ -312,8 +312,11 @@ def refuse_input_as_output(ref: Any, out: Path) -> None:
         source = os.path.realpath(item)
         inside = os.path.isdir(source) and os.path.commonpath([source, target]) == source
         same = os.path.exists(target) and os.path.samefile(source, target)
-        if inside or same or source == target:
+        if same or source == target:
             raise OutputError(f"refusing to write {out}: it is the input {item}; name another file", path=str(out))
+        if inside:  # a second weights file there would be read with the first next time
+            raise OutputError(f"refusing to write {out}: it lies in the input folder {item}; name a file outside it",
+                              path=str(out))
 
 
 # ---------------------------------------------------------------- helpers
