@@ -63,6 +63,17 @@ def _findings(data: dict[str, Any]) -> str:
     ranked = sorted(metrics, key=lambda m: -best["mean_gain_over_targets"][m])
     out.append("- Mean gain over the three targets, by metric: "
                + ", ".join(f"`{m}` {best['mean_gain_over_targets'][m]:+.1f}" for m in ranked) + " points.")
+    overall = {v: sum(multi[str(t)][v]["gain_mean"] for t in targets) / len(targets)
+               for v in data["variants"] if v != "uniform"}
+    top = max(overall, key=lambda v: overall[v])
+    if top != by:
+        losses = sum(multi[str(t)][top]["losses"] for t in targets)
+        own = sum(multi[str(t)][by]["losses"] for t in targets)
+        out.append(f"- Of every variant measured, including `--reverse`, `{top}` had the largest mean gain "
+                   f"({overall[top]:+.1f} points; {losses} losses to uniform over the three targets, against "
+                   f"{own} for `{by}`). The default stays a metric in the direction this page argues for; "
+                   f"`--by {top.removesuffix('-reversed')}{' --reverse' if top.endswith('-reversed') else ''}` "
+                   "gives that allocation.")
     none = [(m, t) for m in metrics for t in targets if multi[str(t)][m]["gain_mean"] <= 0]
     if none:
         out.append("- **No gain** (mean gain ≤ 0 on those models): "
@@ -246,14 +257,16 @@ many models were better–equal–worse. `-reversed` is the same metric with `--
 
 {findings}
 
-What the tables show on these networks: they have two to five prunable matrices of very unequal
-sizes (a first convolution of 36 to 160 weights beside a hidden layer of tens of thousands), so the
-one large matrix is held near the target and the rescale drives the small ones to whatever end of
-the range their metric puts them. Where that end is high (up to 1 − 1/n_min), the small layer is
-nearly emptied and the accuracy collapses; where it is low, the small layers are spared and the
-model keeps more of its accuracy than under uniform pruning. The metric that wins here is the one
-that most often ranks the small matrices low; AlphaPruning's setting, many layers of equal size, is
-not what these zoos test.
+What the tables show on these networks: their prunable matrices are few and of very unequal sizes
+(a first convolution, or a second hidden layer, far smaller than the matrix that reads the input),
+so the one large matrix is held near the target and the rescale drives the small ones to whichever
+end of the range their metric puts them. Where that end is high (up to 1 − 1/n_min), the small
+matrix is nearly emptied and the accuracy collapses to chance; where it is low, the small matrices
+are spared and the model keeps more of its accuracy than under uniform pruning. So the metric that
+wins here is the one that most often ranks the small matrices low — `stable_rank` cannot exceed a
+matrix's smaller side, so it does that by construction — and a large standard deviation in a cell
+is this all-or-nothing effect. AlphaPruning's own setting, many transformer blocks of equal size,
+is not what these zoos test; there the metric decides between equals.
 
 {tables}
 

@@ -43,7 +43,7 @@ def _cell(value: Any) -> str:
 def sparsity_command(
     ref: str = typer.Argument(..., help=REF_HELP),
     target: float = typer.Option(..., "--target", help=TARGET_HELP),
-    by: str = typer.Option("alpha", "--by", help=BY_HELP),
+    by: str = typer.Option("stable_rank", "--by", help=BY_HELP),
     spread: float = typer.Option(0.2, "--spread", help=SPREAD_HELP),
     mapping: str = typer.Option("value", "--mapping", help=MAPPING_HELP),
     reverse: bool = typer.Option(False, "--reverse", help="Prune the matrices with the smaller metric value more."),
@@ -78,7 +78,7 @@ def prune_command(
     ref: str = typer.Argument(..., help=REF_HELP),
     out: str = typer.Argument(..., help="The safetensors file to write (replaced atomically; never the input)."),
     target: float = typer.Option(..., "--target", help=TARGET_HELP),
-    by: str = typer.Option("alpha", "--by", help=BY_HELP),
+    by: str = typer.Option("stable_rank", "--by", help=BY_HELP),
     method: str = typer.Option("magnitude", "--method", help="magnitude: each matrix's smallest |w| set to zero."),
     spread: float = typer.Option(0.2, "--spread", help=SPREAD_HELP),
     mapping: str = typer.Option("value", "--mapping", help=MAPPING_HELP),

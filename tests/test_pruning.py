@@ -273,3 +273,25 @@ def test_pruning_doc_reads_its_figures_from_the_results(tmp_path: Path) -> None:
     assert gen.main(["--check", "--results", str(changed), "--output", str(out)]) == 1
     assert gen.main(["--results", str(changed), "--output", str(out)]) == 0
     assert gen.main(["--check", "--results", str(changed), "--output", str(out)]) == 0
+
+
+def test_signature_and_cli_defaults_are_the_options_defaults() -> None:
+    import inspect
+    from dataclasses import fields
+
+    import typer.main
+
+    from wbfe.options import PruneOptions
+
+    defaults = {f.name: f.default for f in fields(PruneOptions)}
+    for function in (sparsity, prune):
+        for name, p in inspect.signature(function).parameters.items():
+            if name in defaults and name != "target":
+                assert p.default == defaults[name], (function.__name__, name)
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    for name in ("sparsity", "prune"):
+        for param in commands[name].params:
+            if param.name in defaults and param.name != "target":
+                expected = defaults[param.name]
+                given = tuple(param.default.split(",")) if param.name == "exclude" else param.default
+                assert given == expected, (name, param.name)

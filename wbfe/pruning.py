@@ -209,7 +209,7 @@ def magnitude_prune(w: np.ndarray, zeros: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- the library calls
 
-def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "alpha", spread: float = 0.2, mapping: str = "value",
+def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank", spread: float = 0.2, mapping: str = "value",
              reverse: bool = False, exclude: Any = ("head", "embedding"), layers: Optional[str] = None,
              head: Optional[str] = None, device: str = "auto", min_eigs: int = 10,
              options: Optional[PruneOptions] = None) -> Allocation:
@@ -241,7 +241,7 @@ def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "alpha", spr
     return _allocation(_score(ref, options), options)
 
 
-def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by: str = "alpha", spread: float = 0.2,
+def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by: str = "stable_rank", spread: float = 0.2,
           mapping: str = "value", reverse: bool = False, exclude: Any = ("head", "embedding"),
           layers: Optional[str] = None, head: Optional[str] = None, method: str = "magnitude",
           device: str = "auto", min_eigs: int = 10, options: Optional[PruneOptions] = None) -> PruneReport:

@@ -599,7 +599,7 @@ class PruneOptions(_Options):
     }
 
     target: float = 0.5
-    by: str = "alpha"
+    by: str = "stable_rank"
     spread: float = 0.2
     mapping: str = "value"
     reverse: bool = False
