@@ -58,8 +58,8 @@ def sparsity_command(
     from wbfe.output import check_output, write_output
     from wbfe.pruning import sparsity
 
-    options = PruneOptions(target=target, by=by, spread=spread, mapping=mapping, reverse=reverse, exclude=exclude,
-                           layers=layers, head=head)  # type: ignore[arg-type]  # exclude: split by its check
+    options = PruneOptions(target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
+                           exclude=exclude, layers=layers, head=head)  # type: ignore[arg-type]  # split by its check
     for path in (json_out, csv_out):  # before any work
         if path is not None:
             check_output(path)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -172,6 +173,24 @@ def test_the_demo_cnn_pruned_scores_finite_and_counts_dead_rows(tmp_path: Path) 
     assert dead and all(math.isinf(r["bfe_after"]) for r in dead)  # a dead row is a zero eigenvalue
 
 
+def test_a_bfloat16_matrix_is_pruned_in_its_own_dtype(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(3)
+    src = tmp_path / "bf16.safetensors"
+    save_file({"a.weight": torch.randn(40, 30, generator=g).to(torch.bfloat16),
+               "b.weight": torch.randn(30, 20, generator=g).to(torch.bfloat16),
+               "head.weight": torch.randn(10, 20, generator=g).to(torch.bfloat16)}, str(src))
+    out = tmp_path / "out.safetensors"
+    report = prune(src, out, target=0.6, by="uniform", head="head.weight")
+    original, pruned = load_file(str(src)), load_file(str(out))
+    for row in report.rows:
+        w, p = original[row["name"]], pruned[row["name"]]
+        assert p.dtype == torch.bfloat16 and int((p == 0).sum()) == row["zeros"] == round(0.6 * w.numel())
+        kept = p != 0
+        assert torch.equal(p[kept].view(torch.int16), w[kept].view(torch.int16))  # the rest bit for bit
+        assert float(w[~kept].abs().max()) <= float(w[kept].abs().min())
+    assert torch.equal(pruned["head.weight"].view(torch.int16), original["head.weight"].view(torch.int16))
+
+
 def test_prune_refuses_its_input(model: Path, tmp_path: Path) -> None:
     before = _sha(model)
     with pytest.raises(OutputError, match=f"^refusing to write {model}: it is the input {model}; name another file$"):
@@ -213,6 +232,9 @@ def test_unknown_and_missing_metrics(model: Path) -> None:
 
 def test_cli(model: Path, tmp_path: Path) -> None:
     runner = CliRunner()
+    tiny = tmp_path / "tiny.safetensors"  # 8 eigenvalues each: no power-law tail anywhere
+    save_file({f"l{i}.weight": torch.randn(8, 12, generator=torch.Generator().manual_seed(i)) for i in range(3)},
+              str(tiny))
     js, cs = tmp_path / "a.json", tmp_path / "a.csv"
     done = runner.invoke(app, ["sparsity", str(model), "--target", "0.6", "--by", "stable_rank", "--json", str(js),
                                "--csv", str(cs)])
@@ -230,6 +252,9 @@ def test_cli(model: Path, tmp_path: Path) -> None:
         (["sparsity", str(model), "--target", "1"], "wbfe: error: target must be in (0, 1), not 1.0"),
         (["sparsity", str(model), "--target", "0.5", "--by", "nope"],
          "wbfe: error: by must be one of 'alpha', 'bfe', 'h', 'stable_rank', 'uniform', not 'nope'"),
+        (["sparsity", str(tiny), "--target", "0.5", "--by", "alpha"],
+         "wbfe: error: alpha is NaN on every prunable matrix (too few eigenvalues for the fit?); allocate by another "
+         "metric (--by bfe) or --by uniform"),
         (["prune", str(model), str(model), "--target", "0.5"],
          f"wbfe: error: refusing to write {model}: it is the input {model}; name another file"),
     ]:
@@ -239,7 +264,7 @@ def test_cli(model: Path, tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the measured page
 
-def _doc_generator():  # type: ignore[no-untyped-def]
+def _doc_generator() -> Any:
     import importlib.util
 
     root = Path(__file__).resolve().parents[1]

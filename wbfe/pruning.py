@@ -364,8 +364,10 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
         rows.append({"name": layer["name"], "role": role, "shape": list(shape), "params": int(np.prod(shape)),
                      "metric": value, "sparsity": options.target, "zeros": 0, "note": ""})
     if not rows:
-        raise NoUsableMatrixError(f"{result.model.get('source')}: no matrix left to prune "
-                                  f"({len(excluded)} excluded: {', '.join(sorted(set(options.exclude)))})")
+        reasons = sorted({e["reason"] for e in excluded})
+        raise NoUsableMatrixError(f"{result.model.get('source')}: no matrix left to prune: all {len(excluded)} scored "
+                                  f"are left out ({'; '.join(reasons)}); --exclude '' prunes every role",
+                                  ref=str(result.model.get("source")))
     if options.by != "uniform":
         _fill_missing(rows, options.by)
     values = np.array([r["metric"] for r in rows]) if options.by != "uniform" else np.zeros(len(rows))
