@@ -157,7 +157,8 @@ gain over uniform pruning (test accuracy without fine-tuning at {targets} sparsi
 
 ## The allocation
 
-1. **The matrices.** The rows of `wbfe score`: 2-D weights and 4-D convolutions, selected by
+1. **The matrices.** The rows of `wbfe score`: 2-D weights and 4-D convolutions stored as float64,
+   float32, float16 or bfloat16 (the others are listed as excluded, with the reason), selected by
    `--layers` as in `score`. The head and the embeddings are left out by default (the rows' `role`;
    `--exclude` names other roles, `--exclude ''` prunes every matrix). A convolution counts its
    whole kernel (out·in·kh·kw weights). The target is the sparsity of these matrices together,
@@ -227,8 +228,9 @@ report.to_pandas()                # name, params, sparsity, zeros, reached, dead
 ```
 
 Both validate their options once (`wbfe.options.PruneOptions`) and raise a `WbfeError` subclass:
-`InvalidOptionError` for a bad option, `MetricNotComputedError` (a subclass) for a column that is
-missing or NaN everywhere, `OutputError` for an output that is the input.
+`InvalidOptionError` for a bad option, `wbfe.pruning.MetricNotComputedError` (a subclass of it) for a
+column that is missing or NaN everywhere, `OutputError` for an output that is the input,
+`UnsupportedDtypeError` for a quantised checkpoint `prune` cannot copy exactly.
 
 ### Handing the allocation to another pruner
 
