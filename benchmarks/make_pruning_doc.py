@@ -208,12 +208,13 @@ A bad value — a target ≤ 0 or ≥ 1, an unknown `--by`, a column not compute
 byte for byte, the input's safetensors metadata kept (so facts about the unpruned model, such as a
 recorded test accuracy, are carried over unchanged) and the allocation added under the key
 `wbfe_pruning` (JSON: target, metric, spread, mapping, per-matrix sparsity and zero count). The file
-is written to a temporary file and renamed into place, and an output that is the input, or lies in
-an input folder, is refused. The pruned file is scored again: the report gives per matrix `reached`
-(zero weights after pruning, zeros already there included), `dead_rows` (output rows left with no
-weight: each is a zero eigenvalue, so that matrix's BFE-W is infinite — exact zeros alone leave a
-full-rank matrix full rank), and `bfe`, `alpha`, `stable_rank` (and `h` with `--by h`) before and
-after.
+is written to a temporary file and renamed into place, and an output that is the input (or a link
+to it), or lies in a folder it reads, is refused. The pruned file is scored again: the report gives per matrix `reached`
+(zero weights after pruning, zeros already there included), `dead_rows` and `dead_cols` (rows and
+columns of the out × rest matrix left with no weight; the score leaves them out and computes BFE-W
+and every spectrum column of the live part, [metrics.md](metrics.md), so the pruned file scores with
+finite BFE-W — scattered exact zeros alone leave a full-rank matrix full rank), and `bfe`, `alpha`,
+`stable_rank` (and `h` with `--by h`) before and after.
 
 ## Library
 
@@ -224,12 +225,12 @@ allocation = wbfe.sparsity("model.safetensors", 0.7, by="{best}")   # or a Model
 allocation.to_pandas()            # name, role, shape, params, metric, sparsity, zeros, note
 ratios = allocation.as_dict()     # {{tensor name: sparsity}}
 report = wbfe.prune("model.safetensors", "pruned.safetensors", target=0.7, by="{best}")
-report.to_pandas()                # name, params, sparsity, zeros, reached, dead_rows, <metric>_before/_after
+report.to_pandas()                # name, params, sparsity, zeros, reached, dead_rows/_cols, <metric>_before/_after
 ```
 
 Both validate their options once (`wbfe.options.PruneOptions`) and raise a `WbfeError` subclass:
 `InvalidOptionError` for a bad option, `wbfe.pruning.MetricNotComputedError` (a subclass of it) for a
-column that is missing or NaN everywhere, `OutputError` for an output that is the input,
+column that is missing or NaN everywhere, `OverwriteError` (an `OutputError`) for an output over the input,
 `UnsupportedDtypeError` for a quantised checkpoint `prune` cannot copy exactly.
 
 ### Handing the allocation to another pruner

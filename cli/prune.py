@@ -55,14 +55,14 @@ def sparsity_command(
 ) -> None:
     """Print (and write as JSON / CSV) the per-matrix sparsity that reaches --target overall."""
     from wbfe.options import PruneOptions
-    from wbfe.output import check_output, write_output
+    from wbfe.render.files import check_output, local_reads, write_output
     from wbfe.pruning import sparsity
 
     options = PruneOptions(target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
                            exclude=exclude, layers=layers, head=head)  # type: ignore[arg-type]  # split by its check
-    for path in (json_out, csv_out):  # before any work
+    for path in (json_out, csv_out):  # before any work, and never over the input
         if path is not None:
-            check_output(path)
+            check_output(path, reads=local_reads(ref))
     allocation = sparsity(ref, options=options)
     typer.echo(_table(allocation.rows, ["name", "role", "shape", "params", "metric", "sparsity", "zeros", "note"]),
                nl=False)
@@ -90,15 +90,15 @@ def prune_command(
 ) -> None:
     """Write a magnitude-pruned copy of a checkpoint at the spectra's per-matrix sparsity, and report each matrix."""
     from wbfe.options import PruneOptions
-    from wbfe.output import check_output, write_output
+    from wbfe.render.files import check_output, local_reads, write_output
     from wbfe.pruning import prune
 
     options = PruneOptions(target=target, by=by, method=method, spread=spread, mapping=mapping, reverse=reverse,
                            exclude=exclude, layers=layers, head=head)  # type: ignore[arg-type]
     if json_out is not None:
-        check_output(json_out)
+        check_output(json_out, reads=local_reads(ref))
     report = prune(ref, out, options=options)
-    columns = ["name", "params", "sparsity", "reached", "dead_rows"]
+    columns = ["name", "params", "sparsity", "reached", "dead_rows", "dead_cols"]
     columns += [k for k in report.rows[0] if k.endswith(("_before", "_after"))] if report.rows else []
     typer.echo(_table(report.rows, columns), nl=False)
     typer.echo(f"wrote {report.output}: {len(report.rows)} matrices pruned, overall {report.overall:.6f}", err=True)

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 import wbfe
-from wbfe.errors import InvalidOptionError, OutputError, UnknownNameError
+from wbfe.errors import InvalidOptionError, OverwriteError, UnknownNameError
 from wbfe.pruning import METADATA_KEY, MetricNotComputedError, allocate, magnitude_prune, prune, sparsity
 from wbfe_cli.main import app
 
@@ -168,9 +168,17 @@ def test_the_demo_cnn_pruned_scores_finite_and_counts_dead_rows(tmp_path: Path) 
     for row in report.rows:  # dead rows counted independently: output channels with no weight left
         w = pruned[row["name"]].numpy()
         assert row["dead_rows"] == sum(not w[i].any() for i in range(w.shape[0]))
-    heavy = prune(DEFAULT, tmp_path / "alpha.safetensors", target=0.5, by="alpha")
+    out = tmp_path / "alpha.safetensors"
+    heavy = prune(DEFAULT, out, target=0.5, by="alpha")  # empties most of the small convolutions
     dead = [r for r in heavy.rows if r["dead_rows"] > 0]
-    assert dead and all(math.isinf(r["bfe_after"]) for r in dead)  # a dead row is a zero eigenvalue
+    assert dead and all(math.isfinite(r["bfe_after"]) for r in heavy.rows)  # of the live part
+    scored = {r["name"]: r for r in wbfe.score(out, metrics="bfe").layers}
+    pruned = load_file(str(out))
+    for row in heavy.rows:
+        flat = pruned[row["name"]].numpy().reshape(pruned[row["name"]].shape[0], -1)
+        assert row["dead_cols"] == int((~flat.any(axis=0)).sum())
+        assert (row["dead_rows"], row["dead_cols"]) == (scored[row["name"]]["dead_rows"],
+                                                        scored[row["name"]]["dead_cols"])
 
 
 def test_a_bfloat16_matrix_is_pruned_in_its_own_dtype(tmp_path: Path) -> None:
@@ -193,15 +201,14 @@ def test_a_bfloat16_matrix_is_pruned_in_its_own_dtype(tmp_path: Path) -> None:
 
 def test_prune_refuses_its_input(model: Path, tmp_path: Path) -> None:
     before = _sha(model)
-    with pytest.raises(OutputError, match=f"^refusing to write {model}: it is the input {model}; name another file$"):
+    with pytest.raises(OverwriteError, match=f"^cannot write {model}: it is the input {model} itself; "):
         prune(model, model, target=0.5)
     folder = model.parent
-    with pytest.raises(OutputError, match=f"^refusing to write {folder / 'o.st'}: it lies in the input folder {folder}; "
-                                          "name a file outside it$"):
+    with pytest.raises(OverwriteError, match=f"^cannot write {folder / 'o.st'}: it is inside {folder}, a folder "):
         prune(folder, folder / "o.st", target=0.5)
     link = tmp_path / "link.safetensors"
     link.symlink_to(model)
-    with pytest.raises(OutputError, match="it is the input"):
+    with pytest.raises(OverwriteError, match="it is the input"):
         prune(model, link, target=0.5)
     assert _sha(model) == before
 
@@ -256,7 +263,8 @@ def test_cli(model: Path, tmp_path: Path) -> None:
          "wbfe: error: alpha is NaN on every prunable matrix (too few eigenvalues for the fit?); allocate by another "
          "metric (--by bfe) or --by uniform"),
         (["prune", str(model), str(model), "--target", "0.5"],
-         f"wbfe: error: refusing to write {model}: it is the input {model}; name another file"),
+         f"wbfe: error: cannot write {model}: it is the input {model} itself; wbfe never writes over what it "
+         "reads: name another output file"),
     ]:
         done = runner.invoke(app, args)
         assert done.exit_code == 2 and done.stderr.strip() == message, (args, done.output)

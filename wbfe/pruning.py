@@ -24,7 +24,7 @@ storage order), so the overall count is within one weight per matrix of S·Σn�
 written as safetensors through :func:`wbfe.editing.edit_checkpoint`: one tensor in memory at a
 time, every other tensor byte for byte, the input's metadata kept and the allocation added under
 ``wbfe_pruning`` (JSON). The pruned file is scored again, and the report gives per matrix the
-sparsity reached, rows left all zero, and each metric before and after.
+sparsity reached, rows and columns left all zero, and each metric before and after.
 """
 
 from __future__ import annotations
@@ -32,14 +32,13 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, OutputError
+from wbfe.errors import InvalidOptionError
 from wbfe.options import PruneOptions
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ class Allocation:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (the JSON shape); non-finite numbers become None."""
-        from wbfe.report import json_ready
+        from wbfe.render.text import json_ready
 
         return json_ready({"source": self.source, "options": self.options.to_dict(), "overall": self.overall,
                            "rows": self.rows, "excluded": self.excluded})
@@ -121,8 +120,9 @@ class PruneReport:
         allocation: the :class:`Allocation` it pruned to.
         rows: one dict per pruned matrix: ``name``, ``params``, ``sparsity`` (allocated), ``zeros``
             (set to zero), ``reached`` (fraction of zero weights after pruning, zeros already there
-            included), ``dead_rows`` (output rows left all zero; they make the matrix rank
-            deficient and its BFE-W infinite), then ``<metric>_before`` / ``<metric>_after`` for
+            included), ``dead_rows`` / ``dead_cols`` (rows and columns of the out × rest matrix
+            left all zero: the score leaves them out, its metrics are of the live part), then
+            ``<metric>_before`` / ``<metric>_after`` for
             ``bfe``, ``alpha``, ``stable_rank`` (and ``h`` when allocating by it).
     """
 
@@ -137,7 +137,7 @@ class PruneReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (the JSON shape); non-finite numbers become None."""
-        from wbfe.report import json_ready
+        from wbfe.render.text import json_ready
 
         return json_ready({"output": str(self.output), "overall": self.overall,
                            "allocation": self.allocation.to_dict(), "rows": self.rows})
@@ -258,26 +258,25 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
         A :class:`PruneReport`.
 
     Raises:
-        OutputError: ``out`` is one of the input's files, or cannot be written;
+        OutputError: ``out`` cannot be written (OverwriteError: it is, or lies in, what is read);
             UnsupportedDtypeError: a tensor that cannot be copied exactly (quantised); the errors
             of :func:`sparsity`.
     """
     from wbfe.editing import edit_checkpoint
-    from wbfe.output import check_output
+    from wbfe.render.files import check_output, local_files, local_reads, refuse_overlap
 
     options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
                        exclude=exclude, layers=layers, head=head, method=method, device=device, min_eigs=min_eigs)
-    written = check_output(out)
+    written = check_output(out, reads=local_reads(ref))  # never over or into the input, before any work
     if written is None:
         raise InvalidOptionError("the pruned checkpoint needs a file path, not standard output")
-    refuse_input_as_output(ref, written)
     groups = sorted({METRIC_GROUPS[options.by], "bfe", "htsr"})
     before = _score(ref, options, groups)
-    refuse_input_as_output(before.model.get("files") or [], written)
+    refuse_overlap(written, local_files(before.model.get("files")))  # the files the reader resolved
     allocation = _allocation(before, options)
     plan = {r["name"]: r for r in allocation.rows}
     _check_tensors(ref, plan)
-    counts: dict[str, tuple[int, int]] = {}
+    counts: dict[str, tuple[int, int, int]] = {}
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         row = plan.get(name)
@@ -285,7 +284,7 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
             return None, 0, "not pruned (excluded, or not a scored matrix)"
         w = np.asarray(tensor.detach().cpu().double().numpy())
         pruned = magnitude_prune(w, row["zeros"])
-        counts[name] = (int(np.count_nonzero(pruned == 0)), _dead_rows(pruned))
+        counts[name] = (int(np.count_nonzero(pruned == 0)), *_dead(pruned))
         return pruned, row["zeros"], ""
 
     summary = edit_checkpoint(ref, written, editor=editor, only=frozenset(plan),
@@ -295,28 +294,6 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
     return PruneReport(output=summary.output, allocation=allocation,
                        rows=[_report_row(r, counts[r["name"]], first[r["name"]], after.get(r["name"], {}), options)
                              for r in allocation.rows])
-
-
-def refuse_input_as_output(ref: Any, out: Path) -> None:
-    """Refuse an output that is (or, for a folder, lies in) the input: the one check the lead may swap
-    for the general one of :mod:`wbfe.output`.
-
-    Raises:
-        OutputError: ``out`` names an input file or a file inside an input folder.
-    """
-    refs = ref if isinstance(ref, list) else [ref]
-    target = os.path.realpath(out)
-    for item in refs:
-        if not isinstance(item, (str, os.PathLike)) or not os.path.exists(item):
-            continue
-        source = os.path.realpath(item)
-        inside = os.path.isdir(source) and os.path.commonpath([source, target]) == source
-        same = os.path.exists(target) and os.path.samefile(source, target)
-        if same or source == target:
-            raise OutputError(f"refusing to write {out}: it is the input {item}; name another file", path=str(out))
-        if inside:  # a second weights file there would be read with the first next time
-            raise OutputError(f"refusing to write {out}: it lies in the input folder {item}; name a file outside it",
-                              path=str(out))
 
 
 # ---------------------------------------------------------------- helpers
@@ -418,8 +395,10 @@ def _check_tensors(ref: Any, plan: dict[str, dict[str, Any]]) -> None:
                                      "it cannot be pruned in place (exclude it with --layers)", name=name)
 
 
-def _dead_rows(w: np.ndarray) -> int:
-    return int(np.sum(~np.any(w.reshape(w.shape[0], -1) != 0, axis=1)))
+def _dead(w: np.ndarray) -> tuple[int, int]:
+    """All-zero rows and columns of the weight as the score flattens it (out × everything else)."""
+    live = w.reshape(w.shape[0], -1) != 0
+    return int(np.sum(~live.any(axis=1))), int(np.sum(~live.any(axis=0)))
 
 
 def _record(allocation: Allocation) -> dict[str, Any]:
@@ -433,11 +412,11 @@ def _record(allocation: Allocation) -> dict[str, Any]:
             "zeros": {r["name"]: r["zeros"] for r in allocation.rows}}
 
 
-def _report_row(row: dict[str, Any], counted: tuple[int, int], before: dict[str, Any], after: dict[str, Any],
+def _report_row(row: dict[str, Any], counted: tuple[int, int, int], before: dict[str, Any], after: dict[str, Any],
                 options: PruneOptions) -> dict[str, Any]:
-    zeros_after, dead = counted
+    zeros_after, dead_rows, dead_cols = counted
     out = {"name": row["name"], "params": row["params"], "sparsity": row["sparsity"], "zeros": row["zeros"],
-           "reached": zeros_after / row["params"], "dead_rows": dead}
+           "reached": zeros_after / row["params"], "dead_rows": dead_rows, "dead_cols": dead_cols}
     for metric in ["bfe", "alpha", "stable_rank"] + (["h"] if options.by == "h" else []):
         out[f"{metric}_before"] = _value(before, metric) if metric in before else math.nan
         out[f"{metric}_after"] = _value(after, metric) if metric in after else math.nan
