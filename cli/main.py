@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from wbfe.errors import WbfeError
 
-from . import cache, compare, describe, esd, rank, report, score, smooth, theory, watch
+from . import cache, compare, describe, esd, prune, rank, report, score, smooth, theory, watch
 
 # Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click and exports
 # only BadParameter of them; older typers use click itself): found from BadParameter's module.
@@ -125,6 +125,8 @@ app.command("describe")(describe.describe_command)
 app.command("watch")(watch.watch_command)
 app.command("smooth")(smooth.smooth_command)
 app.command("sharpen")(smooth.sharpen_command)
+app.command("sparsity")(prune.sparsity_command)
+app.command("prune")(prune.prune_command)
 app.add_typer(theory.theory_app, name="theory", help="Solvers and simulations of the theory models.")
 app.add_typer(cache.app, name="cache", help="Inspect and prune wbfe's cache (score entries, object-store copies).")
 

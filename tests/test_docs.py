@@ -215,7 +215,8 @@ def test_readme_sample_output_is_the_real_output() -> None:
 
 # --- Stated defaults match the code --------------------------------------------------------------
 
-OPTION_PAGES = {"scoring.md": "score", "compare.md": "compare", "ranking.md": "rank", "watch.md": "watch"}
+OPTION_PAGES = {"scoring.md": "score", "compare.md": "compare", "ranking.md": "rank", "watch.md": "watch",
+                "pruning.md": "prune"}
 
 
 def _default_groups() -> str:

@@ -24,6 +24,7 @@ from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.options import (
     OPTIONS_CLASSES,
     CompareOptions,
+    PruneOptions,
     RankOptions,
     ReportOptions,
     ScoreOptions,
@@ -73,6 +74,10 @@ ENTRY_POINTS: list[tuple[str, type, Optional[tuple[str, ...]], dict[str, str], C
     ("wbfe.watch.calibrate", WatchOptions, ("layers", "head", "device"), {}, _watch("calibrate")),
     ("wbfe.reporting.score_report", ReportOptions, ("n_unusual",), {}, _score_report),
     ("wbfe.reporting.write_report", ReportOptions, ("fmt",), {}, _write_report),
+    ("wbfe.sparsity", PruneOptions, tuple(f for f in PruneOptions.CONSTRAINTS if f != "method"), {},
+     lambda tmp, kw: wbfe.sparsity(tmp / "missing.safetensors", **{"target": 0.5, **kw})),
+    ("wbfe.prune", PruneOptions, None, {},
+     lambda tmp, kw: wbfe.prune(tmp / "missing.safetensors", tmp / "out.safetensors", **{"target": 0.5, **kw})),
 ]
 
 # wbfe.compare() still checks its keywords by hand (wbfe/comparison.py is being rewritten by the

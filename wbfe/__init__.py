@@ -38,6 +38,7 @@ __all__ = [
     "compare", "Comparison",
     "describe", "Description", "esd",
     "htmp",
+    "sparsity", "prune", "Allocation", "PruneReport",
     "WbfeError",
     "SourceNotFoundError",
     "ModelNotFoundError",
@@ -60,11 +61,14 @@ _LAZY = {
     "rank": "wbfe.ranking:rank",
     "RankResult": "wbfe.ranking:RankResult",
     "compare": "wbfe.comparison:compare", "Comparison": "wbfe.comparison:Comparison",
+    "sparsity": "wbfe.pruning:sparsity", "prune": "wbfe.pruning:prune",
+    "Allocation": "wbfe.pruning:Allocation", "PruneReport": "wbfe.pruning:PruneReport",
     "describe": "wbfe.description:describe", "Description": "wbfe.description:Description", "esd": "wbfe.description:esd",
 }
 
 if TYPE_CHECKING:
     from wbfe.fixtures import default_checkpoint
+    from wbfe.pruning import Allocation, PruneReport, prune, sparsity
     from wbfe.scoring import ModelScore, ScoreOptions, score
 
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["EditSummary", "smooth_matrix", "remove_top", "smoothing_rank", "sharpening_count", "edit_weight",
-           "smooth_checkpoint", "sharpen_checkpoint"]
+           "edit_checkpoint", "smooth_checkpoint", "sharpen_checkpoint"]
 
 SmoothMethod = Literal["svd", "detx"]
 _FLOAT_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
@@ -157,9 +157,13 @@ def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray
     return out
 
 
-def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern[str]"], name: str) -> Optional[str]:
+def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern[str]"], name: str,
+               only: Optional[frozenset[str]] = None) -> Optional[str]:
     """None when the tensor is a weight matrix to edit, else why it is copied: ``""`` for a tensor that is
-    no weight matrix (a vector, an integer tensor), a reason for a weight matrix left as it is."""
+    no weight matrix (a vector, an integer tensor), a reason for a weight matrix left as it is.
+    ``only``: exactly the floating-point tensors of these names are edited (whatever their shape)."""
+    if only is not None:
+        return None if name in only and dtype in _FLOAT_DTYPES else ""
     if dtype not in _FLOAT_DTYPES or len(shape) < 2:
         return ""
     if pattern is not None and not pattern.search(name):
@@ -203,7 +207,24 @@ def _tensor_bytes(tensor: "torch.Tensor") -> bytes:
 Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 
 
-def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], editor: Editor) -> EditSummary:
+def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Optional[frozenset[str]] = None,
+                    extra_metadata: Optional[dict[str, str]] = None) -> EditSummary:
+    """Write ``ref`` to the safetensors file ``out`` with each selected weight matrix passed through ``editor``.
+
+    The seam other editors (:mod:`wbfe.pruning`) write through: streamed one tensor at a time,
+    ``editor`` called on the floating-point tensors named in ``only`` (None: every weight matrix),
+    every tensor it leaves alone copied byte for byte, the input's metadata kept and
+    ``extra_metadata`` added to it (its keys replace the input's).
+
+    Raises:
+        As :func:`smooth_checkpoint`.
+    """
+    return _edit_checkpoint(ref, out, layers=None, editor=editor, only=only, extra_metadata=extra_metadata)
+
+
+def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], editor: Editor,
+                     only: Optional[frozenset[str]] = None, extra_metadata: Optional[dict[str, str]] = None
+                     ) -> EditSummary:
     from wbfe._deps import require_torch
     from wbfe.options import compile_layers
     from wbfe.render.files import check_output, local_files, local_reads, open_atomic, refuse_overlap
@@ -231,23 +252,24 @@ def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], 
                                             "tensors and would not copy it byte for byte", name=entry.name)
         raw = source.provenance.extra.get("metadata") or {}
         metadata = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in dict(raw).items()}
+        metadata.update(extra_metadata or {})
         with open_atomic(target, reads=reads) as fh:
             fh.write(_header(described, metadata))
             for k, entry in enumerate(source.entries()):
                 if k >= len(described) or described[k] != (entry.name, tuple(entry.shape), entry.dtype):
                     raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
-                _write_entry(fh, entry, pattern, editor, edited, unchanged, torch)
+                _write_entry(fh, entry, pattern, editor, edited, unchanged, torch, only)
     return EditSummary(output=target, edited=edited, unchanged=unchanged)
 
 
 def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, editor: Editor, edited: dict[str, int],
-                 unchanged: dict[str, str], torch: Any) -> None:
+                 unchanged: dict[str, str], torch: Any, only: Optional[frozenset[str]] = None) -> None:
     """Write one tensor: edited when it is a selected weight matrix that ``editor`` changes."""
     tensor = to_torch(entry.load())
     if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
         raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                     f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
-    why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name)
+    why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
     if why is None:
         new, count, why = editor(entry.name, tensor)
         if new is not None:

@@ -33,6 +33,7 @@ __all__ = [
     "ReportOptions",
     "WatchOptions",
     "EditOptions",
+    "PruneOptions",
     "OPTIONS_CLASSES",
     "CONVENTIONS",
     "check_conv",
@@ -540,8 +541,78 @@ class EditOptions(_Options):
     ww_compatible: bool = False
 
 
+PRUNE_METRICS = ("alpha", "bfe", "h", "stable_rank", "uniform")
+"""What ``wbfe sparsity`` / ``wbfe prune`` allocate by: a per-matrix score column, or the same sparsity everywhere."""
+
+PRUNE_ROLES = ("head", "attention", "mlp", "expert", "shared_expert", "router", "conv", "embedding", "other")
+"""Row roles (docs/metrics.md) a pruning can leave out."""
+
+
+def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
+    """Roles left unpruned: ``"head,embedding"``, an iterable of role names, or ``""`` / ``()`` for none.
+
+    Raises:
+        InvalidOptionError: something other than role names (UnknownNameError for an unknown role).
+    """
+    from wbfe.errors import unknown_name
+
+    if isinstance(value, str):
+        items: list[Any] = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
+    else:
+        try:
+            items = list(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise InvalidOptionError(f"exclude must be role names such as 'head,embedding', not {value!r}") from None
+    for item in items:
+        if not isinstance(item, str):
+            raise InvalidOptionError(f"exclude must be role names such as 'head,embedding', not {value!r}")
+        if item not in PRUNE_ROLES:
+            raise unknown_name("role", item, PRUNE_ROLES)
+    return tuple(dict.fromkeys(items))
+
+
+@dataclass(frozen=True)
+class PruneOptions(_Options):
+    """The settings of ``wbfe sparsity`` / ``wbfe prune`` (:mod:`wbfe.pruning`).
+
+    Attributes:
+        target: overall sparsity of the pruned matrices, weighted by their parameter counts, in (0, 1).
+        by: the score column the allocation follows (:data:`PRUNE_METRICS`), or ``uniform``.
+        spread: half-width ε of the range [target − ε, target + ε] the metric is mapped to, in [0, 1].
+        mapping: ``value`` (linear in the metric's value) or ``rank`` (linear in its rank).
+        reverse: prune the matrices with the *smaller* metric value more (the opposite of the default).
+        exclude: roles left unpruned (default: the head and the embeddings).
+        layers: a regular expression; only matching tensors are scored and pruned.
+        head: tensor or module name of the classifier / LM head (as for :class:`ScoreOptions`).
+        method: how a matrix is pruned to its sparsity: ``magnitude`` (its smallest |w| set to zero).
+        device, min_eigs: as for :class:`ScoreOptions`.
+
+    Raises:
+        InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a role).
+    """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "target": Real(0.0, 1.0), "by": Choice(PRUNE_METRICS), "spread": Real(0.0, 1.0, open=False),
+        "mapping": Choice(("value", "rank")), "reverse": Flag(),
+        "exclude": Custom(check_exclude, "role names such as 'head,embedding'", bad=("nope", 3, ["head", 1])),
+        "layers": LAYERS, "head": HEAD, "method": Choice(("magnitude",)), "device": DEVICE, "min_eigs": MIN_EIGS,
+    }
+
+    target: float = 0.5
+    by: str = "stable_rank"
+    spread: float = 0.2
+    mapping: str = "value"
+    reverse: bool = False
+    exclude: tuple[str, ...] = ("head", "embedding")
+    layers: Optional[str] = None
+    head: Optional[str] = None
+    method: str = "magnitude"
+    device: str = "auto"
+    min_eigs: int = 10
+
+
 OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions, RankOptions, ReportOptions,
-                                     WatchOptions, EditOptions)
+                                     WatchOptions, EditOptions, PruneOptions)
 """Every options class with a constraints table (the generated validation tests walk this)."""
 
 

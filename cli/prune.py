@@ -1,0 +1,107 @@
+"""``wbfe sparsity`` and ``wbfe prune``: a per-matrix sparsity from the spectra, and a checkpoint pruned to it
+(see :mod:`wbfe.pruning`).
+
+Registered by the entry module (:mod:`wbfe_cli.main`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from ._options import REF_HELP
+
+__all__ = ["sparsity_command", "prune_command"]
+
+TARGET_HELP = "Overall sparsity of the pruned matrices, weighted by their weights, in (0, 1)."
+BY_HELP = ("Allocate by alpha, bfe, h (needs the htmp fit), stable_rank, or uniform (the same sparsity everywhere). "
+           "A larger value is pruned more (--reverse: less).")
+SPREAD_HELP = "Half-width e of the range [target - e, target + e] the metric is mapped to, in [0, 1]."
+MAPPING_HELP = "value: linear in the metric's value (AlphaPruning); rank: linear in its rank."
+EXCLUDE_HELP = "Roles left unpruned, comma-separated ('' or none: prune every matrix)."
+LAYERS_HELP = "Only tensors whose name matches this regular expression."
+HEAD_HELP = "Tensor or module name of the classifier / LM head."
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}" if value == value else "nan"
+    if isinstance(value, list):
+        return "x".join(map(str, value))
+    return "" if value is None else str(value)
+
+
+def sparsity_command(
+    ref: str = typer.Argument(..., help=REF_HELP),
+    target: float = typer.Option(..., "--target", help=TARGET_HELP),
+    by: str = typer.Option("stable_rank", "--by", help=BY_HELP),
+    spread: float = typer.Option(0.2, "--spread", help=SPREAD_HELP),
+    mapping: str = typer.Option("value", "--mapping", help=MAPPING_HELP),
+    reverse: bool = typer.Option(False, "--reverse", help="Prune the matrices with the smaller metric value more."),
+    exclude: str = typer.Option("head,embedding", "--exclude", help=EXCLUDE_HELP),
+    layers: Optional[str] = typer.Option(None, "--layers", help=LAYERS_HELP),
+    head: Optional[str] = typer.Option(None, "--head", help=HEAD_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the allocation as JSON to this file."),
+    csv_out: Optional[str] = typer.Option(None, "--csv", help="Also write the allocation as CSV to this file."),
+) -> None:
+    """Print (and write as JSON / CSV) the per-matrix sparsity that reaches --target overall."""
+    from wbfe.options import PruneOptions
+    from wbfe.render.files import check_output, local_reads, write_output
+    from wbfe.pruning import sparsity
+
+    options = PruneOptions(target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
+                           exclude=exclude, layers=layers, head=head)  # type: ignore[arg-type]  # split by its check
+    for path in (json_out, csv_out):  # before any work, and never over the input
+        if path is not None:
+            check_output(path, reads=local_reads(ref))
+    allocation = sparsity(ref, options=options)
+    typer.echo(_table(allocation.rows, ["name", "role", "shape", "params", "metric", "sparsity", "zeros", "note"]),
+               nl=False)
+    typer.echo(f"overall {allocation.overall:.6f} of {sum(r['params'] for r in allocation.rows)} weights in "
+               f"{len(allocation.rows)} matrices ({len(allocation.excluded)} excluded)", err=True)
+    for path, text in ((json_out, lambda: allocation.to_json() + "\n"), (csv_out, allocation.to_csv)):
+        if path is not None:
+            write_output(path, text())
+            typer.echo(f"wrote {path}", err=True)
+
+
+def prune_command(
+    ref: str = typer.Argument(..., help=REF_HELP),
+    out: str = typer.Argument(..., help="The safetensors file to write (replaced atomically; never the input)."),
+    target: float = typer.Option(..., "--target", help=TARGET_HELP),
+    by: str = typer.Option("stable_rank", "--by", help=BY_HELP),
+    method: str = typer.Option("magnitude", "--method", help="magnitude: each matrix's smallest |w| set to zero."),
+    spread: float = typer.Option(0.2, "--spread", help=SPREAD_HELP),
+    mapping: str = typer.Option("value", "--mapping", help=MAPPING_HELP),
+    reverse: bool = typer.Option(False, "--reverse", help="Prune the matrices with the smaller metric value more."),
+    exclude: str = typer.Option("head,embedding", "--exclude", help=EXCLUDE_HELP),
+    layers: Optional[str] = typer.Option(None, "--layers", help=LAYERS_HELP),
+    head: Optional[str] = typer.Option(None, "--head", help=HEAD_HELP),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the per-matrix report as JSON."),
+) -> None:
+    """Write a magnitude-pruned copy of a checkpoint at the spectra's per-matrix sparsity, and report each matrix."""
+    from wbfe.options import PruneOptions
+    from wbfe.render.files import check_output, local_reads, write_output
+    from wbfe.pruning import prune
+
+    options = PruneOptions(target=target, by=by, method=method, spread=spread, mapping=mapping, reverse=reverse,
+                           exclude=exclude, layers=layers, head=head)  # type: ignore[arg-type]
+    if json_out is not None:
+        check_output(json_out, reads=local_reads(ref))
+    report = prune(ref, out, options=options)
+    columns = ["name", "params", "sparsity", "reached", "dead_rows", "dead_cols"]
+    columns += [k for k in report.rows[0] if k.endswith(("_before", "_after"))] if report.rows else []
+    typer.echo(_table(report.rows, columns), nl=False)
+    typer.echo(f"wrote {report.output}: {len(report.rows)} matrices pruned, overall {report.overall:.6f}", err=True)
+    if json_out is not None:
+        write_output(json_out, report.to_json() + "\n")
+        typer.echo(f"wrote {json_out}", err=True)

@@ -1,0 +1,451 @@
+"""Layer-wise sparsity from the spectra, and magnitude pruning to it: ``wbfe sparsity`` and ``wbfe prune``.
+
+**Allocation** (AlphaPruning, Lu et al., NeurIPS 2024). Each prunable matrix i gets a value mᵢ of
+the chosen score column (``by``: ``alpha``, ``bfe``, ``h``, ``stable_rank``), computed by
+:func:`wbfe.score`. The values (or their ranks, ``mapping="rank"``) are mapped linearly onto
+[S − ε, S + ε] around the target S (ε = ``spread``), the largest value to S + ε: a layer with a
+smaller α, better trained, is pruned less. The same direction holds for every column (``reverse``
+flips it): a lower ``bfe`` is the better model (its expected sign, docs/metrics.md), ``h`` above
+h* is the under-fit side, and training concentrates a spectrum, lowering ``stable_rank``.
+The mapped values are then rescaled, sᵢ = clip(c·baseᵢ, 0, s_cap), with the one c (found by
+bisection) for which the parameter-weighted mean Σnᵢsᵢ/Σnᵢ equals S. s_cap = 1 − 1/min nᵢ keeps at
+least one weight in every matrix and is the same for all, so the allocation stays monotone in the
+metric. A matrix whose value is NaN (too few eigenvalues for a tail fit, an infinite BFE-W) gets
+the median of the others' values, and its row says so. ``uniform`` gives every matrix S.
+
+**Which matrices.** The rows of the score: 2-D weights and 4-D convolutions (the whole kernel
+counts, out·in·kh·kw weights); the head and the embeddings are left out by default (their rows'
+``role``, ``exclude``), ``layers`` selects by name as in ``wbfe score``. S is the sparsity of the
+pruned matrices together; biases, norms and excluded matrices are not counted and stay as they are.
+
+**Pruning** (``method="magnitude"``, unstructured): a matrix with allocation sᵢ and nᵢ weights gets
+its kᵢ = round(sᵢ·nᵢ) smallest |w| set to zero, ties broken by position (a stable sort of |w| in
+storage order), so the overall count is within one weight per matrix of S·Σnᵢ. The checkpoint is
+written as safetensors through :func:`wbfe.editing.edit_checkpoint`: one tensor in memory at a
+time, every other tensor byte for byte, the input's metadata kept and the allocation added under
+``wbfe_pruning`` (JSON). The pruned file is scored again, and the report gives per matrix the
+sparsity reached, rows and columns left all zero, and each metric before and after.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+import numpy as np
+
+from wbfe.errors import InvalidOptionError
+from wbfe.options import PruneOptions
+
+if TYPE_CHECKING:
+    import torch
+
+    from wbfe.engine import ModelScore
+
+__all__ = ["Allocation", "PruneReport", "MetricNotComputedError", "allocate", "sparsity", "prune",
+           "magnitude_prune", "METRIC_GROUPS", "METADATA_KEY"]
+
+METRIC_GROUPS = {"alpha": "htsr", "stable_rank": "htsr", "bfe": "bfe", "h": "htmp", "uniform": "bfe"}
+"""The metric group that computes each ``by`` column (``uniform`` only needs the list of matrices)."""
+
+METADATA_KEY = "wbfe_pruning"
+"""The safetensors metadata key under which ``wbfe prune`` records its allocation (a JSON string)."""
+
+_PRUNABLE_NDIM = (2, 4)
+_PRUNABLE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # what wbfe.editing writes back exactly
+
+
+class MetricNotComputedError(InvalidOptionError):
+    """The column to allocate by is missing from the score, or NaN on every prunable matrix."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The per-matrix sparsity that reaches a target overall.
+
+    Attributes:
+        options: the settings it was made with.
+        rows: one dict per prunable matrix: ``name``, ``role``, ``shape``, ``params`` (weights),
+            ``metric`` (the ``by`` column's value, NaN for ``uniform``), ``sparsity`` (the
+            allocation, in [0, 1)), ``zeros`` (round(sparsity·params), what ``prune`` sets to zero)
+            and ``note`` (why a value was filled in, else empty).
+        excluded: ``{"name", "role", "reason"}`` for every scored matrix left unpruned.
+        source: the checkpoint's provenance ``source``.
+    """
+
+    options: PruneOptions
+    rows: list[dict[str, Any]]
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+    source: str = ""
+
+    @property
+    def overall(self) -> float:
+        """The sparsity the counts reach together, Σ zeros / Σ params."""
+        return sum(r["zeros"] for r in self.rows) / sum(r["params"] for r in self.rows)
+
+    def as_dict(self) -> dict[str, float]:
+        """``{tensor name: sparsity}``: what a pruner that takes per-layer ratios is handed."""
+        return {r["name"]: r["sparsity"] for r in self.rows}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (the JSON shape); non-finite numbers become None."""
+        from wbfe.render.text import json_ready
+
+        return json_ready({"source": self.source, "options": self.options.to_dict(), "overall": self.overall,
+                           "rows": self.rows, "excluded": self.excluded})
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """Standard JSON (NaN written as null)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def to_csv(self) -> str:
+        """One CSV row per prunable matrix (shape as ``AxB``, NaN as an empty cell)."""
+        return _csv(self.rows)
+
+    def to_pandas(self) -> Any:
+        """One row per prunable matrix (requires pandas)."""
+        return _frame(self.rows)
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What ``prune`` wrote and how each matrix changed.
+
+    Attributes:
+        output: the file written.
+        allocation: the :class:`Allocation` it pruned to.
+        rows: one dict per pruned matrix: ``name``, ``params``, ``sparsity`` (allocated), ``zeros``
+            (set to zero), ``reached`` (fraction of zero weights after pruning, zeros already there
+            included), ``dead_rows`` / ``dead_cols`` (rows and columns of the out × rest matrix
+            left all zero: the score leaves them out, its metrics are of the live part), then
+            ``<metric>_before`` / ``<metric>_after`` for
+            ``bfe``, ``alpha``, ``stable_rank`` (and ``h`` when allocating by it).
+    """
+
+    output: Path
+    allocation: Allocation
+    rows: list[dict[str, Any]]
+
+    @property
+    def overall(self) -> float:
+        """The fraction of zero weights in the pruned matrices together."""
+        return sum(r["reached"] * r["params"] for r in self.rows) / sum(r["params"] for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (the JSON shape); non-finite numbers become None."""
+        from wbfe.render.text import json_ready
+
+        return json_ready({"output": str(self.output), "overall": self.overall,
+                           "allocation": self.allocation.to_dict(), "rows": self.rows})
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """Standard JSON (NaN written as null)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def to_pandas(self) -> Any:
+        """One row per pruned matrix (requires pandas)."""
+        return _frame(self.rows)
+
+
+# ---------------------------------------------------------------- the math (pure functions)
+
+def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: float,
+             mapping: str = "value", reverse: bool = False) -> np.ndarray:
+    """Per-matrix sparsities whose parameter-weighted mean is ``target`` (see the module docstring).
+
+    Args:
+        values: the metric per matrix (finite; NaN filled in by the caller).
+        params: the weights per matrix (≥ 1 each).
+        target: the overall sparsity, in (0, 1).
+        spread: half-width of the range the values are mapped to.
+        mapping: ``value`` or ``rank``.
+        reverse: the smaller value gets the larger sparsity.
+
+    Raises:
+        InvalidOptionError: a target no allocation can reach (the smallest matrix keeps one weight).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    params = np.asarray(params, dtype=np.float64)
+    cap = 1.0 - 1.0 / float(params.min())
+    if target >= cap:
+        raise InvalidOptionError(f"target {target:g} leaves less than one weight in the smallest matrix "
+                                 f"({int(params.min())} weights); the largest reachable is below {cap:g}")
+    if mapping == "rank":  # average ranks for ties, so equal values get equal sparsities
+        from scipy.stats import rankdata
+
+        values = rankdata(values)
+    if reverse:
+        values = -values
+    low, high = float(values.min()), float(values.max())
+    unit = (values - low) / (high - low) if high > low else np.full_like(values, 0.5)
+    base = target - spread + 2.0 * spread * unit
+
+    def overall(c: float) -> float:
+        return float(np.sum(params * np.clip(c * base, 0.0, cap)) / np.sum(params))
+
+    lo, hi = 0.0, 1.0
+    while overall(hi) < target:  # base's largest entry is ≥ target > 0, so this ends
+        hi *= 2.0
+    for _ in range(200):  # bisection to the last bit: overall(c) is continuous and non-decreasing
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if overall(mid) < target else (lo, mid)
+    return np.clip(hi * base, 0.0, cap)
+
+
+def magnitude_prune(w: np.ndarray, zeros: int) -> np.ndarray:
+    """``w`` with its ``zeros`` smallest |w| set to zero (ties: the earlier position in storage order first)."""
+    flat = np.array(w, copy=True).reshape(-1)
+    if zeros > 0:
+        order = np.argsort(np.abs(flat), kind="stable")
+        flat[order[:zeros]] = 0
+    return flat.reshape(np.shape(w))
+
+
+# ---------------------------------------------------------------- the library calls
+
+def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank", spread: float = 0.2, mapping: str = "value",
+             reverse: bool = False, exclude: Any = ("head", "embedding"), layers: Optional[str] = None,
+             head: Optional[str] = None, device: str = "auto", min_eigs: int = 10,
+             options: Optional[PruneOptions] = None) -> Allocation:
+    """The per-matrix sparsity that reaches ``target`` overall, from the spectra (see the module docstring).
+
+    Args:
+        ref: any checkpoint :func:`wbfe.score` reads, or a :class:`~wbfe.engine.ModelScore` already
+            computed (then ``layers``, ``head``, ``device`` and ``min_eigs`` are the score's).
+        target: overall sparsity of the pruned matrices, weighted by parameter count, in (0, 1).
+        by: ``alpha``, ``bfe``, ``h``, ``stable_rank`` or ``uniform``.
+        spread: half-width ε of [target − ε, target + ε], in [0, 1].
+        mapping: ``value`` (linear in the metric) or ``rank`` (linear in its rank).
+        reverse: prune the matrices with the smaller metric value more.
+        exclude: roles left unpruned (``"head,embedding"``; ``""`` prunes every matrix).
+        layers, head, device, min_eigs: as for :func:`wbfe.score`.
+        options: every setting above as one :class:`~wbfe.options.PruneOptions` (the keywords then
+            keep their defaults).
+
+    Returns:
+        An :class:`Allocation`.
+
+    Raises:
+        InvalidOptionError: a bad option (a target outside (0, 1), an unknown ``by``, ...);
+            MetricNotComputedError: ``by`` is not in the score or NaN on every matrix;
+            NoUsableMatrixError: nothing left to prune; the errors of :func:`wbfe.score`.
+    """
+    options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
+                       exclude=exclude, layers=layers, head=head, device=device, min_eigs=min_eigs)
+    return _allocation(_score(ref, options), options)
+
+
+def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by: str = "stable_rank", spread: float = 0.2,
+          mapping: str = "value", reverse: bool = False, exclude: Any = ("head", "embedding"),
+          layers: Optional[str] = None, head: Optional[str] = None, method: str = "magnitude",
+          device: str = "auto", min_eigs: int = 10, options: Optional[PruneOptions] = None) -> PruneReport:
+    """Write ``ref`` pruned to its :func:`sparsity` allocation as the safetensors file ``out``.
+
+    Args:
+        ref: any checkpoint :func:`wbfe.score` reads.
+        out: the safetensors file to write (replaced atomically; never one of the input's files).
+        method: ``magnitude``: each matrix's smallest |w| set to zero (unstructured).
+        target, by, spread, mapping, reverse, exclude, layers, head, device, min_eigs, options:
+            as for :func:`sparsity`.
+
+    Returns:
+        A :class:`PruneReport`.
+
+    Raises:
+        OutputError: ``out`` cannot be written (OverwriteError: it is, or lies in, what is read);
+            UnsupportedDtypeError: a tensor that cannot be copied exactly (quantised); the errors
+            of :func:`sparsity`.
+    """
+    from wbfe.editing import edit_checkpoint
+    from wbfe.render.files import check_output, local_files, local_reads, refuse_overlap
+
+    options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
+                       exclude=exclude, layers=layers, head=head, method=method, device=device, min_eigs=min_eigs)
+    written = check_output(out, reads=local_reads(ref))  # never over or into the input, before any work
+    if written is None:
+        raise InvalidOptionError("the pruned checkpoint needs a file path, not standard output")
+    groups = sorted({METRIC_GROUPS[options.by], "bfe", "htsr"})
+    before = _score(ref, options, groups)
+    refuse_overlap(written, local_files(before.model.get("files")))  # the files the reader resolved
+    allocation = _allocation(before, options)
+    plan = {r["name"]: r for r in allocation.rows}
+    _check_tensors(ref, plan)
+    counts: dict[str, tuple[int, int, int]] = {}
+
+    def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
+        row = plan.get(name)
+        if row is None:
+            return None, 0, "not pruned (excluded, or not a scored matrix)"
+        w = np.asarray(tensor.detach().cpu().double().numpy())
+        pruned = magnitude_prune(w, row["zeros"])
+        counts[name] = (int(np.count_nonzero(pruned == 0)), *_dead(pruned))
+        return pruned, row["zeros"], ""
+
+    summary = edit_checkpoint(ref, written, editor=editor, only=frozenset(plan),
+                              extra_metadata={METADATA_KEY: json.dumps(_record(allocation), allow_nan=False)})
+    after = {r["name"]: r for r in _score(written, options, groups).layers}
+    first = {r["name"]: r for r in before.layers}
+    return PruneReport(output=summary.output, allocation=allocation,
+                       rows=[_report_row(r, counts[r["name"]], first[r["name"]], after.get(r["name"], {}), options)
+                             for r in allocation.rows])
+
+
+# ---------------------------------------------------------------- helpers
+
+def _options(options: Optional[PruneOptions], **given: Any) -> PruneOptions:
+    """The options object: built from the keywords, or the one given (the keywords then at their defaults)."""
+    if options is None:
+        return PruneOptions(**given)
+    from dataclasses import fields
+
+    defaults = {f.name: f.default for f in fields(PruneOptions)}
+    changed = [k for k, v in given.items() if not (k == "target" and v is None) and v != defaults[k]]
+    if changed:
+        raise InvalidOptionError(f"pass the settings either as options=PruneOptions(...) or as keywords, not both "
+                                 f"({', '.join(changed)} given twice)")
+    return options
+
+
+def _score(ref: Any, options: PruneOptions, groups: Optional[list[str]] = None) -> "ModelScore":
+    from wbfe.engine import ModelScore
+    from wbfe.scoring import score
+
+    if isinstance(ref, ModelScore):
+        return ref
+    metrics = groups or [METRIC_GROUPS[options.by]]
+    return score(ref, metrics=",".join(metrics), layers=options.layers, head=options.head,
+                 device=options.device, min_eigs=options.min_eigs)
+
+
+def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
+    from wbfe.errors import NoUsableMatrixError
+
+    rows, excluded = [], []
+    for layer in result.layers:
+        role, shape = layer.get("role", ""), tuple(layer.get("shape") or ())
+        dtype = str(layer.get("dtype", ""))
+        why = (f"role {role} excluded" if role in options.exclude
+               else f"{len(shape)}-D tensor: only 2-D and 4-D weights are pruned" if len(shape) not in _PRUNABLE_NDIM
+               else f"stored as {dtype}: only float64, float32, float16 and bfloat16 weights are pruned"
+               if dtype not in _PRUNABLE_DTYPES or layer.get("quant") else "")
+        if why:
+            excluded.append({"name": layer["name"], "role": role, "reason": why})
+            continue
+        value = math.nan if options.by == "uniform" else _value(layer, options.by)
+        rows.append({"name": layer["name"], "role": role, "shape": list(shape), "params": int(np.prod(shape)),
+                     "metric": value, "sparsity": options.target, "zeros": 0, "note": ""})
+    if not rows:
+        reasons = sorted({e["reason"] for e in excluded})
+        raise NoUsableMatrixError(f"{result.model.get('source')}: no matrix left to prune: all {len(excluded)} scored "
+                                  f"are left out ({'; '.join(reasons)}); --exclude '' prunes every role",
+                                  ref=str(result.model.get("source")))
+    if options.by != "uniform":
+        _fill_missing(rows, options.by)
+    values = np.array([r["metric"] for r in rows]) if options.by != "uniform" else np.zeros(len(rows))
+    params = np.array([r["params"] for r in rows])
+    shares = (np.full(len(rows), options.target) if options.by == "uniform"
+              else allocate(values, params, options.target, spread=options.spread, mapping=options.mapping,
+                            reverse=options.reverse))
+    for row, s in zip(rows, shares):
+        row["sparsity"] = float(s)
+        row["zeros"] = int(round(float(s) * row["params"]))
+    if options.by != "uniform":
+        for row in rows:
+            row["metric"] = row.pop("_given")
+    return Allocation(options=options, rows=rows, excluded=excluded, source=str(result.model.get("source", "")))
+
+
+def _value(layer: dict[str, Any], by: str) -> float:
+    if by not in layer:
+        raise MetricNotComputedError(f"the score has no {by!r} column; score it with --metrics {METRIC_GROUPS[by]}",
+                                     name=by)
+    value = layer[by]
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _fill_missing(rows: list[dict[str, Any]], by: str) -> None:
+    """NaN (or infinite) values take the median of the finite ones; the row keeps its own as ``metric``."""
+    finite = [r["metric"] for r in rows if math.isfinite(r["metric"])]
+    if not finite:
+        raise MetricNotComputedError(f"{by} is NaN on every prunable matrix (too few eigenvalues for the fit?); "
+                                     "allocate by another metric (--by bfe) or --by uniform", name=by)
+    median = float(np.median(finite))
+    for row in rows:
+        row["_given"] = row["metric"]
+        if not math.isfinite(row["metric"]):
+            row["note"] = f"{by} not finite: the median {median:.6g} used"
+            row["metric"] = median
+
+
+def _check_tensors(ref: Any, plan: dict[str, dict[str, Any]]) -> None:
+    """Every allocated matrix is a tensor of the file with the scored shape (else nothing is written)."""
+    from wbfe.sources import open_source
+
+    with open_source(ref) as source:
+        stored = {e.name: list(e.shape) for e in source.entries()}
+    for name, row in plan.items():
+        if stored.get(name) != row["shape"]:
+            raise InvalidOptionError(f"{name}: scored as {row['shape']} but stored as {stored.get(name, 'no tensor')}; "
+                                     "it cannot be pruned in place (exclude it with --layers)", name=name)
+
+
+def _dead(w: np.ndarray) -> tuple[int, int]:
+    """All-zero rows and columns of the weight as the score flattens it (out × everything else)."""
+    live = w.reshape(w.shape[0], -1) != 0
+    return int(np.sum(~live.any(axis=1))), int(np.sum(~live.any(axis=0)))
+
+
+def _record(allocation: Allocation) -> dict[str, Any]:
+    """What the pruned file's metadata says about its pruning."""
+    from wbfe import __version__
+
+    o = allocation.options
+    return {"wbfe": __version__, "method": o.method, "target": o.target, "by": o.by, "spread": o.spread,
+            "mapping": o.mapping, "reverse": o.reverse, "exclude": list(o.exclude), "overall": allocation.overall,
+            "sparsity": {r["name"]: r["sparsity"] for r in allocation.rows},
+            "zeros": {r["name"]: r["zeros"] for r in allocation.rows}}
+
+
+def _report_row(row: dict[str, Any], counted: tuple[int, int, int], before: dict[str, Any], after: dict[str, Any],
+                options: PruneOptions) -> dict[str, Any]:
+    zeros_after, dead_rows, dead_cols = counted
+    out = {"name": row["name"], "params": row["params"], "sparsity": row["sparsity"], "zeros": row["zeros"],
+           "reached": zeros_after / row["params"], "dead_rows": dead_rows, "dead_cols": dead_cols}
+    for metric in ["bfe", "alpha", "stable_rank"] + (["h"] if options.by == "h" else []):
+        out[f"{metric}_before"] = _value(before, metric) if metric in before else math.nan
+        out[f"{metric}_after"] = _value(after, metric) if metric in after else math.nan
+    return out
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    import csv
+
+    buffer = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
+                             for k, v in _flat(row).items()})
+    return buffer.getvalue()
+
+
+def _frame(rows: list[dict[str, Any]]) -> Any:
+    try:
+        import pandas as pd
+    except ImportError:
+        from wbfe.errors import MissingDependencyError
+
+        raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
+    return pd.DataFrame([_flat(r) for r in rows])
+
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its list values (shape) as ``AxB`` strings, for a table."""
+    return {k: ("x".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()}
