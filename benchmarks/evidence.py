@@ -5,7 +5,7 @@ The shipped zoos are bare safetensors files, which describe no model: scored as 
 ``unknown``. Their architectures are known all the same (the Fashion-MNIST headers state them; the
 CIFAR ResNets are akamaster's standard definition), so each zoo is ranked twice through the public
 :func:`wbfe.rank`: once as the files (``view: file``), once as the rebuilt ``nn.Module`` with the
-file's weights loaded strictly (``view: module``), whose status :mod:`wbfe.applicability` reads from
+file's weights loaded strictly (``view: module``), whose status :mod:`wbfe.framework.applicability` reads from
 the module graph. The scores of both views are the same numbers (the module's weights are the file's);
 the script records the largest difference it finds. No rule, metric or setting is chosen here from
 the outcome: the statuses come from the architecture, the statistics are
@@ -39,7 +39,7 @@ COMMAND = "python benchmarks/evidence.py"
 STATUSES = ("holds", "fails", "unknown")
 # rank's default groups (bfe, htsr) and the HTMP fit (its summary columns h, f_inf, htmp_kappa).
 METRICS = "bfe,htsr,htmp"
-# The BFE-W paper (arXiv 2610.13123), as wbfe.applicability quotes it: Spearman ρ of BFE-W with accuracy.
+# The BFE-W paper (arXiv 2610.13123), as wbfe.framework.applicability quotes it: Spearman ρ of BFE-W with accuracy.
 PAPER = (
     ("standard conv nets (ResNet, RegNet, ResNeXt)", "holds", "−0.71 to −1.00"),
     ("dropout before the last layer (VGG, EfficientNet, MNASNet)", "fails", "0.00 (overall)"),
@@ -415,7 +415,7 @@ def _reading(data: Mapping[str, Any]) -> list[str]:
                    f"metrics whose interval excludes 0 on their expected side: {', '.join(right) or 'none'}.")
     out.append("- **How much these say.** Ten models give a 95 % interval about a unit wide: a difference between "
                "the `holds` and `fails` columns is a measurement only where the intervals do not overlap. The "
-               "statuses come from the architecture alone (wbfe/applicability.py), never from these numbers, and "
+               "statuses come from the architecture alone (wbfe/framework/applicability.py), never from these numbers, and "
                "nothing here is tuned to them; where the measured ρ disagrees with the paper, this page reports it "
                "as measured.")
     return out

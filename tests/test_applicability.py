@@ -14,7 +14,7 @@ import pytest
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
 import wbfe  # noqa: E402
-from wbfe.applicability import RULES, applicability  # noqa: E402
+from wbfe.framework.applicability import RULES, applicability  # noqa: E402
 from wbfe.framework import FrameworkDescription  # noqa: E402
 from wbfe.render.text import score_table  # noqa: E402
 
@@ -326,7 +326,7 @@ def test_report_page_says_it(keras_files):
 def test_a_vision_transformer_whose_description_names_no_head_fails(framework, family):
     """The vision-transformer finding is about the architecture: it decides even where no head is
     named (a ViTModel without classifier, DeiT with its teacher head), before the no-head fallback."""
-    from wbfe.applicability import applicability
+    from wbfe.framework.applicability import applicability
     from wbfe.framework.description import FrameworkDescription
 
     d = FrameworkDescription(framework, "ViTModel", ("encoder.weight",), None, facts={"family": family})

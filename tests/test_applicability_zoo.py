@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import wbfe
-from wbfe.applicability import applicability
+from wbfe.framework.applicability import applicability
 from wbfe.framework import describe_module
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import wbfe
-from wbfe.applicability import applicability
+from wbfe.framework.applicability import applicability
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

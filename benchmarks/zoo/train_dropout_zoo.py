@@ -5,7 +5,7 @@ Ten training recipes (an MLP or a small CNN, varying width, depth, epochs, learn
 size and label noise, as in ``train_zoo.py``), each trained twice with the same seed: once as is, and
 once with an ``nn.Dropout(p)`` (p 0.25 or 0.5) on the features the classifier reads. The dropout
 twin is the setting the BFE-W paper finds its metric uninformative in; the rules of
-:mod:`wbfe.applicability` read it from the rebuilt module (``fails``: dropout before the head) and
+:mod:`wbfe.framework.applicability` read it from the rebuilt module (``fails``: dropout before the head) and
 the twin without it comes out ``holds``, from the architecture alone. Every model is trained with
 one CPU thread and deterministic algorithms (``benchmarks/fashion_mnist/train.py``), saved as
 ``<name>.safetensors`` (float32; the architecture, dropout rate included, the settings and the

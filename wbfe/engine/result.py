@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from wbfe.applicability import applicability
+from wbfe.framework.applicability import applicability
 from wbfe.engine.heads import choose_head
 from wbfe.engine.products import INTRA
 from wbfe.errors import NoUsableMatrixError

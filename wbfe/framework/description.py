@@ -71,7 +71,7 @@ class FrameworkDescription:
             GPT-NeoX's ``lm_head.weight`` as ``embed_out.weight``: the description holds the saved
             names, and the in-memory ones are aliases).
         facts: what the description says about the path into the head, as plain data (read by
-            :mod:`wbfe.applicability`): ``family`` (transformers' ``model_type``, timm's
+            :mod:`wbfe.framework.applicability`): ``family`` (transformers' ``model_type``, timm's
             architecture), ``dropout`` (``[[layer, rate], ...]``: dropout with rate > 0 on the
             features the head reads), ``heads`` (other layers producing the same output),
             ``head_class`` (the head layer's class, where the graph names it).

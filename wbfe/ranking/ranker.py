@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe._provenance import installed_versions, source_digest
-from wbfe.applicability import STATUSES
+from wbfe.framework.applicability import STATUSES
 from wbfe.errors import NothingRankedError
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
