@@ -24,8 +24,8 @@ and that operator decides what it is:
   skipped with the consumer named;
 - a tensor named as a signal-processing constant (an STFT/DFT basis, a window, a mel filterbank),
   or whose values are a windowed DFT basis whatever its name (:func:`is_dft_basis`, checked only
-  for weights shaped like one), is skipped even when a ``Conv`` or ``MatMul`` consumes it: the
-  graph computes a transform with it, it was never learned.
+  for weights shaped like one: :mod:`wbfe.sources.signal_constants`), is skipped even when a
+  ``Conv`` or ``MatMul`` consumes it: the graph computes a transform with it, it was never learned.
 
 Constant nodes holding scalars or vectors that reach no weight input (shapes, axes, epsilons: the
 plumbing of an exported graph) are not tensors of the checkpoint and are not listed; every
@@ -34,10 +34,11 @@ initializer is. This module reads no tensor data; :mod:`wbfe.sources.onnx_files`
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
+
+from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
 __all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft_basis", "WEIGHT_INPUT",
            "RECURRENT_GATES"]
@@ -50,9 +51,6 @@ _BIAS_OPS = {"Gemm": 2, "Conv": 2, "ConvTranspose": 2, "LSTM": 3, "GRU": 3, "RNN
 RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 # Operators an exporter slices and stacks a recurrent weight with, and the inputs that carry it.
 _SHAPING = {"Slice": (0,), "Split": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Gather": (0,), "Concat": None}
-# Names of constants a graph computes a transform with (torch.stft exports, Whisper's mel filters).
-_SIGNAL = re.compile(r"(?<![a-z])(i?stft|i?r?dft|i?r?fft|mel_?filters?|mel_?basis|mel_?fb|filterbanks?|fbank|"
-                     r"(forward|inverse)_basis|(hann|hamming|blackman|kaiser)_window)(?![a-z])", re.I)
 
 
 @dataclass
@@ -308,10 +306,9 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     for vid, reason in consumed.items():
         plans[vid].skip = reason
     for plan in plans.values():
-        if values is not None and plan.skip is None and plan.quant is None and _dft_shaped(plan.shape):
+        if values is not None and plan.skip is None and plan.quant is None and dft_shaped(plan.shape):
             if is_dft_basis(values(plan)):
-                plan.skip = ("signal-processing constant (a windowed DFT basis: the graph computes a short-time "
-                             "Fourier transform with it), not a learned weight")
+                plan.skip = DFT_REASON
     for vid, plan in plans.items():
         uses = walker.follow(vid, False, len(walker.shape[vid]))
         if uses:
@@ -326,44 +323,6 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     listed.sort(key=lambda p: p.position)  # stable: stored order among equals
     start = main.get(graph.output[0].name) if graph.output else None
     return GraphPlan(listed, _head(walker, start, listed), walker.stored)
-
-
-def _dft_shaped(shape: tuple[int, ...]) -> bool:
-    """out × n (a MatMul/Gemm) or out × 1 × n (a Conv1d over one channel), with out = n/2+1 or twice it."""
-    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[1] != 1):
-        return False
-    rows, n = shape[0], shape[-1]
-    return n >= 8 and rows in (n // 2 + 1, 2 * (n // 2 + 1))
-
-
-def is_dft_basis(matrix: Any) -> bool:
-    """Whether ``matrix`` (out × [1 ×] n) is a windowed real DFT basis as STFT exports store it:
-    rows ``w[t]·cos(2πkt/n)`` for k = 0..n/2, then (if there are twice as many rows) ``±w[t]·sin(2πkt/n)``,
-    the window ``w`` being whatever row 0 (k = 0) holds.
-
-    Args:
-        matrix: the array, in its reported orientation.
-
-    Returns:
-        True for such a basis (to a relative tolerance of 1e-3), else False.
-    """
-    import numpy as np
-
-    m = np.asarray(matrix, dtype=np.float64).reshape(matrix.shape[0], -1)
-    rows, n = m.shape
-    bins = n // 2 + 1
-    window = m[0]
-    scale = float(np.abs(window).max()) if window.size else 0.0
-    if scale == 0.0 or not np.isfinite(scale) or np.count_nonzero(np.abs(window) > 1e-6 * scale) < n // 2:
-        return False
-    angle = 2 * np.pi * np.outer(np.arange(bins), np.arange(n)) / n
-    tol = 1e-3 * scale
-    if not np.allclose(m[:bins], window * np.cos(angle), rtol=0, atol=tol):
-        return False
-    if rows == bins:
-        return True
-    sin = window * np.sin(angle)
-    return bool(np.allclose(m[bins:], sin, rtol=0, atol=tol) or np.allclose(m[bins:], -sin, rtol=0, atol=tol))
 
 
 def _listed(plan: Planned, consumed: bool) -> bool:
@@ -417,10 +376,9 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
     plan.consumers = [node_label(u.node) for u, _ in weight_uses]
     plan.used_at = [u.position for u, _ in weight_uses]
     names = [plan.name, plan.stored.constant or ""] + plan.consumers
-    signal = next((m for m in (_SIGNAL.search(n) for n in names) if m), None)
+    signal = signal_name(names)
     if signal is not None:
-        plan.skip = (f"signal-processing constant ({signal.group(0)}: an STFT/DFT basis, window or filterbank "
-                     f"the graph computes with), not a learned weight")
+        plan.skip = name_reason(signal)
         return
     if node.op_type in ("MatMul", "Gemm") and len(plan.shape) != 2:
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
