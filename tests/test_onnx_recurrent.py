@@ -145,3 +145,32 @@ def test_an_operand_that_cannot_be_the_gates_is_skipped_saying_why(tmp_path: Pat
     assert entries["w"].skip == ("1x18x5 operand of /lstm (LSTM) W does not fit 4 gate(s) of hidden_size 6: "
                                  "wbfe cannot tell its layout")
     assert entries["r"].skip == "2-D operand of /lstm (LSTM) R (wbfe reads [directions, gates·hidden, in])"
+
+
+def test_a_quantised_recurrent_operand_is_dequantised_per_direction(tmp_path: Path) -> None:
+    """int8 W [2, 4·hidden, in] with one scale per direction (axis 0) behind DequantizeLinear: each
+    direction is (q − zero point)·scale, as the operator computes it."""
+    rng = np.random.default_rng(7)
+    q = rng.integers(-127, 128, size=(2, 4 * HIDDEN, INPUT)).astype(np.int8)
+    scale = np.array([0.02, 0.05], dtype=np.float32)
+    zero = np.array([3, -2], dtype=np.int8)
+    recurrent = rng.standard_normal((2, 4 * HIDDEN, HIDDEN)).astype(np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"], name="dq", axis=0)]
+    inits = [numpy_helper.from_array(q, "w_q"), numpy_helper.from_array(scale, "w_scale"),
+             numpy_helper.from_array(zero, "w_zero"), numpy_helper.from_array(recurrent, "r")]
+    lstm = helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="/lstm", hidden_size=HIDDEN, direction="bidirectional")
+    graph = helper.make_graph(nodes + [lstm], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, INPUT])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2, 1, HIDDEN])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model, full_check=True)
+    path = tmp_path / "g.onnx"
+    onnx.save(model, str(path))
+    with open_source(path) as source:
+        entries = {e.name: e for e in source.entries()}
+    for d in (0, 1):
+        entry = entries[f"w_q[{d}]"]
+        assert entry.skip is None and entry.quant == "onnx-int8" and entry.shape == (4 * HIDDEN, INPUT)
+        want = (q[d].astype(np.float32) - zero[d]) * scale[d]
+        np.testing.assert_array_equal(np.asarray(entry.load()), want)
+        np.testing.assert_array_equal(np.asarray(entries[f"r[{d}]"].load()), recurrent[d])
+    assert entries["w_scale"].skip.startswith("consumed: scale of quantised weight w_q")
