@@ -142,8 +142,8 @@ def test_an_operand_that_cannot_be_the_gates_is_skipped_saying_why(tmp_path: Pat
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     with open_source(path) as source:
         entries = {e.name: e for e in source.entries()}
-    assert entries["w"].skip == ("1x18x5 operand of /lstm (LSTM) W does not fit 4 gate(s) of hidden_size 6: "
-                                 "wbfe cannot tell its layout")
+    assert entries["w"].skip == ("1x18x5 operand of /lstm (LSTM) W does not fit 1 direction(s) of 4 gate(s) of "
+                                 "hidden_size 6: wbfe cannot tell its layout")
     assert entries["r"].skip == "2-D operand of /lstm (LSTM) R (wbfe reads [directions, gates·hidden, in])"
 
 
@@ -174,3 +174,26 @@ def test_a_quantised_recurrent_operand_is_dequantised_per_direction(tmp_path: Pa
         np.testing.assert_array_equal(np.asarray(entry.load()), want)
         np.testing.assert_array_equal(np.asarray(entries[f"r[{d}]"].load()), recurrent[d])
     assert entries["w_scale"].skip.startswith("consumed: scale of quantised weight w_q")
+
+
+@pytest.mark.parametrize("attrs", [{"hidden_size": HIDDEN, "direction": "forward"}, {"direction": "bidirectional"}])
+def test_directions_must_match_and_a_missing_hidden_size_is_no_crash(tmp_path: Path, attrs: dict[str, object]) -> None:
+    """Two stored directions for a forward LSTM are skipped; without hidden_size (nothing to check
+    the rows against) a bidirectional W and an R sliced into place are read, not divided by zero."""
+    w = np.ones((2, 4 * HIDDEN, INPUT), dtype=np.float32)
+    sliced = np.ones((2, 4 * HIDDEN, HIDDEN), dtype=np.float32)
+    ints = [numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in [("s0", [0]), ("s2", [2]), ("ax", [0])]]
+    nodes = [helper.make_node("Slice", ["r2", "s0", "s2", "ax"], ["r"], name="sl"),
+             helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="/lstm", **attrs)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, INPUT])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(sliced, "r2"), *ints])
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    with open_source(path) as source:
+        entries = {e.name: e for e in source.entries()}
+    if "hidden_size" in attrs:
+        assert entries["w"].skip == ("2x24x5 operand of /lstm (LSTM) W does not fit 1 direction(s) of 4 gate(s) of "
+                                     "hidden_size 6: wbfe cannot tell its layout")
+    else:
+        assert [entries[n].skip for n in ("w[0]", "w[1]", "r2[0]", "r2[1]")] == [None] * 4

@@ -415,12 +415,18 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
         plan.transpose = True
         shape = (shape[1], shape[0])
     gates = RECURRENT_GATES[node.op_type]
-    hidden = next((int(onnx_attr(walker.onnx, a)) for a in node.attribute if a.name == "hidden_size"), 0)
-    # fed as it is, the operand holds every gate; sliced, a part of a stacked matrix may hold fewer
-    fits = (shape[0] == gates * hidden) if not shaped else (shape[0] % hidden == 0 and shape[0] <= gates * hidden)
-    if hidden > 0 and (not fits or (use.index == 2 and shape[1] != hidden)):
+    attrs = {a.name: onnx_attr(walker.onnx, a) for a in node.attribute}
+    hidden = int(attrs.get("hidden_size", 0))
+    directions = 2 if attrs.get("direction") in (b"bidirectional", "bidirectional") else 1
+    if hidden > 0:  # fed as it is, the operand holds every gate; sliced, a part of a stacked matrix may hold fewer
+        fits = shape[0] % hidden == 0 and shape[0] <= gates * hidden if shaped else shape[0] == gates * hidden
+        fits = fits and (use.index == 1 or shape[1] == hidden)
+    else:
+        fits = True
+    if not fits or (not shaped and plan.directions != directions):
         plan.skip = (f"{'x'.join(map(str, plan.shape))} operand of {plan.consumers[-1]} does not fit "
-                     f"{gates} gate(s) of hidden_size {hidden}: wbfe cannot tell its layout")
+                     f"{directions} direction(s) of {gates} gate(s) of hidden_size {hidden}: wbfe cannot tell "
+                     "its layout")
         plan.index, plan.directions, plan.transpose = None, 1, False
         return
     plan.shape = shape
