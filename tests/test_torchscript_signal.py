@@ -92,3 +92,25 @@ def test_a_trainable_parameter_with_the_same_values_is_scored(tmp_path: Path) ->
     skips = _skips(_script(tmp_path, Vad(trainable=True)))
     assert skips["frontend.basis"] is None and skips["fc.weight"] is None
     assert skips["forward_basis_buffer"] is not None  # still a buffer, named as a basis
+
+
+def test_damaged_code_records_leave_their_classes_undeclared_and_every_tensor_checked(tmp_path: Path) -> None:
+    """The code is read only for what each class declares: code records failing their CRC do not
+    make the archive unreadable; their classes' tensors are checked as the ONNX reader checks all,
+    so the trainable basis (a Parameter no declaration says is one) is skipped by its values."""
+    import zipfile
+
+    torch.manual_seed(0)
+    path = _script(tmp_path, Vad(trainable=True))
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        code = [i for i in archive.infolist() if "/code/" in i.filename and i.filename.endswith(".py")]
+    for info in code:
+        name_len, extra_len = int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], "little"), \
+            int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")  # the local header's
+        start = info.header_offset + 30 + name_len + extra_len
+        data[start + info.compress_size // 2] ^= 0xFF  # inside the (deflated) code: no longer its CRC-32
+    path.write_bytes(bytes(data))
+    skips = _skips(path)
+    assert skips["fc.weight"] is None
+    assert skips["frontend.basis"] is not None and "windowed DFT basis" in skips["frontend.basis"]

@@ -312,7 +312,10 @@ def _declarations(archive: zipfile.ZipFile, prefix: str) -> dict[str, tuple[set[
         if not (name.startswith(folder) and name.endswith(".py")) or info.file_size > _CODE_BYTES:
             continue
         module = name[len(folder):-3].replace("/", ".")
-        text = archive.read(info).decode("utf-8", errors="replace")
+        try:
+            text = archive.read(info).decode("utf-8", errors="replace")
+        except ZIP_ERRORS:  # a damaged code record: its classes stay undeclared, the tensors are still read
+            continue
         for cls, params, buffers in _DECLARED.findall(text):
             out[f"{module}.{cls}"] = (set(re.findall(r'"([^"]*)"', params)), set(re.findall(r'"([^"]*)"', buffers)))
     return out
