@@ -61,7 +61,7 @@ def _layouts(np: Any, numpy_helper: Any, tensor: Any) -> Any:
 
 def seeds() -> dict[str, bytes]:
     """Models built with ``onnx.helper``: an MLP (Gemm, MatMul, float and float16 initializers,
-    raw and typed data), a CNN, and a QDQ-quantised MatMul."""
+    raw and typed data), a CNN, a QDQ-quantised MatMul and an LSTM fed through a Slice/Concat chain."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -94,4 +94,18 @@ def seeds() -> dict[str, bytes]:
     zero = numpy_helper.from_array(np.zeros(3, np.int8), "w.zero")
     qdq = model([helper.make_node("DequantizeLinear", ["w.q", "w.scale", "w.zero"], ["w"], axis=1),
                  helper.make_node("MatMul", ["x", "w"], ["y"])], [q, scale, zero], [x], [y])
-    return {"mlp.onnx": mlp, "cnn.onnx": cnn, "qdq.onnx": qdq}
+    # An LSTM fed as torch's exporter feeds it without constant folding: the parameter sliced into
+    # its gates, concatenated and unsqueezed into W; R a folded [directions, 4·hidden, hidden].
+    seq = helper.make_tensor_value_info("seq", TensorProto.FLOAT, [3, 1, 2])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 1, 1, 2])
+    ints = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+            [("s0", [0]), ("s2", [2]), ("s8", [8]), ("ax", [0])]]
+    lstm = model([helper.make_node("Slice", ["rnn.weight_ih_l0", "s0", "s2", "ax"], ["g0"]),
+                  helper.make_node("Slice", ["rnn.weight_ih_l0", "s2", "s8", "ax"], ["g1"]),
+                  helper.make_node("Concat", ["g1", "g0"], ["wc"], axis=0),
+                  helper.make_node("Unsqueeze", ["wc", "ax"], ["w"]),
+                  helper.make_node("LSTM", ["seq", "w", "r"], ["out"], hidden_size=2)],
+                 [numpy_helper.from_array(rng.standard_normal((8, 2)).astype(np.float32), "rnn.weight_ih_l0"),
+                  numpy_helper.from_array(rng.standard_normal((1, 8, 2)).astype(np.float32), "r"), *ints],
+                 [seq], [out])
+    return {"mlp.onnx": mlp, "cnn.onnx": cnn, "qdq.onnx": qdq, "lstm.onnx": lstm}

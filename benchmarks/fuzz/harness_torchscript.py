@@ -119,7 +119,8 @@ def _bytes(torch: Any, value: Any) -> Any:
 
 
 def seeds() -> dict[str, bytes]:
-    """Archives written by ``torch.jit.save`` (a scripted MLP with a constant, a traced CNN)."""
+    """Archives written by ``torch.jit.save`` (a scripted MLP with a constant, a traced CNN, a
+    scripted STFT front end whose basis is a buffer)."""
     import torch
 
     torch.manual_seed(3)
@@ -134,10 +135,23 @@ def seeds() -> dict[str, bytes]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc2(torch.relu(self.fc1(x))) * self.scale + torch.tensor([1.0, 2.0, 3.0])
 
+    class Stft(torch.nn.Module):  # a Hann-windowed DFT basis buffer, convolved with: skipped by its values
+        def __init__(self) -> None:
+            super().__init__()
+            k, t = torch.arange(5.0)[:, None], torch.arange(8.0)[None]
+            window = 0.5 - 0.5 * torch.cos(2 * torch.pi * torch.arange(8.0) / 8)
+            angle = 2 * torch.pi * k * t / 8
+            self.register_buffer("basis", torch.cat([window * torch.cos(angle), -window * torch.sin(angle)])[:, None])
+            self.fc = torch.nn.Linear(10, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.nn.functional.conv1d(x, self.basis, stride=4).mean(-1))
+
     cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
                               torch.nn.Linear(4 * 4 * 4, 5)).eval()
     out = {}
-    modules = (("mlp.pt", torch.jit.script(Mlp())), ("cnn.pt", torch.jit.trace(cnn, torch.randn(1, 3, 6, 6))))
+    modules = (("mlp.pt", torch.jit.script(Mlp())), ("cnn.pt", torch.jit.trace(cnn, torch.randn(1, 3, 6, 6))),
+               ("stft.pt", torch.jit.script(Stft())))
     for name, module in modules:
         buffer = io.BytesIO()
         torch.jit.save(module, buffer)

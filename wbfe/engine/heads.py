@@ -231,6 +231,9 @@ def _from_description(original: Sequence[str], skipped: Sequence[dict[str, Any]]
     if target is not None and target in stored:
         return HeadChoice(stored[target], "framework", f"{head} is tied to {stored[target]} ({where})")
     reason = next((str(s.get("reason")) for s in skipped if description.resolve(s.get("name", "")) == head), None)
+    if reason is not None and reason.startswith("all-zero"):  # untrained or zeroed: still the head, none other is
+        return HeadChoice(None, None, f"{where}: the head {head} is an all-zero matrix (an untrained or zeroed "
+                                      "classifier), so no head is scored")
     if reason is not None:
         return HeadChoice(None, None, f"{where}: the head {head} is not analysed ({reason}); pass --head NAME")
     return None  # stored under another name: the rules look for it

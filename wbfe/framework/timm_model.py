@@ -1,7 +1,10 @@
 """A timm model described by timm itself: ``timm.create_model(name, pretrained=False)`` on the meta
 device gives the weights' order (``named_parameters()``) and the classifier (``get_classifier()``,
 else ``pretrained_cfg["classifier"]``). Used for ``timm:`` names and for folders whose
-``config.json`` is timm's (``architecture`` with ``pretrained_cfg``).
+``config.json`` is timm's (``architecture`` with ``pretrained_cfg``), built with the config's
+``model_args`` as timm's own hub loader builds it (``save_for_hf`` records there what the model was
+created with: a 64-pixel MLP-Mixer's ``img_size``), less any argument that would make timm read a
+file or fetch weights.
 """
 
 from __future__ import annotations
@@ -16,6 +19,12 @@ from wbfe.framework.description import Fallback, FrameworkDescription
 
 __all__ = ["describe_timm", "is_timm_config"]
 
+# create_model arguments a config's model_args never pass: each would read a file, fetch weights
+# or place the model, and wbfe builds a skeleton on the meta device from nothing but the config.
+_NOT_MODEL_ARGS = frozenset({"pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "pretrained_strict",
+                             "checkpoint_path", "cache_dir", "device", "dtype", "features_only", "scriptable",
+                             "exportable", "no_jit"})
+
 
 def is_timm_config(config: Any) -> bool:
     """Whether ``config`` is a timm ``config.json`` (``architecture`` and ``pretrained_cfg``)."""
@@ -23,23 +32,37 @@ def is_timm_config(config: Any) -> bool:
 
 
 def describe_timm(architecture: str, config: Optional[dict[str, Any]] = None) -> Union[FrameworkDescription, Fallback]:
-    """timm model ``architecture`` (``resnet18``, ``resnet18.a1_in1k``), with the ``num_classes`` and
-    ``num_features`` of its ``config.json`` where given, as timm builds it.
+    """timm model ``architecture`` (``resnet18``, ``resnet18.a1_in1k``), with the ``num_classes``,
+    ``in_chans``, ``global_pool``, ``drop_rate`` and ``model_args`` of its ``config.json`` where
+    given, as timm builds it (``model_args`` first, as timm's hub loader applies them).
 
     Returns:
         A :class:`FrameworkDescription`, or a :class:`Fallback` saying why there is none.
     """
-    kwargs = {}
+    kwargs = _model_args((config or {}).get("model_args"))
     pretrained = (config or {}).get("pretrained_cfg")
     for key in ("num_classes", "in_chans", "global_pool", "drop_rate"):
         value = (config or {}).get(key)
         if value is None and key == "drop_rate" and isinstance(pretrained, dict):
             value = pretrained.get(key)
         if value is not None:
-            kwargs[key] = value
+            kwargs.setdefault(key, value)
     classifier = pretrained.get("classifier") if isinstance(pretrained, dict) else None
     return _describe(architecture, json.dumps(kwargs, sort_keys=True, default=str),
                      classifier if isinstance(classifier, str) else None)
+
+
+def _model_args(args: Any) -> dict[str, Any]:
+    """The arguments of a config's ``model_args`` that only shape the model (plain JSON values)."""
+    if not isinstance(args, dict):
+        return {}
+    return {k: v for k, v in args.items() if isinstance(k, str) and k not in _NOT_MODEL_ARGS and _plain(v)}
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 @functools.lru_cache(maxsize=64)

@@ -3,7 +3,8 @@
 Which stored tensors are weights, how each is oriented and in what order the model uses them is
 read from the graph by :mod:`wbfe.sources.onnx_graph` (initializers and ``Constant`` values of the
 main graph and of every ``If``/``Loop``/``Scan`` subgraph, followed through ``Identity``, ``Cast``,
-``Transpose`` and ``DequantizeLinear`` to the operator that consumes them). A quantised tensor
+``Transpose`` and ``DequantizeLinear`` to the operator that consumes them, and through the
+``Slice``/``Concat``/``Unsqueeze``/... chains exporters feed recurrent weights with). A quantised tensor
 reaching a weight input through ``DequantizeLinear`` is dequantised, ``(q − zero point)·scale`` per
 tensor, axis or block, in float32 as the operator computes it. The head hint is the weight of the
 last Gemm/MatMul the graph's output depends on. The model is parsed without its external data,
@@ -175,6 +176,8 @@ class OnnxSource(TensorSource):
             except ValueError as exc:  # a scale or zero point that does not fit the tensor (found by fuzzing)
                 raise CorruptCheckpointError(f"{self._path}: DequantizeLinear of {weight.name!r}: {exc}",
                                              path=str(self._path)) from None
+        if weight.index is not None:  # one direction of a recurrent operand [directions, gates·hidden, in]
+            array = array[weight.index]
         # A C-ordered copy the tensor owns, writable; not np.ascontiguousarray, which makes a 0-D
         # constant (a value_float) 1-D, unlike the shape its entry lists.
         return np.array(array.T if weight.transpose else array, order="C")

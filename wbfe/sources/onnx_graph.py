@@ -13,12 +13,19 @@ and that operator decides what it is:
 - input B of ``MatMul`` (in × out: reported out × in) and of ``Gemm`` (out × in with ``transB``,
   else in × out); input W of ``Conv`` and ``ConvTranspose``; the table of ``Gather`` (an
   embedding): a weight;
-- a Gemm/Conv bias, and anything else (an ``Add`` of a positional table, a mask in a ``Where``):
+- input W or R of ``LSTM``, ``GRU`` and ``RNN``, reached directly or through the ``Slice``/``Split``/
+  ``Squeeze``/``Unsqueeze``/``Concat``/``Gather`` chains exporters build them with (torch's exporter
+  slices ``weight_ih_l0`` into its gates and concatenates them in ONNX's order): a recurrent weight,
+  scored as the stacked matrix of its gates (gates·hidden × in), as wbfe scores torch's
+  ``weight_ih_l0`` and a Keras ``kernel``. A stored ``[directions, gates·hidden, in]`` operand is one
+  such matrix per direction (``name[d]`` when there are two); a stored 2-D tensor the chain slices
+  is that matrix itself, in its stored row order (a row order never changes a spectrum);
+- a Gemm/Conv/recurrent bias, and anything else (an ``Add`` of a positional table, a mask in a ``Where``):
   skipped with the consumer named;
 - a tensor named as a signal-processing constant (an STFT/DFT basis, a window, a mel filterbank),
   or whose values are a windowed DFT basis whatever its name (:func:`is_dft_basis`, checked only
-  for weights shaped like one), is skipped even when a ``Conv`` or ``MatMul`` consumes it: the
-  graph computes a transform with it, it was never learned.
+  for weights shaped like one: :mod:`wbfe.sources.signal_constants`), is skipped even when a
+  ``Conv`` or ``MatMul`` consumes it: the graph computes a transform with it, it was never learned.
 
 Constant nodes holding scalars or vectors that reach no weight input (shapes, axes, epsilons: the
 plumbing of an exported graph) are not tensors of the checkpoint and are not listed; every
@@ -27,19 +34,23 @@ initializer is. This module reads no tensor data; :mod:`wbfe.sources.onnx_files`
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-__all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft_basis", "WEIGHT_INPUT"]
+from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
+
+__all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft_basis", "WEIGHT_INPUT",
+           "RECURRENT_GATES"]
 
 # The weight input of each operator that multiplies by a weight.
 WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0}
-_BIAS_OPS = ("Gemm", "Conv", "ConvTranspose")
-# Names of constants a graph computes a transform with (torch.stft exports, Whisper's mel filters).
-_SIGNAL = re.compile(r"(?<![a-z])(i?stft|i?r?dft|i?r?fft|mel_?filters?|mel_?basis|mel_?fb|filterbanks?|fbank|"
-                     r"(forward|inverse)_basis|(hann|hamming|blackman|kaiser)_window)(?![a-z])", re.I)
+_BIAS_OPS = {"Gemm": 2, "Conv": 2, "ConvTranspose": 2, "LSTM": 3, "GRU": 3, "RNN": 3}
+# Recurrent operators, the number of gates stacked in their W ([directions, gates·hidden, in]) and
+# R ([directions, gates·hidden, hidden]), inputs 1 and 2.
+RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+# Operators an exporter slices and stacks a recurrent weight with, and the inputs that carry it.
+_SHAPING = {"Slice": (0,), "Split": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Gather": (0,), "Concat": None}
 
 
 @dataclass
@@ -71,13 +82,16 @@ class Planned:
     skip: Optional[str] = None
     consumers: list[str] = field(default_factory=list)
     dq: Optional[tuple[int, Optional[int], int, int]] = None  # (scale vid, zero point vid, axis, block size)
+    index: Optional[int] = None  # a recurrent operand's direction: the slice along the stored axis 0 it is
+    directions: int = 1  # how many such slices the stored tensor holds
     position: float = float("inf")  # of the first node using it (graph order, subgraphs in place)
     used_at: list[int] = field(default_factory=list)  # positions of the nodes using it as a weight
 
     @property
     def stored_shape(self) -> tuple[int, ...]:
-        """The shape as stored (before any transpose)."""
-        return (self.shape[1], self.shape[0]) if self.transpose else self.shape
+        """The shape as stored (before any transpose and direction slicing)."""
+        shape = (self.shape[1], self.shape[0]) if self.transpose else self.shape
+        return shape if self.index is None else (self.directions, *shape)
 
 
 @dataclass
@@ -203,6 +217,44 @@ class _Walker:
                     out.append((use, flip))
         return sorted(out, key=lambda u: u[0].position)
 
+    def recurrent(self, vid: int, transposed: bool, ndim: int,
+                  inputs: tuple[int, ...] = (1, 2)) -> list[tuple[_Use, bool, bool]]:
+        """The ``inputs`` (W, R) of recurrent operators an ``ndim``-D value reaches through pass-through and
+        shaping operators (:data:`_SHAPING`), in graph order: each with whether the value is
+        transposed there (a 2-D ``Transpose`` before any shaping) and whether it was sliced or stacked
+        on the way. A ``Gather`` is followed only with constant indices (a selection, not a lookup)."""
+        out: list[tuple[_Use, bool, bool]] = []
+        seen: set[tuple[int, bool, bool]] = set()
+        stack = [(vid, transposed, False)]
+        while stack:
+            value, flip, shaped = stack.pop()
+            if (value, flip, shaped) in seen:
+                continue
+            seen.add((value, flip, shaped))
+            stack += [(target, flip, shaped) for target in self.passes.get(value, [])]
+            for use in self.uses.get(value, []):
+                node, outputs = use.node, self.outputs_of[use.position]
+                carriers = _SHAPING.get(node.op_type, ())
+                if use.index == 0 and node.op_type in ("Identity", "Cast") and outputs:
+                    stack.append((outputs[0], flip, shaped))
+                elif (use.index == 0 and node.op_type == "Transpose" and outputs and not shaped
+                      and self._swaps(node, ndim)):
+                    stack.append((outputs[0], not flip, shaped))
+                elif node.op_type == "Loop" and (use.position, use.index) in self.carried:
+                    stack.append((self.carried[(use.position, use.index)], flip, shaped))
+                elif (carriers is None or use.index in carriers) and self._selects(node, use.position):
+                    stack += [(out, flip, True) for out in outputs]
+                elif node.op_type in RECURRENT_GATES and use.index in inputs:
+                    out.append((use, flip, shaped))
+        return sorted(out, key=lambda u: u[0].position)
+
+    def _selects(self, node: Any, position: int) -> bool:
+        """A shaping operator; a ``Gather`` only where its indices are stored constants."""
+        if node.op_type != "Gather":
+            return node.op_type in _SHAPING
+        ins = self.inputs_of[position]
+        return len(ins) > 1 and ins[1] in self.stored
+
     def _swaps(self, node: Any, ndim: int) -> bool:
         """A Transpose that swaps the two axes of a matrix."""
         perm = next((list(self.onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "perm"), None)
@@ -254,15 +306,14 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     for vid, reason in consumed.items():
         plans[vid].skip = reason
     for plan in plans.values():
-        if values is not None and plan.skip is None and plan.quant is None and _dft_shaped(plan.shape):
+        if values is not None and plan.skip is None and plan.quant is None and dft_shaped(plan.shape):
             if is_dft_basis(values(plan)):
-                plan.skip = ("signal-processing constant (a windowed DFT basis: the graph computes a short-time "
-                             "Fourier transform with it), not a learned weight")
+                plan.skip = DFT_REASON
     for vid, plan in plans.items():
-        uses = walker.follow(vid, False, len(plan.stored_shape))
+        uses = walker.follow(vid, False, len(walker.shape[vid]))
         if uses:
             plan.position = uses[0][0].position
-    listed = [p for vid, p in plans.items() if _listed(p, vid in consumed)]
+    listed = _directions([p for vid, p in plans.items() if _listed(p, vid in consumed)])
     counts: dict[str, int] = defaultdict(int)
     for plan in listed:
         counts[plan.name] += 1
@@ -272,44 +323,6 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     listed.sort(key=lambda p: p.position)  # stable: stored order among equals
     start = main.get(graph.output[0].name) if graph.output else None
     return GraphPlan(listed, _head(walker, start, listed), walker.stored)
-
-
-def _dft_shaped(shape: tuple[int, ...]) -> bool:
-    """out × n (a MatMul/Gemm) or out × 1 × n (a Conv1d over one channel), with out = n/2+1 or twice it."""
-    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[1] != 1):
-        return False
-    rows, n = shape[0], shape[-1]
-    return n >= 8 and rows in (n // 2 + 1, 2 * (n // 2 + 1))
-
-
-def is_dft_basis(matrix: Any) -> bool:
-    """Whether ``matrix`` (out × [1 ×] n) is a windowed real DFT basis as STFT exports store it:
-    rows ``w[t]·cos(2πkt/n)`` for k = 0..n/2, then (if there are twice as many rows) ``±w[t]·sin(2πkt/n)``,
-    the window ``w`` being whatever row 0 (k = 0) holds.
-
-    Args:
-        matrix: the array, in its reported orientation.
-
-    Returns:
-        True for such a basis (to a relative tolerance of 1e-3), else False.
-    """
-    import numpy as np
-
-    m = np.asarray(matrix, dtype=np.float64).reshape(matrix.shape[0], -1)
-    rows, n = m.shape
-    bins = n // 2 + 1
-    window = m[0]
-    scale = float(np.abs(window).max()) if window.size else 0.0
-    if scale == 0.0 or not np.isfinite(scale) or np.count_nonzero(np.abs(window) > 1e-6 * scale) < n // 2:
-        return False
-    angle = 2 * np.pi * np.outer(np.arange(bins), np.arange(n)) / n
-    tol = 1e-3 * scale
-    if not np.allclose(m[:bins], window * np.cos(angle), rtol=0, atol=tol):
-        return False
-    if rows == bins:
-        return True
-    sin = window * np.sin(angle)
-    return bool(np.allclose(m[bins:], sin, rtol=0, atol=tol) or np.allclose(m[bins:], -sin, rtol=0, atol=tol))
 
 
 def _listed(plan: Planned, consumed: bool) -> bool:
@@ -339,11 +352,20 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
             consumed[zero] = f"consumed: zero point of quantised weight {plan.name} ({node_label(node)})"
         outputs = walker.outputs_of[dq[0][0].position]
         found = walker.follow(outputs[0], dq[0][1], ndim) if outputs else []
+        recurrent = walker.recurrent(outputs[0], dq[0][1], ndim) if outputs else []
+    else:
+        recurrent = walker.recurrent(vid, False, ndim)
+    if recurrent:
+        _plan_recurrent(walker, plan, recurrent)
+        return
     weight_uses = [(use, flip) for use, flip in found if WEIGHT_INPUT.get(use.node.op_type) == use.index]
     if not weight_uses:
         if found:
             what = ", ".join(f"{node_label(u.node)} input {u.index}" for u, _ in found[:3])
-            bias = any(u.node.op_type in _BIAS_OPS and u.index == 2 for u, _ in found)
+            bias = any(_BIAS_OPS.get(u.node.op_type) == u.index for u, _ in found)
+            into = walker.recurrent(vid, False, ndim, inputs=(3,)) if not bias else []
+            if into:  # a recurrent bias the exporter slices and stacks, as it does the weights
+                bias, what = True, f"{what}, into {node_label(into[0][0].node)} input 3"
             plan.skip = ("bias" if bias else "not a weight input") + f" (consumed by {what})"
         else:
             plan.skip = ("initializer no node uses as a weight (graph input default or unused)"
@@ -354,10 +376,9 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
     plan.consumers = [node_label(u.node) for u, _ in weight_uses]
     plan.used_at = [u.position for u, _ in weight_uses]
     names = [plan.name, plan.stored.constant or ""] + plan.consumers
-    signal = next((m for m in (_SIGNAL.search(n) for n in names) if m), None)
+    signal = signal_name(names)
     if signal is not None:
-        plan.skip = (f"signal-processing constant ({signal.group(0)}: an STFT/DFT basis, window or filterbank "
-                     f"the graph computes with), not a learned weight")
+        plan.skip = name_reason(signal)
         return
     if node.op_type in ("MatMul", "Gemm") and len(plan.shape) != 2:
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
@@ -374,6 +395,56 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
         plan.shape = (plan.shape[1], plan.shape[0])
     if plan.quant is not None:
         plan.dtype = "float32"
+
+
+def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool, bool]]) -> None:
+    """A stored tensor reaching the W or R input of an LSTM/GRU/RNN: the stacked matrix of its gates,
+    one per direction (axis 0) of a 3-D operand; a shape that cannot be one is skipped, saying why."""
+    use, transposed, shaped = uses[-1]
+    node = use.node
+    plan.consumers = [f"{node_label(u.node)} {'W' if u.index == 1 else 'R'}" for u, _, _ in uses]
+    plan.used_at = [u.position for u, _, _ in uses]
+    shape = plan.shape
+    if len(shape) == 3:
+        plan.index, plan.directions = 0, shape[0]
+        shape = shape[1:]
+    elif len(shape) != 2 or not shaped:  # a 2-D operand is one only once the chain has unsqueezed it
+        plan.skip = f"{len(shape)}-D operand of {plan.consumers[-1]} (wbfe reads [directions, gates·hidden, in])"
+        return
+    if transposed:
+        plan.transpose = True
+        shape = (shape[1], shape[0])
+    gates = RECURRENT_GATES[node.op_type]
+    attrs = {a.name: onnx_attr(walker.onnx, a) for a in node.attribute}
+    hidden = int(attrs.get("hidden_size", 0))
+    directions = 2 if attrs.get("direction") in (b"bidirectional", "bidirectional") else 1
+    if hidden > 0:  # fed as it is, the operand holds every gate; sliced, a part of a stacked matrix may hold fewer
+        fits = shape[0] % hidden == 0 and shape[0] <= gates * hidden if shaped else shape[0] == gates * hidden
+        fits = fits and (use.index == 1 or shape[1] == hidden)
+    else:
+        fits = True
+    if not fits or (not shaped and plan.directions != directions):
+        plan.skip = (f"{'x'.join(map(str, plan.shape))} operand of {plan.consumers[-1]} does not fit "
+                     f"{directions} direction(s) of {gates} gate(s) of hidden_size {hidden}: wbfe cannot tell "
+                     "its layout")
+        plan.index, plan.directions, plan.transpose = None, 1, False
+        return
+    plan.shape = shape
+    if plan.quant is not None:
+        plan.dtype = "float32"
+
+
+def _directions(plans: list[Planned]) -> list[Planned]:
+    """Each recurrent operand holding two directions listed as ``name[0]`` and ``name[1]``."""
+    out: list[Planned] = []
+    for plan in plans:
+        if plan.index is None or plan.directions == 1:
+            out.append(plan)
+            continue
+        for d in range(plan.directions):
+            out.append(replace(plan, name=f"{plan.name}[{d}]", index=d, consumers=list(plan.consumers),
+                               used_at=list(plan.used_at)))
+    return out
 
 
 def onnx_attr(onnx: Any, attr: Any) -> Any:

@@ -12,12 +12,19 @@ record of its state, and refuses any other global; nothing in the archive is imp
 ``torch.jit.load`` would compile and run the archive's code, which is why it is not used.
 Tensors are named by their path in the module tree (``fc.weight``); the code's constants are
 ``constants.<i>``. Storages are read one at a time, when a tensor is asked for.
+
+The archive's code declares each module class's ``__parameters__`` and ``__buffers__`` (read as
+text, never run). A buffer, a plain tensor attribute or a code constant that is a signal-processing
+constant (an STFT basis, a window, a filterbank: :mod:`wbfe.sources.signal_constants`, the rule the
+ONNX reader applies to the same tensor) is skipped with the ONNX reader's reason; a Parameter is
+learned and always scored. Where a class is not declared, every tensor is checked, as in ONNX.
 """
 
 from __future__ import annotations
 
 import math
 import pickle
+import re
 import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -28,6 +35,7 @@ from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError, WbfeError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
+from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +48,11 @@ _STORAGES = {
     "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
     "ByteStorage": "uint8", "BoolStorage": "bool",
 }
+# A class of the archive's code: its parameters and buffers (TorchScript's printer writes these
+# two lines first in every module class).
+_DECLARED = re.compile(r"^class (\w+)\(Module\):\n\s+__parameters__ = \[([^\]]*)\]\n\s+__buffers__ = \[([^\]]*)\]",
+                       re.M)
+_CODE_BYTES = 64 << 20  # a code file larger than this is not read for declarations
 _ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
              "int8": 1, "uint8": 1, "bool": 1}
 
@@ -163,13 +176,15 @@ class TorchScriptSource(TensorSource):
                         raise CorruptCheckpointError(f"{path}: a big-endian TorchScript archive", path=str(path))
                     tree = self._unpickle(archive, f"{prefix}/data.pkl", f"{prefix}/data")
                     constants = self._unpickle(archive, f"{prefix}/constants.pkl", f"{prefix}/constants")
+                    declared = _declarations(archive, prefix)
                     self._offsets = {i.filename: i for i in archive.infolist()}
             except WbfeError:
                 raise
             except ZIP_ERRORS as exc:  # a damaged archive (see ZIP_ERRORS), never a traceback
                 raise CorruptCheckpointError(f"{path}: not a readable TorchScript archive (a damaged zip: "
                                              f"{exc.__class__.__name__})", path=str(path)) from None
-        self._tensors = _collect(tree, constants)
+        self._tensors, self._kinds = _collect(tree, constants, declared)
+        self._signal: Optional[dict[str, str]] = None
         for name, t in self._tensors:
             if t.storage.member not in members:
                 raise CorruptCheckpointError(f"{path}: tensor {name!r} names a missing record {t.storage.member}",
@@ -199,9 +214,29 @@ class TorchScriptSource(TensorSource):
     def __len__(self) -> int:
         return len(self._tensors)
 
+    def _signal_constants(self) -> dict[str, str]:
+        """Why each buffer, attribute or constant that is a signal-processing constant is skipped."""
+        if self._signal is None:
+            self._signal = {}
+            for name, ref in self._tensors:
+                if self._kinds.get(name) == "parameter" or _unreadable(ref) is not None:
+                    continue
+                found = signal_name([name])
+                if found is not None:
+                    self._signal[name] = name_reason(found)
+                elif dft_shaped(ref.size) and ref.storage.dtype.startswith(("float", "bfloat")):
+                    try:
+                        values = self.read(ref).float().numpy()
+                    except WbfeError:  # a damaged record: its own read says so, when scored
+                        continue
+                    if is_dft_basis(values):
+                        self._signal[name] = DFT_REASON
+        return self._signal
+
     def entries(self) -> Iterator[TensorEntry]:
+        signal = self._signal_constants()
         for name, ref in self._tensors:
-            skip = _unreadable(ref)
+            skip = _unreadable(ref) or signal.get(name)
             load = _Loader(self, ref)
             key = (ref.storage.member, ref.offset, ref.size, ref.stride) if skip is None else None
             yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, load=load, reread=load,
@@ -267,18 +302,46 @@ def _unreadable(ref: _TensorRef) -> Optional[str]:
     return None
 
 
-def _collect(tree: Any, constants: Any) -> list[tuple[str, _TensorRef]]:
+def _declarations(archive: zipfile.ZipFile, prefix: str) -> dict[str, tuple[set[str], set[str]]]:
+    """``__torch__.<module>.<Class>`` -> (its parameters, its buffers), from the archive's code files
+    (``<prefix>/code/__torch__/torch/nn/modules/linear.py`` declares ``__torch__.torch.nn.modules.linear.Linear``)."""
+    out: dict[str, tuple[set[str], set[str]]] = {}
+    folder = f"{prefix}/code/"
+    for info in archive.infolist():
+        name = info.filename
+        if not (name.startswith(folder) and name.endswith(".py")) or info.file_size > _CODE_BYTES:
+            continue
+        module = name[len(folder):-3].replace("/", ".")
+        try:
+            text = archive.read(info).decode("utf-8", errors="replace")
+        except ZIP_ERRORS:  # a damaged code record: its classes stay undeclared, the tensors are still read
+            continue
+        for cls, params, buffers in _DECLARED.findall(text):
+            out[f"{module}.{cls}"] = (set(re.findall(r'"([^"]*)"', params)), set(re.findall(r'"([^"]*)"', buffers)))
+    return out
+
+
+def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[str]]]
+             ) -> tuple[list[tuple[str, _TensorRef]], dict[str, str]]:
     """``(dotted name, tensor)`` of every tensor in the module tree, in stored order, then the
-    code's constants; each container visited once (a pickle can share or nest one in itself)."""
+    code's constants; each container visited once (a pickle can share or nest one in itself). And
+    what each is, where the code declares its module's class: ``parameter``, ``buffer``,
+    ``attribute`` (a tensor the class holds otherwise) or ``constant``."""
     out: list[tuple[str, _TensorRef]] = []
+    kinds: dict[str, str] = {}
     seen: set[int] = set()
-    stack: list[tuple[str, Any]] = [("", tree)]
+    stack: list[tuple[str, Any, Optional[str]]] = [("", tree, None)]
     while stack:
-        prefix, value = stack.pop()
+        prefix, value, kind = stack.pop()
         if isinstance(value, _TensorRef):
             out.append((prefix.rstrip("."), value))
+            if kind is not None:
+                kinds[prefix.rstrip(".")] = kind
             continue
+        members = None
         if isinstance(value, _Scripted):
+            members = declared.get(type(value).qualname)
+            kind = None if members is None else kind  # an undeclared class: what its tensors are is unknown
             value = value.state
         if id(value) in seen:
             continue
@@ -289,10 +352,18 @@ def _collect(tree: Any, constants: Any) -> list[tuple[str, _TensorRef]]:
         else:
             continue
         seen.add(id(value))
-        stack += [(f"{prefix}{k}.", v) for k, v in reversed(items)]
+        if members is not None:  # a module's own attributes: what its class declares each to be
+            params, buffers = members
+            stack += [(f"{prefix}{k}.", v, "parameter" if k in params else "buffer" if k in buffers else "attribute")
+                      for k, v in reversed(items)]
+        else:
+            stack += [(f"{prefix}{k}.", v, kind) for k, v in reversed(items)]
     if isinstance(constants, tuple):
-        out += [(f"constants.{i}", c) for i, c in enumerate(constants) if isinstance(c, _TensorRef)]
-    return out
+        for i, c in enumerate(constants):
+            if isinstance(c, _TensorRef):
+                out.append((f"constants.{i}", c))
+                kinds[f"constants.{i}"] = "constant"
+    return out, kinds
 
 
 def open_torchscript(path: Path, ref: str, fmt: Optional[str] = None) -> TorchScriptSource:
