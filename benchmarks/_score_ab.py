@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,8 @@ if switches & {"single_fits", "single_pl"}:
     htsr.fit_power_law_many = lambda samples, min_tail, ww_compatible: [
         pl.fit_power_law(s, min_tail=min_tail, ww_compatible=ww_compatible) for s in samples]
 if switches & {"single_fits", "single_tpl"}:
-    htsr.fit_truncated_power_law_many = lambda samples, xmins: [
+    import wbfe.metrics.fingers as fingers
+    htsr.fit_truncated_power_law_many = fingers.fit_truncated_power_law_many = lambda samples, xmins: [
         pl.fit_truncated_power_law(s, xmin=m) for s, m in zip(samples, xmins)]
 if switches & {"single_fits", "single_mp"}:
     htsr.mp_fit_many = lambda spectra_, N, M: [mp.mp_fit(e, N, M) for e in spectra_]
@@ -86,7 +87,7 @@ if "scipy_blas" in switches:  # scipy.linalg's public wrappers and threadpoolctl
     blas.controls_threads = lambda: False  # spectra then limits threads through threadpoolctl
 metrics = tuple(filter(None, sys.argv[2].split(","))) or None
 start = time.perf_counter()
-result = wbfe.score(sys.argv[1], metrics=metrics, device="cpu")
+result = wbfe.score(sys.argv[1], metrics=metrics, device="cpu", **json.loads(sys.argv[4]))
 seconds = time.perf_counter() - start
 digest = hashlib.sha256()
 for row in result.layers:
@@ -97,10 +98,10 @@ print(json.dumps({"seconds": seconds, "matrices": len(result.layers), "skipped":
 """
 
 
-def score_once(path: Path, metrics: str, switches: str) -> dict[str, Any]:
+def score_once(path: Path, metrics: str, switches: str, options: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """One fresh process: its ``wbfe.score`` seconds, row count, column digest, batched calls."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(path), metrics, switches],
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(path), metrics, switches, json.dumps(options or {})],
                          check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -148,25 +149,29 @@ def moe_experts(folder: Path, layers: int = 27, experts: int = 128) -> dict[str,
     return what
 
 
-def llama7b_layers(folder: Path, layers: int = 2) -> dict[str, Any]:
+LLAMA_MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def llama7b_layers(folder: Path, layers: int = 2, matrices: tuple[str, ...] = LLAMA_MATRICES) -> dict[str, Any]:
     """``layers`` decoder layers of LLaMA-7B's shapes in bfloat16: q, k, v, o 4096², gate, up
-    11008 × 4096, down 4096 × 11008."""
+    11008 × 4096, down 4096 × 11008 (of those, ``matrices``)."""
     import torch
     from safetensors.torch import save_file
 
-    what = {"path": str(folder), "what": f"{layers} LLaMA-7B-shaped decoder layers ({7 * layers} matrices), "
-                                         "bfloat16 (the whole 32-layer stack would take ~20 min a run here)"}
+    what = {"path": str(folder), "what": f"{layers} LLaMA-7B-shaped decoder layer(s), bfloat16, matrices "
+                                         f"{','.join(matrices)} of each ({len(matrices) * layers} matrices; the "
+                                         "whole 32-layer stack would take an hour a run on this shared machine)"}
     if (folder / "model.safetensors").exists():
         return what
     g = torch.Generator().manual_seed(0)
     tensors = {}
     for layer in range(layers):
         p = f"model.layers.{layer}."
-        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"):
-            tensors[p + name + ".weight"] = (torch.randn(4096, 4096, generator=g) * 0.02).to(torch.bfloat16)
-        for name in ("mlp.gate_proj", "mlp.up_proj"):
-            tensors[p + name + ".weight"] = (torch.randn(11008, 4096, generator=g) * 0.02).to(torch.bfloat16)
-        tensors[p + "mlp.down_proj.weight"] = (torch.randn(4096, 11008, generator=g) * 0.02).to(torch.bfloat16)
+        shapes = {"q": (4096, 4096), "k": (4096, 4096), "v": (4096, 4096), "o": (4096, 4096),
+                  "gate": (11008, 4096), "up": (11008, 4096), "down": (4096, 11008)}
+        for short in matrices:
+            name = f"self_attn.{short}_proj" if short in "qkvo" else f"mlp.{short}_proj"
+            tensors[p + name + ".weight"] = (torch.randn(*shapes[short], generator=g) * 0.02).to(torch.bfloat16)
     folder.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(folder / "model.safetensors.part"))
     os.replace(folder / "model.safetensors.part", folder / "model.safetensors")
@@ -174,7 +179,7 @@ def llama7b_layers(folder: Path, layers: int = 2) -> dict[str, Any]:
 
 
 def alternate(path: Path, metrics: str, variants: dict[str, str], repeats: int,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              log: Callable[[str], None] = print, options: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Score ``path`` ``repeats`` rounds, each round every variant once (the first variant is the
     baseline, the others' order rotates), and the medians, per-round ratios against the baseline
     and whether every run's numbers agree."""
@@ -183,12 +188,13 @@ def alternate(path: Path, metrics: str, variants: dict[str, str], repeats: int,
     for r in range(repeats):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
-            run = score_once(path, metrics, variants[name])
+            run = score_once(path, metrics, variants[name], options)
             run["load_average_1min"] = round(os.getloadavg()[0], 2)
             runs[name].append(run)
             log(f"  round {r + 1} {name}: {run['seconds']:.2f} s (load {run['load_average_1min']})")
     base = names[0]
-    out: dict[str, Any] = {"metrics": metrics or "default (bfe,htsr)", "matrices": runs[base][0]["matrices"],
+    out: dict[str, Any] = {"metrics": metrics or "default (bfe,htsr)", "options": options or {},
+                           "matrices": runs[base][0]["matrices"],
                            "skipped": runs[base][0]["skipped"], "variants": {}}
     for name in names:
         secs = [x["seconds"] for x in runs[name]]

@@ -1,6 +1,7 @@
 """Batched HT-SR/MP fits and batched eigen-solves against one at a time, end to end.
 
-Run:  python benchmarks/bench_fit_batching.py [--repeats 3] [--moe-layers 27] [--dense-layers 2]
+Run:  python benchmarks/bench_fit_batching.py [--repeats 3] [--moe-layers 27] [--dense-layers 2] [--per-fit]
+      [--with-blas-layer]
 
 The default ``wbfe.score`` (metrics bfe,htsr) of three generated checkpoints (benchmarks/_score_ab.py:
 a CIFAR ResNet-56, 10,368 MoE experts of 256 × 1024, LLaMA-7B-shaped layers), each in fresh
@@ -15,7 +16,8 @@ processes, the variants alternating, median of ``--repeats``:
   every eigen-solve per matrix; ``single_all``: both.
 
 ``htmp`` (not a default group) is measured the same way on the ResNet-56 and on one MoE layer's
-shard (384 experts). Results: ``benchmarks/results/fit_batching.json``: per case the medians, each
+shard (384 experts), and so is ``fit="tpl"`` (``--cases fit_tpl``: the truncated power law whose xmin
+scan in wbfe.metrics.fingers fits every candidate as one batch) against ``single_tpl``. Results: ``benchmarks/results/fit_batching.json``: per case the medians, each
 round's times and ratios, the load average, which batched paths ran, and ``end_to_end_speedup``
 (one at a time over batched).
 
@@ -47,28 +49,39 @@ def main() -> int:
     parser.add_argument("--moe-layers", type=int, default=27)
     parser.add_argument("--experts", type=int, default=128)
     parser.add_argument("--dense-layers", type=int, default=2)
+    parser.add_argument("--dense-matrices", default="q,k,v,o,gate,up,down",
+                        help="which of each LLaMA layer's matrices (q,k,v,o,gate,up,down)")
+    parser.add_argument("--two-stage-share", action="store_true",
+                        help="the 7B case also with scipy but LAPACK's two-stage solver kept")
+    parser.add_argument("--dense-without-fits", action="store_true",
+                        help="the 7B case with the BLAS-layer variants only (no single_fits run)")
     parser.add_argument("--cases", default="resnet56,llama7b,moe,htmp")
     parser.add_argument("--with-blas-layer", action="store_true")
     parser.add_argument("--per-fit", action="store_true",
-                        help="cases named <case>_per_fit: each fit one at a time alone (single_pl, single_tpl, "
-                             "single_mp), the others batched; merged into --out")
+                        help="on the ResNet-56 and MoE cases also each fit one at a time alone (single_pl, "
+                             "single_tpl, single_mp), the others batched")
+    parser.add_argument("--merge", action="store_true", help="keep the cases already in --out (and --blas-out)")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/wbfe-ab-cases"))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--blas-out", type=Path, default=BLAS_OUT)
     args = parser.parse_args()
     cases = args.cases.split(",")
     report = header() | {"args": {k: str(v) for k, v in vars(args).items()}, "cases": {}}
-    if args.per_fit:
-        kept = json.loads(args.out.read_text()) if args.out.exists() else {"cases": {}}
-        report = kept | {"per_fit_run": header() | {"args": report["args"]}}
     blas_report = header() | {"args": report["args"], "note": "the same rounds as fit_batching.json (one run, "
                               "the variants alternating); blas_layer = the shipped code", "cases": {}}
+    if args.merge:  # the cases of an earlier run stay, unless measured again now
+        for rep, path in ((report, args.out), (blas_report, args.blas_out)):
+            if path.exists():
+                old = json.loads(path.read_text())
+                rep["earlier_runs"] = old.pop("earlier_runs", []) + [{k: v for k, v in old.items() if k != "cases"}]
+                rep["cases"] = old["cases"]
     blas = BLAS if args.with_blas_layer else {}
+    per_fit = {f"single_{fit}": f"single_{fit}" for fit in ("pl", "tpl", "mp")} if args.per_fit else {}
 
     def save() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
-        if blas:
+        if blas or args.merge and blas_report["cases"]:
             args.blas_out.write_text(json.dumps(blas_report, indent=2) + "\n")
 
     work = args.work_dir
@@ -76,39 +89,46 @@ def main() -> int:
     for name in cases:
         if name == "resnet56":
             plans.append(("resnet56", resnet56(work / "resnet56"), "",
-                          FITS | {"single_spectra": "single_spectra", "single_all": "single_fits,single_spectra"} | blas))
+                          FITS | {"single_spectra": "single_spectra", "single_all": "single_fits,single_spectra"} | per_fit
+                          | blas))
         elif name == "llama7b":
-            two_stage = {"scipy_keep_two_stage": "scipy_blas,keep_two_stage"} if blas else {}
-            plans.append(("llama7b_layers", llama7b_layers(work / f"llama-{args.dense_layers}", args.dense_layers), "",
-                          FITS | blas | two_stage))
+            two_stage = {"scipy_keep_two_stage": "scipy_blas,keep_two_stage"} if blas and args.two_stage_share else {}
+            chosen = tuple(args.dense_matrices.split(","))
+            plans.append(("llama7b_layers", llama7b_layers(work / f"llama-{args.dense_layers}-{'-'.join(chosen)}",
+                                                           args.dense_layers, chosen), "",
+                          ({"batched": ""} if args.dense_without_fits else FITS) | blas | two_stage))
         elif name == "moe":
             plans.append(("moe_experts", moe_experts(work / f"moe-{args.moe_layers}x{args.experts}", args.moe_layers,
-                                                     args.experts), "", FITS | blas))
+                                                     args.experts), "", FITS | per_fit | blas))
+        elif name == "fit_tpl":  # the non-default --fit tpl: wbfe.metrics.fingers scans xmin with batched fits
+            plans.append(("resnet56_fit_tpl", resnet56(work / "resnet56"), "", {"batched": "", "single_tpl": "single_tpl"}))
+            info = moe_experts(work / f"moe-1x{args.experts}", 1, args.experts)
+            plans.append(("moe_layer_fit_tpl", dict(info, what=f"one MoE layer's shard ({3 * args.experts} matrices "
+                                                              "of 256x1024)"), "", {"batched": "", "single_tpl": "single_tpl"}))
         elif name == "htmp":
             plans.append(("resnet56_htmp", resnet56(work / "resnet56"), "htmp", FITS))
             info = moe_experts(work / f"moe-1x{args.experts}", 1, args.experts)
             plans.append(("moe_layer_htmp", dict(info, what=f"one MoE layer's shard ({3 * args.experts} matrices "
                                                            "of 256x1024)"), "htmp", FITS))
-    if args.per_fit:
-        per_fit = {"single_pl": "single_pl", "single_tpl": "single_tpl", "single_mp": "single_mp"}
-        plans = [(f"{name}_per_fit", info, metrics, {"batched": "", "single_fits": "single_fits"} | per_fit)
-                 for name, info, metrics, _ in plans if not metrics]
     for name, info, metrics, variants in plans:
         print(f"{name}: {info['what']}", flush=True)
-        case = {"checkpoint": info["what"]} | alternate(Path(info["path"]), metrics, variants, args.repeats)
-        case["fits"] = ratio(case, "single_fits", "batched")
-        case["end_to_end_speedup"] = case["fits"]["end_to_end_speedup"]
+        options = {"fit": "tpl"} if name.endswith("_fit_tpl") else None
+        case = {"checkpoint": info["what"]} | alternate(Path(info["path"]), metrics, variants, args.repeats,
+                                                        options=options)
+        if len(variants.keys() & {"single_fits", "single_tpl"}):
+            case["fits"] = ratio(case, "single_tpl" if options else "single_fits", "batched")
+            case["end_to_end_speedup"] = case["fits"]["end_to_end_speedup"]
+            report["cases"][name] = case
         if "single_spectra" in variants:
             case["spectra_batch"] = ratio(case, "single_spectra", "batched")
             case["all_batching"] = ratio(case, "single_all", "batched")
         for fit in ("pl", "tpl", "mp"):
             if f"single_{fit}" in variants:
                 case[f"{fit}_alone"] = ratio(case, f"single_{fit}", "batched")
-        report["cases"][name] = case
-        print(json.dumps({k: case[k] for k in ("end_to_end_speedup", "same_numbers")}), flush=True)
+        print(json.dumps({k: case.get(k) for k in ("end_to_end_speedup", "same_numbers")}), flush=True)
         if "scipy" in variants:
             blas_case = {k: v for k, v in case.items() if k not in ("fits", "end_to_end_speedup", "spectra_batch",
-                                                                    "all_batching")}
+                                                                    "all_batching", "pl_alone", "tpl_alone", "mp_alone")}
             blas_case["variants"] = {("blas_layer" if k == "batched" else k): v for k, v in case["variants"].items()
                                      if k == "batched" or k.startswith("scipy")}
             blas_case["same_numbers"] = len({d for v in blas_case["variants"].values() for d in v["digests"]}) == 1
@@ -119,11 +139,7 @@ def main() -> int:
             blas_report["cases"][name] = blas_case
             print("blas layer", json.dumps({k: blas_case[k] for k in ("end_to_end_speedup", "same_numbers")}), flush=True)
         save()
-    end = header()["load_average_start"]
-    if args.per_fit:
-        report["per_fit_run"]["load_average_end"] = end
-    else:
-        report["load_average_end"] = blas_report["load_average_end"] = end
+    report["load_average_end"] = blas_report["load_average_end"] = header()["load_average_start"]
     save()
     return 0
 
