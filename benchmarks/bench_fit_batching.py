@@ -21,6 +21,10 @@ scan in wbfe.metrics.fingers fits every candidate as one batch) against ``single
 round's times and ratios, the load average, which batched paths ran, and ``end_to_end_speedup``
 (one at a time over batched).
 
+``benchmarks/results/fit_batching.json`` was measured on the tree before the deletions it decided
+(commit f8ddf4d): since then only the MP fits and ``htmp``'s are batched, so ``single_pl``,
+``single_tpl`` and ``single_spectra`` no longer change anything.
+
 ``--with-blas-layer`` adds bench_blas_layer.py's variants (``scipy``, and ``scipy_keep_two_stage``
 on the 7B case) to the same rounds of the three default cases and writes
 ``benchmarks/results/blas_layer.json`` too: one alternating run for both questions, ``batched``
