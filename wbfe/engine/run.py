@@ -9,14 +9,13 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Optional, Protocol, Union
 
 from wbfe.engine.context import Context
-from wbfe.engine.jobs import batch_job, batch_key, spectrum_job
+from wbfe.engine.jobs import spectrum_job
 from wbfe.engine.products import IntraChain
 from wbfe.engine.rows import Record, RowMaker
 from wbfe.engine.stream import Planned, matrices_of
 from wbfe.matrices import MatrixPlan, Skip
 from wbfe.pipeline import Pipeline, Reading
 from wbfe.sources import TensorEntry
-from wbfe.spectra import batch_size
 
 __all__ = ["run", "Ties", "Done"]
 
@@ -48,20 +47,6 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
             stream's order).
     """
     storage: dict[Any, str] = {}
-    # Consecutive small matrices of one shape and dtype (an MoE's experts) whose eigenvalues are
-    # needed, held until a batch is full or the stream moves on: one batched eigen-solve.
-    batch: list[tuple[TensorEntry, MatrixPlan, Any]] = []
-    device = context.device
-
-    def flush() -> None:
-        if len(batch) == 1:  # a matrix without equal-shaped neighbours: on its own, as any other
-            (entry, plan, matrices), = batch
-            pipeline.compute(entry, plan, spectrum_job(matrices, context, entry.name, plan))
-        elif batch:
-            pipeline.compute_batch([(e, p) for e, p, _ in batch],
-                                   batch_job([m[0] for _, _, m in batch], [e.name for e, _, _ in batch], context))
-        batch.clear()
-
     rows = RowMaker(context, record)
     if chain is None and context.options.intra:
         chain = IntraChain(context.options.seed, ww_compatible=context.options.ww_compatible)
@@ -76,25 +61,15 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         prepared = _prepare(entry, plan, reading, context, storage, ties)
         products = (chain.follow(plan, None if isinstance(prepared, Skip) else prepared)
                     if chain is not None and isinstance(plan, MatrixPlan) else [])
-        key = batch_key(plan, prepared, device) if context.need_eigs else None
-        if batch and (key != batch_key(batch[0][1], batch[0][2], device)
-                      or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
-                      or not pipeline.batch_fits([(e, p) for e, p, _ in batch] + [(entry, plan)])):  # type: ignore[list-item]
-            flush()
-        if key is not None:
-            batch.append((entry, plan, prepared))  # type: ignore[arg-type]
-        elif isinstance(prepared, Skip):
+        if isinstance(prepared, Skip):
             pipeline.put(entry, prepared)
         else:
             assert isinstance(plan, MatrixPlan)
             pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name, plan))
-        if products:  # their rows follow this entry's: the held batch goes first
-            flush()
-            for product in products:
-                pipeline.compute(product.entry, product.plan, product.job)
+        for product in products:  # their rows follow this entry's
+            pipeline.compute(product.entry, product.plan, product.job)
         del prepared  # the job holds the tensor now, and frees it when done
         collect()
-    flush()
     collect(wait=True)
     rows.flush()
 
