@@ -19,7 +19,7 @@ from wbfe.sources import TensorEntry
 
 __all__ = ["run", "Ties", "Done"]
 
-# done(entry): called in stream order as each entry's spectrum (or skip) is finished.
+# done(entry): called in stream order as each matrix's spectrum (or skip) is finished.
 Done = Callable[[TensorEntry], None]
 
 
@@ -41,7 +41,7 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         context: the run's resolved settings.
         ties: finds byte-identical earlier tensors (scored once, the copy skipped as ``tied``).
         record: receives each entry's row or skip.
-        done: progress, per entry.
+        done: progress, per matrix (not per bias or norm).
         chain: with ``options.intra``, the chain of matrices whose products are scored too
             (:meth:`IntraChain.in_order` when the stream is planned up front; by default the
             stream's order).
@@ -53,7 +53,7 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
 
     def collect(wait: bool = False) -> None:
         for entry, plan, outcome in pipeline.finished(wait=wait):
-            if done is not None:
+            if done is not None and isinstance(plan, MatrixPlan):
                 done(entry)
             rows.add(entry, plan, outcome)
 
