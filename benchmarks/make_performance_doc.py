@@ -99,7 +99,7 @@ def pair(model: dict[str, Any], get: Cell) -> str:
 def section_flow(results: Path) -> str:
     fits = load(results, "fit_batching.json")
     blas = load(results, "blas_layer.json")["cases"]
-    moe, resnet, dense = fits["cases"]["moe_experts"], fits["cases"]["resnet56"], fits["cases"]["llama7b_layers"]
+    moe, resnet = fits["cases"]["moe_experts"], fits["cases"]["resnet56"]
 
     def x(case: dict[str, Any], key: str = "end_to_end_speedup") -> str:
         return f"{(case[key] if key == 'end_to_end_speedup' else case[key]['end_to_end_speedup']):.2f}×"
@@ -125,8 +125,8 @@ def section_flow(results: Path) -> str:
   (`benchmarks/bench_blas_layer.py`, run as `bench_fit_batching.py --with-blas-layer`,
   `benchmarks/results/blas_layer.json`, fresh processes alternating, median of 3, the same
   numbers): {x(blas["resnet56"])} on a ResNet-56, {x(blas["moe_experts"])} on
-  {thousands(moe["matrices"])} MoE experts of 256 × 1024, {x(blas["llama7b_layers"])} on
-  LLaMA-7B-shaped matrices ({x(blas["llama7b_layers"], "two_stage_share")} of it the two-stage solver).
+  {thousands(moe["matrices"])} MoE experts of 256 × 1024, {x(blas["llama7b_layers"])} on a
+  LLaMA-7B-shaped 4,096² matrix (there mostly LAPACK's two-stage solver, which scipy does not wrap).
   When only BFE-W is asked, a Cholesky factorisation replaces the eigen-solve, and a square matrix
   with p ≥ 256 skips the Gram matrix: log det WᵀW = 2·log|det W| from its LU factors.
 - Mid-size matrices (float64 copy ≤ 32 MiB) are scored on worker threads side by side, every BLAS
@@ -149,8 +149,7 @@ def section_flow(results: Path) -> str:
   power law's lockstep Newton steps ({x(moe, "tpl_alone")} on the experts, {x(resnet, "tpl_alone")} on a
   ResNet-56), the power-law scans of equal-length spectra of up to 48 values (only the ResNet's:
   {x(resnet, "pl_alone")}) and the batched eigen-solve of equal-shaped matrices with p < 96
-  (ResNet-56: {x(resnet, "spectra_batch")}). On LLaMA-7B-shaped matrices the eigen-solves are the time:
-  batching the fits there gave {x(dense)}.
+  (ResNet-56: {x(resnet, "spectra_batch")}).
 - Tensors in flight and their float64 work stay within 2.5× the largest tensor met so far, or 64 MiB.
 """
 
