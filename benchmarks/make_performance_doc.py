@@ -100,6 +100,7 @@ def section_flow(results: Path) -> str:
     fits = load(results, "fit_batching.json")
     blas = load(results, "blas_layer.json")["cases"]
     moe, resnet = fits["cases"]["moe_experts"], fits["cases"]["resnet56"]
+    ticks = load(results, "progress_ticks.json")
 
     def x(case: dict[str, Any], key: str = "end_to_end_speedup") -> str:
         return f"{(case[key] if key == 'end_to_end_speedup' else case[key]['end_to_end_speedup']):.2f}×"
@@ -151,6 +152,11 @@ def section_flow(results: Path) -> str:
   {x(resnet, "pl_alone")}) and the batched eigen-solve of equal-shaped matrices with p < 96
   (ResNet-56: {x(resnet, "spectra_batch")}).
 - Tensors in flight and their float64 work stay within 2.5× the largest tensor met so far, or 64 MiB.
+- The progress callback ticks once per matrix as its spectrum is done (its total counts the
+  matrices). On 60 convolutions of 64×64×3×3 with the default metrics the median tick falls at
+  {ticks["median_tick_position_cold"]:.2f} of a fresh process's score ({ticks["median_tick_position_warm"]:.2f} once the imports made at first
+  use are done; `benchmarks/bench_progress_ticks.py`, `benchmarks/results/progress_ticks.json`):
+  after the last tick the MP fits of the held rows remain.
 """
 
 
