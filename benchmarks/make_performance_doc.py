@@ -17,7 +17,6 @@ import json
 import re
 import sys
 from pathlib import Path
-from statistics import median
 from typing import Any, Callable, Iterable
 
 Cell = Callable[[dict[str, Any]], str]  # one thread-count's figures -> the text of a table cell
@@ -98,10 +97,14 @@ def pair(model: dict[str, Any], get: Cell) -> str:
 
 
 def section_flow(results: Path) -> str:
-    batches = load(results, "expert_batches.json")
-    run = batches["runs"]["bfe,htsr"]
-    one, batched = median(run["seconds_one_at_a_time"]), median(run["seconds_batched"])
-    args = batches["args"]
+    fits = load(results, "fit_batching.json")
+    blas = load(results, "blas_layer.json")["cases"]
+    moe, resnet = fits["cases"]["moe_experts"], fits["cases"]["resnet56"]
+    ticks = load(results, "progress_ticks.json")
+
+    def x(case: dict[str, Any], key: str = "end_to_end_speedup") -> str:
+        return f"{(case[key] if key == 'end_to_end_speedup' else case[key]['end_to_end_speedup']):.2f}×"
+
     return f"""## How a checkpoint flows
 
 (`wbfe/engine/pipeline.py`, `wbfe/linalg/spectra.py`)
@@ -118,6 +121,15 @@ def section_flow(results: Path) -> str:
   eigenvalues bit for bit) call OpenBLAS through scipy's Cython exports via ctypes
   (`wbfe/linalg/blas.py`), which releases the GIL (scipy's Python wrappers hold it: two workers' solves of
   p = 768 ran 0.99× as fast as one after the other, now 1.75×), so that workers work side by side.
+  End to end, the default score with `wbfe/linalg/blas.py` against scipy.linalg's public wrappers
+  (`dsyrk`, `dpotrf`, `dgetrf`, `eigh(driver="evr")`, no two-stage solver) under threadpoolctl
+  (`benchmarks/bench_blas_layer.py`, run as `bench_fit_batching.py --with-blas-layer`,
+  `benchmarks/results/blas_layer.json`, fresh processes alternating, median of 3, the same
+  numbers but for the two-stage solver's last digits): {x(blas["resnet56"])} on a ResNet-56, {x(blas["moe_experts"])} on
+  {thousands(moe["matrices"])} MoE experts of 256 × 1024, {x(blas["llama7b_layers"])} on a
+  LLaMA-7B-shaped 4,096² matrix (whose eigenvalues come from LAPACK's two-stage solver, which scipy
+  does not wrap). It stays on the MoE figure, the only one at the 1.2× its code must earn, though
+  that case's rounds ranged {min(blas["moe_experts"]["per_round"]):.2f}–{max(blas["moe_experts"]["per_round"]):.2f}× on a machine this loaded.
   When only BFE-W is asked, a Cholesky factorisation replaces the eigen-solve, and a square matrix
   with p ≥ 256 skips the Gram matrix: log det WᵀW = 2·log|det W| from its LU factors.
 - Mid-size matrices (float64 copy ≤ 32 MiB) are scored on worker threads side by side, every BLAS
@@ -126,24 +138,27 @@ def section_flow(results: Path) -> str:
   convolution's Gram product (64 × 576) over two threads, 70 µs on one against 0.1–7 ms on two.
   The thread counts are set through OpenBLAS's own calls, found in `/proc/self/maps` (~0.2 ms;
   threadpoolctl's controller, the fallback elsewhere, takes ~10 ms to build).
-- Consecutive matrices of one shape with p < 96 whose eigenvalues are needed (the experts of a fused
-  MoE stack) are eigen-solved in batches of up to 16 MiB of float64 work (one numpy batched solve,
-  one BLAS thread, on a worker); each keeps its own row, skip reason and rescaling.
-  {thousands(run["matrices"])} bfloat16 experts of {args["hidden"]}×{args["inter"]}: `--metrics bfe,htsr`
-  {one:.1f} → {batched:.1f} s, {run["median_ratio"]:.2f}× (`benchmarks/bench_expert_batches.py`,
-  `benchmarks/results/expert_batches.json`, {batches["cpu_count"]} cores, median of
-  {args["repeats"]}); BFE-W alone and p ≥ 96 (e.g. 256×1024 experts) are flop-bound and stay per
-  matrix, as does CUDA.
-- The HT-SR fits of matrices of one shape (a ResNet stage's convolutions, an MoE layer's experts,
-  up to 256 at a time) are made together: the truncated power law's Newton steps in lockstep, one
-  array evaluation for every fit's point; the power-law scans of equal-length spectra of up to 48
-  values in one 3-D array; the Marchenko–Pastur fit, from 16 spectra, with its KDE, σ grid and
-  Nelder–Mead steps over the whole stack. Each result is the single fit's bit for bit (the same
-  Newton and Nelder–Mead code drives both; any decision the batch's rounding could change is
-  retaken alone). Per fit, against one at a time (measured in the tests, no results file):
-  truncated power law 2.3–3.2× from 64 fits, 1.6–2.0× at 18; power law 2–3.7× for spectra of 16–32
-  values; MP 1.3–2.2× from 64 spectra (`tests/test_powerlaw_batch.py`, `tests/test_mp_batch.py`).
+- The Marchenko–Pastur fits of matrices of one shape (an MoE layer's experts, a ResNet stage's
+  convolutions; rows are held back, up to 256, to gather them) are made together from 16 spectra,
+  with their KDE, σ grid and Nelder–Mead steps over the whole stack, each result the single fit's
+  bit for bit (any decision the batch's rounding could change is retaken alone); `htmp`'s fits of
+  one γ share their U grids. End to end (`benchmarks/bench_fit_batching.py`,
+  `benchmarks/results/fit_batching.json`, fresh processes alternating, median of 3, a shared
+  2-core machine at load {moe["variants"]["batched"]["load_average_1min"][0]:.0f}), every fit one at a time against batched:
+  the default score of {thousands(moe["matrices"])} MoE experts of 256 × 1024 {x(moe)}, of which the MP
+  fit alone {x(moe, "mp_alone")} and the truncated power law alone {x(moe, "tpl_alone")}; `htmp` on one MoE
+  layer {x(fits["cases"]["moe_layer_htmp"])} and on a ResNet-56 {x(fits["cases"]["resnet56_htmp"])}.
+  Batched code that gained less was removed (under 1.3× on every case that used it): the truncated
+  power law's lockstep Newton steps ({x(moe, "tpl_alone")} on the experts, {x(resnet, "tpl_alone")} on a
+  ResNet-56), the power-law scans of equal-length spectra of up to 48 values (only the ResNet's:
+  {x(resnet, "pl_alone")}) and the batched eigen-solve of equal-shaped matrices with p < 96
+  (ResNet-56: {x(resnet, "spectra_batch")}).
 - Tensors in flight and their float64 work stay within 2.5× the largest tensor met so far, or 64 MiB.
+- The progress callback ticks once per matrix as its spectrum is done (its total counts the
+  matrices). On 60 convolutions of 64×64×3×3 with the default metrics the median tick falls at
+  {ticks["median_tick_position_cold"]:.2f} of a fresh process's score ({ticks["median_tick_position_warm"]:.2f} once the imports made at first
+  use are done; `benchmarks/bench_progress_ticks.py`, `benchmarks/results/progress_ticks.json`):
+  after the last tick the MP fits of the held rows remain.
 """
 
 

@@ -50,8 +50,8 @@ def test_workers_give_the_sequential_scores_in_stream_order(tmp_path: Path, monk
     assert threads[(300, 600)].startswith("wbfe-score") and threads[(256, 256)].startswith("wbfe-score")
     assert threads[(40, 50)] == "MainThread"
     again = wbfe.score(path, metrics=metrics, device="cpu")
-    assert seen == stored and sorted(seen) == ["a.weight", "b.weight", "c.bias", "d.weight", "e.weight", "f.weight",
-                                               "g.weight"]
+    assert seen == stored and sorted(seen) == ["a.weight", "b.weight", "d.weight", "e.weight", "f.weight",
+                                               "g.weight"]  # matrices: no tick for the bias
     assert [x["name"] for x in two.layers] == [x["name"] for x in one.layers] == [
         n for n in stored if n not in ("c.bias", "e.weight")]
     assert two.skipped == one.skipped and sorted(s["name"] for s in two.skipped) == ["c.bias", "e.weight"]
@@ -173,13 +173,11 @@ def test_no_thread_controller_where_blas_has_one_thread_anyway(monkeypatch: pyte
     assert not built
 
 
-def test_progress_knows_its_total_up_front_and_moves_per_spectrum(tmp_path: Path) -> None:
+def test_progress_counts_matrices_up_front_and_moves_per_spectrum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A safetensors checkpoint's entries are listed from its header before any is scored, so the
-    first call already has the total; each call comes as a spectrum (or skip) is done, while the
-    rows of equal-shaped matrices are still held back to be fitted together (htsr's compute_many)."""
-    from safetensors.torch import save_file
-
-    import wbfe
+    first call already has the total, which counts the matrices (not the biases); each matrix's
+    call comes as its spectrum is done, one after the other (no spectra solved as a batch), while
+    the rows of equal-shaped matrices are still held back to be fitted together (htsr's compute_many)."""
     from wbfe.engine import rows
 
     g = torch.Generator().manual_seed(0)
@@ -187,16 +185,26 @@ def test_progress_knows_its_total_up_front_and_moves_per_spectrum(tmp_path: Path
     tensors.update({f"layers.{k}.bias": torch.zeros(24) for k in range(3)})
     save_file(tensors, str(tmp_path / "m.safetensors"))
     calls: list[tuple[int, object, int]] = []
+    events: list[str] = []
     original = rows.RowMaker.flush
 
     def flush(self: rows.RowMaker) -> None:
         calls.append((-1, None, len(self.pending)))  # when rows are made, and how many at once
         original(self)
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(rows.RowMaker, "flush", flush)
-        wbfe.score(tmp_path / "m.safetensors", progress=lambda done, total, name: calls.append((done, total, 0)))
-    progress = [c for c in calls if c[0] >= 0]
-    assert [c[0] for c in progress] == list(range(0, 24))
-    assert {c[1] for c in progress} == {23}  # the total from the first call on
+    def spectrum(matrices: list, device: torch.device, **kw: bool) -> object:
+        events.append("spectrum")
+        return spectra.spectrum(matrices, device, **kw)
+
+    def progress(done: int, total: object, name: str) -> None:
+        calls.append((done, total, 0))
+        events.append("tick")
+
+    monkeypatch.setattr(rows.RowMaker, "flush", flush)
+    monkeypatch.setattr(jobs, "spectrum", spectrum)
+    wbfe.score(tmp_path / "m.safetensors", progress=progress)
+    progress_calls = [c for c in calls if c[0] >= 0]
+    assert [c[0] for c in progress_calls] == list(range(0, 21))
+    assert {c[1] for c in progress_calls} == {20}  # the total from the first call on: 20 matrices
+    assert events == ["tick"] + ["spectrum", "tick"] * 20  # (0, total) first, then a tick per spectrum
     assert calls[-1] == (-1, None, 23)  # every row made in one flush, after every progress call

@@ -89,10 +89,12 @@ def test_invalid_options_fail_before_reading(kwargs: dict, message: str) -> None
 def test_progress_callback(st_file: Path) -> None:
     calls: list[tuple[int, int | None, str]] = []
     wbfe.score(st_file, metrics="bfe", progress=lambda done, total, name: calls.append((done, total, name)))
-    # (0, total) first, before any matrix, so a bar shows the total at once; then each count in order
-    assert calls[0] == (0, 10, "")
-    assert [c[0] for c in calls] == list(range(0, 11)) and all(c[1] == 10 for c in calls)
-    assert sorted(c[2] for c in calls[1:]) == sorted(small_state_dict())  # each entry once
+    # (0, total) first, before any matrix, so a bar shows the total at once; then each count in order.
+    # The total and the ticks count matrices (6 of the 10 tensors), not biases, norms or counters.
+    matrices = sorted(name for name, tensor in small_state_dict().items() if tensor.ndim >= 2)
+    assert calls[0] == (0, len(matrices), "") and len(matrices) == 6
+    assert [c[0] for c in calls] == list(range(0, 7)) and all(c[1] == 6 for c in calls)
+    assert sorted(c[2] for c in calls[1:]) == matrices  # each matrix once
 
 
 def test_read_ahead_across_shards_gives_the_in_memory_scores(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from safetensors.numpy import save_file
 import wbfe
 from wbfe.linalg import spectra
 from wbfe.metrics.bfe import LOG_2PI_E
-from wbfe.linalg.spectra import spectra_batch, spectrum
+from wbfe.linalg.spectra import spectrum
 
 CPU = spectra.Device("cpu")
 METRIC_SETS = (None, "bfe")  # None: the default bfe,htsr
@@ -156,26 +156,6 @@ def test_singular_live_part_stays_infinite(tmp_path: Path) -> None:
         assert rows["low.weight"]["reasons"]["bfe"].startswith("rank-deficient: 24 zero")
         assert rows["dup.weight"]["bfe"] == math.inf and rows["dup.weight"]["dead_rows"] == 2
         assert rows["dup.weight"]["reasons"]["bfe"].startswith("rank-deficient: 1 zero")
-
-
-def test_batched_spectra_follow_the_same_rule() -> None:
-    """spectra_batch (small equal-shaped matrices) against spectrum one at a time and the SVD truth:
-    an ill-conditioned matrix, one with dead rows, and a rank-deficient one among ordinary ones."""
-    rng = np.random.default_rng(9)
-    ill = _with_singular_values(rng, _profile("one_small", 32, 1e10), 32, 80)
-    dead = rng.standard_normal((32, 80))
-    dead[[1, 2, 3], :] = 0.0
-    low = rng.standard_normal((32, 5)) @ rng.standard_normal((5, 80))
-    matrices = [torch.from_numpy(a) for a in (rng.standard_normal((32, 80)), ill, dead, low)]
-    batched = spectra_batch(matrices, CPU)
-    for m, got in zip(matrices, batched):
-        want = spectrum([m], CPU)
-        assert (got.rows, got.cols, got.dead_rows) == (want.rows, want.cols, want.dead_rows)
-        np.testing.assert_allclose(got.eigs, want.eigs, rtol=1e-12, atol=0.0)
-    ill_e = batched[1].eigs
-    np.testing.assert_allclose(ill_e, np.sort(np.linalg.svd(ill, compute_uv=False) ** 2), rtol=1e-9)
-    assert batched[2].dead_rows == 3 and batched[2].rows == 29
-    assert np.count_nonzero(batched[3].eigs == 0.0) == 27
 
 
 @pytest.mark.parametrize("need_eigs", [True, False])

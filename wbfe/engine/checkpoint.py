@@ -41,11 +41,11 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     Args:
         source: an open source (see :func:`wbfe.sources.open_source`).
         options: validated options.
-        progress: called once with (0, total, "") before the first matrix, then as each entry's
-            spectrum (or skip) is finished, with (done, total, name).
-            Where the source reads headers only, the total is every entry, fused experts split,
-            counted before the first is scored; otherwise the stored tensors' count, raised to the
-            count done where expert stacks split into more.
+        progress: called once with (0, total, "") before the first matrix, then as each
+            matrix's spectrum (or skip: tied, degenerate) is finished, with (done, total, name);
+            tensors that are not matrices (biases, norms) are not counted. Where the source reads
+            headers only, the total is every matrix, fused experts split, counted before the first
+            is scored; otherwise None (the matrices are known only as the tensors are read).
 
     Raises:
         NoUsableMatrixError: every weight matrix was skipped.
@@ -54,11 +54,10 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     planned: Iterable[Planned] = stream(source, options)
+    total: Optional[int] = None
     if source.headers_only:  # nothing is read to list them: the total is known up front
         planned = list(planned)
-        total: Optional[int] = len(planned)
-    else:
-        total = len(source)
+        total = sum(isinstance(p.plan, MatrixPlan) for p in planned)
     count = 0
 
     def record(entry: TensorEntry, item: Union[Skip, dict[str, Any]]) -> None:

@@ -1,21 +1,20 @@
 """The spectra of planned matrices, as jobs the pipeline runs on its workers: one matrix (or one
-tensor's slices) at a time, or a batch of equal-shaped small matrices solved together. Each
-spectrum carries what every metric group's ``from_matrices`` hook computes from the matrices.
+tensor's slices) at a time. Each spectrum carries what every metric group's ``from_matrices`` hook computes from the matrices.
 :func:`planned_spectrum` is the one place a plan's convention decides which spectrum is taken."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from wbfe.engine.context import Context
-from wbfe.engine.matrices import MatrixPlan, Skip
+from wbfe.engine.matrices import MatrixPlan
 from wbfe.linalg.arrays import to_numpy
-from wbfe.linalg.spectra import DegenerateMatrixError, Spectrum, batchable, spectra_batch, spectrum
+from wbfe.linalg.spectra import DegenerateMatrixError, Spectrum, spectrum
 
-__all__ = ["spectrum_of", "spectrum_job", "batch_job", "batch_key", "planned_spectrum"]
+__all__ = ["spectrum_of", "spectrum_job", "planned_spectrum"]
 
 
 def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: Any, *, need_eigs: bool = True) -> Spectrum:
@@ -64,27 +63,3 @@ def _with_hooks(spec: Any, matrices: list[Any], context: Context, name: str) -> 
         return spec
     extra = {g.name: g.from_matrices(matrices, context.device, context.metric_options, name) for g in hooks}
     return dataclasses.replace(spec, extra=extra)
-
-
-def batch_key(plan: Union[Skip, MatrixPlan], prepared: Any, device: Any) -> Optional[tuple[int, int, Any]]:
-    """``(rows, cols, dtype)`` of an entry that is one small matrix scored in a batch with its
-    equal-shaped neighbours (see :func:`wbfe.linalg.spectra.spectra_batch`); None for any other entry."""
-    if (isinstance(prepared, Skip) or not isinstance(plan, MatrixPlan) or len(prepared) != 1
-            or plan.convention == "fft" or not batchable(plan.rows, plan.cols, device)):
-        return None
-    return plan.rows, plan.cols, prepared[0].dtype
-
-
-def batch_job(matrices: list[Any], names: list[str], context: Context) -> Callable[[], list[Any]]:
-    """The spectra of one-matrix entries of one shape, computed together, each with its hooks (or
-    its :class:`DegenerateMatrixError`)."""
-    def job() -> list[Any]:
-        out = spectra_batch(matrices, context.device)
-        for k, spec in enumerate(out):
-            if not isinstance(spec, DegenerateMatrixError):
-                try:
-                    out[k] = _with_hooks(spec, [matrices[k]], context, names[k])
-                except DegenerateMatrixError as exc:
-                    out[k] = exc
-        return out
-    return job

@@ -19,7 +19,7 @@ import contextlib
 import math
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
 from wbfe._config import blas_threads
 from wbfe.engine.matrices import MatrixPlan, Skip
@@ -148,21 +148,11 @@ class Pipeline:
         self._done.append((entry, skip, skip))
 
     def compute(self, entry: TensorEntry, plan: MatrixPlan, job: Callable[[], Any]) -> None:
-        """Run ``job`` (the entry's spectrum) on a worker where it releases the GIL, else here."""
-        self.compute_batch([(entry, plan)], lambda: [job()])
-
-    def batch_fits(self, items: list[tuple[TensorEntry, MatrixPlan]]) -> bool:
-        """Whether a batch of these entries, tensors and float64 work, stays within the memory
-        budget shared by the jobs on every worker."""
-        return sum(self._cost(entry, plan) for entry, plan in items) * max(1, self.workers) <= self._budget()
-
-    def compute_batch(self, items: list[tuple[TensorEntry, MatrixPlan]], job: Callable[[], list[Any]]) -> None:
-        """Run ``job`` (the spectra of equal-shaped entries, one outcome each, in order) on a worker
-        where it releases the GIL, else here; each entry keeps its place in the stream."""
-        cost = sum(self._cost(entry, plan) for entry, plan in items)
-        plan = items[0][1]
+        """Run ``job`` (the entry's spectrum) on a worker where it releases the GIL, else here; the
+        entry keeps its place in the stream."""
+        cost = self._cost(entry, plan)
         p, big = sorted((plan.rows, plan.cols))
-        if (self._pool is not None and p * p * big * plan.n_slices * len(items) >= _WORKER_FLOPS
+        if (self._pool is not None and p * p * big * plan.n_slices >= _WORKER_FLOPS
                 and releases_gil(plan.rows, plan.cols, self.device)):
             self._pin()
             while self._running and (len(self._running) >= self.workers
@@ -176,18 +166,18 @@ class Pipeline:
                 self._wait()
                 self._unpin()
             future = _now(job)
-        self._done.extend((entry, item_plan, _Part(future, i)) for i, (entry, item_plan) in enumerate(items))
+        self._done.append((entry, plan, future))
 
     def finished(self, *, wait: bool = False) -> Iterator[tuple[TensorEntry, Planned, Any]]:
         """Outcomes in stream order, as far as they are done (all of them with ``wait``). A job's
         outcome is its return value; an exception it raised is raised here."""
         while self._done:
             entry, plan, outcome = self._done[0]
-            if isinstance(outcome, _Part):
-                if not (wait or outcome.future.done()):
+            if isinstance(outcome, Future):
+                if not (wait or outcome.done()):
                     return
-                self._release(outcome.future)
-                outcome = outcome.future.result()[outcome.position]
+                self._release(outcome)
+                outcome = outcome.result()
             self._done.popleft()
             yield entry, plan, outcome
 
@@ -211,13 +201,6 @@ class Pipeline:
         if self._pinned is not None:
             self._pinned.close()
             self._pinned = None
-
-
-class _Part(NamedTuple):
-    """The outcome of one entry of a batch: item ``position`` of the batch job's result."""
-
-    future: "Future[list[Any]]"
-    position: int
 
 
 def _now(job: Callable[[], Any]) -> "Future[Any]":

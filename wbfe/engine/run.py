@@ -9,18 +9,17 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Optional, Protocol, Union
 
 from wbfe.engine.context import Context
-from wbfe.engine.jobs import batch_job, batch_key, spectrum_job
+from wbfe.engine.jobs import spectrum_job
+from wbfe.engine.products import IntraChain
 from wbfe.engine.matrices import MatrixPlan, Skip
 from wbfe.engine.pipeline import Pipeline, Reading
 from wbfe.engine.plan import Planned, matrices_of
-from wbfe.engine.products import IntraChain
 from wbfe.engine.rows import Record, RowMaker
-from wbfe.linalg.spectra import batch_size
 from wbfe.sources import TensorEntry
 
 __all__ = ["run", "Ties", "Done"]
 
-# done(entry): called in stream order as each entry's spectrum (or skip) is finished.
+# done(entry): called in stream order as each matrix's spectrum (or skip) is finished.
 Done = Callable[[TensorEntry], None]
 
 
@@ -42,33 +41,19 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         context: the run's resolved settings.
         ties: finds byte-identical earlier tensors (scored once, the copy skipped as ``tied``).
         record: receives each entry's row or skip.
-        done: progress, per entry.
+        done: progress, per matrix (not per bias or norm).
         chain: with ``options.intra``, the chain of matrices whose products are scored too
             (:meth:`IntraChain.in_order` when the stream is planned up front; by default the
             stream's order).
     """
     storage: dict[Any, str] = {}
-    # Consecutive small matrices of one shape and dtype (an MoE's experts) whose eigenvalues are
-    # needed, held until a batch is full or the stream moves on: one batched eigen-solve.
-    batch: list[tuple[TensorEntry, MatrixPlan, Any]] = []
-    device = context.device
-
-    def flush() -> None:
-        if len(batch) == 1:  # a matrix without equal-shaped neighbours: on its own, as any other
-            (entry, plan, matrices), = batch
-            pipeline.compute(entry, plan, spectrum_job(matrices, context, entry.name, plan))
-        elif batch:
-            pipeline.compute_batch([(e, p) for e, p, _ in batch],
-                                   batch_job([m[0] for _, _, m in batch], [e.name for e, _, _ in batch], context))
-        batch.clear()
-
     rows = RowMaker(context, record)
     if chain is None and context.options.intra:
         chain = IntraChain(context.options.seed, ww_compatible=context.options.ww_compatible)
 
     def collect(wait: bool = False) -> None:
         for entry, plan, outcome in pipeline.finished(wait=wait):
-            if done is not None:
+            if done is not None and isinstance(plan, MatrixPlan):
                 done(entry)
             rows.add(entry, plan, outcome)
 
@@ -76,25 +61,15 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
         prepared = _prepare(entry, plan, reading, context, storage, ties)
         products = (chain.follow(plan, None if isinstance(prepared, Skip) else prepared)
                     if chain is not None and isinstance(plan, MatrixPlan) else [])
-        key = batch_key(plan, prepared, device) if context.need_eigs else None
-        if batch and (key != batch_key(batch[0][1], batch[0][2], device)
-                      or len(batch) >= batch_size(plan.rows, plan.cols)  # type: ignore[union-attr]
-                      or not pipeline.batch_fits([(e, p) for e, p, _ in batch] + [(entry, plan)])):  # type: ignore[list-item]
-            flush()
-        if key is not None:
-            batch.append((entry, plan, prepared))  # type: ignore[arg-type]
-        elif isinstance(prepared, Skip):
+        if isinstance(prepared, Skip):
             pipeline.put(entry, prepared)
         else:
             assert isinstance(plan, MatrixPlan)
             pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name, plan))
-        if products:  # their rows follow this entry's: the held batch goes first
-            flush()
-            for product in products:
-                pipeline.compute(product.entry, product.plan, product.job)
+        for product in products:  # their rows follow this entry's
+            pipeline.compute(product.entry, product.plan, product.job)
         del prepared  # the job holds the tensor now, and frees it when done
         collect()
-    flush()
     collect(wait=True)
     rows.flush()
 

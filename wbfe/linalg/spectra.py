@@ -38,10 +38,8 @@ from wbfe.linalg.arrays import dtype_name, is_torch, to_torch, torch_loaded
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "w_eigenvalues", "live_part", "log_moments", "spectrum",
-           "work_bytes",
-           "releases_gil", "uses_lu", "pin_threads", "multithreaded", "batchable", "batch_size",
-           "spectra_batch"]
+__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "w_eigenvalues",
+           "live_part", "log_moments", "spectrum", "work_bytes", "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
 
 # float64 bytes of one block of rows/columns: 8 MiB keeps the rank-k updates at full GEMM speed
 # (k >= 1,000 for p <= 1,024) while adding little to the tensor itself (peak RSS, bench_memory.py).
@@ -55,8 +53,6 @@ _EPS = float(np.finfo(np.float64).eps)
 # P = 576, a ResNet's 3x3 convolution: 70 µs on one thread, 0.1-7 ms on two, the more the busier
 # the machine), so such matrices are scored on one (wbfe.linalg.blas.one_thread).
 _SMALL_P = 256
-# Below _MID_P equal-shaped matrices are eigen-solved in batches (see batchable).
-_MID_P = 96
 # From here the eigenvalues come from LAPACK's two-stage reduction (wbfe.linalg.blas.eigvalsh_two_stage):
 # one thread, Zen 4, against dsyevr: 0.55x at p = 256, 0.85x at 1,536, 1.0x at 2,048, 2.2x at
 # 3,072, 3.7x at 4,096 (benchmarks/bench_eigensolvers.py).
@@ -68,10 +64,6 @@ _WORKER_BYTES = 32 << 20
 # (see _range_shift): inside, Σw² and every eigenvalue above the noise floor p·eps·max stay normal.
 _RANGE_LO = 2.0**-400
 _RANGE_HI = 2.0**400
-# Equal-shaped matrices below p = _MID_P (an MoE's small experts) are scored in batches of this many
-# float64 bytes (copies plus Gram matrices): one stacked product and one batched eigen-solve
-# replace a product, a solve and the Python around them per matrix.
-_BATCH_BYTES = 16 << 20
 _NON_FINITE = "non-finite values (NaN or Inf)"
 # Largest error bound on mean(log e) for which the Gram matrix's eigenvalues (or its Cholesky/LU
 # factor's log det) are kept: LAPACK resolves each eigenvalue to ~eps·e_max, so the bound is
@@ -608,66 +600,6 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
                         log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
     return Spectrum(eigs=None, rows=rows, cols=cols, n_slices=len(matrices), moments=log_moments(matrices, device),
                     log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
-
-
-def batchable(rows: int, cols: int, device: "Device") -> bool:
-    """Whether matrices of this shape are scored several at a time by :func:`spectra_batch`: those
-    with p < 96 on the CPU, where the Python around each product and solve is most of the time
-    (one thread, 1.2-1.6x faster in batches at p = 32-64, 1.1x at 96). From p = 128 the work is
-    the flops: batches were 0.84-1.0x (numpy's batched dsyevd is slower there than scipy's dsyevr).
-    On CUDA each matrix keeps its own products."""
-    return (device.type == "cpu" and not _TORCH_ON_CPU and min(rows, cols) < _MID_P
-            and batch_size(rows, cols) > 1)
-
-
-def batch_size(rows: int, cols: int) -> int:
-    """How many matrices of this shape one :func:`spectra_batch` call takes: their float64 copies
-    and Gram matrices within ``_BATCH_BYTES``."""
-    p = min(rows, cols)
-    return max(1, _BATCH_BYTES // (8 * (rows * cols + p * p)))
-
-
-def spectra_batch(matrices: Sequence["torch.Tensor"], device: "Device") -> list[Spectrum | DegenerateMatrixError]:
-    """:func:`spectrum` (with eigenvalues) of each of several single matrices of one shape, on one
-    BLAS thread: the eigenvalues of all their Gram matrices from one batched symmetric solve. A
-    non-finite or all-zero matrix gets its :class:`DegenerateMatrixError` in its place.
-
-    BFE-W alone keeps :func:`spectrum`'s Cholesky factor per matrix: batched, the Python around
-    each factor held the GIL on the workers and made 3,072 experts of 64×128 1.4x slower."""
-    rows, cols = (int(n) for n in matrices[0].shape)
-    p = min(rows, cols)
-    shifts = [_range_shift([m]) for m in matrices]
-    out: list[Spectrum | DegenerateMatrixError] = []
-    # Matrices with a dead row or column: their live parts differ in shape, so each is scored alone.
-    alone: set[int] = set()
-    with _one_blas_thread():
-        a = np.empty(rows * cols, dtype=np.float64)
-        g = np.empty((len(matrices), p, p), dtype=np.float64)
-        for k, m in enumerate(matrices):
-            w = _float64_block(m * math.ldexp(1.0, shifts[k]) if shifts[k] else m, a)
-            if not (np.any(w, axis=1).all() and np.any(w, axis=0).all()):
-                alone.add(k)
-            # numpy turns a 2-D w·wᵀ into a symmetric rank-k update (half a general product's
-            # flops); one stacked 3-D matmul is a general product per matrix, 1.2-1.4x slower.
-            np.matmul(w, w.T, out=g[k]) if rows <= cols else np.matmul(w.T, w, out=g[k])
-        del a
-        # As in gram(): the diagonal is finite exactly when the whole Gram matrix is.
-        finite = np.asarray(np.isfinite(np.diagonal(g, axis1=1, axis2=2)).all(axis=1))
-        solved = iter(np.linalg.eigvalsh(g[finite]) if finite.any() else ())
-        for k in range(len(matrices)):
-            try:
-                if not finite[k]:
-                    raise DegenerateMatrixError(_NON_FINITE)
-                e = np.array(next(solved))
-                if k in alone:
-                    out.append(spectrum([matrices[k]], device))
-                    continue
-                scaled = matrices[k] * math.ldexp(1.0, shifts[k]) if shifts[k] else matrices[k]
-                out.append(Spectrum(eigs=_resolved(e, scaled, device), rows=rows, cols=cols,
-                                    log_scale=-2.0 * shifts[k] * math.log(2.0) if shifts[k] else 0.0))
-            except DegenerateMatrixError as exc:
-                out.append(exc)
-    return out
 
 
 def _one_blas_thread() -> Any:

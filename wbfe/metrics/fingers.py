@@ -42,7 +42,7 @@ from wbfe.metrics.powerlaw import (
     PowerLawFit,
     fit_power_law,
     fit_power_law_in_range,
-    fit_truncated_power_law_many,
+    fit_truncated_power_law,
     tpl_log_normaliser,
 )
 from wbfe.metrics.ww_compat import WW_EVALS_THRESH  # the same tail as htsr's fit
@@ -156,7 +156,7 @@ def _tpl_scan(x: np.ndarray, lo: float, hi: float, *, min_tail: int) -> TailFit:
     candidates = candidates[(candidates < x.size - 1) & (x.size - candidates >= max(min_tail, 3))]
     if candidates.size == 0:
         return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"no candidate xmin in [{lo:.6g}, {hi:.6g})")
-    fits = fit_truncated_power_law_many([x[i:] for i in candidates], [float(x[i]) for i in candidates])
+    fits = [fit_truncated_power_law(x[i:], xmin=float(x[i])) for i in candidates]
     best: Optional[tuple[float, int]] = None
     for j, (i, fit) in enumerate(zip(candidates, fits)):
         if not fit.ok:

@@ -44,8 +44,7 @@ from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
 from wbfe.metrics.powerlaw import (
     PowerLawFit,
     fit_power_law,
-    fit_power_law_many,
-    fit_truncated_power_law_many,
+    fit_truncated_power_law,
 )
 from wbfe.metrics.ww_compat import WW_EVALS_THRESH
 
@@ -126,8 +125,8 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
 
 def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[GroupResult]:
     """``_compute`` of each spectrum; those of one shape (an MoE layer's experts, a ResNet stage's
-    convolutions) have their three fits made as batches, where the Python around each fit's small
-    numpy calls is shared (the results are the per-spectrum fits', see the ``*_many`` fits)."""
+    convolutions) have their Marchenko–Pastur fits made as one batch, where the Python around each
+    fit's small numpy calls is shared (the results are the per-spectrum fits', see ``mp_fit_many``)."""
     results = [GroupResult() for _ in specs]
     usable: list[tuple[int, np.ndarray]] = []
     for k, spec in enumerate(specs):
@@ -243,8 +242,8 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
     """The power-law and truncated power-law columns of each usable spectrum ``(k, sorted e)``."""
     threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
     tails = [e[e > _stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
-    fits = (fit_power_law_many(tails, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
-            if options.plain_tail_fit else [_alternative_fit(tail, options) for tail in tails])
+    fits = [fit_power_law(tail, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+            if options.plain_tail_fit else _alternative_fit(tail, options) for tail in tails]
     fitted = []
     for (k, e), tail_source, fit in zip(usable, tails, fits):
         result = results[k]
@@ -269,7 +268,7 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
         result.values["log_alpha_norm"] = (fit.alpha * (math.log10(top) + shift)
                                            + math.log10(float(np.sum((e / top) ** fit.alpha))))
         fitted.append((k, tail_source, fit.xmin))
-    tpls = fit_truncated_power_law_many([tail for _, tail, _ in fitted], [xmin for _, _, xmin in fitted])
+    tpls = [fit_truncated_power_law(tail, xmin=xmin) for _, tail, xmin in fitted]
     for (k, _, _), tpl in zip(fitted, tpls):
         if tpl.reason is None:
             results[k].values["tpl_alpha"] = tpl.alpha

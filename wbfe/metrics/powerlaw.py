@@ -19,9 +19,6 @@ Two modes:
 Truncated power law p(x) ∝ x^(−α)·exp(−Λx) on x ≥ xmin: its own MLE, with the normaliser
 Z = ∫_xmin^∞ x^(−α) e^(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin) computed by quadrature in log space
 (valid for any real α when Λ > 0, α < 1 included; no incomplete-gamma sign cases).
-
-``fit_power_law_many`` and ``fit_truncated_power_law_many`` fit many samples at once (the scoring
-loop's many matrices of one shape); each result is the single fit's, bit for bit.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Generator, Iterable, NamedTuple, Optional, Sequence, cast
+from typing import Generator, NamedTuple, Optional
 
 import numpy as np
 
@@ -40,8 +37,6 @@ __all__ = [
     "TruncatedPowerLawFit",
     "fit_power_law",
     "fit_truncated_power_law",
-    "fit_truncated_power_law_many",
-    "fit_power_law_many",
     "fit_power_law_in_range",
     "tpl_log_normaliser",
     "WW_SMALL_N",
@@ -60,13 +55,6 @@ _KS_EXACT_BELOW = 128
 _TPL_MAX_NEWTON = 100
 _GL_NODES = 20
 _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
-_PL_BATCH_MIN = 3  # fewer equal-length samples are fitted one by one
-_PL_BATCH_MAX_N = 48  # longer samples are fitted one by one (measured crossover, see fit_power_law_many)
-_TPL_BATCH_MIN = 3  # below this many fits, a loop of single fits is as fast
-# Fits evaluated in one array pass: more spill the node arrays (~200 per fit) out of cache (measured
-# per fit: 21 µs at 8, 14 at 32, 20 at 64, 23 at 256).
-_TPL_CHUNK = 32
-_TPL_ALONE = 3  # this many evaluations or fewer are cheaper one by one (fixed cost ~60 µs a batch)
 
 
 @dataclass(frozen=True)
@@ -325,35 +313,6 @@ def _pick_xmin(
     )
 
 
-def _fit_scan_many(x: np.ndarray, *, min_tail: int, ww_compatible: bool) -> list[PowerLawFit]:
-    """:func:`_fit_scan` of each row of ``x`` (equal-length sorted samples of at most
-    ``_PL_BATCH_MAX_N`` values, so every KS distance is computed exactly, as alone).
-
-    The distances of all candidates of all rows come from one 3-D array (in blocks): the same
-    elementwise operations as :func:`_ks_rows`, and a max, so the same numbers.
-    """
-    b, n = x.shape
-    alphas, n_tail = _tail_alphas(x)
-    valid = alphas > 1.0 if ww_compatible else np.isfinite(alphas) & (alphas > 1.0) & (n_tail >= min_tail)
-    rows = int(np.flatnonzero(valid.any(axis=0))[-1]) + 1 if valid.any() else 0  # candidates 0..rows−1
-    ks = np.full(alphas.shape, np.inf)
-    if rows:
-        k = np.arange(n)[None, :] - np.arange(rows)[:, None]  # rank within each tail
-        step = max(1, _BLOCK_ELEMENTS // (rows * n))
-        for lo in range(0, b, step):
-            xs, a = x[lo : lo + step], alphas[lo : lo + step, :rows]
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                theo = 1.0 - (xs[:, None, :] / xs[:, :rows, None]) ** (-a[:, :, None] + 1.0)
-                diff = np.abs(theo - k / n_tail[:rows, None])
-            diff[:, k < 0] = -np.inf
-            ks[lo : lo + step, :rows] = np.max(diff, axis=2)
-        ks[~valid] = np.inf
-    return [
-        _pick_xmin(x[j], alphas[j], n_tail, valid[j], ks[j], min_tail=min_tail, ww_compatible=ww_compatible)
-        for j in range(b)
-    ]
-
-
 def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves.
 
@@ -416,7 +375,7 @@ def _panel_edges(peak: float, scale: float, lower: float, s: float, c: float, h_
     """Edges going away from ``peak`` (to ``lower`` if it is below the peak, else to +∞): widths
     scale/2, scale, 2·scale, … capped at 1, until h(u) = s·u − c·(e^u − 1) is more than
     ``_TPL_DROP`` below ``h_peak`` or ``lower`` is reached. (Inlined: ~13 edges per fit and per
-    evaluation, the one per-fit Python loop of a batched evaluation.)"""
+    evaluation.)"""
     expm1 = math.expm1
     floor = -_TPL_DROP
     edges = [peak]
@@ -465,40 +424,12 @@ def _tpl_panels(alpha: float, lam: float) -> tuple[list[float], float]:
     return edges, h_peak
 
 
-def _tpl_nodes(alpha: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The quadratures of :func:`_tpl_quadrature` for every (α_k, Λ_k), their panels stacked.
-
-    Returns ``(u, w, h_peak, n_panels)``: u and w have a row per panel, fit k owns the next
-    ``n_panels[k]`` rows. Every node and weight comes from elementwise operations only, so it is
-    the same number whichever batch the fit is in.
-    """
-    lo: list[float] = []
-    hi: list[float] = []
-    peaks: list[float] = []
-    counts: list[int] = []
-    for a, c in zip(alpha.tolist(), lam.tolist()):
-        e, peak = _tpl_panels(a, c)
-        lo += e[:-1]
-        hi += e[1:]
-        peaks.append(peak)
-        counts.append(len(e) - 1)
-    n_panels = np.array(counts)
-    h_peak = np.array(peaks)
-    lo_, hi_ = np.array([lo, hi])[:, :, None]
-    s_, c_, h_ = np.repeat(np.array([1.0 - alpha, lam, h_peak]), n_panels, axis=1)[:, :, None]
-    nodes, weights = _gauss_legendre()
-    half = 0.5 * (hi_ - lo_)
-    u = 0.5 * (lo_ + hi_) + half * nodes
-    w = (half * weights) * np.exp(s_ * u - c_ * np.expm1(u) - h_)
-    return u, w, h_peak, n_panels
-
-
 def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, float]:
     """Nodes u and weights w of ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1) (the TPL on y = e^u ≥ 1).
 
     Composite Gauss–Legendre on the panels of :func:`_tpl_panels`, a row per panel. The weights
     include exp(h − h_peak); returns ``(u, w, h_peak)``, so ∫ exp(h) = e^h_peak · Σw and
-    E[f(u)] = Σ w f / Σ w. The numbers are those of :func:`_tpl_nodes` (the same operations).
+    E[f(u)] = Σ w f / Σ w.
     """
     edges, h_peak = _tpl_panels(alpha, lam)
     e = np.array(edges)[:, None]
@@ -534,18 +465,12 @@ def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
     return (1.0 - alpha) * math.log(xmin) - c + h_peak + math.log(float(np.sum(w)))
 
 
-# (value, gradient (2), Hessian entries (0,0), (0,1), (1,1)) of the objective of one fit, or of many.
+# (value, gradient (2), Hessian entries (0,0), (0,1), (1,1)) of the objective of one fit.
 _Eval = tuple[float, float, float, float, float, float]
-_EvalMany = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _log_of(value: float) -> float:
     return math.log(value) if value > 0.0 else (-math.inf if value == 0.0 else math.nan)
-
-
-def _log(values: np.ndarray) -> np.ndarray:
-    # math.log per value, not np.log: the single fit's numbers, whatever SIMD np.log uses.
-    return np.array([_log_of(v) for v in values.tolist()])
 
 
 def _sum_in_order(values: list[float]) -> float:
@@ -556,45 +481,12 @@ def _sum_in_order(values: list[float]) -> float:
     return total
 
 
-def _tpl_objective_many(alpha: np.ndarray, lam: np.ndarray, mean_u: np.ndarray, mean_y: np.ndarray) -> _EvalMany:
-    """Mean negative log-likelihood of the TPL on y ≥ 1 with its gradient and Hessian in (α, Λ),
-    for every fit k at (alpha[k], lam[k]) on data with means mean_u[k] of log y and mean_y[k] of y.
+def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _Eval:
+    """Mean negative log-likelihood of the TPL on y ≥ 1 at (``alpha``, ``lam``) with its gradient
+    and Hessian in (α, Λ), on data with means ``mean_u`` of log y and ``mean_y`` of y.
 
     An exponential family in (−α, −Λ) with statistics (log y, y): the gradient is the data's mean
-    statistics minus the model's, the Hessian the model's covariance of (log y, y). A sum over a
-    fit's nodes is the sum of each panel's nodes, then of those in panel order (a cumulative sum
-    along the fit's row of a fits × panels grid): fit k's numbers do not depend on the other
-    fits of the batch, bit for bit.
-    """
-    u, w, h_peak, n_panels = _tpl_nodes(alpha, lam)
-    width = int(n_panels.max())
-    ends = np.cumsum(n_panels)
-    fit_rows = np.arange(n_panels.size) * width
-    cells = np.arange(u.shape[0]) + np.repeat(fit_rows - (ends - n_panels), n_panels)
-    lasts = fit_rows + n_panels - 1
-
-    def totals(a: np.ndarray) -> np.ndarray:  # (…, panels, nodes) -> (…, fits)
-        grid = np.zeros(a.shape[:-2] + (n_panels.size * width,))
-        grid[..., cells] = a.sum(axis=-1)
-        return np.cumsum(grid.reshape(grid.shape[:-1] + (n_panels.size, width)), axis=-1).reshape(grid.shape)[..., lasts]
-
-    def per_node(a: np.ndarray) -> np.ndarray:  # (…, fits) -> (…, panels, 1)
-        return np.repeat(a, n_panels, axis=-1)[..., None]
-
-    total = totals(w)
-    p = w / per_node(total)
-    y = np.exp(u)
-    eu, ey = totals(np.stack((p * u, p * y)))
-    du = u - per_node(eu)
-    dy = y - per_node(ey)
-    h_uu, h_uy, h_yy = totals(np.stack((p * (du * du), p * (du * dy), p * (dy * dy))))
-    value = alpha * mean_u + lam * mean_y - lam + h_peak + _log(total)
-    return value, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
-
-
-def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _Eval:
-    """:func:`_tpl_objective_many` of one fit, as Python floats: the same operations in the same
-    order (a batch of one through the batched code costs twice as much)."""
+    statistics minus the model's, the Hessian the model's covariance of (log y, y)."""
     u, w, h_peak = _tpl_quadrature(alpha, lam)
 
     def total(a: np.ndarray) -> float:  # (panels, nodes) -> sum of the row sums in row order
@@ -659,9 +551,7 @@ def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tu
 
 
 # The Newton iteration is a coroutine: it yields each point (α, Λ) where it needs the objective
-# and receives the objective's _Eval there. One fit runs it with _tpl_objective; many fits run
-# theirs in lockstep, the points of all of them evaluated at once by _tpl_objective_many (the same
-# numbers, bit for bit), so the batch's results are the single fits' by construction.
+# and receives the objective's _Eval there (from _tpl_objective).
 _Iteration = Generator[tuple[float, float], _Eval, tuple[float, float, float, bool]]
 
 
@@ -796,83 +686,3 @@ def fit_truncated_power_law(
             point = iteration.send(_tpl_objective(point[0], point[1], data.mean_log, data.mean_y))
         except StopIteration as done:
             return _tpl_result(data, *done.value)
-
-
-def fit_truncated_power_law_many(
-    samples: Sequence[np.ndarray], xmins: Sequence[Optional[float]]
-) -> list[TruncatedPowerLawFit]:
-    """:func:`fit_truncated_power_law` of each ``samples[k]`` with ``xmin=xmins[k]``, bit for bit.
-
-    The Newton iterations of all fits run in lockstep: each round evaluates the objective at the
-    points every unfinished fit asks for, in array operations over ``_TPL_CHUNK`` fits at a time
-    whose numbers for a fit do not depend on the others; each fit's own steps and line search are
-    the single fit's code (a coroutine). Samples may have different lengths; the result for a
-    sample does not depend on the rest of the batch. Measured on spectra of 16–256 eigenvalues
-    (one core, shared): 2–2.8× less CPU time per fit than a loop from 18 fits up, 1.3–1.5× at 8;
-    batches below ``_TPL_BATCH_MIN`` run the single fit in a loop.
-
-    Raises:
-        InvalidOptionError: ``samples`` and ``xmins`` differ in length (a ``ValueError``).
-    """
-    if len(samples) != len(xmins):
-        raise InvalidOptionError(f"{len(samples)} samples but {len(xmins)} xmins")
-    if len(samples) < _TPL_BATCH_MIN:
-        return [fit_truncated_power_law(v, xmin=m) for v, m in zip(samples, xmins)]
-    prepared: list[TruncatedPowerLawFit | _TplData] = [_tpl_prepare(v, m) for v, m in zip(samples, xmins)]
-    running = {k: _tpl_start(d) for k, d in enumerate(prepared) if isinstance(d, _TplData)}
-    points = {k: next(it) for k, it in running.items()}
-    while points:
-        waiting = list(points)
-        n_chunks = -(-len(waiting) // _TPL_CHUNK)
-        for chunk in range(n_chunks):
-            keys = waiting[chunk::n_chunks]
-            data = [cast(_TplData, prepared[k]) for k in keys]
-            evals: Iterable[_Eval]
-            if len(keys) <= _TPL_ALONE:  # the last few fits: the batched call's overhead does not pay
-                evals = [_tpl_objective(*points[k], d.mean_log, d.mean_y) for k, d in zip(keys, data)]
-            else:
-                many = _tpl_objective_many(
-                    np.array([points[k][0] for k in keys]),
-                    np.array([points[k][1] for k in keys]),
-                    np.array([d.mean_log for d in data]),
-                    np.array([d.mean_y for d in data]),
-                )
-                evals = zip(*(e.tolist() for e in many))
-            for k, d, ev in zip(keys, data, evals):
-                try:
-                    points[k] = running[k].send(ev)
-                except StopIteration as done:
-                    prepared[k] = _tpl_result(d, *done.value)
-                    del points[k]
-    return [cast(TruncatedPowerLawFit, d) for d in prepared]
-
-
-def fit_power_law_many(
-    samples: Sequence[np.ndarray], *, min_tail: int = 10, ww_compatible: bool = False
-) -> list[PowerLawFit]:
-    """:func:`fit_power_law` of each sample with the same options, bit for bit.
-
-    Samples of one length up to ``_PL_BATCH_MAX_N`` values (at least ``_PL_BATCH_MIN`` of them)
-    are scanned together, every candidate of every sample in one array; the scan of a longer
-    sample is already vectorised and pruned, and batching it does not pay (measured: 0.8× at 64
-    values), so it and everything else (failures, WeightWatcher's small-N mode) runs alone.
-
-    Raises:
-        InvalidOptionError: ``min_tail`` < 2 (a ``ValueError``).
-    """
-    prepared = [_pl_input(v, min_tail=min_tail, ww_compatible=ww_compatible) for v in samples]
-    fits: list[Optional[PowerLawFit]] = [p if isinstance(p, PowerLawFit) else None for p in prepared]
-    by_length: dict[int, list[int]] = {}
-    for k, p in enumerate(prepared):
-        if not isinstance(p, PowerLawFit):
-            by_length.setdefault(p.size if p.size <= _PL_BATCH_MAX_N else -1 - k, []).append(k)
-    tail_min = 1 if ww_compatible else min_tail
-    for members in by_length.values():
-        if len(members) < _PL_BATCH_MIN:
-            for k in members:
-                fits[k] = _fit_scan(cast(np.ndarray, prepared[k]), min_tail=tail_min, ww_compatible=ww_compatible)
-            continue
-        stacked = np.stack([cast(np.ndarray, prepared[k]) for k in members])
-        for k, fit in zip(members, _fit_scan_many(stacked, min_tail=tail_min, ww_compatible=ww_compatible)):
-            fits[k] = fit
-    return cast(list[PowerLawFit], fits)
