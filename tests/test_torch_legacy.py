@@ -95,3 +95,41 @@ def test_the_fuzz_input_is_refused(tmp_path):
     path.write_bytes(CORPUS.read_bytes())
     with pytest.raises(CorruptCheckpointError, match=r"4 of its 4 storages have no record in the file"):
         wbfe.score(str(path))
+
+
+def test_a_key_list_pickled_with_a_protocol_number_pickle_refuses_is_still_checked(tmp_path):
+    # torch's weights-only unpickler reads any PROTO number (it warns and reads on); the check read
+    # the key list with pickle, which refuses a protocol above HIGHEST_PROTOCOL, and so left torch
+    # to fill the storages unchecked: a key list short of a storage loaded, with uninitialised memory
+    # in it (found by fuzzing: tests/fuzz_corpus/torch/legacy-pickle-protocol-101-*).
+    data = _legacy(_state())
+    start, end = _key_list_span(data)
+    keys = pickle.loads(data[start:end])
+    shorter = pickle.dumps(keys[:-1], protocol=2)
+    assert shorter[:2] == b"\x80\x02"
+    path = tmp_path / "protocol.bin"
+    path.write_bytes(data[:start] + b"\x80\x65" + shorter[2:] + data[end:])
+    with pytest.raises(CorruptCheckpointError, match=r"1 of its 4 storages have no record in the file"):
+        wbfe.score(str(path))
+    # and a sound file whose pickles say protocol 101 is read as torch reads it
+    path.write_bytes(data[:start] + b"\x80\x65" + data[start + 2:])
+    got = {row["name"]: row["bfe"] for row in wbfe.score(str(path), metrics="bfe").layers}
+    assert got and got == {row["name"]: row["bfe"] for row in wbfe.score(_state(), metrics="bfe").layers}
+
+
+def test_a_record_count_past_any_file_size_is_refused(tmp_path):
+    # A count whose bytes no seek can reach (2**62 elements) ended the check in a ValueError.
+    data = _legacy(_state())
+    _, end = _key_list_span(data)
+    path = tmp_path / "huge.bin"
+    path.write_bytes(data[:end] + struct.pack("<q", 1 << 62) + data[end + 8:])
+    with pytest.raises(CorruptCheckpointError, match=rf"holds {1 << 62} elements in the file"):
+        wbfe.score(str(path))
+
+
+@pytest.mark.parametrize("name", ["legacy-pickle-protocol-101-84cac5d2.bin", "legacy-record-count-overflow-807c168f.bin"])
+def test_the_later_fuzz_inputs_are_refused(tmp_path, name):
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes((CORPUS.parent / name).read_bytes())
+    with pytest.raises(CorruptCheckpointError, match="corrupt legacy PyTorch checkpoint"):
+        wbfe.score(str(path))

@@ -33,6 +33,17 @@ _ITEMSIZE = {
 }
 
 
+def _load_any_protocol(self: Any) -> None:
+    """PROTO as torch's weights-only unpickler reads it: the number is read and not checked (pickle
+    refuses one above ``HIGHEST_PROTOCOL``, torch warns and reads on: a check that refused to follow
+    such a pickle left torch to fill storages unchecked, found by fuzzing)."""
+    self.proto = self.read(1)[0]
+
+
+# The pure-Python unpickler's opcode table with that PROTO: the C unpickler's cannot be changed.
+_DISPATCH = {**pickle._Unpickler.dispatch, pickle.PROTO[0]: _load_any_protocol}
+
+
 class _Placeholder:
     """Stands for any object the pickle names: takes every argument and every item, does nothing."""
 
@@ -54,8 +65,10 @@ class _Placeholder:
         pass
 
 
-class _Records(pickle.Unpickler):
+class _Records(pickle._Unpickler):
     """Reads the object pickle for its storage records alone: every class is a placeholder."""
+
+    dispatch = _DISPATCH
 
     def __init__(self, fh: Any):
         super().__init__(fh)
@@ -73,8 +86,10 @@ class _Records(pickle.Unpickler):
         return _Placeholder()
 
 
-class _Plain(pickle.Unpickler):
+class _Plain(pickle._Unpickler):
     """For the header pickles and the key list: plain data only."""
+
+    dispatch = _DISPATCH
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"{module}.{name} in a legacy checkpoint's plain records")
@@ -138,6 +153,9 @@ def _records(fh: BinaryIO, size_of_file: int) -> Optional[_Found]:
             records.append((key, storages[key][1], size_of_file + 1))
             break
         (count,) = struct.unpack("<q", head)
-        records.append((key, count, fh.tell()))
+        start = fh.tell()
+        records.append((key, count, start))
+        if start + max(0, count) * storages[key][0] > size_of_file:  # past the end (and past what seek takes)
+            break
         fh.seek(max(0, count) * storages[key][0], io.SEEK_CUR)
     return storages, records
