@@ -315,3 +315,20 @@ def test_a_damaged_stored_weights_member_fails_its_crc(tmp_path: Path, state: di
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptCheckpointError, match="fails its CRC-32 check"):
         wbfe.score(path, metrics="bfe")
+
+
+def test_a_stored_weights_member_whose_local_header_names_another_file_is_refused(tmp_path: Path, state: dict) -> None:
+    # Found by fuzzing (tests/fuzz_corpus/keras/local-header-name-differs-*): read in place, the
+    # member skipped zipfile's check that its local header names the file the directory names;
+    # zipfile (and so Keras) refuses such an archive, the reader read it.
+    import zipfile
+
+    path = write_keras3(tmp_path / "m.keras", state)
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("model.weights.h5")
+    raw = bytearray(path.read_bytes())
+    assert raw[info.header_offset + 30:info.header_offset + 30 + len(info.filename)] == b"model.weights.h5"
+    raw[info.header_offset + 30 + 3] = ord("m")  # "modml.weights.h5": the fuzzer's change
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptCheckpointError, match=r"File name in directory 'model.weights.h5' and header"):
+        wbfe.score(path, metrics="bfe")

@@ -95,3 +95,67 @@ def test_the_fuzz_input_is_refused(tmp_path):
     path.write_bytes(CORPUS.read_bytes())
     with pytest.raises(CorruptCheckpointError, match=r"4 of its 4 storages have no record in the file"):
         wbfe.score(str(path))
+
+
+def test_a_key_list_pickled_with_a_protocol_number_pickle_refuses_is_still_checked(tmp_path):
+    # torch's weights-only unpickler reads any PROTO number (it warns and reads on); the check read
+    # the key list with pickle, which refuses a protocol above HIGHEST_PROTOCOL, and so left torch
+    # to fill the storages unchecked: a key list short of a storage loaded, with uninitialised memory
+    # in it (found by fuzzing: tests/fuzz_corpus/torch/legacy-pickle-protocol-101-*).
+    data = _legacy(_state())
+    start, end = _key_list_span(data)
+    keys = pickle.loads(data[start:end])
+    shorter = pickle.dumps(keys[:-1], protocol=2)
+    assert shorter[:2] == b"\x80\x02"
+    path = tmp_path / "protocol.bin"
+    path.write_bytes(data[:start] + b"\x80\x65" + shorter[2:] + data[end:])
+    with pytest.raises(CorruptCheckpointError, match=r"1 of its 4 storages have no record in the file"):
+        wbfe.score(str(path))
+    # and a sound file whose pickles say protocol 101 is read as torch reads it
+    path.write_bytes(data[:start] + b"\x80\x65" + data[start + 2:])
+    got = {row["name"]: row["bfe"] for row in wbfe.score(str(path), metrics="bfe").layers}
+    assert got and got == {row["name"]: row["bfe"] for row in wbfe.score(_state(), metrics="bfe").layers}
+
+
+def test_a_record_count_past_any_file_size_is_refused(tmp_path):
+    # A count whose bytes no seek can reach (2**62 elements) ended the check in a ValueError.
+    data = _legacy(_state())
+    _, end = _key_list_span(data)
+    path = tmp_path / "huge.bin"
+    path.write_bytes(data[:end] + struct.pack("<q", 1 << 62) + data[end + 8:])
+    with pytest.raises(CorruptCheckpointError, match=rf"holds {1 << 62} elements in the file"):
+        wbfe.score(str(path))
+
+
+@pytest.mark.parametrize("name", ["legacy-pickle-protocol-101-84cac5d2.bin", "legacy-record-count-overflow-807c168f.bin",
+                                  "legacy-sys-info-damaged-84cac5d2.bin"])
+def test_the_later_fuzz_inputs_are_refused(tmp_path, name):
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes((CORPUS.parent / name).read_bytes())
+    with pytest.raises(CorruptCheckpointError, match="corrupt legacy PyTorch checkpoint"):
+        wbfe.score(str(path))
+
+
+def test_a_damaged_system_info_does_not_switch_the_check_off(tmp_path):
+    # torch ignores the third pickle (byte order, type sizes); the check gave up on a file whose
+    # "little_endian" key was damaged, and torch filled its storages unchecked (found by fuzzing:
+    # tests/fuzz_corpus/torch/legacy-sys-info-damaged-*, its key list also emptied).
+    data = _legacy(_state())
+    fh = io.BytesIO(data)
+    for _ in range(2):
+        pickle.load(fh)
+    info_start = fh.tell()
+    info = pickle.load(fh)
+    info_end = fh.tell()
+    damaged = pickle.dumps({("lmttle_endian" if k == "little_endian" else k): v for k, v in info.items()}, protocol=2)
+    start, end = _key_list_span(data)
+    keys = pickle.loads(data[start:end])
+    rebuilt = data[:info_start] + damaged + data[info_end:start] + pickle.dumps(keys[:-1], protocol=2) + data[end:]
+    path = tmp_path / "info.bin"
+    path.write_bytes(rebuilt)
+    with pytest.raises(CorruptCheckpointError, match=r"1 of its 4 storages have no record in the file"):
+        wbfe.score(str(path))
+    # and a sound file with that damage still loads as torch reads it
+    path.write_bytes(data[:info_start] + damaged + data[info_end:])
+    got = {row["name"]: row["bfe"] for row in wbfe.score(str(path), metrics="bfe").layers}
+    assert got and got == {row["name"]: row["bfe"] for row in wbfe.score(_state(), metrics="bfe").layers}

@@ -12,11 +12,13 @@ the meta device) ask :func:`torch_installed` and go on without it.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from types import ModuleType
+from typing import Optional
 
 from wbfe.errors import MissingDependencyError
 
-__all__ = ["TORCH_INSTALL", "require_torch", "torch_installed"]
+__all__ = ["TORCH_INSTALL", "loaded", "require_torch", "torch_installed"]
 
 TORCH_INSTALL = "pip install 'wbfe[torch]'"
 
@@ -40,3 +42,18 @@ def torch_installed() -> bool:
         return importlib.util.find_spec("torch") is not None
     except (ImportError, ValueError):  # a torch entry of None or without a spec in sys.modules
         return False
+
+
+def loaded(name: str) -> Optional[ModuleType]:
+    """The module ``name`` if this process has finished importing it; None if it has not, if its
+    import is blocked (a None entry in ``sys.modules``), or while a thread is still importing it.
+
+    A module enters ``sys.modules`` when its import starts, not when it ends: read from there while
+    a pipeline thread imported torch, it had no ``Tensor`` yet, and scoring crashed (issue 45 §12).
+    The spec's ``_initializing`` flag is the one CPython's own ``import`` reads to wait for such a
+    module; a module whose import has not finished cannot have made the object asked about.
+    """
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module

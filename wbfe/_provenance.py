@@ -17,13 +17,14 @@ __all__ = ["installed_versions", "source_digest", "tree_digest"]
 def _versions() -> tuple[tuple[str, str], ...]:
     # A loaded package's __version__ is free; reading its metadata parses files (~5 ms a score).
     import platform
-    import sys
     from importlib import metadata
+
+    from wbfe._deps import loaded as loaded_module
 
     out = {"python": platform.python_version()}
     # What computed the numbers (safetensors files are parsed by wbfe itself, not that package).
     for package in ("wbfe", "torch", "numpy", "scipy"):
-        loaded = getattr(sys.modules.get(package), "__version__", None)
+        loaded = getattr(loaded_module(package), "__version__", None)
         if isinstance(loaded, str):
             out[package] = loaded
             continue

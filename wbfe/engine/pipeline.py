@@ -22,7 +22,9 @@ from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
 
 from wbfe._config import blas_threads
+from wbfe._deps import torch_installed
 from wbfe.engine.matrices import MatrixPlan, Skip
+from wbfe.linalg.arrays import holds_without_torch, torch_loaded
 from wbfe.linalg.spectra import multithreaded, pin_threads, releases_gil, work_bytes
 from wbfe.sources import TensorEntry
 
@@ -53,6 +55,15 @@ def worker_count(device: "Device") -> int:
     if device.type != "cpu":
         return 1
     return blas_threads()
+
+
+def _import_for_load(entry: TensorEntry) -> None:
+    """Import here, before ``entry.load`` moves to the read-ahead thread, the torch it would import
+    there: a bfloat16 or float8 tensor is held by torch where it is installed. An import on one
+    thread while the others score the tensors before it (issue 45 §12: torch read half-imported)
+    is what this rules out; a reader's other packages were imported when the source was opened."""
+    if not torch_loaded() and not holds_without_torch(str(entry.dtype)) and torch_installed():
+        import torch  # noqa: F401
 
 
 class Reading:
@@ -136,6 +147,7 @@ class Pipeline:
             if isinstance(plan, MatrixPlan):
                 self._note(entry)
                 if self.may_read_ahead(entry, held[:2] if held is not None else None):
+                    _import_for_load(entry)
                     reading = Reading(self._reader.submit(entry.load))
             if held is not None:
                 yield held

@@ -66,11 +66,11 @@ def run_with_threads(threads: int, fn: Callable[..., Any], args: tuple[Any, ...]
     # Runs in a worker process: split the cores between workers instead of oversubscribing them.
     # Environment variables would come too late (NumPy's BLAS is loaded by the time this runs), so
     # the pools are limited through threadpoolctl, and torch's own pool directly.
-    import sys
-
     from threadpoolctl import threadpool_limits
 
-    torch = sys.modules.get("torch")  # None: an import of torch is blocked
+    from wbfe._deps import loaded
+
+    torch = loaded("torch")
     if torch is not None:
         torch.set_num_threads(threads)
     with threadpool_limits(limits=threads):

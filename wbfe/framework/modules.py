@@ -12,9 +12,9 @@ modules between the head and the layer with weights before it (VGG's ``classifie
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Optional
 
+from wbfe._deps import loaded
 from wbfe.framework.parameters import shared_parameters, transposed_weights
 from wbfe.framework.description import FrameworkDescription
 from wbfe.framework.head_facts import dropout_rate, head_facts
@@ -24,10 +24,10 @@ __all__ = ["describe_module"]
 
 def describe_module(module: Any) -> Optional[FrameworkDescription]:
     """The description an ``nn.Module`` gives of itself; None for anything else."""
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     if torch is None or not isinstance(module, torch.nn.Module):
         return None
-    transformers = sys.modules.get("transformers")
+    transformers = loaded("transformers")
     if transformers is not None and isinstance(module, transformers.PreTrainedModel):
         from wbfe.framework.transformers_model import describe_built
 

@@ -11,12 +11,11 @@ know which reader a tensor came from; a feature whose math is written with torch
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Sequence
 
 import numpy as np
 
-from wbfe._deps import require_torch, torch_installed
+from wbfe._deps import loaded, require_torch, torch_installed
 
 __all__ = ["NUMPY_DTYPES", "WIDENED_DTYPES", "is_known_dtype", "holds_without_torch", "widen", "is_torch", "to_torch", "to_numpy", "dtype_name", "itemsize", "from_bytes",
            "flat_bytes", "swap_first_axes", "contiguous", "torch_loaded"]
@@ -60,13 +59,16 @@ def is_known_dtype(dtype: str) -> bool:
 
 
 def torch_loaded() -> bool:
-    """Whether torch has been imported in this process (by wbfe or by its caller)."""
-    return sys.modules.get("torch") is not None  # None: an import of torch is blocked
+    """Whether torch has been imported in this process (by wbfe or by its caller), its import
+    finished (:func:`wbfe._deps.loaded`)."""
+    return loaded("torch") is not None
 
 
 def is_torch(x: Any) -> bool:
-    """Whether ``x`` is a torch tensor; asked without importing torch."""
-    return torch_loaded() and isinstance(x, sys.modules["torch"].Tensor)
+    """Whether ``x`` is a torch tensor; asked without importing torch (nor reading a torch that
+    another thread is still importing: no tensor exists before its import has finished)."""
+    torch = loaded("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def to_torch(x: Any) -> Any:

@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import functools
 import math
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Optional, Sequence
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Optional, Seq
 import numpy as np
 
 from wbfe._config import blas_threads
-from wbfe._deps import require_torch, torch_installed
+from wbfe._deps import loaded, require_torch, torch_installed
 from wbfe.errors import InvalidOptionError, WbfeError
 from wbfe.linalg import blas
 from wbfe.linalg.arrays import dtype_name, is_torch, to_torch, torch_loaded
@@ -308,7 +307,7 @@ def pin_threads() -> Iterator[None]:
     # torch's too, where it is loaded (a torch tensor's widening runs on torch's threads):
     # threadpoolctl's OpenMP limit holds only for the thread that sets it, and MKL, linked into
     # torch, is out of its sight; two workers' torch LUs once ran 10x slower so.
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     torch_threads = torch.get_num_threads() if torch is not None else None
     with limit:
         if torch is not None:

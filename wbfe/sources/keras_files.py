@@ -237,6 +237,10 @@ class KerasSource(TensorSource):
             self._member_size = info.file_size
             self._window: Optional[tuple[int, int]] = None
             if info.compress_type == zipfile.ZIP_STORED:  # as Keras writes it: read in place
+                # zipfile's checks of the member's local header first (its name as the directory
+                # gives it, its flags), which reading in place would skip (found by fuzzing: a
+                # member whose local header names another file was read).
+                archive.open(info).close()
                 self._window = (_member_offset(path, info), info.file_size)
                 self._fileobj = FileWindow(path, *self._window, what=_WEIGHTS_MEMBER)
                 # Read in place, the member skips zipfile's CRC-32 check: made here, once (found by

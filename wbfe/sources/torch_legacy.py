@@ -33,6 +33,17 @@ _ITEMSIZE = {
 }
 
 
+def _load_any_protocol(self: Any) -> None:
+    """PROTO as torch's weights-only unpickler reads it: the number is read and not checked (pickle
+    refuses one above ``HIGHEST_PROTOCOL``, torch warns and reads on: a check that refused to follow
+    such a pickle left torch to fill storages unchecked, found by fuzzing)."""
+    self.proto = self.read(1)[0]
+
+
+# The pure-Python unpickler's opcode table with that PROTO: the C unpickler's cannot be changed.
+_DISPATCH = {**pickle._Unpickler.dispatch, pickle.PROTO[0]: _load_any_protocol}
+
+
 class _Placeholder:
     """Stands for any object the pickle names: takes every argument and every item, does nothing."""
 
@@ -54,8 +65,10 @@ class _Placeholder:
         pass
 
 
-class _Records(pickle.Unpickler):
+class _Records(pickle._Unpickler):
     """Reads the object pickle for its storage records alone: every class is a placeholder."""
+
+    dispatch = _DISPATCH
 
     def __init__(self, fh: Any):
         super().__init__(fh)
@@ -73,8 +86,10 @@ class _Records(pickle.Unpickler):
         return _Placeholder()
 
 
-class _Plain(pickle.Unpickler):
+class _Plain(pickle._Unpickler):
     """For the header pickles and the key list: plain data only."""
+
+    dispatch = _DISPATCH
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"{module}.{name} in a legacy checkpoint's plain records")
@@ -118,8 +133,11 @@ def _records(fh: BinaryIO, size_of_file: int) -> Optional[_Found]:
     """The object's storages and the file's (key, count, first byte) records; None where this
     check cannot read them (torch decides)."""
     try:
-        magic, _protocol, info = (_Plain(fh).load() for _ in range(3))
-        if magic != 0x1950A86A20F9469CFC6C or not isinstance(info, dict) or info.get("little_endian") is not True:
+        magic, _protocol, _info = (_Plain(fh).load() for _ in range(3))
+        # The system info is not looked at: torch ignores it too, and reads each record's count as
+        # little-endian whatever it says (a check that gave up on a damaged "little_endian" key left
+        # torch to fill storages unchecked, found by fuzzing).
+        if magic != 0x1950A86A20F9469CFC6C:
             return None
         reader = _Records(fh)
         reader.load()
@@ -138,6 +156,9 @@ def _records(fh: BinaryIO, size_of_file: int) -> Optional[_Found]:
             records.append((key, storages[key][1], size_of_file + 1))
             break
         (count,) = struct.unpack("<q", head)
-        records.append((key, count, fh.tell()))
+        start = fh.tell()
+        records.append((key, count, start))
+        if start + max(0, count) * storages[key][0] > size_of_file:  # past the end (and past what seek takes)
+            break
         fh.seek(max(0, count) * storages[key][0], io.SEEK_CUR)
     return storages, records
