@@ -15,14 +15,14 @@ The engine imports no feature built on it (enforced by the import contract in py
 from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_source
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import batch_job, batch_key, planned_spectrum, spectrum_job, spectrum_of
-from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, stream
+from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, planning_min_eigs, stream
 from wbfe.engine.products import INTRA, IntraChain, Product
 from wbfe.engine.result import ModelScore, finish, no_usable_matrix, summarise
 from wbfe.engine.rows import ROW_BATCH, Record, RowMaker, layer_row
 from wbfe.engine.run import Done, Ties, run
 
 __all__ = [
-    "Context", "Planned", "entries", "plan_entry", "stream", "matrices_of",
+    "Context", "Planned", "entries", "plan_entry", "planning_min_eigs", "stream", "matrices_of",
     "spectrum_of", "spectrum_job", "batch_job", "batch_key", "planned_spectrum",
     "IntraChain", "Product", "INTRA",
     "layer_row", "RowMaker", "Record", "ROW_BATCH",
