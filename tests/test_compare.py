@@ -414,3 +414,17 @@ def test_drift_and_a_uniform_scale_are_not_folding() -> None:
     for row in doubled.layers:
         assert row["rel_frobenius"] == pytest.approx(1.0) and row["rel_frobenius_rowscaled"] < 1e-12
         assert row["row_scale_cv"] < 1e-12
+
+
+def test_cli_says_when_folding_explains_the_change_and_what_min_eigs_gates(tmp_path: Path) -> None:
+    state, twin, _ = _folded_int8_twin()
+    save_file({k: v.contiguous() for k, v in state.items() if v.ndim > 0}, str(tmp_path / "float.safetensors"))
+    save_file(twin, str(tmp_path / "int8.safetensors"))
+    runner = CliRunner()
+    table = runner.invoke(app, ["compare", str(tmp_path / "float.safetensors"), str(tmp_path / "int8.safetensors"),
+                                "--metrics", "bfe"])
+    assert table.exit_code == 0, table.output
+    assert "rel_frobenius_rowscaled" in table.stdout
+    assert "folding: 3 of 4 changed pairs are a per-output-row rescaling of A" in table.stdout
+    text = " ".join(runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"}).stdout.split())
+    assert "Tail fits (HT-SR, HTMP) need this many eigenvalues" in text and "No pair is dropped for it" in text
