@@ -12,7 +12,7 @@
 The engine imports no feature built on it (enforced by the import contract in pyproject.toml).
 """
 
-from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_source
+from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_intra, score_source
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import batch_job, batch_key, planned_spectrum, spectrum_job, spectrum_of
 from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, planning_min_eigs, stream
@@ -28,5 +28,5 @@ __all__ = [
     "layer_row", "RowMaker", "Record", "ROW_BATCH",
     "run", "Ties", "Done",
     "ModelScore", "finish", "summarise", "no_usable_matrix",
-    "Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of",
+    "Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of", "score_intra",
 ]
