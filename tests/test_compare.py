@@ -428,3 +428,25 @@ def test_cli_says_when_folding_explains_the_change_and_what_min_eigs_gates(tmp_p
     assert "folding: 3 of 4 changed pairs are a per-output-row rescaling of A" in table.stdout
     text = " ".join(runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"}).stdout.split())
     assert "Tail fits (HT-SR, HTMP) need this many eigenvalues" in text and "No pair is dropped for it" in text
+
+
+def test_rows_are_output_units_whatever_the_stored_layout() -> None:
+    """GPT-2's Conv1D stores its weight in × out: a factor per output unit is a row scale of the
+    out × in matrix, so the row-scaled change is float32 rounding (on the stored [in, out] array
+    reshaped as out × in it would be the whole change)."""
+    import copy
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
+                                       bos_token_id=0, eos_token_id=0))
+    scaled = copy.deepcopy(model)
+    factor = torch.linspace(0.5, 2.0, 128)
+    with torch.no_grad():
+        scaled.transformer.h[0].mlp.c_fc.weight *= factor[None, :]
+    row = next(r for r in wbfe.compare(model, scaled, metrics="bfe").layers if r["name"].endswith("mlp.c_fc.weight"))
+    assert (row["shape"], row["rows"], row["cols"]) == ([32, 128], 128, 32)
+    assert row["rel_frobenius"] > 0.3 and row["rel_frobenius_rowscaled"] < 1e-6
+    s = 1 / factor.double().numpy()
+    assert row["row_scale_cv"] == pytest.approx(s.std() / s.mean(), rel=1e-5)
