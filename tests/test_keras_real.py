@@ -98,6 +98,12 @@ def test_compare_pairs_every_matrix_score_analyses(keras_files: Path, kind: str)
         assert row["bfe_a"] == pytest.approx(ra["bfe"], rel=1e-12) and row["bfe_b"] == pytest.approx(rb["bfe"], rel=1e-12)
         assert row["d_bfe"] == pytest.approx(rb["bfe"] - ra["bfe"], rel=1e-9, abs=1e-12)
         assert math.isnan(row["alpha_a"]) and math.isnan(row["d_alpha"])
+        # every metric column score gives, norms included (dtype and quant are the entries' own)
+        columns = [k for k in ra if f"{k}_a" in row and k not in ("dtype", "quant")]
+        assert {"bfe", "log_norm", "stable_rank", "alpha"} <= set(columns)
+        for k in columns:
+            assert row[f"{k}_a"] == pytest.approx(ra[k], rel=1e-12, nan_ok=True), k
+            assert row[f"{k}_b"] == pytest.approx(rb[k], rel=1e-12, nan_ok=True), k
         assert row["reasons"]["alpha_a"] == ra["reasons"]["alpha"] == f"too few eigenvalues for a tail fit: {ra['n_eigs']} < min_eigs=10"
         assert math.isfinite(row["rel_frobenius"]) and row["rel_frobenius"] > 0
     assert [s["reason"] for s in result.skipped] == ["A: bias; B: bias"] * (3 if kind == "keras" else 0)

@@ -245,8 +245,7 @@ def compare(
                 continue
             base.update({"quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
                          "rows": plan_a.rows, "cols": plan_a.cols, "depth": _depth(entry_a.name)})
-            load_a, load_b = entry_a.load, entry_b.load
-            both = dataclasses.replace(entry_a, load=lambda load_a=load_a, load_b=load_b: (load_a(), load_b()),
+            both = dataclasses.replace(entry_a, load=functools.partial(_load_both, entry_a.load, entry_b.load),
                                        storage_key=None, reread=None)
             jobs[id(both)] = _Pair(entry_a, entry_b, plan_a, plan_b, base)
             yield both, plan_a
@@ -291,7 +290,7 @@ def compare(
             collect(pipeline)
         collect(pipeline, wait=True)
         description = source_a.description  # A's own, as a score of A finds its head (recorded in its provenance)
-        head_of = {"hint": source_a.head_hint, "config": source_a.config, "description": description}
+        hint, config = source_a.head_hint, source_a.config
         result.model_a = source_a.provenance.to_dict()
         result.model_b = source_b.provenance.to_dict()
     result.options["versions"] = installed_versions()
@@ -302,7 +301,7 @@ def compare(
             f"({len(result.unmatched)} unmatched, {len(result.skipped)} skipped)"
             + (f"; not paired by graph order: {note}" if note else "")
         )
-    result.summary = _summarise(result, groups, **head_of)
+    result.summary = _summarise(result, groups, hint=hint, config=config, description=description)
     result.summary["pairing"] = pairing
     if note:
         result.summary["pairing_note"] = note
@@ -323,6 +322,10 @@ class _Pair:
     def loaded_bytes(self) -> int:
         """Both tensors as stored."""
         return self.a.nbytes + self.b.nbytes
+
+
+def _load_both(load_a: Any, load_b: Any) -> tuple[Any, Any]:
+    return load_a(), load_b()
 
 
 def _change_bytes(plan: MatrixPlan) -> int:

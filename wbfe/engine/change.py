@@ -98,7 +98,8 @@ def matrix_change(
     why_a, why_b = side_a["reasons"], side_b["reasons"]
     for group in context.groups:
         for column in group.columns:
-            va, vb = side_a.get(column), side_b.get(column)
+            va: Any = side_a.get(column)
+            vb: Any = side_b.get(column)
             row[f"{column}_a"], row[f"{column}_b"] = va, vb
             if column in why_a or column in why_b:
                 row[f"d_{column}"] = math.nan
