@@ -454,7 +454,7 @@ takes a dense matrix's) took {a["dense_seconds_per_module"]:.0f} s on that loade
 and {c["score_b"]["wall_s"]:.1f} s for `wbfe score --metrics bfe` of each alone in the same run
 ({c["compare_over_two_scores"]:.1f}× the two). Pairs run on the engine's pipeline as a score's
 matrices do: the next pair read ahead, small pairs in line, those whose float64 copy fits in 32 MiB
-side by side on its worker threads of one BLAS thread each, larger ones alone with every BLAS thread.
+side by side on its worker threads, every BLAS pool held at one thread.
 """
 
 

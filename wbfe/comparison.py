@@ -27,7 +27,7 @@ tensors once their reader dequantises them):
 
 Pairs run through the engine's pipeline (:class:`wbfe.engine.pipeline.Pipeline`), as a score's
 matrices do: read ahead, side by side on its workers within its memory budget, rows in stream
-order. The head is chosen from A as a score of A chooses it (its own description first).
+order; every BLAS pool is held at one thread meanwhile (``spectra.pin_threads``). The head is chosen from A as a score of A chooses it (its own description first).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
 from wbfe.engine.pipeline import Pipeline
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
-from wbfe.linalg.spectra import DegenerateMatrixError
+from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, check_name_map
 from wbfe.render.text import json_ready
@@ -261,9 +261,12 @@ def compare(
             if progress is not None:
                 progress(done, max(total, done), entry.name)
 
+    # Every BLAS pool at one thread throughout, a large pair's too: the change's subset eigen-solves
+    # (scipy's LAPACK) are outside the per-matrix thread choice the spectra make, and on a busy
+    # machine they run far slower on two threads than on one.
     with open_source(a, stream=given.stream) as source_a, open_source(b, stream=given.stream) as source_b, \
-            Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)].loaded_bytes,
-                     job_bytes=_change_bytes) as pipeline:
+            pin_threads(), Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)].loaded_bytes,
+                                    job_bytes=_change_bytes) as pipeline:
         for source in (source_a, source_b):
             if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change
                 raise InvalidOptionError(f"{source.provenance.source} is a LoRA adapter: compare full checkpoints, "
