@@ -467,8 +467,9 @@ takes a dense matrix's) took {a["dense_seconds_per_module"]:.0f} s on that loade
 **{c["compare"]["wall_s"]:.0f} s at {c["compare"]["peak_rss_mb"]:.0f} MB peak RSS** (a bare
 `import wbfe, torch` is {c["baseline"]["peak_rss_mb"]:.0f} MB), against {c["score_a"]["wall_s"]:.1f} s
 and {c["score_b"]["wall_s"]:.1f} s for `wbfe score --metrics bfe` of each alone in the same run
-({c["compare_over_two_scores"]:.1f}× the two). Pairs run on two worker threads of one BLAS thread
-each; one at a time (an earlier run, load ~9) it took 133 s at 795 MB.
+({c["compare_over_two_scores"]:.1f}× the two). Pairs run on the engine's pipeline as a score's
+matrices do: the next pair read ahead, small pairs in line, those whose float64 copy fits in 32 MiB
+side by side on its worker threads, every BLAS pool held at one thread.
 """
 
 

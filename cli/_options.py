@@ -70,6 +70,10 @@ Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N
 Head = Annotated[Optional[str], typer.Option("--head", help="Tensor or module name of the classifier / LM head.")]
 MinEigs = Annotated[int, typer.Option(
     "--min-eigs", help="Tail fits (HT-SR, HTMP) need this many eigenvalues; BFE-W needs 2.")]
+CompareMinEigs = Annotated[int, typer.Option(
+    "--min-eigs", help="Tail fits (HT-SR, HTMP) need this many eigenvalues: below it their columns are NaN with "
+                       "the reason, as in wbfe score. No pair is dropped for it: every matrix score analyses "
+                       "(2 eigenvalues or more) is paired, with BFE-W and the norms.")]
 WwCompatible = Annotated[bool, typer.Option("--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices.")]
 Seed = Annotated[int, typer.Option(
     "--seed", help="Seed of the scoring's random steps (the rand group's shuffles); recorded in options.seed.")]
@@ -188,7 +192,9 @@ def _compare_options(**values: Any) -> Any:
 
 def compare_group() -> OptionGroup:
     """The :class:`~wbfe.options.CompareOptions` options of ``wbfe compare``."""
-    params = {n: _SCORING[n] for n in ("metrics", "layers", "lam", "device", "min_eigs", "seed", "stream")}
+    # --min-eigs as score's, its help saying what it gates in a comparison
+    params = {n: (CompareMinEigs, _SCORING[n][1]) if n == "min_eigs" else _SCORING[n]
+              for n in ("metrics", "layers", "lam", "device", "min_eigs", "seed", "stream")}
     params.update({"name_map": (NameMap, None), "top_k": (TopK, 10)})
     return OptionGroup("compare", params, _compare_options)
 

@@ -13,7 +13,7 @@ from ._progress import progress_bar
 if TYPE_CHECKING:
     from wbfe.options import CompareOptions
 
-_TABLE = ("name", "shape", "rel_frobenius", "w1_log_eigs", "stable_rank_delta", "overlap_in", "overlap_out",
+_TABLE = ("name", "shape", "rel_frobenius", "rel_frobenius_rowscaled", "w1_log_eigs", "stable_rank_delta", "overlap_in", "overlap_out",
           "d_bfe", "d_alpha", "d_h")
 
 
@@ -67,7 +67,9 @@ def compare_table(result: object) -> str:
              "most changed (‖B − A‖/‖A‖): " + ", ".join(f"{m['name']} {m['rel_frobenius']:.3g}" for m in summary["most_changed"]),
              "most changed spectrum (W1): " + ", ".join(f"{m['name']} {m['w1_log_eigs']:.3g}"
                                                        for m in summary["most_changed_spectrum"])]
-    rest = [row for row in summary.items() if not isinstance(row[1], list)]
+    if summary.get("folding_note"):
+        parts += ["", f"folding: {summary['folding_note']}"]
+    rest = [row for row in summary.items() if not isinstance(row[1], list) and row[0] != "folding_note"]
     parts += ["", text_table([{"metric": k, "value": v} for k, v in rest], ("metric", "value"))]
     unmatched = result.unmatched  # type: ignore[attr-defined]
     skipped = result.skipped  # type: ignore[attr-defined]

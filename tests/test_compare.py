@@ -315,9 +315,10 @@ def test_compare_holds_about_one_pair_at_a_time(tmp_path: Path, monkeypatch: pyt
 
     from safetensors.numpy import save_file
 
-    from wbfe import comparison
+    from wbfe.engine import pipeline
 
-    monkeypatch.setattr(comparison, "worker_count", lambda device: 1)  # one pair in flight by design
+    monkeypatch.setattr(pipeline, "worker_count", lambda device: 1)  # one pair in flight by design
+
     rng = np.random.default_rng(0)
     a = {f"l{k}.weight": rng.standard_normal((256, 256)).astype(np.float32) for k in range(60)}
     save_file(a, str(tmp_path / "a.safetensors"))
@@ -331,3 +332,119 @@ def test_compare_holds_about_one_pair_at_a_time(tmp_path: Path, monkeypatch: pyt
         tracemalloc.stop()
     assert c.summary["n_matched"] == 60
     assert peak < 8 * pair64, peak / 2**20  # holding every tensor would be 30x that
+
+
+def _folded_int8_twin(seed: int = 0) -> tuple[dict, dict, dict]:
+    """A small conv net with BatchNorm (its float state dict), its twin as a converter writes it
+    (γ/√(var+ε) folded into each conv's output channels, then every kernel quantised to symmetric
+    per-output-channel int8 and dequantised), and each conv's fold factors."""
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, bias=False), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 32, 3, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 24, 3, bias=False), torch.nn.BatchNorm2d(24), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(24, 10))
+    g = torch.Generator().manual_seed(seed)
+    for bn in (m for m in net if isinstance(m, torch.nn.BatchNorm2d)):  # statistics as training leaves them
+        n = bn.num_features
+        bn.weight.data = 0.2 + 2.8 * torch.rand(n, generator=g)
+        bn.running_var = 0.05 + 4.0 * torch.rand(n, generator=g)
+    state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    twin, factors = {}, {}
+    for k in (0, 3, 6, 10):
+        w = state[f"{k}.weight"].double().numpy()
+        if k != 10:
+            bn = net[k + 1]
+            factor = (bn.weight / torch.sqrt(bn.running_var + bn.eps)).detach().double().numpy()
+            factors[f"{k}.weight"] = factor
+            w = w * factor.reshape(-1, *[1] * (w.ndim - 1))
+        step = np.abs(w.reshape(w.shape[0], -1)).max(axis=1) / 127.0
+        step = step.reshape(-1, *[1] * (w.ndim - 1))
+        twin[f"{k}.weight"] = torch.from_numpy(np.clip(np.round(w / step), -127, 127) * step).float()
+    return state, twin, factors
+
+
+def _rowscaled_reference(a: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray]:
+    """‖A − diag(s) B‖_F / ‖A‖_F with each s_i from numpy's least squares of row b_i onto a_i."""
+    s = np.array([np.linalg.lstsq(b[i][:, None], a[i], rcond=None)[0][0] for i in range(a.shape[0])])
+    return float(np.linalg.norm(a - s[:, None] * b) / np.linalg.norm(a)), s
+
+
+def test_a_folded_quantised_twin_is_folding_not_drift() -> None:
+    """Issue 45.5: against its BN-folded int8 twin, a float conv net's raw change is the folded
+    factor (large); the change after the per-row least-squares rescaling is the int8 rounding,
+    against an independent numpy computation, and the summary says folding was detected."""
+    state, twin, factors = _folded_int8_twin()
+    result = wbfe.compare(state, twin, metrics="bfe")
+    rows = {row["name"]: row for row in result.layers}
+    assert set(rows) == {"0.weight", "3.weight", "6.weight", "10.weight"}
+    assert {u["name"] for u in result.unmatched} >= {"1.weight", "1.running_var", "10.bias"}
+    for name, row in rows.items():
+        a = state[name].double().numpy().reshape(state[name].shape[0], -1)
+        b = twin[name].double().numpy().reshape(twin[name].shape[0], -1)
+        expected, s = _rowscaled_reference(a, b)
+        assert row["rel_frobenius_rowscaled"] == pytest.approx(expected, rel=1e-9)
+        assert row["row_scale_cv"] == pytest.approx(s.std() / abs(s.mean()), rel=1e-9)
+        assert row["rel_frobenius"] == pytest.approx(np.linalg.norm(b - a) / np.linalg.norm(a), rel=1e-9)
+        if name in factors:  # folded: the raw change is the factor, the rowscaled one the rounding
+            folded = a * factors[name][:, None]
+            rounding = np.linalg.norm((folded - b) / factors[name][:, None]) / np.linalg.norm(a)
+            assert row["rel_frobenius"] > 0.5
+            assert 0.8 * rounding <= row["rel_frobenius_rowscaled"] <= rounding < 0.01
+            assert np.corrcoef(s, 1 / factors[name])[0, 1] > 0.9999
+        else:  # quantised only: the row scales explain nothing
+            assert row["rel_frobenius_rowscaled"] == pytest.approx(row["rel_frobenius"], rel=0.05)
+            assert row["rel_frobenius"] < 0.01
+    assert result.summary["n_rowscale_explained"] == 3 and result.summary["folding_detected"] is True
+    assert "3 of 4 changed pairs" in result.summary["folding_note"]
+
+
+def test_drift_and_a_uniform_scale_are_not_folding() -> None:
+    """Fine-tuning drift leaves the row-scaled change at the raw one; a scale shared by every row
+    removes the change but is no fold (the scales do not spread)."""
+    a, b = _pair()
+    drift = wbfe.compare(a, b, metrics="bfe")
+    assert drift.summary["folding_detected"] is False and drift.summary["n_rowscale_explained"] == 0
+    for row in drift.layers:
+        assert 0.5 * row["rel_frobenius"] < row["rel_frobenius_rowscaled"] <= row["rel_frobenius"]
+    doubled = wbfe.compare(a, {k: 2 * v for k, v in a.items()}, metrics="bfe")
+    assert doubled.summary["n_rowscale_explained"] == 4 and doubled.summary["folding_detected"] is False
+    for row in doubled.layers:
+        assert row["rel_frobenius"] == pytest.approx(1.0) and row["rel_frobenius_rowscaled"] < 1e-12
+        assert row["row_scale_cv"] < 1e-12
+
+
+def test_cli_says_when_folding_explains_the_change_and_what_min_eigs_gates(tmp_path: Path) -> None:
+    state, twin, _ = _folded_int8_twin()
+    save_file({k: v.contiguous() for k, v in state.items() if v.ndim > 0}, str(tmp_path / "float.safetensors"))
+    save_file(twin, str(tmp_path / "int8.safetensors"))
+    runner = CliRunner()
+    table = runner.invoke(app, ["compare", str(tmp_path / "float.safetensors"), str(tmp_path / "int8.safetensors"),
+                                "--metrics", "bfe"])
+    assert table.exit_code == 0, table.output
+    assert "rel_frobenius_rowscaled" in table.stdout
+    assert "folding: 3 of 4 changed pairs are a per-output-row rescaling of A" in table.stdout
+    text = " ".join(runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"}).stdout.split())
+    assert "Tail fits (HT-SR, HTMP) need this many eigenvalues" in text and "No pair is dropped for it" in text
+
+
+def test_rows_are_output_units_whatever_the_stored_layout() -> None:
+    """GPT-2's Conv1D stores its weight in × out: a factor per output unit is a row scale of the
+    out × in matrix, so the row-scaled change is float32 rounding (on the stored [in, out] array
+    reshaped as out × in it would be the whole change)."""
+    import copy
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
+                                       bos_token_id=0, eos_token_id=0))
+    scaled = copy.deepcopy(model)
+    factor = torch.linspace(0.5, 2.0, 128)
+    with torch.no_grad():
+        scaled.transformer.h[0].mlp.c_fc.weight *= factor[None, :]
+    row = next(r for r in wbfe.compare(model, scaled, metrics="bfe").layers if r["name"].endswith("mlp.c_fc.weight"))
+    assert (row["shape"], row["rows"], row["cols"]) == ([32, 128], 128, 32)
+    assert row["rel_frobenius"] > 0.3 and row["rel_frobenius_rowscaled"] < 1e-6
+    s = 1 / factor.double().numpy()
+    assert row["row_scale_cv"] == pytest.approx(s.std() / s.mean(), rel=1e-5)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from wbfe.engine.intra import score_intra
+from wbfe.engine import score_intra
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.metrics.intra import align_pair, intra_matrix, intra_pairs
 

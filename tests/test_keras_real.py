@@ -5,6 +5,7 @@ score as the same weights given to wbfe as a PyTorch state dict."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -28,6 +29,14 @@ m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, name="co
 out = sys.argv[1]
 m.save(out + "/model.keras"); m.save(out + "/legacy.h5"); m.save_weights(out + "/model.weights.h5")
 np.savez(out + "/weights.npz", *m.get_weights())
+# Two epochs of a small net with a 7-class convolutional head: every matrix has fewer than 10 eigenvalues.
+e = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.Conv2D(8, 3, name="c1"), keras.layers.Conv2D(8, 3, name="c2"),
+                      keras.layers.GlobalAveragePooling2D(keepdims=True), keras.layers.Conv2D(7, 1, name="logits"),
+                      keras.layers.Flatten()])
+e.save(out + "/epoch1.keras"); np.savez(out + "/epoch1.npz", *e.get_weights())
+rng = np.random.default_rng(1)
+e.set_weights([w + 0.05 * rng.standard_normal(w.shape).astype(w.dtype) for w in e.get_weights()])
+e.save(out + "/epoch2.keras"); np.savez(out + "/epoch2.npz", *e.get_weights())
 """
 
 
@@ -58,3 +67,45 @@ def test_a_file_keras_wrote_scores_as_its_weights(keras_files: Path, name: str) 
     for row, key in zip(result.layers, ("conv", "hidden", "out")):
         assert row["bfe"] == pytest.approx(reference[key], rel=1e-12)
     assert result.summary["head"] == result.layers[-1]["name"]
+
+
+def _epoch_safetensors(folder: Path, epoch: int) -> Path:
+    """The epoch's kernels in PyTorch's layout, as a safetensors file."""
+    from safetensors.numpy import save_file
+
+    w = np.load(folder / f"epoch{epoch}.npz")
+    names = ("c1.weight", "c2.weight", "logits.weight")  # arr_0, arr_2, arr_4; the biases between
+    path = folder / f"epoch{epoch}.safetensors"
+    save_file({name: np.ascontiguousarray(w[f"arr_{2 * k}"].transpose(3, 2, 0, 1)) for k, name in enumerate(names)},
+              str(path))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["keras", "safetensors"])
+def test_compare_pairs_every_matrix_score_analyses(keras_files: Path, kind: str) -> None:
+    """Issue 45.4: a conv net whose matrices all have fewer than min_eigs eigenvalues (8, 8 and the
+    7-class conv head's 7): compare pairs the three score analyses, with score's BFE-W on each side
+    and the tail fits NaN for the reason score gives, and names score's head."""
+    if kind == "keras":
+        a, b = keras_files / "epoch1.keras", keras_files / "epoch2.keras"
+    else:
+        a, b = _epoch_safetensors(keras_files, 1), _epoch_safetensors(keras_files, 2)
+    score_a, score_b = wbfe.score(a), wbfe.score(b)
+    assert len(score_a.layers) == 3
+    result = wbfe.compare(a, b)
+    assert [row["name"] for row in result.layers] == [row["name"] for row in score_a.layers]
+    for row, ra, rb in zip(result.layers, score_a.layers, score_b.layers):
+        assert row["bfe_a"] == pytest.approx(ra["bfe"], rel=1e-12) and row["bfe_b"] == pytest.approx(rb["bfe"], rel=1e-12)
+        assert row["d_bfe"] == pytest.approx(rb["bfe"] - ra["bfe"], rel=1e-9, abs=1e-12)
+        assert math.isnan(row["alpha_a"]) and math.isnan(row["d_alpha"])
+        # every metric column score gives, norms included (dtype and quant are the entries' own)
+        columns = [k for k in ra if f"{k}_a" in row and k not in ("dtype", "quant")]
+        assert {"bfe", "log_norm", "stable_rank", "alpha"} <= set(columns)
+        for k in columns:
+            assert row[f"{k}_a"] == pytest.approx(ra[k], rel=1e-12, nan_ok=True), k
+            assert row[f"{k}_b"] == pytest.approx(rb[k], rel=1e-12, nan_ok=True), k
+        assert row["reasons"]["alpha_a"] == ra["reasons"]["alpha"] == f"too few eigenvalues for a tail fit: {ra['n_eigs']} < min_eigs=10"
+        assert math.isfinite(row["rel_frobenius"]) and row["rel_frobenius"] > 0
+    assert [s["reason"] for s in result.skipped] == ["A: bias; B: bias"] * (3 if kind == "keras" else 0)
+    assert result.summary["head"] == score_a.summary["head"] == score_a.layers[-1]["name"]
+    assert result.summary["head_source"] == score_a.summary["head_source"]

@@ -102,3 +102,18 @@ def test_ruff_finds_nothing() -> None:
     run = subprocess.run([_tool("ruff"), "check", "--no-cache", "wbfe", "cli", "benchmarks", "tests"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+
+
+def test_no_worker_pool_outside_the_engine_and_the_executors() -> None:
+    """Issue 43.3: every feature's matrices run on the engine's pipeline (wbfe/engine) or on an
+    executor (wbfe/executors); no other module starts a pool of workers of its own."""
+    pools = {"ThreadPoolExecutor", "ProcessPoolExecutor", "Pool", "ThreadPool"}
+    found = []
+    for path in sorted((ROOT / "wbfe").rglob("*.py")):
+        if path.relative_to(ROOT / "wbfe").parts[0] in ("engine", "executors"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom)
+                     else [node.attr] if isinstance(node, ast.Attribute) else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} {name}" for name in names if name in pools]
+    assert not found, found

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 import wbfe
-from wbfe.engine.intra import score_intra
+from wbfe.engine import score_intra
 
 ww = pytest.importorskip("weightwatcher")
 

@@ -253,7 +253,7 @@ def _merge_with_base(
             if tuple(entry.shape) != tuple(row["shape"]):
                 raise CorruptCheckpointError(f"{base}: {entry.name} has shape {list(entry.shape)} but the adapter's "
                                              f"ΔW is {row['shape']}: not this adapter's base model")
-            plan = engine.plan_entry(entry, min_eigs=context.options.min_eigs)
+            plan = engine.plan_entry(entry, min_eigs=engine.planning_min_eigs(context.options))
             if isinstance(plan, Skip):
                 row["reasons"]["merged"] = f"base weight: {plan.reason}"
                 continue
@@ -272,8 +272,7 @@ def _merge_with_base(
                 if bad:
                     row["reasons"]["merged"] = "; ".join(bad)
                     continue
-                change = matrix_change(w0, merged, plan, specs[0], specs[1], context.groups, context.metric_options,
-                                       top_k)
+                change = matrix_change(w0, merged, plan, specs[0], specs[1], context, top_k)
             del w0, merged, merged64
             _add_change(row, change)
         provenance = source.provenance.to_dict()

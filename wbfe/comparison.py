@@ -13,28 +13,31 @@ same number of matrices with the same shapes (out × in × k..., whatever each s
 tensors once their reader dequantises them):
 
 - ``rel_frobenius`` = ‖B − A‖_F / ‖A‖_F;
-- each metric of the chosen groups on A and on B (``<col>_a``, ``<col>_b``) and its change
+- ``rel_frobenius_rowscaled`` = ‖A − diag(s) B‖_F / ‖A‖_F with s_i = <a_i, b_i> / <b_i, b_i> per output
+  row (the least-squares rescaling of each row of B onto A), and ``row_scale_cv`` = std(s) / |mean(s)|:
+  the change a per-output-channel factor does not explain (a converter's BatchNorm folding is such a
+  factor); the summary says when it explains most pairs' change (:data:`ROWSCALE_EXPLAINED`);
+- each metric of the chosen groups on A and on B (``<col>_a``, ``<col>_b``), as a score's row has it
+  (every matrix a score analyses is paired; ``min_eigs`` gates the tail fits only), and its change
   ``d_<col>`` = B − A;
 - ``w1_log_eigs``: Wasserstein-1 distance between the distributions of log e of the two spectra;
 - ``stable_rank_delta``: ‖B − A‖_F² / ‖B − A‖₂², how many directions the change spreads over;
 - ``overlap_in`` / ``overlap_out``: ‖V_Aᵀ V_B‖_F² / k for the top-k right (input-side) and left
   (output-side) singular vectors: 1 when the k leading directions are the same, ≈ k/n for random ones.
 
-Pairs are computed side by side on worker threads (one per CPU), each on one BLAS thread
-(``spectra.pin_threads``): on a shared two-core machine LAPACK's eigen-solvers on two threads ran
-5-40x slower than on one.
+Pairs run through the engine's pipeline (:class:`wbfe.engine.pipeline.Pipeline`), as a score's
+matrices do: read ahead, side by side on its workers within its memory budget, rows in stream
+order; every BLAS pool is held at one thread meanwhile (``spectra.pin_threads``). The head is chosen from A as a score of A chooses it (its own description first).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import html
 import json
 import math
 import re
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
@@ -43,8 +46,9 @@ import numpy as np
 from wbfe import engine
 from wbfe._provenance import installed_versions
 from wbfe.engine.change import is_number, matrix_change, subspace_overlap, top_singular
-from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices, find_head
-from wbfe.engine.pipeline import worker_count
+from wbfe.engine.heads import choose_head
+from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
+from wbfe.engine.pipeline import Pipeline
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
@@ -58,6 +62,12 @@ __all__ = ["Comparison", "compare", "parse_name_map", "subspace_overlap", "top_s
 
 # How many of the most-changed matrices the summary names.
 _MOST_CHANGED = 5
+# A pair's change is explained by a per-output-row scale when rescaling the rows leaves at most this
+# fraction of it (rel_frobenius_rowscaled <= ROWSCALE_EXPLAINED * rel_frobenius); folding is reported
+# when that holds for more than half of the pairs that changed and their fitted scales spread (median
+# row_scale_cv >= FOLDING_MIN_CV; a scale shared by every row is a rescaled matrix, not a fold).
+ROWSCALE_EXPLAINED = 0.25
+FOLDING_MIN_CV = 0.01
 
 
 @dataclass
@@ -185,10 +195,12 @@ def compare(
     groups = resolve_groups(given.metrics)
     renames = given.renames
     pattern = given.pattern
-    # The spectra are computed as a score under the same settings computes them.
-    context = engine.Context.of(ScoreOptions(metrics=tuple(g.name for g in groups), lam=given.lam, device=given.device,
-                                             min_eigs=given.min_eigs, seed=given.seed))
-    torch_device = context.device
+    # The spectra and each side's columns are computed as a score under the same settings computes them.
+    settings = ScoreOptions(metrics=tuple(g.name for g in groups), lam=given.lam, device=given.device,
+                            min_eigs=given.min_eigs, seed=given.seed)
+    context = engine.Context.of(settings)
+    # What a score analyses: min_eigs gates the tail fits only (engine.layer_row), not the pairing.
+    plan_eigs = engine.planning_min_eigs(settings)
     options = given.to_dict()
     result = Comparison(model_a={}, model_b={}, options=options)
 
@@ -197,38 +209,64 @@ def compare(
         outcome = engine.spectrum_of(as_matrices(tensor, plan), context, entry.name, need_eigs=True)
         return f"{label}: {outcome}" if isinstance(outcome, DegenerateMatrixError) else outcome
 
-    def pair(entry_a: TensorEntry, entry_b: TensorEntry, plan_a: MatrixPlan, plan_b: MatrixPlan, tensor_a: Any,
-             tensor_b: Any, base: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    def pair(job: _Pair, tensors: tuple[Any, Any]) -> tuple[bool, dict[str, Any]]:
         """``(True, row)`` for a compared pair, ``(False, skip)`` when either side has no spectrum."""
-        got_a, got_b = side(entry_a, plan_a, tensor_a, "A"), side(entry_b, plan_b, tensor_b, "B")
+        tensor_a, tensor_b = tensors
+        got_a, got_b = side(job.a, job.plan, tensor_a, "A"), side(job.b, job.plan_b, tensor_b, "B")
         if isinstance(got_a, str) or isinstance(got_b, str):
-            return False, {**base, "reason": "; ".join(g for g in (got_a, got_b) if isinstance(g, str))}
-        return True, {**base, **matrix_change(tensor_a, tensor_b, plan_a, got_a, got_b, groups,
-                                              context.metric_options, top_k)}
+            return False, {**job.base, "reason": "; ".join(g for g in (got_a, got_b) if isinstance(g, str))}
+        return True, {**job.base, **matrix_change(tensor_a, tensor_b, job.plan, got_a, got_b, context, top_k)}
 
-    held = 0  # bytes of the pairs in flight: their tensors and float64 work
-    largest = 0
+    # Each matched pair is one entry of the engine's pipeline (read ahead, scored on its workers
+    # within its memory budget, rows in stream order), its load reading both sides.
+    jobs: dict[int, _Pair] = {}
+
+    def planned(matched: Iterable[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
+        for entry_a, entry_b, why in matched:
+            if entry_a is None or entry_b is None:
+                only = entry_a if entry_a is not None else entry_b
+                assert only is not None
+                result.unmatched.append({"name": only.name, "side": "a" if entry_b is None else "b", "reason": why})
+                continue
+            base: dict[str, Any] = {"name": entry_a.name, "name_b": entry_b.name, "shape": list(entry_a.shape),
+                                    "dtype_a": entry_a.dtype, "dtype_b": entry_b.dtype}
+            if why:
+                result.skipped.append({**base, "reason": why})
+                continue
+            if entry_a.shape != entry_b.shape:
+                result.skipped.append({**base, "shape_b": list(entry_b.shape),
+                                       "reason": f"shape differs: A {list(entry_a.shape)}, B {list(entry_b.shape)}"})
+                continue
+            plan_a = engine.plan_entry(entry_a, min_eigs=plan_eigs)
+            plan_b = engine.plan_entry(entry_b, min_eigs=plan_eigs)
+            if isinstance(plan_a, Skip) or isinstance(plan_b, Skip):
+                reason = "; ".join(f"{lab}: {p.reason}" for lab, p in (("A", plan_a), ("B", plan_b)) if isinstance(p, Skip))
+                result.skipped.append({**base, "reason": reason})
+                continue
+            base.update({"quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
+                         "rows": plan_a.rows, "cols": plan_a.cols, "depth": _depth(entry_a.name)})
+            both = dataclasses.replace(entry_a, load=functools.partial(_load_both, entry_a.load, entry_b.load),
+                                       storage_key=None, reread=None)
+            jobs[id(both)] = _Pair(entry_a, entry_b, plan_a, plan_b, base)
+            yield both, plan_a
+
     done = 0
 
-    def collect() -> None:
-        nonlocal held, done
-        future, cost, name = in_flight.popleft()
-        compared, row = future.result()
-        held -= cost
-        (result.layers if compared else result.skipped).append(row)
-        done += 1
-        if progress is not None:
-            progress(done, max(total, done), name)
+    def collect(pipeline: Pipeline, wait: bool = False) -> None:
+        nonlocal done
+        for entry, _, (compared, row) in pipeline.finished(wait=wait):
+            del jobs[id(entry)]
+            (result.layers if compared else result.skipped).append(row)
+            done += 1
+            if progress is not None:
+                progress(done, max(total, done), entry.name)
 
-    # Pairs are computed side by side on worker threads, every BLAS pool held at one thread (their
-    # products and eigen-solves release the GIL; on two busy threads LAPACK's eigen-solvers ran 5-40x
-    # slower than on one), rows kept in stream order.
-    # What is in flight is bounded as a score bounds it: at least one pair at a time, more side by
-    # side only while they fit in 1.25x the largest pair met (or 64 MiB): about two tensors held.
-    workers = worker_count(torch_device)
-    in_flight: collections.deque[tuple[Future[tuple[bool, dict[str, Any]]], int, str]] = collections.deque()
-    with open_source(a, stream=given.stream) as source_a, open_source(b, stream=given.stream) as source_b, pin_threads(), \
-            ThreadPoolExecutor(workers, thread_name_prefix="wbfe-compare") as pool:
+    # Every BLAS pool at one thread throughout, a large pair's too: the change's subset eigen-solves
+    # (scipy's LAPACK) are outside the per-matrix thread choice the spectra make, and on a busy
+    # machine they run far slower on two threads than on one.
+    with open_source(a, stream=given.stream) as source_a, open_source(b, stream=given.stream) as source_b, \
+            pin_threads(), Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)].loaded_bytes,
+                                    job_bytes=_change_bytes) as pipeline:
         for source in (source_a, source_b):
             if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change
                 raise InvalidOptionError(f"{source.provenance.source} is a LoRA adapter: compare full checkpoints, "
@@ -242,59 +280,61 @@ def compare(
         orders = _orders(source_a, source_b, renames)
         if orders is not None:  # the names differ and both sides know their model's order
             listed_a, listed_b = list(stream_a), list(stream_b)
-            pairs, note = _by_order(listed_a, listed_b, orders, min_eigs, pattern, result.skipped)
+            pairs, note = _by_order(listed_a, listed_b, orders, plan_eigs, pattern, result.skipped)
             stream_a, stream_b = iter(listed_a), iter(listed_b)
             if pairs is not None:
                 pairing = "graph order"
         matched = pairs if pairs is not None else _pairs(stream_a, stream_b, renames, pattern)
-        for entry_a, entry_b, why in matched:
-            if entry_a is None or entry_b is None:
-                only = entry_a if entry_a is not None else entry_b
-                assert only is not None
-                result.unmatched.append({"name": only.name, "side": "a" if entry_b is None else "b", "reason": why})
-                continue
-            base: dict[str, Any] = {"name": entry_a.name, "name_b": entry_b.name, "shape": list(entry_a.shape),
-                    "dtype_a": entry_a.dtype, "dtype_b": entry_b.dtype}
-            if why:
-                result.skipped.append({**base, "reason": why})
-                continue
-            if entry_a.shape != entry_b.shape:
-                result.skipped.append({**base, "shape_b": list(entry_b.shape),
-                                       "reason": f"shape differs: A {list(entry_a.shape)}, B {list(entry_b.shape)}"})
-                continue
-            plan_a, plan_b = engine.plan_entry(entry_a, min_eigs=min_eigs), engine.plan_entry(entry_b, min_eigs=min_eigs)
-            if isinstance(plan_a, Skip) or isinstance(plan_b, Skip):
-                reason = "; ".join(f"{lab}: {p.reason}" for lab, p in (("A", plan_a), ("B", plan_b)) if isinstance(p, Skip))
-                result.skipped.append({**base, "reason": reason})
-                continue
-            base.update({"quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
-                         "rows": plan_a.rows, "cols": plan_a.cols, "depth": _depth(entry_a.name)})
-            cost = _pair_bytes(entry_a, entry_b, plan_a)
-            largest = max(largest, cost)
-            while in_flight and (len(in_flight) >= workers or held + cost > max(_BUDGET * largest, _BUDGET_FLOOR)):
-                collect()
-            job = functools.partial(pair, entry_a, entry_b, plan_a, plan_b, entry_a.load(), entry_b.load(), base)
-            in_flight.append((pool.submit(job), cost, entry_a.name))
-            held += cost
-        while in_flight:
-            collect()
+        for entry, plan, reading in pipeline.read_ahead(planned(matched)):
+            assert isinstance(plan, MatrixPlan)
+            tensors = reading.take() if reading is not None else entry.load()
+            pipeline.compute(entry, plan, functools.partial(pair, jobs[id(entry)], tensors))
+            del tensors  # the job holds them now, and frees them when done
+            collect(pipeline)
+        collect(pipeline, wait=True)
+        description = source_a.description  # A's own, as a score of A finds its head (recorded in its provenance)
+        hint, config = source_a.head_hint, source_a.config
         result.model_a = source_a.provenance.to_dict()
         result.model_b = source_b.provenance.to_dict()
     result.options["versions"] = installed_versions()
-    result.options["device"] = str(torch_device)
+    result.options["device"] = str(context.device)
     if not result.layers:
         raise NoUsableMatrixError(
             f"no matrix of {result.model_a.get('source')} has a comparable counterpart in {result.model_b.get('source')} "
             f"({len(result.unmatched)} unmatched, {len(result.skipped)} skipped)"
             + (f"; not paired by graph order: {note}" if note else "")
         )
-    # Paired by order, the names are the frameworks' own (no rule knows them): A's graph names its head.
-    head = orders[0].head if pairs is not None and orders is not None else None
-    result.summary = _summarise(result, groups, head)
+    result.summary = _summarise(result, groups, hint=hint, config=config, description=description)
     result.summary["pairing"] = pairing
     if note:
         result.summary["pairing_note"] = note
     return result
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """One matched pair on its way through the pipeline: both entries, both plans, the row's start."""
+
+    a: TensorEntry
+    b: TensorEntry
+    plan: MatrixPlan
+    plan_b: MatrixPlan
+    base: dict[str, Any]
+
+    @property
+    def loaded_bytes(self) -> int:
+        """Both tensors as stored."""
+        return self.a.nbytes + self.b.nbytes
+
+
+def _load_both(load_a: Any, load_b: Any) -> tuple[Any, Any]:
+    return load_a(), load_b()
+
+
+def _change_bytes(plan: MatrixPlan) -> int:
+    """What comparing one pair holds besides the two tensors: float64 copies of A, B and the Gram
+    matrix of B − A (``matrix_change``)."""
+    return 8 * (2 * plan.rows * plan.cols + min(plan.rows, plan.cols) ** 2)
 
 
 # Descriptions whose order is the order the model computes in (a Keras layer graph, a TFLite
@@ -374,15 +414,6 @@ def _as_layout(entry: TensorEntry, layout: str) -> TensorEntry:
                                reread=None)
 
 
-def _pair_bytes(entry_a: TensorEntry, entry_b: TensorEntry, plan: MatrixPlan) -> int:
-    """What comparing one pair holds: both tensors as stored, and float64 copies of A, B and B − A's
-    Gram matrix (``matrix_change``)."""
-    return entry_a.nbytes + entry_b.nbytes + 8 * (2 * plan.rows * plan.cols + min(plan.rows, plan.cols) ** 2)
-
-_BUDGET = 1.25
-_BUDGET_FLOOR = 64 << 20
-
-
 def _pairs(
     stream_a: Iterator[TensorEntry],
     stream_b: Iterator[TensorEntry],
@@ -452,10 +483,13 @@ def _depth(name: str) -> Optional[int]:
     return None
 
 
-def _summarise(result: Comparison, groups: tuple[Any, ...], described_head: Optional[str] = None) -> dict[str, Any]:
+def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[str] = None,
+               config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> dict[str, Any]:
     rows = result.layers
-    names = [row["name"] for row in rows]
-    head = described_head if described_head in names else find_head(names)
+    # A's head as a score of A finds it: its own description, then the config, names and structure.
+    skipped_a = [row for row in result.skipped if row.get("side", "a") == "a"]
+    choice = choose_head(rows, skipped_a, hint=hint, config=config, description=description)
+    head = choice.name
     by_name = {row["name"]: row for row in rows}
 
     def finite(column: str) -> np.ndarray:
@@ -475,8 +509,11 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], described_head: Opti
         "n_unmatched_a": sum(1 for u in result.unmatched if u["side"] == "a"),
         "n_unmatched_b": sum(1 for u in result.unmatched if u["side"] == "b"),
         "head": head,
+        "head_source": choice.source,
     }
-    for column in ("rel_frobenius", "w1_log_eigs", "overlap_in", "overlap_out"):
+    if choice.note:
+        summary["head_note"] = choice.note
+    for column in ("rel_frobenius", "rel_frobenius_rowscaled", "w1_log_eigs", "overlap_in", "overlap_out"):
         values = finite(column)
         summary[f"{column}_mean"] = float(values.mean()) if values.size else math.nan
         summary[f"{column}_max"] = float(values.max()) if values.size else math.nan
@@ -485,6 +522,26 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], described_head: Opti
             values = finite(f"d_{column}")
             summary[f"d_{column}_mean"] = float(values.mean()) if values.size else math.nan
             summary[f"d_{column}_head"] = by_name[head].get(f"d_{column}", math.nan) if head else math.nan
+    summary.update(_folding(rows))
     summary["most_changed"] = ranked("rel_frobenius")
     summary["most_changed_spectrum"] = ranked("w1_log_eigs")
     return summary
+
+
+def _folding(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many changed pairs a per-output-row scale explains (:data:`ROWSCALE_EXPLAINED`), and
+    whether that is folding (:data:`FOLDING_MIN_CV`), with a note saying which change to read."""
+    changed = [row for row in rows if is_number(row.get("rel_frobenius")) and row["rel_frobenius"] > 0.0]
+    scaled = [row for row in changed if is_number(row.get("rel_frobenius_rowscaled"))
+              and row["rel_frobenius_rowscaled"] <= ROWSCALE_EXPLAINED * row["rel_frobenius"]]
+    cvs = [row["row_scale_cv"] for row in scaled if is_number(row.get("row_scale_cv")) and math.isfinite(row["row_scale_cv"])]
+    spread = float(np.median(cvs)) if cvs else math.nan
+    folding = 2 * len(scaled) > len(changed) and spread >= FOLDING_MIN_CV
+    out: dict[str, Any] = {"n_rowscale_explained": len(scaled), "folding_detected": folding}
+    if folding:
+        residual = float(np.median([row["rel_frobenius_rowscaled"] for row in scaled]))
+        out["folding_note"] = (
+            f"{len(scaled)} of {len(changed)} changed pairs are a per-output-row rescaling of A (median row_scale_cv "
+            f"{spread:.3g}): a per-channel factor, such as BatchNorm folded into the kernels by a converter, not "
+            f"drift; the change left after it is rel_frobenius_rowscaled (median {residual:.3g}), e.g. the rounding")
+    return out

@@ -12,21 +12,21 @@
 The engine imports no feature built on it (enforced by the import contract in pyproject.toml).
 """
 
-from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_source
+from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_intra, score_source
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import planned_spectrum, spectrum_job, spectrum_of
-from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, stream
+from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, planning_min_eigs, stream
 from wbfe.engine.products import INTRA, IntraChain, Product
 from wbfe.engine.result import ModelScore, finish, no_usable_matrix, summarise
 from wbfe.engine.rows import ROW_BATCH, Record, RowMaker, layer_row
 from wbfe.engine.run import Done, Ties, run
 
 __all__ = [
-    "Context", "Planned", "entries", "plan_entry", "stream", "matrices_of",
+    "Context", "Planned", "entries", "plan_entry", "planning_min_eigs", "stream", "matrices_of",
     "spectrum_of", "spectrum_job", "planned_spectrum",
     "IntraChain", "Product", "INTRA",
     "layer_row", "RowMaker", "Record", "ROW_BATCH",
     "run", "Ties", "Done",
     "ModelScore", "finish", "summarise", "no_usable_matrix",
-    "Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of",
+    "Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of", "score_intra",
 ]

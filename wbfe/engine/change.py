@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from wbfe.engine.matrices import MatrixPlan
+from wbfe.engine.context import Context
+from wbfe.engine.matrices import MatrixPlan, as_matrices
+from wbfe.engine.rows import layer_row
 from wbfe.linalg.arrays import to_numpy
-from wbfe.metrics import MetricOptions
 from wbfe.metrics.rand import log_spectrum_distance
 
-__all__ = ["matrix_change", "top_singular", "subspace_overlap", "float64_matrix", "is_number"]
+__all__ = ["matrix_change", "row_scaled_change", "top_singular", "subspace_overlap", "float64_matrix", "is_number"]
 
 
 def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,39 +52,65 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def float64_matrix(tensor: Any, plan: MatrixPlan, *, copy: bool = False) -> np.ndarray:
-    """The matrix in float64 on the CPU; ``copy``: never the caller's own storage (a float64 tensor
-    would otherwise come back as it is)."""
-    return to_numpy(tensor).reshape(plan.rows, plan.cols).astype(np.float64, copy=copy)
+    """The planned out × in matrix (:func:`~wbfe.engine.matrices.as_matrices`: an ``in_out`` tensor
+    transposed, a conv kernel flattened) in float64 on the CPU; ``copy``: never the caller's own
+    storage (a float64 tensor would otherwise come back as it is)."""
+    return to_numpy(as_matrices(tensor, plan)[0]).reshape(plan.rows, plan.cols).astype(np.float64, copy=copy)
+
+
+def row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """``(rel_frobenius_rowscaled, row_scale_cv)`` of two out × in float64 matrices: the change
+    that is left once each output row of ``b`` is rescaled onto ``a`` by least squares,
+
+        s_i = <a_i, b_i> / <b_i, b_i>   (s_i = 0 where b_i = 0),
+        rel_frobenius_rowscaled = ‖A − diag(s) B‖_F / ‖A‖_F,
+        row_scale_cv = std(s) / |mean(s)| over the rows where b_i ≠ 0 (population std),
+
+    what a converter that folds a per-output-channel factor into the kernel (BatchNorm's
+    γ/√(var+ε)) changes and what it does not: after folding, the raw change is the folded factor,
+    the row-scaled one the rounding. NaN for ``row_scale_cv`` where no row of ``b`` is nonzero or
+    the scales' mean is 0."""
+    bb = np.einsum("ij,ij->i", b, b)
+    ab = np.einsum("ij,ij->i", a, b)
+    live = bb > 0.0
+    s = np.zeros_like(bb)
+    s[live] = ab[live] / bb[live]
+    residual = float(np.linalg.norm(a - s[:, None] * b))
+    norm_a = float(np.linalg.norm(a))
+    mean = float(s[live].mean()) if live.any() else 0.0
+    cv = float(s[live].std() / abs(mean)) if mean != 0.0 else math.nan
+    return residual / norm_a, cv
 
 
 def matrix_change(
-    tensor_a: Any, tensor_b: Any, plan: MatrixPlan, spec_a: Any, spec_b: Any, groups: tuple[Any, ...],
-    metric_options: MetricOptions, top_k: int,
+    tensor_a: Any, tensor_b: Any, plan: MatrixPlan, spec_a: Any, spec_b: Any, context: Context, top_k: int,
 ) -> dict[str, Any]:
     """How ``tensor_b`` differs from ``tensor_a`` (one planned matrix, float64 spectra ``spec_a``,
-    ``spec_b`` with every group's hooks): each group's columns on both sides and their change
-    ``d_<col>``, the Wasserstein distance of the log spectra, the Frobenius, spectral and stable
-    rank of B − A, and the overlap of the top-``top_k`` singular subspaces (see
+    ``spec_b`` with every group's hooks): each group's columns on both sides, exactly as a score's
+    row has them (:func:`~wbfe.engine.rows.layer_row`: the tail fits NaN, with the reason, below
+    ``min_eigs``), and their change ``d_<col>``, the Wasserstein distance of the log spectra, the
+    Frobenius, spectral and stable rank of B − A, the change left after a per-row rescaling
+    (:func:`row_scaled_change`), and the overlap of the top-``top_k`` singular subspaces (see
     :mod:`wbfe.comparison`); NaN columns with their reasons."""
     row: dict[str, Any] = {"n_eigs": spec_a.n_eigs, "gamma": spec_a.gamma, "form": spec_a.form}
     reasons: dict[str, str] = {}
-    for group in groups:
-        out_a, out_b = group.compute(spec_a, metric_options), group.compute(spec_b, metric_options)
+    side_a, side_b = layer_row(plan, spec_a, context), layer_row(plan, spec_b, context)
+    why_a, why_b = side_a["reasons"], side_b["reasons"]
+    for group in context.groups:
         for column in group.columns:
-            va, vb = out_a.values.get(column), out_b.values.get(column)
+            va: Any = side_a.get(column)
+            vb: Any = side_b.get(column)
             row[f"{column}_a"], row[f"{column}_b"] = va, vb
-            if column in out_a.reasons or column in out_b.reasons:
+            if column in why_a or column in why_b:
                 row[f"d_{column}"] = math.nan
-                reasons[f"d_{column}"] = "; ".join(f"{lab}: {o.reasons[column]}" for lab, o in (("A", out_a), ("B", out_b))
-                                                   if column in o.reasons)
+                reasons[f"d_{column}"] = "; ".join(f"{lab}: {why[column]}" for lab, why in (("A", why_a), ("B", why_b))
+                                                   if column in why)
             elif is_number(va) and is_number(vb):
                 row[f"d_{column}"] = float(vb) - float(va)
                 if not math.isfinite(row[f"d_{column}"]):
                     reasons[f"d_{column}"] = "not finite on one side"
-        for column, why in out_a.reasons.items():
-            reasons[f"{column}_a"] = why
-        for column, why in out_b.reasons.items():
-            reasons[f"{column}_b"] = why
+    reasons.update({f"{column}_a": why for column, why in why_a.items()})
+    reasons.update({f"{column}_b": why for column, why in why_b.items()})
     # Spectra scaled for float64's range (Spectrum.log_scale) are compared in true units.
     row["w1_log_eigs"] = log_spectrum_distance(spec_a.eigs, spec_b.eigs, shift=spec_b.log_scale - spec_a.log_scale)
     # Both copies are scaled by one power of two where their entries are far from 1, so that Gram
@@ -97,6 +124,9 @@ def matrix_change(
         b64 *= factor
     u_a, _, v_a = top_singular(a64, top_k)
     u_b, _, v_b = top_singular(b64, top_k)
+    row["rel_frobenius_rowscaled"], row["row_scale_cv"] = row_scaled_change(a64, b64)
+    if not math.isfinite(row["row_scale_cv"]):
+        reasons["row_scale_cv"] = "no row of B is nonzero, or the fitted row scales average to 0"
     norm_a = float(np.linalg.norm(a64))
     b64 -= a64  # B − A, in place: two float64 copies at most
     del a64

@@ -1,5 +1,7 @@
 """One checkpoint scored in this process, from an open source to its :class:`ModelScore`: the
-engine's whole path, which the local executor runs and the other features call."""
+engine's whole path, which the local executor runs and the other features call; and the parts of
+it that answer one question about a checkpoint: one matrix's spectrum, some matrices' eigenvalues,
+the products of consecutive layers alone (:func:`score_intra`)."""
 
 from __future__ import annotations
 
@@ -15,15 +17,16 @@ from wbfe.engine.products import IntraChain
 from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.run import run
 from wbfe.engine.ties import SeenContent
-from wbfe.errors import InvalidOptionError, name_hint
-from wbfe.linalg.spectra import resolve_device
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError, name_hint
+from wbfe.linalg.spectra import DegenerateMatrixError, resolve_device
+from wbfe.metrics import resolve_groups
 from wbfe.options import ScoreOptions, check_conv
 from wbfe.sources import TensorEntry, open_source
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of"]
+__all__ = ["Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of", "score_intra"]
 
 # progress(done, total, tensor name); total may be None when unknown.
 Progress = Callable[[int, Optional[int], str], None]
@@ -137,3 +140,78 @@ def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dic
             if len(out) == len(wanted):
                 break
     return out
+
+
+def score_intra(
+    ref: Any, *, metrics: Union[str, Iterable[str]] = "htsr", ww_compatible: bool = False,
+    layers: Optional[str] = None, sparsify: bool = True, seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Score the products of consecutive layers of a checkpoint alone, one row per pair
+    (WeightWatcher 0.7.7's ``intra=True``), with the metric groups that need only a spectrum.
+
+    The chain and the products are the engine's (:class:`~wbfe.engine.products.IntraChain`, as
+    ``wbfe score --intra`` makes them), their spectra computed on the engine's pipeline; only the
+    matrices that form a product are read, and the matrices' own rows are not made.
+
+    Args:
+        ref: anything :func:`wbfe.sources.open_source` reads (an ``nn.Module`` included).
+        metrics: groups that need only the spectrum (``htsr``, ``detx``, ``fingers``, ``htmp``, ``bfe``).
+        ww_compatible: WeightWatcher's fitting choices (see :class:`~wbfe.metrics.MetricOptions`);
+            matrices too small for it leave the chain, as WeightWatcher leaves them out of its layers.
+        layers: a regular expression selecting the weights that form the chain.
+        sparsify: WeightWatcher's default random 0/1 mask between the two (see
+            :func:`wbfe.metrics.intra.intra_matrix`); seed: the masks' seed.
+
+    Returns:
+        Rows ``{"name", "first", "second", "rows", "cols", "n_eigs", <columns>..., "reasons"}``; a
+        pair with a non-finite or all-zero factor has no columns, and says so in
+        ``reasons["spectrum"]``.
+
+    Raises:
+        InvalidOptionError: a group that needs the matrices themselves (``vectors``, ``rand``).
+        NoUsableMatrixError: no two consecutive weight matrices share a side.
+    """
+    groups = resolve_groups(metrics)
+    # The products' spectra are float64 on the CPU whatever the device (wbfe.metrics.intra).
+    settings = ScoreOptions(metrics=tuple(g.name for g in groups), layers=layers, ww_compatible=ww_compatible,
+                            seed=seed, intra=True, device="cpu")
+    context = Context.of(settings)
+    pairs: dict[str, tuple[str, str]] = {}
+    rows: list[dict[str, Any]] = []
+
+    def collect(pipeline: Pipeline, wait: bool = False) -> None:
+        for _, plan, spec in pipeline.finished(wait=wait):
+            assert isinstance(plan, MatrixPlan)
+            first, second = pairs[plan.name]
+            row: dict[str, Any] = {"name": plan.name, "first": first, "second": second, "rows": plan.rows,
+                                   "cols": plan.cols}
+            if isinstance(spec, DegenerateMatrixError):
+                rows.append({**row, "n_eigs": 0, "reasons": {"spectrum": str(spec)}})
+                continue
+            row["n_eigs"] = spec.n_eigs
+            reasons: dict[str, str] = {}
+            for group in context.groups:
+                result = group.compute(spec, context.metric_options)
+                row.update(result.values)
+                reasons.update(result.reasons)
+            row["reasons"] = reasons
+            rows.append(row)
+
+    with open_source(ref) as source, Pipeline(context.device) as pipeline:
+        planned = [(entry, plan) for entry, plan in stream(source, settings) if isinstance(plan, MatrixPlan)]
+        description = source.description
+        chain = IntraChain.in_order(seed, [plan for _, plan in planned],
+                                    description.order if description is not None else None,
+                                    description.aliases if description is not None else None, sparsify=sparsify,
+                                    ww_compatible=ww_compatible)
+        for entry, plan in planned:
+            if not chain.needs(plan.name):
+                continue
+            for product in chain.follow(plan, matrices_of(entry.load(), plan, ww_compatible=ww_compatible)):
+                pairs[product.plan.name] = (product.first, product.second)
+                pipeline.compute(product.entry, product.plan, product.job)
+            collect(pipeline)
+        collect(pipeline, wait=True)
+    if not rows:
+        raise NoUsableMatrixError("no two consecutive weight matrices share a side: nothing to multiply")
+    return rows

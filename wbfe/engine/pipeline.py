@@ -85,11 +85,20 @@ class Pipeline:
     Feed it entries with :meth:`read_ahead`, then hand each one to :meth:`put` (a skip) or
     :meth:`compute` (a job that returns its spectrum), and collect ``(entry, plan, outcome)`` in
     stream order from :meth:`finished`.
+
+    For jobs other than an entry's spectrum (compare's: both sides of a pair and their change),
+    ``loaded_bytes(entry)`` says what the entry's ``load`` returns and ``job_bytes(plan)`` what its
+    job holds besides; by default the tensor and its spectrum's float64 work
+    (:func:`~wbfe.linalg.spectra.work_bytes`).
     """
 
-    def __init__(self, device: "Device", workers: Optional[int] = None):
+    def __init__(self, device: "Device", workers: Optional[int] = None, *,
+                 loaded_bytes: Optional[Callable[[TensorEntry], int]] = None,
+                 job_bytes: Optional[Callable[[MatrixPlan], int]] = None):
         self.device = device
         self.workers = worker_count(device) if workers is None else workers
+        self._loaded = loaded_bytes or (lambda entry: entry.nbytes)
+        self._work = job_bytes or (lambda plan: work_bytes(plan.rows, plan.cols, device))
         self._largest = 0
         self._in_flight = 0  # bytes held by jobs on the workers
         self._running: dict[Future[Any], int] = {}  # jobs on the workers and their bytes
@@ -116,13 +125,13 @@ class Pipeline:
     # -- memory ------------------------------------------------------------------------------
 
     def _cost(self, entry: TensorEntry, plan: MatrixPlan) -> int:
-        return entry.nbytes + work_bytes(plan.rows, plan.cols, self.device)
+        return self._loaded(entry) + self._work(plan)
 
     def _budget(self) -> int:
         return max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
 
     def _note(self, entry: TensorEntry) -> None:
-        self._largest = max(self._largest, entry.nbytes)
+        self._largest = max(self._largest, self._loaded(entry))
 
     def may_read_ahead(self, entry: TensorEntry, held: Optional[tuple[TensorEntry, Planned]]) -> bool:
         """Large enough to gain, and small enough that the jobs on the workers, the tensor about to
@@ -132,7 +141,7 @@ class Pipeline:
         pending = 0
         if held is not None and isinstance(held[1], MatrixPlan):
             pending = self._cost(held[0], held[1])
-        return self._in_flight + pending + entry.nbytes <= self._budget()
+        return self._in_flight + pending + self._loaded(entry) <= self._budget()
 
     # -- stages ------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from wbfe.linalg.arrays import to_numpy
 from wbfe.quant import dequantised
 from wbfe.sources import TensorEntry
 
-__all__ = ["Planned", "entries", "plan_entry", "stream", "matrices_of"]
+__all__ = ["Planned", "entries", "plan_entry", "planning_min_eigs", "stream", "matrices_of"]
 
 
 class Planned(NamedTuple):
@@ -50,14 +50,19 @@ def plan_entry(
     return plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=min_eigs, layout=entry.layout)
 
 
-def stream(source: Any, options: Any) -> Iterator[Planned]:
-    """Every entry of ``source`` planned under ``options`` (a :class:`~wbfe.options.ScoreOptions`).
+def planning_min_eigs(options: Any) -> int:
+    """The fewest eigenvalues a matrix needs to be analysed at all under ``options`` (a
+    :class:`~wbfe.options.ScoreOptions`): WeightWatcher-compatible mode skips matrices with fewer
+    than ``min_eigs``, as WeightWatcher does; otherwise BFE-W needs only two, and ``min_eigs`` gates
+    the tail fits alone (see :mod:`wbfe.engine.rows`). Every feature that plans entries itself
+    (compare, the adapter merge) plans with this, so that it analyses what a score analyses."""
+    return options.min_eigs if options.ww_compatible else MIN_BFE_EIGS
 
-    WeightWatcher-compatible mode skips matrices with fewer than ``min_eigs`` eigenvalues, as
-    WeightWatcher does; otherwise BFE-W needs only two, and the tail fits apply ``min_eigs``
-    themselves (see :mod:`wbfe.engine.rows`).
-    """
-    min_eigs = options.min_eigs if options.ww_compatible else MIN_BFE_EIGS
+
+def stream(source: Any, options: Any) -> Iterator[Planned]:
+    """Every entry of ``source`` planned under ``options`` (a :class:`~wbfe.options.ScoreOptions`),
+    with :func:`planning_min_eigs`."""
+    min_eigs = planning_min_eigs(options)
     for entry, consumed in entries(source):
         yield Planned(entry, plan_entry(entry, consumed, conv=options.conv, min_eigs=min_eigs, pattern=options.pattern))
 

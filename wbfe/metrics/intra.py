@@ -18,7 +18,7 @@ Here the pairs are consecutive 2-D float weights in the order the source gives t
 module order); a tensor of another rank ends the chain and starts a new one. (WeightWatcher pairs
 a convolution by its first kernel slice; the engine's chain does so in WeightWatcher-compatible
 mode, :mod:`wbfe.engine.products`.) Each pair is scored by
-:func:`score_intra` with the groups that work from a spectrum alone.
+:func:`wbfe.engine.score_intra` with the groups that work from a spectrum alone.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ __all__ = ["compare_report"]
 # Columns of the change itself (wbfe.comparison's module docstring), then the metric changes d_<col>.
 _CHANGE = {
     "rel_frobenius": "‖B − A‖_F / ‖A‖_F",
+    "rel_frobenius_rowscaled": "‖A − diag(s) B‖_F / ‖A‖_F, each output row of B rescaled onto A by least squares: "
+                               "the change a per-channel factor (BatchNorm folded by a converter) does not explain",
     "w1_log_eigs": "Wasserstein-1 distance between the distributions of log eigenvalue of A and of B",
     "stable_rank_delta": "‖B − A‖_F² / ‖B − A‖₂²: how many directions the change spreads over",
     "overlap_in": "overlap of the top-k right (input-side) singular vectors: 1 = same directions, ≈ k/n = random",
