@@ -106,6 +106,8 @@ def rank_command(
 
     # Every option was checked when its options object was built, before the first model is scored.
     cache = run.cache_dir if isinstance(run.cache_dir, (str, Path)) else None
+    if output is not None:
+        check_output_dir(output)  # what the output is, before what the zoo reads is resolved
     reads = (zoo_reads(zoo if zoo is not None else DEFAULT_ZOO, run.lower_is_better)
              if output is not None or cache is not None else [])
     folder = check_output_dir(output, reads=reads) if output is not None else None

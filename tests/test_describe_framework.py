@@ -92,8 +92,15 @@ def _by_name(matrices: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
 
 
 def _score_columns(layers: list[dict[str, Any]], head: str) -> dict[str, tuple[Any, ...]]:
-    return {r["name"]: (r["shape"], max(r["rows"], r["cols"]), min(r["rows"], r["cols"]), r["n_slices"],
-                        r["n_eigs"], r["role"], r["form"], r["name"] == head) for r in layers}
+    # describe reads no tensor, so its N and M are the stored matrix's; a score's are its live part's,
+    # with the exactly-zero rows and columns it found counted apart (BERT's zero padding embedding row).
+    out = {}
+    for r in layers:
+        rows, cols = r["rows"] + r.get("dead_rows", 0), r["cols"] + r.get("dead_cols", 0)
+        n_eigs = r["n_eigs"] if (rows, cols) == (r["rows"], r["cols"]) else min(rows, cols) * r["n_slices"]
+        out[r["name"]] = (r["shape"], max(rows, cols), min(rows, cols), r["n_slices"], n_eigs, r["role"], r["form"],
+                          r["name"] == head)
+    return out
 
 
 def test_describe_columns_equal_a_scores_with_transformers(folders: dict[str, Path]) -> None:
