@@ -35,6 +35,8 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
     monkeypatch.setenv("TORCH_HOME", str(tmp_path_factory.mktemp("torch-home")))
     monkeypatch.setenv("WBFE_SHARED_ZOO", str(SHARED_ZOO))
+    # wbfe's own cache (remembered framework descriptions, score entries): one empty folder a test
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path_factory.mktemp("wbfe-cache")))
 
 
 @pytest.fixture(scope="module")

@@ -104,6 +104,39 @@ class FrameworkDescription:
             out["dropout_read"] = self.facts["dropout_read"]
         return out
 
+    def to_dict(self) -> dict[str, Any]:
+        """The description as JSON data (lists and string-keyed objects); :meth:`from_dict` reads it back."""
+        return {"framework": self.framework, "model": self.model, "order": list(self.order), "head": self.head,
+                "tied": dict(self.tied), "layouts": dict(self.layouts), "note": self.note,
+                "aliases": dict(self.aliases), "facts": dict(self.facts)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FrameworkDescription":
+        """The description :meth:`to_dict` gave ``data`` for.
+
+        Raises:
+            InvalidOptionError: ``data`` is not that shape (a missing or mistyped field, an unknown layout).
+        """
+
+        def names(key: str) -> dict[str, str]:
+            value = data.get(key, {})
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                         for k, v in value.items()):
+                raise InvalidOptionError(f"a framework description's {key} must map names to names")
+            return dict(value)
+
+        framework, model, order = data.get("framework"), data.get("model"), data.get("order", [])
+        head, note, facts = data.get("head"), data.get("note"), data.get("facts", {})
+        if not (isinstance(framework, str) and isinstance(model, str) and isinstance(order, list)
+                and all(isinstance(n, str) for n in order) and isinstance(facts, Mapping)
+                and (head is None or isinstance(head, str)) and (note is None or isinstance(note, str))):
+            raise InvalidOptionError("not a framework description (framework, model, order, head, note, facts)")
+        layouts = names("layouts")
+        for layout in layouts.values():
+            check_layout(layout)
+        return cls(framework, model, tuple(order), head, names("tied"), layouts, note, aliases=names("aliases"),
+                   facts=dict(facts))
+
 
 # A fused expert stack split per expert by wbfe.engine.experts is named ``<weight>[e]`` or ``<weight>[e].gate``.
 _EXPERT_SUFFIX = re.compile(r"\[.*$")

@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 from wbfe._deps import TORCH_INSTALL, torch_installed
 from wbfe.framework.parameters import shared_parameters, transposed_weights
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.framework.stored import description_key, recall, remember
 
 __all__ = ["describe_transformers", "describe_built", "Fallback"]
 
@@ -54,10 +55,20 @@ def _describe(key: str) -> Union[FrameworkDescription, Fallback]:
         return Fallback("config.json names no architecture")
     if not torch_installed():  # the model is built with torch, on its meta device
         return Fallback(f"torch is not installed, so {arch} is not built ({TORCH_INSTALL})")
-    try:
-        import transformers
-    except ImportError:
-        return Fallback(f"transformers is not installed, so {arch} is not built (pip install transformers)")
+    # What an earlier build of this config gave, with these versions: no torch, no transformers imported.
+    stored = description_key("transformers", ("transformers", "torch"), {"config": config})
+    found = recall(stored)
+    if found is None:
+        try:
+            import transformers
+        except ImportError:
+            return Fallback(f"transformers is not installed, so {arch} is not built (pip install transformers)")
+        found = _built(transformers, config, arch)
+        remember(stored, found)
+    return found
+
+
+def _built(transformers: Any, config: dict[str, Any], arch: str) -> Union[FrameworkDescription, Fallback]:
     model_class = getattr(transformers, arch, None) if not arch.startswith("_") else None
     if model_class is None or not hasattr(model_class, "config_class"):
         if isinstance(config.get("auto_map"), dict):
