@@ -165,3 +165,47 @@ def test_the_number_of_files_is_bounded(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert sorted(p.stem for p in (tmp_path / "descriptions").rglob("*.json")) == keys[2:]
     assert stored.recall(keys[4]) == FrameworkDescription("transformers", "M4")
     assert stored.recall(keys[0]) is None
+
+
+def test_a_granitemoe_router_is_a_router(tmp_path: Path) -> None:
+    """GraniteMoE keeps its router's Linear inside a router module (``block_sparse_moe.router.layer.weight``):
+    its description's classes (GraniteMoeTopKRouter, GraniteMoeExperts) say router and expert, and so do the
+    rows (the name rule agrees without transformers)."""
+    import wbfe
+    from wbfe.engine.matrices import role_of
+
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(
+        "granitemoe", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=96, num_local_experts=4, num_experts_per_tok=2)
+    config.architectures = ["GraniteMoeForCausalLM"]
+    transformers.GraniteMoeForCausalLM(config).save_pretrained(tmp_path)
+    roles = {row["name"]: row["role"] for row in wbfe.score(tmp_path, metrics="bfe").layers}
+    routers = [name for name in roles if ".router." in name]
+    assert routers == [f"model.layers.{i}.block_sparse_moe.router.layer.weight" for i in range(2)]
+    assert all(roles[name] == "router" and role_of(name, 2) == "router" for name in routers)
+    experts = [name for name in roles if "_linear" in name]
+    assert len(experts) == 2 * 4 * 3 and all(roles[name] == "expert" for name in experts)
+
+
+def test_a_modules_own_classes_give_roles_its_names_do_not() -> None:
+    """A module's class decides where its name says nothing: a ``Gate`` module's ``proj`` is a router."""
+    import wbfe
+    from wbfe.engine.matrices import role_of
+
+    class TopKGate(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 4, bias=False)
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.chooser = TopKGate()
+            self.fc = torch.nn.Linear(16, 16)
+            self.out = torch.nn.Linear(16, 3)
+
+    torch.manual_seed(0)
+    roles = {row["name"]: row["role"] for row in wbfe.score(Block(), metrics="bfe").layers}
+    assert role_of("chooser.proj.weight", 2) == "other"  # the name alone says nothing
+    assert roles["chooser.proj.weight"] == "router" and roles["fc.weight"] != "router"

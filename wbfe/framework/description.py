@@ -75,6 +75,9 @@ class FrameworkDescription:
             architecture), ``dropout`` (``[[layer, rate], ...]``: dropout with rate > 0 on the
             features the head reads), ``heads`` (other layers producing the same output),
             ``head_class`` (the head layer's class, where the graph names it).
+        roles: the weights whose role the model's own classes say (``router``: a MoE router or
+            gating module, GraniteMoE's ``block_sparse_moe.router.layer.weight``; ``expert``: a
+            module of experts); the name rules decide the others.
     """
 
     framework: str
@@ -86,6 +89,7 @@ class FrameworkDescription:
     note: Optional[str] = None
     aliases: Mapping[str, str] = field(default_factory=dict)
     facts: Mapping[str, Any] = field(default_factory=dict)
+    roles: Mapping[str, str] = field(default_factory=dict)
 
     def resolve(self, name: str) -> str:
         """``name`` as this description names the weight (through :attr:`aliases`)."""
@@ -94,6 +98,14 @@ class FrameworkDescription:
     def layout_of(self, name: str) -> str:
         """The layout of weight ``name`` (:data:`OUT_IN` unless the framework says otherwise)."""
         return self.layouts.get(self.resolve(name), OUT_IN)
+
+    def role_of(self, name: str) -> Optional[str]:
+        """The role the model's classes give weight ``name`` (a split expert ``w[e]`` as ``w``); None
+        where they say nothing."""
+        if not self.roles:
+            return None
+        name = self.resolve(name)
+        return self.roles.get(name) or self.roles.get(self.resolve(_EXPERT_SUFFIX.sub("", name)))
 
     def summary(self) -> dict[str, Any]:
         """What the result's provenance records about the description used."""
@@ -108,7 +120,7 @@ class FrameworkDescription:
         """The description as JSON data (lists and string-keyed objects); :meth:`from_dict` reads it back."""
         return {"framework": self.framework, "model": self.model, "order": list(self.order), "head": self.head,
                 "tied": dict(self.tied), "layouts": dict(self.layouts), "note": self.note,
-                "aliases": dict(self.aliases), "facts": dict(self.facts)}
+                "aliases": dict(self.aliases), "facts": dict(self.facts), "roles": dict(self.roles)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FrameworkDescription":
@@ -135,7 +147,7 @@ class FrameworkDescription:
         for layout in layouts.values():
             check_layout(layout)
         return cls(framework, model, tuple(order), head, names("tied"), layouts, note, aliases=names("aliases"),
-                   facts=dict(facts))
+                   facts=dict(facts), roles=names("roles"))
 
 
 # A fused expert stack split per expert by wbfe.engine.experts is named ``<weight>[e]`` or ``<weight>[e].gate``.

@@ -18,7 +18,7 @@ import re
 from typing import Any, Optional, Union
 
 from wbfe._deps import TORCH_INSTALL, torch_installed
-from wbfe.framework.parameters import shared_parameters, transposed_weights
+from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights
 from wbfe.framework.description import Fallback, FrameworkDescription
 from wbfe.framework.stored import description_key, recall, remember
 
@@ -131,7 +131,7 @@ def _read(model: Any, arch: str, config: dict[str, Any], *, skeleton: bool) -> F
         rename(head, head) if head is not None else None,
         {rename(k, k): rename(v, v) for k, v in tied.items()}, {rename(k, k): v for k, v in layouts.items()}, note,
         aliases=dict(saved),  # a checkpoint written with the in-memory names
-        facts=facts,
+        facts=facts, roles={rename(k, k): v for k, v in module_roles(model).items()},
     )
 
 
