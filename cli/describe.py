@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from ._notes import third_party_notes
 from ._options import REF_HELP, Conv, ConvOption, Format, Head, Layers, MinEigs, Stream, WwCompatible
 
 if TYPE_CHECKING:
@@ -17,6 +18,10 @@ def describe_command(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     output: Annotated[Optional[str], typer.Option(
         "--output", "-o", help="Write the description to this file instead of stdout ('-': stdout).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Each message other libraries (transformers) gave, once.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Nothing on stderr but errors: no 'wrote FILE', no other libraries' messages.")] = False,
     *,
     conv: ConvOption = Conv.flatten,
     layers: Layers = None,
@@ -36,15 +41,17 @@ def describe_command(
     target = ref if ref is not None else wbfe.default_checkpoint()
     reads = local_reads(target)
     written = check_output(output, reads=reads) if output is not None else None  # before any work
-    described = wbfe.describe(target, options=options)
-    text = described.to_json() + "\n" if fmt is Format.json else _table(described)
-    if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
-        write_output(written, text, reads=[*reads, *local_files(described.model.get("files"))])
-        typer.echo(f"wrote {output}", err=True)
-    elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
-        write_output(output, text)
-    else:
-        typer.echo(text, nl=False)
+    with third_party_notes(verbose=verbose, quiet=quiet):
+        described = wbfe.describe(target, options=options)
+        text = described.to_json() + "\n" if fmt is Format.json else _table(described)
+        if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
+            write_output(written, text, reads=[*reads, *local_files(described.model.get("files"))])
+            if not quiet:
+                typer.echo(f"wrote {output}", err=True)
+        elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
+            write_output(output, text)
+        else:
+            typer.echo(text, nl=False)
 
 
 def _table(described: "Description") -> str:

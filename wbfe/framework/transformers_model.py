@@ -63,6 +63,9 @@ def _describe(key: str) -> Union[FrameworkDescription, Fallback]:
             import transformers
         except ImportError:
             return Fallback(f"transformers is not installed, so {arch} is not built (pip install transformers)")
+        from wbfe.diagnostics import route_logger
+
+        route_logger("transformers")  # its config checks and RoPE notices: wbfe's diagnostics
         found = _built(transformers, config, arch)
         remember(stored, found)
     return found
