@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,3 +127,13 @@ def fake_hub_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], *, rev
         (repo / "blobs" / digest).write_bytes(data)
         (snap / name).symlink_to(Path("..") / ".." / "blobs" / digest)
     return snap
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Tests skipped for want of an extra are named with it, so a partial install is never silent."""
+    wanted = sorted({m.group(1) for report in terminalreporter.stats.get("skipped", [])
+                     if (m := re.search(r"needs the (\w+) extra", str(report.longrepr)))})
+    if wanted:
+        extras = ",".join(wanted)
+        terminalreporter.write_line(f"tests skipped for want of the {extras} extra: pip install -e '.[test,{extras}]'",
+                                    yellow=True)

@@ -53,7 +53,7 @@ def test_the_json_round_trip_is_the_built_description(model_type: str) -> None:
 
 
 def test_the_timm_round_trip_is_the_built_description() -> None:
-    pytest.importorskip("timm")
+    pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     built = describe_config({"architecture": "resnet18", "num_classes": 7, "pretrained_cfg": {"classifier": "fc"}})
     assert isinstance(built, FrameworkDescription) and built.head == "fc.weight"
     assert FrameworkDescription.from_dict(json.loads(json.dumps(built.to_dict()))) == built
