@@ -55,6 +55,14 @@ sys.stderr.write("HEAVY " + json.dumps(sorted({n.split(".")[0] for n in sys.modu
 """
 
 
+GPT2_WRITER = """
+import sys, torch, transformers
+torch.manual_seed(0)
+config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=512)
+transformers.GPT2LMHeadModel(config).save_pretrained(sys.argv[1])
+"""
+
+
 def run_once(argv: list[str], env: Optional[dict[str, str]] = None) -> float:
     return run_measured(argv, env)[0]
 
@@ -73,17 +81,16 @@ def run_measured(argv: list[str], env: Optional[dict[str, str]] = None) -> tuple
 
 def gpt2_rows(n: int, fixture_s: float) -> Optional[dict[str, Any]]:
     """The tiny GPT-2 folder's first and second score (medians of n, fresh cache folder per first run)."""
-    try:
-        import torch
-        import transformers
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
         return None
     work = Path(tempfile.mkdtemp(prefix="wbfe-bench-gpt2-"))
     try:
-        torch.manual_seed(0)
         folder = work / "gpt2"
-        config = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=512)
-        transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+        # Written by a child process: a parent holding torch would lend the scores' children its memory
+        # (a forked child's peak RSS counts the pages it shares before exec).
+        subprocess.run([sys.executable, "-c", GPT2_WRITER, str(folder)], check=True, capture_output=True)
         size_kb = sum(p.stat().st_size for p in folder.iterdir()) / 1024
         argv = ["score", str(folder), "--metrics", "bfe", "--format", "json", "-o", os.devnull]
         first, second = [], []

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -49,10 +50,11 @@ def descriptions_dir() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    from wbfe import __version__
     from wbfe._provenance import tree_digest
 
-    return f"{__version__}+{tree_digest(Path(__file__).resolve().parent)}"
+    # the parent package is imported before any of its modules: its version, without importing it here
+    version = getattr(sys.modules.get("wbfe"), "__version__", "unknown")
+    return f"{version}+{tree_digest(Path(__file__).resolve().parent)}"
 
 
 def description_key(framework: str, packages: tuple[str, ...], read: Mapping[str, Any]) -> Optional[str]:
