@@ -107,7 +107,7 @@ def gpt2_rows(n: int, fixture_s: float) -> Optional[dict[str, Any]]:
         return {"median_s": round(statistics.median(t for t, _ in runs), 3), "min_s": round(min(t for t, _ in runs), 3),
                 "peak_rss_mb": round(max(m for _, m in runs), 1), "runs": n, "heavy_modules": heavy[which]}
 
-    out = {"folder_kb": round(size_kb), "first": row(first, "first"), "second": row(second, "second")}
+    out: dict[str, Any] = {"folder_kb": round(size_kb), "first": row(first, "first"), "second": row(second, "second")}
     out["second_over_fixture"] = round(out["second"]["median_s"] / fixture_s, 2)
     out["targets"] = {"second_over_fixture_max": 3.0, "second_peak_rss_mb_max": 500,
                       "met": out["second_over_fixture"] <= 3.0 and out["second"]["peak_rss_mb"] <= 500}

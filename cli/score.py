@@ -11,6 +11,8 @@ from ._options import REF_HELP, ScoreFormat, executor_group, score_group, with_g
 from ._progress import progress_bar
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from wbfe.engine import ModelScore
     from wbfe.executors import ExecutorOptions
     from wbfe.options import ScoreOptions
@@ -55,8 +57,8 @@ def _scored(target: object, base: Optional[str], score: "ScoreOptions", where: "
         return wbfe.score(target, options=score, base=base, progress=update)
 
 
-def _write(result: "ModelScore", fmt: ScoreFormat, output: Optional[str], written: object, reads: list,
-           verbose: bool, quiet: bool) -> None:
+def _write(result: "ModelScore", fmt: ScoreFormat, output: Optional[str], written: "Optional[Path]",
+           reads: "list[Path]", verbose: bool, quiet: bool) -> None:
     from wbfe.render.files import local_files, write_output
     from wbfe.render.text import score_csv, score_table
 

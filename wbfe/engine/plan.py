@@ -67,7 +67,9 @@ def stream(source: Any, options: Any) -> Iterator[Planned]:
 def described_role(plan: Union[Skip, MatrixPlan], source: Any) -> Union[Skip, MatrixPlan]:
     """``plan`` with the role the checkpoint's own description gives its weight, where it gives one
     (a MoE router or experts module, whatever the weight's name); else as the name rules planned it."""
-    description = getattr(source, "description", None) if isinstance(plan, MatrixPlan) else None
+    if not isinstance(plan, MatrixPlan):
+        return plan
+    description = getattr(source, "description", None)
     role = description.role_of(plan.name) if description is not None else None
     return plan if role is None or role == plan.role else dataclasses.replace(plan, role=role)
 
