@@ -178,8 +178,8 @@ class CacheInfo:
         for kind, row in self.by_kind().items():
             ages = "" if row["oldest_use"] is None else (
                 f", last used {(now - row['newest_use']) / 86400:.1f}-{(now - row['oldest_use']) / 86400:.1f} days ago")
-            lines.append(f"  {kind:8s} {row['count']:6d}  {format_size(row['bytes']):>10s}{ages}")
-        lines.append(f"  total             {format_size(self.total):>10s}  (prune bound by default: "
+            lines.append(f"  {kind:12s} {row['count']:6d}  {format_size(row['bytes']):>10s}{ages}")
+        lines.append(f"  {'total':21s}{format_size(self.total):>10s}  (prune bound by default: "
                      f"{format_size(DEFAULT_MAX_SIZE)})")
         if self.other_bytes or self.links:
             lines.append(f"  not wbfe's: {format_size(self.other_bytes)} of other files, {self.links} symbolic "
