@@ -26,6 +26,15 @@ def cifar_zoo() -> Path:
     return CIFAR_ZOO
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """wbfe's cache folder for what module- and session-scoped fixtures score (before ``_offline`` runs):
+    never the user's own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WBFE_CACHE_DIR", str(tmp_path_factory.mktemp("wbfe-cache-session")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """No test may reach a network: hub lookups are offline and caches point at empty folders.
