@@ -6,7 +6,7 @@ Each route is a fresh ``python -m venv`` into which the checkout is installed as
 - ``base``: ``pip install <checkout>``; then, in that venv, ``wbfe score`` on the fixture must work
   and ``import torch`` must fail (the base install has no torch);
 - ``cpu-torch``: the base venv plus ``pip install torch==<--cpu-torch>`` (a CPU wheel; all that the
-  ``torch`` extra adds), then ``cpu-torch+test``: ``pip install -c pin '<checkout>[test]'`` with that
+  ``torch`` extra adds), then ``cpu-torch+test``: ``pip install -c pin '<checkout>[test,timm]'`` with that
   torch pinned, since torchvision would otherwise replace it by a CUDA build;
 - ``default-torch``: a fresh venv with ``pip install '<checkout>[torch]'`` (pip's default torch, the
   CUDA build on Linux), then ``default-torch+test``.
@@ -88,16 +88,16 @@ def main() -> None:
             if "cpu-torch+test" in wanted:
                 pin = Path(tmp) / "pin.txt"
                 pin.write_text(f"torch=={args.cpu_torch}\n")
-                _pip(venv, "-c", str(pin), f"{ROOT}[test]")
-                _record(results, "cpu-torch+test", venv, "pip install -c pin.txt '<checkout>[test]' (torch pinned)")
+                _pip(venv, "-c", str(pin), f"{ROOT}[test,timm]")
+                _record(results, "cpu-torch+test", venv, "pip install -c pin.txt '<checkout>[test,timm]' (torch pinned)")
             shutil.rmtree(venv)
         if wanted & {"default-torch", "default-torch+test"}:
             venv = _fresh(Path(tmp) / "default")
             _pip(venv, f"{ROOT}[torch]")
             _record(results, "default-torch", venv, "pip install '<checkout>[torch]'")
             if "default-torch+test" in wanted:
-                _pip(venv, f"{ROOT}[test]")
-                _record(results, "default-torch+test", venv, "pip install '<checkout>[test]' (in that venv)")
+                _pip(venv, f"{ROOT}[test,timm]")
+                _record(results, "default-torch+test", venv, "pip install '<checkout>[test,timm]' (in that venv)")
     out = {"python": platform.python_version(), "platform": platform.platform(), "routes": results,
            "checks": checks}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

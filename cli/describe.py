@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from ._notes import third_party_notes
 from ._options import REF_HELP, Conv, ConvOption, Format, Head, Layers, MinEigs, Stream, WwCompatible
+
+if TYPE_CHECKING:
+    from wbfe.description import Description
 
 
 def describe_command(
     ref: Annotated[Optional[str], typer.Argument(help=REF_HELP)] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="Write the description to this file instead of stdout ('-': stdout).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Each message other libraries (transformers) gave, once.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Nothing on stderr but errors: no 'wrote FILE', no other libraries' messages.")] = False,
     *,
     conv: ConvOption = Conv.flatten,
     layers: Layers = None,
@@ -24,22 +34,37 @@ def describe_command(
     would skip, without reading a tensor or computing an eigenvalue."""
     import wbfe
     from wbfe.options import ScoreOptions
-    from wbfe.render.text import format_value, text_table
+    from wbfe.render.files import check_output, local_files, local_reads, write_output
 
     options = ScoreOptions(metrics=("bfe",), conv=conv.value, layers=layers, head=head, min_eigs=min_eigs,
                            ww_compatible=ww_compatible, stream=stream)
     target = ref if ref is not None else wbfe.default_checkpoint()
-    described = wbfe.describe(target, options=options)
-    if fmt is Format.json:
-        typer.echo(described.to_json())
-        return
+    reads = local_reads(target)
+    written = check_output(output, reads=reads) if output is not None else None  # before any work
+    with third_party_notes(verbose=verbose, quiet=quiet):
+        described = wbfe.describe(target, options=options)
+        text = described.to_json() + "\n" if fmt is Format.json else _table(described)
+        if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
+            write_output(written, text, reads=[*reads, *local_files(described.model.get("files"))])
+            if not quiet:
+                typer.echo(f"wrote {output}", err=True)
+        elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
+            write_output(output, text)
+        else:
+            typer.echo(text, nl=False)
+
+
+def _table(described: "Description") -> str:
+    from wbfe.render.text import format_value, text_table
+
     rows = [{**m, "shape": "x".join(map(str, m["shape"])), "head": "*" if m["head"] else ""} for m in described.matrices]
-    typer.echo(f"model: {format_value(described.model['source'])}  ({described.model['format']})")
+    lines = [f"model: {format_value(described.model['source'])}  ({described.model['format']})"]
     framework = described.model.get("framework")
     if framework is not None:  # which decided head, order and orientation: the framework, or the rules and why
         said = framework.get("model") if framework.get("used") != "rules" else framework.get("why")
-        typer.echo(f"framework: {framework.get('used')} ({said})")
-    typer.echo("")
-    typer.echo(text_table(rows, ("name", "role", "shape", "N", "M", "n_slices", "n_eigs", "form", "dtype", "head")))
-    typer.echo(f"\nhead: {described.head} ({described.head_source}); {len(described.matrices)} matrices, "
-               f"{len(described.skipped)} tensors skipped (see --format json for each reason)")
+        lines.append(f"framework: {framework.get('used')} ({said})")
+    lines.append("")
+    lines.append(text_table(rows, ("name", "role", "shape", "N", "M", "n_slices", "n_eigs", "form", "dtype", "head")))
+    lines.append(f"\nhead: {described.head} ({described.head_source}); {len(described.matrices)} matrices, "
+                 f"{len(described.skipped)} tensors skipped (see --format json for each reason)")
+    return "\n".join(lines) + "\n"

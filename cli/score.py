@@ -6,10 +6,14 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from ._notes import third_party_notes
 from ._options import REF_HELP, ScoreFormat, executor_group, score_group, with_groups
 from ._progress import progress_bar
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from wbfe.engine import ModelScore
     from wbfe.executors import ExecutorOptions
     from wbfe.options import ScoreOptions
 
@@ -22,30 +26,48 @@ def score_command(
     base: Annotated[Optional[str], typer.Option(
         "--base", help="For a PEFT LoRA adapter: its base model; also score each merged W0 + dW.")] = None,
     verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="The table's BFE-W applicability line with its full reasons.")] = False,
+        "--verbose", "-v", help="The table's BFE-W applicability line with its full reasons, and each message "
+                                "other libraries (transformers, Ray) gave, once.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="Nothing on stderr but errors: no progress, no 'wrote FILE', no other libraries' "
+                              "messages.")] = False,
     *,
     score: "ScoreOptions",
     where: "ExecutorOptions",
 ) -> None:
     """Score every weight matrix of a checkpoint with BFE-W (and the other metric groups)."""
     import wbfe
-    from wbfe.render.files import check_output, local_files, local_reads, write_output
-    from wbfe.render.text import score_csv, score_table
+    from wbfe.render.files import check_output, local_reads
 
     target = ref if ref is not None else wbfe.default_checkpoint()
     reads = [*local_reads(target), *local_reads(base)]
     written = check_output(output, reads=reads) if output is not None else None  # before any work
+    with third_party_notes(verbose=verbose, quiet=quiet):
+        result = _scored(target, base, score, where, quiet)
+        _write(result, fmt, output, written, reads, verbose, quiet)
+
+
+def _scored(target: object, base: Optional[str], score: "ScoreOptions", where: "ExecutorOptions", quiet: bool) -> "ModelScore":
+    import wbfe
+
     if where.is_ray:  # one line per finished shard on stderr: node, shards done/total, ETA
-        result = wbfe.score(target, options=score, base=base, executor="ray", ray_address=where.address,
-                            progress=lambda _done, _total, line: typer.echo(line, err=True))
-    else:
-        with progress_bar(enabled=True) as update:
-            result = wbfe.score(target, options=score, base=base, progress=update)
+        return wbfe.score(target, options=score, base=base, executor="ray", ray_address=where.address,
+                          progress=None if quiet else lambda _done, _total, line: typer.echo(line, err=True))
+    with progress_bar(enabled=not quiet) as update:
+        return wbfe.score(target, options=score, base=base, progress=update)
+
+
+def _write(result: "ModelScore", fmt: ScoreFormat, output: Optional[str], written: "Optional[Path]",
+           reads: "list[Path]", verbose: bool, quiet: bool) -> None:
+    from wbfe.render.files import local_files, write_output
+    from wbfe.render.text import score_csv, score_table
+
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result, verbose=verbose, width=_terminal_width(written, output))}[fmt]()
     if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
         write_output(written, text, reads=[*reads, *local_files(result.model.get("files"))])
-        typer.echo(f"wrote {output}", err=True)
+        if not quiet:
+            typer.echo(f"wrote {output}", err=True)
     elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
         write_output(output, text)
     else:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,15 @@ def cifar_zoo() -> Path:
     return CIFAR_ZOO
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """wbfe's cache folder for what module- and session-scoped fixtures score (before ``_offline`` runs):
+    never the user's own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WBFE_CACHE_DIR", str(tmp_path_factory.mktemp("wbfe-cache-session")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """No test may reach a network: hub lookups are offline and caches point at empty folders.
@@ -35,6 +46,8 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
     monkeypatch.setenv("TORCH_HOME", str(tmp_path_factory.mktemp("torch-home")))
     monkeypatch.setenv("WBFE_SHARED_ZOO", str(SHARED_ZOO))
+    # wbfe's own cache (remembered framework descriptions, score entries): one empty folder a test
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path_factory.mktemp("wbfe-cache")))
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +136,13 @@ def fake_hub_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], *, rev
         (repo / "blobs" / digest).write_bytes(data)
         (snap / name).symlink_to(Path("..") / ".." / "blobs" / digest)
     return snap
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Tests skipped for want of an extra are named with it, so a partial install is never silent."""
+    wanted = sorted({m.group(1) for report in terminalreporter.stats.get("skipped", [])
+                     if (m := re.search(r"needs the (\w+) extra", str(report.longrepr)))})
+    if wanted:
+        extras = ",".join(wanted)
+        terminalreporter.write_line(f"tests skipped for want of the {extras} extra: pip install -e '.[test,{extras}]'",
+                                    yellow=True)

@@ -285,3 +285,47 @@ def test_merge_onto_an_fp8_base_reads_it_dequantised(tmp_path) -> None:
     assert "merged" not in row["reasons"], row["reasons"]
     assert row["bfe_merged"] == pytest.approx(reference, rel=1e-10)
     assert row["bfe_base"] == pytest.approx(wbfe.score({"w.weight": w0}, metrics="bfe").layers[0]["bfe"], rel=1e-12)
+
+
+def test_the_table_shows_the_merged_columns_in_the_models_order(tmp_path) -> None:
+    """``score ADAPTER --base BASE`` prints bfe_base, bfe_merged, d_bfe and rel_frobenius per module (the
+    JSON's values), with the rows in the base model's own order (q, k, v, o, gate, up, down: the order
+    transformers' named_parameters() gives), not the adapter file's sorted names; an untrained adapter
+    prints no largest update."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(4)
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=96)
+    model = transformers.LlamaForCausalLM(config)
+    model.save_pretrained(tmp_path / "base")
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    want = [n for n, _ in model.named_parameters() if any(f"{t}." in n for t in targets)]  # before peft wraps them
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    wrapped.save_pretrained(str(tmp_path / "untrained"))
+    untrained = CliRunner().invoke(app, ["score", str(tmp_path / "untrained"), "--metrics", "bfe"])
+    assert untrained.exit_code == 0, untrained.output
+    assert "largest_update" not in untrained.stdout and "untrained" in untrained.stdout
+    with torch.no_grad():
+        for name, param in wrapped.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    wrapped.save_pretrained(str(tmp_path / "adapter"))
+
+    argv = ["score", str(tmp_path / "adapter"), "--base", str(tmp_path / "base"), "--metrics", "bfe"]
+    shown = CliRunner().invoke(app, argv)
+    as_json = CliRunner().invoke(app, [*argv, "--format", "json"])
+    assert shown.exit_code == 0 and as_json.exit_code == 0, shown.output
+    layers = json.loads(as_json.stdout)["layers"]
+    assert [row["name"] for row in layers] == want
+    lines = shown.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("name"))
+    columns = header.split()
+    assert {"bfe_base", "bfe_merged", "d_bfe", "rel_frobenius"} <= set(columns)
+    printed = [line.split() for line in lines if line.split()[:1] and line.split()[0] in want]
+    assert [cells[0] for cells in printed] == want
+    from wbfe.render.text import format_value
+
+    for cells, row in zip(printed, layers):
+        for column in ("bfe_base", "bfe_merged", "d_bfe", "rel_frobenius"):
+            assert cells[columns.index(column)] == format_value(row[column]), (row["name"], column)
+    assert "largest_update " in shown.stdout

@@ -199,7 +199,7 @@ def test_each_rule_fails_on_its_own_fact():
 
 
 def test_timm_drop_rate_and_vit():
-    pytest.importorskip("timm")
+    pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     from wbfe.framework.timm_model import describe_timm
 
     plain = describe_timm("resnet18", {"architecture": "resnet18", "pretrained_cfg": {}, "num_classes": 10})
@@ -213,7 +213,7 @@ def test_timm_drop_rate_and_vit():
 
 
 def test_in_memory_modules():
-    timm = pytest.importorskip("timm")
+    timm = pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     from wbfe.framework import describe_module
 
     torch = pytest.importorskip("torch")

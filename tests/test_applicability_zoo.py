@@ -57,7 +57,7 @@ def test_deit_distilled_fails_as_a_vision_transformer_with_two_heads():
 
 @pytest.mark.parametrize("arch", ["efficientnet_b0", "mobilenetv2_050"])
 def test_timm_drop_rate_before_the_head(arch):
-    timm = pytest.importorskip("timm")
+    timm = pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     dropped = applicability(describe_module(_meta(lambda: timm.create_model(arch, pretrained=False, num_classes=5,
                                                                              drop_rate=0.2))))
     assert dropped["status"] == "fails"

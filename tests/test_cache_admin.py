@@ -157,7 +157,7 @@ def test_cli_info_and_prune(cache: Path) -> None:
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["kinds"]["objects"]["bytes"] == 4000
     table = runner.invoke(_cli(), ["info", "--cache-dir", str(cache)])
-    assert "\n  objects       2     3.9 KiB, last used " in table.stdout
+    assert "\n  objects           2     3.9 KiB, last used " in table.stdout
     pruned = runner.invoke(_cli(), ["prune", "--cache-dir", str(cache), "--older-than", "10000"])
     assert pruned.exit_code == 0, pruned.output
     # ages are relative to the fixture's NOW (2033): nothing is 10000 days old; the dead claim goes

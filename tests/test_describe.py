@@ -103,3 +103,23 @@ def test_describe_command(tmp_path: Path) -> None:
     assert "head: classifier.weight (name); 3 matrices, 2 tensors skipped" in table.stdout
     bad = CliRunner().invoke(app, ["describe", str(path), "--layers", "(a+)+$"])
     assert bad.exit_code == 2 and bad.stderr.startswith("wbfe: error: --layers")
+
+
+def test_describe_writes_to_a_file_as_score_does(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from wbfe_cli.main import app
+
+    path = _checkpoint(tmp_path / "m.safetensors")
+    for fmt, name in (("json", "d.json"), ("table", "d.txt")):
+        shown = CliRunner().invoke(app, ["describe", str(path), "--format", fmt])
+        written = CliRunner().invoke(app, ["describe", str(path), "--format", fmt, "-o", str(tmp_path / name)])
+        assert written.exit_code == 0, written.output
+        assert written.stdout == "" and written.stderr == f"wrote {tmp_path / name}\n"
+        assert (tmp_path / name).read_text() == shown.stdout
+    assert json.loads((tmp_path / "d.json").read_text())["head"] == "classifier.weight"
+    before = path.read_bytes()
+    refused = CliRunner().invoke(app, ["describe", str(path), "-o", str(path)])  # never over what it reads
+    assert refused.exit_code == 2 and refused.stderr.startswith("wbfe: error: ") and path.read_bytes() == before

@@ -257,7 +257,7 @@ def test_a_plain_safetensors_file_does_not_import_transformers(tmp_path: Path) -
 # ---- timm --------------------------------------------------------------------------------------
 
 def test_timm_folder_is_described_by_timm(tmp_path: Path) -> None:
-    timm = pytest.importorskip("timm")
+    timm = pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     from safetensors.torch import save_file
 
     torch.manual_seed(0)
@@ -281,7 +281,7 @@ def test_timm_folder_is_described_by_timm(tmp_path: Path) -> None:
 
 def test_timm_name_with_a_bare_checkpoint_is_described_by_timm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``timm:<name>`` whose weights are a URL's .pth in the torch hub cache (no config beside it)."""
-    timm = pytest.importorskip("timm")
+    timm = pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     from types import SimpleNamespace
 
     torch.manual_seed(0)

@@ -284,7 +284,7 @@ def test_unknown_hub_id_offline() -> None:
 
 
 def test_timm_name_from_hub_cache(tmp_path: Path) -> None:
-    timm = pytest.importorskip("timm")
+    timm = pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     cfg = timm.models.get_pretrained_cfg("resnet18")
     state = small_state_dict(1)
     fake_hub_snapshot(Path(os.environ["HF_HUB_CACHE"]), cfg.hf_hub_id, {"model.safetensors": _st_bytes(tmp_path, state)})

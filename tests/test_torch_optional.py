@@ -178,7 +178,7 @@ def test_a_model_class_without_torch_falls_back_to_the_rules_and_says_why(blocke
     from wbfe.framework import FrameworkDescription, describe_config
 
     pytest.importorskip("transformers")
-    pytest.importorskip("timm")
+    pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     assert all(isinstance(describe_config(c), FrameworkDescription) for c in configs.values())
 
 

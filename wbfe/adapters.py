@@ -22,6 +22,7 @@ import numpy as np
 
 from wbfe.engine.matrices import Skip, find_head, role_of
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
+from wbfe.framework import order_rows
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics.bfe import bfe
 from wbfe.sources import TensorEntry, open_source
@@ -168,7 +169,8 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
         layers += saved.layers
         skipped += saved.skipped
     if base is not None:
-        provenance["base"] = _merge_with_base(base, layers, factors, lora, context, top_k)
+        provenance["base"], order, aliases = _merge_with_base(base, layers, factors, lora, context, top_k)
+        layers = order_rows(layers, order, aliases)  # the base model's order (its description's, else its checkpoint's)
     provenance = engine.provenance_of(provenance, context)
     provenance["options"] = {**options.to_dict(), "base": None if base is None else str(base)}
     if not layers:
@@ -231,10 +233,11 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
 
 def _merge_with_base(
     base: Any, layers: list[dict[str, Any]], factors: dict[str, _Factors], lora: LoraConfig, context: Any, top_k: int,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     """Add the merged-module columns to ``layers`` (base and merged metrics, the change), streaming
     the base one tensor at a time as a score reads it (quantised weights dequantised, fused expert
-    stacks split); returns the base's provenance."""
+    stacks split); returns the base's provenance and its weights' order (the model's, where its
+    framework describes it; else the checkpoint's)."""
     from wbfe import engine
     from wbfe.engine.change import matrix_change
     from wbfe.engine.matrices import as_matrices
@@ -243,8 +246,10 @@ def _merge_with_base(
     by_weight = {f"{name}.weight": name for name in factors}
     rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}
     found: set[str] = set()
+    stored: list[str] = []
     with open_source(base) as source:
         for entry, consumed in engine.entries(source):
+            stored.append(entry.name)
             module = by_weight.get(entry.name)
             if module is None or consumed is not None:
                 continue
@@ -275,11 +280,14 @@ def _merge_with_base(
                 change = matrix_change(w0, merged, plan, specs[0], specs[1], context, top_k)
             del w0, merged, merged64
             _add_change(row, change)
+        description = source.description
+        order = list(description.order) if description is not None else stored
+        aliases = dict(description.aliases) if description is not None else {}
         provenance = source.provenance.to_dict()
     for name, row in rows.items():
         if name not in found:
             row["reasons"]["merged"] = f"no tensor {name!r} in the base checkpoint"
-    return provenance
+    return provenance, order, aliases
 
 
 def _dora_rescale(merged: np.ndarray, magnitude: np.ndarray, fan_in_fan_out: bool) -> np.ndarray:
@@ -327,6 +335,9 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
     for column in ("bfe", "stable_rank", "effective_rank", "frobenius_norm", "spectral_norm"):
         summary[f"{column}_mean"], summary[f"{column}_n"] = mean(adapted, column)
     largest = max(adapted, key=lambda row: row["frobenius_norm"], default=None)
+    if largest is not None and not largest["frobenius_norm"] > 0:  # lora_B = 0 everywhere: as initialised
+        largest = None
+        summary["untrained"] = "every ΔW is 0 (lora_B = 0, as PEFT initialises it): the adapter was not trained"
     summary["largest_update"] = None if largest is None else largest["name"]
     summary["largest_update_frobenius_norm"] = math.nan if largest is None else largest["frobenius_norm"]
     if merged:

@@ -568,7 +568,7 @@ def test_unreadable_file_or_folder(kind: str, open_dir: Path) -> None:
 
 
 def test_unknown_timm_name_is_short() -> None:
-    pytest.importorskip("timm")
+    pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     with pytest.raises(UnknownNameError) as caught:
         wbfe.score("timm:resnet5O")
     message = str(caught.value)

@@ -40,7 +40,8 @@ MIN_BFE_EIGS = 2
 _ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("shared_expert", re.compile(r"shared_expert")),
     ("expert", re.compile(r"(\.experts[.\[]|block_sparse_moe\.(input|output)_linear|_exps(\.weight)?(\[|$))")),
-    ("router", re.compile(r"((^|\.)(gate|router)(\.weight)?$|ffn_gate_inp)")),
+    # GraniteMoE's router is a module holding a Linear: block_sparse_moe.router.layer.weight
+    ("router", re.compile(r"((^|\.)(gate|router)(\.layer)?(\.weight)?$|ffn_gate_inp)")),
     ("embedding", re.compile(r"(embed(?!_out)|token_embd|wte|wpe|word_embeddings|position_embeddings|token_type|tok_embeddings|patch_embed|(^|\.)shared\.weight$)")),
     ("attention", re.compile(r"(attn|attention|self_attn|q_proj|k_proj|v_proj|o_proj|qkv|query|key|value|c_attn|in_proj|out_proj)")),
     ("mlp", re.compile(r"(mlp|ffn|feed_forward|feedforward|intermediate|fc1|fc2|c_fc|c_proj|gate_proj|up_proj|down_proj|w1|w2|w3|\.output\.dense)")),

@@ -4,6 +4,7 @@ checkpoint's matrices (score, compare, report, the adapter merge, Ray parts) rea
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
@@ -64,7 +65,18 @@ def stream(source: Any, options: Any) -> Iterator[Planned]:
     with :func:`planning_min_eigs`."""
     min_eigs = planning_min_eigs(options)
     for entry, consumed in entries(source):
-        yield Planned(entry, plan_entry(entry, consumed, conv=options.conv, min_eigs=min_eigs, pattern=options.pattern))
+        plan = plan_entry(entry, consumed, conv=options.conv, min_eigs=min_eigs, pattern=options.pattern)
+        yield Planned(entry, described_role(plan, source))
+
+
+def described_role(plan: Union[Skip, MatrixPlan], source: Any) -> Union[Skip, MatrixPlan]:
+    """``plan`` with the role the checkpoint's own description gives its weight, where it gives one
+    (a MoE router or experts module, whatever the weight's name); else as the name rules planned it."""
+    if not isinstance(plan, MatrixPlan):
+        return plan
+    description = getattr(source, "description", None)
+    role = description.role_of(plan.name) if description is not None else None
+    return plan if role is None or role == plan.role else dataclasses.replace(plan, role=role)
 
 
 def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_compatible: bool = False) -> list[Any]:

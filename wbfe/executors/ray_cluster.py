@@ -40,6 +40,9 @@ def connect(address: Optional[str]) -> Any:
         InvalidOptionError: no Ray cluster answers at ``address``.
     """
     ray = import_ray()
+    from wbfe.render.diagnostics import route_logger
+
+    route_logger("ray")  # its warnings (a token, a runtime environment): wbfe's diagnostics
     if ray.is_initialized():
         return ray
     if address is not None and address != "auto":

@@ -75,6 +75,9 @@ class FrameworkDescription:
             architecture), ``dropout`` (``[[layer, rate], ...]``: dropout with rate > 0 on the
             features the head reads), ``heads`` (other layers producing the same output),
             ``head_class`` (the head layer's class, where the graph names it).
+        roles: the weights whose role the model's own classes say (``router``: a MoE router or
+            gating module, GraniteMoE's ``block_sparse_moe.router.layer.weight``; ``expert``: a
+            module of experts); the name rules decide the others.
     """
 
     framework: str
@@ -86,6 +89,7 @@ class FrameworkDescription:
     note: Optional[str] = None
     aliases: Mapping[str, str] = field(default_factory=dict)
     facts: Mapping[str, Any] = field(default_factory=dict)
+    roles: Mapping[str, str] = field(default_factory=dict)
 
     def resolve(self, name: str) -> str:
         """``name`` as this description names the weight (through :attr:`aliases`)."""
@@ -95,6 +99,14 @@ class FrameworkDescription:
         """The layout of weight ``name`` (:data:`OUT_IN` unless the framework says otherwise)."""
         return self.layouts.get(self.resolve(name), OUT_IN)
 
+    def role_of(self, name: str) -> Optional[str]:
+        """The role the model's classes give weight ``name`` (a split expert ``w[e]`` as ``w``); None
+        where they say nothing."""
+        if not self.roles:
+            return None
+        name = self.resolve(name)
+        return self.roles.get(name) or self.roles.get(self.resolve(_EXPERT_SUFFIX.sub("", name)))
+
     def summary(self) -> dict[str, Any]:
         """What the result's provenance records about the description used."""
         out: dict[str, Any] = {"used": self.framework, "model": self.model}
@@ -103,6 +115,39 @@ class FrameworkDescription:
         if self.facts.get("dropout_read"):  # how the dropout on the head's input was read (applicability)
             out["dropout_read"] = self.facts["dropout_read"]
         return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The description as JSON data (lists and string-keyed objects); :meth:`from_dict` reads it back."""
+        return {"framework": self.framework, "model": self.model, "order": list(self.order), "head": self.head,
+                "tied": dict(self.tied), "layouts": dict(self.layouts), "note": self.note,
+                "aliases": dict(self.aliases), "facts": dict(self.facts), "roles": dict(self.roles)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FrameworkDescription":
+        """The description :meth:`to_dict` gave ``data`` for.
+
+        Raises:
+            InvalidOptionError: ``data`` is not that shape (a missing or mistyped field, an unknown layout).
+        """
+
+        def names(key: str) -> dict[str, str]:
+            value = data.get(key, {})
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                         for k, v in value.items()):
+                raise InvalidOptionError(f"a framework description's {key} must map names to names")
+            return dict(value)
+
+        framework, model, order = data.get("framework"), data.get("model"), data.get("order", [])
+        head, note, facts = data.get("head"), data.get("note"), data.get("facts", {})
+        if not (isinstance(framework, str) and isinstance(model, str) and isinstance(order, list)
+                and all(isinstance(n, str) for n in order) and isinstance(facts, Mapping)
+                and (head is None or isinstance(head, str)) and (note is None or isinstance(note, str))):
+            raise InvalidOptionError("not a framework description (framework, model, order, head, note, facts)")
+        layouts = names("layouts")
+        for layout in layouts.values():
+            check_layout(layout)
+        return cls(framework, model, tuple(order), head, names("tied"), layouts, note, aliases=names("aliases"),
+                   facts=dict(facts), roles=names("roles"))
 
 
 # A fused expert stack split per expert by wbfe.engine.experts is named ``<weight>[e]`` or ``<weight>[e].gate``.

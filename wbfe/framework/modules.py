@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from wbfe._deps import loaded
-from wbfe.framework.parameters import shared_parameters, transposed_weights
+from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights
 from wbfe.framework.description import FrameworkDescription
 from wbfe.framework.head_facts import dropout_rate, head_facts
 
@@ -58,7 +58,8 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
         if in_sequence is not None:
             facts["dropout"] = in_sequence
     note = None if head else (rule or "the module names no output embeddings or classifier")
-    return FrameworkDescription("torch", type(module).__name__, tuple(order), head, tied, layouts, note, facts=facts)
+    return FrameworkDescription("torch", type(module).__name__, tuple(order), head, tied, layouts, note, facts=facts,
+                                roles=module_roles(module))
 
 
 def _last_linear(module: Any, linear: Any) -> tuple[Any, str]:

@@ -4,11 +4,16 @@ stored transposed."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from wbfe.framework.description import IN_OUT
 
-__all__ = ["shared_parameters", "transposed_weights"]
+__all__ = ["shared_parameters", "transposed_weights", "module_roles"]
+
+# A module class whose weights have one role whatever their names (transformers' MoE classes:
+# GraniteMoeTopKRouter, MixtralExperts, DeepseekV3TopkRouter, ...).
+_ROLE_CLASSES = (("router", re.compile(r"(Router|Gating|MoEGate|TopKGate)$", re.IGNORECASE)), ("expert", re.compile(r"(?<!Shared)Experts$")))
 
 
 def shared_parameters(module: Any) -> tuple[list[str], dict[str, str]]:
@@ -32,3 +37,21 @@ def transposed_weights(module: Any, also: tuple[type, ...] = ()) -> dict[str, st
     kinds = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d) + also
     return {f"{name}.weight" if name else "weight": IN_OUT for name, sub in module.named_modules()
             if isinstance(sub, kinds) and getattr(sub, "weight", None) is not None}
+
+
+def module_roles(module: Any) -> dict[str, str]:
+    """``{weight name: role}`` for the 2-D and larger parameters inside a module whose class names a
+    role (:data:`_ROLE_CLASSES`; the nearest such module decides)."""
+    classes = {name: type(sub).__name__ for name, sub in module.named_modules()}
+    roles: dict[str, str] = {}
+    for name, param in module.named_parameters():
+        if param.ndim < 2:
+            continue
+        parts = name.split(".")[:-1]
+        for k in range(len(parts), 0, -1):
+            cls = classes.get(".".join(parts[:k]), "")
+            role = next((r for r, pattern in _ROLE_CLASSES if pattern.search(cls)), None)
+            if role is not None:
+                roles[name] = role
+                break
+    return roles

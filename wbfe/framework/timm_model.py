@@ -16,6 +16,7 @@ from typing import Any, Optional, Union
 from wbfe._deps import TORCH_INSTALL, torch_installed
 from wbfe.framework.parameters import shared_parameters, transposed_weights
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.framework.stored import description_key, recall, remember
 
 __all__ = ["describe_timm", "is_timm_config"]
 
@@ -69,6 +70,18 @@ def _plain(value: Any) -> bool:
 def _describe(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Union[FrameworkDescription, Fallback]:
     if not torch_installed():  # timm is built on torch: without it the rules decide, as without timm
         return Fallback(f"torch is not installed, so {architecture} is not built ({TORCH_INSTALL})")
+    # What an earlier build gave, with these versions: no torch, no timm imported.
+    stored = description_key("timm", ("timm", "torch"), {"architecture": architecture, "kwargs": json.loads(kwargs_json),
+                                                          "classifier": classifier})
+    found = recall(stored)
+    if found is None:
+        found = _built(architecture, kwargs_json, classifier)
+        if not (isinstance(found, Fallback) and found.startswith("timm is not installed")):
+            remember(stored, found)
+    return found
+
+
+def _built(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Union[FrameworkDescription, Fallback]:
     try:
         import timm
         import torch

@@ -18,8 +18,9 @@ import re
 from typing import Any, Optional, Union
 
 from wbfe._deps import TORCH_INSTALL, torch_installed
-from wbfe.framework.parameters import shared_parameters, transposed_weights
+from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.framework.stored import description_key, recall, remember
 
 __all__ = ["describe_transformers", "describe_built", "Fallback"]
 
@@ -54,10 +55,23 @@ def _describe(key: str) -> Union[FrameworkDescription, Fallback]:
         return Fallback("config.json names no architecture")
     if not torch_installed():  # the model is built with torch, on its meta device
         return Fallback(f"torch is not installed, so {arch} is not built ({TORCH_INSTALL})")
-    try:
-        import transformers
-    except ImportError:
-        return Fallback(f"transformers is not installed, so {arch} is not built (pip install transformers)")
+    # What an earlier build of this config gave, with these versions: no torch, no transformers imported.
+    stored = description_key("transformers", ("transformers", "torch"), {"config": config})
+    found = recall(stored)
+    if found is None:
+        try:
+            import transformers
+        except ImportError:
+            return Fallback(f"transformers is not installed, so {arch} is not built (pip install transformers)")
+        from wbfe.render.diagnostics import route_logger
+
+        route_logger("transformers")  # its config checks and RoPE notices: wbfe's diagnostics
+        found = _built(transformers, config, arch)
+        remember(stored, found)
+    return found
+
+
+def _built(transformers: Any, config: dict[str, Any], arch: str) -> Union[FrameworkDescription, Fallback]:
     model_class = getattr(transformers, arch, None) if not arch.startswith("_") else None
     if model_class is None or not hasattr(model_class, "config_class"):
         if isinstance(config.get("auto_map"), dict):
@@ -120,7 +134,7 @@ def _read(model: Any, arch: str, config: dict[str, Any], *, skeleton: bool) -> F
         rename(head, head) if head is not None else None,
         {rename(k, k): rename(v, v) for k, v in tied.items()}, {rename(k, k): v for k, v in layouts.items()}, note,
         aliases=dict(saved),  # a checkpoint written with the in-memory names
-        facts=facts,
+        facts=facts, roles={rename(k, k): v for k, v in module_roles(model).items()},
     )
 
 

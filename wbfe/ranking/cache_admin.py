@@ -5,6 +5,8 @@ The cache folder (``$WBFE_CACHE_DIR``, :func:`wbfe.ranking.cache.default_cache_d
 - ``entries/<2 hex>/<key>.json``: score entries (:class:`wbfe.ranking.cache.ScoreCache`), and their
   claim files ``<key>.claim`` while a driver scores the model;
 - ``hashes/<key>.json``: the content-hash index of local checkpoints;
+- ``descriptions/<2 hex>/<key>.json``: framework descriptions remembered so that a second score of
+  an architecture builds no model (:mod:`wbfe.framework.stored`);
 - ``objects/<2 hex>/<key>/``: object-store copies (:mod:`wbfe.sources.object_store`), one folder per
   copy, and ``.<key>.<token>.part`` folders of copies being fetched.
 
@@ -36,7 +38,7 @@ from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size, tree_usage
 __all__ = ["CacheUnit", "CacheInfo", "PruneReport", "cache_info", "prune_cache", "parse_size", "format_size",
            "DEFAULT_MAX_SIZE", "KINDS"]
 
-KINDS = ("entries", "hashes", "objects", "claims", "partial")
+KINDS = ("entries", "hashes", "descriptions", "objects", "claims", "partial")
 _PARTIAL_AGE = 86400.0
 _HEX64 = r"[0-9a-f]{64}"
 _ENTRY = re.compile(rf"^{_HEX64}\.json$")
@@ -88,7 +90,7 @@ def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
     """(units, bytes of other files, count of symbolic links skipped) under ``root``."""
     units: list[CacheUnit] = []
     other, links = 0, 0
-    known = {"entries", "hashes", "objects"}
+    known = {"entries", "hashes", "descriptions", "objects"}
     for top in _dirs(root):
         if top.is_symlink():
             links += 1
@@ -122,7 +124,7 @@ def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:
     if item.is_symlink():
         return None
     is_dir = item.is_dir(follow_symlinks=False)
-    if top in ("entries", "hashes") and not is_dir:
+    if top in ("entries", "hashes", "descriptions") and not is_dir:
         if _ENTRY.match(item.name):
             return _file_unit(top, item)
         if top == "entries" and _CLAIM.match(item.name):
@@ -176,8 +178,8 @@ class CacheInfo:
         for kind, row in self.by_kind().items():
             ages = "" if row["oldest_use"] is None else (
                 f", last used {(now - row['newest_use']) / 86400:.1f}-{(now - row['oldest_use']) / 86400:.1f} days ago")
-            lines.append(f"  {kind:8s} {row['count']:6d}  {format_size(row['bytes']):>10s}{ages}")
-        lines.append(f"  total             {format_size(self.total):>10s}  (prune bound by default: "
+            lines.append(f"  {kind:12s} {row['count']:6d}  {format_size(row['bytes']):>10s}{ages}")
+        lines.append(f"  {'total':21s}{format_size(self.total):>10s}  (prune bound by default: "
                      f"{format_size(DEFAULT_MAX_SIZE)})")
         if self.other_bytes or self.links:
             lines.append(f"  not wbfe's: {format_size(self.other_bytes)} of other files, {self.links} symbolic "
@@ -315,7 +317,7 @@ def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int
         (report.removed if drop else keep).append(unit)
     if bound is not None:
         total = sum(u.size for u in keep)
-        evictable = [u for u in keep if u.kind in ("entries", "hashes", "objects")]
+        evictable = [u for u in keep if u.kind in ("entries", "hashes", "descriptions", "objects")]
         for unit in evictable:  # oldest use first
             if total <= bound:
                 break

@@ -20,9 +20,14 @@ __all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
+    "bfe_base", "bfe_merged", "d_bfe", "rel_frobenius",  # an adapter scored with --base: its merged modules
     "alpha", "alpha_weighted", "log_norm", "stable_rank",
     "htmp_kappa", "htmp_beta", "h", "h_star", "diagnosis",
 )
+
+
+# summary values not printed when there is none (an untrained adapter has no largest update)
+_NONE_UNSHOWN = ("largest_update", "largest_update_frobenius_norm")
 
 
 def json_ready(obj: Any) -> Any:
@@ -95,7 +100,8 @@ def score_table(result: Any, *, verbose: bool = False, width: Optional[int] = No
     parts = [f"model: {printable(str(result.model.get('source')))}  ({result.model.get('format')}, sha256 "
              f"{str(result.model.get('sha256'))[:12]})", "", text_table(layers, present), ""]
     summary = [{"metric": k, "value": v} for k, v in result.summary.items()
-               if not k.endswith("_n") and not isinstance(v, dict)]  # by_role/by_component: JSON only
+               if not k.endswith("_n") and not isinstance(v, dict)  # by_role/by_component: JSON only
+               and not (k in _NONE_UNSHOWN and (v is None or v != v))]
     parts.append(text_table(summary, ("metric", "value")))
     verdict = result.summary.get("bfe_applicability")
     if isinstance(verdict, dict):

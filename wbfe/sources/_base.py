@@ -223,8 +223,16 @@ class TensorSource:
         weights are ``in_out``); unchanged where there is no description."""
         description = self.description
         layouts = description.layouts if description is not None else {}
+        # Without a description (no torch, no transformers), the config's rule still knows GPT-2's Conv1D
+        from wbfe.framework.config_layouts import conv1d_family, rule_layout
+
+        rule = description is None and conv1d_family(self.config) is not None
+        if rule and isinstance(self.provenance.extra.get("framework"), dict):
+            self.provenance.extra["framework"]["layouts"] = (
+                f"config rule: the Conv1D weights of a {conv1d_family(self.config)} model (c_attn, q_attn, c_proj, "
+                "c_fc) are stored [in, out]")
         for entry in entries:
-            layout = layouts.get(entry.name)
+            layout = rule_layout(self.config, entry.name) if rule else layouts.get(entry.name)
             yield entry if layout is None or layout == entry.layout else dataclasses.replace(entry, layout=layout)
 
     def entries(self) -> Iterator[TensorEntry]:

@@ -1,0 +1,42 @@
+"""Which weights a transformers model stores transposed, from its ``config.json`` alone: the rule
+used where the model cannot be built (no torch, no transformers).
+
+transformers' ``Conv1D`` (``y = x W + b``, GPT-2's) stores its weight [in, out]; the model types
+whose blocks are built of it name those layers ``c_attn``, ``q_attn`` (cross-attention), ``c_proj``
+and ``c_fc`` (their modeling files, and ``tests/test_description_store.py``, which checks this rule
+against the layouts transformers' own build gives). Every other layer of theirs (embeddings, the
+LM head, a classifier, GPT2DoubleHeads' summary) is an ``nn.Linear`` or ``nn.Embedding``: ``out_in``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from wbfe.framework.description import IN_OUT
+
+__all__ = ["CONV1D_MODEL_TYPES", "conv1d_family", "rule_layout"]
+
+# model_type -> the transformers models built of Conv1D
+CONV1D_MODEL_TYPES = frozenset({"gpt2", "openai-gpt", "imagegpt", "decision_transformer"})
+_CONV1D_WEIGHT = re.compile(r"(?:^|\.)(?:c_attn|q_attn|c_proj|c_fc)\.weight$")
+
+
+def conv1d_family(config: Any) -> Optional[str]:
+    """The ``model_type`` of ``config`` when it is one of :data:`CONV1D_MODEL_TYPES`; else None."""
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    return model_type if isinstance(model_type, str) and model_type in CONV1D_MODEL_TYPES else None
+
+
+def rule_layout(config: Any, name: str) -> Optional[str]:
+    """``in_out`` for a Conv1D weight ``name`` of a model of ``config``'s type; None where the rule says nothing.
+
+    Example:
+        >>> rule_layout({"model_type": "gpt2"}, "transformer.h.0.mlp.c_fc.weight")
+        'in_out'
+        >>> rule_layout({"model_type": "gpt2"}, "lm_head.weight") is None
+        True
+    """
+    if conv1d_family(config) is None or not _CONV1D_WEIGHT.search(name):
+        return None
+    return IN_OUT

@@ -1,0 +1,135 @@
+"""Framework descriptions remembered on disk, so that a second score of the same architecture
+imports neither torch nor the framework that describes it.
+
+Building a transformers or timm model on the meta device costs seconds of imports (torch,
+transformers) for a checkpoint whose own weights take a fraction of a second to score. What the
+build gives (:class:`~wbfe.framework.description.FrameworkDescription`, or the
+:class:`~wbfe.framework.description.Fallback` saying why there is none) depends only on what was
+read to build it (the ``config.json``), the versions of the framework and of torch (read from their
+installed metadata, nothing imported) and wbfe's own code that reads the model (its version and a
+digest of ``wbfe/framework``). The key hashes all of them, so an upgrade or an edit is a miss,
+never a stale answer.
+
+Files: ``<cache folder>/descriptions/<2 hex>/<key>.json`` (the cache folder is
+:func:`wbfe._config.wbfe_cache_dir`), each holding the key and a SHA-256 of its payload; a file
+that does not check out is ignored and rewritten. ``wbfe cache info`` lists them (kind
+``descriptions``) and ``wbfe cache prune`` bounds them with the rest; on each write the least
+recently used beyond :data:`MAX_FILES` are removed. A cache that cannot be written costs only the
+speed: the description is used all the same.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+from wbfe.errors import WbfeError
+from wbfe.framework.description import Fallback, FrameworkDescription
+
+__all__ = ["FORMAT", "MAX_FILES", "descriptions_dir", "description_key", "recall", "remember"]
+
+FORMAT = "wbfe-description-cache/1"
+MAX_FILES = 2000  # a description is a few KB (an LLM's is ~100 KB): at most ~200 MB, usually far less
+_MAX_BYTES = 64 * 2**20  # larger than any description: not one of ours
+
+Described = Union[FrameworkDescription, Fallback]
+
+
+def descriptions_dir() -> Path:
+    """``<wbfe cache folder>/descriptions`` (read at call time: ``$WBFE_CACHE_DIR`` may change)."""
+    from wbfe._config import wbfe_cache_dir
+
+    return wbfe_cache_dir() / "descriptions"
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    from wbfe._provenance import tree_digest
+
+    # the parent package is imported before any of its modules: its version, without importing it here
+    version = getattr(sys.modules.get("wbfe"), "__version__", "unknown")
+    return f"{version}+{tree_digest(Path(__file__).resolve().parent)}"
+
+
+def description_key(framework: str, packages: tuple[str, ...], read: Mapping[str, Any]) -> Optional[str]:
+    """The key (hex SHA-256) of the description ``framework`` gives for ``read`` (the config, and anything
+    else the build reads, as JSON data) with ``packages`` (``transformers``, ``torch``) at their installed
+    versions; None where one of them is not installed (nothing to remember) or ``read`` is not JSON."""
+    try:
+        versions = {name: metadata.version(name) for name in packages}
+        text = json.dumps({"format": FORMAT, "framework": framework, "versions": versions, "wbfe": _code_digest(),
+                           "read": read}, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+    except (metadata.PackageNotFoundError, TypeError, ValueError):
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _path(key: str) -> Path:
+    return descriptions_dir() / key[:2] / f"{key}.json"
+
+
+def _digest(payload: Mapping[str, Any]) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def recall(key: Optional[str]) -> Optional[Described]:
+    """The description remembered under ``key``; None where there is none or its file does not check out."""
+    if key is None:
+        return None
+    path = _path(key)
+    try:
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > _MAX_BYTES:
+            return None
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        payload = stored["payload"]
+        if stored.get("format") != FORMAT or stored.get("key") != key or stored.get("sha256") != _digest(payload):
+            return None
+        found: Described = (Fallback(payload["fallback"]) if "fallback" in payload
+                            else FrameworkDescription.from_dict(payload["description"]))
+        os.utime(path)  # a hit is a use: pruning removes the least recently used first
+    except (OSError, ValueError, TypeError, LookupError, AttributeError, RecursionError, WbfeError):
+        return None  # not one of ours, or damaged: built again and rewritten
+    return found
+
+
+def remember(key: Optional[str], found: Described) -> None:
+    """Write ``found`` under ``key`` (nothing for a None key); a cache that cannot be written is passed over."""
+    if key is None:
+        return
+    payload: dict[str, Any] = ({"fallback": str(found)} if isinstance(found, Fallback)
+                               else {"description": found.to_dict()})
+    try:
+        text = json.dumps({"format": FORMAT, "key": key, "sha256": _digest(payload), "payload": payload},
+                          allow_nan=False)
+    except (TypeError, ValueError):  # facts that are not JSON: not remembered, built again next time
+        return
+    from wbfe.render.files import write_atomic
+
+    path = _path(key)
+    try:
+        write_atomic(path, text)
+    except (OSError, WbfeError):  # a read-only or full cache: the description is used all the same
+        return
+    _bound(path.parent.parent, keep=path)
+
+
+def _bound(root: Path, *, keep: Path) -> None:
+    """Remove the least recently used description files beyond :data:`MAX_FILES` (never ``keep``)."""
+    try:
+        files = [p for shard in root.iterdir() if shard.is_dir() and not shard.is_symlink()
+                 for p in shard.glob("*.json") if p.is_file() and not p.is_symlink()]
+        if len(files) <= MAX_FILES:
+            return
+        used = {p: max(p.stat().st_atime, p.stat().st_mtime) for p in files}
+    except OSError:
+        return
+    for path in sorted(files, key=used.__getitem__)[: len(files) - MAX_FILES]:
+        if path != keep:
+            path.unlink(missing_ok=True)

@@ -1,0 +1,135 @@
+"""Messages other libraries print while wbfe works (transformers' RoPE and kernel-fallback
+notices, its config checks, Ray's warnings), routed through wbfe's own diagnostics.
+
+Inside :func:`captured`, a Python warning raised outside wbfe and a record logged by a library whose
+logger was handed to :func:`route_logger` (wbfe calls it right after importing transformers or Ray)
+are collected, each distinct message once, instead of going to stderr; the command line then shows
+them with ``--verbose``, says how many it held back otherwise, and says nothing under ``--quiet``.
+Outside :func:`captured` (wbfe used as a library) nothing changes: the libraries print as they would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+__all__ = ["Note", "Notes", "captured", "route_logger"]
+
+
+@dataclass(frozen=True)
+class Note:
+    """One message another library gave: ``source`` (``transformers``, ``ray``, a warning's category) and its text."""
+
+    source: str
+    text: str
+
+    def line(self) -> str:
+        return f"{self.source}: {' '.join(self.text.split())}"
+
+
+@dataclass
+class Notes:
+    """The distinct messages held back while :func:`captured` was active, in the order first given."""
+
+    notes: list[Note] = field(default_factory=list)
+    repeats: int = 0
+
+    def add(self, note: Note) -> None:
+        if note in self.notes:
+            self.repeats += 1
+        else:
+            self.notes.append(note)
+
+    def sources(self) -> list[str]:
+        return list(dict.fromkeys(n.source for n in self.notes))
+
+    def summary(self) -> Optional[str]:
+        """One line saying what was held back and how to see it; None when nothing was."""
+        if not self.notes:
+            return None
+        n = len(self.notes)
+        return (f"{n} message{'s' if n > 1 else ''} from {', '.join(self.sources())} held back "
+                "(--verbose shows them)")
+
+
+_lock = threading.Lock()
+_active: list[Notes] = []
+
+
+def _current() -> Optional[Notes]:
+    with _lock:
+        return _active[-1] if _active else None
+
+
+class _RouteFilter(logging.Filter):
+    """On a library's own handlers: a record goes to the active :class:`Notes` instead of the handler."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.source = source
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        notes = _current()
+        if notes is None:
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is passed through, as logging would
+            return True
+        notes.add(Note(self.source, text))
+        return False
+
+
+_routed: dict[str, _RouteFilter] = {}
+
+
+def route_logger(name: str) -> None:
+    """Route the records of library logger ``name`` (and its children's, which propagate to it) into
+    wbfe's diagnostics while :func:`captured` is active; call it once the library is imported (its
+    handlers are set up then). A logger that propagates to the root with no handler of its own is
+    given none: logging's last resort prints nothing below WARNING, and the filter then sits on it."""
+    with _lock:
+        found = _routed.get(name)
+        if found is None:
+            found = _routed[name] = _RouteFilter(name)
+    logger = logging.getLogger(name)
+    handlers = logger.handlers or ([logging.lastResort] if logging.lastResort is not None else [])
+    for handler in handlers:
+        if found not in handler.filters:
+            handler.addFilter(found)
+
+
+@contextlib.contextmanager
+def captured() -> Iterator[Notes]:
+    """Collect other libraries' warnings and routed log records for the duration of the block."""
+    notes = Notes()
+    with _lock:
+        _active.append(notes)
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            if "/wbfe/" in filename.replace("\\", "/"):  # wbfe's own warnings are not another library's
+                previous(message, category, filename, lineno, file, line)
+                return
+            notes.add(Note(_library(filename, category), str(message)))
+
+        warnings.showwarning = show
+        try:
+            yield notes
+        finally:
+            with _lock:
+                _active.remove(notes)
+
+
+def _library(filename: str, category: type) -> str:
+    """The top-level package a warning came from (``site-packages/<name>/...``), else its category."""
+    parts = filename.replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            return parts[parts.index(marker) + 1].removesuffix(".py")
+    return category.__name__
