@@ -29,7 +29,8 @@ def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tupl
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=60)
-    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTPS_PROXY", "https_proxy",
+                 "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
     monkeypatch.setattr(http_range, "DEFAULT_POLICY", RetryPolicy(attempts=3, backoff=0.001, backoff_max=0.01,
@@ -42,8 +43,9 @@ def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tupl
         yield srv, cert
 
 
+@pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"])
 def test_the_ca_bundle_of_ssl_cert_file_is_trusted(tmp_path: Path, tls_server: tuple[Server, Path],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
     server, cert = tls_server
     local = make_checkpoint(tmp_path / "m.safetensors")
     server.state.files["/m.safetensors"] = local.read_bytes()
@@ -52,6 +54,6 @@ def test_the_ca_bundle_of_ssl_cert_file_is_trusted(tmp_path: Path, tls_server: t
                                               r"\(.*\); point SSL_CERT_FILE at the CA bundle") as info:
         wbfe.score(url, stream=True)
     assert "\n" not in str(info.value) and server.state.log == []
-    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setenv(variable, str(cert))
     same_scores(wbfe.score(url, stream=True), wbfe.score(str(local)))
     assert len(server.state.log) == 3

@@ -20,7 +20,8 @@ before huggingface_hub 2, found from its session so that wbfe names no HTTP pack
 for a hub file, huggingface_hub's own configured session (``huggingface_hub.get_session()``, a
 client factory the user set included), else a client of the same package made for the file. So the environment is honoured as by every other tool: proxies
 (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, either case), a CA bundle
-(``SSL_CERT_FILE``, ``SSL_CERT_DIR``); the request headers (user agent, a hub token from
+(``SSL_CERT_FILE``, ``SSL_CERT_DIR``, and for a URL's own client ``REQUESTS_CA_BUNDLE`` or
+``CURL_CA_BUNDLE`` where those are unset); the request headers (user agent, a hub token from
 ``HF_TOKEN``) come from the caller. The client follows redirects (the ``Authorization`` header is
 not sent to another host) and pools connections; the checks, the deadline of a body and the
 retries stay here.
@@ -186,7 +187,8 @@ class RemoteFile:
         with self._lock:
             if self._own is None:
                 # The environment as it is now: proxies, NO_PROXY, SSL_CERT_FILE (trust_env).
-                self._own = http_package().Client(trust_env=True, follow_redirects=True, max_redirects=_REDIRECTS)
+                self._own = http_package().Client(trust_env=True, verify=_ca_bundle(), follow_redirects=True,
+                                                  max_redirects=_REDIRECTS)
             return self._own
 
     # ------------------------------------------------------------------ one range, with retries
@@ -372,3 +374,22 @@ def _certificate_refused(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _ca_bundle() -> Any:
+    """What a URL's own client trusts: the client reads ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` itself;
+    where neither is set, ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (requests' and curl's names for a
+    CA bundle, which users behind a TLS-inspecting proxy have set for those tools) is used; else the
+    system's store."""
+    import os
+
+    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        return True
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if not bundle:
+        return True
+    try:
+        return ssl.create_default_context(cafile=bundle)
+    except (OSError, ssl.SSLError) as exc:
+        raise RemoteReadError(f"the CA bundle {bundle} (REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE) cannot be read: "
+                              f"{exc}", path=bundle) from None
