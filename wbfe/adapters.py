@@ -24,7 +24,7 @@ from wbfe.engine.matrices import Skip, find_head, role_of
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics.bfe import bfe
-from wbfe.sources import TensorEntry, open_source
+from wbfe.sources import TensorEntry, open_source, remote_ref
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
 
 __all__ = ["LoraModule", "lora_factors", "core_singular_values", "delta_weight", "adapter_columns", "score_adapter"]
@@ -168,7 +168,8 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
         layers += saved.layers
         skipped += saved.skipped
     if base is not None:
-        provenance["base"] = _merge_with_base(base, layers, factors, lora, context, top_k)
+        provenance["base"] = _merge_with_base(base, layers, factors, lora, context, top_k,
+                                              stream=options.stream)
     provenance = engine.provenance_of(provenance, context)
     provenance["options"] = {**options.to_dict(), "base": None if base is None else str(base)}
     if not layers:
@@ -231,6 +232,7 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
 
 def _merge_with_base(
     base: Any, layers: list[dict[str, Any]], factors: dict[str, _Factors], lora: LoraConfig, context: Any, top_k: int,
+    *, stream: bool | None = None,
 ) -> dict[str, Any]:
     """Add the merged-module columns to ``layers`` (base and merged metrics, the change), streaming
     the base one tensor at a time as a score reads it (quantised weights dequantised, fused expert
@@ -243,7 +245,8 @@ def _merge_with_base(
     by_weight = {f"{name}.weight": name for name in factors}
     rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}
     found: set[str] = set()
-    with open_source(base) as source:
+    # --stream streams a remote base beside a local adapter (score_here opened the adapter)
+    with open_source(base, stream=stream if remote_ref(base) else None) as source:
         for entry, consumed in engine.entries(source):
             module = by_weight.get(entry.name)
             if module is None or consumed is not None:

@@ -51,7 +51,7 @@ from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, check_name_map
 from wbfe.render.text import json_ready
-from wbfe.sources import TensorEntry, open_source
+from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
 
 __all__ = ["Comparison", "compare", "parse_name_map", "subspace_overlap", "top_singular"]
@@ -162,7 +162,8 @@ def compare(
         top_k: size of the singular subspaces whose overlap is reported.
         layers: only tensors whose (A) name matches this regular expression.
         lam, device, min_eigs, seed: as for :func:`wbfe.score`.
-        stream: as for :func:`wbfe.score`, for both checkpoints (a hub id, URL or object-store URI).
+        stream: as for :func:`wbfe.score`, for each checkpoint that is remote (a hub id, URL or object-store
+            URI); a local one is read where it is (True with two local checkpoints is refused).
         progress: called once with (0, total, "") before the first pair, then as each matched pair
             is done, with (done, total, name); the total is A's
             stored tensors, raised to the count done where fused experts are split.
@@ -227,7 +228,8 @@ def compare(
     # side only while they fit in 1.25x the largest pair met (or 64 MiB): about two tensors held.
     workers = worker_count(torch_device)
     in_flight: collections.deque[tuple[Future[tuple[bool, dict[str, Any]]], int, str]] = collections.deque()
-    with open_source(a, stream=given.stream) as source_a, open_source(b, stream=given.stream) as source_b, pin_threads(), \
+    streamed_a, streamed_b = stream_each([a, b], given.stream)  # --stream: the remote side streamed, a local one read
+    with open_source(a, stream=streamed_a) as source_a, open_source(b, stream=streamed_b) as source_b, pin_threads(), \
             ThreadPoolExecutor(workers, thread_name_prefix="wbfe-compare") as pool:
         for source in (source_a, source_b):
             if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change
