@@ -23,10 +23,12 @@ from wbfe.sources import TensorEntry, open_source
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of"]
+__all__ = ["Progress", "DESCRIBING", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of"]
 
 # progress(done, total, tensor name); total may be None when unknown.
 Progress = Callable[[int, Optional[int], str], None]
+# What progress is told while the model's description is read, before any matrix.
+DESCRIBING = "reading the model's description"
 
 
 def provenance_of(source_provenance: dict[str, Any], context: Context) -> dict[str, Any]:
@@ -42,7 +44,8 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
         source: an open source (see :func:`wbfe.sources.open_source`).
         options: validated options.
         progress: called once with (0, total, "") before the first matrix, then as each entry's
-            spectrum (or skip) is finished, with (done, total, name).
+            spectrum (or skip) is finished, with (done, total, name); first with (0, None,
+            :data:`DESCRIBING`) where the checkpoint has a ``config.json`` to describe it.
             Where the source reads headers only, the total is every entry, fused experts split,
             counted before the first is scored; otherwise the stored tensors' count, raised to the
             count done where expert stacks split into more.
@@ -54,6 +57,10 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     planned: Iterable[Planned] = stream(source, options)
+    if progress is not None and source.config is not None:
+        # Building the description from config.json can take seconds (importing its framework) before
+        # the first matrix: a bar says so rather than sit at 0/? without a word.
+        progress(0, None, DESCRIBING)
     if source.headers_only:  # nothing is read to list them: the total is known up front
         planned = list(planned)
         total: Optional[int] = len(planned)
