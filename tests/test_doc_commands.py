@@ -41,10 +41,9 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCES = {"bash", "console", "", "sh", "shell"}
 MARK = re.compile(r"^<!--\s*not run:\s*(?P<reason>.+?)\s*-->$")
 # Run under @pytest.mark.slow: each takes more than a few seconds on two cores (scoring a zoo of
-# 33 models, the theory sweeps), so the default run of this file stays under a minute.
+# 33 models, the theory sweeps), so the default run of this file stays under a minute. A block whose
+# commands take many minutes is marked not run in its doc instead, naming the test that covers it.
 SLOW = {"wbfe rank", "wbfe theory scaling",
-        "wbfe theory hierarchical --d 30 --p 30 --gamma 1.0 --features gaussian --alpha-min 2 --alpha-max 3.4 "
-        "--points 9 --seeds 3 --output out/",
         "wbfe theory curve --beta 1.0 --r-min 0.1 --r-max 100 --points 60 --output out/"}
 
 
