@@ -33,7 +33,9 @@ def progress_bar(enabled: bool, what: str = "scoring", unit: str = "matrices", *
         def update(done: int, total: Optional[int], name: str) -> None:
             speed: Any = bar.tasks[0].speed
             shown = f"{speed:.1f} {unit}/s" if speed else ""
-            bar.update(task, completed=done, total=total, rate=shown, description=f"{what} {name[:40]:<40}")
+            # Before the first matrix the name says what is under way ("reading the model's description").
+            label = f"{what}: {name}" if done == 0 and total is None and name else f"{what} {name[:40]:<40}"
+            bar.update(task, completed=done, total=total, rate=shown, description=label)
             bar.refresh()  # drawn at each matrix: the 0/N start shows before the first one is done
 
         yield update

@@ -39,6 +39,7 @@ class Repo:
 class State:
     files: dict[str, bytes] = field(default_factory=dict)  # URL path -> bytes
     repos: dict[str, Repo] = field(default_factory=dict)  # "org/name" -> repo
+    types: dict[str, str] = field(default_factory=dict)  # URL path -> its Content-Type, where one is sent
     ignore_range: bool = False
     honour_if_match: bool = True
     token: str | None = None  # the hub's resolve route wants "Bearer <token>" when set
@@ -177,6 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, path: str, data: bytes, fault: str | None, headers: dict[str, str] | None = None) -> None:
         etag = etag_of(data)
         base = {"ETag": etag, "Accept-Ranges": "bytes", **(headers or {})}
+        if path in self.state.types:
+            base["Content-Type"] = self.state.types[path]
         match = _RANGE.match(self.headers.get("Range") or "")
         if self.head_only or self.state.ignore_range or fault == "ignore_range" or match is None:
             return self._plain(path, 200, data, base)

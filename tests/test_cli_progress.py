@@ -74,3 +74,34 @@ def test_compare_feeds_the_bar_pairs_with_the_total_first() -> None:
         wbfe.compare(a, b, metrics="bfe", progress=slowed)
     assert "0/3" in _frames(seen[0])[-1] and "comparing" in _frames(seen[0])[-1]
     assert "3/3" in _frames(seen[-1])[-1] and re.search(r"pairs/s", _frames(seen[-1])[-1])
+
+
+def test_the_bar_says_it_reads_the_description_before_the_first_matrix(tmp_path: Path, st_file: Path) -> None:
+    from wbfe.engine.checkpoint import DESCRIBING
+
+    folder = tmp_path / "described"
+    folder.mkdir()
+    st_file.rename(folder / "model.safetensors")
+    # A config.json: the score reads the model's description from it before the first matrix (an
+    # architecture no framework builds, so that nothing is imported for it).
+    (folder / "config.json").write_text('{"architectures": ["NoSuchModelForTesting"]}')
+    calls: list[tuple[int, int | None, str]] = []
+    console, out = _terminal()
+    seen: list[str] = []
+    with progress_bar(enabled=True, console=console) as update:
+        assert update is not None
+
+        def recorded(done: int, total: int | None, name: str) -> None:
+            calls.append((done, total, name))
+            update(done, total, name)
+            seen.append(out.getvalue())
+
+        wbfe.score(folder, metrics="bfe", progress=recorded)
+    assert calls[0] == (0, None, DESCRIBING) == (0, None, "reading the model's description")
+    assert calls[1] == (0, 10, "") and calls[-1][:2] == (10, 10)
+    assert "scoring: reading the model's description" in _frames(seen[0])[-1]
+    assert "0/10" in _frames(seen[1])[-1]
+    # A checkpoint without a description to read is not said to be read.
+    plain: list[tuple[int, int | None, str]] = []
+    wbfe.score(folder / "model.safetensors", metrics="bfe", progress=lambda *call: plain.append(call))
+    assert plain[0] == (0, 10, "") and all(name != DESCRIBING for _, _, name in plain)

@@ -60,3 +60,33 @@ def test_plots_never_switch_the_backend_nor_touch_pyplot(tmp_path: Path) -> None
     names = ["esd.png", "kc.png", "hierarchical_overlaps.png", "hierarchical_nmse.png", "watch.png", "rank.png"]
     for name in names:
         assert (tmp_path / name).read_bytes()[:8] == PNG, name
+
+
+ZOO_PATHS = ["/data/zoo/gpt2/model.safetensors", "/data/zoo/llama/model.safetensors", "/srv/runs/a/ckpt.pt",
+             "/srv/other/a/ckpt.pt", "mlp-w16-d1.safetensors", "openai-community/gpt2"]
+ZOO_LABELS = ["gpt2/model", "llama/model", "runs/a/ckpt", "other/a/ckpt", "mlp-w16-d1", "openai-community/gpt2"]
+
+
+def test_rank_plots_label_points_with_model_names_not_paths(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from wbfe.render import files
+    from wbfe.reporting.figures import scatter_figure
+    from wbfe.reporting.plots.ranking import checkpoint_labels, plot_metric
+
+    # As few trailing parts as name the model and keep the labels apart; names and hub ids as they are.
+    assert checkpoint_labels(ZOO_PATHS) == ZOO_LABELS
+    assert checkpoint_labels(["https://host/m/model.safetensors.index.json", "s3://bucket/llama/"]) == ["m/model", "llama"]
+    figures: list = []
+    monkeypatch.setattr(files, "save_figure", lambda fig, path, dpi: figures.append(fig) or path)
+    row = SimpleNamespace(rho=-0.5, ci_low=-0.9, ci_high=0.1, p_value=0.2, n=len(ZOO_PATHS))
+    models = [SimpleNamespace(scores={"bfe_head": float(i)}, quality=float(-i), model=m) for i, m in enumerate(ZOO_PATHS)]
+    ranked = SimpleNamespace(metric=lambda name: row, models=models, lower_is_better=False, quality="acc", zoo="z")
+    plot_metric(ranked, "bfe_head", tmp_path / "rank.png")
+    (ax,) = figures[0].axes
+    assert sorted(text.get_text() for text in ax.texts) == sorted(ZOO_LABELS)
+    # The report's scatter uses the same rule (it draws the best and worst few).
+    fig = scatter_figure(list(range(6)), list(range(6)), ZOO_PATHS, metric="bfe_head", quality="acc", title="t",
+                         max_labels=6)
+    drawn = {text.get_text() for ax in fig.axes for text in ax.texts}
+    assert drawn and drawn <= set(ZOO_LABELS) and not any("/data/" in label or "/srv/" in label for label in drawn)

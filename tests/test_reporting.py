@@ -574,3 +574,22 @@ def test_reread_spectra_are_the_scored_ones(model_file: Path, options: dict[str,
         e = got[layer["name"]]
         assert e.size == layer["n_eigs"]
         assert math.isclose(float(e.sum()), layer["norm"], rel_tol=1e-9)
+
+
+def test_every_head_source_is_said_in_words_once(scored: dict[str, Any]) -> None:
+    from wbfe.engine import heads
+    from wbfe.reporting.metrics_info import HEAD_SOURCES
+
+    # Every step the head finder records (its HeadChoice(..., "<source>") calls) has its sentence.
+    written = set(re.findall(r'HeadChoice\([^"\n]*?,\s*"([a-z]+)"', Path(heads.__file__).read_text()))
+    assert written == {"option", "framework", "config", "name", "structure", "tied"}
+    assert written <= set(HEAD_SOURCES)
+    for source in sorted(written) + ["something-new"]:
+        summary = {**scored["summary"], "head_source": source}
+        text, _ = render_markdown(score_report({**scored, "summary": summary}))
+        line = next(line for line in text.splitlines() if line.startswith("Head: "))
+        # Named once, at the end (Markdown escapes the underscore), never "head_source = x (head_source: x)".
+        assert line.endswith(f"source: {source}).") and "source =" not in line, line
+        assert line.count(f"source: {source}") == 1, line
+        if source in HEAD_SOURCES:
+            assert HEAD_SOURCES[source].replace("_", "\\_") in line

@@ -25,7 +25,7 @@ from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatr
 from wbfe.framework import order_rows
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics.bfe import bfe
-from wbfe.sources import TensorEntry, open_source
+from wbfe.sources import TensorEntry, open_source, remote_ref
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
 
 __all__ = ["LoraModule", "lora_factors", "core_singular_values", "delta_weight", "adapter_columns", "score_adapter"]
@@ -169,7 +169,8 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
         layers += saved.layers
         skipped += saved.skipped
     if base is not None:
-        provenance["base"], order, aliases = _merge_with_base(base, layers, factors, lora, context, top_k)
+        provenance["base"], order, aliases = _merge_with_base(base, layers, factors, lora, context, top_k,
+                                                              stream=options.stream)
         layers = order_rows(layers, order, aliases)  # the base model's order (its description's, else its checkpoint's)
     provenance = engine.provenance_of(provenance, context)
     provenance["options"] = {**options.to_dict(), "base": None if base is None else str(base)}
@@ -233,6 +234,7 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
 
 def _merge_with_base(
     base: Any, layers: list[dict[str, Any]], factors: dict[str, _Factors], lora: LoraConfig, context: Any, top_k: int,
+    *, stream: bool | None = None,
 ) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     """Add the merged-module columns to ``layers`` (base and merged metrics, the change), streaming
     the base one tensor at a time as a score reads it (quantised weights dequantised, fused expert
@@ -247,7 +249,8 @@ def _merge_with_base(
     rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}
     found: set[str] = set()
     stored: list[str] = []
-    with open_source(base) as source:
+    # --stream streams a remote base beside a local adapter (score_here opened the adapter)
+    with open_source(base, stream=stream if remote_ref(base) else None) as source:
         for entry, consumed in engine.entries(source):
             stored.append(entry.name)
             module = by_weight.get(entry.name)

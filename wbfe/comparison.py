@@ -55,7 +55,7 @@ from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, check_name_map
 from wbfe.render.text import json_ready
-from wbfe.sources import TensorEntry, open_source
+from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
 
 __all__ = ["Comparison", "compare", "parse_name_map", "subspace_overlap", "top_singular"]
@@ -172,7 +172,8 @@ def compare(
         top_k: size of the singular subspaces whose overlap is reported.
         layers: only tensors whose (A) name matches this regular expression.
         lam, device, min_eigs, seed: as for :func:`wbfe.score`.
-        stream: as for :func:`wbfe.score`, for both checkpoints (a hub id, URL or object-store URI).
+        stream: as for :func:`wbfe.score`, for each checkpoint that is remote (a hub id, URL or object-store
+            URI); a local one is read where it is (True with two local checkpoints is refused).
         progress: called once with (0, total, "") before the first pair, then as each matched pair
             is done, with (done, total, name); the total is A's
             stored tensors, raised to the count done where fused experts are split.
@@ -264,7 +265,8 @@ def compare(
     # Every BLAS pool at one thread throughout, a large pair's too: the change's subset eigen-solves
     # (scipy's LAPACK) are outside the per-matrix thread choice the spectra make, and on a busy
     # machine they run far slower on two threads than on one.
-    with open_source(a, stream=given.stream) as source_a, open_source(b, stream=given.stream) as source_b, \
+    streamed_a, streamed_b = stream_each([a, b], given.stream)  # --stream: the remote side streamed, a local one read
+    with open_source(a, stream=streamed_a) as source_a, open_source(b, stream=streamed_b) as source_b, \
             pin_threads(), Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)].loaded_bytes,
                                     job_bytes=_change_bytes) as pipeline:
         for source in (source_a, source_b):

@@ -12,7 +12,7 @@ from wbfe.engine import ModelScore, Progress, layer_spectrum, score_source
 from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions, executor_for
 from wbfe.options import ScoreOptions
-from wbfe.sources import open_source
+from wbfe.sources import open_source, stream_each
 
 __all__ = ["ScoreOptions", "ModelScore", "score", "score_here", "Progress", "layer_spectrum"]
 
@@ -75,7 +75,8 @@ def score(
         ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``.
         stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads each tensor
             with an HTTP range request, nothing written to disk; False downloads first; None streams
-            when the files are larger than the free disk (:mod:`wbfe.sources.remote`).
+            when the files are larger than the free disk (:mod:`wbfe.sources.remote`). With ``base``, for
+            whichever of the adapter and its base is remote; a local one is read where it is.
 
     Returns:
         A :class:`ModelScore`.
@@ -114,7 +115,9 @@ def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: O
     Raises:
         The errors of :func:`score`.
     """
-    with open_source(ref, stream=options.stream) as source:
+    # With --base, --stream streams whichever of the adapter and its base is remote and reads the other.
+    stream = options.stream if base is None else stream_each([ref, base], options.stream)[0]
+    with open_source(ref, stream=stream) as source:
         if base is not None or _is_adapter(source):  # ΔW = s·B·A per module
             if options.intra:
                 raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's")

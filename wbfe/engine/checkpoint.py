@@ -26,10 +26,12 @@ from wbfe.sources import TensorEntry, open_source
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of", "score_intra"]
+__all__ = ["Progress", "DESCRIBING", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of", "score_intra"]
 
 # progress(done, total, tensor name); total may be None when unknown.
 Progress = Callable[[int, Optional[int], str], None]
+# What progress is told while the model's description is read, before any matrix.
+DESCRIBING = "reading the model's description"
 
 
 def provenance_of(source_provenance: dict[str, Any], context: Context) -> dict[str, Any]:
@@ -49,6 +51,8 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
             tensors that are not matrices (biases, norms) are not counted. Where the source reads
             headers only, the total is every matrix, fused experts split, counted before the first
             is scored; otherwise None (the matrices are known only as the tensors are read).
+            First, where the checkpoint has a ``config.json`` to describe it, once with
+            (0, None, :data:`DESCRIBING`).
 
     Raises:
         NoUsableMatrixError: every weight matrix was skipped.
@@ -57,6 +61,10 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     planned: Iterable[Planned] = stream(source, options)
+    if progress is not None and source.config is not None:
+        # Building the description from config.json can take seconds (importing its framework) before
+        # the first matrix: a bar says so rather than sit at 0/? without a word.
+        progress(0, None, DESCRIBING)
     total: Optional[int] = None
     if source.headers_only:  # nothing is read to list them: the total is known up front
         planned = list(planned)

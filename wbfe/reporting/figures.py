@@ -219,10 +219,10 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
             for k in (int(a), int(b)):
                 if k not in ends:
                     ends.append(k)
-        from wbfe.reporting.plots.ranking import checkpoint_label  # the one rule for checkpoint labels
+        from wbfe.reporting.plots.ranking import checkpoint_labels  # the one rule for checkpoint labels
 
-        _place_labels(ax, [(float(x), float(y), short_name(checkpoint_label(label), 24))
-                           for x, y, label in zip(xs, ys, labels)],
+        _place_labels(ax, [(float(x), float(y), short_name(label, 24))
+                           for x, y, label in zip(xs, ys, checkpoint_labels(list(labels)))],
                       ends[:max_labels])
     return fig
 

@@ -65,6 +65,8 @@ _FALLBACK = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "
 
 HEAD_SOURCES: dict[str, str] = {
     "option": "named with --head",
+    "framework": "given by the model's own framework (the model its config.json describes, a Keras or ONNX "
+                 "graph, a GGUF file's output layer)",
     "config": "declared by the checkpoint's format or config (e.g. a tied or declared output layer)",
     "name": "found by its name: the last matrix whose module name ends in lm_head / embed_out, "
             "else classifier / head / fc / linear / logits / output_layer",

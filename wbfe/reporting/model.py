@@ -79,8 +79,9 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
     head, source = summary.get("head"), summary.get("head_source")
     blocks: list[Any] = []
     if head:
-        how = HEAD_SOURCES.get(str(source), f"head_source = {source}")
-        blocks.append(Paragraph(f"Head: {head} — {how} (head_source: {source})."))
+        how = HEAD_SOURCES.get(str(source))  # a source without its sentence is named once, not twice
+        blocks.append(Paragraph(f"Head: {head} — {how} (head_source: {source})." if how else
+                                f"Head: {head} (head_source: {source})."))
     else:
         blocks.append(Paragraph(f"No head: {summary.get('head_note') or 'no classifier head found'}.", kind="note"))
     blocks.append(Paragraph(f"{summary.get('n_layers')} matrices scored, {n_skipped} tensors skipped (listed below)."))

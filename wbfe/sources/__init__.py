@@ -22,7 +22,7 @@ Importing this package registers the built-in formats and locations; no reader's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from wbfe.errors import InvalidOptionError, SourceNotFoundError, hub_name_hint
 
@@ -69,7 +69,7 @@ WEIGHT_SUFFIXES = CHECKPOINT_SUFFIXES + (".json",)
 __all__ = [
     "TensorEntry", "TensorSource", "Provenance", "MemorySource", "open_source", "content_hash", "WEIGHT_SUFFIXES",
     "CHECKPOINT_SUFFIXES", "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests", "open_regular",
-    "natural_key", "stored_bytes",
+    "natural_key", "stored_bytes", "remote_ref", "stream_each",
 ]
 
 
@@ -105,6 +105,25 @@ def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
     if not isinstance(ref, (str, Path)):
         raise SourceNotFoundError(f"cannot read weights from a {type(ref).__name__}")
     raise SourceNotFoundError(f"no such file or folder: {ref}{hub_name_hint(str(ref))}", path=str(ref))
+
+
+def remote_ref(ref: Any) -> bool:
+    """Whether ``ref`` is read by a location that can stream it (a hub id, an ``http(s)://`` URL,
+    an object-store URI), the ones ``stream`` applies to."""
+    if isinstance(ref, str) and not ref.strip():
+        return False
+    return any(location.streams for location in locations() if location.claims(ref))
+
+
+def stream_each(refs: Sequence[Any], stream: bool | None) -> list[bool | None]:
+    """The ``stream`` to open each of ``refs`` with when they are read together (the two checkpoints
+    of a comparison, an adapter and its base): ``stream`` for the remote ones (:func:`remote_ref`),
+    None for the local ones, which are read where they are. With ``stream=True`` and no remote
+    reference, ``stream`` for each: :func:`open_source` then refuses the first."""
+    is_remote_each = [remote_ref(ref) for ref in refs]
+    if stream and not any(is_remote_each):
+        return [stream] * len(refs)
+    return [stream if is_remote else None for is_remote in is_remote_each]
 
 
 def content_hash(ref: Any) -> str:

@@ -190,7 +190,7 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stre
             chosen = []
         if chosen:
             try:
-                source = open_path(snapshot / chosen[0], ref=ref, fmt=fmt)
+                source = _open_copy(snapshot, snapshot / chosen[0], ref, fmt)
             except SourceNotFoundError:
                 source = None  # an index whose shards are not all cached: complete it online
             if source is not None:
@@ -218,11 +218,18 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stre
     kind = _folder_kind(local.parent, ref, repo_id, revision)
     if kind is not None:
         return kind
-    source = open_path(local, ref=ref, fmt=fmt)
+    source = _open_copy(local.parent, local, ref, fmt)
     source.config = read_model_config(local.parent)
     source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
                                     "commit": local.parent.name})
     return source
+
+
+def _open_copy(snapshot: Path, path: Path, ref: str, fmt: str) -> TensorSource:
+    """``path`` in the cached ``snapshot`` of ``ref``, its errors naming ``ref``, not the cache."""
+    from wbfe.sources.resay import resaying, said_of
+
+    return resaying(said_of(snapshot, ref, lambda: open_path(path, ref=ref, fmt=fmt)), snapshot, ref)
 
 
 def _folder_kind(folder: Path, ref: str, repo_id: str, revision: str | None) -> TensorSource | None:

@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from wbfe.errors import MissingDependencyError, SourceNotFoundError, WbfeError
+from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.object_bound import evict_objects, object_cache_bound
 
@@ -43,6 +43,8 @@ FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
 _IDENTITY = ("size", "ETag", "etag", "md5Hash", "generation", "mtime", "LastModified", "last_modified",
              "updated", "created", "ino", "version_id", "VersionId")
 CONFIGS = ("config.json", "quantize_config.json", "adapter_config.json")
+NAME_A_FILE = ("name a checkpoint file or a shard index in it, e.g. .../model.safetensors or "
+               ".../model.safetensors.index.json")
 
 
 def is_uri(text: str) -> bool:
@@ -75,8 +77,12 @@ def open_uri(uri: str) -> TensorSource:
         CorruptCheckpointError, TruncatedCheckpointError, ...: as the readers raise for the copy.
     """
     from wbfe.sources.local import open_path
+    from wbfe.sources.resay import resaying, said_of
 
-    return open_path(fetch_uri(uri), ref=uri)
+    local = fetch_uri(uri)
+    # Errors name the copy's files by the URI's, never the cache folder the user did not name.
+    root, ref = (local, uri) if local.is_dir() else (local.parent, uri.rstrip("/").rsplit("/", 1)[0])
+    return resaying(said_of(root, ref, lambda: open_path(local, ref=uri)), root, ref)
 
 
 def store_filesystem(uri: str) -> tuple[Any, str]:
@@ -167,12 +173,23 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
         name = path.rstrip("/").rsplit("/", 1)[-1]
         if not name:
             raise SourceNotFoundError(f"{uri}: names neither a file nor a folder", path=uri)
+        if str(info.get("mimetype", "")).lower() == "text/html":
+            # A web server's folder listing (or an error page served as 200): never a checkpoint.
+            raise SourceNotFoundError(f"{uri}: the server answers with a web page, not a checkpoint; "
+                                      f"{NAME_A_FILE}", path=uri)
         signature = [name, object_identity(info)]
+        if name.lower().endswith(".index.json"):
+            # The shards are part of the checkpoint: a shard re-uploaded under an unchanged index
+            # (a retrained model of the same layout) must not be served from the old copy.
+            signature.append(sorted([shard, object_identity(shard_info)]
+                                    for shard, shard_info in _index_shards(fs, path, uri, info).items()))
     key = hashlib.sha256(json.dumps({"uri": uri, "objects": signature}, sort_keys=True).encode()).hexdigest()
     return key, info, signature, top
 
 
 def _fetch(fs: Any, path: str, uri: str) -> Path:
+    from wbfe.sources.resay import said_of
+
     bound = object_cache_bound()  # a bad $WBFE_CACHE_MAX_SIZE is refused before anything is fetched
     key, info, signature, top = _describe(fs, path, uri)
     final = object_cache_dir() / key[:2] / key
@@ -187,9 +204,12 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
     staging.mkdir()
     try:
         if info.get("type") == "directory":
-            _fetch_folder(fs, path, uri, sorted(top), staging)
+            said_of(staging, uri, lambda: _fetch_folder(fs, path, uri, sorted(top), staging))
         else:
             fs.get_file(path, str(staging / signature[0]))
+            if len(signature) > 2:  # a shard index: its shards beside it, as in the store
+                said_of(staging, uri.rstrip("/").rsplit("/", 1)[0],
+                        lambda: _fetch_shards(fs, path.rstrip("/").rsplit("/", 1)[0], staging / signature[0], staging))
         try:
             os.rename(staging, final)
         except OSError:  # another process put the same copy there first: use theirs
@@ -204,7 +224,6 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
 
 def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path) -> None:
     from wbfe.sources.local import pick_weight_files
-    from wbfe.sources.safetensors_files import index_weight_map
 
     root = path.rstrip("/")
     chosen = pick_weight_files(names)
@@ -215,7 +234,38 @@ def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path)
     for name in chosen + [c for c in CONFIGS if c in names]:
         fs.get_file(f"{root}/{name}", str(staging / name))
     if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)
-        for shard in index_weight_map(staging / chosen[0]):
-            target = staging / shard
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fs.get_file(f"{root}/{shard}", str(target))
+        _fetch_shards(fs, root, staging / chosen[0], staging)
+
+
+def _fetch_shards(fs: Any, root: str, index: Path, staging: Path) -> None:
+    """Copy the shards the index file ``index`` lists from the store folder ``root`` into ``staging``."""
+    from wbfe.sources.safetensors_files import index_weight_map
+
+    for shard in index_weight_map(index):  # names checked to stay in the folder
+        target = staging / shard
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(f"{root}/{shard}", str(target))
+
+
+def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict[str, Any]:
+    """What the store says of each shard the index at ``path`` lists, by shard name.
+
+    Raises:
+        CorruptCheckpointError: an index that is not one (as a local index is refused).
+        SourceNotFoundError: a listed shard that is not in the store.
+    """
+    from wbfe.sources.safetensors_files import MAX_INDEX, parse_weight_map
+
+    size = info.get("size")
+    if isinstance(size, int) and size > MAX_INDEX:
+        raise CorruptCheckpointError(f"{uri}: shard index larger than {MAX_INDEX} bytes", path=uri)
+    shards = parse_weight_map(fs.cat_file(path), uri)
+    root = path.rstrip("/").rsplit("/", 1)[0]
+    found: dict[str, Any] = {}
+    for shard in shards:
+        try:
+            found[shard] = fs.info(f"{root}/{shard}")
+        except FileNotFoundError:
+            raise SourceNotFoundError(f"{uri}: shard {shard!r} listed in the index is missing from the store "
+                                      f"(no {uri.rsplit('/', 1)[0]}/{shard})", path=uri) from None
+    return found

@@ -223,16 +223,19 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     (:func:`wbfe.sources.object_store.open_uri`).
 
     Raises:
+        SourceNotFoundError: a URL of a folder (``http://host/llama/``), or a web page.
         InvalidOptionError: ``stream=True`` for a URL that names no safetensors file.
         The errors of :func:`stream_safetensors` and :func:`~wbfe.sources.object_store.open_uri`.
     """
-    from wbfe.sources.object_store import object_cache_dir, open_uri
+    from wbfe.sources.object_store import NAME_A_FILE, object_cache_dir, open_uri
 
     try:
         path = urlsplit(url).path
     except ValueError as exc:  # an unclosed IPv6 host, a bad port...
         raise SourceNotFoundError(f"{url}: not a valid URL ({exc})", path=url) from None
     name = path.rsplit("/", 1)[-1]
+    if not name:  # an HTTP server has no folder listing wbfe could read, only a web page
+        raise SourceNotFoundError(f"{url}: a URL of a folder; {NAME_A_FILE}", path=url)
     if not is_safetensors_name(name):
         if stream:
             raise InvalidOptionError(f"{url}: --stream reads .safetensors files and .safetensors.index.json shard "

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 if TYPE_CHECKING:
     from wbfe.ranking.ranker import RankResult
 
-__all__ = ["plot_metric", "plot_ranking", "metric_filename", "checkpoint_label"]
+__all__ = ["plot_metric", "plot_ranking", "metric_filename", "checkpoint_label", "checkpoint_labels"]
 
 
 def metric_filename(metric: str) -> str:
@@ -18,9 +18,44 @@ def metric_filename(metric: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", metric) + ".png"
 
 
+_EXTENSION = re.compile(r"\.(safetensors(\.index\.json)?|bin(\.index\.json)?|pt|pth|th|ckpt|gguf|onnx|h5|keras|"
+                        r"tflite|npz|msgpack)$", re.I)
+# File names that say nothing of the model (a Hugging Face folder's weights): their folder names it.
+_GENERIC = re.compile(r"^(model|pytorch_model|adapter_model|tf_model|flax_model|weights|checkpoint)"
+                      r"(-\d+-of-\d+)?$", re.I)
+
+
+def _is_path(model: str) -> bool:
+    """Whether a zoo label is a path or URL rather than a name (a hub id ``org/name`` is a name)."""
+    return (model.startswith(("/", "~", "./", "../")) or "\\" in model or "://" in model
+            or model.count("/") > 1 or ("/" in model and _EXTENSION.search(model) is not None)
+            or re.match(r"^[A-Za-z]:", model) is not None)
+
+
+def checkpoint_labels(models: Sequence[str]) -> list[str]:
+    """Short labels for the points of ``models`` (zoo labels): a name as it is, a checkpoint file
+    without its extension, and a path or URL by its last parts only, as few as keep the labels
+    apart (``/data/zoo/gpt2/model.safetensors`` -> ``gpt2/model``): an absolute path is the
+    machine's, not the model's name, and would run across the plot."""
+    parts = [[_EXTENSION.sub("", part) if i == 0 else part
+              for i, part in enumerate(reversed(re.split(r"[/\\]+", m.split("://", 1)[-1].rstrip("/\\"))))]
+             if _is_path(m) else [_EXTENSION.sub("", m)] for m in models]
+    # Last components first: one, or two where the file name is generic; more while two labels clash.
+    taken = [2 if len(p) > 1 and _GENERIC.match(p[0]) else 1 for p in parts]
+    labels = ["/".join(reversed(p[:k])) for p, k in zip(parts, taken)]
+    while True:
+        clashing = {label for label in labels if labels.count(label) > 1}
+        grow = [i for i, label in enumerate(labels) if label in clashing and taken[i] < len(parts[i])]
+        if not grow:
+            return labels
+        for i in grow:
+            taken[i] += 1
+            labels[i] = "/".join(reversed(parts[i][:taken[i]]))
+
+
 def checkpoint_label(model: str) -> str:
-    # Checkpoint file names label the points: their extension only adds clutter.
-    return re.sub(r"\.(safetensors|bin|pt|pth|th|ckpt)$", "", model)
+    """:func:`checkpoint_labels` of one model."""
+    return checkpoint_labels([model])[0]
 
 
 def _fmt(value: float, digits: int = 2) -> str:
@@ -49,8 +84,9 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
     from wbfe.reporting.plots.canvas import new_figure
 
     row = result.metric(metric)
-    points = [(m.scores.get(metric), m.quality, m.model) for m in result.models]
-    points = [(float(x), float(y), checkpoint_label(label)) for x, y, label in points
+    labelled = zip(result.models, checkpoint_labels([m.model for m in result.models]))
+    points = [(m.scores.get(metric), m.quality, label) for m, label in labelled]
+    points = [(float(x), float(y), label) for x, y, label in points
               if x is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
     fig = new_figure((7.5, 5.5), layout="constrained")
     ax = fig.subplots()

@@ -1,0 +1,75 @@
+"""Errors about a local copy, said of what the user named.
+
+A URL or an object-store URI is read from wbfe's copy in its object cache, a hub id from the
+Hugging Face cache: a reader's error names the file it read, a path the user never typed
+(``~/.cache/wbfe/objects/51/51b2.../model.safetensors: truncated``). Errors raised while a copy is
+opened or read are re-raised, with the same type and fields, naming the reference instead
+(``https://host/m/model.safetensors: truncated``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+from wbfe.errors import WbfeError
+from wbfe.sources._base import TensorEntry, TensorSource
+
+__all__ = ["resay", "resaying", "said_of"]
+
+T = TypeVar("T")
+
+
+def resay(exc: WbfeError, local: Path, ref: str) -> WbfeError:
+    """``exc`` with every mention of the folder ``local`` written as ``ref`` (the reference whose
+    copy it is, without a trailing ``/``): a new error of the same type and fields, or ``exc``
+    itself when it does not name ``local``."""
+    where, ref = str(local), ref.rstrip("/")
+
+    def said(value: Any) -> Any:
+        return value.replace(where, ref) if isinstance(value, str) else value
+
+    message = str(exc)
+    fields = getattr(exc, "fields", {})
+    if where not in message and not any(where in str(v) for v in fields.values()):
+        return exc
+    try:
+        return type(exc)(said(message), **{k: said(v) for k, v in fields.items()})
+    except TypeError:  # a subclass built otherwise: its own words are better than none
+        return exc
+
+
+def said_of(local: Path, ref: str, action: Callable[[], T]) -> T:
+    """``action()``, a :class:`WbfeError` it raises re-said with ``ref`` for ``local`` (:func:`resay`)."""
+    try:
+        return action()
+    except WbfeError as exc:
+        raise resay(exc, local, ref) from None
+
+
+def resaying(source: TensorSource, local: Path, ref: str) -> TensorSource:
+    """``source`` (opened from the copy ``local`` of ``ref``) whose listing and tensor reads re-say
+    their errors with ``ref`` (:func:`resay`). The same object, so that what callers know of its
+    class (an adapter, a sharded file) still holds."""
+    listing = source.entries
+
+    def load(read: Callable[[], Any]) -> Callable[[], Any]:
+        @functools.wraps(read)
+        def read_resaid() -> Any:
+            return said_of(local, ref, read)
+        return read_resaid
+
+    def entries() -> Iterator[TensorEntry]:
+        found = said_of(local, ref, listing)
+        while True:
+            entry = said_of(local, ref, lambda: next(found, None))
+            if entry is None:
+                return
+            yield dataclasses.replace(entry, load=load(entry.load),
+                                      reread=load(entry.reread) if entry.reread is not None else None)
+
+    # An instance attribute: the class's method stays what the engine's isinstance checks expect.
+    source.entries = entries  # type: ignore[method-assign]
+    return source
