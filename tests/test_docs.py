@@ -179,7 +179,7 @@ def test_quick_start_commands_are_what_ci_runs() -> None:
     assert _block_after(text, "<!-- ci: demo -->")[0] == (
         "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/wbfe score")
     assert _block_after(text, "<!-- ci: test -->")[0] == (
-        "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest")
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[test,timm]' && .venv/bin/python -m pytest")
     # The base install has no torch; the CPU-only route of torch comes right before the command that installs it.
     cpu = text.index("pip install torch --index-url https://download.pytorch.org/whl/cpu")
     assert text.index("<!-- ci: demo -->") < cpu < text.index("<!-- ci: test -->")

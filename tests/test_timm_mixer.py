@@ -18,7 +18,7 @@ import torch
 import wbfe
 from wbfe.metrics.bfe import bfe_from_moments
 
-timm = pytest.importorskip("timm")
+timm = pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
 from timm.models.mlp_mixer import MlpMixer  # noqa: E402
 
 ARGS = {"num_classes": 5, "img_size": [32, 32], "in_chans": 3, "global_pool": "avg"}
