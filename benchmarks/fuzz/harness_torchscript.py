@@ -136,6 +136,8 @@ def seeds() -> dict[str, bytes]:
             return self.fc2(torch.relu(self.fc1(x))) * self.scale + torch.tensor([1.0, 2.0, 3.0])
 
     class Stft(torch.nn.Module):  # a Hann-windowed DFT basis buffer, convolved with: skipped by its values
+        basis: torch.Tensor
+
         def __init__(self) -> None:
             super().__init__()
             k, t = torch.arange(5.0)[:, None], torch.arange(8.0)[None]
