@@ -136,8 +136,6 @@ def seeds() -> dict[str, bytes]:
             return self.fc2(torch.relu(self.fc1(x))) * self.scale + torch.tensor([1.0, 2.0, 3.0])
 
     class Stft(torch.nn.Module):  # a Hann-windowed DFT basis buffer, convolved with: skipped by its values
-        basis: torch.Tensor
-
         def __init__(self) -> None:
             super().__init__()
             k, t = torch.arange(5.0)[:, None], torch.arange(8.0)[None]
@@ -147,7 +145,8 @@ def seeds() -> dict[str, bytes]:
             self.fc = torch.nn.Linear(10, 2)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.fc(torch.nn.functional.conv1d(x, self.basis, stride=4).mean(-1))
+            # torch's stubs type a registered buffer as Tensor | Module; TorchScript knows it is a Tensor
+            return self.fc(torch.nn.functional.conv1d(x, self.basis, stride=4).mean(-1))  # type: ignore[arg-type]
 
     cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
                               torch.nn.Linear(4 * 4 * 4, 5)).eval()
