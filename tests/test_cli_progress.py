@@ -98,10 +98,10 @@ def test_the_bar_says_it_reads_the_description_before_the_first_matrix(tmp_path:
 
         wbfe.score(folder, metrics="bfe", progress=recorded)
     assert calls[0] == (0, None, DESCRIBING) == (0, None, "reading the model's description")
-    assert calls[1] == (0, 10, "") and calls[-1][:2] == (10, 10)
+    assert calls[1] == (0, 6, "") and calls[-1][:2] == (6, 6)
     assert "scoring: reading the model's description" in _frames(seen[0])[-1]
-    assert "0/10" in _frames(seen[1])[-1]
+    assert "0/6" in _frames(seen[1])[-1]
     # A checkpoint without a description to read is not said to be read.
     plain: list[tuple[int, int | None, str]] = []
     wbfe.score(folder / "model.safetensors", metrics="bfe", progress=lambda *call: plain.append(call))
-    assert plain[0] == (0, 10, "") and all(name != DESCRIBING for _, _, name in plain)
+    assert plain[0] == (0, 6, "") and all(name != DESCRIBING for _, _, name in plain)
