@@ -11,6 +11,8 @@ know which reader a tensor came from; a feature whose math is written with torch
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -136,6 +138,8 @@ def from_bytes(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> Any:
     require_torch(f"reading {dtype} tensors (numpy has no {dtype})")
     import torch
 
+    if raw.size == 0 and math.prod(shape) == 0:  # torch views no zero-length buffer as a wider dtype
+        return torch.empty(tuple(shape), dtype=getattr(torch, dtype))
     return torch.from_numpy(raw).view(getattr(torch, dtype)).reshape(tuple(shape))
 
 
