@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ._notes import third_party_notes
+from ._output import emit
 from ._options import REF_HELP, Conv, ConvOption, Format, Head, Layers, MinEigs, Stream, WwCompatible
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def describe_command(
     would skip, without reading a tensor or computing an eigenvalue."""
     import wbfe
     from wbfe.options import ScoreOptions
-    from wbfe.render.files import check_output, local_files, local_reads, write_output
+    from wbfe.render.files import check_output, local_reads
 
     options = ScoreOptions(metrics=("bfe",), conv=conv.value, layers=layers, head=head, min_eigs=min_eigs,
                            ww_compatible=ww_compatible, stream=stream)
@@ -44,14 +45,7 @@ def describe_command(
     with third_party_notes(verbose=verbose, quiet=quiet):
         described = wbfe.describe(target, options=options)
         text = described.to_json() + "\n" if fmt is Format.json else _table(described)
-        if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
-            write_output(written, text, reads=[*reads, *local_files(described.model.get("files"))])
-            if not quiet:
-                typer.echo(f"wrote {output}", err=True)
-        elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
-            write_output(output, text)
-        else:
-            typer.echo(text, nl=False)
+        emit(text, output, written, reads, described.model.get("files"), quiet=quiet)
 
 
 def _table(described: "Description") -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ._notes import third_party_notes
+from ._output import emit
 from ._options import REF_HELP, ScoreFormat, executor_group, score_group, with_groups
 from ._progress import progress_bar
 
@@ -59,19 +60,11 @@ def _scored(target: object, base: Optional[str], score: "ScoreOptions", where: "
 
 def _write(result: "ModelScore", fmt: ScoreFormat, output: Optional[str], written: "Optional[Path]",
            reads: "list[Path]", verbose: bool, quiet: bool) -> None:
-    from wbfe.render.files import local_files, write_output
     from wbfe.render.text import score_csv, score_table
 
     text = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
             ScoreFormat.table: lambda: score_table(result, verbose=verbose, width=_terminal_width(written, output))}[fmt]()
-    if written is not None:  # and not over a file the reader resolved on the way (an index's shards)
-        write_output(written, text, reads=[*reads, *local_files(result.model.get("files"))])
-        if not quiet:
-            typer.echo(f"wrote {output}", err=True)
-    elif output is not None:  # a stream named as a path: -, /dev/stdout, /dev/stderr, /dev/fd/1, /dev/fd/2
-        write_output(output, text)
-    else:
-        typer.echo(text, nl=False)
+    emit(text, output, written, reads, result.model.get("files"), quiet=quiet)
 
 
 def _terminal_width(written: object, output: Optional[str]) -> Optional[int]:
