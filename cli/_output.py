@@ -5,14 +5,14 @@ standard output."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import typer
 
 __all__ = ["emit"]
 
 
-def emit(text: str, output: Optional[str], written: Optional[Path], reads: list[Path], files: Any, *,
+def emit(text: str, output: Optional[str], written: Optional[Path], reads: Sequence[Path], files: Any, *,
          quiet: bool) -> None:
     """Write ``text`` to ``written`` (the checked ``output``) without landing on ``reads`` or the
     result's ``files``; to the stream ``output`` names (-, /dev/stdout, /dev/stderr, /dev/fd/N); else
