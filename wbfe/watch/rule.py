@@ -189,11 +189,14 @@ def _gaps(steps: Sequence[int], crit: np.ndarray, loss: np.ndarray, grid: np.nda
     return out
 
 
-def _choose(grid: np.ndarray, gaps: np.ndarray) -> float:
+def _middle(means: np.ndarray) -> int:
     # Ties (flat stretches) are common on a fine grid: take the middle of the minimising set.
-    mean = np.nanmean(gaps, axis=0)
-    best = np.flatnonzero(mean <= np.nanmin(mean) + 1e-12)
-    return float(grid[best[len(best) // 2]])
+    best = np.flatnonzero(means <= np.nanmin(means) + 1e-12)
+    return int(best[len(best) // 2])
+
+
+def _choose(grid: np.ndarray, gaps: np.ndarray) -> float:
+    return float(grid[_middle(np.nanmean(gaps, axis=0))])
 
 
 def calibrate_lambda(

@@ -1,29 +1,8 @@
 """Data-free stopping rules: which checkpoint of a run to keep, from its weights alone, and how each is measured.
 
-A run is reduced to :class:`RunSignals`: per checkpoint, run-level series over the selected matrices
-that an HTMP fit can use (mean over the matrices finite at every checkpoint, so the series are
-comparable along the run). A :class:`Rule` maps those signals (and, for rules with a free parameter,
-a parameter chosen on *other* runs) to one checkpoint. :func:`evaluate_rules` measures every rule
-leave-one-run-out on runs with test losses: regret = test loss at the chosen checkpoint minus the
-run's lowest test loss, against keeping the last checkpoint and against a validation-set oracle.
-
-The rules (``RULES``) and what they read:
-
-- ``last``: keep the last checkpoint (the baseline every rule must beat);
-- ``h_star_first`` / ``h_star_fanin`` / ``h_star_loo``: the BFE-W paper's rule, the first checkpoint
-  (after the initialisation) with median log(h/h*(λ)) ≤ 0, with λ fixed in advance per matrix from the
-  run's first checkpoint (the λ at which h = h* there), from the fan-in (prior variance 1/fan-in), or
-  one λ chosen on the other runs. Since h/h*(λ) ≈ λ·mean(e) (docs/math.md), these fire only when the weights' scale falls;
-- ``bfe_last_min`` / ``bfe_first_min``: the minimum over the run of BFE-W at a fixed λ per matrix (its
-  λ* at the last / first checkpoint);
-- ``alpha_cross2``: the first checkpoint whose mean power-law α is ≤ 2 (HT-SR's over-fit boundary);
-- ``<signal>_min`` / ``_max``: the extreme of a series; ``<signal>_frac``: the first checkpoint where
-  the series has made a fraction q of its whole change since the initialisation; ``<signal>_plateau``:
-  the first checkpoint whose step change is at most q times the largest one (q chosen on other runs);
-- ``gated``: a regime detector from the weights (mean log-norm falling from the first trained
-  checkpoint to the last: the BatchNorm + weight-decay regime; rising otherwise) picks, per regime,
-  the rule with the lowest regret on the other runs of that regime;
-- ``vote``: the median of the checkpoints chosen by ``h_star_loo``, ``bfe_last_min`` and ``log_norm_plateau``.
+A run is reduced to :class:`RunSignals`; a :class:`Rule` maps them (and a parameter chosen on *other* runs)
+to one checkpoint; :func:`evaluate_rules` measures every rule leave-one-run-out by its regret (test loss at
+the chosen checkpoint minus the run's lowest). The rules and their measured figures: docs/early_stopping.md.
 """
 
 from __future__ import annotations
@@ -38,6 +17,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.watch.guidance import _run_mean, bfe_at_many
+from wbfe.watch.rule import _middle
 
 __all__ = [
     "RunSignals",
@@ -51,7 +32,6 @@ __all__ = [
     "select_held_out",
     "Measured",
     "shipped_table",
-    "rule_names",
 ]
 
 # Run-level series, each a mean over the matrices finite at every checkpoint (see run_signals).
@@ -102,22 +82,8 @@ class RunSignals:
                    ratio, arr(d["lam_first"]), arr(d["lam_fanin"]))
 
 
-def _run_mean(values: np.ndarray) -> np.ndarray:
-    # The same matrices at every checkpoint, so the series is comparable along the run.
-    if values.size == 0:
-        return np.full(values.shape[0], np.nan)
-    keep = np.all(np.isfinite(values), axis=0)
-    return values[:, keep].mean(axis=1) if keep.any() else np.full(values.shape[0], np.nan)
-
-
 def run_signals(traj: Any) -> RunSignals:
-    """The :class:`RunSignals` of a scored :class:`~wbfe.watch.trajectories.Trajectory`.
-
-    Only matrices with at least ``min_eigs`` eigenvalues (the ones an HTMP fit can use) enter; a
-    trajectory scored without that count keeps every selected matrix.
-    """
-    from wbfe.watch.guidance import bfe_at_many
-
+    """The :class:`RunSignals` of a scored trajectory, over its matrices with at least ``min_eigs`` eigenvalues."""
     names = traj.layer_names
     counts = traj.matrix(lambda x: float(x.n_eigs)) if traj.points else np.zeros((0, 0))
     min_eigs = max((p.min_eigs for p in traj.points), default=0)
@@ -159,11 +125,8 @@ def run_signals(traj: Any) -> RunSignals:
 
 
 def detect_regime(sig: RunSignals) -> str:
-    """``shrinking`` when the mean log-norm falls from the first trained checkpoint to the last, else ``growing``.
-
-    The first checkpoint is often the initialisation, whose scale is the initialiser's choice, so the
-    trend is read from the second checkpoint on (from the first when there are only two).
-    """
+    """``shrinking`` when the mean log-norm falls from the first trained checkpoint to the last, else ``growing``."""
+    # The first checkpoint is often the initialisation, whose scale is the initialiser's choice.
     s = sig.series.get("log_norm", np.array([]))
     finite = np.flatnonzero(np.isfinite(s))
     if finite.size < 2:
@@ -195,46 +158,44 @@ def _first_crossing(sig: RunSignals, log_lam: np.ndarray, label: str) -> Choice:
                       "never crossed, the last checkpoint is kept")
 
 
-def _series(sig: RunSignals, key: str) -> Optional[np.ndarray]:
-    s = sig.series.get(key)
-    return s if s is not None and np.all(np.isfinite(s)) and s.size >= 2 else None
+SeriesRule = Callable[[RunSignals, np.ndarray, Any], Optional[Choice]]
+
+
+def _on_series(key: str, rule: SeriesRule) -> Callable[[RunSignals, Any], Choice]:
+    """A rule on series ``key``: the last checkpoint where it is not finite throughout, or ``rule`` returns None."""
+    def choose(sig: RunSignals, param: Any) -> Choice:
+        s = sig.series.get(key)
+        if s is None or not np.all(np.isfinite(s)) or s.size < 2:
+            return _last(sig, f"{key} is not finite at every checkpoint: the last checkpoint is kept")
+        return rule(sig, s, param) or _last(sig, f"{key} does not change over the run: the last checkpoint is kept")
+    return choose
 
 
 def _extreme(key: str, sign: float) -> Callable[[RunSignals, Any], Choice]:
-    def choose(sig: RunSignals, _: Any) -> Choice:
-        s = _series(sig, key)
-        if s is None:
-            return _last(sig, f"{key} is not finite at every checkpoint: the last checkpoint is kept")
+    def rule(sig: RunSignals, s: np.ndarray, _: Any) -> Choice:
         t = int(np.argmin(sign * s))
         return t, f"{'lowest' if sign > 0 else 'highest'} {key} of the run ({s[t]:.4g})"
-    return choose
+    return _on_series(key, rule)
 
 
 def _fraction(key: str) -> Callable[[RunSignals, Any], Choice]:
-    def choose(sig: RunSignals, q: Any) -> Choice:
-        s = _series(sig, key)
-        if s is None:
-            return _last(sig, f"{key} is not finite at every checkpoint: the last checkpoint is kept")
-        total = s[-1] - s[0]
-        if total == 0:
-            return _last(sig, f"{key} does not change over the run: the last checkpoint is kept")
-        done = (s - s[0]) / total
+    def rule(sig: RunSignals, s: np.ndarray, q: Any) -> Optional[Choice]:
+        if s[-1] == s[0]:
+            return None
+        done = (s - s[0]) / (s[-1] - s[0])
         t = next(i for i in range(1, len(s)) if done[i] >= q or i == len(s) - 1)
         return t, f"first checkpoint where {key} has made {float(q):.0%} of its change over the run ({done[t]:.0%})"
-    return choose
+    return _on_series(key, rule)
 
 
 def _plateau(key: str) -> Callable[[RunSignals, Any], Choice]:
-    def choose(sig: RunSignals, q: Any) -> Choice:
-        s = _series(sig, key)
-        if s is None:
-            return _last(sig, f"{key} is not finite at every checkpoint: the last checkpoint is kept")
+    def rule(sig: RunSignals, s: np.ndarray, q: Any) -> Optional[Choice]:
         step = np.abs(np.diff(s))
         if step.max() == 0:
-            return _last(sig, f"{key} does not change over the run: the last checkpoint is kept")
+            return None
         t = next((i + 1 for i in range(1, step.size) if step[i] <= q * step.max()), len(s) - 1)
         return t, f"first checkpoint where {key} changes by at most {float(q):g} of its largest step change"
-    return choose
+    return _on_series(key, rule)
 
 
 def _alpha_cross(sig: RunSignals, _: Any) -> Choice:
@@ -306,11 +267,6 @@ def _vote(sig: RunSignals, param: Any) -> Choice:
     return t, f"median of {', '.join(f'{n}: step {sig.steps[i]}' for n, i in zip(VOTERS, picks))}"
 
 
-def rule_names() -> list[str]:
-    """Every rule's name."""
-    return list(RULES)
-
-
 def apply_rule(sig: RunSignals, name: str, param: Any = None) -> Choice:
     """The checkpoint index rule ``name`` keeps (with ``param`` for rules that have one) and why.
 
@@ -327,18 +283,9 @@ def apply_rule(sig: RunSignals, name: str, param: Any = None) -> Choice:
 
 # --- leave-one-run-out evaluation ------------------------------------------------------------------------------
 
-def _middle(means: np.ndarray) -> int:
-    # Ties (flat stretches) are common: take the middle of the minimising set.
-    best = np.flatnonzero(means <= np.nanmin(means) + 1e-12)
-    return int(best[len(best) // 2])
-
-
 class Measured:
-    """Every rule's choice on every run at every parameter, computed once; tuning is then arithmetic.
-
-    A base rule's choice on a run does not depend on the other runs, so the (parameter, run) tables
-    of chosen checkpoints and regrets serve every subset of runs a parameter is tuned on.
-    """
+    """Every rule's choice on every run at every parameter, computed once; tuning is then arithmetic
+    (a base rule's choice on a run does not depend on the other runs)."""
 
     def __init__(self, sigs: Sequence[RunSignals], losses: Sequence[np.ndarray]) -> None:
         if len(sigs) < 2 or len(sigs) != len(losses):
@@ -358,8 +305,7 @@ class Measured:
             grid = rule.grid or (None,)
             chosen = np.array([[apply_rule(s, name, p)[0] for s in sigs] for p in grid], dtype=int)
             self.choice[name] = chosen
-            self.regret[name] = np.array([[self.losses[i][c[i]] - self.losses[i].min() for i in range(self.n)]
-                                          for c in chosen])
+            self.regret[name] = np.array([self.regrets(c) for c in chosen])
 
     def _base(self, name: str, subset: Sequence[int]) -> tuple[int, float]:
         means = self.regret[name][:, list(subset)].mean(axis=1)
@@ -367,11 +313,8 @@ class Measured:
         return k, float(means[k])
 
     def tune(self, name: str, subset: Sequence[int]) -> tuple[Any, np.ndarray]:
-        """Rule ``name``'s parameter chosen on the runs ``subset``, and its choice on every run.
-
-        Composite rules tune their parts on the same runs (``gated``: per detected regime, the base
-        rule and parameter with the lowest mean regret on that regime's runs of the subset).
-        """
+        """Rule ``name``'s parameter chosen on the runs ``subset`` (a composite's parts too), and its choice on
+        every run."""
         subset = list(subset)
         if name == "gated":
             param: dict[str, Any] = {}
@@ -393,8 +336,10 @@ class Measured:
         k = self._base(name, subset)[0]
         return (RULES[name].grid or (None,))[k], self.choice[name][k]
 
-    def regrets(self, chosen: np.ndarray) -> np.ndarray:
-        return np.array([self.losses[i][chosen[i]] - self.losses[i].min() for i in range(self.n)])
+    def regrets(self, chosen: Sequence[int], runs: Optional[Sequence[int]] = None) -> np.ndarray:
+        """Per run of ``runs`` (default all), the regret of keeping checkpoint ``chosen[k]`` of the k-th."""
+        runs = range(self.n) if runs is None else runs
+        return np.array([self.losses[r][t] - self.losses[r].min() for t, r in zip(chosen, runs)])
 
     def held_out(self, name: str, runs: Optional[Sequence[int]] = None) -> np.ndarray:
         """Per run of ``runs`` (default all), the checkpoint rule ``name`` keeps with its parameter tuned on
@@ -420,12 +365,8 @@ def _hits(m: Measured, chosen: Any, runs: Sequence[int]) -> np.ndarray:
 
 def evaluate_rules(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
                    names: Optional[Sequence[str]] = None) -> dict[str, RuleScore]:
-    """Every rule leave-one-run-out: its parameter chosen on the other runs, applied to the held-out one.
-
-    Args:
-        sigs: the runs' signals.
-        losses: each run's test loss per checkpoint (finite).
-        names: the rules to evaluate (default all).
+    """Every rule (``names``, default all) leave-one-run-out: its parameter chosen on the other runs, applied to
+    the held-out one; ``losses`` are each run's finite test losses per checkpoint.
 
     Returns:
         Rule name → :class:`RuleScore` (``param_all``: the parameter chosen on all runs, for new runs).
@@ -438,8 +379,7 @@ def evaluate_rules(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
     out = {}
     for name in names or list(RULES):
         chosen = m.held_out(name)
-        regret = np.array([m.losses[r][chosen[r]] - m.losses[r].min() for r in runs])
-        out[name] = RuleScore(name, m.tune(name, runs)[0], tuple(int(t) for t in chosen), regret,
+        out[name] = RuleScore(name, m.tune(name, runs)[0], tuple(int(t) for t in chosen), m.regrets(chosen),
                               _hits(m, chosen, runs))
     return out
 
@@ -447,11 +387,7 @@ def evaluate_rules(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
 def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
                     names: Optional[Sequence[str]] = None) -> tuple[list[str], RuleScore]:
     """The whole default procedure, held out: for each run, the rule with the lowest leave-one-run-out
-    regret on the *other* runs (nested), its parameter tuned on them, applied to the held-out run.
-
-    Returns:
-        (the rule picked for each run, the resulting :class:`RuleScore` named ``auto``).
-    """
+    regret on the *other* runs (nested), tuned on them and applied to it; returns (picks, ``auto`` score)."""
     m = Measured(sigs, losses)
     names = list(names or RULES)
     picks, chosen = [], []
@@ -460,26 +396,17 @@ def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
         scored = []
         for name in names:
             inner = m.held_out(name, others)
-            scored.append((float(np.mean([m.losses[i][t] - m.losses[i].min() for i, t in zip(others, inner)])),
-                           name != "last", name))  # ties go to keeping the last
+            scored.append((float(np.mean(m.regrets(inner, others))), name != "last", name))  # ties: keep the last
         pick = min(scored)[2]
         picks.append(pick)
         chosen.append(int(m.tune(pick, others)[1][r]))
-    regret = np.array([m.losses[r][chosen[r]] - m.losses[r].min() for r in range(m.n)])
-    return picks, RuleScore("auto", None, tuple(chosen), regret, _hits(m, chosen, range(m.n)))
+    return picks, RuleScore("auto", None, tuple(chosen), m.regrets(chosen), _hits(m, chosen, range(m.n)))
 
 
 # --- the table shipped with the package -----------------------------------------------------------------------
 
-TABLE = "stopping_table.json"
-
-
 def shipped_table() -> dict[str, Any]:
-    """The measured rules shipped in the package (``wbfe/watch/stopping_table.json``).
-
-    Generated by ``benchmarks/bench_early_stopping.py`` from ``benchmarks/results/early_stopping.json``:
-    per rule, its parameter chosen on all measured runs and its held-out regret and hit rate; and the
-    default rule (the lowest held-out mean regret, or ``last`` when no rule beats keeping the last).
-    """
-    text = resources.files("wbfe.watch").joinpath(TABLE).read_text(encoding="utf-8")
+    """The measured rules shipped in the package (``stopping_table.json``, by ``benchmarks/bench_early_stopping.py``):
+    per rule its parameter chosen on all runs and held-out figures, and the default rule."""
+    text = resources.files("wbfe.watch").joinpath("stopping_table.json").read_text(encoding="utf-8")
     return dict(json.loads(text))
