@@ -1,7 +1,4 @@
-"""λ calibration over several runs with test losses: leave one run out, report the held-out gap.
-
-The rule itself (first checkpoint with h_t ≤ h*(λ)) and the grid search are in
-:mod:`wbfe.watch.rule`; this module reads the runs, scores them and packages the result.
+"""λ calibration over several runs with test losses: leave one run out, report the held-out gap (rule: :mod:`.rule`).
 """
 
 from __future__ import annotations
@@ -58,11 +55,8 @@ class CalibrationReport:
 
 
 def read_runs_csv(path: Union[str, Path]) -> list[Run]:
-    """The runs listed in a calibration CSV.
-
-    Two layouts: one row per run with a ``run`` column (a run folder or run CSV, relative to this
-    file), or one row per checkpoint with ``run``, ``step``, ``test_loss`` and optional
-    ``checkpoint`` / ``test_accuracy`` columns.
+    """The runs of a calibration CSV: one row per run (``run``: a folder or run CSV, relative to this file), or
+    one per checkpoint (``run``, ``step``, ``test_loss``, optional ``checkpoint`` / ``test_accuracy``).
 
     Raises:
         InvalidOptionError: no ``run`` column, or a malformed row. The errors of :func:`discover_run`.
@@ -83,16 +77,9 @@ def read_runs_csv(path: Union[str, Path]) -> list[Run]:
 
 def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]], *, layers: str = "head",
               head: Optional[str] = None, device: str = "auto", grid: Optional[np.ndarray] = None) -> CalibrationReport:
-    """Choose λ by leave-one-run-out over runs that have a test loss at every checkpoint.
-
-    Args:
-        runs: a calibration CSV (:func:`read_runs_csv`), or runs / scored trajectories.
-        layers, head, device: as :func:`score_checkpoint`.
-        grid: λ values; default a log grid covering every run's critical λ.
-
-    Returns:
-        A :class:`CalibrationReport`: per held-out run the λ chosen on the others, its recommended
-        and best step and the test-loss gap; and the λ chosen on all runs.
+    """Choose λ by leave-one-run-out over runs (a calibration CSV, runs or scored trajectories) that have a test
+    loss at every checkpoint; ``layers``, ``head``, ``device`` as :func:`scan_checkpoint`, ``grid`` default a
+    log grid covering every run's critical λ.
 
     Raises:
         InvalidOptionError: fewer than two runs, or a run without test losses.

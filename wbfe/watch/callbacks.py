@@ -1,13 +1,7 @@
 """Stop a training run from inside the trainer: a Hugging Face ``TrainerCallback`` on the watch quantities.
 
-At every evaluation and every save, the callback scores the model's weights in memory (no checkpoint
-is read back), records the evaluation metrics the Trainer computed at that step (``eval_loss``,
-``eval_accuracy``) as the run's test metrics, applies the stopping rule and, when given a folder,
-rewrites ``watch.json`` there: the same JSON as ``wbfe watch RUN -f json``.
-
-The rule fires when the checkpoint it recommends has stayed the same for ``patience`` further records
-(a rule that keeps the last checkpoint never fires); with ``stop=True`` the callback then sets
-``control.should_training_stop``.
+It scores the weights in memory at every evaluation and save and fires when its recommendation has stayed
+the same for ``patience`` records (docs/watch.md).
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ __all__ = ["StopState", "trainer_callback"]
 
 @dataclasses.dataclass
 class StopState:
-    """What the rule said at the last record: the result, whether it fired, and at which step."""
+    """What the rule said at the last record, and the step it fired at."""
 
     result: Optional[WatchResult] = None
     fired_at: Optional[int] = None
@@ -43,15 +37,13 @@ def _decide(monitor: Monitor, rule: Optional[str], lam: Optional[float]) -> Watc
 def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[str] = None,
                      lam: Optional[float] = None, stop: bool = False, patience: int = 2,
                      layers: str = "fittable", head: Optional[str] = None, device: str = "cpu") -> Any:
-    """A Hugging Face ``TrainerCallback`` that records the watch signal at each evaluation and save.
+    """A Hugging Face ``TrainerCallback`` that records the watch signal at each evaluation and save (docs/watch.md).
 
     Args:
         output: a folder for ``watch.json`` (rewritten after each record); None writes nothing.
-        rule: a stopping rule (:mod:`wbfe.watch.stopping`); None takes the measured default.
-        lam: use the h* rule at this λ instead of a measured rule.
+        rule, lam: a stopping rule (None: the measured default), or the h* rule at this λ.
         stop: set ``control.should_training_stop`` when the rule fires.
         patience: records the recommended checkpoint must stay unchanged for the rule to fire (≥ 1).
-        layers, head, device: as :class:`~wbfe.watch.Monitor`.
 
     Returns:
         A ``transformers.TrainerCallback``; its ``state`` is a :class:`StopState` and its ``monitor``

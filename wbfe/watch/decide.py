@@ -1,9 +1,5 @@
-"""Recommend a checkpoint by a measured data-free stopping rule, with the figures that say how far to trust it.
-
-The rules are in :mod:`wbfe.watch.stopping`; their held-out regret and hit rate, and the parameters
-chosen on the measured runs, come from the table the package ships (``stopping_table.json``, generated
-by ``benchmarks/bench_early_stopping.py``). The default is the rule with the lowest held-out mean
-regret, or keeping the last checkpoint when no rule beat it; the figures are printed either way.
+"""Recommend a checkpoint by a measured data-free stopping rule (:mod:`.stopping`, table ``stopping_table.json``),
+with the figures that say how far to trust it.
 """
 
 from __future__ import annotations
@@ -56,17 +52,10 @@ def _fig(block: dict[str, Any]) -> str:
 
 def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str = "fittable",
                    table: Optional[dict[str, Any]] = None) -> WatchResult:
-    """Apply a measured stopping rule to a scored trajectory.
+    """Apply a measured stopping rule (None: the table's default) to a trajectory scored with :func:`rule_metrics`.
 
-    Args:
-        traj: the scored run (:func:`wbfe.watch.trajectory`, scored with :func:`rule_metrics`).
-        rule: a rule name (:data:`wbfe.watch.stopping.RULES`); None takes the table's default.
-        layers: the layer selection the trajectory was scored with (the figures were measured with
-            ``fittable``; another selection is said so in the output).
-        table: the measured table; default the one shipped in the package.
-
-    Returns:
-        A :class:`WatchResult` whose ``stopping`` holds the rule, its parameter and its measured figures.
+    ``layers`` is the selection it was scored with (the figures were measured with ``fittable``; another is said
+    so); ``table`` defaults to the shipped one. The result's ``stopping`` holds the rule, parameter and figures.
 
     Raises:
         InvalidOptionError: an unknown or unmeasured rule, or an empty trajectory.

@@ -1,16 +1,6 @@
 """What a watch result can and cannot say: why a column is NaN, which layers can carry h_t, BFE-W at a fixed λ.
 
-Three things a table of NaN does not tell by itself:
-
-- why: the HTMP fit (κ, β, τ, hence h, h*, F∞) and α need ``min_eigs`` eigenvalues; a 7-class head
-  has 7, so its fit is NaN at every checkpoint (:func:`nan_notes`);
-- what instead: the matrices of the same checkpoint that have enough eigenvalues
-  (:func:`fittable_hint`; ``--layers fittable`` selects them);
-- which BFE-W to read across one run: BFE-W at λ* is the free energy at each checkpoint's own
-  optimal prior precision λ* = 1/mean(e), which moves with the weights' scale, so it is not expected
-  to fall over the epochs of one run (the BFE-W paper: tracking one run needs λ calibrated
-  afterwards). BFE-W at one fixed λ, taken from the last checkpoint or given, is comparable across
-  the run (:func:`fixed_lambda_trend`); the stopping signal itself is h_t against h*.
+BFE-W at λ* follows the weights' scale, so across one run it is read at one fixed λ (docs/watch.md).
 """
 
 from __future__ import annotations
@@ -33,15 +23,8 @@ _FIT_COLUMNS = "htmp_kappa, htmp_beta, htmp_tau, h, h_star, f_inf, alpha"
 
 
 def bfe_at(f_star: float, lambda_star: float, lam: float) -> float:
-    """BFE-W at prior precision λ from its optimum: F^λ = F* + ½·(r − 1 − log r), r = λ/λ*.
-
-    Args:
-        f_star: BFE-W at λ* (``+inf`` for a rank-deficient matrix).
-        lambda_star: λ* = 1/mean(e).
-        lam: the prior precision λ > 0.
-
-    Returns:
-        F^λ (NaN when ``f_star`` or ``lambda_star`` is NaN).
+    """BFE-W at prior precision λ from F* (``+inf``: rank-deficient) and λ* = 1/mean(e):
+    F^λ = F* + ½·(r − 1 − log r), r = λ/λ* (NaN when an input is NaN).
 
     Example:
         >>> bfe_at(1.0, 2.0, 2.0)  # at λ* itself
@@ -70,12 +53,8 @@ class FixedLambdaTrend:
     Attributes:
         source: ``given`` (one λ for every layer) or ``last checkpoint`` (each layer's λ* there).
         source_step: the step the λ values were taken at (None when given).
-        lambdas: layer name → the fixed λ (NaN where the layer has no finite λ*).
-        steps: the checkpoints' steps.
-        bfe: (checkpoints, layers) BFE-W at the fixed λ.
-        bfe_opt: (checkpoints, layers) BFE-W at λ*.
-        run_bfe, run_bfe_opt: per checkpoint, the mean over the layers finite at every checkpoint
-            (NaN when no layer is).
+        bfe, bfe_opt: (checkpoints, layers) BFE-W at the fixed λ and at λ*.
+        run_bfe, run_bfe_opt: per checkpoint, the mean over the layers finite at every checkpoint.
     """
 
     source: str
@@ -109,18 +88,8 @@ def _run_mean(values: np.ndarray) -> np.ndarray:
 
 def fixed_lambda_trend(steps: Sequence[int], names: Sequence[str], bfe_opt: np.ndarray,
                        lambda_star: np.ndarray, lam: Optional[float] = None) -> FixedLambdaTrend:
-    """BFE-W of every (checkpoint, layer) at one λ per layer, from F* and λ* alone.
-
-    Args:
-        steps: the checkpoints' steps, in order.
-        names: the layer names (columns).
-        bfe_opt: (checkpoints, layers) BFE-W at λ*.
-        lambda_star: the matching λ*.
-        lam: one λ for every layer; None takes each layer's λ* at the last checkpoint where it is finite.
-
-    Returns:
-        A :class:`FixedLambdaTrend`.
-    """
+    """BFE-W of every (checkpoint, layer) at one λ per layer, from (checkpoints, layers) F* and λ* alone: ``lam``
+    for every layer, or (None) each layer's λ* at the last checkpoint where it is finite."""
     bfe_opt = np.asarray(bfe_opt, dtype=float).reshape(len(steps), len(names))
     lambda_star = np.asarray(lambda_star, dtype=float).reshape(bfe_opt.shape)
     if lam is not None:
@@ -164,15 +133,8 @@ def _layer_reason(layer: Any) -> str:
 
 
 def nan_notes(points: Sequence[Any]) -> tuple[dict[tuple[int, str], int], list[str]]:
-    """Why h is NaN, per (checkpoint, layer), grouped into numbered notes.
-
-    Args:
-        points: the run's :class:`~wbfe.watch.trajectories.CheckpointPoint` objects.
-
-    Returns:
-        ``(marks, notes)``: ``marks[(checkpoint index, layer name)]`` is the 1-based note number of a
-        row whose h is NaN; ``notes[k - 1]`` is note k's text.
-    """
+    """Why h is NaN, per (checkpoint, layer) of the run's points, grouped into numbered notes: ``(marks, notes)``,
+    ``marks[(checkpoint index, layer name)]`` the 1-based note number, ``notes[k - 1]`` note k's text."""
     keys: dict[tuple[str, str], list[int]] = {}
     for t, point in enumerate(points):
         for layer in point.layers:
@@ -188,15 +150,8 @@ def nan_notes(points: Sequence[Any]) -> tuple[dict[tuple[int, str], int], list[s
 
 
 def fittable_hint(points: Sequence[Any], layers: str) -> Optional[str]:
-    """A hint naming the matrices that can carry h_t, when some selected layer has too few eigenvalues.
-
-    Args:
-        points: the run's checkpoint points (their ``fittable`` and ``min_eigs`` come from scoring).
-        layers: the layer selection used.
-
-    Returns:
-        One sentence, or None when every selected layer has enough eigenvalues or nothing is known.
-    """
+    """One sentence naming the matrices that can carry h_t when some selected layer has too few eigenvalues, else
+    None."""
     if not points:
         return None
     last = points[-1]

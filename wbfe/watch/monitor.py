@@ -27,16 +27,9 @@ class Monitor:
 
     def __init__(self, model: Any, *, every: int = 1, layers: str = "head", head: Optional[str] = None,
                  device: str = "cpu", name: str = "monitor", metrics: str = METRICS) -> None:
-        """Store the settings.
+        """Watch ``model`` (an ``nn.Module`` or state dict trained in place), recording when ``step % every == 0``.
 
-        Args:
-            model: an ``nn.Module`` (or a state dict) that training updates in place.
-            every: record when ``step % every == 0``.
-            layers: ``head``, ``all``, ``fittable`` or a regular expression on tensor names.
-            head: the head's tensor name, overriding the built-in rule.
-            device: eigen-solve device.
-            name: the run name in results.
-            metrics: the metric groups scored (``rand`` adds the randomised control some stopping rules read).
+        ``layers``, ``head``, ``device``, ``metrics`` as :func:`~wbfe.watch.scan_checkpoint`; ``name``: the run's.
 
         Raises:
             InvalidOptionError: ``every`` is not a positive integer.

@@ -1,24 +1,14 @@
-"""Where to stop: the recommendation rule on a run's h_t trajectory, and λ calibration across runs.
+"""Where to stop: the h* rule on a run's h_t trajectory, and λ calibration across runs (docs/watch.md).
 
-The rule (docs/math.md §3): training drives h = κ/β down through h*(λ); a checkpoint with h > h* is on
-the under-fit side, one with h ≤ h* on the over-fit side. The recommended checkpoint is the FIRST,
-in step order, with h_t ≤ h*(λ). With several layers the run-level statistic is the median over
-the layers (whose fit succeeded) of log(h/h*); a single layer gives exactly h_t ≤ h*(λ).
-
-Because h*(λ) = h*(1)/λ for every κ, γ and gap (h* = 2γκ / [λ(κ + 2γ·βτ)]), a checkpoint passes at
-λ iff λ ≤ λ_c,t = exp(−median log(h/h*(1))): the stopping step grows with λ, and one fit per
-checkpoint serves every λ. If no checkpoint passes, the last one is kept (the run is still
-under-fit); checkpoints with no finite statistic are never recommended.
-
-An identity worth knowing when reading results: h/h*(1) = κ/(2γβ) + τ, the mean of the fitted HTMP
-law, so for one layer h ≤ h*(λ) ⟺ E_HTMP[e] ≤ 1/λ. The rule therefore stops at the first
-checkpoint whose (fitted) mean eigenvalue — about ‖W‖²_F / p — is at most 1/λ: it can only fire
-when that scale falls below the threshold (measured in ``benchmarks/dynamics``).
+The recommended checkpoint is the first, in step order, whose median over layers of log(h/h*(λ)) is ≤ 0.
+Since h*(λ) = h*(1)/λ, a checkpoint passes iff λ ≤ λ_c,t = exp(−median log(h/h*(1))): one fit per
+checkpoint serves every λ.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -26,28 +16,14 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = [
-    "Recommendation",
-    "CalibratedRun",
-    "Calibration",
-    "layer_statistic",
-    "critical_lambda",
-    "recommend",
-    "lambda_grid",
-    "calibrate_lambda",
-]
+__all__ = ["Recommendation", "CalibratedRun", "Calibration", "layer_statistic", "critical_lambda", "recommend",
+           "lambda_grid", "calibrate_lambda"]
 
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The checkpoint to keep.
-
-    Attributes:
-        index: its position in the run (step order); None when no checkpoint could be judged.
-        step: its step; None when no checkpoint could be judged.
-        crossed: True when h ≤ h* there (False: the run never crossed and the last one is kept).
-        reason: one sentence saying why.
-    """
+    """The checkpoint to keep (``index``, ``step``: None when none could be judged), whether h ≤ h* there
+    (False: never crossed, the last one is kept) and why."""
 
     index: Optional[int]
     step: Optional[int]
@@ -56,15 +32,8 @@ class Recommendation:
 
 
 def layer_statistic(h: np.ndarray, h_star: np.ndarray) -> np.ndarray:
-    """Per checkpoint, the median over layers of log(h/h*), NaN where no layer has a finite ratio.
-
-    Args:
-        h: (checkpoints, layers) array of h = κ/β.
-        h_star: the matching h* values (at one λ).
-
-    Returns:
-        A (checkpoints,) array; ≤ 0 means the checkpoint is on the over-fit side.
-    """
+    """Per checkpoint, the median over layers of log(h/h*) from (checkpoints, layers) arrays, NaN where no layer
+    has a finite ratio; ≤ 0 means the checkpoint is on the over-fit side."""
     h = np.atleast_2d(np.asarray(h, dtype=float))
     h_star = np.atleast_2d(np.asarray(h_star, dtype=float))
     if h.shape != h_star.shape:
@@ -72,34 +41,18 @@ def layer_statistic(h: np.ndarray, h_star: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.log(h / h_star)
     ratio[~np.isfinite(ratio)] = np.nan
-    out = np.full(h.shape[0], np.nan)
-    for t, row in enumerate(ratio):
-        finite = row[np.isfinite(row)]
-        if finite.size:
-            out[t] = float(np.median(finite))
-    return out
+    with warnings.catch_warnings():  # an all-NaN checkpoint is NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(ratio, axis=1) if ratio.shape[1] else np.full(h.shape[0], np.nan)
 
 
 def critical_lambda(h: np.ndarray, h_star_at_1: np.ndarray) -> np.ndarray:
-    """λ_c,t: the largest λ at which checkpoint t is on the over-fit side (NaN where unknown).
-
-    Args:
-        h: (checkpoints, layers) array of h.
-        h_star_at_1: the matching h*(λ = 1).
-    """
+    """λ_c,t: the largest λ at which checkpoint t is on the over-fit side (NaN where unknown)."""
     return np.exp(-layer_statistic(h, h_star_at_1))
 
 
 def recommend(steps: Sequence[int], crit: np.ndarray, lam: float) -> Recommendation:
-    """Apply the rule at prior precision ``lam``.
-
-    Args:
-        steps: the checkpoints' steps, increasing.
-        crit: their critical λ (:func:`critical_lambda`).
-        lam: the prior precision λ > 0.
-
-    Returns:
-        The first checkpoint with λ ≤ λ_c,t (i.e. h_t ≤ h*(λ)), else the last judged one.
+    """The first checkpoint with λ ≤ λ_c,t (h_t ≤ h*(λ)) at prior precision ``lam``, else the last judged one.
 
     Raises:
         InvalidOptionError: ``lam`` not positive, or ``steps`` and ``crit`` of different lengths.
@@ -207,17 +160,8 @@ def calibrate_lambda(
     *,
     grid: Optional[np.ndarray] = None,
 ) -> Calibration:
-    """Choose λ from a log grid by leave-one-run-out, minimising the mean test-loss gap.
-
-    Args:
-        names: run names.
-        steps: each run's steps.
-        crits: each run's critical λ per checkpoint.
-        losses: each run's test loss per checkpoint (all finite).
-        grid: λ values to try; default :func:`lambda_grid` of ``crits``.
-
-    Returns:
-        A :class:`Calibration`.
+    """Choose λ from a log grid (default :func:`lambda_grid` of ``crits``) by leave-one-run-out, minimising the
+    mean test-loss gap; per run its steps, critical λ and finite test losses per checkpoint.
 
     Raises:
         InvalidOptionError: fewer than two runs, mismatched lengths, or a run without test losses.
@@ -238,11 +182,7 @@ def calibrate_lambda(
         lam = _choose(grid, others)
         rec = recommend(steps[r], crits[r], lam)
         best = int(np.argmin(losses[r]))
-        held.append(CalibratedRun(
-            name=name, lam=lam,
-            recommended_step=rec.step,
-            best_step=int(steps[r][best]),
-            recommended_loss=float(losses[r][rec.index]) if rec.index is not None else math.nan,
-            best_loss=float(losses[r][best]),
-        ))
+        held.append(CalibratedRun(name, lam, rec.step, int(steps[r][best]),
+                                  float(losses[r][rec.index]) if rec.index is not None else math.nan,
+                                  float(losses[r][best])))
     return Calibration(grid=grid, mean_gap=np.nanmean(gaps, axis=0), lam_all=_choose(grid, gaps), held_out=tuple(held))

@@ -1,25 +1,7 @@
 """Find the checkpoints of one training run and the step each one was saved at.
 
-A run is given as one of:
-
-- a folder of checkpoints: weight files (``epoch_9.pt``, ``ckpt_00020.safetensors``, Keras
-  ``saved-model-03-0.85.hdf5``) and/or checkpoint folders (``checkpoint-500/``), each named with its
-  step; a ``metrics.csv`` beside them (columns ``step`` and optionally ``test_loss`` /
-  ``test_accuracy``) adds test metrics; without one, a Hugging Face Trainer's ``trainer_state.json``
-  (in the folder or its newest ``checkpoint-N/``) supplies ``eval_loss`` / ``eval_accuracy`` per step;
-- a CSV with a ``step`` column, optional ``checkpoint`` (a path, relative to the CSV's folder, or a
-  hub id) and optional ``test_loss`` / ``test_accuracy``; without ``checkpoint`` the checkpoints are
-  found by step among the files and folders next to the CSV;
-- a comma list of hub revisions, ``org/name@step1000,org/name@step2000``.
-
-Step rule (:func:`parse_step`): the number after the last ``epoch`` / ``step`` / ``ckpt`` /
-``checkpoint`` / ``iter`` / ``global_step`` keyword of the name (file suffixes removed); failing
-that, when the name also holds decimal numbers (metrics, as Keras ``ModelCheckpoint`` writes
-``weights.{epoch:02d}-{val_loss:.2f}.hdf5``), the first whole number; failing that, the only whole
-number. In a folder whose names hold several whole numbers, the one position that changes between
-names is the step; when more than one changes the names are ambiguous and refused, naming
-``step_pattern`` (a regular expression whose first group, or whole match, is the step) and the run
-CSV. ``epoch_10`` sorts after ``epoch_9``.
+A run is a folder of checkpoints (or a Trainer's output folder), a run CSV or a comma list of hub revisions;
+the step rule and the layouts are described in docs/watch.md ("How a run is read").
 """
 
 from __future__ import annotations
@@ -40,19 +22,11 @@ __all__ = ["CheckpointRef", "Run", "parse_step", "discover_run", "read_run_csv",
 WEIGHT_SUFFIXES = CHECKPOINT_SUFFIXES  # the readers' one list (no .json: a config is no checkpoint)
 _KEYWORD = re.compile(r"(?:global_step|checkpoint|iteration|epoch|step|ckpt|iter)s?[-_.=@ ]?0*(\d+)", re.I)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")  # a decimal (a metric in the name) is one token, not two numbers
-_METRIC_COLUMNS = ("test_loss", "test_accuracy")
 
 
 @dataclass(frozen=True)
 class CheckpointRef:
-    """One checkpoint of a run: where its weights are and, when known, its test metrics.
-
-    Attributes:
-        step: the training step or epoch it was saved at.
-        ref: anything :func:`wbfe.score` accepts (a path, a hub id, a module, a state dict).
-        test_loss: test loss measured at that step, NaN when not given.
-        test_accuracy: test accuracy at that step, NaN when not given.
-    """
+    """One checkpoint of a run: its step, anything :func:`wbfe.score` accepts, and its test metrics (NaN: unknown)."""
 
     step: int
     ref: object
@@ -94,7 +68,7 @@ def _name_stem(name: str) -> str:
 
 
 def compile_step_pattern(pattern: Optional[str]) -> Optional[re.Pattern[str]]:
-    """The compiled ``--step-pattern`` (None for None); refused when invalid or unsafe to match.
+    """The compiled ``--step-pattern`` (None for None).
 
     Raises:
         InvalidOptionError: not a valid regular expression, or one that can take exponential time.
@@ -118,17 +92,11 @@ def _by_pattern(stem: str, pattern: re.Pattern[str]) -> Optional[int]:
 
 
 def parse_step(name: str, pattern: Optional[re.Pattern[str]] = None) -> Optional[int]:
-    """The step encoded in a checkpoint's file, folder or revision name, or None when it has no number.
+    """The step in a checkpoint's file, folder or revision name (the rule: docs/watch.md), or None.
 
-    Args:
-        name: e.g. ``epoch_9.pt``, ``checkpoint-500``, ``ckpt_00020.safetensors``, ``step1000``,
-            ``saved-model-03-0.85.hdf5`` (Keras: the epoch, never the metric after it).
-        pattern: a compiled ``--step-pattern``: its first group (or whole match) is the step.
-
-    Returns:
-        With ``pattern``, its number (None when it does not match); else the number after the last
-        step keyword, else the first whole number of a name that also holds a decimal, else the last
-        whole number; None if none.
+    With ``pattern`` (a compiled ``--step-pattern``) its first group or whole match; else the number after the
+    last step keyword, else the first whole number of a name that also holds a decimal (Keras: the epoch, not
+    the metric), else the last whole number.
     """
     stem = _name_stem(name)
     if pattern is not None:
@@ -263,12 +231,8 @@ def read_run_csv(path: Union[str, Path]) -> list[dict[str, str]]:
 
 
 def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
-    """A run from CSV rows (``step``, optional ``checkpoint``, ``test_loss``, ``test_accuracy``).
-
-    Args:
-        path: the CSV file the rows came from (relative checkpoint paths are resolved against its folder).
-        rows: the rows, as :func:`read_run_csv` returns them.
-        name: the run's name.
+    """A run from the rows of CSV ``path`` (``step``, optional ``checkpoint`` relative to its folder, ``test_loss``,
+    ``test_accuracy``).
 
     Raises:
         InvalidOptionError: a non-integer step, two rows with one step, a non-numeric metric.
@@ -321,10 +285,7 @@ _HF_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 
 def _hf_checkpoints(folder: Path) -> dict[int, Path]:
-    """A Hugging Face Trainer output folder's ``checkpoint-N/`` subfolders by step.
-
-    Empty unless a ``trainer_state.json`` (the folder's or a checkpoint's) marks the folder as a Trainer's.
-    """
+    """A Trainer output folder's ``checkpoint-N/`` subfolders by step; empty without a ``trainer_state.json``."""
     out = {}
     for path in folder.iterdir():
         match = _HF_CHECKPOINT.fullmatch(path.name)
@@ -336,11 +297,8 @@ def _hf_checkpoints(folder: Path) -> dict[int, Path]:
 
 
 def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[str, str]]:
-    """``eval_loss`` / ``eval_accuracy`` per step from a Trainer's ``trainer_state.json`` log history.
-
-    The folder's own ``trainer_state.json`` is read, else the one in its newest ``checkpoint-N/``
-    (each holds the history up to its step). Returns ``{step: {"test_loss", "test_accuracy"}}`` as
-    strings, like a metrics CSV; empty when there is no state file or it logs no evaluation.
+    """``{step: {"test_loss", "test_accuracy"}}`` (strings, like a metrics CSV) from the ``eval_loss`` /
+    ``eval_accuracy`` of the folder's ``trainer_state.json``, else its newest checkpoint's.
 
     Raises:
         InvalidOptionError: the state file is not JSON or has no ``log_history`` list.
@@ -370,19 +328,8 @@ def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[s
 
 
 def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -> Run:
-    """Resolve a run (folder, CSV or comma list of hub revisions) into its ordered checkpoints.
-
-    Args:
-        run: see the module docstring.
-        step_pattern: a regular expression on checkpoint names (suffix removed) whose first group,
-            or whole match, is the step; for names the built-in rule cannot read.
-
-    Returns:
-        A :class:`Run`; a folder's ``metrics.csv`` (else a Trainer's ``trainer_state.json``)
-        supplies test metrics by step. A folder holding ``checkpoint-N/`` subfolders and a
-        ``trainer_state.json`` (its own or theirs) is read as a Hugging Face Trainer output: those
-        subfolders are its checkpoints, and a final model saved beside them (usually a copy of the
-        last checkpoint) is not one.
+    """Resolve a run (folder, Trainer output, CSV or comma list of hub revisions: docs/watch.md) into its ordered
+    checkpoints; ``step_pattern``: a regular expression on names whose first group, or whole match, is the step.
 
     Raises:
         SourceNotFoundError: the path does not exist, or holds no checkpoints.

@@ -1,11 +1,7 @@
-"""A run's trajectory: each checkpoint scored once, then h_t = κ_t/β_t against h*(λ) and where to stop.
+"""A run's trajectory: each checkpoint scored once at λ*, then h_t = κ_t/β_t against h*(λ) and where to stop.
 
-Each checkpoint is scored once (:func:`wbfe.score`, groups ``bfe,htsr,htmp`` at λ*): the HTMP fit
-(κ, β, τ), α and F* do not depend on λ, so every λ-dependent column is derived afterwards:
-
-- h = κ/β and h*(λ) = h*(1)/λ with h*(1) from :func:`wbfe.metrics.htmp.h_star`;
-- F∞(λ) from :func:`wbfe.metrics.htmp.f_inf`;
-- BFE-W at λ from F* and λ* = 1/mean(e): F^λ = F* + ½·(r − 1 − log r), r = λ/λ* (docs/math.md §2).
+The HTMP fit, α and F* do not depend on λ, so every λ-dependent column (h*, F∞, BFE-W at λ) is derived
+afterwards (docs/math.md §2-3).
 """
 
 from __future__ import annotations
@@ -34,20 +30,8 @@ from wbfe.watch.guidance import (
 from wbfe.watch.rule import Recommendation, critical_lambda, recommend
 from wbfe.watch.runs import CheckpointRef, Run, discover_run
 
-__all__ = [
-    "LayerPoint",
-    "CheckpointPoint",
-    "Trajectory",
-    "WatchResult",
-    "score_checkpoint",
-    "trajectory",
-    "watch",
-    "result_at",
-    "bfe_at",
-    "CheckpointScan",
-    "scan_checkpoint",
-    "LAYER_CHOICES",
-]
+__all__ = ["LayerPoint", "CheckpointPoint", "Trajectory", "WatchResult", "trajectory", "watch", "result_at", "bfe_at",
+           "CheckpointScan", "scan_checkpoint", "LAYER_CHOICES"]
 
 METRICS = "bfe,htsr,htmp"
 # Scored anyway by METRICS (``rand_distance`` only with the opt-in ``rand`` group): kept for the stopping rules.
@@ -56,15 +40,8 @@ EXTRA_COLUMNS = ("rows", "cols", "log_norm", "log_spectral_norm", "stable_rank",
 
 @dataclass(frozen=True)
 class LayerPoint:
-    """The λ-independent numbers of one matrix at one checkpoint (NaN where a fit failed).
-
-    Attributes:
-        name: tensor name. role: matrix role (``head`` for the classifier).
-        gamma: aspect ratio. kappa, beta, tau, ks: the HTMP fit and its KS distance.
-        bfe_opt: BFE-W at λ*. lambda_star: 1/mean(e). alpha: power-law α (HT-SR).
-        reasons: why a column is NaN. n_eigs: the number of eigenvalues (0 when unknown).
-        extra: the other per-matrix numbers the stopping rules read (:data:`EXTRA_COLUMNS`), when scored.
-    """
+    """The λ-independent numbers of one matrix at one checkpoint (NaN where a fit failed): the HTMP fit (κ, β, τ,
+    KS), BFE-W at λ* = 1/mean(e), α, why a column is NaN, and the :data:`EXTRA_COLUMNS` the stopping rules read."""
 
     name: str
     role: str
@@ -115,13 +92,8 @@ class LayerPoint:
 
 @dataclass(frozen=True)
 class CheckpointPoint:
-    """One scored checkpoint: its step, where it came from, test metrics if known, and its layers.
-
-    Attributes:
-        fittable: (name, eigenvalue count) of every matrix of the checkpoint, selected or not, with
-            at least ``min_eigs`` eigenvalues (the ones an HTMP fit can be made on).
-        min_eigs: the eigenvalue count the tail fits needed (0 when unknown).
-    """
+    """One scored checkpoint: its step, source, test metrics if known, its layers, and (``fittable``) every matrix,
+    selected or not, with at least ``min_eigs`` eigenvalues (0: unknown)."""
 
     step: int
     source: str
@@ -188,13 +160,8 @@ def _layer_regex(layers: str) -> Optional[str]:
 
 @dataclass(frozen=True)
 class CheckpointScan:
-    """One checkpoint scored at λ*: the selected layers, and which matrices an HTMP fit can use.
-
-    Attributes:
-        layers: the selected layers' numbers.
-        fittable: (name, eigenvalue count) of every scored matrix with at least ``min_eigs`` eigenvalues.
-        min_eigs: the eigenvalue count the tail fits need.
-    """
+    """One checkpoint scored at λ*: the selected layers, and (name, eigenvalue count) of every matrix with at least
+    ``min_eigs`` eigenvalues (those an HTMP fit can use)."""
 
     layers: tuple[LayerPoint, ...]
     fittable: tuple[tuple[str, int], ...]
@@ -209,12 +176,8 @@ def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = Non
         ref: anything :func:`wbfe.score` accepts.
         layers: ``head`` (the classifier head), ``all``, ``fittable`` (every matrix with at least
             ``min_eigs`` eigenvalues, the ones with an HTMP fit), or a regular expression on tensor names.
-        head: the head's tensor name, overriding the built-in rule.
-        device: eigen-solve device.
+        head, device: as :func:`wbfe.score`.
         metrics: the metric groups to score (at least ``bfe,htsr,htmp``; ``rand`` adds ``rand_distance``).
-
-    Returns:
-        A :class:`CheckpointScan`.
 
     Raises:
         InvalidOptionError: ``layers="head"`` and no head was found. The errors of :func:`wbfe.score`.
@@ -240,29 +203,11 @@ def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = Non
     return CheckpointScan(tuple(_layer_point(r) for r in rows), fittable, min_eigs)
 
 
-def score_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = None,
-                     device: str = "auto") -> tuple[LayerPoint, ...]:
-    """Score one checkpoint at λ* and keep the selected layers (:func:`scan_checkpoint`'s ``layers``).
-
-    Raises:
-        InvalidOptionError: ``layers="head"`` and no head was found. The errors of :func:`wbfe.score`.
-    """
-    return scan_checkpoint(ref, layers=layers, head=head, device=device).layers
-
-
 def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Optional[str] = None,
                device: str = "auto", progress: Optional[Callable[[int, int, int], None]] = None,
                metrics: str = METRICS) -> Trajectory:
-    """Score every checkpoint of a run.
-
-    Args:
-        run: a folder, CSV or revision list (:func:`wbfe.watch.runs.discover_run`), or a :class:`Run`.
-        layers, head, device, metrics: as :func:`scan_checkpoint`.
-        progress: called with (done, total, step) after each checkpoint.
-
-    Raises:
-        The errors of :func:`wbfe.watch.runs.discover_run` and :func:`scan_checkpoint`.
-    """
+    """Score every checkpoint of a run (:func:`~wbfe.watch.runs.discover_run`'s, or a :class:`Run`) with
+    :func:`scan_checkpoint`'s options; ``progress(done, total, step)`` after each."""
     WatchOptions(layers=layers, head=head, device=device)  # every option before the first checkpoint
     run = run if isinstance(run, Run) else discover_run(run)
     out = Trajectory(run=run.name)
@@ -274,13 +219,11 @@ def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Option
     return out
 
 
-def checkpoint_point(ck: CheckpointRef, scanned: Union[CheckpointScan, tuple[LayerPoint, ...]]) -> CheckpointPoint:
-    """Pair a checkpoint reference with its scored layers (a :class:`CheckpointScan` or the layers alone)."""
+def checkpoint_point(ck: CheckpointRef, scanned: CheckpointScan) -> CheckpointPoint:
+    """Pair a checkpoint reference with its scan."""
     source = ck.ref if isinstance(ck.ref, str) else f"<{type(ck.ref).__name__}>"
-    if isinstance(scanned, CheckpointScan):
-        return CheckpointPoint(ck.step, source, scanned.layers, ck.test_loss, ck.test_accuracy,
-                               scanned.fittable, scanned.min_eigs)
-    return CheckpointPoint(ck.step, source, tuple(scanned), ck.test_loss, ck.test_accuracy)
+    return CheckpointPoint(ck.step, source, scanned.layers, ck.test_loss, ck.test_accuracy, scanned.fittable,
+                           scanned.min_eigs)
 
 
 @dataclass
@@ -288,11 +231,9 @@ class WatchResult:
     """Trajectories of one run at one λ, and the recommended checkpoint.
 
     Attributes:
-        trajectory: the scored checkpoints.
         lam: the prior precision of h*, F∞ and BFE-W; None when none was given (no recommendation).
         lam_source: ``given``, ``calibrated`` or None.
         recommendation: the rule's choice (None when ``lam`` is None and no stopping rule decided).
-        layers: the layer selection used.
         stopping: the data-free stopping rule that decided and its measured figures
             (:func:`wbfe.watch.decide.result_by_rule`); None for the h* rule at a given λ.
     """
@@ -305,11 +246,8 @@ class WatchResult:
     stopping: Optional[dict[str, Any]] = None
 
     def comparison(self) -> Optional[dict[str, Any]]:
-        """Test metrics at the recommended and the best checkpoint (None without test metrics).
-
-        The best checkpoint is the lowest test loss; a run with test accuracy and no test loss is
-        compared on accuracy alone (``metric`` says which, ``test_accuracy_gap`` = best − recommended).
-        """
+        """Test metrics at the recommended and the best checkpoint (the lowest test loss, else the best accuracy:
+        ``metric`` says which); None without test metrics."""
         loss = self.trajectory.test_losses()
         acc = np.array([p.test_accuracy for p in self.trajectory.points], dtype=float)
         rec = self.recommendation
@@ -317,7 +255,7 @@ class WatchResult:
         if (not by_loss and not np.any(np.isfinite(acc))) or rec is None or rec.index is None:
             return None
         best = int(np.nanargmin(loss)) if by_loss else int(np.nanargmax(acc))
-        out = {
+        return {
             "metric": "test_loss" if by_loss else "test_accuracy",
             "best_step": self.trajectory.steps[best], "best_test_loss": float(loss[best]),
             "best_test_accuracy": float(acc[best]),
@@ -327,7 +265,6 @@ class WatchResult:
             "test_accuracy_gap": float(acc[best] - acc[rec.index]),
             "steps_from_best": self.trajectory.steps[rec.index] - self.trajectory.steps[best],
         }
-        return out
 
     def fixed_lambda(self) -> FixedLambdaTrend:
         """BFE-W at one λ across the run: the given λ, else each layer's λ* at the last checkpoint."""
@@ -336,11 +273,8 @@ class WatchResult:
                                   t.matrix(lambda x: x.lambda_star), self.lam)
 
     def signal(self) -> list[dict[str, Any]]:
-        """Per checkpoint, h_t against h*: the median over layers of h/h*(1) and λ_c = its inverse.
-
-        A checkpoint is on the over-fit side (h ≤ h*(λ)) for every λ ≤ λ_c, so a rising λ_c is h_t
-        falling relative to h*; with a λ, ``h_over_h_star`` is the median h/h*(λ) = λ/λ_c.
-        """
+        """Per checkpoint, h_t against h*: the median over layers of h/h*(1), λ_c = its inverse, and with a λ
+        ``h_over_h_star`` = λ/λ_c (docs/watch.md)."""
         crit = self.trajectory.critical_lambdas()
         out = []
         for step, c in zip(self.trajectory.steps, crit):
@@ -406,8 +340,7 @@ class WatchResult:
         return out
 
     def table(self) -> str:
-        """A text table of the trajectories, why a column is NaN, h_t against h* and BFE-W at a fixed λ across
-        the run, then the recommendation and the comparison."""
+        """The text table: trajectories, NaN notes, the run-level signal, the recommendation and the comparison."""
         from wbfe.render.text import text_table
 
         if self.lam is None:  # h*, F∞ need a λ; BFE-W at λ* and at the last checkpoint's λ* side by side
@@ -479,18 +412,8 @@ def result_at(traj: Trajectory, lam: Optional[float], *, lam_source: Optional[st
 def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: str = "head",
           head: Optional[str] = None, device: str = "auto",
           progress: Optional[Callable[[int, int, int], None]] = None) -> WatchResult:
-    """Score a run's checkpoints and recommend the one to keep.
-
-    Args:
-        run: a folder of checkpoints, a run CSV, or ``org/name@rev1,org/name@rev2`` (see :mod:`wbfe.watch.runs`).
-        lam: prior precision λ of h*(λ) = h*(1)/λ; None gives trajectories without a recommendation.
-        layers: ``head``, ``all`` or a regular expression on tensor names.
-        head: the head's tensor name, overriding the built-in rule.
-        device: eigen-solve device.
-        progress: called with (done, total, step) after each checkpoint.
-
-    Returns:
-        A :class:`WatchResult`.
+    """Score a run's checkpoints (as :func:`trajectory`) and recommend the one to keep by the h* rule at prior
+    precision ``lam`` (None: trajectories without a recommendation).
 
     Raises:
         InvalidOptionError: a bad λ or layer selection; the errors of :func:`trajectory`.
