@@ -1,14 +1,8 @@
 """Before scoring a zoo: which models cannot be had here (not cached, and no download possible).
 
-A zoo of downloadable models (``torchvision-imagenet``: 114 weights) ranked with no network used to
-try every model in turn (each failing on its own) before saying nothing could be ranked. This
-module finds out once: a model is available when its weights are in the local cache (torch hub
-cache, Hugging Face cache) or on disk; otherwise it needs a download, which is impossible when
-``HF_HUB_OFFLINE`` is set or when its host does not accept one TCP connection (checked once per
-host, :func:`wbfe.sources.hub.host_unreachable`). Nothing is downloaded and no client retries.
-
-Object-store URIs and anything that is not a model reference are left to the scorer (reported
-there), as are the models whose download host answers.
+A model needs a download unless its weights are on disk or in the torch hub or Hugging Face cache; that is
+impossible when ``HF_HUB_OFFLINE`` is set or its host refuses one TCP connection (checked once per host).
+Nothing is downloaded; object-store URIs and other references are left to the scorer.
 """
 
 from __future__ import annotations
@@ -60,15 +54,8 @@ def _host_name(url: str) -> str:
 
 
 def model_blocker(ref: str, reach: Callable[[str, str], Optional[str]]) -> Optional[str]:
-    """Why ``ref`` cannot be had here, or None (available, or not ours to judge).
-
-    Args:
-        ref: a zoo entry's reference.
-        reach: ``reach(url, what)`` says why the host of ``url`` cannot be reached, None if it can.
-
-    Returns:
-        A reason, e.g. ``not cached, and HF_HUB_OFFLINE is set``.
-    """
+    """Why ``ref`` cannot be had here (e.g. ``not cached, and HF_HUB_OFFLINE is set``), or None (available, or not
+    ours to judge); ``reach(url, what)`` says why the host of ``url`` cannot be reached, None if it can."""
     try:
         where = _where(ref)
     except WbfeError:
@@ -82,14 +69,7 @@ def model_blocker(ref: str, reach: Callable[[str, str], Optional[str]]) -> Optio
 
 
 def unavailable_models(zoo: Zoo, *, timeout: float = 3.0) -> dict[str, str]:
-    """The zoo's models that cannot be had here, each with its reason; raise when that is every model.
-
-    Args:
-        zoo: the zoo to rank.
-        timeout: seconds for each host's one connection.
-
-    Returns:
-        Model name → reason, for the models to record as failed without trying them.
+    """Model name → why it cannot be had here (``timeout``: seconds for each host's one connection).
 
     Raises:
         ModelNotFoundError: no model of the zoo can be had (one line: how many, why, what to do).

@@ -1,23 +1,10 @@
-"""On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options.
+"""On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options (docs/ranking.md,
+docs/cache.md).
 
-One JSON file per entry, written atomically (:func:`wbfe.render.files.write_atomic`), so an interrupted
-run leaves either a complete entry or none, and the next run resumes from there.
-
-Every file of the cache carries a SHA-256 checksum of its payload and the key it was stored under:
-a truncated, edited or moved file, one that is not UTF-8, JSON too deep to parse, or a folder or
-link in place of a file is treated as corrupt: removed and recomputed, never served.
-
-A second, tiny index maps a *local* reference to its content hash while its files are unchanged, so
-a re-run does not re-read every checkpoint to hash it. "Unchanged" is judged by size, modification
-time, inode and status-change time (ctime): replacing a file, or writing it and restoring its mtime,
-changes the ctime (no system call sets it), so the checkpoint is hashed again. This is as cheap as
-one ``stat`` per file and cannot be fooled without changing the clock.
-
-Two drivers sharing a cache score each model once: a driver claims an entry before scoring it
-(:meth:`ScoreCache.claim`, a lock file per entry, :mod:`wbfe.ranking.claims`), and a model another
-driver holds is taken from the cache once that driver has stored it (:func:`score_claimed`).
-A hit marks its entry as used (its modification time), so :mod:`wbfe.ranking.cache_admin` prunes the least
-recently used entries first.
+Every file carries a checksum of its payload and its key: anything corrupt is removed and recomputed, never
+served. A local reference's content hash is remembered while its files' size, mtime, inode and ctime are
+unchanged (replacing a file, or restoring its mtime, changes the ctime). Two drivers on one cache claim each
+entry before scoring it (:mod:`wbfe.ranking.claims`).
 """
 
 from __future__ import annotations
@@ -68,8 +55,8 @@ def cache_key(content_hash: str, options: Mapping[str, Any]) -> str:
 
 
 def _file_signature(ref: str) -> Optional[list[list[Any]]]:
-    """(relative path, size, mtime_ns, ctime_ns, inode, device) of a local file or of every file
-    under a folder; None for anything that is not a local path."""
+    """(relative path, size, mtime_ns, ctime_ns, inode, device) of a local file or of every file under a folder;
+    None for anything that is not a local path."""
     path = Path(ref)
     try:
         if path.is_file():
@@ -128,14 +115,7 @@ def _read_checked(path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
 
 
 class ScoreCache:
-    """A folder of score entries.
-
-    Args:
-        directory: where entries live (created on first write).
-
-    Attributes:
-        corrupted: keys of entries found corrupt (and removed) since this object was made.
-    """
+    """A folder of score entries (created on first write); ``corrupted``: keys found corrupt (and removed) so far."""
 
     def __init__(self, directory: Union[str, Path]) -> None:
         if not os.fspath(directory).strip():
@@ -185,10 +165,8 @@ class ScoreCache:
         return path
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
-        """The payload stored under ``key``; None when absent or corrupt (a corrupt entry is removed).
-
-        A hit sets the entry's modification time to now: the cache's least-recently-used order.
-        """
+        """The payload stored under ``key``; None when absent or corrupt (then removed). A hit sets the entry's
+        modification time to now: the cache's least-recently-used order."""
         path = self._entry_path(key)
         payload = self._read(path, CACHE_FORMAT, key)
         if payload is not None:
@@ -203,15 +181,8 @@ class ScoreCache:
         return self._entry_path(key).with_name(f"{key}{CLAIM_SUFFIX}")
 
     def claim(self, key: str, *, stale_after: float = STALE_AFTER) -> Optional[Claim]:
-        """Claim entry ``key`` for scoring; None when a live process holds it (a stale claim is taken over).
-
-        Args:
-            key: the entry key (:func:`cache_key`).
-            stale_after: seconds after which any claim counts as stale (see :mod:`wbfe.ranking.claims`).
-
-        Returns:
-            A :class:`~wbfe.ranking.claims.Claim` to release once the entry is stored (or the work failed).
-        """
+        """Claim entry ``key`` for scoring: a :class:`~wbfe.ranking.claims.Claim` to release once the entry is
+        stored (or the work failed); None when a live process holds it (a stale claim is taken over)."""
         return try_claim(self.claim_path(key), stale_after=stale_after)
 
     def claim_owner(self, key: str) -> Optional[dict[str, Any]]:
@@ -224,12 +195,8 @@ class ScoreCache:
         return self._write(self._entry_path(key), CACHE_FORMAT, key, payload)
 
     def content_hash(self, ref: str, compute: Callable[[str], str]) -> str:
-        """``compute(ref)``, remembered for local files while their size and mtime are unchanged.
-
-        Args:
-            ref: the checkpoint reference.
-            compute: the real hash function (e.g. :func:`wbfe.sources.content_hash`).
-        """
+        """``compute(ref)`` (e.g. :func:`wbfe.sources.content_hash`), remembered for local files while their size,
+        mtime, ctime and inode are unchanged."""
         signature = _file_signature(ref)
         if signature is None:
             return compute(ref)
@@ -245,21 +212,15 @@ class ScoreCache:
 def score_claimed(cache: ScoreCache, items: Sequence[_T], *, key_of: Callable[[_T], Optional[str]],
                   score: Callable[[_T], None], shared: Callable[[_T, dict[str, Any]], None],
                   poll: float = 0.5, stale_after: float = STALE_AFTER) -> None:
-    """Score each item at most once among the processes sharing ``cache``.
+    """Score each item at most once among the processes sharing ``cache`` (docs/cache.md).
 
-    Each item is claimed just before it is scored, so two drivers split a zoo between them; an item
-    another process holds is deferred and, after this process's own items, taken from the cache
-    once stored (``shared``). When its owner releases it without an entry (its scoring failed, or
-    it died and the claim went stale) this process claims and scores it itself.
+    Each item is claimed just before it is scored; one another process holds is deferred and taken from the
+    cache once stored (``shared(item, payload)``), or scored here if its owner gives it up without an entry.
 
     Args:
-        cache: the shared cache.
-        items: the work, in order.
         key_of: an item's entry key; None scores it without claiming.
         score: scores one item and stores its entry (``cache.put``) before returning, or records its failure.
-        shared: receives an item and the payload another process stored for it.
         poll: seconds between looks at the entries other processes hold.
-        stale_after: see :meth:`ScoreCache.claim`.
     """
     waiting = list(items)
     first = True

@@ -1,23 +1,7 @@
 """What wbfe's cache folder holds, and pruning it: by age, and to a size bound, least recently used first.
 
-The cache folder (``$WBFE_CACHE_DIR``, :func:`wbfe.ranking.cache.default_cache_dir`) holds
-
-- ``entries/<2 hex>/<key>.json``: score entries (:class:`wbfe.ranking.cache.ScoreCache`), and their
-  claim files ``<key>.claim`` while a driver scores the model;
-- ``hashes/<key>.json``: the content-hash index of local checkpoints;
-- ``descriptions/<2 hex>/<key>.json``: framework descriptions remembered so that a second score of
-  an architecture builds no model (:mod:`wbfe.framework.stored`);
-- ``objects/<2 hex>/<key>/``: object-store copies (:mod:`wbfe.sources.object_store`), one folder per
-  copy, and ``.<key>.<token>.part`` folders of copies being fetched.
-
-Only these shapes are ever removed (a file someone else put in the folder is counted as ``other``
-and left alone), nothing is followed through a symbolic link (a link is neither entered nor
-removed), and every removal is checked to lie inside the cache folder.
-
-A unit's last use is the latest access or modification time of its files: a score hit touches its
-entry, and reading a copy updates its files' access times (``relatime``: at most once a day).
-Claims are removed only when stale (their owner is gone); a half-fetched copy or half-written file
-only when older than a day.
+The folder's layout and the pruning rules are in docs/cache.md. Only wbfe's own shapes are removed, nothing is
+followed through a symbolic link, and every removal is checked to lie inside the cache folder.
 """
 
 from __future__ import annotations
@@ -60,12 +44,8 @@ def format_size(n: float) -> str:
 
 @dataclass(frozen=True)
 class CacheUnit:
-    """One removable thing: a score entry, an index file, a claim, an object copy (a folder) or a partial one.
-
-    Attributes:
-        kind: one of :data:`KINDS`. path: where it is. size: bytes (a folder: its files, links not followed).
-        last_used: seconds since the epoch (latest access or modification of its files).
-    """
+    """One removable thing of a kind of :data:`KINDS`: its bytes (a folder: its files, links not followed) and last
+    use (seconds since the epoch: the latest access or modification of its files)."""
 
     kind: str
     path: Path
@@ -86,6 +66,11 @@ def _file_unit(kind: str, entry: os.DirEntry[str]) -> CacheUnit:
     return CacheUnit(kind, Path(entry.path), st.st_size, max(st.st_atime, st.st_mtime))
 
 
+def _size(entry: os.DirEntry[str]) -> int:
+    return tree_usage(Path(entry.path))[0] if entry.is_dir(follow_symlinks=False) else \
+        entry.stat(follow_symlinks=False).st_size
+
+
 def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
     """(units, bytes of other files, count of symbolic links skipped) under ``root``."""
     units: list[CacheUnit] = []
@@ -96,27 +81,23 @@ def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
             links += 1
             continue
         if top.name not in known or not top.is_dir(follow_symlinks=False):
-            other += tree_usage(Path(top.path))[0] if top.is_dir(follow_symlinks=False) else top.stat(
-                follow_symlinks=False).st_size
+            other += _size(top)
             continue
-        shards = [top] if top.name == "hashes" else [s for s in _dirs(Path(top.path))]
-        for shard in shards:
+        for shard in [top] if top.name == "hashes" else _dirs(Path(top.path)):
             if shard.is_symlink():
                 links += 1
                 continue
             if not shard.is_dir(follow_symlinks=False) or (top.name != "hashes" and not _SHARD.match(shard.name)):
-                other += shard.stat(follow_symlinks=False).st_size if not shard.is_dir(follow_symlinks=False) \
-                    else tree_usage(Path(shard.path))[0]
+                other += _size(shard)
                 continue
             for item in _dirs(Path(shard.path)):
                 unit = _classify(top.name, item)
-                if unit is None:
-                    links += item.is_symlink()
-                    if not item.is_symlink():
-                        other += tree_usage(Path(item.path))[0] if item.is_dir(follow_symlinks=False) else \
-                            item.stat(follow_symlinks=False).st_size
-                else:
+                if unit is not None:
                     units.append(unit)
+                elif item.is_symlink():
+                    links += 1
+                else:
+                    other += _size(item)
     return units, other, links
 
 
@@ -139,12 +120,8 @@ def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:
 
 @dataclass(frozen=True)
 class CacheInfo:
-    """What a cache folder holds.
-
-    Attributes:
-        directory: the folder. units: every removable unit. other_bytes: bytes of files wbfe did not
-        write (never removed). links: symbolic links seen (never followed, never removed).
-    """
+    """What a cache folder holds: every removable unit, the bytes of files wbfe did not write and the symbolic links
+    seen (neither ever removed)."""
 
     directory: Path
     units: tuple[CacheUnit, ...]
@@ -213,12 +190,7 @@ def _root(directory: Union[str, Path, None]) -> Path:
 
 @dataclass
 class PruneReport:
-    """What :func:`prune_cache` removed (or would remove, with ``dry_run``).
-
-    Attributes:
-        removed: the units removed, oldest use first. kept_bytes: bytes of units left.
-        max_size, older_than_days: the bounds applied. dry_run: nothing was removed.
-    """
+    """What :func:`prune_cache` removed (oldest use first; with ``dry_run``: would remove) under the bounds applied."""
 
     directory: Path
     removed: list[CacheUnit] = field(default_factory=list)
@@ -283,18 +255,9 @@ def _removable_claim(unit: CacheUnit, now: float) -> bool:
 def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int, str, None] = DEFAULT_MAX_SIZE,
                 older_than: Optional[float] = None, dry_run: bool = False,
                 now: Optional[float] = None) -> PruneReport:
-    """Remove cache units unused for ``older_than`` days, then the least recently used until ``max_size`` holds.
-
-    Args:
-        directory: the cache folder (default :func:`wbfe.ranking.cache.default_cache_dir`).
-        max_size: the size bound in bytes or as text (``20G``); None for no bound.
-        older_than: remove what was last used more than this many days ago; None for no age rule.
-        dry_run: report only.
-        now: the current time (seconds since the epoch), for tests.
-
-    Returns:
-        A :class:`PruneReport`. Stale claims and day-old partial copies are always removed; live
-        claims never.
+    """Remove cache units unused for ``older_than`` days, then the least recently used until ``max_size`` (bytes or
+    text, ``20G``) holds; None for no rule. Stale claims and day-old partial copies are always removed, live
+    claims never; ``now`` (seconds since the epoch) is for tests.
 
     Raises:
         InvalidOptionError: a negative or unparsable bound, or ``directory`` is not a folder.

@@ -1,15 +1,9 @@
 """Claim files: one process at a time works on a cache entry, so two drivers on one zoo score each model once.
 
-A claim is a small JSON file created with ``O_CREAT | O_EXCL`` (atomic on local file systems and on
-NFSv3+): exactly one process creates it. It records the owner's host, pid, the process start time
-(``/proc/<pid>/stat`` on Linux, against pid reuse), a random token and when it was made.
-
-Staleness rule (:func:`is_stale`): a claim is stale when its owner is on this host and that process
-is gone (or the pid now belongs to a process started at another time), or when it is older than
-``stale_after`` seconds (the only test possible for an owner on another host; default
-:data:`STALE_AFTER` = 6 hours, longer than scoring any one checkpoint takes). A stale claim is taken
-over by renaming it to a private tombstone first, so of two processes that both judge it stale only
-one wins; the loser sees a tombstone with a token it did not judge and puts it back.
+A claim is a JSON file created with ``O_CREAT | O_EXCL`` recording the owner's host, pid, process start time
+and a token. It is stale when its owner is on this host and gone (or its pid names a process started at
+another time), or older than ``stale_after`` (:data:`STALE_AFTER`, 6 hours). A stale claim is taken over by
+renaming it to a private tombstone first, so of two processes that judge it stale only one wins.
 """
 
 from __future__ import annotations
@@ -55,12 +49,8 @@ def _alive(pid: int) -> bool:
 
 @dataclass
 class Claim:
-    """A held claim; release it (or use it as a context manager) when the work is done.
-
-    Attributes:
-        path: the claim file.
-        token: the random token written into it (release removes the file only while it holds this token).
-    """
+    """A held claim; release it (or use it as a context manager) when the work is done (the file is removed
+    only while it holds ``token``)."""
 
     path: Path
     token: str
@@ -105,19 +95,13 @@ def read_claim(path: Path) -> Optional[dict[str, Any]]:
 
 
 def is_stale(owner: dict[str, Any], *, age: float, stale_after: float = STALE_AFTER) -> bool:
-    """Whether a claim with owner record ``owner``, ``age`` seconds old, may be taken over (module docstring).
-
-    Args:
-        owner: as :func:`read_claim` returns it (``{}`` for an unreadable file: stale once ``age`` passes
-            a few seconds, the time a writer needs to fill it).
-        age: seconds since the claim file was last modified.
-        stale_after: the age after which any claim is stale.
-    """
+    """Whether a claim with owner record ``owner`` (:func:`read_claim`'s), ``age`` seconds since its last change,
+    may be taken over (module docstring)."""
     if age > stale_after:
         return True
     pid, host = owner.get("pid"), owner.get("host")
     if not isinstance(pid, int) or not isinstance(host, str):
-        return age > 10.0
+        return age > 10.0  # unreadable: stale once a writer has had time to fill it
     if host != socket.gethostname():
         return False
     if not _alive(pid):
@@ -159,15 +143,7 @@ def _take_over(path: Path, judged: dict[str, Any]) -> None:
 
 
 def try_claim(path: Path, *, stale_after: float = STALE_AFTER) -> Optional[Claim]:
-    """Create the claim file ``path``, taking over a stale one; None when a live owner holds it.
-
-    Args:
-        path: the claim file (its folder is created when absent).
-        stale_after: see :func:`is_stale`.
-
-    Returns:
-        The held :class:`Claim`, or None.
-    """
+    """Create the claim file ``path`` (and its folder), taking over a stale one; None when a live owner holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(3):  # the owner may release or a rival take over between our steps
         claim = _create(path)

@@ -1,10 +1,7 @@
 """Rank a zoo: score every model (cached), then correlate each metric with the quality column.
 
-Sign convention (see :mod:`wbfe.ranking.stats`): the quality is oriented so that higher is better
-(a lower-is-better column is negated), and ρ is reported as computed between the metric and that
-oriented quality. ``expected_sign`` says which sign means "the metric agrees": −1 for metrics where
-lower predicts better (BFE-W, docs/math.md §2; the WeightWatcher capacity metrics), None where the
-literature gives no direction.
+The quality is oriented so that higher is better; ``expected_sign`` says which sign of ρ means "the metric
+agrees" (−1 where lower predicts better), None where the literature gives no direction.
 """
 
 from __future__ import annotations
@@ -33,14 +30,7 @@ Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
 
 # Lower is better: BFE-W (docs/math.md §2, the paper reports negative ρ with accuracy) and the HT-SR
 # capacity metrics, for which WeightWatcher's papers report smaller values for better models.
-_EXPECTED_SIGN = {
-    "bfe": -1,
-    "alpha": -1,
-    "alpha_weighted": -1,
-    "log_alpha_norm": -1,
-    "log_norm": -1,
-    "log_spectral_norm": -1,
-}
+_EXPECTED_SIGN = dict.fromkeys(("bfe", "alpha", "alpha_weighted", "log_alpha_norm", "log_norm", "log_spectral_norm"), -1)
 
 
 def expected_sign(metric: str) -> Optional[int]:
@@ -51,7 +41,8 @@ def expected_sign(metric: str) -> Optional[int]:
 
 @dataclass(frozen=True)
 class MetricCorrelation:
-    """One metric's agreement with the quality column (the JSON ``metrics`` item)."""
+    """One metric's agreement with the quality column (the JSON ``metrics`` item): a
+    :class:`~wbfe.ranking.stats.Correlation`'s fields, named and signed."""
 
     metric: str
     rho: float
@@ -96,17 +87,12 @@ class RankResult:
     """Every metric's correlation with one quality column of one zoo.
 
     Attributes:
-        zoo, quality, lower_is_better: what was ranked.
         metrics: one :class:`MetricCorrelation` per metric, sorted by |ρ| (ties by |τ|, then |r|;
             undefined ρ last).
-        models: the models that were scored and have a quality value.
-        failed: the models left out, with the reason.
-        options: the scoring options (:meth:`ScoreOptions.to_dict`) and the versions of the code
-            that computed the scores (both part of the cache key).
-        stats: the statistics settings (:meth:`StatsOptions.to_dict`).
+        models, failed: the models scored with a quality value, and those left out with the reason.
+        options: the scoring options and the versions of the code that computed the scores (the cache key).
         n_scored, n_cached: models scored in this run vs. taken from the cache.
-        applicability: how many ranked models have each ``summary.bfe_applicability`` status
-            (``holds``, ``fails``, ``unknown``): whether BFE-W's conditions hold for them.
+        applicability: how many ranked models have each ``summary.bfe_applicability`` status.
     """
 
     zoo: str
@@ -136,19 +122,9 @@ class RankResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: zoo, quality, metrics, models, failed (then lower_is_better, options, run counts)."""
-        return json_ready({
-            "zoo": self.zoo,
-            "quality": self.quality,
-            "metrics": [asdict(m) for m in self.metrics],
-            "models": [asdict(m) for m in self.models],
-            "failed": [asdict(f) for f in self.failed],
-            "lower_is_better": self.lower_is_better,
-            "options": self.options,
-            "stats": self.stats,
-            "n_scored": self.n_scored,
-            "n_cached": self.n_cached,
-            "applicability": self.applicability,
-        })
+        plain = asdict(self)
+        return json_ready({key: plain[key] for key in ("zoo", "quality", "metrics", "models", "failed", "lower_is_better",
+                                                       "options", "stats", "n_scored", "n_cached", "applicability")})
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         """Standard JSON (non-finite numbers written as null)."""
@@ -166,7 +142,7 @@ class RankResult:
 
 
 def _score_with_wbfe(ref: str, options: ScoreOptions) -> dict[str, Any]:
-    """The default scorer: :func:`wbfe.score`, reduced to what ranking and the cache need."""
+    """:func:`wbfe.score`, reduced to what ranking and the cache need."""
     from wbfe.scoring import score
 
     result = score(ref, options=options)
@@ -220,33 +196,24 @@ def rank(
     ray_address: Optional[str] = None,
     **settings: Any,
 ) -> RankResult:
-    """Score every model of a zoo and correlate each summary metric with a quality column.
+    """Score every model of a zoo and correlate each summary metric with a quality column (docs/ranking.md).
 
-    Every option is checked before the first model is scored.
+    Every option is checked before the first model is scored. A model whose quality value is missing, or
+    whose hashing or scoring raises, is listed in ``failed`` with the reason; the others are ranked.
 
     Args:
         zoo: a built-in zoo name, a CSV/YAML spec path, or a :class:`~wbfe.ranking.zoo.Zoo`.
         quality: the quality column (default: the zoo's default, or its only numeric column).
-        score: how each model is scored (default: ``ScoreOptions()``, every metric group).
-        stats: bootstrap and permutation settings (default: ``StatsOptions()``).
         workers: models scored in parallel (separate processes when > 1).
-        cache_dir: score cache folder; None = :func:`~wbfe.ranking.cache.default_cache_dir`,
-            False = no cache.
-        lower_is_better: extra columns for which lower is better (e.g. ``"perplexity"``).
+        cache_dir: score cache folder; None = :func:`~wbfe.ranking.cache.default_cache_dir`, False = no cache.
         progress: called with one line per model (for a progress display).
         scorer: replaces :func:`wbfe.score` (must be picklable when ``workers`` > 1).
         hasher: replaces :func:`wbfe.sources.content_hash` for the cache key.
-        executor: ``local`` (this process, or ``workers`` processes) or ``ray`` (one Ray task per
-            model, see :mod:`wbfe.executors.ray_executor`; the result is the same).
-        ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``; None
-            uses the Ray instance this process is connected to, or starts one on this machine.
+        executor, ray_address: ``local`` (this process, or ``workers`` processes) or ``ray`` (one task per
+            model at ``ray_address``, docs/ray.md; the result is the same).
         **settings: single fields of :class:`~wbfe.options.ScoreOptions` or
             :class:`~wbfe.options.StatsOptions` (``metrics="bfe"``, ``n_boot=500``, ...), applied
             over ``score`` and ``stats``.
-
-    Returns:
-        A :class:`RankResult`. A model whose quality value is missing, or whose hashing or scoring
-        raises, is listed in ``failed`` with the reason; the others are ranked.
 
     Raises:
         InvalidOptionError: a bad setting, ``workers`` < 1, an unknown quality column or metric
@@ -323,8 +290,7 @@ def rank(
 
 
 def _key_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options that decide the numbers: the device only says where the eigen-solves run (on
-    CPU and CUDA they agree to rounding), so a score computed on either serves both."""
+    # The device only says where the eigen-solves run (CPU and CUDA agree to rounding): either serves both.
     return {k: v for k, v in options.items() if k != "device"}
 
 
@@ -373,13 +339,8 @@ class _Run:
         self._log(item[0], item[1].name, what)
 
     def score(self, runner: Executor, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions) -> None:
-        """Score ``pending`` on ``runner``, each outcome recorded (and cached) as it arrives.
-
-        With a cache, each model is claimed before it is handed to the executor, so that two drivers
-        sharing the cache score it once: the models another driver holds are taken from the cache
-        once it stores them, or scored here, one at a time, if it gives them up
-        (:func:`wbfe.ranking.cache.score_claimed`).
-        """
+        """Score ``pending`` on ``runner``, each outcome recorded (and cached) as it arrives; with a cache each
+        model is claimed first, and those another driver holds go to :func:`~wbfe.ranking.cache.score_claimed`."""
         def task(item: _Pending) -> Task:
             entry = item[1]
             return Task(entry.name, score_fn, (entry.ref, options), device=options.device, sized_by=entry.ref)
@@ -419,8 +380,7 @@ class _Run:
         self._log(item[0], item[1].name, "cached (scored by another driver)")
 
     def finish(self, item: _Pending, outcome: Outcome) -> None:
-        """Record one model's payload (and cache it at once, so an interrupted run resumes) or failure;
-        the outcome's note is added to the progress line (where it ran, how many are left)."""
+        """Record one model's payload (cached at once, so an interrupted run resumes) or failure."""
         i, entry, key = item
         if outcome.error is not None:
             self.failed.append(Failure(entry.name, outcome.error))

@@ -1,36 +1,23 @@
 """Rank correlations between a metric and a quality number, with their uncertainty (docs/math.md §5).
 
-Sign convention: every function reports the correlation *as computed* between the metric and the
-quality, where the quality is already oriented so that higher means better (a lower-is-better column
-such as perplexity is negated before it gets here). A metric for which lower predicts better — BFE-W,
-the power-law α — therefore agrees with the data when ρ is *negative*.
-
-All resampling is seeded: the same input and seed give the same interval and p-value.
+The quality is already oriented so that higher means better, and every correlation is reported as computed:
+a metric for which lower predicts better (BFE-W, α) agrees with the data when ρ is negative. All resampling
+is seeded: the same input and seed give the same interval and p-value.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options import StatsOptions
 
-__all__ = [
-    "Correlation",
-    "rankdata",
-    "spearman",
-    "kendall_tau",
-    "pearson",
-    "bootstrap_ci",
-    "permutation_p_value",
-    "correlate",
-    "MIN_MODELS",
-    "EXACT_MAX_N",
-]
+__all__ = ["Correlation", "rankdata", "spearman", "kendall_tau", "pearson", "bootstrap_ci", "permutation_p_value",
+           "correlate", "MIN_MODELS", "EXACT_MAX_N"]
 
 MIN_MODELS = 3
 """Fewest models a correlation is reported for; with two, every rank correlation is ±1."""
@@ -106,28 +93,30 @@ def _defined(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(a.size >= 2 and np.ptp(a) > 0 and np.ptp(b) > 0)
 
 
+def _statistic(test: Any, x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
+    a, b = _pair(x, y)
+    return float(test(a, b).statistic) if _defined(a, b) else math.nan
+
+
 def pearson(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Pearson correlation coefficient (:func:`scipy.stats.pearsonr`); NaN when either input is constant or n < 2."""
     from scipy.stats import pearsonr
 
-    a, b = _pair(x, y)
-    return float(np.clip(pearsonr(a, b).statistic, -1.0, 1.0)) if _defined(a, b) else math.nan
+    return float(np.clip(_statistic(pearsonr, x, y), -1.0, 1.0))
 
 
 def spearman(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Spearman ρ (:func:`scipy.stats.spearmanr`); NaN when either input is constant or n < 2."""
     from scipy.stats import spearmanr
 
-    a, b = _pair(x, y)
-    return float(spearmanr(a, b).statistic) if _defined(a, b) else math.nan
+    return _statistic(spearmanr, x, y)
 
 
 def kendall_tau(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Kendall τ-b, tie-corrected (:func:`scipy.stats.kendalltau`); NaN when either input is constant or n < 2."""
     from scipy.stats import kendalltau
 
-    a, b = _pair(x, y)
-    return float(kendalltau(a, b).statistic) if _defined(a, b) else math.nan
+    return _statistic(kendalltau, x, y)
 
 
 def _batch(n: int, total: int) -> int:
@@ -143,20 +132,11 @@ def bootstrap_ci(
     level: float = 0.95,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of Spearman ρ, resampling models (pairs) with replacement
-    (:func:`scipy.stats.bootstrap`, ``paired=True``, ``method="percentile"``).
+    """Percentile bootstrap interval ``(low, high)`` of Spearman ρ at coverage ``level``, resampling pairs with
+    replacement (:func:`scipy.stats.bootstrap`); NaN when no resample has a defined ρ.
 
-    Resamples in which either side is constant have no ρ; scipy's interval is then undefined, so
-    the percentiles are taken over the resamples that have one (for n ≥ 5 they are rare).
-
-    Args:
-        x, y: paired samples.
-        n_boot: number of resamples.
-        level: coverage of the interval, in (0, 1).
-        seed: seed of the NumPy generator.
-
-    Returns:
-        ``(low, high)``; ``(nan, nan)`` when no resample has a defined ρ.
+    Resamples in which either side is constant have no ρ and make scipy's interval undefined; the percentiles
+    are then taken over the resamples that have one (for n ≥ 5 they are rare).
 
     Raises:
         InvalidOptionError: ``n_boot`` < 1 or ``level`` outside (0, 1).
@@ -194,23 +174,12 @@ def permutation_p_value(
     n_perm: int = 10_000,
     seed: int = 0,
 ) -> tuple[float, str]:
-    """Two-sided permutation p-value of Spearman ρ: P(|ρ_perm| ≥ |ρ_obs|) under random pairing
-    (:func:`scipy.stats.permutation_test` of |ρ| with ``permutation_type="pairings"``).
+    """Two-sided permutation p-value of Spearman ρ, P(|ρ_perm| ≥ |ρ_obs|), and its method: ``"exact"`` (all n!
+    orderings, n ≤ ``exact_max_n``) or ``"monte-carlo"`` (``n_perm`` seeded orderings); p is NaN when ρ is
+    undefined (docs/math.md §5).
 
-    For n ≤ ``exact_max_n`` every one of the n! orderings of ``y`` is enumerated (the observed one
-    included), so the value is exact. Above, ``n_perm`` seeded random orderings give the Monte-Carlo
-    estimate (1 + #{|ρ_perm| ≥ |ρ_obs|}) / (1 + n_perm), which is never 0. The statistic is |ρ| with
-    the one-sided alternative, so that the p-value is the share of orderings at least as extreme in
-    either direction (scipy's own two-sided p doubles the smaller tail instead).
-
-    Args:
-        x, y: paired samples.
-        exact_max_n: largest n enumerated exactly.
-        n_perm: random orderings for larger n.
-        seed: seed of the NumPy generator (Monte-Carlo only).
-
-    Returns:
-        ``(p, method)`` with method ``"exact"`` or ``"monte-carlo"``; p is NaN when ρ is undefined.
+    The statistic is |ρ| with the one-sided alternative, so that p is the share of orderings at least as
+    extreme in either direction (scipy's own two-sided p doubles the smaller tail instead).
 
     Raises:
         InvalidOptionError: ``n_perm`` < 1.
@@ -245,46 +214,25 @@ def correlate(
     exact_max_n: int = EXACT_MAX_N,
     options: "Optional[StatsOptions]" = None,
 ) -> Correlation:
-    """Every statistic of a metric against a quality, on the pairs where both are finite.
-
-    Args:
-        metric: one value per model (NaN/inf = not available; such models are left out).
-        quality: the quality per model, oriented so that higher is better.
-        n_boot, level: bootstrap resamples and interval coverage.
-        n_perm, exact_max_n: permutation settings (see :func:`permutation_p_value`).
-        seed: seed shared by the bootstrap and the Monte-Carlo permutations.
-        options: all of the above as one :class:`~wbfe.options.StatsOptions` (replaces them).
+    """Every statistic of a metric against a quality (oriented so that higher is better), on the pairs where both
+    are finite; the settings as keywords or one :class:`~wbfe.options.StatsOptions` (which replaces them).
 
     Returns:
         A :class:`Correlation`; its numbers are NaN with a ``reason`` when fewer than
         :data:`MIN_MODELS` pairs remain or a side is constant.
     """
-    if options is None:
-        options = StatsOptions(n_boot=n_boot, n_perm=n_perm, level=level, seed=seed, exact_max_n=exact_max_n)
-    n_boot, n_perm, level, seed, exact_max_n = (options.n_boot, options.n_perm, options.level, options.seed,
-                                                options.exact_max_n)
+    o = options if options is not None else StatsOptions(n_boot=n_boot, n_perm=n_perm, level=level, seed=seed,
+                                                         exact_max_n=exact_max_n)
     a, b = _pair(metric, quality)
     keep = np.isfinite(a) & np.isfinite(b)
     a, b = a[keep], b[keep]
     n = int(a.size)
-    nan = math.nan
-    if n < MIN_MODELS:
-        return Correlation(nan, nan, nan, nan, nan, nan, n,
-                           reason=f"needs at least {MIN_MODELS} models with a finite value, has {n}")
-    if np.all(a == a[0]):
-        return Correlation(nan, nan, nan, nan, nan, nan, n, reason="metric is constant across models")
-    if np.all(b == b[0]):
-        return Correlation(nan, nan, nan, nan, nan, nan, n, reason="quality is constant across models")
-    rho = spearman(a, b)
-    low, high = bootstrap_ci(a, b, n_boot=n_boot, level=level, seed=seed)
-    p, method = permutation_p_value(a, b, exact_max_n=exact_max_n, n_perm=n_perm, seed=seed)
-    return Correlation(
-        rho=rho,
-        ci_low=low,
-        ci_high=high,
-        p_value=p,
-        kendall_tau=kendall_tau(a, b),
-        pearson_r=pearson(a, b),
-        n=n,
-        p_method=method,
-    )
+    reason = (f"needs at least {MIN_MODELS} models with a finite value, has {n}" if n < MIN_MODELS
+              else "metric is constant across models" if np.all(a == a[0])
+              else "quality is constant across models" if np.all(b == b[0]) else None)
+    if reason is not None:
+        nan = math.nan
+        return Correlation(nan, nan, nan, nan, nan, nan, n, reason=reason)
+    low, high = bootstrap_ci(a, b, n_boot=o.n_boot, level=o.level, seed=o.seed)
+    p, method = permutation_p_value(a, b, exact_max_n=o.exact_max_n, n_perm=o.n_perm, seed=o.seed)
+    return Correlation(spearman(a, b), low, high, p, kendall_tau(a, b), pearson(a, b), n, p_method=method)

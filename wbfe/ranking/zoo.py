@@ -1,19 +1,7 @@
 """Zoo specs: which checkpoints to rank and their published quality numbers.
 
-A zoo is a table with one row per model:
-
-- ``model`` — any reference ``wbfe score`` accepts (local path, ``org/name[@rev]``, ``timm:<name>``,
-  ``torchvision:<Weights>.<NAME>``). Relative paths resolve against the folder of the spec file.
-  When a ``checkpoint`` column is present and filled, it holds the reference and ``model`` is only
-  the label (the layout of ``../shared/zoo/cifar10-resnet/accuracy.csv``).
-- one or more quality columns: every other column whose filled cells are all numbers. Higher is
-  better unless the column is declared lower-is-better (e.g. perplexity, test loss).
-- ``source`` (optional) — where the row's numbers come from.
-
-Specs are CSV files, or YAML files holding either a list of rows or a mapping with ``models`` (the
-rows) and optional ``name``, ``quality`` (default column) and ``lower_is_better``.
-
-Built-in zoos have stable names (:func:`list_zoos`); their tables live in ``fixtures/tables``.
+A zoo is a CSV or YAML table, one row per model (the layout: docs/ranking.md, "Your own zoo"). Built-in zoos
+have stable names (:func:`list_zoos`); their tables live in ``fixtures/tables``.
 """
 
 from __future__ import annotations
@@ -33,21 +21,9 @@ from wbfe.fixtures import fixtures_dir
 from wbfe.sources import WEIGHT_SUFFIXES
 from wbfe.sources.object_store import is_uri
 
-__all__ = [
-    "ZooEntry",
-    "Zoo",
-    "BuiltinZoo",
-    "load_zoo",
-    "read_zoo_file",
-    "zoo_from_rows",
-    "list_zoos",
-    "builtin_zoo_names",
-    "torchvision_imagenet_rows",
-    "TORCHVISION_DOWNLOADS",
-    "torchvision_weight_not_cached",
-    "fixtures_dir",
-    "shared_zoo_dir",
-]
+__all__ = ["ZooEntry", "Zoo", "BuiltinZoo", "load_zoo", "read_zoo_file", "zoo_from_rows", "list_zoos",
+           "builtin_zoo_names", "torchvision_imagenet_rows", "TORCHVISION_DOWNLOADS", "torchvision_weight_not_cached",
+           "fixtures_dir", "shared_zoo_dir"]
 
 _RESERVED = ("model", "checkpoint", "source")
 _PREFIXES = ("timm:", "torchvision:", "hf:", "hf-hub:")
@@ -55,14 +31,8 @@ _PREFIXES = ("timm:", "torchvision:", "hf:", "hf-hub:")
 
 @dataclass(frozen=True)
 class ZooEntry:
-    """One model of a zoo.
-
-    Attributes:
-        name: the label shown in tables and plots (unique within the zoo).
-        ref: the reference handed to ``wbfe.score`` (relative paths already resolved).
-        quality: every numeric column of the row; NaN where the cell was empty.
-        source: the row's citation, when given.
-    """
+    """One model of a zoo: its unique label, the reference handed to ``wbfe.score`` (relative paths resolved),
+    every numeric column of its row (NaN where empty) and its citation."""
 
     name: str
     ref: str
@@ -72,16 +42,8 @@ class ZooEntry:
 
 @dataclass(frozen=True)
 class Zoo:
-    """A parsed zoo spec.
-
-    Attributes:
-        name: the built-in name, the YAML's ``name``, or ``<folder>/<file name>`` of the spec.
-        entries: the models, in file order.
-        quality_columns: the numeric columns, in file order.
-        lower_is_better: columns for which a lower value is better.
-        default_quality: the column ranked when none is asked for (None: the only one, if unique).
-        path: the spec file, when there is one.
-    """
+    """A parsed zoo spec: its name (built-in, the YAML's ``name``, or ``<folder>/<file name>``), models and numeric
+    columns in file order, and the column ranked when none is asked for (None: the only one, if unique)."""
 
     name: str
     entries: tuple[ZooEntry, ...]
@@ -114,16 +76,8 @@ class Zoo:
 
 @dataclass(frozen=True)
 class BuiltinZoo:
-    """A zoo shipped with wbfe, found by its stable name.
-
-    Attributes:
-        name: the stable name (``wbfe rank NAME``).
-        description: one line for ``wbfe rank --list``.
-        default_quality: the column ranked by default.
-        lower_is_better: its lower-is-better columns.
-        load: builds the :class:`Zoo` (reads the table; may raise if its checkpoints are absent).
-        offline: True when every checkpoint is available without a network.
-    """
+    """A zoo shipped with wbfe, found by its stable name; ``load`` builds it (and may raise when its checkpoints are
+    absent), ``offline`` says every checkpoint is available without a network."""
 
     name: str
     description: str
@@ -182,18 +136,8 @@ def zoo_from_rows(
     default_quality: Optional[str] = None,
     path: Optional[Path] = None,
 ) -> Zoo:
-    """Build a :class:`Zoo` from row mappings (CSV rows or YAML items).
-
-    Args:
-        rows: one mapping per model with at least a ``model`` key.
-        name: the zoo's name.
-        base_dir: folder against which relative paths resolve (None: leave references as given).
-        lower_is_better: columns for which lower is better.
-        default_quality: the column ranked by default.
-        path: the spec file, recorded on the result.
-
-    Returns:
-        The zoo, entries in row order.
+    """Build a :class:`Zoo` from row mappings (CSV rows or YAML items), each with at least a ``model`` key; relative
+    paths resolve against ``base_dir`` (None: references stay as given).
 
     Raises:
         InvalidOptionError: no rows, a row without ``model``, duplicate model labels, no numeric
@@ -250,22 +194,8 @@ def zoo_from_rows(
             quality[col] = float(text) if text else math.nan
             if math.isinf(quality[col]):  # "inf" parses as a number, but no quality is infinite (found by fuzzing)
                 raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {text!r}, not a finite number")
-        entries.append(
-            ZooEntry(
-                name=label,
-                ref=_resolve_ref(ref, base_dir),
-                quality=quality,
-                source=cell(row, "source") or None,
-            )
-        )
-    return Zoo(
-        name=name,
-        entries=tuple(entries),
-        quality_columns=tuple(numeric),
-        lower_is_better=lower,
-        default_quality=default_quality,
-        path=path,
-    )
+        entries.append(ZooEntry(label, _resolve_ref(ref, base_dir), quality, cell(row, "source") or None))
+    return Zoo(name, tuple(entries), tuple(numeric), lower, default_quality, path)
 
 
 _MAX_SPEC_BYTES = 16 * 2**20  # a zoo table of thousands of models is a few hundred KB
@@ -358,17 +288,8 @@ def read_zoo_file(
     name: Optional[str] = None,
     base_dir: Optional[Path] = None,
 ) -> Zoo:
-    """Parse a CSV or YAML zoo spec.
-
-    Args:
-        path: the spec file (``.csv``, ``.yaml`` or ``.yml``).
-        lower_is_better: extra lower-is-better columns (added to any the YAML declares).
-        default_quality: default column (overrides the YAML's ``quality``).
-        name: the zoo's name (default: the YAML's ``name``, else ``<folder>/<file name>``).
-        base_dir: folder for relative paths (default: the file's folder).
-
-    Returns:
-        The parsed :class:`Zoo`.
+    """Parse a CSV or YAML (``.yaml``, ``.yml``) zoo spec; ``lower_is_better`` adds to the columns the YAML declares,
+    ``default_quality`` and ``name`` override its own, ``base_dir`` defaults to the file's folder.
 
     Raises:
         SourceNotFoundError: the file does not exist.
@@ -431,9 +352,6 @@ def _load_cifar10() -> Zoo:
 def torchvision_imagenet_rows() -> list[dict[str, object]]:
     """One row per torchvision classification weight with an ImageNet-1K acc@1 in its metadata.
 
-    Read from ``torchvision.models.get_model_weights(name)`` for every name of
-    ``torchvision.models.list_models(module=torchvision.models)``.
-
     Raises:
         MissingDependencyError: torchvision is not installed.
     """
@@ -469,8 +387,7 @@ TORCHVISION_DOWNLOADS = "https://download.pytorch.org/models/"
 
 
 def _torch_hub_checkpoints_empty() -> bool:
-    """Whether torch's hub cache (``$TORCH_HOME/hub/checkpoints``) holds no file: then no torchvision
-    weight is cached, whatever its file's name, which only torchvision knows."""
+    """Whether torch's hub cache holds no file: then no torchvision weight is cached, whatever its file's name."""
     folder = torch_hub_dir() / "checkpoints"
     try:
         return not any(p.is_file() for p in folder.iterdir())
@@ -484,16 +401,15 @@ def _shipped_torchvision_refs() -> frozenset[str]:
 
 
 def torchvision_weight_not_cached(ref: str) -> bool:
-    """True when ``ref`` is a torchvision weight the shipped table lists and torch's hub cache holds no
-    file at all, so it is certainly not cached; told without importing torchvision (2-3 s). False
-    means "ask torchvision": a name the table lacks is left to it (and its name hints)."""
+    """True when ``ref`` is a torchvision weight the shipped table lists and torch's hub cache holds no file at all,
+    told without importing torchvision; False means "ask torchvision"."""
     return ref in _shipped_torchvision_refs() and _torch_hub_checkpoints_empty()
 
 
 def _load_torchvision() -> Zoo:
     if hf_offline() and _torch_hub_checkpoints_empty():
-        # None of the weights can be had, so the shipped table, which lists them, is as good as
-        # torchvision's metadata, and wbfe rank says so without importing torchvision (2-3 s).
+        # None of the weights can be had, so the shipped table is as good as torchvision's metadata,
+        # and wbfe rank says so without importing torchvision.
         return _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1")
     try:
         rows = torchvision_imagenet_rows()
@@ -539,14 +455,8 @@ def load_zoo(
     *,
     lower_is_better: Iterable[str] = (),
 ) -> Zoo:
-    """A zoo from a built-in name, a spec file path, or an already parsed :class:`Zoo`.
-
-    Args:
-        spec: a built-in name (see :func:`list_zoos`), a CSV/YAML path, or a :class:`Zoo`.
-        lower_is_better: extra lower-is-better columns.
-
-    Returns:
-        The zoo.
+    """A zoo from a built-in name (:func:`list_zoos`), a CSV/YAML path, or a :class:`Zoo`, with extra
+    lower-is-better columns.
 
     Raises:
         UnknownNameError: ``spec`` is neither a file nor a built-in name.
