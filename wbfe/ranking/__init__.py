@@ -1,12 +1,8 @@
-"""Rank a model zoo against published quality numbers (docs/math.md §5).
+"""Rank a model zoo against published quality numbers (docs/ranking.md, docs/math.md §5).
 
 >>> import wbfe
 >>> result = wbfe.rank("cifar10-resnet", quality="test_accuracy")   # doctest: +SKIP
 >>> result.to_pandas()[["metric", "rho", "ci_low", "ci_high", "p_value", "n"]]   # doctest: +SKIP
-
-Submodules: :mod:`~wbfe.ranking.stats` (correlations, bootstrap, permutation p-values),
-:mod:`~wbfe.ranking.zoo` (zoo specs and the built-in zoos), :mod:`~wbfe.ranking.cache` (the score
-cache), :mod:`~wbfe.ranking.ranker` (the pipeline: :func:`rank`).
 """
 
 from __future__ import annotations
@@ -15,18 +11,5 @@ from wbfe.ranking.ranker import Failure, MetricCorrelation, ModelResult, RankRes
 from wbfe.ranking.stats import Correlation, correlate
 from wbfe.ranking.zoo import BuiltinZoo, Zoo, ZooEntry, list_zoos, load_zoo
 
-__all__ = [
-    "rank",
-    "RankResult",
-    "MetricCorrelation",
-    "ModelResult",
-    "Failure",
-    "expected_sign",
-    "Correlation",
-    "correlate",
-    "Zoo",
-    "ZooEntry",
-    "BuiltinZoo",
-    "load_zoo",
-    "list_zoos",
-]
+__all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign", "Correlation",
+           "correlate", "Zoo", "ZooEntry", "BuiltinZoo", "load_zoo", "list_zoos"]

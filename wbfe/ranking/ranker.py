@@ -180,22 +180,12 @@ def _sort_key(row: MetricCorrelation) -> tuple[bool, float, float, float, str]:
     return (not math.isfinite(row.rho), mag(row.rho), mag(row.kendall_tau), mag(row.pearson_r), row.metric)
 
 
-def rank(
-    zoo: Union[str, Path, Zoo],
-    quality: Optional[str] = None,
-    *,
-    score: Optional[ScoreOptions] = None,
-    stats: Optional[StatsOptions] = None,
-    workers: int = 1,
-    cache_dir: Union[str, Path, None, Literal[False]] = None,
-    lower_is_better: Iterable[str] = (),
-    progress: Optional[Callable[[str], None]] = None,
-    scorer: Optional[Scorer] = None,
-    hasher: Optional[Callable[[str], str]] = None,
-    executor: Literal["local", "ray"] = "local",
-    ray_address: Optional[str] = None,
-    **settings: Any,
-) -> RankResult:
+def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Optional[ScoreOptions] = None,
+         stats: Optional[StatsOptions] = None, workers: int = 1,
+         cache_dir: Union[str, Path, None, Literal[False]] = None, lower_is_better: Iterable[str] = (),
+         progress: Optional[Callable[[str], None]] = None, scorer: Optional[Scorer] = None,
+         hasher: Optional[Callable[[str], str]] = None, executor: Literal["local", "ray"] = "local",
+         ray_address: Optional[str] = None, **settings: Any) -> RankResult:
     """Score every model of a zoo and correlate each summary metric with a quality column (docs/ranking.md).
 
     Every option is checked before the first model is scored. A model whose quality value is missing, or

@@ -124,14 +124,8 @@ def _batch(n: int, total: int) -> int:
     return max(1, min(total, 2_000_000 // max(n, 1)))
 
 
-def bootstrap_ci(
-    x: "np.typing.ArrayLike",
-    y: "np.typing.ArrayLike",
-    *,
-    n_boot: int = 2000,
-    level: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, float]:
+def bootstrap_ci(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, n_boot: int = 2000, level: float = 0.95,
+                 seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval ``(low, high)`` of Spearman ρ at coverage ``level``, resampling pairs with
     replacement (:func:`scipy.stats.bootstrap`); NaN when no resample has a defined ρ.
 
@@ -166,14 +160,8 @@ def bootstrap_ci(
     return float(low), float(high)
 
 
-def permutation_p_value(
-    x: "np.typing.ArrayLike",
-    y: "np.typing.ArrayLike",
-    *,
-    exact_max_n: int = EXACT_MAX_N,
-    n_perm: int = 10_000,
-    seed: int = 0,
-) -> tuple[float, str]:
+def permutation_p_value(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, exact_max_n: int = EXACT_MAX_N,
+                        n_perm: int = 10_000, seed: int = 0) -> tuple[float, str]:
     """Two-sided permutation p-value of Spearman ρ, P(|ρ_perm| ≥ |ρ_obs|), and its method: ``"exact"`` (all n!
     orderings, n ≤ ``exact_max_n``) or ``"monte-carlo"`` (``n_perm`` seeded orderings); p is NaN when ρ is
     undefined (docs/math.md §5).
@@ -203,17 +191,9 @@ def permutation_p_value(
     return float(result.pvalue), method
 
 
-def correlate(
-    metric: "np.typing.ArrayLike",
-    quality: "np.typing.ArrayLike",
-    *,
-    n_boot: int = 2000,
-    n_perm: int = 10_000,
-    level: float = 0.95,
-    seed: int = 0,
-    exact_max_n: int = EXACT_MAX_N,
-    options: "Optional[StatsOptions]" = None,
-) -> Correlation:
+def correlate(metric: "np.typing.ArrayLike", quality: "np.typing.ArrayLike", *, n_boot: int = 2000,
+              n_perm: int = 10_000, level: float = 0.95, seed: int = 0, exact_max_n: int = EXACT_MAX_N,
+              options: "Optional[StatsOptions]" = None) -> Correlation:
     """Every statistic of a metric against a quality (oriented so that higher is better), on the pairs where both
     are finite; the settings as keywords or one :class:`~wbfe.options.StatsOptions` (which replaces them).
 

@@ -127,15 +127,9 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
     return value
 
 
-def zoo_from_rows(
-    rows: Sequence[Mapping[str, Any]],
-    *,
-    name: str,
-    base_dir: Optional[Path] = None,
-    lower_is_better: Iterable[str] = (),
-    default_quality: Optional[str] = None,
-    path: Optional[Path] = None,
-) -> Zoo:
+def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Optional[Path] = None,
+                  lower_is_better: Iterable[str] = (), default_quality: Optional[str] = None,
+                  path: Optional[Path] = None) -> Zoo:
     """Build a :class:`Zoo` from row mappings (CSV rows or YAML items), each with at least a ``model`` key; relative
     paths resolve against ``base_dir`` (None: references stay as given).
 
@@ -280,14 +274,8 @@ def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     return rows, meta
 
 
-def read_zoo_file(
-    path: Union[str, Path],
-    *,
-    lower_is_better: Iterable[str] = (),
-    default_quality: Optional[str] = None,
-    name: Optional[str] = None,
-    base_dir: Optional[Path] = None,
-) -> Zoo:
+def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = (), default_quality: Optional[str] = None,
+                  name: Optional[str] = None, base_dir: Optional[Path] = None) -> Zoo:
     """Parse a CSV or YAML (``.yaml``, ``.yml``) zoo spec; ``lower_is_better`` adds to the columns the YAML declares,
     ``default_quality`` and ``name`` override its own, ``base_dir`` defaults to the file's folder.
 
@@ -450,11 +438,7 @@ def list_zoos() -> tuple[BuiltinZoo, ...]:
     return tuple(_BUILTINS.values())
 
 
-def load_zoo(
-    spec: Union[str, Path, Zoo],
-    *,
-    lower_is_better: Iterable[str] = (),
-) -> Zoo:
+def load_zoo(spec: Union[str, Path, Zoo], *, lower_is_better: Iterable[str] = ()) -> Zoo:
     """A zoo from a built-in name (:func:`list_zoos`), a CSV/YAML path, or a :class:`Zoo`, with extra
     lower-is-better columns.
 

@@ -152,14 +152,8 @@ def _choose(grid: np.ndarray, gaps: np.ndarray) -> float:
     return float(grid[_middle(np.nanmean(gaps, axis=0))])
 
 
-def calibrate_lambda(
-    names: Sequence[str],
-    steps: Sequence[Sequence[int]],
-    crits: Sequence[np.ndarray],
-    losses: Sequence[np.ndarray],
-    *,
-    grid: Optional[np.ndarray] = None,
-) -> Calibration:
+def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits: Sequence[np.ndarray],
+                     losses: Sequence[np.ndarray], *, grid: Optional[np.ndarray] = None) -> Calibration:
     """Choose λ from a log grid (default :func:`lambda_grid` of ``crits``) by leave-one-run-out, minimising the
     mean test-loss gap; per run its steps, critical λ and finite test losses per checkpoint.
 
