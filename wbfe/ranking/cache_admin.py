@@ -219,14 +219,10 @@ class PruneReport:
                 f"{format_size(self.kept_bytes)} kept\n")
 
 
-def _inside(root: Path, path: Path) -> bool:
+def _remove(root: Path, unit: CacheUnit) -> bool:
     # The parent is resolved (links and all): a unit whose folder leads out of the cache is never removed.
     real_root = os.path.realpath(root)
-    return os.path.commonpath([real_root, os.path.realpath(path.parent)]) == real_root
-
-
-def _remove(root: Path, unit: CacheUnit) -> bool:
-    if not _inside(root, unit.path):
+    if os.path.commonpath([real_root, os.path.realpath(unit.path.parent)]) != real_root:
         return False
     try:
         mode = os.lstat(unit.path).st_mode

@@ -225,16 +225,16 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
     cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else default_cache_dir())
     if cache is not None:
         cache.check_writable()
-    options: dict[str, Any] = {
-        **score_options.to_dict(),
-        # What computed the numbers, wbfe's source digest included: a development install keeps
-        # its version string across edits, and a cached score must come from the same code.
-        "versions": {**installed_versions(), "wbfe_source": source_digest()},
-    }
+    # What computed the numbers, wbfe's source digest included: a development install keeps
+    # its version string across edits, and a cached score must come from the same code.
+    options: dict[str, Any] = {**score_options.to_dict(),
+                               "versions": {**installed_versions(), "wbfe_source": source_digest()}}
     score_fn: Scorer = scorer or _score_with_wbfe
     hash_fn = hasher or _content_hash
 
-    run = _Run(cache=cache, key_options=_key_options(options), say=progress or (lambda _line: None),
+    # The device only says where the eigen-solves run (CPU and CUDA agree to rounding): either serves both.
+    key_options = {k: v for k, v in options.items() if k != "device"}
+    run = _Run(cache=cache, key_options=key_options, say=progress or (lambda _line: None),
                total=len(the_zoo.entries))
     runner = executor_for(where)
     blocked: dict[str, str] = {}
@@ -248,40 +248,21 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
     pending = run.lookup([e for e in the_zoo.entries if e.name not in blocked], column, hash_fn)
     run.score(runner, pending, score_fn, score_options)
 
-    models = [
-        _model_result(entry, column, *run.payloads[entry.name])
-        for entry in the_zoo.entries if entry.name in run.payloads
-    ]
+    models = [_model_result(e, column, *run.payloads[e.name]) for e in the_zoo.entries if e.name in run.payloads]
     rows = _correlations(models, lower=lower, stats=stats_options)
     order = {e.name: k for k, e in enumerate(the_zoo.entries)}
     run.failed.sort(key=lambda f: order.get(f.model, len(order)))
     result = RankResult(
-        zoo=the_zoo.name,
-        quality=column,
-        lower_is_better=lower,
-        metrics=rows,
-        models=models,
-        failed=run.failed,
+        the_zoo.name, column, lower, rows, models, run.failed,
         # Where it ran is provenance, not part of the cache key (the numbers are the same).
         options=options if runner.runs_here else {**options, "executor": runner.name},
-        stats=stats_options.to_dict(),
-        n_scored=len(pending) - run.n_shared,
-        n_cached=sum(1 for _, cached in run.payloads.values() if cached),
-        applicability=applicability_counts(models),
-    )
+        stats=stats_options.to_dict(), n_scored=len(pending) - run.n_shared,
+        n_cached=sum(1 for _, cached in run.payloads.values() if cached), applicability=applicability_counts(models))
     if not rows:
         first = f"; first: {result.failed[0].model}: {result.failed[0].reason}" if result.failed else ""
-        raise NothingRankedError(
-            f"zoo {the_zoo.name}: no metric could be ranked: {len(result.failed)} of {len(the_zoo.entries)} "
-            f"models failed{first}",
-            result=result,
-        )
+        raise NothingRankedError(f"zoo {the_zoo.name}: no metric could be ranked: {len(result.failed)} of "
+                                 f"{len(the_zoo.entries)} models failed{first}", result=result)
     return result
-
-
-def _key_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    # The device only says where the eigen-solves run (CPU and CUDA agree to rounding): either serves both.
-    return {k: v for k, v in options.items() if k != "device"}
 
 
 _Pending = tuple[int, ZooEntry, Optional[str]]  # (position in the zoo, entry, cache key)
@@ -325,9 +306,6 @@ class _Run:
             pending.append((i, entry, key))
         return pending
 
-    def log(self, item: _Pending, what: str) -> None:
-        self._log(item[0], item[1].name, what)
-
     def score(self, runner: Executor, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions) -> None:
         """Score ``pending`` on ``runner``, each outcome recorded (and cached) as it arrives; with a cache each
         model is claimed first, and those another driver holds go to :func:`~wbfe.ranking.cache.score_claimed`."""
@@ -336,7 +314,7 @@ class _Run:
             return Task(entry.name, score_fn, (entry.ref, options), device=options.device, sized_by=entry.ref)
 
         def run_tasks(items: list[_Pending]) -> None:
-            for outcome in runner.map([task(item) for item in items], started=lambda k: self.log(items[k], "scoring")):
+            for outcome in runner.map([task(item) for item in items], started=lambda k: self._log(items[k][0], items[k][1].name, "scoring")):
                 item = items[outcome.index]
                 self.finish(item, outcome)
                 claim = claims.pop(item[0], None)
@@ -386,23 +364,12 @@ class _Run:
 def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cached: bool) -> ModelResult:
     summary = payload.get("summary") or {}
     model_info = payload.get("model") or {}
-    return ModelResult(
-        model=entry.name,
-        ref=entry.ref,
-        quality=entry.quality[column],
-        scores={k: (None if v is None else as_float(v)) for k, v in summary.items()
-                if k.endswith(("_head", "_mean")) and not isinstance(v, (str, bool))},
-        source=entry.source,
-        sha256=model_info.get("sha256"),
-        cached=cached,
-        applicability=_status(summary.get("bfe_applicability")),
-    )
-
-
-def _status(verdict: Any) -> str:
-    """The status of a summary's ``bfe_applicability`` (``unknown`` for a summary without one)."""
-    status = verdict.get("status") if isinstance(verdict, Mapping) else None
-    return status if status in STATUSES else "unknown"
+    scores = {k: (None if v is None else as_float(v)) for k, v in summary.items()
+              if k.endswith(("_head", "_mean")) and not isinstance(v, (str, bool))}
+    verdict = summary.get("bfe_applicability")
+    status = verdict.get("status") if isinstance(verdict, Mapping) else None  # None: a summary without one
+    return ModelResult(entry.name, entry.ref, entry.quality[column], scores, entry.source, model_info.get("sha256"),
+                       cached, status if status in STATUSES else "unknown")
 
 
 def applicability_counts(models: Iterable[ModelResult]) -> dict[str, int]:

@@ -28,18 +28,9 @@ EXACT_MAX_N = 8
 
 @dataclass(frozen=True)
 class Correlation:
-    """How one metric ranks a zoo against its quality numbers.
-
-    Attributes:
-        rho: Spearman ρ (metric vs. oriented quality), NaN when undefined.
-        ci_low, ci_high: percentile bootstrap interval of ρ over models.
-        p_value: two-sided permutation p-value of ρ (H0: no association).
-        p_method: ``"exact"`` (all n! orderings) or ``"monte-carlo"``; None when ρ is undefined.
-        kendall_tau: Kendall τ-b.
-        pearson_r: Pearson r of the raw values.
-        n: models with a finite metric value and a quality value.
-        reason: why ρ is NaN, else None.
-    """
+    """How one metric ranks a zoo against its quality numbers: Spearman ρ (NaN when undefined, with the ``reason``),
+    its bootstrap interval and permutation p-value (``"exact"`` or ``"monte-carlo"``), Kendall τ-b, Pearson r of
+    the raw values, and n, the models with a finite metric value and a quality value."""
 
     rho: float
     ci_low: float

@@ -59,16 +59,11 @@ class Zoo:
             UnknownNameError: the column is not a quality column of this zoo.
             InvalidOptionError: none was given and the zoo has several and no default.
         """
+        if quality is None and self.default_quality is None and len(self.quality_columns) != 1:
+            raise InvalidOptionError(f"zoo {self.name!r} has several quality columns; choose one with --quality "
+                                     f"({', '.join(self.quality_columns)})")
         if quality is None:
-            if self.default_quality is not None:
-                quality = self.default_quality
-            elif len(self.quality_columns) == 1:
-                quality = self.quality_columns[0]
-            else:
-                raise InvalidOptionError(
-                    f"zoo {self.name!r} has several quality columns; choose one with --quality "
-                    f"({', '.join(self.quality_columns)})"
-                )
+            quality = self.default_quality if self.default_quality is not None else self.quality_columns[0]
         if quality not in self.quality_columns:
             raise unknown_name("quality column", quality, self.quality_columns)
         return quality
@@ -90,12 +85,11 @@ class BuiltinZoo:
 # --------------------------------------------------------------------------- parsing
 
 
-def _parse_number(text: str) -> Optional[float]:
+def _is_number(text: str) -> bool:
     try:
-        value = float(text)
+        return float(text) is not None
     except ValueError:
-        return None
-    return value
+        return False
 
 
 def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
@@ -140,12 +134,7 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     """
     if not rows:
         raise InvalidOptionError(f"zoo {name!r} has no models")
-    columns: list[str] = []
-    for row in rows:
-        for key in row:
-            key = str(key).strip()
-            if key and key not in columns:
-                columns.append(key)
+    columns = [c for c in dict.fromkeys(str(key).strip() for row in rows for key in row) if c]
     if "model" not in columns:
         raise InvalidOptionError(f"zoo {name!r} has no 'model' column (columns: {', '.join(columns)})")
 
@@ -159,9 +148,8 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     for col in columns:
         if col in _RESERVED:
             continue
-        cells = [cell(row, col) for row in rows]
-        filled = [c for c in cells if c != ""]
-        if filled and all(_parse_number(c) is not None for c in filled):
+        filled = [c for c in (cell(row, col) for row in rows) if c != ""]
+        if filled and all(_is_number(c) for c in filled):
             numeric.append(col)
     if not numeric:
         raise InvalidOptionError(f"zoo {name!r} has no numeric quality column")
@@ -294,14 +282,9 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
     declared = meta.get("lower_is_better") or ()
     if isinstance(declared, str):
         declared = [declared]
-    return zoo_from_rows(
-        rows,
-        name=name or str(meta.get("name") or f"{spec.resolve().parent.name}/{spec.name}"),
-        base_dir=(base_dir or spec.parent).resolve(),
-        lower_is_better=set(declared) | set(lower_is_better),
-        default_quality=default_quality or meta.get("quality"),
-        path=spec.resolve(),
-    )
+    return zoo_from_rows(rows, name=name or str(meta.get("name") or f"{spec.resolve().parent.name}/{spec.name}"),
+                         base_dir=(base_dir or spec.parent).resolve(), lower_is_better=set(declared) | set(lower_is_better),
+                         default_quality=default_quality or meta.get("quality"), path=spec.resolve())
 
 
 # --------------------------------------------------------------------------- built-in zoos
@@ -318,23 +301,18 @@ def _load_table(name: str, table: str, default: str, lower: tuple[str, ...] = ()
 def _load_fmnist() -> Zoo:
     spec = fixtures_dir() / "fmnist-zoo" / "zoo.csv"
     if not spec.is_file():
-        raise SourceNotFoundError(
-            f"the Fashion-MNIST zoo is not built yet (expected {spec}; see benchmarks/zoo/)", path=str(spec)
-        )
-    return read_zoo_file(spec, name="fmnist", default_quality="test_accuracy",
-                         lower_is_better=("test_loss",))
+        raise SourceNotFoundError(f"the Fashion-MNIST zoo is not built yet (expected {spec}; see benchmarks/zoo/)",
+                                  path=str(spec))
+    return read_zoo_file(spec, name="fmnist", default_quality="test_accuracy", lower_is_better=("test_loss",))
 
 
 def _load_cifar10() -> Zoo:
     folder = shared_zoo_dir() / "cifar10-resnet"
     if not folder.is_dir():
-        raise SourceNotFoundError(
-            f"the CIFAR-10 ResNet checkpoints are not at {folder}; set WBFE_SHARED_ZOO to the folder "
-            "that holds cifar10-resnet/",
-            path=str(folder),
-        )
-    return read_zoo_file(_table("cifar10-resnet.csv"), name="cifar10-resnet",
-                         default_quality="test_accuracy", base_dir=folder)
+        raise SourceNotFoundError(f"the CIFAR-10 ResNet checkpoints are not at {folder}; set WBFE_SHARED_ZOO to the "
+                                  "folder that holds cifar10-resnet/", path=str(folder))
+    return read_zoo_file(_table("cifar10-resnet.csv"), name="cifar10-resnet", default_quality="test_accuracy",
+                         base_dir=folder)
 
 
 def torchvision_imagenet_rows() -> list[dict[str, object]]:
@@ -357,16 +335,11 @@ def torchvision_imagenet_rows() -> list[dict[str, object]]:
             if not metrics or not math.isfinite(float(metrics.get("acc@1", math.nan))):
                 continue
             enum = f"{type(weight).__name__}.{weight.name}"
-            rows.append({
-                "model": f"torchvision:{enum}",
-                "acc1": metrics["acc@1"],
-                "acc5": metrics.get("acc@5", ""),
-                "num_params": meta.get("num_params", ""),
-                "gflops": meta.get("_ops", ""),
-                "file_size_mb": meta.get("_file_size", ""),
-                "source": f"torchvision {torchvision.__version__} weight metadata {enum}.meta['_metrics']"
-                          f"['ImageNet-1K']; recipe {meta.get('recipe', '')}",
-            })
+            rows.append({"model": f"torchvision:{enum}", "acc1": metrics["acc@1"], "acc5": metrics.get("acc@5", ""),
+                         "num_params": meta.get("num_params", ""), "gflops": meta.get("_ops", ""),
+                         "file_size_mb": meta.get("_file_size", ""),
+                         "source": f"torchvision {torchvision.__version__} weight metadata {enum}.meta['_metrics']"
+                                   f"['ImageNet-1K']; recipe {meta.get('recipe', '')}"})
     return rows
 
 
@@ -395,15 +368,14 @@ def torchvision_weight_not_cached(ref: str) -> bool:
 
 
 def _load_torchvision() -> Zoo:
-    if hf_offline() and _torch_hub_checkpoints_empty():
-        # None of the weights can be had, so the shipped table is as good as torchvision's metadata,
-        # and wbfe rank says so without importing torchvision.
-        return _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1")
-    try:
-        rows = torchvision_imagenet_rows()
-    except MissingDependencyError:
-        return _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1")
-    return zoo_from_rows(rows, name="torchvision-imagenet", default_quality="acc1")
+    # With none of the weights to be had, the shipped table is as good as torchvision's metadata,
+    # and wbfe rank says so without importing torchvision.
+    if not (hf_offline() and _torch_hub_checkpoints_empty()):
+        try:
+            return zoo_from_rows(torchvision_imagenet_rows(), name="torchvision-imagenet", default_quality="acc1")
+        except MissingDependencyError:
+            pass
+    return _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1")
 
 
 _BUILTINS: dict[str, BuiltinZoo] = {

@@ -26,14 +26,6 @@ class StopState:
     fired_at: Optional[int] = None
 
 
-def _decide(monitor: Monitor, rule: Optional[str], lam: Optional[float]) -> WatchResult:
-    if lam is not None:
-        return result_at(monitor.trajectory, lam, layers=monitor.layers)
-    from wbfe.watch.decide import result_by_rule
-
-    return result_by_rule(monitor.trajectory, rule, layers=monitor.layers)
-
-
 def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[str] = None,
                      lam: Optional[float] = None, stop: bool = False, patience: int = 2,
                      layers: str = "fittable", head: Optional[str] = None, device: str = "cpu") -> Any:
@@ -58,22 +50,16 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
     except ImportError:
         raise MissingDependencyError("the Trainer callback needs transformers (pip install transformers)") from None
     from wbfe.options import WatchOptions
+    from wbfe.render.files import check_output_dir, write_atomic
+    from wbfe.watch.decide import result_by_rule, rule_metrics
 
     if rule is not None and lam is not None:
         raise InvalidOptionError("give either rule or lam (the h* rule at a λ), not both")
     if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
         raise InvalidOptionError(f"patience must be a positive integer, not {patience!r}", option="patience")
     WatchOptions(layers=layers, lam=lam, head=head, device=device)
-    groups = METRICS
-    if lam is None:
-        from wbfe.watch.decide import rule_metrics
-
-        groups = rule_metrics(rule)  # an unknown rule is refused before training starts
-    folder = None
-    if output is not None:
-        from wbfe.render.files import check_output_dir
-
-        folder = check_output_dir(output)
+    groups = METRICS if lam is not None else rule_metrics(rule)  # an unknown rule is refused before training starts
+    folder = check_output_dir(output) if output is not None else None
 
     class WatchTrainerCallback(TrainerCallback):
         def __init__(self) -> None:
@@ -97,7 +83,8 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
                                                  test_accuracy=acc if math.isfinite(acc) else last.test_accuracy)
             else:
                 self.monitor.record(step, test_loss=loss, test_accuracy=acc)
-            result = _decide(self.monitor, rule, lam)
+            traj = self.monitor.trajectory
+            result = result_at(traj, lam, layers=layers) if lam is not None else result_by_rule(traj, rule, layers=layers)
             self.state.result = result
             rec = result.recommendation
             n = len(self.monitor.trajectory.points)
@@ -105,8 +92,6 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
                     and self.state.fired_at is None):
                 self.state.fired_at = step
             if folder is not None:
-                from wbfe.render.files import write_atomic
-
                 write_atomic(folder / "watch.json", result.to_json() + "\n")
             if stop and self.state.fired_at is not None:
                 control.should_training_stop = True

@@ -20,19 +20,8 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.watch.guidance import _run_mean, bfe_at_many
 from wbfe.watch.rule import _middle
 
-__all__ = [
-    "RunSignals",
-    "Rule",
-    "RULES",
-    "SERIES",
-    "run_signals",
-    "detect_regime",
-    "apply_rule",
-    "evaluate_rules",
-    "select_held_out",
-    "Measured",
-    "shipped_table",
-]
+__all__ = ["RunSignals", "Rule", "RULES", "SERIES", "run_signals", "detect_regime", "apply_rule", "evaluate_rules",
+           "select_held_out", "Measured", "shipped_table"]
 
 # Run-level series, each a mean over the matrices finite at every checkpoint (see run_signals).
 SERIES = ("log_mean_e", "bfe_last", "bfe_first", "bfe_opt", "alpha", "alpha_weighted", "log_norm",
@@ -47,8 +36,6 @@ class RunSignals:
     """A run reduced to what the rules read (no test metric).
 
     Attributes:
-        name: the run's name.
-        steps: the checkpoints' steps.
         series: run-level series, one value per checkpoint (:data:`SERIES`), NaN where unknown.
         log_ratio: (checkpoints, matrices) log(h/h*(1)) of each matrix (NaN where its HTMP fit failed).
         lam_first: per matrix, λ* = 1/mean(e) at the first checkpoint.

@@ -154,10 +154,6 @@ def _layer_point(row: dict[str, Any]) -> LayerPoint:
 LAYER_CHOICES = ("head", "all", "fittable")
 
 
-def _layer_regex(layers: str) -> Optional[str]:
-    return None if layers in LAYER_CHOICES else layers
-
-
 @dataclass(frozen=True)
 class CheckpointScan:
     """One checkpoint scored at λ*: the selected layers, and (name, eigenvalue count) of every matrix with at least
@@ -170,14 +166,9 @@ class CheckpointScan:
 
 def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = None,
                     device: str = "auto", metrics: str = METRICS) -> CheckpointScan:
-    """Score one checkpoint at λ*, keep the selected layers and list the matrices that can be fitted.
-
-    Args:
-        ref: anything :func:`wbfe.score` accepts.
-        layers: ``head`` (the classifier head), ``all``, ``fittable`` (every matrix with at least
-            ``min_eigs`` eigenvalues, the ones with an HTMP fit), or a regular expression on tensor names.
-        head, device: as :func:`wbfe.score`.
-        metrics: the metric groups to score (at least ``bfe,htsr,htmp``; ``rand`` adds ``rand_distance``).
+    """Score one checkpoint (anything :func:`wbfe.score` accepts) at λ*, keep the selected ``layers`` (``head``,
+    ``all``, ``fittable``: those with an HTMP fit, or a regex on tensor names) and list the fittable matrices.
+    ``metrics``: at least ``bfe,htsr,htmp`` (``rand`` adds ``rand_distance``).
 
     Raises:
         InvalidOptionError: ``layers="head"`` and no head was found. The errors of :func:`wbfe.score`.
@@ -186,7 +177,7 @@ def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = Non
 
     if not isinstance(layers, str) or not layers:
         raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
-    result = score(ref, metrics=metrics, lam="opt", layers=_layer_regex(layers), head=head, device=device)
+    result = score(ref, metrics=metrics, lam="opt", layers=None if layers in LAYER_CHOICES else layers, head=head, device=device)
     min_eigs = int((result.model.get("options") or {}).get("min_eigs") or 0)
     fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in result.layers
                      if int(r.get("n_eigs") or 0) >= min_eigs)
@@ -343,10 +334,9 @@ class WatchResult:
         """The text table: trajectories, NaN notes, the run-level signal, the recommendation and the comparison."""
         from wbfe.render.text import text_table
 
-        if self.lam is None:  # h*, F∞ need a λ; BFE-W at λ* and at the last checkpoint's λ* side by side
-            columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h", "bfe", "bfe_fix", "alpha"]
-        else:
-            columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h", "h_star", "f_inf", "bfe", "alpha"]
+        # h*, F∞ need a λ; without one, BFE-W at λ* and at the last checkpoint's λ* side by side
+        columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h",
+                   *(["bfe", "bfe_fix"] if self.lam is None else ["h_star", "f_inf", "bfe"]), "alpha"]
         if np.any(np.isfinite(self.trajectory.test_losses())):
             columns.append("test_loss")
         if any(math.isfinite(p.test_accuracy) for p in self.trajectory.points):
@@ -381,10 +371,8 @@ class WatchResult:
         ratio = "h_over_h_star" if self.lam is not None else "h_over_h_star_1"
         rows = [{**s, "bfe_fixed": b, "bfe_opt": o}
                 for s, b, o in zip(self.signal(), fixed.run_bfe, fixed.run_bfe_opt)]
-        if fixed.source == "given":
-            where = f"the given λ = {self.lam:.6g}"
-        else:
-            where = f"each layer's λ* at the last checkpoint (step {fixed.source_step})"
+        where = (f"the given λ = {self.lam:.6g}" if fixed.source == "given" else
+                 f"each layer's λ* at the last checkpoint (step {fixed.source_step})")
         side = "h/h*(λ) ≤ 1 is the over-fit side" if self.lam is not None else \
             "a checkpoint is on the over-fit side for every λ ≤ lambda_c"
         if not any(math.isfinite(r["lambda_c"]) for r in rows):
