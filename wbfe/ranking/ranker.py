@@ -30,7 +30,8 @@ Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
 
 # Lower is better: BFE-W (docs/math.md §2, the paper reports negative ρ with accuracy) and the HT-SR
 # capacity metrics, for which WeightWatcher's papers report smaller values for better models.
-_EXPECTED_SIGN = dict.fromkeys(("bfe", "alpha", "alpha_weighted", "log_alpha_norm", "log_norm", "log_spectral_norm"), -1)
+_EXPECTED_SIGN = dict.fromkeys(("bfe", "alpha", "alpha_weighted", "log_alpha_norm", "log_norm", "log_spectral_norm"),
+                               -1)
 
 
 def expected_sign(metric: str) -> Optional[int]:
@@ -123,8 +124,9 @@ class RankResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: zoo, quality, metrics, models, failed (then lower_is_better, options, run counts)."""
         plain = asdict(self)
-        return json_ready({key: plain[key] for key in ("zoo", "quality", "metrics", "models", "failed", "lower_is_better",
-                                                       "options", "stats", "n_scored", "n_cached", "applicability")})
+        keys = ("zoo", "quality", "metrics", "models", "failed", "lower_is_better", "options", "stats", "n_scored",
+                "n_cached", "applicability")
+        return json_ready({key: plain[key] for key in keys})
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         """Standard JSON (non-finite numbers written as null)."""
@@ -314,7 +316,8 @@ class _Run:
             return Task(entry.name, score_fn, (entry.ref, options), device=options.device, sized_by=entry.ref)
 
         def run_tasks(items: list[_Pending]) -> None:
-            for outcome in runner.map([task(item) for item in items], started=lambda k: self._log(items[k][0], items[k][1].name, "scoring")):
+            started = lambda k: self._log(items[k][0], items[k][1].name, "scoring")  # noqa: E731
+            for outcome in runner.map([task(item) for item in items], started=started):
                 item = items[outcome.index]
                 self.finish(item, outcome)
                 claim = claims.pop(item[0], None)

@@ -283,7 +283,8 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
     if isinstance(declared, str):
         declared = [declared]
     return zoo_from_rows(rows, name=name or str(meta.get("name") or f"{spec.resolve().parent.name}/{spec.name}"),
-                         base_dir=(base_dir or spec.parent).resolve(), lower_is_better=set(declared) | set(lower_is_better),
+                         base_dir=(base_dir or spec.parent).resolve(),
+                         lower_is_better=set(declared) | set(lower_is_better),
                          default_quality=default_quality or meta.get("quality"), path=spec.resolve())
 
 

@@ -84,7 +84,8 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
             else:
                 self.monitor.record(step, test_loss=loss, test_accuracy=acc)
             traj = self.monitor.trajectory
-            result = result_at(traj, lam, layers=layers) if lam is not None else result_by_rule(traj, rule, layers=layers)
+            result = (result_at(traj, lam, layers=layers) if lam is not None else
+                      result_by_rule(traj, rule, layers=layers))
             self.state.result = result
             rec = result.recommendation
             n = len(self.monitor.trajectory.points)

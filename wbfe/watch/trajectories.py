@@ -177,7 +177,8 @@ def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = Non
 
     if not isinstance(layers, str) or not layers:
         raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
-    result = score(ref, metrics=metrics, lam="opt", layers=None if layers in LAYER_CHOICES else layers, head=head, device=device)
+    result = score(ref, metrics=metrics, lam="opt", layers=None if layers in LAYER_CHOICES else layers, head=head,
+                   device=device)
     min_eigs = int((result.model.get("options") or {}).get("min_eigs") or 0)
     fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in result.layers
                      if int(r.get("n_eigs") or 0) >= min_eigs)
