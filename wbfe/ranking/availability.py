@@ -84,15 +84,10 @@ def unavailable_models(zoo: Zoo, *, timeout: float = 3.0) -> dict[str, str]:
             hosts[host] = host_unreachable(url, what=what, timeout=timeout)
         return hosts[host]
 
-    blocked = {}
-    for entry in zoo.entries:
-        why = model_blocker(entry.ref, reach)
-        if why is not None:
-            blocked[entry.name] = why
+    blocked = {e.name: why for e in zoo.entries if (why := model_blocker(e.ref, reach)) is not None}
     if zoo.entries and len(blocked) == len(zoo.entries):
         reason, count = Counter(blocked.values()).most_common(1)[0]
         share = "every one" if count == len(blocked) else f"{count} of them"
-        raise ModelNotFoundError(
-            f"zoo {zoo.name}: none of its {len(zoo.entries)} models can be scored here: {reason} ({share}); {_FIX}",
-            ref=zoo.name)
+        raise ModelNotFoundError(f"zoo {zoo.name}: none of its {len(zoo.entries)} models can be scored here: {reason} "
+                                 f"({share}); {_FIX}", ref=zoo.name)
     return blocked

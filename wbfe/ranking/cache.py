@@ -9,6 +9,7 @@ entry before scoring it (:mod:`wbfe.ranking.claims`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -102,14 +103,8 @@ def _read_checked(path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
         entry = json.loads(raw.decode("utf-8"))
     except RecursionError:
         raise ValueError("nested too deeply") from None
-    ok = (
-        isinstance(entry, dict)
-        and entry.get("format") == fmt
-        and entry.get("key") == key
-        and isinstance(entry.get("payload"), dict)
-        and entry.get("checksum") == _sha256(_canonical(entry["payload"]))
-    )
-    if not ok:
+    if not (isinstance(entry, dict) and entry.get("format") == fmt and entry.get("key") == key
+            and isinstance(entry.get("payload"), dict) and entry.get("checksum") == _sha256(_canonical(entry["payload"]))):
         raise ValueError("checksum, key or format mismatch")
     return dict(entry["payload"])
 
@@ -126,10 +121,6 @@ class ScoreCache:
     def _entry_path(self, key: str) -> Path:
         return self.directory / "entries" / key[:2] / f"{key}.json"
 
-    def _index_path(self, ref: str) -> tuple[Path, str]:
-        key = _sha256(str(Path(ref).resolve()))
-        return self.directory / "hashes" / f"{key}.json", key
-
     def check_writable(self) -> None:
         """Make sure entries can be stored here (before a ranking scores its first model).
 
@@ -142,11 +133,9 @@ class ScoreCache:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            raise InvalidOptionError(
-                f"the score cache {self.directory} is not writable ({exc.strerror or exc}); "
-                "choose another with --cache-dir or rank without one (--no-cache)",
-                path=str(self.directory),
-            ) from None
+            raise InvalidOptionError(f"the score cache {self.directory} is not writable ({exc.strerror or exc}); "
+                                     "choose another with --cache-dir or rank without one (--no-cache)",
+                                     path=str(self.directory)) from None
 
     def _read(self, path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
         try:
@@ -170,10 +159,8 @@ class ScoreCache:
         path = self._entry_path(key)
         payload = self._read(path, CACHE_FORMAT, key)
         if payload is not None:
-            try:
+            with contextlib.suppress(OSError):  # a read-only cache still serves its entries
                 os.utime(path, follow_symlinks=False)
-            except OSError:  # a read-only cache still serves its entries
-                pass
         return payload
 
     def claim_path(self, key: str) -> Path:
@@ -200,7 +187,8 @@ class ScoreCache:
         signature = _file_signature(ref)
         if signature is None:
             return compute(ref)
-        index, key = self._index_path(ref)
+        key = _sha256(str(Path(ref).resolve()))
+        index = self.directory / "hashes" / f"{key}.json"
         saved = self._read(index, _INDEX_FORMAT, key)
         if saved is not None and saved.get("signature") == signature and isinstance(saved.get("sha256"), str):
             return str(saved["sha256"])

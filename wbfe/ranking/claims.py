@@ -8,6 +8,7 @@ renaming it to a private tombstone first, so of two processes that judge it stal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -38,11 +39,9 @@ def process_start(pid: int) -> Optional[int]:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
     except PermissionError:  # exists, owned by someone else
         return True
-    except OSError:
+    except OSError:  # ProcessLookupError: gone
         return False
     return True
 
@@ -63,10 +62,7 @@ class Claim:
         self.released = True
         owner = read_claim(self.path)
         if owner is not None and owner.get("token") == self.token:
-            try:
-                self.path.unlink()
-            except FileNotFoundError:
-                pass
+            self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> "Claim":
         return self
@@ -131,14 +127,10 @@ def _take_over(path: Path, judged: dict[str, Any]) -> None:
         os.rename(path, tomb)
     except FileNotFoundError:
         return  # released or taken over meanwhile: just try to create
-    if read_claim(tomb) == judged:
-        tomb.unlink(missing_ok=True)
-        return
-    # Not the claim we judged (its owner replaced it in between): put it back unless a new one is there.
-    try:
-        os.link(tomb, path)
-    except OSError:
-        pass
+    if read_claim(tomb) != judged:
+        # Not the claim we judged (its owner replaced it in between): put it back unless a new one is there.
+        with contextlib.suppress(OSError):
+            os.link(tomb, path)
     tomb.unlink(missing_ok=True)
 
 

@@ -47,10 +47,10 @@ class Run:
         return all(math.isfinite(c.test_loss) for c in self.checkpoints)
 
 
-def _stem(name: str) -> str:
+def _name_stem(name: str) -> str:
+    """The name without its folders and weight-file suffix."""
     name = name.rstrip("/")
-    if name.endswith(".index.json"):
-        name = name[: -len(".index.json")]
+    name = (Path(name).name if "/" in name else name).removesuffix(".index.json")
     for suffix in WEIGHT_SUFFIXES:
         if name.lower().endswith(suffix):
             return name[: -len(suffix)]
@@ -61,10 +61,6 @@ def _numbers(stem: str) -> tuple[list[int], bool]:
     """The whole numbers of a name, and whether it also holds a decimal number (a metric)."""
     tokens = _NUMBER.findall(stem)
     return [int(t) for t in tokens if "." not in t], any("." in t for t in tokens)
-
-
-def _name_stem(name: str) -> str:
-    return _stem(Path(name).name if "/" in name.rstrip("/") else name)
 
 
 def compile_step_pattern(pattern: Optional[str]) -> Optional[re.Pattern[str]]:
