@@ -104,7 +104,8 @@ def _read_checked(path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
     except RecursionError:
         raise ValueError("nested too deeply") from None
     if not (isinstance(entry, dict) and entry.get("format") == fmt and entry.get("key") == key
-            and isinstance(entry.get("payload"), dict) and entry.get("checksum") == _sha256(_canonical(entry["payload"]))):
+            and isinstance(entry.get("payload"), dict)
+            and entry.get("checksum") == _sha256(_canonical(entry["payload"]))):
         raise ValueError("checksum, key or format mismatch")
     return dict(entry["payload"])
 

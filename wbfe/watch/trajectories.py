@@ -246,17 +246,12 @@ class WatchResult:
         by_loss = bool(np.any(np.isfinite(loss)))
         if (not by_loss and not np.any(np.isfinite(acc))) or rec is None or rec.index is None:
             return None
-        best = int(np.nanargmin(loss)) if by_loss else int(np.nanargmax(acc))
-        return {
-            "metric": "test_loss" if by_loss else "test_accuracy",
-            "best_step": self.trajectory.steps[best], "best_test_loss": float(loss[best]),
-            "best_test_accuracy": float(acc[best]),
-            "recommended_step": rec.step, "recommended_test_loss": float(loss[rec.index]),
-            "recommended_test_accuracy": float(acc[rec.index]),
-            "test_loss_gap": float(loss[rec.index] - loss[best]),
-            "test_accuracy_gap": float(acc[best] - acc[rec.index]),
-            "steps_from_best": self.trajectory.steps[rec.index] - self.trajectory.steps[best],
-        }
+        best, r, steps = int(np.nanargmin(loss) if by_loss else np.nanargmax(acc)), rec.index, self.trajectory.steps
+        return {"metric": "test_loss" if by_loss else "test_accuracy", "best_step": steps[best],
+                "best_test_loss": float(loss[best]), "best_test_accuracy": float(acc[best]),
+                "recommended_step": rec.step, "recommended_test_loss": float(loss[r]),
+                "recommended_test_accuracy": float(acc[r]), "test_loss_gap": float(loss[r] - loss[best]),
+                "test_accuracy_gap": float(acc[best] - acc[r]), "steps_from_best": steps[r] - steps[best]}
 
     def fixed_lambda(self) -> FixedLambdaTrend:
         """BFE-W at one λ across the run: the given λ, else each layer's λ* at the last checkpoint."""
@@ -267,14 +262,9 @@ class WatchResult:
     def signal(self) -> list[dict[str, Any]]:
         """Per checkpoint, h_t against h*: the median over layers of h/h*(1), λ_c = its inverse, and with a λ
         ``h_over_h_star`` = λ/λ_c (docs/watch.md)."""
-        crit = self.trajectory.critical_lambdas()
-        out = []
-        for step, c in zip(self.trajectory.steps, crit):
-            row = {"step": step, "h_over_h_star_1": float(1.0 / c), "lambda_c": float(c)}
-            if self.lam is not None:
-                row["h_over_h_star"] = float(self.lam / c)
-            out.append(row)
-        return out
+        return [{"step": step, "h_over_h_star_1": float(1.0 / c), "lambda_c": float(c),
+                 **({"h_over_h_star": float(self.lam / c)} if self.lam is not None else {})}
+                for step, c in zip(self.trajectory.steps, self.trajectory.critical_lambdas())]
 
     def notes(self) -> tuple[list[str], Optional[str]]:
         """The numbered reasons for NaN rows and the hint naming fittable layers (:mod:`wbfe.watch.guidance`)."""
@@ -287,12 +277,9 @@ class WatchResult:
         rec = self.recommendation
         fixed = self.fixed_lambda()
         names = self.trajectory.layer_names
-        checkpoints = []
-        for t, p in enumerate(self.trajectory.points):
-            layers = [{**layer.columns(self.lam), "bfe_fixed": float(fixed.bfe[t, names.index(layer.name)])}
-                      for layer in p.layers]
-            checkpoints.append({"step": p.step, "source": p.source, "test_loss": p.test_loss,
-                                "test_accuracy": p.test_accuracy, "layers": layers})
+        checkpoints = [{"step": p.step, "source": p.source, "test_loss": p.test_loss, "test_accuracy": p.test_accuracy,
+                        "layers": [{**x.columns(self.lam), "bfe_fixed": float(fixed.bfe[t, names.index(x.name)])}
+                                   for x in p.layers]} for t, p in enumerate(self.trajectory.points)]
         if rec is None:
             recommended: dict[str, Any] = {"step": None, "reason": NO_LAMBDA}
         elif self.stopping is not None:
