@@ -1,10 +1,8 @@
-"""On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options (docs/ranking.md,
-docs/cache.md).
+"""On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options.
 
-Every file carries a checksum of its payload and its key: anything corrupt is removed and recomputed, never
-served. A local reference's content hash is remembered while its files' size, mtime, inode and ctime are
-unchanged (replacing a file, or restoring its mtime, changes the ctime). Two drivers on one cache claim each
-entry before scoring it (:mod:`wbfe.ranking.claims`).
+Every file is checksummed (a corrupt one is removed and recomputed, never served), a local checkpoint's hash
+is remembered while its files' size, times and inode hold, and drivers sharing the cache claim each entry
+before scoring it: docs/ranking.md and docs/cache.md.
 """
 
 from __future__ import annotations

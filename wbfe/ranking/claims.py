@@ -1,9 +1,7 @@
 """Claim files: one process at a time works on a cache entry, so two drivers on one zoo score each model once.
 
-A claim is a JSON file created with ``O_CREAT | O_EXCL`` recording the owner's host, pid, process start time
-and a token. It is stale when its owner is on this host and gone (or its pid names a process started at
-another time), or older than ``stale_after`` (:data:`STALE_AFTER`, 6 hours). A stale claim is taken over by
-renaming it to a private tombstone first, so of two processes that judge it stale only one wins.
+A claim is created with ``O_CREAT | O_EXCL``; the staleness rule is :func:`is_stale`'s (docs/cache.md). A stale
+claim is renamed to a private tombstone before it is taken over, so of two processes only one wins.
 """
 
 from __future__ import annotations
@@ -92,7 +90,8 @@ def read_claim(path: Path) -> Optional[dict[str, Any]]:
 
 def is_stale(owner: dict[str, Any], *, age: float, stale_after: float = STALE_AFTER) -> bool:
     """Whether a claim with owner record ``owner`` (:func:`read_claim`'s), ``age`` seconds since its last change,
-    may be taken over (module docstring)."""
+    may be taken over: its owner is on this host and gone (or its pid names a process started at another time),
+    or it is older than ``stale_after`` (the only test for an owner on another host)."""
     if age > stale_after:
         return True
     pid, host = owner.get("pid"), owner.get("host")

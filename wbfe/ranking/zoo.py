@@ -11,7 +11,7 @@ import functools
 import io
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -232,9 +232,8 @@ def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     try:
         import yaml
     except ModuleNotFoundError:
-        raise MissingDependencyError(
-            "reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as CSV"
-        ) from None
+        raise MissingDependencyError("reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as "
+                                     "CSV") from None
     text = _read_text(path)
     try:
         data = yaml.safe_load(text)
@@ -436,6 +435,5 @@ def load_zoo(spec: Union[str, Path, Zoo], *, lower_is_better: Iterable[str] = ()
         for col in sorted(extra):
             if col not in zoo.quality_columns:
                 raise unknown_name("quality column", col, zoo.quality_columns)
-        zoo = Zoo(zoo.name, zoo.entries, zoo.quality_columns, zoo.lower_is_better | extra,
-                  zoo.default_quality, zoo.path)
+        zoo = replace(zoo, lower_is_better=zoo.lower_is_better | extra)
     return zoo

@@ -250,10 +250,8 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
             if beside is None:
                 beside = _folder_checkpoints(path.parent)
             if step not in beside:
-                raise SourceNotFoundError(
-                    f"{path}:{i}: no checkpoint for step {step} next to the CSV (and no 'checkpoint' column)",
-                    path=str(path),
-                )
+                raise SourceNotFoundError(f"{path}:{i}: no checkpoint for step {step} next to the CSV (and no "
+                                          "'checkpoint' column)", path=str(path))
             ref = str(beside[step])
         item = CheckpointRef(step, ref, _float(row.get("test_loss")), _float(row.get("test_accuracy")))
         _add(found, item, str(ref), str(path))
