@@ -84,19 +84,17 @@ def recommend(steps: Sequence[int], crit: np.ndarray, lam: float) -> Recommendat
                           f"(step {int(steps[before])}: {ratio(before):.3f})")
 
 
-def lambda_grid(crits: Sequence[np.ndarray], n: int = 81) -> np.ndarray:
-    """A log-spaced λ grid covering every critical λ of the given runs, with a factor 2 margin.
+def lambda_grid(crits: Sequence[np.ndarray]) -> np.ndarray:
+    """An 81-point log-spaced λ grid covering every critical λ of the given runs, with a factor 2 margin.
 
     Raises:
-        InvalidOptionError: no finite critical λ at all, or ``n`` < 2.
+        InvalidOptionError: no finite critical λ at all.
     """
-    if n < 2:
-        raise InvalidOptionError(f"a lambda grid needs at least 2 points, not {n}")
     values = np.concatenate([np.asarray(c, dtype=float).ravel() for c in crits]) if crits else np.array([])
     values = values[np.isfinite(values) & (values > 0)]
     if values.size == 0:
         raise InvalidOptionError("no finite h/h* in any run: cannot build a lambda grid")
-    return np.geomspace(values.min() / 2.0, values.max() * 2.0, n)
+    return np.geomspace(values.min() / 2.0, values.max() * 2.0, 81)
 
 
 @dataclass(frozen=True)
@@ -118,14 +116,8 @@ class CalibratedRun:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Leave-one-run-out λ calibration.
-
-    Attributes:
-        grid: the λ values tried.
-        mean_gap: mean test-loss gap over all runs at each grid λ (the in-sample curve).
-        lam_all: λ chosen on all runs (to apply to new runs).
-        held_out: one entry per run, λ chosen without it.
-    """
+    """Leave-one-run-out λ calibration: the λ grid, the mean test-loss gap over all runs at each (in-sample), the λ
+    chosen on all runs (for new runs), and per run the λ chosen without it."""
 
     grid: np.ndarray
     mean_gap: np.ndarray
