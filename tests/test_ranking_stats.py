@@ -44,6 +44,8 @@ def test_constant_input_gives_nan() -> None:
     assert math.isnan(stats.pearson(x, y))
     result = stats.correlate(x, y)
     assert math.isnan(result.rho) and result.reason == "metric is constant across models"
+    swapped = stats.correlate(y, x)
+    assert math.isnan(swapped.rho) and swapped.reason == "quality is constant across models"
 
 
 def test_length_mismatch_raises() -> None:

@@ -168,6 +168,12 @@ def test_layer_statistic_is_the_median_log_ratio() -> None:
     assert math.isnan(stat[2])
 
 
+def test_layer_statistic_is_the_median_not_the_mean() -> None:
+    # log ratios log 4, log 1/2, log 1: median 0, mean log(2)/3
+    stat = layer_statistic(np.array([[8.0, 1.0, 2.0]]), np.full((1, 3), 2.0))
+    assert stat[0] == 0.0
+
+
 def test_recommend_first_crossing_and_its_edge_cases() -> None:
     steps = [0, 10, 20, 30]
     h = np.array([[8.0], [4.0], [2.0], [1.0]])
