@@ -12,7 +12,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -323,7 +323,7 @@ class Measured:
         k = self._base(name, subset)[0]
         return (RULES[name].grid or (None,))[k], self.choice[name][k]
 
-    def regrets(self, chosen: Sequence[int], runs: Optional[Sequence[int]] = None) -> np.ndarray:
+    def regrets(self, chosen: Union[Sequence[int], np.ndarray], runs: Optional[Sequence[int]] = None) -> np.ndarray:
         """Per run of ``runs`` (default all), the regret of keeping checkpoint ``chosen[k]`` of the k-th."""
         runs = range(self.n) if runs is None else runs
         return np.array([self.losses[r][t] - self.losses[r].min() for t, r in zip(chosen, runs)])
