@@ -38,10 +38,7 @@ _REGISTRY: dict[str, str] = {
     "detx": "wbfe.metrics.detx:GROUP",  # opt-in
     "fingers": "wbfe.metrics.fingers:GROUP",  # opt-in: num_fingers, raw_alpha, Lambda of --fix-fingers / --fit
 }
-# htmp is opt-in: its fit (~10 ms for 1,000 eigenvalues, whatever the matrix's size) would make the
-# default score of CIFAR ResNet-20..56 0.43-0.69x as fast as WeightWatcher's default analyze(),
-# where bfe+htsr is 3-4x faster (benchmarks/bench_vs_weightwatcher.py; README, "The default score
-# against WeightWatcher's default").
+# htmp is opt-in: its fit costs milliseconds per matrix whatever the matrix's size (docs/performance.md).
 DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 
 
@@ -51,11 +48,7 @@ def _load(name: str) -> MetricGroup:
 
 
 def get_group(name: str) -> MetricGroup:
-    """The metric group registered as ``name``.
-
-    Raises:
-        UnknownNameError: no group has that name (the message suggests close matches).
-    """
+    """The metric group registered as ``name``; UnknownNameError (with close matches) if none is."""
     if name not in _REGISTRY:
         raise unknown_name("metric group", name, tuple(_REGISTRY))
     return _load(name)
@@ -64,9 +57,7 @@ def get_group(name: str) -> MetricGroup:
 def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ...]:
     """Parse ``"bfe,htsr"`` (or an iterable of names, or None for the default) into groups.
 
-    Raises:
-        UnknownNameError: a name is not registered.
-        InvalidOptionError: the list is empty.
+    Raises UnknownNameError for a name not registered, InvalidOptionError for an empty list.
     """
     if metrics is None:
         names: list[str] = list(DEFAULT_GROUPS)
