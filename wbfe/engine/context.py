@@ -14,14 +14,7 @@ __all__ = ["Context"]
 
 @dataclass(frozen=True)
 class Context:
-    """A run's resolved settings, built by :meth:`of` from a validated :class:`ScoreOptions`.
-
-    Attributes:
-        options: the options as given.
-        groups: the metric groups, resolved from ``options.metrics``.
-        device: the torch device of the eigen-solves.
-        metric_options: what every metric group receives.
-    """
+    """A run's resolved settings (groups, device, metric options), built by :meth:`of` from validated options."""
 
     options: ScoreOptions
     groups: tuple[Any, ...]

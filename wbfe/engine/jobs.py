@@ -18,12 +18,8 @@ __all__ = ["spectrum_of", "spectrum_job", "planned_spectrum"]
 
 
 def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: Any, *, need_eigs: bool = True) -> Spectrum:
-    """The spectrum of a planned entry's matrices (:func:`~wbfe.engine.matrices_of`): their pooled
-    Gram eigenvalues, or for the ``fft`` convention WeightWatcher's FFT view of the kernel
-    (:mod:`wbfe.linalg.conv_fft`, always with its eigenvalues).
-
-    Raises:
-        DegenerateMatrixError: non-finite or all-zero entries.
+    """The spectrum of a planned entry's matrices: their pooled Gram eigenvalues, or for the ``fft``
+    convention WeightWatcher's FFT view of the kernel; DegenerateMatrixError for non-finite or all-zero entries.
     """
     if plan is None or plan.convention != "fft":
         return spectrum(matrices, device, need_eigs=need_eigs)

@@ -31,20 +31,11 @@ class Ties(Protocol):
 
 def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: Ties, record: Record,
         done: Optional[Done] = None, chain: Optional[IntraChain] = None) -> None:
-    """Score every planned entry on ``pipeline``, calling ``record(entry, skip_or_row)`` in stream
-    order as rows are made, and ``done(entry)`` as soon as its spectrum is finished (rows may be
-    held back a little longer, to fit equal-shaped spectra together).
-
-    Args:
-        pipeline: an entered :class:`~wbfe.engine.pipeline.Pipeline` on ``context.device``.
-        planned: the stream (:func:`wbfe.engine.stream`), possibly a part of it.
-        context: the run's resolved settings.
-        ties: finds byte-identical earlier tensors (scored once, the copy skipped as ``tied``).
-        record: receives each entry's row or skip.
-        done: progress, per matrix (not per bias or norm).
-        chain: with ``options.intra``, the chain of matrices whose products are scored too
-            (:meth:`IntraChain.in_order` when the stream is planned up front; by default the
-            stream's order).
+    """Score every planned entry (the stream, or a part of it) on an entered ``pipeline``, calling
+    ``record(entry, skip_or_row)`` in stream order as rows are made, and ``done(entry)`` per matrix as
+    soon as its spectrum is finished (rows may be held back to fit equal-shaped spectra together).
+    ``ties`` finds byte-identical earlier tensors; ``chain`` (with ``options.intra``) is
+    :meth:`IntraChain.in_order` when the stream is planned up front, else the stream's order.
     """
     storage: dict[Any, str] = {}
     rows = RowMaker(context, record)
