@@ -17,13 +17,8 @@ COLUMNS = ("detX_num", "detX_val", "detX_val_unrescaled", "num_ERG_spikes", "ERG
 
 
 def detx_tail(eigs: np.ndarray) -> tuple[int, int, np.ndarray]:
-    """``(detX_num, idx, rescaled eigenvalues)`` of ascending eigenvalues (see the module docstring).
-
-    Args:
-        eigs: ascending, non-negative, at least one positive.
-
-    Returns:
-        The tail size, the index of its first eigenvalue, and e·n/Σe.
+    """``(detX_num, idx, e·n/Σe)`` of ascending, non-negative eigenvalues (at least one positive): the tail
+    size, the index of its first eigenvalue, and the eigenvalues rescaled to mean 1.
     """
     e = np.asarray(eigs, dtype=np.float64)
     n = e.size

@@ -420,13 +420,10 @@ class _Models:
 def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPFit:
     """Maximum-likelihood fit of the HTMP law to positive eigenvalues (zeros removed by the caller), τ fixed.
 
-    τ None is one spacing below min(eigs), floored at 0. β is profiled out (log ρ(x) = log β + f_κ(log βx));
-    κ is searched in log space to a quarter of its statistical error (1 % from n = 1,000 on, at most 5 %),
-    on a lattice so that the fits of a batch (:func:`fit_many`) share it.
-
-    Raises:
-        InvalidOptionError: γ outside (0, 1), fewer than 2 eigenvalues, a non-positive or non-finite
-            eigenvalue, τ >= min(eigs), or a constant spectrum.
+    τ None is one spacing below min(eigs), floored at 0. κ is searched in log space to a quarter of its
+    statistical error, on a lattice that the fits of a batch (:func:`fit_many`) share. Raises
+    InvalidOptionError for γ outside (0, 1), fewer than 2 eigenvalues, a non-positive or non-finite
+    eigenvalue, τ >= min(eigs), or a constant spectrum.
     """
     if not 0.0 < gamma < 1.0:
         raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")

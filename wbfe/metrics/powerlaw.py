@@ -280,13 +280,7 @@ def _pick_xmin(
 
 
 def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
-    """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves.
-
-    ``fit_powerlaw_smallN`` computes the bias-corrected α = 1 + (n−1)/Σ ln(x/xmin) on tails of at
-    least 8 values and picks xmin by D − 0.868/√n_tail, but ``WWFit.__init__`` then overwrites that
-    choice with argmin D over all candidates (D = 1 where a candidate was skipped). The effective
-    rule, reproduced here, is therefore: bias-corrected α, xmin minimising D among tails ≥ 8.
-    """
+    """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves (see the module docstring)."""
     method = "ww-small-n"
     n = x.size
     logx = np.log(x)

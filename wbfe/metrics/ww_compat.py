@@ -132,13 +132,9 @@ def _pooled(mats: list[np.ndarray]) -> np.ndarray:
 
 
 def ww_truncated_smooth(w: np.ndarray, k: int) -> np.ndarray:
-    """``RMT_Util._smooth_W_accurate(w, k)``: scikit-learn's ``TruncatedSVD(k, n_iter=7,
-    random_state=42)`` projection of ``w`` on its k leading right singular vectors, step by step.
-
-    In ``w``'s own precision (float32 as WeightWatcher reads a layer), as scikit-learn computes.
-
-    Raises:
-        ValueError: k > the smaller side (scikit-learn refuses it, and so WeightWatcher fails).
+    """``RMT_Util._smooth_W_accurate(w, k)``: scikit-learn's ``TruncatedSVD(k, n_iter=7, random_state=42)``
+    projection of ``w`` on its k leading right singular vectors, step by step, in ``w``'s own precision.
+    ValueError for k > the smaller side (scikit-learn refuses it, and so WeightWatcher fails).
     """
     import scipy.linalg
 
@@ -196,11 +192,9 @@ def ww_permuted_eigenvalues(w32: np.ndarray, generator: np.random.RandomState) -
 
 
 def ww_edit_weight(w32: np.ndarray, num_smooth: int) -> np.ndarray:
-    """``apply_svd_smoothing`` of one weight: keep ``num_smooth`` > 0 components, remove −``num_smooth``
-    < 0, per slice ``w[:, :, i, j]`` of a Conv2d with the count divided, ⌈num_smooth/rf⌉.
-
-    Raises:
-        ValueError: a count larger than a matrix's smaller side (WeightWatcher fails on it too).
+    """``apply_svd_smoothing`` of one weight: keep ``num_smooth`` > 0 components, remove −``num_smooth`` < 0,
+    per slice ``w[:, :, i, j]`` of a Conv2d with the count divided, ⌈num_smooth/rf⌉. ValueError for a
+    count larger than a matrix's smaller side (WeightWatcher fails on it too).
     """
     def one(mat: np.ndarray, count: int) -> np.ndarray:
         if count > 0:
