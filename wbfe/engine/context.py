@@ -25,9 +25,7 @@ class Context:
     def of(cls, options: ScoreOptions) -> "Context":
         """Resolve ``options`` (groups by name, the device)."""
         return cls(
-            options=options,
-            groups=resolve_groups(options.metrics),
-            device=resolve_device(options.device),
+            options=options, groups=resolve_groups(options.metrics), device=resolve_device(options.device),
             metric_options=MetricOptions.from_score_options(options),
         )
 

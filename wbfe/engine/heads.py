@@ -126,12 +126,8 @@ def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, .
 
 
 def choose_head(
-    layers: Sequence[dict[str, Any]],
-    skipped: Sequence[dict[str, Any]] = (),
-    *,
-    override: Optional[str] = None,
-    hint: Optional[str] = None,
-    config: Optional[dict[str, Any]] = None,
+    layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]] = (), *, override: Optional[str] = None,
+    hint: Optional[str] = None, config: Optional[dict[str, Any]] = None,
     description: Optional[FrameworkDescription] = None,
 ) -> HeadChoice:
     """The head among the analysed ``layers`` (rows with ``name``, ``shape``, ``role``, in the checkpoint's

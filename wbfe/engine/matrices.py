@@ -19,18 +19,8 @@ from wbfe.linalg.arrays import contiguous, swap_first_axes
 from wbfe.options import ConvConvention
 
 __all__ = [
-    "ConvConvention",
-    "MatrixPlan",
-    "Skip",
-    "FLOAT_DTYPES",
-    "MIN_BFE_EIGS",
-    "HEAD_NAMES",
-    "plan_matrix",
-    "role_of",
-    "component_of",
-    "COMPONENTS",
-    "as_matrices",
-    "find_head",
+    "ConvConvention", "MatrixPlan", "Skip", "FLOAT_DTYPES", "MIN_BFE_EIGS", "HEAD_NAMES", "plan_matrix", "role_of",
+    "component_of", "COMPONENTS", "as_matrices", "find_head",
 ]
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")

@@ -112,13 +112,9 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
 
 
 def summarise(
-    layers: list[dict[str, Any]],
-    groups: tuple[Any, ...],
-    head_override: Optional[str],
-    head_hint: Optional[str] = None,
-    skipped: Optional[list[dict[str, Any]]] = None,
-    config: Optional[dict[str, Any]] = None,
-    description: Optional[FrameworkDescription] = None,
+    layers: list[dict[str, Any]], groups: tuple[Any, ...], head_override: Optional[str],
+    head_hint: Optional[str] = None, skipped: Optional[list[dict[str, Any]]] = None,
+    config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None,
 ) -> dict[str, Any]:
     """The summary of a model's rows (docs/metrics.md, Summary): its head (its row's role becomes
     ``head``), each summary column's head value, mean and count, and means per role and component;

@@ -66,12 +66,8 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
 
 
 def _prepare(
-    entry: TensorEntry,
-    plan: Union[Skip, MatrixPlan],
-    reading: Optional[Reading],
-    context: Context,
-    storage: dict[Any, str],
-    ties: Ties,
+    entry: TensorEntry, plan: Union[Skip, MatrixPlan], reading: Optional[Reading], context: Context,
+    storage: dict[Any, str], ties: Ties,
 ) -> Union[Skip, list[Any]]:
     """The entry's matrices, or why it is skipped before any linear algebra."""
     if isinstance(plan, Skip):

@@ -18,15 +18,7 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions
 
-__all__ = [
-    "GroupResult",
-    "MetricGroup",
-    "MetricOptions",
-    "Spectrum",
-    "DEFAULT_GROUPS",
-    "get_group",
-    "resolve_groups",
-]
+__all__ = ["GroupResult", "MetricGroup", "MetricOptions", "Spectrum", "DEFAULT_GROUPS", "get_group", "resolve_groups"]
 
 # name -> "module:attribute"; modules are imported on first use so `import wbfe` stays light.
 _REGISTRY: dict[str, str] = {

@@ -127,10 +127,6 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
 
 
 GROUP = MetricGroup(
-    name="bfe",
-    columns=("lambda", "bfe"),
-    summary_columns=("bfe",),
-    compute=_compute,
-    description="BFE-W (primal/dual) at lambda* or a given lambda",
-    needs_eigenvalues=False,
+    name="bfe", columns=("lambda", "bfe"), summary_columns=("bfe",), compute=_compute,
+    description="BFE-W (primal/dual) at lambda* or a given lambda", needs_eigenvalues=False,
 )

@@ -58,9 +58,6 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
 
 
 GROUP = MetricGroup(
-    name="detx",
-    columns=COLUMNS,
-    summary_columns=("detX_num", "ERG_gap"),
-    compute=_compute,
+    name="detx", columns=COLUMNS, summary_columns=("detX_num", "ERG_gap"), compute=_compute,
     description="det X = 1 tail and its gap to the power-law tail (WeightWatcher 0.7.7's detX / ERG)",
 )

@@ -30,11 +30,7 @@ import numpy as np
 
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, check_tail_options
 from wbfe.metrics.powerlaw import (
-    PowerLawFit,
-    fit_power_law,
-    fit_power_law_in_range,
-    fit_truncated_power_law,
-    tpl_log_normaliser,
+    PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, tpl_log_normaliser,
 )
 from wbfe.metrics.ww_compat import WW_EVALS_THRESH  # the same tail as htsr's fit
 

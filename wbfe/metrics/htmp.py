@@ -22,23 +22,8 @@ from wbfe.metrics.bfe import positive_lambda
 from wbfe.metrics.special import log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
 
 __all__ = [
-    "pdf",
-    "logpdf",
-    "cdf",
-    "sample",
-    "mean",
-    "variance",
-    "log_moment",
-    "f_inf",
-    "h_star",
-    "fit",
-    "fit_many",
-    "HTMPFit",
-    "diagnose",
-    "KAPPA_RANGE",
-    "MIN_EIGS",
-    "DIAGNOSIS_RTOL",
-    "GROUP",
+    "pdf", "logpdf", "cdf", "sample", "mean", "variance", "log_moment", "f_inf", "h_star", "fit", "fit_many", "HTMPFit",
+    "diagnose", "KAPPA_RANGE", "MIN_EIGS", "DIAGNOSIS_RTOL", "GROUP",
 ]
 
 ArrayLike = Union[float, np.ndarray]
@@ -517,16 +502,8 @@ def _fit_prepared(p: _Prepared, gamma: float, models: _Models) -> HTMPFit:
     ranks = np.arange(1, n + 1) / n
     ks = float(max(np.max(ranks - fitted), np.max(fitted - (ranks - 1.0 / n))))
     return HTMPFit(
-        kappa=kappa,
-        beta=beta,
-        tau=p.tau,
-        gamma=float(gamma),
-        ks=ks,
-        loglik=loglik,
-        n=int(n),
-        converged=converged,
-        at_bound=bool(at_bound),
-        message=message,
+        kappa=kappa, beta=beta, tau=p.tau, gamma=float(gamma), ks=ks, loglik=loglik, n=int(n), converged=converged,
+        at_bound=bool(at_bound), message=message,
     )
 
 

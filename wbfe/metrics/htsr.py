@@ -29,11 +29,7 @@ from wbfe.linalg.arrays import to_numpy
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
-from wbfe.metrics.powerlaw import (
-    PowerLawFit,
-    fit_power_law,
-    fit_truncated_power_law,
-)
+from wbfe.metrics.powerlaw import (PowerLawFit, fit_power_law, fit_truncated_power_law)
 from wbfe.metrics.ww_compat import WW_EVALS_THRESH
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
@@ -47,28 +43,9 @@ _LN10 = math.log(10.0)
 _EPS = float(np.finfo(np.float64).eps)
 
 COLUMNS = (
-    "norm",
-    "log_norm",
-    "spectral_norm",
-    "log_spectral_norm",
-    "stable_rank",
-    "matrix_rank",
-    "entropy",
-    "alpha",
-    "sigma",
-    "xmin",
-    "num_pl_spikes",
-    "alpha_weighted",
-    "log_alpha_norm",
-    "tpl_alpha",
-    "tpl_lambda",
-    "bulk_max",
-    "num_spikes",
-    "mp_softrank",
-    "rank_loss",
-    "weak_rank_loss",
-    "sv_min",
-    "lambda_max",
+    "norm", "log_norm", "spectral_norm", "log_spectral_norm", "stable_rank", "matrix_rank", "entropy", "alpha", "sigma",
+    "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm", "tpl_alpha", "tpl_lambda", "bulk_max", "num_spikes",
+    "mp_softrank", "rank_loss", "weak_rank_loss", "sv_min", "lambda_max",
 )
 
 
@@ -286,13 +263,7 @@ GROUP = MetricGroup(
     name="htsr",
     columns=COLUMNS,
     summary_columns=(
-        "alpha",
-        "alpha_weighted",
-        "log_norm",
-        "log_spectral_norm",
-        "stable_rank",
-        "log_alpha_norm",
-        "entropy",
+        "alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "log_alpha_norm", "entropy",
     ),
     compute=_compute,
     compute_many=_compute_many,

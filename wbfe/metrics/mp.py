@@ -375,11 +375,8 @@ def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float
     tw = 1 / np.sqrt(Q) * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
     num_spikes = int(np.count_nonzero(to_plot > bulk_max + np.sqrt(tw)))
     return MPFit(
-        sigma_mp=sigma,
-        bulk_max=float(bulk_max / (w_scale * w_scale)),
-        bulk_min=float(bulk_min / (w_scale * w_scale)),
-        num_spikes=num_spikes,
-        mp_softrank=float(bulk_max / lambda_max),
+        sigma_mp=sigma, bulk_max=float(bulk_max / (w_scale * w_scale)), bulk_min=float(bulk_min / (w_scale * w_scale)),
+        num_spikes=num_spikes, mp_softrank=float(bulk_max / lambda_max),
     )
 
 

@@ -28,13 +28,8 @@ import numpy as np
 from wbfe.errors import InvalidOptionError
 
 __all__ = [
-    "PowerLawFit",
-    "TruncatedPowerLawFit",
-    "fit_power_law",
-    "fit_truncated_power_law",
-    "fit_power_law_in_range",
-    "tpl_log_normaliser",
-    "WW_SMALL_N",
+    "PowerLawFit", "TruncatedPowerLawFit", "fit_power_law", "fit_truncated_power_law", "fit_power_law_in_range",
+    "tpl_log_normaliser", "WW_SMALL_N",
 ]
 
 #: Below this many values WeightWatcher 0.7.7 switches to its small-N estimator.
@@ -315,14 +310,8 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
         return _failed(method, f"degenerate tail: alpha = {alpha} at the best xmin", n_cand)
     nt = n - i
     return PowerLawFit(
-        alpha=alpha,
-        sigma=(alpha - 1.0) / math.sqrt(nt),
-        xmin=float(x[i]),
-        xmax=float(x[-1]),
-        n_tail=nt,
-        ks=float(ds[i]),
-        n_candidates=max(0, n - _WW_SMALL_N_MIN_TAIL + 1),
-        method=method,
+        alpha=alpha, sigma=(alpha - 1.0) / math.sqrt(nt), xmin=float(x[i]), xmax=float(x[-1]), n_tail=nt,
+        ks=float(ds[i]), n_candidates=max(0, n - _WW_SMALL_N_MIN_TAIL + 1), method=method,
     )
 
 

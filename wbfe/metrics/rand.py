@@ -154,11 +154,7 @@ def _true_units(value: float, log_scale: float) -> float:
 
 
 GROUP = MetricGroup(
-    name="rand",
-    columns=COLUMNS,
-    summary_columns=("rand_distance", "rand_traps"),
-    compute=_compute,
+    name="rand", columns=COLUMNS, summary_columns=("rand_distance", "rand_traps"), compute=_compute,
     description="randomised control: a seeded element-wise shuffle of each matrix, correlation traps",
-    needs_eigenvalues=True,
-    from_matrices=shuffled_spectrum,
+    needs_eigenvalues=True, from_matrices=shuffled_spectrum,
 )

@@ -19,12 +19,7 @@ from scipy.special import expit, gammaln
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = [
-    "log_hyperu",
-    "log_hyperu_neg",
-    "log_abs_hyperu_neg",
-    "arg_hyperu_neg",
-]
+__all__ = ["log_hyperu", "log_hyperu_neg", "log_abs_hyperu_neg", "arg_hyperu_neg"]
 
 ArrayLike = Union[float, np.ndarray]
 ComplexLike = Union[complex, np.ndarray]  # log U on the cut: complex, shaped like the argument
@@ -51,15 +46,8 @@ def _check_ab(a: float, b: float) -> tuple[float, float, float]:
 
 
 def _log_sinh_trapezoid(
-    log_integrand: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    s_c: np.ndarray,
-    width: np.ndarray,
-    step: np.ndarray,
-    s_lo: np.ndarray,
-    s_hi: np.ndarray,
-    dtype: type,
-    ref: Optional[np.ndarray] = None,
-    spread: float = math.inf,
+    log_integrand: Callable[[np.ndarray, np.ndarray], np.ndarray], s_c: np.ndarray, width: np.ndarray, step: np.ndarray,
+    s_lo: np.ndarray, s_hi: np.ndarray, dtype: type, ref: Optional[np.ndarray] = None, spread: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """log ∫ exp(f(s)) ds for one integrand ``f(s, rows)`` per row, by the trapezoidal rule in v, s = s_c + W·sinh v.
 
@@ -229,13 +217,7 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     width = np.maximum(0.5 * (act_hi - act_lo), sw)
     step = 0.8 * np.minimum(0.25, sw / 2.5)
     log_int, _, _, _ = _log_sinh_trapezoid(
-        lambda s, rows: psi(s, lz[rows, None]),
-        0.5 * (act_lo + act_hi),
-        width,
-        step,
-        s_lo,
-        s_hi,
-        float,
+        lambda s, rows: psi(s, lz[rows, None]), 0.5 * (act_lo + act_hi), width, step, s_lo, s_hi, float,
     )
     return log_int - gammaln(c)
 
@@ -320,17 +302,8 @@ _CUT_MAX_LOST = math.log(1e3)
 
 
 def _cut_integral(
-    a: float,
-    c: float,
-    y: np.ndarray,
-    ly: np.ndarray,
-    th0: np.ndarray,
-    bump_w: np.ndarray,
-    peak: np.ndarray,
-    step: np.ndarray,
-    act_lo: np.ndarray,
-    act_hi: np.ndarray,
-    spread: float = math.inf,
+    a: float, c: float, y: np.ndarray, ly: np.ndarray, th0: np.ndarray, bump_w: np.ndarray, peak: np.ndarray,
+    step: np.ndarray, act_lo: np.ndarray, act_hi: np.ndarray, spread: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray]:
     """log J along log u = s − iθ0·exp(−½((s − log y)/w)²) (w = inf: a ray), and |J_h − J_2h|."""
     # Left of both the peak and u = y the integrand falls like u^c: e^-50 takes 50/c in s.
@@ -378,17 +351,8 @@ def _cut_integral(
 
 
 def _centred_map(
-    a: float,
-    c: float,
-    ly: np.ndarray,
-    near_y: np.ndarray,
-    near_y_step: np.ndarray,
-    peak: np.ndarray,
-    peak_half: np.ndarray,
-    peak_step: np.ndarray,
-    act_lo: np.ndarray,
-    act_hi: np.ndarray,
-    step: np.ndarray,
+    a: float, c: float, ly: np.ndarray, near_y: np.ndarray, near_y_step: np.ndarray, peak: np.ndarray,
+    peak_half: np.ndarray, peak_step: np.ndarray, act_lo: np.ndarray, act_hi: np.ndarray, step: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row, the cheaper of two sinh maps for :func:`_cut_integral`, as (act_lo, act_hi, step).
 
