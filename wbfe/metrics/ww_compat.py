@@ -28,20 +28,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from wbfe.linalg.conv_fft import FFT_GRID, conv2d_fft_eigenvalues
-
-__all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "ww_conv2d_fft_eigenvalues",
-           "WW_CONV2D_EIG_SCALE", "WW_FFT_GRID", "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims",
-           "ww_skip_reason", "ww_esd_matrices", "ww_truncated_smooth", "ww_remove_top", "ww_svd_count",
-           "ww_layer_eigenvalues", "ww_permuted_eigenvalues", "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
+__all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "WW_CONV2D_EIG_SCALE",
+           "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims", "ww_skip_reason", "ww_esd_matrices",
+           "ww_truncated_smooth", "ww_remove_top", "ww_svd_count", "ww_layer_eigenvalues", "ww_permuted_eigenvalues",
+           "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
 
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
 WW_EVALS_THRESH = 1e-5
-#: The FFT grid of WeightWatcher 0.7.7's ``conv2d_fft``; the FFT view itself lives in the public
-#: :mod:`wbfe.linalg.conv_fft` (the engine scores it for ``--conv fft``), named here as before.
-WW_FFT_GRID = FFT_GRID
-ww_conv2d_fft_eigenvalues = conv2d_fft_eigenvalues
-
 #: Factor WeightWatcher 0.7.7 applies to every pooled Conv2d eigenvalue (conv2d_norm with count 1).
 WW_CONV2D_EIG_SCALE = 0.5
 
