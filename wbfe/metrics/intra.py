@@ -6,25 +6,13 @@ The definition (alignment, the ``sparsify`` mask, the singular values analysed) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Optional
 
 import numpy as np
 
-from wbfe.linalg.arrays import to_numpy
 from wbfe.metrics._group import Spectrum
 
-__all__ = ["IntraPair", "align_pair", "aligned_shapes", "intra_mask", "intra_matrix", "intra_spectrum", "intra_pairs"]
-
-
-@dataclass(frozen=True)
-class IntraPair:
-    """One product of consecutive layers: ``name`` is ``"<first> X <second>"``."""
-
-    name: str
-    first: str
-    second: str
-    spectrum: Spectrum
+__all__ = ["align_pair", "aligned_shapes", "intra_mask", "intra_matrix", "intra_spectrum"]
 
 
 def align_pair(w0: np.ndarray, w1: np.ndarray) -> Optional[tuple[np.ndarray, np.ndarray]]:
@@ -76,24 +64,3 @@ def intra_spectrum(x: np.ndarray, n_comp: int) -> Spectrum:
     """The spectrum WeightWatcher analyses for X: its largest ``n_comp`` singular values."""
     sv = np.sort(np.linalg.svd(x, compute_uv=False))[-n_comp:]
     return Spectrum(eigs=sv, rows=int(x.shape[0]), cols=int(x.shape[1]))
-
-
-def intra_pairs(weights: Iterable[tuple[str, Any]], *, sparsify: bool = True, seed: int = 0) -> list[IntraPair]:
-    """The products of consecutive 2-D weights of ``(name, tensor or array)`` in order (masks seeded by ``seed``);
-    pairs that share no side are left out, as WeightWatcher skips them.
-    """
-    pairs: list[IntraPair] = []
-    rng = np.random.RandomState(seed) if sparsify else None
-    previous: Optional[tuple[str, np.ndarray]] = None
-    for name, tensor in weights:
-        w = to_numpy(tensor).astype(np.float64)
-        if w.ndim != 2:
-            previous = None
-            continue
-        if previous is not None:
-            x = intra_matrix(previous[1], w, rng=rng)
-            if x is not None:
-                pairs.append(IntraPair(f"{previous[0]} X {name}", previous[0], name,
-                                       intra_spectrum(x, min(w.shape))))
-        previous = (name, w)
-    return pairs

@@ -159,9 +159,7 @@ class _MPResidual:
             xs = self.xde[lo:hi]
             d = (b - xs) * (xs - a)  # > 0: a < xs < b
             value, scale = _fast_from_sums(
-                self.Q / (2 * np.pi * sigma * sigma),
-                self.y2,
-                float(np.dot(d, self.h[lo:hi])),
+                self.Q / (2 * np.pi * sigma * sigma), self.y2, float(np.dot(d, self.h[lo:hi])),
                 float(np.dot(np.sqrt(d), self.g[lo:hi])),
             )
         if not math.isfinite(value):

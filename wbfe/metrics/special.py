@@ -285,18 +285,8 @@ def arg_hyperu_neg(a: float, b: float, y: ArrayLike) -> ArrayLike:
 # Fallback paths (θ0, bump width; inf = a ray at angle θ0) for rows where the default path's
 # trapezoidal sum has not converged; the order puts the cheapest, most often right, first.
 _CUT_FALLBACKS = (
-    (0.2, 0.4),
-    (0.4, math.inf),
-    (0.1, 0.2),
-    (0.5, 0.3),
-    (1.0, 0.3),
-    (1.0, 1.0),
-    (0.2, math.inf),
-    (0.1, math.inf),
-    (0.3, 0.8),
-    (0.7, math.inf),
-    (0.5, 0.1),
-    (1.4, 0.3),
+    (0.2, 0.4), (0.4, math.inf), (0.1, 0.2), (0.5, 0.3), (1.0, 0.3), (1.0, 1.0), (0.2, math.inf), (0.1, math.inf),
+    (0.3, 0.8), (0.7, math.inf), (0.5, 0.1), (1.4, 0.3),
 )
 _CUT_MAX_LOST = math.log(1e3)
 
