@@ -247,13 +247,17 @@ def _config_value(config: dict[str, Any], key: str) -> Any:
     return text.get(key) if isinstance(text, dict) else None
 
 
+def _terminal_rows(layers: Sequence[dict[str, Any]], exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
+    return terminal_matrices(((layer["name"], layer["shape"], layer.get("role", ""), layer.get("layout", OUT_IN))
+                              for layer in layers), exclude)
+
+
 def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> HeadChoice:
     found = [layer["name"] for layer in layers if layer.get("role") not in ("embedding", "router")
              and out_in(layer["shape"], layer.get("layout", OUT_IN))[0] == rows]
     # A matrix whose output another reads only has the head's size by chance (GPT-2's MLP is 4 x 768 wide,
     # Falcon's 4 x hidden: a vocabulary that size in a tiny model).
-    terminal = set(terminal_matrices(((layer["name"], layer["shape"], layer.get("role", ""),
-                                       layer.get("layout", OUT_IN)) for layer in layers), exclude=()))
+    terminal = set(_terminal_rows(layers, exclude=()))
     found = [name for name in found if name in terminal]
     if not found:
         return HeadChoice(None, None)
@@ -265,8 +269,7 @@ def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> H
 
 def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Optional[HeadChoice]:
     names = [layer["name"] for layer in layers]
-    terminal = set(terminal_matrices((layer["name"], layer["shape"], layer.get("role", ""), layer.get("layout", OUT_IN))
-                                     for layer in layers))
+    terminal = set(_terminal_rows(layers))
     ties = {s["name"]: m.group("name") for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
     # A named head whose output another matrix reads is not the model's output layer.
     candidates = [n for n in names if n in terminal] + [t for t in ties if ties[t] in names]
@@ -279,8 +282,7 @@ def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]
 
 
 def _by_structure(layers: Sequence[dict[str, Any]]) -> HeadChoice:
-    terminal = terminal_matrices((layer["name"], layer["shape"], layer.get("role", ""), layer.get("layout", OUT_IN))
-                                 for layer in layers)
+    terminal = _terminal_rows(layers)
     if not terminal:
         return HeadChoice(None, None, "no head found by config, name or structure; pass --head NAME")
     note = None

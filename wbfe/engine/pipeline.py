@@ -117,9 +117,6 @@ class Pipeline:
     def _budget(self) -> int:
         return max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
 
-    def _note(self, entry: TensorEntry) -> None:
-        self._largest = max(self._largest, self._loaded(entry))
-
     def may_read_ahead(self, entry: TensorEntry, held: Optional[tuple[TensorEntry, Planned]]) -> bool:
         """Large enough to gain, and small enough that the jobs on the workers, the tensor about to
         be scored with its float64 work, and this one stay within the budget."""
@@ -139,7 +136,7 @@ class Pipeline:
         for entry, plan in planned:
             reading = None
             if isinstance(plan, MatrixPlan):
-                self._note(entry)
+                self._largest = max(self._largest, self._loaded(entry))
                 if self.may_read_ahead(entry, held[:2] if held is not None else None):
                     _import_for_load(entry)
                     reading = Reading(self._reader.submit(entry.load))
