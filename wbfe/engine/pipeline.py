@@ -117,6 +117,9 @@ class Pipeline:
     def _budget(self) -> int:
         return max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
 
+    def _note(self, entry: TensorEntry) -> None:
+        self._largest = max(self._largest, self._loaded(entry))
+
     def may_read_ahead(self, entry: TensorEntry, held: Optional[tuple[TensorEntry, Planned]]) -> bool:
         """Large enough to gain, and small enough that the jobs on the workers, the tensor about to
         be scored with its float64 work, and this one stay within the budget."""
@@ -136,7 +139,7 @@ class Pipeline:
         for entry, plan in planned:
             reading = None
             if isinstance(plan, MatrixPlan):
-                self._largest = max(self._largest, self._loaded(entry))
+                self._note(entry)
                 if self.may_read_ahead(entry, held[:2] if held is not None else None):
                     _import_for_load(entry)
                     reading = Reading(self._reader.submit(entry.load))
