@@ -1,8 +1,6 @@
-"""The scoring engine: the one path from an open checkpoint to its scores, which every feature
-(score, compare, the adapter merge, report, watch, the Ray tasks) uses (docs/architecture.md).
-
-The engine imports no feature built on it (enforced by the import contract in pyproject.toml).
-"""
+"""The scoring engine: the one path from an open checkpoint to its scores, which every feature (score, compare, the
+adapter merge, report, watch, the Ray tasks) uses (docs/architecture.md). The engine imports no feature built on it
+(enforced by the import contract in pyproject.toml)."""
 
 from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_intra, score_source
 from wbfe.engine.context import Context

@@ -19,12 +19,9 @@ __all__ = ["matrix_change", "row_scaled_change", "top_singular", "subspace_overl
 
 
 def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(U_k, s_k, V_k)``: the k largest singular values of a float64 matrix, descending, and
-    their left and right singular vectors (columns); k is cut to the number of nonzero ones.
-
-    From the top-k eigenvectors of the smaller Gram matrix (a product and a partial eigen-solve,
-    cheaper than a dense SVD), the other side as M·v / s.
-    """
+    """``(U_k, s_k, V_k)``: the k largest singular values of a float64 matrix, descending, and their left and right
+    singular vectors (columns); k is cut to the number of nonzero ones. From the top-k eigenvectors of the smaller Gram
+    matrix (a product and a partial eigen-solve, cheaper than a dense SVD), the other side as M·v / s."""
     from scipy.linalg import eigh
 
     rows, cols = matrix.shape
@@ -43,9 +40,8 @@ def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
 
 
 def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
-    """‖aᵀb‖_F² / k for two matrices of k orthonormal columns each (the first k of either, when
-    one has more): the mean squared cosine of the principal angles between their spans (1
-    identical, 0 orthogonal)."""
+    """‖aᵀb‖_F² / k for two matrices of k orthonormal columns each (the first k of either, when one has more): the mean
+    squared cosine of the principal angles between their spans (1 identical, 0 orthogonal)."""
     k = min(a.shape[1], b.shape[1])
     return float(np.sum((a[:, :k].T @ b[:, :k]) ** 2) / k) if k else math.nan
 

@@ -1,7 +1,6 @@
-"""One checkpoint scored in this process, from an open source to its :class:`ModelScore`: the
-engine's whole path, which the local executor runs and the other features call; and the parts of
-it that answer one question about a checkpoint: one matrix's spectrum, some matrices' eigenvalues,
-the products of consecutive layers alone (:func:`score_intra`)."""
+"""One checkpoint scored in this process, from an open source to its :class:`ModelScore`: the engine's whole path, which
+the local executor runs and the other features call; and the parts of it that answer one question about a checkpoint:
+one matrix's spectrum, some matrices' eigenvalues, the products of consecutive layers alone (:func:`score_intra`)."""
 
 from __future__ import annotations
 
@@ -43,11 +42,10 @@ def provenance_of(source_provenance: dict[str, Any], context: Context) -> dict[s
 def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progress] = None) -> ModelScore:
     """Score every matrix of an open :class:`~wbfe.sources.TensorSource` in this process.
 
-    ``progress`` is called with (0, None, :data:`DESCRIBING`) where a ``config.json`` describes the
-    checkpoint, with (0, total, "") before the first matrix, then with (done, total, name) as each
-    matrix's spectrum (or skip) is finished. The total counts every matrix where the source reads
-    headers only, else is None. Raises NoUsableMatrixError when every weight matrix was skipped.
-    """
+    ``progress`` is called with (0, None, :data:`DESCRIBING`) where a ``config.json`` describes the checkpoint, with (0,
+    total, "") before the first matrix, then with (done, total, name) as each matrix's spectrum (or skip) is finished.
+    The total counts every matrix where the source reads headers only, else is None. Raises NoUsableMatrixError when
+    every weight matrix was skipped."""
     context = Context.of(options)
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []

@@ -1,8 +1,7 @@
 """Fused mixture-of-experts tensors: one 3-D tensor ``[E, ·, ·]`` holds a layer's E expert matrices.
 
-Each is read as ``<tensor>[e]``, oriented ``[out, in]`` by the config's hidden size or the model's
-convention, a fused ``gate_up`` split into ``.gate`` and ``.up`` (docs/checkpoints.md describes the rules).
-"""
+Each is read as ``<tensor>[e]``, oriented ``[out, in]`` by the config's hidden size or the model's convention, a fused
+``gate_up`` split into ``.gate`` and ``.up`` (docs/checkpoints.md describes the rules)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Which analysed matrix is the model's head (its classifier or LM head), and how that was found.
 
-The steps (option, framework, config, name, structure; the first that answers wins and is recorded as
-``head_source``) and the shape rule behind "structure" are described in docs/checkpoints.md (The head).
-"""
+The steps (option, framework, config, name, structure; the first that answers wins and is recorded as ``head_source``)
+and the shape rule behind "structure" are described in docs/checkpoints.md (The head)."""
 
 from __future__ import annotations
 
@@ -65,9 +64,8 @@ def head_rank(name: str) -> Optional[int]:
 def find_head(names: Sequence[str], override: Optional[str] = None) -> Optional[str]:
     """Name of the classifier / LM-head matrix among analysed ``names``, by name alone (:data:`HEAD_NAMES`).
 
-    ``override`` (a tensor name, or a module name without ``.weight``) wins, InvalidOptionError if it names
-    no analysed matrix; among several of the best rank, the last in natural order; None if none match.
-    """
+    ``override`` (a tensor name, or a module name without ``.weight``) wins, InvalidOptionError if it names no analysed
+    matrix; among several of the best rank, the last in natural order; None if none match."""
     if override is not None:
         return _override(names, override)
     ranked = [(rank, name) for name in names if (rank := head_rank(name)) is not None]
@@ -97,9 +95,8 @@ def _layout(layer: dict[str, Any], description: Optional[FrameworkDescription]) 
 def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
     """Names, in the given order, of the matrices whose output no other matrix reads (docs/checkpoints.md).
 
-    ``matrices``: ``(name, shape, role)`` or ``(name, shape, role, layout)`` (``out_in`` by default).
-    Matrices of the ``exclude`` roles are never heads (embeddings, attention projections and routers).
-    """
+    ``matrices``: ``(name, shape, role)`` or ``(name, shape, role, layout)`` (``out_in`` by default). Matrices of the
+    ``exclude`` roles are never heads (embeddings, attention projections and routers)."""
     listed = [(item[0], tuple(item[1]), item[2], item[3] if len(item) > 3 else OUT_IN)
               for item in matrices if len(item[1]) >= 2]
     # Who reads each width: a checkpoint is feed-forward, so a square matrix is no reader of its own
@@ -130,13 +127,11 @@ def choose_head(
     hint: Optional[str] = None, config: Optional[dict[str, Any]] = None,
     description: Optional[FrameworkDescription] = None,
 ) -> HeadChoice:
-    """The head among the analysed ``layers`` (rows with ``name``, ``shape``, ``role``, in the checkpoint's
-    order), using the ``skipped`` rows to see ties (docs/checkpoints.md, The head).
-
-    ``hint`` is the head a reader names without a full description (ONNX's graph output); the
-    ``description``'s head wins over every rule, and its layouts say each matrix's output dimension.
-    Raises InvalidOptionError when ``override`` (the user's ``--head``) names no analysed matrix.
-    """
+    """The head among the analysed ``layers`` (rows with ``name``, ``shape``, ``role``, in the checkpoint's order),
+    using the ``skipped`` rows to see ties (docs/checkpoints.md, The head). ``hint`` is the head a reader names without
+    a full description (ONNX's graph output); the ``description``'s head wins over every rule, and its layouts say each
+    matrix's output dimension. Raises InvalidOptionError when ``override`` (the user's ``--head``) names no analysed
+    matrix."""
     names = [layer["name"] for layer in layers]
     if override is not None:
         return HeadChoice(_override(names, override), "option")

@@ -1,10 +1,9 @@
 """Tensor -> weight matrices: which tensors are analysed, in what role and convention, and why not.
 
-Decisions here use only a tensor's name, shape, dtype and layout (read from the checkpoint header
-and the checkpoint's own description), so tensors that will be skipped are never read. A matrix is
-oriented out x in whatever its stored layout: an ``in_out`` weight (GPT-2's Conv1D) is analysed as
-its transpose, so ``rows`` is its output dimension and ``form`` (``primal`` when out <= in) is true.
-"""
+Decisions here use only a tensor's name, shape, dtype and layout (read from the checkpoint header and the checkpoint's
+own description), so tensors that will be skipped are never read. A matrix is oriented out x in whatever its stored
+layout: an ``in_out`` weight (GPT-2's Conv1D) is analysed as its transpose, so ``rows`` is its output dimension and
+``form`` (``primal`` when out <= in) is true."""
 
 from __future__ import annotations
 
@@ -106,9 +105,8 @@ def plan_matrix(
 ) -> Union[MatrixPlan, Skip]:
     """Decide, from metadata alone, whether and how a tensor becomes matrices.
 
-    An ``in_out`` tensor [in, out, k...] is planned as [out, in, k...]. Fewer eigenvalues than
-    ``min_eigs`` (never fewer than :data:`MIN_BFE_EIGS`) skip the tensor.
-    """
+    An ``in_out`` tensor [in, out, k...] is planned as [out, in, k...]. Fewer eigenvalues than ``min_eigs`` (never fewer
+    than :data:`MIN_BFE_EIGS`) skip the tensor."""
     from wbfe.options import check_conv
 
     check_conv(conv)

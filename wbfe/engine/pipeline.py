@@ -45,9 +45,8 @@ Planned = Union[Skip, MatrixPlan]
 
 
 def worker_count(device: "Device") -> int:
-    """How many matrices to score side by side: the BLAS threads the environment allows
-    (``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process may run on);
-    1 on a GPU."""
+    """How many matrices to score side by side: the BLAS threads the environment allows (``OPENBLAS_NUM_THREADS``, else
+    ``OMP_NUM_THREADS``, else the CPUs this process may run on); 1 on a GPU."""
     if device.type != "cpu":
         return 1
     return blas_threads()
@@ -76,10 +75,9 @@ class Reading:
 class Pipeline:
     """One scoring run's threads and memory budget, as a context manager.
 
-    Entries go through :meth:`read_ahead`, then :meth:`put` (a skip) or :meth:`compute` (a job that
-    returns its spectrum); :meth:`finished` yields ``(entry, plan, outcome)`` in stream order. For
-    other jobs (compare's), ``loaded_bytes(entry)`` and ``job_bytes(plan)`` size what they hold.
-    """
+    Entries go through :meth:`read_ahead`, then :meth:`put` (a skip) or :meth:`compute` (a job that returns its
+    spectrum); :meth:`finished` yields ``(entry, plan, outcome)`` in stream order. For other jobs (compare's),
+    ``loaded_bytes(entry)`` and ``job_bytes(plan)`` size what they hold."""
 
     def __init__(self, device: "Device", workers: Optional[int] = None, *,
                  loaded_bytes: Optional[Callable[[TensorEntry], int]] = None,

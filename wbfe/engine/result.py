@@ -97,9 +97,8 @@ def no_usable_matrix(source: str, skipped: list[dict[str, Any]]) -> NoUsableMatr
 def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[dict[str, Any]], groups: tuple[Any, ...],
            *, head: Optional[str] = None, head_hint: Optional[str] = None,
            config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> ModelScore:
-    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`, with its summary: rows in
-    the model's own order where the ``description`` gives one, else in stored order.
-    Raises NoUsableMatrixError when every tensor was skipped.
+    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`, with its summary: rows in the model's own order
+    where the ``description`` gives one, else in stored order. Raises NoUsableMatrixError when every tensor was skipped.
     """
     if not layers:
         raise no_usable_matrix(model["source"], skipped)

@@ -1,8 +1,7 @@
-"""The engine's loop: planned entries are read (ahead, within the memory budget), checked for
-ties, turned into matrices and handed to the pipeline's workers; finished spectra become rows,
-recorded in stream order. A local score and each Ray part run this one loop, so their rows agree
-exactly. With ``options.intra`` the products of consecutive matrices (:mod:`wbfe.engine.products`)
-are scored in the same loop, each right after its second matrix."""
+"""The engine's loop: planned entries are read (ahead, within the memory budget), checked for ties, turned into matrices
+and handed to the pipeline's workers; finished spectra become rows, recorded in stream order. A local score and each Ray
+part run this one loop, so their rows agree exactly. With ``options.intra`` the products of consecutive matrices
+(:mod:`wbfe.engine.products`) are scored in the same loop, each right after its second matrix."""
 
 from __future__ import annotations
 
@@ -31,12 +30,11 @@ class Ties(Protocol):
 
 def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: Ties, record: Record,
         done: Optional[Done] = None, chain: Optional[IntraChain] = None) -> None:
-    """Score every planned entry (the stream, or a part of it) on an entered ``pipeline``, calling
-    ``record(entry, skip_or_row)`` in stream order as rows are made, and ``done(entry)`` per matrix as
-    soon as its spectrum is finished (rows may be held back to fit equal-shaped spectra together).
-    ``ties`` finds byte-identical earlier tensors; ``chain`` (with ``options.intra``) is
-    :meth:`IntraChain.in_order` when the stream is planned up front, else the stream's order.
-    """
+    """Score every planned entry (the stream, or a part of it) on an entered ``pipeline``, calling ``record(entry,
+    skip_or_row)`` in stream order as rows are made, and ``done(entry)`` per matrix as soon as its spectrum is finished
+    (rows may be held back to fit equal-shaped spectra together). ``ties`` finds byte-identical earlier tensors;
+    ``chain`` (with ``options.intra``) is :meth:`IntraChain.in_order` when the stream is planned up front, else the
+    stream's order."""
     storage: dict[Any, str] = {}
     rows = RowMaker(context, record)
     if chain is None and context.options.intra:

@@ -1,10 +1,7 @@
-"""Tied weights: a tensor whose bytes equal an earlier one's (tied weights saved twice, or shared
-storage lost in a format conversion) is scored once.
-
-A hash of a strided sample finds the candidates (hashing every byte costs more than the Gram
-products); a candidate is confirmed by comparing all bytes with the earlier tensor, read again.
-Where a source cannot read a tensor again, every byte is hashed.
-"""
+"""Tied weights: a tensor whose bytes equal an earlier one's (tied weights saved twice, or shared storage lost in a
+format conversion) is scored once. A hash of a strided sample finds the candidates (hashing every byte costs more than
+the Gram products); a candidate is confirmed by comparing all bytes with the earlier tensor, read again. Where a source
+cannot read a tensor again, every byte is hashed."""
 
 from __future__ import annotations
 

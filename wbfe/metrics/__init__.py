@@ -1,13 +1,11 @@
 """Metric groups: pure functions of a spectrum, looked up by stable name.
 
-``bfe``  — BFE-W, primal or dual, at lambda* or a given lambda (docs/math.md §2).
-``htsr`` — the HT-SR baselines popularised by WeightWatcher (docs/math.md §4).
-``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h against h* (docs/math.md §3); opt-in.
-``rand`` — randomised control (a seeded shuffle of each matrix); opt-in.
-``vectors`` — eigenvector localisation in the bulk and tail (WeightWatcher's ``vectors=True``); opt-in.
-``fingers`` — the diagnostics of ``fix_fingers`` / ``fit`` (num_fingers, raw_alpha, Lambda); opt-in.
-``detx`` — the det X = 1 tail and its gap to the power-law tail (WeightWatcher's ``detX``/``ERG``); opt-in.
-"""
+``bfe`` — BFE-W, primal or dual, at lambda* or a given lambda (docs/math.md §2). ``htsr`` — the HT-SR baselines
+popularised by WeightWatcher (docs/math.md §4). ``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h
+against h* (docs/math.md §3); opt-in. ``rand`` — randomised control (a seeded shuffle of each matrix); opt-in.
+``vectors`` — eigenvector localisation in the bulk and tail (WeightWatcher's ``vectors=True``); opt-in. ``fingers`` —
+the diagnostics of ``fix_fingers`` / ``fit`` (num_fingers, raw_alpha, Lambda); opt-in. ``detx`` — the det X = 1 tail and
+its gap to the power-law tail (WeightWatcher's ``detX``/``ERG``); opt-in."""
 
 from __future__ import annotations
 
@@ -49,8 +47,7 @@ def get_group(name: str) -> MetricGroup:
 def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ...]:
     """Parse ``"bfe,htsr"`` (or an iterable of names, or None for the default) into groups.
 
-    Raises UnknownNameError for a name not registered, InvalidOptionError for an empty list.
-    """
+    Raises UnknownNameError for a name not registered, InvalidOptionError for an empty list."""
     if metrics is None:
         names: list[str] = list(DEFAULT_GROUPS)
     elif isinstance(metrics, str):

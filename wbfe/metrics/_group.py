@@ -1,9 +1,8 @@
 """The contract between a spectrum and the metric groups computed on it.
 
-A metric group is a pure function of one :class:`Spectrum` (plus :class:`MetricOptions`) returning
-a :class:`GroupResult`: a flat dict of column values and, for any column that could not be
-computed, a reason. Groups never see tensors, files or devices.
-"""
+A metric group is a pure function of one :class:`Spectrum` (plus :class:`MetricOptions`) returning a
+:class:`GroupResult`: a flat dict of column values and, for any column that could not be computed, a reason. Groups
+never see tensors, files or devices."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """BFE-W: the Bayesian free energy of a weight matrix (docs/math.md §2).
 
-F* is computed as ½·log(2πe) + ½·(log mean(e) − mean(log e)), with no cancellation. The primal
-(out <= in) and dual (out > in) forms are the same expression on the smaller Gram matrix.
-"""
+F* is computed as ½·log(2πe) + ½·(log mean(e) − mean(log e)), with no cancellation. The primal (out <= in) and dual (out
+> in) forms are the same expression on the smaller Gram matrix."""
 
 from __future__ import annotations
 

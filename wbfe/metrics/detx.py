@@ -1,9 +1,8 @@
 """The det X = 1 condition (``--metrics detx``): WeightWatcher 0.7.7's ``detX=True`` / ``ERG=True``.
 
-The columns are defined in docs/metrics.md (group ``detx``). The product is tested as a sum of
-logarithms from the top: one pass instead of WeightWatcher's quadratic rescan (the same tail except
-where a product is within rounding of exactly 1), and finite where WeightWatcher's product overflows.
-"""
+The columns are defined in docs/metrics.md (group ``detx``). The product is tested as a sum of logarithms from the top:
+one pass instead of WeightWatcher's quadratic rescan (the same tail except where a product is within rounding of exactly
+1), and finite where WeightWatcher's product overflows."""
 
 from __future__ import annotations
 
@@ -17,9 +16,8 @@ COLUMNS = ("detX_num", "detX_val", "detX_val_unrescaled", "num_ERG_spikes", "ERG
 
 
 def detx_tail(eigs: np.ndarray) -> tuple[int, int, np.ndarray]:
-    """``(detX_num, idx, e·n/Σe)`` of ascending, non-negative eigenvalues (at least one positive): the tail
-    size, the index of its first eigenvalue, and the eigenvalues rescaled to mean 1.
-    """
+    """``(detX_num, idx, e·n/Σe)`` of ascending, non-negative eigenvalues (at least one positive): the tail size, the
+    index of its first eigenvalue, and the eigenvalues rescaled to mean 1."""
     e = np.asarray(eigs, dtype=np.float64)
     n = e.size
     scaled = e * (n / float(np.sum(e)))

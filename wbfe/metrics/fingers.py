@@ -52,9 +52,8 @@ _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
 class TailFit:
     """The tail fit behind the ``alpha`` columns under ``fix_fingers`` / ``fit``.
 
-    ``lam`` is Λ of a truncated fit (sigma then NaN); ``num_fingers`` and ``raw_alpha`` (α before
-    clipping) are for ``clip_xmax`` only.
-    """
+    ``lam`` is Λ of a truncated fit (sigma then NaN); ``num_fingers`` and ``raw_alpha`` (α before clipping) are for
+    ``clip_xmax`` only."""
 
     alpha: float
     sigma: float

@@ -1,8 +1,7 @@
 """The high-temperature Marchenko–Pastur (HTMP) law, its fit, F∞ and h against h* (docs/math.md §3).
 
-The formulas, the fit and the group's columns, diagnosis and NaN reasons are described in docs/math.md §3;
-every Tricomi U comes from :mod:`wbfe.metrics.special`.
-"""
+The formulas, the fit and the group's columns, diagnosis and NaN reasons are described in docs/math.md §3; every Tricomi
+U comes from :mod:`wbfe.metrics.special`."""
 
 from __future__ import annotations
 
@@ -171,9 +170,8 @@ def sample(n: int, kappa: float, gamma: float, beta: float, tau: float = 0.0, se
 class HTMPFit:
     """Maximum-likelihood HTMP fit of one spectrum (τ fixed, κ and β fitted).
 
-    ``at_bound``: κ ended at an end of KAPPA_RANGE (κ = 300 means Marchenko–Pastur-like); ``message``
-    says why the fit did not converge, or is ``""``.
-    """
+    ``at_bound``: κ ended at an end of KAPPA_RANGE (κ = 300 means Marchenko–Pastur-like); ``message`` says why the fit
+    did not converge, or is ``""``."""
 
     kappa: float
     beta: float
@@ -200,11 +198,9 @@ def _default_tau(e: np.ndarray) -> float:
 
 
 class _ProfileModel:
-    """log ρ_κ(y) for one κ as a function of t = log y (cheap to re-scale by β), and its CDF.
-
-    Only log|U| is interpolated (quintic spline on the knots, one U each: the cost of the fit); the
-    rest of log ρ_y = (δ − 1)t − e^t − log Γ(1+a) − log Γ(c) − 2 log|U| is exact.
-    """
+    """log ρ_κ(y) for one κ as a function of t = log y (cheap to re-scale by β), and its CDF. Only log|U| is
+    interpolated (quintic spline on the knots, one U each: the cost of the fit); the rest of log ρ_y = (δ − 1)t − e^t −
+    log Γ(1+a) − log Γ(c) − 2 log|U| is exact."""
 
     def __init__(self, kappa: float, gamma: float, log_y_lo: float, log_y_hi: float) -> None:
         a, b, c = _params(kappa, gamma)
@@ -262,14 +258,11 @@ class _ProfileModel:
 def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, step: float,
               xtol: float, max_evals: int = 60, grid: Optional[float] = None,
               sd_fraction: Optional[float] = None) -> tuple[float, bool]:
-    """The point of [lo, hi] where a smooth unimodal f is largest, to about ``xtol``: ``(x, converged)``.
-
-    Successive parabolic interpolation from ``start ± step`` (a profile likelihood is nearly quadratic
-    near its maximum: fewer evaluations than Brent's bounded method). With ``grid``, f is evaluated only
-    at multiples of it, so the searches of a batch meet at the same points. With ``sd_fraction`` (f a
-    log-likelihood), the tolerance is at least that fraction of the statistical error read off the
-    parabola: a flat profile is not searched to a precision it lacks.
-    """
+    """The point of [lo, hi] where a smooth unimodal f is largest, to about ``xtol``: ``(x, converged)``. Successive
+    parabolic interpolation from ``start ± step`` (a profile likelihood is nearly quadratic near its maximum: fewer
+    evaluations than Brent's bounded method). With ``grid``, f is evaluated only at multiples of it, so the searches of
+    a batch meet at the same points. With ``sd_fraction`` (f a log-likelihood), the tolerance is at least that fraction
+    of the statistical error read off the parabola: a flat profile is not searched to a precision it lacks."""
     seen: dict[float, float] = {}
 
     def at(x: float) -> bool:
@@ -363,10 +356,8 @@ def _jensen_gap(log_k: float, gamma: float) -> float:
 
 
 def _log_kappa_start(gap: float, gamma: float) -> float:
-    """log κ whose law has the data's E[log x] − log E[x] (β-free; clipped to KAPPA_RANGE).
-
-    This gap, rather than var/mean², leaves the heavy tail less sway: a start closer to the maximum.
-    """
+    """log κ whose law has the data's E[log x] − log E[x] (β-free; clipped to KAPPA_RANGE). This gap, rather than
+    var/mean², leaves the heavy tail less sway: a start closer to the maximum."""
     lo_k, hi_k = (math.log(k) for k in KAPPA_RANGE)
     if gap <= _jensen_gap(lo_k, gamma):
         return lo_k
@@ -405,11 +396,9 @@ class _Models:
 def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPFit:
     """Maximum-likelihood fit of the HTMP law to positive eigenvalues (zeros removed by the caller), τ fixed.
 
-    τ None is one spacing below min(eigs), floored at 0. κ is searched in log space to a quarter of its
-    statistical error, on a lattice that the fits of a batch (:func:`fit_many`) share. Raises
-    InvalidOptionError for γ outside (0, 1), fewer than 2 eigenvalues, a non-positive or non-finite
-    eigenvalue, τ >= min(eigs), or a constant spectrum.
-    """
+    τ None is one spacing below min(eigs), floored at 0. κ is searched in log space to a quarter of its statistical
+    error, on a lattice that the fits of a batch (:func:`fit_many`) share. Raises InvalidOptionError for γ outside (0,
+    1), fewer than 2 eigenvalues, a non-positive or non-finite eigenvalue, τ >= min(eigs), or a constant spectrum."""
     if not 0.0 < gamma < 1.0:
         raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
     prepared = _prepare(eigs, gamma, tau)
@@ -421,10 +410,9 @@ def fit_many(
 ) -> list[Union[HTMPFit, InvalidOptionError]]:
     """:func:`fit` of many spectra of one γ (an MoE layer's experts), sharing the U grids.
 
-    One U grid per κ of the lattice, spanning every spectrum's β window, serves the whole batch; each
-    result equals ``fit(spectra[i], gamma, tau=tau)`` to well under the κ tolerance, or is the
-    InvalidOptionError that :func:`fit` raises for it. Raises InvalidOptionError for γ outside (0, 1).
-    """
+    One U grid per κ of the lattice, spanning every spectrum's β window, serves the whole batch; each result equals
+    ``fit(spectra[i], gamma, tau=tau)`` to well under the κ tolerance, or is the InvalidOptionError that :func:`fit`
+    raises for it. Raises InvalidOptionError for γ outside (0, 1)."""
     if not 0.0 < gamma < 1.0:
         raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
     prepared: list[Union[_Prepared, InvalidOptionError]] = []

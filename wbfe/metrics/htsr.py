@@ -61,9 +61,8 @@ def matrix_rank(eigs: np.ndarray, P: int) -> int:
 def matrix_entropy(eigs: np.ndarray, P: int, *, epsilon: float = 0.0) -> tuple[float, Optional[str]]:
     """Normalised spectral entropy −Σ pᵢ ln pᵢ / ln(rank), pᵢ = eᵢ/Σe, as ``(entropy, None)`` or ``(nan, reason)``.
 
-    P is the larger side (for the rank tolerance); ``epsilon`` (WeightWatcher's regulariser) is added to
-    every pᵢ and to the rank.
-    """
+    P is the larger side (for the rank tolerance); ``epsilon`` (WeightWatcher's regulariser) is added to every pᵢ and to
+    the rank."""
     e = np.asarray(eigs, dtype=np.float64)
     total = float(np.sum(e))
     rank = matrix_rank(e, P)

@@ -1,8 +1,7 @@
 """Products of consecutive layers (WeightWatcher 0.7.7's ``intra=True``), scored with the metric groups.
 
-The definition (alignment, the ``sparsify`` mask, the singular values analysed) is in docs/metrics.md
-(Products of consecutive layers); the engine's chain is :mod:`wbfe.engine.products`.
-"""
+The definition (alignment, the ``sparsify`` mask, the singular values analysed) is in docs/metrics.md (Products of
+consecutive layers); the engine's chain is :mod:`wbfe.engine.products`."""
 
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ __all__ = ["align_pair", "aligned_shapes", "intra_mask", "intra_matrix", "intra_
 
 
 def align_pair(w0: np.ndarray, w1: np.ndarray) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """WeightWatcher's ``align_mats``: (W₀, W₁) oriented so that W₀·W₁ is defined (the shared side is the
-    largest side length that occurs twice among the four), or None.
-    """
+    """WeightWatcher's ``align_mats``: (W₀, W₁) oriented so that W₀·W₁ is defined (the shared side is the largest side
+    length that occurs twice among the four), or None."""
     flips = aligned_shapes(w0.shape, w1.shape)
     if flips is None:
         return None
@@ -46,8 +44,7 @@ def intra_matrix(w0: np.ndarray, w1: np.ndarray, *, rng: Optional[np.random.Rand
                  mask: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
     """X = W₀·W₁/(‖W₀‖·‖W₁‖) after :func:`align_pair`, in float64; None when they do not chain.
 
-    With ``rng`` (WeightWatcher's ``sparsify``), or ``mask`` drawn already, X = W₀·S·W₁/(‖W₀‖·‖W₁‖ + √‖S‖).
-    """
+    With ``rng`` (WeightWatcher's ``sparsify``), or ``mask`` drawn already, X = W₀·S·W₁/(‖W₀‖·‖W₁‖ + √‖S‖)."""
     aligned = align_pair(np.asarray(w0, dtype=np.float64), np.asarray(w1, dtype=np.float64))
     if aligned is None:
         return None

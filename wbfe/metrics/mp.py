@@ -1,8 +1,7 @@
 """WeightWatcher 0.7.7's Marchenko–Pastur bulk fit, reproduced bit for bit (docs/math.md §4).
 
-The residual has a fast form (a few dot products over the law's support) with a bound on its rounding;
-every decision too close for that bound is taken on WeightWatcher's own residual.
-"""
+The residual has a fast form (a few dot products over the law's support) with a bound on its rounding; every decision
+too close for that bound is taken on WeightWatcher's own residual."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ _NM_MAXFUN = 200  # fmin's default maxiter = maxfun = 200 · (one variable)
 class MPFit:
     """WeightWatcher's Marchenko–Pastur fit of a spectrum (docs/math.md §4); ``reason`` says why it failed.
 
-    ``sigma_mp`` is σ of the spectrum rescaled to mean 1; ``bulk_max`` and ``bulk_min`` are in the units
-    of the input eigenvalues.
-    """
+    ``sigma_mp`` is σ of the spectrum rescaled to mean 1; ``bulk_max`` and ``bulk_min`` are in the units of the input
+    eigenvalues."""
 
     sigma_mp: float
     bulk_max: float
@@ -88,13 +86,11 @@ def _bounds_from_sums(c, y2, sy_all, count, d1, d2, dy, s1_hi, s2_hi, b, a):  # 
 
 
 class _MPResidual:
-    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law.
-
-    :meth:`exact` is WeightWatcher's residual operation for operation (so Nelder–Mead and ``brute`` pick
-    its σ). :meth:`fast` expands it as Σy² + Σ law² − 2 Σ law·y over the law's support, and returns
-    ``(value, scale)`` with ``|fast − exact| <= _FAST_REL_ERR · scale``: the fits fall back to
-    :meth:`exact` wherever a comparison of two residuals is closer than that.
-    """
+    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law. :meth:`exact` is
+    WeightWatcher's residual operation for operation (so Nelder–Mead and ``brute`` pick its σ). :meth:`fast` expands it
+    as Σy² + Σ law² − 2 Σ law·y over the law's support, and returns ``(value, scale)`` with ``|fast − exact| <=
+    _FAST_REL_ERR · scale``: the fits fall back to :meth:`exact` wherever a comparison of two residuals is closer than
+    that."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
         xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
@@ -207,12 +203,9 @@ class _MPResidual:
         return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2, t1, t2)
 
     def _lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins.
-
-        By Cauchy–Schwarz Σ law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least
-        Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ law² = c²·Σ(−1 + (a+b)/x − ab/x²) and
-        Σ y² over the support come from prefix sums over the sorted KDE grid.
-        """
+        """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins. By Cauchy–Schwarz Σ
+        law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ
+        law² = c²·Σ(−1 + (a+b)/x − ab/x²) and Σ y² over the support come from prefix sums over the sorted KDE grid."""
         if not hasattr(self, "_prefix"):
             x = self.xde
             with np.errstate(divide="ignore"):
@@ -245,11 +238,9 @@ def _grid_argmin(residual: _MPResidual, sigmas: np.ndarray) -> int:
 
 
 def _nelder_mead_1d(func: Callable[[float], tuple[float, float]], x0: float, rel_err: float) -> float:
-    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats.
-
-    ``func`` returns ``(value, scale)``: when ``rel_err`` > 0 a comparison of values closer than
-    ``rel_err``·scale raises :class:`_NearTie` (the values are approximations).
-    """
+    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats. ``func`` returns ``(value,
+    scale)``: when ``rel_err`` > 0 a comparison of values closer than ``rel_err``·scale raises :class:`_NearTie` (the
+    values are approximations)."""
     steps = _nelder_mead_steps(x0, rel_err)
     x = next(steps)
     try:
@@ -264,10 +255,8 @@ _Steps = Generator[float, tuple[float, float], float]
 
 def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
     """:func:`_nelder_mead_1d` as a coroutine (yields points, is sent their values; :func:`mp_fit_many` runs many).
-
-    scipy's ``_minimize_neldermead`` with fmin's defaults (initial step 5 %, xatol = fatol = 1e-4, 200
-    iterations and evaluations; sorting keeps the older vertex first on ties), in one dimension.
-    """
+    scipy's ``_minimize_neldermead`` with fmin's defaults (initial step 5 %, xatol = fatol = 1e-4, 200 iterations and
+    evaluations; sorting keeps the older vertex first on ties), in one dimension."""
     xatol = fatol = 1e-4
 
     def less(p: tuple[float, float], q: tuple[float, float], or_equal: bool = False) -> bool:
@@ -345,10 +334,9 @@ def _polish(residual: _MPResidual, start: float) -> float:
 def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWatcher names
     """Marchenko–Pastur bulk fit exactly as WeightWatcher 0.7.7's ``mp_fit`` (docs/math.md §4).
 
-    ``eigs`` keeps its zeros, as WeightWatcher does. N, M are WeightWatcher's sides of one matrix (for
-    some Conv2d layers it reports N < M: :func:`wbfe.metrics.ww_compat.ww_conv2d_dims`). NaN + reason
-    for an empty or all-zero spectrum.
-    """
+    ``eigs`` keeps its zeros, as WeightWatcher does. N, M are WeightWatcher's sides of one matrix (for some Conv2d
+    layers it reports N < M: :func:`wbfe.metrics.ww_compat.ww_conv2d_dims`). NaN + reason for an empty or all-zero
+    spectrum."""
     e = np.asarray(eigs, dtype=np.float64)
     nan = math.nan
     if e.size == 0 or not float(np.sum(e)) > 0.0:
@@ -387,11 +375,9 @@ _CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized)
 def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  # noqa: N803
     """:func:`mp_fit` of many spectra of one matrix shape, equal to it field for field, vectorised.
 
-    The KDEs and σ grids run on the whole stack and the Nelder–Mead polishes in lockstep; every decision
-    too close for the fast residuals' bound, and any spectrum off the common path, is taken by
-    :func:`mp_fit` on that spectrum alone. Spectra of different lengths, or fewer than _BATCH_MIN, are
-    fitted one by one.
-    """
+    The KDEs and σ grids run on the whole stack and the Nelder–Mead polishes in lockstep; every decision too close for
+    the fast residuals' bound, and any spectrum off the common path, is taken by :func:`mp_fit` on that spectrum alone.
+    Spectra of different lengths, or fewer than _BATCH_MIN, are fitted one by one."""
     arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
     if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
         return [mp_fit(e, N, M) for e in arrays]

@@ -51,8 +51,7 @@ _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
 class PowerLawFit:
     """Result of a continuous power-law fit: NaN numbers and a ``reason`` on failure.
 
-    ``n_candidates`` counts the eligible xmin; ``method`` is ``"csn"``, ``"ww"``, ``"ww-small-n"`` or ``"range"``.
-    """
+    ``n_candidates`` counts the eligible xmin; ``method`` is ``"csn"``, ``"ww"``, ``"ww-small-n"`` or ``"range"``."""
 
     alpha: float
     sigma: float
@@ -74,9 +73,8 @@ class PowerLawFit:
 class TruncatedPowerLawFit:
     """Result of a truncated power-law MLE on x ≥ xmin; ``reason`` says why it failed.
 
-    α is any real (α < 1 is normalisable because Λ > 0); Λ is exactly 0 when no truncation raises the
-    likelihood (the maximum is then the plain power law).
-    """
+    α is any real (α < 1 is normalisable because Λ > 0); Λ is exactly 0 when no truncation raises the likelihood (the
+    maximum is then the plain power law)."""
 
     alpha: float
     lam: float
@@ -140,13 +138,11 @@ def _pl_input(values: np.ndarray, *, min_tail: int, ww_compatible: bool) -> "np.
 
 
 def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail: int = 10) -> PowerLawFit:
-    """The power-law fit with ``xmin`` among the sample's values in [lo, hi) (either order), as the
-    ``powerlaw`` package's ``Fit(data, xmin=(lo, hi))`` restricts it.
-
-    The candidates are the distinct values in the range less the largest of them (the package drops
-    it, meant as the sample's maximum, also from a range); the first minimum of the KS distance among
-    those with α > 1 and a tail of at least ``min_tail`` (1 accepts any) wins; NaN + reason when none does.
-    """
+    """The power-law fit with ``xmin`` among the sample's values in [lo, hi) (either order), as the ``powerlaw``
+    package's ``Fit(data, xmin=(lo, hi))`` restricts it. The candidates are the distinct values in the range less the
+    largest of them (the package drops it, meant as the sample's maximum, also from a range); the first minimum of the
+    KS distance among those with α > 1 and a tail of at least ``min_tail`` (1 accepts any) wins; NaN + reason when none
+    does."""
     method = "range"
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if x.size and (not np.all(np.isfinite(x)) or x[0] <= 0.0):
@@ -186,11 +182,9 @@ def _tail_alphas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ks_rows(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Optional[np.ndarray] = None) -> np.ndarray:
-    """KS distances of the candidates ``rows`` (ascending), each against its own tail (vectorised).
-
-    With ``cols`` (ascending indices into ``x``), only those tail points count: a lower bound of
-    the distance made of the very same numbers, so it never exceeds it, not even by rounding.
-    """
+    """KS distances of the candidates ``rows`` (ascending), each against its own tail (vectorised). With ``cols``
+    (ascending indices into ``x``), only those tail points count: a lower bound of the distance made of the very same
+    numbers, so it never exceeds it, not even by rounding."""
     start = int(rows[0])
     cols = np.arange(start, x.size) if cols is None else cols[cols >= start]
     k = cols[None, :] - rows[:, None]  # rank within each tail
@@ -210,10 +204,9 @@ def _ks_blocks(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Option
 
 
 def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    """KS distances of the eligible candidates; +inf for the others, and for those whose lower bound
-    (the max over every ``_KS_STRIDE``-th point) shows they cannot be the first minimum. The distances
-    computed are exact, so the argmin and its distance are those of the full scan.
-    """
+    """KS distances of the eligible candidates; +inf for the others, and for those whose lower bound (the max over every
+    ``_KS_STRIDE``-th point) shows they cannot be the first minimum. The distances computed are exact, so the argmin and
+    its distance are those of the full scan."""
     ks = np.full(x.size - 1, np.inf)
     idx = np.flatnonzero(eligible)
     if idx.size <= _KS_EXACT_BELOW:
@@ -370,9 +363,8 @@ def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, f
 def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
     """log Z, Z = ∫_xmin^∞ x^(−α)·exp(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin), for any real α, Λ > 0, xmin > 0.
 
-    By quadrature in u = log(x/xmin), where the integrand is log-concave (:func:`_tpl_quadrature`).
-    Raises ValueError when ``lam`` or ``xmin`` is not positive.
-    """
+    By quadrature in u = log(x/xmin), where the integrand is log-concave (:func:`_tpl_quadrature`). Raises ValueError
+    when ``lam`` or ``xmin`` is not positive."""
     if not (lam > 0.0 and xmin > 0.0):
         raise ValueError(f"need lam > 0 and xmin > 0, not lam={lam!r}, xmin={xmin!r}")
     c = lam * xmin
@@ -397,11 +389,10 @@ def _sum_in_order(values: list[float]) -> float:
 
 
 def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _Eval:
-    """Mean negative log-likelihood of the TPL on y ≥ 1 at (``alpha``, ``lam``) with its gradient
-    and Hessian in (α, Λ), on data with means ``mean_u`` of log y and ``mean_y`` of y.
-
-    An exponential family in (−α, −Λ) with statistics (log y, y): the gradient is the data's mean
-    statistics minus the model's, the Hessian the model's covariance of (log y, y)."""
+    """Mean negative log-likelihood of the TPL on y ≥ 1 at (``alpha``, ``lam``) with its gradient and Hessian in (α, Λ),
+    on data with means ``mean_u`` of log y and ``mean_y`` of y. An exponential family in (−α, −Λ) with statistics (log
+    y, y): the gradient is the data's mean statistics minus the model's, the Hessian the model's covariance of (log y,
+    y)."""
     u, w, h_peak = _tpl_quadrature(alpha, lam)
 
     def total(a: np.ndarray) -> float:  # (panels, nodes) -> sum of the row sums in row order
@@ -474,11 +465,9 @@ def _max_step(x1: float, step1: float, log_lam: bool) -> float:
 def _damped_newton(
     objective: Callable[[float, float], _Eval], x0: float, x1: float, log_lam: bool
 ) -> tuple[float, float, float, bool]:
-    """Minimise ``objective(α, Λ)`` by Newton steps with backtracking, over (α, Λ) or (α, log Λ).
-
-    Where the Hessian is not positive definite its diagonal is raised (Levenberg–Marquardt);
-    :func:`_max_step` bounds the step length (to stay in the domain). Returns (x0, x1, value, converged).
-    """
+    """Minimise ``objective(α, Λ)`` by Newton steps with backtracking, over (α, Λ) or (α, log Λ). Where the Hessian is
+    not positive definite its diagonal is raised (Levenberg–Marquardt); :func:`_max_step` bounds the step length (to
+    stay in the domain). Returns (x0, x1, value, converged)."""
 
     def evaluate(x0: float, x1: float) -> _Eval:
         if not log_lam:
@@ -514,11 +503,9 @@ def fit_truncated_power_law(
 ) -> TruncatedPowerLawFit:
     """Maximum-likelihood (α, Λ) of p(x) ∝ x^(−α)·exp(−Λx) on the values x ≥ xmin (default the smallest).
 
-    NaN + reason when the tail is too small or degenerate. The NLL is convex in (α, Λ), so Newton
-    there converges from anywhere, except that an optimum at very small Λ sits where the curvature in Λ
-    blows up (Var y ~ Λ^(α−3)) and the steps stall against Λ = 0; from where they stall, Newton in
-    (α, log Λ), where the NLL is smooth, finishes.
-    """
+    NaN + reason when the tail is too small or degenerate. The NLL is convex in (α, Λ), so Newton there converges from
+    anywhere, except that an optimum at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and the
+    steps stall against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes."""
     x = np.asarray(values, dtype=np.float64).ravel()
     x = x[np.isfinite(x) & (x > 0.0)]
     if x.size == 0:

@@ -1,10 +1,9 @@
 """The randomised control (``--metrics rand``): each matrix against a seeded element-wise shuffle.
 
-The shuffle keeps W's entries and destroys their correlations, so its spectrum is a Marchenko–Pastur
-bulk except for "correlation traps" (single large weights). Columns: docs/metrics.md, formulas:
-docs/math.md §4. The permutation is seeded from ``MetricOptions.seed`` and the tensor's name, so a
-matrix gets the same control whatever order or thread it is scored in.
-"""
+The shuffle keeps W's entries and destroys their correlations, so its spectrum is a Marchenko–Pastur bulk except for
+"correlation traps" (single large weights). Columns: docs/metrics.md, formulas: docs/math.md §4. The permutation is
+seeded from ``MetricOptions.seed`` and the tensor's name, so a matrix gets the same control whatever order or thread it
+is scored in."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ TW_MARGIN = 4.0
 class ShuffledSpectrum:
     """Eigenvalues of the shuffled matrices (pooled, ascending), their trap count and bulk edge.
 
-    ``eigs`` and ``bulk_max`` are in units scaled by exp(−log_scale), as ``Spectrum.eigs`` is for a
-    matrix whose Gram matrix would leave float64's range; ``log_scale`` = 0 otherwise.
-    """
+    ``eigs`` and ``bulk_max`` are in units scaled by exp(−log_scale), as ``Spectrum.eigs`` is for a matrix whose Gram
+    matrix would leave float64's range; ``log_scale`` = 0 otherwise."""
 
     eigs: np.ndarray
     traps: int
@@ -50,9 +48,8 @@ def _rng(seed: int, name: str, index: int) -> np.random.Generator:
 def shuffle_matrix(matrix: Any, rng: np.random.Generator) -> Any:
     """A copy of ``matrix`` (numpy or torch, returned as the same kind) with its entries permuted uniformly.
 
-    The bits are shuffled as unsigned integers of the element's width: a bfloat16 matrix is permuted
-    exactly, in its own dtype, with one copy and no index array.
-    """
+    The bits are shuffled as unsigned integers of the element's width: a bfloat16 matrix is permuted exactly, in its own
+    dtype, with one copy and no index array."""
     copy = matrix.detach().to("cpu", copy=True).contiguous() if is_torch(matrix) else np.array(matrix, order="C")
     flat = flat_bytes(copy)  # the copy's own memory: it is contiguous and on the host
     width = flat.size // max(1, math.prod(copy.shape))
@@ -74,9 +71,8 @@ def tracy_widom_scale(sigma2: float, rows: int, cols: int) -> float:
 def count_traps(eigs: np.ndarray, rows: int, cols: int, mean: float, sigma2: float) -> tuple[int, float]:
     """``(traps, λ₊)`` of one shuffled matrix: eigenvalues above the edge plus the margin, less the mean's outlier.
 
-    The mean μ of the entries is a rank-one term θ·uvᵀ with θ = |μ|·√(rows·cols); with s² = θ²/(σ²P)
-    it leaves the bulk when s² > √γ, at σ²P·(1 + s²)(γ + s²)/s² (Benaych-Georges & Nadakuditi 2012).
-    """
+    The mean μ of the entries is a rank-one term θ·uvᵀ with θ = |μ|·√(rows·cols); with s² = θ²/(σ²P) it leaves the bulk
+    when s² > √γ, at σ²P·(1 + s²)(γ + s²)/s² (Benaych-Georges & Nadakuditi 2012)."""
     edge = mp_edge(sigma2, rows, cols)
     threshold = edge + TW_MARGIN * tracy_widom_scale(sigma2, rows, cols)
     above = int(np.count_nonzero(eigs > threshold))
@@ -91,9 +87,8 @@ def count_traps(eigs: np.ndarray, rows: int, cols: int, mean: float, sigma2: flo
 
 
 def shuffled_spectrum(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> ShuffledSpectrum:
-    """The ``from_matrices`` hook: each matrix shuffled (seeded by ``options.seed`` and ``name``) and its
-    spectrum taken by the pipeline's own eigen-solve (DegenerateMatrixError as the matrix itself).
-    """
+    """The ``from_matrices`` hook: each matrix shuffled (seeded by ``options.seed`` and ``name``) and its spectrum taken
+    by the pipeline's own eigen-solve (DegenerateMatrixError as the matrix itself)."""
     from wbfe.linalg.spectra import spectrum
 
     parts, traps, edge, log_scale = [], 0, 0.0, 0.0

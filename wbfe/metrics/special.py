@@ -1,13 +1,11 @@
 """Log-space Tricomi U(a, b, z) on [0, ∞) and on the branch cut (−∞, 0] (docs/math.md §3).
 
-``scipy.special.hyperu`` is wrong or NaN on much of the range the HTMP law needs, so everything here
-comes from one Kummer-transformed integral, U(a, b, z) = z^(−a)/Γ(c)·∫₀^∞ e^(−u) u^(c−1) (1 + u/z)^(−a) du
-with c = a − b + 1 > 0, summed by the trapezoidal rule in a sinh-stretched copy of s = log u. On the cut
-z = −y − i0 the path is bent below the singularity u = y: a ray through the complex saddle inside the
-HTMP bulk, a Gaussian bump in θ around y outside it. Each value on the cut checks itself (the sum at
-twice the step, the cancellation, a sum on shifted nodes where the phase jumps); rows that fail get a
-finer step or other paths, and NaN only if nothing converges to 1e-4.
-"""
+``scipy.special.hyperu`` is wrong or NaN on much of the range the HTMP law needs, so everything here comes from one
+Kummer-transformed integral, U(a, b, z) = z^(−a)/Γ(c)·∫₀^∞ e^(−u) u^(c−1) (1 + u/z)^(−a) du with c = a − b + 1 > 0,
+summed by the trapezoidal rule in a sinh-stretched copy of s = log u. On the cut z = −y − i0 the path is bent below the
+singularity u = y: a ray through the complex saddle inside the HTMP bulk, a Gaussian bump in θ around y outside it. Each
+value on the cut checks itself (the sum at twice the step, the cancellation, a sum on shifted nodes where the phase
+jumps); rows that fail get a finer step or other paths, and NaN only if nothing converges to 1e-4."""
 
 from __future__ import annotations
 
@@ -50,14 +48,12 @@ def _log_sinh_trapezoid(
     s_lo: np.ndarray, s_hi: np.ndarray, dtype: type, ref: Optional[np.ndarray] = None, spread: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """log ∫ exp(f(s)) ds for one integrand ``f(s, rows)`` per row, by the trapezoidal rule in v, s = s_c + W·sinh v.
-
-    Steps are at most ``step`` inside [s_c − W, s_c + W]; the sum runs over [s_lo, s_hi]. The phase is taken
-    relative to the node nearest ``ref`` (the node of largest modulus when None); ``spread`` bounds a chunk's
-    padding (:func:`_chunks`). Returns ``(fine, coarse, lost, shifted)``: the sum at the step and at twice
-    it (their difference estimates the error), log(Σ|terms| / |Σ terms|) (digits lost to cancellation), and
-    where the phase moves by more than 1 rad between significant nodes the sum on nodes shifted by a third
-    of a step (NaN elsewhere): unresolved oscillation can alias alike at h and 2h, never at 0 and h/3.
-    """
+    Steps are at most ``step`` inside [s_c − W, s_c + W]; the sum runs over [s_lo, s_hi]. The phase is taken relative to
+    the node nearest ``ref`` (the node of largest modulus when None); ``spread`` bounds a chunk's padding
+    (:func:`_chunks`). Returns ``(fine, coarse, lost, shifted)``: the sum at the step and at twice it (their difference
+    estimates the error), log(Σ|terms| / |Σ terms|) (digits lost to cancellation), and where the phase moves by more
+    than 1 rad between significant nodes the sum on nodes shifted by a third of a step (NaN elsewhere): unresolved
+    oscillation can alias alike at h and 2h, never at 0 and h/3."""
     v_lo = np.arcsinh((s_lo - s_c) / width)
     v_hi = np.arcsinh((s_hi - s_c) / width)
     # An s-step of at most `step` anywhere in [s_c - W, s_c + W] (cosh v <= sqrt 2 there).
@@ -225,11 +221,10 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
 def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> ComplexLike:
     """log U(a, b, −y − i0) on the branch cut (a > 0, b < 1, y >= 0), with an argument continuous in y.
 
-    The imaginary part is arg U from below the cut, continued from 0 at y = 0: it runs from 0 to πa, which
-    the HTMP CDF F = arg U / (πa) needs. From above the cut the value is the complex conjugate. A path is
-    accepted once halving its step changes log U by less than sqrt(rtol)·max(1, |log U|) (the finer sum's
-    error is about the square of that); values for which no path gets below 1e-4 are NaN.
-    """
+    The imaginary part is arg U from below the cut, continued from 0 at y = 0: it runs from 0 to πa, which the HTMP CDF
+    F = arg U / (πa) needs. From above the cut the value is the complex conjugate. A path is accepted once halving its
+    step changes log U by less than sqrt(rtol)·max(1, |log U|) (the finer sum's error is about the square of that);
+    values for which no path gets below 1e-4 are NaN."""
     return _log_hyperu_neg(a, b, y, rtol, modulus_only=False)
 
 
@@ -344,12 +339,10 @@ def _centred_map(
     a: float, c: float, ly: np.ndarray, near_y: np.ndarray, near_y_step: np.ndarray, peak: np.ndarray,
     peak_half: np.ndarray, peak_step: np.ndarray, act_lo: np.ndarray, act_hi: np.ndarray, step: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row, the cheaper of two sinh maps for :func:`_cut_integral`, as (act_lo, act_hi, step).
-
-    Either the uniform region [act_lo, act_hi] at ``step``, or one centred on log y (half-width ``near_y``,
-    step ``near_y_step``) whose steps grow away from y and are still ``peak_step`` across the peak's region
-    (peak ± peak_half): the fine step near y is then not spent over a wide peak (small c).
-    """
+    """Per row, the cheaper of two sinh maps for :func:`_cut_integral`, as (act_lo, act_hi, step). Either the uniform
+    region [act_lo, act_hi] at ``step``, or one centred on log y (half-width ``near_y``, step ``near_y_step``) whose
+    steps grow away from y and are still ``peak_step`` across the peak's region (peak ± peak_half): the fine step near y
+    is then not spent over a wide peak (small c)."""
     reach = np.abs(peak - ly) + peak_half
     centred_step = np.minimum(near_y_step, near_y * math.sqrt(2.0) * peak_step / np.hypot(reach, near_y))
     top = math.log(c + a + 60.0 * math.sqrt(c) + 60.0)

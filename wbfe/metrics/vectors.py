@@ -66,8 +66,7 @@ def participation_ratios(moduli: np.ndarray) -> np.ndarray:
 def discrete_entropies(moduli: np.ndarray, *, bins: int = WW_BINS, epsilon: float = WW_EPSILON) -> np.ndarray:
     """WeightWatcher's ``discrete_entropy`` of each column v of ``moduli`` = |V| (docs/metrics.md).
 
-    ``np.histogram`` per column: its bin assignment (edge corrections included) is what the value depends on.
-    """
+    ``np.histogram`` per column: its bin assignment (edge corrections included) is what the value depends on."""
     out = np.empty(moduli.shape[1])
     for j in range(moduli.shape[1]):
         v = moduli[:, j] - np.mean(moduli[:, j])

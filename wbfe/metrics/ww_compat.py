@@ -48,10 +48,9 @@ def ww_linear_matrix(w: np.ndarray) -> np.ndarray:
 
 
 def ww_conv2d_matrices(w: np.ndarray, *, pool: bool = True) -> list[np.ndarray]:
-    """The float64 matrices (rows >= cols, kh·kw of them) whose squared singular values, pooled, are
-    WeightWatcher 0.7.7's eigenvalues for a PyTorch Conv2d weight (out, in, kh, kw), scaled as it does
-    (√(1/2), or √(kh·kw/2) each with ``pool=False``). Raises ValueError for a weight that is not 4-D.
-    """
+    """The float64 matrices (rows >= cols, kh·kw of them) whose squared singular values, pooled, are WeightWatcher
+    0.7.7's eigenvalues for a PyTorch Conv2d weight (out, in, kh, kw), scaled as it does (√(1/2), or √(kh·kw/2) each
+    with ``pool=False``). Raises ValueError for a weight that is not 4-D."""
     w32 = _conv_weight32(w)
     out_ch, in_ch, kh, kw = w32.shape
     slices: list[np.ndarray] = []
@@ -67,9 +66,8 @@ def ww_conv2d_matrices(w: np.ndarray, *, pool: bool = True) -> list[np.ndarray]:
 def ww_conv2d_dims(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
     """WeightWatcher 0.7.7's reported (N, M, rf) for a PyTorch Conv2d weight of shape (out, in, kh, kw).
 
-    N < M happens (docs/spectral-metrics.md) and changes WW's MP fit: pass these N, M to
-    :func:`wbfe.metrics.mp.mp_fit` to reproduce it.
-    """
+    N < M happens (docs/spectral-metrics.md) and changes WW's MP fit: pass these N, M to :func:`wbfe.metrics.mp.mp_fit`
+    to reproduce it."""
     out_ch, in_ch, kh, kw = (int(v) for v in shape)
     rf = kh * kw
     if out_ch + in_ch < kh + kw or out_ch >= in_ch:
@@ -125,10 +123,9 @@ def _pooled(mats: list[np.ndarray]) -> np.ndarray:
 
 
 def ww_truncated_smooth(w: np.ndarray, k: int) -> np.ndarray:
-    """``RMT_Util._smooth_W_accurate(w, k)``: scikit-learn's ``TruncatedSVD(k, n_iter=7, random_state=42)``
-    projection of ``w`` on its k leading right singular vectors, step by step, in ``w``'s own precision.
-    ValueError for k > the smaller side (scikit-learn refuses it, and so WeightWatcher fails).
-    """
+    """``RMT_Util._smooth_W_accurate(w, k)``: scikit-learn's ``TruncatedSVD(k, n_iter=7, random_state=42)`` projection
+    of ``w`` on its k leading right singular vectors, step by step, in ``w``'s own precision. ValueError for k > the
+    smaller side (scikit-learn refuses it, and so WeightWatcher fails)."""
     import scipy.linalg
 
     x = w.T if w.shape[0] < w.shape[1] else w
@@ -174,9 +171,8 @@ def ww_layer_eigenvalues(w32: np.ndarray) -> np.ndarray:
 
 
 def ww_permuted_eigenvalues(w32: np.ndarray, generator: np.random.RandomState) -> np.ndarray:
-    """SVDSharpness's spectrum: WW's matrices of the layer (float32 weight), each permuted (``permute_matrix``)
-    by one draw of ``generator``, which stands for NumPy's global generator.
-    """
+    """SVDSharpness's spectrum: WW's matrices of the layer (float32 weight), each permuted (``permute_matrix``) by one
+    draw of ``generator``, which stands for NumPy's global generator."""
     permuted = []
     for mat in ww_esd_matrices(w32):
         ids = generator.permutation(np.arange(mat.size))
@@ -185,10 +181,9 @@ def ww_permuted_eigenvalues(w32: np.ndarray, generator: np.random.RandomState) -
 
 
 def ww_edit_weight(w32: np.ndarray, num_smooth: int) -> np.ndarray:
-    """``apply_svd_smoothing`` of one weight: keep ``num_smooth`` > 0 components, remove −``num_smooth`` < 0,
-    per slice ``w[:, :, i, j]`` of a Conv2d with the count divided, ⌈num_smooth/rf⌉. ValueError for a
-    count larger than a matrix's smaller side (WeightWatcher fails on it too).
-    """
+    """``apply_svd_smoothing`` of one weight: keep ``num_smooth`` > 0 components, remove −``num_smooth`` < 0, per slice
+    ``w[:, :, i, j]`` of a Conv2d with the count divided, ⌈num_smooth/rf⌉. ValueError for a count larger than a matrix's
+    smaller side (WeightWatcher fails on it too)."""
     def one(mat: np.ndarray, count: int) -> np.ndarray:
         if count > 0:
             return ww_truncated_smooth(mat, count)
@@ -214,10 +209,9 @@ def ww_intra_member_shape(shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 def ww_intra_member(shape: tuple[int, ...], matrices: list[np.ndarray]) -> tuple[np.ndarray, int, float]:
-    """A Conv2d's member of WW's intra chain: (its first slice, the count a product with it second keeps,
-    the factor such a product is scaled by). The first of its ``ww_conv2d_matrices`` is unscaled back to
-    the float32 slice exactly (the scaled float64 product rounds back to it).
-    """
+    """A Conv2d's member of WW's intra chain: (its first slice, the count a product with it second keeps, the factor
+    such a product is scaled by). The first of its ``ww_conv2d_matrices`` is unscaled back to the float32 slice exactly
+    (the scaled float64 product rounds back to it)."""
     first = (np.asarray(matrices[0], dtype=np.float64) / np.sqrt(0.5)).astype(np.float32).astype(np.float64)
     _, m, rf = ww_conv2d_dims((shape[0], shape[1], shape[2], shape[3]))
     return first, m * rf, float(np.sqrt(0.5))
