@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from wbfe.engine import score_intra
+from wbfe.engine import IntraChain, score_intra
+from wbfe.engine.matrices import plan_matrix
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.metrics.intra import align_pair, intra_matrix, intra_pairs
+from wbfe.metrics.intra import align_pair, intra_matrix
 
 COLUMNS = ("alpha", "xmin", "num_pl_spikes", "log_norm", "log_spectral_norm", "stable_rank", "matrix_rank", "entropy",
            "lambda_max", "sv_min", "rank_loss", "num_spikes", "bulk_max", "mp_softrank")
@@ -32,6 +33,12 @@ def _model() -> torch.nn.Module:
         for k, layer in enumerate([m[0], m[2], m[3], m[4]]):
             layer.weight.copy_(heavy(tuple(layer.weight.shape), 3.0, k))
     return m
+
+
+def chain_products(weights: list[tuple[str, np.ndarray]]) -> list:
+    """The engine's products of consecutive matrices of ``weights``, in stream order, without masks."""
+    chain = IntraChain(0, sparsify=False)
+    return [p for name, w in weights for p in chain.follow(plan_matrix(name, w.shape, "float64"), [w])]
 
 
 @pytest.mark.parametrize("sparsify", [False, True])
@@ -61,8 +68,8 @@ def test_definition_with_numpy() -> None:
     x = intra_matrix(w0, w1)
     want = w0.T @ w1.T / (np.linalg.norm(w0) * np.linalg.norm(w1))  # shared side 80
     assert x.shape == (100, 60) and np.allclose(x, want, rtol=1e-12, atol=0)
-    pair = intra_pairs([("a", w0), ("b", w1)], sparsify=False)[0]
-    assert pair.spectrum.eigs == pytest.approx(np.sort(np.linalg.svd(want, compute_uv=False)), rel=1e-12)
+    pair = chain_products([("a", w0), ("b", w1)])[0]
+    assert pair.job().eigs == pytest.approx(np.sort(np.linalg.svd(want, compute_uv=False)), rel=1e-12)
     rng = np.random.RandomState(3)
     s = np.random.RandomState(3).randint(2, size=80 * 80).reshape(80, 80)
     masked = intra_matrix(w0, w1, rng=rng)
@@ -76,7 +83,7 @@ def test_alignment_and_chains() -> None:
     assert [m.shape for m in align_pair(a.T, b.T)] == [(5, 7), (7, 3)]
     assert align_pair(np.zeros((5, 6)), np.zeros((7, 8))) is None  # no shared side: skipped
     chain = [("a", np.ones((4, 6))), ("conv", np.ones((4, 4, 3, 3))), ("b", np.ones((6, 4))), ("c", np.ones((6, 2)))]
-    assert [p.name for p in intra_pairs(chain, sparsify=False)] == ["b X c"]  # a convolution ends the chain
+    assert [p.plan.name for p in chain_products(chain)] == ["b X c"]  # a convolution ends the chain
 
 
 def test_errors() -> None:

@@ -210,7 +210,7 @@ def test_rank_columns_against_svd() -> None:
 
 def test_conv2d_fft_equals_weightwatcher() -> None:
     ww = pytest.importorskip("weightwatcher")
-    from wbfe.metrics.ww_compat import ww_conv2d_fft_eigenvalues
+    from wbfe.linalg.conv_fft import conv2d_fft_eigenvalues as ww_conv2d_fft_eigenvalues
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3), torch.nn.Conv2d(32, 24, 3), torch.nn.Conv2d(12, 8, 5),
@@ -236,7 +236,7 @@ def test_conv2d_fft_equals_weightwatcher() -> None:
 def test_conv2d_fft_is_not_the_operator_spectrum() -> None:
     """What WW's conv2d_fft computes, written out: real part of the 32 × 32 FFT grid of each kernel,
     halved eigenvalues, the top rf·N·M — not the SVD of the frequency-domain operator."""
-    from wbfe.metrics.ww_compat import ww_conv2d_fft_eigenvalues
+    from wbfe.linalg.conv_fft import conv2d_fft_eigenvalues as ww_conv2d_fft_eigenvalues
 
     w = heavy((6, 4, 3, 3), 3.0, 8).numpy()
     e, n, m = ww_conv2d_fft_eigenvalues(w)

@@ -1,16 +1,6 @@
-"""The scoring engine: the one path from an open checkpoint to its scores, which every feature
-(score, compare, the adapter merge, report, watch, the Ray tasks) uses.
-
-- :func:`stream` plans a source's entries (dequantised, experts split, each analysed how or skipped
-  why); :func:`plan_entry` plans one; :func:`matrices_of` turns a planned tensor into matrices.
-- :func:`spectrum_of` (and the pipeline jobs) compute a spectrum with every group's hooks.
-- :class:`IntraChain` makes extra matrices from consecutive entries (``intra``: their products).
-- :func:`run` drives a stream through a :class:`~wbfe.engine.pipeline.Pipeline` into rows.
-- :func:`finish` makes a :class:`ModelScore` of the rows; :func:`score_source` is the whole path in
-  this process.
-
-The engine imports no feature built on it (enforced by the import contract in pyproject.toml).
-"""
+"""The scoring engine: the one path from an open checkpoint to its scores, which every feature (score, compare, the
+adapter merge, report, watch, the Ray tasks) uses (docs/architecture.md). The engine imports no feature built on it
+(enforced by the import contract in pyproject.toml)."""
 
 from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_intra, score_source
 from wbfe.engine.context import Context

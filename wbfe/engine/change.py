@@ -19,13 +19,9 @@ __all__ = ["matrix_change", "row_scaled_change", "top_singular", "subspace_overl
 
 
 def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(U_k, s_k, V_k)``: the k largest singular values of a float64 matrix, descending, and
-    their left and right singular vectors (columns); k is cut to the number of nonzero ones.
-
-    From the top-k eigenvectors of the smaller Gram matrix (LAPACK's subset eigen-solver), the
-    other side as M·v / s: a dense SVD of a 1,024 × 256 matrix took 0.1 s on one thread and 2-6 s
-    on two busy ones, while the Gram route is a product and a partial eigen-solve.
-    """
+    """``(U_k, s_k, V_k)``: the k largest singular values of a float64 matrix, descending, and their left and right
+    singular vectors (columns); k is cut to the number of nonzero ones. From the top-k eigenvectors of the smaller Gram
+    matrix (a product and a partial eigen-solve, cheaper than a dense SVD), the other side as M·v / s."""
     from scipy.linalg import eigh
 
     rows, cols = matrix.shape
@@ -44,9 +40,8 @@ def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
 
 
 def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
-    """‖aᵀb‖_F² / k for two matrices of k orthonormal columns each (the first k of either, when
-    one has more): the mean squared cosine of the principal angles between their spans (1
-    identical, 0 orthogonal)."""
+    """‖aᵀb‖_F² / k for two matrices of k orthonormal columns each (the first k of either, when one has more): the mean
+    squared cosine of the principal angles between their spans (1 identical, 0 orthogonal)."""
     k = min(a.shape[1], b.shape[1])
     return float(np.sum((a[:, :k].T @ b[:, :k]) ** 2) / k) if k else math.nan
 
@@ -59,17 +54,9 @@ def float64_matrix(tensor: Any, plan: MatrixPlan, *, copy: bool = False) -> np.n
 
 
 def row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """``(rel_frobenius_rowscaled, row_scale_cv)`` of two out × in float64 matrices: the change
-    that is left once each output row of ``b`` is rescaled onto ``a`` by least squares,
-
-        s_i = <a_i, b_i> / <b_i, b_i>   (s_i = 0 where b_i = 0),
-        rel_frobenius_rowscaled = ‖A − diag(s) B‖_F / ‖A‖_F,
-        row_scale_cv = std(s) / |mean(s)| over the rows where b_i ≠ 0 (population std),
-
-    what a converter that folds a per-output-channel factor into the kernel (BatchNorm's
-    γ/√(var+ε)) changes and what it does not: after folding, the raw change is the folded factor,
-    the row-scaled one the rounding. NaN for ``row_scale_cv`` where no row of ``b`` is nonzero or
-    the scales' mean is 0."""
+    """``(rel_frobenius_rowscaled, row_scale_cv)`` of two out × in float64 matrices (docs/compare.md):
+    the change left once each output row of ``b`` is rescaled onto ``a`` by least squares, and the
+    spread of those scales (NaN where no row of ``b`` is nonzero or the scales' mean is 0)."""
     bb = np.einsum("ij,ij->i", b, b)
     ab = np.einsum("ij,ij->i", a, b)
     live = bb > 0.0
@@ -85,13 +72,9 @@ def row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 def matrix_change(
     tensor_a: Any, tensor_b: Any, plan: MatrixPlan, spec_a: Any, spec_b: Any, context: Context, top_k: int,
 ) -> dict[str, Any]:
-    """How ``tensor_b`` differs from ``tensor_a`` (one planned matrix, float64 spectra ``spec_a``,
-    ``spec_b`` with every group's hooks): each group's columns on both sides, exactly as a score's
-    row has them (:func:`~wbfe.engine.rows.layer_row`: the tail fits NaN, with the reason, below
-    ``min_eigs``), and their change ``d_<col>``, the Wasserstein distance of the log spectra, the
-    Frobenius, spectral and stable rank of B − A, the change left after a per-row rescaling
-    (:func:`row_scaled_change`), and the overlap of the top-``top_k`` singular subspaces (see
-    :mod:`wbfe.comparison`); NaN columns with their reasons."""
+    """How ``tensor_b`` differs from ``tensor_a`` (one planned matrix, spectra with every group's hooks):
+    each group's columns on both sides as a score's row has them, and the comparison columns of
+    docs/compare.md; NaN columns with their reasons."""
     row: dict[str, Any] = {"n_eigs": spec_a.n_eigs, "gamma": spec_a.gamma, "form": spec_a.form}
     reasons: dict[str, str] = {}
     side_a, side_b = layer_row(plan, spec_a, context), layer_row(plan, spec_b, context)

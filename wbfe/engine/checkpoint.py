@@ -1,7 +1,6 @@
-"""One checkpoint scored in this process, from an open source to its :class:`ModelScore`: the
-engine's whole path, which the local executor runs and the other features call; and the parts of
-it that answer one question about a checkpoint: one matrix's spectrum, some matrices' eigenvalues,
-the products of consecutive layers alone (:func:`score_intra`)."""
+"""One checkpoint scored in this process, from an open source to its :class:`ModelScore`: the engine's whole path, which
+the local executor runs and the other features call; and the parts of it that answer one question about a checkpoint:
+one matrix's spectrum, some matrices' eigenvalues, the products of consecutive layers alone (:func:`score_intra`)."""
 
 from __future__ import annotations
 
@@ -43,27 +42,16 @@ def provenance_of(source_provenance: dict[str, Any], context: Context) -> dict[s
 def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progress] = None) -> ModelScore:
     """Score every matrix of an open :class:`~wbfe.sources.TensorSource` in this process.
 
-    Args:
-        source: an open source (see :func:`wbfe.sources.open_source`).
-        options: validated options.
-        progress: called once with (0, total, "") before the first matrix, then as each
-            matrix's spectrum (or skip: tied, degenerate) is finished, with (done, total, name);
-            tensors that are not matrices (biases, norms) are not counted. Where the source reads
-            headers only, the total is every matrix, fused experts split, counted before the first
-            is scored; otherwise None (the matrices are known only as the tensors are read).
-            First, where the checkpoint has a ``config.json`` to describe it, once with
-            (0, None, :data:`DESCRIBING`).
-
-    Raises:
-        NoUsableMatrixError: every weight matrix was skipped.
-    """
+    ``progress`` is called with (0, None, :data:`DESCRIBING`) where a ``config.json`` describes the checkpoint, with (0,
+    total, "") before the first matrix, then with (done, total, name) as each matrix's spectrum (or skip) is finished.
+    The total counts every matrix where the source reads headers only, else is None. Raises NoUsableMatrixError when
+    every weight matrix was skipped."""
     context = Context.of(options)
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     planned: Iterable[Planned] = stream(source, options)
     if progress is not None and source.config is not None:
-        # Building the description from config.json can take seconds (importing its framework) before
-        # the first matrix: a bar says so rather than sit at 0/? without a word.
+        # Building the description (importing its framework) can take seconds: a bar says so.
         progress(0, None, DESCRIBING)
     total: Optional[int] = None
     if source.headers_only:  # nothing is read to list them: the total is known up front
@@ -102,11 +90,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
 def layer_spectrum(
     ref: Any, layer: str, *, conv: ConvConvention = "flatten", device: str = "auto"
 ) -> tuple[MatrixPlan, Any]:
-    """The plan and :class:`~wbfe.metrics.Spectrum` of one named matrix of a checkpoint.
-
-    Args:
-        ref: any reference :func:`wbfe.score` accepts.
-        layer: the tensor name as stored (or its module name without ``.weight``).
+    """The plan and :class:`~wbfe.metrics.Spectrum` of one named matrix (or module name) of a checkpoint.
 
     Raises:
         InvalidOptionError: no such tensor (close names are suggested), or it is not a matrix.
@@ -155,11 +139,8 @@ def score_intra(
     layers: Optional[str] = None, sparsify: bool = True, seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Score the products of consecutive layers of a checkpoint alone, one row per pair
-    (WeightWatcher 0.7.7's ``intra=True``), with the metric groups that need only a spectrum.
-
-    The chain and the products are the engine's (:class:`~wbfe.engine.products.IntraChain`, as
-    ``wbfe score --intra`` makes them), their spectra computed on the engine's pipeline; only the
-    matrices that form a product are read, and the matrices' own rows are not made.
+    (WeightWatcher 0.7.7's ``intra=True``, as ``wbfe score --intra`` makes them), with the metric
+    groups that need only a spectrum; only the matrices that form a product are read.
 
     Args:
         ref: anything :func:`wbfe.sources.open_source` reads (an ``nn.Module`` included).

@@ -14,14 +14,7 @@ __all__ = ["Context"]
 
 @dataclass(frozen=True)
 class Context:
-    """A run's resolved settings, built by :meth:`of` from a validated :class:`ScoreOptions`.
-
-    Attributes:
-        options: the options as given.
-        groups: the metric groups, resolved from ``options.metrics``.
-        device: the torch device of the eigen-solves.
-        metric_options: what every metric group receives.
-    """
+    """A run's resolved settings (groups, device, metric options), built by :meth:`of` from validated options."""
 
     options: ScoreOptions
     groups: tuple[Any, ...]
@@ -32,9 +25,7 @@ class Context:
     def of(cls, options: ScoreOptions) -> "Context":
         """Resolve ``options`` (groups by name, the device)."""
         return cls(
-            options=options,
-            groups=resolve_groups(options.metrics),
-            device=resolve_device(options.device),
+            options=options, groups=resolve_groups(options.metrics), device=resolve_device(options.device),
             metric_options=MetricOptions.from_score_options(options),
         )
 

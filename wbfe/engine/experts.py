@@ -1,14 +1,7 @@
 """Fused mixture-of-experts tensors: one 3-D tensor ``[E, ·, ·]`` holds a layer's E expert matrices.
 
-A 3-D tensor under an ``experts`` module (or whose leading size is the config's expert count and
-whose other sizes include the hidden size) is read as E matrices ``<tensor>[e]``, each oriented as
-PyTorch's ``[out, in]``: by the position of the config's hidden size, or, where both sizes are equal,
-by the model's convention (gpt-oss and Llama 4 store ``[in, out]``, the rest of the Hugging Face
-MoE models ``[out, in]``). A fused ``gate_up`` matrix is split into ``<tensor>[e].gate`` and
-``<tensor>[e].up``: interleaved rows for gpt-oss, concatenated halves for the models that chunk it
-(Qwen-MoE, Llama 4, Mixtral, DeepSeek, Granite, ... in transformers 5); for an unknown model the
-expert is scored unsplit, with a note. Per-expert bias stacks ``[E, out]`` are biases.
-"""
+Each is read as ``<tensor>[e]``, oriented ``[out, in]`` by the config's hidden size or the model's convention, a fused
+``gate_up`` split into ``.gate`` and ``.up`` (docs/checkpoints.md describes the rules)."""
 
 from __future__ import annotations
 

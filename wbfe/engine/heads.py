@@ -1,28 +1,7 @@
 """Which analysed matrix is the model's head (its classifier or LM head), and how that was found.
 
-Tried in this order, the first that answers wins, and the step is recorded as ``head_source``:
-
-1. ``option``: the user's ``--head``.
-2. ``framework``: the checkpoint's own description (:class:`wbfe.framework.FrameworkDescription`):
-   the transformers or timm model built from its ``config.json`` on the meta device, a Keras file's
-   layer graph, a GGUF file's ``output.weight``; a tied head (stored once, as the embedding) is
-   that embedding, said in the note.
-3. ``config``: what the checkpoint declares, read by wbfe's rules where its framework cannot
-   describe it: a source's own hint (a format that names its head),
-   timm's ``pretrained_cfg["classifier"]``, or a Hugging Face ``config.json``, whose
-   ``architectures`` task suffix says what the head maps to: the vocabulary (``…ForCausalLM``,
-   ``…ForConditionalGeneration``, ``…ForMaskedLM``…) or ``num_labels`` classes
-   (``…ForSequenceClassification``…). ``tied`` when that head is the input embedding
-   (``tie_word_embeddings``, so no LM head of its own is stored).
-4. ``name``: module names (:data:`HEAD_NAMES`); ``tied`` when the named head is stored but skipped
-   as a copy of (sharing storage with) an earlier matrix, which then is the head.
-5. ``structure``: a matrix whose output dimension is the input dimension of no other matrix
-   (nothing reads its output), the last such in the checkpoint's order: the classifier of an MLP or
-   CNN whatever its name, or a fully convolutional net's last convolution.
-
-A matrix's output and input dimensions come from its shape and the layout its reader or the
-checkpoint's description states (``out_in`` unless said otherwise), never from its name.
-"""
+The steps (option, framework, config, name, structure; the first that answers wins and is recorded as ``head_source``)
+and the shape rule behind "structure" are described in docs/checkpoints.md (The head)."""
 
 from __future__ import annotations
 
@@ -83,16 +62,10 @@ def head_rank(name: str) -> Optional[int]:
 
 
 def find_head(names: Sequence[str], override: Optional[str] = None) -> Optional[str]:
-    """Name of the classifier / LM-head matrix among analysed ``names``, by name alone.
+    """Name of the classifier / LM-head matrix among analysed ``names``, by name alone (:data:`HEAD_NAMES`).
 
-    Rule: ``override`` if given (exact tensor name, or module name without ``.weight``); otherwise
-    the matrices whose module name, ignoring numeric indices, ends in ``lm_head``/``embed_out``, or
-    failing those in one of the classifier names of :data:`HEAD_NAMES`; among several, the last in
-    natural order (``classifier.6`` after ``classifier.0``). None if none match.
-
-    Raises:
-        InvalidOptionError: ``override`` names no analysed matrix.
-    """
+    ``override`` (a tensor name, or a module name without ``.weight``) wins, InvalidOptionError if it names no analysed
+    matrix; among several of the best rank, the last in natural order; None if none match."""
     if override is not None:
         return _override(names, override)
     ranked = [(rank, name) for name in names if (rank := head_rank(name)) is not None]
@@ -120,16 +93,10 @@ def _layout(layer: dict[str, Any], description: Optional[FrameworkDescription]) 
 
 
 def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
-    """Names, in the given order, of the matrices whose output no other matrix reads.
+    """Names, in the given order, of the matrices whose output no other matrix reads (docs/checkpoints.md).
 
-    ``matrices``: ``(name, shape, role)`` or ``(name, shape, role, layout)``; without a layout,
-    ``out_in`` ([out, in, k...]). A dense matrix's output is read by another dense matrix
-    whose input dimension it is; a convolution's output by a convolution of that many input channels,
-    or by a dense matrix after pooling. A grouped or depthwise convolution (``[C, C/g, k…]``) reads its
-    own channel count ``C``; a patch embedding reads the data. (Dense and convolution inputs are kept
-    apart: a CNN's 10 channels are no reader of its 10 classes.) Matrices of the ``exclude`` roles
-    are never heads (embeddings, attention projections and routers, by default).
-    """
+    ``matrices``: ``(name, shape, role)`` or ``(name, shape, role, layout)`` (``out_in`` by default). Matrices of the
+    ``exclude`` roles are never heads (embeddings, attention projections and routers)."""
     listed = [(item[0], tuple(item[1]), item[2], item[3] if len(item) > 3 else OUT_IN)
               for item in matrices if len(item[1]) >= 2]
     # Who reads each width: a checkpoint is feed-forward, so a square matrix is no reader of its own
@@ -156,29 +123,15 @@ def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, .
 
 
 def choose_head(
-    layers: Sequence[dict[str, Any]],
-    skipped: Sequence[dict[str, Any]] = (),
-    *,
-    override: Optional[str] = None,
-    hint: Optional[str] = None,
-    config: Optional[dict[str, Any]] = None,
+    layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]] = (), *, override: Optional[str] = None,
+    hint: Optional[str] = None, config: Optional[dict[str, Any]] = None,
     description: Optional[FrameworkDescription] = None,
 ) -> HeadChoice:
-    """The head among the analysed ``layers`` (rows with ``name``, ``shape``, ``role``, in the
-    checkpoint's order), using ``skipped`` rows to see ties; see the module docstring for the steps.
-
-    Args:
-        layers: the analysed rows.
-        skipped: the skipped rows (``name``, ``reason``).
-        override: the user's ``--head``.
-        hint: the head a reader names without a full description (ONNX's graph output).
-        config: the checkpoint's ``config.json``, for the rules.
-        description: the checkpoint's own description; its head wins over every rule, and its
-            layouts say each matrix's output dimension.
-
-    Raises:
-        InvalidOptionError: ``override`` names no analysed matrix.
-    """
+    """The head among the analysed ``layers`` (rows with ``name``, ``shape``, ``role``, in the checkpoint's order),
+    using the ``skipped`` rows to see ties (docs/checkpoints.md, The head). ``hint`` is the head a reader names without
+    a full description (ONNX's graph output); the ``description``'s head wins over every rule, and its layouts say each
+    matrix's output dimension. Raises InvalidOptionError when ``override`` (the user's ``--head``) names no analysed
+    matrix."""
     names = [layer["name"] for layer in layers]
     if override is not None:
         return HeadChoice(_override(names, override), "option")
@@ -289,13 +242,17 @@ def _config_value(config: dict[str, Any], key: str) -> Any:
     return text.get(key) if isinstance(text, dict) else None
 
 
+def _terminal_rows(layers: Sequence[dict[str, Any]], exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
+    return terminal_matrices(((layer["name"], layer["shape"], layer.get("role", ""), layer.get("layout", OUT_IN))
+                              for layer in layers), exclude)
+
+
 def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> HeadChoice:
     found = [layer["name"] for layer in layers if layer.get("role") not in ("embedding", "router")
              and out_in(layer["shape"], layer.get("layout", OUT_IN))[0] == rows]
     # A matrix whose output another reads only has the head's size by chance (GPT-2's MLP is 4 x 768 wide,
     # Falcon's 4 x hidden: a vocabulary that size in a tiny model).
-    terminal = set(terminal_matrices(((layer["name"], layer["shape"], layer.get("role", ""),
-                                       layer.get("layout", OUT_IN)) for layer in layers), exclude=()))
+    terminal = set(_terminal_rows(layers, exclude=()))
     found = [name for name in found if name in terminal]
     if not found:
         return HeadChoice(None, None)
@@ -307,8 +264,7 @@ def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> H
 
 def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Optional[HeadChoice]:
     names = [layer["name"] for layer in layers]
-    terminal = set(terminal_matrices((layer["name"], layer["shape"], layer.get("role", ""), layer.get("layout", OUT_IN))
-                                     for layer in layers))
+    terminal = set(_terminal_rows(layers))
     ties = {s["name"]: m.group("name") for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
     # A named head whose output another matrix reads is not the model's output layer.
     candidates = [n for n in names if n in terminal] + [t for t in ties if ties[t] in names]
@@ -321,8 +277,7 @@ def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]
 
 
 def _by_structure(layers: Sequence[dict[str, Any]]) -> HeadChoice:
-    terminal = terminal_matrices((layer["name"], layer["shape"], layer.get("role", ""), layer.get("layout", OUT_IN))
-                                 for layer in layers)
+    terminal = _terminal_rows(layers)
     if not terminal:
         return HeadChoice(None, None, "no head found by config, name or structure; pass --head NAME")
     note = None

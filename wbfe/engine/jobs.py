@@ -18,13 +18,8 @@ __all__ = ["spectrum_of", "spectrum_job", "planned_spectrum"]
 
 
 def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: Any, *, need_eigs: bool = True) -> Spectrum:
-    """The spectrum of a planned entry's matrices (:func:`~wbfe.engine.matrices_of`): their pooled
-    Gram eigenvalues, or for the ``fft`` convention WeightWatcher's FFT view of the kernel
-    (:mod:`wbfe.linalg.conv_fft`, always with its eigenvalues).
-
-    Raises:
-        DegenerateMatrixError: non-finite or all-zero entries.
-    """
+    """The spectrum of a planned entry's matrices: their pooled Gram eigenvalues, or for the ``fft`` convention
+    WeightWatcher's FFT view of the kernel; DegenerateMatrixError for non-finite or all-zero entries."""
     if plan is None or plan.convention != "fft":
         return spectrum(matrices, device, need_eigs=need_eigs)
 
@@ -41,9 +36,8 @@ def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: An
 
 def spectrum_of(matrices: list[Any], context: Context, name: str, *, need_eigs: Optional[bool] = None,
                 plan: Optional[MatrixPlan] = None) -> Any:
-    """The :class:`~wbfe.metrics.Spectrum` of ``matrices`` (as ``plan`` says, see
-    :func:`planned_spectrum`) with every group's hook, or the :class:`DegenerateMatrixError` that
-    says why there is none (returned, not raised)."""
+    """The :class:`~wbfe.metrics.Spectrum` of ``matrices`` (as ``plan`` says, see :func:`planned_spectrum`) with every
+    group's hook, or the :class:`DegenerateMatrixError` that says why there is none (returned, not raised)."""
     try:
         spec = planned_spectrum(matrices, plan, context.device,
                                 need_eigs=context.need_eigs if need_eigs is None else need_eigs)

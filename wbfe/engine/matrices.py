@@ -1,10 +1,9 @@
 """Tensor -> weight matrices: which tensors are analysed, in what role and convention, and why not.
 
-Decisions here use only a tensor's name, shape, dtype and layout (read from the checkpoint header
-and the checkpoint's own description), so tensors that will be skipped are never read. A matrix is
-oriented out x in whatever its stored layout: an ``in_out`` weight (GPT-2's Conv1D) is analysed as
-its transpose, so ``rows`` is its output dimension and ``form`` (``primal`` when out <= in) is true.
-"""
+Decisions here use only a tensor's name, shape, dtype and layout (read from the checkpoint header and the checkpoint's
+own description), so tensors that will be skipped are never read. A matrix is oriented out x in whatever its stored
+layout: an ``in_out`` weight (GPT-2's Conv1D) is analysed as its transpose, so ``rows`` is its output dimension and
+``form`` (``primal`` when out <= in) is true."""
 
 from __future__ import annotations
 
@@ -19,18 +18,8 @@ from wbfe.linalg.arrays import contiguous, swap_first_axes
 from wbfe.options import ConvConvention
 
 __all__ = [
-    "ConvConvention",
-    "MatrixPlan",
-    "Skip",
-    "FLOAT_DTYPES",
-    "MIN_BFE_EIGS",
-    "HEAD_NAMES",
-    "plan_matrix",
-    "role_of",
-    "component_of",
-    "COMPONENTS",
-    "as_matrices",
-    "find_head",
+    "ConvConvention", "MatrixPlan", "Skip", "FLOAT_DTYPES", "MIN_BFE_EIGS", "HEAD_NAMES", "plan_matrix", "role_of",
+    "component_of", "COMPONENTS", "as_matrices", "find_head",
 ]
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -50,22 +39,12 @@ _ROLE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 @dataclass(frozen=True)
 class MatrixPlan:
-    """A tensor that will be analysed.
+    """A tensor that will be analysed; ``role`` and ``convention`` as the rows report them (docs/metrics.md).
 
     Attributes:
-        name: tensor name as stored.
-        role: ``head`` (set later), ``attention``, ``mlp``, ``expert``, ``shared_expert``, ``router``, ``conv``,
-            ``embedding`` or ``other``.
-        shape: tensor shape as stored.
-        dtype: stored dtype name.
-        convention: ``dense`` for 2-D tensors, else the conv convention used (``flatten``/``slices``,
-            or ``fft``: WeightWatcher's FFT view of a 4-D kernel, :mod:`wbfe.linalg.conv_fft`);
-            ``intra`` for a product of consecutive matrices (:mod:`wbfe.metrics.intra`).
         rows, cols: shape of one matrix (of one slice for ``slices``; N ≥ M as WeightWatcher
-            reports them for ``fft``).
+            reports them for ``fft``); ``rows`` is the output dimension whatever the ``layout``.
         n_slices: number of matrices whose spectra are pooled.
-        layout: the stored tensor's layout (``out_in`` or ``in_out``); ``rows`` is the output
-            dimension in both.
         kept: for a view that keeps only its largest values (``fft``, ``intra``), how many; None: all.
     """
 
@@ -126,12 +105,8 @@ def plan_matrix(
 ) -> Union[MatrixPlan, Skip]:
     """Decide, from metadata alone, whether and how a tensor becomes matrices.
 
-    ``layout``: the stored tensor's (``TensorEntry.layout``); an ``in_out`` tensor [in, out, k...]
-    is planned as [out, in, k...].
-
-    ``min_eigs``: fewer eigenvalues than this (and never fewer than :data:`MIN_BFE_EIGS`) skip the
-    tensor. Scoring passes the BFE-W minimum; the tail fits apply ``--min-eigs`` to their own columns.
-    """
+    An ``in_out`` tensor [in, out, k...] is planned as [out, in, k...]. Fewer eigenvalues than ``min_eigs`` (never fewer
+    than :data:`MIN_BFE_EIGS`) skip the tensor."""
     from wbfe.options import check_conv
 
     check_conv(conv)

@@ -5,11 +5,10 @@ where that is faster, within a memory budget, and handed back in the order they 
   while this one is scored.
 - **Workers.** A matrix whose float64 copy fits in ``spectra._WORKER_BYTES`` is scored by BLAS
   (``wbfe.linalg.blas``) or torch without the GIL, so ``workers`` of them run side by side with every
-  BLAS pool held at one thread (``spectra.pin_threads``). On two cores this beat one matrix at a
-  time on two BLAS threads by 1.5x (16 Gram products + Cholesky factors of 3,072×768). Larger
-  matrices are scored one at a time on the main thread with all BLAS threads, as before.
+  BLAS pool held at one thread (``spectra.pin_threads``). Larger matrices are scored one at a time
+  on the main thread with all BLAS threads.
 - **Memory.** Tensors in flight, read or being scored, with their float64 work, stay within
-  ``2.5 ×`` the largest tensor met so far, or 64 MiB (the performance issue's bound is 3× + 500 MB).
+  ``2.5 ×`` the largest tensor met so far, or 64 MiB.
 """
 
 from __future__ import annotations
@@ -33,25 +32,21 @@ if TYPE_CHECKING:
 
 __all__ = ["Pipeline", "Reading", "worker_count"]
 
-_READ_AHEAD_ELEMENTS = 1 << 18  # smaller tensors are read in line: a thread hand-off costs ~50 µs
-# Smaller matrices (p²·P flops) are scored in line: on a worker, the hand-offs and the GIL passed
-# back and forth made CIFAR ResNet-56 (p <= 64) twice as slow.
+_READ_AHEAD_ELEMENTS = 1 << 18  # smaller tensors are read in line: a thread hand-off would cost more
+# Smaller matrices (p²·P flops) are scored in line: on a worker, the hand-offs and the GIL cost more.
 _WORKER_FLOPS = 1 << 24
-# × the largest tensor: the most tensor and float64 work bytes in flight at once. The issue's bound
-# is 3× + 500 MB; the rest is left for what scoring loads besides (scipy, per-thread malloc arenas):
-# at 3× the 108 M transformer peaked 1 MB over the bound with two workers.
+# × the largest tensor: the most tensor and float64 work bytes in flight at once, leaving room under
+# 3× + 500 MB for what scoring loads besides (scipy, per-thread malloc arenas).
 _BUDGET = 2.5
-# ... or this much, whichever is more: 3 × a small model's largest tensor (4 MiB) left no room for
-# two matrices at once, while the interpreter alone is ~500 MB.
+# ... or this much, whichever is more: a small model's largest tensor leaves no room for two at once.
 _BUDGET_FLOOR = 64 << 20
 
 Planned = Union[Skip, MatrixPlan]
 
 
 def worker_count(device: "Device") -> int:
-    """How many matrices to score side by side: the BLAS threads the environment allows
-    (``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process may run on);
-    1 on a GPU."""
+    """How many matrices to score side by side: the BLAS threads the environment allows (``OPENBLAS_NUM_THREADS``, else
+    ``OMP_NUM_THREADS``, else the CPUs this process may run on); 1 on a GPU."""
     if device.type != "cpu":
         return 1
     return blas_threads()
@@ -59,9 +54,7 @@ def worker_count(device: "Device") -> int:
 
 def _import_for_load(entry: TensorEntry) -> None:
     """Import here, before ``entry.load`` moves to the read-ahead thread, the torch it would import
-    there: a bfloat16 or float8 tensor is held by torch where it is installed. An import on one
-    thread while the others score the tensors before it (issue 45 §12: torch read half-imported)
-    is what this rules out; a reader's other packages were imported when the source was opened."""
+    there (a bfloat16 or float8 tensor is held by torch): another thread must not see torch half-imported."""
     if not torch_loaded() and not holds_without_torch(str(entry.dtype)) and torch_installed():
         import torch  # noqa: F401
 
@@ -80,17 +73,11 @@ class Reading:
 
 
 class Pipeline:
-    """One scoring run's threads and memory budget. Use as a context manager.
+    """One scoring run's threads and memory budget, as a context manager.
 
-    Feed it entries with :meth:`read_ahead`, then hand each one to :meth:`put` (a skip) or
-    :meth:`compute` (a job that returns its spectrum), and collect ``(entry, plan, outcome)`` in
-    stream order from :meth:`finished`.
-
-    For jobs other than an entry's spectrum (compare's: both sides of a pair and their change),
-    ``loaded_bytes(entry)`` says what the entry's ``load`` returns and ``job_bytes(plan)`` what its
-    job holds besides; by default the tensor and its spectrum's float64 work
-    (:func:`~wbfe.linalg.spectra.work_bytes`).
-    """
+    Entries go through :meth:`read_ahead`, then :meth:`put` (a skip) or :meth:`compute` (a job that returns its
+    spectrum); :meth:`finished` yields ``(entry, plan, outcome)`` in stream order. For other jobs (compare's),
+    ``loaded_bytes(entry)`` and ``job_bytes(plan)`` size what they hold."""
 
     def __init__(self, device: "Device", workers: Optional[int] = None, *,
                  loaded_bytes: Optional[Callable[[TensorEntry], int]] = None,
@@ -122,8 +109,6 @@ class Pipeline:
         self._unpin()
         self._stack.close()
 
-    # -- memory ------------------------------------------------------------------------------
-
     def _cost(self, entry: TensorEntry, plan: MatrixPlan) -> int:
         return self._loaded(entry) + self._work(plan)
 
@@ -142,8 +127,6 @@ class Pipeline:
         if held is not None and isinstance(held[1], MatrixPlan):
             pending = self._cost(held[0], held[1])
         return self._in_flight + pending + self._loaded(entry) <= self._budget()
-
-    # -- stages ------------------------------------------------------------------------------
 
     def read_ahead(self, planned: Iterator[tuple[TensorEntry, Planned]]) -> Iterator[tuple[TensorEntry, Planned, Optional[Reading]]]:
         """Each entry with its plan and, for a large matrix within budget, its tensor being read
@@ -201,8 +184,6 @@ class Pipeline:
                 outcome = outcome.result()
             self._done.popleft()
             yield entry, plan, outcome
-
-    # -- threads -----------------------------------------------------------------------------
 
     def _wait(self, return_when: str = "ALL_COMPLETED") -> None:
         """Until one job (or all) on the workers is done; their bytes are free again."""

@@ -32,12 +32,8 @@ def entries(source: Any) -> Iterator[tuple[TensorEntry, Optional[str]]]:
 
 
 def plan_entry(
-    entry: TensorEntry,
-    consumed: Optional[str] = None,
-    *,
-    conv: ConvConvention = "flatten",
-    min_eigs: int = MIN_BFE_EIGS,
-    pattern: Any = None,
+    entry: TensorEntry, consumed: Optional[str] = None, *, conv: ConvConvention = "flatten",
+    min_eigs: int = MIN_BFE_EIGS, pattern: Any = None,
 ) -> Union[Skip, MatrixPlan]:
     """How ``entry`` is analysed, or why it is skipped: the reader could not give it densely, it
     is not selected by ``pattern`` (``--layers``), it is consumed by another tensor (a quantised

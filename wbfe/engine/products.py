@@ -1,24 +1,9 @@
-"""Extra matrices made from consecutive entries of the stream: the products of consecutive weight
-matrices that WeightWatcher 0.7.7 analyses with ``intra=True`` (:mod:`wbfe.metrics.intra`), each
-scored as one more row (role and convention ``intra``, named ``"<first> X <second>"``), placed right
-after the row of its second matrix.
-
-The chain is the model's 2-D matrices in its own order where the checkpoint describes it (see
-:mod:`wbfe.framework`; WeightWatcher walks the modules in order), else in stream order. A tensor
-that is skipped (a bias, a norm, one not selected by ``--layers``, one too small in
-WeightWatcher-compatible mode, which WeightWatcher leaves out of its layers too) is passed over; a
-conv kernel ends the chain, as in :func:`wbfe.metrics.intra.intra_pairs`. The ``sparsify`` masks
-come from NumPy's legacy generator seeded with ``options.seed``, drawn in chain order whatever
-order the tensors are read in, so ``np.random.seed(seed)`` before WeightWatcher's ``analyze`` draws
-the same masks. A matrix is held (as float64) only until the products it is part of are made.
-
-In WeightWatcher-compatible mode a Conv2d kernel (convention ``slices``) is a member of the chain
-too, as in WeightWatcher's ``WWIntraLayerIterator``: by its first kernel position's slice
-``w[:, :, 0, 0]`` (transposed when out < in, unscaled), and a product whose second member is a
-Conv2d is scaled by √(1/2) (WeightWatcher normalises the product as a layer of the second
-member's type: its ``conv2d_norm``) and keeps that member's M·rf largest values
-(:func:`wbfe.metrics.ww_compat.ww_intra_member`).
-"""
+"""Extra matrices made from consecutive entries of the stream: the products of consecutive weight matrices that
+WeightWatcher 0.7.7 analyses with ``intra=True`` (:mod:`wbfe.metrics.intra`), each scored as one more row (role and
+convention ``intra``, named ``"<first> X <second>"``), placed right after the row of its second matrix. The chain, the
+members it passes over and the masks are described in docs/metrics.md (Products of consecutive layers). The masks are
+drawn in chain order whatever order the tensors are read in, and a matrix is held (as float64) only until the products
+it is part of are made."""
 
 from __future__ import annotations
 
@@ -122,7 +107,7 @@ class IntraChain:
 
     def _member(self, plan: MatrixPlan, matrices: list[Any]) -> _Member:
         if plan.convention == "dense":
-            w = _as_array(matrices)
+            w = to_numpy(matrices[0]).astype(np.float64)
             return _Member(w, min(w.shape), 1.0)
         from wbfe.metrics.ww_compat import ww_intra_member
 
@@ -190,10 +175,6 @@ class IntraChain:
         return [_product(previous, before, plan.name, w, mask)]
 
 
-def _as_array(matrices: list[Any]) -> np.ndarray:
-    return to_numpy(matrices[0]).astype(np.float64)
-
-
 def _product(first: str, m0: _Member, second: str, m1: _Member, mask: Optional[np.ndarray]) -> Product:
     """The product of ``m0`` and ``m1`` as a stand-in entry, its plan and its spectrum job."""
     w0, w1 = m0.matrix, m1.matrix
@@ -217,8 +198,5 @@ def _product(first: str, m0: _Member, second: str, m1: _Member, mask: Optional[n
         assert x is not None  # aligned above
         return intra_spectrum(x, n_comp)
 
-    def load() -> Any:
-        return product()
-
     plan = MatrixPlan(name, INTRA, shape, "float64", INTRA, *shape, 1, kept=n_comp)
-    return Product(TensorEntry(name, shape, "float64", load), plan, job, first, second)
+    return Product(TensorEntry(name, shape, "float64", product), plan, job, first, second)

@@ -97,13 +97,8 @@ def no_usable_matrix(source: str, skipped: list[dict[str, Any]]) -> NoUsableMatr
 def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[dict[str, Any]], groups: tuple[Any, ...],
            *, head: Optional[str] = None, head_hint: Optional[str] = None,
            config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> ModelScore:
-    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`, with its summary: rows in
-    the model's own order where the checkpoint describes itself (``description``, see
-    :mod:`wbfe.framework`), else in stored order; the head as the description, the option, the
-    config or the rules decide it.
-
-    Raises:
-        NoUsableMatrixError: every tensor was skipped.
+    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`, with its summary: rows in the model's own order
+    where the ``description`` gives one, else in stored order. Raises NoUsableMatrixError when every tensor was skipped.
     """
     if not layers:
         raise no_usable_matrix(model["source"], skipped)
@@ -116,19 +111,13 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
 
 
 def summarise(
-    layers: list[dict[str, Any]],
-    groups: tuple[Any, ...],
-    head_override: Optional[str],
-    head_hint: Optional[str] = None,
-    skipped: Optional[list[dict[str, Any]]] = None,
-    config: Optional[dict[str, Any]] = None,
-    description: Optional[FrameworkDescription] = None,
+    layers: list[dict[str, Any]], groups: tuple[Any, ...], head_override: Optional[str],
+    head_hint: Optional[str] = None, skipped: Optional[list[dict[str, Any]]] = None,
+    config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None,
 ) -> dict[str, Any]:
-    """The summary of a model's rows: its head (and how it was found; its row's role becomes
-    ``head``), each summary column's head value, mean and count, and means per role and component.
-    Rows of products of consecutive matrices (role ``intra``) are no matrices of the model: the head
-    and the model's means leave them out, ``by_role["intra"]`` has their means and ``intra`` says
-    how many were included."""
+    """The summary of a model's rows (docs/metrics.md, Summary): its head (its row's role becomes
+    ``head``), each summary column's head value, mean and count, and means per role and component;
+    the rows of products (role ``intra``) are left out of all but ``by_role["intra"]``."""
     import numpy as np
 
     products = [layer for layer in layers if layer.get("role") == INTRA]

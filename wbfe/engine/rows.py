@@ -46,30 +46,16 @@ def group_view(group: Any, spec: Any, context: Context) -> Any:
 
 
 def layer_row(
-    plan: MatrixPlan,
-    spec: Any,
-    context: Context,
-    quant: Optional[str] = None,
+    plan: MatrixPlan, spec: Any, context: Context, quant: Optional[str] = None,
     computed: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """One layer's row; ``computed`` holds group results already computed (by ``compute_many``)."""
     min_eigs = context.options.min_eigs
     row: dict[str, Any] = {
-        "name": plan.name,
-        "role": plan.role,
-        "component": component_of(plan.name),
-        "shape": list(plan.shape),
-        "dtype": plan.dtype,
-        "quant": quant,
-        "convention": plan.convention,
-        "rows": spec.rows,
-        "cols": spec.cols,
-        "n_slices": spec.n_slices,
-        "n_eigs": spec.n_eigs,
-        "gamma": spec.gamma,
-        "form": spec.form,
-        "dead_rows": spec.dead_rows,
-        "dead_cols": spec.dead_cols,
+        "name": plan.name, "role": plan.role, "component": component_of(plan.name), "shape": list(plan.shape),
+        "dtype": plan.dtype, "quant": quant, "convention": plan.convention, "rows": spec.rows, "cols": spec.cols,
+        "n_slices": spec.n_slices, "n_eigs": spec.n_eigs, "gamma": spec.gamma, "form": spec.form,
+        "dead_rows": spec.dead_rows, "dead_cols": spec.dead_cols,
     }
     reasons: dict[str, str] = {}
     if spec.dead_rows or spec.dead_cols:

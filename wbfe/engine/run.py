@@ -1,8 +1,7 @@
-"""The engine's loop: planned entries are read (ahead, within the memory budget), checked for
-ties, turned into matrices and handed to the pipeline's workers; finished spectra become rows,
-recorded in stream order. A local score and each Ray part run this one loop, so their rows agree
-exactly. With ``options.intra`` the products of consecutive matrices (:mod:`wbfe.engine.products`)
-are scored in the same loop, each right after its second matrix."""
+"""The engine's loop: planned entries are read (ahead, within the memory budget), checked for ties, turned into matrices
+and handed to the pipeline's workers; finished spectra become rows, recorded in stream order. A local score and each Ray
+part run this one loop, so their rows agree exactly. With ``options.intra`` the products of consecutive matrices
+(:mod:`wbfe.engine.products`) are scored in the same loop, each right after its second matrix."""
 
 from __future__ import annotations
 
@@ -31,21 +30,11 @@ class Ties(Protocol):
 
 def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: Ties, record: Record,
         done: Optional[Done] = None, chain: Optional[IntraChain] = None) -> None:
-    """Score every planned entry on ``pipeline``, calling ``record(entry, skip_or_row)`` in stream
-    order as rows are made, and ``done(entry)`` as soon as its spectrum is finished (rows may be
-    held back a little longer, to fit equal-shaped spectra together).
-
-    Args:
-        pipeline: an entered :class:`~wbfe.engine.pipeline.Pipeline` on ``context.device``.
-        planned: the stream (:func:`wbfe.engine.stream`), possibly a part of it.
-        context: the run's resolved settings.
-        ties: finds byte-identical earlier tensors (scored once, the copy skipped as ``tied``).
-        record: receives each entry's row or skip.
-        done: progress, per matrix (not per bias or norm).
-        chain: with ``options.intra``, the chain of matrices whose products are scored too
-            (:meth:`IntraChain.in_order` when the stream is planned up front; by default the
-            stream's order).
-    """
+    """Score every planned entry (the stream, or a part of it) on an entered ``pipeline``, calling ``record(entry,
+    skip_or_row)`` in stream order as rows are made, and ``done(entry)`` per matrix as soon as its spectrum is finished
+    (rows may be held back to fit equal-shaped spectra together). ``ties`` finds byte-identical earlier tensors;
+    ``chain`` (with ``options.intra``) is :meth:`IntraChain.in_order` when the stream is planned up front, else the
+    stream's order."""
     storage: dict[Any, str] = {}
     rows = RowMaker(context, record)
     if chain is None and context.options.intra:
@@ -75,12 +64,8 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
 
 
 def _prepare(
-    entry: TensorEntry,
-    plan: Union[Skip, MatrixPlan],
-    reading: Optional[Reading],
-    context: Context,
-    storage: dict[Any, str],
-    ties: Ties,
+    entry: TensorEntry, plan: Union[Skip, MatrixPlan], reading: Optional[Reading], context: Context,
+    storage: dict[Any, str], ties: Ties,
 ) -> Union[Skip, list[Any]]:
     """The entry's matrices, or why it is skipped before any linear algebra."""
     if isinstance(plan, Skip):

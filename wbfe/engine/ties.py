@@ -1,11 +1,7 @@
-"""Tied weights: a tensor whose bytes equal an earlier one's (tied weights saved twice, or shared
-storage lost in a format conversion) is scored once.
-
-Hashing every byte cost a quarter of a BFE-W-only score (blake2b runs at ~0.9 GB/s, slower than
-the Gram products). A hash of a strided sample finds the candidates; a candidate is confirmed
-by comparing all bytes with the earlier tensor, read again. Where a source cannot read a tensor
-again without holding it, every byte is hashed as before.
-"""
+"""Tied weights: a tensor whose bytes equal an earlier one's (tied weights saved twice, or shared storage lost in a
+format conversion) is scored once. A hash of a strided sample finds the candidates (hashing every byte costs more than
+the Gram products); a candidate is confirmed by comparing all bytes with the earlier tensor, read again. Where a source
+cannot read a tensor again, every byte is hashed."""
 
 from __future__ import annotations
 

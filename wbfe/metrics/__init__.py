@@ -1,13 +1,11 @@
 """Metric groups: pure functions of a spectrum, looked up by stable name.
 
-``bfe``  — BFE-W, primal or dual, at lambda* or a given lambda (docs/math.md §2).
-``htsr`` — the HT-SR baselines popularised by WeightWatcher (docs/math.md §4).
-``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h against h* (docs/math.md §3); opt-in.
-``rand`` — randomised control (a seeded shuffle of each matrix); opt-in.
-``vectors`` — eigenvector localisation in the bulk and tail (WeightWatcher's ``vectors=True``); opt-in.
-``fingers`` — the diagnostics of ``fix_fingers`` / ``fit`` (num_fingers, raw_alpha, Lambda); opt-in.
-``detx`` — the det X = 1 tail and its gap to the power-law tail (WeightWatcher's ``detX``/``ERG``); opt-in.
-"""
+``bfe`` — BFE-W, primal or dual, at lambda* or a given lambda (docs/math.md §2). ``htsr`` — the HT-SR baselines
+popularised by WeightWatcher (docs/math.md §4). ``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h
+against h* (docs/math.md §3); opt-in. ``rand`` — randomised control (a seeded shuffle of each matrix); opt-in.
+``vectors`` — eigenvector localisation in the bulk and tail (WeightWatcher's ``vectors=True``); opt-in. ``fingers`` —
+the diagnostics of ``fix_fingers`` / ``fit`` (num_fingers, raw_alpha, Lambda); opt-in. ``detx`` — the det X = 1 tail and
+its gap to the power-law tail (WeightWatcher's ``detX``/``ERG``); opt-in."""
 
 from __future__ import annotations
 
@@ -18,15 +16,7 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions
 
-__all__ = [
-    "GroupResult",
-    "MetricGroup",
-    "MetricOptions",
-    "Spectrum",
-    "DEFAULT_GROUPS",
-    "get_group",
-    "resolve_groups",
-]
+__all__ = ["GroupResult", "MetricGroup", "MetricOptions", "Spectrum", "DEFAULT_GROUPS", "get_group", "resolve_groups"]
 
 # name -> "module:attribute"; modules are imported on first use so `import wbfe` stays light.
 _REGISTRY: dict[str, str] = {
@@ -38,10 +28,7 @@ _REGISTRY: dict[str, str] = {
     "detx": "wbfe.metrics.detx:GROUP",  # opt-in
     "fingers": "wbfe.metrics.fingers:GROUP",  # opt-in: num_fingers, raw_alpha, Lambda of --fix-fingers / --fit
 }
-# htmp is opt-in: its fit (~10 ms for 1,000 eigenvalues, whatever the matrix's size) would make the
-# default score of CIFAR ResNet-20..56 0.43-0.69x as fast as WeightWatcher's default analyze(),
-# where bfe+htsr is 3-4x faster (benchmarks/bench_vs_weightwatcher.py; README, "The default score
-# against WeightWatcher's default").
+# htmp is opt-in: its fit costs milliseconds per matrix whatever the matrix's size (docs/performance.md).
 DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 
 
@@ -51,11 +38,7 @@ def _load(name: str) -> MetricGroup:
 
 
 def get_group(name: str) -> MetricGroup:
-    """The metric group registered as ``name``.
-
-    Raises:
-        UnknownNameError: no group has that name (the message suggests close matches).
-    """
+    """The metric group registered as ``name``; UnknownNameError (with close matches) if none is."""
     if name not in _REGISTRY:
         raise unknown_name("metric group", name, tuple(_REGISTRY))
     return _load(name)
@@ -64,10 +47,7 @@ def get_group(name: str) -> MetricGroup:
 def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ...]:
     """Parse ``"bfe,htsr"`` (or an iterable of names, or None for the default) into groups.
 
-    Raises:
-        UnknownNameError: a name is not registered.
-        InvalidOptionError: the list is empty.
-    """
+    Raises UnknownNameError for a name not registered, InvalidOptionError for an empty list."""
     if metrics is None:
         names: list[str] = list(DEFAULT_GROUPS)
     elif isinstance(metrics, str):

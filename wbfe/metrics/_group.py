@@ -1,9 +1,8 @@
 """The contract between a spectrum and the metric groups computed on it.
 
-A metric group is a pure function of one :class:`Spectrum` (plus :class:`MetricOptions`) returning
-a :class:`GroupResult`: a flat dict of column values and, for any column that could not be
-computed, a reason. Groups never see tensors, files or devices.
-"""
+A metric group is a pure function of one :class:`Spectrum` (plus :class:`MetricOptions`) returning a
+:class:`GroupResult`: a flat dict of column values and, for any column that could not be computed, a reason. Groups
+never see tensors, files or devices."""
 
 from __future__ import annotations
 
@@ -24,9 +23,8 @@ _LOG_TINY = math.log(np.finfo(np.float64).smallest_normal)
 
 
 def rescaled(value: float, power: float, log_scale: float) -> float:
-    """``value · exp(power · log_scale)``: a column of the true spectrum from the one computed on
-    the stored eigenvalues (:attr:`Spectrum.log_scale`), for a column that scales like e^power;
-    NaN where the true value lies outside float64's normal range (see :func:`out_of_range`)."""
+    """``value · exp(power · log_scale)``: a column that scales like e^power, from the stored eigenvalues to
+    the true ones (:attr:`Spectrum.log_scale`); NaN outside float64's normal range."""
     if log_scale == 0.0 or value == 0.0 or not math.isfinite(value):
         return value
     log_abs = math.log(abs(value)) + power * log_scale
@@ -109,21 +107,15 @@ class MetricGroup:
     """A named set of columns computed together from one spectrum.
 
     Attributes:
-        name: the stable name used by ``--metrics`` / ``metrics=``.
-        columns: every column the group produces, in display order.
         summary_columns: columns summarised per model as ``<col>_head`` and ``<col>_mean``.
-        compute: the pure function.
-        needs_eigenvalues: False when ``compute`` uses only ``Spectrum.log_moments()``, which lets
-            the pipeline replace the eigen-solve by a Cholesky factorisation.
-        from_matrices: for a group that needs the matrix itself, not only its spectrum: called in
-            the spectrum job with ``(matrices, device, options, tensor name)``; what it returns is
-            handed to ``compute`` as ``Spectrum.extra[name]``.
-        compute_many: optional, ``compute`` of several spectra of one shape at once (an MoE's
-            experts), one result each, in order, each equal to ``compute`` on that spectrum; what
-            vectorises across them makes it faster.
-        tail_columns: the columns that fit the spectrum's tail (or its bulk), and so need
-            ``--min-eigs`` eigenvalues: below that they are NaN with the reason, while the group's
-            other columns (norms, ranks) are computed for any spectrum.
+        needs_eigenvalues: False when ``compute`` uses only ``Spectrum.log_moments()`` (the pipeline
+            may then replace the eigen-solve by a Cholesky factorisation).
+        from_matrices: for a group that needs the matrix itself: called in the spectrum job with
+            ``(matrices, device, options, tensor name)``; its result reaches ``compute`` as
+            ``Spectrum.extra[name]``.
+        compute_many: optional ``compute`` of several spectra of one shape at once, each result
+            equal to ``compute`` on that spectrum.
+        tail_columns: the columns that fit the tail (or bulk) and so need ``--min-eigs`` eigenvalues.
     """
 
     name: str
@@ -138,12 +130,7 @@ class MetricGroup:
 
 
 def check_tail_options(fix_fingers: Optional[str], fit: str) -> None:
-    """Validate ``fix_fingers`` and ``fit`` together.
-
-    Raises:
-        InvalidOptionError: an unknown value, or a truncated fit with ``clip_xmax`` (WeightWatcher
-            refuses ``E_TPL`` with it and clips power laws only).
-    """
+    """Validate ``fix_fingers`` and ``fit`` together (WeightWatcher clips power laws only)."""
     if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
         raise InvalidOptionError(f"fix_fingers must be xmin_peak or clip_xmax, not {fix_fingers!r}")
     if fit not in ("pl", "tpl", "e_tpl"):

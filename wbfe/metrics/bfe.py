@@ -1,17 +1,7 @@
 """BFE-W: the Bayesian free energy of a weight matrix (docs/math.md §2).
 
-For the n eigenvalues ``e`` of the smaller Gram matrix,
-
-    F^λ = λ/2·mean(e) − ½·mean(log e) + ½·log(2π/λ),
-
-and at the optimal precision λ* = 1/mean(e)
-
-    F* = ½·log(2πe) + ½·(log mean(e) − mean(log e)),
-
-computed in that form: half the log of the arithmetic-to-geometric mean ratio, with no cancellation.
-The primal form (out <= in) and the dual form (out > in) are the same expression on the smaller
-Gram matrix; the form is reported, not chosen by the formula.
-"""
+F* is computed as ½·log(2πe) + ½·(log mean(e) − mean(log e)), with no cancellation. The primal (out <= in) and dual (out
+> in) forms are the same expression on the smaller Gram matrix."""
 
 from __future__ import annotations
 
@@ -31,12 +21,8 @@ __all__ = [
 
 LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 
-# A fixed prior precision must keep ½·log(2π/λ) and λ itself ordinary floats. Below ~3.5e-308,
-# 2π/λ overflows and F^λ is +inf for every matrix (it was reported as "rank-deficient" although no
-# eigenvalue was zero); a subnormal λ (< 2.2e-308) has lost its significant digits anyway. Inside
-# [1e-300, 1e300] both terms are finite (|½·log(2π/λ)| < 347) and λ is a normal float; F^λ can still
-# overflow through λ/2·mean(e) for a huge spectrum, and is then reported as such. Any λ a prior can
-# mean lies far inside: λ* = 1/mean(e) is about 1/(fan-in variance of the weights).
+# A fixed λ must keep ½·log(2π/λ) and λ ordinary floats (below ~3.5e-308 2π/λ overflows); any λ a
+# prior can mean lies far inside, λ* = 1/mean(e) being about 1/(fan-in variance of the weights).
 LAMBDA_MIN = 1e-300
 LAMBDA_MAX = 1e300
 
@@ -47,14 +33,7 @@ def lambda_star(eigs: np.ndarray) -> float:
 
 
 def bfe(eigs: np.ndarray, lam: Union[Literal["opt"], float] = "opt") -> tuple[float, float]:
-    """BFE-W of a spectrum.
-
-    Args:
-        eigs: eigenvalues of the smaller Gram matrix (non-negative, float64).
-        lam: ``"opt"`` for λ* = 1/mean(e), or a positive prior precision.
-
-    Returns:
-        ``(F, λ)``: the free energy (``+inf`` when an eigenvalue is exactly 0) and the λ used.
+    """BFE-W of a spectrum at ``lam`` (``"opt"``: λ* = 1/mean(e)) as ``(F, λ used)``; F = +inf when an e is 0.
 
     Raises:
         InvalidOptionError: ``lam`` is neither ``"opt"`` nor a positive finite number, or the
@@ -103,11 +82,7 @@ def positive_lambda(lam: object) -> float:
 
 
 def parse_lambda(lam: object) -> Union[Literal["opt"], float]:
-    """``"opt"`` (any case) or a positive finite prior precision.
-
-    Raises:
-        InvalidOptionError: anything else.
-    """
+    """``"opt"`` (any case) or a positive finite prior precision; InvalidOptionError for anything else."""
     if isinstance(lam, str) and lam.strip().lower() == "opt":
         return "opt"
     try:
@@ -151,10 +126,6 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
 
 
 GROUP = MetricGroup(
-    name="bfe",
-    columns=("lambda", "bfe"),
-    summary_columns=("bfe",),
-    compute=_compute,
-    description="BFE-W (primal/dual) at lambda* or a given lambda",
-    needs_eigenvalues=False,
+    name="bfe", columns=("lambda", "bfe"), summary_columns=("bfe",), compute=_compute,
+    description="BFE-W (primal/dual) at lambda* or a given lambda", needs_eigenvalues=False,
 )

@@ -1,21 +1,8 @@
 """The det X = 1 condition (``--metrics detx``): WeightWatcher 0.7.7's ``detX=True`` / ``ERG=True``.
 
-WeightWatcher (``apply_detX``, ``RMT_Util.detX_constraint``) rescales the eigenvalues e (all of
-them, zeros included) to mean 1, ẽ = e·n/Σe, and finds the smallest tail whose product is below 1:
-scanning idx = n−1, n−2, …, 1 it stops at the first idx with Π_{i ≥ idx} ẽᵢ < 1. Then
-
-- ``detX_num`` = ``num_ERG_spikes`` = n − idx, the size of that tail (n when no product drops below
-  1: the scan then ends at idx = 1; 0, with idx = 0, for a constant spectrum);
-- ``detX_val_unrescaled`` = ẽ_idx, the rescaled eigenvalue at idx, and ``detX_val`` = e_idx, the
-  same eigenvalue in the matrix's own units (WeightWatcher's names are the other way round: its
-  "unrescaled" value is the rescaled one; the names are kept so that columns compare);
-- ``ERG_gap`` = detX_num − num_pl_spikes, against the tail of the power-law fit (the ``htsr``
-  group's, :func:`wbfe.metrics.htsr.fit_spectrum_power_law`); NaN with the reason if it failed.
-
-The product is tested as a sum of logarithms from the top (one pass instead of WeightWatcher's
-quadratic rescan; the same tail except where a product is within rounding of exactly 1), which
-also keeps it finite where WeightWatcher's product overflows (top eigenvalues of a large matrix).
-"""
+The columns are defined in docs/metrics.md (group ``detx``). The product is tested as a sum of logarithms from the top:
+one pass instead of WeightWatcher's quadratic rescan (the same tail except where a product is within rounding of exactly
+1), and finite where WeightWatcher's product overflows."""
 
 from __future__ import annotations
 
@@ -29,14 +16,8 @@ COLUMNS = ("detX_num", "detX_val", "detX_val_unrescaled", "num_ERG_spikes", "ERG
 
 
 def detx_tail(eigs: np.ndarray) -> tuple[int, int, np.ndarray]:
-    """``(detX_num, idx, rescaled eigenvalues)`` of ascending eigenvalues (see the module docstring).
-
-    Args:
-        eigs: ascending, non-negative, at least one positive.
-
-    Returns:
-        The tail size, the index of its first eigenvalue, and e·n/Σe.
-    """
+    """``(detX_num, idx, e·n/Σe)`` of ascending, non-negative eigenvalues (at least one positive): the tail size, the
+    index of its first eigenvalue, and the eigenvalues rescaled to mean 1."""
     e = np.asarray(eigs, dtype=np.float64)
     n = e.size
     scaled = e * (n / float(np.sum(e)))
@@ -75,9 +56,6 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
 
 
 GROUP = MetricGroup(
-    name="detx",
-    columns=COLUMNS,
-    summary_columns=("detX_num", "ERG_gap"),
-    compute=_compute,
+    name="detx", columns=COLUMNS, summary_columns=("detX_num", "ERG_gap"), compute=_compute,
     description="det X = 1 tail and its gap to the power-law tail (WeightWatcher 0.7.7's detX / ERG)",
 )

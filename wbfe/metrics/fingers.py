@@ -1,8 +1,7 @@
 """WeightWatcher 0.7.7's alternative tail fits: ``fix_fingers`` and ``fit='TPL'``/``'E_TPL'``.
 
-"Fingers" are a few eigenvalues far above the rest of a power-law tail (finite-size outliers) that
-drag the fitted α up. WeightWatcher (``fit_powerlaw`` in ``weightwatcher.py``,
-``fit_clipped_powerlaw`` in ``RMT_Util.py``) offers two remedies and a second tail model:
+"Fingers" are a few eigenvalues far above the rest of a power-law tail that drag the fitted α up;
+the user's view is in docs/metrics.md (the power-law columns). As WeightWatcher's source has them:
 
 - ``xmin_peak``: xmin is searched only near the peak of the ESD: h = 100-bin histogram of log10 e,
   peak = 10^(left edge of its fullest bin); the candidates are the eigenvalues in
@@ -17,16 +16,8 @@ drag the fitted α up. WeightWatcher (``fit_powerlaw`` in ``weightwatcher.py``,
   usual one (:func:`wbfe.metrics.powerlaw.fit_power_law`, WeightWatcher's ``WWFit`` in
   ``ww_compatible`` mode, which is what 0.7.7 runs for it); ``num_pl_spikes`` counts every
   eigenvalue ≥ xmin, the removed ones included.
-- ``fit='tpl'``: the tail model p(x) ∝ x^(−α)·e^(−Λx) (the exact MLE of
-  :func:`wbfe.metrics.powerlaw.fit_truncated_power_law`), with xmin chosen, as the ``powerlaw``
-  package does for ``xmin_distribution='truncated_power_law'``, by the smallest KS distance of the
-  truncated fit itself among the candidates; ``alpha`` and ``Lambda`` are that fit's, ``sigma``
-  is NaN (WeightWatcher's too: the package has no standard error for it).
-- ``fit='e_tpl'`` (WeightWatcher's "extended TPL"): ``tpl`` with ``xmin_peak``.
-
-WeightWatcher runs all of these but ``clip_xmax`` through the ``powerlaw`` package only, and with
-powerlaw 2.0 (the version installed beside it) every such fit fails (−1); the definitions above
-are its source's, checked against the package's own ``Fit`` on the same candidates.
+- ``fit='tpl'``: xmin chosen by the smallest KS distance of the truncated fit itself, as the
+  ``powerlaw`` package does for ``xmin_distribution='truncated_power_law'``; ``fit='e_tpl'``: with ``xmin_peak``.
 """
 
 from __future__ import annotations
@@ -39,11 +30,7 @@ import numpy as np
 
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, check_tail_options
 from wbfe.metrics.powerlaw import (
-    PowerLawFit,
-    fit_power_law,
-    fit_power_law_in_range,
-    fit_truncated_power_law,
-    tpl_log_normaliser,
+    PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, tpl_log_normaliser,
 )
 from wbfe.metrics.ww_compat import WW_EVALS_THRESH  # the same tail as htsr's fit
 
@@ -65,14 +52,8 @@ _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
 class TailFit:
     """The tail fit behind the ``alpha`` columns under ``fix_fingers`` / ``fit``.
 
-    Attributes:
-        alpha, sigma, xmin, ks: as :class:`~wbfe.metrics.powerlaw.PowerLawFit` (sigma NaN for a
-            truncated fit).
-        lam: Λ of a truncated fit (WeightWatcher's ``Lambda``); NaN for a power law.
-        num_fingers: ``clip_xmax`` only (else 0).
-        raw_alpha: ``clip_xmax``: α before clipping; NaN otherwise.
-        reason: why the fit failed; None on success.
-    """
+    ``lam`` is Λ of a truncated fit (sigma then NaN); ``num_fingers`` and ``raw_alpha`` (α before clipping) are for
+    ``clip_xmax`` only."""
 
     alpha: float
     sigma: float
@@ -207,13 +188,10 @@ def fit_tail(x: np.ndarray, *, fix_fingers: FixFingers = None, fit: TailModel = 
     return _from_pl(fit_power_law(x, min_tail=min_tail, ww_compatible=ww_compatible))
 
 
-# ---------------------------------------------------------------- the ``fingers`` metric group
-
 COLUMNS = ("num_fingers", "raw_alpha", "Lambda")
 
 
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
-
     result = GroupResult()
     e = None if spec.eigs is None else np.sort(np.asarray(spec.eigs, dtype=np.float64))
     if e is None or e.size == 0 or not np.all(np.isfinite(e)) or not e[-1] > 0.0:

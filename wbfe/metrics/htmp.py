@@ -1,30 +1,7 @@
 """The high-temperature Marchenko–Pastur (HTMP) law, its fit, F∞ and h against h* (docs/math.md §3).
 
-Parameters: κ > 0 (eigenvalue repulsion), γ ∈ (0, 1) (aspect ratio), β > 0 (rate), τ >= 0 (gap).
-With a = κ/2, c = κ/(2γ), δ = c − a, b = 1 − δ and y = β(λ − τ):
-
-    ρ(λ) = β · y^(δ−1) e^(−y) / [Γ(1 + a) Γ(c) |U(a, b, −y)|²],   F(λ) = arg U(a, b, −y − i0) / (πa).
-
-Every Tricomi U comes from :mod:`wbfe.metrics.special` (log space, tested against mpmath).
-
-The metric group ``htmp`` fits the law to one spectrum and reports κ, β, τ, the KS distance,
-h = κ/β, the optimal h* at the prior precision λ, F∞ at λ and a diagnosis:
-
-- ``"under-fit side"`` when h > h*·(1 + DIAGNOSIS_RTOL), ``"over-fit side"`` when
-  h < h*/(1 + DIAGNOSIS_RTOL), ``"near optimum"`` in between (|log(h/h*)| <= log 1.05).
-- Exact zero eigenvalues (rank-deficient matrices) are dropped before the fit: they are not
-  draws from a continuous law. The count is recorded as the reason on ``htmp_kappa``.
-- A square matrix (γ = 1, so δ = 0 and the law is not normalisable), fewer than
-  ``MIN_EIGS`` nonzero eigenvalues, a constant spectrum or a failed fit make every numeric column
-  NaN with the reason; ``diagnosis`` then holds ``"no fit: <reason>"``.
-- ``lam="opt"`` is λ* = 1/mean(e) over the whole spectrum, zeros included (as in the ``bfe``
-  group); h* uses the finite-gap formula with c_g = βτ, τ being one spacing below min(e).
-- κ is searched in KAPPA_RANGE; a fit that ends at an end of it (κ = 300: Marchenko–Pastur-like)
-  keeps its values and says so in the reason on ``htmp_kappa``.
-- Spectra of one shape handed over together (an MoE layer's experts, through the group's
-  ``compute_many``) are fitted as one batch by :func:`fit_many`, which shares the U grids that are
-  the cost of a fit; each row equals the one-at-a-time row to well within the fit's tolerance.
-"""
+The formulas, the fit and the group's columns, diagnosis and NaN reasons are described in docs/math.md §3; every Tricomi
+U comes from :mod:`wbfe.metrics.special`."""
 
 from __future__ import annotations
 
@@ -44,23 +21,8 @@ from wbfe.metrics.bfe import positive_lambda
 from wbfe.metrics.special import log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
 
 __all__ = [
-    "pdf",
-    "logpdf",
-    "cdf",
-    "sample",
-    "mean",
-    "variance",
-    "log_moment",
-    "f_inf",
-    "h_star",
-    "fit",
-    "fit_many",
-    "HTMPFit",
-    "diagnose",
-    "KAPPA_RANGE",
-    "MIN_EIGS",
-    "DIAGNOSIS_RTOL",
-    "GROUP",
+    "pdf", "logpdf", "cdf", "sample", "mean", "variance", "log_moment", "f_inf", "h_star", "fit", "fit_many", "HTMPFit",
+    "diagnose", "KAPPA_RANGE", "MIN_EIGS", "DIAGNOSIS_RTOL", "GROUP",
 ]
 
 ArrayLike = Union[float, np.ndarray]
@@ -70,16 +32,14 @@ MIN_EIGS = 10
 DIAGNOSIS_RTOL = 0.05
 # κ to 1 %: a quarter of its statistical error at n = 1,000 or less; each step costs a U grid.
 _LOG_KAPPA_XTOL = 1e-2
-# With n < 1,000 eigenvalues the statistical error of log κ grows like 1/sqrt(n): so does the
-# tolerance (× sqrt(1000/n), at most × _MAX_SEARCH_SCALE), still a quarter of it.
+# Below n = 1,000 the tolerance grows like the error, × sqrt(1000/n) (at most × _MAX_SEARCH_SCALE).
 _SEARCH_N = 1000
 _MAX_SEARCH_SCALE = 5.0
 # Half-width of the log β window of every κ but the first (see fit's profile).
 _BETA_WINDOW = 0.5
 # First step of the κ search from its start: a few statistical errors of log κ at n = 1,000.
 _LOG_KAPPA_STEP = 0.2
-# log U on the fit's knots to 1e-10: at looser targets U's self-check passed values off by 2e-7
-# (tests/test_special.py), and the rows are summed without padding only from 1e-10 (special._chunks).
+# log U on the fit's knots to 1e-10: looser targets let U's self-check pass wrong values (tests/test_special.py).
 _FIT_RTOL = 1e-10
 # Knot steps in log y over the bulk (at most; 0.6/sqrt(c + 1) where that is finer) and right of it.
 _BULK_STEP = 0.2
@@ -105,18 +65,7 @@ def _log_norm(a: float, c: float) -> float:
 
 
 def logpdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> ArrayLike:
-    """Log density of the HTMP law at eigenvalue(s) x; −inf for x <= τ.
-
-    Args:
-        x: eigenvalue or array of eigenvalues.
-        kappa, gamma, beta, tau: the law's parameters (κ > 0, 0 < γ < 1, β > 0, τ >= 0).
-
-    Returns:
-        log ρ(x), shaped like ``x``.
-
-    Raises:
-        InvalidOptionError: a parameter out of range.
-    """
+    """Log density of the HTMP law at eigenvalue(s) x, shaped like x; −inf for x <= τ."""
     a, b, c = _params(kappa, gamma, beta, tau)
     xa = np.asarray(x, dtype=np.float64)
     y = beta * (np.atleast_1d(xa).ravel() - tau)
@@ -135,18 +84,7 @@ def pdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0)
 
 
 def cdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> ArrayLike:
-    """CDF of the HTMP law, F = arg U(a, b, −β(x − τ) − i0) / (πa) (docs/math.md §3).
-
-    Args:
-        x: eigenvalue or array of eigenvalues.
-        kappa, gamma, beta, tau: the law's parameters.
-
-    Returns:
-        F(x) in [0, 1], shaped like ``x``.
-
-    Raises:
-        InvalidOptionError: a parameter out of range.
-    """
+    """CDF of the HTMP law, F = arg U(a, b, −β(x − τ) − i0) / (πa), in [0, 1] and shaped like x."""
     a, b, _ = _params(kappa, gamma, beta, tau)
     xa = np.asarray(x, dtype=np.float64)
     y = np.maximum(beta * (np.atleast_1d(xa).ravel() - tau), 0.0)
@@ -177,14 +115,7 @@ def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> flo
 
 
 def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
-    """Limiting BFE-W of an HTMP spectrum at prior precision λ (docs/math.md §3).
-
-    F∞ = λ/2·(κ/(2γβ) + τ) + (1/κ)·log U(κ/2, b, βτ) + ½·log(2πβ/λ),
-    i.e. λ/2·E[λ] − ½·E[log λ] + ½·log(2π/λ).
-
-    Raises:
-        InvalidOptionError: a parameter or λ out of range.
-    """
+    """Limiting BFE-W of an HTMP spectrum at prior precision λ: λ/2·E[λ] − ½·E[log λ] + ½·log(2π/λ)."""
     lam = positive_lambda(lam)
     return 0.5 * lam * mean(kappa, gamma, beta, tau) - 0.5 * log_moment(kappa, gamma, beta, tau) + 0.5 * math.log(
         2.0 * math.pi / lam
@@ -192,20 +123,7 @@ def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0)
 
 
 def h_star(lam: float, gamma: float, kappa: Optional[float] = None, c: Optional[float] = None) -> float:
-    """Optimal scaled heavy-tailedness h* = κ/β* at prior precision λ.
-
-    Args:
-        lam: prior precision λ > 0.
-        gamma: aspect ratio in (0, 1).
-        kappa: κ; needed only with a gap.
-        c: gap constant c_g = βτ; None or 0 means no gap.
-
-    Returns:
-        2γ/λ without a gap; 2γκ / [λ(κ + 2γ·c_g)] with one.
-
-    Raises:
-        InvalidOptionError: λ, γ, κ or c out of range, or a gap without κ.
-    """
+    """Optimal h* = κ/β* at prior precision λ: 2γ/λ without a gap, 2γκ / [λ(κ + 2γ·c)] with gap constant c = βτ."""
     lam = positive_lambda(lam)
     if not 0.0 < gamma < 1.0:
         raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
@@ -216,9 +134,6 @@ def h_star(lam: float, gamma: float, kappa: Optional[float] = None, c: Optional[
     if kappa is None or not (math.isfinite(kappa) and kappa > 0.0):
         raise InvalidOptionError("h_star with a gap needs a positive kappa")
     return 2.0 * gamma * kappa / (lam * (kappa + 2.0 * gamma * c))
-
-
-# --- sampling ---------------------------------------------------------------------------------
 
 
 def _y_range(a: float, c: float) -> tuple[float, float]:
@@ -234,19 +149,7 @@ def _y_range(a: float, c: float) -> tuple[float, float]:
 
 
 def sample(n: int, kappa: float, gamma: float, beta: float, tau: float = 0.0, seed: int = 0) -> np.ndarray:
-    """Draw n eigenvalues from the HTMP law by inverting its CDF on a fine grid.
-
-    Args:
-        n: number of draws.
-        kappa, gamma, beta, tau: the law's parameters.
-        seed: seed of ``numpy.random.default_rng``; the same seed gives the same draws.
-
-    Returns:
-        float64 array of n draws, unsorted.
-
-    Raises:
-        InvalidOptionError: n < 0 or a parameter out of range.
-    """
+    """Draw n eigenvalues (unsorted, seeded by ``seed``) from the HTMP law by inverting its CDF on a fine grid."""
     a, b, c = _params(kappa, gamma, beta, tau)
     if n < 0:
         raise InvalidOptionError(f"n must be >= 0, not {n!r}")
@@ -263,23 +166,12 @@ def sample(n: int, kappa: float, gamma: float, beta: float, tau: float = 0.0, se
     return tau + np.exp(log_y) / beta
 
 
-# --- fitting ----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class HTMPFit:
     """Maximum-likelihood HTMP fit of one spectrum (τ fixed, κ and β fitted).
 
-    Attributes:
-        kappa, beta, tau: fitted κ and β, and the fixed τ.
-        gamma: the aspect ratio used.
-        ks: Kolmogorov–Smirnov distance between the data and the fitted CDF.
-        loglik: log-likelihood of the data at the fit.
-        n: number of eigenvalues fitted.
-        converged: the optimiser met its tolerance inside the κ range.
-        at_bound: κ ended at an end of KAPPA_RANGE (κ = 300 means Marchenko–Pastur-like).
-        message: why it did not converge, or ``""``.
-    """
+    ``at_bound``: κ ended at an end of KAPPA_RANGE (κ = 300 means Marchenko–Pastur-like); ``message`` says why the fit
+    did not converge, or is ``""``."""
 
     kappa: float
     beta: float
@@ -306,29 +198,22 @@ def _default_tau(e: np.ndarray) -> float:
 
 
 class _ProfileModel:
-    """log ρ_κ(y) for one κ as a function of t = log y (cheap to re-scale by β), and its CDF.
-
-    Only log|U| is interpolated, by a quintic spline in t on knots where U is evaluated; the rest
-    of log ρ_y = (δ − 1)t − e^t − log Γ(1+a) − log Γ(c) − 2 log|U| is exact. Against the cubic
-    spline of the whole of log ρ this had, with half the knots over the bulk, an interpolation
-    error no larger at the data points (benchmarks/bench_htmp_fit.py's laws); the knots are the
-    cost of the fit (one U each).
-    """
+    """log ρ_κ(y) for one κ as a function of t = log y (cheap to re-scale by β), and its CDF. Only log|U| is
+    interpolated (quintic spline on the knots, one U each: the cost of the fit); the rest of log ρ_y = (δ − 1)t − e^t −
+    log Γ(1+a) − log Γ(c) − 2 log|U| is exact."""
 
     def __init__(self, kappa: float, gamma: float, log_y_lo: float, log_y_hi: float) -> None:
         a, b, c = _params(kappa, gamma)
         self.a = a
         # Fine knots over the bulk (y within c ± 8 sd), coarse ones over the smooth tails.
         sd = math.sqrt(c * (a + 1.0))
-        # Below y = c/50 log|U| is smooth on the step-1 grid (quintic error at the data unchanged
-        # from a fine grid down to c/1000 on the benchmark laws, with 20 % fewer knots).
+        # Below y = c/50 log|U| is smooth enough for the step-1 grid.
         fine_lo = max(log_y_lo, math.log(max(c - 8.0 * sd, 0.02 * c)))
         fine_hi = min(log_y_hi, math.log(c + 8.0 * sd))
         spacing = min(_BULK_STEP, 0.6 / math.sqrt(c + 1.0))
         # Left of the bulk f is smooth on the scale 1/min(δ, 1) in log y; right of it, on ~1/y.
         far = min(fine_lo, math.log(1e-3 / (1.0 + a + c)))
-        # Four abutting grids (steps 2, 1, `spacing`, _TAIL_STEP): overlapping ones add U
-        # evaluations that the spline does not need.
+        # Four abutting grids (steps 2, 1, `spacing`, _TAIL_STEP): overlaps would add U evaluations.
         mid_end = max(far, min(fine_lo, log_y_hi))
         right_start = max(fine_hi, mid_end) if fine_hi > fine_lo else mid_end
 
@@ -347,7 +232,7 @@ class _ProfileModel:
         log_abs_u = np.asarray(log_abs_hyperu_neg(a, b, np.exp(t), rtol=_FIT_RTOL))
         # A knot where U could not be certified is left out rather than poisoning the spline.
         ok = np.isfinite(log_abs_u)
-        # As a piecewise polynomial: evaluated as fast as a cubic spline, 7x faster than a B-spline.
+        # As a piecewise polynomial: cheaper to evaluate than the B-spline.
         self._log_abs_u = PPoly.from_spline(make_interp_spline(t[ok], log_abs_u[ok], k=5))
 
     def log_density(self, t: np.ndarray) -> np.ndarray:
@@ -366,29 +251,18 @@ class _ProfileModel:
         return np.interp(log_y, *self._cumulative)
 
     def loglik(self, log_beta: float, log_x: np.ndarray) -> float:
-        # Point by point: summing the exact terms from Σ log x and Σ x instead was 20 % faster but
-        # moved the profiled β by ~1e-8 under a rescaling of the eigenvalues (tests/test_scale_range).
+        # Point by point: the sums Σ log x, Σ x move β under a rescaling of e (tests/test_scale_range).
         return float(np.sum(log_beta + self.log_density(log_beta + log_x)))
 
 
 def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, step: float,
               xtol: float, max_evals: int = 60, grid: Optional[float] = None,
               sd_fraction: Optional[float] = None) -> tuple[float, bool]:
-    """The point of [lo, hi] where a smooth unimodal f is largest, to about ``xtol``.
-
-    Successive parabolic interpolation through the best point and its evaluated neighbours,
-    starting from ``start ± step``; where the best point is an end of those evaluated, steps
-    outward, doubling. A profile likelihood near its maximum is nearly quadratic, so from a
-    start within a few steps this takes 4–5 evaluations where Brent's bounded method took 7–8.
-    With ``grid``, f is evaluated only at multiples of it (or at lo, hi): the searches of a batch
-    then meet at the same points (grid <= xtol keeps the tolerance).
-    With ``sd_fraction`` (f a log-likelihood), the tolerance is at least that fraction of the
-    statistical error 1/sqrt(−f'') read off the parabola through the best point and its
-    neighbours: a flat profile (κ barely determined) is not searched to a precision it lacks.
-
-    Returns:
-        ``(x, converged)``; x is always a point where f was evaluated.
-    """
+    """The point of [lo, hi] where a smooth unimodal f is largest, to about ``xtol``: ``(x, converged)``. Successive
+    parabolic interpolation from ``start ± step`` (a profile likelihood is nearly quadratic near its maximum: fewer
+    evaluations than Brent's bounded method). With ``grid``, f is evaluated only at multiples of it, so the searches of
+    a batch meet at the same points. With ``sd_fraction`` (f a log-likelihood), the tolerance is at least that fraction
+    of the statistical error read off the parabola: a flat profile is not searched to a precision it lacks."""
     seen: dict[float, float] = {}
 
     def at(x: float) -> bool:
@@ -418,8 +292,7 @@ def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, s
                 return best, True
             continue
         (x1, y1), (x3, y3) = (xs[i - 1], ys[i - 1]), (xs[i + 1], ys[i + 1])
-        # Vertex of the parabola through the three points; the middle one is the highest, so it
-        # lies between x1 and x3 (or the curvature is zero: bisect the wider side).
+        # Vertex of the parabola through the three points (zero curvature: bisect the wider side).
         d1, d3 = best - x1, x3 - best
         denominator = d1 * (ys[i] - y3) + d3 * (ys[i] - y1)
         tol = xtol
@@ -436,8 +309,7 @@ def _maximise(f: Callable[[float], float], lo: float, hi: float, start: float, s
             return best, True
         long_side = d3 if d3 > d1 else -d1
         if abs(long_side) > 5.0 * min(d1, d3) and (vertex - best) * long_side > 0.0:
-            # A lopsided bracket (a far point where f is not quadratic) whose parabola creeps
-            # towards its long side: a golden-section step into that side instead.
+            # A lopsided bracket whose parabola creeps towards its long side: a golden-section step.
             vertex = best + math.copysign(max(abs(vertex - best), 0.38 * abs(long_side)), long_side)
         # Never closer than xtol/2 to a point already evaluated.
         vertex = min(max(vertex, x1 + 0.5 * xtol), x3 - 0.5 * xtol)
@@ -484,12 +356,8 @@ def _jensen_gap(log_k: float, gamma: float) -> float:
 
 
 def _log_kappa_start(gap: float, gamma: float) -> float:
-    """log κ whose law has the data's E[log x] − log E[x] (β-free; clipped to KAPPA_RANGE).
-
-    Matching this gap, rather than var/mean² = γ + 2γ/κ, leaves the heavy tail less sway: from it
-    the fit's log κ was 0.10 away on average, against 0.51 from the variance, over
-    bench_htmp_fit.py's laws and CIFAR-10 ResNet-20's layers (fewer U grids to the maximum).
-    """
+    """log κ whose law has the data's E[log x] − log E[x] (β-free; clipped to KAPPA_RANGE). This gap, rather than
+    var/mean², leaves the heavy tail less sway: a start closer to the maximum."""
     lo_k, hi_k = (math.log(k) for k in KAPPA_RANGE)
     if gap <= _jensen_gap(lo_k, gamma):
         return lo_k
@@ -503,12 +371,7 @@ _BETA_SPAN = 2.5
 
 
 class _Models:
-    """The profile models of one γ, one per κ and β window tried.
-
-    Alone, a spectrum gets a model spanning the y-range of the β window asked for. In a batch
-    (``shared``), one model per κ spans the y-range of every spectrum's full β window
-    (±_BETA_SPAN): every spectrum whose search tries that κ uses it.
-    """
+    """The profile models of one γ: alone, one per β window; in a batch (``shared``), one per κ for all spectra."""
 
     def __init__(self, gamma: float, spectra: Sequence[_Prepared], shared: bool) -> None:
         self.gamma = gamma
@@ -531,29 +394,11 @@ class _Models:
 
 
 def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPFit:
-    """Maximum-likelihood fit of the HTMP law to a spectrum, τ fixed.
+    """Maximum-likelihood fit of the HTMP law to positive eigenvalues (zeros removed by the caller), τ fixed.
 
-    κ is searched on a log scale in KAPPA_RANGE, starting from the κ whose law has the data's
-    E[log x] − log E[x] (x = e − τ); for each κ the rate β is profiled out
-    (log ρ(x) = log β + f_κ(log βx), so one spline of f_κ serves every β).
-    κ is found to 1 % from n = 1,000 eigenvalues on, to sqrt(1000/n) % (at most 5 %) below that: a
-    quarter of its statistical error either way (or to a quarter of the error read off the
-    profile's curvature, where that is coarser: a flat profile). The κ tried lie on a lattice in log κ (the start on
-    steps of half the first step, the rest on steps of the tolerance), so that the fits of a batch
-    (:func:`fit_many`) share them.
-
-    Args:
-        eigs: positive eigenvalues (zeros must be removed by the caller).
-        gamma: aspect ratio in (0, 1).
-        tau: the gap; None means one spacing below min(eigs), floored at 0 (docs/math.md §3).
-
-    Returns:
-        an :class:`HTMPFit`.
-
-    Raises:
-        InvalidOptionError: γ outside (0, 1), fewer than 2 eigenvalues, a non-positive or
-            non-finite eigenvalue, τ >= min(eigs), or a constant spectrum.
-    """
+    τ None is one spacing below min(eigs), floored at 0. κ is searched in log space to a quarter of its statistical
+    error, on a lattice that the fits of a batch (:func:`fit_many`) share. Raises InvalidOptionError for γ outside (0,
+    1), fewer than 2 eigenvalues, a non-positive or non-finite eigenvalue, τ >= min(eigs), or a constant spectrum."""
     if not 0.0 < gamma < 1.0:
         raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
     prepared = _prepare(eigs, gamma, tau)
@@ -565,23 +410,9 @@ def fit_many(
 ) -> list[Union[HTMPFit, InvalidOptionError]]:
     """:func:`fit` of many spectra of one γ (an MoE layer's experts), sharing the U grids.
 
-    The cost of a fit is one grid of U per κ tried; κ are tried on a lattice, and one grid per
-    lattice point, spanning every spectrum's β window, serves every spectrum of the batch. Each
-    result equals ``fit(spectra[i], gamma, tau=tau)`` to within the spline's interpolation error
-    (the grids span a wider y-range): κ and β to well under the 1 % κ tolerance of the search.
-
-    Args:
-        spectra: positive eigenvalues of each matrix (zeros removed by the caller).
-        gamma: their common aspect ratio in (0, 1).
-        tau: as in :func:`fit`, for every spectrum.
-
-    Returns:
-        per spectrum, in order, its :class:`HTMPFit`, or the InvalidOptionError that :func:`fit`
-        raises for it (too few eigenvalues, a constant spectrum, ...); the others are unaffected.
-
-    Raises:
-        InvalidOptionError: γ outside (0, 1).
-    """
+    One U grid per κ of the lattice, spanning every spectrum's β window, serves the whole batch; each result equals
+    ``fit(spectra[i], gamma, tau=tau)`` to well under the κ tolerance, or is the InvalidOptionError that :func:`fit`
+    raises for it. Raises InvalidOptionError for γ outside (0, 1)."""
     if not 0.0 < gamma < 1.0:
         raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
     prepared: list[Union[_Prepared, InvalidOptionError]] = []
@@ -606,9 +437,8 @@ def _fit_prepared(p: _Prepared, gamma: float, models: _Models) -> HTMPFit:
         if log_k in cache:
             return cache[log_k]
         log_b0 = math.log(math.exp(log_k) / (2.0 * gamma) / m1)
-        # The profiled log β sits at a near-constant offset from moment matching: once one κ is
-        # done, the next searches ±_BETA_WINDOW around its prediction first, and the full
-        # ±_BETA_SPAN only if it ends on the window's edge.
+        # log β sits at a near-constant offset from moment matching: search ±_BETA_WINDOW around the
+        # nearest κ's offset first, the full ±_BETA_SPAN only if that ends on the window's edge.
         spans = [(log_b0 - _BETA_SPAN, log_b0 + _BETA_SPAN)]
         if cache:
             near = min(cache, key=lambda k: abs(k - log_k))
@@ -660,20 +490,9 @@ def _fit_prepared(p: _Prepared, gamma: float, models: _Models) -> HTMPFit:
     ranks = np.arange(1, n + 1) / n
     ks = float(max(np.max(ranks - fitted), np.max(fitted - (ranks - 1.0 / n))))
     return HTMPFit(
-        kappa=kappa,
-        beta=beta,
-        tau=p.tau,
-        gamma=float(gamma),
-        ks=ks,
-        loglik=loglik,
-        n=int(n),
-        converged=converged,
-        at_bound=bool(at_bound),
-        message=message,
+        kappa=kappa, beta=beta, tau=p.tau, gamma=float(gamma), ks=ks, loglik=loglik, n=int(n), converged=converged,
+        at_bound=bool(at_bound), message=message,
     )
-
-
-# --- the metric group -------------------------------------------------------------------------
 
 
 def diagnose(h: float, h_opt: float, *, rtol: float = DIAGNOSIS_RTOL) -> str:
@@ -767,8 +586,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
 
 
 def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[GroupResult]:
-    """``[_compute(s, options) for s in specs]``, the spectra of one γ fitted as one batch
-    (:func:`fit_many`: shared U grids, the point of batching an MoE layer's experts)."""
+    """``[_compute(s, options) for s in specs]``, the spectra of one γ fitted as one batch (:func:`fit_many`)."""
     results: list[Optional[GroupResult]] = [None] * len(specs)
     by_gamma: dict[float, list[tuple[int, _Ready]]] = {}
     for i, spec in enumerate(specs):

@@ -1,17 +1,8 @@
 """HT-SR baselines: the WeightWatcher 0.7.7 metrics, computed from one spectrum (docs/math.md §4).
 
-For the eigenvalues e of the smaller Gram matrix (pooled over slices for a conv layer):
+Every column is defined in docs/metrics.md and its formula in docs/math.md §4. WeightWatcher's quirks:
 
-- norm = Σe = ‖W‖_F², log_norm = log10 Σe; spectral_norm = max e, log_spectral_norm = log10 max e;
-  stable_rank = Σe / max e.
-- matrix_rank: singular values √e above max √e · P · ε (numpy's ``matrix_rank`` rule, P = larger
-  side of one matrix); entropy = −Σ pᵢ ln pᵢ / ln(rank), pᵢ = eᵢ/Σe.
-- alpha, sigma, xmin, num_pl_spikes: the power-law fit of :mod:`wbfe.metrics.powerlaw`;
-  num_pl_spikes = #{e ≥ xmin}. alpha_weighted = α·log10(max e); log_alpha_norm = log10 Σ eᵢ^α.
-- tpl_alpha, tpl_lambda: truncated power-law MLE on the same tail (e ≥ xmin of the power-law fit).
-- bulk_max, num_spikes, mp_softrank: WeightWatcher's ``mp_fit`` (:mod:`wbfe.metrics.mp`).
-- lambda_max = max e; sv_min = √(min e), the smallest singular value; rank_loss = #eigenvalues −
-  matrix_rank; weak_rank_loss = #{e < 1e-6} (WeightWatcher's absolute ``tolerance``, true units).
+- per-slice rank_loss and sv_min:
   For pooled conv slices WeightWatcher 0.7.7 works per slice: its rank tolerance uses each
   slice's largest singular value, and its ``sv_min`` is the *largest* of the slices' smallest
   singular values (``np.max`` where ``np.min`` was meant); ``ww_compatible`` reproduces both from
@@ -25,9 +16,6 @@ power-law fit drops them. WeightWatcher drops every eigenvalue ≤ 1e-5 (an abso
 only exact zeros (the spectrum stage already clips noise-level values to 0), so α does not depend
 on the scale of W. In ``ww_compatible`` mode the entropy also adds WeightWatcher's ε = 1e-10 to
 every pᵢ and to the rank (its CPU value; on a CUDA machine it uses 6e-5).
-
-Failures are NaN with a reason (WeightWatcher writes −1), e.g. too few eigenvalues for the
-power-law tail, an all-zero or constant spectrum, or rank ≤ 1 for the entropy.
 """
 
 from __future__ import annotations
@@ -41,11 +29,7 @@ from wbfe.linalg.arrays import to_numpy
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
-from wbfe.metrics.powerlaw import (
-    PowerLawFit,
-    fit_power_law,
-    fit_truncated_power_law,
-)
+from wbfe.metrics.powerlaw import (PowerLawFit, fit_power_law, fit_truncated_power_law)
 from wbfe.metrics.ww_compat import WW_EVALS_THRESH
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
@@ -59,28 +43,9 @@ _LN10 = math.log(10.0)
 _EPS = float(np.finfo(np.float64).eps)
 
 COLUMNS = (
-    "norm",
-    "log_norm",
-    "spectral_norm",
-    "log_spectral_norm",
-    "stable_rank",
-    "matrix_rank",
-    "entropy",
-    "alpha",
-    "sigma",
-    "xmin",
-    "num_pl_spikes",
-    "alpha_weighted",
-    "log_alpha_norm",
-    "tpl_alpha",
-    "tpl_lambda",
-    "bulk_max",
-    "num_spikes",
-    "mp_softrank",
-    "rank_loss",
-    "weak_rank_loss",
-    "sv_min",
-    "lambda_max",
+    "norm", "log_norm", "spectral_norm", "log_spectral_norm", "stable_rank", "matrix_rank", "entropy", "alpha", "sigma",
+    "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm", "tpl_alpha", "tpl_lambda", "bulk_max", "num_spikes",
+    "mp_softrank", "rank_loss", "weak_rank_loss", "sv_min", "lambda_max",
 )
 
 
@@ -94,16 +59,10 @@ def matrix_rank(eigs: np.ndarray, P: int) -> int:
 
 
 def matrix_entropy(eigs: np.ndarray, P: int, *, epsilon: float = 0.0) -> tuple[float, Optional[str]]:
-    """Normalised spectral entropy −Σ pᵢ ln pᵢ / ln(rank), pᵢ = eᵢ/Σe.
+    """Normalised spectral entropy −Σ pᵢ ln pᵢ / ln(rank), pᵢ = eᵢ/Σe, as ``(entropy, None)`` or ``(nan, reason)``.
 
-    Args:
-        eigs: non-negative eigenvalues.
-        P: larger side of the matrix (for the rank tolerance).
-        epsilon: added to every pᵢ and to the rank (WeightWatcher's regulariser; 0 = exact).
-
-    Returns:
-        ``(entropy, None)`` or ``(nan, reason)`` when the rank is ≤ 1 or the spectrum is all zero.
-    """
+    P is the larger side (for the rank tolerance); ``epsilon`` (WeightWatcher's regulariser) is added to every pᵢ and to
+    the rank."""
     e = np.asarray(eigs, dtype=np.float64)
     total = float(np.sum(e))
     rank = matrix_rank(e, P)
@@ -117,16 +76,12 @@ def matrix_entropy(eigs: np.ndarray, P: int, *, epsilon: float = 0.0) -> tuple[f
     return float(-np.sum(p * np.log(p)) / np.log(rank + epsilon)), None
 
 
-
-
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     return _compute_many([spec], options)[0]
 
 
 def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[GroupResult]:
-    """``_compute`` of each spectrum; those of one shape (an MoE layer's experts, a ResNet stage's
-    convolutions) have their Marchenko–Pastur fits made as one batch, where the Python around each
-    fit's small numpy calls is shared (the results are the per-spectrum fits', see ``mp_fit_many``)."""
+    """``_compute`` of each spectrum, the Marchenko–Pastur fits of one shape as one batch (``mp_fit_many``)."""
     results = [GroupResult() for _ in specs]
     usable: list[tuple[int, np.ndarray]] = []
     for k, spec in enumerate(specs):
@@ -307,13 +262,7 @@ GROUP = MetricGroup(
     name="htsr",
     columns=COLUMNS,
     summary_columns=(
-        "alpha",
-        "alpha_weighted",
-        "log_norm",
-        "log_spectral_norm",
-        "stable_rank",
-        "log_alpha_norm",
-        "entropy",
+        "alpha", "alpha_weighted", "log_norm", "log_spectral_norm", "stable_rank", "log_alpha_norm", "entropy",
     ),
     compute=_compute,
     compute_many=_compute_many,

@@ -1,11 +1,7 @@
 """WeightWatcher 0.7.7's Marchenko–Pastur bulk fit, reproduced bit for bit (docs/math.md §4).
 
-The spectrum is rescaled to mean 1, smoothed by a linear-kernel KDE, and matched in least squares
-by the MP density over a grid of σ polished by Nelder–Mead, as ``scipy.optimize.brute`` does in
-WeightWatcher. The residual has a fast form (a few dot products over the law's support) with a
-bound on its rounding; every decision too close for that bound is taken on WeightWatcher's own
-residual, so the fitted σ is WeightWatcher's exactly.
-"""
+The residual has a fast form (a few dot products over the law's support) with a bound on its rounding; every decision
+too close for that bound is taken on WeightWatcher's own residual."""
 
 from __future__ import annotations
 
@@ -30,16 +26,10 @@ _NM_MAXFUN = 200  # fmin's default maxiter = maxfun = 200 · (one variable)
 
 @dataclass(frozen=True)
 class MPFit:
-    """WeightWatcher's Marchenko–Pastur fit of a spectrum.
+    """WeightWatcher's Marchenko–Pastur fit of a spectrum (docs/math.md §4); ``reason`` says why it failed.
 
-    Attributes:
-        sigma_mp: fitted MP scale σ of the rescaled spectrum (mean eigenvalue 1).
-        bulk_max: MP bulk edge σ²(1 + 1/√Q)², in the units of the input eigenvalues.
-        bulk_min: lower bulk edge σ²(1 − 1/√Q)², same units.
-        num_spikes: eigenvalues above the bulk edge plus its Tracy–Widom margin.
-        mp_softrank: bulk_max / max e.
-        reason: why the fit failed; ``None`` on success.
-    """
+    ``sigma_mp`` is σ of the spectrum rescaled to mean 1; ``bulk_max`` and ``bulk_min`` are in the units of the input
+    eigenvalues."""
 
     sigma_mp: float
     bulk_max: float
@@ -96,17 +86,11 @@ def _bounds_from_sums(c, y2, sy_all, count, d1, d2, dy, s1_hi, s2_hi, b, a):  # 
 
 
 class _MPResidual:
-    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law.
-
-    :meth:`exact` is WeightWatcher's residual operation for operation (an L-point array, numpy's
-    pairwise sum), so the σ Nelder–Mead and ``brute`` pick are its own. :meth:`fast` is the same
-    quantity from its expansion Σy² + Σ law² − 2 Σ law·y over the support of the law only (where
-    it is not 0), a few dot products; it returns ``(value, scale)`` with ``scale`` a bound on the
-    sum of the magnitudes of its terms, so ``|fast − exact| <= _FAST_REL_ERR · scale``. The fits
-    use the fast value and fall back to the exact one wherever a decision (a comparison of two
-    residuals) is closer than that: results are WeightWatcher's bit for bit, at a fraction of
-    the cost.
-    """
+    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law. :meth:`exact` is
+    WeightWatcher's residual operation for operation (so Nelder–Mead and ``brute`` pick its σ). :meth:`fast` expands it
+    as Σy² + Σ law² − 2 Σ law·y over the law's support, and returns ``(value, scale)`` with ``|fast − exact| <=
+    _FAST_REL_ERR · scale``: the fits fall back to :meth:`exact` wherever a comparison of two residuals is closer than
+    that."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
         xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
@@ -171,9 +155,7 @@ class _MPResidual:
             xs = self.xde[lo:hi]
             d = (b - xs) * (xs - a)  # > 0: a < xs < b
             value, scale = _fast_from_sums(
-                self.Q / (2 * np.pi * sigma * sigma),
-                self.y2,
-                float(np.dot(d, self.h[lo:hi])),
+                self.Q / (2 * np.pi * sigma * sigma), self.y2, float(np.dot(d, self.h[lo:hi])),
                 float(np.dot(np.sqrt(d), self.g[lo:hi])),
             )
         if not math.isfinite(value):
@@ -221,12 +203,9 @@ class _MPResidual:
         return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2, t1, t2)
 
     def _lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins.
-
-        By Cauchy–Schwarz Σ law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least
-        Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ law² = c²·Σ(−1 + (a+b)/x − ab/x²) and
-        Σ y² over the support come from prefix sums over the sorted KDE grid.
-        """
+        """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins. By Cauchy–Schwarz Σ
+        law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ
+        law² = c²·Σ(−1 + (a+b)/x − ab/x²) and Σ y² over the support come from prefix sums over the sorted KDE grid."""
         if not hasattr(self, "_prefix"):
             x = self.xde
             with np.errstate(divide="ignore"):
@@ -259,14 +238,9 @@ def _grid_argmin(residual: _MPResidual, sigmas: np.ndarray) -> int:
 
 
 def _nelder_mead_1d(func: Callable[[float], tuple[float, float]], x0: float, rel_err: float) -> float:
-    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats.
-
-    scipy's ``_minimize_neldermead`` with fmin's defaults (initial step 5 %, xatol = fatol = 1e-4,
-    200 iterations and evaluations, reflection 1, expansion 2, contraction ½, shrink ½; sorting
-    keeps the older vertex first on ties), whose float arithmetic in one dimension is what this
-    does. ``func`` returns ``(value, scale)``: when ``rel_err`` > 0 a comparison of values closer
-    than ``rel_err``·scale raises :class:`_NearTie` (the values are approximations).
-    """
+    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats. ``func`` returns ``(value,
+    scale)``: when ``rel_err`` > 0 a comparison of values closer than ``rel_err``·scale raises :class:`_NearTie` (the
+    values are approximations)."""
     steps = _nelder_mead_steps(x0, rel_err)
     x = next(steps)
     try:
@@ -280,8 +254,9 @@ _Steps = Generator[float, tuple[float, float], float]
 
 
 def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
-    """:func:`_nelder_mead_1d` as a coroutine: yields each point to evaluate, is sent its
-    ``(value, scale)``, returns the minimum; :func:`mp_fit_many` runs many in lockstep."""
+    """:func:`_nelder_mead_1d` as a coroutine (yields points, is sent their values; :func:`mp_fit_many` runs many).
+    scipy's ``_minimize_neldermead`` with fmin's defaults (initial step 5 %, xatol = fatol = 1e-4, 200 iterations and
+    evaluations; sorting keeps the older vertex first on ties), in one dimension."""
     xatol = fatol = 1e-4
 
     def less(p: tuple[float, float], q: tuple[float, float], or_equal: bool = False) -> bool:
@@ -357,24 +332,11 @@ def _polish(residual: _MPResidual, start: float) -> float:
 
 
 def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWatcher names
-    """Marchenko–Pastur bulk fit exactly as WeightWatcher 0.7.7's ``mp_fit`` (rescale on, bw 0.1).
+    """Marchenko–Pastur bulk fit exactly as WeightWatcher 0.7.7's ``mp_fit`` (docs/math.md §4).
 
-    The spectrum is rescaled to mean 1; a linear-kernel KDE (bandwidth 0.1, 1000 points on
-    [0, max + 0.5], points with density ≤ 0.01 ignored) is matched in least squares by the MP
-    density of aspect ratio Q = N/M (the quarter-circle law of √e when Q = 1) over σ on the grid
-    [0.05 s, 2 s) in steps of 0.01 s, s = √(max e / (1 + 1/√Q)²), polished by Nelder–Mead
-    (``scipy.optimize.brute``). bulk_max = σ²(1 + 1/√Q)²; spikes are eigenvalues above
-    bulk_max + √(bulk_max^(2/3)·M^(−2/3)/√Q).
-
-    Args:
-        eigs: eigenvalues (zeros included, as WeightWatcher does).
-        N: larger side of one matrix (WeightWatcher's N; for some Conv2d layers WeightWatcher
-            reports N < M, see :mod:`wbfe.metrics.ww_compat`, and passing its N, M reproduces that too).
-        M: smaller side of one matrix (WeightWatcher's M).
-
-    Returns:
-        An :class:`MPFit`; NaN + reason for an empty or all-zero spectrum.
-    """
+    ``eigs`` keeps its zeros, as WeightWatcher does. N, M are WeightWatcher's sides of one matrix (for some Conv2d
+    layers it reports N < M: :func:`wbfe.metrics.ww_compat.ww_conv2d_dims`). NaN + reason for an empty or all-zero
+    spectrum."""
     e = np.asarray(eigs, dtype=np.float64)
     nan = math.nan
     if e.size == 0 or not float(np.sum(e)) > 0.0:
@@ -399,40 +361,23 @@ def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float
     tw = 1 / np.sqrt(Q) * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
     num_spikes = int(np.count_nonzero(to_plot > bulk_max + np.sqrt(tw)))
     return MPFit(
-        sigma_mp=sigma,
-        bulk_max=float(bulk_max / (w_scale * w_scale)),
-        bulk_min=float(bulk_min / (w_scale * w_scale)),
-        num_spikes=num_spikes,
-        mp_softrank=float(bulk_max / lambda_max),
+        sigma_mp=sigma, bulk_max=float(bulk_max / (w_scale * w_scale)), bulk_min=float(bulk_min / (w_scale * w_scale)),
+        num_spikes=num_spikes, mp_softrank=float(bulk_max / lambda_max),
     )
 
 
-# ------------------------------------------------------------------ many spectra of one shape at once
-
-_BATCH_MIN = 16  # fewer spectra: mp_fit one by one (the batch costs more below ~16: measured)
+_BATCH_MIN = 16  # fewer spectra: mp_fit one by one (below it the batch costs more)
 _BATCH_MAX = 64  # more: in groups of about this many (larger stacks fall out of cache)
-_LOCKSTEP_MIN = 2  # fewer Nelder–Mead runs left: the last finishes alone (a step costs ~10 µs)
-_CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized: larger ones run slower)
+_LOCKSTEP_MIN = 2  # fewer Nelder–Mead runs left: the last finishes alone
+_CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized)
 
 
 def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  # noqa: N803
     """:func:`mp_fit` of many spectra of one matrix shape, equal to it field for field, vectorised.
 
-    The rescaling, the KDEs, the σ grids and their pruning run on the whole stack, and the
-    Nelder–Mead polishes in lockstep (each spectrum's own :func:`_nelder_mead_steps`, their points
-    evaluated together). Every decision too close for the fast residuals' rounding bound, and any
-    spectrum off the common path (a grid tie, a non-finite residual, a lower edge at 0), is taken by
-    :func:`mp_fit` on that spectrum alone, so each result is :func:`mp_fit`'s bit for bit.
-
-    Args:
-        spectra: eigenvalues of each matrix (zeros included); spectra of different lengths, or
-            fewer than 16 (where the loop is faster), are fitted one by one.
-        N: larger side of every matrix (WeightWatcher's N).
-        M: smaller side of every matrix (WeightWatcher's M).
-
-    Returns:
-        One :class:`MPFit` per spectrum, in order.
-    """
+    The KDEs and σ grids run on the whole stack and the Nelder–Mead polishes in lockstep; every decision too close for
+    the fast residuals' bound, and any spectrum off the common path, is taken by :func:`mp_fit` on that spectrum alone.
+    Spectra of different lengths, or fewer than _BATCH_MIN, are fitted one by one."""
     arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
     if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
         return [mp_fit(e, N, M) for e in arrays]

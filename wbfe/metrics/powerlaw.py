@@ -1,10 +1,7 @@
 """Power-law and truncated power-law fits of an eigenvalue tail (docs/math.md §4).
 
-Continuous power law (Clauset, Shalizi & Newman 2009): for each candidate ``xmin`` (every value but
-the largest) the MLE is α = 1 + n_tail / Σ_tail ln(x/xmin); the chosen ``xmin`` minimises the KS
-distance max_k |1 − (x_k/xmin)^(1−α) − k/n_tail| over the sorted tail x_0 = xmin ≤ x_1 ≤ …, the
-one-sided empirical CDF k/n used by Clauset's ``plfit``, the ``powerlaw`` package and WeightWatcher.
-σ = (α − 1)/√n_tail.
+The KS distance uses the one-sided empirical CDF k/n of Clauset's ``plfit``, the ``powerlaw`` package
+and WeightWatcher.
 
 Two modes:
 
@@ -16,9 +13,7 @@ Two modes:
   but overwritten by argmin D in ``WWFit.__init__``, so xmin minimises D).
   WeightWatcher reports α = inf for a constant spectrum; here that is a failure (NaN + reason).
 
-Truncated power law p(x) ∝ x^(−α)·exp(−Λx) on x ≥ xmin: its own MLE, with the normaliser
-Z = ∫_xmin^∞ x^(−α) e^(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin) computed by quadrature in log space
-(valid for any real α when Λ > 0, α < 1 included; no incomplete-gamma sign cases).
+The truncated power law's normaliser is a quadrature in log space: valid for any real α when Λ > 0.
 """
 
 from __future__ import annotations
@@ -26,20 +21,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Generator, NamedTuple, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
 
 __all__ = [
-    "PowerLawFit",
-    "TruncatedPowerLawFit",
-    "fit_power_law",
-    "fit_truncated_power_law",
-    "fit_power_law_in_range",
-    "tpl_log_normaliser",
-    "WW_SMALL_N",
+    "PowerLawFit", "TruncatedPowerLawFit", "fit_power_law", "fit_truncated_power_law", "fit_power_law_in_range",
+    "tpl_log_normaliser", "WW_SMALL_N",
 ]
 
 #: Below this many values WeightWatcher 0.7.7 switches to its small-N estimator.
@@ -59,19 +49,9 @@ _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
 
 @dataclass(frozen=True)
 class PowerLawFit:
-    """Result of a continuous power-law fit.
+    """Result of a continuous power-law fit: NaN numbers and a ``reason`` on failure.
 
-    Attributes:
-        alpha: exponent α (NaN on failure).
-        sigma: standard error (α − 1)/√n_tail.
-        xmin: start of the fitted tail.
-        xmax: largest value.
-        n_tail: number of values ≥ xmin.
-        ks: KS distance D of the chosen fit.
-        n_candidates: candidate xmin values that were eligible.
-        method: ``"csn"``, ``"ww"`` or ``"ww-small-n"``.
-        reason: why the fit failed; ``None`` on success.
-    """
+    ``n_candidates`` counts the eligible xmin; ``method`` is ``"csn"``, ``"ww"``, ``"ww-small-n"`` or ``"range"``."""
 
     alpha: float
     sigma: float
@@ -91,17 +71,10 @@ class PowerLawFit:
 
 @dataclass(frozen=True)
 class TruncatedPowerLawFit:
-    """Result of a truncated power-law MLE on x ≥ xmin.
+    """Result of a truncated power-law MLE on x ≥ xmin; ``reason`` says why it failed.
 
-    Attributes:
-        alpha: exponent α (any real; α < 1 is normalisable because Λ > 0).
-        lam: truncation rate Λ >= 0; exactly 0 when no truncation raises the likelihood (the
-            maximum is then the plain power law, on the boundary of the parameter space).
-        xmin: lower end of the fitted data.
-        n_tail: number of values fitted.
-        loglik: maximised log-likelihood (sum over the tail).
-        reason: why the fit failed; ``None`` on success.
-    """
+    α is any real (α < 1 is normalisable because Λ > 0); Λ is exactly 0 when no truncation raises the likelihood (the
+    maximum is then the plain power law)."""
 
     alpha: float
     lam: float
@@ -165,23 +138,11 @@ def _pl_input(values: np.ndarray, *, min_tail: int, ww_compatible: bool) -> "np.
 
 
 def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail: int = 10) -> PowerLawFit:
-    """The power-law fit with ``xmin`` restricted to the sample's values in [lo, hi), as the
-    ``powerlaw`` package's ``Fit(data, xmin=(lo, hi))`` restricts it.
-
-    The candidates are the distinct values in the range less the largest of them (the package drops
-    the last candidate, meant as the sample's maximum, also from a range), each with its MLE α and
-    KS distance; the first minimum of the distance among those with α > 1 and a tail of at least
-    ``min_tail`` values wins (the package's own validity is ``parameter_ranges``; with
-    ``{'alpha': [1, None]}`` it is the same test).
-
-    Args:
-        values: positive samples.
-        lo, hi: the range (either order, as the package takes ``min`` and ``max`` of it).
-        min_tail: smallest tail accepted (≥ 1 here: 1 accepts any).
-
-    Returns:
-        A :class:`PowerLawFit` (``method="range"``); NaN + reason when no candidate qualifies.
-    """
+    """The power-law fit with ``xmin`` among the sample's values in [lo, hi) (either order), as the ``powerlaw``
+    package's ``Fit(data, xmin=(lo, hi))`` restricts it. The candidates are the distinct values in the range less the
+    largest of them (the package drops it, meant as the sample's maximum, also from a range); the first minimum of the
+    KS distance among those with α > 1 and a tail of at least ``min_tail`` (1 accepts any) wins; NaN + reason when none
+    does."""
     method = "range"
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if x.size and (not np.all(np.isfinite(x)) or x[0] <= 0.0):
@@ -221,11 +182,9 @@ def _tail_alphas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ks_rows(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Optional[np.ndarray] = None) -> np.ndarray:
-    """KS distances of the candidates ``rows`` (ascending), each against its own tail (vectorised).
-
-    With ``cols`` (ascending indices into ``x``), only those tail points count: a lower bound of
-    the distance made of the very same numbers, so it never exceeds it, not even by rounding.
-    """
+    """KS distances of the candidates ``rows`` (ascending), each against its own tail (vectorised). With ``cols``
+    (ascending indices into ``x``), only those tail points count: a lower bound of the distance made of the very same
+    numbers, so it never exceeds it, not even by rounding."""
     start = int(rows[0])
     cols = np.arange(start, x.size) if cols is None else cols[cols >= start]
     k = cols[None, :] - rows[:, None]  # rank within each tail
@@ -245,14 +204,9 @@ def _ks_blocks(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Option
 
 
 def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    """KS distances of the eligible candidates; +inf for the others, and for those a lower bound
-    shows cannot be the (first) minimum.
-
-    Every distance computed is the exact one (each element as WeightWatcher computes it, and a max
-    is exact), so the argmin and its distance are those of the full scan. The bound of a
-    candidate is the max over every ``_KS_STRIDE``-th point of the data; the exact distance is
-    then computed only for candidates whose bound does not exceed the best distance found.
-    """
+    """KS distances of the eligible candidates; +inf for the others, and for those whose lower bound (the max over every
+    ``_KS_STRIDE``-th point) shows they cannot be the first minimum. The distances computed are exact, so the argmin and
+    its distance are those of the full scan."""
     ks = np.full(x.size - 1, np.inf)
     idx = np.flatnonzero(eligible)
     if idx.size <= _KS_EXACT_BELOW:
@@ -314,13 +268,7 @@ def _pick_xmin(
 
 
 def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
-    """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves.
-
-    ``fit_powerlaw_smallN`` computes the bias-corrected α = 1 + (n−1)/Σ ln(x/xmin) on tails of at
-    least 8 values and picks xmin by D − 0.868/√n_tail, but ``WWFit.__init__`` then overwrites that
-    choice with argmin D over all candidates (D = 1 where a candidate was skipped). The effective
-    rule, reproduced here, is therefore: bias-corrected α, xmin minimising D among tails ≥ 8.
-    """
+    """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves (see the module docstring)."""
     method = "ww-small-n"
     n = x.size
     logx = np.log(x)
@@ -355,14 +303,8 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
         return _failed(method, f"degenerate tail: alpha = {alpha} at the best xmin", n_cand)
     nt = n - i
     return PowerLawFit(
-        alpha=alpha,
-        sigma=(alpha - 1.0) / math.sqrt(nt),
-        xmin=float(x[i]),
-        xmax=float(x[-1]),
-        n_tail=nt,
-        ks=float(ds[i]),
-        n_candidates=max(0, n - _WW_SMALL_N_MIN_TAIL + 1),
-        method=method,
+        alpha=alpha, sigma=(alpha - 1.0) / math.sqrt(nt), xmin=float(x[i]), xmax=float(x[-1]), n_tail=nt,
+        ks=float(ds[i]), n_candidates=max(0, n - _WW_SMALL_N_MIN_TAIL + 1), method=method,
     )
 
 
@@ -374,41 +316,22 @@ def _gauss_legendre() -> tuple[np.ndarray, np.ndarray]:
 def _panel_edges(peak: float, scale: float, lower: float, s: float, c: float, h_peak: float) -> list[float]:
     """Edges going away from ``peak`` (to ``lower`` if it is below the peak, else to +∞): widths
     scale/2, scale, 2·scale, … capped at 1, until h(u) = s·u − c·(e^u − 1) is more than
-    ``_TPL_DROP`` below ``h_peak`` or ``lower`` is reached. (Inlined: ~13 edges per fit and per
-    evaluation.)"""
-    expm1 = math.expm1
-    floor = -_TPL_DROP
+    ``_TPL_DROP`` below ``h_peak`` or ``lower`` is reached."""
     edges = [peak]
-    add = edges.append
-    edge = peak
+    sign = -1.0 if lower < peak else 1.0
     width = min(0.5 * scale, 1.0)
-    # `width = min(2 * width, 1)` below, written out (it is 1 for good after a few edges).
-    if lower < peak:
-        while True:
-            edge = edge - width
-            if edge <= lower:
-                add(lower)
-                return edges
-            add(edge)
-            if s * edge - c * expm1(edge) - h_peak < floor:
-                return edges
-            if width < 1.0:
-                width = 2.0 * width if 2.0 * width < 1.0 else 1.0
     while True:
-        edge = edge + width
-        add(edge)
-        if s * edge - c * expm1(edge) - h_peak < floor:
+        edge = edges[-1] + sign * width
+        if sign < 0.0 and edge <= lower:
+            return edges + [lower]
+        edges.append(edge)
+        if s * edge - c * math.expm1(edge) - h_peak < -_TPL_DROP:
             return edges
-        if width < 1.0:
-            width = 2.0 * width if 2.0 * width < 1.0 else 1.0
+        width = min(2.0 * width, 1.0)
 
 
 def _tpl_panels(alpha: float, lam: float) -> tuple[list[float], float]:
-    """Panel edges for ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1), and h at its peak.
-
-    The panels start at the peak of the log-concave h with the width of the peak and double (up
-    to 1) away from it, until h has dropped by 60 (or u reaches 0 on the left).
-    """
+    """Panel edges for ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1), and h at its peak."""
     s = 1.0 - alpha
     c = lam
     if s > c:  # interior peak at e^u = s/c, curvature −s there
@@ -425,12 +348,8 @@ def _tpl_panels(alpha: float, lam: float) -> tuple[list[float], float]:
 
 
 def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """Nodes u and weights w of ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1) (the TPL on y = e^u ≥ 1).
-
-    Composite Gauss–Legendre on the panels of :func:`_tpl_panels`, a row per panel. The weights
-    include exp(h − h_peak); returns ``(u, w, h_peak)``, so ∫ exp(h) = e^h_peak · Σw and
-    E[f(u)] = Σ w f / Σ w.
-    """
+    """Composite Gauss–Legendre nodes u and weights w (a row per panel) of ∫_0^∞ exp(h(u)) du (the TPL on
+    y = e^u ≥ 1), and h_peak: the weights include exp(h − h_peak), so ∫ exp(h) = e^h_peak · Σw."""
     edges, h_peak = _tpl_panels(alpha, lam)
     e = np.array(edges)[:, None]
     lo, hi = e[:-1], e[1:]
@@ -442,22 +361,10 @@ def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, f
 
 
 def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
-    """log Z, Z = ∫_xmin^∞ x^(−α)·exp(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin).
+    """log Z, Z = ∫_xmin^∞ x^(−α)·exp(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin), for any real α, Λ > 0, xmin > 0.
 
-    Computed in u = log(x/xmin), where the integrand is log-concave, by the quadrature of
-    :func:`_tpl_quadrature`.
-
-    Args:
-        alpha: exponent (any real).
-        lam: truncation rate Λ > 0.
-        xmin: lower limit > 0.
-
-    Returns:
-        log Z (about 1e-13 relative error against mpmath over the fitting range).
-
-    Raises:
-        ValueError: ``lam`` or ``xmin`` not positive.
-    """
+    By quadrature in u = log(x/xmin), where the integrand is log-concave (:func:`_tpl_quadrature`). Raises ValueError
+    when ``lam`` or ``xmin`` is not positive."""
     if not (lam > 0.0 and xmin > 0.0):
         raise ValueError(f"need lam > 0 and xmin > 0, not lam={lam!r}, xmin={xmin!r}")
     c = lam * xmin
@@ -482,11 +389,10 @@ def _sum_in_order(values: list[float]) -> float:
 
 
 def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _Eval:
-    """Mean negative log-likelihood of the TPL on y ≥ 1 at (``alpha``, ``lam``) with its gradient
-    and Hessian in (α, Λ), on data with means ``mean_u`` of log y and ``mean_y`` of y.
-
-    An exponential family in (−α, −Λ) with statistics (log y, y): the gradient is the data's mean
-    statistics minus the model's, the Hessian the model's covariance of (log y, y)."""
+    """Mean negative log-likelihood of the TPL on y ≥ 1 at (``alpha``, ``lam``) with its gradient and Hessian in (α, Λ),
+    on data with means ``mean_u`` of log y and ``mean_y`` of y. An exponential family in (−α, −Λ) with statistics (log
+    y, y): the gradient is the data's mean statistics minus the model's, the Hessian the model's covariance of (log y,
+    y)."""
     u, w, h_peak = _tpl_quadrature(alpha, lam)
 
     def total(a: np.ndarray) -> float:  # (panels, nodes) -> sum of the row sums in row order
@@ -531,11 +437,7 @@ def _ldl(h00: float, h01: float, h11: float) -> Optional[tuple[float, float]]:
 
 
 def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tuple[float, float]:
-    """−H⁻¹g by LDLᵀ, with H's diagonal raised (Levenberg–Marquardt) until H is positive definite.
-
-    LDLᵀ without pivoting is backward stable for a positive definite H; the Hessian here is a
-    covariance, nearly singular when the tail is narrow (log y and y nearly proportional).
-    """
+    """−H⁻¹g by LDLᵀ (backward stable for a positive definite H), H's diagonal raised until it is one."""
     s00 = h00
     factors = _ldl(h00, h01, h11)
     for damping in _DAMPINGS if factors is None else ():
@@ -550,20 +452,6 @@ def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tu
     return -g0 / s00 - beta * step1, step1
 
 
-# The Newton iteration is a coroutine: it yields each point (α, Λ) where it needs the objective
-# and receives the objective's _Eval there (from _tpl_objective).
-_Iteration = Generator[tuple[float, float], _Eval, tuple[float, float, float, bool]]
-
-
-def _evaluation(x0: float, x1: float, log_lam: bool) -> Generator[tuple[float, float], _Eval, _Eval]:
-    """The objective at α = x0 and Λ = x1, or Λ = e^x1 (derivatives then in log Λ) if ``log_lam``."""
-    if not log_lam:
-        return (yield (x0, x1))
-    lam = math.exp(x1)
-    value, g0, g1, h00, h01, h11 = yield (x0, lam)
-    return value, g0, lam * g1, h00, lam * h01, lam * lam * h11 + lam * g1
-
-
 def _max_step(x1: float, step1: float, log_lam: bool) -> float:
     if log_lam:  # log Λ moves by at most 5 per step
         bound = 5.0 / max(abs(step1), 1e-300)
@@ -574,13 +462,21 @@ def _max_step(x1: float, step1: float, log_lam: bool) -> float:
     return min(1.0, bound)
 
 
-def _damped_newton(x0: float, x1: float, log_lam: bool) -> _Iteration:
-    """Minimise the objective (:func:`_evaluation`) by Newton steps with backtracking.
+def _damped_newton(
+    objective: Callable[[float, float], _Eval], x0: float, x1: float, log_lam: bool
+) -> tuple[float, float, float, bool]:
+    """Minimise ``objective(α, Λ)`` by Newton steps with backtracking, over (α, Λ) or (α, log Λ). Where the Hessian is
+    not positive definite its diagonal is raised (Levenberg–Marquardt); :func:`_max_step` bounds the step length (to
+    stay in the domain). Returns (x0, x1, value, converged)."""
 
-    Where the Hessian is not positive definite its diagonal is raised (Levenberg–Marquardt);
-    :func:`_max_step` bounds the step length (to stay in the domain). Returns (x0, x1, value, converged).
-    """
-    value, g0, g1, h00, h01, h11 = yield from _evaluation(x0, x1, log_lam)
+    def evaluate(x0: float, x1: float) -> _Eval:
+        if not log_lam:
+            return objective(x0, x1)
+        lam = math.exp(x1)
+        value, g0, g1, h00, h01, h11 = objective(x0, lam)
+        return value, g0, lam * g1, h00, lam * h01, lam * lam * h11 + lam * g1
+
+    value, g0, g1, h00, h01, h11 = evaluate(x0, x1)
     for _ in range(_TPL_MAX_NEWTON):
         s0, s1 = _newton_step(g0, g1, h00, h01, h11)
         decrement = -(g0 * s0 + g1 * s1)
@@ -591,7 +487,7 @@ def _damped_newton(x0: float, x1: float, log_lam: bool) -> _Iteration:
         t = _max_step(x1, s1, log_lam)
         while t > 1e-12:
             new_x0, new_x1 = x0 + t * s0, x1 + t * s1
-            new = yield from _evaluation(new_x0, new_x1, log_lam)
+            new = evaluate(new_x0, new_x1)
             if new[0] <= value - 1e-4 * t * decrement:
                 break
             t *= 0.5
@@ -602,30 +498,14 @@ def _damped_newton(x0: float, x1: float, log_lam: bool) -> _Iteration:
     return x0, x1, value, False
 
 
-def _tpl_newton(alpha: float, lam: float) -> _Iteration:
-    """Minimise the mean NLL over α and Λ > 0 from (alpha, lam); returns (α, Λ, NLL, converged).
+def fit_truncated_power_law(
+    values: np.ndarray, *, xmin: Optional[float] = None
+) -> TruncatedPowerLawFit:
+    """Maximum-likelihood (α, Λ) of p(x) ∝ x^(−α)·exp(−Λx) on the values x ≥ xmin (default the smallest).
 
-    The NLL is convex in (α, Λ), so Newton there converges from anywhere, except that an optimum
-    at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and the steps stall
-    against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes.
-    """
-    alpha, lam, value, converged = yield from _damped_newton(alpha, lam, False)
-    if not converged and lam > 0.0:
-        alpha, log_lam, value, converged = yield from _damped_newton(alpha, math.log(lam), True)
-        lam = math.exp(log_lam)
-    return alpha, lam, value, converged
-
-
-class _TplData(NamedTuple):
-    xmin: float
-    n_tail: int
-    mean_log: float
-    mean_y: float
-    alpha_pl: float
-
-
-def _tpl_prepare(values: np.ndarray, xmin: Optional[float]) -> "TruncatedPowerLawFit | _TplData":
-    """The data's statistics for the Newton iteration, or the finished fit when none is needed."""
+    NaN + reason when the tail is too small or degenerate. The NLL is convex in (α, Λ), so Newton there converges from
+    anywhere, except that an optimum at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and the
+    steps stall against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes."""
     x = np.asarray(values, dtype=np.float64).ravel()
     x = x[np.isfinite(x) & (x > 0.0)]
     if x.size == 0:
@@ -649,40 +529,15 @@ def _tpl_prepare(values: np.ndarray, xmin: Optional[float]) -> "TruncatedPowerLa
     if alpha_pl > 2.0 and mean_y >= (alpha_pl - 1.0) / (alpha_pl - 2.0):
         nll = alpha_pl * mean_log - math.log(alpha_pl - 1.0)
         return TruncatedPowerLawFit(alpha_pl, 0.0, lo, n, float(-n * (nll + math.log(lo))))
-    return _TplData(lo, n, mean_log, mean_y, alpha_pl)
 
+    def objective(alpha: float, lam: float) -> _Eval:
+        return _tpl_objective(alpha, lam, mean_log, mean_y)
 
-def _tpl_result(data: _TplData, a_hat: float, lam_scaled: float, nll: float, converged: bool) -> TruncatedPowerLawFit:
-    lo, n = data.xmin, data.n_tail
+    a_hat, lam_scaled, nll, converged = _damped_newton(objective, alpha_pl, 0.1 / mean_y, False)
+    if not converged and lam_scaled > 0.0:
+        a_hat, log_lam, nll, converged = _damped_newton(objective, a_hat, math.log(lam_scaled), True)
+        lam_scaled = math.exp(log_lam)
     if not (converged and math.isfinite(a_hat) and math.isfinite(nll) and lam_scaled > 0.0):
         return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "likelihood maximisation did not converge")
     loglik = float(-n * (nll + math.log(lo)))  # density in x carries a 1/xmin Jacobian
     return TruncatedPowerLawFit(a_hat, lam_scaled / lo, lo, n, loglik)
-
-
-def _tpl_start(data: _TplData) -> _Iteration:
-    return _tpl_newton(data.alpha_pl, 0.1 / data.mean_y)
-
-
-def fit_truncated_power_law(
-    values: np.ndarray, *, xmin: Optional[float] = None
-) -> TruncatedPowerLawFit:
-    """Maximum-likelihood (α, Λ) of p(x) ∝ x^(−α)·exp(−Λx) on x ≥ xmin.
-
-    Args:
-        values: positive samples; those below ``xmin`` are ignored.
-        xmin: lower end of the fit; default the smallest value.
-
-    Returns:
-        A :class:`TruncatedPowerLawFit`; NaN + reason when the tail is too small or degenerate.
-    """
-    data = _tpl_prepare(values, xmin)
-    if isinstance(data, TruncatedPowerLawFit):
-        return data
-    iteration = _tpl_start(data)
-    point = next(iteration)
-    while True:
-        try:
-            point = iteration.send(_tpl_objective(point[0], point[1], data.mean_log, data.mean_y))
-        except StopIteration as done:
-            return _tpl_result(data, *done.value)

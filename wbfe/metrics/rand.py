@@ -1,25 +1,9 @@
 """The randomised control (``--metrics rand``): each matrix against a seeded element-wise shuffle.
 
-Shuffling the entries of W keeps their distribution (norm, mean, variance, largest entries) and
-destroys every correlation between them, so the shuffled matrix S is, to sampling error, a random
-matrix with W's entries. Its spectrum is then a Marchenko–Pastur bulk of variance σ² = var(w) —
-unless a few entries are large enough to make eigenvalues of their own above the bulk edge:
-"correlation traps" (Martin & Mahoney), which the shuffle cannot destroy because they live in
-single weights, not in correlations. Per matrix:
-
-- ``rand_distance``: Wasserstein-1 distance between the distributions of log e of W and of S
-  (nonzero eigenvalues): 0 when W already looks random, large when training built structure;
-- ``rand_traps``: eigenvalues of S above its MP bulk edge λ₊ = σ²(√P + √p)² by more than four
-  Tracy–Widom scales σ²(√P + √p)(1/√p + 1/√P)^⅓ (an exceedance probability of about 1e-4 for a
-  Gaussian matrix), not counting the one outlier a large mean of the entries makes by itself
-  (rank one, μ·11ᵀ; counted only when its predicted position clears the same threshold);
-- ``rand_bulk_max``: that edge λ₊; ``rand_lambda_max``: the largest eigenvalue of S;
-- ``rand_max_ratio``: λ_max(S) / λ_max(W), the ratio of the two spectra's largest eigenvalues
-  (WeightWatcher's ``ww_softrank``).
-
-The permutation is seeded from ``MetricOptions.seed`` and the tensor's name, so a matrix gets the
-same control whatever order or thread it is scored in.
-"""
+The shuffle keeps W's entries and destroys their correlations, so its spectrum is a Marchenko–Pastur bulk except for
+"correlation traps" (single large weights). Columns: docs/metrics.md, formulas: docs/math.md §4. The permutation is
+seeded from ``MetricOptions.seed`` and the tensor's name, so a matrix gets the same control whatever order or thread it
+is scored in."""
 
 from __future__ import annotations
 
@@ -45,9 +29,8 @@ TW_MARGIN = 4.0
 class ShuffledSpectrum:
     """Eigenvalues of the shuffled matrices (pooled, ascending), their trap count and bulk edge.
 
-    ``eigs`` and ``bulk_max`` are in units scaled by exp(−log_scale), as ``Spectrum.eigs`` is for a
-    matrix whose Gram matrix would leave float64's range; ``log_scale`` = 0 otherwise.
-    """
+    ``eigs`` and ``bulk_max`` are in units scaled by exp(−log_scale), as ``Spectrum.eigs`` is for a matrix whose Gram
+    matrix would leave float64's range; ``log_scale`` = 0 otherwise."""
 
     eigs: np.ndarray
     traps: int
@@ -63,12 +46,10 @@ def _rng(seed: int, name: str, index: int) -> np.random.Generator:
 
 
 def shuffle_matrix(matrix: Any, rng: np.random.Generator) -> Any:
-    """A copy of ``matrix`` (a numpy array or a torch tensor, returned as the same kind) with its
-    entries permuted uniformly at random.
+    """A copy of ``matrix`` (numpy or torch, returned as the same kind) with its entries permuted uniformly.
 
-    The bits are shuffled as unsigned integers of the element's width, so a bfloat16 matrix is
-    permuted exactly, in its own dtype, with one copy of it and no index array.
-    """
+    The bits are shuffled as unsigned integers of the element's width: a bfloat16 matrix is permuted exactly, in its own
+    dtype, with one copy and no index array."""
     copy = matrix.detach().to("cpu", copy=True).contiguous() if is_torch(matrix) else np.array(matrix, order="C")
     flat = flat_bytes(copy)  # the copy's own memory: it is contiguous and on the host
     width = flat.size // max(1, math.prod(copy.shape))
@@ -88,12 +69,10 @@ def tracy_widom_scale(sigma2: float, rows: int, cols: int) -> float:
 
 
 def count_traps(eigs: np.ndarray, rows: int, cols: int, mean: float, sigma2: float) -> tuple[int, float]:
-    """``(traps, λ₊)`` of one shuffled matrix: eigenvalues above the edge plus the margin, less the
-    mean's own outlier (see the module docstring).
+    """``(traps, λ₊)`` of one shuffled matrix: eigenvalues above the edge plus the margin, less the mean's outlier.
 
-    The mean μ of the entries is a rank-one term θ·uvᵀ with θ = |μ|·√(rows·cols); with s² = θ²/(σ²P)
-    it leaves the bulk when s² > √γ, at σ²P·(1 + s²)(γ + s²)/s² (Benaych-Georges & Nadakuditi 2012).
-    """
+    The mean μ of the entries is a rank-one term θ·uvᵀ with θ = |μ|·√(rows·cols); with s² = θ²/(σ²P) it leaves the bulk
+    when s² > √γ, at σ²P·(1 + s²)(γ + s²)/s² (Benaych-Georges & Nadakuditi 2012)."""
     edge = mp_edge(sigma2, rows, cols)
     threshold = edge + TW_MARGIN * tracy_widom_scale(sigma2, rows, cols)
     above = int(np.count_nonzero(eigs > threshold))
@@ -108,12 +87,8 @@ def count_traps(eigs: np.ndarray, rows: int, cols: int, mean: float, sigma2: flo
 
 
 def shuffled_spectrum(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> ShuffledSpectrum:
-    """The ``from_matrices`` hook: shuffle each matrix (seeded by ``options.seed`` and ``name``) and
-    take its spectrum in the pipeline's own eigen-solve (scaled as that scales it).
-
-    Raises:
-        DegenerateMatrixError: as :func:`wbfe.linalg.spectra.spectrum` (the matrix itself then fails too).
-    """
+    """The ``from_matrices`` hook: each matrix shuffled (seeded by ``options.seed`` and ``name``) and its spectrum taken
+    by the pipeline's own eigen-solve (DegenerateMatrixError as the matrix itself)."""
     from wbfe.linalg.spectra import spectrum
 
     parts, traps, edge, log_scale = [], 0, 0.0, 0.0
@@ -174,11 +149,7 @@ def _true_units(value: float, log_scale: float) -> float:
 
 
 GROUP = MetricGroup(
-    name="rand",
-    columns=COLUMNS,
-    summary_columns=("rand_distance", "rand_traps"),
-    compute=_compute,
+    name="rand", columns=COLUMNS, summary_columns=("rand_distance", "rand_traps"), compute=_compute,
     description="randomised control: a seeded element-wise shuffle of each matrix, correlation traps",
-    needs_eigenvalues=True,
-    from_matrices=shuffled_spectrum,
+    needs_eigenvalues=True, from_matrices=shuffled_spectrum,
 )

@@ -1,33 +1,11 @@
 """Log-space Tricomi U(a, b, z) on [0, ∞) and on the branch cut (−∞, 0] (docs/math.md §3).
 
-``scipy.special.hyperu`` is wrong or NaN on much of the range the HTMP law needs (b down to
-−1.5e5, log U down to −1500), so everything here is computed in log space from one integral
-representation (Kummer-transformed so that the parameter that can be huge sits in a benign place):
-
-    U(a, b, z) = z^(−a) / Γ(c) · ∫₀^∞ e^(−u) u^(c−1) (1 + u/z)^(−a) du,   c = a − b + 1 > 0.
-
-On the positive axis the integrand is log-concave in s = log u; on the cut z = −y − i0 the path is
-bent into the lower half plane (log u = s − iθ(s)) so that it passes below the singularity u = y:
-a ray through the complex saddle point of the integrand inside the "bulk" of the HTMP law, a
-Gaussian bump in θ around y outside it. Either way the integral is a trapezoidal sum in a
-sinh-stretched copy of s whose steps follow the narrowest feature (the peak, the singularity, the
-e^(−u) strip) and whose range reaches every part of the integrand above e^(−46) of its peak; the
-stretch is centred on a region of uniform steps spanning the peak and y, or, where that takes fewer
-nodes, on y itself, its steps growing away from y and still fine enough across the peak.
-
-On the cut each value checks itself: the sum with twice the step must agree, the terms must not
-cancel by more than 1e3, and where their phase jumps by more than 1 rad between nodes (oscillation
-that may alias identically at h and 2h) the sum on nodes shifted by h/3 must agree too. Rows that
-fail get a finer step, then other paths (J does not depend on the path; three paths agreeing also
-counts), and NaN only if nothing converges to 1e-4 (never seen in tests). When only |U| is asked
-(:func:`log_abs_hyperu_neg`) the other paths go first: they are cheaper, and a path's phase may be
-2π off the saddle's, which only matters for arg U.
-For y below ~1e-17/(1 + a + c) the two leading terms of the series at z = 0 are used instead.
-
-Accuracy against mpmath (tests/test_special.py, κ ∈ [0.01, 300], γ ∈ [0.001, 0.999]):
-log U on [0, 1e6] within 2e-13 relative; log|U| on the cut within 2e-11 except near κ = 300,
-γ = 0.999, y <= 1e-6 (1.5e-10); arg U on the cut within 1e-8·πa (the CDF to 1e-8).
-"""
+``scipy.special.hyperu`` is wrong or NaN on much of the range the HTMP law needs, so everything here comes from one
+Kummer-transformed integral, U(a, b, z) = z^(−a)/Γ(c)·∫₀^∞ e^(−u) u^(c−1) (1 + u/z)^(−a) du with c = a − b + 1 > 0,
+summed by the trapezoidal rule in a sinh-stretched copy of s = log u. On the cut z = −y − i0 the path is bent below the
+singularity u = y: a ray through the complex saddle inside the HTMP bulk, a Gaussian bump in θ around y outside it. Each
+value on the cut checks itself (the sum at twice the step, the cancellation, a sum on shifted nodes where the phase
+jumps); rows that fail get a finer step or other paths, and NaN only if nothing converges to 1e-4."""
 
 from __future__ import annotations
 
@@ -39,12 +17,7 @@ from scipy.special import expit, gammaln
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = [
-    "log_hyperu",
-    "log_hyperu_neg",
-    "log_abs_hyperu_neg",
-    "arg_hyperu_neg",
-]
+__all__ = ["log_hyperu", "log_hyperu_neg", "log_abs_hyperu_neg", "arg_hyperu_neg"]
 
 ArrayLike = Union[float, np.ndarray]
 ComplexLike = Union[complex, np.ndarray]  # log U on the cut: complex, shaped like the argument
@@ -71,40 +44,16 @@ def _check_ab(a: float, b: float) -> tuple[float, float, float]:
 
 
 def _log_sinh_trapezoid(
-    log_integrand: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    s_c: np.ndarray,
-    width: np.ndarray,
-    step: np.ndarray,
-    s_lo: np.ndarray,
-    s_hi: np.ndarray,
-    dtype: type,
-    ref: Optional[np.ndarray] = None,
-    spread: float = math.inf,
+    log_integrand: Callable[[np.ndarray, np.ndarray], np.ndarray], s_c: np.ndarray, width: np.ndarray, step: np.ndarray,
+    s_lo: np.ndarray, s_hi: np.ndarray, dtype: type, ref: Optional[np.ndarray] = None, spread: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """log ∫ exp(f(s)) ds for one integrand per row, by the trapezoidal rule in v, s = s_c + W·sinh v.
-
-    Args:
-        log_integrand: ``f(s, rows)`` for an (m, N) array of nodes and the row indices.
-        s_c, width: centre and half-width of each row's region of uniform resolution.
-        step: the largest step in s allowed inside that region.
-        s_lo, s_hi: where each row's integrand has fallen below e^-46 of its peak.
-        dtype: ``float`` or ``complex`` (the type of ``f``).
-        ref: per row, the point whose integrand phase is the reference for the sum (the saddle
-            or mode that dominates it); the node of largest modulus when None.
-        spread: rows are summed in chunks of up to _CHUNK, every row of a chunk on as many nodes
-            as the chunk's longest; a chunk also ends where that count would exceed ``spread``
-            times its shortest's (see :func:`_chunks`).
-
-    Returns:
-        ``(fine, coarse, lost)``: log of each row's integral with the step asked for and with
-        twice that step (every other node), whose difference estimates the discretisation error,
-        and log(Σ|terms| / |Σ terms|), the digits lost to cancellation (0 for a real integrand). The phase is
-        the integrand's own (continuous) phase at the reference node plus the principal argument
-        of the sum relative to it. A fourth array holds, for rows whose phase moves by more than
-        1 rad between significant nodes, the sum with the same step on nodes shifted by a third
-        of it (NaN elsewhere): unresolved oscillation can alias to the same wrong value at h and
-        2h, never at offsets 0 and h/3 alike.
-    """
+    """log ∫ exp(f(s)) ds for one integrand ``f(s, rows)`` per row, by the trapezoidal rule in v, s = s_c + W·sinh v.
+    Steps are at most ``step`` inside [s_c − W, s_c + W]; the sum runs over [s_lo, s_hi]. The phase is taken relative to
+    the node nearest ``ref`` (the node of largest modulus when None); ``spread`` bounds a chunk's padding
+    (:func:`_chunks`). Returns ``(fine, coarse, lost, shifted)``: the sum at the step and at twice it (their difference
+    estimates the error), log(Σ|terms| / |Σ terms|) (digits lost to cancellation), and where the phase moves by more
+    than 1 rad between significant nodes the sum on nodes shifted by a third of a step (NaN elsewhere): unresolved
+    oscillation can alias alike at h and 2h, never at 0 and h/3."""
     v_lo = np.arcsinh((s_lo - s_c) / width)
     v_hi = np.arcsinh((s_hi - s_c) / width)
     # An s-step of at most `step` anywhere in [s_c - W, s_c + W] (cosh v <= sqrt 2 there).
@@ -167,11 +116,9 @@ def _log_sinh_trapezoid(
 
 
 def _chunks(order: np.ndarray, n: np.ndarray, spread: float) -> list[np.ndarray]:
-    """``order`` (rows by ascending node count ``n``) cut into chunks of at most _CHUNK rows, a new
-    one also where a count exceeds ``spread`` times the chunk's first: one row of 10,000 nodes
-    then no longer pads 50 rows of 500 (4.5x the work of an HTMP fit's U grid). Padding gives a
-    row more nodes than its self-check asked for, which at loose tolerances (rtol 1e-8) some rows
-    needed to meet them: only tight ones (rtol <= _TIGHT_RTOL) use a finite spread."""
+    """Rows by ascending node count cut into chunks of at most _CHUNK, a new one also where a count exceeds
+    ``spread`` times the chunk's first (one long row must not pad many short ones). Padding gives rows more
+    nodes than asked, which some rows need at loose rtol: only tight ones use a finite spread."""
     chunks = []
     start = 0
     while start < order.size:
@@ -208,19 +155,10 @@ def _drop_edge(psi: Callable[[np.ndarray], np.ndarray], s_m: np.ndarray, scale: 
 
 
 def log_hyperu(a: float, b: float, z: ArrayLike) -> ArrayLike:
-    """log U(a, b, z) of Tricomi's confluent hypergeometric function for real z >= 0.
+    """log U(a, b, z) of Tricomi's confluent hypergeometric function for real z >= 0, shaped like ``z``.
 
-    Args:
-        a: first parameter, a > 0.
-        b: second parameter, with c = a − b + 1 > 0 (the HTMP law has b = 1 − δ < 1).
-        z: one value or an array of values >= 0.
-
-    Returns:
-        log U, real, shaped like ``z``. At z = 0 this is log Γ(1−b) − log Γ(a−b+1) for b < 1 and
-        +inf for b >= 1 (U diverges there).
-
-    Raises:
-        InvalidOptionError: a <= 0, a − b + 1 <= 0, or a negative or non-finite z.
+    Needs a > 0 and c = a − b + 1 > 0 (InvalidOptionError otherwise, or for a negative or non-finite z).
+    At z = 0 this is log Γ(1−b) − log Γ(a−b+1) for b < 1 and +inf for b >= 1.
 
     Example:
         >>> round(float(log_hyperu(1.0, 1.0, 1.0)), 12)  # U(1, 1, z) = e^z E1(z)
@@ -275,40 +213,18 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     width = np.maximum(0.5 * (act_hi - act_lo), sw)
     step = 0.8 * np.minimum(0.25, sw / 2.5)
     log_int, _, _, _ = _log_sinh_trapezoid(
-        lambda s, rows: psi(s, lz[rows, None]),
-        0.5 * (act_lo + act_hi),
-        width,
-        step,
-        s_lo,
-        s_hi,
-        float,
+        lambda s, rows: psi(s, lz[rows, None]), 0.5 * (act_lo + act_hi), width, step, s_lo, s_hi, float,
     )
     return log_int - gammaln(c)
 
 
 def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> ComplexLike:
-    """log U(a, b, −y − i0) on the branch cut, with an argument continuous in y.
+    """log U(a, b, −y − i0) on the branch cut (a > 0, b < 1, y >= 0), with an argument continuous in y.
 
-    The imaginary part is the argument of U approached from below the cut, continued from
-    arg U(a, b, −i0) = 0 (U(a, b, 0) > 0 for b < 1); it runs from 0 to πa as y goes from 0 to ∞,
-    which is what the HTMP CDF F = arg U / (πa) needs. From above the cut the value is the complex
-    conjugate; |U| is the same from either side.
-
-    Args:
-        a: first parameter, a > 0.
-        b: second parameter, b < 1 (the cut value at y = 0 is finite only then).
-        y: one value or an array of values >= 0 (the point on the cut is −y).
-        rtol: the self-check's target: a path is accepted once halving the trapezoidal step
-            changes log U by less than sqrt(rtol)·max(1, |log U|) (the error of the finer sum is
-            then about the square of that change); values for which no path gets the change below
-            1e-4 are NaN (none were seen over κ ∈ [0.01, 300], γ ∈ [0.001, 0.999]).
-
-    Returns:
-        complex log U, shaped like ``y``.
-
-    Raises:
-        InvalidOptionError: a <= 0, b >= 1, or a negative or non-finite y.
-    """
+    The imaginary part is arg U from below the cut, continued from 0 at y = 0: it runs from 0 to πa, which the HTMP CDF
+    F = arg U / (πa) needs. From above the cut the value is the complex conjugate. A path is accepted once halving its
+    step changes log U by less than sqrt(rtol)·max(1, |log U|) (the finer sum's error is about the square of that);
+    values for which no path gets below 1e-4 are NaN."""
     return _log_hyperu_neg(a, b, y, rtol, modulus_only=False)
 
 
@@ -350,11 +266,7 @@ def _log_hyperu_cut_near_zero(a: float, c: float, delta: float, log_a0: float, y
 
 
 def log_abs_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = _CUT_TOL) -> ArrayLike:
-    """log |U(a, b, −y)| on the cut (the same from either side); see :func:`log_hyperu_neg`.
-
-    Cheaper where the default path has not converged: with no phase to keep, other paths are
-    tried before finer steps.
-    """
+    """log |U(a, b, −y)| on the cut; cheaper than :func:`log_hyperu_neg` (with no phase to keep, other paths first)."""
     value = _log_hyperu_neg(a, b, y, rtol, modulus_only=True)
     return value.real if isinstance(value, np.ndarray) else float(value.real)
 
@@ -368,34 +280,15 @@ def arg_hyperu_neg(a: float, b: float, y: ArrayLike) -> ArrayLike:
 # Fallback paths (θ0, bump width; inf = a ray at angle θ0) for rows where the default path's
 # trapezoidal sum has not converged; the order puts the cheapest, most often right, first.
 _CUT_FALLBACKS = (
-    (0.2, 0.4),
-    (0.4, math.inf),
-    (0.1, 0.2),
-    (0.5, 0.3),
-    (1.0, 0.3),
-    (1.0, 1.0),
-    (0.2, math.inf),
-    (0.1, math.inf),
-    (0.3, 0.8),
-    (0.7, math.inf),
-    (0.5, 0.1),
-    (1.4, 0.3),
+    (0.2, 0.4), (0.4, math.inf), (0.1, 0.2), (0.5, 0.3), (1.0, 0.3), (1.0, 1.0), (0.2, math.inf), (0.1, math.inf),
+    (0.3, 0.8), (0.7, math.inf), (0.5, 0.1), (1.4, 0.3),
 )
 _CUT_MAX_LOST = math.log(1e3)
 
 
 def _cut_integral(
-    a: float,
-    c: float,
-    y: np.ndarray,
-    ly: np.ndarray,
-    th0: np.ndarray,
-    bump_w: np.ndarray,
-    peak: np.ndarray,
-    step: np.ndarray,
-    act_lo: np.ndarray,
-    act_hi: np.ndarray,
-    spread: float = math.inf,
+    a: float, c: float, y: np.ndarray, ly: np.ndarray, th0: np.ndarray, bump_w: np.ndarray, peak: np.ndarray,
+    step: np.ndarray, act_lo: np.ndarray, act_hi: np.ndarray, spread: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray]:
     """log J along log u = s − iθ0·exp(−½((s − log y)/w)²) (w = inf: a ray), and |J_h − J_2h|."""
     # Left of both the peak and u = y the integrand falls like u^c: e^-50 takes 50/c in s.
@@ -404,8 +297,8 @@ def _cut_integral(
     width = 0.5 * (act_hi - act_lo)
 
     def log_integrand(s: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        # In real arithmetic (half the time of numpy's complex exp/log/divide on these arrays):
-        # u = e^s e^(−iθ), θ = θ0·g(s), and the Jacobian 1 − iθ0·g'(s) of the bent path.
+        # In real arithmetic (cheaper than numpy's complex exp/log/divide): u = e^s e^(−iθ), θ = θ0·g(s),
+        # and the Jacobian 1 − iθ0·g'(s) of the bent path.
         t0 = th0[rows, None]
         w = bump_w[rows, None]
         z = (s - ly[rows, None]) / w  # 0 on a ray (w = inf): g = 1, g' = 0
@@ -443,24 +336,13 @@ def _cut_integral(
 
 
 def _centred_map(
-    a: float,
-    c: float,
-    ly: np.ndarray,
-    near_y: np.ndarray,
-    near_y_step: np.ndarray,
-    peak: np.ndarray,
-    peak_half: np.ndarray,
-    peak_step: np.ndarray,
-    act_lo: np.ndarray,
-    act_hi: np.ndarray,
-    step: np.ndarray,
+    a: float, c: float, ly: np.ndarray, near_y: np.ndarray, near_y_step: np.ndarray, peak: np.ndarray,
+    peak_half: np.ndarray, peak_step: np.ndarray, act_lo: np.ndarray, act_hi: np.ndarray, step: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row, the cheaper of two sinh maps for :func:`_cut_integral`: the uniform region
-    [act_lo, act_hi] at ``step`` (the finest step anywhere), or one centred on log y (half-width
-    ``near_y``, step ``near_y_step`` there), whose steps grow with the distance from y (≈ h_v·d,
-    h_v = step/(W·√2)) and are still ``peak_step`` at the far edge of the peak's region
-    (peak ± peak_half). The fine step near y then is not spent over the peak's whole region,
-    which is wide where c is small. Returns (act_lo, act_hi, step)."""
+    """Per row, the cheaper of two sinh maps for :func:`_cut_integral`, as (act_lo, act_hi, step). Either the uniform
+    region [act_lo, act_hi] at ``step``, or one centred on log y (half-width ``near_y``, step ``near_y_step``) whose
+    steps grow away from y and are still ``peak_step`` across the peak's region (peak ± peak_half): the fine step near y
+    is then not spent over a wide peak (small c)."""
     reach = np.abs(peak - ly) + peak_half
     centred_step = np.minimum(near_y_step, near_y * math.sqrt(2.0) * peak_step / np.hypot(reach, near_y))
     top = math.log(c + a + 60.0 * math.sqrt(c) + 60.0)
@@ -617,9 +499,8 @@ def _log_hyperu_cut(
             for row, value in zip(rows, cand):
                 refined.setdefault(int(row), []).append(value)
 
-    # Other paths cost the default step; refining the default path costs 4 and 16 times more but
-    # keeps its phase reference (the saddle), which another path's sum may place 2π away. Where
-    # only the modulus is wanted, the cheap paths go first.
+    # Refining costs 4 and 16 times more than another path but keeps the phase reference (another
+    # path's sum may be 2π away): only for the modulus do the cheap paths go first.
     if modulus_only:
         other_paths()
         refine()
@@ -633,7 +514,7 @@ def _log_hyperu_cut(
             gap = abs(values[1] - values[0])
             if gap <= 1e-8 * max(1.0, abs(values[1])):
                 log_j[row], err[row] = values[1], gap
-    # No path converged even loosely (never seen over the tested range): say so.
+    # No path converged even loosely: say so.
     log_j = np.where(err <= 1e-4 * np.maximum(1.0, np.abs(log_j)), log_j, complex(math.nan, math.nan))
     # U(a, b, −y − i0) = (y e^{−iπ})^(−a) / Γ(c) · J
     return -a * ly + 1j * math.pi * a - gammaln(c) + log_j

@@ -1,19 +1,6 @@
 """Eigenvector localisation (``--metrics vectors``): WeightWatcher 0.7.7's ``vectors=True`` columns.
 
-For each eigenvector v of the smaller Gram matrix X (W·Wᵀ or Wᵀ·W, per slice for pooled conv
-slices), three numbers, exactly as ``weightwatcher/RMT_Util.py`` defines them:
-
-- ``loc_ratio``: localisation ratio ‖v‖₁ / ‖v‖_∞ (1 for a basis vector, √p·… for a spread one);
-- ``part_ratio``: participation ratio ‖v‖₂ / ‖v‖₄;
-- ``vec_entropy``: WeightWatcher's ``discrete_entropy``: the entropy −Σ pᵢ ln pᵢ of a 100-bin
-  density histogram of |v| − mean|v|, with pᵢ = (hᵢ + 1e-10)/√(2π), normalised to sum 1.
-
-The eigenvectors are split by their eigenvalue λ at the power-law fit's ``xmin`` (the fit of the
-``htsr`` group, :func:`wbfe.metrics.htsr.fit_spectrum_power_law`): bulk λ < xmin, tail λ ≥ xmin.
-The columns are the mean and the (population) variance of each number over the bulk and over the
-tail: ``bulk_mean_loc_ratio``, ``bulk_var_loc_ratio``, ``tail_mean_loc_ratio``, … (12 columns,
-WeightWatcher's names). No fit, or an empty bulk or tail, is NaN with the reason (WeightWatcher
-then leaves the columns out, or writes NaN from ``np.mean([])``).
+The columns, their definitions and NaN reasons are in docs/metrics.md (group ``vectors``).
 
 Eigenvectors are not in the :class:`~wbfe.linalg.spectra.Spectrum`: the group's ``from_matrices`` hook
 computes them from the matrices themselves. Default mode: ``torch.linalg.eigh`` of the float64
@@ -77,11 +64,9 @@ def participation_ratios(moduli: np.ndarray) -> np.ndarray:
 
 
 def discrete_entropies(moduli: np.ndarray, *, bins: int = WW_BINS, epsilon: float = WW_EPSILON) -> np.ndarray:
-    """WeightWatcher's ``discrete_entropy`` of each column v of ``moduli`` = |V| (see the module docstring).
+    """WeightWatcher's ``discrete_entropy`` of each column v of ``moduli`` = |V| (docs/metrics.md).
 
-    ``np.histogram`` per column: its bin assignment (edge corrections included) is what the
-    value depends on, and a column of p ≤ a few thousand values costs tens of microseconds.
-    """
+    ``np.histogram`` per column: its bin assignment (edge corrections included) is what the value depends on."""
     out = np.empty(moduli.shape[1])
     for j in range(moduli.shape[1]):
         v = moduli[:, j] - np.mean(moduli[:, j])
