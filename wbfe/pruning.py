@@ -220,7 +220,8 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
             return None, 0, "not pruned (excluded, or not a scored matrix)"
         w = np.asarray(tensor.detach().cpu().double().numpy())
         pruned = magnitude_prune(w, row["zeros"])
-        counts[name] = (int(np.count_nonzero(pruned == 0)), *_dead(pruned))
+        live = pruned.reshape(pruned.shape[0], -1) != 0  # dead rows and columns of out × everything else
+        counts[name] = (int(np.count_nonzero(pruned == 0)), int(np.sum(~live.any(axis=1))), int(np.sum(~live.any(axis=0))))
         return pruned, row["zeros"], ""
 
     summary = edit_checkpoint(ref, written, editor=editor, only=frozenset(plan),
@@ -281,19 +282,13 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
         raise NoUsableMatrixError(f"{result.model.get('source')}: no matrix left to prune: all {len(excluded)} scored "
                                   f"are left out ({'; '.join(reasons)}); --exclude '' prunes every role",
                                   ref=str(result.model.get("source")))
+    shares = np.full(len(rows), options.target)
     if options.by != "uniform":
-        _fill_missing(rows, options.by)
-    values = np.array([r["metric"] for r in rows]) if options.by != "uniform" else np.zeros(len(rows))
-    params = np.array([r["params"] for r in rows])
-    shares = (np.full(len(rows), options.target) if options.by == "uniform"
-              else allocate(values, params, options.target, spread=options.spread, mapping=options.mapping,
-                            reverse=options.reverse))
+        shares = allocate(_filled(rows, options.by), np.array([r["params"] for r in rows]), options.target,
+                          spread=options.spread, mapping=options.mapping, reverse=options.reverse)
     for row, s in zip(rows, shares):
         row["sparsity"] = float(s)
         row["zeros"] = int(round(float(s) * row["params"]))
-    if options.by != "uniform":
-        for row in rows:
-            row["metric"] = row.pop("_given")
     return Allocation(options=options, rows=rows, excluded=excluded, source=str(result.model.get("source", "")))
 
 
@@ -305,18 +300,17 @@ def _value(layer: dict[str, Any], by: str) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
-def _fill_missing(rows: list[dict[str, Any]], by: str) -> None:
-    """NaN (or infinite) values take the median of the finite ones; the row keeps its own as ``metric``."""
+def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
+    """The rows' values, a NaN (or infinite) one replaced by the median of the finite ones (its row says so)."""
     finite = [r["metric"] for r in rows if math.isfinite(r["metric"])]
     if not finite:
         raise MetricNotComputedError(f"{by} is NaN on every prunable matrix (too few eigenvalues for the fit?); "
                                      "allocate by another metric (--by bfe) or --by uniform", name=by)
     median = float(np.median(finite))
     for row in rows:
-        row["_given"] = row["metric"]
         if not math.isfinite(row["metric"]):
             row["note"] = f"{by} not finite: the median {median:.6g} used"
-            row["metric"] = median
+    return np.array([r["metric"] if math.isfinite(r["metric"]) else median for r in rows])
 
 
 def _check_tensors(ref: Any, plan: dict[str, dict[str, Any]]) -> None:
@@ -329,12 +323,6 @@ def _check_tensors(ref: Any, plan: dict[str, dict[str, Any]]) -> None:
         if stored.get(name) != row["shape"]:
             raise InvalidOptionError(f"{name}: scored as {row['shape']} but stored as {stored.get(name, 'no tensor')}; "
                                      "it cannot be pruned in place (exclude it with --layers)", name=name)
-
-
-def _dead(w: np.ndarray) -> tuple[int, int]:
-    """All-zero rows and columns of the weight as the score flattens it (out × everything else)."""
-    live = w.reshape(w.shape[0], -1) != 0
-    return int(np.sum(~live.any(axis=1))), int(np.sum(~live.any(axis=0)))
 
 
 def _record(allocation: Allocation) -> dict[str, Any]:
