@@ -105,8 +105,12 @@ def _read(model: Any, arch: str, config: dict[str, Any], *, skeleton: bool) -> F
     for name, source in shared.items():  # tied by sharing the parameter (older transformers tie in __init__)
         tied.setdefault(name, source)
     order = [name for name in names if name not in tied]
-    conv1d = _conv1d_class()
-    layouts = transposed_weights(model, also=(conv1d,) if conv1d is not None else ())
+    try:
+        from transformers.pytorch_utils import Conv1D  # GPT-2's, stored [in, out]
+
+        layouts = transposed_weights(model, also=(Conv1D,))
+    except ImportError:
+        layouts = transposed_weights(model)
     head, note = _head(model, arch, config)
     static = head_facts(model, head)
     facts = {"family": str(getattr(model.config, "model_type", "") or ""), **static,
@@ -174,14 +178,6 @@ def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
         if saved != name:
             out[name] = saved
     return out
-
-
-def _conv1d_class() -> Optional[type]:
-    try:
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:
-        return None
-    return Conv1D
 
 
 def _head(model: Any, arch: str, config: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:

@@ -30,14 +30,9 @@ def plain_layouts(config: Any) -> Optional[str]:
     architectures = config.get("architectures")
     arch = architectures[0] if isinstance(architectures, list) and architectures else None
     models = _models_folder()
-    if not isinstance(arch, str) or models is None:
+    files = _model_files(models, config, arch) if isinstance(arch, str) and models is not None else None
+    if files is None or any(_TRANSPOSED.search(p.read_text(encoding="utf-8", errors="replace")) for p in files):
         return None
-    files = _model_files(models, config, arch)
-    if files is None:
-        return None
-    for path in files:
-        if _TRANSPOSED.search(path.read_text(encoding="utf-8", errors="replace")):
-            return None
     names = ", ".join(sorted(p.name for p in files))
     return f"no layer stored transposed (Conv1D, ConvTranspose) in transformers' {names}"
 
