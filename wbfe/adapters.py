@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -26,6 +26,7 @@ _FACTOR = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B)\.weight$")
 _EMBED = re.compile(r"^(?P<module>.+)\.(?P<part>lora_embedding_A|lora_embedding_B)$")
 _MAGNITUDE = re.compile(r"^(?P<module>.+)\.lora_magnitude_vector(\.weight)?$")
 _EPS = float(np.finfo(np.float64).eps)
+_SIDES = {"_a": "_base", "_b": "_merged"}  # wbfe compare's sides of a change, for W₀ → merged
 
 
 @dataclass
@@ -107,9 +108,7 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
             skipped.append({"name": entry.name, "reason": "LoRA tensor other than the factors (e.g. lora_B bias): not a matrix of ΔW",
                             "shape": list(entry.shape), "dtype": entry.dtype})
         else:
-            whole.append(TensorEntry(name=name, shape=entry.shape, dtype=entry.dtype, load=entry.load,
-                                     storage_key=entry.storage_key, reread=entry.reread, quant=entry.quant,
-                                     layout=entry.layout))
+            whole.append(replace(entry, name=name, skip=None))
     return modules, whole, skipped
 
 
@@ -190,17 +189,11 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
     if left.shape[1] != r:
         raise CorruptCheckpointError(f"{where}: {module.name!r}: the adapter config gives r = {r} (rank_pattern) "
                                      f"but the factors have rank {left.shape[1]}")
-    if module.embedding:
-        shape: list[int] = [left.shape[0], right.shape[1]]
-        kind = "embedding"
-    elif len(module.a.shape) == 4:
-        shape = [left.shape[0], module.a.shape[1], *module.a.shape[2:]]
-        kind = "conv"
-    else:
-        shape = [left.shape[0], right.shape[1]]
-        if lora.fan_in_fan_out:
-            shape = shape[::-1]
-        kind = "linear"
+    kind = "embedding" if module.embedding else "conv" if len(module.a.shape) == 4 else "linear"
+    shape: list[int] = ([left.shape[0], module.a.shape[1], *module.a.shape[2:]] if kind == "conv"
+                        else [left.shape[0], right.shape[1]])
+    if kind == "linear" and lora.fan_in_fan_out:
+        shape = shape[::-1]
     singular = core_singular_values(left, right, scale)
     row: dict[str, Any] = {
         "name": name, "role": role_of(name, len(shape)), "kind": "lora", "lora_type": kind, "shape": shape,
@@ -280,9 +273,7 @@ def _dora_rescale(merged: np.ndarray, magnitude: np.ndarray, fan_in_fan_out: boo
     """DoRA's merge, as PEFT's: each output row of W₀ + ΔW (column when ``fan_in_fan_out``) rescaled to its magnitude."""
     w = merged.T if fan_in_fan_out else merged
     flat = w.reshape(w.shape[0], -1)
-    norms = np.linalg.norm(flat, axis=1)
-    scaled = flat * (magnitude.reshape(-1) / norms)[:, None]
-    out = scaled.reshape(w.shape)
+    out = (flat * (magnitude.reshape(-1) / np.linalg.norm(flat, axis=1))[:, None]).reshape(w.shape)
     return out.T if fan_in_fan_out else out
 
 
@@ -297,11 +288,7 @@ def _add_change(row: dict[str, Any], change: dict[str, Any]) -> None:
 
 
 def _side_name(key: str) -> str:
-    if key.endswith("_a"):
-        return key[:-2] + "_base"
-    if key.endswith("_b"):
-        return key[:-2] + "_merged"
-    return key
+    return key[:-2] + _SIDES[key[-2:]] if key[-2:] in _SIDES else key
 
 
 def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bool) -> dict[str, Any]:
