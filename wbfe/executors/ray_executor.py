@@ -54,7 +54,8 @@ class RayExecutor:
                         answer = ray.get(ref)
                     except ray.exceptions.RayTaskError as exc:  # a system error, retries spent
                         cause = getattr(exc, "cause", None) or exc
-                        answer = {"error": failure_reason(cause), "node": _node_of(exc)}
+                        ip = getattr(exc, "ip", None)
+                        answer = {"error": failure_reason(cause), "node": f"node ({ip})" if ip else "an unknown node"}
                     except ray.exceptions.RayError as exc:  # the worker or node died, retries spent
                         answer = {"error": failure_reason(exc), "node": "a lost node"}
                     note = progress.step(answer["node"])
@@ -70,8 +71,3 @@ class RayExecutor:
         from wbfe.executors.ray_score import score_on_ray
 
         return score_on_ray(ref, options, self.options, score_here, progress=progress)
-
-
-def _node_of(exc: BaseException) -> str:
-    ip = getattr(exc, "ip", None)
-    return f"node ({ip})" if ip else "an unknown node"

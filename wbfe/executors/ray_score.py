@@ -115,10 +115,8 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             return owner.get(name, owner.get(_EXPERT_SUFFIX.sub("", name), 0)) == part
 
         def record(entry: Any, item: Any) -> None:
-            if isinstance(item, Skip):
-                rows.append((position[entry.name], "skipped", item.to_dict()))
-            else:
-                rows.append((position[entry.name], "layer", item))
+            skip = isinstance(item, Skip)
+            rows.append((position[entry.name], "skipped" if skip else "layer", item.to_dict() if skip else item))
 
         with open_source(ref) as source, Pipeline(context.device) as pipeline:
             if source.provenance.pending is not None:
