@@ -6,7 +6,7 @@ Not named ``describe``, which would shadow the function ``wbfe.describe``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Optional
 
 from wbfe import engine
@@ -40,8 +40,7 @@ class Description:
     head_source: Optional[str] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "matrices": self.matrices, "skipped": self.skipped, "head": self.head,
-                "head_source": self.head_source}
+        return asdict(self)
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)

@@ -66,12 +66,6 @@ class KerasHead:
     dropout: tuple[tuple[str, float], ...] = ()
 
 
-def keras_head(config: Any) -> tuple[Optional[KerasHead], Optional[str]]:
-    """``(head, None)``: the layer whose weight matrix produces the model's (first) output; ``(None,
-    why)`` where the config does not say (no layers, merged branches, a layer wbfe does not know)."""
-    return _head(config, (), set())
-
-
 def keras_facts(config: Any) -> dict[str, Any]:
     """:attr:`FrameworkDescription.facts` of the graph: ``head_class`` and ``dropout``, or ``no_head`` (why)."""
     head, why = keras_head(config)
@@ -81,7 +75,11 @@ def keras_facts(config: Any) -> dict[str, Any]:
             "dropout": [[layer, rate] for layer, rate in head.dropout]}
 
 
-def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> tuple[Optional[KerasHead], Optional[str]]:
+def keras_head(config: Any, prefix: tuple[str, ...] = (), seen: Optional[set[tuple[str, ...]]] = None
+               ) -> tuple[Optional[KerasHead], Optional[str]]:
+    """``(head, None)``: the layer whose weight matrix produces the model's (first) output; ``(None,
+    why)`` where the config does not say (no layers, merged branches, a layer wbfe does not know)."""
+    seen = set() if seen is None else seen
     layers = config_layers(config)
     if not layers:
         return None, "the Keras model config lists no layers"
@@ -109,7 +107,7 @@ def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> t
             dropout = tuple(_dropout_into(current, chain, by_name, sequential, prefix))
             return KerasHead(KerasLayer(path, cls), _KERNELS[cls], note, dropout), None
         if config_layers(current):  # a nested model: its own output layer
-            found, why = _head(current, path, seen)
+            found, why = keras_head(current, path, seen)
             if found is not None and note and not found.note:
                 found = KerasHead(found.layer, found.variables, note, found.dropout)
             return found, why

@@ -18,20 +18,13 @@ from typing import Any, Mapping, Optional, Union
 from wbfe.errors import WbfeError
 from wbfe.framework.description import Fallback, FrameworkDescription
 
-__all__ = ["FORMAT", "MAX_FILES", "descriptions_dir", "description_key", "recall", "remember"]
+__all__ = ["FORMAT", "MAX_FILES", "description_key", "recall", "remember"]
 
 FORMAT = "wbfe-description-cache/1"
 MAX_FILES = 2000  # a description is a few KB (an LLM's is ~100 KB): at most ~200 MB, usually far less
 _MAX_BYTES = 64 * 2**20  # larger than any description: not one of ours
 
 Described = Union[FrameworkDescription, Fallback]
-
-
-def descriptions_dir() -> Path:
-    """Read at call time: ``$WBFE_CACHE_DIR`` may change."""
-    from wbfe._config import wbfe_cache_dir
-
-    return wbfe_cache_dir() / "descriptions"
 
 
 @functools.lru_cache(maxsize=1)
@@ -56,7 +49,9 @@ def description_key(framework: str, packages: tuple[str, ...], read: Mapping[str
 
 
 def _path(key: str) -> Path:
-    return descriptions_dir() / key[:2] / f"{key}.json"
+    from wbfe._config import wbfe_cache_dir  # read at call time: $WBFE_CACHE_DIR may change
+
+    return wbfe_cache_dir() / "descriptions" / key[:2] / f"{key}.json"
 
 
 def _digest(payload: Mapping[str, Any]) -> str:

@@ -66,31 +66,27 @@ def _built(transformers: Any, config: dict[str, Any], arch: str) -> Union[Framew
         if isinstance(config.get("auto_map"), dict):
             return Fallback(f"{arch} is defined by the checkpoint's own code (auto_map), which wbfe never runs")
         return Fallback(f"transformers {transformers.__version__} has no model class {arch}")
-    try:
-        model = _build(transformers, model_class, config)
-    except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
-        return Fallback(f"transformers could not build {arch} from config.json ({type(exc).__name__})")
-    return _read(model, arch, config, skeleton=True)
-
-
-def _build(transformers: Any, model_class: Any, config: dict[str, Any]) -> Any:
-    import torch
-
-    model_type = config.get("model_type")
-    config_class: Any = getattr(model_class, "config_class", None)
-    if isinstance(model_type, str) and model_type in transformers.CONFIG_MAPPING:
-        config_class = transformers.CONFIG_MAPPING[model_type]
-    parsed = config_class.from_dict({k: v for k, v in config.items() if k != "auto_map"})
-    # A declared quantization applies to loaded weights: the skeleton is the float layout the reader
-    # dequantises to. no_init_weights (as from_pretrained) skips the initialisers, half the build even
-    # on the meta device; it leaves ties undone, which all_tied_weights_keys then gives.
     skip_init: Any = contextlib.nullcontext
     try:
         from transformers.initialization import no_init_weights as skip_init
     except ImportError:
         pass
-    with torch.device("meta"), skip_init():
-        return model_class(parsed)
+    model_type = config.get("model_type")
+    try:
+        import torch
+
+        config_class: Any = getattr(model_class, "config_class", None)
+        if isinstance(model_type, str) and model_type in transformers.CONFIG_MAPPING:
+            config_class = transformers.CONFIG_MAPPING[model_type]
+        parsed = config_class.from_dict({k: v for k, v in config.items() if k != "auto_map"})
+        # A declared quantization applies to loaded weights: the skeleton is the float layout the reader
+        # dequantises to. no_init_weights (as from_pretrained) skips the initialisers, half the build even
+        # on the meta device; it leaves ties undone, which all_tied_weights_keys then gives.
+        with torch.device("meta"), skip_init():
+            model = model_class(parsed)
+    except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
+        return Fallback(f"transformers could not build {arch} from config.json ({type(exc).__name__})")
+    return _read(model, arch, config, skeleton=True)
 
 
 def describe_built(model: Any) -> FrameworkDescription:
