@@ -124,21 +124,14 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             planned = (item for k, item in enumerate(engine.stream(source, options)) if mine(k, item.entry.name))
             engine.run(pipeline, planned, context, digests, record)
             description = source.description  # before the provenance: it records which was used
-            provenance = _provenance(source.provenance)
+            p = source.provenance  # not waiting for the digest: the driver combines the parts'
+            provenance = {"source": p.source, "format": p.format, "files": list(p.files), "sha256": None, **p.extra}
             head_hint, config = source.head_hint, source.config
         digest = file_sha256(Path(file), bytearray(HASH_CHUNK), None)[1] if file else None
     except WbfeError as exc:
         return {"error": exc, "node": node}
     return {"rows": rows, "ties": digests.keys, "provenance": provenance, "head_hint": head_hint,
             "config": config, "description": description, "digest": digest, "node": node}
-
-
-def _provenance(provenance: Any) -> dict[str, Any]:
-    """:meth:`Provenance.to_dict` without waiting for the digest (the driver combines the parts')."""
-    out: dict[str, Any] = {"source": provenance.source, "format": provenance.format,
-                           "files": list(provenance.files), "sha256": None}
-    out.update(provenance.extra)
-    return out
 
 
 def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, score_here: ScoreHere, *,
