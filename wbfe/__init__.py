@@ -11,55 +11,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from wbfe.errors import (
-    CorruptCheckpointError,
-    InvalidOptionError,
-    MissingDependencyError,
-    ModelNotFoundError,
-    NoUsableMatrixError,
-    SourceNotFoundError,
-    TruncatedCheckpointError,
-    UnknownNameError,
-    UnsafePickleError,
-    UnsupportedDtypeError,
-    WbfeError,
+from wbfe import errors as _errors
+from wbfe.errors import (  # noqa: F401 - exported: __all__ lists them, below, from wbfe.errors' own list
+    CorruptCheckpointError, InvalidOptionError, MissingDependencyError, ModelNotFoundError, NoUsableMatrixError,
+    SourceNotFoundError, TruncatedCheckpointError, UnknownNameError, UnsafePickleError, UnsupportedDtypeError, WbfeError,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__",
-    "score",
-    "ModelScore",
-    "ScoreOptions",
-    "default_checkpoint",
-    "rank",
-    "RankResult",
-    "compare", "Comparison",
-    "describe", "Description", "esd",
-    "htmp",
-    "sparsity", "prune", "Allocation", "PruneReport",
-    "WbfeError",
-    "SourceNotFoundError",
-    "ModelNotFoundError",
-    "CorruptCheckpointError",
-    "TruncatedCheckpointError",
-    "UnsafePickleError",
-    "UnsupportedDtypeError",
-    "NoUsableMatrixError",
-    "InvalidOptionError",
-    "UnknownNameError",
-    "MissingDependencyError",
+    "__version__", "score", "ModelScore", "ScoreOptions", "default_checkpoint", "rank", "RankResult",
+    "compare", "Comparison", "describe", "Description", "esd", "htmp", "sparsity", "prune", "Allocation", "PruneReport",
 ]
+__all__ += [name for name in _errors.__all__ if name in globals()]  # the errors imported above
 
 _LAZY = {
-    "score": "wbfe.scoring:score",
-    "ModelScore": "wbfe.scoring:ModelScore",
-    "ScoreOptions": "wbfe.scoring:ScoreOptions",
-    "default_checkpoint": "wbfe.fixtures:default_checkpoint",
-    "htmp": "wbfe.metrics.htmp:",
-    "rank": "wbfe.ranking:rank",
-    "RankResult": "wbfe.ranking:RankResult",
+    "score": "wbfe.scoring:score", "ModelScore": "wbfe.scoring:ModelScore", "ScoreOptions": "wbfe.scoring:ScoreOptions",
+    "default_checkpoint": "wbfe.fixtures:default_checkpoint", "htmp": "wbfe.metrics.htmp:",
+    "rank": "wbfe.ranking:rank", "RankResult": "wbfe.ranking:RankResult",
     "compare": "wbfe.comparison:compare", "Comparison": "wbfe.comparison:Comparison",
     "sparsity": "wbfe.pruning:sparsity", "prune": "wbfe.pruning:prune",
     "Allocation": "wbfe.pruning:Allocation", "PruneReport": "wbfe.pruning:PruneReport",

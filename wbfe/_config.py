@@ -48,8 +48,7 @@ def wbfe_cache_dir() -> Path:
 
 
 def wbfe_cache_max_size() -> str:
-    """``$WBFE_CACHE_MAX_SIZE`` as written ('' when unset): the object-copy bound, parsed by
-    :func:`wbfe.sources.object_bound.object_cache_bound`."""
+    """``$WBFE_CACHE_MAX_SIZE`` as written ('' when unset), parsed by ``wbfe.sources.object_bound``."""
     return os.environ.get("WBFE_CACHE_MAX_SIZE", "").strip()
 
 
@@ -69,8 +68,8 @@ def usable_cpus() -> int:
 
 
 def blas_threads() -> int:
-    """How many threads BLAS may use: ``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS`` (a
-    positive whole number), else the usable CPUs, and never more than those."""
+    """``OPENBLAS_NUM_THREADS``, else ``OMP_NUM_THREADS`` (a positive whole number), else the usable
+    CPUs, and never more than those."""
     cpus = max(1, usable_cpus())
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         value = os.environ.get(var, "").strip()

@@ -1,8 +1,5 @@
-"""What computed the numbers: library versions, and a digest of wbfe's own source.
-
-A version string is the same across every edit of a development install, so the rank cache keys
-on the source digest as well: scores cached by one state of the code are never served to another.
-"""
+"""What computed the numbers: library versions, and a digest of wbfe's own source (a development
+install keeps one version across edits: the rank cache keys on the digest too)."""
 
 from __future__ import annotations
 
@@ -15,14 +12,14 @@ __all__ = ["installed_versions", "source_digest", "tree_digest"]
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> tuple[tuple[str, str], ...]:
-    # A loaded package's __version__ is free; reading its metadata parses files (~5 ms a score).
+    # A loaded package's __version__ is free; reading its metadata parses files.
     import platform
     from importlib import metadata
 
     from wbfe._deps import loaded as loaded_module
 
     out = {"python": platform.python_version()}
-    # What computed the numbers (safetensors files are parsed by wbfe itself, not that package).
+    # (safetensors files are parsed by wbfe itself, not that package)
     for package in ("wbfe", "torch", "numpy", "scipy"):
         loaded = getattr(loaded_module(package), "__version__", None)
         if isinstance(loaded, str):
@@ -39,9 +36,8 @@ def _versions() -> tuple[tuple[str, str], ...]:
 
 
 def _torch_version_unimported() -> str | None:
-    """torch's ``__version__`` (with its build tag, ``2.14.1+cu130``, which the package metadata
-    lacks) from its ``version.py``, without importing torch: a score that never needed torch
-    records the same version as one that did."""
+    """torch's ``__version__`` with its build tag (``2.14.1+cu130``, which the metadata lacks), read from
+    its ``version.py`` unimported: a score that never needed torch records what one that did records."""
     import re
     from importlib.util import find_spec
 
@@ -57,15 +53,14 @@ def _torch_version_unimported() -> str | None:
 
 
 def installed_versions() -> dict[str, str]:
-    """``python``, ``wbfe``, ``torch``, ``numpy``, ``scipy`` -> version (``not installed`` for a
-    package that is absent)."""
+    """``python``, ``wbfe``, ``torch``, ``numpy``, ``scipy`` -> version (or ``not installed``)."""
     return dict(_versions())
 
 
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
-    """:func:`tree_digest` of the installed wbfe package, computed once a process. Not part of a
-    score's provenance: reading the files takes ~2 ms, a quarter of a small CNN's BFE-W score."""
+    """:func:`tree_digest` of the installed wbfe package, once a process (not in a score's provenance:
+    reading the files would cost a small model's score a noticeable share)."""
     return tree_digest(Path(__file__).resolve().parent)
 
 

@@ -1,21 +1,13 @@
-"""Score a PEFT LoRA adapter: each adapted module as the one matrix it adds, ΔW = s·B·A.
-
-The spectrum of ΔW comes exactly from an r × r core, never from the m × n product: with B = Q_B R_B
-and Aᵀ = Q_A R_A (reduced QR), ΔW = s·Q_B (R_B R_Aᵀ) Q_Aᵀ, so the singular values of ΔW are those
-of s·R_B R_Aᵀ. Per adapted module: the r eigenvalues e = σ² (of ΔWᵀΔW, nonzero part), stable rank
-Σe / max e, effective rank exp(H) of p = σ/Σσ (Roy & Vetterli), ‖ΔW‖_F, ‖ΔW‖₂, and BFE-W on those
-r eigenvalues (the dual form restricted to ΔW's rank). DoRA magnitude vectors are summarised;
-``modules_to_save`` are scored as ordinary matrices. With a base checkpoint, every adapted module's
-merged weight W₀ + ΔW (rows rescaled by DoRA's magnitudes where present) is scored with the chosen
-metric groups beside W₀, streaming the base one tensor at a time, with the change against W₀ as
-``wbfe compare`` reports it.
+"""Score a PEFT LoRA adapter: each adapted module as the one matrix it adds, ΔW = s·B·A, its spectrum
+exactly from an r × r core (never the m × n product); with a base, each merged W₀ + ΔW beside W₀.
+The columns and the mathematics: docs/adapters.md, docs/finetunes.md.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -34,6 +26,7 @@ _FACTOR = re.compile(r"^(?P<module>.+)\.(?P<part>lora_A|lora_B)\.weight$")
 _EMBED = re.compile(r"^(?P<module>.+)\.(?P<part>lora_embedding_A|lora_embedding_B)$")
 _MAGNITUDE = re.compile(r"^(?P<module>.+)\.lora_magnitude_vector(\.weight)?$")
 _EPS = float(np.finfo(np.float64).eps)
+_SIDES = {"_a": "_base", "_b": "_merged"}  # wbfe compare's sides of a change, for W₀ → merged
 
 
 @dataclass
@@ -48,12 +41,8 @@ class LoraModule:
 
 
 def lora_factors(a: Any, b: Any, *, embedding: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(left, right)`` in float64 with ΔW = s·left·right laid out as the base weight is
-    (out × in·k·k; an embedding's num × dim), before any ``fan_in_fan_out`` transpose.
-
-    Linear and conv: left = B (out × r), right = A (r × in·k·k). Embedding: PEFT stores
-    A (r × num) and B (dim × r) and adds (B·A)ᵀ, so left = Aᵀ and right = Bᵀ.
-    """
+    """``(left, right)`` in float64 with ΔW = s·left·right laid out as the base weight is, before any
+    ``fan_in_fan_out`` transpose: B and A, or for an embedding (PEFT adds (B·A)ᵀ) Aᵀ and Bᵀ."""
     a64 = to_numpy(a).astype(np.float64)
     b64 = to_numpy(b).astype(np.float64)
     if embedding:
@@ -62,8 +51,8 @@ def lora_factors(a: Any, b: Any, *, embedding: bool) -> tuple[np.ndarray, np.nda
 
 
 def core_singular_values(left: np.ndarray, right: np.ndarray, scale: float) -> np.ndarray:
-    """Singular values of scale·left·right, descending, from the r × r core R_L R_Rᵀ (QR of left
-    and of rightᵀ); values at the rounding level of the largest are set to 0."""
+    """Singular values of scale·left·right, descending, from the r × r core R_L R_Rᵀ (QR of left and of
+    rightᵀ); values at the rounding level of the largest are set to 0."""
     # R alone (Q is never needed); numpy's stubs type every mode as returning (Q, R).
     r_left: np.ndarray = np.linalg.qr(left, mode="r")  # type: ignore[assignment]
     r_right: np.ndarray = np.linalg.qr(right.T, mode="r")  # type: ignore[assignment]
@@ -119,21 +108,17 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
             skipped.append({"name": entry.name, "reason": "LoRA tensor other than the factors (e.g. lora_B bias): not a matrix of ΔW",
                             "shape": list(entry.shape), "dtype": entry.dtype})
         else:
-            whole.append(TensorEntry(name=name, shape=entry.shape, dtype=entry.dtype, load=entry.load,
-                                     storage_key=entry.storage_key, reread=entry.reread, quant=entry.quant,
-                                     layout=entry.layout))
+            whole.append(replace(entry, name=name, skip=None))
     return modules, whole, skipped
 
 
 def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 10) -> Any:
-    """Score an opened adapter ``source`` (see the module docstring; the caller closes it) under
-    ``options`` (a :class:`~wbfe.options.ScoreOptions`). Returns a :class:`~wbfe.engine.ModelScore`.
+    """The :class:`~wbfe.engine.ModelScore` of an opened adapter ``source`` (the caller closes it).
 
     Raises:
         InvalidOptionError: ``base`` given but ``source`` is not an adapter.
-        CorruptCheckpointError: a module with one factor only, factor shapes that disagree with
-            each other or with the configured rank, or a merged module whose base weight has
-            another shape.
+        CorruptCheckpointError: a module with one factor, factors that disagree with each other or the
+            configured rank, or a base weight of another shape.
         NoUsableMatrixError: nothing to score.
     """
     from wbfe import engine
@@ -149,7 +134,7 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
     layers: list[dict[str, Any]] = []
     factors: dict[str, _Factors] = {}
     pattern = options.pattern
-    # One BLAS thread: a 4,096 × 64 QR took 0.3-0.6 s on two busy threads, 0.015 s on one.
+    # One BLAS thread: a thin QR is far slower on several busy threads than on one.
     with pin_threads():
         for name, module in modules.items():
             weight_name = f"{name}.weight"
@@ -204,17 +189,11 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
     if left.shape[1] != r:
         raise CorruptCheckpointError(f"{where}: {module.name!r}: the adapter config gives r = {r} (rank_pattern) "
                                      f"but the factors have rank {left.shape[1]}")
-    if module.embedding:
-        shape: list[int] = [left.shape[0], right.shape[1]]
-        kind = "embedding"
-    elif len(module.a.shape) == 4:
-        shape = [left.shape[0], module.a.shape[1], *module.a.shape[2:]]
-        kind = "conv"
-    else:
-        shape = [left.shape[0], right.shape[1]]
-        if lora.fan_in_fan_out:
-            shape = shape[::-1]
-        kind = "linear"
+    kind = "embedding" if module.embedding else "conv" if len(module.a.shape) == 4 else "linear"
+    shape: list[int] = ([left.shape[0], module.a.shape[1], *module.a.shape[2:]] if kind == "conv"
+                        else [left.shape[0], right.shape[1]])
+    if kind == "linear" and lora.fan_in_fan_out:
+        shape = shape[::-1]
     singular = core_singular_values(left, right, scale)
     row: dict[str, Any] = {
         "name": name, "role": role_of(name, len(shape)), "kind": "lora", "lora_type": kind, "shape": shape,
@@ -236,10 +215,8 @@ def _merge_with_base(
     base: Any, layers: list[dict[str, Any]], factors: dict[str, _Factors], lora: LoraConfig, context: Any, top_k: int,
     *, stream: bool | None = None,
 ) -> tuple[dict[str, Any], list[str], dict[str, str]]:
-    """Add the merged-module columns to ``layers`` (base and merged metrics, the change), streaming
-    the base one tensor at a time as a score reads it (quantised weights dequantised, fused expert
-    stacks split); returns the base's provenance and its weights' order (the model's, where its
-    framework describes it; else the checkpoint's)."""
+    """Add the merged-module columns to ``layers``, streaming the base one tensor at a time as a score
+    reads it; returns the base's provenance, its weights' order and the order's aliases."""
     from wbfe import engine
     from wbfe.engine.change import matrix_change
     from wbfe.engine.matrices import as_matrices
@@ -267,12 +244,11 @@ def _merge_with_base(
                 continue
             w0 = entry.load()
             f = factors[module]
-            merged64 = to_numpy(w0).astype(np.float64) + delta_weight(
+            merged = to_numpy(w0).astype(np.float64) + delta_weight(
                 f.left, f.right, f.scale, tuple(entry.shape), lora.fan_in_fan_out)
             if f.magnitude is not None:
                 # PEFT's DoRA embedding takes the norm per embedding dimension (over the vocabulary).
-                merged64 = _dora_rescale(merged64, f.magnitude, lora.fan_in_fan_out or f.embedding)
-            merged = merged64
+                merged = _dora_rescale(merged, f.magnitude, lora.fan_in_fan_out or f.embedding)
             with pin_threads():
                 specs = [engine.spectrum_of(as_matrices(t, plan), context, entry.name, need_eigs=True)
                          for t in (w0, merged)]
@@ -281,7 +257,7 @@ def _merge_with_base(
                     row["reasons"]["merged"] = "; ".join(bad)
                     continue
                 change = matrix_change(w0, merged, plan, specs[0], specs[1], context, top_k)
-            del w0, merged, merged64
+            del w0, merged
             _add_change(row, change)
         description = source.description
         order = list(description.order) if description is not None else stored
@@ -294,13 +270,10 @@ def _merge_with_base(
 
 
 def _dora_rescale(merged: np.ndarray, magnitude: np.ndarray, fan_in_fan_out: bool) -> np.ndarray:
-    """DoRA's merge: each output row of W₀ + ΔW (each column when ``fan_in_fan_out``) rescaled to
-    the stored magnitude, as PEFT's ``DoraLinearLayer`` and its conv and embedding variants merge."""
+    """DoRA's merge, as PEFT's: each output row of W₀ + ΔW (column when ``fan_in_fan_out``) rescaled to its magnitude."""
     w = merged.T if fan_in_fan_out else merged
     flat = w.reshape(w.shape[0], -1)
-    norms = np.linalg.norm(flat, axis=1)
-    scaled = flat * (magnitude.reshape(-1) / norms)[:, None]
-    out = scaled.reshape(w.shape)
+    out = (flat * (magnitude.reshape(-1) / np.linalg.norm(flat, axis=1))[:, None]).reshape(w.shape)
     return out.T if fan_in_fan_out else out
 
 
@@ -315,11 +288,7 @@ def _add_change(row: dict[str, Any], change: dict[str, Any]) -> None:
 
 
 def _side_name(key: str) -> str:
-    if key.endswith("_a"):
-        return key[:-2] + "_base"
-    if key.endswith("_b"):
-        return key[:-2] + "_merged"
-    return key
+    return key[:-2] + _SIDES[key[-2:]] if key[-2:] in _SIDES else key
 
 
 def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bool) -> dict[str, Any]:

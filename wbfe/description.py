@@ -1,14 +1,12 @@
-"""``wbfe describe`` (:func:`describe`): which matrices a score would analyse, and how, from the
-checkpoint's headers alone (WeightWatcher's ``describe()``): no tensor is read, no eigenvalue
-computed, no file hashed. And ``wbfe.esd``: one matrix's eigenvalues (WeightWatcher's ``get_ESD()``).
-
-(Named ``description`` so that the module never shadows the function ``wbfe.describe``.)
+"""``wbfe describe``: which matrices a score would analyse, and how, from the headers alone
+(WeightWatcher's ``describe()``); ``wbfe.esd``: one matrix's eigenvalues (its ``get_ESD()``).
+Not named ``describe``, which would shadow the function ``wbfe.describe``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Optional
 
 from wbfe import engine
@@ -27,13 +25,12 @@ class Description:
     """What a score of one checkpoint would analyse.
 
     Attributes:
-        model: ``source``, ``format`` and ``files`` (no ``sha256``: nothing is read to compute it), and
-            ``framework`` where the checkpoint has a description or a config: what decided (``used``).
-        matrices: one dict per matrix: ``name``, ``shape``, ``N`` and ``M`` (the larger and smaller
-            side of one matrix, WeightWatcher's names), ``n_slices``, ``n_eigs``, ``role``,
-            ``component``, ``convention``, ``form``, ``dtype``, ``quant``, ``head`` (bool).
+        model: ``source``, ``format``, ``files`` (no ``sha256``: nothing is read), and ``framework``
+            (what decided, ``used``) where the checkpoint has a description or a config.
+        matrices: one dict per matrix: ``name``, ``shape``, ``N`` and ``M`` (larger and smaller side),
+            ``n_slices``, ``n_eigs``, ``role``, ``component``, ``convention``, ``form``, ``dtype``,
+            ``quant``, ``head`` (bool).
         skipped: ``name``, ``shape``, ``dtype`` and ``reason`` of every tensor a score would skip.
-        head, head_source: the head a score would report, and what decided it.
     """
 
     model: dict[str, Any]
@@ -43,8 +40,7 @@ class Description:
     head_source: Optional[str] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "matrices": self.matrices, "skipped": self.skipped, "head": self.head,
-                "head_source": self.head_source}
+        return asdict(self)
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
@@ -65,19 +61,12 @@ def describe(
     stream: Optional[bool] = None,
     options: Optional[ScoreOptions] = None,
 ) -> Description:
-    """The matrices :func:`wbfe.score` would analyse in ``ref``, planned exactly as it plans them
-    (the engine's stream: dequantised, fused experts split, each analysed how or skipped why), from
-    the headers alone.
-
-    Beside a ``config.json`` naming a transformers model, a score builds the model on the meta
-    device (importing torch and transformers) for its head, order and orientation. A description
-    leaves them to wbfe's config rules where those give the same head and orientation: no layer in
-    transformers' modeling files (read as text, :func:`wbfe.framework.transformers_source.plain_layouts`)
-    stores its weight transposed, and the config names one head. ``model["framework"]`` says which
-    decided; under the rules the rows are in the checkpoint's order, not the model's.
+    """The matrices :func:`wbfe.score` would analyse in ``ref`` (any reference it accepts), planned
+    exactly as it plans them, from the headers alone. Where wbfe's config rules give the head and
+    orientation a built transformers model would, they decide without building it, and the rows are
+    in the checkpoint's order (``model["framework"]`` says which decided; docs/scoring.md).
 
     Args:
-        ref: any reference :func:`wbfe.score` accepts.
         conv, layers, head, min_eigs, ww_compatible, stream: as for :func:`wbfe.score`; or
             ``options``. Streamed, only the headers (and ``config.json``) are fetched.
 
@@ -131,9 +120,8 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
 
 
 def _decided(choice: Optional[HeadChoice], matrices: list[dict[str, Any]]) -> bool:
-    """Whether the rules named the head the framework would: ``--head``; one matrix of the
-    vocabulary's or the labels' size (``config`` with no note); or the input embedding (``tied``)
-    where no other matrix has its outputs (a stored LM head, which the framework would take)."""
+    """Whether the rules named the head the framework would: ``--head``; one matrix of the head's size
+    (``config``, no note); the input embedding (``tied``) where no other matrix has its outputs."""
     if choice is None or choice.name is None or choice.source not in ("option", "config", "tied"):
         return False
     if choice.source == "config":
@@ -163,13 +151,8 @@ def _described(plan: MatrixPlan, quant: Optional[str]) -> dict[str, Any]:
 
 
 def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices", "fft"] = "flatten", device: str = "auto") -> Any:
-    """The eigenvalues of one matrix of ``ref`` (its empirical spectral density), ascending: the
-    eigenvalues of the smaller Gram matrix W·Wᵀ or Wᵀ·W, pooled over a conv kernel's slices with
-    ``conv="slices"``, as a score computes them (float64; values below rounding set to 0).
-
-    Args:
-        ref: any reference :func:`wbfe.score` accepts.
-        name: the tensor's name as stored, or its module name without ``.weight``.
+    """The eigenvalues of the smaller Gram matrix of the matrix ``name`` (as stored, or its module name)
+    of ``ref``, ascending, as a score computes them (float64; pooled over slices with ``conv="slices"``).
 
     Raises:
         InvalidOptionError: no such tensor (close names are suggested), or it is not a matrix.

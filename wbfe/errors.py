@@ -1,8 +1,5 @@
-"""Every error a user can cause, in one place.
-
-Each class subclasses :class:`WbfeError` and, where one fits, the matching built-in, so callers can
-catch either. Messages are one line; structured fields (``ref``, ``path``, ``tensor``) are kept on
-the instance for programs that want them.
+"""Every error a user can cause, in one place: each a :class:`WbfeError` and, where one fits, the
+matching built-in; one-line messages, structured fields (``ref``, ``path``...) kept on the instance.
 """
 
 from __future__ import annotations
@@ -10,37 +7,16 @@ from __future__ import annotations
 from typing import Iterable
 
 __all__ = [
-    "printable",
-    "clip",
-    "WbfeError",
-    "SourceNotFoundError",
-    "ModelNotFoundError",
-    "CorruptCheckpointError",
-    "TruncatedCheckpointError",
-    "RemoteReadError",
-    "RemoteChangedError",
-    "RangeNotSupportedError",
-    "UnsafePickleError",
-    "UnsupportedDtypeError",
-    "NoUsableMatrixError",
-    "InvalidOptionError",
-    "UnknownNameError",
-    "MissingDependencyError",
-    "NothingRankedError",
-    "OutputError",
-    "OverwriteError",
-    "did_you_mean",
-    "unknown_name",
-    "hub_name_hint",
+    "printable", "clip", "WbfeError", "SourceNotFoundError", "ModelNotFoundError", "CorruptCheckpointError",
+    "TruncatedCheckpointError", "RemoteReadError", "RemoteChangedError", "RangeNotSupportedError", "UnsafePickleError",
+    "UnsupportedDtypeError", "NoUsableMatrixError", "InvalidOptionError", "UnknownNameError", "MissingDependencyError",
+    "NothingRankedError", "OutputError", "OverwriteError", "did_you_mean", "unknown_name", "hub_name_hint",
 ]
 
 
 def printable(text: str) -> str:
-    """``text`` with control and bidirectional-override characters written as escapes (``\\x1b``).
-
-    Names read from a checkpoint go to a terminal in tables and messages; an escape sequence in one
-    could move the cursor, rewrite earlier lines or hide text.
-    """
+    """``text`` with control and bidirectional-override characters written as escapes (``\\x1b``): a
+    checkpoint's names go to a terminal, where an escape sequence could move the cursor or hide text."""
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
@@ -48,8 +24,7 @@ def printable(text: str) -> str:
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` on one line, cut to at most ``limit`` characters at a word boundary, with "…" where it
-    was cut: a message quoting another library's words never ends mid-word.
+    """``text`` on one line, cut to at most ``limit`` characters at a word boundary, with "…" where cut.
 
     Example:
         >>> clip("unpack_from requires a buffer of at least 4 bytes (actual 2)", 40)
@@ -66,8 +41,7 @@ class WbfeError(Exception):
     """Base class of every error wbfe raises on purpose."""
 
     def __init__(self, message: str, **fields: object) -> None:
-        # Messages must stay on one line: the CLI prints them as they are.
-        # Control characters (a tensor name's escape sequence) are shown escaped, never sent to the terminal.
+        # One line, as the CLI prints it; control characters (a tensor name's) escaped, never sent to a terminal.
         super().__init__(printable(" ".join(str(message).split())))
         self.fields = fields
         for key, value in fields.items():
@@ -91,8 +65,7 @@ class TruncatedCheckpointError(CorruptCheckpointError):
 
 
 class RemoteReadError(SourceNotFoundError):
-    """A remote file (an HTTP URL, a hub file) that cannot be read: refused (404, 401), a server that
-    ignores range requests, or failures that outlasted the retries."""
+    """A remote file that cannot be read: refused (404, 401), no range requests, or retries spent."""
 
 
 class RangeNotSupportedError(RemoteReadError):
@@ -135,9 +108,8 @@ class OutputError(InvalidOptionError):
 
 
 class OverwriteError(OutputError):
-    """An output that is, or lies inside, what the command reads: the input file under another
-    spelling, a link to it, or a file in a folder the command reads (``path``: the output,
-    ``input``: what it would overwrite or write into)."""
+    """An output that is, or lies inside, what the command reads (``path``: the output, ``input``: what
+    it would overwrite or write into)."""
 
 
 class MissingDependencyError(WbfeError, ImportError):
@@ -156,8 +128,7 @@ def did_you_mean(name: str, known: "Iterable[str]") -> str:
 
 
 def name_hint(name: str, known: "Iterable[str]", ref: object = "<checkpoint>", *, shown: int = 3) -> str:
-    """The close names of ``name`` (``"; did you mean ...?"``), or where none is close a few of the
-    known names, their count and where to see them all, so a wrong name never ends in silence."""
+    """The close names of ``name`` (``"; did you mean ...?"``), else a few known names and where to see them all."""
     names = list(known)
     close = did_you_mean(name, names)
     if close:
@@ -170,12 +141,8 @@ def name_hint(name: str, known: "Iterable[str]", ref: object = "<checkpoint>", *
 
 
 def unknown_name(kind: str, name: str, known: "Iterable[str]", *, max_listed: int = _LISTED) -> UnknownNameError:
-    """Build an :class:`UnknownNameError` that suggests the closest known names.
-
-    The known names are listed when there are at most ``max_listed`` of them; a longer registry
-    (timm's ~1,500 models) is only counted, so the message stays one short line (the close matches
-    are still suggested). :attr:`UnknownNameError.known` keeps them all.
-    """
+    """An :class:`UnknownNameError` suggesting the closest known names, listing them all up to
+    ``max_listed`` (a longer registry is only counted; ``.known`` keeps them all)."""
     names = tuple(known)
     listing = (f"known: {', '.join(sorted(names))}" if len(names) <= max_listed
                else f"{len(names)} known names, not listed")
@@ -186,9 +153,8 @@ def unknown_name(kind: str, name: str, known: "Iterable[str]", *, max_listed: in
     )
 
 
-# Models that the Hugging Face Hub once served under a bare name and now keeps under an
-# organisation (the bare name still redirects in transformers, but is not a repository id
-# huggingface_hub resolves offline or in the cache).
+# Models the Hugging Face Hub once served under a bare name and now keeps under an organisation
+# (transformers still redirects the bare name; huggingface_hub does not, offline or in the cache).
 _MOVED_HUB_MODELS = {
     **{n: f"openai-community/{n}" for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "openai-gpt")},
     **{n: f"google-bert/{n}" for n in ("bert-base-uncased", "bert-base-cased", "bert-large-uncased",
@@ -203,14 +169,8 @@ _MOVED_HUB_MODELS = {
 
 
 def hub_name_hint(ref: object) -> str:
-    """A hint for a reference that is no file or folder but looks like a bare Hugging Face model name.
-
-    ``gpt2`` or ``bert-base-uncased`` are not paths and not ``org/name`` ids; the hint names the full
-    id of a well-known model, or says what to write for any other.
-
-    Returns:
-        ``"; it looks like a Hugging Face model name: ..."`` or ``""`` (a path-like reference).
-    """
+    """``"; it looks like a Hugging Face model name: ..."`` (the full id of a well-known model, or what to
+    write) for a reference that is no file but looks like a bare model name (``gpt2``); else ``""``."""
     import re
 
     text = str(ref)

@@ -18,17 +18,13 @@ def fixtures_dir() -> Path:
     try:
         return Path(str(resources.files("wbfe._fixtures")))
     except ModuleNotFoundError:
-        # wbfe imported from a checkout (e.g. pytest run inside it beside a regular install), where
-        # fixtures/ is the sibling of wbfe/ rather than a subpackage.
+        # a checkout, where fixtures/ is the sibling of wbfe/ rather than a subpackage
         return Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def default_checkpoint() -> Path:
-    """The checkpoint ``wbfe score`` scores when given no reference: a small Fashion-MNIST CNN.
-
-    Raises:
-        SourceNotFoundError: the fixtures were not installed with the package.
-    """
+    """The checkpoint ``wbfe score`` scores when given no reference: a small Fashion-MNIST CNN
+    (SourceNotFoundError where the fixtures were not installed)."""
     path = fixtures_dir() / DEFAULT_CHECKPOINT
     if not path.is_file():
         raise SourceNotFoundError(f"the default checkpoint {DEFAULT_CHECKPOINT} is not installed", path=str(path))

@@ -1,30 +1,6 @@
-"""Layer-wise sparsity from the spectra, and magnitude pruning to it: ``wbfe sparsity`` and ``wbfe prune``.
-
-**Allocation** (AlphaPruning, Lu et al., NeurIPS 2024). Each prunable matrix i gets a value mᵢ of
-the chosen score column (``by``: ``alpha``, ``bfe``, ``h``, ``stable_rank``), computed by
-:func:`wbfe.score`. The values (or their ranks, ``mapping="rank"``) are mapped linearly onto
-[S − ε, S + ε] around the target S (ε = ``spread``), the largest value to S + ε: a layer with a
-smaller α, better trained, is pruned less. The same direction holds for every column (``reverse``
-flips it): a lower ``bfe`` is the better model (its expected sign, docs/metrics.md), ``h`` above
-h* is the under-fit side, and training concentrates a spectrum, lowering ``stable_rank``.
-The mapped values are then rescaled, sᵢ = clip(c·baseᵢ, 0, s_cap), with the one c (found by
-bisection) for which the parameter-weighted mean Σnᵢsᵢ/Σnᵢ equals S. s_cap = 1 − 1/min nᵢ keeps at
-least one weight in every matrix and is the same for all, so the allocation stays monotone in the
-metric. A matrix whose value is NaN (too few eigenvalues for a tail fit, an infinite BFE-W) gets
-the median of the others' values, and its row says so. ``uniform`` gives every matrix S.
-
-**Which matrices.** The rows of the score: 2-D weights and 4-D convolutions (the whole kernel
-counts, out·in·kh·kw weights); the head and the embeddings are left out by default (their rows'
-``role``, ``exclude``), ``layers`` selects by name as in ``wbfe score``. S is the sparsity of the
-pruned matrices together; biases, norms and excluded matrices are not counted and stay as they are.
-
-**Pruning** (``method="magnitude"``, unstructured): a matrix with allocation sᵢ and nᵢ weights gets
-its kᵢ = round(sᵢ·nᵢ) smallest |w| set to zero, ties broken by position (a stable sort of |w| in
-storage order), so the overall count is within one weight per matrix of S·Σnᵢ. The checkpoint is
-written as safetensors through :func:`wbfe.editing.edit_checkpoint`: one tensor in memory at a
-time, every other tensor byte for byte, the input's metadata kept and the allocation added under
-``wbfe_pruning`` (JSON). The pruned file is scored again, and the report gives per matrix the
-sparsity reached, rows and columns left all zero, and each metric before and after.
+"""Layer-wise sparsity from the spectra (AlphaPruning, Lu et al., NeurIPS 2024), and magnitude pruning
+to it: ``wbfe sparsity`` and ``wbfe prune``. The allocation, the matrices pruned and the file written:
+docs/pruning.md.
 """
 
 from __future__ import annotations
@@ -40,6 +16,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options import PruneOptions
+from wbfe.render.text import json_ready
 
 if TYPE_CHECKING:
     import torch
@@ -49,11 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["Allocation", "PruneReport", "MetricNotComputedError", "allocate", "sparsity", "prune",
            "magnitude_prune", "METRIC_GROUPS", "METADATA_KEY"]
 
+# The metric group that computes each ``by`` column (``uniform`` only needs the list of matrices).
 METRIC_GROUPS = {"alpha": "htsr", "stable_rank": "htsr", "bfe": "bfe", "h": "htmp", "uniform": "bfe"}
-"""The metric group that computes each ``by`` column (``uniform`` only needs the list of matrices)."""
-
-METADATA_KEY = "wbfe_pruning"
-"""The safetensors metadata key under which ``wbfe prune`` records its allocation (a JSON string)."""
+METADATA_KEY = "wbfe_pruning"  # the safetensors metadata key of ``wbfe prune``'s allocation (JSON)
 
 _PRUNABLE_NDIM = (2, 4)
 _PRUNABLE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # what wbfe.editing writes back exactly
@@ -68,13 +43,10 @@ class Allocation:
     """The per-matrix sparsity that reaches a target overall.
 
     Attributes:
-        options: the settings it was made with.
         rows: one dict per prunable matrix: ``name``, ``role``, ``shape``, ``params`` (weights),
-            ``metric`` (the ``by`` column's value, NaN for ``uniform``), ``sparsity`` (the
-            allocation, in [0, 1)), ``zeros`` (round(sparsity·params), what ``prune`` sets to zero)
-            and ``note`` (why a value was filled in, else empty).
+            ``metric`` (the ``by`` column's value, NaN for ``uniform``), ``sparsity`` (in [0, 1)),
+            ``zeros`` (round(sparsity·params)) and ``note`` (why a value was filled in, else empty).
         excluded: ``{"name", "role", "reason"}`` for every scored matrix left unpruned.
-        source: the checkpoint's provenance ``source``.
     """
 
     options: PruneOptions
@@ -92,14 +64,11 @@ class Allocation:
         return {r["name"]: r["sparsity"] for r in self.rows}
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-data form (the JSON shape); non-finite numbers become None."""
-        from wbfe.render.text import json_ready
-
+        """The JSON shape; non-finite numbers become None."""
         return json_ready({"source": self.source, "options": self.options.to_dict(), "overall": self.overall,
                            "rows": self.rows, "excluded": self.excluded})
 
     def to_json(self, indent: Optional[int] = 2) -> str:
-        """Standard JSON (NaN written as null)."""
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_csv(self) -> str:
@@ -107,23 +76,18 @@ class Allocation:
         return _csv(self.rows)
 
     def to_pandas(self) -> Any:
-        """One row per prunable matrix (requires pandas)."""
         return _frame(self.rows)
 
 
 @dataclass(frozen=True)
 class PruneReport:
-    """What ``prune`` wrote and how each matrix changed.
+    """What ``prune`` wrote (``output``) and how each matrix changed.
 
     Attributes:
-        output: the file written.
-        allocation: the :class:`Allocation` it pruned to.
         rows: one dict per pruned matrix: ``name``, ``params``, ``sparsity`` (allocated), ``zeros``
-            (set to zero), ``reached`` (fraction of zero weights after pruning, zeros already there
-            included), ``dead_rows`` / ``dead_cols`` (rows and columns of the out × rest matrix
-            left all zero: the score leaves them out, its metrics are of the live part), then
-            ``<metric>_before`` / ``<metric>_after`` for
-            ``bfe``, ``alpha``, ``stable_rank`` (and ``h`` when allocating by it).
+            (set to zero), ``reached`` (fraction of zero weights after pruning), ``dead_rows`` /
+            ``dead_cols`` (rows and columns of the out × rest matrix left all zero), then
+            ``<metric>_before`` / ``<metric>_after`` for ``bfe``, ``alpha``, ``stable_rank`` (and ``h``).
     """
 
     output: Path
@@ -136,18 +100,14 @@ class PruneReport:
         return sum(r["reached"] * r["params"] for r in self.rows) / sum(r["params"] for r in self.rows)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-data form (the JSON shape); non-finite numbers become None."""
-        from wbfe.render.text import json_ready
-
+        """The JSON shape; non-finite numbers become None."""
         return json_ready({"output": str(self.output), "overall": self.overall,
                            "allocation": self.allocation.to_dict(), "rows": self.rows})
 
     def to_json(self, indent: Optional[int] = 2) -> str:
-        """Standard JSON (NaN written as null)."""
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_pandas(self) -> Any:
-        """One row per pruned matrix (requires pandas)."""
         return _frame(self.rows)
 
 
@@ -155,15 +115,8 @@ class PruneReport:
 
 def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: float,
              mapping: str = "value", reverse: bool = False) -> np.ndarray:
-    """Per-matrix sparsities whose parameter-weighted mean is ``target`` (see the module docstring).
-
-    Args:
-        values: the metric per matrix (finite; NaN filled in by the caller).
-        params: the weights per matrix (≥ 1 each).
-        target: the overall sparsity, in (0, 1).
-        spread: half-width of the range the values are mapped to.
-        mapping: ``value`` or ``rank``.
-        reverse: the smaller value gets the larger sparsity.
+    """Per-matrix sparsities whose ``params``-weighted mean is ``target``, from the finite ``values``
+    mapped onto [target − spread, target + spread] (docs/pruning.md, "The allocation").
 
     Raises:
         InvalidOptionError: a target no allocation can reach (the smallest matrix keeps one weight).
@@ -213,28 +166,20 @@ def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank
              reverse: bool = False, exclude: Any = ("head", "embedding"), layers: Optional[str] = None,
              head: Optional[str] = None, device: str = "auto", min_eigs: int = 10,
              options: Optional[PruneOptions] = None) -> Allocation:
-    """The per-matrix sparsity that reaches ``target`` overall, from the spectra (see the module docstring).
+    """The per-matrix sparsity that reaches ``target`` overall, from the spectra (docs/pruning.md).
 
     Args:
         ref: any checkpoint :func:`wbfe.score` reads, or a :class:`~wbfe.engine.ModelScore` already
             computed (then ``layers``, ``head``, ``device`` and ``min_eigs`` are the score's).
         target: overall sparsity of the pruned matrices, weighted by parameter count, in (0, 1).
         by: ``alpha``, ``bfe``, ``h``, ``stable_rank`` or ``uniform``.
-        spread: half-width ε of [target − ε, target + ε], in [0, 1].
-        mapping: ``value`` (linear in the metric) or ``rank`` (linear in its rank).
-        reverse: prune the matrices with the smaller metric value more.
-        exclude: roles left unpruned (``"head,embedding"``; ``""`` prunes every matrix).
-        layers, head, device, min_eigs: as for :func:`wbfe.score`.
-        options: every setting above as one :class:`~wbfe.options.PruneOptions` (the keywords then
-            keep their defaults).
-
-    Returns:
-        An :class:`Allocation`.
+        spread, mapping, reverse: ε of [target − ε, target + ε]; ``value`` or ``rank``; the smaller value pruned more.
+        exclude: roles left unpruned (``""`` prunes every matrix).
+        options: every setting as one :class:`~wbfe.options.PruneOptions` (the keywords then at their defaults).
 
     Raises:
-        InvalidOptionError: a bad option (a target outside (0, 1), an unknown ``by``, ...);
-            MetricNotComputedError: ``by`` is not in the score or NaN on every matrix;
-            NoUsableMatrixError: nothing left to prune; the errors of :func:`wbfe.score`.
+        InvalidOptionError: a bad option; MetricNotComputedError: ``by`` is not in the score or NaN on
+            every matrix; NoUsableMatrixError: nothing left to prune; the errors of :func:`wbfe.score`.
     """
     options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
                        exclude=exclude, layers=layers, head=head, device=device, min_eigs=min_eigs)
@@ -245,22 +190,13 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
           mapping: str = "value", reverse: bool = False, exclude: Any = ("head", "embedding"),
           layers: Optional[str] = None, head: Optional[str] = None, method: str = "magnitude",
           device: str = "auto", min_eigs: int = 10, options: Optional[PruneOptions] = None) -> PruneReport:
-    """Write ``ref`` pruned to its :func:`sparsity` allocation as the safetensors file ``out``.
-
-    Args:
-        ref: any checkpoint :func:`wbfe.score` reads.
-        out: the safetensors file to write (replaced atomically; never one of the input's files).
-        method: ``magnitude``: each matrix's smallest |w| set to zero (unstructured).
-        target, by, spread, mapping, reverse, exclude, layers, head, device, min_eigs, options:
-            as for :func:`sparsity`.
-
-    Returns:
-        A :class:`PruneReport`.
+    """Write ``ref`` pruned to its :func:`sparsity` allocation as the safetensors file ``out`` (replaced
+    atomically); ``method="magnitude"`` sets each matrix's smallest |w| to zero. Other settings: as for
+    :func:`sparsity`.
 
     Raises:
         OutputError: ``out`` cannot be written (OverwriteError: it is, or lies in, what is read);
-            UnsupportedDtypeError: a tensor that cannot be copied exactly (quantised); the errors
-            of :func:`sparsity`.
+            UnsupportedDtypeError: a tensor that cannot be copied exactly; the errors of :func:`sparsity`.
     """
     from wbfe.editing import edit_checkpoint
     from wbfe.render.files import check_output, local_files, local_reads, refuse_overlap
@@ -284,7 +220,8 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
             return None, 0, "not pruned (excluded, or not a scored matrix)"
         w = np.asarray(tensor.detach().cpu().double().numpy())
         pruned = magnitude_prune(w, row["zeros"])
-        counts[name] = (int(np.count_nonzero(pruned == 0)), *_dead(pruned))
+        live = pruned.reshape(pruned.shape[0], -1) != 0  # dead rows and columns of out × everything else
+        counts[name] = (int(np.count_nonzero(pruned == 0)), int(np.sum(~live.any(axis=1))), int(np.sum(~live.any(axis=0))))
         return pruned, row["zeros"], ""
 
     summary = edit_checkpoint(ref, written, editor=editor, only=frozenset(plan),
@@ -299,7 +236,7 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
 # ---------------------------------------------------------------- helpers
 
 def _options(options: Optional[PruneOptions], **given: Any) -> PruneOptions:
-    """The options object: built from the keywords, or the one given (the keywords then at their defaults)."""
+    """Built from the keywords, or the one given (the keywords then at their defaults)."""
     if options is None:
         return PruneOptions(**given)
     from dataclasses import fields
@@ -345,19 +282,13 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
         raise NoUsableMatrixError(f"{result.model.get('source')}: no matrix left to prune: all {len(excluded)} scored "
                                   f"are left out ({'; '.join(reasons)}); --exclude '' prunes every role",
                                   ref=str(result.model.get("source")))
+    shares = np.full(len(rows), options.target)
     if options.by != "uniform":
-        _fill_missing(rows, options.by)
-    values = np.array([r["metric"] for r in rows]) if options.by != "uniform" else np.zeros(len(rows))
-    params = np.array([r["params"] for r in rows])
-    shares = (np.full(len(rows), options.target) if options.by == "uniform"
-              else allocate(values, params, options.target, spread=options.spread, mapping=options.mapping,
-                            reverse=options.reverse))
+        shares = allocate(_filled(rows, options.by), np.array([r["params"] for r in rows]), options.target,
+                          spread=options.spread, mapping=options.mapping, reverse=options.reverse)
     for row, s in zip(rows, shares):
         row["sparsity"] = float(s)
         row["zeros"] = int(round(float(s) * row["params"]))
-    if options.by != "uniform":
-        for row in rows:
-            row["metric"] = row.pop("_given")
     return Allocation(options=options, rows=rows, excluded=excluded, source=str(result.model.get("source", "")))
 
 
@@ -369,18 +300,17 @@ def _value(layer: dict[str, Any], by: str) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
-def _fill_missing(rows: list[dict[str, Any]], by: str) -> None:
-    """NaN (or infinite) values take the median of the finite ones; the row keeps its own as ``metric``."""
+def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
+    """The rows' values, a NaN (or infinite) one replaced by the median of the finite ones (its row says so)."""
     finite = [r["metric"] for r in rows if math.isfinite(r["metric"])]
     if not finite:
         raise MetricNotComputedError(f"{by} is NaN on every prunable matrix (too few eigenvalues for the fit?); "
                                      "allocate by another metric (--by bfe) or --by uniform", name=by)
     median = float(np.median(finite))
     for row in rows:
-        row["_given"] = row["metric"]
         if not math.isfinite(row["metric"]):
             row["note"] = f"{by} not finite: the median {median:.6g} used"
-            row["metric"] = median
+    return np.array([r["metric"] if math.isfinite(r["metric"]) else median for r in rows])
 
 
 def _check_tensors(ref: Any, plan: dict[str, dict[str, Any]]) -> None:
@@ -393,12 +323,6 @@ def _check_tensors(ref: Any, plan: dict[str, dict[str, Any]]) -> None:
         if stored.get(name) != row["shape"]:
             raise InvalidOptionError(f"{name}: scored as {row['shape']} but stored as {stored.get(name, 'no tensor')}; "
                                      "it cannot be pruned in place (exclude it with --layers)", name=name)
-
-
-def _dead(w: np.ndarray) -> tuple[int, int]:
-    """All-zero rows and columns of the weight as the score flattens it (out × everything else)."""
-    live = w.reshape(w.shape[0], -1) != 0
-    return int(np.sum(~live.any(axis=1))), int(np.sum(~live.any(axis=0)))
 
 
 def _record(allocation: Allocation) -> dict[str, Any]:

@@ -1,14 +1,6 @@
-"""Where work runs: this process (``local``, the default) or a Ray cluster (``ray``, the optional
-extra ``pip install 'wbfe[ray]'``). Every executor implements :class:`Executor`; ``wbfe.score`` and
-``wbfe.rank`` receive one from :func:`executor_for` and never ask which it is.
-
-- :meth:`Executor.map` runs independent tasks (a ranking's models) and yields each outcome as it
-  finishes;
-- :meth:`Executor.score` scores one checkpoint: locally the engine's whole path, on Ray one task
-  per shard, merged into exactly the local result.
-
-:class:`ExecutorOptions` is checked before any work, like :class:`~wbfe.options.ScoreOptions`; the
-Ray code imports ``ray`` lazily.
+"""Where work runs: this process (``local``, the default) or a Ray cluster (``ray``, docs/ray.md).
+``wbfe.score`` and ``wbfe.rank`` receive an :class:`Executor` from :func:`executor_for` and never
+ask which it is; the Ray code imports ``ray`` lazily.
 """
 
 from __future__ import annotations
@@ -26,7 +18,6 @@ __all__ = ["ExecutorOptions", "Executor", "Task", "Outcome", "executor_for", "fa
 
 RAY_INSTALL = "pip install 'wbfe[ray]'"
 
-# Each executor's implementation, imported when first asked for (Ray's only where it is used).
 _IMPLEMENTATIONS = {"local": "wbfe.executors.local:LocalExecutor", "ray": "wbfe.executors.ray_executor:RayExecutor"}
 EXECUTORS = tuple(_IMPLEMENTATIONS)
 
@@ -34,28 +25,21 @@ EXECUTORS = tuple(_IMPLEMENTATIONS)
 # "host:port" (a GCS address, as `ray start --head` prints it).
 _ADDRESS = re.compile(r"^(?:auto|(?:ray://)?[A-Za-z0-9_.\-]+:\d{1,5}|(?:ray://)?\[[0-9A-Fa-f:]+\]:\d{1,5})$")
 
-# score_here(ref, options, progress=...): the whole score of one checkpoint in the process it runs
-# in; the caller hands it in (a module-level function, so that it pickles to a Ray worker).
+# score_here(ref, options, progress=...): one checkpoint's whole score where it runs (module-level: it pickles)
 ScoreHere = Callable[..., Any]
 
 
 @dataclass(frozen=True)
 class ExecutorOptions:
-    """Where a run's tasks execute.
+    """Where a run's tasks execute, checked before any work.
 
     Attributes:
         executor: ``local`` (this process, or ``workers`` local processes) or ``ray``.
-        address: the Ray cluster to join: ``auto``, ``ray://host:port`` or ``host:port``; None starts
-            (or reuses) a Ray instance on this machine. Only with ``executor="ray"``.
+        address: the Ray cluster to join (``auto``, ``ray://host:port``, ``host:port``); None starts
+            (or reuses) one on this machine.
         max_retries: how often Ray reruns a task whose worker or node died, or that raised a system
-            error (OSError, MemoryError); a checkpoint wbfe refuses is a failed model, never retried.
-        workers: local processes for independent tasks (a ranking's models); 1 with Ray, where
-            every task is its own.
-
-    Raises:
-        InvalidOptionError: an unknown executor, a malformed address, an address without Ray,
-            ``workers`` other than 1 with Ray.
-        MissingDependencyError: ``executor="ray"`` where ray is not installed.
+            error (OSError, MemoryError); a checkpoint wbfe refuses is never retried.
+        workers: local processes for independent tasks (a ranking's models); 1 with Ray.
     """
 
     executor: Literal["local", "ray"] = "local"
@@ -89,15 +73,8 @@ class ExecutorOptions:
 
 @dataclass(frozen=True)
 class Task:
-    """One independent piece of work: ``fn(*args)`` where the executor runs it.
-
-    Attributes:
-        name: shown in progress lines and as the task's name on a cluster.
-        fn: a module-level function (it may be pickled to another process or node).
-        args: its arguments.
-        device: where its eigen-solves run (a cluster task then asks for a GPU).
-        sized_by: a checkpoint reference whose largest tensor bounds the task's memory, or None.
-    """
+    """One independent piece of work, ``fn(*args)`` (``fn`` module-level: it may be pickled); ``device``:
+    where its eigen-solves run; ``sized_by``: a checkpoint whose largest tensor bounds its memory."""
 
     name: str
     fn: Callable[..., Any]
@@ -118,8 +95,7 @@ class Outcome:
 
 
 class Executor(Protocol):
-    """Where tasks run. Implementations: :class:`wbfe.executors.local.LocalExecutor`,
-    :class:`wbfe.executors.ray_executor.RayExecutor`."""
+    """Where tasks run (:class:`~wbfe.executors.local.LocalExecutor`, :class:`~wbfe.executors.ray_executor.RayExecutor`)."""
 
     name: str
     runs_here: bool
@@ -138,7 +114,6 @@ class Executor(Protocol):
 
 
 def executor_for(options: ExecutorOptions) -> Executor:
-    """The executor ``options`` names."""
     module_name, _, name = _IMPLEMENTATIONS[options.executor].partition(":")
     implementation: Callable[[ExecutorOptions], Executor] = getattr(importlib.import_module(module_name), name)
     return implementation(options)

@@ -63,9 +63,7 @@ class LocalExecutor:
 
 def run_with_threads(threads: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """``fn(*args)`` with every BLAS pool and torch's own held at ``threads`` (a worker process's share)."""
-    # Runs in a worker process: split the cores between workers instead of oversubscribing them.
-    # Environment variables would come too late (NumPy's BLAS is loaded by the time this runs), so
-    # the pools are limited through threadpoolctl, and torch's own pool directly.
+    # Environment variables would come too late: NumPy's BLAS is loaded by the time this runs.
     from threadpoolctl import threadpool_limits
 
     from wbfe._deps import loaded

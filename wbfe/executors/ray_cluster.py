@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,36 +11,25 @@ from typing import Any, Optional
 
 from wbfe.errors import InvalidOptionError, MissingDependencyError
 
-__all__ = ["connect", "node_of_this_task", "task_resources", "largest_tensor_elements", "Progress", "SYSTEM_ERRORS"]
+__all__ = ["connect", "node_of_this_task", "task_resources", "largest_tensor_elements", "numel", "Progress",
+           "SYSTEM_ERRORS"]
 
-# Exceptions a rerun elsewhere may cure (a flaky network filesystem, a node short of memory). A
-# WbfeError (a corrupt checkpoint, a bad option) is caught inside the task and never reaches Ray.
+# Exceptions a rerun elsewhere may cure (a flaky network filesystem); a WbfeError never reaches Ray.
 SYSTEM_ERRORS: list[type[BaseException]] = [OSError, MemoryError, ConnectionError, TimeoutError]
 
-# A matrix is read, widened to float64 for the eigen-solve and its Gram matrix formed beside it:
-# three copies of its largest tensor at 8 bytes per element bound one task's working set.
+# Three float64 copies of the largest tensor (read, widened, its Gram matrix) bound a task's working set.
 _BYTES_PER_ELEMENT = 8 * 3
 
 
-def import_ray() -> Any:
+def connect(address: Optional[str]) -> Any:
+    """The ``ray`` module, connected to ``address`` (None: a Ray instance on this machine); an earlier
+    connection of this process is used as it is, and one made here is left open for later calls."""
     try:
         import ray
     except ModuleNotFoundError:
         from wbfe.executors import RAY_INSTALL
 
         raise MissingDependencyError(f"--executor ray needs Ray: {RAY_INSTALL}") from None
-    return ray
-
-
-def connect(address: Optional[str]) -> Any:
-    """The ``ray`` module, connected: to ``address``, or to a Ray instance started on this machine
-    when None. A connection made earlier in this process (``ray.init(...)``) is used as it is and
-    left open; one made here is left open for later calls too (Ray closes it at exit).
-
-    Raises:
-        InvalidOptionError: no Ray cluster answers at ``address``.
-    """
-    ray = import_ray()
     from wbfe.render.diagnostics import route_logger
 
     route_logger("ray")  # its warnings (a token, a runtime environment): wbfe's diagnostics
@@ -55,11 +45,7 @@ def connect(address: Optional[str]) -> Any:
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Refuse at once an address where nothing listens: ``ray.init`` would retry for minutes.
-
-    Raises:
-        InvalidOptionError: no TCP connection to ``host:port`` within ``timeout`` seconds.
-    """
+    """Refuse at once an address where nothing listens (``ray.init`` would retry for minutes)."""
     import socket
 
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -84,7 +70,7 @@ def node_of_this_task() -> str:
 
 def largest_tensor_elements(ref: Any) -> Optional[int]:
     """Elements of the largest tensor of a local safetensors checkpoint, from its headers alone; None
-    for anything whose sizes cannot be read that cheaply (a hub id, a pickle, an unreadable file)."""
+    for anything whose sizes cannot be read that cheaply."""
     from wbfe.sources.safetensors_files import read_header
 
     if not isinstance(ref, (str, Path)):
@@ -92,24 +78,19 @@ def largest_tensor_elements(ref: Any) -> Optional[int]:
     path = Path(ref).expanduser()
     try:
         files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) if path.is_dir() else []
-        sizes = [_numel(info["shape"]) for f in files if f.suffix == ".safetensors"
+        sizes = [numel(info["shape"]) for f in files if f.suffix == ".safetensors"
                  for info in read_header(f)[0].values()]
     except Exception:  # noqa: BLE001 - the task itself reports an unreadable checkpoint
         return None
     return max(sizes) if sizes else None
 
 
-def _numel(shape: Any) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+def numel(shape: Any) -> int:
+    return math.prod(int(d) for d in shape)
 
 
 def task_resources(device: str, largest: Optional[int]) -> dict[str, Any]:
-    """``ray.remote`` resource options of one task: one CPU, one GPU when the eigen-solves run on
-    CUDA, and the memory of its largest tensor's working set when known (so the scheduler never
-    puts more such tasks on a node than its memory holds)."""
+    """``ray.remote`` options of one task: one CPU, a GPU for CUDA, and its working set's memory when known."""
     options: dict[str, Any] = {"num_cpus": 1}
     if device.startswith("cuda"):
         options["num_gpus"] = 1
@@ -120,8 +101,7 @@ def task_resources(device: str, largest: Optional[int]) -> dict[str, Any]:
 
 @dataclass
 class Progress:
-    """Tasks done of ``total`` on the driver (and bytes scored of ``total_bytes`` when known), with
-    an estimate of the time left."""
+    """Tasks (and bytes, where ``total_bytes``) done of ``total`` on the driver, with the time left."""
 
     total: int
     what: str = "models"

@@ -1,11 +1,6 @@
-"""The Ray executor: one Ray task per model of a ranking (:meth:`RayExecutor.map`), one per shard
-of a checkpoint (:meth:`RayExecutor.score`, see :mod:`wbfe.executors.ray_score`).
-
-The driver keeps every decision a local run makes (cache look-ups, failures, order, statistics):
-only the work moves to the cluster, and each outcome is handed back as it arrives, so a driver that
-caches results as they come loses nothing done when it dies. Ray reruns a task whose worker or node
-died (up to ``max_retries`` times); a task that raises anything else comes back as its failure, with
-the node it ran on, and is never retried.
+"""The Ray executor: one task per model of a ranking, one per shard of a checkpoint
+(:mod:`wbfe.executors.ray_score`). Only the work moves: the driver keeps every decision a local run
+makes, and each outcome is handed back as it arrives (a driver that dies loses nothing cached).
 """
 
 from __future__ import annotations
@@ -59,7 +54,8 @@ class RayExecutor:
                         answer = ray.get(ref)
                     except ray.exceptions.RayTaskError as exc:  # a system error, retries spent
                         cause = getattr(exc, "cause", None) or exc
-                        answer = {"error": failure_reason(cause), "node": _node_of(exc)}
+                        ip = getattr(exc, "ip", None)
+                        answer = {"error": failure_reason(cause), "node": f"node ({ip})" if ip else "an unknown node"}
                     except ray.exceptions.RayError as exc:  # the worker or node died, retries spent
                         answer = {"error": failure_reason(exc), "node": "a lost node"}
                     note = progress.step(answer["node"])
@@ -75,8 +71,3 @@ class RayExecutor:
         from wbfe.executors.ray_score import score_on_ray
 
         return score_on_ray(ref, options, self.options, score_here, progress=progress)
-
-
-def _node_of(exc: BaseException) -> str:
-    ip = getattr(exc, "ip", None)
-    return f"node ({ip})" if ip else "an unknown node"

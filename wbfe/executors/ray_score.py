@@ -1,17 +1,8 @@
-"""``wbfe score --executor ray``: one Ray task per shard of a safetensors checkpoint (or per group
-of tensors of one large file), merged into exactly the result of a local score.
-
-Each task opens the checkpoint where it runs (headers only), streams its entries in the same order
-as a local score, and reads and scores only the tensors of its own part (a quantized weight's scale
-stored in another shard is the one exception: it is read where the weight is). It returns its rows
-tagged with their position in the stream, and the SHA-256 of its own shard's bytes. The driver
-merges the rows in stream order, resolves ties across parts (a tensor whose bytes equal an earlier
-one's, found by full digests, is skipped as ``tied`` exactly as a local run does), and computes the
-summary (the head needs every row) and the provenance with the engine's own functions
-(:func:`wbfe.engine.finish`, :func:`wbfe.engine.provenance_of`).
-
-A checkpoint that is not safetensors (a pickle, a hub id, a GGUF file, an adapter) is scored whole
-by one task, with the ``score_here`` function the caller hands in.
+"""``wbfe score --executor ray``: one Ray task per shard of a safetensors checkpoint (or per group of
+tensors of one large file), merged into exactly a local score's result (docs/ray.md). Each task
+streams the entries in a local score's order, scores its own part's and hashes its own file; the
+driver merges the rows in stream order, resolves ties across parts and finishes with the engine's
+functions. Any other checkpoint is scored whole by one task (``score_here``).
 """
 
 from __future__ import annotations
@@ -23,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from wbfe.errors import WbfeError
 from wbfe.executors import ExecutorOptions, ScoreHere
-from wbfe.executors.ray_cluster import SYSTEM_ERRORS, Progress, connect, node_of_this_task, task_resources
+from wbfe.executors.ray_cluster import SYSTEM_ERRORS, Progress, connect, node_of_this_task, numel, task_resources
 from wbfe.options import ScoreOptions
 
 __all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES"]
@@ -37,8 +28,8 @@ _EXPERT_SUFFIX = re.compile(r"\[\d+\](?:\.[A-Za-z_]+)?$")
 
 @dataclass(frozen=True)
 class Part:
-    """The tensors one task scores: their names, the file whose bytes it hashes (None when another
-    part of the same file hashes it), the elements of its largest tensor and its tensors' bytes."""
+    """The tensors one task scores, the file it hashes (None: another part of it does), the elements of
+    its largest tensor and its tensors' bytes."""
 
     names: tuple[str, ...]
     file: Optional[str]
@@ -47,8 +38,8 @@ class Part:
 
 
 def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
-    """The parts of a local safetensors checkpoint (a file, an index or a folder holding either),
-    from its index and headers alone; None for anything else (scored whole by one task)."""
+    """The parts of a local safetensors checkpoint (a file, an index or a folder holding either), from
+    its headers alone; None for anything else."""
     from wbfe.sources.local import pick_weight_files
     from wbfe.sources.safetensors_files import index_shards, read_header
 
@@ -87,20 +78,12 @@ def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
 
 
 def _part(names: list[str], header: dict[str, Any], file: Optional[str]) -> Part:
-    return Part(tuple(names), file, max((_numel(header[n]["shape"]) for n in names), default=0),
+    return Part(tuple(names), file, max((numel(header[n]["shape"]) for n in names), default=0),
                 sum(header[n]["data_offsets"][1] - header[n]["data_offsets"][0] for n in names))
 
 
-def _numel(shape: Any) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 class _Digests:
-    """Stands in for :class:`wbfe.engine.ties.SeenContent` in a task: finds no tie itself (an earlier copy
-    may be in another part) but keeps every tensor's full digest for the driver to decide."""
+    """:class:`wbfe.engine.ties.SeenContent` in a task: keeps every full digest, the driver finds the ties."""
 
     def __init__(self) -> None:
         self.keys: dict[str, tuple[Any, ...]] = {}
@@ -113,9 +96,8 @@ class _Digests:
 
 
 def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int], file: Optional[str]) -> dict[str, Any]:
-    """Runs on a Ray worker: the rows of the tensors ``owner`` gives to ``part`` (a tensor no part
-    lists, such as a split expert, goes with the tensor it came from, else to part 0), each with its
-    position in the stream, and the SHA-256 of ``file``."""
+    """Runs on a Ray worker: the rows of the tensors ``owner`` gives to ``part`` (a split expert goes with
+    its stack, an unlisted tensor to part 0) with their stream positions, and the SHA-256 of ``file``."""
     from wbfe import engine
     from wbfe.engine.matrices import Skip
     from wbfe.engine.pipeline import Pipeline
@@ -133,10 +115,8 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             return owner.get(name, owner.get(_EXPERT_SUFFIX.sub("", name), 0)) == part
 
         def record(entry: Any, item: Any) -> None:
-            if isinstance(item, Skip):
-                rows.append((position[entry.name], "skipped", item.to_dict()))
-            else:
-                rows.append((position[entry.name], "layer", item))
+            skip = isinstance(item, Skip)
+            rows.append((position[entry.name], "skipped" if skip else "layer", item.to_dict() if skip else item))
 
         with open_source(ref) as source, Pipeline(context.device) as pipeline:
             if source.provenance.pending is not None:
@@ -144,7 +124,8 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             planned = (item for k, item in enumerate(engine.stream(source, options)) if mine(k, item.entry.name))
             engine.run(pipeline, planned, context, digests, record)
             description = source.description  # before the provenance: it records which was used
-            provenance = _provenance(source.provenance)
+            p = source.provenance  # not waiting for the digest: the driver combines the parts'
+            provenance = {"source": p.source, "format": p.format, "files": list(p.files), "sha256": None, **p.extra}
             head_hint, config = source.head_hint, source.config
         digest = file_sha256(Path(file), bytearray(HASH_CHUNK), None)[1] if file else None
     except WbfeError as exc:
@@ -153,24 +134,11 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             "config": config, "description": description, "digest": digest, "node": node}
 
 
-def _provenance(provenance: Any) -> dict[str, Any]:
-    """:meth:`Provenance.to_dict` without waiting for the digest (the driver combines the parts')."""
-    out: dict[str, Any] = {"source": provenance.source, "format": provenance.format,
-                           "files": list(provenance.files), "sha256": None}
-    out.update(provenance.extra)
-    return out
-
-
 def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, score_here: ScoreHere, *,
                  progress: Optional[Callable[[int, Optional[int], str], None]] = None,
                  part_bytes: int = PART_BYTES) -> Any:
-    """:func:`wbfe.score` of ``ref`` on Ray: the same :class:`~wbfe.engine.ModelScore` (its
-    provenance adds ``executor``), computed by one task per part (see :func:`plan_parts`), or by
-    one task running ``score_here(ref, options)`` for a checkpoint that is not split.
-
-    Raises:
-        The errors a local score raises (a part's WbfeError is raised here, never retried).
-    """
+    """:func:`wbfe.score` of ``ref`` on Ray: the same :class:`~wbfe.engine.ModelScore` (its provenance adds
+    ``executor``), raising the errors a local score raises (a part's WbfeError is never retried)."""
     from wbfe import engine
     from wbfe.sources import combine_digests
 
@@ -229,8 +197,8 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
 
 def _merge(rows: list[tuple[int, str, dict[str, Any]]], ties: dict[str, tuple[Any, ...]]
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Layers and skipped rows in stream order; a tensor whose bytes equal an earlier one's (in any
-    part) becomes a ``tied`` skip, named after the first copy, as :class:`wbfe.engine.ties.SeenContent` does."""
+    """Layers and skipped rows in stream order; a copy of an earlier tensor's bytes (in any part) becomes
+    a ``tied`` skip, as :class:`wbfe.engine.ties.SeenContent` does."""
     first_copy: dict[tuple[Any, ...], str] = {}
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []

@@ -1,12 +1,7 @@
-"""A checkpoint's own description, from the framework that wrote it.
+"""A checkpoint's own description (order, head, ties, layouts), from the framework that wrote it.
 
-A checkpoint usually carries what its framework knows about it: a Hugging Face ``config.json``
-names a transformers class, timm's names a timm model, a Keras file holds its layer graph, a GGUF
-file lists its tensors in the model's order. :func:`describe_config` turns a ``config.json`` into a
-:class:`FrameworkDescription` (model order, head, tied weights, layouts) by building the model on
-the meta device; the Keras and GGUF readers fill theirs from the file. Where there is no
-description, or it cannot be built, wbfe's name and shape rules decide, and the result says so
-(``summary.head_source``, ``model.framework``). Importing this package imports no framework.
+Where there is none, wbfe's name and shape rules decide (docs/checkpoints.md). Importing this
+package imports no framework.
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ from wbfe.framework.description import (
     order_rows,
     out_in,
 )
+from wbfe.framework.modules import describe_module
 
 __all__ = [
     "FrameworkDescription", "Fallback", "Layout", "OUT_IN", "IN_OUT", "LAYOUTS", "check_layout", "out_in",
@@ -32,12 +28,8 @@ __all__ = [
 
 
 def describe_config(config: Any) -> Union[FrameworkDescription, Fallback, None]:
-    """What the framework a ``config.json`` belongs to says about the model.
-
-    Returns:
-        A :class:`FrameworkDescription`; a :class:`Fallback` (why not) when the config names a
-        model that cannot be built here; None for a config that names no framework's model.
-    """
+    """What the framework of a ``config.json`` says about the model: a :class:`Fallback` (why not) when
+    the model cannot be built here; None for a config that names no framework's model."""
     if not isinstance(config, dict):
         return None
     from wbfe.framework.timm_model import describe_timm, is_timm_config
@@ -49,15 +41,3 @@ def describe_config(config: Any) -> Union[FrameworkDescription, Fallback, None]:
 
         return describe_transformers(config)
     return None
-
-
-def describe_module(module: Any) -> Union[FrameworkDescription, None]:
-    """What an in-memory model says about itself (a model handed to ``wbfe.score`` as an object):
-    for a transformers ``PreTrainedModel`` everything :func:`describe_config` gives; for another
-    ``nn.Module`` (a timm model, a torchvision one) the order of ``named_parameters()``, the head
-    its ``get_output_embeddings()`` or ``get_classifier()`` returns, and the ``in_out`` layout of
-    transposed convolutions. None for something that is not an ``nn.Module`` (a state dict).
-    """
-    from wbfe.framework.modules import describe_module as describe
-
-    return describe(module)

@@ -1,13 +1,5 @@
-"""Whether BFE-W applies to a checkpoint: the BFE-W paper's own conditions (arXiv 2610.13123),
-checked against the checkpoint's own description of its model (:mod:`wbfe.framework`).
-
-BFE-W is derived for a decoupled last layer at interpolation: one linear map from the last
-features to the outputs, trained on features nothing perturbs. The paper's ablation finds it
-uninformative where that setting is broken: dropout before the last layer (VGG, EfficientNet,
-MNASNet: Spearman ρ 0.00 overall) and vision transformers (ViT, Swin: ρ +0.14), against ρ −0.71
-to −1.00 for standard conv nets (ResNet, RegNet, ResNeXt), −0.66 for Pythia and −0.77 for
-Qwen3.5 (dual BFE-W). The rules below read the architecture only, never a score or an outcome.
-Pure functions of plain data; nothing is imported or built here.
+"""Whether BFE-W applies: the BFE-W paper's conditions (arXiv 2610.13123) checked against the
+checkpoint's own description of its model, never a score (docs/metrics.md, "Where BFE-W applies").
 """
 
 from __future__ import annotations
@@ -40,7 +32,6 @@ TORCH_VISION_TRANSFORMERS = frozenset({"VisionTransformer", "SwinTransformer"})
 _NONLINEAR_HEADS = frozenset({"LSTM", "GRU", "SimpleRNN", "ConvLSTM1D", "ConvLSTM2D", "ConvLSTM3D"})
 
 _PAPER = "arXiv 2610.13123"
-# The condition every reason is read against; an "unknown" reason states it, then what would decide it.
 _CONDITION = (f"BFE-W is derived for a decoupled linear last layer at interpolation ({_PAPER}), and the paper finds "
               "it uninformative with dropout before that layer (rho 0.00) or on vision transformers (rho +0.14)")
 _DROPOUT_FINDING = (f"the paper ({_PAPER}) finds BFE-W uninformative when dropout precedes the last layer "
@@ -48,8 +39,6 @@ _DROPOUT_FINDING = (f"the paper ({_PAPER}) finds BFE-W uninformative when dropou
 _VIT_FINDING = (f"the paper ({_PAPER}) finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)")
 _HEAD_FINDING = (f"BFE-W is derived for one linear last layer on the last features ({_PAPER}); the paper's "
                  "derivation does not cover this head")
-# What "holds" says: the setting is the derivation's, no more. How well BFE-W then orders models is
-# measured per zoo (docs/evidence.md, the paper's rho beside the project's own), not promised for this one.
 _HOLDS_FINDING = (f"the setting BFE-W is derived for (a decoupled linear last layer, {_PAPER}); this says nothing of "
                   "how well it will order models like this one: docs/evidence.md gives the paper's Spearman rho beside "
                   "the rho this project measures on its own zoos")
@@ -57,12 +46,11 @@ _HOLDS_FINDING = (f"the setting BFE-W is derived for (a decoupled linear last la
 
 @dataclass(frozen=True)
 class Rule:
-    """One of the paper's conditions: a name, and a check that returns why it fails (None: it does not)."""
+    """One of the paper's conditions: a check that returns why it fails (None: it does not);
+    ``needs_head=False`` for a rule the architecture alone decides (it runs where no head is named)."""
 
     name: str
     check: Callable[[FrameworkDescription], Optional[str]]
-    # False for a rule the architecture alone decides (a vision transformer): it runs even where
-    # the description names no head.
     needs_head: bool = True
 
 
@@ -75,7 +63,6 @@ def _dropout(d: FrameworkDescription) -> Optional[str]:
 
 
 def _head_rule(d: FrameworkDescription) -> str:
-    """How the head was found, where the description had to infer it (a module naming no classifier)."""
     rule = d.facts.get("head_rule")
     return f"; the head {d.head} is {rule}" if rule else ""
 
@@ -104,11 +91,9 @@ def _single_linear_head(d: FrameworkDescription) -> Optional[str]:
     return None
 
 
-# What each broken condition is called in the one-line summary.
 _BROKEN = {"dropout_before_head": "dropout on the head's input", "vision_transformer": "a vision transformer",
            "single_linear_head": "not one linear head"}
 
-# The paper's conditions, in the order the reasons are listed. Each reads the architecture only.
 RULES: tuple[Rule, ...] = (
     Rule("dropout_before_head", _dropout),
     Rule("vision_transformer", _vision_transformer, needs_head=False),
@@ -118,19 +103,12 @@ RULES: tuple[Rule, ...] = (
 
 def applicability(description: Optional[FrameworkDescription],
                   config: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-    """Whether BFE-W applies to the model a checkpoint describes.
-
-    Args:
-        description: the checkpoint's own description (``source.description``); None where it has none.
-        config: the checkpoint's ``config.json`` where it has one (says what to add when no
-            description could be built from it).
+    """Whether BFE-W applies to the model ``description`` (None: the checkpoint has none) describes;
+    ``config``, the checkpoint's ``config.json``, says what to add when none could be built from it.
 
     Returns:
-        ``{"status": "holds" | "fails" | "unknown", "reasons": [...], "checked": [...]}``: ``fails``
-        with one reason per broken condition, ``holds`` when the description is known and breaks none,
-        ``unknown`` with what would decide it when there is no description, or it names no head;
-        ``checked`` names the conditions (:data:`RULES`) that were read, where a description was;
-        ``summary`` says it in one short sentence (the ``wbfe score`` table's line).
+        ``{"status": "holds" | "fails" | "unknown", "reasons": [...], "checked": [...], "summary": str}``:
+        one reason per broken condition; ``checked``: the :data:`RULES` read; ``summary``: the table's line.
 
     Example:
         >>> d = FrameworkDescription("keras", "Sequential", ("dense/kernel",), "dense/kernel",
@@ -151,9 +129,7 @@ def applicability(description: Optional[FrameworkDescription],
                  if config else "no description of the model: add its config.json beside the weights, or score the "
                  "framework's own file, to decide")
         return {"status": "unknown", "reasons": [why], "checked": [], "summary": short}
-    # A description that names no head (a base model, a module without get_classifier()): the path
-    # into the head cannot be read, which is not the same as a model without one; only the rules
-    # that need no head can decide.
+    # A head not named (a base model) is not a model without one: only the rules needing no head decide.
     head_unread = description.head is None and not description.facts.get("no_head")
     rules = [rule for rule in RULES if not (head_unread and rule.needs_head)]
     verdicts = [(rule.name, rule.check(description)) for rule in rules]
@@ -170,8 +146,7 @@ def applicability(description: Optional[FrameworkDescription],
             f"the path into the head cannot be read; {_CONDITION}: name the head (--head) on a model "
             "with its classifier, or give the task model's config.json (a ...For...Classification), to decide"]}
     if description.facts.get("dropout_unrecorded"):
-        # An inference graph (a TFLite file): converters drop Dropout, so its absence here says
-        # nothing about training, and "holds" would claim what the file cannot show.
+        # An inference graph (TFLite): converters drop Dropout, so its absence says nothing about training.
         return {"status": "unknown", "checked": checked,
                 "summary": "an inference graph cannot show whether training put dropout before the head", "reasons": [
             f"{description.model}: {description.facts['dropout_unrecorded']}; the head {description.head} is one "
@@ -186,8 +161,7 @@ def applicability(description: Optional[FrameworkDescription],
 
 
 def _summary_stage(d: FrameworkDescription) -> str:
-    """Where the head reads a summary stage (linear + activation): its output is the last features,
-    as a pooler's is; the paper's last layer is the linear map after it, not the two together."""
+    """A summary stage (linear + activation) the head reads makes the last features, as a pooler does."""
     stage = d.facts.get("summary_stage")
     if not stage:
         return ""

@@ -1,11 +1,6 @@
-"""Which weights a transformers model stores transposed, from its ``config.json`` alone: the rule
-used where the model cannot be built (no torch, no transformers).
-
-transformers' ``Conv1D`` (``y = x W + b``, GPT-2's) stores its weight [in, out]; the model types
-whose blocks are built of it name those layers ``c_attn``, ``q_attn`` (cross-attention), ``c_proj``
-and ``c_fc`` (their modeling files, and ``tests/test_description_store.py``, which checks this rule
-against the layouts transformers' own build gives). Every other layer of theirs (embeddings, the
-LM head, a classifier, GPT2DoubleHeads' summary) is an ``nn.Linear`` or ``nn.Embedding``: ``out_in``.
+"""Which weights a transformers model stores transposed, from its ``config.json`` alone (where the
+model cannot be built): the ``Conv1D`` layers (``c_attn``, ``q_attn``, ``c_proj``, ``c_fc``) of the
+model types built of it, checked against transformers' own build by tests/test_description_store.py.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """What a checkpoint's own framework says about it, as plain data: the model's order of weights,
-its head, its tied weights and how each weight is laid out.
-
-Readers fill a :class:`FrameworkDescription` from the checkpoint's own description (a transformers
-or timm model class built on the meta device, a Keras ``model_config``, a GGUF file's tensor list);
-the matrix planner and the head finder read it instead of guessing from names and shapes.
-"""
+its head, its tied weights and how each weight is laid out (read by the planner and head finder)."""
 
 from __future__ import annotations
 
@@ -30,11 +25,7 @@ class Fallback(str):
 
 
 def check_layout(layout: str) -> str:
-    """``layout`` itself if it is one of :data:`LAYOUTS`.
-
-    Raises:
-        InvalidOptionError: any other value.
-    """
+    """``layout`` itself if it is one of :data:`LAYOUTS`, else InvalidOptionError."""
     if layout not in LAYOUTS:
         raise InvalidOptionError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     return layout
@@ -57,27 +48,17 @@ class FrameworkDescription:
     """A checkpoint as its own framework describes it.
 
     Attributes:
-        framework: ``transformers``, ``timm``, ``keras`` or ``gguf``.
-        model: the model's class or architecture (``GPT2LMHeadModel``, ``resnet18``, ``Functional``...).
+        framework, model: ``transformers``, ``timm``, ``keras``, ``gguf``...; the model's class or architecture.
         order: the weights' names in the model's order (``named_parameters()``, the layer graph, the file).
-        head: the stored name of the head's weight (LM head or classifier); None when the framework
-            says the model has none (a base model) or could not tell (see ``note``).
-        tied: a weight that is the same parameter as an earlier one -> that earlier weight's name
-            (transformers' tied LM head: ``lm_head.weight`` -> ``model.embed_tokens.weight``).
+        head: the stored name of the head's weight; None for none (a base model) or unknown (see ``note``).
+        tied: a weight that is the same parameter as an earlier one -> that earlier weight's name.
         layouts: the weights whose layout is not :data:`OUT_IN`, with theirs.
         note: why the head is None, or what else the user should know.
-        aliases: another name a weight may be stored under -> its name here (transformers 5 keeps
-            a model's names in memory but saves some models under their original checkpoint's,
-            GPT-NeoX's ``lm_head.weight`` as ``embed_out.weight``: the description holds the saved
-            names, and the in-memory ones are aliases).
-        facts: what the description says about the path into the head, as plain data (read by
-            :mod:`wbfe.framework.applicability`): ``family`` (transformers' ``model_type``, timm's
-            architecture), ``dropout`` (``[[layer, rate], ...]``: dropout with rate > 0 on the
-            features the head reads), ``heads`` (other layers producing the same output),
-            ``head_class`` (the head layer's class, where the graph names it).
-        roles: the weights whose role the model's own classes say (``router``: a MoE router or
-            gating module, GraniteMoE's ``block_sparse_moe.router.layer.weight``; ``expert``: a
-            module of experts); the name rules decide the others.
+        aliases: another name a weight may be stored under -> its name here (transformers 5 saves
+            GPT-NeoX's in-memory ``lm_head.weight`` as ``embed_out.weight``).
+        facts: the path into the head as plain data, read by :mod:`wbfe.framework.applicability`
+            (``family``, ``dropout`` as ``[[layer, rate], ...]``, ``heads``, ``head_class``).
+        roles: the weights whose role (``router``, ``expert``) the model's own classes say.
     """
 
     framework: str
@@ -96,12 +77,10 @@ class FrameworkDescription:
         return self.aliases.get(name, name)
 
     def layout_of(self, name: str) -> str:
-        """The layout of weight ``name`` (:data:`OUT_IN` unless the framework says otherwise)."""
         return self.layouts.get(self.resolve(name), OUT_IN)
 
     def role_of(self, name: str) -> Optional[str]:
-        """The role the model's classes give weight ``name`` (a split expert ``w[e]`` as ``w``); None
-        where they say nothing."""
+        """The role the model's classes give weight ``name`` (a split expert ``w[e]`` as ``w``), if any."""
         if not self.roles:
             return None
         name = self.resolve(name)
@@ -124,11 +103,7 @@ class FrameworkDescription:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FrameworkDescription":
-        """The description :meth:`to_dict` gave ``data`` for.
-
-        Raises:
-            InvalidOptionError: ``data`` is not that shape (a missing or mistyped field, an unknown layout).
-        """
+        """The description :meth:`to_dict` gave ``data`` for; InvalidOptionError for any other shape."""
 
         def names(key: str) -> dict[str, str]:
             value = data.get(key, {})
@@ -156,13 +131,10 @@ _EXPERT_SUFFIX = re.compile(r"\[.*$")
 
 def order_rows(rows: Sequence[dict[str, Any]], order: Optional[Sequence[str]],
                aliases: Optional[Mapping[str, str]] = None) -> list[dict[str, Any]]:
-    """``rows`` (dicts with a ``name``) in the model's ``order``; the stored order where there is none.
+    """``rows`` (dicts with a ``name``, ``aliases`` applied) in the model's ``order``, else as they came.
 
-    A row whose name the order lists goes to that place. Any other row (a weight stored under a name
-    the model does not use, a per-expert copy of a fused stack) goes with the listed weight that
-    shares the longest module path with it, after it; rows that land together keep their
-    stored order. With no order (None or empty), the rows are returned as they came. ``aliases``:
-    another name a weight may be stored under -> its name in ``order``.
+    A row the order does not list (a per-expert copy of a fused stack) goes after the listed weight
+    sharing the longest module path with it; rows that land together keep their stored order.
 
     Example:
         >>> rows = [{"name": n} for n in ("lm_head.weight", "h.10.w", "h.2.w", "embed.weight")]

@@ -1,17 +1,7 @@
-"""Which dropout acts on the features a head reads, seen in the model's own forward pass.
-
-The module tree says which layers exist, not in what order they run, nor where a model applies
-dropout as a function (``nn.functional.dropout`` inside a block, as BART does) or on the output of
-its whole backbone (T5's decoder: final norm → dropout → ``lm_head``). So the skeleton is run once
-on the meta device (no weights, no compute) on a tiny input, with a hook on every module and a
-torch function mode that sees every dropout call: the dropouts with rate > 0 called after the last
-layer with weights of its own and before the head are the ones on the head's input. A dropout
-behind another layer with weights (a hidden linear map, a norm) is not, the same rule as for an
-``nn.Sequential`` or a Keras graph.
-
-Where the forward pass cannot run on the meta device (a model that reads a value back, ``.item()``,
-or makes a tensor on the CPU) or the head is not called as a module, :func:`head_input_dropouts`
-says so and the module-tree reading (:mod:`wbfe.framework.head_facts`) decides.
+"""Which dropout acts on the features a head reads, seen in the skeleton's own forward pass on the
+meta device: the module tree shows neither call order nor functional dropout (T5's decoder, BART).
+Where the pass cannot run, the module-tree reading (:mod:`wbfe.framework.head_facts`) decides
+(docs/metrics.md, "Where BFE-W applies").
 """
 
 from __future__ import annotations
@@ -32,8 +22,7 @@ _CONV_IMAGE = 64
 
 
 def meta_inputs(model: Any) -> Union[dict[str, Any], str]:
-    """Keyword inputs for one forward pass of a transformers skeleton on the meta device, from
-    its forward signature and config; a string saying why there are none."""
+    """Keyword inputs for one forward pass of a skeleton on the meta device; a string saying why there are none."""
     import torch
 
     try:
@@ -70,20 +59,12 @@ class HeadInput:
 
 
 def head_input_dropouts(model: Any, head: str) -> Union[HeadInput, str]:
-    """The dropouts with rate > 0 on the input of the module whose weight is ``head``.
+    """The dropouts with rate > 0 on the input of the head weight ``head`` of ``model`` (a skeleton on
+    the meta device, in training mode as built), a functional one named ``<caller> (functional)``; or
+    a string saying why the forward pass could not tell.
 
-    Args:
-        model: a transformers model (a skeleton on the meta device, in training mode as built).
-        head: the head weight's ``named_parameters()`` name (``lm_head.weight``).
-
-    Returns:
-        A :class:`HeadInput` (a functional dropout is named by the module that called it, with
-        ``(functional)``); or a string saying why the forward pass could not tell.
-
-    The layer stacks (a ``ModuleList`` of many blocks of one class) are cut to their first and last
-    block for the pass: what reaches the head runs after the last block, so the path is the same and
-    a 70B skeleton's pass takes a block's time, not eighty. Where the cut model does not run, the whole
-    one is run.
+    Layer stacks are cut to their first and last block for the pass (what reaches the head runs after
+    the last one); where the cut model does not run, the whole one is run.
     """
     inputs = meta_inputs(model)
     if isinstance(inputs, str):
@@ -141,9 +122,8 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
 
     hooks = []
     for name, module in modules.items():
-        # a layer with weights of its own that computes (a linear map, a norm, an attention with its
-        # projections as parameters), not a container that also holds a parameter (XLNet's mask_emb):
-        # a container ends after its last step, which may be the very dropout sought
+        # a layer with weights of its own, not a container that also holds one (XLNet's mask_emb): a
+        # container ends after its last step, which may be the very dropout sought
         computes = (next(module.parameters(recurse=False), None) is not None
                     and all(next(child.parameters(), None) is None for child in module.children()))
         hooks.append(module.register_forward_pre_hook(before(name)))
@@ -171,7 +151,6 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
 
 @contextlib.contextmanager
 def _cut_stacks(model: Any) -> Iterator[None]:
-    """Each layer stack of ``model`` cut to its first and last block while the context lasts."""
     import torch
 
     cut: list[tuple[Any, str, Any]] = []

@@ -1,20 +1,7 @@
-"""What a built ``nn.Module`` says about the path into its head: the dropout layers beside the
-head (the classifier's own module, where frameworks put the dropout they apply to the features the
-head reads) and the other heads beside it that produce the same outputs (DeiT's distillation head,
-averaged with the classifier: no single head).
-
-Read from the module tree, so the rates are the ones the framework itself took from the config
-(BERT's ``classifier_dropout`` else ``hidden_dropout_prob``, DistilBERT's ``seq_classif_dropout``,
-timm's ``drop_rate``...).
-
-A head may read a summary or pooler stage beside it instead of the backbone's output directly
-(transformers' SequenceSummary in XLNet, GPT-2 double heads: first_dropout → summary linear →
-activation → last_dropout). Such a stage is a sibling made only of leaf layers with a Linear among
-them (the backbone beside the head is a tree of blocks, never only leaves). Its dropouts after its
-linear layer are on the head's input and are reported under the stage's name
-(``sequence_summary.last_dropout``); one before the linear layer feeds a hidden layer, which is not
-the head's input, as everywhere else (``nn.Sequential``, a Keras graph), and is listed apart
-(``hidden_dropout``).
+"""What a built ``nn.Module``'s tree says about the path into its head: the dropout beside the head
+(with the rates the framework took from the config), a summary stage it reads (XLNet's
+SequenceSummary), and other heads with the same outputs (DeiT's distillation head). The rules:
+docs/metrics.md, "Where BFE-W applies".
 """
 
 from __future__ import annotations
@@ -23,7 +10,7 @@ from typing import Any, Optional
 
 __all__ = ["DROPOUT_CLASSES", "dropout_rate", "head_facts"]
 
-# torch's dropout modules, by class name (a module tree on the meta device is read without torch's types)
+# by class name: a module tree on the meta device is read without torch's types
 DROPOUT_CLASSES = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
 
 
@@ -34,21 +21,11 @@ def dropout_rate(module: Any) -> float:
     return float(getattr(module, "p", 0.0) or 0.0)
 
 
-def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = None) -> dict[str, Any]:
-    """The facts about the path into ``model``'s head weight ``head`` (a ``named_parameters`` name).
-
-    Args:
-        model: a built ``torch.nn.Module`` (on the meta device is fine: no weight is read).
-        head: the head weight's name, e.g. ``classifier.weight``; None gives no facts.
-        drop_rate: a dropout rate the model applies functionally before its head (timm's
-            ``drop_rate`` attribute), reported as the layer ``drop_rate`` where no Dropout module
-            beside the head holds it.
-
-    Returns:
-        ``{"dropout": [[layer, rate], ...], "heads": [layer, ...]}``: the dropout modules with rate > 0
-        in the head's own module (siblings of the head), and the other linear layers beside the head
-        with as many outputs as it (a second head whose output is combined with it); either may be empty.
-    """
+def head_facts(model: Any, head: Optional[str], *, drop_rate: Any = None) -> dict[str, Any]:
+    """``{"dropout": [[layer, rate], ...], "heads": [layer, ...]}`` (and ``summary_stage``,
+    ``hidden_dropout`` where a stage is read) for the head weight ``head`` of ``model`` (no weight is
+    read). ``drop_rate``: a rate the model applies functionally before its head (timm's), reported as
+    the layer ``drop_rate`` where no Dropout module beside the head holds it."""
     facts: dict[str, Any] = {"dropout": [], "heads": []}
     if head is None:
         return facts
@@ -71,7 +48,8 @@ def head_facts(model: Any, head: Optional[str], *, drop_rate: Optional[float] = 
                 facts["hidden_dropout"] = [[f"{full}.{name}", rate] for name, rate in hidden]
         elif full != module_name and outputs is not None and _outputs(child) == outputs:
             facts["heads"].append(full)
-    if drop_rate and not facts["dropout"]:  # a Dropout module already holds the rate where there is one
+    numeric = isinstance(drop_rate, (int, float)) and not isinstance(drop_rate, bool)
+    if numeric and drop_rate and not facts["dropout"]:  # a Dropout module already holds the rate where there is one
         facts["dropout"].append(["drop_rate", float(drop_rate)])
     return facts
 
@@ -84,14 +62,8 @@ def _is_summary_stage(module: Any) -> bool:
 
 
 def _stage_dropouts(stage: Any) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
-    """A summary stage's dropouts with rate > 0: those after its last weighted layer (on the features
-    the head reads) and those before it (on a hidden layer's input, which the rule for a dropout behind
-    another layer does not count, as in an ``nn.Sequential`` or a Keras graph).
-
-    The order is the forward pass's, seen by calling the stage once on one tiny batch (a meta tensor for a
-    skeleton) with a hook on each child: registration order is not call order (SequenceSummary registers its linear layer
-    before first_dropout, which runs first). Where the stage cannot be called so, every dropout in it
-    counts, as the cautious reading."""
+    """A summary stage's dropouts with rate > 0 after its last weighted layer (on the head's input) and
+    before it (on a hidden layer's), in call order; every one counts where that order is unread."""
     rated = {name: dropout_rate(layer) for name, layer in stage.named_children() if dropout_rate(layer) > 0}
     if not rated:
         return [], []
@@ -105,8 +77,8 @@ def _stage_dropouts(stage: Any) -> tuple[list[tuple[str, float]], list[tuple[str
 
 
 def _call_order(stage: Any) -> Optional[list[str]]:
-    """The names of ``stage``'s children in the order its forward pass calls them; None when the
-    stage cannot be called with one batch of features (it needs other inputs), or skips a child."""
+    """``stage``'s children in the order one tiny batch calls them (registration order is not call
+    order: SequenceSummary registers its linear layer first); None where it cannot tell."""
     import torch
 
     linear = next((c for c in stage.children() if type(c).__name__ == "Linear"), None)
@@ -117,7 +89,6 @@ def _call_order(stage: Any) -> Optional[list[str]]:
              for name, child in stage.named_children()]
     try:
         with torch.no_grad():
-            # on the weights' own device and dtype (meta for a skeleton): one tiny batch, nothing kept
             stage(torch.zeros(1, 2, linear.in_features, device=linear.weight.device, dtype=linear.weight.dtype))
     except Exception:  # noqa: BLE001 - a stage with another signature: its order stays unread
         return None
@@ -129,5 +100,4 @@ def _call_order(stage: Any) -> Optional[list[str]]:
 
 
 def _outputs(module: Any) -> Optional[int]:
-    """A linear layer's number of outputs; None for any other module."""
     return getattr(module, "out_features", None) if type(module).__name__ == "Linear" else None

@@ -1,15 +1,6 @@
-"""A Keras model as its own ``model_config`` describes it (the ``model_config`` attribute of an
-``.h5``, the ``config.json`` of a ``.keras``): the layers in model order, nested models included,
-and the layer whose weights produce the model's output.
-
-The output layer is found by walking back from the model's (first) output through the layers that
-hold no weight matrix (pooling, flatten, reshape, activation, dropout, normalisation...) to the
-first layer that does: a Dense, a convolution (also 1 x 1 or k x k before global pooling, as in
-SqueezeNet and mini-Xception), a separable or depthwise convolution, a recurrent layer; into a
-nested Functional or Sequential model (a backbone inside a Sequential) when the walk meets one.
-From the head the walk goes on back through the layers without a weight matrix to the layer that
-feeds them, recording the dropout layers it passes (:attr:`KerasHead.dropout`): dropout on the
-features the head reads. Pure functions of the parsed JSON; no Keras needed.
+"""A Keras model's head, and the dropout on its input, from its own ``model_config`` (an ``.h5``'s
+attribute, a ``.keras``'s ``config.json``): walked back from the (first) output through the layers
+without a weight matrix, into nested models (docs/checkpoints.md). Pure functions of the JSON.
 """
 
 from __future__ import annotations
@@ -17,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-__all__ = ["KerasLayer", "KerasHead", "keras_layers", "keras_head", "keras_facts", "config_layers", "class_name"]
+__all__ = ["KerasLayer", "KerasHead", "keras_head", "keras_facts", "config_layers", "class_name"]
 
 # Layer classes whose weight matrix computes their output, and the variable that is that matrix.
 _KERNELS = {
@@ -75,28 +66,8 @@ class KerasHead:
     dropout: tuple[tuple[str, float], ...] = ()
 
 
-def keras_layers(config: Any, prefix: tuple[str, ...] = ()) -> Iterator[KerasLayer]:
-    """Every layer of a model config in model order, a nested model's own layers after it."""
-    for layer in config_layers(config):
-        path = prefix + (_name(layer),)
-        yield KerasLayer(path, class_name(layer))
-        yield from keras_layers(layer, path)
-
-
-def keras_head(config: Any) -> tuple[Optional[KerasHead], Optional[str]]:
-    """The layer whose weight matrix produces the model's (first) output.
-
-    Returns:
-        ``(head, None)``, or ``(None, why)`` when the config does not say: no layers, an output
-        that merges several branches, or one produced by a layer wbfe does not know.
-    """
-    return _head(config, (), set())
-
-
 def keras_facts(config: Any) -> dict[str, Any]:
-    """What the graph says about the path into the head, as :attr:`FrameworkDescription.facts`
-    holds it: ``head_class``, ``dropout`` (``[[layer, rate], ...]``) and ``no_head`` (why there is
-    no single head, where there is none)."""
+    """:attr:`FrameworkDescription.facts` of the graph: ``head_class`` and ``dropout``, or ``no_head`` (why)."""
     head, why = keras_head(config)
     if head is None:
         return {"family": "keras", "dropout": [], "no_head": why}
@@ -104,7 +75,11 @@ def keras_facts(config: Any) -> dict[str, Any]:
             "dropout": [[layer, rate] for layer, rate in head.dropout]}
 
 
-def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> tuple[Optional[KerasHead], Optional[str]]:
+def keras_head(config: Any, prefix: tuple[str, ...] = (), seen: Optional[set[tuple[str, ...]]] = None
+               ) -> tuple[Optional[KerasHead], Optional[str]]:
+    """``(head, None)``: the layer whose weight matrix produces the model's (first) output; ``(None,
+    why)`` where the config does not say (no layers, merged branches, a layer wbfe does not know)."""
+    seen = set() if seen is None else seen
     layers = config_layers(config)
     if not layers:
         return None, "the Keras model config lists no layers"
@@ -132,7 +107,7 @@ def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> t
             dropout = tuple(_dropout_into(current, chain, by_name, sequential, prefix))
             return KerasHead(KerasLayer(path, cls), _KERNELS[cls], note, dropout), None
         if config_layers(current):  # a nested model: its own output layer
-            found, why = _head(current, path, seen)
+            found, why = keras_head(current, path, seen)
             if found is not None and note and not found.note:
                 found = KerasHead(found.layer, found.variables, note, found.dropout)
             return found, why
@@ -152,8 +127,7 @@ def _head(config: Any, prefix: tuple[str, ...], seen: set[tuple[str, ...]]) -> t
 
 def _dropout_into(head: dict[str, Any], chain: list[dict[str, Any]], by_name: dict[str, dict[str, Any]],
                   sequential: bool, prefix: tuple[str, ...]) -> Iterator[tuple[str, float]]:
-    """The dropout layers with rate > 0 between ``head`` and the layer with weights (or the
-    branch, input or nested model) that feeds it, nearest the head first."""
+    """The dropout layers with rate > 0 between ``head`` and what feeds it, nearest the head first."""
     current: Optional[dict[str, Any]] = head
     seen: set[str] = set()
     while current is not None and _name(current) not in seen:
@@ -177,8 +151,8 @@ def _dropout_into(head: dict[str, Any], chain: list[dict[str, Any]], by_name: di
 
 
 def _history_names(nodes: Any) -> list[str]:
-    """Layer names a Keras node structure refers to, in order: Keras 3's ``keras_history``
-    (``{"keras_history": [name, node, tensor]}``) and Keras 2's ``[name, node, tensor, kwargs]``."""
+    """Layer names a node structure refers to: Keras 3's ``{"keras_history": [name, node, tensor]}``,
+    Keras 2's ``[name, node, tensor, kwargs]``."""
     found: list[str] = []
 
     def walk(value: Any) -> None:

@@ -1,13 +1,7 @@
-"""An in-memory ``nn.Module`` described by itself (see :func:`wbfe.framework.describe_module`).
-
-A module names its head through ``get_output_embeddings()`` (transformers) or ``get_classifier()``
-(timm). A plain ``nn.Module`` (torchvision's VGG and ResNet, a user's own network) names none; its
-head is then read from the module tree: the last ``nn.Linear`` registered, which is the classifier of
-every feed-forward network that builds its layers in the order it runs them (torchvision's
-classifiers, ``nn.Sequential`` stacks), and only when its outputs match the module's ``num_classes``
-where it has one. Which dropout reaches that head: inside an ``nn.Sequential``, the ``Dropout``
-modules between the head and the layer with weights before it (VGG's ``classifier.5``, not its
-``classifier.2``, which feeds another hidden layer); elsewhere the ``Dropout`` modules beside it.
+"""An in-memory ``nn.Module`` described by itself. One that names no head (``get_output_embeddings()``,
+``get_classifier()``) has its last registered ``nn.Linear`` taken, where it matches ``num_classes``;
+the dropout into it, inside an ``nn.Sequential``, is read between it and the layer before it
+(docs/metrics.md, "Where BFE-W applies").
 """
 
 from __future__ import annotations
@@ -15,15 +9,15 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from wbfe._deps import loaded
-from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights
 from wbfe.framework.description import FrameworkDescription
 from wbfe.framework.head_facts import dropout_rate, head_facts
+from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights, weight_name
 
 __all__ = ["describe_module"]
 
 
 def describe_module(module: Any) -> Optional[FrameworkDescription]:
-    """The description an ``nn.Module`` gives of itself; None for anything else."""
+    """The description an ``nn.Module`` gives of itself (see :func:`wbfe.framework.describe_module`)."""
     torch = loaded("torch")
     if torch is None or not isinstance(module, torch.nn.Module):
         return None
@@ -46,12 +40,9 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
     rule = None
     if head_module is None:
         head_module, rule = _last_linear(module, torch.nn.Linear)
-    head = next((f"{name}.weight" if name else "weight" for name, sub in module.named_modules()
-                 if head_module is not None and sub is head_module and getattr(sub, "weight", None) is not None),
-                None)
+    head = weight_name(module, head_module)
     # timm models keep the rate they apply before the classifier in drop_rate
-    facts = {"family": type(module).__name__,
-             **head_facts(module, head, drop_rate=_rate(getattr(module, "drop_rate", None)))}
+    facts = {"family": type(module).__name__, **head_facts(module, head, drop_rate=getattr(module, "drop_rate", None))}
     if head is not None and rule is not None:
         facts["head_rule"] = rule
         in_sequence = _dropout_in_sequence(module, head, torch.nn.Sequential)
@@ -63,12 +54,7 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
 
 
 def _last_linear(module: Any, linear: Any) -> tuple[Any, str]:
-    """The head of a module that names none: its last registered ``nn.Linear``, and the rule that found it.
-
-    Returns:
-        ``(head_module, rule)``; ``head_module`` is None (and ``rule`` says why) when the module has no
-        ``nn.Linear`` or the last one's outputs differ from the module's ``num_classes``.
-    """
+    """``(head, rule)``: the last registered ``nn.Linear`` and the rule that found it; ``(None, why not)``."""
     found: list[tuple[str, Any]] = [(name, sub) for name, sub in module.named_modules() if isinstance(sub, linear)]
     if not found:
         return None, "the module names no output embeddings or classifier and has no nn.Linear layer"
@@ -82,13 +68,8 @@ def _last_linear(module: Any, linear: Any) -> tuple[Any, str]:
 
 
 def _dropout_in_sequence(module: Any, head: str, sequential: Any) -> Any:
-    """The dropout on the path into ``head`` where the head sits in an ``nn.Sequential``.
-
-    Returns:
-        ``[[layer, rate], ...]``: the ``Dropout`` modules with rate > 0 between the head and the
-        nearest module before it that holds weights (or the start of the sequence); None when the
-        head's parent is not an ``nn.Sequential`` (its order says nothing about the forward pass then).
-    """
+    """``[[layer, rate], ...]`` between ``head`` and the module with weights before it in its
+    ``nn.Sequential``; None for another parent (whose order says nothing about the forward pass)."""
     path = head.rsplit(".", 1)[0]
     parent_name, child = path.rsplit(".", 1) if "." in path else ("", path)
     parent: Any = dict(module.named_modules()).get(parent_name)
@@ -103,8 +84,3 @@ def _dropout_in_sequence(module: Any, head: str, sequential: Any) -> Any:
         if dropout_rate(sub) > 0:
             found.append([f"{parent_name}.{name}" if parent_name else name, dropout_rate(sub)])
     return found[::-1]
-
-
-def _rate(value: Any) -> Optional[float]:
-    """A dropout rate attribute as a float; None when it is not a number."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -1,15 +1,14 @@
-"""What a built ``torch.nn.Module`` says of its weights, for every framework that builds one
-(transformers, timm, an in-memory module): their order, the ones shared by two names, and the ones
-stored transposed."""
+"""What a built ``torch.nn.Module`` says of its weights (order, sharing, layout, role), for every
+framework that builds one."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Optional
 
 from wbfe.framework.description import IN_OUT
 
-__all__ = ["shared_parameters", "transposed_weights", "module_roles"]
+__all__ = ["shared_parameters", "transposed_weights", "module_roles", "weight_name"]
 
 # A module class whose weights have one role whatever their names (transformers' MoE classes:
 # GraniteMoeTopKRouter, MixtralExperts, DeepseekV3TopkRouter, ...).
@@ -27,6 +26,13 @@ def shared_parameters(module: Any) -> tuple[list[str], dict[str, str]]:
         else:
             first[id(param)] = name
     return list(first.values()), shared
+
+
+def weight_name(model: Any, module: Any) -> Optional[str]:
+    """The name ``named_parameters()`` gives ``module.weight`` first; None where it has no weight."""
+    if module is None or getattr(module, "weight", None) is None:
+        return None
+    return next((f"{name}.weight" if name else "weight" for name, sub in model.named_modules() if sub is module), None)
 
 
 def transposed_weights(module: Any, also: tuple[type, ...] = ()) -> dict[str, str]:

@@ -1,21 +1,7 @@
-"""Framework descriptions remembered on disk, so that a second score of the same architecture
-imports neither torch nor the framework that describes it.
-
-Building a transformers or timm model on the meta device costs seconds of imports (torch,
-transformers) for a checkpoint whose own weights take a fraction of a second to score. What the
-build gives (:class:`~wbfe.framework.description.FrameworkDescription`, or the
-:class:`~wbfe.framework.description.Fallback` saying why there is none) depends only on what was
-read to build it (the ``config.json``), the versions of the framework and of torch (read from their
-installed metadata, nothing imported) and wbfe's own code that reads the model (its version and a
-digest of ``wbfe/framework``). The key hashes all of them, so an upgrade or an edit is a miss,
-never a stale answer.
-
-Files: ``<cache folder>/descriptions/<2 hex>/<key>.json`` (the cache folder is
-:func:`wbfe._config.wbfe_cache_dir`), each holding the key and a SHA-256 of its payload; a file
-that does not check out is ignored and rewritten. ``wbfe cache info`` lists them (kind
-``descriptions``) and ``wbfe cache prune`` bounds them with the rest; on each write the least
-recently used beyond :data:`MAX_FILES` are removed. A cache that cannot be written costs only the
-speed: the description is used all the same.
+"""Framework descriptions remembered on disk (docs/cache.md, kind ``descriptions``), so that a second
+score of an architecture imports neither torch nor its framework. The key hashes all the build
+depends on (what it read, the framework's and torch's versions, wbfe's code): an upgrade is a miss,
+never a stale answer. A cache that cannot be written costs only the speed.
 """
 
 from __future__ import annotations
@@ -32,20 +18,13 @@ from typing import Any, Mapping, Optional, Union
 from wbfe.errors import WbfeError
 from wbfe.framework.description import Fallback, FrameworkDescription
 
-__all__ = ["FORMAT", "MAX_FILES", "descriptions_dir", "description_key", "recall", "remember"]
+__all__ = ["FORMAT", "MAX_FILES", "description_key", "recall", "remember"]
 
 FORMAT = "wbfe-description-cache/1"
 MAX_FILES = 2000  # a description is a few KB (an LLM's is ~100 KB): at most ~200 MB, usually far less
 _MAX_BYTES = 64 * 2**20  # larger than any description: not one of ours
 
 Described = Union[FrameworkDescription, Fallback]
-
-
-def descriptions_dir() -> Path:
-    """``<wbfe cache folder>/descriptions`` (read at call time: ``$WBFE_CACHE_DIR`` may change)."""
-    from wbfe._config import wbfe_cache_dir
-
-    return wbfe_cache_dir() / "descriptions"
 
 
 @functools.lru_cache(maxsize=1)
@@ -58,9 +37,8 @@ def _code_digest() -> str:
 
 
 def description_key(framework: str, packages: tuple[str, ...], read: Mapping[str, Any]) -> Optional[str]:
-    """The key (hex SHA-256) of the description ``framework`` gives for ``read`` (the config, and anything
-    else the build reads, as JSON data) with ``packages`` (``transformers``, ``torch``) at their installed
-    versions; None where one of them is not installed (nothing to remember) or ``read`` is not JSON."""
+    """The key (hex SHA-256) of the description ``framework`` builds from ``read`` (JSON data) with
+    ``packages`` at their installed versions; None where one is not installed or ``read`` is not JSON."""
     try:
         versions = {name: metadata.version(name) for name in packages}
         text = json.dumps({"format": FORMAT, "framework": framework, "versions": versions, "wbfe": _code_digest(),
@@ -71,7 +49,9 @@ def description_key(framework: str, packages: tuple[str, ...], read: Mapping[str
 
 
 def _path(key: str) -> Path:
-    return descriptions_dir() / key[:2] / f"{key}.json"
+    from wbfe._config import wbfe_cache_dir  # read at call time: $WBFE_CACHE_DIR may change
+
+    return wbfe_cache_dir() / "descriptions" / key[:2] / f"{key}.json"
 
 
 def _digest(payload: Mapping[str, Any]) -> str:

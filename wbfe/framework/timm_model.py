@@ -1,10 +1,5 @@
 """A timm model described by timm itself: ``timm.create_model(name, pretrained=False)`` on the meta
-device gives the weights' order (``named_parameters()``) and the classifier (``get_classifier()``,
-else ``pretrained_cfg["classifier"]``). Used for ``timm:`` names and for folders whose
-``config.json`` is timm's (``architecture`` with ``pretrained_cfg``), built with the config's
-``model_args`` as timm's own hub loader builds it (``save_for_hf`` records there what the model was
-created with: a 64-pixel MLP-Mixer's ``img_size``), less any argument that would make timm read a
-file or fetch weights.
+device, with a ``config.json``'s ``model_args`` as timm's hub loader applies them (docs/checkpoints.md).
 """
 
 from __future__ import annotations
@@ -14,14 +9,14 @@ import json
 from typing import Any, Optional, Union
 
 from wbfe._deps import TORCH_INSTALL, torch_installed
-from wbfe.framework.parameters import shared_parameters, transposed_weights
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.framework.head_facts import head_facts
+from wbfe.framework.parameters import shared_parameters, transposed_weights, weight_name
 from wbfe.framework.stored import description_key, recall, remember
 
 __all__ = ["describe_timm", "is_timm_config"]
 
-# create_model arguments a config's model_args never pass: each would read a file, fetch weights
-# or place the model, and wbfe builds a skeleton on the meta device from nothing but the config.
+# create_model arguments a config's model_args never pass: each would read a file, fetch weights or place the model
 _NOT_MODEL_ARGS = frozenset({"pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "pretrained_strict",
                              "checkpoint_path", "cache_dir", "device", "dtype", "features_only", "scriptable",
                              "exportable", "no_jit"})
@@ -33,13 +28,9 @@ def is_timm_config(config: Any) -> bool:
 
 
 def describe_timm(architecture: str, config: Optional[dict[str, Any]] = None) -> Union[FrameworkDescription, Fallback]:
-    """timm model ``architecture`` (``resnet18``, ``resnet18.a1_in1k``), with the ``num_classes``,
-    ``in_chans``, ``global_pool``, ``drop_rate`` and ``model_args`` of its ``config.json`` where
-    given, as timm builds it (``model_args`` first, as timm's hub loader applies them).
-
-    Returns:
-        A :class:`FrameworkDescription`, or a :class:`Fallback` saying why there is none.
-    """
+    """timm model ``architecture`` (``resnet18.a1_in1k``) as timm builds it with the ``model_args``,
+    then ``num_classes``, ``in_chans``, ``global_pool``, ``drop_rate`` of its ``config.json``; or a
+    :class:`Fallback` saying why there is no description."""
     kwargs = _model_args((config or {}).get("model_args"))
     pretrained = (config or {}).get("pretrained_cfg")
     for key in ("num_classes", "in_chans", "global_pool", "drop_rate"):
@@ -70,7 +61,6 @@ def _plain(value: Any) -> bool:
 def _describe(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Union[FrameworkDescription, Fallback]:
     if not torch_installed():  # timm is built on torch: without it the rules decide, as without timm
         return Fallback(f"torch is not installed, so {architecture} is not built ({TORCH_INSTALL})")
-    # What an earlier build gave, with these versions: no torch, no timm imported.
     stored = description_key("timm", ("timm", "torch"), {"architecture": architecture, "kwargs": json.loads(kwargs_json),
                                                           "classifier": classifier})
     found = recall(stored)
@@ -99,21 +89,16 @@ def _built(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Un
     layouts = transposed_weights(model)
     head = _classifier(model, classifier or getattr(model, "pretrained_cfg", {}).get("classifier"))
     note = None if head else f"timm's {name} names no classifier weight"
-    from wbfe.framework.head_facts import head_facts
-
-    # timm applies its drop_rate functionally before the classifier in many models (ResNet, ...);
-    # where a ClassifierHead holds it as a Dropout module, the module is found instead.
-    facts = {"family": name, **head_facts(model, head, drop_rate=float(getattr(model, "drop_rate", 0.0) or 0.0))}
+    # timm applies its drop_rate functionally before the classifier in many models (ResNet, ...)
+    facts = {"family": name, **head_facts(model, head, drop_rate=getattr(model, "drop_rate", None))}
     return FrameworkDescription("timm", architecture, tuple(order), head, tied, layouts, note, facts=facts)
 
 
 def _classifier(model: Any, declared: Optional[str]) -> Optional[str]:
     """The classifier weight: the module ``get_classifier()`` returns, else the declared name."""
-    module = model.get_classifier() if hasattr(model, "get_classifier") else None
-    if module is not None and getattr(module, "weight", None) is not None:
-        for mname, sub in model.named_modules():
-            if sub is module:
-                return f"{mname}.weight"
+    found = weight_name(model, model.get_classifier() if hasattr(model, "get_classifier") else None)
+    if found is not None:
+        return found
     if declared:
         params = dict(model.named_parameters())
         for candidate in (declared, f"{declared}.weight"):

@@ -1,12 +1,6 @@
-"""A Hugging Face ``config.json`` described by transformers itself: the model class its
-``architectures`` names, built on the meta device (no weights, no memory), says the order of the
-weights (``named_parameters()``), the head (``get_output_embeddings()``, or the classifier of a
-``...For...Classification`` model), the tied weights and each weight's orientation
-(``transformers.pytorch_utils.Conv1D``, GPT-2's, stores [in, out]).
-
-Code a checkpoint ships with (``auto_map``, ``trust_remote_code``) is never run: such a model, one
-transformers does not know, or one it cannot build from the config is left to wbfe's rules, and
-:func:`describe_transformers` says why.
+"""A Hugging Face ``config.json`` described by transformers itself: the class ``architectures`` names,
+built on the meta device (docs/checkpoints.md). Code a checkpoint ships with (``auto_map``) is never
+run: such a model is left to wbfe's rules, as is one transformers does not know or cannot build.
 """
 
 from __future__ import annotations
@@ -18,8 +12,9 @@ import re
 from typing import Any, Optional, Union
 
 from wbfe._deps import TORCH_INSTALL, torch_installed
-from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.framework.head_facts import head_facts
+from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights, weight_name
 from wbfe.framework.stored import description_key, recall, remember
 
 __all__ = ["describe_transformers", "describe_built", "Fallback"]
@@ -32,13 +27,8 @@ _CLASSIFICATION = re.compile(r"For\w*Classification")
 
 
 def describe_transformers(config: dict[str, Any]) -> Union[FrameworkDescription, Fallback]:
-    """The model ``config`` (a parsed ``config.json``) describes, as transformers builds it.
-
-    Returns:
-        A :class:`FrameworkDescription`, or a :class:`Fallback` saying why there is none
-        (transformers missing, an architecture it does not know or that needs remote code, a
-        config it cannot build).
-    """
+    """The model ``config`` (a parsed ``config.json``) describes, as transformers builds it; or a
+    :class:`Fallback` saying why there is no description."""
     try:
         key = json.dumps(config, sort_keys=True, default=str)
     except (TypeError, ValueError):
@@ -55,7 +45,6 @@ def _describe(key: str) -> Union[FrameworkDescription, Fallback]:
         return Fallback("config.json names no architecture")
     if not torch_installed():  # the model is built with torch, on its meta device
         return Fallback(f"torch is not installed, so {arch} is not built ({TORCH_INSTALL})")
-    # What an earlier build of this config gave, with these versions: no torch, no transformers imported.
     stored = description_key("transformers", ("transformers", "torch"), {"config": config})
     found = recall(stored)
     if found is None:
@@ -77,38 +66,31 @@ def _built(transformers: Any, config: dict[str, Any], arch: str) -> Union[Framew
         if isinstance(config.get("auto_map"), dict):
             return Fallback(f"{arch} is defined by the checkpoint's own code (auto_map), which wbfe never runs")
         return Fallback(f"transformers {transformers.__version__} has no model class {arch}")
-    try:
-        model = _build(transformers, model_class, config)
-    except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
-        return Fallback(f"transformers could not build {arch} from config.json ({type(exc).__name__})")
-    return _read(model, arch, config, skeleton=True)
-
-
-def _build(transformers: Any, model_class: Any, config: dict[str, Any]) -> Any:
-    import torch
-
-    model_type = config.get("model_type")
-    config_class: Any = getattr(model_class, "config_class", None)
-    if isinstance(model_type, str) and model_type in transformers.CONFIG_MAPPING:
-        config_class = transformers.CONFIG_MAPPING[model_type]
-    parsed = config_class.from_dict({k: v for k, v in config.items() if k != "auto_map"})
-    # The quantization a config declares is applied when weights are loaded, not here: the skeleton
-    # is the model's float layout, which is what the reader dequantises to. transformers' own
-    # no_init_weights (what from_pretrained uses) skips the initialisers, which even on the meta
-    # device take half the build (0.84 -> 0.38 s for a 70B Llama); it leaves ties undone, which
-    # all_tied_weights_keys then gives.
     skip_init: Any = contextlib.nullcontext
     try:
         from transformers.initialization import no_init_weights as skip_init
     except ImportError:
         pass
-    with torch.device("meta"), skip_init():
-        return model_class(parsed)
+    model_type = config.get("model_type")
+    try:
+        import torch
+
+        config_class: Any = getattr(model_class, "config_class", None)
+        if isinstance(model_type, str) and model_type in transformers.CONFIG_MAPPING:
+            config_class = transformers.CONFIG_MAPPING[model_type]
+        parsed = config_class.from_dict({k: v for k, v in config.items() if k != "auto_map"})
+        # A declared quantization applies to loaded weights: the skeleton is the float layout the reader
+        # dequantises to. no_init_weights (as from_pretrained) skips the initialisers, half the build even
+        # on the meta device; it leaves ties undone, which all_tied_weights_keys then gives.
+        with torch.device("meta"), skip_init():
+            model = model_class(parsed)
+    except Exception as exc:  # noqa: BLE001 - any failure to build means "use the rules"
+        return Fallback(f"transformers could not build {arch} from config.json ({type(exc).__name__})")
+    return _read(model, arch, config, skeleton=True)
 
 
 def describe_built(model: Any) -> FrameworkDescription:
-    """A transformers model already built (an object handed to wbfe), read as :func:`describe_transformers` reads
-    the skeleton; its weights are not touched."""
+    """A transformers model already built, read as the skeleton is; its weights are not touched."""
     return _read(model, type(model).__name__, {}, skeleton=False)
 
 
@@ -119,11 +101,13 @@ def _read(model: Any, arch: str, config: dict[str, Any], *, skeleton: bool) -> F
     for name, source in shared.items():  # tied by sharing the parameter (older transformers tie in __init__)
         tied.setdefault(name, source)
     order = [name for name in names if name not in tied]
-    conv1d = _conv1d_class()
-    layouts = transposed_weights(model, also=(conv1d,) if conv1d is not None else ())
-    head, note = _head(model, arch, config)
-    from wbfe.framework.head_facts import head_facts
+    try:
+        from transformers.pytorch_utils import Conv1D  # GPT-2's, stored [in, out]
 
+        layouts = transposed_weights(model, also=(Conv1D,))
+    except ImportError:
+        layouts = transposed_weights(model)
+    head, note = _head(model, arch, config)
     static = head_facts(model, head)
     facts = {"family": str(getattr(model.config, "model_type", "") or ""), **static,
              **_traced(model, head, skeleton, static)}
@@ -139,17 +123,15 @@ def _read(model: Any, arch: str, config: dict[str, Any], *, skeleton: bool) -> F
 
 
 def _traced(model: Any, head: Optional[str], skeleton: bool, static: dict[str, Any]) -> dict[str, Any]:
-    """The dropout on the head's input from the skeleton's own forward pass, where it runs on the meta
-    device (:mod:`wbfe.framework.forward_trace`); else the module tree's reading stands, and
-    ``dropout_read`` says why. A model with real weights is never run (that would compute)."""
+    """The dropout on the head's input from the skeleton's forward pass (:mod:`wbfe.framework.forward_trace`);
+    else the module tree's reading stands, ``dropout_read`` says why. Real weights are never run."""
     if head is None:
         return {}
     on_meta = all(p.device.type == "meta" for p in model.parameters())
     if not skeleton and not on_meta:
         return {"dropout_read": "module tree: a built model with weights is not run"}
     if skeleton:
-        # a parameter or buffer made with a fixed device (XLNet's torch.FloatTensor mask_emb) ignores
-        # the meta context it was built in; moving it there costs nothing and keeps the pass on meta
+        # a tensor made with a fixed device (XLNet's torch.FloatTensor mask_emb) ignores the meta context
         model.to("meta")
     from wbfe.framework.forward_trace import head_input_dropouts
 
@@ -166,9 +148,8 @@ def _traced(model: Any, head: Optional[str], skeleton: bool, static: dict[str, A
 
 
 def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
-    """The names ``save_pretrained`` writes for the parameters that transformers renames on saving
-    (its conversion mapping, reversed as ``revert_weight_conversion`` does); only the changed ones.
-    Fused-expert converters are left out: their per-expert names are placed by ``order_rows``."""
+    """The names ``save_pretrained`` writes, where transformers' conversion mapping renames them on saving
+    (reversed as ``revert_weight_conversion`` does); fused-expert converters are left to ``order_rows``."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import (
@@ -195,31 +176,12 @@ def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
     return out
 
 
-def _conv1d_class() -> Optional[type]:
-    try:
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:
-        return None
-    return Conv1D
-
-
-def _param_name(model: Any, module: Any) -> Optional[str]:
-    """The name ``named_parameters()`` gives ``module.weight`` first: the module's own name."""
-    weight = getattr(module, "weight", None)
-    if weight is None:
-        return None
-    for name, sub in model.named_modules(remove_duplicate=False):
-        if sub is module:
-            return f"{name}.weight" if name else "weight"
-    return None
-
-
 def _head(model: Any, arch: str, config: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
     import torch
 
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if output is not None and getattr(output, "weight", None) is not None:
-        return _param_name(model, output), None
+        return weight_name(model, output), None
     labels: Optional[int] = next((n for suffix, n in _LABEL_TASKS.items() if arch.endswith(suffix)), None)
     if labels is None and _CLASSIFICATION.search(arch):  # ...ForImageClassificationWithTeacher too (DeiT)
         labels = int(getattr(model.config, "num_labels", 0) or 0)
@@ -231,4 +193,4 @@ def _head(model: Any, arch: str, config: dict[str, Any]) -> tuple[Optional[str],
              and getattr(module, "out_features", getattr(module, "out_channels", None)) == labels]
     if not found:
         return None, f"{arch}: no layer of {labels} outputs in the model"
-    return _param_name(model, found[-1]), None
+    return weight_name(model, found[-1]), None

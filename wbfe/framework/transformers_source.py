@@ -1,14 +1,6 @@
-"""What transformers' own source files say about a model's weight layouts, read without importing
-transformers (or torch): the modeling files of the model a ``config.json`` names, found through the
-package's import spec.
-
-Building the model on the meta device (:mod:`wbfe.framework.transformers_model`) imports torch and
-transformers, seconds before the first header is read. Where only the layouts matter, text is
-enough: a weight is stored ``in_out`` only by transformers' ``Conv1D`` (GPT-2's) and PyTorch's
-``ConvTranspose*``, and a modeling file that names neither builds none of them. A file that
-builds part of its model from another model's file (``from ..bert.modeling_bert import``) or through
-the auto classes (a sub-config's model) has those files read too; anything not found says
-"cannot tell", never "plain".
+"""Whether a transformers model stores any weight transposed, read from transformers' modeling files
+as text (no import of transformers or torch, seconds saved): only ``Conv1D`` and ``ConvTranspose*``
+do. The files it imports from and its sub-configs' are read too; anything not found is "cannot tell".
 """
 
 from __future__ import annotations
@@ -26,9 +18,8 @@ _IMPORTED = re.compile(r"^from \.\.(\w+)\.modeling_\w+ import", re.MULTILINE)
 
 
 def plain_layouts(config: Any) -> Optional[str]:
-    """Why every weight of the transformers model ``config`` names is stored ``out_in``, read from
-    transformers' source files; None where they do not say so (a ``Conv1D`` or ``ConvTranspose``
-    layer, a model type or class not found, transformers not installed).
+    """Why every weight of the transformers model ``config`` names is stored ``out_in``; None where
+    transformers' files do not say so (a transposed layer, a file not found, no transformers).
 
     Example:
         >>> plain_layouts({"architectures": ["NoSuchModel"], "model_type": "no_such_type"}) is None
@@ -39,14 +30,9 @@ def plain_layouts(config: Any) -> Optional[str]:
     architectures = config.get("architectures")
     arch = architectures[0] if isinstance(architectures, list) and architectures else None
     models = _models_folder()
-    if not isinstance(arch, str) or models is None:
+    files = _model_files(models, config, arch) if isinstance(arch, str) and models is not None else None
+    if files is None or any(_TRANSPOSED.search(p.read_text(encoding="utf-8", errors="replace")) for p in files):
         return None
-    files = _model_files(models, config, arch)
-    if files is None:
-        return None
-    for path in files:
-        if _TRANSPOSED.search(path.read_text(encoding="utf-8", errors="replace")):
-            return None
     names = ", ".join(sorted(p.name for p in files))
     return f"no layer stored transposed (Conv1D, ConvTranspose) in transformers' {names}"
 
@@ -62,8 +48,7 @@ def _models_folder() -> Optional[Path]:
 
 
 def _model_files(models: Path, config: dict[str, Any], arch: Optional[str]) -> Optional[list[Path]]:
-    """The modeling files that build the model of ``config`` (class ``arch``, where given): its own,
-    those it imports from, its sub-configs' models'; None where one is not found."""
+    """The modeling files that build the model of ``config`` (class ``arch``); None where one is not found."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type.replace("-", "_").isidentifier():
         return None
