@@ -57,7 +57,7 @@ def _routines() -> dict[str, Callable[..., None]]:
     get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
     get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
         ("PyCapsule_GetPointer", ctypes.pythonapi))
-    out = {}
+    out: dict[str, Callable[..., None]] = {}
     for name, args in _PROTOTYPES.items():
         capsule = (cython_blas if name == "dsyrk" else cython_lapack).__pyx_capi__[name]
         address = get_pointer(capsule, get_name(capsule))
@@ -167,18 +167,8 @@ def _two_stage() -> Optional[Callable[..., int]]:
     """LAPACK's ``dsyevd_2stage`` through LAPACKE, from the OpenBLAS scipy loads (scipy's wrappers do not
     export the two-stage drivers); None where it is not found. Only a library with 32-bit LAPACK
     integers is used (scipy's; numpy's ``openblas64_`` has 64-bit ones)."""
-    try:
-        import scipy.linalg.cython_lapack  # noqa: F401 - loads scipy's OpenBLAS into the process
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - both are dependencies
-        return None
-    for info in threadpool_info():
-        path = str(info.get("filepath", ""))
-        if info.get("internal_api") != "openblas" or "64" in path.rsplit("/", 1)[-1]:
-            continue
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:  # pragma: no cover
+    for path, library in _openblas_libraries():
+        if "64" in path.rsplit("/", 1)[-1]:
             continue
         for name in ("scipy_LAPACKE_dsyevd_2stage", "LAPACKE_dsyevd_2stage"):
             symbol = getattr(library, name, None)
@@ -224,17 +214,24 @@ _SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_thr
 
 
 @functools.lru_cache(maxsize=1)
-def _thread_calls() -> tuple[tuple[Callable[[], int], Callable[[int], None]], ...]:
-    """(get, set) of the thread count of each OpenBLAS loaded into this process (numpy's and scipy's),
-    found beside their wheels or in ``/proc/self/maps``, far faster than threadpoolctl's search of every
-    loaded library. Empty where neither finds one."""
+def _openblas_libraries() -> tuple[tuple[str, ctypes.CDLL], ...]:
+    """Each OpenBLAS loaded into this process (numpy's and scipy's), found beside their wheels or in
+    ``/proc/self/maps``, far faster than threadpoolctl's search of every loaded library."""
     _routines()  # loads scipy's OpenBLAS
-    calls = []
+    found = []
     for path in _wheel_openblas() or _mapped_openblas():
         try:
-            library = ctypes.CDLL(path)  # the copy already loaded: dlopen hands back its handle
+            found.append((path, ctypes.CDLL(path)))  # the copy already loaded: dlopen hands back its handle
         except OSError:
             continue
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=1)
+def _thread_calls() -> tuple[tuple[Callable[[], int], Callable[[int], None]], ...]:
+    """(get, set) of the thread count of each OpenBLAS loaded into this process; empty where none is found."""
+    calls = []
+    for _, library in _openblas_libraries():
         get = next((getattr(library, name) for name in _GET_THREADS if hasattr(library, name)), None)
         set_ = next((getattr(library, name) for name in _SET_THREADS if hasattr(library, name)), None)
         if get is not None and set_ is not None:
