@@ -2,7 +2,7 @@
 
 The series of g is truncated at degree L with its remainder at q = 1 carried as one more term R·q^(L+1),
 so g(1) is exact; m is read from a table of its branch above λ_σ in u = −ln(1 − q), which keeps q → 1
-at full precision (:meth:`Kernel.m_exact`, the brute-force argmax, checks it).
+at full precision.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 
-__all__ = ["Activation", "ACTIVATIONS", "get_activation", "hermite_coefficients", "Kernel", "kernel", "kernel_quadrature"]
+__all__ = ["Activation", "ACTIVATIONS", "get_activation", "hermite_coefficients", "Kernel", "kernel"]
 
 ArrayLike = Union[float, np.ndarray]
 
@@ -175,11 +175,6 @@ class Kernel:
         one_minus_qell = np.where(np.isfinite(one_minus_qell), one_minus_qell, 1.0)
         return one_minus_qell @ weights
 
-    def potential(self, lam: ArrayLike, q: ArrayLike) -> np.ndarray:
-        """λ·g(q) + q + ln(1 − q), the function m maximises."""
-        q = np.asarray(q, dtype=np.float64)
-        return np.asarray(lam) * self.g(q) + q + np.log1p(-q)
-
     @cached_property
     def threshold(self) -> tuple[float, float]:
         """(λ_σ, q_σ): λ_σ = inf_{q∈(0,1)} (−q − ln(1−q))/g(q), q_σ its minimiser (0 when μ₂ ≠ 0)."""
@@ -265,24 +260,6 @@ class Kernel:
         u[far] = x[far] + math.log(gp1)  # 1 − q ≈ 1/(λ·g'(1)) as q → 1
         return u
 
-    def m_exact(self, lam: float) -> float:
-        """m(λ) by brute force: the global argmax of the potential on a dense grid, then refined.
-
-        This is the definition itself and is slow; it checks :meth:`m`.
-        """
-        from scipy.optimize import minimize_scalar
-
-        u = np.concatenate([np.geomspace(1e-8, 1.0, 2000), np.linspace(1.0, 36.0, 8000)[1:]])
-        q = -np.expm1(-u)
-        pot = lam * self.g(q) + q - u  # ln(1 − q) = −u
-        i = int(np.argmax(pot))
-        if pot[i] <= 0.0:  # q = 0 gives potential λ·g(0) = 0
-            return 0.0
-        lo, hi = u[max(i - 1, 0)], u[min(i + 1, len(u) - 1)]
-        res = minimize_scalar(lambda t: -float(lam * self.g(-math.expm1(-t)) - t - math.expm1(-t)),
-                              bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
-        return float(-math.expm1(-res.x))
-
 
 def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: int = 300) -> Kernel:
     """The :class:`Kernel` of an activation, its Hermite series truncated at ``degree`` (cached per name and degree).
@@ -311,20 +288,3 @@ def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: in
 
 
 _KERNELS: dict[tuple[str, int], Kernel] = {}
-
-
-def kernel_quadrature(activation: Union[str, Activation, Callable], q: float, *, nodes: int = 300) -> float:
-    """g(q) = E[σ̃(z₁)σ̃(z₂)], z₁ = x, z₂ = q·x + √(1−q²)·y, by 2-D Gauss–Hermite quadrature (μ₀ and μ₁
-    from the same rule): an independent path to check the Hermite series. numpy builds the rule
-    accurately up to about 350 ``nodes``."""
-    act = get_activation(activation)
-    x, w = np.polynomial.hermite_e.hermegauss(nodes)
-    w = w / w.sum()
-    mu0 = float(np.dot(w, act.numpy(x)))
-    mu1 = float(np.dot(w, act.numpy(x) * x))
-
-    def tilde(t: np.ndarray) -> np.ndarray:
-        return act.numpy(t) - mu0 - mu1 * t
-
-    z2 = q * x[:, None] + math.sqrt(max(1.0 - q * q, 0.0)) * x[None, :]
-    return float(np.einsum("i,j,i,ij->", w, w, tilde(x), tilde(z2)))

@@ -138,7 +138,7 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
         return u.detach(), grad
 
     u_cur, g_cur = energy_grad(w)
-    trace, w2, accepted, kept_steps = [], [], 0, 0
+    trace, w2, accepted = [], [], 0
     eps = step_size
     for it in range(warmup + samples):
         p = torch.randn(k, d, generator=gen, dtype=torch.float64).to(dev)
@@ -160,15 +160,13 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
                 accepted += 1
         if it < warmup:
             eps *= math.exp(0.05 * (accept_prob - target_accept))
-        else:
-            kept_steps += 1
-            if (it - warmup) % every == every - 1:
-                with torch.no_grad():
-                    diff = teacher.output(w, teacher.x_test) - teacher.f_test
-                    trace.append(0.5 * float((diff * diff).mean()))
-                    w2.append(float((w * w).mean()))
+        elif (it - warmup) % every == every - 1:
+            with torch.no_grad():
+                diff = teacher.output(w, teacher.x_test) - teacher.f_test
+                trace.append(0.5 * float((diff * diff).mean()))
+                w2.append(float((w * w).mean()))
     arr = np.asarray(trace)
-    return HMCRun(float(arr.mean()), arr, float(np.mean(w2)), accepted / max(kept_steps, 1), eps, informed_rows,
+    return HMCRun(float(arr.mean()), arr, float(np.mean(w2)), accepted / samples, eps, informed_rows,
                   int(teacher.x.shape[0]), d, k)
 
 

@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
+
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
@@ -84,10 +86,8 @@ class HierarchicalSettings:
                 f"(limit {MAX_TRAIN_BYTES / 2**30:.0f} GiB); lower alpha_max or d"
             )
 
-    def alphas(self) -> Any:
-        """The α grid (numpy array)."""
-        import numpy as np
-
+    def alphas(self) -> np.ndarray:
+        """The α grid."""
         return np.linspace(self.alpha_min, self.alpha_max, int(self.points))
 
     def sample_sizes(self) -> list[int]:
