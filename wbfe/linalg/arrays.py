@@ -17,11 +17,8 @@ __all__ = ["NUMPY_DTYPES", "WIDENED_DTYPES", "is_known_dtype", "holds_without_to
            "flat_bytes", "swap_first_axes", "contiguous", "torch_loaded"]
 
 # wbfe's dtype names (torch's, without the prefix) that numpy holds as they are stored.
-NUMPY_DTYPES: dict[str, Any] = {
-    "float64": np.float64, "float32": np.float32, "float16": np.float16,
-    "int64": np.int64, "int32": np.int32, "int16": np.int16, "int8": np.int8,
-    "uint64": np.uint64, "uint32": np.uint32, "uint16": np.uint16, "uint8": np.uint8, "bool": np.bool_,
-}
+NUMPY_DTYPES: dict[str, Any] = {name: np.dtype(name).type for name in (
+    "float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool")}
 # Bytes per element of the dtypes numpy lacks, so that sizes are known without importing torch.
 _OTHER_ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e8m0fnu": 1,
                    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complex64": 8, "complex128": 16}

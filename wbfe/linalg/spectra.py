@@ -318,10 +318,11 @@ def _thread_controller() -> Any:
 
 
 def _threads_for(matrix: "torch.Tensor", device: "Device") -> Any:
-    """One BLAS thread for a matrix with p < 256 on the CPU; the default otherwise."""
-    if device.type != "cpu" or min(matrix.shape) >= _SMALL_P:
+    """One BLAS thread for a matrix with p < 256 on the CPU, unless it is already (workers pinned, or one
+    thread allowed); the default otherwise."""
+    if device.type != "cpu" or min(matrix.shape) >= _SMALL_P or _pinned.is_set() or blas_threads() == 1:
         return contextlib.nullcontext()
-    return _one_blas_thread()
+    return _one_thread_limit(user_api="blas") or contextlib.nullcontext()
 
 
 def _eigvalsh(g: Any) -> np.ndarray:
@@ -550,13 +551,6 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
                         log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
     return Spectrum(eigs=None, rows=rows, cols=cols, n_slices=len(matrices), moments=log_moments(matrices, device),
                     log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
-
-
-def _one_blas_thread() -> Any:
-    """BLAS at one thread unless it is already (workers pinned, or one thread allowed)."""
-    if _pinned.is_set() or blas_threads() == 1:
-        return contextlib.nullcontext()
-    return _one_thread_limit(user_api="blas") or contextlib.nullcontext()
 
 
 def _one_thread_limit(*, user_api: Optional[str]) -> Any:

@@ -17,5 +17,6 @@ from wbfe.theory.hierarchical.sweep import HierarchicalPoint, HierarchicalResult
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "SOLVERS", "FeatureData", "HierarchicalTeacher", "SpectralFit",
            "HierarchicalSettings", "HierarchicalPoint", "HierarchicalResult", "feature_dim", "hermite_features",
-           "make_teacher", "sample_data", "sym_to_vec", "vec_to_sym", "moment_operator", "top_eigenpairs", "fit_spectral",
-           "predict_spectral", "matched_overlaps", "fit_kernel_ridge", "predict_kernel_ridge", "simulate_hierarchical"]
+           "make_teacher", "sample_data", "sym_to_vec", "vec_to_sym", "moment_operator", "top_eigenpairs",
+           "fit_spectral", "predict_spectral", "matched_overlaps", "fit_kernel_ridge", "predict_kernel_ridge",
+           "simulate_hierarchical"]

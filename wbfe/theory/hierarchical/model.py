@@ -14,8 +14,8 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 
-__all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym", "sym_to_vec",
-           "hermite_features", "make_teacher", "sample_data", "teacher_output"]
+__all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
+           "sym_to_vec", "hermite_features", "make_teacher", "sample_data", "teacher_output"]
 
 ACTIVATIONS = ("identity", "tanh")
 FEATURE_KINDS = ("hermite", "gaussian")

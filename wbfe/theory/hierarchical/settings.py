@@ -99,5 +99,6 @@ class HierarchicalSettings:
         s = self
         return {"d": int(s.d), "D": feature_dim(int(s.d)), "p": p, "gamma": float(s.gamma), "eps": float(s.eps),
                 "activation": s.activation, "features": s.features, "alpha_min": float(s.alpha_min),
-                "alpha_max": float(s.alpha_max), "points": int(s.points), "seeds": int(s.seeds), "n_test": int(s.n_test),
-                "kernel_max_n": int(s.kernel_max_n), "q_level": float(s.q_level), "solver": s.solver, "seed": int(s.seed)}
+                "alpha_max": float(s.alpha_max), "points": int(s.points), "seeds": int(s.seeds),
+                "n_test": int(s.n_test), "kernel_max_n": int(s.kernel_max_n), "q_level": float(s.q_level),
+                "solver": s.solver, "seed": int(s.seed)}
