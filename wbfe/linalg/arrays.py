@@ -1,18 +1,12 @@
-"""Tensors as the readers hand them over: a numpy array where numpy has the dtype, a torch tensor
-where only torch does (bfloat16, the float8 kinds) or where the reader is torch's own (pickles,
-TorchScript, an ``nn.Module``).
-
-A safetensors, GGUF, Keras or ONNX checkpoint of float32 or float16 weights is thereby scored on
-the CPU without importing torch, which costs about 1.5 s of start-up, most of a small model's
-score. The functions here take either kind, so the engine and the features built on it need not
-know which reader a tensor came from; a feature whose math is written with torch takes
-:func:`to_torch` of what it is given (no copy for a numpy array).
+"""Tensors as the readers hand them over: a numpy array where numpy has the dtype, a torch tensor where
+only torch does (bfloat16, the float8 kinds) or where the reader is torch's own. A float32 or float16
+checkpoint is thereby scored without importing torch (seconds of start-up); the functions here take
+either kind, and a feature written with torch takes :func:`to_torch` of what it is given (no copy).
 """
 
 from __future__ import annotations
 
 import math
-
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,25 +17,21 @@ __all__ = ["NUMPY_DTYPES", "WIDENED_DTYPES", "is_known_dtype", "holds_without_to
            "flat_bytes", "swap_first_axes", "contiguous", "torch_loaded"]
 
 # wbfe's dtype names (torch's, without the prefix) that numpy holds as they are stored.
-NUMPY_DTYPES: dict[str, Any] = {
-    "float64": np.float64, "float32": np.float32, "float16": np.float16,
-    "int64": np.int64, "int32": np.int32, "int16": np.int16, "int8": np.int8,
-    "uint64": np.uint64, "uint32": np.uint32, "uint16": np.uint16, "uint8": np.uint8, "bool": np.bool_,
-}
+NUMPY_DTYPES: dict[str, Any] = {name: np.dtype(name).type for name in (
+    "float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool")}
 # Bytes per element of the dtypes numpy lacks, so that sizes are known without importing torch.
 _OTHER_ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e8m0fnu": 1,
                    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complex64": 8, "complex128": 16}
 
 
-# The dtype numpy lacks whose every value a numpy float holds exactly, read without torch where torch
-# is not installed: bfloat16, the top half of a float32 (most LLM checkpoints store it). Where torch
-# is installed it holds the tensor as stored.
+# The dtype numpy lacks whose every value a numpy float holds exactly (bfloat16, the top half of a
+# float32), read without torch where torch is not installed.
 WIDENED_DTYPES = ("bfloat16",)
 
 
 def widen(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> np.ndarray:
-    """The values of the ``dtype`` tensor (one of :data:`WIDENED_DTYPES`) held in the uint8 array
-    ``raw``, exactly, as a numpy float32 array of ``shape`` (a copy)."""
+    """The ``dtype`` tensor (one of :data:`WIDENED_DTYPES`) held in the uint8 ``raw``, exactly, as a numpy
+    float32 copy of ``shape``."""
     if dtype != "bfloat16":
         raise ValueError(f"numpy cannot hold {dtype} exactly")
     flat = np.ascontiguousarray(raw).reshape(-1)
@@ -49,26 +39,23 @@ def widen(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> np.ndarray:
 
 
 def holds_without_torch(dtype: str) -> bool:
-    """Whether a ``dtype`` tensor is read without torch here: numpy holds it, or it is widened
-    (:func:`widen`) because torch is not installed."""
+    """Whether a ``dtype`` tensor is read without torch here (numpy holds it, or it is widened)."""
     return dtype in NUMPY_DTYPES or (dtype in WIDENED_DTYPES and not torch_loaded() and not torch_installed())
 
 
 def is_known_dtype(dtype: str) -> bool:
-    """Whether ``dtype`` names a tensor dtype wbfe holds (numpy's, or torch's bfloat16 and float8
-    kinds), asked without importing torch."""
+    """Whether ``dtype`` names a tensor dtype wbfe holds, asked without importing torch."""
     return dtype in NUMPY_DTYPES or dtype in _OTHER_ITEMSIZE
 
 
 def torch_loaded() -> bool:
-    """Whether torch has been imported in this process (by wbfe or by its caller), its import
-    finished (:func:`wbfe._deps.loaded`)."""
+    """Whether torch has been imported in this process, its import finished."""
     return loaded("torch") is not None
 
 
 def is_torch(x: Any) -> bool:
-    """Whether ``x`` is a torch tensor; asked without importing torch (nor reading a torch that
-    another thread is still importing: no tensor exists before its import has finished)."""
+    """Whether ``x`` is a torch tensor, asked without importing torch (no tensor exists before its import
+    has finished)."""
     torch = loaded("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
@@ -84,8 +71,8 @@ def to_torch(x: Any) -> Any:
 
 
 def to_numpy(x: Any) -> np.ndarray:
-    """``x`` as a numpy array on the host: itself, a CPU tensor's memory shared, or (for dtypes
-    numpy lacks: bfloat16, float8) a float32 copy, which holds their values exactly."""
+    """``x`` as a numpy array on the host: itself, a CPU tensor's memory shared, or for the dtypes numpy
+    lacks a float32 copy, which holds their values exactly."""
     if not is_torch(x):
         return np.asarray(x)
     import torch
@@ -106,7 +93,7 @@ def dtype_name(x: Any) -> str:
 
 
 def itemsize(dtype: str) -> int:
-    """Bytes per element of the dtype named ``dtype`` (a torch dtype name).
+    """Bytes per element of the torch dtype named ``dtype``.
 
     Raises:
         AttributeError: ``dtype`` names no torch dtype.
@@ -123,9 +110,8 @@ def itemsize(dtype: str) -> int:
 
 
 def from_bytes(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> Any:
-    """The tensor of ``dtype`` and ``shape`` held in the uint8 array ``raw`` (no copy): a numpy array
-    when numpy has the dtype, else a torch tensor; without torch, a widened numpy copy of the
-    dtypes numpy can hold exactly (:func:`widen`).
+    """The tensor of ``dtype`` and ``shape`` held in the uint8 ``raw`` (no copy): a numpy array when numpy
+    has the dtype, else a torch tensor, or without torch a widened numpy copy (:func:`widen`).
 
     Raises:
         AttributeError: ``dtype`` names no torch dtype.
@@ -144,8 +130,7 @@ def from_bytes(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> Any:
 
 
 def flat_bytes(x: Any) -> np.ndarray:
-    """The bytes of ``x`` in C order, as a flat uint8 numpy array (a copy only where ``x`` is not
-    contiguous, or not on the host)."""
+    """The bytes of ``x`` in C order, as a flat uint8 numpy array (a copy only where it must be)."""
     if is_torch(x):
         x = x.detach()
         if x.device.type != "cpu":

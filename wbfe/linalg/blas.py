@@ -1,13 +1,10 @@
 """The LAPACK/BLAS calls the spectra spend their time in, called without holding the GIL.
 
-scipy's ``scipy.linalg.blas.dsyrk`` and ``scipy.linalg.lapack.dpotrf`` hold the GIL for the whole
-call, so while one thread is in a Gram product no other thread can even start a numpy copy (20
-float32→float64 block conversions ran during 20 products of 11 ms, against 575 alongside numpy's
-matmul, which releases it). scipy also exports the same routines for Cython
-(``scipy.linalg.cython_blas``, ``cython_lapack``) as C function pointers; called through ctypes,
-which releases the GIL around a foreign call, they let other threads work meanwhile: workers
-factorise matrices side by side, and the read-ahead thread reads. Should those exports be missing,
-the wrappers are used instead.
+scipy's wrappers (``scipy.linalg.blas.dsyrk``, ``lapack.dpotrf``, ...) hold the GIL for the whole call, so
+no other thread can even start a numpy copy meanwhile. scipy also exports the same routines for Cython
+(``scipy.linalg.cython_blas``, ``cython_lapack``) as C function pointers; called through ctypes, which
+releases the GIL around a foreign call, they let workers factorise matrices side by side while the
+read-ahead thread reads. The gain is measured in benchmarks/results/blas_layer.json.
 """
 
 from __future__ import annotations
@@ -25,60 +22,65 @@ __all__ = ["syrk_lower", "potrf_lower", "getrf", "eigvalsh_lower", "releases_gil
 
 _int_p = ctypes.POINTER(ctypes.c_int)
 _double_p = ctypes.POINTER(ctypes.c_double)
-# void dsyrk(char *uplo, char *trans, int *n, int *k, d *alpha, d *a, int *lda, d *beta, d *c, int *ldc)
-_SYRK = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, _int_p, _int_p, _double_p, ctypes.c_void_p, _int_p,
-                         _double_p, ctypes.c_void_p, _int_p)
-# void dpotrf(char *uplo, int *n, d *a, int *lda, int *info)
-_POTRF = ctypes.CFUNCTYPE(None, ctypes.c_char_p, _int_p, ctypes.c_void_p, _int_p, _int_p)
-# void dgetrf(int *m, int *n, d *a, int *lda, int *ipiv, int *info)
-_GETRF = ctypes.CFUNCTYPE(None, _int_p, _int_p, ctypes.c_void_p, _int_p, ctypes.c_void_p, _int_p)
-# void dsyevr(char *jobz, char *range, char *uplo, int *n, d *a, int *lda, d *vl, d *vu, int *il, int *iu,
-#             d *abstol, int *m, d *w, d *z, int *ldz, int *isuppz, d *work, int *lwork, int *iwork,
-#             int *liwork, int *info)
-_SYEVR = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _int_p, ctypes.c_void_p, _int_p,
-                          _double_p, _double_p, _int_p, _int_p, _double_p, _int_p, ctypes.c_void_p, ctypes.c_void_p,
-                          _int_p, ctypes.c_void_p, ctypes.c_void_p, _int_p, ctypes.c_void_p, _int_p, _int_p)
+_PROTOTYPES = {
+    # void dsyrk(char *uplo, char *trans, int *n, int *k, d *alpha, d *a, int *lda, d *beta, d *c, int *ldc)
+    "dsyrk": (ctypes.c_char_p, ctypes.c_char_p, _int_p, _int_p, _double_p, ctypes.c_void_p, _int_p, _double_p,
+              ctypes.c_void_p, _int_p),
+    # void dpotrf(char *uplo, int *n, d *a, int *lda, int *info)
+    "dpotrf": (ctypes.c_char_p, _int_p, ctypes.c_void_p, _int_p, _int_p),
+    # void dgetrf(int *m, int *n, d *a, int *lda, int *ipiv, int *info)
+    "dgetrf": (_int_p, _int_p, ctypes.c_void_p, _int_p, ctypes.c_void_p, _int_p),
+    # void dsyevr(char *jobz, char *range, char *uplo, int *n, d *a, int *lda, d *vl, d *vu, int *il, int *iu,
+    #             d *abstol, int *m, d *w, d *z, int *ldz, int *isuppz, d *work, int *lwork, int *iwork,
+    #             int *liwork, int *info)
+    "dsyevr": (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _int_p, ctypes.c_void_p, _int_p, _double_p,
+               _double_p, _int_p, _int_p, _double_p, _int_p, ctypes.c_void_p, ctypes.c_void_p, _int_p,
+               ctypes.c_void_p, ctypes.c_void_p, _int_p, ctypes.c_void_p, _int_p, _int_p),
+}
 
 
-def _capsule_pointer(capsule: Any) -> int:
+def _int(value: int) -> Any:
+    return ctypes.byref(ctypes.c_int(value))
+
+
+def _double(value: float) -> Any:
+    return ctypes.byref(ctypes.c_double(value))
+
+
+@functools.lru_cache(maxsize=1)
+def _routines() -> dict[str, Callable[..., None]]:
+    """dsyrk, dpotrf, dgetrf and dsyevr as GIL-free ctypes functions (scipy >= 1.0 exports them all)."""
+    from scipy.linalg import cython_blas, cython_lapack
+
     # Prototypes of our own: setting restype/argtypes on ctypes.pythonapi's function objects would
     # change them for every other user of ctypes in the process.
     get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
     get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
         ("PyCapsule_GetPointer", ctypes.pythonapi))
-    address = get_pointer(capsule, get_name(capsule))
-    if not address:
-        raise ValueError("empty capsule")
-    return int(address)
-
-
-@functools.lru_cache(maxsize=1)
-def _routines() -> Optional[tuple[Callable[..., None], Callable[..., None], Callable[..., None]]]:
-    """(dsyrk, dpotrf, dsyevr) as GIL-free ctypes functions, or None where scipy does not export them."""
-    try:
-        from scipy.linalg import cython_blas, cython_lapack
-
-        syrk = _SYRK(_capsule_pointer(cython_blas.__pyx_capi__["dsyrk"]))
-        potrf = _POTRF(_capsule_pointer(cython_lapack.__pyx_capi__["dpotrf"]))
-        syevr = _SYEVR(_capsule_pointer(cython_lapack.__pyx_capi__["dsyevr"]))
-    except (ImportError, AttributeError, KeyError, ValueError, TypeError):  # pragma: no cover - scipy >= 1.0 has them
-        return None
-    return syrk, potrf, syevr
+    out: dict[str, Callable[..., None]] = {}
+    for name, args in _PROTOTYPES.items():
+        capsule = (cython_blas if name == "dsyrk" else cython_lapack).__pyx_capi__[name]
+        address = get_pointer(capsule, get_name(capsule))
+        if not address:  # never called through: a null pointer would crash the process
+            raise ImportError(f"scipy exports an empty {name}")
+        out[name] = ctypes.CFUNCTYPE(None, *args)(address)
+    return out
 
 
 def releases_gil() -> bool:
-    """Whether :func:`syrk_lower`, :func:`potrf_lower` and :func:`eigvalsh_lower` run without
-    holding the GIL."""
-    return _routines() is not None
+    """Whether :func:`syrk_lower`, :func:`potrf_lower`, :func:`getrf` and :func:`eigvalsh_lower` run
+    without holding the GIL."""
+    return bool(_routines())
+
+
+def _check_square(what: str, g: np.ndarray) -> None:
+    if not (g.flags.f_contiguous and g.dtype == np.float64 and g.ndim == 2 and g.shape[0] == g.shape[1]):
+        raise ValueError(f"{what} needs a square Fortran-ordered float64 array")
 
 
 def syrk_lower(c: np.ndarray, a: np.ndarray, *, trans: bool) -> None:
-    """``c += a·aᵀ`` (``trans``: ``c += aᵀ·a``) in the lower triangle of ``c``, in place.
-
-    Args:
-        c: float64, Fortran-ordered, n×n.
-        a: float64, Fortran-ordered: n×k, or k×n with ``trans``.
-    """
+    """``c += a·aᵀ`` (``trans``: ``c += aᵀ·a``) in the lower triangle of ``c``, in place; both float64 and
+    Fortran-ordered, ``c`` n×n and ``a`` n×k (k×n with ``trans``)."""
     if not (c.flags.f_contiguous and a.flags.f_contiguous and c.dtype == a.dtype == np.float64):
         raise ValueError("syrk_lower needs Fortran-ordered float64 arrays")
     n = c.shape[0]
@@ -87,111 +89,62 @@ def syrk_lower(c: np.ndarray, a: np.ndarray, *, trans: bool) -> None:
         raise ValueError(f"syrk_lower: shapes {a.shape} and {c.shape} do not match")
     if k == 0 or n == 0:
         return
-    routines = _routines()
-    if routines is None:  # pragma: no cover - see _routines
-        from scipy.linalg.blas import dsyrk
-
-        dsyrk(1.0, a, beta=1.0, c=c, trans=int(trans), lower=1, overwrite_c=1)
-        return
-    one = ctypes.c_double(1.0)
-    lda = ctypes.c_int(max(1, a.shape[0]))
-    routines[0](b"L", b"T" if trans else b"N", ctypes.byref(ctypes.c_int(n)), ctypes.byref(ctypes.c_int(k)),
-                ctypes.byref(one), a.ctypes.data, ctypes.byref(lda), ctypes.byref(one), c.ctypes.data,
-                ctypes.byref(ctypes.c_int(max(1, n))))
+    _routines()["dsyrk"](b"L", b"T" if trans else b"N", _int(n), _int(k), _double(1.0), a.ctypes.data,
+                         _int(max(1, a.shape[0])), _double(1.0), c.ctypes.data, _int(max(1, n)))
 
 
 def potrf_lower(g: np.ndarray) -> int:
-    """The Cholesky factor L (G = L·Lᵀ) of the lower triangle of ``g``, in place.
-
-    Args:
-        g: float64, Fortran-ordered, n×n; the upper triangle is neither read nor written.
+    """The Cholesky factor L (G = L·Lᵀ) of the lower triangle of ``g`` (square, Fortran-ordered float64),
+    in place; the upper triangle is neither read nor written.
 
     Returns:
         LAPACK's ``info``: 0 on success, i > 0 when the leading minor of order i is not positive
         definite.
     """
-    if not (g.flags.f_contiguous and g.dtype == np.float64 and g.ndim == 2 and g.shape[0] == g.shape[1]):
-        raise ValueError("potrf_lower needs a square Fortran-ordered float64 array")
-    routines = _routines()
-    if routines is None:  # pragma: no cover - see _routines
-        from scipy.linalg.lapack import dpotrf
-
-        _, info = dpotrf(g, lower=1, clean=0, overwrite_a=1)
-        return int(info)
-    n = ctypes.c_int(g.shape[0])
+    _check_square("potrf_lower", g)
     info = ctypes.c_int(0)
-    routines[1](b"L", ctypes.byref(n), g.ctypes.data, ctypes.byref(ctypes.c_int(max(1, g.shape[0]))),
-                ctypes.byref(info))
+    _routines()["dpotrf"](b"L", _int(g.shape[0]), g.ctypes.data, _int(max(1, g.shape[0])), ctypes.byref(info))
     return int(info.value)
 
 
-@functools.lru_cache(maxsize=1)
-def _getrf_routine() -> Optional[Callable[..., None]]:
-    try:
-        from scipy.linalg import cython_lapack
-
-        return _GETRF(_capsule_pointer(cython_lapack.__pyx_capi__["dgetrf"]))
-    except (ImportError, AttributeError, KeyError, ValueError, TypeError):  # pragma: no cover - see _routines
-        return None
-
-
 def getrf(a: np.ndarray) -> int:
-    """The LU factors (A = P·L·U) of ``a``, in place: U on and above the diagonal.
-
-    Args:
-        a: float64, Fortran-ordered, m×n.
+    """The LU factors (A = P·L·U) of ``a`` (m×n, Fortran-ordered float64), in place: U on and above the
+    diagonal.
 
     Returns:
         LAPACK's ``info``: 0 on success, i > 0 when u_ii is exactly zero (the factors are complete).
     """
     if not (a.flags.f_contiguous and a.dtype == np.float64 and a.ndim == 2):
         raise ValueError("getrf needs a Fortran-ordered float64 matrix")
-    routine = _getrf_routine()
-    if routine is None:  # pragma: no cover - see _routines
-        from scipy.linalg.lapack import dgetrf
-
-        _, _, info = dgetrf(a, overwrite_a=1)
-        return int(info)
     m, n = a.shape
     pivots = np.empty(max(1, min(m, n)), dtype=np.intc)
     info = ctypes.c_int(0)
-    routine(ctypes.byref(ctypes.c_int(m)), ctypes.byref(ctypes.c_int(n)), a.ctypes.data,
-            ctypes.byref(ctypes.c_int(max(1, m))), pivots.ctypes.data, ctypes.byref(info))
+    _routines()["dgetrf"](_int(m), _int(n), a.ctypes.data, _int(max(1, m)), pivots.ctypes.data, ctypes.byref(info))
     return int(info.value)
 
 
 def eigvalsh_lower(g: np.ndarray) -> np.ndarray:
-    """Eigenvalues, ascending, of the symmetric matrix in the lower triangle of ``g`` (destroyed),
-    by the routine and workspace ``scipy.linalg.eigvalsh`` uses (``dsyevr``, all eigenvalues, no
-    vectors), so bit for bit its values; but without the GIL, which scipy's wrapper holds for the
-    whole solve: two workers' solves of p = 768 ran 0.99x as fast as one after the other, 1.75x
-    so.
+    """Eigenvalues, ascending, of the symmetric matrix in the lower triangle of ``g`` (destroyed), by
+    the routine and workspace ``scipy.linalg.eigvalsh`` uses (``dsyevr``, all eigenvalues, no vectors),
+    so bit for bit its values, but without the GIL.
 
     Raises:
         ValueError: ``g`` is not a square Fortran-ordered float64 array, or LAPACK reports an error.
     """
-    if not (g.flags.f_contiguous and g.dtype == np.float64 and g.ndim == 2 and g.shape[0] == g.shape[1]):
-        raise ValueError("eigvalsh_lower needs a square Fortran-ordered float64 array")
-    routines = _routines()
-    if routines is None:  # pragma: no cover - see _routines
-        from scipy.linalg import eigvalsh
-
-        return np.asarray(eigvalsh(g, lower=True, check_finite=False, overwrite_a=True))
+    _check_square("eigvalsh_lower", g)
     n = g.shape[0]
     w = np.empty(n, dtype=np.float64)
     if n == 0:
         return w
-    size, found, info = ctypes.c_int(n), ctypes.c_int(0), ctypes.c_int(0)
-    zero, none, one = ctypes.c_double(0.0), ctypes.c_int(0), ctypes.c_int(1)
+    found, info = ctypes.c_int(0), ctypes.c_int(0)
     z = np.empty(1, dtype=np.float64)  # not referenced without vectors
     support = np.empty(2 * n, dtype=np.intc)
 
     def call(work: np.ndarray, lwork: int, iwork: np.ndarray, liwork: int) -> None:
-        routines[2](b"N", b"A", b"L", ctypes.byref(size), g.ctypes.data, ctypes.byref(size), ctypes.byref(zero),
-                    ctypes.byref(zero), ctypes.byref(none), ctypes.byref(none), ctypes.byref(zero),
-                    ctypes.byref(found), w.ctypes.data, z.ctypes.data, ctypes.byref(one), support.ctypes.data,
-                    work.ctypes.data, ctypes.byref(ctypes.c_int(lwork)), iwork.ctypes.data,
-                    ctypes.byref(ctypes.c_int(liwork)), ctypes.byref(info))
+        _routines()["dsyevr"](b"N", b"A", b"L", _int(n), g.ctypes.data, _int(n), _double(0.0), _double(0.0),
+                              _int(0), _int(0), _double(0.0), ctypes.byref(found), w.ctypes.data, z.ctypes.data,
+                              _int(1), support.ctypes.data, work.ctypes.data, _int(lwork), iwork.ctypes.data,
+                              _int(liwork), ctypes.byref(info))
 
     # The optimal workspace, as scipy asks for: a smaller one makes dsytrd fall back to unblocked code.
     work, iwork = np.empty(1, dtype=np.float64), np.empty(1, dtype=np.intc)
@@ -211,21 +164,11 @@ _COL_MAJOR = 102
 
 @functools.lru_cache(maxsize=1)
 def _two_stage() -> Optional[Callable[..., int]]:
-    """LAPACK's ``dsyevd_2stage`` (eigenvalues only) through LAPACKE, from the OpenBLAS scipy loads
-    (scipy's own wrappers do not export the two-stage drivers); None where it is not found. Only a
-    library with 32-bit LAPACK integers is used (scipy's; numpy's ``openblas64_`` has 64-bit ones)."""
-    try:
-        import scipy.linalg.cython_lapack  # noqa: F401 - loads scipy's OpenBLAS into the process
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - both are dependencies
-        return None
-    for info in threadpool_info():
-        path = str(info.get("filepath", ""))
-        if info.get("internal_api") != "openblas" or "64" in path.rsplit("/", 1)[-1]:
-            continue
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:  # pragma: no cover
+    """LAPACK's ``dsyevd_2stage`` through LAPACKE, from the OpenBLAS scipy loads (scipy's wrappers do not
+    export the two-stage drivers); None where it is not found. Only a library with 32-bit LAPACK
+    integers is used (scipy's; numpy's ``openblas64_`` has 64-bit ones)."""
+    for path, library in _openblas_libraries():
+        if "64" in path.rsplit("/", 1)[-1]:
             continue
         for name in ("scipy_LAPACKE_dsyevd_2stage", "LAPACKE_dsyevd_2stage"):
             symbol = getattr(library, name, None)
@@ -241,17 +184,15 @@ def has_two_stage() -> bool:
 
 
 def eigvalsh_two_stage(g: np.ndarray) -> np.ndarray:
-    """Eigenvalues, ascending, of the symmetric matrix in the lower triangle of ``g`` (destroyed),
-    by LAPACK's two-stage tridiagonal reduction (dense → band by BLAS-3 → tridiagonal), which on a
-    matrix too large for the caches beats the one-stage ``dsytrd`` (BLAS-2, memory bound): 3.7x at
-    p = 4,096, 2.2x at 3,072, even at 2,048, slower below (one thread, Zen 4).
+    """Eigenvalues, ascending, of the symmetric matrix in the lower triangle of ``g`` (destroyed), by
+    LAPACK's two-stage tridiagonal reduction (dense → band by BLAS-3 → tridiagonal), which on a matrix
+    too large for the caches beats the one-stage, memory-bound ``dsytrd`` (benchmarks/bench_eigensolvers.py).
 
     Raises:
         ValueError: ``g`` is not a square Fortran-ordered float64 array, the routine is missing
             (see :func:`has_two_stage`), or LAPACK reports an error.
     """
-    if not (g.flags.f_contiguous and g.dtype == np.float64 and g.ndim == 2 and g.shape[0] == g.shape[1]):
-        raise ValueError("eigvalsh_two_stage needs a square Fortran-ordered float64 array")
+    _check_square("eigvalsh_two_stage", g)
     routine = _two_stage()
     if routine is None:
         raise ValueError("LAPACKE_dsyevd_2stage is not available")
@@ -273,18 +214,24 @@ _SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_thr
 
 
 @functools.lru_cache(maxsize=1)
-def _thread_calls() -> tuple[tuple[Callable[[], int], Callable[[int], None]], ...]:
-    """(get, set) of the thread count of each OpenBLAS loaded into this process (numpy's and
-    scipy's), found beside their wheels or in ``/proc/self/maps``: 0.1-2 ms, against ~10 ms for
-    threadpoolctl to find them among every loaded library. Empty where neither finds one."""
+def _openblas_libraries() -> tuple[tuple[str, ctypes.CDLL], ...]:
+    """Each OpenBLAS loaded into this process (numpy's and scipy's), found beside their wheels or in
+    ``/proc/self/maps``, far faster than threadpoolctl's search of every loaded library."""
     _routines()  # loads scipy's OpenBLAS
-    paths = _wheel_openblas() or _mapped_openblas()
-    calls = []
-    for path in paths:
+    found = []
+    for path in _wheel_openblas() or _mapped_openblas():
         try:
-            library = ctypes.CDLL(path)  # the copy already loaded: dlopen hands back its handle
+            found.append((path, ctypes.CDLL(path)))  # the copy already loaded: dlopen hands back its handle
         except OSError:
             continue
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=1)
+def _thread_calls() -> tuple[tuple[Callable[[], int], Callable[[int], None]], ...]:
+    """(get, set) of the thread count of each OpenBLAS loaded into this process; empty where none is found."""
+    calls = []
+    for _, library in _openblas_libraries():
         get = next((getattr(library, name) for name in _GET_THREADS if hasattr(library, name)), None)
         set_ = next((getattr(library, name) for name in _SET_THREADS if hasattr(library, name)), None)
         if get is not None and set_ is not None:
@@ -295,8 +242,8 @@ def _thread_calls() -> tuple[tuple[Callable[[], int], Callable[[int], None]], ..
 
 
 def _wheel_openblas() -> dict[str, None]:
-    """The OpenBLAS files numpy's and scipy's wheels ship beside them (``numpy.libs``,
-    ``scipy.libs``), both loaded once numpy and scipy.linalg are: ~0.1 ms to list."""
+    """The OpenBLAS files numpy's and scipy's wheels ship beside them (``numpy.libs``, ``scipy.libs``),
+    both loaded once numpy and scipy.linalg are."""
     from pathlib import Path
 
     import scipy
@@ -311,10 +258,10 @@ def _wheel_openblas() -> dict[str, None]:
 
 
 def _mapped_openblas() -> dict[str, None]:
-    """Every OpenBLAS file mapped into this process, from ``/proc/self/maps`` (~2 ms; Linux only)."""
+    """Every OpenBLAS file mapped into this process, from ``/proc/self/maps`` (Linux only)."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            # The substring test first: a regex over each of the lines torch maps took 7 ms.
+            # The substring test first: a regex over each of the many lines torch maps is slow.
             found = (_OPENBLAS_FILE.search(line) for line in fh.read().splitlines() if "openblas" in line.lower())
             return dict.fromkeys(m.group(1) for m in found if m)
     except OSError:
@@ -330,8 +277,8 @@ def controls_threads() -> bool:
 def one_thread() -> Iterator[None]:
     """Every OpenBLAS of the process at one thread meanwhile, then as before. As threadpoolctl's
     limit, the count is the library's, not the calling thread's: use it only where no other thread
-    is running BLAS calls. Small products and solves need it: on two cores OpenBLAS split the Gram
-    product of a 64 × 576 matrix over both threads, 70 µs alone, 0.1-7 ms so (a busy machine)."""
+    is running BLAS calls. Small products and solves need it: split over two threads on a busy
+    machine they run many times slower."""
     calls = _thread_calls()
     before = [get() for get, _ in calls]
     for _, set_ in calls:

@@ -1,13 +1,8 @@
 """The FFT view of a conv kernel (WeightWatcher 0.7.7's ``conv2d_fft=True``): what ``--conv fft`` scores.
 
-WeightWatcher's ``get_conv2d_fft`` takes the 2-D FFT of the kernel over its two spatial axes on a
-32 × 32 grid (over the first two axes instead when out + in < kh + kw), giving an (out, in, 32, 32)
-complex array; its conv normalisation multiplies it by √½; ``combined_eigenvalues`` then keeps the
-real part (``astype(float)``), takes the singular values of every 32 × 32 grid (batched SVD over the
-last two axes), and keeps the largest rf·N·M of them, squared (rf = the smaller spatial size, N ≥ M
-the channel counts). This is not the spectrum of the convolution operator (Sedghi et al. 2019, the
-SVD of each frequency's out × in matrix), and WeightWatcher's own documentation marks the option
-deprecated: this module reproduces what it computes, so that its numbers can be compared.
+What WeightWatcher computes, step by step, is in docs/metrics.md ("The FFT view of conv kernels"). It is
+not the spectrum of the convolution operator, and WeightWatcher marks the option deprecated: this
+module reproduces it so that its numbers can be compared.
 """
 
 from __future__ import annotations
@@ -23,10 +18,8 @@ FFT_GRID = 32
 
 
 def conv2d_fft_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
-    """``(N, M, kept)`` of the FFT view of a kernel of this (out, in, kh, kw) shape, from its shape alone.
-
-    N ≥ M are the sides WeightWatcher reports (the channel counts, or the spatial sizes when
-    out + in < kh + kw) and ``kept`` = rf·N·M the number of eigenvalues it keeps.
+    """``(N, M, kept)`` of the FFT view of a kernel of this (out, in, kh, kw) shape: the sides N ≥ M
+    WeightWatcher reports and the number rf·N·M of eigenvalues it keeps.
 
     Raises:
         ValueError: ``shape`` is not 4-D.
@@ -41,14 +34,8 @@ def conv2d_fft_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 def conv2d_fft_eigenvalues(w: Any) -> tuple[np.ndarray, int, int]:
-    """The eigenvalues WeightWatcher 0.7.7 analyses for a Conv2d weight with ``conv2d_fft=True``.
-
-    Args:
-        w: weight of shape (out, in, kh, kw), as ``torch.nn.Conv2d.weight`` (read as float32, the
-            precision WeightWatcher computes in).
-
-    Returns:
-        ``(eigenvalues ascending, N, M)``, N and M as WeightWatcher reports them.
+    """``(eigenvalues ascending, N, M)`` as WeightWatcher 0.7.7 analyses a Conv2d weight (out, in, kh, kw)
+    with ``conv2d_fft=True``, read as float32, the precision it computes in.
 
     Raises:
         ValueError: ``w`` is not 4-D.

@@ -1,19 +1,9 @@
-"""The only place eigenvalues are computed: smaller Gram matrix, float64, once per matrix.
+"""The only place eigenvalues are computed: smaller Gram matrix, float64, once per matrix (docs/math.md §1).
 
-The Gram matrix is accumulated block by block in float64 (a symmetric rank-k update on the CPU,
-half the flops of a general product), so a bfloat16 tensor never exists as a whole float64 copy:
-peak extra memory is one block plus the p×p Gram matrix. When no metric needs the eigenvalues
-themselves (BFE-W alone needs only mean(e) and mean(log e)), a Cholesky factorisation replaces the
-eigen-solve, and a large square matrix skips the Gram matrix altogether: log det(WᵀW) = 2·log|det W|
-from an LU factorisation of W (⅔p³ flops against p³ + ⅓p³, and no squared condition number).
-
-One zero rule holds on every path (eigenvalues, Cholesky, LU, batches, CUDA), per matrix and per
-slice, on that matrix's own scale: a singular value σ is zero when σ <= σ_max·P·eps (numpy's
-``matrix_rank`` rule). The Gram matrix resolves eigenvalues down to about eps·e_max only, so where
-the error bound eps·e_max·mean(1/e) on mean(log e) (or the factor's condition estimate) exceeds
-``_LOG_DET_TOL`` the spectrum is taken from W itself: the squared singular values of W, accurate where the Gram matrix's
-are rounding noise. Exactly-zero rows and columns (dead or pruned units) are left out first
-(:func:`live_part`): the spectrum is that of the live part.
+The Gram matrix is accumulated block by block in float64, so a bfloat16 tensor never exists as a whole
+float64 copy. BFE-W alone takes log det from a Cholesky (or, for a large square W, an LU) factor instead
+of an eigen-solve. The zero rule, and where the spectrum comes from W's singular values instead, are in
+docs/math.md §1.
 """
 
 from __future__ import annotations
@@ -40,21 +30,17 @@ if TYPE_CHECKING:
 __all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "w_eigenvalues",
            "live_part", "log_moments", "spectrum", "work_bytes", "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
 
-# float64 bytes of one block of rows/columns: 8 MiB keeps the rank-k updates at full GEMM speed
-# (k >= 1,000 for p <= 1,024) while adding little to the tensor itself (peak RSS, bench_memory.py).
+# float64 bytes of one block of rows/columns: large enough for full GEMM speed in the rank-k updates,
+# small beside the tensor itself (peak RSS: benchmarks/bench_memory.py).
 _BLOCK_BYTES = 8 << 20
-# On a GPU memory is plentiful and each block costs two kernel launches: blocks of 256 MiB, so
-# that most matrices are one product.
+# On a GPU memory is plentiful and each block costs two kernel launches: most matrices are one block.
 _DEVICE_BLOCK_BYTES = 256 << 20
 _EPS = float(np.finfo(np.float64).eps)
-# Below _SMALL_P a second OpenBLAS thread costs more than it saves (p = 128: the Gram product 1.8x
-# and its Cholesky factor 1.9x slower with two threads than with one, on two cores; p = 64 with
-# P = 576, a ResNet's 3x3 convolution: 70 µs on one thread, 0.1-7 ms on two, the more the busier
-# the machine), so such matrices are scored on one (wbfe.linalg.blas.one_thread).
+# Below this p a second OpenBLAS thread costs more than it saves, the more so the busier the machine,
+# so such matrices are scored on one (wbfe.linalg.blas.one_thread).
 _SMALL_P = 256
-# From here the eigenvalues come from LAPACK's two-stage reduction (wbfe.linalg.blas.eigvalsh_two_stage):
-# one thread, Zen 4, against dsyevr: 0.55x at p = 256, 0.85x at 1,536, 1.0x at 2,048, 2.2x at
-# 3,072, 3.7x at 4,096 (benchmarks/bench_eigensolvers.py).
+# From here LAPACK's two-stage reduction (wbfe.linalg.blas.eigvalsh_two_stage) beats dsyevr
+# (benchmarks/bench_eigensolvers.py).
 TWO_STAGE_P = 2560
 # Matrices whose float64 copy fits in this are scored side by side on worker threads (their
 # products and factorisations release the GIL); a larger one alone, on every BLAS thread.
@@ -64,12 +50,9 @@ _WORKER_BYTES = 32 << 20
 _RANGE_LO = 2.0**-400
 _RANGE_HI = 2.0**400
 _NON_FINITE = "non-finite values (NaN or Inf)"
-# Largest error bound on mean(log e) for which the Gram matrix's eigenvalues (or its Cholesky/LU
-# factor's log det) are kept: LAPACK resolves each eigenvalue to ~eps·e_max, so the bound is
-# eps·e_max·mean(1/e). Above it the spectrum comes from W's singular values. The bound is ~100x the
-# error measured (square 512-2,048 Gaussian matrices with spikes, against an SVD); at 1e-8 the
-# issue's 64×256 matrix with cond(W) 1e4 keeps its Gram matrix, with 1e5 it takes the SVD, and
-# most large square matrices keep theirs (an SVD of W costs ~3x the Gram eigen-solve).
+# Largest error bound eps·e_max·mean(1/e) on mean(log e) for which the Gram matrix's eigenvalues (or
+# its Cholesky/LU factor's log det) are kept, about 100x the error measured (docs/math.md §1); above
+# it the spectrum comes from W's singular values.
 _LOG_DET_TOL = 1e-8
 _pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
 # Tests set this to run the torch code path that serves CUDA on the CPU (CI has no GPU).
@@ -86,18 +69,16 @@ class Spectrum:
     Attributes:
         eigs: float64 eigenvalues in ascending order, noise-level values clipped to exactly 0; None
             when only the moments were computed (every requested group has ``needs_eigenvalues=False``).
-        rows: rows of the matrix (of one slice, for pooled slices) as stored: PyTorch ``out``.
-        cols: columns of the matrix (of one slice): PyTorch ``in`` (times kernel size if flattened).
+        rows, cols: the matrix's (one slice's) as stored, PyTorch's ``out`` and ``in`` (times the kernel
+            size if flattened), of the live part the spectrum is of.
         n_slices: number of matrices whose spectra were pooled (1 unless conv ``slices``).
         moments: ``(mean(e), mean(log e), n, n_zero)`` when ``eigs`` is None.
         extra: what groups with a ``from_matrices`` hook computed from the matrices themselves,
             by group name (e.g. the ``rand`` group's shuffled spectrum).
         log_scale: natural log of the factor the true eigenvalues are of ``eigs`` (and of the
             moments): 0 unless the matrix was rescaled by a power of two because its Gram matrix
-            would leave float64's range (a float64 matrix scaled by 1e-200 or 1e200). Scale-
-            invariant columns (BFE-W at λ*, α, κ, ranks) ignore it; the others apply it.
-        dead_rows, dead_cols: exactly-zero rows and columns (in every slice) left out of the matrix;
-            ``rows`` and ``cols`` are those of the live part the spectrum is of.
+            would leave float64's range. Scale-invariant columns (BFE-W at λ*, α, κ, ranks) ignore it.
+        dead_rows, dead_cols: exactly-zero rows and columns (in every slice) left out of the matrix.
     """
 
     eigs: Optional[np.ndarray]
@@ -111,8 +92,7 @@ class Spectrum:
     dead_cols: int = 0
 
     def whole(self) -> "Spectrum":
-        """This spectrum as WeightWatcher sees the whole matrix: the live part's eigenvalues and the
-        zeros its dead rows and columns add (min of the stored sides less the live p, per slice)."""
+        """This spectrum as WeightWatcher sees the whole matrix: with the zeros the dead rows and columns add."""
         if not (self.dead_rows or self.dead_cols) or self.eigs is None:
             return self
         rows, cols = self.rows + self.dead_rows, self.cols + self.dead_cols
@@ -126,8 +106,7 @@ class Spectrum:
         return int(self.eigs.size) if self.eigs is not None else int(self.moments[2])  # type: ignore[index]
 
     def log_moments(self) -> tuple[float, float, int, int]:
-        """``(mean(e), mean(log e), n, n_zero)`` of ``eigs`` as stored (see ``log_scale``); mean(log e)
-        is −inf when an eigenvalue is exactly 0."""
+        """``(mean(e), mean(log e), n, n_zero)`` of ``eigs`` as stored (see ``log_scale``); −inf for a zero."""
         if self.eigs is None:
             assert self.moments is not None
             return self.moments
@@ -190,8 +169,8 @@ def resolve_device(device: str) -> Device:
 
 
 def _cuda_available() -> bool:
-    """torch's answer, asked only where it can be yes: torch needs NVIDIA's driver for CUDA, and
-    importing it just to hear no would cost a CPU-only machine 1.5 s on every run."""
+    """torch's answer, asked only where it can be yes (torch needs NVIDIA's driver for CUDA): importing
+    torch just to hear no would slow every run on a CPU-only machine."""
     if not torch_loaded() and not (_nvidia_driver() and torch_installed()):
         return False
     import torch
@@ -223,9 +202,8 @@ def gram(matrix: "torch.Tensor", device: "Device") -> Any:
     p, long = (rows, cols) if wide else (cols, rows)
     numpy_path = device.type == "cpu" and not _TORCH_ON_CPU
     if numpy_path and _pinned.is_set() and releases_gil(rows, cols, device):
-        # On a worker (pin_threads): one numpy product. Alone, the blocked update below is 3 %
-        # faster (the float64 copy stays in cache); on workers, the first products in a process
-        # took 10-20 ms longer blocked (2,048×512 on two cores).
+        # On a worker (pin_threads) one numpy product is faster than the blocked update below, which
+        # wins only alone (its float64 block stays in cache).
         a = _float64_block(matrix, np.empty(rows * cols, dtype=np.float64))
         # numpy turns a·aᵀ into one symmetric rank-k update and fills both triangles; the
         # transpose of the C-ordered result is the same matrix in Fortran order.
@@ -262,8 +240,7 @@ def gram(matrix: "torch.Tensor", device: "Device") -> Any:
 
 
 def work_bytes(rows: int, cols: int, device: "Device") -> int:
-    """Memory one matrix's spectrum takes beyond the tensor itself, at most: the p×p Gram matrix
-    (or the LU copy of a large square one) and the float64 copy of the matrix or of one block."""
+    """Memory one matrix's spectrum takes beyond the tensor itself, at most."""
     p = min(rows, cols)
     if uses_lu(rows, cols, device):
         return 8 * p * p
@@ -272,22 +249,19 @@ def work_bytes(rows: int, cols: int, device: "Device") -> int:
 
 
 def uses_lu(rows: int, cols: int, device: "Device") -> bool:
-    """Whether BFE-W alone takes log det from the LU factors of the matrix itself (a large square
-    matrix on the CPU), not from the Cholesky factor of its Gram matrix."""
+    """Whether BFE-W alone takes log det from the LU factors of W itself (a large square W on the CPU)."""
     return device.type == "cpu" and not _TORCH_ON_CPU and rows == cols and rows >= _SMALL_P
 
 
 def multithreaded(rows: int, cols: int) -> bool:
-    """Whether BLAS may run this matrix's products on more than one thread: below p = 256 every
-    call is held at one (:func:`_threads_for`), so such a matrix may be scored while workers are
-    pinned."""
+    """Whether BLAS may run this matrix's products on more than one thread (below p = 256 every call is
+    held at one, so such a matrix may be scored while workers are pinned)."""
     return min(rows, cols) >= _SMALL_P
 
 
 def releases_gil(rows: int, cols: int, device: "Device") -> bool:
-    """Whether this matrix's spectrum is computed without holding the GIL for long (the Gram
-    product, Cholesky and LU factors through :mod:`wbfe.linalg.blas` and LAPACK) and is small enough to be
-    scored on a worker, one of several side by side under :func:`pin_threads`."""
+    """Whether this matrix's spectrum is computed without holding the GIL for long and is small enough to
+    be scored on a worker, one of several side by side under :func:`pin_threads`."""
     return device.type == "cpu" and 8 * rows * cols <= _WORKER_BYTES and blas.releases_gil()
 
 
@@ -295,10 +269,9 @@ def releases_gil(rows: int, cols: int, device: "Device") -> bool:
 def pin_threads() -> Iterator[None]:
     """Every BLAS and OpenMP pool at one thread, for scoring matrices on several workers at once.
 
-    Without it each worker's calls start pools of two threads on two cores, and one library's
-    threads, spinning while they wait for work, slow the other's: 16 Gram products of 3,072×768
-    by numpy with scipy's Cholesky took 1.08 s so, against 0.47 s in numpy alone. Per-matrix
-    thread limits are off meanwhile: they would race across workers.
+    Without it each worker's calls start pools of threads, and one library's threads, spinning while
+    they wait for work, slow the other's. Per-matrix thread limits are off meanwhile: they would race
+    across workers.
     """
     limit = None if _pinned.is_set() else _one_thread_limit(user_api=None)
     if limit is None:
@@ -306,7 +279,7 @@ def pin_threads() -> Iterator[None]:
         return
     # torch's too, where it is loaded (a torch tensor's widening runs on torch's threads):
     # threadpoolctl's OpenMP limit holds only for the thread that sets it, and MKL, linked into
-    # torch, is out of its sight; two workers' torch LUs once ran 10x slower so.
+    # torch, is out of its sight.
     torch = loaded("torch")
     torch_threads = torch.get_num_threads() if torch is not None else None
     with limit:
@@ -322,9 +295,8 @@ def pin_threads() -> Iterator[None]:
 
 
 def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
-    """``block`` in float64, C-ordered, in the first elements of ``storage``. numpy converts the
-    dtypes it has without a torch kernel launch (which, inside a thread-limited BLAS context, cost
-    ~1 ms per small tensor); both release the GIL."""
+    """``block`` in float64, C-ordered, in the first elements of ``storage``. numpy converts the dtypes it
+    has without a torch kernel launch, slow per small tensor inside a thread-limited BLAS context."""
     a = storage[: math.prod(block.shape)].reshape(block.shape)
     if not is_torch(block):
         np.copyto(a, block)
@@ -346,26 +318,25 @@ def _thread_controller() -> Any:
 
 
 def _threads_for(matrix: "torch.Tensor", device: "Device") -> Any:
-    """One BLAS thread for a matrix with p < 256 on the CPU; the default otherwise."""
-    if device.type != "cpu" or min(matrix.shape) >= _SMALL_P:
+    """One BLAS thread for a matrix with p < 256 on the CPU, unless it is already (workers pinned, or one
+    thread allowed); the default otherwise."""
+    if device.type != "cpu" or min(matrix.shape) >= _SMALL_P or _pinned.is_set() or blas_threads() == 1:
         return contextlib.nullcontext()
-    return _one_blas_thread()
+    return _one_thread_limit(user_api="blas") or contextlib.nullcontext()
 
 
 def _eigvalsh(g: Any) -> np.ndarray:
     if isinstance(g, np.ndarray):
         if g.shape[0] >= TWO_STAGE_P and blas.has_two_stage():
             return blas.eigvalsh_two_stage(g)
-        # scipy's default driver (dsyevr); dsyevd, dsyev and torch's were no faster at p <= 2,048.
-        return blas.eigvalsh_lower(g)
+        return blas.eigvalsh_lower(g)  # scipy's default driver, dsyevr (bench_eigensolvers.py)
     import torch
 
     return torch.linalg.eigvalsh(g).cpu().numpy()
 
 
 def eigenvalues(matrices: Sequence["torch.Tensor"], device: "Device") -> np.ndarray:
-    """Pooled eigenvalues of the smaller Gram matrices, ascending, each matrix's zeros (the zero
-    rule, on its own scale) exactly 0.
+    """Pooled eigenvalues of the smaller Gram matrices, ascending, each matrix's zeros exactly 0.
 
     Raises:
         DegenerateMatrixError: non-finite entries, or all entries zero.
@@ -382,8 +353,7 @@ def eigenvalues(matrices: Sequence["torch.Tensor"], device: "Device") -> np.ndar
 
 
 def _resolved(e: np.ndarray, matrix: "torch.Tensor", device: "Device") -> np.ndarray:
-    """One matrix's ascending Gram eigenvalues ``e`` where the Gram matrix resolves them all, else
-    the squared singular values of the matrix itself (:func:`w_eigenvalues`)."""
+    """``e`` where the Gram matrix resolves them all, else W's squared singular values."""
     top = float(e[-1]) if e.size else 0.0
     if not top > 0.0:
         return np.zeros(e.size)
@@ -393,8 +363,8 @@ def _resolved(e: np.ndarray, matrix: "torch.Tensor", device: "Device") -> np.nda
 
 
 def w_eigenvalues(matrix: "torch.Tensor", device: "Device") -> np.ndarray:
-    """Ascending squared singular values of one matrix, computed from W (no Gram matrix, so no
-    squared condition number), those the zero rule calls zero (σ <= σ_max·P·eps) exactly 0.
+    """Ascending squared singular values of W itself (no squared condition number), those the zero rule
+    calls zero (σ <= σ_max·P·eps) exactly 0.
 
     Raises:
         DegenerateMatrixError: non-finite entries.
@@ -419,9 +389,8 @@ def w_eigenvalues(matrix: "torch.Tensor", device: "Device") -> np.ndarray:
 
 
 def live_part(matrices: Sequence["torch.Tensor"]) -> tuple[list["torch.Tensor"], int, int]:
-    """``(matrices without their dead rows and columns, dead rows, dead cols)``: a row (column) is
-    dead when it is exactly zero in every matrix (every slice of a conv kernel: a dead or pruned
-    unit). The matrices are returned as they are when none is.
+    """``(matrices without their dead rows and columns, dead rows, dead cols)``: a row (column) is dead
+    when it is exactly zero in every matrix (every slice of a conv kernel).
 
     Raises:
         DegenerateMatrixError: every entry is zero.
@@ -454,7 +423,7 @@ def live_part(matrices: Sequence["torch.Tensor"]) -> tuple[list["torch.Tensor"],
 def _nonzero_lines(m: Any) -> tuple[np.ndarray, np.ndarray]:
     """Which rows and which columns of ``m`` hold a non-zero entry (NaN counts as non-zero)."""
     if is_torch(m) and dtype_name(m) in ("float32", "float64", "float16") and m.device.type == "cpu":
-        m = m.detach().numpy()  # numpy's reduction needs no boolean copy: 4x faster than torch's here
+        m = m.detach().numpy()  # numpy's reduction needs no boolean copy, torch's does
     if is_torch(m):
         nz = m.detach() != 0
         return nz.any(dim=1).cpu().numpy(), nz.any(dim=0).cpu().numpy()
@@ -463,14 +432,9 @@ def _nonzero_lines(m: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[float, float, int, int]:
-    """``(mean(e), mean(log e), n, number of zero eigenvalues)`` of the pooled spectrum, without
-    an eigen-solve where that is safe.
-
-    log det comes from a Cholesky factorisation of the Gram matrix, or for a large square matrix on
-    the CPU from an LU factorisation of the matrix itself. Where the factor's condition estimate says
-    the Gram matrix does not resolve the smallest eigenvalue (:func:`eigenvalues` would take W's
-    singular values), or the factorisation fails, log det comes from W's singular values, with the
-    same zero rule as :func:`eigenvalues` (a zero makes mean(log e) = −inf).
+    """``(mean(e), mean(log e), n, number of zero eigenvalues)`` of the pooled spectrum, log det from a
+    Cholesky (or LU) factor where it is trusted, else from W's singular values with the zero rule of
+    :func:`eigenvalues` (a zero makes mean(log e) = −inf).
 
     Raises:
         DegenerateMatrixError: non-finite entries, or all entries zero.
@@ -483,9 +447,7 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
         diag: np.ndarray | None
         if uses_lu(rows, cols, device):
             # On every BLAS thread: a matrix this size is on a worker, pinned to one thread
-            # (pin_threads), unless it is too large for one and alone. Holding that one to a single
-            # thread made a model of 3,072² and 8,192×3,072 matrices 13 % slower on two cores, and
-            # would cost far more on many.
+            # (pin_threads), unless it is too large for one and alone, when all of them help.
             tr, diag = _lu_diagonal(matrix)
         else:
             with _threads_for(matrix, device):
@@ -504,9 +466,8 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
 
 
 def _log_det(matrix: "torch.Tensor", device: "Device", tr: float, diag: Optional[np.ndarray]) -> tuple[float, int]:
-    """``(log det, number of zero eigenvalues)`` of one matrix's Gram matrix of trace ``tr``, from
-    the diagonal of its Cholesky (or LU) factor, or from W's singular values where the
-    factorisation failed or is not trusted (``diag`` None)."""
+    """``(log det, number of zero eigenvalues)`` of one Gram matrix of trace ``tr``, from its factor's
+    diagonal, or from W's singular values where the factorisation failed or is not trusted."""
     p = min(matrix.shape)
     if tr <= 0.0:
         return -math.inf, p
@@ -517,10 +478,9 @@ def _log_det(matrix: "torch.Tensor", device: "Device", tr: float, diag: Optional
 
 
 def _cholesky_diagonal(g: Any) -> np.ndarray | None:
-    """Diagonal of the Cholesky factor (overwriting ``g``), or None when it is not numerically
-    positive definite or the error bound eps·e_max·mean(1/e) of its log det exceeds
-    ``_LOG_DET_TOL`` (the rule :func:`eigenvalues` follows): e_max <= ‖G‖₁, and Σ1/e = ‖L⁻¹‖²_F is
-    estimated from below by Σ1/l_ii² and by LAPACK's estimate of 1/e_min."""
+    """Diagonal of the Cholesky factor (overwriting ``g``), or None when it is not numerically positive
+    definite or the bound eps·e_max·mean(1/e) exceeds ``_LOG_DET_TOL``: e_max <= ‖G‖₁, and
+    Σ1/e = ‖L⁻¹‖²_F is estimated from below by Σ1/l_ii² and by LAPACK's estimate of 1/e_min."""
     if isinstance(g, np.ndarray):
         # ‖G‖₁ from the lower triangle (all LAPACK reads; the upper one may be zero), before potrf
         # overwrites it.
@@ -550,13 +510,8 @@ def _cholesky_diagonal(g: Any) -> np.ndarray | None:
 
 
 def _lu_diagonal(matrix: Any) -> tuple[float, Optional[np.ndarray]]:
-    """``(‖W‖_F², |diag U|)`` of a square W = PLU: Tr(WᵀW), and |det W| = ∏|u_ii|; None in place of
-    the diagonal where W is singular or the error bound of log|det W| from the LU factors,
-    2·eps·cond₁(W)/p, exceeds ``_LOG_DET_TOL``: log det then comes from W's singular values.
-
-    One float64 copy is factorised in place by LAPACK's dgetrf, without the GIL (:mod:`wbfe.linalg.blas`;
-    as fast as torch's LU, 0.17 s against 0.20 s at 3,072² on two cores). An exactly singular W
-    gives a zero on the diagonal, not an error.
+    """``(‖W‖_F², |diag U|)`` of a square W = PLU (|det W| = ∏|u_ii|); None in place of the diagonal where
+    W is singular or the bound 2·eps·cond₁(W)/p on log|det W| exceeds ``_LOG_DET_TOL``.
 
     Raises:
         DegenerateMatrixError: the matrix has non-finite entries.
@@ -581,11 +536,8 @@ def _lu_diagonal(matrix: Any) -> tuple[float, Optional[np.ndarray]]:
 
 
 def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs: bool = True) -> Spectrum:
-    """The :class:`Spectrum` of one matrix or of pooled slices of equal shape.
-
-    Args:
-        need_eigs: False when only mean(e) and mean(log e) are needed (BFE-W alone).
-    """
+    """The :class:`Spectrum` of one matrix or of pooled slices of equal shape; ``need_eigs`` False when
+    only mean(e) and mean(log e) are needed (BFE-W alone)."""
     matrices, dead_rows, dead_cols = live_part(matrices)
     rows, cols = (int(n) for n in matrices[0].shape)
     shift = _range_shift(matrices)
@@ -601,17 +553,10 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
                     log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
 
 
-def _one_blas_thread() -> Any:
-    """BLAS at one thread unless it is already (workers pinned, or one thread allowed)."""
-    if _pinned.is_set() or blas_threads() == 1:
-        return contextlib.nullcontext()
-    return _one_thread_limit(user_api="blas") or contextlib.nullcontext()
-
-
 def _one_thread_limit(*, user_api: Optional[str]) -> Any:
     """A context holding the BLAS pools (and, through threadpoolctl, ``user_api``'s others) at one
-    thread; None where nothing can. OpenBLAS's own calls (~µs) where they are found, else
-    threadpoolctl's controller (~10 ms to build)."""
+    thread; None where nothing can. OpenBLAS's own calls where they are found (far cheaper), else
+    threadpoolctl's controller."""
     if blas.controls_threads():
         return blas.one_thread()
     controller = _thread_controller()
@@ -619,12 +564,9 @@ def _one_thread_limit(*, user_api: Optional[str]) -> Any:
 
 
 def _range_shift(matrices: Sequence["torch.Tensor"]) -> int:
-    """k such that W·2^k has its largest entry in [½, 1), when W's Gram matrix would leave
-    float64's range (entries of Σw² under ~1e-240 lose digits and underflow to 0, over ~1e240
-    overflow); 0 otherwise, and for non-finite or all-zero W (refused later with that reason).
-
-    Only float64 matrices can get there: a float32, float16 or bfloat16 entry squared is within
-    1e-90 ... 1e77, so the others are not even looked at."""
+    """k such that W·2^k has its largest entry in [½, 1), when W's Gram matrix would leave float64's
+    range; 0 otherwise, and for non-finite or all-zero W (refused later with that reason). Only float64
+    matrices can get there: any narrower dtype's entry squared stays in range."""
     if dtype_name(matrices[0]) != "float64":
         return 0
     top = max(float(abs(m).max()) for m in matrices)

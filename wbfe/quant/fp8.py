@@ -1,9 +1,7 @@
 """FP8 weights (e4m3 / e5m2) times their scales: per tensor, per output channel, or per block.
 
-DeepSeek-V3 and the Qwen FP8 releases store ``weight`` as ``float8_e4m3fn`` with a ``weight_scale_inv``
-of one float32 per 128×128 block (despite its name, multiplied: W = q · s); compressed-tensors'
-``float-quantized`` format stores ``weight_scale`` per tensor ``[]``/``[1]``, per channel ``[out, 1]``
-or per block. Every FP8 value times a float32 scale is exact in float64.
+The layouts are in docs/checkpoints.md (DeepSeek-V3's ``weight_scale_inv`` is, despite its name,
+multiplied). Every FP8 value times a float32 scale is exact in float64.
 """
 
 from __future__ import annotations

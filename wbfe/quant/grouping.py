@@ -8,7 +8,6 @@ moves past its prefix: nothing but the entries' metadata is held, and nothing is
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Iterable, Iterator, Optional
 
@@ -112,10 +111,7 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
         w, s = parts["weight"], parts["scale"]
         block = qconfig.get("weight_block_size")
         scheme = fp8_scheme(w.dtype, w.shape, s.shape, block)
-
-        def load_fp8() -> Any:
-            return dequantize_fp8(to_torch(w.load()), to_torch(s.load()), block)
-        return _entry(w.name, w.shape, scheme, load_fp8)
+        return _entry(w.name, w.shape, scheme, lambda: dequantize_fp8(to_torch(w.load()), to_torch(s.load()), block))
     if "blocks" in parts:
         b, s = parts["blocks"], parts["mx_scales"]
         if len(b.shape) < 3 or b.shape[-1] != 16 or tuple(b.shape[:-1]) != tuple(s.shape):
@@ -149,20 +145,9 @@ def _build_int(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, An
     label = f"g{group_size}" if group_size > 0 else "channel"
     name = f"{prefix}.weight"
     if awq:
-        load = functools.partial(_load_awq, q, z, s, bits, group_size)
-        return _entry(name, (n_out, n_in), f"awq-int{bits}-{label}", load)
+        return _entry(name, (n_out, n_in), f"awq-int{bits}-{label}", lambda: dequantize_awq(
+            to_torch(q.load()), to_torch(z.load()), to_torch(s.load()), bits=bits, group_size=group_size))
     offset = 0 if str(qconfig.get("checkpoint_format", "gptq")).lower() == "gptq_v2" else 1
-    load = functools.partial(_load_gptq, q, z, s, g, bits, group_size, offset)
-    return _entry(name, (n_out, n_in), f"gptq-int{bits}-{label}", load)
-
-
-def _load_gptq(q: TensorEntry, z: TensorEntry, s: TensorEntry, g: Optional[TensorEntry], bits: int,
-               group_size: int, offset: int) -> Any:
-    return dequantize_gptq(to_torch(q.load()), to_torch(z.load()), to_torch(s.load()), bits=bits,
-                           group_size=group_size, g_idx=to_torch(g.load()) if g is not None else None,
-                           zero_offset=offset)
-
-
-def _load_awq(q: TensorEntry, z: TensorEntry, s: TensorEntry, bits: int, group_size: int) -> Any:
-    return dequantize_awq(to_torch(q.load()), to_torch(z.load()), to_torch(s.load()), bits=bits,
-                          group_size=group_size)
+    return _entry(name, (n_out, n_in), f"gptq-int{bits}-{label}", lambda: dequantize_gptq(
+        to_torch(q.load()), to_torch(z.load()), to_torch(s.load()), bits=bits, group_size=group_size,
+        g_idx=to_torch(g.load()) if g is not None else None, zero_offset=offset))

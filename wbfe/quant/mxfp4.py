@@ -1,9 +1,7 @@
 """MXFP4 (OCP Microscaling): blocks of 32 FP4 (e2m1) values sharing one E8M0 power-of-two scale.
 
-gpt-oss stores each expert stack as ``<name>_blocks`` (uint8 ``[E, out, in/32, 16]``, two values a
-byte, the low nibble first) and ``<name>_scales`` (uint8 ``[E, out, in/32]``, exponent + 127). The
-dequantised tensor is returned as ``[E, in, out]``, the layout of gpt-oss's bfloat16 checkpoints
-(so both are read alike). Every value is exact in float64.
+The layout is in docs/checkpoints.md; the result is ``[E, in, out]``, the layout of gpt-oss's bfloat16
+checkpoints, so both are read alike. Every value is exact in float64.
 """
 
 from __future__ import annotations

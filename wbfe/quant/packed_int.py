@@ -1,16 +1,9 @@
-"""GPTQ and AWQ: 4- or 8-bit integers packed into int32 words, with per-group scales and zeros.
+"""GPTQ and AWQ: 2-, 4- or 8-bit integers packed into int32 words, with per-group scales and zeros.
 
-GPTQ (AutoGPTQ / GPTQModel ``gptq`` format): ``qweight`` int32 ``[in·bits/32, out]`` packs input rows
-(row ``8i + k`` in bits ``4k…4k+3`` of word ``i`` for 4 bits); ``qzeros`` int32 ``[groups, out·bits/32]``
-packs output columns the same way, stored minus one (``checkpoint_format`` ``gptq``; ``gptq_v2``
-stores them as they are); ``scales`` ``[groups, out]``; ``g_idx`` int32 ``[in]`` gives each input
-row's group (act-order), else ``row // group_size``. W[r, c] = scales[g, c] · (q[r, c] − z[g, c]).
-
-AWQ (AutoAWQ ``gemm`` version): ``qweight`` int32 ``[in, out·bits/32]`` packs output columns in the
-order 0, 2, 4, 6, 1, 3, 5, 7 (word slot ``k`` holds column ``8j + order[k]``); ``qzeros`` likewise
-``[groups, out·bits/32]``; ``scales`` ``[groups, out]``; group of row r is ``r // group_size``.
-
-Both return ``[out, in]`` float64, PyTorch's orientation.
+The layouts are in docs/checkpoints.md. GPTQ packs input rows (row ``8i + k`` in bits ``4k…4k+3`` of
+word ``i`` at 4 bits) and stores its zeros minus one unless ``gptq_v2``; AWQ (``gemm``) packs output
+columns in the order 0, 2, 4, 6, 1, 3, 5, 7. W[r, c] = scales[g, c] · (q[r, c] − z[g, c]); both return
+``[out, in]`` float64, PyTorch's orientation.
 """
 
 from __future__ import annotations
@@ -44,14 +37,18 @@ def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
     return fields.reshape(shape)
 
 
-def _check(what: str, got: tuple[int, ...], want: tuple[int, ...]) -> None:
-    if got != want:
-        raise CorruptCheckpointError(f"{what} has shape {list(got)}, expected {list(want)}")
+def _groups(scheme: str, q: torch.Tensor, z: torch.Tensor, scales: torch.Tensor) -> int:
+    """The number of groups, once ``scales`` and the unpacked zeros are checked against ``q`` ``[in, out]``."""
+    groups, n_out = scales.shape[0], q.shape[1]
+    for what, got in (("scales", scales.shape), ("qzeros (unpacked)", z.shape)):
+        if tuple(got) != (groups, n_out):
+            raise CorruptCheckpointError(f"{scheme} {what} has shape {list(got)}, expected {[groups, n_out]}")
+    return int(groups)
 
 
 def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, bits: int = 4,
                     group_size: int = 128, g_idx: Optional[torch.Tensor] = None, zero_offset: int = 1) -> torch.Tensor:
-    """GPTQ's packed int weight -> float64 ``[out, in]`` (see the module docstring).
+    """GPTQ's packed int weight -> float64 ``[out, in]``.
 
     Raises:
         CorruptCheckpointError: shapes that do not fit together, or a group index out of range.
@@ -59,26 +56,22 @@ def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.T
     import torch
 
     q = unpack_int32(qweight, bits, 0)  # [in, out]
-    n_in, n_out = q.shape
-    groups = scales.shape[0]
-    _check("GPTQ scales", tuple(scales.shape), (groups, n_out))
     z = unpack_int32(qzeros, bits, 1) + zero_offset  # [groups, out]
-    _check("GPTQ qzeros (unpacked)", tuple(z.shape), (groups, n_out))
+    groups, n_in = _groups("GPTQ", q, z, scales), q.shape[0]
     if g_idx is None:
-        size = n_in if group_size in (-1, 0) else group_size
-        g = torch.arange(n_in) // size
+        g = torch.arange(n_in) // (n_in if group_size in (-1, 0) else group_size)
+    elif tuple(g_idx.shape) != (n_in,):
+        raise CorruptCheckpointError(f"GPTQ g_idx has shape {list(g_idx.shape)}, expected {[n_in]}")
     else:
-        _check("GPTQ g_idx", tuple(g_idx.shape), (n_in,))
         g = g_idx.to(torch.int64)
     if int(g.min()) < 0 or int(g.max()) >= groups:
         raise CorruptCheckpointError(f"GPTQ group index out of range (0..{groups - 1})")
-    w = scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)
-    return w.T.contiguous()
+    return (scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)).T.contiguous()
 
 
 def dequantize_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, bits: int = 4,
                    group_size: int = 128) -> torch.Tensor:
-    """AWQ's packed int weight -> float64 ``[out, in]`` (see the module docstring).
+    """AWQ's packed int weight -> float64 ``[out, in]``.
 
     Raises:
         CorruptCheckpointError: shapes that do not fit together.
@@ -86,23 +79,17 @@ def dequantize_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Te
     import torch
 
     n = 32 // bits
-    order = torch.tensor(AWQ_ORDER[:n] if n == 8 else range(n))
-    inverse = torch.argsort(order)
+    inverse = torch.argsort(torch.tensor(AWQ_ORDER[:n] if n == 8 else range(n)))
 
     def unpack(packed: torch.Tensor) -> torch.Tensor:
         fields = unpack_int32(packed, bits, 1)  # slot order within each word
         words = fields.reshape(fields.shape[0], -1, n)
         return words[:, :, inverse].reshape(fields.shape[0], -1)  # column 8j + c from slot inverse[c]
 
-    q = unpack(qweight)  # [in, out]
-    n_in, n_out = q.shape
-    groups = scales.shape[0]
-    _check("AWQ scales", tuple(scales.shape), (groups, n_out))
-    z = unpack(qzeros)
-    _check("AWQ qzeros (unpacked)", tuple(z.shape), (groups, n_out))
+    q, z = unpack(qweight), unpack(qzeros)  # [in, out], [groups, out]
+    groups, n_in = _groups("AWQ", q, z, scales), q.shape[0]
     size = n_in if group_size in (-1, 0) else group_size
     g = torch.arange(n_in) // size
     if int(g.max()) >= groups:
         raise CorruptCheckpointError(f"AWQ: {n_in} input rows need more than {groups} groups of {size}")
-    w = scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)
-    return w.T.contiguous()
+    return (scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)).T.contiguous()

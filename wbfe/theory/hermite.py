@@ -1,19 +1,8 @@
 """Hermite coefficients of an activation, the kernel g and the scalar channel m (docs/math.md §6).
 
-With μ_ℓ = E[σ(z)·He_ℓ(z)] and the normalised coefficients c_ℓ = μ_ℓ/√ℓ!,
-
-    g(q) = E[σ̃(z₁)σ̃(z₂)] = Σ_{ℓ≥2} c_ℓ²·q^ℓ,   corr(z₁, z₂) = q,
-
-where σ̃ = σ − μ₀ − μ₁·x. The series is truncated at degree L and its remainder at q = 1,
-R = E[σ̃²] − Σ_{ℓ≤L} c_ℓ², is carried as one more term R·q^(L+1): g(1) is then exact and the error
-at q < 1 is at most R·q^(L+1) (the true remainder lies in [0, R·q^(L+1)]).
-
-The scalar channel m(λ) = argmax_{q∈[0,1)} {λ·g(q) + q + ln(1−q)} is 0 exactly for λ < λ_σ (that
-is the definition of λ_σ) and, above it, the solution of λ·g'(q)·(1−q) = q on the branch q ≥ q_σ.
-It is evaluated from a dense table of that branch, parametrised by u = −ln(1−q) so that q → 1
-keeps full precision; :meth:`Kernel.m_exact` is the brute-force global argmax used to check it.
-When μ₂ ≠ 0 the infimum defining λ_σ is reached as q → 0: λ_σ = 1/μ₂², q_σ = 0, and m switches on
-continuously (no jump).
+The series of g is truncated at degree L with its remainder at q = 1 carried as one more term R·q^(L+1),
+so g(1) is exact; m is read from a table of its branch above λ_σ in u = −ln(1 − q), which keeps q → 1
+at full precision.
 """
 
 from __future__ import annotations
@@ -27,15 +16,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 
-__all__ = [
-    "Activation",
-    "ACTIVATIONS",
-    "get_activation",
-    "hermite_coefficients",
-    "Kernel",
-    "kernel",
-    "kernel_quadrature",
-]
+__all__ = ["Activation", "ACTIVATIONS", "get_activation", "hermite_coefficients", "Kernel", "kernel"]
 
 ArrayLike = Union[float, np.ndarray]
 
@@ -63,26 +44,12 @@ def _erf_np(x: np.ndarray) -> np.ndarray:
     return erf(x)
 
 
-def _torch_fn(name: str) -> Callable[[Any], Any]:
-    def fn(x: Any) -> Any:
-        import torch
-
-        if name == "tanh2":
-            return torch.tanh(2.0 * x)
-        if name == "tanh":
-            return torch.tanh(x)
-        if name == "erf":
-            return torch.erf(x)
-        return torch.relu(x)
-
-    return fn
-
-
+# The torch forms are the tensors' own methods, so that this module never imports torch.
 ACTIVATIONS: dict[str, Activation] = {
-    "tanh2": Activation("tanh2", lambda x: np.tanh(2.0 * x), _torch_fn("tanh2")),
-    "tanh": Activation("tanh", np.tanh, _torch_fn("tanh")),
-    "erf": Activation("erf", _erf_np, _torch_fn("erf")),
-    "relu": Activation("relu", lambda x: np.maximum(x, 0.0), _torch_fn("relu"), kinks=(0.0,)),
+    "tanh2": Activation("tanh2", lambda x: np.tanh(2.0 * x), lambda x: (2.0 * x).tanh()),
+    "tanh": Activation("tanh", np.tanh, lambda x: x.tanh()),
+    "erf": Activation("erf", _erf_np, lambda x: x.erf()),
+    "relu": Activation("relu", lambda x: np.maximum(x, 0.0), lambda x: x.relu(), kinks=(0.0,)),
 }
 
 
@@ -144,14 +111,7 @@ def _normalised_coefficients(act: Activation, degree: int) -> tuple[np.ndarray, 
 
 
 def hermite_coefficients(activation: Union[str, Activation, Callable], degree: int = 300) -> np.ndarray:
-    """Probabilists' Hermite coefficients μ_ℓ = E[σ(z)·He_ℓ(z)], z ~ N(0, 1), for ℓ = 0..degree.
-
-    Args:
-        activation: a name from :data:`ACTIVATIONS`, an :class:`Activation`, or a numpy callable.
-        degree: highest degree computed.
-
-    Returns:
-        float64 array of length ``degree + 1``.
+    """Probabilists' Hermite coefficients μ_ℓ = E[σ(z)·He_ℓ(z)], z ~ N(0, 1), for ℓ = 0..degree (float64).
 
     Raises:
         InvalidOptionError: ``degree`` < 2, or the activation does not return finite values.
@@ -168,7 +128,6 @@ class Kernel:
     """The kernel g of an activation and its scalar channel m (see the module docstring).
 
     Attributes:
-        activation: the activation.
         c2: squared normalised coefficients c_ℓ² for ℓ = 0..L (entries 0 and 1 are set to 0).
         remainder: R = E[σ̃²] − Σ_{ℓ=2..L} c_ℓ² (≥ 0 up to rounding), carried as R·q^(L+1).
         mu: μ₀, μ₁, μ₂ (the raw Hermite coefficients of degrees 0–2).
@@ -215,11 +174,6 @@ class Kernel:
             one_minus_qell = -np.expm1(powers * log_q)
         one_minus_qell = np.where(np.isfinite(one_minus_qell), one_minus_qell, 1.0)
         return one_minus_qell @ weights
-
-    def potential(self, lam: ArrayLike, q: ArrayLike) -> np.ndarray:
-        """λ·g(q) + q + ln(1 − q), the function m maximises."""
-        q = np.asarray(q, dtype=np.float64)
-        return np.asarray(lam) * self.g(q) + q + np.log1p(-q)
 
     @cached_property
     def threshold(self) -> tuple[float, float]:
@@ -306,34 +260,9 @@ class Kernel:
         u[far] = x[far] + math.log(gp1)  # 1 − q ≈ 1/(λ·g'(1)) as q → 1
         return u
 
-    def m_exact(self, lam: float) -> float:
-        """m(λ) by brute force: the global argmax of the potential on a dense grid, then refined.
-
-        This is the definition itself and is slow; it checks :meth:`m`.
-        """
-        from scipy.optimize import minimize_scalar
-
-        u = np.concatenate([np.geomspace(1e-8, 1.0, 2000), np.linspace(1.0, 36.0, 8000)[1:]])
-        q = -np.expm1(-u)
-        pot = lam * self.g(q) + q - u  # ln(1 − q) = −u
-        i = int(np.argmax(pot))
-        if pot[i] <= 0.0:  # q = 0 gives potential λ·g(0) = 0
-            return 0.0
-        lo, hi = u[max(i - 1, 0)], u[min(i + 1, len(u) - 1)]
-        res = minimize_scalar(lambda t: -float(lam * self.g(-math.expm1(-t)) - t - math.expm1(-t)),
-                              bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
-        return float(-math.expm1(-res.x))
-
 
 def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: int = 300) -> Kernel:
-    """Build the :class:`Kernel` of an activation (cached per name and degree).
-
-    Args:
-        activation: a name from :data:`ACTIVATIONS`, an :class:`Activation`, or a numpy callable.
-        degree: truncation degree L of the Hermite series.
-
-    Returns:
-        The kernel, with g, g', m, λ_σ and q_σ.
+    """The :class:`Kernel` of an activation, its Hermite series truncated at ``degree`` (cached per name and degree).
 
     Raises:
         InvalidOptionError: ``degree`` < 2, a non-finite activation, or a g that vanishes.
@@ -359,27 +288,3 @@ def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: in
 
 
 _KERNELS: dict[tuple[str, int], Kernel] = {}
-
-
-def kernel_quadrature(activation: Union[str, Activation, Callable], q: float, *, nodes: int = 300) -> float:
-    """g(q) by 2-D Gauss–Hermite quadrature: an independent path to check the Hermite series.
-
-    Args:
-        activation: the activation.
-        q: correlation in [0, 1].
-        nodes: Gauss–Hermite nodes per dimension (numpy builds the rule accurately up to about 350).
-
-    Returns:
-        E[σ̃(z₁)σ̃(z₂)] with z₁ = x, z₂ = q·x + √(1−q²)·y, μ₀ and μ₁ taken from the same rule.
-    """
-    act = get_activation(activation)
-    x, w = np.polynomial.hermite_e.hermegauss(nodes)
-    w = w / w.sum()
-    mu0 = float(np.dot(w, act.numpy(x)))
-    mu1 = float(np.dot(w, act.numpy(x) * x))
-
-    def tilde(t: np.ndarray) -> np.ndarray:
-        return act.numpy(t) - mu0 - mu1 * t
-
-    z2 = q * x[:, None] + math.sqrt(max(1.0 - q * q, 0.0)) * x[None, :]
-    return float(np.einsum("i,j,i,ij->", w, w, tilde(x), tilde(z2)))

@@ -1,11 +1,8 @@
 """Posterior sampling of the teacher–student model by Hamiltonian Monte Carlo (docs/math.md §6 checks).
 
-A teacher y = vᵀσ̃(W⁰x/√d) + √Δ·z with W⁰ = √d·(orthonormal rows), x ~ N(0, I_d), and σ̃ the
-activation without its Hermite components of degree 0 and 1 (the part ε^BO is about). The
-posterior over W under the prior N(0, 1) per entry is sampled by HMC with the teacher's v known.
-The Gibbs error of a posterior sample, E_x[(f_W(x) − f_W⁰(x))²], is twice the Bayes-optimal error,
-so its half is compared with the fixed point's ε. As in the authors' checks, the chain starts
-informed: the rows the theory says are learned (qᵢ > 0) start at the teacher's, the others at random.
+The Gibbs error of a posterior sample is twice the Bayes-optimal error, so its half is compared with the
+fixed point's ε. As in the authors' checks the chain starts informed: the rows the theory says are
+learned (qᵢ > 0) start at the teacher's, the others at random.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from wbfe.linalg.spectra import resolve_device
 from wbfe.theory.hermite import kernel
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
-__all__ = ["resolve_device", "Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]
+__all__ = ["Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]
 
 
 @dataclass
@@ -31,8 +28,6 @@ class Teacher:
 
     Attributes:
         w0: k×d teacher weights, rows of norm √d (pre-activations w·x/√d ~ N(0, 1)).
-        v: readout (length k).
-        x, y: training inputs (n×d) and noisy labels (n).
         x_test, f_test: test inputs and the noiseless teacher output on them.
         mu: (μ₀, μ₁) removed from the activation when ``centred``.
     """
@@ -58,18 +53,9 @@ class Teacher:
 
 def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: ActivationLike = "tanh2",
                  n_test: int = 20000, centred: bool = True, seed: int = 0, device: str = "cpu") -> Teacher:
-    """Draw an orthonormal-row teacher and its data with a seeded generator.
+    """Draw an orthonormal-row teacher of readout ``v`` (length k ≤ d) and its data, every draw from ``seed``.
 
-    Args:
-        v: readout of length k ≤ d.
-        d: input dimension.
-        n: training samples.
-        delta: label-noise variance Δ ≥ 0.
-        activation: a named activation with a torch form.
-        n_test: test inputs for the generalisation error.
-        centred: remove the activation's degree-0 and degree-1 Hermite parts (σ̃), as ε^BO does.
-        seed: seed of every random draw.
-        device: ``cpu``, ``cuda`` or ``auto``.
+    ``centred`` removes the activation's degree-0 and degree-1 Hermite parts (σ̃), as ε^BO does.
 
     Raises:
         InvalidOptionError: k > d, non-positive sizes, or an activation without a torch form.
@@ -122,21 +108,9 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
     """Sample the posterior over W by HMC and measure the Gibbs error/2 of the samples.
 
     The step size adapts during ``warmup`` (multiplicatively, towards ``target_accept``) and is then
-    frozen; one sample in ``every`` of the ``samples`` iterations after warm-up is kept.
-
-    Args:
-        teacher: the teacher and data from :func:`make_teacher`.
-        delta: the noise variance Δ the likelihood assumes (the teacher's, for Bayes-optimality).
-        informed_rows: rows initialised at the teacher's (the learned ones); the rest from the prior.
-        warmup, samples: iterations before and after the step size is frozen.
-        leapfrog: leapfrog steps per iteration.
-        step_size: initial step size.
-        target_accept: acceptance rate the adaptation aims at.
-        every: thinning of the kept samples.
-        seed: seed of the momenta, the accept draws and the uninformed rows.
-
-    Returns:
-        The :class:`HMCRun`.
+    frozen; one sample in ``every`` of the ``samples`` iterations after warm-up is kept. The likelihood
+    assumes noise ``delta`` (the teacher's, for Bayes-optimality); ``informed_rows`` rows start at the
+    teacher's, the rest from the prior.
 
     Raises:
         InvalidOptionError: non-positive counts, fewer ``samples`` than ``every``, Δ ≤ 0, or
@@ -164,7 +138,7 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
         return u.detach(), grad
 
     u_cur, g_cur = energy_grad(w)
-    trace, w2, accepted, kept_steps = [], [], 0, 0
+    trace, w2, accepted = [], [], 0
     eps = step_size
     for it in range(warmup + samples):
         p = torch.randn(k, d, generator=gen, dtype=torch.float64).to(dev)
@@ -186,15 +160,13 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
                 accepted += 1
         if it < warmup:
             eps *= math.exp(0.05 * (accept_prob - target_accept))
-        else:
-            kept_steps += 1
-            if (it - warmup) % every == every - 1:
-                with torch.no_grad():
-                    diff = teacher.output(w, teacher.x_test) - teacher.f_test
-                    trace.append(0.5 * float((diff * diff).mean()))
-                    w2.append(float((w * w).mean()))
+        elif (it - warmup) % every == every - 1:
+            with torch.no_grad():
+                diff = teacher.output(w, teacher.x_test) - teacher.f_test
+                trace.append(0.5 * float((diff * diff).mean()))
+                w2.append(float((w * w).mean()))
     arr = np.asarray(trace)
-    return HMCRun(float(arr.mean()), arr, float(np.mean(w2)), accepted / max(kept_steps, 1), eps, informed_rows,
+    return HMCRun(float(arr.mean()), arr, float(np.mean(w2)), accepted / samples, eps, informed_rows,
                   int(teacher.x.shape[0]), d, k)
 
 
@@ -228,13 +200,10 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
               kind: str = "power", beta: float = 0.3, activation: ActivationLike = "tanh2",
               seeds: Sequence[int] = (0, 1, 2), warmup: int = 600, samples: int = 300, leapfrog: int = 10,
               n_test: int = 20000, device: str = "cpu", informed_rows: Optional[int] = None) -> list[HMCPoint]:
-    """Compare the HMC Gibbs error/2 with the fixed point's ε at several r = n/(kd).
+    """One :class:`HMCPoint` per r = n/(kd): the HMC Gibbs error/2 against the fixed point's ε.
 
     Each seed draws a new teacher and data set; the standard error is over seeds (each seed's value
     is already an average over its chain). ``informed_rows`` overrides the theory's k_c.
-
-    Returns:
-        One :class:`HMCPoint` per r.
 
     Raises:
         InvalidOptionError: empty ``r_values`` or ``seeds`` (and the errors of the parts).

@@ -1,21 +1,34 @@
-"""Theory results as standard JSON: numpy values as Python ones, non-finite floats as ``null``.
-
-:func:`jsonable` is :func:`wbfe.render.text.json_ready` (numpy arrays and scalars as Python values, NaN/±inf as
-``null``), kept under this name for the theory modules that import it.
-"""
+"""Theory results as standard JSON: numpy values as Python ones, non-finite floats as ``null``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from wbfe.render.text import json_ready
 
-__all__ = ["jsonable", "dumps", "write_json"]
-
+__all__ = ["jsonable", "dumps", "write_json", "fields_dict"]
 
 jsonable = json_ready  # one converter for every JSON wbfe writes (numpy values, non-finite -> null)
+
+
+def fields_dict(obj: Any) -> dict[str, Any]:
+    """A result dataclass's fields in order, arrays and tuples as lists, its ``extra`` dict spread at the
+    end; non-finite floats stay floats (for tables), :func:`jsonable` writes them as ``null``."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "extra":
+            out.update(value)
+        elif isinstance(value, np.ndarray):
+            out[f.name] = value.tolist()
+        else:
+            out[f.name] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict) else value
+    return out
 
 
 def dumps(data: Any) -> str:

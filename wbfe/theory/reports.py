@@ -1,8 +1,7 @@
 """Run a theory sweep from its settings, then draw its figures and write its JSON in one folder.
 
-The computing happens here (the solvers, HMC, Adam students); :mod:`wbfe.reporting.plots.theory` and
-:mod:`wbfe.reporting.plots.hierarchical` only draw values they are given. Each ``write_*`` returns the data it
-wrote (non-finite values still as floats, for tables); its JSON file holds them as ``null``.
+The computing happens here; :mod:`wbfe.reporting.plots` only draws the values it is given. Each ``write_*``
+returns the data it wrote (non-finite values still as floats, for tables); its JSON holds them as ``null``.
 """
 
 from __future__ import annotations
@@ -24,11 +23,8 @@ PathLike = Union[str, Path]
 
 
 def write_curve(settings: CurveSettings, out_dir: PathLike) -> dict[str, Any]:
-    """Sweep the fixed point over r, fit the regime exponents, save three PNGs and ``curve.json``.
-
-    Returns:
-        The JSON written, with ``files`` listing the paths.
-    """
+    """Sweep the fixed point over r, fit the regime exponents, save three PNGs and ``curve.json``; return
+    the JSON written, with ``files`` listing the paths."""
     from wbfe.reporting.plots.theory import plot_eps, plot_kc, plot_staircase
     from wbfe.theory.teacher_student import fit_regimes, readout, sweep
 

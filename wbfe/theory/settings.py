@@ -12,10 +12,11 @@ wbfe.errors.InvalidOptionError: need 0 < r_min < r_max and points >= 2 (got 5.0,
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from wbfe.errors import InvalidOptionError
+from wbfe.theory.json_io import fields_dict
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -52,8 +53,14 @@ def _check_list(name: str, values: tuple, minimum: int) -> None:
         _check_int(name, v, minimum)
 
 
+class _Settings:
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-ready dict."""
+        return fields_dict(self)
+
+
 @dataclass(frozen=True)
-class CurveSettings:
+class CurveSettings(_Settings):
     """A sweep of the fixed point over r = n/(kd) (``wbfe theory curve``)."""
 
     beta: float = 0.3
@@ -76,13 +83,9 @@ class CurveSettings:
         _check_common(self.d, self.k, self.delta)
         _check_model(self.activation, self.readout, self.k, beta=self.beta, rate=self.rate, nonzeros=self.nonzeros)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as a JSON-ready dict."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class HmcSettings:
+class HmcSettings(_Settings):
     """HMC posterior sampling against the fixed point (``wbfe theory hmc``)."""
 
     r_values: tuple[float, ...] = (0.5, 2.0, 5.0)
@@ -111,13 +114,9 @@ class HmcSettings:
         _check_int("samples", self.samples, 1)
         _check_model(self.activation, "power", self.k, beta=self.beta)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as a JSON-ready dict."""
-        return {**asdict(self), "r_values": list(self.r_values), "seeds": list(self.seeds)}
-
 
 @dataclass(frozen=True)
-class StudentSettings:
+class StudentSettings(_Settings):
     """Adam-trained students of several widths against k_c (``wbfe theory student``)."""
 
     widths: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48)
@@ -142,7 +141,3 @@ class StudentSettings:
         _check_int("epochs", self.epochs, 1)
         _check_positive("lr", self.lr)
         _check_model(self.activation, "power", self.k, beta=self.beta)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as a JSON-ready dict."""
-        return {**asdict(self), "widths": list(self.widths), "seeds": list(self.seeds)}

@@ -1,10 +1,7 @@
 """An Adam-trained student of width k_s against the teacher–student theory (docs/math.md §6 checks).
 
-The student f(x) = aᵀσ(Wx) has W ∈ R^{k_s×d} with rows renormalised to unit norm after every epoch
-and a trainable readout a (started at 0); it is trained on the mean squared error with Adam. Its
-test error against the noiseless teacher, as a function of k_s at fixed n, is expected to be lowest
-near the effective width k_c of the Bayes-optimal solution and to rise for wider students, which
-spend their extra neurons fitting noise.
+A student wider than the Bayes-optimal effective width k_c spends its extra neurons fitting noise, so its
+test error at fixed n is expected to be lowest near k_s ≈ k_c.
 """
 
 from __future__ import annotations
@@ -25,18 +22,9 @@ __all__ = ["train_student", "StudentSweep", "student_sweep"]
 
 def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: int = 1, lr: float = 0.01,
                   seed: int = 0) -> float:
-    """Train one student with Adam and return its final test error E_x[(f(x) − f⁰(x))²].
-
-    Args:
-        teacher: teacher and data from :func:`~wbfe.theory.hmc.make_teacher` (``centred=False``).
-        width: student width k_s ≥ 1.
-        epochs: passes over the data; rows are renormalised after each.
-        batches: mini-batches per epoch (1 = full batch).
-        lr: Adam learning rate.
-        seed: seed of the initial weights.
-
-    Returns:
-        The test mean squared error against the noiseless teacher output.
+    """Train one student f(x) = aᵀσ(Wx) of ``width`` unit rows (renormalised after every epoch; a starts at
+    0) with Adam on the squared error, and return its test error E_x[(f(x) − f⁰(x))²] against the
+    noiseless teacher (from :func:`~wbfe.theory.hmc.make_teacher` with ``centred=False``).
 
     Raises:
         InvalidOptionError: non-positive width, epochs, batches or learning rate.
@@ -101,10 +89,8 @@ def student_sweep(*, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 3
                   kind: str = "power", beta: float = 1.0, activation: ActivationLike = "tanh2",
                   seeds: Sequence[int] = (0,), epochs: int = 1500, batches: int = 1, lr: float = 0.01,
                   device: str = "cpu") -> StudentSweep:
-    """Train students of each width on the same teacher and data (per seed) and compare with k_c.
-
-    The theory's k_c and ε come from :func:`~wbfe.theory.teacher_student.solve` with the same
-    readout, d, n and Δ.
+    """Train students of each width on the same teacher and data (per seed) and compare with the k_c and ε
+    of :func:`~wbfe.theory.teacher_student.solve` for the same readout, d, n and Δ.
 
     Raises:
         InvalidOptionError: empty ``widths`` or ``seeds`` (and the errors of the parts).

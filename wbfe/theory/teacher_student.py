@@ -1,62 +1,33 @@
-"""The Bayes-optimal extensive-width teacher–student fixed point (docs/math.md §6).
+"""The Bayes-optimal extensive-width teacher–student fixed point ε = F(ε) (docs/math.md §6).
 
-Teacher y = vᵀσ(W⁰x) + √Δ·z with k orthonormal rows in dimension d and n samples. With
-snrᵢ = (n/d)·vᵢ²/(Δ + ε) and qᵢ = m(snrᵢ), the Bayes-optimal error against the noiseless output
-(without its linear part) solves
-
-    ε = F(ε) = Σᵢ vᵢ²·(g(1) − g(qᵢ))   on [0, g(1)·‖v‖²].
-
-F is non-decreasing in ε and jumps up wherever some snrᵢ crosses λ_σ, so F(ε) − ε can change sign
-more than once. Every sign change is found by a scan (a geometric grid plus both sides of every
-jump) and refined by bisection; the smallest root is ε (F(0) > 0, so it is a stable crossing). The
-scan starts from the monotone iteration ε ← F(ε) from 0, which climbs to the smallest root without
-passing it, so no root is skipped and the features that are on only at tiny ε are never evaluated.
+F jumps wherever some snrᵢ crosses λ_σ, so F(ε) − ε can change sign more than once: every sign change
+is bracketed by a scan and refined by bisection, and the smallest root is ε^BO.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hermite import Activation, Kernel, kernel
+from wbfe.theory.json_io import fields_dict
 
-__all__ = [
-    "READOUTS",
-    "readout",
-    "fixed_point_map",
-    "FixedPoint",
-    "solve",
-    "Sweep",
-    "sweep",
-    "fit_slope",
-    "RegimeFit",
-    "fit_regimes",
-    "ScalingRow",
-    "scaling_table",
-]
+__all__ = ["READOUTS", "readout", "fixed_point_map", "FixedPoint", "solve", "Sweep", "sweep", "fit_slope", "RegimeFit",
+           "fit_regimes", "ScalingRow", "scaling_table"]
 
-ReadoutKind = Literal["power", "dense", "exp", "sparse"]
 READOUTS: tuple[str, ...] = ("power", "dense", "exp", "sparse")
 ActivationLike = Union[str, Activation, Callable[[np.ndarray], np.ndarray]]
 
 
 def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros: int = 3) -> np.ndarray:
-    """The teacher's readout v (‖v‖ = 1), sorted by decreasing magnitude.
+    """The teacher's readout v (‖v‖ = 1, float64, length k), sorted by decreasing magnitude.
 
-    Args:
-        kind: ``power`` (vᵢ ∝ i^(−β)), ``dense`` (vᵢ = 1/√k, the β = 0 power law), ``exp``
-            (vᵢ ∝ e^(−rate·i)) or ``sparse`` (the first ``nonzeros`` entries equal, the rest 0).
-        k: teacher width.
-        beta: power-law exponent (``power`` only), ≥ 0.
-        rate: decay rate c of ``exp``, > 0.
-        nonzeros: number p of non-zero entries of ``sparse``, 1 ≤ p ≤ k.
-
-    Returns:
-        float64 array of length k.
+    ``kind`` is ``power`` (vᵢ ∝ i^(−beta)), ``dense`` (vᵢ = 1/√k), ``exp`` (vᵢ ∝ e^(−rate·i)) or
+    ``sparse`` (the first ``nonzeros`` entries equal, the rest 0).
 
     Raises:
         InvalidOptionError: k < 1 or an option out of range.
@@ -119,20 +90,17 @@ class FixedPoint:
         eps_all: every root found (ascending); roots after the first are further crossings.
         kinds: ``stable`` (F − ε goes from + to −) or ``unstable`` (− to +) for each root.
         jumps: places where F jumps over the diagonal (− to + through a discontinuity: no root).
-        q, snr: per-feature overlaps and signal-to-noise ratios at ε.
         k_c: effective width #{i : qᵢ > 0}.
-        n, d, k, r, delta: the problem (r = n/(kd)).
-        lambda_sigma, q_sigma, g1: the kernel's constants.
-        activation: the activation's name.
+        q, snr: per-feature overlaps and signal-to-noise ratios at ε.
     """
 
     eps: float
     eps_all: tuple[float, ...]
     kinds: tuple[str, ...]
     jumps: tuple[float, ...]
+    k_c: int
     q: np.ndarray
     snr: np.ndarray
-    k_c: int
     n: float
     d: int
     k: int
@@ -146,38 +114,7 @@ class FixedPoint:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (arrays as lists)."""
-        return {
-            "eps": self.eps,
-            "eps_all": list(self.eps_all),
-            "kinds": list(self.kinds),
-            "jumps": list(self.jumps),
-            "k_c": self.k_c,
-            "q": self.q.tolist(),
-            "snr": self.snr.tolist(),
-            "n": self.n,
-            "d": self.d,
-            "k": self.k,
-            "r": self.r,
-            "delta": self.delta,
-            "lambda_sigma": self.lambda_sigma,
-            "q_sigma": self.q_sigma,
-            "g1": self.g1,
-            "activation": self.activation,
-            **self.extra,
-        }
-
-
-def _problem_size(k: int, d: int, n: Optional[float], r: Optional[float]) -> tuple[float, float]:
-    if (n is None) == (r is None):
-        raise InvalidOptionError("give exactly one of n and r")
-    if d < 1:
-        raise InvalidOptionError(f"d must be >= 1, got {d}")
-    if n is None:
-        assert r is not None
-        n = r * k * d
-    if not (math.isfinite(n) and n > 0):
-        raise InvalidOptionError(f"n (or r) must be positive and finite, got n={n}")
-    return float(n), float(n) / (k * d)
+        return fields_dict(self)
 
 
 def _roots(h: Callable[[np.ndarray], np.ndarray], grid: np.ndarray, scale: float) -> tuple[list, list, list]:
@@ -207,19 +144,14 @@ def _roots(h: Callable[[np.ndarray], np.ndarray], grid: np.ndarray, scale: float
 
 
 def _lower_bound(h: Callable[[np.ndarray], np.ndarray], e_max: float, iterations: int = 40) -> float:
-    """A point below the smallest root where F(ε) − ε > 0, from the monotone iteration ε ← F(ε).
-
-    F is non-decreasing and F(0) > 0, so the iterates from 0 increase towards the smallest root and
-    never pass it; the scan can start at the last iterate still strictly below the next one (there
-    F − ε > 0), which keeps the features that are on at tiny ε out of the scan.
-    """
+    """A point below the smallest root where F(ε) − ε > 0: F is non-decreasing and F(0) > 0, so the
+    iterates of ε ← F(ε) from 0 climb towards the smallest root without passing it."""
     prev = 0.0
     for _ in range(iterations):
         nxt = prev + float(h(np.array([prev]))[0])
         if not nxt > prev * (1 + 1e-9) or nxt >= e_max:
             break
-        cand = float(h(np.array([nxt]))[0])
-        if not cand > 0:
+        if not float(h(np.array([nxt]))[0]) > 0:
             break
         prev = nxt
     return prev
@@ -228,22 +160,13 @@ def _lower_bound(h: Callable[[np.ndarray], np.ndarray], e_max: float, iterations
 def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: Optional[float] = None,
           activation: ActivationLike = "tanh2", kern: Optional[Kernel] = None, grid_points: int = 600,
           max_jumps: int = 256) -> FixedPoint:
-    """Solve the fixed point ε = F(ε) for a readout v (docs/math.md §6).
+    """Solve the fixed point ε = F(ε) for a readout v, at n samples or at r = n/(k·d) (exactly one).
 
     Args:
-        v: the readout (any norm; ‖v‖ = 1 in the model).
-        delta: noise variance Δ > 0.
-        d: input dimension.
-        n: number of samples; or
-        r: n/(k·d) (give exactly one of the two).
-        activation: the activation (ignored when ``kern`` is given).
-        kern: a prebuilt :class:`~wbfe.theory.hermite.Kernel` (saves rebuilding it in sweeps).
-        grid_points: points of the geometric scan of [ε₀, g(1)·‖v‖²], where ε₀ ≤ ε^BO is the
-            last iterate of ε ← F(ε) from 0 still below the next (no root lies under it).
+        kern: a prebuilt :class:`~wbfe.theory.hermite.Kernel` (saves rebuilding it in sweeps;
+            ``activation`` is then ignored).
+        grid_points: points of the geometric scan of [ε₀, g(1)·‖v‖²], ε₀ ≤ ε^BO from :func:`_lower_bound`.
         max_jumps: how many of the jumps of F just above ε₀ are bracketed on both sides.
-
-    Returns:
-        The :class:`FixedPoint`.
 
     Raises:
         InvalidOptionError: a non-positive Δ, d, n or r, an empty v, or both/neither of n and r.
@@ -255,7 +178,15 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         raise InvalidOptionError(f"delta must be positive, got {delta}")
     kern = kern if kern is not None else kernel(activation)
     k = v.size
-    n_val, r_val = _problem_size(k, d, n, r)
+    if (n is None) == (r is None):
+        raise InvalidOptionError("give exactly one of n and r")
+    if d < 1:
+        raise InvalidOptionError(f"d must be >= 1, got {d}")
+    n_given = r * k * d if n is None else n  # type: ignore[operator]
+    if not (math.isfinite(n_given) and n_given > 0):
+        raise InvalidOptionError(f"n (or r) must be positive and finite, got n={n_given}")
+    n_val = float(n_given)
+    r_val = n_val / (k * d)
     n_over_d = n_val / d
     v2 = v**2
     e_max = kern.g1 * float(v2.sum())
@@ -303,11 +234,7 @@ class Sweep:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {
-            "r": self.r.tolist(), "n": self.n.tolist(), "eps": self.eps.tolist(), "k_c": self.k_c.tolist(),
-            "q": self.q.tolist(), "n_roots": self.n_roots.tolist(), "d": self.d, "k": self.k,
-            "delta": self.delta, "lambda_sigma": self.lambda_sigma, "q_sigma": self.q_sigma,
-        }
+        return fields_dict(self)
 
 
 def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float], np.ndarray],
@@ -323,11 +250,11 @@ def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float
     )
 
 
-def fit_slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of log y against log x (NaN when fewer than 3 usable points)."""
+def fit_slope(x: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> float:
+    """Least-squares slope of log y against log x (NaN when fewer than ``min_points`` usable points)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    if np.count_nonzero(ok) < 3:
+    if np.count_nonzero(ok) < min_points:
         return math.nan
     return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
 
@@ -346,12 +273,7 @@ class RegimeFit:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {
-            "feature_learning": self.feature_learning, "feature_learning_predicted": self.feature_learning_predicted,
-            "feature_learning_window": list(self.feature_learning_window), "refinement": self.refinement,
-            "refinement_predicted": self.refinement_predicted, "refinement_window": list(self.refinement_window),
-            "reasons": dict(self.reasons),
-        }
+        return fields_dict(self)
 
 
 def fit_regimes(sw: Sweep, *, beta: float, kc_min: int = 8, kc_max_frac: float = 0.1,
@@ -428,9 +350,7 @@ class ScalingRow:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        return {"family": self.family, "kc_axis": self.kc_axis, "kc_slope": self.kc_slope, "kc_predicted": self.kc_predicted,
-                "eps_slope": self.eps_slope, "eps_predicted": self.eps_predicted, "note": self.note,
-                "d": list(self.d), "k_c": list(self.k_c), "eps": list(self.eps)}
+        return fields_dict(self)
 
 
 # (label, readout kind, options, predicted slope of k_c, of ε, note) — derived in docs/math.md §6 terms:
@@ -448,17 +368,8 @@ SCALING_FAMILIES: tuple[tuple[str, str, dict, float, float, str], ...] = (
 
 def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5, delta: float = 0.04,
                   activation: ActivationLike = "tanh2") -> list[ScalingRow]:
-    """Fit the exponents of k_c(d) and ε(d) for each readout family at fixed r and k = γd.
-
-    Args:
-        d_values: input dimensions (at least 3).
-        r: n/(kd), held fixed.
-        gamma: k/d.
-        delta: noise variance Δ.
-        activation: the activation.
-
-    Returns:
-        One :class:`ScalingRow` per family of :data:`SCALING_FAMILIES`.
+    """One :class:`ScalingRow` per family of :data:`SCALING_FAMILIES`: the exponents of k_c(d) and ε(d)
+    at fixed r = n/(kd) and k = γd, over at least 3 values of d.
 
     Raises:
         InvalidOptionError: fewer than 3 dimensions or a non-positive r, γ or Δ.

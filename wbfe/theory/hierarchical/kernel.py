@@ -1,10 +1,7 @@
 """The shallow baseline of docs/math.md §7: kernel ridge regression on the raw inputs.
 
-A rotation-invariant Gaussian kernel k(u, v) = exp(−‖u − v‖²/(2·dim)) (bandwidth² = input
-dimension, so that k is O(1) on typical pairs) with the ridge chosen among a fixed grid by exact
-leave-one-out error, which is closed-form given one eigendecomposition of the kernel matrix. Such a
-kernel can fit the degree ≤ ℓ part of the target only once n ≫ d^ℓ, and the target is of degree 4
-in x, hence the gap to the spectral learner for d² ≲ n ≪ d⁴.
+The ridge is chosen among a fixed grid by exact leave-one-out error, closed-form given one
+eigendecomposition of the kernel matrix.
 """
 
 from __future__ import annotations
@@ -29,15 +26,8 @@ def rbf_kernel(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class KernelFit:
-    """A fitted kernel ridge regressor.
-
-    Attributes:
-        train_inputs: (n, dim) training inputs.
-        coef: (n,) dual coefficients.
-        intercept: mean of the training outputs (the kernel fits the centred outputs).
-        ridge: the ridge chosen by leave-one-out.
-        loo_mse: its leave-one-out mean squared error.
-    """
+    """A fitted kernel ridge regressor: dual ``coef`` on the centred outputs, whose mean is ``intercept``,
+    and the ridge chosen by leave-one-out with its error ``loo_mse``."""
 
     train_inputs: np.ndarray
     coef: np.ndarray
@@ -49,15 +39,8 @@ class KernelFit:
 def fit_kernel_ridge(
     inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, ...] = RIDGE_GRID
 ) -> KernelFit:
-    """Kernel ridge regression with the ridge picked by exact leave-one-out error.
-
-    Args:
-        inputs: (n, dim) training inputs.
-        y: (n,) training outputs.
-        ridges: candidate ridges (positive), relative to n: the penalty is ridge·n·‖f‖²_K / n.
-
-    Returns:
-        The fit with the best ridge.
+    """Kernel ridge regression on (n, dim) inputs with the ridge picked by exact leave-one-out error among
+    ``ridges``, relative to n (the penalty is ridge·n·‖f‖²_K / n).
 
     Raises:
         InvalidOptionError: shapes do not match, or a ridge is not positive.

@@ -1,10 +1,5 @@
 """The hierarchical target of docs/math.md §7: latent degree-2 Hermite features and a power-law readout.
 
-x ~ N(0, I_d); z(x) ∈ R^D, D = d(d+1)/2, holds (x_i² − 1)/√2 and x_i x_j (i < j); the latent
-features are h_i = ⟨a_i, z(x)⟩ with a_i orthonormal, and the output is
-y = g*(s) standardised, s = Σ_i b_i (h_i² − 1), b_i = ±i^(−γ) scaled so that Var s = 1 for Gaussian h.
-The Gaussian-equivalent variant draws z ~ N(0, I_D) directly.
-
 A vector v ∈ R^D and a symmetric matrix A ∈ R^{d×d} are the same object: A_ii = v_ii,
 A_ij = v_ij/√2, so that ⟨v, z(x)⟩ = (xᵀAx − Tr A)/√2 and ‖A‖_F = ‖v‖. The matrix-free operators
 below never build z(x) for the Hermite features: they work with A.
@@ -19,19 +14,8 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 
-__all__ = [
-    "ACTIVATIONS",
-    "FEATURE_KINDS",
-    "HierarchicalTeacher",
-    "FeatureData",
-    "feature_dim",
-    "vec_to_sym",
-    "sym_to_vec",
-    "hermite_features",
-    "make_teacher",
-    "sample_data",
-    "teacher_output",
-]
+__all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
+           "sym_to_vec", "hermite_features", "make_teacher", "sample_data", "teacher_output"]
 
 ACTIVATIONS = ("identity", "tanh")
 FEATURE_KINDS = ("hermite", "gaussian")
@@ -46,15 +30,8 @@ def feature_dim(d: int) -> int:
 
 
 def vec_to_sym(v: np.ndarray, d: int) -> np.ndarray:
-    """Map vectors in R^D (columns of ``v``) to symmetric d×d matrices with ⟨v, z⟩ = (xᵀAx − Tr A)/√2.
-
-    Args:
-        v: shape (D,) or (D, k), coordinates ordered as diagonal first, then (i < j) row-major.
-        d: input dimension.
-
-    Returns:
-        Shape (d, d) or (k, d, d).
-    """
+    """Map vectors in R^D, shape (D,) or (D, k), to symmetric matrices, (d, d) or (k, d, d), with
+    ⟨v, z⟩ = (xᵀAx − Tr A)/√2; coordinates are ordered diagonal first, then (i < j) row-major."""
     v = np.asarray(v, dtype=np.float64)
     single = v.ndim == 1
     cols = v[:, None] if single else v
@@ -92,10 +69,8 @@ def hermite_features(x: np.ndarray) -> np.ndarray:
 class FeatureData:
     """Inputs of n samples, with the matrix-free maps V ↦ Z V and W ↦ Zᵀ W of their features.
 
-    Attributes:
-        kind: ``"hermite"`` (``inputs`` is x, (n, d)) or ``"gaussian"`` (``inputs`` is z, (n, D)).
-        inputs: the raw inputs the kernel baseline sees.
-        d: input dimension of the Hermite model (also kept for the Gaussian variant).
+    ``inputs`` (what the kernel baseline sees) is x, (n, d), for ``kind`` ``"hermite"`` and z, (n, D),
+    for ``"gaussian"``; ``d`` is the Hermite model's input dimension either way.
     """
 
     kind: str
@@ -150,17 +125,8 @@ class FeatureData:
 
 @dataclass(frozen=True)
 class HierarchicalTeacher:
-    """One draw of the target function.
-
-    Attributes:
-        d: input dimension; the features live in R^D, D = d(d+1)/2.
-        gamma: decay exponent of |b_i| = i^(−γ) (before scaling).
-        activation: g*, ``"identity"`` or ``"tanh"``.
-        features: ``"hermite"`` or ``"gaussian"`` (the Gaussian-equivalent variant).
-        a: (D, p) orthonormal teacher directions.
-        b: (p,) second-layer weights ±i^(−γ)·scale with Var s = 1 for Gaussian latents.
-        y_mean, y_std: the population mean and standard deviation of g*(s) used to standardise y.
-    """
+    """One draw of the target function: directions ``a`` (D, p), orthonormal; weights ``b`` (p,),
+    ±i^(−γ) scaled to Var s = 1 for Gaussian latents; ``y_mean``, ``y_std`` standardise g*(s)."""
 
     d: int
     gamma: float
@@ -197,19 +163,8 @@ def make_teacher(
     features: str = "hermite",
     seed: int | np.random.SeedSequence = 0,
 ) -> HierarchicalTeacher:
-    """Draw the teacher: orthonormal a_i ∈ R^D, random signs of b_i, standardisation constants.
-
-    Args:
-        d: input dimension (≥ 2).
-        p: number of latent features; default round(d^eps).
-        gamma: decay exponent of the second layer (> 0).
-        eps: exponent of the default p.
-        activation: g*, ``"identity"`` or ``"tanh"``.
-        features: ``"hermite"`` or ``"gaussian"``.
-        seed: seed of the draw.
-
-    Returns:
-        The teacher.
+    """Draw the teacher: p (default round(d^eps)) orthonormal a_i ∈ R^D, random signs of b_i, and the
+    standardisation constants.
 
     Raises:
         InvalidOptionError: d < 2, p outside [1, D], gamma ≤ 0.
@@ -252,15 +207,7 @@ def teacher_output(teacher: HierarchicalTeacher, h: np.ndarray) -> np.ndarray:
 def sample_data(
     teacher: HierarchicalTeacher, n: int, *, seed: int | np.random.SeedSequence
 ) -> tuple[FeatureData, np.ndarray]:
-    """Draw n samples of the teacher.
-
-    Args:
-        teacher: the target.
-        n: number of samples (≥ 1).
-        seed: seed of the draw.
-
-    Returns:
-        ``(data, y)``: the inputs (with their feature maps) and the standardised outputs.
+    """``(data, y)``: n samples of the teacher's inputs (with their feature maps) and standardised outputs.
 
     Raises:
         InvalidOptionError: n < 1.

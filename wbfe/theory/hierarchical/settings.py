@@ -1,14 +1,13 @@
-"""Settings of a hierarchical sweep (docs/math.md §7), validated once when constructed.
-
-The CLI builds one from its options, :func:`~wbfe.theory.hierarchical.sweep.simulate_hierarchical`
-runs it, and the result's ``settings`` (and so its JSON) records it.
-"""
+"""Settings of a hierarchical sweep (docs/math.md §7), validated once when constructed; the result's
+``settings`` (and so its JSON) records them."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional
+
+import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
@@ -28,19 +27,12 @@ class HierarchicalSettings:
     """A sweep of n = d^α over ``points`` values of α in [alpha_min, alpha_max], ``seeds`` times.
 
     Args:
-        d: input dimension.
         p: number of latent features (default round(d^eps)); the learner keeps p directions.
         gamma: decay exponent of |b_i| (> 1/2).
-        alpha_min, alpha_max, points: the α grid (inclusive, evenly spaced).
         seeds: independent repetitions (teacher and data).
-        eps: exponent of the default p.
-        activation: g*, ``"identity"`` or ``"tanh"``.
-        features: ``"hermite"`` or ``"gaussian"`` (Gaussian-equivalent).
-        n_test: test samples per seed.
         kernel_max_n: largest training set given to kernel ridge (its cost is O(n³)); 0 switches it off.
         q_level: overlap above which a feature counts as recovered, and the level whose crossing
             defines a measured threshold.
-        solver: eigensolver (``"auto"``, ``"eigsh"`` matrix-free, ``"dense"``).
         seed: master seed; the same settings give the same result.
 
     Raises:
@@ -94,10 +86,8 @@ class HierarchicalSettings:
                 f"(limit {MAX_TRAIN_BYTES / 2**30:.0f} GiB); lower alpha_max or d"
             )
 
-    def alphas(self) -> Any:
-        """The α grid (numpy array)."""
-        import numpy as np
-
+    def alphas(self) -> np.ndarray:
+        """The α grid."""
         return np.linspace(self.alpha_min, self.alpha_max, int(self.points))
 
     def sample_sizes(self) -> list[int]:
@@ -106,12 +96,9 @@ class HierarchicalSettings:
 
     def to_dict(self, *, p: int) -> dict[str, Any]:
         """The settings as recorded in a result, with ``D`` and the resolved number of features ``p``."""
-        out = {k: v for k, v in asdict(self).items() if k != "p"}
-        ints = ("d", "points", "seeds", "n_test", "kernel_max_n", "seed")
-        floats = ("gamma", "eps", "alpha_min", "alpha_max", "q_level")
-        out.update({k: int(out[k]) for k in ints})
-        out.update({k: float(out[k]) for k in floats})
-        keys = ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max", "points", "seeds",
-                "n_test", "kernel_max_n", "q_level", "solver", "seed")
-        full = {**out, "D": feature_dim(int(self.d)), "p": p}
-        return {k: full[k] for k in keys}
+        s = self
+        return {"d": int(s.d), "D": feature_dim(int(s.d)), "p": p, "gamma": float(s.gamma), "eps": float(s.eps),
+                "activation": s.activation, "features": s.features, "alpha_min": float(s.alpha_min),
+                "alpha_max": float(s.alpha_max), "points": int(s.points), "seeds": int(s.seeds),
+                "n_test": int(s.n_test), "kernel_max_n": int(s.kernel_max_n), "q_level": float(s.q_level),
+                "solver": s.solver, "seed": int(s.seed)}

@@ -1,8 +1,5 @@
 """The layer-wise spectral learner of docs/math.md §7 and the overlaps with the teacher.
 
-Ĉ = (1/n) Σ_μ y_μ (z_μ z_μᵀ − I); its top-p eigenvectors by |eigenvalue| estimate the teacher
-directions a_i; with ĥ = Âᵀz, B̂ = (1/2n) Σ_μ y_μ (ĥ_μ ĥ_μᵀ − I) and the prediction is
-c₀ + c₁·(ĥᵀB̂ĥ − Tr B̂), the affine calibration fitted by least squares on the training data.
 Ĉ is applied matrix-free (two passes over the n×d inputs per product), so memory is O(n·d + D·p).
 """
 
@@ -19,16 +16,8 @@ from wbfe.theory.hierarchical.model import FeatureData, hermite_features
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
 
-__all__ = [
-    "SOLVERS",
-    "SpectralFit",
-    "moment_operator",
-    "dense_moment_matrix",
-    "top_eigenpairs",
-    "fit_spectral",
-    "predict_spectral",
-    "matched_overlaps",
-]
+__all__ = ["SOLVERS", "SpectralFit", "moment_operator", "dense_moment_matrix", "top_eigenpairs", "fit_spectral",
+           "predict_spectral", "matched_overlaps"]
 
 SOLVERS = ("auto", "eigsh", "dense")
 DENSE_MAX_DIM = 1500  # "auto" builds Ĉ explicitly up to this D (18 MB); beyond, Lanczos
@@ -36,11 +25,7 @@ _DENSE_CHUNK = 4096
 
 
 def moment_operator(data: FeatureData, y: np.ndarray) -> "LinearOperator":
-    """Ĉ = (1/n) Σ y_μ (z_μ z_μᵀ − I) as a symmetric matrix-free LinearOperator on R^D.
-
-    Each product costs two passes over the inputs (O(n·d²) for Hermite features, O(n·D) for the
-    Gaussian variant) and O(D) memory beyond them.
-    """
+    """Ĉ = (1/n) Σ y_μ (z_μ z_μᵀ − I) as a symmetric matrix-free LinearOperator on R^D."""
     from scipy.sparse.linalg import LinearOperator
 
     y = np.asarray(y, dtype=np.float64)
@@ -71,19 +56,15 @@ def dense_moment_matrix(data: FeatureData, y: np.ndarray) -> np.ndarray:
 def top_eigenpairs(
     data: FeatureData, y: np.ndarray, k: int, *, solver: str = "auto", seed: int = 0, tol: float = 1e-6
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The k eigenpairs of Ĉ of largest |eigenvalue|, sorted by |eigenvalue| descending.
+    """``(values, vectors)``, (k,) and (D, k): the k eigenpairs of Ĉ of largest |eigenvalue|, by
+    |eigenvalue| descending.
 
     Args:
-        data: training inputs.
-        y: training outputs, shape (n,).
-        k: number of eigenpairs (1 ≤ k < D for ``eigsh``, ≤ D for ``dense``).
+        k: 1 ≤ k < D for ``eigsh``, ≤ D for ``dense``.
         solver: ``"eigsh"`` (Lanczos on the matrix-free operator), ``"dense"`` (explicit Ĉ), or
             ``"auto"`` (dense when D <= DENSE_MAX_DIM).
         seed: seed of the Lanczos start vector (the result is deterministic given it).
         tol: relative accuracy asked of ARPACK.
-
-    Returns:
-        ``(values, vectors)`` with shapes (k,) and (D, k).
 
     Raises:
         InvalidOptionError: k out of range.
@@ -111,14 +92,8 @@ def top_eigenpairs(
 
 @dataclass(frozen=True)
 class SpectralFit:
-    """The learned two-layer predictor.
-
-    Attributes:
-        eigenvalues: (k,) eigenvalues of Ĉ, by |value| descending.
-        directions: (D, k) estimated first-layer directions â_i.
-        second_layer: (k, k) B̂.
-        intercept, slope: the affine calibration c₀, c₁.
-    """
+    """The learned two-layer predictor: directions â_i (D, k) with their eigenvalues of Ĉ, B̂ (k, k) and
+    the affine calibration c₀, c₁."""
 
     eigenvalues: np.ndarray
     directions: np.ndarray
@@ -134,18 +109,8 @@ def _raw_output(h_hat: np.ndarray, second_layer: np.ndarray) -> np.ndarray:
 def fit_spectral(
     data: FeatureData, y: np.ndarray, k: int, *, solver: str = "auto", seed: int = 0, tol: float = 1e-6
 ) -> SpectralFit:
-    """Train the layer-wise spectral learner on (data, y).
-
-    Args:
-        data: training inputs.
-        y: training outputs, shape (n,).
-        k: number of directions kept (p).
-        solver: eigensolver, see :func:`top_eigenpairs`.
-        seed: seed of the eigensolver start vector.
-        tol: eigensolver tolerance.
-
-    Returns:
-        The fitted predictor.
+    """Train the layer-wise spectral learner on (data, y), keeping k directions (``solver``, ``seed`` and
+    ``tol`` as in :func:`top_eigenpairs`).
 
     Raises:
         InvalidOptionError: y does not match the data, or k out of range.
@@ -171,15 +136,8 @@ def predict_spectral(fit: SpectralFit, data: FeatureData) -> np.ndarray:
 
 
 def matched_overlaps(teacher_dirs: np.ndarray, learned_dirs: np.ndarray) -> np.ndarray:
-    """Squared cosines q_i = ⟨a_i, â_π(i)⟩² under the one-to-one matching π maximising Σ q.
-
-    Args:
-        teacher_dirs: (D, p) orthonormal teacher directions.
-        learned_dirs: (D, k) orthonormal learned directions.
-
-    Returns:
-        (p,) overlaps in [0, 1]; a teacher direction left unmatched (k < p) gets 0.
-    """
+    """Squared cosines q_i = ⟨a_i, â_π(i)⟩² ∈ [0, 1] of the (D, p) teacher directions under the one-to-one
+    matching π to the (D, k) learned ones that maximises Σ q; one left unmatched (k < p) gets 0."""
     from scipy.optimize import linear_sum_assignment
 
     cos2 = (np.asarray(teacher_dirs).T @ np.asarray(learned_dirs)) ** 2

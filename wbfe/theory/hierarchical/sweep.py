@@ -1,13 +1,6 @@
-"""Theory II (docs/math.md §7): sequential feature recovery in a hierarchical model, simulated.
-
-One call sweeps n = d^α over a grid of α, for several seeds: per seed a teacher is drawn once and one
-nested training set (each n uses the first n samples of the largest draw) plus one test set. At each
-n the spectral learner reports its per-feature overlaps q_i, the number recovered and its test NMSE;
-kernel ridge on the raw inputs gives the shallow baseline. The predictions (thresholds, m(n), the
-tail-sum NMSE and its exponent) are computed beside the measurements.
-
-The model, the learners and the formulas live in the sibling modules ``model``, ``spectral``,
-``kernel`` and ``theory`` of :mod:`wbfe.theory.hierarchical`.
+"""Theory II (docs/math.md §7) simulated: a sweep of n = d^α, for several seeds, comparing the spectral
+learner and kernel ridge with the predictions. Per seed a teacher is drawn once with one nested training
+set (each n uses the first n samples of the largest draw) and one test set.
 """
 
 from __future__ import annotations
@@ -35,11 +28,9 @@ class HierarchicalPoint:
 
     Attributes:
         alpha: log_d n as asked (n is its rounding).
-        n: training samples.
-        nmse: spectral learner's test MSE / Var(y_test), mean over seeds.
-        nmse_std: its standard deviation over seeds.
-        nmse_kernel: kernel ridge's NMSE (NaN when the baseline is switched off).
-        n_kernel: samples kernel ridge was trained on: min(n, kernel_max_n).
+        nmse: spectral learner's test MSE / Var(y_test), mean over seeds (``nmse_std``: its spread).
+        nmse_kernel: kernel ridge's NMSE, trained on min(n, kernel_max_n) = ``n_kernel`` samples (NaN
+            when the baseline is switched off).
         q: (p,) mean squared overlap of each teacher direction with its matched learned direction.
         recovered: mean number of features with q_i >= the recovery level.
     """
@@ -72,12 +63,8 @@ class HierarchicalResult:
 def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **options: Any) -> HierarchicalResult:
     """Sweep n = d^α and measure the spectral learner against kernel ridge and the predictions.
 
-    Args:
-        settings: the sweep; or give its fields as keywords (``simulate_hierarchical(d=30, seeds=2)``),
-            see :class:`~wbfe.theory.hierarchical.settings.HierarchicalSettings`.
-
-    Returns:
-        The sweep with its predictions.
+    Give the :class:`~wbfe.theory.hierarchical.settings.HierarchicalSettings`, or their fields as keywords
+    (``simulate_hierarchical(d=30, seeds=2)``).
 
     Raises:
         InvalidOptionError: an option out of range (or both ``settings`` and keywords given).
@@ -91,9 +78,7 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
     alphas = s.alphas()
     ns = s.sample_sizes()
     children = np.random.SeedSequence(s.seed).spawn(int(s.seeds))
-    runs = [_run_seed(child, ns, d=s.d, p=s.p, gamma=s.gamma, eps=s.eps, activation=s.activation,
-                      features=s.features, n_test=s.n_test, kernel_max_n=s.kernel_max_n,
-                      q_level=s.q_level, solver=s.solver) for child in children]
+    runs = [_run_seed(child, ns, s) for child in children]
     teacher0 = runs[0]["teacher"]
     nmse = np.array([r["nmse"] for r in runs])  # (seeds, points)
     q = np.array([r["q"] for r in runs])  # (seeds, points, p)
@@ -111,14 +96,12 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
     return HierarchicalResult(s.to_dict(p=teacher0.p), pts, prediction)
 
 
-def _run_seed(child: np.random.SeedSequence, ns: list[int], *, d: int, p: int | None, gamma: float,
-              eps: float, activation: str, features: str, n_test: int, kernel_max_n: int,
-              q_level: float, solver: str) -> dict[str, Any]:
+def _run_seed(child: np.random.SeedSequence, ns: list[int], s: HierarchicalSettings) -> dict[str, Any]:
     s_teacher, s_train, s_test, s_eig = child.spawn(4)
-    teacher = make_teacher(d, p=p, gamma=gamma, eps=eps, activation=activation, features=features,
+    teacher = make_teacher(s.d, p=s.p, gamma=s.gamma, eps=s.eps, activation=s.activation, features=s.features,
                            seed=s_teacher)
     train, y_train = sample_data(teacher, ns[-1], seed=s_train)
-    test, y_test = sample_data(teacher, n_test, seed=s_test)
+    test, y_test = sample_data(teacher, s.n_test, seed=s_test)
     var_test = float(np.var(y_test))
     eig_seed = int(s_eig.generate_state(1)[0])
     out: dict[str, Any] = {"teacher": teacher, "nmse": [], "q": [], "recovered": [], "nmse_kernel": []}
@@ -126,12 +109,12 @@ def _run_seed(child: np.random.SeedSequence, ns: list[int], *, d: int, p: int | 
     for n in ns:
         data, y = train.head(n), y_train[:n]
         k = min(teacher.p, data.dim - 1)
-        fit = fit_spectral(data, y, k, solver=solver, seed=eig_seed)
+        fit = fit_spectral(data, y, k, solver=s.solver, seed=eig_seed)
         q = matched_overlaps(teacher.a, fit.directions)
         out["q"].append(q)
-        out["recovered"].append(int(np.count_nonzero(q >= q_level)))
+        out["recovered"].append(int(np.count_nonzero(q >= s.q_level)))
         out["nmse"].append(float(np.mean((predict_spectral(fit, test) - y_test) ** 2)) / var_test)
-        n_k = min(n, int(kernel_max_n))
+        n_k = min(n, int(s.kernel_max_n))
         if n_k < 2:
             out["nmse_kernel"].append(math.nan)  # baseline switched off
             continue

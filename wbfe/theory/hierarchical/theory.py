@@ -1,23 +1,5 @@
-"""Predictions of docs/math.md §7 for the hierarchical model, and the measurements compared with them.
-
-Leading order (γ > ½, n = d^α): feature i is recovered once α > α_i = 2 + 2γ·log_d i, so
-m(n) = ⌊d^((α − α₁)/(2γ))⌋ features are known at n and NMSE ≈ c·Σ_{j>m} b_j² / Σ_j b_j², which
-decays as n^(−1 + 1/(2γ)).
-
-Finite d (a spiked random matrix, derived here and checked against simulations of the
-Gaussian-equivalent features): Ĉ = Σ_i c_i a_i a_iᵀ + noise, c_i = E[y·(h_i² − 1)] (= 2·b_i for
-g* = identity, Var s = 1). The noise is a semicircle of variance σ² = D/n (entries of variance
-E[y²]/n = 1/n) except along a_i, whose coupling to the bulk, (1/n)Σ_μ y_μ h_μi P⊥z_μ, has variance
-v_i·σ² per direction with v_i = E[y² h_i²] (= 1 + 8b_i² for the identity). With the semicircle's
-Stieltjes transform the outlier condition λ − c = v·σ²·g(λ) gives, for x = g(λ), the smaller root
-of (v − 1)σ²x² − c·x + 1 = 0, an outlier iff |c|/σ > v, i.e. n > n_i = D·v_i²/c_i², and then the
-squared overlap q = 1/(1 + vσ²x²/(1 − σ²x²)). v = 1 is the BBP law q = 1 − D/(n c²); for large n,
-1 − q ≈ v·D/(n c²). The NMSE left is Σ_j b_j²(1 − q_j²)/Σ_j b_j² (:func:`overlap_nmse`): with
-n_j ∝ j^(2γ) it decays with the same exponent −1 + 1/(2γ) and needs no fitted constant.
-
-Degree-2 Hermite features of x obey the same model only as d → ∞: at moderate d the fourth-order
-structure of z(x) adds an O(|b_1|/d) population bulk to Ĉ (directions built from the eigenvectors of
-the A_i) that delays the weaker features; the benchmark measures the delay.
+"""Predictions of docs/math.md §7 for the hierarchical model (leading order and the finite-d spiked
+random-matrix model), and the measurements compared with them.
 """
 
 from __future__ import annotations
@@ -28,22 +10,11 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hierarchical.model import vec_to_sym
+from wbfe.theory.teacher_student import fit_slope
 
-__all__ = [
-    "leading_thresholds",
-    "recovered_count",
-    "spike_strengths",
-    "finite_d_thresholds",
-    "finite_d_overlaps",
-    "finite_d_level_alphas",
-    "tail_fraction",
-    "overlap_nmse",
-    "fit_tail_constant",
-    "loglog_slope",
-    "crossing_alphas",
-    "nmse_exponent",
-    "kernel_floor",
-]
+__all__ = ["leading_thresholds", "recovered_count", "spike_strengths", "finite_d_thresholds", "finite_d_overlaps",
+           "finite_d_level_alphas", "tail_fraction", "overlap_nmse", "fit_tail_constant", "loglog_slope",
+           "crossing_alphas", "nmse_exponent", "kernel_floor"]
 
 _MC_SAMPLES = 400_000
 _MC_SEED = 20260515
@@ -64,17 +35,9 @@ def recovered_count(alpha: float, d: int, gamma: float, p: int, *, alpha1: float
 
 def spike_strengths(b: np.ndarray, activation: str, y_mean: float = 0.0,
                     y_std: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """Spike strengths c_i = E[y·(h_i² − 1)] and couplings v_i = E[y²·h_i²] for Gaussian latents.
-
-    Args:
-        b: (p,) second-layer weights with Var s = 2Σb² = 1.
-        activation: ``"identity"`` (exact: c_i = 2b_i/y_std, v_i = (1 + 8b_i²)/y_std²) or
-            ``"tanh"`` (Monte Carlo with a fixed seed).
-        y_mean, y_std: the standardisation of g*(s).
-
-    Returns:
-        ``(c, v)``, each of shape (p,).
-    """
+    """``(c, v)``: spike strengths c_i = E[y·(h_i² − 1)] and couplings v_i = E[y²·h_i²] for Gaussian latents,
+    exact for ``"identity"`` (c_i = 2b_i/y_std, v_i = (1 + 8b_i²)/y_std²), by Monte Carlo with a fixed
+    seed for ``"tanh"``."""
     b = np.asarray(b, dtype=np.float64)
     if activation == "identity":
         # Stein: E[s(h_i²−1)] = 2b_i; E[s²h_i²] = b_i²·E[(h²−1)²h²] + Σ_{j≠i} 2b_j² = 8b_i² + 2Σb².
@@ -131,23 +94,14 @@ def tail_fraction(m: int, b: np.ndarray) -> float:
 
 
 def overlap_nmse(q: np.ndarray, b: np.ndarray) -> float:
-    """NMSE left by imperfect directions: Σ_j b_j²(1 − q_j²) / Σ_j b_j².
-
-    With â_j = √q_j·a_j + √(1−q_j)·w (w a unit direction independent of the latents),
-    corr(h_j² − 1, ĥ_j² − 1) = q_j for Gaussian latents, so the best multiple of ĥ_j² − 1 leaves a
-    share 1 − q_j² of feature j's variance 2b_j². Cross terms between features are neglected.
-    """
+    """NMSE left by imperfect directions: Σ_j b_j²(1 − q_j²) / Σ_j b_j² (docs/math.md §7)."""
     b2 = np.asarray(b, dtype=np.float64) ** 2
     q = np.asarray(q, dtype=np.float64)
     return float(np.sum(b2 * (1.0 - q * q)) / b2.sum())
 
 
 def fit_tail_constant(nmse: np.ndarray, tails: np.ndarray) -> float:
-    """Least-squares c in log space for NMSE ≈ c·tail, over the points where both are > 0.
-
-    Returns:
-        c, or NaN when no point qualifies.
-    """
+    """Least-squares c in log space for NMSE ≈ c·tail, over the points where both are > 0 (NaN if none)."""
     nmse, tails = np.asarray(nmse, dtype=np.float64), np.asarray(tails, dtype=np.float64)
     ok = np.isfinite(nmse) & (nmse > 0.0) & (tails > 0.0)
     if not ok.any():
@@ -157,24 +111,13 @@ def fit_tail_constant(nmse: np.ndarray, tails: np.ndarray) -> float:
 
 def loglog_slope(n: np.ndarray, values: np.ndarray) -> float:
     """Least-squares slope of log(values) against log(n); NaN with fewer than two usable points."""
-    n, values = np.asarray(n, dtype=np.float64), np.asarray(values, dtype=np.float64)
-    ok = np.isfinite(values) & (values > 0.0) & (n > 0.0)
-    if ok.sum() < 2:
-        return math.nan
-    return float(np.polyfit(np.log(n[ok]), np.log(values[ok]), 1)[0])
+    return fit_slope(n, values, min_points=2)
 
 
 def crossing_alphas(alphas: np.ndarray, q: np.ndarray, level: float) -> np.ndarray:
-    """Per feature, the α at which the overlap curve first reaches ``level`` (linear interpolation).
-
-    Args:
-        alphas: (m,) increasing grid of log_d n.
-        q: (m, p) overlaps (averaged over seeds).
-        level: the crossing level in (0, 1).
-
-    Returns:
-        (p,) crossing points; NaN for a feature that never reaches the level, and the first grid
-        point for one already above it there (the crossing is then at or below the grid).
+    """Per feature (column of the (m, p) overlaps ``q`` on the increasing grid ``alphas``), the α at which
+    its overlap first reaches ``level`` (linear interpolation); NaN for a feature that never does, the
+    first grid point for one already above it there.
 
     Raises:
         InvalidOptionError: level outside (0, 1) or mismatched shapes.
@@ -205,23 +148,8 @@ def nmse_exponent(gamma: float) -> float:
 
 def kernel_floor(a: np.ndarray, b: np.ndarray, d: int, *, features: str = "hermite",
                  activation: str = "identity") -> float:
-    """Share of Var(y) beyond degree 2 in x: the NMSE floor of a rotation-invariant kernel for d² ≪ n ≪ d⁴.
-
-    For g* = identity and Hermite features, h_i² − 1 has the degree-2 part 2(xᵀA_i²x − Tr A_i²), so
-    y's degree-2 part is 2(xᵀMx − Tr M), M = Σ b_i A_i², of variance 8‖M‖_F²; and, from the joint
-    cumulants of quadratic forms, Var s = Σ_ij b_i b_j [2δ_ij + 8 Tr(A_i²A_j²) + 4 Tr(A_iA_jA_iA_j)].
-    For the Gaussian-equivalent variant y is of degree 2 in z ∈ R^D, out of reach until n ≫ D²: 1.
-
-    Args:
-        a: (D, p) teacher directions.
-        b: (p,) second-layer weights.
-        d: input dimension.
-        features: ``"hermite"`` or ``"gaussian"``.
-        activation: only ``"identity"`` has the closed form; otherwise NaN.
-
-    Returns:
-        1 − Var(degree-2 part)/Var(y), or NaN.
-    """
+    """1 − Var(degree-2 part)/Var(y), the NMSE floor of a rotation-invariant kernel for d² ≪ n ≪ d⁴
+    (docs/math.md §7): 1 for the Gaussian-equivalent features, NaN for a g* other than the identity."""
     if features == "gaussian":
         return 1.0
     if activation != "identity":
