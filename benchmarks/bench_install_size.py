@@ -58,6 +58,14 @@ def _torch_version(venv: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def _largest(venv: Path, n: int = 8) -> dict[str, int]:
+    """The ``n`` largest entries of the venv's site-packages, MiB each (what the size is made of)."""
+    site = next((venv / "lib").glob("python*/site-packages"))
+    sizes = [line.split("\t") for line in _run("du", "-sm", *map(str, site.iterdir())).stdout.splitlines()]
+    top = sorted(((int(mb), Path(path).name) for mb, path in sizes), reverse=True)[:n]
+    return {name: mb for mb, name in top}
+
+
 def _pip_version(venv: Path) -> str:
     return _run(str(venv / "bin" / "python"), "-m", "pip", "--version").stdout.split()[1]
 
@@ -79,7 +87,7 @@ def _write(results: dict[str, dict[str, object]], checks: dict[str, object]) -> 
 def _record(results: dict[str, dict[str, object]], checks: dict[str, object], route: str, venv: Path,
             command: str) -> None:
     results[route] = {"command": command, "venv_mib": _size_mib(venv), "torch": _torch_version(venv),
-                      "pip": _pip_version(venv),
+                      "pip": _pip_version(venv), "largest_mib": _largest(venv),
                       "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     print(f"{route:<20} {results[route]['venv_mib']:>6} MiB  torch {results[route]['torch']}", flush=True)
     _write(results, checks)

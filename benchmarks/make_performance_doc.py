@@ -200,7 +200,7 @@ scipy does not wrap; the LLaMA-shaped matrix's eigenvalues come from it). The qu
 {blas_file["date"]} is the current figure for the ResNet and the MoE case; the 7B-shaped matrix's
 figure is the loaded run's of {loaded_run["date"]}, not rerun:
 
-| case | matrices | speed-up, median | rounds | load average (1 min) | run |
+| case | matrices | speed-up, median | rounds | 1-minute load average | run |
 |---|---|---|---|---|---|
 {blas_rows}
 
@@ -305,7 +305,7 @@ same ResNet's WeightWatcher median differs by up to {max(spread) * 100:.0f} % be
 with it. Each row is one run, both shown since neither is the better measurement; the rounds column
 is the range of each round's own ratio, one thread / two, where the run kept them:
 
-| checkpoint | run | WW default | wbfe default | default vs WW default | rounds | GEMM GFLOP/s | load average (1 min) |
+| checkpoint | run | WW default | wbfe default | default vs WW default | rounds | GEMM GFLOP/s | 1-minute load average |
 |---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
@@ -637,6 +637,11 @@ def section_startup(results: Path) -> str:
         return f"| `{name}` | {c[name]['median_s']:.2f} s | {heavy} |"
 
     rows = "\n".join(cell(name) for name in c)
+    gpt2 = r.get("gpt2_folder")
+    if gpt2:
+        rows += "".join(
+            f"\n| `wbfe score` (a {gpt2['folder_kb']} KB GPT-2 folder, {label}) | {gpt2[key]['median_s']:.2f} s | "
+            f"{', '.join(gpt2[key]['heavy_modules'])} |" for label, key in (("first", "first"), ("second", "second")))
     return f"""## Start-up
 
 `python benchmarks/bench_startup.py` (`benchmarks/results/startup.json`): a fresh interpreter per
@@ -654,6 +659,36 @@ scored on the CPU without importing torch (`tests/test_torch_free.py` checks it 
 is imported where it is needed: PyTorch pickles and TorchScript, float8 tensors (numpy
 has no such dtypes), the quantised safetensors layouts (FP8, GPTQ, AWQ, MXFP4), CUDA (asked only where NVIDIA's driver is present), timm,
 torchvision and `nn.Module` inputs, and the `vectors` group.
+"""
+
+
+def section_describe(results: Path) -> str:
+    d = load(results, "describe.json")
+    f = load(results, "framework.json")
+    skeleton = f["llama_70b_meta_skeleton"]
+    rows = "\n".join(
+        f"| {label} | {d[key]['framework'] or 'none'} | {d[key]['describe_s_median']:.2f} s | "
+        f"{d[key]['describe_cpu_s_median']:.2f} s | {d[key]['process_s_median']:.2f} s | "
+        f"{'yes' if d[key]['transformers_imported'] else 'no'} |"
+        for label, key in (("headers and `config.json`", "with_config"), ("headers alone", "without_config"),
+                           ("the model class on the meta device", "framework_description")))
+    return f"""## Describing a checkpoint
+
+`python benchmarks/bench_describe.py` (`benchmarks/results/describe.json`): `wbfe describe` of a checkpoint of
+{d["checkpoint"]} ({d["bytes"] / 1e9:.0f} GB, {d["matrices"]} matrices), read from the headers
+alone, a fresh process each run, median of {d["runs"]} on {d["cpus"]} cores at load average
+{load_span(d["load_average"][:1])}:
+
+| description from | framework | describe | of it CPU | whole process | imports transformers |
+|---|---|---|---|---|---|
+{rows}
+
+Building the model class itself on the meta device (`python benchmarks/bench_framework.py`,
+`benchmarks/results/framework.json`, transformers {skeleton["transformers"]}, {f["machine"]["cpus"]}
+cores): {skeleton["parameters"]} parameter tensors, median {skeleton["build_median_s"]:.2f} s a build once
+transformers is imported ({skeleton["import_transformers_s"]:.1f} s), the first description in a
+fresh process {skeleton["first_describe_s"]:.0f} s; a plain safetensors file without a config
+imported {"neither transformers nor timm" if f["checks"]["plain_file_imports_no_framework"] else "a framework"}.
 """
 
 
@@ -680,7 +715,8 @@ earlier runs, which no file keeps, say so. The machines are small shared ones (t
 jobs running), so compare ratios within one run rather than times across runs.
 """
     sections = [section_flow, section_vs_ww, section_eigensolvers, section_htmp, section_llm, section_memory,
-                section_formats, section_adapters_compare, section_ray, section_report, section_gpu, section_startup]
+                section_formats, section_adapters_compare, section_ray, section_report, section_gpu, section_startup,
+                section_describe]
     return "\n".join([head, *(make(results) for make in sections)])
 
 
