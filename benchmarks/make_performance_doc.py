@@ -692,6 +692,41 @@ imported {"neither transformers nor timm" if f["checks"]["plain_file_imports_no_
 """
 
 
+def section_stream(results: Path) -> str:
+    b = load(results, "bench_stream.json")
+    runs = [b, *b.get("earlier_runs", [])]
+
+    def row(run: dict[str, Any], label: str) -> str:
+        t = run["throughput_mb_s"]
+        per = run.get("throughput_mb_s_per_run")
+        spread = (" / ".join(span(per[m], "{:,.0f}") for m in ("local", "stream")) if per else "not recorded")
+        load_text = load_span(run["load_average_1min"]) if "load_average_1min" in run else "not recorded"
+        growth = run["rss_growth_while_reading_mb"]
+        return (f"| {label} | {run.get('date', 'not recorded')} | {t['local']:,.0f} / {t['stream']:,.0f} | {spread} | "
+                f"{growth['local']:.0f} / {growth['stream']:.0f} MB | {load_text} |")
+
+    rows = "\n".join(row(run, "this run" if i == 0 else "the run before" if i == 1 else "an earlier run")
+                     for i, run in enumerate(runs))
+    store = b.get("object_store")
+    store_text = (f"\nThe same file as an object-store URI ({store['uri']}) read at {store['throughput_mb_s']:,.0f} "
+                  f"MB/s in the run that measured it.\n" if store else "")
+    c = b["checkpoint"]
+    return f"""## Streamed reads
+
+`python benchmarks/bench_stream.py` (`benchmarks/results/bench_stream.json`) writes a
+{c["file_bytes"] / 1e6:.0f} MB float32 checkpoint ({c["tensors"]} matrices of {thousands(c["columns"])} columns),
+serves it from a loopback HTTP server and reads every tensor once in a fresh process, from the
+local file and streamed over HTTP range requests ({b["requests"]} requests, bytes fetched /
+file size {b["bytes_fetched_over_file_size"]:.1f}), median of {b["runs"]} runs on {b["machine"]["cpus"]} cores. Loopback
+measures the reader's own cost (requests, checks, copies), not a network's; throughput in MB/s,
+local / streamed:
+
+| run | date | throughput | each run's | resident set growth while reading | 1-minute load average |
+|---|---|---|---|---|---|
+{rows}
+{store_text}"""
+
+
 def render(results: Path = RESULTS) -> str:
     """The whole page.
 
@@ -715,8 +750,8 @@ earlier runs, which no file keeps, say so. The machines are small shared ones (t
 jobs running), so compare ratios within one run rather than times across runs.
 """
     sections = [section_flow, section_vs_ww, section_eigensolvers, section_htmp, section_llm, section_memory,
-                section_formats, section_adapters_compare, section_ray, section_report, section_gpu, section_startup,
-                section_describe]
+                section_formats, section_stream, section_adapters_compare, section_ray, section_report, section_gpu,
+                section_startup, section_describe]
     return "\n".join([head, *(make(results) for make in sections)])
 
 
