@@ -334,7 +334,8 @@ def section_vs_ww(results: Path) -> str:
     htsr_ms = span((r["htsr_total_ms"] for r in htsr["rows"]), "{:.1f}", " ms")
     mp_share = span((r["mp_fit_ms"] / r["htsr_total_ms"] * 100 for r in htsr["rows"]), unit=" %")
     mt = load(results, "metrics_time.json")
-    mt_rows = ", ".join(f"{r['htsr_over_eig']:.2f}× at {r['shape'][0]} × {thousands(r['shape'][1])}" for r in mt["rows"])
+    mt_rows = ", ".join(f"{r['htsr_over_eig']:.2f}× at {thousands(r['shape'][0])} × {thousands(r['shape'][1])}"
+                        for r in mt["rows"])
     htmp = load(results, "htmp_fit.json")["summary"]
     return f"""## The default score against WeightWatcher's default
 
@@ -377,7 +378,7 @@ around each matrix. The HT-SR group alone takes {htsr_ms} a matrix on one thread
 Marchenko–Pastur fit {mp_share} of it, and is made together for matrices of one shape (above); per
 matrix of n × 2n, all its columns took {mt_rows} the time of its eigen-solve
 (`benchmarks/bench_metrics.py`, `benchmarks/results/metrics_time.json`, one thread, best of
-{mt["repeats"]}). Neither the Marchenko–Pastur fit nor the truncated power law is in
+{mt["repeats"]}, {mt["date"]}, load average {load_span(mt["load_average_1min"])}). Neither the Marchenko–Pastur fit nor the truncated power law is in
 WeightWatcher's default `analyze()`; computed the way WeightWatcher computes them (`mp_fit=True`),
 the same metrics take it {same}× longer than wbfe.
 
