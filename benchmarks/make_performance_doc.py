@@ -289,7 +289,7 @@ def section_vs_ww_runs(results: Path) -> str:
                 gemm = run["gemm_gflops_f64"]
                 rows.append(f"| {VS_WW_ROWS[key]} | `{name}` ({run['date']}) | {pair(m, med('ww'))} s | "
                             f"{pair(m, med('default'))} s | **{pair(m, ratio('speedup_default_vs_ww'))}** | "
-                            f"{run_rounds(m)} | {gemm['threads_1']:.0f} / {gemm['threads_default']:.0f} | "
+                            f"{run_rounds(m)} | {run['cpu_model']} | {gemm['threads_1']:.0f} / {gemm['threads_default']:.0f} | "
                             f"{run_load(run, m)} |")
     ww = [(run["models"][k][t]["median_seconds"]["ww"]) for k in RESNETS for t in THREADS
           for run in runs.values() if k in run["models"]]
@@ -300,13 +300,13 @@ def section_vs_ww_runs(results: Path) -> str:
     return f"""### The same ResNets in other runs
 
 The ResNets were timed in {len(runs)} runs of the same benchmark ({kinds}). They disagree: the
-same ResNet's WeightWatcher median differs by up to {max(spread) * 100:.0f} % between runs
-({span(ww, "{:.2f}", " s")} over all of them), with the machine's GEMM rate and load, and the ratios
-with it. Each row is one run, both shown since neither is the better measurement; the rounds column
+same ResNet's WeightWatcher median differs up to {times(max(spread) + 1)} between runs
+({span(ww, "{:.2f}", " s")} over all of them), with the machine, its GEMM rate and its load, and the
+ratios with it. Each row is one run, all shown since none is the better measurement; the rounds column
 is the range of each round's own ratio, one thread / two, where the run kept them:
 
-| checkpoint | run | WW default | wbfe default | default vs WW default | rounds | GEMM GFLOP/s | 1-minute load average |
-|---|---|---|---|---|---|---|---|
+| checkpoint | run | WW default | wbfe default | default vs WW default | rounds | processor | GEMM GFLOP/s | 1-minute load average |
+|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 """
 
