@@ -134,7 +134,11 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    load_start = os.getloadavg()
     result = run(args.sizes, args.repeats, args.ww_max)
+    # the machine's load over the run (a shared machine: best-of times still vary with it)
+    result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    result["load_average_1min"] = [round(load_start[0], 2), round(os.getloadavg()[0], 2)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

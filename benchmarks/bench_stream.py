@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,7 @@ def main() -> None:
     http = set(modes) & set(MODES[:3])
     if http and http != set(MODES[:3]):
         parser.error("--modes: baseline, local and stream go together (their figures are compared)")
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.safetensors"
         sizes = write_checkpoint(path, args.mb)
@@ -181,6 +183,17 @@ def main() -> None:
 
     if http:
         result = _http_figures(runs, median, file_size, sizes, args.runs)
+        # the conditions of this run (a shared machine: throughput follows its load), each run's own
+        # throughput, and the saved run it replaces, kept beside it
+        result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        result["load_average_1min"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+        result["throughput_mb_s_per_run"] = {mode: [round(file_size / 1e6 / r["seconds"], 1) for r in runs[mode]]
+                                             for mode in ("local", "stream")}
+        if RESULTS.exists():
+            saved = json.loads(RESULTS.read_text())
+            earlier = saved.pop("earlier_runs", [])
+            saved.pop("object_store", None)
+            result["earlier_runs"] = [saved, *earlier]
     else:  # the saved HTTP figures stay as they are
         result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if "store" in runs:

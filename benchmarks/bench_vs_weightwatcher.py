@@ -227,7 +227,8 @@ def main() -> None:
     gflops = {1: gemm_gflops(1), None: gemm_gflops(None)}
     report: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
                     "gemm_gflops_f64": {"threads_1": round(gflops[1], 2), "threads_default": round(gflops[None], 2)},
-                    "repeats": args.repeats, "models": {}}
+                    "repeats": args.repeats, "load_average_start": [round(x, 2) for x in os.getloadavg()],
+                    "models": {}}
     with tempfile.TemporaryDirectory(prefix="wbfe-bench-") as tmp:
         models = build_models(Path(tmp), args.models.split(","))
         for name, folder in models.items():
@@ -235,6 +236,7 @@ def main() -> None:
             entry: dict = {"checkpoint_bytes": (folder / "model.safetensors").stat().st_size,
                            "limit_gflop": {k: round(v / 1e9, 3) for k, v in flops.items()}}
             for threads in (1, None):
+                load_before = os.getloadavg()[0]
                 wanted = args.tools.split(",")
                 runs: dict[str, list[dict]] = {t: [] for t in wanted}
                 for i in range(args.repeats):
@@ -245,7 +247,12 @@ def main() -> None:
                 limit = {k: v / (gflops[threads] * 1e9) for k, v in flops.items()}
                 key = "threads_1" if threads == 1 else "threads_default"
                 ratio = lambda a, b: round(med[a] / med[b], 2) if a in med and b in med else None  # noqa: E731
+                # The noise of this setting: the machine's load over it, and each round's own ratio.
+                rounds = ([round(w["seconds"] / d["seconds"], 2) for w, d in zip(runs["ww"], runs["default"])]
+                          if "ww" in runs and "default" in runs else None)
                 entry[key] = {
+                    "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                    "round_speedup_default_vs_ww": rounds,
                     "median_seconds": {t: round(v, 4) for t, v in med.items()},
                     "speedup_default_vs_ww": ratio("ww", "default"),
                     "speedup_with_htmp_vs_ww": ratio("ww", "htmp"),
@@ -271,6 +278,7 @@ def main() -> None:
                 }
             report["models"][name] = entry
             print(name, json.dumps(entry), flush=True)
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

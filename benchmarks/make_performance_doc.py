@@ -1,10 +1,12 @@
 """Write docs/performance.md from the measurements in benchmarks/results/.
 
-Every figure on that page that a benchmark recorded is read here from its JSON (or, for the fused
-MoE run, from the ``/usr/bin/time -v`` text) and formatted; the prose around the figures is the
-template in this file. Figures no file records (earlier runs, test-suite measurements) are written
-out in the prose and say so. Rerun after a benchmark writes new results, and commit both:
-``tests/test_docs.py`` fails while the page and the files disagree.
+Every figure on that page is read here from a file in benchmarks/results/ (its JSON or, for the
+fused MoE run, the ``/usr/bin/time -v`` text) and formatted; the prose around the figures is the
+template in this file, and holds no figure of its own: a measurement no file records is not on the
+page. The code's own settings the page names (block sizes, thresholds) come from ``SETTINGS``, each
+the value of a constant under wbfe/. Rerun after a benchmark writes new results, and commit both:
+``tests/test_docs.py`` fails while the page and the files disagree, ``tests/test_performance_doc.py``
+while the template holds a figure or a setting differs from its constant.
 
     python benchmarks/make_performance_doc.py            # rewrite docs/performance.md
     python benchmarks/make_performance_doc.py --check    # exit 1 if it is out of date
@@ -47,9 +49,31 @@ LLM_ROWS = {
     "dense:bfe": ("one 7B layer (7 matrices)", "`bfe`"),
     "dense:bfe,htsr": ("one 7B layer (7 matrices)", "`bfe,htsr` (default)"),
 }
-# Earlier runs of the same rows, kept in the text because no results file holds them.
-LLM_EARLIER = {"moe:bfe,htsr": " (42.8 s with the fits one at a time, 58.9 s before either)"}
-LLM_EARLIER_PER_MATRIX = {"moe:htmp": " (145 ms before)"}
+# Settings of the code that the page names (not measurements): key -> (the module that defines
+# it, the constant's name, its value). tests/test_performance_doc.py checks each value against the
+# constant's assignment in that module (or, if the module moved, the one module defining the name).
+SETTINGS: dict[str, tuple[str, str, float]] = {
+    "map_bytes": ("wbfe/sources/safetensors_files.py", "_MAP_BYTES", 1 << 20),
+    "hash_threads": ("wbfe/sources/_base.py", "_HASH_THREADS", 8),
+    "tie_sample": ("wbfe/engine/ties.py", "_SAMPLE", 4096),
+    "gram_block_bytes": ("wbfe/linalg/spectra.py", "_BLOCK_BYTES", 8 << 20),
+    "small_p": ("wbfe/linalg/spectra.py", "_SMALL_P", 256),
+    "worker_bytes": ("wbfe/linalg/spectra.py", "_WORKER_BYTES", 32 << 20),
+    "row_batch": ("wbfe/engine/rows.py", "ROW_BATCH", 256),
+    "mp_batch_min": ("wbfe/metrics/mp.py", "_BATCH_MIN", 16),
+    "budget": ("wbfe/engine/pipeline.py", "_BUDGET", 2.5),
+    "budget_floor_bytes": ("wbfe/engine/pipeline.py", "_BUDGET_FLOOR", 64 << 20),
+}
+
+
+def setting(key: str) -> float:
+    """The value of one of the code's settings (SETTINGS)."""
+    return SETTINGS[key][2]
+
+
+def mib_of(key: str) -> str:
+    """A byte-size setting in MiB."""
+    return f"{setting(key) / 2**20:.0f} MiB"
 
 
 def load(results: Path, name: str) -> Any:
@@ -96,69 +120,105 @@ def pair(model: dict[str, Any], get: Cell) -> str:
     return " / ".join(get(model[t]) for t in THREADS)
 
 
+def load_span(values: Iterable[float]) -> str:
+    """A range of load averages as the page prints them."""
+    return span(values, "{:.1f}")
+
+
 def section_flow(results: Path) -> str:
     fits = load(results, "fit_batching.json")
-    blas = load(results, "blas_layer.json")["cases"]
+    blas_file = load(results, "blas_layer.json")
+    blas = blas_file["cases"]
+    loaded_run = blas_file["earlier_runs"][0]
     moe, resnet = fits["cases"]["moe_experts"], fits["cases"]["resnet56"]
     ticks = load(results, "progress_ticks.json")
 
     def x(case: dict[str, Any], key: str = "end_to_end_speedup") -> str:
         return f"{(case[key] if key == 'end_to_end_speedup' else case[key]['end_to_end_speedup']):.2f}×"
 
+    def loads(case: dict[str, Any]) -> str:
+        return load_span(v for variant in case["variants"].values() for v in variant["load_average_1min"])
+
+    def rounds(case: dict[str, Any]) -> str:
+        return span(case["per_round"], "{:.2f}", "×")
+
+    fit_loads = loads(moe)
+    blas_rows = "\n".join(
+        f"| {label} | {thousands(case['matrices'])} | {x(case)} | {rounds(case)} | {loads(case)} | {when} |"
+        for label, case, when in (
+            ("ResNet-56", blas["resnet56"], "quiet rerun"),
+            ("MoE experts of 256 × 1024", blas["moe_experts"], "quiet rerun"),
+            ("LLaMA-7B-shaped 4,096² matrix", blas["llama7b_layers"], "loaded run"),
+            ("ResNet-56", loaded_run["cases"]["resnet56"], "loaded run"),
+            ("MoE experts of 256 × 1024", loaded_run["cases"]["moe_experts"], "loaded run"),
+        ))
     return f"""## How a checkpoint flows
 
 (`wbfe/engine/pipeline.py`, `wbfe/linalg/spectra.py`)
 
-- Each safetensors tensor of 1 MiB or more is mapped on its own, copy-on-write, its page table
+- Each safetensors tensor of {mib_of("map_bytes")} or more is mapped on its own, copy-on-write, its page table
   filled on the read-ahead thread (`MADV_POPULATE_READ`), and unmapped when it is freed, so the
   resident set is the tensors alive now; smaller ones are read. The next large matrix is mapped
   while this one is scored.
 - The files' SHA-256 (the provenance `sha256`) is computed on lowest-priority threads meanwhile,
-  one per shard, on all CPUs but one (at most 8).
-- Duplicate tensors are found from a hash of a 4,096-element sample, confirmed byte for byte.
-- The float64 Gram matrix is a symmetric rank-k update in 8 MiB blocks. It, the Cholesky factor
+  one per shard, on all CPUs but one (at most {setting("hash_threads"):.0f}).
+- Duplicate tensors are found from a hash of a {thousands(setting("tie_sample"))}-element sample, confirmed byte for byte.
+- The float64 Gram matrix is a symmetric rank-k update in {mib_of("gram_block_bytes")} blocks. It, the Cholesky factor
   and the eigen-solve (`dsyevr`, the routine and workspace of `scipy.linalg.eigvalsh`, so the same
   eigenvalues bit for bit) call OpenBLAS through scipy's Cython exports via ctypes
-  (`wbfe/linalg/blas.py`), which releases the GIL (scipy's Python wrappers hold it: two workers' solves of
-  p = 768 ran 0.99× as fast as one after the other, now 1.75×), so that workers work side by side.
-  End to end, the default score with `wbfe/linalg/blas.py` against scipy.linalg's public wrappers
-  (`dsyrk`, `dpotrf`, `dgetrf`, `eigh(driver="evr")`, no two-stage solver) under threadpoolctl
-  (`benchmarks/bench_blas_layer.py`, run as `bench_fit_batching.py --with-blas-layer`,
-  `benchmarks/results/blas_layer.json`, fresh processes alternating, median of 3, the same
-  numbers but for the two-stage solver's last digits): {x(blas["resnet56"])} on a ResNet-56, {x(blas["moe_experts"])} on
-  {thousands(moe["matrices"])} MoE experts of 256 × 1024, {x(blas["llama7b_layers"])} on a
-  LLaMA-7B-shaped 4,096² matrix (whose eigenvalues come from LAPACK's two-stage solver, which scipy
-  does not wrap). It stays on the MoE figure, the only one at the 1.2× its code must earn, though
-  that case's rounds ranged {min(blas["moe_experts"]["per_round"]):.2f}–{max(blas["moe_experts"]["per_round"]):.2f}× on a machine this loaded.
-  When only BFE-W is asked, a Cholesky factorisation replaces the eigen-solve, and a square matrix
-  with p ≥ 256 skips the Gram matrix: log det WᵀW = 2·log|det W| from its LU factors.
-- Mid-size matrices (float64 copy ≤ 32 MiB) are scored on worker threads side by side, every BLAS
+  (`wbfe/linalg/blas.py`), which releases the GIL (scipy's Python wrappers hold it), so that workers
+  work side by side. When only BFE-W is asked, a Cholesky factorisation replaces the eigen-solve,
+  and a square matrix with p ≥ {setting("small_p"):.0f} skips the Gram matrix: log det WᵀW = 2·log|det W| from
+  its LU factors.
+- Mid-size matrices (float64 copy ≤ {mib_of("worker_bytes")}) are scored on worker threads side by side, every BLAS
   and OpenMP pool held at one thread; larger ones alone with all threads; tiny ones in line.
-- Matrices with p < 256 run on one BLAS thread wherever they run: OpenBLAS split a ResNet 3×3
-  convolution's Gram product (64 × 576) over two threads, 70 µs on one against 0.1–7 ms on two.
-  The thread counts are set through OpenBLAS's own calls, found in `/proc/self/maps` (~0.2 ms;
-  threadpoolctl's controller, the fallback elsewhere, takes ~10 ms to build).
+- Matrices with p < {setting("small_p"):.0f} run on one BLAS thread wherever they run. The thread counts are set
+  through OpenBLAS's own calls, found in `/proc/self/maps` (threadpoolctl's controller is the
+  fallback elsewhere).
 - The Marchenko–Pastur fits of matrices of one shape (an MoE layer's experts, a ResNet stage's
-  convolutions; rows are held back, up to 256, to gather them) are made together from 16 spectra,
-  with their KDE, σ grid and Nelder–Mead steps over the whole stack, each result the single fit's
-  bit for bit (any decision the batch's rounding could change is retaken alone); `htmp`'s fits of
-  one γ share their U grids. End to end (`benchmarks/bench_fit_batching.py`,
-  `benchmarks/results/fit_batching.json`, fresh processes alternating, median of 3, a shared
-  2-core machine at load {moe["variants"]["batched"]["load_average_1min"][0]:.0f}), every fit one at a time against batched:
-  the default score of {thousands(moe["matrices"])} MoE experts of 256 × 1024 {x(moe)}, of which the MP
-  fit alone {x(moe, "mp_alone")} and the truncated power law alone {x(moe, "tpl_alone")}; `htmp` on one MoE
-  layer {x(fits["cases"]["moe_layer_htmp"])} and on a ResNet-56 {x(fits["cases"]["resnet56_htmp"])}.
-  Batched code that gained less was removed (under 1.3× on every case that used it): the truncated
-  power law's lockstep Newton steps ({x(moe, "tpl_alone")} on the experts, {x(resnet, "tpl_alone")} on a
-  ResNet-56), the power-law scans of equal-length spectra of up to 48 values (only the ResNet's:
-  {x(resnet, "pl_alone")}) and the batched eigen-solve of equal-shaped matrices with p < 96
-  (ResNet-56: {x(resnet, "spectra_batch")}).
-- Tensors in flight and their float64 work stay within 2.5× the largest tensor met so far, or 64 MiB.
+  convolutions; rows are held back, up to {setting("row_batch"):.0f}, to gather them) are made together from
+  {setting("mp_batch_min"):.0f} spectra, with their KDE, σ grid and Nelder–Mead steps over the whole stack, each result
+  the single fit's bit for bit (any decision the batch's rounding could change is retaken alone);
+  `htmp`'s fits of one γ share their U grids.
+- Tensors in flight and their float64 work stay within {setting("budget"):g}× the largest tensor met so far, or
+  {mib_of("budget_floor_bytes")}.
 - The progress callback ticks once per matrix as its spectrum is done (its total counts the
-  matrices). On 60 convolutions of 64×64×3×3 with the default metrics the median tick falls at
+  matrices). On {ticks["checkpoint"]}, with the default metrics, the median tick falls at
   {ticks["median_tick_position_cold"]:.2f} of a fresh process's score ({ticks["median_tick_position_warm"]:.2f} once the imports made at first
-  use are done; `benchmarks/bench_progress_ticks.py`, `benchmarks/results/progress_ticks.json`):
+  use are done; `benchmarks/bench_progress_ticks.py`, `benchmarks/results/progress_ticks.json`, load
+  average {load_span(ticks["load_average_start"][:1] + ticks["load_average_end"][:1])}):
   after the last tick the MP fits of the held rows remain.
+
+### The BLAS layer, measured
+
+End to end, the default score with `wbfe/linalg/blas.py` against scipy.linalg's public wrappers
+(`dsyrk`, `dpotrf`, `dgetrf`, `eigh(driver="evr")`, no two-stage solver) under threadpoolctl
+(`benchmarks/bench_blas_layer.py`, run as `bench_fit_batching.py --with-blas-layer`,
+`benchmarks/results/blas_layer.json`): fresh processes alternating, median of
+{blas_file["args"]["repeats"]}, the same numbers but for the two-stage solver's last digits (which
+scipy does not wrap; the LLaMA-shaped matrix's eigenvalues come from it). The quiet rerun of
+{blas_file["date"]} is the current figure for the ResNet and the MoE case; the 7B-shaped matrix's
+figure is the loaded run's of {loaded_run["date"]}, not rerun:
+
+| case | matrices | speed-up, median | rounds | 1-minute load average | run |
+|---|---|---|---|---|---|
+{blas_rows}
+
+Decision (`decision` in the file): {blas_file["decision"]}. The layer must earn
+{blas_file["threshold"]:g}× on a case that uses it.
+
+### Batched fits, measured
+
+End to end (`benchmarks/bench_fit_batching.py`, `benchmarks/results/fit_batching.json`, fresh
+processes alternating, median of {fits["args"]["repeats"]}, {fits["date"]}, a shared
+{fits["cpu_count"]}-core machine at load average {fit_loads}), every fit one at a time against
+batched: the default score of {thousands(moe["matrices"])} MoE experts of 256 × 1024 {x(moe)}, of which the MP
+fit alone {x(moe, "mp_alone")} and the truncated power law alone {x(moe, "tpl_alone")}; `htmp` on one MoE
+layer {x(fits["cases"]["moe_layer_htmp"])} and on a ResNet-56 {x(fits["cases"]["resnet56_htmp"])}.
+Batched code that gained less than {fits["threshold"]:g}× on every case that used it was removed: the
+truncated power law's lockstep Newton steps ({x(moe, "tpl_alone")} on the experts, {x(resnet, "tpl_alone")} on a
+ResNet-56), the power-law scans of equal-length short spectra (only the ResNet's: {x(resnet, "pl_alone")})
+and the batched eigen-solve of small equal-shaped matrices (ResNet-56: {x(resnet, "spectra_batch")}).
 """
 
 
@@ -197,6 +257,60 @@ def vs_ww_row(key: str, m: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+# The runs of bench_vs_weightwatcher.py that timed the CIFAR ResNets: file -> what the run was.
+VS_WW_RUNS = {
+    "vs_weightwatcher.json": "the full run above",
+    "vs_weightwatcher_synthetic_cifar.json": "an earlier run of the synthetic model and the ResNets",
+    "vs_weightwatcher_cifar.json": "a rerun of the ResNets alone, with the load recorded",
+}
+
+
+def run_load(run: dict[str, Any], model: dict[str, Any]) -> str:
+    """The load average a vs-WeightWatcher run recorded for one model, or that it recorded none."""
+    seen = [v for t in THREADS for v in model[t].get("load_average_1min", [])]
+    return load_span(seen) if seen else "not recorded"
+
+
+def run_rounds(model: dict[str, Any]) -> str:
+    """The per-round default-vs-WW ratios of one model, one thread / two, or that none were kept."""
+    if not all(model[t].get("round_speedup_default_vs_ww") for t in THREADS):
+        return "not recorded"
+    return " / ".join(span(model[t]["round_speedup_default_vs_ww"], "{:.1f}", "×") for t in THREADS)
+
+
+def section_vs_ww_runs(results: Path) -> str:
+    """The ResNets' default-vs-WW ratio in every run that measured it, with each run's conditions."""
+    runs = {name: load(results, name) for name in VS_WW_RUNS if (results / name).exists()}
+    rows = []
+    for key in RESNETS:
+        for name, run in runs.items():
+            if key in run["models"]:
+                m = run["models"][key]
+                gemm = run["gemm_gflops_f64"]
+                rows.append(f"| {VS_WW_ROWS[key]} | `{name}` ({run['date']}) | {pair(m, med('ww'))} s | "
+                            f"{pair(m, med('default'))} s | **{pair(m, ratio('speedup_default_vs_ww'))}** | "
+                            f"{run_rounds(m)} | {run['cpu_model']} | {gemm['threads_1']:.0f} / {gemm['threads_default']:.0f} | "
+                            f"{run_load(run, m)} |")
+    ww = [(run["models"][k][t]["median_seconds"]["ww"]) for k in RESNETS for t in THREADS
+          for run in runs.values() if k in run["models"]]
+    spread = [max(v) / min(v) - 1 for v in (
+        [run["models"][k][t]["median_seconds"]["ww"] for run in runs.values() if k in run["models"]]
+        for k in RESNETS for t in THREADS) if len(v) > 1]
+    kinds = "; ".join(f"`{name}`: {what}" for name, what in VS_WW_RUNS.items() if name in runs)
+    return f"""### The same ResNets in other runs
+
+The ResNets were timed in {len(runs)} runs of the same benchmark ({kinds}). They disagree: the
+same ResNet's WeightWatcher median differs up to {times(max(spread) + 1)} between runs
+({span(ww, "{:.2f}", " s")} over all of them), with the machine, its GEMM rate and its load, and the
+ratios with it. Each row is one run, all shown since none is the better measurement; the rounds column
+is the range of each round's own ratio, one thread / two, where the run kept them:
+
+| checkpoint | run | WW default | wbfe default | default vs WW default | rounds | processor | GEMM GFLOP/s | 1-minute load average |
+|---|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+"""
+
+
 def section_vs_ww(results: Path) -> str:
     data = load(results, "vs_weightwatcher.json")
     models = data["models"]
@@ -214,6 +328,15 @@ def section_vs_ww(results: Path) -> str:
                  for m in large for t in THREADS]
     htmp_adds_text = span([max(0.0, min(htmp_adds)), max(htmp_adds)], unit=" %")
     transformer_2 = models["transformer-108M"]["threads_default"]["speedup_default_vs_ww"]
+    resnet_floor = span((m[t]["median_seconds"]["floor"] / m[t]["median_seconds"]["default"] * 100
+                         for m in resnets for t in THREADS), unit=" %")
+    htsr = load(results, "htsr_fits.json")["runs"]["after"]
+    htsr_ms = span((r["htsr_total_ms"] for r in htsr["rows"]), "{:.1f}", " ms")
+    mp_share = span((r["mp_fit_ms"] / r["htsr_total_ms"] * 100 for r in htsr["rows"]), unit=" %")
+    mt = load(results, "metrics_time.json")
+    mt_rows = ", ".join(f"{r['htsr_over_eig']:.2f}× at {thousands(r['shape'][0])} × {thousands(r['shape'][1])}"
+                        for r in mt["rows"])
+    htmp = load(results, "htmp_fit.json")["summary"]
     return f"""## The default score against WeightWatcher's default
 
 `wbfe score` computes the `bfe` and `htsr` groups by default. `python
@@ -225,19 +348,17 @@ call only: `wbfe.score(path)` (the default), the BFE-W-only path (`metrics="bfe"
 the truncated power law, which wbfe adds), and wbfe's eigen-solve alone ("solver floor": the Gram
 matrix and `dsyevr` of every matrix, the tensors already in memory, nothing else). Measured
 {data["date"]} on a {data["cpu_count"]}-core {data["cpu_model"]}, float64 GEMM
-{gemm["threads_1"]:.0f} GFLOP/s on one thread, {gemm["threads_default"]:.0f} on two (the run before
-this one, on a faster day for this shared machine, measured 63 / 121); each cell is one BLAS thread
-/ two:
+{gemm["threads_1"]:.0f} GFLOP/s on one thread, {gemm["threads_default"]:.0f} on two (this run
+recorded no load average); each cell is one BLAS thread / two:
 
 | checkpoint | WW default | wbfe default | **default vs WW default** | BFE-W only vs WW default | wbfe with `htmp` | vs WW with `mp_fit` (same metrics) | the most the solver floor allows | the most the flop limit allows | peak RSS WW / wbfe |
 |---|---|---|---|---|---|---|---|---|---|
 {rows}
 
-Timings on these shared machines vary by 10–30 % from run to run; compare ratios from one run only.
-The run before the batched HT-SR fits (no results file kept), on a faster day, gave the default
-2.4× / 3.6× (synthetic), 3.2× / 2.8×, 3.9× / 3.5×, 4.2× / 3.4×, 4.2× / 3.8× (ResNet-20 to -56) and
-3.3× / 4.3× (transformer).
+Compare ratios from one run only: the next table shows how far runs on these shared machines
+differ.
 
+{section_vs_ww_runs(results)}
 ### What the ratios are made of
 
 On the synthetic model and the transformer the default is the eigen-solve: wbfe's time is
@@ -248,23 +369,26 @@ exact solver (the transformer on two threads is {times(transformer_2)}). "The mo
 allows" is the same bound from the flops instead (each Gram product as a rank-k update, p²P, and the
 reduction to tridiagonal form, 4/3·p³, at the measured GEMM rate): {limit_1["synthetic"]} /
 {limit_1["transformer-108M"]} (synthetic / transformer) on one thread. The floor is below it because
-LAPACK's tridiagonal reduction runs at a third to a half of the GEMM rate: half its flops are
-symmetric matrix–vector products bound by memory (`dsyevr` at p = 768–1,024; the two-stage
-reduction, and a band reduction with kd = 8–64 tried here, were slower below p ≈ 2,500), and the
-Gram product as a rank-k update at ~80 % of it. On the ResNets (p ≤ 64) the eigen-solve is a
-twentieth of the time or less; the rest is the HT-SR fits, 0.5–1 ms a matrix of Python around small
-numpy calls (the Marchenko–Pastur fit about half of it), now made together for matrices of one
-shape (above), and ~0.3 ms a matrix of reading and bookkeeping. Neither the Marchenko–Pastur fit
-nor the truncated power law is in WeightWatcher's default `analyze()`; computed the way
-WeightWatcher computes them (`mp_fit=True`), the same metrics take it {same}× longer than wbfe.
+LAPACK's tridiagonal reduction runs below the GEMM rate: half its flops are symmetric
+matrix–vector products bound by memory. On the ResNets (p ≤ 64) the eigen-solve is
+{resnet_floor} of the default's time; the rest is the HT-SR fits and the reading and bookkeeping
+around each matrix. The HT-SR group alone takes {htsr_ms} a matrix on one thread
+(`benchmarks/bench_htsr_fits.py`, `benchmarks/results/htsr_fits.json`, spectra of
+{span((r["n"] for r in htsr["rows"]), "{:,.0f}").replace("–", " to ")} eigenvalues, {htsr["time"]}), the
+Marchenko–Pastur fit {mp_share} of it, and is made together for matrices of one shape (above); per
+matrix of n × 2n, all its columns took {mt_rows} the time of its eigen-solve
+(`benchmarks/bench_metrics.py`, `benchmarks/results/metrics_time.json`, one thread, best of
+{mt["repeats"]}, {mt["date"]}, load average {load_span(mt["load_average_1min"])}). Neither the Marchenko–Pastur fit nor the truncated power law is in
+WeightWatcher's default `analyze()`; computed the way WeightWatcher computes them (`mp_fit=True`),
+the same metrics take it {same}× longer than wbfe.
 
 ### Why `htmp` is not in the default
 
-The HTMP fit takes about ten milliseconds for 1,000 eigenvalues ([below](#the-htmp-fit)), but it is
-per matrix whatever its size: with it the default would be {htmp_ratio} WeightWatcher's speed on the
-ResNets ({htmp_secs}), while on the large models it adds {htmp_adds_text}. And at λ* its diagnosis
-is nearly always "near optimum" ([watch.md](watch.md)). `--metrics bfe,htsr,htmp` adds it; `wbfe
-watch` asks for it itself.
+The HTMP fit takes a median {htmp["median_seconds"] * 1000:.1f} ms of CPU for {thousands(htmp["n_eigenvalues"])}
+eigenvalues ([below](#the-htmp-fit)), but it is per matrix whatever its size: with it the default
+would be {htmp_ratio} WeightWatcher's speed on the ResNets ({htmp_secs}), while on the large models
+it adds {htmp_adds_text}. And at λ* its diagnosis is nearly always "near optimum"
+([watch.md](watch.md)). `--metrics bfe,htsr,htmp` adds it; `wbfe watch` asks for it itself.
 """
 
 
@@ -300,21 +424,22 @@ def section_llm(results: Path) -> str:
         r = runs[key]
         per = r["seconds_per_matrix"]
         per_text = f"{per * 1000:.1f} ms" if per < 1 else f"{per:.1f} s"
-        lines.append(f"| {checkpoint} | {metrics} | {r['seconds']:.1f} s{LLM_EARLIER.get(key, '')} | "
-                     f"{per_text}{LLM_EARLIER_PER_MATRIX.get(key, '')} | {r['fraction_of_gemm_limit'] * 100:.0f} % | {r['peak_rss_mb']:.0f} MB |")
+        lines.append(f"| {checkpoint} | {metrics} | {r['seconds']:.1f} s | "
+                     f"{per_text} | {r['fraction_of_gemm_limit'] * 100:.0f} % | {r['peak_rss_mb']:.0f} MB |")
     ext = data["extrapolated_seconds"]
     llama, qwen = ext["llama7b_32_layers"], ext["qwen30b_a3b_experts_only"]
     dense = [runs["dense:bfe"]["fraction_of_gemm_limit"], runs["dense:bfe,htsr"]["fraction_of_gemm_limit"]]
     table = "\n".join(lines)
+    loads = [data["load_average_start"][0], data["load_average_end"][0]]
     return f"""## LLM scale: what to expect on a CPU
 
 `python benchmarks/bench_llm_scale.py` (`benchmarks/results/llm_scale.json`) generates a MoE
 checkpoint of 27 layers × 128 experts × 3 bfloat16 matrices of 256 × 1024, each expert its own 2-D
-tensor, one shard per layer ({thousands(data["moe_matrices"])} matrices, 5.4 GB), and one 7B-Llama
+tensor, one shard per layer ({thousands(data["moe_matrices"])} matrices), and one 7B-Llama
 layer (q, k, v, o 4096²; gate, up, down 11008 × 4096), and scores each in a fresh process with two
 threads (`htmp` on the first MoE layer's shard alone, its 384 experts fitted in batches). Measured
 on a {data["cpu_count"]}-core {data["cpu_model"]} (float64 GEMM {data["gemm_gflops_f64_default_threads"]:.0f}
-GFLOP/s on both cores), {data["date"][:10]}, with the batched HT-SR fits:
+GFLOP/s on both cores), {data["date"][:10]}, load average {load_span(loads)}, with the batched HT-SR fits:
 
 | checkpoint | metrics | time | per matrix | fraction of the GEMM limit | peak RSS |
 |---|---|---|---|---|---|
@@ -327,32 +452,29 @@ matrices of 768 × 2048, scaled from the measured experts by their float64 flops
 {minutes(qwen["bfe"])} for `bfe`, ≈ {minutes(qwen["bfe,htsr"])} for the default** for the experts,
 and `htmp` adds about {minutes(qwen["htmp_extra"])} (it is per matrix, not per flop). The dense
 layers run at {span([d * 100 for d in dense], unit=" %")} of the flop limit (the rest is the
-tridiagonal reduction, as above; these machines' timings vary by ~20 % between runs: the same layer
-took 10.5 / 26.7 s in an earlier run). For small experts the default adds
+tridiagonal reduction, as above). For small experts the default adds
 ~{(runs["moe:bfe,htsr"]["seconds_per_matrix"] - runs["moe:bfe"]["seconds_per_matrix"]) * 1000:.1f} ms a
 matrix to BFE-W alone (the eigen-solve in place of a Cholesky factor, and the HT-SR fits, now in
 batches); those fits and the Python around each matrix are what is left between wbfe and the limit.
-Peak RSS stays near the interpreter's 500 MB plus a few tensors at any model size.
+Peak RSS stays at {span(r["peak_rss_mb"] for r in runs.values())} MB whatever the model's size: the
+interpreter and its libraries plus a few tensors.
 """
 
 
 def section_memory(results: Path) -> str:
     m = load(results, "memory.json")
     mib = m["largest_tensor_bytes"] / 2**20
-    bound = 3 * mib + 500
     return f"""## Memory
 
 `python benchmarks/bench_memory.py --matrices {m["n_matrices"]}` (`benchmarks/results/memory.json`):
 scoring a generated {m["checkpoint_bytes"] / 2**30:.0f} GiB safetensors file of {m["n_matrices"]}
 float32 matrices ({mib:.0f} MiB each) peaks at **{m["peak_rss_mb"]:.0f} MB RSS** in
-{m["wall_s"]:.1f} s (below 3 × {mib:.0f} MiB + 500 MB = {bound:.0f} MB, and below 1 GB), of which
-{m["baseline_rss_mb"]:.0f} MB is a bare Python + torch process; the rest is
-{m["peak_minus_baseline_over_largest_tensor"]:.1f}× the largest tensor (the tensor, the next one
-being read, a float64 block and the Gram matrix). The pipeline keeps what it has in flight within
-2.5× the largest tensor (or 64 MiB), leaving the rest of the 3× + 500 MB budget to what scoring
-loads besides: the 108 M transformer, scored on two workers, peaked at 672 MB against a bound of
-782 MB in an earlier run. A square bfloat16 matrix needs 4× its own size in float64 for its LU copy
-or Gram matrix, so checkpoints whose largest tensor is one exceed the 3× form.
+{m["wall_s"]:.1f} s, of which {m["baseline_rss_mb"]:.0f} MB is a bare Python + torch process; the
+rest is {m["peak_minus_baseline_over_largest_tensor"]:.1f}× the largest tensor (the tensor, the next
+one being read, a float64 block and the Gram matrix). The pipeline keeps what it has in flight
+within {setting("budget"):g}× the largest tensor (or {mib_of("budget_floor_bytes")}), leaving the rest to what
+scoring loads besides. A square bfloat16 matrix's float64 copy for its LU factors or Gram matrix is
+four times its own size, so checkpoints whose largest tensor is one need more.
 """
 
 
@@ -366,7 +488,7 @@ A GPU path exists (`--device cuda`): each tensor crosses to the device once in i
 and is widened there, and the Gram matrix, Cholesky factor and eigen-solve are float64 on the
 device. Its code runs on the CPU in the tests (every layer's BFE-W within 1e-8 of the numpy path,
 for a whole score too), and the CUDA tests compare GPU and CPU numbers where a GPU is present.
-`benchmarks/bench_gpu.py` scores a generated 1.2 B-parameter bfloat16 checkpoint on the GPU and,
+`benchmarks/bench_gpu.py` scores a generated bfloat16 checkpoint on the GPU and,
 in the same run, on the CPU, and reports GB of weights per second, the device's FP64 and
 host-to-device rates, the fraction of that limit, and the largest BFE-W difference of any layer;
 `bash benchmarks/gpu_check.sh` runs the CUDA tests and that benchmark in one go. {status}
@@ -386,6 +508,8 @@ def section_htmp(results: Path) -> str:
     s, b, rows = data["summary"], data["batch"], data["rows"]
     laws = {(r["kappa"], r["gamma"], r["beta"]) for r in rows}
     slowest = max(rows, key=lambda r: r["seconds"])
+    fast = min((k for k in s if k.startswith("within_")), key=lambda k: float(k[len("within_"):-1]))
+    fast_ms = float(fast[len("within_"):-1]) * 1000
     dkappa = "identical" if b["max_abs_dlog_kappa"] == 0 else f"within {sci(b['max_abs_dlog_kappa'])} in log κ"
     return f"""## The HTMP fit
 
@@ -393,12 +517,10 @@ def section_htmp(results: Path) -> str:
 {thousands(s["n_eigenvalues"])} eigenvalues drawn from {len(laws)} laws (γ from
 {span((r["gamma"] for r in rows), "{:g}").replace("–", " to ")}, κ from
 {span((r["kappa"] for r in rows), "{:g}").replace("–", " to ")}), with the default τ and with τ = 0,
-timed with {data["timer"]}: **median {s["median_seconds"] * 1000:.1f} ms CPU per fit** (48 ms and, before that,
-113 ms in earlier versions), {s["within_0.02s"]} of {s["fits"]} under 20 ms, slowest
-{slowest["seconds"] * 1000:.0f} ms (κ = {slowest["kappa"]:g}, γ = {slowest["gamma"]:g}: nearly
-Marchenko–Pastur laws, where the profile is flat and needs ~150 knots per κ). Every fitted κ and β
-was within 0.6 % of the former fit's but one flat near-Marchenko–Pastur profile (κ = 60, γ = ½,
-τ = 0: 3.3 %, well inside its error).
+timed with {data["timer"]}: **median {s["median_seconds"] * 1000:.1f} ms CPU per fit**,
+{s[fast]} of {s["fits"]} under {fast_ms:.0f} ms, slowest {slowest["seconds"] * 1000:.0f} ms (κ =
+{slowest["kappa"]:g}, γ = {slowest["gamma"]:g}: nearly Marchenko–Pastur laws, where the profile is
+flat and needs many knots per κ).
 
 Many matrices of one shape are fitted together (`wbfe.htmp.fit_many`): {b["spectra"]} spectra of
 {thousands(b["n_eigenvalues"])} eigenvalues took {b["batch_seconds_per_fit"] * 1000:.1f} ms per fit
@@ -428,7 +550,7 @@ def section_formats(results: Path) -> str:
     q, f = g["gguf_q4_k"], g["safetensors_f16"]
     return f"""## Checkpoint families and formats
 
-Scoring a generated 1.05 B-parameter Qwen3-MoE-style checkpoint (bf16, 1,728 expert matrices of
+Scoring a generated Qwen3-MoE-style checkpoint (bf16, 1,728 expert matrices of
 512×1,024, `benchmarks/fused_moe_checkpoint.py`) with `--metrics bfe` took {moe["user_s"]:.0f} s of
 CPU ({moe["wall_s"]:.0f} s of wall time at {moe["cpu_percent"]:.0f} % of a shared CPU) and
 {moe["rss_mb"]:.0f} MB peak RSS (`benchmarks/results/fused_moe_1b.txt`).
@@ -468,7 +590,7 @@ takes a dense matrix's) took {a["dense_seconds_per_module"]:.0f} s on that loade
 `import wbfe, torch` is {c["baseline"]["peak_rss_mb"]:.0f} MB), against {c["score_a"]["wall_s"]:.1f} s
 and {c["score_b"]["wall_s"]:.1f} s for `wbfe score --metrics bfe` of each alone in the same run
 ({c["compare_over_two_scores"]:.1f}× the two). Pairs run on the engine's pipeline as a score's
-matrices do: the next pair read ahead, small pairs in line, those whose float64 copy fits in 32 MiB
+matrices do: the next pair read ahead, small pairs in line, those whose float64 copy fits in {mib_of("worker_bytes")}
 side by side on its worker threads, every BLAS pool held at one thread.
 """
 
@@ -500,8 +622,7 @@ of three: with the default groups the page is {mb(b["html_bytes"])} MB and makin
 {b["report_html_s"]["wall"]:.2f} s wall ({b["report_html_s"]["cpu"]:.2f} s CPU) against the score's
 {b["score_s"]["wall"]:.2f} s; with `--metrics {",".join(a["metrics"])}` the page is
 {mb(a["html_bytes"])} MB and took {a["report_html_s"]["wall"]:.2f} s against the score's
-{a["score_s"]["wall"]:.2f} s. (At load average 8–11, in an earlier run, the page took 3.0–4.9 s
-wall, 1.1–1.9 s CPU.) The pages of the CIFAR-10 ResNet-20, the MiniLM encoder and the
+{a["score_s"]["wall"]:.2f} s. The pages of the CIFAR-10 ResNet-20, the MiniLM encoder and the
 Fashion-MNIST zoo are {mb(pages["resnet20"]["html_bytes"])}, {mb(pages["minilm"]["html_bytes"])} and
 {mb(pages["zoo-fmnist"]["html_bytes"])} MB (`--screenshots` saves the top of each as
 `benchmarks/results/report-*.png`).
@@ -517,6 +638,11 @@ def section_startup(results: Path) -> str:
         return f"| `{name}` | {c[name]['median_s']:.2f} s | {heavy} |"
 
     rows = "\n".join(cell(name) for name in c)
+    gpt2 = r.get("gpt2_folder")
+    if gpt2:
+        rows += "".join(
+            f"\n| `wbfe score` (a {gpt2['folder_kb']} KB GPT-2 folder, {label}) | {gpt2[key]['median_s']:.2f} s | "
+            f"{', '.join(gpt2[key]['heavy_modules'])} |" for label, key in (("first", "first"), ("second", "second")))
     return f"""## Start-up
 
 `python benchmarks/bench_startup.py` (`benchmarks/results/startup.json`): a fresh interpreter per
@@ -537,6 +663,71 @@ torchvision and `nn.Module` inputs, and the `vectors` group.
 """
 
 
+def section_describe(results: Path) -> str:
+    d = load(results, "describe.json")
+    f = load(results, "framework.json")
+    skeleton = f["llama_70b_meta_skeleton"]
+    rows = "\n".join(
+        f"| {label} | {d[key]['framework'] or 'none'} | {d[key]['describe_s_median']:.2f} s | "
+        f"{d[key]['describe_cpu_s_median']:.2f} s | {d[key]['process_s_median']:.2f} s | "
+        f"{'yes' if d[key]['transformers_imported'] else 'no'} |"
+        for label, key in (("headers and `config.json`", "with_config"), ("headers alone", "without_config"),
+                           ("the model class on the meta device", "framework_description")))
+    return f"""## Describing a checkpoint
+
+`python benchmarks/bench_describe.py` (`benchmarks/results/describe.json`): `wbfe describe` of a checkpoint of
+{d["checkpoint"]} ({d["bytes"] / 1e9:.0f} GB, {d["matrices"]} matrices), read from the headers
+alone, a fresh process each run, median of {d["runs"]} on {d["cpus"]} cores at load average
+{load_span(d["load_average"][:1])}:
+
+| description from | framework | describe | of it CPU | whole process | imports transformers |
+|---|---|---|---|---|---|
+{rows}
+
+Building the model class itself on the meta device (`python benchmarks/bench_framework.py`,
+`benchmarks/results/framework.json`, transformers {skeleton["transformers"]}, {f["machine"]["cpus"]}
+cores): {skeleton["parameters"]} parameter tensors, median {skeleton["build_median_s"]:.2f} s a build once
+transformers is imported ({skeleton["import_transformers_s"]:.1f} s), the first description in a
+fresh process {skeleton["first_describe_s"]:.0f} s; a plain safetensors file without a config
+imported {"neither transformers nor timm" if f["checks"]["plain_file_imports_no_framework"] else "a framework"}.
+"""
+
+
+def section_stream(results: Path) -> str:
+    b = load(results, "bench_stream.json")
+    runs = [b, *b.get("earlier_runs", [])]
+
+    def row(run: dict[str, Any], label: str) -> str:
+        t = run["throughput_mb_s"]
+        per = run.get("throughput_mb_s_per_run")
+        spread = (" / ".join(span(per[m], "{:,.0f}") for m in ("local", "stream")) if per else "not recorded")
+        load_text = load_span(run["load_average_1min"]) if "load_average_1min" in run else "not recorded"
+        growth = run["rss_growth_while_reading_mb"]
+        return (f"| {label} | {run.get('date', 'not recorded')} | {t['local']:,.0f} / {t['stream']:,.0f} | {spread} | "
+                f"{growth['local']:.0f} / {growth['stream']:.0f} MB | {load_text} |")
+
+    rows = "\n".join(row(run, "this run" if i == 0 else "the run before" if i == 1 else "an earlier run")
+                     for i, run in enumerate(runs))
+    store = b.get("object_store")
+    store_text = (f"\nThe same file as an object-store URI ({store['uri']}) read at {store['throughput_mb_s']:,.0f} "
+                  f"MB/s in the run that measured it.\n" if store else "")
+    c = b["checkpoint"]
+    return f"""## Streamed reads
+
+`python benchmarks/bench_stream.py` (`benchmarks/results/bench_stream.json`) writes a
+{c["file_bytes"] / 1e6:.0f} MB float32 checkpoint ({c["tensors"]} matrices of {thousands(c["columns"])} columns),
+serves it from a loopback HTTP server and reads every tensor once in a fresh process, from the
+local file and streamed over HTTP range requests ({b["requests"]} requests, bytes fetched /
+file size {b["bytes_fetched_over_file_size"]:.1f}), median of {b["runs"]} runs on {b["machine"]["cpus"]} cores. Loopback
+measures the reader's own cost (requests, checks, copies), not a network's; throughput in MB/s,
+local / streamed:
+
+| run | date | throughput | each run's | resident set growth while reading | 1-minute load average |
+|---|---|---|---|---|---|
+{rows}
+{store_text}"""
+
+
 def render(results: Path = RESULTS) -> str:
     """The whole page.
 
@@ -554,13 +745,15 @@ def render(results: Path = RESULTS) -> str:
 <!-- Generated by benchmarks/make_performance_doc.py from benchmarks/results/: edit the script, not
 this file, then run `python benchmarks/make_performance_doc.py`. -->
 
-How wbfe reads and scores a checkpoint, and what each benchmark measured. Every figure a benchmark
-recorded is read from its file in `benchmarks/results/` when this page is generated; figures of
-earlier runs, which no file keeps, say so. The machines are small shared ones (two cores, other
-jobs running), so compare ratios within one run rather than times across runs.
+How wbfe reads and scores a checkpoint, and what each benchmark measured. Every figure on this page
+is read from its file in `benchmarks/results/` when the page is generated, with the conditions the
+file recorded (date, load average, each round's own figure where it kept them); a measurement no
+file keeps is not here. The machines are small shared ones (two cores, other jobs running), so
+compare ratios within one run rather than times across runs.
 """
     sections = [section_flow, section_vs_ww, section_eigensolvers, section_htmp, section_llm, section_memory,
-                section_formats, section_adapters_compare, section_ray, section_report, section_gpu, section_startup]
+                section_formats, section_stream, section_adapters_compare, section_ray, section_report, section_gpu,
+                section_startup, section_describe]
     return "\n".join([head, *(make(results) for make in sections)])
 
 
