@@ -332,7 +332,7 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
-        if options.ww_compatible:
+        if options.conventions.ww_edit:
             from wbfe.metrics.ww_compat import ww_layer_eigenvalues, ww_svd_count
 
             w32 = _ww_matrix(tensor)
@@ -387,7 +387,7 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
     generator = np.random.RandomState(options.seed)
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
-        if options.ww_compatible:
+        if options.conventions.ww_edit:
             from wbfe.metrics.mp import mp_fit
             from wbfe.metrics.ww_compat import ww_layer_dims, ww_permuted_eigenvalues
 
