@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, validate_fields
+from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, Validated
 
 if TYPE_CHECKING:
     from wbfe.metrics.conventions import Conventions
@@ -195,66 +195,8 @@ MIN_EIGS = Integer(1)
 SCORE_SEED = Integer(0)
 
 
-class _Options:
-    """Shared behaviour: validate every field against the class's ``CONSTRAINTS`` when built."""
-
-    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {}
-
-    def __post_init__(self) -> None:
-        validate_fields(self, self.CONSTRAINTS)
-        self._cross_check()
-
-    def _cross_check(self) -> None:
-        """Rules that tie fields together (none by default)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (lists for tuples)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
-
-    # Keys :meth:`to_dict` writes under another name than the field's, and keys it writes that are no
-    # field (with the one value they may have).
-    RENAMED: ClassVar[Mapping[str, str]] = {}
-    CONSTANT: ClassVar[Mapping[str, Any]] = {}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Any:
-        """The options a :meth:`to_dict` describes (a result's recorded ``options`` replays its run).
-
-        Keys :meth:`to_dict` leaves out take their defaults; lists become tuples.
-
-        Raises:
-            InvalidOptionError: not a dict, an unknown key, or a bad value (one line).
-        """
-        if not isinstance(data, Mapping):
-            raise InvalidOptionError(f"{cls.__name__}.from_dict needs a dict of options, not {type(data).__name__}")
-        names = {f.name for f in fields(cls) if f.init} - set(cls.RENAMED.values())  # type: ignore[arg-type]
-        known = sorted(names | set(cls.RENAMED) | set(cls.CONSTANT))
-        given = {}
-        for key, value in data.items():
-            if key in cls.CONSTANT:
-                if value != cls.CONSTANT[key]:
-                    raise InvalidOptionError(f"{cls.__name__} option {key} is always {cls.CONSTANT[key]!r}, not {value!r}")
-            elif key in names or key in cls.RENAMED:
-                given[cls.RENAMED.get(key, key)] = _tupled(value)
-            else:
-                raise InvalidOptionError(f"unknown {cls.__name__} option {key!r} (known: {', '.join(known)})")
-        return cls(**given)
-
-
-def _tupled(value: Any) -> Any:
-    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
 @dataclass(frozen=True)
-class ScoreOptions(_Options):
+class ScoreOptions(Validated):
     """Every setting of one scoring run (also recorded in the result's provenance and the rank cache key).
 
     Each field is checked when the object is built; raw values are normalised on the way in
@@ -392,7 +334,7 @@ class ScoreOptions(_Options):
 
 
 @dataclass(frozen=True)
-class StatsOptions(_Options):
+class StatsOptions(Validated):
     """How a ranking turns scores into correlations (see :func:`wbfe.ranking.stats.correlate`).
 
     Attributes:
@@ -421,7 +363,7 @@ class StatsOptions(_Options):
 
 
 @dataclass(frozen=True)
-class CompareOptions(_Options):
+class CompareOptions(Validated):
     """Every setting of :func:`wbfe.compare` (recorded as the comparison's ``options``).
 
     Attributes:
@@ -498,7 +440,7 @@ def _check_columns(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class RankOptions(_Options):
+class RankOptions(Validated):
     """How a zoo is run through :func:`wbfe.rank` (what is scored how is :class:`ScoreOptions`).
 
     Attributes:
@@ -525,7 +467,7 @@ class RankOptions(_Options):
 
 
 @dataclass(frozen=True)
-class ReportOptions(_Options):
+class ReportOptions(Validated):
     """What a report page shows and how it is written (:mod:`wbfe.reporting`).
 
     Attributes:
@@ -565,7 +507,7 @@ def _check_watch_lambda(lam: object) -> Union[None, Literal["calibrated"], float
 
 
 @dataclass(frozen=True)
-class WatchOptions(_Options):
+class WatchOptions(Validated):
     """How :func:`wbfe.watch.watch` scores a run's checkpoints.
 
     Attributes:
@@ -594,7 +536,7 @@ class WatchOptions(_Options):
 
 
 @dataclass(frozen=True)
-class EditOptions(_Options):
+class EditOptions(Validated):
     """The settings of ``wbfe smooth`` / ``wbfe sharpen`` (:mod:`wbfe.editing`).
 
     Attributes:
@@ -658,7 +600,7 @@ def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class PruneOptions(_Options):
+class PruneOptions(Validated):
     """The settings of ``wbfe sparsity`` / ``wbfe prune`` (:mod:`wbfe.pruning`).
 
     Attributes:
