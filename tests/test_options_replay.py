@@ -27,6 +27,9 @@ import wbfe
 from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions
 from wbfe.metrics.conventions import WBFE, WEIGHTWATCHER, Conventions
+from wbfe.options.constraints import Validated
+from wbfe.theory.hierarchical import HierarchicalSettings
+from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 from wbfe.options import (
     OPTIONS_CLASSES,
     CompareOptions,
@@ -163,11 +166,35 @@ STRATEGIES: dict[type, Any] = {
         "min_eigs": st.integers(1, 200)}),
     ExecutorOptions: st.fixed_dictionaries({"executor": st.just("local"), "max_retries": st.integers(0, 20),
                                             "workers": st.integers(1, 64)}),
+    CurveSettings: st.fixed_dictionaries({
+        "beta": st.floats(0.0, 3.0), "delta": st.floats(1e-3, 1.0), "d": st.integers(1, 500), "k": st.integers(3, 200),
+        "r_min": st.floats(1e-3, 1.0), "r_max": st.floats(2.0, 1e3), "points": st.integers(2, 200),
+        "activation": st.sampled_from(["tanh2", "tanh", "erf", "relu"]), "readout": st.sampled_from(["power", "dense", "exp", "sparse"]),
+        "rate": st.floats(1e-3, 2.0), "nonzeros": st.integers(1, 3)}),
+    HmcSettings: st.fixed_dictionaries({
+        "r_values": st.lists(st.floats(0.1, 10.0), min_size=1, max_size=4).map(tuple), "d": st.integers(20, 60),
+        "k": st.integers(1, 20), "delta": st.floats(1e-3, 1.0), "beta": st.floats(0.0, 2.0),
+        "activation": st.sampled_from(["tanh2", "erf"]), "seeds": st.lists(st.integers(0, 99), min_size=1).map(tuple),
+        "warmup": st.integers(0, 1000), "samples": st.integers(1, 1000), "device": st.sampled_from(["cpu", "cuda"])}),
+    StudentSettings: st.fixed_dictionaries({
+        "widths": st.lists(st.integers(1, 64), min_size=1).map(tuple), "n": st.integers(1, 10**4),
+        "d": st.integers(1, 50), "k": st.integers(1, 50), "delta": st.floats(1e-3, 1.0), "beta": st.floats(0.0, 2.0),
+        "activation": st.just("tanh2"), "seeds": st.lists(st.integers(0, 99), min_size=1).map(tuple),
+        "epochs": st.integers(1, 10**4), "lr": st.floats(1e-5, 1.0), "device": st.just("cpu")}),
+    HierarchicalSettings: st.fixed_dictionaries({
+        "d": st.integers(2, 40), "p": st.one_of(st.none(), st.integers(1, 3)), "gamma": st.floats(0.51, 3.0),
+        "alpha_min": st.floats(1.0, 1.9), "alpha_max": st.floats(2.0, 2.5), "points": st.integers(2, 12),
+        "seeds": st.integers(1, 5), "eps": st.floats(0.1, 0.9), "activation": st.sampled_from(["identity", "tanh"]),
+        "features": st.sampled_from(["hermite", "gaussian"]), "n_test": st.integers(10, 5000),
+        "kernel_max_n": st.integers(0, 5000), "q_level": UNIT_OPEN, "solver": st.sampled_from(["auto", "eigsh", "dense"]),
+        "seed": SEEDS}),
 }
+THEORY = (CurveSettings, HmcSettings, StudentSettings, HierarchicalSettings)
 
 
 def test_every_options_class_has_a_strategy() -> None:
-    assert set(STRATEGIES) == set(OPTIONS_CLASSES) | {ExecutorOptions}
+    assert set(STRATEGIES) == set(OPTIONS_CLASSES) | {ExecutorOptions, *THEORY}
+    assert all(issubclass(cls, Validated) for cls in STRATEGIES)  # one constraints machinery for all
 
 
 @pytest.mark.parametrize("cls", list(STRATEGIES), ids=lambda c: c.__name__)
@@ -203,6 +230,10 @@ def test_from_dict_replays_to_dict(cls: type) -> None:
     (RankOptions, {"workers": 0}, "workers must be at least 1"),
     (ExecutorOptions, {"executor": "dask"}, "executor must be 'local' or 'ray'"),
     (PruneOptions, {"exclude": ["nope"]}, "nope"),
+    (CurveSettings, {"delta": 0.0}, "delta must be positive and finite, got 0.0"),
+    (HmcSettings, {"seeds": [0, -1]}, "seeds must be an integer >= 0, got -1"),
+    (HierarchicalSettings, {"d": 10, "D": 11}, "D = 11 is not the feature dimension of d = 10"),
+    (HierarchicalSettings, {"d": 10, "q": 1}, "unknown HierarchicalSettings option 'q'"),
 ])
 def test_from_dict_refuses_with_one_line(cls: type, data: Any, words: str) -> None:
     with pytest.raises(InvalidOptionError) as caught:
@@ -287,6 +318,17 @@ def test_conventions_name_every_difference() -> None:
 # ----------------------------------------------------------------------------- one constraints table
 
 
-@pytest.mark.parametrize("cls", [*OPTIONS_CLASSES, ExecutorOptions], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [*OPTIONS_CLASSES, ExecutorOptions, *THEORY], ids=lambda c: c.__name__)
 def test_constraints_cover_exactly_the_settable_fields(cls: type) -> None:
     assert set(cls.CONSTRAINTS) == set(_field_defaults(cls))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cls,name,bad", [
+    pytest.param(cls, name, bad, id=f"{cls.__name__}.{name}={bad!r}")
+    for cls in (ExecutorOptions, *THEORY) for name, c in cls.CONSTRAINTS.items() for bad in c.invalid
+])
+def test_the_newly_tabled_classes_refuse_each_bad_value(cls: type, name: str, bad: Any) -> None:
+    base = {"d": 10} if cls is HierarchicalSettings else {}
+    with pytest.raises(InvalidOptionError) as caught:
+        cls(**{**base, name: bad})
+    assert "\n" not in str(caught.value)

@@ -99,9 +99,13 @@ def _library_cases() -> list[Any]:
 def test_every_options_class_declares_a_table() -> None:
     from dataclasses import fields
 
-    for cls in OPTIONS_CLASSES:
+    from wbfe.executors import ExecutorOptions
+    from wbfe.theory.hierarchical import HierarchicalSettings
+    from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
+
+    for cls in (*OPTIONS_CLASSES, ExecutorOptions, CurveSettings, HmcSettings, StudentSettings, HierarchicalSettings):
         table = cls.CONSTRAINTS  # type: ignore[attr-defined]
-        assert set(table) <= {f.name for f in fields(cls)}, cls
+        assert set(table) == {f.name for f in fields(cls) if f.init}, cls  # every setting, nothing else
         assert all(isinstance(c, Constraint) for c in table.values())
         # every constraint but a flag's lists values it refuses, so the cases below cover it
         assert all(c.invalid for c in table.values()), cls
