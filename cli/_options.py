@@ -108,6 +108,8 @@ CacheDir = Annotated[Optional[Path], typer.Option(
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Score every model, read and write no cache.")]
 NameMap = Annotated[Optional[List[str]], typer.Option(
     "--map", help="REGEX=REPL applied to A's names before matching (repeatable).")]
+Quiet = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Nothing on stderr but errors: no progress, no 'wrote FILE'.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Size of the singular subspaces whose overlap is reported.")]
 
 

@@ -332,3 +332,26 @@ def test_the_newly_tabled_classes_refuse_each_bad_value(cls: type, name: str, ba
     with pytest.raises(InvalidOptionError) as caught:
         cls(**{**base, name: bad})
     assert "\n" not in str(caught.value)
+
+
+# ----------------------------------------------------------------------------- common CLI options
+
+
+def test_compare_and_report_take_quiet(tmp_path: Path) -> None:
+    """--quiet leaves stderr empty (no progress bar, no 'wrote') and changes nothing else."""
+    from safetensors.torch import save_file
+    from typer.testing import CliRunner
+
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    state = _checkpoint()
+    save_file(state, str(a))
+    save_file({k: 2 * v for k, v in state.items()}, str(b))
+    runner = CliRunner()
+    loud = runner.invoke(app, ["compare", str(a), str(b), "-f", "json", "--metrics", "bfe", "-o", str(tmp_path / "c1")])
+    quiet = runner.invoke(app, ["compare", str(a), str(b), "-f", "json", "--metrics", "bfe", "-q",
+                                "-o", str(tmp_path / "c2")])
+    assert loud.exit_code == quiet.exit_code == 0, (loud.output, quiet.output)
+    assert "wrote" in loud.stderr and quiet.stderr == ""
+    assert quiet.stdout == loud.stdout
+    page = runner.invoke(app, ["report", str(a), "--metrics", "bfe", "--quiet", "-o", str(tmp_path / "p.html")])
+    assert page.exit_code == 0 and page.stderr == "" and (tmp_path / "p.html").exists(), page.output

@@ -642,7 +642,7 @@ class PruneOptions(Validated):
 def field_defaults(cls: type) -> dict[str, Any]:
     """Each settable field's default: the one place a default is written, from which the keyword
     signatures (:func:`wbfe.score`, :func:`wbfe.compare`) and the CLI's options take theirs."""
-    return {f.name: f.default for f in fields(cls) if f.init}  # type: ignore[arg-type]
+    return {f.name: f.default for f in fields(cls) if f.init}
 
 
 OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions, RankOptions, ReportOptions,

@@ -43,7 +43,7 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
 def _int_at_least(minimum: int) -> Custom:
     def check(name: str, value: Any) -> int:
         _check_int(name, value, minimum)
-        return value  # type: ignore[no-any-return]
+        return value
 
     return Custom(check, f"an integer >= {minimum}", bad=(minimum - 1, 1.5, True), named=True)
 
