@@ -355,3 +355,27 @@ def test_compare_and_report_take_quiet(tmp_path: Path) -> None:
     assert quiet.stdout == loud.stdout
     page = runner.invoke(app, ["report", str(a), "--metrics", "bfe", "--quiet", "-o", str(tmp_path / "p.html")])
     assert page.exit_code == 0 and page.stderr == "" and (tmp_path / "p.html").exists(), page.output
+
+
+def _parsed(value: Any) -> Any:
+    """A theory option's default as its setting: a comma list as a tuple of numbers, an enum as its value."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, str) and "," in value or isinstance(value, str) and value.replace(".", "").isdigit():
+        return tuple(float(x) for x in value.split(","))
+    return value
+
+
+@pytest.mark.parametrize("command,cls,least", [("solve", CurveSettings, 8), ("curve", CurveSettings, 9),
+                                               ("hmc", HmcSettings, 9), ("student", StudentSettings, 10),
+                                               ("hierarchical", HierarchicalSettings, 13)])
+def test_theory_cli_defaults_are_the_settings_defaults(command: str, cls: type, least: int) -> None:
+    theory = typer.main.get_command(app).commands["theory"]  # type: ignore[attr-defined]
+    params = {p.name: p.default for p in theory.commands[command].params}
+    compared = 0
+    for name, default in _field_defaults(cls).items():
+        if name in params and default is not dataclasses.MISSING:
+            expected = tuple(float(v) for v in default) if isinstance(default, tuple) else default
+            assert _parsed(params[name]) == expected, (command, name)
+            compared += 1
+    assert compared == least
