@@ -49,18 +49,24 @@ def _field_defaults(cls: type) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(cls) if f.init}
 
 
-@pytest.mark.parametrize("func,cls", [(wbfe.score, ScoreOptions), (wbfe.compare, CompareOptions),
-                                      (wbfe.score, ExecutorOptions)])
-def test_keyword_defaults_are_the_dataclass_defaults(func: Any, cls: type) -> None:
+def _editing(name: str) -> Any:
+    import wbfe.editing
+
+    return getattr(wbfe.editing, name)
+
+
+@pytest.mark.parametrize("func,cls,names", [
+    (wbfe.score, ScoreOptions, None), (wbfe.compare, CompareOptions, None),
+    (wbfe.score, ExecutorOptions, {"executor": "executor", "address": "ray_address"}),
+    (_editing("smooth_checkpoint"), EditOptions, {n: n for n in ("percent", "method", "layers", "ww_compatible")}),
+    (_editing("sharpen_checkpoint"), EditOptions, {n: n for n in ("layers", "seed", "ww_compatible")}),
+])
+def test_keyword_defaults_are_the_dataclass_defaults(func: Any, cls: type, names: Any) -> None:
+    """Every field (or the ones a function takes, field -> keyword) has the dataclass's default."""
     params = inspect.signature(func).parameters
-    renames = {"address": "ray_address"} if cls is ExecutorOptions else {}
-    checked = 0
-    for name, default in _field_defaults(cls).items():
-        if cls is ExecutorOptions and name not in renames and name != "executor":
-            continue  # max_retries, workers: not keywords of score
-        assert params[renames.get(name, name)].default == default, (func.__name__, name)
-        checked += 1
-    assert checked >= 2
+    defaults = _field_defaults(cls)
+    for name, keyword in (names or {n: n for n in defaults}).items():
+        assert params[keyword].default == defaults[name], (func.__name__, name)
 
 
 # The CLI's own options with no library counterpart, or a default the command line decides.
