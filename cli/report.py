@@ -131,7 +131,7 @@ def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptio
     """Refuse options that do not apply to what the page draws (they used to be dropped silently)."""
     from wbfe.options import RankOptions, ScoreOptions, StatsOptions
 
-    if saved and score != ScoreOptions():
+    if saved and (score != ScoreOptions() or score.stream is not None):  # == leaves out how bytes travel
         raise InvalidOptionError("a saved JSON is drawn as it was scored: the scoring options (--metrics, --lambda, "
                                  "--conv, --layers, --device, --head, --min-eigs, --ww-compatible, --seed) do not "
                                  "apply; score the checkpoint again instead")

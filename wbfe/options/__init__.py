@@ -7,7 +7,10 @@ hold the settings of a comparison, a ranking run, a report page and a watched ru
 dataclass with one declared ``CONSTRAINTS`` table (scikit-learn's ``_parameter_constraints``, see
 :mod:`wbfe.options.constraints`) that its constructor applies to every field: a bad value is refused before
 a byte is read or a model is scored, with the same message whichever way the value came in, and
-tests/test_public_api_validation.py feeds every declared parameter a bad value automatically.
+tests/test_public_api_validation.py feeds every declared parameter a bad value automatically. Each field's
+default is written once, in the dataclass: :func:`wbfe.score`, :func:`wbfe.compare` and the CLI read theirs
+from it (:func:`field_defaults`). ``XOptions.from_dict(options.to_dict()) == options``: a result's recorded
+options replay its run.
 
 Seeds: ``ScoreOptions.seed`` / ``CompareOptions.seed`` (CLI ``--seed``) seed the scoring's random
 steps (the ``rand`` group's shuffles); ``StatsOptions.seed`` (CLI ``--stats-seed``) seeds a
