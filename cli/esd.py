@@ -43,7 +43,7 @@ def esd_command(
     typer.echo(f"wrote {output}", err=True)
 
 
-def _refuse_resolved(target: str, output: str) -> None:
+def _refuse_resolved(target: object, output: str) -> None:
     """Refuse an output over the files the reader resolves for ``target`` (a hub cache's snapshot)."""
     from wbfe.render.files import local_files, refuse_overlap
     from wbfe.sources import open_source

@@ -295,10 +295,12 @@ class ScoreOptions(Validated):
         return conventions_for(self.ww_compatible)
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam"}
+    BESIDE: ClassVar[tuple[str, ...]] = ("base",)  # a LoRA adapter's score records its base= here
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ScoreOptions":
-        """The options of a score's provenance (``model["options"]``, or :meth:`to_dict`).
+        """The options of a score's provenance (``model["options"]``, or :meth:`to_dict`). A LoRA adapter's
+        score records its ``base`` beside them (:func:`wbfe.score`'s ``base=``, not an option): left out here.
 
         Raises:
             InvalidOptionError: an unknown key, a bad value, or a ``filled`` record the conventions
@@ -309,7 +311,7 @@ class ScoreOptions(Validated):
         filled = data.get("filled", [])
         if not isinstance(filled, list) or not set(filled) <= {"conv"}:
             raise InvalidOptionError(f"options.filled must list options a convention fills (conv), not {filled!r}")
-        options: ScoreOptions = super().from_dict({k: v for k, v in data.items() if k not in filled + ["filled"]})
+        options: ScoreOptions = super().from_dict({k: v for k, v in data.items() if k not in [*filled, "filled"]})
         for name in filled:
             if name in data and data[name] != getattr(options, name):
                 raise InvalidOptionError(f"options.filled says {name} was filled with {data[name]!r}, but these "
@@ -400,6 +402,7 @@ class CompareOptions(Validated):
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam", "map": "name_map"}
     CONSTANT: ClassVar[Mapping[str, Any]] = {"conv": "flatten"}
+    BESIDE: ClassVar[tuple[str, ...]] = ("versions",)  # a comparison records the packages' versions here
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:

@@ -229,16 +229,18 @@ class Validated:
         """Plain dict of the fields (lists for tuples)."""
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
-    # Keys :meth:`to_dict` writes under another name than the field's, and keys it writes that are no
-    # field (with the one value they may have).
+    # Keys :meth:`to_dict` writes under another name than the field's, keys it writes that are no field
+    # (with the one value they may have), and keys a result records beside the options (not settings).
     RENAMED: ClassVar[Mapping[str, str]] = {}
     CONSTANT: ClassVar[Mapping[str, Any]] = {}
+    BESIDE: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
         """The options a :meth:`to_dict` describes (a result's recorded ``options`` replays its run).
 
-        Keys :meth:`to_dict` leaves out take their defaults; lists become tuples.
+        Keys :meth:`to_dict` leaves out take their defaults; lists become tuples; the keys a result
+        records beside the options (``BESIDE``: package versions, an adapter's base) are left out.
 
         Raises:
             InvalidOptionError: not a dict, an unknown key, or a bad value (one line).
@@ -252,6 +254,8 @@ class Validated:
             if key in cls.CONSTANT:
                 if value != cls.CONSTANT[key]:
                     raise InvalidOptionError(f"{cls.__name__} option {key} is always {cls.CONSTANT[key]!r}, not {value!r}")
+            elif key in cls.BESIDE:
+                continue
             elif key in names or key in cls.RENAMED:
                 given[cls.RENAMED.get(key, key)] = _tupled(value)
             else:
