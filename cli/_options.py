@@ -6,7 +6,9 @@ parameters to a command's signature and hands the command the built, validated o
 command reads ``score: ScoreOptions`` rather than nine loose values, and every value is checked by
 the object's constraints table before the command does any work.
 
-Nothing heavy is imported here: the options classes are imported when a command runs.
+Every default is the options class's own (:func:`defaults_of`), written once, in the dataclass; only an
+option with no library counterpart (``--no-cache``, watch's ``--layers auto``) has its default here.
+The options classes are light to import (no numpy); what they check imports the rest when a command runs.
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from typing import Annotated, Any, Callable, List, Optional
 
 import typer
 
+from wbfe.executors import ExecutorOptions
+from wbfe.options import (CompareOptions, EditOptions, PruneOptions, RankOptions, ReportOptions, ScoreOptions,
+                          StatsOptions, WatchOptions, field_defaults)
+
 __all__ = ["Format", "ScoreFormat", "Conv", "OptionGroup", "with_groups", "score_group", "compare_group",
-           "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat"]
+           "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat", "defaults_of",
+           "prune_group", "edit_group"]
 
 
 class Format(str, Enum):
@@ -57,9 +64,9 @@ Metrics = Annotated[Optional[str], typer.Option(
     "--metrics", help="Comma list of metric groups (bfe, htsr; opt-in: htmp, rand, vectors, detx, fingers). "
                       "Default: bfe,htsr.")]
 Lambda = Annotated[str, typer.Option("--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number.")]
-ConvOption = Annotated[Conv, typer.Option(
+ConvOption = Annotated[Optional[Conv], typer.Option(
     "--conv", help="Conv kernels: flatten (out x in*k*k), slices (pooled k*k matrices) or fft (WeightWatcher's "
-                   "conv2d_fft view of 2-D convolutions).")]
+                   "conv2d_fft view of 2-D convolutions). Default: flatten; slices with --ww-compatible.")]
 Intra = Annotated[bool, typer.Option(
     "--intra", help="Also score the products of consecutive weight matrices (WeightWatcher's intra=True), "
                     "one row each, role intra.")]
@@ -74,7 +81,8 @@ CompareMinEigs = Annotated[int, typer.Option(
     "--min-eigs", help="Tail fits (HT-SR, HTMP) need this many eigenvalues: below it their columns are NaN with "
                        "the reason, as in wbfe score. No pair is dropped for it: every matrix score analyses "
                        "(2 eigenvalues or more) is paired, with BFE-W and the norms.")]
-WwCompatible = Annotated[bool, typer.Option("--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices.")]
+WwCompatible = Annotated[bool, typer.Option(
+    "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's choices (with --conv left out, its conv slices).")]
 Seed = Annotated[int, typer.Option(
     "--seed", help="Seed of the scoring's random steps (the rand group's shuffles); recorded in options.seed.")]
 FixFingers = Annotated[Optional[str], typer.Option(
@@ -100,10 +108,31 @@ CacheDir = Annotated[Optional[Path], typer.Option(
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Score every model, read and write no cache.")]
 NameMap = Annotated[Optional[List[str]], typer.Option(
     "--map", help="REGEX=REPL applied to A's names before matching (repeatable).")]
+Quiet = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Nothing on stderr but errors: no progress, no 'wrote FILE'.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Size of the singular subspaces whose overlap is reported.")]
 
 
 # ---------------------------------------------------------------- option groups
+
+
+def _cli_default(value: Any) -> Any:
+    """A field's default as its option's: an empty tuple is the option left out, a tuple of names a comma list."""
+    if value == ():
+        return None
+    return ",".join(value) if isinstance(value, tuple) else value
+
+
+def defaults_of(cls: type, *names: str) -> dict[str, Any]:
+    """The CLI defaults of ``cls``'s fields (all, or the ones named), from the dataclass's own."""
+    defaults = field_defaults(cls)
+    return {name: _cli_default(defaults[name]) for name in (names or tuple(defaults))}
+
+
+def _params(cls: type, aliases: dict[str, Any], renames: Optional[dict[str, str]] = None) -> dict[str, tuple[Any, Any]]:
+    """Each option's (alias, default), the default read from ``cls`` (through ``renames``: option -> field)."""
+    defaults = defaults_of(cls)
+    return {name: (alias, defaults[(renames or {}).get(name, name)]) for name, alias in aliases.items()}
 
 
 @dataclass(frozen=True)
@@ -164,70 +193,61 @@ def with_groups(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable
     return wrap
 
 
-_SCORING: dict[str, tuple[Any, Any]] = {
-    "metrics": (Metrics, None), "lam": (Lambda, "opt"), "conv": (ConvOption, Conv.flatten), "layers": (Layers, None),
-    "device": (Device, "auto"), "head": (Head, None), "min_eigs": (MinEigs, 10), "ww_compatible": (WwCompatible, False),
-    "seed": (Seed, 0), "fix_fingers": (FixFingers, None), "fit": (Fit, "pl"), "intra": (Intra, False),
-    "stream": (Stream, None),
-}
+_SCORING = _params(ScoreOptions, {
+    "metrics": Metrics, "lam": Lambda, "conv": ConvOption, "layers": Layers, "device": Device, "head": Head,
+    "min_eigs": MinEigs, "ww_compatible": WwCompatible, "seed": Seed, "fix_fingers": FixFingers, "fit": Fit,
+    "intra": Intra, "stream": Stream,
+})
 
 
 def _score_options(**values: Any) -> Any:
-    from wbfe.options import ScoreOptions
-
     return ScoreOptions(**values)
 
 
-def score_group(*names: str, name: str = "score") -> OptionGroup:
-    """The :class:`~wbfe.options.ScoreOptions` options (all, or the ones named) of a command that scores."""
+def score_group(*names: str, name: str = "score", **fixed: Any) -> OptionGroup:
+    """The :class:`~wbfe.options.ScoreOptions` options (all, or the ones named) of a command that scores;
+    ``fixed`` settings are not options of the command (``wbfe describe`` plans as a ``bfe`` score does)."""
     chosen = names or tuple(_SCORING)
-    return OptionGroup(name, {n: _SCORING[n] for n in chosen}, _score_options)
+    return OptionGroup(name, {n: _SCORING[n] for n in chosen}, functools.partial(_score_options, **fixed))
 
 
 def _compare_options(**values: Any) -> Any:
-    from wbfe.options import CompareOptions
-
     return CompareOptions(**values)
 
 
 def compare_group() -> OptionGroup:
     """The :class:`~wbfe.options.CompareOptions` options of ``wbfe compare``."""
     # --min-eigs as score's, its help saying what it gates in a comparison
-    params = {n: (CompareMinEigs, _SCORING[n][1]) if n == "min_eigs" else _SCORING[n]
-              for n in ("metrics", "layers", "lam", "device", "min_eigs", "seed", "stream")}
-    params.update({"name_map": (NameMap, None), "top_k": (TopK, 10)})
+    params = _params(CompareOptions, {"metrics": Metrics, "layers": Layers, "lam": Lambda, "device": Device,
+                                      "min_eigs": CompareMinEigs, "seed": Seed, "stream": Stream, "name_map": NameMap,
+                                      "top_k": TopK})
     return OptionGroup("compare", params, _compare_options)
 
 
 def _stats_options(n_boot: int, stats_seed: int) -> Any:
-    from wbfe.options import StatsOptions
-
     return StatsOptions(n_boot=n_boot, seed=stats_seed)
 
 
 def stats_group() -> OptionGroup:
     """The :class:`~wbfe.options.StatsOptions` options of a command that ranks."""
-    return OptionGroup("stats", {"n_boot": (NBoot, 2000), "stats_seed": (StatsSeed, 0)}, _stats_options)
+    return OptionGroup("stats", _params(StatsOptions, {"n_boot": NBoot, "stats_seed": StatsSeed},
+                                        {"stats_seed": "seed"}), _stats_options)
 
 
 def _rank_options(quality: Optional[str], workers: int, lower_is_better: Optional[List[str]],
                   cache_dir: Optional[Path], no_cache: bool) -> Any:
-    from wbfe.options import RankOptions
-
     return RankOptions(quality=quality, workers=workers, lower_is_better=tuple(lower_is_better or ()),
                        cache_dir=False if no_cache else cache_dir)
 
 
 def rank_group() -> OptionGroup:
     """The :class:`~wbfe.options.RankOptions` options of a command that runs a zoo."""
-    return OptionGroup("run", {"quality": (Quality, None), "workers": (Workers, 1),
-                               "lower_is_better": (LowerIsBetter, None), "cache_dir": (CacheDir, None),
-                               "no_cache": (NoCache, False)}, _rank_options)
+    params = _params(RankOptions, {"quality": Quality, "workers": Workers, "lower_is_better": LowerIsBetter,
+                                   "cache_dir": CacheDir})
+    return OptionGroup("run", {**params, "no_cache": (NoCache, False)}, _rank_options)
 
 
 def _watch_options(**values: Any) -> Any:
-    from wbfe.options import WatchOptions
-
     if values.get("layers") == "auto":  # the stopping rules were measured on the fittable matrices; h* at a λ on the head
         values["layers"] = "head" if values.get("lam") is not None else "fittable"
     return WatchOptions(**values)
@@ -242,13 +262,12 @@ WatchLambda = Annotated[Optional[str], typer.Option(
 
 def watch_group() -> OptionGroup:
     """The :class:`~wbfe.options.WatchOptions` options of ``wbfe watch``."""
-    return OptionGroup("options", {"layers": (WatchLayers, "auto"), "lam": (WatchLambda, None), "head": (Head, None),
-                                 "device": (Device, "auto")}, _watch_options)
+    # --layers auto is the command line's own (the library's WatchOptions needs the choice made)
+    params = _params(WatchOptions, {"lam": WatchLambda, "head": Head, "device": Device})
+    return OptionGroup("options", {"layers": (WatchLayers, "auto"), **params}, _watch_options)
 
 
 def _report_options(**values: Any) -> Any:
-    from wbfe.options import ReportOptions
-
     return ReportOptions(**values)
 
 
@@ -261,21 +280,81 @@ class ReportFormat(str, Enum):
 
 def report_group() -> OptionGroup:
     """The :class:`~wbfe.options.ReportOptions` options of ``wbfe report``."""
-    return OptionGroup("page", {
-        "fmt": (Annotated[ReportFormat, typer.Option(
+    return OptionGroup("page", _params(ReportOptions, {
+        "fmt": Annotated[ReportFormat, typer.Option(
             "--format", "-f", help="html: one self-contained page; md: a folder with report.md and PNGs.")],
-            ReportFormat.html),
-        "n_unusual": (Annotated[int, typer.Option(
-            "--unusual", help="ESD thumbnails of the most unusual layers (besides the head).")], 5),
-    }, _report_options)
+        "n_unusual": Annotated[int, typer.Option(
+            "--unusual", help="ESD thumbnails of the most unusual layers (besides the head).")],
+    }), _report_options)
 
 
 def _executor_options(executor: str, address: Optional[str]) -> Any:
-    from wbfe.executors import ExecutorOptions
-
     return ExecutorOptions(executor, address)  # type: ignore[arg-type]
 
 
 def executor_group() -> OptionGroup:
     """Where the work runs (:class:`wbfe.executors.ExecutorOptions`)."""
-    return OptionGroup("where", {"executor": (Executor, "local"), "address": (Address, None)}, _executor_options)
+    return OptionGroup("where", _params(ExecutorOptions, {"executor": Executor, "address": Address}),
+                       _executor_options)
+
+
+Target = Annotated[float, typer.Option(
+    "--target", help="Overall sparsity of the pruned matrices, weighted by their weights, in (0, 1).")]
+_PRUNING: dict[str, Any] = {
+    "target": Target,
+    "by": Annotated[str, typer.Option(
+        "--by", help="Allocate by alpha, bfe, h (needs the htmp fit), stable_rank, or uniform (the same sparsity "
+                     "everywhere). A larger value is pruned more (--reverse: less).")],
+    "method": Annotated[str, typer.Option("--method", help="magnitude: each matrix's smallest |w| set to zero.")],
+    "spread": Annotated[float, typer.Option(
+        "--spread", help="Half-width e of the range [target - e, target + e] the metric is mapped to, in [0, 1].")],
+    "mapping": Annotated[str, typer.Option(
+        "--mapping", help="value: linear in the metric's value (AlphaPruning); rank: linear in its rank.")],
+    "reverse": Annotated[bool, typer.Option("--reverse", help="Prune the matrices with the smaller metric value more.")],
+    "exclude": Annotated[str, typer.Option(
+        "--exclude", help="Roles left unpruned, comma-separated ('' or none: prune every matrix).")],
+    "layers": Annotated[Optional[str], typer.Option(
+        "--layers", help="Only tensors whose name matches this regular expression.")],
+    "head": Head,
+}
+
+
+def _prune_options(**values: Any) -> Any:
+    return PruneOptions(**values)
+
+
+def prune_group(*names: str) -> OptionGroup:
+    """The :class:`~wbfe.options.PruneOptions` options (all, or the ones named) of ``wbfe sparsity`` / ``prune``;
+    ``--target`` has no default on the command line: a pruning says how much."""
+    params = _params(PruneOptions, {n: _PRUNING[n] for n in (names or tuple(_PRUNING))})
+    if "target" in params:
+        params["target"] = (Target, ...)
+    return OptionGroup("prune", params, _prune_options)
+
+
+class SmoothMethod(str, Enum):
+    """How many singular components ``wbfe smooth`` keeps."""
+
+    svd = "svd"
+    detx = "detx"
+
+
+_EDITING: dict[str, Any] = {
+    "percent": Annotated[float, typer.Option("--percent", help="Fraction of the singular components kept (method svd).")],
+    "method": Annotated[SmoothMethod, typer.Option("--method", help="svd: a fixed fraction; detx: the det X = 1 tail.")],
+    "layers": Annotated[Optional[str], typer.Option(
+        "--layers", help="Only tensors whose name matches this regular expression.")],
+    "seed": Annotated[int, typer.Option("--seed", help="Seed of the permutations that find the correlation traps.")],
+    "ww_compatible": Annotated[bool, typer.Option(
+        "--ww-compatible", help="Reproduce WeightWatcher 0.7.7's edit exactly (its layers, counts and randomised "
+                                "truncated SVD).")],
+}
+
+
+def _edit_options(**values: Any) -> Any:
+    return EditOptions(**values)
+
+
+def edit_group(*names: str) -> OptionGroup:
+    """The :class:`~wbfe.options.EditOptions` options (the ones named) of ``wbfe smooth`` / ``wbfe sharpen``."""
+    return OptionGroup("edit", _params(EditOptions, {n: _EDITING[n] for n in names}), _edit_options)

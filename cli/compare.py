@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ._options import ScoreFormat, compare_group, with_groups
+from ._options import Quiet, ScoreFormat, compare_group, with_groups
 from ._progress import progress_bar
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ def compare_command(
     fmt: Annotated[ScoreFormat, typer.Option("--format", "-f", help="What to print.")] = ScoreFormat.table,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Folder: compare.json, compare.csv, change_along_depth.png and report.html.")] = None,
+    quiet: Quiet = False,
     *,
     compare: "CompareOptions",
 ) -> None:
@@ -33,7 +34,7 @@ def compare_command(
 
     reads = [*local_reads(a), *local_reads(b)]
     folder = check_output_dir(output, reads=reads) if output is not None else None  # before any work
-    with progress_bar(enabled=True, what="comparing", unit="pairs") as update:
+    with progress_bar(enabled=not quiet, what="comparing", unit="pairs") as update:
         result = wbfe.compare(a, b, **compare.keywords(), progress=update)
     render = {ScoreFormat.json: lambda: result.to_json() + "\n", ScoreFormat.csv: lambda: score_csv(result),
               ScoreFormat.table: lambda: compare_table(result)}
@@ -47,7 +48,8 @@ def compare_command(
         write_atomic(folder / "compare.csv", render[ScoreFormat.csv](), reads=reads)
         plot_change_along_depth(result, folder / "change_along_depth.png")
         write_report(compare_report(result), folder / "report.html")
-        typer.echo(f"wrote {output}/compare.json, compare.csv, change_along_depth.png, report.html", err=True)
+        if not quiet:
+            typer.echo(f"wrote {output}/compare.json, compare.csv, change_along_depth.png, report.html", err=True)
     typer.echo(render[fmt](), nl=False)
 
 

@@ -8,10 +8,11 @@ import typer
 
 from ._notes import third_party_notes
 from ._output import emit
-from ._options import REF_HELP, Conv, ConvOption, Format, Head, Layers, MinEigs, Stream, WwCompatible
+from ._options import REF_HELP, Format, score_group, with_groups
 
 if TYPE_CHECKING:
     from wbfe.description import Description
+    from wbfe.options import ScoreOptions
 
 
 def describe_command(
@@ -24,28 +25,24 @@ def describe_command(
     quiet: Annotated[bool, typer.Option(
         "--quiet", "-q", help="Nothing on stderr but errors: no 'wrote FILE', no other libraries' messages.")] = False,
     *,
-    conv: ConvOption = Conv.flatten,
-    layers: Layers = None,
-    head: Head = None,
-    min_eigs: MinEigs = 10,
-    ww_compatible: WwCompatible = False,
-    stream: Stream = None,
+    score: "ScoreOptions",
 ) -> None:
     """List the matrices a score would analyse (name, shape, N, M, role, form, head) and the tensors it
     would skip, without reading a tensor or computing an eigenvalue."""
     import wbfe
-    from wbfe.options import ScoreOptions
     from wbfe.render.files import check_output, local_reads
 
-    options = ScoreOptions(metrics=("bfe",), conv=conv.value, layers=layers, head=head, min_eigs=min_eigs,
-                           ww_compatible=ww_compatible, stream=stream)
     target = ref if ref is not None else wbfe.default_checkpoint()
     reads = local_reads(target)
     written = check_output(output, reads=reads) if output is not None else None  # before any work
     with third_party_notes(verbose=verbose, quiet=quiet):
-        described = wbfe.describe(target, options=options)
+        described = wbfe.describe(target, options=score)
         text = described.to_json() + "\n" if fmt is Format.json else _table(described)
         emit(text, output, written, reads, described.model.get("files"), quiet=quiet)
+
+
+describe_command = with_groups(score_group("conv", "layers", "head", "min_eigs", "ww_compatible", "stream",
+                                           metrics=("bfe",)))(describe_command)
 
 
 def _table(described: "Description") -> str:

@@ -23,10 +23,11 @@ def esd_command(
     import wbfe
     from wbfe.options import check_conv, check_device
     from wbfe.render.files import check_output, local_reads
+    from wbfe.sources import remote_ref
     from wbfe.reporting.plots.esd import fit_esd, plot_esd
     from wbfe.scoring import layer_spectrum
 
-    check_conv(conv.value)
+    convention = check_conv((conv or Conv.flatten).value)
     check_device(device)  # every option before the checkpoint is read
 
     target = ref if ref is not None else wbfe.default_checkpoint()
@@ -34,7 +35,20 @@ def esd_command(
         from wbfe.errors import OutputError
 
         raise OutputError("wbfe esd writes a PNG file; give --output a file name, not '-'")
-    plan, spec = layer_spectrum(target, layer, conv=conv.value, device=device)
+    if remote_ref(target):  # a hub id or URL names no local path: its files are known once resolved
+        _refuse_resolved(target, output)
+    plan, spec = layer_spectrum(target, layer, conv=convention, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
     plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {'x'.join(map(str, plan.shape))}  ({plan.convention})", bins=bins)
     typer.echo(f"wrote {output}", err=True)
+
+
+def _refuse_resolved(target: object, output: str) -> None:
+    """Refuse an output over the files the reader resolves for ``target`` (a hub cache's snapshot)."""
+    from wbfe.render.files import local_files, refuse_overlap
+    from wbfe.sources import open_source
+
+    with open_source(target) as source:
+        if source.provenance.pending is not None:
+            source.provenance.pending.cancel()  # the hash reads every byte; only the names are wanted
+        refuse_overlap(output, local_files(source.provenance.files))

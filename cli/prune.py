@@ -6,22 +6,16 @@ Registered by the entry module (:mod:`wbfe_cli.main`).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from ._options import REF_HELP
+from ._options import REF_HELP, prune_group, with_groups
+
+if TYPE_CHECKING:
+    from wbfe.options import PruneOptions
 
 __all__ = ["sparsity_command", "prune_command"]
-
-TARGET_HELP = "Overall sparsity of the pruned matrices, weighted by their weights, in (0, 1)."
-BY_HELP = ("Allocate by alpha, bfe, h (needs the htmp fit), stable_rank, or uniform (the same sparsity everywhere). "
-           "A larger value is pruned more (--reverse: less).")
-SPREAD_HELP = "Half-width e of the range [target - e, target + e] the metric is mapped to, in [0, 1]."
-MAPPING_HELP = "value: linear in the metric's value (AlphaPruning); rank: linear in its rank."
-EXCLUDE_HELP = "Roles left unpruned, comma-separated ('' or none: prune every matrix)."
-LAYERS_HELP = "Only tensors whose name matches this regular expression."
-HEAD_HELP = "Tensor or module name of the classifier / LM head."
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -42,28 +36,19 @@ def _cell(value: Any) -> str:
 
 def sparsity_command(
     ref: str = typer.Argument(..., help=REF_HELP),
-    target: float = typer.Option(..., "--target", help=TARGET_HELP),
-    by: str = typer.Option("stable_rank", "--by", help=BY_HELP),
-    spread: float = typer.Option(0.2, "--spread", help=SPREAD_HELP),
-    mapping: str = typer.Option("value", "--mapping", help=MAPPING_HELP),
-    reverse: bool = typer.Option(False, "--reverse", help="Prune the matrices with the smaller metric value more."),
-    exclude: str = typer.Option("head,embedding", "--exclude", help=EXCLUDE_HELP),
-    layers: Optional[str] = typer.Option(None, "--layers", help=LAYERS_HELP),
-    head: Optional[str] = typer.Option(None, "--head", help=HEAD_HELP),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the allocation as JSON to this file."),
     csv_out: Optional[str] = typer.Option(None, "--csv", help="Also write the allocation as CSV to this file."),
+    *,
+    prune: "PruneOptions",
 ) -> None:
     """Print (and write as JSON / CSV) the per-matrix sparsity that reaches --target overall."""
-    from wbfe.options import PruneOptions
-    from wbfe.render.files import check_output, local_reads, write_output
     from wbfe.pruning import sparsity
+    from wbfe.render.files import check_output, local_reads, write_output
 
-    options = PruneOptions(target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
-                           exclude=exclude, layers=layers, head=head)  # type: ignore[arg-type]  # split by its check
     for path in (json_out, csv_out):  # before any work, and never over the input
         if path is not None:
             check_output(path, reads=local_reads(ref))
-    allocation = sparsity(ref, options=options)
+    allocation = sparsity(ref, options=prune)
     typer.echo(_table(allocation.rows, ["name", "role", "shape", "params", "metric", "sparsity", "zeros", "note"]),
                nl=False)
     typer.echo(f"overall {allocation.overall:.6f} of {sum(r['params'] for r in allocation.rows)} weights in "
@@ -74,30 +59,24 @@ def sparsity_command(
             typer.echo(f"wrote {path}", err=True)
 
 
+sparsity_command = with_groups(prune_group("target", "by", "spread", "mapping", "reverse", "exclude", "layers",
+                                           "head"))(sparsity_command)
+
+
 def prune_command(
     ref: str = typer.Argument(..., help=REF_HELP),
     out: str = typer.Argument(..., help="The safetensors file to write (replaced atomically; never the input)."),
-    target: float = typer.Option(..., "--target", help=TARGET_HELP),
-    by: str = typer.Option("stable_rank", "--by", help=BY_HELP),
-    method: str = typer.Option("magnitude", "--method", help="magnitude: each matrix's smallest |w| set to zero."),
-    spread: float = typer.Option(0.2, "--spread", help=SPREAD_HELP),
-    mapping: str = typer.Option("value", "--mapping", help=MAPPING_HELP),
-    reverse: bool = typer.Option(False, "--reverse", help="Prune the matrices with the smaller metric value more."),
-    exclude: str = typer.Option("head,embedding", "--exclude", help=EXCLUDE_HELP),
-    layers: Optional[str] = typer.Option(None, "--layers", help=LAYERS_HELP),
-    head: Optional[str] = typer.Option(None, "--head", help=HEAD_HELP),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the per-matrix report as JSON."),
+    *,
+    prune: "PruneOptions",
 ) -> None:
     """Write a magnitude-pruned copy of a checkpoint at the spectra's per-matrix sparsity, and report each matrix."""
-    from wbfe.options import PruneOptions
+    from wbfe import pruning
     from wbfe.render.files import check_output, local_reads, write_output
-    from wbfe.pruning import prune
 
-    options = PruneOptions(target=target, by=by, method=method, spread=spread, mapping=mapping, reverse=reverse,
-                           exclude=exclude, layers=layers, head=head)  # type: ignore[arg-type]
     if json_out is not None:
         check_output(json_out, reads=local_reads(ref))
-    report = prune(ref, out, options=options)
+    report = pruning.prune(ref, out, options=prune)
     columns = ["name", "params", "sparsity", "reached", "dead_rows", "dead_cols"]
     columns += [k for k in report.rows[0] if k.endswith(("_before", "_after"))] if report.rows else []
     typer.echo(_table(report.rows, columns), nl=False)
@@ -105,3 +84,7 @@ def prune_command(
     if json_out is not None:
         write_output(json_out, report.to_json() + "\n")
         typer.echo(f"wrote {json_out}", err=True)
+
+
+prune_command = with_groups(prune_group("target", "by", "method", "spread", "mapping", "reverse", "exclude", "layers",
+                                        "head"))(prune_command)

@@ -35,6 +35,8 @@ def report_command(
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="For a saved score JSON: the checkpoint it scored, to draw ESDs from (its sha256 must "
                           "match).")] = None,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", help="Nothing on stderr but errors: no progress, no 'wrote FILE' (-q is --quality).")] = False,
     page: "ReportOptions",
     score: "ScoreOptions",
     run: "RankOptions",
@@ -91,17 +93,17 @@ def report_command(
 
         result = rank(target, quality=run.quality, score=score, stats=stats, workers=run.workers,
                       cache_dir=run.cache_dir, lower_is_better=run.lower_is_better,
-                      progress=lambda line: typer.echo(line, err=True))
+                      progress=None if quiet else (lambda line: typer.echo(line, err=True)))
         report = rank_report(result)
     else:
         from ._progress import progress_bar
 
-        with progress_bar(enabled=True) as update:
+        with progress_bar(enabled=not quiet) as update:
             scored = wbfe.score(target, options=score, progress=update)
         reads += local_files(scored.model.get("files"))  # the files the reader resolved (a hub snapshot's)
         report = score_report(scored, spectra_from=target, n_unusual=page.n_unusual)
     written = write_report(report, output, fmt=page.fmt, reads=reads)
-    if written:
+    if written and not quiet:
         typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
 
 
@@ -129,7 +131,7 @@ def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptio
     """Refuse options that do not apply to what the page draws (they used to be dropped silently)."""
     from wbfe.options import RankOptions, ScoreOptions, StatsOptions
 
-    if saved and score != ScoreOptions():
+    if saved and (score != ScoreOptions() or score.stream is not None):  # == leaves out how bytes travel
         raise InvalidOptionError("a saved JSON is drawn as it was scored: the scoring options (--metrics, --lambda, "
                                  "--conv, --layers, --device, --head, --min-eigs, --ww-compatible, --seed) do not "
                                  "apply; score the checkpoint again instead")

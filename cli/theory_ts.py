@@ -10,8 +10,17 @@ from typing import Any, Optional
 import typer
 
 from wbfe.errors import InvalidOptionError
+from wbfe.options import field_defaults
+from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
 from ._options import Format
+
+# Every default is the settings class's own (solve's are a curve's at one r).
+_CURVE, _HMC, _STUDENT = (field_defaults(cls) for cls in (CurveSettings, HmcSettings, StudentSettings))
+
+
+def _listed(values: tuple[Any, ...]) -> str:
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
 
 class Readout(str, Enum):
@@ -55,16 +64,16 @@ def _print_pairs(pairs: list[tuple[str, Any]]) -> None:
 
 
 def solve_cmd(
-    beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
-    delta: float = typer.Option(0.04, help="noise variance Delta"),
-    d: int = typer.Option(200, help="input dimension"),
-    k: int = typer.Option(100, help="teacher width"),
+    beta: float = typer.Option(_CURVE["beta"], help="power-law exponent of the readout"),
+    delta: float = typer.Option(_CURVE["delta"], help="noise variance Delta"),
+    d: int = typer.Option(_CURVE["d"], help="input dimension"),
+    k: int = typer.Option(_CURVE["k"], help="teacher width"),
     r: Optional[float] = typer.Option(None, help="n/(kd) (default 0.5 unless --n is given)"),
     n: Optional[float] = typer.Option(None, help="number of samples (instead of --r)"),
-    activation: str = typer.Option("tanh2", help="tanh2, tanh, erf or relu"),
-    readout: Readout = typer.Option(Readout.power, help="readout family"),
-    rate: float = typer.Option(0.2, help="decay rate of the exp readout"),
-    nonzeros: int = typer.Option(3, help="non-zeros of the sparse readout"),
+    activation: str = typer.Option(_CURVE["activation"], help="tanh2, tanh, erf or relu"),
+    readout: Readout = typer.Option(Readout(_CURVE["readout"]), help="readout family"),
+    rate: float = typer.Option(_CURVE["rate"], help="decay rate of the exp readout"),
+    nonzeros: int = typer.Option(_CURVE["nonzeros"], help="non-zeros of the sparse readout"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Solve the fixed point: eps^BO, every crossing, q_i, snr_i, k_c."""
@@ -85,15 +94,15 @@ def solve_cmd(
 
 def curve_cmd(
     output: Path = typer.Option(..., "--output", "-o", help="folder for the PNGs and curve.json"),
-    beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
-    delta: float = typer.Option(0.04, help="noise variance Delta"),
-    d: int = typer.Option(200, help="input dimension"),
-    k: int = typer.Option(100, help="teacher width"),
-    r_min: float = typer.Option(0.01, help="smallest n/(kd)"),
-    r_max: float = typer.Option(100.0, help="largest n/(kd)"),
-    points: int = typer.Option(80, help="number of r values (log-spaced)"),
-    activation: str = typer.Option("tanh2", help="tanh2, tanh, erf or relu"),
-    readout: Readout = typer.Option(Readout.power, help="readout family"),
+    beta: float = typer.Option(_CURVE["beta"], help="power-law exponent of the readout"),
+    delta: float = typer.Option(_CURVE["delta"], help="noise variance Delta"),
+    d: int = typer.Option(_CURVE["d"], help="input dimension"),
+    k: int = typer.Option(_CURVE["k"], help="teacher width"),
+    r_min: float = typer.Option(_CURVE["r_min"], help="smallest n/(kd)"),
+    r_max: float = typer.Option(_CURVE["r_max"], help="largest n/(kd)"),
+    points: int = typer.Option(_CURVE["points"], help="number of r values (log-spaced)"),
+    activation: str = typer.Option(_CURVE["activation"], help="tanh2, tanh, erf or relu"),
+    readout: Readout = typer.Option(Readout(_CURVE["readout"]), help="readout family"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Sweep eps, q_i and k_c over r; plot the staircase, eps with fitted slopes, and k_c."""
@@ -120,15 +129,15 @@ def curve_cmd(
 
 
 def hmc_cmd(
-    r_values: str = typer.Option("0.5,2,5", "--r-values", help="comma-separated n/(kd) values"),
-    d: int = typer.Option(40, help="input dimension"),
-    k: int = typer.Option(20, help="teacher width"),
-    delta: float = typer.Option(0.04, help="noise variance Delta"),
-    beta: float = typer.Option(0.3, help="power-law exponent of the readout"),
-    seeds: str = typer.Option("0,1,2", help="comma-separated seeds (one teacher and data set each)"),
-    warmup: int = typer.Option(600, help="HMC iterations with step-size adaptation"),
-    samples: int = typer.Option(300, help="HMC iterations after warm-up"),
-    device: str = typer.Option("cpu", help="cpu, cuda or auto"),
+    r_values: str = typer.Option(_listed(_HMC["r_values"]), "--r-values", help="comma-separated n/(kd) values"),
+    d: int = typer.Option(_HMC["d"], help="input dimension"),
+    k: int = typer.Option(_HMC["k"], help="teacher width"),
+    delta: float = typer.Option(_HMC["delta"], help="noise variance Delta"),
+    beta: float = typer.Option(_HMC["beta"], help="power-law exponent of the readout"),
+    seeds: str = typer.Option(_listed(_HMC["seeds"]), help="comma-separated seeds (one teacher and data set each)"),
+    warmup: int = typer.Option(_HMC["warmup"], help="HMC iterations with step-size adaptation"),
+    samples: int = typer.Option(_HMC["samples"], help="HMC iterations after warm-up"),
+    device: str = typer.Option(_HMC["device"], help="cpu, cuda or auto"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for hmc.png and hmc.json"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
@@ -152,16 +161,16 @@ def hmc_cmd(
 
 
 def student_cmd(
-    widths: str = typer.Option("1,2,4,6,8,12,16,24,32,48", help="comma-separated student widths"),
-    n: int = typer.Option(2000, help="number of samples"),
-    d: int = typer.Option(30, help="input dimension"),
-    k: int = typer.Option(30, help="teacher width"),
-    delta: float = typer.Option(0.05, help="noise variance Delta"),
-    beta: float = typer.Option(1.0, help="power-law exponent of the readout"),
-    seeds: str = typer.Option("0", help="comma-separated seeds"),
-    epochs: int = typer.Option(1000, help="full-batch Adam epochs"),
-    lr: float = typer.Option(0.01, help="Adam learning rate"),
-    device: str = typer.Option("cpu", help="cpu, cuda or auto"),
+    widths: str = typer.Option(_listed(_STUDENT["widths"]), help="comma-separated student widths"),
+    n: int = typer.Option(_STUDENT["n"], help="number of samples"),
+    d: int = typer.Option(_STUDENT["d"], help="input dimension"),
+    k: int = typer.Option(_STUDENT["k"], help="teacher width"),
+    delta: float = typer.Option(_STUDENT["delta"], help="noise variance Delta"),
+    beta: float = typer.Option(_STUDENT["beta"], help="power-law exponent of the readout"),
+    seeds: str = typer.Option(_listed(_STUDENT["seeds"]), help="comma-separated seeds"),
+    epochs: int = typer.Option(_STUDENT["epochs"], help="full-batch Adam epochs"),
+    lr: float = typer.Option(_STUDENT["lr"], help="Adam learning rate"),
+    device: str = typer.Option(_STUDENT["device"], help="cpu, cuda or auto"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for student.png and student.json"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from wbfe.metrics.conventions import WEIGHTWATCHER
 from wbfe.metrics.fingers import esd_peak, fit_tail, peak_range
 
 
@@ -22,11 +23,11 @@ def test_ww_e_tpl_is_tpl_exactly_when_tpls_xmin_is_in_the_peak_range() -> None:
     for df in (1.5, 2.5, 3.5, 6.0):
         for seed in range(4):
             x = _spectrum(df, seed)
-            lo, hi = peak_range(x, ww_compatible=True)
+            lo, hi = peak_range(x, log10=True)
             peak = esd_peak(x)
             assert (lo, hi) == (math.log10(0.95 * peak), 1.5 * peak)  # WeightWatcher's: a log10 at the lower end
-            tpl = fit_tail(x, fit="tpl", ww_compatible=True)
-            e_tpl = fit_tail(x, fit="e_tpl", ww_compatible=True)
+            tpl = fit_tail(x, fit="tpl", conventions=WEIGHTWATCHER)
+            e_tpl = fit_tail(x, fit="e_tpl", conventions=WEIGHTWATCHER)
             inside = lo <= tpl.xmin < hi
             assert ((e_tpl.alpha, e_tpl.xmin, e_tpl.lam) == (tpl.alpha, tpl.xmin, tpl.lam)) is inside, (df, seed)
             if not inside:  # the best candidate in the range instead: never a better KS distance

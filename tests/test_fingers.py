@@ -16,6 +16,7 @@ import pytest
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
+from wbfe.metrics.conventions import WBFE, WEIGHTWATCHER
 from wbfe.metrics.fingers import (
     check_tail_options,
     esd_peak,
@@ -105,7 +106,7 @@ def ww_clipped():
 @pytest.mark.parametrize("name", ["conv", "conv_even", "fc1", "fc2", "low_rank", "small"])
 def test_clip_xmax_equals_weightwatcher(ww_clipped, name: str) -> None:
     rows, specs = ww_clipped
-    options = MetricOptions(ww_compatible=True, fix_fingers="clip_xmax")
+    options = MetricOptions(conventions=WEIGHTWATCHER, fix_fingers="clip_xmax")
     got = dict(get_group("htsr").compute(specs[name], options).values)
     got.update(get_group("fingers").compute(specs[name], options).values)
     for column in ("alpha", "xmin", "sigma", "num_pl_spikes", "num_fingers", "raw_alpha"):
@@ -139,18 +140,18 @@ def test_clip_xmax_by_hand() -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_xmin_peak_equals_powerlaw_package(seed: int) -> None:
     x = spectrum((150, 260), 2.5 + seed % 3, seed)
-    for ww_compatible in (False, True):
-        lo, hi = peak_range(x, ww_compatible=ww_compatible)
+    for conventions in (WBFE, WEIGHTWATCHER):
+        lo, hi = peak_range(x, log10=conventions.peak_log10)
         ref = _quiet_fit(x, xmin=(lo, hi), parameter_ranges=PL_RANGE)
-        got = fit_tail(x, fix_fingers="xmin_peak", ww_compatible=ww_compatible, min_tail=1)
+        got = fit_tail(x, fix_fingers="xmin_peak", conventions=conventions, min_tail=1)
         assert got.xmin == ref.xmin
         assert got.alpha == pytest.approx(ref.alpha, rel=1e-10)
         assert got.sigma == pytest.approx(ref.sigma, rel=1e-10)
         assert got.ks == pytest.approx(ref.D, rel=1e-9)
     # the default range [0.95·peak, 1.5·peak) is what the package is given; WW's keeps a log10
     peak = esd_peak(x)
-    assert peak_range(x, ww_compatible=False) == (0.95 * peak, 1.5 * peak)
-    assert peak_range(x, ww_compatible=True) == (math.log10(0.95 * peak), 1.5 * peak)
+    assert peak_range(x, log10=False) == (0.95 * peak, 1.5 * peak)
+    assert peak_range(x, log10=True) == (math.log10(0.95 * peak), 1.5 * peak)
 
 
 def test_esd_peak_is_the_fullest_log_bin() -> None:
@@ -188,7 +189,7 @@ def test_tpl_ks_distance_is_the_packages() -> None:
 def test_e_tpl_scan_against_the_package() -> None:
     """E_TPL: xmin by the truncated fit's own KS distance among the ESD-peak candidates."""
     x = spectrum((70, 120), 3.5, 1)
-    lo, hi = peak_range(x, ww_compatible=False)
+    lo, hi = peak_range(x, log10=False)
     got = fit_tail(x, fit="e_tpl", min_tail=3)
     ref = _quiet_fit(x, xmin=(lo, hi), xmin_distribution="truncated_power_law", parameter_ranges=TPL_RANGE)
     assert got.ks <= ref.D + 1e-6  # the exact MLE never chooses a worse tail than the package's optimiser

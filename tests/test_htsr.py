@@ -12,12 +12,13 @@ import pytest
 
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
+from wbfe.metrics.conventions import WEIGHTWATCHER
 from wbfe.metrics.htsr import COLUMNS, GROUP, WW_EVALS_THRESH, matrix_entropy, matrix_rank
 from wbfe.metrics.mp import _linear_kde, _MPResidual, _nelder_mead_1d, mp_fit
 from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
 from wbfe.metrics.ww_compat import WW_CONV2D_EIG_SCALE, ww_conv2d_dims, ww_conv2d_matrices, ww_linear_matrix
 
-WW = MetricOptions(ww_compatible=True)
+WW = MetricOptions(conventions=WEIGHTWATCHER)
 PLAIN = MetricOptions()
 
 
@@ -197,7 +198,7 @@ def test_plain_alpha_is_scale_invariant_but_ww_threshold_is_not() -> None:
     assert plain_tiny["alpha"] == pytest.approx(plain["alpha"], rel=1e-9)
     assert plain_tiny["stable_rank"] == pytest.approx(plain["stable_rank"], rel=1e-12)
     ww_tiny = GROUP.compute(tiny, WW).values
-    expected = fit_power_law(tiny.eigs[-15:], ww_compatible=True)  # WW's small-N fit of the 15 kept
+    expected = fit_power_law(tiny.eigs[-15:], method="ww")  # WW's small-N fit of the 15 kept
     assert expected.method == "ww-small-n"
     assert ww_tiny["alpha"] == pytest.approx(expected.alpha, rel=1e-14)
     assert ww_tiny["alpha"] != pytest.approx(plain["alpha"], rel=1e-3)
@@ -500,8 +501,8 @@ def test_compute_many_is_compute_of_each(options: MetricOptions) -> None:
         e = np.sort(spec.eigs)
         fit = mp_fit(e, spec.P, spec.p)
         assert (got.values["num_spikes"], got.values["mp_softrank"]) == (fit.num_spikes, fit.mp_softrank)
-        tail = e[e > (WW_EVALS_THRESH * math.exp(-spec.log_scale) if options.ww_compatible else 0.0)]
-        pl = fit_power_law(tail, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+        tail = e[e > (WW_EVALS_THRESH * math.exp(-spec.log_scale) if options.conventions is WEIGHTWATCHER else 0.0)]
+        pl = fit_power_law(tail, min_tail=options.min_tail, method="ww" if options.conventions is WEIGHTWATCHER else "csn")
         if pl.ok:
             assert got.values["alpha"] == pl.alpha
             tpl = fit_truncated_power_law(tail, xmin=pl.xmin)

@@ -150,6 +150,7 @@ def test_files_resolved_while_reading_are_checked_before_writing(tmp_path: Path,
     assert [p.name for p in snap.parent.parent.rglob(".*")] == []  # nothing half-written
     assert SAME in _refused(["score", "someone/tiny", "--metrics", "bfe", "-o", snap / "model.safetensors"], blob)
     assert SAME in _refused(["report", "someone/tiny", "-o", snap / "model.safetensors"], blob)
+    assert SAME in _refused(["esd", "someone/tiny", "--layer", "fc1.weight", "-o", snap / "model.safetensors"], blob)
 
 
 # ---------------------------------------------------------------- score, compare, esd, report

@@ -72,7 +72,7 @@ def brute_force_fit(x: np.ndarray, *, min_tail: int, ww: bool) -> tuple[float, f
 @pytest.mark.parametrize("ww", [False, True])
 def test_recovers_pareto_exponent(alpha: float, ww: bool) -> None:
     x = pareto(alpha, 4000, seed=int(alpha * 10))
-    fit = fit_power_law(x, ww_compatible=ww)
+    fit = fit_power_law(x, method="ww" if ww else "csn")
     assert fit.ok, fit.reason
     # CSN picks an xmin inside the pure tail; the estimate is within ~4 standard errors.
     assert abs(fit.alpha - alpha) < 4.0 * fit.sigma + 0.02
@@ -93,7 +93,7 @@ def test_finds_the_start_of_the_tail() -> None:
 def test_vectorised_scan_equals_brute_force(seed: int, ww: bool, min_tail: int) -> None:
     rng = np.random.default_rng(seed)
     x = np.concatenate([rng.gamma(2.0, 1.0, 300), pareto(3.0, 100, seed) * 5.0])
-    fit = fit_power_law(x, min_tail=min_tail, ww_compatible=ww)
+    fit = fit_power_law(x, min_tail=min_tail, method="ww" if ww else "csn")
     alpha, xmin, ks = brute_force_fit(x, min_tail=min_tail, ww=ww)
     assert fit.xmin == xmin
     assert fit.alpha == pytest.approx(alpha, rel=1e-12)
@@ -120,7 +120,7 @@ def test_ww_mode_matches_weightwatcher_wwfit(n: int) -> None:
 
         with contextlib.redirect_stdout(io.StringIO()):  # WWFit prints "SMALL N PL FIT"
             ref = ww_powerlaw.WWFit(x)
-    ours = fit_power_law(x, ww_compatible=True)
+    ours = fit_power_law(x, method="ww")
     assert ours.method == ("ww-small-n" if n < WW_SMALL_N else "ww")
     assert ours.xmin == float(ref.xmin)
     assert ours.alpha == pytest.approx(float(ref.alpha), rel=1e-12)
@@ -158,9 +158,9 @@ def test_scale_invariance() -> None:
         (np.full(50, 3.0), {}, "degenerate spectrum: no tail of at least 10 values gives a finite alpha > 1"),
         (np.array([0.0, 1.0, 2.0] * 10), {}, "non-positive values (drop zero eigenvalues first)"),
         (np.array([1.0, np.nan] * 10), {}, "non-finite values"),
-        (np.array([1.0]), {"ww_compatible": True}, "only 1 value(s), need at least 2"),
-        (np.full(50, 3.0), {"ww_compatible": True}, "degenerate tail: alpha = inf at the best xmin"),
-        (np.full(10, 3.0), {"ww_compatible": True}, "degenerate spectrum: all values equal"),
+        (np.array([1.0]), {"method": "ww"}, "only 1 value(s), need at least 2"),
+        (np.full(50, 3.0), {"method": "ww"}, "degenerate tail: alpha = inf at the best xmin"),
+        (np.full(10, 3.0), {"method": "ww"}, "degenerate spectrum: all values equal"),
     ],
 )
 def test_failures_are_nan_with_reason(values: np.ndarray, kwargs: dict, reason: str) -> None:
@@ -298,7 +298,7 @@ def test_pruned_ks_scan_is_the_full_scan(case: tuple[str, np.ndarray], ww: bool,
     from wbfe.metrics import powerlaw as module
 
     x = case[1][case[1] > 0.0]
-    pruned = fit_power_law(x, min_tail=min_tail, ww_compatible=ww)
+    pruned = fit_power_law(x, min_tail=min_tail, method="ww" if ww else "csn")
     computed: list[int] = []
     real_rows = module._ks_rows
 
@@ -307,10 +307,10 @@ def test_pruned_ks_scan_is_the_full_scan(case: tuple[str, np.ndarray], ww: bool,
         return real_rows(x, rows, alphas, cols)
 
     monkeypatch.setattr(module, "_ks_rows", counting_rows)
-    fit_power_law(x, min_tail=min_tail, ww_compatible=ww)
+    fit_power_law(x, min_tail=min_tail, method="ww" if ww else "csn")
     n_exact = sum(computed)
     monkeypatch.setattr(module, "_KS_EXACT_BELOW", x.size)  # every candidate exactly
-    full = fit_power_law(x, min_tail=min_tail, ww_compatible=ww)
+    full = fit_power_law(x, min_tail=min_tail, method="ww" if ww else "csn")
     assert (pruned.alpha, pruned.xmin, pruned.ks, pruned.n_tail, pruned.n_candidates) == (
         full.alpha, full.xmin, full.ks, full.n_tail, full.n_candidates,
     )

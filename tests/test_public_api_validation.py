@@ -24,6 +24,7 @@ from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.options import (
     OPTIONS_CLASSES,
     CompareOptions,
+    EditOptions,
     PruneOptions,
     RankOptions,
     ReportOptions,
@@ -98,9 +99,13 @@ def _library_cases() -> list[Any]:
 def test_every_options_class_declares_a_table() -> None:
     from dataclasses import fields
 
-    for cls in OPTIONS_CLASSES:
+    from wbfe.executors import ExecutorOptions
+    from wbfe.theory.hierarchical import HierarchicalSettings
+    from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
+
+    for cls in (*OPTIONS_CLASSES, ExecutorOptions, CurveSettings, HmcSettings, StudentSettings, HierarchicalSettings):
         table = cls.CONSTRAINTS  # type: ignore[attr-defined]
-        assert set(table) <= {f.name for f in fields(cls)}, cls
+        assert set(table) == {f.name for f in fields(cls) if f.init}, cls  # every setting, nothing else
         assert all(isinstance(c, Constraint) for c in table.values())
         # every constraint but a flag's lists values it refuses, so the cases below cover it
         assert all(c.invalid for c in table.values()), cls
@@ -138,14 +143,18 @@ def test_public_function_refuses_before_reading(call: Call, keyword: str, bad: A
 
 GROUP_CLASSES: dict[str, Optional[type]] = {"score": ScoreOptions, "compare": CompareOptions,
                                             "stats": StatsOptions, "run": RankOptions, "options": WatchOptions,
-                                            "page": ReportOptions, "where": None}
+                                            "page": ReportOptions, "where": None, "prune": PruneOptions,
+                                            "edit": EditOptions}
 PARAM_FIELDS = {"stats_seed": "seed"}
 
 
 def _positional(command: str, tmp: Path) -> list[str]:
     missing = str(tmp / "missing.safetensors")
     return {"score": [missing], "compare": [missing, missing], "rank": [str(tmp / "zoo.csv")],
-            "report": [missing, "--output", str(tmp / "page.html")], "watch": [str(tmp / "run")]}[command]
+            "report": [missing, "--output", str(tmp / "page.html")], "watch": [str(tmp / "run")],
+            "describe": [missing], "sparsity": [missing, "--target", "0.5"],
+            "prune": [missing, str(tmp / "out.safetensors"), "--target", "0.5"],
+            "smooth": [missing, str(tmp / "out.safetensors")], "sharpen": [missing, str(tmp / "out.safetensors")]}[command]
 
 
 def _coerce(alias: Any, text: str) -> Any:
@@ -159,6 +168,8 @@ def _coerce(alias: Any, text: str) -> Any:
         return kind(text).value
     if kind is int:
         return int(text)
+    if kind is float:
+        return float(text)
     if kind is Path:
         return Path(text)
     return text
@@ -205,7 +216,7 @@ CLI_CASES = _cli_cases()
 
 def test_every_command_with_options_is_covered() -> None:
     covered = {case.values[0] for case in CLI_CASES}
-    assert covered == {"score", "compare", "rank", "report", "watch"}
+    assert covered == {"score", "compare", "rank", "report", "watch", "describe", "sparsity", "prune", "smooth", "sharpen"}
 
 
 @pytest.mark.parametrize("command,flag,text", CLI_CASES)

@@ -19,6 +19,7 @@ import pytest
 import wbfe
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
+from wbfe.metrics.conventions import WEIGHTWATCHER
 from wbfe.metrics.detx import detx_tail
 from wbfe.metrics.htsr import fit_spectrum_power_law
 from wbfe.metrics.vectors import COLUMNS as VECTOR_COLUMNS
@@ -227,7 +228,7 @@ def test_conv2d_fft_equals_weightwatcher() -> None:
     for (_, ref), layer in zip(details.iterrows(), model):
         e, n, m = ww_conv2d_fft_eigenvalues(layer.weight.detach().numpy())
         assert (n, m, e.size) == (ref["N"], ref["M"], ref["num_evals"])
-        got = htsr.compute(Spectrum(eigs=e, rows=n, cols=m), MetricOptions(ww_compatible=True)).values
+        got = htsr.compute(Spectrum(eigs=e, rows=n, cols=m), MetricOptions(conventions=WEIGHTWATCHER)).values
         for column in ("alpha", "xmin", "num_pl_spikes", "log_norm", "log_spectral_norm", "stable_rank", "matrix_rank",
                        "entropy", "lambda_max", "num_spikes", "bulk_max"):
             assert got[column] == pytest.approx(float(ref[column]), rel=1e-6), (ref["name"], column)

@@ -53,7 +53,7 @@ from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
-from wbfe.options import CompareOptions, ScoreOptions, check_name_map
+from wbfe.options import CompareOptions, ScoreOptions, check_name_map, field_defaults
 from wbfe.render.text import json_ready
 from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
@@ -147,19 +147,22 @@ def parse_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
     return [(re.compile(pattern), repl) for pattern, repl in check_name_map(pairs)]
 
 
+_DEFAULTS = field_defaults(CompareOptions)  # the keywords' defaults are the options' own
+
+
 def compare(
     a: Any,
     b: Any,
     *,
-    metrics: Union[str, Iterable[str], None] = None,
-    name_map: Union[None, str, Iterable[Union[str, tuple[str, str]]]] = None,
-    top_k: int = 10,
-    layers: Optional[str] = None,
-    lam: Union[str, float] = "opt",
-    device: str = "auto",
-    min_eigs: int = 10,
-    seed: int = 0,
-    stream: Optional[bool] = None,
+    metrics: Union[str, Iterable[str], None] = _DEFAULTS["metrics"],
+    name_map: Union[None, str, Iterable[Union[str, tuple[str, str]]]] = _DEFAULTS["name_map"],
+    top_k: int = _DEFAULTS["top_k"],
+    layers: Optional[str] = _DEFAULTS["layers"],
+    lam: Union[str, float] = _DEFAULTS["lam"],
+    device: str = _DEFAULTS["device"],
+    min_eigs: int = _DEFAULTS["min_eigs"],
+    seed: int = _DEFAULTS["seed"],
+    stream: Optional[bool] = _DEFAULTS["stream"],
     progress: Optional[engine.Progress] = None,
 ) -> Comparison:
     """Compare checkpoint ``b`` against checkpoint ``a``, matrix by matrix.

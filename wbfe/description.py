@@ -53,7 +53,7 @@ class Description:
 def describe(
     ref: Any,
     *,
-    conv: Literal["flatten", "slices", "fft"] = "flatten",
+    conv: Optional[Literal["flatten", "slices", "fft"]] = None,
     layers: Optional[str] = None,
     head: Optional[str] = None,
     min_eigs: int = 10,

@@ -39,6 +39,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
 from wbfe.linalg.arrays import to_torch
+from wbfe.options import EditOptions, field_defaults
 from wbfe.sources import stored_bytes
 
 if TYPE_CHECKING:
@@ -305,8 +306,12 @@ def _ww_apply(name: str, w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.
     return ww_edit_weight(w32, num_smooth), abs(per_slice), ""
 
 
-def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, method: SmoothMethod = "svd",
-                      layers: Optional[str] = None, ww_compatible: bool = False) -> EditSummary:
+_DEFAULTS = field_defaults(EditOptions)  # the keywords' defaults are the options' own
+
+
+def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFAULTS["percent"],
+                      method: SmoothMethod = _DEFAULTS["method"], layers: Optional[str] = _DEFAULTS["layers"],
+                      ww_compatible: bool = _DEFAULTS["ww_compatible"]) -> EditSummary:
     """Write ``ref`` with every weight matrix replaced by its SVD smoothing (see the module docstring).
 
     Args:
@@ -327,12 +332,10 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = 0.8, 
             or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
             be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
     """
-    from wbfe.options import EditOptions
-
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
-        if options.ww_compatible:
+        if options.conventions.ww_edit:
             from wbfe.metrics.ww_compat import ww_layer_eigenvalues, ww_svd_count
 
             w32 = _ww_matrix(tensor)
@@ -362,8 +365,8 @@ def _ww_matrix(tensor: "torch.Tensor") -> Union[np.ndarray, str]:
     return skip if skip is not None else _float32(tensor)
 
 
-def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str] = None, seed: int = 0,
-                       ww_compatible: bool = False) -> EditSummary:
+def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str] = _DEFAULTS["layers"],
+                       seed: int = _DEFAULTS["seed"], ww_compatible: bool = _DEFAULTS["ww_compatible"]) -> EditSummary:
     """Write ``ref`` with the correlation-trap components removed from every weight matrix.
 
     Args:
@@ -381,13 +384,11 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
     Raises:
         As :func:`smooth_checkpoint`.
     """
-    from wbfe.options import EditOptions
-
     options = EditOptions(layers=layers, seed=seed, ww_compatible=ww_compatible)
     generator = np.random.RandomState(options.seed)
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
-        if options.ww_compatible:
+        if options.conventions.ww_edit:
             from wbfe.metrics.mp import mp_fit
             from wbfe.metrics.ww_compat import ww_layer_dims, ww_permuted_eigenvalues
 

@@ -11,33 +11,37 @@ from typing import Any, Iterable, Literal, Optional, Union
 from wbfe.engine import ModelScore, Progress, layer_spectrum, score_source
 from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions, executor_for
-from wbfe.options import ScoreOptions
+from wbfe.options import ScoreOptions, field_defaults
 from wbfe.sources import open_source, stream_each
 
 __all__ = ["ScoreOptions", "ModelScore", "score", "score_here", "Progress", "layer_spectrum"]
 
 
+_DEFAULTS = field_defaults(ScoreOptions)  # the keywords' defaults are the options' own
+_WHERE = field_defaults(ExecutorOptions)
+
+
 def score(
     ref: Any,
     *,
-    metrics: Union[str, Iterable[str], None] = None,
-    lam: Union[str, float] = "opt",
-    conv: Literal["flatten", "slices", "fft"] = "flatten",
-    layers: Optional[str] = None,
-    device: str = "auto",
-    head: Optional[str] = None,
-    min_eigs: int = 10,
-    ww_compatible: bool = False,
-    seed: int = 0,
-    fix_fingers: Optional[str] = None,
-    fit: str = "pl",
-    intra: bool = False,
+    metrics: Union[str, Iterable[str], None] = _DEFAULTS["metrics"],
+    lam: Union[str, float] = _DEFAULTS["lam"],
+    conv: Optional[Literal["flatten", "slices", "fft"]] = _DEFAULTS["conv"],
+    layers: Optional[str] = _DEFAULTS["layers"],
+    device: str = _DEFAULTS["device"],
+    head: Optional[str] = _DEFAULTS["head"],
+    min_eigs: int = _DEFAULTS["min_eigs"],
+    ww_compatible: bool = _DEFAULTS["ww_compatible"],
+    seed: int = _DEFAULTS["seed"],
+    fix_fingers: Optional[str] = _DEFAULTS["fix_fingers"],
+    fit: str = _DEFAULTS["fit"],
+    intra: bool = _DEFAULTS["intra"],
     base: Any = None,
     progress: Optional[Progress] = None,
     options: Optional[ScoreOptions] = None,
-    executor: Literal["local", "ray"] = "local",
-    ray_address: Optional[str] = None,
-    stream: Optional[bool] = None,
+    executor: Literal["local", "ray"] = _WHERE["executor"],
+    ray_address: Optional[str] = _WHERE["address"],
+    stream: Optional[bool] = _DEFAULTS["stream"],
 ) -> ModelScore:
     """Score every weight matrix of a checkpoint.
 
@@ -48,17 +52,19 @@ def score(
     Args:
         ref: a path, ``org/name[@rev]``, ``timm:<name>``, ``torchvision:<weights>``, an ``nn.Module``
             or a state dict (see :mod:`wbfe.sources`).
-        metrics: metric groups (``"bfe,htsr,htmp"`` or an iterable); None for the default, ``bfe,htsr``.
+        metrics: metric groups (``"bfe,htsr,htmp"`` or an iterable); empty or None for the default, ``bfe,htsr``.
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision.
         conv: conv-kernel convention, ``flatten`` (out × in·k…), ``slices`` (pooled k positions) or
-            ``fft`` (WeightWatcher's ``conv2d_fft`` view of 4-D kernels, :mod:`wbfe.linalg.conv_fft`).
+            ``fft`` (WeightWatcher's ``conv2d_fft`` view of 4-D kernels, :mod:`wbfe.linalg.conv_fft`);
+            None: the conventions' choice, ``flatten`` (``slices`` with ``ww_compatible``).
         layers: a regular expression; only tensors whose name it matches (``re.search``) are analysed.
         device: ``auto``, ``cpu`` or ``cuda`` for the eigen-solves.
         head: tensor (or module) name of the classifier / LM head, overriding the built-in rule.
         min_eigs: the tail fits (HT-SR, HTMP) of matrices with fewer eigenvalues are NaN, with the
             reason; BFE-W is computed for any matrix with at least 2 (WeightWatcher-compatible
             mode skips such matrices altogether, as WeightWatcher does).
-        ww_compatible: reproduce WeightWatcher 0.7.7's choices (conv slicing, fitting).
+        ww_compatible: reproduce WeightWatcher 0.7.7's choices (:mod:`wbfe.metrics.conventions`: conv
+            slicing where ``conv`` is left unset, fitting, ...).
         seed: seed of the random steps (the ``rand`` group's permutations); recorded in the options.
         fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: ``xmin_peak`` or
             ``clip_xmax`` (see :mod:`wbfe.metrics.fingers`); None for the plain fit.
@@ -96,7 +102,7 @@ def score(
                  fix_fingers=fix_fingers, fit=fit, intra=intra, stream=stream)
     if options is None:
         options = ScoreOptions(**given)  # type: ignore[arg-type]
-    elif given != _DEFAULT_KEYWORDS:
+    elif given != _DEFAULTS:
         raise InvalidOptionError("score(): pass the settings either as options=ScoreOptions(...) or as keywords, not both")
     runner = executor_for(ExecutorOptions(executor, ray_address))
     if base is not None:
@@ -131,8 +137,3 @@ def _is_adapter(source: Any) -> bool:
     from wbfe.sources.peft_adapter import AdapterSource
 
     return isinstance(source, AdapterSource)
-
-
-_DEFAULT_KEYWORDS = dict(metrics=(), lam="opt", conv="flatten", layers=None, device="auto", head=None,
-                         min_eigs=10, ww_compatible=False, seed=0, fix_fingers=None, fit="pl", intra=False,
-                         stream=None)

@@ -77,7 +77,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
         chain = IntraChain.in_order(options.seed, [p.plan for p in planned if isinstance(p.plan, MatrixPlan)],
                                     description.order if description is not None else None,
                                     description.aliases if description is not None else None,
-                                    ww_compatible=options.ww_compatible)
+                                    ww_slices=options.conventions.ww_slices)
     if progress is not None:  # the total at once, before the first spectrum (a bar reads 0/N, not 0/?)
         progress(0, total, "")
     with Pipeline(context.device) as pipeline:
@@ -124,7 +124,7 @@ def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dic
         for entry, plan in stream(source, options):
             if entry.name not in wanted or isinstance(plan, Skip):
                 continue
-            matrices = matrices_of(entry.load(), plan, ww_compatible=options.ww_compatible)
+            matrices = matrices_of(entry.load(), plan, ww_slices=options.conventions.ww_slices)
             spec = planned_spectrum(matrices, plan, device)
             assert spec.eigs is not None  # asked for
             # in true units (a matrix whose Gram matrix left float64's range was scaled by a power of two)
@@ -145,7 +145,7 @@ def score_intra(
     Args:
         ref: anything :func:`wbfe.sources.open_source` reads (an ``nn.Module`` included).
         metrics: groups that need only the spectrum (``htsr``, ``detx``, ``fingers``, ``htmp``, ``bfe``).
-        ww_compatible: WeightWatcher's fitting choices (see :class:`~wbfe.metrics.MetricOptions`);
+        ww_compatible: WeightWatcher's conventions (:data:`wbfe.metrics.conventions.WEIGHTWATCHER`);
             matrices too small for it leave the chain, as WeightWatcher leaves them out of its layers.
         layers: a regular expression selecting the weights that form the chain.
         sparsify: WeightWatcher's default random 0/1 mask between the two (see
@@ -192,11 +192,11 @@ def score_intra(
         chain = IntraChain.in_order(seed, [plan for _, plan in planned],
                                     description.order if description is not None else None,
                                     description.aliases if description is not None else None, sparsify=sparsify,
-                                    ww_compatible=ww_compatible)
+                                    ww_slices=settings.conventions.ww_slices)
         for entry, plan in planned:
             if not chain.needs(plan.name):
                 continue
-            for product in chain.follow(plan, matrices_of(entry.load(), plan, ww_compatible=ww_compatible)):
+            for product in chain.follow(plan, matrices_of(entry.load(), plan, ww_slices=settings.conventions.ww_slices)):
                 pairs[product.plan.name] = (product.first, product.second)
                 pipeline.compute(product.entry, product.plan, product.job)
             collect(pipeline)

@@ -53,7 +53,7 @@ def planning_min_eigs(options: Any) -> int:
     than ``min_eigs``, as WeightWatcher does; otherwise BFE-W needs only two, and ``min_eigs`` gates
     the tail fits alone (see :mod:`wbfe.engine.rows`). Every feature that plans entries itself
     (compare, the adapter merge) plans with this, so that it analyses what a score analyses."""
-    return options.min_eigs if options.ww_compatible else MIN_BFE_EIGS
+    return options.min_eigs if options.conventions.skip_below_min_eigs else MIN_BFE_EIGS
 
 
 def stream(source: Any, options: Any) -> Iterator[Planned]:
@@ -75,12 +75,12 @@ def described_role(plan: Union[Skip, MatrixPlan], source: Any) -> Union[Skip, Ma
     return plan if role is None or role == plan.role else dataclasses.replace(plan, role=role)
 
 
-def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_compatible: bool = False) -> list[Any]:
+def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_slices: bool = False) -> list[Any]:
     """The matrices a planned tensor is analysed as: :func:`wbfe.engine.matrices.as_matrices`, or, in
     WeightWatcher-compatible mode with the ``slices`` convention, WeightWatcher's own conv slices.
     For the ``fft`` view it is the kernel itself, which :func:`wbfe.engine.planned_spectrum` turns
     into the view's eigenvalues."""
-    if not (ww_compatible and plan.convention == "slices" and len(plan.shape) == 4):
+    if not (ww_slices and plan.convention == "slices" and len(plan.shape) == 4):
         return as_matrices(tensor, plan)
     from wbfe.metrics.ww_compat import ww_conv2d_matrices
 

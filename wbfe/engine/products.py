@@ -58,19 +58,19 @@ class IntraChain:
     chain in the model's order); otherwise the chain is the stream's order, found as it goes.
     """
 
-    def __init__(self, seed: int, *, sparsify: bool = True, ww_compatible: bool = False) -> None:
+    def __init__(self, seed: int, *, sparsify: bool = True, ww_slices: bool = False) -> None:
         self.rng = np.random.RandomState(seed) if sparsify else None
-        self.ww_compatible = ww_compatible
+        self.ww_slices = ww_slices  # Conventions.ww_slices: WeightWatcher's conv slices join the chain
         self.previous: Optional[str] = None
         self.pairs: Optional[dict[str, list[_Pair]]] = None  # by member, when planned up front
         self.held: dict[str, _Member] = {}
 
     @classmethod
     def in_order(cls, seed: int, plans: Sequence[MatrixPlan], order: Optional[Sequence[str]] = None,
-                 aliases: Any = None, *, sparsify: bool = True, ww_compatible: bool = False) -> "IntraChain":
+                 aliases: Any = None, *, sparsify: bool = True, ww_slices: bool = False) -> "IntraChain":
         """The chain of ``plans`` (the stream's matrices) in the model's ``order`` (stream order
         where None), its pairs and their masks' generator states fixed here, in chain order."""
-        chain = cls(seed, sparsify=sparsify, ww_compatible=ww_compatible)
+        chain = cls(seed, sparsify=sparsify, ww_slices=ww_slices)
         by_name = {plan.name: plan for plan in plans}
         pairs: dict[str, list[_Pair]] = {}
         previous: Optional[tuple[int, int]] = None
@@ -99,7 +99,7 @@ class IntraChain:
         """The shape of the matrix ``plan`` enters the chain with; None: it ends the chain."""
         if plan.convention == "dense":
             return plan.rows, plan.cols
-        if self.ww_compatible and plan.convention == "slices" and len(plan.shape) == 4:
+        if self.ww_slices and plan.convention == "slices" and len(plan.shape) == 4:
             from wbfe.metrics.ww_compat import ww_intra_member_shape
 
             return ww_intra_member_shape(plan.shape)

@@ -39,10 +39,10 @@ def dead_units_reason(spec: Any) -> str:
 
 
 def group_view(group: Any, spec: Any, context: Context) -> Any:
-    """The spectrum ``group`` is computed on: the live part's, except that with ``ww_compatible``
+    """The spectrum ``group`` is computed on: the live part's, except that under WeightWatcher's conventions
     every group but BFE-W sees the whole matrix as WeightWatcher does, its dead units' zero
     eigenvalues included (its rank_loss, weak_rank_loss, sv_min count them)."""
-    return spec.whole() if context.metric_options.ww_compatible and group.name != "bfe" else spec
+    return spec.whole() if context.metric_options.conventions.whole_spectrum and group.name != "bfe" else spec
 
 
 def layer_row(

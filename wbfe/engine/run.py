@@ -38,7 +38,7 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
     storage: dict[Any, str] = {}
     rows = RowMaker(context, record)
     if chain is None and context.options.intra:
-        chain = IntraChain(context.options.seed, ww_compatible=context.options.ww_compatible)
+        chain = IntraChain(context.options.seed, ww_slices=context.options.conventions.ww_slices)
 
     def collect(wait: bool = False) -> None:
         for entry, plan, outcome in pipeline.finished(wait=wait):
@@ -78,4 +78,4 @@ def _prepare(
     earlier = ties.earlier_copy(entry, tensor)
     if earlier is not None:
         return Skip(entry.name, f"tied: identical to {earlier}", entry.shape, entry.dtype)
-    return matrices_of(tensor, plan, ww_compatible=context.options.ww_compatible)
+    return matrices_of(tensor, plan, ww_slices=context.options.conventions.ww_slices)

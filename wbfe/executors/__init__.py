@@ -9,9 +9,10 @@ import importlib
 import importlib.util
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Optional, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping, Optional, Protocol, Sequence
 
 from wbfe.errors import InvalidOptionError, MissingDependencyError
+from wbfe.options.constraints import Choice, Constraint, Custom, Integer, Validated
 
 __all__ = ["ExecutorOptions", "Executor", "Task", "Outcome", "executor_for", "failure_reason", "EXECUTORS",
            "RAY_INSTALL", "ScoreHere"]
@@ -29,8 +30,14 @@ _ADDRESS = re.compile(r"^(?:auto|(?:ray://)?[A-Za-z0-9_.\-]+:\d{1,5}|(?:ray://)?
 ScoreHere = Callable[..., Any]
 
 
+def _check_address(address: Any) -> str:
+    if not isinstance(address, str) or not _ADDRESS.match(address):
+        raise InvalidOptionError(f"Ray address must be auto, ray://host:port or host:port, not {address!r}")
+    return address
+
+
 @dataclass(frozen=True)
-class ExecutorOptions:
+class ExecutorOptions(Validated):
     """Where a run's tasks execute, checked before any work.
 
     Attributes:
@@ -42,24 +49,20 @@ class ExecutorOptions:
         workers: local processes for independent tasks (a ranking's models); 1 with Ray.
     """
 
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "executor": Choice(EXECUTORS),
+        "address": Custom(_check_address, "auto, ray://host:port or host:port", bad=("nowhere", 3), optional=True),
+        "max_retries": Integer(0), "workers": Integer(1, words="at least 1"),
+    }
+
     executor: Literal["local", "ray"] = "local"
     address: Optional[str] = None
     max_retries: int = 3
     workers: int = 1
 
-    def __post_init__(self) -> None:
-        if self.executor not in EXECUTORS:
-            raise InvalidOptionError(f"executor must be 'local' or 'ray', not {self.executor!r}")
-        if self.address is not None:
-            if self.executor != "ray":
-                raise InvalidOptionError("--address needs --executor ray")
-            if not isinstance(self.address, str) or not _ADDRESS.match(self.address):
-                raise InvalidOptionError(
-                    f"Ray address must be auto, ray://host:port or host:port, not {self.address!r}")
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise InvalidOptionError(f"max_retries must be a non-negative integer, not {self.max_retries!r}")
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
-            raise InvalidOptionError(f"workers must be at least 1, not {self.workers!r}")
+    def _cross_check(self) -> None:
+        if self.address is not None and self.executor != "ray":
+            raise InvalidOptionError("--address needs --executor ray")
         if self.executor == "ray":
             if self.workers != 1:
                 raise InvalidOptionError("--workers is for the local executor; under Ray every model is its own task")

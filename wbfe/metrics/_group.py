@@ -13,6 +13,7 @@ from typing import Any, Callable, Literal, Optional, Sequence, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
+from wbfe.metrics.conventions import WBFE, Conventions
 from wbfe.linalg.spectra import Form, Spectrum  # noqa: F401 - re-exported: the groups' input, defined where it is computed
 
 Value = Union[float, int, str, None]
@@ -45,7 +46,7 @@ class MetricOptions:
 
     Attributes:
         lam: prior precision for BFE-W and F-infinity: ``"opt"`` (lambda* = 1/mean(e)) or a value.
-        ww_compatible: reproduce WeightWatcher 0.7.7's fitting choices where they differ.
+        conventions: wbfe's choices or WeightWatcher 0.7.7's where they differ (:mod:`wbfe.metrics.conventions`).
         min_tail: smallest power-law tail accepted (ignored in WeightWatcher-compatible mode).
         seed: seed of every random step a group takes (the ``rand`` group's permutations).
         fix_fingers: WeightWatcher's ``fix_fingers`` for the power-law columns: None,
@@ -58,7 +59,7 @@ class MetricOptions:
     """
 
     lam: Union[Literal["opt"], float] = "opt"
-    ww_compatible: bool = False
+    conventions: Conventions = WBFE
     min_tail: int = 10
     seed: int = 0
     fix_fingers: Optional[Literal["xmin_peak", "clip_xmax"]] = None
@@ -72,7 +73,7 @@ class MetricOptions:
     def from_score_options(cls, options: Any) -> "MetricOptions":
         """The metric options of a :class:`~wbfe.options.ScoreOptions` (the one place that maps
         one onto the other, so a new score option reaches the groups without touching callers)."""
-        return cls(lam=options.lam, ww_compatible=options.ww_compatible, seed=options.seed,
+        return cls(lam=options.lam, conventions=options.conventions, seed=options.seed,
                    fix_fingers=getattr(options, "fix_fingers", None), fit=getattr(options, "fit", "pl"))
 
     @property

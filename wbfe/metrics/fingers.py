@@ -8,13 +8,13 @@ the user's view is in docs/metrics.md (the power-law columns). As WeightWatcher'
   [0.95·peak, 1.5·peak), as the ``powerlaw`` package restricts ``Fit(xmin=(lo, hi))``
   (:func:`wbfe.metrics.powerlaw.fit_power_law_in_range`). WeightWatcher's source passes
   ``(log10(0.95·peak), 1.5·peak)``, a log10 left over on the lower end (for a peak below 1 that
-  drops the lower limit altogether); ``ww_compatible`` keeps that, the default mode uses 0.95·peak.
+  drops the lower limit altogether); WeightWatcher's conventions (``peak_log10``) keep that, the default mode uses 0.95·peak.
 - ``clip_xmax``: fit the tail, then refit with the top idx eigenvalues removed, idx = 2, 3, …, 9;
   stop at the first refit whose α is below the first α by more than 1 (``finger_thresh``): that
   refit is the result and ``num_fingers`` = idx − 1 (WeightWatcher's count: one less than it
   removed); stop without it when a refit's α ≤ 2; ``raw_alpha`` is the first α. Each fit is the
   usual one (:func:`wbfe.metrics.powerlaw.fit_power_law`, WeightWatcher's ``WWFit`` in
-  ``ww_compatible`` mode, which is what 0.7.7 runs for it); ``num_pl_spikes`` counts every
+  WeightWatcher's conventions, which is what 0.7.7 runs for it); ``num_pl_spikes`` counts every
   eigenvalue ≥ xmin, the removed ones included.
 - ``fit='tpl'``: xmin chosen by the smallest KS distance of the truncated fit itself, as the
   ``powerlaw`` package does for ``xmin_distribution='truncated_power_law'``; ``fit='e_tpl'``: with ``xmin_peak``.
@@ -28,11 +28,11 @@ from typing import Literal, Optional
 
 import numpy as np
 
+from wbfe.metrics.conventions import WBFE, Conventions
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, check_tail_options
 from wbfe.metrics.powerlaw import (
     PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, tpl_log_normaliser,
 )
-from wbfe.metrics.ww_compat import WW_EVALS_THRESH  # the same tail as htsr's fit
 
 __all__ = ["FixFingers", "TailModel", "TailFit", "esd_peak", "peak_range", "fit_tail", "tpl_ks_distance",
            "check_tail_options", "WW_MAX_FINGERS", "WW_FINGER_THRESH", "WW_MIN_ALPHA", "COLUMNS", "GROUP"]
@@ -76,25 +76,25 @@ def esd_peak(x: np.ndarray) -> float:
     return float(10 ** edges[int(np.argmax(counts))])
 
 
-def peak_range(x: np.ndarray, *, ww_compatible: bool) -> tuple[float, float]:
+def peak_range(x: np.ndarray, *, log10: bool) -> tuple[float, float]:
     """The xmin range of ``xmin_peak`` (see the module docstring)."""
     peak = esd_peak(x)
-    return (math.log10(0.95 * peak) if ww_compatible else 0.95 * peak), 1.5 * peak
+    return (math.log10(0.95 * peak) if log10 else 0.95 * peak), 1.5 * peak
 
 
 def _from_pl(fit: PowerLawFit, **extra: float) -> TailFit:
     return TailFit(fit.alpha, fit.sigma, fit.xmin, fit.ks, reason=fit.reason, **extra)  # type: ignore[arg-type]
 
 
-def _clip_xmax(x: np.ndarray, *, min_tail: int, ww_compatible: bool) -> TailFit:
-    first = fit_power_law(x, min_tail=min_tail, ww_compatible=ww_compatible)
+def _clip_xmax(x: np.ndarray, *, min_tail: int, method: Literal["csn", "ww"]) -> TailFit:
+    first = fit_power_law(x, min_tail=min_tail, method=method)
     if not first.ok:
         return _from_pl(first)
     best, fingers = first, 0
     for idx in range(2, WW_MAX_FINGERS):
         if x.size - idx < 2:
             break
-        fit = fit_power_law(x[:-idx], min_tail=min_tail, ww_compatible=ww_compatible)
+        fit = fit_power_law(x[:-idx], min_tail=min_tail, method=method)
         if fit.alpha + WW_FINGER_THRESH < first.alpha:  # NaN compares False: a failed refit goes on
             best, fingers = fit, idx - 1
             break
@@ -153,7 +153,7 @@ def _tpl_scan(x: np.ndarray, lo: float, hi: float, *, min_tail: int) -> TailFit:
 
 
 def fit_tail(x: np.ndarray, *, fix_fingers: FixFingers = None, fit: TailModel = "pl", min_tail: int = 10,
-             ww_compatible: bool = False) -> TailFit:
+             conventions: Conventions = WBFE) -> TailFit:
     """The tail fit of the positive sample ``x`` under WeightWatcher's ``fix_fingers`` and ``fit``.
 
     Args:
@@ -161,7 +161,7 @@ def fit_tail(x: np.ndarray, *, fix_fingers: FixFingers = None, fit: TailModel = 
         fix_fingers: None, ``xmin_peak`` or ``clip_xmax``.
         fit: ``pl``, ``tpl`` or ``e_tpl`` (= ``tpl`` with ``xmin_peak``).
         min_tail: smallest tail accepted in the default mode.
-        ww_compatible: WeightWatcher's own choices (see the module docstring).
+        conventions: :data:`~wbfe.metrics.conventions.WEIGHTWATCHER` for its own choices (the module docstring).
 
     Returns:
         A :class:`TailFit`; NaN + reason on failure.
@@ -175,17 +175,17 @@ def fit_tail(x: np.ndarray, *, fix_fingers: FixFingers = None, fit: TailModel = 
         return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"need at least 3 positive finite values, got {x.size}")
     if fit == "e_tpl":
         fit, fix_fingers = "tpl", "xmin_peak"
-    tail_min = 1 if ww_compatible else min_tail
+    tail_min = 1 if conventions.power_law == "ww" else min_tail
     if fix_fingers == "clip_xmax":
-        return _clip_xmax(x, min_tail=min_tail, ww_compatible=ww_compatible)
+        return _clip_xmax(x, min_tail=min_tail, method=conventions.power_law)
     # no range: the package's (min, max), whose strict upper end and dropped last candidate leave out
     # the two largest values
-    lo, hi = peak_range(x, ww_compatible=ww_compatible) if fix_fingers == "xmin_peak" else (float(x[0]), float(x[-1]))
+    lo, hi = peak_range(x, log10=conventions.peak_log10) if fix_fingers == "xmin_peak" else (float(x[0]), float(x[-1]))
     if fit == "tpl":
         return _tpl_scan(x, lo, hi, min_tail=tail_min)
     if fix_fingers == "xmin_peak":
         return _from_pl(fit_power_law_in_range(x, lo, hi, min_tail=tail_min))
-    return _from_pl(fit_power_law(x, min_tail=min_tail, ww_compatible=ww_compatible))
+    return _from_pl(fit_power_law(x, min_tail=min_tail, method=conventions.power_law))
 
 
 COLUMNS = ("num_fingers", "raw_alpha", "Lambda")
@@ -198,9 +198,10 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
         for column in COLUMNS:
             result.fail(column, "no usable spectrum")
         return result
-    threshold = WW_EVALS_THRESH * math.exp(-spec.log_scale) if options.ww_compatible else 0.0
+    thresh = options.conventions.evals_thresh  # in the true units: the stored ones are scaled
+    threshold = thresh * math.exp(-spec.log_scale) if thresh else 0.0
     fit = fit_tail(e[e > threshold], fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
-                   ww_compatible=options.ww_compatible)
+                   conventions=options.conventions)
     if not fit.ok:
         for column in COLUMNS:
             result.fail(column, f"tail fit: {fit.reason}")

@@ -5,16 +5,16 @@ Every column is defined in docs/metrics.md and its formula in docs/math.md §4. 
 - per-slice rank_loss and sv_min:
   For pooled conv slices WeightWatcher 0.7.7 works per slice: its rank tolerance uses each
   slice's largest singular value, and its ``sv_min`` is the *largest* of the slices' smallest
-  singular values (``np.max`` where ``np.min`` was meant); ``ww_compatible`` reproduces both from
+  singular values (``np.max`` where ``np.min`` was meant); WeightWatcher's conventions reproduce both from
   each slice's singular values (:func:`slice_singular_values`, the group's ``from_matrices`` hook,
   which does nothing in the default mode or for a single matrix).
 
 Zero eigenvalues (rank-deficient matrices), as WeightWatcher 0.7.7 treats them: they stay in norm,
 spectral norm, stable rank, log_alpha_norm (0^α = 0), matrix_rank, entropy and the MP fit; the
 power-law fit drops them. WeightWatcher drops every eigenvalue ≤ 1e-5 (an absolute threshold,
-``EVALS_THRESH``) before the power-law fit; ``ww_compatible`` does the same, the default mode drops
+``EVALS_THRESH``) before the power-law fit; WeightWatcher's conventions do the same, the default mode drops
 only exact zeros (the spectrum stage already clips noise-level values to 0), so α does not depend
-on the scale of W. In ``ww_compatible`` mode the entropy also adds WeightWatcher's ε = 1e-10 to
+on the scale of W. Under WeightWatcher's conventions the entropy also adds WeightWatcher's ε = 1e-10 to
 every pᵢ and to the rank (its CPU value; on a CUDA machine it uses 6e-5).
 """
 
@@ -135,7 +135,7 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
     result.values["log_spectral_norm"] = math.log10(spectral) + shift
     result.values["stable_rank"] = norm / spectral
     result.values["matrix_rank"] = matrix_rank(e, spec.P)
-    entropy, reason = matrix_entropy(e, spec.P, epsilon=WW_EPSILON if options.ww_compatible else 0.0)
+    entropy, reason = matrix_entropy(e, spec.P, epsilon=options.conventions.entropy_epsilon)
     if reason is None:
         result.values["entropy"] = entropy
     else:
@@ -159,10 +159,10 @@ def _rank_columns(result: GroupResult, e: np.ndarray, spec: Spectrum) -> None:
 
 
 def slice_singular_values(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> Optional[list[np.ndarray]]:
-    """The ``from_matrices`` hook: in ``ww_compatible`` mode, each pooled slice's singular values
+    """The ``from_matrices`` hook: under WeightWatcher's conventions (``slice_svd``), each pooled slice's singular values
     (float64 LAPACK SVD, as WeightWatcher computes them), for its per-slice ``rank_loss`` and
     ``sv_min``; None in the default mode and for a single matrix (the spectrum suffices)."""
-    if not options.ww_compatible or len(matrices) < 2:
+    if not options.conventions.slice_svd or len(matrices) < 2:
         return None
     from scipy.linalg import svd
 
@@ -171,7 +171,7 @@ def slice_singular_values(matrices: Sequence[Any], device: Any, options: MetricO
 
 def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFit:
     """The power-law fit behind the ``alpha`` and ``xmin`` columns of one spectrum, as this group
-    makes it (WeightWatcher's 1e-5 threshold in ``ww_compatible`` mode, exact zeros dropped
+    makes it (WeightWatcher's 1e-5 threshold under its conventions, exact zeros dropped
     otherwise); ``xmin`` is in the stored units of ``spec.eigs`` (see ``Spectrum.log_scale``).
 
     Returns:
@@ -181,12 +181,12 @@ def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFi
     problem = _spectrum_problem(e)
     if problem is not None:
         return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0,
-                           "ww" if options.ww_compatible else "csn", problem)
-    threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
+                           options.conventions.power_law, problem)
+    threshold = options.conventions.evals_thresh
     tail = e[e > _stored_threshold(threshold, spec.log_scale)]
     if not options.plain_tail_fit:
         return _alternative_fit(tail, options)
-    return fit_power_law(tail, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+    return fit_power_law(tail, min_tail=options.min_tail, method=options.conventions.power_law)
 
 
 _PL_COLUMNS = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
@@ -195,9 +195,9 @@ _PL_COLUMNS = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log
 def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], usable: list[tuple[int, np.ndarray]],
                        options: MetricOptions) -> None:
     """The power-law and truncated power-law columns of each usable spectrum ``(k, sorted e)``."""
-    threshold = WW_EVALS_THRESH if options.ww_compatible else 0.0
+    threshold = options.conventions.evals_thresh
     tails = [e[e > _stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
-    fits = [fit_power_law(tail, min_tail=options.min_tail, ww_compatible=options.ww_compatible)
+    fits = [fit_power_law(tail, min_tail=options.min_tail, method=options.conventions.power_law)
             if options.plain_tail_fit else _alternative_fit(tail, options) for tail in tails]
     fitted = []
     for (k, e), tail_source, fit in zip(usable, tails, fits):
@@ -239,7 +239,7 @@ def _alternative_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
     from wbfe.metrics.fingers import fit_tail
 
     t = fit_tail(tail, fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
-                 ww_compatible=options.ww_compatible)
+                 conventions=options.conventions)
     if not t.ok:
         return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0, "fingers", t.reason)
     if not math.isfinite(t.alpha):

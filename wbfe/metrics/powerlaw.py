@@ -6,7 +6,7 @@ and WeightWatcher.
 Two modes:
 
 - default: candidates need a tail of at least ``min_tail`` values and α > 1; failure is NaN + reason.
-- ``ww_compatible``: WeightWatcher 0.7.7's ``WWFit`` exactly (``weightwatcher/WW_powerlaw.py``):
+- ``method="ww"``: WeightWatcher 0.7.7's ``WWFit`` exactly (``weightwatcher/WW_powerlaw.py``):
   no minimum tail, candidates with α ≤ 1 get D = 1 (not excluded), ties resolved to the smallest
   ``xmin``, and for fewer than 20 values its "small-N" estimator (bias-corrected
   α = 1 + (n−1)/Σ ln(x/xmin), tails of at least 8; its D − 0.868/√n_tail objective is computed
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional
 
 import numpy as np
 
@@ -95,14 +95,14 @@ def _failed(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
 
 
 def fit_power_law(
-    values: np.ndarray, *, min_tail: int = 10, ww_compatible: bool = False
+    values: np.ndarray, *, min_tail: int = 10, method: Literal["csn", "ww"] = "csn"
 ) -> PowerLawFit:
     """Clauset–Shalizi–Newman continuous power-law fit with the xmin chosen by KS distance.
 
     Args:
         values: positive samples (eigenvalues); order does not matter.
         min_tail: smallest tail accepted (default mode only; must be ≥ 2).
-        ww_compatible: reproduce WeightWatcher 0.7.7's ``WWFit`` choices exactly.
+        method: ``csn``, or ``ww``: WeightWatcher 0.7.7's ``WWFit`` choices exactly (``Conventions.power_law``).
 
     Returns:
         A :class:`PowerLawFit`; on failure every number is NaN and ``reason`` says why.
@@ -110,23 +110,22 @@ def fit_power_law(
     Raises:
         InvalidOptionError: ``min_tail`` < 2 (a ``ValueError``).
     """
-    x = _pl_input(values, min_tail=min_tail, ww_compatible=ww_compatible)
+    x = _pl_input(values, min_tail=min_tail, method=method)
     if isinstance(x, PowerLawFit):
         return x
-    return _fit_scan(x, min_tail=1 if ww_compatible else min_tail, ww_compatible=ww_compatible)
+    return _fit_scan(x, min_tail=1 if method == "ww" else min_tail, method=method)
 
 
-def _pl_input(values: np.ndarray, *, min_tail: int, ww_compatible: bool) -> "np.ndarray | PowerLawFit":
+def _pl_input(values: np.ndarray, *, min_tail: int, method: str) -> "np.ndarray | PowerLawFit":
     """The sorted sample for the xmin scan, or the fit when it is decided without one."""
     if min_tail < 2:
         raise InvalidOptionError(f"min_tail must be at least 2, not {min_tail}")
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
-    method = "ww" if ww_compatible else "csn"
     if x.size and not np.all(np.isfinite(x)):
         return _failed(method, "non-finite values")
     if x.size and x[0] <= 0.0:
         return _failed(method, "non-positive values (drop zero eigenvalues first)")
-    if ww_compatible:
+    if method == "ww":
         if x.size < 2:
             return _failed(method, f"only {x.size} value(s), need at least 2")
         if x.size < WW_SMALL_N:
@@ -162,7 +161,7 @@ def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail
         return _failed(method, f"no candidate xmin in [{low:.6g}, {high:.6g}) gives alpha > 1 with a tail of {min_tail}",
                        int(candidates.size))
     ks = _ks_all(x, alphas, valid)
-    fit = _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, ww_compatible=False)
+    fit = _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method="csn")
     return PowerLawFit(fit.alpha, fit.sigma, fit.xmin, fit.xmax, fit.n_tail, fit.ks, fit.n_candidates, method, fit.reason)
 
 
@@ -226,19 +225,19 @@ def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarr
     return ks
 
 
-def _fit_scan(x: np.ndarray, *, min_tail: int, ww_compatible: bool) -> PowerLawFit:
+def _fit_scan(x: np.ndarray, *, min_tail: int, method: str) -> PowerLawFit:
     alphas, n_tail = _tail_alphas(x)
-    valid = alphas > 1.0 if ww_compatible else np.isfinite(alphas) & (alphas > 1.0) & (n_tail >= min_tail)
-    ks = _ks_all(x, alphas, valid) if ww_compatible or valid.any() else np.full(alphas.size, np.inf)
-    return _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, ww_compatible=ww_compatible)
+    ww = method == "ww"
+    valid = alphas > 1.0 if ww else np.isfinite(alphas) & (alphas > 1.0) & (n_tail >= min_tail)
+    ks = _ks_all(x, alphas, valid) if ww or valid.any() else np.full(alphas.size, np.inf)
+    return _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method=method)
 
 
 def _pick_xmin(
-    x: np.ndarray, alphas: np.ndarray, n_tail: np.ndarray, valid: np.ndarray, ks: np.ndarray, *, min_tail: int, ww_compatible: bool
+    x: np.ndarray, alphas: np.ndarray, n_tail: np.ndarray, valid: np.ndarray, ks: np.ndarray, *, min_tail: int, method: str
 ) -> PowerLawFit:
     """The fit at the first minimum of the KS distances ``ks`` of the ``valid`` candidates."""
-    method = "ww" if ww_compatible else "csn"
-    if ww_compatible:
+    if method == "ww":
         # WWFit: D stays 1 where α <= 1, so such candidates still compete (and win if nothing else).
         ks = np.where(valid, ks, 1.0)
         n_eligible = int(ks.size)

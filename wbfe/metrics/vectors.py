@@ -5,7 +5,7 @@ The columns, their definitions and NaN reasons are in docs/metrics.md (group ``v
 Eigenvectors are not in the :class:`~wbfe.linalg.spectra.Spectrum`: the group's ``from_matrices`` hook
 computes them from the matrices themselves. Default mode: ``torch.linalg.eigh`` of the float64
 Gram matrix on the scoring device, and the tail is the top ``num_pl_spikes`` eigenvectors of the
-pooled order (so the split agrees with the spectrum's own count). ``ww_compatible`` mode repeats
+pooled order (so the split agrees with the spectrum's own count). WeightWatcher's conventions (``slice_svd``) repeat
 WeightWatcher's arithmetic bit for bit, because its split compares two differently rounded copies
 of the same eigenvalue (``scipy.linalg.eig`` of X against the squared ``scipy.linalg.svd`` values
 its ``xmin`` comes from) and the eigenvector at ``xmin`` lands on either side by rounding: here
@@ -42,7 +42,7 @@ class EigenvectorData:
     Attributes:
         eigs: the eigenvalue of each eigenvector (units of the matrices as given).
         vec_entropy, loc_ratio, part_ratio: the three metrics, one per eigenvector.
-        svd_eigs: ``ww_compatible`` only: the pooled squared singular values WeightWatcher fits.
+        svd_eigs: WeightWatcher's conventions only: the pooled squared singular values WeightWatcher fits.
     """
 
     eigs: np.ndarray
@@ -111,7 +111,7 @@ def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOption
     Args:
         matrices: the matrix, or the conv slices pooled for one spectrum (numpy arrays or torch tensors).
         device: where the default mode's eigen-solve runs.
-        options: ``ww_compatible`` selects WeightWatcher's arithmetic.
+        options: its conventions' ``slice_svd`` selects WeightWatcher's arithmetic.
         name: the tensor's name (unused: nothing here is random).
 
     Returns:
@@ -120,7 +120,7 @@ def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOption
     parts = []
     svd_parts = []
     for matrix in matrices:
-        if options.ww_compatible:
+        if options.conventions.slice_svd:
             *numbers, sv2 = _ww_slice(to_numpy(matrix).astype(np.float64))
             svd_parts.append(sv2)
         else:
@@ -135,7 +135,7 @@ def _tail_mask(data: EigenvectorData, spec: Spectrum, options: MetricOptions) ->
     """Which eigenvectors are in the tail, or (None, why not)."""
     from wbfe.metrics.htsr import fit_spectrum_power_law
 
-    if options.ww_compatible:
+    if options.conventions.slice_svd:
         assert data.svd_eigs is not None
         fit = fit_spectrum_power_law(Spectrum(eigs=data.svd_eigs, rows=spec.rows, cols=spec.cols,
                                               n_slices=spec.n_slices), options)

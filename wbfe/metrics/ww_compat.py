@@ -5,7 +5,7 @@ described in docs/spectral-metrics.md (How WeightWatcher 0.7.7 builds its matric
 
 SVDSmoothing / SVDSharpness (``WeightWatcher.SVDSmoothing``, ``apply_svd_smoothing``,
 ``smooth_W_alt``, ``SVDSharpness``, ``apply_svd_sharpness``; ``RMT_Util._smooth_W_accurate``,
-``permute_matrix``), for :mod:`wbfe.editing`'s ``ww_compatible`` mode:
+``permute_matrix``), for :mod:`wbfe.editing`'s WeightWatcher-compatible mode (``Conventions.ww_edit``):
     - the edited layers are the analysed ones (the skip rules above), the weight read as float32;
     - the count: ``svd`` ``int(percent·M·rf)`` with WW's M (a Conv2d's from :func:`ww_conv2d_dims`),
       ``detX`` the ``detX_num`` of the layer's pooled spectrum; sharpening −(the MP spikes of the

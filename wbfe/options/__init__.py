@@ -7,7 +7,10 @@ hold the settings of a comparison, a ranking run, a report page and a watched ru
 dataclass with one declared ``CONSTRAINTS`` table (scikit-learn's ``_parameter_constraints``, see
 :mod:`wbfe.options.constraints`) that its constructor applies to every field: a bad value is refused before
 a byte is read or a model is scored, with the same message whichever way the value came in, and
-tests/test_public_api_validation.py feeds every declared parameter a bad value automatically.
+tests/test_public_api_validation.py feeds every declared parameter a bad value automatically. Each field's
+default is written once, in the dataclass: :func:`wbfe.score`, :func:`wbfe.compare` and the CLI read theirs
+from it (:func:`field_defaults`). ``XOptions.from_dict(options.to_dict()) == options``: a result's recorded
+options replay its run.
 
 Seeds: ``ScoreOptions.seed`` / ``CompareOptions.seed`` (CLI ``--seed``) seed the scoring's random
 steps (the ``rand`` group's shuffles); ``StatsOptions.seed`` (CLI ``--stats-seed``) seeds a
@@ -18,12 +21,15 @@ seed (teachers and data).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, validate_fields
+from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, Validated
+
+if TYPE_CHECKING:
+    from wbfe.metrics.conventions import Conventions
 
 __all__ = [
     "ScoreOptions",
@@ -44,6 +50,7 @@ __all__ = [
     "check_name_map",
     "compile_layers",
     "split_keywords",
+    "field_defaults",
     "MAX_EXACT_N",
 ]
 
@@ -182,7 +189,7 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
 # The declarations shared by several tables: one wording, one list of refused examples.
 METRICS = Custom(check_metrics, "metric group names (bfe, htsr, htmp, rand)", bad=("nope", "bfe,nope"))
 LAMBDA = Custom(check_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
-CONV = Custom(check_conv, "'flatten', 'slices' or 'fft'", bad=("rows", 3))
+CONV = Custom(check_conv, "'flatten', 'slices' or 'fft' (None: the conventions')", bad=("rows", 3), optional=True)
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
@@ -191,50 +198,29 @@ MIN_EIGS = Integer(1)
 SCORE_SEED = Integer(0)
 
 
-class _Options:
-    """Shared behaviour: validate every field against the class's ``CONSTRAINTS`` when built."""
-
-    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {}
-
-    def __post_init__(self) -> None:
-        validate_fields(self, self.CONSTRAINTS)
-        self._cross_check()
-
-    def _cross_check(self) -> None:
-        """Rules that tie fields together (none by default)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (lists for tuples)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
 @dataclass(frozen=True)
-class ScoreOptions(_Options):
+class ScoreOptions(Validated):
     """Every setting of one scoring run (also recorded in the result's provenance and the rank cache key).
 
     Each field is checked when the object is built; raw values are normalised on the way in
-    (``metrics="bfe,htsr"`` becomes ``("bfe", "htsr")``, ``lam="0.5"`` becomes ``0.5``,
-    ``ww_compatible=True`` turns the default ``conv="flatten"`` into ``"slices"``; ``"fft"`` stays).
+    (``metrics="bfe,htsr"`` becomes ``("bfe", "htsr")``, ``lam="0.5"`` becomes ``0.5``). A value the
+    caller gave is never rewritten: ``conv`` left unset (None) is filled from the run's conventions
+    (:attr:`conventions`: ``flatten``, or WeightWatcher's ``slices`` with ``ww_compatible=True``), and
+    :attr:`filled` records it; ``ww_compatible=True, conv="flatten"`` flattens, as asked.
 
     Attributes:
         metrics: metric group names (empty: the default groups).
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision in
             [:data:`~wbfe.metrics.bfe.LAMBDA_MIN`, :data:`~wbfe.metrics.bfe.LAMBDA_MAX`].
         conv: conv-kernel convention, ``flatten``, ``slices`` or ``fft`` (WeightWatcher's
-            ``conv2d_fft`` view of 4-D kernels).
+            ``conv2d_fft`` view of 4-D kernels); None (the default): the conventions' (``flatten``,
+            ``slices`` with ``ww_compatible``).
         layers: a regular expression; only tensors whose name it matches are analysed.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for the eigen-solves.
         head: tensor (or module) name of the classifier / LM head.
         min_eigs: the tail fits of matrices with fewer eigenvalues are NaN (≥ 1).
-        ww_compatible: reproduce WeightWatcher 0.7.7's choices.
+        ww_compatible: reproduce WeightWatcher 0.7.7's choices: the run's :attr:`conventions` are
+            :data:`~wbfe.metrics.conventions.WEIGHTWATCHER` rather than wbfe's.
         seed: seed of the scoring's random steps (the ``rand`` group's shuffles), ≥ 0.
         fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: None,
             ``xmin_peak`` or ``clip_xmax`` (:mod:`wbfe.metrics.fingers`).
@@ -245,7 +231,10 @@ class ScoreOptions(_Options):
             safetensors weights: True reads each tensor with one range request (nothing on disk),
             False downloads (copies) first, None streams when the files are larger than the free
             disk (:mod:`wbfe.sources.remote`, :mod:`wbfe.sources.object_location`). How the
-            bytes travel, not what is computed: not in :meth:`to_dict`.
+            bytes travel, not what is computed: not in :meth:`to_dict`, nor compared by ``==``.
+        filled: the options the conventions filled because the caller left them unset (``("conv",)``
+            or ``()``); :meth:`to_dict` records it under WeightWatcher's conventions only (wbfe's fill
+            their own defaults), so that :meth:`from_dict` leaves them unset again.
 
     Raises:
         InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a metric).
@@ -261,7 +250,7 @@ class ScoreOptions(_Options):
 
     metrics: tuple[str, ...] = ()
     lam: Union[Literal["opt"], float] = "opt"
-    conv: ConvConvention = "flatten"
+    conv: Optional[ConvConvention] = None
     layers: Optional[str] = None
     device: str = "auto"
     head: Optional[str] = None
@@ -271,14 +260,16 @@ class ScoreOptions(_Options):
     fix_fingers: Optional[str] = None
     fit: str = "pl"
     intra: bool = False
-    stream: Optional[bool] = None
+    stream: Optional[bool] = field(default=None, compare=False)
+    filled: tuple[str, ...] = field(default=(), init=False, compare=False)
 
     def _cross_check(self) -> None:
         from wbfe.metrics.fingers import check_tail_options
 
         check_tail_options(self.fix_fingers, self.fit)  # the two together
-        if self.ww_compatible and self.conv == "flatten":  # WeightWatcher slices; its fft view stays
-            object.__setattr__(self, "conv", "slices")  # frozen: set once, here
+        if self.conv is None:  # frozen: filled once, here, and only where the caller left it unset
+            object.__setattr__(self, "conv", self.conventions.conv)
+            object.__setattr__(self, "filled", ("conv",))
         # A product's or an FFT view's spectrum has no matrices of its own to shuffle or take vectors of
         # (WeightWatcher refuses intra with randomize or vectors too).
         views = [v for v, on in (("--intra", self.intra), ("--conv fft", self.conv == "fft")) if on]
@@ -296,6 +287,37 @@ class ScoreOptions(_Options):
         """The compiled :attr:`layers` expression (``re`` caches it), None when every tensor is selected."""
         return compile_layers(self.layers)
 
+    @property
+    def conventions(self) -> "Conventions":
+        """The run's conventions: WeightWatcher 0.7.7's with :attr:`ww_compatible`, else wbfe's."""
+        from wbfe.metrics.conventions import conventions_for
+
+        return conventions_for(self.ww_compatible)
+
+    RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam"}
+    BESIDE: ClassVar[tuple[str, ...]] = ("base",)  # a LoRA adapter's score records its base= here
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ScoreOptions":
+        """The options of a score's provenance (``model["options"]``, or :meth:`to_dict`). A LoRA adapter's
+        score records its ``base`` beside them (:func:`wbfe.score`'s ``base=``, not an option): left out here.
+
+        Raises:
+            InvalidOptionError: an unknown key, a bad value, or a ``filled`` record the conventions
+                do not give.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidOptionError(f"ScoreOptions.from_dict needs a dict of options, not {type(data).__name__}")
+        filled = data.get("filled", [])
+        if not isinstance(filled, list) or not set(filled) <= {"conv"}:
+            raise InvalidOptionError(f"options.filled must list options a convention fills (conv), not {filled!r}")
+        options: ScoreOptions = super().from_dict({k: v for k, v in data.items() if k not in [*filled, "filled"]})
+        for name in filled:
+            if name in data and data[name] != getattr(options, name):
+                raise InvalidOptionError(f"options.filled says {name} was filled with {data[name]!r}, but these "
+                                         f"conventions fill {getattr(options, name)!r}")
+        return options
+
     def to_dict(self) -> dict[str, Any]:
         """The provenance form (``lambda`` for :attr:`lam`); also the rank cache key's options."""
         return {
@@ -312,11 +334,12 @@ class ScoreOptions(_Options):
             **({"fix_fingers": self.fix_fingers} if self.fix_fingers is not None else {}),
             **({"fit": self.fit} if self.fit != "pl" else {}),
             **({"intra": True} if self.intra else {}),
+            **({"filled": list(self.filled)} if self.filled and self.ww_compatible else {}),
         }
 
 
 @dataclass(frozen=True)
-class StatsOptions(_Options):
+class StatsOptions(Validated):
     """How a ranking turns scores into correlations (see :func:`wbfe.ranking.stats.correlate`).
 
     Attributes:
@@ -345,7 +368,7 @@ class StatsOptions(_Options):
 
 
 @dataclass(frozen=True)
-class CompareOptions(_Options):
+class CompareOptions(Validated):
     """Every setting of :func:`wbfe.compare` (recorded as the comparison's ``options``).
 
     Attributes:
@@ -375,7 +398,11 @@ class CompareOptions(_Options):
     device: str = "auto"
     min_eigs: int = 10
     seed: int = 0
-    stream: Optional[bool] = None
+    stream: Optional[bool] = field(default=None, compare=False)  # how the bytes travel: not recorded
+
+    RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam", "map": "name_map"}
+    CONSTANT: ClassVar[Mapping[str, Any]] = {"conv": "flatten"}
+    BESIDE: ClassVar[tuple[str, ...]] = ("versions",)  # a comparison records the packages' versions here
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
@@ -419,7 +446,7 @@ def _check_columns(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class RankOptions(_Options):
+class RankOptions(Validated):
     """How a zoo is run through :func:`wbfe.rank` (what is scored how is :class:`ScoreOptions`).
 
     Attributes:
@@ -446,7 +473,7 @@ class RankOptions(_Options):
 
 
 @dataclass(frozen=True)
-class ReportOptions(_Options):
+class ReportOptions(Validated):
     """What a report page shows and how it is written (:mod:`wbfe.reporting`).
 
     Attributes:
@@ -486,7 +513,7 @@ def _check_watch_lambda(lam: object) -> Union[None, Literal["calibrated"], float
 
 
 @dataclass(frozen=True)
-class WatchOptions(_Options):
+class WatchOptions(Validated):
     """How :func:`wbfe.watch.watch` scores a run's checkpoints.
 
     Attributes:
@@ -515,7 +542,7 @@ class WatchOptions(_Options):
 
 
 @dataclass(frozen=True)
-class EditOptions(_Options):
+class EditOptions(Validated):
     """The settings of ``wbfe smooth`` / ``wbfe sharpen`` (:mod:`wbfe.editing`).
 
     Attributes:
@@ -539,6 +566,13 @@ class EditOptions(_Options):
     layers: Optional[str] = None
     seed: int = 0
     ww_compatible: bool = False
+
+    @property
+    def conventions(self) -> "Conventions":
+        """WeightWatcher 0.7.7's conventions with :attr:`ww_compatible` (its edit: ``ww_edit``), else wbfe's."""
+        from wbfe.metrics.conventions import conventions_for
+
+        return conventions_for(self.ww_compatible)
 
 
 PRUNE_METRICS = ("alpha", "bfe", "h", "stable_rank", "uniform")
@@ -572,7 +606,7 @@ def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class PruneOptions(_Options):
+class PruneOptions(Validated):
     """The settings of ``wbfe sparsity`` / ``wbfe prune`` (:mod:`wbfe.pruning`).
 
     Attributes:
@@ -609,6 +643,12 @@ class PruneOptions(_Options):
     method: str = "magnitude"
     device: str = "auto"
     min_eigs: int = 10
+
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """Each settable field's default: the one place a default is written, from which the keyword
+    signatures (:func:`wbfe.score`, :func:`wbfe.compare`) and the CLI's options take theirs."""
+    return {f.name: f.default for f in fields(cls) if f.init}
 
 
 OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions, RankOptions, ReportOptions,

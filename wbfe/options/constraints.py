@@ -12,12 +12,13 @@ entry point a bad value without a hand-written table (tests/test_public_api_vali
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["Constraint", "Integer", "Real", "Choice", "Flag", "Text", "Custom", "validate_fields"]
+__all__ = ["Constraint", "Integer", "Real", "Choice", "Flag", "Text", "Custom", "validate_fields", "Validated"]
 
 
 class Constraint:
@@ -168,15 +169,17 @@ class Custom(Constraint):
     """A check that words its own message (it raises :class:`InvalidOptionError` itself).
 
     Attributes:
-        checker: ``checker(value) -> normalised value``.
+        checker: ``checker(value) -> normalised value`` (``checker(name, value)`` when ``named``).
         words: the allowed values in words (for documentation).
         bad: values it refuses.
+        named: the checker is given the parameter's name too (one checker shared by several parameters).
     """
 
-    checker: Callable[[Any], Any]
+    checker: Callable[..., Any]
     words: str
     bad: tuple[Any, ...] = ()
     optional: bool = False
+    named: bool = False
 
     def describe(self) -> str:
         return self.words
@@ -187,7 +190,7 @@ class Custom(Constraint):
     def __call__(self, name: str, value: Any) -> Any:
         if value is None and self.optional:
             return None
-        return self.checker(value)  # its own InvalidOptionError, with its own message
+        return self.checker(name, value) if self.named else self.checker(value)  # its own message
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
@@ -209,3 +212,64 @@ def constraint_table(cls: type) -> dict[str, Constraint]:
     return dict(getattr(cls, "CONSTRAINTS"))  # noqa: B009 - declared by each options class, not by type
 
 
+class Validated:
+    """Shared behaviour of the options classes: every field checked against the class's ``CONSTRAINTS`` when
+    built (a frozen dataclass), a plain :meth:`to_dict`, and :meth:`from_dict` that replays it."""
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {}
+
+    def __post_init__(self) -> None:
+        validate_fields(self, self.CONSTRAINTS)
+        self._cross_check()
+
+    def _cross_check(self) -> None:
+        """Rules that tie fields together (none by default)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the fields (lists for tuples)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+    # Keys :meth:`to_dict` writes under another name than the field's, keys it writes that are no field
+    # (with the one value they may have), and keys a result records beside the options (not settings).
+    RENAMED: ClassVar[Mapping[str, str]] = {}
+    CONSTANT: ClassVar[Mapping[str, Any]] = {}
+    BESIDE: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        """The options a :meth:`to_dict` describes (a result's recorded ``options`` replays its run).
+
+        Keys :meth:`to_dict` leaves out take their defaults; lists become tuples; the keys a result
+        records beside the options (``BESIDE``: package versions, an adapter's base) are left out.
+
+        Raises:
+            InvalidOptionError: not a dict, an unknown key, or a bad value (one line).
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidOptionError(f"{cls.__name__}.from_dict needs a dict of options, not {type(data).__name__}")
+        names = {f.name for f in fields(cls) if f.init} - set(cls.RENAMED.values())  # type: ignore[arg-type]
+        known = sorted(names | set(cls.RENAMED) | set(cls.CONSTANT))
+        given = {}
+        for key, value in data.items():
+            if key in cls.CONSTANT:
+                if value != cls.CONSTANT[key]:
+                    raise InvalidOptionError(f"{cls.__name__} option {key} is always {cls.CONSTANT[key]!r}, not {value!r}")
+            elif key in cls.BESIDE:
+                continue
+            elif key in names or key in cls.RENAMED:
+                given[cls.RENAMED.get(key, key)] = _tupled(value)
+            else:
+                raise InvalidOptionError(f"unknown {cls.__name__} option {key!r} (known: {', '.join(known)})")
+        return cls(**given)
+
+
+def _tupled(value: Any) -> Any:
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

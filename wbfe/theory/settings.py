@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 from wbfe.errors import InvalidOptionError
-from wbfe.theory.json_io import fields_dict
+from wbfe.options.constraints import Constraint, Custom, Text, Validated
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -40,28 +40,61 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
     make_readout(readout, k, beta=beta, rate=rate, nonzeros=nonzeros)
 
 
-def _check_common(d: int, k: int, delta: float) -> None:
-    _check_int("d", d, 1)
-    _check_int("k", k, 1)
-    _check_positive("delta", delta)
+def _int_at_least(minimum: int) -> Custom:
+    def check(name: str, value: Any) -> int:
+        _check_int(name, value, minimum)
+        return value
+
+    return Custom(check, f"an integer >= {minimum}", bad=(minimum - 1, 1.5, True), named=True)
 
 
-def _check_list(name: str, values: tuple, minimum: int) -> None:
-    if not values:
+def _positive(name: str, value: Any) -> Any:
+    _check_positive(name, value)
+    return value
+
+
+def _number(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidOptionError(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
+def _ints_at_least(minimum: int) -> Custom:
+    def check(name: str, values: Any) -> tuple[int, ...]:
+        values = tuple(values) if isinstance(values, (tuple, list)) else values
+        if not isinstance(values, tuple) or not values:
+            raise InvalidOptionError(f"{name} must not be empty")
+        for v in values:
+            _check_int(name, v, minimum)
+        return values
+
+    return Custom(check, f"integers >= {minimum}", bad=((), (minimum - 1,)), named=True)
+
+
+def _positives(name: str, values: Any) -> tuple[float, ...]:
+    values = tuple(values) if isinstance(values, (tuple, list)) else values
+    if not isinstance(values, tuple) or not values:
         raise InvalidOptionError(f"{name} must not be empty")
     for v in values:
-        _check_int(name, v, minimum)
+        _check_positive(name, v)
+    return tuple(float(v) for v in values)
 
 
-class _Settings:
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as a JSON-ready dict."""
-        return fields_dict(self)
+POSITIVE = Custom(_positive, "positive and finite", bad=(0.0, -1.0, math.nan), named=True)
+NUMBER = Custom(_number, "a finite number", bad=(math.nan, "x"), named=True)  # its range is the model's (below)
+NAME = Text("a name")  # activation, readout: known names, checked with the model they build
+DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
 
 
 @dataclass(frozen=True)
-class CurveSettings(_Settings):
+class CurveSettings(Validated):
     """A sweep of the fixed point over r = n/(kd) (``wbfe theory curve``)."""
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "beta": NUMBER, "delta": POSITIVE, "d": _int_at_least(1), "k": _int_at_least(1), "r_min": NUMBER,
+        "r_max": NUMBER, "points": _int_at_least(1), "activation": NAME, "readout": NAME, "rate": NUMBER,
+        "nonzeros": _int_at_least(0),
+    }
 
     beta: float = 0.3
     delta: float = 0.04
@@ -75,18 +108,23 @@ class CurveSettings(_Settings):
     rate: float = 0.2
     nonzeros: int = 3
 
-    def __post_init__(self) -> None:
-        if not (0 < self.r_min < self.r_max and math.isfinite(self.r_max) and self.points >= 2):
+    def _cross_check(self) -> None:
+        if not (0 < self.r_min < self.r_max and self.points >= 2):
             raise InvalidOptionError(
                 f"need 0 < r_min < r_max and points >= 2 (got {self.r_min}, {self.r_max}, {self.points})")
-        _check_int("points", self.points, 2)
-        _check_common(self.d, self.k, self.delta)
         _check_model(self.activation, self.readout, self.k, beta=self.beta, rate=self.rate, nonzeros=self.nonzeros)
 
 
 @dataclass(frozen=True)
-class HmcSettings(_Settings):
+class HmcSettings(Validated):
     """HMC posterior sampling against the fixed point (``wbfe theory hmc``)."""
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "r_values": Custom(_positives, "positive numbers", bad=((), (0.0,)), named=True),
+        "seeds": _ints_at_least(0), "d": _int_at_least(1), "k": _int_at_least(1), "delta": POSITIVE,
+        "beta": NUMBER, "activation": NAME, "warmup": _int_at_least(0), "samples": _int_at_least(1),
+        "device": DEVICE,
+    }
 
     r_values: tuple[float, ...] = (0.5, 2.0, 5.0)
     d: int = 40
@@ -99,25 +137,21 @@ class HmcSettings(_Settings):
     samples: int = 300
     device: str = "cpu"
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "r_values", tuple(float(r) for r in self.r_values))
-        object.__setattr__(self, "seeds", tuple(self.seeds))
-        if not self.r_values:
-            raise InvalidOptionError("r_values must not be empty")
-        for r in self.r_values:
-            _check_positive("r_values", r)
-        _check_list("seeds", self.seeds, 0)
-        _check_common(self.d, self.k, self.delta)
+    def _cross_check(self) -> None:
         if self.k > self.d:
             raise InvalidOptionError(f"need k <= d for HMC, got k={self.k}, d={self.d}")
-        _check_int("warmup", self.warmup, 0)
-        _check_int("samples", self.samples, 1)
         _check_model(self.activation, "power", self.k, beta=self.beta)
 
 
 @dataclass(frozen=True)
-class StudentSettings(_Settings):
+class StudentSettings(Validated):
     """Adam-trained students of several widths against k_c (``wbfe theory student``)."""
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "widths": _ints_at_least(1), "seeds": _ints_at_least(0), "n": _int_at_least(1), "d": _int_at_least(1),
+        "k": _int_at_least(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "epochs": _int_at_least(1),
+        "lr": POSITIVE, "device": DEVICE,
+    }
 
     widths: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48)
     n: int = 2000
@@ -131,13 +165,5 @@ class StudentSettings(_Settings):
     lr: float = 0.01
     device: str = "cpu"
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "widths", tuple(self.widths))
-        object.__setattr__(self, "seeds", tuple(self.seeds))
-        _check_list("widths", self.widths, 1)
-        _check_list("seeds", self.seeds, 0)
-        _check_int("n", self.n, 1)
-        _check_common(self.d, self.k, self.delta)
-        _check_int("epochs", self.epochs, 1)
-        _check_positive("lr", self.lr)
+    def _cross_check(self) -> None:
         _check_model(self.activation, "power", self.k, beta=self.beta)

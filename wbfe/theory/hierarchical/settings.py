@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
 
@@ -22,8 +23,32 @@ def _is_int(value: Any, minimum: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and int(value) == value and value >= minimum
 
 
+def _rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
+    """A constraint worded ``NAME must be WORDS, not VALUE``."""
+
+    def check(name: str, value: Any) -> Any:
+        if not test(value):
+            raise InvalidOptionError(f"{name} must be {words}, not {value!r}")
+        return value
+
+    return Custom(check, words, bad=bad, optional=optional, named=True)
+
+
+def _known(kind: str, names: Any) -> Custom:
+    def check(value: Any) -> Any:
+        if value not in names:
+            raise unknown_name(kind, value, names)
+        return value
+
+    return Custom(check, f"a known {kind}", bad=("no-such-name",))
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
-class HierarchicalSettings:
+class HierarchicalSettings(Validated):
     """A sweep of n = d^α over ``points`` values of α in [alpha_min, alpha_max], ``seeds`` times.
 
     Args:
@@ -39,6 +64,25 @@ class HierarchicalSettings:
         InvalidOptionError: an option out of range, or a largest training set over MAX_TRAIN_BYTES.
         UnknownNameError: unknown activation, feature kind or solver.
     """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "d": _rule("an integer >= 2", lambda v: _is_int(v, 2), (1, 2.5)),
+        "p": _rule("a positive integer", lambda v: _is_int(v, 1), (0, 1.5), optional=True),
+        "gamma": Custom(lambda v: v if _finite(v) and v > 0.5 else _refuse(
+            f"the sequential-recovery predictions need gamma > 1/2, not {v!r}"), "a number > 1/2", bad=(0.5, math.nan)),
+        "alpha_min": _rule("a finite number", _finite, (math.nan,)),
+        "alpha_max": _rule("a finite number", _finite, (math.inf,)),
+        "points": _rule("an integer >= 2", lambda v: _is_int(v, 2), (1,)),
+        "seeds": _rule("a positive integer", lambda v: _is_int(v, 1), (0,)),
+        "eps": _rule("a finite number", _finite, (math.nan,)),
+        "activation": _known("activation", ACTIVATIONS), "features": _known("feature kind", FEATURE_KINDS),
+        "n_test": _rule("an integer >= 10", lambda v: _is_int(v, 10), (9,)),
+        "kernel_max_n": _rule("a non-negative integer", lambda v: _is_int(v, 0), (-1,)),
+        "q_level": Custom(lambda v: v if _finite(v) and 0.0 < v < 1.0 else _refuse(f"q_level must lie in (0, 1), not {v!r}"),
+                          "in (0, 1)", bad=(0.0, 1.0)),
+        "solver": _known("eigensolver", SOLVERS),
+        "seed": _rule("a non-negative integer", lambda v: _is_int(v, 0), (-1,)),
+    }
 
     d: int
     p: Optional[int] = None
@@ -56,28 +100,10 @@ class HierarchicalSettings:
     solver: str = "auto"
     seed: int = 0
 
-    def __post_init__(self) -> None:
+    def _cross_check(self) -> None:
         a_min, a_max = self.alpha_min, self.alpha_max
-        if not (math.isfinite(a_min) and math.isfinite(a_max) and 0.0 < a_min < a_max):
+        if not 0.0 < a_min < a_max:
             raise InvalidOptionError(f"need 0 < alpha_min < alpha_max, not {a_min!r} and {a_max!r}")
-        if not _is_int(self.points, 2):
-            raise InvalidOptionError(f"points must be an integer >= 2, not {self.points!r}")
-        if not _is_int(self.seeds, 1):
-            raise InvalidOptionError(f"seeds must be a positive integer, not {self.seeds!r}")
-        if not self.gamma > 0.5:
-            raise InvalidOptionError(f"the sequential-recovery predictions need gamma > 1/2, not {self.gamma!r}")
-        if not _is_int(self.n_test, 10):
-            raise InvalidOptionError(f"n_test must be an integer >= 10, not {self.n_test!r}")
-        if not _is_int(self.kernel_max_n, 0):
-            raise InvalidOptionError(f"kernel_max_n must be a non-negative integer, not {self.kernel_max_n!r}")
-        if not 0.0 < self.q_level < 1.0:
-            raise InvalidOptionError(f"q_level must lie in (0, 1), not {self.q_level!r}")
-        for kind, value, known in (("activation", self.activation, ACTIVATIONS),
-                                   ("feature kind", self.features, FEATURE_KINDS), ("eigensolver", self.solver, SOLVERS)):
-            if value not in known:
-                raise unknown_name(kind, value, known)
-        if not _is_int(self.d, 2):
-            raise InvalidOptionError(f"d must be an integer >= 2, not {self.d!r}")
         ns = self.sample_sizes()
         width = self.d if self.features == "hermite" else feature_dim(int(self.d))
         if ns[-1] * width * 8 > MAX_TRAIN_BYTES:
@@ -94,11 +120,33 @@ class HierarchicalSettings:
         """n = round(d^α) at each α (at least 2)."""
         return [max(2, int(round(self.d**a))) for a in self.alphas()]
 
-    def to_dict(self, *, p: int) -> dict[str, Any]:
-        """The settings as recorded in a result, with ``D`` and the resolved number of features ``p``."""
-        s = self
-        return {"d": int(s.d), "D": feature_dim(int(s.d)), "p": p, "gamma": float(s.gamma), "eps": float(s.eps),
-                "activation": s.activation, "features": s.features, "alpha_min": float(s.alpha_min),
-                "alpha_max": float(s.alpha_max), "points": int(s.points), "seeds": int(s.seeds),
-                "n_test": int(s.n_test), "kernel_max_n": int(s.kernel_max_n), "q_level": float(s.q_level),
-                "solver": s.solver, "seed": int(s.seed)}
+    def to_dict(self, *, p: Optional[int] = None) -> dict[str, Any]:
+        """The settings as recorded in a result, with ``D`` and the resolved number of features ``p``
+        (None: :attr:`p` as given)."""
+        out = {k: v for k, v in asdict(self).items() if k != "p"}
+        ints = ("d", "points", "seeds", "n_test", "kernel_max_n", "seed")
+        floats = ("gamma", "eps", "alpha_min", "alpha_max", "q_level")
+        out.update({k: int(out[k]) for k in ints})
+        out.update({k: float(out[k]) for k in floats})
+        keys = ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max", "points", "seeds",
+                "n_test", "kernel_max_n", "q_level", "solver", "seed")
+        full = {**out, "D": feature_dim(int(self.d)), "p": self.p if p is None else p}
+        return {k: full[k] for k in keys}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "HierarchicalSettings":
+        """The settings a result recorded (:meth:`to_dict`; ``D`` is derived from ``d``).
+
+        Raises:
+            InvalidOptionError: an unknown key, a bad value, or a ``D`` that is not ``d``'s.
+        """
+        rest = {k: v for k, v in data.items() if k != "D"} if isinstance(data, Mapping) else data
+        settings: HierarchicalSettings = super().from_dict(rest)
+        if isinstance(data, Mapping) and "D" in data and data["D"] != feature_dim(int(settings.d)):
+            raise InvalidOptionError(f"D = {data['D']!r} is not the feature dimension of d = {settings.d} "
+                                     f"({feature_dim(int(settings.d))})")
+        return settings
+
+
+def _refuse(message: str) -> Any:
+    raise InvalidOptionError(message)
