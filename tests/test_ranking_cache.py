@@ -324,3 +324,24 @@ def test_worker_job_limits_the_loaded_blas_pools() -> None:
         pytest.skip("the BLAS already runs one thread here: nothing to limit")
     assert run_with_threads(1, _thread_counts, ("unused", ScoreOptions(metrics="bfe"))) == {"threads": [1]}
     assert _thread_counts("", None)["threads"] == before  # torch's own pool stays at the worker's share
+
+
+def test_a_ww_compatible_setting_over_given_score_options_keeps_the_filled_conv(tmp_path: Path) -> None:
+    """rank(score=ScoreOptions(), ww_compatible=True) scores with WeightWatcher's slices, as the CLI does:
+    the default conv was filled, not chosen, so the setting changes it (dataclasses.replace flattened)."""
+    from wbfe.options import ScoreOptions
+
+    seen: list[Mapping[str, Any]] = []
+
+    def scorer(ref: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        seen.append(options.to_dict())  # type: ignore[attr-defined]
+        return fake_scorer(ref, options)
+
+    spec = make_zoo(tmp_path / "zoo")
+    rank(spec, quality="test_accuracy", cache_dir=False, scorer=scorer, hasher=fake_hash, n_boot=300,
+         score=ScoreOptions(metrics=("bfe",)), ww_compatible=True)
+    assert {o["conv"] for o in seen} == {"slices"} and all(o["filled"] == ["conv"] for o in seen)
+    seen.clear()
+    rank(spec, quality="test_accuracy", cache_dir=False, scorer=scorer, hasher=fake_hash, n_boot=300,
+         score=ScoreOptions(metrics=("bfe",), conv="flatten"), ww_compatible=True)
+    assert {o["conv"] for o in seen} == {"flatten"} and not any("filled" in o for o in seen)

@@ -229,6 +229,14 @@ class Validated:
         """Plain dict of the fields (lists for tuples)."""
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
+    def replace(self, **changes: Any) -> Any:
+        """A copy with ``changes``; a field the conventions filled stays unset (and is filled again) unless
+        given. ``dataclasses.replace`` would pass the filled value on as if the caller had chosen it."""
+        filled = getattr(self, "filled", ())
+        kept = {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
+                if f.init and f.name not in filled}
+        return type(self)(**(kept | changes))
+
     # Keys :meth:`to_dict` writes under another name than the field's, keys it writes that are no field
     # (with the one value they may have), and keys a result records beside the options (not settings).
     RENAMED: ClassVar[Mapping[str, str]] = {}

@@ -213,13 +213,11 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
         SourceNotFoundError: the zoo spec does not exist.
         NothingRankedError: no model could be scored (every one failed).
     """
-    import dataclasses
-
     RankOptions(quality=quality, workers=workers, cache_dir=cache_dir,  # type: ignore[arg-type]  # checks only
                 lower_is_better=lower_is_better)  # type: ignore[arg-type]
     score_kw, stats_kw = split_keywords(settings)
-    score_options = dataclasses.replace(score, **score_kw) if score is not None else ScoreOptions(**score_kw)
-    stats_options = dataclasses.replace(stats, **stats_kw) if stats is not None else StatsOptions(**stats_kw)
+    score_options = score.replace(**score_kw) if score is not None else ScoreOptions(**score_kw)
+    stats_options = stats.replace(**stats_kw) if stats is not None else StatsOptions(**stats_kw)
     where = ExecutorOptions(executor, ray_address, workers=workers)
     the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
     column = the_zoo.resolve_quality(quality)
