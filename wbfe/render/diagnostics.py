@@ -1,12 +1,7 @@
-"""Messages other libraries print while wbfe works (transformers' RoPE and kernel-fallback
-notices, its config checks, Ray's warnings), routed through wbfe's own diagnostics.
-
-Inside :func:`captured`, a Python warning raised outside wbfe and a record logged by a library whose
-logger was handed to :func:`route_logger` (wbfe calls it right after importing transformers or Ray)
-are collected, each distinct message once, instead of going to stderr; the command line then shows
-them with ``--verbose``, says how many it held back otherwise, and says nothing under ``--quiet``.
-Outside :func:`captured` (wbfe used as a library) nothing changes: the libraries print as they would.
-"""
+"""Messages other libraries print while wbfe works (transformers' notices, Ray's warnings): inside
+:func:`captured`, Python warnings raised outside wbfe and the records of loggers handed to :func:`route_logger`
+are collected, each distinct one once, instead of going to stderr (the command line shows them with
+``--verbose``). Outside :func:`captured` (wbfe used as a library) nothing changes."""
 
 from __future__ import annotations
 

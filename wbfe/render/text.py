@@ -1,9 +1,6 @@
-"""Render results as text: tables, CSV and JSON-ready data (writing files is :mod:`wbfe.render.files`'s job).
-
-Text that came from a checkpoint (tensor names, metadata) is passed through :func:`printable` on
-its way to a table, a CSV cell or an error message: a name holding an escape sequence must not
-drive the user's terminal.
-"""
+"""Render results as text: tables, CSV and JSON-ready data. Text from a checkpoint goes through
+:func:`printable` on its way to a table or CSV cell: a name holding an escape sequence must not drive
+the user's terminal."""
 
 from __future__ import annotations
 
@@ -24,8 +21,6 @@ _TABLE_COLUMNS = (
     "alpha", "alpha_weighted", "log_norm", "stable_rank",
     "htmp_kappa", "htmp_beta", "h", "h_star", "diagnosis",
 )
-
-
 # summary values not printed when there is none (an untrained adapter has no largest update)
 _NONE_UNSHOWN = ("largest_update", "largest_update_frobenius_norm")
 
