@@ -39,15 +39,12 @@ class Notes:
         else:
             self.notes.append(note)
 
-    def sources(self) -> list[str]:
-        return list(dict.fromkeys(n.source for n in self.notes))
-
     def summary(self) -> Optional[str]:
         """One line saying what was held back and how to see it; None when nothing was."""
         if not self.notes:
             return None
         n = len(self.notes)
-        return (f"{n} message{'s' if n > 1 else ''} from {', '.join(self.sources())} held back "
+        return (f"{n} message{'s' if n > 1 else ''} from {', '.join(dict.fromkeys(n.source for n in self.notes))} held back "
                 "(--verbose shows them)")
 
 

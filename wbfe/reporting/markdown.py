@@ -18,7 +18,7 @@ _SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
 
 def md_text(text: Any) -> str:
     """Literal text: Markdown and HTML markup escaped, one line (tables cannot hold newlines)."""
-    s = html.escape(display(text) if not isinstance(text, str) else display(text), quote=False)
+    s = html.escape(display(text), quote=False)
     s = _SPECIAL.sub(r"\\\1", s)
     return s.replace("\r", " ").replace("\n", " ").replace("://", ":&#47;&#47;")
 
@@ -60,8 +60,6 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
                     columns.append(("_note", "note"))
                     for row, note in zip(rows, block.notes):
                         row["_note"] = note
-                if block.caption and block.sortable:
-                    pass  # "click to sort" is for the HTML page
                 lines += _table(columns, rows) + [""]
             elif isinstance(block, FigureBlock):
                 figure(block)

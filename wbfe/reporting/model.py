@@ -3,6 +3,7 @@ depth, ESD thumbnails of the head and the most unusual layers, and every skipped
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -18,10 +19,6 @@ __all__ = ["score_report", "unusual_layers", "summary_metrics", "reasons_note"]
 _IDENTITY = ("name", "role", "shape", "dtype", "quant", "n_eigs", "gamma")
 _LATE = ("diagnosis",)
 _HIDDEN = ("reasons",)
-
-
-def _as_dict(score: Any) -> dict[str, Any]:
-    return score.to_dict() if hasattr(score, "to_dict") else dict(score)
 
 
 def summary_metrics(summary: Mapping[str, Any]) -> list[str]:
@@ -56,18 +53,10 @@ def unusual_layers(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
 
 
 def _provenance(model: Mapping[str, Any]) -> list[Any]:
-    items: list[tuple[str, Any]] = [
-        ("source", model.get("source")),
-        ("format", model.get("format")),
-        ("files", model.get("files")),
-        ("sha256", model.get("sha256")),
-        ("device", model.get("device")),
-    ]
-    for key, value in model.items():
-        if key not in {"source", "format", "files", "sha256", "device", "versions", "options", "metadata"}:
-            items.append((key, value))
-    items.append(("options", model.get("options")))
-    items.append(("versions", model.get("versions")))
+    first, last = ("source", "format", "files", "sha256", "device"), ("options", "versions")
+    items = [(k, model.get(k)) for k in first]
+    items += [(k, v) for k, v in model.items() if k not in first + last + ("metadata",)]
+    items += [(k, model.get(k)) for k in last]
     blocks: list[Any] = [KeyValues(items)]
     metadata = model.get("metadata")
     if isinstance(metadata, Mapping) and metadata:
@@ -198,7 +187,7 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
     from wbfe.options import ReportOptions
 
     ReportOptions(n_unusual=n_unusual)  # checks only
-    data = _as_dict(score)
+    data = score.to_dict() if hasattr(score, "to_dict") else dict(score)
     model, layers, skipped, summary = data["model"], data["layers"], data["skipped"], data["summary"]
     metrics = [m for m in summary_metrics(summary) if any(m in layer for layer in layers)]
     head = summary.get("head")
@@ -237,10 +226,7 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
 def _skipped(skipped: Sequence[Mapping[str, Any]]) -> list[Any]:
     if not skipped:
         return [Paragraph("No tensor was skipped.")]
-    counts: dict[str, int] = {}
-    for item in skipped:
-        key = str(item.get("reason", "")).split(":")[0]
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter(str(item.get("reason", "")).split(":")[0] for item in skipped)
     text = "; ".join(f"{n} × {r}" for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     rows = [{"name": s.get("name"), "reason": s.get("reason"),
              "shape": "x".join(str(d) for d in s.get("shape") or []), "dtype": s.get("dtype")} for s in skipped]

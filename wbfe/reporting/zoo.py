@@ -98,10 +98,8 @@ def rank_report(result: Any) -> Report:
     report.sections.append(Section("models", f"Models ({len(models)})", [Table(
         "models", model_columns, model_rows, filterable=True,
         caption="Click a header to sort; type in the box to filter.")]))
-    if failed:
-        fail_table: list[Any] = [Table("failed", [Column("model", "model"), Column("reason", "reason")],
-                                       [{"model": f["model"], "reason": f["reason"]} for f in failed])]
-    else:
-        fail_table = [Paragraph("No model failed.")]
-    report.sections.append(Section("failed", f"Failed models ({len(failed)})", fail_table))
+    report.sections.append(Section("failed", f"Failed models ({len(failed)})", [
+        Table("failed", [Column("model", "model"), Column("reason", "reason")],
+              [{"model": f["model"], "reason": f["reason"]} for f in failed])] if failed else [
+        Paragraph("No model failed.")]))
     return report

@@ -81,21 +81,17 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     ax = axes[1, 1]
     loss = traj.test_losses()
     acc = np.array([p.test_accuracy for p in traj.points], dtype=float)
-    if np.any(np.isfinite(loss)):
-        ax.plot(steps, loss, "o-", ms=3, color="black", label="test loss")
-        best = int(np.nanargmin(loss))
-        ax.plot(steps[best], loss[best], "*", ms=12, color="gold", mec="black", label="lowest test loss")
-        ax.set_title("test metrics")
-        if np.any(np.isfinite(acc)):
+    by_loss, by_acc = bool(np.any(np.isfinite(loss))), bool(np.any(np.isfinite(acc)))
+    if by_loss or by_acc:  # accuracy alone is a test metric too: the best checkpoint is then the highest
+        y, word, best = (loss, "loss", int(np.nanargmin(loss))) if by_loss else (acc, "accuracy", int(np.nanargmax(acc)))
+        ax.plot(steps, y, "o-", ms=3, color="black", label=f"test {word}")
+        ax.plot(steps[best], y[best], "*", ms=12, color="gold", mec="black",
+                label=f"{'lowest' if by_loss else 'highest'} test {word}")
+        ax.set_title("test metrics" if by_loss else "test metrics (accuracy; no test loss given)")
+        if by_loss and by_acc:
             twin = ax.twinx()
             twin.plot(steps, acc, ".:", color="tab:gray")
             twin.set_ylabel("test accuracy (dotted)")
-        ax.legend(fontsize=7)
-    elif np.any(np.isfinite(acc)):  # accuracy alone is a test metric: the best checkpoint is the highest
-        ax.plot(steps, acc, "o-", ms=3, color="black", label="test accuracy")
-        best = int(np.nanargmax(acc))
-        ax.plot(steps[best], acc[best], "*", ms=12, color="gold", mec="black", label="highest test accuracy")
-        ax.set_title("test metrics (accuracy; no test loss given)")
         ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, "no test metrics given", ha="center", va="center", transform=ax.transAxes)
