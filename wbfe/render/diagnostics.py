@@ -52,11 +52,6 @@ _lock = threading.Lock()
 _active: list[Notes] = []
 
 
-def _current() -> Optional[Notes]:
-    with _lock:
-        return _active[-1] if _active else None
-
-
 class _RouteFilter(logging.Filter):
     """On a library's own handlers: a record goes to the active :class:`Notes` instead of the handler."""
 
@@ -65,7 +60,8 @@ class _RouteFilter(logging.Filter):
         self.source = source
 
     def filter(self, record: logging.LogRecord) -> bool:
-        notes = _current()
+        with _lock:
+            notes = _active[-1] if _active else None
         if notes is None:
             return True
         try:

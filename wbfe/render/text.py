@@ -158,9 +158,7 @@ def score_csv(result: Any) -> str:
     """One CSV row per matrix with every column (reasons joined as ``column: reason``), then the
     model's BFE-W applicability (``bfe_applicability``, its reasons joined with "; ") on every row:
     a CSV has no summary block, and a reader filtering rows must still see whether BFE-W applies."""
-    columns: list[str] = []
-    for layer in result.layers:
-        columns += [k for k in layer if k not in columns]
+    columns = list(dict.fromkeys(k for layer in result.layers for k in layer))
     verdict = result.summary.get("bfe_applicability")
     model_columns: dict[str, str] = {}
     if isinstance(verdict, dict):

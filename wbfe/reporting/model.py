@@ -95,9 +95,7 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
 
 
 def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> Table:
-    keys: list[str] = []
-    for layer in layers:
-        keys += [k for k in layer if k not in keys and k not in _HIDDEN]
+    keys = list(dict.fromkeys(k for layer in layers for k in layer if k not in _HIDDEN))
     main = [k for k in _IDENTITY if k in keys and (k != "quant" or any(layer.get("quant") for layer in layers))]
     main += [m for m in metrics if m in keys] + [k for k in _LATE if k in keys]
     columns = [Column("#", "#", "position in the checkpoint (the x axis of the depth plots)")]

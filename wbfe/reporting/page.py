@@ -170,12 +170,9 @@ def _table(table: Table) -> str:
         note = notes[k] if k < len(notes) else None
         strings = [display(row.get(c.key)) for c in table.columns if isinstance(row.get(c.key), str)]
         search = " ".join(strings + ([note] if note else [])).lower()
-        cells = []
-        for j, c in enumerate(table.columns):
-            td = _td(row.get(c.key), c.extra, c.key == "meaning")
-            if j == 0 and row.get("_colour"):
-                td = td.replace(">", f'><span class="sw" style="background:{esc(row["_colour"])}"></span>', 1)
-            cells.append(td)
+        cells = [_td(row.get(c.key), c.extra, c.key == "meaning") for c in table.columns]
+        if cells and row.get("_colour"):
+            cells[0] = cells[0].replace(">", f'><span class="sw" style="background:{esc(row["_colour"])}"></span>', 1)
         if notes:
             cells.append(f'<td class="note">{esc(note) if note else ""}</td>')
         row_class = ' class="head"' if row.get("role") == "head" else ""
