@@ -83,18 +83,6 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _chain(target: Path) -> list[tuple[Path, os.stat_result]]:
-    """``target`` and its existing ancestors, with their status (a bind mount or a case-insensitive
-    file system can give one folder two real paths: the inode says it is the same)."""
-    found = []
-    for p in (target, *target.parents):
-        try:
-            found.append((p, p.stat()))
-        except OSError:
-            continue
-    return found
-
-
 def refuse_overlap(path: PathLike, reads: Reads, *, folder: bool = False) -> None:
     """Refuse to write ``path`` (a file; with ``folder``, a folder to write files into) over or into
     what the command reads: a file of ``reads`` (the same real path, or the same device and inode:
@@ -107,7 +95,12 @@ def refuse_overlap(path: PathLike, reads: Reads, *, folder: bool = False) -> Non
     if not reads or os.fspath(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
         return
     target = _target(path)
-    chain = _chain(target)
+    # The target and its existing ancestors with their status: a bind mount or a case-insensitive file
+    # system can give one folder two real paths, and the inode says it is the same.
+    chain: list[tuple[Path, os.stat_result]] = []
+    for p in (target, *target.parents):
+        with suppress(OSError):
+            chain.append((p, p.stat()))
     shown = os.fspath(path)
     for read in reads:
         real = Path(os.path.realpath(Path(os.fspath(read)).expanduser()))
@@ -262,14 +255,10 @@ def open_atomic(path: PathLike, *, reads: Reads = ()) -> Iterator[BinaryIO]:
                 exc.strerror or str(exc))
             raise OutputError(f"cannot write {os.fspath(path)}: {reason}", path=str(path)) from None
         raise
-    _sync_folder(target.parent)
-
-
-def _sync_folder(folder: Path) -> None:
     # The rename is durable only once the folder's entry is on disk; best effort (not every
     # file system lets a folder be opened for fsync).
     with suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(target.parent, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

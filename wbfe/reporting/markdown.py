@@ -7,7 +7,7 @@ import html
 import re
 from typing import Any
 
-from wbfe.reporting.content import FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
+from wbfe.reporting.content import FigureGrid, KeyValues, Paragraph, Report, Table
 from wbfe.reporting.figures import render
 from wbfe.reporting.text import display
 
@@ -36,11 +36,6 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
     files: dict[str, bytes] = {}
     lines = [f"# {md_text(report.title)}", "", md_text(report.subtitle), ""]
 
-    def figure(block: FigureBlock) -> None:
-        name = f"{block.name}.png"
-        files[name] = render(block.figure, "png")
-        lines.extend([f"![{md_text(block.alt)}]({name})", "", f"*{md_text(block.caption)}*", ""])
-
     for section in report.sections:
         lines += [f"## {md_text(section.title)}", ""]
         for block in section.blocks:
@@ -61,11 +56,10 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
                     for row, note in zip(rows, block.notes):
                         row["_note"] = note
                 lines += _table(columns, rows) + [""]
-            elif isinstance(block, FigureBlock):
-                figure(block)
-            elif isinstance(block, FigureGrid):
-                for fig in block.figures:
-                    figure(fig)
+            else:  # a figure, or a grid of them
+                for fig in block.figures if isinstance(block, FigureGrid) else [block]:
+                    files[f"{fig.name}.png"] = render(fig.figure, "png")
+                    lines += [f"![{md_text(fig.alt)}]({fig.name}.png)", "", f"*{md_text(fig.caption)}*", ""]
     from wbfe import __version__
 
     lines += ["---", "", f"Made by wbfe {__version__} (`wbfe report --format md`)."]

@@ -13,17 +13,12 @@ from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, P
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
 from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
 
-__all__ = ["score_report", "unusual_layers", "summary_metrics", "reasons_note"]
+__all__ = ["score_report", "unusual_layers", "reasons_note"]
 
 # Columns of the layer table shown before "all columns" is ticked (the rest stay in the page).
 _IDENTITY = ("name", "role", "shape", "dtype", "quant", "n_eigs", "gamma")
 _LATE = ("diagnosis",)
 _HIDDEN = ("reasons",)
-
-
-def summary_metrics(summary: Mapping[str, Any]) -> list[str]:
-    """The summarised layer columns, in the order the score lists them (``bfe``, ``alpha``, ...)."""
-    return [key[: -len("_mean")] for key in summary if key.endswith("_mean")]
 
 
 def unusual_layers(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], k: int) -> list[tuple[str, str]]:
@@ -187,7 +182,8 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
     ReportOptions(n_unusual=n_unusual)  # checks only
     data = score.to_dict() if hasattr(score, "to_dict") else dict(score)
     model, layers, skipped, summary = data["model"], data["layers"], data["skipped"], data["summary"]
-    metrics = [m for m in summary_metrics(summary) if any(m in layer for layer in layers)]
+    # The summarised layer columns (bfe_mean -> bfe), in the order the score lists them.
+    metrics = [m for m in (k[: -len("_mean")] for k in summary if k.endswith("_mean")) if any(m in row for row in layers)]
     head = summary.get("head")
     # The head is always shown: the unusual ones are chosen among the other layers (against all of them).
     unusual = [item for item in unusual_layers(layers, metrics, n_unusual + 1) if item[0] != head][:n_unusual]
