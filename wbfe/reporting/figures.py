@@ -12,8 +12,7 @@ import numpy as np
 from wbfe.render.text import as_float, finite_or_none
 from wbfe.reporting.metrics_info import colour
 
-__all__ = ["new_figure", "render", "depth_figure", "esd_figure", "scatter_figure", "correlation_figure",
-           "short_name", "ESD_COLOURS"]
+__all__ = ["render", "depth_figure", "esd_figure", "scatter_figure", "correlation_figure", "short_name", "ESD_COLOURS"]
 
 # The ESD fits wear the colour of the column they produce.
 ESD_COLOURS = {"power law": colour("alpha"), "truncated PL": colour("tpl_alpha"), "HTMP": colour("htmp_kappa")}
@@ -21,13 +20,12 @@ _RC: Any = {"svg.hashsalt": "wbfe-report", "svg.fonttype": "path", "font.size": 
        "axes.labelsize": 8.0, "xtick.labelsize": 7.0, "ytick.labelsize": 7.0, "legend.fontsize": 7.0}
 
 
-def new_figure(width: float, height: float, **margins: float) -> Any:
-    """A figure with fixed margins in inches (left, right, top, bottom, and the spaces between panels):
-    a layout engine would draw every figure twice."""
-    from wbfe.reporting.plots.canvas import new_figure as canvas_figure
+def _page_figure(width: float, height: float, **margins: float) -> Any:
+    """A figure in the page's style, with fixed margins in inches: a layout engine would draw it twice."""
+    from wbfe.reporting.plots.canvas import new_figure
 
     with _rc():
-        fig = canvas_figure((width, height))
+        fig = new_figure((width, height))
     fig.set_dpi(100)
     inches = {"left": 0.55, "right": 0.12, "top": 0.3, "bottom": 0.45, "wspace": 0.25, "hspace": 0.3} | margins
     fig.subplots_adjust(left=inches["left"] / width, right=1 - inches["right"] / width,
@@ -70,7 +68,7 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
     with _rc():
         ncols = 2 if len(metrics) > 1 else 1
         nrows = math.ceil(len(metrics) / ncols)
-        fig = new_figure(9.6, 1.6 * nrows + 0.75, top=0.45, left=0.5, hspace=0.55, wspace=0.14)
+        fig = _page_figure(9.6, 1.6 * nrows + 0.75, top=0.45, left=0.5, hspace=0.55, wspace=0.14)
         axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False)
         x_all = np.arange(1, len(layers) + 1)
         names = [layer["name"] for layer in layers]
@@ -113,7 +111,7 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
     e = np.sort(np.asarray(eigs, dtype=float))
     e = e[e > 0.0]
     with _rc():
-        fig = new_figure(3.5, 2.9, left=0.6, bottom=0.95, top=0.25, right=0.12)
+        fig = _page_figure(3.5, 2.9, left=0.6, bottom=0.95, top=0.25, right=0.12)
         ax = fig.add_subplot()
         ax.set_title(title, fontsize=7.5)
         if e.size < 2 or e[0] == e[-1]:
@@ -188,7 +186,7 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
     """Metric (x) against quality (y), one point per model in the metric's colour; the best and
     worst models by quality are labelled where a label fits without overlapping."""
     with _rc():
-        fig = new_figure(3.6, 3.0, left=0.62, bottom=0.48, top=0.28, right=0.12)
+        fig = _page_figure(3.6, 3.0, left=0.62, bottom=0.48, top=0.28, right=0.12)
         ax = fig.add_subplot()
         ax.set_title(title, fontsize=7.5)
         ax.set_xlabel(metric)
@@ -215,7 +213,7 @@ def correlation_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
     a hollow marker where the sign is the opposite of the expected one."""
     with _rc():
         longest = max((len(short_name(str(r["metric"]), 30)) for r in rows), default=4)
-        fig = new_figure(7.2, 0.24 * max(len(rows), 1) + 1.0, left=0.2 + 0.062 * longest, bottom=0.62, top=0.15)
+        fig = _page_figure(7.2, 0.24 * max(len(rows), 1) + 1.0, left=0.2 + 0.062 * longest, bottom=0.62, top=0.15)
         ax = fig.add_subplot()
         for i, row in enumerate(rows):
             rho, lo, hi = (finite_or_none(row.get(k)) for k in ("rho", "ci_low", "ci_high"))
