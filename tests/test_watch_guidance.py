@@ -147,7 +147,7 @@ def test_plot_draws_the_fixed_lambda_bfe(mlp_run: Path, tmp_path: Path, monkeypa
     from wbfe.watch import watch
 
     figures = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi: figures.append(fig) or Path(path))
+    monkeypatch.setattr(plots, "save", lambda fig, path, dpi: figures.append(fig) or Path(path))
     result = watch(mlp_run)
     plots.plot_watch(result, tmp_path / "w.png")
     h_ax, _, bfe_ax, _ = figures[0].axes[:4]

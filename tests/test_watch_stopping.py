@@ -206,7 +206,7 @@ def test_accuracy_alone_is_compared_and_plotted(tmp_path: Path, monkeypatch: pyt
     assert "best test accuracy at step 1 (0.8000); recommended: 0.6000 (gap +0.2000; no test loss given)" \
         in result.table()
     captured = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi: captured.append(fig) or Path(path))
+    monkeypatch.setattr(plots, "save", lambda fig, path, dpi: captured.append(fig) or Path(path))
     plots.plot_watch(result, tmp_path / "w.png")
     ax = captured[0].axes[3]
     assert ax.get_title() == "test metrics (accuracy; no test loss given)"

@@ -1,12 +1,7 @@
-"""Messages other libraries print while wbfe works (transformers' RoPE and kernel-fallback
-notices, its config checks, Ray's warnings), routed through wbfe's own diagnostics.
-
-Inside :func:`captured`, a Python warning raised outside wbfe and a record logged by a library whose
-logger was handed to :func:`route_logger` (wbfe calls it right after importing transformers or Ray)
-are collected, each distinct message once, instead of going to stderr; the command line then shows
-them with ``--verbose``, says how many it held back otherwise, and says nothing under ``--quiet``.
-Outside :func:`captured` (wbfe used as a library) nothing changes: the libraries print as they would.
-"""
+"""Messages other libraries print while wbfe works (transformers' notices, Ray's warnings): inside
+:func:`captured`, Python warnings raised outside wbfe and the records of loggers handed to :func:`route_logger`
+are collected, each distinct one once, instead of going to stderr (the command line shows them with
+``--verbose``). Outside :func:`captured` (wbfe used as a library) nothing changes."""
 
 from __future__ import annotations
 
@@ -44,25 +39,17 @@ class Notes:
         else:
             self.notes.append(note)
 
-    def sources(self) -> list[str]:
-        return list(dict.fromkeys(n.source for n in self.notes))
-
     def summary(self) -> Optional[str]:
         """One line saying what was held back and how to see it; None when nothing was."""
         if not self.notes:
             return None
         n = len(self.notes)
-        return (f"{n} message{'s' if n > 1 else ''} from {', '.join(self.sources())} held back "
+        return (f"{n} message{'s' if n > 1 else ''} from {', '.join(dict.fromkeys(n.source for n in self.notes))} held back "
                 "(--verbose shows them)")
 
 
 _lock = threading.Lock()
 _active: list[Notes] = []
-
-
-def _current() -> Optional[Notes]:
-    with _lock:
-        return _active[-1] if _active else None
 
 
 class _RouteFilter(logging.Filter):
@@ -73,7 +60,8 @@ class _RouteFilter(logging.Filter):
         self.source = source
 
     def filter(self, record: logging.LogRecord) -> bool:
-        notes = _current()
+        with _lock:
+            notes = _active[-1] if _active else None
         if notes is None:
             return True
         try:

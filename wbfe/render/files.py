@@ -1,23 +1,8 @@
 """Writing result files: the one place wbfe creates or replaces a file the user named (and its cache entries).
 
-Every write is atomic: the bytes go to a temporary file beside the target, are flushed to disk, and
-the temporary file is renamed over the target, so a reader sees the old file or the new one, never
-half of either. An output path is checked before any work starts (:func:`check_output`):
-
-- ``-``, ``/dev/stdout`` and ``/dev/fd/1`` are standard output, ``/dev/stderr`` and ``/dev/fd/2``
-  standard error;
-- ``/dev/null`` (or a link to it) is written to directly, the one device that is a legitimate place
-  to send a result (to time a run or check that it succeeds);
-- a symbolic link is written through, to its target (the link stays);
-- an existing target must be a regular file the user may write; it keeps its permission bits;
-- any other character or block device, a FIFO, a socket or a folder is refused, never replaced;
-- an empty path is refused;
-- an output that is, or lies inside, what the command reads is refused (:func:`refuse_overlap`):
-  the input file under any spelling (relative, ``..``, a symbolic link), a hard link to it, or
-  any file in a folder the command reads (a checkpoint folder, the folder of an index's shards).
-
-JSON is written with ``allow_nan=False``: a non-finite number is ``null`` (see
-:func:`wbfe.render.text.json_ready`).
+Every write is atomic (a temporary file beside the target, flushed, then renamed over it) and every output is
+checked before any work starts (:func:`check_output`): the rules are in docs/cli.md (Outputs) and
+docs/scoring.md. JSON is written with ``allow_nan=False``, non-finite numbers as ``null``.
 """
 
 from __future__ import annotations
@@ -29,35 +14,23 @@ import os
 import secrets
 import stat
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
 from wbfe.errors import OutputError, OverwriteError
 
-__all__ = ["STDOUT", "STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
+__all__ = ["STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
            "write_output", "write_json", "save_figure", "local_reads", "local_files", "refuse_overlap"]
 
-STDOUT = "-"
-"""The output path that means standard output."""
-
-STDOUT_PATHS = (STDOUT, "/dev/stdout", "/dev/fd/1")
-"""Output paths written to standard output."""
-
-STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")
-"""Output paths written to standard error (the process's own stream, not the device it points to)."""
+STDOUT_PATHS = ("-", "/dev/stdout", "/dev/fd/1")
+STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")  # the process's own stream, not the device it points to
 
 PathLike = Union[str, "os.PathLike[str]"]
 Reads = Iterable[PathLike]
 
-_KINDS = (
-    (stat.S_ISREG, "a file"),
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-)
+_KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
 
 
 def _kind(mode: int) -> str:
@@ -110,18 +83,6 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _chain(target: Path) -> list[tuple[Path, os.stat_result]]:
-    """``target`` and its existing ancestors, with their status (a bind mount or a case-insensitive
-    file system can give one folder two real paths: the inode says it is the same)."""
-    found = []
-    for p in (target, *target.parents):
-        try:
-            found.append((p, p.stat()))
-        except OSError:
-            continue
-    return found
-
-
 def refuse_overlap(path: PathLike, reads: Reads, *, folder: bool = False) -> None:
     """Refuse to write ``path`` (a file; with ``folder``, a folder to write files into) over or into
     what the command reads: a file of ``reads`` (the same real path, or the same device and inode:
@@ -134,7 +95,12 @@ def refuse_overlap(path: PathLike, reads: Reads, *, folder: bool = False) -> Non
     if not reads or os.fspath(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
         return
     target = _target(path)
-    chain = _chain(target)
+    # The target and its existing ancestors with their status: a bind mount or a case-insensitive file
+    # system can give one folder two real paths, and the inode says it is the same.
+    chain: list[tuple[Path, os.stat_result]] = []
+    for p in (target, *target.parents):
+        with suppress(OSError):
+            chain.append((p, p.stat()))
     shown = os.fspath(path)
     for read in reads:
         real = Path(os.path.realpath(Path(os.fspath(read)).expanduser()))
@@ -156,14 +122,9 @@ def refuse_overlap(path: PathLike, reads: Reads, *, folder: bool = False) -> Non
 
 
 def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
-    """The file a result for ``path`` will be written to; None for ``-`` or ``/dev/stdout`` (standard output).
-
-    Checked before any work starts, so that a run is not wasted on an output it cannot write.
-
-    Args:
-        path: the output.
-        reads: the local files and folders the command reads (:func:`local_reads`); the output may
-            be none of them, nor lie inside one (:func:`refuse_overlap`).
+    """The file a result for ``path`` will be written to; None for standard output or error. Called before
+    any work starts. ``reads``: the local files and folders the command reads (:func:`local_reads`), which
+    the output may not be nor lie inside (:func:`refuse_overlap`).
 
     Raises:
         OutputError: an empty path, a target that is not a regular file, a file or folder the user
@@ -203,10 +164,8 @@ def _probe(folder: Path, path: PathLike) -> None:
     except OSError as exc:
         raise OutputError(f"cannot write {os.fspath(path)}: folder {folder} is not writable "
                           f"({exc.strerror or exc})", path=str(path)) from None
-    try:
+    with suppress(OSError):
         probe.unlink()
-    except OSError:
-        pass
 
 
 def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
@@ -236,13 +195,9 @@ def _existing_ancestor(folder: Path) -> Path:
 
 
 def write_atomic(path: PathLike, data: Union[str, bytes], *, reads: Reads = ()) -> Path:
-    """Replace the file at ``path`` (through symbolic links) with ``data``, atomically.
-
-    The parent folders are created when absent. An existing file keeps its permission bits; a new
-    one gets the process's default (0666 less the umask), as a plain ``open`` would give it.
-
-    Returns:
-        The file written (the link's target for a symbolic link).
+    """Replace the file at ``path`` (through symbolic links) with ``data``, atomically, creating its folders;
+    returns the file written (a link's target). An existing file keeps its permission bits; a new one
+    gets 0666 less the umask, as from a plain ``open``.
 
     Raises:
         OutputError: as :func:`check_output`, or the write failed (disk full, read-only or
@@ -262,14 +217,10 @@ def write_atomic(path: PathLike, data: Union[str, bytes], *, reads: Reads = ()) 
 
 @contextmanager
 def open_atomic(path: PathLike, *, reads: Reads = ()) -> Iterator[BinaryIO]:
-    """A binary file to write a result into; it replaces ``path`` atomically when the block ends
-    without an exception, and is removed, leaving ``path`` unchanged, when it raises (so a large
-    result can be streamed, one part at a time). The null device is written to directly: there is
-    nothing to replace, the bytes are discarded.
-
-    ``reads`` (as for :func:`check_output`) is checked before the file is opened; a writer that
-    learns of more inputs while it works checks them again with :func:`refuse_overlap` before the
-    block ends, so that a refused output is never half-written.
+    """A binary file to stream a result into: it replaces ``path`` atomically when the block ends, and is
+    removed, leaving ``path`` unchanged, when the block raises (the null device is written directly).
+    ``reads`` as for :func:`check_output`; a writer that learns of more inputs while it works checks
+    them with :func:`refuse_overlap` before the block ends, so a refused output is never half-written.
 
     Raises:
         OutputError: as :func:`check_output`, or the write failed (disk full, read-only or
@@ -304,22 +255,14 @@ def open_atomic(path: PathLike, *, reads: Reads = ()) -> Iterator[BinaryIO]:
                 exc.strerror or str(exc))
             raise OutputError(f"cannot write {os.fspath(path)}: {reason}", path=str(path)) from None
         raise
-    _sync_folder(target.parent)
-
-
-def _sync_folder(folder: Path) -> None:
     # The rename is durable only once the folder's entry is on disk; best effort (not every
     # file system lets a folder be opened for fsync).
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    with suppress(OSError):
+        fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_output(path: PathLike, text: str, *, reads: Reads = ()) -> Optional[Path]:

@@ -1,9 +1,6 @@
-"""Render results as text: tables, CSV and JSON-ready data (writing files is :mod:`wbfe.render.files`'s job).
-
-Text that came from a checkpoint (tensor names, metadata) is passed through :func:`printable` on
-its way to a table, a CSV cell or an error message: a name holding an escape sequence must not
-drive the user's terminal.
-"""
+"""Render results as text: tables, CSV and JSON-ready data. Text from a checkpoint goes through
+:func:`printable` on its way to a table or CSV cell: a name holding an escape sequence must not drive
+the user's terminal."""
 
 from __future__ import annotations
 
@@ -24,8 +21,6 @@ _TABLE_COLUMNS = (
     "alpha", "alpha_weighted", "log_norm", "stable_rank",
     "htmp_kappa", "htmp_beta", "h", "h_star", "diagnosis",
 )
-
-
 # summary values not printed when there is none (an untrained adapter has no largest update)
 _NONE_UNSHOWN = ("largest_update", "largest_update_frobenius_norm")
 
@@ -56,10 +51,8 @@ def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
+        if not math.isfinite(value):
+            return str(value)  # nan, inf, -inf
         return f"{value:.4g}" if (abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3)) else f"{value:.4f}"
     if isinstance(value, (list, tuple)):
         return "x".join(printable(str(v)) for v in value)
@@ -163,9 +156,7 @@ def score_csv(result: Any) -> str:
     """One CSV row per matrix with every column (reasons joined as ``column: reason``), then the
     model's BFE-W applicability (``bfe_applicability``, its reasons joined with "; ") on every row:
     a CSV has no summary block, and a reader filtering rows must still see whether BFE-W applies."""
-    columns: list[str] = []
-    for layer in result.layers:
-        columns += [k for k in layer if k not in columns]
+    columns = list(dict.fromkeys(k for layer in result.layers for k in layer))
     verdict = result.summary.get("bfe_applicability")
     model_columns: dict[str, str] = {}
     if isinstance(verdict, dict):

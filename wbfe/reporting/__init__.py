@@ -1,13 +1,8 @@
-"""Self-contained audit pages: one HTML file (or a Markdown folder) per scored model or ranked zoo.
+"""Rendering: self-contained audit pages (one HTML file or a Markdown folder per scored model, ranked zoo
+or comparison; docs/report.md) and the figures of every command (:mod:`wbfe.reporting.plots`).
 
 >>> from wbfe.reporting import score_report, write_report
->>> report = score_report(wbfe.score("model.safetensors"), spectra_from="model.safetensors")  # doctest: +SKIP
->>> write_report(report, "report.html")                                                       # doctest: +SKIP
-
-Modules: :mod:`~wbfe.reporting.content` (the format-neutral document), :mod:`~wbfe.reporting.model`
-and :mod:`~wbfe.reporting.zoo` (what a model's or a zoo's page holds), :mod:`~wbfe.reporting.figures`
-(matplotlib figures), :mod:`~wbfe.reporting.spectra` (re-reading a few matrices for their ESDs),
-:mod:`~wbfe.reporting.page` (HTML) and :mod:`~wbfe.reporting.markdown` (Markdown with figures beside it).
+>>> write_report(score_report(wbfe.score("m.safetensors"), spectra_from="m.safetensors"), "r.html")  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -32,9 +32,7 @@ def _kv(model: Mapping[str, Any]) -> KeyValues:
 
 
 def _table(id: str, rows: Sequence[Mapping[str, Any]], first: Sequence[str]) -> Table:
-    keys: list[str] = []
-    for row in rows:
-        keys += [k for k in row if k not in keys and k != "reasons"]
+    keys = list(dict.fromkeys(k for row in rows for k in row if k != "reasons"))
     main = [k for k in first if k in keys]
     columns = [Column(k, k) for k in main] + [Column(k, k, extra=True) for k in keys if k not in main]
     data = [{**row, "shape": "x".join(map(str, row["shape"])) if isinstance(row.get("shape"), list) else row.get("shape")}

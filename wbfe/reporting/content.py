@@ -80,16 +80,3 @@ class Report:
     title: str
     subtitle: str
     sections: list[Section] = field(default_factory=list)
-
-    def tables(self) -> list[Table]:
-        return [b for s in self.sections for b in s.blocks if isinstance(b, Table)]
-
-    def figures(self) -> list[FigureBlock]:
-        out: list[FigureBlock] = []
-        for section in self.sections:
-            for block in section.blocks:
-                if isinstance(block, FigureBlock):
-                    out.append(block)
-                elif isinstance(block, FigureGrid):
-                    out.extend(block.figures)
-        return out

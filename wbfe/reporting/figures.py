@@ -1,19 +1,18 @@
-"""The report's figures, drawn with matplotlib on an Agg canvas (never ``matplotlib.use``: a report
-must not change the backend of the program that asks for it) and serialised to SVG or PNG bytes."""
+"""The report's figures, made by the figure factory (:mod:`wbfe.reporting.plots.canvas`) with the report's
+style and fixed margins, and serialised to SVG or PNG bytes."""
 
 from __future__ import annotations
 
 import io
 import math
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 
 from wbfe.render.text import as_float, finite_or_none
 from wbfe.reporting.metrics_info import colour
 
-__all__ = ["new_figure", "render", "depth_figure", "esd_figure", "scatter_figure", "correlation_figure",
-           "short_name", "ESD_COLOURS"]
+__all__ = ["render", "depth_figure", "esd_figure", "scatter_figure", "correlation_figure", "short_name", "ESD_COLOURS"]
 
 # The ESD fits wear the colour of the column they produce.
 ESD_COLOURS = {"power law": colour("alpha"), "truncated PL": colour("tpl_alpha"), "HTMP": colour("htmp_kappa")}
@@ -21,37 +20,28 @@ _RC: Any = {"svg.hashsalt": "wbfe-report", "svg.fonttype": "path", "font.size": 
        "axes.labelsize": 8.0, "xtick.labelsize": 7.0, "ytick.labelsize": 7.0, "legend.fontsize": 7.0}
 
 
-def new_figure(width: float, height: float, **margins: float) -> Any:
-    """A Figure on its own Agg canvas (no pyplot: no global state, no backend switch), with fixed
-    margins in inches (left, right, top, bottom): a layout engine would draw every figure twice,
-    which was half the time a report adds to a score."""
-    import matplotlib
+def _page_figure(width: float, height: float, **margins: float) -> Any:
+    """A figure in the page's style, with fixed margins in inches: a layout engine would draw it twice."""
+    from wbfe.reporting.plots.canvas import new_figure
 
-    from wbfe.reporting.plots.canvas import new_figure as canvas_figure
-
-    with matplotlib.rc_context(_RC):
-        fig = canvas_figure((width, height))
+    with _rc():
+        fig = new_figure((width, height))
     fig.set_dpi(100)
-    inches = {"left": 0.55, "right": 0.12, "top": 0.3, "bottom": 0.45, "wspace": 0.25, "hspace": 0.3}
-    inches.update(margins)
+    inches = {"left": 0.55, "right": 0.12, "top": 0.3, "bottom": 0.45, "wspace": 0.25, "hspace": 0.3} | margins
     fig.subplots_adjust(left=inches["left"] / width, right=1 - inches["right"] / width,
                         top=1 - inches["top"] / height, bottom=inches["bottom"] / height,
                         wspace=inches["wspace"], hspace=inches["hspace"])
     return fig
 
 
-def render(fig: Any, fmt: str) -> bytes:
+def render(fig: Any, fmt: Literal["svg", "png"]) -> bytes:
     """``fig`` as SVG or PNG bytes, the same bytes for the same figure (no dates, fixed ids)."""
-    import matplotlib
-
     buffer = io.BytesIO()
-    with matplotlib.rc_context(_RC):
+    with _rc():
         if fmt == "svg":
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
-        elif fmt == "png":
+        else:
             fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
-        else:  # pragma: no cover - callers pass one of the two
-            raise ValueError(fmt)
     return buffer.getvalue()
 
 
@@ -64,6 +54,10 @@ def short_name(name: str, limit: int = 38) -> str:
     return name[: keep // 2] + "…" + name[len(name) - (keep - keep // 2):]
 
 
+_RING: Any = {"ms": 7, "mfc": "none", "mec": "black", "mew": 0.8}
+_STAR: Any = {"ms": 10, "color": "black", "zorder": 4}
+
+
 def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *, head: Optional[str],
                  marked: Sequence[str] = ()) -> Any:
     """One small panel per metric along depth (x = the layer's # in the table); the head is a star,
@@ -74,7 +68,7 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
     with _rc():
         ncols = 2 if len(metrics) > 1 else 1
         nrows = math.ceil(len(metrics) / ncols)
-        fig = new_figure(9.6, 1.6 * nrows + 0.75, top=0.45, left=0.5, hspace=0.55, wspace=0.14)
+        fig = _page_figure(9.6, 1.6 * nrows + 0.75, top=0.45, left=0.5, hspace=0.55, wspace=0.14)
         axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False)
         x_all = np.arange(1, len(layers) + 1)
         names = [layer["name"] for layer in layers]
@@ -86,15 +80,10 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
             # (each is an element of the SVG).
             ax.plot(x_all[ok], y[ok], "-", color=colour(metric), lw=1.1,
                     marker="o" if len(layers) <= 48 else None, ms=2.6)
-            for name in marked:
-                if name in names:
-                    k = names.index(name)
-                    if np.isfinite(y[k]):
-                        ax.plot([k + 1], [y[k]], "o", ms=7, mfc="none", mec="black", mew=0.8)
-            if head in names:
-                k = names.index(head)
-                if np.isfinite(y[k]):
-                    ax.plot([k + 1], [y[k]], "*", ms=10, color="black", zorder=4)
+            for name, fmt, style in [(name, "o", _RING) for name in marked] + [(head, "*", _STAR)]:
+                k = names.index(name) if name in names else -1
+                if k >= 0 and np.isfinite(y[k]):
+                    ax.plot([k + 1], [y[k]], fmt, **style)
             ax.set_title(metric, loc="left", color=colour(metric), fontweight="bold")
             ax.grid(True, alpha=0.3)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=10))
@@ -122,7 +111,7 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
     e = np.sort(np.asarray(eigs, dtype=float))
     e = e[e > 0.0]
     with _rc():
-        fig = new_figure(3.5, 2.9, left=0.6, bottom=0.95, top=0.25, right=0.12)
+        fig = _page_figure(3.5, 2.9, left=0.6, bottom=0.95, top=0.25, right=0.12)
         ax = fig.add_subplot()
         ax.set_title(title, fontsize=7.5)
         if e.size < 2 or e[0] == e[-1]:
@@ -165,19 +154,17 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
         ax.set_xlabel("eigenvalue")
         ax.set_ylabel("density")
         ax.grid(True, alpha=0.25, which="major")
-        ax.minorticks_off()  # minor log ticks cost a third of the drawing and add nothing at this size
+        ax.minorticks_off()  # minor log ticks add nothing at this size, and cost much of the drawing
         fig.legend(loc="lower center", ncols=2, frameon=False, fontsize=6.5, handlelength=1.6)
     return fig
 
 
-def _place_labels(ax: Any, points: Sequence[tuple[float, float, str]], priority: Sequence[int]) -> int:
+def _place_labels(ax: Any, points: Sequence[tuple[float, float, str]], priority: Sequence[int]) -> None:
     """Annotate points in ``priority`` order, skipping any label that would overlap one already
-    drawn or a plotted point (so no two labels collide). Returns how many were drawn."""
-    fig = ax.figure
-    renderer = fig.canvas.get_renderer()
+    drawn or a plotted point (so no two labels collide)."""
+    renderer = ax.figure.canvas.get_renderer()
     placed: list[Any] = []
     marks = ax.transData.transform([(x, y) for x, y, _ in points]) if points else np.empty((0, 2))
-    drawn = 0
     for index in priority:
         x, y, label = points[index]
         for dx, dy, ha in ((4, 3, "left"), (-4, 3, "right"), (4, -9, "left"), (-4, -9, "right")):
@@ -190,10 +177,8 @@ def _place_labels(ax: Any, points: Sequence[tuple[float, float, str]], priority:
             within = inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
             if not clash and not covers and within:
                 placed.append(box)
-                drawn += 1
                 break
             text.remove()
-    return drawn
 
 
 def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[str], *, metric: str,
@@ -201,7 +186,7 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
     """Metric (x) against quality (y), one point per model in the metric's colour; the best and
     worst models by quality are labelled where a label fits without overlapping."""
     with _rc():
-        fig = new_figure(3.6, 3.0, left=0.62, bottom=0.48, top=0.28, right=0.12)
+        fig = _page_figure(3.6, 3.0, left=0.62, bottom=0.48, top=0.28, right=0.12)
         ax = fig.add_subplot()
         ax.set_title(title, fontsize=7.5)
         ax.set_xlabel(metric)
@@ -214,11 +199,7 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
         ax.margins(x=0.08, y=0.1)
         ax.get_xlim(), ax.get_ylim()  # settles the autoscaled limits, so label boxes are measured where they end up
         order = np.argsort(ys, kind="stable")
-        ends: list[int] = []
-        for a, b in zip(order[::-1], order):  # alternate best and worst
-            for k in (int(a), int(b)):
-                if k not in ends:
-                    ends.append(k)
+        ends = list(dict.fromkeys(int(k) for pair in zip(order[::-1], order) for k in pair))  # best, worst, ...
         from wbfe.reporting.plots.ranking import checkpoint_labels  # the one rule for checkpoint labels
 
         _place_labels(ax, [(float(x), float(y), short_name(label, 24))
@@ -232,7 +213,7 @@ def correlation_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
     a hollow marker where the sign is the opposite of the expected one."""
     with _rc():
         longest = max((len(short_name(str(r["metric"]), 30)) for r in rows), default=4)
-        fig = new_figure(7.2, 0.24 * max(len(rows), 1) + 1.0, left=0.2 + 0.062 * longest, bottom=0.62, top=0.15)
+        fig = _page_figure(7.2, 0.24 * max(len(rows), 1) + 1.0, left=0.2 + 0.062 * longest, bottom=0.62, top=0.15)
         ax = fig.add_subplot()
         for i, row in enumerate(rows):
             rho, lo, hi = (finite_or_none(row.get(k)) for k in ("rho", "ci_low", "ci_high"))

@@ -7,7 +7,7 @@ import html
 import re
 from typing import Any
 
-from wbfe.reporting.content import FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
+from wbfe.reporting.content import FigureGrid, KeyValues, Paragraph, Report, Table
 from wbfe.reporting.figures import render
 from wbfe.reporting.text import display
 
@@ -18,7 +18,7 @@ _SPECIAL = re.compile(r"([\\`*_\[\]|#~])")
 
 def md_text(text: Any) -> str:
     """Literal text: Markdown and HTML markup escaped, one line (tables cannot hold newlines)."""
-    s = html.escape(display(text) if not isinstance(text, str) else display(text), quote=False)
+    s = html.escape(display(text), quote=False)
     s = _SPECIAL.sub(r"\\\1", s)
     return s.replace("\r", " ").replace("\n", " ").replace("://", ":&#47;&#47;")
 
@@ -35,11 +35,6 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
     """The Markdown text and ``{file name: PNG bytes}`` of its figures (linked by relative path)."""
     files: dict[str, bytes] = {}
     lines = [f"# {md_text(report.title)}", "", md_text(report.subtitle), ""]
-
-    def figure(block: FigureBlock) -> None:
-        name = f"{block.name}.png"
-        files[name] = render(block.figure, "png")
-        lines.extend([f"![{md_text(block.alt)}]({name})", "", f"*{md_text(block.caption)}*", ""])
 
     for section in report.sections:
         lines += [f"## {md_text(section.title)}", ""]
@@ -60,14 +55,11 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
                     columns.append(("_note", "note"))
                     for row, note in zip(rows, block.notes):
                         row["_note"] = note
-                if block.caption and block.sortable:
-                    pass  # "click to sort" is for the HTML page
                 lines += _table(columns, rows) + [""]
-            elif isinstance(block, FigureBlock):
-                figure(block)
-            elif isinstance(block, FigureGrid):
-                for fig in block.figures:
-                    figure(fig)
+            else:  # a figure, or a grid of them
+                for fig in block.figures if isinstance(block, FigureGrid) else [block]:
+                    files[f"{fig.name}.png"] = render(fig.figure, "png")
+                    lines += [f"![{md_text(fig.alt)}]({fig.name}.png)", "", f"*{md_text(fig.caption)}*", ""]
     from wbfe import __version__
 
     lines += ["---", "", f"Made by wbfe {__version__} (`wbfe report --format md`)."]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from wbfe.ranking import expected_sign
 
 __all__ = ["MEANINGS", "colour", "meaning", "sign_text", "base_metric", "HEAD_SOURCES"]
@@ -98,9 +96,5 @@ def meaning(metric: str) -> str:
 
 def sign_text(metric: str) -> str:
     """The expected sign of ``metric`` against quality, in words."""
-    sign: Optional[int] = expected_sign(metric)
-    if sign == -1:
-        return "lower is better (expected ρ < 0)"
-    if sign == 1:
-        return "higher is better (expected ρ > 0)"
-    return "no expected direction"
+    words = {-1: "lower is better (expected ρ < 0)", 1: "higher is better (expected ρ > 0)"}
+    return words.get(expected_sign(metric) or 0, "no expected direction")

@@ -3,6 +3,7 @@ depth, ESD thumbnails of the head and the most unusual layers, and every skipped
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -12,21 +13,12 @@ from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, P
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
 from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
 
-__all__ = ["score_report", "unusual_layers", "summary_metrics", "reasons_note"]
+__all__ = ["score_report", "unusual_layers", "reasons_note"]
 
 # Columns of the layer table shown before "all columns" is ticked (the rest stay in the page).
 _IDENTITY = ("name", "role", "shape", "dtype", "quant", "n_eigs", "gamma")
 _LATE = ("diagnosis",)
 _HIDDEN = ("reasons",)
-
-
-def _as_dict(score: Any) -> dict[str, Any]:
-    return score.to_dict() if hasattr(score, "to_dict") else dict(score)
-
-
-def summary_metrics(summary: Mapping[str, Any]) -> list[str]:
-    """The summarised layer columns, in the order the score lists them (``bfe``, ``alpha``, ...)."""
-    return [key[: -len("_mean")] for key in summary if key.endswith("_mean")]
 
 
 def unusual_layers(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], k: int) -> list[tuple[str, str]]:
@@ -56,18 +48,10 @@ def unusual_layers(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
 
 
 def _provenance(model: Mapping[str, Any]) -> list[Any]:
-    items: list[tuple[str, Any]] = [
-        ("source", model.get("source")),
-        ("format", model.get("format")),
-        ("files", model.get("files")),
-        ("sha256", model.get("sha256")),
-        ("device", model.get("device")),
-    ]
-    for key, value in model.items():
-        if key not in {"source", "format", "files", "sha256", "device", "versions", "options", "metadata"}:
-            items.append((key, value))
-    items.append(("options", model.get("options")))
-    items.append(("versions", model.get("versions")))
+    first, last = ("source", "format", "files", "sha256", "device"), ("options", "versions")
+    items = [(k, model.get(k)) for k in first]
+    items += [(k, v) for k, v in model.items() if k not in first + last + ("metadata",)]
+    items += [(k, model.get(k)) for k in last]
     blocks: list[Any] = [KeyValues(items)]
     metadata = model.get("metadata")
     if isinstance(metadata, Mapping) and metadata:
@@ -106,9 +90,7 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
 
 
 def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> Table:
-    keys: list[str] = []
-    for layer in layers:
-        keys += [k for k in layer if k not in keys and k not in _HIDDEN]
+    keys = list(dict.fromkeys(k for layer in layers for k in layer if k not in _HIDDEN))
     main = [k for k in _IDENTITY if k in keys and (k != "quant" or any(layer.get("quant") for layer in layers))]
     main += [m for m in metrics if m in keys] + [k for k in _LATE if k in keys]
     columns = [Column("#", "#", "position in the checkpoint (the x axis of the depth plots)")]
@@ -198,9 +180,10 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
     from wbfe.options import ReportOptions
 
     ReportOptions(n_unusual=n_unusual)  # checks only
-    data = _as_dict(score)
+    data = score.to_dict() if hasattr(score, "to_dict") else dict(score)
     model, layers, skipped, summary = data["model"], data["layers"], data["skipped"], data["summary"]
-    metrics = [m for m in summary_metrics(summary) if any(m in layer for layer in layers)]
+    # The summarised layer columns (bfe_mean -> bfe), in the order the score lists them.
+    metrics = [m for m in (k[: -len("_mean")] for k in summary if k.endswith("_mean")) if any(m in row for row in layers)]
     head = summary.get("head")
     # The head is always shown: the unusual ones are chosen among the other layers (against all of them).
     unusual = [item for item in unusual_layers(layers, metrics, n_unusual + 1) if item[0] != head][:n_unusual]
@@ -237,10 +220,7 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
 def _skipped(skipped: Sequence[Mapping[str, Any]]) -> list[Any]:
     if not skipped:
         return [Paragraph("No tensor was skipped.")]
-    counts: dict[str, int] = {}
-    for item in skipped:
-        key = str(item.get("reason", "")).split(":")[0]
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter(str(item.get("reason", "")).split(":")[0] for item in skipped)
     text = "; ".join(f"{n} × {r}" for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     rows = [{"name": s.get("name"), "reason": s.get("reason"),
              "shape": "x".join(str(d) for d in s.get("shape") or []), "dtype": s.get("dtype")} for s in skipped]

@@ -6,14 +6,17 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from wbfe.errors import CorruptCheckpointError, InvalidOptionError
+from wbfe.errors import CorruptCheckpointError
 
 __all__ = ["load_saved", "write_report", "check_report_output", "MARKDOWN_NAME"]
 
 MARKDOWN_NAME = "report.md"
-_SCORE_KEYS = {"model", "layers", "skipped", "summary"}
-_RANK_KEYS = {"zoo", "quality", "metrics", "models", "failed"}
-_COMPARE_KEYS = {"model_a", "model_b", "layers", "unmatched", "skipped", "summary"}
+# The top-level fields of each saved JSON, with their types (the first kind whose fields are all there wins).
+_FIELDS: dict[str, dict[str, type]] = {
+    "score": {"layers": list, "summary": dict, "model": dict, "skipped": list},
+    "rank": {"zoo": object, "quality": object, "metrics": list, "models": list, "failed": object},
+    "compare": {"layers": list, "summary": dict, "model_a": dict, "model_b": dict, "unmatched": list, "skipped": list},
+}
 
 
 def load_saved(path: Union[str, Path]) -> Optional[tuple[str, dict[str, Any]]]:
@@ -31,29 +34,20 @@ def load_saved(path: Union[str, Path]) -> Optional[tuple[str, dict[str, Any]]]:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpointError(f"{p}: not valid JSON ({exc})") from None
-    if isinstance(data, dict) and _SCORE_KEYS <= data.keys():
-        _check(p, isinstance(data["layers"], list) and isinstance(data["summary"], dict)
-               and isinstance(data["model"], dict) and isinstance(data["skipped"], list)
-               and all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in data["layers"]))
-        return "score", data
-    if isinstance(data, dict) and _RANK_KEYS <= data.keys():
-        _check(p, isinstance(data["metrics"], list) and isinstance(data["models"], list)
-               and all(isinstance(m, dict) and "metric" in m for m in data["metrics"])
-               and all(isinstance(m, dict) and isinstance(m.get("scores"), dict) for m in data["models"]))
-        return "rank", data
-    if isinstance(data, dict) and _COMPARE_KEYS <= data.keys():
-        _check(p, isinstance(data["layers"], list) and isinstance(data["summary"], dict)
-               and all(isinstance(data[k], dict) for k in ("model_a", "model_b"))
-               and all(isinstance(data[k], list) for k in ("unmatched", "skipped"))
-               and all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in data["layers"]))
-        return "compare", data
+    for kind, fields in _FIELDS.items():
+        if isinstance(data, dict) and fields.keys() <= data.keys():
+            if not (all(isinstance(data[k], t) for k, t in fields.items()) and _rows_ok(kind, data)):
+                raise CorruptCheckpointError(f"{p}: malformed wbfe JSON (a field has the wrong type)")
+            return kind, data
     raise CorruptCheckpointError(f"{p}: neither a score, a rank nor a compare JSON (wbfe score / rank / compare "
                                  "--format json)")
 
 
-def _check(path: Path, ok: bool) -> None:
-    if not ok:
-        raise CorruptCheckpointError(f"{path}: malformed wbfe JSON (a field has the wrong type)")
+def _rows_ok(kind: str, data: dict[str, Any]) -> bool:
+    if kind == "rank":
+        return (all(isinstance(m, dict) and "metric" in m for m in data["metrics"])
+                and all(isinstance(m, dict) and isinstance(m.get("scores"), dict) for m in data["models"]))
+    return all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in data["layers"])
 
 
 def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[Union[str, Path]] = ()) -> None:
@@ -71,10 +65,8 @@ def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[U
     ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
     if fmt == "html":
         check_output(output, reads=reads)
-    elif fmt == "md":
-        check_output_dir(output, reads=reads)
     else:
-        raise InvalidOptionError(f"report format must be 'html' or 'md', not {fmt!r}")
+        check_output_dir(output, reads=reads)
 
 
 def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
-from typing import Any, Optional
+from typing import Any
 
 from wbfe.reporting.content import Block, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
 from wbfe.reporting.figures import render
@@ -121,10 +121,9 @@ def esc(text: Any) -> str:
     return html.escape(visible(text), quote=True).replace("://", "&#58;//")
 
 
-def _figure(block: FigureBlock, fmt: str) -> str:
-    data = base64.b64encode(render(block.figure, fmt)).decode("ascii")
-    mime = "image/svg+xml" if fmt == "svg" else "image/png"
-    return (f'<figure id="fig-{esc(block.name)}"><img src="data:{mime};base64,{data}" alt="{esc(block.alt)}">'
+def _figure(block: FigureBlock) -> str:
+    data = base64.b64encode(render(block.figure, "svg")).decode("ascii")
+    return (f'<figure id="fig-{esc(block.name)}"><img src="data:image/svg+xml;base64,{data}" alt="{esc(block.alt)}">'
             f"<figcaption>{esc(block.caption)}</figcaption></figure>")
 
 
@@ -171,12 +170,9 @@ def _table(table: Table) -> str:
         note = notes[k] if k < len(notes) else None
         strings = [display(row.get(c.key)) for c in table.columns if isinstance(row.get(c.key), str)]
         search = " ".join(strings + ([note] if note else [])).lower()
-        cells = []
-        for j, c in enumerate(table.columns):
-            td = _td(row.get(c.key), c.extra, c.key == "meaning")
-            if j == 0 and row.get("_colour"):
-                td = td.replace(">", f'><span class="sw" style="background:{esc(row["_colour"])}"></span>', 1)
-            cells.append(td)
+        cells = [_td(row.get(c.key), c.extra, c.key == "meaning") for c in table.columns]
+        if cells and row.get("_colour"):
+            cells[0] = cells[0].replace(">", f'><span class="sw" style="background:{esc(row["_colour"])}"></span>', 1)
         if notes:
             cells.append(f'<td class="note">{esc(note) if note else ""}</td>')
         row_class = ' class="head"' if row.get("role") == "head" else ""
@@ -196,7 +192,7 @@ def _table(table: Table) -> str:
         f'<thead><tr>{"".join(head)}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
-def _block(block: Block, fmt: str) -> str:
+def _block(block: Block) -> str:
     if isinstance(block, Paragraph):
         return f'<p class="{esc(block.kind)}">{esc(block.text)}</p>' if block.kind else f"<p>{esc(block.text)}</p>"
     if isinstance(block, KeyValues):
@@ -204,21 +200,21 @@ def _block(block: Block, fmt: str) -> str:
     if isinstance(block, Table):
         return _table(block)
     if isinstance(block, FigureBlock):
-        return _figure(block, fmt)
+        return _figure(block)
     if isinstance(block, FigureGrid):
-        return '<div class="figs">' + "".join(_figure(f, fmt) for f in block.figures) + "</div>"
+        return '<div class="figs">' + "".join(_figure(f) for f in block.figures) + "</div>"
     raise TypeError(f"unknown block {type(block).__name__}")  # pragma: no cover
 
 
-def render_html(report: Report, *, figure_format: str = "svg", footer: Optional[str] = None) -> str:
+def render_html(report: Report) -> str:
     """The page as one string (UTF-8 text, no external reference of any kind)."""
     nav = "".join(f'<a href="#{esc(s.id)}">{esc(s.title)}</a>' for s in report.sections)
     sections = "".join(
-        f'<section id="{esc(s.id)}"><h2>{esc(s.title)}</h2>{"".join(_block(b, figure_format) for b in s.blocks)}</section>'
+        f'<section id="{esc(s.id)}"><h2>{esc(s.title)}</h2>{"".join(_block(b) for b in s.blocks)}</section>'
         for s in report.sections)
     from wbfe import __version__
 
-    foot = footer or f"Made by wbfe {__version__} (wbfe report). Self-contained: no network fetch."
+    foot = f"Made by wbfe {__version__} (wbfe report). Self-contained: no network fetch."
     return ("<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
@@ -30,8 +29,6 @@ def display(value: Any, nested: bool = False) -> str:
     """The text of one cell or value: numbers rounded as in ``wbfe score``'s table, containers compact."""
     if value is None:
         return ""
-    if isinstance(value, float) and not math.isfinite(value):
-        return format_value(value)
     if isinstance(value, dict):
         text = ("; " if not nested else ", ").join(f"{k} = {display(v, True) if v is not None else 'null'}"
                                                    for k, v in value.items())

@@ -60,11 +60,9 @@ def rank_report(result: Any) -> Report:
         summary.append(FigureBlock("correlations", correlation_figure(metrics),
                                    caption="ρ and its 95 % interval per metric, strongest first.",
                                    alt="correlation of each metric with quality"))
-    rows = [{"metric": m["metric"], "_colour": colour(m["metric"]), "rho": m.get("rho"), "ci_low": m.get("ci_low"),
-             "ci_high": m.get("ci_high"), "p_value": m.get("p_value"), "p_method": m.get("p_method"),
-             "kendall_tau": m.get("kendall_tau"), "pearson_r": m.get("pearson_r"), "n": m.get("n"),
-             "expected": sign_text(m["metric"]), "agrees": _agrees(m), "meaning": meaning(m["metric"])}
-            for m in metrics]
+    stats = ("rho", "ci_low", "ci_high", "p_value", "p_method", "kendall_tau", "pearson_r", "n")
+    rows = [{"metric": m["metric"], "_colour": colour(m["metric"]), **{k: m.get(k) for k in stats},
+             "expected": sign_text(m["metric"]), "agrees": _agrees(m), "meaning": meaning(m["metric"])} for m in metrics]
     columns = [Column("metric", "metric"), Column("rho", "ρ", "Spearman"), Column("ci_low", "CI low", "95 % bootstrap"),
                Column("ci_high", "CI high", "95 % bootstrap"), Column("p_value", "p", "permutation p-value"),
                Column("p_method", "p method"), Column("kendall_tau", "τ", "Kendall"),
@@ -98,10 +96,8 @@ def rank_report(result: Any) -> Report:
     report.sections.append(Section("models", f"Models ({len(models)})", [Table(
         "models", model_columns, model_rows, filterable=True,
         caption="Click a header to sort; type in the box to filter.")]))
-    if failed:
-        fail_table: list[Any] = [Table("failed", [Column("model", "model"), Column("reason", "reason")],
-                                       [{"model": f["model"], "reason": f["reason"]} for f in failed])]
-    else:
-        fail_table = [Paragraph("No model failed.")]
-    report.sections.append(Section("failed", f"Failed models ({len(failed)})", fail_table))
+    report.sections.append(Section("failed", f"Failed models ({len(failed)})", [
+        Table("failed", [Column("model", "model"), Column("reason", "reason")],
+              [{"model": f["model"], "reason": f["reason"]} for f in failed])] if failed else [
+        Paragraph("No model failed.")]))
     return report

@@ -1,17 +1,20 @@
-"""A figure of its own on an Agg canvas: drawing never touches pyplot's state or the caller's backend."""
+"""The one figure factory: a figure of its own on an Agg canvas (drawing never touches pyplot's state or the
+caller's backend), and the one way a plot is written to a PNG file."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["new_figure"]
+__all__ = ["new_figure", "new_axes", "save"]
+
+Layout = Optional[Literal["constrained", "compressed", "tight"]]
 
 
-def new_figure(figsize: tuple[float, float], *,
-               layout: Optional[Literal["constrained", "compressed", "tight"]] = None) -> "Figure":
+def new_figure(figsize: tuple[float, float], *, layout: Layout = None) -> "Figure":
     """A :class:`~matplotlib.figure.Figure` attached to a ``FigureCanvasAgg``, unknown to pyplot.
 
     Nothing needs closing: the figure is freed with its last reference.
@@ -22,3 +25,19 @@ def new_figure(figsize: tuple[float, float], *,
     fig = Figure(figsize=figsize, layout=layout)
     FigureCanvasAgg(fig)
     return fig
+
+
+def new_axes(figsize: tuple[float, float], *, layout: Layout = None) -> tuple["Figure", Any]:
+    """:func:`new_figure` with one axes."""
+    fig = new_figure(figsize, layout=layout)
+    return fig, fig.subplots()
+
+
+def save(fig: "Figure", path: Union[str, Path], *, dpi: int = 120, tight: bool = False) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (atomically: :func:`wbfe.render.files.save_figure`), laid out
+    tightly first with ``tight``; returns the path."""
+    from wbfe.render.files import save_figure
+
+    if tight:
+        fig.tight_layout()
+    return save_figure(fig, Path(path), dpi=dpi)

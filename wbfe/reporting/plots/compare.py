@@ -8,20 +8,18 @@ from typing import Any
 
 import numpy as np
 
+from wbfe.reporting.plots.canvas import new_figure, save
+
 __all__ = ["plot_change_along_depth"]
 
 
 def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     """Two panels against the block index parsed from each name (stream order where names have
     none): the relative Frobenius change ‖B − A‖/‖A‖ (log scale) and the Wasserstein-1 distance
-    between the log-spectra; one marker per matrix, coloured by role, with the per-block mean.
-
-    Returns:
-        ``path``, written atomically as PNG.
+    between the log-spectra; one marker per matrix, coloured by role, with the per-block mean. Returns
+    ``path``, written as PNG.
     """
-    from wbfe.render.files import save_figure
     from wbfe.render.text import as_float
-    from wbfe.reporting.plots.canvas import new_figure
 
     rows = comparison.layers
     with_depth = all(row.get("depth") is not None for row in rows)
@@ -46,5 +44,5 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     axes[0].legend(fontsize=8, ncol=3)
     axes[1].set_xlabel("block (from the tensor name)" if with_depth else "matrix (stream order)")
     fig.suptitle(f"{comparison.model_b.get('source')} vs {comparison.model_a.get('source')}", fontsize=10)
-    return save_figure(fig, path)
+    return save(fig, path)
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from wbfe.reporting.plots.canvas import new_axes, save
+
 __all__ = ["EsdFits", "fit_esd", "plot_esd"]
 
 
@@ -38,15 +40,9 @@ def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
 
 
 def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bins: int = 60) -> Path:
-    """Draw the ESD on log-log axes with the fitted densities and their parameters in the legend.
-
-    Returns:
-        ``path``, written atomically as PNG.
-    """
+    """Draw the ESD on log-log axes with the fitted densities and their parameters in the legend, as a PNG at ``path``."""
     from wbfe.metrics import htmp
     from wbfe.metrics.powerlaw import tpl_log_normaliser
-    from wbfe.render.files import save_figure
-    from wbfe.reporting.plots.canvas import new_figure
 
     e = np.sort(eigs[eigs > 0.0])
     n = e.size
@@ -54,8 +50,7 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     counts, _ = np.histogram(e, bins=edges)
     density = counts / (n * np.diff(edges))
     centres = np.sqrt(edges[:-1] * edges[1:])
-    fig = new_figure((7, 5))
-    ax = fig.subplots()
+    fig, ax = new_axes((7, 5))
     ax.loglog(centres[counts > 0], density[counts > 0], "o", ms=4, color="0.3", label=f"ESD ({n} eigenvalues)")
     grid = np.geomspace(e[0], e[-1], 400)
     pl, tpl, ht = fits.power_law, fits.truncated, fits.htmp
@@ -82,5 +77,4 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
     ax.set_ylabel("density")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    return save_figure(fig, Path(path))
+    return save(fig, path, tight=True)

@@ -1,8 +1,5 @@
-"""Figures of the hierarchical sequential-recovery sweep (docs/math.md §7).
-
-Both functions take the JSON-ready dict of :meth:`HierarchicalResult.to_dict` (or a result), so a
-saved run can be re-plotted without recomputing it.
-"""
+"""Figures of the hierarchical sequential-recovery sweep (docs/math.md §7), drawn from a
+``HierarchicalResult`` or its ``to_dict()`` (a saved run re-plots without recomputing)."""
 
 from __future__ import annotations
 
@@ -10,6 +7,8 @@ from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
+
+from wbfe.reporting.plots.canvas import new_axes, save
 
 __all__ = ["plot_overlaps", "plot_nmse", "write_figures"]
 
@@ -29,19 +28,8 @@ def _nan(values: list) -> np.ndarray:
 
 
 def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
-    """Per-feature overlaps q_i against log_d n, with the predicted thresholds marked.
-
-    Args:
-        result: a sweep (``HierarchicalResult`` or its ``to_dict()``).
-        path: the PNG to write.
-
-    Returns:
-        The path written.
-    """
+    """Per-feature overlaps q_i against log_d n, with the predicted thresholds marked, as a PNG at ``path``."""
     import matplotlib
-
-    from wbfe.render.files import save_figure
-    from wbfe.reporting.plots.canvas import new_figure
 
     res = _as_dict(result)
     alphas = np.array([pt["alpha"] for pt in res["points"]])
@@ -50,8 +38,7 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     fin = _nan(res["prediction"]["alpha_thresholds_finite_d"])
     p = q.shape[1]
     colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9, p))
-    fig = new_figure((7.0, 4.5))
-    ax = fig.subplots()
+    fig, ax = new_axes((7.0, 4.5))
     for i in range(p):
         label = f"i = {i + 1}" if i < 6 or i == p - 1 else None
         ax.plot(alphas, q[:, i], "o-", ms=3, color=colors[i], label=label)
@@ -66,31 +53,18 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     ax.set_title(f"{s['features']} features, d = {s['d']}, p = {s['p']}, gamma = {s['gamma']} "
                  f"(-- 2 + 2 gamma log_d i, : finite-d)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    return save_figure(fig, Path(path), dpi=120)
+    return save(fig, path, tight=True)
 
 
 def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
-    """NMSE against n for the spectral learner and kernel ridge, with the predicted power law.
-
-    Args:
-        result: a sweep (``HierarchicalResult`` or its ``to_dict()``).
-        path: the PNG to write.
-
-    Returns:
-        The path written.
-    """
-    from wbfe.render.files import save_figure
-    from wbfe.reporting.plots.canvas import new_figure
-
+    """NMSE against n for the spectral learner and kernel ridge, with the predicted power law, as a PNG at ``path``."""
     res = _as_dict(result)
     pred = res["prediction"]
     n = np.array([pt["n"] for pt in res["points"]], dtype=np.float64)
     nmse = _nan([pt["nmse"] for pt in res["points"]])
     kernel = _nan([pt["nmse_kernel"] for pt in res["points"]])
     tail = _nan(pred["nmse_tail"])
-    fig = new_figure((6.5, 4.5))
-    ax = fig.subplots()
+    fig, ax = new_axes((6.5, 4.5))
     ax.loglog(n, nmse, "o-", label="spectral (layer-wise)")
     if np.isfinite(kernel).any():
         ax.loglog(n, kernel, "s-", label="kernel ridge on inputs")
@@ -115,8 +89,7 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     ax.set_xlabel("n")
     ax.set_ylabel("test NMSE")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, Path(path), dpi=120)
+    return save(fig, path, tight=True)
 
 
 def write_figures(result: Result, directory: Union[str, Path]) -> list[Path]:

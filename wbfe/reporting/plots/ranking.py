@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Optional, Sequence, Union
 if TYPE_CHECKING:
     from wbfe.ranking.ranker import RankResult
 
-__all__ = ["plot_metric", "plot_ranking", "metric_filename", "checkpoint_label", "checkpoint_labels"]
+from wbfe.reporting.plots.canvas import new_axes, save
+
+__all__ = ["plot_metric", "plot_ranking", "metric_filename", "checkpoint_labels"]
 
 
 def metric_filename(metric: str) -> str:
@@ -53,43 +55,23 @@ def checkpoint_labels(models: Sequence[str]) -> list[str]:
             labels[i] = "/".join(reversed(parts[i][:taken[i]]))
 
 
-def checkpoint_label(model: str) -> str:
-    """:func:`checkpoint_labels` of one model."""
-    return checkpoint_labels([model])[0]
-
-
 def _fmt(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if math.isfinite(value) else "n/a"
 
 
 def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dpi: int = 120) -> Path:
-    """Save a scatter plot of ``metric`` (x) against the quality (y) for every ranked model.
-
-    The title carries Spearman ρ with its bootstrap interval, the permutation p-value and n. The
-    file is written atomically (temporary file in the same folder, then renamed).
-
-    Args:
-        result: a :class:`~wbfe.ranking.ranker.RankResult`.
-        metric: one of ``result.metrics``' names.
-        path: the PNG to write.
-        dpi: resolution.
-
-    Returns:
-        The written path.
+    """Save a scatter plot of ``metric`` (x) against the quality (y) for every ranked model, titled with
+    Spearman ρ, its bootstrap interval, the permutation p-value and n; returns the path written.
 
     Raises:
         UnknownNameError: ``metric`` is not in the result.
     """
-    from wbfe.render.files import save_figure
-    from wbfe.reporting.plots.canvas import new_figure
-
     row = result.metric(metric)
     labelled = zip(result.models, checkpoint_labels([m.model for m in result.models]))
     points = [(m.scores.get(metric), m.quality, label) for m, label in labelled]
     points = [(float(x), float(y), label) for x, y, label in points
               if x is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
-    fig = new_figure((7.5, 5.5), layout="constrained")
-    ax = fig.subplots()
+    fig, ax = new_axes((7.5, 5.5), layout="constrained")
     if points:
         xs, ys, labels = zip(*points)
         ax.scatter(xs, ys, s=28, color="tab:blue", zorder=3)
@@ -105,7 +87,7 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
              f"p = {row.p_value:.2g}, n = {row.n}")
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
-    return save_figure(fig, Path(path), dpi=dpi)
+    return save(fig, path, dpi=dpi)
 
 
 def plot_ranking(result: "RankResult", directory: Union[str, Path], *, metrics: Optional[list[str]] = None) -> list[Path]:

@@ -1,7 +1,5 @@
-"""Figures of the teacher–student theory and its simulation checks, each drawn from computed values.
-
-:mod:`wbfe.theory.reports` runs the sweeps and simulations and calls these.
-"""
+"""Figures of the teacher–student theory and its simulation checks, drawn from the values
+:mod:`wbfe.theory.reports` computed."""
 
 from __future__ import annotations
 
@@ -11,34 +9,17 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-__all__ = [
-    "plot_staircase",
-    "plot_eps",
-    "plot_kc",
-    "plot_hmc",
-    "plot_student",
-]
+from wbfe.reporting.plots.canvas import new_axes, save
+
+__all__ = ["plot_staircase", "plot_eps", "plot_kc", "plot_hmc", "plot_student"]
 
 PathLike = Union[str, Path]
-
-
-def _figure() -> tuple[Any, Any]:
-    from wbfe.reporting.plots.canvas import new_figure
-
-    fig = new_figure((6.0, 4.2))
-    return fig, fig.subplots()
-
-
-def _save(fig: Any, path: PathLike) -> Path:
-    from wbfe.render.files import save_figure
-
-    fig.tight_layout()
-    return save_figure(fig, Path(path), dpi=110)
+_SIZE = (6.0, 4.2)
 
 
 def plot_staircase(sw: Any, path: PathLike, *, max_features: int = 40) -> Path:
     """qᵢ against r for the first ``max_features`` features: the staircase of sharp transitions."""
-    fig, ax = _figure()
+    fig, ax = new_axes(_SIZE)
     # Log-spaced feature indices: the early transitions are the informative ones.
     idx = np.unique(np.geomspace(1, sw.k, min(max_features, sw.k)).astype(int)) - 1
     for i in idx:
@@ -47,12 +28,12 @@ def plot_staircase(sw: Any, path: PathLike, *, max_features: int = 40) -> Path:
     ax.set_xlabel("r = n/(kd)")
     ax.set_ylabel("overlap q_i")
     ax.set_title(f"overlaps of {len(idx)} of k={sw.k} features (log-spaced i); q_sigma={sw.q_sigma:.3f}")
-    return _save(fig, path)
+    return save(fig, path, dpi=110, tight=True)
 
 
 def plot_eps(sw: Any, fit: Any, path: PathLike) -> Path:
     """ε against r (log-log) with the fitted and predicted slopes of the two regimes."""
-    fig, ax = _figure()
+    fig, ax = new_axes(_SIZE)
     ax.loglog(sw.r, sw.eps, "k-", lw=1.2, label="eps^BO (fixed point)")
     if fit is not None:
         for name, color in (("feature_learning", "tab:blue"), ("refinement", "tab:red")):
@@ -72,12 +53,12 @@ def plot_eps(sw: Any, fit: Any, path: PathLike) -> Path:
     ax.set_xlabel("r = n/(kd)")
     ax.set_ylabel("eps")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save(fig, path, dpi=110, tight=True)
 
 
 def plot_kc(sw: Any, path: PathLike) -> Path:
     """The effective width k_c against r."""
-    fig, ax = _figure()
+    fig, ax = new_axes(_SIZE)
     ax.step(sw.r, sw.k_c, where="post", color="k")
     ax.set_xscale("log")
     ax.set_yscale("symlog", linthresh=1.0)
@@ -85,12 +66,12 @@ def plot_kc(sw: Any, path: PathLike) -> Path:
     ax.axhline(sw.k, color="gray", ls=":", lw=1)
     ax.set_xlabel("r = n/(kd)")
     ax.set_ylabel(f"k_c (teacher width k = {sw.k})")
-    return _save(fig, path)
+    return save(fig, path, dpi=110, tight=True)
 
 
 def plot_hmc(points: Sequence[Any], r_theory: np.ndarray, eps_theory: np.ndarray, path: PathLike) -> Path:
     """HMC Gibbs error/2 (mean ± 2 s.e. over seeds) against the theory's ε(r)."""
-    fig, ax = _figure()
+    fig, ax = new_axes(_SIZE)
     ax.plot(r_theory, eps_theory, "k-", label="eps^BO (theory)")
     ax.errorbar([p.r for p in points], [p.gibbs_half for p in points],
                 yerr=[2 * p.sem if math.isfinite(p.sem) else 0.0 for p in points], fmt="o", color="tab:red",
@@ -98,12 +79,12 @@ def plot_hmc(points: Sequence[Any], r_theory: np.ndarray, eps_theory: np.ndarray
     ax.set_xlabel("r = n/(kd)")
     ax.set_ylabel("error")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save(fig, path, dpi=110, tight=True)
 
 
 def plot_student(result: Any, path: PathLike) -> Path:
     """Adam student test error against width, with the theory's k_c marked."""
-    fig, ax = _figure()
+    fig, ax = new_axes(_SIZE)
     sem = [2 * s if math.isfinite(s) else 0.0 for s in result.sem]
     ax.errorbar(result.widths, result.test_error, yerr=sem, fmt="o-", capsize=3, label="Adam student")
     ax.axvline(result.k_c, color="tab:red", ls="--", label=f"k_c = {result.k_c} (theory)")
@@ -114,5 +95,5 @@ def plot_student(result: Any, path: PathLike) -> Path:
     ax.set_ylabel("test error")
     ax.set_title(f"n={result.n}, d={result.d}, k={result.k}, Delta={result.delta}")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save(fig, path, dpi=110, tight=True)
 

@@ -11,13 +11,9 @@ import numpy as np
 if TYPE_CHECKING:
     from wbfe.watch import CalibrationReport, WatchResult
 
+from wbfe.reporting.plots.canvas import new_axes, new_figure, save
+
 __all__ = ["plot_watch", "plot_calibration"]
-
-
-def _save(fig: object, path: Union[str, Path], dpi: int) -> Path:
-    from wbfe.render.files import save_figure
-
-    return save_figure(fig, Path(path), dpi=dpi)
 
 
 def _label(run: str) -> str:
@@ -29,21 +25,10 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     """Save a 2×2 figure: h_t with h*(λ) per layer; κ_t and β_t; BFE-W at a fixed λ; test loss/accuracy (if known).
 
     BFE-W is drawn at the given λ, else at each layer's λ* of the last checkpoint (solid) beside its
-    value at each checkpoint's own λ* (dotted), which is not expected to fall over one run.
-
-    The recommended checkpoint is a vertical dashed line on every panel.
-
-    Args:
-        result: a :class:`~wbfe.watch.WatchResult`.
-        path: the PNG to write.
-        dpi: resolution.
-
-    Returns:
-        The written path.
+    value at each checkpoint's own λ* (dotted), which is not expected to fall over one run. The
+    recommended checkpoint is a vertical dashed line on every panel. Returns the path written.
     """
     import matplotlib
-
-    from wbfe.reporting.plots.canvas import new_figure
 
     traj = result.trajectory
     steps = np.array(traj.steps, dtype=float)
@@ -96,21 +81,17 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     ax = axes[1, 1]
     loss = traj.test_losses()
     acc = np.array([p.test_accuracy for p in traj.points], dtype=float)
-    if np.any(np.isfinite(loss)):
-        ax.plot(steps, loss, "o-", ms=3, color="black", label="test loss")
-        best = int(np.nanargmin(loss))
-        ax.plot(steps[best], loss[best], "*", ms=12, color="gold", mec="black", label="lowest test loss")
-        ax.set_title("test metrics")
-        if np.any(np.isfinite(acc)):
+    by_loss, by_acc = bool(np.any(np.isfinite(loss))), bool(np.any(np.isfinite(acc)))
+    if by_loss or by_acc:  # accuracy alone is a test metric too: the best checkpoint is then the highest
+        y, word, best = (loss, "loss", int(np.nanargmin(loss))) if by_loss else (acc, "accuracy", int(np.nanargmax(acc)))
+        ax.plot(steps, y, "o-", ms=3, color="black", label=f"test {word}")
+        ax.plot(steps[best], y[best], "*", ms=12, color="gold", mec="black",
+                label=f"{'lowest' if by_loss else 'highest'} test {word}")
+        ax.set_title("test metrics" if by_loss else "test metrics (accuracy; no test loss given)")
+        if by_loss and by_acc:
             twin = ax.twinx()
             twin.plot(steps, acc, ".:", color="tab:gray")
             twin.set_ylabel("test accuracy (dotted)")
-        ax.legend(fontsize=7)
-    elif np.any(np.isfinite(acc)):  # accuracy alone is a test metric: the best checkpoint is the highest
-        ax.plot(steps, acc, "o-", ms=3, color="black", label="test accuracy")
-        best = int(np.nanargmax(acc))
-        ax.plot(steps[best], acc[best], "*", ms=12, color="gold", mec="black", label="highest test accuracy")
-        ax.set_title("test metrics (accuracy; no test loss given)")
         ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, "no test metrics given", ha="center", va="center", transform=ax.transAxes)
@@ -122,25 +103,13 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     kept = "none" if rec is None or rec.step is None else str(rec.step)
     by = f" (rule {result.stopping['name']})" if result.stopping is not None else ""
     fig.suptitle(f"{_label(traj.run)}: recommended step {kept}{by}", fontsize=10)
-    return _save(fig, path, dpi)
+    return save(fig, path, dpi=dpi)
 
 
 def plot_calibration(report: "CalibrationReport", path: Union[str, Path], *, dpi: int = 110) -> Path:
-    """Save the mean test-loss gap against λ (all runs), with each held-out run's chosen λ marked.
-
-    Args:
-        report: a :class:`~wbfe.watch.CalibrationReport`.
-        path: the PNG to write.
-        dpi: resolution.
-
-    Returns:
-        The written path.
-    """
-    from wbfe.reporting.plots.canvas import new_figure
-
+    """Save the mean test-loss gap against λ (all runs), with each held-out run's chosen λ marked."""
     cal = report.calibration
-    fig = new_figure((6.0, 4.0), layout="constrained")
-    ax = fig.subplots()
+    fig, ax = new_axes((6.0, 4.0), layout="constrained")
     ax.plot(cal.grid, cal.mean_gap, "-", color="black", label="mean gap, all runs")
     for run in cal.held_out:
         if math.isfinite(run.gap):
@@ -150,4 +119,4 @@ def plot_calibration(report: "CalibrationReport", path: Union[str, Path], *, dpi
     ax.set_xlabel("λ")
     ax.set_ylabel("test loss(recommended) − min test loss")
     ax.legend(fontsize=6)
-    return _save(fig, path, dpi)
+    return save(fig, path, dpi=dpi)
