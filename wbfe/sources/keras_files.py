@@ -1,24 +1,13 @@
-"""Keras weights through h5py, without TensorFlow or Keras: Keras 2 HDF5 files (``model.save("m.h5")``
-with ``model_weights/<layer>/<weight name>``, or ``save_weights`` with the layers at the root) and
-Keras 3 archives (``.keras``: a zip of ``config.json``, ``metadata.json`` and ``model.weights.h5``,
-whose variables lie at ``layers/<class in snake case>[_N]/vars/<index>``) or bare ``.weights.h5``.
+"""Keras weights through h5py, without TensorFlow: Keras 2 HDF5 files (``model.save`` or ``save_weights``),
+Keras 3 ``.keras`` archives and bare ``.weights.h5``.
 
-Keras stores a Dense kernel in × out and a convolution kernel k… × in × out; entries report them
-out × in and out × in × k…, as PyTorch holds them, so ``flatten`` gives out × in·k… and ``slices``
-one out × in matrix per kernel position. A depthwise kernel k… × in × multiplier becomes
-in·multiplier × 1 × k… (PyTorch's grouped layout): one row per output channel, its own kernel.
-Embeddings are vocabulary × width in both. A transposed convolution's kernel (k… × out × in in
-Keras) becomes in × out × k…, PyTorch's own layout for it, and its entry says so (``in_out``).
-Biases, BatchNorm moving statistics and optimizer or metric state are listed with their reason,
-never read.
-
-The file's own model config (``model_config`` of an ``.h5``, ``config.json`` of a ``.keras``) is its
-description (:mod:`wbfe.framework.keras_graph`): the weights come in its layer order, and the layer
-that produces the model's output is the head, found without names (``source.description``).
+Kernels are reported in PyTorch's layout (docs/formats.md); biases, BatchNorm statistics and optimizer
+state are listed as skipped. The file's own model config is its description (:mod:`wbfe.framework.keras_graph`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -29,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
-from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
+from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.linalg.arrays import from_bytes
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
 from wbfe.sources.file_window import FileWindow
 from wbfe.sources.hdf5_guard import Hdf5IndexError, check_hdf5_index
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
@@ -41,7 +30,7 @@ from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_m
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["KerasSource", "open_keras", "is_keras_file", "KERAS"]
+__all__ = ["KerasSource", "is_keras_file", "KERAS"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _WEIGHTS_MEMBER = "model.weights.h5"
@@ -61,19 +50,11 @@ _NUMBERED = re.compile(r"^(?P<base>.+?)(_\d+)?$")
 
 
 def _h5py() -> Any:
-    try:
-        import h5py
-    except ImportError:
-        raise MissingDependencyError(
-            "reading Keras files needs h5py: pip install 'wbfe[keras]'", package="h5py"
-        ) from None
-    return h5py
+    return optional_import("h5py", "reading Keras files needs h5py: pip install 'wbfe[keras]'")
 
 
 @dataclass(frozen=True)
 class _Var:
-    """One stored dataset: where it is, what it is, and how it becomes out × in."""
-
     name: str
     path: str  # inside the HDF5 file
     shape: tuple[int, ...]  # as reported (out × in …)
@@ -161,7 +142,7 @@ def _json_attr(group: Any, key: str) -> Any:
 class KerasSource(TensorSource):
     """The variables of a Keras ``.h5`` / ``.weights.h5`` file or ``.keras`` archive."""
 
-    def __init__(self, ref: str, path: Path):
+    def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
         h5py = _h5py()
         self._path = path
         self._lock = threading.Lock()
@@ -204,16 +185,11 @@ class KerasSource(TensorSource):
         self.own_description = description
         extra.update({k: v for k, v in metadata.items() if k == "keras_version"})
         layout = extra.pop("layout")
-        self.provenance = Provenance(
-            source=ref, format=fmt if fmt == "keras3" else layout, files=[str(path)],
-            pending=FileDigest([path]), extra={"metadata": extra} if extra else {},
-        )
-
-    # ---- the container -----------------------------------------------------------------------
+        self.provenance = Provenance(source=ref, format=fmt if fmt == "keras3" else layout, files=[str(path)],
+            pending=FileDigest([path]), extra={"metadata": extra} if extra else {})
 
     def _guard(self, path: Path, **where: Any) -> None:
-        """The index walked in a bounded child first (:mod:`wbfe.sources.hdf5_guard`): a file that
-        would hang libhdf5 or exhaust memory is refused before this process reads it."""
+        """The index walked in a bounded child first (:mod:`wbfe.sources.hdf5_guard`)."""
         try:
             check_hdf5_index(path, **where)
         except Hdf5IndexError as exc:
@@ -263,8 +239,6 @@ class KerasSource(TensorSource):
             self._archive.close()
             self._archive = None
 
-    # ---- what the file holds -----------------------------------------------------------------
-
     def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
@@ -289,8 +263,7 @@ class KerasSource(TensorSource):
         else:
             raise CorruptCheckpointError(
                 f"{self._path}: an HDF5 file but not Keras weights (no model_weights, layer_names or layers/)",
-                path=str(self._path),
-            )
+                path=str(self._path))
         listed = {v.path for v in ordered}
         for path in datasets:  # everything else: optimizer and metric state, stray datasets
             if path not in listed:
@@ -304,8 +277,7 @@ class KerasSource(TensorSource):
         if config_layers(config):  # the file's own model graph: its order and its output layer
             description = FrameworkDescription(
                 "keras", class_name(config) or "Model", tuple(v.name for v in ordered if v.skip is None), head,
-                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why,
-                facts=keras_facts(config))
+                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why, facts=keras_facts(config))
         return ordered, description, extra
 
     def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None, layer: str = "",
@@ -334,8 +306,7 @@ class KerasSource(TensorSource):
                 if weight not in group:
                     raise CorruptCheckpointError(
                         f"{self._path}: weight {weight!r} of layer {layer!r} listed in weight_names is missing",
-                        path=str(self._path),
-                    )
+                        path=str(self._path))
                 var = weight.split("/")[-1].split(":")[0]
                 path = f"{group.name.lstrip('/')}/{weight}"
                 # A weight of a nested model names its own layer: ``backbone/conv1/kernel``.
@@ -378,20 +349,15 @@ class KerasSource(TensorSource):
         ds = h5[var.path]
         offset = ds.id.get_offset()
         if offset is not None and offset + ds.id.get_storage_size() > size:
-            raise TruncatedCheckpointError(
-                f"{self._path}: data of {var.name!r} lies past the end of the weights "
-                f"({offset + ds.id.get_storage_size()} > {size} bytes)",
-                path=str(self._path),
-            )
-
-    # ---- the stream --------------------------------------------------------------------------
+            raise TruncatedCheckpointError(f"{self._path}: data of {var.name!r} lies past the end of the weights "
+                f"({offset + ds.id.get_storage_size()} > {size} bytes)", path=str(self._path))
 
     def __len__(self) -> int:
         return len(self._vars)
 
     def entries(self) -> Iterator[TensorEntry]:
         for var in self._vars:
-            load = _Loader(self, var)
+            load = functools.partial(self.read, var)
             yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, reread=load, skip=var.skip,
                               layout=var.axes)
 
@@ -407,8 +373,7 @@ class KerasSource(TensorSource):
             except (OSError, ValueError) as exc:
                 raise TruncatedCheckpointError(
                     f"{self._path}: data of {var.name!r} unreadable ({str(exc).splitlines()[0][:120]})",
-                    path=str(self._path),
-                ) from None
+                    path=str(self._path)) from None
         if var.dtype == "bfloat16":  # Keras 3 stores bfloat16 as 2-byte opaque values, so marked
             bits = _to_torch_layout(np.ascontiguousarray(array).view(np.uint8).view(np.int16), var.layout)
             return from_bytes(bits.view(np.uint8), "bfloat16", bits.shape)
@@ -434,14 +399,6 @@ def _hdf5_error(path: Path, exc: BaseException) -> CorruptCheckpointError:
     return kind(f"{path}: {'truncated' if truncated else 'corrupt'} HDF5 file ({text})", path=str(path))
 
 
-class _Loader:
-    def __init__(self, source: KerasSource, var: _Var):
-        self.source, self.var = source, var
-
-    def __call__(self) -> Any:
-        return self.source.read(self.var)
-
-
 def _dtype_name(ds: Any) -> str:
     if ds.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
         return "bfloat16"
@@ -463,9 +420,8 @@ def _walk_config(config: Any) -> Iterator[dict[str, Any]]:
 
 def _keras3_folders(config: Any, prefix: str = "layers",
                     names: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
-    """Keras 3's folder of each layer, in model order, with the layer's names from the outer model
-    in: saving_lib numbers a container's layers by their class in snake case (``dense``,
-    ``dense_1``, ...) as it walks ``model.layers``."""
+    """Keras 3's folder of each layer in model order, with its names from the outer model in (saving_lib
+    numbers a container's layers by their class in snake case as it walks ``model.layers``)."""
     used: dict[str, int] = {}
     out: list[tuple[tuple[str, ...], str]] = []
     for layer in config_layers(config):
@@ -554,16 +510,5 @@ def is_keras_file(head: bytes, path: Path) -> bool:
     return head[:4] == b"PK\x03\x04" and all(m in zip_members(path) for m in _ARCHIVE_MEMBERS)
 
 
-def open_keras(path: Path, ref: str, fmt: str | None = None) -> KerasSource:
-    """Open a Keras HDF5 file or Keras 3 archive.
-
-    Raises:
-        CorruptCheckpointError, TruncatedCheckpointError, MissingDependencyError: as the reader raises.
-    """
-    return KerasSource(ref, path)
-
-
 KERAS = register_format(FileFormat(
-    name="keras", suffixes=(".h5", ".hdf5", ".keras"), open=open_keras, sniff=is_keras_file,
-    group="other", rank=30,
-))
+    name="keras", suffixes=(".h5", ".hdf5", ".keras"), open=KerasSource, sniff=is_keras_file, group="other", rank=30))

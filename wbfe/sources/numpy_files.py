@@ -13,7 +13,7 @@ from typing import Any, Iterator, Optional
 
 from wbfe.errors import CorruptCheckpointError, WbfeError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
-from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format
 
 __all__ = ["NpzSource", "NPZ", "numpy_dtype_name"]
 
@@ -58,7 +58,7 @@ class NpzSource(TensorSource):
                 raise CorruptCheckpointError(f"{path}: not an .npz archive (it does not start as a zip file)",
                                              path=str(path))
             fh.seek(0)
-            archive = _zip(path, fh)
+            archive = open_zip(path, fh, ".npz archive")
             with archive:
                 self._members = [self._header(archive, info) for info in archive.infolist()
                                  if info.filename.endswith(".npy")]
@@ -110,7 +110,7 @@ class NpzSource(TensorSource):
         import numpy as np
 
         try:
-            with open_regular(self._path) as fh, _zip(self._path, fh) as archive, archive.open(member.member) as f:
+            with open_regular(self._path) as fh, open_zip(self._path, fh, ".npz archive") as archive, archive.open(member.member) as f:
                 array = np.lib.format.read_array(f, allow_pickle=False)
         except WbfeError:
             raise
@@ -119,14 +119,6 @@ class NpzSource(TensorSource):
                                          path=str(self._path)) from None
         # np.array, not ascontiguousarray, which makes a 0-d array 1-d; native byte order for torch.
         return np.array(array, dtype=array.dtype.newbyteorder("="), order="C")
-
-
-def _zip(path: Path, fh: Any) -> zipfile.ZipFile:
-    try:
-        return zipfile.ZipFile(fh)
-    except ZIP_ERRORS as exc:
-        raise CorruptCheckpointError(f"{path}: not a readable .npz archive (a damaged zip: {exc.__class__.__name__})",
-                                     path=str(path)) from None
 
 
 NPZ = register_format(FileFormat(name="npz", suffixes=(".npz",), open=NpzSource, group="more", rank=40))

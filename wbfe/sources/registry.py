@@ -19,7 +19,7 @@ from wbfe.sources._base import TensorSource
 
 __all__ = ["FileFormat", "Location", "FolderKind", "register_format", "register_location", "register_folder",
     "file_formats", "locations", "folder_kinds", "format_of", "format_named", "checkpoint_suffixes",
-    "pick_files", "other_formats", "read_head", "zip_members", "Opener", "ZIP_ERRORS"]
+    "pick_files", "other_formats", "read_head", "zip_members", "open_zip", "Opener", "ZIP_ERRORS"]
 
 # Opens one file: (path, the reference as the user gave it, a provenance format label or None).
 Opener = Callable[[Path, str, Optional[str]], TensorSource]
@@ -163,6 +163,15 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
 ZIP_ERRORS: tuple[type[BaseException], ...] = (
     zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, ValueError, EOFError, struct.error,
     zlib.error, OSError)
+
+
+def open_zip(path: Path, fh: Any, what: str) -> zipfile.ZipFile:
+    """The zip archive in ``fh``; a damaged one is a ``CorruptCheckpointError`` naming ``what`` it should be."""
+    try:
+        return zipfile.ZipFile(fh)
+    except ZIP_ERRORS as exc:
+        raise CorruptCheckpointError(f"{path}: not a readable {what} (a damaged zip: {exc.__class__.__name__})",
+                                     path=str(path)) from None
 
 
 def zip_members(path: Path) -> set[str]:
