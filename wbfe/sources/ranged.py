@@ -1,11 +1,5 @@
-"""What a streamed safetensors reader needs of a remote file: byte ranges, each in one request.
-
-Two transports implement :class:`RangedFile`: :class:`wbfe.sources.http_range.RemoteFile` (HTTP
-range requests: hub ids and ``http(s)://`` URLs) and :class:`wbfe.sources.store_range.StoreFile`
-(fsspec's ranged ``cat_file``: ``s3://``, ``gs://``, any object store). Both pin the file's
-identity at first contact and refuse a file that changed with
-:class:`~wbfe.errors.RemoteChangedError`, so :mod:`wbfe.sources.remote` reads either the same way.
-"""
+"""What a streamed safetensors reader needs of a remote file: byte ranges, each in one request, pinned to
+the version first seen (:class:`wbfe.sources.http_range.RemoteFile`, :class:`wbfe.sources.store_range.StoreFile`)."""
 
 from __future__ import annotations
 
@@ -18,11 +12,10 @@ class RangedFile(Protocol):
     """Byte ranges of one remote file.
 
     Attributes:
-        url: where the file is (what the provenance lists).
-        name: how messages name the file.
+        url, name: where the file is (what the provenance lists) and how messages name it.
         size: the file's size, known after the first read.
         identity: what the store said of the version read (an ETag, a version id), pinned on first contact.
-        commit: the repository commit it was served from, where the store has commits (the hub).
+        commit: the repository commit it was served from (the hub's), else None.
         requests, bytes_fetched: read requests made and body bytes received (retries included).
     """
 
