@@ -15,20 +15,8 @@ __all__ = ["read_range"]
 
 
 def read_range(path: Path, first: int, nbytes: int) -> "np.ndarray":
-    """Bytes ``[first, first + nbytes)`` of a file into an array of their own (``pread``: no shared
-    file position, so safe from a read-ahead thread).
-
-    Args:
-        path: the file.
-        first: offset of the first byte.
-        nbytes: how many bytes.
-
-    Returns:
-        A writable ``uint8`` array of ``nbytes`` bytes.
-
-    Raises:
-        TruncatedCheckpointError: the file ends first (it changed since its header was checked).
-    """
+    """Bytes ``[first, first + nbytes)`` of a file into a writable ``uint8`` array of their own (``pread``: safe
+    from any thread); ``TruncatedCheckpointError`` where the file ends first."""
     import numpy as np
 
     buffer = np.empty(nbytes, dtype=np.uint8)

@@ -1,35 +1,11 @@
-"""What an ONNX graph does with each stored tensor: which are weights, how each is oriented, the
-order the model uses them in, and which one produces the output (the head).
+"""What an ONNX graph does with each stored tensor: which are weights, how each is oriented, the order the
+model uses them in, and which one produces the output (the head).
 
-Stored tensors are the initializers and the ``Constant`` nodes' values (``value``, or
-``value_float(s)`` / ``value_int(s)``) of the main graph and of every subgraph (the branches of
-``If``, the bodies of ``Loop`` and ``Scan``) at any depth. Names are resolved by ONNX's scoping
-rules (an inner name shadows an outer one), so a weight of the main graph used inside two
-branches is one tensor with two consumers, listed once. A tensor is followed through
-``Identity``, ``Cast``, 2-D ``Transpose``, ``DequantizeLinear``, out of an ``If`` branch into the
-``If``'s output and into a ``Loop`` body as loop-carried state, to the operator that consumes it,
-and that operator decides what it is:
-
-- input B of ``MatMul`` (in × out: reported out × in) and of ``Gemm`` (out × in with ``transB``,
-  else in × out); input W of ``Conv`` and ``ConvTranspose``; the table of ``Gather`` (an
-  embedding): a weight;
-- input W or R of ``LSTM``, ``GRU`` and ``RNN``, reached directly or through the ``Slice``/``Split``/
-  ``Squeeze``/``Unsqueeze``/``Concat``/``Gather`` chains exporters build them with (torch's exporter
-  slices ``weight_ih_l0`` into its gates and concatenates them in ONNX's order): a recurrent weight,
-  scored as the stacked matrix of its gates (gates·hidden × in), as wbfe scores torch's
-  ``weight_ih_l0`` and a Keras ``kernel``. A stored ``[directions, gates·hidden, in]`` operand is one
-  such matrix per direction (``name[d]`` when there are two); a stored 2-D tensor the chain slices
-  is that matrix itself, in its stored row order (a row order never changes a spectrum);
-- a Gemm/Conv/recurrent bias, and anything else (an ``Add`` of a positional table, a mask in a ``Where``):
-  skipped with the consumer named;
-- a tensor named as a signal-processing constant (an STFT/DFT basis, a window, a mel filterbank),
-  or whose values are a windowed DFT basis whatever its name (:func:`is_dft_basis`, checked only
-  for weights shaped like one: :mod:`wbfe.sources.signal_constants`), is skipped even when a
-  ``Conv`` or ``MatMul`` consumes it: the graph computes a transform with it, it was never learned.
-
-Constant nodes holding scalars or vectors that reach no weight input (shapes, axes, epsilons: the
-plumbing of an exported graph) are not tensors of the checkpoint and are not listed; every
-initializer is. This module reads no tensor data; :mod:`wbfe.sources.onnx_files` does.
+Stored tensors are the initializers and ``Constant`` values of the main graph and every subgraph, names
+resolved by ONNX's scoping rules; each is followed through pass-through operators (and the slicing chains
+exporters feed recurrent weights with) to the operator that consumes it, which decides what it is. A
+signal-processing constant is skipped even when a weight input consumes it. The rules in full:
+docs/checkpoints.md. This module reads no tensor data; :mod:`wbfe.sources.onnx_files` does.
 """
 
 from __future__ import annotations
@@ -87,17 +63,10 @@ class Planned:
     position: float = float("inf")  # of the first node using it (graph order, subgraphs in place)
     used_at: list[int] = field(default_factory=list)  # positions of the nodes using it as a weight
 
-    @property
-    def stored_shape(self) -> tuple[int, ...]:
-        """The shape as stored (before any transpose and direction slicing)."""
-        shape = (self.shape[1], self.shape[0]) if self.transpose else self.shape
-        return shape if self.index is None else (self.directions, *shape)
 
 
 @dataclass
 class GraphPlan:
-    """The listed tensors in the model's order, and the head."""
-
     tensors: list[Planned]
     head: Optional[str]
     stored: dict[int, Stored]
@@ -111,8 +80,6 @@ class _Use:
 
 
 class _Walker:
-    """One pass over the graph and its subgraphs, resolving every name to a value id."""
-
     def __init__(self, onnx: Any):
         self.onnx = onnx
         self.count = 0
@@ -193,8 +160,8 @@ class _Walker:
             self.stored[vid] = stored
 
     def follow(self, vid: int, transposed: bool, ndim: int) -> list[tuple[_Use, bool]]:
-        """The uses an ``ndim``-D value reaches through pass-through operators, in graph order, and
-        whether it is transposed there."""
+        """The uses an ``ndim``-D value reaches through pass-through operators, in graph order, and whether it
+        is transposed there."""
         out: list[tuple[_Use, bool]] = []
         seen: set[tuple[int, bool]] = set()
         stack = [(vid, transposed)]
@@ -220,9 +187,8 @@ class _Walker:
     def recurrent(self, vid: int, transposed: bool, ndim: int,
                   inputs: tuple[int, ...] = (1, 2)) -> list[tuple[_Use, bool, bool]]:
         """The ``inputs`` (W, R) of recurrent operators an ``ndim``-D value reaches through pass-through and
-        shaping operators (:data:`_SHAPING`), in graph order: each with whether the value is
-        transposed there (a 2-D ``Transpose`` before any shaping) and whether it was sliced or stacked
-        on the way. A ``Gather`` is followed only with constant indices (a selection, not a lookup)."""
+        shaping operators, in graph order, with whether it is transposed there and whether it was sliced or
+        stacked on the way (a ``Gather`` followed only with constant indices)."""
         out: list[tuple[_Use, bool, bool]] = []
         seen: set[tuple[int, bool, bool]] = set()
         stack = [(vid, transposed, False)]
@@ -249,14 +215,12 @@ class _Walker:
         return sorted(out, key=lambda u: u[0].position)
 
     def _selects(self, node: Any, position: int) -> bool:
-        """A shaping operator; a ``Gather`` only where its indices are stored constants."""
         if node.op_type != "Gather":
             return node.op_type in _SHAPING
         ins = self.inputs_of[position]
         return len(ins) > 1 and ins[1] in self.stored
 
     def _swaps(self, node: Any, ndim: int) -> bool:
-        """A Transpose that swaps the two axes of a matrix."""
         perm = next((list(self.onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "perm"), None)
         return ndim == 2 and perm in (None, [1, 0])
 
@@ -282,18 +246,13 @@ def node_label(node: Any) -> str:
 
 
 def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = None) -> GraphPlan:
-    """Find the stored tensors of ``graph`` (and its subgraphs) and what each is.
+    """The stored tensors of ``graph`` (and its subgraphs) and what each is, in the model's order, and the
+    head: the weight of the last Gemm/MatMul the graph's first output depends on.
 
     Args:
-        onnx: the ``onnx`` module.
-        graph: the model's main ``GraphProto``.
         dtype_name: maps an ONNX data type code to wbfe's dtype name.
         values: reads a planned weight as a numpy array in its reported orientation; given, a weight
-            shaped like a DFT basis is read and, if it is one (:func:`is_dft_basis`), skipped.
-
-    Returns:
-        The listed tensors in the model's order (of the first node using each; unused ones last),
-        and the head: the weight of the last Gemm/MatMul the graph's first output depends on.
+            shaped like a DFT basis is read and, if it is one, skipped.
     """
     walker = _Walker(onnx)
     main = walker.walk(graph, [], "")
@@ -398,8 +357,8 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
 
 
 def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool, bool]]) -> None:
-    """A stored tensor reaching the W or R input of an LSTM/GRU/RNN: the stacked matrix of its gates,
-    one per direction (axis 0) of a 3-D operand; a shape that cannot be one is skipped, saying why."""
+    """A stored tensor reaching the W or R input of an LSTM/GRU/RNN: the stacked matrix of its gates, one per
+    direction of a 3-D operand; a shape that cannot be one is skipped, saying why."""
     use, transposed, shaped = uses[-1]
     node = use.node
     plan.consumers = [f"{node_label(u.node)} {'W' if u.index == 1 else 'R'}" for u, _, _ in uses]
@@ -448,13 +407,11 @@ def _directions(plans: list[Planned]) -> list[Planned]:
 
 
 def onnx_attr(onnx: Any, attr: Any) -> Any:
-    """An attribute's value (``onnx.helper.get_attribute_value``)."""
     return onnx.helper.get_attribute_value(attr)
 
 
 def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optional[str]:
-    """The weight of the last Gemm/MatMul (in graph order) the value ``start`` (the graph's first
-    output) depends on, looking into the branches an ``If`` output comes from."""
+    """The weight of the last Gemm/MatMul the value ``start`` depends on, looking into ``If`` branches."""
     by_node = {position: plan.name for plan in listed if plan.skip is None for position in plan.used_at}
     back: dict[int, list[int]] = defaultdict(list)
     for source, targets in walker.passes.items():

@@ -74,7 +74,6 @@ class _RemoteShard:
 
 
 class RemoteSafetensorsSource(ShardedSafetensors):
-
     def __init__(self, ref: str,
                  shards: list[tuple[RangedFile, str, list[str] | None, dict[str, dict[str, Any]], int, bytes]],
                  *, index: RangedFile | None, index_name: str, fmt: str | None, metadata: dict[str, str],
