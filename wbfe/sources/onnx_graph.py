@@ -162,33 +162,17 @@ class _Walker:
     def follow(self, vid: int, transposed: bool, ndim: int) -> list[tuple[_Use, bool]]:
         """The uses an ``ndim``-D value reaches through pass-through operators, in graph order, and whether it
         is transposed there."""
-        out: list[tuple[_Use, bool]] = []
-        seen: set[tuple[int, bool]] = set()
-        stack = [(vid, transposed)]
-        while stack:
-            value, flip = stack.pop()
-            if (value, flip) in seen:
-                continue
-            seen.add((value, flip))
-            stack += [(target, flip) for target in self.passes.get(value, [])]
-            for use in self.uses.get(value, []):
-                node = use.node
-                outputs = self.outputs_of[use.position]
-                if use.index == 0 and node.op_type in ("Identity", "Cast") and outputs:
-                    stack.append((outputs[0], flip))
-                elif use.index == 0 and node.op_type == "Transpose" and outputs and self._swaps(node, ndim):
-                    stack.append((outputs[0], not flip))
-                elif node.op_type == "Loop" and (use.position, use.index) in self.carried:
-                    stack.append((self.carried[(use.position, use.index)], flip))
-                else:
-                    out.append((use, flip))
-        return sorted(out, key=lambda u: u[0].position)
+        return [(use, flip) for use, flip, _ in self._reach(vid, transposed, ndim, shaping=False)]
 
     def recurrent(self, vid: int, transposed: bool, ndim: int,
                   inputs: tuple[int, ...] = (1, 2)) -> list[tuple[_Use, bool, bool]]:
         """The ``inputs`` (W, R) of recurrent operators an ``ndim``-D value reaches through pass-through and
         shaping operators, in graph order, with whether it is transposed there and whether it was sliced or
         stacked on the way (a ``Gather`` followed only with constant indices)."""
+        return [(use, flip, shaped) for use, flip, shaped in self._reach(vid, transposed, ndim, shaping=True)
+                if use.node.op_type in RECURRENT_GATES and use.index in inputs]
+
+    def _reach(self, vid: int, transposed: bool, ndim: int, *, shaping: bool) -> list[tuple[_Use, bool, bool]]:
         out: list[tuple[_Use, bool, bool]] = []
         seen: set[tuple[int, bool, bool]] = set()
         stack = [(vid, transposed, False)]
@@ -208,9 +192,9 @@ class _Walker:
                     stack.append((outputs[0], not flip, shaped))
                 elif node.op_type == "Loop" and (use.position, use.index) in self.carried:
                     stack.append((self.carried[(use.position, use.index)], flip, shaped))
-                elif (carriers is None or use.index in carriers) and self._selects(node, use.position):
+                elif shaping and (carriers is None or use.index in carriers) and self._selects(node, use.position):
                     stack += [(out, flip, True) for out in outputs]
-                elif node.op_type in RECURRENT_GATES and use.index in inputs:
+                else:
                     out.append((use, flip, shaped))
         return sorted(out, key=lambda u: u[0].position)
 
