@@ -14,7 +14,7 @@ from typing import Any
 from wbfe._config import hf_cache_dir, hf_offline
 from wbfe.errors import InvalidOptionError, ModelNotFoundError, RangeNotSupportedError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.local import open_path, pick_weight_files, read_model_config
+from wbfe.sources.local import MODEL_CONFIGS, open_path, pick_weight_files, read_model_config
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_unreachable", "hub_cached",
@@ -55,23 +55,26 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
     try:
         endpoint = hub_endpoint()
+
+        def download(file_name: str) -> Path:
+            return Path(hf_hub_download(repo_id, file_name, revision=revision, cache_dir=str(cache_dir),
+                                        endpoint=endpoint))
+
         names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
-            hf_hub_download(repo_id, "adapter_config.json", revision=revision, cache_dir=str(cache_dir),
-                            endpoint=endpoint)
+            download("adapter_config.json")
         if not chosen:
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
-        local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir),
-                                     endpoint=endpoint))
-        for config_name in ("config.json", "quantize_config.json"):  # the head, experts and quantization
+        local = download(chosen[0])
+        for config_name in MODEL_CONFIGS:  # the head, experts and quantization
             if config_name in names:
-                hf_hub_download(repo_id, config_name, revision=revision, cache_dir=str(cache_dir), endpoint=endpoint)
+                download(config_name)
         if local.name.endswith(".index.json"):
             from wbfe.sources.safetensors_files import index_weight_map
 
             for shard in index_weight_map(local):
-                hf_hub_download(repo_id, shard, revision=revision, cache_dir=str(cache_dir), endpoint=endpoint)
+                download(shard)
         return local
     except WbfeError:
         raise
@@ -244,8 +247,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     from huggingface_hub import HfApi, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    from wbfe.sources.local import MAX_CONFIG, MODEL_CONFIGS, model_config
-    from wbfe.sources.remote import is_safetensors_name, should_stream, stream_safetensors
+    from wbfe.sources.remote import is_safetensors_name, remote_config, should_stream, stream_safetensors
 
     name = f"{repo_id}{'@' + revision if revision else ''}"
     endpoint = hub_endpoint()
@@ -287,14 +289,8 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
         return None
     from wbfe.sources.http_range import RemoteFile
 
-    found: dict[str, bytes] = {}
-    for config_name in MODEL_CONFIGS:  # small: what the framework description reads
-        if config_name in siblings:
-            try:
-                found[config_name] = RemoteFile(url_for(config_name), headers=headers, hub=True).read_all(MAX_CONFIG)
-            except WbfeError:
-                continue  # as a local unreadable config: the rules that need none decide
-    source.config = model_config(found)
+    source.config = remote_config([c for c in MODEL_CONFIGS if c in siblings],
+                                  lambda name: RemoteFile(url_for(name), headers=headers, hub=True))
     return source
 
 

@@ -255,11 +255,11 @@ class KerasSource(TensorSource):
             extra["layout"] = "keras-h5"
             config = _json_attr(h5, "model_config")
             ordered = self._plan_keras2(h5, root, config)
-            head, why = _keras2_head(ordered, config)
+            head, why = _head(ordered, config, keras3=False)
         elif "layers" in h5 or "vars" in h5:
             extra["layout"] = "keras3-weights-h5"
             ordered = self._plan_keras3(h5, datasets, config)
-            head, why = _keras3_head(ordered, config)
+            head, why = _head(ordered, config, keras3=True)
         else:
             raise CorruptCheckpointError(
                 f"{self._path}: an HDF5 file but not Keras weights (no model_weights, layer_names or layers/)",
@@ -442,34 +442,25 @@ def _axes(layer_class: str, layout: str) -> str:
     return IN_OUT if layout == "conv" and layer_class.endswith("_transpose") else OUT_IN
 
 
-def _keras2_head(variables: list[_Var], config: Any) -> tuple[Optional[str], Optional[str]]:
-    """The stored name of the head's matrix in a Keras 2 / legacy ``.h5``, from its model config."""
+def _head(variables: list[_Var], config: Any, keras3: bool) -> tuple[Optional[str], Optional[str]]:
+    """The stored name of the head's matrix, from the model config of a Keras 2 ``.h5`` or a Keras 3 archive."""
     head, why = keras_head(config)
     if head is None:
         return None, why
-    top, inner = head.layer.path[0], head.layer.path[-1]
-    for wanted in head.variables:
-        for var in variables:
-            parts = var.name.split("/")
-            if (var.layer == top and var.skip is None and parts[-1].split(":")[0] == wanted
-                    and (len(head.layer.path) == 1 or inner in parts[:-1])):
-                return var.name, head.note
-    return None, f"the output layer {'/'.join(head.layer.path)} has no {' or '.join(head.variables)} stored"
-
-
-def _keras3_head(variables: list[_Var], config: Any) -> tuple[Optional[str], Optional[str]]:
-    """The stored name of the head's matrix in a Keras 3 archive, from its ``config.json``."""
-    head, why = keras_head(config)
-    if head is None:
-        return None, why
-    folder = dict(_keras3_folders(config)).get(head.layer.path)
+    path = head.layer.path
+    folder = dict(_keras3_folders(config)).get(path) if keras3 else None
     names = _KERAS3_VARS.get(_snake(head.layer.class_name), ())
     for wanted in head.variables:
-        if folder is not None and wanted in names:
-            path = f"{folder}/vars/{names.index(wanted)}"
-            if any(v.name == path and v.skip is None for v in variables):
-                return path, head.note
-    return None, f"the output layer {'/'.join(head.layer.path)} has no {' or '.join(head.variables)} stored"
+        if keras3:
+            stored = f"{folder}/vars/{names.index(wanted)}" if folder is not None and wanted in names else None
+            found = [v for v in variables if v.name == stored]
+        else:
+            found = [v for v in variables if v.layer == path[0] and v.name.split("/")[-1].split(":")[0] == wanted
+                     and (len(path) == 1 or path[-1] in v.name.split("/")[:-1])]
+        for var in found:
+            if var.skip is None:
+                return var.name, head.note
+    return None, f"the output layer {'/'.join(path)} has no {' or '.join(head.variables)} stored"
 
 
 def _read_json(archive: zipfile.ZipFile, member: str) -> Any:

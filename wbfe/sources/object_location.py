@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from wbfe.errors import InvalidOptionError, SourceNotFoundError, WbfeError
+from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.object_store import call_store, claims_uri, object_cache_dir, object_identity, open_uri
 from wbfe.sources.registry import checkpoint_suffixes, register_location
-from wbfe.sources.remote import is_safetensors_name, should_stream, stream_safetensors
+from wbfe.sources.remote import is_safetensors_name, remote_config, should_stream, stream_safetensors
 from wbfe.sources.store_range import StoreFile
 
 __all__ = ["open_object", "stream_object"]
@@ -33,7 +33,7 @@ def stream_object(uri: str, *, stream: bool | None) -> TensorSource | None:
 
 
 def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource | None:
-    from wbfe.sources.local import MAX_CONFIG, MODEL_CONFIGS, model_config, pick_weight_files
+    from wbfe.sources.local import MODEL_CONFIGS, pick_weight_files
 
     fs.invalidate_cache(path)  # what the store says now, not a listing cached by an earlier call
     info = fs.info(path)
@@ -76,11 +76,5 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         extra={"store": uri.split("://", 1)[0]})
     if source is None:
         return None
-    found: dict[str, bytes] = {}
-    for config_name in configs:  # small: what the framework description reads
-        try:
-            found[config_name] = open_file(config_name).read_all(MAX_CONFIG)
-        except WbfeError:
-            continue  # as a local unreadable config: the rules that need none decide
-    source.config = model_config(found)
+    source.config = remote_config(configs, open_file)
     return source

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError
+from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError, WbfeError
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import Provenance, TensorSource, combine_digests
 from wbfe.sources.http_range import FIRST_READ, RemoteFile, RetryPolicy
@@ -25,7 +25,7 @@ from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, Shard
     parse_weight_map, tensor_dtype)
 
 __all__ = ["RemoteSafetensorsSource", "stream_safetensors", "should_stream", "free_disk", "is_safetensors_name",
-           "open_url", "STREAM_SUFFIXES"]
+           "open_url", "STREAM_SUFFIXES", "remote_config"]
 
 STREAM_SUFFIXES = (".safetensors", ".safetensors.index.json")
 
@@ -172,6 +172,19 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
         if source is None:
             for opened_file in opened:
                 opened_file.close()
+
+
+def remote_config(names: Iterable[str], open_file: Callable[[str], RangedFile]) -> dict[str, Any] | None:
+    """The model config from the small remote files ``names`` (one that cannot be read is left out, as locally)."""
+    from wbfe.sources.local import MAX_CONFIG, model_config
+
+    found: dict[str, bytes] = {}
+    for name in names:
+        try:
+            found[name] = open_file(name).read_all(MAX_CONFIG)
+        except WbfeError:
+            continue
+    return model_config(found)
 
 
 def _check_commit(file: RangedFile, commit: str | None) -> None:
