@@ -18,7 +18,7 @@ from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, optional_import
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format
-from wbfe.sources.tflite_graph import ITEMSIZE, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
+from wbfe.sources.tflite_graph import ITEMSIZE, TORCH_AXES, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
 
 if TYPE_CHECKING:
     import numpy as np
@@ -153,15 +153,9 @@ def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.nd
     """A weight of ``op`` as stored (:data:`~wbfe.sources.tflite_graph.STORED_AXES`) in [out, in, k...] (a view)."""
     import numpy as np
 
-    if op in ("CONV_2D", "TRANSPOSE_CONV"):
-        return np.transpose(t, (0, 3, 1, 2))
-    if op == "DEPTHWISE_CONV_2D":
-        return np.transpose(t, (3, 0, 1, 2))
-    if op == "CONV_3D":
-        return np.transpose(t, (4, 3, 0, 1, 2))
-    if transpose:
-        return t.T
-    return t
+    if op in TORCH_AXES:
+        return np.transpose(t, TORCH_AXES[op])
+    return t.T if transpose else t
 
 
 def _describe(model_description: str, plan: GraphPlan) -> FrameworkDescription:

@@ -18,7 +18,7 @@ from typing import Any, Optional
 from wbfe.errors import CorruptCheckpointError, clip
 
 __all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan", "parse_model", "plan_graph",
-           "DTYPES", "ITEMSIZE", "STORED_AXES", "reported_shape"]
+           "DTYPES", "ITEMSIZE", "STORED_AXES", "TORCH_AXES", "reported_shape"]
 
 # TensorType codes (schema.fbs) -> wbfe's dtype names (torch's where torch has one).
 DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
@@ -37,6 +37,9 @@ _WEIGHT_OPS: dict[str, tuple[int, int]] = {  # op -> (weight input, rank it must
 STORED_AXES = {"CONV_2D": "[out, kh, kw, in]", "DEPTHWISE_CONV_2D": "[1, kh, kw, C]",
                "TRANSPOSE_CONV": "[out, kh, kw, in]", "FULLY_CONNECTED": "[out, in]", "CONV_3D": "[kd, kh, kw, in, out]",
                "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]", "GATHER": "[rows, width]"}
+# The permutation from the stored layout of a convolution's weight to PyTorch's [out, in, k...].
+TORCH_AXES = {"CONV_2D": (0, 3, 1, 2), "TRANSPOSE_CONV": (0, 3, 1, 2), "DEPTHWISE_CONV_2D": (3, 0, 1, 2),
+              "CONV_3D": (4, 3, 0, 1, 2)}
 # The values each quantised integer type holds (a zero point must be one of them).
 _RANGES = {"int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
 # Operators a stored weight passes through on its way to the op that multiplies by it: float16
@@ -387,12 +390,8 @@ def reported_shape(op: str, shape: tuple[int, ...], options: Optional[dict[str, 
         >>> reported_shape("CONV_2D", (8, 3, 3, 4)), reported_shape("DEPTHWISE_CONV_2D", (1, 3, 3, 8))
         ((8, 4, 3, 3), (8, 1, 3, 3))
     """
-    if op in ("CONV_2D", "TRANSPOSE_CONV"):
-        return (shape[0], shape[3], shape[1], shape[2])
-    if op == "DEPTHWISE_CONV_2D":
-        return (shape[3], 1, shape[1], shape[2])
-    if op == "CONV_3D":
-        return (shape[4], shape[3], shape[0], shape[1], shape[2])
+    if op in TORCH_AXES:  # a DEPTHWISE_CONV_2D weight's first axis is 1 (checked by the plan)
+        return tuple(shape[i] for i in TORCH_AXES[op])
     if op == "BATCH_MATMUL" and not (options or {}).get("adj_y", False):
         return (shape[1], shape[0])
     return tuple(shape)
