@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+import numpy as np
+
 from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
 from wbfe.linalg.arrays import NUMPY_DTYPES, from_bytes, is_torch, itemsize
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, optional_import
@@ -164,8 +166,6 @@ class FlaxSource(TensorSource):
 
 
 def _load(leaf: _Leaf) -> Any:
-    import numpy as np
-
     array = leaf.array
     assert array is not None
     dtype = _dtype(array.dtype) or "float32"
@@ -184,8 +184,6 @@ def _load(leaf: _Leaf) -> Any:
 def _dtype(name: str) -> Optional[str]:
     if name == "bfloat16":
         return "bfloat16"
-    import numpy as np
-
     try:
         return numpy_dtype_name(np.dtype(name))
     except (TypeError, ValueError, SyntaxError):  # numpy parses "2l 3tf" or "," as a format string (found by fuzzing)

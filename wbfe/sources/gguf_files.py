@@ -8,7 +8,9 @@ import math
 import re
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
+
+import numpy as np
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, clip
 from wbfe.framework import FrameworkDescription
@@ -16,9 +18,6 @@ from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["GGUFSource", "GGUF_MAGIC", "SPLIT_NAME", "split_files", "GGUF"]
 
@@ -269,8 +268,6 @@ class GGUFSource(TensorSource):
 
 @functools.lru_cache(maxsize=None)
 def _can_dequantize(gguf: Any, qtype: Any) -> bool:
-    import numpy as np
-
     _, size = gguf.GGML_QUANT_SIZES[qtype]
     try:
         gguf.quants.dequantize(np.zeros((1, size), dtype=np.uint8), qtype)
@@ -281,8 +278,6 @@ def _can_dequantize(gguf: Any, qtype: Any) -> bool:
 
 def _load(path: Path, kind: str, dims: tuple[int, ...], first: int, nbytes: int) -> Any:
     """One tensor's bytes (``pread``: safe from any thread), dequantised."""
-    import numpy as np
-
     plain = _PLAIN.get(kind) or _INTEGER.get(kind)
     if math.prod(dims) == 0:  # no bytes to view or dequantise (both fail on an empty buffer)
         return from_bytes(np.empty(0, dtype=np.uint8), plain or "float32", dims)

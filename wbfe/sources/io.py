@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from wbfe.errors import TruncatedCheckpointError
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["read_range"]
 
@@ -17,8 +15,6 @@ __all__ = ["read_range"]
 def read_range(path: Path, first: int, nbytes: int) -> "np.ndarray":
     """Bytes ``[first, first + nbytes)`` of a file into a writable ``uint8`` array of their own (``pread``: safe
     from any thread); ``TruncatedCheckpointError`` where the file ends first."""
-    import numpy as np
-
     buffer = np.empty(nbytes, dtype=np.uint8)
     view = buffer.data  # a memoryview of the array's bytes
     fd = os.open(path, os.O_RDONLY)

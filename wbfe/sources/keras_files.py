@@ -16,7 +16,9 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
+
+import numpy as np
 
 from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
@@ -26,9 +28,6 @@ from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.file_window import FileWindow
 from wbfe.sources.hdf5_guard import Hdf5IndexError, check_hdf5_index
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["KerasSource", "is_keras_file", "KERAS"]
 
@@ -96,8 +95,6 @@ def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _to_torch_layout(t: "np.ndarray", layout: str) -> "np.ndarray":
-    import numpy as np
-
     n = t.ndim
     if layout == "dense":
         t = t.T
@@ -362,8 +359,6 @@ class KerasSource(TensorSource):
                               layout=var.axes)
 
     def read(self, var: _Var) -> Any:
-        import numpy as np
-
         with self._lock:
             if self._h5 is None:
                 raise CorruptCheckpointError(f"{self._path}: read after the file was closed", path=str(self._path))

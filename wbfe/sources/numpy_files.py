@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+import numpy as np
+
 from wbfe.errors import CorruptCheckpointError, WbfeError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format
@@ -71,8 +73,6 @@ class NpzSource(TensorSource):
         self.provenance = Provenance(source=ref, format="npz", files=[str(path)], pending=FileDigest([path]))
 
     def _header(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
-        import numpy as np
-
         name = info.filename[: -len(".npy")]
         try:
             with archive.open(info) as fh:
@@ -107,8 +107,6 @@ class NpzSource(TensorSource):
 
     def read(self, member: _Member) -> Any:
         """One array, read with ``allow_pickle=False`` (``CorruptCheckpointError`` for a damaged member)."""
-        import numpy as np
-
         try:
             with open_regular(self._path) as fh, open_zip(self._path, fh, ".npz archive") as archive, archive.open(member.member) as f:
                 array = np.lib.format.read_array(f, allow_pickle=False)

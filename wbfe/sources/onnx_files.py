@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
+
+import numpy as np
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, WbfeError
 from wbfe.linalg.arrays import is_known_dtype
@@ -18,9 +20,6 @@ from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
 from wbfe.sources.registry import FileFormat, register_format
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["OnnxSource", "ONNX"]
 
@@ -138,8 +137,6 @@ class OnnxSource(TensorSource):
 
     def read(self, weight: Planned) -> Any:
         """The tensor as the consuming operator uses it (dequantised, out × in)."""
-        import numpy as np
-
         array = self._stored_array(weight.stored)
         if weight.dq is not None:
             try:
@@ -172,8 +169,6 @@ class OnnxSource(TensorSource):
 def _dequantize(q: "np.ndarray", scale: "np.ndarray", zero: "Optional[np.ndarray]", axis: int, block: int) -> "np.ndarray":
     """DequantizeLinear: ``(q − zero)·scale`` in float32, per tensor, along ``axis`` or per ``block`` along it
     (``ValueError`` for a scale or zero point that does not fit)."""
-    import numpy as np
-
     x = q.astype(np.int32)
     scale = scale.astype(np.float32)
     zero_i = zero.astype(np.int32) if zero is not None else np.zeros_like(scale, dtype=np.int32)
@@ -216,8 +211,6 @@ def _typed_count(tensor: Any) -> int:
 
 
 def _itemsize(data_type: int) -> int:
-    import numpy as np
-
     onnx = _onnx()
     return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize)
 

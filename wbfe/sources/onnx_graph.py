@@ -14,6 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+import numpy as np
+
 from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
 __all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft_basis", "WEIGHT_INPUT",
@@ -138,8 +140,6 @@ class _Walker:
         return local
 
     def _constant(self, node: Any, vid: int, scope: str) -> None:
-        import numpy as np
-
         label = node_label(node)
         stored = Stored(vid, node.output[0], scope, constant=label)
         for attr in node.attribute:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
+import numpy as np
+
 __all__ = ["signal_name", "name_reason", "DFT_REASON", "dft_shaped", "is_dft_basis"]
 
 _SIGNAL = re.compile(r"(?<![a-z])(i?stft|i?r?dft|i?r?fft|mel_?filters?|mel_?basis|mel_?fb|filterbanks?|fbank|"
@@ -38,8 +40,6 @@ def is_dft_basis(matrix: Any) -> bool:
     """Whether ``matrix`` (out × [1 ×] n) is a windowed real DFT basis as STFT exports store it, to a relative
     tolerance of 1e-3: rows ``w[t]·cos(2πkt/n)`` for k = 0..n/2, then (with twice as many rows)
     ``±w[t]·sin(2πkt/n)``, the window ``w`` being row 0."""
-    import numpy as np
-
     m = np.asarray(matrix, dtype=np.float64).reshape(matrix.shape[0], -1)
     rows, n = m.shape
     bins = n // 2 + 1

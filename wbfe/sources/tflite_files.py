@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import mmap
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
 
 from wbfe.errors import CorruptCheckpointError
 from wbfe.framework.description import FrameworkDescription
@@ -19,9 +21,6 @@ from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format
 from wbfe.sources.tflite_graph import ITEMSIZE, TORCH_AXES, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["TfliteSource", "TFLITE", "dequantize", "to_torch_layout", "IDENTIFIER"]
 
@@ -43,8 +42,6 @@ def dequantize(q: "np.ndarray", scale: Sequence[float], zero_point: Sequence[int
         >>> dequantize(np.array([[-128, 0], [10, 127]], np.int8), [0.5, 2.0], [0, 1], 0).tolist()
         [[-64.0, 0.0], [18.0, 252.0]]
     """
-    import numpy as np
-
     scales = np.asarray(scale, dtype=np.float32)
     zeros = np.asarray(zero_point, dtype=np.float32)  # exact: a zero point lies in q's own range
     if scales.size > 1:
@@ -117,8 +114,6 @@ class TfliteSource(TensorSource):
 
     def read(self, planned: Planned) -> Any:
         """The weight as its operator uses it, in PyTorch's layout, dequantised (a torch tensor for bfloat16)."""
-        import numpy as np
-
         tensor = planned.tensor
         buffer: TflBuffer = self._buffers[tensor.buffer]
         raw = read_range(self._path, buffer.start, buffer.size)  # exactly the tensor's bytes
@@ -151,8 +146,6 @@ class TfliteSource(TensorSource):
 
 def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.ndarray":
     """A weight of ``op`` as stored (:data:`~wbfe.sources.tflite_graph.STORED_AXES`) in [out, in, k...] (a view)."""
-    import numpy as np
-
     if op in TORCH_AXES:
         return np.transpose(t, TORCH_AXES[op])
     return t.T if transpose else t
