@@ -32,30 +32,41 @@ def library_weights(ref: str) -> tuple[bool, str]:
     from wbfe.sources.hub import hub_cached
 
     if ref.startswith("torchvision:"):
-        try:
-            from torchvision import models
-        except ImportError:
-            raise MissingDependencyError(f"{ref}: torchvision is not installed (pip install torchvision)") from None
-        name = ref[len("torchvision:"):]
-        try:
-            weights = models.get_weight(name) if "." in name else models.get_model_weights(name).DEFAULT
-        except (ValueError, KeyError, AttributeError):
-            raise unknown_name("torchvision model or weights", name, models.list_models()) from None
+        weights = _torchvision_weights(ref[len("torchvision:"):], ref)
         return url_cache_path(weights.url).is_file(), str(weights.url)
     name = ref[len("timm:"):]
-    try:
-        import timm
-    except ImportError:
-        return hub_cached(f"timm/{name}"), _hub_endpoint()
-    cfg = timm.models.get_pretrained_cfg(name)
+    cfg = _timm_cfg(name)
     if cfg is None:
-        raise unknown_name("timm pretrained model", name, timm.list_pretrained())
+        return hub_cached(f"timm/{name}"), _hub_endpoint()
     hub_id, url = getattr(cfg, "hf_hub_id", None), getattr(cfg, "url", None)
     if (hub_id and hub_cached(str(hub_id))) or (url and url_cache_path(str(url)).is_file()):
         return True, str(url or _hub_endpoint())
     if not hub_id and not url:
         raise ModelNotFoundError(f"{ref}: timm has no downloadable weights for {name!r}", ref=ref)
     return False, _hub_endpoint() if hub_id else str(url)
+
+
+def _torchvision_weights(name: str, ref: str) -> Any:
+    try:
+        from torchvision import models
+    except ImportError:
+        raise MissingDependencyError(f"{ref}: torchvision is not installed (pip install torchvision)") from None
+    try:
+        return models.get_weight(name) if "." in name else models.get_model_weights(name).DEFAULT
+    except (ValueError, KeyError, AttributeError):
+        raise unknown_name("torchvision model or weights", name, models.list_models()) from None
+
+
+def _timm_cfg(name: str) -> Any:
+    """timm's pretrained config of ``name`` (None without timm)."""
+    try:
+        import timm
+    except ImportError:
+        return None
+    cfg = timm.models.get_pretrained_cfg(name)
+    if cfg is None:
+        raise unknown_name("timm pretrained model", name, timm.list_pretrained())
+    return cfg
 
 
 def _hub_endpoint() -> str:
@@ -86,13 +97,9 @@ def open_url_checkpoint(url: str, *, ref: str, fmt: str) -> TensorSource:
 
 def open_timm(name: str, *, ref: str) -> TensorSource:
     """Open the pretrained weights of timm model ``name`` (without timm: the hub repo ``timm/<name>``)."""
-    try:
-        import timm
-    except ImportError:
-        return open_hub(f"timm/{name}", fmt="timm")
-    cfg = timm.models.get_pretrained_cfg(name)
+    cfg = _timm_cfg(name)
     if cfg is None:
-        raise unknown_name("timm pretrained model", name, timm.list_pretrained())
+        return open_hub(f"timm/{name}", fmt="timm")
     if getattr(cfg, "hf_hub_id", None):
         try:
             source = open_hub(str(cfg.hf_hub_id), fmt="timm")
@@ -114,14 +121,7 @@ def open_timm(name: str, *, ref: str) -> TensorSource:
 
 def open_torchvision(name: str, *, ref: str) -> TensorSource:
     """Open torchvision weights by enum name (``ResNet18_Weights.IMAGENET1K_V1``) or model name (default weights)."""
-    try:
-        from torchvision import models
-    except ImportError:
-        raise MissingDependencyError(f"{ref}: torchvision is not installed (pip install torchvision)") from None
-    try:
-        weights = models.get_weight(name) if "." in name else models.get_model_weights(name).DEFAULT
-    except (ValueError, KeyError, AttributeError):
-        raise unknown_name("torchvision model or weights", name, models.list_models()) from None
+    weights = _torchvision_weights(name, ref)
     source = open_url_checkpoint(weights.url, ref=ref, fmt="torchvision")
     source.provenance.extra["weights"] = str(weights)
     return source
