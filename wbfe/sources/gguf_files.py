@@ -70,11 +70,10 @@ class _Split:
         except ValueError as exc:
             # The reader's views of tensor data that the file is too short for fail to reshape.
             if "reshape" in str(exc) or "out of bounds" in str(exc):
-                raise TruncatedCheckpointError(
-                    f"{path}: truncated GGUF file (tensor data runs past the end of its {size} bytes)", path=str(path)
-                ) from None
-            raise CorruptCheckpointError(f"{path}: corrupt or truncated GGUF header ({_one_line(exc)})", path=str(path)
-            ) from None
+                raise TruncatedCheckpointError(f"{path}: truncated GGUF file (tensor data runs past the end of its "
+                                               f"{size} bytes)", path=str(path)) from None
+            raise CorruptCheckpointError(f"{path}: corrupt or truncated GGUF header ({_one_line(exc)})",
+                                         path=str(path)) from None
         except (IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as exc:
             raise CorruptCheckpointError(
                 f"{path}: corrupt or truncated GGUF header ({exc.__class__.__name__}: {_one_line(exc)})",

@@ -158,9 +158,8 @@ class KerasSource(TensorSource):
                 fmt = "keras3"
             else:
                 if head != HDF5_MAGIC:
-                    raise CorruptCheckpointError(
-                        f"{path}: not a Keras file (neither HDF5 nor a .keras zip: starts {head[:8]!r})", path=str(path)
-                    )
+                    raise CorruptCheckpointError(f"{path}: not a Keras file (neither HDF5 nor a .keras zip: starts "
+                                                 f"{head[:8]!r})", path=str(path))
                 self._guard(path)
                 h5 = h5py.File(path, "r")
                 size = path.stat().st_size

@@ -39,9 +39,8 @@ class OnnxSource(TensorSource):
         try:
             model = onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(
-                f"{path}: not a readable ONNX model (truncated or corrupt protobuf: {str(exc)[:120]})", path=str(path)
-            ) from None
+            raise CorruptCheckpointError(f"{path}: not a readable ONNX model (truncated or corrupt protobuf: "
+                                         f"{str(exc)[:120]})", path=str(path)) from None
         graph = model.graph
         if model.ir_version <= 0 or not graph.node:
             raise CorruptCheckpointError(f"{path}: not an ONNX model (no graph nodes)", path=str(path))

@@ -278,8 +278,8 @@ def _check_shard(index_path: Path, shard: str) -> None:
                     "folder of the checkpoint (a symlink or a file)", path=str(index_path))
         mode = os.stat(folder / shard).st_mode
     except FileNotFoundError:
-        raise SourceNotFoundError(f"{index_path}: shard {shard!r} listed in the index is missing", path=str(index_path)
-        ) from None
+        raise SourceNotFoundError(f"{index_path}: shard {shard!r} listed in the index is missing",
+                                  path=str(index_path)) from None
     except OSError as exc:
         raise unreadable(folder / shard, exc) from None
     if not stat.S_ISREG(mode):
