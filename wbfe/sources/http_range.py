@@ -151,9 +151,7 @@ class RemoteFile:
             try:
                 return self._attempt(start, nbytes, into, first)
             except _Retry as exc:
-                last = str(exc)
-                if attempt + 1 < policy.attempts:
-                    self._sleep(policy.delay(attempt, exc.retry_after))
+                last, retry_after = str(exc), exc.retry_after
             except WbfeError:  # a verdict (404, a changed file), some of them OSErrors too: never retried
                 raise
             except (http.TooManyRedirects, http.UnsupportedProtocol, http.InvalidURL) as exc:
@@ -163,11 +161,11 @@ class RemoteFile:
                     raise RemoteReadError(
                         f"{self.name}: the server's TLS certificate is not trusted ({said(exc)}); point "
                         "SSL_CERT_FILE at the CA bundle that signs it", path=self.name) from None
-                last = said(exc)
-                if attempt + 1 < policy.attempts:
-                    self._sleep(policy.delay(attempt))
+                last, retry_after = said(exc), None
             except OSError as exc:  # huggingface_hub's offline mode (a ConnectionError): no retry
                 raise RemoteReadError(f"{self.name}: {said(exc)}", path=self.name) from None
+            if attempt + 1 < policy.attempts:
+                self._sleep(policy.delay(attempt, retry_after))
         raise RemoteReadError(f"{self.name}: bytes {start}-{start + nbytes - 1} could not be read in "
                               f"{policy.attempts} tries (last: {last})", path=self.name)
 
