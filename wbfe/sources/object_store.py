@@ -3,7 +3,7 @@ access it shares with the streamed reads (:mod:`wbfe.sources.object_location`).
 
 Only what the URI names is copied (a file, or a folder's weight files and configs) into a cache folder
 content-addressed by the URI and what the store says of each object, written privately and renamed into
-place, so a reader sees a complete copy or none (docs/cache.md).
+place, so a reader sees a complete copy or none (docs/remote.md).
 """
 
 from __future__ import annotations
