@@ -8,7 +8,7 @@ from typing import Any
 
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.object_store import call_store, claims_uri, object_cache_dir, object_identity, open_uri
+from wbfe.sources.object_store import call_store, claims_uri, folder_files, object_cache_dir, object_identity, open_uri
 from wbfe.sources.registry import checkpoint_suffixes, register_location
 from wbfe.sources.remote import is_safetensors_name, remote_config, should_stream, stream_safetensors
 from wbfe.sources.store_range import StoreFile
@@ -40,9 +40,8 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
     root = path.rstrip("/")
     if info.get("type") == "directory":
         base = uri.rstrip("/") + "/"
-        top = {entry["name"].rstrip("/")[len(root):].lstrip("/"): entry
-               for entry in fs.ls(path, detail=True) if entry.get("type") == "file"}
-        names = sorted(n for n in top if n and "/" not in n)
+        top = folder_files(fs, path)
+        names = sorted(top)
         chosen = pick_weight_files(names)
         if not chosen:
             if stream:

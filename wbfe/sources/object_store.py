@@ -23,7 +23,7 @@ from wbfe.sources._base import TensorSource
 from wbfe.sources.object_bound import evict_objects, object_cache_bound
 
 __all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL",
-           "store_filesystem", "object_identity", "call_store", "CONFIGS", "claims_uri"]
+           "store_filesystem", "object_identity", "call_store", "CONFIGS", "claims_uri", "folder_files"]
 
 URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S)
 FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
@@ -100,8 +100,11 @@ def object_identity(info: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(info[k]) for k in _IDENTITY if info.get(k) is not None}
 
 
-def _rel(root: str, name: str) -> str:
-    return name.rstrip("/")[len(root.rstrip("/")):].lstrip("/")
+def folder_files(fs: Any, path: str) -> dict[str, Any]:
+    """What ``fs.ls`` says of each file directly in the folder ``path``, by name."""
+    root = path.rstrip("/")
+    top = {e["name"].rstrip("/")[len(root):].lstrip("/"): e for e in fs.ls(path, detail=True) if e.get("type") == "file"}
+    return {name: e for name, e in top.items() if name and "/" not in name}
 
 
 def fetch_uri(uri: str) -> Path:
@@ -133,9 +136,7 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
     info = fs.info(path)
     top: dict[str, Any] = {}
     if info.get("type") == "directory":
-        listing = [e for e in fs.ls(path, detail=True) if e.get("type") == "file"]
-        top = {_rel(path, e["name"]): e for e in listing}
-        top = {name: e for name, e in top.items() if name and "/" not in name}
+        top = folder_files(fs, path)
         signature: Any = sorted([name, object_identity(e)] for name, e in top.items())
     else:
         name = path.rstrip("/").rsplit("/", 1)[-1]
