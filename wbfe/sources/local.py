@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource, open_regular, unreadable
@@ -16,14 +16,8 @@ from wbfe.sources.registry import (checkpoint_suffixes, folder_kinds, format_of,
 __all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS", "MAX_CONFIG"]
 
 
-def pick_weight_files(names: Sequence[str]) -> list[str]:
-    """``[index]`` or ``[file]``: which of a folder's (or repo's) top-level files hold the weights, by the
-    registered formats' ranks (a safetensors index, ``model.safetensors``, ... ; ``[]`` when nothing fits).
-
-    Raises:
-        CorruptCheckpointError: several candidate files and no index to say how they go together.
-    """
-    return pick_files(names)
+# Which of a folder's (or repo's) top-level files hold the weights, by the registered formats' ranks.
+pick_weight_files = pick_files
 
 
 def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> TensorSource:
@@ -52,23 +46,16 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
         if not chosen:
             listed = ", ".join(f"*{s}" for s in checkpoint_suffixes())
             raise SourceNotFoundError(f"{path}: no weight files ({listed}) in this folder", path=str(path))
-        _refuse_mixed_formats(path, listing, chosen[0])
+        others = other_formats(listing, chosen[0])
+        if others and not (path / "config.json").is_file():  # several formats are several checkpoints
+            shown = ", ".join([chosen[0], *others][:6]) + (", ..." if len(others) > 5 else "")
+            raise CorruptCheckpointError(f"{path}: this folder holds checkpoints of more than one format ({shown}); "
+                                         f"name the file to score, e.g. {path / chosen[0]}", path=str(path))
         path = path / chosen[0]
     source = open_file(path, ref, fmt)
     if folder is not None:  # a file named alone is read alone
         source.config = read_model_config(folder)
     return source
-
-
-def _refuse_mixed_formats(folder: Path, listing: Sequence[str], chosen: str) -> None:
-    """Refuse a folder of checkpoints in several formats (scoring one would drop the others silently), unless a
-    ``config.json`` ties them together as one model saved in several formats."""
-    others = other_formats(listing, chosen)
-    if not others or (folder / "config.json").is_file():
-        return
-    shown = ", ".join([chosen, *others][:6]) + (", ..." if len(others) > 5 else "")
-    raise CorruptCheckpointError(f"{folder}: this folder holds checkpoints of more than one format ({shown}); "
-                                 f"name the file to score, e.g. {folder / chosen}", path=str(folder))
 
 
 MAX_CONFIG = 50_000_000
