@@ -217,7 +217,10 @@ class KerasSource(TensorSource):
                 self._fileobj = FileWindow(path, *self._window, what=_WEIGHTS_MEMBER)
                 # Read in place, the member skips zipfile's CRC-32 check: made here, once (found by
                 # fuzzing: a damaged member was read as it was).
-                if _crc32(self._fileobj) != info.CRC:
+                crc = 0
+                while chunk := self._fileobj.read(1 << 20):
+                    crc = zlib.crc32(chunk, crc)
+                if crc != info.CRC:
                     raise CorruptCheckpointError(f"{path}: {_WEIGHTS_MEMBER} fails its CRC-32 check", path=str(path))
                 self._fileobj.seek(0)
             else:
@@ -464,13 +467,6 @@ def _read_json(archive: zipfile.ZipFile, member: str) -> Any:
         return None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpointError(f"{archive.filename}: {member} is not JSON ({exc})", path=archive.filename) from None
-
-
-def _crc32(fh: Any) -> int:
-    crc = 0
-    while chunk := fh.read(1 << 20):
-        crc = zlib.crc32(chunk, crc)
-    return crc
 
 
 def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:

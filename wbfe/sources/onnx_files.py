@@ -8,6 +8,7 @@ it. The model is parsed without its external data, which is read one tensor at a
 from __future__ import annotations
 
 import functools
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -82,7 +83,9 @@ class OnnxSource(TensorSource):
                     files.append(info["file"])
                 continue
             if weight.skip is None or weight.quant is not None:
-                if not tensor.raw_data and not _typed_count(tensor) and _numel(tensor) and weight.skip is None:
+                typed = sum(len(getattr(tensor, f"{kind}_data")) for kind in ("float", "int32", "int64", "double",
+                                                                              "uint64", "string"))
+                if not tensor.raw_data and not typed and _numel(tensor) and weight.skip is None:
                     raise CorruptCheckpointError(f"{self._path}: initializer {weight.name!r} has no data",
                                                  path=str(self._path))
         return files
@@ -99,7 +102,7 @@ class OnnxSource(TensorSource):
             raise SourceNotFoundError(f"{self._path}: external data file {location!r} of {tensor.name!r} is missing",
                                       path=str(self._path))
         offset = int(entries.get("offset", 0) or 0)
-        itemsize = _itemsize(tensor.data_type)
+        itemsize = int(np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
         length = int(entries["length"]) if entries.get("length") else _numel(tensor) * itemsize
         size = target.stat().st_size
         if offset < 0 or length != _numel(tensor) * itemsize or offset + length > size:
@@ -107,9 +110,6 @@ class OnnxSource(TensorSource):
                 f"(bytes {offset}..{offset + length} of a {size}-byte file, {_numel(tensor) * itemsize} needed)",
                 path=str(self._path))
         return {"file": target, "offset": offset, "length": length}
-
-    def _array(self, vid: int) -> "np.ndarray":
-        return self._stored_array(self._stored[vid])
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
         from onnx import numpy_helper
@@ -139,9 +139,9 @@ class OnnxSource(TensorSource):
         array = self._stored_array(weight.stored)
         if weight.dq is not None:
             try:
-                array = _dequantize(array, self._array(weight.dq[0]),
-                                    None if weight.dq[1] is None else self._array(weight.dq[1]), weight.dq[2],
-                                    weight.dq[3])
+                scale = self._stored_array(self._stored[weight.dq[0]])
+                zero = None if weight.dq[1] is None else self._stored_array(self._stored[weight.dq[1]])
+                array = _dequantize(array, scale, zero, weight.dq[2], weight.dq[3])
             except ValueError as exc:  # a scale or zero point that does not fit the tensor (found by fuzzing)
                 raise CorruptCheckpointError(f"{self._path}: DequantizeLinear of {weight.name!r}: {exc}",
                                              path=str(self._path)) from None
@@ -198,20 +198,7 @@ def _external(onnx: Any, tensor: Any) -> bool:
 
 
 def _numel(tensor: Any) -> int:
-    n = 1
-    for d in tensor.dims:
-        n *= int(d)
-    return n
-
-
-def _typed_count(tensor: Any) -> int:
-    return sum(len(getattr(tensor, f)) for f in ("float_data", "int32_data", "int64_data", "double_data",
-                                                  "uint64_data", "string_data"))
-
-
-def _itemsize(data_type: int) -> int:
-    onnx = _onnx()
-    return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize)
+    return math.prod(int(d) for d in tensor.dims)
 
 
 def _dtype_name(onnx: Any, data_type: int) -> str:
