@@ -126,16 +126,6 @@ def _attr_list(group: Any, key: str) -> Optional[list[str]]:
     return chunks if i else None
 
 
-def _json_attr(group: Any, key: str) -> Any:
-    raw = group.attrs.get(key)
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw.decode("utf8") if isinstance(raw, bytes) else str(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
 class KerasSource(TensorSource):
     """The variables of a Keras ``.h5`` / ``.weights.h5`` file or ``.keras`` archive."""
 
@@ -252,7 +242,11 @@ class KerasSource(TensorSource):
         if "model_weights" in h5 or _attr_list(h5, "layer_names") is not None:
             root = h5["model_weights"] if "model_weights" in h5 else h5
             extra["layout"] = "keras-h5"
-            config = _json_attr(h5, "model_config")
+            raw = h5.attrs.get("model_config")
+            try:
+                config = None if raw is None else json.loads(raw.decode("utf8") if isinstance(raw, bytes) else str(raw))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                config = None
             ordered = self._plan_keras2(h5, root, config)
             head, why = _head(ordered, config, keras3=False)
         elif "layers" in h5 or "vars" in h5:

@@ -123,7 +123,8 @@ class _Walker:
                 self._constant(node, outs[0], scope)
             # then_branch before else_branch, whatever order the attributes were stored in (onnx.helper sorts them)
             for attr in sorted(node.attribute, key=lambda a: a.name != "then_branch"):
-                for k, sub in enumerate(_subgraphs(self.onnx, attr)):
+                graphs = {self.onnx.AttributeProto.GRAPH: [attr.g], self.onnx.AttributeProto.GRAPHS: attr.graphs}
+                for k, sub in enumerate(graphs.get(attr.type, [])):
                     inner = self.walk(sub, scopes, f"{scope}{node.name or node.op_type}/{attr.name}{k or ''}/")
                     if node.op_type == "If":  # a branch's outputs are the If's outputs
                         for out, target in zip(sub.output, outs):
@@ -216,14 +217,6 @@ def _resolve(scopes: list[dict[str, int]], name: str) -> Optional[int]:
     return None
 
 
-def _subgraphs(onnx: Any, attr: Any) -> list[Any]:
-    if attr.type == onnx.AttributeProto.GRAPH:
-        return [attr.g]
-    if attr.type == onnx.AttributeProto.GRAPHS:
-        return list(attr.graphs)
-    return []
-
-
 def node_label(node: Any) -> str:
     """A node as messages name it: ``name (OpType)``, its first output standing in for a missing name."""
     return f"{node.name or (node.output[0] if node.output else '?')} ({node.op_type})"
@@ -256,7 +249,9 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
         uses = walker.follow(vid, False, len(walker.shape[vid]))
         if uses:
             plan.position = uses[0][0].position
-    listed = _directions([p for vid, p in plans.items() if _listed(p, vid in consumed)])
+    # Initializers always; a Constant when it is a weight, a DequantizeLinear operand, or a table.
+    listed = _directions([p for vid, p in plans.items() if p.stored.constant is None or vid in consumed
+                          or p.consumers or len(p.shape) >= 2])
     counts: dict[str, int] = defaultdict(int)
     for plan in listed:
         counts[plan.name] += 1
@@ -266,13 +261,6 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     listed.sort(key=lambda p: p.position)  # stable: stored order among equals
     start = main.get(graph.output[0].name) if graph.output else None
     return GraphPlan(listed, _head(walker, start, listed), walker.stored)
-
-
-def _listed(plan: Planned, consumed: bool) -> bool:
-    """Initializers always; a Constant when it is a weight, a DequantizeLinear operand, or a table."""
-    if plan.stored.constant is None or consumed:
-        return True
-    return bool(plan.consumers) or len(plan.shape) >= 2
 
 
 def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planned, consumed: dict[int, str]) -> None:
@@ -287,7 +275,7 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
         if scale not in walker.stored or (zero is not None and zero not in walker.stored):
             plan.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
             return
-        attrs = {a.name: onnx_attr(walker.onnx, a) for a in node.attribute}
+        attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
         plan.dq = (scale, zero, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
         plan.quant = f"onnx-{plan.dtype}"
         consumed[scale] = f"consumed: scale of quantised weight {plan.name} ({node_label(node)})"
@@ -327,7 +315,7 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
         return
     if node.op_type == "Gemm":
-        trans_b = any(a.name == "transB" and onnx_attr(walker.onnx, a) for a in node.attribute)
+        trans_b = any(a.name == "transB" and walker.onnx.helper.get_attribute_value(a) for a in node.attribute)
         transposed ^= not trans_b
     elif node.op_type == "MatMul":
         transposed = not transposed
@@ -358,7 +346,7 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
         plan.transpose = True
         shape = (shape[1], shape[0])
     gates = RECURRENT_GATES[node.op_type]
-    attrs = {a.name: onnx_attr(walker.onnx, a) for a in node.attribute}
+    attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
     hidden = int(attrs.get("hidden_size", 0))
     directions = 2 if attrs.get("direction") in (b"bidirectional", "bidirectional") else 1
     if hidden > 0:  # fed as it is, the operand holds every gate; sliced, a part of a stacked matrix may hold fewer
@@ -388,10 +376,6 @@ def _directions(plans: list[Planned]) -> list[Planned]:
             out.append(replace(plan, name=f"{plan.name}[{d}]", index=d, consumers=list(plan.consumers),
                                used_at=list(plan.used_at)))
     return out
-
-
-def onnx_attr(onnx: Any, attr: Any) -> Any:
-    return onnx.helper.get_attribute_value(attr)
 
 
 def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optional[str]:

@@ -12,7 +12,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional
 
 from wbfe.errors import CorruptCheckpointError
 from wbfe.sources._base import TensorSource
@@ -229,7 +229,12 @@ def pick_files(names: Iterable[str]) -> list[str]:
         if len(files) == 1:
             return files
         if len(files) > 1 or len(indexes) > 1:
-            raise CorruptCheckpointError(_several(group, bool(index_suffixes), indexes or files))
+            found = indexes or files
+            listed = ", ".join(found[:4])
+            raise CorruptCheckpointError(
+                f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
+                if index_suffixes else
+                f"several weight files ({listed}{', ...' if len(found) > 4 else ''}); pass one file explicitly")
     return []
 
 
@@ -240,9 +245,3 @@ def other_formats(names: Iterable[str], chosen: str) -> list[str]:
     return sorted(n for n in names if "/" not in n and n != chosen
                   and any(f.holds(n) and f.group not in own for f in formats))
 
-
-def _several(group: str, has_index: bool, names: Sequence[str]) -> str:
-    listed = ", ".join(names[:4])
-    if has_index:
-        return f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
-    return f"several weight files ({listed}{', ...' if len(names) > 4 else ''}); pass one file explicitly"

@@ -434,8 +434,11 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
     if end - start >= _MAP_BYTES and (data_start + start) % max(1, int(size)) == 0:
         with contextlib.suppress(OSError):  # a file system that cannot map files: read instead
             raw = _map_tensor(fh, data_start + start, end - start)
-    if raw is None:
-        raw = _read_tensor(fh, data_start + start, end - start)
+    if raw is None:  # np.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte
+        raw = np.empty(end - start, dtype=np.uint8)
+        fh.seek(data_start + start)
+        if fh.readinto(raw.data) != end - start:
+            raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
     return from_bytes(raw, name, shape)
 
 
@@ -465,15 +468,6 @@ def _map_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
         with contextlib.suppress(OSError):  # an older kernel: pages are faulted in as first read
             mapped.madvise(_POPULATE_READ)
     return np.frombuffer(mapped, dtype=np.uint8, offset=first - offset, count=nbytes)
-
-
-def _read_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
-    # np.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte.
-    buffer = np.empty(nbytes, dtype=np.uint8)
-    fh.seek(first)
-    if fh.readinto(buffer.data) != nbytes:
-        raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
-    return buffer
 
 
 def open_safetensors(path: Path, ref: str, fmt: str | None = None) -> SafetensorsSource:

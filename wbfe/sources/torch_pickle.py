@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping
 
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError
+from wbfe.linalg.arrays import dtype_name
 from wbfe.sources._base import (TORCH_SUFFIXES, FileDigest, Provenance, TensorEntry, TensorSource, open_regular,
     unreadable)
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
@@ -156,10 +157,6 @@ def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
                 children.append((f"{name}.", value))
         stack.extend(reversed(children))
     return out
-
-
-def dtype_name(tensor: Any) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
 
 
 def unreadable_reason(tensor: Any) -> str | None:

@@ -82,12 +82,6 @@ class _Scripted:
 _CLASSES: dict[str, type] = {}
 
 
-def _scripted_class(qualname: str) -> type:
-    if qualname not in _CLASSES:
-        _CLASSES[qualname] = type("Scripted", (_Scripted,), {"qualname": qualname})
-    return _CLASSES[qualname]
-
-
 def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> _TensorRef:
     if not isinstance(storage, _Storage) or not _ints(offset) or not _ints(*size) or not _ints(*stride) \
             or len(size) != len(stride):
@@ -126,7 +120,10 @@ class _Unpickler(pickle.Unpickler):
         if module == "torch" and name in _STORAGES:
             return _STORAGES[name]
         if module == "__torch__" or module.startswith("__torch__."):
-            return _scripted_class(f"{module}.{name}")
+            qualname = f"{module}.{name}"
+            if qualname not in _CLASSES:
+                _CLASSES[qualname] = type("Scripted", (_Scripted,), {"qualname": qualname})
+            return _CLASSES[qualname]
         raise UnsafePickleError(f"refused to load a TorchScript pickle that needs {module}.{name}")
 
     def persistent_load(self, pid: Any) -> _Storage:
