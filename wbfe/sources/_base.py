@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import errno
 import hashlib
+import math
 import os
 import re
 import stat
@@ -66,10 +67,7 @@ class TensorEntry:
 
 def stored_bytes(shape: Sequence[int], dtype: str) -> int:
     """The bytes of a tensor of ``shape`` and ``dtype`` (a torch dtype name)."""
-    count = 1
-    for size in shape:
-        count *= int(size)
-    return count * itemsize(dtype)
+    return math.prod(int(size) for size in shape) * itemsize(dtype)
 
 
 def open_regular(path: Path) -> BinaryIO:

@@ -8,6 +8,7 @@ dequantised as TFLite's ``DEQUANTIZE`` computes it. The whole file is checked wh
 from __future__ import annotations
 
 import functools
+import math
 import mmap
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
@@ -103,9 +104,7 @@ class TfliteSource(TensorSource):
             # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never
             # read (a weight of these is skipped with that reason)
             return
-        numel = 1
-        for d in tensor.shape:
-            numel *= d
+        numel = math.prod(tensor.shape)
         buffer = self._buffers[tensor.buffer]
         if buffer.size != numel * itemsize:
             raise CorruptCheckpointError(

@@ -41,17 +41,7 @@ class _Placeholder:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        pass
-
-    def append(self, value: Any) -> None:
-        pass
-
-    def extend(self, values: Any) -> None:
-        pass
+    __setstate__ = __setitem__ = append = extend = __init__
 
 
 class _Records(pickle._Unpickler):
