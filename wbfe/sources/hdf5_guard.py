@@ -1,11 +1,7 @@
-"""Walk an HDF5 file's index in a child process, bounded in time and memory, before libhdf5 reads it in this one.
-
-A damaged file can make libhdf5 loop forever or allocate gigabytes inside one C call no Python timeout can
-reach (found by fuzzing), so a forked child walks every group, attribute and dataset first, under
-:data:`WALK_MEMORY_BYTES` and :data:`WALK_TIMEOUT_S`; a child that fails is a typed error. The children are
-forked by a walker: a helper interpreter (``sys.executable -c``) started once per process that imports
-nothing of the caller's (multiprocessing would re-import its ``__main__``). A file that passed is
-remembered while unchanged; without ``os.fork`` (Windows) files are read unguarded (docs/formats.md).
+"""Walk an HDF5 file's index in a forked child, bounded in time and memory, before libhdf5 reads it in this
+process: a damaged file can make libhdf5 loop forever or allocate gigabytes inside one C call no Python
+timeout can reach (found by fuzzing). The children are forked by a helper interpreter started once per
+process, which imports nothing of the caller's (docs/formats.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Object-store URIs (``s3://bucket/model/``, any ``<protocol>://`` fsspec knows): the copy, and the store
-access it shares with the streamed reads (:mod:`wbfe.sources.object_location`).
-
-Only what the URI names is copied (a file, or a folder's weight files and configs) into a cache folder
-content-addressed by the URI and what the store says of each object, written privately and renamed into
-place, so a reader sees a complete copy or none (docs/remote.md).
+"""Object-store URIs (``s3://bucket/model/``, any ``<protocol>://`` fsspec knows): the copy into a
+content-addressed cache folder (docs/remote.md), and the store access it shares with the streamed reads
+(:mod:`wbfe.sources.object_location`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""What an ONNX graph does with each stored tensor: which are weights, how each is oriented, the order the
-model uses them in, and which one produces the output (the head).
-
-Stored tensors are the initializers and ``Constant`` values of the main graph and every subgraph, names
-resolved by ONNX's scoping rules; each is followed through pass-through operators (and the slicing chains
-exporters feed recurrent weights with) to the operator that consumes it, which decides what it is. A
-signal-processing constant is skipped even when a weight input consumes it. The rules in full:
-docs/checkpoints.md. This module reads no tensor data; :mod:`wbfe.sources.onnx_files` does.
+"""What an ONNX graph does with each stored tensor: which are weights (followed through pass-through and
+slicing operators to the operator that consumes them), how each is oriented, the model's order and the head.
+The rules in full: docs/checkpoints.md. No tensor data is read here; :mod:`wbfe.sources.onnx_files` reads it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Safetensors read remotely, one range request a tensor, nothing written to disk (docs/remote.md).
-
-A hub id or an ``http(s)://`` URL of a ``.safetensors`` file or shard index is streamed: each header is
-validated by the local reader's code, then each tensor fetched when the engine asks for it, through a
-:class:`~wbfe.sources.ranged.RangedFile` (HTTP or object store). By default a checkpoint is streamed
-when it is larger than the free disk of the cache it would be downloaded into.
+"""Safetensors read remotely, one range request a tensor, nothing written to disk: each header validated by
+the local reader's code, through a :class:`~wbfe.sources.ranged.RangedFile` (HTTP or object store); by
+default streamed when larger than the free disk of the cache it would be downloaded into (docs/remote.md).
 """
 
 from __future__ import annotations

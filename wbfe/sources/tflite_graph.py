@@ -1,10 +1,6 @@
-"""What a TFLite model's graph holds and does with each stored tensor, as plain data.
-
-:func:`parse_model` reads the flatbuffer (through the ``tflite`` package's accessors) into plain records
-once, checking every count, index and extent, so a hostile file is refused there with a
-:class:`~wbfe.errors.CorruptCheckpointError` naming what is wrong. :func:`plan_graph` then decides from
-the operators alone what each constant is (a weight, reported in PyTorch's layout, or skipped with the
-operator that consumes it), the model's order and the head (docs/formats.md).
+"""What a TFLite model's graph holds and does with each stored tensor, as plain data: :func:`parse_model`
+reads the flatbuffer into records once, checking every count, index and extent; :func:`plan_graph` decides
+from the operators what each constant is, the model's order and the head (docs/formats.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The records of a legacy (pre-1.6, non-zip) PyTorch checkpoint, checked before torch reads it.
-
-torch fills each storage from the record the key list names without comparing counts: a storage left
-out, or whose record counts fewer elements, is handed over as uninitialised memory (found by fuzzing).
-The records are read here first with an unpickler that builds and imports nothing; where they cannot be
-read this way, torch decides.
+"""The records of a legacy (pre-1.6, non-zip) PyTorch checkpoint, checked before torch reads it: torch hands
+over a storage its key list leaves out, or whose record is short, as uninitialised memory (found by fuzzing).
+Read with an unpickler that builds and imports nothing; where it cannot follow a file, torch decides.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""TorchScript archives (``torch.jit.save``), read without loading or running the scripted code.
-
-The pickles are read with a restricted unpickler that resolves only the tensor rebuilders, storage types
-and containers in ``_ALLOWED`` (every ``__torch__`` class an inert record of its state); tensors are
-named by their module path, the code's constants ``constants.<i>``. The code's ``__parameters__`` and
-``__buffers__`` (read as text) let a signal-processing buffer be skipped as the ONNX reader skips it
-(docs/checkpoints.md).
+"""TorchScript archives (``torch.jit.save``), read without loading or running the scripted code: the pickles
+through a restricted unpickler (``_ALLOWED``; every ``__torch__`` class an inert record of its state), the
+code only as text for each class's parameters and buffers (docs/checkpoints.md).
 """
 
 from __future__ import annotations
