@@ -1,22 +1,9 @@
 """Resolve a reference and stream its tensors one at a time.
 
-References are resolved by the locations registered in :mod:`wbfe.sources.registry`, tried in
-their declared order:
-
-- ``memory``: an ``nn.Module`` or a mapping of tensors (library use);
-- ``http``: an ``http(s)://`` URL of safetensors weights, streamed with range requests when
-  asked or when larger than the free disk (:mod:`wbfe.sources.remote`), else copied as below;
-- ``object-store``: a URI ``<protocol>://...`` (``s3://``, ``gs://``, ... through fsspec): its
-  safetensors streamed with ranged reads when asked or when larger than the free disk
-  (:mod:`wbfe.sources.object_location`), else copied into a local cache first
-  (:mod:`wbfe.sources.object_store`);
-- ``path``: an existing file or folder, read by the registered file format that recognises it
-  (safetensors, PyTorch pickles, GGUF, Keras, ONNX, TFLite, ...; :mod:`wbfe.sources.local`);
-- ``timm`` and ``torchvision``: ``timm:<name>`` and ``torchvision:<weights>``;
-- ``hub``: a Hugging Face id ``org/name[@revision]``.
-
-Importing this package registers the built-in formats and locations; no reader's own dependency
-(torch, onnx, gguf, h5py, tflite, fsspec, huggingface_hub) is imported until a checkpoint needs it.
+A reference is resolved by the locations registered in :mod:`wbfe.sources.registry`, tried in their
+declared order: an in-memory module or state dict, an ``http(s)://`` URL, an object-store URI, a local
+file or folder, ``timm:``/``torchvision:`` names, a Hugging Face id. Importing this package registers
+them; no reader's own dependency is imported until a checkpoint needs it (docs/formats.md, docs/remote.md).
 """
 
 from __future__ import annotations
@@ -26,65 +13,33 @@ from typing import Any, Sequence
 
 from wbfe.errors import InvalidOptionError, SourceNotFoundError, hub_name_hint
 
-# The format and location modules register themselves when imported (timm's model modules do the
-# same); the order here does not matter, each declares its own place.
-from wbfe.sources import (  # noqa: F401  # noqa: F401  # noqa: F401
-    flax_files,
-    gguf_files,
-    hub,
-    keras_files,
-    local,
-    numpy_files,
-    object_location,
-    object_store,
-    onnx_files,
-    peft_adapter,
-    remote,
-    safetensors_files,
-    tflite_files,
-    torch_pickle,
-    torchscript_files,
-    zoo_libraries,
+# The format and location modules register themselves when imported; each declares its own place.
+from wbfe.sources import (  # noqa: F401
+    flax_files, gguf_files, hub, keras_files, local, numpy_files, object_location, object_store,
+    onnx_files, peft_adapter, remote, safetensors_files, tflite_files, torch_pickle, torchscript_files, zoo_libraries,
 )
-from wbfe.sources._base import (
-    HASH_CHUNK,
-    TORCH_SUFFIXES,
-    Provenance,
-    TensorEntry,
-    TensorSource,
-    combine_digests,
-    file_sha256,
-    open_regular,
-    stored_bytes,
-)
+from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
+    file_sha256, open_regular, stored_bytes)
 from wbfe.sources._order import natural_key
 from wbfe.sources.memory import MemorySource
 from wbfe.sources.registry import checkpoint_suffixes, locations
 
-# The one list of suffixes a checkpoint file of any registered format may have, and with a shard
-# index's ``.json`` (which alone does not make a file a checkpoint).
+# With a shard index's ``.json`` (which alone does not make a file a checkpoint).
 CHECKPOINT_SUFFIXES = checkpoint_suffixes()
 WEIGHT_SUFFIXES = CHECKPOINT_SUFFIXES + (".json",)
 
 __all__ = [
     "TensorEntry", "TensorSource", "Provenance", "MemorySource", "open_source", "content_hash", "WEIGHT_SUFFIXES",
     "CHECKPOINT_SUFFIXES", "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests", "open_regular",
-    "natural_key", "stored_bytes", "remote_ref", "stream_each",
-]
+    "natural_key", "stored_bytes", "remote_ref", "stream_each"]
 
 
 def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
-    """Open ``ref`` for streaming (see the module docstring for what a reference can be).
+    """Open ``ref`` (a path, URI, model name or id, an ``nn.Module`` or a mapping of tensors) for streaming.
 
     Args:
-        ref: a path, URI, model name or id, an ``nn.Module`` or a mapping of tensors.
-        stream: for a hub id, an ``http(s)://`` URL or an object-store URI of safetensors weights:
-            True reads them with range requests, one tensor at a time, nothing written to disk;
-            False downloads (or copies) them first; None (default) streams when they are larger
-            than the cache's free disk (:mod:`wbfe.sources.remote`).
-
-    Returns:
-        The opened source (use it as a context manager).
+        stream: for a hub id, URL or object-store URI of safetensors: True reads them with range requests,
+            False downloads (or copies) them first, None streams when they exceed the cache's free disk.
 
     Raises:
         SourceNotFoundError: a path that does not exist and is not a model id either.
@@ -108,18 +63,15 @@ def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
 
 
 def remote_ref(ref: Any) -> bool:
-    """Whether ``ref`` is read by a location that can stream it (a hub id, an ``http(s)://`` URL,
-    an object-store URI), the ones ``stream`` applies to."""
+    """Whether ``ref`` is read by a location that can stream it (the ones ``stream`` applies to)."""
     if isinstance(ref, str) and not ref.strip():
         return False
     return any(location.streams for location in locations() if location.claims(ref))
 
 
 def stream_each(refs: Sequence[Any], stream: bool | None) -> list[bool | None]:
-    """The ``stream`` to open each of ``refs`` with when they are read together (the two checkpoints
-    of a comparison, an adapter and its base): ``stream`` for the remote ones (:func:`remote_ref`),
-    None for the local ones, which are read where they are. With ``stream=True`` and no remote
-    reference, ``stream`` for each: :func:`open_source` then refuses the first."""
+    """The ``stream`` to open each of ``refs`` read together with: ``stream`` for the remote ones, None for
+    the local ones; with ``stream=True`` and no remote one, ``stream`` for each (:func:`open_source` refuses)."""
     is_remote_each = [remote_ref(ref) for ref in refs]
     if stream and not any(is_remote_each):
         return [stream] * len(refs)
@@ -131,7 +83,7 @@ def content_hash(ref: Any) -> str:
 
     Raises:
         The errors of :func:`open_source`; ``SourceNotFoundError`` for in-memory objects and for a
-        streamed URL (:mod:`wbfe.sources.remote`) whose server lists no SHA-256.
+        streamed URL whose server lists no SHA-256.
     """
     with open_source(ref) as source:
         digest = source.provenance.digest()

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import errno
 import hashlib
+import math
 import os
 import re
 import stat
@@ -13,21 +14,15 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 from wbfe._config import usable_cpus
-from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
+from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError
 from wbfe.framework.description import OUT_IN, Fallback, FrameworkDescription
 from wbfe.linalg.arrays import itemsize
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = [
-    "TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
-    "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests",
-    "stored_bytes",
-]
+__all__ = ["TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
+    "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests", "stored_bytes", "optional_import"]
 
 # PyTorch pickle suffixes (the list of every format's suffixes is wbfe.sources.WEIGHT_SUFFIXES).
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".th", ".ckpt")
@@ -41,26 +36,17 @@ class TensorEntry:
 
     Attributes:
         name: the tensor name as stored (after unwrapping containers and a ``module.`` prefix).
-        shape: its shape.
         dtype: a torch dtype name without the ``torch.`` prefix (``float32``, ``bfloat16``, ``int8``...).
-        load: reads the tensor (memory-mapped where the format allows): a numpy array where numpy
-            has its dtype and the reader is not torch's own, else a torch tensor (see
-            :mod:`wbfe.linalg.arrays`, whose functions take either).
+        load: reads the tensor: a numpy array where numpy has its dtype and the reader is not torch's
+            own, else a torch tensor (:mod:`wbfe.linalg.arrays` takes either).
         storage_key: identifies shared storage (tied weights) where the format exposes it, else None.
-        reread: gets the same tensor again later in the stream (after its shard is closed, too)
-            without keeping anything else alive; None where only holding the tensor would allow it.
-        quant: the storage scheme of a tensor that ``load`` dequantises (``fp8-e4m3-block128``,
-            ``gguf-q4_k``, ...); None for a tensor stored as plain floats. ``dtype`` is then the
-            dtype ``load`` returns.
-        skip: why this tensor is not read as a dense matrix: the reader cannot give it as one
-            (sparse, on the meta device, an expanded view far larger than its storage) or the
-            format itself says it is no weight matrix (a Keras optimizer moment, a BatchNorm
-            moving statistic, an ONNX bias); it is then listed as skipped with this reason and
-            ``load`` is never called. None for a readable tensor.
-        layout: how the axes of the tensor ``load`` returns are laid out, as the reader or the
-            checkpoint's own description says: ``out_in`` ([out, in, k...], PyTorch's and what the
-            Keras and GGUF readers convert to) or ``in_out`` (stored transposed: GPT-2's Conv1D,
-            a transposed convolution). Never inferred from the name later.
+        reread: gets the same tensor again later (after its shard is closed, too) without keeping
+            anything else alive; None where only holding the tensor would allow it.
+        quant: the storage scheme of a tensor ``load`` dequantises (``gguf-q4_k``...); ``dtype`` is
+            then the dtype ``load`` returns.
+        skip: why the tensor is not read as a dense matrix (listed as skipped; ``load`` never called).
+        layout: ``out_in`` ([out, in, k...], PyTorch's) or ``in_out`` (stored transposed: GPT-2's
+            Conv1D, a transposed convolution), as the reader or the checkpoint's description says.
     """
 
     name: str
@@ -80,22 +66,12 @@ class TensorEntry:
 
 
 def stored_bytes(shape: Sequence[int], dtype: str) -> int:
-    """The bytes of a tensor of ``shape`` and ``dtype`` (a torch dtype name).
-
-    Raises:
-        AttributeError: ``dtype`` names no torch dtype.
-    """
-    count = 1
-    for size in shape:
-        count *= int(size)
-    return count * itemsize(dtype)
+    """The bytes of a tensor of ``shape`` and ``dtype`` (a torch dtype name)."""
+    return math.prod(int(size) for size in shape) * itemsize(dtype)
 
 
 def open_regular(path: Path) -> BinaryIO:
-    """Open ``path`` for reading only if it is a regular file (after following symlinks).
-
-    A FIFO, socket or device named like a checkpoint would block a read or never end; it is opened
-    without blocking, checked, and refused before a byte is read.
+    """Open ``path`` for reading only if it is a regular file (a FIFO or device would block a read).
 
     Raises:
         SourceNotFoundError: the file does not exist or cannot be read (permissions, I/O error).
@@ -110,8 +86,7 @@ def open_regular(path: Path) -> BinaryIO:
         if not stat.S_ISREG(mode):
             raise CorruptCheckpointError(
                 f"{path}: not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'special file')}); wbfe reads "
-                "checkpoint files only", path=str(path)
-            )
+                "checkpoint files only", path=str(path))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
@@ -138,10 +113,7 @@ _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a so
 
 @dataclass
 class Provenance:
-    """Where the tensors came from.
-
-    ``pending``: the files' SHA-256 while a background thread computes it; :meth:`digest` waits.
-    """
+    """Where the tensors came from; ``pending``: the files' SHA-256 while it is computed."""
 
     source: str
     format: str
@@ -157,43 +129,30 @@ class Provenance:
         return self.sha256
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "source": self.source,
-            "format": self.format,
-            "files": list(self.files),
-            "sha256": self.digest(),
-        }
+        out: dict[str, Any] = {"source": self.source, "format": self.format, "files": list(self.files),
+            "sha256": self.digest()}
         out.update(self.extra)
         return out
 
 
 class TensorSource:
-    """A checkpoint opened for reading: iterate it for :class:`TensorEntry` values, one at a time.
-
-    Use as a context manager; ``close()`` releases file handles and memory maps.
-    """
+    """A checkpoint opened for reading (a context manager): :meth:`entries` yields :class:`TensorEntry` values."""
 
     provenance: Provenance
-    # The head as the checkpoint's own format or config declares it (a tensor name), when it does:
-    # e.g. GGUF's token embedding when ``output.weight`` is absent. Read after ``entries()`` ends.
+    # The head's tensor name as the format or config declares it (read after ``entries()`` ends).
     head_hint: str | None = None
-    # The model's own configuration found beside the weights (Hugging Face ``config.json``, with a
-    # GPTQ ``quantize_config.json`` as its ``quantization_config``), parsed; None where there is none.
+    # The model's parsed ``config.json`` found beside the weights, else None.
     config: dict[str, Any] | None = None
-    # True where entries() reads headers only (each tensor is read by its entry's load()): the
-    # entries can then be listed before any is scored, which gives progress its total up front.
+    # entries() reads headers only: they can be listed before any is scored (progress's total up front).
     headers_only: bool = False
-    # The description a reader took from the file itself (a Keras model_config, a GGUF tensor list);
-    # None where the description, if any, comes from ``config`` (see ``description``).
+    # The description a reader took from the file itself (a Keras model_config, a GGUF tensor list).
     own_description: FrameworkDescription | None = None
     _described: tuple[Any, FrameworkDescription | None] | None = None
 
     @property
     def description(self) -> FrameworkDescription | None:
-        """What the checkpoint's own framework says about it (order, head, ties, layouts): the
-        reader's ``own_description``, else the model ``config`` names built by its framework
-        (:func:`wbfe.framework.describe_config`); None where there is none. What was used, or why
-        the rules decide instead, is recorded in ``provenance.extra["framework"]``."""
+        """The reader's ``own_description``, else the one built from ``config``; None where there is none
+        (what was used, or why the rules decide, is recorded in ``provenance.extra["framework"]``)."""
         if self.own_description is not None:
             self.provenance.extra["framework"] = self.own_description.summary()
             return self.own_description
@@ -211,16 +170,14 @@ class TensorSource:
         return self._described[1]
 
     def leave_to_rules(self, why: str | None) -> None:
-        """Let wbfe's rules decide instead of the framework ``config`` names (``why`` is recorded as
-        ``provenance.extra["framework"]``), so that its model is not built; None undoes it."""
+        """Let wbfe's rules decide instead of the ``config``'s framework (``why`` recorded); None undoes it."""
         self.provenance.extra.pop("framework", None)
         self._described = None if why is None else (self.config, None)
         if why is not None:
             self.provenance.extra["framework"] = {"used": "rules", "why": why}
 
     def described(self, entries: Iterator[TensorEntry]) -> Iterator[TensorEntry]:
-        """``entries`` with the layout the checkpoint's description gives each (GPT-2's Conv1D
-        weights are ``in_out``); unchanged where there is no description."""
+        """``entries`` with the layout the checkpoint's description gives each (GPT-2's Conv1D: ``in_out``)."""
         description = self.description
         layouts = description.layouts if description is not None else {}
         # Without a description (no torch, no transformers), the config's rule still knows GPT-2's Conv1D
@@ -254,15 +211,8 @@ class TensorSource:
 
 
 class FileDigest:
-    """SHA-256 of one file's bytes, or of the sorted ``name:digest`` lines of several files,
-    computed on background threads so that hashing overlaps the scoring.
-
-    Hashing runs at 1-2 GB/s a thread; hashlib and file reads release the GIL, and the threads run
-    at the lowest priority, so they take only cores that BLAS leaves idle. A sharded checkpoint's
-    files are hashed side by side, one thread each, on all CPUs but one (at most
-    ``_HASH_THREADS``): on a GPU, where the spectra of a 2 GB checkpoint take about a second, one
-    thread would make the hash the slowest step. :meth:`cancel` stops it early.
-    """
+    """SHA-256 of one file, or of the sorted ``name:digest`` lines of several, computed on background
+    threads of the lowest priority (one a file, on all CPUs but one) so that hashing overlaps the scoring."""
 
     def __init__(self, paths: Sequence[Path]):
         self._paths = list(paths)
@@ -272,8 +222,7 @@ class FileDigest:
         self._stop = threading.Event()
         self._error: BaseException | None = None
         count = max(1, min(len(self._paths), _HASH_THREADS, usable_cpus() - 1))
-        self._threads = [threading.Thread(target=self._run, name=f"wbfe-sha256-{i}", daemon=True)
-                         for i in range(count)]
+        self._threads = [threading.Thread(target=self._run, name=f"wbfe-sha256-{i}", daemon=True) for i in range(count)]
         for thread in self._threads:
             thread.start()
 
@@ -298,12 +247,7 @@ class FileDigest:
                 return
 
     def result(self) -> str:
-        """The digest, once computed.
-
-        Raises:
-            Whatever hashing raised (an ``OSError`` for a file that went away), or
-            ``RuntimeError`` after :meth:`cancel`.
-        """
+        """The digest, once computed (raises what hashing raised, or ``RuntimeError`` after :meth:`cancel`)."""
         for thread in self._threads:
             thread.join()
         if self._error is not None:
@@ -316,15 +260,13 @@ class FileDigest:
         self._stop.set()
 
 
-# Read size of one hashing thread: 64 KiB to 4 MiB all hash at 1.5 GB/s here, while a 4 MiB
-# buffer's zero fill and page faults cost a small CNN's score 2 ms. The most threads one hash takes.
+# Read size of one hashing thread (a larger buffer's zero fill costs a small model's score), and the most threads.
 HASH_CHUNK = 1 << 18
 _HASH_THREADS = 8
 
 
 def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:
-    """``(file name, hex SHA-256)`` of one file, read through ``buffer`` (of :data:`HASH_CHUNK`
-    bytes); ``stop``, when set, cancels it with a ``RuntimeError``."""
+    """``(file name, hex SHA-256)`` of one file, read through ``buffer``; ``stop`` cancels it (``RuntimeError``)."""
     blob = path.resolve()
     if path.is_symlink() and _SHA256_NAME.fullmatch(blob.name):
         # Hugging Face cache: an LFS blob is stored under its own SHA-256; no need to re-read it.
@@ -340,9 +282,16 @@ def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> 
 
 
 def combine_digests(digests: Sequence[tuple[str, str]]) -> str:
-    """The digest of several files' ``(name, digest)``: the one digest itself for one file, else the
-    SHA-256 of their sorted ``name:digest`` lines (what :class:`FileDigest` gives)."""
+    """The one digest of one file, else the SHA-256 of the sorted ``name:digest`` lines (as :class:`FileDigest`)."""
     if len(digests) == 1:
         return digests[0][1]
     lines = "".join(f"{name}:{digest}\n" for name, digest in sorted(digests))
     return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def optional_import(name: str, message: str) -> Any:
+    """The module ``name``, or a ``MissingDependencyError`` with ``message`` (a reader's extra)."""
+    try:
+        return __import__(name)
+    except ImportError:
+        raise MissingDependencyError(message, package=name) from None

@@ -1,11 +1,5 @@
-"""The order of a checkpoint's tensors: as stored, unless the writer only sorted them by name.
-
-The ``safetensors`` library writes tensors sorted by dtype, then by name (``layers.10`` before
-``layers.2``), and Hugging Face writes shard indexes with sorted keys: that order says nothing
-about the model, so such names are put in natural order (``layers.2`` before ``layers.10``), the
-nearest to the model's own. Any other stored order (a writer that kept the model's order, a pickle's
-insertion order) is kept as it is.
-"""
+"""The order of a checkpoint's tensors: as stored, unless the writer only sorted them by name (the
+``safetensors`` library sorts by dtype, then name), then natural order (``layers.2`` before ``layers.10``)."""
 
 from __future__ import annotations
 
@@ -21,8 +15,7 @@ def natural_key(name: str) -> list[object]:
 
 
 def checkpoint_order(names: Sequence[str], group: Callable[[str], object] = lambda name: None) -> list[str]:
-    """``names`` (in stored order) in the checkpoint's order: natural order where the stored order
-    is only the writer's sort by name within each ``group`` (the dtype, for safetensors)."""
+    """``names`` in natural order where the stored order is only the writer's sort by name within each ``group``."""
     runs: dict[object, list[str]] = {}
     for name in names:
         runs.setdefault(group(name), []).append(name)

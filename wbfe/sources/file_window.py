@@ -1,7 +1,5 @@
-"""A stored (uncompressed) zip member read in place: ``size`` bytes of a file from ``offset``, as a
-read-only, seekable binary file, so that h5py reads a Keras archive's weights without a copy —
-in wbfe's process (:mod:`wbfe.sources.keras_files`) and in the guard's child
-(:mod:`wbfe.sources.hdf5_guard`)."""
+"""A stored zip member read in place, as a read-only seekable file, so that h5py reads a Keras archive's
+weights without a copy (here and in the HDF5 guard's child)."""
 
 from __future__ import annotations
 
@@ -14,11 +12,7 @@ __all__ = ["FileWindow"]
 
 
 class FileWindow(io.RawIOBase):
-    """``size`` bytes of the file at ``path`` from ``offset``.
-
-    Raises:
-        zipfile.BadZipFile: the window runs past the end of the file (``what`` names it).
-    """
+    """``size`` bytes of the file at ``path`` from ``offset`` (``zipfile.BadZipFile`` past its end)."""
 
     def __init__(self, path: Union[str, Path], offset: int, size: int, what: str = "the member"):
         super().__init__()

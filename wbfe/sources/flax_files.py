@@ -1,58 +1,40 @@
-"""Flax checkpoints (``flax_model.msgpack``, ``flax.serialization.to_bytes``), read with ``msgpack``.
+"""Flax checkpoints (``flax_model.msgpack``, ``flax.serialization.to_bytes``), read with ``msgpack`` alone.
 
-The format, as ``flax/serialization.py`` writes it: a msgpack map of nested maps (the variables'
-tree); each array is msgpack extension type 1 holding a msgpack-packed ``(shape, dtype name, raw
-C-order bytes)``; an array over 1 GiB is a map ``{"__msgpack_chunked_array__": True, "shape": {...},
-"chunks": {"0": array, ...}}`` of flat pieces; numpy scalars are extension type 3 (listed as skipped).
-Neither flax nor jax is needed. The file is parsed whole when opened (msgpack has no index), and
-each array converted to a tensor when asked for.
-
-Flax stores a Dense ``kernel`` in × out and a convolution kernel k… × in × out; they are reported
-in PyTorch's layout, out × in and out × in × k…, and named as PyTorch names them (as transformers'
-Flax-to-PyTorch conversion does): ``kernel`` and ``scale`` and ``embedding`` become ``weight``,
-BatchNorm's ``mean`` and ``var`` ``running_mean`` and ``running_var``. A top-level ``params`` or
-``batch_stats`` collection is not part of the names; optimizer state is listed as skipped.
+The file is parsed whole when opened (msgpack has no index); arrays are reported in PyTorch's layout
+and names, as transformers' Flax-to-PyTorch conversion gives them (docs/checkpoints.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
-from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
-from wbfe.linalg.arrays import NUMPY_DTYPES, from_bytes, is_torch
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+import numpy as np
+
+from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
+from wbfe.linalg.arrays import NUMPY_DTYPES, from_bytes, is_torch, itemsize
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, optional_import
 from wbfe.sources.numpy_files import numpy_dtype_name
 from wbfe.sources.registry import FileFormat, register_format
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["FlaxSource", "open_flax", "FLAX", "torch_name", "torch_layout"]
+__all__ = ["FlaxSource", "FLAX", "torch_name", "torch_layout"]
 
 _NDARRAY, _NPSCALAR = 1, 3
 _CHUNKED = "__msgpack_chunked_array__"
 _COLLECTIONS = ("params", "batch_stats")
 _OPTIMIZER = ("opt_state", "optimizer", "optimizer_state")
-_RENAMED = {"kernel": "weight", "scale": "weight", "embedding": "weight", "mean": "running_mean",
-            "var": "running_var"}
+_RENAMED = {"kernel": "weight", "scale": "weight", "embedding": "weight", "mean": "running_mean", "var": "running_var"}
 
 
 def _msgpack() -> Any:
-    try:
-        import msgpack
-    except ImportError:
-        raise MissingDependencyError("reading Flax checkpoints needs msgpack: pip install 'wbfe[flax]'",
-                                     package="msgpack") from None
-    return msgpack
+    return optional_import("msgpack", "reading Flax checkpoints needs msgpack: pip install 'wbfe[flax]'")
 
 
 @dataclass(frozen=True)
 class _Array:
-    """An array as stored: its shape, numpy dtype name and raw bytes (or its flat chunks)."""
-
     shape: tuple[int, ...]
     dtype: str
     pieces: tuple[bytes, ...]
@@ -66,7 +48,7 @@ class _Leaf:
     skip: Optional[str]
 
 
-def torch_name(path: tuple[str, ...], ndim: int) -> str:
+def torch_name(path: tuple[str, ...]) -> str:
     """The PyTorch name of the Flax variable at ``path`` (collection prefix dropped, last key renamed)."""
     keys = list(path[1:] if len(path) > 1 and path[0] in _COLLECTIONS else path)
     if keys and keys[-1] in _RENAMED:
@@ -75,8 +57,7 @@ def torch_name(path: tuple[str, ...], ndim: int) -> str:
 
 
 def torch_layout(last_key: str, ndim: int) -> Optional[tuple[int, ...]]:
-    """The permutation that takes a Flax ``kernel`` to PyTorch's layout: in × out to out × in, and
-    k… × in × out to out × in × k…; None for every other variable (kept as stored)."""
+    """The permutation from a Flax ``kernel`` (k… × in × out) to PyTorch's out × in × k…; None for others."""
     if last_key != "kernel" or ndim < 2:
         return None
     return (ndim - 1, ndim - 2, *range(ndim - 2))
@@ -98,19 +79,16 @@ def _ext_hook(code: int, data: bytes) -> Any:
 class FlaxSource(TensorSource):
     """The arrays of a Flax msgpack checkpoint, in PyTorch's layout and names."""
 
-    def __init__(self, ref: str, path: Path):
+    def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
         msgpack = _msgpack()
         self._path = path
         with open_regular(path) as fh:
             raw = fh.read()
         try:
             tree = msgpack.unpackb(raw, ext_hook=_ext_hook, raw=False, strict_map_key=False)
-        except (msgpack.OutOfData, ValueError) as exc:
+        except (msgpack.UnpackException, ValueError, TypeError, RecursionError) as exc:
             if isinstance(exc, msgpack.OutOfData) or "incomplete input" in str(exc):
                 raise TruncatedCheckpointError(f"{path}: truncated Flax msgpack file", path=str(path)) from None
-            raise CorruptCheckpointError(f"{path}: not a readable Flax msgpack file ({exc.__class__.__name__}: "
-                                         f"{str(exc)[:80]})", path=str(path)) from None
-        except (msgpack.UnpackException, TypeError, RecursionError) as exc:
             raise CorruptCheckpointError(f"{path}: not a readable Flax msgpack file ({exc.__class__.__name__}: "
                                          f"{str(exc)[:80]})", path=str(path)) from None
         del raw
@@ -149,11 +127,11 @@ class FlaxSource(TensorSource):
 
     def _leaf(self, path: tuple[str, ...], array: _Array) -> _Leaf:
         ndim = len(array.shape)
-        name = torch_name(path, ndim)
+        name = torch_name(path)
         dtype = "bfloat16" if array.dtype == "bfloat16" else _dtype(array.dtype)
         if dtype is None:
             return _Leaf(name, array, None, f"{array.dtype} array: not a weight dtype")
-        need = math.prod(array.shape) * _itemsize(dtype)
+        need = math.prod(array.shape) * itemsize(dtype)
         if sum(len(p) for p in array.pieces) != need:
             raise CorruptCheckpointError(f"{self._path}: array {'.'.join(path)!r} holds "
                                          f"{sum(len(p) for p in array.pieces)} bytes, its shape needs {need}",
@@ -162,7 +140,6 @@ class FlaxSource(TensorSource):
         return _Leaf(name, array, torch_layout(path[-1] if path else "", ndim), skip)
 
     def _unchunk(self, path: tuple[str, ...], value: dict[Any, Any]) -> _Array:
-        """A chunked array's pieces, in order, as one array (the bytes stay separate until read)."""
         try:
             shape = tuple(int(value["shape"][str(i)]) for i in range(len(value["shape"])))
             chunks = [value["chunks"][str(i)] for i in range(len(value["chunks"]))]
@@ -184,57 +161,34 @@ class FlaxSource(TensorSource):
             if leaf.permute is not None:
                 shape = tuple(shape[i] for i in leaf.permute)
             dtype = (_dtype(array.dtype) or array.dtype) if array is not None else "float32"
-            load = _Loader(leaf)
+            load = functools.partial(_load, leaf)
             yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=load, reread=load, skip=leaf.skip)
 
 
-class _Loader:
-    def __init__(self, leaf: _Leaf):
-        self.leaf = leaf
-
-    def __call__(self) -> Any:
-        import numpy as np
-
-        array = self.leaf.array
-        assert array is not None
-        dtype = _dtype(array.dtype) or "float32"
-        raw = np.frombuffer(bytearray(b"".join(array.pieces)), dtype=np.uint8)
-        if dtype in NUMPY_DTYPES:
-            # Viewed as stored (a big-endian ">f4" is float32 too: found by fuzzing), then in native order.
-            t = raw.view(np.dtype(array.dtype)).reshape(array.shape).astype(NUMPY_DTYPES[dtype], copy=False)
-            return np.ascontiguousarray(np.transpose(t, self.leaf.permute) if self.leaf.permute is not None else t)
-        # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
-        tensor = from_bytes(raw, dtype, array.shape)
-        if not is_torch(tensor):
-            return np.ascontiguousarray(np.transpose(tensor, self.leaf.permute) if self.leaf.permute is not None
-                                        else tensor)
-        return (tensor.permute(*self.leaf.permute) if self.leaf.permute is not None else tensor).contiguous()
+def _load(leaf: _Leaf) -> Any:
+    array = leaf.array
+    assert array is not None
+    dtype = _dtype(array.dtype) or "float32"
+    raw = np.frombuffer(bytearray(b"".join(array.pieces)), dtype=np.uint8)
+    if dtype in NUMPY_DTYPES:
+        # Viewed as stored (a big-endian ">f4" is float32 too: found by fuzzing), then in native order.
+        t = raw.view(np.dtype(array.dtype)).reshape(array.shape).astype(NUMPY_DTYPES[dtype], copy=False)
+        return np.ascontiguousarray(np.transpose(t, leaf.permute) if leaf.permute is not None else t)
+    # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
+    tensor = from_bytes(raw, dtype, array.shape)
+    if not is_torch(tensor):
+        return np.ascontiguousarray(np.transpose(tensor, leaf.permute) if leaf.permute is not None else tensor)
+    return (tensor.permute(*leaf.permute) if leaf.permute is not None else tensor).contiguous()
 
 
 def _dtype(name: str) -> Optional[str]:
     if name == "bfloat16":
         return "bfloat16"
-    import numpy as np
-
     try:
         return numpy_dtype_name(np.dtype(name))
     except (TypeError, ValueError, SyntaxError):  # numpy parses "2l 3tf" or "," as a format string (found by fuzzing)
         return None
 
 
-def _itemsize(dtype: str) -> int:
-    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}.get(dtype, 1)
-
-
-def open_flax(path: Path, ref: str, fmt: Optional[str] = None) -> FlaxSource:
-    """Open a Flax msgpack checkpoint.
-
-    Raises:
-        CorruptCheckpointError, TruncatedCheckpointError: not a readable Flax msgpack file.
-        MissingDependencyError: msgpack is not installed.
-    """
-    return FlaxSource(ref, path)
-
-
-FLAX = register_format(FileFormat(name="flax", suffixes=(".msgpack",), open=open_flax,
+FLAX = register_format(FileFormat(name="flax", suffixes=(".msgpack",), open=FlaxSource,
                                   preferred="flax_model.msgpack", group="more", rank=40))

@@ -1,11 +1,5 @@
-"""GGUF (llama.cpp) files, one file or the splits ``name-00001-of-0000N.gguf``, parsed by the ``gguf``
-package and dequantised with its own dequantisers, one tensor at a time.
-
-GGUF stores a tensor's dimensions innermost first (``ne0`` = the input features); entries report
-them reversed, out × in, like every other source. Each tensor's bytes are read from the file when it
-is asked for (the package's memory map is used only for the header), so the resident set holds the
-tensor being read and its dequantised floats, never the file.
-"""
+"""GGUF (llama.cpp) files, one file or a split set ``name-00001-of-0000N.gguf``, parsed and dequantised
+one tensor at a time by the ``gguf`` package; dimensions (stored innermost first) reported out × in."""
 
 from __future__ import annotations
 
@@ -14,19 +8,18 @@ import math
 import re
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
-from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, TruncatedCheckpointError, clip
+import numpy as np
+
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, clip
 from wbfe.framework import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format
 
-if TYPE_CHECKING:
-    import numpy as np
-
-__all__ = ["GGUFSource", "GGUF_MAGIC", "SPLIT_NAME", "split_files", "open_gguf", "GGUF"]
+__all__ = ["GGUFSource", "GGUF_MAGIC", "SPLIT_NAME", "split_files", "GGUF"]
 
 GGUF_MAGIC = b"GGUF"
 SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -38,21 +31,11 @@ _METADATA_KEYS = ("general.architecture", "general.name", "general.file_type", "
 
 
 def _gguf() -> Any:
-    try:
-        import gguf
-    except ImportError:
-        raise MissingDependencyError(
-            "reading GGUF files needs the gguf package: pip install 'wbfe[gguf]'", package="gguf"
-        ) from None
-    return gguf
+    return optional_import("gguf", "reading GGUF files needs the gguf package: pip install 'wbfe[gguf]'")
 
 
 def split_files(path: Path) -> list[Path]:
-    """All the files of the split set ``path`` belongs to, in order (``[path]`` when it is not a split).
-
-    Raises:
-        SourceNotFoundError: a split of the set is missing.
-    """
+    """The files of the split set ``path`` belongs to, in order (``SourceNotFoundError`` for a missing one)."""
     found = SPLIT_NAME.match(path.name)
     if found is None:
         return [path]
@@ -63,14 +46,11 @@ def split_files(path: Path) -> list[Path]:
         number = missing[0] if missing else int(found["no"])
         raise SourceNotFoundError(
             f"{path}: split {number} of {count} ({path.name.replace(found['no'], f'{number:05d}', 1)}) is missing",
-            path=str(path),
-        )
+            path=str(path))
     return files
 
 
 class _Split:
-    """One parsed GGUF file: its tensors and metadata, read through ``gguf.GGUFReader``."""
-
     def __init__(self, path: Path):
         gguf = _gguf()
         self.path = path
@@ -82,8 +62,7 @@ class _Split:
             raise TruncatedCheckpointError(f"{path}: truncated GGUF file ({size} bytes)", path=str(path))
         if magic != GGUF_MAGIC:
             raise CorruptCheckpointError(
-                f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})", path=str(path)
-            )
+                f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})", path=str(path))
         _check_counts(path, head, size)
         _check_fields(path, size)
         try:
@@ -91,17 +70,14 @@ class _Split:
         except ValueError as exc:
             # The reader's views of tensor data that the file is too short for fail to reshape.
             if "reshape" in str(exc) or "out of bounds" in str(exc):
-                raise TruncatedCheckpointError(
-                    f"{path}: truncated GGUF file (tensor data runs past the end of its {size} bytes)", path=str(path)
-                ) from None
-            raise CorruptCheckpointError(
-                f"{path}: corrupt or truncated GGUF header ({_one_line(exc)})", path=str(path)
-            ) from None
+                raise TruncatedCheckpointError(f"{path}: truncated GGUF file (tensor data runs past the end of its "
+                                               f"{size} bytes)", path=str(path)) from None
+            raise CorruptCheckpointError(f"{path}: corrupt or truncated GGUF header ({_one_line(exc)})",
+                                         path=str(path)) from None
         except (IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as exc:
             raise CorruptCheckpointError(
                 f"{path}: corrupt or truncated GGUF header ({exc.__class__.__name__}: {_one_line(exc)})",
-                path=str(path),
-            ) from None
+                path=str(path)) from None
         self.metadata = _metadata(reader, gguf)
         self.split = (_field(reader, "split.no"), _field(reader, "split.count"))
         # (name, quant type name, dims out x in, first byte, byte count): plain values only, so the
@@ -112,8 +88,7 @@ class _Split:
             if first < 0 or first + nbytes > size:
                 raise TruncatedCheckpointError(
                     f"{path}: tensor {t.name!r} lies past the end of the file ({first + nbytes} > {size} bytes)",
-                    path=str(path),
-                )
+                    path=str(path))
             dims = tuple(int(d) for d in reversed(t.shape.tolist()))
             self.tensors.append((t.name, t.tensor_type.name, dims, first, nbytes))
         del reader
@@ -128,15 +103,13 @@ _MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
 
 
 def _byte_order(head: bytes) -> str:
-    """``<`` or ``>``: a big-endian file's version, read little-endian, has its low 16 bits zero (the
-    gguf package's own test; a fuzzed big-endian file got past a little-endian-only check)."""
+    """``<`` or ``>``: a big-endian file's version, read little-endian, has its low 16 bits zero (gguf's test)."""
     return ">" if struct.unpack_from("<I", head, 4)[0] & 0xFFFF == 0 else "<"
 
 
 def _check_counts(path: Path, head: bytes, size: int) -> None:
-    """Refuse a header whose tensor and key-value counts the file is too short to hold, before the
-    gguf package reads it: past the end its reader reads nothing and goes on, so a count of 10⁶ in a
-    100-byte file made it build 10⁶ fields (gigabytes; found by fuzzing)."""
+    """Refuse counts the file is too short to hold before gguf reads them (past the end it reads nothing and
+    goes on: a count of 10⁶ in a 100-byte file built 10⁶ fields; found by fuzzing)."""
     if len(head) < 24:
         raise TruncatedCheckpointError(f"{path}: truncated GGUF header ({size} bytes)", path=str(path))
     order = _byte_order(head)
@@ -155,10 +128,8 @@ _MAX_ARRAY_DEPTH = 8
 
 
 def _check_fields(path: Path, size: int) -> None:
-    """Walk the key-value section and refuse a value the file is too short to hold, before the gguf
-    package reads it: its reader parses an array one element at a time and, past the end of the
-    file, reads empty elements without moving on, so an array count of 10¹² ran it out of memory
-    (found by fuzzing). Here a count is checked against the bytes left before anything is read."""
+    """Refuse a key-value the file is too short to hold before gguf reads it (past the end its reader reads
+    empty array elements without moving on: a count of 10¹² ran it out of memory; found by fuzzing)."""
     with open(path, "rb") as fh:
         data = fh.read(min(size, _MAX_HEADER_SCAN))
     order = _byte_order(data)
@@ -248,24 +219,19 @@ def _metadata(reader: Any, gguf: Any) -> dict[str, Any]:
 
 
 class GGUFSource(TensorSource):
-    """The tensors of a GGUF file or split set, dequantised one at a time.
-
-    ``head_hint`` and ``own_description.head``: ``output.weight``, or ``token_embd.weight`` when the
-    model has no output matrix (its head is tied to the token embedding, as llama.cpp reads it).
-    """
+    """The tensors of a GGUF file or split set, dequantised one at a time; the head is ``output.weight``, or
+    ``token_embd.weight`` when there is none (tied, as llama.cpp reads it)."""
 
     headers_only = True
 
-    def __init__(self, ref: str, path: Path):
+    def __init__(self, path: Path, ref: str, fmt: str | None = None):
         files = split_files(path)
         self._splits = [_Split(f) for f in files]
         counts = {s.split[1] for s in self._splits}
         if len(files) > 1 and counts != {len(files)}:
             raise CorruptCheckpointError(
                 f"{path}: split count in the files ({sorted(c for c in counts if c is not None)}) "
-                f"does not match the {len(files)} files of the set",
-                path=str(path),
-            )
+                f"does not match the {len(files)} files of the set", path=str(path))
         names = [t[0] for s in self._splits for t in s.tensors]
         note = None
         if "output.weight" in names:
@@ -278,13 +244,8 @@ class GGUFSource(TensorSource):
         arch = self._splits[0].metadata.get("general.architecture")
         self.own_description = FrameworkDescription("gguf", str(arch or "gguf"), tuple(names), self.head_hint,
                                                     note=note)
-        self.provenance = Provenance(
-            source=ref,
-            format="gguf-split" if len(files) > 1 else "gguf",
-            files=[str(f) for f in files],
-            pending=FileDigest(files),
-            extra={"metadata": self._splits[0].metadata},
-        )
+        self.provenance = Provenance(source=ref, format="gguf-split" if len(files) > 1 else "gguf",
+            files=[str(f) for f in files], pending=FileDigest(files), extra={"metadata": self._splits[0].metadata})
 
     def __len__(self) -> int:
         return sum(len(s.tensors) for s in self._splits)
@@ -300,14 +261,12 @@ class GGUFSource(TensorSource):
                     # A type the package cannot dequantise is named as the dtype, which the planner
                     # then skips as unsupported (it is never read).
                     dtype = "float32" if _can_dequantize(gguf, qtype) else quant
-                load = _Loader(split.path, kind, dims, first, nbytes)
+                load = functools.partial(_load, split.path, kind, dims, first, nbytes)
                 yield TensorEntry(name=name, shape=dims, dtype=dtype, load=load, reread=load, quant=quant)
 
 
 @functools.lru_cache(maxsize=None)
 def _can_dequantize(gguf: Any, qtype: Any) -> bool:
-    import numpy as np
-
     _, size = gguf.GGML_QUANT_SIZES[qtype]
     try:
         gguf.quants.dequantize(np.zeros((1, size), dtype=np.uint8), qtype)
@@ -316,35 +275,18 @@ def _can_dequantize(gguf: Any, qtype: Any) -> bool:
     return True
 
 
-class _Loader:
-    """Reads one tensor's bytes (``pread``: safe from any thread) and dequantises them."""
-
-    def __init__(self, path: Path, kind: str, dims: tuple[int, ...], first: int, nbytes: int):
-        self.path, self.kind, self.dims, self.first, self.nbytes = path, kind, dims, first, nbytes
-
-    def __call__(self) -> Any:
-        import numpy as np
-
-        plain = _PLAIN.get(self.kind) or _INTEGER.get(self.kind)
-        if math.prod(self.dims) == 0:  # no bytes to view or dequantise (both fail on an empty buffer)
-            return from_bytes(np.empty(0, dtype=np.uint8), plain or "float32", self.dims)
-        raw = read_range(self.path, self.first, self.nbytes)
-        if plain is not None:
-            return from_bytes(raw, plain, self.dims)
-        gguf = _gguf()
-        qtype = gguf.GGMLQuantizationType[self.kind]
-        rows = raw.reshape(*self.dims[:-1], -1) if len(self.dims) > 1 else raw
-        floats: np.ndarray = gguf.quants.dequantize(rows, qtype)
-        return np.ascontiguousarray(floats, dtype=np.float32).reshape(self.dims)
-
-
-def open_gguf(path: Path, ref: str, fmt: str | None = None) -> GGUFSource:
-    """Open a GGUF file (with the rest of its split set).
-
-    Raises:
-        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError: as the reader raises.
-    """
-    return GGUFSource(ref, path)
+def _load(path: Path, kind: str, dims: tuple[int, ...], first: int, nbytes: int) -> Any:
+    """One tensor's bytes (``pread``: safe from any thread), dequantised."""
+    plain = _PLAIN.get(kind) or _INTEGER.get(kind)
+    if math.prod(dims) == 0:  # no bytes to view or dequantise (both fail on an empty buffer)
+        return from_bytes(np.empty(0, dtype=np.uint8), plain or "float32", dims)
+    raw = read_range(path, first, nbytes)
+    if plain is not None:
+        return from_bytes(raw, plain, dims)
+    gguf = _gguf()
+    rows = raw.reshape(*dims[:-1], -1) if len(dims) > 1 else raw
+    floats: np.ndarray = gguf.quants.dequantize(rows, gguf.GGMLQuantizationType[kind])
+    return np.ascontiguousarray(floats, dtype=np.float32).reshape(dims)
 
 
 def _first_split(name: str) -> bool:
@@ -354,6 +296,5 @@ def _first_split(name: str) -> bool:
 
 
 GGUF = register_format(FileFormat(
-    name="gguf", suffixes=(".gguf",), open=open_gguf, sniff=lambda head, path: head[:4] == GGUF_MAGIC,
-    group="other", rank=30, in_folder=_first_split,
-))
+    name="gguf", suffixes=(".gguf",), open=GGUFSource, sniff=lambda head, path: head[:4] == GGUF_MAGIC,
+    group="other", rank=30, in_folder=_first_split))

@@ -1,28 +1,7 @@
-"""Walk an HDF5 file's index in a child process, bounded in time and memory, before libhdf5 reads
-it in this one.
-
-libhdf5 trusts a file's structures: a damaged one can make it loop forever (reading a
-variable-length string attribute) or allocate gigabytes (listing a group whose link names are
-damaged), inside one C call that holds the GIL, where no Python timeout, signal handler or
-``MemoryError`` can reach it (found by fuzzing: ``tests/fuzz_corpus/keras/hdf5-*``). So the first
-time a file is opened, a child process walks what the Keras reader will touch, and more: every
-group's link names, every object's attributes, every dataset's shape, type and extent. The child
-runs under an address-space limit (:data:`WALK_MEMORY_BYTES` above what it holds when forked) and
-a wall-clock timeout (:data:`WALK_TIMEOUT_S`); a child that runs out of either, crashes, or meets
-an error in the file's index ends in a typed :class:`~wbfe.errors.CorruptCheckpointError`, and
-this process never gives the file to libhdf5. The dataset values are not read by the child: they
-are read when a tensor is asked for, through the index checked here.
-
-The children are forked by a walker: a helper interpreter (``sys.executable -c``, with this
-process's ``sys.path``) started once per process, which imports h5py and this module and nothing
-of the caller's, and forks one child per file from its single thread. multiprocessing is not used:
-its fork server and spawn re-import the caller's ``__main__``, which reruns a script without an
-``if __name__ == "__main__"`` guard and cannot be done at all for stdin or a notebook, and its
-plain fork could inherit a lock another thread of this process holds. The walker is its own
-session (a Ctrl-C of the terminal does not reach it) and ends when this process closes its pipe.
-A check costs one request over a pipe, one fork and the walk; a file that passed is remembered
-while it is unchanged (device, inode, size, mtime, ctime): reading it again costs nothing. Where
-there is no ``os.fork`` (Windows) the files are read unguarded.
+"""Walk an HDF5 file's index in a forked child, bounded in time and memory, before libhdf5 reads it in this
+process: a damaged file can make libhdf5 loop forever or allocate gigabytes inside one C call no Python
+timeout can reach (found by fuzzing). The children are forked by a helper interpreter started once per
+process, which imports nothing of the caller's (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -45,8 +24,7 @@ from wbfe.sources.file_window import FileWindow
 
 __all__ = ["WALK_TIMEOUT_S", "WALK_MEMORY_BYTES", "Hdf5IndexError", "Hdf5GuardError", "check_hdf5_index"]
 
-# A sound index of even a large model is walked in well under a second; these bounds only stop a
-# walk that would never end, or would take the machine's memory.
+# These bounds only stop a walk that would never end, or would take the machine's memory.
 WALK_TIMEOUT_S = 20.0
 WALK_MEMORY_BYTES = 1 << 30
 # What the walker may add to a walk's timeout (a fork, a kill) before this process gives up on it.
@@ -60,24 +38,16 @@ _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
 
 
 class Hdf5IndexError(CorruptCheckpointError):
-    """The child's walk of the file's index met an error of libhdf5 (``kind``: its exception type)."""
-
     def __init__(self, message: str, *, path: str, kind: str, text: str):
         super().__init__(message, path=path)
         self.kind, self.text = kind, text
 
 
 class Hdf5GuardError(WbfeError, OSError):
-    """The walker (the helper process that checks HDF5 files) could not be started or stopped
-    answering: the file was not read, and nothing is said of it."""
-
-
-# ---------------------------------------------------------------------------------- this process
+    """The walker could not be started or stopped answering: the file was not read."""
 
 
 class _Walker:
-    """The helper interpreter, and one request at a time to it."""
-
     def __init__(self) -> None:
         from multiprocessing import spawn  # the interpreter multiprocessing.set_executable() names
 
@@ -88,11 +58,7 @@ class _Walker:
         self._buffer = b""
 
     def ask(self, request: dict[str, Any], wait: float) -> Optional[dict[str, Any]]:
-        """Send one request; the walker's answer, or None when it did not answer within ``wait`` s.
-
-        Raises:
-            EOFError: the walker died.
-        """
+        """Send one request; the walker's answer, None after ``wait`` s (``EOFError``: the walker died)."""
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
@@ -130,8 +96,7 @@ _LOCK = threading.Lock()
 
 
 def _forget_in_child() -> None:
-    """A forked copy of this process starts its own walker: the two would mix their answers on one
-    pipe. Its copies of the parent's pipes are closed (the parent's walker keeps running)."""
+    """A forked copy of this process starts its own walker (the two would mix answers on one pipe)."""
     global _WALKER, _LOCK
     walker, _WALKER, _LOCK = _WALKER, None, threading.Lock()
     if walker is not None:
@@ -149,7 +114,6 @@ if hasattr(os, "register_at_fork"):
 
 @atexit.register
 def _stop_at_exit() -> None:
-    """Close the walker's pipe, so that it ends with this process (killed if it does not at once)."""
     walker = _WALKER
     if walker is None or walker.pid != os.getpid():
         return
@@ -162,7 +126,6 @@ def _stop_at_exit() -> None:
 
 
 def _walker() -> Optional[_Walker]:
-    """This process's walker, started on first use; None where there is no fork (Windows)."""
     global _WALKER
     if not hasattr(os, "fork"):
         return None
@@ -176,12 +139,11 @@ def _walker() -> Optional[_Walker]:
 
 
 def check_hdf5_index(path: Path, *, window: Optional[tuple[int, int]] = None, member: Optional[str] = None) -> None:
-    """Walk the HDF5 index of ``path`` (or of the bytes ``window = (offset, size)`` of it, or of its
-    zip ``member``) in a bounded child process; return when it finished cleanly.
+    """Walk the HDF5 index of ``path`` (or of its bytes ``window = (offset, size)``, or of its zip ``member``)
+    in a bounded child process; return when it finished cleanly.
 
     Raises:
-        CorruptCheckpointError: the walk did not finish within :data:`WALK_TIMEOUT_S`, ran out of
-            :data:`WALK_MEMORY_BYTES`, or crashed: the file is damaged or hostile.
+        CorruptCheckpointError: the walk timed out, ran out of memory or crashed: the file is damaged or hostile.
         Hdf5IndexError: libhdf5 refused the index (a damaged or truncated file).
         Hdf5GuardError: the walker could not be started, or died twice.
     """
@@ -238,12 +200,8 @@ def check_hdf5_index(path: Path, *, window: Optional[tuple[int, int]] = None, me
     raise Hdf5IndexError(f"{what}: {text or kind}", path=str(path), kind=kind, text=text or kind)
 
 
-# ---------------------------------------------------------------------------------- the walker
-
-
 def _serve() -> None:
-    """The walker's loop: one JSON request a line on stdin, one JSON answer a line on stdout, until
-    stdin closes (the process that started it ended)."""
+    """The walker's loop: one JSON request a line on stdin, one JSON answer a line on stdout, until stdin closes."""
     import h5py  # noqa: F401 - imported once here, so that each forked child has it
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -264,7 +222,6 @@ def _serve() -> None:
 
 def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]], memory: int,
                   timeout: float) -> dict[str, Any]:
-    """Fork a child that walks the file under the memory limit; its verdict, or a timeout, or a crash."""
     receive, send = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the walker's loop
@@ -306,7 +263,6 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
 
 
 def _child(path: str, member: Optional[str], window: Optional[tuple[int, int]], memory: int) -> dict[str, Any]:
-    """In the forked child: limit its memory, walk; ``{"status": "ok"}`` or the error met."""
     try:
         import resource
 
@@ -343,7 +299,6 @@ def _walk(target: Any) -> None:
 
 
 def _address_space() -> int:
-    """This process's virtual memory size in bytes (Linux's /proc; 0 where unknown)."""
     try:
         with open("/proc/self/statm") as fh:
             return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")

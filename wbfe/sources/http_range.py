@@ -1,30 +1,8 @@
 """HTTP range reads of one remote file, pinned to the version first seen, with bounded retries.
 
-A :class:`RemoteFile` reads byte ranges of a URL (a Hugging Face resolve URL, any HTTP server that
-honours ``Range``), one request per range. Every answer is checked before a byte of it is used:
-status 206, a ``Content-Range`` with exactly the start, end and total asked for, a body of exactly
-that length, and the identity (``ETag``, else ``Last-Modified``; the hub's ``X-Repo-Commit``)
-pinned on first contact. A file that changes between two requests raises
-:class:`~wbfe.errors.RemoteChangedError` (a strong ``ETag`` is also sent as ``If-Match``, so a
-server that knows says 412 at once): tensors of two versions are never mixed in one score.
-
-Connection errors, 5xx, 429 (``Retry-After`` honoured up to a bound), short bodies, a wrong
-``Content-Range`` and a body slower than :attr:`RetryPolicy.min_rate` are retried with an
-exponential back-off of fixed steps (no jitter: the same failure gives the same schedule), a
-bounded number of times. 404 and 401/403 are not retried: a one-line error names the file (and,
-for 401/403, the token it needs). A server that ignores ``Range`` (200 with the whole file) is
-never read into memory: :class:`~wbfe.errors.RangeNotSupportedError`.
-
-The requests go through the HTTP client huggingface_hub itself uses (``httpx2``, or ``httpx``
-before huggingface_hub 2, found from its session so that wbfe names no HTTP package of its own):
-for a hub file, huggingface_hub's own configured session (``huggingface_hub.get_session()``, a
-client factory the user set included), else a client of the same package made for the file. So the environment is honoured as by every other tool: proxies
-(``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, either case), a CA bundle
-(``SSL_CERT_FILE``, ``SSL_CERT_DIR``, and for a URL's own client ``REQUESTS_CA_BUNDLE`` or
-``CURL_CA_BUNDLE`` where those are unset); the request headers (user agent, a hub token from
-``HF_TOKEN``) come from the caller. The client follows redirects (the ``Authorization`` header is
-not sent to another host) and pools connections; the checks, the deadline of a body and the
-retries stay here.
+Every answer is checked (206, the exact ``Content-Range`` and length, the pinned ``ETag`` and hub commit)
+before a byte of it is used; requests go through the HTTP client of huggingface_hub's session, so proxies,
+CA bundles and tokens are honoured as by every other tool (docs/remote.md).
 """
 
 from __future__ import annotations
@@ -40,10 +18,9 @@ from typing import Any, Callable, Mapping
 from wbfe.errors import (MissingDependencyError, RangeNotSupportedError, RemoteChangedError, RemoteReadError,
                          TruncatedCheckpointError, WbfeError)
 
-__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "http_package"]
+__all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "http_package", "changed", "said"]
 
-# The first request of a file asks for this many bytes: most safetensors headers fit (a 70B model's
-# shard header is ~40 KB), so the header costs one request, else two.
+# The first request of a file asks for this many bytes: most safetensors headers fit, so a header costs one request.
 FIRST_READ = 1 << 16
 _REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
@@ -55,12 +32,10 @@ class RetryPolicy:
 
     Attributes:
         attempts: tries per request (the first included).
-        backoff: the wait before the first retry, in seconds; doubled before each next one.
-        backoff_max: the longest wait between two tries.
-        retry_after_max: the longest ``Retry-After`` obeyed (a longer one is cut to this).
+        backoff: the wait before the first retry, in seconds; doubled before each next one, up to ``backoff_max``.
+        retry_after_max: the longest ``Retry-After`` obeyed.
         timeout: seconds a connection, or one socket read, may wait.
-        min_rate: bytes per second under which a body is cut and retried (a trickle), on top of
-            ``timeout`` seconds of grace.
+        min_rate: bytes per second under which a body is cut and retried, on top of ``timeout`` seconds of grace.
     """
 
     attempts: int = 6
@@ -71,8 +46,7 @@ class RetryPolicy:
     min_rate: float = 50_000.0
 
     def delay(self, retry: int, retry_after: float | None = None) -> float:
-        """Seconds to wait before retry number ``retry`` (0 for the first), or the server's
-        ``Retry-After`` within :attr:`retry_after_max`."""
+        """Seconds to wait before retry number ``retry`` (0 for the first), or the server's ``Retry-After``."""
         if retry_after is not None:
             return max(0.0, min(retry_after, self.retry_after_max))
         return min(self.backoff * (2 ** retry), self.backoff_max)
@@ -86,13 +60,8 @@ _HTTP_NAMES = ("Client", "Timeout", "TransportError", "TooManyRedirects", "Unsup
 
 
 def http_package() -> Any:
-    """The package of huggingface_hub's HTTP session (``httpx2``; ``httpx`` in huggingface_hub 1.x):
-    its ``Client``, ``Timeout`` and exceptions, the same the hub's own requests use.
-
-    Raises:
-        MissingDependencyError: huggingface_hub's session is not of that kind (huggingface_hub < 1.0,
-            whose session is requests').
-    """
+    """The package of huggingface_hub's HTTP session (``httpx2``; ``httpx`` in huggingface_hub 1.x), or a
+    ``MissingDependencyError`` where it is requests' (huggingface_hub < 1.0)."""
     global _HTTP
     if _HTTP is None:
         from huggingface_hub import get_session
@@ -109,31 +78,19 @@ def http_package() -> Any:
 
 
 class _Retry(Exception):
-    """A failure worth another try (the message says what went wrong)."""
-
     def __init__(self, reason: str, retry_after: float | None = None):
         super().__init__(reason)
         self.retry_after = retry_after
 
 
 class RemoteFile:
-    """Byte ranges of one remote file, read by any thread, each in one request.
+    """Byte ranges of one remote file (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread, each
+    in one request.
 
     Args:
-        url: the file's URL (http or https).
-        headers: sent with every request to the URL's own host (a hub token, the user agent);
-            ``Authorization`` is dropped on a redirect to another host.
-        policy: the retries and timeouts.
-        name: how messages name the file (default: the URL).
+        headers: sent with every request to the URL's own host (``Authorization`` is dropped on a redirect).
         sleep: the wait between tries (tests record it instead).
-        hub: a Hugging Face hub file: read through huggingface_hub's session (its client
-            factory, its offline mode), not a client of this file's own.
-
-    Attributes:
-        size: the file's size, known after the first read.
-        identity: the ``ETag`` (else ``Last-Modified``) pinned on first contact.
-        commit: the hub commit (``X-Repo-Commit``) pinned on first contact, when the server sends one.
-        requests, bytes_fetched: counts of range requests made and body bytes received.
+        hub: a hub file, read through huggingface_hub's session (its client factory, its offline mode).
     """
 
     def __init__(self, url: str, *, headers: Mapping[str, str] | None = None, policy: RetryPolicy | None = None,
@@ -152,28 +109,23 @@ class RemoteFile:
         self._hub = hub
         self._own: Any = None  # this file's client (not the hub's shared one)
 
-    # ------------------------------------------------------------------ public reads
-
     def head(self, nbytes: int = FIRST_READ) -> bytes:
-        """The file's first ``min(nbytes, size)`` bytes; pins its identity and learns its size."""
         out = bytearray(nbytes)
         got = self._fetch(0, nbytes, memoryview(out), first=True)
         return bytes(out[:got])
 
     def read_bytes(self, start: int, nbytes: int) -> bytes:
-        """Exactly the bytes ``[start, start + nbytes)`` (within the file), in one request."""
         out = bytearray(nbytes)
         if nbytes:
             self._fetch(start, nbytes, memoryview(out))
         return bytes(out)
 
     def read_into(self, start: int, into: memoryview) -> None:
-        """Fill ``into`` with the bytes from ``start`` on (exactly ``len(into)``), in one request."""
         if len(into):
             self._fetch(start, len(into), into)
 
     def close(self) -> None:
-        """Close this file's own client and its connections (huggingface_hub's session is shared: it stays)."""
+        """Close this file's own client (huggingface_hub's session is shared: it stays)."""
         with self._lock:
             own, self._own = self._own, None
         if own is not None:
@@ -191,8 +143,6 @@ class RemoteFile:
                                                   max_redirects=_REDIRECTS)
             return self._own
 
-    # ------------------------------------------------------------------ one range, with retries
-
     def _fetch(self, start: int, nbytes: int, into: memoryview, *, first: bool = False) -> int:
         policy = self._policy
         http = http_package()
@@ -201,23 +151,21 @@ class RemoteFile:
             try:
                 return self._attempt(start, nbytes, into, first)
             except _Retry as exc:
-                last = str(exc)
-                if attempt + 1 < policy.attempts:
-                    self._sleep(policy.delay(attempt, exc.retry_after))
+                last, retry_after = str(exc), exc.retry_after
             except WbfeError:  # a verdict (404, a changed file), some of them OSErrors too: never retried
                 raise
             except (http.TooManyRedirects, http.UnsupportedProtocol, http.InvalidURL) as exc:
-                raise RemoteReadError(f"{self.name}: {_said(exc)}", path=self.name) from None
+                raise RemoteReadError(f"{self.name}: {said(exc)}", path=self.name) from None
             except http.TransportError as exc:  # refused, reset, timed out, cut short, a proxy's failure
                 if _certificate_refused(exc):
                     raise RemoteReadError(
-                        f"{self.name}: the server's TLS certificate is not trusted ({_said(exc)}); point "
+                        f"{self.name}: the server's TLS certificate is not trusted ({said(exc)}); point "
                         "SSL_CERT_FILE at the CA bundle that signs it", path=self.name) from None
-                last = _said(exc)
-                if attempt + 1 < policy.attempts:
-                    self._sleep(policy.delay(attempt))
+                last, retry_after = said(exc), None
             except OSError as exc:  # huggingface_hub's offline mode (a ConnectionError): no retry
-                raise RemoteReadError(f"{self.name}: {_said(exc)}", path=self.name) from None
+                raise RemoteReadError(f"{self.name}: {said(exc)}", path=self.name) from None
+            if attempt + 1 < policy.attempts:
+                self._sleep(policy.delay(attempt, retry_after))
         raise RemoteReadError(f"{self.name}: bytes {start}-{start + nbytes - 1} could not be read in "
                               f"{policy.attempts} tries (last: {last})", path=self.name)
 
@@ -233,8 +181,7 @@ class RemoteFile:
                 self.requests += 1
             return self._answer(response, start, nbytes, into, first, began)
 
-    def _answer(self, response: Any, start: int, nbytes: int, into: memoryview, first: bool,
-                began: float) -> int:
+    def _answer(self, response: Any, start: int, nbytes: int, into: memoryview, first: bool, began: float) -> int:
         """Check the answer to one range request and read its body into ``into``."""
         policy = self._policy
         status = response.status_code
@@ -242,8 +189,7 @@ class RemoteFile:
             raise RemoteReadError(f"{self.name}: not found (HTTP {status})", path=self.name)
         if status in (401, 403):
             gated = response.headers.get("X-Error-Code") == "GatedRepo"
-            raise RemoteReadError(
-                f"{self.name}: access refused (HTTP {status}); "
+            raise RemoteReadError(f"{self.name}: access refused (HTTP {status}); "
                 + ("a gated model: accept its terms on the hub, then " if gated else "a token with access is needed: ")
                 + "set HF_TOKEN (or run hf auth login) for the Hugging Face hub", path=self.name)
         if status == 412:
@@ -253,14 +199,14 @@ class RemoteFile:
                 raise self._changed(f"it no longer holds bytes {start}-{start + nbytes - 1} (HTTP 416)")
             raise TruncatedCheckpointError(f"{self.name}: empty file (HTTP 416)", path=self.name)
         if status == 429 or 500 <= status < 600:
-            raise _Retry(f"HTTP {status}", _retry_after(response.headers.get("Retry-After")))
+            raise _Retry(f"HTTP {status}", _number(response.headers.get("Retry-After"), float))
         if status not in (200, 206):
             raise RemoteReadError(f"{self.name}: the server answered HTTP {status}", path=self.name)
         # The commit any hop named (the hub's resolve route answers with a redirect to its storage).
         commit = next((r.headers["X-Repo-Commit"] for r in (*response.history, response)
                        if "X-Repo-Commit" in r.headers), None)
         self._pin(response, commit, first)
-        length = _int(response.headers.get("Content-Length"))
+        length = _number(response.headers.get("Content-Length"))
         if status == 200:
             # The whole file: use it only where the whole file is what was asked for (a small file's
             # first read); never pull a whole checkpoint through a request for one tensor.
@@ -303,12 +249,10 @@ class RemoteFile:
                 if time.monotonic() > deadline and got < expected:
                     raise _Retry(f"too slow: {got} of {expected} bytes in {time.monotonic() - began:.1f} s")
         except http_package().TransportError as exc:  # cut, reset or timed out within the body
-            raise _Retry(f"short read: {got} of {expected} bytes ({_said(exc)})") from None
+            raise _Retry(f"short read: {got} of {expected} bytes ({said(exc)})") from None
         if got < expected:
             raise _Retry(f"short read: {got} of {expected} bytes")
         return got
-
-    # ------------------------------------------------------------------ identity
 
     def _pin(self, response: Any, commit: str | None, first: bool) -> None:
         identity = response.headers.get("ETag") or response.headers.get("Last-Modified")
@@ -322,33 +266,20 @@ class RemoteFile:
             raise self._changed(f"its commit went from {self.commit} to {commit}")
 
     def _changed(self, what: str) -> RemoteChangedError:
-        return RemoteChangedError(f"{self.name}: the remote file changed while it was read ({what}); "
-                                  "nothing read from it is used, score it again", path=self.name)
+        return changed(self.name, what)
 
     def read_all(self, limit: int) -> bytes:
-        """The whole file, when it has at most ``limit`` bytes (a shard index, a config): one range
-        read of ``limit`` bytes, pinned like any other.
-
-        Raises:
-            RemoteReadError: larger than ``limit``, or as a range read raises.
-        """
+        """The whole file, when it has at most ``limit`` bytes, in one pinned range read."""
         data = self.head(limit + 1)
         if len(data) > limit:
             raise RemoteReadError(f"{self.name}: larger than {limit} bytes", path=self.name)
         return data
 
 
-def _int(text: str | None) -> int | None:
+def _number(text: str | None, kind: type = int) -> Any:
+    """``kind(text)``, else None (a ``Retry-After`` HTTP date is not honoured: the back-off is used)."""
     try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _retry_after(text: str | None) -> float | None:
-    """``Retry-After`` in seconds (an HTTP date is not honoured: the back-off is used)."""
-    try:
-        return float(text) if text is not None else None
+        return kind(text) if text is not None else None
     except ValueError:
         return None
 
@@ -358,14 +289,18 @@ def _shown(response: Any, header: str) -> str:
     return "none" if value is None else repr(value[:80])
 
 
-def _said(exc: BaseException) -> str:
-    """An exception in a short line: its type and its first words."""
+def changed(name: str, what: str) -> RemoteChangedError:
+    """The error for a remote file (HTTP or object store) that changed while it was read."""
+    return RemoteChangedError(f"{name}: the remote file changed while it was read ({what}); "
+                              "nothing read from it is used, score it again", path=name)
+
+
+def said(exc: BaseException) -> str:
     text = " ".join(str(exc).split())[:200]
     return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
 
 
 def _certificate_refused(exc: BaseException) -> bool:
-    """Whether a connection failed on the server's certificate (no retry mends that)."""
     seen: BaseException | None = exc
     for _ in range(5):  # the TLS error sits a cause or two below the client's own
         if seen is None:
@@ -377,10 +312,8 @@ def _certificate_refused(exc: BaseException) -> bool:
 
 
 def _ca_bundle() -> Any:
-    """What a URL's own client trusts: the client reads ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` itself;
-    where neither is set, ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (requests' and curl's names for a
-    CA bundle, which users behind a TLS-inspecting proxy have set for those tools) is used; else the
-    system's store."""
+    """What a URL's own client trusts: ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (read by the client), else
+    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set for those tools behind a TLS-inspecting proxy), else the system's."""
     import os
 
     if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):

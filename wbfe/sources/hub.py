@@ -1,7 +1,7 @@
-"""Hugging Face hub ids ``org/name[@revision]``: the local cache first, a download when allowed.
+"""Hugging Face hub ids ``org/name[@revision]``: the local cache first, else streamed or downloaded.
 
-Safetensors are preferred over PyTorch pickles. ``HF_HUB_OFFLINE=1`` is honoured (read at call
-time); a model missing from the cache then raises :class:`ModelNotFoundError` without any network.
+``HF_HUB_OFFLINE=1`` is honoured (read at call time): a model missing from the cache is then a
+:class:`ModelNotFoundError` without any network.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from wbfe._config import hf_cache_dir, hf_offline
 from wbfe.errors import InvalidOptionError, ModelNotFoundError, RangeNotSupportedError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.local import open_path, pick_weight_files, read_model_config
+from wbfe.sources.local import MODEL_CONFIGS, open_path, pick_weight_files, read_model_config
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_unreachable", "hub_cached",
@@ -45,8 +45,7 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
     """Download the weight files of a hub repo into the cache; return the chosen local file.
 
     Raises:
-        ModelNotFoundError: unknown repo or revision, no weight files, or the hub unreachable
-            (found out with one quick connection, not minutes of retries).
+        ModelNotFoundError: unknown repo or revision, no weight files, or the hub unreachable.
     """
     from huggingface_hub import HfApi, hf_hub_download
 
@@ -56,23 +55,26 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
     try:
         endpoint = hub_endpoint()
+
+        def download(file_name: str) -> Path:
+            return Path(hf_hub_download(repo_id, file_name, revision=revision, cache_dir=str(cache_dir),
+                                        endpoint=endpoint))
+
         names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
-            hf_hub_download(repo_id, "adapter_config.json", revision=revision, cache_dir=str(cache_dir),
-                            endpoint=endpoint)
+            download("adapter_config.json")
         if not chosen:
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
-        local = Path(hf_hub_download(repo_id, chosen[0], revision=revision, cache_dir=str(cache_dir),
-                                     endpoint=endpoint))
-        for config_name in ("config.json", "quantize_config.json"):  # the head, experts and quantization
+        local = download(chosen[0])
+        for config_name in MODEL_CONFIGS:  # the head, experts and quantization
             if config_name in names:
-                hf_hub_download(repo_id, config_name, revision=revision, cache_dir=str(cache_dir), endpoint=endpoint)
+                download(config_name)
         if local.name.endswith(".index.json"):
             from wbfe.sources.safetensors_files import index_weight_map
 
             for shard in index_weight_map(local):
-                hf_hub_download(repo_id, shard, revision=revision, cache_dir=str(cache_dir), endpoint=endpoint)
+                download(shard)
         return local
     except WbfeError:
         raise
@@ -106,15 +108,8 @@ def hub_failure(exc: BaseException) -> str:
 
 
 def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None:
-    """Why the host of ``url`` cannot be reached, from one TCP connection with a short timeout; None if it can.
-
-    Behind a proxy (``HTTPS_PROXY``...) the check is left to the client (the proxy decides).
-
-    Args:
-        url: any URL on the host (``https://huggingface.co``, ``http://127.0.0.1:9/x.pth``).
-        what: how the message names the host (``the Hugging Face hub``).
-        timeout: seconds for the connection.
-    """
+    """Why the host of ``url`` cannot be reached, from one TCP connection with a short timeout; None if it
+    can, or behind a proxy (which decides). ``what`` names the host in the message."""
     import os
     import socket
     from urllib.parse import urlparse
@@ -136,11 +131,7 @@ def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None
 
 
 def hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the Hugging Face hub (``HF_ENDPOINT``) cannot be reached, from one quick TCP connection; None if it can.
-
-    huggingface_hub retries a failed connection for about 25 s before giving up; this answers in
-    at most ``timeout`` seconds.
-    """
+    """Why the hub (``HF_ENDPOINT``) cannot be reached, in at most ``timeout`` s (huggingface_hub retries for long)."""
     return host_unreachable(hub_endpoint(), what="the Hugging Face hub", timeout=timeout)
 
 
@@ -148,11 +139,7 @@ _hub_unreachable = hub_unreachable  # the name download_weight_files calls (test
 
 
 def hub_cached(ref: str) -> bool:
-    """Whether the hub model ``org/name[@revision]`` has weight files in the local Hugging Face cache (no network).
-
-    Raises:
-        ModelNotFoundError: ``ref`` is not a hub id.
-    """
+    """Whether the hub model ``org/name[@revision]`` has weight files in the local cache (no network)."""
     repo_id, revision = parse_hub_id(ref)
     snapshot = _cached_snapshot(repo_id, revision, hf_cache_dir())
     if snapshot is None:
@@ -166,13 +153,8 @@ def hub_cached(ref: str) -> bool:
 
 
 def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stream: bool | None = None) -> TensorSource:
-    """Open ``org/name[@revision]`` from the cache, else stream or download it unless offline.
-
-    ``could_be_path``: ``ref`` was also tried as a local path; errors then say that no such folder
-    exists either (``hf/lama`` is more often a mistyped folder than a model id).
-    ``stream``: for a model not in the cache, True reads its safetensors with HTTP range requests
-    (:mod:`wbfe.sources.remote`), False downloads it, None streams it when its weight files are
-    larger than the cache's free disk. A model in the cache is read from there.
+    """Open ``org/name[@revision]`` from the cache, else stream or download it (as ``stream`` says) unless
+    offline. ``could_be_path``: errors say that no such folder exists either.
 
     Raises:
         ModelNotFoundError: not cached and offline, unknown, or unreachable.
@@ -180,29 +162,18 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stre
     repo_id, revision = parse_hub_id(ref)
     cache_dir = hf_cache_dir()
     snapshot = _cached_snapshot(repo_id, revision, cache_dir)
-    kind = _folder_kind(snapshot, ref, repo_id, revision) if snapshot is not None else None
-    if kind is not None:  # a folder of its own kind: a PEFT LoRA adapter
-        return kind
     if snapshot is not None:
         try:
             chosen = pick_weight_files([p.name for p in snapshot.iterdir()])
         except OSError:
             chosen = []
-        if chosen:
-            try:
-                source = _open_copy(snapshot, snapshot / chosen[0], ref, fmt)
-            except SourceNotFoundError:
-                source = None  # an index whose shards are not all cached: complete it online
-            if source is not None:
-                source.config = read_model_config(snapshot)
-                source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
-                                                "commit": snapshot.name})
-                return source
+        source = _open_snapshot(snapshot, chosen[0] if chosen else None, ref, fmt, repo_id, revision, cached=True)
+        if source is not None:
+            return source
     prefix = f"{ref}: no such file or folder, and " if could_be_path else f"{ref}: "
     if hf_offline():
         raise ModelNotFoundError(
-            f"{prefix}no such model in the local Hugging Face cache {cache_dir} (HF_HUB_OFFLINE is set)", ref=ref
-        )
+            f"{prefix}no such model in the local Hugging Face cache {cache_dir} (HF_HUB_OFFLINE is set)", ref=ref)
     try:
         streamed = stream_hub(ref, repo_id, revision, stream=stream, fmt=fmt) if stream is not False else None
         if streamed is not None:
@@ -212,40 +183,39 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stre
         if not could_be_path:
             raise
         reason = str(exc).split(": ", 1)[-1]
-        raise ModelNotFoundError(
-            f"{prefix}no such model in the local Hugging Face cache {cache_dir}; {reason}", ref=ref
-        ) from None
-    kind = _folder_kind(local.parent, ref, repo_id, revision)
-    if kind is not None:
-        return kind
-    source = _open_copy(local.parent, local, ref, fmt)
-    source.config = read_model_config(local.parent)
-    source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
-                                    "commit": local.parent.name})
+        raise ModelNotFoundError(f"{prefix}no such model in the local Hugging Face cache {cache_dir}; {reason}",
+                                 ref=ref) from None
+    source = _open_snapshot(local.parent, local.name, ref, fmt, repo_id, revision, cached=False)
+    assert source is not None
     return source
 
 
-def _open_copy(snapshot: Path, path: Path, ref: str, fmt: str) -> TensorSource:
-    """``path`` in the cached ``snapshot`` of ``ref``, its errors naming ``ref``, not the cache."""
+def _open_snapshot(snapshot: Path, chosen: str | None, ref: str, fmt: str, repo_id: str, revision: str | None, *,
+                   cached: bool) -> TensorSource | None:
+    """The ``snapshot`` as the folder kind that claims it (a PEFT adapter), else its file ``chosen``, its errors
+    naming ``ref``, not the cache; None where there is none (``cached``: or its index's shards are not all there)."""
     from wbfe.sources.resay import resaying, said_of
 
-    return resaying(said_of(snapshot, ref, lambda: open_path(path, ref=ref, fmt=fmt)), snapshot, ref)
-
-
-def _folder_kind(folder: Path, ref: str, repo_id: str, revision: str | None) -> TensorSource | None:
-    """The snapshot opened as the registered folder kind that claims it (a PEFT adapter), else None."""
-    for kind in folder_kinds():
-        if kind.claims(folder):
-            source = kind.open(folder, ref)
-            source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main",
-                                            "commit": folder.name})
-            return source
-    return None
+    kind = next((kind for kind in folder_kinds() if kind.claims(snapshot)), None)
+    if kind is not None:
+        source = kind.open(snapshot, ref)
+    elif chosen is None:
+        return None
+    else:
+        path = snapshot / chosen
+        try:
+            source = resaying(said_of(snapshot, ref, lambda: open_path(path, ref=ref, fmt=fmt)), snapshot, ref)
+        except SourceNotFoundError:
+            if not cached:
+                raise
+            return None  # an index whose shards are not all cached: completed online
+        source.config = read_model_config(snapshot)
+    source.provenance.extra.update({"repo_id": repo_id, "revision": revision or "main", "commit": snapshot.name})
+    return source
 
 
 def is_hub_id(ref: Any) -> bool:
-    """Whether ``ref`` reads as a hub id ``org/name[@revision]``: not a relative or absolute path,
-    nor a name ending like a checkpoint file (``runs/model.safetensors`` is a missing file)."""
+    """Whether ``ref`` reads as a hub id: not a path, nor a name ending like a checkpoint file."""
     if not isinstance(ref, (str, Path)):
         return False
     text = str(ref)
@@ -255,7 +225,6 @@ def is_hub_id(ref: Any) -> bool:
 
 @register_location("hub", order=50, claims=is_hub_id, streams=True)
 def open_hub_ref(ref: Any, *, stream: bool | None = None) -> TensorSource:
-    """Open a hub id that is not an existing path (the ``hub`` location)."""
     return open_hub(str(ref), could_be_path=True, stream=stream)
 
 
@@ -268,24 +237,17 @@ def hub_endpoint() -> str:
 
 def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | None,
                fmt: str = "hf-hub") -> TensorSource | None:
-    """The hub model's safetensors opened for streaming, or None where it is to be downloaded
-    instead (``stream`` None and enough free disk, or weights that cannot be streamed).
-
-    The model's files, sizes and SHA-256s and its commit come from the hub's model-info route
-    (``HfApi.model_info``); each file is then read at that commit from its resolve URL
-    (``hf_hub_url``), with the hub's headers (token included), and every answer must come from
-    that commit. ``config.json`` (and ``quantize_config.json``) are fetched too.
+    """The hub model's safetensors opened for streaming at the commit ``HfApi.model_info`` names, or None
+    where it is to be downloaded instead (``stream`` None and enough free disk, or not safetensors).
 
     Raises:
         ModelNotFoundError: unknown model or revision, no weight files, the hub unreachable.
         InvalidOptionError: ``stream=True`` for weights that are not safetensors (or an adapter).
-        The errors of :func:`wbfe.sources.remote.stream_safetensors`.
     """
     from huggingface_hub import HfApi, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    from wbfe.sources.local import MAX_CONFIG, MODEL_CONFIGS, model_config
-    from wbfe.sources.remote import is_safetensors_name, should_stream, stream_safetensors
+    from wbfe.sources.remote import is_safetensors_name, remote_config, should_stream, stream_safetensors
 
     name = f"{repo_id}{'@' + revision if revision else ''}"
     endpoint = hub_endpoint()
@@ -327,14 +289,8 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
         return None
     from wbfe.sources.http_range import RemoteFile
 
-    found: dict[str, bytes] = {}
-    for config_name in MODEL_CONFIGS:  # small: what the framework description reads
-        if config_name in siblings:
-            try:
-                found[config_name] = RemoteFile(url_for(config_name), headers=headers, hub=True).read_all(MAX_CONFIG)
-            except WbfeError:
-                continue  # as a local unreadable config: the rules that need none decide
-    source.config = model_config(found)
+    source.config = remote_config([c for c in MODEL_CONFIGS if c in siblings],
+                                  lambda name: RemoteFile(url_for(name), headers=headers, hub=True))
     return source
 
 

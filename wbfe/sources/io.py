@@ -2,45 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from wbfe.errors import TruncatedCheckpointError
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["read_range"]
 
 
 def read_range(path: Path, first: int, nbytes: int) -> "np.ndarray":
-    """Bytes ``[first, first + nbytes)`` of a file into an array of their own (``pread``: no shared
-    file position, so safe from a read-ahead thread).
-
-    Args:
-        path: the file.
-        first: offset of the first byte.
-        nbytes: how many bytes.
-
-    Returns:
-        A writable ``uint8`` array of ``nbytes`` bytes.
-
-    Raises:
-        TruncatedCheckpointError: the file ends first (it changed since its header was checked).
-    """
-    import numpy as np
-
-    buffer = np.empty(nbytes, dtype=np.uint8)
-    view = buffer.data  # a memoryview of the array's bytes
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        done = 0
-        while done < nbytes:
-            n = os.preadv(fd, [view[done:]], first + done)
-            if n <= 0:
-                raise TruncatedCheckpointError(f"{path}: cut short while being read", path=str(path))
-            done += n
-    finally:
-        os.close(fd)
+    """Bytes ``[first, first + nbytes)`` of a file into a writable ``uint8`` array of their own (a handle of its
+    own: safe from any thread); ``TruncatedCheckpointError`` where the file ends first."""
+    buffer = np.fromfile(path, dtype=np.uint8, count=nbytes, offset=first)
+    if buffer.size != nbytes:
+        raise TruncatedCheckpointError(f"{path}: cut short while being read", path=str(path))
     return buffer

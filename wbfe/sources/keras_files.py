@@ -1,24 +1,13 @@
-"""Keras weights through h5py, without TensorFlow or Keras: Keras 2 HDF5 files (``model.save("m.h5")``
-with ``model_weights/<layer>/<weight name>``, or ``save_weights`` with the layers at the root) and
-Keras 3 archives (``.keras``: a zip of ``config.json``, ``metadata.json`` and ``model.weights.h5``,
-whose variables lie at ``layers/<class in snake case>[_N]/vars/<index>``) or bare ``.weights.h5``.
+"""Keras weights through h5py, without TensorFlow: Keras 2 HDF5 files (``model.save`` or ``save_weights``),
+Keras 3 ``.keras`` archives and bare ``.weights.h5``.
 
-Keras stores a Dense kernel in × out and a convolution kernel k… × in × out; entries report them
-out × in and out × in × k…, as PyTorch holds them, so ``flatten`` gives out × in·k… and ``slices``
-one out × in matrix per kernel position. A depthwise kernel k… × in × multiplier becomes
-in·multiplier × 1 × k… (PyTorch's grouped layout): one row per output channel, its own kernel.
-Embeddings are vocabulary × width in both. A transposed convolution's kernel (k… × out × in in
-Keras) becomes in × out × k…, PyTorch's own layout for it, and its entry says so (``in_out``).
-Biases, BatchNorm moving statistics and optimizer or metric state are listed with their reason,
-never read.
-
-The file's own model config (``model_config`` of an ``.h5``, ``config.json`` of a ``.keras``) is its
-description (:mod:`wbfe.framework.keras_graph`): the weights come in its layer order, and the layer
-that produces the model's output is the head, found without names (``source.description``).
+Kernels are reported in PyTorch's layout (docs/formats.md); biases, BatchNorm statistics and optimizer
+state are listed as skipped. The file's own model config is its description (:mod:`wbfe.framework.keras_graph`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -27,21 +16,20 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
-from wbfe.errors import CorruptCheckpointError, MissingDependencyError, TruncatedCheckpointError
+import numpy as np
+
+from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.linalg.arrays import from_bytes
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
 from wbfe.sources.file_window import FileWindow
 from wbfe.sources.hdf5_guard import Hdf5IndexError, check_hdf5_index
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
 
-if TYPE_CHECKING:
-    import numpy as np
-
-__all__ = ["KerasSource", "open_keras", "is_keras_file", "KERAS"]
+__all__ = ["KerasSource", "is_keras_file", "KERAS"]
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _WEIGHTS_MEMBER = "model.weights.h5"
@@ -61,19 +49,11 @@ _NUMBERED = re.compile(r"^(?P<base>.+?)(_\d+)?$")
 
 
 def _h5py() -> Any:
-    try:
-        import h5py
-    except ImportError:
-        raise MissingDependencyError(
-            "reading Keras files needs h5py: pip install 'wbfe[keras]'", package="h5py"
-        ) from None
-    return h5py
+    return optional_import("h5py", "reading Keras files needs h5py: pip install 'wbfe[keras]'")
 
 
 @dataclass(frozen=True)
 class _Var:
-    """One stored dataset: where it is, what it is, and how it becomes out × in."""
-
     name: str
     path: str  # inside the HDF5 file
     shape: tuple[int, ...]  # as reported (out × in …)
@@ -115,8 +95,6 @@ def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _to_torch_layout(t: "np.ndarray", layout: str) -> "np.ndarray":
-    import numpy as np
-
     n = t.ndim
     if layout == "dense":
         t = t.T
@@ -148,20 +126,10 @@ def _attr_list(group: Any, key: str) -> Optional[list[str]]:
     return chunks if i else None
 
 
-def _json_attr(group: Any, key: str) -> Any:
-    raw = group.attrs.get(key)
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw.decode("utf8") if isinstance(raw, bytes) else str(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
 class KerasSource(TensorSource):
     """The variables of a Keras ``.h5`` / ``.weights.h5`` file or ``.keras`` archive."""
 
-    def __init__(self, ref: str, path: Path):
+    def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
         h5py = _h5py()
         self._path = path
         self._lock = threading.Lock()
@@ -180,9 +148,8 @@ class KerasSource(TensorSource):
                 fmt = "keras3"
             else:
                 if head != HDF5_MAGIC:
-                    raise CorruptCheckpointError(
-                        f"{path}: not a Keras file (neither HDF5 nor a .keras zip: starts {head[:8]!r})", path=str(path)
-                    )
+                    raise CorruptCheckpointError(f"{path}: not a Keras file (neither HDF5 nor a .keras zip: starts "
+                                                 f"{head[:8]!r})", path=str(path))
                 self._guard(path)
                 h5 = h5py.File(path, "r")
                 size = path.stat().st_size
@@ -204,16 +171,11 @@ class KerasSource(TensorSource):
         self.own_description = description
         extra.update({k: v for k, v in metadata.items() if k == "keras_version"})
         layout = extra.pop("layout")
-        self.provenance = Provenance(
-            source=ref, format=fmt if fmt == "keras3" else layout, files=[str(path)],
-            pending=FileDigest([path]), extra={"metadata": extra} if extra else {},
-        )
-
-    # ---- the container -----------------------------------------------------------------------
+        self.provenance = Provenance(source=ref, format=fmt if fmt == "keras3" else layout, files=[str(path)],
+            pending=FileDigest([path]), extra={"metadata": extra} if extra else {})
 
     def _guard(self, path: Path, **where: Any) -> None:
-        """The index walked in a bounded child first (:mod:`wbfe.sources.hdf5_guard`): a file that
-        would hang libhdf5 or exhaust memory is refused before this process reads it."""
+        """The index walked in a bounded child first (:mod:`wbfe.sources.hdf5_guard`)."""
         try:
             check_hdf5_index(path, **where)
         except Hdf5IndexError as exc:
@@ -245,7 +207,10 @@ class KerasSource(TensorSource):
                 self._fileobj = FileWindow(path, *self._window, what=_WEIGHTS_MEMBER)
                 # Read in place, the member skips zipfile's CRC-32 check: made here, once (found by
                 # fuzzing: a damaged member was read as it was).
-                if _crc32(self._fileobj) != info.CRC:
+                crc = 0
+                while chunk := self._fileobj.read(1 << 20):
+                    crc = zlib.crc32(chunk, crc)
+                if crc != info.CRC:
                     raise CorruptCheckpointError(f"{path}: {_WEIGHTS_MEMBER} fails its CRC-32 check", path=str(path))
                 self._fileobj.seek(0)
             else:
@@ -263,8 +228,6 @@ class KerasSource(TensorSource):
             self._archive.close()
             self._archive = None
 
-    # ---- what the file holds -----------------------------------------------------------------
-
     def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
@@ -279,18 +242,21 @@ class KerasSource(TensorSource):
         if "model_weights" in h5 or _attr_list(h5, "layer_names") is not None:
             root = h5["model_weights"] if "model_weights" in h5 else h5
             extra["layout"] = "keras-h5"
-            config = _json_attr(h5, "model_config")
+            raw = h5.attrs.get("model_config")
+            try:
+                config = None if raw is None else json.loads(raw.decode("utf8") if isinstance(raw, bytes) else str(raw))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                config = None
             ordered = self._plan_keras2(h5, root, config)
-            head, why = _keras2_head(ordered, config)
+            head, why = _head(ordered, config, keras3=False)
         elif "layers" in h5 or "vars" in h5:
             extra["layout"] = "keras3-weights-h5"
             ordered = self._plan_keras3(h5, datasets, config)
-            head, why = _keras3_head(ordered, config)
+            head, why = _head(ordered, config, keras3=True)
         else:
             raise CorruptCheckpointError(
                 f"{self._path}: an HDF5 file but not Keras weights (no model_weights, layer_names or layers/)",
-                path=str(self._path),
-            )
+                path=str(self._path))
         listed = {v.path for v in ordered}
         for path in datasets:  # everything else: optimizer and metric state, stray datasets
             if path not in listed:
@@ -304,8 +270,7 @@ class KerasSource(TensorSource):
         if config_layers(config):  # the file's own model graph: its order and its output layer
             description = FrameworkDescription(
                 "keras", class_name(config) or "Model", tuple(v.name for v in ordered if v.skip is None), head,
-                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why,
-                facts=keras_facts(config))
+                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why, facts=keras_facts(config))
         return ordered, description, extra
 
     def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None, layer: str = "",
@@ -334,8 +299,7 @@ class KerasSource(TensorSource):
                 if weight not in group:
                     raise CorruptCheckpointError(
                         f"{self._path}: weight {weight!r} of layer {layer!r} listed in weight_names is missing",
-                        path=str(self._path),
-                    )
+                        path=str(self._path))
                 var = weight.split("/")[-1].split(":")[0]
                 path = f"{group.name.lstrip('/')}/{weight}"
                 # A weight of a nested model names its own layer: ``backbone/conv1/kernel``.
@@ -378,26 +342,19 @@ class KerasSource(TensorSource):
         ds = h5[var.path]
         offset = ds.id.get_offset()
         if offset is not None and offset + ds.id.get_storage_size() > size:
-            raise TruncatedCheckpointError(
-                f"{self._path}: data of {var.name!r} lies past the end of the weights "
-                f"({offset + ds.id.get_storage_size()} > {size} bytes)",
-                path=str(self._path),
-            )
-
-    # ---- the stream --------------------------------------------------------------------------
+            raise TruncatedCheckpointError(f"{self._path}: data of {var.name!r} lies past the end of the weights "
+                f"({offset + ds.id.get_storage_size()} > {size} bytes)", path=str(self._path))
 
     def __len__(self) -> int:
         return len(self._vars)
 
     def entries(self) -> Iterator[TensorEntry]:
         for var in self._vars:
-            load = _Loader(self, var)
+            load = functools.partial(self.read, var)
             yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, reread=load, skip=var.skip,
                               layout=var.axes)
 
     def read(self, var: _Var) -> Any:
-        import numpy as np
-
         with self._lock:
             if self._h5 is None:
                 raise CorruptCheckpointError(f"{self._path}: read after the file was closed", path=str(self._path))
@@ -407,8 +364,7 @@ class KerasSource(TensorSource):
             except (OSError, ValueError) as exc:
                 raise TruncatedCheckpointError(
                     f"{self._path}: data of {var.name!r} unreadable ({str(exc).splitlines()[0][:120]})",
-                    path=str(self._path),
-                ) from None
+                    path=str(self._path)) from None
         if var.dtype == "bfloat16":  # Keras 3 stores bfloat16 as 2-byte opaque values, so marked
             bits = _to_torch_layout(np.ascontiguousarray(array).view(np.uint8).view(np.int16), var.layout)
             return from_bytes(bits.view(np.uint8), "bfloat16", bits.shape)
@@ -434,14 +390,6 @@ def _hdf5_error(path: Path, exc: BaseException) -> CorruptCheckpointError:
     return kind(f"{path}: {'truncated' if truncated else 'corrupt'} HDF5 file ({text})", path=str(path))
 
 
-class _Loader:
-    def __init__(self, source: KerasSource, var: _Var):
-        self.source, self.var = source, var
-
-    def __call__(self) -> Any:
-        return self.source.read(self.var)
-
-
 def _dtype_name(ds: Any) -> str:
     if ds.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
         return "bfloat16"
@@ -463,9 +411,8 @@ def _walk_config(config: Any) -> Iterator[dict[str, Any]]:
 
 def _keras3_folders(config: Any, prefix: str = "layers",
                     names: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
-    """Keras 3's folder of each layer, in model order, with the layer's names from the outer model
-    in: saving_lib numbers a container's layers by their class in snake case (``dense``,
-    ``dense_1``, ...) as it walks ``model.layers``."""
+    """Keras 3's folder of each layer in model order, with its names from the outer model in (saving_lib
+    numbers a container's layers by their class in snake case as it walks ``model.layers``)."""
     used: dict[str, int] = {}
     out: list[tuple[tuple[str, ...], str]] = []
     for layer in config_layers(config):
@@ -486,34 +433,25 @@ def _axes(layer_class: str, layout: str) -> str:
     return IN_OUT if layout == "conv" and layer_class.endswith("_transpose") else OUT_IN
 
 
-def _keras2_head(variables: list[_Var], config: Any) -> tuple[Optional[str], Optional[str]]:
-    """The stored name of the head's matrix in a Keras 2 / legacy ``.h5``, from its model config."""
+def _head(variables: list[_Var], config: Any, keras3: bool) -> tuple[Optional[str], Optional[str]]:
+    """The stored name of the head's matrix, from the model config of a Keras 2 ``.h5`` or a Keras 3 archive."""
     head, why = keras_head(config)
     if head is None:
         return None, why
-    top, inner = head.layer.path[0], head.layer.path[-1]
-    for wanted in head.variables:
-        for var in variables:
-            parts = var.name.split("/")
-            if (var.layer == top and var.skip is None and parts[-1].split(":")[0] == wanted
-                    and (len(head.layer.path) == 1 or inner in parts[:-1])):
-                return var.name, head.note
-    return None, f"the output layer {'/'.join(head.layer.path)} has no {' or '.join(head.variables)} stored"
-
-
-def _keras3_head(variables: list[_Var], config: Any) -> tuple[Optional[str], Optional[str]]:
-    """The stored name of the head's matrix in a Keras 3 archive, from its ``config.json``."""
-    head, why = keras_head(config)
-    if head is None:
-        return None, why
-    folder = dict(_keras3_folders(config)).get(head.layer.path)
+    path = head.layer.path
+    folder = dict(_keras3_folders(config)).get(path) if keras3 else None
     names = _KERAS3_VARS.get(_snake(head.layer.class_name), ())
     for wanted in head.variables:
-        if folder is not None and wanted in names:
-            path = f"{folder}/vars/{names.index(wanted)}"
-            if any(v.name == path and v.skip is None for v in variables):
-                return path, head.note
-    return None, f"the output layer {'/'.join(head.layer.path)} has no {' or '.join(head.variables)} stored"
+        if keras3:
+            stored = f"{folder}/vars/{names.index(wanted)}" if folder is not None and wanted in names else None
+            found = [v for v in variables if v.name == stored]
+        else:
+            found = [v for v in variables if v.layer == path[0] and v.name.split("/")[-1].split(":")[0] == wanted
+                     and (len(path) == 1 or path[-1] in v.name.split("/")[:-1])]
+        for var in found:
+            if var.skip is None:
+                return var.name, head.note
+    return None, f"the output layer {'/'.join(path)} has no {' or '.join(head.variables)} stored"
 
 
 def _read_json(archive: zipfile.ZipFile, member: str) -> Any:
@@ -523,13 +461,6 @@ def _read_json(archive: zipfile.ZipFile, member: str) -> Any:
         return None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpointError(f"{archive.filename}: {member} is not JSON ({exc})", path=archive.filename) from None
-
-
-def _crc32(fh: Any) -> int:
-    crc = 0
-    while chunk := fh.read(1 << 20):
-        crc = zlib.crc32(chunk, crc)
-    return crc
 
 
 def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:
@@ -554,16 +485,5 @@ def is_keras_file(head: bytes, path: Path) -> bool:
     return head[:4] == b"PK\x03\x04" and all(m in zip_members(path) for m in _ARCHIVE_MEMBERS)
 
 
-def open_keras(path: Path, ref: str, fmt: str | None = None) -> KerasSource:
-    """Open a Keras HDF5 file or Keras 3 archive.
-
-    Raises:
-        CorruptCheckpointError, TruncatedCheckpointError, MissingDependencyError: as the reader raises.
-    """
-    return KerasSource(ref, path)
-
-
 KERAS = register_format(FileFormat(
-    name="keras", suffixes=(".h5", ".hdf5", ".keras"), open=open_keras, sniff=is_keras_file,
-    group="other", rank=30,
-))
+    name="keras", suffixes=(".h5", ".hdf5", ".keras"), open=KerasSource, sniff=is_keras_file, group="other", rank=30))

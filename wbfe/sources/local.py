@@ -1,12 +1,12 @@
-"""Local files and folders: pick the weight files a folder holds and open them with the reader the
-format registry (:mod:`wbfe.sources.registry`) names; registered as the ``path`` location."""
+"""Local files and folders (the ``path`` location): a folder's weight files picked and opened with the reader
+the format registry (:mod:`wbfe.sources.registry`) names."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource, open_regular, unreadable
@@ -16,32 +16,12 @@ from wbfe.sources.registry import (checkpoint_suffixes, folder_kinds, format_of,
 __all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS", "MAX_CONFIG"]
 
 
-def pick_weight_files(names: Sequence[str]) -> list[str]:
-    """Choose which of a folder's (or repo's) top-level files hold the weights.
-
-    Preference, by the registered formats' ranks: a safetensors index, ``model.safetensors``, a
-    single ``*.safetensors``, a bin index, ``pytorch_model.bin``, a single PyTorch file, a single
-    GGUF (split set), Keras or ONNX file, then the other registered formats.
-
-    Args:
-        names: the file names (names with a ``/`` are in subfolders and ignored).
-
-    Returns:
-        ``[index]`` for sharded checkpoints and ``[file]`` otherwise; an empty list when nothing fits.
-
-    Raises:
-        CorruptCheckpointError: several candidate files and no index to say how they go together.
-    """
-    return pick_files(names)
+# Which of a folder's (or repo's) top-level files hold the weights, by the registered formats' ranks.
+pick_weight_files = pick_files
 
 
 def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> TensorSource:
-    """Open a checkpoint file or folder.
-
-    Raises:
-        SourceNotFoundError: the path does not exist or cannot be read, or a folder holds no weight files.
-        CorruptCheckpointError / TruncatedCheckpointError / UnsafePickleError: as the readers raise.
-    """
+    """Open a checkpoint file or folder (``SourceNotFoundError`` where it is missing or holds no weight files)."""
     try:
         return _open_path(path, ref if ref is not None else str(path), fmt)
     except OSError as exc:  # e.g. a folder or file that cannot be read: never a traceback
@@ -66,7 +46,11 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
         if not chosen:
             listed = ", ".join(f"*{s}" for s in checkpoint_suffixes())
             raise SourceNotFoundError(f"{path}: no weight files ({listed}) in this folder", path=str(path))
-        _refuse_mixed_formats(path, listing, chosen[0])
+        others = other_formats(listing, chosen[0])
+        if others and not (path / "config.json").is_file():  # several formats are several checkpoints
+            shown = ", ".join([chosen[0], *others][:6]) + (", ..." if len(others) > 5 else "")
+            raise CorruptCheckpointError(f"{path}: this folder holds checkpoints of more than one format ({shown}); "
+                                         f"name the file to score, e.g. {path / chosen[0]}", path=str(path))
         path = path / chosen[0]
     source = open_file(path, ref, fmt)
     if folder is not None:  # a file named alone is read alone
@@ -74,29 +58,12 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
     return source
 
 
-def _refuse_mixed_formats(folder: Path, listing: Sequence[str], chosen: str) -> None:
-    """A folder of checkpoints in several formats is several checkpoints: scoring one of them would
-    drop the others without a word. A ``config.json`` ties them together as one model saved in
-    several formats (a Hugging Face repository), and then the preferred format is read.
-
-    Raises:
-        CorruptCheckpointError: files of another format beside ``chosen`` and no config.json.
-    """
-    others = other_formats(listing, chosen)
-    if not others or (folder / "config.json").is_file():
-        return
-    shown = ", ".join([chosen, *others][:6]) + (", ..." if len(others) > 5 else "")
-    raise CorruptCheckpointError(f"{folder}: this folder holds checkpoints of more than one format ({shown}); "
-                                 f"name the file to score, e.g. {folder / chosen}", path=str(folder))
-
-
 MAX_CONFIG = 50_000_000
 
 
 def read_model_config(folder: Path) -> dict[str, Any] | None:
-    """The Hugging Face ``config.json`` in ``folder`` (with ``quantize_config.json``, which GPTQ
-    writers put beside it, as its ``quantization_config``); None where there is none or it is not
-    a JSON object (the weights are still scored, with the rules that need no config)."""
+    """The Hugging Face ``config.json`` in ``folder`` (a GPTQ ``quantize_config.json`` as its
+    ``quantization_config``); None where there is none or it is not a JSON object."""
     found: dict[str, bytes] = {}
     for file_name in MODEL_CONFIGS:
         try:  # a FIFO named config.json must not block
@@ -111,8 +78,7 @@ MODEL_CONFIGS = ("config.json", "quantize_config.json")
 
 
 def model_config(files: dict[str, bytes]) -> dict[str, Any] | None:
-    """The model configuration from the bytes of its files (:data:`MODEL_CONFIGS`, by name; a local
-    folder's or a remote repository's): see :func:`read_model_config`."""
+    """The model configuration from the bytes of its files (:data:`MODEL_CONFIGS`, by name; local or remote)."""
     found: dict[str, Any] = {}
     for file_name in MODEL_CONFIGS:
         if file_name not in files:
@@ -130,16 +96,8 @@ def model_config(files: dict[str, bytes]) -> dict[str, Any] | None:
 
 
 def open_file(path: Path, ref: str, fmt: str | None = None) -> TensorSource:
-    """Open one checkpoint file with the registered format that reads it (by its first bytes, then
-    its suffix).
-
-    Args:
-        path: the file.
-        ref: the reference as the user gave it (recorded in the provenance).
-        fmt: a provenance format label for readers that take one (``hf-hub``), else None.
-
-    Returns:
-        The opened source.
+    """Open one checkpoint file with the registered format that reads it (by its first bytes, then its
+    suffix); ``fmt``: a provenance format label for readers that take one (``hf-hub``).
 
     Raises:
         SourceNotFoundError: no registered format reads such a file, or it cannot be read.
@@ -160,5 +118,4 @@ def _is_path(ref: Any) -> bool:
 
 @register_location("path", order=30, claims=_is_path)
 def open_local(ref: Any) -> TensorSource:
-    """Open an existing local path (the ``path`` location)."""
     return open_path(Path(str(ref)).expanduser(), ref=str(ref))

@@ -24,8 +24,7 @@ class MemorySource(TensorSource):
         state = obj.state_dict() if hasattr(obj, "state_dict") and callable(obj.state_dict) else obj
         self._state = unwrap_state_dict(state, where=type(obj).__name__)
         self.provenance = Provenance(
-            source=f"<{type(obj).__name__}>", format="module" if state is not obj else "state_dict"
-        )
+            source=f"<{type(obj).__name__}>", format="module" if state is not obj else "state_dict")
         # A module describes itself (order, head, ties, layouts: wbfe.framework); a state dict does not.
         self.own_description = describe_module(obj) if state is not obj else None
 

@@ -1,28 +1,23 @@
-"""NumPy ``.npz`` archives (``np.savez``, ``np.savez_compressed``): one ``.npy`` member per array.
-
-Each member's header (shape, dtype, order) is read when the archive is opened and its data when the
-tensor is asked for, with ``allow_pickle=False``: an object array (which only a pickle can hold) is
-listed as skipped, never unpickled. Arrays are taken as stored (``out × in`` for a matrix, as
-PyTorch holds them); names are the archive's keys.
-"""
+"""NumPy ``.npz`` archives (``np.savez``): one ``.npy`` member per array, headers read when opened and data
+on demand, always with ``allow_pickle=False`` (an object array is listed as skipped, never unpickled)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import tokenize
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
+
+import numpy as np
 
 from wbfe.errors import CorruptCheckpointError, WbfeError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
-from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["NpzSource", "open_npz", "NPZ", "numpy_dtype_name"]
+__all__ = ["NpzSource", "NPZ", "numpy_dtype_name"]
 
 # A damaged member's .npy header: the zip's errors, and numpy's header parser's (a SyntaxError, or
 # tokenize's TokenError for an unclosed bracket: found by fuzzing).
@@ -56,7 +51,7 @@ class _Member:
 class NpzSource(TensorSource):
     """The arrays of an ``.npz`` archive, read one member at a time."""
 
-    def __init__(self, ref: str, path: Path):
+    def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
         self._path = path
         with open_regular(path) as fh:
             # numpy.load takes a file for a zip only by its first bytes; zipfile would also take one
@@ -65,7 +60,7 @@ class NpzSource(TensorSource):
                 raise CorruptCheckpointError(f"{path}: not an .npz archive (it does not start as a zip file)",
                                              path=str(path))
             fh.seek(0)
-            archive = _zip(path, fh)
+            archive = open_zip(path, fh, ".npz archive")
             with archive:
                 self._members = [self._header(archive, info) for info in archive.infolist()
                                  if info.filename.endswith(".npy")]
@@ -78,8 +73,6 @@ class NpzSource(TensorSource):
         self.provenance = Provenance(source=ref, format="npz", files=[str(path)], pending=FileDigest([path]))
 
     def _header(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
-        import numpy as np
-
         name = info.filename[: -len(".npy")]
         try:
             with archive.open(info) as fh:
@@ -108,20 +101,14 @@ class NpzSource(TensorSource):
 
     def entries(self) -> Iterator[TensorEntry]:
         for member in self._members:
-            load = _Loader(self, member)
+            load = functools.partial(self.read, member)
             yield TensorEntry(name=member.name, shape=member.shape, dtype=member.dtype, load=load, reread=load,
                               skip=member.skip)
 
     def read(self, member: _Member) -> Any:
-        """One array, read with ``allow_pickle=False``.
-
-        Raises:
-            CorruptCheckpointError: the member is damaged (short, a failed CRC-32).
-        """
-        import numpy as np
-
+        """One array, read with ``allow_pickle=False`` (``CorruptCheckpointError`` for a damaged member)."""
         try:
-            with open_regular(self._path) as fh, _zip(self._path, fh) as archive, archive.open(member.member) as f:
+            with open_regular(self._path) as fh, open_zip(self._path, fh, ".npz archive") as archive, archive.open(member.member) as f:
                 array = np.lib.format.read_array(f, allow_pickle=False)
         except WbfeError:
             raise
@@ -132,30 +119,4 @@ class NpzSource(TensorSource):
         return np.array(array, dtype=array.dtype.newbyteorder("="), order="C")
 
 
-class _Loader:
-    def __init__(self, source: NpzSource, member: _Member):
-        self.source, self.member = source, member
-
-    def __call__(self) -> Any:
-        return self.source.read(self.member)
-
-
-def _zip(path: Path, fh: Any) -> zipfile.ZipFile:
-    try:
-        return zipfile.ZipFile(fh)
-    except ZIP_ERRORS as exc:
-        raise CorruptCheckpointError(f"{path}: not a readable .npz archive (a damaged zip: {exc.__class__.__name__})",
-                                     path=str(path)) from None
-
-
-def open_npz(path: Path, ref: str, fmt: Optional[str] = None) -> NpzSource:
-    """Open a NumPy ``.npz`` archive.
-
-    Raises:
-        CorruptCheckpointError: not a readable archive of ``.npy`` arrays.
-        SourceNotFoundError: the file cannot be read.
-    """
-    return NpzSource(ref, path)
-
-
-NPZ = register_format(FileFormat(name="npz", suffixes=(".npz",), open=open_npz, group="more", rank=40))
+NPZ = register_format(FileFormat(name="npz", suffixes=(".npz",), open=NpzSource, group="more", rank=40))

@@ -1,14 +1,5 @@
-"""The size bound on object-store copies (``$WBFE_CACHE_DIR/objects``), applied as each new copy lands.
-
-``wbfe cache prune`` applies a bound to the whole cache on request; copies of checkpoints are the
-part that grows by gigabytes unasked, so after every new copy the least recently used other copies
-are removed until the copies fit ``$WBFE_CACHE_MAX_SIZE`` (default 20 GiB; ``none`` for no bound).
-The copy just written is never removed, even when it alone is larger than the bound, and neither is
-a copy still being fetched (its ``.part`` folder).
-
-Last use is the latest access or modification time of a copy's files and folder: a cache hit
-touches the folder (:func:`wbfe.sources.object_store.fetch_uri`).
-"""
+"""The size bound on object-store copies (``$WBFE_CACHE_DIR/objects``), applied as each new copy lands:
+the least recently used other copies are removed until they fit ``$WBFE_CACHE_MAX_SIZE`` (docs/cache.md)."""
 
 from __future__ import annotations
 
@@ -32,11 +23,7 @@ _SHARD = re.compile(r"^[0-9a-f]{2}$")
 
 
 def parse_size(text: Union[str, int]) -> int:
-    """Bytes from ``500M``, ``20G``, ``1.5T``, ``2GiB``, ``123`` (powers of 1024).
-
-    Raises:
-        InvalidOptionError: not a non-negative size.
-    """
+    """Bytes from ``500M``, ``20G``, ``1.5T``, ``2GiB``, ``123`` (powers of 1024; ``InvalidOptionError``)."""
     if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
         return text
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([BKMGT]?)(?:I?B)?\s*", str(text).upper())
@@ -49,11 +36,7 @@ def parse_size(text: Union[str, int]) -> int:
 
 
 def object_cache_bound() -> Optional[int]:
-    """The bound from ``$WBFE_CACHE_MAX_SIZE`` (read at call time), else the default; None for ``none``.
-
-    Raises:
-        InvalidOptionError: the variable is neither a size nor ``none``.
-    """
+    """The bound from ``$WBFE_CACHE_MAX_SIZE`` (read at call time), else the default; None for ``none``."""
     from wbfe._config import wbfe_cache_max_size
 
     text = wbfe_cache_max_size()

@@ -1,27 +1,16 @@
-"""The ``object-store`` location: a URI ``<protocol>://...`` (``s3://``, ``gs://``, any fsspec
-protocol) of safetensors weights streamed with ranged reads, anything else copied first.
-
-A URI that names a ``.safetensors`` file or a ``.safetensors.index.json`` shard index, or a folder
-whose weights (as :func:`~wbfe.sources.local.pick_weight_files` chooses them) are safetensors, is
-read through fsspec without a copy when ``stream`` is True, or when it is None and the weight files
-are larger than the free disk of the object cache (:func:`~wbfe.sources.remote.should_stream`):
-each shard's header with one ranged read, then each tensor with one
-(:class:`~wbfe.sources.store_range.StoreFile`: pinned to the object's version where the store
-allows, checked after each read elsewhere). A folder's ``config.json`` (and
-``quantize_config.json``) is fetched too, so the model's own framework description applies as for
-a local folder. With ``stream=False``, or by default when there is room, the object is copied into
-the cache as before (:func:`~wbfe.sources.object_store.open_uri`).
-"""
+"""The ``object-store`` location: safetensors under a ``<protocol>://`` URI streamed with ranged reads (when
+asked, or larger than the free disk; a folder's ``config.json`` fetched too), anything else copied first
+(:func:`~wbfe.sources.object_store.open_uri`; docs/remote.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from wbfe.errors import InvalidOptionError, SourceNotFoundError, WbfeError
+from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.object_store import call_store, claims_uri, object_cache_dir, object_identity, open_uri
+from wbfe.sources.object_store import call_store, claims_uri, folder_files, object_cache_dir, object_identity, open_uri
 from wbfe.sources.registry import checkpoint_suffixes, register_location
-from wbfe.sources.remote import is_safetensors_name, should_stream, stream_safetensors
+from wbfe.sources.remote import is_safetensors_name, remote_config, should_stream, stream_safetensors
 from wbfe.sources.store_range import StoreFile
 
 __all__ = ["open_object", "stream_object"]
@@ -29,12 +18,7 @@ __all__ = ["open_object", "stream_object"]
 
 @register_location("object-store", order=20, claims=claims_uri, streams=True)
 def open_object(uri: str, *, stream: bool | None = None) -> TensorSource:
-    """An object-store URI: its safetensors streamed (see the module docs), else copied and opened.
-
-    Raises:
-        InvalidOptionError: ``stream=True`` for weights that are not safetensors (or an adapter).
-        The errors of :func:`stream_object` and :func:`~wbfe.sources.object_store.open_uri`.
-    """
+    """An object-store URI: its safetensors streamed, else copied and opened."""
     if stream is not False:
         source = stream_object(uri, stream=stream)
         if source is not None:
@@ -43,28 +27,21 @@ def open_object(uri: str, *, stream: bool | None = None) -> TensorSource:
 
 
 def stream_object(uri: str, *, stream: bool | None) -> TensorSource | None:
-    """The safetensors ``uri`` names opened for ranged reads, or None where they are to be copied
-    instead (``stream`` None and room on the disk, or weights that cannot be streamed).
-
-    Raises:
-        MissingDependencyError, SourceNotFoundError: as :func:`~wbfe.sources.object_store.open_uri`.
-        InvalidOptionError: ``stream=True`` for weights that are not safetensors (or an adapter).
-        RemoteReadError, RemoteChangedError, CorruptCheckpointError, ...: as the reads raise.
-    """
+    """The safetensors ``uri`` names opened for ranged reads, or None where they are to be copied instead
+    (``InvalidOptionError`` with ``stream=True`` for weights that are not safetensors, or an adapter)."""
     return call_store(uri, lambda fs, path, uri_: _stream(fs, path, uri_, stream))
 
 
 def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource | None:
-    from wbfe.sources.local import MAX_CONFIG, MODEL_CONFIGS, model_config, pick_weight_files
+    from wbfe.sources.local import MODEL_CONFIGS, pick_weight_files
 
     fs.invalidate_cache(path)  # what the store says now, not a listing cached by an earlier call
     info = fs.info(path)
     root = path.rstrip("/")
     if info.get("type") == "directory":
         base = uri.rstrip("/") + "/"
-        top = {entry["name"].rstrip("/")[len(root):].lstrip("/"): entry
-               for entry in fs.ls(path, detail=True) if entry.get("type") == "file"}
-        names = sorted(n for n in top if n and "/" not in n)
+        top = folder_files(fs, path)
+        names = sorted(top)
         chosen = pick_weight_files(names)
         if not chosen:
             if stream:
@@ -93,17 +70,10 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         return StoreFile(fs, f"{root}/{file_name}" if root else file_name, base + file_name,
                          identify=object_identity, info=known)
 
-    source = stream_safetensors(
-        uri, name, lambda file_name: base + file_name, open_file=open_file, sizes=sizes,
+    source = stream_safetensors(uri, name, lambda file_name: base + file_name, open_file=open_file, sizes=sizes,
         decide=None if stream else (lambda total: should_stream(None, total, object_cache_dir())),
         extra={"store": uri.split("://", 1)[0]})
     if source is None:
         return None
-    found: dict[str, bytes] = {}
-    for config_name in configs:  # small: what the framework description reads
-        try:
-            found[config_name] = open_file(config_name).read_all(MAX_CONFIG)
-        except WbfeError:
-            continue  # as a local unreadable config: the rules that need none decide
-    source.config = model_config(found)
+    source.config = remote_config(configs, open_file)
     return source

@@ -1,19 +1,6 @@
-"""Object-store URIs (``s3://bucket/model/``, ``gs://...``, any ``<protocol>://`` fsspec knows): the copy.
-
-(Safetensors asked to be streamed, or larger than the free disk, are not copied but read in place
-with ranged reads: :mod:`wbfe.sources.object_location`. This module holds the copy, and the store
-access both share.)
-
-The object (a checkpoint file, or a folder: a shard index with its shards, ``config.json``) is
-copied into a local cache folder by whoever scores it (this process, or a Ray task on its node)
-and opened with the normal readers; the provenance keeps the URI. Only what the URI names is read:
-a named file alone, or a folder's weight files (as :func:`~wbfe.sources.local.pick_weight_files`
-chooses them, the shards its index lists) and its configs, never its subfolders' other files.
-
-The copy is content-addressed by the URI and what the store says of each object (size, ETag,
-modification time, generation): it is re-used while these are unchanged and fetched again when they
-change. A copy is written into a private folder and renamed into place, so a reader (another
-process, another driver) sees a complete copy or none.
+"""Object-store URIs (``s3://bucket/model/``, any ``<protocol>://`` fsspec knows): the copy into a
+content-addressed cache folder (docs/remote.md), and the store access it shares with the streamed reads
+(:mod:`wbfe.sources.object_location`).
 """
 
 from __future__ import annotations
@@ -33,7 +20,7 @@ from wbfe.sources._base import TensorSource
 from wbfe.sources.object_bound import evict_objects, object_cache_bound
 
 __all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL",
-           "store_filesystem", "object_identity", "call_store", "CONFIGS", "claims_uri"]
+           "store_filesystem", "object_identity", "call_store", "CONFIGS", "claims_uri", "folder_files"]
 
 URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S)
 FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
@@ -53,7 +40,6 @@ def is_uri(text: str) -> bool:
 
 
 def object_cache_dir() -> Path:
-    """Where object-store copies live: ``objects/`` in wbfe's cache folder (``$WBFE_CACHE_DIR``)."""
     from wbfe._config import wbfe_cache_dir
 
     return wbfe_cache_dir() / "objects"
@@ -66,9 +52,6 @@ def claims_uri(ref: Any) -> bool:
 
 def open_uri(uri: str) -> TensorSource:
     """Copy the object ``uri`` names into the local cache (when not there already) and open it.
-
-    (The ``object-store`` location, :func:`wbfe.sources.object_location.open_object`, streams
-    safetensors instead where asked or where they do not fit on the disk.)
 
     Raises:
         MissingDependencyError: fsspec, or the protocol's package (e.g. s3fs), is not installed.
@@ -86,12 +69,7 @@ def open_uri(uri: str) -> TensorSource:
 
 
 def store_filesystem(uri: str) -> tuple[Any, str]:
-    """The fsspec filesystem of ``uri`` and the path in it.
-
-    Raises:
-        MissingDependencyError: fsspec, or the protocol's package, is not installed.
-        SourceNotFoundError: an unknown protocol.
-    """
+    """The fsspec filesystem of ``uri`` and the path in it (``MissingDependencyError``, ``SourceNotFoundError``)."""
     try:
         import fsspec
     except ModuleNotFoundError:
@@ -119,35 +97,25 @@ def object_identity(info: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(info[k]) for k in _IDENTITY if info.get(k) is not None}
 
 
-def _rel(root: str, name: str) -> str:
-    return name.rstrip("/")[len(root.rstrip("/")):].lstrip("/")
+def folder_files(fs: Any, path: str) -> dict[str, Any]:
+    """What ``fs.ls`` says of each file directly in the folder ``path``, by name."""
+    root = path.rstrip("/")
+    top = {e["name"].rstrip("/")[len(root):].lstrip("/"): e for e in fs.ls(path, detail=True) if e.get("type") == "file"}
+    return {name: e for name, e in top.items() if name and "/" not in name}
 
 
 def fetch_uri(uri: str) -> Path:
-    """The local copy of ``uri``: a file, or a folder of the files the URI's folder holds that count.
-
-    Raises:
-        As :func:`open_uri`.
-    """
+    """The local copy of ``uri``: a file, or a folder of the files the URI's folder holds that count."""
     return call_store(uri, _fetch)
 
 
 def uri_signature(uri: str) -> str:
-    """A SHA-256 naming ``uri`` and what the store says of its objects (sizes, ETags, times): it
-    changes when they change. What a ranking keys its cache on, without downloading the model.
-
-    Raises:
-        As :func:`open_uri`.
-    """
+    """A SHA-256 of ``uri`` and what the store says of its objects (sizes, ETags, times), without a download."""
     return call_store(uri, lambda fs, path, uri_: _describe(fs, path, uri_)[0])
 
 
 def call_store(uri: str, action: Any) -> Any:
-    """``action(fs, path, uri)``, its store failures turned into one-line typed errors.
-
-    Raises:
-        As :func:`open_uri`.
-    """
+    """``action(fs, path, uri)``, its store failures turned into one-line typed errors."""
     fs, path = store_filesystem(uri)
     try:
         return action(fs, path, uri)
@@ -165,9 +133,7 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
     info = fs.info(path)
     top: dict[str, Any] = {}
     if info.get("type") == "directory":
-        listing = [e for e in fs.ls(path, detail=True) if e.get("type") == "file"]
-        top = {_rel(path, e["name"]): e for e in listing}
-        top = {name: e for name, e in top.items() if name and "/" not in name}
+        top = folder_files(fs, path)
         signature: Any = sorted([name, object_identity(e)] for name, e in top.items())
     else:
         name = path.rstrip("/").rsplit("/", 1)[-1]
@@ -238,7 +204,6 @@ def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path)
 
 
 def _fetch_shards(fs: Any, root: str, index: Path, staging: Path) -> None:
-    """Copy the shards the index file ``index`` lists from the store folder ``root`` into ``staging``."""
     from wbfe.sources.safetensors_files import index_weight_map
 
     for shard in index_weight_map(index):  # names checked to stay in the folder
@@ -248,12 +213,7 @@ def _fetch_shards(fs: Any, root: str, index: Path, staging: Path) -> None:
 
 
 def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict[str, Any]:
-    """What the store says of each shard the index at ``path`` lists, by shard name.
-
-    Raises:
-        CorruptCheckpointError: an index that is not one (as a local index is refused).
-        SourceNotFoundError: a listed shard that is not in the store.
-    """
+    """What the store says of each shard the index at ``path`` lists, by shard name."""
     from wbfe.sources.safetensors_files import MAX_INDEX, parse_weight_map
 
     size = info.get("size")

@@ -1,54 +1,38 @@
 """ONNX models (``.onnx``, with or without external data files), parsed by the ``onnx`` package.
 
-Which stored tensors are weights, how each is oriented and in what order the model uses them is
-read from the graph by :mod:`wbfe.sources.onnx_graph` (initializers and ``Constant`` values of the
-main graph and of every ``If``/``Loop``/``Scan`` subgraph, followed through ``Identity``, ``Cast``,
-``Transpose`` and ``DequantizeLinear`` to the operator that consumes them, and through the
-``Slice``/``Concat``/``Unsqueeze``/... chains exporters feed recurrent weights with). A quantised tensor
-reaching a weight input through ``DequantizeLinear`` is dequantised, ``(q − zero point)·scale`` per
-tensor, axis or block, in float32 as the operator computes it. The head hint is the weight of the
-last Gemm/MatMul the graph's output depends on. The model is parsed without its external data,
-which is read one tensor at a time when asked for.
+Which stored tensors are weights, their orientation, order and head come from the graph
+(:mod:`wbfe.sources.onnx_graph`); a ``DequantizeLinear`` operand is dequantised as the operator computes
+it. The model is parsed without its external data, which is read one tensor at a time.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
-from wbfe.errors import (
-    CorruptCheckpointError,
-    MissingDependencyError,
-    SourceNotFoundError,
-    TruncatedCheckpointError,
-    WbfeError,
-)
+import numpy as np
+
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, WbfeError
 from wbfe.linalg.arrays import is_known_dtype
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
 from wbfe.sources.io import read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
 from wbfe.sources.registry import FileFormat, register_format
 
-if TYPE_CHECKING:
-    import numpy as np
-
-__all__ = ["OnnxSource", "open_onnx", "ONNX"]
+__all__ = ["OnnxSource", "ONNX"]
 
 
 def _onnx() -> Any:
-    try:
-        import onnx
-    except ImportError:
-        raise MissingDependencyError("reading ONNX models needs the onnx package: pip install 'wbfe[onnx]'",
-                                     package="onnx") from None
-    return onnx
+    return optional_import("onnx", "reading ONNX models needs the onnx package: pip install 'wbfe[onnx]'")
 
 
 class OnnxSource(TensorSource):
     """The weights an ONNX model's graph stores, read one at a time in the model's order."""
 
-    def __init__(self, ref: str, path: Path):
+    def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
         onnx = _onnx()
         self._path = path
         self._base = path.parent.resolve()
@@ -56,9 +40,8 @@ class OnnxSource(TensorSource):
         try:
             model = onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(
-                f"{path}: not a readable ONNX model (truncated or corrupt protobuf: {str(exc)[:120]})", path=str(path)
-            ) from None
+            raise CorruptCheckpointError(f"{path}: not a readable ONNX model (truncated or corrupt protobuf: "
+                                         f"{str(exc)[:120]})", path=str(path)) from None
         graph = model.graph
         if model.ir_version <= 0 or not graph.node:
             raise CorruptCheckpointError(f"{path}: not an ONNX model (no graph nodes)", path=str(path))
@@ -83,13 +66,9 @@ class OnnxSource(TensorSource):
                     "ir_version": int(model.ir_version),
                     "opset": {o.domain or "ai.onnx": int(o.version) for o in model.opset_import}}
         consumers = {w.name: w.consumers for w in self._weights if w.consumers and w.skip is None}
-        self.provenance = Provenance(
-            source=ref, format="onnx-external-data" if len(self._files) > 1 else "onnx",
+        self.provenance = Provenance(source=ref, format="onnx-external-data" if len(self._files) > 1 else "onnx",
             files=[str(p) for p in self._files], pending=FileDigest(self._files),
-            extra={"metadata": metadata, "consumers": consumers},
-        )
-
-    # ---- the data ------------------------------------------------------------------------------
+            extra={"metadata": metadata, "consumers": consumers})
 
     def _check_data(self, onnx: Any) -> list[Path]:
         """The external data files, each inside the model's folder and long enough for its tensors."""
@@ -104,7 +83,9 @@ class OnnxSource(TensorSource):
                     files.append(info["file"])
                 continue
             if weight.skip is None or weight.quant is not None:
-                if not tensor.raw_data and not _typed_count(tensor) and _numel(tensor) and weight.skip is None:
+                typed = sum(len(getattr(tensor, f"{kind}_data")) for kind in ("float", "int32", "int64", "double",
+                                                                              "uint64", "string"))
+                if not tensor.raw_data and not typed and _numel(tensor) and weight.skip is None:
                     raise CorruptCheckpointError(f"{self._path}: initializer {weight.name!r} has no data",
                                                  path=str(self._path))
         return files
@@ -116,25 +97,19 @@ class OnnxSource(TensorSource):
         if not location or os.path.isabs(location) or not target.is_relative_to(self._base):
             raise CorruptCheckpointError(
                 f"{self._path}: external data of {tensor.name!r} at {location!r} lies outside the model's folder",
-                path=str(self._path),
-            )
+                path=str(self._path))
         if not target.is_file():
             raise SourceNotFoundError(f"{self._path}: external data file {location!r} of {tensor.name!r} is missing",
                                       path=str(self._path))
         offset = int(entries.get("offset", 0) or 0)
-        itemsize = _itemsize(tensor.data_type)
+        itemsize = int(np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
         length = int(entries["length"]) if entries.get("length") else _numel(tensor) * itemsize
         size = target.stat().st_size
         if offset < 0 or length != _numel(tensor) * itemsize or offset + length > size:
-            raise TruncatedCheckpointError(
-                f"{self._path}: data of {tensor.name!r} out of range in {location} "
+            raise TruncatedCheckpointError(f"{self._path}: data of {tensor.name!r} out of range in {location} "
                 f"(bytes {offset}..{offset + length} of a {size}-byte file, {_numel(tensor) * itemsize} needed)",
-                path=str(self._path),
-            )
+                path=str(self._path))
         return {"file": target, "offset": offset, "length": length}
-
-    def _array(self, vid: int) -> "np.ndarray":
-        return self._stored_array(self._stored[vid])
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
         from onnx import numpy_helper
@@ -160,19 +135,13 @@ class OnnxSource(TensorSource):
                                          path=str(self._path)) from None
 
     def read(self, weight: Planned) -> Any:
-        """The tensor as the consuming operator uses it (dequantised, out × in).
-
-        Raises:
-            CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError: unreadable data.
-        """
-        import numpy as np
-
+        """The tensor as the consuming operator uses it (dequantised, out × in)."""
         array = self._stored_array(weight.stored)
         if weight.dq is not None:
             try:
-                array = _dequantize(array, self._array(weight.dq[0]),
-                                    None if weight.dq[1] is None else self._array(weight.dq[1]), weight.dq[2],
-                                    weight.dq[3])
+                scale = self._stored_array(self._stored[weight.dq[0]])
+                zero = None if weight.dq[1] is None else self._stored_array(self._stored[weight.dq[1]])
+                array = _dequantize(array, scale, zero, weight.dq[2], weight.dq[3])
             except ValueError as exc:  # a scale or zero point that does not fit the tensor (found by fuzzing)
                 raise CorruptCheckpointError(f"{self._path}: DequantizeLinear of {weight.name!r}: {exc}",
                                              path=str(self._path)) from None
@@ -187,7 +156,7 @@ class OnnxSource(TensorSource):
 
     def entries(self) -> Iterator[TensorEntry]:
         for weight in self._weights:
-            load = _Loader(self, weight)
+            load = functools.partial(self.read, weight)
             skip = weight.skip
             if skip is None and not is_known_dtype(weight.dtype):
                 # an ONNX data type wbfe holds no tensors of (a string, an unknown code): never read
@@ -196,23 +165,9 @@ class OnnxSource(TensorSource):
                               quant=weight.quant, skip=skip, layout=weight.layout)
 
 
-class _Loader:
-    def __init__(self, source: OnnxSource, weight: Planned):
-        self.source, self.weight = source, weight
-
-    def __call__(self) -> Any:
-        return self.source.read(self.weight)
-
-
 def _dequantize(q: "np.ndarray", scale: "np.ndarray", zero: "Optional[np.ndarray]", axis: int, block: int) -> "np.ndarray":
-    """DequantizeLinear: ``(q − zero)·scale`` in float32, the scale per tensor, along ``axis``, or per
-    block of ``block`` elements along ``axis``.
-
-    Raises:
-        ValueError: a scale or zero point whose shape does not fit ``q``, ``axis`` and ``block``.
-    """
-    import numpy as np
-
+    """DequantizeLinear: ``(q − zero)·scale`` in float32, per tensor, along ``axis`` or per ``block`` along it
+    (``ValueError`` for a scale or zero point that does not fit)."""
     x = q.astype(np.int32)
     scale = scale.astype(np.float32)
     zero_i = zero.astype(np.int32) if zero is not None else np.zeros_like(scale, dtype=np.int32)
@@ -243,22 +198,7 @@ def _external(onnx: Any, tensor: Any) -> bool:
 
 
 def _numel(tensor: Any) -> int:
-    n = 1
-    for d in tensor.dims:
-        n *= int(d)
-    return n
-
-
-def _typed_count(tensor: Any) -> int:
-    return sum(len(getattr(tensor, f)) for f in ("float_data", "int32_data", "int64_data", "double_data",
-                                                  "uint64_data", "string_data"))
-
-
-def _itemsize(data_type: int) -> int:
-    import numpy as np
-
-    onnx = _onnx()
-    return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(data_type)).itemsize)
+    return math.prod(int(d) for d in tensor.dims)
 
 
 def _dtype_name(onnx: Any, data_type: int) -> str:
@@ -271,14 +211,4 @@ def _dtype_name(onnx: Any, data_type: int) -> str:
     return name
 
 
-def open_onnx(path: Path, ref: str, fmt: str | None = None) -> OnnxSource:
-    """Open an ONNX model (a protobuf, with no magic: told by its ``.onnx`` suffix).
-
-    Raises:
-        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError, MissingDependencyError:
-            as the reader raises.
-    """
-    return OnnxSource(ref, path)
-
-
-ONNX = register_format(FileFormat(name="onnx", suffixes=(".onnx",), open=open_onnx, group="other", rank=30))
+ONNX = register_format(FileFormat(name="onnx", suffixes=(".onnx",), open=OnnxSource, group="other", rank=30))

@@ -1,35 +1,6 @@
-"""What an ONNX graph does with each stored tensor: which are weights, how each is oriented, the
-order the model uses them in, and which one produces the output (the head).
-
-Stored tensors are the initializers and the ``Constant`` nodes' values (``value``, or
-``value_float(s)`` / ``value_int(s)``) of the main graph and of every subgraph (the branches of
-``If``, the bodies of ``Loop`` and ``Scan``) at any depth. Names are resolved by ONNX's scoping
-rules (an inner name shadows an outer one), so a weight of the main graph used inside two
-branches is one tensor with two consumers, listed once. A tensor is followed through
-``Identity``, ``Cast``, 2-D ``Transpose``, ``DequantizeLinear``, out of an ``If`` branch into the
-``If``'s output and into a ``Loop`` body as loop-carried state, to the operator that consumes it,
-and that operator decides what it is:
-
-- input B of ``MatMul`` (in × out: reported out × in) and of ``Gemm`` (out × in with ``transB``,
-  else in × out); input W of ``Conv`` and ``ConvTranspose``; the table of ``Gather`` (an
-  embedding): a weight;
-- input W or R of ``LSTM``, ``GRU`` and ``RNN``, reached directly or through the ``Slice``/``Split``/
-  ``Squeeze``/``Unsqueeze``/``Concat``/``Gather`` chains exporters build them with (torch's exporter
-  slices ``weight_ih_l0`` into its gates and concatenates them in ONNX's order): a recurrent weight,
-  scored as the stacked matrix of its gates (gates·hidden × in), as wbfe scores torch's
-  ``weight_ih_l0`` and a Keras ``kernel``. A stored ``[directions, gates·hidden, in]`` operand is one
-  such matrix per direction (``name[d]`` when there are two); a stored 2-D tensor the chain slices
-  is that matrix itself, in its stored row order (a row order never changes a spectrum);
-- a Gemm/Conv/recurrent bias, and anything else (an ``Add`` of a positional table, a mask in a ``Where``):
-  skipped with the consumer named;
-- a tensor named as a signal-processing constant (an STFT/DFT basis, a window, a mel filterbank),
-  or whose values are a windowed DFT basis whatever its name (:func:`is_dft_basis`, checked only
-  for weights shaped like one: :mod:`wbfe.sources.signal_constants`), is skipped even when a
-  ``Conv`` or ``MatMul`` consumes it: the graph computes a transform with it, it was never learned.
-
-Constant nodes holding scalars or vectors that reach no weight input (shapes, axes, epsilons: the
-plumbing of an exported graph) are not tensors of the checkpoint and are not listed; every
-initializer is. This module reads no tensor data; :mod:`wbfe.sources.onnx_files` does.
+"""What an ONNX graph does with each stored tensor: which are weights (followed through pass-through and
+slicing operators to the operator that consumes them), how each is oriented, the model's order and the head.
+The rules in full: docs/checkpoints.md. No tensor data is read here; :mod:`wbfe.sources.onnx_files` reads it.
 """
 
 from __future__ import annotations
@@ -37,6 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
+
+import numpy as np
 
 from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
@@ -87,17 +60,10 @@ class Planned:
     position: float = float("inf")  # of the first node using it (graph order, subgraphs in place)
     used_at: list[int] = field(default_factory=list)  # positions of the nodes using it as a weight
 
-    @property
-    def stored_shape(self) -> tuple[int, ...]:
-        """The shape as stored (before any transpose and direction slicing)."""
-        shape = (self.shape[1], self.shape[0]) if self.transpose else self.shape
-        return shape if self.index is None else (self.directions, *shape)
 
 
 @dataclass
 class GraphPlan:
-    """The listed tensors in the model's order, and the head."""
-
     tensors: list[Planned]
     head: Optional[str]
     stored: dict[int, Stored]
@@ -111,8 +77,6 @@ class _Use:
 
 
 class _Walker:
-    """One pass over the graph and its subgraphs, resolving every name to a value id."""
-
     def __init__(self, onnx: Any):
         self.onnx = onnx
         self.count = 0
@@ -154,7 +118,8 @@ class _Walker:
                 self._constant(node, outs[0], scope)
             # then_branch before else_branch, whatever order the attributes were stored in (onnx.helper sorts them)
             for attr in sorted(node.attribute, key=lambda a: a.name != "then_branch"):
-                for k, sub in enumerate(_subgraphs(self.onnx, attr)):
+                graphs = {self.onnx.AttributeProto.GRAPH: [attr.g], self.onnx.AttributeProto.GRAPHS: attr.graphs}
+                for k, sub in enumerate(graphs.get(attr.type, [])):
                     inner = self.walk(sub, scopes, f"{scope}{node.name or node.op_type}/{attr.name}{k or ''}/")
                     if node.op_type == "If":  # a branch's outputs are the If's outputs
                         for out, target in zip(sub.output, outs):
@@ -171,8 +136,6 @@ class _Walker:
         return local
 
     def _constant(self, node: Any, vid: int, scope: str) -> None:
-        import numpy as np
-
         label = node_label(node)
         stored = Stored(vid, node.output[0], scope, constant=label)
         for attr in node.attribute:
@@ -193,36 +156,19 @@ class _Walker:
             self.stored[vid] = stored
 
     def follow(self, vid: int, transposed: bool, ndim: int) -> list[tuple[_Use, bool]]:
-        """The uses an ``ndim``-D value reaches through pass-through operators, in graph order, and
-        whether it is transposed there."""
-        out: list[tuple[_Use, bool]] = []
-        seen: set[tuple[int, bool]] = set()
-        stack = [(vid, transposed)]
-        while stack:
-            value, flip = stack.pop()
-            if (value, flip) in seen:
-                continue
-            seen.add((value, flip))
-            stack += [(target, flip) for target in self.passes.get(value, [])]
-            for use in self.uses.get(value, []):
-                node = use.node
-                outputs = self.outputs_of[use.position]
-                if use.index == 0 and node.op_type in ("Identity", "Cast") and outputs:
-                    stack.append((outputs[0], flip))
-                elif use.index == 0 and node.op_type == "Transpose" and outputs and self._swaps(node, ndim):
-                    stack.append((outputs[0], not flip))
-                elif node.op_type == "Loop" and (use.position, use.index) in self.carried:
-                    stack.append((self.carried[(use.position, use.index)], flip))
-                else:
-                    out.append((use, flip))
-        return sorted(out, key=lambda u: u[0].position)
+        """The uses an ``ndim``-D value reaches through pass-through operators, in graph order, and whether it
+        is transposed there."""
+        return [(use, flip) for use, flip, _ in self._reach(vid, transposed, ndim, shaping=False)]
 
     def recurrent(self, vid: int, transposed: bool, ndim: int,
                   inputs: tuple[int, ...] = (1, 2)) -> list[tuple[_Use, bool, bool]]:
         """The ``inputs`` (W, R) of recurrent operators an ``ndim``-D value reaches through pass-through and
-        shaping operators (:data:`_SHAPING`), in graph order: each with whether the value is
-        transposed there (a 2-D ``Transpose`` before any shaping) and whether it was sliced or stacked
-        on the way. A ``Gather`` is followed only with constant indices (a selection, not a lookup)."""
+        shaping operators, in graph order, with whether it is transposed there and whether it was sliced or
+        stacked on the way (a ``Gather`` followed only with constant indices)."""
+        return [(use, flip, shaped) for use, flip, shaped in self._reach(vid, transposed, ndim, shaping=True)
+                if use.node.op_type in RECURRENT_GATES and use.index in inputs]
+
+    def _reach(self, vid: int, transposed: bool, ndim: int, *, shaping: bool) -> list[tuple[_Use, bool, bool]]:
         out: list[tuple[_Use, bool, bool]] = []
         seen: set[tuple[int, bool, bool]] = set()
         stack = [(vid, transposed, False)]
@@ -242,21 +188,19 @@ class _Walker:
                     stack.append((outputs[0], not flip, shaped))
                 elif node.op_type == "Loop" and (use.position, use.index) in self.carried:
                     stack.append((self.carried[(use.position, use.index)], flip, shaped))
-                elif (carriers is None or use.index in carriers) and self._selects(node, use.position):
+                elif shaping and (carriers is None or use.index in carriers) and self._selects(node, use.position):
                     stack += [(out, flip, True) for out in outputs]
-                elif node.op_type in RECURRENT_GATES and use.index in inputs:
+                else:
                     out.append((use, flip, shaped))
         return sorted(out, key=lambda u: u[0].position)
 
     def _selects(self, node: Any, position: int) -> bool:
-        """A shaping operator; a ``Gather`` only where its indices are stored constants."""
         if node.op_type != "Gather":
             return node.op_type in _SHAPING
         ins = self.inputs_of[position]
         return len(ins) > 1 and ins[1] in self.stored
 
     def _swaps(self, node: Any, ndim: int) -> bool:
-        """A Transpose that swaps the two axes of a matrix."""
         perm = next((list(self.onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "perm"), None)
         return ndim == 2 and perm in (None, [1, 0])
 
@@ -268,32 +212,19 @@ def _resolve(scopes: list[dict[str, int]], name: str) -> Optional[int]:
     return None
 
 
-def _subgraphs(onnx: Any, attr: Any) -> list[Any]:
-    if attr.type == onnx.AttributeProto.GRAPH:
-        return [attr.g]
-    if attr.type == onnx.AttributeProto.GRAPHS:
-        return list(attr.graphs)
-    return []
-
-
 def node_label(node: Any) -> str:
     """A node as messages name it: ``name (OpType)``, its first output standing in for a missing name."""
     return f"{node.name or (node.output[0] if node.output else '?')} ({node.op_type})"
 
 
 def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = None) -> GraphPlan:
-    """Find the stored tensors of ``graph`` (and its subgraphs) and what each is.
+    """The stored tensors of ``graph`` (and its subgraphs) and what each is, in the model's order, and the
+    head: the weight of the last Gemm/MatMul the graph's first output depends on.
 
     Args:
-        onnx: the ``onnx`` module.
-        graph: the model's main ``GraphProto``.
         dtype_name: maps an ONNX data type code to wbfe's dtype name.
         values: reads a planned weight as a numpy array in its reported orientation; given, a weight
-            shaped like a DFT basis is read and, if it is one (:func:`is_dft_basis`), skipped.
-
-    Returns:
-        The listed tensors in the model's order (of the first node using each; unused ones last),
-        and the head: the weight of the last Gemm/MatMul the graph's first output depends on.
+            shaped like a DFT basis is read and, if it is one, skipped.
     """
     walker = _Walker(onnx)
     main = walker.walk(graph, [], "")
@@ -313,7 +244,9 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
         uses = walker.follow(vid, False, len(walker.shape[vid]))
         if uses:
             plan.position = uses[0][0].position
-    listed = _directions([p for vid, p in plans.items() if _listed(p, vid in consumed)])
+    # Initializers always; a Constant when it is a weight, a DequantizeLinear operand, or a table.
+    listed = _directions([p for vid, p in plans.items() if p.stored.constant is None or vid in consumed
+                          or p.consumers or len(p.shape) >= 2])
     counts: dict[str, int] = defaultdict(int)
     for plan in listed:
         counts[plan.name] += 1
@@ -323,13 +256,6 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     listed.sort(key=lambda p: p.position)  # stable: stored order among equals
     start = main.get(graph.output[0].name) if graph.output else None
     return GraphPlan(listed, _head(walker, start, listed), walker.stored)
-
-
-def _listed(plan: Planned, consumed: bool) -> bool:
-    """Initializers always; a Constant when it is a weight, a DequantizeLinear operand, or a table."""
-    if plan.stored.constant is None or consumed:
-        return True
-    return bool(plan.consumers) or len(plan.shape) >= 2
 
 
 def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planned, consumed: dict[int, str]) -> None:
@@ -344,7 +270,7 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
         if scale not in walker.stored or (zero is not None and zero not in walker.stored):
             plan.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
             return
-        attrs = {a.name: onnx_attr(walker.onnx, a) for a in node.attribute}
+        attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
         plan.dq = (scale, zero, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
         plan.quant = f"onnx-{plan.dtype}"
         consumed[scale] = f"consumed: scale of quantised weight {plan.name} ({node_label(node)})"
@@ -384,7 +310,7 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
         return
     if node.op_type == "Gemm":
-        trans_b = any(a.name == "transB" and onnx_attr(walker.onnx, a) for a in node.attribute)
+        trans_b = any(a.name == "transB" and walker.onnx.helper.get_attribute_value(a) for a in node.attribute)
         transposed ^= not trans_b
     elif node.op_type == "MatMul":
         transposed = not transposed
@@ -398,8 +324,8 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
 
 
 def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool, bool]]) -> None:
-    """A stored tensor reaching the W or R input of an LSTM/GRU/RNN: the stacked matrix of its gates,
-    one per direction (axis 0) of a 3-D operand; a shape that cannot be one is skipped, saying why."""
+    """A stored tensor reaching the W or R input of an LSTM/GRU/RNN: the stacked matrix of its gates, one per
+    direction of a 3-D operand; a shape that cannot be one is skipped, saying why."""
     use, transposed, shaped = uses[-1]
     node = use.node
     plan.consumers = [f"{node_label(u.node)} {'W' if u.index == 1 else 'R'}" for u, _, _ in uses]
@@ -415,7 +341,7 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
         plan.transpose = True
         shape = (shape[1], shape[0])
     gates = RECURRENT_GATES[node.op_type]
-    attrs = {a.name: onnx_attr(walker.onnx, a) for a in node.attribute}
+    attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
     hidden = int(attrs.get("hidden_size", 0))
     directions = 2 if attrs.get("direction") in (b"bidirectional", "bidirectional") else 1
     if hidden > 0:  # fed as it is, the operand holds every gate; sliced, a part of a stacked matrix may hold fewer
@@ -447,14 +373,8 @@ def _directions(plans: list[Planned]) -> list[Planned]:
     return out
 
 
-def onnx_attr(onnx: Any, attr: Any) -> Any:
-    """An attribute's value (``onnx.helper.get_attribute_value``)."""
-    return onnx.helper.get_attribute_value(attr)
-
-
 def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optional[str]:
-    """The weight of the last Gemm/MatMul (in graph order) the value ``start`` (the graph's first
-    output) depends on, looking into the branches an ``If`` output comes from."""
+    """The weight of the last Gemm/MatMul the value ``start`` depends on, looking into ``If`` branches."""
     by_node = {position: plan.name for plan in listed if plan.skip is None for position in plan.used_at}
     back: dict[int, list[int]] = defaultdict(list)
     for source, targets in walker.passes.items():

@@ -1,10 +1,5 @@
-"""PEFT LoRA adapter folders: ``adapter_config.json`` beside ``adapter_model.safetensors`` (or ``.bin``).
-
-The folder is read like any checkpoint (its tensors stream through the ordinary readers) and its
-configuration is parsed and checked here: per adapted module the rank r and α (``rank_pattern``
-and ``alpha_pattern`` matched as PEFT matches them), the scale s = α/r, or α/√r with
-``use_rslora``, and which stored tensors are the factors, DoRA magnitudes and ``modules_to_save``.
-"""
+"""PEFT LoRA adapter folders (``adapter_config.json`` beside ``adapter_model.safetensors`` or ``.bin``): the
+tensors stream through the ordinary readers; the configuration is parsed and checked here (docs/adapters.md)."""
 
 from __future__ import annotations
 
@@ -34,12 +29,10 @@ class LoraConfig:
     """The parts of a PEFT ``LoraConfig`` that fix what each adapted matrix is.
 
     Attributes:
-        r, lora_alpha: the default rank and α.
-        use_rslora: s = α/√r instead of α/r.
+        r, lora_alpha: the default rank and α (s = α/r, or α/√r with ``use_rslora``).
         rank_pattern, alpha_pattern: per-module overrides (regular expressions matched as PEFT does).
-        use_dora: DoRA: a magnitude vector per adapted module rescales the merged weight's rows.
+        use_dora: a magnitude vector per adapted module rescales the merged weight's rows.
         fan_in_fan_out: the base layer stores its weight as in × out (GPT-2's Conv1D).
-        modules_to_save: modules trained and saved whole.
         base_model: ``base_model_name_or_path`` as recorded (informative only).
     """
 
@@ -79,11 +72,7 @@ def _pattern_value(patterns: Mapping[str, Any], module: str, default: Any) -> An
 
 
 def read_lora_config(path: Path) -> LoraConfig:
-    """Parse and check ``adapter_config.json``.
-
-    Raises:
-        CorruptCheckpointError: not JSON, not a LoRA adapter, or a rank/α that is not positive.
-    """
+    """Parse and check ``adapter_config.json`` (``CorruptCheckpointError``: not JSON, not LoRA, a bad rank or α)."""
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -161,18 +150,12 @@ class AdapterSource(TensorSource):
 
 
 def is_adapter_folder(folder: Path) -> bool:
-    """Whether ``folder`` is a PEFT adapter (it holds ``adapter_config.json``)."""
     return (folder / ADAPTER_CONFIG).is_file()
 
 
 @register_folder("peft-lora", claims=is_adapter_folder)
 def open_adapter(folder: Path, ref: Optional[str] = None) -> AdapterSource:
-    """Open a PEFT LoRA adapter folder.
-
-    Raises:
-        SourceNotFoundError: no ``adapter_model.safetensors`` / ``.bin`` beside the config.
-        CorruptCheckpointError: as :func:`read_lora_config` and the readers raise.
-    """
+    """Open a PEFT LoRA adapter folder (``SourceNotFoundError`` where no weight file is beside the config)."""
     from wbfe.errors import SourceNotFoundError
 
     lora = read_lora_config(folder / ADAPTER_CONFIG)

@@ -1,11 +1,5 @@
-"""What a streamed safetensors reader needs of a remote file: byte ranges, each in one request.
-
-Two transports implement :class:`RangedFile`: :class:`wbfe.sources.http_range.RemoteFile` (HTTP
-range requests: hub ids and ``http(s)://`` URLs) and :class:`wbfe.sources.store_range.StoreFile`
-(fsspec's ranged ``cat_file``: ``s3://``, ``gs://``, any object store). Both pin the file's
-identity at first contact and refuse a file that changed with
-:class:`~wbfe.errors.RemoteChangedError`, so :mod:`wbfe.sources.remote` reads either the same way.
-"""
+"""What a streamed safetensors reader needs of a remote file: byte ranges, each in one request, pinned to
+the version first seen (:class:`wbfe.sources.http_range.RemoteFile`, :class:`wbfe.sources.store_range.StoreFile`)."""
 
 from __future__ import annotations
 
@@ -15,14 +9,14 @@ __all__ = ["RangedFile"]
 
 
 class RangedFile(Protocol):
-    """Byte ranges of one remote file.
+    """Byte ranges of one remote file: ``head(n)`` its first ``min(n, size)`` bytes (pinning its identity and
+    learning its size), ``read_bytes``/``read_into`` exactly the bytes asked for in one request, ``read_all(limit)``
+    a small file whole (an index, a config), ``close()`` its connections (later reads may reopen them).
 
     Attributes:
-        url: where the file is (what the provenance lists).
-        name: how messages name the file.
-        size: the file's size, known after the first read.
+        url, name: where the file is (what the provenance lists) and how messages name it.
         identity: what the store said of the version read (an ETag, a version id), pinned on first contact.
-        commit: the repository commit it was served from, where the store has commits (the hub).
+        commit: the repository commit it was served from (the hub's), else None.
         requests, bytes_fetched: read requests made and body bytes received (retries included).
     """
 
@@ -34,22 +28,8 @@ class RangedFile(Protocol):
     requests: int
     bytes_fetched: int
 
-    def head(self, nbytes: int = ...) -> bytes:
-        """The first ``min(nbytes, size)`` bytes; pins the identity and learns the size."""
-        ...
-
-    def read_bytes(self, start: int, nbytes: int) -> bytes:
-        """Exactly the bytes ``[start, start + nbytes)``, in one request."""
-        ...
-
-    def read_into(self, start: int, into: memoryview) -> None:
-        """Fill ``into`` with exactly ``len(into)`` bytes from ``start`` on, in one request."""
-        ...
-
-    def read_all(self, limit: int) -> bytes:
-        """The whole file when it holds at most ``limit`` bytes (an index, a config)."""
-        ...
-
-    def close(self) -> None:
-        """Release connections (reads after it may reopen them)."""
-        ...
+    def head(self, nbytes: int = ...) -> bytes: ...
+    def read_bytes(self, start: int, nbytes: int) -> bytes: ...
+    def read_into(self, start: int, into: memoryview) -> None: ...
+    def read_all(self, limit: int) -> bytes: ...
+    def close(self) -> None: ...

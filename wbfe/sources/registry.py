@@ -1,13 +1,8 @@
 """The registries of checkpoint file formats, folder kinds and reference kinds ("locations").
 
-Each format module registers how to recognise its files and how to open them, the way timm's
-``register_model`` fills its table of model entry points: a new format is one new module with one
-``register_format`` call, and the tests parametrised over :func:`file_formats` cover it. Likewise a
-reference kind (an in-memory module, an object-store URI, a local path, ``timm:`` names, hub ids)
-registers a resolver with its place in the order they are tried (:func:`register_location`), and a
-folder that is a checkpoint of its own kind (a PEFT adapter) a folder opener
-(:func:`register_folder`). This module imports no reader: it holds the tables and the lookups that
-:func:`wbfe.sources.open_source` and :mod:`wbfe.sources.local` use instead of if-chains.
+A format, folder kind or location registers itself (as timm's ``register_model`` does) with
+:func:`register_format`, :func:`register_folder` or :func:`register_location`; this module holds the
+tables and the lookups :func:`wbfe.sources.open_source` and :mod:`wbfe.sources.local` use instead of if-chains.
 """
 
 from __future__ import annotations
@@ -17,16 +12,14 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional
 
 from wbfe.errors import CorruptCheckpointError
 from wbfe.sources._base import TensorSource
 
-__all__ = [
-    "FileFormat", "Location", "FolderKind", "register_format", "register_location", "register_folder",
+__all__ = ["FileFormat", "Location", "FolderKind", "register_format", "register_location", "register_folder",
     "file_formats", "locations", "folder_kinds", "format_of", "format_named", "checkpoint_suffixes",
-    "pick_files", "other_formats", "read_head", "zip_members", "Opener", "ZIP_ERRORS",
-]
+    "pick_files", "other_formats", "read_head", "zip_members", "open_zip", "Opener", "ZIP_ERRORS"]
 
 # Opens one file: (path, the reference as the user gave it, a provenance format label or None).
 Opener = Callable[[Path, str, Optional[str]], TensorSource]
@@ -39,20 +32,16 @@ class FileFormat:
     """How wbfe recognises and opens one checkpoint file format.
 
     Attributes:
-        name: a stable name (``safetensors``, ``torch``, ``gguf``...).
         suffixes: file name endings of its files (lower case; matched in any case).
-        open: the opener.
         sniff: tells the format's files from their first :data:`HEAD_BYTES` bytes (and the path, for
-            a zip's members), whatever their name; None for a format told only by its suffix.
+            a zip's members); None for a format told only by its suffix.
         index_suffixes: endings of a shard index (a JSON file naming the shards), if it has one.
-        named_suffixes: further endings the format opens when the user names such a file, but
-            that do not mark one of its files in a folder (a PyTorch index ``weights.index.json``).
+        named_suffixes: endings opened when the user names such a file, which do not mark one of its
+            files in a folder (a PyTorch index ``weights.index.json``).
         preferred: the file name chosen first among several in a folder (``model.safetensors``).
-        group: formats of one group compete in a folder: several of its files and no index is an
-            error. Groups are preferred in the order of their ``rank``.
-        rank: the group's place in a folder's preference (lower first).
-        in_folder: whether a file named so counts as one of the format's files in a folder listing
-            (say, only the first split of a GGUF split set); None: every file with a suffix does.
+        group: formats of one group compete in a folder (several files and no index is an error);
+            groups are preferred by ``rank``, lower first.
+        in_folder: whether a file named so counts in a folder listing (only a GGUF set's first split).
     """
 
     name: str
@@ -66,23 +55,19 @@ class FileFormat:
     rank: int = 50
     in_folder: Optional[Callable[[str], bool]] = None
 
-    def claims_name(self, name: str) -> bool:
-        """Whether a file named ``name`` carries one of this format's suffixes (index included)."""
-        return name.lower().endswith(self.suffixes + self.index_suffixes + self.named_suffixes)
-
     def lists(self, name: str) -> bool:
         """Whether ``name`` counts as this format's file (not index) in a folder."""
         return name.lower().endswith(self.suffixes) and (self.in_folder is None or self.in_folder(name))
 
+    def holds(self, name: str) -> bool:
+        """Whether ``name`` counts as this format's file or shard index in a folder."""
+        return self.lists(name) or bool(self.index_suffixes) and name.lower().endswith(self.index_suffixes)
+
 
 @dataclass(frozen=True)
 class Location:
-    """A kind of reference: ``claims(ref)`` says whether ``ref`` is one, ``open(ref)`` opens it.
-
-    Locations are tried by ascending ``order``; the first that claims a reference opens it.
-    ``streams``: the location reads remote files and takes ``open(ref, stream=...)`` (True: stream,
-    False: download first, None: its own default); the others are opened as ``open(ref)``.
-    """
+    """A kind of reference, tried by ascending ``order``: the first whose ``claims(ref)`` holds opens it;
+    ``streams``: it reads remote files and takes ``open(ref, stream=...)``."""
 
     name: str
     order: int
@@ -106,19 +91,14 @@ _FOLDERS: dict[str, FolderKind] = {}
 
 
 def register_format(fmt: FileFormat) -> FileFormat:
-    """Add ``fmt`` to the table of file formats (a second registration of a name replaces the first).
-
-    Returns:
-        ``fmt``, so that a module can keep it as a constant.
-    """
+    """Add ``fmt`` to the table of file formats (replacing one of the same name); returns ``fmt``."""
     _FORMATS[fmt.name] = fmt
     return fmt
 
 
 def register_location(name: str, *, order: int, claims: Callable[[Any], bool],
                       streams: bool = False) -> Callable[[Any], Any]:
-    """Decorator: register the function it decorates as the opener of references ``claims`` accepts,
-    tried at ``order`` (lower first); ``streams``: it takes a ``stream`` keyword (see :class:`Location`)."""
+    """Decorator: register the decorated opener of the references ``claims`` accepts (see :class:`Location`)."""
 
     def wrap(opener: Callable[..., TensorSource]) -> Callable[..., TensorSource]:
         _LOCATIONS[name] = Location(name, order, claims, opener, streams)
@@ -144,11 +124,7 @@ def file_formats() -> list[FileFormat]:
 
 
 def format_named(name: str) -> FileFormat:
-    """The registered format called ``name``.
-
-    Raises:
-        UnknownNameError: no format has that name.
-    """
+    """The registered format called ``name`` (``UnknownNameError`` if none)."""
     from wbfe.errors import unknown_name
 
     if name not in _FORMATS:
@@ -157,12 +133,10 @@ def format_named(name: str) -> FileFormat:
 
 
 def locations() -> list[Location]:
-    """The registered reference kinds, in the order they are tried."""
     return sorted(_LOCATIONS.values(), key=lambda loc: loc.order)
 
 
 def folder_kinds() -> list[FolderKind]:
-    """The registered folder kinds, in registration order."""
     return list(_FOLDERS.values())
 
 
@@ -183,16 +157,21 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
         return b""
 
 
-# What Python's zipfile raises on a damaged archive, beyond BadZipFile (found by fuzzing the readers):
-# a version or compression it does not implement (NotImplementedError), a member flagged encrypted
-# (RuntimeError), a name that is not UTF-8 (UnicodeDecodeError, a ValueError), a header cut short
-# (struct.error, EOFError), a bad deflate stream (zlib.error), an offset before the file's start
-# (OSError from seek). A reader catches these around its zip reads, after re-raising its own
-# WbfeErrors (some of which are ValueErrors or OSErrors too).
+# What Python's zipfile raises on a damaged archive (found by fuzzing the readers): an unimplemented
+# version, an encrypted flag, a non-UTF-8 name, a header cut short, a bad deflate stream, a seek before
+# the start. A reader catches these after re-raising its own WbfeErrors (some are ValueErrors or OSErrors).
 ZIP_ERRORS: tuple[type[BaseException], ...] = (
     zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, ValueError, EOFError, struct.error,
-    zlib.error, OSError,
-)
+    zlib.error, OSError)
+
+
+def open_zip(path: Path, fh: Any, what: str) -> zipfile.ZipFile:
+    """The zip archive in ``fh``; a damaged one is a ``CorruptCheckpointError`` naming ``what`` it should be."""
+    try:
+        return zipfile.ZipFile(fh)
+    except ZIP_ERRORS as exc:
+        raise CorruptCheckpointError(f"{path}: not a readable {what} (a damaged zip: {exc.__class__.__name__})",
+                                     path=str(path)) from None
 
 
 def zip_members(path: Path) -> set[str]:
@@ -205,13 +184,8 @@ def zip_members(path: Path) -> set[str]:
 
 
 def format_of(path: Path) -> Optional[FileFormat]:
-    """The format that reads the file ``path``: the first whose sniffer recognises its first bytes,
-    else the one with the longest suffix the name ends with (so ``x.safetensors.index.json`` is a
-    safetensors index, not a PyTorch one); None when no format takes it.
-
-    A file named for a format whose bytes say otherwise goes to that format's reader, which reports
-    what is wrong with it.
-    """
+    """The format that reads ``path``: the first whose sniffer recognises its first bytes, else the one
+    with the longest suffix the name ends with; None when no format takes it."""
     formats = file_formats()
     name = path.name.lower()
     best: tuple[int, Optional[FileFormat]] = (0, None)
@@ -231,11 +205,10 @@ def format_of(path: Path) -> Optional[FileFormat]:
 
 
 def pick_files(names: Iterable[str]) -> list[str]:
-    """Choose which of a folder's (or repo's) top-level files hold the weights, from their names.
+    """``[index]`` or ``[file]``: which of a folder's top-level files hold the weights (``[]``: none).
 
     Groups are tried by rank; within one, a single shard index wins, then the ``preferred`` file,
-    then a single file of the group's formats. Returns ``[index]`` or ``[file]``; ``[]`` when no
-    file fits.
+    then a single file of the group's formats.
 
     Raises:
         CorruptCheckpointError: several files of the first group that has any, and no single index.
@@ -256,22 +229,19 @@ def pick_files(names: Iterable[str]) -> list[str]:
         if len(files) == 1:
             return files
         if len(files) > 1 or len(indexes) > 1:
-            raise CorruptCheckpointError(_several(group, bool(index_suffixes), indexes or files))
+            found = indexes or files
+            listed = ", ".join(found[:4])
+            raise CorruptCheckpointError(
+                f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
+                if index_suffixes else
+                f"several weight files ({listed}{', ...' if len(found) > 4 else ''}); pass one file explicitly")
     return []
 
 
 def other_formats(names: Iterable[str], chosen: str) -> list[str]:
-    """The top-level files in ``names`` that are checkpoints of another group of formats than the
-    file ``chosen`` (by :func:`pick_files`): each would be a different checkpoint to score."""
+    """The top-level files in ``names`` that are checkpoints of another group of formats than ``chosen``."""
     formats = file_formats()
-    own = {f.group for f in formats if f.lists(chosen) or (f.index_suffixes and chosen.lower().endswith(f.index_suffixes))}
+    own = {f.group for f in formats if f.holds(chosen)}
     return sorted(n for n in names if "/" not in n and n != chosen
-                  and any((f.lists(n) or (f.index_suffixes and n.lower().endswith(f.index_suffixes)))
-                          and f.group not in own for f in formats))
+                  and any(f.holds(n) and f.group not in own for f in formats))
 
-
-def _several(group: str, has_index: bool, names: Sequence[str]) -> str:
-    listed = ", ".join(names[:4])
-    if has_index:
-        return f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
-    return f"several weight files ({listed}{', ...' if len(names) > 4 else ''}); pass one file explicitly"

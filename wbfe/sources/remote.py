@@ -1,54 +1,33 @@
-"""Safetensors checkpoints read remotely, one range request a tensor, with nothing written to disk.
-
-A hub id (``org/name[@rev]``, see :mod:`wbfe.sources.hub`) or an ``http(s)://`` URL of a
-``.safetensors`` file or a ``.safetensors.index.json`` shard index is streamed: the index (when
-there is one) and each shard's header are fetched and validated by the same code as a local file's
-(:func:`~wbfe.sources.safetensors_files.parse_header`), then each tensor is fetched with one range
-request when the engine asks for it. Memory holds about the tensors being scored; disk, nothing.
-The transport, its checks and retries are :mod:`wbfe.sources.http_range` for HTTP, and
-:mod:`wbfe.sources.store_range` for object-store URIs (:mod:`wbfe.sources.object_location`); both
-are a :class:`~wbfe.sources.ranged.RangedFile`.
-
-Streaming is asked for with ``stream=True`` (CLI ``--stream``) and refused with ``stream=False``
-(``--no-stream``: download or copy first, as before); by default (None) a checkpoint is streamed
-when its files are larger than the free disk of the cache they would be downloaded into
-(:func:`should_stream`), else downloaded. A server that ignores ``Range`` cannot be streamed: with
-``stream=True`` that is an error, by default the file is downloaded instead.
+"""Safetensors read remotely, one range request a tensor, nothing written to disk: each header validated by
+the local reader's code, through a :class:`~wbfe.sources.ranged.RangedFile` (HTTP or object store); by
+default streamed when larger than the free disk of the cache it would be downloaded into (docs/remote.md).
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError
+from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError, WbfeError
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import Provenance, TensorSource, combine_digests
 from wbfe.sources.http_range import FIRST_READ, RemoteFile, RetryPolicy
 from wbfe.sources.ranged import RangedFile
 from wbfe.sources.registry import register_location
-from wbfe.sources.safetensors_files import (
-    MAX_INDEX,
-    ShardedSafetensors,
-    ShardReader,
-    header_length,
-    parse_header,
-    parse_weight_map,
-    tensor_dtype,
-)
+from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, ShardReader, header_length, parse_header,
+    parse_weight_map, tensor_dtype)
 
 __all__ = ["RemoteSafetensorsSource", "stream_safetensors", "should_stream", "free_disk", "is_safetensors_name",
-           "open_url", "STREAM_SUFFIXES"]
+           "open_url", "STREAM_SUFFIXES", "remote_config"]
 
 STREAM_SUFFIXES = (".safetensors", ".safetensors.index.json")
 
 
 def is_safetensors_name(name: str) -> bool:
-    """Whether a file named ``name`` can be streamed (a safetensors file or shard index)."""
     return name.lower().endswith(STREAM_SUFFIXES)
 
 
@@ -68,8 +47,7 @@ def should_stream(stream: bool | None, total_bytes: int, cache_dir: Path) -> boo
 
 
 class _RemoteShard:
-    """The tensors of one remote shard, each fetched with one range request (none for a tensor
-    that lies within the shard's first read, which the header came in)."""
+    """The tensors of one remote shard, each fetched with one range request (none within the first read)."""
 
     def __init__(self, remote: RangedFile, data_start: int, head: bytes):
         self.remote = remote
@@ -93,8 +71,6 @@ class _RemoteShard:
 
 
 class RemoteSafetensorsSource(ShardedSafetensors):
-    """Tensors of remote safetensors shards, read one range request at a time (see the module docs)."""
-
     def __init__(self, ref: str,
                  shards: list[tuple[RangedFile, str, list[str] | None, dict[str, dict[str, Any]], int, bytes]],
                  *, index: RangedFile | None, index_name: str, fmt: str | None, metadata: dict[str, str],
@@ -110,17 +86,14 @@ class RemoteSafetensorsSource(ShardedSafetensors):
             source=ref, format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
             files=[remote.url for remote in self.remotes], sha256=sha256,
             extra={**({"metadata": metadata} if metadata else {}), "transport": "stream",
-                   "etags": {remote.url: remote.identity for remote in self.remotes}, **dict(extra or {})},
-        )
+                   "etags": {remote.url: remote.identity for remote in self.remotes}, **dict(extra or {})})
 
     def open_shard(self, key: Any) -> ShardReader:
         return _RemoteShard(key, *self._starts[id(key)])
 
     def fetched(self) -> dict[str, int]:
-        """What was fetched so far: ``requests``, ``bytes`` (bodies, retries included) and the
-        files' ``size`` in all."""
-        return {"requests": sum(r.requests for r in self.remotes),
-                "bytes": sum(r.bytes_fetched for r in self.remotes),
+        """What was fetched so far: ``requests``, ``bytes`` (retries included) and the files' ``size`` in all."""
+        return {"requests": sum(r.requests for r in self.remotes), "bytes": sum(r.bytes_fetched for r in self.remotes),
                 "size": sum(r.size or 0 for r in self.remotes)}
 
     def close(self) -> None:
@@ -132,27 +105,19 @@ class RemoteSafetensorsSource(ShardedSafetensors):
 def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, headers: Mapping[str, str] | None = None,
                        decide: Callable[[int], bool] | None = None, sizes: Mapping[str, int] | None = None,
                        digests: Mapping[str, str] | None = None, commit: str | None = None, fmt: str | None = None,
-                       extra: Mapping[str, Any] | None = None,
-                       policy: RetryPolicy | None = None,
+                       extra: Mapping[str, Any] | None = None, policy: RetryPolicy | None = None,
                        open_file: Callable[[str], RangedFile] | None = None,
                        hub: bool = False) -> RemoteSafetensorsSource | None:
     """Open the remote safetensors file (or shard index) ``name`` for streaming.
 
     Args:
-        ref: the reference as the user gave it (the provenance's ``source``).
-        name: the weight file's name; shards are named relative to it.
-        url_for: the URL of a file of the checkpoint, by its name.
-        headers: sent with every request (user agent, token).
-        decide: given the checkpoint's size in bytes, whether to stream it; when it says no, None
-            is returned (after fetching the index alone when ``sizes`` has every shard's size).
+        name: the weight file's name; shards are named relative to it; ``url_for`` gives a file's URL by name.
+        decide: given the checkpoint's size in bytes, whether to stream it; when it says no, None is
+            returned (after fetching the index alone when ``sizes`` has every shard's size).
         sizes, digests: each file's size and SHA-256 where the server lists them (the hub does).
         commit: the commit every answer must come from (a hub ``X-Repo-Commit``), when known.
-        fmt, extra: the provenance's format label and further fields.
-        policy: retries and timeouts.
-        open_file: opens a file of the checkpoint, by its name, for ranged reads (an object-store
-            object, :class:`~wbfe.sources.store_range.StoreFile`); default: an HTTP
-            :class:`~wbfe.sources.http_range.RemoteFile` of ``url_for(name)``.
-        hub: the files are a Hugging Face hub repository's: read through huggingface_hub's session.
+        open_file: opens a file by its name for ranged reads (default: an HTTP ``RemoteFile`` of ``url_for``).
+        hub: the files are a hub repository's: read through huggingface_hub's session.
 
     Raises:
         RemoteReadError, RangeNotSupportedError, RemoteChangedError: the transport's errors.
@@ -206,6 +171,19 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
                 opened_file.close()
 
 
+def remote_config(names: Iterable[str], open_file: Callable[[str], RangedFile]) -> dict[str, Any] | None:
+    """The model config from the small remote files ``names`` (one that cannot be read is left out, as locally)."""
+    from wbfe.sources.local import MAX_CONFIG, model_config
+
+    found: dict[str, bytes] = {}
+    for name in names:
+        try:
+            found[name] = open_file(name).read_all(MAX_CONFIG)
+        except WbfeError:
+            continue
+    return model_config(found)
+
+
 def _check_commit(file: RangedFile, commit: str | None) -> None:
     if commit is not None and file.commit is not None and file.commit != commit:
         raise RemoteChangedError(f"{file.name}: served from commit {file.commit}, not {commit}: the repository "
@@ -218,14 +196,11 @@ def _claims_http(ref: Any) -> bool:
 
 @register_location("http", order=15, claims=_claims_http, streams=True)
 def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
-    """An ``http(s)://`` URL: a safetensors file or shard index streamed (see the module docs),
-    anything else (or with ``stream=False``) copied into the object cache first
-    (:func:`wbfe.sources.object_store.open_uri`).
+    """An ``http(s)://`` URL: safetensors streamed, anything else (or with ``stream=False``) copied first.
 
     Raises:
         SourceNotFoundError: a URL of a folder (``http://host/llama/``), or a web page.
         InvalidOptionError: ``stream=True`` for a URL that names no safetensors file.
-        The errors of :func:`stream_safetensors` and :func:`~wbfe.sources.object_store.open_uri`.
     """
     from wbfe.sources.object_store import NAME_A_FILE, object_cache_dir, open_uri
 

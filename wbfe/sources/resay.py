@@ -1,11 +1,5 @@
-"""Errors about a local copy, said of what the user named.
-
-A URL or an object-store URI is read from wbfe's copy in its object cache, a hub id from the
-Hugging Face cache: a reader's error names the file it read, a path the user never typed
-(``~/.cache/wbfe/objects/51/51b2.../model.safetensors: truncated``). Errors raised while a copy is
-opened or read are re-raised, with the same type and fields, naming the reference instead
-(``https://host/m/model.safetensors: truncated``).
-"""
+"""Errors about a local copy (in wbfe's object cache or the Hugging Face cache) re-said, with the same type
+and fields, of the reference the user named rather than the cache path they never typed."""
 
 from __future__ import annotations
 
@@ -23,9 +17,8 @@ T = TypeVar("T")
 
 
 def resay(exc: WbfeError, local: Path, ref: str) -> WbfeError:
-    """``exc`` with every mention of the folder ``local`` written as ``ref`` (the reference whose
-    copy it is, without a trailing ``/``): a new error of the same type and fields, or ``exc``
-    itself when it does not name ``local``."""
+    """``exc`` with every mention of the folder ``local`` written as ``ref``: a new error of the same type and
+    fields, or ``exc`` itself when it does not name ``local``."""
     where, ref = str(local), ref.rstrip("/")
 
     def said(value: Any) -> Any:
@@ -50,9 +43,8 @@ def said_of(local: Path, ref: str, action: Callable[[], T]) -> T:
 
 
 def resaying(source: TensorSource, local: Path, ref: str) -> TensorSource:
-    """``source`` (opened from the copy ``local`` of ``ref``) whose listing and tensor reads re-say
-    their errors with ``ref`` (:func:`resay`). The same object, so that what callers know of its
-    class (an adapter, a sharded file) still holds."""
+    """``source`` (the same object, opened from the copy ``local`` of ``ref``) whose listing and reads re-say
+    their errors with ``ref``."""
     listing = source.entries
 
     def load(read: Callable[[], Any]) -> Callable[[], Any]:

@@ -1,8 +1,7 @@
 """Safetensors: one file, or shards listed by ``*.safetensors.index.json``, read one tensor at a time.
 
-wbfe validates the header itself, so a corrupt or truncated file gets a precise one-line error
-naming the file before any work, and nothing past the header is read until a tensor is asked for.
-Each tensor is then mapped on its own (see :func:`_map_tensor`), or read where it cannot be.
+The header is validated here, at least as strictly as the ``safetensors`` package, before any work;
+nothing past it is read until a tensor is asked for.
 """
 
 from __future__ import annotations
@@ -17,24 +16,16 @@ import struct
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Protocol
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
 from wbfe._deps import require_torch
-from wbfe.errors import (
-    CorruptCheckpointError,
-    SourceNotFoundError,
-    TruncatedCheckpointError,
-    UnsupportedDtypeError,
-)
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, UnsupportedDtypeError
 from wbfe.linalg.arrays import from_bytes, holds_without_torch
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, unreadable
 from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_header", "header_length", "parse_header",
            "read_index", "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "tensor_dtype",
@@ -42,32 +33,16 @@ __all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_heade
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
 SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
-    "F64": ("float64", 8),
-    "F32": ("float32", 4),
-    "F16": ("float16", 2),
-    "BF16": ("bfloat16", 2),
-    "I64": ("int64", 8),
-    "I32": ("int32", 4),
-    "I16": ("int16", 2),
-    "I8": ("int8", 1),
-    "U64": ("uint64", 8),
-    "U32": ("uint32", 4),
-    "U16": ("uint16", 2),
-    "U8": ("uint8", 1),
-    "BOOL": ("bool", 1),
-    "F8_E4M3": ("float8_e4m3fn", 1),
-    "F8_E5M2": ("float8_e5m2", 1),
-    "F8_E8M0": ("float8_e8m0fnu", 1),
-    "F6_E2M3": ("float6_e2m3", 0.75),
-    "F6_E3M2": ("float6_e3m2", 0.75),
-    "F4": ("float4_e2m1", 0.5),
-    "C64": ("complex64", 8),
-}
+    "F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2), "BF16": ("bfloat16", 2),
+    "I64": ("int64", 8), "I32": ("int32", 4), "I16": ("int16", 2), "I8": ("int8", 1),
+    "U64": ("uint64", 8), "U32": ("uint32", 4), "U16": ("uint16", 2), "U8": ("uint8", 1), "BOOL": ("bool", 1),
+    "F8_E4M3": ("float8_e4m3fn", 1), "F8_E5M2": ("float8_e5m2", 1), "F8_E8M0": ("float8_e8m0fnu", 1),
+    "F6_E2M3": ("float6_e2m3", 0.75), "F6_E3M2": ("float6_e3m2", 0.75), "F4": ("float4_e2m1", 0.5),
+    "C64": ("complex64", 8)}
 _DTYPE_BITS = {code: round(size * 8) for code, (_, size) in SAFETENSORS_DTYPES.items()}
 _MAX_HEADER = 100_000_000  # the safetensors format's own limit
 MAX_INDEX = 100_000_000  # a shard index of 10^6 tensors is ~100 MB
-# Smaller tensors are read: a map, its page table and its unmapping cost more than reading a few
-# pages (CIFAR ResNet-56's 277 tensors: 3.4 ms mapped, 2.2 ms read, and more when freed).
+# Smaller tensors are read: a map, its page table and its unmapping cost more than reading a few pages.
 _MAP_BYTES = 1 << 20
 # madvise(MADV_POPULATE_READ) (Linux >= 5.14; Python < 3.13 lacks the name): fill a mapping's page
 # table from the page cache, reading from disk what is not there, in one call.
@@ -75,18 +50,12 @@ _POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linu
 
 
 def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Parse and validate a safetensors header at least as strictly as the ``safetensors`` package.
-
-    The header must be a UTF-8 JSON object with unique keys; each tensor a ``dtype`` the format
-    defines, a ``shape`` of non-negative integers and two integer ``data_offsets`` spanning exactly
-    its bytes; the tensors' ranges, in offset order, must tile the data section from its first byte
-    to the file's end, with no gap and no overlap (so no two tensors share bytes);
-    ``__metadata__``, if present, maps strings to strings. Nothing read from the file is echoed in an
-    error but the JSON parser's position and the tensor names of a header that parsed.
+    """Parse and validate a safetensors header at least as strictly as the ``safetensors`` package: a UTF-8
+    JSON object with unique keys, known dtypes, offsets that span each tensor's bytes exactly and tile the
+    data section with no gap or overlap, ``__metadata__`` mapping strings to strings.
 
     Returns:
-        ``(tensors, metadata)``: per-tensor ``dtype``/``shape``/``data_offsets`` in file order,
-        and the free-form ``__metadata__`` string map.
+        ``(tensors, metadata)``: per-tensor ``dtype``/``shape``/``data_offsets`` in file order, and ``__metadata__``.
 
     Raises:
         TruncatedCheckpointError: the file ends before its header or its last tensor.
@@ -106,10 +75,8 @@ def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
 
 
 def header_length(prefix: bytes, size: int, where: str) -> int:
-    """The header length a safetensors file of ``size`` bytes declares in its first 8 bytes ``prefix``.
-
-    ``where`` names the file in messages (a path or a URL): a local file and a remote one are
-    checked by the same code.
+    """The header length a safetensors file of ``size`` bytes declares in its first 8 bytes ``prefix``
+    (``where``, a path or a URL, names the file in messages).
 
     Raises:
         TruncatedCheckpointError: fewer than 8 bytes, or a header that would run past the end.
@@ -121,22 +88,16 @@ def header_length(prefix: bytes, size: int, where: str) -> int:
     # The header length is the file's first 8 bytes: never print it (a foreign file's bytes).
     if n > _MAX_HEADER:
         raise CorruptCheckpointError(
-            f"{where}: not a safetensors file (its first 8 bytes are not a header length)", path=where
-        )
+            f"{where}: not a safetensors file (its first 8 bytes are not a header length)", path=where)
     if 8 + n > size:
         raise TruncatedCheckpointError(
             f"{where}: truncated safetensors file, or not one (its header would run past the end of its {size} bytes)",
-            path=where,
-        )
+            path=where)
     return int(n)
 
 
 def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Validate the header bytes ``raw`` of a safetensors file of ``size`` bytes (see :func:`read_header`).
-
-    Raises:
-        The errors of :func:`read_header` (``where`` names the file in them).
-    """
+    """Validate the header bytes ``raw`` of a safetensors file of ``size`` bytes (as :func:`read_header`)."""
     path = where
     n = len(raw)
     header = _parse_json(raw, f"{path}: corrupt safetensors header", path)
@@ -147,8 +108,7 @@ def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str,
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise CorruptCheckpointError(
-            f"{path}: corrupt safetensors header (__metadata__ must map strings to strings)", path=str(path)
-        )
+            f"{path}: corrupt safetensors header (__metadata__ must map strings to strings)", path=str(path))
     tensors = {name: _tensor_info(path, name, info) for name, info in header.items()}
     ordered = dict(sorted(tensors.items(), key=lambda kv: tuple(kv[1]["data_offsets"])))
     data_size = size - 8 - n
@@ -158,26 +118,21 @@ def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str,
         if start != position:
             what = "overlaps the tensor before it" if start < position else "leaves a gap before it"
             raise CorruptCheckpointError(
-                f"{path}: corrupt safetensors header (the data of tensor {name!r} {what})", path=str(path)
-            )
+                f"{path}: corrupt safetensors header (the data of tensor {name!r} {what})", path=str(path))
         position = end
     if position > data_size:
         raise TruncatedCheckpointError(
             f"{path}: truncated safetensors file (tensor data needs {position} bytes after the header, "
-            f"file has {data_size})",
-            path=str(path),
-        )
+            f"file has {data_size})", path=str(path))
     if position < data_size:
         raise CorruptCheckpointError(
             f"{path}: corrupt safetensors header (its tensors cover {position} of the {data_size} data bytes)",
-            path=str(path),
-        )
+            path=str(path))
     return ordered, dict(metadata)
 
 
 def _parse_json(raw: bytes, what: str, path: Path | str) -> Any:
-    """JSON as the format allows it: UTF-8, unique keys, no NaN/Infinity, strings without lone
-    surrogates; a bounded nesting depth (deep nesting is refused, not a crash)."""
+    """JSON as the format allows it: UTF-8, unique keys, no NaN/Infinity or lone surrogates, bounded nesting."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -227,15 +182,13 @@ _U64 = 1 << 64
 
 
 def _is_count(value: Any) -> bool:
-    """A JSON integer the format reads as an unsigned 64-bit count (bools and floats are not)."""
     return type(value) is int and 0 <= value < _U64
 
 
 def _tensor_info(path: Path | str, name: str, info: Any) -> dict[str, Any]:
     def bad(reason: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(
-            f"{path}: corrupt safetensors header ({reason} for tensor {name[:200]!r})", path=str(path)
-        )
+            f"{path}: corrupt safetensors header ({reason} for tensor {name[:200]!r})", path=str(path))
 
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
         raise bad("expected an object with dtype, shape and data_offsets")
@@ -259,11 +212,8 @@ def _tensor_info(path: Path | str, name: str, info: Any) -> dict[str, Any]:
 
 
 def read_index(index_path: Path) -> dict[str, list[str]]:
-    """Read a ``*.index.json`` shard index: shard name -> tensor names, in index order.
-
-    Shard names are normalised (``./a`` and ``a`` are one shard) and must name a file inside the
-    index's folder: an absolute name, a ``..`` step or a folder symlink on the way is refused; the
-    shard itself may be a symlink (as in the Hugging Face cache) to a regular file.
+    """Read a ``*.index.json`` shard index: shard name -> tensor names, in index order. Shard names are
+    normalised and must name a regular file (or a symlink to one) inside the index's folder.
 
     Raises:
         CorruptCheckpointError: not valid JSON, no ``weight_map``, a shard name that leaves the
@@ -277,12 +227,7 @@ def read_index(index_path: Path) -> dict[str, list[str]]:
 
 
 def index_weight_map(index_path: Path) -> dict[str, list[str]]:
-    """:func:`read_index` without looking for the shards (which may not be downloaded yet).
-
-    Raises:
-        CorruptCheckpointError: not valid JSON, no ``weight_map``, a shard name that leaves the folder.
-        SourceNotFoundError: the index cannot be read.
-    """
+    """:func:`read_index` without looking for the shards (which may not be downloaded yet)."""
     with open_regular(index_path) as fh:
         try:
             raw = fh.read(MAX_INDEX + 1)
@@ -292,29 +237,22 @@ def index_weight_map(index_path: Path) -> dict[str, list[str]]:
 
 
 def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
-    """The shards of the index whose bytes are ``raw`` (a local file or a remote one, named ``where``):
-    shard name -> tensor names, as :func:`index_weight_map` gives them.
-
-    Raises:
-        CorruptCheckpointError: as :func:`index_weight_map` raises.
-    """
+    """The shards of the index whose bytes are ``raw`` (a local or remote file named ``where``), as
+    :func:`index_weight_map` gives them."""
     index_path = where
     if len(raw) > MAX_INDEX:
         raise CorruptCheckpointError(f"{index_path}: shard index larger than {MAX_INDEX} bytes", path=str(index_path))
     index = _parse_json(raw, f"{index_path}: corrupt shard index", index_path)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
-        raise CorruptCheckpointError(
-            f"{index_path}: corrupt shard index (expected JSON with a 'weight_map' object)",
-            path=str(index_path),
-        )
+        raise CorruptCheckpointError(f"{index_path}: corrupt shard index (expected JSON with a 'weight_map' object)",
+            path=str(index_path))
     shards: dict[str, list[str]] = {}
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str):
             raise CorruptCheckpointError(
                 f"{index_path}: corrupt shard index (the shard of tensor {tensor[:200]!r} is not a file name)",
-                path=str(index_path),
-            )
+                path=str(index_path))
         shards.setdefault(_shard_name(index_path, shard), []).append(tensor)
     return shards
 
@@ -325,13 +263,11 @@ def _shard_name(index_path: Path | str, shard: str) -> str:
     if shard.startswith("/") or "\\" in shard or "\0" in shard or ".." in parts or not parts:
         raise CorruptCheckpointError(
             f"{index_path}: shard {shard[:200]!r} is not a file name inside the checkpoint's folder",
-            path=str(index_path),
-        )
+            path=str(index_path))
     return "/".join(parts)
 
 
 def _check_shard(index_path: Path, shard: str) -> None:
-    """A shard must be a regular file (possibly a symlink to one) reached through real folders."""
     folder = index_path.parent
     parts = shard.split("/")
     try:
@@ -339,41 +275,30 @@ def _check_shard(index_path: Path, shard: str) -> None:
             if not stat.S_ISDIR(os.lstat(folder.joinpath(*parts[:i])).st_mode):
                 raise CorruptCheckpointError(
                     f"{index_path}: shard {shard!r} is reached through {'/'.join(parts[:i])!r}, which is not a "
-                    "folder of the checkpoint (a symlink or a file)",
-                    path=str(index_path),
-                )
+                    "folder of the checkpoint (a symlink or a file)", path=str(index_path))
         mode = os.stat(folder / shard).st_mode
     except FileNotFoundError:
-        raise SourceNotFoundError(
-            f"{index_path}: shard {shard!r} listed in the index is missing", path=str(index_path)
-        ) from None
+        raise SourceNotFoundError(f"{index_path}: shard {shard!r} listed in the index is missing",
+                                  path=str(index_path)) from None
     except OSError as exc:
         raise unreadable(folder / shard, exc) from None
     if not stat.S_ISREG(mode):
         raise CorruptCheckpointError(
-            f"{index_path}: shard {shard!r} listed in the index is not a regular file", path=str(index_path)
-        )
+            f"{index_path}: shard {shard!r} listed in the index is not a regular file", path=str(index_path))
 
 
 def index_shards(index_path: Path) -> list[tuple[Path, list[str]]]:
-    """The shards of an index as ``(path, tensor names)``, each file once, in first-listed order.
-
-    Raises:
-        The errors of :func:`read_index`.
-    """
+    """The shards of an index as ``(path, tensor names)``, each file once, in first-listed order."""
     return [(index_path.parent / shard, names) for shard, names in read_index(index_path).items()]
 
 
 def unlisted_reason(shards: list[str], index_name: str) -> str:
-    """Why a tensor that ``shards`` hold but the index ``index_name`` does not list is skipped
-    (transformers loads only what the index lists), for every sharded format."""
+    """Why a tensor that ``shards`` hold but the index does not list is skipped (transformers never loads it)."""
     return (f"in shard{'s' if len(shards) > 1 else ''} {', '.join(shards)} but not listed in {index_name}: "
             "not part of the checkpoint its index describes")
 
 
 class ShardReader(Protocol):
-    """Reads the tensors of one opened shard (a local file, a remote one) by their header entries."""
-
     def read(self, info: dict[str, Any]) -> Any: ...
 
     def close(self) -> None: ...
@@ -381,24 +306,15 @@ class ShardReader(Protocol):
 
 class ShardedSafetensors(TensorSource):
     """The tensors of safetensors shards whose headers are read, in checkpoint order, each read by a
-    :class:`ShardReader` when asked for. A subclass gets the headers (:meth:`plan`) and opens a
-    shard (:meth:`open_shard`); the order, the index's listing and the skipped tensors are shared,
-    whether the bytes come from a local file or from HTTP ranges."""
+    :class:`ShardReader` when asked for: a subclass gives the headers (:meth:`plan`) and opens a shard."""
 
     headers_only = True
 
-    def plan(self, shards: list[tuple[Any, str, list[str] | None, dict[str, dict[str, Any]]]],
-             index_name: str) -> None:
-        """Set the reading plan from ``(key, shard name, tensors its index lists or None, header)``
-        per shard (``key`` is what :meth:`open_shard` gets).
-
-        Raises:
-            CorruptCheckpointError: a tensor the index lists is not in its shard.
-        """
+    def plan(self, shards: list[tuple[Any, str, list[str] | None, dict[str, dict[str, Any]]]], index_name: str) -> None:
+        """The reading plan from ``(key for open_shard, shard name, tensors its index lists or None, header)``
+        per shard (``CorruptCheckpointError`` for a listed tensor missing from its shard)."""
         self._plan: list[tuple[Any, list[str], dict[str, dict[str, Any]]]] = []
-        # Tensors a shard holds but its index does not list: transformers never loads them, so they
-        # are not scored, but listed as skipped (once a name, with the shards that hold it) rather
-        # than dropped unseen.
+        # Tensors a shard holds but its index does not list: listed as skipped, once a name, not dropped unseen.
         self._unlisted: dict[str, list[str]] = {}
         self._index_name = index_name
         self._handles: list[ShardReader] = []
@@ -409,8 +325,7 @@ class ShardedSafetensors(TensorSource):
                 missing = [t for t in listed if t not in header]
                 if missing:
                     raise CorruptCheckpointError(
-                        f"{key}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(key)
-                    )
+                        f"{key}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(key))
                 # A name the index gives to another shard is that shard's: this copy is not scored either.
                 unlisted = [name for name in names if name not in indexed and name not in self._unlisted]
                 for name in names:
@@ -437,14 +352,9 @@ class ShardedSafetensors(TensorSource):
                     info = header[name]
                     shards_unlisted = self._unlisted.get(name)
                     load = functools.partial(shard.read, info)
-                    yield TensorEntry(
-                        name=name,
-                        shape=tuple(int(s) for s in info["shape"]),
-                        dtype=SAFETENSORS_DTYPES[info["dtype"]][0],
-                        load=load,
-                        reread=load,
-                        skip=unlisted_reason(shards_unlisted, self._index_name) if shards_unlisted else None,
-                    )
+                    yield TensorEntry(name=name, shape=tuple(int(s) for s in info["shape"]),
+                        dtype=SAFETENSORS_DTYPES[info["dtype"]][0], load=load, reread=load,
+                        skip=unlisted_reason(shards_unlisted, self._index_name) if shards_unlisted else None)
             finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.
                 shard.close()
@@ -472,21 +382,17 @@ class SafetensorsSource(ShardedSafetensors):
             planned.append((path, path.name, listed, header))
         self.plan(planned, index.name if index is not None else "")
         all_files = ([index] if index is not None else []) + list(files)
-        self.provenance = Provenance(
-            source=ref,
+        self.provenance = Provenance(source=ref,
             format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
-            files=[str(p) for p in all_files],
-            pending=FileDigest(files),
-            extra={"metadata": metadata} if metadata else {},
-        )
+            files=[str(p) for p in all_files], pending=FileDigest(files),
+            extra={"metadata": metadata} if metadata else {})
 
     def open_shard(self, key: Any) -> ShardReader:
         return _Shard(key)
 
 
 class _Shard:
-    """One open safetensors file whose tensors may be read from any thread, in any order, and after
-    it is closed (then from a handle of their own): a read-ahead thread and tie checks read too."""
+    """One open safetensors file whose tensors may be read from any thread, in any order, and after it is closed."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -515,8 +421,7 @@ class _Shard:
 
 
 def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
-    """One tensor of the file (a numpy array where numpy has its dtype, see :mod:`wbfe.linalg.arrays`): a
-    large one mapped where the file can be mapped at an aligned address, anything else read."""
+    """One tensor of the file: a large one mapped where it lies at an aligned address, anything else read."""
     name, size = tensor_dtype(info, str(fh.name)), SAFETENSORS_DTYPES[info["dtype"]][1]
     shape = [int(s) for s in info["shape"]]
     start, end = (int(o) for o in info["data_offsets"])
@@ -529,19 +434,17 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
     if end - start >= _MAP_BYTES and (data_start + start) % max(1, int(size)) == 0:
         with contextlib.suppress(OSError):  # a file system that cannot map files: read instead
             raw = _map_tensor(fh, data_start + start, end - start)
-    if raw is None:
-        raw = _read_tensor(fh, data_start + start, end - start)
+    if raw is None:  # np.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte
+        raw = np.empty(end - start, dtype=np.uint8)
+        fh.seek(data_start + start)
+        if fh.readinto(raw.data) != end - start:
+            raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
     return from_bytes(raw, name, shape)
 
 
 def tensor_dtype(info: dict[str, Any], where: str) -> str:
-    """wbfe's dtype name of a header entry ``info`` of the file ``where``, checked to be one that
-    this process can hold: numpy's, or else torch's (bfloat16, the float8 kinds).
-
-    Raises:
-        UnsupportedDtypeError: this torch has no such dtype.
-        MissingDependencyError: torch is not installed.
-    """
+    """wbfe's dtype name of a header entry ``info`` of the file ``where``, checked to be one numpy or this
+    torch holds (``UnsupportedDtypeError``, ``MissingDependencyError`` otherwise)."""
     name = SAFETENSORS_DTYPES[info["dtype"]][0]
     if holds_without_torch(name):
         return name
@@ -551,21 +454,14 @@ def tensor_dtype(info: dict[str, Any], where: str) -> str:
     if not isinstance(getattr(torch, name, None), torch.dtype):
         raise UnsupportedDtypeError(
             f"{where}: this torch ({torch.__version__}) has no {info['dtype']} tensors, which the file "
-            "stores", path=where, dtype=info["dtype"],
-        )
+            "stores", path=where, dtype=info["dtype"])
     return name
 
 
 def _map_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
-    """The bytes ``[first, first + nbytes)`` of the file, mapped copy-on-write, page table filled.
-
-    Reading into a buffer of its own cost 40 ms for a 94 MB tensor, all of it before any work on
-    the first tensor (fresh pages are faulted in and zeroed, then copied into); a filled map of the
-    same bytes takes 2 ms. One map per tensor, unmapped when the tensor is freed, so the resident
-    set is the tensors alive now, as with a read (a map of the whole file would keep every page
-    read so far counted until it was closed). Copy-on-write, as a tensor must be writable for
-    torch, though nothing writes it.
-    """
+    """The bytes ``[first, first + nbytes)`` of the file, mapped copy-on-write (torch wants it writable),
+    page table filled. One map per tensor, unmapped when it is freed, so the resident set is the tensors
+    alive now; a read would fault in, zero and copy every page before any work."""
     offset = first - first % mmap.ALLOCATIONGRANULARITY
     mapped = mmap.mmap(fh.fileno(), first + nbytes - offset, access=mmap.ACCESS_COPY, offset=offset)
     if _POPULATE_READ is not None:
@@ -574,28 +470,12 @@ def _map_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
     return np.frombuffer(mapped, dtype=np.uint8, offset=first - offset, count=nbytes)
 
 
-def _read_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
-    """The bytes ``[first, first + nbytes)`` of the file, read into a buffer of their own."""
-    # np.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte.
-    buffer = np.empty(nbytes, dtype=np.uint8)
-    fh.seek(first)
-    if fh.readinto(buffer.data) != nbytes:
-        raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
-    return buffer
-
-
 def open_safetensors(path: Path, ref: str, fmt: str | None = None) -> SafetensorsSource:
-    """Open a ``.safetensors`` file or a ``*.safetensors.index.json`` shard index.
-
-    Raises:
-        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError: as the reader raises.
-    """
+    """Open a ``.safetensors`` file or a ``*.safetensors.index.json`` shard index."""
     if path.name.lower().endswith(".index.json"):
         return SafetensorsSource(ref, [], index=path, fmt=fmt)
     return SafetensorsSource(ref, [path], fmt=fmt)
 
 
-SAFETENSORS = register_format(FileFormat(
-    name="safetensors", suffixes=(".safetensors",), open=open_safetensors,
-    index_suffixes=(".safetensors.index.json",), preferred="model.safetensors", group="safetensors", rank=10,
-))
+SAFETENSORS = register_format(FileFormat(name="safetensors", suffixes=(".safetensors",), open=open_safetensors,
+    index_suffixes=(".safetensors.index.json",), preferred="model.safetensors", group="safetensors", rank=10))

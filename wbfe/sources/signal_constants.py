@@ -1,17 +1,12 @@
-"""Signal-processing constants: tensors a model computes a transform with (an STFT/DFT basis, a
-window, a mel filterbank), never learned, so never scored as weights, whichever reader finds them.
-
-A tensor is one when its name says so (:func:`signal_name`: torch.stft exports, Whisper's mel
-filters, Silero's ``forward_basis_buffer``) or when its values are a windowed real DFT basis
-whatever its name (:func:`is_dft_basis`, checked only for tensors shaped like one,
-:func:`dft_shaped`). The ONNX and TorchScript readers skip such a tensor with the same reasons,
-:func:`name_reason` and :data:`DFT_REASON`.
-"""
+"""Signal-processing constants (an STFT/DFT basis, a window, a mel filterbank): never learned, so never scored,
+whichever reader finds them: by name (:func:`signal_name`) or, shaped like one, by value (:func:`is_dft_basis`)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Iterable, Optional
+
+import numpy as np
 
 __all__ = ["signal_name", "name_reason", "DFT_REASON", "dft_shaped", "is_dft_basis"]
 
@@ -42,18 +37,9 @@ def dft_shaped(shape: tuple[int, ...]) -> bool:
 
 
 def is_dft_basis(matrix: Any) -> bool:
-    """Whether ``matrix`` (out × [1 ×] n) is a windowed real DFT basis as STFT exports store it:
-    rows ``w[t]·cos(2πkt/n)`` for k = 0..n/2, then (if there are twice as many rows) ``±w[t]·sin(2πkt/n)``,
-    the window ``w`` being whatever row 0 (k = 0) holds.
-
-    Args:
-        matrix: the array, in its reported orientation.
-
-    Returns:
-        True for such a basis (to a relative tolerance of 1e-3), else False.
-    """
-    import numpy as np
-
+    """Whether ``matrix`` (out × [1 ×] n) is a windowed real DFT basis as STFT exports store it, to a relative
+    tolerance of 1e-3: rows ``w[t]·cos(2πkt/n)`` for k = 0..n/2, then (with twice as many rows)
+    ``±w[t]·sin(2πkt/n)``, the window ``w`` being row 0."""
     m = np.asarray(matrix, dtype=np.float64).reshape(matrix.shape[0], -1)
     rows, n = m.shape
     bins = n // 2 + 1

@@ -1,24 +1,7 @@
-"""Byte ranges of one object in an fsspec store (``s3://``, ``gs://``, ...), one request per range,
-pinned to the version first seen, with bounded retries.
-
-A :class:`StoreFile` reads with ``fs.cat_file(path, start, end)``: one ranged GET in s3fs and
-gcsfs (told ``concurrency=1`` where its ``cat_file`` would split a range), no read-ahead block
-cache, nothing written to disk. Every answer is checked before a byte
-of it is used: exactly the bytes asked for (a short or long answer is retried, never padded).
-
-The object's identity is taken on first contact from ``fs.info`` (what
-:func:`wbfe.sources.object_store.object_identity` keeps: size, ETag, generation, VersionId,
-modification time). Where the store reports a version and its ``cat_file`` takes it (s3fs:
-``version_id=`` on a versioned bucket; a ``generation=`` parameter), every read asks for that
-version: the object is **pinned**, a later upload cannot reach the reads. Elsewhere the object is
-**checked**: ``fs.info`` is asked again (cache bypassed) after each read, before its bytes are
-used, and a different identity is a :class:`~wbfe.errors.RemoteChangedError`. An object gone after
-first contact is a change too. Either way no score mixes two versions' bytes.
-
-Transient failures (``OSError``, ``ConnectionError``, ``TimeoutError`` other than a missing object
-or refused access) and short answers are retried with :class:`~wbfe.sources.http_range.RetryPolicy`'s
-fixed back-off; a missing object (before first contact) and refused access are not.
-"""
+"""Byte ranges of one object in an fsspec store (``s3://``, ``gs://``, ...), one ``cat_file`` request per
+range, pinned to the version first seen (where the store reports one and ``cat_file`` takes it; else
+checked with ``fs.info`` after each read), with :class:`~wbfe.sources.http_range.RetryPolicy`'s retries
+(docs/remote.md)."""
 
 from __future__ import annotations
 
@@ -30,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from wbfe.errors import RemoteChangedError, RemoteReadError, TruncatedCheckpointError, WbfeError
 from wbfe.sources import http_range
-from wbfe.sources.http_range import FIRST_READ, RetryPolicy
+from wbfe.sources.http_range import FIRST_READ, RetryPolicy, changed, said
 
 __all__ = ["StoreFile", "version_pin", "one_request"]
 
@@ -46,8 +29,7 @@ def _cat_parameters(fs: Any) -> Mapping[str, Any]:
 
 
 def version_pin(fs: Any, info: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword that makes ``fs.cat_file`` read the version ``info`` describes, when the store
-    reports one and its ``cat_file`` takes it (``{}`` otherwise: the object is checked, not pinned)."""
+    """The keyword that makes ``fs.cat_file`` read the version ``info`` describes (``{}``: checked, not pinned)."""
     params = _cat_parameters(fs)
     for field, keyword in _VERSION_KEYS:
         value = info.get(field)
@@ -57,8 +39,7 @@ def version_pin(fs: Any, info: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def one_request(fs: Any) -> dict[str, Any]:
-    """The keyword that keeps ``fs.cat_file`` to one request per range: gcsfs splits a large range
-    into ``concurrency`` parallel requests unless told ``concurrency=1``."""
+    """The keyword that keeps ``fs.cat_file`` to one request per range (gcsfs splits one unless told not to)."""
     return {"concurrency": 1} if "concurrency" in _cat_parameters(fs) else {}
 
 
@@ -67,22 +48,15 @@ class _Short(Exception):
 
 
 class StoreFile:
-    """Byte ranges of one fsspec object, read by any thread, each with one ``cat_file`` request.
+    """Byte ranges of one fsspec object (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread.
 
     Args:
-        fs: the fsspec filesystem.
-        path: the object's path in ``fs``.
-        url: the object's URI (how provenance and messages name it).
         identify: what of ``fs.info``'s answer names a version (the identity fields).
-        info: ``fs.info``'s answer already at hand (asked of the store, not a cached listing): the
-            first contact, which then costs no request.
-        policy: the retries (default: :data:`wbfe.sources.http_range.DEFAULT_POLICY`).
-        sleep: the wait between tries (tests record it instead).
+        info: ``fs.info``'s answer already at hand (of the store, not a cached listing): the first contact.
 
     Attributes:
-        size, identity: the object's size and identity (JSON of its identity fields), from first contact.
         pinned: the version keyword every read passes (empty when the object is checked instead).
-        requests, bytes_fetched: ``cat_file`` calls and bytes they returned; checks: ``fs.info`` calls.
+        checks: ``fs.info`` calls.
     """
 
     commit: str | None = None  # stores have no commits
@@ -104,10 +78,7 @@ class StoreFile:
         self._sleep = sleep
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------ public reads
-
     def head(self, nbytes: int = FIRST_READ) -> bytes:
-        """The object's first ``min(nbytes, size)`` bytes; pins its identity and learns its size."""
         size = self._contact()
         out = bytearray(min(nbytes, size))
         if out:
@@ -115,23 +86,17 @@ class StoreFile:
         return bytes(out)
 
     def read_bytes(self, start: int, nbytes: int) -> bytes:
-        """Exactly the bytes ``[start, start + nbytes)``, in one request."""
         out = bytearray(nbytes)
         if nbytes:
             self._fetch(start, memoryview(out))
         return bytes(out)
 
     def read_into(self, start: int, into: memoryview) -> None:
-        """Fill ``into`` with exactly ``len(into)`` bytes from ``start`` on, in one request."""
         if len(into):
             self._fetch(start, into)
 
     def read_all(self, limit: int) -> bytes:
-        """The whole object when it holds at most ``limit`` bytes, in one request.
-
-        Raises:
-            RemoteReadError: larger than ``limit``, or as a read raises.
-        """
+        """The whole object when it holds at most ``limit`` bytes, in one request."""
         size = self._contact()
         if size > limit:
             raise RemoteReadError(f"{self.name}: larger than {limit} bytes", path=self.name)
@@ -140,10 +105,7 @@ class StoreFile:
     def close(self) -> None:
         """Nothing to release: the filesystem owns its connections."""
 
-    # ------------------------------------------------------------------ identity
-
     def _info(self) -> dict[str, Any]:
-        """``fs.info`` asked of the store itself, not of a listing cached earlier."""
         self.fs.invalidate_cache(self.path)
         with self._lock:
             self.checks += 1
@@ -176,10 +138,7 @@ class StoreFile:
             raise self._changed(f"its identity went from {self.identity} to {now}")
 
     def _changed(self, what: str) -> RemoteChangedError:
-        return RemoteChangedError(f"{self.name}: the remote file changed while it was read ({what}); "
-                                  "nothing read from it is used, score it again", path=self.name)
-
-    # ------------------------------------------------------------------ one range, with retries
+        return changed(self.name, what)
 
     def _fetch(self, start: int, into: memoryview) -> None:
         size = self._contact()
@@ -214,18 +173,13 @@ class StoreFile:
                     raise RemoteReadError(f"{self.name}: no such object", path=self.name) from None
                 raise self._changed("it is gone") from None
             except PermissionError as exc:
-                raise RemoteReadError(f"{self.name}: access refused ({_said(exc)}); the store's credentials "
+                raise RemoteReadError(f"{self.name}: access refused ({said(exc)}); the store's credentials "
                                       "must allow reading it", path=self.name) from None
             except (_Short, OSError) as exc:  # ConnectionError and TimeoutError are OSErrors too
-                last = _said(exc)
+                last = said(exc)
                 if attempt + 1 < policy.attempts:
                     self._sleep(policy.delay(attempt))
             except Exception as exc:  # noqa: BLE001 - a store's own error type: a verdict, in one line
-                raise RemoteReadError(f"{self.name}: {what} cannot be read ({_said(exc)})", path=self.name) from None
+                raise RemoteReadError(f"{self.name}: {what} cannot be read ({said(exc)})", path=self.name) from None
         raise RemoteReadError(f"{self.name}: {what} could not be read in {policy.attempts} tries (last: {last})",
                               path=self.name)
-
-
-def _said(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:200]
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,39 +1,29 @@
 """TFLite models (``.tflite``): the flatbuffer read through the ``tflite`` package's accessors.
 
-Which constants are weights, how each is laid out, the model's order and its head come from the
-graph (:mod:`wbfe.sources.tflite_graph`). Each weight is read on its own (``pread`` of exactly its
-buffer's bytes, in the flatbuffer or, for a model over 2 GB, in the trailing area its ``Buffer``
-points at with ``offset``/``size``) and comes out as PyTorch holds it: a ``CONV_2D`` kernel
-[out, kh, kw, in] as [out, in, kh, kw], a ``DEPTHWISE_CONV_2D`` kernel [1, kh, kw, C] as
-[C, 1, kh, kw], a ``FULLY_CONNECTED`` weight [out, in] as it is. Quantised weights (int8, uint8,
-int16) are dequantised as TFLite's ``DEQUANTIZE`` computes them, real = scale · (q − zero_point) in
-float32, with one scale per tensor or one per channel along ``quantized_dimension``; float16 weights
-(stored float16 and dequantised in the graph) are read as float32.
-
-A file is checked whole when it is opened: the ``TFL3`` identifier, every count, index and extent
-of the flatbuffer, each constant's buffer against its shape and dtype (exactly numel × itemsize
-bytes), each quantised tensor's scales and zero points against its quantised dimension. Anything
-wrong is refused then with a :class:`~wbfe.errors.CorruptCheckpointError` naming the tensor.
+The graph (:mod:`wbfe.sources.tflite_graph`) says which constants are weights, their layout, order and
+head; each weight is read alone (one ``pread`` of its buffer) and comes out in PyTorch's layout,
+dequantised as TFLite's ``DEQUANTIZE`` computes it. The whole file is checked when opened (docs/formats.md).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import mmap
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
-from wbfe.errors import CorruptCheckpointError, MissingDependencyError
+import numpy as np
+
+from wbfe.errors import CorruptCheckpointError
 from wbfe.framework.description import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, optional_import
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format
-from wbfe.sources.tflite_graph import ITEMSIZE, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
+from wbfe.sources.tflite_graph import ITEMSIZE, TORCH_AXES, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
 
-if TYPE_CHECKING:
-    import numpy as np
-
-__all__ = ["TfliteSource", "open_tflite", "TFLITE", "dequantize", "to_torch_layout", "IDENTIFIER"]
+__all__ = ["TfliteSource", "TFLITE", "dequantize", "to_torch_layout", "IDENTIFIER"]
 
 # The file identifier schema.fbs declares (``file_identifier "TFL3"``), at bytes 4..8.
 IDENTIFIER = b"TFL3"
@@ -42,25 +32,17 @@ _NUMPY = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int8": "i1", "u
 
 
 def _tflite() -> Any:
-    try:
-        import tflite
-    except ImportError:
-        raise MissingDependencyError("reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'",
-                                     package="tflite") from None
-    return tflite
+    return optional_import("tflite", "reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'")
 
 
 def dequantize(q: "np.ndarray", scale: Sequence[float], zero_point: Sequence[int], axis: int) -> "np.ndarray":
-    """TFLite's ``DEQUANTIZE``: ``scale · (q − zero_point)`` in float32, one scale and zero point for
-    the whole tensor, or one per index along ``axis``.
+    """TFLite's ``DEQUANTIZE``: ``scale · (q − zero_point)`` in float32, per tensor or per index along ``axis``.
 
     Example:
         >>> import numpy as np
         >>> dequantize(np.array([[-128, 0], [10, 127]], np.int8), [0.5, 2.0], [0, 1], 0).tolist()
         [[-64.0, 0.0], [18.0, 252.0]]
     """
-    import numpy as np
-
     scales = np.asarray(scale, dtype=np.float32)
     zeros = np.asarray(zero_point, dtype=np.float32)  # exact: a zero point lies in q's own range
     if scales.size > 1:
@@ -79,7 +61,7 @@ class TfliteSource(TensorSource):
 
     headers_only = True
 
-    def __init__(self, ref: str, path: Path):
+    def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
         tflite = _tflite()
         self._path = path
         with open_regular(path) as fh:
@@ -108,8 +90,7 @@ class TfliteSource(TensorSource):
         self._plan = plan.tensors
         self.head_hint = plan.head
         self.own_description = _describe(model.description, plan)
-        self.provenance = Provenance(
-            source=ref, format="tflite", files=[str(path)], pending=FileDigest([path]),
+        self.provenance = Provenance(source=ref, format="tflite", files=[str(path)], pending=FileDigest([path]),
             extra={"metadata": {"schema_version": model.version, "description": model.description,
                                 "subgraphs": len(model.subgraphs),
                                 "operators": sum(len(s.ops) for s in model.subgraphs),
@@ -123,9 +104,7 @@ class TfliteSource(TensorSource):
             # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never
             # read (a weight of these is skipped with that reason)
             return
-        numel = 1
-        for d in tensor.shape:
-            numel *= d
+        numel = math.prod(tensor.shape)
         buffer = self._buffers[tensor.buffer]
         if buffer.size != numel * itemsize:
             raise CorruptCheckpointError(
@@ -133,14 +112,7 @@ class TfliteSource(TensorSource):
                 f"{numel * itemsize} bytes, its buffer {tensor.buffer} holds {buffer.size}", path=str(self._path))
 
     def read(self, planned: Planned) -> Any:
-        """The weight as its operator uses it, in PyTorch's layout (dequantised where it is quantised):
-        a numpy array, or a torch tensor for bfloat16 (:mod:`wbfe.linalg.arrays`).
-
-        Raises:
-            TruncatedCheckpointError: the file was cut short since it was opened.
-        """
-        import numpy as np
-
+        """The weight as its operator uses it, in PyTorch's layout, dequantised (a torch tensor for bfloat16)."""
         tensor = planned.tensor
         buffer: TflBuffer = self._buffers[tensor.buffer]
         raw = read_range(self._path, buffer.start, buffer.size)  # exactly the tensor's bytes
@@ -161,7 +133,7 @@ class TfliteSource(TensorSource):
     def entries(self) -> Iterator[TensorEntry]:
         for planned in self._plan:
             tensor = planned.tensor
-            load = _Loader(self, planned)
+            load = functools.partial(self.read, planned)
             dtype, quant = tensor.dtype, None
             if planned.skip is None and tensor.dtype in ("int8", "uint8", "int16", "float16"):
                 dtype = "float32"
@@ -171,27 +143,11 @@ class TfliteSource(TensorSource):
                               storage_key=("tflite-buffer", tensor.buffer), quant=quant, skip=planned.skip)
 
 
-class _Loader:
-    def __init__(self, source: TfliteSource, planned: Planned):
-        self.source, self.planned = source, planned
-
-    def __call__(self) -> Any:
-        return self.source.read(self.planned)
-
-
 def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.ndarray":
     """A weight of ``op`` as stored (:data:`~wbfe.sources.tflite_graph.STORED_AXES`) in [out, in, k...] (a view)."""
-    import numpy as np
-
-    if op in ("CONV_2D", "TRANSPOSE_CONV"):
-        return np.transpose(t, (0, 3, 1, 2))
-    if op == "DEPTHWISE_CONV_2D":
-        return np.transpose(t, (3, 0, 1, 2))
-    if op == "CONV_3D":
-        return np.transpose(t, (4, 3, 0, 1, 2))
-    if transpose:
-        return t.T
-    return t
+    if op in TORCH_AXES:
+        return np.transpose(t, TORCH_AXES[op])
+    return t.T if transpose else t
 
 
 def _describe(model_description: str, plan: GraphPlan) -> FrameworkDescription:
@@ -210,14 +166,5 @@ def _sniff(head: bytes, path: Path) -> bool:
     return len(head) >= 8 and head[4:8] == IDENTIFIER
 
 
-def open_tflite(path: Path, ref: str, fmt: Optional[str] = None) -> TfliteSource:
-    """Open a TFLite flatbuffer (told by its ``TFL3`` identifier, or its ``.tflite`` suffix).
-
-    Raises:
-        CorruptCheckpointError, TruncatedCheckpointError, SourceNotFoundError, MissingDependencyError.
-    """
-    return TfliteSource(ref, path)
-
-
-TFLITE = register_format(FileFormat(name="tflite", suffixes=(".tflite",), open=open_tflite, sniff=_sniff,
+TFLITE = register_format(FileFormat(name="tflite", suffixes=(".tflite",), open=TfliteSource, sniff=_sniff,
                                     group="other", rank=30))

@@ -1,28 +1,6 @@
-"""What a TFLite model's graph holds and does with each stored tensor, as plain data.
-
-:func:`parse_model` reads the flatbuffer (through the ``tflite`` package's accessors, generated
-from TFLite's ``schema.fbs``) into plain records once, checking every count, index and extent
-against the file as it goes, so that nothing later touches the flatbuffer: a hostile file is
-refused there with a :class:`~wbfe.errors.CorruptCheckpointError` naming what is wrong, never an
-``IndexError`` or ``struct.error`` from deep inside the accessors.
-
-:func:`plan_graph` then decides, from the operators alone, what each constant tensor is:
-
-- input 1 of ``CONV_2D`` ([out, kh, kw, in]), ``DEPTHWISE_CONV_2D`` ([1, kh, kw, C]),
-  ``TRANSPOSE_CONV`` ([out, kh, kw, in]), ``FULLY_CONNECTED`` ([out, in]), ``CONV_3D``
-  ([kd, kh, kw, in, out]) and ``BATCH_MATMUL`` (a 2-D [in, out], or [out, in] with ``adj_y``);
-  the table of ``EMBEDDING_LOOKUP`` (input 1) and of ``GATHER`` (input 0): a weight, reported in
-  PyTorch's layout ([out, in, k...]);
-- a constant reaching such an input through ``DEQUANTIZE`` (float16 models store their weights as
-  float16 and dequantise them in the graph; dynamic-range models do the same with int8) is that
-  weight: the stored tensor is read and converted as ``DEQUANTIZE`` would; one reaching it through
-  ``DENSIFY`` is a sparse weight, listed as skipped (only its kept values are stored);
-- every other constant (a bias, a reshape's shape, a constant of an elementwise op) is listed as
-  skipped with the operator that consumes it.
-
-The model's order is the order of the main subgraph's operators (the converter writes them in
-execution order); the head is the weight of the last ``FULLY_CONNECTED`` the graph's first output
-depends on. Other subgraphs (``WHILE`` bodies, ``IF`` branches) are planned the same way, after.
+"""What a TFLite model's graph holds and does with each stored tensor, as plain data: :func:`parse_model`
+reads the flatbuffer into records once, checking every count, index and extent; :func:`plan_graph` decides
+from the operators what each constant is, the model's order and the head (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -36,7 +14,7 @@ from typing import Any, Optional
 from wbfe.errors import CorruptCheckpointError, clip
 
 __all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan", "parse_model", "plan_graph",
-           "DTYPES", "ITEMSIZE", "STORED_AXES", "reported_shape"]
+           "DTYPES", "ITEMSIZE", "STORED_AXES", "TORCH_AXES", "reported_shape"]
 
 # TensorType codes (schema.fbs) -> wbfe's dtype names (torch's where torch has one).
 DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
@@ -55,6 +33,9 @@ _WEIGHT_OPS: dict[str, tuple[int, int]] = {  # op -> (weight input, rank it must
 STORED_AXES = {"CONV_2D": "[out, kh, kw, in]", "DEPTHWISE_CONV_2D": "[1, kh, kw, C]",
                "TRANSPOSE_CONV": "[out, kh, kw, in]", "FULLY_CONNECTED": "[out, in]", "CONV_3D": "[kd, kh, kw, in, out]",
                "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]", "GATHER": "[rows, width]"}
+# The permutation from the stored layout of a convolution's weight to PyTorch's [out, in, k...].
+TORCH_AXES = {"CONV_2D": (0, 3, 1, 2), "TRANSPOSE_CONV": (0, 3, 1, 2), "DEPTHWISE_CONV_2D": (3, 0, 1, 2),
+              "CONV_3D": (4, 3, 0, 1, 2)}
 # The values each quantised integer type holds (a zero point must be one of them).
 _RANGES = {"int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
 # Operators a stored weight passes through on its way to the op that multiplies by it: float16
@@ -66,8 +47,6 @@ _FC_OPTIONS, _BMM_OPTIONS = 8, 101  # BuiltinOptions union tags (schema.fbs)
 
 @dataclass(frozen=True)
 class TflBuffer:
-    """Where a buffer's bytes lie in the file: ``[start, start + size)``; size 0 for none."""
-
     start: int
     size: int
     external: bool = False  # in the trailing area of a >2 GB model (Buffer.offset/size)
@@ -75,8 +54,6 @@ class TflBuffer:
 
 @dataclass(frozen=True)
 class TflQuant:
-    """A tensor's affine quantisation: real = scale · (q − zero_point), per channel along ``axis``."""
-
     scale: tuple[float, ...]
     zero_point: tuple[int, ...]
     axis: int
@@ -122,8 +99,6 @@ class TflModel:
 
 @dataclass
 class Planned:
-    """A constant tensor and what the graph does with it."""
-
     subgraph: int
     tensor: TflTensor
     name: str
@@ -144,8 +119,6 @@ class GraphPlan:
 
 
 class _Reader:
-    """Reads the flatbuffer through the ``tflite`` accessors, checking counts and extents."""
-
     def __init__(self, buf: Any, size: int, path: str):
         self.buf, self.size, self.path = buf, size, path
         self.what = "the model header"
@@ -154,13 +127,11 @@ class _Reader:
         return CorruptCheckpointError(f"{self.path}: {self.what}: {why}", path=self.path)
 
     def count(self, n: int, width: int, what: str) -> int:
-        """A vector's length, refused when its elements cannot fit in the file."""
         if n < 0 or n * width > self.size:
             raise self.fail(f"{what} vector of {n} entries does not fit in a {self.size}-byte file")
         return n
 
     def numbers(self, table: Any, name: str, width: int) -> list[Any]:
-        """A vector of numbers (``<name>AsNumpy``), bounds-checked by numpy."""
         if getattr(table, f"{name}IsNone")():
             return []
         n = self.count(int(getattr(table, f"{name}Length")()), width, name.lower())
@@ -179,11 +150,7 @@ class _Reader:
 
 
 def parse_model(tflite: Any, buf: Any, size: int, path: str) -> TflModel:
-    """The model in ``buf`` (the file's bytes, ``size`` long) as plain records.
-
-    Raises:
-        CorruptCheckpointError: anything out of range, inconsistent or unknown, naming where.
-    """
+    """The model in ``buf`` (the file's bytes, ``size`` long) as plain records (``CorruptCheckpointError``)."""
     reader = _Reader(buf, size, path)
     try:
         return _parse(tflite, reader)
@@ -319,14 +286,8 @@ def _options(tflite: Any, op: Any, name: str) -> dict[str, Any]:
     return {}
 
 
-# ---- the plan ----------------------------------------------------------------------------------
-
-
 def plan_graph(model: TflModel) -> GraphPlan:
-    """Every constant tensor of every subgraph, what it is, in the model's order; and the head.
-
-    A constant is a tensor whose buffer holds data (buffer 0 is the schema's empty sentinel).
-    """
+    """Every constant tensor (whose buffer holds data) of every subgraph, what it is, in the model's order; and the head."""
     listed: list[Planned] = []
     head: Optional[Planned] = None
     note: Optional[str] = None
@@ -425,19 +386,14 @@ def reported_shape(op: str, shape: tuple[int, ...], options: Optional[dict[str, 
         >>> reported_shape("CONV_2D", (8, 3, 3, 4)), reported_shape("DEPTHWISE_CONV_2D", (1, 3, 3, 8))
         ((8, 4, 3, 3), (8, 1, 3, 3))
     """
-    if op in ("CONV_2D", "TRANSPOSE_CONV"):
-        return (shape[0], shape[3], shape[1], shape[2])
-    if op == "DEPTHWISE_CONV_2D":
-        return (shape[3], 1, shape[1], shape[2])
-    if op == "CONV_3D":
-        return (shape[4], shape[3], shape[0], shape[1], shape[2])
+    if op in TORCH_AXES:  # a DEPTHWISE_CONV_2D weight's first axis is 1 (checked by the plan)
+        return tuple(shape[i] for i in TORCH_AXES[op])
     if op == "BATCH_MATMUL" and not (options or {}).get("adj_y", False):
         return (shape[1], shape[0])
     return tuple(shape)
 
 
 def _head(sg: TflSubgraph, plans: dict[int, Planned], producer: dict[int, TflOp]) -> tuple[Optional[Planned], Optional[str]]:
-    """The weight of the last FULLY_CONNECTED (in op order) the first graph output depends on."""
     weight_of: dict[int, Planned] = {}
     for plan in plans.values():
         if plan.skip is None and plan.op == "FULLY_CONNECTED":

@@ -1,16 +1,6 @@
-"""The records of a legacy (pre-1.6, non-zip) PyTorch checkpoint, checked before torch reads it.
-
-A legacy file is four pickles (magic number, protocol, system info, the object) followed by a
-pickled list of storage keys and, per key, the storage's element count (int64) and its bytes.
-torch makes each storage from the object's own count, then fills the storages the key list names
-from their records, comparing nothing: a storage the list leaves out, or whose record counts fewer
-elements, is handed over as uninitialised memory, different on every load (found by fuzzing the
-torch reader: a key list emptied). wbfe reads the records here first, with an unpickler that builds
-nothing and imports nothing, and refuses a file with a storage left unfilled, a count that
-disagrees or bytes that run past its end.
-
-Where the records cannot be read this way (a layout this check does not know), it gives no
-verdict and torch decides, as before.
+"""The records of a legacy (pre-1.6, non-zip) PyTorch checkpoint, checked before torch reads it: torch hands
+over a storage its key list leaves out, or whose record is short, as uninitialised memory (found by fuzzing).
+Read with an unpickler that builds and imports nothing; where it cannot follow a file, torch decides.
 """
 
 from __future__ import annotations
@@ -26,17 +16,13 @@ from wbfe.errors import CorruptCheckpointError
 __all__ = ["check_legacy_records"]
 
 # Bytes per element of the typed storages a legacy file names (``torch.FloatStorage``...).
-_ITEMSIZE = {
-    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
+_ITEMSIZE = {"DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
     "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1,
-    "ComplexFloatStorage": 8, "ComplexDoubleStorage": 16,
-}
+    "ComplexFloatStorage": 8, "ComplexDoubleStorage": 16}
 
 
 def _load_any_protocol(self: Any) -> None:
-    """PROTO as torch's weights-only unpickler reads it: the number is read and not checked (pickle
-    refuses one above ``HIGHEST_PROTOCOL``, torch warns and reads on: a check that refused to follow
-    such a pickle left torch to fill storages unchecked, found by fuzzing)."""
+    """PROTO as torch's weights-only unpickler reads it: not checked (torch reads past an unknown protocol)."""
     self.proto = self.read(1)[0]
 
 
@@ -52,17 +38,7 @@ class _Placeholder:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        pass
-
-    def append(self, value: Any) -> None:
-        pass
-
-    def extend(self, values: Any) -> None:
-        pass
+    __setstate__ = __setitem__ = append = extend = __init__
 
 
 class _Records(pickle._Unpickler):
@@ -96,13 +72,8 @@ class _Plain(pickle._Unpickler):
 
 
 def check_legacy_records(path: Path, fh: BinaryIO) -> None:
-    """Refuse a legacy checkpoint whose storage records disagree with its object (see the module).
-
-    Raises:
-        CorruptCheckpointError: a storage's element count in the file differs from the one the
-            object gives it, its bytes run past the end of the file, or the key list leaves a
-            storage without its record.
-    """
+    """Refuse a legacy checkpoint whose storage records disagree with its object, run past the end of the
+    file, or leave a storage without its record (``CorruptCheckpointError``)."""
     size_of_file = fh.seek(0, io.SEEK_END)
     fh.seek(0)
     found = _records(fh, size_of_file)

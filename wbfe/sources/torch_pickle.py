@@ -1,9 +1,5 @@
-"""PyTorch checkpoints (``.bin .pt .pth .th``), loaded only with ``weights_only=True``.
-
-A pickle that needs to import or call anything beyond tensors and containers is refused by
-PyTorch's restricted unpickler and reported as :class:`UnsafePickleError`; its code never runs.
-Zip-format files are memory-mapped; legacy (pre-1.6) files are read whole, as PyTorch requires.
-"""
+"""PyTorch checkpoints (``.bin .pt .pth .th``), loaded only with ``weights_only=True``: a pickle that needs
+code is refused (:class:`UnsafePickleError`) and never runs. Zip-format files are memory-mapped."""
 
 from __future__ import annotations
 
@@ -18,15 +14,9 @@ from typing import Any, Iterator, Mapping
 
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError
-from wbfe.sources._base import (
-    TORCH_SUFFIXES,
-    FileDigest,
-    Provenance,
-    TensorEntry,
-    TensorSource,
-    open_regular,
-    unreadable,
-)
+from wbfe.linalg.arrays import dtype_name
+from wbfe.sources._base import (TORCH_SUFFIXES, FileDigest, Provenance, TensorEntry, TensorSource, open_regular,
+    unreadable)
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
 from wbfe.sources.torch_legacy import check_legacy_records
 
@@ -39,18 +29,13 @@ _ZIP_MAGIC = b"PK\x03\x04"
 
 
 def load_torch_file(path: Path) -> Any:
-    """``torch.load`` with ``weights_only=True`` (memory-mapped where possible), errors made typed.
-
-    The file must be a regular file; a zip-format file's records must pass their CRC-32 check
-    (torch itself does not check them). torch's warnings while loading are not shown: a file that
-    loads needs none of them, and one that does not gets wbfe's one-line error alone.
+    """``torch.load`` with ``weights_only=True`` (memory-mapped where possible), errors made typed; a zip
+    file's records must pass their CRC-32 check first (torch does not check them); torch's warnings are not shown.
 
     Raises:
         UnsafePickleError: the pickle references code (a global other than tensors and containers).
-        CorruptCheckpointError: the file is not a readable PyTorch checkpoint (truncated, garbage,
-            a failed CRC), or not a regular file.
-        SourceNotFoundError: the file cannot be read.
-        MissingDependencyError: torch is not installed.
+        CorruptCheckpointError: not a readable PyTorch checkpoint, or not a regular file.
+        SourceNotFoundError, MissingDependencyError: the file cannot be read; torch is not installed.
     """
     require_torch("reading a PyTorch pickle")
     import torch
@@ -82,11 +67,8 @@ def load_torch_file(path: Path) -> Any:
         found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL ([\w.]+)", text)
         if found or re.search(r"\b(global|GLOBAL|allowlisted|safe_globals)\b", text.split("WeightsUnpickler error:")[-1]):
             what = f" ({found.group(1)})" if found else ""
-            raise UnsafePickleError(
-                f"{path}: refused to load a pickle that needs code{what}; wbfe only loads weights "
-                "(convert it to safetensors in a trusted environment)",
-                path=str(path),
-            ) from None
+            raise UnsafePickleError(f"{path}: refused to load a pickle that needs code{what}; wbfe only loads weights "
+                "(convert it to safetensors in a trusted environment)", path=str(path)) from None
         detail = _safe_detail(text.split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:120])
         raise CorruptCheckpointError(f"{path}: not a readable PyTorch checkpoint ({detail})", path=str(path)) from None
     except (RuntimeError, KeyError, EOFError, ValueError, OSError, AttributeError, IndexError, TypeError,
@@ -95,8 +77,7 @@ def load_torch_file(path: Path) -> Any:
         detail = _safe_detail(str(exc).split(". ")[0][:160])
         raise CorruptCheckpointError(
             f"{path}: not a readable PyTorch checkpoint (truncated or corrupt: {exc.__class__.__name__}: {detail})",
-            path=str(path),
-        ) from None
+            path=str(path)) from None
 
 
 def _safe_detail(text: str) -> str:
@@ -105,42 +86,30 @@ def _safe_detail(text: str) -> str:
 
 
 def check_zip_records(path: Path, fh: Any) -> None:
-    """Read every record of a zip-format checkpoint through its CRC-32, as torch does not.
-
-    torch writes its records uncompressed; a compressed one (which torch could not map either) is
-    refused rather than inflated, so the check reads at most the file's own bytes.
-    """
+    """Read every record of a zip-format checkpoint through its CRC-32, as torch does not (a compressed
+    record, which torch never writes, is refused rather than inflated)."""
     try:
         with zipfile.ZipFile(fh) as archive:
             for info in archive.infolist():
                 if info.compress_type != zipfile.ZIP_STORED:
                     raise CorruptCheckpointError(
                         f"{path}: not a PyTorch checkpoint (a compressed zip record; torch.save stores them "
-                        "uncompressed)", path=str(path)
-                    )
+                        "uncompressed)", path=str(path))
             bad = archive.testzip()
     except CorruptCheckpointError:
         raise
     except ZIP_ERRORS as exc:
         raise CorruptCheckpointError(
             f"{path}: not a readable PyTorch checkpoint (a damaged zip archive: {exc.__class__.__name__})",
-            path=str(path),
-        ) from None
+            path=str(path)) from None
     if bad is not None:
         raise CorruptCheckpointError(
-            f"{path}: corrupt PyTorch checkpoint (a data record fails its CRC-32 check)", path=str(path)
-        )
+            f"{path}: corrupt PyTorch checkpoint (a data record fails its CRC-32 check)", path=str(path))
 
 
 def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
-    """Find the mapping of tensors inside a loaded checkpoint and strip a DataParallel ``module.`` prefix.
-
-    Mappings (and lists or tuples) nested inside the state dict are flattened with dotted names
-    (``{"encoder": {"fc.weight": t}}`` gives ``encoder.fc.weight``), so no tensor is lost.
-
-    Raises:
-        CorruptCheckpointError: no mapping of tensors can be found, or two tensors get one name.
-    """
+    """The mapping of tensors inside a loaded checkpoint, nested containers flattened with dotted names and a
+    DataParallel ``module.`` prefix stripped (``CorruptCheckpointError`` where there is none, or two names clash)."""
     import torch
 
     current = obj
@@ -166,11 +135,7 @@ def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
 
 
 def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
-    """Tensors of ``state`` and of the containers inside it, named by their dotted path.
-
-    Each container is visited once (a pickle can share or nest one in itself), so the work is
-    bounded by the pickle's size.
-    """
+    """Tensors of ``state`` and the containers inside it by dotted path, each container visited once."""
     import torch
 
     out: dict[str, Any] = {}
@@ -185,9 +150,7 @@ def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
             if isinstance(value, torch.Tensor):
                 if name in out:
                     raise CorruptCheckpointError(
-                        f"{where}: two tensors are both named {name[:200]!r} once nested names are joined",
-                        path=where,
-                    )
+                        f"{where}: two tensors are both named {name[:200]!r} once nested names are joined", path=where)
                 out[name] = value
             elif isinstance(value, (Mapping, list, tuple)) and id(value) not in seen:
                 seen.add(id(value))
@@ -196,17 +159,9 @@ def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def dtype_name(tensor: Any) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
-
-
 def unreadable_reason(tensor: Any) -> str | None:
-    """Why a tensor cannot be read as a dense matrix without unbounded work, or None.
-
-    A strided view may reuse its storage's bytes (a stride of 0, as ``expand`` makes): a pickle of
-    a few bytes can describe an n × n matrix. Such a tensor is not materialised when its elements
-    would need more bytes than the storage it references holds.
-    """
+    """Why a tensor cannot be read as a dense matrix without unbounded work (a stride-0 view larger than its
+    storage: a few bytes can describe an n × n matrix), or None."""
     import torch
 
     if tensor.layout != torch.strided:
@@ -224,11 +179,8 @@ def unreadable_reason(tensor: Any) -> str | None:
 
 
 def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = None) -> Iterator[TensorEntry]:
-    """Entries of an in-memory state dict; tied tensors share a ``storage_key``.
-
-    ``held``: the state dict outlives the stream, so an entry can be read again at no cost.
-    ``scope``: part of every storage key; a freed shard's addresses are reused by the next one.
-    """
+    """Entries of an in-memory state dict; tied tensors share a ``storage_key``. ``held``: the state dict
+    outlives the stream (an entry can be reread); ``scope``: part of every key (a freed shard's addresses are reused)."""
     for name, tensor in state.items():
         t = tensor.detach()
         skip = unreadable_reason(t)
@@ -259,12 +211,8 @@ class TorchPickleSource(TensorSource):
             # One file: load it now, so errors surface before any work and len() is known.
             self._state: dict[str, Any] | None = unwrap_state_dict(load_torch_file(files[0]), where=str(files[0]))
             self._length = len(self._state)
-        self.provenance = Provenance(
-            source=ref,
-            format="torch-sharded" if index is not None else "torch",
-            files=[str(p) for p in ([index] if index else []) + self._files],
-            pending=FileDigest(self._files),
-        )
+        self.provenance = Provenance(source=ref, format="torch-sharded" if index is not None else "torch",
+            files=[str(p) for p in ([index] if index else []) + self._files], pending=FileDigest(self._files))
 
     def __len__(self) -> int:
         assert self._length is not None
@@ -289,8 +237,7 @@ class TorchPickleSource(TensorSource):
             missing = [t for t in listed if t not in state]
             if missing:
                 raise CorruptCheckpointError(
-                    f"{path}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(path)
-                )
+                    f"{path}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(path))
             for entry in tensor_entries(state, held=False, scope=str(path)):
                 if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
                     if entry.name in reported:
@@ -306,20 +253,13 @@ class TorchPickleSource(TensorSource):
 
 
 def open_torch(path: Path, ref: str, fmt: str | None = None) -> TorchPickleSource:
-    """Open a PyTorch pickle file, or a ``*.index.json`` index of pickle shards.
-
-    Raises:
-        UnsafePickleError, CorruptCheckpointError, SourceNotFoundError, MissingDependencyError: as
-            :func:`load_torch_file` (torch is asked for first: an index of shards loads them later).
-    """
+    """Open a PyTorch pickle file, or a ``*.index.json`` index of pickle shards (torch is asked for first)."""
     require_torch("reading a PyTorch pickle")
     if path.name.lower().endswith(".index.json"):
         return TorchPickleSource(ref, [], index=path)
     return TorchPickleSource(ref, [path])
 
 
-TORCH = register_format(FileFormat(
-    name="torch", suffixes=TORCH_SUFFIXES, open=open_torch,
+TORCH = register_format(FileFormat(name="torch", suffixes=TORCH_SUFFIXES, open=open_torch,
     index_suffixes=tuple(s + ".index.json" for s in TORCH_SUFFIXES), named_suffixes=(".index.json",),
-    preferred="pytorch_model.bin", group="torch", rank=20,
-))
+    preferred="pytorch_model.bin", group="torch", rank=20))

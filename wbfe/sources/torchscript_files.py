@@ -1,27 +1,11 @@
-"""TorchScript archives (``torch.jit.save``: ``.pt``, ``.jit``), read without loading or running
-the scripted code.
-
-An archive is a zip: ``<name>/data.pkl`` pickles the module tree (each module an object of a
-``__torch__.…`` class whose state holds its parameters, buffers and submodules),
-``<name>/constants.pkl`` a tuple of the tensors the code uses as constants, and
-``<name>/data/<key>`` and ``<name>/constants/<key>`` hold the storages' raw little-endian bytes. The
-pickles are read with a restricted unpickler, as :mod:`wbfe.sources.torch_pickle` reads PyTorch's
-(``weights_only``): it resolves only the tensor-rebuilding functions, storage types and containers
-named in ``_ALLOWED`` to wbfe's own stand-ins, turns every ``__torch__`` class into an inert
-record of its state, and refuses any other global; nothing in the archive is imported or run.
-``torch.jit.load`` would compile and run the archive's code, which is why it is not used.
-Tensors are named by their path in the module tree (``fc.weight``); the code's constants are
-``constants.<i>``. Storages are read one at a time, when a tensor is asked for.
-
-The archive's code declares each module class's ``__parameters__`` and ``__buffers__`` (read as
-text, never run). A buffer, a plain tensor attribute or a code constant that is a signal-processing
-constant (an STFT basis, a window, a filterbank: :mod:`wbfe.sources.signal_constants`, the rule the
-ONNX reader applies to the same tensor) is skipped with the ONNX reader's reason; a Parameter is
-learned and always scored. Where a class is not declared, every tensor is checked, as in ONNX.
+"""TorchScript archives (``torch.jit.save``), read without loading or running the scripted code: the pickles
+through a restricted unpickler (``_ALLOWED``; every ``__torch__`` class an inert record of its state), the
+code only as text for each class's parameters and buffers (docs/checkpoints.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import pickle
 import re
@@ -33,33 +17,30 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError, WbfeError
+from wbfe.linalg.arrays import itemsize
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
-from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format, zip_members
 from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TorchScriptSource", "open_torchscript", "is_torchscript", "TORCHSCRIPT"]
+__all__ = ["TorchScriptSource", "is_torchscript", "TORCHSCRIPT"]
 
 # Storage classes a TorchScript pickle names -> torch dtype names.
 _STORAGES = {
     "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16", "BFloat16Storage": "bfloat16",
     "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
-    "ByteStorage": "uint8", "BoolStorage": "bool",
-}
+    "ByteStorage": "uint8", "BoolStorage": "bool"}
 # A class of the archive's code: its parameters and buffers (TorchScript's printer writes these
 # two lines first in every module class).
 _DECLARED = re.compile(r"^class (\w+)\(Module\):\n\s+__parameters__ = \[([^\]]*)\]\n\s+__buffers__ = \[([^\]]*)\]",
                        re.M)
 _CODE_BYTES = 64 << 20  # a code file larger than this is not read for declarations
-_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-             "int8": 1, "uint8": 1, "bool": 1}
 
 
 def is_torchscript(head: bytes, path: Path) -> bool:
-    """A zip holding ``<name>/data.pkl``, ``<name>/constants.pkl`` and ``<name>/code/`` (what
-    ``torch.jit.save`` writes; ``torch.save`` writes no ``constants.pkl`` nor code)."""
+    """A zip holding ``<name>/data.pkl``, ``<name>/constants.pkl`` and ``<name>/code/`` (``torch.save``'s has no code)."""
     if head[:4] != b"PK\x03\x04":
         return False
     members = zip_members(path)
@@ -69,8 +50,6 @@ def is_torchscript(head: bytes, path: Path) -> bool:
 
 @dataclass(frozen=True)
 class _Storage:
-    """A storage record: ``<folder>/<key>`` of ``numel`` elements of ``dtype``."""
-
     member: str
     dtype: str
     numel: int
@@ -78,8 +57,6 @@ class _Storage:
 
 @dataclass(frozen=True)
 class _TensorRef:
-    """A tensor as the pickle rebuilds it, not yet read: a view of a storage."""
-
     storage: _Storage
     offset: int
     size: tuple[int, ...]
@@ -99,12 +76,6 @@ class _Scripted:
 
 
 _CLASSES: dict[str, type] = {}
-
-
-def _scripted_class(qualname: str) -> type:
-    if qualname not in _CLASSES:
-        _CLASSES[qualname] = type("Scripted", (_Scripted,), {"qualname": qualname})
-    return _CLASSES[qualname]
 
 
 def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> _TensorRef:
@@ -145,7 +116,10 @@ class _Unpickler(pickle.Unpickler):
         if module == "torch" and name in _STORAGES:
             return _STORAGES[name]
         if module == "__torch__" or module.startswith("__torch__."):
-            return _scripted_class(f"{module}.{name}")
+            qualname = f"{module}.{name}"
+            if qualname not in _CLASSES:
+                _CLASSES[qualname] = type("Scripted", (_Scripted,), {"qualname": qualname})
+            return _CLASSES[qualname]
         raise UnsafePickleError(f"refused to load a TorchScript pickle that needs {module}.{name}")
 
     def persistent_load(self, pid: Any) -> _Storage:
@@ -157,18 +131,18 @@ class _Unpickler(pickle.Unpickler):
 
 # What reading a pickle from a damaged archive raises: the unpickler's errors and the zip's (ZIP_ERRORS).
 _PICKLE_ERRORS: tuple[type[BaseException], ...] = (
-    pickle.UnpicklingError, TypeError, AttributeError, IndexError, KeyError, MemoryError, RecursionError, *ZIP_ERRORS,
-)
+    pickle.UnpicklingError, TypeError, AttributeError, IndexError, KeyError, MemoryError, RecursionError, *ZIP_ERRORS)
 
 
 class TorchScriptSource(TensorSource):
     """The tensors of a TorchScript archive, read one storage at a time."""
 
-    def __init__(self, ref: str, path: Path):
+    def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
+        require_torch("reading a TorchScript archive")
         self._path = path
         with open_regular(path) as fh:
             try:
-                with _zip(path, fh) as archive:
+                with open_zip(path, fh, "TorchScript archive") as archive:
                     members = set(archive.namelist())
                     prefix = self._prefix(members)
                     order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
@@ -237,27 +211,23 @@ class TorchScriptSource(TensorSource):
         signal = self._signal_constants()
         for name, ref in self._tensors:
             skip = _unreadable(ref) or signal.get(name)
-            load = _Loader(self, ref)
+            load = functools.partial(self.read, ref)
             key = (ref.storage.member, ref.offset, ref.size, ref.stride) if skip is None else None
             yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, load=load, reread=load,
                               storage_key=key, skip=skip)
 
     def read(self, ref: _TensorRef) -> "torch.Tensor":
-        """The tensor ``ref`` describes, read from its storage record.
-
-        Raises:
-            CorruptCheckpointError: the record's length does not match its storage.
-        """
+        """The tensor ``ref`` describes, read from its storage record."""
         import torch
 
         info = self._offsets[ref.storage.member]
-        nbytes = ref.storage.numel * _ITEMSIZE[ref.storage.dtype]
+        nbytes = ref.storage.numel * itemsize(ref.storage.dtype)
         if info.file_size != nbytes:
             raise CorruptCheckpointError(
                 f"{self._path}: record {info.filename} holds {info.file_size} bytes, its storage needs {nbytes}",
                 path=str(self._path))
         try:
-            with open_regular(self._path) as fh, _zip(self._path, fh) as archive:
+            with open_regular(self._path) as fh, open_zip(self._path, fh, "TorchScript archive") as archive:
                 raw = bytearray(archive.read(info))  # zipfile checks the record's CRC-32
         except WbfeError:
             raise
@@ -270,23 +240,6 @@ class TorchScriptSource(TensorSource):
         storage = torch.frombuffer(raw, dtype=getattr(torch, ref.storage.dtype)) if raw else \
             torch.empty(0, dtype=getattr(torch, ref.storage.dtype))
         return torch.as_strided(storage, ref.size, ref.stride, ref.offset).clone()
-
-
-def _zip(path: Path, fh: Any) -> zipfile.ZipFile:
-    """The archive in ``fh``; a file that is no zip is a corrupt checkpoint."""
-    try:
-        return zipfile.ZipFile(fh)
-    except ZIP_ERRORS as exc:
-        raise CorruptCheckpointError(f"{path}: not a readable TorchScript archive (a damaged zip: "
-                                     f"{exc.__class__.__name__})", path=str(path)) from None
-
-
-class _Loader:
-    def __init__(self, source: TorchScriptSource, ref: _TensorRef):
-        self.source, self.ref = source, ref
-
-    def __call__(self) -> "torch.Tensor":
-        return self.source.read(self.ref)
 
 
 def _unreadable(ref: _TensorRef) -> Optional[str]:
@@ -323,10 +276,9 @@ def _declarations(archive: zipfile.ZipFile, prefix: str) -> dict[str, tuple[set[
 
 def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[str]]]
              ) -> tuple[list[tuple[str, _TensorRef]], dict[str, str]]:
-    """``(dotted name, tensor)`` of every tensor in the module tree, in stored order, then the
-    code's constants; each container visited once (a pickle can share or nest one in itself). And
-    what each is, where the code declares its module's class: ``parameter``, ``buffer``,
-    ``attribute`` (a tensor the class holds otherwise) or ``constant``."""
+    """``(dotted name, tensor)`` of every tensor of the module tree in stored order, then the code's
+    constants (each container visited once); and, where the code declares its module's class, what
+    each is: ``parameter``, ``buffer``, ``attribute`` or ``constant``."""
     out: list[tuple[str, _TensorRef]] = []
     kinds: dict[str, str] = {}
     seen: set[int] = set()
@@ -366,21 +318,6 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
     return out, kinds
 
 
-def open_torchscript(path: Path, ref: str, fmt: Optional[str] = None) -> TorchScriptSource:
-    """Open a TorchScript archive.
-
-    Raises:
-        UnsafePickleError: a pickle needs a global beyond tensors, storages and containers.
-        CorruptCheckpointError: not a readable TorchScript archive.
-        SourceNotFoundError: the file cannot be read.
-        MissingDependencyError: torch is not installed (the archive is parsed without it, but its
-            tensors are torch's to hold).
-    """
-    require_torch("reading a TorchScript archive")
-    return TorchScriptSource(ref, path)
-
-
 TORCHSCRIPT = register_format(FileFormat(
-    name="torchscript", suffixes=(".jit", ".torchscript"), open=open_torchscript, sniff=is_torchscript,
-    group="more", rank=40,
-))
+    name="torchscript", suffixes=(".jit", ".torchscript"), open=TorchScriptSource, sniff=is_torchscript,
+    group="more", rank=40))

@@ -1,11 +1,5 @@
-"""``timm:<name>`` and ``torchvision:<weights>``: weights of the two model libraries, from their caches.
-
-timm publishes most weights on the Hugging Face hub (``timm/<name>.<tag>``), read through
-:mod:`wbfe.sources.hub`; older timm weights and every torchvision weight are URLs that both
-libraries cache under ``$TORCH_HOME/hub/checkpoints/<file name>``, which is read first here too.
-A hub snapshot's timm ``config.json`` describes the model (:mod:`wbfe.framework`); a bare ``.pth``
-is described by ``timm.create_model(name)`` on the meta device.
-"""
+"""``timm:<name>`` and ``torchvision:<weights>``: weights of the two model libraries, from their caches (the
+hub for timm's ``timm/<name>.<tag>``, else ``$TORCH_HOME/hub/checkpoints/<file name>``)."""
 
 from __future__ import annotations
 
@@ -33,46 +27,46 @@ def url_cache_path(url: str) -> Path:
 
 
 def library_weights(ref: str) -> tuple[bool, str]:
-    """Whether a ``timm:`` / ``torchvision:`` reference is cached here, and the URL its download comes from.
-
-    Looks only at local caches and the libraries' metadata (no network).
-
-    Args:
-        ref: ``timm:<name>`` or ``torchvision:<weights>``.
-
-    Returns:
-        ``(cached, url)``: ``url`` is the checkpoint's URL, or the hub endpoint for weights on the hub.
-
-    Raises:
-        MissingDependencyError, UnknownNameError, ModelNotFoundError: as opening ``ref`` would.
-    """
+    """``(cached, url)``: whether a ``timm:`` / ``torchvision:`` reference is cached here (no network), and the
+    checkpoint's URL (the hub endpoint for weights on the hub); raises as opening ``ref`` would."""
     from wbfe.sources.hub import hub_cached
 
     if ref.startswith("torchvision:"):
-        try:
-            from torchvision import models
-        except ImportError:
-            raise MissingDependencyError(f"{ref}: torchvision is not installed (pip install torchvision)") from None
-        name = ref[len("torchvision:"):]
-        try:
-            weights = models.get_weight(name) if "." in name else models.get_model_weights(name).DEFAULT
-        except (ValueError, KeyError, AttributeError):
-            raise unknown_name("torchvision model or weights", name, models.list_models()) from None
+        weights = _torchvision_weights(ref[len("torchvision:"):], ref)
         return url_cache_path(weights.url).is_file(), str(weights.url)
     name = ref[len("timm:"):]
-    try:
-        import timm
-    except ImportError:
-        return hub_cached(f"timm/{name}"), _hub_endpoint()
-    cfg = timm.models.get_pretrained_cfg(name)
+    cfg = _timm_cfg(name)
     if cfg is None:
-        raise unknown_name("timm pretrained model", name, timm.list_pretrained())
+        return hub_cached(f"timm/{name}"), _hub_endpoint()
     hub_id, url = getattr(cfg, "hf_hub_id", None), getattr(cfg, "url", None)
     if (hub_id and hub_cached(str(hub_id))) or (url and url_cache_path(str(url)).is_file()):
         return True, str(url or _hub_endpoint())
     if not hub_id and not url:
         raise ModelNotFoundError(f"{ref}: timm has no downloadable weights for {name!r}", ref=ref)
     return False, _hub_endpoint() if hub_id else str(url)
+
+
+def _torchvision_weights(name: str, ref: str) -> Any:
+    try:
+        from torchvision import models
+    except ImportError:
+        raise MissingDependencyError(f"{ref}: torchvision is not installed (pip install torchvision)") from None
+    try:
+        return models.get_weight(name) if "." in name else models.get_model_weights(name).DEFAULT
+    except (ValueError, KeyError, AttributeError):
+        raise unknown_name("torchvision model or weights", name, models.list_models()) from None
+
+
+def _timm_cfg(name: str) -> Any:
+    """timm's pretrained config of ``name`` (None without timm)."""
+    try:
+        import timm
+    except ImportError:
+        return None
+    cfg = timm.models.get_pretrained_cfg(name)
+    if cfg is None:
+        raise unknown_name("timm pretrained model", name, timm.list_pretrained())
+    return cfg
 
 
 def _hub_endpoint() -> str:
@@ -82,11 +76,7 @@ def _hub_endpoint() -> str:
 
 
 def open_url_checkpoint(url: str, *, ref: str, fmt: str) -> TensorSource:
-    """Open a checkpoint published at ``url`` from the torch hub cache, downloading it if allowed.
-
-    Raises:
-        ModelNotFoundError: not cached and offline, or the download failed.
-    """
+    """Open a checkpoint published at ``url`` from the torch hub cache, downloading it if allowed."""
     target = url_cache_path(url)
     if not target.is_file():
         if hf_offline():
@@ -99,25 +89,17 @@ def open_url_checkpoint(url: str, *, ref: str, fmt: str) -> TensorSource:
             torch.hub.download_url_to_file(url, str(target), progress=False)
         except Exception as exc:  # noqa: BLE001 - any network failure means "cannot resolve"
             raise ModelNotFoundError(
-                f"{ref}: download of {url} failed and it is not cached ({exc.__class__.__name__})", ref=ref
-            ) from None
+                f"{ref}: download of {url} failed and it is not cached ({exc.__class__.__name__})", ref=ref) from None
     source = open_path(target, ref=ref, fmt=fmt)
     source.provenance.extra["url"] = url
     return source
 
 
 def open_timm(name: str, *, ref: str) -> TensorSource:
-    """Open the pretrained weights of timm model ``name`` (``resnet18`` or ``resnet18.a1_in1k``).
-
-    Without timm installed the name is read as the hub repo ``timm/<name>``.
-    """
-    try:
-        import timm
-    except ImportError:
-        return open_hub(f"timm/{name}", fmt="timm")
-    cfg = timm.models.get_pretrained_cfg(name)
+    """Open the pretrained weights of timm model ``name`` (without timm: the hub repo ``timm/<name>``)."""
+    cfg = _timm_cfg(name)
     if cfg is None:
-        raise unknown_name("timm pretrained model", name, timm.list_pretrained())
+        return open_hub(f"timm/{name}", fmt="timm")
     if getattr(cfg, "hf_hub_id", None):
         try:
             source = open_hub(str(cfg.hf_hub_id), fmt="timm")
@@ -138,20 +120,8 @@ def open_timm(name: str, *, ref: str) -> TensorSource:
 
 
 def open_torchvision(name: str, *, ref: str) -> TensorSource:
-    """Open torchvision weights by enum name (``ResNet18_Weights.IMAGENET1K_V1``) or model name (default weights).
-
-    Raises:
-        MissingDependencyError: torchvision is not installed.
-        UnknownNameError: no such model or weights.
-    """
-    try:
-        from torchvision import models
-    except ImportError:
-        raise MissingDependencyError(f"{ref}: torchvision is not installed (pip install torchvision)") from None
-    try:
-        weights = models.get_weight(name) if "." in name else models.get_model_weights(name).DEFAULT
-    except (ValueError, KeyError, AttributeError):
-        raise unknown_name("torchvision model or weights", name, models.list_models()) from None
+    """Open torchvision weights by enum name (``ResNet18_Weights.IMAGENET1K_V1``) or model name (default weights)."""
+    weights = _torchvision_weights(name, ref)
     source = open_url_checkpoint(weights.url, ref=ref, fmt="torchvision")
     source.provenance.extra["weights"] = str(weights)
     return source
@@ -166,11 +136,9 @@ def _prefixed(prefix: str) -> Any:
 
 @register_location("timm", order=40, claims=_prefixed("timm:"))
 def open_timm_ref(ref: Any) -> TensorSource:
-    """Open a ``timm:<name>`` reference (the ``timm`` location)."""
     return open_timm(str(ref)[len("timm:"):], ref=str(ref))
 
 
 @register_location("torchvision", order=41, claims=_prefixed("torchvision:"))
 def open_torchvision_ref(ref: Any) -> TensorSource:
-    """Open a ``torchvision:<weights>`` reference (the ``torchvision`` location)."""
     return open_torchvision(str(ref)[len("torchvision:"):], ref=str(ref))
