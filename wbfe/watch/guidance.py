@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 __all__ = ["bfe_at", "bfe_at_many", "FixedLambdaTrend", "fixed_lambda_trend", "nan_notes", "fittable_hint",
-           "describe_trend", "BFE_OPT_CAVEAT"]
+           "describe_trend", "BFE_OPT_CAVEAT", "run_mean"]
 
 BFE_OPT_CAVEAT = ("BFE-W at λ* (the bfe column without --lambda) is not expected to fall over one run's epochs: "
                   "λ* = 1/mean(e) follows the weights' scale, so tracking one run needs λ fixed afterwards "
@@ -78,7 +78,7 @@ class FixedLambdaTrend:
         }
 
 
-def _run_mean(values: np.ndarray) -> np.ndarray:
+def run_mean(values: np.ndarray) -> np.ndarray:
     # The same layers at every checkpoint, so the run-level numbers are comparable along the run.
     if values.size == 0:
         return np.full(values.shape[0], np.nan)
@@ -107,7 +107,7 @@ def fixed_lambda_trend(steps: Sequence[int], names: Sequence[str], bfe_opt: np.n
         source_step = int(steps[last_row]) if last_row >= 0 else None
     values = bfe_at_many(bfe_opt, lambda_star, fixed[None, :])
     return FixedLambdaTrend(source, source_step, dict(zip(names, fixed.tolist())), tuple(int(s) for s in steps),
-                            values, bfe_opt, _run_mean(values), _run_mean(bfe_opt))
+                            values, bfe_opt, run_mean(values), run_mean(bfe_opt))
 
 
 def describe_trend(steps: Sequence[int], values: np.ndarray) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from wbfe.errors import InvalidOptionError
 
 __all__ = ["Recommendation", "CalibratedRun", "Calibration", "layer_statistic", "critical_lambda", "recommend",
-           "lambda_grid", "calibrate_lambda"]
+           "lambda_grid", "calibrate_lambda", "middle_of_ties"]
 
 
 @dataclass(frozen=True)
@@ -134,14 +134,14 @@ def _gaps(steps: Sequence[int], crit: np.ndarray, loss: np.ndarray, grid: np.nda
     return out
 
 
-def _middle(means: np.ndarray) -> int:
+def middle_of_ties(means: np.ndarray) -> int:
     # Ties (flat stretches) are common on a fine grid: take the middle of the minimising set.
     best = np.flatnonzero(means <= np.nanmin(means) + 1e-12)
     return int(best[len(best) // 2])
 
 
 def _choose(grid: np.ndarray, gaps: np.ndarray) -> float:
-    return float(grid[_middle(np.nanmean(gaps, axis=0))])
+    return float(grid[middle_of_ties(np.nanmean(gaps, axis=0))])
 
 
 def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits: Sequence[np.ndarray],

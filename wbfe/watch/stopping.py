@@ -17,8 +17,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.watch.guidance import _run_mean, bfe_at_many
-from wbfe.watch.rule import _middle
+from wbfe.watch.guidance import run_mean, bfe_at_many
+from wbfe.watch.rule import middle_of_ties
 
 __all__ = ["RunSignals", "Rule", "RULES", "SERIES", "run_signals", "detect_regime", "apply_rule", "evaluate_rules",
            "select_held_out", "Measured", "shipped_table"]
@@ -97,15 +97,15 @@ def run_signals(traj: Any) -> RunSignals:
 
         def fixed(at: int) -> np.ndarray:
             lam = lam_star[at] if len(lam_star) else np.zeros(0)
-            return _run_mean(bfe_at_many(bfe_opt, lam_star, lam[None, :]))
+            return run_mean(bfe_at_many(bfe_opt, lam_star, lam[None, :]))
 
         series = {
-            "log_mean_e": _run_mean(-np.log(lam_star)), "bfe_last": fixed(-1), "bfe_first": fixed(0),
-            "bfe_opt": _run_mean(bfe_opt), "alpha": _run_mean(mat(lambda x: x.alpha)),
-            "alpha_weighted": _run_mean(mat(extra("alpha_weighted"))), "log_norm": _run_mean(mat(extra("log_norm"))),
-            "log_spectral_norm": _run_mean(mat(extra("log_spectral_norm"))),
-            "log_stable_rank": _run_mean(np.log10(mat(extra("stable_rank")))),
-            "rand_distance": _run_mean(mat(extra("rand_distance"))),
+            "log_mean_e": run_mean(-np.log(lam_star)), "bfe_last": fixed(-1), "bfe_first": fixed(0),
+            "bfe_opt": run_mean(bfe_opt), "alpha": run_mean(mat(lambda x: x.alpha)),
+            "alpha_weighted": run_mean(mat(extra("alpha_weighted"))), "log_norm": run_mean(mat(extra("log_norm"))),
+            "log_spectral_norm": run_mean(mat(extra("log_spectral_norm"))),
+            "log_stable_rank": run_mean(np.log10(mat(extra("stable_rank")))),
+            "rand_distance": run_mean(mat(extra("rand_distance"))),
         }
     return RunSignals(traj.run, tuple(traj.steps), series, log_ratio,
                       lam_star[0] if len(lam_star) else np.zeros(0), np.asarray(lam_fanin, dtype=float))
@@ -296,7 +296,7 @@ class Measured:
 
     def _base(self, name: str, subset: Sequence[int]) -> tuple[int, float]:
         means = self.regret[name][:, list(subset)].mean(axis=1)
-        k = _middle(means)
+        k = middle_of_ties(means)
         return k, float(means[k])
 
     def tune(self, name: str, subset: Sequence[int]) -> tuple[Any, np.ndarray]:
