@@ -70,6 +70,7 @@ def ww_analyze_time(w: np.ndarray) -> tuple[float, float]:
 
 def run(sizes: list[int], repeats: int, ww_max: int) -> dict:
     from wbfe.metrics import MetricOptions, Spectrum
+    from wbfe.metrics.conventions import WEIGHTWATCHER
     from wbfe.metrics.htsr import GROUP
     from wbfe.metrics.mp import mp_fit
     from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
@@ -82,7 +83,7 @@ def run(sizes: list[int], repeats: int, ww_max: int) -> dict:
         e = np.sort(np.clip(e, 0.0, None))
         spec = Spectrum(e, n, 2 * n)
         t_plain, plain = best_of(lambda: GROUP.compute(spec, MetricOptions()), repeats)
-        t_ww, ww_mode = best_of(lambda: GROUP.compute(spec, MetricOptions(ww_compatible=True)), repeats)
+        t_ww, ww_mode = best_of(lambda: GROUP.compute(spec, MetricOptions(conventions=WEIGHTWATCHER)), repeats)
         t_pl, pl = best_of(lambda: fit_power_law(e[e > 0]), repeats)
         t_tpl, _ = best_of(lambda: fit_truncated_power_law(e[e > 0], xmin=pl.xmin), repeats)
         t_mp, _ = best_of(lambda: mp_fit(e, 2 * n, n), repeats)

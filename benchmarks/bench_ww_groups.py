@@ -223,6 +223,7 @@ def tail_fits(model: Any, repeats: int, tpl_max: int) -> dict[str, Any]:
 
     from wbfe.metrics import get_group
     from wbfe.metrics._group import MetricOptions
+    from wbfe.metrics.conventions import WBFE, WEIGHTWATCHER, conventions_for
     from wbfe.metrics.fingers import peak_range
 
     out: dict[str, Any] = {}
@@ -232,11 +233,11 @@ def tail_fits(model: Any, repeats: int, tpl_max: int) -> dict[str, Any]:
     assert compute_many is not None  # htsr fits its spectra together
     for compat in (False, True):
         mode = "ww_compatible" if compat else "default"
-        options = {"plain": MetricOptions(ww_compatible=compat),
-                   "clip_xmax": MetricOptions(ww_compatible=compat, fix_fingers="clip_xmax"),
-                   "xmin_peak": MetricOptions(ww_compatible=compat, fix_fingers="xmin_peak"),
-                   "tpl": MetricOptions(ww_compatible=compat, fit="tpl"),
-                   "e_tpl": MetricOptions(ww_compatible=compat, fit="e_tpl")}
+        options = {"plain": MetricOptions(conventions=conventions_for(compat)),
+                   "clip_xmax": MetricOptions(conventions=conventions_for(compat), fix_fingers="clip_xmax"),
+                   "xmin_peak": MetricOptions(conventions=conventions_for(compat), fix_fingers="xmin_peak"),
+                   "tpl": MetricOptions(conventions=conventions_for(compat), fit="tpl"),
+                   "e_tpl": MetricOptions(conventions=conventions_for(compat), fit="e_tpl")}
         times = interleaved({label: partial(compute_many, specs, o) for label, o in options.items()}, repeats)
         out[f"plain_{mode}"] = total(times["plain"])
         for label in ("clip_xmax", "xmin_peak", "tpl", "e_tpl"):
@@ -250,8 +251,9 @@ def tail_fits(model: Any, repeats: int, tpl_max: int) -> dict[str, Any]:
     same = []
     for s in specs:
         x = s.eigs[s.eigs > 1e-5]
-        tpl, e_tpl = fit_tail(x, fit="tpl", ww_compatible=True), fit_tail(x, fit="e_tpl", ww_compatible=True)
-        same.append({"eigenvalues": int(x.size), "peak_range": list(peak_range(x, ww_compatible=True)),
+        tpl = fit_tail(x, fit="tpl", conventions=WEIGHTWATCHER)
+        e_tpl = fit_tail(x, fit="e_tpl", conventions=WEIGHTWATCHER)
+        same.append({"eigenvalues": int(x.size), "peak_range": list(peak_range(x, log10=WEIGHTWATCHER.peak_log10)),
                      "tpl_xmin": tpl.xmin, "e_tpl_xmin": e_tpl.xmin, "same_alpha": tpl.alpha == e_tpl.alpha})
     out["e_tpl_vs_tpl_ww_compatible"] = same
 
@@ -261,12 +263,12 @@ def tail_fits(model: Any, repeats: int, tpl_max: int) -> dict[str, Any]:
     tpl_range = {"alpha": [-20, 20], "Lambda": [0, None]}
     sets: dict[str, tuple[list[int], str, Callable[[np.ndarray], Any]]] = {
         "xmin_peak": (list(range(len(specs))), "xmin_peak", lambda x: powerlaw.Fit(
-            x, xmin=peak_range(x, ww_compatible=False), parameter_ranges=pl_range, verbose=False).power_law.alpha),
+            x, xmin=peak_range(x, log10=WBFE.peak_log10), parameter_ranges=pl_range, verbose=False).power_law.alpha),
         "tpl": ([k for k, x in enumerate(tails) if x.size <= tpl_max], "tpl", lambda x: powerlaw.Fit(
             x, xmin_distribution="truncated_power_law", parameter_ranges=tpl_range,
             verbose=False).truncated_power_law.alpha),
         "e_tpl": ([k for k, x in enumerate(tails) if x.size <= tpl_max], "e_tpl", lambda x: powerlaw.Fit(
-            x, xmin=peak_range(x, ww_compatible=False), xmin_distribution="truncated_power_law",
+            x, xmin=peak_range(x, log10=WBFE.peak_log10), xmin_distribution="truncated_power_law",
             parameter_ranges=tpl_range, verbose=False).truncated_power_law.alpha),
     }
     for label, (layers, option, package_fit) in sets.items():
