@@ -41,9 +41,9 @@ __all__ = [
     "EditOptions",
     "PruneOptions",
     "OPTIONS_CLASSES",
-    "CONVENTIONS",
+    "CONV_VIEWS",
     "check_conv",
-    "ConvConvention",
+    "ConvView",
     "check_device",
     "check_lambda",
     "check_metrics",
@@ -54,23 +54,23 @@ __all__ = [
     "MAX_EXACT_N",
 ]
 
-CONVENTIONS = ("flatten", "slices", "fft")
-"""Conv-kernel conventions (docs: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
-``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel, :mod:`wbfe.linalg.conv_fft`)."""
+CONV_VIEWS = ("flatten", "slices", "fft")
+"""How a conv kernel is viewed as matrices: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
+``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel (:mod:`wbfe.linalg.conv_fft`)."""
 
-ConvConvention = Literal["flatten", "slices", "fft"]
+ConvView = Literal["flatten", "slices", "fft"]
 
 MAX_EXACT_N = 10
 """Largest zoo for which every ordering may be enumerated (10! = 3.6 million orderings)."""
 
 
-def check_conv(conv: object) -> ConvConvention:
-    """``conv`` itself when it is a known conv-kernel convention.
+def check_conv(conv: object) -> ConvView:
+    """``conv`` itself when it is a known conv-kernel view (:data:`CONV_VIEWS`).
 
     Raises:
         InvalidOptionError: anything else.
     """
-    if conv not in CONVENTIONS:
+    if conv not in CONV_VIEWS:
         raise InvalidOptionError(f"conv convention must be 'flatten', 'slices' or 'fft', not {conv!r}")
     return conv  # type: ignore[return-value]
 
@@ -250,7 +250,7 @@ class ScoreOptions(Validated):
 
     metrics: tuple[str, ...] = ()
     lam: Union[Literal["opt"], float] = "opt"
-    conv: Optional[ConvConvention] = None
+    conv: Optional[ConvView] = None
     layers: Optional[str] = None
     device: str = "auto"
     head: Optional[str] = None
