@@ -52,11 +52,7 @@ MAX_EXACT_N = 10
 
 
 def check_conv(conv: object) -> ConvView:
-    """``conv`` itself when it is a known conv-kernel view (:data:`CONV_VIEWS`).
-
-    Raises:
-        InvalidOptionError: anything else.
-    """
+    """``conv`` itself when it is a known conv-kernel view (:data:`CONV_VIEWS`); else InvalidOptionError."""
     if conv not in CONV_VIEWS:
         raise InvalidOptionError(f"conv convention must be 'flatten', 'slices' or 'fft', not {conv!r}")
     return conv  # type: ignore[return-value]
@@ -66,7 +62,7 @@ def check_device(device: object) -> str:
     """``device`` when it names a device this machine has (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
 
     Raises:
-        InvalidOptionError: an unknown device, or CUDA asked for on a machine without it.
+        InvalidOptionError: an unknown device, or CUDA on a machine without it.
     """
     if not isinstance(device, str):
         raise InvalidOptionError(f"device must be auto, cpu or cuda, not {device!r}")
@@ -79,22 +75,15 @@ def check_device(device: object) -> str:
 
 
 def check_lambda(lam: object) -> Union[Literal["opt"], float]:
-    """``"opt"`` or a positive prior precision in its range (:func:`wbfe.metrics.bfe.parse_lambda`).
-
-    Raises:
-        InvalidOptionError: anything else.
-    """
+    """``"opt"`` or a positive prior precision in its range (:func:`wbfe.metrics.bfe.parse_lambda`)."""
     from wbfe.metrics.bfe import parse_lambda
 
     return parse_lambda(lam)
 
 
 def check_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    """Metric group names (``"bfe,htsr"`` or an iterable; ``()`` or None: the default groups).
-
-    Raises:
-        UnknownNameError: a name that is not a metric group (close names suggested).
-    """
+    """Metric group names (``"bfe,htsr"`` or an iterable; ``()`` or None: the default groups); UnknownNameError
+    for a name that is not a metric group (close names suggested)."""
     from wbfe.metrics import resolve_groups
 
     given = None if metrics is None or metrics == () else metrics
