@@ -1,7 +1,7 @@
 """Every option shared by several commands, declared once (an ``Annotated`` alias: flag and help text), and
 the groups that build an options object from their options (:func:`with_groups`), so that each value is
 checked by the object's constraints table before a command does any work. Every default is the options
-class's own (:func:`defaults_of`); only an option with no library counterpart (``--no-cache``, watch's
+class's own (:func:`~wbfe.options.field_defaults`); only an option with no library counterpart (``--no-cache``, watch's
 ``--layers auto``) has its default here.
 """
 
@@ -21,7 +21,7 @@ from wbfe.options import (CompareOptions, EditOptions, PruneOptions, RankOptions
                           StatsOptions, WatchOptions, field_defaults)
 
 __all__ = ["Format", "ScoreFormat", "Conv", "OptionGroup", "with_groups", "score_group", "compare_group",
-           "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat", "defaults_of",
+           "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat",
            "prune_group", "edit_group"]
 
 
@@ -117,16 +117,10 @@ def _cli_default(value: Any) -> Any:
     return ",".join(value) if isinstance(value, tuple) else value
 
 
-def defaults_of(cls: type, *names: str) -> dict[str, Any]:
-    """The CLI defaults of ``cls``'s fields (all, or the ones named), from the dataclass's own."""
-    defaults = field_defaults(cls)
-    return {name: _cli_default(defaults[name]) for name in (names or tuple(defaults))}
-
-
 def _params(cls: type, aliases: dict[str, Any], renames: Optional[dict[str, str]] = None) -> dict[str, tuple[Any, Any]]:
-    """Each option's (alias, default), the default read from ``cls`` (through ``renames``: option -> field)."""
-    defaults = defaults_of(cls)
-    return {name: (alias, defaults[(renames or {}).get(name, name)]) for name, alias in aliases.items()}
+    """Each option's (alias, default), the default the field's own (through ``renames``: option -> field)."""
+    defaults = field_defaults(cls)
+    return {name: (alias, _cli_default(defaults[(renames or {}).get(name, name)])) for name, alias in aliases.items()}
 
 
 @dataclass(frozen=True)

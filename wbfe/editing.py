@@ -45,9 +45,8 @@ class EditSummary:
         output: the file written.
         edited: ``{tensor name: components kept (smoothing) or removed (sharpening) per slice}``
             for every matrix changed.
-        unchanged: ``{tensor name: why}`` for every weight matrix left as it was (k = 0, k ≥ M,
-            not selected, too small, depthwise, skipped by WeightWatcher's rules); every other
-            tensor (vectors, integer tensors) is copied byte for byte and not listed.
+        unchanged: ``{tensor name: why}`` for every weight matrix left as it was; every other tensor
+            (vectors, integer tensors) is copied byte for byte and not listed.
     """
 
     output: Path
@@ -104,10 +103,6 @@ def smoothing_rank(w: np.ndarray, *, percent: float, method: SmoothMethod) -> in
     return total if rf == 1 else int(math.ceil(total / rf))
 
 
-def _rng(seed: int, name: str) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode())]))
-
-
 def sharpening_count(w: np.ndarray, *, seed: int = 0, name: str = "") -> int:
     """Components removed per matrix (per slice): the MP spikes of the permuted weight's spectrum.
 
@@ -117,11 +112,9 @@ def sharpening_count(w: np.ndarray, *, seed: int = 0, name: str = "") -> int:
     from wbfe.metrics.mp import mp_fit
 
     mats = _slices(w)
-    rng = _rng(seed, name)
-    permuted = [rng.permutation(m.ravel()).reshape(m.shape) for m in mats]
-    e = _pooled_eigs(permuted)
-    big, small = max(mats[0].shape), min(mats[0].shape)
-    fit = mp_fit(e, big, small)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode())]))
+    fit = mp_fit(_pooled_eigs([rng.permutation(m.ravel()).reshape(m.shape) for m in mats]), max(w.shape[:2]),
+                 min(w.shape[:2]))
     spikes = int(fit.num_spikes) if fit.reason is None else 0
     return spikes if len(mats) == 1 else -int(math.ceil(-spikes / len(mats)))
 

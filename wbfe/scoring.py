@@ -77,10 +77,8 @@ def score(
         executor: ``local``, or ``ray``: one Ray task per shard (see :mod:`wbfe.executors.ray_score`),
             the same result (its provenance adds ``executor``); ``progress`` is then called per shard.
         ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``.
-        stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads each tensor
-            with an HTTP range request, nothing written to disk; False downloads first; None streams
-            when the files are larger than the free disk (:mod:`wbfe.sources.remote`). With ``base``, for
-            whichever of the adapter and its base is remote; a local one is read where it is.
+        stream: as :attr:`ScoreOptions.stream` (docs/remote.md); with ``base``, for whichever of the adapter
+            and its base is remote.
 
     Returns:
         A :class:`ModelScore`.
