@@ -41,7 +41,7 @@ class ScoreFormat(str, Enum):
 
 
 class Conv(str, Enum):
-    """Conv-kernel convention (docs/math.md §1)."""
+    """Conv-kernel view (docs/math.md §1, :data:`wbfe.options.CONV_VIEWS`)."""
 
     flatten = "flatten"
     slices = "slices"
