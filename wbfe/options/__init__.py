@@ -157,8 +157,6 @@ LAYERS = Custom(check_layers, "a regular expression that matches in linear time"
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
 HEAD = Text("a tensor or module name", optional=True)
-MIN_EIGS = Integer(1)
-SCORE_SEED = Integer(0)
 
 
 @dataclass(frozen=True)
@@ -196,11 +194,10 @@ class ScoreOptions(Validated):
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "metrics": METRICS, "min_eigs": MIN_EIGS, "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
-        "ww_compatible": Flag(), "seed": SCORE_SEED, "device": DEVICE,
+        "metrics": METRICS, "min_eigs": Integer(1), "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
+        "ww_compatible": Flag(), "seed": Integer(0), "device": DEVICE,
         "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
-        "intra": Flag(),
-        "stream": Flag(optional=True),
+        "intra": Flag(), "stream": Flag(optional=True),
     }
 
     metrics: tuple[str, ...] = ()
@@ -332,7 +329,7 @@ class CompareOptions(Validated):
         "metrics": METRICS, "stream": Flag(optional=True),
         "name_map": Custom(check_name_map, "REGEX=REPLACEMENT strings or (regex, replacement) pairs",
                            bad=("no-equals-sign", "(a+)+=x", "=x", [3])),
-        "top_k": Integer(1), "min_eigs": MIN_EIGS, "seed": SCORE_SEED, "layers": LAYERS, "lam": LAMBDA,
+        "top_k": Integer(1), "min_eigs": Integer(1), "seed": Integer(0), "layers": LAYERS, "lam": LAMBDA,
         "device": DEVICE,
     }
 
@@ -552,7 +549,7 @@ class PruneOptions(Validated):
         "target": Real(0.0, 1.0), "by": Choice(PRUNE_METRICS), "spread": Real(0.0, 1.0, open=False),
         "mapping": Choice(("value", "rank")), "reverse": Flag(),
         "exclude": Custom(check_exclude, "role names such as 'head,embedding'", bad=("nope", 3, ["head", 1])),
-        "layers": LAYERS, "head": HEAD, "method": Choice(("magnitude",)), "device": DEVICE, "min_eigs": MIN_EIGS,
+        "layers": LAYERS, "head": HEAD, "method": Choice(("magnitude",)), "device": DEVICE, "min_eigs": Integer(1),
     }
 
     target: float = 0.5
