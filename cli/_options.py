@@ -1,14 +1,8 @@
-"""Every option shared by several commands, declared once, and the groups that build options objects.
-
-Each shared option is an ``Annotated`` alias (its flag and help text written here only). Options that
-make up one library options object are an :class:`OptionGroup`: :func:`with_groups` adds the group's
-parameters to a command's signature and hands the command the built, validated object instead, so a
-command reads ``score: ScoreOptions`` rather than nine loose values, and every value is checked by
-the object's constraints table before the command does any work.
-
-Every default is the options class's own (:func:`defaults_of`), written once, in the dataclass; only an
-option with no library counterpart (``--no-cache``, watch's ``--layers auto``) has its default here.
-The options classes are light to import (no numpy); what they check imports the rest when a command runs.
+"""Every option shared by several commands, declared once (an ``Annotated`` alias: flag and help text), and
+the groups that build an options object from their options (:func:`with_groups`), so that each value is
+checked by the object's constraints table before a command does any work. Every default is the options
+class's own (:func:`~wbfe.options.field_defaults`); only an option with no library counterpart (``--no-cache``, watch's
+``--layers auto``) has its default here.
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ from wbfe.options import (CompareOptions, EditOptions, PruneOptions, RankOptions
                           StatsOptions, WatchOptions, field_defaults)
 
 __all__ = ["Format", "ScoreFormat", "Conv", "OptionGroup", "with_groups", "score_group", "compare_group",
-           "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat", "defaults_of",
+           "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat",
            "prune_group", "edit_group"]
 
 
@@ -47,7 +41,7 @@ class ScoreFormat(str, Enum):
 
 
 class Conv(str, Enum):
-    """Conv-kernel convention (docs/math.md §1)."""
+    """Conv-kernel view (docs/math.md §1, :data:`wbfe.options.CONV_VIEWS`)."""
 
     flatten = "flatten"
     slices = "slices"
@@ -123,16 +117,10 @@ def _cli_default(value: Any) -> Any:
     return ",".join(value) if isinstance(value, tuple) else value
 
 
-def defaults_of(cls: type, *names: str) -> dict[str, Any]:
-    """The CLI defaults of ``cls``'s fields (all, or the ones named), from the dataclass's own."""
-    defaults = field_defaults(cls)
-    return {name: _cli_default(defaults[name]) for name in (names or tuple(defaults))}
-
-
 def _params(cls: type, aliases: dict[str, Any], renames: Optional[dict[str, str]] = None) -> dict[str, tuple[Any, Any]]:
-    """Each option's (alias, default), the default read from ``cls`` (through ``renames``: option -> field)."""
-    defaults = defaults_of(cls)
-    return {name: (alias, defaults[(renames or {}).get(name, name)]) for name, alias in aliases.items()}
+    """Each option's (alias, default), the default the field's own (through ``renames``: option -> field)."""
+    defaults = field_defaults(cls)
+    return {name: (alias, _cli_default(defaults[(renames or {}).get(name, name)])) for name, alias in aliases.items()}
 
 
 @dataclass(frozen=True)
@@ -159,11 +147,8 @@ def _raw(value: Any) -> Any:
 
 
 def with_groups(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Give a command the groups' options and hand it each group's built object.
-
-    The command declares a keyword per group (``score: ScoreOptions``); typer sees the group's
-    parameters in its place. Objects are built in the order given, before the command runs.
-    """
+    """Give a command the groups' options in place of its group keywords (``score: ScoreOptions``), and hand
+    it each group's built object (built in the order given, before the command runs)."""
 
     def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
         own = inspect.signature(func)
@@ -200,19 +185,11 @@ _SCORING = _params(ScoreOptions, {
 })
 
 
-def _score_options(**values: Any) -> Any:
-    return ScoreOptions(**values)
-
-
 def score_group(*names: str, name: str = "score", **fixed: Any) -> OptionGroup:
     """The :class:`~wbfe.options.ScoreOptions` options (all, or the ones named) of a command that scores;
     ``fixed`` settings are not options of the command (``wbfe describe`` plans as a ``bfe`` score does)."""
     chosen = names or tuple(_SCORING)
-    return OptionGroup(name, {n: _SCORING[n] for n in chosen}, functools.partial(_score_options, **fixed))
-
-
-def _compare_options(**values: Any) -> Any:
-    return CompareOptions(**values)
+    return OptionGroup(name, {n: _SCORING[n] for n in chosen}, functools.partial(ScoreOptions, **fixed))
 
 
 def compare_group() -> OptionGroup:
@@ -221,7 +198,7 @@ def compare_group() -> OptionGroup:
     params = _params(CompareOptions, {"metrics": Metrics, "layers": Layers, "lam": Lambda, "device": Device,
                                       "min_eigs": CompareMinEigs, "seed": Seed, "stream": Stream, "name_map": NameMap,
                                       "top_k": TopK})
-    return OptionGroup("compare", params, _compare_options)
+    return OptionGroup("compare", params, CompareOptions)
 
 
 def _stats_options(n_boot: int, stats_seed: int) -> Any:
@@ -267,10 +244,6 @@ def watch_group() -> OptionGroup:
     return OptionGroup("options", {"layers": (WatchLayers, "auto"), **params}, _watch_options)
 
 
-def _report_options(**values: Any) -> Any:
-    return ReportOptions(**values)
-
-
 class ReportFormat(str, Enum):
     """Output format of ``wbfe report``."""
 
@@ -285,17 +258,12 @@ def report_group() -> OptionGroup:
             "--format", "-f", help="html: one self-contained page; md: a folder with report.md and PNGs.")],
         "n_unusual": Annotated[int, typer.Option(
             "--unusual", help="ESD thumbnails of the most unusual layers (besides the head).")],
-    }), _report_options)
-
-
-def _executor_options(executor: str, address: Optional[str]) -> Any:
-    return ExecutorOptions(executor, address)  # type: ignore[arg-type]
+    }), ReportOptions)
 
 
 def executor_group() -> OptionGroup:
     """Where the work runs (:class:`wbfe.executors.ExecutorOptions`)."""
-    return OptionGroup("where", _params(ExecutorOptions, {"executor": Executor, "address": Address}),
-                       _executor_options)
+    return OptionGroup("where", _params(ExecutorOptions, {"executor": Executor, "address": Address}), ExecutorOptions)
 
 
 Target = Annotated[float, typer.Option(
@@ -319,17 +287,13 @@ _PRUNING: dict[str, Any] = {
 }
 
 
-def _prune_options(**values: Any) -> Any:
-    return PruneOptions(**values)
-
-
 def prune_group(*names: str) -> OptionGroup:
     """The :class:`~wbfe.options.PruneOptions` options (all, or the ones named) of ``wbfe sparsity`` / ``prune``;
     ``--target`` has no default on the command line: a pruning says how much."""
     params = _params(PruneOptions, {n: _PRUNING[n] for n in (names or tuple(_PRUNING))})
     if "target" in params:
         params["target"] = (Target, ...)
-    return OptionGroup("prune", params, _prune_options)
+    return OptionGroup("prune", params, PruneOptions)
 
 
 class SmoothMethod(str, Enum):
@@ -351,10 +315,6 @@ _EDITING: dict[str, Any] = {
 }
 
 
-def _edit_options(**values: Any) -> Any:
-    return EditOptions(**values)
-
-
 def edit_group(*names: str) -> OptionGroup:
     """The :class:`~wbfe.options.EditOptions` options (the ones named) of ``wbfe smooth`` / ``wbfe sharpen``."""
-    return OptionGroup("edit", _params(EditOptions, {n: _EDITING[n] for n in names}), _edit_options)
+    return OptionGroup("edit", _params(EditOptions, {n: _EDITING[n] for n in names}), EditOptions)

@@ -1,6 +1,4 @@
-"""Where a command's text goes: the file ``--output`` names (checked before any work, and again here
-against the files the reader resolved on the way, an index's shards), a stream named as a path, or
-standard output."""
+"""Where a command's text goes: the file or stream ``--output`` names, or standard output."""
 
 from __future__ import annotations
 
@@ -14,9 +12,8 @@ __all__ = ["emit"]
 
 def emit(text: str, output: Optional[str], written: Optional[Path], reads: Sequence[Path], files: Any, *,
          quiet: bool) -> None:
-    """Write ``text`` to ``written`` (the checked ``output``) without landing on ``reads`` or the
-    result's ``files``; to the stream ``output`` names (-, /dev/stdout, /dev/stderr, /dev/fd/N); else
-    to standard output."""
+    """Write ``text`` to ``written`` (the checked ``output``, never over ``reads`` or the result's ``files``
+    the reader resolved), to the stream ``output`` names (-, /dev/stdout, /dev/fd/N), else to standard output."""
     from wbfe.render.files import local_files, write_output
 
     if written is not None:

@@ -27,7 +27,7 @@ def esd_command(
     from wbfe.reporting.plots.esd import fit_esd, plot_esd
     from wbfe.scoring import layer_spectrum
 
-    convention = check_conv((conv or Conv.flatten).value)
+    view = check_conv((conv or Conv.flatten).value)
     check_device(device)  # every option before the checkpoint is read
 
     target = ref if ref is not None else wbfe.default_checkpoint()
@@ -37,7 +37,7 @@ def esd_command(
         raise OutputError("wbfe esd writes a PNG file; give --output a file name, not '-'")
     if remote_ref(target):  # a hub id or URL names no local path: its files are known once resolved
         _refuse_resolved(target, output)
-    plan, spec = layer_spectrum(target, layer, conv=convention, device=device)
+    plan, spec = layer_spectrum(target, layer, conv=view, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
     plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {'x'.join(map(str, plan.shape))}  ({plan.convention})", bins=bins)
     typer.echo(f"wrote {output}", err=True)

@@ -1,13 +1,6 @@
-"""Entry module: builds the ``wbfe`` app from one module per command group, maps errors in one place.
-
-As huggingface_hub's ``cli/hf.py`` does, each command module defines its command functions (or, for
-``theory``, its own typer app) and imports nothing from here; this module registers them. Errors are
-mapped here only: a :class:`~wbfe.errors.WbfeError` and a usage error (an unknown option, a value of
-the wrong type) are each one ``wbfe: error: ...`` line on stderr and exit code 2.
-
-Importing this module imports typer and the command modules, which import nothing heavy (no
-torch, numpy, scipy or matplotlib): ``wbfe --version`` and ``wbfe --help`` stay fast
-(tests/test_cli_startup.py, benchmarks/bench_startup.py).
+"""Entry module: registers the commands of one module per command group (which import nothing from here, nor
+anything heavy, so that ``wbfe --help`` stays fast), and maps every :class:`~wbfe.errors.WbfeError` and usage
+error to one ``wbfe: error: ...`` line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -22,11 +15,9 @@ from wbfe.errors import WbfeError
 
 from . import cache, compare, describe, esd, prune, rank, report, score, smooth, theory, watch
 
-# Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click and exports
-# only BadParameter of them; older typers use click itself): found from BadParameter's module.
+# Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click): BadParameter's module.
 click_errors: Any = sys.modules[typer.BadParameter.__module__]
-# Abort (an interrupted prompt or output) is not where BadParameter is in the typers that vendor
-# click: it is in typer.exceptions; older typers use click's own.
+# Abort (an interrupted prompt or output) is in typer.exceptions in the typers that vendor click.
 _Abort: type[BaseException]
 try:
     from typer.exceptions import Abort as _TyperAbort
@@ -54,7 +45,6 @@ def _hint(exc: WbfeError) -> str:
 class _WbfeGroup(TyperGroup):
     """Turns every :class:`WbfeError` and usage error into one line on stderr and exit code 2."""
 
-    # ctx is click's Context, which typer vendors since 0.2x (typer.Context subclasses it).
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
@@ -63,8 +53,7 @@ class _WbfeGroup(TyperGroup):
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        # Click prints a usage error as a usage line, a hint and a boxed message (six lines with
-        # rich); wbfe's contract is one line and exit 2, as for its own errors.
+        # Click prints a usage error in six lines with rich; wbfe's contract is one line and exit 2.
         standalone_mode = kwargs.get("standalone_mode", True)
         kwargs["standalone_mode"] = False
         try:

@@ -1,8 +1,5 @@
 """``wbfe sparsity`` and ``wbfe prune``: a per-matrix sparsity from the spectra, and a checkpoint pruned to it
-(see :mod:`wbfe.pruning`).
-
-Registered by the entry module (:mod:`wbfe_cli.main`).
-"""
+(:mod:`wbfe.pruning`)."""
 
 from __future__ import annotations
 

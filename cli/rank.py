@@ -41,9 +41,7 @@ def rank_table(result: "RankResult") -> str:
     if result.applicability:
         lines.append("BFE-W applicability: " + ", ".join(f"{k} {v}" for k, v in result.applicability.items())
                      + " (holds: rho on the models where it holds)")
-    lines += [
-        "",
-    ]
+    lines.append("")
     width = max([len("metric")] + [len(m.metric) for m in result.metrics])
     header = f"{'metric':<{width}}  {'rho':>7}  {'95% CI':>17}  {'p':>7}  {'tau':>7}  {'r':>7}  {'n':>4}  exp"
     lines += [header, "-" * len(header)]

@@ -144,7 +144,6 @@ def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptio
 
 def _same_checkpoint(weights: str, data: dict[str, Any]) -> None:
     """Refuse --weights whose sha256 differs from the one the saved score recorded."""
-    from wbfe.errors import InvalidOptionError
     from wbfe.sources import open_source
 
     with open_source(weights) as source:

@@ -1,7 +1,4 @@
-"""``wbfe smooth`` and ``wbfe sharpen``: write an SVD-edited copy of a checkpoint (see :mod:`wbfe.editing`).
-
-Registered by the entry module (:mod:`wbfe_cli.main`).
-"""
+"""``wbfe smooth`` and ``wbfe sharpen``: write an SVD-edited copy of a checkpoint (:mod:`wbfe.editing`)."""
 
 from __future__ import annotations
 

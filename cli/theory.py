@@ -1,9 +1,4 @@
-"""``wbfe theory ...``: the theory solvers and their simulation checks.
-
-This group's own typer app; the commands live in one module per model (theory_ts, theory_hier),
-which define functions only, and are registered here. Nothing imports this module back but the
-entry module, which adds :data:`theory_app` as the ``theory`` group.
-"""
+"""``wbfe theory ...``: the theory solvers and their simulation checks, one module per model, registered here."""
 
 from __future__ import annotations
 

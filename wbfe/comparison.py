@@ -1,33 +1,8 @@
-"""Compare two checkpoints matrix by matrix: what changed, where, and by how much.
+"""``wbfe.compare``: two checkpoints matrix by matrix: what changed, where, and by how much.
 
-(Named `comparison` so that the module never shadows the function `wbfe.compare`.)
-
-Both checkpoints are streamed side by side (:func:`wbfe.sources.open_source`) and their tensors
-matched by name, after optional ``REGEX=REPL`` renames applied to A's names; each tensor is read
-once. Where the two sides name their weights differently (a Keras ``.h5`` and its TFLite int8
-conversion) and both files describe the order their graph computes in (a Keras layer graph, a
-TFLite operator list), the matrices are paired by that order instead, provided both sides have the
-same number of matrices with the same shapes (out × in × k..., whatever each side's layout);
-``summary["pairing"]`` says which pairing was used (``name`` or ``graph order``) and
-``summary["pairing_note"]`` why graph order was not, where it was considered. Per matched matrix (conv kernels flattened to out × in·k·k, any float dtype, quantised
-tensors once their reader dequantises them):
-
-- ``rel_frobenius`` = ‖B − A‖_F / ‖A‖_F;
-- ``rel_frobenius_rowscaled`` = ‖A − diag(s) B‖_F / ‖A‖_F with s_i = <a_i, b_i> / <b_i, b_i> per output
-  row (the least-squares rescaling of each row of B onto A), and ``row_scale_cv`` = std(s) / |mean(s)|:
-  the change a per-output-channel factor does not explain (a converter's BatchNorm folding is such a
-  factor); the summary says when it explains most pairs' change (:data:`ROWSCALE_EXPLAINED`);
-- each metric of the chosen groups on A and on B (``<col>_a``, ``<col>_b``), as a score's row has it
-  (every matrix a score analyses is paired; ``min_eigs`` gates the tail fits only), and its change
-  ``d_<col>`` = B − A;
-- ``w1_log_eigs``: Wasserstein-1 distance between the distributions of log e of the two spectra;
-- ``stable_rank_delta``: ‖B − A‖_F² / ‖B − A‖₂², how many directions the change spreads over;
-- ``overlap_in`` / ``overlap_out``: ‖V_Aᵀ V_B‖_F² / k for the top-k right (input-side) and left
-  (output-side) singular vectors: 1 when the k leading directions are the same, ≈ k/n for random ones.
-
-Pairs run through the engine's pipeline (:class:`wbfe.engine.pipeline.Pipeline`), as a score's
-matrices do: read ahead, side by side on its workers within its memory budget, rows in stream
-order; every BLAS pool is held at one thread meanwhile (``spectra.pin_threads``). The head is chosen from A as a score of A chooses it (its own description first).
+Pairs are matched by name (after ``--map`` renames), or by graph order where both files describe it,
+and run through the engine's pipeline as a score's matrices do. docs/compare.md lists the columns,
+the summary, the folding rule and the pairing. (Named `comparison` so as not to shadow ``wbfe.compare``.)
 """
 
 from __future__ import annotations
@@ -45,7 +20,7 @@ import numpy as np
 
 from wbfe import engine
 from wbfe._provenance import installed_versions
-from wbfe.engine.change import is_number, matrix_change, subspace_overlap, top_singular
+from wbfe.engine.change import is_number, matrix_change
 from wbfe.engine.heads import choose_head
 from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
 from wbfe.engine.pipeline import Pipeline
@@ -53,19 +28,16 @@ from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
-from wbfe.options import CompareOptions, ScoreOptions, check_name_map, field_defaults
+from wbfe.options import CompareOptions, ScoreOptions, field_defaults
 from wbfe.render.text import json_ready
 from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
 
-__all__ = ["Comparison", "compare", "parse_name_map", "subspace_overlap", "top_singular"]
+__all__ = ["Comparison", "compare"]
 
-# How many of the most-changed matrices the summary names.
-_MOST_CHANGED = 5
-# A pair's change is explained by a per-output-row scale when rescaling the rows leaves at most this
-# fraction of it (rel_frobenius_rowscaled <= ROWSCALE_EXPLAINED * rel_frobenius); folding is reported
-# when that holds for more than half of the pairs that changed and their fitted scales spread (median
-# row_scale_cv >= FOLDING_MIN_CV; a scale shared by every row is a rescaled matrix, not a fold).
+_MOST_CHANGED = 5  # the most-changed matrices the summary names
+# The folding rule (docs/compare.md): a row scale explains a pair's change when it leaves at most this fraction,
+# and the fitted scales must spread (a scale shared by every row is a rescaled matrix, not a fold).
 ROWSCALE_EXPLAINED = 0.25
 FOLDING_MIN_CV = 0.01
 
@@ -77,7 +49,7 @@ class Comparison:
     Attributes:
         model_a, model_b: provenance of each (source, format, files, sha256).
         options: the settings used; ``versions`` of the packages.
-        layers: one dict per matched matrix (see the module docstring for the columns).
+        layers: one dict per matched matrix (docs/compare.md lists the columns).
         unmatched: ``{"name", "side", "reason"}`` for every tensor with no counterpart.
         skipped: ``{"name", "name_b", "reason", ...}`` for matched tensors that are not matrices or
             cannot be compared (1-D, integer, all zero, ...).
@@ -109,13 +81,12 @@ class Comparison:
         return ModelScore(model={}, layers=self.layers).to_pandas()
 
     def _headline(self) -> list[tuple[str, Any]]:
-        """The summary's counts and means: what a notebook line shows (the rows stay in to_dict())."""
+        """The summary's counts and means, for a notebook's one line."""
         keys = ("n_matched", "n_skipped", "n_unmatched_a", "n_unmatched_b", "rel_frobenius_mean",
                 "w1_log_eigs_mean", "d_bfe_mean", "d_alpha_mean")
         return [(k, self.summary[k]) for k in keys if k in self.summary]
 
     def __repr__(self) -> str:
-        # A notebook shows this: one line, not the 873 KB of 301 pairs' rows.
         fields = ", ".join(f"{k}={_short(v)}" for k, v in self._headline())
         return (f"Comparison(a={self.model_a.get('source')!r}, b={self.model_b.get('source')!r}, "
                 f"pairs={len(self.layers)}" + (f", {fields}" if fields else "") + ")")
@@ -135,16 +106,6 @@ def _short(value: Any) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.6g}"
     return repr(value) if isinstance(value, str) else str(value)
-
-
-def parse_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]]) -> list[tuple[re.Pattern[str], str]]:
-    """``["REGEX=REPL", (regex, repl), ...]`` as compiled renames (split at the last ``=``), each
-    checked as :func:`~wbfe.options.check_name_map` checks it.
-
-    Raises:
-        InvalidOptionError: no ``=``, an empty pattern, an invalid or unsafe regular expression.
-    """
-    return [(re.compile(pattern), repl) for pattern, repl in check_name_map(pairs)]
 
 
 _DEFAULTS = field_defaults(CompareOptions)  # the keywords' defaults are the options' own
@@ -177,9 +138,8 @@ def compare(
         lam, device, min_eigs, seed: as for :func:`wbfe.score`.
         stream: as for :func:`wbfe.score`, for each checkpoint that is remote (a hub id, URL or object-store
             URI); a local one is read where it is (True with two local checkpoints is refused).
-        progress: called once with (0, total, "") before the first pair, then as each matched pair
-            is done, with (done, total, name); the total is A's
-            stored tensors, raised to the count done where fused experts are split.
+        progress: called with (0, total, "") before the first pair, then (done, total, name) after each;
+            the total is A's stored tensors, raised to the count done where fused experts are split.
 
     Raises:
         InvalidOptionError: a bad option value, or a LoRA adapter folder (its tensors are factors).
@@ -197,19 +157,17 @@ def compare(
                            layers=layers or None, lam=lam, device=device, min_eigs=min_eigs,  # type: ignore[arg-type]
                            seed=seed, stream=stream)
     groups = resolve_groups(given.metrics)
-    renames = given.renames
-    pattern = given.pattern
-    # The spectra and each side's columns are computed as a score under the same settings computes them.
+    renames, pattern = given.renames, given.pattern
+    # Each side's spectrum and columns as a score under the same settings computes them.
     settings = ScoreOptions(metrics=tuple(g.name for g in groups), lam=given.lam, device=given.device,
                             min_eigs=given.min_eigs, seed=given.seed)
     context = engine.Context.of(settings)
     # What a score analyses: min_eigs gates the tail fits only (engine.layer_row), not the pairing.
     plan_eigs = engine.planning_min_eigs(settings)
-    options = given.to_dict()
-    result = Comparison(model_a={}, model_b={}, options=options)
+    result = Comparison(model_a={}, model_b={}, options=given.to_dict())
 
     def side(entry: TensorEntry, plan: MatrixPlan, tensor: Any, label: str) -> Any:
-        """The entry's spectrum (with every group's extras), or why it cannot be compared."""
+        """The entry's spectrum, or why it cannot be compared."""
         outcome = engine.spectrum_of(as_matrices(tensor, plan), context, entry.name, need_eigs=True)
         return f"{label}: {outcome}" if isinstance(outcome, DegenerateMatrixError) else outcome
 
@@ -221,8 +179,7 @@ def compare(
             return False, {**job.base, "reason": "; ".join(g for g in (got_a, got_b) if isinstance(g, str))}
         return True, {**job.base, **matrix_change(tensor_a, tensor_b, job.plan, got_a, got_b, context, top_k)}
 
-    # Each matched pair is one entry of the engine's pipeline (read ahead, scored on its workers
-    # within its memory budget, rows in stream order), its load reading both sides.
+    # Each matched pair is one entry of the engine's pipeline, its load reading both sides.
     jobs: dict[int, _Pair] = {}
 
     def planned(matched: Iterable[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
@@ -265,9 +222,8 @@ def compare(
             if progress is not None:
                 progress(done, max(total, done), entry.name)
 
-    # Every BLAS pool at one thread throughout, a large pair's too: the change's subset eigen-solves
-    # (scipy's LAPACK) are outside the per-matrix thread choice the spectra make, and on a busy
-    # machine they run far slower on two threads than on one.
+    # Every BLAS pool at one thread throughout: the change's subset eigen-solves are outside the spectra's
+    # per-matrix thread choice, and run far slower on two threads on a busy machine.
     streamed_a, streamed_b = stream_each([a, b], given.stream)  # --stream: the remote side streamed, a local one read
     with open_source(a, stream=streamed_a) as source_a, open_source(b, stream=streamed_b) as source_b, \
             pin_threads(), Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)].loaded_bytes,
@@ -318,7 +274,7 @@ def compare(
 
 @dataclass(frozen=True)
 class _Pair:
-    """One matched pair on its way through the pipeline: both entries, both plans, the row's start."""
+    """One matched pair on its way through the pipeline."""
 
     a: TensorEntry
     b: TensorEntry
@@ -328,7 +284,6 @@ class _Pair:
 
     @property
     def loaded_bytes(self) -> int:
-        """Both tensors as stored."""
         return self.a.nbytes + self.b.nbytes
 
 
@@ -337,23 +292,18 @@ def _load_both(load_a: Any, load_b: Any) -> tuple[Any, Any]:
 
 
 def _change_bytes(plan: MatrixPlan) -> int:
-    """What comparing one pair holds besides the two tensors: float64 copies of A, B and the Gram
-    matrix of B − A (``matrix_change``)."""
+    """What comparing one pair holds besides its tensors: float64 A, B and the Gram matrix of B − A."""
     return 8 * (2 * plan.rows * plan.cols + min(plan.rows, plan.cols) ** 2)
 
 
-# Descriptions whose order is the order the model computes in (a Keras layer graph, a TFLite
-# operator list), so that two of them, from different files, list corresponding layers at the same
-# places. A transformers or torch order is the modules' registration order and GGUF's the
-# converter's: matching counts and shapes there could still pair a query with a key projection.
+# Descriptions listed in the order the model computes in; a transformers or torch order is the modules'
+# registration order and GGUF's the converter's, where equal shapes could pair a query with a key projection.
 _GRAPH_ORDERED = ("keras", "tflite")
 
 
 def _orders(source_a: Any, source_b: Any,
             renames: Sequence[tuple[re.Pattern[str], str]]) -> Optional[tuple[FrameworkDescription, FrameworkDescription]]:
-    """Both sides' own descriptions when their matrices may be paired by the model's order: each
-    file describes the order its graph computes in (:data:`_GRAPH_ORDERED`), and no name of A (after
-    the renames) is a name of B. None otherwise."""
+    """Both sides' own descriptions when both are graph-ordered and no renamed name of A is a name of B."""
     da, db = source_a.own_description, source_b.own_description
     if da is None or db is None or not da.order or not db.order:
         return None
@@ -372,9 +322,8 @@ def _by_order(
     entries_a: list[TensorEntry], entries_b: list[TensorEntry], orders: tuple[FrameworkDescription, FrameworkDescription],
     min_eigs: int, pattern: Optional[re.Pattern[str]], skipped: list[dict[str, Any]],
 ) -> tuple[Optional[list[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]], Optional[str]]:
-    """The two sides' matrices paired by their place in each side's model order, and each side's
-    other tensors listed in ``skipped``; ``(None, why not)`` when the matrices do not correspond
-    one to one (their counts or shapes differ, or a matrix is not in its side's order)."""
+    """The matrices paired by their place in each side's model order (other tensors listed in ``skipped``);
+    ``(None, why not)`` when they do not correspond one to one."""
     sides = []
     others: list[dict[str, Any]] = []
     for label, entries, description in (("a", entries_a, orders[0]), ("b", entries_b, orders[1])):
@@ -425,12 +374,8 @@ def _pairs(
     renames: Sequence[tuple[re.Pattern[str], str]],
     pattern: Optional[re.Pattern[str]],
 ) -> Iterator[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]:
-    """``(a, b, "")`` for each matched pair, ``(a, None, why)`` / ``(None, b, why)`` for the others,
-    ``(a, b, why)`` for a pair left out by ``--layers``.
-
-    The two streams advance in step; an entry waits (by name, nothing read) only until its
-    counterpart arrives, so checkpoints stored in the same order hold almost nothing back.
-    """
+    """``(a, b, "")`` per matched pair, ``(a, None, why)`` / ``(None, b, why)`` for the others, ``(a, b, why)``
+    for a pair left out by ``--layers``. The streams advance in step: an entry waits only for its counterpart."""
     waiting_a: dict[str, TensorEntry] = {}
     waiting_b: dict[str, TensorEntry] = {}
     claimed: dict[str, str] = {}  # B name -> the A name matched (or waiting) for it
@@ -467,8 +412,7 @@ def _pairs(
 
 
 def _dense_entries(source: Any, side: str, skipped: list[dict[str, Any]]) -> Iterator[TensorEntry]:
-    """The source's tensors as ``wbfe score`` sees them (quantised weights dequantised, fused expert
-    stacks split); what a quantised weight consumes (its scales, zeros) is listed in ``skipped``."""
+    """The source's tensors as ``wbfe score`` sees them; what a quantised weight consumes goes to ``skipped``."""
     for entry, consumed in engine.entries(source):
         if consumed is None:
             yield entry
@@ -491,7 +435,6 @@ def _depth(name: str) -> Optional[int]:
 def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[str] = None,
                config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> dict[str, Any]:
     rows = result.layers
-    # A's head as a score of A finds it: its own description, then the config, names and structure.
     skipped_a = [row for row in result.skipped if row.get("side", "a") == "a"]
     choice = choose_head(rows, skipped_a, hint=hint, config=config, description=description)
     head = choice.name
@@ -534,8 +477,7 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
 
 
 def _folding(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """How many changed pairs a per-output-row scale explains (:data:`ROWSCALE_EXPLAINED`), and
-    whether that is folding (:data:`FOLDING_MIN_CV`), with a note saying which change to read."""
+    """How many changed pairs a per-output-row scale explains, and whether that is folding (with a note)."""
     changed = [row for row in rows if is_number(row.get("rel_frobenius")) and row["rel_frobenius"] > 0.0]
     scaled = [row for row in changed if is_number(row.get("rel_frobenius_rowscaled"))
               and row["rel_frobenius_rowscaled"] <= ROWSCALE_EXPLAINED * row["rel_frobenius"]]

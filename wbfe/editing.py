@@ -1,28 +1,9 @@
 """SVD smoothing and sharpening of a checkpoint: WeightWatcher 0.7.7's ``SVDSmoothing`` and ``SVDSharpness``.
 
-Both replace each weight matrix W = U·diag(s)·Vᵀ by a copy with some singular components removed:
-
-- **smoothing** keeps the k largest (the best rank-k approximation, Eckart–Young). ``method="svd"``:
-  k = ⌊percent·M·rf⌋ (M = smaller side, rf = kernel positions, 1 for a dense layer);
-  ``method="detx"``: k = ``detX_num`` of the matrix's spectrum (:func:`wbfe.metrics.detx.detx_tail`):
-  the components that satisfy det X = 1. k = 0 or k ≥ M leaves the matrix as it is (WeightWatcher:
-  "not smoothing" for 0).
-- **sharpening** removes the k largest, k = the number of Marchenko–Pastur spikes (WeightWatcher's
-  ``mp_fit``) of the spectrum of W with its entries permuted (seeded): what a permutation cannot
-  destroy are single large entries, "correlation traps"; their components are taken out of W.
-
-For a convolution (out, in, kh, kw) every kernel position's out × in slice is edited on its own, with
-k divided over the slices as WeightWatcher divides it: ⌈k/rf⌉ (for sharpening ⌈−k/rf⌉ components
-are kept off the top, so fewer spikes than kernel positions remove none). The spectrum that decides
-k pools the slices (unscaled: WeightWatcher's ``apply_esd`` runs without its conv normalisation here).
-
-WeightWatcher computes the truncated SVD with scikit-learn's randomised ``TruncatedSVD`` (7 power
-iterations, seed 42) and edits the model in memory; here the SVD is LAPACK's (exact to rounding).
-``ww_compatible=True`` reproduces WeightWatcher's edit instead, value for value: its layers, its
-counts, its randomised SVD in float32 (:mod:`wbfe.metrics.ww_compat`). Either way a checkpoint is read tensor by tensor (:func:`wbfe.sources.open_source`) and written as a safetensors
-file: edited matrices in their own dtype, every other tensor byte for byte, the input's safetensors
-metadata kept, streamed one tensor at a time into a temporary file that replaces the output
-atomically (:func:`wbfe.render.files.open_atomic`).
+Each weight matrix (each kernel position's slice of a convolution) loses some singular components:
+smoothing keeps the k largest, sharpening removes the correlation traps' ones. The checkpoint is
+streamed tensor by tensor into a safetensors file replaced atomically. docs/editing.md says how k
+is chosen and what ``ww_compatible=True`` reproduces.
 """
 
 from __future__ import annotations
@@ -64,9 +45,8 @@ class EditSummary:
         output: the file written.
         edited: ``{tensor name: components kept (smoothing) or removed (sharpening) per slice}``
             for every matrix changed.
-        unchanged: ``{tensor name: why}`` for every weight matrix left as it was (k = 0, k ≥ M,
-            not selected, too small, depthwise, skipped by WeightWatcher's rules); every other
-            tensor (vectors, integer tensors) is copied byte for byte and not listed.
+        unchanged: ``{tensor name: why}`` for every weight matrix left as it was; every other tensor
+            (vectors, integer tensors) is copied byte for byte and not listed.
     """
 
     output: Path
@@ -123,10 +103,6 @@ def smoothing_rank(w: np.ndarray, *, percent: float, method: SmoothMethod) -> in
     return total if rf == 1 else int(math.ceil(total / rf))
 
 
-def _rng(seed: int, name: str) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode())]))
-
-
 def sharpening_count(w: np.ndarray, *, seed: int = 0, name: str = "") -> int:
     """Components removed per matrix (per slice): the MP spikes of the permuted weight's spectrum.
 
@@ -136,18 +112,15 @@ def sharpening_count(w: np.ndarray, *, seed: int = 0, name: str = "") -> int:
     from wbfe.metrics.mp import mp_fit
 
     mats = _slices(w)
-    rng = _rng(seed, name)
-    permuted = [rng.permutation(m.ravel()).reshape(m.shape) for m in mats]
-    e = _pooled_eigs(permuted)
-    big, small = max(mats[0].shape), min(mats[0].shape)
-    fit = mp_fit(e, big, small)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode())]))
+    fit = mp_fit(_pooled_eigs([rng.permutation(m.ravel()).reshape(m.shape) for m in mats]), max(w.shape[:2]),
+                 min(w.shape[:2]))
     spikes = int(fit.num_spikes) if fit.reason is None else 0
     return spikes if len(mats) == 1 else -int(math.ceil(-spikes / len(mats)))
 
 
 def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray], count: int) -> np.ndarray:
-    """``operation(slice, count)`` on every matrix of ``w`` (2-D, or each kernel position of a 4-D
-    (out, in, kh, kw) convolution), in float64."""
+    """``operation(slice, count)`` on every matrix of ``w`` (2-D, or each kernel position of a 4-D kernel), in float64."""
     w = np.asarray(w, dtype=np.float64)
     if w.ndim == 2:
         return operation(w, count)
@@ -160,8 +133,7 @@ def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray
 
 def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern[str]"], name: str,
                only: Optional[frozenset[str]] = None) -> Optional[str]:
-    """None when the tensor is a weight matrix to edit, else why it is copied: ``""`` for a tensor that is
-    no weight matrix (a vector, an integer tensor), a reason for a weight matrix left as it is.
+    """None for a weight matrix to edit, ``""`` for no weight matrix, else why the matrix is left as it is.
     ``only``: exactly the floating-point tensors of these names are edited (whatever their shape)."""
     if only is not None:
         return None if name in only and dtype in _FLOAT_DTYPES else ""
@@ -209,23 +181,16 @@ Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 
 
 def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Optional[frozenset[str]] = None,
-                    extra_metadata: Optional[dict[str, str]] = None) -> EditSummary:
+                    extra_metadata: Optional[dict[str, str]] = None, layers: Optional[str] = None) -> EditSummary:
     """Write ``ref`` to the safetensors file ``out`` with each selected weight matrix passed through ``editor``.
 
-    The seam other editors (:mod:`wbfe.pruning`) write through: streamed one tensor at a time,
-    ``editor`` called on the floating-point tensors named in ``only`` (None: every weight matrix),
-    every tensor it leaves alone copied byte for byte, the input's metadata kept and
-    ``extra_metadata`` added to it (its keys replace the input's).
+    Streamed one tensor at a time: ``editor`` is called on the floating-point tensors named in ``only``
+    (None: every weight matrix ``layers`` selects), every other tensor copied byte for byte, the input's
+    metadata kept and ``extra_metadata`` added to it (its keys replace the input's).
 
     Raises:
         As :func:`smooth_checkpoint`.
     """
-    return _edit_checkpoint(ref, out, layers=None, editor=editor, only=only, extra_metadata=extra_metadata)
-
-
-def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], editor: Editor,
-                     only: Optional[frozenset[str]] = None, extra_metadata: Optional[dict[str, str]] = None
-                     ) -> EditSummary:
     from wbfe._deps import require_torch
     from wbfe.options import compile_layers
     from wbfe.render.files import check_output, local_files, local_reads, open_atomic, refuse_overlap
@@ -241,11 +206,10 @@ def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], 
     edited: dict[str, int] = {}
     unchanged: dict[str, str] = {}
     with open_source(ref) as source:
-        # the files the reader resolved (an index's shards, a folder's weight file) are known only now
+        # the files the reader resolved (an index's shards) are known only now
         reads = (*reads, *local_files(source.provenance.files))
         refuse_overlap(target, reads)
-        # Pass 1 reads no data: the header (every tensor's dtype, shape and offsets) comes first in
-        # the file. Pass 2 streams the tensors, one in memory at a time, in the same order.
+        # Pass 1 reads no data (the header comes first in the file); pass 2 streams the tensors in the same order.
         described = [(e.name, tuple(e.shape), e.dtype) for e in source.entries()]
         for entry in source.entries():
             if entry.quant is not None:
@@ -265,7 +229,6 @@ def _edit_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str], 
 
 def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, editor: Editor, edited: dict[str, int],
                  unchanged: dict[str, str], torch: Any, only: Optional[frozenset[str]] = None) -> None:
-    """Write one tensor: edited when it is a selected weight matrix that ``editor`` changes."""
     tensor = to_torch(entry.load())
     if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
         raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
@@ -288,11 +251,6 @@ def _float64(tensor: "torch.Tensor") -> np.ndarray:
     return np.asarray(tensor.detach().cpu().to(torch.float64).numpy())
 
 
-def _float32(tensor: "torch.Tensor") -> np.ndarray:
-    """The weight as WeightWatcher reads a layer (``tensor.float().numpy()``)."""
-    return np.asarray(tensor.detach().cpu().float().numpy())
-
-
 def _ww_apply(name: str, w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
     """WeightWatcher's edit of one layer, or why it leaves the layer as it is."""
     from wbfe.metrics.ww_compat import ww_edit_weight
@@ -312,7 +270,7 @@ _DEFAULTS = field_defaults(EditOptions)  # the keywords' defaults are the option
 def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFAULTS["percent"],
                       method: SmoothMethod = _DEFAULTS["method"], layers: Optional[str] = _DEFAULTS["layers"],
                       ww_compatible: bool = _DEFAULTS["ww_compatible"]) -> EditSummary:
-    """Write ``ref`` with every weight matrix replaced by its SVD smoothing (see the module docstring).
+    """Write ``ref`` with every weight matrix replaced by its SVD smoothing (docs/editing.md).
 
     Args:
         ref: any checkpoint :func:`wbfe.sources.open_source` reads.
@@ -322,9 +280,6 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
         layers: a regular expression; only matching tensors are edited (the rest are copied).
         ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe.metrics.ww_compat`): its layers,
             counts and randomised truncated SVD, in float32.
-
-    Returns:
-        An :class:`EditSummary`.
 
     Raises:
         InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``;
@@ -354,15 +309,15 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             return None, keep, f"keeps all {min(w.shape[:2])} components"
         return edit_weight(w, smooth_matrix, keep), keep, ""
 
-    return _edit_checkpoint(ref, out, layers=options.layers, editor=editor)
+    return edit_checkpoint(ref, out, layers=options.layers, editor=editor)
 
 
 def _ww_matrix(tensor: "torch.Tensor") -> Union[np.ndarray, str]:
-    """The weight as WeightWatcher edits it (float32), or why WeightWatcher leaves it alone."""
+    """The weight as WeightWatcher reads it (``tensor.float().numpy()``), or why WeightWatcher leaves it alone."""
     from wbfe.metrics.ww_compat import ww_skip_reason
 
     skip = ww_skip_reason(tuple(tensor.shape))
-    return skip if skip is not None else _float32(tensor)
+    return skip if skip is not None else np.asarray(tensor.detach().cpu().float().numpy())
 
 
 def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str] = _DEFAULTS["layers"],
@@ -377,9 +332,6 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
             of one NumPy ``RandomState`` drawn from tensor after tensor in the checkpoint's order,
             as WeightWatcher draws from NumPy's global generator after ``np.random.seed(seed)``).
         ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe.metrics.ww_compat`).
-
-    Returns:
-        An :class:`EditSummary`.
 
     Raises:
         As :func:`smooth_checkpoint`.
@@ -405,4 +357,4 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
             return None, count, "no correlation trap (no MP spike in the permuted spectrum)"
         return edit_weight(w, remove_top, count), count, ""
 
-    return _edit_checkpoint(ref, out, layers=options.layers, editor=editor)
+    return edit_checkpoint(ref, out, layers=options.layers, editor=editor)

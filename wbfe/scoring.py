@@ -1,7 +1,5 @@
-"""``wbfe.score``: one checkpoint's scores, through the engine (:mod:`wbfe.engine`) on the executor
-asked for; a PEFT LoRA adapter goes to :mod:`wbfe.adapters`.
-
-(Named `scoring` so that the module never shadows the function `wbfe.score`.)
+"""``wbfe.score``: one checkpoint's scores, through the engine on the executor asked for; a PEFT LoRA adapter
+goes to :mod:`wbfe.adapters`. (Named `scoring` so as not to shadow ``wbfe.score``.)
 """
 
 from __future__ import annotations
@@ -54,7 +52,7 @@ def score(
             or a state dict (see :mod:`wbfe.sources`).
         metrics: metric groups (``"bfe,htsr,htmp"`` or an iterable); empty or None for the default, ``bfe,htsr``.
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision.
-        conv: conv-kernel convention, ``flatten`` (out × in·k…), ``slices`` (pooled k positions) or
+        conv: conv-kernel view, ``flatten`` (out × in·k…), ``slices`` (pooled k positions) or
             ``fft`` (WeightWatcher's ``conv2d_fft`` view of 4-D kernels, :mod:`wbfe.linalg.conv_fft`);
             None: the conventions' choice, ``flatten`` (``slices`` with ``ww_compatible``).
         layers: a regular expression; only tensors whose name it matches (``re.search``) are analysed.
@@ -79,10 +77,8 @@ def score(
         executor: ``local``, or ``ray``: one Ray task per shard (see :mod:`wbfe.executors.ray_score`),
             the same result (its provenance adds ``executor``); ``progress`` is then called per shard.
         ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``.
-        stream: for a hub id or an ``http(s)://`` URL of safetensors weights: True reads each tensor
-            with an HTTP range request, nothing written to disk; False downloads first; None streams
-            when the files are larger than the free disk (:mod:`wbfe.sources.remote`). With ``base``, for
-            whichever of the adapter and its base is remote; a local one is read where it is.
+        stream: as :attr:`ScoreOptions.stream` (docs/remote.md); with ``base``, for whichever of the adapter
+            and its base is remote.
 
     Returns:
         A :class:`ModelScore`.
@@ -121,19 +117,15 @@ def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: O
     Raises:
         The errors of :func:`score`.
     """
+    from wbfe.sources.peft_adapter import AdapterSource
+
     # With --base, --stream streams whichever of the adapter and its base is remote and reads the other.
     stream = options.stream if base is None else stream_each([ref, base], options.stream)[0]
     with open_source(ref, stream=stream) as source:
-        if base is not None or _is_adapter(source):  # ΔW = s·B·A per module
+        if base is not None or isinstance(source, AdapterSource):  # ΔW = s·B·A per module
             if options.intra:
                 raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's")
             from wbfe.adapters import score_adapter
 
             return score_adapter(source, options, base=base)
         return score_source(source, options, progress=progress)
-
-
-def _is_adapter(source: Any) -> bool:
-    from wbfe.sources.peft_adapter import AdapterSource
-
-    return isinstance(source, AdapterSource)

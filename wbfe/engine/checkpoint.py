@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
 from wbfe._provenance import installed_versions
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import planned_spectrum
-from wbfe.engine.matrices import ConvConvention, MatrixPlan, Skip
+from wbfe.engine.matrices import ConvView, MatrixPlan, Skip
 from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, stream
 from wbfe.engine.products import IntraChain
@@ -88,7 +88,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
 
 
 def layer_spectrum(
-    ref: Any, layer: str, *, conv: ConvConvention = "flatten", device: str = "auto"
+    ref: Any, layer: str, *, conv: ConvView = "flatten", device: str = "auto"
 ) -> tuple[MatrixPlan, Any]:
     """The plan and :class:`~wbfe.metrics.Spectrum` of one named matrix (or module name) of a checkpoint.
 

@@ -15,10 +15,10 @@ from typing import Any, Union
 from wbfe.engine.heads import HEAD_NAMES, find_head
 from wbfe.framework import IN_OUT, OUT_IN, check_layout
 from wbfe.linalg.arrays import contiguous, swap_first_axes
-from wbfe.options import ConvConvention
+from wbfe.options import ConvView
 
 __all__ = [
-    "ConvConvention", "MatrixPlan", "Skip", "FLOAT_DTYPES", "MIN_BFE_EIGS", "HEAD_NAMES", "plan_matrix", "role_of",
+    "ConvView", "MatrixPlan", "Skip", "FLOAT_DTYPES", "MIN_BFE_EIGS", "HEAD_NAMES", "plan_matrix", "role_of",
     "component_of", "COMPONENTS", "as_matrices", "find_head",
 ]
 
@@ -100,7 +100,7 @@ def role_of(name: str, ndim: int) -> str:
 
 
 def plan_matrix(
-    name: str, shape: tuple[int, ...], dtype: str, *, conv: ConvConvention = "flatten", min_eigs: int = MIN_BFE_EIGS,
+    name: str, shape: tuple[int, ...], dtype: str, *, conv: ConvView = "flatten", min_eigs: int = MIN_BFE_EIGS,
     layout: str = OUT_IN,
 ) -> Union[MatrixPlan, Skip]:
     """Decide, from metadata alone, whether and how a tensor becomes matrices.

@@ -10,7 +10,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Union
 import numpy as np
 
 from wbfe.engine.experts import expand_experts
-from wbfe.engine.matrices import MIN_BFE_EIGS, ConvConvention, MatrixPlan, Skip, as_matrices, plan_matrix
+from wbfe.engine.matrices import MIN_BFE_EIGS, ConvView, MatrixPlan, Skip, as_matrices, plan_matrix
 from wbfe.linalg.arrays import to_numpy
 from wbfe.quant import dequantised
 from wbfe.sources import TensorEntry
@@ -32,7 +32,7 @@ def entries(source: Any) -> Iterator[tuple[TensorEntry, Optional[str]]]:
 
 
 def plan_entry(
-    entry: TensorEntry, consumed: Optional[str] = None, *, conv: ConvConvention = "flatten",
+    entry: TensorEntry, consumed: Optional[str] = None, *, conv: ConvView = "flatten",
     min_eigs: int = MIN_BFE_EIGS, pattern: Any = None,
 ) -> Union[Skip, MatrixPlan]:
     """How ``entry`` is analysed, or why it is skipped: the reader could not give it densely, it

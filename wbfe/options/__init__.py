@@ -1,21 +1,8 @@
-"""The settings of each wbfe entry point, each validated once, when built, from one constraints table.
-
-:class:`ScoreOptions` is the only path from a keyword, the CLI or a ranking to :func:`wbfe.score`;
-:class:`StatsOptions` holds what :func:`wbfe.rank` needs to turn scores into correlations;
-:class:`CompareOptions`, :class:`RankOptions`, :class:`ReportOptions` and :class:`WatchOptions`
-hold the settings of a comparison, a ranking run, a report page and a watched run. Each is a frozen
-dataclass with one declared ``CONSTRAINTS`` table (scikit-learn's ``_parameter_constraints``, see
-:mod:`wbfe.options.constraints`) that its constructor applies to every field: a bad value is refused before
-a byte is read or a model is scored, with the same message whichever way the value came in, and
-tests/test_public_api_validation.py feeds every declared parameter a bad value automatically. Each field's
-default is written once, in the dataclass: :func:`wbfe.score`, :func:`wbfe.compare` and the CLI read theirs
-from it (:func:`field_defaults`). ``XOptions.from_dict(options.to_dict()) == options``: a result's recorded
-options replay its run.
-
-Seeds: ``ScoreOptions.seed`` / ``CompareOptions.seed`` (CLI ``--seed``) seed the scoring's random
-steps (the ``rand`` group's shuffles); ``StatsOptions.seed`` (CLI ``--stats-seed``) seeds a
-ranking's bootstrap and permutation draws. The theory simulations' ``--seed`` is their own master
-seed (teachers and data).
+"""The settings of each wbfe entry point: frozen dataclasses, each field checked once, when built, against
+the class's ``CONSTRAINTS`` table (:mod:`wbfe.options.constraints`); a bad value raises
+:class:`~wbfe.errors.InvalidOptionError` with one line. Each default is written once, in the dataclass
+(:func:`field_defaults`), and ``XOptions.from_dict(options.to_dict()) == options``: a result's recorded
+options replay its run. docs/cli.md lists the options, their groups and the two seeds.
 """
 
 from __future__ import annotations
@@ -41,9 +28,9 @@ __all__ = [
     "EditOptions",
     "PruneOptions",
     "OPTIONS_CLASSES",
-    "CONVENTIONS",
+    "CONV_VIEWS",
     "check_conv",
-    "ConvConvention",
+    "ConvView",
     "check_device",
     "check_lambda",
     "check_metrics",
@@ -54,23 +41,19 @@ __all__ = [
     "MAX_EXACT_N",
 ]
 
-CONVENTIONS = ("flatten", "slices", "fft")
-"""Conv-kernel conventions (docs: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
-``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel, :mod:`wbfe.linalg.conv_fft`)."""
+CONV_VIEWS = ("flatten", "slices", "fft")
+"""How a conv kernel is viewed as matrices: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
+``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel (:mod:`wbfe.linalg.conv_fft`)."""
 
-ConvConvention = Literal["flatten", "slices", "fft"]
+ConvView = Literal["flatten", "slices", "fft"]
 
 MAX_EXACT_N = 10
 """Largest zoo for which every ordering may be enumerated (10! = 3.6 million orderings)."""
 
 
-def check_conv(conv: object) -> ConvConvention:
-    """``conv`` itself when it is a known conv-kernel convention.
-
-    Raises:
-        InvalidOptionError: anything else.
-    """
-    if conv not in CONVENTIONS:
+def check_conv(conv: object) -> ConvView:
+    """``conv`` itself when it is a known conv-kernel view (:data:`CONV_VIEWS`); else InvalidOptionError."""
+    if conv not in CONV_VIEWS:
         raise InvalidOptionError(f"conv convention must be 'flatten', 'slices' or 'fft', not {conv!r}")
     return conv  # type: ignore[return-value]
 
@@ -79,7 +62,7 @@ def check_device(device: object) -> str:
     """``device`` when it names a device this machine has (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
 
     Raises:
-        InvalidOptionError: an unknown device, or CUDA asked for on a machine without it.
+        InvalidOptionError: an unknown device, or CUDA on a machine without it.
     """
     if not isinstance(device, str):
         raise InvalidOptionError(f"device must be auto, cpu or cuda, not {device!r}")
@@ -92,22 +75,15 @@ def check_device(device: object) -> str:
 
 
 def check_lambda(lam: object) -> Union[Literal["opt"], float]:
-    """``"opt"`` or a positive prior precision in its range (:func:`wbfe.metrics.bfe.parse_lambda`).
-
-    Raises:
-        InvalidOptionError: anything else.
-    """
+    """``"opt"`` or a positive prior precision in its range (:func:`wbfe.metrics.bfe.parse_lambda`)."""
     from wbfe.metrics.bfe import parse_lambda
 
     return parse_lambda(lam)
 
 
 def check_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    """Metric group names (``"bfe,htsr"`` or an iterable; ``()`` or None: the default groups).
-
-    Raises:
-        UnknownNameError: a name that is not a metric group (close names suggested).
-    """
+    """Metric group names (``"bfe,htsr"`` or an iterable; ``()`` or None: the default groups); UnknownNameError
+    for a name that is not a metric group (close names suggested)."""
     from wbfe.metrics import resolve_groups
 
     given = None if metrics is None or metrics == () else metrics
@@ -115,22 +91,11 @@ def check_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
 
 
 def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optional[re.Pattern[str]]:
-    """The compiled ``--layers`` expression (None selects every tensor).
-
-    A pattern on which Python's backtracking matcher can take exponential time is refused (see
-    :mod:`wbfe.options.safe_regex`): a repeated group repeated without bound (``(a+)+$``, ``(\\w*\\.)*x``), or a
-    repeat whose iterations can divide a name in more than one way (``(a|a)*``, ``(a{1,9}){1,9}``,
-    ``(a|aa)*``). One such name stalls the whole run, and a time limit on ``re.search`` is impossible
-    (the matcher holds the interpreter until it returns), so the shape is checked instead. Write the
-    group once (``[\\w.]*``), end each repeated part with a character it cannot match
-    (``(\\d{1,3}\\.)+``) or make the inner repeat possessive (``a++``).
-
-    Args:
-        pattern: the expression, or None.
-        option: the option's name in messages (``--map`` for a comparison's renames).
+    """The compiled ``--layers`` expression (None selects every tensor); ``option`` names it in messages.
 
     Raises:
-        InvalidOptionError: not a valid expression, or one of the shapes above.
+        InvalidOptionError: not a valid expression, or one Python's backtracking matcher can take
+            exponential time on (:mod:`wbfe.options.safe_regex`; docs/cli.md, "--layers patterns").
     """
     from wbfe.options.safe_regex import unsafe_reason
 
@@ -158,10 +123,8 @@ def check_layers(pattern: Optional[str]) -> Optional[str]:
 
 
 def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]]) -> tuple[tuple[str, str], ...]:
-    """``["REGEX=REPL", (regex, repl), ...]`` as (regex, repl) pairs (a string is split at its last ``=``).
-
-    Each regex is checked as ``--layers`` is (:func:`compile_layers`): it is matched against every
-    tensor name of checkpoint A.
+    """``["REGEX=REPL", (regex, repl), ...]`` as (regex, repl) pairs (a string is split at its last ``=``), each
+    regex checked as ``--layers`` is (:func:`compile_layers`).
 
     Raises:
         InvalidOptionError: no ``=``, an empty pattern, an invalid or unsafe regular expression.
@@ -194,26 +157,21 @@ LAYERS = Custom(check_layers, "a regular expression that matches in linear time"
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
 HEAD = Text("a tensor or module name", optional=True)
-MIN_EIGS = Integer(1)
-SCORE_SEED = Integer(0)
 
 
 @dataclass(frozen=True)
 class ScoreOptions(Validated):
     """Every setting of one scoring run (also recorded in the result's provenance and the rank cache key).
 
-    Each field is checked when the object is built; raw values are normalised on the way in
-    (``metrics="bfe,htsr"`` becomes ``("bfe", "htsr")``, ``lam="0.5"`` becomes ``0.5``). A value the
-    caller gave is never rewritten: ``conv`` left unset (None) is filled from the run's conventions
-    (:attr:`conventions`: ``flatten``, or WeightWatcher's ``slices`` with ``ww_compatible=True``), and
-    :attr:`filled` records it; ``ww_compatible=True, conv="flatten"`` flattens, as asked.
+    Raw values are normalised (``metrics="bfe,htsr"`` becomes ``("bfe", "htsr")``, ``lam="0.5"`` 0.5). A value
+    the caller gave is never rewritten: ``conv`` left unset (None) is filled from the run's :attr:`conventions`
+    and :attr:`filled` records it; ``ww_compatible=True, conv="flatten"`` flattens, as asked.
 
     Attributes:
         metrics: metric group names (empty: the default groups).
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision in
             [:data:`~wbfe.metrics.bfe.LAMBDA_MIN`, :data:`~wbfe.metrics.bfe.LAMBDA_MAX`].
-        conv: conv-kernel convention, ``flatten``, ``slices`` or ``fft`` (WeightWatcher's
-            ``conv2d_fft`` view of 4-D kernels); None (the default): the conventions' (``flatten``,
+        conv: conv-kernel view (:data:`CONV_VIEWS`); None (the default): the conventions' (``flatten``,
             ``slices`` with ``ww_compatible``).
         layers: a regular expression; only tensors whose name it matches are analysed.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for the eigen-solves.
@@ -227,30 +185,24 @@ class ScoreOptions(Validated):
         fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
         intra: also score the products of consecutive weight matrices (WeightWatcher's
             ``intra=True``, :mod:`wbfe.metrics.intra`), one extra row each, role ``intra``.
-        stream: for a hub id, an ``http(s)://`` URL or an object-store URI (``s3://``, ...) of
-            safetensors weights: True reads each tensor with one range request (nothing on disk),
-            False downloads (copies) first, None streams when the files are larger than the free
-            disk (:mod:`wbfe.sources.remote`, :mod:`wbfe.sources.object_location`). How the
+        stream: for remote safetensors (docs/remote.md): True reads each tensor with one range request,
+            False downloads first, None streams when the files are larger than the free disk. How the
             bytes travel, not what is computed: not in :meth:`to_dict`, nor compared by ``==``.
-        filled: the options the conventions filled because the caller left them unset (``("conv",)``
-            or ``()``); :meth:`to_dict` records it under WeightWatcher's conventions only (wbfe's fill
-            their own defaults), so that :meth:`from_dict` leaves them unset again.
-
-    Raises:
-        InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a metric).
+        filled: the options the conventions filled because the caller left them unset (``("conv",)`` or
+            ``()``); :meth:`to_dict` records it under WeightWatcher's conventions only (wbfe's fill their
+            own defaults), so that :meth:`from_dict` leaves them unset again.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "metrics": METRICS, "min_eigs": MIN_EIGS, "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
-        "ww_compatible": Flag(), "seed": SCORE_SEED, "device": DEVICE,
+        "metrics": METRICS, "min_eigs": Integer(1), "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
+        "ww_compatible": Flag(), "seed": Integer(0), "device": DEVICE,
         "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
-        "intra": Flag(),
-        "stream": Flag(optional=True),
+        "intra": Flag(), "stream": Flag(optional=True),
     }
 
     metrics: tuple[str, ...] = ()
     lam: Union[Literal["opt"], float] = "opt"
-    conv: Optional[ConvConvention] = None
+    conv: Optional[ConvView] = None
     layers: Optional[str] = None
     device: str = "auto"
     head: Optional[str] = None
@@ -266,7 +218,7 @@ class ScoreOptions(Validated):
     def _cross_check(self) -> None:
         from wbfe.metrics.fingers import check_tail_options
 
-        check_tail_options(self.fix_fingers, self.fit)  # the two together
+        check_tail_options(self.fix_fingers, self.fit)
         if self.conv is None:  # frozen: filled once, here, and only where the caller left it unset
             object.__setattr__(self, "conv", self.conventions.conv)
             object.__setattr__(self, "filled", ("conv",))
@@ -284,7 +236,7 @@ class ScoreOptions(Validated):
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
-        """The compiled :attr:`layers` expression (``re`` caches it), None when every tensor is selected."""
+        """The compiled :attr:`layers` expression, None when every tensor is selected."""
         return compile_layers(self.layers)
 
     @property
@@ -299,12 +251,10 @@ class ScoreOptions(Validated):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ScoreOptions":
-        """The options of a score's provenance (``model["options"]``, or :meth:`to_dict`). A LoRA adapter's
-        score records its ``base`` beside them (:func:`wbfe.score`'s ``base=``, not an option): left out here.
+        """The options of a score's provenance (``model["options"]``, or :meth:`to_dict`).
 
         Raises:
-            InvalidOptionError: an unknown key, a bad value, or a ``filled`` record the conventions
-                do not give.
+            InvalidOptionError: an unknown key, a bad value, or a ``filled`` record the conventions do not give.
         """
         if not isinstance(data, Mapping):
             raise InvalidOptionError(f"ScoreOptions.from_dict needs a dict of options, not {type(data).__name__}")
@@ -348,11 +298,7 @@ class StatsOptions(Validated):
         n_perm: random orderings of the Monte-Carlo permutation p-value (≥ 1).
         exact_max_n: zoos up to this size get the exact p-value over all n! orderings
             (0 … :data:`MAX_EXACT_N`).
-        seed: seed of the bootstrap and permutation draws (CLI ``--stats-seed``; a non-negative
-            integer, as NumPy's generators require).
-
-    Raises:
-        InvalidOptionError: a field outside its range.
+        seed: seed of the bootstrap and permutation draws (CLI ``--stats-seed``), ≥ 0.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -377,16 +323,13 @@ class CompareOptions(Validated):
         top_k: size of the singular subspaces whose overlap is reported (≥ 1).
         layers, lam, device, min_eigs, seed, stream: as for :class:`ScoreOptions` (``stream``
             applies to both checkpoints).
-
-    Raises:
-        InvalidOptionError: a field outside its allowed set or range.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "stream": Flag(optional=True),
         "name_map": Custom(check_name_map, "REGEX=REPLACEMENT strings or (regex, replacement) pairs",
                            bad=("no-equals-sign", "(a+)+=x", "=x", [3])),
-        "top_k": Integer(1), "min_eigs": MIN_EIGS, "seed": SCORE_SEED, "layers": LAYERS, "lam": LAMBDA,
+        "top_k": Integer(1), "min_eigs": Integer(1), "seed": Integer(0), "layers": LAYERS, "lam": LAMBDA,
         "device": DEVICE,
     }
 
@@ -415,16 +358,8 @@ class CompareOptions(Validated):
         return [(re.compile(pattern), repl) for pattern, repl in self.name_map]
 
     def keywords(self) -> dict[str, Any]:
-        """The fields as :func:`wbfe.compare` keywords (``name_map`` as a list of pairs)."""
-        return {"metrics": self.metrics, "name_map": list(self.name_map), "top_k": self.top_k, "layers": self.layers,
-                "lam": self.lam, "device": self.device, "min_eigs": self.min_eigs, "seed": self.seed,
-                "stream": self.stream}
-
-    def to_dict(self) -> dict[str, Any]:
-        """The comparison's recorded ``options`` (``lambda`` for :attr:`lam`, ``map`` for :attr:`name_map`)."""
-        return {"metrics": list(self.metrics), "map": [list(pair) for pair in self.name_map], "top_k": self.top_k,
-                "layers": self.layers, "lambda": self.lam, "device": self.device, "min_eigs": self.min_eigs,
-                "seed": self.seed, "conv": "flatten"}
+        """The fields as :func:`wbfe.compare` keywords."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def _check_cache_dir(value: Union[str, Path, None, bool]) -> Union[Path, None, Literal[False]]:
@@ -454,9 +389,6 @@ class RankOptions(Validated):
         workers: models scored in parallel (≥ 1; separate processes when > 1).
         cache_dir: score cache folder; None: the default folder; False: no cache.
         lower_is_better: extra quality columns for which lower is better.
-
-    Raises:
-        InvalidOptionError: a field outside its allowed set or range.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -479,9 +411,6 @@ class ReportOptions(Validated):
     Attributes:
         fmt: ``html`` (one self-contained page) or ``md`` (a folder with report.md and PNGs).
         n_unusual: ESD thumbnails of the most unusual layers besides the head (≥ 0).
-
-    Raises:
-        InvalidOptionError: a field outside its allowed set or range.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {"fmt": Choice(("html", "md")), "n_unusual": Integer(0)}
@@ -523,9 +452,6 @@ class WatchOptions(Validated):
             calibration CSV) or None (no recommendation).
         head: tensor or module name of the classifier / LM head.
         device: as for :class:`ScoreOptions`.
-
-    Raises:
-        InvalidOptionError: a field outside its allowed set or range.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -551,9 +477,6 @@ class EditOptions(Validated):
         layers: a regular expression; only matching tensors are edited.
         seed: seed of sharpening's permutations, ≥ 0.
         ww_compatible: reproduce WeightWatcher 0.7.7's edit (its layers, counts and randomised SVD).
-
-    Raises:
-        InvalidOptionError: a field outside its allowed set or range.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -620,16 +543,13 @@ class PruneOptions(Validated):
         head: tensor or module name of the classifier / LM head (as for :class:`ScoreOptions`).
         method: how a matrix is pruned to its sparsity: ``magnitude`` (its smallest |w| set to zero).
         device, min_eigs: as for :class:`ScoreOptions`.
-
-    Raises:
-        InvalidOptionError: a field outside its allowed set or range (UnknownNameError for a role).
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "target": Real(0.0, 1.0), "by": Choice(PRUNE_METRICS), "spread": Real(0.0, 1.0, open=False),
         "mapping": Choice(("value", "rank")), "reverse": Flag(),
         "exclude": Custom(check_exclude, "role names such as 'head,embedding'", bad=("nope", 3, ["head", 1])),
-        "layers": LAYERS, "head": HEAD, "method": Choice(("magnitude",)), "device": DEVICE, "min_eigs": MIN_EIGS,
+        "layers": LAYERS, "head": HEAD, "method": Choice(("magnitude",)), "device": DEVICE, "min_eigs": Integer(1),
     }
 
     target: float = 0.5
@@ -646,8 +566,7 @@ class PruneOptions(Validated):
 
 
 def field_defaults(cls: type) -> dict[str, Any]:
-    """Each settable field's default: the one place a default is written, from which the keyword
-    signatures (:func:`wbfe.score`, :func:`wbfe.compare`) and the CLI's options take theirs."""
+    """Each settable field's default: what :func:`wbfe.score`'s, :func:`wbfe.compare`'s and the CLI's take."""
     return {f.name: f.default for f in fields(cls) if f.init}
 
 
@@ -656,14 +575,9 @@ OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions,
 """Every options class with a constraints table (the generated validation tests walk this)."""
 
 
-_SEED_KEYWORDS = {"score_seed": "seed", "stats_seed": "seed"}
-
-
 def split_keywords(keywords: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Keywords of :class:`ScoreOptions` and of :class:`StatsOptions`, for callers that take both loose.
-
-    Both have a ``seed``, with different meanings, so a loose seed is named: ``score_seed`` (the
-    ``rand`` group's shuffles) or ``stats_seed`` (the bootstrap and permutation draws).
+    """Keywords of :class:`ScoreOptions` and of :class:`StatsOptions`, for callers that take both loose; their
+    seeds are named ``score_seed`` and ``stats_seed``.
 
     Raises:
         InvalidOptionError: a bare ``seed``.
@@ -674,7 +588,7 @@ def split_keywords(keywords: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
                                  "or score_seed= (the rand group's shuffles)")
     stats_names = {f.name for f in fields(StatsOptions)} - {"seed"}
     score_names = {f.name for f in fields(ScoreOptions)} - {"seed"}
-    unknown = sorted(set(keywords) - score_names - stats_names - set(_SEED_KEYWORDS))
+    unknown = sorted(set(keywords) - score_names - stats_names - {"score_seed", "stats_seed"})
     if unknown:
         raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
     score = {k: v for k, v in keywords.items() if k in score_names}

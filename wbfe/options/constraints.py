@@ -1,12 +1,8 @@
-"""Declared parameter constraints: one table per options object, used to check and to word the error.
+"""Declared parameter constraints (scikit-learn's ``_parameter_constraints``): one table per options class.
 
-In the manner of scikit-learn's ``_parameter_constraints``: an options class declares
-``CONSTRAINTS = {"min_eigs": Integer(1), "conv": Choice(("flatten", "slices")), ...}`` and its
-constructor calls :func:`validate_fields`. Each constraint normalises a good value (``"0.5"`` →
-``0.5``) and refuses a bad one with :class:`~wbfe.errors.InvalidOptionError` worded from the same
-declaration (``min_eigs must be a positive integer, not 0``). Each also lists a few values it
-refuses (:attr:`Constraint.invalid`), so a test can feed every constrained parameter of every
-entry point a bad value without a hand-written table (tests/test_public_api_validation.py).
+Each constraint normalises a good value (``"0.5"`` → ``0.5``), refuses a bad one with
+:class:`~wbfe.errors.InvalidOptionError` worded from the same declaration (``min_eigs must be a positive
+integer, not 0``), and lists a few values it refuses (:attr:`Constraint.invalid`) for the generated tests.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["Constraint", "Integer", "Real", "Choice", "Flag", "Text", "Custom", "validate_fields", "Validated"]
+__all__ = ["Constraint", "Integer", "Real", "Choice", "Flag", "Text", "Custom", "Validated"]
 
 
 class Constraint:
@@ -51,10 +47,6 @@ class Constraint:
                                      value=value) from None
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class Integer(Constraint):
     """An integer (never a bool) in [low, high]."""
@@ -72,7 +64,7 @@ class Integer(Constraint):
         return {0: "a non-negative integer", 1: "a positive integer"}.get(self.low, f"an integer of at least {self.low}")
 
     def check(self, value: Any) -> int:
-        if not _is_int(value) or value < self.low or (self.high is not None and value > self.high):
+        if not isinstance(value, int) or isinstance(value, bool) or value < self.low or (self.high is not None and value > self.high):
             raise ValueError
         return int(value)
 
@@ -122,9 +114,7 @@ class Choice(Constraint):
             raise ValueError
         return value
 
-    @property
-    def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
-        return ("no-such-choice", 1)
+    invalid = ("no-such-choice", 1)
 
 
 @dataclass(frozen=True)
@@ -159,9 +149,7 @@ class Text(Constraint):
             raise ValueError
         return value
 
-    @property
-    def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
-        return ("", 3)
+    invalid = ("", 3)
 
 
 @dataclass(frozen=True)
@@ -170,9 +158,8 @@ class Custom(Constraint):
 
     Attributes:
         checker: ``checker(value) -> normalised value`` (``checker(name, value)`` when ``named``).
-        words: the allowed values in words (for documentation).
+        words: the allowed values in words.
         bad: values it refuses.
-        named: the checker is given the parameter's name too (one checker shared by several parameters).
     """
 
     checker: Callable[..., Any]
@@ -180,12 +167,6 @@ class Custom(Constraint):
     bad: tuple[Any, ...] = ()
     optional: bool = False
     named: bool = False
-
-    def describe(self) -> str:
-        return self.words
-
-    def check(self, value: Any) -> Any:
-        return self.checker(value)
 
     def __call__(self, name: str, value: Any) -> Any:
         if value is None and self.optional:
@@ -197,37 +178,25 @@ class Custom(Constraint):
         return self.bad
 
 
-def validate_fields(obj: Any, constraints: Mapping[str, Constraint]) -> None:
-    """Check and normalise every constrained field of a frozen dataclass, in table order.
-
-    Raises:
-        InvalidOptionError: the first field outside its constraint.
-    """
-    for name, constraint in constraints.items():
-        object.__setattr__(obj, name, constraint(name, getattr(obj, name)))
-
-
-def constraint_table(cls: type) -> dict[str, Constraint]:
-    """The declared constraints of an options class (``cls.CONSTRAINTS``), for documentation and tests."""
-    return dict(getattr(cls, "CONSTRAINTS"))  # noqa: B009 - declared by each options class, not by type
-
-
 class Validated:
-    """Shared behaviour of the options classes: every field checked against the class's ``CONSTRAINTS`` when
-    built (a frozen dataclass), a plain :meth:`to_dict`, and :meth:`from_dict` that replays it."""
+    """Shared behaviour of the options classes (frozen dataclasses): every field checked, in table order,
+    against the class's ``CONSTRAINTS`` when built, a plain :meth:`to_dict`, and :meth:`from_dict` that replays it."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {}
 
     def __post_init__(self) -> None:
-        validate_fields(self, self.CONSTRAINTS)
+        for name, constraint in self.CONSTRAINTS.items():
+            object.__setattr__(self, name, constraint(name, getattr(self, name)))
         self._cross_check()
 
     def _cross_check(self) -> None:
         """Rules that tie fields together (none by default)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (lists for tuples)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        """Plain dict of the compared fields (lists for tuples) under their ``RENAMED`` keys, and ``CONSTANT``."""
+        key = {name: written for written, name in self.RENAMED.items()}
+        return {**{key.get(f.name, f.name): _plain(getattr(self, f.name))
+                   for f in fields(self) if f.compare}, **self.CONSTANT}  # type: ignore[arg-type]
 
     def replace(self, **changes: Any) -> Any:
         """A copy with ``changes``; a field the conventions filled stays unset (and is filled again) unless
@@ -245,10 +214,8 @@ class Validated:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
-        """The options a :meth:`to_dict` describes (a result's recorded ``options`` replays its run).
-
-        Keys :meth:`to_dict` leaves out take their defaults; lists become tuples; the keys a result
-        records beside the options (``BESIDE``: package versions, an adapter's base) are left out.
+        """The options a :meth:`to_dict` describes: keys left out take their defaults, lists become tuples,
+        ``BESIDE`` keys (package versions, an adapter's base) are ignored.
 
         Raises:
             InvalidOptionError: not a dict, an unknown key, or a bad value (one line).

@@ -12,7 +12,7 @@ from wbfe.reporting.model import reasons_note
 
 __all__ = ["compare_report"]
 
-# Columns of the change itself (wbfe.comparison's module docstring), then the metric changes d_<col>.
+# Columns of the change itself (docs/compare.md), then the metric changes d_<col>.
 _CHANGE = {
     "rel_frobenius": "‖B − A‖_F / ‖A‖_F",
     "rel_frobenius_rowscaled": "‖A − diag(s) B‖_F / ‖A‖_F, each output row of B rescaled onto A by least squares: "

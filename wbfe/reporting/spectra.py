@@ -17,10 +17,10 @@ def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any])
     is absent from the result (the caller says why).
     """
     from wbfe.engine import eigenvalues_of
-    from wbfe.options import CONVENTIONS, ScoreOptions
+    from wbfe.options import CONV_VIEWS, ScoreOptions
 
     conv = options.get("conv")
-    score_options = ScoreOptions(conv=conv if conv in CONVENTIONS else "flatten",
+    score_options = ScoreOptions(conv=conv if conv in CONV_VIEWS else "flatten",
                                  ww_compatible=bool(options.get("ww_compatible")),
                                  device=str(options.get("device") or "auto"))
     return eigenvalues_of(ref, names, score_options)
