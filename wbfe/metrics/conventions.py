@@ -1,13 +1,6 @@
-"""The places where WeightWatcher 0.7.7's choices differ from wbfe's, named one by one.
-
-A run is computed under one :class:`Conventions`: :data:`WBFE` by default, :data:`WEIGHTWATCHER` with
-``ww_compatible=True`` (the user-facing switch of :class:`~wbfe.options.ScoreOptions` and
-``--ww-compatible``, and the key the provenance records). Each place that differs reads the field it
-needs, so what "WeightWatcher-compatible" changes is listed here and nowhere else.
-
-(In :mod:`wbfe.metrics`, not :mod:`wbfe.options`, because the metric groups read it and the options
-already import the metrics.)
-"""
+"""The places where WeightWatcher 0.7.7's choices differ from wbfe's, named one by one: :data:`WBFE` by default,
+:data:`WEIGHTWATCHER` with ``ww_compatible=True`` (the switch and the key the provenance records). In
+:mod:`wbfe.metrics`, not :mod:`wbfe.options`, because the metric groups read it and the options import the metrics."""
 
 from __future__ import annotations
 

@@ -129,7 +129,7 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
 
 
 def _rank_columns(result: GroupResult, e: np.ndarray, spec: Spectrum) -> None:
-    """rank_loss, weak_rank_loss, sv_min, lambda_max (see the module docstring)."""
+    """rank_loss, weak_rank_loss, sv_min, lambda_max, per slice under ``slice_svd`` (docs/metrics.md)."""
     result.put_rescaled("lambda_max", float(e[-1]), 1.0, spec.log_scale)
     result.values["weak_rank_loss"] = int(np.count_nonzero(e < _stored_threshold(WW_WEAK_RANK_TOL, spec.log_scale)))
     per_slice = spec.extra.get("htsr")

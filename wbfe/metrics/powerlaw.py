@@ -123,11 +123,7 @@ def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail
     if x.size and (not np.all(np.isfinite(x)) or x[0] <= 0.0):
         return failed_fit(method, "non-finite or non-positive values")
     low, high = min(lo, hi), max(lo, hi)
-    in_range = (x >= low) & (x < high)
-    first = np.ones(x.size, dtype=bool)
-    first[1:] = x[1:] != x[:-1]  # the first index of each distinct value, as np.unique(return_index)
-    candidates = np.flatnonzero(in_range & first)[:-1]
-    candidates = candidates[candidates < x.size - 1]
+    candidates = range_candidates(x, low, high)
     if candidates.size == 0:
         return failed_fit(method, f"no candidate xmin in [{low:.6g}, {high:.6g})")
     alphas, n_tail = _tail_alphas(x)
@@ -139,6 +135,15 @@ def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail
     ks = _ks_all(x, alphas, valid)
     fit = _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method="csn")
     return PowerLawFit(fit.alpha, fit.sigma, fit.xmin, fit.xmax, fit.n_tail, fit.ks, fit.n_candidates, method, fit.reason)
+
+
+def range_candidates(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Indices of the candidate xmin in [lo, hi) of the sorted ``x``, as the ``powerlaw`` package takes them: the first
+    of each distinct value (as np.unique(return_index)), less the largest in the range and the sample's last."""
+    first = np.ones(x.size, dtype=bool)
+    first[1:] = x[1:] != x[:-1]
+    candidates = np.flatnonzero((x >= lo) & (x < hi) & first)[:-1]
+    return candidates[candidates < x.size - 1]
 
 
 def _tail_alphas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -223,7 +228,7 @@ def _pick_xmin(
 
 
 def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
-    """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves (see the module docstring)."""
+    """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves (docs/math.md §4)."""
     method = "ww-small-n"
     n = x.size
     logx = np.log(x)

@@ -1,17 +1,9 @@
-"""Eigenvector localisation (``--metrics vectors``): WeightWatcher 0.7.7's ``vectors=True`` columns.
+"""Eigenvector localisation (``--metrics vectors``): WeightWatcher 0.7.7's ``vectors=True`` columns (docs/metrics.md).
 
-The columns, their definitions and NaN reasons are in docs/metrics.md (group ``vectors``).
-
-Eigenvectors are not in the :class:`~wbfe.linalg.spectra.Spectrum`: the group's ``from_matrices`` hook
-computes them from the matrices themselves. Default mode: ``torch.linalg.eigh`` of the float64
-Gram matrix on the scoring device, and the tail is the top ``num_pl_spikes`` eigenvectors of the
-pooled order (so the split agrees with the spectrum's own count). WeightWatcher's conventions (``slice_svd``) repeat
-WeightWatcher's arithmetic bit for bit, because its split compares two differently rounded copies
-of the same eigenvalue (``scipy.linalg.eig`` of X against the squared ``scipy.linalg.svd`` values
-its ``xmin`` comes from) and the eigenvector at ``xmin`` lands on either side by rounding: here
-too X = ``np.matmul``, ``scipy.linalg.eig`` (a general, not a symmetric, solver), and ``xmin``
-from the WeightWatcher-compatible fit of the pooled squared singular values.
-"""
+The ``from_matrices`` hook computes the eigenvectors: by default ``torch.linalg.eigh`` of the float64 Gram matrix, the
+tail the top ``num_pl_spikes`` of the pooled order. Under ``slice_svd`` WeightWatcher's arithmetic bit for bit
+(``np.matmul``, scipy's general ``eig``, xmin from the squared SVD values): its split puts the eigenvector at xmin on
+either side by rounding."""
 
 from __future__ import annotations
 
@@ -42,7 +34,7 @@ class EigenvectorData:
     Attributes:
         eigs: the eigenvalue of each eigenvector (units of the matrices as given).
         vec_entropy, loc_ratio, part_ratio: the three metrics, one per eigenvector.
-        svd_eigs: WeightWatcher's conventions only: the pooled squared singular values WeightWatcher fits.
+        svd_eigs: under ``slice_svd`` only: the pooled squared singular values WeightWatcher fits.
     """
 
     eigs: np.ndarray
@@ -106,17 +98,8 @@ def _default_slice(matrix: Any, device: Any) -> tuple[np.ndarray, np.ndarray, np
 
 
 def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> EigenvectorData:
-    """The ``from_matrices`` hook: the eigenvector metrics of every slice, pooled.
-
-    Args:
-        matrices: the matrix, or the conv slices pooled for one spectrum (numpy arrays or torch tensors).
-        device: where the default mode's eigen-solve runs.
-        options: its conventions' ``slice_svd`` selects WeightWatcher's arithmetic.
-        name: the tensor's name (unused: nothing here is random).
-
-    Returns:
-        An :class:`EigenvectorData`.
-    """
+    """The ``from_matrices`` hook: the eigenvector metrics of every matrix (or conv slice), pooled; the default
+    mode's eigen-solve runs on ``device``; ``name`` is unused (nothing here is random)."""
     parts = []
     svd_parts = []
     for matrix in matrices:
@@ -135,16 +118,13 @@ def _tail_mask(data: EigenvectorData, spec: Spectrum, options: MetricOptions) ->
     """Which eigenvectors are in the tail, or (None, why not)."""
     from wbfe.metrics.htsr import fit_spectrum_power_law
 
-    if options.conventions.slice_svd:
-        assert data.svd_eigs is not None
-        fit = fit_spectrum_power_law(Spectrum(eigs=data.svd_eigs, rows=spec.rows, cols=spec.cols,
-                                              n_slices=spec.n_slices), options)
-        if not fit.ok:
-            return None, f"power-law fit: {fit.reason}"
-        return data.eigs >= fit.xmin, ""
-    fit = fit_spectrum_power_law(spec, options)
+    ww = options.conventions.slice_svd
+    fit = fit_spectrum_power_law(Spectrum(eigs=data.svd_eigs, rows=spec.rows, cols=spec.cols, n_slices=spec.n_slices)
+                                 if ww else spec, options)
     if not fit.ok:
         return None, f"power-law fit: {fit.reason}"
+    if ww:
+        return data.eigs >= fit.xmin, ""
     assert spec.eigs is not None
     n_tail = int(np.count_nonzero(spec.eigs >= fit.xmin))
     mask = np.zeros(data.eigs.size, dtype=bool)

@@ -1,25 +1,6 @@
-"""How WeightWatcher 0.7.7 turns PyTorch layers into the matrices whose eigenvalues it analyses.
-
-What each function reproduces, and from which of WeightWatcher's functions (intra=True included), is
-described in docs/spectral-metrics.md (How WeightWatcher 0.7.7 builds its matrices).
-
-SVDSmoothing / SVDSharpness (``WeightWatcher.SVDSmoothing``, ``apply_svd_smoothing``,
-``smooth_W_alt``, ``SVDSharpness``, ``apply_svd_sharpness``; ``RMT_Util._smooth_W_accurate``,
-``permute_matrix``), for :mod:`wbfe.editing`'s WeightWatcher-compatible mode (``Conventions.ww_edit``):
-    - the edited layers are the analysed ones (the skip rules above), the weight read as float32;
-    - the count: ``svd`` ``int(percent·M·rf)`` with WW's M (a Conv2d's from :func:`ww_conv2d_dims`),
-      ``detX`` the ``detX_num`` of the layer's pooled spectrum; sharpening −(the MP spikes of the
-      spectrum of the layer's matrices, each permuted by ``np.random.permutation`` from NumPy's
-      global generator). A Conv2d divides it over its slices ``w[:, :, i, j]``, ⌈count/rf⌉;
-    - a positive count k keeps k components with scikit-learn's ``TruncatedSVD(n_components=k,
-      n_iter=7, random_state=42)`` (randomised, LU-normalised power iterations; imported by
-      ``RMT_Util``, and the CPU "fast" method is this one too): the weight (rows ≥ cols, transposed
-      if need be) projected on the k right vectors it finds, X·Vₖ·Vₖᵀ, in float32;
-      :func:`ww_truncated_smooth` is that algorithm step by step (scikit-learn 1.x's
-      ``_randomized_range_finder`` and ``_randomized_svd``), on SciPy, which wbfe depends on;
-    - a negative count −c: the full SVD (``scipy.linalg.svd``) with the c largest singular values
-      set to 0, recomposed (:func:`ww_remove_top`); 0 leaves the weight as it is.
-"""
+"""How WeightWatcher 0.7.7 turns PyTorch layers into the matrices it analyses (docs/spectral-metrics.md, How
+WeightWatcher 0.7.7 builds its matrices, ``intra=True`` included), and how its ``SVDSmoothing`` / ``SVDSharpness`` edit
+them, for :mod:`wbfe.editing`'s WeightWatcher-compatible mode (``Conventions.ww_edit``; docs/editing.md)."""
 
 from __future__ import annotations
 
