@@ -66,11 +66,12 @@ class IntraChain:
         self.held: dict[str, _Member] = {}
 
     @classmethod
-    def in_order(cls, seed: int, plans: Sequence[MatrixPlan], order: Optional[Sequence[str]] = None,
-                 aliases: Any = None, *, sparsify: bool = True, ww_slices: bool = False) -> "IntraChain":
-        """The chain of ``plans`` (the stream's matrices) in the model's ``order`` (stream order
+    def in_order(cls, seed: int, plans: Sequence[MatrixPlan], description: Any = None, *, sparsify: bool = True,
+                 ww_slices: bool = False) -> "IntraChain":
+        """The chain of ``plans`` (the stream's matrices) in the order of the model's ``description`` (stream order
         where None), its pairs and their masks' generator states fixed here, in chain order."""
         chain = cls(seed, sparsify=sparsify, ww_slices=ww_slices)
+        order, aliases = (description.order, description.aliases) if description is not None else (None, None)
         by_name = {plan.name: plan for plan in plans}
         pairs: dict[str, list[_Pair]] = {}
         previous: Optional[tuple[int, int]] = None
