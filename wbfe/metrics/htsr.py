@@ -84,18 +84,14 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
         by_shape.setdefault((specs[k].P, specs[k].p), []).append((k, e))
     for (P, p), members in by_shape.items():  # noqa: N806 - WeightWatcher's N, M
         for (k, _), fit in zip(members, mp_fit_many([e for _, e in members], P, p)):
-            _mp_columns(results[k], fit, specs[k].log_scale)
+            for column in ("bulk_max", "num_spikes", "mp_softrank"):
+                if fit.reason is not None:
+                    results[k].fail(column, f"MP fit: {fit.reason}")
+                elif column == "bulk_max":
+                    results[k].put_rescaled(column, fit.bulk_max, 1.0, specs[k].log_scale)
+                else:
+                    results[k].values[column] = getattr(fit, column)
     return results
-
-
-def _mp_columns(result: GroupResult, fit: MPFit, log_scale: float) -> None:
-    for column in ("bulk_max", "num_spikes", "mp_softrank"):
-        if fit.reason is not None:
-            result.fail(column, f"MP fit: {fit.reason}")
-        elif column == "bulk_max":
-            result.put_rescaled(column, fit.bulk_max, 1.0, log_scale)
-        else:
-            result.values[column] = getattr(fit, column)
 
 
 def _spectrum_problem(e: np.ndarray) -> Optional[str]:
@@ -125,11 +121,7 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
         result.values["entropy"] = entropy
     else:
         result.fail("entropy", reason)
-    _rank_columns(result, e, spec)
-
-
-def _rank_columns(result: GroupResult, e: np.ndarray, spec: Spectrum) -> None:
-    """rank_loss, weak_rank_loss, sv_min, lambda_max, per slice under ``slice_svd`` (docs/metrics.md)."""
+    # rank_loss, weak_rank_loss, sv_min, lambda_max; per slice under ``slice_svd`` (docs/metrics.md)
     result.put_rescaled("lambda_max", float(e[-1]), 1.0, spec.log_scale)
     result.values["weak_rank_loss"] = int(np.count_nonzero(e < _stored_threshold(WW_WEAK_RANK_TOL, spec.log_scale)))
     per_slice = spec.extra.get("htsr")

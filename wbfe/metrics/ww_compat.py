@@ -5,7 +5,7 @@ them, for :mod:`wbfe.editing`'s WeightWatcher-compatible mode (``Conventions.ww_
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -32,7 +32,10 @@ def ww_conv2d_matrices(w: np.ndarray, *, pool: bool = True) -> list[np.ndarray]:
     """The float64 matrices (rows >= cols, kh·kw of them) whose squared singular values, pooled, are WeightWatcher
     0.7.7's eigenvalues for a PyTorch Conv2d weight (out, in, kh, kw), scaled as it does (√(1/2), or √(kh·kw/2) each
     with ``pool=False``). Raises ValueError for a weight that is not 4-D."""
-    w32 = _conv_weight32(w)
+    w32 = np.asarray(w)
+    if w32.ndim != 4:
+        raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w32.shape}")
+    w32 = w32.astype(np.float32)  # the precision WeightWatcher computes in
     out_ch, in_ch, kh, kw = w32.shape
     slices: list[np.ndarray] = []
     for i in range(kh):
@@ -54,14 +57,6 @@ def ww_conv2d_dims(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
     if out_ch + in_ch < kh + kw or out_ch >= in_ch:
         return out_ch, in_ch, rf
     return (in_ch, out_ch, rf) if rf % 2 == 1 else (out_ch, in_ch, rf)
-
-
-def _conv_weight32(w: Any) -> np.ndarray:
-    """A conv weight (out, in, kh, kw) as float32, the precision WeightWatcher computes in; ValueError if not 4-D."""
-    w = np.asarray(w)
-    if w.ndim != 4:
-        raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w.shape}")
-    return w.astype(np.float32)
 
 
 # ---------------------------------------------------------------- SVDSmoothing / SVDSharpness
