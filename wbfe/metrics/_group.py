@@ -58,8 +58,7 @@ class MetricOptions:
     fit: Literal["pl", "tpl", "e_tpl"] = "pl"
 
     def __post_init__(self) -> None:
-        if self.fix_fingers is not None or self.fit != "pl":
-            check_tail_options(self.fix_fingers, self.fit)
+        check_tail_options(self.fix_fingers, self.fit)
 
     @classmethod
     def from_score_options(cls, options: Any) -> "MetricOptions":
