@@ -39,8 +39,9 @@ def spectrum_of(matrices: list[Any], context: Context, name: str, *, need_eigs: 
     """The :class:`~wbfe.metrics.Spectrum` of ``matrices`` (as ``plan`` says, see :func:`planned_spectrum`) with every
     group's hook, or the :class:`DegenerateMatrixError` that says why there is none (returned, not raised)."""
     try:
-        spec = planned_spectrum(matrices, plan, context.device,
-                                need_eigs=context.need_eigs if need_eigs is None else need_eigs)
+        # Without a group that needs eigenvalues, BFE-W's moments come from a factorisation.
+        needed = any(g.needs_eigenvalues for g in context.groups) if need_eigs is None else need_eigs
+        spec = planned_spectrum(matrices, plan, context.device, need_eigs=needed)
         hooks = [g for g in context.groups if g.from_matrices is not None]
         if hooks:
             spec = dataclasses.replace(spec, extra={g.name: g.from_matrices(matrices, context.device,

@@ -5,6 +5,7 @@ differs. The truncated power law's normaliser is a quadrature in log space: vali
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -133,8 +134,7 @@ def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail
         return failed_fit(method, f"no candidate xmin in [{low:.6g}, {high:.6g}) gives alpha > 1 with a tail of {min_tail}",
                        int(candidates.size))
     ks = _ks_all(x, alphas, valid)
-    fit = _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method="csn")
-    return PowerLawFit(fit.alpha, fit.sigma, fit.xmin, fit.xmax, fit.n_tail, fit.ks, fit.n_candidates, method, fit.reason)
+    return dataclasses.replace(_pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method="csn"), method=method)
 
 
 def range_candidates(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
