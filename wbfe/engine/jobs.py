@@ -44,8 +44,8 @@ def spectrum_of(matrices: list[Any], context: Context, name: str, *, need_eigs: 
         spec = planned_spectrum(matrices, plan, context.device, need_eigs=needed)
         hooks = [g for g in context.groups if g.from_matrices is not None]
         if hooks:
-            spec = dataclasses.replace(spec, extra={g.name: g.from_matrices(matrices, context.device,
-                                                                            context.metric_options, name) for g in hooks})
+            extra = {g.name: g.from_matrices(matrices, context.device, context.metric_options, name) for g in hooks}
+            spec = dataclasses.replace(spec, extra=extra)
         return spec
     except DegenerateMatrixError as exc:
         return exc

@@ -1,9 +1,6 @@
-"""Extra matrices made from consecutive entries of the stream: the products of consecutive weight matrices that
-WeightWatcher 0.7.7 analyses with ``intra=True`` (:mod:`wbfe.metrics.intra`), each scored as one more row (role and
-convention ``intra``, named ``"<first> X <second>"``), placed right after the row of its second matrix. The chain, the
-members it passes over and the masks are described in docs/metrics.md (Products of consecutive layers). The masks are
-drawn in chain order whatever order the tensors are read in, and a matrix is held (as float64) only until the products
-it is part of are made."""
+"""The products of consecutive weight matrices that WeightWatcher 0.7.7 analyses with ``intra=True``, each scored as one
+more row (role and convention ``intra``, named ``"<first> X <second>"``) right after its second matrix's
+(docs/metrics.md, Products of consecutive layers). A matrix is held (as float64) only until its products are made."""
 
 from __future__ import annotations
 

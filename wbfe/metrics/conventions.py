@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from wbfe.metrics.ww_compat import WW_EVALS_THRESH
+from wbfe.metrics.ww_compat import WW_EPSILON, WW_EVALS_THRESH
 
 __all__ = ["Conventions", "WBFE", "WEIGHTWATCHER", "conventions_for"]
 
@@ -26,7 +26,7 @@ class Conventions:
         evals_thresh: eigenvalues at or below it are dropped before the tail fits (0: exact zeros).
         entropy_epsilon: added inside the matrix entropy's logarithm.
         peak_log10: ``xmin_peak``'s lower end is log10(0.95·peak), 0.7.7's slip, rather than 0.95·peak.
-        slice_svd: each conv slice's own SVD feeds rank_loss and sv_min; the eigenvectors use WeightWatcher's arithmetic.
+        slice_svd: each conv slice's own SVD feeds rank_loss and sv_min; eigenvectors by WeightWatcher's arithmetic.
         ww_edit: smoothing and sharpening reproduce WeightWatcher's (:mod:`wbfe.metrics.ww_compat`).
     """
 
@@ -49,9 +49,9 @@ WBFE = Conventions("wbfe", conv="flatten", ww_slices=False, skip_below_min_eigs=
 """wbfe's own choices (docs/math.md)."""
 
 WEIGHTWATCHER = Conventions("weightwatcher", conv="slices", ww_slices=True, skip_below_min_eigs=True,
-                            whole_spectrum=True, power_law="ww", evals_thresh=WW_EVALS_THRESH, entropy_epsilon=1e-10,
-                            peak_log10=True, slice_svd=True, ww_edit=True)
-"""WeightWatcher 0.7.7's choices (docs/weightwatcher.md)."""
+                            whole_spectrum=True, power_law="ww", evals_thresh=WW_EVALS_THRESH,
+                            entropy_epsilon=WW_EPSILON, peak_log10=True, slice_svd=True, ww_edit=True)
+"""WeightWatcher 0.7.7's choices (docs/spectral-metrics.md)."""
 
 
 def conventions_for(ww_compatible: bool) -> Conventions:

@@ -18,10 +18,8 @@ from wbfe.metrics.powerlaw import PowerLawFit, failed_fit, fit_power_law, fit_tr
 from wbfe.metrics.ww_compat import WW_EVALS_THRESH
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
-           "WW_EVALS_THRESH", "WW_EPSILON", "WW_WEAK_RANK_TOL", "GROUP"]
+           "WW_EVALS_THRESH", "WW_WEAK_RANK_TOL", "GROUP"]
 
-#: WeightWatcher 0.7.7's entropy regulariser on CPU (``RMT_Util.EPSILON``).
-WW_EPSILON = 1e-10
 #: WeightWatcher 0.7.7's ``tolerance``: eigenvalues below it count in ``weak_rank_loss``.
 WW_WEAK_RANK_TOL = 1e-6
 _LN10 = math.log(10.0)

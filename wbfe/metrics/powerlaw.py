@@ -131,8 +131,8 @@ def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail
     valid = np.zeros(alphas.size, dtype=bool)
     valid[candidates] = np.isfinite(alphas[candidates]) & (alphas[candidates] > 1.0) & (n_tail[candidates] >= min_tail)
     if not valid.any():
-        return failed_fit(method, f"no candidate xmin in [{low:.6g}, {high:.6g}) gives alpha > 1 with a tail of {min_tail}",
-                       int(candidates.size))
+        return failed_fit(method, f"no candidate xmin in [{low:.6g}, {high:.6g}) gives alpha > 1 with a tail of "
+                          f"{min_tail}", int(candidates.size))
     ks = _ks_all(x, alphas, valid)
     return dataclasses.replace(_pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method="csn"), method=method)
 
@@ -217,7 +217,8 @@ def _pick_xmin(
     else:
         n_eligible = int(np.count_nonzero(valid))
         if n_eligible == 0:
-            return failed_fit(method, f"degenerate spectrum: no tail of at least {min_tail} values gives a finite alpha > 1")
+            reason = f"degenerate spectrum: no tail of at least {min_tail} values gives a finite alpha > 1"
+            return failed_fit(method, reason)
     i = int(np.argmin(ks))  # first minimum, as WeightWatcher
     alpha = float(alphas[i])
     if not (math.isfinite(alpha) and alpha > 1.0):

@@ -15,13 +15,12 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics.ww_compat import WW_EPSILON
 
 __all__ = ["EigenvectorData", "localization_ratios", "participation_ratios", "discrete_entropies",
            "eigenvector_data", "COLUMNS", "GROUP"]
 
-#: WeightWatcher 0.7.7's histogram regulariser (``EPSILON`` on a CPU machine) and bin count.
-WW_EPSILON = 1e-10
-WW_BINS = 100
+WW_BINS = 100  # WeightWatcher 0.7.7's histogram bin count
 _METRICS = ("vec_entropy", "loc_ratio", "part_ratio")  # WeightWatcher's column order
 COLUMNS = tuple(f"{part}_{stat}_{metric}" for metric in _METRICS for part in ("bulk", "tail")
                 for stat in ("mean", "var"))
