@@ -99,17 +99,11 @@ def _default_slice(matrix: Any, device: Any) -> tuple[np.ndarray, np.ndarray, np
 def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> EigenvectorData:
     """The ``from_matrices`` hook: the eigenvector metrics of every matrix (or conv slice), pooled; the default
     mode's eigen-solve runs on ``device``; ``name`` is unused (nothing here is random)."""
-    parts = []
-    svd_parts = []
-    for matrix in matrices:
-        if options.conventions.slice_svd:
-            *numbers, sv2 = _ww_slice(to_numpy(matrix).astype(np.float64))
-            svd_parts.append(sv2)
-        else:
-            numbers = list(_default_slice(matrix, device))
-        parts.append(numbers)
+    ww = options.conventions.slice_svd
+    parts: list[tuple[np.ndarray, ...]] = [_ww_slice(to_numpy(m).astype(np.float64)) if ww else _default_slice(m, device)
+                                           for m in matrices]
     eigs, ent, loc, part = (np.concatenate([p[i] for p in parts]) for i in range(4))
-    svd_eigs = np.sort(np.concatenate(svd_parts)) if svd_parts else None
+    svd_eigs = np.sort(np.concatenate([p[4] for p in parts])) if ww else None
     return EigenvectorData(eigs=eigs, vec_entropy=ent, loc_ratio=loc, part_ratio=part, svd_eigs=svd_eigs)
 
 
