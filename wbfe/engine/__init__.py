@@ -4,7 +4,7 @@ adapter merge, report, watch, the Ray tasks) uses (docs/architecture.md). The en
 
 from wbfe.engine.checkpoint import Progress, eigenvalues_of, layer_spectrum, provenance_of, score_intra, score_source
 from wbfe.engine.context import Context
-from wbfe.engine.jobs import planned_spectrum, spectrum_job, spectrum_of
+from wbfe.engine.jobs import planned_spectrum, spectrum_of
 from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, planning_min_eigs, stream
 from wbfe.engine.products import INTRA, IntraChain, Product
 from wbfe.engine.result import ModelScore, finish, no_usable_matrix, summarise
@@ -13,7 +13,7 @@ from wbfe.engine.run import Done, Ties, run
 
 __all__ = [
     "Context", "Planned", "entries", "plan_entry", "planning_min_eigs", "stream", "matrices_of",
-    "spectrum_of", "spectrum_job", "planned_spectrum",
+    "spectrum_of", "planned_spectrum",
     "IntraChain", "Product", "INTRA",
     "layer_row", "RowMaker", "Record", "ROW_BATCH",
     "run", "Ties", "Done",

@@ -75,9 +75,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     chain = None
     if options.intra and isinstance(planned, list):  # every plan known: the chain in the model's order
         chain = IntraChain.in_order(options.seed, [p.plan for p in planned if isinstance(p.plan, MatrixPlan)],
-                                    description.order if description is not None else None,
-                                    description.aliases if description is not None else None,
-                                    ww_slices=options.conventions.ww_slices)
+                                    description, ww_slices=options.conventions.ww_slices)
     if progress is not None:  # the total at once, before the first spectrum (a bar reads 0/N, not 0/?)
         progress(0, total, "")
     with Pipeline(context.device) as pipeline:
@@ -138,23 +136,15 @@ def score_intra(
     ref: Any, *, metrics: Union[str, Iterable[str]] = "htsr", ww_compatible: bool = False,
     layers: Optional[str] = None, sparsify: bool = True, seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Score the products of consecutive layers of a checkpoint alone, one row per pair
-    (WeightWatcher 0.7.7's ``intra=True``, as ``wbfe score --intra`` makes them), with the metric
-    groups that need only a spectrum; only the matrices that form a product are read.
-
-    Args:
-        ref: anything :func:`wbfe.sources.open_source` reads (an ``nn.Module`` included).
-        metrics: groups that need only the spectrum (``htsr``, ``detx``, ``fingers``, ``htmp``, ``bfe``).
-        ww_compatible: WeightWatcher's conventions (:data:`wbfe.metrics.conventions.WEIGHTWATCHER`);
-            matrices too small for it leave the chain, as WeightWatcher leaves them out of its layers.
-        layers: a regular expression selecting the weights that form the chain.
-        sparsify: WeightWatcher's default random 0/1 mask between the two (see
-            :func:`wbfe.metrics.intra.intra_matrix`); seed: the masks' seed.
+    """Score the products of consecutive layers of ``ref`` (anything :func:`wbfe.sources.open_source` reads) alone, one
+    row per pair, as ``wbfe score --intra`` makes them (WeightWatcher 0.7.7's ``intra=True``; ``sparsify``: its random
+    0/1 mask, seeded by ``seed``), with the ``metrics`` groups, which must need only a spectrum; ``layers`` is a regular
+    expression selecting the chain's weights, and only those that form a product are read. Under ``ww_compatible``
+    matrices too small for WeightWatcher leave the chain, as it leaves them out of its layers.
 
     Returns:
-        Rows ``{"name", "first", "second", "rows", "cols", "n_eigs", <columns>..., "reasons"}``; a
-        pair with a non-finite or all-zero factor has no columns, and says so in
-        ``reasons["spectrum"]``.
+        Rows ``{"name", "first", "second", "rows", "cols", "n_eigs", <columns>..., "reasons"}``; a pair with a
+        non-finite or all-zero factor has no columns, and says so in ``reasons["spectrum"]``.
 
     Raises:
         InvalidOptionError: a group that needs the matrices themselves (``vectors``, ``rand``).
@@ -188,10 +178,7 @@ def score_intra(
 
     with open_source(ref) as source, Pipeline(context.device) as pipeline:
         planned = [(entry, plan) for entry, plan in stream(source, settings) if isinstance(plan, MatrixPlan)]
-        description = source.description
-        chain = IntraChain.in_order(seed, [plan for _, plan in planned],
-                                    description.order if description is not None else None,
-                                    description.aliases if description is not None else None, sparsify=sparsify,
+        chain = IntraChain.in_order(seed, [plan for _, plan in planned], source.description, sparsify=sparsify,
                                     ww_slices=settings.conventions.ww_slices)
         for entry, plan in planned:
             if not chain.needs(plan.name):

@@ -28,8 +28,3 @@ class Context:
             options=options, groups=resolve_groups(options.metrics), device=resolve_device(options.device),
             metric_options=MetricOptions.from_score_options(options),
         )
-
-    @property
-    def need_eigs(self) -> bool:
-        """Whether any group needs eigenvalues (else BFE-W's moments from a factorisation do)."""
-        return any(g.needs_eigenvalues for g in self.groups)

@@ -44,15 +44,10 @@ class HeadChoice:
     note: Optional[str] = None
 
 
-def module_parts(name: str) -> list[str]:
-    """A tensor name's module path without the ``.weight``/``/kernel:0`` suffix and numeric indices."""
-    stem = _KERAS_SUFFIX.sub("", name)
-    return [p for p in re.split(r"[./]", stem) if p and not p.isdigit()]
-
-
 def head_rank(name: str) -> Optional[int]:
     """Preference of ``name`` as a head by its module name (0 best), None if its name is no head's."""
-    parts = module_parts(name)
+    # the module path without the ``.weight``/``/kernel:0`` suffix and numeric indices
+    parts = [p for p in re.split(r"[./]", _KERAS_SUFFIX.sub("", name)) if p and not p.isdigit()]
     if not parts:
         return None
     for rank, names in enumerate(HEAD_NAMES):

@@ -5,7 +5,7 @@ tensor's slices) at a time. Each spectrum carries what every metric group's ``fr
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from wbfe.engine.matrices import MatrixPlan
 from wbfe.linalg.arrays import to_numpy
 from wbfe.linalg.spectra import DegenerateMatrixError, Spectrum, spectrum
 
-__all__ = ["spectrum_of", "spectrum_job", "planned_spectrum"]
+__all__ = ["spectrum_of", "planned_spectrum"]
 
 
 def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: Any, *, need_eigs: bool = True) -> Spectrum:
@@ -39,21 +39,13 @@ def spectrum_of(matrices: list[Any], context: Context, name: str, *, need_eigs: 
     """The :class:`~wbfe.metrics.Spectrum` of ``matrices`` (as ``plan`` says, see :func:`planned_spectrum`) with every
     group's hook, or the :class:`DegenerateMatrixError` that says why there is none (returned, not raised)."""
     try:
-        spec = planned_spectrum(matrices, plan, context.device,
-                                need_eigs=context.need_eigs if need_eigs is None else need_eigs)
-        return _with_hooks(spec, matrices, context, name)
+        # Without a group that needs eigenvalues, BFE-W's moments come from a factorisation.
+        needed = any(g.needs_eigenvalues for g in context.groups) if need_eigs is None else need_eigs
+        spec = planned_spectrum(matrices, plan, context.device, need_eigs=needed)
+        hooks = [g for g in context.groups if g.from_matrices is not None]
+        if hooks:
+            extra = {g.name: g.from_matrices(matrices, context.device, context.metric_options, name) for g in hooks}
+            spec = dataclasses.replace(spec, extra=extra)
+        return spec
     except DegenerateMatrixError as exc:
         return exc
-
-
-def spectrum_job(matrices: list[Any], context: Context, name: str, plan: Optional[MatrixPlan] = None) -> Callable[[], Any]:
-    """:func:`spectrum_of` as a job for :meth:`wbfe.engine.pipeline.Pipeline.compute`."""
-    return lambda: spectrum_of(matrices, context, name, plan=plan)
-
-
-def _with_hooks(spec: Any, matrices: list[Any], context: Context, name: str) -> Any:
-    hooks = [g for g in context.groups if g.from_matrices is not None]
-    if not hooks:
-        return spec
-    extra = {g.name: g.from_matrices(matrices, context.device, context.metric_options, name) for g in hooks}
-    return dataclasses.replace(spec, extra=extra)

@@ -1,15 +1,5 @@
-"""How one checkpoint's tensors flow to their spectra: read ahead, scored on workers side by side
-where that is faster, within a memory budget, and handed back in the order they were stored.
-
-- **Read-ahead.** The next large matrix is read, or mapped with its page table filled, on a thread
-  while this one is scored.
-- **Workers.** A matrix whose float64 copy fits in ``spectra._WORKER_BYTES`` is scored by BLAS
-  (``wbfe.linalg.blas``) or torch without the GIL, so ``workers`` of them run side by side with every
-  BLAS pool held at one thread (``spectra.pin_threads``). Larger matrices are scored one at a time
-  on the main thread with all BLAS threads.
-- **Memory.** Tensors in flight, read or being scored, with their float64 work, stay within
-  ``2.5 ×`` the largest tensor met so far, or 64 MiB.
-"""
+"""How one checkpoint's tensors flow to their spectra: read ahead, scored on workers side by side where that is faster,
+within a memory budget, and handed back in the order they were stored (docs/performance.md, How a checkpoint flows)."""
 
 from __future__ import annotations
 

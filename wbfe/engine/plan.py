@@ -48,38 +48,28 @@ def plan_entry(
 
 
 def planning_min_eigs(options: Any) -> int:
-    """The fewest eigenvalues a matrix needs to be analysed at all under ``options`` (a
-    :class:`~wbfe.options.ScoreOptions`): WeightWatcher-compatible mode skips matrices with fewer
-    than ``min_eigs``, as WeightWatcher does; otherwise BFE-W needs only two, and ``min_eigs`` gates
-    the tail fits alone (see :mod:`wbfe.engine.rows`). Every feature that plans entries itself
-    (compare, the adapter merge) plans with this, so that it analyses what a score analyses."""
+    """The fewest eigenvalues a matrix needs to be analysed at all under ``options`` (a ScoreOptions): ``min_eigs``
+    under ``skip_below_min_eigs``, else BFE-W's two. Compare and the adapter merge plan with it too."""
     return options.min_eigs if options.conventions.skip_below_min_eigs else MIN_BFE_EIGS
 
 
 def stream(source: Any, options: Any) -> Iterator[Planned]:
-    """Every entry of ``source`` planned under ``options`` (a :class:`~wbfe.options.ScoreOptions`),
-    with :func:`planning_min_eigs`."""
+    """Every entry of ``source`` planned under ``options`` (a :class:`~wbfe.options.ScoreOptions`), with
+    :func:`planning_min_eigs`; the role the checkpoint's own description gives a weight (a MoE router or experts
+    module) wins over the name rules'."""
     min_eigs = planning_min_eigs(options)
     for entry, consumed in entries(source):
         plan = plan_entry(entry, consumed, conv=options.conv, min_eigs=min_eigs, pattern=options.pattern)
-        yield Planned(entry, described_role(plan, source))
-
-
-def described_role(plan: Union[Skip, MatrixPlan], source: Any) -> Union[Skip, MatrixPlan]:
-    """``plan`` with the role the checkpoint's own description gives its weight, where it gives one
-    (a MoE router or experts module, whatever the weight's name); else as the name rules planned it."""
-    if not isinstance(plan, MatrixPlan):
-        return plan
-    description = getattr(source, "description", None)
-    role = description.role_of(plan.name) if description is not None else None
-    return plan if role is None or role == plan.role else dataclasses.replace(plan, role=role)
+        if isinstance(plan, MatrixPlan) and (description := getattr(source, "description", None)) is not None:
+            role = description.role_of(plan.name)
+            if role is not None and role != plan.role:
+                plan = dataclasses.replace(plan, role=role)
+        yield Planned(entry, plan)
 
 
 def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_slices: bool = False) -> list[Any]:
-    """The matrices a planned tensor is analysed as: :func:`wbfe.engine.matrices.as_matrices`, or, in
-    WeightWatcher-compatible mode with the ``slices`` convention, WeightWatcher's own conv slices.
-    For the ``fft`` view it is the kernel itself, which :func:`wbfe.engine.planned_spectrum` turns
-    into the view's eigenvalues."""
+    """The matrices a planned tensor is analysed as: :func:`wbfe.engine.matrices.as_matrices` (for ``fft``, the kernel
+    itself), or with ``ww_slices`` (``Conventions.ww_slices``) and ``slices`` WeightWatcher's own conv slices."""
     if not (ww_slices and plan.convention == "slices" and len(plan.shape) == 4):
         return as_matrices(tensor, plan)
     from wbfe.metrics.ww_compat import ww_conv2d_matrices

@@ -1,9 +1,6 @@
-"""Extra matrices made from consecutive entries of the stream: the products of consecutive weight matrices that
-WeightWatcher 0.7.7 analyses with ``intra=True`` (:mod:`wbfe.metrics.intra`), each scored as one more row (role and
-convention ``intra``, named ``"<first> X <second>"``), placed right after the row of its second matrix. The chain, the
-members it passes over and the masks are described in docs/metrics.md (Products of consecutive layers). The masks are
-drawn in chain order whatever order the tensors are read in, and a matrix is held (as float64) only until the products
-it is part of are made."""
+"""The products of consecutive weight matrices that WeightWatcher 0.7.7 analyses with ``intra=True``, each scored as one
+more row (role and convention ``intra``, named ``"<first> X <second>"``) right after its second matrix's
+(docs/metrics.md, Products of consecutive layers). A matrix is held (as float64) only until its products are made."""
 
 from __future__ import annotations
 
@@ -66,11 +63,12 @@ class IntraChain:
         self.held: dict[str, _Member] = {}
 
     @classmethod
-    def in_order(cls, seed: int, plans: Sequence[MatrixPlan], order: Optional[Sequence[str]] = None,
-                 aliases: Any = None, *, sparsify: bool = True, ww_slices: bool = False) -> "IntraChain":
-        """The chain of ``plans`` (the stream's matrices) in the model's ``order`` (stream order
+    def in_order(cls, seed: int, plans: Sequence[MatrixPlan], description: Any = None, *, sparsify: bool = True,
+                 ww_slices: bool = False) -> "IntraChain":
+        """The chain of ``plans`` (the stream's matrices) in the order of the model's ``description`` (stream order
         where None), its pairs and their masks' generator states fixed here, in chain order."""
         chain = cls(seed, sparsify=sparsify, ww_slices=ww_slices)
+        order, aliases = (description.order, description.aliases) if description is not None else (None, None)
         by_name = {plan.name: plan for plan in plans}
         pairs: dict[str, list[_Pair]] = {}
         previous: Optional[tuple[int, int]] = None
@@ -134,15 +132,11 @@ class IntraChain:
         out = []
         for pair in mine:
             if pair.first in self.held and pair.second in self.held:
-                state = pair.state
-                mask = None
-                if state is not None:
+                rng = None
+                if pair.state is not None:
                     rng = np.random.RandomState()
-                    rng.set_state(state)
-                    flips = aligned_shapes(self.held[pair.first].matrix.shape, self.held[pair.second].matrix.shape)
-                    assert flips is not None  # aligned when planned
-                    mask = intra_mask(rng, flips[2])
-                out.append(_product(pair.first, self.held[pair.first], pair.second, self.held[pair.second], mask))
+                    rng.set_state(pair.state)
+                out.append(_product(pair.first, self.held[pair.first], pair.second, self.held[pair.second], rng))
                 self._release(pair)
         return out
 
@@ -168,19 +162,18 @@ class IntraChain:
         self.held = {plan.name: w}
         if previous is None or before is None:
             return []
-        flips = aligned_shapes(before.matrix.shape, w.matrix.shape)
-        if flips is None:
+        if aligned_shapes(before.matrix.shape, w.matrix.shape) is None:
             return []
-        mask = intra_mask(self.rng, flips[2]) if self.rng is not None else None
-        return [_product(previous, before, plan.name, w, mask)]
+        return [_product(previous, before, plan.name, w, self.rng)]
 
 
-def _product(first: str, m0: _Member, second: str, m1: _Member, mask: Optional[np.ndarray]) -> Product:
-    """The product of ``m0`` and ``m1`` as a stand-in entry, its plan and its spectrum job."""
-    w0, w1 = m0.matrix, m1.matrix
-    flips = aligned_shapes(w0.shape, w1.shape)
+def _product(first: str, m0: _Member, second: str, m1: _Member, rng: Optional[np.random.RandomState]) -> Product:
+    """The product of ``m0`` and ``m1`` (aligned, with its mask drawn from ``rng`` unless None) as a stand-in entry,
+    its plan and its spectrum job."""
+    flips = aligned_shapes(m0.matrix.shape, m1.matrix.shape)
     assert flips is not None
-    a, b = (w0.T if flips[0] else w0), (w1.T if flips[1] else w1)
+    a, b = (m0.matrix.T if flips[0] else m0.matrix), (m1.matrix.T if flips[1] else m1.matrix)
+    mask = intra_mask(rng, flips[2]) if rng is not None else None
     shape = (int(a.shape[0]), int(b.shape[1]))
     # WeightWatcher keeps the second's count, capped here at what the product has
     name, n_comp, scale = f"{first} X {second}", min(m1.n_comp, *shape), m1.scale

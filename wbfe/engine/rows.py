@@ -31,17 +31,9 @@ def nothing_to_compute(group: Any, spec: Any, min_eigs: int) -> bool:
     return too_few(group, spec, min_eigs) and set(group.tail_columns) >= set(group.columns)
 
 
-def dead_units_reason(spec: Any) -> str:
-    """Why a matrix's spectrum is of a part of it: its exactly-zero rows and columns were left out."""
-    dead = " and ".join(f"{n} all-zero {what}" for n, what in ((spec.dead_rows, "row(s)"), (spec.dead_cols, "column(s)"))
-                        if n)
-    return f"{dead} (dead or pruned units) left out: BFE-W and the spectrum are of the live {spec.rows}x{spec.cols} part"
-
-
 def group_view(group: Any, spec: Any, context: Context) -> Any:
-    """The spectrum ``group`` is computed on: the live part's, except that under WeightWatcher's conventions
-    every group but BFE-W sees the whole matrix as WeightWatcher does, its dead units' zero
-    eigenvalues included (its rank_loss, weak_rank_loss, sv_min count them)."""
+    """The spectrum ``group`` is computed on: the live part's, or under ``whole_spectrum`` the whole matrix's for all
+    but BFE-W (WeightWatcher's rank_loss, weak_rank_loss, sv_min count the dead units' zero eigenvalues)."""
     return spec.whole() if context.metric_options.conventions.whole_spectrum and group.name != "bfe" else spec
 
 
@@ -59,7 +51,10 @@ def layer_row(
     }
     reasons: dict[str, str] = {}
     if spec.dead_rows or spec.dead_cols:
-        reasons["dead_units"] = dead_units_reason(spec)
+        dead = " and ".join(f"{n} all-zero {what}" for n, what in ((spec.dead_rows, "row(s)"),
+                                                                      (spec.dead_cols, "column(s)")) if n)
+        reasons["dead_units"] = (f"{dead} (dead or pruned units) left out: BFE-W and the spectrum are of the live "
+                                 f"{spec.rows}x{spec.cols} part")
     for group in context.groups:
         if not nothing_to_compute(group, spec, min_eigs):
             out = (computed[group.name] if computed and group.name in computed

@@ -5,10 +5,11 @@ part run this one loop, so their rows agree exactly. With ``options.intra`` the 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterable, Optional, Protocol, Union
 
 from wbfe.engine.context import Context
-from wbfe.engine.jobs import spectrum_job
+from wbfe.engine.jobs import spectrum_of
 from wbfe.engine.products import IntraChain
 from wbfe.engine.matrices import MatrixPlan, Skip
 from wbfe.engine.pipeline import Pipeline, Reading
@@ -54,7 +55,7 @@ def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: 
             pipeline.put(entry, prepared)
         else:
             assert isinstance(plan, MatrixPlan)
-            pipeline.compute(entry, plan, spectrum_job(prepared, context, entry.name, plan))
+            pipeline.compute(entry, plan, functools.partial(spectrum_of, prepared, context, entry.name, plan=plan))
         for product in products:  # their rows follow this entry's
             pipeline.compute(product.entry, product.plan, product.job)
         del prepared  # the job holds the tensor now, and frees it when done

@@ -27,7 +27,11 @@ class SeenContent:
 
     def earlier_copy(self, entry: TensorEntry, tensor: Any) -> Optional[str]:
         """The name of an earlier tensor with the same bytes, else None (and remember this one)."""
-        key = (entry.shape, entry.dtype) + (_sample_digest(tensor) if entry.reread else ("all", full_digest(tensor)))
+        if entry.reread:
+            flat = tensor.reshape(-1)
+            key = (entry.shape, entry.dtype, "sample", full_digest(flat[:: max(1, math.prod(flat.shape) // _SAMPLE)]))
+        else:
+            key = (entry.shape, entry.dtype, "all", full_digest(tensor))
         candidates = self._seen.setdefault(key, [])
         for name, reread in candidates:
             if reread is None or _same_bytes(reread(), tensor):
@@ -39,12 +43,6 @@ class SeenContent:
 def full_digest(tensor: Any) -> str:
     """A digest of every byte of ``tensor`` (equal digests: equal bytes, to blake2b's certainty)."""
     return hashlib.blake2b(flat_bytes(tensor).data, digest_size=16).hexdigest()
-
-
-def _sample_digest(tensor: Any) -> tuple[str, str]:
-    flat = tensor.reshape(-1)
-    count = math.prod(flat.shape)
-    return ("sample", full_digest(flat[:: max(1, count // _SAMPLE)]))
 
 
 def _same_bytes(a: Any, b: Any) -> bool:

@@ -32,16 +32,12 @@ _REGISTRY: dict[str, str] = {
 DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 
 
-def _load(name: str) -> MetricGroup:
-    module_name, attr = _REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
 def get_group(name: str) -> MetricGroup:
     """The metric group registered as ``name``; UnknownNameError (with close matches) if none is."""
     if name not in _REGISTRY:
         raise unknown_name("metric group", name, tuple(_REGISTRY))
-    return _load(name)
+    module_name, attr = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ...]:

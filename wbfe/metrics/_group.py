@@ -42,17 +42,9 @@ def out_of_range(log_scale: float) -> str:
 
 @dataclass(frozen=True)
 class MetricOptions:
-    """Options every metric group may read.
-
-    Attributes:
-        lam: prior precision for BFE-W and F-infinity: ``"opt"`` (lambda* = 1/mean(e)) or a value.
-        conventions: wbfe's choices or WeightWatcher 0.7.7's where they differ (:mod:`wbfe.metrics.conventions`).
-        min_tail: smallest power-law tail accepted (ignored in WeightWatcher-compatible mode).
-        seed: seed of every random step a group takes (the ``rand`` group's permutations).
-        fix_fingers: WeightWatcher's ``fix_fingers`` for the power-law columns: None,
-            ``"xmin_peak"`` or ``"clip_xmax"`` (:mod:`wbfe.metrics.fingers`).
-        fit: the tail model of the ``alpha`` columns: ``"pl"`` (power law), ``"tpl"`` (truncated
-            power law) or ``"e_tpl"`` (``tpl`` with ``xmin_peak``), WeightWatcher's ``fit``.
+    """Options every metric group may read: ``lam``, ``seed``, ``fix_fingers`` and ``fit`` as
+    :class:`~wbfe.options.ScoreOptions` has them; ``conventions`` wbfe's or WeightWatcher's
+    (:mod:`wbfe.metrics.conventions`); ``min_tail`` the smallest power-law tail (not under WeightWatcher's fit).
 
     Raises:
         InvalidOptionError: an unknown ``fix_fingers`` or ``fit``, or ``clip_xmax`` with a truncated fit.
@@ -66,15 +58,13 @@ class MetricOptions:
     fit: Literal["pl", "tpl", "e_tpl"] = "pl"
 
     def __post_init__(self) -> None:
-        if self.fix_fingers is not None or self.fit != "pl":
-            check_tail_options(self.fix_fingers, self.fit)
+        check_tail_options(self.fix_fingers, self.fit)
 
     @classmethod
     def from_score_options(cls, options: Any) -> "MetricOptions":
-        """The metric options of a :class:`~wbfe.options.ScoreOptions` (the one place that maps
-        one onto the other, so a new score option reaches the groups without touching callers)."""
-        return cls(lam=options.lam, conventions=options.conventions, seed=options.seed,
-                   fix_fingers=getattr(options, "fix_fingers", None), fit=getattr(options, "fit", "pl"))
+        """The metric options of a :class:`~wbfe.options.ScoreOptions` (the one place that maps one onto the other)."""
+        return cls(lam=options.lam, conventions=options.conventions, seed=options.seed, fix_fingers=options.fix_fingers,
+                   fit=options.fit)
 
     @property
     def plain_tail_fit(self) -> bool:

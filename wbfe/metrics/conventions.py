@@ -1,20 +1,13 @@
-"""The places where WeightWatcher 0.7.7's choices differ from wbfe's, named one by one.
-
-A run is computed under one :class:`Conventions`: :data:`WBFE` by default, :data:`WEIGHTWATCHER` with
-``ww_compatible=True`` (the user-facing switch of :class:`~wbfe.options.ScoreOptions` and
-``--ww-compatible``, and the key the provenance records). Each place that differs reads the field it
-needs, so what "WeightWatcher-compatible" changes is listed here and nowhere else.
-
-(In :mod:`wbfe.metrics`, not :mod:`wbfe.options`, because the metric groups read it and the options
-already import the metrics.)
-"""
+"""The places where WeightWatcher 0.7.7's choices differ from wbfe's, named one by one: :data:`WBFE` by default,
+:data:`WEIGHTWATCHER` with ``ww_compatible=True`` (the switch and the key the provenance records). In
+:mod:`wbfe.metrics`, not :mod:`wbfe.options`, because the metric groups read it and the options import the metrics."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from wbfe.metrics.ww_compat import WW_EVALS_THRESH
+from wbfe.metrics.ww_compat import WW_EPSILON, WW_EVALS_THRESH
 
 __all__ = ["Conventions", "WBFE", "WEIGHTWATCHER", "conventions_for"]
 
@@ -26,21 +19,15 @@ class Conventions:
     Attributes:
         name: ``wbfe`` or ``weightwatcher``.
         conv: the conv-kernel convention a run uses when the caller leaves ``conv`` unset.
-        ww_slices: ``slices`` cuts a 4-D kernel as WeightWatcher does (its ``conv2d`` matrices, and
-            their shape in an ``intra`` chain) rather than wbfe's k·k pooled out × in matrices.
-        skip_below_min_eigs: a matrix with fewer than ``min_eigs`` eigenvalues is left out altogether
-            (WeightWatcher), rather than only its tail fits being NaN.
-        whole_spectrum: every group but BFE-W sees the whole matrix, its dead units' zero eigenvalues
-            included, rather than the live part.
-        power_law: the power-law fit, ``csn`` (Clauset–Shalizi–Newman over tails of ≥ ``min_tail``
-            values) or ``ww`` (WeightWatcher's ``WWFit``, every candidate, its small-sample rule).
+        ww_slices: ``slices`` cuts a 4-D kernel into WeightWatcher's ``conv2d`` matrices (in an intra chain too).
+        skip_below_min_eigs: a matrix with fewer than ``min_eigs`` eigenvalues is left out, not only its tail fits.
+        whole_spectrum: every group but BFE-W sees the whole matrix, its dead units' zero eigenvalues included.
+        power_law: ``csn`` (Clauset–Shalizi–Newman, tails of ≥ ``min_tail``) or ``ww`` (WeightWatcher's ``WWFit``).
         evals_thresh: eigenvalues at or below it are dropped before the tail fits (0: exact zeros).
         entropy_epsilon: added inside the matrix entropy's logarithm.
         peak_log10: ``xmin_peak``'s lower end is log10(0.95·peak), 0.7.7's slip, rather than 0.95·peak.
-        slice_svd: each conv slice's own float64 SVD feeds the per-slice columns (rank_loss, sv_min)
-            and the eigenvector metrics use WeightWatcher's arithmetic.
-        ww_edit: smoothing and sharpening reproduce WeightWatcher's edit (its layers, counts and
-            randomised SVD, :mod:`wbfe.metrics.ww_compat`).
+        slice_svd: each conv slice's own SVD feeds rank_loss and sv_min; eigenvectors by WeightWatcher's arithmetic.
+        ww_edit: smoothing and sharpening reproduce WeightWatcher's (:mod:`wbfe.metrics.ww_compat`).
     """
 
     name: Literal["wbfe", "weightwatcher"]
@@ -62,9 +49,9 @@ WBFE = Conventions("wbfe", conv="flatten", ww_slices=False, skip_below_min_eigs=
 """wbfe's own choices (docs/math.md)."""
 
 WEIGHTWATCHER = Conventions("weightwatcher", conv="slices", ww_slices=True, skip_below_min_eigs=True,
-                            whole_spectrum=True, power_law="ww", evals_thresh=WW_EVALS_THRESH, entropy_epsilon=1e-10,
-                            peak_log10=True, slice_svd=True, ww_edit=True)
-"""WeightWatcher 0.7.7's choices (docs/weightwatcher.md)."""
+                            whole_spectrum=True, power_law="ww", evals_thresh=WW_EVALS_THRESH,
+                            entropy_epsilon=WW_EPSILON, peak_log10=True, slice_svd=True, ww_edit=True)
+"""WeightWatcher 0.7.7's choices (docs/spectral-metrics.md)."""
 
 
 def conventions_for(ww_compatible: bool) -> Conventions:

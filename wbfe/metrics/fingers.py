@@ -1,24 +1,6 @@
-"""WeightWatcher 0.7.7's alternative tail fits: ``fix_fingers`` and ``fit='TPL'``/``'E_TPL'``.
-
-"Fingers" are a few eigenvalues far above the rest of a power-law tail that drag the fitted α up;
-the user's view is in docs/metrics.md (the power-law columns). As WeightWatcher's source has them:
-
-- ``xmin_peak``: xmin is searched only near the peak of the ESD: h = 100-bin histogram of log10 e,
-  peak = 10^(left edge of its fullest bin); the candidates are the eigenvalues in
-  [0.95·peak, 1.5·peak), as the ``powerlaw`` package restricts ``Fit(xmin=(lo, hi))``
-  (:func:`wbfe.metrics.powerlaw.fit_power_law_in_range`). WeightWatcher's source passes
-  ``(log10(0.95·peak), 1.5·peak)``, a log10 left over on the lower end (for a peak below 1 that
-  drops the lower limit altogether); WeightWatcher's conventions (``peak_log10``) keep that, the default mode uses 0.95·peak.
-- ``clip_xmax``: fit the tail, then refit with the top idx eigenvalues removed, idx = 2, 3, …, 9;
-  stop at the first refit whose α is below the first α by more than 1 (``finger_thresh``): that
-  refit is the result and ``num_fingers`` = idx − 1 (WeightWatcher's count: one less than it
-  removed); stop without it when a refit's α ≤ 2; ``raw_alpha`` is the first α. Each fit is the
-  usual one (:func:`wbfe.metrics.powerlaw.fit_power_law`, WeightWatcher's ``WWFit`` in
-  WeightWatcher's conventions, which is what 0.7.7 runs for it); ``num_pl_spikes`` counts every
-  eigenvalue ≥ xmin, the removed ones included.
-- ``fit='tpl'``: xmin chosen by the smallest KS distance of the truncated fit itself, as the
-  ``powerlaw`` package does for ``xmin_distribution='truncated_power_law'``; ``fit='e_tpl'``: with ``xmin_peak``.
-"""
+"""WeightWatcher 0.7.7's alternative tail fits, ``fix_fingers`` (``xmin_peak``, ``clip_xmax``) and
+``fit='TPL'``/``'E_TPL'``, as its source has them: the rules, and where ``--ww-compatible`` keeps its slips, are in
+docs/metrics.md (the power-law columns)."""
 
 from __future__ import annotations
 
@@ -31,7 +13,7 @@ import numpy as np
 from wbfe.metrics.conventions import WBFE, Conventions
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, check_tail_options
 from wbfe.metrics.powerlaw import (
-    PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, tpl_log_normaliser,
+    PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, range_candidates, tpl_log_normaliser,
 )
 
 __all__ = ["FixFingers", "TailModel", "TailFit", "esd_peak", "peak_range", "fit_tail", "tpl_ks_distance",
@@ -77,7 +59,7 @@ def esd_peak(x: np.ndarray) -> float:
 
 
 def peak_range(x: np.ndarray, *, log10: bool) -> tuple[float, float]:
-    """The xmin range of ``xmin_peak`` (see the module docstring)."""
+    """The xmin range of ``xmin_peak`` (docs/metrics.md: WeightWatcher's log10 slip with ``log10``)."""
     peak = esd_peak(x)
     return (math.log10(0.95 * peak) if log10 else 0.95 * peak), 1.5 * peak
 
@@ -131,10 +113,8 @@ def tpl_ks_distance(tail: np.ndarray, alpha: float, lam: float) -> float:
 
 def _tpl_scan(x: np.ndarray, lo: float, hi: float, *, min_tail: int) -> TailFit:
     """Truncated power law with xmin chosen by its own KS distance among the candidates in [lo, hi)."""
-    first = np.ones(x.size, dtype=bool)
-    first[1:] = x[1:] != x[:-1]
-    candidates = np.flatnonzero((x >= lo) & (x < hi) & first)[:-1]
-    candidates = candidates[(candidates < x.size - 1) & (x.size - candidates >= max(min_tail, 3))]
+    candidates = range_candidates(x, lo, hi)
+    candidates = candidates[x.size - candidates >= max(min_tail, 3)]
     if candidates.size == 0:
         return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"no candidate xmin in [{lo:.6g}, {hi:.6g})")
     fits = [fit_truncated_power_law(x[i:], xmin=float(x[i])) for i in candidates]
@@ -154,17 +134,9 @@ def _tpl_scan(x: np.ndarray, lo: float, hi: float, *, min_tail: int) -> TailFit:
 
 def fit_tail(x: np.ndarray, *, fix_fingers: FixFingers = None, fit: TailModel = "pl", min_tail: int = 10,
              conventions: Conventions = WBFE) -> TailFit:
-    """The tail fit of the positive sample ``x`` under WeightWatcher's ``fix_fingers`` and ``fit``.
-
-    Args:
-        x: positive eigenvalues (thresholded as the caller's power-law fit thresholds them).
-        fix_fingers: None, ``xmin_peak`` or ``clip_xmax``.
-        fit: ``pl``, ``tpl`` or ``e_tpl`` (= ``tpl`` with ``xmin_peak``).
-        min_tail: smallest tail accepted in the default mode.
-        conventions: :data:`~wbfe.metrics.conventions.WEIGHTWATCHER` for its own choices (the module docstring).
-
-    Returns:
-        A :class:`TailFit`; NaN + reason on failure.
+    """The tail fit of the positive sample ``x`` (thresholded as the caller's power-law fit thresholds it) under
+    WeightWatcher's ``fix_fingers`` and ``fit`` (``e_tpl`` is ``tpl`` with ``xmin_peak``); ``min_tail`` as in
+    :func:`~wbfe.metrics.powerlaw.fit_power_law`. NaN + reason on failure.
 
     Raises:
         InvalidOptionError: see :func:`check_tail_options`.

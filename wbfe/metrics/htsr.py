@@ -1,22 +1,7 @@
 """HT-SR baselines: the WeightWatcher 0.7.7 metrics, computed from one spectrum (docs/math.md §4).
 
-Every column is defined in docs/metrics.md and its formula in docs/math.md §4. WeightWatcher's quirks:
-
-- per-slice rank_loss and sv_min:
-  For pooled conv slices WeightWatcher 0.7.7 works per slice: its rank tolerance uses each
-  slice's largest singular value, and its ``sv_min`` is the *largest* of the slices' smallest
-  singular values (``np.max`` where ``np.min`` was meant); WeightWatcher's conventions reproduce both from
-  each slice's singular values (:func:`slice_singular_values`, the group's ``from_matrices`` hook,
-  which does nothing in the default mode or for a single matrix).
-
-Zero eigenvalues (rank-deficient matrices), as WeightWatcher 0.7.7 treats them: they stay in norm,
-spectral norm, stable rank, log_alpha_norm (0^α = 0), matrix_rank, entropy and the MP fit; the
-power-law fit drops them. WeightWatcher drops every eigenvalue ≤ 1e-5 (an absolute threshold,
-``EVALS_THRESH``) before the power-law fit; WeightWatcher's conventions do the same, the default mode drops
-only exact zeros (the spectrum stage already clips noise-level values to 0), so α does not depend
-on the scale of W. Under WeightWatcher's conventions the entropy also adds WeightWatcher's ε = 1e-10 to
-every pᵢ and to the rank (its CPU value; on a CUDA machine it uses 6e-5).
-"""
+Every column is defined in docs/metrics.md, with WeightWatcher's per-slice rank_loss and sv_min, and which eigenvalues
+each column keeps; what WeightWatcher's conventions change is in docs/spectral-metrics.md."""
 
 from __future__ import annotations
 
@@ -29,14 +14,12 @@ from wbfe.linalg.arrays import to_numpy
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
-from wbfe.metrics.powerlaw import (PowerLawFit, fit_power_law, fit_truncated_power_law)
+from wbfe.metrics.powerlaw import PowerLawFit, failed_fit, fit_power_law, fit_truncated_power_law
 from wbfe.metrics.ww_compat import WW_EVALS_THRESH
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
-           "WW_EVALS_THRESH", "WW_EPSILON", "WW_WEAK_RANK_TOL", "GROUP"]
+           "WW_EVALS_THRESH", "WW_WEAK_RANK_TOL", "GROUP"]
 
-#: WeightWatcher 0.7.7's entropy regulariser on CPU (``RMT_Util.EPSILON``).
-WW_EPSILON = 1e-10
 #: WeightWatcher 0.7.7's ``tolerance``: eigenvalues below it count in ``weak_rank_loss``.
 WW_WEAK_RANK_TOL = 1e-6
 _LN10 = math.log(10.0)
@@ -99,18 +82,14 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
         by_shape.setdefault((specs[k].P, specs[k].p), []).append((k, e))
     for (P, p), members in by_shape.items():  # noqa: N806 - WeightWatcher's N, M
         for (k, _), fit in zip(members, mp_fit_many([e for _, e in members], P, p)):
-            _mp_columns(results[k], fit, specs[k].log_scale)
+            for column in ("bulk_max", "num_spikes", "mp_softrank"):
+                if fit.reason is not None:
+                    results[k].fail(column, f"MP fit: {fit.reason}")
+                elif column == "bulk_max":
+                    results[k].put_rescaled(column, fit.bulk_max, 1.0, specs[k].log_scale)
+                else:
+                    results[k].values[column] = getattr(fit, column)
     return results
-
-
-def _mp_columns(result: GroupResult, fit: MPFit, log_scale: float) -> None:
-    for column in ("bulk_max", "num_spikes", "mp_softrank"):
-        if fit.reason is not None:
-            result.fail(column, f"MP fit: {fit.reason}")
-        elif column == "bulk_max":
-            result.put_rescaled(column, fit.bulk_max, 1.0, log_scale)
-        else:
-            result.values[column] = getattr(fit, column)
 
 
 def _spectrum_problem(e: np.ndarray) -> Optional[str]:
@@ -140,11 +119,7 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
         result.values["entropy"] = entropy
     else:
         result.fail("entropy", reason)
-    _rank_columns(result, e, spec)
-
-
-def _rank_columns(result: GroupResult, e: np.ndarray, spec: Spectrum) -> None:
-    """rank_loss, weak_rank_loss, sv_min, lambda_max (see the module docstring)."""
+    # rank_loss, weak_rank_loss, sv_min, lambda_max; per slice under ``slice_svd`` (docs/metrics.md)
     result.put_rescaled("lambda_max", float(e[-1]), 1.0, spec.log_scale)
     result.values["weak_rank_loss"] = int(np.count_nonzero(e < _stored_threshold(WW_WEAK_RANK_TOL, spec.log_scale)))
     per_slice = spec.extra.get("htsr")
@@ -159,9 +134,8 @@ def _rank_columns(result: GroupResult, e: np.ndarray, spec: Spectrum) -> None:
 
 
 def slice_singular_values(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> Optional[list[np.ndarray]]:
-    """The ``from_matrices`` hook: under WeightWatcher's conventions (``slice_svd``), each pooled slice's singular values
-    (float64 LAPACK SVD, as WeightWatcher computes them), for its per-slice ``rank_loss`` and
-    ``sv_min``; None in the default mode and for a single matrix (the spectrum suffices)."""
+    """The ``from_matrices`` hook: each pooled slice's float64 LAPACK singular values, as WeightWatcher computes them
+    for its per-slice ``rank_loss`` and ``sv_min``; None without ``slice_svd`` or for a single matrix."""
     if not options.conventions.slice_svd or len(matrices) < 2:
         return None
     from scipy.linalg import svd
@@ -170,23 +144,13 @@ def slice_singular_values(matrices: Sequence[Any], device: Any, options: MetricO
 
 
 def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFit:
-    """The power-law fit behind the ``alpha`` and ``xmin`` columns of one spectrum, as this group
-    makes it (WeightWatcher's 1e-5 threshold under its conventions, exact zeros dropped
-    otherwise); ``xmin`` is in the stored units of ``spec.eigs`` (see ``Spectrum.log_scale``).
-
-    Returns:
-        The fit; a failure (NaN + reason) for an empty or unusable spectrum.
-    """
+    """The fit behind the ``alpha`` and ``xmin`` columns of one spectrum, as this group makes it (``xmin`` in the
+    stored units of ``spec.eigs``, see ``Spectrum.log_scale``); a failure (NaN + reason) for an unusable spectrum."""
     e = np.sort(np.asarray(spec.eigs if spec.eigs is not None else [], dtype=np.float64))
     problem = _spectrum_problem(e)
     if problem is not None:
-        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0,
-                           options.conventions.power_law, problem)
-    threshold = options.conventions.evals_thresh
-    tail = e[e > _stored_threshold(threshold, spec.log_scale)]
-    if not options.plain_tail_fit:
-        return _alternative_fit(tail, options)
-    return fit_power_law(tail, min_tail=options.min_tail, method=options.conventions.power_law)
+        return failed_fit(options.conventions.power_law, problem)
+    return _tail_fit(e[e > _stored_threshold(options.conventions.evals_thresh, spec.log_scale)], options)
 
 
 _PL_COLUMNS = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
@@ -197,10 +161,9 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
     """The power-law and truncated power-law columns of each usable spectrum ``(k, sorted e)``."""
     threshold = options.conventions.evals_thresh
     tails = [e[e > _stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
-    fits = [fit_power_law(tail, min_tail=options.min_tail, method=options.conventions.power_law)
-            if options.plain_tail_fit else _alternative_fit(tail, options) for tail in tails]
     fitted = []
-    for (k, e), tail_source, fit in zip(usable, tails, fits):
+    for (k, e), tail_source in zip(usable, tails):
+        fit = _tail_fit(tail_source, options)
         result = results[k]
         if fit.reason is not None:
             dropped = e.size - tail_source.size
@@ -233,17 +196,17 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
             results[k].fail("tpl_lambda", f"truncated power-law fit: {tpl.reason}")
 
 
-def _alternative_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
-    """The ``fix_fingers`` / ``fit`` tail fit (:func:`wbfe.metrics.fingers.fit_tail`) in the shape
-    of the plain power-law fit (its α is the truncated fit's for ``fit=tpl``)."""
+def _tail_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
+    """The power-law fit of the thresholded ``tail``, or the ``fix_fingers`` / ``fit`` one
+    (:func:`wbfe.metrics.fingers.fit_tail`) in its shape (its α the truncated fit's for ``fit=tpl``)."""
+    if options.plain_tail_fit:
+        return fit_power_law(tail, min_tail=options.min_tail, method=options.conventions.power_law)
     from wbfe.metrics.fingers import fit_tail
 
     t = fit_tail(tail, fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
                  conventions=options.conventions)
-    if not t.ok:
-        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0, "fingers", t.reason)
-    if not math.isfinite(t.alpha):
-        return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, 0, "fingers", f"alpha = {t.alpha}")
+    if t.reason is not None or not math.isfinite(t.alpha):
+        return failed_fit("fingers", t.reason or f"alpha = {t.alpha}")
     return PowerLawFit(t.alpha, t.sigma, t.xmin, float(tail[-1]), int(np.count_nonzero(tail >= t.xmin)), t.ks, 0,
                        "fingers")
 

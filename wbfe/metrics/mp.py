@@ -324,13 +324,6 @@ def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
     return x0
 
 
-def _polish(residual: _MPResidual, start: float) -> float:
-    try:
-        return _nelder_mead_1d(residual.fast, start, _FAST_REL_ERR)
-    except _NearTie:
-        return _nelder_mead_1d(lambda sigma: (residual.exact(sigma), 0.0), start, 0.0)
-
-
 def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWatcher names
     """Marchenko–Pastur bulk fit exactly as WeightWatcher 0.7.7's ``mp_fit`` (docs/math.md §4).
 
@@ -350,7 +343,11 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     residual = _MPResidual(to_fit, Q)
     # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
     sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
-    sigma = _polish(residual, float(sigmas[_grid_argmin(residual, sigmas)]))
+    start = float(sigmas[_grid_argmin(residual, sigmas)])
+    try:
+        sigma = _nelder_mead_1d(residual.fast, start, _FAST_REL_ERR)
+    except _NearTie:
+        sigma = _nelder_mead_1d(lambda x: (residual.exact(x), 0.0), start, 0.0)
     return _fit_of(sigma, to_plot, w_scale, lambda_max, Q, M)
 
 
@@ -694,7 +691,7 @@ class _ResidualBatch:
 def _polish_many(
     batch: _ResidualBatch, starts: np.ndarray, start_values: np.ndarray, start_scales: np.ndarray
 ) -> list[Optional[float]]:
-    """:func:`_polish` of every row from its start σ, the Nelder–Mead runs in lockstep; None where
+    """:func:`mp_fit`'s polish of every row from its start σ, the Nelder–Mead runs in lockstep; None where
     the row must be fitted on its own (a near tie, an exact residual, no start)."""
     sigmas: list[Optional[float]] = [None] * starts.size
     running: list[tuple[int, _Steps]] = []

@@ -1,23 +1,11 @@
 """Power-law and truncated power-law fits of an eigenvalue tail (docs/math.md §4).
 
-The KS distance uses the one-sided empirical CDF k/n of Clauset's ``plfit``, the ``powerlaw`` package
-and WeightWatcher.
-
-Two modes:
-
-- default: candidates need a tail of at least ``min_tail`` values and α > 1; failure is NaN + reason.
-- ``method="ww"``: WeightWatcher 0.7.7's ``WWFit`` exactly (``weightwatcher/WW_powerlaw.py``):
-  no minimum tail, candidates with α ≤ 1 get D = 1 (not excluded), ties resolved to the smallest
-  ``xmin``, and for fewer than 20 values its "small-N" estimator (bias-corrected
-  α = 1 + (n−1)/Σ ln(x/xmin), tails of at least 8; its D − 0.868/√n_tail objective is computed
-  but overwritten by argmin D in ``WWFit.__init__``, so xmin minimises D).
-  WeightWatcher reports α = inf for a constant spectrum; here that is a failure (NaN + reason).
-
-The truncated power law's normaliser is a quadrature in log space: valid for any real α when Λ > 0.
-"""
+``method="ww"`` is WeightWatcher 0.7.7's ``WWFit`` (``weightwatcher/WW_powerlaw.py``); docs/math.md §4 lists where it
+differs. The truncated power law's normaliser is a quadrature in log space: valid for any real α when Λ > 0."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -89,7 +77,7 @@ class TruncatedPowerLawFit:
         return self.reason is None
 
 
-def _failed(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
+def failed_fit(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
     nan = math.nan
     return PowerLawFit(nan, nan, nan, nan, 0, nan, n_candidates, method, reason)
 
@@ -97,43 +85,32 @@ def _failed(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
 def fit_power_law(
     values: np.ndarray, *, min_tail: int = 10, method: Literal["csn", "ww"] = "csn"
 ) -> PowerLawFit:
-    """Clauset–Shalizi–Newman continuous power-law fit with the xmin chosen by KS distance.
+    """Clauset–Shalizi–Newman continuous power-law fit of positive ``values`` with the xmin chosen by KS distance.
 
-    Args:
-        values: positive samples (eigenvalues); order does not matter.
-        min_tail: smallest tail accepted (default mode only; must be ≥ 2).
-        method: ``csn``, or ``ww``: WeightWatcher 0.7.7's ``WWFit`` choices exactly (``Conventions.power_law``).
-
-    Returns:
-        A :class:`PowerLawFit`; on failure every number is NaN and ``reason`` says why.
+    ``min_tail`` (≥ 2) is the smallest tail accepted, except by ``method="ww"`` (WeightWatcher 0.7.7's ``WWFit``
+    exactly, ``Conventions.power_law``). On failure every number is NaN and ``reason`` says why.
 
     Raises:
         InvalidOptionError: ``min_tail`` < 2 (a ``ValueError``).
     """
-    x = _pl_input(values, min_tail=min_tail, method=method)
-    if isinstance(x, PowerLawFit):
-        return x
-    return _fit_scan(x, min_tail=1 if method == "ww" else min_tail, method=method)
-
-
-def _pl_input(values: np.ndarray, *, min_tail: int, method: str) -> "np.ndarray | PowerLawFit":
-    """The sorted sample for the xmin scan, or the fit when it is decided without one."""
     if min_tail < 2:
         raise InvalidOptionError(f"min_tail must be at least 2, not {min_tail}")
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if x.size and not np.all(np.isfinite(x)):
-        return _failed(method, "non-finite values")
+        return failed_fit(method, "non-finite values")
     if x.size and x[0] <= 0.0:
-        return _failed(method, "non-positive values (drop zero eigenvalues first)")
-    if method == "ww":
-        if x.size < 2:
-            return _failed(method, f"only {x.size} value(s), need at least 2")
-        if x.size < WW_SMALL_N:
-            return _fit_ww_small_n(x)
-        return x
-    if x.size < min_tail:
-        return _failed(method, f"only {x.size} positive value(s), need a tail of at least {min_tail}")
-    return x
+        return failed_fit(method, "non-positive values (drop zero eigenvalues first)")
+    ww = method == "ww"
+    if ww and x.size < 2:
+        return failed_fit(method, f"only {x.size} value(s), need at least 2")
+    if ww and x.size < WW_SMALL_N:
+        return _fit_ww_small_n(x)
+    if not ww and x.size < min_tail:
+        return failed_fit(method, f"only {x.size} positive value(s), need a tail of at least {min_tail}")
+    alphas, n_tail = _tail_alphas(x)
+    valid = alphas > 1.0 if ww else np.isfinite(alphas) & (alphas > 1.0) & (n_tail >= min_tail)
+    ks = _ks_all(x, alphas, valid) if ww or valid.any() else np.full(alphas.size, np.inf)
+    return _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method=method)
 
 
 def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail: int = 10) -> PowerLawFit:
@@ -145,24 +122,28 @@ def fit_power_law_in_range(values: np.ndarray, lo: float, hi: float, *, min_tail
     method = "range"
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if x.size and (not np.all(np.isfinite(x)) or x[0] <= 0.0):
-        return _failed(method, "non-finite or non-positive values")
+        return failed_fit(method, "non-finite or non-positive values")
     low, high = min(lo, hi), max(lo, hi)
-    in_range = (x >= low) & (x < high)
-    first = np.ones(x.size, dtype=bool)
-    first[1:] = x[1:] != x[:-1]  # the first index of each distinct value, as np.unique(return_index)
-    candidates = np.flatnonzero(in_range & first)[:-1]
-    candidates = candidates[candidates < x.size - 1]
+    candidates = range_candidates(x, low, high)
     if candidates.size == 0:
-        return _failed(method, f"no candidate xmin in [{low:.6g}, {high:.6g})")
+        return failed_fit(method, f"no candidate xmin in [{low:.6g}, {high:.6g})")
     alphas, n_tail = _tail_alphas(x)
     valid = np.zeros(alphas.size, dtype=bool)
     valid[candidates] = np.isfinite(alphas[candidates]) & (alphas[candidates] > 1.0) & (n_tail[candidates] >= min_tail)
     if not valid.any():
-        return _failed(method, f"no candidate xmin in [{low:.6g}, {high:.6g}) gives alpha > 1 with a tail of {min_tail}",
-                       int(candidates.size))
+        return failed_fit(method, f"no candidate xmin in [{low:.6g}, {high:.6g}) gives alpha > 1 with a tail of "
+                          f"{min_tail}", int(candidates.size))
     ks = _ks_all(x, alphas, valid)
-    fit = _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method="csn")
-    return PowerLawFit(fit.alpha, fit.sigma, fit.xmin, fit.xmax, fit.n_tail, fit.ks, fit.n_candidates, method, fit.reason)
+    return dataclasses.replace(_pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method="csn"), method=method)
+
+
+def range_candidates(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Indices of the candidate xmin in [lo, hi) of the sorted ``x``, as the ``powerlaw`` package takes them: the first
+    of each distinct value (as np.unique(return_index)), less the largest in the range and the sample's last."""
+    first = np.ones(x.size, dtype=bool)
+    first[1:] = x[1:] != x[:-1]
+    candidates = np.flatnonzero((x >= lo) & (x < hi) & first)[:-1]
+    return candidates[candidates < x.size - 1]
 
 
 def _tail_alphas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -225,14 +206,6 @@ def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarr
     return ks
 
 
-def _fit_scan(x: np.ndarray, *, min_tail: int, method: str) -> PowerLawFit:
-    alphas, n_tail = _tail_alphas(x)
-    ww = method == "ww"
-    valid = alphas > 1.0 if ww else np.isfinite(alphas) & (alphas > 1.0) & (n_tail >= min_tail)
-    ks = _ks_all(x, alphas, valid) if ww or valid.any() else np.full(alphas.size, np.inf)
-    return _pick_xmin(x, alphas, n_tail, valid, ks, min_tail=min_tail, method=method)
-
-
 def _pick_xmin(
     x: np.ndarray, alphas: np.ndarray, n_tail: np.ndarray, valid: np.ndarray, ks: np.ndarray, *, min_tail: int, method: str
 ) -> PowerLawFit:
@@ -244,30 +217,19 @@ def _pick_xmin(
     else:
         n_eligible = int(np.count_nonzero(valid))
         if n_eligible == 0:
-            reason = (
-                "degenerate spectrum: no tail of at least "
-                f"{min_tail} values gives a finite alpha > 1"
-            )
-            return _failed(method, reason)
+            reason = f"degenerate spectrum: no tail of at least {min_tail} values gives a finite alpha > 1"
+            return failed_fit(method, reason)
     i = int(np.argmin(ks))  # first minimum, as WeightWatcher
     alpha = float(alphas[i])
     if not (math.isfinite(alpha) and alpha > 1.0):
-        return _failed(method, f"degenerate tail: alpha = {alpha} at the best xmin", n_eligible)
+        return failed_fit(method, f"degenerate tail: alpha = {alpha} at the best xmin", n_eligible)
     nt = int(n_tail[i])
-    return PowerLawFit(
-        alpha=alpha,
-        sigma=(alpha - 1.0) / math.sqrt(nt),
-        xmin=float(x[i]),
-        xmax=float(x[-1]),
-        n_tail=nt,
-        ks=float(ks[i]),
-        n_candidates=n_eligible,
-        method=method,
-    )
+    return PowerLawFit(alpha, (alpha - 1.0) / math.sqrt(nt), float(x[i]), float(x[-1]), nt, float(ks[i]), n_eligible,
+                       method)
 
 
 def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
-    """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves (see the module docstring)."""
+    """WeightWatcher 0.7.7 ``WWFit`` for n < 20 values, as it really behaves (docs/math.md §4)."""
     method = "ww-small-n"
     n = x.size
     logx = np.log(x)
@@ -292,14 +254,14 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
         # WeightWatcher's fallback: the whole sample as the tail (it reports α = 0 if that is constant).
         s = float(np.sum(logx) - n * logx[0])
         if s <= 1e-12:
-            return _failed(method, "degenerate spectrum: all values equal")
+            return failed_fit(method, "degenerate spectrum: all values equal")
         alphas[0] = 1.0 + (n - 1.0) / s
         theo = 1.0 - (x / x[0]) ** (1.0 - alphas[0])
         ds[0] = float(np.max(np.abs(np.arange(n, dtype=np.float64) / float(n) - theo)))
     i = int(np.argmin(ds))
     alpha = float(alphas[i])
     if not (math.isfinite(alpha) and alpha > 1.0):
-        return _failed(method, f"degenerate tail: alpha = {alpha} at the best xmin", n_cand)
+        return failed_fit(method, f"degenerate tail: alpha = {alpha} at the best xmin", n_cand)
     nt = n - i
     return PowerLawFit(
         alpha=alpha, sigma=(alpha - 1.0) / math.sqrt(nt), xmin=float(x[i]), xmax=float(x[-1]), n_tail=nt,

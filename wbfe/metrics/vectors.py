@@ -1,17 +1,9 @@
-"""Eigenvector localisation (``--metrics vectors``): WeightWatcher 0.7.7's ``vectors=True`` columns.
+"""Eigenvector localisation (``--metrics vectors``): WeightWatcher 0.7.7's ``vectors=True`` columns (docs/metrics.md).
 
-The columns, their definitions and NaN reasons are in docs/metrics.md (group ``vectors``).
-
-Eigenvectors are not in the :class:`~wbfe.linalg.spectra.Spectrum`: the group's ``from_matrices`` hook
-computes them from the matrices themselves. Default mode: ``torch.linalg.eigh`` of the float64
-Gram matrix on the scoring device, and the tail is the top ``num_pl_spikes`` eigenvectors of the
-pooled order (so the split agrees with the spectrum's own count). WeightWatcher's conventions (``slice_svd``) repeat
-WeightWatcher's arithmetic bit for bit, because its split compares two differently rounded copies
-of the same eigenvalue (``scipy.linalg.eig`` of X against the squared ``scipy.linalg.svd`` values
-its ``xmin`` comes from) and the eigenvector at ``xmin`` lands on either side by rounding: here
-too X = ``np.matmul``, ``scipy.linalg.eig`` (a general, not a symmetric, solver), and ``xmin``
-from the WeightWatcher-compatible fit of the pooled squared singular values.
-"""
+The ``from_matrices`` hook computes the eigenvectors: by default ``torch.linalg.eigh`` of the float64 Gram matrix, the
+tail the top ``num_pl_spikes`` of the pooled order. Under ``slice_svd`` WeightWatcher's arithmetic bit for bit
+(``np.matmul``, scipy's general ``eig``, xmin from the squared SVD values): its split puts the eigenvector at xmin on
+either side by rounding."""
 
 from __future__ import annotations
 
@@ -23,13 +15,12 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics.ww_compat import WW_EPSILON
 
 __all__ = ["EigenvectorData", "localization_ratios", "participation_ratios", "discrete_entropies",
            "eigenvector_data", "COLUMNS", "GROUP"]
 
-#: WeightWatcher 0.7.7's histogram regulariser (``EPSILON`` on a CPU machine) and bin count.
-WW_EPSILON = 1e-10
-WW_BINS = 100
+WW_BINS = 100  # WeightWatcher 0.7.7's histogram bin count
 _METRICS = ("vec_entropy", "loc_ratio", "part_ratio")  # WeightWatcher's column order
 COLUMNS = tuple(f"{part}_{stat}_{metric}" for metric in _METRICS for part in ("bulk", "tail")
                 for stat in ("mean", "var"))
@@ -42,7 +33,7 @@ class EigenvectorData:
     Attributes:
         eigs: the eigenvalue of each eigenvector (units of the matrices as given).
         vec_entropy, loc_ratio, part_ratio: the three metrics, one per eigenvector.
-        svd_eigs: WeightWatcher's conventions only: the pooled squared singular values WeightWatcher fits.
+        svd_eigs: under ``slice_svd`` only: the pooled squared singular values WeightWatcher fits.
     """
 
     eigs: np.ndarray
@@ -106,28 +97,13 @@ def _default_slice(matrix: Any, device: Any) -> tuple[np.ndarray, np.ndarray, np
 
 
 def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> EigenvectorData:
-    """The ``from_matrices`` hook: the eigenvector metrics of every slice, pooled.
-
-    Args:
-        matrices: the matrix, or the conv slices pooled for one spectrum (numpy arrays or torch tensors).
-        device: where the default mode's eigen-solve runs.
-        options: its conventions' ``slice_svd`` selects WeightWatcher's arithmetic.
-        name: the tensor's name (unused: nothing here is random).
-
-    Returns:
-        An :class:`EigenvectorData`.
-    """
-    parts = []
-    svd_parts = []
-    for matrix in matrices:
-        if options.conventions.slice_svd:
-            *numbers, sv2 = _ww_slice(to_numpy(matrix).astype(np.float64))
-            svd_parts.append(sv2)
-        else:
-            numbers = list(_default_slice(matrix, device))
-        parts.append(numbers)
+    """The ``from_matrices`` hook: the eigenvector metrics of every matrix (or conv slice), pooled; the default
+    mode's eigen-solve runs on ``device``; ``name`` is unused (nothing here is random)."""
+    ww = options.conventions.slice_svd
+    parts: list[tuple[np.ndarray, ...]] = [_ww_slice(to_numpy(m).astype(np.float64)) if ww else _default_slice(m, device)
+                                           for m in matrices]
     eigs, ent, loc, part = (np.concatenate([p[i] for p in parts]) for i in range(4))
-    svd_eigs = np.sort(np.concatenate(svd_parts)) if svd_parts else None
+    svd_eigs = np.sort(np.concatenate([p[4] for p in parts])) if ww else None
     return EigenvectorData(eigs=eigs, vec_entropy=ent, loc_ratio=loc, part_ratio=part, svd_eigs=svd_eigs)
 
 
@@ -135,16 +111,13 @@ def _tail_mask(data: EigenvectorData, spec: Spectrum, options: MetricOptions) ->
     """Which eigenvectors are in the tail, or (None, why not)."""
     from wbfe.metrics.htsr import fit_spectrum_power_law
 
-    if options.conventions.slice_svd:
-        assert data.svd_eigs is not None
-        fit = fit_spectrum_power_law(Spectrum(eigs=data.svd_eigs, rows=spec.rows, cols=spec.cols,
-                                              n_slices=spec.n_slices), options)
-        if not fit.ok:
-            return None, f"power-law fit: {fit.reason}"
-        return data.eigs >= fit.xmin, ""
-    fit = fit_spectrum_power_law(spec, options)
+    ww = options.conventions.slice_svd
+    fit = fit_spectrum_power_law(Spectrum(eigs=data.svd_eigs, rows=spec.rows, cols=spec.cols, n_slices=spec.n_slices)
+                                 if ww else spec, options)
     if not fit.ok:
         return None, f"power-law fit: {fit.reason}"
+    if ww:
+        return data.eigs >= fit.xmin, ""
     assert spec.eigs is not None
     n_tail = int(np.count_nonzero(spec.eigs >= fit.xmin))
     mask = np.zeros(data.eigs.size, dtype=bool)

@@ -1,40 +1,23 @@
-"""How WeightWatcher 0.7.7 turns PyTorch layers into the matrices whose eigenvalues it analyses.
-
-What each function reproduces, and from which of WeightWatcher's functions (intra=True included), is
-described in docs/spectral-metrics.md (How WeightWatcher 0.7.7 builds its matrices).
-
-SVDSmoothing / SVDSharpness (``WeightWatcher.SVDSmoothing``, ``apply_svd_smoothing``,
-``smooth_W_alt``, ``SVDSharpness``, ``apply_svd_sharpness``; ``RMT_Util._smooth_W_accurate``,
-``permute_matrix``), for :mod:`wbfe.editing`'s WeightWatcher-compatible mode (``Conventions.ww_edit``):
-    - the edited layers are the analysed ones (the skip rules above), the weight read as float32;
-    - the count: ``svd`` ``int(percent·M·rf)`` with WW's M (a Conv2d's from :func:`ww_conv2d_dims`),
-      ``detX`` the ``detX_num`` of the layer's pooled spectrum; sharpening −(the MP spikes of the
-      spectrum of the layer's matrices, each permuted by ``np.random.permutation`` from NumPy's
-      global generator). A Conv2d divides it over its slices ``w[:, :, i, j]``, ⌈count/rf⌉;
-    - a positive count k keeps k components with scikit-learn's ``TruncatedSVD(n_components=k,
-      n_iter=7, random_state=42)`` (randomised, LU-normalised power iterations; imported by
-      ``RMT_Util``, and the CPU "fast" method is this one too): the weight (rows ≥ cols, transposed
-      if need be) projected on the k right vectors it finds, X·Vₖ·Vₖᵀ, in float32;
-      :func:`ww_truncated_smooth` is that algorithm step by step (scikit-learn 1.x's
-      ``_randomized_range_finder`` and ``_randomized_svd``), on SciPy, which wbfe depends on;
-    - a negative count −c: the full SVD (``scipy.linalg.svd``) with the c largest singular values
-      set to 0, recomposed (:func:`ww_remove_top`); 0 leaves the weight as it is.
-"""
+"""How WeightWatcher 0.7.7 turns PyTorch layers into the matrices it analyses (docs/spectral-metrics.md, How
+WeightWatcher 0.7.7 builds its matrices, ``intra=True`` included), and how its ``SVDSmoothing`` / ``SVDSharpness`` edit
+them, for :mod:`wbfe.editing`'s WeightWatcher-compatible mode (``Conventions.ww_edit``; docs/editing.md)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 __all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "WW_CONV2D_EIG_SCALE",
            "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims", "ww_skip_reason", "ww_esd_matrices",
            "ww_truncated_smooth", "ww_remove_top", "ww_svd_count", "ww_layer_eigenvalues", "ww_permuted_eigenvalues",
-           "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
+           "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member", "WW_EPSILON"]
 
 #: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
 WW_EVALS_THRESH = 1e-5
+#: WeightWatcher 0.7.7's ``RMT_Util.EPSILON`` on a CPU machine: its entropy and histogram regulariser.
+WW_EPSILON = 1e-10
 #: Factor WeightWatcher 0.7.7 applies to every pooled Conv2d eigenvalue (conv2d_norm with count 1).
 WW_CONV2D_EIG_SCALE = 0.5
 
@@ -51,7 +34,10 @@ def ww_conv2d_matrices(w: np.ndarray, *, pool: bool = True) -> list[np.ndarray]:
     """The float64 matrices (rows >= cols, kh·kw of them) whose squared singular values, pooled, are WeightWatcher
     0.7.7's eigenvalues for a PyTorch Conv2d weight (out, in, kh, kw), scaled as it does (√(1/2), or √(kh·kw/2) each
     with ``pool=False``). Raises ValueError for a weight that is not 4-D."""
-    w32 = _conv_weight32(w)
+    w32 = np.asarray(w)
+    if w32.ndim != 4:
+        raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w32.shape}")
+    w32 = w32.astype(np.float32)  # the precision WeightWatcher computes in
     out_ch, in_ch, kh, kw = w32.shape
     slices: list[np.ndarray] = []
     for i in range(kh):
@@ -73,14 +59,6 @@ def ww_conv2d_dims(shape: tuple[int, int, int, int]) -> tuple[int, int, int]:
     if out_ch + in_ch < kh + kw or out_ch >= in_ch:
         return out_ch, in_ch, rf
     return (in_ch, out_ch, rf) if rf % 2 == 1 else (out_ch, in_ch, rf)
-
-
-def _conv_weight32(w: Any) -> np.ndarray:
-    """A conv weight (out, in, kh, kw) as float32, the precision WeightWatcher computes in; ValueError if not 4-D."""
-    w = np.asarray(w)
-    if w.ndim != 4:
-        raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w.shape}")
-    return w.astype(np.float32)
 
 
 # ---------------------------------------------------------------- SVDSmoothing / SVDSharpness
