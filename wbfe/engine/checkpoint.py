@@ -111,7 +111,7 @@ def layer_spectrum(
 
 def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, "np.ndarray"]:
     """The eigenvalues of each named matrix of ``ref``, computed as a score under ``options`` did
-    (conv convention, WeightWatcher mode, device): one pass over the stream, only the wanted
+    (conv view, WeightWatcher mode, device): one pass over the stream, only the wanted
     tensors loaded. A name the checkpoint lacks, or that is not a matrix, is absent."""
     import numpy as np
 

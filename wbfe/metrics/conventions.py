@@ -18,7 +18,7 @@ class Conventions:
 
     Attributes:
         name: ``wbfe`` or ``weightwatcher``.
-        conv: the conv-kernel convention a run uses when the caller leaves ``conv`` unset.
+        conv: the conv-kernel view (flatten, slices) a run uses when the caller leaves ``conv`` unset.
         ww_slices: ``slices`` cuts a 4-D kernel into WeightWatcher's ``conv2d`` matrices (in an intra chain too).
         skip_below_min_eigs: a matrix with fewer than ``min_eigs`` eigenvalues is left out, not only its tail fits.
         whole_spectrum: every group but BFE-W sees the whole matrix, its dead units' zero eigenvalues included.

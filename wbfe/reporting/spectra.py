@@ -11,7 +11,7 @@ __all__ = ["read_eigenvalues"]
 
 def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The eigenvalues of each matrix in ``names`` of checkpoint ``ref``, computed as the score that
-    produced ``options`` (its ``model.options``: conv convention, WeightWatcher mode, device) did.
+    produced ``options`` (its ``model.options``: conv view, WeightWatcher mode, device) did.
 
     The source is opened once and only the wanted tensors are loaded. A name the checkpoint lacks
     is absent from the result (the caller says why).
