@@ -70,7 +70,7 @@ def ww_analyze_time(w: np.ndarray) -> tuple[float, float]:
 
 def run(sizes: list[int], repeats: int, ww_max: int) -> dict:
     from wbfe.metrics import MetricOptions, Spectrum
-    from wbfe.metrics.conventions import WEIGHTWATCHER
+    from wbfe.options.conventions import WEIGHTWATCHER
     from wbfe.metrics.htsr import GROUP
     from wbfe.metrics.mp import mp_fit
     from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law

@@ -223,7 +223,7 @@ def tail_fits(model: Any, repeats: int, tpl_max: int) -> dict[str, Any]:
 
     from wbfe.metrics import get_group
     from wbfe.metrics._group import MetricOptions
-    from wbfe.metrics.conventions import WBFE, WEIGHTWATCHER, conventions_for
+    from wbfe.options.conventions import WBFE, WEIGHTWATCHER, conventions_for
     from wbfe.metrics.fingers import peak_range
 
     out: dict[str, Any] = {}

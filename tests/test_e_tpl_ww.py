@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from wbfe.metrics.conventions import WEIGHTWATCHER
+from wbfe.options.conventions import WEIGHTWATCHER
 from wbfe.metrics.fingers import esd_peak, fit_tail, peak_range
 
 

@@ -16,9 +16,8 @@ import pytest
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
-from wbfe.metrics.conventions import WBFE, WEIGHTWATCHER
+from wbfe.options.conventions import WBFE, WEIGHTWATCHER
 from wbfe.metrics.fingers import (
-    check_tail_options,
     esd_peak,
     fit_tail,
     peak_range,
@@ -29,7 +28,7 @@ from wbfe.metrics.powerlaw import (
     fit_power_law_in_range,
     fit_truncated_power_law,
 )
-from wbfe.options import ScoreOptions
+from wbfe.options import ScoreOptions, check_tail_options
 
 # The package's 2.0 default bounds α of a power law to [0, 3] and clamps larger exponents onto 3;
 # with these bounds its fits are the Clauset–Shalizi–Newman ones that WeightWatcher was written for.

@@ -12,7 +12,7 @@ import pytest
 
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
-from wbfe.metrics.conventions import WEIGHTWATCHER
+from wbfe.options.conventions import WEIGHTWATCHER
 from wbfe.metrics.htsr import COLUMNS, GROUP, WW_EVALS_THRESH, matrix_entropy, matrix_rank
 from wbfe.metrics.mp import _linear_kde, _MPResidual, _nelder_mead_1d, mp_fit
 from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law

@@ -26,11 +26,15 @@ from wbfe_cli.main import app
 import wbfe
 from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions
-from wbfe.metrics.conventions import WBFE, WEIGHTWATCHER, Conventions
+from wbfe.metrics import MetricOptions
+from wbfe.options.conventions import WBFE, WEIGHTWATCHER, Conventions
 from wbfe.options.constraints import Validated
 from wbfe.theory.hierarchical import HierarchicalSettings
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 from wbfe.options import (
+    DEFAULT_GROUPS,
+    MATRIX_GROUPS,
+    METRIC_GROUPS,
     OPTIONS_CLASSES,
     CompareOptions,
     EditOptions,
@@ -170,6 +174,10 @@ STRATEGIES: dict[type, Any] = {
         "exclude": st.lists(st.sampled_from(["head", "embedding", "router", "conv"]), max_size=3, unique=True).map(tuple),
         "layers": LAYERS, "head": HEADS, "method": st.just("magnitude"), "device": DEVICES,
         "min_eigs": st.integers(1, 200)}),
+    MetricOptions: st.fixed_dictionaries({
+        "lam": LAMBDAS, "conventions": st.sampled_from([WBFE, WEIGHTWATCHER, "wbfe", "weightwatcher"]),
+        "min_tail": st.integers(2, 200), "seed": SEEDS, "fix_fingers": st.sampled_from([None, "xmin_peak", "clip_xmax"]),
+        "fit": st.sampled_from(["pl", "tpl", "e_tpl"])}),
     ExecutorOptions: st.fixed_dictionaries({"executor": st.just("local"), "max_retries": st.integers(0, 20),
                                             "workers": st.integers(1, 64)}),
     CurveSettings: st.fixed_dictionaries({
@@ -199,7 +207,7 @@ THEORY = (CurveSettings, HmcSettings, StudentSettings, HierarchicalSettings)
 
 
 def test_every_options_class_has_a_strategy() -> None:
-    assert set(STRATEGIES) == set(OPTIONS_CLASSES) | {ExecutorOptions, *THEORY}
+    assert set(STRATEGIES) == set(OPTIONS_CLASSES) | {MetricOptions, ExecutorOptions, *THEORY}
     assert all(issubclass(cls, Validated) for cls in STRATEGIES)  # one constraints machinery for all
 
 
@@ -235,6 +243,8 @@ def test_from_dict_replays_to_dict(cls: type) -> None:
     (StatsOptions, {"level": 1.5}, "level must be in (0, 1), not 1.5"),
     (RankOptions, {"workers": 0}, "workers must be at least 1"),
     (ExecutorOptions, {"executor": "dask"}, "executor must be 'local' or 'ray'"),
+    (MetricOptions, {"conventions": "ww"}, "conventions must be 'wbfe' or 'weightwatcher', not 'ww'"),
+    (MetricOptions, {"min_tail": 1}, "min_tail must be an integer of at least 2, not 1"),
     (PruneOptions, {"exclude": ["nope"]}, "nope"),
     (CurveSettings, {"delta": 0.0}, "delta must be positive and finite, got 0.0"),
     (HmcSettings, {"seeds": [0, -1]}, "seeds must be an integer >= 0, got -1"),
@@ -329,19 +339,31 @@ def test_conventions_name_every_difference() -> None:
     assert EditOptions(ww_compatible=True).conventions is WEIGHTWATCHER
     differ = [f.name for f in dataclasses.fields(Conventions) if getattr(WBFE, f.name) != getattr(WEIGHTWATCHER, f.name)]
     assert differ == [f.name for f in dataclasses.fields(Conventions)]  # a field on which both agree names nothing
+    assert MetricOptions(conventions="weightwatcher").conventions is WEIGHTWATCHER
+    assert MetricOptions(conventions=dataclasses.replace(WEIGHTWATCHER)).conventions is WEIGHTWATCHER
+
+
+def test_the_options_group_names_are_the_metrics_registry() -> None:
+    """wbfe.options checks metric group names without importing the groups: its names are the registry's."""
+    import wbfe.metrics
+
+    assert METRIC_GROUPS == tuple(wbfe.metrics._REGISTRY) and set(DEFAULT_GROUPS) <= set(METRIC_GROUPS)
+    # htsr reads the matrices only for WeightWatcher's per-slice SVDs, and does without them
+    assert MATRIX_GROUPS == tuple(name for name in METRIC_GROUPS
+                                  if wbfe.metrics.get_group(name).from_matrices is not None and name != "htsr")
 
 
 # ----------------------------------------------------------------------------- one constraints table
 
 
-@pytest.mark.parametrize("cls", [*OPTIONS_CLASSES, ExecutorOptions, *THEORY], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [*OPTIONS_CLASSES, MetricOptions, ExecutorOptions, *THEORY], ids=lambda c: c.__name__)
 def test_constraints_cover_exactly_the_settable_fields(cls: type) -> None:
     assert set(cls.CONSTRAINTS) == set(_field_defaults(cls))  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("cls,name,bad", [
     pytest.param(cls, name, bad, id=f"{cls.__name__}.{name}={bad!r}")
-    for cls in (ExecutorOptions, *THEORY) for name, c in cls.CONSTRAINTS.items() for bad in c.invalid
+    for cls in (MetricOptions, ExecutorOptions, *THEORY) for name, c in cls.CONSTRAINTS.items() for bad in c.invalid
 ])
 def test_the_newly_tabled_classes_refuse_each_bad_value(cls: type, name: str, bad: Any) -> None:
     base = {"d": 10} if cls is HierarchicalSettings else {}

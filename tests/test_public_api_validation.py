@@ -100,10 +100,11 @@ def test_every_options_class_declares_a_table() -> None:
     from dataclasses import fields
 
     from wbfe.executors import ExecutorOptions
+    from wbfe.metrics import MetricOptions
     from wbfe.theory.hierarchical import HierarchicalSettings
     from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
-    for cls in (*OPTIONS_CLASSES, ExecutorOptions, CurveSettings, HmcSettings, StudentSettings, HierarchicalSettings):
+    for cls in (*OPTIONS_CLASSES, MetricOptions, ExecutorOptions, CurveSettings, HmcSettings, StudentSettings, HierarchicalSettings):
         table = cls.CONSTRAINTS  # type: ignore[attr-defined]
         assert set(table) == {f.name for f in fields(cls) if f.init}, cls  # every setting, nothing else
         assert all(isinstance(c, Constraint) for c in table.values())

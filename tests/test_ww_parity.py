@@ -19,7 +19,7 @@ import pytest
 import wbfe
 from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
-from wbfe.metrics.conventions import WEIGHTWATCHER
+from wbfe.options.conventions import WEIGHTWATCHER
 from wbfe.metrics.detx import detx_tail
 from wbfe.metrics.htsr import fit_spectrum_power_law
 from wbfe.metrics.vectors import COLUMNS as VECTOR_COLUMNS

@@ -61,7 +61,7 @@ def score(
         min_eigs: the tail fits (HT-SR, HTMP) of matrices with fewer eigenvalues are NaN, with the
             reason; BFE-W is computed for any matrix with at least 2 (WeightWatcher-compatible
             mode skips such matrices altogether, as WeightWatcher does).
-        ww_compatible: reproduce WeightWatcher 0.7.7's choices (:mod:`wbfe.metrics.conventions`: conv
+        ww_compatible: reproduce WeightWatcher 0.7.7's choices (:mod:`wbfe.options.conventions`: conv
             slicing where ``conv`` is left unset, fitting, ...).
         seed: seed of the random steps (the ``rand`` group's permutations); recorded in the options.
         fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: ``xmin_peak`` or

@@ -12,13 +12,15 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
-from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.errors import unknown_name
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions
+from wbfe.options import DEFAULT_GROUPS, parse_metrics
 
 __all__ = ["GroupResult", "MetricGroup", "MetricOptions", "Spectrum", "DEFAULT_GROUPS", "get_group", "resolve_groups"]
 
-# name -> "module:attribute"; modules are imported on first use so `import wbfe` stays light.
+# name -> "module:attribute"; modules are imported on first use so `import wbfe` stays light. The names and
+# DEFAULT_GROUPS are wbfe.options' (METRIC_GROUPS), which checks them without importing the groups.
 _REGISTRY: dict[str, str] = {
     "bfe": "wbfe.metrics.bfe:GROUP",
     "htsr": "wbfe.metrics.htsr:GROUP",
@@ -28,8 +30,6 @@ _REGISTRY: dict[str, str] = {
     "detx": "wbfe.metrics.detx:GROUP",  # opt-in
     "fingers": "wbfe.metrics.fingers:GROUP",  # opt-in: num_fingers, raw_alpha, Lambda of --fix-fingers / --fit
 }
-# htmp is opt-in: its fit costs milliseconds per matrix whatever the matrix's size (docs/performance.md).
-DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 
 
 def get_group(name: str) -> MetricGroup:
@@ -43,17 +43,6 @@ def get_group(name: str) -> MetricGroup:
 def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ...]:
     """Parse ``"bfe,htsr"`` (or an iterable of names, or None for the default) into groups.
 
-    Raises UnknownNameError for a name not registered, InvalidOptionError for an empty list."""
-    if metrics is None:
-        names: list[str] = list(DEFAULT_GROUPS)
-    elif isinstance(metrics, str):
-        names = [part.strip() for part in metrics.split(",") if part.strip()]
-    else:
-        names = [str(part).strip() for part in metrics]
-    if not names:
-        raise InvalidOptionError("no metric group given (choose from: " + ", ".join(_REGISTRY) + ")")
-    seen: dict[str, MetricGroup] = {}
-    for name in names:
-        if name not in seen:
-            seen[name] = get_group(name)
-    return tuple(seen.values())
+    Raises UnknownNameError for a name not registered, InvalidOptionError for an empty list
+    (:func:`wbfe.options.parse_metrics`)."""
+    return tuple(get_group(name) for name in parse_metrics(metrics))

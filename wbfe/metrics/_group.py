@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, Literal, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError
-from wbfe.metrics.conventions import WBFE, Conventions
+from wbfe.options import LAMBDA, check_fix_fingers, check_tail_options
+from wbfe.options.constraints import Choice, Constraint, Custom, Integer, Validated
+from wbfe.options.conventions import WBFE, Conventions, check_conventions
 from wbfe.linalg.spectra import Form, Spectrum  # noqa: F401 - re-exported: the groups' input, defined where it is computed
 
 Value = Union[float, int, str, None]
@@ -41,14 +42,21 @@ def out_of_range(log_scale: float) -> str:
 
 
 @dataclass(frozen=True)
-class MetricOptions:
+class MetricOptions(Validated):
     """Options every metric group may read: ``lam``, ``seed``, ``fix_fingers`` and ``fit`` as
     :class:`~wbfe.options.ScoreOptions` has them; ``conventions`` wbfe's or WeightWatcher's
-    (:mod:`wbfe.metrics.conventions`); ``min_tail`` the smallest power-law tail (not under WeightWatcher's fit).
+    (:mod:`wbfe.options.conventions`; :meth:`to_dict` records its name); ``min_tail`` the smallest power-law tail
+    (≥ 2; not under WeightWatcher's fit).
 
     Raises:
-        InvalidOptionError: an unknown ``fix_fingers`` or ``fit``, or ``clip_xmax`` with a truncated fit.
+        InvalidOptionError: a value outside :attr:`CONSTRAINTS`, or ``clip_xmax`` with a truncated fit.
     """
+
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
+        "lam": LAMBDA, "min_tail": Integer(2), "seed": Integer(0), "fit": Choice(("pl", "tpl", "e_tpl")),
+        "conventions": Custom(check_conventions, "'wbfe' or 'weightwatcher'", bad=("ww", None, 3)),
+        "fix_fingers": Custom(check_fix_fingers, "xmin_peak or clip_xmax", bad=("peak", 3), optional=True),
+    }
 
     lam: Union[Literal["opt"], float] = "opt"
     conventions: Conventions = WBFE
@@ -57,8 +65,12 @@ class MetricOptions:
     fix_fingers: Optional[Literal["xmin_peak", "clip_xmax"]] = None
     fit: Literal["pl", "tpl", "e_tpl"] = "pl"
 
-    def __post_init__(self) -> None:
+    def _cross_check(self) -> None:
         check_tail_options(self.fix_fingers, self.fit)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, :attr:`conventions` by its name."""
+        return {**super().to_dict(), "conventions": self.conventions.name}
 
     @classmethod
     def from_score_options(cls, options: Any) -> "MetricOptions":
@@ -119,12 +131,3 @@ class MetricGroup:
     compute_many: Optional[Callable[[Sequence[Spectrum], MetricOptions], list[GroupResult]]] = None
     tail_columns: tuple[str, ...] = ()
 
-
-def check_tail_options(fix_fingers: Optional[str], fit: str) -> None:
-    """Validate ``fix_fingers`` and ``fit`` together (WeightWatcher clips power laws only)."""
-    if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
-        raise InvalidOptionError(f"fix_fingers must be xmin_peak or clip_xmax, not {fix_fingers!r}")
-    if fit not in ("pl", "tpl", "e_tpl"):
-        raise InvalidOptionError(f"fit must be pl, tpl or e_tpl, not {fit!r}")
-    if fit != "pl" and fix_fingers == "clip_xmax":
-        raise InvalidOptionError(f"fit={fit} cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)")

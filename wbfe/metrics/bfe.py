@@ -13,19 +13,13 @@ import numpy as np
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
+from wbfe.options import parse_lambda, positive_lambda
 
 __all__ = [
-    "bfe", "bfe_from_moments", "parse_lambda", "positive_lambda", "lambda_star", "bfe_marchenko_pastur_limit",
-    "LAMBDA_MIN", "LAMBDA_MAX", "GROUP",
+    "bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP",
 ]
 
 LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
-
-# A fixed λ must keep ½·log(2π/λ) and λ ordinary floats (below ~3.5e-308 2π/λ overflows); any λ a
-# prior can mean lies far inside, λ* = 1/mean(e) being about 1/(fan-in variance of the weights).
-LAMBDA_MIN = 1e-300
-LAMBDA_MAX = 1e300
-
 
 def lambda_star(eigs: np.ndarray) -> float:
     """Optimal prior precision λ* = n / Tr(WᵀW) = 1 / mean(e)."""
@@ -59,38 +53,6 @@ def bfe_from_moments(
         return 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e), 1.0 / mean_e
     value = 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used)
     return value, lam_used
-
-
-def positive_lambda(lam: object) -> float:
-    """A positive finite prior precision in [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`], from a string or a number.
-
-    Raises:
-        InvalidOptionError: anything else (``"opt"`` included: use :func:`parse_lambda` to allow it).
-    """
-    try:
-        value = float(lam)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        value = math.nan
-    if isinstance(lam, bool) or not (math.isfinite(value) and value > 0.0):
-        raise InvalidOptionError(f"lambda must be a positive number, not {lam!r}")
-    if not LAMBDA_MIN <= value <= LAMBDA_MAX:
-        raise InvalidOptionError(
-            f"lambda must lie in [{LAMBDA_MIN:g}, {LAMBDA_MAX:g}], not {lam!r}: outside it ½·log(2π/λ) "
-            "or λ itself is not an ordinary float and BFE-W would be infinite for every matrix"
-        )
-    return value
-
-
-def parse_lambda(lam: object) -> Union[Literal["opt"], float]:
-    """``"opt"`` (any case) or a positive finite prior precision; InvalidOptionError for anything else."""
-    if isinstance(lam, str) and lam.strip().lower() == "opt":
-        return "opt"
-    try:
-        return positive_lambda(lam)
-    except InvalidOptionError as exc:
-        if "must lie in" in str(exc):
-            raise
-        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
 
 
 def bfe_marchenko_pastur_limit(gamma: float) -> float:

@@ -10,14 +10,15 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from wbfe.metrics.conventions import WBFE, Conventions
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, check_tail_options
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.options import check_tail_options
+from wbfe.options.conventions import WBFE, Conventions
 from wbfe.metrics.powerlaw import (
     PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, range_candidates, tpl_log_normaliser,
 )
 
 __all__ = ["FixFingers", "TailModel", "TailFit", "esd_peak", "peak_range", "fit_tail", "tpl_ks_distance",
-           "check_tail_options", "WW_MAX_FINGERS", "WW_FINGER_THRESH", "WW_MIN_ALPHA", "COLUMNS", "GROUP"]
+           "WW_MAX_FINGERS", "WW_FINGER_THRESH", "WW_MIN_ALPHA", "COLUMNS", "GROUP"]
 
 FixFingers = Optional[Literal["xmin_peak", "clip_xmax"]]
 TailModel = Literal["pl", "tpl", "e_tpl"]

@@ -17,8 +17,8 @@ from scipy.special import gammaln
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
-from wbfe.metrics.bfe import positive_lambda
 from wbfe.metrics.special import log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
+from wbfe.options import positive_lambda
 
 __all__ = [
     "pdf", "logpdf", "cdf", "sample", "mean", "variance", "log_moment", "f_inf", "h_star", "fit", "fit_many", "HTMPFit",

@@ -15,7 +15,7 @@ from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
 from wbfe.metrics.powerlaw import PowerLawFit, failed_fit, fit_power_law, fit_truncated_power_law
-from wbfe.metrics.ww_compat import WW_EVALS_THRESH
+from wbfe.options.conventions import WW_EVALS_THRESH
 
 __all__ = ["MPFit", "mp_fit", "matrix_rank", "matrix_entropy", "fit_spectrum_power_law", "slice_singular_values",
            "WW_EVALS_THRESH", "WW_WEAK_RANK_TOL", "GROUP"]

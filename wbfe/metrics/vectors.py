@@ -15,7 +15,7 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
-from wbfe.metrics.ww_compat import WW_EPSILON
+from wbfe.options.conventions import WW_EPSILON
 
 __all__ = ["EigenvectorData", "localization_ratios", "participation_ratios", "discrete_entropies",
            "eigenvector_data", "COLUMNS", "GROUP"]

@@ -9,15 +9,11 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["WW_EVALS_THRESH", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "WW_CONV2D_EIG_SCALE",
+__all__ = ["ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "WW_CONV2D_EIG_SCALE",
            "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims", "ww_skip_reason", "ww_esd_matrices",
            "ww_truncated_smooth", "ww_remove_top", "ww_svd_count", "ww_layer_eigenvalues", "ww_permuted_eigenvalues",
-           "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member", "WW_EPSILON"]
+           "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
 
-#: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
-WW_EVALS_THRESH = 1e-5
-#: WeightWatcher 0.7.7's ``RMT_Util.EPSILON`` on a CPU machine: its entropy and histogram regulariser.
-WW_EPSILON = 1e-10
 #: Factor WeightWatcher 0.7.7 applies to every pooled Conv2d eigenvalue (conv2d_norm with count 1).
 WW_CONV2D_EIG_SCALE = 0.5
 

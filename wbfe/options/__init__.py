@@ -7,16 +7,15 @@ options replay its run. docs/cli.md lists the options, their groups and the two 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
+from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
 
-from wbfe.errors import InvalidOptionError
+from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, Validated
-
-if TYPE_CHECKING:
-    from wbfe.metrics.conventions import Conventions
+from wbfe.options.conventions import Conventions, conventions_for
 
 __all__ = [
     "ScoreOptions",
@@ -32,8 +31,17 @@ __all__ = [
     "check_conv",
     "ConvView",
     "check_device",
-    "check_lambda",
+    "parse_lambda",
+    "positive_lambda",
+    "LAMBDA_MIN",
+    "LAMBDA_MAX",
     "check_metrics",
+    "parse_metrics",
+    "check_tail_options",
+    "check_fix_fingers",
+    "METRIC_GROUPS",
+    "DEFAULT_GROUPS",
+    "MATRIX_GROUPS",
     "check_name_map",
     "compile_layers",
     "split_keywords",
@@ -74,20 +82,95 @@ def check_device(device: object) -> str:
     return device
 
 
-def check_lambda(lam: object) -> Union[Literal["opt"], float]:
-    """``"opt"`` or a positive prior precision in its range (:func:`wbfe.metrics.bfe.parse_lambda`)."""
-    from wbfe.metrics.bfe import parse_lambda
+# A fixed λ must keep ½·log(2π/λ) and λ ordinary floats (below ~3.5e-308 2π/λ overflows); any λ a
+# prior can mean lies far inside, λ* = 1/mean(e) being about 1/(fan-in variance of the weights).
+LAMBDA_MIN = 1e-300
+LAMBDA_MAX = 1e300
 
-    return parse_lambda(lam)
+
+def positive_lambda(lam: object) -> float:
+    """A positive finite prior precision in [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`], from a string or a number.
+
+    Raises:
+        InvalidOptionError: anything else (``"opt"`` included: use :func:`parse_lambda` to allow it).
+    """
+    try:
+        value = float(lam)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        value = math.nan
+    if isinstance(lam, bool) or not (math.isfinite(value) and value > 0.0):
+        raise InvalidOptionError(f"lambda must be a positive number, not {lam!r}")
+    if not LAMBDA_MIN <= value <= LAMBDA_MAX:
+        raise InvalidOptionError(
+            f"lambda must lie in [{LAMBDA_MIN:g}, {LAMBDA_MAX:g}], not {lam!r}: outside it ½·log(2π/λ) "
+            "or λ itself is not an ordinary float and BFE-W would be infinite for every matrix"
+        )
+    return value
+
+
+def parse_lambda(lam: object) -> Union[Literal["opt"], float]:
+    """``"opt"`` (any case) or a positive finite prior precision; InvalidOptionError for anything else."""
+    if isinstance(lam, str) and lam.strip().lower() == "opt":
+        return "opt"
+    try:
+        return positive_lambda(lam)
+    except InvalidOptionError as exc:
+        if "must lie in" in str(exc):
+            raise
+        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
+
+
+METRIC_GROUPS: tuple[str, ...] = ("bfe", "htsr", "htmp", "rand", "vectors", "detx", "fingers")
+"""The metric groups' names, in :mod:`wbfe.metrics`' registry order (a test checks they are the registry's)."""
+
+DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
+"""The groups a run computes when none are named (htmp's fit costs milliseconds per matrix whatever its size)."""
+
+MATRIX_GROUPS: tuple[str, ...] = ("rand", "vectors")
+"""The groups that need the matrices themselves, not a product's or an FFT view's spectrum (htsr reads them too,
+for WeightWatcher's slice SVDs, but does without)."""
+
+
+def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
+    """``"bfe,htsr"`` (or an iterable of names, or None for :data:`DEFAULT_GROUPS`) as group names, each once.
+
+    Raises:
+        UnknownNameError: a name that is not a metric group (close names suggested).
+        InvalidOptionError: an empty list.
+    """
+    if metrics is None:
+        names: list[str] = list(DEFAULT_GROUPS)
+    elif isinstance(metrics, str):
+        names = [part.strip() for part in metrics.split(",") if part.strip()]
+    else:
+        names = [str(part).strip() for part in metrics]
+    if not names:
+        raise InvalidOptionError("no metric group given (choose from: " + ", ".join(METRIC_GROUPS) + ")")
+    for name in names:
+        if name not in METRIC_GROUPS:
+            raise unknown_name("metric group", name, METRIC_GROUPS)
+    return tuple(dict.fromkeys(names))
 
 
 def check_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    """Metric group names (``"bfe,htsr"`` or an iterable; ``()`` or None: the default groups); UnknownNameError
-    for a name that is not a metric group (close names suggested)."""
-    from wbfe.metrics import resolve_groups
+    """:func:`parse_metrics`, where ``()`` too means the default groups."""
+    return parse_metrics(None if metrics is None or metrics == () else metrics)
 
-    given = None if metrics is None or metrics == () else metrics
-    return tuple(group.name for group in resolve_groups(given))
+
+def check_fix_fingers(fix_fingers: object) -> Optional[str]:
+    """``fix_fingers`` when it is None, ``xmin_peak`` or ``clip_xmax``."""
+    if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
+        raise InvalidOptionError(f"fix_fingers must be xmin_peak or clip_xmax, not {fix_fingers!r}")
+    return fix_fingers
+
+
+def check_tail_options(fix_fingers: Optional[str], fit: str) -> None:
+    """Validate ``fix_fingers`` and ``fit`` together (WeightWatcher clips power laws only)."""
+    check_fix_fingers(fix_fingers)
+    if fit not in ("pl", "tpl", "e_tpl"):
+        raise InvalidOptionError(f"fit must be pl, tpl or e_tpl, not {fit!r}")
+    if fit != "pl" and fix_fingers == "clip_xmax":
+        raise InvalidOptionError(f"fit={fit} cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)")
 
 
 def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optional[re.Pattern[str]]:
@@ -151,7 +234,7 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
 
 # The declarations shared by several tables: one wording, one list of refused examples.
 METRICS = Custom(check_metrics, "metric group names (bfe, htsr, htmp, rand)", bad=("nope", "bfe,nope"))
-LAMBDA = Custom(check_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
+LAMBDA = Custom(parse_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
 CONV = Custom(check_conv, "'flatten', 'slices' or 'fft' (None: the conventions')", bad=("rows", 3), optional=True)
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
@@ -170,7 +253,7 @@ class ScoreOptions(Validated):
     Attributes:
         metrics: metric group names (empty: the default groups).
         lam: ``"opt"`` (λ* per matrix) or a fixed prior precision in
-            [:data:`~wbfe.metrics.bfe.LAMBDA_MIN`, :data:`~wbfe.metrics.bfe.LAMBDA_MAX`].
+            [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`].
         conv: conv-kernel view (:data:`CONV_VIEWS`); None (the default): the conventions' (``flatten``,
             ``slices`` with ``ww_compatible``).
         layers: a regular expression; only tensors whose name it matches are analysed.
@@ -178,7 +261,7 @@ class ScoreOptions(Validated):
         head: tensor (or module) name of the classifier / LM head.
         min_eigs: the tail fits of matrices with fewer eigenvalues are NaN (≥ 1).
         ww_compatible: reproduce WeightWatcher 0.7.7's choices: the run's :attr:`conventions` are
-            :data:`~wbfe.metrics.conventions.WEIGHTWATCHER` rather than wbfe's.
+            :data:`~wbfe.options.conventions.WEIGHTWATCHER` rather than wbfe's.
         seed: seed of the scoring's random steps (the ``rand`` group's shuffles), ≥ 0.
         fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: None,
             ``xmin_peak`` or ``clip_xmax`` (:mod:`wbfe.metrics.fingers`).
@@ -216,8 +299,6 @@ class ScoreOptions(Validated):
     filled: tuple[str, ...] = field(default=(), init=False, compare=False)
 
     def _cross_check(self) -> None:
-        from wbfe.metrics.fingers import check_tail_options
-
         check_tail_options(self.fix_fingers, self.fit)
         if self.conv is None:  # frozen: filled once, here, and only where the caller left it unset
             object.__setattr__(self, "conv", self.conventions.conv)
@@ -226,10 +307,7 @@ class ScoreOptions(Validated):
         # (WeightWatcher refuses intra with randomize or vectors too).
         views = [v for v, on in (("--intra", self.intra), ("--conv fft", self.conv == "fft")) if on]
         if views:
-            from wbfe.metrics import resolve_groups
-
-            needy = [g.name for g in resolve_groups(self.metrics or None) if g.from_matrices is not None
-                     and g.name != "htsr"]
+            needy = [name for name in parse_metrics(self.metrics or None) if name in MATRIX_GROUPS]
             if needy:
                 raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
                                          "themselves, not a product's or an FFT view's spectrum")
@@ -240,10 +318,8 @@ class ScoreOptions(Validated):
         return compile_layers(self.layers)
 
     @property
-    def conventions(self) -> "Conventions":
+    def conventions(self) -> Conventions:
         """The run's conventions: WeightWatcher 0.7.7's with :attr:`ww_compatible`, else wbfe's."""
-        from wbfe.metrics.conventions import conventions_for
-
         return conventions_for(self.ww_compatible)
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam"}
@@ -433,8 +509,6 @@ def _check_watch_lambda(lam: object) -> Union[None, Literal["calibrated"], float
         return None
     if isinstance(lam, str) and lam.strip().lower() == "calibrated":
         return "calibrated"
-    from wbfe.metrics.bfe import positive_lambda
-
     try:
         return positive_lambda(lam)  # the one parser of a fixed lambda (finite, in its range)
     except InvalidOptionError:
@@ -491,10 +565,8 @@ class EditOptions(Validated):
     ww_compatible: bool = False
 
     @property
-    def conventions(self) -> "Conventions":
+    def conventions(self) -> Conventions:
         """WeightWatcher 0.7.7's conventions with :attr:`ww_compatible` (its edit: ``ww_edit``), else wbfe's."""
-        from wbfe.metrics.conventions import conventions_for
-
         return conventions_for(self.ww_compatible)
 
 
@@ -511,8 +583,6 @@ def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
     Raises:
         InvalidOptionError: something other than role names (UnknownNameError for an unknown role).
     """
-    from wbfe.errors import unknown_name
-
     if isinstance(value, str):
         items: list[Any] = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
     else:

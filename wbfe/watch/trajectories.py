@@ -15,8 +15,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.metrics.bfe import positive_lambda
-from wbfe.options import WatchOptions
+from wbfe.options import WatchOptions, positive_lambda
 from wbfe.render.text import as_float
 from wbfe.watch.guidance import (
     BFE_OPT_CAVEAT,

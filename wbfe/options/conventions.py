@@ -1,15 +1,21 @@
 """The places where WeightWatcher 0.7.7's choices differ from wbfe's, named one by one: :data:`WBFE` by default,
 :data:`WEIGHTWATCHER` with ``ww_compatible=True`` (the switch and the key the provenance records). In
-:mod:`wbfe.metrics`, not :mod:`wbfe.options`, because the metric groups read it and the options import the metrics."""
+:mod:`wbfe.options`, below the metric groups that read it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from wbfe.metrics.ww_compat import WW_EPSILON, WW_EVALS_THRESH
+from wbfe.errors import InvalidOptionError
 
-__all__ = ["Conventions", "WBFE", "WEIGHTWATCHER", "conventions_for"]
+__all__ = ["Conventions", "WBFE", "WEIGHTWATCHER", "conventions_for", "check_conventions", "WW_EVALS_THRESH",
+           "WW_EPSILON"]
+
+#: WeightWatcher 0.7.7 drops eigenvalues at or below this before its power-law fit (``EVALS_THRESH``).
+WW_EVALS_THRESH = 1e-5
+#: WeightWatcher 0.7.7's ``RMT_Util.EPSILON`` on a CPU machine: its entropy and histogram regulariser.
+WW_EPSILON = 1e-10
 
 
 @dataclass(frozen=True)
@@ -57,3 +63,11 @@ WEIGHTWATCHER = Conventions("weightwatcher", conv="slices", ww_slices=True, skip
 def conventions_for(ww_compatible: bool) -> Conventions:
     """:data:`WEIGHTWATCHER` when the user asked for WeightWatcher's choices, else :data:`WBFE`."""
     return WEIGHTWATCHER if ww_compatible else WBFE
+
+
+def check_conventions(conventions: object) -> Conventions:
+    """:data:`WBFE` or :data:`WEIGHTWATCHER`, given as itself (or an equal copy) or by its name."""
+    for known in (WBFE, WEIGHTWATCHER):
+        if conventions == known or conventions == known.name:
+            return known
+    raise InvalidOptionError(f"conventions must be 'wbfe' or 'weightwatcher', not {conventions!r}")
