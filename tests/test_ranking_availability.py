@@ -103,3 +103,14 @@ def test_a_listening_host_is_left_to_the_scorer(monkeypatch: pytest.MonkeyPatch)
 
 def test_unknown_names_and_uris_are_not_judged() -> None:
     assert availability.unavailable_models(_zoo(["s3://bucket/model/", "torchvision:NoSuch_Weights.X"])) == {}
+
+
+def test_timm_weights_on_the_hub_name_the_endpoint_set_now(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """HF_ENDPOINT set after huggingface_hub was imported (a mirror chosen in the process) is the address a timm
+    reference reports, as for hub ids (huggingface_hub itself reads the variable once, at import)."""
+    pytest.importorskip("timm")
+    import huggingface_hub  # noqa: F401 - imported before the variable is set
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror.invalid/")
+    assert library_weights("timm:resnet18") == (False, "http://mirror.invalid")

@@ -29,7 +29,7 @@ def url_cache_path(url: str) -> Path:
 def library_weights(ref: str) -> tuple[bool, str]:
     """``(cached, url)``: whether a ``timm:`` / ``torchvision:`` reference is cached here (no network), and the
     checkpoint's URL (the hub endpoint for weights on the hub); raises as opening ``ref`` would."""
-    from wbfe.sources.hub import hub_cached
+    from wbfe.sources.hub import hub_cached, hub_endpoint
 
     if ref.startswith("torchvision:"):
         weights = _torchvision_weights(ref[len("torchvision:"):], ref)
@@ -37,13 +37,13 @@ def library_weights(ref: str) -> tuple[bool, str]:
     name = ref[len("timm:"):]
     cfg = _timm_cfg(name)
     if cfg is None:
-        return hub_cached(f"timm/{name}"), _hub_endpoint()
+        return hub_cached(f"timm/{name}"), hub_endpoint()
     hub_id, url = getattr(cfg, "hf_hub_id", None), getattr(cfg, "url", None)
     if (hub_id and hub_cached(str(hub_id))) or (url and url_cache_path(str(url)).is_file()):
-        return True, str(url or _hub_endpoint())
+        return True, str(url or hub_endpoint())
     if not hub_id and not url:
         raise ModelNotFoundError(f"{ref}: timm has no downloadable weights for {name!r}", ref=ref)
-    return False, _hub_endpoint() if hub_id else str(url)
+    return False, hub_endpoint() if hub_id else str(url)
 
 
 def _torchvision_weights(name: str, ref: str) -> Any:
@@ -67,12 +67,6 @@ def _timm_cfg(name: str) -> Any:
     if cfg is None:
         raise unknown_name("timm pretrained model", name, timm.list_pretrained())
     return cfg
-
-
-def _hub_endpoint() -> str:
-    from huggingface_hub import constants
-
-    return str(constants.ENDPOINT)
 
 
 def open_url_checkpoint(url: str, *, ref: str, fmt: str) -> TensorSource:
