@@ -108,7 +108,7 @@ def test_unknown_names_and_uris_are_not_judged() -> None:
 def test_timm_weights_on_the_hub_name_the_endpoint_set_now(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """HF_ENDPOINT set after huggingface_hub was imported (a mirror chosen in the process) is the address a timm
     reference reports, as for hub ids (huggingface_hub itself reads the variable once, at import)."""
-    pytest.importorskip("timm")
+    pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     import huggingface_hub  # noqa: F401 - imported before the variable is set
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
