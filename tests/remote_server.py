@@ -270,3 +270,10 @@ def go_online(monkeypatch: Any) -> None:
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+def isolated_hub(monkeypatch: Any, tmp_path: Any) -> None:
+    """Empty wbfe and huggingface_hub caches under ``tmp_path``, and the hub reachable (see :func:`go_online`)."""
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    go_online(monkeypatch)

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 
 import wbfe
-from tests.remote_server import Repo, Server, go_online
+from tests.remote_server import Repo, Server, isolated_hub
 from tests.test_remote_stream import make_checkpoint, same_scores
 from wbfe.errors import CorruptCheckpointError, RemoteChangedError, RemoteReadError
 from wbfe.sources import http_range
@@ -24,9 +24,7 @@ PATH = "/m.safetensors"
 
 @pytest.fixture()
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    go_online(monkeypatch)
+    isolated_hub(monkeypatch, tmp_path)
     monkeypatch.setattr(http_range, "DEFAULT_POLICY", QUICK)
     with Server() as srv:
         monkeypatch.setenv("HF_ENDPOINT", srv.endpoint)

@@ -23,7 +23,7 @@ import pytest
 
 import wbfe
 from tests.ray_zoo import make_sharded
-from tests.remote_server import Repo, Server, go_online
+from tests.remote_server import Repo, Server, isolated_hub
 from tests.test_remote_stream import make_checkpoint, same_scores
 from wbfe.errors import RemoteReadError
 from wbfe.sources import http_range
@@ -111,9 +111,7 @@ def _fresh_hub_session() -> None:
 
 @pytest.fixture()
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    go_online(monkeypatch)
+    isolated_hub(monkeypatch, tmp_path)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)

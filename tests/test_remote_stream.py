@@ -16,7 +16,7 @@ import pytest
 
 import wbfe
 from tests.ray_zoo import make_sharded
-from tests.remote_server import Repo, Server, go_online
+from tests.remote_server import Repo, Server, isolated_hub
 from wbfe.errors import (
     InvalidOptionError,
     ModelNotFoundError,
@@ -32,9 +32,7 @@ from wbfe.sources.http_range import FIRST_READ, RetryPolicy
 @pytest.fixture()
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     """A running loopback server as the hub (HF_ENDPOINT), empty caches, quick retries."""
-    monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "wbfe-cache"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    go_online(monkeypatch)
+    isolated_hub(monkeypatch, tmp_path)
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(http_range, "DEFAULT_POLICY", RetryPolicy(attempts=3, backoff=0.001, backoff_max=0.01,
                                                                   timeout=5.0))
