@@ -10,6 +10,7 @@ numeric column, so that the variants are seen to give the same numbers.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -176,6 +177,14 @@ def llama7b_layers(folder: Path, layers: int = 2, matrices: tuple[str, ...] = LL
     save_file(tensors, str(folder / "model.safetensors.part"))
     os.replace(folder / "model.safetensors.part", folder / "model.safetensors")
     return what
+
+
+def case_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every A/B benchmark over these generated checkpoints takes: rounds and the cases' sizes."""
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--moe-layers", type=int, default=27)
+    parser.add_argument("--experts", type=int, default=128)
+    parser.add_argument("--dense-layers", type=int, default=2)
 
 
 def alternate(path: Path, metrics: str, variants: dict[str, str], repeats: int,

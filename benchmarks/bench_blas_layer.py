@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is a folder, not a package
-from benchmarks._score_ab import alternate, header, llama7b_layers, moe_experts, ratio, resnet56  # noqa: E402
+from benchmarks._score_ab import (  # noqa: E402
+    alternate, case_arguments, header, llama7b_layers, moe_experts, ratio, resnet56)
 
 OUT = Path(__file__).resolve().parent / "results" / "blas_layer.json"
 VARIANTS = {"blas_layer": "", "scipy": "scipy_blas"}
@@ -35,10 +36,7 @@ VARIANTS = {"blas_layer": "", "scipy": "scipy_blas"}
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--moe-layers", type=int, default=27)
-    parser.add_argument("--experts", type=int, default=128)
-    parser.add_argument("--dense-layers", type=int, default=2)
+    case_arguments(parser)
     parser.add_argument("--cases", default="resnet56,moe,llama7b")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()

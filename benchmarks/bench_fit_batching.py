@@ -39,7 +39,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is a folder, not a package
-from benchmarks._score_ab import alternate, header, llama7b_layers, moe_experts, ratio, resnet56  # noqa: E402
+from benchmarks._score_ab import (  # noqa: E402
+    alternate, case_arguments, header, llama7b_layers, moe_experts, ratio, resnet56)
 
 OUT = Path(__file__).resolve().parent / "results" / "fit_batching.json"
 BLAS_OUT = Path(__file__).resolve().parent / "results" / "blas_layer.json"
@@ -49,10 +50,7 @@ BLAS = {"scipy": "scipy_blas"}
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--moe-layers", type=int, default=27)
-    parser.add_argument("--experts", type=int, default=128)
-    parser.add_argument("--dense-layers", type=int, default=2)
+    case_arguments(parser)
     parser.add_argument("--dense-matrices", default="q,k,v,o,gate,up,down",
                         help="which of each LLaMA layer's matrices (q,k,v,o,gate,up,down)")
     parser.add_argument("--two-stage-share", action="store_true",
