@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options.constraints import Constraint, Custom, Text, Validated
@@ -21,14 +21,16 @@ from wbfe.options.constraints import Constraint, Custom, Text, Validated
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidOptionError(f"{name} must be an integer >= {minimum}, got {value!r}")
+def _rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *, verb: str = "got",
+          optional: bool = False) -> Custom:
+    """A constraint worded ``NAME must be WORDS, VERB VALUE``."""
 
+    def check(name: str, value: Any) -> Any:
+        if not test(value):
+            raise InvalidOptionError(f"{name} must be {words}, {verb} {value!r}")
+        return value
 
-def _check_positive(name: str, value: Any) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise InvalidOptionError(f"{name} must be positive and finite, got {value!r}")
+    return Custom(check, words, bad=bad, optional=optional, named=True)
 
 
 def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: float = 0.2, nonzeros: int = 3) -> None:
@@ -41,47 +43,27 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
 
 
 def _int_at_least(minimum: int) -> Custom:
-    def check(name: str, value: Any) -> int:
-        _check_int(name, value, minimum)
-        return value
-
-    return Custom(check, f"an integer >= {minimum}", bad=(minimum - 1, 1.5, True), named=True)
+    return _rule(f"an integer >= {minimum}", lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum,
+                 (minimum - 1, 1.5, True))
 
 
-def _positive(name: str, value: Any) -> Any:
-    _check_positive(name, value)
-    return value
+def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
+    """A non-empty tuple (or list) whose every value passes ``rule``."""
 
-
-def _number(name: str, value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidOptionError(f"{name} must be a finite number, got {value!r}")
-    return value
-
-
-def _ints_at_least(minimum: int) -> Custom:
-    def check(name: str, values: Any) -> tuple[int, ...]:
+    def check(name: str, values: Any) -> tuple[Any, ...]:
         values = tuple(values) if isinstance(values, (tuple, list)) else values
         if not isinstance(values, tuple) or not values:
             raise InvalidOptionError(f"{name} must not be empty")
-        for v in values:
-            _check_int(name, v, minimum)
-        return values
+        return tuple(cast(rule(name, v)) for v in values)
 
-    return Custom(check, f"integers >= {minimum}", bad=((), (minimum - 1,)), named=True)
+    return Custom(check, words, bad=bad, named=True)
 
 
-def _positives(name: str, values: Any) -> tuple[float, ...]:
-    values = tuple(values) if isinstance(values, (tuple, list)) else values
-    if not isinstance(values, tuple) or not values:
-        raise InvalidOptionError(f"{name} must not be empty")
-    for v in values:
-        _check_positive(name, v)
-    return tuple(float(v) for v in values)
-
-
-POSITIVE = Custom(_positive, "positive and finite", bad=(0.0, -1.0, math.nan), named=True)
-NUMBER = Custom(_number, "a finite number", bad=(math.nan, "x"), named=True)  # its range is the model's (below)
+POSITIVE = _rule("positive and finite", lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
+                 (0.0, -1.0, math.nan))
+# Its range is the model's (below).
+NUMBER = _rule("a finite number", lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v),
+               (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
 DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
 
@@ -120,8 +102,8 @@ class HmcSettings(Validated):
     """HMC posterior sampling against the fixed point (``wbfe theory hmc``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "r_values": Custom(_positives, "positive numbers", bad=((), (0.0,)), named=True),
-        "seeds": _ints_at_least(0), "d": _int_at_least(1), "k": _int_at_least(1), "delta": POSITIVE,
+        "r_values": _each(POSITIVE, float, "positive numbers", ((), (0.0,))),
+        "seeds": _each(_int_at_least(0), int, "integers >= 0", ((), (-1,))), "d": _int_at_least(1), "k": _int_at_least(1), "delta": POSITIVE,
         "beta": NUMBER, "activation": NAME, "warmup": _int_at_least(0), "samples": _int_at_least(1),
         "device": DEVICE,
     }
@@ -148,7 +130,8 @@ class StudentSettings(Validated):
     """Adam-trained students of several widths against k_c (``wbfe theory student``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "widths": _ints_at_least(1), "seeds": _ints_at_least(0), "n": _int_at_least(1), "d": _int_at_least(1),
+        "widths": _each(_int_at_least(1), int, "integers >= 1", ((), (0,))),
+        "seeds": _each(_int_at_least(0), int, "integers >= 0", ((), (-1,))), "n": _int_at_least(1), "d": _int_at_least(1),
         "k": _int_at_least(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "epochs": _int_at_least(1),
         "lr": POSITIVE, "device": DEVICE,
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 
@@ -13,25 +13,17 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
+from wbfe.theory.settings import _rule
 
 __all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
 
 MAX_TRAIN_BYTES = 4 * 2**30  # the largest training draw kept in memory
 
 
-def _is_int(value: Any, minimum: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and int(value) == value and value >= minimum
-
-
-def _rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
-    """A constraint worded ``NAME must be WORDS, not VALUE``."""
-
-    def check(name: str, value: Any) -> Any:
-        if not test(value):
-            raise InvalidOptionError(f"{name} must be {words}, not {value!r}")
-        return value
-
-    return Custom(check, words, bad=bad, optional=optional, named=True)
+def _int(words: str, minimum: int, bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
+    """A whole number (an int, or a float equal to one) >= ``minimum``."""
+    return _rule(words, lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and int(v) == v
+                 and v >= minimum, bad, verb="not", optional=optional)
 
 
 def _known(kind: str, names: Any) -> Custom:
@@ -66,22 +58,22 @@ class HierarchicalSettings(Validated):
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "d": _rule("an integer >= 2", lambda v: _is_int(v, 2), (1, 2.5)),
-        "p": _rule("a positive integer", lambda v: _is_int(v, 1), (0, 1.5), optional=True),
+        "d": _int("an integer >= 2", 2, (1, 2.5)),
+        "p": _int("a positive integer", 1, (0, 1.5), optional=True),
         "gamma": Custom(lambda v: v if _finite(v) and v > 0.5 else _refuse(
             f"the sequential-recovery predictions need gamma > 1/2, not {v!r}"), "a number > 1/2", bad=(0.5, math.nan)),
-        "alpha_min": _rule("a finite number", _finite, (math.nan,)),
-        "alpha_max": _rule("a finite number", _finite, (math.inf,)),
-        "points": _rule("an integer >= 2", lambda v: _is_int(v, 2), (1,)),
-        "seeds": _rule("a positive integer", lambda v: _is_int(v, 1), (0,)),
-        "eps": _rule("a finite number", _finite, (math.nan,)),
+        "alpha_min": _rule("a finite number", _finite, (math.nan,), verb="not"),
+        "alpha_max": _rule("a finite number", _finite, (math.inf,), verb="not"),
+        "points": _int("an integer >= 2", 2, (1,)),
+        "seeds": _int("a positive integer", 1, (0,)),
+        "eps": _rule("a finite number", _finite, (math.nan,), verb="not"),
         "activation": _known("activation", ACTIVATIONS), "features": _known("feature kind", FEATURE_KINDS),
-        "n_test": _rule("an integer >= 10", lambda v: _is_int(v, 10), (9,)),
-        "kernel_max_n": _rule("a non-negative integer", lambda v: _is_int(v, 0), (-1,)),
+        "n_test": _int("an integer >= 10", 10, (9,)),
+        "kernel_max_n": _int("a non-negative integer", 0, (-1,)),
         "q_level": Custom(lambda v: v if _finite(v) and 0.0 < v < 1.0 else _refuse(f"q_level must lie in (0, 1), not {v!r}"),
                           "in (0, 1)", bad=(0.0, 1.0)),
         "solver": _known("eigensolver", SOLVERS),
-        "seed": _rule("a non-negative integer", lambda v: _is_int(v, 0), (-1,)),
+        "seed": _int("a non-negative integer", 0, (-1,)),
     }
 
     d: int
@@ -123,14 +115,11 @@ class HierarchicalSettings(Validated):
     def to_dict(self, *, p: Optional[int] = None) -> dict[str, Any]:
         """The settings as recorded in a result, with ``D`` and the resolved number of features ``p``
         (None: :attr:`p` as given)."""
-        out = {k: v for k, v in asdict(self).items() if k != "p"}
-        ints = ("d", "points", "seeds", "n_test", "kernel_max_n", "seed")
-        floats = ("gamma", "eps", "alpha_min", "alpha_max", "q_level")
-        out.update({k: int(out[k]) for k in ints})
-        out.update({k: float(out[k]) for k in floats})
+        full = {**asdict(self), "D": feature_dim(int(self.d)), "p": self.p if p is None else p}
+        full.update({k: int(full[k]) for k in ("d", "points", "seeds", "n_test", "kernel_max_n", "seed")})
+        full.update({k: float(full[k]) for k in ("gamma", "eps", "alpha_min", "alpha_max", "q_level")})
         keys = ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max", "points", "seeds",
                 "n_test", "kernel_max_n", "q_level", "solver", "seed")
-        full = {**out, "D": feature_dim(int(self.d)), "p": self.p if p is None else p}
         return {k: full[k] for k in keys}
 
     @classmethod
