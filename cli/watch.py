@@ -58,7 +58,8 @@ def watch_command(
     (or the first where h_t <= h*(lambda) with --lambda)."""
     from wbfe.errors import InvalidOptionError
     from wbfe.watch import calibrate, result_at, trajectory
-    from wbfe.watch.runs import compile_step_pattern, discover_run
+    from wbfe.options import compile_layers
+    from wbfe.watch.runs import discover_run
 
     lam_value = options.lam
     if run is None and calibrate_csv is None:
@@ -70,7 +71,7 @@ def watch_command(
     reads: list[Path] = []
     if rule is not None and (lam_value is not None or calibrate_csv is not None):
         raise InvalidOptionError("give either --rule NAME or --lambda / --calibrate (the h* rule at a λ), not both")
-    compile_step_pattern(step_pattern)
+    compile_layers(step_pattern, option="--step-pattern")
     metrics = None
     if lam_value is None and calibrate_csv is None:
         from wbfe.watch.decide import rule_metrics

@@ -16,8 +16,8 @@ from typing import Optional, Union
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources import CHECKPOINT_SUFFIXES
 
-__all__ = ["CheckpointRef", "Run", "parse_step", "discover_run", "read_run_csv", "run_from_rows", "WEIGHT_SUFFIXES",
-           "compile_step_pattern", "trainer_state_metrics", "STEP_ROUTES"]
+__all__ = ["CheckpointRef", "Run", "parse_step", "discover_run", "run_from_rows", "WEIGHT_SUFFIXES",
+           "trainer_state_metrics", "STEP_ROUTES"]
 
 WEIGHT_SUFFIXES = CHECKPOINT_SUFFIXES  # the readers' one list (no .json: a config is no checkpoint)
 _KEYWORD = re.compile(r"(?:global_step|checkpoint|iteration|epoch|step|ckpt|iter)s?[-_.=@ ]?0*(\d+)", re.I)
@@ -63,30 +63,6 @@ def _numbers(stem: str) -> tuple[list[int], bool]:
     return [int(t) for t in tokens if "." not in t], any("." in t for t in tokens)
 
 
-def compile_step_pattern(pattern: Optional[str]) -> Optional[re.Pattern[str]]:
-    """The compiled ``--step-pattern`` (None for None).
-
-    Raises:
-        InvalidOptionError: not a valid regular expression, or one that can take exponential time.
-    """
-    if pattern is None:
-        return None
-    from wbfe.options import compile_layers
-
-    compiled = compile_layers(pattern, option="--step-pattern")
-    assert compiled is not None  # a str pattern always compiles to a pattern
-    return compiled
-
-
-def _by_pattern(stem: str, pattern: re.Pattern[str]) -> Optional[int]:
-    match = pattern.search(stem)
-    if match is None:
-        return None
-    text = next((g for g in match.groups() if g is not None), match.group(0))
-    digits = re.search(r"\d+", text)
-    return int(digits.group(0)) if digits else None
-
-
 def parse_step(name: str, pattern: Optional[re.Pattern[str]] = None) -> Optional[int]:
     """The step in a checkpoint's file, folder or revision name (the rule: docs/watch.md), or None.
 
@@ -96,7 +72,12 @@ def parse_step(name: str, pattern: Optional[re.Pattern[str]] = None) -> Optional
     """
     stem = _name_stem(name)
     if pattern is not None:
-        return _by_pattern(stem, pattern)
+        match = pattern.search(stem)
+        if match is None:
+            return None
+        text = next((g for g in match.groups() if g is not None), match.group(0))
+        digits = re.search(r"\d+", text)
+        return int(digits.group(0)) if digits else None
     keyed = _KEYWORD.findall(stem)
     if keyed:
         return int(keyed[-1])
@@ -173,10 +154,8 @@ def _add(found: dict[int, CheckpointRef], item: CheckpointRef, label: str, where
 
 def _folder_checkpoints(folder: Path, pattern: Optional[re.Pattern[str]] = None) -> dict[int, Path]:
     paths = [p for p in sorted(folder.iterdir()) if _is_checkpoint(p)]
-    if pattern is not None:
-        parsed = {p: _by_pattern(_name_stem(p.name), pattern) for p in paths}
-    else:
-        parsed = dict(_folder_steps(folder, paths))
+    parsed: dict[Path, Optional[int]] = ({p: parse_step(p.name, pattern) for p in paths} if pattern is not None
+                                         else dict(_folder_steps(folder, paths)))
     by_step: dict[int, Path] = {}
     unparsed: list[str] = []
     for path in paths:
@@ -219,11 +198,6 @@ def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[s
     if not rows:
         raise InvalidOptionError(f"{path}: the CSV has no rows")
     return rows
-
-
-def read_run_csv(path: Union[str, Path]) -> list[dict[str, str]]:
-    """The rows of a run CSV (dicts of strings), checked to have a ``step`` column; see :func:`read_csv`."""
-    return read_csv(path, required="step", kind="run")
 
 
 def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
@@ -331,7 +305,9 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
             ambiguous names, a malformed CSV, revision list, step pattern or trainer state.
     """
     text = str(run)
-    pattern = compile_step_pattern(step_pattern)
+    from wbfe.options import compile_layers
+
+    pattern = compile_layers(step_pattern, option="--step-pattern")
     if not text.strip():  # Path("") is the working folder: an empty argument must not read it
         raise SourceNotFoundError("an empty run reference: name a folder of checkpoints, a CSV or a list of hub "
                                   "revisions", path=text)
@@ -341,7 +317,7 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         by_step = hf or _folder_checkpoints(path, pattern)
         metrics: dict[int, dict[str, str]] = {}
         if (path / "metrics.csv").is_file():
-            for i, row in enumerate(read_run_csv(path / "metrics.csv"), start=2):
+            for i, row in enumerate(read_csv(path / "metrics.csv", required="step", kind="run"), start=2):
                 metrics[_int_step(row.get("step"), f"{path / 'metrics.csv'}:{i}")] = row
         elif hf:
             metrics = trainer_state_metrics(path, hf)
@@ -350,7 +326,7 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
                  for s, p in by_step.items()}
         return _ordered(str(path), found)
     if path.is_file() and path.suffix.lower() == ".csv":
-        return run_from_rows(path, read_run_csv(path), str(path))
+        return run_from_rows(path, read_csv(path, required="step", kind="run"), str(path))
     if path.exists():
         raise InvalidOptionError(f"{path}: a run is a folder of checkpoints, a CSV or a list of hub revisions")
     if "@" in text and not text.startswith((".", "/", "~")):
