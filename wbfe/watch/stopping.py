@@ -51,22 +51,18 @@ class RunSignals:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN as None); :meth:`from_dict` reads it back."""
-        def clean(a: np.ndarray) -> Any:
-            return [None if not math.isfinite(float(v)) else float(v) for v in np.ravel(a)]
+        from wbfe.render.text import json_ready
 
-        return {"name": self.name, "steps": list(self.steps),
-                "series": {k: clean(v) for k, v in self.series.items()},
-                "log_ratio": [clean(row) for row in self.log_ratio],
-                "lam_first": clean(self.lam_first), "lam_fanin": clean(self.lam_fanin)}
+        return json_ready({"name": self.name, "steps": self.steps, "series": self.series, "log_ratio": self.log_ratio,
+                           "lam_first": self.lam_first, "lam_fanin": self.lam_fanin})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunSignals":
         def arr(x: Any) -> np.ndarray:
-            return np.array([math.nan if v is None else v for v in x], dtype=float)
+            return np.array(x, dtype=float)  # None reads as NaN
 
-        ratio = np.array([arr(row) for row in d["log_ratio"]], dtype=float).reshape(len(d["steps"]), -1)
         return cls(d["name"], tuple(int(s) for s in d["steps"]), {k: arr(v) for k, v in d["series"].items()},
-                   ratio, arr(d["lam_first"]), arr(d["lam_fanin"]))
+                   arr(d["log_ratio"]).reshape(len(d["steps"]), -1), arr(d["lam_first"]), arr(d["lam_fanin"]))
 
 
 def run_signals(traj: Any) -> RunSignals:
