@@ -87,6 +87,8 @@ def _legendre_panels(lo: float, hi: float, breaks: tuple[float, ...], width: flo
 
 def _normalised_coefficients(act: Activation, degree: int) -> tuple[np.ndarray, float]:
     """c_ℓ = E[σ(z)·He_ℓ(z)]/√ℓ! for ℓ = 0..degree, and E[σ(z)²], by one quadrature."""
+    if degree < 2:
+        raise InvalidOptionError(f"degree must be >= 2, got {degree}")
     half_width = 2.0 * math.sqrt(degree + 1.0) + 14.0
     z, w = _legendre_panels(-half_width, half_width, act.kinks, width=0.25, order=24)
     message = "the activation must map a float64 array to finite values of the same shape"
@@ -116,8 +118,6 @@ def hermite_coefficients(activation: Union[str, Activation, Callable], degree: i
     Raises:
         InvalidOptionError: ``degree`` < 2, or the activation does not return finite values.
     """
-    if degree < 2:
-        raise InvalidOptionError(f"degree must be >= 2, got {degree}")
     coef, _ = _normalised_coefficients(get_activation(activation), degree)
     log_fact = np.array([math.lgamma(ell + 1.0) for ell in range(degree + 1)])
     return coef * np.exp(0.5 * log_fact)
@@ -272,8 +272,6 @@ def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: in
     key = (act.name, degree) if act.name != "custom" else None
     if key is not None and key in _KERNELS:
         return _KERNELS[key]
-    if degree < 2:
-        raise InvalidOptionError(f"degree must be >= 2, got {degree}")
     coef, second = _normalised_coefficients(act, degree)
     c2 = coef**2
     mu = (float(coef[0]), float(coef[1]), float(coef[2] * math.sqrt(2.0)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -111,10 +111,7 @@ class FixedPoint:
     g1: float
     activation: str
     extra: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (arrays as lists)."""
-        return fields_dict(self)
+    to_dict = fields_dict  # a JSON-ready dict (arrays as lists)
 
 
 def _roots(h: Callable[[np.ndarray], np.ndarray], grid: np.ndarray, scale: float) -> tuple[list, list, list]:
@@ -231,10 +228,7 @@ class Sweep:
     delta: float
     lambda_sigma: float
     q_sigma: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return fields_dict(self)
+    to_dict = fields_dict  # a JSON-ready dict
 
 
 def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float], np.ndarray],
@@ -270,10 +264,7 @@ class RegimeFit:
     refinement_predicted: float
     refinement_window: tuple[float, float]
     reasons: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return fields_dict(self)
+    to_dict = fields_dict  # a JSON-ready dict
 
 
 def fit_regimes(sw: Sweep, *, beta: float, kc_min: int = 8, kc_max_frac: float = 0.1,
@@ -308,7 +299,6 @@ def fit_regimes(sw: Sweep, *, beta: float, kc_min: int = 8, kc_max_frac: float =
 
 
 def _too_few_refinement(sw: Sweep, rf: np.ndarray, all_on: np.ndarray, refine_factor: float) -> str:
-    """Why the refinement slope is NaN, with the numbers that decide it and what to change."""
     r_max = float(sw.r[-1])
     if not all_on.size:
         return (f"no point has all k={sw.k} features learned (k_c reaches {int(sw.k_c.max())} by r = {r_max:.3g}): "
@@ -322,7 +312,6 @@ def _too_few_refinement(sw: Sweep, rf: np.ndarray, all_on: np.ndarray, refine_fa
 
 def _too_few_feature_learning(sw: Sweep, fl: np.ndarray, kc_min: int, kc_max_frac: float,
                               eps_max_over_delta: float) -> str:
-    """Why the feature-learning slope is NaN, with the r range of the regime and what to change."""
     band = (sw.k_c >= kc_min) & (sw.k_c <= kc_max_frac * sw.k)
     eps_rule = "" if math.isinf(eps_max_over_delta) else f" and eps <= {eps_max_over_delta:g}*Delta"
     head = (f"{int(np.count_nonzero(fl))} point(s) with {kc_min} <= k_c <= {kc_max_frac:g}*k = "
@@ -347,10 +336,7 @@ class ScalingRow:
     d: tuple[int, ...]
     k_c: tuple[int, ...]
     eps: tuple[float, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return fields_dict(self)
+    to_dict = fields_dict  # a JSON-ready dict
 
 
 # (label, readout kind, options, predicted slope of k_c, of ε, note) — derived in docs/math.md §6 terms:

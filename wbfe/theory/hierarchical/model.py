@@ -15,7 +15,7 @@ import numpy as np
 from wbfe.errors import InvalidOptionError, unknown_name
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
-           "sym_to_vec", "hermite_features", "make_teacher", "sample_data", "teacher_output"]
+           "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]
 
 ACTIVATIONS = ("identity", "tanh")
 FEATURE_KINDS = ("hermite", "gaussian")
@@ -198,12 +198,6 @@ def _output_moments(b: np.ndarray, activation: str) -> tuple[float, float]:
     return float(g.mean()), float(g.std())
 
 
-def teacher_output(teacher: HierarchicalTeacher, h: np.ndarray) -> np.ndarray:
-    """y = (g*(s) − E g*)/sd g* for latents h of shape (n, p)."""
-    s = (h * h - 1.0) @ teacher.b
-    return (_activation(teacher.activation, s) - teacher.y_mean) / teacher.y_std
-
-
 def sample_data(
     teacher: HierarchicalTeacher, n: int, *, seed: int | np.random.SeedSequence
 ) -> tuple[FeatureData, np.ndarray]:
@@ -217,5 +211,5 @@ def sample_data(
     rng = np.random.default_rng(seed)
     dim = teacher.d if teacher.features == "hermite" else feature_dim(teacher.d)
     data = FeatureData(teacher.features, rng.standard_normal((int(n), dim)), teacher.d)
-    h = data.project(teacher.a)
-    return data, teacher_output(teacher, h)
+    h = data.project(teacher.a)  # the latents; y = (g*(s) − E g*)/sd g*
+    return data, (_activation(teacher.activation, (h * h - 1.0) @ teacher.b) - teacher.y_mean) / teacher.y_std

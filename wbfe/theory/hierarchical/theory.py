@@ -47,13 +47,9 @@ def spike_strengths(b: np.ndarray, activation: str, y_mean: float = 0.0,
     return ((h * h - 1.0) * y[:, None]).mean(axis=0), ((h * h) * (y * y)[:, None]).mean(axis=0)
 
 
-def _as_arrays(c: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return np.abs(np.asarray(c, dtype=np.float64)), np.asarray(v, dtype=np.float64)
-
-
 def finite_d_thresholds(d: int, c: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Onsets α_i = log_d(D·v_i²/c_i²) of the finite-d spiked model."""
-    c, v = _as_arrays(c, v)
+    c, v = np.abs(np.asarray(c, dtype=np.float64)), np.asarray(v, dtype=np.float64)
     big_d = d * (d + 1) / 2.0
     with np.errstate(divide="ignore"):
         return np.log(big_d * v**2 / c**2) / math.log(d)
@@ -61,7 +57,7 @@ def finite_d_thresholds(d: int, c: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 def finite_d_overlaps(n: float, d: int, c: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Predicted squared overlaps q_i at n samples in the finite-d spiked model (0 below onset)."""
-    c, v = _as_arrays(c, v)
+    c, v = np.abs(np.asarray(c, dtype=np.float64)), np.asarray(v, dtype=np.float64)
     s2 = d * (d + 1) / 2.0 / n
     out = np.zeros_like(c)
     for i, (ci, vi) in enumerate(zip(c, v)):
@@ -78,7 +74,7 @@ def finite_d_level_alphas(d: int, c: np.ndarray, v: np.ndarray, level: float) ->
     """α at which the predicted q_i reaches ``level``: σ_L = c·u/(1 + (v−1)u²), u² = r/(v + r), r = 1/L − 1."""
     if not 0.0 < level < 1.0:
         raise InvalidOptionError(f"the overlap level must lie in (0, 1), not {level!r}")
-    c, v = _as_arrays(c, v)
+    c, v = np.abs(np.asarray(c, dtype=np.float64)), np.asarray(v, dtype=np.float64)
     r = 1.0 / level - 1.0
     u = np.sqrt(r / (v + r))
     sigma = c * u / (1.0 + (v - 1.0) * u * u)
