@@ -36,9 +36,7 @@ class KernelFit:
     loo_mse: float
 
 
-def fit_kernel_ridge(
-    inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, ...] = RIDGE_GRID
-) -> KernelFit:
+def fit_kernel_ridge(inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, ...] = RIDGE_GRID) -> KernelFit:
     """Kernel ridge regression on (n, dim) inputs with the ridge picked by exact leave-one-out error among
     ``ridges``, relative to n (the penalty is ridge·n·‖f‖²_K / n).
 

@@ -79,7 +79,6 @@ class FeatureData:
 
     @property
     def n(self) -> int:
-        """Number of samples."""
         return int(self.inputs.shape[0])
 
     @property
@@ -139,7 +138,6 @@ class HierarchicalTeacher:
 
     @property
     def p(self) -> int:
-        """Number of latent features."""
         return int(self.b.shape[0])
 
 
@@ -153,16 +151,8 @@ def _activation(name: str, s: np.ndarray) -> np.ndarray:
     return np.tanh(s) if name == "tanh" else s
 
 
-def make_teacher(
-    d: int,
-    *,
-    p: int | None = None,
-    gamma: float = 1.0,
-    eps: float = 0.5,
-    activation: str = "identity",
-    features: str = "hermite",
-    seed: int | np.random.SeedSequence = 0,
-) -> HierarchicalTeacher:
+def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float = 0.5, activation: str = "identity",
+                 features: str = "hermite", seed: int | np.random.SeedSequence = 0) -> HierarchicalTeacher:
     """Draw the teacher: p (default round(d^eps)) orthonormal a_i ∈ R^D, random signs of b_i, and the
     standardisation constants.
 
@@ -198,9 +188,8 @@ def _output_moments(b: np.ndarray, activation: str) -> tuple[float, float]:
     return float(g.mean()), float(g.std())
 
 
-def sample_data(
-    teacher: HierarchicalTeacher, n: int, *, seed: int | np.random.SeedSequence
-) -> tuple[FeatureData, np.ndarray]:
+def sample_data(teacher: HierarchicalTeacher, n: int, *,
+                seed: int | np.random.SeedSequence) -> tuple[FeatureData, np.ndarray]:
     """``(data, y)``: n samples of the teacher's inputs (with their feature maps) and standardised outputs.
 
     Raises:

@@ -35,9 +35,7 @@ def moment_operator(data: FeatureData, y: np.ndarray) -> "LinearOperator":
         v = np.asarray(v, dtype=np.float64).reshape(data.dim, -1)
         return data.adjoint(y[:, None] * data.project(v)) / n - mean_y * v
 
-    return LinearOperator(
-        (data.dim, data.dim), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64
-    )
+    return LinearOperator((data.dim, data.dim), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64)
 
 
 def dense_moment_matrix(data: FeatureData, y: np.ndarray) -> np.ndarray:
@@ -53,9 +51,8 @@ def dense_moment_matrix(data: FeatureData, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def top_eigenpairs(
-    data: FeatureData, y: np.ndarray, k: int, *, solver: str = "auto", seed: int = 0, tol: float = 1e-6
-) -> tuple[np.ndarray, np.ndarray]:
+def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "auto", seed: int = 0,
+                   tol: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
     """``(values, vectors)``, (k,) and (D, k): the k eigenpairs of Ĉ of largest |eigenvalue|, by
     |eigenvalue| descending.
 
@@ -106,9 +103,8 @@ def _raw_output(h_hat: np.ndarray, second_layer: np.ndarray) -> np.ndarray:
     return np.einsum("ni,ij,nj->n", h_hat, second_layer, h_hat) - float(np.trace(second_layer))
 
 
-def fit_spectral(
-    data: FeatureData, y: np.ndarray, k: int, *, solver: str = "auto", seed: int = 0, tol: float = 1e-6
-) -> SpectralFit:
+def fit_spectral(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "auto", seed: int = 0,
+                 tol: float = 1e-6) -> SpectralFit:
     """Train the layer-wise spectral learner on (data, y), keeping k directions (``solver``, ``seed`` and
     ``tol`` as in :func:`top_eigenpairs`).
 

@@ -55,9 +55,8 @@ class HierarchicalResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None): ``{"settings", "points", "prediction"}``."""
-        return jsonable(
-            {"settings": self.settings, "points": [asdict(p) for p in self.points], "prediction": self.prediction}
-        )
+        return jsonable({"settings": self.settings, "points": [asdict(p) for p in self.points],
+                         "prediction": self.prediction})
 
 
 def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **options: Any) -> HierarchicalResult:
