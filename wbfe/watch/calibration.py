@@ -64,11 +64,7 @@ def read_runs_csv(path: Union[str, Path]) -> list[Run]:
     path = Path(path)
     rows = read_csv(path, required="run", kind="runs")
     if "step" not in rows[0]:
-        runs = []
-        for row in rows:
-            target = Path(row["run"])
-            runs.append(discover_run(target if target.is_absolute() else path.parent / target))
-        return runs
+        return [discover_run(path.parent / row["run"]) for row in rows]  # an absolute path replaces the folder
     grouped: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         grouped.setdefault(row["run"], []).append(row)

@@ -88,8 +88,7 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
                       result_by_rule(traj, rule, layers=layers))
             self.state.result = result
             rec = result.recommendation
-            n = len(self.monitor.trajectory.points)
-            if (rec is not None and rec.index is not None and n - 1 - rec.index >= patience
+            if (rec is not None and rec.index is not None and len(traj.points) - 1 - rec.index >= patience
                     and self.state.fired_at is None):
                 self.state.fired_at = step
             if folder is not None:

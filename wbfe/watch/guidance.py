@@ -80,8 +80,6 @@ class FixedLambdaTrend:
 
 def run_mean(values: np.ndarray) -> np.ndarray:
     # The same layers at every checkpoint, so the run-level numbers are comparable along the run.
-    if values.size == 0:
-        return np.full(values.shape[0], np.nan)
     keep = np.all(np.isfinite(values), axis=0)
     return values[:, keep].mean(axis=1) if keep.any() else np.full(values.shape[0], np.nan)
 

@@ -17,7 +17,7 @@ import numpy as np
 from wbfe.errors import InvalidOptionError
 
 __all__ = ["Recommendation", "CalibratedRun", "Calibration", "layer_statistic", "critical_lambda", "recommend",
-           "lambda_grid", "calibrate_lambda", "middle_of_ties"]
+           "calibrate_lambda", "middle_of_ties"]
 
 
 @dataclass(frozen=True)
@@ -84,19 +84,6 @@ def recommend(steps: Sequence[int], crit: np.ndarray, lam: float) -> Recommendat
                           f"(step {int(steps[before])}: {ratio(before):.3f})")
 
 
-def lambda_grid(crits: Sequence[np.ndarray]) -> np.ndarray:
-    """An 81-point log-spaced λ grid covering every critical λ of the given runs, with a factor 2 margin.
-
-    Raises:
-        InvalidOptionError: no finite critical λ at all.
-    """
-    values = np.concatenate([np.asarray(c, dtype=float).ravel() for c in crits]) if crits else np.array([])
-    values = values[np.isfinite(values) & (values > 0)]
-    if values.size == 0:
-        raise InvalidOptionError("no finite h/h* in any run: cannot build a lambda grid")
-    return np.geomspace(values.min() / 2.0, values.max() * 2.0, 81)
-
-
 @dataclass(frozen=True)
 class CalibratedRun:
     """One held-out run: the λ chosen on the others and what it gives on this one."""
@@ -146,11 +133,13 @@ def _choose(grid: np.ndarray, gaps: np.ndarray) -> float:
 
 def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits: Sequence[np.ndarray],
                      losses: Sequence[np.ndarray], *, grid: Optional[np.ndarray] = None) -> Calibration:
-    """Choose λ from a log grid (default :func:`lambda_grid` of ``crits``) by leave-one-run-out, minimising the
-    mean test-loss gap; per run its steps, critical λ and finite test losses per checkpoint.
+    """Choose λ from a log grid (default: 81 points covering every critical λ of ``crits`` with a factor 2 margin)
+    by leave-one-run-out, minimising the mean test-loss gap; per run its steps, critical λ and finite test losses
+    per checkpoint.
 
     Raises:
-        InvalidOptionError: fewer than two runs, mismatched lengths, or a run without test losses.
+        InvalidOptionError: fewer than two runs, mismatched lengths, a run without test losses, or (default grid) no
+            finite critical λ at all.
     """
     if len(names) < 2:
         raise InvalidOptionError(f"leave-one-run-out calibration needs at least 2 runs, got {len(names)}")
@@ -160,7 +149,13 @@ def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits
     for name, s, loss in zip(names, steps, losses):
         if loss.size != len(s) or not np.all(np.isfinite(loss)):
             raise InvalidOptionError(f"run {name}: every checkpoint needs a finite test_loss")
-    grid = lambda_grid(crits) if grid is None else np.asarray(grid, dtype=float)
+    if grid is None:
+        values = np.concatenate([np.asarray(c, dtype=float).ravel() for c in crits])
+        values = values[np.isfinite(values) & (values > 0)]
+        if values.size == 0:
+            raise InvalidOptionError("no finite h/h* in any run: cannot build a lambda grid")
+        grid = np.geomspace(values.min() / 2.0, values.max() * 2.0, 81)
+    grid = np.asarray(grid, dtype=float)
     gaps = np.array([_gaps(s, np.asarray(c, dtype=float), loss, grid) for s, c, loss in zip(steps, crits, losses)])
     held = []
     for r, name in enumerate(names):

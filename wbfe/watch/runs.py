@@ -217,7 +217,7 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
         if target:
             from wbfe.sources.hub import HUB_ID
 
-            local = Path(target) if Path(target).is_absolute() else path.parent / target
+            local = path.parent / target  # an absolute target replaces the folder
             # A relative path that is not there but reads as org/name[@rev] is a hub id.
             ref = target if (not local.exists() and HUB_ID.match(target)) else str(local)
         else:
