@@ -237,10 +237,9 @@ class Kernel:
         """g(1) − g(m(λ)), vectorised and accurate when m(λ) is within 1e-16 of 1."""
         lam = np.asarray(lam, dtype=np.float64)
         u = self._log_one_minus_m(lam)
-        u_of_x, logdef_of_u, x_max, gp1 = self._table
+        _, logdef_of_u, _, gp1 = self._table
         out = np.full(lam.shape, self.g1)
-        on = u > 0
-        inside = on & (u <= 60.0)
+        inside = (u > 0) & (u <= 60.0)
         out[inside] = np.exp(logdef_of_u(u[inside]))
         far = u > 60.0
         out[far] = gp1 * np.exp(-u[far])

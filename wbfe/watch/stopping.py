@@ -68,10 +68,9 @@ class RunSignals:
 def run_signals(traj: Any) -> RunSignals:
     """The :class:`RunSignals` of a scored trajectory, over its matrices with at least ``min_eigs`` eigenvalues."""
     names = traj.layer_names
-    counts = traj.matrix(lambda x: float(x.n_eigs)) if traj.points else np.zeros((0, 0))
+    counts = traj.matrix(lambda x: float(x.n_eigs))
     min_eigs = max((p.min_eigs for p in traj.points), default=0)
-    keep = np.array([bool(np.all((counts[:, j] >= min_eigs) | ~np.isfinite(counts[:, j]))) for j in range(len(names))],
-                    dtype=bool)
+    keep = np.all((counts >= min_eigs) | ~np.isfinite(counts), axis=0)
     if not keep.any():
         keep = np.ones(len(names), dtype=bool)
 

@@ -175,17 +175,12 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     a = q * np.sign(np.diag(r))  # the Haar-distributed orthonormal frame
     raw = rng.choice([-1.0, 1.0], size=int(p_used)) * np.arange(1, p_used + 1) ** (-float(gamma))
     b = raw / math.sqrt(2.0 * float(np.sum(raw**2)))  # Var Σ b_i(h_i²−1) = 2Σb² = 1
-    y_mean, y_std = _output_moments(b, activation)
+    y_mean, y_std = 0.0, 1.0  # of g*(s); exact for the identity: E s = 0, Var s = 2Σb² = 1
+    if activation != "identity":  # Monte Carlo over independent Gaussian latents
+        h = np.random.default_rng(_MC_SEED).standard_normal((_MC_SAMPLES, b.shape[0]))
+        g = _activation(activation, (h * h - 1.0) @ b)
+        y_mean, y_std = float(g.mean()), float(g.std())
     return HierarchicalTeacher(int(d), float(gamma), activation, features, a, b, y_mean, y_std)
-
-
-def _output_moments(b: np.ndarray, activation: str) -> tuple[float, float]:
-    """Mean and standard deviation of g*(s) for independent Gaussian latents."""
-    if activation == "identity":
-        return 0.0, 1.0  # exact: E s = 0, Var s = 2Σb² = 1
-    h = np.random.default_rng(_MC_SEED).standard_normal((_MC_SAMPLES, b.shape[0]))
-    g = _activation(activation, (h * h - 1.0) @ b)
-    return float(g.mean()), float(g.std())
 
 
 def sample_data(teacher: HierarchicalTeacher, n: int, *,
