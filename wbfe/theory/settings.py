@@ -21,13 +21,13 @@ from wbfe.options.constraints import Constraint, Custom, Text, Validated
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
 
-def _rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *, verb: str = "got",
-          optional: bool = False) -> Custom:
-    """A constraint worded ``NAME must be WORDS, VERB VALUE``."""
+def _rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *,
+          say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
+    """A constraint that refuses a value failing ``test`` with the message ``say``."""
 
     def check(name: str, value: Any) -> Any:
         if not test(value):
-            raise InvalidOptionError(f"{name} must be {words}, {verb} {value!r}")
+            raise InvalidOptionError(say.format(name=name, words=words, value=value))
         return value
 
     return Custom(check, words, bad=bad, optional=optional, named=True)

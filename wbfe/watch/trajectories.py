@@ -117,10 +117,7 @@ class Trajectory:
     @property
     def layer_names(self) -> list[str]:
         """Every layer seen, in first-seen order."""
-        names: dict[str, None] = {}
-        for point in self.points:
-            names.update(dict.fromkeys(layer.name for layer in point.layers))
-        return list(names)
+        return list(dict.fromkeys(layer.name for point in self.points for layer in point.layers))
 
     def matrix(self, value: Callable[[LayerPoint], float]) -> np.ndarray:
         """A (checkpoints, layers) array of ``value(layer)``, NaN where a layer is missing."""

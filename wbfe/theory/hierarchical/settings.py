@@ -18,12 +18,13 @@ from wbfe.theory.settings import _rule
 __all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
 
 MAX_TRAIN_BYTES = 4 * 2**30  # the largest training draw kept in memory
+_NOT = "{name} must be {words}, not {value!r}"
 
 
 def _int(words: str, minimum: int, bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
     """A whole number (an int, or a float equal to one) >= ``minimum``."""
     return _rule(words, lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and int(v) == v
-                 and v >= minimum, bad, verb="not", optional=optional)
+                 and v >= minimum, bad, say=_NOT, optional=optional)
 
 
 def _known(kind: str, names: Any) -> Custom:
@@ -60,18 +61,18 @@ class HierarchicalSettings(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "d": _int("an integer >= 2", 2, (1, 2.5)),
         "p": _int("a positive integer", 1, (0, 1.5), optional=True),
-        "gamma": Custom(lambda v: v if _finite(v) and v > 0.5 else _refuse(
-            f"the sequential-recovery predictions need gamma > 1/2, not {v!r}"), "a number > 1/2", bad=(0.5, math.nan)),
-        "alpha_min": _rule("a finite number", _finite, (math.nan,), verb="not"),
-        "alpha_max": _rule("a finite number", _finite, (math.inf,), verb="not"),
+        "gamma": _rule("a number > 1/2", lambda v: _finite(v) and v > 0.5, (0.5, math.nan),
+                       say="the sequential-recovery predictions need gamma > 1/2, not {value!r}"),
+        "alpha_min": _rule("a finite number", _finite, (math.nan,), say=_NOT),
+        "alpha_max": _rule("a finite number", _finite, (math.inf,), say=_NOT),
         "points": _int("an integer >= 2", 2, (1,)),
         "seeds": _int("a positive integer", 1, (0,)),
-        "eps": _rule("a finite number", _finite, (math.nan,), verb="not"),
+        "eps": _rule("a finite number", _finite, (math.nan,), say=_NOT),
         "activation": _known("activation", ACTIVATIONS), "features": _known("feature kind", FEATURE_KINDS),
         "n_test": _int("an integer >= 10", 10, (9,)),
         "kernel_max_n": _int("a non-negative integer", 0, (-1,)),
-        "q_level": Custom(lambda v: v if _finite(v) and 0.0 < v < 1.0 else _refuse(f"q_level must lie in (0, 1), not {v!r}"),
-                          "in (0, 1)", bad=(0.0, 1.0)),
+        "q_level": _rule("in (0, 1)", lambda v: _finite(v) and 0.0 < v < 1.0, (0.0, 1.0),
+                         say="q_level must lie in (0, 1), not {value!r}"),
         "solver": _known("eigensolver", SOLVERS),
         "seed": _int("a non-negative integer", 0, (-1,)),
     }
@@ -135,7 +136,3 @@ class HierarchicalSettings(Validated):
             raise InvalidOptionError(f"D = {data['D']!r} is not the feature dimension of d = {settings.d} "
                                      f"({feature_dim(int(settings.d))})")
         return settings
-
-
-def _refuse(message: str) -> Any:
-    raise InvalidOptionError(message)
