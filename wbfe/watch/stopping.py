@@ -303,8 +303,7 @@ class Measured:
             chosen = np.zeros(self.n, dtype=int)
             for regime in ("shrinking", "growing"):
                 idx = [i for i in subset if self.regimes[i] == regime] or subset
-                scored = sorted((self._base(n, idx)[1], n) for n in self.choice)
-                best = scored[0][1]
+                best = min((self._base(n, idx)[1], n) for n in self.choice)[1]
                 k = self._base(best, idx)[0]
                 param[regime] = [best, (RULES[best].grid or (None,))[k]]
                 mine = [i for i in range(self.n) if self.regimes[i] == regime]

@@ -78,7 +78,6 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
     ns = s.sample_sizes()
     children = np.random.SeedSequence(s.seed).spawn(int(s.seeds))
     runs = [_run_seed(child, ns, s) for child in children]
-    teacher0 = runs[0]["teacher"]
     nmse = np.array([r["nmse"] for r in runs])  # (seeds, points)
     q = np.array([r["q"] for r in runs])  # (seeds, points, p)
     kernel = np.array([r["nmse_kernel"] for r in runs])
@@ -92,7 +91,7 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
         for j in range(len(ns))
     )
     prediction = _predictions([r["teacher"] for r in runs], alphas, ns, pts, gamma=s.gamma, q_level=s.q_level)
-    return HierarchicalResult(s.to_dict(p=teacher0.p), pts, prediction)
+    return HierarchicalResult(s.to_dict(p=runs[0]["teacher"].p), pts, prediction)
 
 
 def _run_seed(child: np.random.SeedSequence, ns: list[int], s: HierarchicalSettings) -> dict[str, Any]:
