@@ -190,7 +190,6 @@ class HMCPoint:
         return (self.gibbs_half - self.eps_theory) / self.sem if self.sem > 0 else math.nan
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
         return {"r": self.r, "n": self.n, "eps_theory": self.eps_theory, "k_c": self.k_c,
                 "gibbs_half": self.gibbs_half, "sem": self.sem, "z": self.z, "per_seed": list(self.per_seed),
                 "accept_rate": self.accept_rate, **self.extra}

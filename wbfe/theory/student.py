@@ -79,7 +79,6 @@ class StudentSweep:
         return self.widths[int(np.argmin(self.test_error))]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
         return {"widths": list(self.widths), "test_error": list(self.test_error), "sem": list(self.sem),
                 "k_c": self.k_c, "eps_theory": self.eps_theory, "best_width": self.best_width, "n": self.n,
                 "d": self.d, "k": self.k, "delta": self.delta}

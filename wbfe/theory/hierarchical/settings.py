@@ -106,7 +106,6 @@ class HierarchicalSettings(Validated):
             )
 
     def alphas(self) -> np.ndarray:
-        """The α grid."""
         return np.linspace(self.alpha_min, self.alpha_max, int(self.points))
 
     def sample_sizes(self) -> list[int]:
