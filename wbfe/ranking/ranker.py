@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
@@ -18,12 +18,11 @@ from wbfe.errors import NothingRankedError
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir, score_claimed
-from wbfe.ranking.stats import correlate
+from wbfe.ranking.stats import Correlation, correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
 from wbfe.render.text import as_float, json_ready
 
-__all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign",
-           "applicability_counts"]
+__all__ = ["rank", "RankResult", "ModelResult", "Failure", "expected_sign", "applicability_counts"]
 
 Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
 """``scorer(ref, options) -> {"summary": {...}, "model": {...}}``, scoring ``ref`` with ``options``."""
@@ -38,27 +37,6 @@ def expected_sign(metric: str) -> Optional[int]:
     """−1 when a lower value of ``metric`` (``<column>_head`` / ``<column>_mean``) predicts a better model."""
     base = metric.rsplit("_", 1)[0] if metric.endswith(("_head", "_mean")) else metric
     return _EXPECTED_SIGN.get(base)
-
-
-@dataclass(frozen=True)
-class MetricCorrelation:
-    """One metric's agreement with the quality column (the JSON ``metrics`` item): a
-    :class:`~wbfe.ranking.stats.Correlation`'s fields, named and signed."""
-
-    metric: str
-    rho: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    kendall_tau: float
-    pearson_r: float
-    n: int
-    expected_sign: Optional[int] = None
-    p_method: Optional[str] = None
-    reason: Optional[str] = None
-    # The same ρ on the models where BFE-W's conditions hold (summary.bfe_applicability):
-    # {"n", "rho", "ci_low", "ci_high"}.
-    applicable: Optional[dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +66,7 @@ class RankResult:
     """Every metric's correlation with one quality column of one zoo.
 
     Attributes:
-        metrics: one :class:`MetricCorrelation` per metric, sorted by |ρ| (ties by |τ|, then |r|;
+        metrics: one :class:`Correlation` per metric, sorted by |ρ| (ties by |τ|, then |r|;
             undefined ρ last).
         models, failed: the models scored with a quality value, and those left out with the reason.
         options: the scoring options and the versions of the code that computed the scores (the cache key).
@@ -99,7 +77,7 @@ class RankResult:
     zoo: str
     quality: str
     lower_is_better: bool
-    metrics: list[MetricCorrelation]
+    metrics: list[Correlation]
     models: list[ModelResult]
     failed: list[Failure]
     options: dict[str, Any] = field(default_factory=dict)
@@ -108,7 +86,7 @@ class RankResult:
     n_cached: int = 0
     applicability: dict[str, int] = field(default_factory=dict)
 
-    def metric(self, name: str) -> MetricCorrelation:
+    def metric(self, name: str) -> Correlation:
         """The correlation of metric ``name``.
 
         Raises:
@@ -173,7 +151,7 @@ def _metric_columns(summaries: Iterable[Mapping[str, Any]]) -> list[str]:
     return columns
 
 
-def _sort_key(row: MetricCorrelation) -> tuple[bool, float, float, float, str]:
+def _sort_key(row: Correlation) -> tuple[bool, float, float, float, str]:
     """By |ρ| descending (undefined last); ties by |τ|, then |r|, then name."""
 
     def mag(value: float) -> float:
@@ -381,11 +359,11 @@ def applicability_counts(models: Iterable[ModelResult]) -> dict[str, int]:
     return counts
 
 
-def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[MetricCorrelation]:
+def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[Correlation]:
     """One row per metric column, against the quality oriented so that higher is better."""
     sign = -1.0 if lower else 1.0
     oriented = [sign * m.quality for m in models]
-    rows: list[MetricCorrelation] = []
+    rows: list[Correlation] = []
     for name in _metric_columns(m.scores for m in models):
         values = [as_float(m.scores.get(name)) for m in models]
         c = correlate(values, oriented, options=stats)
@@ -393,8 +371,6 @@ def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions
         keep = [k for k, m in enumerate(models) if m.applicability == "holds"]
         sub = correlate([values[k] for k in keep], [oriented[k] for k in keep], options=stats)
         applicable = {"n": sub.n, "rho": sub.rho, "ci_low": sub.ci_low, "ci_high": sub.ci_high}
-        # Every field of the correlation, so one added there cannot be left behind here.
-        rows.append(MetricCorrelation(metric=name, expected_sign=expected_sign(name), **asdict(c),
-                                      applicable=applicable))
+        rows.append(replace(c, metric=name, expected_sign=expected_sign(name), applicable=applicable))
     rows.sort(key=_sort_key)
     return rows
