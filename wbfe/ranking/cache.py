@@ -19,24 +19,17 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 from wbfe.errors import InvalidOptionError
-from wbfe.ranking.claims import CLAIM_SUFFIX, STALE_AFTER, Claim, read_claim, try_claim
+from wbfe.ranking.claims import CLAIM_SUFFIX, STALE_AFTER, Claim, try_claim
 from wbfe.render.files import write_atomic
 from wbfe.render.text import json_ready
 
-__all__ = ["ScoreCache", "default_cache_dir", "cache_key", "score_claimed", "CACHE_FORMAT"]
+__all__ = ["ScoreCache", "cache_key", "score_claimed", "CACHE_FORMAT"]
 
 _T = TypeVar("_T")
 
 CACHE_FORMAT = "wbfe-score-cache/2"
 _INDEX_FORMAT = "wbfe-hash-index/2"
 _MAX_ENTRY_BYTES = 16 * 2**20  # a summary is a few KB; anything this large is not one of ours
-
-
-def default_cache_dir() -> Path:
-    """``$WBFE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wbfe/scores``, else ``~/.cache/wbfe/scores``."""
-    from wbfe._config import wbfe_cache_dir
-
-    return wbfe_cache_dir()
 
 
 def _canonical(obj: Any) -> str:
@@ -170,10 +163,6 @@ class ScoreCache:
         """Claim entry ``key`` for scoring: a :class:`~wbfe.ranking.claims.Claim` to release once the entry is
         stored (or the work failed); None when a live process holds it (a stale claim is taken over)."""
         return try_claim(self.claim_path(key), stale_after=stale_after)
-
-    def claim_owner(self, key: str) -> Optional[dict[str, Any]]:
-        """Who holds entry ``key``'s claim (host, pid, time), None when nobody does."""
-        return read_claim(self.claim_path(key))
 
     def put(self, key: str, payload: Mapping[str, Any]) -> Path:
         """Store ``payload`` (JSON-serialisable; non-finite numbers become null) under ``key``

@@ -12,12 +12,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
+from wbfe._config import wbfe_cache_dir
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.framework.applicability import STATUSES
 from wbfe.errors import NothingRankedError
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
-from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir, score_claimed
+from wbfe.ranking.cache import ScoreCache, cache_key, score_claimed
 from wbfe.ranking.stats import Correlation, correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
 from wbfe.render.text import as_float, json_ready
@@ -175,7 +176,7 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
         zoo: a built-in zoo name, a CSV/YAML spec path, or a :class:`~wbfe.ranking.zoo.Zoo`.
         quality: the quality column (default: the zoo's default, or its only numeric column).
         workers: models scored in parallel (separate processes when > 1).
-        cache_dir: score cache folder; None = :func:`~wbfe.ranking.cache.default_cache_dir`, False = no cache.
+        cache_dir: score cache folder; None = ``$WBFE_CACHE_DIR`` (docs/cache.md), False = no cache.
         progress: called with one line per model (for a progress display).
         scorer: replaces :func:`wbfe.score` (must be picklable when ``workers`` > 1).
         hasher: replaces :func:`wbfe.sources.content_hash` for the cache key.
@@ -200,7 +201,7 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
     the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
     column = the_zoo.resolve_quality(quality)
     lower = column in the_zoo.lower_is_better
-    cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else default_cache_dir())
+    cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else wbfe_cache_dir())
     if cache is not None:
         cache.check_writable()
     # What computed the numbers, wbfe's source digest included: a development install keeps
