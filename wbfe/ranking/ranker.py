@@ -23,7 +23,7 @@ from wbfe.ranking.stats import Correlation, correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
 from wbfe.render.text import as_float, json_ready
 
-__all__ = ["rank", "RankResult", "ModelResult", "Failure", "expected_sign", "applicability_counts"]
+__all__ = ["rank", "RankResult", "ModelResult", "Failure", "expected_sign"]
 
 Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
 """``scorer(ref, options) -> {"summary": {...}, "model": {...}}``, scoring ``ref`` with ``options``."""
@@ -77,10 +77,10 @@ class RankResult:
 
     zoo: str
     quality: str
-    lower_is_better: bool
     metrics: list[Correlation]
     models: list[ModelResult]
     failed: list[Failure]
+    lower_is_better: bool
     options: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     n_scored: int = 0
@@ -102,10 +102,7 @@ class RankResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: zoo, quality, metrics, models, failed (then lower_is_better, options, run counts)."""
-        plain = asdict(self)
-        keys = ("zoo", "quality", "metrics", "models", "failed", "lower_is_better", "options", "stats", "n_scored",
-                "n_cached", "applicability")
-        return json_ready({key: plain[key] for key in keys})
+        return json_ready(asdict(self))
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         """Standard JSON (non-finite numbers written as null)."""
@@ -139,17 +136,6 @@ def _content_hash(ref: str) -> str:
     # An object-store model is keyed on what the store says of it (no download on the driver:
     # the task that scores it fetches it where it runs).
     return uri_signature(ref) if is_uri(ref) else content_hash(ref)
-
-
-def _metric_columns(summaries: Iterable[Mapping[str, Any]]) -> list[str]:
-    columns: list[str] = []
-    for summary in summaries:
-        for key, value in summary.items():
-            if not key.endswith(("_head", "_mean")) or key in columns:
-                continue
-            if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-                columns.append(key)
-    return columns
 
 
 def _sort_key(row: Correlation) -> tuple[bool, float, float, float, str]:
@@ -232,11 +218,12 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
     order = {e.name: k for k, e in enumerate(the_zoo.entries)}
     run.failed.sort(key=lambda f: order.get(f.model, len(order)))
     result = RankResult(
-        the_zoo.name, column, lower, rows, models, run.failed,
+        the_zoo.name, column, rows, models, run.failed, lower,
         # Where it ran is provenance, not part of the cache key (the numbers are the same).
         options=options if runner.runs_here else {**options, "executor": runner.name},
         stats=stats_options.to_dict(), n_scored=len(pending) - run.n_shared,
-        n_cached=sum(1 for _, cached in run.payloads.values() if cached), applicability=applicability_counts(models))
+        n_cached=sum(1 for _, cached in run.payloads.values() if cached),
+        applicability={status: sum(m.applicability == status for m in models) for status in STATUSES})
     if not rows:
         first = f"; first: {result.failed[0].model}: {result.failed[0].reason}" if result.failed else ""
         raise NothingRankedError(f"zoo {the_zoo.name}: no metric could be ranked: {len(result.failed)} of "
@@ -352,20 +339,12 @@ def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cach
                        cached, status if status in STATUSES else "unknown")
 
 
-def applicability_counts(models: Iterable[ModelResult]) -> dict[str, int]:
-    """How many ``models`` have each BFE-W applicability status, every status listed."""
-    counts = dict.fromkeys(STATUSES, 0)
-    for model in models:
-        counts[model.applicability] += 1
-    return counts
-
-
 def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[Correlation]:
     """One row per metric column, against the quality oriented so that higher is better."""
     sign = -1.0 if lower else 1.0
     oriented = [sign * m.quality for m in models]
     rows: list[Correlation] = []
-    for name in _metric_columns(m.scores for m in models):
+    for name in dict.fromkeys(k for m in models for k in m.scores):
         values = [as_float(m.scores.get(name)) for m in models]
         c = correlate(values, oriented, options=stats)
         # The same on the models where BFE-W's conditions hold (the paper's setting).

@@ -83,10 +83,9 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def refuse_overlap(path: PathLike, reads: Reads, *, folder: bool = False) -> None:
-    """Refuse to write ``path`` (a file; with ``folder``, a folder to write files into) over or into
-    what the command reads: a file of ``reads`` (the same real path, or the same device and inode:
-    a hard link) or anything inside a folder of ``reads``.
+def refuse_overlap(path: PathLike, reads: Reads) -> None:
+    """Refuse to write ``path`` (a file, or a folder to write files into) over or into what the command reads: a
+    file of ``reads`` (the same real path, or the same device and inode: a hard link) or anything inside a folder.
 
     Raises:
         OverwriteError: one line that names the input and says what to write instead.
@@ -176,7 +175,7 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
             OverwriteError: a folder the command reads, or one inside it (``reads`` as for
             :func:`check_output`).
     """
-    refuse_overlap(path, reads, folder=True)
+    refuse_overlap(path, reads)
     folder = _target(path)
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"cannot write into {os.fspath(path)}: it is {_kind(folder.stat().st_mode)}, not a folder",
@@ -207,11 +206,8 @@ def write_atomic(path: PathLike, data: Union[str, bytes], *, reads: Reads = ()) 
     target = check_output(path, reads=reads)
     if target is None:
         raise OutputError("write_atomic() cannot write to standard output; use write_output()")
-    view = memoryview(data.encode("utf-8") if isinstance(data, str) else bytes(data))
     with open_atomic(target, reads=reads) as fh:
-        fh.flush()
-        while view:  # the whole payload through the file descriptor: a short write is continued
-            view = view[os.write(fh.fileno(), view):]
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
     return target
 
 
