@@ -17,6 +17,7 @@ from typing import Any, Iterator, Optional, Union
 from wbfe._config import wbfe_cache_dir
 from wbfe.errors import InvalidOptionError
 from wbfe.ranking.cache import _clear
+from wbfe.ranking.claims import is_stale, read_claim
 from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size, tree_usage
 
 __all__ = ["CacheUnit", "CacheInfo", "PruneReport", "cache_info", "prune_cache", "parse_size", "format_size",
@@ -227,8 +228,6 @@ def _remove(root: Path, unit: CacheUnit) -> bool:
 
 
 def _removable_claim(unit: CacheUnit, now: float) -> bool:
-    from wbfe.ranking.claims import is_stale, read_claim
-
     try:
         age = now - os.lstat(unit.path).st_mtime  # reading a claim moves its access time, not its age
     except FileNotFoundError:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 from wbfe._config import wbfe_cache_dir
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.framework.applicability import STATUSES
-from wbfe.errors import NothingRankedError
+from wbfe.errors import MissingDependencyError, NothingRankedError, unknown_name
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, score_claimed
@@ -93,8 +93,6 @@ class RankResult:
         Raises:
             UnknownNameError: no such metric in this result.
         """
-        from wbfe.errors import unknown_name
-
         for row in self.metrics:
             if row.metric == name:
                 return row
@@ -113,8 +111,6 @@ class RankResult:
         try:
             import pandas as pd
         except ModuleNotFoundError:
-            from wbfe.errors import MissingDependencyError
-
             raise MissingDependencyError("RankResult.to_pandas needs pandas (pip install pandas)") from None
         return pd.DataFrame([asdict(m) for m in self.metrics])
 
@@ -123,8 +119,7 @@ def _score_with_wbfe(ref: str, options: ScoreOptions) -> dict[str, Any]:
     """:func:`wbfe.score`, reduced to what ranking and the cache need."""
     from wbfe.scoring import score
 
-    result = score(ref, options=options)
-    plain = result.to_dict()
+    plain = score(ref, options=options).to_dict()
     return {"summary": plain["summary"], "model": plain["model"],
             "n_layers": len(plain["layers"]), "n_skipped": len(plain["skipped"])}
 

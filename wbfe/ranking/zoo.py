@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from wbfe._config import hf_offline, shared_zoo_dir, torch_hub_dir
-from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
+from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, MissingDependencyError, SourceNotFoundError,
+                         unknown_name)
 from wbfe.fixtures import fixtures_dir
-from wbfe.sources import WEIGHT_SUFFIXES
+from wbfe.sources import WEIGHT_SUFFIXES, open_regular
 from wbfe.sources.object_store import is_uri
 
 __all__ = ["ZooEntry", "Zoo", "BuiltinZoo", "load_zoo", "read_zoo_file", "zoo_from_rows", "list_zoos",
@@ -154,11 +155,9 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     if not numeric:
         raise InvalidOptionError(f"zoo {name!r} has no numeric quality column")
     lower = frozenset(lower_is_better)
-    for col in sorted(lower):
+    for col in [*sorted(lower), *([] if default_quality is None else [default_quality])]:
         if col not in numeric:
             raise unknown_name("quality column", col, tuple(numeric))
-    if default_quality is not None and default_quality not in numeric:
-        raise unknown_name("quality column", default_quality, tuple(numeric))
 
     entries: list[ZooEntry] = []
     seen: set[str] = set()
@@ -190,9 +189,6 @@ def _read_text(path: Path) -> str:
         InvalidOptionError: a binary file, text that is not UTF-8, or a file too large to be a zoo.
         SourceNotFoundError: the file cannot be read.
     """
-    from wbfe.errors import CorruptCheckpointError
-    from wbfe.sources import open_regular
-
     try:
         with open_regular(path) as handle:
             raw = handle.read(_MAX_SPEC_BYTES + 1)
@@ -273,11 +269,7 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
     spec = Path(path).expanduser()
     if not spec.exists():
         raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
-    meta: dict[str, Any] = {}
-    if spec.suffix.lower() in (".yaml", ".yml"):
-        rows, meta = _read_yaml(spec)
-    else:
-        rows = _read_csv(spec)
+    rows, meta = _read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml") else (_read_csv(spec), {})
     declared = meta.get("lower_is_better") or ()
     if isinstance(declared, str):
         declared = [declared]

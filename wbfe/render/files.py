@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
 from wbfe.errors import OutputError, OverwriteError
+from wbfe.render.text import json_ready
 
 __all__ = ["STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
            "write_output", "write_json", "save_figure", "local_reads", "local_files", "refuse_overlap"]
@@ -274,8 +275,6 @@ def write_output(path: PathLike, text: str, *, reads: Reads = ()) -> Optional[Pa
 
 def write_json(path: PathLike, obj: Any, *, indent: Optional[int] = 2) -> Optional[Path]:
     """Standard JSON of ``obj`` (non-finite numbers as ``null``) to ``path`` or standard output."""
-    from wbfe.render.text import json_ready
-
     return write_output(path, json.dumps(json_ready(obj), indent=indent, allow_nan=False) + "\n")
 
 

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from wbfe.options import CONV_VIEWS, ReportOptions, ScoreOptions
 from wbfe.render.text import applicability_line, finite_or_none
 from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
@@ -169,7 +170,6 @@ def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any])
     computed as the score that produced ``options`` (its ``model.options``: conv view, WeightWatcher mode, device)
     did. A name the checkpoint lacks is absent from the result (the caller says why)."""
     from wbfe.engine import eigenvalues_of
-    from wbfe.options import CONV_VIEWS, ScoreOptions
 
     conv = options.get("conv")
     score_options = ScoreOptions(conv=conv if conv in CONV_VIEWS else "flatten",
@@ -191,8 +191,6 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
     Raises:
         InvalidOptionError: ``n_unusual`` is not a non-negative integer.
     """
-    from wbfe.options import ReportOptions
-
     ReportOptions(n_unusual=n_unusual)  # checks only
     data = score.to_dict() if hasattr(score, "to_dict") else dict(score)
     model, layers, skipped, summary = data["model"], data["layers"], data["skipped"], data["summary"]
