@@ -78,29 +78,6 @@ def _clear(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _read_checked(path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
-    """The payload of the cache file at ``path``; None when absent; raises ValueError when corrupt."""
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError("not a regular file")
-    if st.st_size > _MAX_ENTRY_BYTES:
-        raise ValueError("too large")
-    with open(path, "rb") as handle:
-        raw = handle.read(_MAX_ENTRY_BYTES + 1)
-    try:
-        entry = json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    if not (isinstance(entry, dict) and entry.get("format") == fmt and entry.get("key") == key
-            and isinstance(entry.get("payload"), dict)
-            and entry.get("checksum") == _sha256(_canonical(entry["payload"]))):
-        raise ValueError("checksum, key or format mismatch")
-    return dict(entry["payload"])
-
-
 class ScoreCache:
     """A folder of score entries (created on first write); ``corrupted``: keys found corrupt (and removed) so far."""
 
@@ -130,9 +107,22 @@ class ScoreCache:
                                      path=str(self.directory)) from None
 
     def _read(self, path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
+        """The payload of the cache file at ``path``; None when absent, or corrupt (then removed)."""
         try:
-            return _read_checked(path, fmt, key)
-        except (OSError, ValueError, TypeError):
+            st = path.lstat()
+        except FileNotFoundError:
+            return None
+        try:
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ENTRY_BYTES:
+                raise ValueError("not a regular file, or too large")
+            with open(path, "rb") as handle:
+                entry = json.loads(handle.read(_MAX_ENTRY_BYTES + 1).decode("utf-8"))
+            if not (isinstance(entry, dict) and entry.get("format") == fmt and entry.get("key") == key
+                    and isinstance(entry.get("payload"), dict)
+                    and entry.get("checksum") == _sha256(_canonical(entry["payload"]))):
+                raise ValueError("checksum, key or format mismatch")
+            return dict(entry["payload"])
+        except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
             self.corrupted.append(key)
             _clear(path)
             return None
