@@ -79,30 +79,27 @@ def _defined(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(a.size >= 2 and np.ptp(a) > 0 and np.ptp(b) > 0)
 
 
-def _statistic(test: Any, x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
+def _statistic(test: str, x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
+    """The statistic of :mod:`scipy.stats`' ``test`` on ``x`` and ``y``; NaN when undefined (:func:`_defined`)."""
+    from scipy import stats
+
     a, b = _pair(x, y)
-    return float(test(a, b).statistic) if _defined(a, b) else math.nan
+    return float(getattr(stats, test)(a, b).statistic) if _defined(a, b) else math.nan
 
 
 def pearson(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Pearson correlation coefficient (:func:`scipy.stats.pearsonr`); NaN when either input is constant or n < 2."""
-    from scipy.stats import pearsonr
-
-    return float(np.clip(_statistic(pearsonr, x, y), -1.0, 1.0))
+    return float(np.clip(_statistic("pearsonr", x, y), -1.0, 1.0))
 
 
 def spearman(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Spearman ρ (:func:`scipy.stats.spearmanr`); NaN when either input is constant or n < 2."""
-    from scipy.stats import spearmanr
-
-    return _statistic(spearmanr, x, y)
+    return _statistic("spearmanr", x, y)
 
 
 def kendall_tau(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Kendall τ-b, tie-corrected (:func:`scipy.stats.kendalltau`); NaN when either input is constant or n < 2."""
-    from scipy.stats import kendalltau
-
-    return _statistic(kendalltau, x, y)
+    return _statistic("kendalltau", x, y)
 
 
 def _batch(n: int, total: int) -> int:
