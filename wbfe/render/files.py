@@ -148,16 +148,17 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
                               path=str(path))
         if not os.access(target, os.W_OK):
             raise OutputError(f"cannot write {os.fspath(path)}: permission denied", path=str(path))
-    folder = _existing_ancestor(target.parent)
-    if not folder.is_dir():
-        raise OutputError(f"cannot write {os.fspath(path)}: {folder} is not a folder", path=str(path))
-    _probe(folder, path)
+    _probe(target.parent, path)
     return target
 
 
-def _probe(folder: Path, path: PathLike) -> None:
-    """Create and remove an empty file in ``folder``: permission bits say too little (root passes
-    every check, an immutable folder or a read-only file system refuses anyway)."""
+def _probe(folder: Path, path: PathLike, into: str = "") -> None:
+    """Create and remove an empty file in ``folder`` or its nearest existing ancestor: permission bits say too
+    little (root passes every check, an immutable folder or a read-only file system refuses anyway)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {into}{os.fspath(path)}: {folder} is not a folder", path=str(path))
     probe = folder / f".wbfe-probe.{secrets.token_hex(6)}"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -181,16 +182,7 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"cannot write into {os.fspath(path)}: it is {_kind(folder.stat().st_mode)}, not a folder",
                           path=str(path))
-    ancestor = _existing_ancestor(folder)
-    if not ancestor.is_dir():
-        raise OutputError(f"cannot write into {os.fspath(path)}: {ancestor} is not a folder", path=str(path))
-    _probe(ancestor, path)
-    return folder
-
-
-def _existing_ancestor(folder: Path) -> Path:
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    _probe(folder, path, "into ")
     return folder
 
 
