@@ -109,12 +109,8 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
         exists = joined.exists()
     except (OSError, ValueError):  # a name too long for the file system, or holding a NUL
         exists = False
-    looks_like_path = (
-        value.startswith((".", "~"))
-        or candidate.suffix.lower() in WEIGHT_SUFFIXES
-        or value.count("/") >= 2  # a hub id is "org/name" or a bare "name"
-    )
-    if exists or looks_like_path:
+    # A hub id is "org/name" or a bare "name": a path has more slashes, a leading "." or "~", or a weights suffix.
+    if exists or value.startswith((".", "~")) or candidate.suffix.lower() in WEIGHT_SUFFIXES or value.count("/") >= 2:
         try:
             return str(joined.resolve())
         except (OSError, ValueError, RuntimeError):

@@ -199,8 +199,11 @@ def write_atomic(path: PathLike, data: Union[str, bytes], *, reads: Reads = ()) 
     target = check_output(path, reads=reads)
     if target is None:
         raise OutputError("write_atomic() cannot write to standard output; use write_output()")
+    view = memoryview(data.encode("utf-8") if isinstance(data, str) else bytes(data))
     with open_atomic(target, reads=reads) as fh:
-        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        fh.flush()
+        while view:  # the whole payload through the file descriptor: a short write is continued
+            view = view[os.write(fh.fileno(), view):]
     return target
 
 
