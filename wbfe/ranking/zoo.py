@@ -278,12 +278,9 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
 # --------------------------------------------------------------------------- built-in zoos
 
 
-def _table(name: str) -> Path:
-    return fixtures_dir() / "tables" / name
-
-
-def _load_table(name: str, table: str, default: str, lower: tuple[str, ...] = ()) -> Zoo:
-    return read_zoo_file(_table(table), name=name, default_quality=default, lower_is_better=lower)
+def _load_table(name: str, default: str, lower: tuple[str, ...] = ()) -> Zoo:
+    return read_zoo_file(fixtures_dir() / "tables" / f"{name}.csv", name=name, default_quality=default,
+                         lower_is_better=lower)
 
 
 def _load_fmnist() -> Zoo:
@@ -299,8 +296,8 @@ def _load_cifar10() -> Zoo:
     if not folder.is_dir():
         raise SourceNotFoundError(f"the CIFAR-10 ResNet checkpoints are not at {folder}; set WBFE_SHARED_ZOO to the "
                                   "folder that holds cifar10-resnet/", path=str(folder))
-    return read_zoo_file(_table("cifar10-resnet.csv"), name="cifar10-resnet", default_quality="test_accuracy",
-                         base_dir=folder)
+    return read_zoo_file(fixtures_dir() / "tables" / "cifar10-resnet.csv", name="cifar10-resnet",
+                         default_quality="test_accuracy", base_dir=folder)
 
 
 def torchvision_imagenet_rows() -> list[dict[str, object]]:
@@ -346,7 +343,7 @@ def _torch_hub_checkpoints_empty() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _shipped_torchvision_refs() -> frozenset[str]:
-    return frozenset(e.ref for e in _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1").entries)
+    return frozenset(e.ref for e in _load_table("torchvision-imagenet", "acc1").entries)
 
 
 def torchvision_weight_not_cached(ref: str) -> bool:
@@ -363,7 +360,7 @@ def _load_torchvision() -> Zoo:
             return zoo_from_rows(torchvision_imagenet_rows(), name="torchvision-imagenet", default_quality="acc1")
         except MissingDependencyError:
             pass
-    return _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1")
+    return _load_table("torchvision-imagenet", "acc1")
 
 
 _BUILTINS: dict[str, BuiltinZoo] = {
@@ -379,11 +376,10 @@ _BUILTINS: dict[str, BuiltinZoo] = {
         BuiltinZoo("pythia-deduped-lambada", "Pythia deduped LLMs, zero-shot LAMBADA (OpenAI) accuracy at "
                    "step 143000 from EleutherAI/pythia evals (downloads the weights)", "lambada_acc",
                    ("lambada_ppl",),
-                   lambda: _load_table("pythia-deduped-lambada", "pythia-deduped-lambada.csv",
-                                       "lambada_acc", ("lambada_ppl",)), False),
+                   lambda: _load_table("pythia-deduped-lambada", "lambada_acc", ("lambada_ppl",)), False),
         BuiltinZoo("qwen3.5", "Qwen3.5 post-trained LLMs, knowledge benchmarks from the official model "
                    "cards (downloads the weights)", "mmlu_pro", (),
-                   lambda: _load_table("qwen3.5", "qwen3.5.csv", "mmlu_pro"), False),
+                   lambda: _load_table("qwen3.5", "mmlu_pro"), False),
     )
 }
 
