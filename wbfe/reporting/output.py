@@ -62,10 +62,7 @@ def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[U
         InvalidOptionError: an unknown format.
     """
     ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
-    if fmt == "html":
-        check_output(output, reads=reads)
-    else:
-        check_output_dir(output, reads=reads)
+    (check_output if fmt == "html" else check_output_dir)(output, reads=reads)
 
 
 def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
