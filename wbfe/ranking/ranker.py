@@ -189,13 +189,10 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
     # its version string across edits, and a cached score must come from the same code.
     options: dict[str, Any] = {**score_options.to_dict(),
                                "versions": {**installed_versions(), "wbfe_source": source_digest()}}
-    score_fn: Scorer = scorer or _score_with_wbfe
-    hash_fn = hasher or _content_hash
 
     # The device only says where the eigen-solves run (CPU and CUDA agree to rounding): either serves both.
-    key_options = {k: v for k, v in options.items() if k != "device"}
-    run = _Run(cache=cache, key_options=key_options, say=progress or (lambda _line: None),
-               total=len(the_zoo.entries))
+    run = _Run(cache=cache, key_options={k: v for k, v in options.items() if k != "device"},
+               say=progress or (lambda _line: None), total=len(the_zoo.entries))
     runner = executor_for(where)
     blocked: dict[str, str] = {}
     if scorer is None and hasher is None and runner.runs_here:
@@ -205,8 +202,8 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
 
         blocked = unavailable_models(the_zoo)
     run.failed.extend(Failure(name, reason) for name, reason in blocked.items())
-    pending = run.lookup([e for e in the_zoo.entries if e.name not in blocked], column, hash_fn)
-    run.score(runner, pending, score_fn, score_options)
+    pending = run.lookup([e for e in the_zoo.entries if e.name not in blocked], column, hasher or _content_hash)
+    run.score(runner, pending, scorer or _score_with_wbfe, score_options)
 
     models = [_model_result(e, column, *run.payloads[e.name]) for e in the_zoo.entries if e.name in run.payloads]
     rows = _correlations(models, lower=lower, stats=stats_options)
