@@ -267,13 +267,11 @@ class _Run:
     def score(self, runner: Executor, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions) -> None:
         """Score ``pending`` on ``runner``, each outcome recorded (and cached) as it arrives; with a cache each
         model is claimed first, and those another driver holds go to :func:`~wbfe.ranking.cache.score_claimed`."""
-        def task(item: _Pending) -> Task:
-            entry = item[1]
-            return Task(entry.name, score_fn, (entry.ref, options), device=options.device, sized_by=entry.ref)
-
         def run_tasks(items: list[_Pending]) -> None:
             started = lambda k: self._log(items[k][0], items[k][1].name, "scoring")  # noqa: E731
-            for outcome in runner.map([task(item) for item in items], started=started):
+            tasks = [Task(e.name, score_fn, (e.ref, options), device=options.device, sized_by=e.ref)
+                     for _, e, _ in items]
+            for outcome in runner.map(tasks, started=started):
                 item = items[outcome.index]
                 self.finish(item, outcome)
                 claim = claims.pop(item[0], None)
