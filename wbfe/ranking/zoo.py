@@ -72,15 +72,18 @@ class Zoo:
 
 @dataclass(frozen=True)
 class BuiltinZoo:
-    """A zoo shipped with wbfe, found by its stable name; ``load`` builds it (and may raise when its checkpoints are
-    absent), ``offline`` says every checkpoint is available without a network."""
+    """A zoo shipped with wbfe, found by its stable name; ``load`` builds it with ``read`` (and may raise when its
+    checkpoints are absent), ``offline`` says every checkpoint is available without a network."""
 
     name: str
     description: str
     default_quality: str
     lower_is_better: tuple[str, ...]
-    load: Callable[[], Zoo]
+    read: Callable[[str, str, tuple[str, ...]], Zoo]  # (name, default quality, lower-is-better columns)
     offline: bool
+
+    def load(self) -> Zoo:
+        return self.read(self.name, self.default_quality, self.lower_is_better)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -278,26 +281,25 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
 # --------------------------------------------------------------------------- built-in zoos
 
 
-def _load_table(name: str, default: str, lower: tuple[str, ...] = ()) -> Zoo:
+def _load_table(name: str, default: str, lower: tuple[str, ...] = (), base_dir: Optional[Path] = None) -> Zoo:
     return read_zoo_file(fixtures_dir() / "tables" / f"{name}.csv", name=name, default_quality=default,
-                         lower_is_better=lower)
+                         lower_is_better=lower, base_dir=base_dir)
 
 
-def _load_fmnist() -> Zoo:
+def _load_fmnist(name: str, default: str, lower: tuple[str, ...]) -> Zoo:
     spec = fixtures_dir() / "fmnist-zoo" / "zoo.csv"
     if not spec.is_file():
         raise SourceNotFoundError(f"the Fashion-MNIST zoo is not built yet (expected {spec}; see benchmarks/zoo/)",
                                   path=str(spec))
-    return read_zoo_file(spec, name="fmnist", default_quality="test_accuracy", lower_is_better=("test_loss",))
+    return read_zoo_file(spec, name=name, default_quality=default, lower_is_better=lower)
 
 
-def _load_cifar10() -> Zoo:
+def _load_cifar10(name: str, default: str, lower: tuple[str, ...]) -> Zoo:
     folder = shared_zoo_dir() / "cifar10-resnet"
     if not folder.is_dir():
         raise SourceNotFoundError(f"the CIFAR-10 ResNet checkpoints are not at {folder}; set WBFE_SHARED_ZOO to the "
                                   "folder that holds cifar10-resnet/", path=str(folder))
-    return read_zoo_file(fixtures_dir() / "tables" / "cifar10-resnet.csv", name="cifar10-resnet",
-                         default_quality="test_accuracy", base_dir=folder)
+    return _load_table(name, default, lower, base_dir=folder)
 
 
 def torchvision_imagenet_rows() -> list[dict[str, object]]:
@@ -352,15 +354,15 @@ def torchvision_weight_not_cached(ref: str) -> bool:
     return ref in _shipped_torchvision_refs() and _torch_hub_checkpoints_empty()
 
 
-def _load_torchvision() -> Zoo:
+def _load_torchvision(name: str, default: str, lower: tuple[str, ...]) -> Zoo:
     # With none of the weights to be had, the shipped table is as good as torchvision's metadata,
     # and wbfe rank says so without importing torchvision.
     if not (hf_offline() and _torch_hub_checkpoints_empty()):
         try:
-            return zoo_from_rows(torchvision_imagenet_rows(), name="torchvision-imagenet", default_quality="acc1")
+            return zoo_from_rows(torchvision_imagenet_rows(), name=name, default_quality=default)
         except MissingDependencyError:
             pass
-    return _load_table("torchvision-imagenet", "acc1")
+    return _load_table(name, default)
 
 
 _BUILTINS: dict[str, BuiltinZoo] = {
@@ -375,11 +377,9 @@ _BUILTINS: dict[str, BuiltinZoo] = {
                    "weight metadata (downloads the weights)", "acc1", (), _load_torchvision, False),
         BuiltinZoo("pythia-deduped-lambada", "Pythia deduped LLMs, zero-shot LAMBADA (OpenAI) accuracy at "
                    "step 143000 from EleutherAI/pythia evals (downloads the weights)", "lambada_acc",
-                   ("lambada_ppl",),
-                   lambda: _load_table("pythia-deduped-lambada", "lambada_acc", ("lambada_ppl",)), False),
+                   ("lambada_ppl",), _load_table, False),
         BuiltinZoo("qwen3.5", "Qwen3.5 post-trained LLMs, knowledge benchmarks from the official model "
-                   "cards (downloads the weights)", "mmlu_pro", (),
-                   lambda: _load_table("qwen3.5", "mmlu_pro"), False),
+                   "cards (downloads the weights)", "mmlu_pro", (), _load_table, False),
     )
 }
 
