@@ -210,8 +210,7 @@ def _read_text(path: Path) -> str:
 def _read_csv(path: Path) -> list[Mapping[str, Any]]:
     text = _read_text(path)
     try:
-        reader = csv.DictReader(io.StringIO(text, newline=""), restkey=_EXTRA)
-        rows: list[Mapping[str, Any]] = list(reader)
+        rows: list[Mapping[str, Any]] = list(csv.DictReader(io.StringIO(text, newline=""), restkey=_EXTRA))
     except csv.Error as exc:
         raise InvalidOptionError(f"{path}: not a valid CSV table ({exc})", path=str(path)) from None
     for number, row in enumerate(rows, start=2):
