@@ -110,7 +110,7 @@ def rank_command(
              if output is not None or cache is not None else [])
     folder = check_output_dir(output, reads=reads) if output is not None else None
     if cache is not None:  # the score cache writes its entries there
-        refuse_overlap(cache, reads, folder=True)
+        refuse_overlap(cache, reads)
     result = rank(
         zoo if zoo is not None else DEFAULT_ZOO,
         run.quality,

@@ -124,7 +124,7 @@ def test_live_and_foreign_claims(tmp_path: Path) -> None:
     old = time.time() - STALE_AFTER - 60
     os.utime(path, (old, old))
     taken = cache.claim("f" * 64)
-    assert taken is not None and cache.claim_owner("f" * 64)["token"] == taken.token
+    assert taken is not None and read_claim(cache.claim_path("f" * 64))["token"] == taken.token
 
 
 def test_release_leaves_a_claim_that_is_no_longer_ours(tmp_path: Path) -> None:

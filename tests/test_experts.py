@@ -219,7 +219,7 @@ def test_gguf_expert_stacks_and_router_names() -> None:
 def test_esd_rereads_see_expert_rows_as_score_does(tmp_path: Path) -> None:
     """The report's ESD thumbnails and `wbfe esd` re-read a matrix by its row name: for a fused
     stack that is `<tensor>[e]`, which only exists once the stack is split as score() splits it."""
-    from wbfe.reporting.spectra import read_eigenvalues
+    from wbfe.reporting.model import read_eigenvalues
     from wbfe.scoring import layer_spectrum
 
     folder = _save(tmp_path / "fused", _common() | _fused(_experts(), "qwen"), "qwen3_moe")

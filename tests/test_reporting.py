@@ -28,9 +28,8 @@ from wbfe.errors import CorruptCheckpointError
 from wbfe.reporting import load_saved, rank_report, score_report, write_report
 from wbfe.reporting.figures import esd_figure
 from wbfe.reporting.markdown import render_markdown
-from wbfe.reporting.model import unusual_layers
+from wbfe.reporting.model import read_eigenvalues, unusual_layers
 from wbfe.reporting.page import render_html
-from wbfe.reporting.spectra import read_eigenvalues
 from wbfe.reporting.text import visible
 from wbfe_cli.main import app
 

@@ -7,9 +7,9 @@
 
 from __future__ import annotations
 
-from wbfe.ranking.ranker import Failure, MetricCorrelation, ModelResult, RankResult, expected_sign, rank
+from wbfe.ranking.ranker import Failure, ModelResult, RankResult, expected_sign, rank
 from wbfe.ranking.stats import Correlation, correlate
 from wbfe.ranking.zoo import BuiltinZoo, Zoo, ZooEntry, list_zoos, load_zoo
 
-__all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign", "Correlation",
+__all__ = ["rank", "RankResult", "ModelResult", "Failure", "expected_sign", "Correlation",
            "correlate", "Zoo", "ZooEntry", "BuiltinZoo", "load_zoo", "list_zoos"]

@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 from urllib.parse import urlparse
 
 from wbfe._config import hf_offline
 from wbfe.errors import ModelNotFoundError, WbfeError
 from wbfe.ranking.zoo import TORCHVISION_DOWNLOADS, Zoo, torchvision_weight_not_cached
 
-__all__ = ["unavailable_models", "model_blocker"]
+__all__ = ["unavailable_models"]
 
 _FIX = ("run once with a network to cache the weights, or point TORCH_HOME / HF_HUB_CACHE at a cache "
         "that holds them")
@@ -53,23 +53,9 @@ def _host_name(url: str) -> str:
     return f"the download host {urlparse(url).hostname}"
 
 
-def model_blocker(ref: str, reach: Callable[[str, str], Optional[str]]) -> Optional[str]:
-    """Why ``ref`` cannot be had here (e.g. ``not cached, and HF_HUB_OFFLINE is set``), or None (available, or not
-    ours to judge); ``reach(url, what)`` says why the host of ``url`` cannot be reached, None if it can."""
-    try:
-        where = _where(ref)
-    except WbfeError:
-        return None  # an unknown name or a missing library: the scorer reports it for this model
-    if where is None or where[0]:
-        return None
-    if hf_offline():
-        return "not cached, and HF_HUB_OFFLINE is set"
-    why = reach(where[1], where[2])
-    return None if why is None else f"not cached, and {why}"
-
-
 def unavailable_models(zoo: Zoo, *, timeout: float = 3.0) -> dict[str, str]:
-    """Model name → why it cannot be had here (``timeout``: seconds for each host's one connection).
+    """Model name → why it cannot be had here (e.g. ``not cached, and HF_HUB_OFFLINE is set``); ``timeout``:
+    seconds for each host's one connection.
 
     Raises:
         ModelNotFoundError: no model of the zoo can be had (one line: how many, why, what to do).
@@ -77,14 +63,22 @@ def unavailable_models(zoo: Zoo, *, timeout: float = 3.0) -> dict[str, str]:
     from wbfe.sources.hub import host_unreachable
 
     hosts: dict[str, Optional[str]] = {}
-
-    def reach(url: str, what: str) -> Optional[str]:
-        host = urlparse(url).netloc
+    blocked: dict[str, str] = {}
+    for entry in zoo.entries:
+        try:
+            where = _where(entry.ref)
+        except WbfeError:
+            continue  # an unknown name or a missing library: the scorer reports it for this model
+        if where is None or where[0]:
+            continue
+        if hf_offline():
+            blocked[entry.name] = "not cached, and HF_HUB_OFFLINE is set"
+            continue
+        host = urlparse(where[1]).netloc
         if host not in hosts:  # one connection per host for the whole zoo
-            hosts[host] = host_unreachable(url, what=what, timeout=timeout)
-        return hosts[host]
-
-    blocked = {e.name: why for e in zoo.entries if (why := model_blocker(e.ref, reach)) is not None}
+            hosts[host] = host_unreachable(where[1], what=where[2], timeout=timeout)
+        if hosts[host] is not None:
+            blocked[entry.name] = f"not cached, and {hosts[host]}"
     if zoo.entries and len(blocked) == len(zoo.entries):
         reason, count = Counter(blocked.values()).most_common(1)[0]
         share = "every one" if count == len(blocked) else f"{count} of them"

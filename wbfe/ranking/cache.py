@@ -19,24 +19,17 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 from wbfe.errors import InvalidOptionError
-from wbfe.ranking.claims import CLAIM_SUFFIX, STALE_AFTER, Claim, read_claim, try_claim
+from wbfe.ranking.claims import CLAIM_SUFFIX, STALE_AFTER, Claim, try_claim
 from wbfe.render.files import write_atomic
 from wbfe.render.text import json_ready
 
-__all__ = ["ScoreCache", "default_cache_dir", "cache_key", "score_claimed", "CACHE_FORMAT"]
+__all__ = ["ScoreCache", "cache_key", "score_claimed", "CACHE_FORMAT"]
 
 _T = TypeVar("_T")
 
 CACHE_FORMAT = "wbfe-score-cache/2"
 _INDEX_FORMAT = "wbfe-hash-index/2"
 _MAX_ENTRY_BYTES = 16 * 2**20  # a summary is a few KB; anything this large is not one of ours
-
-
-def default_cache_dir() -> Path:
-    """``$WBFE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wbfe/scores``, else ``~/.cache/wbfe/scores``."""
-    from wbfe._config import wbfe_cache_dir
-
-    return wbfe_cache_dir()
 
 
 def _canonical(obj: Any) -> str:
@@ -85,29 +78,6 @@ def _clear(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _read_checked(path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
-    """The payload of the cache file at ``path``; None when absent; raises ValueError when corrupt."""
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError("not a regular file")
-    if st.st_size > _MAX_ENTRY_BYTES:
-        raise ValueError("too large")
-    with open(path, "rb") as handle:
-        raw = handle.read(_MAX_ENTRY_BYTES + 1)
-    try:
-        entry = json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    if not (isinstance(entry, dict) and entry.get("format") == fmt and entry.get("key") == key
-            and isinstance(entry.get("payload"), dict)
-            and entry.get("checksum") == _sha256(_canonical(entry["payload"]))):
-        raise ValueError("checksum, key or format mismatch")
-    return dict(entry["payload"])
-
-
 class ScoreCache:
     """A folder of score entries (created on first write); ``corrupted``: keys found corrupt (and removed) so far."""
 
@@ -137,9 +107,22 @@ class ScoreCache:
                                      path=str(self.directory)) from None
 
     def _read(self, path: Path, fmt: str, key: str) -> Optional[dict[str, Any]]:
+        """The payload of the cache file at ``path``; None when absent, or corrupt (then removed)."""
         try:
-            return _read_checked(path, fmt, key)
-        except (OSError, ValueError, TypeError):
+            st = path.lstat()
+        except FileNotFoundError:
+            return None
+        try:
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ENTRY_BYTES:
+                raise ValueError("not a regular file, or too large")
+            with open(path, "rb") as handle:
+                entry = json.loads(handle.read(_MAX_ENTRY_BYTES + 1).decode("utf-8"))
+            if not (isinstance(entry, dict) and entry.get("format") == fmt and entry.get("key") == key
+                    and isinstance(entry.get("payload"), dict)
+                    and entry.get("checksum") == _sha256(_canonical(entry["payload"]))):
+                raise ValueError("checksum, key or format mismatch")
+            return dict(entry["payload"])
+        except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
             self.corrupted.append(key)
             _clear(path)
             return None
@@ -170,10 +153,6 @@ class ScoreCache:
         """Claim entry ``key`` for scoring: a :class:`~wbfe.ranking.claims.Claim` to release once the entry is
         stored (or the work failed); None when a live process holds it (a stale claim is taken over)."""
         return try_claim(self.claim_path(key), stale_after=stale_after)
-
-    def claim_owner(self, key: str) -> Optional[dict[str, Any]]:
-        """Who holds entry ``key``'s claim (host, pid, time), None when nobody does."""
-        return read_claim(self.claim_path(key))
 
     def put(self, key: str, payload: Mapping[str, Any]) -> Path:
         """Store ``payload`` (JSON-serialisable; non-finite numbers become null) under ``key``

@@ -9,14 +9,15 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
+from wbfe._config import wbfe_cache_dir
 from wbfe.errors import InvalidOptionError
+from wbfe.ranking.cache import _clear
+from wbfe.ranking.claims import is_stale, read_claim
 from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size, tree_usage
 
 __all__ = ["CacheUnit", "CacheInfo", "PruneReport", "cache_info", "prune_cache", "parse_size", "format_size",
@@ -165,7 +166,7 @@ class CacheInfo:
 
 
 def cache_info(directory: Union[str, Path, None] = None) -> CacheInfo:
-    """Scan a cache folder (default :func:`wbfe.ranking.cache.default_cache_dir`).
+    """Scan a cache folder (default: wbfe's cache folder, docs/cache.md).
 
     Raises:
         InvalidOptionError: the path exists and is not a folder.
@@ -177,9 +178,7 @@ def cache_info(directory: Union[str, Path, None] = None) -> CacheInfo:
 
 def _root(directory: Union[str, Path, None]) -> Path:
     if directory is None:
-        from wbfe.ranking.cache import default_cache_dir
-
-        directory = default_cache_dir()
+        directory = wbfe_cache_dir()
     if not os.fspath(directory).strip():
         raise InvalidOptionError("the cache folder is empty ('')")
     root = Path(directory).expanduser()
@@ -222,24 +221,13 @@ class PruneReport:
 def _remove(root: Path, unit: CacheUnit) -> bool:
     # The parent is resolved (links and all): a unit whose folder leads out of the cache is never removed.
     real_root = os.path.realpath(root)
-    if os.path.commonpath([real_root, os.path.realpath(unit.path.parent)]) != real_root:
+    if os.path.commonpath([real_root, os.path.realpath(unit.path.parent)]) != real_root or unit.path.is_symlink():
         return False
-    try:
-        mode = os.lstat(unit.path).st_mode
-    except FileNotFoundError:
-        return True
-    if stat.S_ISLNK(mode):
-        return False
-    if stat.S_ISDIR(mode):
-        shutil.rmtree(unit.path, ignore_errors=True)  # rmtree removes links inside, never their targets
-    else:
-        unit.path.unlink(missing_ok=True)
+    _clear(unit.path)  # rmtree removes links inside, never their targets
     return True
 
 
 def _removable_claim(unit: CacheUnit, now: float) -> bool:
-    from wbfe.ranking.claims import is_stale, read_claim
-
     try:
         age = now - os.lstat(unit.path).st_mtime  # reading a claim moves its access time, not its age
     except FileNotFoundError:

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
+from wbfe._config import wbfe_cache_dir
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.framework.applicability import STATUSES
-from wbfe.errors import NothingRankedError
+from wbfe.errors import MissingDependencyError, NothingRankedError, unknown_name
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
-from wbfe.ranking.cache import ScoreCache, cache_key, default_cache_dir, score_claimed
-from wbfe.ranking.stats import correlate
+from wbfe.ranking.cache import ScoreCache, cache_key, score_claimed
+from wbfe.ranking.stats import Correlation, correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
 from wbfe.render.text import as_float, json_ready
 
-__all__ = ["rank", "RankResult", "MetricCorrelation", "ModelResult", "Failure", "expected_sign",
-           "applicability_counts"]
+__all__ = ["rank", "RankResult", "ModelResult", "Failure", "expected_sign"]
 
 Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
 """``scorer(ref, options) -> {"summary": {...}, "model": {...}}``, scoring ``ref`` with ``options``."""
@@ -38,27 +38,6 @@ def expected_sign(metric: str) -> Optional[int]:
     """−1 when a lower value of ``metric`` (``<column>_head`` / ``<column>_mean``) predicts a better model."""
     base = metric.rsplit("_", 1)[0] if metric.endswith(("_head", "_mean")) else metric
     return _EXPECTED_SIGN.get(base)
-
-
-@dataclass(frozen=True)
-class MetricCorrelation:
-    """One metric's agreement with the quality column (the JSON ``metrics`` item): a
-    :class:`~wbfe.ranking.stats.Correlation`'s fields, named and signed."""
-
-    metric: str
-    rho: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    kendall_tau: float
-    pearson_r: float
-    n: int
-    expected_sign: Optional[int] = None
-    p_method: Optional[str] = None
-    reason: Optional[str] = None
-    # The same ρ on the models where BFE-W's conditions hold (summary.bfe_applicability):
-    # {"n", "rho", "ci_low", "ci_high"}.
-    applicable: Optional[dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +67,7 @@ class RankResult:
     """Every metric's correlation with one quality column of one zoo.
 
     Attributes:
-        metrics: one :class:`MetricCorrelation` per metric, sorted by |ρ| (ties by |τ|, then |r|;
+        metrics: one :class:`Correlation` per metric, sorted by |ρ| (ties by |τ|, then |r|;
             undefined ρ last).
         models, failed: the models scored with a quality value, and those left out with the reason.
         options: the scoring options and the versions of the code that computed the scores (the cache key).
@@ -98,24 +77,22 @@ class RankResult:
 
     zoo: str
     quality: str
-    lower_is_better: bool
-    metrics: list[MetricCorrelation]
+    metrics: list[Correlation]
     models: list[ModelResult]
     failed: list[Failure]
+    lower_is_better: bool
     options: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     n_scored: int = 0
     n_cached: int = 0
     applicability: dict[str, int] = field(default_factory=dict)
 
-    def metric(self, name: str) -> MetricCorrelation:
+    def metric(self, name: str) -> Correlation:
         """The correlation of metric ``name``.
 
         Raises:
             UnknownNameError: no such metric in this result.
         """
-        from wbfe.errors import unknown_name
-
         for row in self.metrics:
             if row.metric == name:
                 return row
@@ -123,10 +100,7 @@ class RankResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: zoo, quality, metrics, models, failed (then lower_is_better, options, run counts)."""
-        plain = asdict(self)
-        keys = ("zoo", "quality", "metrics", "models", "failed", "lower_is_better", "options", "stats", "n_scored",
-                "n_cached", "applicability")
-        return json_ready({key: plain[key] for key in keys})
+        return json_ready(asdict(self))
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         """Standard JSON (non-finite numbers written as null)."""
@@ -137,8 +111,6 @@ class RankResult:
         try:
             import pandas as pd
         except ModuleNotFoundError:
-            from wbfe.errors import MissingDependencyError
-
             raise MissingDependencyError("RankResult.to_pandas needs pandas (pip install pandas)") from None
         return pd.DataFrame([asdict(m) for m in self.metrics])
 
@@ -147,8 +119,7 @@ def _score_with_wbfe(ref: str, options: ScoreOptions) -> dict[str, Any]:
     """:func:`wbfe.score`, reduced to what ranking and the cache need."""
     from wbfe.scoring import score
 
-    result = score(ref, options=options)
-    plain = result.to_dict()
+    plain = score(ref, options=options).to_dict()
     return {"summary": plain["summary"], "model": plain["model"],
             "n_layers": len(plain["layers"]), "n_skipped": len(plain["skipped"])}
 
@@ -162,18 +133,7 @@ def _content_hash(ref: str) -> str:
     return uri_signature(ref) if is_uri(ref) else content_hash(ref)
 
 
-def _metric_columns(summaries: Iterable[Mapping[str, Any]]) -> list[str]:
-    columns: list[str] = []
-    for summary in summaries:
-        for key, value in summary.items():
-            if not key.endswith(("_head", "_mean")) or key in columns:
-                continue
-            if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-                columns.append(key)
-    return columns
-
-
-def _sort_key(row: MetricCorrelation) -> tuple[bool, float, float, float, str]:
+def _sort_key(row: Correlation) -> tuple[bool, float, float, float, str]:
     """By |ρ| descending (undefined last); ties by |τ|, then |r|, then name."""
 
     def mag(value: float) -> float:
@@ -197,7 +157,7 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
         zoo: a built-in zoo name, a CSV/YAML spec path, or a :class:`~wbfe.ranking.zoo.Zoo`.
         quality: the quality column (default: the zoo's default, or its only numeric column).
         workers: models scored in parallel (separate processes when > 1).
-        cache_dir: score cache folder; None = :func:`~wbfe.ranking.cache.default_cache_dir`, False = no cache.
+        cache_dir: score cache folder; None = ``$WBFE_CACHE_DIR`` (docs/cache.md), False = no cache.
         progress: called with one line per model (for a progress display).
         scorer: replaces :func:`wbfe.score` (must be picklable when ``workers`` > 1).
         hasher: replaces :func:`wbfe.sources.content_hash` for the cache key.
@@ -222,20 +182,17 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
     the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
     column = the_zoo.resolve_quality(quality)
     lower = column in the_zoo.lower_is_better
-    cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else default_cache_dir())
+    cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else wbfe_cache_dir())
     if cache is not None:
         cache.check_writable()
     # What computed the numbers, wbfe's source digest included: a development install keeps
     # its version string across edits, and a cached score must come from the same code.
     options: dict[str, Any] = {**score_options.to_dict(),
                                "versions": {**installed_versions(), "wbfe_source": source_digest()}}
-    score_fn: Scorer = scorer or _score_with_wbfe
-    hash_fn = hasher or _content_hash
 
     # The device only says where the eigen-solves run (CPU and CUDA agree to rounding): either serves both.
-    key_options = {k: v for k, v in options.items() if k != "device"}
-    run = _Run(cache=cache, key_options=key_options, say=progress or (lambda _line: None),
-               total=len(the_zoo.entries))
+    run = _Run(cache=cache, key_options={k: v for k, v in options.items() if k != "device"},
+               say=progress or (lambda _line: None), total=len(the_zoo.entries))
     runner = executor_for(where)
     blocked: dict[str, str] = {}
     if scorer is None and hasher is None and runner.runs_here:
@@ -245,19 +202,20 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
 
         blocked = unavailable_models(the_zoo)
     run.failed.extend(Failure(name, reason) for name, reason in blocked.items())
-    pending = run.lookup([e for e in the_zoo.entries if e.name not in blocked], column, hash_fn)
-    run.score(runner, pending, score_fn, score_options)
+    pending = run.lookup([e for e in the_zoo.entries if e.name not in blocked], column, hasher or _content_hash)
+    run.score(runner, pending, scorer or _score_with_wbfe, score_options)
 
     models = [_model_result(e, column, *run.payloads[e.name]) for e in the_zoo.entries if e.name in run.payloads]
     rows = _correlations(models, lower=lower, stats=stats_options)
     order = {e.name: k for k, e in enumerate(the_zoo.entries)}
     run.failed.sort(key=lambda f: order.get(f.model, len(order)))
     result = RankResult(
-        the_zoo.name, column, lower, rows, models, run.failed,
+        the_zoo.name, column, rows, models, run.failed, lower,
         # Where it ran is provenance, not part of the cache key (the numbers are the same).
         options=options if runner.runs_here else {**options, "executor": runner.name},
         stats=stats_options.to_dict(), n_scored=len(pending) - run.n_shared,
-        n_cached=sum(1 for _, cached in run.payloads.values() if cached), applicability=applicability_counts(models))
+        n_cached=sum(1 for _, cached in run.payloads.values() if cached),
+        applicability={status: sum(m.applicability == status for m in models) for status in STATUSES})
     if not rows:
         first = f"; first: {result.failed[0].model}: {result.failed[0].reason}" if result.failed else ""
         raise NothingRankedError(f"zoo {the_zoo.name}: no metric could be ranked: {len(result.failed)} of "
@@ -309,13 +267,11 @@ class _Run:
     def score(self, runner: Executor, pending: list[_Pending], score_fn: Scorer, options: ScoreOptions) -> None:
         """Score ``pending`` on ``runner``, each outcome recorded (and cached) as it arrives; with a cache each
         model is claimed first, and those another driver holds go to :func:`~wbfe.ranking.cache.score_claimed`."""
-        def task(item: _Pending) -> Task:
-            entry = item[1]
-            return Task(entry.name, score_fn, (entry.ref, options), device=options.device, sized_by=entry.ref)
-
         def run_tasks(items: list[_Pending]) -> None:
             started = lambda k: self._log(items[k][0], items[k][1].name, "scoring")  # noqa: E731
-            for outcome in runner.map([task(item) for item in items], started=started):
+            tasks = [Task(e.name, score_fn, (e.ref, options), device=options.device, sized_by=e.ref)
+                     for _, e, _ in items]
+            for outcome in runner.map(tasks, started=started):
                 item = items[outcome.index]
                 self.finish(item, outcome)
                 claim = claims.pop(item[0], None)
@@ -373,28 +329,18 @@ def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cach
                        cached, status if status in STATUSES else "unknown")
 
 
-def applicability_counts(models: Iterable[ModelResult]) -> dict[str, int]:
-    """How many ``models`` have each BFE-W applicability status, every status listed."""
-    counts = dict.fromkeys(STATUSES, 0)
-    for model in models:
-        counts[model.applicability] += 1
-    return counts
-
-
-def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[MetricCorrelation]:
+def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[Correlation]:
     """One row per metric column, against the quality oriented so that higher is better."""
     sign = -1.0 if lower else 1.0
     oriented = [sign * m.quality for m in models]
-    rows: list[MetricCorrelation] = []
-    for name in _metric_columns(m.scores for m in models):
+    rows: list[Correlation] = []
+    for name in dict.fromkeys(k for m in models for k in m.scores):
         values = [as_float(m.scores.get(name)) for m in models]
         c = correlate(values, oriented, options=stats)
         # The same on the models where BFE-W's conditions hold (the paper's setting).
         keep = [k for k, m in enumerate(models) if m.applicability == "holds"]
         sub = correlate([values[k] for k in keep], [oriented[k] for k in keep], options=stats)
         applicable = {"n": sub.n, "rho": sub.rho, "ci_low": sub.ci_low, "ci_high": sub.ci_high}
-        # Every field of the correlation, so one added there cannot be left behind here.
-        rows.append(MetricCorrelation(metric=name, expected_sign=expected_sign(name), **asdict(c),
-                                      applicable=applicable))
+        rows.append(replace(c, metric=name, expected_sign=expected_sign(name), applicable=applicable))
     rows.sort(key=_sort_key)
     return rows

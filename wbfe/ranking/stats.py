@@ -8,7 +8,7 @@ is seeded: the same input and seed give the same interval and p-value.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -16,7 +16,7 @@ import numpy as np
 from wbfe.errors import InvalidOptionError
 from wbfe.options import StatsOptions
 
-__all__ = ["Correlation", "rankdata", "spearman", "kendall_tau", "pearson", "bootstrap_ci", "permutation_p_value",
+__all__ = ["Correlation", "spearman", "kendall_tau", "pearson", "bootstrap_ci", "permutation_p_value",
            "correlate", "MIN_MODELS", "EXACT_MAX_N"]
 
 MIN_MODELS = 3
@@ -26,12 +26,15 @@ EXACT_MAX_N = 8
 """Largest n for which the permutation p-value enumerates all n! orderings (8! = 40,320)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Correlation:
-    """How one metric ranks a zoo against its quality numbers: Spearman ρ (NaN when undefined, with the ``reason``),
-    its bootstrap interval and permutation p-value (``"exact"`` or ``"monte-carlo"``), Kendall τ-b, Pearson r of
-    the raw values, and n, the models with a finite metric value and a quality value."""
+    """How one metric ranks a zoo against its quality numbers (the rank JSON's ``metrics`` item): Spearman ρ (NaN
+    when undefined, with the ``reason``), its bootstrap interval and permutation p-value (``"exact"`` or
+    ``"monte-carlo"``), Kendall τ-b, Pearson r of the raw values, and n, the models with a finite metric value and a
+    quality value. A ranking names the ``metric``, its ``expected_sign`` and ``applicable``: the same ρ on the
+    models where BFE-W's conditions hold (summary.bfe_applicability), {"n", "rho", "ci_low", "ci_high"}."""
 
+    metric: str = ""
     rho: float
     ci_low: float
     ci_high: float
@@ -39,12 +42,10 @@ class Correlation:
     kendall_tau: float
     pearson_r: float
     n: int
+    expected_sign: Optional[int] = None
     p_method: Optional[str] = None
     reason: Optional[str] = None
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain dict of the fields."""
-        return asdict(self)
+    applicable: Optional[dict[str, Any]] = None
 
 
 def _pair(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> tuple[np.ndarray, np.ndarray]:
@@ -55,16 +56,10 @@ def _pair(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> tuple[np.ndarra
     return a, b
 
 
-def rankdata(values: "np.typing.ArrayLike", axis: int = -1) -> np.ndarray:
-    """Ranks 1..n along ``axis``, ties given their average rank."""
-    from scipy.stats import rankdata as _rankdata
-
-    return np.asarray(_rankdata(values, method="average", axis=axis), dtype=np.float64)
-
-
 def _rowwise_spearman(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Spearman ρ of each row pair of two (…, n) arrays (Pearson r of the average ranks); NaN where a
-    row is constant. The vectorised statistic scipy's resampling routines call."""
+    """Spearman ρ of each row pair (the Pearson r of the average ranks): the statistic scipy's resampling calls."""
+    from scipy.stats import rankdata
+
     return _rowwise_pearson(rankdata(a, axis=axis), rankdata(b, axis=axis), axis)
 
 
@@ -84,30 +79,27 @@ def _defined(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(a.size >= 2 and np.ptp(a) > 0 and np.ptp(b) > 0)
 
 
-def _statistic(test: Any, x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
+def _statistic(test: str, x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
+    """The statistic of :mod:`scipy.stats`' ``test`` on ``x`` and ``y``; NaN when undefined (:func:`_defined`)."""
+    from scipy import stats
+
     a, b = _pair(x, y)
-    return float(test(a, b).statistic) if _defined(a, b) else math.nan
+    return float(getattr(stats, test)(a, b).statistic) if _defined(a, b) else math.nan
 
 
 def pearson(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Pearson correlation coefficient (:func:`scipy.stats.pearsonr`); NaN when either input is constant or n < 2."""
-    from scipy.stats import pearsonr
-
-    return float(np.clip(_statistic(pearsonr, x, y), -1.0, 1.0))
+    return float(np.clip(_statistic("pearsonr", x, y), -1.0, 1.0))
 
 
 def spearman(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Spearman ρ (:func:`scipy.stats.spearmanr`); NaN when either input is constant or n < 2."""
-    from scipy.stats import spearmanr
-
-    return _statistic(spearmanr, x, y)
+    return _statistic("spearmanr", x, y)
 
 
 def kendall_tau(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
     """Kendall τ-b, tie-corrected (:func:`scipy.stats.kendalltau`); NaN when either input is constant or n < 2."""
-    from scipy.stats import kendalltau
-
-    return _statistic(kendalltau, x, y)
+    return _statistic("kendalltau", x, y)
 
 
 def _batch(n: int, total: int) -> int:
@@ -163,7 +155,7 @@ def permutation_p_value(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, e
     Raises:
         InvalidOptionError: ``n_perm`` < 1.
     """
-    from scipy.stats import permutation_test
+    from scipy.stats import permutation_test, rankdata
 
     options = StatsOptions(n_perm=n_perm, exact_max_n=exact_max_n, seed=seed)
     a, b = _pair(x, y)
@@ -203,7 +195,9 @@ def correlate(metric: "np.typing.ArrayLike", quality: "np.typing.ArrayLike", *, 
               else "quality is constant across models" if np.all(b == b[0]) else None)
     if reason is not None:
         nan = math.nan
-        return Correlation(nan, nan, nan, nan, nan, nan, n, reason=reason)
+        return Correlation(rho=nan, ci_low=nan, ci_high=nan, p_value=nan, kendall_tau=nan, pearson_r=nan, n=n,
+                           reason=reason)
     low, high = bootstrap_ci(a, b, n_boot=o.n_boot, level=o.level, seed=o.seed)
     p, method = permutation_p_value(a, b, exact_max_n=o.exact_max_n, n_perm=o.n_perm, seed=o.seed)
-    return Correlation(spearman(a, b), low, high, p, kendall_tau(a, b), pearson(a, b), n, p_method=method)
+    return Correlation(rho=spearman(a, b), ci_low=low, ci_high=high, p_value=p, kendall_tau=kendall_tau(a, b),
+                       pearson_r=pearson(a, b), n=n, p_method=method)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from wbfe._config import hf_offline, shared_zoo_dir, torch_hub_dir
-from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
+from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, MissingDependencyError, SourceNotFoundError,
+                         unknown_name)
 from wbfe.fixtures import fixtures_dir
-from wbfe.sources import WEIGHT_SUFFIXES
+from wbfe.sources import WEIGHT_SUFFIXES, open_regular
 from wbfe.sources.object_store import is_uri
 
 __all__ = ["ZooEntry", "Zoo", "BuiltinZoo", "load_zoo", "read_zoo_file", "zoo_from_rows", "list_zoos",
@@ -71,15 +72,18 @@ class Zoo:
 
 @dataclass(frozen=True)
 class BuiltinZoo:
-    """A zoo shipped with wbfe, found by its stable name; ``load`` builds it (and may raise when its checkpoints are
-    absent), ``offline`` says every checkpoint is available without a network."""
+    """A zoo shipped with wbfe, found by its stable name; ``load`` builds it with ``read`` (and may raise when its
+    checkpoints are absent), ``offline`` says every checkpoint is available without a network."""
 
     name: str
     description: str
     default_quality: str
     lower_is_better: tuple[str, ...]
-    load: Callable[[], Zoo]
+    read: Callable[[str, str, tuple[str, ...]], Zoo]  # (name, default quality, lower-is-better columns)
     offline: bool
+
+    def load(self) -> Zoo:
+        return self.read(self.name, self.default_quality, self.lower_is_better)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -108,12 +112,8 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
         exists = joined.exists()
     except (OSError, ValueError):  # a name too long for the file system, or holding a NUL
         exists = False
-    looks_like_path = (
-        value.startswith((".", "~"))
-        or candidate.suffix.lower() in WEIGHT_SUFFIXES
-        or value.count("/") >= 2  # a hub id is "org/name" or a bare "name"
-    )
-    if exists or looks_like_path:
+    # A hub id is "org/name" or a bare "name": a path has more slashes, a leading "." or "~", or a weights suffix.
+    if exists or value.startswith((".", "~")) or candidate.suffix.lower() in WEIGHT_SUFFIXES or value.count("/") >= 2:
         try:
             return str(joined.resolve())
         except (OSError, ValueError, RuntimeError):
@@ -154,11 +154,9 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     if not numeric:
         raise InvalidOptionError(f"zoo {name!r} has no numeric quality column")
     lower = frozenset(lower_is_better)
-    for col in sorted(lower):
+    for col in [*sorted(lower), *([] if default_quality is None else [default_quality])]:
         if col not in numeric:
             raise unknown_name("quality column", col, tuple(numeric))
-    if default_quality is not None and default_quality not in numeric:
-        raise unknown_name("quality column", default_quality, tuple(numeric))
 
     entries: list[ZooEntry] = []
     seen: set[str] = set()
@@ -190,9 +188,6 @@ def _read_text(path: Path) -> str:
         InvalidOptionError: a binary file, text that is not UTF-8, or a file too large to be a zoo.
         SourceNotFoundError: the file cannot be read.
     """
-    from wbfe.errors import CorruptCheckpointError
-    from wbfe.sources import open_regular
-
     try:
         with open_regular(path) as handle:
             raw = handle.read(_MAX_SPEC_BYTES + 1)
@@ -215,8 +210,7 @@ def _read_text(path: Path) -> str:
 def _read_csv(path: Path) -> list[Mapping[str, Any]]:
     text = _read_text(path)
     try:
-        reader = csv.DictReader(io.StringIO(text, newline=""), restkey=_EXTRA)
-        rows: list[Mapping[str, Any]] = list(reader)
+        rows: list[Mapping[str, Any]] = list(csv.DictReader(io.StringIO(text, newline=""), restkey=_EXTRA))
     except csv.Error as exc:
         raise InvalidOptionError(f"{path}: not a valid CSV table ({exc})", path=str(path)) from None
     for number, row in enumerate(rows, start=2):
@@ -273,11 +267,7 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
     spec = Path(path).expanduser()
     if not spec.exists():
         raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
-    meta: dict[str, Any] = {}
-    if spec.suffix.lower() in (".yaml", ".yml"):
-        rows, meta = _read_yaml(spec)
-    else:
-        rows = _read_csv(spec)
+    rows, meta = _read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml") else (_read_csv(spec), {})
     declared = meta.get("lower_is_better") or ()
     if isinstance(declared, str):
         declared = [declared]
@@ -290,29 +280,25 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
 # --------------------------------------------------------------------------- built-in zoos
 
 
-def _table(name: str) -> Path:
-    return fixtures_dir() / "tables" / name
+def _load_table(name: str, default: str, lower: tuple[str, ...] = (), base_dir: Optional[Path] = None) -> Zoo:
+    return read_zoo_file(fixtures_dir() / "tables" / f"{name}.csv", name=name, default_quality=default,
+                         lower_is_better=lower, base_dir=base_dir)
 
 
-def _load_table(name: str, table: str, default: str, lower: tuple[str, ...] = ()) -> Zoo:
-    return read_zoo_file(_table(table), name=name, default_quality=default, lower_is_better=lower)
-
-
-def _load_fmnist() -> Zoo:
+def _load_fmnist(name: str, default: str, lower: tuple[str, ...]) -> Zoo:
     spec = fixtures_dir() / "fmnist-zoo" / "zoo.csv"
     if not spec.is_file():
         raise SourceNotFoundError(f"the Fashion-MNIST zoo is not built yet (expected {spec}; see benchmarks/zoo/)",
                                   path=str(spec))
-    return read_zoo_file(spec, name="fmnist", default_quality="test_accuracy", lower_is_better=("test_loss",))
+    return read_zoo_file(spec, name=name, default_quality=default, lower_is_better=lower)
 
 
-def _load_cifar10() -> Zoo:
+def _load_cifar10(name: str, default: str, lower: tuple[str, ...]) -> Zoo:
     folder = shared_zoo_dir() / "cifar10-resnet"
     if not folder.is_dir():
         raise SourceNotFoundError(f"the CIFAR-10 ResNet checkpoints are not at {folder}; set WBFE_SHARED_ZOO to the "
                                   "folder that holds cifar10-resnet/", path=str(folder))
-    return read_zoo_file(_table("cifar10-resnet.csv"), name="cifar10-resnet", default_quality="test_accuracy",
-                         base_dir=folder)
+    return _load_table(name, default, lower, base_dir=folder)
 
 
 def torchvision_imagenet_rows() -> list[dict[str, object]]:
@@ -358,7 +344,7 @@ def _torch_hub_checkpoints_empty() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _shipped_torchvision_refs() -> frozenset[str]:
-    return frozenset(e.ref for e in _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1").entries)
+    return frozenset(e.ref for e in _load_table("torchvision-imagenet", "acc1").entries)
 
 
 def torchvision_weight_not_cached(ref: str) -> bool:
@@ -367,15 +353,15 @@ def torchvision_weight_not_cached(ref: str) -> bool:
     return ref in _shipped_torchvision_refs() and _torch_hub_checkpoints_empty()
 
 
-def _load_torchvision() -> Zoo:
+def _load_torchvision(name: str, default: str, lower: tuple[str, ...]) -> Zoo:
     # With none of the weights to be had, the shipped table is as good as torchvision's metadata,
     # and wbfe rank says so without importing torchvision.
     if not (hf_offline() and _torch_hub_checkpoints_empty()):
         try:
-            return zoo_from_rows(torchvision_imagenet_rows(), name="torchvision-imagenet", default_quality="acc1")
+            return zoo_from_rows(torchvision_imagenet_rows(), name=name, default_quality=default)
         except MissingDependencyError:
             pass
-    return _load_table("torchvision-imagenet", "torchvision-imagenet.csv", "acc1")
+    return _load_table(name, default)
 
 
 _BUILTINS: dict[str, BuiltinZoo] = {
@@ -390,12 +376,9 @@ _BUILTINS: dict[str, BuiltinZoo] = {
                    "weight metadata (downloads the weights)", "acc1", (), _load_torchvision, False),
         BuiltinZoo("pythia-deduped-lambada", "Pythia deduped LLMs, zero-shot LAMBADA (OpenAI) accuracy at "
                    "step 143000 from EleutherAI/pythia evals (downloads the weights)", "lambada_acc",
-                   ("lambada_ppl",),
-                   lambda: _load_table("pythia-deduped-lambada", "pythia-deduped-lambada.csv",
-                                       "lambada_acc", ("lambada_ppl",)), False),
+                   ("lambada_ppl",), _load_table, False),
         BuiltinZoo("qwen3.5", "Qwen3.5 post-trained LLMs, knowledge benchmarks from the official model "
-                   "cards (downloads the weights)", "mmlu_pro", (),
-                   lambda: _load_table("qwen3.5", "qwen3.5.csv", "mmlu_pro"), False),
+                   "cards (downloads the weights)", "mmlu_pro", (), _load_table, False),
     )
 }
 

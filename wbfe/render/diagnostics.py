@@ -6,6 +6,7 @@ are collected, each distinct one once, instead of going to stderr (the command l
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import warnings
@@ -52,27 +53,21 @@ _lock = threading.Lock()
 _active: list[Notes] = []
 
 
-class _RouteFilter(logging.Filter):
-    """On a library's own handlers: a record goes to the active :class:`Notes` instead of the handler."""
-
-    def __init__(self, source: str) -> None:
-        super().__init__()
-        self.source = source
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        with _lock:
-            notes = _active[-1] if _active else None
-        if notes is None:
-            return True
-        try:
-            text = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record is passed through, as logging would
-            return True
-        notes.add(Note(self.source, text))
-        return False
+def _route(source: str, record: logging.LogRecord) -> bool:
+    """A filter on a library's own handlers: a record goes to the active :class:`Notes` instead of the handler."""
+    with _lock:
+        notes = _active[-1] if _active else None
+    if notes is None:
+        return True
+    try:
+        text = record.getMessage()
+    except Exception:  # noqa: BLE001 - a malformed record is passed through, as logging would
+        return True
+    notes.add(Note(source, text))
+    return False
 
 
-_routed: dict[str, _RouteFilter] = {}
+_routed: dict[str, "functools.partial[bool]"] = {}
 
 
 def route_logger(name: str) -> None:
@@ -81,9 +76,7 @@ def route_logger(name: str) -> None:
     handlers are set up then). A logger that propagates to the root with no handler of its own is
     given none: logging's last resort prints nothing below WARNING, and the filter then sits on it."""
     with _lock:
-        found = _routed.get(name)
-        if found is None:
-            found = _routed[name] = _RouteFilter(name)
+        found = _routed.setdefault(name, functools.partial(_route, name))
     logger = logging.getLogger(name)
     handlers = logger.handlers or ([logging.lastResort] if logging.lastResort is not None else [])
     for handler in handlers:

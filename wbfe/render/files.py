@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
 
 from wbfe.errors import OutputError, OverwriteError
+from wbfe.render.text import json_ready
 
 __all__ = ["STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
            "write_output", "write_json", "save_figure", "local_reads", "local_files", "refuse_overlap"]
@@ -83,10 +84,9 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def refuse_overlap(path: PathLike, reads: Reads, *, folder: bool = False) -> None:
-    """Refuse to write ``path`` (a file; with ``folder``, a folder to write files into) over or into
-    what the command reads: a file of ``reads`` (the same real path, or the same device and inode:
-    a hard link) or anything inside a folder of ``reads``.
+def refuse_overlap(path: PathLike, reads: Reads) -> None:
+    """Refuse to write ``path`` (a file, or a folder to write files into) over or into what the command reads: a
+    file of ``reads`` (the same real path, or the same device and inode: a hard link) or anything inside a folder.
 
     Raises:
         OverwriteError: one line that names the input and says what to write instead.
@@ -148,16 +148,17 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
                               path=str(path))
         if not os.access(target, os.W_OK):
             raise OutputError(f"cannot write {os.fspath(path)}: permission denied", path=str(path))
-    folder = _existing_ancestor(target.parent)
-    if not folder.is_dir():
-        raise OutputError(f"cannot write {os.fspath(path)}: {folder} is not a folder", path=str(path))
-    _probe(folder, path)
+    _probe(target.parent, path)
     return target
 
 
-def _probe(folder: Path, path: PathLike) -> None:
-    """Create and remove an empty file in ``folder``: permission bits say too little (root passes
-    every check, an immutable folder or a read-only file system refuses anyway)."""
+def _probe(folder: Path, path: PathLike, into: str = "") -> None:
+    """Create and remove an empty file in ``folder`` or its nearest existing ancestor: permission bits say too
+    little (root passes every check, an immutable folder or a read-only file system refuses anyway)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {into}{os.fspath(path)}: {folder} is not a folder", path=str(path))
     probe = folder / f".wbfe-probe.{secrets.token_hex(6)}"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -176,21 +177,12 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
             OverwriteError: a folder the command reads, or one inside it (``reads`` as for
             :func:`check_output`).
     """
-    refuse_overlap(path, reads, folder=True)
+    refuse_overlap(path, reads)
     folder = _target(path)
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"cannot write into {os.fspath(path)}: it is {_kind(folder.stat().st_mode)}, not a folder",
                           path=str(path))
-    ancestor = _existing_ancestor(folder)
-    if not ancestor.is_dir():
-        raise OutputError(f"cannot write into {os.fspath(path)}: {ancestor} is not a folder", path=str(path))
-    _probe(ancestor, path)
-    return folder
-
-
-def _existing_ancestor(folder: Path) -> Path:
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    _probe(folder, path, "into ")
     return folder
 
 
@@ -278,8 +270,6 @@ def write_output(path: PathLike, text: str, *, reads: Reads = ()) -> Optional[Pa
 
 def write_json(path: PathLike, obj: Any, *, indent: Optional[int] = 2) -> Optional[Path]:
     """Standard JSON of ``obj`` (non-finite numbers as ``null``) to ``path`` or standard output."""
-    from wbfe.render.text import json_ready
-
     return write_output(path, json.dumps(json_ready(obj), indent=indent, allow_nan=False) + "\n")
 
 

@@ -8,6 +8,7 @@ import csv
 import io
 import math
 import re
+from collections import Counter
 from typing import Any, Optional, Sequence
 
 from wbfe.errors import clip, printable
@@ -113,10 +114,7 @@ def score_table(result: Any, *, verbose: bool = False, width: Optional[int] = No
 def skipped_line(skipped: Sequence[dict[str, Any]]) -> str:
     """One line counting the skipped tensors by reason (positions inside a reason left to the JSON),
     the most common first, within :data:`LINE_LIMIT`."""
-    reasons: dict[str, int] = {}
-    for skip in skipped:
-        key = _POSITIONS.sub("", str(skip["reason"]).split(":")[0]).strip()
-        reasons[key] = reasons.get(key, 0) + 1
+    reasons = Counter(_POSITIONS.sub("", str(skip["reason"]).split(":")[0]).strip() for skip in skipped)
     head, tail = f"skipped {len(skipped)} tensors: ", " (see --format json for each)"
     parts = [f"{n} {printable(clip(reason, 80))}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
     shown = len(parts)

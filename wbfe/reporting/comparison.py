@@ -52,12 +52,10 @@ def compare_report(result: Any) -> Report:
         KeyValues([("options", data.get("options"))])]))
 
     changes = [c for c in _CHANGE if any(c in row for row in layers)]
-    deltas = [k for k in summary if k.startswith("d_") and k.endswith("_mean")]
-    delta_columns = [k[: -len("_mean")] for k in deltas]
+    delta_columns = [k[: -len("_mean")] for k in summary if k.startswith("d_") and k.endswith("_mean")]
     rows = [{"quantity": k, "_colour": colour(k), "mean": summary.get(f"{k}_mean"), "max": summary.get(f"{k}_max"),
-             "meaning": _CHANGE[k]} for k in changes]
-    rows += [{"quantity": k, "_colour": colour(k), "mean": summary.get(f"{k}_mean"), "max": summary.get(f"{k}_max"),
-              "meaning": f"change B − A of {k[2:]}: {meaning(k[2:])}"} for k in delta_columns]
+             "meaning": _CHANGE.get(k) or f"change B − A of {k[2:]}: {meaning(k[2:])}"}
+            for k in changes + delta_columns]
     blocks: list[Any] = [Table("summary", [Column("quantity", "quantity"), Column("mean", "mean over matrices"),
                                            Column("max", "max"), Column("meaning", "meaning")], rows, sortable=False)]
     counts = [(k, v) for k, v in summary.items() if not isinstance(v, (list, dict)) and not k.endswith(("_mean", "_max"))]

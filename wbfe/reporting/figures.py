@@ -101,7 +101,7 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
     return fig
 
 
-def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Optional[int] = None) -> Any:
+def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str) -> Any:
     """A thumbnail of one ESD (log-log density) with the fits whose parameters are in ``row``: the
     power law (alpha, xmin), the truncated power law (tpl_alpha, tpl_lambda) on the same tail and
     the HTMP law (htmp_kappa, htmp_beta, htmp_tau) — the numbers of the table, not a second fit."""
@@ -119,8 +119,7 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
                     transform=ax.transAxes)
             return fig
         n = e.size
-        if bins is None:  # few eigenvalues spread over many empty bins read as noise
-            bins = int(np.clip(2.0 * np.sqrt(n), 6, 50))
+        bins = int(np.clip(2.0 * np.sqrt(n), 6, 50))  # few eigenvalues spread over many empty bins read as noise
         edges = np.geomspace(e[0], e[-1] * (1 + 1e-12), bins + 1)
         counts, _ = np.histogram(e, bins=edges)
         density = counts / (n * np.diff(edges))

@@ -4,16 +4,17 @@ depth, ESD thumbnails of the head and the most unusual layers, and every skipped
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from wbfe.options import CONV_VIEWS, ReportOptions, ScoreOptions
 from wbfe.render.text import applicability_line, finite_or_none
 from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
 from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
 
-__all__ = ["score_report", "unusual_layers", "reasons_note"]
+__all__ = ["score_report", "unusual_layers", "reasons_note", "read_eigenvalues"]
 
 # Columns of the layer table shown before "all columns" is ticked (the rest stay in the page).
 _IDENTITY = ("name", "role", "shape", "dtype", "quant", "n_eigs", "gamma")
@@ -164,6 +165,19 @@ def _fit_text(row: Mapping[str, Any]) -> str:
     return "; ".join(parts) + (". " + "; ".join(failed) if failed else "")
 
 
+def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The eigenvalues of each matrix in ``names`` of checkpoint ``ref`` (one pass, only those tensors loaded),
+    computed as the score that produced ``options`` (its ``model.options``: conv view, WeightWatcher mode, device)
+    did. A name the checkpoint lacks is absent from the result (the caller says why)."""
+    from wbfe.engine import eigenvalues_of
+
+    conv = options.get("conv")
+    score_options = ScoreOptions(conv=conv if conv in CONV_VIEWS else "flatten",
+                                 ww_compatible=bool(options.get("ww_compatible")),
+                                 device=str(options.get("device") or "auto"))
+    return eigenvalues_of(ref, names, score_options)
+
+
 def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optional[str] = None,
                  n_unusual: int = 5) -> Report:
     """The report of one :class:`~wbfe.ModelScore` (or its JSON dict).
@@ -177,8 +191,6 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
     Raises:
         InvalidOptionError: ``n_unusual`` is not a non-negative integer.
     """
-    from wbfe.options import ReportOptions
-
     ReportOptions(n_unusual=n_unusual)  # checks only
     data = score.to_dict() if hasattr(score, "to_dict") else dict(score)
     model, layers, skipped, summary = data["model"], data["layers"], data["skipped"], data["summary"]
@@ -190,8 +202,6 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
     eigs = None
     if spectra_from is not None:
         wanted = ([head] if head else []) + [name for name, _ in unusual]
-        from wbfe.reporting.spectra import read_eigenvalues
-
         eigs = read_eigenvalues(spectra_from, wanted, model.get("options") or {})
     headline = ""
     if head:

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 from wbfe.errors import CorruptCheckpointError
+from wbfe.options import ReportOptions
+from wbfe.render.files import check_output, check_output_dir, write_atomic, write_output
 
 __all__ = ["load_saved", "write_report", "check_report_output", "MARKDOWN_NAME"]
 
@@ -59,14 +61,8 @@ def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[U
         OutputError: as :func:`wbfe.render.files.check_output` / :func:`~wbfe.render.files.check_output_dir`.
         InvalidOptionError: an unknown format.
     """
-    from wbfe.options import ReportOptions
-    from wbfe.render.files import check_output, check_output_dir
-
     ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
-    if fmt == "html":
-        check_output(output, reads=reads)
-    else:
-        check_output_dir(output, reads=reads)
+    (check_output if fmt == "html" else check_output_dir)(output, reads=reads)
 
 
 def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
@@ -76,8 +72,6 @@ def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
     anything is written, and each file appears whole (:func:`wbfe.render.files.write_atomic`). Returns
     the files written. ``reads``: the local files and folders the report was made from, which no
     output may overwrite or lie inside."""
-    from wbfe.render.files import check_output_dir, write_atomic, write_output
-
     reads = list(reads)
     check_report_output(output, fmt, reads=reads)
     if fmt == "html":

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from wbfe.render.text import as_float
 from wbfe.reporting.plots.canvas import new_figure, save
 
 __all__ = ["plot_change_along_depth"]
@@ -19,8 +20,6 @@ def plot_change_along_depth(comparison: Any, path: Path) -> Path:
     between the log-spectra; one marker per matrix, coloured by role, with the per-block mean. Returns
     ``path``, written as PNG.
     """
-    from wbfe.render.text import as_float
-
     rows = comparison.layers
     with_depth = all(row.get("depth") is not None for row in rows)
     x = np.array([row["depth"] if with_depth else i for i, row in enumerate(rows)], dtype=float)

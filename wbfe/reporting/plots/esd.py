@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from wbfe.errors import InvalidOptionError
+from wbfe.metrics import htmp, powerlaw
 from wbfe.reporting.plots.canvas import new_axes, save
 
 __all__ = ["EsdFits", "fit_esd", "plot_esd"]
@@ -26,9 +28,6 @@ class EsdFits:
 
 def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
     """Fit a power law (CSN), a truncated power law on the same tail, and the HTMP law to ``eigs``."""
-    from wbfe.errors import InvalidOptionError
-    from wbfe.metrics import htmp, powerlaw
-
     positive = np.sort(eigs[eigs > 0.0])
     pl = powerlaw.fit_power_law(positive, min_tail=min_tail)
     tpl = powerlaw.fit_truncated_power_law(positive, xmin=pl.xmin) if math.isfinite(pl.xmin) else None
@@ -41,9 +40,6 @@ def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
 
 def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bins: int = 60) -> Path:
     """Draw the ESD on log-log axes with the fitted densities and their parameters in the legend, as a PNG at ``path``."""
-    from wbfe.metrics import htmp
-    from wbfe.metrics.powerlaw import tpl_log_normaliser
-
     e = np.sort(eigs[eigs > 0.0])
     n = e.size
     edges = np.geomspace(e[0], e[-1] * (1 + 1e-12), bins + 1)
@@ -60,7 +56,7 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
         ax.loglog(tail, share * (pl.alpha - 1) / pl.xmin * (tail / pl.xmin) ** (-pl.alpha), "-", color="C1",
                   label=f"power law: α = {pl.alpha:.3f}, xmin = {pl.xmin:.3g}, tail = {pl.n_tail}")
         if tpl is not None and math.isfinite(tpl.alpha) and tpl.lam > 0.0:
-            log_z = tpl_log_normaliser(tpl.alpha, tpl.lam, tpl.xmin)
+            log_z = powerlaw.tpl_log_normaliser(tpl.alpha, tpl.lam, tpl.xmin)
             ax.loglog(tail, share * np.exp(-tpl.alpha * np.log(tail) - tpl.lam * tail - log_z), "--", color="C2",
                       label=f"truncated PL: α = {tpl.alpha:.3f}, Λ = {tpl.lam:.3g}")
         elif tpl is not None and math.isfinite(tpl.alpha):

@@ -15,10 +15,6 @@ __all__ = ["plot_overlaps", "plot_nmse", "write_figures"]
 Result = Union[dict, Any]
 
 
-def _as_dict(result: Result) -> dict:
-    return result if isinstance(result, dict) else result.to_dict()
-
-
 def _fmt(value: Any) -> str:
     return "n/a" if value is None else f"{value:.2g}"
 
@@ -31,7 +27,7 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
     """Per-feature overlaps q_i against log_d n, with the predicted thresholds marked, as a PNG at ``path``."""
     import matplotlib
 
-    res = _as_dict(result)
+    res = result if isinstance(result, dict) else result.to_dict()
     alphas = np.array([pt["alpha"] for pt in res["points"]])
     q = np.array([pt["q"] for pt in res["points"]])
     lead = _nan(res["prediction"]["alpha_thresholds"])
@@ -58,7 +54,7 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
 
 def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     """NMSE against n for the spectral learner and kernel ridge, with the predicted power law, as a PNG at ``path``."""
-    res = _as_dict(result)
+    res = result if isinstance(result, dict) else result.to_dict()
     pred = res["prediction"]
     n = np.array([pt["n"] for pt in res["points"]], dtype=np.float64)
     nmse = _nan([pt["nmse"] for pt in res["points"]])

@@ -12,12 +12,7 @@ if TYPE_CHECKING:
 
 from wbfe.reporting.plots.canvas import new_axes, save
 
-__all__ = ["plot_metric", "plot_ranking", "metric_filename", "checkpoint_labels"]
-
-
-def metric_filename(metric: str) -> str:
-    """The PNG file name used for ``metric`` (only letters, digits, ``_``, ``-`` and ``.``)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", metric) + ".png"
+__all__ = ["plot_metric", "plot_ranking", "checkpoint_labels"]
 
 
 _EXTENSION = re.compile(r"\.(safetensors(\.index\.json)?|bin(\.index\.json)?|pt|pth|th|ckpt|gguf|onnx|h5|keras|"
@@ -91,7 +86,8 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
 
 
 def plot_ranking(result: "RankResult", directory: Union[str, Path], *, metrics: Optional[list[str]] = None) -> list[Path]:
-    """One scatter PNG per metric (all of ``result.metrics`` unless ``metrics`` is given) in ``directory``."""
-    folder = Path(directory)
+    """One scatter PNG per metric (all of ``result.metrics`` unless ``metrics`` is given) in ``directory``, named
+    after the metric (only letters, digits, ``_``, ``-`` and ``.``)."""
     names = metrics if metrics is not None else [m.metric for m in result.metrics]
-    return [plot_metric(result, name, folder / metric_filename(name)) for name in names]
+    return [plot_metric(result, name, Path(directory) / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".png"))
+            for name in names]

@@ -44,12 +44,18 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     fig = new_figure((10.0, 7.0), layout="constrained")
     axes = fig.subplots(2, 2)
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-    ax = axes[0, 0]
+    twin = axes[0, 1].twinx()
     for j, name in enumerate(names):
         c = colors[j % len(colors)]
-        ax.plot(steps, h[:, j], "o-", ms=3, color=c, label=f"h  {name}")
+        axes[0, 0].plot(steps, h[:, j], "o-", ms=3, color=c, label=f"h  {name}")
         if h_star is not None:
-            ax.plot(steps, h_star[:, j], "--", color=c, alpha=0.7, label=f"h*(λ)  {name}")
+            axes[0, 0].plot(steps, h_star[:, j], "--", color=c, alpha=0.7, label=f"h*(λ)  {name}")
+        axes[0, 1].plot(steps, kappa[:, j], "o-", ms=3, color=c, label=f"κ  {name}")
+        twin.plot(steps, beta[:, j], "s:", ms=3, color=c, alpha=0.7)
+        axes[1, 0].plot(steps, bfe[:, j], "o-", ms=3, color=c, label=name)
+        if lam is None:
+            axes[1, 0].plot(steps, bfe_opt[:, j], ":", color=c, alpha=0.7)
+    ax = axes[0, 0]
     if np.any(np.isfinite(h)):
         ax.set_yscale("log")
     else:
@@ -57,27 +63,14 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
                 va="center", transform=ax.transAxes, fontsize=8)
     ax.set_title("h = κ/β" + (f" and h*(λ={lam:.3g})" if lam is not None else ""))
     ax.legend(fontsize=6)
-    ax = axes[0, 1]
-    for j, name in enumerate(names):
-        c = colors[j % len(colors)]
-        ax.plot(steps, kappa[:, j], "o-", ms=3, color=c, label=f"κ  {name}")
-    ax.set_ylabel("κ")
-    twin = ax.twinx()
-    for j in range(len(names)):
-        twin.plot(steps, beta[:, j], "s:", ms=3, color=colors[j % len(colors)], alpha=0.7)
+    axes[0, 1].set_ylabel("κ")
     twin.set_ylabel("β (dotted)")
     twin.set_yscale("log")
-    ax.set_title("κ_t (solid) and β_t (dotted)")
-    ax.legend(fontsize=6)
-    ax = axes[1, 0]
-    for j, name in enumerate(names):
-        c = colors[j % len(colors)]
-        ax.plot(steps, bfe[:, j], "o-", ms=3, color=c, label=name)
-        if lam is None:
-            ax.plot(steps, bfe_opt[:, j], ":", color=c, alpha=0.7)
-    ax.set_title(f"BFE-W at λ={lam:.3g}" if lam is not None else
-                 "BFE-W at the last checkpoint's λ* (dotted: at each λ*)", fontsize=9)
-    ax.legend(fontsize=6)
+    axes[0, 1].set_title("κ_t (solid) and β_t (dotted)")
+    axes[0, 1].legend(fontsize=6)
+    axes[1, 0].set_title(f"BFE-W at λ={lam:.3g}" if lam is not None else
+                         "BFE-W at the last checkpoint's λ* (dotted: at each λ*)", fontsize=9)
+    axes[1, 0].legend(fontsize=6)
     ax = axes[1, 1]
     loss = traj.test_losses()
     acc = np.array([p.test_accuracy for p in traj.points], dtype=float)
