@@ -242,6 +242,11 @@ DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
 HEAD = Text("a tensor or module name", optional=True)
 
 
+class _Filled(str):
+    """A value the conventions filled: equal to the plain string, and handed back as unset by every copy
+    (``dataclasses.replace``, :meth:`~Validated.replace`, pickle), whose own conventions fill it again."""
+
+
 @dataclass(frozen=True)
 class ScoreOptions(Validated):
     """Every setting of one scoring run (also recorded in the result's provenance and the rank cache key).
@@ -271,9 +276,6 @@ class ScoreOptions(Validated):
         stream: for remote safetensors (docs/remote.md): True reads each tensor with one range request,
             False downloads first, None streams when the files are larger than the free disk. How the
             bytes travel, not what is computed: not in :meth:`to_dict`, nor compared by ``==``.
-        filled: the options the conventions filled because the caller left them unset (``("conv",)`` or
-            ``()``); :meth:`to_dict` records it under WeightWatcher's conventions only (wbfe's fill their
-            own defaults), so that :meth:`from_dict` leaves them unset again.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -296,13 +298,11 @@ class ScoreOptions(Validated):
     fit: str = "pl"
     intra: bool = False
     stream: Optional[bool] = field(default=None, compare=False)
-    filled: tuple[str, ...] = field(default=(), init=False, compare=False)
 
     def _cross_check(self) -> None:
         check_tail_options(self.fix_fingers, self.fit)
-        if self.conv is None:  # frozen: filled once, here, and only where the caller left it unset
-            object.__setattr__(self, "conv", self.conventions.conv)
-            object.__setattr__(self, "filled", ("conv",))
+        if self.conv is None or isinstance(self.conv, _Filled):  # unset, or filled for the options copied
+            object.__setattr__(self, "conv", _Filled(self.conventions.conv))
         # A product's or an FFT view's spectrum has no matrices of its own to shuffle or take vectors of
         # (WeightWatcher refuses intra with randomize or vectors too).
         views = [v for v, on in (("--intra", self.intra), ("--conv fft", self.conv == "fft")) if on]
@@ -321,6 +321,13 @@ class ScoreOptions(Validated):
     def conventions(self) -> Conventions:
         """The run's conventions: WeightWatcher 0.7.7's with :attr:`ww_compatible`, else wbfe's."""
         return conventions_for(self.ww_compatible)
+
+    @property
+    def filled(self) -> tuple[str, ...]:
+        """The options the conventions filled because the caller left them unset: ``("conv",)`` or ``()``.
+        :meth:`to_dict` records it under WeightWatcher's conventions only (wbfe's fill their own defaults),
+        so that :meth:`from_dict` leaves them unset again."""
+        return ("conv",) if isinstance(self.conv, _Filled) else ()
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam"}
     BESIDE: ClassVar[tuple[str, ...]] = ("base",)  # a LoRA adapter's score records its base= here
@@ -349,7 +356,7 @@ class ScoreOptions(Validated):
         return {
             "metrics": list(self.metrics),
             "lambda": self.lam,
-            "conv": self.conv,
+            "conv": str(self.conv),  # a plain string, not the _Filled mark
             "layers": self.layers,
             "device": self.device,
             "head": self.head,
