@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import html
 import json
 import math
@@ -29,7 +30,7 @@ from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, field_defaults
-from wbfe.render.text import json_ready
+from wbfe.render.text import as_float, json_ready
 from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
 
@@ -205,8 +206,9 @@ def compare(
                 result.skipped.append({**base, "reason": reason})
                 continue
             base.update({"quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
-                         "rows": plan_a.rows, "cols": plan_a.cols, "depth": _depth(entry_a.name)})
-            both = dataclasses.replace(entry_a, load=functools.partial(_load_both, entry_a.load, entry_b.load),
+                         "rows": plan_a.rows, "cols": plan_a.cols,  # depth: the block index, the name's first integer
+                         "depth": next((int(part) for part in entry_a.name.split(".") if part.isdigit()), None)})
+            both = dataclasses.replace(entry_a, load=lambda a=entry_a.load, b=entry_b.load: (a(), b()),
                                        storage_key=None, reread=None)
             jobs[id(both)] = _Pair(entry_a, entry_b, plan_a, plan_b, base)
             yield both, plan_a
@@ -285,10 +287,6 @@ class _Pair:
     @property
     def loaded_bytes(self) -> int:
         return self.a.nbytes + self.b.nbytes
-
-
-def _load_both(load_a: Any, load_b: Any) -> tuple[Any, Any]:
-    return load_a(), load_b()
 
 
 def _change_bytes(plan: MatrixPlan) -> int:
@@ -424,14 +422,6 @@ def _selected(a: TensorEntry, b: TensorEntry, pattern: Optional[re.Pattern[str]]
     return a, b, "" if pattern is None or pattern.search(a.name) else "not selected by --layers"
 
 
-def _depth(name: str) -> Optional[int]:
-    """The block index in a tensor name (``model.layers.12.mlp...`` -> 12): its first integer part."""
-    for part in name.split("."):
-        if part.isdigit():
-            return int(part)
-    return None
-
-
 def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[str] = None,
                config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> dict[str, Any]:
     rows = result.layers
@@ -441,15 +431,12 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
     by_name = {row["name"]: row for row in rows}
 
     def finite(column: str) -> np.ndarray:
-        values = np.array([float(row.get(column, math.nan)) if is_number(row.get(column)) else math.nan
-                           for row in rows])
+        values = np.array([as_float(row.get(column)) for row in rows])
         return values[np.isfinite(values)]
 
     def ranked(column: str) -> list[dict[str, Any]]:
-        scored = [(float(row[column]), row["name"]) for row in rows
-                  if is_number(row.get(column)) and math.isfinite(row[column])]
-        scored.sort(key=lambda item: -item[0])
-        return [{"name": name, column: value} for value, name in scored[:_MOST_CHANGED]]
+        scored = [(as_float(row.get(column)), row["name"]) for row in rows if math.isfinite(as_float(row.get(column)))]
+        return [{"name": name, column: value} for value, name in heapq.nlargest(_MOST_CHANGED, scored, key=lambda x: x[0])]
 
     summary: dict[str, Any] = {
         "n_matched": len(rows),

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options import PruneOptions
-from wbfe.render.text import json_ready
+from wbfe.options import PruneOptions, field_defaults
+from wbfe.render.text import as_float, json_ready
 
 if TYPE_CHECKING:
     import torch
@@ -239,9 +239,7 @@ def _options(options: Optional[PruneOptions], **given: Any) -> PruneOptions:
     """Built from the keywords, or the one given (the keywords then at their defaults)."""
     if options is None:
         return PruneOptions(**given)
-    from dataclasses import fields
-
-    defaults = {f.name: f.default for f in fields(PruneOptions)}
+    defaults = field_defaults(PruneOptions)
     changed = [k for k, v in given.items() if not (k == "target" and v is None) and v != defaults[k]]
     if changed:
         raise InvalidOptionError(f"pass the settings either as options=PruneOptions(...) or as keywords, not both "
@@ -296,8 +294,7 @@ def _value(layer: dict[str, Any], by: str) -> float:
     if by not in layer:
         raise MetricNotComputedError(f"the score has no {by!r} column; score it with --metrics {METRIC_GROUPS[by]}",
                                      name=by)
-    value = layer[by]
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    return as_float(layer[by])
 
 
 def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
@@ -342,8 +339,7 @@ def _report_row(row: dict[str, Any], counted: tuple[int, int, int], before: dict
     out = {"name": row["name"], "params": row["params"], "sparsity": row["sparsity"], "zeros": row["zeros"],
            "reached": zeros_after / row["params"], "dead_rows": dead_rows, "dead_cols": dead_cols}
     for metric in ["bfe", "alpha", "stable_rank"] + (["h"] if options.by == "h" else []):
-        out[f"{metric}_before"] = _value(before, metric) if metric in before else math.nan
-        out[f"{metric}_after"] = _value(after, metric) if metric in after else math.nan
+        out[f"{metric}_before"], out[f"{metric}_after"] = as_float(before.get(metric)), as_float(after.get(metric))
     return out
 
 
@@ -354,9 +350,8 @@ def _csv(rows: list[dict[str, Any]]) -> str:
     if rows:
         writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
-                             for k, v in _flat(row).items()})
+        writer.writerows({k: "" if isinstance(v, float) and not math.isfinite(v) else v for k, v in _flat(row).items()}
+                         for row in rows)
     return buffer.getvalue()
 
 

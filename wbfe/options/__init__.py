@@ -18,35 +18,11 @@ from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, 
 from wbfe.options.conventions import Conventions, conventions_for
 
 __all__ = [
-    "ScoreOptions",
-    "StatsOptions",
-    "CompareOptions",
-    "RankOptions",
-    "ReportOptions",
-    "WatchOptions",
-    "EditOptions",
-    "PruneOptions",
-    "OPTIONS_CLASSES",
-    "CONV_VIEWS",
-    "check_conv",
-    "ConvView",
-    "check_device",
-    "parse_lambda",
-    "positive_lambda",
-    "LAMBDA_MIN",
-    "LAMBDA_MAX",
-    "check_metrics",
-    "parse_metrics",
-    "check_tail_options",
-    "check_fix_fingers",
-    "METRIC_GROUPS",
-    "DEFAULT_GROUPS",
-    "MATRIX_GROUPS",
-    "check_name_map",
-    "compile_layers",
-    "split_keywords",
-    "field_defaults",
-    "MAX_EXACT_N",
+    "ScoreOptions", "StatsOptions", "CompareOptions", "RankOptions", "ReportOptions", "WatchOptions", "EditOptions",
+    "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
+    "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_fix_fingers",
+    "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
+    "field_defaults", "MAX_EXACT_N",
 ]
 
 CONV_VIEWS = ("flatten", "slices", "fft")
@@ -152,11 +128,6 @@ def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def check_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    """:func:`parse_metrics`, where ``()`` too means the default groups."""
-    return parse_metrics(None if metrics is None or metrics == () else metrics)
-
-
 def check_fix_fingers(fix_fingers: object) -> Optional[str]:
     """``fix_fingers`` when it is None, ``xmin_peak`` or ``clip_xmax``."""
     if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
@@ -233,7 +204,8 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
 
 
 # The declarations shared by several tables: one wording, one list of refused examples.
-METRICS = Custom(check_metrics, "metric group names (bfe, htsr, htmp, rand)", bad=("nope", "bfe,nope"))
+METRICS = Custom(lambda m: parse_metrics(None if m == () else m), "metric group names (bfe, htsr, htmp, rand)",
+                 bad=("nope", "bfe,nope"))
 LAMBDA = Custom(parse_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
 CONV = Custom(check_conv, "'flatten', 'slices' or 'fft' (None: the conventions')", bad=("rows", 3), optional=True)
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
@@ -352,23 +324,11 @@ class ScoreOptions(Validated):
         return options
 
     def to_dict(self) -> dict[str, Any]:
-        """The provenance form (``lambda`` for :attr:`lam`); also the rank cache key's options."""
-        return {
-            "metrics": list(self.metrics),
-            "lambda": self.lam,
-            "conv": str(self.conv),  # a plain string, not the _Filled mark
-            "layers": self.layers,
-            "device": self.device,
-            "head": self.head,
-            "min_eigs": self.min_eigs,
-            "ww_compatible": self.ww_compatible,
-            "seed": self.seed,
-            # only when set, so that the provenance and rank cache keys of plain runs do not change
-            **({"fix_fingers": self.fix_fingers} if self.fix_fingers is not None else {}),
-            **({"fit": self.fit} if self.fit != "pl" else {}),
-            **({"intra": True} if self.intra else {}),
-            **({"filled": list(self.filled)} if self.filled and self.ww_compatible else {}),
-        }
+        """The provenance form (``lambda`` for :attr:`lam`); also the rank cache key's options. fix_fingers, fit
+        and intra only when set, so that the provenance and rank cache keys of plain runs do not change."""
+        unset = {"fix_fingers": None, "fit": "pl", "intra": False}
+        plain = {k: v for k, v in super().to_dict().items() if k not in unset or v != unset[k]}
+        return plain | ({"filled": list(self.filled)} if self.filled and self.ww_compatible else {})
 
 
 @dataclass(frozen=True)

@@ -242,6 +242,4 @@ def _tupled(value: Any) -> Any:
 def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, (str, Path)) else value  # a str subclass (a filled mark) too
