@@ -17,6 +17,7 @@ from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatr
 from wbfe.framework import order_rows
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics.bfe import bfe
+from wbfe.render.text import as_float
 from wbfe.sources import TensorEntry, open_source, remote_ref
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
 
@@ -296,8 +297,7 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
     saved = [row for row in layers if row.get("kind") == "modules_to_save"]
 
     def mean(rows: list[dict[str, Any]], column: str) -> tuple[float, int]:
-        values = np.array([float(row[column]) for row in rows if isinstance(row.get(column), (int, float))
-                           and not isinstance(row.get(column), bool)], dtype=float)
+        values = np.array([as_float(row.get(column)) for row in rows], dtype=float)
         values = values[np.isfinite(values)]
         return (float(values.mean()) if values.size else math.nan), int(values.size)
 

@@ -15,7 +15,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -67,9 +67,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the JSON shape); non-finite numbers become None."""
-        return json_ready({"model_a": self.model_a, "model_b": self.model_b, "options": self.options,
-                           "layers": self.layers, "unmatched": self.unmatched, "skipped": self.skipped,
-                           "summary": self.summary})
+        return json_ready(vars(self))  # the fields, in order
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         """Standard JSON (non-finite numbers written as null, with a reason beside them)."""
@@ -167,21 +165,19 @@ def compare(
     plan_eigs = engine.planning_min_eigs(settings)
     result = Comparison(model_a={}, model_b={}, options=given.to_dict())
 
-    def side(entry: TensorEntry, plan: MatrixPlan, tensor: Any, label: str) -> Any:
-        """The entry's spectrum, or why it cannot be compared."""
-        outcome = engine.spectrum_of(as_matrices(tensor, plan), context, entry.name, need_eigs=True)
-        return f"{label}: {outcome}" if isinstance(outcome, DegenerateMatrixError) else outcome
-
-    def pair(job: _Pair, tensors: tuple[Any, Any]) -> tuple[bool, dict[str, Any]]:
+    def pair(entries: tuple[TensorEntry, TensorEntry], plans: tuple[MatrixPlan, MatrixPlan], base: dict[str, Any],
+             tensors: tuple[Any, Any]) -> tuple[bool, dict[str, Any]]:
         """``(True, row)`` for a compared pair, ``(False, skip)`` when either side has no spectrum."""
-        tensor_a, tensor_b = tensors
-        got_a, got_b = side(job.a, job.plan, tensor_a, "A"), side(job.b, job.plan_b, tensor_b, "B")
-        if isinstance(got_a, str) or isinstance(got_b, str):
-            return False, {**job.base, "reason": "; ".join(g for g in (got_a, got_b) if isinstance(g, str))}
-        return True, {**job.base, **matrix_change(tensor_a, tensor_b, job.plan, got_a, got_b, context, top_k)}
+        got = [engine.spectrum_of(as_matrices(t, p), context, e.name, need_eigs=True)
+               for e, p, t in zip(entries, plans, tensors)]
+        bad = [f"{label}: {g}" for label, g in zip("AB", got) if isinstance(g, DegenerateMatrixError)]
+        if bad:
+            return False, {**base, "reason": "; ".join(bad)}
+        return True, {**base, **matrix_change(*tensors, plans[0], *got, context, top_k)}
 
-    # Each matched pair is one entry of the engine's pipeline, its load reading both sides.
-    jobs: dict[int, _Pair] = {}
+    # Each matched pair is one entry of the engine's pipeline, its load reading both sides:
+    # id(entry) -> (the bytes it reads, its pair).
+    jobs: dict[int, tuple[int, Callable[[tuple[Any, Any]], tuple[bool, dict[str, Any]]]]] = {}
 
     def planned(matched: Iterable[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
         for entry_a, entry_b, why in matched:
@@ -210,7 +206,8 @@ def compare(
                          "depth": next((int(part) for part in entry_a.name.split(".") if part.isdigit()), None)})
             both = dataclasses.replace(entry_a, load=lambda a=entry_a.load, b=entry_b.load: (a(), b()),
                                        storage_key=None, reread=None)
-            jobs[id(both)] = _Pair(entry_a, entry_b, plan_a, plan_b, base)
+            jobs[id(both)] = (entry_a.nbytes + entry_b.nbytes, functools.partial(pair, (entry_a, entry_b),
+                                                                                 (plan_a, plan_b), base))
             yield both, plan_a
 
     done = 0
@@ -228,7 +225,7 @@ def compare(
     # per-matrix thread choice, and run far slower on two threads on a busy machine.
     streamed_a, streamed_b = stream_each([a, b], given.stream)  # --stream: the remote side streamed, a local one read
     with open_source(a, stream=streamed_a) as source_a, open_source(b, stream=streamed_b) as source_b, \
-            pin_threads(), Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)].loaded_bytes,
+            pin_threads(), Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)][0],
                                     job_bytes=_change_bytes) as pipeline:
         for source in (source_a, source_b):
             if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change
@@ -251,7 +248,7 @@ def compare(
         for entry, plan, reading in pipeline.read_ahead(planned(matched)):
             assert isinstance(plan, MatrixPlan)
             tensors = reading.take() if reading is not None else entry.load()
-            pipeline.compute(entry, plan, functools.partial(pair, jobs[id(entry)], tensors))
+            pipeline.compute(entry, plan, functools.partial(jobs[id(entry)][1], tensors))
             del tensors  # the job holds them now, and frees them when done
             collect(pipeline)
         collect(pipeline, wait=True)
@@ -272,21 +269,6 @@ def compare(
     if note:
         result.summary["pairing_note"] = note
     return result
-
-
-@dataclass(frozen=True)
-class _Pair:
-    """One matched pair on its way through the pipeline."""
-
-    a: TensorEntry
-    b: TensorEntry
-    plan: MatrixPlan
-    plan_b: MatrixPlan
-    base: dict[str, Any]
-
-    @property
-    def loaded_bytes(self) -> int:
-        return self.a.nbytes + self.b.nbytes
 
 
 def _change_bytes(plan: MatrixPlan) -> int:
@@ -347,23 +329,13 @@ def _by_order(
         if shape_a != shape_b:
             return None, (f"matrix {len(pairs) + 1} in order differs in shape: {a.name!r} {list(shape_a)}, "
                           f"{b.name!r} {list(shape_b)} (out x in x k...)")
-        if a.layout != b.layout:  # B as A holds it, so that the two tensors line up entry by entry
-            b = _as_layout(b, a.layout)
+        if a.layout != b.layout:  # B as A holds it (first two axes swapped), so that the two line up entry by entry
+            b = dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]), reread=None,
+                                    layout=IN_OUT if a.layout == IN_OUT else OUT_IN,
+                                    load=lambda load=b.load: load().transpose(0, 1).contiguous())
         pairs.append(_selected(a, b, pattern))
     skipped += others
     return pairs, None
-
-
-def _as_layout(entry: TensorEntry, layout: str) -> TensorEntry:
-    """``entry`` with its first two axes swapped (out_in <-> in_out), loaded so."""
-    load = entry.load
-
-    def swapped() -> Any:
-        return load().transpose(0, 1).contiguous()
-
-    shape = (entry.shape[1], entry.shape[0], *entry.shape[2:])
-    return dataclasses.replace(entry, shape=shape, layout=IN_OUT if layout == IN_OUT else OUT_IN, load=swapped,
-                               reread=None)
 
 
 def _pairs(

@@ -14,7 +14,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -168,13 +168,6 @@ def _header(described: list[tuple[str, tuple[int, ...], str]], metadata: dict[st
     return len(raw).to_bytes(8, "little") + raw
 
 
-def _tensor_bytes(tensor: "torch.Tensor") -> bytes:
-    import torch
-
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes()
-
-
 #: ``editor(name, weight) -> (edited weight or None, count, why it is left as it is)``
 Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 
@@ -222,26 +215,21 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
             for k, entry in enumerate(source.entries()):
                 if k >= len(described) or described[k] != (entry.name, tuple(entry.shape), entry.dtype):
                     raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
-                _write_entry(fh, entry, pattern, editor, edited, unchanged, torch, only)
+                tensor = to_torch(entry.load())
+                if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
+                    raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
+                                                f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
+                why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
+                if why is None:
+                    new, count, why = editor(entry.name, tensor)
+                    if new is not None:
+                        tensor = torch.from_numpy(new).to(tensor.dtype)
+                        edited[entry.name] = count
+                        why = ""
+                if why:
+                    unchanged[entry.name] = why
+                fh.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return EditSummary(output=target, edited=edited, unchanged=unchanged)
-
-
-def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, editor: Editor, edited: dict[str, int],
-                 unchanged: dict[str, str], torch: Any, only: Optional[frozenset[str]] = None) -> None:
-    tensor = to_torch(entry.load())
-    if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
-        raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
-                                    f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
-    why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
-    if why is None:
-        new, count, why = editor(entry.name, tensor)
-        if new is not None:
-            fh.write(_tensor_bytes(torch.from_numpy(new).to(tensor.dtype)))
-            edited[entry.name] = count
-            return
-    if why:
-        unchanged[entry.name] = why
-    fh.write(_tensor_bytes(tensor))
 
 
 def _ww_apply(w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:

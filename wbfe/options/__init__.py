@@ -414,11 +414,8 @@ def _check_cache_dir(value: Union[str, Path, None, bool]) -> Union[Path, None, L
 
 
 def _check_columns(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
-    try:
-        items: Optional[tuple[Any, ...]] = (value,) if isinstance(value, str) else tuple(value)
-    except TypeError:
-        items = None
-    if items is None or not all(isinstance(x, str) and x for x in items):
+    items = tuple(value) if isinstance(value, Iterable) and not isinstance(value, str) else (value,)
+    if not all(isinstance(x, str) and x for x in items):
         raise InvalidOptionError(f"lower_is_better must be quality column names, not {value!r}")
     return items
 
@@ -471,9 +468,7 @@ def _check_watch_layers(layers: object) -> str:
     return layers
 
 
-def _check_watch_lambda(lam: object) -> Union[None, Literal["calibrated"], float]:
-    if lam is None:
-        return None
+def _check_watch_lambda(lam: object) -> Union[Literal["calibrated"], float]:
     if isinstance(lam, str) and lam.strip().lower() == "calibrated":
         return "calibrated"
     try:
@@ -498,7 +493,7 @@ class WatchOptions(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "layers": Custom(_check_watch_layers, "'head', 'all', 'fittable' or a regular expression",
                          bad=("", "(a+)+$", 3)),
-        "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan")),
+        "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan"), optional=True),
         "head": HEAD, "device": DEVICE,
     }
 
@@ -553,10 +548,7 @@ def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
     if isinstance(value, str):
         items: list[Any] = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
     else:
-        try:
-            items = list(value)  # type: ignore[arg-type]
-        except TypeError:
-            raise InvalidOptionError(f"exclude must be role names such as 'head,embedding', not {value!r}") from None
+        items = list(value) if isinstance(value, Iterable) else [value]  # a non-string item is refused below
     for item in items:
         if not isinstance(item, str):
             raise InvalidOptionError(f"exclude must be role names such as 'head,embedding', not {value!r}")
