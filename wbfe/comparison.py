@@ -7,6 +7,7 @@ the summary, the folding rule and the pairing. (Named `comparison` so as not to 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import heapq
@@ -75,7 +76,7 @@ class Comparison:
 
     def to_pandas(self) -> Any:
         """One row per matched matrix (requires pandas), as :meth:`wbfe.ModelScore.to_pandas` builds it."""
-        from wbfe.scoring import ModelScore
+        from wbfe.engine import ModelScore
 
         return ModelScore(model={}, layers=self.layers).to_pandas()
 
@@ -165,19 +166,9 @@ def compare(
     plan_eigs = engine.planning_min_eigs(settings)
     result = Comparison(model_a={}, model_b={}, options=given.to_dict())
 
-    def pair(entries: tuple[TensorEntry, TensorEntry], plans: tuple[MatrixPlan, MatrixPlan], base: dict[str, Any],
-             tensors: tuple[Any, Any]) -> tuple[bool, dict[str, Any]]:
-        """``(True, row)`` for a compared pair, ``(False, skip)`` when either side has no spectrum."""
-        got = [engine.spectrum_of(as_matrices(t, p), context, e.name, need_eigs=True)
-               for e, p, t in zip(entries, plans, tensors)]
-        bad = [f"{label}: {g}" for label, g in zip("AB", got) if isinstance(g, DegenerateMatrixError)]
-        if bad:
-            return False, {**base, "reason": "; ".join(bad)}
-        return True, {**base, **matrix_change(*tensors, plans[0], *got, context, top_k)}
-
     # Each matched pair is one entry of the engine's pipeline, its load reading both sides:
-    # id(entry) -> (the bytes it reads, its pair).
-    jobs: dict[int, tuple[int, Callable[[tuple[Any, Any]], tuple[bool, dict[str, Any]]]]] = {}
+    # id(entry) -> (the bytes it reads, its row's first columns, its change of the tensors read).
+    jobs: dict[int, tuple[int, dict[str, Any], Callable[[tuple[Any, Any]], Union[dict[str, Any], str]]]] = {}
 
     def planned(matched: Iterable[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
         for entry_a, entry_b, why in matched:
@@ -206,17 +197,20 @@ def compare(
                          "depth": next((int(part) for part in entry_a.name.split(".") if part.isdigit()), None)})
             both = dataclasses.replace(entry_a, load=lambda a=entry_a.load, b=entry_b.load: (a(), b()),
                                        storage_key=None, reread=None)
-            jobs[id(both)] = (entry_a.nbytes + entry_b.nbytes, functools.partial(pair, (entry_a, entry_b),
-                                                                                 (plan_a, plan_b), base))
+            jobs[id(both)] = (entry_a.nbytes + entry_b.nbytes, base, functools.partial(
+                pair_change, plans=(plan_a, plan_b), names=(entry_a.name, entry_b.name), context=context, top_k=top_k))
             yield both, plan_a
 
     done = 0
 
     def collect(pipeline: Pipeline, wait: bool = False) -> None:
         nonlocal done
-        for entry, _, (compared, row) in pipeline.finished(wait=wait):
-            del jobs[id(entry)]
-            (result.layers if compared else result.skipped).append(row)
+        for entry, _, change in pipeline.finished(wait=wait):
+            base = jobs.pop(id(entry))[1]
+            if isinstance(change, str):
+                result.skipped.append({**base, "reason": change})
+            else:
+                result.layers.append({**base, **change})
             done += 1
             if progress is not None:
                 progress(done, max(total, done), entry.name)
@@ -248,7 +242,7 @@ def compare(
         for entry, plan, reading in pipeline.read_ahead(planned(matched)):
             assert isinstance(plan, MatrixPlan)
             tensors = reading.take() if reading is not None else entry.load()
-            pipeline.compute(entry, plan, functools.partial(jobs[id(entry)][1], tensors))
+            pipeline.compute(entry, plan, functools.partial(jobs[id(entry)][2], tensors))
             del tensors  # the job holds them now, and frees them when done
             collect(pipeline)
         collect(pipeline, wait=True)
@@ -269,6 +263,15 @@ def compare(
     if note:
         result.summary["pairing_note"] = note
     return result
+
+
+def pair_change(tensors: tuple[Any, Any], plans: tuple[MatrixPlan, MatrixPlan], names: tuple[str, str], context: Any,
+                top_k: int, labels: tuple[str, str] = ("A", "B")) -> Union[dict[str, Any], str]:
+    """The change columns from the first tensor to the second (:func:`wbfe.engine.change.matrix_change`), or why
+    either has no spectrum (``"A: ...; B: ..."``, with ``labels``)."""
+    got = [engine.spectrum_of(as_matrices(t, p), context, n, need_eigs=True) for t, p, n in zip(tensors, plans, names)]
+    bad = [f"{label}: {g}" for label, g in zip(labels, got) if isinstance(g, DegenerateMatrixError)]
+    return "; ".join(bad) if bad else matrix_change(*tensors, plans[0], *got, context, top_k)
 
 
 def _change_bytes(plan: MatrixPlan) -> int:
@@ -410,14 +413,9 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
         scored = [(as_float(row.get(column)), row["name"]) for row in rows if math.isfinite(as_float(row.get(column)))]
         return [{"name": name, column: value} for value, name in heapq.nlargest(_MOST_CHANGED, scored, key=lambda x: x[0])]
 
-    summary: dict[str, Any] = {
-        "n_matched": len(rows),
-        "n_skipped": len(result.skipped),
-        "n_unmatched_a": sum(1 for u in result.unmatched if u["side"] == "a"),
-        "n_unmatched_b": sum(1 for u in result.unmatched if u["side"] == "b"),
-        "head": head,
-        "head_source": choice.source,
-    }
+    sides = collections.Counter(u["side"] for u in result.unmatched)
+    summary: dict[str, Any] = {"n_matched": len(rows), "n_skipped": len(result.skipped), "n_unmatched_a": sides["a"],
+                               "n_unmatched_b": sides["b"], "head": head, "head_source": choice.source}
     if choice.note:
         summary["head_note"] = choice.note
     for column in ("rel_frobenius", "rel_frobenius_rowscaled", "w1_log_eigs", "overlap_in", "overlap_out"):

@@ -124,9 +124,8 @@ def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray
     if w.ndim == 2:
         return operation(w, count)
     out = np.empty_like(w)
-    for i in range(w.shape[2]):
-        for j in range(w.shape[3]):
-            out[:, :, i, j] = operation(w[:, :, i, j], count)
+    for i, j in np.ndindex(*w.shape[2:]):
+        out[:, :, i, j] = operation(w[:, :, i, j], count)
     return out
 
 

@@ -73,7 +73,15 @@ class Allocation:
 
     def to_csv(self) -> str:
         """One CSV row per prunable matrix (shape as ``AxB``, NaN as an empty cell)."""
-        return _csv(self.rows)
+        import csv
+
+        buffer = io.StringIO()
+        if self.rows:
+            writer = csv.DictWriter(buffer, fieldnames=list(self.rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows({k: "" if isinstance(v, float) and not math.isfinite(v) else v for k, v in _flat(row).items()}
+                             for row in self.rows)
+        return buffer.getvalue()
 
     def to_pandas(self) -> Any:
         return _frame(self.rows)
@@ -154,9 +162,7 @@ def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: f
 def magnitude_prune(w: np.ndarray, zeros: int) -> np.ndarray:
     """``w`` with its ``zeros`` smallest |w| set to zero (ties: the earlier position in storage order first)."""
     flat = np.array(w, copy=True).reshape(-1)
-    if zeros > 0:
-        order = np.argsort(np.abs(flat), kind="stable")
-        flat[order[:zeros]] = 0
+    flat[np.argsort(np.abs(flat), kind="stable")[:max(zeros, 0)]] = 0
     return flat.reshape(np.shape(w))
 
 
@@ -171,10 +177,8 @@ def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank
     Args:
         ref: any checkpoint :func:`wbfe.score` reads, or a :class:`~wbfe.engine.ModelScore` already
             computed (then ``layers``, ``head``, ``device`` and ``min_eigs`` are the score's).
-        target: overall sparsity of the pruned matrices, weighted by parameter count, in (0, 1).
-        by: ``alpha``, ``bfe``, ``h``, ``stable_rank`` or ``uniform``.
-        spread, mapping, reverse: ε of [target − ε, target + ε]; ``value`` or ``rank``; the smaller value pruned more.
-        exclude: roles left unpruned (``""`` prunes every matrix).
+        target, by, spread, mapping, reverse, exclude (``""`` prunes every role), layers, head, device,
+            min_eigs: as :class:`~wbfe.options.PruneOptions`' attributes.
         options: every setting as one :class:`~wbfe.options.PruneOptions` (the keywords then at their defaults).
 
     Raises:
@@ -272,7 +276,10 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
         if why:
             excluded.append({"name": layer["name"], "role": role, "reason": why})
             continue
-        value = math.nan if options.by == "uniform" else _value(layer, options.by)
+        if options.by != "uniform" and options.by not in layer:
+            raise MetricNotComputedError(f"the score has no {options.by!r} column; score it with --metrics "
+                                         f"{METRIC_GROUPS[options.by]}", name=options.by)
+        value = math.nan if options.by == "uniform" else as_float(layer[options.by])
         rows.append({"name": layer["name"], "role": role, "shape": list(shape), "params": int(np.prod(shape)),
                      "metric": value, "sparsity": options.target, "zeros": 0, "note": ""})
     if not rows:
@@ -288,13 +295,6 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
         row["sparsity"] = float(s)
         row["zeros"] = int(round(float(s) * row["params"]))
     return Allocation(options=options, rows=rows, excluded=excluded, source=str(result.model.get("source", "")))
-
-
-def _value(layer: dict[str, Any], by: str) -> float:
-    if by not in layer:
-        raise MetricNotComputedError(f"the score has no {by!r} column; score it with --metrics {METRIC_GROUPS[by]}",
-                                     name=by)
-    return as_float(layer[by])
 
 
 def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
@@ -341,18 +341,6 @@ def _report_row(row: dict[str, Any], counted: tuple[int, int, int], before: dict
     for metric in ["bfe", "alpha", "stable_rank"] + (["h"] if options.by == "h" else []):
         out[f"{metric}_before"], out[f"{metric}_after"] = as_float(before.get(metric)), as_float(after.get(metric))
     return out
-
-
-def _csv(rows: list[dict[str, Any]]) -> str:
-    import csv
-
-    buffer = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({k: "" if isinstance(v, float) and not math.isfinite(v) else v for k, v in _flat(row).items()}
-                         for row in rows)
-    return buffer.getvalue()
 
 
 def _frame(rows: list[dict[str, Any]]) -> Any:

@@ -228,26 +228,11 @@ class ScoreOptions(Validated):
     and :attr:`filled` records it; ``ww_compatible=True, conv="flatten"`` flattens, as asked.
 
     Attributes:
-        metrics: metric group names (empty: the default groups).
-        lam: ``"opt"`` (λ* per matrix) or a fixed prior precision in
-            [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`].
-        conv: conv-kernel view (:data:`CONV_VIEWS`); None (the default): the conventions' (``flatten``,
-            ``slices`` with ``ww_compatible``).
-        layers: a regular expression; only tensors whose name it matches are analysed.
-        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for the eigen-solves.
-        head: tensor (or module) name of the classifier / LM head.
-        min_eigs: the tail fits of matrices with fewer eigenvalues are NaN (≥ 1).
-        ww_compatible: reproduce WeightWatcher 0.7.7's choices: the run's :attr:`conventions` are
-            :data:`~wbfe.options.conventions.WEIGHTWATCHER` rather than wbfe's.
-        seed: seed of the scoring's random steps (the ``rand`` group's shuffles), ≥ 0.
-        fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: None,
-            ``xmin_peak`` or ``clip_xmax`` (:mod:`wbfe.metrics.fingers`).
-        fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
-        intra: also score the products of consecutive weight matrices (WeightWatcher's
-            ``intra=True``, :mod:`wbfe.metrics.intra`), one extra row each, role ``intra``.
-        stream: for remote safetensors (docs/remote.md): True reads each tensor with one range request,
-            False downloads first, None streams when the files are larger than the free disk. How the
-            bytes travel, not what is computed: not in :meth:`to_dict`, nor compared by ``==``.
+        metrics, lam, conv, layers, device, head, min_eigs, ww_compatible, seed, fix_fingers, fit, intra: as
+            :func:`wbfe.score`'s keywords (a fixed ``lam`` in [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`];
+            ``ww_compatible``: the run's :attr:`conventions` are WeightWatcher 0.7.7's).
+        stream: as :func:`wbfe.score`'s; how the bytes travel, not what is computed: not in :meth:`to_dict`,
+            nor compared by ``==``.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -361,11 +346,7 @@ class CompareOptions(Validated):
     """Every setting of :func:`wbfe.compare` (recorded as the comparison's ``options``).
 
     Attributes:
-        metrics: metric groups whose change is reported (empty: the default groups).
-        name_map: (regex, replacement) renames applied in order to A's names before matching.
-        top_k: size of the singular subspaces whose overlap is reported (≥ 1).
-        layers, lam, device, min_eigs, seed, stream: as for :class:`ScoreOptions` (``stream``
-            applies to both checkpoints).
+        metrics, name_map, top_k, layers, lam, device, min_eigs, seed, stream: as :func:`wbfe.compare`'s keywords.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -508,11 +489,8 @@ class EditOptions(Validated):
     """The settings of ``wbfe smooth`` / ``wbfe sharpen`` (:mod:`wbfe.editing`).
 
     Attributes:
-        percent: fraction of the singular components smoothing keeps (method ``svd``), in [0, 1].
-        method: ``svd`` (a fixed fraction) or ``detx`` (the det X = 1 tail).
-        layers: a regular expression; only matching tensors are edited.
-        seed: seed of sharpening's permutations, ≥ 0.
-        ww_compatible: reproduce WeightWatcher 0.7.7's edit (its layers, counts and randomised SVD).
+        percent, method, layers, seed, ww_compatible: as the keywords of
+            :func:`~wbfe.editing.smooth_checkpoint` and :func:`~wbfe.editing.sharpen_checkpoint`.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
