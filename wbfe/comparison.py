@@ -195,7 +195,7 @@ def compare(
             base.update({"quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
                          "rows": plan_a.rows, "cols": plan_a.cols,  # depth: the block index, the name's first integer
                          "depth": next((int(part) for part in entry_a.name.split(".") if part.isdigit()), None)})
-            both = dataclasses.replace(entry_a, load=lambda a=entry_a.load, b=entry_b.load: (a(), b()),
+            both = dataclasses.replace(entry_a, load=functools.partial(lambda a, b: (a(), b()), entry_a.load, entry_b.load),
                                        storage_key=None, reread=None)
             jobs[id(both)] = (entry_a.nbytes + entry_b.nbytes, base, functools.partial(
                 pair_change, plans=(plan_a, plan_b), names=(entry_a.name, entry_b.name), context=context, top_k=top_k))
@@ -271,7 +271,7 @@ def pair_change(tensors: tuple[Any, Any], plans: tuple[MatrixPlan, MatrixPlan], 
     either has no spectrum (``"A: ...; B: ..."``, with ``labels``)."""
     got = [engine.spectrum_of(as_matrices(t, p), context, n, need_eigs=True) for t, p, n in zip(tensors, plans, names)]
     bad = [f"{label}: {g}" for label, g in zip(labels, got) if isinstance(g, DegenerateMatrixError)]
-    return "; ".join(bad) if bad else matrix_change(*tensors, plans[0], *got, context, top_k)
+    return "; ".join(bad) if bad else matrix_change(*tensors, plans[0], got[0], got[1], context, top_k)
 
 
 def _change_bytes(plan: MatrixPlan) -> int:
@@ -335,7 +335,7 @@ def _by_order(
         if a.layout != b.layout:  # B as A holds it (first two axes swapped), so that the two line up entry by entry
             b = dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]), reread=None,
                                     layout=IN_OUT if a.layout == IN_OUT else OUT_IN,
-                                    load=lambda load=b.load: load().transpose(0, 1).contiguous())
+                                    load=functools.partial(lambda load: load().transpose(0, 1).contiguous(), b.load))
         pairs.append(_selected(a, b, pattern))
     skipped += others
     return pairs, None

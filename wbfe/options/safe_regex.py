@@ -59,6 +59,10 @@ def _one_char(op: Any, arg: Any, c: Any) -> Optional[_Pred]:
     return None
 
 
+def _between(low: int, high: int) -> _Pred:
+    return lambda ch: low <= ord(ch) <= high
+
+
 def _in_set(items: _Seq, c: Any) -> _Pred:
     negate = False
     preds: list[_Pred] = []
@@ -66,7 +70,7 @@ def _in_set(items: _Seq, c: Any) -> _Pred:
         if op is c.NEGATE:
             negate = True
         elif op is c.RANGE or op is c.RANGE_UNI_IGNORE:
-            preds.append(lambda ch, low=arg[0], high=arg[1]: low <= ord(ch) <= high)
+            preds.append(_between(arg[0], arg[1]))
         elif op is c.CATEGORY:
             preds.append(re.compile(_CATEGORY_RE.get(str(arg), r"[\s\S]")).match)  # type: ignore[arg-type]
         else:
