@@ -219,9 +219,7 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
     counts: dict[str, tuple[int, int, int]] = {}
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
-        row = plan.get(name)
-        if row is None:
-            return None, 0, "not pruned (excluded, or not a scored matrix)"
+        row = plan[name]  # only=frozenset(plan): called for the allocated matrices alone
         w = np.asarray(tensor.detach().cpu().double().numpy())
         pruned = magnitude_prune(w, row["zeros"])
         live = pruned.reshape(pruned.shape[0], -1) != 0  # dead rows and columns of out × everything else

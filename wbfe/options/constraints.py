@@ -89,8 +89,7 @@ class Real(Constraint):
     def check(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError
-        inside = self.low < value < self.high if self.open else self.low <= value <= self.high
-        if not inside:
+        if not (self.low < value < self.high if self.open else self.low <= value <= self.high):
             raise ValueError
         return float(value)
 
