@@ -342,13 +342,9 @@ def _report_row(row: dict[str, Any], counted: tuple[int, int, int], before: dict
 
 
 def _frame(rows: list[dict[str, Any]]) -> Any:
-    try:
-        import pandas as pd
-    except ImportError:
-        from wbfe.errors import MissingDependencyError
+    from wbfe._deps import require
 
-        raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
-    return pd.DataFrame([_flat(r) for r in rows])
+    return require("pandas", "to_pandas() needs pandas (pip install pandas)").DataFrame([_flat(r) for r in rows])
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:
