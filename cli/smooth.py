@@ -30,8 +30,8 @@ def smooth_command(ref: str = REF, out: str = OUT, *, edit: "EditOptions") -> No
     """Keep the largest singular components of every weight matrix (WeightWatcher's SVDSmoothing)."""
     from wbfe.editing import smooth_checkpoint
 
-    _report(smooth_checkpoint(ref, out, percent=edit.percent, method=edit.method,  # type: ignore[arg-type]
-                              layers=edit.layers, ww_compatible=edit.ww_compatible))
+    _report(smooth_checkpoint(ref, out, percent=edit.percent, method=edit.method, layers=edit.layers,
+                              ww_compatible=edit.ww_compatible))
 
 
 smooth_command = with_groups(edit_group("percent", "method", "layers", "ww_compatible"))(smooth_command)

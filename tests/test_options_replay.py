@@ -303,6 +303,42 @@ def test_an_explicit_conv_is_never_rewritten() -> None:
     assert plain.conv == "flatten" and "filled" not in plain.to_dict()  # plain runs' provenance unchanged
 
 
+def _copy_routes() -> dict[str, Any]:
+    import json
+    import pickle
+
+    return {
+        "dataclasses.replace": dataclasses.replace,
+        "options.replace": lambda o, **changes: o.replace(**changes),
+        "from_dict(to_dict())": lambda o, **changes: ScoreOptions.from_dict(
+            json.loads(json.dumps(o.to_dict()))).replace(**changes),
+        "pickle": lambda o, **changes: dataclasses.replace(pickle.loads(pickle.dumps(o)), **changes),
+    }
+
+
+@pytest.mark.parametrize("route", list(_copy_routes()))
+def test_every_copy_refills_a_filled_conv_and_keeps_a_given_one(route: str) -> None:
+    """A filled conv is filled again under the copy's conventions; a conv the caller gave (to the original or
+    to the copy) is kept. dataclasses.replace once passed the filled "slices" on as if the caller chose it."""
+    copy = _copy_routes()[route]
+    filled = copy(ScoreOptions(ww_compatible=True), ww_compatible=False)
+    assert (filled.conv, filled.filled, "filled" in filled.to_dict()) == ("flatten", ("conv",), False)
+    back = copy(filled, ww_compatible=True)
+    if route == "from_dict(to_dict())":
+        # wbfe's conventions record no "filled" (plain runs' provenance unchanged): their recorded conv replays
+        # as given, and is kept, never rewritten
+        assert (back.conv, back.filled, "filled" in back.to_dict()) == ("flatten", (), False)
+    else:
+        assert (back.conv, back.filled, back.to_dict().get("filled")) == ("slices", ("conv",), ["conv"])
+    given = copy(ScoreOptions(ww_compatible=True, conv="slices"), ww_compatible=False)
+    assert (given.conv, given.filled) == ("slices", ())
+    chosen = copy(ScoreOptions(ww_compatible=True), ww_compatible=False, conv="fft")
+    assert (chosen.conv, chosen.filled) == ("fft", ())
+    unchanged = copy(ScoreOptions(ww_compatible=True), seed=3)
+    assert (unchanged.conv, unchanged.filled, unchanged.to_dict()["filled"]) == ("slices", ("conv",), ["conv"])
+    assert type(filled.to_dict()["conv"]) is str  # the provenance records a plain string
+
+
 def test_ww_compatible_flatten_scores_flattened() -> None:
     """--ww-compatible --conv flatten analyses each conv kernel as one out x in*k*k matrix, as asked."""
     state = _checkpoint()

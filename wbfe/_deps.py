@@ -12,18 +12,22 @@ from typing import Optional
 
 from wbfe.errors import MissingDependencyError
 
-__all__ = ["TORCH_INSTALL", "loaded", "require_torch", "torch_installed"]
+__all__ = ["TORCH_INSTALL", "loaded", "require", "require_torch", "torch_installed"]
 
 TORCH_INSTALL = "pip install 'wbfe[torch]'"
 
 
+def require(package: str, message: str) -> ModuleType:
+    """``package``, imported; MissingDependencyError with ``message`` without it."""
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise MissingDependencyError(message, package=package) from None
+
+
 def require_torch(what: str) -> ModuleType:
     """torch, imported; MissingDependencyError naming ``what`` (``"reading a PyTorch pickle"``) without it."""
-    try:
-        import torch
-    except ImportError:
-        raise MissingDependencyError(f"{what} needs torch: {TORCH_INSTALL}", package="torch") from None
-    return torch
+    return require("torch", f"{what} needs torch: {TORCH_INSTALL}")
 
 
 def torch_installed() -> bool:

@@ -21,15 +21,11 @@ def _versions() -> tuple[tuple[str, str], ...]:
     out = {"python": platform.python_version()}
     # (safetensors files are parsed by wbfe itself, not that package)
     for package in ("wbfe", "torch", "numpy", "scipy"):
-        loaded = getattr(loaded_module(package), "__version__", None)
-        if isinstance(loaded, str):
-            out[package] = loaded
-            continue
-        if package == "torch" and (unloaded := _torch_version_unimported()) is not None:
-            out[package] = unloaded
-            continue
+        version = getattr(loaded_module(package), "__version__", None)
+        if not isinstance(version, str) and package == "torch":
+            version = _torch_version_unimported()
         try:
-            out[package] = metadata.version(package)
+            out[package] = version if isinstance(version, str) else metadata.version(package)
         except metadata.PackageNotFoundError:
             out[package] = "not installed"
     return tuple(out.items())

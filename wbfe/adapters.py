@@ -17,6 +17,7 @@ from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatr
 from wbfe.framework import order_rows
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics.bfe import bfe
+from wbfe.render.text import as_float
 from wbfe.sources import TensorEntry, open_source, remote_ref
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
 
@@ -125,7 +126,6 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
     from wbfe.linalg.spectra import pin_threads
 
     context = engine.Context.of(options)
-    groups, metric_options = context.groups, context.metric_options
     if not isinstance(source, AdapterSource):
         raise InvalidOptionError(f"--base applies to a PEFT LoRA adapter folder (adapter_config.json); "
                                  f"{source.provenance.source} is not one")
@@ -141,7 +141,7 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
             if pattern is not None and not pattern.search(weight_name):
                 skipped.append({"name": weight_name, "reason": "not selected by --layers", "shape": [], "dtype": ""})
                 continue
-            row, kept = _adapter_row(module, lora, source.provenance.source, metric_options)
+            row, kept = _adapter_row(module, lora, source.provenance.source, context.metric_options)
             if base is not None:  # the factors are kept for merging only (2·(m + n)·r float64 each)
                 factors[name] = kept
             layers.append(row)
@@ -161,7 +161,7 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
     provenance["options"] = {**options.to_dict(), "base": None if base is None else str(base)}
     if not layers:
         raise NoUsableMatrixError(f"{provenance['source']}: the adapter holds no LoRA module and nothing saved whole")
-    return engine.ModelScore(model=provenance, layers=layers, skipped=skipped, summary=_summarise(layers, groups, base is not None))
+    return engine.ModelScore(model=provenance, layers=layers, skipped=skipped, summary=_summarise(layers, context.groups, base is not None))
 
 
 @dataclass(frozen=True)
@@ -218,9 +218,8 @@ def _merge_with_base(
     """Add the merged-module columns to ``layers``, streaming the base one tensor at a time as a score
     reads it; returns the base's provenance, its weights' order and the order's aliases."""
     from wbfe import engine
-    from wbfe.engine.change import matrix_change
-    from wbfe.engine.matrices import as_matrices
-    from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
+    from wbfe.comparison import pair_change
+    from wbfe.linalg.spectra import pin_threads
 
     by_weight = {f"{name}.weight": name for name in factors}
     rows = {row["name"]: row for row in layers if row.get("kind") == "lora"}
@@ -250,14 +249,11 @@ def _merge_with_base(
                 # PEFT's DoRA embedding takes the norm per embedding dimension (over the vocabulary).
                 merged = _dora_rescale(merged, f.magnitude, lora.fan_in_fan_out or f.embedding)
             with pin_threads():
-                specs = [engine.spectrum_of(as_matrices(t, plan), context, entry.name, need_eigs=True)
-                         for t in (w0, merged)]
-                bad = [f"{lab}: {s}" for lab, s in zip(("base", "merged"), specs) if isinstance(s, DegenerateMatrixError)]
-                if bad:
-                    row["reasons"]["merged"] = "; ".join(bad)
-                    continue
-                change = matrix_change(w0, merged, plan, specs[0], specs[1], context, top_k)
+                change = pair_change((w0, merged), (plan, plan), (entry.name,) * 2, context, top_k, ("base", "merged"))
             del w0, merged
+            if isinstance(change, str):
+                row["reasons"]["merged"] = change
+                continue
             _add_change(row, change)
         description = source.description
         order = list(description.order) if description is not None else stored
@@ -296,8 +292,7 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
     saved = [row for row in layers if row.get("kind") == "modules_to_save"]
 
     def mean(rows: list[dict[str, Any]], column: str) -> tuple[float, int]:
-        values = np.array([float(row[column]) for row in rows if isinstance(row.get(column), (int, float))
-                           and not isinstance(row.get(column), bool)], dtype=float)
+        values = np.array([as_float(row.get(column)) for row in rows], dtype=float)
         values = values[np.isfinite(values)]
         return (float(values.mean()) if values.size else math.nan), int(values.size)
 

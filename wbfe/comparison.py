@@ -7,14 +7,16 @@ the summary, the folding rule and the pairing. (Named `comparison` so as not to 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import heapq
 import html
 import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -29,7 +31,7 @@ from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, field_defaults
-from wbfe.render.text import json_ready
+from wbfe.render.text import as_float, json_ready
 from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
 
@@ -66,9 +68,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the JSON shape); non-finite numbers become None."""
-        return json_ready({"model_a": self.model_a, "model_b": self.model_b, "options": self.options,
-                           "layers": self.layers, "unmatched": self.unmatched, "skipped": self.skipped,
-                           "summary": self.summary})
+        return json_ready(vars(self))  # the fields, in order
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         """Standard JSON (non-finite numbers written as null, with a reason beside them)."""
@@ -76,7 +76,7 @@ class Comparison:
 
     def to_pandas(self) -> Any:
         """One row per matched matrix (requires pandas), as :meth:`wbfe.ModelScore.to_pandas` builds it."""
-        from wbfe.scoring import ModelScore
+        from wbfe.engine import ModelScore
 
         return ModelScore(model={}, layers=self.layers).to_pandas()
 
@@ -166,21 +166,9 @@ def compare(
     plan_eigs = engine.planning_min_eigs(settings)
     result = Comparison(model_a={}, model_b={}, options=given.to_dict())
 
-    def side(entry: TensorEntry, plan: MatrixPlan, tensor: Any, label: str) -> Any:
-        """The entry's spectrum, or why it cannot be compared."""
-        outcome = engine.spectrum_of(as_matrices(tensor, plan), context, entry.name, need_eigs=True)
-        return f"{label}: {outcome}" if isinstance(outcome, DegenerateMatrixError) else outcome
-
-    def pair(job: _Pair, tensors: tuple[Any, Any]) -> tuple[bool, dict[str, Any]]:
-        """``(True, row)`` for a compared pair, ``(False, skip)`` when either side has no spectrum."""
-        tensor_a, tensor_b = tensors
-        got_a, got_b = side(job.a, job.plan, tensor_a, "A"), side(job.b, job.plan_b, tensor_b, "B")
-        if isinstance(got_a, str) or isinstance(got_b, str):
-            return False, {**job.base, "reason": "; ".join(g for g in (got_a, got_b) if isinstance(g, str))}
-        return True, {**job.base, **matrix_change(tensor_a, tensor_b, job.plan, got_a, got_b, context, top_k)}
-
-    # Each matched pair is one entry of the engine's pipeline, its load reading both sides.
-    jobs: dict[int, _Pair] = {}
+    # Each matched pair is one entry of the engine's pipeline, its load reading both sides:
+    # id(entry) -> (the bytes it reads, its row's first columns, its change of the tensors read).
+    jobs: dict[int, tuple[int, dict[str, Any], Callable[[tuple[Any, Any]], Union[dict[str, Any], str]]]] = {}
 
     def planned(matched: Iterable[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
         for entry_a, entry_b, why in matched:
@@ -205,19 +193,24 @@ def compare(
                 result.skipped.append({**base, "reason": reason})
                 continue
             base.update({"quant_a": entry_a.quant, "quant_b": entry_b.quant, "role": plan_a.role,
-                         "rows": plan_a.rows, "cols": plan_a.cols, "depth": _depth(entry_a.name)})
-            both = dataclasses.replace(entry_a, load=functools.partial(_load_both, entry_a.load, entry_b.load),
+                         "rows": plan_a.rows, "cols": plan_a.cols,  # depth: the block index, the name's first integer
+                         "depth": next((int(part) for part in entry_a.name.split(".") if part.isdigit()), None)})
+            both = dataclasses.replace(entry_a, load=functools.partial(lambda a, b: (a(), b()), entry_a.load, entry_b.load),
                                        storage_key=None, reread=None)
-            jobs[id(both)] = _Pair(entry_a, entry_b, plan_a, plan_b, base)
+            jobs[id(both)] = (entry_a.nbytes + entry_b.nbytes, base, functools.partial(
+                pair_change, plans=(plan_a, plan_b), names=(entry_a.name, entry_b.name), context=context, top_k=top_k))
             yield both, plan_a
 
     done = 0
 
     def collect(pipeline: Pipeline, wait: bool = False) -> None:
         nonlocal done
-        for entry, _, (compared, row) in pipeline.finished(wait=wait):
-            del jobs[id(entry)]
-            (result.layers if compared else result.skipped).append(row)
+        for entry, _, change in pipeline.finished(wait=wait):
+            base = jobs.pop(id(entry))[1]
+            if isinstance(change, str):
+                result.skipped.append({**base, "reason": change})
+            else:
+                result.layers.append({**base, **change})
             done += 1
             if progress is not None:
                 progress(done, max(total, done), entry.name)
@@ -226,7 +219,7 @@ def compare(
     # per-matrix thread choice, and run far slower on two threads on a busy machine.
     streamed_a, streamed_b = stream_each([a, b], given.stream)  # --stream: the remote side streamed, a local one read
     with open_source(a, stream=streamed_a) as source_a, open_source(b, stream=streamed_b) as source_b, \
-            pin_threads(), Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)].loaded_bytes,
+            pin_threads(), Pipeline(context.device, loaded_bytes=lambda entry: jobs[id(entry)][0],
                                     job_bytes=_change_bytes) as pipeline:
         for source in (source_a, source_b):
             if isinstance(source, AdapterSource):  # its tensors are factors, not the matrices they change
@@ -249,7 +242,7 @@ def compare(
         for entry, plan, reading in pipeline.read_ahead(planned(matched)):
             assert isinstance(plan, MatrixPlan)
             tensors = reading.take() if reading is not None else entry.load()
-            pipeline.compute(entry, plan, functools.partial(pair, jobs[id(entry)], tensors))
+            pipeline.compute(entry, plan, functools.partial(jobs[id(entry)][2], tensors))
             del tensors  # the job holds them now, and frees them when done
             collect(pipeline)
         collect(pipeline, wait=True)
@@ -272,23 +265,13 @@ def compare(
     return result
 
 
-@dataclass(frozen=True)
-class _Pair:
-    """One matched pair on its way through the pipeline."""
-
-    a: TensorEntry
-    b: TensorEntry
-    plan: MatrixPlan
-    plan_b: MatrixPlan
-    base: dict[str, Any]
-
-    @property
-    def loaded_bytes(self) -> int:
-        return self.a.nbytes + self.b.nbytes
-
-
-def _load_both(load_a: Any, load_b: Any) -> tuple[Any, Any]:
-    return load_a(), load_b()
+def pair_change(tensors: tuple[Any, Any], plans: tuple[MatrixPlan, MatrixPlan], names: tuple[str, str], context: Any,
+                top_k: int, labels: tuple[str, str] = ("A", "B")) -> Union[dict[str, Any], str]:
+    """The change columns from the first tensor to the second (:func:`wbfe.engine.change.matrix_change`), or why
+    either has no spectrum (``"A: ...; B: ..."``, with ``labels``)."""
+    got = [engine.spectrum_of(as_matrices(t, p), context, n, need_eigs=True) for t, p, n in zip(tensors, plans, names)]
+    bad = [f"{label}: {g}" for label, g in zip(labels, got) if isinstance(g, DegenerateMatrixError)]
+    return "; ".join(bad) if bad else matrix_change(*tensors, plans[0], got[0], got[1], context, top_k)
 
 
 def _change_bytes(plan: MatrixPlan) -> int:
@@ -349,23 +332,13 @@ def _by_order(
         if shape_a != shape_b:
             return None, (f"matrix {len(pairs) + 1} in order differs in shape: {a.name!r} {list(shape_a)}, "
                           f"{b.name!r} {list(shape_b)} (out x in x k...)")
-        if a.layout != b.layout:  # B as A holds it, so that the two tensors line up entry by entry
-            b = _as_layout(b, a.layout)
+        if a.layout != b.layout:  # B as A holds it (first two axes swapped), so that the two line up entry by entry
+            b = dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]), reread=None,
+                                    layout=IN_OUT if a.layout == IN_OUT else OUT_IN,
+                                    load=functools.partial(lambda load: load().transpose(0, 1).contiguous(), b.load))
         pairs.append(_selected(a, b, pattern))
     skipped += others
     return pairs, None
-
-
-def _as_layout(entry: TensorEntry, layout: str) -> TensorEntry:
-    """``entry`` with its first two axes swapped (out_in <-> in_out), loaded so."""
-    load = entry.load
-
-    def swapped() -> Any:
-        return load().transpose(0, 1).contiguous()
-
-    shape = (entry.shape[1], entry.shape[0], *entry.shape[2:])
-    return dataclasses.replace(entry, shape=shape, layout=IN_OUT if layout == IN_OUT else OUT_IN, load=swapped,
-                               reread=None)
 
 
 def _pairs(
@@ -424,14 +397,6 @@ def _selected(a: TensorEntry, b: TensorEntry, pattern: Optional[re.Pattern[str]]
     return a, b, "" if pattern is None or pattern.search(a.name) else "not selected by --layers"
 
 
-def _depth(name: str) -> Optional[int]:
-    """The block index in a tensor name (``model.layers.12.mlp...`` -> 12): its first integer part."""
-    for part in name.split("."):
-        if part.isdigit():
-            return int(part)
-    return None
-
-
 def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[str] = None,
                config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> dict[str, Any]:
     rows = result.layers
@@ -441,24 +406,16 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
     by_name = {row["name"]: row for row in rows}
 
     def finite(column: str) -> np.ndarray:
-        values = np.array([float(row.get(column, math.nan)) if is_number(row.get(column)) else math.nan
-                           for row in rows])
+        values = np.array([as_float(row.get(column)) for row in rows])
         return values[np.isfinite(values)]
 
     def ranked(column: str) -> list[dict[str, Any]]:
-        scored = [(float(row[column]), row["name"]) for row in rows
-                  if is_number(row.get(column)) and math.isfinite(row[column])]
-        scored.sort(key=lambda item: -item[0])
-        return [{"name": name, column: value} for value, name in scored[:_MOST_CHANGED]]
+        scored = [(as_float(row.get(column)), row["name"]) for row in rows if math.isfinite(as_float(row.get(column)))]
+        return [{"name": name, column: value} for value, name in heapq.nlargest(_MOST_CHANGED, scored, key=lambda x: x[0])]
 
-    summary: dict[str, Any] = {
-        "n_matched": len(rows),
-        "n_skipped": len(result.skipped),
-        "n_unmatched_a": sum(1 for u in result.unmatched if u["side"] == "a"),
-        "n_unmatched_b": sum(1 for u in result.unmatched if u["side"] == "b"),
-        "head": head,
-        "head_source": choice.source,
-    }
+    sides = collections.Counter(u["side"] for u in result.unmatched)
+    summary: dict[str, Any] = {"n_matched": len(rows), "n_skipped": len(result.skipped), "n_unmatched_a": sides["a"],
+                               "n_unmatched_b": sides["b"], "head": head, "head_source": choice.source}
     if choice.note:
         summary["head_note"] = choice.note
     for column in ("rel_frobenius", "rel_frobenius_rowscaled", "w1_log_eigs", "overlap_in", "overlap_out"):

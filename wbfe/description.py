@@ -103,7 +103,11 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
     skipped: list[dict[str, Any]] = []
     for entry, plan in engine.stream(source, options):
         if isinstance(plan, MatrixPlan):
-            matrices.append(_described(plan, entry.quant))
+            matrices.append({"name": plan.name, "shape": list(plan.shape), "N": max(plan.rows, plan.cols),
+                             "M": min(plan.rows, plan.cols), "n_slices": plan.n_slices, "n_eigs": plan.n_eigs,
+                             "role": plan.role, "component": component_of(plan.name), "convention": plan.convention,
+                             "form": "primal" if plan.rows <= plan.cols else "dual", "dtype": plan.dtype,
+                             "quant": entry.quant})
         else:
             skipped.append(plan.to_dict())
     description = source.description
@@ -141,13 +145,6 @@ def _description(model: dict[str, Any], matrices: list[dict[str, Any]], skipped:
             row["role"] = "head"
     return Description(model=model, matrices=matrices, skipped=skipped,
                        head=None if choice is None else choice.name, head_source=None if choice is None else choice.source)
-
-
-def _described(plan: MatrixPlan, quant: Optional[str]) -> dict[str, Any]:
-    return {"name": plan.name, "shape": list(plan.shape), "N": max(plan.rows, plan.cols), "M": min(plan.rows, plan.cols),
-            "n_slices": plan.n_slices, "n_eigs": plan.n_eigs, "role": plan.role,
-            "component": component_of(plan.name), "convention": plan.convention,
-            "form": "primal" if plan.rows <= plan.cols else "dual", "dtype": plan.dtype, "quant": quant}
 
 
 def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices", "fft"] = "flatten", device: str = "auto") -> Any:

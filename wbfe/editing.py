@@ -14,7 +14,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["EditSummary", "smooth_matrix", "remove_top", "smoothing_rank", "sharpening_count", "edit_weight",
            "edit_checkpoint", "smooth_checkpoint", "sharpen_checkpoint"]
 
-SmoothMethod = Literal["svd", "detx"]
 _FLOAT_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 _OTHER_DTYPES = {"int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
                  "uint16": "U16", "uint32": "U32", "uint64": "U64", "float8_e4m3fn": "F8_E4M3",
@@ -82,7 +81,7 @@ def _pooled_eigs(mats: list[np.ndarray]) -> np.ndarray:
     return np.sort(np.concatenate([np.linalg.svd(m, compute_uv=False) ** 2 for m in mats]))
 
 
-def smoothing_rank(w: np.ndarray, *, percent: float, method: SmoothMethod) -> int:
+def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
     """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule.
 
     Raises:
@@ -125,9 +124,8 @@ def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray
     if w.ndim == 2:
         return operation(w, count)
     out = np.empty_like(w)
-    for i in range(w.shape[2]):
-        for j in range(w.shape[3]):
-            out[:, :, i, j] = operation(w[:, :, i, j], count)
+    for i, j in np.ndindex(*w.shape[2:]):
+        out[:, :, i, j] = operation(w[:, :, i, j], count)
     return out
 
 
@@ -167,13 +165,6 @@ def _header(described: list[tuple[str, tuple[int, ...], str]], metadata: dict[st
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as the safetensors writer pads it
     return len(raw).to_bytes(8, "little") + raw
-
-
-def _tensor_bytes(tensor: "torch.Tensor") -> bytes:
-    import torch
-
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes()
 
 
 #: ``editor(name, weight) -> (edited weight or None, count, why it is left as it is)``
@@ -223,35 +214,24 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
             for k, entry in enumerate(source.entries()):
                 if k >= len(described) or described[k] != (entry.name, tuple(entry.shape), entry.dtype):
                     raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
-                _write_entry(fh, entry, pattern, editor, edited, unchanged, torch, only)
+                tensor = to_torch(entry.load())
+                if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
+                    raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
+                                                f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
+                why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
+                if why is None:
+                    new, count, why = editor(entry.name, tensor)
+                    if new is not None:
+                        tensor = torch.from_numpy(new).to(tensor.dtype)
+                        edited[entry.name] = count
+                        why = ""
+                if why:
+                    unchanged[entry.name] = why
+                fh.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return EditSummary(output=target, edited=edited, unchanged=unchanged)
 
 
-def _write_entry(fh: BinaryIO, entry: Any, pattern: Any, editor: Editor, edited: dict[str, int],
-                 unchanged: dict[str, str], torch: Any, only: Optional[frozenset[str]] = None) -> None:
-    tensor = to_torch(entry.load())
-    if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
-        raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
-                                    f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
-    why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
-    if why is None:
-        new, count, why = editor(entry.name, tensor)
-        if new is not None:
-            fh.write(_tensor_bytes(torch.from_numpy(new).to(tensor.dtype)))
-            edited[entry.name] = count
-            return
-    if why:
-        unchanged[entry.name] = why
-    fh.write(_tensor_bytes(tensor))
-
-
-def _float64(tensor: "torch.Tensor") -> np.ndarray:
-    import torch
-
-    return np.asarray(tensor.detach().cpu().to(torch.float64).numpy())
-
-
-def _ww_apply(name: str, w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
+def _ww_apply(w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
     """WeightWatcher's edit of one layer, or why it leaves the layer as it is."""
     from wbfe.metrics.ww_compat import ww_edit_weight
 
@@ -264,11 +244,32 @@ def _ww_apply(name: str, w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.
     return ww_edit_weight(w32, num_smooth), abs(per_slice), ""
 
 
+def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Callable[[np.ndarray], int],
+          count: Callable[[str, np.ndarray], tuple[int, str]],
+          operation: Callable[[np.ndarray, int], np.ndarray]) -> EditSummary:
+    """:func:`edit_checkpoint` with WeightWatcher's edit (``ww_count``: its count for the float32 weight) or
+    wbfe's (``count``: components per slice in float64, and why the weight is left as it is, or ``""``)."""
+    from wbfe.metrics.ww_compat import ww_skip_reason
+
+    def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
+        if options.conventions.ww_edit:  # the weight as WeightWatcher reads it, tensor.float().numpy()
+            skip = ww_skip_reason(tuple(tensor.shape))
+            if skip is not None:
+                return None, 0, skip
+            w32 = np.asarray(tensor.detach().cpu().float().numpy())
+            return _ww_apply(w32, ww_count(w32))
+        w = np.asarray(tensor.detach().cpu().double().numpy())
+        k, why = count(name, w)
+        return (None, k, why) if why else (edit_weight(w, operation, k), k, "")
+
+    return edit_checkpoint(ref, out, layers=options.layers, editor=editor)
+
+
 _DEFAULTS = field_defaults(EditOptions)  # the keywords' defaults are the options' own
 
 
 def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFAULTS["percent"],
-                      method: SmoothMethod = _DEFAULTS["method"], layers: Optional[str] = _DEFAULTS["layers"],
+                      method: str = _DEFAULTS["method"], layers: Optional[str] = _DEFAULTS["layers"],
                       ww_compatible: bool = _DEFAULTS["ww_compatible"]) -> EditSummary:
     """Write ``ref`` with every weight matrix replaced by its SVD smoothing (docs/editing.md).
 
@@ -289,35 +290,21 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
     """
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 
-    def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
-        if options.conventions.ww_edit:
-            from wbfe.metrics.ww_compat import ww_layer_eigenvalues, ww_svd_count
+    def ww_count(w32: np.ndarray) -> int:
+        from wbfe.metrics.detx import detx_tail
+        from wbfe.metrics.ww_compat import ww_layer_eigenvalues, ww_svd_count
 
-            w32 = _ww_matrix(tensor)
-            if isinstance(w32, str):
-                return None, 0, w32
-            if options.method == "svd":
-                return _ww_apply(name, w32, ww_svd_count(w32.shape, options.percent))
-            from wbfe.metrics.detx import detx_tail
+        if options.method == "svd":
+            return ww_svd_count(w32.shape, options.percent)
+        return detx_tail(ww_layer_eigenvalues(w32))[0]
 
-            return _ww_apply(name, w32, detx_tail(ww_layer_eigenvalues(w32))[0])
-        w = _float64(tensor)
-        keep = smoothing_rank(w, percent=options.percent, method=options.method)  # type: ignore[arg-type]
+    def count(name: str, w: np.ndarray) -> tuple[int, str]:
+        keep = smoothing_rank(w, percent=options.percent, method=options.method)
         if keep <= 0:
-            return None, keep, "keeps 0 components: left as it is (WeightWatcher does not smooth it)"
-        if keep >= min(w.shape[:2]):
-            return None, keep, f"keeps all {min(w.shape[:2])} components"
-        return edit_weight(w, smooth_matrix, keep), keep, ""
+            return keep, "keeps 0 components: left as it is (WeightWatcher does not smooth it)"
+        return keep, f"keeps all {min(w.shape[:2])} components" if keep >= min(w.shape[:2]) else ""
 
-    return edit_checkpoint(ref, out, layers=options.layers, editor=editor)
-
-
-def _ww_matrix(tensor: "torch.Tensor") -> Union[np.ndarray, str]:
-    """The weight as WeightWatcher reads it (``tensor.float().numpy()``), or why WeightWatcher leaves it alone."""
-    from wbfe.metrics.ww_compat import ww_skip_reason
-
-    skip = ww_skip_reason(tuple(tensor.shape))
-    return skip if skip is not None else np.asarray(tensor.detach().cpu().float().numpy())
+    return _edit(ref, out, options, ww_count, count, smooth_matrix)
 
 
 def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str] = _DEFAULTS["layers"],
@@ -339,22 +326,17 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
     options = EditOptions(layers=layers, seed=seed, ww_compatible=ww_compatible)
     generator = np.random.RandomState(options.seed)
 
-    def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
-        if options.conventions.ww_edit:
-            from wbfe.metrics.mp import mp_fit
-            from wbfe.metrics.ww_compat import ww_layer_dims, ww_permuted_eigenvalues
+    def ww_count(w32: np.ndarray) -> int:
+        from wbfe.metrics.mp import mp_fit
+        from wbfe.metrics.ww_compat import ww_layer_dims, ww_permuted_eigenvalues
 
-            w32 = _ww_matrix(tensor)
-            if isinstance(w32, str):
-                return None, 0, w32
-            n, m, _ = ww_layer_dims(w32.shape)
-            fit = mp_fit(ww_permuted_eigenvalues(w32, generator), n, m)
-            # WW's fit cannot fail on a matrix with a non-zero entry; an all-zero one is left as it is
-            return _ww_apply(name, w32, -int(fit.num_spikes) if fit.reason is None else 0)
-        w = _float64(tensor)
-        count = sharpening_count(w, seed=options.seed, name=name)
-        if count <= 0:
-            return None, count, "no correlation trap (no MP spike in the permuted spectrum)"
-        return edit_weight(w, remove_top, count), count, ""
+        n, m, _ = ww_layer_dims(w32.shape)
+        fit = mp_fit(ww_permuted_eigenvalues(w32, generator), n, m)
+        # WW's fit cannot fail on a matrix with a non-zero entry; an all-zero one is left as it is
+        return -int(fit.num_spikes) if fit.reason is None else 0
 
-    return edit_checkpoint(ref, out, layers=options.layers, editor=editor)
+    def count(name: str, w: np.ndarray) -> tuple[int, str]:
+        removed = sharpening_count(w, seed=options.seed, name=name)
+        return removed, "" if removed > 0 else "no correlation trap (no MP spike in the permuted spectrum)"
+
+    return _edit(ref, out, options, ww_count, count, remove_top)

@@ -127,7 +127,7 @@ def did_you_mean(name: str, known: "Iterable[str]") -> str:
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
 
 
-def name_hint(name: str, known: "Iterable[str]", ref: object = "<checkpoint>", *, shown: int = 3) -> str:
+def name_hint(name: str, known: "Iterable[str]", ref: object = "<checkpoint>") -> str:
     """The close names of ``name`` (``"; did you mean ...?"``), else a few known names and where to see them all."""
     names = list(known)
     close = did_you_mean(name, names)
@@ -135,16 +135,16 @@ def name_hint(name: str, known: "Iterable[str]", ref: object = "<checkpoint>", *
         return close
     if not names:
         return f" (no names to match; see wbfe describe {ref})"
-    sample = ", ".join(repr(n) for n in names[:shown])
-    more = f" of {len(names)}" if len(names) > shown else ""
+    sample = ", ".join(repr(n) for n in names[:3])
+    more = f" of {len(names)}" if len(names) > 3 else ""
     return f"; nothing close: known names include {sample}{more} (wbfe describe {ref} lists them)"
 
 
-def unknown_name(kind: str, name: str, known: "Iterable[str]", *, max_listed: int = _LISTED) -> UnknownNameError:
+def unknown_name(kind: str, name: str, known: "Iterable[str]") -> UnknownNameError:
     """An :class:`UnknownNameError` suggesting the closest known names, listing them all up to
-    ``max_listed`` (a longer registry is only counted; ``.known`` keeps them all)."""
+    ``_LISTED`` (a longer registry is only counted; ``.known`` keeps them all)."""
     names = tuple(known)
-    listing = (f"known: {', '.join(sorted(names))}" if len(names) <= max_listed
+    listing = (f"known: {', '.join(sorted(names))}" if len(names) <= _LISTED
                else f"{len(names)} known names, not listed")
     return UnknownNameError(
         f"unknown {kind} {name[:200]!r}{did_you_mean(name, names)} ({listing})",

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options import PruneOptions
-from wbfe.render.text import json_ready
+from wbfe.options import PruneOptions, field_defaults
+from wbfe.render.text import as_float, json_ready
 
 if TYPE_CHECKING:
     import torch
@@ -73,7 +73,15 @@ class Allocation:
 
     def to_csv(self) -> str:
         """One CSV row per prunable matrix (shape as ``AxB``, NaN as an empty cell)."""
-        return _csv(self.rows)
+        import csv
+
+        buffer = io.StringIO()
+        if self.rows:
+            writer = csv.DictWriter(buffer, fieldnames=list(self.rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows({k: "" if isinstance(v, float) and not math.isfinite(v) else v for k, v in _flat(row).items()}
+                             for row in self.rows)
+        return buffer.getvalue()
 
     def to_pandas(self) -> Any:
         return _frame(self.rows)
@@ -154,9 +162,7 @@ def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: f
 def magnitude_prune(w: np.ndarray, zeros: int) -> np.ndarray:
     """``w`` with its ``zeros`` smallest |w| set to zero (ties: the earlier position in storage order first)."""
     flat = np.array(w, copy=True).reshape(-1)
-    if zeros > 0:
-        order = np.argsort(np.abs(flat), kind="stable")
-        flat[order[:zeros]] = 0
+    flat[np.argsort(np.abs(flat), kind="stable")[:max(zeros, 0)]] = 0
     return flat.reshape(np.shape(w))
 
 
@@ -171,10 +177,8 @@ def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank
     Args:
         ref: any checkpoint :func:`wbfe.score` reads, or a :class:`~wbfe.engine.ModelScore` already
             computed (then ``layers``, ``head``, ``device`` and ``min_eigs`` are the score's).
-        target: overall sparsity of the pruned matrices, weighted by parameter count, in (0, 1).
-        by: ``alpha``, ``bfe``, ``h``, ``stable_rank`` or ``uniform``.
-        spread, mapping, reverse: ε of [target − ε, target + ε]; ``value`` or ``rank``; the smaller value pruned more.
-        exclude: roles left unpruned (``""`` prunes every matrix).
+        target, by, spread, mapping, reverse, exclude (``""`` prunes every role), layers, head, device,
+            min_eigs: as :class:`~wbfe.options.PruneOptions`' attributes.
         options: every setting as one :class:`~wbfe.options.PruneOptions` (the keywords then at their defaults).
 
     Raises:
@@ -215,9 +219,7 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
     counts: dict[str, tuple[int, int, int]] = {}
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
-        row = plan.get(name)
-        if row is None:
-            return None, 0, "not pruned (excluded, or not a scored matrix)"
+        row = plan[name]  # only=frozenset(plan): called for the allocated matrices alone
         w = np.asarray(tensor.detach().cpu().double().numpy())
         pruned = magnitude_prune(w, row["zeros"])
         live = pruned.reshape(pruned.shape[0], -1) != 0  # dead rows and columns of out × everything else
@@ -239,9 +241,7 @@ def _options(options: Optional[PruneOptions], **given: Any) -> PruneOptions:
     """Built from the keywords, or the one given (the keywords then at their defaults)."""
     if options is None:
         return PruneOptions(**given)
-    from dataclasses import fields
-
-    defaults = {f.name: f.default for f in fields(PruneOptions)}
+    defaults = field_defaults(PruneOptions)
     changed = [k for k, v in given.items() if not (k == "target" and v is None) and v != defaults[k]]
     if changed:
         raise InvalidOptionError(f"pass the settings either as options=PruneOptions(...) or as keywords, not both "
@@ -274,7 +274,10 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
         if why:
             excluded.append({"name": layer["name"], "role": role, "reason": why})
             continue
-        value = math.nan if options.by == "uniform" else _value(layer, options.by)
+        if options.by != "uniform" and options.by not in layer:
+            raise MetricNotComputedError(f"the score has no {options.by!r} column; score it with --metrics "
+                                         f"{METRIC_GROUPS[options.by]}", name=options.by)
+        value = math.nan if options.by == "uniform" else as_float(layer[options.by])
         rows.append({"name": layer["name"], "role": role, "shape": list(shape), "params": int(np.prod(shape)),
                      "metric": value, "sparsity": options.target, "zeros": 0, "note": ""})
     if not rows:
@@ -290,14 +293,6 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
         row["sparsity"] = float(s)
         row["zeros"] = int(round(float(s) * row["params"]))
     return Allocation(options=options, rows=rows, excluded=excluded, source=str(result.model.get("source", "")))
-
-
-def _value(layer: dict[str, Any], by: str) -> float:
-    if by not in layer:
-        raise MetricNotComputedError(f"the score has no {by!r} column; score it with --metrics {METRIC_GROUPS[by]}",
-                                     name=by)
-    value = layer[by]
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
 def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
@@ -342,32 +337,14 @@ def _report_row(row: dict[str, Any], counted: tuple[int, int, int], before: dict
     out = {"name": row["name"], "params": row["params"], "sparsity": row["sparsity"], "zeros": row["zeros"],
            "reached": zeros_after / row["params"], "dead_rows": dead_rows, "dead_cols": dead_cols}
     for metric in ["bfe", "alpha", "stable_rank"] + (["h"] if options.by == "h" else []):
-        out[f"{metric}_before"] = _value(before, metric) if metric in before else math.nan
-        out[f"{metric}_after"] = _value(after, metric) if metric in after else math.nan
+        out[f"{metric}_before"], out[f"{metric}_after"] = as_float(before.get(metric)), as_float(after.get(metric))
     return out
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
-    import csv
-
-    buffer = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v
-                             for k, v in _flat(row).items()})
-    return buffer.getvalue()
-
-
 def _frame(rows: list[dict[str, Any]]) -> Any:
-    try:
-        import pandas as pd
-    except ImportError:
-        from wbfe.errors import MissingDependencyError
+    from wbfe._deps import require
 
-        raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
-    return pd.DataFrame([_flat(r) for r in rows])
+    return require("pandas", "to_pandas() needs pandas (pip install pandas)").DataFrame([_flat(r) for r in rows])
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:

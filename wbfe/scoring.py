@@ -56,7 +56,7 @@ def score(
             ``fft`` (WeightWatcher's ``conv2d_fft`` view of 4-D kernels, :mod:`wbfe.linalg.conv_fft`);
             None: the conventions' choice, ``flatten`` (``slices`` with ``ww_compatible``).
         layers: a regular expression; only tensors whose name it matches (``re.search``) are analysed.
-        device: ``auto``, ``cpu`` or ``cuda`` for the eigen-solves.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for the eigen-solves.
         head: tensor (or module) name of the classifier / LM head, overriding the built-in rule.
         min_eigs: the tail fits (HT-SR, HTMP) of matrices with fewer eigenvalues are NaN, with the
             reason; BFE-W is computed for any matrix with at least 2 (WeightWatcher-compatible
@@ -77,8 +77,9 @@ def score(
         executor: ``local``, or ``ray``: one Ray task per shard (see :mod:`wbfe.executors.ray_score`),
             the same result (its provenance adds ``executor``); ``progress`` is then called per shard.
         ray_address: with ``executor="ray"``: ``auto``, ``ray://host:port`` or ``host:port``.
-        stream: as :attr:`ScoreOptions.stream` (docs/remote.md); with ``base``, for whichever of the adapter
-            and its base is remote.
+        stream: for remote safetensors (docs/remote.md): True reads each tensor with one range request, False
+            downloads first, None streams when the files are larger than the free disk; with ``base``, for
+            whichever of the adapter and its base is remote.
 
     Returns:
         A :class:`ModelScore`.

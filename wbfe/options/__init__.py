@@ -18,35 +18,11 @@ from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, 
 from wbfe.options.conventions import Conventions, conventions_for
 
 __all__ = [
-    "ScoreOptions",
-    "StatsOptions",
-    "CompareOptions",
-    "RankOptions",
-    "ReportOptions",
-    "WatchOptions",
-    "EditOptions",
-    "PruneOptions",
-    "OPTIONS_CLASSES",
-    "CONV_VIEWS",
-    "check_conv",
-    "ConvView",
-    "check_device",
-    "parse_lambda",
-    "positive_lambda",
-    "LAMBDA_MIN",
-    "LAMBDA_MAX",
-    "check_metrics",
-    "parse_metrics",
-    "check_tail_options",
-    "check_fix_fingers",
-    "METRIC_GROUPS",
-    "DEFAULT_GROUPS",
-    "MATRIX_GROUPS",
-    "check_name_map",
-    "compile_layers",
-    "split_keywords",
-    "field_defaults",
-    "MAX_EXACT_N",
+    "ScoreOptions", "StatsOptions", "CompareOptions", "RankOptions", "ReportOptions", "WatchOptions", "EditOptions",
+    "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
+    "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_fix_fingers",
+    "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
+    "field_defaults", "MAX_EXACT_N",
 ]
 
 CONV_VIEWS = ("flatten", "slices", "fft")
@@ -152,11 +128,6 @@ def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def check_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    """:func:`parse_metrics`, where ``()`` too means the default groups."""
-    return parse_metrics(None if metrics is None or metrics == () else metrics)
-
-
 def check_fix_fingers(fix_fingers: object) -> Optional[str]:
     """``fix_fingers`` when it is None, ``xmin_peak`` or ``clip_xmax``."""
     if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
@@ -233,13 +204,19 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
 
 
 # The declarations shared by several tables: one wording, one list of refused examples.
-METRICS = Custom(check_metrics, "metric group names (bfe, htsr, htmp, rand)", bad=("nope", "bfe,nope"))
+METRICS = Custom(lambda m: parse_metrics(None if m == () else m), "metric group names (bfe, htsr, htmp, rand)",
+                 bad=("nope", "bfe,nope"))
 LAMBDA = Custom(parse_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
 CONV = Custom(check_conv, "'flatten', 'slices' or 'fft' (None: the conventions')", bad=("rows", 3), optional=True)
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
 HEAD = Text("a tensor or module name", optional=True)
+
+
+class _Filled(str):
+    """A value the conventions filled: equal to the plain string, and handed back as unset by every copy
+    (``dataclasses.replace``, :meth:`~Validated.replace`, pickle), whose own conventions fill it again."""
 
 
 @dataclass(frozen=True)
@@ -251,29 +228,11 @@ class ScoreOptions(Validated):
     and :attr:`filled` records it; ``ww_compatible=True, conv="flatten"`` flattens, as asked.
 
     Attributes:
-        metrics: metric group names (empty: the default groups).
-        lam: ``"opt"`` (λ* per matrix) or a fixed prior precision in
-            [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`].
-        conv: conv-kernel view (:data:`CONV_VIEWS`); None (the default): the conventions' (``flatten``,
-            ``slices`` with ``ww_compatible``).
-        layers: a regular expression; only tensors whose name it matches are analysed.
-        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` for the eigen-solves.
-        head: tensor (or module) name of the classifier / LM head.
-        min_eigs: the tail fits of matrices with fewer eigenvalues are NaN (≥ 1).
-        ww_compatible: reproduce WeightWatcher 0.7.7's choices: the run's :attr:`conventions` are
-            :data:`~wbfe.options.conventions.WEIGHTWATCHER` rather than wbfe's.
-        seed: seed of the scoring's random steps (the ``rand`` group's shuffles), ≥ 0.
-        fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: None,
-            ``xmin_peak`` or ``clip_xmax`` (:mod:`wbfe.metrics.fingers`).
-        fit: tail model of the HT-SR ``alpha``: ``pl``, ``tpl`` or ``e_tpl``.
-        intra: also score the products of consecutive weight matrices (WeightWatcher's
-            ``intra=True``, :mod:`wbfe.metrics.intra`), one extra row each, role ``intra``.
-        stream: for remote safetensors (docs/remote.md): True reads each tensor with one range request,
-            False downloads first, None streams when the files are larger than the free disk. How the
-            bytes travel, not what is computed: not in :meth:`to_dict`, nor compared by ``==``.
-        filled: the options the conventions filled because the caller left them unset (``("conv",)`` or
-            ``()``); :meth:`to_dict` records it under WeightWatcher's conventions only (wbfe's fill their
-            own defaults), so that :meth:`from_dict` leaves them unset again.
+        metrics, lam, conv, layers, device, head, min_eigs, ww_compatible, seed, fix_fingers, fit, intra: as
+            :func:`wbfe.score`'s keywords (a fixed ``lam`` in [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`];
+            ``ww_compatible``: the run's :attr:`conventions` are WeightWatcher 0.7.7's).
+        stream: as :func:`wbfe.score`'s; how the bytes travel, not what is computed: not in :meth:`to_dict`,
+            nor compared by ``==``.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -296,13 +255,11 @@ class ScoreOptions(Validated):
     fit: str = "pl"
     intra: bool = False
     stream: Optional[bool] = field(default=None, compare=False)
-    filled: tuple[str, ...] = field(default=(), init=False, compare=False)
 
     def _cross_check(self) -> None:
         check_tail_options(self.fix_fingers, self.fit)
-        if self.conv is None:  # frozen: filled once, here, and only where the caller left it unset
-            object.__setattr__(self, "conv", self.conventions.conv)
-            object.__setattr__(self, "filled", ("conv",))
+        if self.conv is None or isinstance(self.conv, _Filled):  # unset, or filled for the options copied
+            object.__setattr__(self, "conv", _Filled(self.conventions.conv))
         # A product's or an FFT view's spectrum has no matrices of its own to shuffle or take vectors of
         # (WeightWatcher refuses intra with randomize or vectors too).
         views = [v for v, on in (("--intra", self.intra), ("--conv fft", self.conv == "fft")) if on]
@@ -321,6 +278,13 @@ class ScoreOptions(Validated):
     def conventions(self) -> Conventions:
         """The run's conventions: WeightWatcher 0.7.7's with :attr:`ww_compatible`, else wbfe's."""
         return conventions_for(self.ww_compatible)
+
+    @property
+    def filled(self) -> tuple[str, ...]:
+        """The options the conventions filled because the caller left them unset: ``("conv",)`` or ``()``.
+        :meth:`to_dict` records it under WeightWatcher's conventions only (wbfe's fill their own defaults),
+        so that :meth:`from_dict` leaves them unset again."""
+        return ("conv",) if isinstance(self.conv, _Filled) else ()
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam"}
     BESIDE: ClassVar[tuple[str, ...]] = ("base",)  # a LoRA adapter's score records its base= here
@@ -345,23 +309,11 @@ class ScoreOptions(Validated):
         return options
 
     def to_dict(self) -> dict[str, Any]:
-        """The provenance form (``lambda`` for :attr:`lam`); also the rank cache key's options."""
-        return {
-            "metrics": list(self.metrics),
-            "lambda": self.lam,
-            "conv": self.conv,
-            "layers": self.layers,
-            "device": self.device,
-            "head": self.head,
-            "min_eigs": self.min_eigs,
-            "ww_compatible": self.ww_compatible,
-            "seed": self.seed,
-            # only when set, so that the provenance and rank cache keys of plain runs do not change
-            **({"fix_fingers": self.fix_fingers} if self.fix_fingers is not None else {}),
-            **({"fit": self.fit} if self.fit != "pl" else {}),
-            **({"intra": True} if self.intra else {}),
-            **({"filled": list(self.filled)} if self.filled and self.ww_compatible else {}),
-        }
+        """The provenance form (``lambda`` for :attr:`lam`); also the rank cache key's options. fix_fingers, fit
+        and intra only when set, so that the provenance and rank cache keys of plain runs do not change."""
+        unset = {"fix_fingers": None, "fit": "pl", "intra": False}
+        plain = {k: v for k, v in super().to_dict().items() if k not in unset or v != unset[k]}
+        return plain | ({"filled": list(self.filled)} if self.filled and self.ww_compatible else {})
 
 
 @dataclass(frozen=True)
@@ -394,11 +346,7 @@ class CompareOptions(Validated):
     """Every setting of :func:`wbfe.compare` (recorded as the comparison's ``options``).
 
     Attributes:
-        metrics: metric groups whose change is reported (empty: the default groups).
-        name_map: (regex, replacement) renames applied in order to A's names before matching.
-        top_k: size of the singular subspaces whose overlap is reported (≥ 1).
-        layers, lam, device, min_eigs, seed, stream: as for :class:`ScoreOptions` (``stream``
-            applies to both checkpoints).
+        metrics, name_map, top_k, layers, lam, device, min_eigs, seed, stream: as :func:`wbfe.compare`'s keywords.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -447,11 +395,8 @@ def _check_cache_dir(value: Union[str, Path, None, bool]) -> Union[Path, None, L
 
 
 def _check_columns(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
-    try:
-        items: Optional[tuple[Any, ...]] = (value,) if isinstance(value, str) else tuple(value)
-    except TypeError:
-        items = None
-    if items is None or not all(isinstance(x, str) and x for x in items):
+    items = tuple(value) if isinstance(value, Iterable) and not isinstance(value, str) else (value,)
+    if not all(isinstance(x, str) and x for x in items):
         raise InvalidOptionError(f"lower_is_better must be quality column names, not {value!r}")
     return items
 
@@ -504,9 +449,7 @@ def _check_watch_layers(layers: object) -> str:
     return layers
 
 
-def _check_watch_lambda(lam: object) -> Union[None, Literal["calibrated"], float]:
-    if lam is None:
-        return None
+def _check_watch_lambda(lam: object) -> Union[Literal["calibrated"], float]:
     if isinstance(lam, str) and lam.strip().lower() == "calibrated":
         return "calibrated"
     try:
@@ -531,7 +474,7 @@ class WatchOptions(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "layers": Custom(_check_watch_layers, "'head', 'all', 'fittable' or a regular expression",
                          bad=("", "(a+)+$", 3)),
-        "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan")),
+        "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan"), optional=True),
         "head": HEAD, "device": DEVICE,
     }
 
@@ -546,11 +489,8 @@ class EditOptions(Validated):
     """The settings of ``wbfe smooth`` / ``wbfe sharpen`` (:mod:`wbfe.editing`).
 
     Attributes:
-        percent: fraction of the singular components smoothing keeps (method ``svd``), in [0, 1].
-        method: ``svd`` (a fixed fraction) or ``detx`` (the det X = 1 tail).
-        layers: a regular expression; only matching tensors are edited.
-        seed: seed of sharpening's permutations, ≥ 0.
-        ww_compatible: reproduce WeightWatcher 0.7.7's edit (its layers, counts and randomised SVD).
+        percent, method, layers, seed, ww_compatible: as the keywords of
+            :func:`~wbfe.editing.smooth_checkpoint` and :func:`~wbfe.editing.sharpen_checkpoint`.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -586,10 +526,7 @@ def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
     if isinstance(value, str):
         items: list[Any] = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
     else:
-        try:
-            items = list(value)  # type: ignore[arg-type]
-        except TypeError:
-            raise InvalidOptionError(f"exclude must be role names such as 'head,embedding', not {value!r}") from None
+        items = list(value) if isinstance(value, Iterable) else [value]  # a non-string item is refused below
     for item in items:
         if not isinstance(item, str):
             raise InvalidOptionError(f"exclude must be role names such as 'head,embedding', not {value!r}")

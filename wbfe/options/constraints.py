@@ -7,6 +7,7 @@ integer, not 0``), and lists a few values it refuses (:attr:`Constraint.invalid`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -88,8 +89,7 @@ class Real(Constraint):
     def check(self, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError
-        inside = self.low < value < self.high if self.open else self.low <= value <= self.high
-        if not inside:
+        if not (self.low < value < self.high if self.open else self.low <= value <= self.high):
             raise ValueError
         return float(value)
 
@@ -199,12 +199,8 @@ class Validated:
                    for f in fields(self) if f.compare}, **self.CONSTANT}  # type: ignore[arg-type]
 
     def replace(self, **changes: Any) -> Any:
-        """A copy with ``changes``; a field the conventions filled stays unset (and is filled again) unless
-        given. ``dataclasses.replace`` would pass the filled value on as if the caller had chosen it."""
-        filled = getattr(self, "filled", ())
-        kept = {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
-                if f.init and f.name not in filled}
-        return type(self)(**(kept | changes))
+        """A copy with ``changes`` (``dataclasses.replace``): a field the conventions filled is filled again."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
     # Keys :meth:`to_dict` writes under another name than the field's, keys it writes that are no field
     # (with the one value they may have), and keys a result records beside the options (not settings).
@@ -245,6 +241,4 @@ def _tupled(value: Any) -> Any:
 def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, (str, Path)) else value  # a str subclass (a filled mark) too

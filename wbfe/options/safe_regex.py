@@ -46,10 +46,6 @@ def _modules() -> tuple[Any, Any]:
     return c, p
 
 
-def _between(low: int, high: int) -> _Pred:
-    return lambda ch: low <= ord(ch) <= high
-
-
 def _one_char(op: Any, arg: Any, c: Any) -> Optional[_Pred]:
     """A predicate for the characters a one-character node matches (None: not such a node)."""
     if op is c.LITERAL:
@@ -61,6 +57,10 @@ def _one_char(op: Any, arg: Any, c: Any) -> Optional[_Pred]:
     if op is c.IN:
         return _in_set(arg, c)
     return None
+
+
+def _between(low: int, high: int) -> _Pred:
+    return lambda ch: low <= ord(ch) <= high
 
 
 def _in_set(items: _Seq, c: Any) -> _Pred:
@@ -96,11 +96,9 @@ class _Checker:
     def parts(self, op: Any, arg: Any) -> list[Any]:
         """The sequences inside a node that consumes text: a repeat's body, a group's, an alternation's branches."""
         c = self.c
-        if op in self.repeats or op is c.POSSESSIVE_REPEAT:
-            return [arg[2]]
-        if op is c.ATOMIC_GROUP:
-            return [arg]
-        return self.backtracked(op, arg) if op is c.SUBPATTERN or op is c.BRANCH else []
+        if op is c.POSSESSIVE_REPEAT or op is c.ATOMIC_GROUP:
+            return [arg[2] if op is c.POSSESSIVE_REPEAT else arg]
+        return [] if op is c.ASSERT or op is c.ASSERT_NOT else self.backtracked(op, arg)
 
     def backtracked(self, op: Any, arg: Any) -> list[Any]:
         """The sequences inside a node the matcher can backtrack into (not possessive or atomic ones)."""
