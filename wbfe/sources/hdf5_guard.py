@@ -7,6 +7,7 @@ process, which imports nothing of the caller's (docs/formats.md).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -14,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 from pathlib import Path
 from typing import Any, Optional
@@ -55,7 +55,6 @@ class _Walker:
             [spawn.get_executable(), "-c", _BOOT, json.dumps([p for p in sys.path if isinstance(p, str)])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, close_fds=True)
         self.pid = os.getpid()
-        self._buffer = b""
 
     def ask(self, request: dict[str, Any], wait: float) -> Optional[dict[str, Any]]:
         """Send one request; the walker's answer, None after ``wait`` s (``EOFError``: the walker died)."""
@@ -65,26 +64,18 @@ class _Walker:
             self.process.stdin.flush()
         except OSError:
             raise EOFError from None
-        fd = self.process.stdout.fileno()
-        deadline = time.monotonic() + wait
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise EOFError
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
+        if not select.select([self.process.stdout], [], [], wait)[0]:
+            return None
+        line = self.process.stdout.readline()  # the walker writes an answer whole, then flushes
+        if not line.endswith(b"\n"):
+            raise EOFError
         answer: dict[str, Any] = json.loads(line)
         return answer
 
     def stop(self) -> None:
         """End the walker and the walk it may be running (they share its session)."""
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except OSError:
-            pass
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
@@ -102,10 +93,8 @@ def _forget_in_child() -> None:
     if walker is not None:
         for pipe in (walker.process.stdin, walker.process.stdout):
             if pipe is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(pipe.fileno())
-                except OSError:
-                    pass
 
 
 if hasattr(os, "register_at_fork"):
@@ -114,15 +103,8 @@ if hasattr(os, "register_at_fork"):
 
 @atexit.register
 def _stop_at_exit() -> None:
-    walker = _WALKER
-    if walker is None or walker.pid != os.getpid():
-        return
-    try:
-        if walker.process.stdin is not None:
-            walker.process.stdin.close()
-        walker.process.wait(timeout=2)
-    except (OSError, subprocess.TimeoutExpired):
-        walker.stop()
+    if _WALKER is not None and _WALKER.pid == os.getpid():
+        _WALKER.stop()
 
 
 def _walker() -> Optional[_Walker]:
@@ -235,21 +217,10 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
         finally:
             os._exit(code)
     os.close(send)
-    deadline = time.monotonic() + timeout
-    data = b""
-    finished = False
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([receive], [], [], left)[0]:
-                break
-            chunk = os.read(receive, 1 << 16)
-            if not chunk:
-                finished = True
-                break
-            data += chunk
-    finally:
-        os.close(receive)
+    with os.fdopen(receive, "rb") as verdict:
+        # The child writes its verdict (or, crashed, nothing) as it exits: once the pipe is readable, read to EOF.
+        finished = bool(select.select([verdict], [], [], timeout)[0])
+        data = verdict.read() if finished else b""
     if not finished:
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
@@ -292,10 +263,8 @@ def _walk(target: Any) -> None:
             else:
                 _ = (obj.shape, obj.dtype, obj.id.get_offset(), obj.id.get_storage_size())
             for key in list(obj.attrs):
-                try:
+                with contextlib.suppress(TypeError, ValueError):  # a type h5py does not convert: no damage
                     obj.attrs.get(key)
-                except (TypeError, ValueError):  # a type h5py does not convert: no damage of the file
-                    pass
 
 
 def _address_space() -> int:
