@@ -48,10 +48,6 @@ _KERAS3_VARS: dict[str, tuple[str, ...]] = {
 _NUMBERED = re.compile(r"^(?P<base>.+?)(_\d+)?$")
 
 
-def _h5py() -> Any:
-    return optional_import("h5py", "reading Keras files needs h5py: pip install 'wbfe[keras]'")
-
-
 @dataclass(frozen=True)
 class _Var:
     name: str
@@ -85,9 +81,7 @@ def _layout(layer_class: str, var: str, ndim: int) -> tuple[str, Optional[str]]:
 
 
 def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    if layout == "dense":
-        return (shape[1], shape[0])
-    if layout == "conv":
+    if layout in ("dense", "conv"):  # in × out, or k… × in × out
         return (shape[-1], shape[-2], *shape[:-2])
     if layout == "depthwise":
         return (shape[-2] * shape[-1], 1, *shape[:-2])
@@ -96,9 +90,7 @@ def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _to_torch_layout(t: "np.ndarray", layout: str) -> "np.ndarray":
     n = t.ndim
-    if layout == "dense":
-        t = t.T
-    elif layout == "conv":
+    if layout in ("dense", "conv"):
         t = np.transpose(t, (n - 1, n - 2, *range(n - 2)))
     elif layout == "depthwise":
         t = np.transpose(t, (n - 2, n - 1, *range(n - 2))).reshape(t.shape[-2] * t.shape[-1], 1, *t.shape[:-2])
@@ -130,7 +122,7 @@ class KerasSource(TensorSource):
     """The variables of a Keras ``.h5`` / ``.weights.h5`` file or ``.keras`` archive."""
 
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
-        h5py = _h5py()
+        h5py = optional_import("h5py", "reading Keras files needs h5py: pip install 'wbfe[keras]'")
         self._path = path
         self._lock = threading.Lock()
         self._archive: Optional[zipfile.ZipFile] = None
@@ -140,22 +132,27 @@ class KerasSource(TensorSource):
         with open(path, "rb") as fh:
             head = fh.read(8)
         try:
-            if head[:4] == b"PK\x03\x04":
+            keras3 = head[:4] == b"PK\x03\x04"
+            if keras3:
                 config, metadata = self._open_archive(path)
-                self._guard(path, window=self._window, member=None if self._window else _WEIGHTS_MEMBER)
+                # The index walked in a bounded child first (wbfe.sources.hdf5_guard).
+                check_hdf5_index(path, window=self._window, member=None if self._window else _WEIGHTS_MEMBER)
                 h5 = h5py.File(self._fileobj, "r")
                 size = self._member_size
-                fmt = "keras3"
             else:
                 if head != HDF5_MAGIC:
                     raise CorruptCheckpointError(f"{path}: not a Keras file (neither HDF5 nor a .keras zip: starts "
                                                  f"{head[:8]!r})", path=str(path))
-                self._guard(path)
+                check_hdf5_index(path)
                 h5 = h5py.File(path, "r")
                 size = path.stat().st_size
-                fmt = "keras-h5"
-        except OSError as exc:
+        except Hdf5IndexError as exc:
             self._close_archive()
+            raise _hdf5_error(path, OSError(exc.text)) from None
+        except (OSError, CorruptCheckpointError) as exc:
+            self._close_archive()
+            if isinstance(exc, CorruptCheckpointError):
+                raise
             raise _hdf5_error(path, exc) from None
         self._h5 = h5
         try:
@@ -169,21 +166,11 @@ class KerasSource(TensorSource):
             self.close_files()
             raise
         self.own_description = description
-        extra.update({k: v for k, v in metadata.items() if k == "keras_version"})
+        if "keras_version" in metadata:
+            extra["keras_version"] = metadata["keras_version"]
         layout = extra.pop("layout")
-        self.provenance = Provenance(source=ref, format=fmt if fmt == "keras3" else layout, files=[str(path)],
+        self.provenance = Provenance(source=ref, format="keras3" if keras3 else layout, files=[str(path)],
             pending=FileDigest([path]), extra={"metadata": extra} if extra else {})
-
-    def _guard(self, path: Path, **where: Any) -> None:
-        """The index walked in a bounded child first (:mod:`wbfe.sources.hdf5_guard`)."""
-        try:
-            check_hdf5_index(path, **where)
-        except Hdf5IndexError as exc:
-            self._close_archive()
-            raise _hdf5_error(path, OSError(exc.text)) from None
-        except CorruptCheckpointError:
-            self._close_archive()
-            raise
 
     def _open_archive(self, path: Path) -> tuple[Any, dict[str, Any]]:
         try:
@@ -393,14 +380,7 @@ def _hdf5_error(path: Path, exc: BaseException) -> CorruptCheckpointError:
 def _dtype_name(ds: Any) -> str:
     if ds.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
         return "bfloat16"
-    kind, size = ds.dtype.kind, ds.dtype.itemsize
-    if kind == "f":
-        return {2: "float16", 4: "float32", 8: "float64"}.get(size, f"float{8 * size}")
-    if kind in "iu":
-        return f"{'u' if kind == 'u' else ''}int{8 * size}"
-    if kind == "b":
-        return "bool"
-    return f"hdf5-{ds.dtype.str}"
+    return str(ds.dtype.name) if ds.dtype.kind in "fiub" else f"hdf5-{ds.dtype.str}"
 
 
 def _walk_config(config: Any) -> Iterator[dict[str, Any]]:
@@ -474,15 +454,12 @@ def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + name_len + extra_len
 
 
-# Members of a Keras 3 archive (keras.saving.saving_lib): the weights and the model's config.
-_ARCHIVE_MEMBERS = (_WEIGHTS_MEMBER, "config.json")
-
-
 def is_keras_file(head: bytes, path: Path) -> bool:
-    """An HDF5 file (by its magic), or a zip holding a Keras 3 archive's members, whatever its name."""
+    """An HDF5 file (by its magic), or a zip holding a Keras 3 archive's members (keras.saving.saving_lib: the
+    weights and the model's config), whatever its name."""
     if head[:8] == HDF5_MAGIC:
         return True
-    return head[:4] == b"PK\x03\x04" and all(m in zip_members(path) for m in _ARCHIVE_MEMBERS)
+    return head[:4] == b"PK\x03\x04" and all(m in zip_members(path) for m in (_WEIGHTS_MEMBER, "config.json"))
 
 
 KERAS = register_format(FileFormat(
