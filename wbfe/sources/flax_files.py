@@ -173,12 +173,11 @@ def _load(leaf: _Leaf) -> Any:
     if dtype in NUMPY_DTYPES:
         # Viewed as stored (a big-endian ">f4" is float32 too: found by fuzzing), then in native order.
         t = raw.view(np.dtype(array.dtype)).reshape(array.shape).astype(NUMPY_DTYPES[dtype], copy=False)
-        return np.ascontiguousarray(np.transpose(t, leaf.permute) if leaf.permute is not None else t)
-    # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
-    tensor = from_bytes(raw, dtype, array.shape)
-    if not is_torch(tensor):
-        return np.ascontiguousarray(np.transpose(tensor, leaf.permute) if leaf.permute is not None else tensor)
-    return (tensor.permute(*leaf.permute) if leaf.permute is not None else tensor).contiguous()
+    else:  # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
+        t = from_bytes(raw, dtype, array.shape)
+    if is_torch(t):
+        return (t.permute(*leaf.permute) if leaf.permute is not None else t).contiguous()
+    return np.ascontiguousarray(np.transpose(t, leaf.permute) if leaf.permute is not None else t)
 
 
 def _dtype(name: str) -> Optional[str]:

@@ -31,10 +31,7 @@ _TORCH_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int
 def numpy_dtype_name(dtype: Any) -> Optional[str]:
     """wbfe's dtype name for a numpy dtype torch can hold (``float32``...), in either byte order
     (a big-endian array is read as the same numbers in native order), else None."""
-    try:
-        name = str(dtype.newbyteorder("=")) if dtype.byteorder in "<>" else str(dtype)
-    except (AttributeError, ValueError):  # not a numpy dtype (or one without a byte order)
-        name = str(dtype)
+    name = getattr(dtype, "name", None)  # whatever the byte order
     return name if name in _TORCH_DTYPES else None
 
 

@@ -144,7 +144,11 @@ class TorchScriptSource(TensorSource):
             try:
                 with open_zip(path, fh, "TorchScript archive") as archive:
                     members = set(archive.namelist())
-                    prefix = self._prefix(members)
+                    found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
+                    if not found or f"{found[0]}/constants.pkl" not in members:
+                        raise CorruptCheckpointError(
+                            f"{path}: not a TorchScript archive (no data.pkl and constants.pkl)", path=str(path))
+                    prefix = found[0]
                     order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
                     if order not in (b"little", b""):  # no record: written before byteorder was, little-endian
                         raise CorruptCheckpointError(f"{path}: a big-endian TorchScript archive", path=str(path))
@@ -164,13 +168,6 @@ class TorchScriptSource(TensorSource):
                 raise CorruptCheckpointError(f"{path}: tensor {name!r} names a missing record {t.storage.member}",
                                              path=str(path))
         self.provenance = Provenance(source=ref, format="torchscript", files=[str(path)], pending=FileDigest([path]))
-
-    def _prefix(self, members: set[str]) -> str:
-        found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
-        if not found or f"{found[0]}/constants.pkl" not in members:
-            raise CorruptCheckpointError(f"{self._path}: not a TorchScript archive (no data.pkl and constants.pkl)",
-                                         path=str(self._path))
-        return found[0]
 
     def _unpickle(self, archive: zipfile.ZipFile, member: str, folder: str) -> Any:
         try:
