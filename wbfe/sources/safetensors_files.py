@@ -28,7 +28,7 @@ from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
 
 __all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_header", "header_length", "parse_header",
-           "read_index", "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "tensor_dtype",
+           "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "tensor_dtype",
            "SAFETENSORS_DTYPES", "MAX_INDEX", "SAFETENSORS"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
@@ -202,9 +202,9 @@ def _tensor_info(path: Path | str, name: str, info: Any) -> dict[str, Any]:
     return {"dtype": dtype, "shape": list(shape), "data_offsets": [start, end]}
 
 
-def read_index(index_path: Path) -> dict[str, list[str]]:
-    """Read a ``*.index.json`` shard index: shard name -> tensor names, in index order. Shard names are
-    normalised and must name a regular file (or a symlink to one) inside the index's folder.
+def index_shards(index_path: Path) -> list[tuple[Path, list[str]]]:
+    """The shards of a ``*.index.json`` shard index as ``(path, tensor names)``, each file once, in first-listed
+    order. Shard names are normalised and must name a regular file (or a symlink to one) inside the index's folder.
 
     Raises:
         CorruptCheckpointError: not valid JSON, no ``weight_map``, a shard name that leaves the
@@ -212,13 +212,30 @@ def read_index(index_path: Path) -> dict[str, list[str]]:
         SourceNotFoundError: a listed shard is missing, or the index cannot be read.
     """
     shards = index_weight_map(index_path)
+    folder = index_path.parent
     for shard in shards:
-        _check_shard(index_path, shard)
-    return shards
+        parts = shard.split("/")
+        try:
+            for i in range(1, len(parts)):
+                if not stat.S_ISDIR(os.lstat(folder.joinpath(*parts[:i])).st_mode):
+                    raise CorruptCheckpointError(
+                        f"{index_path}: shard {shard!r} is reached through {'/'.join(parts[:i])!r}, which is not a "
+                        "folder of the checkpoint (a symlink or a file)", path=str(index_path))
+            mode = os.stat(folder / shard).st_mode
+        except FileNotFoundError:
+            raise SourceNotFoundError(f"{index_path}: shard {shard!r} listed in the index is missing",
+                                      path=str(index_path)) from None
+        except OSError as exc:
+            raise unreadable(folder / shard, exc) from None
+        if not stat.S_ISREG(mode):
+            raise CorruptCheckpointError(
+                f"{index_path}: shard {shard!r} listed in the index is not a regular file", path=str(index_path))
+    return [(folder / shard, names) for shard, names in shards.items()]
 
 
 def index_weight_map(index_path: Path) -> dict[str, list[str]]:
-    """:func:`read_index` without looking for the shards (which may not be downloaded yet)."""
+    """Shard name -> tensor names, in index order, as :func:`index_shards` reads them but without looking for
+    the shards (which may not be downloaded yet)."""
     with open_regular(index_path) as fh:
         try:
             raw = fh.read(MAX_INDEX + 1)
@@ -242,43 +259,12 @@ def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
         if not isinstance(shard, str):
             raise CorruptCheckpointError(
                 f"{where}: corrupt shard index (the shard of tensor {tensor[:200]!r} is not a file name)", path=where)
-        shards.setdefault(_shard_name(where, shard), []).append(tensor)
+        parts = [p for p in shard.split("/") if p not in ("", ".")]  # normalised, and inside the index's folder
+        if shard.startswith("/") or "\\" in shard or "\0" in shard or ".." in parts or not parts:
+            raise CorruptCheckpointError(
+                f"{where}: shard {shard[:200]!r} is not a file name inside the checkpoint's folder", path=where)
+        shards.setdefault("/".join(parts), []).append(tensor)
     return shards
-
-
-def _shard_name(index_path: Path | str, shard: str) -> str:
-    """``shard`` as a normalised relative name inside the index's folder, or refused."""
-    parts = [p for p in shard.split("/") if p not in ("", ".")]
-    if shard.startswith("/") or "\\" in shard or "\0" in shard or ".." in parts or not parts:
-        raise CorruptCheckpointError(
-            f"{index_path}: shard {shard[:200]!r} is not a file name inside the checkpoint's folder",
-            path=str(index_path))
-    return "/".join(parts)
-
-
-def _check_shard(index_path: Path, shard: str) -> None:
-    folder = index_path.parent
-    parts = shard.split("/")
-    try:
-        for i in range(1, len(parts)):
-            if not stat.S_ISDIR(os.lstat(folder.joinpath(*parts[:i])).st_mode):
-                raise CorruptCheckpointError(
-                    f"{index_path}: shard {shard!r} is reached through {'/'.join(parts[:i])!r}, which is not a "
-                    "folder of the checkpoint (a symlink or a file)", path=str(index_path))
-        mode = os.stat(folder / shard).st_mode
-    except FileNotFoundError:
-        raise SourceNotFoundError(f"{index_path}: shard {shard!r} listed in the index is missing",
-                                  path=str(index_path)) from None
-    except OSError as exc:
-        raise unreadable(folder / shard, exc) from None
-    if not stat.S_ISREG(mode):
-        raise CorruptCheckpointError(
-            f"{index_path}: shard {shard!r} listed in the index is not a regular file", path=str(index_path))
-
-
-def index_shards(index_path: Path) -> list[tuple[Path, list[str]]]:
-    """The shards of an index as ``(path, tensor names)``, each file once, in first-listed order."""
-    return [(index_path.parent / shard, names) for shard, names in read_index(index_path).items()]
 
 
 def unlisted_reason(shards: list[str], index_name: str) -> str:
