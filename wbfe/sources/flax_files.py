@@ -126,18 +126,16 @@ class FlaxSource(TensorSource):
         return out
 
     def _leaf(self, path: tuple[str, ...], array: _Array) -> _Leaf:
-        ndim = len(array.shape)
         name = torch_name(path)
-        dtype = "bfloat16" if array.dtype == "bfloat16" else _dtype(array.dtype)
+        dtype = _dtype(array.dtype)
         if dtype is None:
             return _Leaf(name, array, None, f"{array.dtype} array: not a weight dtype")
-        need = math.prod(array.shape) * itemsize(dtype)
-        if sum(len(p) for p in array.pieces) != need:
-            raise CorruptCheckpointError(f"{self._path}: array {'.'.join(path)!r} holds "
-                                         f"{sum(len(p) for p in array.pieces)} bytes, its shape needs {need}",
-                                         path=str(self._path))
+        need, have = math.prod(array.shape) * itemsize(dtype), sum(len(p) for p in array.pieces)
+        if have != need:
+            raise CorruptCheckpointError(f"{self._path}: array {'.'.join(path)!r} holds {have} bytes, its shape "
+                                         f"needs {need}", path=str(self._path))
         skip = "optimizer state" if path and path[0] in _OPTIMIZER else None
-        return _Leaf(name, array, torch_layout(path[-1] if path else "", ndim), skip)
+        return _Leaf(name, array, torch_layout(path[-1] if path else "", len(array.shape)), skip)
 
     def _unchunk(self, path: tuple[str, ...], value: dict[Any, Any]) -> _Array:
         try:

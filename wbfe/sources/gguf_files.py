@@ -123,9 +123,12 @@ def _check_header(path: Path) -> int:
         return TruncatedCheckpointError(f"{path}: truncated or corrupt GGUF header (a value runs past the end of "
                                         f"its {size} bytes)", path=str(path))
 
-    def count(at: int) -> tuple[int, int]:
-        if at + 8 > len(data):
+    def need(end: int) -> None:
+        if end > len(data):
             raise short() if len(data) == size else _Unscanned()
+
+    def count(at: int) -> tuple[int, int]:
+        need(at + 8)
         return struct.unpack_from(order + "Q", data, at)[0], at + 8
 
     def value(at: int, kind: int, depth: int) -> int:
@@ -135,8 +138,7 @@ def _check_header(path: Path) -> int:
             n, at = count(at)
             at += n
         elif kind == 9 and depth < _MAX_ARRAY_DEPTH:  # an array: item type, count, items
-            if at + 4 > len(data):
-                raise short() if len(data) == size else _Unscanned()
+            need(at + 4)
             item = struct.unpack_from(order + "I", data, at)[0]
             n, at = count(at + 4)
             if item in _SCALAR_BYTES:
@@ -157,8 +159,7 @@ def _check_header(path: Path) -> int:
         for _ in range(n_kv):
             n, at = count(at)  # the key
             at += n
-            if at + 4 > len(data):
-                raise short() if len(data) == size else _Unscanned()
+            need(at + 4)
             at = value(at + 4, struct.unpack_from(order + "I", data, at)[0], 0)
     except _Unscanned:  # a header longer than the scan: the gguf package reads the rest
         pass
@@ -185,7 +186,7 @@ def _field(reader: Any, key: str) -> Any:
 
 def _metadata(reader: Any, gguf: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in _METADATA_KEYS:
+    for key in (*_METADATA_KEYS, "GGUF.version"):
         value = _field(reader, key)
         if value is None:
             continue
@@ -194,10 +195,9 @@ def _metadata(reader: Any, gguf: Any) -> dict[str, Any]:
                 value = gguf.LlamaFileType(int(value)).name
             except ValueError:
                 value = int(value)
+        elif key == "GGUF.version":
+            key, value = "gguf.version", int(value)
         out[key] = value
-    version = _field(reader, "GGUF.version")
-    if version is not None:
-        out["gguf.version"] = int(version)
     return out
 
 

@@ -207,14 +207,27 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
     receive, send = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the walker's loop
-        code = 0
         try:
             os.close(receive)
-            verdict = _child(path, member, (window[0], window[1]) if window else None, memory)
+            import resource
+
+            used = _address_space()
+            resource.setrlimit(resource.RLIMIT_AS, (used + memory, used + memory))
+            if member:
+                with zipfile.ZipFile(path) as archive, archive.open(member) as fh:
+                    _walk(fh)
+            else:
+                _walk(FileWindow(path, *window) if window else path)
+            verdict = {"status": "ok"}
+        except MemoryError:  # its text is not asked for: that could allocate
+            verdict = {"status": "error", "kind": "MemoryError", "text": ""}
+        except BaseException as exc:  # noqa: BLE001 - every failure of the walk is the verdict
+            verdict = {"status": "error", "kind": type(exc).__name__, "text": str(exc)[:300]}
+        code = 70
+        try:
             os.write(send, json.dumps(verdict).encode())
-        except BaseException:  # noqa: BLE001 - whatever happens, the child ends here
-            code = 70
-        finally:
+            code = 0
+        finally:  # whatever happens, the child ends here
             os._exit(code)
     os.close(send)
     with os.fdopen(receive, "rb") as verdict:
@@ -231,24 +244,6 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
         return {"status": "crashed", "exit": how}
     answer: dict[str, Any] = json.loads(data)
     return answer
-
-
-def _child(path: str, member: Optional[str], window: Optional[tuple[int, int]], memory: int) -> dict[str, Any]:
-    try:
-        import resource
-
-        used = _address_space()
-        resource.setrlimit(resource.RLIMIT_AS, (used + memory, used + memory))
-        if member:
-            with zipfile.ZipFile(path) as archive, archive.open(member) as fh:
-                _walk(fh)
-        else:
-            _walk(FileWindow(path, *window) if window else path)
-        return {"status": "ok"}
-    except MemoryError:
-        return {"status": "error", "kind": "MemoryError", "text": ""}
-    except BaseException as exc:  # noqa: BLE001 - every failure of the walk is the verdict
-        return {"status": "error", "kind": type(exc).__name__, "text": str(exc)[:300]}
 
 
 def _walk(target: Any) -> None:

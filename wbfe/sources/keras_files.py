@@ -25,6 +25,7 @@ from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
+from wbfe.sources._order import natural_key
 from wbfe.sources.file_window import FileWindow
 from wbfe.sources.hdf5_guard import Hdf5IndexError, check_hdf5_index
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
@@ -251,8 +252,12 @@ class KerasSource(TensorSource):
                 reason = ("optimizer state" if top in ("optimizer_weights", "optimizer") else
                           "metric state" if top == "metrics" else "not a layer variable of the model")
                 ordered.append(self._var(h5, path, path, "skip", f"{reason} ({top}/)"))
-        for var in ordered:
-            self._check_extent(h5, var, size)
+        for var in ordered:  # a contiguous dataset must lie inside the file: HDF5 would fail only when it is read
+            ds = h5[var.path]
+            offset = ds.id.get_offset()
+            if offset is not None and offset + ds.id.get_storage_size() > size:
+                raise TruncatedCheckpointError(f"{self._path}: data of {var.name!r} lies past the end of the weights "
+                    f"({offset + ds.id.get_storage_size()} > {size} bytes)", path=str(self._path))
         description = None
         if config_layers(config):  # the file's own model graph: its order and its output layer
             description = FrameworkDescription(
@@ -264,9 +269,8 @@ class KerasSource(TensorSource):
              axes: str = OUT_IN) -> _Var:
         ds = h5[path]
         stored = tuple(int(s) for s in ds.shape)
-        dtype = _dtype_name(ds)
-        return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, dtype, layout, skip,
-                    layer, axes)
+        return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, _dtype_name(ds), layout,
+                    skip, layer, axes)
 
     def _plan_keras2(self, h5: Any, root: Any, model_config: Any) -> list[_Var]:
         classes = {str(layer.get("config", {}).get("name")): _snake(class_name(layer))
@@ -296,13 +300,10 @@ class KerasSource(TensorSource):
         return out
 
     def _plan_keras3(self, h5: Any, datasets: list[str], config: Any) -> list[_Var]:
-        order = [folder for _, folder in _keras3_folders(config)]
-        position = {folder: i for i, folder in enumerate(order)}
+        position = {folder: i for i, (_, folder) in enumerate(_keras3_folders(config))}
 
-        def key(path: str) -> tuple[int, list[Any]]:
-            folder = path.rsplit("/vars/", 1)[0]
-            return (position.get(folder, len(position)),
-                    [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)])
+        def key(path: str) -> tuple[int, list[object]]:
+            return position.get(path.rsplit("/vars/", 1)[0], len(position)), natural_key(path)
 
         out: list[_Var] = []
         for path in sorted((p for p in datasets if "/vars/" in p and p.split("/")[0] == "layers"), key=key):
@@ -323,14 +324,6 @@ class KerasSource(TensorSource):
             layout, skip = _layout(layer_class, names[i], h5[path].ndim)
             out.append(self._var(h5, path, path, layout, skip, folder, _axes(layer_class, layout)))
         return out
-
-    def _check_extent(self, h5: Any, var: _Var, size: int) -> None:
-        """A contiguous dataset must lie inside the file: HDF5 would fail only when it is read."""
-        ds = h5[var.path]
-        offset = ds.id.get_offset()
-        if offset is not None and offset + ds.id.get_storage_size() > size:
-            raise TruncatedCheckpointError(f"{self._path}: data of {var.name!r} lies past the end of the weights "
-                f"({offset + ds.id.get_storage_size()} > {size} bytes)", path=str(self._path))
 
     def __len__(self) -> int:
         return len(self._vars)
