@@ -74,11 +74,9 @@ def read_lora_config(path: Path) -> LoraConfig:
     """Parse and check ``adapter_config.json`` (``CorruptCheckpointError``: not JSON, not LoRA, a bad rank or α)."""
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config ({exc})", path=str(path)) from None
-    except RecursionError:
-        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config (nested too deeply)",
-                                     path=str(path)) from None
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config ({reason})", path=str(path)) from None
     if not isinstance(raw, dict):
         raise CorruptCheckpointError(f"{path}: the adapter config is not a JSON object", path=str(path))
     kind = raw.get("peft_type")

@@ -114,15 +114,12 @@ def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
             return state
         if not isinstance(current, Mapping):
             break
-        nested = [k for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
-        if nested:
-            current = current[nested[0]]
-            continue
-        mappings = [v for v in current.values() if isinstance(v, Mapping)]
-        if len(mappings) == 1:
-            current = mappings[0]
-            continue
-        break
+        nested = [current[k] for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
+        if not nested:  # else the one mapping inside, if there is one only
+            nested = [v for v in current.values() if isinstance(v, Mapping)]
+            if len(nested) != 1:
+                break
+        current = nested[0]
     keys = [str(k)[:80] for k in list(obj.keys())[:8]] if isinstance(obj, Mapping) else type(obj).__name__
     raise CorruptCheckpointError(f"{where}: no state dict of tensors found (top level: {keys})", path=where)
 
