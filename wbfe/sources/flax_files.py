@@ -168,6 +168,7 @@ def _load(leaf: _Leaf) -> Any:
     assert array is not None
     dtype = _dtype(array.dtype) or "float32"
     raw = np.frombuffer(bytearray(b"".join(array.pieces)), dtype=np.uint8)
+    t: Any
     if dtype in NUMPY_DTYPES:
         # Viewed as stored (a big-endian ">f4" is float32 too: found by fuzzing), then in native order.
         t = raw.view(np.dtype(array.dtype)).reshape(array.shape).astype(NUMPY_DTYPES[dtype], copy=False)

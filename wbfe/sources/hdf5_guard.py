@@ -69,8 +69,7 @@ class _Walker:
         line = self.process.stdout.readline()  # the walker writes an answer whole, then flushes
         if not line.endswith(b"\n"):
             raise EOFError
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+        return json.loads(line)
 
     def stop(self) -> None:
         """End the walker and the walk it may be running (they share its session)."""
@@ -217,7 +216,7 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
                 with zipfile.ZipFile(path) as archive, archive.open(member) as fh:
                     _walk(fh)
             else:
-                _walk(FileWindow(path, *window) if window else path)
+                _walk(FileWindow(path, window[0], window[1]) if window else path)
             verdict = {"status": "ok"}
         except MemoryError:  # its text is not asked for: that could allocate
             verdict = {"status": "error", "kind": "MemoryError", "text": ""}
@@ -230,10 +229,10 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
         finally:  # whatever happens, the child ends here
             os._exit(code)
     os.close(send)
-    with os.fdopen(receive, "rb") as verdict:
+    with os.fdopen(receive, "rb") as pipe:
         # The child writes its verdict (or, crashed, nothing) as it exits: once the pipe is readable, read to EOF.
-        finished = bool(select.select([verdict], [], [], timeout)[0])
-        data = verdict.read() if finished else b""
+        finished = bool(select.select([pipe], [], [], timeout)[0])
+        data = pipe.read() if finished else b""
     if not finished:
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
@@ -242,8 +241,7 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
     if not data:
         how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.waitstatus_to_exitcode(status)}")
         return {"status": "crashed", "exit": how}
-    answer: dict[str, Any] = json.loads(data)
-    return answer
+    return json.loads(data)
 
 
 def _walk(target: Any) -> None:

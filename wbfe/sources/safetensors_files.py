@@ -348,7 +348,7 @@ class SafetensorsSource(ShardedSafetensors):
 
     def __init__(self, path: Path, ref: str, fmt: str | None = None):
         index = path if path.name.lower().endswith(".index.json") else None
-        shards: list[tuple[Path, list[str] | None]] = index_shards(path) if index else [(path, None)]
+        shards: list[tuple[Path, list[str] | None]] = list(index_shards(path)) if index else [(path, None)]
         files = [shard for shard, _ in shards]
         metadata: dict[str, str] = {}
         planned = []

@@ -26,8 +26,14 @@ def _load_any_protocol(self: Any) -> None:
     self.proto = self.read(1)[0]
 
 
-# The pure-Python unpickler's opcode table with that PROTO: the C unpickler's cannot be changed.
-_DISPATCH = {**pickle._Unpickler.dispatch, pickle.PROTO[0]: _load_any_protocol}
+class _Plain(pickle._Unpickler):
+    """For the header pickles and the key list: plain data only."""
+
+    # The pure-Python unpickler's opcode table with that PROTO: the C unpickler's cannot be changed.
+    dispatch = {**pickle._Unpickler.dispatch, pickle.PROTO[0]: _load_any_protocol}
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} in a legacy checkpoint's plain records")
 
 
 class _Placeholder:
@@ -41,10 +47,8 @@ class _Placeholder:
     __setstate__ = __setitem__ = append = extend = __init__
 
 
-class _Records(pickle._Unpickler):
+class _Records(_Plain):
     """Reads the object pickle for its storage records alone: every class is a placeholder."""
-
-    dispatch = _DISPATCH
 
     def __init__(self, fh: Any):
         super().__init__(fh)
@@ -60,15 +64,6 @@ class _Records(pickle._Unpickler):
             if isinstance(pid[2], str) and isinstance(pid[4], int):
                 self.storages[pid[2]] = (_ITEMSIZE.get(name, 0) if module == "torch" else 0, pid[4])
         return _Placeholder()
-
-
-class _Plain(pickle._Unpickler):
-    """For the header pickles and the key list: plain data only."""
-
-    dispatch = _DISPATCH
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"{module}.{name} in a legacy checkpoint's plain records")
 
 
 def check_legacy_records(path: Path, fh: BinaryIO) -> None:
