@@ -176,10 +176,8 @@ def _one_line(exc: BaseException) -> str:
 
 def _field(reader: Any, key: str) -> Any:
     field = reader.get_field(key)
-    if field is None:
-        return None
     try:
-        return field.contents()
+        return None if field is None else field.contents()
     except (IndexError, ValueError, UnicodeDecodeError):
         return None
 

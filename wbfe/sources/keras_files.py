@@ -175,14 +175,12 @@ class KerasSource(TensorSource):
 
     def _open_archive(self, path: Path) -> tuple[Any, dict[str, Any]]:
         try:
-            archive = zipfile.ZipFile(path)
-            self._archive = archive
-            names = set(archive.namelist())
-            if _WEIGHTS_MEMBER not in names:
+            self._archive = archive = zipfile.ZipFile(path)
+            if _WEIGHTS_MEMBER not in archive.namelist():
                 raise CorruptCheckpointError(f"{path}: a zip without {_WEIGHTS_MEMBER}: not a Keras 3 archive",
                                              path=str(path))
             config = _read_json(archive, "config.json")
-            metadata = _read_json(archive, "metadata.json") if "metadata.json" in names else {}
+            metadata = _read_json(archive, "metadata.json")  # None where there is none
             info = archive.getinfo(_WEIGHTS_MEMBER)
             self._member_size = info.file_size
             self._window: Optional[tuple[int, int]] = None

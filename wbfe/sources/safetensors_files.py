@@ -140,22 +140,16 @@ def _parse_json(raw: bytes, what: str, path: Path | str) -> Any:
     except json.JSONDecodeError as exc:
         raise CorruptCheckpointError(f"{what} (JSONDecodeError: {exc.msg} at character {exc.pos})",
                                      path=str(path)) from None
-    except _DuplicateKey as exc:
-        raise CorruptCheckpointError(f"{what} (the key {exc.args[0]!r} appears twice)", path=str(path)) from None
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise CorruptCheckpointError(f"{what} ({reason})", path=str(path)) from None
-
-
-class _DuplicateKey(Exception):
-    pass
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateKey(key[:80])
+            raise ValueError(f"the key {key[:80]!r} appears twice")
         out[key] = value
     try:
         for text in (*out, *(value for value in out.values() if isinstance(value, str))):
