@@ -77,11 +77,9 @@ def model_config(files: dict[str, bytes]) -> dict[str, Any] | None:
     """The model configuration from the bytes of its files (:data:`MODEL_CONFIGS`, by name; local or remote)."""
     found: dict[str, Any] = {}
     for file_name in MODEL_CONFIGS:
-        if file_name not in files:
-            continue
         try:  # deep nesting must not crash
             parsed = json.loads(files[file_name].decode("utf-8"))
-        except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError too
+        except (KeyError, ValueError, RecursionError):  # not there; UnicodeDecodeError, JSONDecodeError too
             continue
         if isinstance(parsed, dict):
             if file_name == "config.json":

@@ -117,9 +117,7 @@ class _Unpickler(pickle.Unpickler):
             return _STORAGES[name]
         if module == "__torch__" or module.startswith("__torch__."):
             qualname = f"{module}.{name}"
-            if qualname not in _CLASSES:
-                _CLASSES[qualname] = type("Scripted", (_Scripted,), {"qualname": qualname})
-            return _CLASSES[qualname]
+            return _CLASSES.setdefault(qualname, type("Scripted", (_Scripted,), {"qualname": qualname}))
         raise UnsafePickleError(f"refused to load a TorchScript pickle that needs {module}.{name}")
 
     def persistent_load(self, pid: Any) -> _Storage:
@@ -294,12 +292,9 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
             value = value.state
         if id(value) in seen:
             continue
-        if isinstance(value, dict):
-            items = [(str(k), v) for k, v in value.items()]
-        elif isinstance(value, (list, tuple)):
-            items = [(str(i), v) for i, v in enumerate(value)]
-        else:
+        if not isinstance(value, (dict, list, tuple)):
             continue
+        items = [(str(k), v) for k, v in (value.items() if isinstance(value, dict) else enumerate(value))]
         seen.add(id(value))
         if members is not None:  # a module's own attributes: what its class declares each to be
             params, buffers = members
