@@ -28,9 +28,6 @@ class FileWindow(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
-    def tell(self) -> int:
-        return self._pos
-
     def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
         self._pos = max(0, base + pos)
@@ -39,8 +36,6 @@ class FileWindow(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         n = max(0, min(len(view), self._size - self._pos))
-        if n == 0:
-            return 0
         self._fh.seek(self._offset + self._pos)
         got = self._fh.readinto(view[:n]) or 0
         self._pos += got

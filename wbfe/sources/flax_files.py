@@ -126,18 +126,16 @@ class FlaxSource(TensorSource):
         return out
 
     def _leaf(self, path: tuple[str, ...], array: _Array) -> _Leaf:
-        ndim = len(array.shape)
         name = torch_name(path)
-        dtype = "bfloat16" if array.dtype == "bfloat16" else _dtype(array.dtype)
+        dtype = _dtype(array.dtype)
         if dtype is None:
             return _Leaf(name, array, None, f"{array.dtype} array: not a weight dtype")
-        need = math.prod(array.shape) * itemsize(dtype)
-        if sum(len(p) for p in array.pieces) != need:
-            raise CorruptCheckpointError(f"{self._path}: array {'.'.join(path)!r} holds "
-                                         f"{sum(len(p) for p in array.pieces)} bytes, its shape needs {need}",
-                                         path=str(self._path))
+        need, have = math.prod(array.shape) * itemsize(dtype), sum(len(p) for p in array.pieces)
+        if have != need:
+            raise CorruptCheckpointError(f"{self._path}: array {'.'.join(path)!r} holds {have} bytes, its shape "
+                                         f"needs {need}", path=str(self._path))
         skip = "optimizer state" if path and path[0] in _OPTIMIZER else None
-        return _Leaf(name, array, torch_layout(path[-1] if path else "", ndim), skip)
+        return _Leaf(name, array, torch_layout(path[-1] if path else "", len(array.shape)), skip)
 
     def _unchunk(self, path: tuple[str, ...], value: dict[Any, Any]) -> _Array:
         try:
@@ -170,15 +168,15 @@ def _load(leaf: _Leaf) -> Any:
     assert array is not None
     dtype = _dtype(array.dtype) or "float32"
     raw = np.frombuffer(bytearray(b"".join(array.pieces)), dtype=np.uint8)
+    t: Any
     if dtype in NUMPY_DTYPES:
         # Viewed as stored (a big-endian ">f4" is float32 too: found by fuzzing), then in native order.
         t = raw.view(np.dtype(array.dtype)).reshape(array.shape).astype(NUMPY_DTYPES[dtype], copy=False)
-        return np.ascontiguousarray(np.transpose(t, leaf.permute) if leaf.permute is not None else t)
-    # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
-    tensor = from_bytes(raw, dtype, array.shape)
-    if not is_torch(tensor):
-        return np.ascontiguousarray(np.transpose(tensor, leaf.permute) if leaf.permute is not None else tensor)
-    return (tensor.permute(*leaf.permute) if leaf.permute is not None else tensor).contiguous()
+    else:  # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
+        t = from_bytes(raw, dtype, array.shape)
+    if is_torch(t):
+        return (t.permute(*leaf.permute) if leaf.permute is not None else t).contiguous()
+    return np.ascontiguousarray(np.transpose(t, leaf.permute) if leaf.permute is not None else t)
 
 
 def _dtype(name: str) -> Optional[str]:

@@ -23,9 +23,9 @@ __all__ = ["GGUFSource", "GGUF_MAGIC", "SPLIT_NAME", "split_files", "GGUF"]
 
 GGUF_MAGIC = b"GGUF"
 SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-# Stored as floats torch reads directly: no dequantiser, no ``quant``.
-_PLAIN = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
-_INTEGER = {"I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64"}
+# Stored as numbers torch reads directly: no dequantiser, no ``quant``.
+_PLAIN = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I8": "int8", "I16": "int16",
+          "I32": "int32", "I64": "int64"}
 # Metadata recorded in the provenance (``general.file_type`` is decoded to its llama.cpp name).
 _METADATA_KEYS = ("general.architecture", "general.name", "general.file_type", "general.quantization_version")
 
@@ -54,17 +54,7 @@ class _Split:
     def __init__(self, path: Path):
         gguf = _gguf()
         self.path = path
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(24)
-        magic = head[:4]
-        if len(magic) < 4:
-            raise TruncatedCheckpointError(f"{path}: truncated GGUF file ({size} bytes)", path=str(path))
-        if magic != GGUF_MAGIC:
-            raise CorruptCheckpointError(
-                f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})", path=str(path))
-        _check_counts(path, head, size)
-        _check_fields(path, size)
+        size = _check_header(path)
         try:
             reader = gguf.GGUFReader(path)
         except ValueError as exc:
@@ -79,7 +69,7 @@ class _Split:
                 f"{path}: corrupt or truncated GGUF header ({exc.__class__.__name__}: {_one_line(exc)})",
                 path=str(path)) from None
         self.metadata = _metadata(reader, gguf)
-        self.split = (_field(reader, "split.no"), _field(reader, "split.count"))
+        self.split_count = _field(reader, "split.count")
         # (name, quant type name, dims out x in, first byte, byte count): plain values only, so the
         # reader and its memory map of the whole file are freed here.
         self.tensors: list[tuple[str, str, tuple[int, ...], int, int]] = []
@@ -97,53 +87,48 @@ class _Split:
 # The fewest bytes a header entry takes: a key-value pair (key length, type, a 1-byte value) and a
 # tensor's description (name length, dimension count, type, offset).
 _MIN_KV_BYTES = 8 + 4 + 1
+_MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
 # The most of a file read to check its key-value section (a vocabulary of 256k tokens takes ~5 MB).
 _MAX_HEADER_SCAN = 64 << 20
-_MIN_TENSOR_BYTES = 8 + 4 + 4 + 8
-
-
-def _byte_order(head: bytes) -> str:
-    """``<`` or ``>``: a big-endian file's version, read little-endian, has its low 16 bits zero (gguf's test)."""
-    return ">" if struct.unpack_from("<I", head, 4)[0] & 0xFFFF == 0 else "<"
-
-
-def _check_counts(path: Path, head: bytes, size: int) -> None:
-    """Refuse counts the file is too short to hold before gguf reads them (past the end it reads nothing and
-    goes on: a count of 10⁶ in a 100-byte file built 10⁶ fields; found by fuzzing)."""
-    if len(head) < 24:
-        raise TruncatedCheckpointError(f"{path}: truncated GGUF header ({size} bytes)", path=str(path))
-    order = _byte_order(head)
-    version, n_tensors, n_kv = struct.unpack(order + "IQQ", head[4:24])
-    if version == 1:  # version 1's counts are 32-bit
-        return
-    if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
-        raise TruncatedCheckpointError(
-            f"{path}: truncated or corrupt GGUF header ({n_tensors} tensors and {n_kv} key-value pairs do not fit "
-            f"in its {size} bytes)", path=str(path))
-
-
 # GGUF value types: byte size of each scalar type (8 STRING and 9 ARRAY have their own layout).
 _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _MAX_ARRAY_DEPTH = 8
 
 
-def _check_fields(path: Path, size: int) -> None:
-    """Refuse a key-value the file is too short to hold before gguf reads it (past the end its reader reads
-    empty array elements without moving on: a count of 10¹² ran it out of memory; found by fuzzing)."""
+def _check_header(path: Path) -> int:
+    """The file's size, once its magic, counts and key-values are checked to fit in it before gguf reads them
+    (past the end gguf reads nothing and goes on, or reads empty array elements without moving on: a count of
+    10⁶ in a 100-byte file built 10⁶ fields, a count of 10¹² ran it out of memory; found by fuzzing)."""
+    size = path.stat().st_size
     with open(path, "rb") as fh:
         data = fh.read(min(size, _MAX_HEADER_SCAN))
-    order = _byte_order(data)
-    version, _, n_kv = struct.unpack_from(order + "IQQ", data, 4)
+    if len(data) < 4:
+        raise TruncatedCheckpointError(f"{path}: truncated GGUF file ({size} bytes)", path=str(path))
+    if data[:4] != GGUF_MAGIC:
+        raise CorruptCheckpointError(
+            f"{path}: not a GGUF file (magic {data[:4]!r}, expected {GGUF_MAGIC!r})", path=str(path))
+    if len(data) < 24:
+        raise TruncatedCheckpointError(f"{path}: truncated GGUF header ({size} bytes)", path=str(path))
+    # A big-endian file's version, read little-endian, has its low 16 bits zero (gguf's test).
+    order = ">" if struct.unpack_from("<I", data, 4)[0] & 0xFFFF == 0 else "<"
+    version, n_tensors, n_kv = struct.unpack_from(order + "IQQ", data, 4)
     if version == 1:  # 32-bit counts: left to the gguf package
-        return
+        return size
+    if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
+        raise TruncatedCheckpointError(
+            f"{path}: truncated or corrupt GGUF header ({n_tensors} tensors and {n_kv} key-value pairs do not fit "
+            f"in its {size} bytes)", path=str(path))
 
     def short() -> TruncatedCheckpointError:
         return TruncatedCheckpointError(f"{path}: truncated or corrupt GGUF header (a value runs past the end of "
                                         f"its {size} bytes)", path=str(path))
 
-    def count(at: int) -> tuple[int, int]:
-        if at + 8 > len(data):
+    def need(end: int) -> None:
+        if end > len(data):
             raise short() if len(data) == size else _Unscanned()
+
+    def count(at: int) -> tuple[int, int]:
+        need(at + 8)
         return struct.unpack_from(order + "Q", data, at)[0], at + 8
 
     def value(at: int, kind: int, depth: int) -> int:
@@ -153,8 +138,7 @@ def _check_fields(path: Path, size: int) -> None:
             n, at = count(at)
             at += n
         elif kind == 9 and depth < _MAX_ARRAY_DEPTH:  # an array: item type, count, items
-            if at + 4 > len(data):
-                raise short() if len(data) == size else _Unscanned()
+            need(at + 4)
             item = struct.unpack_from(order + "I", data, at)[0]
             n, at = count(at + 4)
             if item in _SCALAR_BYTES:
@@ -175,11 +159,11 @@ def _check_fields(path: Path, size: int) -> None:
         for _ in range(n_kv):
             n, at = count(at)  # the key
             at += n
-            if at + 4 > len(data):
-                raise short() if len(data) == size else _Unscanned()
+            need(at + 4)
             at = value(at + 4, struct.unpack_from(order + "I", data, at)[0], 0)
     except _Unscanned:  # a header longer than the scan: the gguf package reads the rest
-        return
+        pass
+    return size
 
 
 class _Unscanned(Exception):
@@ -192,17 +176,15 @@ def _one_line(exc: BaseException) -> str:
 
 def _field(reader: Any, key: str) -> Any:
     field = reader.get_field(key)
-    if field is None:
-        return None
     try:
-        return field.contents()
+        return None if field is None else field.contents()
     except (IndexError, ValueError, UnicodeDecodeError):
         return None
 
 
 def _metadata(reader: Any, gguf: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in _METADATA_KEYS:
+    for key in (*_METADATA_KEYS, "GGUF.version"):
         value = _field(reader, key)
         if value is None:
             continue
@@ -211,10 +193,9 @@ def _metadata(reader: Any, gguf: Any) -> dict[str, Any]:
                 value = gguf.LlamaFileType(int(value)).name
             except ValueError:
                 value = int(value)
+        elif key == "GGUF.version":
+            key, value = "gguf.version", int(value)
         out[key] = value
-    version = _field(reader, "GGUF.version")
-    if version is not None:
-        out["gguf.version"] = int(version)
     return out
 
 
@@ -227,7 +208,7 @@ class GGUFSource(TensorSource):
     def __init__(self, path: Path, ref: str, fmt: str | None = None):
         files = split_files(path)
         self._splits = [_Split(f) for f in files]
-        counts = {s.split[1] for s in self._splits}
+        counts = {s.split_count for s in self._splits}
         if len(files) > 1 and counts != {len(files)}:
             raise CorruptCheckpointError(
                 f"{path}: split count in the files ({sorted(c for c in counts if c is not None)}) "
@@ -254,7 +235,7 @@ class GGUFSource(TensorSource):
         gguf = _gguf()
         for split in self._splits:
             for name, kind, dims, first, nbytes in split.tensors:
-                dtype, quant = _PLAIN.get(kind) or _INTEGER.get(kind), None
+                dtype, quant = _PLAIN.get(kind), None
                 if dtype is None:
                     quant = f"gguf-{kind.lower()}"
                     qtype = gguf.GGMLQuantizationType[kind]
@@ -277,7 +258,7 @@ def _can_dequantize(gguf: Any, qtype: Any) -> bool:
 
 def _load(path: Path, kind: str, dims: tuple[int, ...], first: int, nbytes: int) -> Any:
     """One tensor's bytes (``pread``: safe from any thread), dequantised."""
-    plain = _PLAIN.get(kind) or _INTEGER.get(kind)
+    plain = _PLAIN.get(kind)
     if math.prod(dims) == 0:  # no bytes to view or dequantise (both fail on an empty buffer)
         return from_bytes(np.empty(0, dtype=np.uint8), plain or "float32", dims)
     raw = read_range(path, first, nbytes)

@@ -7,6 +7,7 @@ process, which imports nothing of the caller's (docs/formats.md).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -14,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 from pathlib import Path
 from typing import Any, Optional
@@ -55,7 +55,6 @@ class _Walker:
             [spawn.get_executable(), "-c", _BOOT, json.dumps([p for p in sys.path if isinstance(p, str)])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, close_fds=True)
         self.pid = os.getpid()
-        self._buffer = b""
 
     def ask(self, request: dict[str, Any], wait: float) -> Optional[dict[str, Any]]:
         """Send one request; the walker's answer, None after ``wait`` s (``EOFError``: the walker died)."""
@@ -65,26 +64,17 @@ class _Walker:
             self.process.stdin.flush()
         except OSError:
             raise EOFError from None
-        fd = self.process.stdout.fileno()
-        deadline = time.monotonic() + wait
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise EOFError
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+        if not select.select([self.process.stdout], [], [], wait)[0]:
+            return None
+        line = self.process.stdout.readline()  # the walker writes an answer whole, then flushes
+        if not line.endswith(b"\n"):
+            raise EOFError
+        return json.loads(line)
 
     def stop(self) -> None:
         """End the walker and the walk it may be running (they share its session)."""
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except OSError:
-            pass
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
@@ -102,10 +92,8 @@ def _forget_in_child() -> None:
     if walker is not None:
         for pipe in (walker.process.stdin, walker.process.stdout):
             if pipe is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(pipe.fileno())
-                except OSError:
-                    pass
 
 
 if hasattr(os, "register_at_fork"):
@@ -114,15 +102,8 @@ if hasattr(os, "register_at_fork"):
 
 @atexit.register
 def _stop_at_exit() -> None:
-    walker = _WALKER
-    if walker is None or walker.pid != os.getpid():
-        return
-    try:
-        if walker.process.stdin is not None:
-            walker.process.stdin.close()
-        walker.process.wait(timeout=2)
-    except (OSError, subprocess.TimeoutExpired):
-        walker.stop()
+    if _WALKER is not None and _WALKER.pid == os.getpid():
+        _WALKER.stop()
 
 
 def _walker() -> Optional[_Walker]:
@@ -225,31 +206,33 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
     receive, send = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the walker's loop
-        code = 0
         try:
             os.close(receive)
-            verdict = _child(path, member, (window[0], window[1]) if window else None, memory)
+            import resource
+
+            used = _address_space()
+            resource.setrlimit(resource.RLIMIT_AS, (used + memory, used + memory))
+            if member:
+                with zipfile.ZipFile(path) as archive, archive.open(member) as fh:
+                    _walk(fh)
+            else:
+                _walk(FileWindow(path, window[0], window[1]) if window else path)
+            verdict = {"status": "ok"}
+        except MemoryError:  # its text is not asked for: that could allocate
+            verdict = {"status": "error", "kind": "MemoryError", "text": ""}
+        except BaseException as exc:  # noqa: BLE001 - every failure of the walk is the verdict
+            verdict = {"status": "error", "kind": type(exc).__name__, "text": str(exc)[:300]}
+        code = 70
+        try:
             os.write(send, json.dumps(verdict).encode())
-        except BaseException:  # noqa: BLE001 - whatever happens, the child ends here
-            code = 70
-        finally:
+            code = 0
+        finally:  # whatever happens, the child ends here
             os._exit(code)
     os.close(send)
-    deadline = time.monotonic() + timeout
-    data = b""
-    finished = False
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([receive], [], [], left)[0]:
-                break
-            chunk = os.read(receive, 1 << 16)
-            if not chunk:
-                finished = True
-                break
-            data += chunk
-    finally:
-        os.close(receive)
+    with os.fdopen(receive, "rb") as pipe:
+        # The child writes its verdict (or, crashed, nothing) as it exits: once the pipe is readable, read to EOF.
+        finished = bool(select.select([pipe], [], [], timeout)[0])
+        data = pipe.read() if finished else b""
     if not finished:
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
@@ -258,26 +241,7 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
     if not data:
         how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.waitstatus_to_exitcode(status)}")
         return {"status": "crashed", "exit": how}
-    answer: dict[str, Any] = json.loads(data)
-    return answer
-
-
-def _child(path: str, member: Optional[str], window: Optional[tuple[int, int]], memory: int) -> dict[str, Any]:
-    try:
-        import resource
-
-        used = _address_space()
-        resource.setrlimit(resource.RLIMIT_AS, (used + memory, used + memory))
-        if member:
-            with zipfile.ZipFile(path) as archive, archive.open(member) as fh:
-                _walk(fh)
-        else:
-            _walk(FileWindow(path, *window) if window else path)
-        return {"status": "ok"}
-    except MemoryError:
-        return {"status": "error", "kind": "MemoryError", "text": ""}
-    except BaseException as exc:  # noqa: BLE001 - every failure of the walk is the verdict
-        return {"status": "error", "kind": type(exc).__name__, "text": str(exc)[:300]}
+    return json.loads(data)
 
 
 def _walk(target: Any) -> None:
@@ -292,10 +256,8 @@ def _walk(target: Any) -> None:
             else:
                 _ = (obj.shape, obj.dtype, obj.id.get_offset(), obj.id.get_storage_size())
             for key in list(obj.attrs):
-                try:
+                with contextlib.suppress(TypeError, ValueError):  # a type h5py does not convert: no damage
                     obj.attrs.get(key)
-                except (TypeError, ValueError):  # a type h5py does not convert: no damage of the file
-                    pass
 
 
 def _address_space() -> int:

@@ -25,6 +25,7 @@ from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
+from wbfe.sources._order import natural_key
 from wbfe.sources.file_window import FileWindow
 from wbfe.sources.hdf5_guard import Hdf5IndexError, check_hdf5_index
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
@@ -46,10 +47,6 @@ _KERAS3_VARS: dict[str, tuple[str, ...]] = {
     "cell": ("kernel", "recurrent_kernel", "bias"),  # layers/lstm/cell/vars/...: LSTM, GRU, SimpleRNN
 }
 _NUMBERED = re.compile(r"^(?P<base>.+?)(_\d+)?$")
-
-
-def _h5py() -> Any:
-    return optional_import("h5py", "reading Keras files needs h5py: pip install 'wbfe[keras]'")
 
 
 @dataclass(frozen=True)
@@ -85,9 +82,7 @@ def _layout(layer_class: str, var: str, ndim: int) -> tuple[str, Optional[str]]:
 
 
 def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    if layout == "dense":
-        return (shape[1], shape[0])
-    if layout == "conv":
+    if layout in ("dense", "conv"):  # in × out, or k… × in × out
         return (shape[-1], shape[-2], *shape[:-2])
     if layout == "depthwise":
         return (shape[-2] * shape[-1], 1, *shape[:-2])
@@ -96,9 +91,7 @@ def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _to_torch_layout(t: "np.ndarray", layout: str) -> "np.ndarray":
     n = t.ndim
-    if layout == "dense":
-        t = t.T
-    elif layout == "conv":
+    if layout in ("dense", "conv"):
         t = np.transpose(t, (n - 1, n - 2, *range(n - 2)))
     elif layout == "depthwise":
         t = np.transpose(t, (n - 2, n - 1, *range(n - 2))).reshape(t.shape[-2] * t.shape[-1], 1, *t.shape[:-2])
@@ -130,7 +123,7 @@ class KerasSource(TensorSource):
     """The variables of a Keras ``.h5`` / ``.weights.h5`` file or ``.keras`` archive."""
 
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
-        h5py = _h5py()
+        h5py = optional_import("h5py", "reading Keras files needs h5py: pip install 'wbfe[keras]'")
         self._path = path
         self._lock = threading.Lock()
         self._archive: Optional[zipfile.ZipFile] = None
@@ -140,22 +133,27 @@ class KerasSource(TensorSource):
         with open(path, "rb") as fh:
             head = fh.read(8)
         try:
-            if head[:4] == b"PK\x03\x04":
+            keras3 = head[:4] == b"PK\x03\x04"
+            if keras3:
                 config, metadata = self._open_archive(path)
-                self._guard(path, window=self._window, member=None if self._window else _WEIGHTS_MEMBER)
+                # The index walked in a bounded child first (wbfe.sources.hdf5_guard).
+                check_hdf5_index(path, window=self._window, member=None if self._window else _WEIGHTS_MEMBER)
                 h5 = h5py.File(self._fileobj, "r")
                 size = self._member_size
-                fmt = "keras3"
             else:
                 if head != HDF5_MAGIC:
                     raise CorruptCheckpointError(f"{path}: not a Keras file (neither HDF5 nor a .keras zip: starts "
                                                  f"{head[:8]!r})", path=str(path))
-                self._guard(path)
+                check_hdf5_index(path)
                 h5 = h5py.File(path, "r")
                 size = path.stat().st_size
-                fmt = "keras-h5"
-        except OSError as exc:
+        except Hdf5IndexError as exc:
             self._close_archive()
+            raise _hdf5_error(path, OSError(exc.text)) from None
+        except (OSError, CorruptCheckpointError) as exc:
+            self._close_archive()
+            if isinstance(exc, CorruptCheckpointError):
+                raise
             raise _hdf5_error(path, exc) from None
         self._h5 = h5
         try:
@@ -169,32 +167,20 @@ class KerasSource(TensorSource):
             self.close_files()
             raise
         self.own_description = description
-        extra.update({k: v for k, v in metadata.items() if k == "keras_version"})
+        if "keras_version" in metadata:
+            extra["keras_version"] = metadata["keras_version"]
         layout = extra.pop("layout")
-        self.provenance = Provenance(source=ref, format=fmt if fmt == "keras3" else layout, files=[str(path)],
+        self.provenance = Provenance(source=ref, format="keras3" if keras3 else layout, files=[str(path)],
             pending=FileDigest([path]), extra={"metadata": extra} if extra else {})
-
-    def _guard(self, path: Path, **where: Any) -> None:
-        """The index walked in a bounded child first (:mod:`wbfe.sources.hdf5_guard`)."""
-        try:
-            check_hdf5_index(path, **where)
-        except Hdf5IndexError as exc:
-            self._close_archive()
-            raise _hdf5_error(path, OSError(exc.text)) from None
-        except CorruptCheckpointError:
-            self._close_archive()
-            raise
 
     def _open_archive(self, path: Path) -> tuple[Any, dict[str, Any]]:
         try:
-            archive = zipfile.ZipFile(path)
-            self._archive = archive
-            names = set(archive.namelist())
-            if _WEIGHTS_MEMBER not in names:
+            self._archive = archive = zipfile.ZipFile(path)
+            if _WEIGHTS_MEMBER not in archive.namelist():
                 raise CorruptCheckpointError(f"{path}: a zip without {_WEIGHTS_MEMBER}: not a Keras 3 archive",
                                              path=str(path))
             config = _read_json(archive, "config.json")
-            metadata = _read_json(archive, "metadata.json") if "metadata.json" in names else {}
+            metadata = _read_json(archive, "metadata.json")  # None where there is none
             info = archive.getinfo(_WEIGHTS_MEMBER)
             self._member_size = info.file_size
             self._window: Optional[tuple[int, int]] = None
@@ -264,8 +250,12 @@ class KerasSource(TensorSource):
                 reason = ("optimizer state" if top in ("optimizer_weights", "optimizer") else
                           "metric state" if top == "metrics" else "not a layer variable of the model")
                 ordered.append(self._var(h5, path, path, "skip", f"{reason} ({top}/)"))
-        for var in ordered:
-            self._check_extent(h5, var, size)
+        for var in ordered:  # a contiguous dataset must lie inside the file: HDF5 would fail only when it is read
+            ds = h5[var.path]
+            offset = ds.id.get_offset()
+            if offset is not None and offset + ds.id.get_storage_size() > size:
+                raise TruncatedCheckpointError(f"{self._path}: data of {var.name!r} lies past the end of the weights "
+                    f"({offset + ds.id.get_storage_size()} > {size} bytes)", path=str(self._path))
         description = None
         if config_layers(config):  # the file's own model graph: its order and its output layer
             description = FrameworkDescription(
@@ -277,9 +267,8 @@ class KerasSource(TensorSource):
              axes: str = OUT_IN) -> _Var:
         ds = h5[path]
         stored = tuple(int(s) for s in ds.shape)
-        dtype = _dtype_name(ds)
-        return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, dtype, layout, skip,
-                    layer, axes)
+        return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, _dtype_name(ds), layout,
+                    skip, layer, axes)
 
     def _plan_keras2(self, h5: Any, root: Any, model_config: Any) -> list[_Var]:
         classes = {str(layer.get("config", {}).get("name")): _snake(class_name(layer))
@@ -309,13 +298,10 @@ class KerasSource(TensorSource):
         return out
 
     def _plan_keras3(self, h5: Any, datasets: list[str], config: Any) -> list[_Var]:
-        order = [folder for _, folder in _keras3_folders(config)]
-        position = {folder: i for i, folder in enumerate(order)}
+        position = {folder: i for i, (_, folder) in enumerate(_keras3_folders(config))}
 
-        def key(path: str) -> tuple[int, list[Any]]:
-            folder = path.rsplit("/vars/", 1)[0]
-            return (position.get(folder, len(position)),
-                    [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)])
+        def key(path: str) -> tuple[int, list[object]]:
+            return position.get(path.rsplit("/vars/", 1)[0], len(position)), natural_key(path)
 
         out: list[_Var] = []
         for path in sorted((p for p in datasets if "/vars/" in p and p.split("/")[0] == "layers"), key=key):
@@ -336,14 +322,6 @@ class KerasSource(TensorSource):
             layout, skip = _layout(layer_class, names[i], h5[path].ndim)
             out.append(self._var(h5, path, path, layout, skip, folder, _axes(layer_class, layout)))
         return out
-
-    def _check_extent(self, h5: Any, var: _Var, size: int) -> None:
-        """A contiguous dataset must lie inside the file: HDF5 would fail only when it is read."""
-        ds = h5[var.path]
-        offset = ds.id.get_offset()
-        if offset is not None and offset + ds.id.get_storage_size() > size:
-            raise TruncatedCheckpointError(f"{self._path}: data of {var.name!r} lies past the end of the weights "
-                f"({offset + ds.id.get_storage_size()} > {size} bytes)", path=str(self._path))
 
     def __len__(self) -> int:
         return len(self._vars)
@@ -393,14 +371,7 @@ def _hdf5_error(path: Path, exc: BaseException) -> CorruptCheckpointError:
 def _dtype_name(ds: Any) -> str:
     if ds.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
         return "bfloat16"
-    kind, size = ds.dtype.kind, ds.dtype.itemsize
-    if kind == "f":
-        return {2: "float16", 4: "float32", 8: "float64"}.get(size, f"float{8 * size}")
-    if kind in "iu":
-        return f"{'u' if kind == 'u' else ''}int{8 * size}"
-    if kind == "b":
-        return "bool"
-    return f"hdf5-{ds.dtype.str}"
+    return str(ds.dtype.name) if ds.dtype.kind in "fiub" else f"hdf5-{ds.dtype.str}"
 
 
 def _walk_config(config: Any) -> Iterator[dict[str, Any]]:
@@ -474,15 +445,12 @@ def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + name_len + extra_len
 
 
-# Members of a Keras 3 archive (keras.saving.saving_lib): the weights and the model's config.
-_ARCHIVE_MEMBERS = (_WEIGHTS_MEMBER, "config.json")
-
-
 def is_keras_file(head: bytes, path: Path) -> bool:
-    """An HDF5 file (by its magic), or a zip holding a Keras 3 archive's members, whatever its name."""
+    """An HDF5 file (by its magic), or a zip holding a Keras 3 archive's members (keras.saving.saving_lib: the
+    weights and the model's config), whatever its name."""
     if head[:8] == HDF5_MAGIC:
         return True
-    return head[:4] == b"PK\x03\x04" and all(m in zip_members(path) for m in _ARCHIVE_MEMBERS)
+    return head[:4] == b"PK\x03\x04" and all(m in zip_members(path) for m in (_WEIGHTS_MEMBER, "config.json"))
 
 
 KERAS = register_format(FileFormat(

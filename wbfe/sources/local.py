@@ -22,22 +22,15 @@ pick_weight_files = pick_files
 
 def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> TensorSource:
     """Open a checkpoint file or folder (``SourceNotFoundError`` where it is missing or holds no weight files)."""
+    ref = ref if ref is not None else str(path)
     try:
-        return _open_path(path, ref if ref is not None else str(path), fmt)
-    except OSError as exc:  # e.g. a folder or file that cannot be read: never a traceback
-        if isinstance(exc, WbfeError):
-            raise
-        raise unreadable(getattr(exc, "filename", None) or path, exc) from None
-
-
-def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
-    if not path.exists():
-        raise SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
-    folder = path if path.is_dir() else None
-    if folder is not None:
+        if not path.exists():
+            raise SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
+        if not path.is_dir():  # a file named alone is read alone
+            return open_file(path, ref, fmt)
         for kind in folder_kinds():  # a folder that is a checkpoint of its own kind (a PEFT adapter)
-            if kind.claims(folder):
-                return kind.open(folder, ref)
+            if kind.claims(path):
+                return kind.open(path, ref)
         listing = [p.name for p in path.iterdir() if p.is_file()]
         try:
             chosen = pick_weight_files(listing)
@@ -52,10 +45,13 @@ def _open_path(path: Path, ref: str, fmt: str | None) -> TensorSource:
             raise CorruptCheckpointError(f"{path}: this folder holds checkpoints of more than one format ({shown}); "
                                          f"name the file to score, e.g. {path / chosen[0]}", path=str(path))
         path = path / chosen[0]
-    source = open_file(path, ref, fmt)
-    if folder is not None:  # a file named alone is read alone
-        source.config = read_model_config(folder)
-    return source
+        source = open_file(path, ref, fmt)
+        source.config = read_model_config(path.parent)
+        return source
+    except OSError as exc:  # e.g. a folder or file that cannot be read: never a traceback
+        if isinstance(exc, WbfeError):
+            raise
+        raise unreadable(getattr(exc, "filename", None) or path, exc) from None
 
 
 MAX_CONFIG = 50_000_000
@@ -81,11 +77,9 @@ def model_config(files: dict[str, bytes]) -> dict[str, Any] | None:
     """The model configuration from the bytes of its files (:data:`MODEL_CONFIGS`, by name; local or remote)."""
     found: dict[str, Any] = {}
     for file_name in MODEL_CONFIGS:
-        if file_name not in files:
-            continue
         try:  # deep nesting must not crash
             parsed = json.loads(files[file_name].decode("utf-8"))
-        except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError too
+        except (KeyError, ValueError, RecursionError):  # not there; UnicodeDecodeError, JSONDecodeError too
             continue
         if isinstance(parsed, dict):
             if file_name == "config.json":

@@ -31,10 +31,7 @@ _TORCH_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int
 def numpy_dtype_name(dtype: Any) -> Optional[str]:
     """wbfe's dtype name for a numpy dtype torch can hold (``float32``...), in either byte order
     (a big-endian array is read as the same numbers in native order), else None."""
-    try:
-        name = str(dtype.newbyteorder("=")) if dtype.byteorder in "<>" else str(dtype)
-    except (AttributeError, ValueError):  # not a numpy dtype (or one without a byte order)
-        name = str(dtype)
+    name = getattr(dtype, "name", None)  # whatever the byte order
     return name if name in _TORCH_DTYPES else None
 
 
@@ -44,7 +41,6 @@ class _Member:
     member: str
     shape: tuple[int, ...]
     dtype: str
-    fortran: bool
     skip: Optional[str]
 
 
@@ -60,8 +56,7 @@ class NpzSource(TensorSource):
                 raise CorruptCheckpointError(f"{path}: not an .npz archive (it does not start as a zip file)",
                                              path=str(path))
             fh.seek(0)
-            archive = open_zip(path, fh, ".npz archive")
-            with archive:
+            with open_zip(path, fh, ".npz archive") as archive:
                 self._members = [self._header(archive, info) for info in archive.infolist()
                                  if info.filename.endswith(".npy")]
         if not self._members:
@@ -78,7 +73,7 @@ class NpzSource(TensorSource):
             with archive.open(info) as fh:
                 version = np.lib.format.read_magic(fh)
                 read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, fortran, dtype = read(fh)
+                shape, _, dtype = read(fh)
                 data_start = fh.tell()
         except _HEADER_ERRORS as exc:
             raise CorruptCheckpointError(f"{self._path}: array {name!r} has no readable .npy header ({str(exc)[:80]})",
@@ -93,8 +88,7 @@ class NpzSource(TensorSource):
             skip = "object array: only a pickle can hold it, and wbfe does not unpickle .npz members"
         elif torch_dtype is None:
             skip = f"{dtype} array: not a weight dtype"
-        return _Member(name, info.filename, tuple(int(s) for s in shape), torch_dtype or str(dtype), bool(fortran),
-                       skip)
+        return _Member(name, info.filename, tuple(int(s) for s in shape), torch_dtype or str(dtype), skip)
 
     def __len__(self) -> int:
         return len(self._members)

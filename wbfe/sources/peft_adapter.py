@@ -3,6 +3,7 @@ tensors stream through the ordinary readers; the configuration is parsed and che
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -10,13 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.sources._base import TensorEntry, TensorSource
 from wbfe.sources.local import open_file
 from wbfe.sources.registry import register_folder
 
-__all__ = ["LoraConfig", "AdapterSource", "open_adapter", "read_lora_config", "is_adapter_folder",
-           "ADAPTER_CONFIG", "PREFIX"]
+__all__ = ["LoraConfig", "AdapterSource", "open_adapter", "read_lora_config", "ADAPTER_CONFIG", "PREFIX"]
 
 ADAPTER_CONFIG = "adapter_config.json"
 # PEFT saves every key under the wrapper's prefix: base_model.model.<module name in the base model>.
@@ -58,10 +58,9 @@ class LoraConfig:
         return alpha / math.sqrt(r) if self.use_rslora else alpha / r
 
     def to_dict(self) -> dict[str, Any]:
-        return {"r": self.r, "lora_alpha": self.lora_alpha, "use_rslora": self.use_rslora,
-                "rank_pattern": dict(self.rank_pattern), "alpha_pattern": dict(self.alpha_pattern),
-                "use_dora": self.use_dora, "fan_in_fan_out": self.fan_in_fan_out,
-                "modules_to_save": list(self.modules_to_save), "base_model_name_or_path": self.base_model}
+        out = {**dataclasses.asdict(self), "modules_to_save": list(self.modules_to_save)}
+        out["base_model_name_or_path"] = out.pop("base_model")  # the last field: the order is kept
+        return out
 
 
 def _pattern_value(patterns: Mapping[str, Any], module: str, default: Any) -> Any:
@@ -75,11 +74,9 @@ def read_lora_config(path: Path) -> LoraConfig:
     """Parse and check ``adapter_config.json`` (``CorruptCheckpointError``: not JSON, not LoRA, a bad rank or α)."""
     try:
         raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config ({exc})", path=str(path)) from None
-    except RecursionError:
-        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config (nested too deeply)",
-                                     path=str(path)) from None
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config ({reason})", path=str(path)) from None
     if not isinstance(raw, dict):
         raise CorruptCheckpointError(f"{path}: the adapter config is not a JSON object", path=str(path))
     kind = raw.get("peft_type")
@@ -149,15 +146,9 @@ class AdapterSource(TensorSource):
         self._inner.close()
 
 
-def is_adapter_folder(folder: Path) -> bool:
-    return (folder / ADAPTER_CONFIG).is_file()
-
-
-@register_folder("peft-lora", claims=is_adapter_folder)
+@register_folder("peft-lora", claims=lambda folder: (folder / ADAPTER_CONFIG).is_file())
 def open_adapter(folder: Path, ref: Optional[str] = None) -> AdapterSource:
     """Open a PEFT LoRA adapter folder (``SourceNotFoundError`` where no weight file is beside the config)."""
-    from wbfe.errors import SourceNotFoundError
-
     lora = read_lora_config(folder / ADAPTER_CONFIG)
     for name in _WEIGHT_FILES:
         if (folder / name).is_file():

@@ -28,8 +28,8 @@ from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
 
 __all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_header", "header_length", "parse_header",
-           "read_index", "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "tensor_dtype",
-           "SAFETENSORS_DTYPES", "MAX_INDEX", "open_safetensors", "SAFETENSORS"]
+           "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "tensor_dtype",
+           "SAFETENSORS_DTYPES", "MAX_INDEX", "SAFETENSORS"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
 SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
@@ -99,19 +99,16 @@ def header_length(prefix: bytes, size: int, where: str) -> int:
 def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Validate the header bytes ``raw`` of a safetensors file of ``size`` bytes (as :func:`read_header`)."""
     path = where
-    n = len(raw)
     header = _parse_json(raw, f"{path}: corrupt safetensors header", path)
     if not isinstance(header, dict):
-        raise CorruptCheckpointError(f"{path}: corrupt safetensors header (not a JSON object)", path=str(path))
-    metadata = header.pop("__metadata__", None)
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CorruptCheckpointError(f"{path}: corrupt safetensors header (not a JSON object)", path=path)
+    metadata = header.pop("__metadata__", None)  # null is allowed
+    if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
         raise CorruptCheckpointError(
-            f"{path}: corrupt safetensors header (__metadata__ must map strings to strings)", path=str(path))
+            f"{path}: corrupt safetensors header (__metadata__ must map strings to strings)", path=path)
     tensors = {name: _tensor_info(path, name, info) for name, info in header.items()}
     ordered = dict(sorted(tensors.items(), key=lambda kv: tuple(kv[1]["data_offsets"])))
-    data_size = size - 8 - n
+    data_size = size - 8 - len(raw)
     position = 0
     for name, info in ordered.items():
         start, end = info["data_offsets"]
@@ -128,7 +125,7 @@ def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str,
         raise CorruptCheckpointError(
             f"{path}: corrupt safetensors header (its tensors cover {position} of the {data_size} data bytes)",
             path=str(path))
-    return ordered, dict(metadata)
+    return ordered, dict(metadata or {})
 
 
 def _parse_json(raw: bytes, what: str, path: Path | str) -> Any:
@@ -143,35 +140,23 @@ def _parse_json(raw: bytes, what: str, path: Path | str) -> Any:
     except json.JSONDecodeError as exc:
         raise CorruptCheckpointError(f"{what} (JSONDecodeError: {exc.msg} at character {exc.pos})",
                                      path=str(path)) from None
-    except _DuplicateKey as exc:
-        raise CorruptCheckpointError(f"{what} (the key {exc.args[0]!r} appears twice)", path=str(path)) from None
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise CorruptCheckpointError(f"{what} ({reason})", path=str(path)) from None
-
-
-class _DuplicateKey(Exception):
-    pass
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateKey(key[:80])
-        _check_text(key)
+            raise ValueError(f"the key {key[:80]!r} appears twice")
         out[key] = value
-    for value in out.values():
-        if isinstance(value, str):
-            _check_text(value)
-    return out
-
-
-def _check_text(text: str) -> None:
     try:
-        text.encode("utf-8")
+        for text in (*out, *(value for value in out.values() if isinstance(value, str))):
+            text.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("a string holds an unpaired surrogate escape") from None
+    return out
 
 
 def _no_constant(name: str) -> Any:
@@ -211,9 +196,9 @@ def _tensor_info(path: Path | str, name: str, info: Any) -> dict[str, Any]:
     return {"dtype": dtype, "shape": list(shape), "data_offsets": [start, end]}
 
 
-def read_index(index_path: Path) -> dict[str, list[str]]:
-    """Read a ``*.index.json`` shard index: shard name -> tensor names, in index order. Shard names are
-    normalised and must name a regular file (or a symlink to one) inside the index's folder.
+def index_shards(index_path: Path) -> list[tuple[Path, list[str]]]:
+    """The shards of a ``*.index.json`` shard index as ``(path, tensor names)``, each file once, in first-listed
+    order. Shard names are normalised and must name a regular file (or a symlink to one) inside the index's folder.
 
     Raises:
         CorruptCheckpointError: not valid JSON, no ``weight_map``, a shard name that leaves the
@@ -221,13 +206,30 @@ def read_index(index_path: Path) -> dict[str, list[str]]:
         SourceNotFoundError: a listed shard is missing, or the index cannot be read.
     """
     shards = index_weight_map(index_path)
+    folder = index_path.parent
     for shard in shards:
-        _check_shard(index_path, shard)
-    return shards
+        parts = shard.split("/")
+        try:
+            for i in range(1, len(parts)):
+                if not stat.S_ISDIR(os.lstat(folder.joinpath(*parts[:i])).st_mode):
+                    raise CorruptCheckpointError(
+                        f"{index_path}: shard {shard!r} is reached through {'/'.join(parts[:i])!r}, which is not a "
+                        "folder of the checkpoint (a symlink or a file)", path=str(index_path))
+            mode = os.stat(folder / shard).st_mode
+        except FileNotFoundError:
+            raise SourceNotFoundError(f"{index_path}: shard {shard!r} listed in the index is missing",
+                                      path=str(index_path)) from None
+        except OSError as exc:
+            raise unreadable(folder / shard, exc) from None
+        if not stat.S_ISREG(mode):
+            raise CorruptCheckpointError(
+                f"{index_path}: shard {shard!r} listed in the index is not a regular file", path=str(index_path))
+    return [(folder / shard, names) for shard, names in shards.items()]
 
 
 def index_weight_map(index_path: Path) -> dict[str, list[str]]:
-    """:func:`read_index` without looking for the shards (which may not be downloaded yet)."""
+    """Shard name -> tensor names, in index order, as :func:`index_shards` reads them but without looking for
+    the shards (which may not be downloaded yet)."""
     with open_regular(index_path) as fh:
         try:
             raw = fh.read(MAX_INDEX + 1)
@@ -239,57 +241,24 @@ def index_weight_map(index_path: Path) -> dict[str, list[str]]:
 def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
     """The shards of the index whose bytes are ``raw`` (a local or remote file named ``where``), as
     :func:`index_weight_map` gives them."""
-    index_path = where
     if len(raw) > MAX_INDEX:
-        raise CorruptCheckpointError(f"{index_path}: shard index larger than {MAX_INDEX} bytes", path=str(index_path))
-    index = _parse_json(raw, f"{index_path}: corrupt shard index", index_path)
+        raise CorruptCheckpointError(f"{where}: shard index larger than {MAX_INDEX} bytes", path=where)
+    index = _parse_json(raw, f"{where}: corrupt shard index", where)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
-        raise CorruptCheckpointError(f"{index_path}: corrupt shard index (expected JSON with a 'weight_map' object)",
-            path=str(index_path))
+        raise CorruptCheckpointError(f"{where}: corrupt shard index (expected JSON with a 'weight_map' object)",
+            path=where)
     shards: dict[str, list[str]] = {}
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str):
             raise CorruptCheckpointError(
-                f"{index_path}: corrupt shard index (the shard of tensor {tensor[:200]!r} is not a file name)",
-                path=str(index_path))
-        shards.setdefault(_shard_name(index_path, shard), []).append(tensor)
+                f"{where}: corrupt shard index (the shard of tensor {tensor[:200]!r} is not a file name)", path=where)
+        parts = [p for p in shard.split("/") if p not in ("", ".")]  # normalised, and inside the index's folder
+        if shard.startswith("/") or "\\" in shard or "\0" in shard or ".." in parts or not parts:
+            raise CorruptCheckpointError(
+                f"{where}: shard {shard[:200]!r} is not a file name inside the checkpoint's folder", path=where)
+        shards.setdefault("/".join(parts), []).append(tensor)
     return shards
-
-
-def _shard_name(index_path: Path | str, shard: str) -> str:
-    """``shard`` as a normalised relative name inside the index's folder, or refused."""
-    parts = [p for p in shard.split("/") if p not in ("", ".")]
-    if shard.startswith("/") or "\\" in shard or "\0" in shard or ".." in parts or not parts:
-        raise CorruptCheckpointError(
-            f"{index_path}: shard {shard[:200]!r} is not a file name inside the checkpoint's folder",
-            path=str(index_path))
-    return "/".join(parts)
-
-
-def _check_shard(index_path: Path, shard: str) -> None:
-    folder = index_path.parent
-    parts = shard.split("/")
-    try:
-        for i in range(1, len(parts)):
-            if not stat.S_ISDIR(os.lstat(folder.joinpath(*parts[:i])).st_mode):
-                raise CorruptCheckpointError(
-                    f"{index_path}: shard {shard!r} is reached through {'/'.join(parts[:i])!r}, which is not a "
-                    "folder of the checkpoint (a symlink or a file)", path=str(index_path))
-        mode = os.stat(folder / shard).st_mode
-    except FileNotFoundError:
-        raise SourceNotFoundError(f"{index_path}: shard {shard!r} listed in the index is missing",
-                                  path=str(index_path)) from None
-    except OSError as exc:
-        raise unreadable(folder / shard, exc) from None
-    if not stat.S_ISREG(mode):
-        raise CorruptCheckpointError(
-            f"{index_path}: shard {shard!r} listed in the index is not a regular file", path=str(index_path))
-
-
-def index_shards(index_path: Path) -> list[tuple[Path, list[str]]]:
-    """The shards of an index as ``(path, tensor names)``, each file once, in first-listed order."""
-    return [(index_path.parent / shard, names) for shard, names in read_index(index_path).items()]
 
 
 def unlisted_reason(shards: list[str], index_name: str) -> str:
@@ -369,22 +338,21 @@ class ShardedSafetensors(TensorSource):
 
 
 class SafetensorsSource(ShardedSafetensors):
-    """Tensors of one safetensors file or of the shards of an index, read one at a time."""
+    """Tensors of one ``.safetensors`` file or of the shards of a ``*.safetensors.index.json``, read one at a time."""
 
-    def __init__(self, ref: str, files: list[Path], *, index: Path | None = None, fmt: str | None = None):
-        shards = index_shards(index) if index is not None else [(path, None) for path in files]
-        files = [path for path, _ in shards]
+    def __init__(self, path: Path, ref: str, fmt: str | None = None):
+        index = path if path.name.lower().endswith(".index.json") else None
+        shards: list[tuple[Path, list[str] | None]] = list(index_shards(path)) if index else [(path, None)]
+        files = [shard for shard, _ in shards]
         metadata: dict[str, str] = {}
         planned = []
-        for path, listed in shards:
-            header, meta = read_header(path)
+        for shard, listed in shards:
+            header, meta = read_header(shard)
             metadata.update(meta)
-            planned.append((path, path.name, listed, header))
-        self.plan(planned, index.name if index is not None else "")
-        all_files = ([index] if index is not None else []) + list(files)
-        self.provenance = Provenance(source=ref,
-            format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
-            files=[str(p) for p in all_files], pending=FileDigest(files),
+            planned.append((shard, shard.name, listed, header))
+        self.plan(planned, index.name if index else "")
+        self.provenance = Provenance(source=ref, format=fmt or ("safetensors-sharded" if index else "safetensors"),
+            files=[str(p) for p in ([index] if index else []) + files], pending=FileDigest(files),
             extra={"metadata": metadata} if metadata else {})
 
     def open_shard(self, key: Any) -> ShardReader:
@@ -470,12 +438,5 @@ def _map_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
     return np.frombuffer(mapped, dtype=np.uint8, offset=first - offset, count=nbytes)
 
 
-def open_safetensors(path: Path, ref: str, fmt: str | None = None) -> SafetensorsSource:
-    """Open a ``.safetensors`` file or a ``*.safetensors.index.json`` shard index."""
-    if path.name.lower().endswith(".index.json"):
-        return SafetensorsSource(ref, [], index=path, fmt=fmt)
-    return SafetensorsSource(ref, [path], fmt=fmt)
-
-
-SAFETENSORS = register_format(FileFormat(name="safetensors", suffixes=(".safetensors",), open=open_safetensors,
+SAFETENSORS = register_format(FileFormat(name="safetensors", suffixes=(".safetensors",), open=SafetensorsSource,
     index_suffixes=(".safetensors.index.json",), preferred="model.safetensors", group="safetensors", rank=10))

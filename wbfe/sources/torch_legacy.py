@@ -9,7 +9,7 @@ import io
 import pickle
 import struct
 from pathlib import Path
-from typing import Any, BinaryIO, Optional
+from typing import Any, BinaryIO
 
 from wbfe.errors import CorruptCheckpointError
 
@@ -26,8 +26,14 @@ def _load_any_protocol(self: Any) -> None:
     self.proto = self.read(1)[0]
 
 
-# The pure-Python unpickler's opcode table with that PROTO: the C unpickler's cannot be changed.
-_DISPATCH = {**pickle._Unpickler.dispatch, pickle.PROTO[0]: _load_any_protocol}
+class _Plain(pickle._Unpickler):
+    """For the header pickles and the key list: plain data only."""
+
+    # The pure-Python unpickler's opcode table with that PROTO: the C unpickler's cannot be changed.
+    dispatch = {**pickle._Unpickler.dispatch, pickle.PROTO[0]: _load_any_protocol}
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} in a legacy checkpoint's plain records")
 
 
 class _Placeholder:
@@ -41,10 +47,8 @@ class _Placeholder:
     __setstate__ = __setitem__ = append = extend = __init__
 
 
-class _Records(pickle._Unpickler):
+class _Records(_Plain):
     """Reads the object pickle for its storage records alone: every class is a placeholder."""
-
-    dispatch = _DISPATCH
 
     def __init__(self, fh: Any):
         super().__init__(fh)
@@ -62,24 +66,41 @@ class _Records(pickle._Unpickler):
         return _Placeholder()
 
 
-class _Plain(pickle._Unpickler):
-    """For the header pickles and the key list: plain data only."""
-
-    dispatch = _DISPATCH
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"{module}.{name} in a legacy checkpoint's plain records")
-
-
 def check_legacy_records(path: Path, fh: BinaryIO) -> None:
     """Refuse a legacy checkpoint whose storage records disagree with its object, run past the end of the
-    file, or leave a storage without its record (``CorruptCheckpointError``)."""
+    file, or leave a storage without its record (``CorruptCheckpointError``); where this check cannot
+    follow the pickles, torch decides."""
     size_of_file = fh.seek(0, io.SEEK_END)
     fh.seek(0)
-    found = _records(fh, size_of_file)
-    if found is None:
+    try:
+        magic, _protocol, _info = (_Plain(fh).load() for _ in range(3))
+        # The system info is not looked at: torch ignores it too, and reads each record's count as
+        # little-endian whatever it says (a check that gave up on a damaged "little_endian" key left
+        # torch to fill storages unchecked, found by fuzzing).
+        if magic != 0x1950A86A20F9469CFC6C:
+            return
+        reader = _Records(fh)
+        reader.load()
+        keys = _Plain(fh).load()
+    except Exception:  # noqa: BLE001 - a pickle this check cannot follow: torch's own loader decides
         return
-    storages, records = found
+    storages = reader.storages
+    if not isinstance(keys, (list, tuple)) or any(not isinstance(k, str) or k not in storages for k in keys):
+        return
+    if any(size == 0 for size, _ in storages.values()):
+        return
+    records = []  # (key, element count, first byte) of each record the file holds
+    for key in keys:
+        head = fh.read(8)
+        if len(head) < 8:  # the record's count itself is cut off: past the end, whatever it held
+            records.append((key, storages[key][1], size_of_file + 1))
+            break
+        (count,) = struct.unpack("<q", head)
+        start = fh.tell()
+        records.append((key, count, start))
+        if start + max(0, count) * storages[key][0] > size_of_file:  # past the end (and past what seek takes)
+            break
+        fh.seek(max(0, count) * storages[key][0], io.SEEK_CUR)
     for key, count, start in records:
         size, declared = storages[key]
         if count != declared:
@@ -95,41 +116,3 @@ def check_legacy_records(path: Path, fh: BinaryIO) -> None:
         raise CorruptCheckpointError(
             f"{path}: corrupt legacy PyTorch checkpoint ({len(unfilled)} of its {len(storages)} storages have no "
             "record in the file: torch would hand them over as uninitialised memory)", path=str(path))
-
-
-_Found = tuple[dict[str, tuple[int, int]], list[tuple[str, int, int]]]
-
-
-def _records(fh: BinaryIO, size_of_file: int) -> Optional[_Found]:
-    """The object's storages and the file's (key, count, first byte) records; None where this
-    check cannot read them (torch decides)."""
-    try:
-        magic, _protocol, _info = (_Plain(fh).load() for _ in range(3))
-        # The system info is not looked at: torch ignores it too, and reads each record's count as
-        # little-endian whatever it says (a check that gave up on a damaged "little_endian" key left
-        # torch to fill storages unchecked, found by fuzzing).
-        if magic != 0x1950A86A20F9469CFC6C:
-            return None
-        reader = _Records(fh)
-        reader.load()
-        keys = _Plain(fh).load()
-    except Exception:  # noqa: BLE001 - a pickle this check cannot follow: torch's own loader decides
-        return None
-    storages = reader.storages
-    if not isinstance(keys, (list, tuple)) or any(not isinstance(k, str) or k not in storages for k in keys):
-        return None
-    if any(size == 0 for size, _ in storages.values()):
-        return None
-    records = []
-    for key in keys:
-        head = fh.read(8)
-        if len(head) < 8:  # the record's count itself is cut off: past the end, whatever it held
-            records.append((key, storages[key][1], size_of_file + 1))
-            break
-        (count,) = struct.unpack("<q", head)
-        start = fh.tell()
-        records.append((key, count, start))
-        if start + max(0, count) * storages[key][0] > size_of_file:  # past the end (and past what seek takes)
-            break
-        fh.seek(max(0, count) * storages[key][0], io.SEEK_CUR)
-    return storages, records

@@ -21,7 +21,7 @@ from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
 from wbfe.sources.torch_legacy import check_legacy_records
 
 __all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "tensor_entries", "check_zip_records",
-           "open_torch", "TORCH", "TORCH_SUFFIXES"]
+           "TORCH", "TORCH_SUFFIXES"]
 
 # Keys under which training scripts commonly nest the weights, in order of preference.
 _NESTED_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network", "params", "weights")
@@ -42,26 +42,19 @@ def load_torch_file(path: Path) -> Any:
 
     with open_regular(path) as fh:
         try:
-            if fh.read(4) == _ZIP_MAGIC:
+            # torch maps a zip file only, which it also tells by these first bytes
+            zipped = fh.read(4) == _ZIP_MAGIC
+            if zipped:
                 fh.seek(0)
                 check_zip_records(path, fh)
             else:  # a legacy file: torch fills its storages without checking their records
                 check_legacy_records(path, fh)
         except OSError as exc:
             raise unreadable(path, exc) from None
-
-    def _load(mmap: bool) -> Any:
-        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            try:
-                return _load(mmap=True)
-            except RuntimeError as exc:
-                if "mmap can only be used" not in str(exc):
-                    raise
-                return _load(mmap=False)
+            return torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipped)
     except pickle.UnpicklingError as exc:
         text = str(exc)
         found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL ([\w.]+)", text)
@@ -121,15 +114,12 @@ def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
             return state
         if not isinstance(current, Mapping):
             break
-        nested = [k for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
-        if nested:
-            current = current[nested[0]]
-            continue
-        mappings = [v for v in current.values() if isinstance(v, Mapping)]
-        if len(mappings) == 1:
-            current = mappings[0]
-            continue
-        break
+        nested = [current[k] for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
+        if not nested:  # else the one mapping inside, if there is one only
+            nested = [v for v in current.values() if isinstance(v, Mapping)]
+            if len(nested) != 1:
+                break
+        current = nested[0]
     keys = [str(k)[:80] for k in list(obj.keys())[:8]] if isinstance(obj, Mapping) else type(obj).__name__
     raise CorruptCheckpointError(f"{where}: no state dict of tensors found (top level: {keys})", path=where)
 
@@ -193,29 +183,29 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
 
 
 class TorchPickleSource(TensorSource):
-    """Tensors of one or more PyTorch pickle files (shards are loaded one at a time)."""
+    """Tensors of a PyTorch pickle file, or of the shards a ``*.index.json`` lists (loaded one at a time)."""
 
-    def __init__(self, ref: str, files: list[Path], *, index: Path | None = None):
-        self._files = list(files)
-        self._index = index
-        self._length: int | None = None
+    def __init__(self, path: Path, ref: str, fmt: str | None = None):
+        require_torch("reading a PyTorch pickle")
+        self._index = path if path.name.lower().endswith(".index.json") else None
         self._listed: list[list[str]] = []
-        if index is not None:
+        if self._index is not None:
             from wbfe.sources.safetensors_files import index_shards
 
-            shards = index_shards(index)
-            self._files = [path for path, _ in shards]
+            shards = index_shards(self._index)
+            self._files = [shard for shard, _ in shards]
             self._listed = [names for _, names in shards]
             self._length = sum(len(names) for names in self._listed)
         else:
             # One file: load it now, so errors surface before any work and len() is known.
-            self._state: dict[str, Any] | None = unwrap_state_dict(load_torch_file(files[0]), where=str(files[0]))
+            self._files = [path]
+            self._state: dict[str, Any] | None = unwrap_state_dict(load_torch_file(path), where=str(path))
             self._length = len(self._state)
-        self.provenance = Provenance(source=ref, format="torch-sharded" if index is not None else "torch",
-            files=[str(p) for p in ([index] if index else []) + self._files], pending=FileDigest(self._files))
+        self.provenance = Provenance(source=ref, format="torch-sharded" if self._index else "torch",
+            files=[str(p) for p in ([self._index] if self._index else []) + self._files],
+            pending=FileDigest(self._files))
 
     def __len__(self) -> int:
-        assert self._length is not None
         return self._length
 
     def entries(self) -> Iterator[TensorEntry]:
@@ -252,14 +242,6 @@ class TorchPickleSource(TensorSource):
         self._state = None
 
 
-def open_torch(path: Path, ref: str, fmt: str | None = None) -> TorchPickleSource:
-    """Open a PyTorch pickle file, or a ``*.index.json`` index of pickle shards (torch is asked for first)."""
-    require_torch("reading a PyTorch pickle")
-    if path.name.lower().endswith(".index.json"):
-        return TorchPickleSource(ref, [], index=path)
-    return TorchPickleSource(ref, [path])
-
-
-TORCH = register_format(FileFormat(name="torch", suffixes=TORCH_SUFFIXES, open=open_torch,
+TORCH = register_format(FileFormat(name="torch", suffixes=TORCH_SUFFIXES, open=TorchPickleSource,
     index_suffixes=tuple(s + ".index.json" for s in TORCH_SUFFIXES), named_suffixes=(".index.json",),
     preferred="pytorch_model.bin", group="torch", rank=20))

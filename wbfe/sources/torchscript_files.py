@@ -117,9 +117,7 @@ class _Unpickler(pickle.Unpickler):
             return _STORAGES[name]
         if module == "__torch__" or module.startswith("__torch__."):
             qualname = f"{module}.{name}"
-            if qualname not in _CLASSES:
-                _CLASSES[qualname] = type("Scripted", (_Scripted,), {"qualname": qualname})
-            return _CLASSES[qualname]
+            return _CLASSES.setdefault(qualname, type("Scripted", (_Scripted,), {"qualname": qualname}))
         raise UnsafePickleError(f"refused to load a TorchScript pickle that needs {module}.{name}")
 
     def persistent_load(self, pid: Any) -> _Storage:
@@ -144,7 +142,11 @@ class TorchScriptSource(TensorSource):
             try:
                 with open_zip(path, fh, "TorchScript archive") as archive:
                     members = set(archive.namelist())
-                    prefix = self._prefix(members)
+                    found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
+                    if not found or f"{found[0]}/constants.pkl" not in members:
+                        raise CorruptCheckpointError(
+                            f"{path}: not a TorchScript archive (no data.pkl and constants.pkl)", path=str(path))
+                    prefix = found[0]
                     order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
                     if order not in (b"little", b""):  # no record: written before byteorder was, little-endian
                         raise CorruptCheckpointError(f"{path}: a big-endian TorchScript archive", path=str(path))
@@ -164,13 +166,6 @@ class TorchScriptSource(TensorSource):
                 raise CorruptCheckpointError(f"{path}: tensor {name!r} names a missing record {t.storage.member}",
                                              path=str(path))
         self.provenance = Provenance(source=ref, format="torchscript", files=[str(path)], pending=FileDigest([path]))
-
-    def _prefix(self, members: set[str]) -> str:
-        found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
-        if not found or f"{found[0]}/constants.pkl" not in members:
-            raise CorruptCheckpointError(f"{self._path}: not a TorchScript archive (no data.pkl and constants.pkl)",
-                                         path=str(self._path))
-        return found[0]
 
     def _unpickle(self, archive: zipfile.ZipFile, member: str, folder: str) -> Any:
         try:
@@ -297,12 +292,9 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
             value = value.state
         if id(value) in seen:
             continue
-        if isinstance(value, dict):
-            items = [(str(k), v) for k, v in value.items()]
-        elif isinstance(value, (list, tuple)):
-            items = [(str(i), v) for i, v in enumerate(value)]
-        else:
+        if not isinstance(value, (dict, list, tuple)):
             continue
+        items = [(str(k), v) for k, v in (value.items() if isinstance(value, dict) else enumerate(value))]
         seen.add(id(value))
         if members is not None:  # a module's own attributes: what its class declares each to be
             params, buffers = members
