@@ -276,11 +276,17 @@ def test_kde_rows_are_the_kde_of_each_row_even_on_grid_points() -> None:
         samples[k, :12] = np.minimum(np.r_[grid[k, at[:4]], grid[k, at[4:8]] - h, grid[k, at[8:]] + h], stop[k] - 0.5)
         samples[k, 12:14] = 0.0
     samples = np.abs(samples)
-    rows = mp._linear_kde_rows(samples, np.linspace(0.0, np.max(samples, 1) + 0.5, mp._KDE_GRID, axis=1),
-                               (np.max(samples, 1) + 0.5) / (mp._KDE_GRID - 1), h)  # fmt: skip
+    # The batch's residuals on these rows are the single fit's exact ones: its KDE is each row's KDE.
+    batch = mp._ResidualBatch(samples, 2.0)
+    sigmas = np.linspace(0.05, 2.5, 60)
+    values, scales, exact = batch.fast(np.repeat(np.arange(9), sigmas.size), np.tile(sigmas, 9))
     for k in range(9):
-        one = mp._linear_kde(samples[k], np.linspace(0.0, float(np.max(samples[k])) + 0.5, mp._KDE_GRID), h)
-        assert np.array_equal(rows[k], one)
+        residual = mp._MPResidual(samples[k], 2.0)
+        for j, sigma in enumerate(sigmas.tolist()):
+            i = k * sigmas.size + j
+            if not exact[i]:
+                assert abs(values[i] - residual.exact(sigma)) <= 1e-13 * max(scales[i], 1.0)
+    assert np.count_nonzero(~exact & (scales > 0.0)) > 100
 
 
 @pytest.mark.parametrize(("n", "ratio"), [(30, 1), (30, 2), (200, 3), (12, 9), (50, 1.5)])

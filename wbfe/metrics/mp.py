@@ -46,23 +46,18 @@ def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
     lo = np.searchsorted(xs, grid - h, side="right")
     mid = np.searchsorted(xs, grid, side="right")
     hi = np.searchsorted(xs, grid + h, side="left")
-    return _kde_from_counts(grid, cs[lo], cs[mid], cs[hi], lo, mid, hi, xs.shape[-1], h)
-
-
-def _kde_from_counts(grid, c_lo, c_mid, c_hi, lo, mid, hi, n: int, h: float):  # noqa: ANN001, ANN202
-    """The KDE at ``grid`` from the sample counts below grid − h, grid, grid + h and their prefix sums."""
     n_left, n_right = mid - lo, hi - mid
     left = n_left * grid  # left = n_left − (n_left·grid − (c_mid − c_lo))/h, in place
-    left -= c_mid - c_lo
+    left -= cs[mid] - cs[lo]
     left /= h
     left = np.subtract(n_left, left, out=left)
-    right = c_hi - c_mid  # right = n_right − ((c_hi − c_mid) − n_right·grid)/h
+    right = cs[hi] - cs[mid]  # right = n_right − ((c_hi − c_mid) − n_right·grid)/h
     right -= n_right * grid
     right /= h
     right = np.subtract(n_right, right, out=right)
     left += right
     left = np.maximum(left, 0.0, out=left)
-    left /= n * h
+    left /= xs.shape[-1] * h
     return left
 
 
@@ -415,54 +410,6 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     return [fit for fit in results if fit is not None]
 
 
-def _searchsorted_rows(rows: np.ndarray, values: np.ndarray, side: str, guess: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(rows[k], values[k], side)`` for every (sorted) row k, from a guess of it
-    within a few places, corrected one place at a time."""
-    n_rows, width = rows.shape
-    flat = rows.ravel()
-    base = (np.arange(n_rows) * width).reshape((n_rows,) + (1,) * (values.ndim - 1))
-    before = np.less_equal if side == "right" else np.less  # rows[i] counts (is left of the value)
-    at = np.clip(guess, 0, width).astype(np.intp)
-    while True:
-        down = (at > 0) & ~before(flat.take(base + np.maximum(at - 1, 0)), values)
-        up = (at < width) & before(flat.take(base + np.minimum(at, width - 1)), values)
-        if not (down.any() or up.any()):
-            return at
-        at += up
-        at -= down
-
-
-def _step_counts(samples: np.ndarray, points: np.ndarray, step: np.ndarray, side: str) -> np.ndarray:
-    """How many grid points each count of samples ≤ (side "right") or < ("left") the points of
-    ``points`` (rows of ``i·step`` shifted by a constant) holds: row k's counts at its points are
-    ``np.repeat(arange(n + 1), runs[k])``, ``np.searchsorted(samples[k], points[k], side)``."""
-    n_points = points.shape[1]
-    guess = np.ceil((samples - points[:, :1]) / step[:, None])
-    place = _searchsorted_rows(points, samples, "left" if side == "right" else "right", guess)
-    runs = np.empty((samples.shape[0], samples.shape[1] + 1), dtype=np.intp)
-    runs[:, 0] = place[:, 0]
-    np.subtract(place[:, 1:], place[:, :-1], out=runs[:, 1:-1])
-    runs[:, -1] = n_points - place[:, -1]
-    return runs.ravel()
-
-
-def _linear_kde_rows(samples: np.ndarray, grid: np.ndarray, step: np.ndarray, h: float) -> np.ndarray:
-    """:func:`_linear_kde` of every row of ``samples`` on the same row of ``grid`` (np.linspace of
-    that ``step``), equal to it: the counts and prefix sums at the grid points are runs of theirs."""
-    n_rows, n = samples.shape
-    xs = np.sort(samples, axis=1)
-    cs = np.zeros((n_rows, n + 1))
-    np.cumsum(xs, axis=1, out=cs[:, 1:])  # row by row, as cumsum of each row
-    counts = np.tile(np.arange(n + 1, dtype=np.float64), n_rows)  # exact: int counts as float
-    cs = cs.ravel()
-    at = []
-    for points, side in ((grid - h, "right"), (grid, "right"), (grid + h, "left")):
-        runs = _step_counts(xs, points, step, side)
-        at.append((np.repeat(counts, runs).reshape(grid.shape), np.repeat(cs, runs).reshape(grid.shape)))
-    (lo, c_lo), (mid, c_mid), (hi, c_hi) = at
-    return _kde_from_counts(grid, c_lo, c_mid, c_hi, lo, mid, hi, n, h)
-
-
 def _windows(rows: np.ndarray, width: int) -> np.ndarray:
     """Every run of ``width`` consecutive values of the (C-contiguous) ``rows``, as a read-only view:
     ``_windows(rows, w)[i]`` is ``rows.ravel()[i : i + w]``; indexing it copies whole runs."""
@@ -500,7 +447,7 @@ class _ResidualBatch:
         self.step = stop / (_KDE_GRID - 1)
         np.multiply(np.arange(_KDE_GRID, dtype=np.float64), self.step[:, None], out=xde)
         xde[:, -1] = stop
-        yde = _linear_kde_rows(to_fit, xde, self.step, _KDE_BANDWIDTH)
+        yde = np.stack([_linear_kde(t, x, _KDE_BANDWIDTH) for t, x in zip(to_fit, xde)])
         good = yde > _KDE_FLOOR
         self.n_good = np.count_nonzero(good, axis=1)
         self.usable = self.n_good > 0  # no point to fit: mp_fit's own error
@@ -641,11 +588,11 @@ class _ResidualBatch:
             with np.errstate(invalid="ignore"):
                 valid = in_grid & ~self.off(all_rows, b, a)
             values[in_grid & ~valid] = np.broadcast_to(self.off_grid[:, None], sigmas.shape)[in_grid & ~valid]
-            # The grid points in (a, b): each edge's place among np.linspace's i·step, corrected.
+            # The grid points in (a, b) of each row.
             a, b = np.where(valid, a, 0.0), np.where(valid, b, 0.0)
             xde = self.x[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID)
-            i0 = _searchsorted_rows(xde, a, "right", np.floor(a / self.step[:, None]) + 1.0)
-            i1 = _searchsorted_rows(xde, b, "left", np.ceil(b / self.step[:, None]))
+            i0 = np.stack([np.searchsorted(x, v, side="right") for x, v in zip(xde, a)])
+            i1 = np.stack([np.searchsorted(x, v, side="left") for x, v in zip(xde, b)])
             row_at = (np.arange(n_rows) * (_KDE_GRID + 1))[:, None]
             prefix = self.prefix.reshape(4, -1)
             (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = prefix.take(i0 + row_at, 1), prefix.take(i1 + row_at, 1)
