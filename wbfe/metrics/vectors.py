@@ -17,8 +17,7 @@ from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 from wbfe.options.conventions import WW_EPSILON
 
-__all__ = ["EigenvectorData", "localization_ratios", "participation_ratios", "discrete_entropies",
-           "eigenvector_data", "COLUMNS", "GROUP"]
+__all__ = ["EigenvectorData", "eigenvector_data", "COLUMNS", "GROUP"]
 
 WW_BINS = 100  # WeightWatcher 0.7.7's histogram bin count
 _METRICS = ("vec_entropy", "loc_ratio", "part_ratio")  # WeightWatcher's column order
@@ -43,36 +42,20 @@ class EigenvectorData:
     svd_eigs: Optional[np.ndarray] = None
 
 
-def localization_ratios(moduli: np.ndarray) -> np.ndarray:
-    """‖v‖₁ / ‖v‖_∞ of each column v of ``moduli`` = |V| (elementwise moduli of the eigenvectors)."""
-    return np.sum(moduli, axis=0) / np.max(moduli, axis=0)
-
-
-def participation_ratios(moduli: np.ndarray) -> np.ndarray:
-    """‖v‖₂ / ‖v‖₄ of each column v of ``moduli`` = |V|."""
-    sq = moduli * moduli
-    return np.sqrt(np.sum(sq, axis=0)) / np.sum(sq * sq, axis=0) ** 0.25
-
-
-def discrete_entropies(moduli: np.ndarray, *, bins: int = WW_BINS, epsilon: float = WW_EPSILON) -> np.ndarray:
-    """WeightWatcher's ``discrete_entropy`` of each column v of ``moduli`` = |V| (docs/metrics.md).
-
-    ``np.histogram`` per column: its bin assignment (edge corrections included) is what the value depends on."""
-    out = np.empty(moduli.shape[1])
-    for j in range(moduli.shape[1]):
-        v = moduli[:, j] - np.mean(moduli[:, j])
-        h = np.histogram(v, density=True, bins=bins)[0]
-        p = (h + epsilon) / np.sqrt(2 * np.pi)
-        p = p / np.sum(p)
-        out[j] = -np.sum(p * np.log(p))
-    return out
-
-
 def _metrics(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """WeightWatcher's discrete entropy, ‖v‖₁ / ‖v‖_∞ and ‖v‖₂ / ‖v‖₄ of each column v (docs/metrics.md)."""
     # Every metric depends on the moduli only: sign-free, and right for the complex eigenvectors
     # a general solver returns when rounding makes X's null-space eigenvalues complex.
     moduli = np.abs(vectors)
-    return discrete_entropies(moduli), localization_ratios(moduli), participation_ratios(moduli)
+    entropies = np.empty(moduli.shape[1])
+    for j in range(moduli.shape[1]):  # np.histogram per column: its bin assignment is what the value depends on
+        h = np.histogram(moduli[:, j] - np.mean(moduli[:, j]), density=True, bins=WW_BINS)[0]
+        p = (h + WW_EPSILON) / np.sqrt(2 * np.pi)
+        p = p / np.sum(p)
+        entropies[j] = -np.sum(p * np.log(p))
+    sq = moduli * moduli
+    return (entropies, np.sum(moduli, axis=0) / np.max(moduli, axis=0),
+            np.sqrt(np.sum(sq, axis=0)) / np.sum(sq * sq, axis=0) ** 0.25)
 
 
 def _ww_slice(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
