@@ -168,16 +168,14 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     e = None if spec.eigs is None else np.sort(np.asarray(spec.eigs, dtype=np.float64))
     if e is None or e.size == 0 or not np.all(np.isfinite(e)) or not e[-1] > 0.0:
-        for column in COLUMNS:
-            result.fail(column, "no usable spectrum")
+        result.fail_all(COLUMNS, "no usable spectrum")
         return result
     thresh = options.conventions.evals_thresh  # in the true units: the stored ones are scaled
     threshold = thresh * math.exp(-spec.log_scale) if thresh else 0.0
     fit = fit_tail(e[e > threshold], fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
                    conventions=options.conventions)
     if not fit.ok:
-        for column in COLUMNS:
-            result.fail(column, f"tail fit: {fit.reason}")
+        result.fail_all(COLUMNS, f"tail fit: {fit.reason}")
         return result
     result.values["num_fingers"] = fit.num_fingers
     if options.fix_fingers == "clip_xmax":

@@ -508,8 +508,7 @@ _NUMERIC = ("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_
 
 
 def _fail_all(result: GroupResult, reason: str) -> GroupResult:
-    for column in _NUMERIC:
-        result.fail(column, reason)
+    result.fail_all(_NUMERIC, reason)
     result.values["diagnosis"] = f"no fit: {reason}"
     result.reasons["diagnosis"] = reason
     return result

@@ -125,8 +125,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     shuffled = spec.extra.get("rand")
     e = spec.eigs
     if not isinstance(shuffled, ShuffledSpectrum) or e is None or not e.size or not e[-1] > 0.0:
-        for column in COLUMNS:
-            result.fail(column, "no shuffled spectrum (the rand group needs the matrix itself)")
+        result.fail_all(COLUMNS, "no shuffled spectrum (the rand group needs the matrix itself)")
         return result
     # Both spectra in true units, in logs (either may be scaled for float64's range).
     shift = shuffled.log_scale - spec.log_scale

@@ -112,8 +112,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     data = spec.extra.get("vectors")
     if not isinstance(data, EigenvectorData):
-        for column in COLUMNS:
-            result.fail(column, "no eigenvectors (the vectors group needs the matrix itself)")
+        result.fail_all(COLUMNS, "no eigenvectors (the vectors group needs the matrix itself)")
         return result
     tail, why = _tail_mask(data, spec, options)
     for metric in _METRICS:
@@ -121,13 +120,11 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
         for part in ("bulk", "tail"):
             columns = (f"{part}_mean_{metric}", f"{part}_var_{metric}")
             if tail is None:
-                for column in columns:
-                    result.fail(column, why)
+                result.fail_all(columns, why)
                 continue
             chosen = values[~tail] if part == "bulk" else values[tail]
             if chosen.size == 0:
-                for column in columns:
-                    result.fail(column, f"no eigenvector in the {part} (split at the power-law xmin)")
+                result.fail_all(columns, f"no eigenvector in the {part} (split at the power-law xmin)")
                 continue
             result.values[columns[0]] = float(np.mean(chosen))
             result.values[columns[1]] = float(np.var(chosen))
