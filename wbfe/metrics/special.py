@@ -218,17 +218,14 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     return log_int - gammaln(c)
 
 
-def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> ComplexLike:
+def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13, modulus_only: bool = False) -> ComplexLike:
     """log U(a, b, −y − i0) on the branch cut (a > 0, b < 1, y >= 0), with an argument continuous in y.
 
     The imaginary part is arg U from below the cut, continued from 0 at y = 0: it runs from 0 to πa, which the HTMP CDF
     F = arg U / (πa) needs. From above the cut the value is the complex conjugate. A path is accepted once halving its
     step changes log U by less than sqrt(rtol)·max(1, |log U|) (the finer sum's error is about the square of that);
-    values for which no path gets below 1e-4 are NaN."""
-    return _log_hyperu_neg(a, b, y, rtol, modulus_only=False)
-
-
-def _log_hyperu_neg(a: float, b: float, y: ArrayLike, rtol: float, *, modulus_only: bool) -> ComplexLike:
+    values for which no path gets below 1e-4 are NaN. ``modulus_only``: only the real part is wanted
+    (:func:`log_abs_hyperu_neg`)."""
     a, b, c = _check_ab(a, b)
     if not b < 1.0:
         raise InvalidOptionError(f"log_hyperu_neg needs b < 1, not b={b!r}")
@@ -267,7 +264,7 @@ def _log_hyperu_cut_near_zero(a: float, c: float, delta: float, log_a0: float, y
 
 def log_abs_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = _CUT_TOL) -> ArrayLike:
     """log |U(a, b, −y)| on the cut; cheaper than :func:`log_hyperu_neg` (with no phase to keep, other paths first)."""
-    value = _log_hyperu_neg(a, b, y, rtol, modulus_only=True)
+    value = log_hyperu_neg(a, b, y, rtol=rtol, modulus_only=True)
     return value.real if isinstance(value, np.ndarray) else float(value.real)
 
 
