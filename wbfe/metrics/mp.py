@@ -389,27 +389,24 @@ class _ResidualBatch:
         """The fast residuals of σ of each row: values, scales and the rows that need the exact residual (a lower edge
         at 0, a non-finite value)."""
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # flagged, not used
-            return self._fast(rows, sigmas)
-
-    def _fast(self, rows: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self.Q == 1:
-            values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[rows], self.rr[rows], self.ry[rows])
-            return values, scales, ~np.isfinite(values)
-        b = (sigmas * (1 + self.inv_sq)) ** 2
-        a = (sigmas * (1 - self.inv_sq)) ** 2
-        off = self.off(rows, b, a)
-        values, scales = self.off_grid[rows].astype(np.float64), np.zeros(rows.size)
-        inside = ~off & (a > 0.0)
-        on = np.flatnonzero(inside)
-        if on.size:
-            if on.size < rows.size:
-                rows, sigmas, b, a = rows[on], sigmas[on], b[on], a[on]
-            # Windows holding each support (a, b) ⊂ (0, x_last]: np.linspace's points i·step.
-            window = np.floor(np.stack((a, b)) / self.step[rows]) + _WINDOW_SLACK
-            lo, hi = np.clip(window, 0, _KDE_GRID, out=window).astype(np.intp)
-            values[on], scales[on] = self.support_sums(rows, sigmas, b, a, lo, hi)
-        exact = ~(off | inside) | ~np.isfinite(values)
-        return values, scales, exact
+            if self.Q == 1:
+                values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[rows], self.rr[rows],
+                                                 self.ry[rows])
+                return values, scales, ~np.isfinite(values)
+            b = (sigmas * (1 + self.inv_sq)) ** 2
+            a = (sigmas * (1 - self.inv_sq)) ** 2
+            off = self.off(rows, b, a)
+            values, scales = self.off_grid[rows].astype(np.float64), np.zeros(rows.size)
+            inside = ~off & (a > 0.0)
+            on = np.flatnonzero(inside)
+            if on.size:
+                if on.size < rows.size:
+                    rows, sigmas, b, a = rows[on], sigmas[on], b[on], a[on]
+                # Windows holding each support (a, b) ⊂ (0, x_last]: np.linspace's points i·step.
+                window = np.floor(np.stack((a, b)) / self.step[rows]) + _WINDOW_SLACK
+                lo, hi = np.clip(window, 0, _KDE_GRID, out=window).astype(np.intp)
+                values[on], scales[on] = self.support_sums(rows, sigmas, b, a, lo, hi)
+            return values, scales, ~(off | inside) | ~np.isfinite(values)
 
     def fast_one(self, k: int, sigma: float) -> Optional[tuple[float, float]]:
         """:meth:`fast` of one row and σ, in scalars (the lockstep's last few runs); None where only the exact
