@@ -316,10 +316,8 @@ class _ResidualBatch:
         stop = np.max(to_fit, axis=1) + 0.5
         self.x = np.full(n_rows * _KDE_GRID + _KDE_GRID, np.inf)
         xde = self.x[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID)
-        # Each row np.linspace(0, stop, 1000) as numpy computes it: i·step (+ 0), the last one stop.
         self.step = stop / (_KDE_GRID - 1)
-        np.multiply(np.arange(_KDE_GRID, dtype=np.float64), self.step[:, None], out=xde)
-        xde[:, -1] = stop
+        xde[...] = np.linspace(0.0, stop, _KDE_GRID, axis=1)  # each row's np.linspace(0, stop, 1000)
         yde = np.stack([_linear_kde(t, x, _KDE_BANDWIDTH) for t, x in zip(to_fit, xde)])
         good = yde > _KDE_FLOOR
         self.n_good = np.count_nonzero(good, axis=1)

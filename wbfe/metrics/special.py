@@ -368,12 +368,7 @@ def _log_hyperu_cut(
     # Near a bulk edge two saddles merge (Airy scale c^-1/3): angles below that are not resolved.
     th_min = min(0.05, 0.5 * c ** (-1.0 / 3.0))
 
-    th0 = np.empty_like(y)
-    bump_w = np.empty_like(y)
-    peak = np.empty_like(y)
-    step = np.empty_like(y)
-    act_lo = np.empty_like(y)
-    act_hi = np.empty_like(y)
+    th0, bump_w, peak, step, act_lo, act_hi = (np.empty_like(y) for _ in range(6))
 
     # Bulk: a ray at the angle of the lower complex saddle, which it crosses.
     root = np.sqrt(np.abs(disc))
