@@ -119,16 +119,11 @@ def _tpl_scan(x: np.ndarray, lo: float, hi: float, *, min_tail: int) -> TailFit:
     if candidates.size == 0:
         return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"no candidate xmin in [{lo:.6g}, {hi:.6g})")
     fits = [fit_truncated_power_law(x[i:], xmin=float(x[i])) for i in candidates]
-    best: Optional[tuple[float, int]] = None
-    for j, (i, fit) in enumerate(zip(candidates, fits)):
-        if not fit.ok:
-            continue
-        d = tpl_ks_distance(x[i:], fit.alpha, fit.lam)
-        if math.isfinite(d) and (best is None or d < best[0]):
-            best = (d, j)
-    if best is None:
+    scored = [(d, j) for j, (i, fit) in enumerate(zip(candidates, fits)) if fit.ok
+              for d in (tpl_ks_distance(x[i:], fit.alpha, fit.lam),) if math.isfinite(d)]
+    if not scored:
         return TailFit(math.nan, math.nan, math.nan, math.nan, reason="no candidate xmin gives a truncated power-law fit")
-    d, j = best
+    d, j = min(scored)  # the first of the smallest distances
     fit = fits[j]
     return TailFit(fit.alpha, math.nan, fit.xmin, d, lam=fit.lam)
 
