@@ -190,13 +190,6 @@ class HTMPFit:
         return self.kappa / self.beta
 
 
-def _default_tau(e: np.ndarray) -> float:
-    """τ one spacing below the smallest eigenvalue, never below 0 (docs/math.md: just below min(e))."""
-    if e.size < 2:
-        return 0.0
-    return max(0.0, float(e[0] - (e[1] - e[0])))
-
-
 class _ProfileModel:
     """log ρ_κ(y) for one κ as a function of t = log y (cheap to re-scale by β), and its CDF. Only log|U| is
     interpolated (quintic spline on the knots, one U each: the cost of the fit); the rest of log ρ_y = (δ − 1)t − e^t −
@@ -335,7 +328,8 @@ def _prepare(eigs: np.ndarray, gamma: float, tau: Optional[float]) -> _Prepared:
     e = np.sort(np.asarray(eigs, dtype=np.float64).ravel())
     if e.size < 2 or not np.all(np.isfinite(e)) or e[0] <= 0.0:
         raise InvalidOptionError("fit needs at least 2 finite, positive eigenvalues")
-    tau_used = _default_tau(e) if tau is None else float(tau)
+    # τ one spacing below the smallest eigenvalue, never below 0 (docs/math.md: just below min(e)).
+    tau_used = max(0.0, float(e[0] - (e[1] - e[0]))) if tau is None else float(tau)
     if not (0.0 <= tau_used < e[0]):
         raise InvalidOptionError(f"tau must lie in [0, min(eigs)), not {tau_used!r}")
     x = e - tau_used

@@ -281,15 +281,6 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     return [fit for fit in results if fit is not None]
 
 
-def _windows(rows: np.ndarray, width: int) -> np.ndarray:
-    """Every run of ``width`` consecutive values of the (C-contiguous) ``rows``, as a read-only view:
-    ``_windows(rows, w)[i]`` is ``rows.ravel()[i : i + w]``; indexing it copies whole runs."""
-    flat = rows.ravel()
-    return np.lib.stride_tricks.as_strided(
-        flat, shape=(flat.size - width + 1, width), strides=(flat.itemsize,) * 2, writeable=False
-    )
-
-
 def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Σ_j u[i, j]·v[i, j] of every row (np.vecdot where numpy has it: SIMD, one call)."""
     if _vecdot is not None:
@@ -346,7 +337,8 @@ class _ResidualBatch:
         self.prefix = np.zeros((4, n_rows, _KDE_GRID + 1))
         for out, v in zip(self.prefix, (good, inv, h, y * y)):
             np.cumsum(v, axis=1, out=out[:, 1:])
-        self.windows = tuple(_windows(v, _KDE_GRID) for v in (self.x, self.h, self.g))
+        # Every run of _KDE_GRID consecutive values, a read-only view: indexing it copies whole runs.
+        self.windows = tuple(np.lib.stride_tricks.sliding_window_view(v, _KDE_GRID) for v in (self.x, self.h, self.g))
 
     def off(self, rows, b, a):  # noqa: ANN001, ANN201 - arrays, or one row's scalars
         """:meth:`_MPResidual.off` of each (row, edges)."""
