@@ -77,11 +77,6 @@ class MetricOptions(Validated):
         return cls(lam=options.lam, conventions=options.conventions, seed=options.seed, fix_fingers=options.fix_fingers,
                    fit=options.fit)
 
-    @property
-    def plain_tail_fit(self) -> bool:
-        """True for the default power-law fit (no ``fix_fingers``, ``fit="pl"``)."""
-        return self.fix_fingers is None and self.fit == "pl"
-
 
 @dataclass
 class GroupResult:

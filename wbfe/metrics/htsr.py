@@ -194,7 +194,7 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
 def _tail_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
     """The power-law fit of the thresholded ``tail``, or the ``fix_fingers`` / ``fit`` one
     (:func:`wbfe.metrics.fingers.fit_tail`) in its shape (its α the truncated fit's for ``fit=tpl``)."""
-    if options.plain_tail_fit:
+    if options.fix_fingers is None and options.fit == "pl":
         return fit_power_law(tail, min_tail=options.min_tail, method=options.conventions.power_law)
     from wbfe.metrics.fingers import fit_tail
 
