@@ -49,7 +49,7 @@ def _log_sinh_trapezoid(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """log ∫ exp(f(s)) ds for one integrand ``f(s, rows)`` per row, by the trapezoidal rule in v, s = s_c + W·sinh v.
     Steps are at most ``step`` inside [s_c − W, s_c + W]; the sum runs over [s_lo, s_hi]. The phase is taken relative to
-    the node nearest ``ref`` (the node of largest modulus when None); ``spread`` bounds a chunk's padding
+    the node nearest ``ref`` (complex integrands only); ``spread`` bounds a chunk's padding
     (:func:`_chunks`). Returns ``(fine, coarse, lost, shifted)``: the sum at the step and at twice it (their difference
     estimates the error), log(Σ|terms| / |Σ terms|) (digits lost to cancellation), and where the phase moves by more
     than 1 rad between significant nodes the sum on nodes shifted by a third of a step (NaN elsewhere): unresolved
@@ -85,10 +85,8 @@ def _log_sinh_trapezoid(
             out[rows] = top + np.log(np.sum(modulus, axis=1) * hv)
             out_coarse[rows] = top + np.log(np.sum(modulus[:, ::2], axis=1) * 2.0 * hv)
             continue
-        if ref is None:
-            k = np.argmax(log_mod, axis=1)
-        else:
-            k = np.argmin(np.abs(s - ref[rows, None]), axis=1)
+        assert ref is not None
+        k = np.argmin(np.abs(s - ref[rows, None]), axis=1)
         phase0 = psi.imag[np.arange(rows.size), k]
         peak = top + 1j * phase0
         # The terms exp(psi − peak) in real arithmetic: cheaper than numpy's complex exp.
