@@ -117,9 +117,8 @@ def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> flo
 def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
     """Limiting BFE-W of an HTMP spectrum at prior precision λ: λ/2·E[λ] − ½·E[log λ] + ½·log(2π/λ)."""
     lam = positive_lambda(lam)
-    return 0.5 * lam * mean(kappa, gamma, beta, tau) - 0.5 * log_moment(kappa, gamma, beta, tau) + 0.5 * math.log(
-        2.0 * math.pi / lam
-    )
+    return (0.5 * lam * mean(kappa, gamma, beta, tau) - 0.5 * log_moment(kappa, gamma, beta, tau)
+            + 0.5 * math.log(2.0 * math.pi / lam))
 
 
 def h_star(lam: float, gamma: float, kappa: Optional[float] = None, c: Optional[float] = None) -> float:

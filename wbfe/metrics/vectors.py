@@ -62,11 +62,9 @@ def _ww_slice(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     """WeightWatcher's ``apply_analyze_eigenvectors`` on one matrix, and its SVD eigenvalues."""
     from scipy.linalg import eig, svd
 
-    x = np.matmul(w, w.T) if w.shape[0] <= w.shape[1] else np.matmul(w.T, w)
-    evals, v = eig(x)
-    ent, loc, part = _metrics(v)
+    evals, v = eig(np.matmul(w, w.T) if w.shape[0] <= w.shape[1] else np.matmul(w.T, w))
     sv = svd(w, compute_uv=False)
-    return np.real(evals), ent, loc, part, sv * sv
+    return (np.real(evals), *_metrics(v), sv * sv)
 
 
 def _default_slice(matrix: Any, device: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
