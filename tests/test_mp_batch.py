@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from wbfe.metrics import mp
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
+from tests.test_htsr import _reference_mp_fit
 
 
 @pytest.fixture(autouse=True)
@@ -205,6 +206,9 @@ def test_near_ties_are_decided_exactly(paths: Paths, seed: int) -> None:
     fits = paths.batch(spectra, N, M)
     assert paths["near tie"] >= 1 and paths["refit"] >= 1
     assert_same(fits, spectra, N, M)
+    # The exact refit is WeightWatcher's brute + fmin (an independent copy of it, in test_htsr).
+    fit = fits[0]
+    assert (fit.sigma_mp, fit.bulk_max, fit.mp_softrank, fit.num_spikes) == _reference_mp_fit(e, N, M)
 
 
 def test_coarse_rounding_bound_sends_many_decisions_to_the_exact_residual(
