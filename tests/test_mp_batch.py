@@ -312,7 +312,8 @@ def test_fast_residuals_of_the_batch_are_the_exact_ones_within_the_bound(n: int,
             b, a = residual.edges(sigma)
             # The exact residual where the fast one has no bound: a lower edge at 0 (or NaN), 1/σ² not finite.
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                takes_exact = not residual.off(b, a) and (not a > 0.0 if ratio != 1 else not 0.0 < sigma * sigma < np.inf)
+                takes_exact = not residual.off(b, a) and (not a > 0.0 if ratio != 1
+                                                          else not 0.0 < sigma * sigma < np.inf)
             assert exact[i] == takes_exact, (k, sigma)
             if not takes_exact:
                 assert abs(values[i] - residual.exact(sigma)) <= 1e-13 * max(scales[i], 1.0)

@@ -433,7 +433,7 @@ class _ResidualBatch:
         i1 = np.stack([np.searchsorted(x, v, side="left") for x, v in zip(xde, b)])
         row_at = (np.arange(sigmas.shape[0]) * (_KDE_GRID + 1))[:, None]
         prefix = self.prefix.reshape(4, -1)
-        (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = prefix.take(i0 + row_at, 1), prefix.take(i1 + row_at, 1)
+        (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = (prefix.take(i + row_at, 1) for i in (i0, i1))
         count, y2 = n_hi - n_lo, self.y2[:, None]
         with np.errstate(invalid="ignore", divide="ignore"):
             c = self.Q / (2 * np.pi * sigmas * sigmas)
