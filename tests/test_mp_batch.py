@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from wbfe.metrics import mp
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
+from tests.test_htsr import _reference_mp_fit
 
 
 @pytest.fixture(autouse=True)
@@ -97,10 +98,11 @@ def test_batch_sizes(size: int, batch_min: int, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(mp, "_ResidualBatch", Counted)
     spectra = (family("gauss", 16, 2, 150, seed=1) + family("heavy", 16, 2, 150, seed=2))[:size]
     fits = mp_fit_many(spectra, 32, 16)
+    made = list(batches)
     assert_same(fits, spectra, 32, 16)
-    # Below the threshold one by one; above, stacks of at most _BATCH_MAX (cache-sized).
-    assert sum(batches) == (size if size >= batch_min else 0)
-    assert all(batch <= mp._BATCH_MAX for batch in batches)
+    # Below the threshold one by one (mp_fit: a stack of one); above, stacks of at most _BATCH_MAX (cache-sized).
+    assert sum(made) == size and all(batch <= mp._BATCH_MAX for batch in made)
+    assert all(batch == 1 for batch in made) == (size < batch_min)
     if size >= 64:  # a real fit: bulk edges of (mostly) MP bulks, not all the same
         assert len({fit.sigma_mp for fit in fits}) > size // 2
         assert all(fit.reason is None and 0 < fit.bulk_min < fit.bulk_max for fit in fits)
@@ -139,7 +141,7 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> Paths:
     tie or ran out of evaluations, and the evaluations of the runs finished one by one."""
     hits = Paths()
     in_batch = [False]
-    steps, fit_one, fast_one = mp._nelder_mead_steps, mp.mp_fit, mp._ResidualBatch.fast_one
+    steps, fit_one, fast_one = mp._nelder_mead_steps, mp._fit_exact, mp._ResidualBatch.fast_one
 
     def counted_steps(x0: float, rel_err: float):  # noqa: ANN202
         calls = 0
@@ -177,7 +179,7 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> Paths:
 
     many = mp.mp_fit_many
     monkeypatch.setattr(mp, "_nelder_mead_steps", counted_steps)
-    monkeypatch.setattr(mp, "mp_fit", counted_fit)
+    monkeypatch.setattr(mp, "_fit_exact", counted_fit)
     monkeypatch.setattr(mp._ResidualBatch, "fast_one", counted_fast_one)
     hits.batch = batch
     return hits
@@ -204,6 +206,9 @@ def test_near_ties_are_decided_exactly(paths: Paths, seed: int) -> None:
     fits = paths.batch(spectra, N, M)
     assert paths["near tie"] >= 1 and paths["refit"] >= 1
     assert_same(fits, spectra, N, M)
+    # The exact refit is WeightWatcher's brute + fmin (an independent copy of it, in test_htsr).
+    fit = fits[0]
+    assert (fit.sigma_mp, fit.bulk_max, fit.mp_softrank, fit.num_spikes) == _reference_mp_fit(e, N, M)
 
 
 def test_coarse_rounding_bound_sends_many_decisions_to_the_exact_residual(
@@ -276,11 +281,17 @@ def test_kde_rows_are_the_kde_of_each_row_even_on_grid_points() -> None:
         samples[k, :12] = np.minimum(np.r_[grid[k, at[:4]], grid[k, at[4:8]] - h, grid[k, at[8:]] + h], stop[k] - 0.5)
         samples[k, 12:14] = 0.0
     samples = np.abs(samples)
-    rows = mp._linear_kde_rows(samples, np.linspace(0.0, np.max(samples, 1) + 0.5, mp._KDE_GRID, axis=1),
-                               (np.max(samples, 1) + 0.5) / (mp._KDE_GRID - 1), h)  # fmt: skip
+    # The batch's residuals on these rows are the single fit's exact ones: its KDE is each row's KDE.
+    batch = mp._ResidualBatch(samples, 2.0)
+    sigmas = np.linspace(0.05, 2.5, 60)
+    values, scales, exact = batch.fast(np.repeat(np.arange(9), sigmas.size), np.tile(sigmas, 9))
     for k in range(9):
-        one = mp._linear_kde(samples[k], np.linspace(0.0, float(np.max(samples[k])) + 0.5, mp._KDE_GRID), h)
-        assert np.array_equal(rows[k], one)
+        residual = mp._MPResidual(samples[k], 2.0)
+        for j, sigma in enumerate(sigmas.tolist()):
+            i = k * sigmas.size + j
+            if not exact[i]:
+                assert abs(values[i] - residual.exact(sigma)) <= 1e-13 * max(scales[i], 1.0)
+    assert np.count_nonzero(~exact & (scales > 0.0)) > 100
 
 
 @pytest.mark.parametrize(("n", "ratio"), [(30, 1), (30, 2), (200, 3), (12, 9), (50, 1.5)])
@@ -298,20 +309,17 @@ def test_fast_residuals_of_the_batch_are_the_exact_ones_within_the_bound(n: int,
             i = k * sigmas.size + j
             one = batch.fast_one(k, sigma)  # the same, one σ at a time
             assert (one is None) == exact[i]
-            try:
-                value, scale = residual.fast(sigma)
-            except ZeroDivisionError:  # σ = 0, Q = 1: mp_fit fails so (the batch refits it alone)
-                assert exact[i]
-                continue
             b, a = residual.edges(sigma)
-            takes_exact = not residual.off(b, a) and scale == 0.0  # the single fit's exact branch
+            # The exact residual where the fast one has no bound: a lower edge at 0 (or NaN), 1/σ² not finite.
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                takes_exact = not residual.off(b, a) and (not a > 0.0 if ratio != 1
+                                                          else not 0.0 < sigma * sigma < np.inf)
             assert exact[i] == takes_exact, (k, sigma)
             if not takes_exact:
-                assert scales[i] == pytest.approx(scale, rel=1e-12, abs=0.0)
                 assert abs(values[i] - residual.exact(sigma)) <= 1e-13 * max(scales[i], 1.0)
-                assert one is not None and one[1] == pytest.approx(scale, rel=1e-12, abs=0.0)
+                assert one is not None and one[1] == pytest.approx(scales[i], rel=1e-12, abs=0.0)
                 assert abs(one[0] - residual.exact(sigma)) <= 1e-13 * max(one[1], 1.0)
-                n_inside += scale > 0.0
+                n_inside += scales[i] > 0.0
     assert n_inside > 100  # not only rejected σ
 
 
@@ -344,7 +352,7 @@ def test_grid_starts_are_the_single_fits(
         residual = mp._MPResidual(to_fit[k], ratio)
         grid = np.mgrid[slice(0.05 * s[k], 2.0 * s[k], 0.01 * s[k])]
         if not math.isnan(starts[k]):
-            assert starts[k] == grid[mp._grid_argmin(residual, grid)]
+            assert starts[k] == grid[int(np.argmin([residual.exact(float(x)) for x in grid]))]
             assert abs(values[k] - residual.exact(float(starts[k]))) <= mp._FAST_REL_ERR * max(scales[k], 1.0)
 
 

@@ -77,9 +77,7 @@ def to_numpy(x: Any) -> np.ndarray:
         return np.asarray(x)
     import torch
 
-    x = x.detach()
-    if x.device.type != "cpu":
-        x = x.cpu()
+    x = x.detach().cpu()  # itself where it is on the CPU already
     if dtype_name(x) not in NUMPY_DTYPES:
         x = x.to(torch.float32)
     return x.numpy()
@@ -132,9 +130,7 @@ def from_bytes(raw: np.ndarray, dtype: str, shape: Sequence[int]) -> Any:
 def flat_bytes(x: Any) -> np.ndarray:
     """The bytes of ``x`` in C order, as a flat uint8 numpy array (a copy only where it must be)."""
     if is_torch(x):
-        x = x.detach()
-        if x.device.type != "cpu":
-            x = x.cpu()
+        x = x.detach().cpu()
         import torch
 
         return x.contiguous().reshape(-1).view(torch.uint8).numpy()

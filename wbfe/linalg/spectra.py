@@ -395,12 +395,8 @@ def live_part(matrices: Sequence["torch.Tensor"]) -> tuple[list["torch.Tensor"],
     Raises:
         DegenerateMatrixError: every entry is zero.
     """
-    live_rows = live_cols = None
-    for m in matrices:
-        r, c = _nonzero_lines(m)
-        live_rows = r if live_rows is None else live_rows | r
-        live_cols = c if live_cols is None else live_cols | c
-    assert live_rows is not None and live_cols is not None
+    lines = [_nonzero_lines(m) for m in matrices]
+    live_rows, live_cols = (np.logical_or.reduce([line[i] for line in lines]) for i in (0, 1))
     n_rows, n_cols = int(live_rows.sum()), int(live_cols.sum())
     if n_rows == 0 or n_cols == 0:
         raise DegenerateMatrixError("all-zero matrix")
@@ -546,10 +542,8 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
         # W·2^k exactly: the eigenvalues are 4^k times W's, which ``log_scale`` undoes.
         matrices = [m * math.ldexp(1.0, shift) for m in matrices]
         log_scale = -2.0 * shift * math.log(2.0)
-    if need_eigs:
-        return Spectrum(eigs=eigenvalues(matrices, device), rows=rows, cols=cols, n_slices=len(matrices),
-                        log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
-    return Spectrum(eigs=None, rows=rows, cols=cols, n_slices=len(matrices), moments=log_moments(matrices, device),
+    return Spectrum(eigs=eigenvalues(matrices, device) if need_eigs else None, rows=rows, cols=cols,
+                    n_slices=len(matrices), moments=None if need_eigs else log_moments(matrices, device),
                     log_scale=log_scale, dead_rows=dead_rows, dead_cols=dead_cols)
 
 

@@ -40,7 +40,6 @@ def out_of_range(log_scale: float) -> str:
     return f"outside float64's range: the eigenvalues are of order 1e{log_scale / math.log(10.0):+.0f}"
 
 
-
 @dataclass(frozen=True)
 class MetricOptions(Validated):
     """Options every metric group may read: ``lam``, ``seed``, ``fix_fingers`` and ``fit`` as
@@ -78,11 +77,6 @@ class MetricOptions(Validated):
         return cls(lam=options.lam, conventions=options.conventions, seed=options.seed, fix_fingers=options.fix_fingers,
                    fit=options.fit)
 
-    @property
-    def plain_tail_fit(self) -> bool:
-        """True for the default power-law fit (no ``fix_fingers``, ``fit="pl"``)."""
-        return self.fix_fingers is None and self.fit == "pl"
-
 
 @dataclass
 class GroupResult:
@@ -95,6 +89,11 @@ class GroupResult:
         """Mark ``column`` as NaN because of ``reason``."""
         self.values[column] = math.nan
         self.reasons[column] = reason
+
+    def fail_all(self, columns: Sequence[str], reason: str) -> None:
+        """Mark each of ``columns`` as NaN because of ``reason``."""
+        for column in columns:
+            self.fail(column, reason)
 
     def put_rescaled(self, column: str, value: float, power: float, log_scale: float) -> None:
         """``column`` = :func:`rescaled` ``(value, power, log_scale)``, or NaN with the reason."""

@@ -70,8 +70,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
         # F(λ) of e equals F(λ·s) of e/s: the moments are of the rescaled eigenvalues e/s.
         lam = rescaled(positive_lambda(lam), 1.0, spec.log_scale)
         if math.isnan(lam):
-            result.fail("lambda", out_of_range(spec.log_scale))
-            result.fail("bfe", out_of_range(spec.log_scale))
+            result.fail_all(("lambda", "bfe"), out_of_range(spec.log_scale))
             return result
     value, lam_used = bfe_from_moments(mean_e, mean_log_e, lam)
     result.values["bfe"] = value

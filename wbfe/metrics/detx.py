@@ -39,8 +39,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     e = None if spec.eigs is None else np.sort(np.asarray(spec.eigs, dtype=np.float64))
     if e is None or e.size == 0 or not np.all(np.isfinite(e)) or e[0] < 0.0 or not e[-1] > 0.0:
-        for column in COLUMNS:
-            result.fail(column, "no usable spectrum (empty, non-finite, negative or all zero)")
+        result.fail_all(COLUMNS, "no usable spectrum (empty, non-finite, negative or all zero)")
         return result
     num, idx, scaled = detx_tail(e)
     result.values["detX_num"] = num

@@ -119,16 +119,11 @@ def _tpl_scan(x: np.ndarray, lo: float, hi: float, *, min_tail: int) -> TailFit:
     if candidates.size == 0:
         return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"no candidate xmin in [{lo:.6g}, {hi:.6g})")
     fits = [fit_truncated_power_law(x[i:], xmin=float(x[i])) for i in candidates]
-    best: Optional[tuple[float, int]] = None
-    for j, (i, fit) in enumerate(zip(candidates, fits)):
-        if not fit.ok:
-            continue
-        d = tpl_ks_distance(x[i:], fit.alpha, fit.lam)
-        if math.isfinite(d) and (best is None or d < best[0]):
-            best = (d, j)
-    if best is None:
+    scored = [(d, j) for j, (i, fit) in enumerate(zip(candidates, fits)) if fit.ok
+              for d in (tpl_ks_distance(x[i:], fit.alpha, fit.lam),) if math.isfinite(d)]
+    if not scored:
         return TailFit(math.nan, math.nan, math.nan, math.nan, reason="no candidate xmin gives a truncated power-law fit")
-    d, j = best
+    d, j = min(scored)  # the first of the smallest distances
     fit = fits[j]
     return TailFit(fit.alpha, math.nan, fit.xmin, d, lam=fit.lam)
 
@@ -168,16 +163,14 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     e = None if spec.eigs is None else np.sort(np.asarray(spec.eigs, dtype=np.float64))
     if e is None or e.size == 0 or not np.all(np.isfinite(e)) or not e[-1] > 0.0:
-        for column in COLUMNS:
-            result.fail(column, "no usable spectrum")
+        result.fail_all(COLUMNS, "no usable spectrum")
         return result
     thresh = options.conventions.evals_thresh  # in the true units: the stored ones are scaled
     threshold = thresh * math.exp(-spec.log_scale) if thresh else 0.0
     fit = fit_tail(e[e > threshold], fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
                    conventions=options.conventions)
     if not fit.ok:
-        for column in COLUMNS:
-            result.fail(column, f"tail fit: {fit.reason}")
+        result.fail_all(COLUMNS, f"tail fit: {fit.reason}")
         return result
     result.values["num_fingers"] = fit.num_fingers
     if options.fix_fingers == "clip_xmax":

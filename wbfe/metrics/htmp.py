@@ -117,9 +117,8 @@ def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> flo
 def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
     """Limiting BFE-W of an HTMP spectrum at prior precision λ: λ/2·E[λ] − ½·E[log λ] + ½·log(2π/λ)."""
     lam = positive_lambda(lam)
-    return 0.5 * lam * mean(kappa, gamma, beta, tau) - 0.5 * log_moment(kappa, gamma, beta, tau) + 0.5 * math.log(
-        2.0 * math.pi / lam
-    )
+    return (0.5 * lam * mean(kappa, gamma, beta, tau) - 0.5 * log_moment(kappa, gamma, beta, tau)
+            + 0.5 * math.log(2.0 * math.pi / lam))
 
 
 def h_star(lam: float, gamma: float, kappa: Optional[float] = None, c: Optional[float] = None) -> float:
@@ -188,13 +187,6 @@ class HTMPFit:
     def h(self) -> float:
         """Scaled heavy-tailedness κ/β."""
         return self.kappa / self.beta
-
-
-def _default_tau(e: np.ndarray) -> float:
-    """τ one spacing below the smallest eigenvalue, never below 0 (docs/math.md: just below min(e))."""
-    if e.size < 2:
-        return 0.0
-    return max(0.0, float(e[0] - (e[1] - e[0])))
 
 
 class _ProfileModel:
@@ -335,7 +327,8 @@ def _prepare(eigs: np.ndarray, gamma: float, tau: Optional[float]) -> _Prepared:
     e = np.sort(np.asarray(eigs, dtype=np.float64).ravel())
     if e.size < 2 or not np.all(np.isfinite(e)) or e[0] <= 0.0:
         raise InvalidOptionError("fit needs at least 2 finite, positive eigenvalues")
-    tau_used = _default_tau(e) if tau is None else float(tau)
+    # τ one spacing below the smallest eigenvalue, never below 0 (docs/math.md: just below min(e)).
+    tau_used = max(0.0, float(e[0] - (e[1] - e[0]))) if tau is None else float(tau)
     if not (0.0 <= tau_used < e[0]):
         raise InvalidOptionError(f"tau must lie in [0, min(eigs)), not {tau_used!r}")
     x = e - tau_used
@@ -508,8 +501,7 @@ _NUMERIC = ("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_
 
 
 def _fail_all(result: GroupResult, reason: str) -> GroupResult:
-    for column in _NUMERIC:
-        result.fail(column, reason)
+    result.fail_all(_NUMERIC, reason)
     result.values["diagnosis"] = f"no fit: {reason}"
     result.reasons["diagnosis"] = reason
     return result

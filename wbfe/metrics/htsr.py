@@ -74,21 +74,18 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
             _norm_columns(results[k], e, spec, options)
             usable.append((k, e))
         else:
-            for column in COLUMNS:
-                results[k].fail(column, problem)
+            results[k].fail_all(COLUMNS, problem)
     _power_law_columns(results, specs, usable, options)
     by_shape: dict[tuple[int, int], list[tuple[int, np.ndarray]]] = {}
     for k, e in usable:
         by_shape.setdefault((specs[k].P, specs[k].p), []).append((k, e))
     for (P, p), members in by_shape.items():  # noqa: N806 - WeightWatcher's N, M
         for (k, _), fit in zip(members, mp_fit_many([e for _, e in members], P, p)):
-            for column in ("bulk_max", "num_spikes", "mp_softrank"):
-                if fit.reason is not None:
-                    results[k].fail(column, f"MP fit: {fit.reason}")
-                elif column == "bulk_max":
-                    results[k].put_rescaled(column, fit.bulk_max, 1.0, specs[k].log_scale)
-                else:
-                    results[k].values[column] = getattr(fit, column)
+            if fit.reason is not None:
+                results[k].fail_all(("bulk_max", "num_spikes", "mp_softrank"), f"MP fit: {fit.reason}")
+                continue
+            results[k].put_rescaled("bulk_max", fit.bulk_max, 1.0, specs[k].log_scale)
+            results[k].values["num_spikes"], results[k].values["mp_softrank"] = fit.num_spikes, fit.mp_softrank
     return results
 
 
@@ -168,8 +165,7 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
         if fit.reason is not None:
             dropped = e.size - tail_source.size
             note = f" ({dropped} eigenvalue(s) <= {threshold:g} dropped)" if dropped else ""
-            for column in _PL_COLUMNS + ("tpl_alpha", "tpl_lambda"):
-                result.fail(column, f"power-law fit: {fit.reason}{note}")
+            result.fail_all(_PL_COLUMNS + ("tpl_alpha", "tpl_lambda"), f"power-law fit: {fit.reason}{note}")
             continue
         shift = specs[k].log_scale / _LN10
         top = float(e[-1])
@@ -192,14 +188,13 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
             results[k].values["tpl_alpha"] = tpl.alpha
             results[k].put_rescaled("tpl_lambda", tpl.lam, -1.0, specs[k].log_scale)
         else:
-            results[k].fail("tpl_alpha", f"truncated power-law fit: {tpl.reason}")
-            results[k].fail("tpl_lambda", f"truncated power-law fit: {tpl.reason}")
+            results[k].fail_all(("tpl_alpha", "tpl_lambda"), f"truncated power-law fit: {tpl.reason}")
 
 
 def _tail_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
     """The power-law fit of the thresholded ``tail``, or the ``fix_fingers`` / ``fit`` one
     (:func:`wbfe.metrics.fingers.fit_tail`) in its shape (its α the truncated fit's for ``fit=tpl``)."""
-    if options.plain_tail_fit:
+    if options.fix_fingers is None and options.fit == "pl":
         return fit_power_law(tail, min_tail=options.min_tail, method=options.conventions.power_law)
     from wbfe.metrics.fingers import fit_tail
 

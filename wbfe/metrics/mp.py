@@ -5,10 +5,9 @@ too close for that bound is taken on WeightWatcher's own residual."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
-from typing import Callable, Generator, Optional, Sequence
+from typing import Generator, Optional, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -46,23 +45,18 @@ def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
     lo = np.searchsorted(xs, grid - h, side="right")
     mid = np.searchsorted(xs, grid, side="right")
     hi = np.searchsorted(xs, grid + h, side="left")
-    return _kde_from_counts(grid, cs[lo], cs[mid], cs[hi], lo, mid, hi, xs.shape[-1], h)
-
-
-def _kde_from_counts(grid, c_lo, c_mid, c_hi, lo, mid, hi, n: int, h: float):  # noqa: ANN001, ANN202
-    """The KDE at ``grid`` from the sample counts below grid − h, grid, grid + h and their prefix sums."""
     n_left, n_right = mid - lo, hi - mid
     left = n_left * grid  # left = n_left − (n_left·grid − (c_mid − c_lo))/h, in place
-    left -= c_mid - c_lo
+    left -= cs[mid] - cs[lo]
     left /= h
     left = np.subtract(n_left, left, out=left)
-    right = c_hi - c_mid  # right = n_right − ((c_hi − c_mid) − n_right·grid)/h
+    right = cs[hi] - cs[mid]  # right = n_right − ((c_hi − c_mid) − n_right·grid)/h
     right -= n_right * grid
     right /= h
     right = np.subtract(n_right, right, out=right)
     left += right
     left = np.maximum(left, 0.0, out=left)
-    left /= n * h
+    left /= xs.shape[-1] * h
     return left
 
 
@@ -73,24 +67,10 @@ def _fast_from_sums(c, y2, t1_sum, t2_sum):  # noqa: ANN001, ANN202
     return y2 + t1 - t2, y2 + t1 + t2
 
 
-def _bounds_from_sums(c, y2, sy_all, count, d1, d2, dy, s1_hi, s2_hi, b, a):  # noqa: ANN001, ANN202
-    """:meth:`_MPResidual._lower_bounds` from the prefix-sum differences over each σ's support
-    (count of points, Σ1/x, Σ1/x², Σy²) and the prefix sums Σ1/x, Σ1/x² up to its end."""
-    sum1, sum2 = (a + b) * d1, (a * b) * d2
-    law2 = c * c * np.maximum(sum1 - count - sum2, 0.0)
-    y2s = np.maximum(dy, 0.0)
-    bound = y2 - y2s + (np.sqrt(law2) - np.sqrt(y2s)) ** 2
-    # Prefix sums are rounded relative to the whole prefix (s1[i1], s2[i1], sy[-1]).
-    magnitude = y2 + sy_all + c * c * (count + (a + b) * s1_hi + a * b * s2_hi) + 2.0 * np.sqrt(law2 * y2s)
-    return bound, 1e-9 * magnitude + 1e-300
-
-
 class _MPResidual:
-    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law. :meth:`exact` is
-    WeightWatcher's residual operation for operation (so Nelder–Mead and ``brute`` pick its σ). :meth:`fast` expands it
-    as Σy² + Σ law² − 2 Σ law·y over the law's support, and returns ``(value, scale)`` with ``|fast − exact| <=
-    _FAST_REL_ERR · scale``: the fits fall back to :meth:`exact` wherever a comparison of two residuals is closer than
-    that."""
+    """WeightWatcher's sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law,
+    operation for operation (so ``brute`` and Nelder–Mead pick its σ): the fits take it wherever the fast residuals
+    of :class:`_ResidualBatch` are too close to compare."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
         xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
@@ -107,17 +87,6 @@ class _MPResidual:
         self.padded = np.zeros(self.xde.size + n_dropped)
         # Σ 1000² over the fitted points: partial sums are integers·1e6 < 2^53, so exact in any order.
         self.off_grid = float(self.xde.size) * 1e6
-        self.y2 = float(np.dot(self.yde, self.yde))
-        if Q == 1:
-            with np.errstate(invalid="ignore"):
-                r = np.sqrt(4 - self.xde**2)
-            on = np.isfinite(r)
-            self.rr, self.ry = float(np.dot(r[on], r[on])), float(np.dot(r[on], self.yde[on]))
-        else:
-            self.xs_list = self.xde.tolist()  # bisect on a list: cheaper than searchsorted for one σ
-            with np.errstate(divide="ignore"):
-                self.h = 1.0 / self.xde**2  # law² = (Q/2πσ²)²·(b − x)(x − a)/x²
-                self.g = self.yde / self.xde  # law·y = (Q/2πσ²)·√((b − x)(x − a))·y/x
 
     def edges(self, sigma: float) -> tuple[float, float]:
         return (sigma * (1 + self.inv_sq)) ** 2, (sigma * (1 - self.inv_sq)) ** 2
@@ -142,119 +111,18 @@ class _MPResidual:
         padded[: xde.size] = law - self.yde
         return float(np.sum(padded**2))
 
-    def fast(self, sigma: float) -> tuple[float, float]:
-        b, a = self.edges(sigma)
-        if self.off(b, a):
-            return self.off_grid, 0.0
-        if self.Q == 1:
-            value, scale = _fast_from_sums(1 / (np.pi * sigma * sigma), self.y2, self.rr, self.ry)
-        else:
-            if not a > 0.0:
-                return self.exact(sigma), 0.0
-            lo, hi = bisect.bisect_right(self.xs_list, a), bisect.bisect_left(self.xs_list, b)
-            xs = self.xde[lo:hi]
-            d = (b - xs) * (xs - a)  # > 0: a < xs < b
-            value, scale = _fast_from_sums(
-                self.Q / (2 * np.pi * sigma * sigma), self.y2, float(np.dot(d, self.h[lo:hi])),
-                float(np.dot(np.sqrt(d), self.g[lo:hi])),
-            )
-        if not math.isfinite(value):
-            return self.exact(sigma), 0.0
-        return value, scale
-
-    def grid(self, sigmas: np.ndarray, prune: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`fast` of every σ of a grid at once; with ``prune``, +inf for the σ whose lower
-        bound (:meth:`_lower_bounds`) shows they are not the grid's minimum."""
-        b = (sigmas * (1 + self.inv_sq)) ** 2
-        a = (sigmas * (1 - self.inv_sq)) ** 2
-        values = np.full(sigmas.size, self.off_grid)
-        scales = np.zeros(sigmas.size)
-        computed = np.ones(sigmas.size, dtype=bool)
-        if self.Q == 1:
-            values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2, self.rr, self.ry)
-        else:
-            rows = np.flatnonzero(~((b < self.x_peak) | (b > self.x_last) | (a > self.x_peak)))
-            computed[:] = False
-            if prune and rows.size > 4:
-                bound, margin = self._lower_bounds(sigmas[rows], b[rows], a[rows])
-                first = rows[np.argsort(bound)[:4]]
-                values[first], scales[first] = self._support_sums(sigmas[first], b[first], a[first])
-                best = float(np.min(values[first] + _FAST_REL_ERR * scales[first]))
-                keep = bound - margin <= best
-                values[rows[~keep]] = np.inf
-                rows = rows[keep]
-            if rows.size:
-                values[rows], scales[rows] = self._support_sums(sigmas[rows], b[rows], a[rows])
-                computed[rows] = True
-        for i in np.flatnonzero(computed & ~np.isfinite(values)):
-            values[i], scales[i] = self.exact(float(sigmas[i])), 0.0
-        return values, scales
-
-    def _support_sums(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Fast values and scales of σ whose edges pass :meth:`off` (Q ≠ 1)."""
-        lo = int(np.searchsorted(self.xde, float(np.min(a)), side="right"))
-        hi = int(np.searchsorted(self.xde, float(np.max(b)), side="left"))
-        xs = self.xde[lo:hi]
-        d = np.subtract(b[:, None], xs)
-        d *= xs - a[:, None]
-        np.maximum(d, 0.0, out=d)  # 0 off the support of each σ
-        t1 = d @ self.h[lo:hi]
-        t2 = np.sqrt(d, out=d) @ self.g[lo:hi]
-        return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2, t1, t2)
-
-    def _lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins. By Cauchy–Schwarz Σ
-        law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ
-        law² = c²·Σ(−1 + (a+b)/x − ab/x²) and Σ y² over the support come from prefix sums over the sorted KDE grid."""
-        if not hasattr(self, "_prefix"):
-            x = self.xde
-            with np.errstate(divide="ignore"):
-                inv = np.where(x > 0.0, 1.0 / x, 0.0)
-            self._prefix = tuple(np.concatenate(([0.0], np.cumsum(v))) for v in (inv, inv * inv, self.yde**2))
-        s1, s2, sy = self._prefix
-        i0 = np.searchsorted(self.xde, a, side="right")
-        i1 = np.searchsorted(self.xde, b, side="left")
-        c = self.Q / (2 * np.pi * sigmas * sigmas)
-        return _bounds_from_sums(
-            c, self.y2, sy[-1], (i1 - i0).astype(np.float64),
-            s1[i1] - s1[i0], s2[i1] - s2[i0], sy[i1] - sy[i0], s1[i1], s2[i1], b, a,
-        )  # fmt: skip
-
 
 class _NearTie(Exception):
     """Two fast residuals too close to compare: the exact ones decide."""
-
-
-def _grid_argmin(residual: _MPResidual, sigmas: np.ndarray) -> int:
-    """``argmin`` of the exact residuals on the grid (first minimum), from the fast ones: only the σ
-    whose fast value cannot be told from the smallest are evaluated exactly."""
-    values, scales = residual.grid(sigmas)
-    tol = _FAST_REL_ERR * scales
-    candidates = np.flatnonzero(values - tol <= float(np.min(values + tol)))
-    if candidates.size == 1:
-        return int(candidates[0])
-    exact = [residual.exact(float(sigmas[i])) if scales[i] > 0.0 else float(values[i]) for i in candidates]
-    return int(candidates[int(np.argmin(exact))])
-
-
-def _nelder_mead_1d(func: Callable[[float], tuple[float, float]], x0: float, rel_err: float) -> float:
-    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats. ``func`` returns ``(value,
-    scale)``: when ``rel_err`` > 0 a comparison of values closer than ``rel_err``·scale raises :class:`_NearTie` (the
-    values are approximations)."""
-    steps = _nelder_mead_steps(x0, rel_err)
-    x = next(steps)
-    try:
-        while True:
-            x = steps.send(func(x))
-    except StopIteration as done:
-        return float(done.value)
 
 
 _Steps = Generator[float, tuple[float, float], float]
 
 
 def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
-    """:func:`_nelder_mead_1d` as a coroutine (yields points, is sent their values; :func:`mp_fit_many` runs many).
+    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats, as a coroutine (yields
+    points, is sent their values ``(value, scale)``; :func:`_polish_many` runs many): when ``rel_err`` > 0 a comparison
+    of values closer than ``rel_err``·scale raises :class:`_NearTie` (the values are approximations).
     scipy's ``_minimize_neldermead`` with fmin's defaults (initial step 5 %, xatol = fatol = 1e-4, 200 iterations and
     evaluations; sorting keeps the older vertex first on ties), in one dimension."""
     xatol = fatol = 1e-4
@@ -331,6 +199,13 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     layers it reports N < M: :func:`wbfe.metrics.ww_compat.ww_conv2d_dims`). NaN + reason for an empty or all-zero
     spectrum."""
     e = np.asarray(eigs, dtype=np.float64)
+    return _fit_batch([e], N, M)[0] if e.ndim == 1 and e.size else _fit_exact(e, N, M)
+
+
+def _fit_exact(e: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803
+    """WeightWatcher's own fit: ``scipy.optimize.brute`` of the exact residual on its σ grid, then ``fmin``."""
+    from scipy import optimize
+
     nan = math.nan
     if e.size == 0 or not float(np.sum(e)) > 0.0:
         return MPFit(nan, nan, nan, nan, nan, "empty or all-zero spectrum")
@@ -339,16 +214,9 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     to_plot = (w_scale * w_scale) * e
     lambda_max = float(np.max(to_plot))
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
-    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
-    residual = _MPResidual(to_fit, Q)
-    # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
-    sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
-    start = float(sigmas[_grid_argmin(residual, sigmas)])
-    try:
-        sigma = _nelder_mead_1d(residual.fast, start, _FAST_REL_ERR)
-    except _NearTie:
-        sigma = _nelder_mead_1d(lambda x: (residual.exact(x), 0.0), start, 0.0)
-    return _fit_of(sigma, to_plot, w_scale, lambda_max, Q, M)
+    residual = _MPResidual(np.sqrt(to_plot) if Q == 1 else to_plot, Q)
+    sigma = optimize.brute(lambda p: residual.exact(float(p[0])), (slice(0.05 * s, 2.0 * s, 0.01 * s),))
+    return _fit_of(float(sigma[0]), to_plot, w_scale, lambda_max, Q, M)
 
 
 def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float, Q: float, M: int) -> MPFit:  # noqa: N803
@@ -372,9 +240,9 @@ _CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized)
 def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  # noqa: N803
     """:func:`mp_fit` of many spectra of one matrix shape, equal to it field for field, vectorised.
 
-    The KDEs and σ grids run on the whole stack and the Nelder–Mead polishes in lockstep; every decision too close for
-    the fast residuals' bound, and any spectrum off the common path, is taken by :func:`mp_fit` on that spectrum alone.
-    Spectra of different lengths, or fewer than _BATCH_MIN, are fitted one by one."""
+    The KDEs and σ grids run on the whole stack and the Nelder–Mead polishes in lockstep; any spectrum with a decision
+    too close for the fast residuals' bound, or off the common path, is fitted alone on the exact residual. Spectra of
+    different lengths, or fewer than _BATCH_MIN, are fitted one by one."""
     arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
     if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
         return [mp_fit(e, N, M) for e in arrays]
@@ -388,15 +256,13 @@ def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  #
 def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
     stack = np.stack(arrays)
     sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
-    # Rows fitted alone: empty or all-zero (mp_fit's failure), non-finite or negative values
-    # (whatever mp_fit makes of them, error included).
+    # Rows fitted alone: empty or all-zero (the fit's failure), non-finite or negative values
+    # (whatever WeightWatcher's fit makes of them, error included).
     common = (sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0)
     rows = np.flatnonzero(common)
-    results: list[Optional[MPFit]] = [None] * len(arrays)
-    if rows.size < _BATCH_MIN:
-        return [mp_fit(e, N, M) for e in arrays]
-    for alone in np.flatnonzero(~common).tolist():
-        results[alone] = mp_fit(arrays[alone], N, M)
+    results = [None if ok else _fit_exact(e, N, M) for e, ok in zip(arrays, common.tolist())]
+    if not rows.size:
+        return [fit for fit in results if fit is not None]
     Q = N / M
     e = stack[rows]
     w_scale = np.sqrt(e.shape[1]) / np.sqrt(sums[rows])
@@ -409,67 +275,10 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     for i, k in enumerate(rows.tolist()):
         sigma = sigmas[i]
         if sigma is None:
-            results[k] = mp_fit(arrays[k], N, M)
+            results[k] = _fit_exact(arrays[k], N, M)
         else:
             results[k] = _fit_of(sigma, to_plot[i], w_scale[i], float(lambda_max[i]), Q, M)
     return [fit for fit in results if fit is not None]
-
-
-def _searchsorted_rows(rows: np.ndarray, values: np.ndarray, side: str, guess: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(rows[k], values[k], side)`` for every (sorted) row k, from a guess of it
-    within a few places, corrected one place at a time."""
-    n_rows, width = rows.shape
-    flat = rows.ravel()
-    base = (np.arange(n_rows) * width).reshape((n_rows,) + (1,) * (values.ndim - 1))
-    before = np.less_equal if side == "right" else np.less  # rows[i] counts (is left of the value)
-    at = np.clip(guess, 0, width).astype(np.intp)
-    while True:
-        down = (at > 0) & ~before(flat.take(base + np.maximum(at - 1, 0)), values)
-        up = (at < width) & before(flat.take(base + np.minimum(at, width - 1)), values)
-        if not (down.any() or up.any()):
-            return at
-        at += up
-        at -= down
-
-
-def _step_counts(samples: np.ndarray, points: np.ndarray, step: np.ndarray, side: str) -> np.ndarray:
-    """How many grid points each count of samples ≤ (side "right") or < ("left") the points of
-    ``points`` (rows of ``i·step`` shifted by a constant) holds: row k's counts at its points are
-    ``np.repeat(arange(n + 1), runs[k])``, ``np.searchsorted(samples[k], points[k], side)``."""
-    n_points = points.shape[1]
-    guess = np.ceil((samples - points[:, :1]) / step[:, None])
-    place = _searchsorted_rows(points, samples, "left" if side == "right" else "right", guess)
-    runs = np.empty((samples.shape[0], samples.shape[1] + 1), dtype=np.intp)
-    runs[:, 0] = place[:, 0]
-    np.subtract(place[:, 1:], place[:, :-1], out=runs[:, 1:-1])
-    runs[:, -1] = n_points - place[:, -1]
-    return runs.ravel()
-
-
-def _linear_kde_rows(samples: np.ndarray, grid: np.ndarray, step: np.ndarray, h: float) -> np.ndarray:
-    """:func:`_linear_kde` of every row of ``samples`` on the same row of ``grid`` (np.linspace of
-    that ``step``), equal to it: the counts and prefix sums at the grid points are runs of theirs."""
-    n_rows, n = samples.shape
-    xs = np.sort(samples, axis=1)
-    cs = np.zeros((n_rows, n + 1))
-    np.cumsum(xs, axis=1, out=cs[:, 1:])  # row by row, as cumsum of each row
-    counts = np.tile(np.arange(n + 1, dtype=np.float64), n_rows)  # exact: int counts as float
-    cs = cs.ravel()
-    at = []
-    for points, side in ((grid - h, "right"), (grid, "right"), (grid + h, "left")):
-        runs = _step_counts(xs, points, step, side)
-        at.append((np.repeat(counts, runs).reshape(grid.shape), np.repeat(cs, runs).reshape(grid.shape)))
-    (lo, c_lo), (mid, c_mid), (hi, c_hi) = at
-    return _kde_from_counts(grid, c_lo, c_mid, c_hi, lo, mid, hi, n, h)
-
-
-def _windows(rows: np.ndarray, width: int) -> np.ndarray:
-    """Every run of ``width`` consecutive values of the (C-contiguous) ``rows``, as a read-only view:
-    ``_windows(rows, w)[i]`` is ``rows.ravel()[i : i + w]``; indexing it copies whole runs."""
-    flat = rows.ravel()
-    return np.lib.stride_tricks.as_strided(
-        flat, shape=(flat.size - width + 1, width), strides=(flat.itemsize,) * 2, writeable=False
-    )
 
 
 def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -486,9 +295,11 @@ _WINDOW_SLACK = np.array([[-1.0], [2.0]])  # grid points beyond ⌊a/step⌋, �
 
 
 class _ResidualBatch:
-    """The :class:`_MPResidual` of every row of a stack of spectra (rescaled as ``to_fit``), fast form
-    only, on each row's whole KDE grid: the points not fitted weigh 0, so every support is a window
-    [lo, lo + width) of a row (the arrays run on past the last row, where x = +inf)."""
+    """The :class:`_MPResidual` of every row of a stack of spectra (rescaled as ``to_fit``) in a fast form, Σy² + Σ law²
+    − 2 Σ law·y over the law's support, as ``(value, scale)`` with ``|fast − exact| <= _FAST_REL_ERR · scale``: the fits
+    take the exact residual wherever a comparison of two residuals is closer than that. On each row's whole KDE grid:
+    the points not fitted weigh 0, so every support is a window [lo, lo + width) of a row (the arrays run on past the
+    last row, where x = +inf)."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
         self.Q = Q
@@ -496,14 +307,12 @@ class _ResidualBatch:
         stop = np.max(to_fit, axis=1) + 0.5
         self.x = np.full(n_rows * _KDE_GRID + _KDE_GRID, np.inf)
         xde = self.x[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID)
-        # Each row np.linspace(0, stop, 1000) as numpy computes it: i·step (+ 0), the last one stop.
         self.step = stop / (_KDE_GRID - 1)
-        np.multiply(np.arange(_KDE_GRID, dtype=np.float64), self.step[:, None], out=xde)
-        xde[:, -1] = stop
-        yde = _linear_kde_rows(to_fit, xde, self.step, _KDE_BANDWIDTH)
+        xde[...] = np.linspace(0.0, stop, _KDE_GRID, axis=1)  # each row's np.linspace(0, stop, 1000)
+        yde = np.stack([_linear_kde(t, x, _KDE_BANDWIDTH) for t, x in zip(to_fit, xde)])
         good = yde > _KDE_FLOOR
         self.n_good = np.count_nonzero(good, axis=1)
-        self.usable = self.n_good > 0  # no point to fit: mp_fit's own error
+        self.usable = self.n_good > 0  # no point to fit: the exact fit's own error
         self.off_grid = self.n_good * 1e6
         row_at = np.arange(n_rows) * _KDE_GRID
         # np.argmax: the first maximum, a fitted point, as on the fitted points alone.
@@ -528,7 +337,8 @@ class _ResidualBatch:
         self.prefix = np.zeros((4, n_rows, _KDE_GRID + 1))
         for out, v in zip(self.prefix, (good, inv, h, y * y)):
             np.cumsum(v, axis=1, out=out[:, 1:])
-        self.windows = tuple(_windows(v, _KDE_GRID) for v in (self.x, self.h, self.g))
+        # Every run of _KDE_GRID consecutive values, a read-only view: indexing it copies whole runs.
+        self.windows = tuple(np.lib.stride_tricks.sliding_window_view(v, _KDE_GRID) for v in (self.x, self.h, self.g))
 
     def off(self, rows, b, a):  # noqa: ANN001, ANN201 - arrays, or one row's scalars
         """:meth:`_MPResidual.off` of each (row, edges)."""
@@ -566,36 +376,33 @@ class _ResidualBatch:
         return t1, _row_dots(np.sqrt(d, out=d), g)
 
     def fast(self, rows: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`_MPResidual.fast` of σ of each row: values, scales and the rows where it would
-        take the exact residual (a lower edge at 0, a non-finite value)."""
+        """The fast residuals of σ of each row: values, scales and the rows that need the exact residual (a lower edge
+        at 0, a non-finite value)."""
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # flagged, not used
-            return self._fast(rows, sigmas)
-
-    def _fast(self, rows: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self.Q == 1:
-            values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[rows], self.rr[rows], self.ry[rows])
-            return values, scales, ~np.isfinite(values)
-        b = (sigmas * (1 + self.inv_sq)) ** 2
-        a = (sigmas * (1 - self.inv_sq)) ** 2
-        off = self.off(rows, b, a)
-        values, scales = self.off_grid[rows].astype(np.float64), np.zeros(rows.size)
-        inside = ~off & (a > 0.0)
-        on = np.flatnonzero(inside)
-        if on.size:
-            if on.size < rows.size:
-                rows, sigmas, b, a = rows[on], sigmas[on], b[on], a[on]
-            # Windows holding each support (a, b) ⊂ (0, x_last]: np.linspace's points i·step.
-            window = np.floor(np.stack((a, b)) / self.step[rows]) + _WINDOW_SLACK
-            lo, hi = np.clip(window, 0, _KDE_GRID, out=window).astype(np.intp)
-            values[on], scales[on] = self.support_sums(rows, sigmas, b, a, lo, hi)
-        exact = ~(off | inside) | ~np.isfinite(values)
-        return values, scales, exact
+            if self.Q == 1:
+                values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[rows], self.rr[rows],
+                                                 self.ry[rows])
+                return values, scales, ~np.isfinite(values)
+            b = (sigmas * (1 + self.inv_sq)) ** 2
+            a = (sigmas * (1 - self.inv_sq)) ** 2
+            off = self.off(rows, b, a)
+            values, scales = self.off_grid[rows].astype(np.float64), np.zeros(rows.size)
+            inside = ~off & (a > 0.0)
+            on = np.flatnonzero(inside)
+            if on.size:
+                if on.size < rows.size:
+                    rows, sigmas, b, a = rows[on], sigmas[on], b[on], a[on]
+                # Windows holding each support (a, b) ⊂ (0, x_last]: np.linspace's points i·step.
+                window = np.floor(np.stack((a, b)) / self.step[rows]) + _WINDOW_SLACK
+                lo, hi = np.clip(window, 0, _KDE_GRID, out=window).astype(np.intp)
+                values[on], scales[on] = self.support_sums(rows, sigmas, b, a, lo, hi)
+            return values, scales, ~(off | inside) | ~np.isfinite(values)
 
     def fast_one(self, k: int, sigma: float) -> Optional[tuple[float, float]]:
-        """:meth:`fast` of one row and σ, in scalars (the lockstep's last few runs); None where the
-        single fit would take the exact residual."""
+        """:meth:`fast` of one row and σ, in scalars (the lockstep's last few runs); None where only the exact
+        residual will do."""
         if self.Q == 1:
-            if sigma * sigma == 0.0:  # the single fit's 1/σ² fails: refit alone, as it does
+            if sigma * sigma == 0.0:  # 1/σ² fails: refit alone on the exact residual
                 return None
             value, scale = _fast_from_sums(1 / (np.pi * sigma * sigma), self.y2[k], self.rr[k], self.ry[k])
             return (float(value), float(scale)) if math.isfinite(value) else None
@@ -616,9 +423,31 @@ class _ResidualBatch:
         value, scale = _fast_from_sums(c, float(self.y2[k]), t1, float(np.dot(np.sqrt(d, out=d), self.g[lo:hi])))
         return (value, scale) if math.isfinite(value) else None
 
+    def lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Lower bounds of the residuals of σ (a column per σ, a row per row; Q ≠ 1), their rounding margins, and the
+        grid points [i0, i1) in each support. By Cauchy–Schwarz Σ law·y ≤ √(Σ law² · Σ_support y²), so the residual is
+        at least Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ law² = c²·Σ(−1 + (a+b)/x − ab/x²) and Σ y² over the
+        support come from prefix sums over the sorted KDE grid."""
+        xde = self.x[: sigmas.shape[0] * _KDE_GRID].reshape(sigmas.shape[0], _KDE_GRID)
+        i0 = np.stack([np.searchsorted(x, v, side="right") for x, v in zip(xde, a)])
+        i1 = np.stack([np.searchsorted(x, v, side="left") for x, v in zip(xde, b)])
+        row_at = (np.arange(sigmas.shape[0]) * (_KDE_GRID + 1))[:, None]
+        prefix = self.prefix.reshape(4, -1)
+        (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = (prefix.take(i + row_at, 1) for i in (i0, i1))
+        count, y2 = n_hi - n_lo, self.y2[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            c = self.Q / (2 * np.pi * sigmas * sigmas)
+            law2 = c * c * np.maximum((a + b) * (s1_hi - s1_lo) - count - (a * b) * (s2_hi - s2_lo), 0.0)
+            y2s = np.maximum(sy_hi - sy_lo, 0.0)
+            bound = y2 - y2s + (np.sqrt(law2) - np.sqrt(y2s)) ** 2
+            # Prefix sums are rounded relative to the whole prefix (s1[i1], s2[i1], sy[-1]).
+            magnitude = y2 + self.prefix[3, :, -1:] + c * c * (count + (a + b) * s1_hi + a * b * s2_hi)
+            magnitude += 2.0 * np.sqrt(law2 * y2s)
+        return bound, 1e-9 * magnitude + 1e-300, i0, i1
+
     def grid_starts(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`_grid_argmin` of every row on its σ grid (``brute``'s np.mgrid): the start σ and
-        its fast value and scale; NaN σ where the row must be fitted on its own."""
+        """The first minimum of every row's exact residuals on its σ grid (``brute``'s np.mgrid), from the fast ones:
+        the start σ and its fast value and scale; NaN σ where the row must be fitted on its own."""
         n_rows = s.size
         grids = [np.arange(0.05 * si, 2.0 * si, 0.01 * si) for si in s.tolist()]  # np.mgrid[slice]
         n_sigmas = max(g.size for g in grids)
@@ -641,20 +470,8 @@ class _ResidualBatch:
             with np.errstate(invalid="ignore"):
                 valid = in_grid & ~self.off(all_rows, b, a)
             values[in_grid & ~valid] = np.broadcast_to(self.off_grid[:, None], sigmas.shape)[in_grid & ~valid]
-            # The grid points in (a, b): each edge's place among np.linspace's i·step, corrected.
             a, b = np.where(valid, a, 0.0), np.where(valid, b, 0.0)
-            xde = self.x[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID)
-            i0 = _searchsorted_rows(xde, a, "right", np.floor(a / self.step[:, None]) + 1.0)
-            i1 = _searchsorted_rows(xde, b, "left", np.ceil(b / self.step[:, None]))
-            row_at = (np.arange(n_rows) * (_KDE_GRID + 1))[:, None]
-            prefix = self.prefix.reshape(4, -1)
-            (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = prefix.take(i0 + row_at, 1), prefix.take(i1 + row_at, 1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                c = self.Q / (2 * np.pi * sigmas * sigmas)
-                bound, margin = _bounds_from_sums(
-                    c, self.y2[:, None], self.prefix[3, :, -1:], n_hi - n_lo,
-                    s1_hi - s1_lo, s2_hi - s2_lo, sy_hi - sy_lo, s1_hi, s2_hi, b, a,
-                )  # fmt: skip
+            bound, margin, i0, i1 = self.lower_bounds(sigmas, b, a)
             n_valid = np.count_nonzero(valid, axis=1)
             prune = n_valid > 4
             first = np.zeros(sigmas.shape, dtype=bool)

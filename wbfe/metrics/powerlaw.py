@@ -337,18 +337,6 @@ def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
 _Eval = tuple[float, float, float, float, float, float]
 
 
-def _log_of(value: float) -> float:
-    return math.log(value) if value > 0.0 else (-math.inf if value == 0.0 else math.nan)
-
-
-def _sum_in_order(values: list[float]) -> float:
-    """((v0 + v1) + v2) + …, what np.cumsum computes (not the builtin sum: compensated from 3.12)."""
-    total = -0.0  # −0.0 + v = v exactly
-    for v in values:
-        total += v
-    return total
-
-
 def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _Eval:
     """Mean negative log-likelihood of the TPL on y ≥ 1 at (``alpha``, ``lam``) with its gradient and Hessian in (α, Λ),
     on data with means ``mean_u`` of log y and ``mean_y`` of y. An exponential family in (−α, −Λ) with statistics (log
@@ -357,7 +345,7 @@ def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _E
     u, w, h_peak = _tpl_quadrature(alpha, lam)
 
     def total(a: np.ndarray) -> float:  # (panels, nodes) -> sum of the row sums in row order
-        return _sum_in_order(a.sum(axis=-1).tolist())
+        return float(np.cumsum(a.sum(axis=-1))[-1])
 
     total_w = total(w)
     p = w / total_w
@@ -369,22 +357,15 @@ def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _E
     h_uu = total(p * (du * du))
     h_uy = total(p * (du * dy))
     h_yy = total(p * (dy * dy))
-    value = alpha * mean_u + lam * mean_y - lam + h_peak + _log_of(total_w)
+    log_w = math.log(total_w) if total_w > 0.0 else (-math.inf if total_w == 0.0 else math.nan)
+    value = alpha * mean_u + lam * mean_y - lam + h_peak + log_w
     return value, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
 
 
-def _damping_sequence() -> tuple[float, ...]:
-    out: list[float] = []
-    damping = 0.0
-    while True:
-        damping = 1e-3 if damping == 0.0 else 10.0 * damping
-        if not damping < 1e12:
-            return tuple(out)
-        out.append(damping)
-
-
 # Damping factors of the Levenberg–Marquardt shift, in order; beyond the last, the identity.
-_DAMPINGS = _damping_sequence()
+_DAMPINGS = [1e-3]
+while 10.0 * _DAMPINGS[-1] < 1e12:
+    _DAMPINGS.append(10.0 * _DAMPINGS[-1])
 
 
 def _ldl(h00: float, h01: float, h11: float) -> Optional[tuple[float, float]]:

@@ -17,8 +17,8 @@ import numpy as np
 from wbfe.linalg.arrays import flat_bytes, is_torch, to_numpy
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
-__all__ = ["ShuffledSpectrum", "shuffle_matrix", "shuffled_spectrum", "log_spectrum_distance", "mp_edge",
-           "tracy_widom_scale", "count_traps", "COLUMNS", "GROUP"]
+__all__ = ["ShuffledSpectrum", "shuffle_matrix", "shuffled_spectrum", "log_spectrum_distance", "mp_edge", "count_traps",
+           "COLUMNS", "GROUP"]
 
 COLUMNS = ("rand_distance", "rand_traps", "rand_bulk_max", "rand_lambda_max", "rand_max_ratio")
 # Tracy–Widom scales above the edge an eigenvalue must reach to count as a trap: P(TW₁ > 4) ≈ 1e-4.
@@ -62,19 +62,15 @@ def mp_edge(sigma2: float, rows: int, cols: int) -> float:
     return sigma2 * (math.sqrt(rows) + math.sqrt(cols)) ** 2
 
 
-def tracy_widom_scale(sigma2: float, rows: int, cols: int) -> float:
-    """Fluctuation scale of the largest Gram eigenvalue at the edge (Johnstone 2001)."""
-    a, b = math.sqrt(rows), math.sqrt(cols)
-    return sigma2 * (a + b) * (1.0 / a + 1.0 / b) ** (1.0 / 3.0)
-
-
 def count_traps(eigs: np.ndarray, rows: int, cols: int, mean: float, sigma2: float) -> tuple[int, float]:
     """``(traps, λ₊)`` of one shuffled matrix: eigenvalues above the edge plus the margin, less the mean's outlier.
 
     The mean μ of the entries is a rank-one term θ·uvᵀ with θ = |μ|·√(rows·cols); with s² = θ²/(σ²P) it leaves the bulk
     when s² > √γ, at σ²P·(1 + s²)(γ + s²)/s² (Benaych-Georges & Nadakuditi 2012)."""
     edge = mp_edge(sigma2, rows, cols)
-    threshold = edge + TW_MARGIN * tracy_widom_scale(sigma2, rows, cols)
+    # The fluctuation scale of the largest Gram eigenvalue at the edge (Johnstone 2001).
+    a, b = math.sqrt(rows), math.sqrt(cols)
+    threshold = edge + TW_MARGIN * (sigma2 * (a + b) * (1.0 / a + 1.0 / b) ** (1.0 / 3.0))
     above = int(np.count_nonzero(eigs > threshold))
     p, big = sorted((rows, cols))
     gamma = p / big
@@ -125,8 +121,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     shuffled = spec.extra.get("rand")
     e = spec.eigs
     if not isinstance(shuffled, ShuffledSpectrum) or e is None or not e.size or not e[-1] > 0.0:
-        for column in COLUMNS:
-            result.fail(column, "no shuffled spectrum (the rand group needs the matrix itself)")
+        result.fail_all(COLUMNS, "no shuffled spectrum (the rand group needs the matrix itself)")
         return result
     # Both spectra in true units, in logs (either may be scaled for float64's range).
     shift = shuffled.log_scale - spec.log_scale

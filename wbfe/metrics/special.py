@@ -49,7 +49,7 @@ def _log_sinh_trapezoid(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """log ∫ exp(f(s)) ds for one integrand ``f(s, rows)`` per row, by the trapezoidal rule in v, s = s_c + W·sinh v.
     Steps are at most ``step`` inside [s_c − W, s_c + W]; the sum runs over [s_lo, s_hi]. The phase is taken relative to
-    the node nearest ``ref`` (the node of largest modulus when None); ``spread`` bounds a chunk's padding
+    the node nearest ``ref`` (complex integrands only); ``spread`` bounds a chunk's padding
     (:func:`_chunks`). Returns ``(fine, coarse, lost, shifted)``: the sum at the step and at twice it (their difference
     estimates the error), log(Σ|terms| / |Σ terms|) (digits lost to cancellation), and where the phase moves by more
     than 1 rad between significant nodes the sum on nodes shifted by a third of a step (NaN elsewhere): unresolved
@@ -85,10 +85,8 @@ def _log_sinh_trapezoid(
             out[rows] = top + np.log(np.sum(modulus, axis=1) * hv)
             out_coarse[rows] = top + np.log(np.sum(modulus[:, ::2], axis=1) * 2.0 * hv)
             continue
-        if ref is None:
-            k = np.argmax(log_mod, axis=1)
-        else:
-            k = np.argmin(np.abs(s - ref[rows, None]), axis=1)
+        assert ref is not None
+        k = np.argmin(np.abs(s - ref[rows, None]), axis=1)
         phase0 = psi.imag[np.arange(rows.size), k]
         peak = top + 1j * phase0
         # The terms exp(psi − peak) in real arithmetic: cheaper than numpy's complex exp.
@@ -218,17 +216,14 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     return log_int - gammaln(c)
 
 
-def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13) -> ComplexLike:
+def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13, modulus_only: bool = False) -> ComplexLike:
     """log U(a, b, −y − i0) on the branch cut (a > 0, b < 1, y >= 0), with an argument continuous in y.
 
     The imaginary part is arg U from below the cut, continued from 0 at y = 0: it runs from 0 to πa, which the HTMP CDF
     F = arg U / (πa) needs. From above the cut the value is the complex conjugate. A path is accepted once halving its
     step changes log U by less than sqrt(rtol)·max(1, |log U|) (the finer sum's error is about the square of that);
-    values for which no path gets below 1e-4 are NaN."""
-    return _log_hyperu_neg(a, b, y, rtol, modulus_only=False)
-
-
-def _log_hyperu_neg(a: float, b: float, y: ArrayLike, rtol: float, *, modulus_only: bool) -> ComplexLike:
+    values for which no path gets below 1e-4 are NaN. ``modulus_only``: only the real part is wanted
+    (:func:`log_abs_hyperu_neg`)."""
     a, b, c = _check_ab(a, b)
     if not b < 1.0:
         raise InvalidOptionError(f"log_hyperu_neg needs b < 1, not b={b!r}")
@@ -267,7 +262,7 @@ def _log_hyperu_cut_near_zero(a: float, c: float, delta: float, log_a0: float, y
 
 def log_abs_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = _CUT_TOL) -> ArrayLike:
     """log |U(a, b, −y)| on the cut; cheaper than :func:`log_hyperu_neg` (with no phase to keep, other paths first)."""
-    value = _log_hyperu_neg(a, b, y, rtol, modulus_only=True)
+    value = log_hyperu_neg(a, b, y, rtol=rtol, modulus_only=True)
     return value.real if isinstance(value, np.ndarray) else float(value.real)
 
 
@@ -371,12 +366,7 @@ def _log_hyperu_cut(
     # Near a bulk edge two saddles merge (Airy scale c^-1/3): angles below that are not resolved.
     th_min = min(0.05, 0.5 * c ** (-1.0 / 3.0))
 
-    th0 = np.empty_like(y)
-    bump_w = np.empty_like(y)
-    peak = np.empty_like(y)
-    step = np.empty_like(y)
-    act_lo = np.empty_like(y)
-    act_hi = np.empty_like(y)
+    th0, bump_w, peak, step, act_lo, act_hi = (np.empty_like(y) for _ in range(6))
 
     # Bulk: a ray at the angle of the lower complex saddle, which it crosses.
     root = np.sqrt(np.abs(disc))

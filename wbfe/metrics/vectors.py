@@ -17,8 +17,7 @@ from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 from wbfe.options.conventions import WW_EPSILON
 
-__all__ = ["EigenvectorData", "localization_ratios", "participation_ratios", "discrete_entropies",
-           "eigenvector_data", "COLUMNS", "GROUP"]
+__all__ = ["EigenvectorData", "eigenvector_data", "COLUMNS", "GROUP"]
 
 WW_BINS = 100  # WeightWatcher 0.7.7's histogram bin count
 _METRICS = ("vec_entropy", "loc_ratio", "part_ratio")  # WeightWatcher's column order
@@ -43,47 +42,29 @@ class EigenvectorData:
     svd_eigs: Optional[np.ndarray] = None
 
 
-def localization_ratios(moduli: np.ndarray) -> np.ndarray:
-    """‖v‖₁ / ‖v‖_∞ of each column v of ``moduli`` = |V| (elementwise moduli of the eigenvectors)."""
-    return np.sum(moduli, axis=0) / np.max(moduli, axis=0)
-
-
-def participation_ratios(moduli: np.ndarray) -> np.ndarray:
-    """‖v‖₂ / ‖v‖₄ of each column v of ``moduli`` = |V|."""
-    sq = moduli * moduli
-    return np.sqrt(np.sum(sq, axis=0)) / np.sum(sq * sq, axis=0) ** 0.25
-
-
-def discrete_entropies(moduli: np.ndarray, *, bins: int = WW_BINS, epsilon: float = WW_EPSILON) -> np.ndarray:
-    """WeightWatcher's ``discrete_entropy`` of each column v of ``moduli`` = |V| (docs/metrics.md).
-
-    ``np.histogram`` per column: its bin assignment (edge corrections included) is what the value depends on."""
-    out = np.empty(moduli.shape[1])
-    for j in range(moduli.shape[1]):
-        v = moduli[:, j] - np.mean(moduli[:, j])
-        h = np.histogram(v, density=True, bins=bins)[0]
-        p = (h + epsilon) / np.sqrt(2 * np.pi)
-        p = p / np.sum(p)
-        out[j] = -np.sum(p * np.log(p))
-    return out
-
-
 def _metrics(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """WeightWatcher's discrete entropy, ‖v‖₁ / ‖v‖_∞ and ‖v‖₂ / ‖v‖₄ of each column v (docs/metrics.md)."""
     # Every metric depends on the moduli only: sign-free, and right for the complex eigenvectors
     # a general solver returns when rounding makes X's null-space eigenvalues complex.
     moduli = np.abs(vectors)
-    return discrete_entropies(moduli), localization_ratios(moduli), participation_ratios(moduli)
+    entropies = np.empty(moduli.shape[1])
+    for j in range(moduli.shape[1]):  # np.histogram per column: its bin assignment is what the value depends on
+        h = np.histogram(moduli[:, j] - np.mean(moduli[:, j]), density=True, bins=WW_BINS)[0]
+        p = (h + WW_EPSILON) / np.sqrt(2 * np.pi)
+        p = p / np.sum(p)
+        entropies[j] = -np.sum(p * np.log(p))
+    sq = moduli * moduli
+    return (entropies, np.sum(moduli, axis=0) / np.max(moduli, axis=0),
+            np.sqrt(np.sum(sq, axis=0)) / np.sum(sq * sq, axis=0) ** 0.25)
 
 
 def _ww_slice(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """WeightWatcher's ``apply_analyze_eigenvectors`` on one matrix, and its SVD eigenvalues."""
     from scipy.linalg import eig, svd
 
-    x = np.matmul(w, w.T) if w.shape[0] <= w.shape[1] else np.matmul(w.T, w)
-    evals, v = eig(x)
-    ent, loc, part = _metrics(v)
+    evals, v = eig(np.matmul(w, w.T) if w.shape[0] <= w.shape[1] else np.matmul(w.T, w))
     sv = svd(w, compute_uv=False)
-    return np.real(evals), ent, loc, part, sv * sv
+    return (np.real(evals), *_metrics(v), sv * sv)
 
 
 def _default_slice(matrix: Any, device: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -129,8 +110,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     data = spec.extra.get("vectors")
     if not isinstance(data, EigenvectorData):
-        for column in COLUMNS:
-            result.fail(column, "no eigenvectors (the vectors group needs the matrix itself)")
+        result.fail_all(COLUMNS, "no eigenvectors (the vectors group needs the matrix itself)")
         return result
     tail, why = _tail_mask(data, spec, options)
     for metric in _METRICS:
@@ -138,13 +118,11 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
         for part in ("bulk", "tail"):
             columns = (f"{part}_mean_{metric}", f"{part}_var_{metric}")
             if tail is None:
-                for column in columns:
-                    result.fail(column, why)
+                result.fail_all(columns, why)
                 continue
             chosen = values[~tail] if part == "bulk" else values[tail]
             if chosen.size == 0:
-                for column in columns:
-                    result.fail(column, f"no eigenvector in the {part} (split at the power-law xmin)")
+                result.fail_all(columns, f"no eigenvector in the {part} (split at the power-law xmin)")
                 continue
             result.values[columns[0]] = float(np.mean(chosen))
             result.values[columns[1]] = float(np.var(chosen))

@@ -35,11 +35,7 @@ def ww_conv2d_matrices(w: np.ndarray, *, pool: bool = True) -> list[np.ndarray]:
         raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {w32.shape}")
     w32 = w32.astype(np.float32)  # the precision WeightWatcher computes in
     out_ch, in_ch, kh, kw = w32.shape
-    slices: list[np.ndarray] = []
-    for i in range(kh):
-        for j in range(kw):
-            m = w32[:, :, i, j]
-            slices.append(m.T if out_ch < in_ch else m)
+    slices = [w32[:, :, i, j].T if out_ch < in_ch else w32[:, :, i, j] for i in range(kh) for j in range(kw)]
     count = 1 if pool else len(slices)
     norm = np.sqrt(count / 2.0)  # a numpy float64, as in WeightWatcher: the product is float64
     return [np.asarray(m * norm, dtype=np.float64) for m in slices]
@@ -147,11 +143,8 @@ def ww_layer_eigenvalues(w32: np.ndarray) -> np.ndarray:
 def ww_permuted_eigenvalues(w32: np.ndarray, generator: np.random.RandomState) -> np.ndarray:
     """SVDSharpness's spectrum: WW's matrices of the layer (float32 weight), each permuted (``permute_matrix``) by one
     draw of ``generator``, which stands for NumPy's global generator."""
-    permuted = []
-    for mat in ww_esd_matrices(w32):
-        ids = generator.permutation(np.arange(mat.size))
-        permuted.append(mat.reshape(-1)[ids].reshape(mat.shape))
-    return _pooled(permuted)
+    return _pooled([mat.reshape(-1)[generator.permutation(np.arange(mat.size))].reshape(mat.shape)
+                    for mat in ww_esd_matrices(w32)])
 
 
 def ww_edit_weight(w32: np.ndarray, num_smooth: int) -> np.ndarray:

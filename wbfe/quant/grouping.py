@@ -118,10 +118,6 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
             raise CorruptCheckpointError(f"MXFP4 blocks {list(b.shape)} and scales {list(s.shape)} do not match")
         shape = (*b.shape[:-3], b.shape[-2] * 32, b.shape[-3])
         return _entry(prefix, shape, "mxfp4", lambda: dequantize_mxfp4(to_torch(b.load()), to_torch(s.load())))
-    return _build_int(prefix, parts, qconfig)
-
-
-def _build_int(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
     q, z, s = parts["qweight"], parts["qzeros"], parts["scales"]
     g = parts.get("g_idx")
     if len(q.shape) != 2 or len(z.shape) != 2 or len(s.shape) != 2 or z.shape[0] != s.shape[0]:
