@@ -77,17 +77,14 @@ class OnnxSource(TensorSource):
             tensor = weight.stored.tensor
             if tensor is None:
                 continue
-            if _external(onnx, tensor):
+            if onnx.external_data_helper.uses_external_data(tensor):
                 info = self._external_info(tensor)
                 if info["file"] not in files:
                     files.append(info["file"])
-                continue
-            if weight.skip is None or weight.quant is not None:
-                typed = sum(len(getattr(tensor, f"{kind}_data")) for kind in ("float", "int32", "int64", "double",
-                                                                              "uint64", "string"))
-                if not tensor.raw_data and not typed and _numel(tensor) and weight.skip is None:
-                    raise CorruptCheckpointError(f"{self._path}: initializer {weight.name!r} has no data",
-                                                 path=str(self._path))
+            elif weight.skip is None and not tensor.raw_data and _numel(tensor) and not any(
+                    getattr(tensor, f"{k}_data") for k in ("float", "int32", "int64", "double", "uint64", "string")):
+                raise CorruptCheckpointError(f"{self._path}: initializer {weight.name!r} has no data",
+                                             path=str(self._path))
         return files
 
     def _external_info(self, tensor: Any) -> dict[str, Any]:
@@ -112,19 +109,17 @@ class OnnxSource(TensorSource):
         return {"file": target, "offset": offset, "length": length}
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
-        from onnx import numpy_helper
-
         onnx = _onnx()
         if stored.array is not None:
             return stored.array
         tensor, name = stored.tensor, stored.name
         try:
-            if _external(onnx, tensor):
+            if onnx.external_data_helper.uses_external_data(tensor):
                 info = self._external_info(tensor)
                 dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
                 raw = read_range(info["file"], info["offset"], info["length"])
                 return raw.view(dtype).reshape(tuple(tensor.dims))
-            return numpy_helper.to_array(tensor)
+            return onnx.numpy_helper.to_array(tensor)
         except WbfeError:  # the external data's own errors (missing, out of range, cut short)
             raise
         except KeyError as exc:  # a data type code onnx does not know (a scale's, say: found by fuzzing)
@@ -181,20 +176,15 @@ def _dequantize(q: "np.ndarray", scale: "np.ndarray", zero: "Optional[np.ndarray
             if not 0 < block <= q.shape[axis] or scale.ndim != q.ndim or \
                     scale.shape[axis] != -(-q.shape[axis] // block):
                 raise ValueError(f"scale of shape {scale.shape} for blocks of {block} along axis {axis} of {q.shape}")
-        elif scale.size != q.shape[axis]:
-            raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
-        if block:
             scale = np.repeat(scale, block, axis=axis).take(range(q.shape[axis]), axis=axis)
             zero_i = np.repeat(zero_i, block, axis=axis).take(range(q.shape[axis]), axis=axis)
         else:
+            if scale.size != q.shape[axis]:
+                raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
             shape = [1] * q.ndim
             shape[axis] = -1
             scale, zero_i = scale.reshape(shape), zero_i.reshape(shape)
     return ((x - zero_i).astype(np.float32) * scale).astype(np.float32)
-
-
-def _external(onnx: Any, tensor: Any) -> bool:
-    return bool(tensor.HasField("data_location") and tensor.data_location == onnx.TensorProto.EXTERNAL)
 
 
 def _numel(tensor: Any) -> int:
@@ -202,13 +192,12 @@ def _numel(tensor: Any) -> int:
 
 
 def _dtype_name(onnx: Any, data_type: int) -> str:
-    try:
-        name = str(onnx.helper.tensor_dtype_to_np_dtype(data_type))
-    except (KeyError, ValueError, TypeError):
-        return f"onnx-type-{data_type}"
     if data_type == onnx.TensorProto.BFLOAT16:
         return "bfloat16"
-    return name
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(data_type))
+    except (KeyError, ValueError, TypeError):
+        return f"onnx-type-{data_type}"
 
 
 ONNX = register_format(FileFormat(name="onnx", suffixes=(".onnx",), open=OnnxSource, group="other", rank=30))

@@ -7,6 +7,7 @@ dequantised as TFLite's ``DEQUANTIZE`` computes it. The whole file is checked wh
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import mmap
@@ -29,10 +30,6 @@ __all__ = ["TfliteSource", "TFLITE", "dequantize", "to_torch_layout", "IDENTIFIE
 IDENTIFIER = b"TFL3"
 _NUMPY = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int8": "i1", "uint8": "u1", "int16": "<i2",
           "bfloat16": "<u2"}
-
-
-def _tflite() -> Any:
-    return optional_import("tflite", "reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'")
 
 
 def dequantize(q: "np.ndarray", scale: Sequence[float], zero_point: Sequence[int], axis: int) -> "np.ndarray":
@@ -62,7 +59,7 @@ class TfliteSource(TensorSource):
     headers_only = True
 
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
-        tflite = _tflite()
+        tflite = optional_import("tflite", "reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'")
         self._path = path
         with open_regular(path) as fh:
             size = fh.seek(0, 2)
@@ -79,14 +76,19 @@ class TfliteSource(TensorSource):
             try:
                 model = parse_model(tflite, buf, size, str(path))
             finally:
-                try:
+                with contextlib.suppress(BufferError):  # a view an error's frames still hold: unmapped when they go
                     buf.close()
-                except BufferError:  # a view an error's frames still hold: unmapped when they go
-                    pass
         self._buffers = model.buffers
         plan = plan_graph(model)
-        for planned in plan.tensors:
-            self._check_extent(planned)
+        for tensor in (planned.tensor for planned in plan.tensors):
+            # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never read (a
+            # weight of these is skipped with that reason)
+            itemsize = ITEMSIZE.get(tensor.dtype)
+            needed = math.prod(tensor.shape) * (itemsize or 0)
+            if itemsize is not None and not tensor.sparse and model.buffers[tensor.buffer].size != needed:
+                raise CorruptCheckpointError(
+                    f"{path}: tensor {tensor.name!r}: shape {list(tensor.shape)} of {tensor.dtype} needs {needed} "
+                    f"bytes, its buffer {tensor.buffer} holds {model.buffers[tensor.buffer].size}", path=str(path))
         self._plan = plan.tensors
         self.head_hint = plan.head
         self.own_description = _describe(model.description, plan)
@@ -96,20 +98,6 @@ class TfliteSource(TensorSource):
                                 "operators": sum(len(s.ops) for s in model.subgraphs),
                                 "external_buffers": sum(1 for b in model.buffers if b.external)},
                    "consumers": {p.name: p.consumers for p in self._plan if p.skip is None}})
-
-    def _check_extent(self, planned: Planned) -> None:
-        tensor = planned.tensor
-        itemsize = ITEMSIZE.get(tensor.dtype)
-        if itemsize is None or tensor.sparse:
-            # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never
-            # read (a weight of these is skipped with that reason)
-            return
-        numel = math.prod(tensor.shape)
-        buffer = self._buffers[tensor.buffer]
-        if buffer.size != numel * itemsize:
-            raise CorruptCheckpointError(
-                f"{self._path}: tensor {tensor.name!r}: shape {list(tensor.shape)} of {tensor.dtype} needs "
-                f"{numel * itemsize} bytes, its buffer {tensor.buffer} holds {buffer.size}", path=str(self._path))
 
     def read(self, planned: Planned) -> Any:
         """The weight as its operator uses it, in PyTorch's layout, dequantised (a torch tensor for bfloat16)."""
@@ -162,9 +150,5 @@ def _describe(model_description: str, plan: GraphPlan) -> FrameworkDescription:
                                 note=note, facts=facts)
 
 
-def _sniff(head: bytes, path: Path) -> bool:
-    return len(head) >= 8 and head[4:8] == IDENTIFIER
-
-
-TFLITE = register_format(FileFormat(name="tflite", suffixes=(".tflite",), open=TfliteSource, sniff=_sniff,
-                                    group="other", rank=30))
+TFLITE = register_format(FileFormat(name="tflite", suffixes=(".tflite",), open=TfliteSource, group="other", rank=30,
+                                    sniff=lambda head, path: len(head) >= 8 and head[4:8] == IDENTIFIER))
