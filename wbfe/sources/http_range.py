@@ -92,9 +92,8 @@ class RemoteFile(RangedFile):
     """
 
     def __init__(self, url: str, *, headers: Mapping[str, str] | None = None, policy: RetryPolicy | None = None,
-                 name: str | None = None, sleep: Callable[[float], None] = time.sleep, hub: bool = False):
-        self.url = url
-        self.name = name or url
+                 sleep: Callable[[float], None] = time.sleep, hub: bool = False):
+        self.url = self.name = url
         self.size: int | None = None
         self.identity: str | None = None
         self.commit: str | None = None

@@ -139,15 +139,14 @@ def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.nd
 
 
 def _describe(model_description: str, plan: GraphPlan) -> FrameworkDescription:
-    weights = [p for p in plan.tensors if p.skip is None]
     facts: dict[str, Any] = {"family": "tflite", "dropout_unrecorded": (
         "an inference graph: the converter removes dropout, so whether training put dropout before the head "
         "is not recorded")}
     if plan.head is not None:
         facts["head_class"] = "FULLY_CONNECTED"
     note = plan.note or ("an inference graph: the converter drops dropout, so whether training used it is unknown")
-    return FrameworkDescription("tflite", model_description or "tflite", tuple(p.name for p in weights), plan.head,
-                                note=note, facts=facts)
+    weights = tuple(p.name for p in plan.tensors if p.skip is None)
+    return FrameworkDescription("tflite", model_description or "tflite", weights, plan.head, note=note, facts=facts)
 
 
 TFLITE = register_format(FileFormat(name="tflite", suffixes=(".tflite",), open=TfliteSource, group="other", rank=30,

@@ -302,7 +302,6 @@ def plan_graph(model: TflModel) -> GraphPlan:
                     producer[t] = op
         for plan in plans.values():
             _plan_one(plan, uses, offset)
-        for plan in plans.values():
             if plan.skip is None and plan.tensor.variable:
                 plan.skip = "variable tensor (state the graph updates), not a weight"
         if s == 0:
