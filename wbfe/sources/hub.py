@@ -117,8 +117,7 @@ def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None
     import socket
     from urllib.parse import urlparse
 
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
-                                       "ALL_PROXY", "all_proxy")):
+    if any(os.environ.get(f"{p}_PROXY") or os.environ.get(f"{p.lower()}_proxy") for p in ("HTTPS", "HTTP", "ALL")):
         return None
     parsed = urlparse(url)
     try:

@@ -21,6 +21,7 @@ from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
 from wbfe.sources.registry import FileFormat, register_format
+from wbfe.sources.tflite_files import dequantize
 
 __all__ = ["OnnxSource", "ONNX"]
 
@@ -136,7 +137,7 @@ class OnnxSource(TensorSource):
             try:
                 scale = self._stored_array(self._stored[weight.dq[0]])
                 zero = None if weight.dq[1] is None else self._stored_array(self._stored[weight.dq[1]])
-                array = _dequantize(array, scale, zero, weight.dq[2], weight.dq[3])
+                array = dequantize(array, scale, zero, weight.dq[2], weight.dq[3])
             except ValueError as exc:  # a scale or zero point that does not fit the tensor (found by fuzzing)
                 raise CorruptCheckpointError(f"{self._path}: DequantizeLinear of {weight.name!r}: {exc}",
                                              path=str(self._path)) from None
@@ -158,33 +159,6 @@ class OnnxSource(TensorSource):
                 skip = f"{weight.dtype} tensor: not a dtype wbfe reads as a weight"
             yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load, reread=load,
                               quant=weight.quant, skip=skip, layout=weight.layout)
-
-
-def _dequantize(q: "np.ndarray", scale: "np.ndarray", zero: "Optional[np.ndarray]", axis: int, block: int) -> "np.ndarray":
-    """DequantizeLinear: ``(q − zero)·scale`` in float32, per tensor, along ``axis`` or per ``block`` along it
-    (``ValueError`` for a scale or zero point that does not fit)."""
-    x = q.astype(np.int32)
-    scale = scale.astype(np.float32)
-    zero_i = zero.astype(np.int32) if zero is not None else np.zeros_like(scale, dtype=np.int32)
-    if zero_i.shape != scale.shape:
-        raise ValueError(f"zero point of shape {zero_i.shape} for a scale of shape {scale.shape}")
-    if scale.ndim > 0 and scale.size > 1 or block:
-        if not -q.ndim <= axis < q.ndim:
-            raise ValueError(f"axis {axis} of a {q.ndim}-D tensor")
-        axis = axis % q.ndim
-        if block:
-            if not 0 < block <= q.shape[axis] or scale.ndim != q.ndim or \
-                    scale.shape[axis] != -(-q.shape[axis] // block):
-                raise ValueError(f"scale of shape {scale.shape} for blocks of {block} along axis {axis} of {q.shape}")
-            scale = np.repeat(scale, block, axis=axis).take(range(q.shape[axis]), axis=axis)
-            zero_i = np.repeat(zero_i, block, axis=axis).take(range(q.shape[axis]), axis=axis)
-        else:
-            if scale.size != q.shape[axis]:
-                raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
-            shape = [1] * q.ndim
-            shape[axis] = -1
-            scale, zero_i = scale.reshape(shape), zero_i.reshape(shape)
-    return ((x - zero_i).astype(np.float32) * scale).astype(np.float32)
 
 
 def _numel(tensor: Any) -> int:

@@ -139,8 +139,7 @@ class _Walker:
                 self.shape[vid], self.dtype[vid] = tuple(int(d) for d in attr.t.dims), int(attr.t.data_type)
             elif attr.name in ("value_float", "value_floats", "value_int", "value_ints"):
                 kind = np.float32 if "float" in attr.name else np.int64
-                raw = self.onnx.helper.get_attribute_value(attr)
-                stored.array = np.asarray(raw, dtype=kind)
+                stored.array = np.asarray(self.onnx.helper.get_attribute_value(attr), dtype=kind)
                 self.shape[vid] = tuple(stored.array.shape)
                 self.dtype[vid] = int(self.onnx.helper.np_dtype_to_tensor_dtype(np.dtype(kind)))
             elif attr.name == "sparse_value":
