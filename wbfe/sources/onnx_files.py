@@ -76,19 +76,18 @@ class OnnxSource(TensorSource):
         files = [self._path]
         for weight in self._weights:
             tensor = weight.stored.tensor
-            if tensor is None:
-                continue
-            if onnx.external_data_helper.uses_external_data(tensor):
-                info = self._external_info(tensor)
-                if info["file"] not in files:
-                    files.append(info["file"])
-            elif weight.skip is None and not tensor.raw_data and _numel(tensor) and not any(
+            if tensor is not None and onnx.external_data_helper.uses_external_data(tensor):
+                file = self._external_info(tensor)[0]
+                if file not in files:
+                    files.append(file)
+            elif tensor is not None and weight.skip is None and not tensor.raw_data and _numel(tensor) and not any(
                     getattr(tensor, f"{k}_data") for k in ("float", "int32", "int64", "double", "uint64", "string")):
                 raise CorruptCheckpointError(f"{self._path}: initializer {weight.name!r} has no data",
                                              path=str(self._path))
         return files
 
-    def _external_info(self, tensor: Any) -> dict[str, Any]:
+    def _external_info(self, tensor: Any) -> tuple[Path, int, int]:
+        """The file, offset and length of an external tensor's data, checked."""
         entries = {e.key: e.value for e in tensor.external_data}
         location = entries.get("location", "")
         target = (self._base / location).resolve()
@@ -107,7 +106,7 @@ class OnnxSource(TensorSource):
             raise TruncatedCheckpointError(f"{self._path}: data of {tensor.name!r} out of range in {location} "
                 f"(bytes {offset}..{offset + length} of a {size}-byte file, {_numel(tensor) * itemsize} needed)",
                 path=str(self._path))
-        return {"file": target, "offset": offset, "length": length}
+        return target, offset, length
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
         onnx = _onnx()
@@ -116,10 +115,8 @@ class OnnxSource(TensorSource):
         tensor, name = stored.tensor, stored.name
         try:
             if onnx.external_data_helper.uses_external_data(tensor):
-                info = self._external_info(tensor)
-                dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
-                raw = read_range(info["file"], info["offset"], info["length"])
-                return raw.view(dtype).reshape(tuple(tensor.dims))
+                raw = read_range(*self._external_info(tensor))  # which checks the data type too
+                return raw.view(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).reshape(tuple(tensor.dims))
             return onnx.numpy_helper.to_array(tensor)
         except WbfeError:  # the external data's own errors (missing, out of range, cut short)
             raise
