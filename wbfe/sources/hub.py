@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -62,18 +63,15 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
     try:
         endpoint = hub_endpoint()
-
-        def download(file_name: str) -> Path:
-            return Path(hf_hub_download(repo_id, file_name, revision=revision, cache_dir=str(cache_dir),
-                                        endpoint=endpoint))
-
+        download = functools.partial(hf_hub_download, repo_id, revision=revision, cache_dir=str(cache_dir),
+                                     endpoint=endpoint)
         names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
             download("adapter_config.json")
         if not chosen:
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
-        local = download(chosen[0])
+        local = Path(download(chosen[0]))
         for config_name in MODEL_CONFIGS:  # the head, experts and quantization
             if config_name in names:
                 download(config_name)

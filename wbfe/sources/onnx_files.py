@@ -21,9 +21,8 @@ from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
 from wbfe.sources.registry import FileFormat, register_format
-from wbfe.sources.tflite_files import dequantize
 
-__all__ = ["OnnxSource", "ONNX"]
+__all__ = ["OnnxSource", "ONNX", "dequantize"]
 
 
 def _onnx() -> Any:
@@ -156,6 +155,40 @@ class OnnxSource(TensorSource):
                 skip = f"{weight.dtype} tensor: not a dtype wbfe reads as a weight"
             yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load, reread=load,
                               quant=weight.quant, skip=skip, layout=weight.layout)
+
+
+def dequantize(q: "np.ndarray", scale: Any, zero_point: Any, axis: int, block: int = 0) -> "np.ndarray":
+    """TFLite's ``DEQUANTIZE`` and ONNX's ``DequantizeLinear``: ``scale · (q − zero_point)`` in float32, per
+    tensor, per index along ``axis`` or per ``block`` of indices along it (``ValueError`` for a scale or zero
+    point that does not fit).
+
+    Example:
+        >>> import numpy as np
+        >>> dequantize(np.array([[-128, 0], [10, 127]], np.int8), [0.5, 2.0], [0, 1], 0).tolist()
+        [[-64.0, 0.0], [18.0, 252.0]]
+    """
+    scale = np.asarray(scale, dtype=np.float32)
+    zero = np.zeros_like(scale, dtype=np.int32) if zero_point is None else np.asarray(zero_point, dtype=np.int32)
+    if zero.shape != scale.shape:
+        raise ValueError(f"zero point of shape {zero.shape} for a scale of shape {scale.shape}")
+    if scale.size > 1 or block:
+        if not -q.ndim <= axis < q.ndim:
+            raise ValueError(f"axis {axis} of a {q.ndim}-D tensor")
+        axis = axis % q.ndim
+        if block:
+            if not 0 < block <= q.shape[axis] or scale.ndim != q.ndim or \
+                    scale.shape[axis] != -(-q.shape[axis] // block):
+                raise ValueError(f"scale of shape {scale.shape} for blocks of {block} along axis {axis} of {q.shape}")
+            scale = np.repeat(scale, block, axis=axis).take(range(q.shape[axis]), axis=axis)
+            zero = np.repeat(zero, block, axis=axis).take(range(q.shape[axis]), axis=axis)
+        else:
+            if scale.size != q.shape[axis]:
+                raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
+            shape = [1] * q.ndim
+            shape[axis] = -1
+            scale, zero = scale.reshape(shape), zero.reshape(shape)
+    # q − zero point is an integer: exact in float32 for the 8- and 16-bit types
+    return ((q.astype(np.int32) - zero).astype(np.float32) * scale).astype(np.float32)
 
 
 def _numel(tensor: Any) -> int:
