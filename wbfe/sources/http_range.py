@@ -161,20 +161,18 @@ class RemoteFile(RangedFile):
                               f"{policy.attempts} tries (last: {last})", path=self.name)
 
     def _attempt(self, start: int, nbytes: int, into: memoryview, first: bool) -> int:
-        policy = self._policy
         began = time.monotonic()
         headers = {**self._headers, "Range": f"bytes={start}-{start + nbytes - 1}", "Accept-Encoding": "identity"}
         if self.identity is not None and not self.identity.startswith("W/") and self.identity.startswith('"'):
             headers["If-Match"] = self.identity
         with self._client().stream("GET", self.url, headers=headers, follow_redirects=True,
-                                   timeout=http_package().Timeout(policy.timeout)) as response:
+                                   timeout=http_package().Timeout(self._policy.timeout)) as response:
             with self._lock:
                 self.requests += 1
             return self._answer(response, start, nbytes, into, first, began)
 
     def _answer(self, response: Any, start: int, nbytes: int, into: memoryview, first: bool, began: float) -> int:
         """Check the answer to one range request and read its body into ``into``."""
-        policy = self._policy
         status = response.status_code
         if status in (404, 410):
             raise RemoteReadError(f"{self.name}: not found (HTTP {status})", path=self.name)
@@ -226,7 +224,7 @@ class RemoteFile(RangedFile):
         with self._lock:
             if self.size is None:
                 self.size = total
-        deadline = began + policy.timeout + expected / policy.min_rate
+        deadline = began + self._policy.timeout + expected / self._policy.min_rate
         got = 0
         # iter_raw without a chunk size: what each socket read brings, so that a trickle that keeps
         # each read under the timeout still meets the deadline.

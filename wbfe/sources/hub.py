@@ -260,15 +260,13 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     headers = build_hf_headers()
 
     def open_file(file_name: str) -> RemoteFile:
-        url = hf_hub_url(repo_id, file_name, revision=commit, endpoint=endpoint)
-        return RemoteFile(url, headers=headers, hub=True)
+        return RemoteFile(hf_hub_url(repo_id, file_name, revision=commit, endpoint=endpoint), headers=headers, hub=True)
 
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
     digests = {n.rsplit("/", 1)[-1]: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}
     source = stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
                                 digests=digests, commit=info.sha, fmt=fmt,
                                 extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
-    if source is None:
-        return None
-    source.config = remote_config([c for c in MODEL_CONFIGS if c in siblings], open_file)
+    if source is not None:
+        source.config = remote_config([c for c in MODEL_CONFIGS if c in siblings], open_file)
     return source

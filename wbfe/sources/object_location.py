@@ -67,7 +67,6 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
 
     source = stream_safetensors(uri, name, open_file, stream=stream, cache_dir=object_cache_dir(), sizes=sizes,
                                 extra={"store": uri.split("://", 1)[0]})
-    if source is None:
-        return None
-    source.config = remote_config(configs, open_file)
+    if source is not None:
+        source.config = remote_config(configs, open_file)
     return source

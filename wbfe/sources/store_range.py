@@ -61,8 +61,7 @@ class StoreFile(RangedFile):
         self._lock = threading.Lock()
 
     def head(self, nbytes: int = FIRST_READ) -> bytes:
-        size = self._contact()
-        out = bytearray(min(nbytes, size))
+        out = bytearray(min(nbytes, self._contact()))
         if out:
             self._fetch(0, memoryview(out))
         return bytes(out)
