@@ -212,7 +212,7 @@ def test_a_hub_session_that_is_not_an_httpx_client_is_one_line(tmp_path: Path, s
 
     from wbfe.errors import MissingDependencyError
 
-    monkeypatch.setattr(http_range, "_HTTP", None)
+    http_range.http_package.cache_clear()
     monkeypatch.setattr(huggingface_hub, "get_session", requests.Session)
     server.state.files["/m.safetensors"] = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
     with pytest.raises(MissingDependencyError, match="huggingface_hub 1.0 or later"):

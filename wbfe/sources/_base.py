@@ -129,10 +129,8 @@ class Provenance:
         return self.sha256
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": self.source, "format": self.format, "files": list(self.files),
-            "sha256": self.digest()}
-        out.update(self.extra)
-        return out
+        return {"source": self.source, "format": self.format, "files": list(self.files), "sha256": self.digest(),
+                **self.extra}
 
 
 class TensorSource:

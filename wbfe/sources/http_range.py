@@ -7,6 +7,8 @@ CA bundles and tokens are honoured as by every other tool (docs/remote.md).
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import ssl
 import sys
@@ -17,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 from wbfe.errors import (MissingDependencyError, RangeNotSupportedError, RemoteChangedError, RemoteReadError,
                          TruncatedCheckpointError, WbfeError)
+from wbfe.sources.ranged import RangedFile
 
 __all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "http_package", "changed", "said"]
 
@@ -55,26 +58,21 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
-_HTTP: Any = None
 _HTTP_NAMES = ("Client", "Timeout", "TransportError", "TooManyRedirects", "UnsupportedProtocol", "InvalidURL")
 
 
+@functools.cache
 def http_package() -> Any:
     """The package of huggingface_hub's HTTP session (``httpx2``; ``httpx`` in huggingface_hub 1.x), or a
     ``MissingDependencyError`` where it is requests' (huggingface_hub < 1.0)."""
-    global _HTTP
-    if _HTTP is None:
-        from huggingface_hub import get_session
+    from huggingface_hub import get_session
 
-        for cls in type(get_session()).__mro__:  # a client factory's own subclass included
-            package = sys.modules.get(cls.__module__.split(".")[0])
-            if package is not None and all(hasattr(package, n) for n in _HTTP_NAMES):
-                _HTTP = package
-                break
-        else:
-            raise MissingDependencyError("remote reads need huggingface_hub 1.0 or later (its session is not an "
-                                         "httpx client): pip install -U huggingface_hub")
-    return _HTTP
+    for cls in type(get_session()).__mro__:  # a client factory's own subclass included
+        package = sys.modules.get(cls.__module__.split(".")[0])
+        if package is not None and all(hasattr(package, n) for n in _HTTP_NAMES):
+            return package
+    raise MissingDependencyError("remote reads need huggingface_hub 1.0 or later (its session is not an httpx "
+                                 "client): pip install -U huggingface_hub")
 
 
 class _Retry(Exception):
@@ -83,7 +81,7 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
-class RemoteFile:
+class RemoteFile(RangedFile):
     """Byte ranges of one remote file (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread, each
     in one request.
 
@@ -94,9 +92,8 @@ class RemoteFile:
     """
 
     def __init__(self, url: str, *, headers: Mapping[str, str] | None = None, policy: RetryPolicy | None = None,
-                 name: str | None = None, sleep: Callable[[float], None] = time.sleep, hub: bool = False):
-        self.url = url
-        self.name = name or url
+                 sleep: Callable[[float], None] = time.sleep, hub: bool = False):
+        self.url = self.name = url
         self.size: int | None = None
         self.identity: str | None = None
         self.commit: str | None = None
@@ -113,12 +110,6 @@ class RemoteFile:
         out = bytearray(nbytes)
         got = self._fetch(0, nbytes, memoryview(out), first=True)
         return bytes(out[:got])
-
-    def read_bytes(self, start: int, nbytes: int) -> bytes:
-        out = bytearray(nbytes)
-        if nbytes:
-            self._fetch(start, nbytes, memoryview(out))
-        return bytes(out)
 
     def read_into(self, start: int, into: memoryview) -> None:
         if len(into):
@@ -170,20 +161,18 @@ class RemoteFile:
                               f"{policy.attempts} tries (last: {last})", path=self.name)
 
     def _attempt(self, start: int, nbytes: int, into: memoryview, first: bool) -> int:
-        policy = self._policy
         began = time.monotonic()
         headers = {**self._headers, "Range": f"bytes={start}-{start + nbytes - 1}", "Accept-Encoding": "identity"}
         if self.identity is not None and not self.identity.startswith("W/") and self.identity.startswith('"'):
             headers["If-Match"] = self.identity
         with self._client().stream("GET", self.url, headers=headers, follow_redirects=True,
-                                   timeout=http_package().Timeout(policy.timeout)) as response:
+                                   timeout=http_package().Timeout(self._policy.timeout)) as response:
             with self._lock:
                 self.requests += 1
             return self._answer(response, start, nbytes, into, first, began)
 
     def _answer(self, response: Any, start: int, nbytes: int, into: memoryview, first: bool, began: float) -> int:
         """Check the answer to one range request and read its body into ``into``."""
-        policy = self._policy
         status = response.status_code
         if status in (404, 410):
             raise RemoteReadError(f"{self.name}: not found (HTTP {status})", path=self.name)
@@ -193,10 +182,10 @@ class RemoteFile:
                 + ("a gated model: accept its terms on the hub, then " if gated else "a token with access is needed: ")
                 + "set HF_TOKEN (or run hf auth login) for the Hugging Face hub", path=self.name)
         if status == 412:
-            raise self._changed("its ETag no longer matches (HTTP 412)")
+            raise changed(self.name, "its ETag no longer matches (HTTP 412)")
         if status == 416:
             if self.size is not None:
-                raise self._changed(f"it no longer holds bytes {start}-{start + nbytes - 1} (HTTP 416)")
+                raise changed(self.name, f"it no longer holds bytes {start}-{start + nbytes - 1} (HTTP 416)")
             raise TruncatedCheckpointError(f"{self.name}: empty file (HTTP 416)", path=self.name)
         if status == 429 or 500 <= status < 600:
             raise _Retry(f"HTTP {status}", _number(response.headers.get("Retry-After"), float))
@@ -218,10 +207,12 @@ class RemoteFile:
         else:
             match = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
             if match is None or match.group(3) == "*":
-                raise _Retry(f"a 206 answer without a valid Content-Range ({_shown(response, 'Content-Range')})")
+                shown = response.headers.get("Content-Range")
+                shown = "none" if shown is None else repr(shown[:80])
+                raise _Retry(f"a 206 answer without a valid Content-Range ({shown})")
             first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
             if self.size is not None and total != self.size:
-                raise self._changed(f"its size went from {self.size} to {total} bytes")
+                raise changed(self.name, f"its size went from {self.size} to {total} bytes")
             expected = min(nbytes, total - start)
             if first_byte != start or last_byte != start + expected - 1 or expected <= 0:
                 raise _Retry(f"asked for bytes {start}-{start + nbytes - 1}, the answer holds "
@@ -229,11 +220,11 @@ class RemoteFile:
             if length is not None and length != expected:
                 raise _Retry(f"a Content-Length of {length} for {expected} bytes")
             if not first and expected != nbytes:
-                raise self._changed(f"it ends before byte {start + nbytes}")
+                raise changed(self.name, f"it ends before byte {start + nbytes}")
         with self._lock:
             if self.size is None:
                 self.size = total
-        deadline = began + policy.timeout + expected / policy.min_rate
+        deadline = began + self._policy.timeout + expected / self._policy.min_rate
         got = 0
         # iter_raw without a chunk size: what each socket read brings, so that a trickle that keeps
         # each read under the timeout still meets the deadline.
@@ -261,12 +252,9 @@ class RemoteFile:
                 self.identity, self.commit = identity, commit
                 return
         if identity != self.identity:
-            raise self._changed(f"its ETag went from {self.identity} to {identity}")
+            raise changed(self.name, f"its ETag went from {self.identity} to {identity}")
         if commit is not None and self.commit is not None and commit != self.commit:
-            raise self._changed(f"its commit went from {self.commit} to {commit}")
-
-    def _changed(self, what: str) -> RemoteChangedError:
-        return changed(self.name, what)
+            raise changed(self.name, f"its commit went from {self.commit} to {commit}")
 
     def read_all(self, limit: int) -> bytes:
         """The whole file, when it has at most ``limit`` bytes, in one pinned range read."""
@@ -282,11 +270,6 @@ def _number(text: str | None, kind: type = int) -> Any:
         return kind(text) if text is not None else None
     except ValueError:
         return None
-
-
-def _shown(response: Any, header: str) -> str:
-    value = response.headers.get(header)
-    return "none" if value is None else repr(value[:80])
 
 
 def changed(name: str, what: str) -> RemoteChangedError:
@@ -314,8 +297,6 @@ def _certificate_refused(exc: BaseException) -> bool:
 def _ca_bundle() -> Any:
     """What a URL's own client trusts: ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (read by the client), else
     ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set for those tools behind a TLS-inspecting proxy), else the system's."""
-    import os
-
     if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
         return True
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")

@@ -6,19 +6,20 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
 from typing import Any
 
 from wbfe._config import hf_cache_dir, hf_offline
-from wbfe.errors import InvalidOptionError, ModelNotFoundError, RangeNotSupportedError, SourceNotFoundError, WbfeError
+from wbfe.errors import InvalidOptionError, ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.local import MODEL_CONFIGS, open_path, pick_weight_files, read_model_config
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
 
-__all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_unreachable", "hub_cached",
-           "host_unreachable", "is_hub_id", "open_hub_ref", "stream_hub", "hub_endpoint"]
+__all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_cached", "host_unreachable",
+           "is_hub_id", "open_hub_ref", "stream_hub", "hub_endpoint"]
 
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
@@ -41,6 +42,13 @@ def _cached_snapshot(repo_id: str, revision: str | None, cache_dir: Path) -> Pat
     return Path(str(folder))
 
 
+def _weight_files(snapshot: Path) -> list[str]:
+    try:
+        return pick_weight_files([p.name for p in snapshot.iterdir()])
+    except OSError:
+        return []
+
+
 def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -> Path:
     """Download the weight files of a hub repo into the cache; return the chosen local file.
 
@@ -55,18 +63,15 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
     try:
         endpoint = hub_endpoint()
-
-        def download(file_name: str) -> Path:
-            return Path(hf_hub_download(repo_id, file_name, revision=revision, cache_dir=str(cache_dir),
-                                        endpoint=endpoint))
-
+        download = functools.partial(hf_hub_download, repo_id, revision=revision, cache_dir=str(cache_dir),
+                                     endpoint=endpoint)
         names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
             download("adapter_config.json")
         if not chosen:
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
-        local = download(chosen[0])
+        local = Path(download(chosen[0]))
         for config_name in MODEL_CONFIGS:  # the head, experts and quantization
             if config_name in names:
                 download(config_name)
@@ -84,10 +89,7 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
 
 def hub_failure(exc: BaseException) -> str:
     """What a ``huggingface_hub`` (or network) exception means, by its type."""
-    try:
-        from huggingface_hub import errors
-    except ImportError:  # huggingface_hub < 0.24 kept them in utils
-        from huggingface_hub import utils as errors  # type: ignore[no-redef]
+    from huggingface_hub import errors
 
     if isinstance(exc, errors.GatedRepoError):
         return "a gated model: accept its terms on the hub and log in (hf auth login) to download it"
@@ -110,12 +112,10 @@ def hub_failure(exc: BaseException) -> str:
 def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None:
     """Why the host of ``url`` cannot be reached, from one TCP connection with a short timeout; None if it
     can, or behind a proxy (which decides). ``what`` names the host in the message."""
-    import os
     import socket
     from urllib.parse import urlparse
 
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
-                                       "ALL_PROXY", "all_proxy")):
+    if any(os.environ.get(f"{p}_PROXY") or os.environ.get(f"{p.lower()}_proxy") for p in ("HTTPS", "HTTP", "ALL")):
         return None
     parsed = urlparse(url)
     try:
@@ -130,26 +130,16 @@ def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None
         return f"{what} could not be reached ({parsed.hostname}: {reason})"
 
 
-def hub_unreachable(timeout: float = 3.0) -> str | None:
+def _hub_unreachable(timeout: float = 3.0) -> str | None:
     """Why the hub (``HF_ENDPOINT``) cannot be reached, in at most ``timeout`` s (huggingface_hub retries for long)."""
     return host_unreachable(hub_endpoint(), what="the Hugging Face hub", timeout=timeout)
-
-
-_hub_unreachable = hub_unreachable  # the name download_weight_files calls (tests replace it)
 
 
 def hub_cached(ref: str) -> bool:
     """Whether the hub model ``org/name[@revision]`` has weight files in the local cache (no network)."""
     repo_id, revision = parse_hub_id(ref)
     snapshot = _cached_snapshot(repo_id, revision, hf_cache_dir())
-    if snapshot is None:
-        return False
-    if (snapshot / "adapter_config.json").is_file():
-        return True
-    try:
-        return bool(pick_weight_files([p.name for p in snapshot.iterdir()]))
-    except OSError:
-        return False
+    return snapshot is not None and ((snapshot / "adapter_config.json").is_file() or bool(_weight_files(snapshot)))
 
 
 def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stream: bool | None = None) -> TensorSource:
@@ -163,10 +153,7 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stre
     cache_dir = hf_cache_dir()
     snapshot = _cached_snapshot(repo_id, revision, cache_dir)
     if snapshot is not None:
-        try:
-            chosen = pick_weight_files([p.name for p in snapshot.iterdir()])
-        except OSError:
-            chosen = []
+        chosen = _weight_files(snapshot)
         source = _open_snapshot(snapshot, chosen[0] if chosen else None, ref, fmt, repo_id, revision, cached=True)
         if source is not None:
             return source
@@ -247,7 +234,8 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     from huggingface_hub import HfApi, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    from wbfe.sources.remote import is_safetensors_name, remote_config, should_stream, stream_safetensors
+    from wbfe.sources.http_range import RemoteFile
+    from wbfe.sources.remote import is_safetensors_name, remote_config, stream_safetensors
 
     name = f"{repo_id}{'@' + revision if revision else ''}"
     endpoint = hub_endpoint()
@@ -271,32 +259,14 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     commit = info.sha or revision
     headers = build_hf_headers()
 
-    def url_for(file_name: str) -> str:
-        return hf_hub_url(repo_id, file_name, revision=commit, endpoint=endpoint)
+    def open_file(file_name: str) -> RemoteFile:
+        return RemoteFile(hf_hub_url(repo_id, file_name, revision=commit, endpoint=endpoint), headers=headers, hub=True)
 
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
-    digests = {n.rsplit("/", 1)[-1]: str(d) for n, s in siblings.items() if (d := _lfs_sha256(s)) is not None}
-    try:
-        source = stream_safetensors(
-            ref, chosen[0], url_for, headers=headers, sizes=sizes, digests=digests, commit=info.sha, fmt=fmt, hub=True,
-            decide=None if stream else (lambda total: should_stream(None, total, hf_cache_dir())),
-            extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
-    except RangeNotSupportedError:
-        if stream:
-            raise
-        return None  # by default a server without ranges means a download, as before
-    if source is None:
-        return None
-    from wbfe.sources.http_range import RemoteFile
-
-    source.config = remote_config([c for c in MODEL_CONFIGS if c in siblings],
-                                  lambda name: RemoteFile(url_for(name), headers=headers, hub=True))
+    digests = {n.rsplit("/", 1)[-1]: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}
+    source = stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
+                                digests=digests, commit=info.sha, fmt=fmt,
+                                extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
+    if source is not None:
+        source.config = remote_config([c for c in MODEL_CONFIGS if c in siblings], open_file)
     return source
-
-
-def _lfs_sha256(sibling: Any) -> str | None:
-    lfs = getattr(sibling, "lfs", None)
-    if lfs is None:
-        return None
-    sha = lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
-    return str(sha) if sha else None

@@ -27,9 +27,7 @@ def parse_size(text: Union[str, int]) -> int:
     if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
         return text
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([BKMGT]?)(?:I?B)?\s*", str(text).upper())
-    if not match:
-        raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
-    value = float(match.group(1)) * _UNITS[match.group(2) or "B"]
+    value = float(match.group(1)) * _UNITS[match.group(2) or "B"] if match else math.inf
     if not math.isfinite(value):
         raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
     return int(value)

@@ -8,28 +8,23 @@ from typing import Any
 
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.object_store import call_store, claims_uri, folder_files, object_cache_dir, object_identity, open_uri
+from wbfe.sources.object_store import call_store, folder_files, is_uri, object_cache_dir, object_identity, open_uri
 from wbfe.sources.registry import checkpoint_suffixes, register_location
-from wbfe.sources.remote import is_safetensors_name, remote_config, should_stream, stream_safetensors
+from wbfe.sources.remote import is_safetensors_name, remote_config, stream_safetensors
 from wbfe.sources.store_range import StoreFile
 
-__all__ = ["open_object", "stream_object"]
+__all__ = ["open_object"]
 
 
-@register_location("object-store", order=20, claims=claims_uri, streams=True)
+@register_location("object-store", order=20, claims=is_uri, streams=True)
 def open_object(uri: str, *, stream: bool | None = None) -> TensorSource:
-    """An object-store URI: its safetensors streamed, else copied and opened."""
+    """An object-store URI: its safetensors streamed, else copied and opened (``InvalidOptionError`` with
+    ``stream=True`` for weights that are not safetensors, or an adapter)."""
     if stream is not False:
-        source = stream_object(uri, stream=stream)
+        source = call_store(uri, lambda fs, path, uri_: _stream(fs, path, uri_, stream))
         if source is not None:
             return source
     return open_uri(uri)
-
-
-def stream_object(uri: str, *, stream: bool | None) -> TensorSource | None:
-    """The safetensors ``uri`` names opened for ranged reads, or None where they are to be copied instead
-    (``InvalidOptionError`` with ``stream=True`` for weights that are not safetensors, or an adapter)."""
-    return call_store(uri, lambda fs, path, uri_: _stream(fs, path, uri_, stream))
 
 
 def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource | None:
@@ -70,10 +65,8 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         return StoreFile(fs, f"{root}/{file_name}" if root else file_name, base + file_name,
                          identify=object_identity, info=known)
 
-    source = stream_safetensors(uri, name, lambda file_name: base + file_name, open_file=open_file, sizes=sizes,
-        decide=None if stream else (lambda total: should_stream(None, total, object_cache_dir())),
-        extra={"store": uri.split("://", 1)[0]})
-    if source is None:
-        return None
-    source.config = remote_config(configs, open_file)
+    source = stream_safetensors(uri, name, open_file, stream=stream, cache_dir=object_cache_dir(), sizes=sizes,
+                                extra={"store": uri.split("://", 1)[0]})
+    if source is not None:
+        source.config = remote_config(configs, open_file)
     return source

@@ -20,7 +20,7 @@ from wbfe.sources._base import TensorSource
 from wbfe.sources.object_bound import evict_objects, object_cache_bound
 
 __all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL",
-           "store_filesystem", "object_identity", "call_store", "CONFIGS", "claims_uri", "folder_files"]
+           "store_filesystem", "object_identity", "call_store", "folder_files"]
 
 URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S)
 FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
@@ -29,25 +29,19 @@ FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
 # md5Hash, generation, updated; local and memory: mtime / created). Size is always compared.
 _IDENTITY = ("size", "ETag", "etag", "md5Hash", "generation", "mtime", "LastModified", "last_modified",
              "updated", "created", "ino", "version_id", "VersionId")
-CONFIGS = ("config.json", "quantize_config.json", "adapter_config.json")
 NAME_A_FILE = ("name a checkpoint file or a shard index in it, e.g. .../model.safetensors or "
                ".../model.safetensors.index.json")
 
 
-def is_uri(text: str) -> bool:
-    """Whether ``text`` is a ``<protocol>://...`` reference (a Windows drive ``C:\\`` is not)."""
-    return URI.match(text) is not None
+def is_uri(text: Any) -> bool:
+    """Whether ``text`` is a ``<protocol>://...`` string (``s3://``, ``memory://``; a Windows drive ``C:\\`` is not)."""
+    return isinstance(text, str) and URI.match(text) is not None
 
 
 def object_cache_dir() -> Path:
     from wbfe._config import wbfe_cache_dir
 
     return wbfe_cache_dir() / "objects"
-
-
-def claims_uri(ref: Any) -> bool:
-    """Whether ``ref`` is a URI fsspec reads (``s3://``, ``gs://``, ``memory://``, ``file://``, ...)."""
-    return isinstance(ref, str) and is_uri(ref)
 
 
 def open_uri(uri: str) -> TensorSource:
@@ -80,8 +74,7 @@ def store_filesystem(uri: str) -> tuple[Any, str]:
     except ImportError as exc:  # a known protocol whose package (s3fs, gcsfs, ...) is missing
         from fsspec.registry import known_implementations
 
-        impl = known_implementations.get(protocol, {}).get("class", "")
-        package = impl.split(".")[0] if impl else ""
+        package = known_implementations.get(protocol, {}).get("class", "").split(".")[0]
         hint = f"pip install {package}" if package else " ".join(str(exc).split())
         raise MissingDependencyError(f"{uri}: the {protocol}:// protocol needs {package or 'a package'}: {hint}") from None
     except (ValueError, TypeError) as exc:
@@ -189,7 +182,7 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
 
 
 def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path) -> None:
-    from wbfe.sources.local import pick_weight_files
+    from wbfe.sources.local import MODEL_CONFIGS, pick_weight_files
 
     root = path.rstrip("/")
     chosen = pick_weight_files(names)
@@ -197,7 +190,7 @@ def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path)
         raise SourceNotFoundError(
             f"{uri}: no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th, *.gguf, *.h5, *.keras, *.onnx) "
             "in this folder", path=uri)
-    for name in chosen + [c for c in CONFIGS if c in names]:
+    for name in chosen + [c for c in MODEL_CONFIGS + ("adapter_config.json",) if c in names]:
         fs.get_file(f"{root}/{name}", str(staging / name))
     if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)
         _fetch_shards(fs, root, staging / chosen[0], staging)

@@ -22,7 +22,7 @@ from wbfe.sources.io import read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
 from wbfe.sources.registry import FileFormat, register_format
 
-__all__ = ["OnnxSource", "ONNX"]
+__all__ = ["OnnxSource", "ONNX", "dequantize"]
 
 
 def _onnx() -> Any:
@@ -75,22 +75,18 @@ class OnnxSource(TensorSource):
         files = [self._path]
         for weight in self._weights:
             tensor = weight.stored.tensor
-            if tensor is None:
-                continue
-            if _external(onnx, tensor):
-                info = self._external_info(tensor)
-                if info["file"] not in files:
-                    files.append(info["file"])
-                continue
-            if weight.skip is None or weight.quant is not None:
-                typed = sum(len(getattr(tensor, f"{kind}_data")) for kind in ("float", "int32", "int64", "double",
-                                                                              "uint64", "string"))
-                if not tensor.raw_data and not typed and _numel(tensor) and weight.skip is None:
-                    raise CorruptCheckpointError(f"{self._path}: initializer {weight.name!r} has no data",
-                                                 path=str(self._path))
+            if tensor is not None and onnx.external_data_helper.uses_external_data(tensor):
+                file = self._external_info(tensor)[0]
+                if file not in files:
+                    files.append(file)
+            elif tensor is not None and weight.skip is None and not tensor.raw_data and _numel(tensor) and not any(
+                    getattr(tensor, f"{k}_data") for k in ("float", "int32", "int64", "double", "uint64", "string")):
+                raise CorruptCheckpointError(f"{self._path}: initializer {weight.name!r} has no data",
+                                             path=str(self._path))
         return files
 
-    def _external_info(self, tensor: Any) -> dict[str, Any]:
+    def _external_info(self, tensor: Any) -> tuple[Path, int, int]:
+        """The file, offset and length of an external tensor's data, checked."""
         entries = {e.key: e.value for e in tensor.external_data}
         location = entries.get("location", "")
         target = (self._base / location).resolve()
@@ -109,22 +105,18 @@ class OnnxSource(TensorSource):
             raise TruncatedCheckpointError(f"{self._path}: data of {tensor.name!r} out of range in {location} "
                 f"(bytes {offset}..{offset + length} of a {size}-byte file, {_numel(tensor) * itemsize} needed)",
                 path=str(self._path))
-        return {"file": target, "offset": offset, "length": length}
+        return target, offset, length
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
-        from onnx import numpy_helper
-
         onnx = _onnx()
         if stored.array is not None:
             return stored.array
         tensor, name = stored.tensor, stored.name
         try:
-            if _external(onnx, tensor):
-                info = self._external_info(tensor)
-                dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
-                raw = read_range(info["file"], info["offset"], info["length"])
-                return raw.view(dtype).reshape(tuple(tensor.dims))
-            return numpy_helper.to_array(tensor)
+            if onnx.external_data_helper.uses_external_data(tensor):
+                raw = read_range(*self._external_info(tensor))  # which checks the data type too
+                return raw.view(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).reshape(tuple(tensor.dims))
+            return onnx.numpy_helper.to_array(tensor)
         except WbfeError:  # the external data's own errors (missing, out of range, cut short)
             raise
         except KeyError as exc:  # a data type code onnx does not know (a scale's, say: found by fuzzing)
@@ -141,7 +133,7 @@ class OnnxSource(TensorSource):
             try:
                 scale = self._stored_array(self._stored[weight.dq[0]])
                 zero = None if weight.dq[1] is None else self._stored_array(self._stored[weight.dq[1]])
-                array = _dequantize(array, scale, zero, weight.dq[2], weight.dq[3])
+                array = dequantize(array, scale, zero, weight.dq[2], weight.dq[3])
             except ValueError as exc:  # a scale or zero point that does not fit the tensor (found by fuzzing)
                 raise CorruptCheckpointError(f"{self._path}: DequantizeLinear of {weight.name!r}: {exc}",
                                              path=str(self._path)) from None
@@ -165,15 +157,21 @@ class OnnxSource(TensorSource):
                               quant=weight.quant, skip=skip, layout=weight.layout)
 
 
-def _dequantize(q: "np.ndarray", scale: "np.ndarray", zero: "Optional[np.ndarray]", axis: int, block: int) -> "np.ndarray":
-    """DequantizeLinear: ``(q − zero)·scale`` in float32, per tensor, along ``axis`` or per ``block`` along it
-    (``ValueError`` for a scale or zero point that does not fit)."""
-    x = q.astype(np.int32)
-    scale = scale.astype(np.float32)
-    zero_i = zero.astype(np.int32) if zero is not None else np.zeros_like(scale, dtype=np.int32)
-    if zero_i.shape != scale.shape:
-        raise ValueError(f"zero point of shape {zero_i.shape} for a scale of shape {scale.shape}")
-    if scale.ndim > 0 and scale.size > 1 or block:
+def dequantize(q: "np.ndarray", scale: Any, zero_point: Any, axis: int, block: int = 0) -> "np.ndarray":
+    """TFLite's ``DEQUANTIZE`` and ONNX's ``DequantizeLinear``: ``scale · (q − zero_point)`` in float32, per
+    tensor, per index along ``axis`` or per ``block`` of indices along it (``ValueError`` for a scale or zero
+    point that does not fit).
+
+    Example:
+        >>> import numpy as np
+        >>> dequantize(np.array([[-128, 0], [10, 127]], np.int8), [0.5, 2.0], [0, 1], 0).tolist()
+        [[-64.0, 0.0], [18.0, 252.0]]
+    """
+    scale = np.asarray(scale, dtype=np.float32)
+    zero = np.zeros_like(scale, dtype=np.int32) if zero_point is None else np.asarray(zero_point, dtype=np.int32)
+    if zero.shape != scale.shape:
+        raise ValueError(f"zero point of shape {zero.shape} for a scale of shape {scale.shape}")
+    if scale.size > 1 or block:
         if not -q.ndim <= axis < q.ndim:
             raise ValueError(f"axis {axis} of a {q.ndim}-D tensor")
         axis = axis % q.ndim
@@ -181,20 +179,16 @@ def _dequantize(q: "np.ndarray", scale: "np.ndarray", zero: "Optional[np.ndarray
             if not 0 < block <= q.shape[axis] or scale.ndim != q.ndim or \
                     scale.shape[axis] != -(-q.shape[axis] // block):
                 raise ValueError(f"scale of shape {scale.shape} for blocks of {block} along axis {axis} of {q.shape}")
-        elif scale.size != q.shape[axis]:
-            raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
-        if block:
             scale = np.repeat(scale, block, axis=axis).take(range(q.shape[axis]), axis=axis)
-            zero_i = np.repeat(zero_i, block, axis=axis).take(range(q.shape[axis]), axis=axis)
+            zero = np.repeat(zero, block, axis=axis).take(range(q.shape[axis]), axis=axis)
         else:
+            if scale.size != q.shape[axis]:
+                raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
             shape = [1] * q.ndim
             shape[axis] = -1
-            scale, zero_i = scale.reshape(shape), zero_i.reshape(shape)
-    return ((x - zero_i).astype(np.float32) * scale).astype(np.float32)
-
-
-def _external(onnx: Any, tensor: Any) -> bool:
-    return bool(tensor.HasField("data_location") and tensor.data_location == onnx.TensorProto.EXTERNAL)
+            scale, zero = scale.reshape(shape), zero.reshape(shape)
+    # q − zero point is an integer: exact in float32 for the 8- and 16-bit types
+    return ((q.astype(np.int32) - zero).astype(np.float32) * scale).astype(np.float32)
 
 
 def _numel(tensor: Any) -> int:
@@ -202,13 +196,12 @@ def _numel(tensor: Any) -> int:
 
 
 def _dtype_name(onnx: Any, data_type: int) -> str:
-    try:
-        name = str(onnx.helper.tensor_dtype_to_np_dtype(data_type))
-    except (KeyError, ValueError, TypeError):
-        return f"onnx-type-{data_type}"
     if data_type == onnx.TensorProto.BFLOAT16:
         return "bfloat16"
-    return name
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(data_type))
+    except (KeyError, ValueError, TypeError):
+        return f"onnx-type-{data_type}"
 
 
 ONNX = register_format(FileFormat(name="onnx", suffixes=(".onnx",), open=OnnxSource, group="other", rank=30))

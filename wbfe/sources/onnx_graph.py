@@ -5,7 +5,8 @@ The rules in full: docs/checkpoints.md. No tensor data is read here; :mod:`wbfe.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import itertools
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -61,7 +62,6 @@ class Planned:
     used_at: list[int] = field(default_factory=list)  # positions of the nodes using it as a weight
 
 
-
 @dataclass
 class GraphPlan:
     tensors: list[Planned]
@@ -79,7 +79,7 @@ class _Use:
 class _Walker:
     def __init__(self, onnx: Any):
         self.onnx = onnx
-        self.count = 0
+        self.new = itertools.count(1).__next__  # value ids
         self.position = 0
         self.stored: dict[int, Stored] = {}
         self.shape: dict[int, tuple[int, ...]] = {}
@@ -91,10 +91,6 @@ class _Walker:
         # By node position (a node's place in graph order, subgraphs in place: unique per node).
         self.inputs_of: dict[int, list[Optional[int]]] = {}  # its inputs' values (None: no input)
         self.outputs_of: dict[int, list[int]] = {}  # its outputs' values
-
-    def new(self) -> int:
-        self.count += 1
-        return self.count
 
     def walk(self, graph: Any, chain: list[dict[str, int]], scope: str) -> dict[str, int]:
         local: dict[str, int] = {}
@@ -136,16 +132,14 @@ class _Walker:
         return local
 
     def _constant(self, node: Any, vid: int, scope: str) -> None:
-        label = node_label(node)
-        stored = Stored(vid, node.output[0], scope, constant=label)
+        stored = Stored(vid, node.output[0], scope, constant=node_label(node))
         for attr in node.attribute:
             if attr.name == "value":
                 stored.tensor = attr.t
                 self.shape[vid], self.dtype[vid] = tuple(int(d) for d in attr.t.dims), int(attr.t.data_type)
             elif attr.name in ("value_float", "value_floats", "value_int", "value_ints"):
                 kind = np.float32 if "float" in attr.name else np.int64
-                raw = self.onnx.helper.get_attribute_value(attr)
-                stored.array = np.asarray(raw, dtype=kind)
+                stored.array = np.asarray(self.onnx.helper.get_attribute_value(attr), dtype=kind)
                 self.shape[vid] = tuple(stored.array.shape)
                 self.dtype[vid] = int(self.onnx.helper.np_dtype_to_tensor_dtype(np.dtype(kind)))
             elif attr.name == "sparse_value":
@@ -206,10 +200,7 @@ class _Walker:
 
 
 def _resolve(scopes: list[dict[str, int]], name: str) -> Optional[int]:
-    for scope in reversed(scopes):
-        if name in scope:
-            return scope[name]
-    return None
+    return next((scope[name] for scope in reversed(scopes) if name in scope), None)
 
 
 def node_label(node: Any) -> str:
@@ -233,7 +224,9 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     consumed: dict[int, str] = {}
     for vid, plan in plans.items():
         if plan.skip is None:
-            _plan_one(walker, plans, vid, plan, consumed)
+            _plan_one(walker, vid, plan, consumed)
+            if plan.skip is None and plan.quant is not None:
+                plan.dtype = "float32"  # as DequantizeLinear returns it
     for vid, reason in consumed.items():
         plans[vid].skip = reason
     for plan in plans.values():
@@ -247,9 +240,7 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     # Initializers always; a Constant when it is a weight, a DequantizeLinear operand, or a table.
     listed = _directions([p for vid, p in plans.items() if p.stored.constant is None or vid in consumed
                           or p.consumers or len(p.shape) >= 2])
-    counts: dict[str, int] = defaultdict(int)
-    for plan in listed:
-        counts[plan.name] += 1
+    counts = Counter(plan.name for plan in listed)
     for plan in listed:  # the same name in two scopes: qualified by the scope
         if counts[plan.name] > 1 and plan.stored.scope:
             plan.name = plan.stored.scope + plan.name
@@ -258,7 +249,7 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     return GraphPlan(listed, _head(walker, start, listed), walker.stored)
 
 
-def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planned, consumed: dict[int, str]) -> None:
+def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]) -> None:
     ndim = len(plan.shape)
     found = walker.follow(vid, False, ndim)
     dq = [(use, flip) for use, flip in found if use.node.op_type == "DequantizeLinear" and use.index == 0]
@@ -319,8 +310,6 @@ def _plan_one(walker: _Walker, plans: dict[int, Planned], vid: int, plan: Planne
     plan.transpose = transposed
     if transposed:
         plan.shape = (plan.shape[1], plan.shape[0])
-    if plan.quant is not None:
-        plan.dtype = "float32"
 
 
 def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool, bool]]) -> None:
@@ -356,8 +345,6 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
         plan.index, plan.directions, plan.transpose = None, 1, False
         return
     plan.shape = shape
-    if plan.quant is not None:
-        plan.dtype = "float32"
 
 
 def _directions(plans: list[Planned]) -> list[Planned]:

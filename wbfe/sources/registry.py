@@ -19,7 +19,7 @@ from wbfe.sources._base import TensorSource
 
 __all__ = ["FileFormat", "Location", "FolderKind", "register_format", "register_location", "register_folder",
     "file_formats", "locations", "folder_kinds", "format_of", "format_named", "checkpoint_suffixes",
-    "pick_files", "other_formats", "read_head", "zip_members", "open_zip", "Opener", "ZIP_ERRORS"]
+    "pick_files", "other_formats", "zip_members", "open_zip", "Opener", "ZIP_ERRORS"]
 
 # Opens one file: (path, the reference as the user gave it, a provenance format label or None).
 Opener = Callable[[Path, str, Optional[str]], TensorSource]
@@ -142,19 +142,7 @@ def folder_kinds() -> list[FolderKind]:
 
 def checkpoint_suffixes() -> tuple[str, ...]:
     """Every suffix a checkpoint file of a registered format may have (shard indexes excluded)."""
-    out: list[str] = []
-    for fmt in file_formats():
-        out += [s for s in fmt.suffixes if s not in out]
-    return tuple(out)
-
-
-def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
-    """The first ``n`` bytes of ``path`` (fewer for a short file; ``b""`` when it cannot be read)."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(n)
-    except OSError:
-        return b""
+    return tuple(dict.fromkeys(s for fmt in file_formats() for s in fmt.suffixes))
 
 
 # What Python's zipfile raises on a damaged archive (found by fuzzing the readers): an unimplemented
@@ -197,7 +185,11 @@ def format_of(path: Path) -> Optional[FileFormat]:
     if index:  # a shard index is JSON: bytes that look like another format do not make it one (found by fuzzing)
         return best[1]
     if path.is_file():
-        head = read_head(path)
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
+        except OSError:
+            head = b""
         for fmt in formats:
             if fmt.sniff is not None and head and fmt.sniff(head, path):
                 return fmt

@@ -15,20 +15,18 @@ import numpy as np
 from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError, WbfeError
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import Provenance, TensorSource, combine_digests
-from wbfe.sources.http_range import FIRST_READ, RemoteFile, RetryPolicy
+from wbfe.sources.http_range import FIRST_READ, RemoteFile
 from wbfe.sources.ranged import RangedFile
 from wbfe.sources.registry import register_location
 from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, ShardReader, header_length, parse_header,
     parse_weight_map, tensor_dtype)
 
-__all__ = ["RemoteSafetensorsSource", "stream_safetensors", "should_stream", "free_disk", "is_safetensors_name",
-           "open_url", "STREAM_SUFFIXES", "remote_config"]
-
-STREAM_SUFFIXES = (".safetensors", ".safetensors.index.json")
+__all__ = ["RemoteSafetensorsSource", "stream_safetensors", "free_disk", "is_safetensors_name", "open_url",
+           "remote_config"]
 
 
 def is_safetensors_name(name: str) -> bool:
-    return name.lower().endswith(STREAM_SUFFIXES)
+    return name.lower().endswith((".safetensors", ".safetensors.index.json"))
 
 
 def free_disk(folder: Path) -> int:
@@ -37,13 +35,6 @@ def free_disk(folder: Path) -> int:
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     return shutil.disk_usage(folder).free
-
-
-def should_stream(stream: bool | None, total_bytes: int, cache_dir: Path) -> bool:
-    """``stream`` when given; by default, whether ``total_bytes`` exceed the free disk of ``cache_dir``."""
-    if stream is not None:
-        return stream
-    return total_bytes > free_disk(cache_dir)
 
 
 class _RemoteShard:
@@ -78,10 +69,8 @@ class RemoteSafetensorsSource(ShardedSafetensors):
         self._starts = {id(remote): (data_start, head) for remote, _, _, _, data_start, head in shards}
         self.remotes = ([index] if index is not None else []) + [remote for remote, *_ in shards]
         self.plan([(remote, name, listed, header) for remote, name, listed, header, *_ in shards], index_name)
-        names = [name.rsplit("/", 1)[-1] for _, name, *_ in shards]
-        known = [digests.get(name) for _, name, *_ in shards] if digests else []
-        sha256 = (combine_digests([(n, d) for n, d in zip(names, known) if d is not None])
-                  if known and all(known) else None)
+        known = [(name, digests.get(name)) for _, name, *_ in shards] if digests else []
+        sha256 = combine_digests([(n, d) for n, d in known if d]) if known and all(d for _, d in known) else None
         self.provenance = Provenance(
             source=ref, format=fmt or ("safetensors-sharded" if index is not None else "safetensors"),
             files=[remote.url for remote in self.remotes], sha256=sha256,
@@ -102,38 +91,31 @@ class RemoteSafetensorsSource(ShardedSafetensors):
             remote.close()
 
 
-def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, headers: Mapping[str, str] | None = None,
-                       decide: Callable[[int], bool] | None = None, sizes: Mapping[str, int] | None = None,
+def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFile], *, stream: bool | None,
+                       cache_dir: Path, sizes: Mapping[str, int] | None = None,
                        digests: Mapping[str, str] | None = None, commit: str | None = None, fmt: str | None = None,
-                       extra: Mapping[str, Any] | None = None, policy: RetryPolicy | None = None,
-                       open_file: Callable[[str], RangedFile] | None = None,
-                       hub: bool = False) -> RemoteSafetensorsSource | None:
+                       extra: Mapping[str, Any] | None = None) -> RemoteSafetensorsSource | None:
     """Open the remote safetensors file (or shard index) ``name`` for streaming.
 
     Args:
-        name: the weight file's name; shards are named relative to it; ``url_for`` gives a file's URL by name.
-        decide: given the checkpoint's size in bytes, whether to stream it; when it says no, None is
-            returned (after fetching the index alone when ``sizes`` has every shard's size).
+        name: the weight file's name; shards are named relative to it; ``open_file`` opens a file by name.
+        stream: None streams the checkpoint only when larger than the free disk of ``cache_dir``, else returns
+            None (after fetching the index alone when ``sizes`` has every shard's size), as it does for a server
+            that ignores ranges; True streams it or raises.
         sizes, digests: each file's size and SHA-256 where the server lists them (the hub does).
         commit: the commit every answer must come from (a hub ``X-Repo-Commit``), when known.
-        open_file: opens a file by its name for ranged reads (default: an HTTP ``RemoteFile`` of ``url_for``).
-        hub: the files are a hub repository's: read through huggingface_hub's session.
 
     Raises:
         RemoteReadError, RangeNotSupportedError, RemoteChangedError: the transport's errors.
         CorruptCheckpointError, TruncatedCheckpointError: an index or header that is not valid.
     """
-    def remote(file_name: str) -> RangedFile:
-        if open_file is not None:
-            return open_file(file_name)
-        return RemoteFile(url_for(file_name), headers=headers, policy=policy, hub=hub)
-
+    decide = stream is None  # by the free disk, once the checkpoint's size is known
     opened: list[RangedFile] = []  # closed unless a source takes them
     source: RemoteSafetensorsSource | None = None
     try:
         index: RangedFile | None = None
         if name.lower().endswith(".index.json"):
-            index = remote(name)
+            index = open_file(name)
             opened.append(index)
             planned = list(parse_weight_map(index.read_all(MAX_INDEX), index.name).items())
             _check_commit(index, commit)
@@ -141,14 +123,14 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
             shard_names: list[tuple[str, list[str] | None]] = [(folder + shard, listed) for shard, listed in planned]
         else:
             shard_names = [(name, None)]
-        if decide is not None and sizes is not None and all(n in sizes for n, _ in shard_names):
-            if not decide(sum(sizes[n] for n, _ in shard_names)):
+        if decide and sizes is not None and all(n in sizes for n, _ in shard_names):
+            if sum(sizes[n] for n, _ in shard_names) <= free_disk(cache_dir):
                 return None
-            decide = None
+            decide = False
         shards = []
         metadata: dict[str, str] = {}
         for shard_name, listed in shard_names:
-            file = remote(shard_name)
+            file = open_file(shard_name)
             opened.append(file)
             head = file.head(FIRST_READ)
             size = file.size or 0
@@ -160,11 +142,15 @@ def stream_safetensors(ref: str, name: str, url_for: Callable[[str], str], *, he
             _check_commit(file, commit)
             metadata.update(meta)
             shards.append((file, shard_name.rsplit("/", 1)[-1], listed, header, 8 + n, head))
-        if decide is not None and not decide(sum(file.size or 0 for file, *_ in shards)):
+        if decide and sum(file.size or 0 for file, *_ in shards) <= free_disk(cache_dir):
             return None
         source = RemoteSafetensorsSource(ref, shards, index=index, index_name=name.rsplit("/", 1)[-1] if index else "",
                                          fmt=fmt, metadata=metadata, digests=digests, extra=extra)
         return source
+    except RangeNotSupportedError:
+        if stream:
+            raise
+        return None  # by default a server without ranges means a download, as before
     finally:
         if source is None:
             for opened_file in opened:
@@ -190,11 +176,8 @@ def _check_commit(file: RangedFile, commit: str | None) -> None:
                                  "changed while it was read; score it again", path=file.name)
 
 
-def _claims_http(ref: Any) -> bool:
-    return isinstance(ref, str) and ref.lower().startswith(("http://", "https://"))
-
-
-@register_location("http", order=15, claims=_claims_http, streams=True)
+@register_location("http", order=15, streams=True,
+                   claims=lambda ref: isinstance(ref, str) and ref.lower().startswith(("http://", "https://")))
 def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     """An ``http(s)://`` URL: safetensors streamed, anything else (or with ``stream=False``) copied first.
 
@@ -219,15 +202,8 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     if stream is False:
         return open_uri(url)
 
-    def url_for(file_name: str) -> str:
-        return url if file_name == name else urljoin(url, file_name)
+    def open_file(file_name: str) -> RemoteFile:
+        return RemoteFile(url if file_name == name else urljoin(url, file_name))
 
-    try:
-        source = stream_safetensors(url, name, url_for,
-                                    decide=None if stream else (lambda total: should_stream(None, total,
-                                                                                             object_cache_dir())))
-    except RangeNotSupportedError:
-        if stream:
-            raise
-        return open_uri(url)  # by default a server without ranges means a download, as before
+    source = stream_safetensors(url, name, open_file, stream=stream, cache_dir=object_cache_dir())
     return source if source is not None else open_uri(url)

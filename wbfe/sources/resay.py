@@ -47,20 +47,14 @@ def resaying(source: TensorSource, local: Path, ref: str) -> TensorSource:
     their errors with ``ref``."""
     listing = source.entries
 
-    def load(read: Callable[[], Any]) -> Callable[[], Any]:
-        @functools.wraps(read)
-        def read_resaid() -> Any:
-            return said_of(local, ref, read)
-        return read_resaid
-
     def entries() -> Iterator[TensorEntry]:
         found = said_of(local, ref, listing)
         while True:
             entry = said_of(local, ref, lambda: next(found, None))
             if entry is None:
                 return
-            yield dataclasses.replace(entry, load=load(entry.load),
-                                      reread=load(entry.reread) if entry.reread is not None else None)
+            again = None if entry.reread is None else functools.partial(said_of, local, ref, entry.reread)
+            yield dataclasses.replace(entry, load=functools.partial(said_of, local, ref, entry.load), reread=again)
 
     # An instance attribute: the class's method stays what the engine's isinstance checks expect.
     source.entries = entries  # type: ignore[method-assign]

@@ -11,43 +11,22 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from wbfe.errors import RemoteChangedError, RemoteReadError, TruncatedCheckpointError, WbfeError
+from wbfe.errors import RemoteReadError, TruncatedCheckpointError, WbfeError
 from wbfe.sources import http_range
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy, changed, said
+from wbfe.sources.ranged import RangedFile
 
-__all__ = ["StoreFile", "version_pin", "one_request"]
+__all__ = ["StoreFile"]
 
 # (what fs.info calls a version, the keyword cat_file takes it as)
 _VERSION_KEYS = (("VersionId", "version_id"), ("version_id", "version_id"), ("generation", "generation"))
-
-
-def _cat_parameters(fs: Any) -> Mapping[str, Any]:
-    try:
-        return inspect.signature(fs.cat_file).parameters
-    except (TypeError, ValueError):
-        return {}
-
-
-def version_pin(fs: Any, info: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword that makes ``fs.cat_file`` read the version ``info`` describes (``{}``: checked, not pinned)."""
-    params = _cat_parameters(fs)
-    for field, keyword in _VERSION_KEYS:
-        value = info.get(field)
-        if value not in (None, "", "null") and keyword in params:
-            return {keyword: value}
-    return {}
-
-
-def one_request(fs: Any) -> dict[str, Any]:
-    """The keyword that keeps ``fs.cat_file`` to one request per range (gcsfs splits one unless told not to)."""
-    return {"concurrency": 1} if "concurrency" in _cat_parameters(fs) else {}
 
 
 class _Short(Exception):
     """An answer with other than the bytes asked for (retried)."""
 
 
-class StoreFile:
+class StoreFile(RangedFile):
     """Byte ranges of one fsspec object (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread.
 
     Args:
@@ -56,7 +35,6 @@ class StoreFile:
 
     Attributes:
         pinned: the version keyword every read passes (empty when the object is checked instead).
-        checks: ``fs.info`` calls.
     """
 
     commit: str | None = None  # stores have no commits
@@ -70,25 +48,22 @@ class StoreFile:
         self.pinned: dict[str, Any] = {}
         self.requests = 0
         self.bytes_fetched = 0
-        self.checks = 0
         self._identify = identify
         self._known = dict(info) if info is not None else None
-        self._one = one_request(fs)
+        try:
+            self._takes: Mapping[str, Any] = inspect.signature(fs.cat_file).parameters
+        except (TypeError, ValueError):
+            self._takes = {}
+        # gcsfs splits a range into several requests unless told not to
+        self._one = {"concurrency": 1} if "concurrency" in self._takes else {}
         self._policy = policy or http_range.DEFAULT_POLICY
         self._sleep = sleep
         self._lock = threading.Lock()
 
     def head(self, nbytes: int = FIRST_READ) -> bytes:
-        size = self._contact()
-        out = bytearray(min(nbytes, size))
+        out = bytearray(min(nbytes, self._contact()))
         if out:
             self._fetch(0, memoryview(out))
-        return bytes(out)
-
-    def read_bytes(self, start: int, nbytes: int) -> bytes:
-        out = bytearray(nbytes)
-        if nbytes:
-            self._fetch(start, memoryview(out))
         return bytes(out)
 
     def read_into(self, start: int, into: memoryview) -> None:
@@ -107,8 +82,6 @@ class StoreFile:
 
     def _info(self) -> dict[str, Any]:
         self.fs.invalidate_cache(self.path)
-        with self._lock:
-            self.checks += 1
         info = dict(self.fs.info(self.path))
         if info.get("type", "file") != "file":
             raise RemoteReadError(f"{self.name}: not a file", path=self.name)
@@ -123,7 +96,9 @@ class StoreFile:
             if self.size is None:
                 self.size = int(info.get("size") or 0)
                 self.identity = json.dumps(self._identify(info), sort_keys=True)
-                self.pinned = version_pin(self.fs, info)
+                # the keyword that makes cat_file read this version ({}: checked after each read instead)
+                self.pinned = next(({keyword: info[field]} for field, keyword in _VERSION_KEYS
+                                    if info.get(field) not in (None, "", "null") and keyword in self._takes), {})
         if self.size == 0:
             raise TruncatedCheckpointError(f"{self.name}: empty file", path=self.name)
         return self.size
@@ -133,12 +108,9 @@ class StoreFile:
         try:
             now = json.dumps(self._identify(self._info()), sort_keys=True)
         except FileNotFoundError:
-            raise self._changed("it is gone") from None
+            raise changed(self.name, "it is gone") from None
         if now != self.identity:
-            raise self._changed(f"its identity went from {self.identity} to {now}")
-
-    def _changed(self, what: str) -> RemoteChangedError:
-        return changed(self.name, what)
+            raise changed(self.name, f"its identity went from {self.identity} to {now}")
 
     def _fetch(self, start: int, into: memoryview) -> None:
         size = self._contact()
@@ -171,7 +143,7 @@ class StoreFile:
             except FileNotFoundError:
                 if first:
                     raise RemoteReadError(f"{self.name}: no such object", path=self.name) from None
-                raise self._changed("it is gone") from None
+                raise changed(self.name, "it is gone") from None
             except PermissionError as exc:
                 raise RemoteReadError(f"{self.name}: access refused ({said(exc)}); the store's credentials "
                                       "must allow reading it", path=self.name) from None

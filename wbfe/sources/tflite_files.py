@@ -7,11 +7,12 @@ dequantised as TFLite's ``DEQUANTIZE`` computes it. The whole file is checked wh
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import mmap
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from wbfe.framework.description import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, optional_import
 from wbfe.sources.io import read_range
+from wbfe.sources.onnx_files import dequantize
 from wbfe.sources.registry import FileFormat, register_format
 from wbfe.sources.tflite_graph import ITEMSIZE, TORCH_AXES, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
 
@@ -31,38 +33,13 @@ _NUMPY = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int8": "i1", "u
           "bfloat16": "<u2"}
 
 
-def _tflite() -> Any:
-    return optional_import("tflite", "reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'")
-
-
-def dequantize(q: "np.ndarray", scale: Sequence[float], zero_point: Sequence[int], axis: int) -> "np.ndarray":
-    """TFLite's ``DEQUANTIZE``: ``scale · (q − zero_point)`` in float32, per tensor or per index along ``axis``.
-
-    Example:
-        >>> import numpy as np
-        >>> dequantize(np.array([[-128, 0], [10, 127]], np.int8), [0.5, 2.0], [0, 1], 0).tolist()
-        [[-64.0, 0.0], [18.0, 252.0]]
-    """
-    scales = np.asarray(scale, dtype=np.float32)
-    zeros = np.asarray(zero_point, dtype=np.float32)  # exact: a zero point lies in q's own range
-    if scales.size > 1:
-        shape = [1] * q.ndim
-        shape[axis] = -1
-        scales, zeros = scales.reshape(shape), zeros.reshape(shape)
-    real = q.astype(np.float32)
-    if zeros.any():
-        real -= zeros  # q − zero point is an integer below 2^17 in magnitude: exact in float32
-    real *= scales
-    return real
-
-
 class TfliteSource(TensorSource):
     """The constant tensors of a TFLite model, the weights read one at a time in the graph's order."""
 
     headers_only = True
 
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
-        tflite = _tflite()
+        tflite = optional_import("tflite", "reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'")
         self._path = path
         with open_regular(path) as fh:
             size = fh.seek(0, 2)
@@ -79,14 +56,19 @@ class TfliteSource(TensorSource):
             try:
                 model = parse_model(tflite, buf, size, str(path))
             finally:
-                try:
+                with contextlib.suppress(BufferError):  # a view an error's frames still hold: unmapped when they go
                     buf.close()
-                except BufferError:  # a view an error's frames still hold: unmapped when they go
-                    pass
         self._buffers = model.buffers
         plan = plan_graph(model)
-        for planned in plan.tensors:
-            self._check_extent(planned)
+        for tensor in (planned.tensor for planned in plan.tensors):
+            # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never read (a
+            # weight of these is skipped with that reason)
+            itemsize = ITEMSIZE.get(tensor.dtype)
+            needed = math.prod(tensor.shape) * (itemsize or 0)
+            if itemsize is not None and not tensor.sparse and model.buffers[tensor.buffer].size != needed:
+                raise CorruptCheckpointError(
+                    f"{path}: tensor {tensor.name!r}: shape {list(tensor.shape)} of {tensor.dtype} needs {needed} "
+                    f"bytes, its buffer {tensor.buffer} holds {model.buffers[tensor.buffer].size}", path=str(path))
         self._plan = plan.tensors
         self.head_hint = plan.head
         self.own_description = _describe(model.description, plan)
@@ -96,20 +78,6 @@ class TfliteSource(TensorSource):
                                 "operators": sum(len(s.ops) for s in model.subgraphs),
                                 "external_buffers": sum(1 for b in model.buffers if b.external)},
                    "consumers": {p.name: p.consumers for p in self._plan if p.skip is None}})
-
-    def _check_extent(self, planned: Planned) -> None:
-        tensor = planned.tensor
-        itemsize = ITEMSIZE.get(tensor.dtype)
-        if itemsize is None or tensor.sparse:
-            # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never
-            # read (a weight of these is skipped with that reason)
-            return
-        numel = math.prod(tensor.shape)
-        buffer = self._buffers[tensor.buffer]
-        if buffer.size != numel * itemsize:
-            raise CorruptCheckpointError(
-                f"{self._path}: tensor {tensor.name!r}: shape {list(tensor.shape)} of {tensor.dtype} needs "
-                f"{numel * itemsize} bytes, its buffer {tensor.buffer} holds {buffer.size}", path=str(self._path))
 
     def read(self, planned: Planned) -> Any:
         """The weight as its operator uses it, in PyTorch's layout, dequantised (a torch tensor for bfloat16)."""
@@ -151,20 +119,15 @@ def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.nd
 
 
 def _describe(model_description: str, plan: GraphPlan) -> FrameworkDescription:
-    weights = [p for p in plan.tensors if p.skip is None]
     facts: dict[str, Any] = {"family": "tflite", "dropout_unrecorded": (
         "an inference graph: the converter removes dropout, so whether training put dropout before the head "
         "is not recorded")}
     if plan.head is not None:
         facts["head_class"] = "FULLY_CONNECTED"
     note = plan.note or ("an inference graph: the converter drops dropout, so whether training used it is unknown")
-    return FrameworkDescription("tflite", model_description or "tflite", tuple(p.name for p in weights), plan.head,
-                                note=note, facts=facts)
+    weights = tuple(p.name for p in plan.tensors if p.skip is None)
+    return FrameworkDescription("tflite", model_description or "tflite", weights, plan.head, note=note, facts=facts)
 
 
-def _sniff(head: bytes, path: Path) -> bool:
-    return len(head) >= 8 and head[4:8] == IDENTIFIER
-
-
-TFLITE = register_format(FileFormat(name="tflite", suffixes=(".tflite",), open=TfliteSource, sniff=_sniff,
-                                    group="other", rank=30))
+TFLITE = register_format(FileFormat(name="tflite", suffixes=(".tflite",), open=TfliteSource, group="other", rank=30,
+                                    sniff=lambda head, path: len(head) >= 8 and head[4:8] == IDENTIFIER))

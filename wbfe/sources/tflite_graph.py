@@ -42,7 +42,9 @@ _RANGES = {"int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
 # and dynamic-range models dequantise their weights in the graph, sparse ones densify them.
 _PASS_OPS = ("DEQUANTIZE", "DENSIFY")
 _BIAS_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "CONV_3D")
-_FC_OPTIONS, _BMM_OPTIONS = 8, 101  # BuiltinOptions union tags (schema.fbs)
+# The few options the planner reads: op -> (its BuiltinOptions union tag (schema.fbs), options class, key, value).
+_OPTIONS = {"FULLY_CONNECTED": (8, "FullyConnectedOptions", "weights_format", lambda o: int(o.WeightsFormat())),
+            "BATCH_MATMUL": (101, "BatchMatMulOptions", "adj_y", lambda o: bool(o.AdjY()))}
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,6 @@ class TflModel:
 
 @dataclass
 class Planned:
-    subgraph: int
     tensor: TflTensor
     name: str
     shape: tuple[int, ...]  # as reported: [out, in, k...] for a weight
@@ -186,10 +187,9 @@ def _parse(tflite: Any, r: _Reader) -> TflModel:
     for s in range(r.count(model.SubgraphsLength(), 4, "subgraphs")):
         r.what = f"subgraph {s}"
         subgraphs.append(_subgraph(tflite, model.Subgraphs(s), s, codes, len(buffers), r))
-    if not subgraphs:
-        r.what = "the model"
-        raise r.fail("no subgraph: not a TFLite model")
     r.what = "the model"
+    if not subgraphs:
+        raise r.fail("no subgraph: not a TFLite model")
     return TflModel(version, r.string(model.Description()), tuple(subgraphs), tuple(buffers))
 
 
@@ -273,17 +273,12 @@ def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTe
 
 def _options(tflite: Any, op: Any, name: str) -> dict[str, Any]:
     kind, table = int(op.BuiltinOptionsType()), op.BuiltinOptions()
-    if table is None:
+    if table is None or name not in _OPTIONS or kind != _OPTIONS[name][0]:
         return {}
-    if name == "FULLY_CONNECTED" and kind == _FC_OPTIONS:
-        opts = tflite.FullyConnectedOptions()
-        opts.Init(table.Bytes, table.Pos)
-        return {"weights_format": int(opts.WeightsFormat())}
-    if name == "BATCH_MATMUL" and kind == _BMM_OPTIONS:
-        opts = tflite.BatchMatMulOptions()
-        opts.Init(table.Bytes, table.Pos)
-        return {"adj_y": bool(opts.AdjY())}
-    return {}
+    _, cls, key, value = _OPTIONS[name]
+    opts = getattr(tflite, cls)()
+    opts.Init(table.Bytes, table.Pos)
+    return {key: value(opts)}
 
 
 def plan_graph(model: TflModel) -> GraphPlan:
@@ -294,7 +289,7 @@ def plan_graph(model: TflModel) -> GraphPlan:
     offset = 0
     used: dict[str, int] = defaultdict(int)
     for s, sg in enumerate(model.subgraphs):
-        plans = {t.index: Planned(s, t, t.name, t.shape) for t in sg.tensors
+        plans = {t.index: Planned(t, t.name, t.shape) for t in sg.tensors
                  if t.buffer > 0 and model.buffers[t.buffer].size > 0}
         uses: dict[int, list[tuple[TflOp, int]]] = defaultdict(list)
         producer: dict[int, TflOp] = {}
@@ -307,7 +302,6 @@ def plan_graph(model: TflModel) -> GraphPlan:
                     producer[t] = op
         for plan in plans.values():
             _plan_one(plan, uses, offset)
-        for plan in plans.values():
             if plan.skip is None and plan.tensor.variable:
                 plan.skip = "variable tensor (state the graph updates), not a weight"
         if s == 0:
@@ -354,29 +348,23 @@ def _plan_one(plan: Planned, uses: dict[int, list[tuple[TflOp, int]]], offset: i
     plan.consumers = [f"{o.op} #{o.position}" for o, _ in weight_uses]
     plan.used_at = [o.position for o, _ in weight_uses]
     rank = _WEIGHT_OPS[op.op][1]
-    if len(t.shape) != rank:
-        plan.skip = f"{len(t.shape)}-D weight of {op.op} (stored {STORED_AXES[op.op]}: {rank}-D expected)"
-        return
-    if t.sparse:
-        plan.skip = "sparse tensor (TFLite sparsity parameters): wbfe reads dense weights only"
-        return
-    if t.custom_quant:
-        plan.skip = "custom quantisation (QuantizationParameters.details): not read"
-        return
-    if op.op == "FULLY_CONNECTED" and op.options.get("weights_format", 0) != 0:
-        plan.skip = "FULLY_CONNECTED weights in a shuffled format (SHUFFLED4x16INT8): not read"
-        return
-    if op.op == "DEPTHWISE_CONV_2D" and t.shape[0] != 1:
-        plan.skip = f"DEPTHWISE_CONV_2D weight of shape {list(t.shape)} (stored [1, kh, kw, C] expected)"
-        return
-    if t.dtype in ("int8", "uint8", "int16") and t.quant is None:
-        plan.skip = f"{t.dtype} weight without quantisation scales: its real values are unknown"
-        return
-    if t.dtype not in ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16"):
-        plan.skip = f"{t.dtype} weight: wbfe reads float, float16 and int8/uint8/int16-quantised weights"
-        return
-    plan.shape = reported_shape(op.op, t.shape, op.options)
-    plan.transpose = op.op == "BATCH_MATMUL" and not op.options.get("adj_y", False)
+    refusals = (  # the first that holds says why the weight is not read
+        (len(t.shape) != rank, f"{len(t.shape)}-D weight of {op.op} (stored {STORED_AXES[op.op]}: {rank}-D expected)"),
+        (t.sparse, "sparse tensor (TFLite sparsity parameters): wbfe reads dense weights only"),
+        (t.custom_quant, "custom quantisation (QuantizationParameters.details): not read"),
+        (op.op == "FULLY_CONNECTED" and op.options.get("weights_format", 0) != 0,
+         "FULLY_CONNECTED weights in a shuffled format (SHUFFLED4x16INT8): not read"),
+        (op.op == "DEPTHWISE_CONV_2D" and t.shape[:1] != (1,),
+         f"DEPTHWISE_CONV_2D weight of shape {list(t.shape)} (stored [1, kh, kw, C] expected)"),
+        (t.dtype in ("int8", "uint8", "int16") and t.quant is None,
+         f"{t.dtype} weight without quantisation scales: its real values are unknown"),
+        (t.dtype not in ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16"),
+         f"{t.dtype} weight: wbfe reads float, float16 and int8/uint8/int16-quantised weights"),
+    )
+    plan.skip = next((why for refused, why in refusals if refused), None)
+    if plan.skip is None:
+        plan.shape = reported_shape(op.op, t.shape, op.options)
+        plan.transpose = op.op == "BATCH_MATMUL" and not op.options.get("adj_y", False)
 
 
 def reported_shape(op: str, shape: tuple[int, ...], options: Optional[dict[str, Any]] = None) -> tuple[int, ...]:

@@ -3,6 +3,7 @@ hub for timm's ``timm/<name>.<tag>``, else ``$TORCH_HOME/hub/checkpoints/<file n
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -121,18 +122,15 @@ def open_torchvision(name: str, *, ref: str) -> TensorSource:
     return source
 
 
-def _prefixed(prefix: str) -> Any:
-    def claims(ref: Any) -> bool:
-        return isinstance(ref, (str, Path)) and str(ref).startswith(prefix)
-
-    return claims
+def _prefixed(prefix: str, ref: Any) -> bool:
+    return isinstance(ref, (str, Path)) and str(ref).startswith(prefix)
 
 
-@register_location("timm", order=40, claims=_prefixed("timm:"))
+@register_location("timm", order=40, claims=functools.partial(_prefixed, "timm:"))
 def open_timm_ref(ref: Any) -> TensorSource:
     return open_timm(str(ref)[len("timm:"):], ref=str(ref))
 
 
-@register_location("torchvision", order=41, claims=_prefixed("torchvision:"))
+@register_location("torchvision", order=41, claims=functools.partial(_prefixed, "torchvision:"))
 def open_torchvision_ref(ref: Any) -> TensorSource:
     return open_torchvision(str(ref)[len("torchvision:"):], ref=str(ref))
