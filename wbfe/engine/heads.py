@@ -138,25 +138,13 @@ def choose_head(
             return chosen
         # Why the description named no head, said beside the rules' choice.
         why = f"{description.framework}: {description.note}" if description.note else None
-    chosen = _by_rules(layers, skipped, names, hint, config)
+    if hint is not None and hint in names:  # steps 3 to 5: the config rules, names, structure
+        chosen = HeadChoice(hint, "config")
+    else:
+        chosen = (_from_config(layers, config) if config else None) or _by_name(layers, skipped) or _by_structure(layers)
     if why and chosen.note is None:
         chosen = HeadChoice(chosen.name, chosen.source, why)
     return chosen
-
-
-def _by_rules(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]], names: Sequence[str],
-              hint: Optional[str], config: Optional[dict[str, Any]]) -> HeadChoice:
-    """Steps 3 to 5: the config rules, names, structure."""
-    if hint is not None and hint in names:
-        return HeadChoice(hint, "config")
-    if config:
-        chosen = _from_config(layers, config)
-        if chosen is not None:
-            return chosen
-    by_name = _by_name(layers, skipped)
-    if by_name is not None:
-        return by_name
-    return _by_structure(layers)
 
 
 def _from_description(original: Sequence[str], skipped: Sequence[dict[str, Any]],

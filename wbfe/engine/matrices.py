@@ -152,9 +152,7 @@ def as_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
     (out, in, kh, kw) kernel itself: its 32 × 32 grids are made with its spectrum."""
     if plan.layout == IN_OUT:
         tensor = swap_first_axes(tensor)
-        if plan.convention == "fft":
-            return [tensor]
-        if plan.convention != "dense":  # the reshape below needs the transposed axes in memory order
+        if plan.convention not in ("dense", "fft"):  # the reshape below needs the transposed axes in memory order
             tensor = contiguous(tensor)
     if plan.convention == "fft":
         return [tensor]
