@@ -8,17 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from wbfe.framework.description import (
-    IN_OUT,
-    LAYOUTS,
-    OUT_IN,
-    Fallback,
-    FrameworkDescription,
-    Layout,
-    check_layout,
-    order_rows,
-    out_in,
-)
+from wbfe.framework.description import (IN_OUT, LAYOUTS, OUT_IN, Fallback, FrameworkDescription, Layout, check_layout,
+                                        order_rows, out_in)
 from wbfe.framework.modules import describe_module
 
 __all__ = [

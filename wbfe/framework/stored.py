@@ -13,12 +13,12 @@ import os
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from wbfe.errors import WbfeError
 from wbfe.framework.description import Fallback, FrameworkDescription
 
-__all__ = ["FORMAT", "MAX_FILES", "description_key", "recall", "remember"]
+__all__ = ["FORMAT", "MAX_FILES", "description_key", "recall", "remember", "cached"]
 
 FORMAT = "wbfe-description-cache/1"
 MAX_FILES = 2000  # a description is a few KB (an LLM's is ~100 KB): at most ~200 MB, usually far less
@@ -46,6 +46,19 @@ def description_key(framework: str, packages: tuple[str, ...], read: Mapping[str
     except (metadata.PackageNotFoundError, TypeError, ValueError):
         return None
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cached(framework: str, packages: tuple[str, ...], read: Mapping[str, Any], build: Callable[[], Described]
+           ) -> Described:
+    """The description remembered for ``read``, else ``build()``'s, remembered unless it says ``framework`` is not
+    installed (see :func:`description_key`)."""
+    key = description_key(framework, packages, read)
+    found = recall(key)
+    if found is None:
+        found = build()
+        if not (isinstance(found, Fallback) and found.startswith(f"{framework} is not installed")):
+            remember(key, found)
+    return found
 
 
 def _path(key: str) -> Path:
