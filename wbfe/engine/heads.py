@@ -141,7 +141,8 @@ def choose_head(
     if hint is not None and hint in names:  # steps 3 to 5: the config rules, names, structure
         chosen = HeadChoice(hint, "config")
     else:
-        chosen = (_from_config(layers, config) if config else None) or _by_name(layers, skipped) or _by_structure(layers)
+        by_config = _from_config(layers, config) if config else None
+        chosen = by_config or _by_name(layers, skipped) or _by_structure(layers)
     if why and chosen.note is None:
         chosen = HeadChoice(chosen.name, chosen.source, why)
     return chosen
@@ -239,10 +240,8 @@ def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> H
     found = [name for name in found if name in terminal]
     if not found:
         return HeadChoice(None, None)
-    note = None
-    if len(found) > 1:
-        note = f"{len(found)} matrices map to {what} ({', '.join(found[-3:])}); the last is taken"
-    return HeadChoice(found[-1], "config", note)
+    return HeadChoice(found[-1], "config", None if len(found) == 1 else
+                      f"{len(found)} matrices map to {what} ({', '.join(found[-3:])}); the last is taken")
 
 
 def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Optional[HeadChoice]:
@@ -263,9 +262,6 @@ def _by_structure(layers: Sequence[dict[str, Any]]) -> HeadChoice:
     terminal = _terminal_rows(layers)
     if not terminal:
         return HeadChoice(None, None, "no head found by config, name or structure; pass --head NAME")
-    note = None
-    if len(terminal) > 1:
-        others = ", ".join(terminal[:-1][-3:])
-        note = (f"{len(terminal)} matrices feed no other ({others}, {terminal[-1]}); "
-                "the last in the checkpoint's order is taken")
+    note = (f"{len(terminal)} matrices feed no other ({', '.join(terminal[:-1][-3:])}, {terminal[-1]}); "
+            "the last in the checkpoint's order is taken") if len(terminal) > 1 else None
     return HeadChoice(terminal[-1], "structure", note)

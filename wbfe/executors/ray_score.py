@@ -91,7 +91,7 @@ class _Digests:
     def earlier_copy(self, entry: Any, tensor: Any) -> Optional[str]:
         from wbfe.engine.ties import full_digest
 
-        self.keys[entry.name] = (list(entry.shape), entry.dtype, full_digest(tensor))
+        self.keys[entry.name] = (tuple(entry.shape), entry.dtype, full_digest(tensor))
         return None
 
 
@@ -158,9 +158,8 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
             say(f"[ray] {ref}: failed on {answer['node']}")
             raise answer["error"]
         say(f"[ray] {ref}: scored whole on {answer['node']}")
-        result = answer["result"]
-        result.model["executor"] = "ray"
-        return result
+        answer["result"].model["executor"] = "ray"
+        return answer["result"]
     owner = {name: k for k, part in enumerate(parts) for name in part.names}
     owner_ref = ray.put(owner)
     remote = ray.remote(_score_part)
@@ -205,8 +204,7 @@ def _merge(rows: list[tuple[int, str, dict[str, Any]]], ties: dict[str, tuple[An
     for _, kind, row in rows:
         key = ties.get(row["name"])
         if key is not None:
-            hashable = (tuple(key[0]), key[1], key[2])
-            earlier = first_copy.setdefault(hashable, row["name"])
+            earlier = first_copy.setdefault(key, row["name"])
             if earlier != row["name"]:
                 skipped.append({"name": row["name"], "reason": f"tied: identical to {earlier}",
                                 "shape": list(key[0]), "dtype": key[1]})

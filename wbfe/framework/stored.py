@@ -41,11 +41,10 @@ def description_key(framework: str, packages: tuple[str, ...], read: Mapping[str
     ``packages`` at their installed versions; None where one is not installed or ``read`` is not JSON."""
     try:
         versions = {name: metadata.version(name) for name in packages}
-        text = json.dumps({"format": FORMAT, "framework": framework, "versions": versions, "wbfe": _code_digest(),
-                           "read": read}, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+        return _digest({"format": FORMAT, "framework": framework, "versions": versions, "wbfe": _code_digest(),
+                        "read": read})
     except (metadata.PackageNotFoundError, TypeError, ValueError):
         return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def cached(framework: str, packages: tuple[str, ...], read: Mapping[str, Any], build: Callable[[], Described]
@@ -68,7 +67,7 @@ def _path(key: str) -> Path:
 
 
 def _digest(payload: Mapping[str, Any]) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
