@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from wbfe.errors import InvalidOptionError
+from wbfe.errors import InvalidOptionError, name_hint
 from wbfe.framework import OUT_IN, FrameworkDescription, out_in
 from wbfe.sources import natural_key
 
@@ -74,8 +74,6 @@ def _override(names: Sequence[str], override: str) -> str:
     for candidate in (override, f"{override}.weight"):
         if candidate in names:
             return candidate
-    from wbfe.errors import name_hint
-
     raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{name_hint(override, names)}")
 
 

@@ -15,7 +15,8 @@ from typing import Any, Union
 from wbfe.engine.heads import HEAD_NAMES, find_head
 from wbfe.framework import IN_OUT, OUT_IN, check_layout
 from wbfe.linalg.arrays import contiguous, swap_first_axes
-from wbfe.options import ConvView
+from wbfe.linalg.conv_fft import conv2d_fft_dims
+from wbfe.options import ConvView, check_conv
 
 __all__ = [
     "ConvView", "MatrixPlan", "Skip", "FLOAT_DTYPES", "MIN_BFE_EIGS", "HEAD_NAMES", "plan_matrix", "role_of",
@@ -107,8 +108,6 @@ def plan_matrix(
 
     An ``in_out`` tensor [in, out, k...] is planned as [out, in, k...]. Fewer eigenvalues than ``min_eigs`` (never fewer
     than :data:`MIN_BFE_EIGS`) skip the tensor."""
-    from wbfe.options import check_conv
-
     check_conv(conv)
     check_layout(layout)
     if dtype not in FLOAT_DTYPES:
@@ -127,8 +126,6 @@ def plan_matrix(
     elif conv == "flatten":
         rows, cols, n_slices, convention = out, inp * math.prod(shape[2:]), 1, "flatten"
     elif conv == "fft" and len(shape) == 4:  # WeightWatcher's FFT view is of 2-D convolutions only
-        from wbfe.linalg.conv_fft import conv2d_fft_dims
-
         rows, cols, kept = conv2d_fft_dims((out, inp, *shape[2:]))
         # No size check: WeightWatcher applies no min_evals to the FFT view, and it keeps rf·N·M ≥ 1 values.
         return MatrixPlan(name, role_of(name, len(shape)), tuple(shape), dtype, "fft", rows, cols, 1, layout, kept)

@@ -193,4 +193,3 @@ class Pipeline:
         if self._pinned is not None:
             self._pinned.close()
             self._pinned = None
-

@@ -10,10 +10,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from wbfe.framework.applicability import applicability
 from wbfe.engine.heads import choose_head
 from wbfe.engine.products import INTRA
-from wbfe.errors import NoUsableMatrixError
+from wbfe.errors import MissingDependencyError, NoUsableMatrixError
 from wbfe.framework import FrameworkDescription, order_rows
 from wbfe.render.text import as_float, json_ready
 
@@ -50,8 +52,6 @@ class ModelScore:
         try:
             import pandas as pd
         except ImportError:
-            from wbfe.errors import MissingDependencyError
-
             raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
         rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
                 for layer in self.layers]
@@ -93,8 +93,6 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     role becomes ``head``; ``head`` the user's choice), each summary column's head value, mean and count, and means per
     role and component; the rows of products (role ``intra``) are left out of all but ``by_role["intra"]``. Raises
     NoUsableMatrixError when every tensor was skipped."""
-    import numpy as np
-
     if not layers:
         source, reasons = model["source"], "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
         raise NoUsableMatrixError(f"{source}: no usable weight matrix ({len(skipped)} tensors skipped"
@@ -175,8 +173,6 @@ _UNSPLIT = re.compile(r"(gate_up|input_linear|w13|w1_w3)[^.]*\[\d+\]$")
 def _means_by(layers: list[dict[str, Any]], key: str, columns: list[str]) -> dict[str, dict[str, Any]]:
     """Per value of ``key`` (each role, or each component), ``n`` and the mean of each column over
     its matrices with a finite value: thousands of expert rows do not drown the attention's mean."""
-    import numpy as np
-
     out: dict[str, dict[str, Any]] = {}
     for value in dict.fromkeys(str(layer.get(key)) for layer in layers if layer.get(key)):
         members = [layer for layer in layers if str(layer.get(key)) == value]

@@ -15,8 +15,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
 
+from wbfe._config import wbfe_cache_dir
+from wbfe._provenance import tree_digest
 from wbfe.errors import WbfeError
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.render.files import write_atomic
 
 __all__ = ["FORMAT", "MAX_FILES", "description_key", "recall", "remember", "cached"]
 
@@ -29,8 +32,6 @@ Described = Union[FrameworkDescription, Fallback]
 
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    from wbfe._provenance import tree_digest
-
     # the parent package is imported before any of its modules: its version, without importing it here
     version = getattr(sys.modules.get("wbfe"), "__version__", "unknown")
     return f"{version}+{tree_digest(Path(__file__).resolve().parent)}"
@@ -61,8 +62,6 @@ def cached(framework: str, packages: tuple[str, ...], read: Mapping[str, Any], b
 
 
 def _path(key: str) -> Path:
-    from wbfe._config import wbfe_cache_dir  # read at call time: $WBFE_CACHE_DIR may change
-
     return wbfe_cache_dir() / "descriptions" / key[:2] / f"{key}.json"
 
 
@@ -102,8 +101,6 @@ def remember(key: Optional[str], found: Described) -> None:
                           allow_nan=False)
     except (TypeError, ValueError):  # facts that are not JSON: not remembered, built again next time
         return
-    from wbfe.render.files import write_atomic
-
     path = _path(key)
     try:
         write_atomic(path, text)

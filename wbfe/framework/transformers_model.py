@@ -13,9 +13,11 @@ from typing import Any, Optional, Union
 
 from wbfe._deps import TORCH_INSTALL, torch_installed
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.framework.forward_trace import head_input_dropouts
 from wbfe.framework.head_facts import head_facts
 from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights, weight_name
 from wbfe.framework.stored import cached
+from wbfe.render.diagnostics import route_logger
 
 __all__ = ["describe_transformers", "describe_built", "Fallback"]
 
@@ -53,8 +55,6 @@ def _built(config: dict[str, Any], arch: str) -> Union[FrameworkDescription, Fal
         import transformers
     except ImportError:
         return Fallback(f"transformers is not installed, so {arch} is not built (pip install transformers)")
-    from wbfe.render.diagnostics import route_logger
-
     route_logger("transformers")  # its config checks and RoPE notices: wbfe's diagnostics
     model_class = getattr(transformers, arch, None) if not arch.startswith("_") else None
     if model_class is None or not hasattr(model_class, "config_class"):
@@ -128,8 +128,6 @@ def _traced(model: Any, head: Optional[str], skeleton: bool, static: dict[str, A
     if skeleton:
         # a tensor made with a fixed device (XLNet's torch.FloatTensor mask_emb) ignores the meta context
         model.to("meta")
-    from wbfe.framework.forward_trace import head_input_dropouts
-
     traced = head_input_dropouts(model, head)
     if isinstance(traced, str):
         return {"dropout_read": f"module tree: {traced}"}
