@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from wbfe import engine
 from wbfe.engine.matrices import Skip
@@ -132,8 +132,7 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
 
 
 def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, score_here: ScoreHere, *,
-                 progress: Optional[Callable[[int, Optional[int], str], None]] = None,
-                 part_bytes: int = PART_BYTES) -> Any:
+                 progress: Optional[engine.Progress] = None, part_bytes: int = PART_BYTES) -> Any:
     """:func:`wbfe.score` of ``ref`` on Ray: the same :class:`~wbfe.engine.ModelScore` (its provenance adds
     ``executor``), raising the errors a local score raises (a part's WbfeError is never retried)."""
     ray = connect(executor.address)
