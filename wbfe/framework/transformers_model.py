@@ -62,10 +62,8 @@ def _built(config: dict[str, Any], arch: str) -> Union[FrameworkDescription, Fal
             return Fallback(f"{arch} is defined by the checkpoint's own code (auto_map), which wbfe never runs")
         return Fallback(f"transformers {transformers.__version__} has no model class {arch}")
     skip_init: Any = contextlib.nullcontext
-    try:
+    with contextlib.suppress(ImportError):
         from transformers.initialization import no_init_weights as skip_init
-    except ImportError:
-        pass
     model_type = config.get("model_type")
     try:
         import torch
