@@ -3,6 +3,8 @@ processes that split the cores between them; a score runs the engine here."""
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from wbfe._config import usable_cpus
@@ -36,9 +38,6 @@ class LocalExecutor:
         yield from self._in_processes(tasks)
 
     def _in_processes(self, tasks: Sequence[Task]) -> Iterator[Outcome]:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
         threads = max(1, usable_cpus() // self.workers)
         context = multiprocessing.get_context("spawn")  # fork + torch threads can deadlock
         pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +46,6 @@ def connect(address: Optional[str]) -> Any:
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
     """Refuse at once an address where nothing listens (``ray.init`` would retry for minutes)."""
-    import socket
-
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
