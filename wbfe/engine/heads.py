@@ -77,14 +77,6 @@ def _override(names: Sequence[str], override: str) -> str:
     raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{name_hint(override, names)}")
 
 
-def _layout(layer: dict[str, Any], description: Optional[FrameworkDescription]) -> str:
-    """A row's layout: its own ``layout`` if it has one, else the description's, else ``out_in``."""
-    layout = layer.get("layout")
-    if isinstance(layout, str):
-        return layout
-    return description.layout_of(layer["name"]) if description is not None else OUT_IN
-
-
 def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
     """Names, in the given order, of the matrices whose output no other matrix reads (docs/checkpoints.md).
 
@@ -130,7 +122,9 @@ def choose_head(
         return HeadChoice(_override(names, override), "option")
     why = None
     if description is not None:
-        layers = [dict(layer, layout=_layout(layer, description)) for layer in layers]
+        # A row's own layout where it has one, else the description's.
+        layers = [dict(layer, layout=layer["layout"] if isinstance(layer.get("layout"), str)
+                       else description.layout_of(layer["name"])) for layer in layers]
         chosen = _from_description(names, skipped, description)
         if chosen is not None:
             return chosen
