@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from wbfe.engine.heads import HEAD_NAMES, find_head
-from wbfe.framework import IN_OUT, OUT_IN, check_layout
+from wbfe.framework import IN_OUT, OUT_IN, check_layout, out_in
 from wbfe.linalg.arrays import contiguous, swap_first_axes
 from wbfe.linalg.conv_fft import conv2d_fft_dims
 from wbfe.options import ConvView, check_conv
@@ -120,7 +120,7 @@ def plan_matrix(
         return Skip(name, f"bias ({len(shape)}-D)", shape, dtype)
     if 0 in shape:
         return Skip(name, "empty tensor", shape, dtype)
-    out, inp = (shape[1], shape[0]) if layout == IN_OUT else (shape[0], shape[1])
+    out, inp = out_in(shape, layout)
     if len(shape) == 2:
         rows, cols, n_slices, convention = out, inp, 1, "dense"
     elif conv == "flatten":
