@@ -7,7 +7,7 @@ from wbfe.engine.context import Context
 from wbfe.engine.jobs import planned_spectrum, spectrum_of
 from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, planning_min_eigs, stream
 from wbfe.engine.products import INTRA, IntraChain, Product
-from wbfe.engine.result import ModelScore, finish, no_usable_matrix, summarise
+from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.rows import ROW_BATCH, Record, RowMaker, layer_row
 from wbfe.engine.run import Done, Ties, run
 
@@ -17,6 +17,6 @@ __all__ = [
     "IntraChain", "Product", "INTRA",
     "layer_row", "RowMaker", "Record", "ROW_BATCH",
     "run", "Ties", "Done",
-    "ModelScore", "finish", "summarise", "no_usable_matrix",
+    "ModelScore", "finish",
     "Progress", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of", "score_intra",
 ]

@@ -15,7 +15,7 @@ from wbfe.engine.rows import layer_row
 from wbfe.linalg.arrays import to_numpy
 from wbfe.metrics.rand import log_spectrum_distance
 
-__all__ = ["matrix_change", "row_scaled_change", "top_singular", "subspace_overlap", "float64_matrix", "is_number"]
+__all__ = ["matrix_change", "row_scaled_change", "top_singular", "subspace_overlap", "is_number"]
 
 
 def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,13 +44,6 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
     squared cosine of the principal angles between their spans (1 identical, 0 orthogonal)."""
     k = min(a.shape[1], b.shape[1])
     return float(np.sum((a[:, :k].T @ b[:, :k]) ** 2) / k) if k else math.nan
-
-
-def float64_matrix(tensor: Any, plan: MatrixPlan, *, copy: bool = False) -> np.ndarray:
-    """The planned out × in matrix (:func:`~wbfe.engine.matrices.as_matrices`: an ``in_out`` tensor
-    transposed, a conv kernel flattened) in float64 on the CPU; ``copy``: never the caller's own
-    storage (a float64 tensor would otherwise come back as it is)."""
-    return to_numpy(as_matrices(tensor, plan)[0]).reshape(plan.rows, plan.cols).astype(np.float64, copy=copy)
 
 
 def row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -98,8 +91,10 @@ def matrix_change(
     row["w1_log_eigs"] = log_spectrum_distance(spec_a.eigs, spec_b.eigs, shift=spec_b.log_scale - spec_a.log_scale)
     # Both copies are scaled by one power of two where their entries are far from 1, so that Gram
     # matrices and norms stay inside float64's range; only the absolute norms are scaled back.
-    a64 = float64_matrix(tensor_a, plan, copy=True)
-    b64 = float64_matrix(tensor_b, plan, copy=True)  # overwritten by B − A below
+    # The planned out × in matrices (an in_out tensor transposed, a conv kernel flattened) as float64 copies on the
+    # CPU, never the caller's storage: b64 is overwritten by B − A below.
+    a64, b64 = (to_numpy(as_matrices(t, plan)[0]).reshape(plan.rows, plan.cols).astype(np.float64)
+                for t in (tensor_a, tensor_b))
     biggest = max(float(np.max(np.abs(a64))), float(np.max(np.abs(b64))))
     factor = math.ldexp(1.0, -math.frexp(biggest)[1]) if not 1e-100 < biggest < 1e100 else 1.0
     if factor != 1.0:

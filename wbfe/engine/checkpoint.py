@@ -4,7 +4,9 @@ one matrix's spectrum, some matrices' eigenvalues, the products of consecutive l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
+
+import numpy as np
 
 from wbfe._provenance import installed_versions
 from wbfe.engine.context import Context
@@ -21,9 +23,6 @@ from wbfe.linalg.spectra import DegenerateMatrixError, resolve_device
 from wbfe.metrics import resolve_groups
 from wbfe.options import ScoreOptions, check_conv
 from wbfe.sources import TensorEntry, open_source
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["Progress", "DESCRIBING", "score_source", "provenance_of", "layer_spectrum", "eigenvalues_of", "score_intra"]
 
@@ -109,12 +108,10 @@ def layer_spectrum(
     raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{name_hint(layer, names, ref)}")
 
 
-def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, "np.ndarray"]:
+def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, np.ndarray]:
     """The eigenvalues of each named matrix of ``ref``, computed as a score under ``options`` did
     (conv view, WeightWatcher mode, device): one pass over the stream, only the wanted
     tensors loaded. A name the checkpoint lacks, or that is not a matrix, is absent."""
-    import numpy as np
-
     wanted = set(names)
     device = resolve_device(options.device)
     out: dict[str, np.ndarray] = {}

@@ -5,6 +5,7 @@ Each is read as ``<tensor>[e]``, oriented ``[out, in]`` by the config's hidden s
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from typing import Any, Iterable, Iterator, Optional
@@ -101,14 +102,9 @@ def _split_stack(entry: TensorEntry, model_type: str, hidden: Optional[int]) -> 
 
 def _expert_entry(entry: TensorEntry, name: str, shape: tuple[int, int], holder: "_Stack", e: int,
                   rows: Optional[slice]) -> TensorEntry:
-    def load() -> Any:
-        return holder.take(e, rows)
-
-    def reread() -> Any:
-        return holder.read_again(e, rows)
-
-    return TensorEntry(name=name, shape=shape, dtype=entry.dtype, load=load,
-                       reread=reread if entry.reread is not None else None, quant=entry.quant)
+    reread = functools.partial(holder.read_again, e, rows) if entry.reread is not None else None
+    return TensorEntry(name=name, shape=shape, dtype=entry.dtype, load=functools.partial(holder.take, e, rows),
+                       reread=reread, quant=entry.quant)
 
 
 class _Stack:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from wbfe.errors import InvalidOptionError
+from wbfe.errors import InvalidOptionError, name_hint
 from wbfe.framework import OUT_IN, FrameworkDescription, out_in
 from wbfe.sources import natural_key
 
@@ -74,17 +74,7 @@ def _override(names: Sequence[str], override: str) -> str:
     for candidate in (override, f"{override}.weight"):
         if candidate in names:
             return candidate
-    from wbfe.errors import name_hint
-
     raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{name_hint(override, names)}")
-
-
-def _layout(layer: dict[str, Any], description: Optional[FrameworkDescription]) -> str:
-    """A row's layout: its own ``layout`` if it has one, else the description's, else ``out_in``."""
-    layout = layer.get("layout")
-    if isinstance(layout, str):
-        return layout
-    return description.layout_of(layer["name"]) if description is not None else OUT_IN
 
 
 def terminal_matrices(matrices: Iterable[tuple[Any, ...]], exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:
@@ -132,31 +122,22 @@ def choose_head(
         return HeadChoice(_override(names, override), "option")
     why = None
     if description is not None:
-        layers = [dict(layer, layout=_layout(layer, description)) for layer in layers]
+        # A row's own layout where it has one, else the description's.
+        layers = [dict(layer, layout=layer["layout"] if isinstance(layer.get("layout"), str)
+                       else description.layout_of(layer["name"])) for layer in layers]
         chosen = _from_description(names, skipped, description)
         if chosen is not None:
             return chosen
         # Why the description named no head, said beside the rules' choice.
         why = f"{description.framework}: {description.note}" if description.note else None
-    chosen = _by_rules(layers, skipped, names, hint, config)
+    if hint is not None and hint in names:  # steps 3 to 5: the config rules, names, structure
+        chosen = HeadChoice(hint, "config")
+    else:
+        by_config = _from_config(layers, config) if config else None
+        chosen = by_config or _by_name(layers, skipped) or _by_structure(layers)
     if why and chosen.note is None:
         chosen = HeadChoice(chosen.name, chosen.source, why)
     return chosen
-
-
-def _by_rules(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]], names: Sequence[str],
-              hint: Optional[str], config: Optional[dict[str, Any]]) -> HeadChoice:
-    """Steps 3 to 5: the config rules, names, structure."""
-    if hint is not None and hint in names:
-        return HeadChoice(hint, "config")
-    if config:
-        chosen = _from_config(layers, config)
-        if chosen is not None:
-            return chosen
-    by_name = _by_name(layers, skipped)
-    if by_name is not None:
-        return by_name
-    return _by_structure(layers)
 
 
 def _from_description(original: Sequence[str], skipped: Sequence[dict[str, Any]],
@@ -251,10 +232,8 @@ def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> H
     found = [name for name in found if name in terminal]
     if not found:
         return HeadChoice(None, None)
-    note = None
-    if len(found) > 1:
-        note = f"{len(found)} matrices map to {what} ({', '.join(found[-3:])}); the last is taken"
-    return HeadChoice(found[-1], "config", note)
+    return HeadChoice(found[-1], "config", None if len(found) == 1 else
+                      f"{len(found)} matrices map to {what} ({', '.join(found[-3:])}); the last is taken")
 
 
 def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Optional[HeadChoice]:
@@ -275,9 +254,6 @@ def _by_structure(layers: Sequence[dict[str, Any]]) -> HeadChoice:
     terminal = _terminal_rows(layers)
     if not terminal:
         return HeadChoice(None, None, "no head found by config, name or structure; pass --head NAME")
-    note = None
-    if len(terminal) > 1:
-        others = ", ".join(terminal[:-1][-3:])
-        note = (f"{len(terminal)} matrices feed no other ({others}, {terminal[-1]}); "
-                "the last in the checkpoint's order is taken")
+    note = (f"{len(terminal)} matrices feed no other ({', '.join(terminal[:-1][-3:])}, {terminal[-1]}); "
+            "the last in the checkpoint's order is taken") if len(terminal) > 1 else None
     return HeadChoice(terminal[-1], "structure", note)

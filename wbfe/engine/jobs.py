@@ -12,6 +12,7 @@ import numpy as np
 from wbfe.engine.context import Context
 from wbfe.engine.matrices import MatrixPlan
 from wbfe.linalg.arrays import to_numpy
+from wbfe.linalg.conv_fft import conv2d_fft_eigenvalues
 from wbfe.linalg.spectra import DegenerateMatrixError, Spectrum, spectrum
 
 __all__ = ["spectrum_of", "planned_spectrum"]
@@ -22,8 +23,6 @@ def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: An
     WeightWatcher's FFT view of the kernel; DegenerateMatrixError for non-finite or all-zero entries."""
     if plan is None or plan.convention != "fft":
         return spectrum(matrices, device, need_eigs=need_eigs)
-
-    from wbfe.linalg.conv_fft import conv2d_fft_eigenvalues
 
     kernel = to_numpy(matrices[0]).astype(np.float32, copy=False)
     if not np.isfinite(kernel).all():

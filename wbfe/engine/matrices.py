@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from wbfe.engine.heads import HEAD_NAMES, find_head
-from wbfe.framework import IN_OUT, OUT_IN, check_layout
+from wbfe.framework import IN_OUT, OUT_IN, check_layout, out_in
 from wbfe.linalg.arrays import contiguous, swap_first_axes
-from wbfe.options import ConvView
+from wbfe.linalg.conv_fft import conv2d_fft_dims
+from wbfe.options import ConvView, check_conv
 
 __all__ = [
     "ConvView", "MatrixPlan", "Skip", "FLOAT_DTYPES", "MIN_BFE_EIGS", "HEAD_NAMES", "plan_matrix", "role_of",
@@ -107,8 +108,6 @@ def plan_matrix(
 
     An ``in_out`` tensor [in, out, k...] is planned as [out, in, k...]. Fewer eigenvalues than ``min_eigs`` (never fewer
     than :data:`MIN_BFE_EIGS`) skip the tensor."""
-    from wbfe.options import check_conv
-
     check_conv(conv)
     check_layout(layout)
     if dtype not in FLOAT_DTYPES:
@@ -121,14 +120,12 @@ def plan_matrix(
         return Skip(name, f"bias ({len(shape)}-D)", shape, dtype)
     if 0 in shape:
         return Skip(name, "empty tensor", shape, dtype)
-    out, inp = (shape[1], shape[0]) if layout == IN_OUT else (shape[0], shape[1])
+    out, inp = out_in(shape, layout)
     if len(shape) == 2:
         rows, cols, n_slices, convention = out, inp, 1, "dense"
     elif conv == "flatten":
         rows, cols, n_slices, convention = out, inp * math.prod(shape[2:]), 1, "flatten"
     elif conv == "fft" and len(shape) == 4:  # WeightWatcher's FFT view is of 2-D convolutions only
-        from wbfe.linalg.conv_fft import conv2d_fft_dims
-
         rows, cols, kept = conv2d_fft_dims((out, inp, *shape[2:]))
         # No size check: WeightWatcher applies no min_evals to the FFT view, and it keeps rf·N·M ≥ 1 values.
         return MatrixPlan(name, role_of(name, len(shape)), tuple(shape), dtype, "fft", rows, cols, 1, layout, kept)
@@ -152,9 +149,7 @@ def as_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
     (out, in, kh, kw) kernel itself: its 32 × 32 grids are made with its spectrum."""
     if plan.layout == IN_OUT:
         tensor = swap_first_axes(tensor)
-        if plan.convention == "fft":
-            return [tensor]
-        if plan.convention != "dense":  # the reshape below needs the transposed axes in memory order
+        if plan.convention not in ("dense", "fft"):  # the reshape below needs the transposed axes in memory order
             tensor = contiguous(tensor)
     if plan.convention == "fft":
         return [tensor]

@@ -42,13 +42,6 @@ def worker_count(device: "Device") -> int:
     return blas_threads()
 
 
-def _import_for_load(entry: TensorEntry) -> None:
-    """Import here, before ``entry.load`` moves to the read-ahead thread, the torch it would import
-    there (a bfloat16 or float8 tensor is held by torch): another thread must not see torch half-imported."""
-    if not torch_loaded() and not holds_without_torch(str(entry.dtype)) and torch_installed():
-        import torch  # noqa: F401
-
-
 class Reading:
     """A tensor being read on the read-ahead thread; :meth:`take` hands it over once and keeps no
     reference, so that it is freed as soon as it is scored, not when the next one arrives."""
@@ -129,7 +122,10 @@ class Pipeline:
             if isinstance(plan, MatrixPlan):
                 self._note(entry)
                 if self.may_read_ahead(entry, held[:2] if held is not None else None):
-                    _import_for_load(entry)
+                    # Import here, not in the read-ahead thread, the torch that ``entry.load`` would import (a
+                    # bfloat16 or float8 tensor is held by torch): another thread must not see it half-imported.
+                    if not torch_loaded() and not holds_without_torch(str(entry.dtype)) and torch_installed():
+                        import torch  # noqa: F401
                     reading = Reading(self._reader.submit(entry.load))
             if held is not None:
                 yield held
@@ -159,7 +155,11 @@ class Pipeline:
             if multithreaded(plan.rows, plan.cols):  # alone, with all BLAS threads (small ones use one anyway)
                 self._wait()
                 self._unpin()
-            future = _now(job)
+            future = Future()
+            try:
+                future.set_result(job())
+            except Exception as exc:  # raised in stream order by finished(), as a worker's would be
+                future.set_exception(exc)
         self._done.append((entry, plan, future))
 
     def finished(self, *, wait: bool = False) -> Iterator[tuple[TensorEntry, Planned, Any]]:
@@ -193,12 +193,3 @@ class Pipeline:
         if self._pinned is not None:
             self._pinned.close()
             self._pinned = None
-
-
-def _now(job: Callable[[], Any]) -> "Future[Any]":
-    done: Future[Any] = Future()
-    try:
-        done.set_result(job())
-    except Exception as exc:  # raised in stream order by finished(), as a worker's would be
-        done.set_exception(exc)
-    return done

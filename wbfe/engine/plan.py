@@ -12,6 +12,7 @@ import numpy as np
 from wbfe.engine.experts import expand_experts
 from wbfe.engine.matrices import MIN_BFE_EIGS, ConvView, MatrixPlan, Skip, as_matrices, plan_matrix
 from wbfe.linalg.arrays import to_numpy
+from wbfe.metrics.ww_compat import ww_conv2d_matrices
 from wbfe.quant import dequantised
 from wbfe.sources import TensorEntry
 
@@ -72,6 +73,4 @@ def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_slices: bool = False) -> li
     itself), or with ``ww_slices`` (``Conventions.ww_slices``) and ``slices`` WeightWatcher's own conv slices."""
     if not (ww_slices and plan.convention == "slices" and len(plan.shape) == 4):
         return as_matrices(tensor, plan)
-    from wbfe.metrics.ww_compat import ww_conv2d_matrices
-
     return list(ww_conv2d_matrices(to_numpy(tensor).astype(np.float32, copy=False)))

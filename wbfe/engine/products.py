@@ -13,6 +13,7 @@ from wbfe.framework import order_rows
 from wbfe.linalg.arrays import to_numpy
 from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.metrics.intra import aligned_shapes, intra_mask, intra_matrix, intra_spectrum
+from wbfe.metrics.ww_compat import ww_intra_member, ww_intra_member_shape
 from wbfe.sources import TensorEntry
 
 __all__ = ["Product", "IntraChain", "INTRA"]
@@ -98,8 +99,6 @@ class IntraChain:
         if plan.convention == "dense":
             return plan.rows, plan.cols
         if self.ww_slices and plan.convention == "slices" and len(plan.shape) == 4:
-            from wbfe.metrics.ww_compat import ww_intra_member_shape
-
             return ww_intra_member_shape(plan.shape)
         return None
 
@@ -107,8 +106,6 @@ class IntraChain:
         if plan.convention == "dense":
             w = to_numpy(matrices[0]).astype(np.float64)
             return _Member(w, min(w.shape), 1.0)
-        from wbfe.metrics.ww_compat import ww_intra_member
-
         return _Member(*ww_intra_member(plan.shape, matrices))
 
     def needs(self, name: str) -> bool:

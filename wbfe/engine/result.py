@@ -10,14 +10,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from wbfe.framework.applicability import applicability
 from wbfe.engine.heads import choose_head
 from wbfe.engine.products import INTRA
-from wbfe.errors import NoUsableMatrixError
+from wbfe.errors import MissingDependencyError, NoUsableMatrixError
 from wbfe.framework import FrameworkDescription, order_rows
 from wbfe.render.text import as_float, json_ready
 
-__all__ = ["ModelScore", "finish", "summarise", "no_usable_matrix"]
+__all__ = ["ModelScore", "finish"]
 
 
 @dataclass
@@ -50,8 +52,6 @@ class ModelScore:
         try:
             import pandas as pd
         except ImportError:
-            from wbfe.errors import MissingDependencyError
-
             raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
         rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
                 for layer in self.layers]
@@ -85,51 +85,31 @@ def _short(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def no_usable_matrix(source: str, skipped: list[dict[str, Any]]) -> NoUsableMatrixError:
-    """The error for a checkpoint of which every tensor was skipped, with the first reasons."""
-    reasons = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
-    return NoUsableMatrixError(
-        f"{source}: no usable weight matrix ({len(skipped)} tensors skipped" + (f" — {reasons}" if reasons else "") + ")",
-        ref=source,
-    )
-
-
 def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[dict[str, Any]], groups: tuple[Any, ...],
            *, head: Optional[str] = None, head_hint: Optional[str] = None,
            config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> ModelScore:
-    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`, with its summary: rows in the model's own order
-    where the ``description`` gives one, else in stored order. Raises NoUsableMatrixError when every tensor was skipped.
-    """
+    """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`: rows in the model's own order where the
+    ``description`` gives one, else in stored order, and their summary (docs/metrics.md, Summary): the head (its row's
+    role becomes ``head``; ``head`` the user's choice), each summary column's head value, mean and count, and means per
+    role and component; the rows of products (role ``intra``) are left out of all but ``by_role["intra"]``. Raises
+    NoUsableMatrixError when every tensor was skipped."""
     if not layers:
-        raise no_usable_matrix(model["source"], skipped)
+        source, reasons = model["source"], "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
+        raise NoUsableMatrixError(f"{source}: no usable weight matrix ({len(skipped)} tensors skipped"
+                                  + (f" — {reasons}" if reasons else "") + ")", ref=source)
     if description is not None:
         order, aliases = description.order, description.aliases
         layers = _with_products(layers, lambda rows: order_rows(rows, order, aliases))
         skipped = order_rows(skipped, description.order, description.aliases)
-    summary = summarise(layers, groups, head, head_hint, skipped, config, description)
-    return ModelScore(model=model, layers=layers, skipped=skipped, summary=summary)
-
-
-def summarise(
-    layers: list[dict[str, Any]], groups: tuple[Any, ...], head_override: Optional[str],
-    head_hint: Optional[str] = None, skipped: Optional[list[dict[str, Any]]] = None,
-    config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None,
-) -> dict[str, Any]:
-    """The summary of a model's rows (docs/metrics.md, Summary): its head (its row's role becomes
-    ``head``), each summary column's head value, mean and count, and means per role and component;
-    the rows of products (role ``intra``) are left out of all but ``by_role["intra"]``."""
-    import numpy as np
-
     products = [layer for layer in layers if layer.get("role") == INTRA]
     every = layers
     layers = [layer for layer in layers if layer.get("role") != INTRA] if products else layers
     by_name = {layer["name"]: layer for layer in layers}
-    choice = choose_head(layers, skipped or [], override=head_override, hint=head_hint, config=config,
-                         description=description)
-    head, head_source = choice.name, choice.source
+    choice = choose_head(layers, skipped, override=head, hint=head_hint, config=config, description=description)
+    head = choice.name
     if head is not None:
         by_name[head]["role"] = "head"
-    summary: dict[str, Any] = {"head": head, "head_source": head_source, "n_layers": len(layers)}
+    summary: dict[str, Any] = {"head": head, "head_source": choice.source, "n_layers": len(layers)}
     for group in groups:
         for column in group.summary_columns:
             values = np.array([as_float(layer.get(column)) for layer in layers], dtype=float)
@@ -162,7 +142,7 @@ def summarise(
         summary["head_note"] = choice.note
     elif head is None:
         summary["head_note"] = "no head found by config, name or structure; pass --head NAME"
-    return summary
+    return ModelScore(model=model, layers=every, skipped=skipped, summary=summary)
 
 
 def _with_products(layers: list[dict[str, Any]],
@@ -193,8 +173,6 @@ _UNSPLIT = re.compile(r"(gate_up|input_linear|w13|w1_w3)[^.]*\[\d+\]$")
 def _means_by(layers: list[dict[str, Any]], key: str, columns: list[str]) -> dict[str, dict[str, Any]]:
     """Per value of ``key`` (each role, or each component), ``n`` and the mean of each column over
     its matrices with a finite value: thousands of expert rows do not drown the attention's mean."""
-    import numpy as np
-
     out: dict[str, dict[str, Any]] = {}
     for value in dict.fromkeys(str(layer.get(key)) for layer in layers if layer.get(key)):
         members = [layer for layer in layers if str(layer.get(key)) == value]

@@ -3,8 +3,12 @@ processes that split the cores between them; a score runs the engine here."""
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from wbfe._config import usable_cpus
+from wbfe._deps import loaded
 from wbfe.executors import ExecutorOptions, Outcome, ScoreHere, Task, failure_reason
 
 __all__ = ["LocalExecutor", "run_with_threads"]
@@ -34,11 +38,6 @@ class LocalExecutor:
         yield from self._in_processes(tasks)
 
     def _in_processes(self, tasks: Sequence[Task]) -> Iterator[Outcome]:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        from wbfe._config import usable_cpus
-
         threads = max(1, usable_cpus() // self.workers)
         context = multiprocessing.get_context("spawn")  # fork + torch threads can deadlock
         pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
@@ -65,8 +64,6 @@ def run_with_threads(threads: int, fn: Callable[..., Any], args: tuple[Any, ...]
     """``fn(*args)`` with every BLAS pool and torch's own held at ``threads`` (a worker process's share)."""
     # Environment variables would come too late: NumPy's BLAS is loaded by the time this runs.
     from threadpoolctl import threadpool_limits
-
-    from wbfe._deps import loaded
 
     torch = loaded("torch")
     if torch is not None:

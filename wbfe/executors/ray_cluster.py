@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from wbfe.errors import InvalidOptionError, MissingDependencyError
+from wbfe.executors import RAY_INSTALL
+from wbfe.render.diagnostics import route_logger
+from wbfe.sources.safetensors_files import read_header
 
 __all__ = ["connect", "node_of_this_task", "task_resources", "largest_tensor_elements", "numel", "Progress",
            "SYSTEM_ERRORS"]
@@ -27,11 +31,7 @@ def connect(address: Optional[str]) -> Any:
     try:
         import ray
     except ModuleNotFoundError:
-        from wbfe.executors import RAY_INSTALL
-
         raise MissingDependencyError(f"--executor ray needs Ray: {RAY_INSTALL}") from None
-    from wbfe.render.diagnostics import route_logger
-
     route_logger("ray")  # its warnings (a token, a runtime environment): wbfe's diagnostics
     if ray.is_initialized():
         return ray
@@ -46,8 +46,6 @@ def connect(address: Optional[str]) -> Any:
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
     """Refuse at once an address where nothing listens (``ray.init`` would retry for minutes)."""
-    import socket
-
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
@@ -71,8 +69,6 @@ def node_of_this_task() -> str:
 def largest_tensor_elements(ref: Any) -> Optional[int]:
     """Elements of the largest tensor of a local safetensors checkpoint, from its headers alone; None
     for anything whose sizes cannot be read that cheaply."""
-    from wbfe.sources.safetensors_files import read_header
-
     if not isinstance(ref, (str, Path)):
         return None
     path = Path(ref).expanduser()

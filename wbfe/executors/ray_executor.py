@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from wbfe.executors import ExecutorOptions, Outcome, ScoreHere, Task, failure_reason
 from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, largest_tensor_elements, node_of_this_task,
                                         task_resources)
+from wbfe.executors.ray_score import score_on_ray
 
 __all__ = ["RayExecutor"]
 
@@ -68,6 +69,4 @@ class RayExecutor:
 
     def score(self, ref: Any, options: Any, score_here: ScoreHere, *,
               progress: Optional[Callable[[int, Optional[int], str], None]] = None) -> Any:
-        from wbfe.executors.ray_score import score_on_ray
-
         return score_on_ray(ref, options, self.options, score_here, progress=progress)

@@ -10,12 +10,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
+from wbfe import engine
+from wbfe.engine.matrices import Skip
+from wbfe.engine.pipeline import Pipeline
+from wbfe.engine.ties import full_digest
 from wbfe.errors import WbfeError
 from wbfe.executors import ExecutorOptions, ScoreHere
 from wbfe.executors.ray_cluster import SYSTEM_ERRORS, Progress, connect, node_of_this_task, numel, task_resources
 from wbfe.options import ScoreOptions
+from wbfe.sources import HASH_CHUNK, combine_digests, file_sha256, open_source
+from wbfe.sources.local import pick_weight_files
+from wbfe.sources.safetensors_files import index_shards, read_header
 
 __all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES"]
 
@@ -40,9 +47,6 @@ class Part:
 def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
     """The parts of a local safetensors checkpoint (a file, an index or a folder holding either), from
     its headers alone; None for anything else."""
-    from wbfe.sources.local import pick_weight_files
-    from wbfe.sources.safetensors_files import index_shards, read_header
-
     if not isinstance(ref, (str, Path)):
         return None
     path = Path(ref).expanduser()
@@ -89,20 +93,13 @@ class _Digests:
         self.keys: dict[str, tuple[Any, ...]] = {}
 
     def earlier_copy(self, entry: Any, tensor: Any) -> Optional[str]:
-        from wbfe.engine.ties import full_digest
-
-        self.keys[entry.name] = (list(entry.shape), entry.dtype, full_digest(tensor))
+        self.keys[entry.name] = (tuple(entry.shape), entry.dtype, full_digest(tensor))
         return None
 
 
 def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int], file: Optional[str]) -> dict[str, Any]:
     """Runs on a Ray worker: the rows of the tensors ``owner`` gives to ``part`` (a split expert goes with
     its stack, an unlisted tensor to part 0) with their stream positions, and the SHA-256 of ``file``."""
-    from wbfe import engine
-    from wbfe.engine.matrices import Skip
-    from wbfe.engine.pipeline import Pipeline
-    from wbfe.sources import HASH_CHUNK, file_sha256, open_source
-
     node = node_of_this_task()
     try:
         context = engine.Context.of(options)
@@ -135,13 +132,9 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
 
 
 def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, score_here: ScoreHere, *,
-                 progress: Optional[Callable[[int, Optional[int], str], None]] = None,
-                 part_bytes: int = PART_BYTES) -> Any:
+                 progress: Optional[engine.Progress] = None, part_bytes: int = PART_BYTES) -> Any:
     """:func:`wbfe.score` of ``ref`` on Ray: the same :class:`~wbfe.engine.ModelScore` (its provenance adds
     ``executor``), raising the errors a local score raises (a part's WbfeError is never retried)."""
-    from wbfe import engine
-    from wbfe.sources import combine_digests
-
     ray = connect(executor.address)
     # A product of consecutive matrices (--intra) may straddle two parts: one task scores the whole.
     parts = None if options.intra else plan_parts(ref, part_bytes)
@@ -158,9 +151,8 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
             say(f"[ray] {ref}: failed on {answer['node']}")
             raise answer["error"]
         say(f"[ray] {ref}: scored whole on {answer['node']}")
-        result = answer["result"]
-        result.model["executor"] = "ray"
-        return result
+        answer["result"].model["executor"] = "ray"
+        return answer["result"]
     owner = {name: k for k, part in enumerate(parts) for name in part.names}
     owner_ref = ray.put(owner)
     remote = ray.remote(_score_part)
@@ -205,8 +197,7 @@ def _merge(rows: list[tuple[int, str, dict[str, Any]]], ties: dict[str, tuple[An
     for _, kind, row in rows:
         key = ties.get(row["name"])
         if key is not None:
-            hashable = (tuple(key[0]), key[1], key[2])
-            earlier = first_copy.setdefault(hashable, row["name"])
+            earlier = first_copy.setdefault(key, row["name"])
             if earlier != row["name"]:
                 skipped.append({"name": row["name"], "reason": f"tied: identical to {earlier}",
                                 "shape": list(key[0]), "dtype": key[1]})

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from wbfe.framework.description import (
-    IN_OUT,
-    LAYOUTS,
-    OUT_IN,
-    Fallback,
-    FrameworkDescription,
-    Layout,
-    check_layout,
-    order_rows,
-    out_in,
-)
+from wbfe.framework.description import (IN_OUT, LAYOUTS, OUT_IN, Fallback, FrameworkDescription, Layout, check_layout,
+                                        order_rows, out_in)
 from wbfe.framework.modules import describe_module
+from wbfe.framework.timm_model import describe_timm, is_timm_config
+from wbfe.framework.transformers_model import describe_transformers
 
 __all__ = [
     "FrameworkDescription", "Fallback", "Layout", "OUT_IN", "IN_OUT", "LAYOUTS", "check_layout", "out_in",
@@ -32,12 +25,8 @@ def describe_config(config: Any) -> Union[FrameworkDescription, Fallback, None]:
     the model cannot be built here; None for a config that names no framework's model."""
     if not isinstance(config, dict):
         return None
-    from wbfe.framework.timm_model import describe_timm, is_timm_config
-
     if is_timm_config(config):
         return describe_timm(config["architecture"], config)
     if isinstance(config.get("architectures"), list):
-        from wbfe.framework.transformers_model import describe_transformers
-
         return describe_transformers(config)
     return None

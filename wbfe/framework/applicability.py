@@ -46,11 +46,12 @@ _HOLDS_FINDING = (f"the setting BFE-W is derived for (a decoupled linear last la
 
 @dataclass(frozen=True)
 class Rule:
-    """One of the paper's conditions: a check that returns why it fails (None: it does not);
-    ``needs_head=False`` for a rule the architecture alone decides (it runs where no head is named)."""
+    """One of the paper's conditions: a check that returns why it fails (None: it does not), what is broken in a few
+    words; ``needs_head=False`` for a rule the architecture alone decides (it runs where no head is named)."""
 
     name: str
     check: Callable[[FrameworkDescription], Optional[str]]
+    broken: str
     needs_head: bool = True
 
 
@@ -91,13 +92,10 @@ def _single_linear_head(d: FrameworkDescription) -> Optional[str]:
     return None
 
 
-_BROKEN = {"dropout_before_head": "dropout on the head's input", "vision_transformer": "a vision transformer",
-           "single_linear_head": "not one linear head"}
-
 RULES: tuple[Rule, ...] = (
-    Rule("dropout_before_head", _dropout),
-    Rule("vision_transformer", _vision_transformer, needs_head=False),
-    Rule("single_linear_head", _single_linear_head),
+    Rule("dropout_before_head", _dropout, "dropout on the head's input"),
+    Rule("vision_transformer", _vision_transformer, "a vision transformer", needs_head=False),
+    Rule("single_linear_head", _single_linear_head, "not one linear head"),
 )
 
 
@@ -132,11 +130,11 @@ def applicability(description: Optional[FrameworkDescription],
     # A head not named (a base model) is not a model without one: only the rules needing no head decide.
     head_unread = description.head is None and not description.facts.get("no_head")
     rules = [rule for rule in RULES if not (head_unread and rule.needs_head)]
-    verdicts = [(rule.name, rule.check(description)) for rule in rules]
+    verdicts = [(rule, rule.check(description)) for rule in rules]
     failed = [reason for _, reason in verdicts if reason is not None]
     checked = [rule.name for rule in rules]
     if failed:
-        broken = [_BROKEN[name] for name, reason in verdicts if reason is not None]
+        broken = [rule.broken for rule, reason in verdicts if reason is not None]
         return {"status": "fails", "reasons": failed, "checked": checked,
                 "summary": f"{'; '.join(broken)}: outside the setting BFE-W is derived for"}
     if head_unread:

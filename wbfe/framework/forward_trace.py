@@ -73,11 +73,8 @@ def head_input_dropouts(model: Any, head: str) -> Union[HeadInput, str]:
     modules = dict(model.named_modules())
     if head_module not in modules:
         return f"the head module {head_module} is not in the model"
-    try:
-        with _cut_stacks(model):
-            return _trace(model, modules, head_module, inputs)
-    except Exception:  # noqa: BLE001 - the cut model did not run; the whole one decides
-        pass
+    with contextlib.suppress(Exception), _cut_stacks(model):  # where the cut model fails, the whole one decides
+        return _trace(model, modules, head_module, inputs)
     try:
         return _trace(model, modules, head_module, inputs)
     except Exception as exc:  # noqa: BLE001 - any model code that cannot run on meta: the tree decides

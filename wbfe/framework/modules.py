@@ -12,6 +12,7 @@ from wbfe._deps import loaded
 from wbfe.framework.description import FrameworkDescription
 from wbfe.framework.head_facts import dropout_rate, head_facts
 from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights, weight_name
+from wbfe.framework.transformers_model import describe_built
 
 __all__ = ["describe_module"]
 
@@ -23,8 +24,6 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
         return None
     transformers = loaded("transformers")
     if transformers is not None and isinstance(module, transformers.PreTrainedModel):
-        from wbfe.framework.transformers_model import describe_built
-
         return describe_built(module)
     order, tied = shared_parameters(module)
     layouts = transposed_weights(module)

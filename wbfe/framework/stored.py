@@ -13,12 +13,15 @@ import os
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
+from wbfe._config import wbfe_cache_dir
+from wbfe._provenance import tree_digest
 from wbfe.errors import WbfeError
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.render.files import write_atomic
 
-__all__ = ["FORMAT", "MAX_FILES", "description_key", "recall", "remember"]
+__all__ = ["FORMAT", "MAX_FILES", "description_key", "recall", "remember", "cached"]
 
 FORMAT = "wbfe-description-cache/1"
 MAX_FILES = 2000  # a description is a few KB (an LLM's is ~100 KB): at most ~200 MB, usually far less
@@ -29,8 +32,6 @@ Described = Union[FrameworkDescription, Fallback]
 
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    from wbfe._provenance import tree_digest
-
     # the parent package is imported before any of its modules: its version, without importing it here
     version = getattr(sys.modules.get("wbfe"), "__version__", "unknown")
     return f"{version}+{tree_digest(Path(__file__).resolve().parent)}"
@@ -41,21 +42,31 @@ def description_key(framework: str, packages: tuple[str, ...], read: Mapping[str
     ``packages`` at their installed versions; None where one is not installed or ``read`` is not JSON."""
     try:
         versions = {name: metadata.version(name) for name in packages}
-        text = json.dumps({"format": FORMAT, "framework": framework, "versions": versions, "wbfe": _code_digest(),
-                           "read": read}, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+        return _digest({"format": FORMAT, "framework": framework, "versions": versions, "wbfe": _code_digest(),
+                        "read": read})
     except (metadata.PackageNotFoundError, TypeError, ValueError):
         return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cached(framework: str, packages: tuple[str, ...], read: Mapping[str, Any], build: Callable[[], Described]
+           ) -> Described:
+    """The description remembered for ``read``, else ``build()``'s, remembered unless it says ``framework`` is not
+    installed (see :func:`description_key`)."""
+    key = description_key(framework, packages, read)
+    found = recall(key)
+    if found is None:
+        found = build()
+        if not (isinstance(found, Fallback) and found.startswith(f"{framework} is not installed")):
+            remember(key, found)
+    return found
 
 
 def _path(key: str) -> Path:
-    from wbfe._config import wbfe_cache_dir  # read at call time: $WBFE_CACHE_DIR may change
-
     return wbfe_cache_dir() / "descriptions" / key[:2] / f"{key}.json"
 
 
 def _digest(payload: Mapping[str, Any]) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -90,8 +101,6 @@ def remember(key: Optional[str], found: Described) -> None:
                           allow_nan=False)
     except (TypeError, ValueError):  # facts that are not JSON: not remembered, built again next time
         return
-    from wbfe.render.files import write_atomic
-
     path = _path(key)
     try:
         write_atomic(path, text)

@@ -12,7 +12,7 @@ from wbfe._deps import TORCH_INSTALL, torch_installed
 from wbfe.framework.description import Fallback, FrameworkDescription
 from wbfe.framework.head_facts import head_facts
 from wbfe.framework.parameters import shared_parameters, transposed_weights, weight_name
-from wbfe.framework.stored import description_key, recall, remember
+from wbfe.framework.stored import cached
 
 __all__ = ["describe_timm", "is_timm_config"]
 
@@ -31,10 +31,13 @@ def describe_timm(architecture: str, config: Optional[dict[str, Any]] = None) ->
     """timm model ``architecture`` (``resnet18.a1_in1k``) as timm builds it with the ``model_args``,
     then ``num_classes``, ``in_chans``, ``global_pool``, ``drop_rate`` of its ``config.json``; or a
     :class:`Fallback` saying why there is no description."""
-    kwargs = _model_args((config or {}).get("model_args"))
-    pretrained = (config or {}).get("pretrained_cfg")
+    config = config or {}
+    args = config.get("model_args")  # only the arguments that shape the model (plain JSON values)
+    kwargs = ({k: v for k, v in args.items() if isinstance(k, str) and k not in _NOT_MODEL_ARGS and _plain(v)}
+              if isinstance(args, dict) else {})
+    pretrained = config.get("pretrained_cfg")
     for key in ("num_classes", "in_chans", "global_pool", "drop_rate"):
-        value = (config or {}).get(key)
+        value = config.get(key)
         if value is None and key == "drop_rate" and isinstance(pretrained, dict):
             value = pretrained.get(key)
         if value is not None:
@@ -42,13 +45,6 @@ def describe_timm(architecture: str, config: Optional[dict[str, Any]] = None) ->
     classifier = pretrained.get("classifier") if isinstance(pretrained, dict) else None
     return _describe(architecture, json.dumps(kwargs, sort_keys=True, default=str),
                      classifier if isinstance(classifier, str) else None)
-
-
-def _model_args(args: Any) -> dict[str, Any]:
-    """The arguments of a config's ``model_args`` that only shape the model (plain JSON values)."""
-    if not isinstance(args, dict):
-        return {}
-    return {k: v for k, v in args.items() if isinstance(k, str) and k not in _NOT_MODEL_ARGS and _plain(v)}
 
 
 def _plain(value: Any) -> bool:
@@ -61,14 +57,8 @@ def _plain(value: Any) -> bool:
 def _describe(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Union[FrameworkDescription, Fallback]:
     if not torch_installed():  # timm is built on torch: without it the rules decide, as without timm
         return Fallback(f"torch is not installed, so {architecture} is not built ({TORCH_INSTALL})")
-    stored = description_key("timm", ("timm", "torch"), {"architecture": architecture, "kwargs": json.loads(kwargs_json),
-                                                          "classifier": classifier})
-    found = recall(stored)
-    if found is None:
-        found = _built(architecture, kwargs_json, classifier)
-        if not (isinstance(found, Fallback) and found.startswith("timm is not installed")):
-            remember(stored, found)
-    return found
+    read = {"architecture": architecture, "kwargs": json.loads(kwargs_json), "classifier": classifier}
+    return cached("timm", ("timm", "torch"), read, lambda: _built(architecture, kwargs_json, classifier))
 
 
 def _built(architecture: str, kwargs_json: str, classifier: Optional[str]) -> Union[FrameworkDescription, Fallback]:

@@ -13,9 +13,11 @@ from typing import Any, Optional, Union
 
 from wbfe._deps import TORCH_INSTALL, torch_installed
 from wbfe.framework.description import Fallback, FrameworkDescription
+from wbfe.framework.forward_trace import head_input_dropouts
 from wbfe.framework.head_facts import head_facts
 from wbfe.framework.parameters import module_roles, shared_parameters, transposed_weights, weight_name
-from wbfe.framework.stored import description_key, recall, remember
+from wbfe.framework.stored import cached
+from wbfe.render.diagnostics import route_logger
 
 __all__ = ["describe_transformers", "describe_built", "Fallback"]
 
@@ -45,32 +47,23 @@ def _describe(key: str) -> Union[FrameworkDescription, Fallback]:
         return Fallback("config.json names no architecture")
     if not torch_installed():  # the model is built with torch, on its meta device
         return Fallback(f"torch is not installed, so {arch} is not built ({TORCH_INSTALL})")
-    stored = description_key("transformers", ("transformers", "torch"), {"config": config})
-    found = recall(stored)
-    if found is None:
-        try:
-            import transformers
-        except ImportError:
-            return Fallback(f"transformers is not installed, so {arch} is not built (pip install transformers)")
-        from wbfe.render.diagnostics import route_logger
-
-        route_logger("transformers")  # its config checks and RoPE notices: wbfe's diagnostics
-        found = _built(transformers, config, arch)
-        remember(stored, found)
-    return found
+    return cached("transformers", ("transformers", "torch"), {"config": config}, lambda: _built(config, arch))
 
 
-def _built(transformers: Any, config: dict[str, Any], arch: str) -> Union[FrameworkDescription, Fallback]:
+def _built(config: dict[str, Any], arch: str) -> Union[FrameworkDescription, Fallback]:
+    try:
+        import transformers
+    except ImportError:
+        return Fallback(f"transformers is not installed, so {arch} is not built (pip install transformers)")
+    route_logger("transformers")  # its config checks and RoPE notices: wbfe's diagnostics
     model_class = getattr(transformers, arch, None) if not arch.startswith("_") else None
     if model_class is None or not hasattr(model_class, "config_class"):
         if isinstance(config.get("auto_map"), dict):
             return Fallback(f"{arch} is defined by the checkpoint's own code (auto_map), which wbfe never runs")
         return Fallback(f"transformers {transformers.__version__} has no model class {arch}")
     skip_init: Any = contextlib.nullcontext
-    try:
+    with contextlib.suppress(ImportError):
         from transformers.initialization import no_init_weights as skip_init
-    except ImportError:
-        pass
     model_type = config.get("model_type")
     try:
         import torch
@@ -133,8 +126,6 @@ def _traced(model: Any, head: Optional[str], skeleton: bool, static: dict[str, A
     if skeleton:
         # a tensor made with a fixed device (XLNet's torch.FloatTensor mask_emb) ignores the meta context
         model.to("meta")
-    from wbfe.framework.forward_trace import head_input_dropouts
-
     traced = head_input_dropouts(model, head)
     if isinstance(traced, str):
         return {"dropout_read": f"module tree: {traced}"}
@@ -152,11 +143,7 @@ def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
     (reversed as ``revert_weight_conversion`` does); fused-expert converters are left to ``order_rows``."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import (
-            PrefixChange,
-            WeightRenaming,
-            apply_renamings,
-        )
+        from transformers.core_model_loading import PrefixChange, WeightRenaming, apply_renamings
 
         conversions = [c for c in get_model_conversion_mapping(model, add_legacy=False) or []
                        if not isinstance(c, PrefixChange)][::-1]

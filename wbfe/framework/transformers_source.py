@@ -29,22 +29,17 @@ def plain_layouts(config: Any) -> Optional[str]:
         return None
     architectures = config.get("architectures")
     arch = architectures[0] if isinstance(architectures, list) and architectures else None
-    models = _models_folder()
-    files = _model_files(models, config, arch) if isinstance(arch, str) and models is not None else None
-    if files is None or any(_TRANSPOSED.search(p.read_text(encoding="utf-8", errors="replace")) for p in files):
-        return None
-    names = ", ".join(sorted(p.name for p in files))
-    return f"no layer stored transposed (Conv1D, ConvTranspose) in transformers' {names}"
-
-
-def _models_folder() -> Optional[Path]:
     try:
         spec = importlib.util.find_spec("transformers")  # locates the package without running it
     except (ImportError, ValueError):
         return None
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    folder = Path(locations[0]) / "models" if locations else None
-    return folder if folder is not None and folder.is_dir() else None
+    models = Path(locations[0]) / "models" if locations else None
+    files = _model_files(models, config, arch) if isinstance(arch, str) and models and models.is_dir() else None
+    if files is None or any(_TRANSPOSED.search(p.read_text(encoding="utf-8", errors="replace")) for p in files):
+        return None
+    names = ", ".join(sorted(p.name for p in files))
+    return f"no layer stored transposed (Conv1D, ConvTranspose) in transformers' {names}"
 
 
 def _model_files(models: Path, config: dict[str, Any], arch: Optional[str]) -> Optional[list[Path]]:
