@@ -48,6 +48,35 @@ def test_settings_refuse_bad_values(build, message) -> None:
     assert str(info.value).startswith(message)
 
 
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        pytest.param(lambda: CurveSettings(delta=True), "delta must be positive and finite, got True", id="Curve"),
+        pytest.param(lambda: CurveSettings(k=10**19), None, id="Curve-huge-k"),
+        pytest.param(lambda: HmcSettings(r_values=(2**1024,)), "r_values must be positive and finite, got 1797",
+                     id="Hmc"),
+        pytest.param(lambda: StudentSettings(lr=True), "lr must be positive and finite, got True", id="Student"),
+        pytest.param(lambda: HierarchicalSettings(d=math.inf), "d must be an integer >= 2, not inf", id="Hierarchical"),
+        pytest.param(lambda: HierarchicalSettings(d=10, p=math.nan), "p must be a positive integer, not nan",
+                     id="Hierarchical-nan"),
+        pytest.param(lambda: HierarchicalSettings(d=1e200), "n = d^alpha_max = 1e+200^3.6 is past a float's range",
+                     id="Hierarchical-huge-d"),
+        pytest.param(lambda: HierarchicalSettings(d=10, gamma=2**1024), "the sequential-recovery predictions need",
+                     id="Hierarchical-huge-int"),
+        pytest.param(lambda: HierarchicalSettings(d=10, activation=1.5), "unknown activation '1.5'",
+                     id="Hierarchical-not-a-name"),
+    ],
+)
+def test_settings_refuse_inf_nan_bool_and_huge_numbers(build, message) -> None:
+    # inf, nan, a bool for a number or a number past a float: one typed line, never OverflowError or TypeError
+    if message is None:  # a huge size is the run's to refuse (its arrays), not the settings'
+        assert build() is not None
+        return
+    with pytest.raises(InvalidOptionError) as info:
+        build()
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
 def test_settings_refuse_unknown_names() -> None:
     with pytest.raises(UnknownNameError, match="unknown activation 'tnh2'; did you mean 'tanh2'"):
         CurveSettings(activation="tnh2")
