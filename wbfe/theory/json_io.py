@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from wbfe.render.text import json_ready
 
-__all__ = ["jsonable", "dumps", "write_json", "fields_dict"]
+__all__ = ["jsonable", "dumps", "fields_dict"]
 
 jsonable = json_ready  # one converter for every JSON wbfe writes (numpy values, non-finite -> null)
 
@@ -35,10 +34,3 @@ def dumps(data: Any) -> str:
     """Standard JSON text (``allow_nan=False``: a bare NaN can never be written)."""
     return json.dumps(jsonable(data), indent=1, allow_nan=False)
 
-
-def write_json(data: Any, path: Path) -> Path:
-    """Write ``data`` to ``path`` as standard JSON through :func:`wbfe.render.files.write_json` (atomic)."""
-    from wbfe.render.files import write_json as write
-
-    write(path, jsonable(data), indent=1)
-    return path
