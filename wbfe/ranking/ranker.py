@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe._config import wbfe_cache_dir
+from wbfe._deps import require
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.framework.applicability import STATUSES
-from wbfe.errors import MissingDependencyError, NothingRankedError, unknown_name
+from wbfe.errors import NothingRankedError, unknown_name
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, score_claimed
@@ -103,10 +104,7 @@ class RankResult(ToJson):
 
     def to_pandas(self) -> Any:
         """One row per metric, in the order of :attr:`metrics` (requires pandas)."""
-        try:
-            import pandas as pd
-        except ModuleNotFoundError:
-            raise MissingDependencyError("RankResult.to_pandas needs pandas (pip install pandas)") from None
+        pd = require("pandas", "RankResult.to_pandas needs pandas (pip install pandas)")
         return pd.DataFrame([asdict(m) for m in self.metrics])
 
 
