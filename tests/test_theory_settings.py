@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from wbfe.errors import InvalidOptionError, UnknownNameError
-from wbfe.theory.json_io import dumps, jsonable
+from wbfe.render.text import json_ready
+from wbfe.theory.json_io import dumps
 from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 from wbfe_cli.main import app
@@ -106,7 +107,7 @@ def test_hierarchical_settings_or_keywords_give_one_result() -> None:
 
 
 def test_json_writes_null_for_non_finite_values() -> None:
-    assert jsonable({"x": [1.0, math.nan, -math.inf]}) == {"x": [1.0, None, None]}
+    assert json_ready({"x": [1.0, math.nan, -math.inf]}) == {"x": [1.0, None, None]}
     assert _strict(dumps({"a": float("nan")})) == {"a": None}
 
 

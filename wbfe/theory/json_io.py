@@ -10,14 +10,12 @@ import numpy as np
 
 from wbfe.render.text import json_ready
 
-__all__ = ["jsonable", "dumps", "fields_dict"]
-
-jsonable = json_ready  # one converter for every JSON wbfe writes (numpy values, non-finite -> null)
+__all__ = ["dumps", "fields_dict"]
 
 
 def fields_dict(obj: Any) -> dict[str, Any]:
     """A result dataclass's fields in order, arrays and tuples as lists, its ``extra`` dict spread at the
-    end; non-finite floats stay floats (for tables), :func:`jsonable` writes them as ``null``."""
+    end; non-finite floats stay floats (for tables), :func:`~wbfe.render.text.json_ready` writes them as ``null``."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
@@ -32,5 +30,5 @@ def fields_dict(obj: Any) -> dict[str, Any]:
 
 def dumps(data: Any) -> str:
     """Standard JSON text (``allow_nan=False``: a bare NaN can never be written)."""
-    return json.dumps(jsonable(data), indent=1, allow_nan=False)
+    return json.dumps(json_ready(data), indent=1, allow_nan=False)
 
