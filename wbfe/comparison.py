@@ -25,7 +25,6 @@ from wbfe.engine.change import is_number, matrix_change
 from wbfe.engine.heads import choose_head
 from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
 from wbfe.engine.pipeline import Pipeline
-from wbfe.engine.result import _short  # the one-line repr of a summary value, as ModelScore writes it
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
@@ -96,6 +95,12 @@ class Comparison(ToJson):
                           for r in top)
         table = (f"<table><caption>most changed (relative Frobenius)</caption>{changed}</table>" if changed else "")
         return f"<table><caption>Comparison</caption>{cells}</table>{table}"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.6g}"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 _DEFAULTS = field_defaults(CompareOptions)  # the keywords' defaults are the options' own
