@@ -95,7 +95,8 @@ class Real(Constraint):
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
-        return (self.low - 1.0, self.high + 1.0, math.nan, "0.5", 2**1024) + ((self.low, self.high) if self.open else ())
+        ends = (self.low, self.high) if self.open else ()
+        return (self.low - 1.0, self.high + 1.0, math.nan, "0.5", 2**1024) + ends
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Any, Optional, Protocol, Sequence
 
 from wbfe.errors import clip, printable
 
-__all__ = ["ToJson", "json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float", "finite_or_none",
-           "printable", "applicability_line", "skipped_line", "LINE_LIMIT"]
+__all__ = ["ToJson", "json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float",
+           "finite_or_none", "printable", "applicability_line", "skipped_line", "LINE_LIMIT"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",

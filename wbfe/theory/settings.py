@@ -21,8 +21,8 @@ from wbfe.options.constraints import Constraint, Custom, Text, Validated
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
 
-def _rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *,
-          say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
+def custom_rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *,
+                say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
     """A constraint that refuses a value failing ``test`` with the message ``say``."""
 
     def check(name: str, value: Any) -> Any:
@@ -47,8 +47,9 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
 
 
 def _int_at_least(minimum: int) -> Custom:
-    return _rule(f"an integer >= {minimum}", lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum,
-                 (minimum - 1, 1.5, True))
+    return custom_rule(f"an integer >= {minimum}",
+                       lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum,
+                       (minimum - 1, 1.5, True))
 
 
 def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
@@ -63,13 +64,14 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
     return Custom(check, words, bad=bad, named=True)
 
 
-def _finite(value: Any) -> bool:
+def finite_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
-POSITIVE = _rule("positive and finite", lambda v: _finite(v) and v > 0, (0.0, -1.0, math.nan, True, 2**1024))
+POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v > 0,
+                       (0.0, -1.0, math.nan, True, 2**1024))
 # Its range is the model's (below).
-NUMBER = _rule("a finite number", _finite, (math.nan, "x"))
+NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
 DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
 

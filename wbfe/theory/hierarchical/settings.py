@@ -13,7 +13,7 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.settings import _finite, _rule
+from wbfe.theory.settings import finite_number, custom_rule
 
 __all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
 
@@ -23,8 +23,8 @@ _NOT = "{name} must be {words}, not {value!r}"
 
 def _int(words: str, minimum: int, bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
     """A whole number (an int, or a float equal to one) >= ``minimum``."""
-    return _rule(words, lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and int(v) == v
-                 and v >= minimum, bad + (math.inf,), say=_NOT, optional=optional)
+    return custom_rule(words, lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and int(v) == v
+                       and v >= minimum, bad + (math.inf,), say=_NOT, optional=optional)
 
 
 def _known(kind: str, names: Any) -> Custom:
@@ -57,18 +57,18 @@ class HierarchicalSettings(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "d": _int("an integer >= 2", 2, (1, 2.5)),
         "p": _int("a positive integer", 1, (0, 1.5), optional=True),
-        "gamma": _rule("a number > 1/2", lambda v: _finite(v) and v > 0.5, (0.5, math.nan),
-                       say="the sequential-recovery predictions need gamma > 1/2, not {value!r}"),
-        "alpha_min": _rule("a finite number", _finite, (math.nan,), say=_NOT),
-        "alpha_max": _rule("a finite number", _finite, (math.inf,), say=_NOT),
+        "gamma": custom_rule("a number > 1/2", lambda v: finite_number(v) and v > 0.5, (0.5, math.nan),
+                             say="the sequential-recovery predictions need gamma > 1/2, not {value!r}"),
+        "alpha_min": custom_rule("a finite number", finite_number, (math.nan,), say=_NOT),
+        "alpha_max": custom_rule("a finite number", finite_number, (math.inf,), say=_NOT),
         "points": _int("an integer >= 2", 2, (1,)),
         "seeds": _int("a positive integer", 1, (0,)),
-        "eps": _rule("a finite number", _finite, (math.nan,), say=_NOT),
+        "eps": custom_rule("a finite number", finite_number, (math.nan,), say=_NOT),
         "activation": _known("activation", ACTIVATIONS), "features": _known("feature kind", FEATURE_KINDS),
         "n_test": _int("an integer >= 10", 10, (9,)),
         "kernel_max_n": _int("a non-negative integer", 0, (-1,)),
-        "q_level": _rule("in (0, 1)", lambda v: _finite(v) and 0.0 < v < 1.0, (0.0, 1.0),
-                         say="q_level must lie in (0, 1), not {value!r}"),
+        "q_level": custom_rule("in (0, 1)", lambda v: finite_number(v) and 0.0 < v < 1.0, (0.0, 1.0),
+                               say="q_level must lie in (0, 1), not {value!r}"),
         "solver": _known("eigensolver", SOLVERS),
         "seed": _int("a non-negative integer", 0, (-1,)),
     }
