@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from wbfe.errors import InvalidOptionError, UnknownNameError
-from wbfe.theory.json_io import dumps, jsonable
+from wbfe.render.text import json_ready
+from wbfe.theory.json_io import dumps
 from wbfe.theory.hierarchical import HierarchicalSettings, simulate_hierarchical
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 from wbfe_cli.main import app
@@ -48,6 +49,35 @@ def test_settings_refuse_bad_values(build, message) -> None:
     assert str(info.value).startswith(message)
 
 
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        pytest.param(lambda: CurveSettings(delta=True), "delta must be positive and finite, got True", id="Curve"),
+        pytest.param(lambda: CurveSettings(k=10**19), None, id="Curve-huge-k"),
+        pytest.param(lambda: HmcSettings(r_values=(2**1024,)), "r_values must be positive and finite, got 1797",
+                     id="Hmc"),
+        pytest.param(lambda: StudentSettings(lr=True), "lr must be positive and finite, got True", id="Student"),
+        pytest.param(lambda: HierarchicalSettings(d=math.inf), "d must be an integer >= 2, not inf", id="Hierarchical"),
+        pytest.param(lambda: HierarchicalSettings(d=10, p=math.nan), "p must be a positive integer, not nan",
+                     id="Hierarchical-nan"),
+        pytest.param(lambda: HierarchicalSettings(d=1e200), "n = d^alpha_max = 1e+200^3.6 is past a float's range",
+                     id="Hierarchical-huge-d"),
+        pytest.param(lambda: HierarchicalSettings(d=10, gamma=2**1024), "the sequential-recovery predictions need",
+                     id="Hierarchical-huge-int"),
+        pytest.param(lambda: HierarchicalSettings(d=10, activation=1.5), "unknown activation '1.5'",
+                     id="Hierarchical-not-a-name"),
+    ],
+)
+def test_settings_refuse_inf_nan_bool_and_huge_numbers(build, message) -> None:
+    # inf, nan, a bool for a number or a number past a float: one typed line, never OverflowError or TypeError
+    if message is None:  # a huge size is the run's to refuse (its arrays), not the settings'
+        assert build() is not None
+        return
+    with pytest.raises(InvalidOptionError) as info:
+        build()
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
 def test_settings_refuse_unknown_names() -> None:
     with pytest.raises(UnknownNameError, match="unknown activation 'tnh2'; did you mean 'tanh2'"):
         CurveSettings(activation="tnh2")
@@ -77,7 +107,7 @@ def test_hierarchical_settings_or_keywords_give_one_result() -> None:
 
 
 def test_json_writes_null_for_non_finite_values() -> None:
-    assert jsonable({"x": [1.0, math.nan, -math.inf]}) == {"x": [1.0, None, None]}
+    assert json_ready({"x": [1.0, math.nan, -math.inf]}) == {"x": [1.0, None, None]}
     assert _strict(dumps({"a": float("nan")})) == {"a": None}
 
 

@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import heapq
 import html
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, field_defaults
-from wbfe.render.text import as_float, json_ready
+from wbfe.render.text import ToJson, as_float, json_ready
 from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
 
@@ -45,7 +44,7 @@ FOLDING_MIN_CV = 0.01
 
 
 @dataclass
-class Comparison:
+class Comparison(ToJson):
     """The comparison of checkpoint B against checkpoint A.
 
     Attributes:
@@ -69,10 +68,6 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (the JSON shape); non-finite numbers become None."""
         return json_ready(vars(self))  # the fields, in order
-
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        """Standard JSON (non-finite numbers written as null, with a reason beside them)."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_pandas(self) -> Any:
         """One row per matched matrix (requires pandas), as :meth:`wbfe.ModelScore.to_pandas` builds it."""

@@ -5,7 +5,6 @@ Not named ``describe``, which would shadow the function ``wbfe.describe``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Optional
 
@@ -15,13 +14,14 @@ from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
 from wbfe.options import ScoreOptions
+from wbfe.render.text import ToJson
 from wbfe.sources import open_source
 
 __all__ = ["Description", "describe", "esd"]
 
 
 @dataclass
-class Description:
+class Description(ToJson):
     """What a score of one checkpoint would analyse.
 
     Attributes:
@@ -41,9 +41,6 @@ class Description:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def __repr__(self) -> str:
         return (f"Description(source={self.model.get('source')!r}, matrices={len(self.matrices)}, "

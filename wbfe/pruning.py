@@ -16,7 +16,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options import PruneOptions, field_defaults
-from wbfe.render.text import as_float, json_ready
+from wbfe.render.text import ToJson, as_float, json_ready
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +39,7 @@ class MetricNotComputedError(InvalidOptionError):
 
 
 @dataclass(frozen=True)
-class Allocation:
+class Allocation(ToJson):
     """The per-matrix sparsity that reaches a target overall.
 
     Attributes:
@@ -68,9 +68,6 @@ class Allocation:
         return json_ready({"source": self.source, "options": self.options.to_dict(), "overall": self.overall,
                            "rows": self.rows, "excluded": self.excluded})
 
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
-
     def to_csv(self) -> str:
         """One CSV row per prunable matrix (shape as ``AxB``, NaN as an empty cell)."""
         import csv
@@ -88,7 +85,7 @@ class Allocation:
 
 
 @dataclass(frozen=True)
-class PruneReport:
+class PruneReport(ToJson):
     """What ``prune`` wrote (``output``) and how each matrix changed.
 
     Attributes:
@@ -111,9 +108,6 @@ class PruneReport:
         """The JSON shape; non-finite numbers become None."""
         return json_ready({"output": str(self.output), "overall": self.overall,
                            "allocation": self.allocation.to_dict(), "rows": self.rows})
-
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_pandas(self) -> Any:
         return _frame(self.rows)

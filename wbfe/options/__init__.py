@@ -118,8 +118,8 @@ def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
         names: list[str] = list(DEFAULT_GROUPS)
     elif isinstance(metrics, str):
         names = [part.strip() for part in metrics.split(",") if part.strip()]
-    else:
-        names = [str(part).strip() for part in metrics]
+    else:  # a lone non-string (True, 3) is one unknown name
+        names = [str(part).strip() for part in (metrics if isinstance(metrics, Iterable) else [metrics])]
     if not names:
         raise InvalidOptionError("no metric group given (choose from: " + ", ".join(METRIC_GROUPS) + ")")
     for name in names:
@@ -185,7 +185,7 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
     """
     if pairs is None:
         return ()
-    items = [pairs] if isinstance(pairs, str) else list(pairs)
+    items = list(pairs) if isinstance(pairs, Iterable) and not isinstance(pairs, str) else [pairs]
     out = []
     for item in items:
         if isinstance(item, str):
@@ -205,7 +205,7 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
 
 # The declarations shared by several tables: one wording, one list of refused examples.
 METRICS = Custom(lambda m: parse_metrics(None if m == () else m), "metric group names (bfe, htsr, htmp, rand)",
-                 bad=("nope", "bfe,nope"))
+                 bad=("nope", "bfe,nope", True))
 LAMBDA = Custom(parse_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
 CONV = Custom(check_conv, "'flatten', 'slices' or 'fft' (None: the conventions')", bad=("rows", 3), optional=True)
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
@@ -352,7 +352,7 @@ class CompareOptions(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "stream": Flag(optional=True),
         "name_map": Custom(check_name_map, "REGEX=REPLACEMENT strings or (regex, replacement) pairs",
-                           bad=("no-equals-sign", "(a+)+=x", "=x", [3])),
+                           bad=("no-equals-sign", "(a+)+=x", "=x", [3], 1.5)),
         "top_k": Integer(1), "min_eigs": Integer(1), "seed": Integer(0), "layers": LAYERS, "lam": LAMBDA,
         "device": DEVICE,
     }

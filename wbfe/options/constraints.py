@@ -43,7 +43,7 @@ class Constraint:
             return None
         try:
             return self.check(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float (math.isfinite)
             raise InvalidOptionError(f"{name} must be {self.describe()}, not {value!r}", name=name,
                                      value=value) from None
 
@@ -95,7 +95,8 @@ class Real(Constraint):
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
-        return (self.low - 1.0, self.high + 1.0, math.nan, "0.5") + ((self.low, self.high) if self.open else ())
+        ends = (self.low, self.high) if self.open else ()
+        return (self.low - 1.0, self.high + 1.0, math.nan, "0.5", 2**1024) + ends
 
 
 @dataclass(frozen=True)

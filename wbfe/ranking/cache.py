@@ -66,7 +66,7 @@ def _stat_signature(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def _clear(path: Path) -> None:
+def clear_path(path: Path) -> None:
     """Remove whatever is at ``path`` (a file, a link, or a folder someone put there), never following a link."""
     try:
         mode = path.lstat().st_mode
@@ -124,14 +124,14 @@ class ScoreCache:
             return dict(entry["payload"])
         except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
             self.corrupted.append(key)
-            _clear(path)
+            clear_path(path)
             return None
 
     def _write(self, path: Path, fmt: str, key: str, payload: Mapping[str, Any]) -> Path:
         body = json_ready(dict(payload))
         entry = {"format": fmt, "key": key, "checksum": _sha256(_canonical(body)), "payload": body}
         if path.is_symlink() or path.is_dir():
-            _clear(path)
+            clear_path(path)
         write_atomic(path, json.dumps(entry, sort_keys=True, allow_nan=False))
         return path
 

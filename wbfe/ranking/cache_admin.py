@@ -16,7 +16,7 @@ from typing import Any, Iterator, Optional, Union
 
 from wbfe._config import wbfe_cache_dir
 from wbfe.errors import InvalidOptionError
-from wbfe.ranking.cache import _clear
+from wbfe.ranking.cache import clear_path
 from wbfe.ranking.claims import is_stale, read_claim
 from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size, tree_usage
 
@@ -223,7 +223,7 @@ def _remove(root: Path, unit: CacheUnit) -> bool:
     real_root = os.path.realpath(root)
     if os.path.commonpath([real_root, os.path.realpath(unit.path.parent)]) != real_root or unit.path.is_symlink():
         return False
-    _clear(unit.path)  # rmtree removes links inside, never their targets
+    clear_path(unit.path)  # rmtree removes links inside, never their targets
     return True
 
 

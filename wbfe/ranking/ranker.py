@@ -6,22 +6,22 @@ agrees" (−1 where lower predicts better), None where the literature gives no d
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
 
 from wbfe._config import wbfe_cache_dir
+from wbfe._deps import require
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.framework.applicability import STATUSES
-from wbfe.errors import MissingDependencyError, NothingRankedError, unknown_name
+from wbfe.errors import NothingRankedError, unknown_name
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, score_claimed
 from wbfe.ranking.stats import Correlation, correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
-from wbfe.render.text import as_float, json_ready
+from wbfe.render.text import ToJson, as_float, json_ready
 
 __all__ = ["rank", "RankResult", "ModelResult", "Failure", "expected_sign"]
 
@@ -63,7 +63,7 @@ class Failure:
 
 
 @dataclass
-class RankResult:
+class RankResult(ToJson):
     """Every metric's correlation with one quality column of one zoo.
 
     Attributes:
@@ -102,16 +102,9 @@ class RankResult:
         """The JSON shape: zoo, quality, metrics, models, failed (then lower_is_better, options, run counts)."""
         return json_ready(asdict(self))
 
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        """Standard JSON (non-finite numbers written as null)."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
-
     def to_pandas(self) -> Any:
         """One row per metric, in the order of :attr:`metrics` (requires pandas)."""
-        try:
-            import pandas as pd
-        except ModuleNotFoundError:
-            raise MissingDependencyError("RankResult.to_pandas needs pandas (pip install pandas)") from None
+        pd = require("pandas", "RankResult.to_pandas needs pandas (pip install pandas)")
         return pd.DataFrame([asdict(m) for m in self.metrics])
 
 

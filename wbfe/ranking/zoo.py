@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from wbfe._config import hf_offline, shared_zoo_dir, torch_hub_dir
+from wbfe._deps import require
 from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, MissingDependencyError, SourceNotFoundError,
                          unknown_name)
 from wbfe.fixtures import fixtures_dir
@@ -223,11 +224,7 @@ _EXTRA = "\x00extra"  # DictReader's key for cells beyond the header (NUL never 
 
 
 def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
-    try:
-        import yaml
-    except ModuleNotFoundError:
-        raise MissingDependencyError("reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as "
-                                     "CSV") from None
+    yaml = require("yaml", "reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as CSV")
     text = _read_text(path)
     try:
         data = yaml.safe_load(text)

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import re
 from collections import Counter
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from wbfe.errors import clip, printable
 
-__all__ = ["json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float", "finite_or_none",
-           "printable", "applicability_line", "skipped_line", "LINE_LIMIT"]
+__all__ = ["ToJson", "json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float",
+           "finite_or_none", "printable", "applicability_line", "skipped_line", "LINE_LIMIT"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -24,6 +25,18 @@ _TABLE_COLUMNS = (
 )
 # summary values not printed when there is none (an untrained adapter has no largest update)
 _NONE_UNSHOWN = ("largest_update", "largest_update_frobenius_norm")
+
+
+class _HasDict(Protocol):
+    def to_dict(self) -> Any: ...
+
+
+class ToJson:
+    """``to_json`` for a result whose ``to_dict`` holds no NaN or Infinity (written as null there)."""
+
+    def to_json(self: _HasDict, indent: Optional[int] = 2) -> str:
+        """Standard JSON (non-finite numbers written as null)."""
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
 
 def json_ready(obj: Any) -> Any:

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from wbfe.render.text import json_ready
 
-__all__ = ["jsonable", "dumps", "write_json", "fields_dict"]
-
-jsonable = json_ready  # one converter for every JSON wbfe writes (numpy values, non-finite -> null)
+__all__ = ["dumps", "fields_dict"]
 
 
 def fields_dict(obj: Any) -> dict[str, Any]:
     """A result dataclass's fields in order, arrays and tuples as lists, its ``extra`` dict spread at the
-    end; non-finite floats stay floats (for tables), :func:`jsonable` writes them as ``null``."""
+    end; non-finite floats stay floats (for tables), :func:`~wbfe.render.text.json_ready` writes them as ``null``."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
@@ -33,12 +30,5 @@ def fields_dict(obj: Any) -> dict[str, Any]:
 
 def dumps(data: Any) -> str:
     """Standard JSON text (``allow_nan=False``: a bare NaN can never be written)."""
-    return json.dumps(jsonable(data), indent=1, allow_nan=False)
+    return json.dumps(json_ready(data), indent=1, allow_nan=False)
 
-
-def write_json(data: Any, path: Path) -> Path:
-    """Write ``data`` to ``path`` as standard JSON through :func:`wbfe.render.files.write_json` (atomic)."""
-    from wbfe.render.files import write_json as write
-
-    write(path, jsonable(data), indent=1)
-    return path

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from wbfe.theory.json_io import write_json
+from wbfe.render.files import write_json
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def write_curve(settings: CurveSettings, out_dir: PathLike) -> dict[str, Any]:
              out / "curve.json"]
     data = {"settings": s.to_dict(), "sweep": sw.to_dict(), "fit": fit.to_dict() if fit is not None else None,
             "readout": s.readout, "beta": s.beta, "files": [str(f) for f in files]}
-    write_json(data, out / "curve.json")
+    write_json(out / "curve.json", data, indent=1)
     return data
 
 
@@ -59,7 +59,7 @@ def write_hmc(settings: HmcSettings, out_dir: Optional[PathLike] = None) -> dict
         r_grid = np.geomspace(min(s.r_values) / 2, max(s.r_values) * 2, 120)
         sw = sweep(readout("power", s.k, beta=s.beta), delta=s.delta, d=s.d, r_values=r_grid, activation=s.activation)
         data["files"] = [str(plot_hmc(pts, sw.r, sw.eps, out / "hmc.png")), str(out / "hmc.json")]
-        write_json(data, out / "hmc.json")
+        write_json(out / "hmc.json", data, indent=1)
     return data
 
 
@@ -76,7 +76,7 @@ def write_student(settings: StudentSettings, out_dir: Optional[PathLike] = None)
 
         out = Path(out_dir)
         data["files"] = [str(plot_student(res, out / "student.png")), str(out / "student.json")]
-        write_json(data, out / "student.json")
+        write_json(out / "student.json", data, indent=1)
     return data
 
 
@@ -86,5 +86,6 @@ def write_hierarchical(result: "HierarchicalResult", out_dir: PathLike) -> list[
 
     out = Path(out_dir)
     data = result.to_dict()
-    return [write_json(data, out / "hierarchical.json"), *write_figures(data, out)]
+    write_json(out / "hierarchical.json", data, indent=1)
+    return [out / "hierarchical.json", *write_figures(data, out)]
 

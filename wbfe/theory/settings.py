@@ -21,12 +21,16 @@ from wbfe.options.constraints import Constraint, Custom, Text, Validated
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
 
-def _rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *,
-          say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
+def custom_rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *,
+                say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
     """A constraint that refuses a value failing ``test`` with the message ``say``."""
 
     def check(name: str, value: Any) -> Any:
-        if not test(value):
+        try:
+            ok = test(value)
+        except (ArithmeticError, ValueError):  # int(inf), int(nan), an int past a float
+            ok = False
+        if not ok:
             raise InvalidOptionError(say.format(name=name, words=words, value=value))
         return value
 
@@ -34,17 +38,18 @@ def _rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *,
 
 
 def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: float = 0.2, nonzeros: int = 3) -> None:
-    """The activation and the readout, checked by the functions that build them (cheap: no kernel)."""
+    """The activation and the readout, checked as the functions that build them check them (cheap: no kernel)."""
     from wbfe.theory.hermite import get_activation
-    from wbfe.theory.teacher_student import readout as make_readout
+    from wbfe.theory.teacher_student import check_readout
 
     get_activation(activation)
-    make_readout(readout, k, beta=beta, rate=rate, nonzeros=nonzeros)
+    check_readout(readout, k, beta=beta, rate=rate, nonzeros=nonzeros)
 
 
 def _int_at_least(minimum: int) -> Custom:
-    return _rule(f"an integer >= {minimum}", lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum,
-                 (minimum - 1, 1.5, True))
+    return custom_rule(f"an integer >= {minimum}",
+                       lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum,
+                       (minimum - 1, 1.5, True))
 
 
 def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
@@ -59,11 +64,14 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
     return Custom(check, words, bad=bad, named=True)
 
 
-POSITIVE = _rule("positive and finite", lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
-                 (0.0, -1.0, math.nan))
+def finite_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v > 0,
+                       (0.0, -1.0, math.nan, True, 2**1024))
 # Its range is the model's (below).
-NUMBER = _rule("a finite number", lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v),
-               (math.nan, "x"))
+NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
 DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
 

@@ -23,6 +23,20 @@ READOUTS: tuple[str, ...] = ("power", "dense", "exp", "sparse")
 ActivationLike = Union[str, Activation, Callable[[np.ndarray], np.ndarray]]
 
 
+def check_readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros: int = 3) -> None:
+    """What :func:`readout` refuses, checked without building v (the settings check a run's before any work)."""
+    if kind not in READOUTS:
+        raise unknown_name("readout", kind, list(READOUTS))
+    if k < 1:
+        raise InvalidOptionError(f"k must be >= 1, got {k}")
+    if kind == "power" and not beta >= 0:
+        raise InvalidOptionError(f"beta must be >= 0, got {beta}")
+    if kind == "exp" and not rate > 0:
+        raise InvalidOptionError(f"rate must be > 0, got {rate}")
+    if kind == "sparse" and not 1 <= nonzeros <= k:
+        raise InvalidOptionError(f"nonzeros must be in [1, k={k}], got {nonzeros}")
+
+
 def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros: int = 3) -> np.ndarray:
     """The teacher's readout v (‖v‖ = 1, float64, length k), sorted by decreasing magnitude.
 
@@ -33,24 +47,15 @@ def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros
         InvalidOptionError: k < 1 or an option out of range.
         UnknownNameError: an unknown kind.
     """
-    if kind not in READOUTS:
-        raise unknown_name("readout", kind, list(READOUTS))
-    if k < 1:
-        raise InvalidOptionError(f"k must be >= 1, got {k}")
+    check_readout(kind, k, beta=beta, rate=rate, nonzeros=nonzeros)
     i = np.arange(1, k + 1, dtype=np.float64)
     if kind == "power":
-        if not beta >= 0:
-            raise InvalidOptionError(f"beta must be >= 0, got {beta}")
         v = i ** (-beta)
     elif kind == "dense":
         v = np.ones(k)
     elif kind == "exp":
-        if not rate > 0:
-            raise InvalidOptionError(f"rate must be > 0, got {rate}")
         v = np.exp(-rate * (i - 1.0))
     else:
-        if not 1 <= nonzeros <= k:
-            raise InvalidOptionError(f"nonzeros must be in [1, k={k}], got {nonzeros}")
         v = (i <= nonzeros).astype(np.float64)
     return v / np.linalg.norm(v)
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -11,6 +10,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from wbfe.options import WatchOptions
+from wbfe.render.text import ToJson, json_ready, text_table
 from wbfe.watch.rule import Calibration, calibrate_lambda
 from wbfe.watch.runs import Run, discover_run, read_csv, run_from_rows
 from wbfe.watch.trajectories import Trajectory, trajectory
@@ -19,7 +19,7 @@ __all__ = ["CalibrationReport", "calibrate", "read_runs_csv"]
 
 
 @dataclass
-class CalibrationReport:
+class CalibrationReport(ToJson):
     """Leave-one-run-out λ calibration over several runs, with their trajectories."""
 
     calibration: Calibration
@@ -27,8 +27,6 @@ class CalibrationReport:
     layers: str = "head"
 
     def to_dict(self) -> dict[str, Any]:
-        from wbfe.render.text import json_ready
-
         cal = self.calibration
         runs = [{"run": r.name, "lambda": r.lam, "recommended_step": r.recommended_step, "best_step": r.best_step,
                  "recommended_test_loss": r.recommended_loss, "best_test_loss": r.best_loss, "test_loss_gap": r.gap}
@@ -40,12 +38,7 @@ class CalibrationReport:
             "runs": runs, "grid": cal.grid.tolist(), "mean_gap": cal.mean_gap.tolist(),
         })
 
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
-
     def table(self) -> str:
-        from wbfe.render.text import text_table
-
         d = self.to_dict()
         cols = ("run", "lambda", "recommended_step", "best_step", "recommended_test_loss", "best_test_loss",
                 "test_loss_gap")

@@ -6,7 +6,6 @@ afterwards (docs/math.md §2-3).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options import WatchOptions, positive_lambda
-from wbfe.render.text import as_float
+from wbfe.render.text import ToJson, as_float, json_ready, text_table
 from wbfe.watch.guidance import (
     BFE_OPT_CAVEAT,
     FixedLambdaTrend,
@@ -215,7 +214,7 @@ def checkpoint_point(ck: CheckpointRef, scanned: CheckpointScan) -> CheckpointPo
 
 
 @dataclass
-class WatchResult:
+class WatchResult(ToJson):
     """Trajectories of one run at one λ, and the recommended checkpoint.
 
     Attributes:
@@ -268,8 +267,6 @@ class WatchResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape: ``{"run", "lambda", "checkpoints": [...], "recommended": {...}, ...}``."""
-        from wbfe.render.text import json_ready
-
         rec = self.recommendation
         fixed = self.fixed_lambda()
         names = self.trajectory.layer_names
@@ -292,10 +289,6 @@ class WatchResult:
             "signal": self.signal(), "bfe_fixed_lambda": fixed.to_dict(), "notes": notes, "hint": hint,
         })
 
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        """Standard JSON (non-finite numbers as null)."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
-
     def rows(self) -> list[dict[str, Any]]:
         """One flat row per (checkpoint, layer) for tables and CSV (``note``: the NaN reason's number)."""
         out = []
@@ -316,8 +309,6 @@ class WatchResult:
 
     def table(self) -> str:
         """The text table: trajectories, NaN notes, the run-level signal, the recommendation and the comparison."""
-        from wbfe.render.text import text_table
-
         # h*, F∞ need a λ; without one, BFE-W at λ* and at the last checkpoint's λ* side by side
         columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h",
                    *(["bfe", "bfe_fix"] if self.lam is None else ["h_star", "f_inf", "bfe"]), "alpha"]
@@ -349,8 +340,6 @@ class WatchResult:
         return "\n".join(lines) + "\n"
 
     def _run_lines(self) -> list[str]:
-        from wbfe.render.text import text_table
-
         fixed = self.fixed_lambda()
         ratio = "h_over_h_star" if self.lam is not None else "h_over_h_star_1"
         rows = [{**s, "bfe_fixed": b, "bfe_opt": o}

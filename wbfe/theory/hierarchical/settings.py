@@ -13,7 +13,7 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.settings import _rule
+from wbfe.theory.settings import finite_number, custom_rule
 
 __all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
 
@@ -23,21 +23,17 @@ _NOT = "{name} must be {words}, not {value!r}"
 
 def _int(words: str, minimum: int, bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
     """A whole number (an int, or a float equal to one) >= ``minimum``."""
-    return _rule(words, lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and int(v) == v
-                 and v >= minimum, bad, say=_NOT, optional=optional)
+    return custom_rule(words, lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and int(v) == v
+                       and v >= minimum, bad + (math.inf,), say=_NOT, optional=optional)
 
 
 def _known(kind: str, names: Any) -> Custom:
     def check(value: Any) -> Any:
-        if value not in names:
-            raise unknown_name(kind, value, names)
+        if not isinstance(value, str) or value not in names:
+            raise unknown_name(kind, str(value), names)
         return value
 
-    return Custom(check, f"a known {kind}", bad=("no-such-name",))
-
-
-def _finite(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    return Custom(check, f"a known {kind}", bad=("no-such-name", 1.5))
 
 
 @dataclass(frozen=True)
@@ -61,18 +57,18 @@ class HierarchicalSettings(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "d": _int("an integer >= 2", 2, (1, 2.5)),
         "p": _int("a positive integer", 1, (0, 1.5), optional=True),
-        "gamma": _rule("a number > 1/2", lambda v: _finite(v) and v > 0.5, (0.5, math.nan),
-                       say="the sequential-recovery predictions need gamma > 1/2, not {value!r}"),
-        "alpha_min": _rule("a finite number", _finite, (math.nan,), say=_NOT),
-        "alpha_max": _rule("a finite number", _finite, (math.inf,), say=_NOT),
+        "gamma": custom_rule("a number > 1/2", lambda v: finite_number(v) and v > 0.5, (0.5, math.nan),
+                             say="the sequential-recovery predictions need gamma > 1/2, not {value!r}"),
+        "alpha_min": custom_rule("a finite number", finite_number, (math.nan,), say=_NOT),
+        "alpha_max": custom_rule("a finite number", finite_number, (math.inf,), say=_NOT),
         "points": _int("an integer >= 2", 2, (1,)),
         "seeds": _int("a positive integer", 1, (0,)),
-        "eps": _rule("a finite number", _finite, (math.nan,), say=_NOT),
+        "eps": custom_rule("a finite number", finite_number, (math.nan,), say=_NOT),
         "activation": _known("activation", ACTIVATIONS), "features": _known("feature kind", FEATURE_KINDS),
         "n_test": _int("an integer >= 10", 10, (9,)),
         "kernel_max_n": _int("a non-negative integer", 0, (-1,)),
-        "q_level": _rule("in (0, 1)", lambda v: _finite(v) and 0.0 < v < 1.0, (0.0, 1.0),
-                         say="q_level must lie in (0, 1), not {value!r}"),
+        "q_level": custom_rule("in (0, 1)", lambda v: finite_number(v) and 0.0 < v < 1.0, (0.0, 1.0),
+                               say="q_level must lie in (0, 1), not {value!r}"),
         "solver": _known("eigensolver", SOLVERS),
         "seed": _int("a non-negative integer", 0, (-1,)),
     }
@@ -97,11 +93,15 @@ class HierarchicalSettings(Validated):
         a_min, a_max = self.alpha_min, self.alpha_max
         if not 0.0 < a_min < a_max:
             raise InvalidOptionError(f"need 0 < alpha_min < alpha_max, not {a_min!r} and {a_max!r}")
-        ns = self.sample_sizes()
+        try:
+            n = max(2, int(round(self.d ** float(a_max))))  # the largest of sample_sizes()
+        except OverflowError:
+            raise InvalidOptionError(f"n = d^alpha_max = {self.d!r}^{a_max!r} is past a float's range; lower alpha_max "
+                                     "or d") from None
         width = self.d if self.features == "hermite" else feature_dim(int(self.d))
-        if ns[-1] * width * 8 > MAX_TRAIN_BYTES:
+        if n * width * 8 > MAX_TRAIN_BYTES:
             raise InvalidOptionError(
-                f"n = {ns[-1]} samples of dimension {width} need {ns[-1] * width * 8 / 2**30:.1f} GiB "
+                f"n = {n} samples of dimension {width} need {n * width * 8 / 2**30:.1f} GiB "
                 f"(limit {MAX_TRAIN_BYTES / 2**30:.0f} GiB); lower alpha_max or d"
             )
 

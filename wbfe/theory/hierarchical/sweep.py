@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.theory.json_io import jsonable
+from wbfe.render.text import json_ready
 from wbfe.theory.hierarchical import theory
 from wbfe.theory.hierarchical.kernel import fit_kernel_ridge, predict_kernel_ridge
 from wbfe.theory.hierarchical.model import HierarchicalTeacher, make_teacher, sample_data
@@ -55,7 +55,7 @@ class HierarchicalResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN becomes None): ``{"settings", "points", "prediction"}``."""
-        return jsonable({"settings": self.settings, "points": [asdict(p) for p in self.points],
+        return json_ready({"settings": self.settings, "points": [asdict(p) for p in self.points],
                          "prediction": self.prediction})
 
 
