@@ -16,5 +16,5 @@ def read_range(path: Path, first: int, nbytes: int) -> "np.ndarray":
     own: safe from any thread); ``TruncatedCheckpointError`` where the file ends first."""
     buffer = np.fromfile(path, dtype=np.uint8, count=nbytes, offset=first)
     if buffer.size != nbytes:
-        raise TruncatedCheckpointError(f"{path}: cut short while being read", path=str(path))
+        raise TruncatedCheckpointError.at(path, "cut short while being read")
     return buffer

@@ -144,12 +144,12 @@ class TorchScriptSource(TensorSource):
                     members = set(archive.namelist())
                     found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
                     if not found or f"{found[0]}/constants.pkl" not in members:
-                        raise CorruptCheckpointError(
-                            f"{path}: not a TorchScript archive (no data.pkl and constants.pkl)", path=str(path))
+                        raise CorruptCheckpointError.at(
+                            path, "not a TorchScript archive (no data.pkl and constants.pkl)")
                     prefix = found[0]
                     order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
                     if order not in (b"little", b""):  # no record: written before byteorder was, little-endian
-                        raise CorruptCheckpointError(f"{path}: a big-endian TorchScript archive", path=str(path))
+                        raise CorruptCheckpointError.at(path, "a big-endian TorchScript archive")
                     tree = self._unpickle(archive, f"{prefix}/data.pkl", f"{prefix}/data")
                     constants = self._unpickle(archive, f"{prefix}/constants.pkl", f"{prefix}/constants")
                     declared = _declarations(archive, prefix)
@@ -157,14 +157,13 @@ class TorchScriptSource(TensorSource):
             except WbfeError:
                 raise
             except ZIP_ERRORS as exc:  # a damaged archive (see ZIP_ERRORS), never a traceback
-                raise CorruptCheckpointError(f"{path}: not a readable TorchScript archive (a damaged zip: "
-                                             f"{exc.__class__.__name__})", path=str(path)) from None
+                raise CorruptCheckpointError.at(path, "not a readable TorchScript archive (a damaged zip: "
+                                                f"{exc.__class__.__name__})") from None
         self._tensors, self._kinds = _collect(tree, constants, declared)
         self._signal: Optional[dict[str, str]] = None
         for name, t in self._tensors:
             if t.storage.member not in members:
-                raise CorruptCheckpointError(f"{path}: tensor {name!r} names a missing record {t.storage.member}",
-                                             path=str(path))
+                raise CorruptCheckpointError.at(path, f"tensor {name!r} names a missing record {t.storage.member}")
         self.provenance = Provenance(source=ref, format="torchscript", files=[str(path)], pending=FileDigest([path]))
 
     def _unpickle(self, archive: zipfile.ZipFile, member: str, folder: str) -> Any:
@@ -172,13 +171,12 @@ class TorchScriptSource(TensorSource):
             with archive.open(member) as fh:
                 return _Unpickler(fh, folder).load()
         except UnsafePickleError as exc:
-            raise UnsafePickleError(f"{self._path}: {exc}; wbfe never runs a checkpoint's code",
-                                    path=str(self._path)) from None
+            raise UnsafePickleError.at(self._path, f"{exc}; wbfe never runs a checkpoint's code") from None
         except CorruptCheckpointError as exc:
-            raise CorruptCheckpointError(f"{self._path}: {exc}", path=str(self._path)) from None
+            raise CorruptCheckpointError.at(self._path, str(exc)) from None
         except _PICKLE_ERRORS as exc:
-            raise CorruptCheckpointError(f"{self._path}: unreadable TorchScript {member.split('/')[-1]} "
-                                         f"({exc.__class__.__name__})", path=str(self._path)) from None
+            raise CorruptCheckpointError.at(self._path, f"unreadable TorchScript {member.split('/')[-1]} "
+                                            f"({exc.__class__.__name__})") from None
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -218,20 +216,19 @@ class TorchScriptSource(TensorSource):
         info = self._offsets[ref.storage.member]
         nbytes = ref.storage.numel * itemsize(ref.storage.dtype)
         if info.file_size != nbytes:
-            raise CorruptCheckpointError(
-                f"{self._path}: record {info.filename} holds {info.file_size} bytes, its storage needs {nbytes}",
-                path=str(self._path))
+            raise CorruptCheckpointError.at(
+                self._path, f"record {info.filename} holds {info.file_size} bytes, its storage needs {nbytes}")
         try:
             with open_regular(self._path) as fh, open_zip(self._path, fh, "TorchScript archive") as archive:
                 raw = bytearray(archive.read(info))  # zipfile checks the record's CRC-32
         except WbfeError:
             raise
         except ZIP_ERRORS as exc:
-            raise CorruptCheckpointError(f"{self._path}: record {info.filename} unreadable ({exc.__class__.__name__})",
-                                         path=str(self._path)) from None
+            raise CorruptCheckpointError.at(
+                self._path, f"record {info.filename} unreadable ({exc.__class__.__name__})") from None
         if len(raw) != nbytes:  # a stored record reads its compressed size, which may say less than its size
-            raise CorruptCheckpointError(f"{self._path}: record {info.filename} gives {len(raw)} bytes, its header "
-                                         f"says {nbytes}", path=str(self._path))
+            raise CorruptCheckpointError.at(self._path, f"record {info.filename} gives {len(raw)} bytes, its header "
+                                            f"says {nbytes}")
         storage = torch.frombuffer(raw, dtype=getattr(torch, ref.storage.dtype)) if raw else \
             torch.empty(0, dtype=getattr(torch, ref.storage.dtype))
         return torch.as_strided(storage, ref.size, ref.stride, ref.offset).clone()
