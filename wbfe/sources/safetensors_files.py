@@ -96,14 +96,13 @@ def header_length(prefix: bytes, size: int, where: str) -> int:
 
 def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Validate the header bytes ``raw`` of a safetensors file of ``size`` bytes (as :func:`read_header`)."""
-    path = where
-    header = _parse_json(raw, "corrupt safetensors header", path)
+    header = _parse_json(raw, "corrupt safetensors header", where)
     if not isinstance(header, dict):
-        raise CorruptCheckpointError.at(path, "corrupt safetensors header (not a JSON object)")
+        raise CorruptCheckpointError.at(where, "corrupt safetensors header (not a JSON object)")
     metadata = header.pop("__metadata__", None)  # null is allowed
     if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
-        raise CorruptCheckpointError.at(path, "corrupt safetensors header (__metadata__ must map strings to strings)")
-    tensors = {name: _tensor_info(path, name, info) for name, info in header.items()}
+        raise CorruptCheckpointError.at(where, "corrupt safetensors header (__metadata__ must map strings to strings)")
+    tensors = {name: _tensor_info(where, name, info) for name, info in header.items()}
     ordered = dict(sorted(tensors.items(), key=lambda kv: tuple(kv[1]["data_offsets"])))
     data_size = size - 8 - len(raw)
     position = 0
@@ -111,14 +110,14 @@ def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str,
         start, end = info["data_offsets"]
         if start != position:
             what = "overlaps the tensor before it" if start < position else "leaves a gap before it"
-            raise CorruptCheckpointError.at(path, f"corrupt safetensors header (the data of tensor {name!r} {what})")
+            raise CorruptCheckpointError.at(where, f"corrupt safetensors header (the data of tensor {name!r} {what})")
         position = end
     if position > data_size:
-        raise TruncatedCheckpointError.at(path, f"truncated safetensors file (tensor data needs {position} bytes "
+        raise TruncatedCheckpointError.at(where, f"truncated safetensors file (tensor data needs {position} bytes "
                                           f"after the header, file has {data_size})")
     if position < data_size:
         raise CorruptCheckpointError.at(
-            path, f"corrupt safetensors header (its tensors cover {position} of the {data_size} data bytes)")
+            where, f"corrupt safetensors header (its tensors cover {position} of the {data_size} data bytes)")
     return ordered, dict(metadata or {})
 
 
