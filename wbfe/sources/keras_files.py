@@ -147,17 +147,11 @@ class KerasSource(TensorSource):
                 check_hdf5_index(path)
                 h5 = h5py.File(path, "r")
                 size = path.stat().st_size
-        except Hdf5IndexError as exc:
-            self._close_archive()
-            raise _hdf5_error(path, OSError(exc.text)) from None
-        except (OSError, CorruptCheckpointError) as exc:
-            self._close_archive()
-            if isinstance(exc, CorruptCheckpointError):
-                raise
-            raise _hdf5_error(path, exc) from None
-        self._h5 = h5
-        try:
+            self._h5 = h5
             self._vars, description, extra = self._plan(h5, config, size)
+        except Hdf5IndexError as exc:
+            self.close_files()
+            raise _hdf5_error(path, OSError(exc.text)) from None
         except (KeyError, OSError, ValueError, RuntimeError) as exc:
             self.close_files()
             if isinstance(exc, CorruptCheckpointError):
