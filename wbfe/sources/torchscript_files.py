@@ -287,9 +287,7 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
             members = declared.get(type(value).qualname)
             kind = None if members is None else kind  # an undeclared class: what its tensors are is unknown
             value = value.state
-        if id(value) in seen:
-            continue
-        if not isinstance(value, (dict, list, tuple)):
+        if id(value) in seen or not isinstance(value, (dict, list, tuple)):
             continue
         items = [(str(k), v) for k, v in (value.items() if isinstance(value, dict) else enumerate(value))]
         seen.add(id(value))
