@@ -13,8 +13,9 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from wbfe.errors import CorruptCheckpointError, WbfeError
+from wbfe.errors import CorruptCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+from wbfe.sources.io import reading_zip
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format
 
 __all__ = ["NpzSource", "NPZ", "numpy_dtype_name"]
@@ -100,13 +101,10 @@ class NpzSource(TensorSource):
 
     def read(self, member: _Member) -> Any:
         """One array, read with ``allow_pickle=False`` (``CorruptCheckpointError`` for a damaged member)."""
-        try:
-            with open_regular(self._path) as fh, open_zip(self._path, fh, ".npz archive") as archive, archive.open(member.member) as f:
+        why = f"array {member.name!r} unreadable"
+        with reading_zip(self._path, ".npz archive", lambda exc: f"{why} ({str(exc)[:80]})") as archive:
+            with archive.open(member.member) as f:
                 array = np.lib.format.read_array(f, allow_pickle=False)
-        except WbfeError:
-            raise
-        except ZIP_ERRORS as exc:
-            raise CorruptCheckpointError.at(self._path, f"array {member.name!r} unreadable ({str(exc)[:80]})") from None
         # np.array, not ascontiguousarray, which makes a 0-d array 1-d; native byte order for torch.
         return np.array(array, dtype=array.dtype.newbyteorder("="), order="C")
 

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError, WbfeError
 from wbfe.linalg.arrays import itemsize
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
-from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format, zip_members
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources.io import reading_zip
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
 from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
 if TYPE_CHECKING:
@@ -138,27 +139,19 @@ class TorchScriptSource(TensorSource):
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
         require_torch("reading a TorchScript archive")
         self._path = path
-        with open_regular(path) as fh:
-            try:
-                with open_zip(path, fh, "TorchScript archive") as archive:
-                    members = set(archive.namelist())
-                    found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
-                    if not found or f"{found[0]}/constants.pkl" not in members:
-                        raise CorruptCheckpointError.at(
-                            path, "not a TorchScript archive (no data.pkl and constants.pkl)")
-                    prefix = found[0]
-                    order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
-                    if order not in (b"little", b""):  # no record: written before byteorder was, little-endian
-                        raise CorruptCheckpointError.at(path, "a big-endian TorchScript archive")
-                    tree = self._unpickle(archive, f"{prefix}/data.pkl", f"{prefix}/data")
-                    constants = self._unpickle(archive, f"{prefix}/constants.pkl", f"{prefix}/constants")
-                    declared = _declarations(archive, prefix)
-                    self._offsets = {i.filename: i for i in archive.infolist()}
-            except WbfeError:
-                raise
-            except ZIP_ERRORS as exc:  # a damaged archive (see ZIP_ERRORS), never a traceback
-                raise CorruptCheckpointError.at(path, "not a readable TorchScript archive (a damaged zip: "
-                                                f"{exc.__class__.__name__})") from None
+        with reading_zip(path, "TorchScript archive") as archive:
+            members = set(archive.namelist())
+            found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
+            if not found or f"{found[0]}/constants.pkl" not in members:
+                raise CorruptCheckpointError.at(path, "not a TorchScript archive (no data.pkl and constants.pkl)")
+            prefix = found[0]
+            order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
+            if order not in (b"little", b""):  # no record: written before byteorder was, little-endian
+                raise CorruptCheckpointError.at(path, "a big-endian TorchScript archive")
+            tree = self._unpickle(archive, f"{prefix}/data.pkl", f"{prefix}/data")
+            constants = self._unpickle(archive, f"{prefix}/constants.pkl", f"{prefix}/constants")
+            declared = _declarations(archive, prefix)
+            self._offsets = {i.filename: i for i in archive.infolist()}
         self._tensors, self._kinds = _collect(tree, constants, declared)
         self._signal: Optional[dict[str, str]] = None
         for name, t in self._tensors:
@@ -218,14 +211,9 @@ class TorchScriptSource(TensorSource):
         if info.file_size != nbytes:
             raise CorruptCheckpointError.at(
                 self._path, f"record {info.filename} holds {info.file_size} bytes, its storage needs {nbytes}")
-        try:
-            with open_regular(self._path) as fh, open_zip(self._path, fh, "TorchScript archive") as archive:
-                raw = bytearray(archive.read(info))  # zipfile checks the record's CRC-32
-        except WbfeError:
-            raise
-        except ZIP_ERRORS as exc:
-            raise CorruptCheckpointError.at(
-                self._path, f"record {info.filename} unreadable ({exc.__class__.__name__})") from None
+        why = f"record {info.filename} unreadable"
+        with reading_zip(self._path, "TorchScript archive", lambda exc: f"{why} ({exc.__class__.__name__})") as archive:
+            raw = bytearray(archive.read(info))  # zipfile checks the record's CRC-32
         if len(raw) != nbytes:  # a stored record reads its compressed size, which may say less than its size
             raise CorruptCheckpointError.at(self._path, f"record {info.filename} gives {len(raw)} bytes, its header "
                                             f"says {nbytes}")
