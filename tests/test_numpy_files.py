@@ -71,3 +71,16 @@ def test_damaged_archives_get_a_typed_error(tmp_path: Path, damage: str) -> None
                 entry.load()
     if damage == "huge-shape":
         assert str(info.value).endswith("'fc' holds 16 bytes, its header declares 8000000000000")
+
+
+def test_a_member_damaged_past_its_header_is_refused_when_read(tmp_path: Path) -> None:
+    path = tmp_path / "w.npz"
+    np.savez(path, w=RNG.standard_normal((64, 32)))
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # a byte of the array's data: the header reads, the member fails its CRC-32
+    path.write_bytes(bytes(raw))
+    with open_source(path) as source:
+        (entry,) = source.entries()
+        with pytest.raises(CorruptCheckpointError) as info:
+            entry.load()
+    assert str(info.value) == f"{path}: array 'w' unreadable (Bad CRC-32 for file 'w.npy')"

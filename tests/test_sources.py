@@ -141,8 +141,11 @@ def test_truncated_file(st_file: Path, tmp_path: Path) -> None:
         open_source(cut)
     tiny = tmp_path / "tiny.safetensors"
     tiny.write_bytes(data[:5])
-    with pytest.raises(TruncatedCheckpointError, match="no header"):
+    with pytest.raises(TruncatedCheckpointError, match="no header") as caught:
         open_source(tiny)
+    # Built by TruncatedCheckpointError.at: "<path>: <why>", the path kept on the error.
+    assert str(caught.value) == f"{tiny}: truncated safetensors file (5 bytes, no header)"
+    assert caught.value.path == str(tiny)  # type: ignore[attr-defined]
 
 
 def test_truncated_and_missing_shard(tmp_path: Path, state_dict: dict) -> None:

@@ -4,7 +4,7 @@ matching built-in; one-line messages, structured fields (``ref``, ``path``...) k
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, TypeVar
 
 __all__ = [
     "printable", "clip", "WbfeError", "SourceNotFoundError", "ModelNotFoundError", "CorruptCheckpointError",
@@ -37,6 +37,9 @@ def clip(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:(") + "…"
 
 
+_E = TypeVar("_E", bound="WbfeError")
+
+
 class WbfeError(Exception):
     """Base class of every error wbfe raises on purpose."""
 
@@ -46,6 +49,11 @@ class WbfeError(Exception):
         self.fields = fields
         for key, value in fields.items():
             setattr(self, key, value)
+
+    @classmethod
+    def at(cls: type[_E], path: object, why: str, **fields: object) -> _E:
+        """The error ``"<path>: <why>"`` about one file or URL, with ``path`` kept (as text) on the instance."""
+        return cls(f"{path}: {why}", path=str(path), **fields)
 
 
 class SourceNotFoundError(WbfeError, FileNotFoundError):

@@ -88,15 +88,15 @@ class FlaxSource(TensorSource):
             tree = msgpack.unpackb(raw, ext_hook=_ext_hook, raw=False, strict_map_key=False)
         except (msgpack.UnpackException, ValueError, TypeError, RecursionError) as exc:
             if isinstance(exc, msgpack.OutOfData) or "incomplete input" in str(exc):
-                raise TruncatedCheckpointError(f"{path}: truncated Flax msgpack file", path=str(path)) from None
-            raise CorruptCheckpointError(f"{path}: not a readable Flax msgpack file ({exc.__class__.__name__}: "
-                                         f"{str(exc)[:80]})", path=str(path)) from None
+                raise TruncatedCheckpointError.at(path, "truncated Flax msgpack file") from None
+            raise CorruptCheckpointError.at(path, f"not a readable Flax msgpack file ({exc.__class__.__name__}: "
+                                            f"{str(exc)[:80]})") from None
         del raw
         if not isinstance(tree, dict):
-            raise CorruptCheckpointError(f"{path}: not a Flax checkpoint (the top level is no map)", path=str(path))
+            raise CorruptCheckpointError.at(path, "not a Flax checkpoint (the top level is no map)")
         self._leaves = self._flatten(tree)
         if not self._leaves:
-            raise CorruptCheckpointError(f"{path}: a Flax msgpack file with no arrays", path=str(path))
+            raise CorruptCheckpointError.at(path, "a Flax msgpack file with no arrays")
         self.provenance = Provenance(source=ref, format="flax-msgpack", files=[str(path)], pending=FileDigest([path]))
 
     def _flatten(self, tree: dict[Any, Any]) -> list[_Leaf]:
@@ -119,8 +119,7 @@ class FlaxSource(TensorSource):
                 continue  # a step count, a flag: not a tensor
             leaf = self._leaf(path, value)
             if leaf.name in names:
-                raise CorruptCheckpointError(f"{self._path}: two arrays are both named {leaf.name!r}",
-                                             path=str(self._path))
+                raise CorruptCheckpointError.at(self._path, f"two arrays are both named {leaf.name!r}")
             names.add(leaf.name)
             out.append(leaf)
         return out
@@ -132,8 +131,8 @@ class FlaxSource(TensorSource):
             return _Leaf(name, array, None, f"{array.dtype} array: not a weight dtype")
         need, have = math.prod(array.shape) * itemsize(dtype), sum(len(p) for p in array.pieces)
         if have != need:
-            raise CorruptCheckpointError(f"{self._path}: array {'.'.join(path)!r} holds {have} bytes, its shape "
-                                         f"needs {need}", path=str(self._path))
+            raise CorruptCheckpointError.at(self._path, f"array {'.'.join(path)!r} holds {have} bytes, its shape "
+                                            f"needs {need}")
         skip = "optimizer state" if path and path[0] in _OPTIMIZER else None
         return _Leaf(name, array, torch_layout(path[-1] if path else "", len(array.shape)), skip)
 
@@ -142,11 +141,9 @@ class FlaxSource(TensorSource):
             shape = tuple(int(value["shape"][str(i)]) for i in range(len(value["shape"])))
             chunks = [value["chunks"][str(i)] for i in range(len(value["chunks"]))]
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise CorruptCheckpointError(f"{self._path}: chunked array {'.'.join(path)!r} is malformed",
-                                         path=str(self._path)) from None
+            raise CorruptCheckpointError.at(self._path, f"chunked array {'.'.join(path)!r} is malformed") from None
         if not chunks or not all(isinstance(c, _Array) and c.dtype == chunks[0].dtype for c in chunks):
-            raise CorruptCheckpointError(f"{self._path}: chunked array {'.'.join(path)!r} has no or mixed chunks",
-                                         path=str(self._path))
+            raise CorruptCheckpointError.at(self._path, f"chunked array {'.'.join(path)!r} has no or mixed chunks")
         return _Array(shape, chunks[0].dtype, tuple(p for c in chunks for p in c.pieces))
 
     def __len__(self) -> int:

@@ -44,9 +44,8 @@ def split_files(path: Path) -> list[Path]:
     missing = [i for i, f in enumerate(files, 1) if not f.is_file()]
     if missing or not 1 <= int(found["no"]) <= count:
         number = missing[0] if missing else int(found["no"])
-        raise SourceNotFoundError(
-            f"{path}: split {number} of {count} ({path.name.replace(found['no'], f'{number:05d}', 1)}) is missing",
-            path=str(path))
+        raise SourceNotFoundError.at(
+            path, f"split {number} of {count} ({path.name.replace(found['no'], f'{number:05d}', 1)}) is missing")
     return files
 
 
@@ -60,14 +59,12 @@ class _Split:
         except ValueError as exc:
             # The reader's views of tensor data that the file is too short for fail to reshape.
             if "reshape" in str(exc) or "out of bounds" in str(exc):
-                raise TruncatedCheckpointError(f"{path}: truncated GGUF file (tensor data runs past the end of its "
-                                               f"{size} bytes)", path=str(path)) from None
-            raise CorruptCheckpointError(f"{path}: corrupt or truncated GGUF header ({_one_line(exc)})",
-                                         path=str(path)) from None
+                raise TruncatedCheckpointError.at(path, "truncated GGUF file (tensor data runs past the end of its "
+                                                  f"{size} bytes)") from None
+            raise CorruptCheckpointError.at(path, f"corrupt or truncated GGUF header ({_one_line(exc)})") from None
         except (IndexError, KeyError, OverflowError, TypeError, UnicodeDecodeError, MemoryError) as exc:
-            raise CorruptCheckpointError(
-                f"{path}: corrupt or truncated GGUF header ({exc.__class__.__name__}: {_one_line(exc)})",
-                path=str(path)) from None
+            raise CorruptCheckpointError.at(
+                path, f"corrupt or truncated GGUF header ({exc.__class__.__name__}: {_one_line(exc)})") from None
         self.metadata = _metadata(reader, gguf)
         self.split_count = _field(reader, "split.count")
         # (name, quant type name, dims out x in, first byte, byte count): plain values only, so the
@@ -76,9 +73,8 @@ class _Split:
         for t in reader.tensors:
             first, nbytes = int(t.data_offset), int(t.n_bytes)
             if first < 0 or first + nbytes > size:
-                raise TruncatedCheckpointError(
-                    f"{path}: tensor {t.name!r} lies past the end of the file ({first + nbytes} > {size} bytes)",
-                    path=str(path))
+                raise TruncatedCheckpointError.at(
+                    path, f"tensor {t.name!r} lies past the end of the file ({first + nbytes} > {size} bytes)")
             dims = tuple(int(d) for d in reversed(t.shape.tolist()))
             self.tensors.append((t.name, t.tensor_type.name, dims, first, nbytes))
         del reader
@@ -103,25 +99,24 @@ def _check_header(path: Path) -> int:
     with open(path, "rb") as fh:
         data = fh.read(min(size, _MAX_HEADER_SCAN))
     if len(data) < 4:
-        raise TruncatedCheckpointError(f"{path}: truncated GGUF file ({size} bytes)", path=str(path))
+        raise TruncatedCheckpointError.at(path, f"truncated GGUF file ({size} bytes)")
     if data[:4] != GGUF_MAGIC:
-        raise CorruptCheckpointError(
-            f"{path}: not a GGUF file (magic {data[:4]!r}, expected {GGUF_MAGIC!r})", path=str(path))
+        raise CorruptCheckpointError.at(path, f"not a GGUF file (magic {data[:4]!r}, expected {GGUF_MAGIC!r})")
     if len(data) < 24:
-        raise TruncatedCheckpointError(f"{path}: truncated GGUF header ({size} bytes)", path=str(path))
+        raise TruncatedCheckpointError.at(path, f"truncated GGUF header ({size} bytes)")
     # A big-endian file's version, read little-endian, has its low 16 bits zero (gguf's test).
     order = ">" if struct.unpack_from("<I", data, 4)[0] & 0xFFFF == 0 else "<"
     version, n_tensors, n_kv = struct.unpack_from(order + "IQQ", data, 4)
     if version == 1:  # 32-bit counts: left to the gguf package
         return size
     if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
-        raise TruncatedCheckpointError(
-            f"{path}: truncated or corrupt GGUF header ({n_tensors} tensors and {n_kv} key-value pairs do not fit "
-            f"in its {size} bytes)", path=str(path))
+        raise TruncatedCheckpointError.at(
+            path, f"truncated or corrupt GGUF header ({n_tensors} tensors and {n_kv} key-value pairs do not fit "
+            f"in its {size} bytes)")
 
     def short() -> TruncatedCheckpointError:
-        return TruncatedCheckpointError(f"{path}: truncated or corrupt GGUF header (a value runs past the end of "
-                                        f"its {size} bytes)", path=str(path))
+        return TruncatedCheckpointError.at(path, "truncated or corrupt GGUF header (a value runs past the end of "
+                                           f"its {size} bytes)")
 
     def need(end: int) -> None:
         if end > len(data):
@@ -149,7 +144,7 @@ def _check_header(path: Path) -> int:
                 for _ in range(n):
                     at = value(at, item, depth + 1)
         else:
-            raise CorruptCheckpointError(f"{path}: corrupt GGUF header (value type {kind})", path=str(path))
+            raise CorruptCheckpointError.at(path, f"corrupt GGUF header (value type {kind})")
         if at > size:
             raise short()
         return at
@@ -210,9 +205,9 @@ class GGUFSource(TensorSource):
         self._splits = [_Split(f) for f in files]
         counts = {s.split_count for s in self._splits}
         if len(files) > 1 and counts != {len(files)}:
-            raise CorruptCheckpointError(
-                f"{path}: split count in the files ({sorted(c for c in counts if c is not None)}) "
-                f"does not match the {len(files)} files of the set", path=str(path))
+            raise CorruptCheckpointError.at(
+                path, f"split count in the files ({sorted(c for c in counts if c is not None)}) "
+                f"does not match the {len(files)} files of the set")
         names = [t[0] for s in self._splits for t in s.tensors]
         note = None
         if "output.weight" in names:

@@ -142,22 +142,16 @@ class KerasSource(TensorSource):
                 size = self._member_size
             else:
                 if head != HDF5_MAGIC:
-                    raise CorruptCheckpointError(f"{path}: not a Keras file (neither HDF5 nor a .keras zip: starts "
-                                                 f"{head[:8]!r})", path=str(path))
+                    raise CorruptCheckpointError.at(path, "not a Keras file (neither HDF5 nor a .keras zip: starts "
+                                                    f"{head[:8]!r})")
                 check_hdf5_index(path)
                 h5 = h5py.File(path, "r")
                 size = path.stat().st_size
-        except Hdf5IndexError as exc:
-            self._close_archive()
-            raise _hdf5_error(path, OSError(exc.text)) from None
-        except (OSError, CorruptCheckpointError) as exc:
-            self._close_archive()
-            if isinstance(exc, CorruptCheckpointError):
-                raise
-            raise _hdf5_error(path, exc) from None
-        self._h5 = h5
-        try:
+            self._h5 = h5
             self._vars, description, extra = self._plan(h5, config, size)
+        except Hdf5IndexError as exc:
+            self.close_files()
+            raise _hdf5_error(path, OSError(exc.text)) from None
         except (KeyError, OSError, ValueError, RuntimeError) as exc:
             self.close_files()
             if isinstance(exc, CorruptCheckpointError):
@@ -177,8 +171,7 @@ class KerasSource(TensorSource):
         try:
             self._archive = archive = zipfile.ZipFile(path)
             if _WEIGHTS_MEMBER not in archive.namelist():
-                raise CorruptCheckpointError(f"{path}: a zip without {_WEIGHTS_MEMBER}: not a Keras 3 archive",
-                                             path=str(path))
+                raise CorruptCheckpointError.at(path, f"a zip without {_WEIGHTS_MEMBER}: not a Keras 3 archive")
             config = _read_json(archive, "config.json")
             metadata = _read_json(archive, "metadata.json")  # None where there is none
             info = archive.getinfo(_WEIGHTS_MEMBER)
@@ -197,13 +190,13 @@ class KerasSource(TensorSource):
                 while chunk := self._fileobj.read(1 << 20):
                     crc = zlib.crc32(chunk, crc)
                 if crc != info.CRC:
-                    raise CorruptCheckpointError(f"{path}: {_WEIGHTS_MEMBER} fails its CRC-32 check", path=str(path))
+                    raise CorruptCheckpointError.at(path, f"{_WEIGHTS_MEMBER} fails its CRC-32 check")
                 self._fileobj.seek(0)
             else:
                 self._fileobj = archive.open(info)
         except ZIP_ERRORS as exc:  # our own CorruptCheckpointError (a ValueError) included: one message
             self._close_archive()
-            raise CorruptCheckpointError(f"{path}: corrupt or truncated .keras archive ({exc})", path=str(path)) from None
+            raise CorruptCheckpointError.at(path, f"corrupt or truncated .keras archive ({exc})") from None
         return config, metadata if isinstance(metadata, dict) else {}
 
     def _close_archive(self) -> None:
@@ -218,8 +211,8 @@ class KerasSource(TensorSource):
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
         if not all(isinstance(name, str) for name in datasets):  # h5py gives a name that is not UTF-8 as bytes
-            raise CorruptCheckpointError(f"{self._path}: an HDF5 dataset name that is not UTF-8 text; Keras writes "
-                                         "UTF-8 names", path=str(self._path))
+            raise CorruptCheckpointError.at(self._path, "an HDF5 dataset name that is not UTF-8 text; Keras "
+                                            "writes UTF-8 names")
         extra: dict[str, Any] = {}
         for key in ("keras_version", "backend"):
             value = h5.attrs.get(key)
@@ -240,9 +233,8 @@ class KerasSource(TensorSource):
             ordered = self._plan_keras3(h5, datasets, config)
             head, why = _head(ordered, config, keras3=True)
         else:
-            raise CorruptCheckpointError(
-                f"{self._path}: an HDF5 file but not Keras weights (no model_weights, layer_names or layers/)",
-                path=str(self._path))
+            raise CorruptCheckpointError.at(
+                self._path, "an HDF5 file but not Keras weights (no model_weights, layer_names or layers/)")
         listed = {v.path for v in ordered}
         for path in datasets:  # everything else: optimizer and metric state, stray datasets
             if path not in listed:
@@ -254,8 +246,8 @@ class KerasSource(TensorSource):
             ds = h5[var.path]
             offset = ds.id.get_offset()
             if offset is not None and offset + ds.id.get_storage_size() > size:
-                raise TruncatedCheckpointError(f"{self._path}: data of {var.name!r} lies past the end of the weights "
-                    f"({offset + ds.id.get_storage_size()} > {size} bytes)", path=str(self._path))
+                raise TruncatedCheckpointError.at(self._path, f"data of {var.name!r} lies past the end of the weights "
+                    f"({offset + ds.id.get_storage_size()} > {size} bytes)")
         description = None
         if config_layers(config):  # the file's own model graph: its order and its output layer
             description = FrameworkDescription(
@@ -275,20 +267,17 @@ class KerasSource(TensorSource):
                    for layer in _walk_config(model_config)}
         layer_names = _attr_list(root, "layer_names")
         if layer_names is None:
-            raise CorruptCheckpointError(f"{self._path}: Keras HDF5 without its layer_names attribute",
-                                         path=str(self._path))
+            raise CorruptCheckpointError.at(self._path, "Keras HDF5 without its layer_names attribute")
         out: list[_Var] = []
         for layer in layer_names:
             if layer not in root:
-                raise CorruptCheckpointError(f"{self._path}: layer {layer!r} listed in layer_names is missing",
-                                             path=str(self._path))
+                raise CorruptCheckpointError.at(self._path, f"layer {layer!r} listed in layer_names is missing")
             group = root[layer]
             layer_class = classes.get(layer) or _NUMBERED.match(layer)["base"]  # type: ignore[index]
             for weight in _attr_list(group, "weight_names") or []:
                 if weight not in group:
-                    raise CorruptCheckpointError(
-                        f"{self._path}: weight {weight!r} of layer {layer!r} listed in weight_names is missing",
-                        path=str(self._path))
+                    raise CorruptCheckpointError.at(
+                        self._path, f"weight {weight!r} of layer {layer!r} listed in weight_names is missing")
                 var = weight.split("/")[-1].split(":")[0]
                 path = f"{group.name.lstrip('/')}/{weight}"
                 # A weight of a nested model names its own layer: ``backbone/conv1/kernel``.
@@ -335,14 +324,13 @@ class KerasSource(TensorSource):
     def read(self, var: _Var) -> Any:
         with self._lock:
             if self._h5 is None:
-                raise CorruptCheckpointError(f"{self._path}: read after the file was closed", path=str(self._path))
+                raise CorruptCheckpointError.at(self._path, "read after the file was closed")
             ds = self._h5[var.path]
             try:
                 array = ds[()]
             except (OSError, ValueError) as exc:
-                raise TruncatedCheckpointError(
-                    f"{self._path}: data of {var.name!r} unreadable ({str(exc).splitlines()[0][:120]})",
-                    path=str(self._path)) from None
+                raise TruncatedCheckpointError.at(
+                    self._path, f"data of {var.name!r} unreadable ({str(exc).splitlines()[0][:120]})") from None
         if var.dtype == "bfloat16":  # Keras 3 stores bfloat16 as 2-byte opaque values, so marked
             bits = _to_torch_layout(np.ascontiguousarray(array).view(np.uint8).view(np.int16), var.layout)
             return from_bytes(bits.view(np.uint8), "bfloat16", bits.shape)
@@ -365,7 +353,7 @@ def _hdf5_error(path: Path, exc: BaseException) -> CorruptCheckpointError:
     text = str(exc).strip("'\"").splitlines()[0][:160] if str(exc) else exc.__class__.__name__
     truncated = any(k in text.lower() for k in ("truncated", "dataset size", "addr overflow", "eof"))
     kind = TruncatedCheckpointError if truncated else CorruptCheckpointError
-    return kind(f"{path}: {'truncated' if truncated else 'corrupt'} HDF5 file ({text})", path=str(path))
+    return kind.at(path, f"{'truncated' if truncated else 'corrupt'} HDF5 file ({text})")
 
 
 def _dtype_name(ds: Any) -> str:
@@ -431,7 +419,7 @@ def _read_json(archive: zipfile.ZipFile, member: str) -> Any:
     except KeyError:
         return None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptCheckpointError(f"{archive.filename}: {member} is not JSON ({exc})", path=archive.filename) from None
+        raise CorruptCheckpointError.at(archive.filename, f"{member} is not JSON ({exc})") from None
 
 
 def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:

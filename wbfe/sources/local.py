@@ -35,15 +35,15 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
         try:
             chosen = pick_weight_files(listing)
         except CorruptCheckpointError as exc:
-            raise CorruptCheckpointError(f"{path}: {exc}", path=str(path)) from None
+            raise CorruptCheckpointError.at(path, str(exc)) from None
         if not chosen:
             listed = ", ".join(f"*{s}" for s in checkpoint_suffixes())
-            raise SourceNotFoundError(f"{path}: no weight files ({listed}) in this folder", path=str(path))
+            raise SourceNotFoundError.at(path, f"no weight files ({listed}) in this folder")
         others = other_formats(listing, chosen[0])
         if others and not (path / "config.json").is_file():  # several formats are several checkpoints
             shown = ", ".join([chosen[0], *others][:6]) + (", ..." if len(others) > 5 else "")
-            raise CorruptCheckpointError(f"{path}: this folder holds checkpoints of more than one format ({shown}); "
-                                         f"name the file to score, e.g. {path / chosen[0]}", path=str(path))
+            raise CorruptCheckpointError.at(path, f"this folder holds checkpoints of more than one format ({shown}); "
+                                            f"name the file to score, e.g. {path / chosen[0]}")
         path = path / chosen[0]
         source = open_file(path, ref, fmt)
         source.config = read_model_config(path.parent)
@@ -100,7 +100,7 @@ def open_file(path: Path, ref: str, fmt: str | None = None) -> TensorSource:
     found = format_of(path)
     if found is None:
         expected = ", ".join(checkpoint_suffixes())
-        raise SourceNotFoundError(f"{path}: not a checkpoint format wbfe reads (expected {expected})", path=str(path))
+        raise SourceNotFoundError.at(path, f"not a checkpoint format wbfe reads (expected {expected})")
     open_regular(path).close()  # a FIFO or device named like a checkpoint is refused, never read
     return found.open(path, ref, fmt)
 

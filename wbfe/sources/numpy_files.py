@@ -13,8 +13,9 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from wbfe.errors import CorruptCheckpointError, WbfeError
+from wbfe.errors import CorruptCheckpointError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+from wbfe.sources.io import reading_zip
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format
 
 __all__ = ["NpzSource", "NPZ", "numpy_dtype_name"]
@@ -53,18 +54,17 @@ class NpzSource(TensorSource):
             # numpy.load takes a file for a zip only by its first bytes; zipfile would also take one
             # with bytes before the archive (found by fuzzing), which numpy reads as a pickle.
             if fh.read(4) not in _ZIP_MAGIC:
-                raise CorruptCheckpointError(f"{path}: not an .npz archive (it does not start as a zip file)",
-                                             path=str(path))
+                raise CorruptCheckpointError.at(path, "not an .npz archive (it does not start as a zip file)")
             fh.seek(0)
             with open_zip(path, fh, ".npz archive") as archive:
                 self._members = [self._header(archive, info) for info in archive.infolist()
                                  if info.filename.endswith(".npy")]
         if not self._members:
-            raise CorruptCheckpointError(f"{path}: an .npz archive with no .npy arrays", path=str(path))
+            raise CorruptCheckpointError.at(path, "an .npz archive with no .npy arrays")
         names = [m.member for m in self._members]
         if len(set(names)) != len(names):  # a member is read by its name: which of two would be read?
             twice = next(n for n in names if names.count(n) > 1)
-            raise CorruptCheckpointError(f"{path}: an .npz archive with two members named {twice!r}", path=str(path))
+            raise CorruptCheckpointError.at(path, f"an .npz archive with two members named {twice!r}")
         self.provenance = Provenance(source=ref, format="npz", files=[str(path)], pending=FileDigest([path]))
 
     def _header(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
@@ -76,12 +76,12 @@ class NpzSource(TensorSource):
                 shape, _, dtype = read(fh)
                 data_start = fh.tell()
         except _HEADER_ERRORS as exc:
-            raise CorruptCheckpointError(f"{self._path}: array {name!r} has no readable .npy header ({str(exc)[:80]})",
-                                         path=str(self._path)) from None
+            raise CorruptCheckpointError.at(
+                self._path, f"array {name!r} has no readable .npy header ({str(exc)[:80]})") from None
         need = math.prod(int(d) for d in shape) * dtype.itemsize
         if not dtype.hasobject and info.file_size - data_start != need:  # before any allocation of that size
-            raise CorruptCheckpointError(f"{self._path}: array {name!r} holds {info.file_size - data_start} bytes, "
-                                         f"its header declares {need}", path=str(self._path))
+            raise CorruptCheckpointError.at(self._path, f"array {name!r} holds {info.file_size - data_start} bytes, "
+                                            f"its header declares {need}")
         torch_dtype = numpy_dtype_name(dtype)
         skip = None
         if dtype.hasobject:
@@ -101,14 +101,10 @@ class NpzSource(TensorSource):
 
     def read(self, member: _Member) -> Any:
         """One array, read with ``allow_pickle=False`` (``CorruptCheckpointError`` for a damaged member)."""
-        try:
-            with open_regular(self._path) as fh, open_zip(self._path, fh, ".npz archive") as archive, archive.open(member.member) as f:
+        why = f"array {member.name!r} unreadable"
+        with reading_zip(self._path, ".npz archive", lambda exc: f"{why} ({str(exc)[:80]})") as archive:
+            with archive.open(member.member) as f:
                 array = np.lib.format.read_array(f, allow_pickle=False)
-        except WbfeError:
-            raise
-        except ZIP_ERRORS as exc:
-            raise CorruptCheckpointError(f"{self._path}: array {member.name!r} unreadable ({str(exc)[:80]})",
-                                         path=str(self._path)) from None
         # np.array, not ascontiguousarray, which makes a 0-d array 1-d; native byte order for torch.
         return np.array(array, dtype=array.dtype.newbyteorder("="), order="C")
 

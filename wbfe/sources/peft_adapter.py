@@ -76,34 +76,34 @@ def read_lora_config(path: Path) -> LoraConfig:
         raw = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise CorruptCheckpointError(f"{path}: not a readable JSON adapter config ({reason})", path=str(path)) from None
+        raise CorruptCheckpointError.at(path, f"not a readable JSON adapter config ({reason})") from None
     if not isinstance(raw, dict):
-        raise CorruptCheckpointError(f"{path}: the adapter config is not a JSON object", path=str(path))
+        raise CorruptCheckpointError.at(path, "the adapter config is not a JSON object")
     kind = raw.get("peft_type")
     if kind != "LORA":
-        raise CorruptCheckpointError(f"{path}: peft_type {kind!r} is not supported (LoRA adapters only)", path=str(path))
+        raise CorruptCheckpointError.at(path, f"peft_type {kind!r} is not supported (LoRA adapters only)")
 
     def positive(value: Any, what: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise CorruptCheckpointError(f"{path}: {what} must be a positive number, not {value!r}", path=str(path))
+            raise CorruptCheckpointError.at(path, f"{what} must be a positive number, not {value!r}")
         return float(value)
 
     def rank(value: Any, what: str) -> int:  # PEFT's ranks are integers: r = 0.5 would scale by α/0
         if positive(value, what) != int(value):
-            raise CorruptCheckpointError(f"{path}: {what} must be a positive integer, not {value!r}", path=str(path))
+            raise CorruptCheckpointError.at(path, f"{what} must be a positive integer, not {value!r}")
         return int(value)
 
     def mapping(key: str) -> dict[Any, Any]:
         value = raw.get(key) or {}
         if not isinstance(value, dict):
-            raise CorruptCheckpointError(f"{path}: {key} must map module patterns to values, not a "
-                                         f"{type(value).__name__}", path=str(path))
+            raise CorruptCheckpointError.at(path, f"{key} must map module patterns to values, not a "
+                                            f"{type(value).__name__}")
         return value
 
     def flag(key: str) -> bool:
         value = raw.get(key, False)
         if value is not None and not isinstance(value, bool):
-            raise CorruptCheckpointError(f"{path}: {key} must be true or false, not {value!r}", path=str(path))
+            raise CorruptCheckpointError.at(path, f"{key} must be true or false, not {value!r}")
         return bool(value)
 
     r = rank(raw.get("r"), "r")
@@ -114,10 +114,10 @@ def read_lora_config(path: Path) -> LoraConfig:
         try:
             re.compile(key)
         except re.error as exc:
-            raise CorruptCheckpointError(f"{path}: pattern {key!r} is not a regular expression ({exc})", path=str(path)) from None
+            raise CorruptCheckpointError.at(path, f"pattern {key!r} is not a regular expression ({exc})") from None
     saved = raw.get("modules_to_save") or []
     if not isinstance(saved, list) or not all(isinstance(m, str) for m in saved):
-        raise CorruptCheckpointError(f"{path}: modules_to_save must be a list of module names", path=str(path))
+        raise CorruptCheckpointError.at(path, "modules_to_save must be a list of module names")
     base = raw.get("base_model_name_or_path")
     return LoraConfig(r=r, lora_alpha=alpha, use_rslora=flag("use_rslora"), rank_pattern=ranks, alpha_pattern=alphas,
                       use_dora=flag("use_dora"), fan_in_fan_out=flag("fan_in_fan_out"), modules_to_save=tuple(saved),
@@ -153,5 +153,4 @@ def open_adapter(folder: Path, ref: Optional[str] = None) -> AdapterSource:
     for name in _WEIGHT_FILES:
         if (folder / name).is_file():
             return AdapterSource(open_file(folder / name, ref if ref is not None else str(folder), None), lora, folder)
-    raise SourceNotFoundError(f"{folder}: adapter_config.json but no {' or '.join(_WEIGHT_FILES)} beside it",
-                              path=str(folder))
+    raise SourceNotFoundError.at(folder, f"adapter_config.json but no {' or '.join(_WEIGHT_FILES)} beside it")

@@ -70,7 +70,7 @@ def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         except OSError as exc:
             raise unreadable(path, exc) from None
     if len(raw) != n:
-        raise TruncatedCheckpointError(f"{path}: truncated safetensors file (short read)", path=str(path))
+        raise TruncatedCheckpointError.at(path, "truncated safetensors file (short read)")
     return parse_header(raw, size, str(path))
 
 
@@ -83,30 +83,26 @@ def header_length(prefix: bytes, size: int, where: str) -> int:
         CorruptCheckpointError: a length beyond the format's limit.
     """
     if len(prefix) < 8:
-        raise TruncatedCheckpointError(f"{where}: truncated safetensors file ({size} bytes, no header)", path=where)
+        raise TruncatedCheckpointError.at(where, f"truncated safetensors file ({size} bytes, no header)")
     (n,) = struct.unpack("<Q", prefix[:8])
     # The header length is the file's first 8 bytes: never print it (a foreign file's bytes).
     if n > _MAX_HEADER:
-        raise CorruptCheckpointError(
-            f"{where}: not a safetensors file (its first 8 bytes are not a header length)", path=where)
+        raise CorruptCheckpointError.at(where, "not a safetensors file (its first 8 bytes are not a header length)")
     if 8 + n > size:
-        raise TruncatedCheckpointError(
-            f"{where}: truncated safetensors file, or not one (its header would run past the end of its {size} bytes)",
-            path=where)
+        raise TruncatedCheckpointError.at(
+            where, f"truncated safetensors file, or not one (its header would run past the end of its {size} bytes)")
     return int(n)
 
 
 def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Validate the header bytes ``raw`` of a safetensors file of ``size`` bytes (as :func:`read_header`)."""
-    path = where
-    header = _parse_json(raw, f"{path}: corrupt safetensors header", path)
+    header = _parse_json(raw, "corrupt safetensors header", where)
     if not isinstance(header, dict):
-        raise CorruptCheckpointError(f"{path}: corrupt safetensors header (not a JSON object)", path=path)
+        raise CorruptCheckpointError.at(where, "corrupt safetensors header (not a JSON object)")
     metadata = header.pop("__metadata__", None)  # null is allowed
     if metadata is not None and not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
-        raise CorruptCheckpointError(
-            f"{path}: corrupt safetensors header (__metadata__ must map strings to strings)", path=path)
-    tensors = {name: _tensor_info(path, name, info) for name, info in header.items()}
+        raise CorruptCheckpointError.at(where, "corrupt safetensors header (__metadata__ must map strings to strings)")
+    tensors = {name: _tensor_info(where, name, info) for name, info in header.items()}
     ordered = dict(sorted(tensors.items(), key=lambda kv: tuple(kv[1]["data_offsets"])))
     data_size = size - 8 - len(raw)
     position = 0
@@ -114,17 +110,14 @@ def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str,
         start, end = info["data_offsets"]
         if start != position:
             what = "overlaps the tensor before it" if start < position else "leaves a gap before it"
-            raise CorruptCheckpointError(
-                f"{path}: corrupt safetensors header (the data of tensor {name!r} {what})", path=str(path))
+            raise CorruptCheckpointError.at(where, f"corrupt safetensors header (the data of tensor {name!r} {what})")
         position = end
     if position > data_size:
-        raise TruncatedCheckpointError(
-            f"{path}: truncated safetensors file (tensor data needs {position} bytes after the header, "
-            f"file has {data_size})", path=str(path))
+        raise TruncatedCheckpointError.at(where, f"truncated safetensors file (tensor data needs {position} bytes "
+                                          f"after the header, file has {data_size})")
     if position < data_size:
-        raise CorruptCheckpointError(
-            f"{path}: corrupt safetensors header (its tensors cover {position} of the {data_size} data bytes)",
-            path=str(path))
+        raise CorruptCheckpointError.at(
+            where, f"corrupt safetensors header (its tensors cover {position} of the {data_size} data bytes)")
     return ordered, dict(metadata or {})
 
 
@@ -134,15 +127,14 @@ def _parse_json(raw: bytes, what: str, path: Path | str) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         # The codec's message quotes the offending byte: never echo a file's bytes.
-        raise CorruptCheckpointError(f"{what} (not UTF-8 text)", path=str(path)) from None
+        raise CorruptCheckpointError.at(path, f"{what} (not UTF-8 text)") from None
     try:
         return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise CorruptCheckpointError(f"{what} (JSONDecodeError: {exc.msg} at character {exc.pos})",
-                                     path=str(path)) from None
+        raise CorruptCheckpointError.at(path, f"{what} (JSONDecodeError: {exc.msg} at character {exc.pos})") from None
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise CorruptCheckpointError(f"{what} ({reason})", path=str(path)) from None
+        raise CorruptCheckpointError.at(path, f"{what} ({reason})") from None
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -172,8 +164,7 @@ def _is_count(value: Any) -> bool:
 
 def _tensor_info(path: Path | str, name: str, info: Any) -> dict[str, Any]:
     def bad(reason: str) -> CorruptCheckpointError:
-        return CorruptCheckpointError(
-            f"{path}: corrupt safetensors header ({reason} for tensor {name[:200]!r})", path=str(path))
+        return CorruptCheckpointError.at(path, f"corrupt safetensors header ({reason} for tensor {name[:200]!r})")
 
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
         raise bad("expected an object with dtype, shape and data_offsets")
@@ -212,18 +203,16 @@ def index_shards(index_path: Path) -> list[tuple[Path, list[str]]]:
         try:
             for i in range(1, len(parts)):
                 if not stat.S_ISDIR(os.lstat(folder.joinpath(*parts[:i])).st_mode):
-                    raise CorruptCheckpointError(
-                        f"{index_path}: shard {shard!r} is reached through {'/'.join(parts[:i])!r}, which is not a "
-                        "folder of the checkpoint (a symlink or a file)", path=str(index_path))
+                    raise CorruptCheckpointError.at(
+                        index_path, f"shard {shard!r} is reached through {'/'.join(parts[:i])!r}, which is not a "
+                        "folder of the checkpoint (a symlink or a file)")
             mode = os.stat(folder / shard).st_mode
         except FileNotFoundError:
-            raise SourceNotFoundError(f"{index_path}: shard {shard!r} listed in the index is missing",
-                                      path=str(index_path)) from None
+            raise SourceNotFoundError.at(index_path, f"shard {shard!r} listed in the index is missing") from None
         except OSError as exc:
             raise unreadable(folder / shard, exc) from None
         if not stat.S_ISREG(mode):
-            raise CorruptCheckpointError(
-                f"{index_path}: shard {shard!r} listed in the index is not a regular file", path=str(index_path))
+            raise CorruptCheckpointError.at(index_path, f"shard {shard!r} listed in the index is not a regular file")
     return [(folder / shard, names) for shard, names in shards.items()]
 
 
@@ -242,21 +231,20 @@ def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
     """The shards of the index whose bytes are ``raw`` (a local or remote file named ``where``), as
     :func:`index_weight_map` gives them."""
     if len(raw) > MAX_INDEX:
-        raise CorruptCheckpointError(f"{where}: shard index larger than {MAX_INDEX} bytes", path=where)
-    index = _parse_json(raw, f"{where}: corrupt shard index", where)
+        raise CorruptCheckpointError.at(where, f"shard index larger than {MAX_INDEX} bytes")
+    index = _parse_json(raw, "corrupt shard index", where)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
-        raise CorruptCheckpointError(f"{where}: corrupt shard index (expected JSON with a 'weight_map' object)",
-            path=where)
+        raise CorruptCheckpointError.at(where, "corrupt shard index (expected JSON with a 'weight_map' object)")
     shards: dict[str, list[str]] = {}
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str):
-            raise CorruptCheckpointError(
-                f"{where}: corrupt shard index (the shard of tensor {tensor[:200]!r} is not a file name)", path=where)
+            raise CorruptCheckpointError.at(
+                where, f"corrupt shard index (the shard of tensor {tensor[:200]!r} is not a file name)")
         parts = [p for p in shard.split("/") if p not in ("", ".")]  # normalised, and inside the index's folder
         if shard.startswith("/") or "\\" in shard or "\0" in shard or ".." in parts or not parts:
-            raise CorruptCheckpointError(
-                f"{where}: shard {shard[:200]!r} is not a file name inside the checkpoint's folder", path=where)
+            raise CorruptCheckpointError.at(
+                where, f"shard {shard[:200]!r} is not a file name inside the checkpoint's folder")
         shards.setdefault("/".join(parts), []).append(tensor)
     return shards
 
@@ -293,8 +281,8 @@ class ShardedSafetensors(TensorSource):
             if listed is not None:
                 missing = [t for t in listed if t not in header]
                 if missing:
-                    raise CorruptCheckpointError(
-                        f"{key}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(key))
+                    raise CorruptCheckpointError.at(
+                        key, f"tensor {missing[0]!r} listed in the index is not in this shard")
                 # A name the index gives to another shard is that shard's: this copy is not scored either.
                 unlisted = [name for name in names if name not in indexed and name not in self._unlisted]
                 for name in names:
@@ -369,8 +357,7 @@ class _Shard:
             self._data_start = 8 + struct.unpack("<Q", self._fh.read(8))[0]
         except (OSError, struct.error) as exc:
             self._fh.close()
-            raise CorruptCheckpointError(f"{path}: changed while being read ({exc.__class__.__name__})",
-                                         path=str(path)) from None
+            raise CorruptCheckpointError.at(path, f"changed while being read ({exc.__class__.__name__})") from None
         self._lock = threading.Lock()  # seek + read on one handle must not interleave
 
     def read(self, info: dict[str, Any]) -> Any:
@@ -396,8 +383,7 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
     if end == start:
         return from_bytes(np.empty(0, dtype=np.uint8), name, shape)
     if os.fstat(fh.fileno()).st_size < data_start + end:  # cut short since its header was checked
-        raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (it changed while being read)",
-                                       path=str(fh.name))
+        raise TruncatedCheckpointError.at(fh.name, "truncated safetensors file (it changed while being read)")
     raw = None
     if end - start >= _MAP_BYTES and (data_start + start) % max(1, int(size)) == 0:
         with contextlib.suppress(OSError):  # a file system that cannot map files: read instead
@@ -406,7 +392,7 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
         raw = np.empty(end - start, dtype=np.uint8)
         fh.seek(data_start + start)
         if fh.readinto(raw.data) != end - start:
-            raise TruncatedCheckpointError(f"{fh.name}: truncated safetensors file (short read)", path=str(fh.name))
+            raise TruncatedCheckpointError.at(fh.name, "truncated safetensors file (short read)")
     return from_bytes(raw, name, shape)
 
 
@@ -420,9 +406,8 @@ def tensor_dtype(info: dict[str, Any], where: str) -> str:
     import torch
 
     if not isinstance(getattr(torch, name, None), torch.dtype):
-        raise UnsupportedDtypeError(
-            f"{where}: this torch ({torch.__version__}) has no {info['dtype']} tensors, which the file "
-            "stores", path=where, dtype=info["dtype"])
+        raise UnsupportedDtypeError.at(where, f"this torch ({torch.__version__}) has no {info['dtype']} tensors, "
+                                       "which the file stores", dtype=info["dtype"])
     return name
 
 

@@ -104,15 +104,14 @@ def check_legacy_records(path: Path, fh: BinaryIO) -> None:
     for key, count, start in records:
         size, declared = storages[key]
         if count != declared:
-            raise CorruptCheckpointError(
-                f"{path}: corrupt legacy PyTorch checkpoint (storage {key[:40]} holds {count} elements in the file, "
-                f"{declared} in its tensor: torch would read uninitialised memory)", path=str(path))
+            raise CorruptCheckpointError.at(
+                path, f"corrupt legacy PyTorch checkpoint (storage {key[:40]} holds {count} elements in the file, "
+                f"{declared} in its tensor: torch would read uninitialised memory)")
         if start + count * size > size_of_file:
-            raise CorruptCheckpointError(
-                f"{path}: truncated legacy PyTorch checkpoint (storage {key[:40]} runs past the end of the file)",
-                path=str(path))
+            raise CorruptCheckpointError.at(
+                path, f"truncated legacy PyTorch checkpoint (storage {key[:40]} runs past the end of the file)")
     unfilled = sorted(set(storages) - {key for key, _, _ in records})
     if unfilled:
-        raise CorruptCheckpointError(
-            f"{path}: corrupt legacy PyTorch checkpoint ({len(unfilled)} of its {len(storages)} storages have no "
-            "record in the file: torch would hand them over as uninitialised memory)", path=str(path))
+        raise CorruptCheckpointError.at(
+            path, f"corrupt legacy PyTorch checkpoint ({len(unfilled)} of its {len(storages)} storages have no "
+            "record in the file: torch would hand them over as uninitialised memory)")

@@ -60,17 +60,16 @@ def load_torch_file(path: Path) -> Any:
         found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL ([\w.]+)", text)
         if found or re.search(r"\b(global|GLOBAL|allowlisted|safe_globals)\b", text.split("WeightsUnpickler error:")[-1]):
             what = f" ({found.group(1)})" if found else ""
-            raise UnsafePickleError(f"{path}: refused to load a pickle that needs code{what}; wbfe only loads weights "
-                "(convert it to safetensors in a trusted environment)", path=str(path)) from None
+            raise UnsafePickleError.at(path, f"refused to load a pickle that needs code{what}; wbfe only loads weights "
+                "(convert it to safetensors in a trusted environment)") from None
         detail = _safe_detail(text.split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:120])
-        raise CorruptCheckpointError(f"{path}: not a readable PyTorch checkpoint ({detail})", path=str(path)) from None
+        raise CorruptCheckpointError.at(path, f"not a readable PyTorch checkpoint ({detail})") from None
     except (RuntimeError, KeyError, EOFError, ValueError, OSError, AttributeError, IndexError, TypeError,
             struct.error, MemoryError, RecursionError, NotImplementedError, AssertionError) as exc:
         # AssertionError: torch's legacy loader asserts on the file's content ("storage key not found").
         detail = _safe_detail(str(exc).split(". ")[0][:160])
-        raise CorruptCheckpointError(
-            f"{path}: not a readable PyTorch checkpoint (truncated or corrupt: {exc.__class__.__name__}: {detail})",
-            path=str(path)) from None
+        raise CorruptCheckpointError.at(path, "not a readable PyTorch checkpoint (truncated or corrupt: "
+                                        f"{exc.__class__.__name__}: {detail})") from None
 
 
 def _safe_detail(text: str) -> str:
@@ -85,19 +84,16 @@ def check_zip_records(path: Path, fh: Any) -> None:
         with zipfile.ZipFile(fh) as archive:
             for info in archive.infolist():
                 if info.compress_type != zipfile.ZIP_STORED:
-                    raise CorruptCheckpointError(
-                        f"{path}: not a PyTorch checkpoint (a compressed zip record; torch.save stores them "
-                        "uncompressed)", path=str(path))
+                    raise CorruptCheckpointError.at(path, "not a PyTorch checkpoint (a compressed zip record; "
+                                                    "torch.save stores them uncompressed)")
             bad = archive.testzip()
     except CorruptCheckpointError:
         raise
     except ZIP_ERRORS as exc:
-        raise CorruptCheckpointError(
-            f"{path}: not a readable PyTorch checkpoint (a damaged zip archive: {exc.__class__.__name__})",
-            path=str(path)) from None
+        raise CorruptCheckpointError.at(
+            path, f"not a readable PyTorch checkpoint (a damaged zip archive: {exc.__class__.__name__})") from None
     if bad is not None:
-        raise CorruptCheckpointError(
-            f"{path}: corrupt PyTorch checkpoint (a data record fails its CRC-32 check)", path=str(path))
+        raise CorruptCheckpointError.at(path, "corrupt PyTorch checkpoint (a data record fails its CRC-32 check)")
 
 
 def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
@@ -121,7 +117,7 @@ def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
                 break
         current = nested[0]
     keys = [str(k)[:80] for k in list(obj.keys())[:8]] if isinstance(obj, Mapping) else type(obj).__name__
-    raise CorruptCheckpointError(f"{where}: no state dict of tensors found (top level: {keys})", path=where)
+    raise CorruptCheckpointError.at(where, f"no state dict of tensors found (top level: {keys})")
 
 
 def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
@@ -139,8 +135,8 @@ def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
             name = f"{prefix}{key}"
             if isinstance(value, torch.Tensor):
                 if name in out:
-                    raise CorruptCheckpointError(
-                        f"{where}: two tensors are both named {name[:200]!r} once nested names are joined", path=where)
+                    raise CorruptCheckpointError.at(
+                        where, f"two tensors are both named {name[:200]!r} once nested names are joined")
                 out[name] = value
             elif isinstance(value, (Mapping, list, tuple)) and id(value) not in seen:
                 seen.add(id(value))
@@ -226,8 +222,7 @@ class TorchPickleSource(TensorSource):
             state = unwrap_state_dict(load_torch_file(path), where=str(path))
             missing = [t for t in listed if t not in state]
             if missing:
-                raise CorruptCheckpointError(
-                    f"{path}: tensor {missing[0]!r} listed in the index is not in this shard", path=str(path))
+                raise CorruptCheckpointError.at(path, f"tensor {missing[0]!r} listed in the index is not in this shard")
             for entry in tensor_entries(state, held=False, scope=str(path)):
                 if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
                     if entry.name in reported:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError, WbfeError
 from wbfe.linalg.arrays import itemsize
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
-from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format, zip_members
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
+from wbfe.sources.io import reading_zip
+from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format, zip_members
 from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
 if TYPE_CHECKING:
@@ -138,33 +139,24 @@ class TorchScriptSource(TensorSource):
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
         require_torch("reading a TorchScript archive")
         self._path = path
-        with open_regular(path) as fh:
-            try:
-                with open_zip(path, fh, "TorchScript archive") as archive:
-                    members = set(archive.namelist())
-                    found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
-                    if not found or f"{found[0]}/constants.pkl" not in members:
-                        raise CorruptCheckpointError(
-                            f"{path}: not a TorchScript archive (no data.pkl and constants.pkl)", path=str(path))
-                    prefix = found[0]
-                    order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
-                    if order not in (b"little", b""):  # no record: written before byteorder was, little-endian
-                        raise CorruptCheckpointError(f"{path}: a big-endian TorchScript archive", path=str(path))
-                    tree = self._unpickle(archive, f"{prefix}/data.pkl", f"{prefix}/data")
-                    constants = self._unpickle(archive, f"{prefix}/constants.pkl", f"{prefix}/constants")
-                    declared = _declarations(archive, prefix)
-                    self._offsets = {i.filename: i for i in archive.infolist()}
-            except WbfeError:
-                raise
-            except ZIP_ERRORS as exc:  # a damaged archive (see ZIP_ERRORS), never a traceback
-                raise CorruptCheckpointError(f"{path}: not a readable TorchScript archive (a damaged zip: "
-                                             f"{exc.__class__.__name__})", path=str(path)) from None
+        with reading_zip(path, "TorchScript archive") as archive:
+            members = set(archive.namelist())
+            found = sorted(m.split("/", 1)[0] for m in members if m.count("/") == 1 and m.endswith("/data.pkl"))
+            if not found or f"{found[0]}/constants.pkl" not in members:
+                raise CorruptCheckpointError.at(path, "not a TorchScript archive (no data.pkl and constants.pkl)")
+            prefix = found[0]
+            order = archive.read(f"{prefix}/byteorder").strip() if f"{prefix}/byteorder" in members else b""
+            if order not in (b"little", b""):  # no record: written before byteorder was, little-endian
+                raise CorruptCheckpointError.at(path, "a big-endian TorchScript archive")
+            tree = self._unpickle(archive, f"{prefix}/data.pkl", f"{prefix}/data")
+            constants = self._unpickle(archive, f"{prefix}/constants.pkl", f"{prefix}/constants")
+            declared = _declarations(archive, prefix)
+            self._offsets = {i.filename: i for i in archive.infolist()}
         self._tensors, self._kinds = _collect(tree, constants, declared)
         self._signal: Optional[dict[str, str]] = None
         for name, t in self._tensors:
             if t.storage.member not in members:
-                raise CorruptCheckpointError(f"{path}: tensor {name!r} names a missing record {t.storage.member}",
-                                             path=str(path))
+                raise CorruptCheckpointError.at(path, f"tensor {name!r} names a missing record {t.storage.member}")
         self.provenance = Provenance(source=ref, format="torchscript", files=[str(path)], pending=FileDigest([path]))
 
     def _unpickle(self, archive: zipfile.ZipFile, member: str, folder: str) -> Any:
@@ -172,13 +164,12 @@ class TorchScriptSource(TensorSource):
             with archive.open(member) as fh:
                 return _Unpickler(fh, folder).load()
         except UnsafePickleError as exc:
-            raise UnsafePickleError(f"{self._path}: {exc}; wbfe never runs a checkpoint's code",
-                                    path=str(self._path)) from None
+            raise UnsafePickleError.at(self._path, f"{exc}; wbfe never runs a checkpoint's code") from None
         except CorruptCheckpointError as exc:
-            raise CorruptCheckpointError(f"{self._path}: {exc}", path=str(self._path)) from None
+            raise CorruptCheckpointError.at(self._path, str(exc)) from None
         except _PICKLE_ERRORS as exc:
-            raise CorruptCheckpointError(f"{self._path}: unreadable TorchScript {member.split('/')[-1]} "
-                                         f"({exc.__class__.__name__})", path=str(self._path)) from None
+            raise CorruptCheckpointError.at(self._path, f"unreadable TorchScript {member.split('/')[-1]} "
+                                            f"({exc.__class__.__name__})") from None
 
     def __len__(self) -> int:
         return len(self._tensors)
@@ -218,20 +209,14 @@ class TorchScriptSource(TensorSource):
         info = self._offsets[ref.storage.member]
         nbytes = ref.storage.numel * itemsize(ref.storage.dtype)
         if info.file_size != nbytes:
-            raise CorruptCheckpointError(
-                f"{self._path}: record {info.filename} holds {info.file_size} bytes, its storage needs {nbytes}",
-                path=str(self._path))
-        try:
-            with open_regular(self._path) as fh, open_zip(self._path, fh, "TorchScript archive") as archive:
-                raw = bytearray(archive.read(info))  # zipfile checks the record's CRC-32
-        except WbfeError:
-            raise
-        except ZIP_ERRORS as exc:
-            raise CorruptCheckpointError(f"{self._path}: record {info.filename} unreadable ({exc.__class__.__name__})",
-                                         path=str(self._path)) from None
+            raise CorruptCheckpointError.at(
+                self._path, f"record {info.filename} holds {info.file_size} bytes, its storage needs {nbytes}")
+        why = f"record {info.filename} unreadable"
+        with reading_zip(self._path, "TorchScript archive", lambda exc: f"{why} ({exc.__class__.__name__})") as archive:
+            raw = bytearray(archive.read(info))  # zipfile checks the record's CRC-32
         if len(raw) != nbytes:  # a stored record reads its compressed size, which may say less than its size
-            raise CorruptCheckpointError(f"{self._path}: record {info.filename} gives {len(raw)} bytes, its header "
-                                         f"says {nbytes}", path=str(self._path))
+            raise CorruptCheckpointError.at(self._path, f"record {info.filename} gives {len(raw)} bytes, its header "
+                                            f"says {nbytes}")
         storage = torch.frombuffer(raw, dtype=getattr(torch, ref.storage.dtype)) if raw else \
             torch.empty(0, dtype=getattr(torch, ref.storage.dtype))
         return torch.as_strided(storage, ref.size, ref.stride, ref.offset).clone()
@@ -290,9 +275,7 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
             members = declared.get(type(value).qualname)
             kind = None if members is None else kind  # an undeclared class: what its tensors are is unknown
             value = value.state
-        if id(value) in seen:
-            continue
-        if not isinstance(value, (dict, list, tuple)):
+        if id(value) in seen or not isinstance(value, (dict, list, tuple)):
             continue
         items = [(str(k), v) for k, v in (value.items() if isinstance(value, dict) else enumerate(value))]
         seen.add(id(value))
