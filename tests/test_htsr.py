@@ -14,7 +14,7 @@ from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
 from wbfe.options.conventions import WEIGHTWATCHER
 from wbfe.metrics.htsr import COLUMNS, GROUP, WW_EVALS_THRESH, matrix_entropy, matrix_rank
-from wbfe.metrics.mp import _linear_kde, _MPResidual, _nelder_mead_steps, _ResidualBatch, mp_fit
+from wbfe.metrics.mp import _linear_kde, _MPResidual, _nelder_mead_1d, mp_fit
 from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
 from wbfe.metrics.ww_compat import WW_CONV2D_EIG_SCALE, ww_conv2d_dims, ww_conv2d_matrices, ww_linear_matrix
 
@@ -414,17 +414,6 @@ def _nm_functions() -> list[tuple[str, object, float]]:
     return funcs
 
 
-def _nelder_mead_1d(f, x0: float) -> float:  # noqa: ANN001
-    """mp's Nelder–Mead steps run to their end on the values of ``f`` (exact: no near ties)."""
-    steps = _nelder_mead_steps(x0, 0.0)
-    x = next(steps)
-    try:
-        while True:
-            x = steps.send((f(x), 0.0))
-    except StopIteration as done:
-        return float(done.value)
-
-
 @pytest.mark.parametrize("func", _nm_functions(), ids=lambda f: f[0])
 def test_nelder_mead_1d_is_scipy_fmin(func: tuple[str, object, float]) -> None:
     from scipy import optimize
@@ -433,7 +422,7 @@ def test_nelder_mead_1d_is_scipy_fmin(func: tuple[str, object, float]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = float(optimize.fmin(lambda p: f(float(np.ravel(p)[0])), x0, disp=False)[0])
-    assert _nelder_mead_1d(f, x0) == ref
+    assert _nelder_mead_1d(lambda x: (f(x), 0.0), x0, 0.0) == ref
 
 
 def test_fast_mp_residual_is_the_exact_one_within_its_bound() -> None:
@@ -441,21 +430,22 @@ def test_fast_mp_residual_is_the_exact_one_within_its_bound() -> None:
     for n, ratio in ((30, 1), (30, 2), (300, 3), (100, 1)):
         e = spectrum_of([rng.standard_t(3.0, size=(ratio * n, n))]).eigs
         e = e * e.size / np.sum(e)
-        to_fit = np.sqrt(e) if ratio == 1 else e
-        residual = _MPResidual(to_fit, float(ratio))
-        batch = _ResidualBatch(to_fit[None, :], float(ratio))
+        residual = _MPResidual(np.sqrt(e) if ratio == 1 else e, float(ratio))
         sigmas = np.linspace(0.05, 2.5, 300)
-        values, scales, exact = batch.fast(np.zeros(sigmas.size, dtype=np.intp), sigmas)
+        grid_values, grid_scales = residual.grid(sigmas, prune=False)
+        pruned, _ = residual.grid(sigmas)
+        kept = pruned != np.inf  # pruned σ: their lower bound exceeds the minimum
+        assert pruned[kept] == pytest.approx(grid_values[kept], rel=1e-13)
+        assert 0 < np.count_nonzero(kept & (grid_scales > 0)) < np.count_nonzero(grid_scales > 0) or ratio == 1
+        assert np.argmin(pruned) == np.argmin(grid_values)
         n_valid = 0
-        for sigma, value, scale, off_path in zip(sigmas, values, scales, exact):
-            if not off_path:
-                assert abs(value - residual.exact(float(sigma))) <= 1e-13 * max(scale, 1.0)
-                n_valid += scale > 0.0
+        for sigma, grid_value, grid_scale in zip(sigmas, grid_values, grid_scales):
+            exact = residual.exact(float(sigma))
+            value, scale = residual.fast(float(sigma))
+            assert abs(value - exact) <= 1e-13 * max(scale, 1.0)
+            assert grid_value == pytest.approx(value, rel=1e-13) and grid_scale == pytest.approx(scale, rel=1e-13)
+            n_valid += scale > 0.0
         assert n_valid > 20  # the comparison is not only of rejected σ
-        # The grid's start (σ pruned by their lower bounds) is the first minimum of the exact residuals.
-        start = float(batch.grid_starts(np.array([1.25]))[0][0])
-        grid = np.mgrid[slice(0.05 * 1.25, 2.0 * 1.25, 0.01 * 1.25)]
-        assert start == grid[int(np.argmin([residual.exact(float(x)) for x in grid]))]
 
 
 def test_mp_residual_lower_bounds_hold() -> None:
@@ -468,8 +458,7 @@ def test_mp_residual_lower_bounds_hold() -> None:
         sigmas = np.linspace(0.05, 2.5, 400)
         b, a = (sigmas * (1 + residual.inv_sq)) ** 2, (sigmas * (1 - residual.inv_sq)) ** 2
         valid = np.array([not residual.off(float(bb), float(aa)) for bb, aa in zip(b, a)])
-        bound, margin = (v[0] for v in _ResidualBatch(e[None, :], float(ratio)).lower_bounds(
-            sigmas[None, valid], b[None, valid], a[None, valid])[:2])
+        bound, margin = residual._lower_bounds(sigmas[valid], b[valid], a[valid])
         exact = np.array([residual.exact(float(sigma)) for sigma in sigmas[valid]])
         assert np.all(bound - margin <= exact)
         if n >= 64:  # and useful: most σ are pruned (the KDE of a few eigenvalues is too bumpy for that)

@@ -5,9 +5,10 @@ too close for that bound is taken on WeightWatcher's own residual."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
-from typing import Generator, Optional, Sequence
+from typing import Callable, Generator, Optional, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -67,10 +68,24 @@ def _fast_from_sums(c, y2, t1_sum, t2_sum):  # noqa: ANN001, ANN202
     return y2 + t1 - t2, y2 + t1 + t2
 
 
+def _bounds_from_sums(c, y2, sy_all, count, d1, d2, dy, s1_hi, s2_hi, b, a):  # noqa: ANN001, ANN202
+    """:meth:`_MPResidual._lower_bounds` from the prefix-sum differences over each σ's support
+    (count of points, Σ1/x, Σ1/x², Σy²) and the prefix sums Σ1/x, Σ1/x² up to its end."""
+    sum1, sum2 = (a + b) * d1, (a * b) * d2
+    law2 = c * c * np.maximum(sum1 - count - sum2, 0.0)
+    y2s = np.maximum(dy, 0.0)
+    bound = y2 - y2s + (np.sqrt(law2) - np.sqrt(y2s)) ** 2
+    # Prefix sums are rounded relative to the whole prefix (s1[i1], s2[i1], sy[-1]).
+    magnitude = y2 + sy_all + c * c * (count + (a + b) * s1_hi + a * b * s2_hi) + 2.0 * np.sqrt(law2 * y2s)
+    return bound, 1e-9 * magnitude + 1e-300
+
+
 class _MPResidual:
-    """WeightWatcher's sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law,
-    operation for operation (so ``brute`` and Nelder–Mead pick its σ): the fits take it wherever the fast residuals
-    of :class:`_ResidualBatch` are too close to compare."""
+    """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law. :meth:`exact` is
+    WeightWatcher's residual operation for operation (so Nelder–Mead and ``brute`` pick its σ). :meth:`fast` expands it
+    as Σy² + Σ law² − 2 Σ law·y over the law's support, and returns ``(value, scale)`` with ``|fast − exact| <=
+    _FAST_REL_ERR · scale``: the fits fall back to :meth:`exact` wherever a comparison of two residuals is closer than
+    that."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
         xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
@@ -87,6 +102,17 @@ class _MPResidual:
         self.padded = np.zeros(self.xde.size + n_dropped)
         # Σ 1000² over the fitted points: partial sums are integers·1e6 < 2^53, so exact in any order.
         self.off_grid = float(self.xde.size) * 1e6
+        self.y2 = float(np.dot(self.yde, self.yde))
+        if Q == 1:
+            with np.errstate(invalid="ignore"):
+                r = np.sqrt(4 - self.xde**2)
+            on = np.isfinite(r)
+            self.rr, self.ry = float(np.dot(r[on], r[on])), float(np.dot(r[on], self.yde[on]))
+        else:
+            self.xs_list = self.xde.tolist()  # bisect on a list: cheaper than searchsorted for one σ
+            with np.errstate(divide="ignore"):
+                self.h = 1.0 / self.xde**2  # law² = (Q/2πσ²)²·(b − x)(x − a)/x²
+                self.g = self.yde / self.xde  # law·y = (Q/2πσ²)·√((b − x)(x − a))·y/x
 
     def edges(self, sigma: float) -> tuple[float, float]:
         return (sigma * (1 + self.inv_sq)) ** 2, (sigma * (1 - self.inv_sq)) ** 2
@@ -111,18 +137,119 @@ class _MPResidual:
         padded[: xde.size] = law - self.yde
         return float(np.sum(padded**2))
 
+    def fast(self, sigma: float) -> tuple[float, float]:
+        b, a = self.edges(sigma)
+        if self.off(b, a):
+            return self.off_grid, 0.0
+        if self.Q == 1:
+            value, scale = _fast_from_sums(1 / (np.pi * sigma * sigma), self.y2, self.rr, self.ry)
+        else:
+            if not a > 0.0:
+                return self.exact(sigma), 0.0
+            lo, hi = bisect.bisect_right(self.xs_list, a), bisect.bisect_left(self.xs_list, b)
+            xs = self.xde[lo:hi]
+            d = (b - xs) * (xs - a)  # > 0: a < xs < b
+            value, scale = _fast_from_sums(
+                self.Q / (2 * np.pi * sigma * sigma), self.y2, float(np.dot(d, self.h[lo:hi])),
+                float(np.dot(np.sqrt(d), self.g[lo:hi])),
+            )
+        if not math.isfinite(value):
+            return self.exact(sigma), 0.0
+        return value, scale
+
+    def grid(self, sigmas: np.ndarray, prune: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`fast` of every σ of a grid at once; with ``prune``, +inf for the σ whose lower
+        bound (:meth:`_lower_bounds`) shows they are not the grid's minimum."""
+        b = (sigmas * (1 + self.inv_sq)) ** 2
+        a = (sigmas * (1 - self.inv_sq)) ** 2
+        values = np.full(sigmas.size, self.off_grid)
+        scales = np.zeros(sigmas.size)
+        computed = np.ones(sigmas.size, dtype=bool)
+        if self.Q == 1:
+            values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2, self.rr, self.ry)
+        else:
+            rows = np.flatnonzero(~((b < self.x_peak) | (b > self.x_last) | (a > self.x_peak)))
+            computed[:] = False
+            if prune and rows.size > 4:
+                bound, margin = self._lower_bounds(sigmas[rows], b[rows], a[rows])
+                first = rows[np.argsort(bound)[:4]]
+                values[first], scales[first] = self._support_sums(sigmas[first], b[first], a[first])
+                best = float(np.min(values[first] + _FAST_REL_ERR * scales[first]))
+                keep = bound - margin <= best
+                values[rows[~keep]] = np.inf
+                rows = rows[keep]
+            if rows.size:
+                values[rows], scales[rows] = self._support_sums(sigmas[rows], b[rows], a[rows])
+                computed[rows] = True
+        for i in np.flatnonzero(computed & ~np.isfinite(values)):
+            values[i], scales[i] = self.exact(float(sigmas[i])), 0.0
+        return values, scales
+
+    def _support_sums(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fast values and scales of σ whose edges pass :meth:`off` (Q ≠ 1)."""
+        lo = int(np.searchsorted(self.xde, float(np.min(a)), side="right"))
+        hi = int(np.searchsorted(self.xde, float(np.max(b)), side="left"))
+        xs = self.xde[lo:hi]
+        d = np.subtract(b[:, None], xs)
+        d *= xs - a[:, None]
+        np.maximum(d, 0.0, out=d)  # 0 off the support of each σ
+        t1 = d @ self.h[lo:hi]
+        t2 = np.sqrt(d, out=d) @ self.g[lo:hi]
+        return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2, t1, t2)
+
+    def _lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins. By Cauchy–Schwarz Σ
+        law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ
+        law² = c²·Σ(−1 + (a+b)/x − ab/x²) and Σ y² over the support come from prefix sums over the sorted KDE grid."""
+        if not hasattr(self, "_prefix"):
+            x = self.xde
+            with np.errstate(divide="ignore"):
+                inv = np.where(x > 0.0, 1.0 / x, 0.0)
+            self._prefix = tuple(np.concatenate(([0.0], np.cumsum(v))) for v in (inv, inv * inv, self.yde**2))
+        s1, s2, sy = self._prefix
+        i0 = np.searchsorted(self.xde, a, side="right")
+        i1 = np.searchsorted(self.xde, b, side="left")
+        c = self.Q / (2 * np.pi * sigmas * sigmas)
+        return _bounds_from_sums(
+            c, self.y2, sy[-1], (i1 - i0).astype(np.float64),
+            s1[i1] - s1[i0], s2[i1] - s2[i0], sy[i1] - sy[i0], s1[i1], s2[i1], b, a,
+        )  # fmt: skip
+
 
 class _NearTie(Exception):
     """Two fast residuals too close to compare: the exact ones decide."""
+
+
+def _grid_argmin(residual: _MPResidual, sigmas: np.ndarray) -> int:
+    """``argmin`` of the exact residuals on the grid (first minimum), from the fast ones: only the σ
+    whose fast value cannot be told from the smallest are evaluated exactly."""
+    values, scales = residual.grid(sigmas)
+    tol = _FAST_REL_ERR * scales
+    candidates = np.flatnonzero(values - tol <= float(np.min(values + tol)))
+    if candidates.size == 1:
+        return int(candidates[0])
+    exact = [residual.exact(float(sigmas[i])) if scales[i] > 0.0 else float(values[i]) for i in candidates]
+    return int(candidates[int(np.argmin(exact))])
+
+
+def _nelder_mead_1d(func: Callable[[float], tuple[float, float]], x0: float, rel_err: float) -> float:
+    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats. ``func`` returns ``(value,
+    scale)``: when ``rel_err`` > 0 a comparison of values closer than ``rel_err``·scale raises :class:`_NearTie` (the
+    values are approximations)."""
+    steps = _nelder_mead_steps(x0, rel_err)
+    x = next(steps)
+    try:
+        while True:
+            x = steps.send(func(x))
+    except StopIteration as done:
+        return float(done.value)
 
 
 _Steps = Generator[float, tuple[float, float], float]
 
 
 def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
-    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats, as a coroutine (yields
-    points, is sent their values ``(value, scale)``; :func:`_polish_many` runs many): when ``rel_err`` > 0 a comparison
-    of values closer than ``rel_err``·scale raises :class:`_NearTie` (the values are approximations).
+    """:func:`_nelder_mead_1d` as a coroutine (yields points, is sent their values; :func:`mp_fit_many` runs many).
     scipy's ``_minimize_neldermead`` with fmin's defaults (initial step 5 %, xatol = fatol = 1e-4, 200 iterations and
     evaluations; sorting keeps the older vertex first on ties), in one dimension."""
     xatol = fatol = 1e-4
@@ -199,13 +326,6 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     layers it reports N < M: :func:`wbfe.metrics.ww_compat.ww_conv2d_dims`). NaN + reason for an empty or all-zero
     spectrum."""
     e = np.asarray(eigs, dtype=np.float64)
-    return _fit_batch([e], N, M)[0] if e.ndim == 1 and e.size else _fit_exact(e, N, M)
-
-
-def _fit_exact(e: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803
-    """WeightWatcher's own fit: ``scipy.optimize.brute`` of the exact residual on its σ grid, then ``fmin``."""
-    from scipy import optimize
-
     nan = math.nan
     if e.size == 0 or not float(np.sum(e)) > 0.0:
         return MPFit(nan, nan, nan, nan, nan, "empty or all-zero spectrum")
@@ -214,9 +334,16 @@ def _fit_exact(e: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803
     to_plot = (w_scale * w_scale) * e
     lambda_max = float(np.max(to_plot))
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
-    residual = _MPResidual(np.sqrt(to_plot) if Q == 1 else to_plot, Q)
-    sigma = optimize.brute(lambda p: residual.exact(float(p[0])), (slice(0.05 * s, 2.0 * s, 0.01 * s),))
-    return _fit_of(float(sigma[0]), to_plot, w_scale, lambda_max, Q, M)
+    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
+    residual = _MPResidual(to_fit, Q)
+    # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
+    sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
+    start = float(sigmas[_grid_argmin(residual, sigmas)])
+    try:
+        sigma = _nelder_mead_1d(residual.fast, start, _FAST_REL_ERR)
+    except _NearTie:
+        sigma = _nelder_mead_1d(lambda x: (residual.exact(x), 0.0), start, 0.0)
+    return _fit_of(sigma, to_plot, w_scale, lambda_max, Q, M)
 
 
 def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float, Q: float, M: int) -> MPFit:  # noqa: N803
@@ -240,9 +367,9 @@ _CHUNK = 1 << 14  # support-sum elements per vectorised step (cache-sized)
 def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  # noqa: N803
     """:func:`mp_fit` of many spectra of one matrix shape, equal to it field for field, vectorised.
 
-    The KDEs and σ grids run on the whole stack and the Nelder–Mead polishes in lockstep; any spectrum with a decision
-    too close for the fast residuals' bound, or off the common path, is fitted alone on the exact residual. Spectra of
-    different lengths, or fewer than _BATCH_MIN, are fitted one by one."""
+    The KDEs and σ grids run on the whole stack and the Nelder–Mead polishes in lockstep; every decision too close for
+    the fast residuals' bound, and any spectrum off the common path, is taken by :func:`mp_fit` on that spectrum alone.
+    Spectra of different lengths, or fewer than _BATCH_MIN, are fitted one by one."""
     arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
     if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
         return [mp_fit(e, N, M) for e in arrays]
@@ -256,13 +383,15 @@ def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  #
 def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
     stack = np.stack(arrays)
     sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
-    # Rows fitted alone: empty or all-zero (the fit's failure), non-finite or negative values
-    # (whatever WeightWatcher's fit makes of them, error included).
+    # Rows fitted alone: empty or all-zero (mp_fit's failure), non-finite or negative values
+    # (whatever mp_fit makes of them, error included).
     common = (sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0)
     rows = np.flatnonzero(common)
-    results = [None if ok else _fit_exact(e, N, M) for e, ok in zip(arrays, common.tolist())]
-    if not rows.size:
-        return [fit for fit in results if fit is not None]
+    results: list[Optional[MPFit]] = [None] * len(arrays)
+    if rows.size < _BATCH_MIN:
+        return [mp_fit(e, N, M) for e in arrays]
+    for alone in np.flatnonzero(~common).tolist():
+        results[alone] = mp_fit(arrays[alone], N, M)
     Q = N / M
     e = stack[rows]
     w_scale = np.sqrt(e.shape[1]) / np.sqrt(sums[rows])
@@ -275,7 +404,7 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     for i, k in enumerate(rows.tolist()):
         sigma = sigmas[i]
         if sigma is None:
-            results[k] = _fit_exact(arrays[k], N, M)
+            results[k] = mp_fit(arrays[k], N, M)
         else:
             results[k] = _fit_of(sigma, to_plot[i], w_scale[i], float(lambda_max[i]), Q, M)
     return [fit for fit in results if fit is not None]
@@ -295,11 +424,9 @@ _WINDOW_SLACK = np.array([[-1.0], [2.0]])  # grid points beyond ⌊a/step⌋, �
 
 
 class _ResidualBatch:
-    """The :class:`_MPResidual` of every row of a stack of spectra (rescaled as ``to_fit``) in a fast form, Σy² + Σ law²
-    − 2 Σ law·y over the law's support, as ``(value, scale)`` with ``|fast − exact| <= _FAST_REL_ERR · scale``: the fits
-    take the exact residual wherever a comparison of two residuals is closer than that. On each row's whole KDE grid:
-    the points not fitted weigh 0, so every support is a window [lo, lo + width) of a row (the arrays run on past the
-    last row, where x = +inf)."""
+    """The :class:`_MPResidual` of every row of a stack of spectra (rescaled as ``to_fit``), fast form
+    only, on each row's whole KDE grid: the points not fitted weigh 0, so every support is a window
+    [lo, lo + width) of a row (the arrays run on past the last row, where x = +inf)."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
         self.Q = Q
@@ -312,7 +439,7 @@ class _ResidualBatch:
         yde = np.stack([_linear_kde(t, x, _KDE_BANDWIDTH) for t, x in zip(to_fit, xde)])
         good = yde > _KDE_FLOOR
         self.n_good = np.count_nonzero(good, axis=1)
-        self.usable = self.n_good > 0  # no point to fit: the exact fit's own error
+        self.usable = self.n_good > 0  # no point to fit: mp_fit's own error
         self.off_grid = self.n_good * 1e6
         row_at = np.arange(n_rows) * _KDE_GRID
         # np.argmax: the first maximum, a fitted point, as on the fitted points alone.
@@ -376,8 +503,8 @@ class _ResidualBatch:
         return t1, _row_dots(np.sqrt(d, out=d), g)
 
     def fast(self, rows: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The fast residuals of σ of each row: values, scales and the rows that need the exact residual (a lower edge
-        at 0, a non-finite value)."""
+        """:meth:`_MPResidual.fast` of σ of each row: values, scales and the rows where it would
+        take the exact residual (a lower edge at 0, a non-finite value)."""
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # flagged, not used
             if self.Q == 1:
                 values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[rows], self.rr[rows],
@@ -399,10 +526,10 @@ class _ResidualBatch:
             return values, scales, ~(off | inside) | ~np.isfinite(values)
 
     def fast_one(self, k: int, sigma: float) -> Optional[tuple[float, float]]:
-        """:meth:`fast` of one row and σ, in scalars (the lockstep's last few runs); None where only the exact
-        residual will do."""
+        """:meth:`fast` of one row and σ, in scalars (the lockstep's last few runs); None where the
+        single fit would take the exact residual."""
         if self.Q == 1:
-            if sigma * sigma == 0.0:  # 1/σ² fails: refit alone on the exact residual
+            if sigma * sigma == 0.0:  # the single fit's 1/σ² fails: refit alone, as it does
                 return None
             value, scale = _fast_from_sums(1 / (np.pi * sigma * sigma), self.y2[k], self.rr[k], self.ry[k])
             return (float(value), float(scale)) if math.isfinite(value) else None
@@ -423,31 +550,9 @@ class _ResidualBatch:
         value, scale = _fast_from_sums(c, float(self.y2[k]), t1, float(np.dot(np.sqrt(d, out=d), self.g[lo:hi])))
         return (value, scale) if math.isfinite(value) else None
 
-    def lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Lower bounds of the residuals of σ (a column per σ, a row per row; Q ≠ 1), their rounding margins, and the
-        grid points [i0, i1) in each support. By Cauchy–Schwarz Σ law·y ≤ √(Σ law² · Σ_support y²), so the residual is
-        at least Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ law² = c²·Σ(−1 + (a+b)/x − ab/x²) and Σ y² over the
-        support come from prefix sums over the sorted KDE grid."""
-        xde = self.x[: sigmas.shape[0] * _KDE_GRID].reshape(sigmas.shape[0], _KDE_GRID)
-        i0 = np.stack([np.searchsorted(x, v, side="right") for x, v in zip(xde, a)])
-        i1 = np.stack([np.searchsorted(x, v, side="left") for x, v in zip(xde, b)])
-        row_at = (np.arange(sigmas.shape[0]) * (_KDE_GRID + 1))[:, None]
-        prefix = self.prefix.reshape(4, -1)
-        (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = (prefix.take(i + row_at, 1) for i in (i0, i1))
-        count, y2 = n_hi - n_lo, self.y2[:, None]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            c = self.Q / (2 * np.pi * sigmas * sigmas)
-            law2 = c * c * np.maximum((a + b) * (s1_hi - s1_lo) - count - (a * b) * (s2_hi - s2_lo), 0.0)
-            y2s = np.maximum(sy_hi - sy_lo, 0.0)
-            bound = y2 - y2s + (np.sqrt(law2) - np.sqrt(y2s)) ** 2
-            # Prefix sums are rounded relative to the whole prefix (s1[i1], s2[i1], sy[-1]).
-            magnitude = y2 + self.prefix[3, :, -1:] + c * c * (count + (a + b) * s1_hi + a * b * s2_hi)
-            magnitude += 2.0 * np.sqrt(law2 * y2s)
-        return bound, 1e-9 * magnitude + 1e-300, i0, i1
-
     def grid_starts(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The first minimum of every row's exact residuals on its σ grid (``brute``'s np.mgrid), from the fast ones:
-        the start σ and its fast value and scale; NaN σ where the row must be fitted on its own."""
+        """:func:`_grid_argmin` of every row on its σ grid (``brute``'s np.mgrid): the start σ and
+        its fast value and scale; NaN σ where the row must be fitted on its own."""
         n_rows = s.size
         grids = [np.arange(0.05 * si, 2.0 * si, 0.01 * si) for si in s.tolist()]  # np.mgrid[slice]
         n_sigmas = max(g.size for g in grids)
@@ -470,8 +575,20 @@ class _ResidualBatch:
             with np.errstate(invalid="ignore"):
                 valid = in_grid & ~self.off(all_rows, b, a)
             values[in_grid & ~valid] = np.broadcast_to(self.off_grid[:, None], sigmas.shape)[in_grid & ~valid]
+            # The grid points in (a, b) of each row.
             a, b = np.where(valid, a, 0.0), np.where(valid, b, 0.0)
-            bound, margin, i0, i1 = self.lower_bounds(sigmas, b, a)
+            xde = self.x[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID)
+            i0 = np.stack([np.searchsorted(x, v, side="right") for x, v in zip(xde, a)])
+            i1 = np.stack([np.searchsorted(x, v, side="left") for x, v in zip(xde, b)])
+            row_at = (np.arange(n_rows) * (_KDE_GRID + 1))[:, None]
+            prefix = self.prefix.reshape(4, -1)
+            (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = prefix.take(i0 + row_at, 1), prefix.take(i1 + row_at, 1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                c = self.Q / (2 * np.pi * sigmas * sigmas)
+                bound, margin = _bounds_from_sums(
+                    c, self.y2[:, None], self.prefix[3, :, -1:], n_hi - n_lo,
+                    s1_hi - s1_lo, s2_hi - s2_lo, sy_hi - sy_lo, s1_hi, s2_hi, b, a,
+                )  # fmt: skip
             n_valid = np.count_nonzero(valid, axis=1)
             prune = n_valid > 4
             first = np.zeros(sigmas.shape, dtype=bool)
