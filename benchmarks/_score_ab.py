@@ -99,9 +99,11 @@ print(json.dumps({"seconds": seconds, "matrices": len(result.layers), "skipped":
 """
 
 
-def score_once(path: Path, metrics: str, switches: str, options: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """One fresh process: its ``wbfe.score`` seconds, row count, column digest, batched calls."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def score_once(path: Path, metrics: str, switches: str, options: Optional[dict[str, Any]] = None,
+               root: Path = ROOT) -> dict[str, Any]:
+    """One fresh process importing wbfe from ``root`` (this checkout, or another revision's): its ``wbfe.score``
+    seconds, row count, column digest, batched calls."""
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", _CHILD, str(path), metrics, switches, json.dumps(options or {})],
                          check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -188,16 +190,18 @@ def case_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def alternate(path: Path, metrics: str, variants: dict[str, str], repeats: int,
-              log: Callable[[str], None] = print, options: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+              log: Callable[[str], None] = print, options: Optional[dict[str, Any]] = None,
+              roots: Optional[dict[str, Path]] = None) -> dict[str, Any]:
     """Score ``path`` ``repeats`` rounds, each round every variant once (the first variant is the
     baseline, the others' order rotates), and the medians, per-round ratios against the baseline
-    and whether every run's numbers agree."""
+    and whether every run's numbers agree. ``roots`` names the checkout a variant imports wbfe from
+    (default: this one)."""
     names = list(variants)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for r in range(repeats):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
-            run = score_once(path, metrics, variants[name], options)
+            run = score_once(path, metrics, variants[name], options, (roots or {}).get(name, ROOT))
             run["load_average_1min"] = round(os.getloadavg()[0], 2)
             runs[name].append(run)
             log(f"  round {r + 1} {name}: {run['seconds']:.2f} s (load {run['load_average_1min']})")
