@@ -21,7 +21,7 @@ import numpy as np
 
 from wbfe import engine
 from wbfe._provenance import installed_versions
-from wbfe.engine.change import is_number, matrix_change
+from wbfe.engine.change import matrix_change
 from wbfe.engine.heads import choose_head
 from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
 from wbfe.engine.pipeline import Pipeline
@@ -30,7 +30,7 @@ from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, field_defaults
-from wbfe.render.text import ToJson, as_float, json_ready
+from wbfe.render.text import ToJson, as_float, is_number, json_ready, short_value
 from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
 
@@ -82,25 +82,19 @@ class Comparison(ToJson):
         return [(k, self.summary[k]) for k in keys if k in self.summary]
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={_short(v)}" for k, v in self._headline())
+        fields = ", ".join(f"{k}={short_value(v)}" for k, v in self._headline())
         return (f"Comparison(a={self.model_a.get('source')!r}, b={self.model_b.get('source')!r}, "
                 f"pairs={len(self.layers)}" + (f", {fields}" if fields else "") + ")")
 
     def _repr_html_(self) -> str:
         rows = [("A", self.model_a.get("source")), ("B", self.model_b.get("source")), ("pairs", len(self.layers)),
                 *self._headline()]
-        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_short(v))}</td></tr>" for k, v in rows)
+        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(short_value(v))}</td></tr>" for k, v in rows)
         top = self.summary.get("most_changed") or []
-        changed = "".join(f"<tr><td>{html.escape(str(r['name']))}</td><td>{_short(r['rel_frobenius'])}</td></tr>"
+        changed = "".join(f"<tr><td>{html.escape(str(r['name']))}</td><td>{short_value(r['rel_frobenius'])}</td></tr>"
                           for r in top)
         table = (f"<table><caption>most changed (relative Frobenius)</caption>{changed}</table>" if changed else "")
         return f"<table><caption>Comparison</caption>{cells}</table>{table}"
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.6g}"
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 _DEFAULTS = field_defaults(CompareOptions)  # the keywords' defaults are the options' own

@@ -15,15 +15,16 @@ import numpy as np
 from wbfe.framework.applicability import applicability
 from wbfe.engine.heads import choose_head
 from wbfe.engine.products import INTRA
-from wbfe.errors import MissingDependencyError, NoUsableMatrixError
+from wbfe._deps import require
+from wbfe.errors import NoUsableMatrixError
 from wbfe.framework import FrameworkDescription, order_rows
-from wbfe.render.text import as_float, json_ready
+from wbfe.render.text import ToJson, as_float, json_ready, short_value
 
 __all__ = ["ModelScore", "finish"]
 
 
 @dataclass
-class ModelScore:
+class ModelScore(ToJson):
     """The scores of one checkpoint.
 
     Attributes:
@@ -43,16 +44,9 @@ class ModelScore:
         """Plain-data form (the JSON shape); non-finite numbers become None."""
         return json_ready({"model": self.model, "layers": self.layers, "skipped": self.skipped, "summary": self.summary})
 
-    def to_json(self, indent: int | None = 2) -> str:
-        """Standard JSON (no NaN/Infinity tokens: they are written as null, with a reason beside them)."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
-
     def to_pandas(self) -> Any:
         """One row per analysed matrix (requires pandas)."""
-        try:
-            import pandas as pd
-        except ImportError:
-            raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
+        pd = require("pandas", "to_pandas() needs pandas (pip install pandas)")
         rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
                 for layer in self.layers]
         return pd.DataFrame(rows)
@@ -68,21 +62,15 @@ class ModelScore:
 
     def __repr__(self) -> str:
         # A notebook shows this: a line, not the 56 KB of every row (to_dict() has them).
-        fields = ", ".join(f"{k}={_short(v)}" for k, v in self._headline())
+        fields = ", ".join(f"{k}={short_value(v)}" for k, v in self._headline())
         return (f"ModelScore(source={self.model.get('source')!r}, layers={len(self.layers)}, "
                 f"skipped={len(self.skipped)}" + (f", {fields}" if fields else "") + ")")
 
     def _repr_html_(self) -> str:
-        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_short(v))}</td></tr>"
+        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(short_value(v))}</td></tr>"
                         for k, v in [("source", self.model.get("source")), ("layers", len(self.layers)),
                                      ("skipped", len(self.skipped)), *self._headline()])
         return f"<table><caption>ModelScore</caption>{cells}</table>"
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.6g}"
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[dict[str, Any]], groups: tuple[Any, ...],
