@@ -8,7 +8,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from wbfe.errors import NoUsableMatrixError
 from wbfe.framework import FrameworkDescription, order_rows
 from wbfe.render.text import ToJson, as_float, json_ready, short_value
 
-__all__ = ["ModelScore", "finish"]
+__all__ = ["ModelScore", "finish", "column_mean"]
 
 
 @dataclass
@@ -100,11 +100,8 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     summary: dict[str, Any] = {"head": head, "head_source": choice.source, "n_layers": len(layers)}
     for group in groups:
         for column in group.summary_columns:
-            values = np.array([as_float(layer.get(column)) for layer in layers], dtype=float)
-            finite = values[np.isfinite(values)]
             summary[f"{column}_head"] = as_float(by_name[head].get(column)) if head else math.nan
-            summary[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
-            summary[f"{column}_n"] = int(finite.size)
+            summary[f"{column}_mean"], summary[f"{column}_n"] = column_mean(layers, column)
     columns = [column for group in groups for column in group.summary_columns]
     summary["by_role"] = _means_by(every, "role", columns)
     if products:
@@ -166,8 +163,13 @@ def _means_by(layers: list[dict[str, Any]], key: str, columns: list[str]) -> dic
         members = [layer for layer in layers if str(layer.get(key)) == value]
         entry: dict[str, Any] = {"n": len(members)}
         for column in columns:
-            values = np.array([as_float(layer.get(column)) for layer in members], dtype=float)
-            finite = values[np.isfinite(values)]
-            entry[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
+            entry[f"{column}_mean"] = column_mean(members, column)[0]
         out[value] = entry
     return out
+
+
+def column_mean(rows: Sequence[dict[str, Any]], column: str) -> tuple[float, int]:
+    """The mean of ``column``'s finite values over ``rows`` (NaN where there is none), and their count."""
+    values = np.array([as_float(row.get(column)) for row in rows], dtype=float)
+    finite = values[np.isfinite(values)]
+    return (float(finite.mean()) if finite.size else math.nan), int(finite.size)
