@@ -13,11 +13,11 @@ from typing import Any, Optional
 import numpy as np
 
 from wbfe.engine.matrices import Skip, find_head, role_of
+from wbfe.engine.result import column_mean
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import order_rows
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.metrics.bfe import bfe
-from wbfe.render.text import as_float
 from wbfe.sources import TensorEntry, open_source, remote_ref
 from wbfe.sources.peft_adapter import PREFIX, AdapterSource, LoraConfig
 
@@ -290,17 +290,11 @@ def _side_name(key: str) -> str:
 def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bool) -> dict[str, Any]:
     adapted = [row for row in layers if row.get("kind") == "lora"]
     saved = [row for row in layers if row.get("kind") == "modules_to_save"]
-
-    def mean(rows: list[dict[str, Any]], column: str) -> tuple[float, int]:
-        values = np.array([as_float(row.get(column)) for row in rows], dtype=float)
-        values = values[np.isfinite(values)]
-        return (float(values.mean()) if values.size else math.nan), int(values.size)
-
     ranks = [int(row["r"]) for row in adapted]
     summary: dict[str, Any] = {"n_layers": len(layers), "n_adapted": len(adapted), "n_modules_to_save": len(saved),
                                "r_min": min(ranks, default=None), "r_max": max(ranks, default=None)}
     for column in ("bfe", "stable_rank", "effective_rank", "frobenius_norm", "spectral_norm"):
-        summary[f"{column}_mean"], summary[f"{column}_n"] = mean(adapted, column)
+        summary[f"{column}_mean"], summary[f"{column}_n"] = column_mean(adapted, column)
     largest = max(adapted, key=lambda row: row["frobenius_norm"], default=None)
     if largest is not None and not largest["frobenius_norm"] > 0:  # lora_B = 0 everywhere: as initialised
         largest = None
@@ -308,11 +302,11 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
     summary["largest_update"] = None if largest is None else largest["name"]
     summary["largest_update_frobenius_norm"] = math.nan if largest is None else largest["frobenius_norm"]
     if merged:
-        summary["rel_frobenius_mean"], summary["rel_frobenius_n"] = mean(adapted, "rel_frobenius")
+        summary["rel_frobenius_mean"], summary["rel_frobenius_n"] = column_mean(adapted, "rel_frobenius")
         for group in groups:
             for column in group.summary_columns:
-                summary[f"d_{column}_mean"], summary[f"d_{column}_n"] = mean(adapted, f"d_{column}")
-                summary[f"{column}_merged_mean"], _ = mean(adapted, f"{column}_merged")
+                summary[f"d_{column}_mean"], summary[f"d_{column}_n"] = column_mean(adapted, f"d_{column}")
+                summary[f"{column}_merged_mean"], _ = column_mean(adapted, f"{column}_merged")
     head = find_head([row["name"] for row in layers])
     summary["head"] = head
     if head is not None:

@@ -21,16 +21,17 @@ import numpy as np
 
 from wbfe import engine
 from wbfe._provenance import installed_versions
-from wbfe.engine.change import is_number, matrix_change
+from wbfe.engine.change import matrix_change
 from wbfe.engine.heads import choose_head
 from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
 from wbfe.engine.pipeline import Pipeline
+from wbfe.engine.result import column_mean
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, field_defaults
-from wbfe.render.text import ToJson, as_float, json_ready
+from wbfe.render.text import ToJson, as_float, is_number, json_ready, short_value
 from wbfe.sources import TensorEntry, open_source, stream_each
 from wbfe.sources.peft_adapter import AdapterSource
 
@@ -82,25 +83,19 @@ class Comparison(ToJson):
         return [(k, self.summary[k]) for k in keys if k in self.summary]
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={_short(v)}" for k, v in self._headline())
+        fields = ", ".join(f"{k}={short_value(v)}" for k, v in self._headline())
         return (f"Comparison(a={self.model_a.get('source')!r}, b={self.model_b.get('source')!r}, "
                 f"pairs={len(self.layers)}" + (f", {fields}" if fields else "") + ")")
 
     def _repr_html_(self) -> str:
         rows = [("A", self.model_a.get("source")), ("B", self.model_b.get("source")), ("pairs", len(self.layers)),
                 *self._headline()]
-        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_short(v))}</td></tr>" for k, v in rows)
+        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(short_value(v))}</td></tr>" for k, v in rows)
         top = self.summary.get("most_changed") or []
-        changed = "".join(f"<tr><td>{html.escape(str(r['name']))}</td><td>{_short(r['rel_frobenius'])}</td></tr>"
+        changed = "".join(f"<tr><td>{html.escape(str(r['name']))}</td><td>{short_value(r['rel_frobenius'])}</td></tr>"
                           for r in top)
         table = (f"<table><caption>most changed (relative Frobenius)</caption>{changed}</table>" if changed else "")
         return f"<table><caption>Comparison</caption>{cells}</table>{table}"
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.6g}"
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 _DEFAULTS = field_defaults(CompareOptions)  # the keywords' defaults are the options' own
@@ -400,13 +395,12 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
     head = choice.name
     by_name = {row["name"]: row for row in rows}
 
-    def finite(column: str) -> np.ndarray:
-        values = np.array([as_float(row.get(column)) for row in rows])
-        return values[np.isfinite(values)]
+    def finite(column: str) -> list[tuple[float, str]]:
+        return [(as_float(row.get(column)), row["name"]) for row in rows if math.isfinite(as_float(row.get(column)))]
 
     def ranked(column: str) -> list[dict[str, Any]]:
-        scored = [(as_float(row.get(column)), row["name"]) for row in rows if math.isfinite(as_float(row.get(column)))]
-        return [{"name": name, column: value} for value, name in heapq.nlargest(_MOST_CHANGED, scored, key=lambda x: x[0])]
+        top = heapq.nlargest(_MOST_CHANGED, finite(column), key=lambda x: x[0])
+        return [{"name": name, column: value} for value, name in top]
 
     sides = collections.Counter(u["side"] for u in result.unmatched)
     summary: dict[str, Any] = {"n_matched": len(rows), "n_skipped": len(result.skipped), "n_unmatched_a": sides["a"],
@@ -414,13 +408,11 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
     if choice.note:
         summary["head_note"] = choice.note
     for column in ("rel_frobenius", "rel_frobenius_rowscaled", "w1_log_eigs", "overlap_in", "overlap_out"):
-        values = finite(column)
-        summary[f"{column}_mean"] = float(values.mean()) if values.size else math.nan
-        summary[f"{column}_max"] = float(values.max()) if values.size else math.nan
+        summary[f"{column}_mean"] = column_mean(rows, column)[0]
+        summary[f"{column}_max"] = max((value for value, _ in finite(column)), default=math.nan)
     for group in groups:
         for column in group.summary_columns:
-            values = finite(f"d_{column}")
-            summary[f"d_{column}_mean"] = float(values.mean()) if values.size else math.nan
+            summary[f"d_{column}_mean"] = column_mean(rows, f"d_{column}")[0]
             summary[f"d_{column}_head"] = by_name[head].get(f"d_{column}", math.nan) if head else math.nan
     summary.update(_folding(rows))
     summary["most_changed"] = ranked("rel_frobenius")

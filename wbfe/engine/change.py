@@ -14,8 +14,9 @@ from wbfe.engine.matrices import MatrixPlan, as_matrices
 from wbfe.engine.rows import layer_row
 from wbfe.linalg.arrays import to_numpy
 from wbfe.metrics.rand import log_spectrum_distance
+from wbfe.render.text import is_number
 
-__all__ = ["matrix_change", "row_scaled_change", "top_singular", "subspace_overlap", "is_number"]
+__all__ = ["matrix_change", "row_scaled_change", "top_singular", "subspace_overlap"]
 
 
 def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -124,8 +125,3 @@ def matrix_change(
     row["overlap_out"] = subspace_overlap(u_a, u_b)
     row["reasons"] = reasons
     return row
-
-
-def is_number(value: Any) -> bool:
-    """Whether ``value`` is an int or float (not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -8,22 +8,23 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from wbfe.framework.applicability import applicability
 from wbfe.engine.heads import choose_head
 from wbfe.engine.products import INTRA
-from wbfe.errors import MissingDependencyError, NoUsableMatrixError
+from wbfe._deps import require
+from wbfe.errors import NoUsableMatrixError
 from wbfe.framework import FrameworkDescription, order_rows
-from wbfe.render.text import as_float, json_ready
+from wbfe.render.text import ToJson, as_float, json_ready, short_value
 
-__all__ = ["ModelScore", "finish"]
+__all__ = ["ModelScore", "finish", "column_mean"]
 
 
 @dataclass
-class ModelScore:
+class ModelScore(ToJson):
     """The scores of one checkpoint.
 
     Attributes:
@@ -43,16 +44,9 @@ class ModelScore:
         """Plain-data form (the JSON shape); non-finite numbers become None."""
         return json_ready({"model": self.model, "layers": self.layers, "skipped": self.skipped, "summary": self.summary})
 
-    def to_json(self, indent: int | None = 2) -> str:
-        """Standard JSON (no NaN/Infinity tokens: they are written as null, with a reason beside them)."""
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
-
     def to_pandas(self) -> Any:
         """One row per analysed matrix (requires pandas)."""
-        try:
-            import pandas as pd
-        except ImportError:
-            raise MissingDependencyError("to_pandas() needs pandas (pip install pandas)") from None
+        pd = require("pandas", "to_pandas() needs pandas (pip install pandas)")
         rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
                 for layer in self.layers]
         return pd.DataFrame(rows)
@@ -68,21 +62,15 @@ class ModelScore:
 
     def __repr__(self) -> str:
         # A notebook shows this: a line, not the 56 KB of every row (to_dict() has them).
-        fields = ", ".join(f"{k}={_short(v)}" for k, v in self._headline())
+        fields = ", ".join(f"{k}={short_value(v)}" for k, v in self._headline())
         return (f"ModelScore(source={self.model.get('source')!r}, layers={len(self.layers)}, "
                 f"skipped={len(self.skipped)}" + (f", {fields}" if fields else "") + ")")
 
     def _repr_html_(self) -> str:
-        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_short(v))}</td></tr>"
+        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(short_value(v))}</td></tr>"
                         for k, v in [("source", self.model.get("source")), ("layers", len(self.layers)),
                                      ("skipped", len(self.skipped)), *self._headline()])
         return f"<table><caption>ModelScore</caption>{cells}</table>"
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.6g}"
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[dict[str, Any]], groups: tuple[Any, ...],
@@ -112,11 +100,8 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     summary: dict[str, Any] = {"head": head, "head_source": choice.source, "n_layers": len(layers)}
     for group in groups:
         for column in group.summary_columns:
-            values = np.array([as_float(layer.get(column)) for layer in layers], dtype=float)
-            finite = values[np.isfinite(values)]
             summary[f"{column}_head"] = as_float(by_name[head].get(column)) if head else math.nan
-            summary[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
-            summary[f"{column}_n"] = int(finite.size)
+            summary[f"{column}_mean"], summary[f"{column}_n"] = column_mean(layers, column)
     columns = [column for group in groups for column in group.summary_columns]
     summary["by_role"] = _means_by(every, "role", columns)
     if products:
@@ -178,8 +163,13 @@ def _means_by(layers: list[dict[str, Any]], key: str, columns: list[str]) -> dic
         members = [layer for layer in layers if str(layer.get(key)) == value]
         entry: dict[str, Any] = {"n": len(members)}
         for column in columns:
-            values = np.array([as_float(layer.get(column)) for layer in members], dtype=float)
-            finite = values[np.isfinite(values)]
-            entry[f"{column}_mean"] = float(finite.mean()) if finite.size else math.nan
+            entry[f"{column}_mean"] = column_mean(members, column)[0]
         out[value] = entry
     return out
+
+
+def column_mean(rows: Sequence[dict[str, Any]], column: str) -> tuple[float, int]:
+    """The mean of ``column``'s finite values over ``rows`` (NaN where there is none), and their count."""
+    values = np.array([as_float(row.get(column)) for row in rows], dtype=float)
+    finite = values[np.isfinite(values)]
+    return (float(finite.mean()) if finite.size else math.nan), int(finite.size)

@@ -7,7 +7,6 @@ never a stale answer. A cache that cannot be written costs only the speed.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import sys
@@ -19,7 +18,7 @@ from wbfe._config import wbfe_cache_dir
 from wbfe._provenance import tree_digest
 from wbfe.errors import WbfeError
 from wbfe.framework.description import Fallback, FrameworkDescription
-from wbfe.render.files import write_atomic
+from wbfe.render.files import json_sha256, write_atomic
 
 __all__ = ["FORMAT", "MAX_FILES", "description_key", "recall", "remember", "cached"]
 
@@ -28,6 +27,7 @@ MAX_FILES = 2000  # a description is a few KB (an LLM's is ~100 KB): at most ~20
 _MAX_BYTES = 64 * 2**20  # larger than any description: not one of ours
 
 Described = Union[FrameworkDescription, Fallback]
+_digest = functools.partial(json_sha256, default=str)
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,11 +63,6 @@ def cached(framework: str, packages: tuple[str, ...], read: Mapping[str, Any], b
 
 def _path(key: str) -> Path:
     return wbfe_cache_dir() / "descriptions" / key[:2] / f"{key}.json"
-
-
-def _digest(payload: Mapping[str, Any]) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def recall(key: Optional[str]) -> Optional[Described]:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
 
 from wbfe.errors import InvalidOptionError
 from wbfe.ranking.claims import CLAIM_SUFFIX, STALE_AFTER, Claim, try_claim
-from wbfe.render.files import write_atomic
+from wbfe.render.files import json_sha256, write_atomic
 from wbfe.render.text import json_ready
 
 __all__ = ["ScoreCache", "cache_key", "score_claimed", "CACHE_FORMAT"]
@@ -32,18 +32,14 @@ _INDEX_FORMAT = "wbfe-hash-index/2"
 _MAX_ENTRY_BYTES = 16 * 2**20  # a summary is a few KB; anything this large is not one of ours
 
 
-def _canonical(obj: Any) -> str:
-    # Key order is fixed; non-finite numbers are null (json_ready), as in every file wbfe writes.
-    return json.dumps(json_ready(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _checksum(obj: Any) -> str:
+    # Non-finite numbers are null (json_ready), as in every file wbfe writes.
+    return json_sha256(json_ready(obj))
 
 
 def cache_key(content_hash: str, options: Mapping[str, Any]) -> str:
     """The entry name for a checkpoint's content hash scored with ``options`` (hex SHA-256)."""
-    return _sha256(_canonical({"content": content_hash, "options": dict(options)}))
+    return _checksum({"content": content_hash, "options": dict(options)})
 
 
 def _file_signature(ref: str) -> Optional[list[list[Any]]]:
@@ -119,7 +115,7 @@ class ScoreCache:
                 entry = json.loads(handle.read(_MAX_ENTRY_BYTES + 1).decode("utf-8"))
             if not (isinstance(entry, dict) and entry.get("format") == fmt and entry.get("key") == key
                     and isinstance(entry.get("payload"), dict)
-                    and entry.get("checksum") == _sha256(_canonical(entry["payload"]))):
+                    and entry.get("checksum") == _checksum(entry["payload"])):
                 raise ValueError("checksum, key or format mismatch")
             return dict(entry["payload"])
         except (OSError, ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deeply
@@ -129,7 +125,7 @@ class ScoreCache:
 
     def _write(self, path: Path, fmt: str, key: str, payload: Mapping[str, Any]) -> Path:
         body = json_ready(dict(payload))
-        entry = {"format": fmt, "key": key, "checksum": _sha256(_canonical(body)), "payload": body}
+        entry = {"format": fmt, "key": key, "checksum": _checksum(body), "payload": body}
         if path.is_symlink() or path.is_dir():
             clear_path(path)
         write_atomic(path, json.dumps(entry, sort_keys=True, allow_nan=False))
@@ -165,7 +161,7 @@ class ScoreCache:
         signature = _file_signature(ref)
         if signature is None:
             return compute(ref)
-        key = _sha256(str(Path(ref).resolve()))
+        key = hashlib.sha256(str(Path(ref).resolve()).encode("utf-8")).hexdigest()
         index = self.directory / "hashes" / f"{key}.json"
         saved = self._read(index, _INDEX_FORMAT, key)
         if saved is not None and saved.get("signature") == signature and isinstance(saved.get("sha256"), str):

@@ -8,6 +8,7 @@ docs/scoring.md. JSON is written with ``allow_nan=False``, non-finite numbers as
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import json
 import os
@@ -16,13 +17,13 @@ import stat
 import sys
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 from wbfe.errors import OutputError, OverwriteError
 from wbfe.render.text import json_ready
 
 __all__ = ["STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
-           "write_output", "write_json", "save_figure", "local_reads", "local_files", "refuse_overlap"]
+           "write_output", "write_json", "save_figure", "local_reads", "local_files", "refuse_overlap", "json_sha256"]
 
 STDOUT_PATHS = ("-", "/dev/stdout", "/dev/fd/1")
 STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")  # the process's own stream, not the device it points to
@@ -271,6 +272,12 @@ def write_output(path: PathLike, text: str, *, reads: Reads = ()) -> Optional[Pa
 def write_json(path: PathLike, obj: Any, *, indent: Optional[int] = 2) -> Optional[Path]:
     """Standard JSON of ``obj`` (non-finite numbers as ``null``) to ``path`` or standard output."""
     return write_output(path, json.dumps(json_ready(obj), indent=indent, allow_nan=False) + "\n")
+
+
+def json_sha256(obj: Any, *, default: Optional[Callable[[Any], Any]] = None) -> str:
+    """Hex SHA-256 of ``obj`` as canonical JSON (keys sorted, no spaces, no NaN): a cache entry's key or checksum."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False, default=default)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def save_figure(fig: Any, path: PathLike, *, dpi: int = 120) -> Path:

@@ -14,8 +14,8 @@ from typing import Any, Optional, Protocol, Sequence
 
 from wbfe.errors import clip, printable
 
-__all__ = ["ToJson", "json_ready", "format_value", "text_table", "score_table", "score_csv", "as_float",
-           "finite_or_none", "printable", "applicability_line", "skipped_line", "LINE_LIMIT"]
+__all__ = ["ToJson", "json_ready", "format_value", "short_value", "text_table", "score_table", "score_csv", "as_float",
+           "finite_or_none", "is_number", "printable", "applicability_line", "skipped_line", "LINE_LIMIT"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -71,6 +71,13 @@ def format_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "x".join(printable(str(v)) for v in value)
     return printable(str(value))
+
+
+def short_value(value: Any) -> str:
+    """One value in a result's ``repr``: a float to 6 significant digits, text quoted."""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.6g}"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -187,11 +194,14 @@ def score_csv(result: Any) -> str:
     return buffer.getvalue()
 
 
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def as_float(value: Any) -> float:
     """A number as a float; NaN for None, text, booleans or anything else that is not a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return math.nan
+    return float(value) if is_number(value) else math.nan
 
 
 def finite_or_none(value: Any) -> "float | None":

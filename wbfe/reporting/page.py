@@ -11,7 +11,8 @@ from typing import Any
 
 from wbfe.reporting.content import Block, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
 from wbfe.reporting.figures import render
-from wbfe.reporting.text import display, is_number, visible
+from wbfe.render.text import is_number
+from wbfe.reporting.text import display, visible
 
 __all__ = ["render_html", "esc"]
 

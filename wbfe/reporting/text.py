@@ -6,9 +6,9 @@ import json
 import re
 from typing import Any
 
-from wbfe.render.text import format_value
+from wbfe.render.text import format_value, is_number
 
-__all__ = ["visible", "display", "is_number"]
+__all__ = ["visible", "display"]
 
 # C0/C1 control characters (not tab/newline): shown as \xNN so a tensor name cannot hide text or
 # break a table; a lone surrogate becomes \udXXX the same way.
@@ -19,10 +19,6 @@ def visible(text: Any) -> str:
     """``text`` with every control character written out as ``\\xNN`` (and encodable as UTF-8)."""
     s = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
     return s.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def display(value: Any, nested: bool = False) -> str:
