@@ -89,7 +89,7 @@ def content_hash(ref: Any) -> str:
         digest = source.provenance.digest()
         if digest is None:
             if source.provenance.extra.get("transport") == "stream":  # no byte hashed, none listed by the server
-                raise SourceNotFoundError(f"{ref}: a streamed checkpoint whose server lists no SHA-256 has no "
-                                          "content hash; score it with --no-stream", path=str(ref))
+                raise SourceNotFoundError.at(ref, "a streamed checkpoint whose server lists no SHA-256 has no "
+                                             "content hash; score it with --no-stream")
             raise SourceNotFoundError("in-memory models have no content hash")
         return digest

@@ -84,9 +84,9 @@ def open_regular(path: Path) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise CorruptCheckpointError(
-                f"{path}: not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'special file')}); wbfe reads "
-                "checkpoint files only", path=str(path))
+            raise CorruptCheckpointError.at(
+                path, f"not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'special file')}); wbfe reads "
+                "checkpoint files only")
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
@@ -104,7 +104,7 @@ def unreadable(path: Path | str, exc: OSError) -> SourceNotFoundError:
     if exc.errno == errno.ENAMETOOLONG:
         return SourceNotFoundError(f"{str(path)[:200]}...: file name too long", path=str(path))
     reason = exc.strerror or exc.__class__.__name__
-    return SourceNotFoundError(f"{path}: cannot be read ({reason})", path=str(path))
+    return SourceNotFoundError.at(path, f"cannot be read ({reason})")
 
 
 _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",

@@ -146,19 +146,19 @@ class RemoteFile(RangedFile):
             except WbfeError:  # a verdict (404, a changed file), some of them OSErrors too: never retried
                 raise
             except (http.TooManyRedirects, http.UnsupportedProtocol, http.InvalidURL) as exc:
-                raise RemoteReadError(f"{self.name}: {said(exc)}", path=self.name) from None
+                raise RemoteReadError.at(self.name, said(exc)) from None
             except http.TransportError as exc:  # refused, reset, timed out, cut short, a proxy's failure
                 if _certificate_refused(exc):
-                    raise RemoteReadError(
-                        f"{self.name}: the server's TLS certificate is not trusted ({said(exc)}); point "
-                        "SSL_CERT_FILE at the CA bundle that signs it", path=self.name) from None
+                    raise RemoteReadError.at(
+                        self.name, f"the server's TLS certificate is not trusted ({said(exc)}); point "
+                        "SSL_CERT_FILE at the CA bundle that signs it") from None
                 last, retry_after = said(exc), None
             except OSError as exc:  # huggingface_hub's offline mode (a ConnectionError): no retry
-                raise RemoteReadError(f"{self.name}: {said(exc)}", path=self.name) from None
+                raise RemoteReadError.at(self.name, said(exc)) from None
             if attempt + 1 < policy.attempts:
                 self._sleep(policy.delay(attempt, retry_after))
-        raise RemoteReadError(f"{self.name}: bytes {start}-{start + nbytes - 1} could not be read in "
-                              f"{policy.attempts} tries (last: {last})", path=self.name)
+        raise RemoteReadError.at(self.name, f"bytes {start}-{start + nbytes - 1} could not be read in "
+                                 f"{policy.attempts} tries (last: {last})")
 
     def _attempt(self, start: int, nbytes: int, into: memoryview, first: bool) -> int:
         began = time.monotonic()
@@ -175,22 +175,22 @@ class RemoteFile(RangedFile):
         """Check the answer to one range request and read its body into ``into``."""
         status = response.status_code
         if status in (404, 410):
-            raise RemoteReadError(f"{self.name}: not found (HTTP {status})", path=self.name)
+            raise RemoteReadError.at(self.name, f"not found (HTTP {status})")
         if status in (401, 403):
             gated = response.headers.get("X-Error-Code") == "GatedRepo"
-            raise RemoteReadError(f"{self.name}: access refused (HTTP {status}); "
+            raise RemoteReadError.at(self.name, f"access refused (HTTP {status}); "
                 + ("a gated model: accept its terms on the hub, then " if gated else "a token with access is needed: ")
-                + "set HF_TOKEN (or run hf auth login) for the Hugging Face hub", path=self.name)
+                + "set HF_TOKEN (or run hf auth login) for the Hugging Face hub")
         if status == 412:
             raise changed(self.name, "its ETag no longer matches (HTTP 412)")
         if status == 416:
             if self.size is not None:
                 raise changed(self.name, f"it no longer holds bytes {start}-{start + nbytes - 1} (HTTP 416)")
-            raise TruncatedCheckpointError(f"{self.name}: empty file (HTTP 416)", path=self.name)
+            raise TruncatedCheckpointError.at(self.name, "empty file (HTTP 416)")
         if status == 429 or 500 <= status < 600:
             raise _Retry(f"HTTP {status}", _number(response.headers.get("Retry-After"), float))
         if status not in (200, 206):
-            raise RemoteReadError(f"{self.name}: the server answered HTTP {status}", path=self.name)
+            raise RemoteReadError.at(self.name, f"the server answered HTTP {status}")
         # The commit any hop named (the hub's resolve route answers with a redirect to its storage).
         commit = next((r.headers["X-Repo-Commit"] for r in (*response.history, response)
                        if "X-Repo-Commit" in r.headers), None)
@@ -200,9 +200,9 @@ class RemoteFile(RangedFile):
             # The whole file: use it only where the whole file is what was asked for (a small file's
             # first read); never pull a whole checkpoint through a request for one tensor.
             if start != 0 or length is None or length > nbytes:
-                raise RangeNotSupportedError(
-                    f"{self.name}: the server ignores HTTP range requests (it answered 200 with the whole file), "
-                    "so it cannot be streamed; score it without --stream to download it first", path=self.name)
+                raise RangeNotSupportedError.at(
+                    self.name, "the server ignores HTTP range requests (it answered 200 with the whole file), "
+                    "so it cannot be streamed; score it without --stream to download it first")
             total, expected = length, length
         else:
             match = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
@@ -260,7 +260,7 @@ class RemoteFile(RangedFile):
         """The whole file, when it has at most ``limit`` bytes, in one pinned range read."""
         data = self.head(limit + 1)
         if len(data) > limit:
-            raise RemoteReadError(f"{self.name}: larger than {limit} bytes", path=self.name)
+            raise RemoteReadError.at(self.name, f"larger than {limit} bytes")
         return data
 
 
@@ -274,8 +274,8 @@ def _number(text: str | None, kind: type = int) -> Any:
 
 def changed(name: str, what: str) -> RemoteChangedError:
     """The error for a remote file (HTTP or object store) that changed while it was read."""
-    return RemoteChangedError(f"{name}: the remote file changed while it was read ({what}); "
-                              "nothing read from it is used, score it again", path=name)
+    return RemoteChangedError.at(name, f"the remote file changed while it was read ({what}); "
+                                 "nothing read from it is used, score it again")
 
 
 def said(exc: BaseException) -> str:

@@ -41,7 +41,7 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         if not chosen:
             if stream:
                 listed = ", ".join(f"*{suffix}" for suffix in checkpoint_suffixes())
-                raise SourceNotFoundError(f"{uri}: no weight files ({listed}) in this folder", path=uri)
+                raise SourceNotFoundError.at(uri, f"no weight files ({listed}) in this folder")
             return None  # the copy says what is missing
         name = chosen[0]
         configs = [c for c in MODEL_CONFIGS if c in names]

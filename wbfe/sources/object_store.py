@@ -78,10 +78,10 @@ def store_filesystem(uri: str) -> tuple[Any, str]:
         hint = f"pip install {package}" if package else " ".join(str(exc).split())
         raise MissingDependencyError(f"{uri}: the {protocol}:// protocol needs {package or 'a package'}: {hint}") from None
     except (ValueError, TypeError) as exc:
-        raise SourceNotFoundError(f"{uri}: unknown protocol {protocol!r} ({' '.join(str(exc).split())})", path=uri) from None
+        raise SourceNotFoundError.at(uri, f"unknown protocol {protocol!r} ({' '.join(str(exc).split())})") from None
     except Exception as exc:  # noqa: BLE001 - a filesystem that connects as it is made (ftp://, sftp://) and cannot
-        raise SourceNotFoundError(f"{uri}: cannot reach the store ({type(exc).__name__}: "
-                                  f"{' '.join(str(exc).split())[:300]})", path=uri) from None
+        raise SourceNotFoundError.at(uri, f"cannot reach the store ({type(exc).__name__}: "
+                                     f"{' '.join(str(exc).split())[:300]})") from None
     return fs, str(path)
 
 
@@ -117,8 +117,8 @@ def call_store(uri: str, action: Any) -> Any:
     except FileNotFoundError:
         raise SourceNotFoundError(f"no such object: {uri}", path=uri) from None
     except Exception as exc:  # noqa: BLE001 - any store failure (permissions, network) is "cannot read"
-        raise SourceNotFoundError(f"{uri}: cannot read ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})",
-                                  path=uri) from None
+        raise SourceNotFoundError.at(
+            uri, f"cannot read ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from None
 
 
 def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, dict[str, Any]]:
@@ -131,11 +131,10 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
     else:
         name = path.rstrip("/").rsplit("/", 1)[-1]
         if not name:
-            raise SourceNotFoundError(f"{uri}: names neither a file nor a folder", path=uri)
+            raise SourceNotFoundError.at(uri, "names neither a file nor a folder")
         if str(info.get("mimetype", "")).lower() == "text/html":
             # A web server's folder listing (or an error page served as 200): never a checkpoint.
-            raise SourceNotFoundError(f"{uri}: the server answers with a web page, not a checkpoint; "
-                                      f"{NAME_A_FILE}", path=uri)
+            raise SourceNotFoundError.at(uri, f"the server answers with a web page, not a checkpoint; {NAME_A_FILE}")
         signature = [name, object_identity(info)]
         if name.lower().endswith(".index.json"):
             # The shards are part of the checkpoint: a shard re-uploaded under an unchanged index
@@ -187,9 +186,9 @@ def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path)
     root = path.rstrip("/")
     chosen = pick_weight_files(names)
     if not chosen:
-        raise SourceNotFoundError(
-            f"{uri}: no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th, *.gguf, *.h5, *.keras, *.onnx) "
-            "in this folder", path=uri)
+        raise SourceNotFoundError.at(
+            uri, "no weight files (*.safetensors, *.bin, *.pt, *.pth, *.th, *.gguf, *.h5, *.keras, *.onnx) "
+            "in this folder")
     for name in chosen + [c for c in MODEL_CONFIGS + ("adapter_config.json",) if c in names]:
         fs.get_file(f"{root}/{name}", str(staging / name))
     if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)
@@ -211,7 +210,7 @@ def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict
 
     size = info.get("size")
     if isinstance(size, int) and size > MAX_INDEX:
-        raise CorruptCheckpointError(f"{uri}: shard index larger than {MAX_INDEX} bytes", path=uri)
+        raise CorruptCheckpointError.at(uri, f"shard index larger than {MAX_INDEX} bytes")
     shards = parse_weight_map(fs.cat_file(path), uri)
     root = path.rstrip("/").rsplit("/", 1)[0]
     found: dict[str, Any] = {}
@@ -219,6 +218,6 @@ def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict
         try:
             found[shard] = fs.info(f"{root}/{shard}")
         except FileNotFoundError:
-            raise SourceNotFoundError(f"{uri}: shard {shard!r} listed in the index is missing from the store "
-                                      f"(no {uri.rsplit('/', 1)[0]}/{shard})", path=uri) from None
+            raise SourceNotFoundError.at(uri, f"shard {shard!r} listed in the index is missing from the store "
+                                         f"(no {uri.rsplit('/', 1)[0]}/{shard})") from None
     return found

@@ -40,24 +40,22 @@ class OnnxSource(TensorSource):
         try:
             model = onnx.load(str(path), load_external_data=False)
         except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(f"{path}: not a readable ONNX model (truncated or corrupt protobuf: "
-                                         f"{str(exc)[:120]})", path=str(path)) from None
+            raise CorruptCheckpointError.at(path, "not a readable ONNX model (truncated or corrupt protobuf: "
+                                            f"{str(exc)[:120]})") from None
         graph = model.graph
         if model.ir_version <= 0 or not graph.node:
-            raise CorruptCheckpointError(f"{path}: not an ONNX model (no graph nodes)", path=str(path))
+            raise CorruptCheckpointError.at(path, "not an ONNX model (no graph nodes)")
         try:
             plan = plan_graph(onnx, graph, lambda code: _dtype_name(onnx, code),
                               values=lambda weight: self.read(weight))
         except (ValueError, TypeError, KeyError) as exc:  # a malformed attribute or tensor header
-            raise CorruptCheckpointError(f"{path}: malformed ONNX graph ({str(exc)[:120]})", path=str(path)) from None
+            raise CorruptCheckpointError.at(path, f"malformed ONNX graph ({str(exc)[:120]})") from None
         if not all(isinstance(w.name, str) for w in plan.tensors):  # proto2 strings: UTF-8 is not checked
-            raise CorruptCheckpointError(f"{path}: malformed ONNX graph (a tensor name that is not UTF-8 text)",
-                                         path=str(path))
+            raise CorruptCheckpointError.at(path, "malformed ONNX graph (a tensor name that is not UTF-8 text)")
         names = [w.name for w in plan.tensors]
         if len(set(names)) != len(names):  # ONNX values are single-assignment: which one would the graph use?
             twice = next(n for n in names if names.count(n) > 1)
-            raise CorruptCheckpointError(f"{path}: malformed ONNX graph (two stored tensors named {twice[:200]!r})",
-                                         path=str(path))
+            raise CorruptCheckpointError.at(path, f"malformed ONNX graph (two stored tensors named {twice[:200]!r})")
         self._weights = plan.tensors
         self._stored = plan.stored
         self._files = self._check_data(onnx)
@@ -81,8 +79,7 @@ class OnnxSource(TensorSource):
                     files.append(file)
             elif tensor is not None and weight.skip is None and not tensor.raw_data and _numel(tensor) and not any(
                     getattr(tensor, f"{k}_data") for k in ("float", "int32", "int64", "double", "uint64", "string")):
-                raise CorruptCheckpointError(f"{self._path}: initializer {weight.name!r} has no data",
-                                             path=str(self._path))
+                raise CorruptCheckpointError.at(self._path, f"initializer {weight.name!r} has no data")
         return files
 
     def _external_info(self, tensor: Any) -> tuple[Path, int, int]:
@@ -91,20 +88,18 @@ class OnnxSource(TensorSource):
         location = entries.get("location", "")
         target = (self._base / location).resolve()
         if not location or os.path.isabs(location) or not target.is_relative_to(self._base):
-            raise CorruptCheckpointError(
-                f"{self._path}: external data of {tensor.name!r} at {location!r} lies outside the model's folder",
-                path=str(self._path))
+            raise CorruptCheckpointError.at(
+                self._path, f"external data of {tensor.name!r} at {location!r} lies outside the model's folder")
         if not target.is_file():
-            raise SourceNotFoundError(f"{self._path}: external data file {location!r} of {tensor.name!r} is missing",
-                                      path=str(self._path))
+            raise SourceNotFoundError.at(self._path, f"external data file {location!r} of {tensor.name!r} is missing")
         offset = int(entries.get("offset", 0) or 0)
         itemsize = int(np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
         length = int(entries["length"]) if entries.get("length") else _numel(tensor) * itemsize
         size = target.stat().st_size
         if offset < 0 or length != _numel(tensor) * itemsize or offset + length > size:
-            raise TruncatedCheckpointError(f"{self._path}: data of {tensor.name!r} out of range in {location} "
-                f"(bytes {offset}..{offset + length} of a {size}-byte file, {_numel(tensor) * itemsize} needed)",
-                path=str(self._path))
+            raise TruncatedCheckpointError.at(
+                self._path, f"data of {tensor.name!r} out of range in {location} (bytes {offset}..{offset + length} "
+                f"of a {size}-byte file, {_numel(tensor) * itemsize} needed)")
         return target, offset, length
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
@@ -120,11 +115,10 @@ class OnnxSource(TensorSource):
         except WbfeError:  # the external data's own errors (missing, out of range, cut short)
             raise
         except KeyError as exc:  # a data type code onnx does not know (a scale's, say: found by fuzzing)
-            raise CorruptCheckpointError(f"{self._path}: initializer {name!r} has an unknown data type {exc}",
-                                         path=str(self._path)) from None
+            raise CorruptCheckpointError.at(self._path,
+                                            f"initializer {name!r} has an unknown data type {exc}") from None
         except (ValueError, TypeError) as exc:
-            raise CorruptCheckpointError(f"{self._path}: initializer {name!r} unreadable ({exc})",
-                                         path=str(self._path)) from None
+            raise CorruptCheckpointError.at(self._path, f"initializer {name!r} unreadable ({exc})") from None
 
     def read(self, weight: Planned) -> Any:
         """The tensor as the consuming operator uses it (dequantised, out × in)."""
@@ -135,8 +129,7 @@ class OnnxSource(TensorSource):
                 zero = None if weight.dq[1] is None else self._stored_array(self._stored[weight.dq[1]])
                 array = dequantize(array, scale, zero, weight.dq[2], weight.dq[3])
             except ValueError as exc:  # a scale or zero point that does not fit the tensor (found by fuzzing)
-                raise CorruptCheckpointError(f"{self._path}: DequantizeLinear of {weight.name!r}: {exc}",
-                                             path=str(self._path)) from None
+                raise CorruptCheckpointError.at(self._path, f"DequantizeLinear of {weight.name!r}: {exc}") from None
         if weight.index is not None:  # one direction of a recurrent operand [directions, gates·hidden, in]
             array = array[weight.index]
         # A C-ordered copy the tensor owns, writable; not np.ascontiguousarray, which makes a 0-D

@@ -158,8 +158,8 @@ def open_zip(path: Path, fh: Any, what: str) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(fh)
     except ZIP_ERRORS as exc:
-        raise CorruptCheckpointError(f"{path}: not a readable {what} (a damaged zip: {exc.__class__.__name__})",
-                                     path=str(path)) from None
+        raise CorruptCheckpointError.at(
+            path, f"not a readable {what} (a damaged zip: {exc.__class__.__name__})") from None
 
 
 def zip_members(path: Path) -> set[str]:

@@ -172,8 +172,8 @@ def remote_config(names: Iterable[str], open_file: Callable[[str], RangedFile]) 
 
 def _check_commit(file: RangedFile, commit: str | None) -> None:
     if commit is not None and file.commit is not None and file.commit != commit:
-        raise RemoteChangedError(f"{file.name}: served from commit {file.commit}, not {commit}: the repository "
-                                 "changed while it was read; score it again", path=file.name)
+        raise RemoteChangedError.at(file.name, f"served from commit {file.commit}, not {commit}: the repository "
+                                    "changed while it was read; score it again")
 
 
 @register_location("http", order=15, streams=True,
@@ -190,10 +190,10 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     try:
         path = urlsplit(url).path
     except ValueError as exc:  # an unclosed IPv6 host, a bad port...
-        raise SourceNotFoundError(f"{url}: not a valid URL ({exc})", path=url) from None
+        raise SourceNotFoundError.at(url, f"not a valid URL ({exc})") from None
     name = path.rsplit("/", 1)[-1]
     if not name:  # an HTTP server has no folder listing wbfe could read, only a web page
-        raise SourceNotFoundError(f"{url}: a URL of a folder; {NAME_A_FILE}", path=url)
+        raise SourceNotFoundError.at(url, f"a URL of a folder; {NAME_A_FILE}")
     if not is_safetensors_name(name):
         if stream:
             raise InvalidOptionError(f"{url}: --stream reads .safetensors files and .safetensors.index.json shard "

@@ -74,7 +74,7 @@ class StoreFile(RangedFile):
         """The whole object when it holds at most ``limit`` bytes, in one request."""
         size = self._contact()
         if size > limit:
-            raise RemoteReadError(f"{self.name}: larger than {limit} bytes", path=self.name)
+            raise RemoteReadError.at(self.name, f"larger than {limit} bytes")
         return self.head(size)
 
     def close(self) -> None:
@@ -84,7 +84,7 @@ class StoreFile(RangedFile):
         self.fs.invalidate_cache(self.path)
         info = dict(self.fs.info(self.path))
         if info.get("type", "file") != "file":
-            raise RemoteReadError(f"{self.name}: not a file", path=self.name)
+            raise RemoteReadError.at(self.name, "not a file")
         return info
 
     def _contact(self) -> int:
@@ -100,7 +100,7 @@ class StoreFile(RangedFile):
                 self.pinned = next(({keyword: info[field]} for field, keyword in _VERSION_KEYS
                                     if info.get(field) not in (None, "", "null") and keyword in self._takes), {})
         if self.size == 0:
-            raise TruncatedCheckpointError(f"{self.name}: empty file", path=self.name)
+            raise TruncatedCheckpointError.at(self.name, "empty file")
         return self.size
 
     def _check(self) -> None:
@@ -116,8 +116,8 @@ class StoreFile(RangedFile):
         size = self._contact()
         nbytes = len(into)
         if start < 0 or start + nbytes > size:
-            raise TruncatedCheckpointError(f"{self.name}: bytes {start}-{start + nbytes - 1} lie past its end "
-                                           f"({size} bytes)", path=self.name)
+            raise TruncatedCheckpointError.at(self.name, f"bytes {start}-{start + nbytes - 1} lie past its end "
+                                              f"({size} bytes)")
 
         def attempt() -> None:
             data = self.fs.cat_file(self.path, start=start, end=start + nbytes, **self.pinned, **self._one)
@@ -142,16 +142,15 @@ class StoreFile(RangedFile):
                 raise
             except FileNotFoundError:
                 if first:
-                    raise RemoteReadError(f"{self.name}: no such object", path=self.name) from None
+                    raise RemoteReadError.at(self.name, "no such object") from None
                 raise changed(self.name, "it is gone") from None
             except PermissionError as exc:
-                raise RemoteReadError(f"{self.name}: access refused ({said(exc)}); the store's credentials "
-                                      "must allow reading it", path=self.name) from None
+                raise RemoteReadError.at(self.name, f"access refused ({said(exc)}); the store's credentials "
+                                         "must allow reading it") from None
             except (_Short, OSError) as exc:  # ConnectionError and TimeoutError are OSErrors too
                 last = said(exc)
                 if attempt + 1 < policy.attempts:
                     self._sleep(policy.delay(attempt))
             except Exception as exc:  # noqa: BLE001 - a store's own error type: a verdict, in one line
-                raise RemoteReadError(f"{self.name}: {what} cannot be read ({said(exc)})", path=self.name) from None
-        raise RemoteReadError(f"{self.name}: {what} could not be read in {policy.attempts} tries (last: {last})",
-                              path=self.name)
+                raise RemoteReadError.at(self.name, f"{what} cannot be read ({said(exc)})") from None
+        raise RemoteReadError.at(self.name, f"{what} could not be read in {policy.attempts} tries (last: {last})")

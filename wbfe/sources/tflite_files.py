@@ -44,13 +44,12 @@ class TfliteSource(TensorSource):
         with open_regular(path) as fh:
             size = fh.seek(0, 2)
             if size < 8:
-                raise CorruptCheckpointError(f"{path}: {size} bytes: too short for a TFLite model", path=str(path))
+                raise CorruptCheckpointError.at(path, f"{size} bytes: too short for a TFLite model")
             fh.seek(4)
             identifier = fh.read(4)
             if identifier != IDENTIFIER:
-                raise CorruptCheckpointError(
-                    f"{path}: not a TFLite model (file identifier {identifier!r}, {IDENTIFIER!r} expected)",
-                    path=str(path))
+                raise CorruptCheckpointError.at(
+                    path, f"not a TFLite model (file identifier {identifier!r}, {IDENTIFIER!r} expected)")
             # Mapped, not read: the flatbuffer of a >2 GB model is followed by its weights.
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             try:
@@ -66,9 +65,9 @@ class TfliteSource(TensorSource):
             itemsize = ITEMSIZE.get(tensor.dtype)
             needed = math.prod(tensor.shape) * (itemsize or 0)
             if itemsize is not None and not tensor.sparse and model.buffers[tensor.buffer].size != needed:
-                raise CorruptCheckpointError(
-                    f"{path}: tensor {tensor.name!r}: shape {list(tensor.shape)} of {tensor.dtype} needs {needed} "
-                    f"bytes, its buffer {tensor.buffer} holds {model.buffers[tensor.buffer].size}", path=str(path))
+                raise CorruptCheckpointError.at(
+                    path, f"tensor {tensor.name!r}: shape {list(tensor.shape)} of {tensor.dtype} needs {needed} "
+                    f"bytes, its buffer {tensor.buffer} holds {model.buffers[tensor.buffer].size}")
         self._plan = plan.tensors
         self.head_hint = plan.head
         self.own_description = _describe(model.description, plan)

@@ -125,7 +125,7 @@ class _Reader:
         self.what = "the model header"
 
     def fail(self, why: str) -> CorruptCheckpointError:
-        return CorruptCheckpointError(f"{self.path}: {self.what}: {why}", path=self.path)
+        return CorruptCheckpointError.at(self.path, f"{self.what}: {why}")
 
     def count(self, n: int, width: int, what: str) -> int:
         if n < 0 or n * width > self.size:
