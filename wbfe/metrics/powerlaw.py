@@ -363,9 +363,7 @@ def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _E
 
 
 # Damping factors of the Levenberg–Marquardt shift, in order; beyond the last, the identity.
-_DAMPINGS = [1e-3]
-while 10.0 * _DAMPINGS[-1] < 1e12:
-    _DAMPINGS.append(10.0 * _DAMPINGS[-1])
+_DAMPINGS = [10.0**k for k in range(-3, 12)]
 
 
 def _ldl(h00: float, h01: float, h11: float) -> Optional[tuple[float, float]]:
