@@ -118,7 +118,8 @@ def sharpening_count(w: np.ndarray, *, seed: int = 0, name: str = "") -> int:
 
 def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray], count: int,
                 dtype: type = np.float64) -> np.ndarray:
-    """``operation(slice, count)`` on every matrix of ``w`` (2-D, or each kernel position of a 4-D kernel), in ``dtype``."""
+    """``operation(slice, count)`` on every matrix of ``w`` (2-D, or each kernel position of a 4-D kernel), in
+    ``dtype``."""
     w = np.asarray(w, dtype=dtype)
     if w.ndim == 2:
         return operation(w, count)

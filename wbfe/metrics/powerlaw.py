@@ -454,15 +454,13 @@ def fit_truncated_power_law(
     tail = x[x >= lo]
     n = tail.size
     if n < 3:
-        reason = f"only {n} value(s) >= xmin, need 3"
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, reason)
+        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, f"only {n} value(s) >= xmin, need 3")
     # Work in y = x/xmin ≥ 1 so Λ' = Λ·xmin is O(1) whatever the scale of the spectrum.
     y = tail / lo
     mean_log = float(np.mean(np.log(y)))
     mean_y = float(np.mean(y))
     if mean_log <= 1e-14 * max(1.0, mean_y):
-        reason = "degenerate tail: all values equal xmin"
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, reason)
+        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "degenerate tail: all values equal xmin")
     alpha_pl = 1.0 + 1.0 / mean_log
     # The untruncated power law is the boundary Λ = 0 of a convex problem: it is the MLE when the
     # likelihood cannot rise by truncating, i.e. when the data's mean is at least the power law's.

@@ -35,8 +35,7 @@ _CUT_TOL = 1e-13
 
 
 def _check_ab(a: float, b: float) -> tuple[float, float, float]:
-    a = float(a)
-    b = float(b)
+    a, b = float(a), float(b)
     c = a - b + 1.0
     if not (math.isfinite(a) and math.isfinite(b) and a > 0.0 and c > 0.0):
         raise InvalidOptionError(f"log-space U needs a > 0 and a - b + 1 > 0, not a={a!r}, b={b!r}")
@@ -171,9 +170,7 @@ def log_hyperu(a: float, b: float, z: ArrayLike) -> ArrayLike:
     out[zero] = gammaln(delta) - gammaln(c) if delta > 0.0 else math.inf
     if np.any(~zero):
         out[~zero] = _log_hyperu_positive(a, c, flat[~zero])
-    if z_arr.ndim == 0:
-        return float(out[0])
-    return out.reshape(z_arr.shape)
+    return float(out[0]) if z_arr.ndim == 0 else out.reshape(z_arr.shape)
 
 
 def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
@@ -241,9 +238,7 @@ def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13, mod
     rest = ~zero & ~tiny
     if np.any(rest):
         out[rest] = _log_hyperu_cut(a, c, flat[rest], rtol, modulus_only)
-    if y_arr.ndim == 0:
-        return complex(out[0])
-    return out.reshape(y_arr.shape)
+    return complex(out[0]) if y_arr.ndim == 0 else out.reshape(y_arr.shape)
 
 
 def _log_hyperu_cut_near_zero(a: float, c: float, delta: float, log_a0: float, y: np.ndarray) -> np.ndarray:
