@@ -78,8 +78,7 @@ class TruncatedPowerLawFit:
 
 
 def failed_fit(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
-    nan = math.nan
-    return PowerLawFit(nan, nan, nan, nan, 0, nan, n_candidates, method, reason)
+    return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, n_candidates, method, reason)
 
 
 def fit_power_law(
