@@ -145,7 +145,7 @@ def ww_permuted_eigenvalues(w32: np.ndarray, generator: np.random.RandomState) -
     """SVDSharpness's spectrum: WW's matrices of the layer (float32 weight), each permuted (``permute_matrix``) by one
     draw of ``generator``, which stands for NumPy's global generator."""
     return pooled_eigenvalues([mat.reshape(-1)[generator.permutation(np.arange(mat.size))].reshape(mat.shape)
-                    for mat in ww_esd_matrices(w32)])
+                               for mat in ww_esd_matrices(w32)])
 
 
 def ww_slice_count(shape: tuple[int, ...], num_smooth: int) -> int:
