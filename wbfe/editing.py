@@ -77,10 +77,6 @@ def _slices(w: np.ndarray) -> list[np.ndarray]:
     return [w[:, :, i, j] for i in range(w.shape[2]) for j in range(w.shape[3])]
 
 
-def _pooled_eigs(mats: list[np.ndarray]) -> np.ndarray:
-    return np.sort(np.concatenate([np.linalg.svd(m, compute_uv=False) ** 2 for m in mats]))
-
-
 def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
     """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule.
 
@@ -95,8 +91,9 @@ def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
         total = int(percent * min(mats[0].shape) * rf)
     elif method == "detx":
         from wbfe.metrics.detx import detx_tail
+        from wbfe.metrics.ww_compat import pooled_eigenvalues
 
-        total = detx_tail(_pooled_eigs(mats))[0]
+        total = detx_tail(pooled_eigenvalues(mats))[0]
     else:
         raise InvalidOptionError(f"smoothing method must be svd or detx, not {method!r}")
     return total if rf == 1 else int(math.ceil(total / rf))
@@ -109,18 +106,21 @@ def sharpening_count(w: np.ndarray, *, seed: int = 0, name: str = "") -> int:
     slice with NumPy's global generator.
     """
     from wbfe.metrics.mp import mp_fit
+    from wbfe.metrics.ww_compat import pooled_eigenvalues
 
     mats = _slices(w)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode())]))
-    fit = mp_fit(_pooled_eigs([rng.permutation(m.ravel()).reshape(m.shape) for m in mats]), max(w.shape[:2]),
+    fit = mp_fit(pooled_eigenvalues([rng.permutation(m.ravel()).reshape(m.shape) for m in mats]), max(w.shape[:2]),
                  min(w.shape[:2]))
     spikes = int(fit.num_spikes) if fit.reason is None else 0
     return spikes if len(mats) == 1 else -int(math.ceil(-spikes / len(mats)))
 
 
-def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray], count: int) -> np.ndarray:
-    """``operation(slice, count)`` on every matrix of ``w`` (2-D, or each kernel position of a 4-D kernel), in float64."""
-    w = np.asarray(w, dtype=np.float64)
+def edit_weight(w: np.ndarray, operation: Callable[[np.ndarray, int], np.ndarray], count: int,
+                dtype: type = np.float64) -> np.ndarray:
+    """``operation(slice, count)`` on every matrix of ``w`` (2-D, or each kernel position of a 4-D kernel), in
+    ``dtype``."""
+    w = np.asarray(w, dtype=dtype)
     if w.ndim == 2:
         return operation(w, count)
     out = np.empty_like(w)
@@ -233,15 +233,15 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
 
 def _ww_apply(w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
     """WeightWatcher's edit of one layer, or why it leaves the layer as it is."""
-    from wbfe.metrics.ww_compat import ww_edit_weight
+    from wbfe.metrics.ww_compat import ww_edit_matrix, ww_slice_count
 
-    per_slice = num_smooth if w32.ndim == 2 else int(math.ceil(num_smooth / (w32.shape[2] * w32.shape[3])))
+    per_slice = ww_slice_count(w32.shape, num_smooth)
     if per_slice == 0:
         return None, 0, "count 0: WeightWatcher does not edit it"
     if per_slice > min(w32.shape[:2]):
         return None, per_slice, (f"keeps {per_slice} > {min(w32.shape[:2])} components: WeightWatcher's TruncatedSVD "
                                  "refuses it (its SVDSmoothing fails)")
-    return ww_edit_weight(w32, num_smooth), abs(per_slice), ""
+    return edit_weight(w32, ww_edit_matrix, per_slice, np.float32), abs(per_slice), ""
 
 
 def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Callable[[np.ndarray], int],

@@ -14,7 +14,7 @@ from typing import Any, Union
 
 from wbfe.engine.heads import HEAD_NAMES, find_head
 from wbfe.framework import IN_OUT, OUT_IN, check_layout, out_in
-from wbfe.linalg.arrays import contiguous, swap_first_axes
+from wbfe.linalg.arrays import is_torch
 from wbfe.linalg.conv_fft import conv2d_fft_dims
 from wbfe.options import ConvView, check_conv
 
@@ -148,9 +148,9 @@ def as_matrices(tensor: Any, plan: MatrixPlan) -> list[Any]:
     tensor's kind: numpy arrays or torch tensors (:mod:`wbfe.linalg.arrays`). For the ``fft`` view, the
     (out, in, kh, kw) kernel itself: its 32 × 32 grids are made with its spectrum."""
     if plan.layout == IN_OUT:
-        tensor = swap_first_axes(tensor)
+        tensor = tensor.swapaxes(0, 1)
         if plan.convention not in ("dense", "fft"):  # the reshape below needs the transposed axes in memory order
-            tensor = contiguous(tensor)
+            tensor = tensor.contiguous() if is_torch(tensor) else tensor.copy()
     if plan.convention == "fft":
         return [tensor]
     if plan.convention in ("dense", "flatten"):

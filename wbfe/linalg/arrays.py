@@ -13,8 +13,8 @@ import numpy as np
 
 from wbfe._deps import loaded, require_torch, torch_installed
 
-__all__ = ["NUMPY_DTYPES", "WIDENED_DTYPES", "is_known_dtype", "holds_without_torch", "widen", "is_torch", "to_torch", "to_numpy", "dtype_name", "itemsize", "from_bytes",
-           "flat_bytes", "swap_first_axes", "contiguous", "torch_loaded"]
+__all__ = ["NUMPY_DTYPES", "WIDENED_DTYPES", "is_known_dtype", "holds_without_torch", "widen", "is_torch", "to_torch",
+           "to_numpy", "dtype_name", "itemsize", "from_bytes", "flat_bytes", "torch_loaded"]
 
 # wbfe's dtype names (torch's, without the prefix) that numpy holds as they are stored.
 NUMPY_DTYPES: dict[str, Any] = {name: np.dtype(name).type for name in (
@@ -135,13 +135,3 @@ def flat_bytes(x: Any) -> np.ndarray:
 
         return x.contiguous().reshape(-1).view(torch.uint8).numpy()
     return np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-
-
-def swap_first_axes(x: Any) -> Any:
-    """``x`` with its first two axes swapped (a view)."""
-    return x.transpose(0, 1) if is_torch(x) else np.swapaxes(x, 0, 1)
-
-
-def contiguous(x: Any) -> Any:
-    """``x`` in C order (itself when it already is)."""
-    return x.contiguous() if is_torch(x) else np.ascontiguousarray(x)

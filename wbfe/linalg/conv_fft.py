@@ -46,6 +46,5 @@ def conv2d_fft_eigenvalues(w: Any) -> tuple[np.ndarray, int, int]:
     out_ch, in_ch, kh, kw = w32.shape
     axes = [2, 3] if out_ch + in_ch >= kh + kw else [0, 1]
     coefs = np.fft.fft2(w32, [FFT_GRID, FFT_GRID], axes=axes) * np.sqrt(1 / 2.0)
-    sv = np.linalg.svd(coefs.real.astype(np.float64), compute_uv=False).ravel()
-    sv = np.sort(sv)[-kept:]
-    return np.sort(sv * sv), n, m
+    sv = np.sort(np.linalg.svd(coefs.real.astype(np.float64), compute_uv=False).ravel())[-kept:]
+    return sv * sv, n, m  # squares of sorted non-negative values are sorted

@@ -111,8 +111,7 @@ class Spectrum:
             assert self.moments is not None
             return self.moments
         e = self.eigs
-        with np.errstate(divide="ignore"):
-            mean_log = float(np.mean(np.log(e))) if np.all(e > 0.0) else -math.inf
+        mean_log = float(np.mean(np.log(e))) if np.all(e > 0.0) else -math.inf
         return float(np.mean(e)), mean_log, int(e.size), int(np.count_nonzero(e <= 0.0))
 
     @property

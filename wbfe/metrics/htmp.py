@@ -107,10 +107,7 @@ def variance(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float
 def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
     """E[log λ] = −log β − (2/κ)·log U(κ/2, b, βτ); at τ = 0 a ratio of Gamma functions."""
     a, b, c = _params(kappa, gamma, beta, tau)
-    if tau == 0.0:
-        log_u = float(gammaln(c - a) - gammaln(c))
-    else:
-        log_u = float(log_hyperu(a, b, beta * tau))
+    log_u = float(gammaln(c - a) - gammaln(c)) if tau == 0.0 else float(log_hyperu(a, b, beta * tau))
     return -math.log(beta) - log_u / a
 
 
@@ -140,9 +137,7 @@ def _y_range(a: float, c: float) -> tuple[float, float]:
     delta = c - a
     # Near 0, F(y) ≈ y^δ Γ(c) / (Γ(1+a) Γ(δ) Γ(1+δ)); below y_lo it is under 1e-12.
     log_f0 = float(gammaln(c) - gammaln(1.0 + a) - gammaln(delta) - gammaln(1.0 + delta))
-    log_lo = (math.log(1e-12) - log_f0) / delta
-    log_lo = min(log_lo, math.log(c) - 2.0)
-    log_lo = max(log_lo, -700.0)
+    log_lo = max(min((math.log(1e-12) - log_f0) / delta, math.log(c) - 2.0), -700.0)
     sd = math.sqrt(c * (a + 1.0))
     return math.exp(log_lo), c + 40.0 * sd + 60.0
 
@@ -594,7 +589,7 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
     return [r for r in results if r is not None]
 
 
-_COLUMNS = ("htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "h", "h_star", "f_inf", "diagnosis")
+_COLUMNS = (*_NUMERIC, "diagnosis")
 
 GROUP = MetricGroup(
     name="htmp",

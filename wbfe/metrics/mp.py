@@ -326,9 +326,8 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     layers it reports N < M: :func:`wbfe.metrics.ww_compat.ww_conv2d_dims`). NaN + reason for an empty or all-zero
     spectrum."""
     e = np.asarray(eigs, dtype=np.float64)
-    nan = math.nan
     if e.size == 0 or not float(np.sum(e)) > 0.0:
-        return MPFit(nan, nan, nan, nan, nan, "empty or all-zero spectrum")
+        return MPFit(math.nan, math.nan, math.nan, math.nan, math.nan, "empty or all-zero spectrum")
     Q = N / M
     w_scale = np.sqrt(e.size) / np.sqrt(np.sum(e))
     to_plot = (w_scale * w_scale) * e
@@ -412,9 +411,7 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
 
 def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Σ_j u[i, j]·v[i, j] of every row (np.vecdot where numpy has it: SIMD, one call)."""
-    if _vecdot is not None:
-        return _vecdot(u, v)
-    return np.einsum("ij,ij->i", u, v)
+    return _vecdot(u, v) if _vecdot is not None else np.einsum("ij,ij->i", u, v)
 
 
 _vecdot = getattr(np, "vecdot", None)  # numpy >= 2.0

@@ -78,8 +78,7 @@ class TruncatedPowerLawFit:
 
 
 def failed_fit(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
-    nan = math.nan
-    return PowerLawFit(nan, nan, nan, nan, 0, nan, n_candidates, method, reason)
+    return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, n_candidates, method, reason)
 
 
 def fit_power_law(
@@ -372,9 +371,7 @@ def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _E
 
 
 # Damping factors of the Levenberg–Marquardt shift, in order; beyond the last, the identity.
-_DAMPINGS = [1e-3]
-while 10.0 * _DAMPINGS[-1] < 1e12:
-    _DAMPINGS.append(10.0 * _DAMPINGS[-1])
+_DAMPINGS = [10.0**k for k in range(-3, 12)]
 
 
 def _ldl(h00: float, h01: float, h11: float) -> Optional[tuple[float, float]]:
@@ -465,15 +462,13 @@ def fit_truncated_power_law(
     tail = x[x >= lo]
     n = tail.size
     if n < 3:
-        reason = f"only {n} value(s) >= xmin, need 3"
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, reason)
+        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, f"only {n} value(s) >= xmin, need 3")
     # Work in y = x/xmin ≥ 1 so Λ' = Λ·xmin is O(1) whatever the scale of the spectrum.
     y = tail / lo
     mean_log = float(np.mean(np.log(y)))
     mean_y = float(np.mean(y))
     if mean_log <= 1e-14 * max(1.0, mean_y):
-        reason = "degenerate tail: all values equal xmin"
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, reason)
+        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "degenerate tail: all values equal xmin")
     alpha_pl = 1.0 + 1.0 / mean_log
     # The untruncated power law is the boundary Λ = 0 of a convex problem: it is the MLE when the
     # likelihood cannot rise by truncating, i.e. when the data's mean is at least the power law's.

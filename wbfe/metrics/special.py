@@ -35,8 +35,7 @@ _CUT_TOL = 1e-13
 
 
 def _check_ab(a: float, b: float) -> tuple[float, float, float]:
-    a = float(a)
-    b = float(b)
+    a, b = float(a), float(b)
     c = a - b + 1.0
     if not (math.isfinite(a) and math.isfinite(b) and a > 0.0 and c > 0.0):
         raise InvalidOptionError(f"log-space U needs a > 0 and a - b + 1 > 0, not a={a!r}, b={b!r}")
@@ -130,8 +129,6 @@ def _chunks(order: np.ndarray, n: np.ndarray, spread: float) -> list[np.ndarray]
 
 def _bisect_decreasing(fn: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Root of a decreasing function, with fn(lo) >= 0 >= fn(hi), elementwise."""
-    lo = lo.copy()
-    hi = hi.copy()
     for _ in range(80):
         mid = 0.5 * (lo + hi)
         pos = fn(mid) > 0.0
@@ -173,9 +170,7 @@ def log_hyperu(a: float, b: float, z: ArrayLike) -> ArrayLike:
     out[zero] = gammaln(delta) - gammaln(c) if delta > 0.0 else math.inf
     if np.any(~zero):
         out[~zero] = _log_hyperu_positive(a, c, flat[~zero])
-    if z_arr.ndim == 0:
-        return float(out[0])
-    return out.reshape(z_arr.shape)
+    return float(out[0]) if z_arr.ndim == 0 else out.reshape(z_arr.shape)
 
 
 def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
@@ -207,11 +202,10 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     # Uniform resolution over the peak, the (1 + z/u) corner at s = log z, and the e^-u cut-off;
     # to the left of both the integrand is a smooth slow exponential and the steps may grow.
     act_lo = np.maximum(s_lo, np.minimum(s_m - 4.0 * sw, lz - 3.0))
-    act_hi = s_hi
-    width = np.maximum(0.5 * (act_hi - act_lo), sw)
+    width = np.maximum(0.5 * (s_hi - act_lo), sw)
     step = 0.8 * np.minimum(0.25, sw / 2.5)
     log_int, _, _, _ = _log_sinh_trapezoid(
-        lambda s, rows: psi(s, lz[rows, None]), 0.5 * (act_lo + act_hi), width, step, s_lo, s_hi, float,
+        lambda s, rows: psi(s, lz[rows, None]), 0.5 * (act_lo + s_hi), width, step, s_lo, s_hi, float,
     )
     return log_int - gammaln(c)
 
@@ -244,9 +238,7 @@ def log_hyperu_neg(a: float, b: float, y: ArrayLike, *, rtol: float = 1e-13, mod
     rest = ~zero & ~tiny
     if np.any(rest):
         out[rest] = _log_hyperu_cut(a, c, flat[rest], rtol, modulus_only)
-    if y_arr.ndim == 0:
-        return complex(out[0])
-    return out.reshape(y_arr.shape)
+    return complex(out[0]) if y_arr.ndim == 0 else out.reshape(y_arr.shape)
 
 
 def _log_hyperu_cut_near_zero(a: float, c: float, delta: float, log_a0: float, y: np.ndarray) -> np.ndarray:
@@ -379,10 +371,9 @@ def _log_hyperu_cut(
     angle = np.maximum(np.arctan2(root, big_b), th_min)
     env_b = sw_b / np.sqrt(cos_phi)
     peak_b = 0.5 * (ly + math.log(c))
-    sel = bulk
-    th0[sel] = angle[sel]
-    bump_w[sel] = np.inf
-    peak[sel] = peak_b[sel]
+    th0[bulk] = angle[bulk]
+    bump_w[bulk] = np.inf
+    peak[bulk] = peak_b[bulk]
     strip = (0.5 * math.pi - angle) / 8.0
     saddle_step = np.minimum.reduce([0.35 * sw_b * np.sqrt(cos_phi), np.full_like(y, 0.25), strip])
     near_y_step = np.minimum.reduce([angle / 6.0, np.full_like(y, 0.25), strip])
@@ -391,7 +382,7 @@ def _log_hyperu_cut(
         saddle_step, np.minimum(peak_b - 8.0 * env_b, ly - 3.0 * angle),
         np.maximum(peak_b + 8.0 * env_b, ly + 3.0 * angle), np.minimum(saddle_step, near_y_step),
     )
-    step[sel], act_lo[sel], act_hi[sel] = step_b[sel], lo_b[sel], hi_b[sel]
+    step[bulk], act_lo[bulk], act_hi[bulk] = step_b[bulk], lo_b[bulk], hi_b[bulk]
 
     # Outside the bulk: real saddles on one side of y; the real-axis mode of the integrand is
     # the peak, and a Gaussian bump in θ takes the path around y without reaching the mode.

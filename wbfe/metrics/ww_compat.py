@@ -12,7 +12,7 @@ import numpy as np
 __all__ = ["ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "WW_CONV2D_EIG_SCALE",
            "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims", "ww_skip_reason", "ww_esd_matrices",
            "ww_truncated_smooth", "ww_remove_top", "ww_svd_count", "ww_layer_eigenvalues", "ww_permuted_eigenvalues",
-           "ww_edit_weight", "ww_intra_member_shape", "ww_intra_member"]
+           "ww_slice_count", "ww_edit_matrix", "pooled_eigenvalues", "ww_intra_member_shape", "ww_intra_member"]
 
 #: Factor WeightWatcher 0.7.7 applies to every pooled Conv2d eigenvalue (conv2d_norm with count 1).
 WW_CONV2D_EIG_SCALE = 0.5
@@ -88,7 +88,8 @@ def ww_esd_matrices(w32: np.ndarray) -> list[np.ndarray]:
     return ww_conv2d_matrices(w32)
 
 
-def _pooled(mats: list[np.ndarray]) -> np.ndarray:
+def pooled_eigenvalues(mats: list[np.ndarray]) -> np.ndarray:
+    """The squared singular values of all ``mats`` together, sorted."""
     return np.sort(np.concatenate([np.linalg.svd(m, compute_uv=False) ** 2 for m in mats]))
 
 
@@ -137,34 +138,26 @@ def ww_svd_count(shape: tuple[int, ...], percent: float) -> int:
 
 def ww_layer_eigenvalues(w32: np.ndarray) -> np.ndarray:
     """The layer's pooled, sorted spectrum as WW's ``apply_esd`` makes it (detX counts on it)."""
-    return _pooled(ww_esd_matrices(w32))
+    return pooled_eigenvalues(ww_esd_matrices(w32))
 
 
 def ww_permuted_eigenvalues(w32: np.ndarray, generator: np.random.RandomState) -> np.ndarray:
     """SVDSharpness's spectrum: WW's matrices of the layer (float32 weight), each permuted (``permute_matrix``) by one
     draw of ``generator``, which stands for NumPy's global generator."""
-    return _pooled([mat.reshape(-1)[generator.permutation(np.arange(mat.size))].reshape(mat.shape)
-                    for mat in ww_esd_matrices(w32)])
+    return pooled_eigenvalues([mat.reshape(-1)[generator.permutation(np.arange(mat.size))].reshape(mat.shape)
+                               for mat in ww_esd_matrices(w32)])
 
 
-def ww_edit_weight(w32: np.ndarray, num_smooth: int) -> np.ndarray:
-    """``apply_svd_smoothing`` of one weight: keep ``num_smooth`` > 0 components, remove −``num_smooth`` < 0, per slice
-    ``w[:, :, i, j]`` of a Conv2d with the count divided, ⌈num_smooth/rf⌉. ValueError for a count larger than a matrix's
-    smaller side (WeightWatcher fails on it too)."""
-    def one(mat: np.ndarray, count: int) -> np.ndarray:
-        if count > 0:
-            return ww_truncated_smooth(mat, count)
-        return ww_remove_top(mat, -count) if count < 0 else mat
+def ww_slice_count(shape: tuple[int, ...], num_smooth: int) -> int:
+    """SVDSmoothing's count per matrix: ``num_smooth``, divided as ⌈num_smooth/rf⌉ per slice ``w[:, :, i, j]`` of a
+    Conv2d."""
+    return math.ceil(num_smooth / math.prod(shape[2:]))
 
-    if w32.ndim == 2:
-        return one(w32, num_smooth)
-    _, _, kh, kw = w32.shape
-    count = int(math.ceil(num_smooth / (kh * kw)))
-    out = np.zeros_like(w32)
-    for i in range(kh):
-        for j in range(kw):
-            out[:, :, i, j] = one(w32[:, :, i, j], count)
-    return out
+
+def ww_edit_matrix(mat: np.ndarray, count: int) -> np.ndarray:
+    """``apply_svd_smoothing`` of one matrix: keep ``count`` > 0 components, remove −``count`` < 0. ValueError for a
+    count larger than its smaller side (WeightWatcher fails on it too)."""
+    return ww_truncated_smooth(mat, count) if count > 0 else ww_remove_top(mat, -count)
 
 
 # ---------------------------------------------------------------- intra=True

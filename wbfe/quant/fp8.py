@@ -14,9 +14,9 @@ from wbfe.errors import CorruptCheckpointError
 if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
     import torch
 
-__all__ = ["dequantize_fp8", "fp8_scheme"]
+__all__ = ["dequantize_fp8", "fp8_scheme", "FP8_FORMATS"]
 
-_FORMATS = {"float8_e4m3fn": "e4m3", "float8_e4m3fnuz": "e4m3", "float8_e5m2": "e5m2", "float8_e5m2fnuz": "e5m2"}
+FP8_FORMATS = {"float8_e4m3fn": "e4m3", "float8_e4m3fnuz": "e4m3", "float8_e5m2": "e5m2", "float8_e5m2fnuz": "e5m2"}
 
 
 def _layout(weight_shape: Sequence[int], scale_shape: Sequence[int],
@@ -48,7 +48,7 @@ def fp8_scheme(dtype: str, weight_shape: Sequence[int], scale_shape: Sequence[in
     kind, size = _layout(weight_shape, scale_shape, block)
     if size is not None:
         kind += str(size[0]) if size[0] == size[1] else f"{size[0]}x{size[1]}"
-    return f"fp8-{_FORMATS.get(dtype, dtype)}-{kind}"
+    return f"fp8-{FP8_FORMATS.get(dtype, dtype)}-{kind}"
 
 
 def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor,

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Optional
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError
 from wbfe.linalg.arrays import to_torch
-from wbfe.quant.fp8 import dequantize_fp8, fp8_scheme
+from wbfe.quant.fp8 import FP8_FORMATS, dequantize_fp8, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
 from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
 from wbfe.sources import TensorEntry
@@ -26,7 +26,6 @@ _PARTS = {"weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "
           "qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx"}
 _WHAT = {"scale": "scale", "input_scale": "activation scale", "qzeros": "zero points", "scales": "scales",
          "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks"}
-_FP8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
 
 Item = tuple[TensorEntry, Optional[str]]
 
@@ -38,7 +37,7 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
         if name.endswith(suffix) and entry.dtype == "uint8":
             return name[: -len(suffix)], part
     prefix, _, last = name.rpartition(".")
-    if last == "weight" and entry.dtype in _FP8:
+    if last == "weight" and entry.dtype in FP8_FORMATS:
         return prefix, "weight"
     if last in _PARTS:
         return prefix, _PARTS[last]
