@@ -34,8 +34,8 @@ def _third_party_imports() -> set[str]:
                     names.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names.add(node.module.split(".")[0])
-                elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "optional_import"
-                      and isinstance(node.args[0], ast.Constant)):  # a reader's extra, imported when first used
+                elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require"
+                      and isinstance(node.args[0], ast.Constant)):  # an extra, imported when first used (wbfe._deps.require)
                     names.add(node.args[0].value.split(".")[0])
     return {n for n in names if n not in sys.stdlib_module_names and n not in ("wbfe", "wbfe_cli", "__future__")}
 

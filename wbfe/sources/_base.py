@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 from wbfe._config import usable_cpus
-from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError
+from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.framework.description import OUT_IN, Fallback, FrameworkDescription
 from wbfe.linalg.arrays import itemsize
 
 __all__ = ["TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
-    "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests", "stored_bytes", "optional_import"]
+    "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests", "stored_bytes"]
 
 # PyTorch pickle suffixes (the list of every format's suffixes is wbfe.sources.WEIGHT_SUFFIXES).
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".th", ".ckpt")
@@ -286,10 +286,3 @@ def combine_digests(digests: Sequence[tuple[str, str]]) -> str:
     lines = "".join(f"{name}:{digest}\n" for name, digest in sorted(digests))
     return hashlib.sha256(lines.encode()).hexdigest()
 
-
-def optional_import(name: str, message: str) -> Any:
-    """The module ``name``, or a ``MissingDependencyError`` with ``message`` (a reader's extra)."""
-    try:
-        return __import__(name)
-    except ImportError:
-        raise MissingDependencyError(message, package=name) from None

@@ -14,9 +14,10 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from wbfe._deps import require
 from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
 from wbfe.linalg.arrays import NUMPY_DTYPES, from_bytes, is_torch, itemsize
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, optional_import
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.numpy_files import numpy_dtype_name
 from wbfe.sources.registry import FileFormat, register_format
 
@@ -30,7 +31,7 @@ _RENAMED = {"kernel": "weight", "scale": "weight", "embedding": "weight", "mean"
 
 
 def _msgpack() -> Any:
-    return optional_import("msgpack", "reading Flax checkpoints needs msgpack: pip install 'wbfe[flax]'")
+    return require("msgpack", "reading Flax checkpoints needs msgpack: pip install 'wbfe[flax]'")
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from wbfe._deps import require
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, clip
 from wbfe.framework import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.registry import FileFormat, register_format
 
@@ -31,7 +32,7 @@ _METADATA_KEYS = ("general.architecture", "general.name", "general.file_type", "
 
 
 def _gguf() -> Any:
-    return optional_import("gguf", "reading GGUF files needs the gguf package: pip install 'wbfe[gguf]'")
+    return require("gguf", "reading GGUF files needs the gguf package: pip install 'wbfe[gguf]'")
 
 
 def split_files(path: Path) -> list[Path]:

@@ -20,11 +20,12 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from wbfe._deps import require
 from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
 from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
 from wbfe.linalg.arrays import from_bytes
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources._order import natural_key
 from wbfe.sources.file_window import FileWindow
 from wbfe.sources.hdf5_guard import Hdf5IndexError, check_hdf5_index
@@ -123,7 +124,7 @@ class KerasSource(TensorSource):
     """The variables of a Keras ``.h5`` / ``.weights.h5`` file or ``.keras`` archive."""
 
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
-        h5py = optional_import("h5py", "reading Keras files needs h5py: pip install 'wbfe[keras]'")
+        h5py = require("h5py", "reading Keras files needs h5py: pip install 'wbfe[keras]'")
         self._path = path
         self._lock = threading.Lock()
         self._archive: Optional[zipfile.ZipFile] = None

@@ -15,9 +15,10 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from wbfe._deps import require
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, WbfeError
 from wbfe.linalg.arrays import is_known_dtype
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, optional_import
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources.io import read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
 from wbfe.sources.registry import FileFormat, register_format
@@ -26,7 +27,7 @@ __all__ = ["OnnxSource", "ONNX", "dequantize"]
 
 
 def _onnx() -> Any:
-    return optional_import("onnx", "reading ONNX models needs the onnx package: pip install 'wbfe[onnx]'")
+    return require("onnx", "reading ONNX models needs the onnx package: pip install 'wbfe[onnx]'")
 
 
 class OnnxSource(TensorSource):

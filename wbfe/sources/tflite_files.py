@@ -16,10 +16,11 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from wbfe._deps import require
 from wbfe.errors import CorruptCheckpointError
 from wbfe.framework.description import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, optional_import
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.io import read_range
 from wbfe.sources.onnx_files import dequantize
 from wbfe.sources.registry import FileFormat, register_format
@@ -39,7 +40,7 @@ class TfliteSource(TensorSource):
     headers_only = True
 
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
-        tflite = optional_import("tflite", "reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'")
+        tflite = require("tflite", "reading TFLite models needs the tflite package: pip install 'wbfe[tflite]'")
         self._path = path
         with open_regular(path) as fh:
             size = fh.seek(0, 2)
