@@ -1,7 +1,7 @@
 """End-to-end time of the default ``wbfe score`` at this checkout against another revision's, on the
 generated checkpoints of ``_score_ab`` (a ResNet-56, MoE experts, LLaMA-7B-shaped layers).
 
-Run:  python benchmarks/bench_revision.py --base REV [--cases resnet56,moe,llama7b] [--repeats 3]
+Run:  python benchmarks/bench_revision.py --base REV [--cases resnet56,moe[,llama7b]] [--repeats 3]
       (writes benchmarks/results/revision.json)
 
 A change that only makes the code shorter must not make it slower: the base revision's ``wbfe/`` is
@@ -43,7 +43,7 @@ def main() -> int:
     case_arguments(parser)
     parser.set_defaults(moe_layers=2, dense_layers=1)
     parser.add_argument("--base", required=True, help="the revision to compare against (a commit, tag or branch)")
-    parser.add_argument("--cases", default="resnet56,moe,llama7b")
+    parser.add_argument("--cases", default="resnet56,moe", help="of resnet56, moe, llama7b (a 7B layer: minutes a run)")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/wbfe-ab-cases"))
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
@@ -60,7 +60,8 @@ def main() -> int:
         parser.error(f"unknown case(s) {sorted(unknown)}; choose from {sorted(builders)}")
     with tempfile.TemporaryDirectory() as tmp:
         base_commit = export(args.base, Path(tmp))
-        report = header() | {"base": base_commit, "head": head, "head_has_uncommitted_changes": dirty, "cases": {}}
+        report = header() | {"args": {k: str(v) for k, v in vars(args).items()}, "base": base_commit, "head": head,
+                             "head_has_uncommitted_changes": dirty, "cases": {}}
         for name in args.cases.split(","):
             info = builders[name]()
             print(f"{name}: {info['what']}", flush=True)

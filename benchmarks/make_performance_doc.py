@@ -728,6 +728,27 @@ local / streamed:
 {store_text}"""
 
 
+def section_revision(results: Path) -> str:
+    rev = load(results, "revision.json")
+    labels = {"resnet56": "ResNet-56", "moe": "MoE experts of 256 × 1024", "llama7b": "LLaMA-7B-shaped layer"}
+    rows = "\n".join(
+        f"| {labels[name]} | {thousands(case['matrices'])} | {case['variants']['base']['median_seconds']:.2f} s | "
+        f"{case['variants']['head']['median_seconds']:.2f} s | {case['end_to_end_speedup']:.2f}× | "
+        f"{span(case['per_round'], '{:.2f}', '×')} | {'yes' if case['same_numbers'] else 'no'} |"
+        for name, case in rev["cases"].items())
+    return f"""## Shorter code, the same speed
+
+Code made shorter must not make a score slower. `benchmarks/bench_revision.py` scores the generated
+checkpoints with this tree's `wbfe/` and with an earlier revision's (`git archive`), fresh processes
+alternating, median of {rev["args"]["repeats"]} (`benchmarks/results/revision.json`, {rev["date"]}, load
+average {load_span(rev["load_average_start"][:1])}; base {rev["base"][:10]}, head {rev["head"][:10]}):
+
+| case | matrices | base | head | speed-up | rounds | same numbers |
+|---|---|---|---|---|---|---|
+{rows}
+"""
+
+
 def render(results: Path = RESULTS) -> str:
     """The whole page.
 
@@ -753,7 +774,7 @@ compare ratios within one run rather than times across runs.
 """
     sections = [section_flow, section_vs_ww, section_eigensolvers, section_htmp, section_llm, section_memory,
                 section_formats, section_stream, section_adapters_compare, section_ray, section_report, section_gpu,
-                section_startup, section_describe]
+                section_startup, section_describe, section_revision]
     return "\n".join([head, *(make(results) for make in sections)])
 
 
