@@ -161,6 +161,38 @@ def test_config_labels_find_a_two_label_classifier_and_min_eigs_spares_bfe(tmp_p
     assert any(s["name"] == "score.weight" and "min_eigs=10" in s["reason"] for s in ww.skipped)
 
 
+# A multiple-choice classifier scores each choice: one row, whatever num_labels says (2 by default), so it is
+# too small to analyse. transformers knows it is the head; the config rules (a model defined by its own code)
+# looked for num_labels rows, found none, and said nothing.
+@pytest.mark.parametrize("arch,extra,note", [
+    ("BertForMultipleChoice", {}, "transformers BertForMultipleChoice: the head classifier.weight is not analysed "
+                                  "(too small: 1 eigenvalue(s) < BFE-W needs at least 2); pass --head NAME"),
+    ("MyOwnForMultipleChoice", {"auto_map": {"AutoModelForMultipleChoice": "m.M"}},
+     "config: MyOwnForMultipleChoice's head has 1 output row(s), but no analysed matrix has that many; "
+     "pass --head NAME")])
+def test_a_multiple_choice_head_has_one_output(tmp_path: Path, arch: str, extra: dict, note: str) -> None:
+    state = {"bert.embeddings.word_embeddings.weight": _randn(50, 16),
+             "bert.encoder.layer.0.intermediate.dense.weight": _randn(32, 16),
+             "bert.encoder.layer.0.output.dense.weight": _randn(16, 32), "bert.pooler.dense.weight": _randn(16, 16),
+             "classifier.weight": _randn(1, 16)}
+    config = {"architectures": [arch], "vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "intermediate_size": 32, "num_labels": 2, **extra}
+    summary = wbfe.score(_save_hf_folder(tmp_path / "m", state, config), metrics="bfe").summary
+    assert (summary["head"], summary["head_note"]) == (None, note)
+    layers = [{"name": "body.weight", "shape": [32, 16], "role": "mlp"},
+              {"name": "classifier.weight", "shape": [1, 32], "role": "other"}]
+    assert choose_head(layers, config={"architectures": ["MyOwnForMultipleChoice"], "num_labels": 2}).name == \
+        "classifier.weight"
+
+
+def test_config_rules_say_when_no_matrix_has_the_labels_rows() -> None:
+    layers = [{"name": "body.weight", "shape": [32, 16], "role": "mlp"},
+              {"name": "classifier.weight", "shape": [3, 32], "role": "other"}]
+    chosen = choose_head(layers, config={"architectures": ["BertForSequenceClassification"], "num_labels": 2})
+    assert (chosen.name, chosen.note) == (None, "config: BertForSequenceClassification's head has 2 output row(s), "
+                                                "but no analysed matrix has that many; pass --head NAME")
+
+
 def test_config_declares_a_base_model(tmp_path: Path) -> None:
     state = {"embeddings.word_embeddings.weight": _randn(50, 16), "encoder.layer.0.intermediate.dense.weight":
              _randn(32, 16), "encoder.layer.0.output.dense.weight": _randn(16, 32), "pooler.dense.weight": _randn(16, 16)}

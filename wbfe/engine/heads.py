@@ -11,6 +11,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from wbfe.errors import InvalidOptionError, name_hint
 from wbfe.framework import OUT_IN, FrameworkDescription, out_in
+from wbfe.framework.transformers_model import LABEL_TASKS
 from wbfe.sources import natural_key
 
 __all__ = ["HeadChoice", "HEAD_NAMES", "choose_head", "find_head", "head_rank", "terminal_matrices"]
@@ -182,10 +183,14 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
         return None
     if arch.endswith(_CLASS_TASKS):
         labels = config.get("id2label")
-        n = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2)
-        if arch.endswith("ForQuestionAnswering"):
-            n = 2  # start and end logits
-        return _last_with_rows(layers, n, f"{arch} with {n} labels")
+        n = next((k for suffix, k in LABEL_TASKS.items() if arch.endswith(suffix)), None)  # QA: start and end
+        if n is None:
+            n = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2)
+        found = _last_with_rows(layers, n, f"{arch} with {n} labels")
+        if found.name is None:
+            return HeadChoice(None, None, f"config: {arch}'s head has {n} output row(s), but no analysed matrix "
+                                          "has that many; pass --head NAME")
+        return found
     if arch.endswith(_LM_TASKS):
         vocab = _config_value(config, "vocab_size")
         if not isinstance(vocab, int):

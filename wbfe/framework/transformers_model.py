@@ -19,11 +19,12 @@ from wbfe.framework.parameters import module_roles, shared_parameters, transpose
 from wbfe.framework.stored import cached
 from wbfe.render.diagnostics import route_logger
 
-__all__ = ["describe_transformers", "describe_built", "Fallback"]
+__all__ = ["describe_transformers", "describe_built", "Fallback", "LABEL_TASKS"]
 
 
-# ``architectures`` suffixes whose head maps to labels, and how many (None: ``num_labels``).
-_LABEL_TASKS = {"ForQuestionAnswering": 2, "ForMultipleChoice": 1}
+# ``architectures`` suffixes whose head has a fixed number of outputs, whatever ``num_labels`` says (the config
+# rules of wbfe.engine.heads read it too).
+LABEL_TASKS = {"ForQuestionAnswering": 2, "ForMultipleChoice": 1}
 # a task model whose head maps to ``num_labels`` classes
 _CLASSIFICATION = re.compile(r"For\w*Classification")
 
@@ -169,7 +170,7 @@ def _head(model: Any, arch: str, config: dict[str, Any]) -> tuple[Optional[str],
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if output is not None and getattr(output, "weight", None) is not None:
         return weight_name(model, output), None
-    labels: Optional[int] = next((n for suffix, n in _LABEL_TASKS.items() if arch.endswith(suffix)), None)
+    labels: Optional[int] = next((n for suffix, n in LABEL_TASKS.items() if arch.endswith(suffix)), None)
     if labels is None and _CLASSIFICATION.search(arch):  # ...ForImageClassificationWithTeacher too (DeiT)
         labels = int(getattr(model.config, "num_labels", 0) or 0)
     if labels is None:
