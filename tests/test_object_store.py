@@ -156,6 +156,18 @@ def test_bad_uris_are_typed_errors(store: Any, uri: str, error: type, message: s
         wbfe.score(uri)
 
 
+def test_an_empty_store_folder_lists_every_format_as_a_local_one_does(tmp_path: Path, store: Any) -> None:
+    # The store's copy path listed 9 suffixes of its own while TFLite, NumPy, Flax, TorchScript... are read too.
+    store.pipe_file("/bucket/empty/readme.txt", b"no weights here")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceNotFoundError) as local:
+        wbfe.score(tmp_path / "empty")
+    with pytest.raises(SourceNotFoundError) as remote:
+        wbfe.score("memory://bucket/empty/")
+    why = str(local.value).split(": ", 1)[1]
+    assert "*.tflite" in why and str(remote.value) == f"memory://bucket/empty/: {why}"
+
+
 def test_a_protocol_whose_package_is_missing_names_it(store: Any) -> None:
     import importlib.util
 
