@@ -350,3 +350,19 @@ def test_a_server_that_ignores_range_does_the_same_on_the_hub_and_plain_urls(tmp
     assert "transport" not in downloaded.model
     cache = tmp_path / ("wbfe-cache" if kind == "url" else "hf")
     assert [p.read_bytes() for p in cache.rglob("*.safetensors")] == [local.read_bytes()]
+
+
+@pytest.mark.parametrize("stream", [False, None])
+def test_a_repo_without_weights_is_refused_before_anything_is_fetched(tmp_path: Path, server: Server,
+                                                                       stream: Any) -> None:
+    # A PEFT-looking repo with no weights: its adapter_config.json was downloaded before the refusal, and the
+    # next run found that lone file in the hub cache and named the cache path instead of the repo.
+    server.state.repos["org/adapterless"] = Repo({"adapter_config.json": b"{}", "README.md": b"no weights"})
+    messages = []
+    for _ in range(2):
+        with pytest.raises(ModelNotFoundError, match=r"^org/adapterless: .*the repository holds no weight files$") as e:
+            wbfe.score("org/adapterless", stream=stream)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+    assert not server.state.ranged("adapter_config.json")
+    assert not list((tmp_path / "hf").rglob("adapter_config.json")) if (tmp_path / "hf").exists() else True

@@ -67,10 +67,10 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
                                      endpoint=endpoint)
         names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
         chosen = pick_weight_files(names)
+        if not chosen:  # refused before anything is fetched: a lone file in the cache would answer the next run
+            raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
             download("adapter_config.json")
-        if not chosen:
-            raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
         local = Path(download(chosen[0]))
         for config_name in MODEL_CONFIGS:  # the head, experts and quantization
             if config_name in names:
