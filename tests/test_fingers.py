@@ -247,3 +247,17 @@ def test_option_errors() -> None:
     assert options.to_dict()["fix_fingers"] == "xmin_peak" and options.to_dict()["fit"] == "tpl"
     assert "fit" not in ScoreOptions().to_dict()  # plain runs keep their provenance and cache keys
     assert MetricOptions.from_score_options(options) == MetricOptions(fix_fingers="xmin_peak", fit="tpl")
+
+
+def test_fingers_thresholds_a_rescaled_spectrum_as_htsr_does() -> None:
+    # The true eigenvalues are eigs·exp(log_scale): here all far below WeightWatcher's 1e-5. fingers scaled that
+    # threshold with its own math.exp, which raised OverflowError (untyped) once exp(-log_scale) left float64 (a
+    # matrix of 1e-160 entries under --ww-compatible --metrics fingers). One rule now serves both groups
+    # (metrics._group.stored_threshold): both drop every eigenvalue and say so.
+    e = np.sort(np.random.default_rng(7).pareto(2.5, 120) + 0.5)
+    spec = Spectrum(eigs=e, rows=120, cols=300, log_scale=-800.0)
+    fingers = get_group("fingers").compute(spec, MetricOptions(conventions=WEIGHTWATCHER, fix_fingers="xmin_peak"))
+    htsr = get_group("htsr").compute(spec, MetricOptions(conventions=WEIGHTWATCHER))
+    assert math.isnan(fingers.values["num_fingers"])
+    assert fingers.reasons["num_fingers"] == "tail fit: need at least 3 positive finite values, got 0"
+    assert math.isnan(htsr.values["alpha"]) and "(120 eigenvalue(s) <= 1e-05 dropped)" in htsr.reasons["alpha"]

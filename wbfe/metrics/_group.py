@@ -35,6 +35,17 @@ def rescaled(value: float, power: float, log_scale: float) -> float:
     return math.copysign(math.exp(log_abs), value)
 
 
+def stored_threshold(threshold: float, log_scale: float) -> float:
+    """An eigenvalue threshold on the true eigenvalues (WeightWatcher's) in the units of the stored ones, which are
+    the true ones over exp(log_scale): one rule for every group that thresholds (htsr, fingers)."""
+    if not threshold:
+        return 0.0
+    stored = rescaled(threshold, 1.0, -log_scale)
+    if math.isnan(stored):
+        return math.inf if log_scale < 0.0 else 0.0
+    return stored
+
+
 def out_of_range(log_scale: float) -> str:
     """The reason for a NaN from :func:`rescaled`."""
     return f"outside float64's range: the eigenvalues are of order 1e{log_scale / math.log(10.0):+.0f}"

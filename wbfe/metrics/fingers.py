@@ -10,7 +10,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, stored_threshold
 from wbfe.options import check_tail_options
 from wbfe.options.conventions import WBFE, Conventions
 from wbfe.metrics.powerlaw import (
@@ -165,8 +165,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     if e is None or e.size == 0 or not np.all(np.isfinite(e)) or not e[-1] > 0.0:
         result.fail_all(COLUMNS, "no usable spectrum")
         return result
-    thresh = options.conventions.evals_thresh  # in the true units: the stored ones are scaled
-    threshold = thresh * math.exp(-spec.log_scale) if thresh else 0.0
+    threshold = stored_threshold(options.conventions.evals_thresh, spec.log_scale)
     fit = fit_tail(e[e > threshold], fix_fingers=options.fix_fingers, fit=options.fit, min_tail=options.min_tail,
                    conventions=options.conventions)
     if not fit.ok:

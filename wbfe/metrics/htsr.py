@@ -12,7 +12,7 @@ import numpy as np
 
 from wbfe.linalg.arrays import to_numpy
 from wbfe.linalg.spectra import Spectrum
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, rescaled
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, stored_threshold
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
 from wbfe.metrics.powerlaw import PowerLawFit, failed_fit, fit_power_law, fit_truncated_power_law
 from wbfe.options.conventions import WW_EVALS_THRESH
@@ -118,7 +118,7 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
         result.fail("entropy", reason)
     # rank_loss, weak_rank_loss, sv_min, lambda_max; per slice under ``slice_svd`` (docs/metrics.md)
     result.put_rescaled("lambda_max", float(e[-1]), 1.0, spec.log_scale)
-    result.values["weak_rank_loss"] = int(np.count_nonzero(e < _stored_threshold(WW_WEAK_RANK_TOL, spec.log_scale)))
+    result.values["weak_rank_loss"] = int(np.count_nonzero(e < stored_threshold(WW_WEAK_RANK_TOL, spec.log_scale)))
     per_slice = spec.extra.get("htsr")
     if per_slice is None:
         result.values["rank_loss"] = int(e.size) - matrix_rank(e, spec.P)
@@ -147,7 +147,7 @@ def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFi
     problem = _spectrum_problem(e)
     if problem is not None:
         return failed_fit(options.conventions.power_law, problem)
-    return _tail_fit(e[e > _stored_threshold(options.conventions.evals_thresh, spec.log_scale)], options)
+    return _tail_fit(e[e > stored_threshold(options.conventions.evals_thresh, spec.log_scale)], options)
 
 
 _PL_COLUMNS = ("alpha", "sigma", "xmin", "num_pl_spikes", "alpha_weighted", "log_alpha_norm")
@@ -157,7 +157,7 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
                        options: MetricOptions) -> None:
     """The power-law and truncated power-law columns of each usable spectrum ``(k, sorted e)``."""
     threshold = options.conventions.evals_thresh
-    tails = [e[e > _stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
+    tails = [e[e > stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
     fitted = []
     for (k, e), tail_source in zip(usable, tails):
         fit = _tail_fit(tail_source, options)
@@ -206,14 +206,6 @@ def _tail_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
                        "fingers")
 
 
-def _stored_threshold(threshold: float, log_scale: float) -> float:
-    """WeightWatcher's threshold is on the true eigenvalues; the stored ones are those over exp(log_scale)."""
-    if not threshold:
-        return 0.0
-    stored = rescaled(threshold, 1.0, -log_scale)
-    if math.isnan(stored):
-        return math.inf if log_scale < 0.0 else 0.0
-    return stored
 
 
 GROUP = MetricGroup(
