@@ -127,6 +127,21 @@ def test_default_vectors_against_numpy_and_ww_functions(shape: tuple[int, int]) 
         assert got[column] == pytest.approx(ref[column], rel=1e-9), column
 
 
+@pytest.mark.parametrize("exponent", [-1000, 1000])
+def test_vectors_of_a_matrix_whose_gram_leaves_float64(exponent: int) -> None:
+    # Entries of 2^±1000: the Gram matrix overflows (an untyped ValueError from the histogram) or underflows (the
+    # eigenvectors of zeros, silently). A common power of two brings it back: the same columns as the matrix's own.
+    w = heavy((60, 150), 3.0, 11).double()
+    plain = wbfe.score({"layer.weight": w}, metrics="htsr,vectors").layers[0]
+    far = wbfe.score({"layer.weight": w * 2.0**exponent}, metrics="htsr,vectors").layers[0]
+    for column in VECTOR_COLUMNS:
+        assert far[column] == pytest.approx(plain[column], rel=1e-9), column
+    # WeightWatcher's arithmetic has no answer there: every column NaN, and why.
+    ww = wbfe.score({"layer.weight": w * 2.0**exponent}, metrics="vectors", ww_compatible=True).layers[0]
+    assert all(math.isnan(ww[c]) for c in VECTOR_COLUMNS)
+    assert "the Gram matrix leaves float64's range" in ww["reasons"][VECTOR_COLUMNS[0]]
+
+
 def test_vectors_pool_slices_and_need_the_matrices() -> None:
     group = get_group("vectors")
     slices = [heavy((40, 30), 3.0, s).double() for s in range(3)]

@@ -7,8 +7,9 @@ either side by rounding."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -67,22 +68,45 @@ def _ww_slice(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return (np.real(evals), *_metrics(v), sv * sv)
 
 
-def _default_slice(matrix: Any, device: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _default_slice(matrix: Any, device: Any, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     require_torch("--metrics vectors without --ww-compatible (which uses scipy)")
     import torch
 
     w = to_torch(matrix).detach().to(device=device, dtype=torch.float64)
+    if scale != 1.0:
+        w = w * scale  # a power of two: exact, and the eigenvectors do not depend on it
     x = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
     evals, v = torch.linalg.eigh(x)
     return (evals.cpu().numpy(), *_metrics(v.cpu().numpy()))
 
 
-def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOptions, name: str) -> EigenvectorData:
-    """The ``from_matrices`` hook: the eigenvector metrics of every matrix (or conv slice), pooled; the default
-    mode's eigen-solve runs on ``device``; ``name`` is unused (nothing here is random)."""
+def _largest(matrices: Sequence[Any]) -> float:
+    return max((float(np.max(np.abs(to_numpy(m)), initial=0.0)) for m in matrices), default=0.0)
+
+
+def _gram_scale(matrices: Sequence[np.ndarray]) -> float:
+    """1, or the power of two that brings every matrix's Gram products back inside float64's range (one factor
+    for all: pooled eigenvalues stay comparable)."""
+    top = max((float(np.max(np.abs(m), initial=0.0)) for m in matrices), default=0.0)
+    inner = max((min(m.shape[0], int(np.prod(m.shape[1:]))) for m in matrices), default=1)
+    if not (math.isfinite(top) and top > 0.0) or 1e-150 < top * math.sqrt(max(inner, 1)) < 1e150:
+        return 1.0
+    return math.ldexp(1.0, -math.frexp(top)[1])
+
+
+def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOptions,
+                     name: str) -> Union[EigenvectorData, str]:
+    """The ``from_matrices`` hook: the eigenvector metrics of every matrix (or conv slice), pooled, or why there are
+    none; the default mode's eigen-solve runs on ``device``, on matrices brought back into float64's range by a
+    common power of two where their Gram matrix would leave it (the eigenvalues then in those units: only their
+    order is used); ``name`` is unused (nothing here is random)."""
     ww = options.conventions.slice_svd
-    parts: list[tuple[np.ndarray, ...]] = [_ww_slice(to_numpy(m).astype(np.float64)) if ww else _default_slice(m, device)
-                                           for m in matrices]
+    scale = _gram_scale([to_numpy(m) for m in matrices])
+    if scale != 1.0 and ww:
+        return (f"the Gram matrix leaves float64's range (entries up to {_largest(matrices):.0e}), where "
+                "WeightWatcher's arithmetic gives no eigenvectors")
+    parts: list[tuple[np.ndarray, ...]] = [_ww_slice(to_numpy(m).astype(np.float64)) if ww
+                                           else _default_slice(m, device, scale) for m in matrices]
     eigs, ent, loc, part = (np.concatenate([p[i] for p in parts]) for i in range(4))
     svd_eigs = np.sort(np.concatenate([p[4] for p in parts])) if ww else None
     return EigenvectorData(eigs=eigs, vec_entropy=ent, loc_ratio=loc, part_ratio=part, svd_eigs=svd_eigs)
@@ -109,6 +133,9 @@ def _tail_mask(data: EigenvectorData, spec: Spectrum, options: MetricOptions) ->
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     data = spec.extra.get("vectors")
+    if isinstance(data, str):
+        result.fail_all(COLUMNS, data)
+        return result
     if not isinstance(data, EigenvectorData):
         result.fail_all(COLUMNS, "no eigenvectors (the vectors group needs the matrix itself)")
         return result
