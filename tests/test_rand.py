@@ -140,6 +140,11 @@ def test_extreme_scale_matrix_gets_the_same_control() -> None:
     for column in ("rand_distance", "rand_traps", "rand_max_ratio"):
         assert tiny[column] == pytest.approx(one[column], rel=1e-9), column
     assert tiny["rand_traps"] == 1
-    assert tiny["rand_lambda_max"] == 0.0  # 1e-400 times the value at scale 1: below float64's range
+    # 1e-400 times the value at scale 1 is below float64's range: NaN and why, as every other absolute column
+    # (it was 0.0, and +inf above the range, with no reason)
+    for huge, far in ((False, tiny), (True, wbfe.score({"fc.weight": w * 1e200}, metrics="rand").layers[0])):
+        for column in ("rand_lambda_max", "rand_bulk_max"):
+            assert math.isnan(far[column]), (huge, column)
+            assert far["reasons"][column].startswith("outside float64's range: the eigenvalues are of order 1e"), column
     big = wbfe.score({"fc.weight": w * 1e100}, metrics="rand").layers[0]
     assert big["rand_lambda_max"] == pytest.approx(one["rand_lambda_max"] * 1e200, rel=1e-9)

@@ -127,20 +127,10 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     shift = shuffled.log_scale - spec.log_scale
     result.values["rand_distance"] = log_spectrum_distance(e, shuffled.eigs, shift=shift)
     result.values["rand_traps"] = shuffled.traps
-    result.values["rand_bulk_max"] = _true_units(shuffled.bulk_max, shuffled.log_scale)
-    result.values["rand_lambda_max"] = _true_units(float(shuffled.eigs[-1]), shuffled.log_scale)
+    result.put_rescaled("rand_bulk_max", shuffled.bulk_max, 1.0, shuffled.log_scale)
+    result.put_rescaled("rand_lambda_max", float(shuffled.eigs[-1]), 1.0, shuffled.log_scale)
     result.values["rand_max_ratio"] = float(math.exp(math.log(shuffled.eigs[-1] / e[-1]) + shift))
     return result
-
-
-def _true_units(value: float, log_scale: float) -> float:
-    """``value`` · exp(log_scale), +inf or 0 where float64 cannot hold it."""
-    if value <= 0.0:
-        return 0.0
-    try:
-        return math.exp(math.log(value) + log_scale)
-    except OverflowError:
-        return math.inf
 
 
 GROUP = MetricGroup(
