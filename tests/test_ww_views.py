@@ -229,3 +229,26 @@ def test_options_round_trip() -> None:
     assert options.to_dict()["intra"] is True and "intra" not in ScoreOptions().to_dict()
     with pytest.raises(InvalidOptionError, match="'flatten', 'slices' or 'fft'"):
         ScoreOptions(conv="fourier")
+
+
+@pytest.mark.parametrize("conv", ["slices", "fft"])
+@pytest.mark.parametrize("exponent, what", [(200, "entries up to {:.1e} overflow it"),
+                                             (-160, "entries of at most {:.1e} are 0 in it")])
+def test_weightwatchers_float32_conv_views_say_when_the_cast_breaks_a_finite_tensor(conv: str, exponent: int,
+                                                                                     what: str) -> None:
+    # WeightWatcher takes a conv weight in float32. A finite float64 kernel beyond float32's range was skipped as
+    # "non-finite values (NaN or Inf)", one below it as an "all-zero matrix": neither is true of the tensor.
+    kernel = torch.tensor(np.random.default_rng(3).standard_t(3, (16, 8, 3, 3))) * 2.0**exponent
+    state = {"c.weight": kernel, "z.weight": torch.randn(10, 80, dtype=torch.float64)}
+    ww = wbfe.score(state, metrics="bfe", ww_compatible=True, conv=conv)
+    view = "conv2d slice view" if conv == "slices" else "conv2d_fft view"
+    top = float(kernel.abs().max())
+    assert 3.5e38 < top or top < 1e-45
+    assert [(s["name"], s["reason"]) for s in ww.skipped] == [
+        ("c.weight", f"WeightWatcher's {view} is float32: {what.format(top)}")]
+    # wbfe's slices work in float64 and score the kernel; fft is WeightWatcher's float32 view in either mode
+    plain = wbfe.score(state, metrics="bfe", conv=conv)
+    if conv == "slices":
+        assert "c.weight" in [layer["name"] for layer in plain.layers]
+    else:
+        assert plain.skipped == ww.skipped

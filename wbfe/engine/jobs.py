@@ -14,6 +14,7 @@ from wbfe.engine.matrices import MatrixPlan
 from wbfe.linalg.arrays import to_numpy
 from wbfe.linalg.conv_fft import conv2d_fft_eigenvalues
 from wbfe.linalg.spectra import DegenerateMatrixError, Spectrum, spectrum
+from wbfe.metrics.ww_compat import ww_float32
 
 __all__ = ["spectrum_of", "planned_spectrum"]
 
@@ -24,7 +25,7 @@ def planned_spectrum(matrices: list[Any], plan: Optional[MatrixPlan], device: An
     if plan is None or plan.convention != "fft":
         return spectrum(matrices, device, need_eigs=need_eigs)
 
-    kernel = to_numpy(matrices[0]).astype(np.float32, copy=False)
+    kernel = ww_float32(to_numpy(matrices[0]), "conv2d_fft view")
     if not np.isfinite(kernel).all():
         raise DegenerateMatrixError("non-finite values (NaN or Inf)")
     if not kernel.any():

@@ -7,12 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator, NamedTuple, Optional, Union
 
-import numpy as np
 
 from wbfe.engine.experts import expand_experts
 from wbfe.engine.matrices import MIN_BFE_EIGS, ConvView, MatrixPlan, Skip, as_matrices, plan_matrix
 from wbfe.linalg.arrays import to_numpy
-from wbfe.metrics.ww_compat import ww_conv2d_matrices
+from wbfe.metrics.ww_compat import ww_conv2d_matrices, ww_float32
 from wbfe.quant import dequantised
 from wbfe.sources import TensorEntry
 
@@ -73,4 +72,4 @@ def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_slices: bool = False) -> li
     itself), or with ``ww_slices`` (``Conventions.ww_slices``) and ``slices`` WeightWatcher's own conv slices."""
     if not (ww_slices and plan.convention == "slices" and len(plan.shape) == 4):
         return as_matrices(tensor, plan)
-    return list(ww_conv2d_matrices(to_numpy(tensor).astype(np.float32, copy=False)))
+    return list(ww_conv2d_matrices(ww_float32(to_numpy(tensor), "conv2d slice view")))

@@ -15,6 +15,7 @@ from wbfe.engine.matrices import MatrixPlan, Skip
 from wbfe.engine.pipeline import Pipeline, Reading
 from wbfe.engine.plan import Planned, matrices_of
 from wbfe.engine.rows import Record, RowMaker
+from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.sources import TensorEntry
 
 __all__ = ["run", "Ties", "Done"]
@@ -79,4 +80,7 @@ def _prepare(
     earlier = ties.earlier_copy(entry, tensor)
     if earlier is not None:
         return Skip(entry.name, f"tied: identical to {earlier}", entry.shape, entry.dtype)
-    return matrices_of(tensor, plan, ww_slices=context.options.conventions.ww_slices)
+    try:
+        return matrices_of(tensor, plan, ww_slices=context.options.conventions.ww_slices)
+    except DegenerateMatrixError as exc:  # WeightWatcher's float32 view of a finite tensor: skipped with why
+        return Skip(entry.name, str(exc), entry.shape, entry.dtype)

@@ -9,7 +9,9 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "WW_CONV2D_EIG_SCALE",
+from wbfe.linalg.spectra import DegenerateMatrixError
+
+__all__ = ["ww_float32", "ww_conv2d_matrices", "ww_conv2d_dims", "ww_linear_matrix", "WW_CONV2D_EIG_SCALE",
            "WW_MIN_EVALS", "WW_MAX_EVALS", "WW_MAX_N", "ww_layer_dims", "ww_skip_reason", "ww_esd_matrices",
            "ww_truncated_smooth", "ww_remove_top", "ww_svd_count", "ww_layer_eigenvalues", "ww_permuted_eigenvalues",
            "ww_slice_count", "ww_edit_matrix", "pooled_eigenvalues", "ww_intra_member_shape", "ww_intra_member"]
@@ -24,6 +26,21 @@ def ww_linear_matrix(w: np.ndarray) -> np.ndarray:
     if w.ndim != 2:
         raise ValueError(f"expected a 2-D weight, got shape {w.shape}")
     return w.astype(np.float32).astype(np.float64)
+
+
+def ww_float32(array: np.ndarray, what: str) -> np.ndarray:
+    """``array`` in float32, the precision WeightWatcher computes ``what`` in; DegenerateMatrixError where that cast,
+    not the stored values, makes it non-finite or all zero (a finite float64 beyond 3.4e38, or below 1e-45)."""
+    with np.errstate(over="ignore", under="ignore"):  # said below, in the terms of the tensor
+        out = array.astype(np.float32, copy=False)
+    if out.dtype == array.dtype or not np.isfinite(array).all():
+        return out
+    top = float(np.max(np.abs(array), initial=0.0))
+    if not np.isfinite(out).all():
+        raise DegenerateMatrixError(f"WeightWatcher's {what} is float32: entries up to {top:.1e} overflow it")
+    if top > 0.0 and not out.any():
+        raise DegenerateMatrixError(f"WeightWatcher's {what} is float32: entries of at most {top:.1e} are 0 in it")
+    return out
 
 
 def ww_conv2d_matrices(w: np.ndarray, *, pool: bool = True) -> list[np.ndarray]:
