@@ -448,3 +448,17 @@ def test_rows_are_output_units_whatever_the_stored_layout() -> None:
     assert row["rel_frobenius"] > 0.3 and row["rel_frobenius_rowscaled"] < 1e-6
     s = 1 / factor.double().numpy()
     assert row["row_scale_cv"] == pytest.approx(s.std() / s.mean(), rel=1e-5)
+
+
+@pytest.mark.parametrize("exponent", [-600, 600])
+def test_compare_sides_of_scales_too_far_apart_for_one_factor(exponent: int) -> None:
+    # B = A·2^±600 is A with every row rescaled: rowscaled change 0, the scales' spread 0. One common factor for
+    # both sides squared one of them out of float64: a ZeroDivisionError above, 1.0 and "no row of B is
+    # nonzero" below.
+    a = torch.randn(40, 80, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    head = torch.randn(10, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    row = wbfe.compare({"a.weight": a, "h.weight": head}, {"a.weight": a * 2.0**exponent, "h.weight": head}).layers[0]
+    assert row["rel_frobenius_rowscaled"] < 1e-15 and row["row_scale_cv"] < 1e-15
+    assert row["rel_frobenius"] == pytest.approx(abs(2.0**exponent - 1.0), rel=1e-12)
+    assert row["stable_rank_delta"] == pytest.approx(float(a.norm() ** 2 / torch.linalg.matrix_norm(a, 2) ** 2),
+                                                     rel=1e-12)

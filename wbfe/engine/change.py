@@ -47,10 +47,28 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum((a[:, :k].T @ b[:, :k]) ** 2) / k) if k else math.nan
 
 
+def _near_one(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """``x`` times the power of two ``f`` that brings its largest entry near 1 where it is far from 1 (exact, so that
+    sums of squares stay inside float64's range), and ``f``."""
+    top = float(np.max(np.abs(x), initial=0.0))
+    if top == 0.0 or 1e-100 < top < 1e100:
+        return x, 1.0
+    f = math.ldexp(1.0, -math.frexp(top)[1])
+    return x * f, f
+
+
+def _norm(x: np.ndarray) -> float:
+    """‖x‖_F, its squares kept inside float64's range."""
+    scaled, f = _near_one(x)
+    return float(np.linalg.norm(scaled)) / f
+
+
 def row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """``(rel_frobenius_rowscaled, row_scale_cv)`` of two out × in float64 matrices (docs/compare.md):
     the change left once each output row of ``b`` is rescaled onto ``a`` by least squares, and the
-    spread of those scales (NaN where no row of ``b`` is nonzero or the scales' mean is 0)."""
+    spread of those scales (NaN where no row of ``b`` is nonzero or the scales' mean is 0). Both are free of
+    either matrix's scale, so each is brought near 1 on its own first."""
+    a, b = _near_one(a)[0], _near_one(b)[0]
     bb = np.einsum("ij,ij->i", b, b)
     ab = np.einsum("ij,ij->i", a, b)
     live = bb > 0.0
@@ -106,16 +124,18 @@ def matrix_change(
     row["rel_frobenius_rowscaled"], row["row_scale_cv"] = row_scaled_change(a64, b64)
     if not math.isfinite(row["row_scale_cv"]):
         reasons["row_scale_cv"] = "no row of B is nonzero, or the fitted row scales average to 0"
-    norm_a = float(np.linalg.norm(a64))
+    norm_a = _norm(a64)  # A and B may be of scales too far apart for one factor to serve both
     b64 -= a64  # B − A, in place: two float64 copies at most
     del a64
-    norm_d = float(np.linalg.norm(b64))
+    norm_d = _norm(b64)
     row["frobenius_delta"] = norm_d / factor
     row["rel_frobenius"] = norm_d / norm_a
     if norm_d > 0.0:
         spectral_d = float(top_singular(b64, 1)[1][0])
         row["spectral_delta"] = spectral_d / factor
-        row["stable_rank_delta"] = norm_d ** 2 / spectral_d ** 2
+        # ‖Δ‖_F² / ‖Δ‖₂², as the ratio's square only where the squares would leave float64's range
+        in_range = 1e-150 < spectral_d and norm_d < 1e150
+        row["stable_rank_delta"] = norm_d ** 2 / spectral_d ** 2 if in_range else (norm_d / spectral_d) ** 2
     else:
         row["spectral_delta"] = 0.0
         row["stable_rank_delta"] = math.nan
