@@ -274,3 +274,28 @@ def test_every_weight_matrix_is_edited_or_listed_with_its_reason(tmp_path: Path,
     assert other.edited == {} and set(other.unchanged) == {"conv1d.weight", "row.weight"}
     assert other.unchanged["conv1d.weight"].startswith("a 3-D weight")
     assert other.unchanged["row.weight"].startswith("too small: 1×12")
+
+
+@pytest.mark.parametrize("exponent", [-600, 600])
+def test_edits_of_a_matrix_far_from_one_scale_with_it(tmp_path: Path, exponent: int) -> None:
+    # The counts do not depend on the scale and the edits scale with the weight. At 2^±600 the Gram matrix left
+    # float64: detx raised ZeroDivisionError, sharpen "argmax of an empty sequence" or removed the wrong components.
+    from safetensors.torch import load_file
+
+    rng = np.random.default_rng(0)
+    state = {"a.weight": torch.tensor(rng.standard_t(3, (40, 80))),
+             "c.weight": torch.tensor(rng.standard_t(3, (16, 8, 3, 3)))}
+    save_file(state, str(tmp_path / "one.safetensors"))
+    save_file({k: v * 2.0**exponent for k, v in state.items()}, str(tmp_path / "far.safetensors"))
+    for edit, kwargs in ((smooth_checkpoint, {}), (smooth_checkpoint, {"method": "detx"}), (sharpen_checkpoint, {})):
+        one = edit(tmp_path / "one.safetensors", tmp_path / "one-out.safetensors", **kwargs)
+        far = edit(tmp_path / "far.safetensors", tmp_path / "far-out.safetensors", **kwargs)
+        assert far.edited == one.edited and far.unchanged == one.unchanged, (edit.__name__, kwargs)
+        a, b = load_file(str(tmp_path / "one-out.safetensors")), load_file(str(tmp_path / "far-out.safetensors"))
+        for name in state:
+            assert torch.allclose(b[name] * 2.0**-exponent, a[name], rtol=1e-12, atol=0.0), (edit.__name__, name)
+    # WeightWatcher edits in float32, which cannot hold these: each weight is left as it is, and says why.
+    ww = smooth_checkpoint(tmp_path / "far.safetensors", tmp_path / "ww.safetensors", ww_compatible=True)
+    assert ww.edited == {} and sorted(ww.unchanged) == sorted(state)
+    assert all(why.startswith("WeightWatcher's edit is float32: entries ") and why.endswith(": left as it is")
+               for why in ww.unchanged.values())

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
-from wbfe.linalg.arrays import to_torch
+from wbfe.linalg.arrays import near_one, to_torch
 from wbfe.options import EditOptions, field_defaults
 from wbfe.sources import stored_bytes
 
@@ -249,18 +249,26 @@ def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Calla
           operation: Callable[[np.ndarray, int], np.ndarray]) -> EditSummary:
     """:func:`edit_checkpoint` with WeightWatcher's edit (``ww_count``: its count for the float32 weight) or
     wbfe's (``count``: components per slice in float64, and why the weight is left as it is, or ``""``)."""
-    from wbfe.metrics.ww_compat import ww_skip_reason
+    from wbfe.linalg.spectra import DegenerateMatrixError
+    from wbfe.metrics.ww_compat import ww_float32, ww_skip_reason
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if options.conventions.ww_edit:  # the weight as WeightWatcher reads it, tensor.float().numpy()
             skip = ww_skip_reason(tuple(tensor.shape))
             if skip is not None:
                 return None, 0, skip
-            w32 = np.asarray(tensor.detach().cpu().float().numpy())
+            stored = tensor.detach().cpu()
+            try:  # a finite float64 tensor float32 cannot hold: WeightWatcher would edit infinities or zeros
+                w32 = ww_float32(stored.numpy() if str(stored.dtype) == "torch.float64" else stored.float().numpy(),
+                                 "edit")
+            except DegenerateMatrixError as exc:
+                return None, 0, f"{exc}: left as it is"
             return _ww_apply(w32, ww_count(w32))
-        w = np.asarray(tensor.detach().cpu().double().numpy())
+        # The counts do not depend on the scale and the edits scale with w: far from 1, w is brought near 1 by a
+        # power of two (exact) so that its Gram matrix stays inside float64's range, and scaled back.
+        w, f = near_one(np.asarray(tensor.detach().cpu().double().numpy()))
         k, why = count(name, w)
-        return (None, k, why) if why else (edit_weight(w, operation, k), k, "")
+        return (None, k, why) if why else (edit_weight(w, operation, k) / f, k, "")
 
     return edit_checkpoint(ref, out, layers=options.layers, editor=editor)
 

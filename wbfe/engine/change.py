@@ -12,7 +12,7 @@ import numpy as np
 from wbfe.engine.context import Context
 from wbfe.engine.matrices import MatrixPlan, as_matrices
 from wbfe.engine.rows import layer_row
-from wbfe.linalg.arrays import to_numpy
+from wbfe.linalg.arrays import near_one, to_numpy
 from wbfe.metrics.rand import log_spectrum_distance
 from wbfe.render.text import is_number
 
@@ -47,19 +47,9 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum((a[:, :k].T @ b[:, :k]) ** 2) / k) if k else math.nan
 
 
-def _near_one(x: np.ndarray) -> tuple[np.ndarray, float]:
-    """``x`` times the power of two ``f`` that brings its largest entry near 1 where it is far from 1 (exact, so that
-    sums of squares stay inside float64's range), and ``f``."""
-    top = float(np.max(np.abs(x), initial=0.0))
-    if top == 0.0 or 1e-100 < top < 1e100:
-        return x, 1.0
-    f = math.ldexp(1.0, -math.frexp(top)[1])
-    return x * f, f
-
-
 def _norm(x: np.ndarray) -> float:
     """‖x‖_F, its squares kept inside float64's range."""
-    scaled, f = _near_one(x)
+    scaled, f = near_one(x)
     return float(np.linalg.norm(scaled)) / f
 
 
@@ -68,7 +58,7 @@ def row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     the change left once each output row of ``b`` is rescaled onto ``a`` by least squares, and the
     spread of those scales (NaN where no row of ``b`` is nonzero or the scales' mean is 0). Both are free of
     either matrix's scale, so each is brought near 1 on its own first."""
-    a, b = _near_one(a)[0], _near_one(b)[0]
+    a, b = near_one(a)[0], near_one(b)[0]
     bb = np.einsum("ij,ij->i", b, b)
     ab = np.einsum("ij,ij->i", a, b)
     live = bb > 0.0
