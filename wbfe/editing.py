@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
-from wbfe.linalg.arrays import near_one, to_torch
+from wbfe.linalg.arrays import to_torch
+from wbfe.linalg.spectra import near_one
 from wbfe.options import EditOptions, field_defaults
 from wbfe.sources import stored_bytes
 
@@ -264,8 +265,8 @@ def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Calla
             except DegenerateMatrixError as exc:
                 return None, 0, f"{exc}: left as it is"
             return _ww_apply(w32, ww_count(w32))
-        # The counts do not depend on the scale and the edits scale with w: far from 1, w is brought near 1 by a
-        # power of two (exact) so that its Gram matrix stays inside float64's range, and scaled back.
+        # The counts do not depend on the scale and the edits scale with w: where its Gram matrix would leave
+        # float64's range, w is brought near 1 by a power of two (exact), and scaled back.
         w, f = near_one(np.asarray(tensor.detach().cpu().double().numpy()))
         k, why = count(name, w)
         return (None, k, why) if why else (edit_weight(w, operation, k) / f, k, "")

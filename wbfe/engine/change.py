@@ -12,7 +12,8 @@ import numpy as np
 from wbfe.engine.context import Context
 from wbfe.engine.matrices import MatrixPlan, as_matrices
 from wbfe.engine.rows import layer_row
-from wbfe.linalg.arrays import near_one, to_numpy
+from wbfe.linalg.arrays import to_numpy
+from wbfe.linalg.spectra import near_one, range_shift
 from wbfe.metrics.rand import log_spectrum_distance
 from wbfe.render.text import is_number
 
@@ -104,8 +105,7 @@ def matrix_change(
     # CPU, never the caller's storage: b64 is overwritten by B − A below.
     a64, b64 = (to_numpy(as_matrices(t, plan)[0]).reshape(plan.rows, plan.cols).astype(np.float64)
                 for t in (tensor_a, tensor_b))
-    biggest = max(float(np.max(np.abs(a64))), float(np.max(np.abs(b64))))
-    factor = math.ldexp(1.0, -math.frexp(biggest)[1]) if not 1e-100 < biggest < 1e100 else 1.0
+    factor = math.ldexp(1.0, range_shift([a64, b64]))  # the spectrum's own rule, one factor for both
     if factor != 1.0:
         a64 *= factor
         b64 *= factor

@@ -14,7 +14,7 @@ import numpy as np
 from wbfe._deps import loaded, require_torch, torch_installed
 
 __all__ = ["NUMPY_DTYPES", "WIDENED_DTYPES", "is_known_dtype", "holds_without_torch", "widen", "is_torch", "to_torch",
-           "to_numpy", "dtype_name", "itemsize", "from_bytes", "flat_bytes", "torch_loaded", "near_one"]
+           "to_numpy", "dtype_name", "itemsize", "from_bytes", "flat_bytes", "torch_loaded"]
 
 # wbfe's dtype names (torch's, without the prefix) that numpy holds as they are stored.
 NUMPY_DTYPES: dict[str, Any] = {name: np.dtype(name).type for name in (
@@ -135,13 +135,3 @@ def flat_bytes(x: Any) -> np.ndarray:
 
         return x.contiguous().reshape(-1).view(torch.uint8).numpy()
     return np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-
-
-def near_one(x: np.ndarray) -> tuple[np.ndarray, float]:
-    """``x`` times the power of two ``f`` that brings its largest entry near 1 where it is far from 1 (beyond
-    1e±100), and ``f``: exact, and it keeps sums of squares inside float64's range. ``(x, 1.0)`` otherwise."""
-    top = float(np.max(np.abs(x), initial=0.0))
-    if not math.isfinite(top) or top == 0.0 or 1e-100 < top < 1e100:
-        return x, 1.0
-    f = math.ldexp(1.0, -math.frexp(top)[1])
-    return x * f, f

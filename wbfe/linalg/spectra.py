@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "w_eigenvalues",
-           "live_part", "log_moments", "spectrum", "work_bytes", "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
+           "live_part", "log_moments", "spectrum", "range_shift", "near_one", "work_bytes", "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
 
 # float64 bytes of one block of rows/columns: large enough for full GEMM speed in the rank-k updates,
 # small beside the tensor itself (peak RSS: benchmarks/bench_memory.py).
@@ -46,7 +46,7 @@ TWO_STAGE_P = 2560
 # products and factorisations release the GIL); a larger one alone, on every BLAS thread.
 _WORKER_BYTES = 32 << 20
 # Largest entries of a float64 W outside these are scaled by a power of two before the Gram matrix
-# (see _range_shift): inside, Σw² and every eigenvalue above the noise floor p·eps·max stay normal.
+# (see range_shift): inside, Σw² and every eigenvalue above the noise floor p·eps·max stay normal.
 _RANGE_LO = 2.0**-400
 _RANGE_HI = 2.0**400
 _NON_FINITE = "non-finite values (NaN or Inf)"
@@ -535,7 +535,7 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
     only mean(e) and mean(log e) are needed (BFE-W alone)."""
     matrices, dead_rows, dead_cols = live_part(matrices)
     rows, cols = (int(n) for n in matrices[0].shape)
-    shift = _range_shift(matrices)
+    shift = range_shift(matrices)
     log_scale = 0.0
     if shift:
         # W·2^k exactly: the eigenvalues are 4^k times W's, which ``log_scale`` undoes.
@@ -556,7 +556,7 @@ def _one_thread_limit(*, user_api: Optional[str]) -> Any:
     return controller.limit(limits=1, user_api=user_api) if controller is not None else None
 
 
-def _range_shift(matrices: Sequence["torch.Tensor"]) -> int:
+def range_shift(matrices: Sequence["torch.Tensor"]) -> int:
     """k such that W·2^k has its largest entry in [½, 1), when W's Gram matrix would leave float64's
     range; 0 otherwise, and for non-finite or all-zero W (refused later with that reason). Only float64
     matrices can get there: any narrower dtype's entry squared stays in range."""
@@ -566,3 +566,13 @@ def _range_shift(matrices: Sequence["torch.Tensor"]) -> int:
     if not (math.isfinite(top) and top > 0.0) or _RANGE_LO <= top <= _RANGE_HI:
         return 0
     return -math.frexp(top)[1]
+
+
+def near_one(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """``x`` times ``f`` = 2^:func:`range_shift` (exact; 1 where its Gram matrix and sums of squares stay inside
+    float64's range), and ``f``: for what the spectrum's own rule must also hold (editing, compare's norms)."""
+    shift = range_shift([x]) if x.size else 0
+    if not shift:
+        return x, 1.0
+    f = math.ldexp(1.0, shift)
+    return x * f, f

@@ -15,6 +15,7 @@ import numpy as np
 
 from wbfe._deps import require_torch
 from wbfe.linalg.arrays import to_numpy, to_torch
+from wbfe.linalg.spectra import range_shift
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 from wbfe.options.conventions import WW_EPSILON
 
@@ -84,16 +85,6 @@ def _largest(matrices: Sequence[Any]) -> float:
     return max((float(np.max(np.abs(to_numpy(m)), initial=0.0)) for m in matrices), default=0.0)
 
 
-def _gram_scale(matrices: Sequence[np.ndarray]) -> float:
-    """1, or the power of two that brings every matrix's Gram products back inside float64's range (one factor
-    for all: pooled eigenvalues stay comparable)."""
-    top = max((float(np.max(np.abs(m), initial=0.0)) for m in matrices), default=0.0)
-    inner = max((min(m.shape[0], int(np.prod(m.shape[1:]))) for m in matrices), default=1)
-    if not (math.isfinite(top) and top > 0.0) or 1e-150 < top * math.sqrt(max(inner, 1)) < 1e150:
-        return 1.0
-    return math.ldexp(1.0, -math.frexp(top)[1])
-
-
 def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOptions,
                      name: str) -> Union[EigenvectorData, str]:
     """The ``from_matrices`` hook: the eigenvector metrics of every matrix (or conv slice), pooled, or why there are
@@ -101,7 +92,7 @@ def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOption
     common power of two where their Gram matrix would leave it (the eigenvalues then in those units: only their
     order is used); ``name`` is unused (nothing here is random)."""
     ww = options.conventions.slice_svd
-    scale = _gram_scale([to_numpy(m) for m in matrices])
+    scale = math.ldexp(1.0, range_shift(matrices))  # one factor for all slices: pooled eigenvalues stay comparable
     if scale != 1.0 and ww:
         return (f"the Gram matrix leaves float64's range (entries up to {_largest(matrices):.0e}), where "
                 "WeightWatcher's arithmetic gives no eigenvectors")
