@@ -556,7 +556,7 @@ def _one_thread_limit(*, user_api: Optional[str]) -> Any:
     return controller.limit(limits=1, user_api=user_api) if controller is not None else None
 
 
-def range_shift(matrices: Sequence["torch.Tensor"]) -> int:
+def range_shift(matrices: Sequence[Any]) -> int:
     """k such that W·2^k has its largest entry in [½, 1), when W's Gram matrix would leave float64's
     range; 0 otherwise, and for non-finite or all-zero W (refused later with that reason). Only float64
     matrices can get there: any narrower dtype's entry squared stays in range."""
