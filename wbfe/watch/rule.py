@@ -114,11 +114,8 @@ class Calibration:
 
 def _gaps(steps: Sequence[int], crit: np.ndarray, loss: np.ndarray, grid: np.ndarray) -> np.ndarray:
     best = float(np.nanmin(loss))
-    out = np.empty(grid.size)
-    for k, lam in enumerate(grid):
-        rec = recommend(steps, crit, float(lam))
-        out[k] = loss[rec.index] - best if rec.index is not None else np.nan
-    return out
+    chosen = [recommend(steps, crit, float(lam)).index for lam in grid]
+    return np.array([loss[i] - best if i is not None else np.nan for i in chosen], dtype=float)
 
 
 def middle_of_ties(means: np.ndarray) -> int:
@@ -159,8 +156,7 @@ def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits
     gaps = np.array([_gaps(s, np.asarray(c, dtype=float), loss, grid) for s, c, loss in zip(steps, crits, losses)])
     held = []
     for r, name in enumerate(names):
-        others = np.delete(gaps, r, axis=0)
-        lam = _choose(grid, others)
+        lam = _choose(grid, np.delete(gaps, r, axis=0))
         rec = recommend(steps[r], crits[r], lam)
         best = int(np.argmin(losses[r]))
         held.append(CalibratedRun(name, lam, rec.step, int(steps[r][best]),

@@ -82,9 +82,7 @@ def parse_step(name: str, pattern: Optional[re.Pattern[str]] = None) -> Optional
     if keyed:
         return int(keyed[-1])
     whole, metric = _numbers(stem)
-    if not whole:
-        return None
-    return whole[0] if metric else whole[-1]
+    return (whole[0] if metric else whole[-1]) if whole else None
 
 
 STEP_ROUTES = ("pass --step-pattern REGEX (its first group is the step, e.g. 'epoch(\\d+)'), or list the "

@@ -77,14 +77,14 @@ def run_signals(traj: Any) -> RunSignals:
     def mat(fn: Callable[[Any], float]) -> np.ndarray:
         return traj.matrix(fn)[:, keep]
 
-    def extra(key: str) -> Callable[[Any], float]:
-        return lambda x: float(x.extra.get(key, math.nan))
+    def extra(key: str) -> np.ndarray:
+        return mat(lambda x: float(x.extra.get(key, math.nan)))
 
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log(mat(lambda x: x.h) / mat(lambda x: x.h_star(1.0)))
         lam_star = mat(lambda x: x.lambda_star)
         bfe_opt = mat(lambda x: x.bfe_opt)
-        rows, cols = mat(extra("rows")), mat(extra("cols"))
+        rows, cols = extra("rows"), extra("cols")
         # The shape is the same at every checkpoint: the first one with it known.
         ratio = cols / np.maximum(rows, cols)
         lam_fanin = np.array([next((v for v in ratio[:, j] if math.isfinite(v)), math.nan)
@@ -94,14 +94,11 @@ def run_signals(traj: Any) -> RunSignals:
             lam = lam_star[at] if len(lam_star) else np.zeros(0)
             return run_mean(bfe_at_many(bfe_opt, lam_star, lam[None, :]))
 
-        series = {
-            "log_mean_e": run_mean(-np.log(lam_star)), "bfe_last": fixed(-1), "bfe_first": fixed(0),
-            "bfe_opt": run_mean(bfe_opt), "alpha": run_mean(mat(lambda x: x.alpha)),
-            "alpha_weighted": run_mean(mat(extra("alpha_weighted"))), "log_norm": run_mean(mat(extra("log_norm"))),
-            "log_spectral_norm": run_mean(mat(extra("log_spectral_norm"))),
-            "log_stable_rank": run_mean(np.log10(mat(extra("stable_rank")))),
-            "rand_distance": run_mean(mat(extra("rand_distance"))),
-        }
+        series = {"log_mean_e": run_mean(-np.log(lam_star)), "bfe_last": fixed(-1), "bfe_first": fixed(0),
+                  "bfe_opt": run_mean(bfe_opt), "alpha": run_mean(mat(lambda x: x.alpha)),
+                  **{k: run_mean(extra(k)) for k in ("alpha_weighted", "log_norm", "log_spectral_norm")},
+                  "log_stable_rank": run_mean(np.log10(extra("stable_rank"))),
+                  "rand_distance": run_mean(extra("rand_distance"))}
     return RunSignals(traj.run, tuple(traj.steps), series, log_ratio,
                       lam_star[0] if len(lam_star) else np.zeros(0), np.asarray(lam_fanin, dtype=float))
 
@@ -284,9 +281,8 @@ class Measured:
         for name, rule in RULES.items():
             if rule.composite:
                 continue
-            grid = rule.grid or (None,)
-            chosen = np.array([[apply_rule(s, name, p)[0] for s in sigs] for p in grid], dtype=int)
-            self.choice[name] = chosen
+            chosen = self.choice[name] = np.array([[apply_rule(s, name, p)[0] for s in sigs]
+                                                   for p in rule.grid or (None,)], dtype=int)
             self.regret[name] = np.array([self.regrets(c) for c in chosen])
 
     def _base(self, name: str, subset: Sequence[int]) -> tuple[int, float]:
@@ -374,11 +370,8 @@ def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
     picks, chosen = [], []
     for r in range(m.n):
         others = [i for i in range(m.n) if i != r]
-        scored = []
-        for name in names:
-            inner = m.held_out(name, others)
-            scored.append((float(np.mean(m.regrets(inner, others))), name != "last", name))  # ties: keep the last
-        pick = min(scored)[2]
+        # ties: keep the last
+        pick = min((float(np.mean(m.regrets(m.held_out(n, others), others))), n != "last", n) for n in names)[2]
         picks.append(pick)
         chosen.append(int(m.tune(pick, others)[1][r]))
     return picks, RuleScore("auto", None, tuple(chosen), m.regrets(chosen), _hits(m, chosen, range(m.n)))
@@ -389,5 +382,4 @@ def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
 def shipped_table() -> dict[str, Any]:
     """The measured rules shipped in the package (``stopping_table.json``, by ``benchmarks/bench_early_stopping.py``):
     per rule its parameter chosen on all runs and held-out figures, and the default rule."""
-    text = resources.files("wbfe.watch").joinpath("stopping_table.json").read_text(encoding="utf-8")
-    return dict(json.loads(text))
+    return dict(json.loads(resources.files("wbfe.watch").joinpath("stopping_table.json").read_text(encoding="utf-8")))
