@@ -51,10 +51,8 @@ def _name_stem(name: str) -> str:
     """The name without its folders and weight-file suffix."""
     name = name.rstrip("/")
     name = (Path(name).name if "/" in name else name).removesuffix(".index.json")
-    for suffix in WEIGHT_SUFFIXES:
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    suffix = next((s for s in WEIGHT_SUFFIXES if name.lower().endswith(s)), "")
+    return name[: len(name) - len(suffix)]
 
 
 def _numbers(stem: str) -> tuple[list[int], bool]:
@@ -219,14 +217,13 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
             # A relative path that is not there but reads as org/name[@rev] is a hub id.
             ref = target if (not local.exists() and HUB_ID.match(target)) else str(local)
         else:
-            if beside is None:
-                beside = _folder_checkpoints(path.parent)
+            beside = _folder_checkpoints(path.parent) if beside is None else beside
             if step not in beside:
                 raise SourceNotFoundError(f"{path}:{i}: no checkpoint for step {step} next to the CSV (and no "
                                           "'checkpoint' column)", path=str(path))
             ref = str(beside[step])
-        item = CheckpointRef(step, ref, _float(row.get("test_loss")), _float(row.get("test_accuracy")))
-        _add(found, item, str(ref), str(path))
+        _add(found, CheckpointRef(step, ref, _float(row.get("test_loss")), _float(row.get("test_accuracy"))),
+             str(ref), str(path))
     return _ordered(name, found)
 
 
@@ -252,11 +249,8 @@ _HF_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 def _hf_checkpoints(folder: Path) -> dict[int, Path]:
     """A Trainer output folder's ``checkpoint-N/`` subfolders by step; empty without a ``trainer_state.json``."""
-    out = {}
-    for path in folder.iterdir():
-        match = _HF_CHECKPOINT.fullmatch(path.name)
-        if match and path.is_dir() and _is_checkpoint(path):
-            out[int(match.group(1))] = path
+    out = {int(m.group(1)): p for p in folder.iterdir()
+           if (m := _HF_CHECKPOINT.fullmatch(p.name)) and p.is_dir() and _is_checkpoint(p)}
     marked = (folder / "trainer_state.json").is_file() or any((p / "trainer_state.json").is_file()
                                                                for p in out.values())
     return out if marked else {}

@@ -135,15 +135,14 @@ class Trajectory:
         return np.array([p.test_loss for p in self.points], dtype=float)
 
 
+# The score columns of LayerPoint's fields gamma ... alpha, in field order.
+_FIT_COLUMNS = ("gamma", "htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "bfe", "lambda", "alpha")
+
+
 def _layer_point(row: dict[str, Any]) -> LayerPoint:
-    return LayerPoint(
-        name=row["name"], role=row.get("role", ""), gamma=as_float(row.get("gamma")),
-        kappa=as_float(row.get("htmp_kappa")), beta=as_float(row.get("htmp_beta")), tau=as_float(row.get("htmp_tau")),
-        ks=as_float(row.get("htmp_ks")), bfe_opt=as_float(row.get("bfe")), lambda_star=as_float(row.get("lambda")),
-        alpha=as_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}),
-        n_eigs=int(row.get("n_eigs") or 0),
-        extra={k: as_float(row.get(k)) for k in EXTRA_COLUMNS if k in row},
-    )
+    return LayerPoint(row["name"], row.get("role", ""), *(as_float(row.get(k)) for k in _FIT_COLUMNS),
+                      reasons=dict(row.get("reasons") or {}), n_eigs=int(row.get("n_eigs") or 0),
+                      extra={k: as_float(row.get(k)) for k in EXTRA_COLUMNS if k in row})
 
 
 LAYER_CHOICES = ("head", "all", "fittable")
@@ -291,40 +290,29 @@ class WatchResult(ToJson):
 
     def rows(self) -> list[dict[str, Any]]:
         """One flat row per (checkpoint, layer) for tables and CSV (``note``: the NaN reason's number)."""
-        out = []
         rec_step = self.recommendation.step if self.recommendation else None
         fixed = self.fixed_lambda()
         names = self.trajectory.layer_names
         marks = nan_notes(self.trajectory.points)[0]
-        for t, p in enumerate(self.trajectory.points):
-            for layer in p.layers:
-                cols = layer.columns(self.lam)
-                cols.pop("reasons", None)
-                mark = marks.get((t, layer.name))
-                out.append({"step": p.step, **cols, "bfe_fix": float(fixed.bfe[t, names.index(layer.name)]),
-                            "test_loss": p.test_loss, "test_accuracy": p.test_accuracy,
-                            "keep": "<==" if p.step == rec_step else "",
-                            "note": f"[{mark}]" if mark else ""})
-        return out
+        return [{"step": p.step, **{k: v for k, v in layer.columns(self.lam).items() if k != "reasons"},
+                 "bfe_fix": float(fixed.bfe[t, names.index(layer.name)]), "test_loss": p.test_loss,
+                 "test_accuracy": p.test_accuracy, "keep": "<==" if p.step == rec_step else "",
+                 "note": f"[{marks[t, layer.name]}]" if (t, layer.name) in marks else ""}
+                for t, p in enumerate(self.trajectory.points) for layer in p.layers]
 
     def table(self) -> str:
         """The text table: trajectories, NaN notes, the run-level signal, the recommendation and the comparison."""
         # h*, F∞ need a λ; without one, BFE-W at λ* and at the last checkpoint's λ* side by side
         columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h",
                    *(["bfe", "bfe_fix"] if self.lam is None else ["h_star", "f_inf", "bfe"]), "alpha"]
-        if np.any(np.isfinite(self.trajectory.test_losses())):
-            columns.append("test_loss")
-        if any(math.isfinite(p.test_accuracy) for p in self.trajectory.points):
-            columns.append("test_accuracy")
+        columns += [c for c in ("test_loss", "test_accuracy")
+                    if any(math.isfinite(getattr(p, c)) for p in self.trajectory.points)]
         rows = self.rows()
         columns += ["keep"] + (["note"] if any(r["note"] for r in rows) else [])
         lam = "none" if self.lam is None else f"{self.lam:.6g} ({self.lam_source})"
         lines = [f"run: {self.trajectory.run}   lambda: {lam}   layers: {self.layers}", "", text_table(rows, columns)]
         notes, hint = self.notes()
-        lines += [f"  {n}" for n in notes]
-        if hint:
-            lines.append(f"hint: {hint}")
-        lines += ["", *self._run_lines()]
+        lines += [f"  {n}" for n in notes] + ([f"hint: {hint}"] if hint else []) + ["", *self._run_lines()]
         rec = self.to_dict()["recommended"]
         lines.append(f"recommended step: {rec['step'] if rec['step'] is not None else '-'} — {rec['reason']}")
         if self.stopping is not None:
