@@ -66,18 +66,17 @@ def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
     parts: list[Part] = []
     for shard, names in shards:
         header = read_header(shard)[0]
-        start = len(parts)
-        group: list[str] = []
+        groups: list[list[str]] = [[]]
         total = 0
         for name in names:
             size = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
-            if group and total + size > part_bytes:
-                parts.append(_part(group, header, None))
-                group, total = [], 0
-            group.append(name)
+            if groups[-1] and total + size > part_bytes:
+                groups.append([])
+                total = 0
+            groups[-1].append(name)
             total += size
-        parts.append(_part(group, header, None))
-        parts[start] = _part(list(parts[start].names), header, str(shard))  # the file's first part hashes it
+        # The file's first part hashes it.
+        parts += [_part(group, header, str(shard) if i == 0 else None) for i, group in enumerate(groups)]
     return parts
 
 

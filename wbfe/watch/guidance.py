@@ -94,15 +94,10 @@ def fixed_lambda_trend(steps: Sequence[int], names: Sequence[str], bfe_opt: np.n
         fixed = np.full(len(names), float(lam))
         source, source_step = "given", None
     else:
-        fixed = np.full(len(names), np.nan)
-        last_row = -1
-        for j in range(len(names)):
-            finite = np.flatnonzero(np.isfinite(lambda_star[:, j]) & (lambda_star[:, j] > 0))
-            if finite.size:
-                fixed[j] = lambda_star[finite[-1], j]
-                last_row = max(last_row, int(finite[-1]))
-        source = "last checkpoint"
-        source_step = int(steps[last_row]) if last_row >= 0 else None
+        usable = [np.flatnonzero(column) for column in (np.isfinite(lambda_star) & (lambda_star > 0)).T]
+        fixed = np.array([lambda_star[rows[-1], j] if rows.size else np.nan for j, rows in enumerate(usable)])
+        last_row = max((int(rows[-1]) for rows in usable if rows.size), default=-1)
+        source, source_step = "last checkpoint", int(steps[last_row]) if last_row >= 0 else None
     values = bfe_at_many(bfe_opt, lambda_star, fixed[None, :])
     return FixedLambdaTrend(source, source_step, dict(zip(names, fixed.tolist())), tuple(int(s) for s in steps),
                             values, bfe_opt, run_mean(values), run_mean(bfe_opt))
