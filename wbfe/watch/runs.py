@@ -307,16 +307,15 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
     if path.is_dir():
         hf = _hf_checkpoints(path) if pattern is None else {}
         by_step = hf or _folder_checkpoints(path, pattern)
-        metrics: dict[int, dict[str, str]] = {}
-        if (path / "metrics.csv").is_file():
-            for i, row in enumerate(read_csv(path / "metrics.csv", required="step", kind="run"), start=2):
-                metrics[_int_step(row.get("step"), f"{path / 'metrics.csv'}:{i}")] = row
-        elif hf:
-            metrics = trainer_state_metrics(path, hf)
-        found = {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
-                                  _float(metrics.get(s, {}).get("test_accuracy")))
-                 for s, p in by_step.items()}
-        return _ordered(str(path), found)
+        table = path / "metrics.csv"
+        if table.is_file():
+            metrics = {_int_step(row.get("step"), f"{table}:{i}"): row
+                       for i, row in enumerate(read_csv(table, required="step", kind="run"), start=2)}
+        else:
+            metrics = trainer_state_metrics(path, hf) if hf else {}
+        return _ordered(str(path), {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
+                                                     _float(metrics.get(s, {}).get("test_accuracy")))
+                                    for s, p in by_step.items()})
     if path.is_file() and path.suffix.lower() == ".csv":
         return run_from_rows(path, read_csv(path, required="step", kind="run"), str(path))
     if path.exists():

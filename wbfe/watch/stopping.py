@@ -7,6 +7,7 @@ the chosen checkpoint minus the run's lowest). The rules and their measured figu
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import warnings
@@ -58,21 +59,17 @@ class RunSignals:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunSignals":
-        def arr(x: Any) -> np.ndarray:
-            return np.array(x, dtype=float)  # None reads as NaN
-
+        arr = functools.partial(np.array, dtype=float)  # None reads as NaN
         return cls(d["name"], tuple(int(s) for s in d["steps"]), {k: arr(v) for k, v in d["series"].items()},
                    arr(d["log_ratio"]).reshape(len(d["steps"]), -1), arr(d["lam_first"]), arr(d["lam_fanin"]))
 
 
 def run_signals(traj: Any) -> RunSignals:
     """The :class:`RunSignals` of a scored trajectory, over its matrices with at least ``min_eigs`` eigenvalues."""
-    names = traj.layer_names
     counts = traj.matrix(lambda x: float(x.n_eigs))
     min_eigs = max((p.min_eigs for p in traj.points), default=0)
     keep = np.all((counts >= min_eigs) | ~np.isfinite(counts), axis=0)
-    if not keep.any():
-        keep = np.ones(len(names), dtype=bool)
+    keep = keep if keep.any() else np.ones_like(keep)
 
     def mat(fn: Callable[[Any], float]) -> np.ndarray:
         return traj.matrix(fn)[:, keep]
@@ -84,9 +81,8 @@ def run_signals(traj: Any) -> RunSignals:
         log_ratio = np.log(mat(lambda x: x.h) / mat(lambda x: x.h_star(1.0)))
         lam_star = mat(lambda x: x.lambda_star)
         bfe_opt = mat(lambda x: x.bfe_opt)
-        rows, cols = extra("rows"), extra("cols")
         # The shape is the same at every checkpoint: the first one with it known.
-        ratio = cols / np.maximum(rows, cols)
+        ratio = extra("cols") / np.maximum(extra("rows"), extra("cols"))
         lam_fanin = np.array([next((v for v in ratio[:, j] if math.isfinite(v)), math.nan)
                               for j in range(ratio.shape[1])]) if len(ratio) else np.zeros(0)
 

@@ -135,14 +135,15 @@ class Trajectory:
         return np.array([p.test_loss for p in self.points], dtype=float)
 
 
-# The score columns of LayerPoint's fields gamma ... alpha, in field order.
-_FIT_COLUMNS = ("gamma", "htmp_kappa", "htmp_beta", "htmp_tau", "htmp_ks", "bfe", "lambda", "alpha")
-
-
 def _layer_point(row: dict[str, Any]) -> LayerPoint:
-    return LayerPoint(row["name"], row.get("role", ""), *(as_float(row.get(k)) for k in _FIT_COLUMNS),
-                      reasons=dict(row.get("reasons") or {}), n_eigs=int(row.get("n_eigs") or 0),
-                      extra={k: as_float(row.get(k)) for k in EXTRA_COLUMNS if k in row})
+    return LayerPoint(
+        name=row["name"], role=row.get("role", ""), gamma=as_float(row.get("gamma")),
+        kappa=as_float(row.get("htmp_kappa")), beta=as_float(row.get("htmp_beta")), tau=as_float(row.get("htmp_tau")),
+        ks=as_float(row.get("htmp_ks")), bfe_opt=as_float(row.get("bfe")), lambda_star=as_float(row.get("lambda")),
+        alpha=as_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}),
+        n_eigs=int(row.get("n_eigs") or 0),
+        extra={k: as_float(row.get(k)) for k in EXTRA_COLUMNS if k in row},
+    )
 
 
 LAYER_CHOICES = ("head", "all", "fittable")
