@@ -357,17 +357,15 @@ def evaluate_rules(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
     return out
 
 
-def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
-                    names: Optional[Sequence[str]] = None) -> tuple[list[str], RuleScore]:
+def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray]) -> tuple[list[str], RuleScore]:
     """The whole default procedure, held out: for each run, the rule with the lowest leave-one-run-out
     regret on the *other* runs (nested), tuned on them and applied to it; returns (picks, ``auto`` score)."""
     m = Measured(sigs, losses)
-    names = list(names or RULES)
     picks, chosen = [], []
     for r in range(m.n):
         others = [i for i in range(m.n) if i != r]
         # ties: keep the last
-        pick = min((float(np.mean(m.regrets(m.held_out(n, others), others))), n != "last", n) for n in names)[2]
+        pick = min((float(np.mean(m.regrets(m.held_out(n, others), others))), n != "last", n) for n in RULES)[2]
         picks.append(pick)
         chosen.append(int(m.tune(pick, others)[1][r]))
     return picks, RuleScore("auto", None, tuple(chosen), m.regrets(chosen), _hits(m, chosen, range(m.n)))
