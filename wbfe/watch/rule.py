@@ -34,8 +34,7 @@ class Recommendation:
 def layer_statistic(h: np.ndarray, h_star: np.ndarray) -> np.ndarray:
     """Per checkpoint, the median over layers of log(h/h*) from (checkpoints, layers) arrays, NaN where no layer
     has a finite ratio; ≤ 0 means the checkpoint is on the over-fit side."""
-    h = np.atleast_2d(np.asarray(h, dtype=float))
-    h_star = np.atleast_2d(np.asarray(h_star, dtype=float))
+    h, h_star = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (h, h_star))
     if h.shape != h_star.shape:
         raise InvalidOptionError(f"h and h* shapes differ: {h.shape} vs {h_star.shape}")
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -118,10 +118,8 @@ def _is_checkpoint(path: Path) -> bool:
 
 
 def _float(value: Optional[str]) -> float:
-    if value is None or not value.strip():
-        return math.nan
     try:
-        return float(value)
+        return float(value) if value and value.strip() else math.nan
     except ValueError:
         raise InvalidOptionError(f"not a number in a run CSV: {value!r}") from None
 

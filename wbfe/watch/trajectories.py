@@ -371,5 +371,4 @@ def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: st
     WatchOptions(layers=layers, lam=lam, head=head, device=device)  # every option before the first checkpoint
     if lam is not None:
         lam = positive_lambda(lam)
-    traj = trajectory(run, layers=layers, head=head, device=device, progress=progress)
-    return result_at(traj, lam, layers=layers)
+    return result_at(trajectory(run, layers=layers, head=head, device=device, progress=progress), lam, layers=layers)
