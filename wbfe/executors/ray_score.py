@@ -152,8 +152,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
         say(f"[ray] {ref}: scored whole on {answer['node']}")
         answer["result"].model["executor"] = "ray"
         return answer["result"]
-    owner = {name: k for k, part in enumerate(parts) for name in part.names}
-    owner_ref = ray.put(owner)
+    owner_ref = ray.put({name: k for k, part in enumerate(parts) for name in part.names})
     remote = ray.remote(_score_part)
     counter = Progress(total=len(parts), what="parts", total_bytes=sum(p.nbytes for p in parts))
     tasks = {remote.options(**retry, name=f"wbfe-score-part-{k}", **task_resources(options.device, part.largest))
