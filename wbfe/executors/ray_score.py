@@ -1,8 +1,7 @@
-"""``wbfe score --executor ray``: one Ray task per shard of a safetensors checkpoint (or per group of
-tensors of one large file), merged into exactly a local score's result (docs/ray.md). Each task
-streams the entries in a local score's order, scores its own part's and hashes its own file; the
-driver merges the rows in stream order, resolves ties across parts and finishes with the engine's
-functions. Any other checkpoint is scored whole by one task (``score_here``).
+"""``wbfe score --executor ray``: one Ray task per shard of a safetensors checkpoint (or per group of tensors of one
+large file), merged into exactly a local score's result (docs/ray.md). Each task streams the entries in a local score's
+order, scores its own part's and hashes its own file; the driver merges the rows in stream order, resolves ties across
+parts and finishes with the engine's functions. Any other checkpoint is scored whole by one task (``score_here``).
 """
 
 from __future__ import annotations
