@@ -44,12 +44,11 @@ def connect(address: Optional[str]) -> Any:
     return ray
 
 
-def check_reachable(address: str, timeout: float = 5.0) -> None:
+def check_reachable(address: str) -> None:
     """Refuse at once an address where nothing listens (``ray.init`` would retry for minutes)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5.0).close()
     except OSError as exc:
         raise InvalidOptionError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
 

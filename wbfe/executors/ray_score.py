@@ -1,8 +1,7 @@
-"""``wbfe score --executor ray``: one Ray task per shard of a safetensors checkpoint (or per group of
-tensors of one large file), merged into exactly a local score's result (docs/ray.md). Each task
-streams the entries in a local score's order, scores its own part's and hashes its own file; the
-driver merges the rows in stream order, resolves ties across parts and finishes with the engine's
-functions. Any other checkpoint is scored whole by one task (``score_here``).
+"""``wbfe score --executor ray``: one Ray task per shard of a safetensors checkpoint (or per group of tensors of one
+large file), merged into exactly a local score's result (docs/ray.md). Each task streams the entries in a local score's
+order, scores its own part's and hashes its own file; the driver merges the rows in stream order, resolves ties across
+parts and finishes with the engine's functions. Any other checkpoint is scored whole by one task (``score_here``).
 """
 
 from __future__ import annotations
@@ -66,18 +65,17 @@ def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
     parts: list[Part] = []
     for shard, names in shards:
         header = read_header(shard)[0]
-        start = len(parts)
-        group: list[str] = []
+        groups: list[list[str]] = [[]]
         total = 0
         for name in names:
             size = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
-            if group and total + size > part_bytes:
-                parts.append(_part(group, header, None))
-                group, total = [], 0
-            group.append(name)
+            if groups[-1] and total + size > part_bytes:
+                groups.append([])
+                total = 0
+            groups[-1].append(name)
             total += size
-        parts.append(_part(group, header, None))
-        parts[start] = _part(list(parts[start].names), header, str(shard))  # the file's first part hashes it
+        # The file's first part hashes it.
+        parts += [_part(group, header, str(shard) if i == 0 else None) for i, group in enumerate(groups)]
     return parts
 
 
@@ -153,8 +151,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
         say(f"[ray] {ref}: scored whole on {answer['node']}")
         answer["result"].model["executor"] = "ray"
         return answer["result"]
-    owner = {name: k for k, part in enumerate(parts) for name in part.names}
-    owner_ref = ray.put(owner)
+    owner_ref = ray.put({name: k for k, part in enumerate(parts) for name in part.names})
     remote = ray.remote(_score_part)
     counter = Progress(total=len(parts), what="parts", total_bytes=sum(p.nbytes for p in parts))
     tasks = {remote.options(**retry, name=f"wbfe-score-part-{k}", **task_resources(options.device, part.largest))

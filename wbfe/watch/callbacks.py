@@ -84,9 +84,8 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
             else:
                 self.monitor.record(step, test_loss=loss, test_accuracy=acc)
             traj = self.monitor.trajectory
-            result = (result_at(traj, lam, layers=layers) if lam is not None else
-                      result_by_rule(traj, rule, layers=layers))
-            self.state.result = result
+            self.state.result = result = (result_at(traj, lam, layers=layers) if lam is not None else
+                                          result_by_rule(traj, rule, layers=layers))
             rec = result.recommendation
             if (rec is not None and rec.index is not None and len(traj.points) - 1 - rec.index >= patience
                     and self.state.fired_at is None):

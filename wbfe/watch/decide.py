@@ -66,9 +66,6 @@ def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str 
         raise InvalidOptionError(f"{traj.run}: no checkpoints to choose from")
     index, reason = apply_rule(run_signals(traj), name, row["param"])
     last, oracle, runs = table["keep_last"], table["validation_oracle"], table["runs"]
-    measured = (f"held out on {runs} measured runs: {_fig(row)}; keep the last: {_fig(last)}; "
-                f"validation-set oracle: {_fig(oracle)} (regret = test loss − the run's lowest)")
-    lines = []
     if rule is None and name == "last":
         best = min((v["regret_mean"], k) for k, v in table["rules"].items() if k != "last")
         line = (f"keep the last checkpoint — no data-free rule beat it on {runs} held-out runs (best single rule: "
@@ -77,11 +74,12 @@ def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str 
         if auto is not None and best[0] < last["regret_mean"]:
             line += (f", but a rule chosen on the other runs, applied to the held-out one, "
                      f"{auto['regret_mean']:.4f}")
-        lines.append(line + "); choose another with --rule NAME")
+        line += "); choose another with --rule NAME"
     else:
         how = "default: the lowest held-out regret" if rule is None else "chosen with --rule"
-        lines.append(f"{name} ({how}) — {row['description']}")
-    lines.append(measured)
+        line = f"{name} ({how}) — {row['description']}"
+    lines = [line, f"held out on {runs} measured runs: {_fig(row)}; keep the last: {_fig(last)}; "
+                   f"validation-set oracle: {_fig(oracle)} (regret = test loss − the run's lowest)"]
     if layers != table["layers"]:
         lines.append(f"note: measured with --layers {table['layers']}; this run used --layers {layers}")
     stopping = {"name": name, "description": row["description"], "default": rule is None, "param": row["param"],

@@ -94,15 +94,10 @@ def fixed_lambda_trend(steps: Sequence[int], names: Sequence[str], bfe_opt: np.n
         fixed = np.full(len(names), float(lam))
         source, source_step = "given", None
     else:
-        fixed = np.full(len(names), np.nan)
-        last_row = -1
-        for j in range(len(names)):
-            finite = np.flatnonzero(np.isfinite(lambda_star[:, j]) & (lambda_star[:, j] > 0))
-            if finite.size:
-                fixed[j] = lambda_star[finite[-1], j]
-                last_row = max(last_row, int(finite[-1]))
-        source = "last checkpoint"
-        source_step = int(steps[last_row]) if last_row >= 0 else None
+        usable = [np.flatnonzero(column) for column in (np.isfinite(lambda_star) & (lambda_star > 0)).T]
+        fixed = np.array([lambda_star[rows[-1], j] if rows.size else np.nan for j, rows in enumerate(usable)])
+        last_row = max((int(rows[-1]) for rows in usable if rows.size), default=-1)
+        source, source_step = "last checkpoint", int(steps[last_row]) if last_row >= 0 else None
     values = bfe_at_many(bfe_opt, lambda_star, fixed[None, :])
     return FixedLambdaTrend(source, source_step, dict(zip(names, fixed.tolist())), tuple(int(s) for s in steps),
                             values, bfe_opt, run_mean(values), run_mean(bfe_opt))
@@ -123,11 +118,9 @@ def describe_trend(steps: Sequence[int], values: np.ndarray) -> str:
 
 
 def _layer_reason(layer: Any) -> str:
-    reasons = getattr(layer, "reasons", {}) or {}
-    for key in ("h", "htmp_kappa", "htmp_beta", "alpha"):
-        if reasons.get(key):
-            return str(reasons[key])
-    return "the HTMP fit did not converge" if not math.isfinite(layer.kappa) else "h = κ/β is not finite"
+    fallback = "the HTMP fit did not converge" if not math.isfinite(layer.kappa) else "h = κ/β is not finite"
+    return next((str(layer.reasons[k]) for k in ("h", "htmp_kappa", "htmp_beta", "alpha") if layer.reasons.get(k)),
+                fallback)
 
 
 def nan_notes(points: Sequence[Any]) -> tuple[dict[tuple[int, str], int], list[str]]:
@@ -138,13 +131,10 @@ def nan_notes(points: Sequence[Any]) -> tuple[dict[tuple[int, str], int], list[s
         for layer in point.layers:
             if not math.isfinite(layer.h):
                 keys.setdefault((layer.name, _layer_reason(layer)), []).append(t)
-    marks: dict[tuple[int, str], int] = {}
-    notes = []
-    for k, ((name, reason), where) in enumerate(keys.items(), start=1):
-        for t in where:
-            marks[(t, name)] = k
-        notes.append(f"[{k}] {name} ({len(where)} of {len(points)} checkpoints): {_FIT_COLUMNS} are NaN — {reason}")
-    return marks, notes
+    numbered = list(enumerate(keys.items(), start=1))
+    marks = {(t, name): k for k, ((name, _), where) in numbered for t in where}
+    return marks, [f"[{k}] {name} ({len(where)} of {len(points)} checkpoints): {_FIT_COLUMNS} are NaN — {reason}"
+                   for k, ((name, reason), where) in numbered]
 
 
 def fittable_hint(points: Sequence[Any], layers: str) -> Optional[str]:
@@ -153,11 +143,10 @@ def fittable_hint(points: Sequence[Any], layers: str) -> Optional[str]:
     if not points:
         return None
     last = points[-1]
-    min_eigs = getattr(last, "min_eigs", 0)
+    min_eigs, fittable = last.min_eigs, last.fittable
     short = [layer for layer in last.layers if 0 < layer.n_eigs < min_eigs]
     if not short or layers == "fittable":
         return None
-    fittable = list(getattr(last, "fittable", ()))
     what = ", ".join(f"{layer.name} has {layer.n_eigs}" for layer in short)
     head = f"too few eigenvalues for an HTMP fit ({what}; the fit needs min_eigs={min_eigs})"
     if not fittable:

@@ -43,9 +43,7 @@ class Monitor:
     def __call__(self, step: int, *, test_loss: float = math.nan,
                  test_accuracy: float = math.nan) -> Optional[CheckpointPoint]:
         """Record at ``step`` if it is a multiple of ``every``; return the new point or None."""
-        if step % self.every:
-            return None
-        return self.record(step, test_loss=test_loss, test_accuracy=test_accuracy)
+        return None if step % self.every else self.record(step, test_loss=test_loss, test_accuracy=test_accuracy)
 
     def record(self, step: int, *, test_loss: float = math.nan, test_accuracy: float = math.nan) -> CheckpointPoint:
         """Score the model's current weights now and append them at ``step``.

@@ -34,8 +34,7 @@ class Recommendation:
 def layer_statistic(h: np.ndarray, h_star: np.ndarray) -> np.ndarray:
     """Per checkpoint, the median over layers of log(h/h*) from (checkpoints, layers) arrays, NaN where no layer
     has a finite ratio; ≤ 0 means the checkpoint is on the over-fit side."""
-    h = np.atleast_2d(np.asarray(h, dtype=float))
-    h_star = np.atleast_2d(np.asarray(h_star, dtype=float))
+    h, h_star = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (h, h_star))
     if h.shape != h_star.shape:
         raise InvalidOptionError(f"h and h* shapes differ: {h.shape} vs {h_star.shape}")
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -114,11 +113,8 @@ class Calibration:
 
 def _gaps(steps: Sequence[int], crit: np.ndarray, loss: np.ndarray, grid: np.ndarray) -> np.ndarray:
     best = float(np.nanmin(loss))
-    out = np.empty(grid.size)
-    for k, lam in enumerate(grid):
-        rec = recommend(steps, crit, float(lam))
-        out[k] = loss[rec.index] - best if rec.index is not None else np.nan
-    return out
+    chosen = [recommend(steps, crit, float(lam)).index for lam in grid]
+    return np.array([loss[i] - best if i is not None else np.nan for i in chosen], dtype=float)
 
 
 def middle_of_ties(means: np.ndarray) -> int:
@@ -159,8 +155,7 @@ def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits
     gaps = np.array([_gaps(s, np.asarray(c, dtype=float), loss, grid) for s, c, loss in zip(steps, crits, losses)])
     held = []
     for r, name in enumerate(names):
-        others = np.delete(gaps, r, axis=0)
-        lam = _choose(grid, others)
+        lam = _choose(grid, np.delete(gaps, r, axis=0))
         rec = recommend(steps[r], crits[r], lam)
         best = int(np.argmin(losses[r]))
         held.append(CalibratedRun(name, lam, rec.step, int(steps[r][best]),

@@ -51,10 +51,8 @@ def _name_stem(name: str) -> str:
     """The name without its folders and weight-file suffix."""
     name = name.rstrip("/")
     name = (Path(name).name if "/" in name else name).removesuffix(".index.json")
-    for suffix in WEIGHT_SUFFIXES:
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    suffix = next((s for s in WEIGHT_SUFFIXES if name.lower().endswith(s)), "")
+    return name[: len(name) - len(suffix)]
 
 
 def _numbers(stem: str) -> tuple[list[int], bool]:
@@ -82,9 +80,7 @@ def parse_step(name: str, pattern: Optional[re.Pattern[str]] = None) -> Optional
     if keyed:
         return int(keyed[-1])
     whole, metric = _numbers(stem)
-    if not whole:
-        return None
-    return whole[0] if metric else whole[-1]
+    return (whole[0] if metric else whole[-1]) if whole else None
 
 
 STEP_ROUTES = ("pass --step-pattern REGEX (its first group is the step, e.g. 'epoch(\\d+)'), or list the "
@@ -122,10 +118,8 @@ def _is_checkpoint(path: Path) -> bool:
 
 
 def _float(value: Optional[str]) -> float:
-    if value is None or not value.strip():
-        return math.nan
     try:
-        return float(value)
+        return float(value) if value and value.strip() else math.nan
     except ValueError:
         raise InvalidOptionError(f"not a number in a run CSV: {value!r}") from None
 
@@ -221,14 +215,13 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
             # A relative path that is not there but reads as org/name[@rev] is a hub id.
             ref = target if (not local.exists() and HUB_ID.match(target)) else str(local)
         else:
-            if beside is None:
-                beside = _folder_checkpoints(path.parent)
+            beside = _folder_checkpoints(path.parent) if beside is None else beside
             if step not in beside:
                 raise SourceNotFoundError(f"{path}:{i}: no checkpoint for step {step} next to the CSV (and no "
                                           "'checkpoint' column)", path=str(path))
             ref = str(beside[step])
-        item = CheckpointRef(step, ref, _float(row.get("test_loss")), _float(row.get("test_accuracy")))
-        _add(found, item, str(ref), str(path))
+        _add(found, CheckpointRef(step, ref, _float(row.get("test_loss")), _float(row.get("test_accuracy"))),
+             str(ref), str(path))
     return _ordered(name, found)
 
 
@@ -254,11 +247,8 @@ _HF_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 def _hf_checkpoints(folder: Path) -> dict[int, Path]:
     """A Trainer output folder's ``checkpoint-N/`` subfolders by step; empty without a ``trainer_state.json``."""
-    out = {}
-    for path in folder.iterdir():
-        match = _HF_CHECKPOINT.fullmatch(path.name)
-        if match and path.is_dir() and _is_checkpoint(path):
-            out[int(match.group(1))] = path
+    out = {int(m.group(1)): p for p in folder.iterdir()
+           if (m := _HF_CHECKPOINT.fullmatch(p.name)) and p.is_dir() and _is_checkpoint(p)}
     marked = (folder / "trainer_state.json").is_file() or any((p / "trainer_state.json").is_file()
                                                                for p in out.values())
     return out if marked else {}
@@ -315,16 +305,15 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
     if path.is_dir():
         hf = _hf_checkpoints(path) if pattern is None else {}
         by_step = hf or _folder_checkpoints(path, pattern)
-        metrics: dict[int, dict[str, str]] = {}
-        if (path / "metrics.csv").is_file():
-            for i, row in enumerate(read_csv(path / "metrics.csv", required="step", kind="run"), start=2):
-                metrics[_int_step(row.get("step"), f"{path / 'metrics.csv'}:{i}")] = row
-        elif hf:
-            metrics = trainer_state_metrics(path, hf)
-        found = {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
-                                  _float(metrics.get(s, {}).get("test_accuracy")))
-                 for s, p in by_step.items()}
-        return _ordered(str(path), found)
+        table = path / "metrics.csv"
+        if table.is_file():
+            metrics = {_int_step(row.get("step"), f"{table}:{i}"): row
+                       for i, row in enumerate(read_csv(table, required="step", kind="run"), start=2)}
+        else:
+            metrics = trainer_state_metrics(path, hf) if hf else {}
+        return _ordered(str(path), {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
+                                                     _float(metrics.get(s, {}).get("test_accuracy")))
+                                    for s, p in by_step.items()})
     if path.is_file() and path.suffix.lower() == ".csv":
         return run_from_rows(path, read_csv(path, required="step", kind="run"), str(path))
     if path.exists():

@@ -7,6 +7,7 @@ the chosen checkpoint minus the run's lowest). The rules and their measured figu
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import warnings
@@ -58,35 +59,30 @@ class RunSignals:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunSignals":
-        def arr(x: Any) -> np.ndarray:
-            return np.array(x, dtype=float)  # None reads as NaN
-
+        arr = functools.partial(np.array, dtype=float)  # None reads as NaN
         return cls(d["name"], tuple(int(s) for s in d["steps"]), {k: arr(v) for k, v in d["series"].items()},
                    arr(d["log_ratio"]).reshape(len(d["steps"]), -1), arr(d["lam_first"]), arr(d["lam_fanin"]))
 
 
 def run_signals(traj: Any) -> RunSignals:
     """The :class:`RunSignals` of a scored trajectory, over its matrices with at least ``min_eigs`` eigenvalues."""
-    names = traj.layer_names
     counts = traj.matrix(lambda x: float(x.n_eigs))
     min_eigs = max((p.min_eigs for p in traj.points), default=0)
     keep = np.all((counts >= min_eigs) | ~np.isfinite(counts), axis=0)
-    if not keep.any():
-        keep = np.ones(len(names), dtype=bool)
+    keep = keep if keep.any() else np.ones_like(keep)
 
     def mat(fn: Callable[[Any], float]) -> np.ndarray:
         return traj.matrix(fn)[:, keep]
 
-    def extra(key: str) -> Callable[[Any], float]:
-        return lambda x: float(x.extra.get(key, math.nan))
+    def extra(key: str) -> np.ndarray:
+        return mat(lambda x: float(x.extra.get(key, math.nan)))
 
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log(mat(lambda x: x.h) / mat(lambda x: x.h_star(1.0)))
         lam_star = mat(lambda x: x.lambda_star)
         bfe_opt = mat(lambda x: x.bfe_opt)
-        rows, cols = mat(extra("rows")), mat(extra("cols"))
         # The shape is the same at every checkpoint: the first one with it known.
-        ratio = cols / np.maximum(rows, cols)
+        ratio = extra("cols") / np.maximum(extra("rows"), extra("cols"))
         lam_fanin = np.array([next((v for v in ratio[:, j] if math.isfinite(v)), math.nan)
                               for j in range(ratio.shape[1])]) if len(ratio) else np.zeros(0)
 
@@ -94,14 +90,11 @@ def run_signals(traj: Any) -> RunSignals:
             lam = lam_star[at] if len(lam_star) else np.zeros(0)
             return run_mean(bfe_at_many(bfe_opt, lam_star, lam[None, :]))
 
-        series = {
-            "log_mean_e": run_mean(-np.log(lam_star)), "bfe_last": fixed(-1), "bfe_first": fixed(0),
-            "bfe_opt": run_mean(bfe_opt), "alpha": run_mean(mat(lambda x: x.alpha)),
-            "alpha_weighted": run_mean(mat(extra("alpha_weighted"))), "log_norm": run_mean(mat(extra("log_norm"))),
-            "log_spectral_norm": run_mean(mat(extra("log_spectral_norm"))),
-            "log_stable_rank": run_mean(np.log10(mat(extra("stable_rank")))),
-            "rand_distance": run_mean(mat(extra("rand_distance"))),
-        }
+        series = {"log_mean_e": run_mean(-np.log(lam_star)), "bfe_last": fixed(-1), "bfe_first": fixed(0),
+                  "bfe_opt": run_mean(bfe_opt), "alpha": run_mean(mat(lambda x: x.alpha)),
+                  **{k: run_mean(extra(k)) for k in ("alpha_weighted", "log_norm", "log_spectral_norm")},
+                  "log_stable_rank": run_mean(np.log10(extra("stable_rank"))),
+                  "rand_distance": run_mean(extra("rand_distance"))}
     return RunSignals(traj.run, tuple(traj.steps), series, log_ratio,
                       lam_star[0] if len(lam_star) else np.zeros(0), np.asarray(lam_fanin, dtype=float))
 
@@ -284,9 +277,8 @@ class Measured:
         for name, rule in RULES.items():
             if rule.composite:
                 continue
-            grid = rule.grid or (None,)
-            chosen = np.array([[apply_rule(s, name, p)[0] for s in sigs] for p in grid], dtype=int)
-            self.choice[name] = chosen
+            chosen = self.choice[name] = np.array([[apply_rule(s, name, p)[0] for s in sigs]
+                                                   for p in rule.grid or (None,)], dtype=int)
             self.regret[name] = np.array([self.regrets(c) for c in chosen])
 
     def _base(self, name: str, subset: Sequence[int]) -> tuple[int, float]:
@@ -365,20 +357,15 @@ def evaluate_rules(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
     return out
 
 
-def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
-                    names: Optional[Sequence[str]] = None) -> tuple[list[str], RuleScore]:
+def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray]) -> tuple[list[str], RuleScore]:
     """The whole default procedure, held out: for each run, the rule with the lowest leave-one-run-out
     regret on the *other* runs (nested), tuned on them and applied to it; returns (picks, ``auto`` score)."""
     m = Measured(sigs, losses)
-    names = list(names or RULES)
     picks, chosen = [], []
     for r in range(m.n):
         others = [i for i in range(m.n) if i != r]
-        scored = []
-        for name in names:
-            inner = m.held_out(name, others)
-            scored.append((float(np.mean(m.regrets(inner, others))), name != "last", name))  # ties: keep the last
-        pick = min(scored)[2]
+        # ties: keep the last
+        pick = min((float(np.mean(m.regrets(m.held_out(n, others), others))), n != "last", n) for n in RULES)[2]
         picks.append(pick)
         chosen.append(int(m.tune(pick, others)[1][r]))
     return picks, RuleScore("auto", None, tuple(chosen), m.regrets(chosen), _hits(m, chosen, range(m.n)))
@@ -389,5 +376,4 @@ def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray],
 def shipped_table() -> dict[str, Any]:
     """The measured rules shipped in the package (``stopping_table.json``, by ``benchmarks/bench_early_stopping.py``):
     per rule its parameter chosen on all runs and held-out figures, and the default rule."""
-    text = resources.files("wbfe.watch").joinpath("stopping_table.json").read_text(encoding="utf-8")
-    return dict(json.loads(text))
+    return dict(json.loads(resources.files("wbfe.watch").joinpath("stopping_table.json").read_text(encoding="utf-8")))

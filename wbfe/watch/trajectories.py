@@ -291,40 +291,29 @@ class WatchResult(ToJson):
 
     def rows(self) -> list[dict[str, Any]]:
         """One flat row per (checkpoint, layer) for tables and CSV (``note``: the NaN reason's number)."""
-        out = []
         rec_step = self.recommendation.step if self.recommendation else None
         fixed = self.fixed_lambda()
         names = self.trajectory.layer_names
         marks = nan_notes(self.trajectory.points)[0]
-        for t, p in enumerate(self.trajectory.points):
-            for layer in p.layers:
-                cols = layer.columns(self.lam)
-                cols.pop("reasons", None)
-                mark = marks.get((t, layer.name))
-                out.append({"step": p.step, **cols, "bfe_fix": float(fixed.bfe[t, names.index(layer.name)]),
-                            "test_loss": p.test_loss, "test_accuracy": p.test_accuracy,
-                            "keep": "<==" if p.step == rec_step else "",
-                            "note": f"[{mark}]" if mark else ""})
-        return out
+        return [{"step": p.step, **{k: v for k, v in layer.columns(self.lam).items() if k != "reasons"},
+                 "bfe_fix": float(fixed.bfe[t, names.index(layer.name)]), "test_loss": p.test_loss,
+                 "test_accuracy": p.test_accuracy, "keep": "<==" if p.step == rec_step else "",
+                 "note": f"[{marks[t, layer.name]}]" if (t, layer.name) in marks else ""}
+                for t, p in enumerate(self.trajectory.points) for layer in p.layers]
 
     def table(self) -> str:
         """The text table: trajectories, NaN notes, the run-level signal, the recommendation and the comparison."""
         # h*, F∞ need a λ; without one, BFE-W at λ* and at the last checkpoint's λ* side by side
         columns = ["step", "name", "htmp_kappa", "htmp_beta", "htmp_tau", "h",
                    *(["bfe", "bfe_fix"] if self.lam is None else ["h_star", "f_inf", "bfe"]), "alpha"]
-        if np.any(np.isfinite(self.trajectory.test_losses())):
-            columns.append("test_loss")
-        if any(math.isfinite(p.test_accuracy) for p in self.trajectory.points):
-            columns.append("test_accuracy")
+        columns += [c for c in ("test_loss", "test_accuracy")
+                    if any(math.isfinite(getattr(p, c)) for p in self.trajectory.points)]
         rows = self.rows()
         columns += ["keep"] + (["note"] if any(r["note"] for r in rows) else [])
         lam = "none" if self.lam is None else f"{self.lam:.6g} ({self.lam_source})"
         lines = [f"run: {self.trajectory.run}   lambda: {lam}   layers: {self.layers}", "", text_table(rows, columns)]
         notes, hint = self.notes()
-        lines += [f"  {n}" for n in notes]
-        if hint:
-            lines.append(f"hint: {hint}")
-        lines += ["", *self._run_lines()]
+        lines += [f"  {n}" for n in notes] + ([f"hint: {hint}"] if hint else []) + ["", *self._run_lines()]
         rec = self.to_dict()["recommended"]
         lines.append(f"recommended step: {rec['step'] if rec['step'] is not None else '-'} — {rec['reason']}")
         if self.stopping is not None:
@@ -382,5 +371,4 @@ def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: st
     WatchOptions(layers=layers, lam=lam, head=head, device=device)  # every option before the first checkpoint
     if lam is not None:
         lam = positive_lambda(lam)
-    traj = trajectory(run, layers=layers, head=head, device=device, progress=progress)
-    return result_at(traj, lam, layers=layers)
+    return result_at(trajectory(run, layers=layers, head=head, device=device, progress=progress), lam, layers=layers)
