@@ -284,15 +284,13 @@ class KerasSource(TensorSource):
             if layer_class == "batch_normalization":  # [gamma] [beta] moving_mean moving_variance
                 count = len(h5[f"{folder}/vars"])
                 names = ("gamma or beta",) * (count - 2) + ("moving_mean", "moving_variance")
-            if not index.isdigit():
-                out.append(self._var(h5, path, path, "skip", "not a numbered layer variable"))
-                continue
-            i = int(index)
-            if names is None or i >= len(names):
-                out.append(self._var(h5, path, path, "skip",
-                                     f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"))
-                continue
-            layout, skip = _layout(layer_class, names[i], h5[path].ndim)
+            i = int(index) if index.isdigit() else None
+            if i is None:
+                layout, skip = "skip", "not a numbered layer variable"
+            elif names is None or i >= len(names):
+                layout, skip = "skip", f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"
+            else:
+                layout, skip = _layout(layer_class, names[i], h5[path].ndim)
             out.append(self._var(h5, path, path, layout, skip, folder, _axes(layer_class, layout)))
         return out
 
