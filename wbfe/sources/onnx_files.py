@@ -173,13 +173,11 @@ def dequantize(q: "np.ndarray", scale: Any, zero_point: Any, axis: int, block: i
             if not 0 < block <= q.shape[axis] or scale.ndim != q.ndim or \
                     scale.shape[axis] != -(-q.shape[axis] // block):
                 raise ValueError(f"scale of shape {scale.shape} for blocks of {block} along axis {axis} of {q.shape}")
-            scale = np.repeat(scale, block, axis=axis).take(range(q.shape[axis]), axis=axis)
-            zero = np.repeat(zero, block, axis=axis).take(range(q.shape[axis]), axis=axis)
+            scale, zero = (np.repeat(a, block, axis=axis).take(range(q.shape[axis]), axis=axis) for a in (scale, zero))
         else:
             if scale.size != q.shape[axis]:
                 raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
-            shape = [1] * q.ndim
-            shape[axis] = -1
+            shape = [-1 if d == axis else 1 for d in range(q.ndim)]
             scale, zero = scale.reshape(shape), zero.reshape(shape)
     # q − zero point is an integer: exact in float32 for the 8- and 16-bit types
     return ((q.astype(np.int32) - zero).astype(np.float32) * scale).astype(np.float32)

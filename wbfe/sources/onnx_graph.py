@@ -255,9 +255,8 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     dq = [(use, flip) for use, flip in found if use.node.op_type == "DequantizeLinear" and use.index == 0]
     if dq:
         node = dq[0][0].node
-        operands = walker.inputs_of[dq[0][0].position]
-        scale = operands[1] if len(operands) > 1 else None
-        zero = operands[2] if len(node.input) > 2 and node.input[2] and len(operands) > 2 else None
+        # the scale's and zero point's values (None: an input left out, or one no value names)
+        scale, zero = [*walker.inputs_of[dq[0][0].position], None, None][1:3]
         if scale not in walker.stored or (zero is not None and zero not in walker.stored):
             plan.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
             return
