@@ -250,8 +250,7 @@ def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTe
     q = tensor.Quantization()
     if q is not None:
         custom = int(q.DetailsType()) != 0
-        scale = r.numbers(q, "Scale", 4)
-        zero = r.numbers(q, "ZeroPoint", 8)
+        scale, zero = r.numbers(q, "Scale", 4), r.numbers(q, "ZeroPoint", 8)
         if scale:
             axis = int(q.QuantizedDimension())
             if len(zero) != len(scale):
@@ -264,8 +263,8 @@ def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTe
             if not all(low <= z < high for z in zero):
                 raise r.fail(f"a zero point outside the range of {DTYPES[code]} [{low}, {high - 1}]")
             quant = TflQuant(tuple(float(v) for v in scale), tuple(int(v) for v in zero), axis)
-    sparse = tensor.Sparsity() is not None
-    return TflTensor(t, name, shape, DTYPES[code], buffer, quant, sparse, bool(tensor.IsVariable()), custom)
+    return TflTensor(t, name, shape, DTYPES[code], buffer, quant, tensor.Sparsity() is not None,
+                     bool(tensor.IsVariable()), custom)
 
 
 def _options(tflite: Any, op: Any, name: str) -> dict[str, Any]:
