@@ -137,17 +137,16 @@ class KerasSource(TensorSource):
                 config, metadata = self._open_archive(path)
                 # The index walked in a bounded child first (wbfe.sources.hdf5_guard).
                 check_hdf5_index(path, window=self._window, member=None if self._window else _WEIGHTS_MEMBER)
-                h5 = h5py.File(self._fileobj, "r")
+                self._h5 = h5py.File(self._fileobj, "r")
                 size = self._member_size
+            elif head != HDF5_MAGIC:
+                raise CorruptCheckpointError.at(path, "not a Keras file (neither HDF5 nor a .keras zip: starts "
+                                                f"{head[:8]!r})")
             else:
-                if head != HDF5_MAGIC:
-                    raise CorruptCheckpointError.at(path, "not a Keras file (neither HDF5 nor a .keras zip: starts "
-                                                    f"{head[:8]!r})")
                 check_hdf5_index(path)
-                h5 = h5py.File(path, "r")
+                self._h5 = h5py.File(path, "r")
                 size = path.stat().st_size
-            self._h5 = h5
-            self._vars, description, extra = self._plan(h5, config, size)
+            self._vars, description, extra = self._plan(self._h5, config, size)
         except BaseException as exc:
             self.close_files()
             if isinstance(exc, Hdf5IndexError):
