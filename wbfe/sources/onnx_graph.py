@@ -300,8 +300,7 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
         return
     if node.op_type == "Gemm":
-        trans_b = any(a.name == "transB" and walker.onnx.helper.get_attribute_value(a) for a in node.attribute)
-        transposed ^= not trans_b
+        transposed ^= not any(a.name == "transB" and walker.onnx.helper.get_attribute_value(a) for a in node.attribute)
     elif node.op_type == "MatMul":
         transposed = not transposed
     elif node.op_type == "ConvTranspose":

@@ -165,9 +165,8 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
     for name, tensor in state.items():
         t = tensor.detach()
         skip = unreadable_reason(t)
-        key = None
-        if skip is None and t.numel() > 0:
-            key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
+               t.dtype) if skip is None and t.numel() > 0 else None
         load = lambda t=t: t  # noqa: E731
         yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key,
                           reread=load if held else None, skip=skip)
