@@ -26,15 +26,11 @@ from wbfe.sources.registry import FileFormat, register_format
 __all__ = ["OnnxSource", "ONNX", "dequantize"]
 
 
-def _onnx() -> Any:
-    return require("onnx", "reading ONNX models needs the onnx package: pip install 'wbfe[onnx]'")
-
-
 class OnnxSource(TensorSource):
     """The weights an ONNX model's graph stores, read one at a time in the model's order."""
 
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
-        onnx = _onnx()
+        onnx = self._onnx = require("onnx", "reading ONNX models needs the onnx package: pip install 'wbfe[onnx]'")
         self._path = path
         self._base = path.parent.resolve()
         from google.protobuf.message import DecodeError  # onnx's own dependency
@@ -94,7 +90,7 @@ class OnnxSource(TensorSource):
         if not target.is_file():
             raise SourceNotFoundError.at(self._path, f"external data file {location!r} of {tensor.name!r} is missing")
         offset = int(entries.get("offset", 0) or 0)
-        itemsize = int(np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
+        itemsize = int(np.dtype(self._onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
         length = int(entries["length"]) if entries.get("length") else _numel(tensor) * itemsize
         size = target.stat().st_size
         if offset < 0 or length != _numel(tensor) * itemsize or offset + length > size:
@@ -104,7 +100,7 @@ class OnnxSource(TensorSource):
         return target, offset, length
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
-        onnx = _onnx()
+        onnx = self._onnx
         if stored.array is not None:
             return stored.array
         tensor, name = stored.tensor, stored.name
