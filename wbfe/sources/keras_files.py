@@ -284,12 +284,12 @@ class KerasSource(TensorSource):
                 count = len(h5[f"{folder}/vars"])
                 names = ("gamma or beta",) * (count - 2) + ("moving_mean", "moving_variance")
             i = int(index) if index.isdigit() else None
-            if i is None:
-                layout, skip = "skip", "not a numbered layer variable"
-            elif names is None or i >= len(names):
-                layout, skip = "skip", f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"
-            else:
+            if i is not None and names is not None and i < len(names):
                 layout, skip = _layout(layer_class, names[i], h5[path].ndim)
+            elif i is None:
+                layout, skip = "skip", "not a numbered layer variable"
+            else:
+                layout, skip = "skip", f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"
             out.append(self._var(h5, path, path, layout, skip, folder, _axes(layer_class, layout)))
         return out
 
