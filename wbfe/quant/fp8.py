@@ -61,8 +61,7 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor,
     import torch
 
     kind, size = _layout(weight.shape, scale.shape, block)
-    w = weight.to(torch.float64)
-    s = scale.to(torch.float64)
+    w, s = weight.to(torch.float64), scale.to(torch.float64)
     if kind == "tensor":
         return w * s.reshape(())
     if kind == "channel":

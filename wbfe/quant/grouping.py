@@ -39,9 +39,7 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
     prefix, _, last = name.rpartition(".")
     if last == "weight" and entry.dtype in FP8_FORMATS:
         return prefix, "weight"
-    if last in _PARTS:
-        return prefix, _PARTS[last]
-    return None
+    return (prefix, _PARTS[last]) if last in _PARTS else None
 
 
 def _complete(parts: dict[str, TensorEntry]) -> bool:

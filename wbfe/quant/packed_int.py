@@ -1,9 +1,5 @@
-"""GPTQ and AWQ: 2-, 4- or 8-bit integers packed into int32 words, with per-group scales and zeros.
-
-The layouts are in docs/checkpoints.md. GPTQ packs input rows (row ``8i + k`` in bits ``4k…4k+3`` of
-word ``i`` at 4 bits) and stores its zeros minus one unless ``gptq_v2``; AWQ (``gemm``) packs output
-columns in the order 0, 2, 4, 6, 1, 3, 5, 7. W[r, c] = scales[g, c] · (q[r, c] − z[g, c]); both return
-``[out, in]`` float64, PyTorch's orientation.
+"""GPTQ and AWQ: 2-, 4- or 8-bit integers packed into int32 words, with per-group scales and zeros (the
+layouts: docs/checkpoints.md). W[r, c] = scales[g, c] · (q[r, c] − z[g, c]), returned ``[out, in]`` float64.
 """
 
 from __future__ import annotations

@@ -234,10 +234,9 @@ class GGUFSource(TensorSource):
                 dtype, quant = _PLAIN.get(kind), None
                 if dtype is None:
                     quant = f"gguf-{kind.lower()}"
-                    qtype = gguf.GGMLQuantizationType[kind]
                     # A type the package cannot dequantise is named as the dtype, which the planner
                     # then skips as unsupported (it is never read).
-                    dtype = "float32" if _can_dequantize(gguf, qtype) else quant
+                    dtype = "float32" if _can_dequantize(gguf, gguf.GGMLQuantizationType[kind]) else quant
                 load = functools.partial(_load, split.path, kind, dims, first, nbytes)
                 yield TensorEntry(name=name, shape=dims, dtype=dtype, load=load, reread=load, quant=quant)
 
@@ -266,12 +265,7 @@ def _load(path: Path, kind: str, dims: tuple[int, ...], first: int, nbytes: int)
     return np.ascontiguousarray(floats, dtype=np.float32).reshape(dims)
 
 
-def _first_split(name: str) -> bool:
-    """A split set counts once in a folder, as its first split."""
-    split = SPLIT_NAME.match(name)
-    return split is None or int(split["no"]) == 1
-
-
 GGUF = register_format(FileFormat(
     name="gguf", suffixes=(".gguf",), open=GGUFSource, sniff=lambda head, path: head[:4] == GGUF_MAGIC,
-    group="other", rank=30, in_folder=_first_split))
+    group="other", rank=30,  # a split set counts once in a folder, as its first split
+    in_folder=lambda name: (split := SPLIT_NAME.match(name)) is None or int(split["no"]) == 1))

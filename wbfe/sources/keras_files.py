@@ -8,6 +8,7 @@ state are listed as skipped. The file's own model config is its description (:mo
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import struct
@@ -106,18 +107,15 @@ def _snake(name: str) -> str:
     return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
+def _text(value: Any) -> str:
+    return value.decode("utf8") if isinstance(value, bytes) else str(value)
+
+
 def _attr_list(group: Any, key: str) -> Optional[list[str]]:
     """Keras's list attributes, split into ``key0``, ``key1``… when they outgrow an HDF5 header."""
-    def decode(values: Any) -> list[str]:
-        return [v.decode("utf8") if isinstance(v, bytes) else str(v) for v in values]
-
-    if key in group.attrs:
-        return decode(group.attrs[key])
-    chunks, i = [], 0
-    while f"{key}{i}" in group.attrs:
-        chunks += decode(group.attrs[f"{key}{i}"])
-        i += 1
-    return chunks if i else None
+    keys = [key] if key in group.attrs else list(
+        itertools.takewhile(group.attrs.__contains__, (f"{key}{i}" for i in itertools.count())))
+    return [_text(v) for k in keys for v in group.attrs[k]] if keys else None
 
 
 class KerasSource(TensorSource):
@@ -139,27 +137,23 @@ class KerasSource(TensorSource):
                 config, metadata = self._open_archive(path)
                 # The index walked in a bounded child first (wbfe.sources.hdf5_guard).
                 check_hdf5_index(path, window=self._window, member=None if self._window else _WEIGHTS_MEMBER)
-                h5 = h5py.File(self._fileobj, "r")
+                self._h5 = h5py.File(self._fileobj, "r")
                 size = self._member_size
+            elif head != HDF5_MAGIC:
+                raise CorruptCheckpointError.at(path, "not a Keras file (neither HDF5 nor a .keras zip: starts "
+                                                f"{head[:8]!r})")
             else:
-                if head != HDF5_MAGIC:
-                    raise CorruptCheckpointError.at(path, "not a Keras file (neither HDF5 nor a .keras zip: starts "
-                                                    f"{head[:8]!r})")
                 check_hdf5_index(path)
-                h5 = h5py.File(path, "r")
+                self._h5 = h5py.File(path, "r")
                 size = path.stat().st_size
-            self._h5 = h5
-            self._vars, description, extra = self._plan(h5, config, size)
-        except Hdf5IndexError as exc:
+            self._vars, description, extra = self._plan(self._h5, config, size)
+        except BaseException as exc:
             self.close_files()
-            raise _hdf5_error(path, OSError(exc.text)) from None
-        except (KeyError, OSError, ValueError, RuntimeError) as exc:
-            self.close_files()
-            if isinstance(exc, CorruptCheckpointError):
-                raise
-            raise _hdf5_error(path, exc) from None
-        except BaseException:
-            self.close_files()
+            if isinstance(exc, Hdf5IndexError):
+                raise _hdf5_error(path, OSError(exc.text)) from None
+            if not isinstance(exc, CorruptCheckpointError) and isinstance(exc, (KeyError, OSError, ValueError,
+                                                                                RuntimeError)):
+                raise _hdf5_error(path, exc) from None
             raise
         self.own_description = description
         if "keras_version" in metadata:
@@ -196,17 +190,8 @@ class KerasSource(TensorSource):
             else:
                 self._fileobj = archive.open(info)
         except ZIP_ERRORS as exc:  # our own CorruptCheckpointError (a ValueError) included: one message
-            self._close_archive()
             raise CorruptCheckpointError.at(path, f"corrupt or truncated .keras archive ({exc})") from None
         return config, metadata if isinstance(metadata, dict) else {}
-
-    def _close_archive(self) -> None:
-        if self._fileobj is not None:
-            self._fileobj.close()
-            self._fileobj = None
-        if self._archive is not None:
-            self._archive.close()
-            self._archive = None
 
     def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
@@ -214,17 +199,14 @@ class KerasSource(TensorSource):
         if not all(isinstance(name, str) for name in datasets):  # h5py gives a name that is not UTF-8 as bytes
             raise CorruptCheckpointError.at(self._path, "an HDF5 dataset name that is not UTF-8 text; Keras "
                                             "writes UTF-8 names")
-        extra: dict[str, Any] = {}
-        for key in ("keras_version", "backend"):
-            value = h5.attrs.get(key)
-            if value is not None:
-                extra[key] = value.decode("utf8") if isinstance(value, bytes) else str(value)
+        extra: dict[str, Any] = {k: _text(v) for k in ("keras_version", "backend")
+                                 if (v := h5.attrs.get(k)) is not None}
         if "model_weights" in h5 or _attr_list(h5, "layer_names") is not None:
             root = h5["model_weights"] if "model_weights" in h5 else h5
             extra["layout"] = "keras-h5"
             raw = h5.attrs.get("model_config")
             try:
-                config = None if raw is None else json.loads(raw.decode("utf8") if isinstance(raw, bytes) else str(raw))
+                config = None if raw is None else json.loads(_text(raw))
             except (UnicodeDecodeError, json.JSONDecodeError):
                 config = None
             ordered = self._plan_keras2(h5, root, config)
@@ -301,15 +283,13 @@ class KerasSource(TensorSource):
             if layer_class == "batch_normalization":  # [gamma] [beta] moving_mean moving_variance
                 count = len(h5[f"{folder}/vars"])
                 names = ("gamma or beta",) * (count - 2) + ("moving_mean", "moving_variance")
-            if not index.isdigit():
-                out.append(self._var(h5, path, path, "skip", "not a numbered layer variable"))
-                continue
-            i = int(index)
-            if names is None or i >= len(names):
-                out.append(self._var(h5, path, path, "skip",
-                                     f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"))
-                continue
-            layout, skip = _layout(layer_class, names[i], h5[path].ndim)
+            i = int(index) if index.isdigit() else None
+            if i is not None and names is not None and i < len(names):
+                layout, skip = _layout(layer_class, names[i], h5[path].ndim)
+            elif i is None:
+                layout, skip = "skip", "not a numbered layer variable"
+            else:
+                layout, skip = "skip", f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"
             out.append(self._var(h5, path, path, layout, skip, folder, _axes(layer_class, layout)))
         return out
 
@@ -342,7 +322,10 @@ class KerasSource(TensorSource):
             if getattr(self, "_h5", None) is not None:
                 self._h5.close()
             self._h5 = None
-        self._close_archive()
+        for handle in (self._fileobj, self._archive):
+            if handle is not None:
+                handle.close()
+        self._fileobj = self._archive = None
 
     def close(self) -> None:
         super().close()
@@ -437,9 +420,8 @@ def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:
 def is_keras_file(head: bytes, path: Path) -> bool:
     """An HDF5 file (by its magic), or a zip holding a Keras 3 archive's members (keras.saving.saving_lib: the
     weights and the model's config), whatever its name."""
-    if head[:8] == HDF5_MAGIC:
-        return True
-    return head[:4] == b"PK\x03\x04" and all(m in zip_members(path) for m in (_WEIGHTS_MEMBER, "config.json"))
+    return head[:8] == HDF5_MAGIC or head[:4] == b"PK\x03\x04" and all(
+        m in zip_members(path) for m in (_WEIGHTS_MEMBER, "config.json"))
 
 
 KERAS = register_format(FileFormat(

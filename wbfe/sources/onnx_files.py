@@ -26,15 +26,11 @@ from wbfe.sources.registry import FileFormat, register_format
 __all__ = ["OnnxSource", "ONNX", "dequantize"]
 
 
-def _onnx() -> Any:
-    return require("onnx", "reading ONNX models needs the onnx package: pip install 'wbfe[onnx]'")
-
-
 class OnnxSource(TensorSource):
     """The weights an ONNX model's graph stores, read one at a time in the model's order."""
 
     def __init__(self, path: Path, ref: str, fmt: Optional[str] = None):
-        onnx = _onnx()
+        onnx = self._onnx = require("onnx", "reading ONNX models needs the onnx package: pip install 'wbfe[onnx]'")
         self._path = path
         self._base = path.parent.resolve()
         from google.protobuf.message import DecodeError  # onnx's own dependency
@@ -94,7 +90,7 @@ class OnnxSource(TensorSource):
         if not target.is_file():
             raise SourceNotFoundError.at(self._path, f"external data file {location!r} of {tensor.name!r} is missing")
         offset = int(entries.get("offset", 0) or 0)
-        itemsize = int(np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
+        itemsize = int(np.dtype(self._onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
         length = int(entries["length"]) if entries.get("length") else _numel(tensor) * itemsize
         size = target.stat().st_size
         if offset < 0 or length != _numel(tensor) * itemsize or offset + length > size:
@@ -104,7 +100,7 @@ class OnnxSource(TensorSource):
         return target, offset, length
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
-        onnx = _onnx()
+        onnx = self._onnx
         if stored.array is not None:
             return stored.array
         tensor, name = stored.tensor, stored.name
@@ -173,13 +169,11 @@ def dequantize(q: "np.ndarray", scale: Any, zero_point: Any, axis: int, block: i
             if not 0 < block <= q.shape[axis] or scale.ndim != q.ndim or \
                     scale.shape[axis] != -(-q.shape[axis] // block):
                 raise ValueError(f"scale of shape {scale.shape} for blocks of {block} along axis {axis} of {q.shape}")
-            scale = np.repeat(scale, block, axis=axis).take(range(q.shape[axis]), axis=axis)
-            zero = np.repeat(zero, block, axis=axis).take(range(q.shape[axis]), axis=axis)
+            scale, zero = (np.repeat(a, block, axis=axis).take(range(q.shape[axis]), axis=axis) for a in (scale, zero))
         else:
             if scale.size != q.shape[axis]:
                 raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
-            shape = [1] * q.ndim
-            shape[axis] = -1
+            shape = [-1 if d == axis else 1 for d in range(q.ndim)]
             scale, zero = scale.reshape(shape), zero.reshape(shape)
     # q − zero point is an integer: exact in float32 for the 8- and 16-bit types
     return ((q.astype(np.int32) - zero).astype(np.float32) * scale).astype(np.float32)

@@ -230,9 +230,9 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     for vid, reason in consumed.items():
         plans[vid].skip = reason
     for plan in plans.values():
-        if values is not None and plan.skip is None and plan.quant is None and dft_shaped(plan.shape):
-            if is_dft_basis(values(plan)):
-                plan.skip = DFT_REASON
+        if values is not None and plan.skip is None and plan.quant is None and dft_shaped(plan.shape) \
+                and is_dft_basis(values(plan)):
+            plan.skip = DFT_REASON
     for vid, plan in plans.items():
         uses = walker.follow(vid, False, len(walker.shape[vid]))
         if uses:
@@ -255,9 +255,8 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     dq = [(use, flip) for use, flip in found if use.node.op_type == "DequantizeLinear" and use.index == 0]
     if dq:
         node = dq[0][0].node
-        operands = walker.inputs_of[dq[0][0].position]
-        scale = operands[1] if len(operands) > 1 else None
-        zero = operands[2] if len(node.input) > 2 and node.input[2] and len(operands) > 2 else None
+        # the scale's and zero point's values (None: an input left out, or one no value names)
+        scale, zero = [*walker.inputs_of[dq[0][0].position], None, None][1:3]
         if scale not in walker.stored or (zero is not None and zero not in walker.stored):
             plan.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
             return
@@ -301,8 +300,7 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
         return
     if node.op_type == "Gemm":
-        trans_b = any(a.name == "transB" and walker.onnx.helper.get_attribute_value(a) for a in node.attribute)
-        transposed ^= not trans_b
+        transposed ^= not any(a.name == "transB" and walker.onnx.helper.get_attribute_value(a) for a in node.attribute)
     elif node.op_type == "MatMul":
         transposed = not transposed
     elif node.op_type == "ConvTranspose":
@@ -333,11 +331,9 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
     attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
     hidden = int(attrs.get("hidden_size", 0))
     directions = 2 if attrs.get("direction") in (b"bidirectional", "bidirectional") else 1
-    if hidden > 0:  # fed as it is, the operand holds every gate; sliced, a part of a stacked matrix may hold fewer
-        fits = shape[0] % hidden == 0 and shape[0] <= gates * hidden if shaped else shape[0] == gates * hidden
-        fits = fits and (use.index == 1 or shape[1] == hidden)
-    else:
-        fits = True
+    # fed as it is, the operand holds every gate; sliced, a part of a stacked matrix may hold fewer
+    fits = hidden <= 0 or (shape[0] % hidden == 0 and shape[0] <= gates * hidden if shaped
+                           else shape[0] == gates * hidden) and (use.index == 1 or shape[1] == hidden)
     if not fits or (not shaped and plan.directions != directions):
         plan.skip = (f"{'x'.join(map(str, plan.shape))} operand of {plan.consumers[-1]} does not fit "
                      f"{directions} direction(s) of {gates} gate(s) of hidden_size {hidden}: wbfe cannot tell "
@@ -349,15 +345,8 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
 
 def _directions(plans: list[Planned]) -> list[Planned]:
     """Each recurrent operand holding two directions listed as ``name[0]`` and ``name[1]``."""
-    out: list[Planned] = []
-    for plan in plans:
-        if plan.index is None or plan.directions == 1:
-            out.append(plan)
-            continue
-        for d in range(plan.directions):
-            out.append(replace(plan, name=f"{plan.name}[{d}]", index=d, consumers=list(plan.consumers),
-                               used_at=list(plan.used_at)))
-    return out
+    return [replace(plan, name=f"{plan.name}[{d}]", index=d, consumers=list(plan.consumers), used_at=list(plan.used_at))
+            if plan.directions > 1 else plan for plan in plans for d in range(plan.directions)]
 
 
 def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optional[str]:
@@ -369,7 +358,7 @@ def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optio
             back[target].append(source)
     seen: set[int] = set()
     stack = [start] if start is not None else []
-    best: tuple[int, str] | None = None
+    reached: list[int] = []  # positions of the Gemm/MatMul nodes with a weight it depends on
     while stack:
         vid = stack.pop()
         if vid in seen:
@@ -381,7 +370,6 @@ def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optio
             continue
         node, position = produced
         if node.op_type in ("Gemm", "MatMul") and position in by_node:
-            if best is None or position > best[0]:
-                best = (position, by_node[position])
+            reached.append(position)
         stack += [v for v in walker.inputs_of.get(position, []) if v is not None]
-    return best[1] if best else None
+    return by_node[max(reached)] if reached else None

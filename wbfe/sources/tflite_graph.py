@@ -177,12 +177,9 @@ def _parse(tflite: Any, r: _Reader) -> TflModel:
         r.what = f"operator code {c}"
         code = model.OperatorCodes(c)
         builtin = max(int(code.DeprecatedBuiltinCode()), int(code.BuiltinCode()))  # as schema.fbs says
-        if builtin == 32:  # CUSTOM
-            codes.append(f"CUSTOM:{r.string(code.CustomCode())}")
-        elif builtin in BUILTIN_OPCODE2NAME:
-            codes.append(BUILTIN_OPCODE2NAME[builtin])
-        else:
-            codes.append(f"BUILTIN_{builtin}")  # a newer operator: consumes nothing wbfe reads as a weight
+        # 32: CUSTOM; BUILTIN_<n>: a newer operator, which consumes nothing wbfe reads as a weight
+        codes.append(f"CUSTOM:{r.string(code.CustomCode())}" if builtin == 32
+                     else BUILTIN_OPCODE2NAME.get(builtin, f"BUILTIN_{builtin}"))
     subgraphs = []
     for s in range(r.count(model.SubgraphsLength(), 4, "subgraphs")):
         r.what = f"subgraph {s}"
@@ -253,8 +250,7 @@ def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTe
     q = tensor.Quantization()
     if q is not None:
         custom = int(q.DetailsType()) != 0
-        scale = r.numbers(q, "Scale", 4)
-        zero = r.numbers(q, "ZeroPoint", 8)
+        scale, zero = r.numbers(q, "Scale", 4), r.numbers(q, "ZeroPoint", 8)
         if scale:
             axis = int(q.QuantizedDimension())
             if len(zero) != len(scale):
@@ -267,8 +263,8 @@ def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTe
             if not all(low <= z < high for z in zero):
                 raise r.fail(f"a zero point outside the range of {DTYPES[code]} [{low}, {high - 1}]")
             quant = TflQuant(tuple(float(v) for v in scale), tuple(int(v) for v in zero), axis)
-    sparse = tensor.Sparsity() is not None
-    return TflTensor(t, name, shape, DTYPES[code], buffer, quant, sparse, bool(tensor.IsVariable()), custom)
+    return TflTensor(t, name, shape, DTYPES[code], buffer, quant, tensor.Sparsity() is not None,
+                     bool(tensor.IsVariable()), custom)
 
 
 def _options(tflite: Any, op: Any, name: str) -> dict[str, Any]:
@@ -292,14 +288,11 @@ def plan_graph(model: TflModel) -> GraphPlan:
         plans = {t.index: Planned(t, t.name, t.shape) for t in sg.tensors
                  if t.buffer > 0 and model.buffers[t.buffer].size > 0}
         uses: dict[int, list[tuple[TflOp, int]]] = defaultdict(list)
-        producer: dict[int, TflOp] = {}
         for op in sg.ops:
             for i, t in enumerate(op.inputs):
                 if t >= 0:
                     uses[t].append((op, i))
-            for t in op.outputs:
-                if t >= 0:
-                    producer[t] = op
+        producer = {t: op for op in sg.ops for t in op.outputs if t >= 0}
         for plan in plans.values():
             _plan_one(plan, uses, offset)
             if plan.skip is None and plan.tensor.variable:
@@ -391,18 +384,15 @@ def _head(sg: TflSubgraph, plans: dict[int, Planned], producer: dict[int, TflOp]
         return None, "the main subgraph has no output"
     seen: set[int] = set()
     stack = [sg.outputs[0]]
-    best: Optional[tuple[int, Planned]] = None
+    reached: list[int] = []  # positions of the ops the output depends on
     while stack:
         t = stack.pop()
-        if t in seen or t < 0:
+        if t in seen or t < 0 or t not in producer:
             continue
         seen.add(t)
-        op = producer.get(t)
-        if op is None:
-            continue
-        if op.position in weight_of and (best is None or op.position > best[0]):
-            best = (op.position, weight_of[op.position])
-        stack += list(op.inputs)
+        reached.append(producer[t].position)
+        stack += list(producer[t].inputs)
+    best = max((position for position in reached if position in weight_of), default=None)
     if best is None:
         return None, "no FULLY_CONNECTED with a readable weight produces the graph's output"
-    return best[1], None
+    return weight_of[best], None

@@ -85,9 +85,8 @@ def check_legacy_records(path: Path, fh: BinaryIO) -> None:
     except Exception:  # noqa: BLE001 - a pickle this check cannot follow: torch's own loader decides
         return
     storages = reader.storages
-    if not isinstance(keys, (list, tuple)) or any(not isinstance(k, str) or k not in storages for k in keys):
-        return
-    if any(size == 0 for size, _ in storages.values()):
+    if not isinstance(keys, (list, tuple)) or any(not isinstance(k, str) or k not in storages for k in keys) \
+            or any(size == 0 for size, _ in storages.values()):  # a storage class this check does not know
         return
     records = []  # (key, element count, first byte) of each record the file holds
     for key in keys:

@@ -42,13 +42,10 @@ def load_torch_file(path: Path) -> Any:
 
     with open_regular(path) as fh:
         try:
-            # torch maps a zip file only, which it also tells by these first bytes
+            # torch maps a zip file only, which it also tells by these first bytes; it checks the records of
+            # neither (a legacy file's storages it fills without checking them)
             zipped = fh.read(4) == _ZIP_MAGIC
-            if zipped:
-                fh.seek(0)
-                check_zip_records(path, fh)
-            else:  # a legacy file: torch fills its storages without checking their records
-                check_legacy_records(path, fh)
+            (check_zip_records if zipped else check_legacy_records)(path, fh)
         except OSError as exc:
             raise unreadable(path, exc) from None
     try:
@@ -82,16 +79,14 @@ def check_zip_records(path: Path, fh: Any) -> None:
     record, which torch never writes, is refused rather than inflated)."""
     try:
         with zipfile.ZipFile(fh) as archive:
-            for info in archive.infolist():
-                if info.compress_type != zipfile.ZIP_STORED:
-                    raise CorruptCheckpointError.at(path, "not a PyTorch checkpoint (a compressed zip record; "
-                                                    "torch.save stores them uncompressed)")
-            bad = archive.testzip()
-    except CorruptCheckpointError:
-        raise
+            compressed = any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist())
+            bad = None if compressed else archive.testzip()
     except ZIP_ERRORS as exc:
         raise CorruptCheckpointError.at(
             path, f"not a readable PyTorch checkpoint (a damaged zip archive: {exc.__class__.__name__})") from None
+    if compressed:
+        raise CorruptCheckpointError.at(path, "not a PyTorch checkpoint (a compressed zip record; torch.save stores "
+                                        "them uncompressed)")
     if bad is not None:
         raise CorruptCheckpointError.at(path, "corrupt PyTorch checkpoint (a data record fails its CRC-32 check)")
 
@@ -170,9 +165,8 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
     for name, tensor in state.items():
         t = tensor.detach()
         skip = unreadable_reason(t)
-        key = None
-        if skip is None and t.numel() > 0:
-            key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
+               t.dtype) if skip is None and t.numel() > 0 else None
         load = lambda t=t: t  # noqa: E731
         yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key,
                           reread=load if held else None, skip=skip)
