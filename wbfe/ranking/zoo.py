@@ -102,19 +102,13 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
     value = value.strip()
     if value.startswith(_PREFIXES) or base_dir is None or is_uri(value):
         return value
-    try:
-        candidate = Path(value).expanduser()
-    except RuntimeError:  # "~someone" who has no home folder here
-        candidate = Path(value)
+    candidate = Path(os.path.expanduser(value))  # "~someone" with no home folder here stays as it is
     if candidate.is_absolute():
         return str(candidate)
     joined = base_dir / candidate
-    try:
-        exists = joined.exists()
-    except (OSError, ValueError):  # a name too long for the file system, or holding a NUL
-        exists = False
     # A hub id is "org/name" or a bare "name": a path has more slashes, a leading "." or "~", or a weights suffix.
-    if exists or value.startswith((".", "~")) or candidate.suffix.lower() in WEIGHT_SUFFIXES or value.count("/") >= 2:
+    # os.path.exists is False for a name too long for the file system, or holding a NUL.
+    if os.path.exists(joined) or value.startswith((".", "~")) or candidate.suffix.lower() in WEIGHT_SUFFIXES or value.count("/") >= 2:
         try:
             return str(joined.resolve())
         except (OSError, ValueError, RuntimeError):
@@ -145,13 +139,11 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
             value = next((v for k, v in row.items() if str(k).strip() == key), None)
         return "" if value is None else str(value).strip()
 
-    numeric: list[str] = []
-    for col in columns:
-        if col in _RESERVED:
-            continue
+    def is_numeric(col: str) -> bool:
         filled = [c for c in (cell(row, col) for row in rows) if c != ""]
-        if filled and all(_is_number(c) for c in filled):
-            numeric.append(col)
+        return bool(filled) and all(_is_number(c) for c in filled)
+
+    numeric = [col for col in columns if col not in _RESERVED and is_numeric(col)]
     if not numeric:
         raise InvalidOptionError(f"zoo {name!r} has no numeric quality column")
     lower = frozenset(lower_is_better)
@@ -406,11 +398,9 @@ def load_zoo(spec: Union[str, Path, Zoo], *, lower_is_better: Iterable[str] = ()
         zoo = _BUILTINS[spec].load()
     else:
         path = Path(spec).expanduser()
-        if not path.exists():
-            if isinstance(spec, str) and os.sep not in spec and not path.suffix:
-                raise unknown_name("zoo", spec, builtin_zoo_names())
-            raise SourceNotFoundError(f"zoo spec not found: {path}", path=str(path))
-        return read_zoo_file(path, lower_is_better=extra)
+        if not path.exists() and isinstance(spec, str) and os.sep not in spec and not path.suffix:
+            raise unknown_name("zoo", spec, builtin_zoo_names())
+        return read_zoo_file(path, lower_is_better=extra)  # which refuses a path that does not exist
     if extra:
         for col in sorted(extra):
             if col not in zoo.quality_columns:
