@@ -299,7 +299,7 @@ class ScoreOptions(Validated):
     def to_dict(self) -> dict[str, Any]:
         """The provenance form (``lambda`` for :attr:`lam`); also the rank cache key's options. fix_fingers, fit
         and intra only when set, so that the provenance and rank cache keys of plain runs do not change."""
-        unset = {"fix_fingers": None, "fit": "pl", "intra": False}
+        unset = {k: v for k, v in field_defaults(ScoreOptions).items() if k in ("fix_fingers", "fit", "intra")}
         plain = {k: v for k, v in super().to_dict().items() if k not in unset or v != unset[k]}
         return plain | ({"filled": list(self.filled)} if self.filled and self.ww_compatible else {})
 

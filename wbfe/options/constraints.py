@@ -218,11 +218,9 @@ class Validated:
             if key in cls.CONSTANT:
                 if value != cls.CONSTANT[key]:
                     raise InvalidOptionError(f"{cls.__name__} option {key} is always {cls.CONSTANT[key]!r}, not {value!r}")
-            elif key in cls.BESIDE:
-                continue
             elif key in names or key in cls.RENAMED:
                 given[cls.RENAMED.get(key, key)] = _tupled(value)
-            else:
+            elif key not in cls.BESIDE:
                 raise InvalidOptionError(f"unknown {cls.__name__} option {key!r} (known: {', '.join(known)})")
         return cls(**given)
 

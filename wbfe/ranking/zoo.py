@@ -175,12 +175,8 @@ _MAX_SPEC_BYTES = 16 * 2**20  # a zoo table of thousands of models is a few hund
 
 
 def _read_text(path: Path) -> str:
-    """The spec's text: a regular file of at most 16 MiB, UTF-8 (a leading byte-order mark is dropped).
-
-    Raises:
-        InvalidOptionError: a binary file, text that is not UTF-8, or a file too large to be a zoo.
-        SourceNotFoundError: the file cannot be read.
-    """
+    """The spec's text: a regular UTF-8 file of at most 16 MiB (a leading byte-order mark dropped); else
+    InvalidOptionError (SourceNotFoundError when it cannot be read)."""
     try:
         with open_regular(path) as handle:
             raw = handle.read(_MAX_SPEC_BYTES + 1)
@@ -201,9 +197,8 @@ def _read_text(path: Path) -> str:
 
 
 def _read_csv(path: Path) -> list[Mapping[str, Any]]:
-    text = _read_text(path)
     try:
-        rows: list[Mapping[str, Any]] = list(csv.DictReader(io.StringIO(text, newline=""), restkey=_EXTRA))
+        rows: list[Mapping[str, Any]] = list(csv.DictReader(io.StringIO(_read_text(path), newline=""), restkey=_EXTRA))
     except csv.Error as exc:
         raise InvalidOptionError(f"{path}: not a valid CSV table ({exc})", path=str(path)) from None
     for number, row in enumerate(rows, start=2):
@@ -217,9 +212,8 @@ _EXTRA = "\x00extra"  # DictReader's key for cells beyond the header (NUL never 
 
 def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     yaml = require("yaml", "reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as CSV")
-    text = _read_text(path)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.safe_load(_read_text(path))
     except yaml.YAMLError as exc:
         raise InvalidOptionError(f"{path}: not valid YAML ({exc.__class__.__name__})", path=str(path)) from None
     except RecursionError:
