@@ -127,13 +127,10 @@ def _content_hash(ref: str) -> str:
     return uri_signature(ref) if is_uri(ref) else content_hash(ref)
 
 
-def _sort_key(row: Correlation) -> tuple[bool, float, float, float, str]:
+def _sort_key(row: Correlation) -> tuple[Any, ...]:
     """By |ρ| descending (undefined last); ties by |τ|, then |r|, then name."""
-
-    def mag(value: float) -> float:
-        return -abs(value) if math.isfinite(value) else 0.0
-
-    return (not math.isfinite(row.rho), mag(row.rho), mag(row.kendall_tau), mag(row.pearson_r), row.metric)
+    magnitudes = [-abs(v) if math.isfinite(v) else 0.0 for v in (row.rho, row.kendall_tau, row.pearson_r)]
+    return (not math.isfinite(row.rho), *magnitudes, row.metric)
 
 
 def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Optional[ScoreOptions] = None,
@@ -283,8 +280,7 @@ class _Run:
                     claims[item[0]] = held.enter_context(claim)
                     mine.append(item)
             run_tasks(mine)
-        if theirs:
-            assert self.cache is not None
+        if self.cache is not None:  # ``theirs`` is empty without a cache
             score_claimed(self.cache, theirs, key_of=lambda item: item[2], score=lambda item: run_tasks([item]),
                           shared=self.shared)
 
