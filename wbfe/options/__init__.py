@@ -251,11 +251,10 @@ class ScoreOptions(Validated):
         # A product's or an FFT view's spectrum has no matrices of its own to shuffle or take vectors of
         # (WeightWatcher refuses intra with randomize or vectors too).
         views = [v for v, on in (("--intra", self.intra), ("--conv fft", self.conv == "fft")) if on]
-        if views:
-            needy = [name for name in parse_metrics(self.metrics or None) if name in MATRIX_GROUPS]
-            if needy:
-                raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
-                                         "themselves, not a product's or an FFT view's spectrum")
+        needy = [name for name in parse_metrics(self.metrics or None) if name in MATRIX_GROUPS]
+        if views and needy:
+            raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
+                                     "themselves, not a product's or an FFT view's spectrum")
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
