@@ -67,11 +67,6 @@ def _file_unit(kind: str, entry: os.DirEntry[str]) -> CacheUnit:
     return CacheUnit(kind, Path(entry.path), st.st_size, max(st.st_atime, st.st_mtime))
 
 
-def _size(entry: os.DirEntry[str]) -> int:
-    return tree_usage(Path(entry.path))[0] if entry.is_dir(follow_symlinks=False) else \
-        entry.stat(follow_symlinks=False).st_size
-
-
 def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
     """(units, bytes of other files, count of symbolic links skipped) under ``root``."""
     units: list[CacheUnit] = []
@@ -90,8 +85,9 @@ def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
                     foreign.append(item)
                 else:
                     units.append(unit)
-    links = [e for e in foreign if e.is_symlink()]
-    return units, sum(_size(e) for e in foreign if not e.is_symlink()), len(links)
+    other = sum(tree_usage(Path(e.path))[0] if e.is_dir(follow_symlinks=False) else e.stat(follow_symlinks=False).st_size
+                for e in foreign if not e.is_symlink())
+    return units, other, sum(1 for e in foreign if e.is_symlink())
 
 
 def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:

@@ -6,6 +6,7 @@ have stable names (:func:`list_zoos`); their tables live in ``fixtures/tables``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import io
@@ -340,10 +341,8 @@ def _load_torchvision(name: str, default: str, lower: tuple[str, ...]) -> Zoo:
     # With none of the weights to be had, the shipped table is as good as torchvision's metadata,
     # and wbfe rank says so without importing torchvision.
     if not (hf_offline() and _torch_hub_checkpoints_empty()):
-        try:
+        with contextlib.suppress(MissingDependencyError):  # no torchvision: the shipped table
             return zoo_from_rows(torchvision_imagenet_rows(), name=name, default_quality=default)
-        except MissingDependencyError:
-            pass
     return _load_table(name, default)
 
 
