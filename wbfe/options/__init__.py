@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, Validated
 from wbfe.options.conventions import Conventions, conventions_for
+from wbfe.options.safe_regex import unsafe_reason
 
 __all__ = [
     "ScoreOptions", "StatsOptions", "CompareOptions", "RankOptions", "ReportOptions", "WatchOptions", "EditOptions",
@@ -43,11 +44,8 @@ def check_conv(conv: object) -> ConvView:
 
 
 def check_device(device: object) -> str:
-    """``device`` when it names a device this machine has (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
-
-    Raises:
-        InvalidOptionError: an unknown device, or CUDA on a machine without it.
-    """
+    """``device`` when it names a device this machine has (``auto``, ``cpu``, ``cuda``, ``cuda:N``); else
+    InvalidOptionError (CUDA on a machine without it too)."""
     if not isinstance(device, str):
         raise InvalidOptionError(f"device must be auto, cpu or cuda, not {device!r}")
     if device in ("auto", "cpu"):
@@ -65,11 +63,8 @@ LAMBDA_MAX = 1e300
 
 
 def positive_lambda(lam: object) -> float:
-    """A positive finite prior precision in [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`], from a string or a number.
-
-    Raises:
-        InvalidOptionError: anything else (``"opt"`` included: use :func:`parse_lambda` to allow it).
-    """
+    """A positive finite prior precision in [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`], from a string or a number;
+    InvalidOptionError for anything else (``"opt"`` included: :func:`parse_lambda` allows it)."""
     try:
         value = float(lam)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
@@ -151,8 +146,6 @@ def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optio
         InvalidOptionError: not a valid expression, or one Python's backtracking matcher can take
             exponential time on (:mod:`wbfe.options.safe_regex`; docs/cli.md, "--layers patterns").
     """
-    from wbfe.options.safe_regex import unsafe_reason
-
     if pattern is None:
         return None
     if not isinstance(pattern, str) or not pattern:
@@ -221,18 +214,13 @@ class _Filled(str):
 
 @dataclass(frozen=True)
 class ScoreOptions(Validated):
-    """Every setting of one scoring run (also recorded in the result's provenance and the rank cache key).
+    """Every setting of one scoring run, as :func:`wbfe.score`'s keywords (also recorded in the result's
+    provenance and the rank cache key).
 
     Raw values are normalised (``metrics="bfe,htsr"`` becomes ``("bfe", "htsr")``, ``lam="0.5"`` 0.5). A value
     the caller gave is never rewritten: ``conv`` left unset (None) is filled from the run's :attr:`conventions`
-    and :attr:`filled` records it; ``ww_compatible=True, conv="flatten"`` flattens, as asked.
-
-    Attributes:
-        metrics, lam, conv, layers, device, head, min_eigs, ww_compatible, seed, fix_fingers, fit, intra: as
-            :func:`wbfe.score`'s keywords (a fixed ``lam`` in [:data:`LAMBDA_MIN`, :data:`LAMBDA_MAX`];
-            ``ww_compatible``: the run's :attr:`conventions` are WeightWatcher 0.7.7's).
-        stream: as :func:`wbfe.score`'s; how the bytes travel, not what is computed: not in :meth:`to_dict`,
-            nor compared by ``==``.
+    and :attr:`filled` records it; ``ww_compatible=True, conv="flatten"`` flattens, as asked. ``stream`` says how
+    the bytes travel, not what is computed: it is not in :meth:`to_dict`, nor compared by ``==``.
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -263,11 +251,10 @@ class ScoreOptions(Validated):
         # A product's or an FFT view's spectrum has no matrices of its own to shuffle or take vectors of
         # (WeightWatcher refuses intra with randomize or vectors too).
         views = [v for v, on in (("--intra", self.intra), ("--conv fft", self.conv == "fft")) if on]
-        if views:
-            needy = [name for name in parse_metrics(self.metrics or None) if name in MATRIX_GROUPS]
-            if needy:
-                raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
-                                         "themselves, not a product's or an FFT view's spectrum")
+        needy = [name for name in parse_metrics(self.metrics or None) if name in MATRIX_GROUPS]
+        if views and needy:
+            raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
+                                     "themselves, not a product's or an FFT view's spectrum")
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
@@ -297,7 +284,7 @@ class ScoreOptions(Validated):
             InvalidOptionError: an unknown key, a bad value, or a ``filled`` record the conventions do not give.
         """
         if not isinstance(data, Mapping):
-            raise InvalidOptionError(f"ScoreOptions.from_dict needs a dict of options, not {type(data).__name__}")
+            return super().from_dict(data)  # which refuses it
         filled = data.get("filled", [])
         if not isinstance(filled, list) or not set(filled) <= {"conv"}:
             raise InvalidOptionError(f"options.filled must list options a convention fills (conv), not {filled!r}")
@@ -311,23 +298,17 @@ class ScoreOptions(Validated):
     def to_dict(self) -> dict[str, Any]:
         """The provenance form (``lambda`` for :attr:`lam`); also the rank cache key's options. fix_fingers, fit
         and intra only when set, so that the provenance and rank cache keys of plain runs do not change."""
-        unset = {"fix_fingers": None, "fit": "pl", "intra": False}
+        unset = {k: v for k, v in field_defaults(ScoreOptions).items() if k in ("fix_fingers", "fit", "intra")}
         plain = {k: v for k, v in super().to_dict().items() if k not in unset or v != unset[k]}
         return plain | ({"filled": list(self.filled)} if self.filled and self.ww_compatible else {})
 
 
 @dataclass(frozen=True)
 class StatsOptions(Validated):
-    """How a ranking turns scores into correlations (see :func:`wbfe.ranking.stats.correlate`).
-
-    Attributes:
-        n_boot: bootstrap resamples of the interval (≥ 1).
-        level: coverage of the interval, in (0, 1).
-        n_perm: random orderings of the Monte-Carlo permutation p-value (≥ 1).
-        exact_max_n: zoos up to this size get the exact p-value over all n! orderings
-            (0 … :data:`MAX_EXACT_N`).
-        seed: seed of the bootstrap and permutation draws (CLI ``--stats-seed``), ≥ 0.
-    """
+    """How a ranking turns scores into correlations (:func:`wbfe.ranking.stats.correlate`): ``n_boot`` bootstrap
+    resamples of the interval at coverage ``level``; ``n_perm`` random orderings of the Monte-Carlo permutation
+    p-value, zoos up to ``exact_max_n`` models getting the exact one over all n! orderings; ``seed`` (CLI
+    ``--stats-seed``) seeds both draws."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "n_boot": Integer(1), "n_perm": Integer(1), "exact_max_n": Integer(0, MAX_EXACT_N), "seed": Integer(0),
@@ -343,11 +324,7 @@ class StatsOptions(Validated):
 
 @dataclass(frozen=True)
 class CompareOptions(Validated):
-    """Every setting of :func:`wbfe.compare` (recorded as the comparison's ``options``).
-
-    Attributes:
-        metrics, name_map, top_k, layers, lam, device, min_eigs, seed, stream: as :func:`wbfe.compare`'s keywords.
-    """
+    """Every setting of :func:`wbfe.compare`, as its keywords (recorded as the comparison's ``options``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "stream": Flag(optional=True),
@@ -403,14 +380,9 @@ def _check_columns(value: Union[str, Iterable[str]]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class RankOptions(Validated):
-    """How a zoo is run through :func:`wbfe.rank` (what is scored how is :class:`ScoreOptions`).
-
-    Attributes:
-        quality: the quality column (None: the zoo's default).
-        workers: models scored in parallel (≥ 1; separate processes when > 1).
-        cache_dir: score cache folder; None: the default folder; False: no cache.
-        lower_is_better: extra quality columns for which lower is better.
-    """
+    """How a zoo is run through :func:`wbfe.rank` (what is scored how is :class:`ScoreOptions`): the ``quality``
+    column (None: the zoo's default), ``workers`` (separate processes when > 1), the ``cache_dir`` (None: the
+    default folder; False: no cache) and extra ``lower_is_better`` quality columns."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "quality": Text("a quality column name", optional=True),
@@ -427,12 +399,9 @@ class RankOptions(Validated):
 
 @dataclass(frozen=True)
 class ReportOptions(Validated):
-    """What a report page shows and how it is written (:mod:`wbfe.reporting`).
-
-    Attributes:
-        fmt: ``html`` (one self-contained page) or ``md`` (a folder with report.md and PNGs).
-        n_unusual: ESD thumbnails of the most unusual layers besides the head (≥ 0).
-    """
+    """What a report page shows and how it is written (:mod:`wbfe.reporting`): ``fmt`` ``html`` (one
+    self-contained page) or ``md`` (a folder with report.md and PNGs), ``n_unusual`` ESD thumbnails of the most
+    unusual layers besides the head."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {"fmt": Choice(("html", "md")), "n_unusual": Integer(0)}
 
@@ -460,16 +429,10 @@ def _check_watch_lambda(lam: object) -> Union[Literal["calibrated"], float]:
 
 @dataclass(frozen=True)
 class WatchOptions(Validated):
-    """How :func:`wbfe.watch.watch` scores a run's checkpoints.
-
-    Attributes:
-        layers: ``head``, ``all``, ``fittable`` (the matrices with enough eigenvalues for the HTMP
-            fit) or a regular expression on tensor names.
-        lam: prior precision of h*(λ) = h*(1)/λ: a positive number, ``"calibrated"`` (from a
-            calibration CSV) or None (no recommendation).
-        head: tensor or module name of the classifier / LM head.
-        device: as for :class:`ScoreOptions`.
-    """
+    """How :func:`wbfe.watch.watch` scores a run's checkpoints: ``layers`` ``head``, ``all``, ``fittable`` (the
+    matrices with enough eigenvalues for the HTMP fit) or a regular expression on tensor names; ``lam`` the prior
+    precision of h*(λ) = h*(1)/λ, a positive number, ``"calibrated"`` (from a calibration CSV) or None (no
+    recommendation); ``head`` and ``device`` as for :class:`ScoreOptions`."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "layers": Custom(_check_watch_layers, "'head', 'all', 'fittable' or a regular expression",
@@ -486,12 +449,8 @@ class WatchOptions(Validated):
 
 @dataclass(frozen=True)
 class EditOptions(Validated):
-    """The settings of ``wbfe smooth`` / ``wbfe sharpen`` (:mod:`wbfe.editing`).
-
-    Attributes:
-        percent, method, layers, seed, ww_compatible: as the keywords of
-            :func:`~wbfe.editing.smooth_checkpoint` and :func:`~wbfe.editing.sharpen_checkpoint`.
-    """
+    """The settings of ``wbfe smooth`` / ``wbfe sharpen`` (:mod:`wbfe.editing`), as the keywords of
+    :func:`~wbfe.editing.smooth_checkpoint` and :func:`~wbfe.editing.sharpen_checkpoint`."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "percent": Real(0.0, 1.0, open=False), "method": Choice(("svd", "detx")), "layers": LAYERS,
@@ -540,16 +499,14 @@ class PruneOptions(Validated):
     """The settings of ``wbfe sparsity`` / ``wbfe prune`` (:mod:`wbfe.pruning`).
 
     Attributes:
-        target: overall sparsity of the pruned matrices, weighted by their parameter counts, in (0, 1).
+        target: overall sparsity of the pruned matrices, weighted by their parameter counts.
         by: the score column the allocation follows (:data:`PRUNE_METRICS`), or ``uniform``.
-        spread: half-width ε of the range [target − ε, target + ε] the metric is mapped to, in [0, 1].
+        spread: half-width ε of the range [target − ε, target + ε] the metric is mapped to.
         mapping: ``value`` (linear in the metric's value) or ``rank`` (linear in its rank).
         reverse: prune the matrices with the *smaller* metric value more (the opposite of the default).
-        exclude: roles left unpruned (default: the head and the embeddings).
-        layers: a regular expression; only matching tensors are scored and pruned.
-        head: tensor or module name of the classifier / LM head (as for :class:`ScoreOptions`).
+        exclude: roles left unpruned.
         method: how a matrix is pruned to its sparsity: ``magnitude`` (its smallest |w| set to zero).
-        device, min_eigs: as for :class:`ScoreOptions`.
+        layers, head, device, min_eigs: as for :class:`ScoreOptions` (only matching tensors are pruned).
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
@@ -593,15 +550,11 @@ def split_keywords(keywords: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     if "seed" in keywords:
         raise InvalidOptionError("seed is ambiguous here: pass stats_seed= (the bootstrap and permutation draws) "
                                  "or score_seed= (the rand group's shuffles)")
-    stats_names = {f.name for f in fields(StatsOptions)} - {"seed"}
-    score_names = {f.name for f in fields(ScoreOptions)} - {"seed"}
-    unknown = sorted(set(keywords) - score_names - stats_names - {"score_seed", "stats_seed"})
+    # No other field of either class starts with score_ or stats_: removeprefix renames only the seeds.
+    score_names = {f.name for f in fields(ScoreOptions)} - {"seed"} | {"score_seed"}
+    stats_names = {f.name for f in fields(StatsOptions)} - {"seed"} | {"stats_seed"}
+    unknown = sorted(set(keywords) - score_names - stats_names)
     if unknown:
         raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
-    score = {k: v for k, v in keywords.items() if k in score_names}
-    stats = {k: v for k, v in keywords.items() if k in stats_names}
-    if "score_seed" in keywords:
-        score["seed"] = keywords["score_seed"]
-    if "stats_seed" in keywords:
-        stats["seed"] = keywords["stats_seed"]
-    return score, stats
+    return ({k.removeprefix("score_"): v for k, v in keywords.items() if k in score_names},
+            {k.removeprefix("stats_"): v for k, v in keywords.items() if k in stats_names})

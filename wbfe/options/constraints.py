@@ -19,12 +19,8 @@ __all__ = ["Constraint", "Integer", "Real", "Choice", "Flag", "Text", "Custom", 
 
 
 class Constraint:
-    """What one parameter accepts.
-
-    Attributes:
-        invalid: values this constraint refuses (examples for the generated tests).
-        optional: None is accepted (and kept as None).
-    """
+    """What one parameter accepts: :attr:`invalid` lists values it refuses (examples for the generated tests);
+    with :attr:`optional`, None is accepted (and kept as None)."""
 
     invalid: tuple[Any, ...] = ()
     optional: bool = False
@@ -155,13 +151,9 @@ class Text(Constraint):
 
 @dataclass(frozen=True)
 class Custom(Constraint):
-    """A check that words its own message (it raises :class:`InvalidOptionError` itself).
-
-    Attributes:
-        checker: ``checker(value) -> normalised value`` (``checker(name, value)`` when ``named``).
-        words: the allowed values in words.
-        bad: values it refuses.
-    """
+    """A check that words its own message (it raises :class:`InvalidOptionError` itself): ``checker(value)``
+    (``checker(name, value)`` when ``named``) gives the normalised value, ``words`` the allowed values in words,
+    ``bad`` values it refuses."""
 
     checker: Callable[..., Any]
     words: str
@@ -226,11 +218,9 @@ class Validated:
             if key in cls.CONSTANT:
                 if value != cls.CONSTANT[key]:
                     raise InvalidOptionError(f"{cls.__name__} option {key} is always {cls.CONSTANT[key]!r}, not {value!r}")
-            elif key in cls.BESIDE:
-                continue
             elif key in names or key in cls.RENAMED:
                 given[cls.RENAMED.get(key, key)] = _tupled(value)
-            else:
+            elif key not in cls.BESIDE:
                 raise InvalidOptionError(f"unknown {cls.__name__} option {key!r} (known: {', '.join(known)})")
         return cls(**given)
 

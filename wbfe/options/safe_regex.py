@@ -1,24 +1,17 @@
 """Refuse user regular expressions that Python's backtracking matcher can take exponential time on.
 
-``--layers`` and ``--map`` patterns are matched against every tensor name, which whoever made the
-checkpoint chose, and a time limit on ``re`` is impossible (the matcher holds the interpreter), so the
-shape of the parse tree ``re`` itself builds is checked. Two rules, both conservative (they refuse some
-harmless patterns, never a harmful one of these shapes):
-
-1. an unbounded repeat inside an unbounded repeat (``(a+)+``, ``(\\w*\\.)*``), unless the inner
-   one is possessive or atomic;
-2. inside any repeat that can run more than once (``*``, ``+``, ``{m,n}`` with n > 1), an element
-   of variable width whose characters can also start what follows it within the repeat (the rest
-   of the body, then the body again): ``(a{1,9}){1,9}``, ``(a|aa)*``, ``(a?){20}``; or an
-   alternation there whose branches can start with the same character (``(a|[ab])*``) or that
-   has two empty branches (``(a|a)*``, which ``re`` factors into ``a(?:|)``).
-
-This module reaches into ``re._parser`` (the only parser of Python's own syntax).
+``--layers`` and ``--map`` patterns are matched against every tensor name, which whoever made the checkpoint
+chose, and a time limit on ``re`` is impossible (the matcher holds the interpreter), so the shape of the parse
+tree ``re._parser`` builds is checked by two conservative rules (:meth:`_Checker.nested_unbounded`,
+:meth:`_Checker.ambiguous`): they refuse some harmless patterns, never a harmful one of these shapes.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+from re import _constants as _c  # type: ignore[attr-defined]
+from re import _parser as _p  # type: ignore[attr-defined]
 from typing import Any, Callable, Iterable, Optional
 
 __all__ = ["unsafe_reason"]
@@ -39,23 +32,16 @@ def _any(ch: str) -> bool:
     return True
 
 
-def _modules() -> tuple[Any, Any]:
-    from re import _constants as c  # type: ignore[attr-defined]  # noqa: PLC0415
-    from re import _parser as p  # type: ignore[attr-defined]  # noqa: PLC0415
-
-    return c, p
-
-
-def _one_char(op: Any, arg: Any, c: Any) -> Optional[_Pred]:
+def _one_char(op: Any, arg: Any) -> Optional[_Pred]:
     """A predicate for the characters a one-character node matches (None: not such a node)."""
-    if op is c.LITERAL:
+    if op is _c.LITERAL:
         return lambda ch: ord(ch) == arg
-    if op is c.NOT_LITERAL:
+    if op is _c.NOT_LITERAL:
         return lambda ch: ord(ch) != arg
-    if op is c.ANY:
+    if op is _c.ANY:
         return _any
-    if op is c.IN:
-        return _in_set(arg, c)
+    if op is _c.IN:
+        return _in_set(arg)
     return None
 
 
@@ -63,18 +49,18 @@ def _between(low: int, high: int) -> _Pred:
     return lambda ch: low <= ord(ch) <= high
 
 
-def _in_set(items: _Seq, c: Any) -> _Pred:
+def _in_set(items: _Seq) -> _Pred:
     negate = False
     preds: list[_Pred] = []
     for op, arg in items:
-        if op is c.NEGATE:
+        if op is _c.NEGATE:
             negate = True
-        elif op is c.RANGE or op is c.RANGE_UNI_IGNORE:
+        elif op is _c.RANGE or op is _c.RANGE_UNI_IGNORE:
             preds.append(_between(arg[0], arg[1]))
-        elif op is c.CATEGORY:
+        elif op is _c.CATEGORY:
             preds.append(re.compile(_CATEGORY_RE.get(str(arg), r"[\s\S]")).match)  # type: ignore[arg-type]
         else:
-            preds.append(_one_char(op, arg, c) or _any)
+            preds.append(_one_char(op, arg) or _any)
     if negate:
         return lambda ch: not any(p(ch) for p in preds)
     return lambda ch: any(p(ch) for p in preds)
@@ -85,31 +71,30 @@ def _meet(a: list[_Pred], b: list[_Pred]) -> bool:
     return bool(a and b) and any(any(p(ch) for p in a) and any(q(ch) for q in b) for ch in _SAMPLE)
 
 
+_REPEATS = (_c.MAX_REPEAT, _c.MIN_REPEAT)
+
+
 class _Checker:
     """First-character sets, nullability and width of parse-tree nodes, and the two rules."""
 
     def __init__(self, state: Any) -> None:
-        self.c, self.p = _modules()
         self.state = state
-        self.repeats = (self.c.MAX_REPEAT, self.c.MIN_REPEAT)
 
     def parts(self, op: Any, arg: Any) -> list[Any]:
         """The sequences inside a node that consumes text: a repeat's body, a group's, an alternation's branches."""
-        c = self.c
-        if op is c.POSSESSIVE_REPEAT or op is c.ATOMIC_GROUP:
-            return [arg[2] if op is c.POSSESSIVE_REPEAT else arg]
-        return [] if op is c.ASSERT or op is c.ASSERT_NOT else self.backtracked(op, arg)
+        if op is _c.POSSESSIVE_REPEAT or op is _c.ATOMIC_GROUP:
+            return [arg[2] if op is _c.POSSESSIVE_REPEAT else arg]
+        return [] if op is _c.ASSERT or op is _c.ASSERT_NOT else self.backtracked(op, arg)
 
     def backtracked(self, op: Any, arg: Any) -> list[Any]:
         """The sequences inside a node the matcher can backtrack into (not possessive or atomic ones)."""
-        c = self.c
-        if op in self.repeats:
+        if op in _REPEATS:
             return [arg[2]]
-        if op is c.SUBPATTERN:
+        if op is _c.SUBPATTERN:
             return [arg[-1]]
-        if op is c.BRANCH:
+        if op is _c.BRANCH:
             return list(arg[1])
-        return [arg[1]] if op is c.ASSERT or op is c.ASSERT_NOT else []
+        return [arg[1]] if op is _c.ASSERT or op is _c.ASSERT_NOT else []
 
     def first(self, seq: _Seq) -> tuple[list[_Pred], bool]:
         """Predicates for the characters that can start a match of ``seq``, and whether it can match ''."""
@@ -122,42 +107,46 @@ class _Checker:
         return preds, True
 
     def first_of(self, op: Any, arg: Any) -> tuple[list[_Pred], bool]:
-        single = _one_char(op, arg, self.c)
+        single = _one_char(op, arg)
         if single is not None:
             return [single], False
-        if op is self.c.GROUPREF or op is self.c.GROUPREF_EXISTS:
+        if op is _c.GROUPREF or op is _c.GROUPREF_EXISTS:
             return [_any], True  # a back-reference can hold anything
         found = [self.first(seq) for seq in self.parts(op, arg)]
         if not found:
             return [], True  # anchors and look-arounds consume nothing
-        nullable = any(n for _, n in found) or (op in self.repeats or op is self.c.POSSESSIVE_REPEAT) and arg[0] == 0
+        nullable = any(n for _, n in found) or (op in _REPEATS or op is _c.POSSESSIVE_REPEAT) and arg[0] == 0
         return [p for preds, _ in found for p in preds], nullable
 
     def chars(self, seq: _Seq) -> list[_Pred]:
         """Predicates for every character ``seq`` can consume, anywhere in its match."""
         out: list[_Pred] = []
         for op, arg in seq:
-            single = _one_char(op, arg, self.c)
-            if single is not None or op is self.c.GROUPREF or op is self.c.GROUPREF_EXISTS:
+            single = _one_char(op, arg)
+            if single is not None or op is _c.GROUPREF or op is _c.GROUPREF_EXISTS:
                 out.append(single or _any)
             else:
                 out += [p for part in self.parts(op, arg) for p in self.chars(part)]
         return out
 
     def nested_unbounded(self, seq: _Seq, inside: bool = False) -> bool:
-        """Rule 1: an unbounded repeat inside an unbounded repeat (possessive and atomic ones excepted)."""
+        """Rule 1: an unbounded repeat inside an unbounded repeat (``(a+)+``, ``(\\w*\\.)*``), unless the inner one
+        is possessive or atomic."""
         for op, arg in seq:
-            unbounded = op in self.repeats and arg[1] == self.c.MAXREPEAT
-            if unbounded and inside:
-                return True
-            if any(self.nested_unbounded(part, inside or unbounded) for part in self.backtracked(op, arg)):
+            unbounded = op in _REPEATS and arg[1] == _c.MAXREPEAT
+            if (unbounded and inside) or any(self.nested_unbounded(part, inside or unbounded)
+                                             for part in self.backtracked(op, arg)):
                 return True
         return False
 
     def ambiguous(self, seq: _Seq) -> Optional[str]:
-        """Rule 2 anywhere in ``seq``: a repeat run more than once whose iterations can divide the text in two ways."""
+        """Rule 2 anywhere in ``seq``: inside a repeat that can run more than once, an element of variable width
+        whose characters can also start what follows it within the repeat (the rest of the body, then the body
+        again: ``(a{1,9}){1,9}``, ``(a|aa)*``, ``(a?){20}``), or an alternation whose branches can start with the
+        same character (``(a|[ab])*``) or that has two empty branches (``(a|a)*``, which ``re`` factors into
+        ``a(?:|)``)."""
         for op, arg in seq:
-            if op in self.repeats and arg[1] > 1:
+            if op in _REPEATS and arg[1] > 1:
                 reason = self.body(list(arg[2]), self.first(arg[2])[0])
                 if reason:
                     return reason
@@ -168,34 +157,28 @@ class _Checker:
 
     def body(self, seq: list[tuple[Any, Any]], after: list[_Pred]) -> Optional[str]:
         """Check the elements of a repeated body; ``after`` starts what may follow ``seq``."""
-        c = self.c
         for i, (op, arg) in enumerate(seq):
-            if op is c.POSSESSIVE_REPEAT or op is c.ATOMIC_GROUP:
+            if op is _c.POSSESSIVE_REPEAT or op is _c.ATOMIC_GROUP:
                 continue
             rest_first, rest_null = self.first(seq[i + 1:])
             follow = rest_first + (after if rest_null else [])
-            if op is c.SUBPATTERN:
+            if op is _c.SUBPATTERN:
                 reason = self.body(list(arg[-1]), follow)
-                if reason:
-                    return reason
-                continue
-            if op is c.BRANCH:
-                reason = self.branch(arg[1], follow)
-                if reason:
-                    return reason
-            low, high = self.p.SubPattern(self.state, [(op, arg)]).getwidth()
-            if low != high and _meet(self.chars([(op, arg)]), follow):
-                return "a part of variable length can also match the start of what follows it inside a repeat"
+            else:
+                reason = self.branch(arg[1], follow) if op is _c.BRANCH else None
+                low, high = _p.SubPattern(self.state, [(op, arg)]).getwidth()
+                if not reason and low != high and _meet(self.chars([(op, arg)]), follow):
+                    reason = "a part of variable length can also match the start of what follows it inside a repeat"
+            if reason:
+                return reason
         return None
 
     def branch(self, branches: list[Any], follow: list[_Pred]) -> Optional[str]:
         firsts = [self.first(b) for b in branches]
         if sum(1 for _, nullable in firsts if nullable) > 1:
             return "two alternatives inside a repeat can both match the empty text"
-        for i in range(len(firsts)):
-            for j in range(i + 1, len(firsts)):
-                if _meet(firsts[i][0], firsts[j][0]):
-                    return "two alternatives inside a repeat can start with the same character"
+        if any(_meet(a[0], b[0]) for a, b in itertools.combinations(firsts, 2)):
+            return "two alternatives inside a repeat can start with the same character"
         return next(filter(None, (self.body(list(b), follow) for b in branches)), None)
 
 
@@ -206,7 +189,7 @@ def unsafe_reason(pattern: str) -> Optional[str]:
     Raises:
         re.error: ``pattern`` is not a valid regular expression.
     """
-    tree = _modules()[1].parse(pattern)
+    tree = _p.parse(pattern)
     checker = _Checker(tree.state)
     if checker.nested_unbounded(tree):
         return "repeats a repeated group without bound"

@@ -46,14 +46,12 @@ def _file_signature(ref: str) -> Optional[list[list[Any]]]:
     """(relative path, size, mtime_ns, ctime_ns, inode, device) of a local file or of every file under a folder;
     None for anything that is not a local path."""
     path = Path(ref)
-    try:
+    with contextlib.suppress(OSError):
         if path.is_file():
             return [[path.name, *_stat_signature(path)]]
         if path.is_dir():
             return [[str(child.relative_to(path)), *_stat_signature(child)]
                     for child in sorted(p for p in path.rglob("*") if p.is_file())]
-    except OSError:
-        return None
     return None
 
 
@@ -192,21 +190,17 @@ def score_claimed(cache: ScoreCache, items: Sequence[_T], *, key_of: Callable[[_
             key = key_of(item)
             if key is None:
                 score(item)
-                continue
-            hit = None if first else cache.get(key)
-            if hit is not None:
+            elif (hit := None if first else cache.get(key)) is not None:
                 shared(item, hit)
-                continue
-            claim = cache.claim(key, stale_after=stale_after)
-            if claim is None:
+            elif (claim := cache.claim(key, stale_after=stale_after)) is None:
                 deferred.append(item)
-                continue
-            with claim:
-                hit = cache.get(key)  # stored by another driver since this one looked it up
-                if hit is not None:
-                    shared(item, hit)
-                else:
-                    score(item)
+            else:
+                with claim:
+                    hit = cache.get(key)  # stored by another driver since this one looked it up
+                    if hit is not None:
+                        shared(item, hit)
+                    else:
+                        score(item)
         waiting, first = deferred, False
         if waiting:
             time.sleep(poll)

@@ -67,39 +67,27 @@ def _file_unit(kind: str, entry: os.DirEntry[str]) -> CacheUnit:
     return CacheUnit(kind, Path(entry.path), st.st_size, max(st.st_atime, st.st_mtime))
 
 
-def _size(entry: os.DirEntry[str]) -> int:
-    return tree_usage(Path(entry.path))[0] if entry.is_dir(follow_symlinks=False) else \
-        entry.stat(follow_symlinks=False).st_size
-
-
 def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
     """(units, bytes of other files, count of symbolic links skipped) under ``root``."""
     units: list[CacheUnit] = []
-    other, links = 0, 0
-    known = {"entries", "hashes", "descriptions", "objects"}
+    foreign: list[os.DirEntry[str]] = []  # not wbfe's shapes (a symbolic link is never a folder here)
     for top in _dirs(root):
-        if top.is_symlink():
-            links += 1
-            continue
-        if top.name not in known or not top.is_dir(follow_symlinks=False):
-            other += _size(top)
+        if top.name not in ("entries", "hashes", "descriptions", "objects") or not top.is_dir(follow_symlinks=False):
+            foreign.append(top)
             continue
         for shard in [top] if top.name == "hashes" else _dirs(Path(top.path)):
-            if shard.is_symlink():
-                links += 1
-                continue
             if not shard.is_dir(follow_symlinks=False) or (top.name != "hashes" and not _SHARD.match(shard.name)):
-                other += _size(shard)
+                foreign.append(shard)
                 continue
             for item in _dirs(Path(shard.path)):
                 unit = _classify(top.name, item)
-                if unit is not None:
-                    units.append(unit)
-                elif item.is_symlink():
-                    links += 1
+                if unit is None:
+                    foreign.append(item)
                 else:
-                    other += _size(item)
-    return units, other, links
+                    units.append(unit)
+    other = sum(tree_usage(Path(e.path))[0] if e.is_dir(follow_symlinks=False) else e.stat(follow_symlinks=False).st_size
+                for e in foreign if not e.is_symlink())
+    return units, other, sum(1 for e in foreign if e.is_symlink())
 
 
 def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:
@@ -171,20 +159,14 @@ def cache_info(directory: Union[str, Path, None] = None) -> CacheInfo:
     Raises:
         InvalidOptionError: the path exists and is not a folder.
     """
-    root = _root(directory)
-    units, other, links = _scan(root) if root.is_dir() else ([], 0, 0)
-    return CacheInfo(root, tuple(units), other, links)
-
-
-def _root(directory: Union[str, Path, None]) -> Path:
-    if directory is None:
-        directory = wbfe_cache_dir()
+    directory = wbfe_cache_dir() if directory is None else directory
     if not os.fspath(directory).strip():
         raise InvalidOptionError("the cache folder is empty ('')")
     root = Path(directory).expanduser()
     if root.exists() and not root.is_dir():
         raise InvalidOptionError(f"not a folder: {root}", path=str(root))
-    return root
+    units, other, links = _scan(root) if root.is_dir() else ([], 0, 0)
+    return CacheInfo(root, tuple(units), other, links)
 
 
 @dataclass
@@ -264,11 +246,9 @@ def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int
         (report.removed if drop else keep).append(unit)
     if bound is not None:
         total = sum(u.size for u in keep)
-        evictable = [u for u in keep if u.kind in ("entries", "hashes", "descriptions", "objects")]
-        for unit in evictable:  # oldest use first
+        for unit in [u for u in keep if u.kind in ("entries", "hashes", "descriptions", "objects")]:  # oldest first
             if total <= bound:
                 break
-            keep.remove(unit)
             report.removed.append(unit)
             total -= unit.size
     if not dry_run:

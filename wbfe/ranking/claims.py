@@ -77,10 +77,8 @@ def read_claim(path: Path) -> Optional[dict[str, Any]]:
         return None
     except OSError:
         return {}
-    try:
-        raw = os.read(fd, _MAX_CLAIM_BYTES)
-    finally:
-        os.close(fd)
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read(_MAX_CLAIM_BYTES)
     try:
         owner = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
@@ -113,10 +111,8 @@ def _create(path: Path) -> Optional[Claim]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
     except FileExistsError:
         return None
-    try:
-        os.write(fd, json.dumps(record).encode("utf-8"))
-    finally:
-        os.close(fd)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(json.dumps(record).encode("utf-8"))
     return Claim(path, token)
 
 

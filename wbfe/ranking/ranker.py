@@ -6,6 +6,7 @@ agrees" (−1 where lower predicts better), None where the literature gives no d
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -126,13 +127,10 @@ def _content_hash(ref: str) -> str:
     return uri_signature(ref) if is_uri(ref) else content_hash(ref)
 
 
-def _sort_key(row: Correlation) -> tuple[bool, float, float, float, str]:
+def _sort_key(row: Correlation) -> tuple[Any, ...]:
     """By |ρ| descending (undefined last); ties by |τ|, then |r|, then name."""
-
-    def mag(value: float) -> float:
-        return -abs(value) if math.isfinite(value) else 0.0
-
-    return (not math.isfinite(row.rho), mag(row.rho), mag(row.kendall_tau), mag(row.pearson_r), row.metric)
+    magnitudes = [-abs(v) if math.isfinite(v) else 0.0 for v in (row.rho, row.kendall_tau, row.pearson_r)]
+    return (not math.isfinite(row.rho), *magnitudes, row.metric)
 
 
 def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Optional[ScoreOptions] = None,
@@ -267,27 +265,22 @@ class _Run:
             for outcome in runner.map(tasks, started=started):
                 item = items[outcome.index]
                 self.finish(item, outcome)
-                claim = claims.pop(item[0], None)
-                if claim is not None:
-                    claim.release()
+                if item[0] in claims:  # released as soon as its entry is stored
+                    claims.pop(item[0]).release()
 
         claims: dict[int, Any] = {}
         mine, theirs = [], []
-        try:
+        with contextlib.ExitStack() as held:  # every claim released whatever happens
             for item in pending:
-                claim = self.cache.claim(item[2]) if self.cache is not None and item[2] is not None else None
-                if claim is None and self.cache is not None and item[2] is not None:
+                if self.cache is None or item[2] is None:
+                    mine.append(item)
+                elif (claim := self.cache.claim(item[2])) is None:
                     theirs.append(item)
                 else:
-                    claims[item[0]] = claim
+                    claims[item[0]] = held.enter_context(claim)
                     mine.append(item)
             run_tasks(mine)
-        finally:
-            for claim in claims.values():
-                if claim is not None:
-                    claim.release()
-        if theirs:
-            assert self.cache is not None
+        if self.cache is not None:  # ``theirs`` is empty without a cache
             score_claimed(self.cache, theirs, key_of=lambda item: item[2], score=lambda item: run_tasks([item]),
                           shared=self.shared)
 
@@ -324,16 +317,13 @@ def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cach
 
 def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[Correlation]:
     """One row per metric column, against the quality oriented so that higher is better."""
-    sign = -1.0 if lower else 1.0
-    oriented = [sign * m.quality for m in models]
+    oriented = [-m.quality if lower else m.quality for m in models]
+    keep = [k for k, m in enumerate(models) if m.applicability == "holds"]  # where BFE-W's conditions hold
     rows: list[Correlation] = []
     for name in dict.fromkeys(k for m in models for k in m.scores):
         values = [as_float(m.scores.get(name)) for m in models]
         c = correlate(values, oriented, options=stats)
-        # The same on the models where BFE-W's conditions hold (the paper's setting).
-        keep = [k for k, m in enumerate(models) if m.applicability == "holds"]
-        sub = correlate([values[k] for k in keep], [oriented[k] for k in keep], options=stats)
-        applicable = {"n": sub.n, "rho": sub.rho, "ci_low": sub.ci_low, "ci_high": sub.ci_high}
-        rows.append(replace(c, metric=name, expected_sign=expected_sign(name), applicable=applicable))
-    rows.sort(key=_sort_key)
-    return rows
+        sub = correlate([values[k] for k in keep], [oriented[k] for k in keep], options=stats)  # the paper's setting
+        rows.append(replace(c, metric=name, expected_sign=expected_sign(name),
+                            applicable={"n": sub.n, "rho": sub.rho, "ci_low": sub.ci_low, "ci_high": sub.ci_high}))
+    return sorted(rows, key=_sort_key)

@@ -6,6 +6,7 @@ have stable names (:func:`list_zoos`); their tables live in ``fixtures/tables``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import io
@@ -102,19 +103,13 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
     value = value.strip()
     if value.startswith(_PREFIXES) or base_dir is None or is_uri(value):
         return value
-    try:
-        candidate = Path(value).expanduser()
-    except RuntimeError:  # "~someone" who has no home folder here
-        candidate = Path(value)
+    candidate = Path(os.path.expanduser(value))  # "~someone" with no home folder here stays as it is
     if candidate.is_absolute():
         return str(candidate)
     joined = base_dir / candidate
-    try:
-        exists = joined.exists()
-    except (OSError, ValueError):  # a name too long for the file system, or holding a NUL
-        exists = False
     # A hub id is "org/name" or a bare "name": a path has more slashes, a leading "." or "~", or a weights suffix.
-    if exists or value.startswith((".", "~")) or candidate.suffix.lower() in WEIGHT_SUFFIXES or value.count("/") >= 2:
+    # os.path.exists is False for a name too long for the file system, or holding a NUL.
+    if os.path.exists(joined) or value.startswith((".", "~")) or candidate.suffix.lower() in WEIGHT_SUFFIXES or value.count("/") >= 2:
         try:
             return str(joined.resolve())
         except (OSError, ValueError, RuntimeError):
@@ -145,13 +140,11 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
             value = next((v for k, v in row.items() if str(k).strip() == key), None)
         return "" if value is None else str(value).strip()
 
-    numeric: list[str] = []
-    for col in columns:
-        if col in _RESERVED:
-            continue
+    def is_numeric(col: str) -> bool:
         filled = [c for c in (cell(row, col) for row in rows) if c != ""]
-        if filled and all(_is_number(c) for c in filled):
-            numeric.append(col)
+        return bool(filled) and all(_is_number(c) for c in filled)
+
+    numeric = [col for col in columns if col not in _RESERVED and is_numeric(col)]
     if not numeric:
         raise InvalidOptionError(f"zoo {name!r} has no numeric quality column")
     lower = frozenset(lower_is_better)
@@ -183,12 +176,8 @@ _MAX_SPEC_BYTES = 16 * 2**20  # a zoo table of thousands of models is a few hund
 
 
 def _read_text(path: Path) -> str:
-    """The spec's text: a regular file of at most 16 MiB, UTF-8 (a leading byte-order mark is dropped).
-
-    Raises:
-        InvalidOptionError: a binary file, text that is not UTF-8, or a file too large to be a zoo.
-        SourceNotFoundError: the file cannot be read.
-    """
+    """The spec's text: a regular UTF-8 file of at most 16 MiB (a leading byte-order mark dropped); else
+    InvalidOptionError (SourceNotFoundError when it cannot be read)."""
     try:
         with open_regular(path) as handle:
             raw = handle.read(_MAX_SPEC_BYTES + 1)
@@ -209,9 +198,8 @@ def _read_text(path: Path) -> str:
 
 
 def _read_csv(path: Path) -> list[Mapping[str, Any]]:
-    text = _read_text(path)
     try:
-        rows: list[Mapping[str, Any]] = list(csv.DictReader(io.StringIO(text, newline=""), restkey=_EXTRA))
+        rows: list[Mapping[str, Any]] = list(csv.DictReader(io.StringIO(_read_text(path), newline=""), restkey=_EXTRA))
     except csv.Error as exc:
         raise InvalidOptionError(f"{path}: not a valid CSV table ({exc})", path=str(path)) from None
     for number, row in enumerate(rows, start=2):
@@ -225,9 +213,8 @@ _EXTRA = "\x00extra"  # DictReader's key for cells beyond the header (NUL never 
 
 def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     yaml = require("yaml", "reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as CSV")
-    text = _read_text(path)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.safe_load(_read_text(path))
     except yaml.YAMLError as exc:
         raise InvalidOptionError(f"{path}: not valid YAML ({exc.__class__.__name__})", path=str(path)) from None
     except RecursionError:
@@ -354,10 +341,8 @@ def _load_torchvision(name: str, default: str, lower: tuple[str, ...]) -> Zoo:
     # With none of the weights to be had, the shipped table is as good as torchvision's metadata,
     # and wbfe rank says so without importing torchvision.
     if not (hf_offline() and _torch_hub_checkpoints_empty()):
-        try:
+        with contextlib.suppress(MissingDependencyError):  # no torchvision: the shipped table
             return zoo_from_rows(torchvision_imagenet_rows(), name=name, default_quality=default)
-        except MissingDependencyError:
-            pass
     return _load_table(name, default)
 
 
@@ -406,11 +391,9 @@ def load_zoo(spec: Union[str, Path, Zoo], *, lower_is_better: Iterable[str] = ()
         zoo = _BUILTINS[spec].load()
     else:
         path = Path(spec).expanduser()
-        if not path.exists():
-            if isinstance(spec, str) and os.sep not in spec and not path.suffix:
-                raise unknown_name("zoo", spec, builtin_zoo_names())
-            raise SourceNotFoundError(f"zoo spec not found: {path}", path=str(path))
-        return read_zoo_file(path, lower_is_better=extra)
+        if not path.exists() and isinstance(spec, str) and os.sep not in spec and not path.suffix:
+            raise unknown_name("zoo", spec, builtin_zoo_names())
+        return read_zoo_file(path, lower_is_better=extra)  # which refuses a path that does not exist
     if extra:
         for col in sorted(extra):
             if col not in zoo.quality_columns:
