@@ -10,7 +10,7 @@ from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.object_store import call_store, folder_files, is_uri, object_cache_dir, object_identity, open_uri
 from wbfe.sources.registry import checkpoint_suffixes, register_location
-from wbfe.sources.remote import is_safetensors_name, remote_config, stream_safetensors
+from wbfe.sources.remote import is_safetensors_name, stream_safetensors
 from wbfe.sources.store_range import StoreFile
 
 __all__ = ["open_object"]
@@ -65,8 +65,5 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         return StoreFile(fs, f"{root}/{file_name}" if root else file_name, base + file_name,
                          identify=object_identity, info=known)
 
-    source = stream_safetensors(uri, name, open_file, stream=stream, cache_dir=object_cache_dir(), sizes=sizes,
-                                extra={"store": uri.split("://", 1)[0]})
-    if source is not None:
-        source.config = remote_config(configs, open_file)
-    return source
+    return stream_safetensors(uri, name, open_file, stream=stream, cache_dir=object_cache_dir(), sizes=sizes,
+                              configs=configs, extra={"store": uri.split("://", 1)[0]})

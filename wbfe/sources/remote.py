@@ -94,7 +94,8 @@ class RemoteSafetensorsSource(ShardedSafetensors):
 def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFile], *, stream: bool | None,
                        cache_dir: Path, sizes: Mapping[str, int] | None = None,
                        digests: Mapping[str, str] | None = None, commit: str | None = None, fmt: str | None = None,
-                       extra: Mapping[str, Any] | None = None) -> RemoteSafetensorsSource | None:
+                       configs: Iterable[str] = (), extra: Mapping[str, Any] | None = None
+                       ) -> RemoteSafetensorsSource | None:
     """Open the remote safetensors file (or shard index) ``name`` for streaming.
 
     Args:
@@ -104,6 +105,7 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
             that ignores ranges; True streams it or raises.
         sizes, digests: each file's size and SHA-256 where the server lists them (the hub does).
         commit: the commit every answer must come from (a hub ``X-Repo-Commit``), when known.
+        configs: the small files beside it that hold the model config (read as :func:`remote_config` reads them).
 
     Raises:
         RemoteReadError, RangeNotSupportedError, RemoteChangedError: the transport's errors.
@@ -146,6 +148,7 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
             return None
         source = RemoteSafetensorsSource(ref, shards, index=index, index_name=name.rsplit("/", 1)[-1] if index else "",
                                          fmt=fmt, metadata=metadata, digests=digests, extra=extra)
+        source.config = remote_config(configs, open_file)
         return source
     except RangeNotSupportedError:
         if stream:
