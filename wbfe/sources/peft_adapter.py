@@ -64,10 +64,7 @@ class LoraConfig:
 
 
 def _pattern_value(patterns: Mapping[str, Any], module: str, default: Any) -> Any:
-    for key, value in patterns.items():
-        if re.match(rf"(.*\.)?({key})$", module):
-            return value
-    return default
+    return next((value for key, value in patterns.items() if re.match(rf"(.*\.)?({key})$", module)), default)
 
 
 def read_lora_config(path: Path) -> LoraConfig:

@@ -7,6 +7,7 @@ tables and the lookups :func:`wbfe.sources.open_source` and :mod:`wbfe.sources.l
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zipfile
 import zlib
@@ -184,16 +185,11 @@ def format_of(path: Path) -> Optional[FileFormat]:
                 best, index = (len(suffix), fmt), suffix in fmt.index_suffixes
     if index:  # a shard index is JSON: bytes that look like another format do not make it one (found by fuzzing)
         return best[1]
+    head = b""
     if path.is_file():
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(HEAD_BYTES)
-        except OSError:
-            head = b""
-        for fmt in formats:
-            if fmt.sniff is not None and head and fmt.sniff(head, path):
-                return fmt
-    return best[1]
+        with contextlib.suppress(OSError), open(path, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    return next((fmt for fmt in formats if fmt.sniff is not None and head and fmt.sniff(head, path)), best[1])
 
 
 def pick_files(names: Iterable[str]) -> list[str]:
