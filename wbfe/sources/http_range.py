@@ -1,9 +1,7 @@
-"""HTTP range reads of one remote file, pinned to the version first seen, with bounded retries.
-
-Every answer is checked (206, the exact ``Content-Range`` and length, the pinned ``ETag`` and hub commit)
-before a byte of it is used; requests go through the HTTP client of huggingface_hub's session, so proxies,
-CA bundles and tokens are honoured as by every other tool (docs/remote.md).
-"""
+"""HTTP range reads of one remote file, pinned to the version first seen, with bounded retries: every answer is
+checked (206, the exact ``Content-Range`` and length, the pinned ``ETag`` and hub commit) before a byte of it is
+used; requests go through the HTTP client of huggingface_hub's session, so proxies, CA bundles and tokens are
+honoured as by every other tool (docs/remote.md)."""
 
 from __future__ import annotations
 

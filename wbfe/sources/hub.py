@@ -129,8 +129,7 @@ def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None
 
 
 def _hub_unreachable(name: str, repo_id: str) -> None:
-    """``ModelNotFoundError`` for ``name`` where the hub (``HF_ENDPOINT``) cannot be reached within 3 s (huggingface_hub
-    retries for long)."""
+    """``ModelNotFoundError`` where the hub cannot be reached within 3 s (huggingface_hub itself retries for long)."""
     unreachable = host_unreachable(hub_endpoint(), what="the Hugging Face hub")
     if unreachable is not None:
         raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)

@@ -1,9 +1,7 @@
-"""The registries of checkpoint file formats, folder kinds and reference kinds ("locations").
-
-A format, folder kind or location registers itself (as timm's ``register_model`` does) with
-:func:`register_format`, :func:`register_folder` or :func:`register_location`; this module holds the
-tables and the lookups :func:`wbfe.sources.open_source` and :mod:`wbfe.sources.local` use instead of if-chains.
-"""
+"""The registries of checkpoint file formats, folder kinds and reference kinds ("locations"): each registers itself
+(as timm's ``register_model`` does) with :func:`register_format`, :func:`register_folder` or
+:func:`register_location`, and the lookups here replace if-chains in :func:`wbfe.sources.open_source` and
+:mod:`wbfe.sources.local`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Safetensors: one file, or shards listed by ``*.safetensors.index.json``, read one tensor at a time.
-
-The header is validated here, at least as strictly as the ``safetensors`` package, before any work;
-nothing past it is read until a tensor is asked for.
-"""
+"""Safetensors: one file, or shards listed by ``*.safetensors.index.json``, read one tensor at a time; the header
+is validated first, at least as strictly as by the ``safetensors`` package, and nothing past it is read until a
+tensor is asked for."""
 
 from __future__ import annotations
 
