@@ -203,11 +203,10 @@ class RemoteFile(RangedFile):
                     "so it cannot be streamed; score it without --stream to download it first")
             total, expected = length, length
         else:
-            match = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
+            shown = response.headers.get("Content-Range")
+            match = _CONTENT_RANGE.match(shown or "")
             if match is None or match.group(3) == "*":
-                shown = response.headers.get("Content-Range")
-                shown = "none" if shown is None else repr(shown[:80])
-                raise _Retry(f"a 206 answer without a valid Content-Range ({shown})")
+                raise _Retry(f"a 206 answer without a valid Content-Range ({'none' if shown is None else repr(shown[:80])})")
             first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
             if self.size is not None and total != self.size:
                 raise changed(self.name, f"its size went from {self.size} to {total} bytes")

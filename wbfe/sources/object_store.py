@@ -1,7 +1,6 @@
 """Object-store URIs (``s3://bucket/model/``, any ``<protocol>://`` fsspec knows): the copy into a
 content-addressed cache folder (docs/remote.md), and the store access it shares with the streamed reads
-(:mod:`wbfe.sources.object_location`).
-"""
+(:mod:`wbfe.sources.object_location`)."""
 
 from __future__ import annotations
 

@@ -127,7 +127,6 @@ class AdapterSource(TensorSource):
     def __init__(self, inner: TensorSource, lora: LoraConfig, folder: Path):
         self._inner = inner
         self.lora = lora
-        self.folder = folder
         self.provenance = inner.provenance
         self.provenance.format = "peft-lora"
         self.provenance.files = [str(folder / ADAPTER_CONFIG), *self.provenance.files]

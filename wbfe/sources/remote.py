@@ -1,7 +1,6 @@
 """Safetensors read remotely, one range request a tensor, nothing written to disk: each header validated by
 the local reader's code, through a :class:`~wbfe.sources.ranged.RangedFile` (HTTP or object store); by
-default streamed when larger than the free disk of the cache it would be downloaded into (docs/remote.md).
-"""
+default streamed when larger than the free disk of the cache it would be downloaded into (docs/remote.md)."""
 
 from __future__ import annotations
 
@@ -197,12 +196,10 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     name = path.rsplit("/", 1)[-1]
     if not name:  # an HTTP server has no folder listing wbfe could read, only a web page
         raise SourceNotFoundError.at(url, f"a URL of a folder; {NAME_A_FILE}")
-    if not is_safetensors_name(name):
-        if stream:
-            raise InvalidOptionError(f"{url}: --stream reads .safetensors files and .safetensors.index.json shard "
-                                     "indexes only; drop --stream to download it")
-        return open_uri(url)
-    if stream is False:
+    if stream and not is_safetensors_name(name):
+        raise InvalidOptionError(f"{url}: --stream reads .safetensors files and .safetensors.index.json shard "
+                                 "indexes only; drop --stream to download it")
+    if stream is False or not is_safetensors_name(name):
         return open_uri(url)
 
     def open_file(file_name: str) -> RemoteFile:

@@ -1,7 +1,6 @@
-"""Byte ranges of one object in an fsspec store (``s3://``, ``gs://``, ...), one ``cat_file`` request per
-range, pinned to the version first seen (where the store reports one and ``cat_file`` takes it; else
-checked with ``fs.info`` after each read), with :class:`~wbfe.sources.http_range.RetryPolicy`'s retries
-(docs/remote.md)."""
+"""Byte ranges of one object in an fsspec store (``s3://``, ``gs://``, ...), one ``cat_file`` request per range, pinned
+to the version first seen (where the store reports one and ``cat_file`` takes it; else checked with ``fs.info`` after
+each read), with :class:`~wbfe.sources.http_range.RetryPolicy`'s retries (docs/remote.md)."""
 
 from __future__ import annotations
 
