@@ -203,10 +203,11 @@ class RemoteFile(RangedFile):
                     "so it cannot be streamed; score it without --stream to download it first")
             total, expected = length, length
         else:
-            shown = response.headers.get("Content-Range")
-            match = _CONTENT_RANGE.match(shown or "")
+            match = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
             if match is None or match.group(3) == "*":
-                raise _Retry(f"a 206 answer without a valid Content-Range ({'none' if shown is None else repr(shown[:80])})")
+                shown = response.headers.get("Content-Range")
+                shown = "none" if shown is None else repr(shown[:80])
+                raise _Retry(f"a 206 answer without a valid Content-Range ({shown})")
             first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
             if self.size is not None and total != self.size:
                 raise changed(self.name, f"its size went from {self.size} to {total} bytes")
@@ -290,7 +291,8 @@ def _certificate_refused(exc: BaseException | None) -> bool:
 
 def _ca_bundle() -> Any:
     """What a URL's own client trusts: ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (read by the client), else
-    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set for those tools behind a TLS-inspecting proxy), else the system's."""
+    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set for those tools behind a TLS-inspecting proxy), else
+    the system's."""
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
     if not bundle or os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
         return True

@@ -263,5 +263,6 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
     digests = {n.rsplit("/", 1)[-1]: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}
     return stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
-                              digests=digests, commit=info.sha, fmt=fmt, configs=[c for c in MODEL_CONFIGS if c in siblings],
+                              digests=digests, commit=info.sha, fmt=fmt,
+                              configs=[c for c in MODEL_CONFIGS if c in siblings],
                               extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})

@@ -13,8 +13,8 @@ from wbfe.sources._base import TensorSource, open_regular, unreadable
 from wbfe.sources.registry import (checkpoint_suffixes, folder_kinds, format_of, other_formats, pick_files,
                                    register_location)
 
-__all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS", "MAX_CONFIG",
-           "no_weight_files"]
+__all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS",
+           "MAX_CONFIG", "no_weight_files"]
 
 
 # Which of a folder's (or repo's) top-level files hold the weights, by the registered formats' ranks.
