@@ -84,3 +84,20 @@ def test_a_member_damaged_past_its_header_is_refused_when_read(tmp_path: Path) -
         with pytest.raises(CorruptCheckpointError) as info:
             entry.load()
     assert str(info.value) == f"{path}: array 'w' unreadable (Bad CRC-32 for file 'w.npy')"
+
+
+def test_two_members_of_one_name_are_refused(tmp_path: Path) -> None:
+    import io
+    import warnings
+    import zipfile
+
+    path = tmp_path / "w.npz"
+    data = io.BytesIO()
+    np.lib.format.write_array(data, ARRAYS["fc1.weight"])
+    with warnings.catch_warnings(), zipfile.ZipFile(path, "w") as zf:
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it writes
+        zf.writestr("fc.npy", data.getvalue())
+        zf.writestr("fc.npy", data.getvalue())
+    with pytest.raises(CorruptCheckpointError) as info:
+        open_source(path)
+    assert str(info.value) == f"{path}: an .npz archive with two members named 'fc.npy'"

@@ -303,7 +303,6 @@ def test_the_cli_streams_a_uri_and_reports_a_change_in_one_line_with_exit_2(tmp_
 
 
 def test_the_back_off_between_tries_is_the_policys_fixed_schedule(tmp_path: Path, bucket: Bucket) -> None:
-    from wbfe.sources.object_store import object_identity
     from wbfe.sources.store_range import StoreFile
 
     data = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
@@ -311,7 +310,7 @@ def test_the_back_off_between_tries_is_the_policys_fixed_schedule(tmp_path: Path
     fs = fsspec.filesystem("fakes3")
     waits: list[float] = []
     policy = RetryPolicy(attempts=4, backoff=0.5, backoff_max=1.5)
-    file = StoreFile(fs, KEY, URI, identify=object_identity, policy=policy, sleep=waits.append)
+    file = StoreFile(fs, KEY, URI, policy=policy, sleep=waits.append)
     bucket.faults = [(KEY, "timeout"), (KEY, "connection"), (KEY, "short")]
     assert file.head(16) == data[:16]
     assert waits == [0.5, 1.0, 1.5]  # doubled from backoff, cut at backoff_max

@@ -262,7 +262,7 @@ def _hub_answers(exc: Callable[[], BaseException]) -> Callable[[Path, Any], str]
 
         mp.delenv("HF_HUB_OFFLINE", raising=False)
         mp.setattr(constants, "HF_HUB_OFFLINE", False)
-        mp.setattr(hub, "_hub_unreachable", lambda timeout=3.0: None)
+        mp.setattr(hub, "_hub_unreachable", lambda name, repo_id: None)
 
         def answer(*args: Any, **kwargs: Any) -> Any:
             raise exc()

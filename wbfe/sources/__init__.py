@@ -1,10 +1,7 @@
-"""Resolve a reference and stream its tensors one at a time.
-
-A reference is resolved by the locations registered in :mod:`wbfe.sources.registry`, tried in their
-declared order: an in-memory module or state dict, an ``http(s)://`` URL, an object-store URI, a local
-file or folder, ``timm:``/``torchvision:`` names, a Hugging Face id. Importing this package registers
-them; no reader's own dependency is imported until a checkpoint needs it (docs/formats.md, docs/remote.md).
-"""
+"""Resolve a reference and stream its tensors one at a time: the locations registered in
+:mod:`wbfe.sources.registry` (an in-memory model, ``http(s)://``, an object-store URI, a local path,
+``timm:``/``torchvision:``, a Hugging Face id) are tried in their declared order. Importing this package registers
+them; no reader's own dependency is imported until a checkpoint needs it (docs/formats.md, docs/remote.md)."""
 
 from __future__ import annotations
 

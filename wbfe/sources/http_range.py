@@ -1,9 +1,7 @@
-"""HTTP range reads of one remote file, pinned to the version first seen, with bounded retries.
-
-Every answer is checked (206, the exact ``Content-Range`` and length, the pinned ``ETag`` and hub commit)
-before a byte of it is used; requests go through the HTTP client of huggingface_hub's session, so proxies,
-CA bundles and tokens are honoured as by every other tool (docs/remote.md).
-"""
+"""HTTP range reads of one remote file, pinned to the version first seen, with bounded retries: every answer is
+checked (206, the exact ``Content-Range`` and length, the pinned ``ETag`` and hub commit) before a byte of it is
+used; requests go through the HTTP client of huggingface_hub's session, so proxies, CA bundles and tokens are
+honoured as by every other tool (docs/remote.md)."""
 
 from __future__ import annotations
 
@@ -163,7 +161,7 @@ class RemoteFile(RangedFile):
     def _attempt(self, start: int, nbytes: int, into: memoryview, first: bool) -> int:
         began = time.monotonic()
         headers = {**self._headers, "Range": f"bytes={start}-{start + nbytes - 1}", "Accept-Encoding": "identity"}
-        if self.identity is not None and not self.identity.startswith("W/") and self.identity.startswith('"'):
+        if self.identity is not None and self.identity.startswith('"'):  # a strong ETag (a weak one starts W/)
             headers["If-Match"] = self.identity
         with self._client().stream("GET", self.url, headers=headers, follow_redirects=True,
                                    timeout=http_package().Timeout(self._policy.timeout)) as response:
@@ -283,24 +281,20 @@ def said(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
 
 
-def _certificate_refused(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
+def _certificate_refused(exc: BaseException | None) -> bool:
     for _ in range(5):  # the TLS error sits a cause or two below the client's own
-        if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return True
-        seen = seen.__cause__ or seen.__context__
+        if exc is None or isinstance(exc, ssl.SSLCertVerificationError):
+            return exc is not None
+        exc = exc.__cause__ or exc.__context__
     return False
 
 
 def _ca_bundle() -> Any:
     """What a URL's own client trusts: ``SSL_CERT_FILE``/``SSL_CERT_DIR`` (read by the client), else
-    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set for those tools behind a TLS-inspecting proxy), else the system's."""
-    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
-        return True
+    ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE`` (set for those tools behind a TLS-inspecting proxy), else
+    the system's."""
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if not bundle:
+    if not bundle or os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
         return True
     try:
         return ssl.create_default_context(cafile=bundle)

@@ -58,9 +58,7 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
     from huggingface_hub import HfApi, hf_hub_download
 
     name = f"{repo_id}{'@' + revision if revision else ''}"
-    unreachable = _hub_unreachable()
-    if unreachable is not None:
-        raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
+    _hub_unreachable(name, repo_id)
     try:
         endpoint = hub_endpoint()
         download = functools.partial(hf_hub_download, repo_id, revision=revision, cache_dir=str(cache_dir),
@@ -87,22 +85,22 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
         raise ModelNotFoundError(f"{name}: {hub_failure(exc)}", ref=repo_id) from None
 
 
+_HUB_FAILURES = (
+    ("GatedRepoError", "a gated model: accept its terms on the hub and log in (hf auth login) to download it"),
+    ("RepositoryNotFoundError", "no such model on the Hugging Face hub (or a private one)"),
+    ("RevisionNotFoundError", "no such revision of this model on the Hugging Face hub"),
+    ("EntryNotFoundError", "a weight file it lists is missing from the hub"),  # the local and the remote kinds alike
+    ("OfflineModeIsEnabled", "not in the local Hugging Face cache, and huggingface_hub is in offline mode"),
+    ("HFValidationError", "not a valid Hugging Face model id"))
+
+
 def hub_failure(exc: BaseException) -> str:
     """What a ``huggingface_hub`` (or network) exception means, by its type."""
     from huggingface_hub import errors
 
-    if isinstance(exc, errors.GatedRepoError):
-        return "a gated model: accept its terms on the hub and log in (hf auth login) to download it"
-    if isinstance(exc, errors.RepositoryNotFoundError):
-        return "no such model on the Hugging Face hub (or a private one)"
-    if isinstance(exc, errors.RevisionNotFoundError):
-        return "no such revision of this model on the Hugging Face hub"
-    if isinstance(exc, errors.EntryNotFoundError):  # the local and the remote kinds alike
-        return "a weight file it lists is missing from the hub"
-    if isinstance(exc, errors.OfflineModeIsEnabled):
-        return "not in the local Hugging Face cache, and huggingface_hub is in offline mode"
-    if isinstance(exc, errors.HFValidationError):
-        return "not a valid Hugging Face model id"
+    for kind, reason in _HUB_FAILURES:  # in order: a GatedRepoError is a RepositoryNotFoundError too
+        if isinstance(exc, getattr(errors, kind)):
+            return reason
     if isinstance(exc, errors.HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", None)
         return f"the Hugging Face hub refused the request (HTTP {status})"
@@ -130,9 +128,11 @@ def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None
         return f"{what} could not be reached ({parsed.hostname}: {reason})"
 
 
-def _hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the hub (``HF_ENDPOINT``) cannot be reached, in at most ``timeout`` s (huggingface_hub retries for long)."""
-    return host_unreachable(hub_endpoint(), what="the Hugging Face hub", timeout=timeout)
+def _hub_unreachable(name: str, repo_id: str) -> None:
+    """``ModelNotFoundError`` where the hub cannot be reached within 3 s (huggingface_hub itself retries for long)."""
+    unreachable = host_unreachable(hub_endpoint(), what="the Hugging Face hub")
+    if unreachable is not None:
+        raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
 
 
 def hub_cached(ref: str) -> bool:
@@ -235,13 +235,11 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     from huggingface_hub.utils import build_hf_headers
 
     from wbfe.sources.http_range import RemoteFile
-    from wbfe.sources.remote import is_safetensors_name, remote_config, stream_safetensors
+    from wbfe.sources.remote import is_safetensors_name, stream_safetensors
 
     name = f"{repo_id}{'@' + revision if revision else ''}"
     endpoint = hub_endpoint()
-    unreachable = _hub_unreachable()
-    if unreachable is not None:
-        raise ModelNotFoundError(f"{name}: {unreachable}", ref=repo_id)
+    _hub_unreachable(name, repo_id)
     try:
         info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
     except Exception as exc:  # noqa: BLE001 - every hub and network failure means "cannot resolve"
@@ -264,9 +262,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
 
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
     digests = {n.rsplit("/", 1)[-1]: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}
-    source = stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
-                                digests=digests, commit=info.sha, fmt=fmt,
-                                extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})
-    if source is not None:
-        source.config = remote_config([c for c in MODEL_CONFIGS if c in siblings], open_file)
-    return source
+    return stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
+                              digests=digests, commit=info.sha, fmt=fmt,
+                              configs=[c for c in MODEL_CONFIGS if c in siblings],
+                              extra={"repo_id": repo_id, "revision": revision or "main", "commit": commit})

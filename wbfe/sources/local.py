@@ -13,11 +13,18 @@ from wbfe.sources._base import TensorSource, open_regular, unreadable
 from wbfe.sources.registry import (checkpoint_suffixes, folder_kinds, format_of, other_formats, pick_files,
                                    register_location)
 
-__all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS", "MAX_CONFIG"]
+__all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS",
+           "MAX_CONFIG", "no_weight_files"]
 
 
 # Which of a folder's (or repo's) top-level files hold the weights, by the registered formats' ranks.
 pick_weight_files = pick_files
+
+
+def no_weight_files(folder: Path | str) -> SourceNotFoundError:
+    """The error for a folder (local or in a store) that holds no file of any format wbfe reads."""
+    listed = ", ".join(f"*{suffix}" for suffix in checkpoint_suffixes())
+    return SourceNotFoundError.at(folder, f"no weight files ({listed}) in this folder")
 
 
 def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> TensorSource:
@@ -37,8 +44,7 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
         except CorruptCheckpointError as exc:
             raise CorruptCheckpointError.at(path, str(exc)) from None
         if not chosen:
-            listed = ", ".join(f"*{s}" for s in checkpoint_suffixes())
-            raise SourceNotFoundError.at(path, f"no weight files ({listed}) in this folder")
+            raise no_weight_files(path)
         others = other_formats(listing, chosen[0])
         if others and not (path / "config.json").is_file():  # several formats are several checkpoints
             shown = ", ".join([chosen[0], *others][:6]) + (", ..." if len(others) > 5 else "")

@@ -7,7 +7,6 @@ import functools
 import math
 import tokenize
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -36,15 +35,6 @@ def numpy_dtype_name(dtype: Any) -> Optional[str]:
     return name if name in _TORCH_DTYPES else None
 
 
-@dataclass(frozen=True)
-class _Member:
-    name: str
-    member: str
-    shape: tuple[int, ...]
-    dtype: str
-    skip: Optional[str]
-
-
 class NpzSource(TensorSource):
     """The arrays of an ``.npz`` archive, read one member at a time."""
 
@@ -57,17 +47,17 @@ class NpzSource(TensorSource):
                 raise CorruptCheckpointError.at(path, "not an .npz archive (it does not start as a zip file)")
             fh.seek(0)
             with open_zip(path, fh, ".npz archive") as archive:
-                self._members = [self._header(archive, info) for info in archive.infolist()
+                self._entries = [self._header(archive, info) for info in archive.infolist()
                                  if info.filename.endswith(".npy")]
-        if not self._members:
+        if not self._entries:
             raise CorruptCheckpointError.at(path, "an .npz archive with no .npy arrays")
-        names = [m.member for m in self._members]
+        names = [entry.name + ".npy" for entry in self._entries]
         if len(set(names)) != len(names):  # a member is read by its name: which of two would be read?
             twice = next(n for n in names if names.count(n) > 1)
             raise CorruptCheckpointError.at(path, f"an .npz archive with two members named {twice!r}")
         self.provenance = Provenance(source=ref, format="npz", files=[str(path)], pending=FileDigest([path]))
 
-    def _header(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Member:
+    def _header(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> TensorEntry:
         name = info.filename[: -len(".npy")]
         try:
             with archive.open(info) as fh:
@@ -88,22 +78,21 @@ class NpzSource(TensorSource):
             skip = "object array: only a pickle can hold it, and wbfe does not unpickle .npz members"
         elif torch_dtype is None:
             skip = f"{dtype} array: not a weight dtype"
-        return _Member(name, info.filename, tuple(int(s) for s in shape), torch_dtype or str(dtype), skip)
+        load = functools.partial(self.read, name)
+        return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype=torch_dtype or str(dtype), load=load,
+                           reread=load, skip=skip)
 
     def __len__(self) -> int:
-        return len(self._members)
+        return len(self._entries)
 
     def entries(self) -> Iterator[TensorEntry]:
-        for member in self._members:
-            load = functools.partial(self.read, member)
-            yield TensorEntry(name=member.name, shape=member.shape, dtype=member.dtype, load=load, reread=load,
-                              skip=member.skip)
+        return iter(self._entries)
 
-    def read(self, member: _Member) -> Any:
+    def read(self, name: str) -> Any:
         """One array, read with ``allow_pickle=False`` (``CorruptCheckpointError`` for a damaged member)."""
-        why = f"array {member.name!r} unreadable"
+        why = f"array {name!r} unreadable"
         with reading_zip(self._path, ".npz archive", lambda exc: f"{why} ({str(exc)[:80]})") as archive:
-            with archive.open(member.member) as f:
+            with archive.open(name + ".npy") as f:
                 array = np.lib.format.read_array(f, allow_pickle=False)
         # np.array, not ascontiguousarray, which makes a 0-d array 1-d; native byte order for torch.
         return np.array(array, dtype=array.dtype.newbyteorder("="), order="C")

@@ -62,17 +62,15 @@ def tree_usage(path: Path) -> tuple[int, float]:
 
 def _copies(objects: Path) -> list[tuple[float, int, Path]]:
     found = []
-    for shard in sorted(objects.iterdir()) if objects.is_dir() else []:
-        if shard.is_symlink() or not shard.is_dir() or not _SHARD.match(shard.name):
+    for copy in sorted(objects.glob("*/*")):
+        named = _SHARD.match(copy.parent.name) and _OBJECT.match(copy.name)
+        if not named or any(p.is_symlink() or not p.is_dir() for p in (copy.parent, copy)):
+            continue  # a partial copy, or something wbfe did not write
+        try:
+            size, used = tree_usage(copy)
+        except FileNotFoundError:  # removed by another process meanwhile
             continue
-        for copy in sorted(shard.iterdir()):
-            if copy.is_symlink() or not copy.is_dir() or not _OBJECT.match(copy.name):
-                continue  # a partial copy, or something wbfe did not write
-            try:
-                size, used = tree_usage(copy)
-            except FileNotFoundError:  # removed by another process meanwhile
-                continue
-            found.append((used, size, copy))
+        found.append((used, size, copy))
     return found
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from wbfe.errors import InvalidOptionError, SourceNotFoundError
+from wbfe.errors import InvalidOptionError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.object_store import call_store, folder_files, is_uri, object_cache_dir, object_identity, open_uri
-from wbfe.sources.registry import checkpoint_suffixes, register_location
-from wbfe.sources.remote import is_safetensors_name, remote_config, stream_safetensors
+from wbfe.sources.object_store import call_store, folder_files, is_uri, object_cache_dir, open_uri
+from wbfe.sources.registry import register_location
+from wbfe.sources.remote import is_safetensors_name, stream_safetensors
 from wbfe.sources.store_range import StoreFile
 
 __all__ = ["open_object"]
@@ -28,7 +28,7 @@ def open_object(uri: str, *, stream: bool | None = None) -> TensorSource:
 
 
 def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource | None:
-    from wbfe.sources.local import MODEL_CONFIGS, pick_weight_files
+    from wbfe.sources.local import MODEL_CONFIGS, no_weight_files, pick_weight_files
 
     fs.invalidate_cache(path)  # what the store says now, not a listing cached by an earlier call
     info = fs.info(path)
@@ -40,8 +40,7 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         chosen = pick_weight_files(names)
         if not chosen:
             if stream:
-                listed = ", ".join(f"*{suffix}" for suffix in checkpoint_suffixes())
-                raise SourceNotFoundError.at(uri, f"no weight files ({listed}) in this folder")
+                raise no_weight_files(uri)
             return None  # the copy says what is missing
         name = chosen[0]
         configs = [c for c in MODEL_CONFIGS if c in names]
@@ -62,11 +61,7 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
 
     def open_file(file_name: str) -> StoreFile:
         known = info if file_name == name and info.get("type") != "directory" else None
-        return StoreFile(fs, f"{root}/{file_name}" if root else file_name, base + file_name,
-                         identify=object_identity, info=known)
+        return StoreFile(fs, f"{root}/{file_name}" if root else file_name, base + file_name, info=known)
 
-    source = stream_safetensors(uri, name, open_file, stream=stream, cache_dir=object_cache_dir(), sizes=sizes,
-                                extra={"store": uri.split("://", 1)[0]})
-    if source is not None:
-        source.config = remote_config(configs, open_file)
-    return source
+    return stream_safetensors(uri, name, open_file, stream=stream, cache_dir=object_cache_dir(), sizes=sizes,
+                              configs=configs, extra={"store": uri.split("://", 1)[0]})

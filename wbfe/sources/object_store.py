@@ -1,7 +1,6 @@
 """Object-store URIs (``s3://bucket/model/``, any ``<protocol>://`` fsspec knows): the copy into a
 content-addressed cache folder (docs/remote.md), and the store access it shares with the streamed reads
-(:mod:`wbfe.sources.object_location`).
-"""
+(:mod:`wbfe.sources.object_location`)."""
 
 from __future__ import annotations
 
@@ -181,14 +180,12 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
 
 
 def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path) -> None:
-    from wbfe.sources.local import MODEL_CONFIGS, pick_weight_files
-    from wbfe.sources.registry import checkpoint_suffixes
+    from wbfe.sources.local import MODEL_CONFIGS, no_weight_files, pick_weight_files
 
     root = path.rstrip("/")
     chosen = pick_weight_files(names)
     if not chosen:
-        listed = ", ".join(f"*{suffix}" for suffix in checkpoint_suffixes())  # every format wbfe reads
-        raise SourceNotFoundError.at(uri, f"no weight files ({listed}) in this folder")
+        raise no_weight_files(uri)
     for name in chosen + [c for c in MODEL_CONFIGS + ("adapter_config.json",) if c in names]:
         fs.get_file(f"{root}/{name}", str(staging / name))
     if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)

@@ -64,10 +64,7 @@ class LoraConfig:
 
 
 def _pattern_value(patterns: Mapping[str, Any], module: str, default: Any) -> Any:
-    for key, value in patterns.items():
-        if re.match(rf"(.*\.)?({key})$", module):
-            return value
-    return default
+    return next((value for key, value in patterns.items() if re.match(rf"(.*\.)?({key})$", module)), default)
 
 
 def read_lora_config(path: Path) -> LoraConfig:
@@ -130,7 +127,6 @@ class AdapterSource(TensorSource):
     def __init__(self, inner: TensorSource, lora: LoraConfig, folder: Path):
         self._inner = inner
         self.lora = lora
-        self.folder = folder
         self.provenance = inner.provenance
         self.provenance.format = "peft-lora"
         self.provenance.files = [str(folder / ADAPTER_CONFIG), *self.provenance.files]

@@ -1,12 +1,10 @@
-"""The registries of checkpoint file formats, folder kinds and reference kinds ("locations").
-
-A format, folder kind or location registers itself (as timm's ``register_model`` does) with
-:func:`register_format`, :func:`register_folder` or :func:`register_location`; this module holds the
-tables and the lookups :func:`wbfe.sources.open_source` and :mod:`wbfe.sources.local` use instead of if-chains.
-"""
+"""The registries of checkpoint file formats, folder kinds and reference kinds ("locations"): each registers itself (as
+timm's ``register_model`` does) with :func:`register_format`, :func:`register_folder` or :func:`register_location`, and
+the lookups here replace if-chains in :func:`wbfe.sources.open_source` and :mod:`wbfe.sources.local`."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zipfile
 import zlib
@@ -176,24 +174,16 @@ def format_of(path: Path) -> Optional[FileFormat]:
     with the longest suffix the name ends with; None when no format takes it."""
     formats = file_formats()
     name = path.name.lower()
-    best: tuple[int, Optional[FileFormat]] = (0, None)
-    index = False
-    for fmt in formats:
-        for suffix in fmt.suffixes + fmt.index_suffixes + fmt.named_suffixes:
-            if name.endswith(suffix) and len(suffix) > best[0]:
-                best, index = (len(suffix), fmt), suffix in fmt.index_suffixes
+    matched = [(len(suffix), fmt, suffix in fmt.index_suffixes) for fmt in formats
+               for suffix in fmt.suffixes + fmt.index_suffixes + fmt.named_suffixes if name.endswith(suffix)]
+    _, best, index = max(matched, key=lambda m: m[0], default=(0, None, False))  # the first of the longest
     if index:  # a shard index is JSON: bytes that look like another format do not make it one (found by fuzzing)
-        return best[1]
+        return best
+    head = b""
     if path.is_file():
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(HEAD_BYTES)
-        except OSError:
-            head = b""
-        for fmt in formats:
-            if fmt.sniff is not None and head and fmt.sniff(head, path):
-                return fmt
-    return best[1]
+        with contextlib.suppress(OSError), open(path, "rb") as fh:
+            head = fh.read(HEAD_BYTES)
+    return next((fmt for fmt in formats if fmt.sniff is not None and head and fmt.sniff(head, path)), best)
 
 
 def pick_files(names: Iterable[str]) -> list[str]:

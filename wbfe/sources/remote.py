@@ -1,10 +1,10 @@
 """Safetensors read remotely, one range request a tensor, nothing written to disk: each header validated by
 the local reader's code, through a :class:`~wbfe.sources.ranged.RangedFile` (HTTP or object store); by
-default streamed when larger than the free disk of the cache it would be downloaded into (docs/remote.md).
-"""
+default streamed when larger than the free disk of the cache it would be downloaded into (docs/remote.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -94,7 +94,8 @@ class RemoteSafetensorsSource(ShardedSafetensors):
 def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFile], *, stream: bool | None,
                        cache_dir: Path, sizes: Mapping[str, int] | None = None,
                        digests: Mapping[str, str] | None = None, commit: str | None = None, fmt: str | None = None,
-                       extra: Mapping[str, Any] | None = None) -> RemoteSafetensorsSource | None:
+                       configs: Iterable[str] = (), extra: Mapping[str, Any] | None = None
+                       ) -> RemoteSafetensorsSource | None:
     """Open the remote safetensors file (or shard index) ``name`` for streaming.
 
     Args:
@@ -104,57 +105,55 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
             that ignores ranges; True streams it or raises.
         sizes, digests: each file's size and SHA-256 where the server lists them (the hub does).
         commit: the commit every answer must come from (a hub ``X-Repo-Commit``), when known.
+        configs: the small files beside it that hold the model config (read as :func:`remote_config` reads them).
 
     Raises:
         RemoteReadError, RangeNotSupportedError, RemoteChangedError: the transport's errors.
         CorruptCheckpointError, TruncatedCheckpointError: an index or header that is not valid.
     """
     decide = stream is None  # by the free disk, once the checkpoint's size is known
-    opened: list[RangedFile] = []  # closed unless a source takes them
-    source: RemoteSafetensorsSource | None = None
     try:
-        index: RangedFile | None = None
-        if name.lower().endswith(".index.json"):
-            index = open_file(name)
-            opened.append(index)
-            planned = list(parse_weight_map(index.read_all(MAX_INDEX), index.name).items())
-            _check_commit(index, commit)
-            folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
-            shard_names: list[tuple[str, list[str] | None]] = [(folder + shard, listed) for shard, listed in planned]
-        else:
-            shard_names = [(name, None)]
-        if decide and sizes is not None and all(n in sizes for n, _ in shard_names):
-            if sum(sizes[n] for n, _ in shard_names) <= free_disk(cache_dir):
+        with contextlib.ExitStack() as opened:  # the files opened, closed unless a source takes them
+            index: RangedFile | None = None
+            if name.lower().endswith(".index.json"):
+                index = open_file(name)
+                opened.callback(index.close)
+                planned = list(parse_weight_map(index.read_all(MAX_INDEX), index.name).items())
+                _check_commit(index, commit)
+                folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+                shard_names: list[tuple[str, list[str] | None]] = [(folder + shard, names) for shard, names in planned]
+            else:
+                shard_names = [(name, None)]
+            if decide and sizes is not None and all(n in sizes for n, _ in shard_names):
+                if sum(sizes[n] for n, _ in shard_names) <= free_disk(cache_dir):
+                    return None
+                decide = False
+            shards = []
+            metadata: dict[str, str] = {}
+            for shard_name, listed in shard_names:
+                file = open_file(shard_name)
+                opened.callback(file.close)
+                head = file.head(FIRST_READ)
+                size = file.size or 0
+                n = header_length(head[:8], size, file.name)
+                raw = head[8:8 + n]
+                if len(raw) < n:  # a header longer than the first read: one more request
+                    raw += file.read_bytes(len(head), 8 + n - len(head))
+                header, meta = parse_header(raw, size, file.name)
+                _check_commit(file, commit)
+                metadata.update(meta)
+                shards.append((file, shard_name.rsplit("/", 1)[-1], listed, header, 8 + n, head))
+            if decide and sum(file.size or 0 for file, *_ in shards) <= free_disk(cache_dir):
                 return None
-            decide = False
-        shards = []
-        metadata: dict[str, str] = {}
-        for shard_name, listed in shard_names:
-            file = open_file(shard_name)
-            opened.append(file)
-            head = file.head(FIRST_READ)
-            size = file.size or 0
-            n = header_length(head[:8], size, file.name)
-            raw = head[8:8 + n]
-            if len(raw) < n:  # a header longer than the first read: one more request
-                raw += file.read_bytes(len(head), 8 + n - len(head))
-            header, meta = parse_header(raw, size, file.name)
-            _check_commit(file, commit)
-            metadata.update(meta)
-            shards.append((file, shard_name.rsplit("/", 1)[-1], listed, header, 8 + n, head))
-        if decide and sum(file.size or 0 for file, *_ in shards) <= free_disk(cache_dir):
-            return None
-        source = RemoteSafetensorsSource(ref, shards, index=index, index_name=name.rsplit("/", 1)[-1] if index else "",
-                                         fmt=fmt, metadata=metadata, digests=digests, extra=extra)
-        return source
+            source = RemoteSafetensorsSource(ref, shards, index=index, fmt=fmt, metadata=metadata, digests=digests,
+                                             index_name=name.rsplit("/", 1)[-1] if index else "", extra=extra)
+            opened.pop_all()  # the source closes them now
+            source.config = remote_config(configs, open_file)
+            return source
     except RangeNotSupportedError:
         if stream:
             raise
         return None  # by default a server without ranges means a download, as before
-    finally:
-        if source is None:
-            for opened_file in opened:
-                opened_file.close()
 
 
 def remote_config(names: Iterable[str], open_file: Callable[[str], RangedFile]) -> dict[str, Any] | None:
@@ -194,12 +193,10 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     name = path.rsplit("/", 1)[-1]
     if not name:  # an HTTP server has no folder listing wbfe could read, only a web page
         raise SourceNotFoundError.at(url, f"a URL of a folder; {NAME_A_FILE}")
-    if not is_safetensors_name(name):
-        if stream:
-            raise InvalidOptionError(f"{url}: --stream reads .safetensors files and .safetensors.index.json shard "
-                                     "indexes only; drop --stream to download it")
-        return open_uri(url)
-    if stream is False:
+    if stream and not is_safetensors_name(name):
+        raise InvalidOptionError(f"{url}: --stream reads .safetensors files and .safetensors.index.json shard "
+                                 "indexes only; drop --stream to download it")
+    if stream is False or not is_safetensors_name(name):
         return open_uri(url)
 
     def open_file(file_name: str) -> RemoteFile:

@@ -1,8 +1,6 @@
-"""Safetensors: one file, or shards listed by ``*.safetensors.index.json``, read one tensor at a time.
-
-The header is validated here, at least as strictly as the ``safetensors`` package, before any work;
-nothing past it is read until a tensor is asked for.
-"""
+"""Safetensors: one file, or shards listed by ``*.safetensors.index.json``, read one tensor at a time; the header
+is validated first, at least as strictly as by the ``safetensors`` package, and nothing past it is read until a
+tensor is asked for."""
 
 from __future__ import annotations
 
@@ -50,12 +48,9 @@ _POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linu
 
 
 def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Parse and validate a safetensors header at least as strictly as the ``safetensors`` package: a UTF-8
-    JSON object with unique keys, known dtypes, offsets that span each tensor's bytes exactly and tile the
-    data section with no gap or overlap, ``__metadata__`` mapping strings to strings.
-
-    Returns:
-        ``(tensors, metadata)``: per-tensor ``dtype``/``shape``/``data_offsets`` in file order, and ``__metadata__``.
+    """``(tensors, metadata)``: per-tensor ``dtype``/``shape``/``data_offsets`` in file order, and ``__metadata__``,
+    validated at least as strictly as by the ``safetensors`` package: a UTF-8 JSON object with unique keys, known
+    dtypes, offsets that span each tensor's bytes exactly and tile the data section, string metadata.
 
     Raises:
         TruncatedCheckpointError: the file ends before its header or its last tensor.
@@ -332,13 +327,10 @@ class SafetensorsSource(ShardedSafetensors):
         index = path if path.name.lower().endswith(".index.json") else None
         shards: list[tuple[Path, list[str] | None]] = list(index_shards(path)) if index else [(path, None)]
         files = [shard for shard, _ in shards]
-        metadata: dict[str, str] = {}
-        planned = []
-        for shard, listed in shards:
-            header, meta = read_header(shard)
-            metadata.update(meta)
-            planned.append((shard, shard.name, listed, header))
-        self.plan(planned, index.name if index else "")
+        headers = [read_header(shard) for shard in files]
+        self.plan([(shard, shard.name, listed, header) for (shard, listed), (header, _) in zip(shards, headers)],
+                  index.name if index else "")
+        metadata = {key: value for _, meta in headers for key, value in meta.items()}
         self.provenance = Provenance(source=ref, format=fmt or ("safetensors-sharded" if index else "safetensors"),
             files=[str(p) for p in ([index] if index else []) + files], pending=FileDigest(files),
             extra={"metadata": metadata} if metadata else {})

@@ -1,7 +1,6 @@
-"""Byte ranges of one object in an fsspec store (``s3://``, ``gs://``, ...), one ``cat_file`` request per
-range, pinned to the version first seen (where the store reports one and ``cat_file`` takes it; else
-checked with ``fs.info`` after each read), with :class:`~wbfe.sources.http_range.RetryPolicy`'s retries
-(docs/remote.md)."""
+"""Byte ranges of one object in an fsspec store (``s3://``, ``gs://``, ...), one ``cat_file`` request per range, pinned
+to the version first seen (where the store reports one and ``cat_file`` takes it; else checked with ``fs.info`` after
+each read), with :class:`~wbfe.sources.http_range.RetryPolicy`'s retries (docs/remote.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ from typing import Any, Callable, Mapping
 from wbfe.errors import RemoteReadError, TruncatedCheckpointError, WbfeError
 from wbfe.sources import http_range
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy, changed, said
+from wbfe.sources.object_store import object_identity
 from wbfe.sources.ranged import RangedFile
 
 __all__ = ["StoreFile"]
@@ -30,7 +30,6 @@ class StoreFile(RangedFile):
     """Byte ranges of one fsspec object (a :class:`~wbfe.sources.ranged.RangedFile`), read by any thread.
 
     Args:
-        identify: what of ``fs.info``'s answer names a version (the identity fields).
         info: ``fs.info``'s answer already at hand (of the store, not a cached listing): the first contact.
 
     Attributes:
@@ -39,16 +38,14 @@ class StoreFile(RangedFile):
 
     commit: str | None = None  # stores have no commits
 
-    def __init__(self, fs: Any, path: str, url: str, *, identify: Callable[[Mapping[str, Any]], dict[str, str]],
-                 info: Mapping[str, Any] | None = None, policy: RetryPolicy | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, fs: Any, path: str, url: str, *, info: Mapping[str, Any] | None = None,
+                 policy: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep):
         self.fs, self.path, self.url, self.name = fs, path, url, url
         self.size: int | None = None
         self.identity: str | None = None
         self.pinned: dict[str, Any] = {}
         self.requests = 0
         self.bytes_fetched = 0
-        self._identify = identify
         self._known = dict(info) if info is not None else None
         try:
             self._takes: Mapping[str, Any] = inspect.signature(fs.cat_file).parameters
@@ -95,7 +92,7 @@ class StoreFile(RangedFile):
         with self._lock:
             if self.size is None:
                 self.size = int(info.get("size") or 0)
-                self.identity = json.dumps(self._identify(info), sort_keys=True)
+                self.identity = json.dumps(object_identity(info), sort_keys=True)
                 # the keyword that makes cat_file read this version ({}: checked after each read instead)
                 self.pinned = next(({keyword: info[field]} for field, keyword in _VERSION_KEYS
                                     if info.get(field) not in (None, "", "null") and keyword in self._takes), {})
@@ -106,7 +103,7 @@ class StoreFile(RangedFile):
     def _check(self) -> None:
         """Refuse when the object's identity is no longer the pinned one."""
         try:
-            now = json.dumps(self._identify(self._info()), sort_keys=True)
+            now = json.dumps(object_identity(self._info()), sort_keys=True)
         except FileNotFoundError:
             raise changed(self.name, "it is gone") from None
         if now != self.identity:
