@@ -42,7 +42,6 @@ class EditSummary:
     """What an edit did.
 
     Attributes:
-        output: the file written.
         edited: ``{tensor name: components kept (smoothing) or removed (sharpening) per slice}``
             for every matrix changed.
         unchanged: ``{tensor name: why}`` for every weight matrix left as it was; every other tensor
@@ -178,11 +177,8 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
 
     Streamed one tensor at a time: ``editor`` is called on the floating-point tensors named in ``only``
     (None: every weight matrix ``layers`` selects), every other tensor copied byte for byte, the input's
-    metadata kept and ``extra_metadata`` added to it (its keys replace the input's).
-
-    Raises:
-        As :func:`smooth_checkpoint`.
-    """
+    metadata kept and ``extra_metadata`` added to it (its keys replace the input's). Raises as
+    :func:`smooth_checkpoint`."""
     from wbfe._deps import require_torch
     from wbfe.options import compile_layers
     from wbfe.render.files import check_output, local_files, local_reads, open_atomic, refuse_overlap
@@ -329,8 +325,7 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
             as WeightWatcher draws from NumPy's global generator after ``np.random.seed(seed)``).
         ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe.metrics.ww_compat`).
 
-    Raises:
-        As :func:`smooth_checkpoint`.
+    Raises as :func:`smooth_checkpoint`.
     """
     options = EditOptions(layers=layers, seed=seed, ww_compatible=ww_compatible)
     generator = np.random.RandomState(options.seed)
