@@ -118,14 +118,12 @@ def choose_head(
         return HeadChoice(_override(names, override), "option")
     why = None
     if description is not None:
-        # A row's own layout where it has one, else the description's.
         layers = [dict(layer, layout=layer["layout"] if isinstance(layer.get("layout"), str)
                        else description.layout_of(layer["name"])) for layer in layers]
         chosen = _from_description(names, skipped, description)
         if chosen is not None:
             return chosen
-        # Why the description named no head, said beside the rules' choice.
-        why = f"{description.framework}: {description.note}" if description.note else None
+        why = f"{description.framework}: {description.note}" if description.note else None  # beside the rules' head
     if hint is not None and hint in names:
         chosen = HeadChoice(hint, "config")
     else:  # steps 3 to 5: the config rules, names, structure

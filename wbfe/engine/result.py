@@ -119,7 +119,6 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     if unsplit:
         summary["experts_note"] = (f"{len(unsplit)} fused gate_up expert matrices of a model type without a known "
                                    "gate/up layout are scored unsplit (gate and up as one matrix)")
-    # Whether the paper's conditions for BFE-W hold, from the architecture the checkpoint describes.
     summary["bfe_applicability"] = applicability(description, config)
     if choice.note is not None:
         summary["head_note"] = choice.note

@@ -175,7 +175,6 @@ def _head(model: Any, arch: str, config: dict[str, Any]) -> tuple[Optional[str],
         labels = int(getattr(model.config, "num_labels", 0) or 0)
     if labels is None:
         return None, f"{arch} has no output embeddings or classifier (a base model); pass --head NAME"
-    # The classifier: the last dense or convolution layer with one output per label.
     found = [module for module in model.modules()
              if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d))
              and getattr(module, "out_features", getattr(module, "out_channels", None)) == labels]
