@@ -191,13 +191,12 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
                         else [left.shape[0], right.shape[1]])
     if kind == "linear" and lora.fan_in_fan_out:
         shape = shape[::-1]
-    singular = core_singular_values(left, right, scale)
     row: dict[str, Any] = {
         "name": name, "role": role_of(name, len(shape)), "kind": "lora", "lora_type": kind, "shape": shape,
         "dtype": module.a.dtype, "quant": None, "rows": left.shape[0], "cols": right.shape[1], "r": r,
         "lora_alpha": alpha, "scaling": scale, "n_eigs": r, "form": "rank-r",
     }
-    values, reasons = adapter_columns(singular, metric_options.lam)
+    values, reasons = adapter_columns(core_singular_values(left, right, scale), metric_options.lam)
     row.update(values)
     m = None
     if module.magnitude is not None:
