@@ -1,9 +1,8 @@
 """``wbfe.compare``: two checkpoints matrix by matrix: what changed, where, and by how much.
 
-Pairs are matched by name (after ``--map`` renames), or by graph order where both files describe it,
-and run through the engine's pipeline as a score's matrices do. docs/compare.md lists the columns,
-the summary, the folding rule and the pairing. (Named `comparison` so as not to shadow ``wbfe.compare``.)
-"""
+Pairs are matched by name (after ``--map`` renames), or by graph order where both files describe it, and run
+through the engine's pipeline as a score's matrices do. docs/compare.md lists the columns, the summary, the folding
+rule and the pairing. (Named `comparison` so as not to shadow ``wbfe.compare``.)"""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """SVD smoothing and sharpening of a checkpoint: WeightWatcher 0.7.7's ``SVDSmoothing`` and ``SVDSharpness``.
 
-Each weight matrix (each kernel position's slice of a convolution) loses some singular components:
-smoothing keeps the k largest, sharpening removes the correlation traps' ones. The checkpoint is
-streamed tensor by tensor into a safetensors file replaced atomically. docs/editing.md says how k
-is chosen and what ``ww_compatible=True`` reproduces.
-"""
+Each weight matrix (each kernel position's slice of a convolution) keeps its k largest singular components
+(smoothing) or loses the correlation traps' ones (sharpening), streamed tensor by tensor into a safetensors file
+replaced atomically. docs/editing.md says how k is chosen and what ``ww_compatible=True`` reproduces."""
 
 from __future__ import annotations
 

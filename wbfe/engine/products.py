@@ -71,12 +71,11 @@ class IntraChain:
         where None), its pairs and their masks' generator states fixed here, in chain order."""
         chain = cls(seed, sparsify=sparsify, ww_slices=ww_slices)
         order, aliases = (description.order, description.aliases) if description is not None else (None, None)
-        by_name = {plan.name: plan for plan in plans}
         pairs: dict[str, list[_Pair]] = {}
         previous: Optional[tuple[int, int]] = None
         previous_name = ""
-        for row in order_rows([{"name": plan.name} for plan in plans], order, aliases):
-            plan = by_name[row["name"]]
+        for row in order_rows([{"name": plan.name, "plan": plan} for plan in plans], order, aliases):
+            plan = row["plan"]
             shape = chain.member_shape(plan)
             if shape is None:
                 previous = None

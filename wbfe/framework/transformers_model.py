@@ -121,8 +121,7 @@ def _traced(model: Any, head: Optional[str], skeleton: bool, static: dict[str, A
     else the module tree's reading stands, ``dropout_read`` says why. Real weights are never run."""
     if head is None:
         return {}
-    on_meta = all(p.device.type == "meta" for p in model.parameters())
-    if not skeleton and not on_meta:
+    if not skeleton and not all(p.device.type == "meta" for p in model.parameters()):
         return {"dropout_read": "module tree: a built model with weights is not run"}
     if skeleton:
         # a tensor made with a fixed device (XLNet's torch.FloatTensor mask_emb) ignores the meta context
