@@ -315,15 +315,10 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
     """Write ``ref`` with the correlation-trap components removed from every weight matrix.
 
     Args:
-        ref: any checkpoint :func:`wbfe.sources.open_source` reads.
-        out: the safetensors file to write (replaced atomically).
-        layers: a regular expression; only matching tensors are edited.
+        ref, out, layers, ww_compatible: as for :func:`smooth_checkpoint`, which also lists the errors raised.
         seed: seed of the permutations (with each tensor's name; with ``ww_compatible``, the seed
             of one NumPy ``RandomState`` drawn from tensor after tensor in the checkpoint's order,
             as WeightWatcher draws from NumPy's global generator after ``np.random.seed(seed)``).
-        ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe.metrics.ww_compat`).
-
-    Raises as :func:`smooth_checkpoint`.
     """
     options = EditOptions(layers=layers, seed=seed, ww_compatible=ww_compatible)
     generator = np.random.RandomState(options.seed)
