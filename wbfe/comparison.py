@@ -90,9 +90,8 @@ class Comparison(ToJson):
         rows = [("A", self.model_a.get("source")), ("B", self.model_b.get("source")), ("pairs", len(self.layers)),
                 *self._headline()]
         cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(short_value(v))}</td></tr>" for k, v in rows)
-        top = self.summary.get("most_changed") or []
         changed = "".join(f"<tr><td>{html.escape(str(r['name']))}</td><td>{short_value(r['rel_frobenius'])}</td></tr>"
-                          for r in top)
+                          for r in self.summary.get("most_changed") or [])
         table = (f"<table><caption>most changed (relative Frobenius)</caption>{changed}</table>" if changed else "")
         return f"<table><caption>Comparison</caption>{cells}</table>{table}"
 
