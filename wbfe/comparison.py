@@ -395,8 +395,7 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
             summary[f"d_{column}_mean"] = column_mean(rows, f"d_{column}")[0]
             summary[f"d_{column}_head"] = by_name[head].get(f"d_{column}", math.nan) if head else math.nan
     summary.update(_folding(rows))
-    summary["most_changed"] = ranked("rel_frobenius")
-    summary["most_changed_spectrum"] = ranked("w1_log_eigs")
+    summary.update(most_changed=ranked("rel_frobenius"), most_changed_spectrum=ranked("w1_log_eigs"))
     return summary
 
 
