@@ -126,21 +126,22 @@ def test_read_ahead_keeps_peak_memory_within_budget(monkeypatch: pytest.MonkeyPa
         e = TensorEntry(name="x.weight", shape=shape, dtype=dtype, load=lambda: None)
         return e, plan_matrix(e.name, shape, dtype)
 
+    def read_ahead(*entries: tuple[TensorEntry, object]) -> bool:
+        """Whether the pipeline reads the last of ``entries`` ahead while the one before it (if any) is scored."""
+        with Pipeline(torch.device("cpu"), workers=1) as pipeline:
+            return [reading is not None for _, _, reading in pipeline.read_ahead(iter(entries))][-1]
+
     wide, tall, square, small = entry((1024, 16384)), entry((4096, 1024)), entry((2048, 2048)), entry((100, 100))
-    with Pipeline(torch.device("cpu"), workers=1) as pipeline:
-        pipeline._note(wide[0])
-        # 64 MiB scored + 8 MiB Gram + one 8 MiB float64 block + 64 MiB next <= 2.5 x 64 MiB
-        assert pipeline.may_read_ahead(wide[0], wide)
-        assert not pipeline.may_read_ahead(small[0], None)  # a thread hand-off costs more than it saves
-    with Pipeline(torch.device("cpu"), workers=1) as pipeline:
-        pipeline._note(square[0])
-        assert pipeline.may_read_ahead(square[0], square)  # 64 MiB in flight is always allowed
-        monkeypatch.setattr(pipeline_module, "_BUDGET_FLOOR", 0)
-        # 16 MiB scored + 32 MiB float64 LU copy + 16 MiB next > 2.5 x 16 MiB
-        assert not pipeline.may_read_ahead(square[0], square)
-        # 16 MiB scored + 8 MiB Gram + 32 MiB float64 copy (whole, for numpy) + 16 MiB > 2.5 x 16 MiB
-        assert not pipeline.may_read_ahead(tall[0], tall)
-        assert pipeline.may_read_ahead(tall[0], None)
+    # 64 MiB scored + 8 MiB Gram + one 8 MiB float64 block + 64 MiB next <= 2.5 x 64 MiB
+    assert read_ahead(wide, wide)
+    assert not read_ahead(small)  # a thread hand-off costs more than it saves
+    assert read_ahead(square, square)  # 64 MiB in flight is always allowed
+    monkeypatch.setattr(pipeline_module, "_BUDGET_FLOOR", 0)
+    # 16 MiB scored + 32 MiB float64 LU copy + 16 MiB next > 2.5 x 16 MiB
+    assert not read_ahead(square, square)
+    # 16 MiB scored + 8 MiB Gram + 32 MiB float64 copy (whole, for numpy) + 16 MiB > 2.5 x 16 MiB
+    assert not read_ahead(tall, tall)
+    assert read_ahead(tall)
 
 
 def _assert_scores_agree(st_file: Path, device: str, monkeypatch: pytest.MonkeyPatch) -> None:

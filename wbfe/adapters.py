@@ -44,8 +44,7 @@ class LoraModule:
 def lora_factors(a: Any, b: Any, *, embedding: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(left, right)`` in float64 with ΔW = s·left·right laid out as the base weight is, before any
     ``fan_in_fan_out`` transpose: B and A, or for an embedding (PEFT adds (B·A)ᵀ) Aᵀ and Bᵀ."""
-    a64 = to_numpy(a).astype(np.float64)
-    b64 = to_numpy(b).astype(np.float64)
+    a64, b64 = (to_numpy(x).astype(np.float64) for x in (a, b))
     if embedding:
         return a64.T, b64.T
     return b64.reshape(b64.shape[0], -1), a64.reshape(a64.shape[0], -1)
@@ -76,11 +75,9 @@ def adapter_columns(singular: np.ndarray, lam: Any) -> tuple[dict[str, Any], dic
                               "spectral_norm": float(singular[0]) if singular.size else 0.0}
     reasons: dict[str, str] = {}
     if not e.size or not e[-1] > 0.0:
+        columns = ("stable_rank", "effective_rank", "bfe", "lambda")
         why = "ΔW = 0: B (or A) is all zero, as PEFT initialises it (an untrained adapter)"
-        for column in ("stable_rank", "effective_rank", "bfe", "lambda"):
-            values[column] = math.nan
-            reasons[column] = why
-        return values, reasons
+        return {**values, **dict.fromkeys(columns, math.nan)}, dict.fromkeys(columns, why)
     values["stable_rank"] = float(e.sum() / e[-1])
     p = singular[singular > 0.0] / singular.sum()
     values["effective_rank"] = float(math.exp(-np.sum(p * np.log(p))))
@@ -194,13 +191,12 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
                         else [left.shape[0], right.shape[1]])
     if kind == "linear" and lora.fan_in_fan_out:
         shape = shape[::-1]
-    singular = core_singular_values(left, right, scale)
     row: dict[str, Any] = {
         "name": name, "role": role_of(name, len(shape)), "kind": "lora", "lora_type": kind, "shape": shape,
         "dtype": module.a.dtype, "quant": None, "rows": left.shape[0], "cols": right.shape[1], "r": r,
         "lora_alpha": alpha, "scaling": scale, "n_eigs": r, "form": "rank-r",
     }
-    values, reasons = adapter_columns(singular, metric_options.lam)
+    values, reasons = adapter_columns(core_singular_values(left, right, scale), metric_options.lam)
     row.update(values)
     m = None
     if module.magnitude is not None:

@@ -1,9 +1,8 @@
 """``wbfe.compare``: two checkpoints matrix by matrix: what changed, where, and by how much.
 
-Pairs are matched by name (after ``--map`` renames), or by graph order where both files describe it,
-and run through the engine's pipeline as a score's matrices do. docs/compare.md lists the columns,
-the summary, the folding rule and the pairing. (Named `comparison` so as not to shadow ``wbfe.compare``.)
-"""
+Pairs are matched by name (after ``--map`` renames), or by graph order where both files describe it, and run
+through the engine's pipeline as a score's matrices do. docs/compare.md lists the columns, the summary, the folding
+rule and the pairing. (Named `comparison` so as not to shadow ``wbfe.compare``.)"""
 
 from __future__ import annotations
 
@@ -91,9 +90,8 @@ class Comparison(ToJson):
         rows = [("A", self.model_a.get("source")), ("B", self.model_b.get("source")), ("pairs", len(self.layers)),
                 *self._headline()]
         cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(short_value(v))}</td></tr>" for k, v in rows)
-        top = self.summary.get("most_changed") or []
         changed = "".join(f"<tr><td>{html.escape(str(r['name']))}</td><td>{short_value(r['rel_frobenius'])}</td></tr>"
-                          for r in top)
+                          for r in self.summary.get("most_changed") or [])
         table = (f"<table><caption>most changed (relative Frobenius)</caption>{changed}</table>" if changed else "")
         return f"<table><caption>Comparison</caption>{cells}</table>{table}"
 
@@ -163,7 +161,7 @@ def compare(
     def planned(matched: Iterable[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]) -> Iterator[tuple[TensorEntry, MatrixPlan]]:
         for entry_a, entry_b, why in matched:
             if entry_a is None or entry_b is None:
-                only = entry_a if entry_a is not None else entry_b
+                only = entry_a or entry_b
                 assert only is not None
                 result.unmatched.append({"name": only.name, "side": "a" if entry_b is None else "b", "reason": why})
                 continue
@@ -176,8 +174,7 @@ def compare(
                 result.skipped.append({**base, "shape_b": list(entry_b.shape),
                                        "reason": f"shape differs: A {list(entry_a.shape)}, B {list(entry_b.shape)}"})
                 continue
-            plan_a = engine.plan_entry(entry_a, min_eigs=plan_eigs)
-            plan_b = engine.plan_entry(entry_b, min_eigs=plan_eigs)
+            plan_a, plan_b = (engine.plan_entry(entry, min_eigs=plan_eigs) for entry in (entry_a, entry_b))
             if isinstance(plan_a, Skip) or isinstance(plan_b, Skip):
                 reason = "; ".join(f"{lab}: {p.reason}" for lab, p in (("A", plan_a), ("B", plan_b)) if isinstance(p, Skip))
                 result.skipped.append({**base, "reason": reason})
@@ -220,14 +217,12 @@ def compare(
             progress(0, total, "")
         stream_a = _dense_entries(source_a, "a", result.skipped)
         stream_b = _dense_entries(source_b, "b", result.skipped)
-        pairing, note, pairs = "name", None, None
+        note, pairs = None, None
         orders = _orders(source_a, source_b, renames)
         if orders is not None:  # the names differ and both sides know their model's order
             listed_a, listed_b = list(stream_a), list(stream_b)
             pairs, note = _by_order(listed_a, listed_b, orders, plan_eigs, pattern, result.skipped)
             stream_a, stream_b = iter(listed_a), iter(listed_b)
-            if pairs is not None:
-                pairing = "graph order"
         matched = pairs if pairs is not None else _pairs(stream_a, stream_b, renames, pattern)
         for entry, plan, reading in pipeline.read_ahead(planned(matched)):
             assert isinstance(plan, MatrixPlan)
@@ -237,19 +232,14 @@ def compare(
             collect(pipeline)
         collect(pipeline, wait=True)
         description = source_a.description  # A's own, as a score of A finds its head (recorded in its provenance)
-        hint, config = source_a.head_hint, source_a.config
-        result.model_a = source_a.provenance.to_dict()
-        result.model_b = source_b.provenance.to_dict()
-    result.options["versions"] = installed_versions()
-    result.options["device"] = str(context.device)
-    if not result.layers:
-        raise NoUsableMatrixError(
-            f"no matrix of {result.model_a.get('source')} has a comparable counterpart in {result.model_b.get('source')} "
-            f"({len(result.unmatched)} unmatched, {len(result.skipped)} skipped)"
-            + (f"; not paired by graph order: {note}" if note else "")
-        )
-    result.summary = _summarise(result, groups, hint=hint, config=config, description=description)
-    result.summary["pairing"] = pairing
+        result.model_a, result.model_b = source_a.provenance.to_dict(), source_b.provenance.to_dict()
+        if not result.layers:
+            raise NoUsableMatrixError(f"no matrix of {result.model_a.get('source')} has a comparable counterpart in "
+                                      f"{result.model_b.get('source')} ({len(result.unmatched)} unmatched, "
+                                      f"{len(result.skipped)} skipped)" + (f"; not paired by graph order: {note}" if note else ""))
+        result.summary = _summarise(result, groups, hint=source_a.head_hint, config=source_a.config, description=description)
+    result.options.update(versions=installed_versions(), device=str(context.device))
+    result.summary["pairing"] = "name" if pairs is None else "graph order"
     if note:
         result.summary["pairing_note"] = note
     return result
@@ -278,17 +268,15 @@ def _orders(source_a: Any, source_b: Any,
             renames: Sequence[tuple[re.Pattern[str], str]]) -> Optional[tuple[FrameworkDescription, FrameworkDescription]]:
     """Both sides' own descriptions when both are graph-ordered and no renamed name of A is a name of B."""
     da, db = source_a.own_description, source_b.own_description
-    if da is None or db is None or not da.order or not db.order:
-        return None
-    if da.framework not in _GRAPH_ORDERED or db.framework not in _GRAPH_ORDERED:
+    if not all(d is not None and d.order and d.framework in _GRAPH_ORDERED for d in (da, db)):
         return None
     names_b = set(db.order) | set(db.aliases)
-    for name in da.order:
-        for regex, repl in renames:
-            name = regex.sub(repl, name)
-        if name in names_b:
-            return None
-    return da, db
+    return None if any(_renamed(name, renames) in names_b for name in da.order) else (da, db)
+
+
+def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]]) -> str:
+    """``name`` after every ``--map`` rename, in order."""
+    return functools.reduce(lambda text, rename: rename[0].sub(rename[1], text), renames, name)
 
 
 def _by_order(
@@ -317,8 +305,7 @@ def _by_order(
         return None, f"A has {len(found_a)} matrices, B {len(found_b)}"
     pairs: list[tuple[Optional[TensorEntry], Optional[TensorEntry], str]] = []
     for a, b in zip(found_a, found_b):
-        shape_a = (*out_in(a.shape, a.layout), *a.shape[2:])
-        shape_b = (*out_in(b.shape, b.layout), *b.shape[2:])
+        shape_a, shape_b = ((*out_in(e.shape, e.layout), *e.shape[2:]) for e in (a, b))
         if shape_a != shape_b:
             return None, (f"matrix {len(pairs) + 1} in order differs in shape: {a.name!r} {list(shape_a)}, "
                           f"{b.name!r} {list(shape_b)} (out x in x k...)")
@@ -342,32 +329,25 @@ def _pairs(
     waiting_a: dict[str, TensorEntry] = {}
     waiting_b: dict[str, TensorEntry] = {}
     claimed: dict[str, str] = {}  # B name -> the A name matched (or waiting) for it
-    a_done = b_done = False
-    while not (a_done and b_done):
-        if not a_done:
-            entry_a = next(stream_a, None)
-            if entry_a is None:
-                a_done = True
-            else:
-                key = entry_a.name
-                for regex, repl in renames:
-                    key = regex.sub(repl, key)
-                if key in claimed:
-                    yield entry_a, None, f"maps to {key!r}, as {claimed[key]!r} already does"
+    live = {"a": stream_a, "b": stream_b}
+    while live:
+        for side in list(live):  # one entry of A, then one of B
+            entry = next(live[side], None)
+            if entry is None:
+                del live[side]
+            elif side == "b":
+                if entry.name in waiting_a:
+                    yield _selected(waiting_a.pop(entry.name), entry, pattern)
                 else:
-                    claimed[key] = entry_a.name
-                    if key in waiting_b:
-                        yield _selected(entry_a, waiting_b.pop(key), pattern)
-                    else:
-                        waiting_a[key] = entry_a
-        if not b_done:
-            entry_b = next(stream_b, None)
-            if entry_b is None:
-                b_done = True
-            elif entry_b.name in waiting_a:
-                yield _selected(waiting_a.pop(entry_b.name), entry_b, pattern)
+                    waiting_b[entry.name] = entry
+            elif (key := _renamed(entry.name, renames)) in claimed:
+                yield entry, None, f"maps to {key!r}, as {claimed[key]!r} already does"
             else:
-                waiting_b[entry_b.name] = entry_b
+                claimed[key] = entry.name
+                if key in waiting_b:
+                    yield _selected(entry, waiting_b.pop(key), pattern)
+                else:
+                    waiting_a[key] = entry
     for key, entry in waiting_a.items():
         yield entry, None, f"no tensor {key!r} in B" + ("" if key == entry.name else " (after --map)")
     for entry in waiting_b.values():
@@ -415,8 +395,7 @@ def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[st
             summary[f"d_{column}_mean"] = column_mean(rows, f"d_{column}")[0]
             summary[f"d_{column}_head"] = by_name[head].get(f"d_{column}", math.nan) if head else math.nan
     summary.update(_folding(rows))
-    summary["most_changed"] = ranked("rel_frobenius")
-    summary["most_changed_spectrum"] = ranked("w1_log_eigs")
+    summary.update(most_changed=ranked("rel_frobenius"), most_changed_spectrum=ranked("w1_log_eigs"))
     return summary
 
 

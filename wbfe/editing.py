@@ -1,10 +1,8 @@
 """SVD smoothing and sharpening of a checkpoint: WeightWatcher 0.7.7's ``SVDSmoothing`` and ``SVDSharpness``.
 
-Each weight matrix (each kernel position's slice of a convolution) loses some singular components:
-smoothing keeps the k largest, sharpening removes the correlation traps' ones. The checkpoint is
-streamed tensor by tensor into a safetensors file replaced atomically. docs/editing.md says how k
-is chosen and what ``ww_compatible=True`` reproduces.
-"""
+Each weight matrix (each kernel position's slice of a convolution) keeps its k largest singular components
+(smoothing) or loses the correlation traps' ones (sharpening), streamed tensor by tensor into a safetensors file
+replaced atomically. docs/editing.md says how k is chosen and what ``ww_compatible=True`` reproduces."""
 
 from __future__ import annotations
 
@@ -42,7 +40,6 @@ class EditSummary:
     """What an edit did.
 
     Attributes:
-        output: the file written.
         edited: ``{tensor name: components kept (smoothing) or removed (sharpening) per slice}``
             for every matrix changed.
         unchanged: ``{tensor name: why}`` for every weight matrix left as it was; every other tensor
@@ -178,11 +175,8 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
 
     Streamed one tensor at a time: ``editor`` is called on the floating-point tensors named in ``only``
     (None: every weight matrix ``layers`` selects), every other tensor copied byte for byte, the input's
-    metadata kept and ``extra_metadata`` added to it (its keys replace the input's).
-
-    Raises:
-        As :func:`smooth_checkpoint`.
-    """
+    metadata kept and ``extra_metadata`` added to it (its keys replace the input's). Raises as
+    :func:`smooth_checkpoint`."""
     from wbfe._deps import require_torch
     from wbfe.options import compile_layers
     from wbfe.render.files import check_output, local_files, local_reads, open_atomic, refuse_overlap
@@ -321,16 +315,10 @@ def sharpen_checkpoint(ref: Any, out: Union[str, Path], *, layers: Optional[str]
     """Write ``ref`` with the correlation-trap components removed from every weight matrix.
 
     Args:
-        ref: any checkpoint :func:`wbfe.sources.open_source` reads.
-        out: the safetensors file to write (replaced atomically).
-        layers: a regular expression; only matching tensors are edited.
+        ref, out, layers, ww_compatible: as for :func:`smooth_checkpoint`, which also lists the errors raised.
         seed: seed of the permutations (with each tensor's name; with ``ww_compatible``, the seed
             of one NumPy ``RandomState`` drawn from tensor after tensor in the checkpoint's order,
             as WeightWatcher draws from NumPy's global generator after ``np.random.seed(seed)``).
-        ww_compatible: WeightWatcher 0.7.7's edit exactly (:mod:`wbfe.metrics.ww_compat`).
-
-    Raises:
-        As :func:`smooth_checkpoint`.
     """
     options = EditOptions(layers=layers, seed=seed, ww_compatible=ww_compatible)
     generator = np.random.RandomState(options.seed)

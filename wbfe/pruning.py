@@ -113,8 +113,6 @@ class PruneReport(ToJson):
         return _frame(self.rows)
 
 
-# ---------------------------------------------------------------- the math (pure functions)
-
 def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: float,
              mapping: str = "value", reverse: bool = False) -> np.ndarray:
     """Per-matrix sparsities whose ``params``-weighted mean is ``target``, from the finite ``values``
@@ -159,8 +157,6 @@ def magnitude_prune(w: np.ndarray, zeros: int) -> np.ndarray:
     flat[np.argsort(np.abs(flat), kind="stable")[:max(zeros, 0)]] = 0
     return flat.reshape(np.shape(w))
 
-
-# ---------------------------------------------------------------- the library calls
 
 def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank", spread: float = 0.2, mapping: str = "value",
              reverse: bool = False, exclude: Any = ("head", "embedding"), layers: Optional[str] = None,
@@ -229,8 +225,6 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
                              for r in allocation.rows])
 
 
-# ---------------------------------------------------------------- helpers
-
 def _options(options: Optional[PruneOptions], **given: Any) -> PruneOptions:
     """Built from the keywords, or the one given (the keywords then at their defaults)."""
     if options is None:
@@ -259,8 +253,7 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
 
     rows, excluded = [], []
     for layer in result.layers:
-        role, shape = layer.get("role", ""), tuple(layer.get("shape") or ())
-        dtype = str(layer.get("dtype", ""))
+        role, shape, dtype = layer.get("role", ""), tuple(layer.get("shape") or ()), str(layer.get("dtype", ""))
         why = (f"role {role} excluded" if role in options.exclude
                else f"{len(shape)}-D tensor: only 2-D and 4-D weights are pruned" if len(shape) not in _PRUNABLE_NDIM
                else f"stored as {dtype}: only float64, float32, float16 and bfloat16 weights are pruned"
@@ -279,13 +272,11 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
         raise NoUsableMatrixError(f"{result.model.get('source')}: no matrix left to prune: all {len(excluded)} scored "
                                   f"are left out ({'; '.join(reasons)}); --exclude '' prunes every role",
                                   ref=str(result.model.get("source")))
-    shares = np.full(len(rows), options.target)
-    if options.by != "uniform":
-        shares = allocate(_filled(rows, options.by), np.array([r["params"] for r in rows]), options.target,
-                          spread=options.spread, mapping=options.mapping, reverse=options.reverse)
+    shares = (np.full(len(rows), options.target) if options.by == "uniform"
+              else allocate(_filled(rows, options.by), np.array([r["params"] for r in rows]), options.target,
+                            spread=options.spread, mapping=options.mapping, reverse=options.reverse))
     for row, s in zip(rows, shares):
-        row["sparsity"] = float(s)
-        row["zeros"] = int(round(float(s) * row["params"]))
+        row.update(sparsity=float(s), zeros=int(round(float(s) * row["params"])))
     return Allocation(options=options, rows=rows, excluded=excluded, source=str(result.model.get("source", "")))
 
 

@@ -81,9 +81,6 @@ def score(
             downloads first, None streams when the files are larger than the free disk; with ``base``, for
             whichever of the adapter and its base is remote.
 
-    Returns:
-        A :class:`ModelScore`.
-
     Raises:
         InvalidOptionError: a bad option value. The errors of :func:`wbfe.sources.open_source`.
         NoUsableMatrixError: every weight matrix was skipped.
@@ -113,11 +110,8 @@ def score(
 
 def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: Optional[Progress] = None) -> ModelScore:
     """:func:`score` in this process: the engine's path, or, for a PEFT LoRA adapter folder (or
-    with ``base``), :func:`wbfe.adapters.score_adapter`. The executors run this where they run.
-
-    Raises:
-        The errors of :func:`score`.
-    """
+    with ``base``), :func:`wbfe.adapters.score_adapter`. The executors run this where they run; it raises
+    as :func:`score` does."""
     from wbfe.sources.peft_adapter import AdapterSource
 
     # With --base, --stream streams whichever of the adapter and its base is remote and reads the other.

@@ -26,8 +26,7 @@ def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
     matrix (a product and a partial eigen-solve, cheaper than a dense SVD), the other side as M·v / s."""
     from scipy.linalg import eigh
 
-    rows, cols = matrix.shape
-    wide = rows <= cols
+    wide = matrix.shape[0] <= matrix.shape[1]
     gram = matrix @ matrix.T if wide else matrix.T @ matrix
     p = gram.shape[0]
     k = min(k, p)
@@ -118,8 +117,7 @@ def matrix_change(
     b64 -= a64  # B − A, in place: two float64 copies at most
     del a64
     norm_d = _norm(b64)
-    row["frobenius_delta"] = norm_d / factor
-    row["rel_frobenius"] = norm_d / norm_a
+    row.update(frobenius_delta=norm_d / factor, rel_frobenius=norm_d / norm_a)
     if norm_d > 0.0:
         spectral_d = float(top_singular(b64, 1)[1][0])
         row["spectral_delta"] = spectral_d / factor
@@ -127,11 +125,8 @@ def matrix_change(
         in_range = 1e-150 < spectral_d and norm_d < 1e150
         row["stable_rank_delta"] = norm_d ** 2 / spectral_d ** 2 if in_range else (norm_d / spectral_d) ** 2
     else:
-        row["spectral_delta"] = 0.0
-        row["stable_rank_delta"] = math.nan
+        row.update(spectral_delta=0.0, stable_rank_delta=math.nan)
         reasons["stable_rank_delta"] = "B − A = 0: no change to take the rank of"
-    row["top_k"] = min(u_a.shape[1], u_b.shape[1])
-    row["overlap_in"] = subspace_overlap(v_a, v_b)
-    row["overlap_out"] = subspace_overlap(u_a, u_b)
-    row["reasons"] = reasons
+    row.update(top_k=min(u_a.shape[1], u_b.shape[1]), overlap_in=subspace_overlap(v_a, v_b),
+               overlap_out=subspace_overlap(u_a, u_b), reasons=reasons)
     return row

@@ -119,8 +119,7 @@ def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dic
         for entry, plan in stream(source, options):
             if entry.name not in wanted or isinstance(plan, Skip):
                 continue
-            matrices = matrices_of(entry.load(), plan, ww_slices=options.conventions.ww_slices)
-            spec = planned_spectrum(matrices, plan, device)
+            spec = planned_spectrum(matrices_of(entry.load(), plan, ww_slices=options.conventions.ww_slices), plan, device)
             assert spec.eigs is not None  # asked for
             # in true units (a matrix whose Gram matrix left float64's range was scaled by a power of two)
             out[entry.name] = np.asarray(spec.eigs, dtype=float) * np.exp(spec.log_scale)
@@ -164,14 +163,9 @@ def score_intra(
             if isinstance(spec, DegenerateMatrixError):
                 rows.append({**row, "n_eigs": 0, "reasons": {"spectrum": str(spec)}})
                 continue
-            row["n_eigs"] = spec.n_eigs
-            reasons: dict[str, str] = {}
-            for group in context.groups:
-                result = group.compute(spec, context.metric_options)
-                row.update(result.values)
-                reasons.update(result.reasons)
-            row["reasons"] = reasons
-            rows.append(row)
+            outs = [group.compute(spec, context.metric_options) for group in context.groups]
+            rows.append({**row, "n_eigs": spec.n_eigs, **{k: v for out in outs for k, v in out.values.items()},
+                         "reasons": {k: v for out in outs for k, v in out.reasons.items()}})
 
     with open_source(ref) as source, Pipeline(context.device) as pipeline:
         planned = [(entry, plan) for entry, plan in stream(source, settings) if isinstance(plan, MatrixPlan)]

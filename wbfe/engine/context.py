@@ -24,7 +24,5 @@ class Context:
     @classmethod
     def of(cls, options: ScoreOptions) -> "Context":
         """Resolve ``options`` (groups by name, the device)."""
-        return cls(
-            options=options, groups=resolve_groups(options.metrics), device=resolve_device(options.device),
-            metric_options=MetricOptions.from_score_options(options),
-        )
+        return cls(options=options, groups=resolve_groups(options.metrics), device=resolve_device(options.device),
+                   metric_options=MetricOptions.from_score_options(options))

@@ -35,15 +35,11 @@ _DOWN = re.compile(r"(down|output_linear|w2)")
 
 
 def _value(config: Optional[dict[str, Any]], key: str) -> Any:
-    if not config:
-        return None
-    if key in config:
-        return config[key]
-    for sub in ("text_config", "language_config", "llm_config"):
-        inner = config.get(sub)
-        if isinstance(inner, dict) and key in inner:
-            return inner[key]
-    return None
+    """``key`` of the config or of a multimodal model's language model's config."""
+    if not config or key in config:
+        return (config or {}).get(key)
+    return next((inner[key] for sub in ("text_config", "language_config", "llm_config")
+                 if isinstance(inner := config.get(sub), dict) and key in inner), None)
 
 
 def _under_experts(name: str) -> bool:

@@ -49,12 +49,7 @@ def head_rank(name: str) -> Optional[int]:
     """Preference of ``name`` as a head by its module name (0 best), None if its name is no head's."""
     # the module path without the ``.weight``/``/kernel:0`` suffix and numeric indices
     parts = [p for p in re.split(r"[./]", _KERAS_SUFFIX.sub("", name)) if p and not p.isdigit()]
-    if not parts:
-        return None
-    for rank, names in enumerate(HEAD_NAMES):
-        if parts[-1] in names:
-            return rank
-    return None
+    return next((rank for rank, names in enumerate(HEAD_NAMES) if parts and parts[-1] in names), None)
 
 
 def find_head(names: Sequence[str], override: Optional[str] = None) -> Optional[str]:
@@ -123,19 +118,16 @@ def choose_head(
         return HeadChoice(_override(names, override), "option")
     why = None
     if description is not None:
-        # A row's own layout where it has one, else the description's.
         layers = [dict(layer, layout=layer["layout"] if isinstance(layer.get("layout"), str)
                        else description.layout_of(layer["name"])) for layer in layers]
         chosen = _from_description(names, skipped, description)
         if chosen is not None:
             return chosen
-        # Why the description named no head, said beside the rules' choice.
-        why = f"{description.framework}: {description.note}" if description.note else None
-    if hint is not None and hint in names:  # steps 3 to 5: the config rules, names, structure
+        why = f"{description.framework}: {description.note}" if description.note else None  # beside the rules' head
+    if hint is not None and hint in names:
         chosen = HeadChoice(hint, "config")
-    else:
-        by_config = _from_config(layers, config) if config else None
-        chosen = by_config or _by_name(layers, skipped) or _by_structure(layers)
+    else:  # steps 3 to 5: the config rules, names, structure
+        chosen = (_from_config(layers, config) if config else None) or _by_name(layers, skipped) or _by_structure(layers)
     if why and chosen.note is None:
         chosen = HeadChoice(chosen.name, chosen.source, why)
     return chosen
@@ -229,12 +221,11 @@ def _terminal_rows(layers: Sequence[dict[str, Any]], exclude: tuple[str, ...] = 
 
 
 def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> HeadChoice:
-    found = [layer["name"] for layer in layers if layer.get("role") not in ("embedding", "router")
-             and out_in(layer["shape"], layer.get("layout", OUT_IN))[0] == rows]
     # A matrix whose output another reads only has the head's size by chance (GPT-2's MLP is 4 x 768 wide,
     # Falcon's 4 x hidden: a vocabulary that size in a tiny model).
     terminal = set(_terminal_rows(layers, exclude=()))
-    found = [name for name in found if name in terminal]
+    found = [layer["name"] for layer in layers if layer.get("role") not in ("embedding", "router")
+             and out_in(layer["shape"], layer.get("layout", OUT_IN))[0] == rows and layer["name"] in terminal]
     if not found:
         return HeadChoice(None, None)
     return HeadChoice(found[-1], "config", None if len(found) == 1 else

@@ -37,9 +37,7 @@ Planned = Union[Skip, MatrixPlan]
 def worker_count(device: "Device") -> int:
     """How many matrices to score side by side: the BLAS threads the environment allows (``OPENBLAS_NUM_THREADS``, else
     ``OMP_NUM_THREADS``, else the CPUs this process may run on); 1 on a GPU."""
-    if device.type != "cpu":
-        return 1
-    return blas_threads()
+    return 1 if device.type != "cpu" else blas_threads()
 
 
 class Reading:
@@ -98,19 +96,6 @@ class Pipeline:
     def _budget(self) -> int:
         return max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
 
-    def _note(self, entry: TensorEntry) -> None:
-        self._largest = max(self._largest, self._loaded(entry))
-
-    def may_read_ahead(self, entry: TensorEntry, held: Optional[tuple[TensorEntry, Planned]]) -> bool:
-        """Large enough to gain, and small enough that the jobs on the workers, the tensor about to
-        be scored with its float64 work, and this one stay within the budget."""
-        if math.prod(entry.shape) < _READ_AHEAD_ELEMENTS:
-            return False
-        pending = 0
-        if held is not None and isinstance(held[1], MatrixPlan):
-            pending = self._cost(held[0], held[1])
-        return self._in_flight + pending + self._loaded(entry) <= self._budget()
-
     def read_ahead(self, planned: Iterator[tuple[TensorEntry, Planned]]) -> Iterator[tuple[TensorEntry, Planned, Optional[Reading]]]:
         """Each entry with its plan and, for a large matrix within budget, its tensor being read
         on the read-ahead thread while the entry before it is scored. A source's ``load`` may then
@@ -120,8 +105,12 @@ class Pipeline:
         for entry, plan in planned:
             reading = None
             if isinstance(plan, MatrixPlan):
-                self._note(entry)
-                if self.may_read_ahead(entry, held[:2] if held is not None else None):
+                self._largest = max(self._largest, self._loaded(entry))
+                # Large enough to gain, and small enough that the jobs on the workers, the tensor about to be
+                # scored with its float64 work, and this one stay within the budget.
+                pending = self._cost(held[0], held[1]) if held is not None and isinstance(held[1], MatrixPlan) else 0
+                if (math.prod(entry.shape) >= _READ_AHEAD_ELEMENTS
+                        and self._in_flight + pending + self._loaded(entry) <= self._budget()):
                     # Import here, not in the read-ahead thread, the torch that ``entry.load`` would import (a
                     # bfloat16 or float8 tensor is held by torch): another thread must not see it half-imported.
                     if not torch_loaded() and not holds_without_torch(str(entry.dtype)) and torch_installed():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator, NamedTuple, Optional, Union
 
-
 from wbfe.engine.experts import expand_experts
 from wbfe.engine.matrices import MIN_BFE_EIGS, ConvView, MatrixPlan, Skip, as_matrices, plan_matrix
 from wbfe.linalg.arrays import to_numpy

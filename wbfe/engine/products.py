@@ -4,6 +4,7 @@ more row (role and convention ``intra``, named ``"<first> X <second>"``) right a
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -46,7 +47,7 @@ class _Member(NamedTuple):
 class _Pair(NamedTuple):
     first: str
     second: str
-    state: Any  # the generator's state before this pair's mask (None: no mask)
+    rng: Optional[np.random.RandomState]  # the generator as this pair's mask draws from it (None: no mask)
 
 
 class IntraChain:
@@ -70,26 +71,22 @@ class IntraChain:
         where None), its pairs and their masks' generator states fixed here, in chain order."""
         chain = cls(seed, sparsify=sparsify, ww_slices=ww_slices)
         order, aliases = (description.order, description.aliases) if description is not None else (None, None)
-        by_name = {plan.name: plan for plan in plans}
         pairs: dict[str, list[_Pair]] = {}
         previous: Optional[tuple[int, int]] = None
         previous_name = ""
-        for row in order_rows([{"name": plan.name} for plan in plans], order, aliases):
-            plan = by_name[row["name"]]
+        for row in order_rows([{"name": plan.name, "plan": plan} for plan in plans], order, aliases):
+            plan = row["plan"]
             shape = chain.member_shape(plan)
             if shape is None:
                 previous = None
                 continue
-            if previous is not None:
-                aligned = aligned_shapes(previous, shape)
-                if aligned is not None:
-                    state = None
-                    if chain.rng is not None:
-                        state = chain.rng.get_state()
-                        intra_mask(chain.rng, aligned[2])  # advance as WeightWatcher's draw does
-                    pair = _Pair(previous_name, plan.name, state)
-                    pairs.setdefault(pair.first, []).append(pair)
-                    pairs.setdefault(pair.second, []).append(pair)
+            aligned = aligned_shapes(previous, shape) if previous is not None else None
+            if aligned is not None:
+                pair = _Pair(previous_name, plan.name, copy.deepcopy(chain.rng))
+                if chain.rng is not None:
+                    intra_mask(chain.rng, aligned[2])  # advance as WeightWatcher's draw does
+                pairs.setdefault(pair.first, []).append(pair)
+                pairs.setdefault(pair.second, []).append(pair)
             previous, previous_name = shape, plan.name
         chain.pairs = pairs
         return chain
@@ -129,11 +126,7 @@ class IntraChain:
         out = []
         for pair in mine:
             if pair.first in self.held and pair.second in self.held:
-                rng = None
-                if pair.state is not None:
-                    rng = np.random.RandomState()
-                    rng.set_state(pair.state)
-                out.append(_product(pair.first, self.held[pair.first], pair.second, self.held[pair.second], rng))
+                out.append(_product(pair.first, self.held[pair.first], pair.second, self.held[pair.second], pair.rng))
                 self._release(pair)
         return out
 
@@ -157,9 +150,7 @@ class IntraChain:
         previous, self.previous = self.previous, plan.name
         before = self.held.pop(previous) if previous is not None else None
         self.held = {plan.name: w}
-        if previous is None or before is None:
-            return []
-        if aligned_shapes(before.matrix.shape, w.matrix.shape) is None:
+        if previous is None or before is None or aligned_shapes(before.matrix.shape, w.matrix.shape) is None:
             return []
         return [_product(previous, before, plan.name, w, self.rng)]
 

@@ -8,7 +8,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -47,9 +47,8 @@ class ModelScore(ToJson):
     def to_pandas(self) -> Any:
         """One row per analysed matrix (requires pandas)."""
         pd = require("pandas", "to_pandas() needs pandas (pip install pandas)")
-        rows = [{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
-                for layer in self.layers]
-        return pd.DataFrame(rows)
+        return pd.DataFrame([{k: (v if not isinstance(v, (list, dict)) else json.dumps(v)) for k, v in layer.items()}
+                             for layer in self.layers])
 
     def _headline(self) -> list[tuple[str, Any]]:
         """The summary numbers a reader looks at first, in display order."""
@@ -86,8 +85,7 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
         raise NoUsableMatrixError(f"{source}: no usable weight matrix ({len(skipped)} tensors skipped"
                                   + (f" — {reasons}" if reasons else "") + ")", ref=source)
     if description is not None:
-        order, aliases = description.order, description.aliases
-        layers = _with_products(layers, lambda rows: order_rows(rows, order, aliases))
+        layers = _with_products(layers, description.order, description.aliases)
         skipped = order_rows(skipped, description.order, description.aliases)
     products = [layer for layer in layers if layer.get("role") == INTRA]
     every = layers
@@ -121,7 +119,6 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     if unsplit:
         summary["experts_note"] = (f"{len(unsplit)} fused gate_up expert matrices of a model type without a known "
                                    "gate/up layout are scored unsplit (gate and up as one matrix)")
-    # Whether the paper's conditions for BFE-W hold, from the architecture the checkpoint describes.
     summary["bfe_applicability"] = applicability(description, config)
     if choice.note is not None:
         summary["head_note"] = choice.note
@@ -130,10 +127,9 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     return ModelScore(model=model, layers=every, skipped=skipped, summary=summary)
 
 
-def _with_products(layers: list[dict[str, Any]],
-                   order: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """``order`` applied to the matrices' rows, each product's row (``"<first> X <second>"``) right
-    after its second matrix's row (after the row it followed in the stream if that one has none)."""
+def _with_products(layers: list[dict[str, Any]], order: Sequence[str], aliases: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The matrices' rows in ``order``, each product's row (``"<first> X <second>"``) right after its second
+    matrix's row (after the row it followed in the stream if that one has none)."""
     after: dict[Optional[str], list[dict[str, Any]]] = {}
     previous: Optional[str] = None
     names = {layer["name"] for layer in layers if layer.get("role") != INTRA}
@@ -144,9 +140,9 @@ def _with_products(layers: list[dict[str, Any]],
         else:
             previous = layer["name"]
     if not after:
-        return order(layers)
+        return order_rows(layers, order, aliases)
     out = list(after.get(None, []))
-    for layer in order([layer for layer in layers if layer.get("role") != INTRA]):
+    for layer in order_rows([layer for layer in layers if layer.get("role") != INTRA], order, aliases):
         out.append(layer)
         out.extend(after.get(layer["name"], []))
     return out
@@ -161,10 +157,7 @@ def _means_by(layers: list[dict[str, Any]], key: str, columns: list[str]) -> dic
     out: dict[str, dict[str, Any]] = {}
     for value in dict.fromkeys(str(layer.get(key)) for layer in layers if layer.get(key)):
         members = [layer for layer in layers if str(layer.get(key)) == value]
-        entry: dict[str, Any] = {"n": len(members)}
-        for column in columns:
-            entry[f"{column}_mean"] = column_mean(members, column)[0]
-        out[value] = entry
+        out[value] = {"n": len(members), **{f"{column}_mean": column_mean(members, column)[0] for column in columns}}
     return out
 
 

@@ -115,14 +115,12 @@ def applicability(description: Optional[FrameworkDescription],
         ('fails', 'unknown')
     """
     if description is None:
-        if config:
-            why = ("its config.json names no model wbfe could build here (see model.framework), so the path into "
-                   f"the head cannot be checked; {_CONDITION}: install the framework it names (transformers, timm) "
-                   "to decide")
-        else:
-            why = ("no description of the model (a bare state dict, or weights without config.json), so the path "
-                   f"into the head cannot be checked; {_CONDITION}: add the model's config.json beside the weights, "
-                   "or score the framework's own file (.keras, .h5, .gguf), to decide")
+        why = ("its config.json names no model wbfe could build here (see model.framework), so the path into "
+               f"the head cannot be checked; {_CONDITION}: install the framework it names (transformers, timm) "
+               "to decide" if config else
+               "no description of the model (a bare state dict, or weights without config.json), so the path "
+               f"into the head cannot be checked; {_CONDITION}: add the model's config.json beside the weights, "
+               "or score the framework's own file (.keras, .h5, .gguf), to decide")
         short = ("its config.json names no model wbfe could build here: install the framework it names to decide"
                  if config else "no description of the model: add its config.json beside the weights, or score the "
                  "framework's own file, to decide")

@@ -145,11 +145,7 @@ def order_rows(rows: Sequence[dict[str, Any]], order: Optional[Sequence[str]],
         return list(rows)
     position = {name: i for i, name in enumerate(order)}
     # Each module path prefix -> the last listed weight under it: where an unlisted weight goes.
-    prefixes: dict[str, int] = {}
-    for i, name in enumerate(order):
-        parts = name.split(".")
-        for k in range(1, len(parts)):
-            prefixes[".".join(parts[:k])] = i
+    prefixes = {name.rsplit(".", n)[0]: i for i, name in enumerate(order) for n in range(1, name.count(".") + 1)}
 
     def key(k: int, name: str) -> tuple[int, int, int]:
         name = (aliases or {}).get(name, name)
@@ -158,12 +154,8 @@ def order_rows(rows: Sequence[dict[str, Any]], order: Optional[Sequence[str]],
         stem = _EXPERT_SUFFIX.sub("", name)
         if stem in position:
             return position[stem], 1, k
-        parts = stem.split(".")
-        for n in range(len(parts) - 1, 0, -1):
-            found = prefixes.get(".".join(parts[:n]))
-            if found is not None:
-                return found, 1, k
-        return len(order), 1, k  # shares nothing with the model: after it, in stored order
+        # the longest module path it shares with a listed weight; none: after the model, in stored order
+        shared = (prefixes[p] for n in range(1, stem.count(".") + 1) if (p := stem.rsplit(".", n)[0]) in prefixes)
+        return next(shared, len(order)), 1, k
 
-    keyed = sorted(((key(k, str(row.get("name", ""))), k) for k, row in enumerate(rows)))
-    return [rows[k] for _, k in keyed]
+    return [rows[k] for _, k in sorted((key(k, str(row.get("name", ""))), k) for k, row in enumerate(rows))]

@@ -150,12 +150,8 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
 def _cut_stacks(model: Any) -> Iterator[None]:
     import torch
 
-    cut: list[tuple[Any, str, Any]] = []
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            blocks = list(child) if isinstance(child, torch.nn.ModuleList) else []
-            if len(blocks) > 2 and len({type(b) for b in blocks}) == 1:
-                cut.append((module, name, child))
+    cut = [(module, name, child) for module in list(model.modules()) for name, child in list(module.named_children())
+           if isinstance(child, torch.nn.ModuleList) and len(child) > 2 and len({type(b) for b in child}) == 1]
     try:
         for module, name, child in cut:
             setattr(module, name, torch.nn.ModuleList([child[0], child[len(child) - 1]]))

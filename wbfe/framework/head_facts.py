@@ -16,9 +16,7 @@ DROPOUT_CLASSES = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropo
 
 def dropout_rate(module: Any) -> float:
     """The rate of a torch dropout module; 0 for any other module."""
-    if type(module).__name__ not in DROPOUT_CLASSES:
-        return 0.0
-    return float(getattr(module, "p", 0.0) or 0.0)
+    return float(getattr(module, "p", 0.0) or 0.0) if type(module).__name__ in DROPOUT_CLASSES else 0.0
 
 
 def head_facts(model: Any, head: Optional[str], *, drop_rate: Any = None) -> dict[str, Any]:

@@ -153,22 +153,13 @@ def _dropout_into(head: dict[str, Any], chain: list[dict[str, Any]], by_name: di
 def _history_names(nodes: Any) -> list[str]:
     """Layer names a node structure refers to: Keras 3's ``{"keras_history": [name, node, tensor]}``,
     Keras 2's ``[name, node, tensor, kwargs]``."""
-    found: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            history = value.get("keras_history")
-            if isinstance(history, list) and history and isinstance(history[0], str):
-                found.append(history[0])
-                return
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            if len(value) >= 3 and isinstance(value[0], str) and isinstance(value[1], int):
-                found.append(value[0])
-                return
-            for item in value:
-                walk(item)
-
-    walk(nodes)
-    return found
+    if isinstance(nodes, dict):
+        history = nodes.get("keras_history")
+        if isinstance(history, list) and history and isinstance(history[0], str):
+            return [history[0]]
+        return [name for item in nodes.values() for name in _history_names(item)]
+    if isinstance(nodes, list):
+        if len(nodes) >= 3 and isinstance(nodes[0], str) and isinstance(nodes[1], int):
+            return [nodes[0]]
+        return [name for item in nodes for name in _history_names(item)]
+    return []

@@ -6,6 +6,7 @@ the dropout into it, inside an ``nn.Sequential``, is read between it and the lay
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Optional
 
 from wbfe._deps import loaded
@@ -29,13 +30,9 @@ def describe_module(module: Any) -> Optional[FrameworkDescription]:
     layouts = transposed_weights(module)
     head_module = None
     for method in ("get_output_embeddings", "get_classifier"):
-        if callable(getattr(module, method, None)):
-            try:
+        if head_module is None and callable(getattr(module, method, None)):
+            with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
                 head_module = getattr(module, method)()
-            except (NotImplementedError, AttributeError, TypeError):
-                head_module = None
-            if head_module is not None:
-                break
     rule = None
     if head_module is None:
         head_module, rule = _last_linear(module, torch.nn.Linear)

@@ -54,10 +54,8 @@ def module_roles(module: Any) -> dict[str, str]:
         if param.ndim < 2:
             continue
         parts = name.split(".")[:-1]
-        for k in range(len(parts), 0, -1):
-            cls = classes.get(".".join(parts[:k]), "")
-            role = next((r for r, pattern in _ROLE_CLASSES if pattern.search(cls)), None)
-            if role is not None:
-                roles[name] = role
-                break
+        role = next((r for k in range(len(parts), 0, -1) for r, pattern in _ROLE_CLASSES
+                     if pattern.search(classes.get(".".join(parts[:k]), ""))), None)
+        if role is not None:
+            roles[name] = role
     return roles

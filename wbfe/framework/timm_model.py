@@ -89,9 +89,5 @@ def _classifier(model: Any, declared: Optional[str]) -> Optional[str]:
     found = weight_name(model, model.get_classifier() if hasattr(model, "get_classifier") else None)
     if found is not None:
         return found
-    if declared:
-        params = dict(model.named_parameters())
-        for candidate in (declared, f"{declared}.weight"):
-            if candidate in params and params[candidate].ndim >= 2:
-                return candidate
-    return None
+    params = dict(model.named_parameters()) if declared else {}
+    return next((c for c in (declared, f"{declared}.weight") if c in params and params[c].ndim >= 2), None)

@@ -121,8 +121,7 @@ def _traced(model: Any, head: Optional[str], skeleton: bool, static: dict[str, A
     else the module tree's reading stands, ``dropout_read`` says why. Real weights are never run."""
     if head is None:
         return {}
-    on_meta = all(p.device.type == "meta" for p in model.parameters())
-    if not skeleton and not on_meta:
+    if not skeleton and not all(p.device.type == "meta" for p in model.parameters()):
         return {"dropout_read": "module tree: a built model with weights is not run"}
     if skeleton:
         # a tensor made with a fixed device (XLNet's torch.FloatTensor mask_emb) ignores the meta context
@@ -175,7 +174,6 @@ def _head(model: Any, arch: str, config: dict[str, Any]) -> tuple[Optional[str],
         labels = int(getattr(model.config, "num_labels", 0) or 0)
     if labels is None:
         return None, f"{arch} has no output embeddings or classifier (a base model); pass --head NAME"
-    # The classifier: the last dense or convolution layer with one output per label.
     found = [module for module in model.modules()
              if isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d))
              and getattr(module, "out_features", getattr(module, "out_channels", None)) == labels]
