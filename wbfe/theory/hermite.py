@@ -213,10 +213,9 @@ class Kernel:
 
     def deficit_at(self, lam: ArrayLike) -> np.ndarray:
         """g(1) − g(m(λ)), vectorised and accurate when m(λ) is within 1e-16 of 1."""
-        lam = np.asarray(lam, dtype=np.float64)
         u = self._log_one_minus_m(lam)
         _, logdef_of_u, _, gp1 = self._table
-        out = np.full(lam.shape, self.g1)
+        out = np.full(u.shape, self.g1)
         inside = (u > 0) & (u <= 60.0)
         out[inside] = np.exp(logdef_of_u(u[inside]))
         far = u > 60.0
@@ -228,9 +227,8 @@ class Kernel:
         lam = np.asarray(lam, dtype=np.float64)
         u_of_x, _, x_max, gp1 = self._table
         u = np.zeros(lam.shape)
-        on = lam >= self.lambda_sigma
-        with np.errstate(divide="ignore"):
-            x = np.log(np.where(on, lam, 1.0))
+        on = lam >= self.lambda_sigma  # > 0, so the log below never sees 0
+        x = np.log(np.where(on, lam, 1.0))
         inside = on & (x <= x_max)
         u[inside] = u_of_x(x[inside])
         far = on & (x > x_max)

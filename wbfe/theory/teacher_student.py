@@ -115,7 +115,6 @@ class FixedPoint:
     q_sigma: float
     g1: float
     activation: str
-    extra: dict = field(default_factory=dict)
     to_dict = fields_dict  # a JSON-ready dict (arrays as lists)
 
 
@@ -369,12 +368,9 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
     kern = kernel(activation)
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:
-        kcs, epss = [], []
-        for d in d_values:
-            k = max(int(round(gamma * d)), 1)
-            sol = solve(readout(kind, k, **opts), delta=delta, d=int(d), r=r, kern=kern, grid_points=300)
-            kcs.append(sol.k_c)
-            epss.append(sol.eps)
+        sols = [solve(readout(kind, max(int(round(gamma * d)), 1), **opts), delta=delta, d=int(d), r=r, kern=kern,
+                      grid_points=300) for d in d_values]
+        kcs, epss = [sol.k_c for sol in sols], [sol.eps for sol in sols]
         dd = np.asarray(d_values, dtype=np.float64)
         kc_arr = np.asarray(kcs, dtype=np.float64)
         if kind == "exp":
