@@ -204,8 +204,7 @@ class Kernel:
                 f"activation {self.activation.name!r}: the branch of m above lambda_sigma is not monotone "
                 "(a second transition); not supported"
             )
-        log_def = np.log(self.deficit(s))
-        return CubicSpline(x, u), CubicSpline(u, log_def), float(x[-1]), float(self.g_prime(1.0))
+        return CubicSpline(x, u), CubicSpline(u, np.log(self.deficit(s))), float(x[-1]), float(self.g_prime(1.0))
 
     def m(self, lam: ArrayLike) -> np.ndarray:
         """m(λ), vectorised: 0 for λ < λ_σ, the global argmax (≥ q_σ) for λ ≥ λ_σ."""
