@@ -23,13 +23,9 @@ ArrayLike = Union[float, np.ndarray]
 
 @dataclass(frozen=True)
 class Activation:
-    """A pointwise activation in its numpy form and, when known, its torch form.
+    """A pointwise activation as a vectorised numpy function and, when known, a torch one (``custom``: a callable).
 
-    Attributes:
-        name: stable name (``tanh2``, ``erf``, ``relu``, ...; ``custom`` for a callable).
-        numpy: vectorised function of a float64 array.
-        torch: the same function of a torch tensor, or None when only numpy is known.
-        kinks: points where the function is not smooth (quadrature panels break there).
+    ``kinks`` are the points where it is not smooth (quadrature panels break there).
     """
 
     name: str
@@ -73,16 +69,11 @@ def get_activation(activation: Union[str, Activation, Callable[[np.ndarray], np.
 def _legendre_panels(lo: float, hi: float, breaks: tuple[float, ...], width: float, order: int) -> tuple[np.ndarray, np.ndarray]:
     # Composite Gauss-Legendre: exact panels edges at the kinks keep piecewise-smooth integrands exact.
     edges = sorted({lo, hi, *[b for b in breaks if lo < b < hi]})
+    cuts = np.unique(np.concatenate([np.linspace(a, b, max(1, math.ceil((b - a) / width)) + 1)
+                                     for a, b in zip(edges[:-1], edges[1:])]))
+    half, mid = 0.5 * np.diff(cuts), 0.5 * (cuts[:-1] + cuts[1:])
     x0, w0 = np.polynomial.legendre.leggauss(order)
-    xs, ws = [], []
-    for a, b in zip(edges[:-1], edges[1:]):
-        n_pan = max(1, int(math.ceil((b - a) / width)))
-        cuts = np.linspace(a, b, n_pan + 1)
-        half = 0.5 * np.diff(cuts)
-        mid = 0.5 * (cuts[:-1] + cuts[1:])
-        xs.append((mid[:, None] + half[:, None] * x0[None, :]).ravel())
-        ws.append((half[:, None] * w0[None, :]).ravel())
-    return np.concatenate(xs), np.concatenate(ws)
+    return (mid[:, None] + half[:, None] * x0).ravel(), (half[:, None] * w0).ravel()
 
 
 def _normalised_coefficients(act: Activation, degree: int) -> tuple[np.ndarray, float]:
@@ -102,14 +93,11 @@ def _normalised_coefficients(act: Activation, degree: int) -> tuple[np.ndarray, 
     root_phi = (2.0 * math.pi) ** -0.25 * np.exp(-0.25 * z * z)
     weighted = w * sig * root_phi
     coef = np.empty(degree + 1)
-    prev = np.zeros_like(z)
-    cur = root_phi.copy()
+    prev, cur = np.zeros_like(z), root_phi
     for ell in range(degree + 1):
         coef[ell] = float(np.dot(weighted, cur))
-        nxt = (z * cur - math.sqrt(ell) * prev) / math.sqrt(ell + 1.0)
-        prev, cur = cur, nxt
-    second_moment = float(np.dot(w * sig * sig, root_phi * root_phi))
-    return coef, second_moment
+        prev, cur = cur, (z * cur - math.sqrt(ell) * prev) / math.sqrt(ell + 1.0)
+    return coef, float(np.dot(w * sig * sig, root_phi * root_phi))
 
 
 def hermite_coefficients(activation: Union[str, Activation, Callable], degree: int = 300) -> np.ndarray:
@@ -119,8 +107,7 @@ def hermite_coefficients(activation: Union[str, Activation, Callable], degree: i
         InvalidOptionError: ``degree`` < 2, or the activation does not return finite values.
     """
     coef, _ = _normalised_coefficients(get_activation(activation), degree)
-    log_fact = np.array([math.lgamma(ell + 1.0) for ell in range(degree + 1)])
-    return coef * np.exp(0.5 * log_fact)
+    return coef * np.exp(0.5 * np.array([math.lgamma(ell + 1.0) for ell in range(degree + 1)]))  # × √ℓ!
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,32 +135,25 @@ class Kernel:
         """g(1) = E[σ̃(z)²]."""
         return float(self.c2.sum() + self.remainder)
 
-    def _terms(self) -> tuple[np.ndarray, np.ndarray]:
-        powers = np.arange(self.degree + 2, dtype=np.float64)
-        weights = np.append(self.c2, self.remainder)
-        return powers, weights
+    @cached_property
+    def _weights(self) -> np.ndarray:
+        return np.append(self.c2, self.remainder)  # of q^0 .. q^(L+1)
 
     def g(self, q: ArrayLike) -> np.ndarray:
         """g(q) for q in [0, 1] (vectorised)."""
-        q = np.asarray(q, dtype=np.float64)
-        _, weights = self._terms()
-        return np.polynomial.polynomial.polyval(q, weights)
+        return np.polynomial.polynomial.polyval(np.asarray(q, dtype=np.float64), self._weights)
 
     def g_prime(self, q: ArrayLike) -> np.ndarray:
         """g'(q) (vectorised)."""
-        q = np.asarray(q, dtype=np.float64)
-        powers, weights = self._terms()
-        return np.polynomial.polynomial.polyval(q, (powers * weights)[1:])
+        w = self._weights
+        return np.polynomial.polynomial.polyval(np.asarray(q, dtype=np.float64), np.arange(1.0, len(w)) * w[1:])
 
     def deficit(self, s: ArrayLike) -> np.ndarray:
         """g(1) − g(1 − s), accurate also when s = 1 − q is far below machine precision of q."""
-        s = np.asarray(s, dtype=np.float64)
-        powers, weights = self._terms()
-        log_q = np.log1p(-np.clip(s, 0.0, 1.0))[..., None]
+        log_q = np.log1p(-np.clip(np.asarray(s, dtype=np.float64), 0.0, 1.0))[..., None]
         with np.errstate(invalid="ignore"):
-            one_minus_qell = -np.expm1(powers * log_q)
-        one_minus_qell = np.where(np.isfinite(one_minus_qell), one_minus_qell, 1.0)
-        return one_minus_qell @ weights
+            one_minus_qell = -np.expm1(np.arange(self.degree + 2.0) * log_q)
+        return np.where(np.isfinite(one_minus_qell), one_minus_qell, 1.0) @ self._weights
 
     @cached_property
     def threshold(self) -> tuple[float, float]:
@@ -190,9 +170,8 @@ class Kernel:
         limit0 = 1.0 / (2.0 * self.c2[2]) if self.c2[2] > 0 else math.inf
         if i == 0 or limit0 <= vals[i] * (1 + 1e-12):
             return float(min(limit0, vals[0])), 0.0
-        lo, hi = q[max(i - 1, 0)], q[min(i + 1, len(q) - 1)]
-        res = minimize_scalar(lambda x: float(ratio(np.array(x))), bounds=(lo, hi), method="bounded",
-                              options={"xatol": 1e-13})
+        res = minimize_scalar(lambda x: float(ratio(np.array(x))), bounds=(q[i - 1], q[min(i + 1, len(q) - 1)]),
+                              method="bounded", options={"xatol": 1e-13})
         return float(res.fun), float(res.x)
 
     @property
@@ -210,11 +189,10 @@ class Kernel:
         from scipy.interpolate import CubicSpline
 
         q_sig = self.q_sigma
-        u_lo = -math.log1p(-q_sig) if q_sig > 0 else 1e-9
         if q_sig > 0:
-            u = np.linspace(u_lo, 60.0, 12000)
+            u = np.linspace(-math.log1p(-q_sig), 60.0, 12000)
         else:
-            u = np.concatenate([np.geomspace(u_lo, 1.0, 3000), np.linspace(1.0, 60.0, 10000)[1:]])
+            u = np.concatenate([np.geomspace(1e-9, 1.0, 3000), np.linspace(1.0, 60.0, 10000)[1:]])
         s = np.exp(-u)
         q = -np.expm1(-u)
         lam = q / (s * self.g_prime(q))
@@ -226,8 +204,7 @@ class Kernel:
                 f"activation {self.activation.name!r}: the branch of m above lambda_sigma is not monotone "
                 "(a second transition); not supported"
             )
-        log_def = np.log(self.deficit(s))
-        return CubicSpline(x, u), CubicSpline(u, log_def), float(x[-1]), float(self.g_prime(1.0))
+        return CubicSpline(x, u), CubicSpline(u, np.log(self.deficit(s))), float(x[-1]), float(self.g_prime(1.0))
 
     def m(self, lam: ArrayLike) -> np.ndarray:
         """m(λ), vectorised: 0 for λ < λ_σ, the global argmax (≥ q_σ) for λ ≥ λ_σ."""
@@ -235,10 +212,9 @@ class Kernel:
 
     def deficit_at(self, lam: ArrayLike) -> np.ndarray:
         """g(1) − g(m(λ)), vectorised and accurate when m(λ) is within 1e-16 of 1."""
-        lam = np.asarray(lam, dtype=np.float64)
         u = self._log_one_minus_m(lam)
         _, logdef_of_u, _, gp1 = self._table
-        out = np.full(lam.shape, self.g1)
+        out = np.full(u.shape, self.g1)
         inside = (u > 0) & (u <= 60.0)
         out[inside] = np.exp(logdef_of_u(u[inside]))
         far = u > 60.0
@@ -250,9 +226,8 @@ class Kernel:
         lam = np.asarray(lam, dtype=np.float64)
         u_of_x, _, x_max, gp1 = self._table
         u = np.zeros(lam.shape)
-        on = lam >= self.lambda_sigma
-        with np.errstate(divide="ignore"):
-            x = np.log(np.where(on, lam, 1.0))
+        on = lam >= self.lambda_sigma  # > 0, so the log below never sees 0
+        x = np.log(np.where(on, lam, 1.0))
         inside = on & (x <= x_max)
         u[inside] = u_of_x(x[inside])
         far = on & (x > x_max)

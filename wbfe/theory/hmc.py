@@ -143,14 +143,11 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
     for it in range(warmup + samples):
         p = torch.randn(k, d, generator=gen, dtype=torch.float64).to(dev)
         h0 = u_cur + 0.5 * (p * p).sum()
-        w_new, g_new = w.clone(), g_cur
-        p = p - 0.5 * eps * g_new
+        w_new, p = w, p - 0.5 * eps * g_cur
         for step in range(leapfrog):
             w_new = w_new + eps * p
             u_new, g_new = energy_grad(w_new)
-            if step < leapfrog - 1:
-                p = p - eps * g_new
-        p = p - 0.5 * eps * g_new
+            p = p - (eps if step < leapfrog - 1 else 0.5 * eps) * g_new
         h1 = u_new + 0.5 * (p * p).sum()
         log_ratio = float(h0 - h1)
         accept_prob = math.exp(min(0.0, log_ratio)) if math.isfinite(log_ratio) else 0.0

@@ -14,18 +14,11 @@ __all__ = ["dumps", "fields_dict"]
 
 
 def fields_dict(obj: Any) -> dict[str, Any]:
-    """A result dataclass's fields in order, arrays and tuples as lists, its ``extra`` dict spread at the
-    end; non-finite floats stay floats (for tables), :func:`~wbfe.render.text.json_ready` writes them as ``null``."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if f.name == "extra":
-            out.update(value)
-        elif isinstance(value, np.ndarray):
-            out[f.name] = value.tolist()
-        else:
-            out[f.name] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict) else value
-    return out
+    """A result dataclass's fields in order, arrays and tuples as lists; non-finite floats stay floats (for
+    tables), :func:`~wbfe.render.text.json_ready` writes them as ``null``."""
+    out = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return {name: value.tolist() if isinstance(value, np.ndarray) else list(value) if isinstance(value, tuple)
+            else dict(value) if isinstance(value, dict) else value for name, value in out.items()}
 
 
 def dumps(data: Any) -> str:

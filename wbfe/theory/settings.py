@@ -74,6 +74,7 @@ POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v >
 NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
 DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
+SEEDS = _each(_int_at_least(0), int, "integers >= 0", ((), (-1,)))
 
 
 @dataclass(frozen=True)
@@ -110,10 +111,9 @@ class HmcSettings(Validated):
     """HMC posterior sampling against the fixed point (``wbfe theory hmc``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "r_values": _each(POSITIVE, float, "positive numbers", ((), (0.0,))),
-        "seeds": _each(_int_at_least(0), int, "integers >= 0", ((), (-1,))), "d": _int_at_least(1), "k": _int_at_least(1), "delta": POSITIVE,
-        "beta": NUMBER, "activation": NAME, "warmup": _int_at_least(0), "samples": _int_at_least(1),
-        "device": DEVICE,
+        "r_values": _each(POSITIVE, float, "positive numbers", ((), (0.0,))), "seeds": SEEDS, "d": _int_at_least(1),
+        "k": _int_at_least(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "warmup": _int_at_least(0),
+        "samples": _int_at_least(1), "device": DEVICE,
     }
 
     r_values: tuple[float, ...] = (0.5, 2.0, 5.0)
@@ -138,10 +138,9 @@ class StudentSettings(Validated):
     """Adam-trained students of several widths against k_c (``wbfe theory student``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "widths": _each(_int_at_least(1), int, "integers >= 1", ((), (0,))),
-        "seeds": _each(_int_at_least(0), int, "integers >= 0", ((), (-1,))), "n": _int_at_least(1), "d": _int_at_least(1),
-        "k": _int_at_least(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "epochs": _int_at_least(1),
-        "lr": POSITIVE, "device": DEVICE,
+        "widths": _each(_int_at_least(1), int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": _int_at_least(1),
+        "d": _int_at_least(1), "k": _int_at_least(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME,
+        "epochs": _int_at_least(1), "lr": POSITIVE, "device": DEVICE,
     }
 
     widths: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48)

@@ -115,7 +115,6 @@ class FixedPoint:
     q_sigma: float
     g1: float
     activation: str
-    extra: dict = field(default_factory=dict)
     to_dict = fields_dict  # a JSON-ready dict (arrays as lists)
 
 
@@ -188,7 +187,6 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
     if not (math.isfinite(n_given) and n_given > 0):
         raise InvalidOptionError(f"n (or r) must be positive and finite, got n={n_given}")
     n_val = float(n_given)
-    r_val = n_val / (k * d)
     n_over_d = n_val / d
     v2 = v**2
     e_max = kern.g1 * float(v2.sum())
@@ -213,7 +211,7 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
     q = kern.m(snr)
     return FixedPoint(
         eps=eps, eps_all=tuple(roots), kinds=tuple(kinds), jumps=tuple(jumps), q=q, snr=snr,
-        k_c=int(np.count_nonzero(q > 0)), n=n_val, d=d, k=k, r=r_val, delta=delta,
+        k_c=int(np.count_nonzero(q > 0)), n=n_val, d=d, k=k, r=n_val / (k * d), delta=delta,
         lambda_sigma=kern.lambda_sigma, q_sigma=kern.q_sigma, g1=kern.g1, activation=kern.activation.name,
     )
 
@@ -284,9 +282,7 @@ def fit_regimes(sw: Sweep, *, beta: float, kc_min: int = 8, kc_max_frac: float =
     reasons: dict[str, str] = {}
     fl = (sw.k_c >= kc_min) & (sw.k_c <= kc_max_frac * sw.k) & (sw.eps <= eps_max_over_delta * sw.delta)
     all_on = np.nonzero(sw.k_c == sw.k)[0]
-    rf = np.zeros_like(fl)
-    if all_on.size:
-        rf = sw.n >= refine_factor * sw.n[all_on[0]]
+    rf = sw.n >= refine_factor * sw.n[all_on[0]] if all_on.size else np.zeros_like(fl)
     a_fl = fit_slope(sw.n[fl], sw.eps[fl])
     a_rf = fit_slope(sw.n[rf], sw.eps[rf])
     if math.isnan(a_fl):
@@ -372,12 +368,9 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
     kern = kernel(activation)
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:
-        kcs, epss = [], []
-        for d in d_values:
-            k = max(int(round(gamma * d)), 1)
-            sol = solve(readout(kind, k, **opts), delta=delta, d=int(d), r=r, kern=kern, grid_points=300)
-            kcs.append(sol.k_c)
-            epss.append(sol.eps)
+        sols = [solve(readout(kind, max(int(round(gamma * d)), 1), **opts), delta=delta, d=int(d), r=r, kern=kern,
+                      grid_points=300) for d in d_values]
+        kcs, epss = [sol.k_c for sol in sols], [sol.eps for sol in sols]
         dd = np.asarray(d_values, dtype=np.float64)
         kc_arr = np.asarray(kcs, dtype=np.float64)
         if kind == "exp":

@@ -55,17 +55,15 @@ def fit_kernel_ridge(inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, 
     evals, evecs = np.linalg.eigh(rbf_kernel(inputs, inputs))
     evals = np.maximum(evals, 0.0)
     proj = evecs.T @ yc
-    best: tuple[float, float, np.ndarray] | None = None
-    for ridge in ridges:
+
+    def loo(ridge: float) -> float:
         shrink = evals / (evals + ridge * n)  # eigenvalues of the hat matrix
-        fitted = evecs @ (shrink * proj)
         hat_diag = np.einsum("ij,j,ij->i", evecs, shrink, evecs)
-        loo = float(np.mean(((yc - fitted) / (1.0 - hat_diag)) ** 2))
-        if best is None or loo < best[1]:
-            coef = evecs @ (proj / (evals + ridge * n))
-            best = (float(ridge), loo, coef)
-    assert best is not None  # ridges is non-empty
-    return KernelFit(inputs, best[2], intercept, best[0], best[1])
+        return float(np.mean(((yc - evecs @ (shrink * proj)) / (1.0 - hat_diag)) ** 2))
+
+    errors = {float(ridge): loo(ridge) for ridge in ridges}
+    best = min(errors, key=errors.__getitem__)  # the first of equal errors
+    return KernelFit(inputs, evecs @ (proj / (evals + best * n)), intercept, best, errors[best])
 
 
 def predict_kernel_ridge(fit: KernelFit, inputs: np.ndarray) -> np.ndarray:

@@ -33,29 +33,21 @@ def vec_to_sym(v: np.ndarray, d: int) -> np.ndarray:
     """Map vectors in R^D, shape (D,) or (D, k), to symmetric matrices, (d, d) or (k, d, d), with
     ⟨v, z⟩ = (xᵀAx − Tr A)/√2; coordinates are ordered diagonal first, then (i < j) row-major."""
     v = np.asarray(v, dtype=np.float64)
-    single = v.ndim == 1
-    cols = v[:, None] if single else v
-    k = cols.shape[1]
+    cols = v.reshape(v.shape[0], -1)
     iu, ju = np.triu_indices(d, 1)
-    out = np.zeros((k, d, d))
-    diag = np.arange(d)
-    out[:, diag, diag] = cols[:d].T
-    off = cols[d:].T / math.sqrt(2.0)
-    out[:, iu, ju] = off
-    out[:, ju, iu] = off
-    return out[0] if single else out
+    out = np.zeros((cols.shape[1], d, d))
+    out[:, np.arange(d), np.arange(d)] = cols[:d].T
+    out[:, iu, ju] = out[:, ju, iu] = cols[d:].T / math.sqrt(2.0)
+    return out[0] if v.ndim == 1 else out
 
 
 def sym_to_vec(a: np.ndarray) -> np.ndarray:
     """Inverse of :func:`vec_to_sym`: symmetric (d, d) or (k, d, d) matrices to (D,) or (D, k)."""
     a = np.asarray(a, dtype=np.float64)
-    single = a.ndim == 2
-    mats = a[None] if single else a
-    d = mats.shape[-1]
-    iu, ju = np.triu_indices(d, 1)
-    diag = np.arange(d)
-    v = np.concatenate([mats[:, diag, diag], math.sqrt(2.0) * mats[:, iu, ju]], axis=1).T
-    return v[:, 0] if single else v
+    mats = a.reshape(-1, *a.shape[-2:])
+    iu, ju = np.triu_indices(a.shape[-1], 1)
+    v = np.concatenate([np.diagonal(mats, axis1=1, axis2=2), math.sqrt(2.0) * mats[:, iu, ju]], axis=1).T
+    return v[:, 0] if a.ndim == 2 else v
 
 
 def hermite_features(x: np.ndarray) -> np.ndarray:
@@ -97,14 +89,13 @@ class FeatureData:
             return self.inputs @ v
         mats = vec_to_sym(v, self.d)  # (k, d, d)
         k = mats.shape[0]
-        traces = np.trace(mats, axis1=1, axis2=2)
         stacked = mats.transpose(1, 0, 2).reshape(self.d, k * self.d)  # [A_1 | ... | A_k]
         out = np.empty((self.n, k))
         for lo in range(0, self.n, _CHUNK):
             xb = self.inputs[lo : lo + _CHUNK]
             xa = (xb @ stacked).reshape(xb.shape[0], k, self.d)
             out[lo : lo + _CHUNK] = np.einsum("nkd,nd->nk", xa, xb)
-        return (out - traces) / math.sqrt(2.0)
+        return (out - np.trace(mats, axis1=1, axis2=2)) / math.sqrt(2.0)
 
     def adjoint(self, w: np.ndarray) -> np.ndarray:
         """Zᵀ W: (n, k) → (D, k), i.e. Σ_μ w_μ z(x_μ) for every column of weights."""
@@ -141,12 +132,6 @@ class HierarchicalTeacher:
         return int(self.b.shape[0])
 
 
-def _check_choice(kind: str, value: str, known: tuple[str, ...]) -> str:
-    if value not in known:
-        raise unknown_name(kind, value, known)
-    return value
-
-
 def _activation(name: str, s: np.ndarray) -> np.ndarray:
     return np.tanh(s) if name == "tanh" else s
 
@@ -168,8 +153,9 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
         raise InvalidOptionError(f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
     if not (math.isfinite(gamma) and gamma > 0.0):
         raise InvalidOptionError(f"gamma must be a positive number, not {gamma!r}")
-    _check_choice("activation", activation, ACTIVATIONS)
-    _check_choice("feature kind", features, FEATURE_KINDS)
+    for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS)):
+        if value not in known:
+            raise unknown_name(kind, value, known)
     rng = np.random.default_rng(seed)
     q, r = np.linalg.qr(rng.standard_normal((big_d, int(p_used))))
     a = q * np.sign(np.diag(r))  # the Haar-distributed orthonormal frame

@@ -118,9 +118,8 @@ class HierarchicalSettings(Validated):
         full = {**asdict(self), "D": feature_dim(int(self.d)), "p": self.p if p is None else p}
         full.update({k: int(full[k]) for k in ("d", "points", "seeds", "n_test", "kernel_max_n", "seed")})
         full.update({k: float(full[k]) for k in ("gamma", "eps", "alpha_min", "alpha_max", "q_level")})
-        keys = ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max", "points", "seeds",
-                "n_test", "kernel_max_n", "q_level", "solver", "seed")
-        return {k: full[k] for k in keys}
+        return {k: full[k] for k in ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max",
+                                     "points", "seeds", "n_test", "kernel_max_n", "q_level", "solver", "seed")}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HierarchicalSettings":

@@ -5,6 +5,7 @@ set (each n uses the first n samples of the largest draw) and one test set.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
@@ -76,8 +77,7 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
     s = settings
     alphas = s.alphas()
     ns = s.sample_sizes()
-    children = np.random.SeedSequence(s.seed).spawn(int(s.seeds))
-    runs = [_run_seed(child, ns, s) for child in children]
+    runs = [_run_seed(child, ns, s) for child in np.random.SeedSequence(s.seed).spawn(int(s.seeds))]
     nmse = np.array([r["nmse"] for r in runs])  # (seeds, points)
     q = np.array([r["q"] for r in runs])  # (seeds, points, p)
     kernel = np.array([r["nmse_kernel"] for r in runs])
@@ -103,7 +103,14 @@ def _run_seed(child: np.random.SeedSequence, ns: list[int], s: HierarchicalSetti
     var_test = float(np.var(y_test))
     eig_seed = int(s_eig.generate_state(1)[0])
     out: dict[str, Any] = {"teacher": teacher, "nmse": [], "q": [], "recovered": [], "nmse_kernel": []}
-    kernel_cache: dict[int, float] = {}
+
+    @functools.cache  # every n >= kernel_max_n trains on the same prefix
+    def kernel_nmse(n_k: int) -> float:
+        if n_k < 2:
+            return math.nan  # baseline switched off
+        kfit = fit_kernel_ridge(train.inputs[:n_k], y_train[:n_k])
+        return float(np.mean((predict_kernel_ridge(kfit, test.inputs) - y_test) ** 2)) / var_test
+
     for n in ns:
         data, y = train.head(n), y_train[:n]
         k = min(teacher.p, data.dim - 1)
@@ -112,15 +119,7 @@ def _run_seed(child: np.random.SeedSequence, ns: list[int], s: HierarchicalSetti
         out["q"].append(q)
         out["recovered"].append(int(np.count_nonzero(q >= s.q_level)))
         out["nmse"].append(float(np.mean((predict_spectral(fit, test) - y_test) ** 2)) / var_test)
-        n_k = min(n, int(s.kernel_max_n))
-        if n_k < 2:
-            out["nmse_kernel"].append(math.nan)  # baseline switched off
-            continue
-        if n_k not in kernel_cache:  # every n >= kernel_max_n trains on the same prefix
-            kfit = fit_kernel_ridge(train.inputs[:n_k], y_train[:n_k])
-            err = float(np.mean((predict_kernel_ridge(kfit, test.inputs) - y_test) ** 2))
-            kernel_cache[n_k] = err / var_test
-        out["nmse_kernel"].append(kernel_cache[n_k])
+        out["nmse_kernel"].append(kernel_nmse(min(n, int(s.kernel_max_n))))
     return out
 
 

@@ -59,14 +59,11 @@ def finite_d_overlaps(n: float, d: int, c: np.ndarray, v: np.ndarray) -> np.ndar
     """Predicted squared overlaps q_i at n samples in the finite-d spiked model (0 below onset)."""
     c, v = np.abs(np.asarray(c, dtype=np.float64)), np.asarray(v, dtype=np.float64)
     s2 = d * (d + 1) / 2.0 / n
-    out = np.zeros_like(c)
-    for i, (ci, vi) in enumerate(zip(c, v)):
-        if not ci > vi * math.sqrt(s2):
-            continue
-        a = (vi - 1.0) * s2
-        # The smaller root of a·x² − c·x + 1 = 0, written to stay exact as a → 0.
-        x = 2.0 / (ci + math.sqrt(max(ci * ci - 4.0 * a, 0.0)))
-        out[i] = 1.0 / (1.0 + vi * s2 * x * x / (1.0 - s2 * x * x))
+    out, on = np.zeros_like(c), c > v * math.sqrt(s2)
+    c, v = c[on], v[on]
+    # The smaller root of a·x² − c·x + 1 = 0, a = (v − 1)·s2, written to stay exact as a → 0.
+    x = 2.0 / (c + np.sqrt(np.maximum(c * c - 4.0 * ((v - 1.0) * s2), 0.0)))
+    out[on] = 1.0 / (1.0 + v * s2 * x * x / (1.0 - s2 * x * x))
     return out
 
 
@@ -124,16 +121,11 @@ def crossing_alphas(alphas: np.ndarray, q: np.ndarray, level: float) -> np.ndarr
     if q.ndim != 2 or q.shape[0] != alphas.shape[0]:
         raise InvalidOptionError("q must have one row per alpha")
     out = np.full(q.shape[1], math.nan)
-    for i in range(q.shape[1]):
-        above = np.nonzero(q[:, i] >= level)[0]
-        if above.size == 0:
-            continue
-        j = int(above[0])
-        if j == 0:
-            out[i] = alphas[0]
-            continue
-        q0, q1 = q[j - 1, i], q[j, i]
-        out[i] = alphas[j - 1] + (level - q0) / (q1 - q0) * (alphas[j] - alphas[j - 1])
+    for i, col in enumerate(q.T):
+        j = int(np.argmax(col >= level))  # the first point at or above the level, if any
+        if col[j] >= level:
+            q0, q1 = col[j - 1], col[j]
+            out[i] = alphas[0] if j == 0 else alphas[j - 1] + (level - q0) / (q1 - q0) * (alphas[j] - alphas[j - 1])
     return out
 
 
