@@ -6,9 +6,9 @@ differs. The truncated power law's normaliser is a quadrature in log space: vali
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Literal, Optional
 
 import numpy as np
@@ -235,28 +235,24 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     n_cand = n - 1
     alphas = np.zeros(n_cand)
     ds = np.ones(n_cand)
-    any_kept = False
-    for i in range(n_cand):  # n < 20: a loop is clearer than a block scan here
+
+    def candidate(i: int) -> bool:
+        """α and KS distance of the tail from x[i]; False where it is constant (α > 1 otherwise: n < 20)."""
         nt = n - i
-        if nt < _WW_SMALL_N_MIN_TAIL:
-            continue
         s = float(np.sum(logx[i:]) - nt * logx[i])
         if s <= 1e-12:
-            continue
+            return False
         alphas[i] = 1.0 + (nt - 1.0) / s
-        if alphas[i] <= 1.0:
-            continue
         theo = 1.0 - (x[i:] / x[i]) ** (1.0 - alphas[i])
         ds[i] = float(np.max(np.abs(np.arange(nt, dtype=np.float64) / float(nt) - theo)))
-        any_kept = True
-    if not any_kept:
-        # WeightWatcher's fallback: the whole sample as the tail (it reports α = 0 if that is constant).
-        s = float(np.sum(logx) - n * logx[0])
-        if s <= 1e-12:
-            return failed_fit(method, "degenerate spectrum: all values equal")
-        alphas[0] = 1.0 + (n - 1.0) / s
-        theo = 1.0 - (x / x[0]) ** (1.0 - alphas[0])
-        ds[0] = float(np.max(np.abs(np.arange(n, dtype=np.float64) / float(n) - theo)))
+        return True
+
+    kept = False
+    for i in range(n - _WW_SMALL_N_MIN_TAIL + 1):  # n < 20: a loop is clearer than a block scan here
+        kept |= candidate(i)
+    # WeightWatcher's fallback: the whole sample as the tail (it reports α = 0 if that is constant).
+    if not kept and not candidate(0):
+        return failed_fit(method, "degenerate spectrum: all values equal")
     i = int(np.argmin(ds))
     alpha = float(alphas[i])
     if not (math.isfinite(alpha) and alpha > 1.0):
@@ -268,7 +264,7 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     )
 
 
-@lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def _gauss_legendre() -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(_GL_NODES)
 
@@ -402,12 +398,8 @@ def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tu
 
 def _max_step(x1: float, step1: float, log_lam: bool) -> float:
     if log_lam:  # log Λ moves by at most 5 per step
-        bound = 5.0 / max(abs(step1), 1e-300)
-    elif step1 >= 0.0:
-        return 1.0
-    else:  # at most 90 % of the way to Λ = 0
-        bound = 0.9 * x1 / -step1
-    return min(1.0, bound)
+        return min(1.0, 5.0 / max(abs(step1), 1e-300))
+    return 1.0 if step1 >= 0.0 else min(1.0, 0.9 * x1 / -step1)  # at most 90 % of the way to Λ = 0
 
 
 def _damped_newton(
@@ -475,10 +467,7 @@ def fit_truncated_power_law(
     if alpha_pl > 2.0 and mean_y >= (alpha_pl - 1.0) / (alpha_pl - 2.0):
         nll = alpha_pl * mean_log - math.log(alpha_pl - 1.0)
         return TruncatedPowerLawFit(alpha_pl, 0.0, lo, n, float(-n * (nll + math.log(lo))))
-
-    def objective(alpha: float, lam: float) -> _Eval:
-        return _tpl_objective(alpha, lam, mean_log, mean_y)
-
+    objective = functools.partial(_tpl_objective, mean_u=mean_log, mean_y=mean_y)
     a_hat, lam_scaled, nll, converged = _damped_newton(objective, alpha_pl, 0.1 / mean_y, False)
     if not converged and lam_scaled > 0.0:
         a_hat, log_lam, nll, converged = _damped_newton(objective, a_hat, math.log(lam_scaled), True)
