@@ -1,10 +1,8 @@
-"""The only place eigenvalues are computed: smaller Gram matrix, float64, once per matrix (docs/math.md §1).
+"""The only place eigenvalues are computed: smaller Gram matrix, float64, once per matrix (docs/math.md §1: the zero
+rule, and where the spectrum comes from W's singular values instead).
 
-The Gram matrix is accumulated block by block in float64, so a bfloat16 tensor never exists as a whole
-float64 copy. BFE-W alone takes log det from a Cholesky (or, for a large square W, an LU) factor instead
-of an eigen-solve. The zero rule, and where the spectrum comes from W's singular values instead, are in
-docs/math.md §1.
-"""
+The Gram matrix is accumulated block by block in float64, so a bfloat16 tensor never exists as a whole float64 copy.
+BFE-W alone takes log det from a Cholesky (or, for a large square W, an LU) factor instead of an eigen-solve."""
 
 from __future__ import annotations
 
@@ -308,11 +306,9 @@ def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _thread_controller() -> Any:
-    try:
-        import scipy.linalg.blas  # noqa: F401 - load OpenBLAS first so the controller sees it
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        return None
+    import scipy.linalg.blas  # noqa: F401 - load OpenBLAS first so the controller sees it
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController()
 
 
@@ -321,7 +317,7 @@ def _threads_for(matrix: "torch.Tensor", device: "Device") -> Any:
     thread allowed); the default otherwise."""
     if device.type != "cpu" or min(matrix.shape) >= _SMALL_P or _pinned.is_set() or blas_threads() == 1:
         return contextlib.nullcontext()
-    return _one_thread_limit(user_api="blas") or contextlib.nullcontext()
+    return _one_thread_limit(user_api="blas")
 
 
 def _eigvalsh(g: Any) -> np.ndarray:
@@ -438,8 +434,6 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
     n = n_zero = 0
     for matrix in matrices:
         rows, cols = matrix.shape
-        p = min(rows, cols)
-        diag: np.ndarray | None
         if uses_lu(rows, cols, device):
             # On every BLAS thread: a matrix this size is on a worker, pinned to one thread
             # (pin_threads), unless it is too large for one and alone, when all of them help.
@@ -450,7 +444,7 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
                 tr = float(np.trace(g)) if isinstance(g, np.ndarray) else float(g.trace())
                 diag = _cholesky_diagonal(g)
                 del g
-        n += p
+        n += min(rows, cols)
         trace += tr
         ld, zeros = _log_det(matrix, device, tr, diag)
         log_det += ld
@@ -548,12 +542,8 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
 
 def _one_thread_limit(*, user_api: Optional[str]) -> Any:
     """A context holding the BLAS pools (and, through threadpoolctl, ``user_api``'s others) at one
-    thread; None where nothing can. OpenBLAS's own calls where they are found (far cheaper), else
-    threadpoolctl's controller."""
-    if blas.controls_threads():
-        return blas.one_thread()
-    controller = _thread_controller()
-    return controller.limit(limits=1, user_api=user_api) if controller is not None else None
+    thread: OpenBLAS's own calls where they are found (far cheaper), else threadpoolctl's controller."""
+    return blas.one_thread() if blas.controls_threads() else _thread_controller().limit(limits=1, user_api=user_api)
 
 
 def range_shift(matrices: Sequence[Any]) -> int:
