@@ -1,11 +1,10 @@
-"""Log-space Tricomi U(a, b, z) on [0, ∞) and on the branch cut (−∞, 0] (docs/math.md §3).
+"""Log-space Tricomi U(a, b, z) on [0, ∞) and the branch cut (−∞, 0] (docs/math.md §3; scipy's ``hyperu`` fails there).
 
-``scipy.special.hyperu`` is wrong or NaN on much of the range the HTMP law needs, so everything here comes from one
-Kummer-transformed integral, U(a, b, z) = z^(−a)/Γ(c)·∫₀^∞ e^(−u) u^(c−1) (1 + u/z)^(−a) du with c = a − b + 1 > 0,
-summed by the trapezoidal rule in a sinh-stretched copy of s = log u. On the cut z = −y − i0 the path is bent below the
-singularity u = y: a ray through the complex saddle inside the HTMP bulk, a Gaussian bump in θ around y outside it. Each
-value on the cut checks itself (the sum at twice the step, the cancellation, a sum on shifted nodes where the phase
-jumps); rows that fail get a finer step or other paths, and NaN only if nothing converges to 1e-4."""
+One Kummer-transformed integral, U(a, b, z) = z^(−a)/Γ(c)·∫₀^∞ e^(−u) u^(c−1) (1 + u/z)^(−a) du, c = a − b + 1 > 0, by
+the trapezoidal rule in a sinh-stretched s = log u. On the cut z = −y − i0 the path bends below u = y: a ray through the
+complex saddle inside the HTMP bulk, a Gaussian bump in θ around y outside it. Each value on the cut checks itself (step
+doubling, cancellation, shifted nodes where the phase jumps); failures get finer steps or other paths, NaN only if
+nothing converges to 1e-4."""
 
 from __future__ import annotations
 
