@@ -153,9 +153,7 @@ class _MPResidual:
                 self.Q / (2 * np.pi * sigma * sigma), self.y2, float(np.dot(d, self.h[lo:hi])),
                 float(np.dot(np.sqrt(d), self.g[lo:hi])),
             )
-        if not math.isfinite(value):
-            return self.exact(sigma), 0.0
-        return value, scale
+        return (value, scale) if math.isfinite(value) else (self.exact(sigma), 0.0)
 
     def grid(self, sigmas: np.ndarray, prune: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`fast` of every σ of a grid at once; with ``prune``, +inf for the σ whose lower
@@ -372,11 +370,9 @@ def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  #
     arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
     if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
         return [mp_fit(e, N, M) for e in arrays]
-    if len(arrays) > _BATCH_MAX:  # in groups that keep the stacks in cache
-        n_groups = -(-len(arrays) // _BATCH_MAX)
-        return [fit for group in np.array_split(np.arange(len(arrays)), n_groups)
-                for fit in _fit_batch([arrays[i] for i in group], N, M)]  # fmt: skip
-    return _fit_batch(arrays, N, M)
+    n_groups = -(-len(arrays) // _BATCH_MAX)  # in groups that keep the stacks in cache
+    return [fit for group in np.array_split(np.arange(len(arrays)), n_groups)
+            for fit in _fit_batch([arrays[i] for i in group], N, M)]  # fmt: skip
 
 
 def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
@@ -386,11 +382,8 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     # (whatever mp_fit makes of them, error included).
     common = (sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0)
     rows = np.flatnonzero(common)
-    results: list[Optional[MPFit]] = [None] * len(arrays)
     if rows.size < _BATCH_MIN:
         return [mp_fit(e, N, M) for e in arrays]
-    for alone in np.flatnonzero(~common).tolist():
-        results[alone] = mp_fit(arrays[alone], N, M)
     Q = N / M
     e = stack[rows]
     w_scale = np.sqrt(e.shape[1]) / np.sqrt(sums[rows])
@@ -400,21 +393,14 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
     batch = _ResidualBatch(to_fit, Q)
     sigmas = _polish_many(batch, *batch.grid_starts(s))
-    for i, k in enumerate(rows.tolist()):
-        sigma = sigmas[i]
-        if sigma is None:
-            results[k] = mp_fit(arrays[k], N, M)
-        else:
-            results[k] = _fit_of(sigma, to_plot[i], w_scale[i], float(lambda_max[i]), Q, M)
-    return [fit for fit in results if fit is not None]
+    fits = {k: _fit_of(sigma, to_plot[i], w_scale[i], float(lambda_max[i]), Q, M)
+            for i, (k, sigma) in enumerate(zip(rows.tolist(), sigmas)) if sigma is not None}
+    return [fits[k] if k in fits else mp_fit(e, N, M) for k, e in enumerate(arrays)]
 
 
 def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Σ_j u[i, j]·v[i, j] of every row (np.vecdot where numpy has it: SIMD, one call)."""
-    return _vecdot(u, v) if _vecdot is not None else np.einsum("ij,ij->i", u, v)
-
-
-_vecdot = getattr(np, "vecdot", None)  # numpy >= 2.0
+    """Σ_j u[i, j]·v[i, j] of every row (np.vecdot where numpy has it, from 2.0: SIMD, one call)."""
+    return np.vecdot(u, v) if hasattr(np, "vecdot") else np.einsum("ij,ij->i", u, v)
 
 
 _WINDOW_SLACK = np.array([[-1.0], [2.0]])  # grid points beyond ⌊a/step⌋, ⌊b/step⌋ that may be inside
