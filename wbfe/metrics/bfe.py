@@ -50,8 +50,7 @@ def bfe_from_moments(
     lam_used = parse_lambda(lam)
     if lam_used == "opt":
         return 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e), 1.0 / mean_e
-    value = 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used)
-    return value, lam_used
+    return 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used), lam_used
 
 
 def bfe_marchenko_pastur_limit(gamma: float) -> float:

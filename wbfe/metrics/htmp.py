@@ -328,12 +328,11 @@ def _prepare(eigs: np.ndarray, gamma: float, tau: Optional[float]) -> _Prepared:
         raise InvalidOptionError(f"tau must lie in [0, min(eigs)), not {tau_used!r}")
     x = e - tau_used
     m1 = float(np.mean(x))
-    var = float(np.var(x))
-    if not var > 0.0:
+    if not float(np.var(x)) > 0.0:
         raise InvalidOptionError("fit needs a spectrum that is not constant")
     log_x = np.log(x)
-    log_k0 = _log_kappa_start(float(np.mean(log_x)) - math.log(m1), gamma)
-    return _Prepared(e=e, tau=tau_used, log_x=log_x, m1=m1, log_k0=log_k0)
+    return _Prepared(e=e, tau=tau_used, log_x=log_x, m1=m1,
+                     log_k0=_log_kappa_start(float(np.mean(log_x)) - math.log(m1), gamma))
 
 
 def _jensen_gap(log_k: float, gamma: float) -> float:
@@ -576,8 +575,7 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
         else:
             by_gamma.setdefault(spec.gamma, []).append((i, ready))
     for gamma, members in by_gamma.items():
-        fits = fit_many([ready.positive for _, ready in members], gamma)
-        for (i, ready), fitted in zip(members, fits):
+        for (i, ready), fitted in zip(members, fit_many([ready.positive for _, ready in members], gamma)):
             results[i] = _row(specs[i], ready, fitted)
     return [r for r in results if r is not None]
 

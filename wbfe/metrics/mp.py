@@ -378,10 +378,9 @@ def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  #
 def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
     stack = np.stack(arrays)
     sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
-    # Rows fitted alone: empty or all-zero (mp_fit's failure), non-finite or negative values
-    # (whatever mp_fit makes of them, error included).
-    common = (sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0)
-    rows = np.flatnonzero(common)
+    # The rows fitted together; alone: empty or all-zero (mp_fit's failure), non-finite or negative
+    # values (whatever mp_fit makes of them, error included).
+    rows = np.flatnonzero((sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0))
     if rows.size < _BATCH_MIN:
         return [mp_fit(e, N, M) for e in arrays]
     Q = N / M
@@ -621,8 +620,7 @@ def _polish_many(
         running.append((k, steps))
         points.append(steps.send((value, scale)))
     while len(running) >= _LOCKSTEP_MIN:
-        rows = np.array([k for k, _ in running])
-        values, scales, exact = batch.fast(rows, np.array(points))
+        values, scales, exact = batch.fast(np.array([k for k, _ in running]), np.array(points))
         still, points = [], []
         for (k, steps), value, scale, off_path in zip(running, values.tolist(), scales.tolist(), exact.tolist()):
             if off_path:

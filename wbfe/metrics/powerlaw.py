@@ -31,12 +31,23 @@ _KS_STRIDE = 8
 _KS_FIRST = 8
 _KS_EXACT_BELOW = 128
 _TPL_MAX_NEWTON = 100
-_GL_NODES = 20
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(20)  # nodes and weights of each panel of the TPL normaliser
 _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
 
 
+class FitOutcome:
+    """What every fit's result has: ``reason`` says why it failed."""
+
+    reason: Optional[str]
+
+    @property
+    def ok(self) -> bool:
+        """True when the fit succeeded."""
+        return self.reason is None
+
+
 @dataclass(frozen=True)
-class PowerLawFit:
+class PowerLawFit(FitOutcome):
     """Result of a continuous power-law fit: NaN numbers and a ``reason`` on failure.
 
     ``n_candidates`` counts the eligible xmin; ``method`` is ``"csn"``, ``"ww"``, ``"ww-small-n"`` or ``"range"``."""
@@ -51,14 +62,9 @@ class PowerLawFit:
     method: str
     reason: Optional[str] = None
 
-    @property
-    def ok(self) -> bool:
-        """True when the fit succeeded."""
-        return self.reason is None
-
 
 @dataclass(frozen=True)
-class TruncatedPowerLawFit:
+class TruncatedPowerLawFit(FitOutcome):
     """Result of a truncated power-law MLE on x ≥ xmin; ``reason`` says why it failed.
 
     α is any real (α < 1 is normalisable because Λ > 0); Λ is exactly 0 when no truncation raises the likelihood (the
@@ -70,11 +76,6 @@ class TruncatedPowerLawFit:
     n_tail: int
     loglik: float
     reason: Optional[str] = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the fit succeeded."""
-        return self.reason is None
 
 
 def failed_fit(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
@@ -188,13 +189,10 @@ def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarr
     its distance are those of the full scan."""
     ks = np.full(x.size - 1, np.inf)
     idx = np.flatnonzero(eligible)
-    if idx.size <= _KS_EXACT_BELOW:
+    bounds = _ks_blocks(x, idx, alphas, np.arange(0, x.size, _KS_STRIDE)) if idx.size > _KS_EXACT_BELOW else None
+    if bounds is None or np.isnan(bounds).any():
         if idx.size:
             ks[idx] = _ks_blocks(x, idx, alphas)
-        return ks
-    bounds = _ks_blocks(x, idx, alphas, np.arange(0, x.size, _KS_STRIDE))
-    if np.isnan(bounds).any():
-        ks[idx] = _ks_blocks(x, idx, alphas)
         return ks
     first = np.sort(idx[np.argsort(bounds, kind="stable")[:_KS_FIRST]])
     ks[first] = _ks_blocks(x, first, alphas)
@@ -264,11 +262,6 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     )
 
 
-@functools.lru_cache(maxsize=1)
-def _gauss_legendre() -> tuple[np.ndarray, np.ndarray]:
-    return np.polynomial.legendre.leggauss(_GL_NODES)
-
-
 def _panel_edges(peak: float, scale: float, lower: float, s: float, c: float, h_peak: float) -> list[float]:
     """Edges going away from ``peak`` (to ``lower`` if it is below the peak, else to +∞): widths
     scale/2, scale, 2·scale, … capped at 1, until h(u) = s·u − c·(e^u − 1) is more than
@@ -309,10 +302,9 @@ def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, f
     edges, h_peak = _tpl_panels(alpha, lam)
     e = np.array(edges)[:, None]
     lo, hi = e[:-1], e[1:]
-    nodes, weights = _gauss_legendre()
     half = 0.5 * (hi - lo)
-    u = 0.5 * (lo + hi) + half * nodes
-    w = (half * weights) * np.exp((1.0 - alpha) * u - lam * np.expm1(u) - h_peak)
+    u = 0.5 * (lo + hi) + half * _GL_X
+    w = (half * _GL_W) * np.exp((1.0 - alpha) * u - lam * np.expm1(u) - h_peak)
     return u, w, h_peak
 
 
@@ -362,8 +354,7 @@ def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _E
     h_uy = total(p * (du * dy))
     h_yy = total(p * (dy * dy))
     log_w = math.log(total_w) if total_w > 0.0 else (-math.inf if total_w == 0.0 else math.nan)
-    value = alpha * mean_u + lam * mean_y - lam + h_peak + log_w
-    return value, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
+    return alpha * mean_u + lam * mean_y - lam + h_peak + log_w, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
 
 
 # Damping factors of the Levenberg–Marquardt shift, in order; beyond the last, the identity.

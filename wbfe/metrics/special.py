@@ -9,7 +9,7 @@ nothing converges to 1e-4."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 from scipy.special import expit, gammaln
@@ -70,11 +70,7 @@ def _log_sinh_trapezoid(
         hv = (v_hi - v_lo)[rows] / (nodes - 1)
         s = s_c[rows, None] + width[rows, None] * np.sinh(v)
         psi = log_integrand(s, rows)
-        log_jacobian = np.log(width[rows, None] * np.cosh(v))
-        if dtype is complex:
-            psi.real += log_jacobian
-        else:
-            psi += log_jacobian
+        psi.real += np.log(width[rows, None] * np.cosh(v))  # a real array's .real is itself
         log_mod = psi.real
         # The modulus is normalised by the largest node, the phase by the reference node.
         top = np.max(log_mod, axis=1)
@@ -111,19 +107,17 @@ def _log_sinh_trapezoid(
     return out, out_coarse, lost, shifted
 
 
-def _chunks(order: np.ndarray, n: np.ndarray, spread: float) -> list[np.ndarray]:
+def _chunks(order: np.ndarray, n: np.ndarray, spread: float) -> Iterator[np.ndarray]:
     """Rows by ascending node count cut into chunks of at most _CHUNK, a new one also where a count exceeds
     ``spread`` times the chunk's first (one long row must not pad many short ones). Padding gives rows more
     nodes than asked, which some rows need at loose rtol: only tight ones use a finite spread."""
-    chunks = []
     start = 0
     while start < order.size:
         stop = min(order.size, start + _CHUNK)
         within = np.searchsorted(n[order[start:stop]], spread * n[order[start]], side="right")
         stop = start + max(1, int(within))
-        chunks.append(order[start:stop])
+        yield order[start:stop]
         start = stop
-    return chunks
 
 
 def _bisect_decreasing(fn: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -370,9 +364,7 @@ def _log_hyperu_cut(
     angle = np.maximum(np.arctan2(root, big_b), th_min)
     env_b = sw_b / np.sqrt(cos_phi)
     peak_b = 0.5 * (ly + math.log(c))
-    th0[bulk] = angle[bulk]
-    bump_w[bulk] = np.inf
-    peak[bulk] = peak_b[bulk]
+    th0[bulk], bump_w[bulk], peak[bulk] = angle[bulk], np.inf, peak_b[bulk]
     strip = (0.5 * math.pi - angle) / 8.0
     saddle_step = np.minimum.reduce([0.35 * sw_b * np.sqrt(cos_phi), np.full_like(y, 0.25), strip])
     near_y_step = np.minimum.reduce([angle / 6.0, np.full_like(y, 0.25), strip])
@@ -400,9 +392,7 @@ def _log_hyperu_cut(
             curv = np.abs(-mode + a * qm / (1.0 - qm) ** 2)
             swo = np.minimum(1.0 / np.sqrt(curv), 1.0)
         sm = np.log(mode)
-        th0[out] = t0
-        bump_w[out] = w
-        peak[out] = sm
+        th0[out], bump_w[out], peak[out] = t0, w, sm
         # The e^-u strip narrows with θ only where |u| is not small: near the mode, not at a
         # bump around a y far below it.
         t_strip = np.where(lyo + 3.0 * w > math.log(0.1), t0, t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2))

@@ -76,8 +76,7 @@ def _default_slice(matrix: Any, device: Any, scale: float) -> tuple[np.ndarray, 
     w = to_torch(matrix).detach().to(device=device, dtype=torch.float64)
     if scale != 1.0:
         w = w * scale  # a power of two: exact, and the eigenvectors do not depend on it
-    x = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
-    evals, v = torch.linalg.eigh(x)
+    evals, v = torch.linalg.eigh(w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w)
     return (evals.cpu().numpy(), *_metrics(v.cpu().numpy()))
 
 
