@@ -291,28 +291,18 @@ def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
         else:  # with one variable the second-worst vertex is the best one: contract
             outside = less(fxr, f1)
             if calls < _NM_MAXFUN:
-                if outside:
-                    xc = 1.5 * xbar - 0.5 * x1
-                    fxc = yield xc
-                    calls += 1
-                    shrink = not less(fxc, fxr, or_equal=True)
-                    if not shrink:
-                        x1, f1 = xc, fxc
-                else:
-                    xcc = 0.5 * xbar + 0.5 * x1
-                    fxcc = yield xcc
-                    calls += 1
-                    shrink = not less(fxcc, f1)
-                    if not shrink:
-                        x1, f1 = xcc, fxcc
-                if shrink:
+                xc = 1.5 * xbar - 0.5 * x1 if outside else 0.5 * xbar + 0.5 * x1  # outside or inside contraction
+                fxc = yield xc
+                calls += 1
+                if less(fxc, fxr, or_equal=True) if outside else less(fxc, f1):
+                    x1, f1 = xc, fxc
+                    iterations += 1
+                else:  # shrink
                     x1 = x0 + 0.5 * (x1 - x0)
                     if calls < _NM_MAXFUN:
                         f1 = yield x1
                         calls += 1
                         iterations += 1
-                else:
-                    iterations += 1
         x0, f0, x1, f1 = ordered(x0, f0, x1, f1)
     return x0
 
@@ -331,8 +321,7 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     to_plot = (w_scale * w_scale) * e
     lambda_max = float(np.max(to_plot))
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
-    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
-    residual = _MPResidual(to_fit, Q)
+    residual = _MPResidual(np.sqrt(to_plot) if Q == 1 else to_plot, Q)
     # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
     sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
     start = float(sigmas[_grid_argmin(residual, sigmas)])
@@ -389,8 +378,7 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     to_plot = (w_scale * w_scale)[:, None] * e
     lambda_max = np.max(to_plot, axis=1)
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
-    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
-    batch = _ResidualBatch(to_fit, Q)
+    batch = _ResidualBatch(np.sqrt(to_plot) if Q == 1 else to_plot, Q)
     sigmas = _polish_many(batch, *batch.grid_starts(s))
     fits = {k: _fit_of(sigma, to_plot[i], w_scale[i], float(lambda_max[i]), Q, M)
             for i, (k, sigma) in enumerate(zip(rows.tolist(), sigmas)) if sigma is not None}
