@@ -226,8 +226,7 @@ def gram(matrix: "torch.Tensor", device: "Device") -> Any:
         del source
     # A NaN or ±Inf entry of W is in some diagonal entry Σ w², and |G_ij| <= √(G_ii·G_jj): the
     # diagonal is finite exactly when the whole Gram matrix is.
-    finite = bool(np.isfinite(np.diagonal(out)).all() if numpy_path else out.diagonal().isfinite().all())
-    if not finite:
+    if not bool(np.isfinite(np.diagonal(out)).all() if numpy_path else out.diagonal().isfinite().all()):
         raise DegenerateMatrixError(_NON_FINITE)
     return out
 
@@ -453,9 +452,8 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
 def _log_det(matrix: "torch.Tensor", device: "Device", tr: float, diag: Optional[np.ndarray]) -> tuple[float, int]:
     """``(log det, number of zero eigenvalues)`` of one Gram matrix of trace ``tr``, from its factor's
     diagonal, or from W's singular values where the factorisation failed or is not trusted."""
-    p = min(matrix.shape)
     if tr <= 0.0:
-        return -math.inf, p
+        return -math.inf, min(matrix.shape)
     if diag is None or not float(np.min(diag)) > 0.0:
         e = w_eigenvalues(matrix, device)
         return (float(np.sum(np.log(e))) if np.all(e > 0) else -math.inf), int(np.count_nonzero(e <= 0.0))
