@@ -259,10 +259,9 @@ def controls_threads() -> bool:
 
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
-    """Every OpenBLAS of the process at one thread meanwhile, then as before. As threadpoolctl's
-    limit, the count is the library's, not the calling thread's: use it only where no other thread
-    is running BLAS calls. Small products and solves need it: split over two threads on a busy
-    machine they run many times slower."""
+    """Every OpenBLAS of the process at one thread meanwhile, then as before. As threadpoolctl's limit, the count is the
+    library's, not the calling thread's: use it only where no other thread is running BLAS calls. Small products and
+    solves need it: split over two threads on a busy machine they run many times slower."""
     calls = _thread_calls()
     before = [get() for get, _ in calls]
     for _, set_ in calls:

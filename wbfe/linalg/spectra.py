@@ -261,10 +261,8 @@ def releases_gil(rows: int, cols: int, device: "Device") -> bool:
 def pin_threads() -> Iterator[None]:
     """Every BLAS and OpenMP pool at one thread, for scoring matrices on several workers at once.
 
-    Without it each worker's calls start pools of threads, and one library's threads, spinning while
-    they wait for work, slow the other's. Per-matrix thread limits are off meanwhile: they would race
-    across workers.
-    """
+    Without it each worker's calls start pools of threads, and one library's threads, spinning while they wait for
+    work, slow the other's. Per-matrix thread limits are off meanwhile: they would race across workers."""
     limit = None if _pinned.is_set() else _one_thread_limit(user_api=None)
     if limit is None:
         yield

@@ -15,9 +15,7 @@ from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
 from wbfe.options import parse_lambda, positive_lambda
 
-__all__ = [
-    "bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP",
-]
+__all__ = ["bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
 
 LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 

@@ -17,15 +17,11 @@ from scipy.special import gammaln
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
-from wbfe.metrics.special import log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
+from wbfe.metrics.special import ArrayLike, log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
 from wbfe.options import positive_lambda
 
-__all__ = [
-    "pdf", "logpdf", "cdf", "sample", "mean", "variance", "log_moment", "f_inf", "h_star", "fit", "fit_many", "HTMPFit",
-    "diagnose", "KAPPA_RANGE", "MIN_EIGS", "DIAGNOSIS_RTOL", "GROUP",
-]
-
-ArrayLike = Union[float, np.ndarray]
+__all__ = ["pdf", "logpdf", "cdf", "sample", "mean", "variance", "log_moment", "f_inf", "h_star", "fit", "fit_many",
+           "HTMPFit", "diagnose", "KAPPA_RANGE", "MIN_EIGS", "DIAGNOSIS_RTOL", "GROUP"]
 
 KAPPA_RANGE = (0.01, 300.0)
 MIN_EIGS = 10
