@@ -426,8 +426,7 @@ class _ResidualBatch:
             return
         with np.errstate(divide="ignore"):
             inv = np.divide(1.0, xde, out=np.zeros_like(xde), where=good & (xde > 0.0))  # x = 0: never in a support
-        self.h = np.zeros_like(self.x)
-        self.g = np.zeros_like(self.x)
+        self.h, self.g = np.zeros_like(self.x), np.zeros_like(self.x)
         h = np.multiply(inv, inv, out=self.h[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID))
         np.multiply(y, inv, out=self.g[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID))
         # Prefix sums of the fitted points (count, Σ 1/x, Σ 1/x², Σ y²) for the grid's lower bounds.
@@ -450,8 +449,7 @@ class _ResidualBatch:
         if rows.size * width <= 4 * _CHUNK:  # one step (most Nelder–Mead steps)
             t1, t2 = self._window_sums(starts, width, b[:, None], a[:, None])
         else:
-            t1 = np.empty(rows.size)
-            t2 = np.empty(rows.size)
+            t1, t2 = np.empty(rows.size), np.empty(rows.size)
             order = np.argsort(widths)[::-1]  # widest first: each chunk pads to about its own width
             widths_desc, starts, b, a = widths[order].tolist(), starts[order], b[order, None], a[order, None]
             start = 0
