@@ -523,8 +523,7 @@ class _ResidualBatch:
         its fast value and scale; NaN σ where the row must be fitted on its own."""
         n_rows = s.size
         grids = [np.arange(0.05 * si, 2.0 * si, 0.01 * si) for si in s.tolist()]  # np.mgrid[slice]
-        n_sigmas = max(g.size for g in grids)
-        sigmas = np.full((n_rows, n_sigmas), np.nan)
+        sigmas = np.full((n_rows, max(g.size for g in grids)), np.nan)
         for k, g in enumerate(grids):
             sigmas[k, : g.size] = g
         in_grid = ~np.isnan(sigmas)
@@ -557,8 +556,7 @@ class _ResidualBatch:
                     c, self.y2[:, None], self.prefix[3, :, -1:], n_hi - n_lo,
                     s1_hi - s1_lo, s2_hi - s2_lo, sy_hi - sy_lo, s1_hi, s2_hi, b, a,
                 )  # fmt: skip
-            n_valid = np.count_nonzero(valid, axis=1)
-            prune = n_valid > 4
+            prune = np.count_nonzero(valid, axis=1) > 4
             first = np.zeros(sigmas.shape, dtype=bool)
             if np.any(prune):
                 order = np.argpartition(np.where(valid, bound, np.inf), 4, axis=1)[:, :4]
