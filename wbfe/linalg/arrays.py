@@ -1,8 +1,7 @@
-"""Tensors as the readers hand them over: a numpy array where numpy has the dtype, a torch tensor where
-only torch does (bfloat16, the float8 kinds) or where the reader is torch's own. A float32 or float16
-checkpoint is thereby scored without importing torch (seconds of start-up); the functions here take
-either kind, and a feature written with torch takes :func:`to_torch` of what it is given (no copy).
-"""
+"""Tensors as the readers hand them over: a numpy array where numpy has the dtype, a torch tensor where only torch
+does (bfloat16, the float8 kinds) or where the reader is torch's own. A float32 or float16 checkpoint is thereby scored
+without importing torch (seconds of start-up); the functions here take either kind, and a feature written with torch
+takes :func:`to_torch` of what it is given (no copy)."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def torch_loaded() -> bool:
 
 
 def is_torch(x: Any) -> bool:
-    """Whether ``x`` is a torch tensor, asked without importing torch (no tensor exists before its import
-    has finished)."""
+    """Whether ``x`` is a torch tensor, asked without importing torch (no tensor exists before its import has finished)."""
     torch = loaded("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 

@@ -1,11 +1,8 @@
 """The LAPACK/BLAS calls the spectra spend their time in, called without holding the GIL.
 
-scipy's wrappers (``scipy.linalg.blas.dsyrk``, ``lapack.dpotrf``, ...) hold the GIL for the whole call, so
-no other thread can even start a numpy copy meanwhile. scipy also exports the same routines for Cython
-(``scipy.linalg.cython_blas``, ``cython_lapack``) as C function pointers; called through ctypes, which
-releases the GIL around a foreign call, they let workers factorise matrices side by side while the
-read-ahead thread reads. The gain is measured in benchmarks/results/blas_layer.json.
-"""
+scipy's wrappers (``scipy.linalg.blas.dsyrk``, ...) hold the GIL for the whole call; the same routines, exported for
+Cython (``scipy.linalg.cython_blas``, ``cython_lapack``) as C function pointers and called through ctypes (which releases
+the GIL), let workers factorise side by side while the read-ahead thread reads (benchmarks/results/blas_layer.json)."""
 
 from __future__ import annotations
 
@@ -94,13 +91,9 @@ def syrk_lower(c: np.ndarray, a: np.ndarray, *, trans: bool) -> None:
 
 
 def potrf_lower(g: np.ndarray) -> int:
-    """The Cholesky factor L (G = L·Lᵀ) of the lower triangle of ``g`` (square, Fortran-ordered float64),
-    in place; the upper triangle is neither read nor written.
-
-    Returns:
-        LAPACK's ``info``: 0 on success, i > 0 when the leading minor of order i is not positive
-        definite.
-    """
+    """The Cholesky factor L (G = L·Lᵀ) of the lower triangle of ``g`` (square, Fortran-ordered float64), in place
+    (the upper triangle is neither read nor written); returns LAPACK's ``info``: 0 on success, i > 0 when the leading
+    minor of order i is not positive definite."""
     _check_square("potrf_lower", g)
     info = ctypes.c_int(0)
     _routines()["dpotrf"](b"L", _int(g.shape[0]), g.ctypes.data, _int(max(1, g.shape[0])), ctypes.byref(info))
@@ -108,12 +101,8 @@ def potrf_lower(g: np.ndarray) -> int:
 
 
 def getrf(a: np.ndarray) -> int:
-    """The LU factors (A = P·L·U) of ``a`` (m×n, Fortran-ordered float64), in place: U on and above the
-    diagonal.
-
-    Returns:
-        LAPACK's ``info``: 0 on success, i > 0 when u_ii is exactly zero (the factors are complete).
-    """
+    """The LU factors (A = P·L·U) of ``a`` (m×n, Fortran-ordered float64), in place: U on and above the diagonal;
+    returns LAPACK's ``info``: 0 on success, i > 0 when u_ii is exactly zero (the factors are complete)."""
     if not (a.flags.f_contiguous and a.dtype == np.float64 and a.ndim == 2):
         raise ValueError("getrf needs a Fortran-ordered float64 matrix")
     m, n = a.shape
@@ -184,14 +173,9 @@ def has_two_stage() -> bool:
 
 
 def eigvalsh_two_stage(g: np.ndarray) -> np.ndarray:
-    """Eigenvalues, ascending, of the symmetric matrix in the lower triangle of ``g`` (destroyed), by
-    LAPACK's two-stage tridiagonal reduction (dense → band by BLAS-3 → tridiagonal), which on a matrix
-    too large for the caches beats the one-stage, memory-bound ``dsytrd`` (benchmarks/bench_eigensolvers.py).
-
-    Raises:
-        ValueError: ``g`` is not a square Fortran-ordered float64 array, the routine is missing
-            (see :func:`has_two_stage`), or LAPACK reports an error.
-    """
+    """:func:`eigvalsh_lower` by LAPACK's two-stage tridiagonal reduction (dense → band by BLAS-3 → tridiagonal),
+    which on a matrix too large for the caches beats the one-stage, memory-bound ``dsytrd``
+    (benchmarks/bench_eigensolvers.py). ValueError also where the routine is missing (:func:`has_two_stage`)."""
     _check_square("eigvalsh_two_stage", g)
     routine = _two_stage()
     if routine is None:
@@ -275,10 +259,9 @@ def controls_threads() -> bool:
 
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
-    """Every OpenBLAS of the process at one thread meanwhile, then as before. As threadpoolctl's
-    limit, the count is the library's, not the calling thread's: use it only where no other thread
-    is running BLAS calls. Small products and solves need it: split over two threads on a busy
-    machine they run many times slower."""
+    """Every OpenBLAS of the process at one thread meanwhile, then as before. As threadpoolctl's limit, the count is the
+    library's, not the calling thread's: use it only where no other thread is running BLAS calls. Small products and
+    solves need it: split over two threads on a busy machine they run many times slower."""
     calls = _thread_calls()
     before = [get() for get, _ in calls]
     for _, set_ in calls:

@@ -1,9 +1,7 @@
 """The FFT view of a conv kernel (WeightWatcher 0.7.7's ``conv2d_fft=True``): what ``--conv fft`` scores.
 
-What WeightWatcher computes, step by step, is in docs/metrics.md ("The FFT view of conv kernels"). It is
-not the spectrum of the convolution operator, and WeightWatcher marks the option deprecated: this
-module reproduces it so that its numbers can be compared.
-"""
+Not the spectrum of the convolution operator (WeightWatcher marks the option deprecated): reproduced so that its numbers
+can be compared, step by step as docs/metrics.md ("The FFT view of conv kernels") has it."""
 
 from __future__ import annotations
 
@@ -19,11 +17,7 @@ FFT_GRID = 32
 
 def conv2d_fft_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
     """``(N, M, kept)`` of the FFT view of a kernel of this (out, in, kh, kw) shape: the sides N ≥ M
-    WeightWatcher reports and the number rf·N·M of eigenvalues it keeps.
-
-    Raises:
-        ValueError: ``shape`` is not 4-D.
-    """
+    WeightWatcher reports and the number rf·N·M of eigenvalues it keeps; ValueError where ``shape`` is not 4-D."""
     if len(shape) != 4:
         raise ValueError(f"expected a 4-D conv weight (out, in, kh, kw), got shape {tuple(shape)}")
     n, m, imax, jmax = (int(v) for v in shape)
@@ -35,11 +29,7 @@ def conv2d_fft_dims(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 def conv2d_fft_eigenvalues(w: Any) -> tuple[np.ndarray, int, int]:
     """``(eigenvalues ascending, N, M)`` as WeightWatcher 0.7.7 analyses a Conv2d weight (out, in, kh, kw)
-    with ``conv2d_fft=True``, read as float32, the precision it computes in.
-
-    Raises:
-        ValueError: ``w`` is not 4-D.
-    """
+    with ``conv2d_fft=True``, read as float32, the precision it computes in; ValueError where ``w`` is not 4-D."""
     w32 = np.asarray(w)
     n, m, kept = conv2d_fft_dims(w32.shape)
     w32 = w32.astype(np.float32)

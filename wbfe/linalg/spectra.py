@@ -1,10 +1,8 @@
-"""The only place eigenvalues are computed: smaller Gram matrix, float64, once per matrix (docs/math.md §1).
+"""The only place eigenvalues are computed: smaller Gram matrix, float64, once per matrix (docs/math.md §1: the zero
+rule, and where the spectrum comes from W's singular values instead).
 
-The Gram matrix is accumulated block by block in float64, so a bfloat16 tensor never exists as a whole
-float64 copy. BFE-W alone takes log det from a Cholesky (or, for a large square W, an LU) factor instead
-of an eigen-solve. The zero rule, and where the spectrum comes from W's singular values instead, are in
-docs/math.md §1.
-"""
+The Gram matrix is accumulated block by block in float64, so a bfloat16 tensor never exists as a whole float64 copy.
+BFE-W alone takes log det from a Cholesky (or, for a large square W, an LU) factor instead of an eigen-solve."""
 
 from __future__ import annotations
 
@@ -186,12 +184,8 @@ def _nvidia_driver() -> bool:
 
 
 def gram(matrix: "torch.Tensor", device: "Device") -> Any:
-    """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64.
-
-    Returns:
-        On the CPU a Fortran-ordered numpy array whose lower triangle holds the Gram matrix (what
-        LAPACK reads; the upper triangle may be zero); on CUDA the full symmetric torch tensor on
-        that device.
+    """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64: on the CPU a Fortran-ordered numpy array whose
+    lower triangle holds it (what LAPACK reads; the upper triangle may be zero), on CUDA the full symmetric torch tensor.
 
     Raises:
         DegenerateMatrixError: the matrix has non-finite entries.
@@ -232,8 +226,7 @@ def gram(matrix: "torch.Tensor", device: "Device") -> Any:
         del source
     # A NaN or ±Inf entry of W is in some diagonal entry Σ w², and |G_ij| <= √(G_ii·G_jj): the
     # diagonal is finite exactly when the whole Gram matrix is.
-    finite = bool(np.isfinite(np.diagonal(out)).all() if numpy_path else out.diagonal().isfinite().all())
-    if not finite:
+    if not bool(np.isfinite(np.diagonal(out)).all() if numpy_path else out.diagonal().isfinite().all()):
         raise DegenerateMatrixError(_NON_FINITE)
     return out
 
@@ -268,10 +261,8 @@ def releases_gil(rows: int, cols: int, device: "Device") -> bool:
 def pin_threads() -> Iterator[None]:
     """Every BLAS and OpenMP pool at one thread, for scoring matrices on several workers at once.
 
-    Without it each worker's calls start pools of threads, and one library's threads, spinning while
-    they wait for work, slow the other's. Per-matrix thread limits are off meanwhile: they would race
-    across workers.
-    """
+    Without it each worker's calls start pools of threads, and one library's threads, spinning while they wait for
+    work, slow the other's. Per-matrix thread limits are off meanwhile: they would race across workers."""
     limit = None if _pinned.is_set() else _one_thread_limit(user_api=None)
     if limit is None:
         yield
@@ -308,11 +299,9 @@ def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _thread_controller() -> Any:
-    try:
-        import scipy.linalg.blas  # noqa: F401 - load OpenBLAS first so the controller sees it
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        return None
+    import scipy.linalg.blas  # noqa: F401 - load OpenBLAS first so the controller sees it
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController()
 
 
@@ -321,7 +310,7 @@ def _threads_for(matrix: "torch.Tensor", device: "Device") -> Any:
     thread allowed); the default otherwise."""
     if device.type != "cpu" or min(matrix.shape) >= _SMALL_P or _pinned.is_set() or blas_threads() == 1:
         return contextlib.nullcontext()
-    return _one_thread_limit(user_api="blas") or contextlib.nullcontext()
+    return _one_thread_limit(user_api="blas")
 
 
 def _eigvalsh(g: Any) -> np.ndarray:
@@ -438,8 +427,6 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
     n = n_zero = 0
     for matrix in matrices:
         rows, cols = matrix.shape
-        p = min(rows, cols)
-        diag: np.ndarray | None
         if uses_lu(rows, cols, device):
             # On every BLAS thread: a matrix this size is on a worker, pinned to one thread
             # (pin_threads), unless it is too large for one and alone, when all of them help.
@@ -450,7 +437,7 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
                 tr = float(np.trace(g)) if isinstance(g, np.ndarray) else float(g.trace())
                 diag = _cholesky_diagonal(g)
                 del g
-        n += p
+        n += min(rows, cols)
         trace += tr
         ld, zeros = _log_det(matrix, device, tr, diag)
         log_det += ld
@@ -463,9 +450,8 @@ def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[f
 def _log_det(matrix: "torch.Tensor", device: "Device", tr: float, diag: Optional[np.ndarray]) -> tuple[float, int]:
     """``(log det, number of zero eigenvalues)`` of one Gram matrix of trace ``tr``, from its factor's
     diagonal, or from W's singular values where the factorisation failed or is not trusted."""
-    p = min(matrix.shape)
     if tr <= 0.0:
-        return -math.inf, p
+        return -math.inf, min(matrix.shape)
     if diag is None or not float(np.min(diag)) > 0.0:
         e = w_eigenvalues(matrix, device)
         return (float(np.sum(np.log(e))) if np.all(e > 0) else -math.inf), int(np.count_nonzero(e <= 0.0))
@@ -505,12 +491,8 @@ def _cholesky_diagonal(g: Any) -> np.ndarray | None:
 
 
 def _lu_diagonal(matrix: Any) -> tuple[float, Optional[np.ndarray]]:
-    """``(‖W‖_F², |diag U|)`` of a square W = PLU (|det W| = ∏|u_ii|); None in place of the diagonal where
-    W is singular or the bound 2·eps·cond₁(W)/p on log|det W| exceeds ``_LOG_DET_TOL``.
-
-    Raises:
-        DegenerateMatrixError: the matrix has non-finite entries.
-    """
+    """``(‖W‖_F², |diag U|)`` of a square W = PLU (|det W| = ∏|u_ii|); None in place of the diagonal where W is singular
+    or the bound 2·eps·cond₁(W)/p on log|det W| exceeds ``_LOG_DET_TOL``. DegenerateMatrixError for non-finite entries."""
     w = _float64_block(matrix, np.empty(math.prod(matrix.shape), dtype=np.float64))
     flat = w.reshape(-1)
     tr = float(np.dot(flat, flat))
@@ -548,12 +530,8 @@ def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs:
 
 def _one_thread_limit(*, user_api: Optional[str]) -> Any:
     """A context holding the BLAS pools (and, through threadpoolctl, ``user_api``'s others) at one
-    thread; None where nothing can. OpenBLAS's own calls where they are found (far cheaper), else
-    threadpoolctl's controller."""
-    if blas.controls_threads():
-        return blas.one_thread()
-    controller = _thread_controller()
-    return controller.limit(limits=1, user_api=user_api) if controller is not None else None
+    thread: OpenBLAS's own calls where they are found (far cheaper), else threadpoolctl's controller."""
+    return blas.one_thread() if blas.controls_threads() else _thread_controller().limit(limits=1, user_api=user_api)
 
 
 def range_shift(matrices: Sequence[Any]) -> int:

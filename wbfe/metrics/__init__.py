@@ -1,11 +1,5 @@
-"""Metric groups: pure functions of a spectrum, looked up by stable name.
-
-``bfe`` — BFE-W, primal or dual, at lambda* or a given lambda (docs/math.md §2). ``htsr`` — the HT-SR baselines
-popularised by WeightWatcher (docs/math.md §4). ``htmp`` — high-temperature Marchenko–Pastur fit, F-infinity and h
-against h* (docs/math.md §3); opt-in. ``rand`` — randomised control (a seeded shuffle of each matrix); opt-in.
-``vectors`` — eigenvector localisation in the bulk and tail (WeightWatcher's ``vectors=True``); opt-in. ``fingers`` —
-the diagnostics of ``fix_fingers`` / ``fit`` (num_fingers, raw_alpha, Lambda); opt-in. ``detx`` — the det X = 1 tail and
-its gap to the power-law tail (WeightWatcher's ``detX``/``ERG``); opt-in."""
+"""Metric groups: pure functions of a spectrum, looked up by stable name; each group's columns are in docs/metrics.md,
+and each group's ``description`` says what it computes."""
 
 from __future__ import annotations
 
@@ -24,11 +18,11 @@ __all__ = ["GroupResult", "MetricGroup", "MetricOptions", "Spectrum", "DEFAULT_G
 _REGISTRY: dict[str, str] = {
     "bfe": "wbfe.metrics.bfe:GROUP",
     "htsr": "wbfe.metrics.htsr:GROUP",
-    "htmp": "wbfe.metrics.htmp:GROUP",
-    "rand": "wbfe.metrics.rand:GROUP",  # opt-in: not in DEFAULT_GROUPS
-    "vectors": "wbfe.metrics.vectors:GROUP",  # opt-in: an eigen-decomposition with vectors per matrix
-    "detx": "wbfe.metrics.detx:GROUP",  # opt-in
-    "fingers": "wbfe.metrics.fingers:GROUP",  # opt-in: num_fingers, raw_alpha, Lambda of --fix-fingers / --fit
+    "htmp": "wbfe.metrics.htmp:GROUP",  # opt-in, as every group not in DEFAULT_GROUPS
+    "rand": "wbfe.metrics.rand:GROUP",
+    "vectors": "wbfe.metrics.vectors:GROUP",  # an eigen-decomposition with vectors per matrix
+    "detx": "wbfe.metrics.detx:GROUP",
+    "fingers": "wbfe.metrics.fingers:GROUP",  # num_fingers, raw_alpha, Lambda of --fix-fingers / --fit
 }
 
 

@@ -15,9 +15,7 @@ from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
 from wbfe.options import parse_lambda, positive_lambda
 
-__all__ = [
-    "bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP",
-]
+__all__ = ["bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
 
 LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 
@@ -50,8 +48,7 @@ def bfe_from_moments(
     lam_used = parse_lambda(lam)
     if lam_used == "opt":
         return 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e), 1.0 / mean_e
-    value = 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used)
-    return value, lam_used
+    return 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used), lam_used
 
 
 def bfe_marchenko_pastur_limit(gamma: float) -> float:

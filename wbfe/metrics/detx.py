@@ -42,8 +42,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
         result.fail_all(COLUMNS, "no usable spectrum (empty, non-finite, negative or all zero)")
         return result
     num, idx, scaled = detx_tail(e)
-    result.values["detX_num"] = num
-    result.values["num_ERG_spikes"] = num
+    result.values["detX_num"] = result.values["num_ERG_spikes"] = num
     result.put_rescaled("detX_val", float(e[idx]), 1.0, spec.log_scale)
     result.values["detX_val_unrescaled"] = float(scaled[idx])  # scale-free: mean 1
     fit = fit_spectrum_power_law(spec, options)

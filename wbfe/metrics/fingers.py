@@ -14,7 +14,7 @@ from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectru
 from wbfe.options import check_tail_options
 from wbfe.options.conventions import WBFE, Conventions
 from wbfe.metrics.powerlaw import (
-    PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, range_candidates, tpl_log_normaliser,
+    FitOutcome, PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, range_candidates, tpl_log_normaliser,
 )
 
 __all__ = ["FixFingers", "TailModel", "TailFit", "esd_peak", "peak_range", "fit_tail", "tpl_ks_distance",
@@ -32,7 +32,7 @@ _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
 
 
 @dataclass(frozen=True)
-class TailFit:
+class TailFit(FitOutcome):
     """The tail fit behind the ``alpha`` columns under ``fix_fingers`` / ``fit``.
 
     ``lam`` is Λ of a truncated fit (sigma then NaN); ``num_fingers`` and ``raw_alpha`` (α before clipping) are for
@@ -46,11 +46,6 @@ class TailFit:
     num_fingers: int = 0
     raw_alpha: float = math.nan
     reason: Optional[str] = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the fit succeeded."""
-        return self.reason is None
 
 
 def esd_peak(x: np.ndarray) -> float:

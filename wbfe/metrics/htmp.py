@@ -17,15 +17,11 @@ from scipy.special import gammaln
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
-from wbfe.metrics.special import log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
+from wbfe.metrics.special import ArrayLike, log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
 from wbfe.options import positive_lambda
 
-__all__ = [
-    "pdf", "logpdf", "cdf", "sample", "mean", "variance", "log_moment", "f_inf", "h_star", "fit", "fit_many", "HTMPFit",
-    "diagnose", "KAPPA_RANGE", "MIN_EIGS", "DIAGNOSIS_RTOL", "GROUP",
-]
-
-ArrayLike = Union[float, np.ndarray]
+__all__ = ["pdf", "logpdf", "cdf", "sample", "mean", "variance", "log_moment", "f_inf", "h_star", "fit", "fit_many",
+           "HTMPFit", "diagnose", "KAPPA_RANGE", "MIN_EIGS", "DIAGNOSIS_RTOL", "GROUP"]
 
 KAPPA_RANGE = (0.01, 300.0)
 MIN_EIGS = 10
@@ -328,12 +324,11 @@ def _prepare(eigs: np.ndarray, gamma: float, tau: Optional[float]) -> _Prepared:
         raise InvalidOptionError(f"tau must lie in [0, min(eigs)), not {tau_used!r}")
     x = e - tau_used
     m1 = float(np.mean(x))
-    var = float(np.var(x))
-    if not var > 0.0:
+    if not float(np.var(x)) > 0.0:
         raise InvalidOptionError("fit needs a spectrum that is not constant")
     log_x = np.log(x)
-    log_k0 = _log_kappa_start(float(np.mean(log_x)) - math.log(m1), gamma)
-    return _Prepared(e=e, tau=tau_used, log_x=log_x, m1=m1, log_k0=log_k0)
+    return _Prepared(e=e, tau=tau_used, log_x=log_x, m1=m1,
+                     log_k0=_log_kappa_start(float(np.mean(log_x)) - math.log(m1), gamma))
 
 
 def _jensen_gap(log_k: float, gamma: float) -> float:
@@ -464,22 +459,17 @@ def _fit_prepared(p: _Prepared, gamma: float, models: _Models) -> HTMPFit:
         log_k, success = search(lo, hi, log_k, 4.0 * first_step)
     log_b, loglik, model = profile(log_k)
     kappa = math.exp(log_k)
-    beta = math.exp(log_b)
     at_bound = log_k - lo_k < 1e-3 or hi_k - log_k < 1e-3
     beta_edge = abs(log_b - math.log(kappa / (2.0 * gamma) / m1)) > _BETA_SPAN - 1e-3
-    converged = success and not beta_edge
-    message = ""
-    if beta_edge:
-        message = "profiled beta reached the edge of its search interval"
-    elif at_bound:
-        message = f"kappa at the end of its range {KAPPA_RANGE}"
+    message = ("profiled beta reached the edge of its search interval" if beta_edge
+               else f"kappa at the end of its range {KAPPA_RANGE}" if at_bound else "")
     fitted = np.clip(model.cdf(log_b + log_x), 0.0, 1.0)
     n = p.e.size
     ranks = np.arange(1, n + 1) / n
     ks = float(max(np.max(ranks - fitted), np.max(fitted - (ranks - 1.0 / n))))
     return HTMPFit(
-        kappa=kappa, beta=beta, tau=p.tau, gamma=float(gamma), ks=ks, loglik=loglik, n=int(n), converged=converged,
-        at_bound=bool(at_bound), message=message,
+        kappa=kappa, beta=math.exp(log_b), tau=p.tau, gamma=float(gamma), ks=ks, loglik=loglik, n=int(n),
+        converged=success and not beta_edge, at_bound=bool(at_bound), message=message,
     )
 
 
@@ -537,19 +527,17 @@ def _row(spec: Spectrum, ready: _Ready, fitted: Union[HTMPFit, InvalidOptionErro
     if not fitted.converged:
         return _fail_all(result, f"HTMP fit did not converge: {fitted.message}")
     gamma, lam = spec.gamma, ready.lam
-    c_g = fitted.beta * fitted.tau
-    h_value = fitted.h
-    h_opt = h_star(lam, gamma, fitted.kappa, c_g)
+    h_opt = h_star(lam, gamma, fitted.kappa, fitted.beta * fitted.tau)
     result.values.update(
         htmp_kappa=fitted.kappa,
         htmp_ks=fitted.ks,
         # F∞ is unchanged when the eigenvalues and 1/λ are scaled alike.
         f_inf=f_inf(lam, fitted.kappa, gamma, fitted.beta, fitted.tau),
-        diagnosis=diagnose(h_value, h_opt),
+        diagnosis=diagnose(fitted.h, h_opt),
     )
     # β is a rate (1/e); τ, h = κ/β and h* = 2γ/λ·(...) are in the units of e.
     for column, value, power in (("htmp_beta", fitted.beta, -1.0), ("htmp_tau", fitted.tau, 1.0),
-                                 ("h", h_value, 1.0), ("h_star", h_opt, 1.0)):
+                                 ("h", fitted.h, 1.0), ("h_star", h_opt, 1.0)):
         result.put_rescaled(column, value, power, spec.log_scale)
     notes = []
     if ready.n_zero:
@@ -583,8 +571,7 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
         else:
             by_gamma.setdefault(spec.gamma, []).append((i, ready))
     for gamma, members in by_gamma.items():
-        fits = fit_many([ready.positive for _, ready in members], gamma)
-        for (i, ready), fitted in zip(members, fits):
+        for (i, ready), fitted in zip(members, fit_many([ready.positive for _, ready in members], gamma)):
             results[i] = _row(specs[i], ready, fitted)
     return [r for r in results if r is not None]
 

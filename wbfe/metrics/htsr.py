@@ -35,10 +35,7 @@ COLUMNS = (
 def matrix_rank(eigs: np.ndarray, P: int) -> int:
     """Number of singular values √e above max √e · P · ε(float64) (numpy's default tolerance)."""
     sv = np.sqrt(np.asarray(eigs, dtype=np.float64))
-    if sv.size == 0:
-        return 0
-    tol = float(np.max(sv)) * P * np.finfo(np.float64).eps
-    return int(np.count_nonzero(sv > tol))
+    return int(np.count_nonzero(sv > float(np.max(sv, initial=0.0)) * P * _EPS))
 
 
 def matrix_entropy(eigs: np.ndarray, P: int, *, epsilon: float = 0.0) -> tuple[float, Optional[str]]:
@@ -157,9 +154,9 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
                        options: MetricOptions) -> None:
     """The power-law and truncated power-law columns of each usable spectrum ``(k, sorted e)``."""
     threshold = options.conventions.evals_thresh
-    tails = [e[e > stored_threshold(threshold, specs[k].log_scale)] for k, e in usable]
     fitted = []
-    for (k, e), tail_source in zip(usable, tails):
+    for k, e in usable:
+        tail_source = e[e > stored_threshold(threshold, specs[k].log_scale)]
         fit = _tail_fit(tail_source, options)
         result = results[k]
         if fit.reason is not None:
@@ -182,8 +179,8 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
         result.values["log_alpha_norm"] = (fit.alpha * (math.log10(top) + shift)
                                            + math.log10(float(np.sum((e / top) ** fit.alpha))))
         fitted.append((k, tail_source, fit.xmin))
-    tpls = [fit_truncated_power_law(tail, xmin=xmin) for _, tail, xmin in fitted]
-    for (k, _, _), tpl in zip(fitted, tpls):
+    for k, tail, xmin in fitted:
+        tpl = fit_truncated_power_law(tail, xmin=xmin)
         if tpl.reason is None:
             results[k].values["tpl_alpha"] = tpl.alpha
             results[k].put_rescaled("tpl_lambda", tpl.lam, -1.0, specs[k].log_scale)
@@ -204,8 +201,6 @@ def _tail_fit(tail: np.ndarray, options: MetricOptions) -> PowerLawFit:
         return failed_fit("fingers", t.reason or f"alpha = {t.alpha}")
     return PowerLawFit(t.alpha, t.sigma, t.xmin, float(tail[-1]), int(np.count_nonzero(tail >= t.xmin)), t.ks, 0,
                        "fingers")
-
-
 
 
 GROUP = MetricGroup(

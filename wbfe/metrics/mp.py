@@ -153,9 +153,7 @@ class _MPResidual:
                 self.Q / (2 * np.pi * sigma * sigma), self.y2, float(np.dot(d, self.h[lo:hi])),
                 float(np.dot(np.sqrt(d), self.g[lo:hi])),
             )
-        if not math.isfinite(value):
-            return self.exact(sigma), 0.0
-        return value, scale
+        return (value, scale) if math.isfinite(value) else (self.exact(sigma), 0.0)
 
     def grid(self, sigmas: np.ndarray, prune: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`fast` of every σ of a grid at once; with ``prune``, +inf for the σ whose lower
@@ -293,28 +291,18 @@ def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
         else:  # with one variable the second-worst vertex is the best one: contract
             outside = less(fxr, f1)
             if calls < _NM_MAXFUN:
-                if outside:
-                    xc = 1.5 * xbar - 0.5 * x1
-                    fxc = yield xc
-                    calls += 1
-                    shrink = not less(fxc, fxr, or_equal=True)
-                    if not shrink:
-                        x1, f1 = xc, fxc
-                else:
-                    xcc = 0.5 * xbar + 0.5 * x1
-                    fxcc = yield xcc
-                    calls += 1
-                    shrink = not less(fxcc, f1)
-                    if not shrink:
-                        x1, f1 = xcc, fxcc
-                if shrink:
+                xc = 1.5 * xbar - 0.5 * x1 if outside else 0.5 * xbar + 0.5 * x1  # outside or inside contraction
+                fxc = yield xc
+                calls += 1
+                if less(fxc, fxr, or_equal=True) if outside else less(fxc, f1):
+                    x1, f1 = xc, fxc
+                    iterations += 1
+                else:  # shrink
                     x1 = x0 + 0.5 * (x1 - x0)
                     if calls < _NM_MAXFUN:
                         f1 = yield x1
                         calls += 1
                         iterations += 1
-                else:
-                    iterations += 1
         x0, f0, x1, f1 = ordered(x0, f0, x1, f1)
     return x0
 
@@ -333,8 +321,7 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     to_plot = (w_scale * w_scale) * e
     lambda_max = float(np.max(to_plot))
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
-    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
-    residual = _MPResidual(to_fit, Q)
+    residual = _MPResidual(np.sqrt(to_plot) if Q == 1 else to_plot, Q)
     # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
     sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
     start = float(sigmas[_grid_argmin(residual, sigmas)])
@@ -372,49 +359,35 @@ def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  #
     arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
     if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
         return [mp_fit(e, N, M) for e in arrays]
-    if len(arrays) > _BATCH_MAX:  # in groups that keep the stacks in cache
-        n_groups = -(-len(arrays) // _BATCH_MAX)
-        return [fit for group in np.array_split(np.arange(len(arrays)), n_groups)
-                for fit in _fit_batch([arrays[i] for i in group], N, M)]  # fmt: skip
-    return _fit_batch(arrays, N, M)
+    n_groups = -(-len(arrays) // _BATCH_MAX)  # in groups that keep the stacks in cache
+    return [fit for group in np.array_split(np.arange(len(arrays)), n_groups)
+            for fit in _fit_batch([arrays[i] for i in group], N, M)]  # fmt: skip
 
 
 def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
     stack = np.stack(arrays)
     sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
-    # Rows fitted alone: empty or all-zero (mp_fit's failure), non-finite or negative values
-    # (whatever mp_fit makes of them, error included).
-    common = (sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0)
-    rows = np.flatnonzero(common)
-    results: list[Optional[MPFit]] = [None] * len(arrays)
+    # The rows fitted together; alone: empty or all-zero (mp_fit's failure), non-finite or negative
+    # values (whatever mp_fit makes of them, error included).
+    rows = np.flatnonzero((sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0))
     if rows.size < _BATCH_MIN:
         return [mp_fit(e, N, M) for e in arrays]
-    for alone in np.flatnonzero(~common).tolist():
-        results[alone] = mp_fit(arrays[alone], N, M)
     Q = N / M
     e = stack[rows]
     w_scale = np.sqrt(e.shape[1]) / np.sqrt(sums[rows])
     to_plot = (w_scale * w_scale)[:, None] * e
     lambda_max = np.max(to_plot, axis=1)
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
-    to_fit = np.sqrt(to_plot) if Q == 1 else to_plot
-    batch = _ResidualBatch(to_fit, Q)
+    batch = _ResidualBatch(np.sqrt(to_plot) if Q == 1 else to_plot, Q)
     sigmas = _polish_many(batch, *batch.grid_starts(s))
-    for i, k in enumerate(rows.tolist()):
-        sigma = sigmas[i]
-        if sigma is None:
-            results[k] = mp_fit(arrays[k], N, M)
-        else:
-            results[k] = _fit_of(sigma, to_plot[i], w_scale[i], float(lambda_max[i]), Q, M)
-    return [fit for fit in results if fit is not None]
+    fits = {k: _fit_of(sigma, to_plot[i], w_scale[i], float(lambda_max[i]), Q, M)
+            for i, (k, sigma) in enumerate(zip(rows.tolist(), sigmas)) if sigma is not None}
+    return [fits[k] if k in fits else mp_fit(e, N, M) for k, e in enumerate(arrays)]
 
 
 def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Σ_j u[i, j]·v[i, j] of every row (np.vecdot where numpy has it: SIMD, one call)."""
-    return _vecdot(u, v) if _vecdot is not None else np.einsum("ij,ij->i", u, v)
-
-
-_vecdot = getattr(np, "vecdot", None)  # numpy >= 2.0
+    """Σ_j u[i, j]·v[i, j] of every row (np.vecdot where numpy has it, from 2.0: SIMD, one call)."""
+    return np.vecdot(u, v) if hasattr(np, "vecdot") else np.einsum("ij,ij->i", u, v)
 
 
 _WINDOW_SLACK = np.array([[-1.0], [2.0]])  # grid points beyond ⌊a/step⌋, ⌊b/step⌋ that may be inside
@@ -453,8 +426,7 @@ class _ResidualBatch:
             return
         with np.errstate(divide="ignore"):
             inv = np.divide(1.0, xde, out=np.zeros_like(xde), where=good & (xde > 0.0))  # x = 0: never in a support
-        self.h = np.zeros_like(self.x)
-        self.g = np.zeros_like(self.x)
+        self.h, self.g = np.zeros_like(self.x), np.zeros_like(self.x)
         h = np.multiply(inv, inv, out=self.h[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID))
         np.multiply(y, inv, out=self.g[: n_rows * _KDE_GRID].reshape(n_rows, _KDE_GRID))
         # Prefix sums of the fitted points (count, Σ 1/x, Σ 1/x², Σ y²) for the grid's lower bounds.
@@ -477,8 +449,7 @@ class _ResidualBatch:
         if rows.size * width <= 4 * _CHUNK:  # one step (most Nelder–Mead steps)
             t1, t2 = self._window_sums(starts, width, b[:, None], a[:, None])
         else:
-            t1 = np.empty(rows.size)
-            t2 = np.empty(rows.size)
+            t1, t2 = np.empty(rows.size), np.empty(rows.size)
             order = np.argsort(widths)[::-1]  # widest first: each chunk pads to about its own width
             widths_desc, starts, b, a = widths[order].tolist(), starts[order], b[order, None], a[order, None]
             start = 0
@@ -552,8 +523,7 @@ class _ResidualBatch:
         its fast value and scale; NaN σ where the row must be fitted on its own."""
         n_rows = s.size
         grids = [np.arange(0.05 * si, 2.0 * si, 0.01 * si) for si in s.tolist()]  # np.mgrid[slice]
-        n_sigmas = max(g.size for g in grids)
-        sigmas = np.full((n_rows, n_sigmas), np.nan)
+        sigmas = np.full((n_rows, max(g.size for g in grids)), np.nan)
         for k, g in enumerate(grids):
             sigmas[k, : g.size] = g
         in_grid = ~np.isnan(sigmas)
@@ -586,8 +556,7 @@ class _ResidualBatch:
                     c, self.y2[:, None], self.prefix[3, :, -1:], n_hi - n_lo,
                     s1_hi - s1_lo, s2_hi - s2_lo, sy_hi - sy_lo, s1_hi, s2_hi, b, a,
                 )  # fmt: skip
-            n_valid = np.count_nonzero(valid, axis=1)
-            prune = n_valid > 4
+            prune = np.count_nonzero(valid, axis=1) > 4
             first = np.zeros(sigmas.shape, dtype=bool)
             if np.any(prune):
                 order = np.argpartition(np.where(valid, bound, np.inf), 4, axis=1)[:, :4]
@@ -635,8 +604,7 @@ def _polish_many(
         running.append((k, steps))
         points.append(steps.send((value, scale)))
     while len(running) >= _LOCKSTEP_MIN:
-        rows = np.array([k for k, _ in running])
-        values, scales, exact = batch.fast(rows, np.array(points))
+        values, scales, exact = batch.fast(np.array([k for k, _ in running]), np.array(points))
         still, points = [], []
         for (k, steps), value, scale, off_path in zip(running, values.tolist(), scales.tolist(), exact.tolist()):
             if off_path:

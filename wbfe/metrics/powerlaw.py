@@ -6,9 +6,9 @@ differs. The truncated power law's normaliser is a quadrature in log space: vali
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Literal, Optional
 
 import numpy as np
@@ -31,12 +31,23 @@ _KS_STRIDE = 8
 _KS_FIRST = 8
 _KS_EXACT_BELOW = 128
 _TPL_MAX_NEWTON = 100
-_GL_NODES = 20
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(20)  # nodes and weights of each panel of the TPL normaliser
 _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
 
 
+class FitOutcome:
+    """What every fit's result has: ``reason`` says why it failed."""
+
+    reason: Optional[str]
+
+    @property
+    def ok(self) -> bool:
+        """True when the fit succeeded."""
+        return self.reason is None
+
+
 @dataclass(frozen=True)
-class PowerLawFit:
+class PowerLawFit(FitOutcome):
     """Result of a continuous power-law fit: NaN numbers and a ``reason`` on failure.
 
     ``n_candidates`` counts the eligible xmin; ``method`` is ``"csn"``, ``"ww"``, ``"ww-small-n"`` or ``"range"``."""
@@ -51,14 +62,9 @@ class PowerLawFit:
     method: str
     reason: Optional[str] = None
 
-    @property
-    def ok(self) -> bool:
-        """True when the fit succeeded."""
-        return self.reason is None
-
 
 @dataclass(frozen=True)
-class TruncatedPowerLawFit:
+class TruncatedPowerLawFit(FitOutcome):
     """Result of a truncated power-law MLE on x ≥ xmin; ``reason`` says why it failed.
 
     α is any real (α < 1 is normalisable because Λ > 0); Λ is exactly 0 when no truncation raises the likelihood (the
@@ -70,11 +76,6 @@ class TruncatedPowerLawFit:
     n_tail: int
     loglik: float
     reason: Optional[str] = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the fit succeeded."""
-        return self.reason is None
 
 
 def failed_fit(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
@@ -188,13 +189,10 @@ def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarr
     its distance are those of the full scan."""
     ks = np.full(x.size - 1, np.inf)
     idx = np.flatnonzero(eligible)
-    if idx.size <= _KS_EXACT_BELOW:
+    bounds = _ks_blocks(x, idx, alphas, np.arange(0, x.size, _KS_STRIDE)) if idx.size > _KS_EXACT_BELOW else None
+    if bounds is None or np.isnan(bounds).any():
         if idx.size:
             ks[idx] = _ks_blocks(x, idx, alphas)
-        return ks
-    bounds = _ks_blocks(x, idx, alphas, np.arange(0, x.size, _KS_STRIDE))
-    if np.isnan(bounds).any():
-        ks[idx] = _ks_blocks(x, idx, alphas)
         return ks
     first = np.sort(idx[np.argsort(bounds, kind="stable")[:_KS_FIRST]])
     ks[first] = _ks_blocks(x, first, alphas)
@@ -235,28 +233,24 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     n_cand = n - 1
     alphas = np.zeros(n_cand)
     ds = np.ones(n_cand)
-    any_kept = False
-    for i in range(n_cand):  # n < 20: a loop is clearer than a block scan here
+
+    def candidate(i: int) -> bool:
+        """α and KS distance of the tail from x[i]; False where it is constant (α > 1 otherwise: n < 20)."""
         nt = n - i
-        if nt < _WW_SMALL_N_MIN_TAIL:
-            continue
         s = float(np.sum(logx[i:]) - nt * logx[i])
         if s <= 1e-12:
-            continue
+            return False
         alphas[i] = 1.0 + (nt - 1.0) / s
-        if alphas[i] <= 1.0:
-            continue
         theo = 1.0 - (x[i:] / x[i]) ** (1.0 - alphas[i])
         ds[i] = float(np.max(np.abs(np.arange(nt, dtype=np.float64) / float(nt) - theo)))
-        any_kept = True
-    if not any_kept:
-        # WeightWatcher's fallback: the whole sample as the tail (it reports α = 0 if that is constant).
-        s = float(np.sum(logx) - n * logx[0])
-        if s <= 1e-12:
-            return failed_fit(method, "degenerate spectrum: all values equal")
-        alphas[0] = 1.0 + (n - 1.0) / s
-        theo = 1.0 - (x / x[0]) ** (1.0 - alphas[0])
-        ds[0] = float(np.max(np.abs(np.arange(n, dtype=np.float64) / float(n) - theo)))
+        return True
+
+    kept = False
+    for i in range(n - _WW_SMALL_N_MIN_TAIL + 1):  # n < 20: a loop is clearer than a block scan here
+        kept |= candidate(i)
+    # WeightWatcher's fallback: the whole sample as the tail (it reports α = 0 if that is constant).
+    if not kept and not candidate(0):
+        return failed_fit(method, "degenerate spectrum: all values equal")
     i = int(np.argmin(ds))
     alpha = float(alphas[i])
     if not (math.isfinite(alpha) and alpha > 1.0):
@@ -266,11 +260,6 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
         alpha=alpha, sigma=(alpha - 1.0) / math.sqrt(nt), xmin=float(x[i]), xmax=float(x[-1]), n_tail=nt,
         ks=float(ds[i]), n_candidates=max(0, n - _WW_SMALL_N_MIN_TAIL + 1), method=method,
     )
-
-
-@lru_cache(maxsize=1)
-def _gauss_legendre() -> tuple[np.ndarray, np.ndarray]:
-    return np.polynomial.legendre.leggauss(_GL_NODES)
 
 
 def _panel_edges(peak: float, scale: float, lower: float, s: float, c: float, h_peak: float) -> list[float]:
@@ -313,10 +302,9 @@ def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, f
     edges, h_peak = _tpl_panels(alpha, lam)
     e = np.array(edges)[:, None]
     lo, hi = e[:-1], e[1:]
-    nodes, weights = _gauss_legendre()
     half = 0.5 * (hi - lo)
-    u = 0.5 * (lo + hi) + half * nodes
-    w = (half * weights) * np.exp((1.0 - alpha) * u - lam * np.expm1(u) - h_peak)
+    u = 0.5 * (lo + hi) + half * _GL_X
+    w = (half * _GL_W) * np.exp((1.0 - alpha) * u - lam * np.expm1(u) - h_peak)
     return u, w, h_peak
 
 
@@ -366,8 +354,7 @@ def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _E
     h_uy = total(p * (du * dy))
     h_yy = total(p * (dy * dy))
     log_w = math.log(total_w) if total_w > 0.0 else (-math.inf if total_w == 0.0 else math.nan)
-    value = alpha * mean_u + lam * mean_y - lam + h_peak + log_w
-    return value, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
+    return alpha * mean_u + lam * mean_y - lam + h_peak + log_w, mean_u - eu, mean_y - ey, h_uu, h_uy, h_yy
 
 
 # Damping factors of the Levenberg–Marquardt shift, in order; beyond the last, the identity.
@@ -402,12 +389,8 @@ def _newton_step(g0: float, g1: float, h00: float, h01: float, h11: float) -> tu
 
 def _max_step(x1: float, step1: float, log_lam: bool) -> float:
     if log_lam:  # log Λ moves by at most 5 per step
-        bound = 5.0 / max(abs(step1), 1e-300)
-    elif step1 >= 0.0:
-        return 1.0
-    else:  # at most 90 % of the way to Λ = 0
-        bound = 0.9 * x1 / -step1
-    return min(1.0, bound)
+        return min(1.0, 5.0 / max(abs(step1), 1e-300))
+    return 1.0 if step1 >= 0.0 else min(1.0, 0.9 * x1 / -step1)  # at most 90 % of the way to Λ = 0
 
 
 def _damped_newton(
@@ -475,10 +458,7 @@ def fit_truncated_power_law(
     if alpha_pl > 2.0 and mean_y >= (alpha_pl - 1.0) / (alpha_pl - 2.0):
         nll = alpha_pl * mean_log - math.log(alpha_pl - 1.0)
         return TruncatedPowerLawFit(alpha_pl, 0.0, lo, n, float(-n * (nll + math.log(lo))))
-
-    def objective(alpha: float, lam: float) -> _Eval:
-        return _tpl_objective(alpha, lam, mean_log, mean_y)
-
+    objective = functools.partial(_tpl_objective, mean_u=mean_log, mean_y=mean_y)
     a_hat, lam_scaled, nll, converged = _damped_newton(objective, alpha_pl, 0.1 / mean_y, False)
     if not converged and lam_scaled > 0.0:
         a_hat, log_lam, nll, converged = _damped_newton(objective, a_hat, math.log(lam_scaled), True)

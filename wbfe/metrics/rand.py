@@ -41,10 +41,6 @@ class ShuffledSpectrum:
 _UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def _rng(seed: int, name: str, index: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(name.encode()), index]))
-
-
 def shuffle_matrix(matrix: Any, rng: np.random.Generator) -> Any:
     """A copy of ``matrix`` (numpy or torch, returned as the same kind) with its entries permuted uniformly.
 
@@ -89,7 +85,8 @@ def shuffled_spectrum(matrices: Sequence[Any], device: Any, options: MetricOptio
 
     parts, traps, edge, log_scale = [], 0, 0.0, 0.0
     for index, matrix in enumerate(matrices):
-        shuffled = spectrum([shuffle_matrix(matrix, _rng(options.seed, name, index))], device)
+        seed = np.random.SeedSequence([int(options.seed), zlib.crc32(name.encode()), index])
+        shuffled = spectrum([shuffle_matrix(matrix, np.random.default_rng(seed))], device)
         e, log_scale = np.asarray(shuffled.eigs), shuffled.log_scale  # slices share one scale: same entries' range
         n = math.prod(matrix.shape)
         # The mean in the spectrum's units (entries times exp(−log_scale / 2)); Σw² is the trace of

@@ -1,16 +1,15 @@
-"""Log-space Tricomi U(a, b, z) on [0, ∞) and on the branch cut (−∞, 0] (docs/math.md §3).
+"""Log-space Tricomi U(a, b, z) on [0, ∞) and the branch cut (−∞, 0] (docs/math.md §3; scipy's ``hyperu`` fails there).
 
-``scipy.special.hyperu`` is wrong or NaN on much of the range the HTMP law needs, so everything here comes from one
-Kummer-transformed integral, U(a, b, z) = z^(−a)/Γ(c)·∫₀^∞ e^(−u) u^(c−1) (1 + u/z)^(−a) du with c = a − b + 1 > 0,
-summed by the trapezoidal rule in a sinh-stretched copy of s = log u. On the cut z = −y − i0 the path is bent below the
-singularity u = y: a ray through the complex saddle inside the HTMP bulk, a Gaussian bump in θ around y outside it. Each
-value on the cut checks itself (the sum at twice the step, the cancellation, a sum on shifted nodes where the phase
-jumps); rows that fail get a finer step or other paths, and NaN only if nothing converges to 1e-4."""
+One Kummer-transformed integral, U(a, b, z) = z^(−a)/Γ(c)·∫₀^∞ e^(−u) u^(c−1) (1 + u/z)^(−a) du, c = a − b + 1 > 0, by
+the trapezoidal rule in a sinh-stretched s = log u. On the cut z = −y − i0 the path bends below u = y: a ray through the
+complex saddle inside the HTMP bulk, a Gaussian bump in θ around y outside it. Each value on the cut checks itself (step
+doubling, cancellation, shifted nodes where the phase jumps); failures get finer steps or other paths, NaN only if
+nothing converges to 1e-4."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 from scipy.special import expit, gammaln
@@ -71,11 +70,7 @@ def _log_sinh_trapezoid(
         hv = (v_hi - v_lo)[rows] / (nodes - 1)
         s = s_c[rows, None] + width[rows, None] * np.sinh(v)
         psi = log_integrand(s, rows)
-        log_jacobian = np.log(width[rows, None] * np.cosh(v))
-        if dtype is complex:
-            psi.real += log_jacobian
-        else:
-            psi += log_jacobian
+        psi.real += np.log(width[rows, None] * np.cosh(v))  # a real array's .real is itself
         log_mod = psi.real
         # The modulus is normalised by the largest node, the phase by the reference node.
         top = np.max(log_mod, axis=1)
@@ -112,19 +107,17 @@ def _log_sinh_trapezoid(
     return out, out_coarse, lost, shifted
 
 
-def _chunks(order: np.ndarray, n: np.ndarray, spread: float) -> list[np.ndarray]:
+def _chunks(order: np.ndarray, n: np.ndarray, spread: float) -> Iterator[np.ndarray]:
     """Rows by ascending node count cut into chunks of at most _CHUNK, a new one also where a count exceeds
     ``spread`` times the chunk's first (one long row must not pad many short ones). Padding gives rows more
     nodes than asked, which some rows need at loose rtol: only tight ones use a finite spread."""
-    chunks = []
     start = 0
     while start < order.size:
         stop = min(order.size, start + _CHUNK)
         within = np.searchsorted(n[order[start:stop]], spread * n[order[start]], side="right")
         stop = start + max(1, int(within))
-        chunks.append(order[start:stop])
+        yield order[start:stop]
         start = stop
-    return chunks
 
 
 def _bisect_decreasing(fn: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -371,9 +364,7 @@ def _log_hyperu_cut(
     angle = np.maximum(np.arctan2(root, big_b), th_min)
     env_b = sw_b / np.sqrt(cos_phi)
     peak_b = 0.5 * (ly + math.log(c))
-    th0[bulk] = angle[bulk]
-    bump_w[bulk] = np.inf
-    peak[bulk] = peak_b[bulk]
+    th0[bulk], bump_w[bulk], peak[bulk] = angle[bulk], np.inf, peak_b[bulk]
     strip = (0.5 * math.pi - angle) / 8.0
     saddle_step = np.minimum.reduce([0.35 * sw_b * np.sqrt(cos_phi), np.full_like(y, 0.25), strip])
     near_y_step = np.minimum.reduce([angle / 6.0, np.full_like(y, 0.25), strip])
@@ -401,9 +392,7 @@ def _log_hyperu_cut(
             curv = np.abs(-mode + a * qm / (1.0 - qm) ** 2)
             swo = np.minimum(1.0 / np.sqrt(curv), 1.0)
         sm = np.log(mode)
-        th0[out] = t0
-        bump_w[out] = w
-        peak[out] = sm
+        th0[out], bump_w[out], peak[out] = t0, w, sm
         # The e^-u strip narrows with θ only where |u| is not small: near the mode, not at a
         # bump around a y far below it.
         t_strip = np.where(lyo + 3.0 * w > math.log(0.1), t0, t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2))
@@ -436,16 +425,12 @@ def _log_hyperu_cut(
                 break
             rows = np.flatnonzero(bad)
             yb, lyb = y[rows], ly[rows]
-            t0 = np.full_like(yb, kind_th)
-            w = np.full_like(yb, kind_w)
             sw = min(1.0, 1.0 / math.sqrt(c + a))
-            reach = np.minimum(w, 3.0)
-            stp = 0.5 * np.minimum.reduce(
-                [np.full_like(yb, 0.35 * sw), np.full_like(yb, 0.25), t0 / 6.0, (0.5 * math.pi - t0) / 8.0, w / 8.0]
-            )
-            lo = np.minimum(peak[rows] - 8.0 * sw, lyb - 4.0 * reach)
-            hi = np.maximum(peak[rows] + 8.0 * sw, lyb + 4.0 * reach)
-            cand, cand_err = _cut_integral(a, c, yb, lyb, t0, w, peak[rows], stp, lo, hi, spread)
+            stp = 0.5 * min(0.35 * sw, 0.25, kind_th / 6.0, (0.5 * math.pi - kind_th) / 8.0, kind_w / 8.0)
+            lo = np.minimum(peak[rows] - 8.0 * sw, lyb - 4.0 * min(kind_w, 3.0))
+            hi = np.maximum(peak[rows] + 8.0 * sw, lyb + 4.0 * min(kind_w, 3.0))
+            cand, cand_err = _cut_integral(a, c, yb, lyb, np.full_like(yb, kind_th), np.full_like(yb, kind_w), peak[rows],
+                                           np.full_like(yb, stp), lo, hi, spread)
             better = cand_err < err[rows]
             log_j[rows[better]] = cand[better]
             err[rows[better]] = cand_err[better]

@@ -76,13 +76,8 @@ def _default_slice(matrix: Any, device: Any, scale: float) -> tuple[np.ndarray, 
     w = to_torch(matrix).detach().to(device=device, dtype=torch.float64)
     if scale != 1.0:
         w = w * scale  # a power of two: exact, and the eigenvectors do not depend on it
-    x = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
-    evals, v = torch.linalg.eigh(x)
+    evals, v = torch.linalg.eigh(w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w)
     return (evals.cpu().numpy(), *_metrics(v.cpu().numpy()))
-
-
-def _largest(matrices: Sequence[Any]) -> float:
-    return max((float(np.max(np.abs(to_numpy(m)), initial=0.0)) for m in matrices), default=0.0)
 
 
 def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOptions,
@@ -94,7 +89,8 @@ def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOption
     ww = options.conventions.slice_svd
     scale = math.ldexp(1.0, range_shift(matrices))  # one factor for all slices: pooled eigenvalues stay comparable
     if scale != 1.0 and ww:
-        return (f"the Gram matrix leaves float64's range (entries up to {_largest(matrices):.0e}), where "
+        largest = max(float(np.max(np.abs(to_numpy(m)), initial=0.0)) for m in matrices)
+        return (f"the Gram matrix leaves float64's range (entries up to {largest:.0e}), where "
                 "WeightWatcher's arithmetic gives no eigenvectors")
     parts: list[tuple[np.ndarray, ...]] = [_ww_slice(to_numpy(m).astype(np.float64)) if ww
                                            else _default_slice(m, device, scale) for m in matrices]
@@ -124,11 +120,8 @@ def _tail_mask(data: EigenvectorData, spec: Spectrum, options: MetricOptions) ->
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     data = spec.extra.get("vectors")
-    if isinstance(data, str):
-        result.fail_all(COLUMNS, data)
-        return result
     if not isinstance(data, EigenvectorData):
-        result.fail_all(COLUMNS, "no eigenvectors (the vectors group needs the matrix itself)")
+        result.fail_all(COLUMNS, data if isinstance(data, str) else "no eigenvectors (the vectors group needs the matrix itself)")
         return result
     tail, why = _tail_mask(data, spec, options)
     for metric in _METRICS:
