@@ -122,6 +122,26 @@ def test_teacher_rejects_bad_options():
         make_teacher(4, features="gauss")
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"d": math.inf}, "d must be an integer >= 2, not inf"),
+    ({"d": math.nan}, "d must be an integer >= 2, not nan"),
+    ({"d": None}, "d must be an integer >= 2, not None"),
+    ({"d": 4, "p": math.inf}, r"p must be an integer in \[1, 10\] for d = 4, not inf"),
+    ({"d": 4, "eps": math.inf}, "eps must be a finite number, not inf"),
+    ({"d": 4, "eps": math.nan}, "eps must be a finite number, not nan"),
+])
+def test_teacher_refuses_non_finite_sizes_with_a_typed_error(kwargs, message):
+    # int(inf) / int(nan) / round(4**inf) raised OverflowError or ValueError from inside the check.
+    with pytest.raises(InvalidOptionError, match=message):
+        make_teacher(**kwargs)
+
+
+@pytest.mark.parametrize("n", [math.inf, math.nan, None])
+def test_sample_data_refuses_a_non_finite_count_with_a_typed_error(n):
+    with pytest.raises(InvalidOptionError, match="n must be a positive integer"):
+        sample_data(make_teacher(4), n, seed=0)
+
+
 # ---------------------------------------------------------------- the spectral learner
 
 

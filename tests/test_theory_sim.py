@@ -6,6 +6,7 @@ Small sizes (d = 30) so the suite stays fast on two cores; the full-size runs ar
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -96,6 +97,23 @@ def test_student_training_is_seeded():
     assert a == b and math.isfinite(a)
     with pytest.raises(InvalidOptionError, match="width, epochs and batches must be >= 1"):
         train_student(t, 0)
+
+
+def test_student_batches_partition_the_samples_with_none_empty():
+    # ceil(n / batches)-sized slices left the last batches empty (200 samples in 90 batches: 23 empty), and
+    # each still took an Adam step, moving the weights by momentum alone.
+    t = make_teacher(readout("power", 6, beta=1.0), d=10, n=200, delta=0.05, centred=False, n_test=500, seed=1)
+    rows: list[int] = []
+
+    def act(z):
+        rows.append(int(z.shape[0]))
+        return t.act(z)
+
+    train_student(dataclasses.replace(t, act=act), 3, epochs=2, batches=90, seed=2)
+    expected = [len(part) for part in np.array_split(np.arange(200), 90)]
+    assert rows == expected * 2 + [500]  # two epochs of 90 batches, then the test error on x_test
+    with pytest.raises(InvalidOptionError, match="batches must be at most the 200 training samples, not 201"):
+        train_student(t, 3, batches=201)
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     noiseless teacher (from :func:`~wbfe.theory.hmc.make_teacher` with ``centred=False``).
 
     Raises:
-        InvalidOptionError: non-positive width, epochs, batches or learning rate.
+        InvalidOptionError: non-positive width, epochs, batches or learning rate; more batches than samples.
         MissingDependencyError: torch is not installed.
     """
     require_torch("training the student networks")
@@ -44,10 +44,13 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     opt = torch.optim.Adam([w, a], lr=lr)
     # The teacher's rows have norm √d against x/√d; the student's unit rows act on x directly.
     x, y = teacher.x, teacher.y
-    size = math.ceil(n / batches)
+    if batches > n:
+        raise InvalidOptionError(f"batches must be at most the {n} training samples, not {batches}")
+    # Exactly `batches` contiguous batches, none empty (sizes differ by at most one): an empty batch
+    # would still take an Adam step, moving the weights by momentum alone.
+    parts = list(zip(x.tensor_split(batches), y.tensor_split(batches)))
     for _ in range(epochs):
-        for b in range(batches):
-            xb, yb = x[b * size:(b + 1) * size], y[b * size:(b + 1) * size]
+        for xb, yb in parts:
             loss = ((teacher.act(xb @ w.T) @ a - yb) ** 2).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()

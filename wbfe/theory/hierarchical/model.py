@@ -136,6 +136,14 @@ def _activation(name: str, s: np.ndarray) -> np.ndarray:
     return np.tanh(s) if name == "tanh" else s
 
 
+def is_whole(value: object) -> bool:
+    """Whether ``value`` is a whole number (3, 3.0, numpy's integers); False for inf, NaN, None, strings, bools."""
+    try:
+        return not isinstance(value, bool) and int(value) == value  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
 def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float = 0.5, activation: str = "identity",
                  features: str = "hermite", seed: int | np.random.SeedSequence = 0) -> HierarchicalTeacher:
     """Draw the teacher: p (default round(d^eps)) orthonormal a_i ∈ R^D, random signs of b_i, and the
@@ -145,11 +153,17 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
         InvalidOptionError: d < 2, p outside [1, D], gamma ≤ 0.
         UnknownNameError: an unknown activation or feature kind.
     """
-    if int(d) != d or d < 2:
+    if not is_whole(d) or d < 2:
         raise InvalidOptionError(f"d must be an integer >= 2, not {d!r}")
+    try:
+        finite = math.isfinite(eps) and not isinstance(eps, bool)
+    except TypeError:
+        finite = False
+    if not finite:
+        raise InvalidOptionError(f"eps must be a finite number, not {eps!r}")
     big_d = feature_dim(int(d))
     p_used = int(round(d**eps)) if p is None else p
-    if int(p_used) != p_used or not 1 <= p_used <= big_d:
+    if not is_whole(p_used) or not 1 <= p_used <= big_d:
         raise InvalidOptionError(f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
     if not (math.isfinite(gamma) and gamma > 0.0):
         raise InvalidOptionError(f"gamma must be a positive number, not {gamma!r}")
@@ -176,7 +190,7 @@ def sample_data(teacher: HierarchicalTeacher, n: int, *,
     Raises:
         InvalidOptionError: n < 1.
     """
-    if int(n) != n or n < 1:
+    if not is_whole(n) or n < 1:
         raise InvalidOptionError(f"n must be a positive integer, not {n!r}")
     rng = np.random.default_rng(seed)
     dim = teacher.d if teacher.features == "hermite" else feature_dim(teacher.d)

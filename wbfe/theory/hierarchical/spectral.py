@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.hierarchical.model import FeatureData, hermite_features
+from wbfe.theory.hierarchical.model import FeatureData, hermite_features, is_whole
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
@@ -73,7 +73,7 @@ def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "a
         # One O(n·D²) pass beats the hundreds of O(n·D) products Lanczos needs on a clustered bulk.
         solver = "dense" if data.dim <= DENSE_MAX_DIM else "eigsh"
     limit = data.dim if solver == "dense" else data.dim - 1
-    if int(k) != k or not 1 <= k <= limit:
+    if not is_whole(k) or not 1 <= k <= limit:
         raise InvalidOptionError(f"k must be an integer in [1, {limit}] for solver {solver!r}, not {k!r}")
     if solver == "dense":
         vals, vecs = np.linalg.eigh(dense_moment_matrix(data, y))
