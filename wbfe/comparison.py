@@ -236,8 +236,10 @@ def compare(
         if not result.layers:
             raise NoUsableMatrixError(f"no matrix of {result.model_a.get('source')} has a comparable counterpart in "
                                       f"{result.model_b.get('source')} ({len(result.unmatched)} unmatched, "
-                                      f"{len(result.skipped)} skipped)" + (f"; not paired by graph order: {note}" if note else ""))
-        result.summary = _summarise(result, groups, hint=source_a.head_hint, config=source_a.config, description=description)
+                                      f"{len(result.skipped)} skipped)"
+                                      + (f"; not paired by graph order: {note}" if note else ""))
+        result.summary = _summarise(result, groups, hint=source_a.head_hint, config=source_a.config,
+                                    description=description)
     result.options.update(versions=installed_versions(), device=str(context.device))
     result.summary["pairing"] = "name" if pairs is None else "graph order"
     if note:

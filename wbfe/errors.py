@@ -154,7 +154,8 @@ def unknown_name(kind: str, name: str, known: "Iterable[str]") -> UnknownNameErr
     names = tuple(known)
     listing = (f"known: {', '.join(sorted(names))}" if len(names) <= _LISTED
                else f"{len(names)} known names, not listed")
-    return UnknownNameError(f"unknown {kind} {name[:200]!r}{did_you_mean(name, names)} ({listing})", name=name, known=names)
+    return UnknownNameError(f"unknown {kind} {name[:200]!r}{did_you_mean(name, names)} ({listing})", name=name,
+                            known=names)
 
 
 # Models the Hugging Face Hub once served under a bare name and now keeps under an organisation

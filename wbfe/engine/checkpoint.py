@@ -119,7 +119,8 @@ def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dic
         for entry, plan in stream(source, options):
             if entry.name not in wanted or isinstance(plan, Skip):
                 continue
-            spec = planned_spectrum(matrices_of(entry.load(), plan, ww_slices=options.conventions.ww_slices), plan, device)
+            matrices = matrices_of(entry.load(), plan, ww_slices=options.conventions.ww_slices)
+            spec = planned_spectrum(matrices, plan, device)
             assert spec.eigs is not None  # asked for
             # in true units (a matrix whose Gram matrix left float64's range was scaled by a power of two)
             out[entry.name] = np.asarray(spec.eigs, dtype=float) * np.exp(spec.log_scale)

@@ -127,7 +127,8 @@ def choose_head(
     if hint is not None and hint in names:
         chosen = HeadChoice(hint, "config")
     else:  # steps 3 to 5: the config rules, names, structure
-        chosen = (_from_config(layers, config) if config else None) or _by_name(layers, skipped) or _by_structure(layers)
+        chosen = ((_from_config(layers, config) if config else None) or _by_name(layers, skipped)
+                  or _by_structure(layers))
     if why and chosen.note is None:
         chosen = HeadChoice(chosen.name, chosen.source, why)
     return chosen

@@ -127,7 +127,8 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     return ModelScore(model=model, layers=every, skipped=skipped, summary=summary)
 
 
-def _with_products(layers: list[dict[str, Any]], order: Sequence[str], aliases: Mapping[str, str]) -> list[dict[str, Any]]:
+def _with_products(layers: list[dict[str, Any]], order: Sequence[str],
+                   aliases: Mapping[str, str]) -> list[dict[str, Any]]:
     """The matrices' rows in ``order``, each product's row (``"<first> X <second>"``) right after its second
     matrix's row (after the row it followed in the stream if that one has none)."""
     after: dict[Optional[str], list[dict[str, Any]]] = {}

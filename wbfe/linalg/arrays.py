@@ -53,7 +53,8 @@ def torch_loaded() -> bool:
 
 
 def is_torch(x: Any) -> bool:
-    """Whether ``x`` is a torch tensor, asked without importing torch (no tensor exists before its import has finished)."""
+    """Whether ``x`` is a torch tensor, asked without importing torch (no tensor exists before its import has
+    finished)."""
     torch = loaded("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 

@@ -1,8 +1,9 @@
 """The LAPACK/BLAS calls the spectra spend their time in, called without holding the GIL.
 
-scipy's wrappers (``scipy.linalg.blas.dsyrk``, ...) hold the GIL for the whole call; the same routines, exported for
-Cython (``scipy.linalg.cython_blas``, ``cython_lapack``) as C function pointers and called through ctypes (which releases
-the GIL), let workers factorise side by side while the read-ahead thread reads (benchmarks/results/blas_layer.json)."""
+scipy's wrappers (``scipy.linalg.blas.dsyrk``, ...) hold the GIL for the whole call; the same routines, exported
+for Cython (``scipy.linalg.cython_blas``, ``cython_lapack``) as C function pointers and called through ctypes
+(which releases the GIL), let workers factorise side by side while the read-ahead thread reads
+(benchmarks/results/blas_layer.json)."""
 
 from __future__ import annotations
 

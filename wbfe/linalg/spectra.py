@@ -184,8 +184,9 @@ def _nvidia_driver() -> bool:
 
 
 def gram(matrix: "torch.Tensor", device: "Device") -> Any:
-    """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64: on the CPU a Fortran-ordered numpy array whose
-    lower triangle holds it (what LAPACK reads; the upper triangle may be zero), on CUDA the full symmetric torch tensor.
+    """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64: on the CPU a Fortran-ordered numpy array
+    whose lower triangle holds it (what LAPACK reads; the upper triangle may be zero), on CUDA the full symmetric
+    torch tensor.
 
     Raises:
         DegenerateMatrixError: the matrix has non-finite entries.
@@ -491,8 +492,9 @@ def _cholesky_diagonal(g: Any) -> np.ndarray | None:
 
 
 def _lu_diagonal(matrix: Any) -> tuple[float, Optional[np.ndarray]]:
-    """``(‖W‖_F², |diag U|)`` of a square W = PLU (|det W| = ∏|u_ii|); None in place of the diagonal where W is singular
-    or the bound 2·eps·cond₁(W)/p on log|det W| exceeds ``_LOG_DET_TOL``. DegenerateMatrixError for non-finite entries."""
+    """``(‖W‖_F², |diag U|)`` of a square W = PLU (|det W| = ∏|u_ii|); None in place of the diagonal where W is
+    singular or the bound 2·eps·cond₁(W)/p on log|det W| exceeds ``_LOG_DET_TOL``. DegenerateMatrixError for
+    non-finite entries."""
     w = _float64_block(matrix, np.empty(math.prod(matrix.shape), dtype=np.float64))
     flat = w.reshape(-1)
     tr = float(np.dot(flat, flat))

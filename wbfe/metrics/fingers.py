@@ -14,7 +14,8 @@ from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectru
 from wbfe.options import check_tail_options
 from wbfe.options.conventions import WBFE, Conventions
 from wbfe.metrics.powerlaw import (
-    FitOutcome, PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, range_candidates, tpl_log_normaliser,
+    FitOutcome, PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, range_candidates,
+    tpl_log_normaliser,
 )
 
 __all__ = ["FixFingers", "TailModel", "TailFit", "esd_peak", "peak_range", "fit_tail", "tpl_ks_distance",

@@ -429,8 +429,8 @@ def _log_hyperu_cut(
             stp = 0.5 * min(0.35 * sw, 0.25, kind_th / 6.0, (0.5 * math.pi - kind_th) / 8.0, kind_w / 8.0)
             lo = np.minimum(peak[rows] - 8.0 * sw, lyb - 4.0 * min(kind_w, 3.0))
             hi = np.maximum(peak[rows] + 8.0 * sw, lyb + 4.0 * min(kind_w, 3.0))
-            cand, cand_err = _cut_integral(a, c, yb, lyb, np.full_like(yb, kind_th), np.full_like(yb, kind_w), peak[rows],
-                                           np.full_like(yb, stp), lo, hi, spread)
+            cand, cand_err = _cut_integral(a, c, yb, lyb, np.full_like(yb, kind_th), np.full_like(yb, kind_w),
+                                           peak[rows], np.full_like(yb, stp), lo, hi, spread)
             better = cand_err < err[rows]
             log_j[rows[better]] = cand[better]
             err[rows[better]] = cand_err[better]

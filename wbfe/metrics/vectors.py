@@ -121,7 +121,8 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     data = spec.extra.get("vectors")
     if not isinstance(data, EigenvectorData):
-        result.fail_all(COLUMNS, data if isinstance(data, str) else "no eigenvectors (the vectors group needs the matrix itself)")
+        result.fail_all(COLUMNS, data if isinstance(data, str)
+                        else "no eigenvectors (the vectors group needs the matrix itself)")
         return result
     tail, why = _tail_mask(data, spec, options)
     for metric in _METRICS:

@@ -85,8 +85,8 @@ def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
                     foreign.append(item)
                 else:
                     units.append(unit)
-    other = sum(tree_usage(Path(e.path))[0] if e.is_dir(follow_symlinks=False) else e.stat(follow_symlinks=False).st_size
-                for e in foreign if not e.is_symlink())
+    other = sum(tree_usage(Path(e.path))[0] if e.is_dir(follow_symlinks=False)
+                else e.stat(follow_symlinks=False).st_size for e in foreign if not e.is_symlink())
     return units, other, sum(1 for e in foreign if e.is_symlink())
 
 

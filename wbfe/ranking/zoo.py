@@ -109,7 +109,8 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
     joined = base_dir / candidate
     # A hub id is "org/name" or a bare "name": a path has more slashes, a leading "." or "~", or a weights suffix.
     # os.path.exists is False for a name too long for the file system, or holding a NUL.
-    if os.path.exists(joined) or value.startswith((".", "~")) or candidate.suffix.lower() in WEIGHT_SUFFIXES or value.count("/") >= 2:
+    if (os.path.exists(joined) or value.startswith((".", "~")) or candidate.suffix.lower() in WEIGHT_SUFFIXES
+            or value.count("/") >= 2):
         try:
             return str(joined.resolve())
         except (OSError, ValueError, RuntimeError):
