@@ -26,9 +26,7 @@ def md_text(text: Any) -> str:
 def _table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| " + " | ".join(md_text(label) for _, label in columns) + " |",
              "|" + "|".join("---" for _ in columns) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(md_text(display(row.get(key))) for key, _ in columns) + " |")
-    return lines
+    return lines + ["| " + " | ".join(md_text(row.get(key)) for key, _ in columns) + " |" for row in rows]
 
 
 def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:

@@ -90,6 +90,5 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
 
 def write_figures(result: Result, directory: Union[str, Path]) -> list[Path]:
     """Write ``hierarchical_overlaps.png`` and ``hierarchical_nmse.png`` into ``directory``."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(directory)  # created by the first write
     return [plot_overlaps(result, out / "hierarchical_overlaps.png"), plot_nmse(result, out / "hierarchical_nmse.png")]

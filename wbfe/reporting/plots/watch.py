@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
@@ -34,11 +35,8 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
     steps = np.array(traj.steps, dtype=float)
     names = traj.layer_names
     lam = result.lam
-    h = traj.matrix(lambda x: x.h)
-    kappa = traj.matrix(lambda x: x.kappa)
-    beta = traj.matrix(lambda x: x.beta)
+    h, kappa, beta = (traj.matrix(attrgetter(name)) for name in ("h", "kappa", "beta"))
     fixed = result.fixed_lambda()  # BFE-W at one λ across the run (λ* moves with the weights' scale)
-    bfe, bfe_opt = fixed.bfe, fixed.bfe_opt
     h_star = traj.matrix(lambda x: x.h_star(lam)) if lam is not None else None
     rec = result.recommendation
     fig = new_figure((10.0, 7.0), layout="constrained")
@@ -52,9 +50,9 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
             axes[0, 0].plot(steps, h_star[:, j], "--", color=c, alpha=0.7, label=f"h*(λ)  {name}")
         axes[0, 1].plot(steps, kappa[:, j], "o-", ms=3, color=c, label=f"κ  {name}")
         twin.plot(steps, beta[:, j], "s:", ms=3, color=c, alpha=0.7)
-        axes[1, 0].plot(steps, bfe[:, j], "o-", ms=3, color=c, label=name)
+        axes[1, 0].plot(steps, fixed.bfe[:, j], "o-", ms=3, color=c, label=name)
         if lam is None:
-            axes[1, 0].plot(steps, bfe_opt[:, j], ":", color=c, alpha=0.7)
+            axes[1, 0].plot(steps, fixed.bfe_opt[:, j], ":", color=c, alpha=0.7)
     ax = axes[0, 0]
     if np.any(np.isfinite(h)):
         ax.set_yscale("log")
