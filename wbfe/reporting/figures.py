@@ -144,8 +144,7 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str) -> Any:
             ok = np.isfinite(pdf) & (pdf > 0)
             ax.loglog(curve[ok], pdf[ok], "-", lw=1.2, color=ESD_COLOURS["HTMP"], label="HTMP")
         ax.set_ylim(bottom=density[counts > 0].min() / 3.0, top=density.max() * 3.0)  # fits must not squash the data
-        ax.set_xlabel("eigenvalue")
-        ax.set_ylabel("density")
+        ax.set(xlabel="eigenvalue", ylabel="density")
         ax.grid(True, alpha=0.25, which="major")
         ax.minorticks_off()  # minor log ticks add nothing at this size, and cost much of the drawing
         fig.legend(loc="lower center", ncols=2, frameon=False, fontsize=6.5, handlelength=1.6)
@@ -181,8 +180,7 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
         fig = _page_figure(3.6, 3.0, left=0.62, bottom=0.48, top=0.28, right=0.12)
         ax = fig.add_subplot()
         ax.set_title(title, fontsize=7.5)
-        ax.set_xlabel(metric)
-        ax.set_ylabel(quality)
+        ax.set(xlabel=metric, ylabel=quality)
         ax.grid(True, alpha=0.3)
         if not xs:
             ax.text(0.5, 0.5, "no model has a finite value", ha="center", va="center", transform=ax.transAxes)
@@ -218,9 +216,8 @@ def correlation_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
             ax.plot([rho], [y], "o", ms=5, color=c, mfc="white" if against else c)
         ax.axvline(0.0, color="0.5", lw=0.8)
         ax.set_yticks(range(len(rows)), [short_name(str(r["metric"]), 30) for r in reversed(rows)])
-        ax.set_xlim(-1.05, 1.05)
-        ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_xlabel("Spearman ρ with quality (oriented: higher = better), 95 % bootstrap interval\n"
+        ax.set(xlim=(-1.05, 1.05), ylim=(-0.7, len(rows) - 0.3),
+               xlabel="Spearman ρ with quality (oriented: higher = better), 95 % bootstrap interval\n"
                       "hollow marker: the sign is the opposite of the metric's expected sign")
         ax.grid(True, axis="x", alpha=0.3)
     return fig

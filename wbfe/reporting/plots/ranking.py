@@ -76,8 +76,7 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path]) -> Pa
     else:
         ax.text(0.5, 0.5, "no model has a finite value", ha="center", va="center", transform=ax.transAxes)
     arrow = " (lower is better)" if result.lower_is_better else ""
-    ax.set_xlabel(metric)
-    ax.set_ylabel(f"{result.quality}{arrow}")
+    ax.set(xlabel=metric, ylabel=f"{result.quality}{arrow}")
     title = (f"{result.zoo}: ρ = {_fmt(row.rho)} [{_fmt(row.ci_low)}, {_fmt(row.ci_high)}], "
              f"p = {row.p_value:.2g}, n = {row.n}")
     ax.set_title(title, fontsize=9)
