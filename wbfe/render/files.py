@@ -16,7 +16,7 @@ import stat
 import sys
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Optional, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
 from wbfe.errors import OutputError, OverwriteError
 from wbfe.render.text import json_ready
@@ -270,8 +270,8 @@ def write_json(path: PathLike, obj: Any, *, indent: Optional[int] = 2) -> Option
     return write_output(path, json.dumps(json_ready(obj), indent=indent, allow_nan=False) + "\n")
 
 
-def json_sha256(obj: Any) -> str:
+def json_sha256(obj: Any, *, default: Optional[Callable[[Any], Any]] = None) -> str:
     """Hex SHA-256 of ``obj`` as canonical JSON (keys sorted, no spaces, no NaN): a cache entry's key or checksum."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False, default=default)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
