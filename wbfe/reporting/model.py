@@ -93,7 +93,8 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
     columns = [Column("#", "#", "position in the checkpoint (the x axis of the depth plots)")]
     columns += [Column(k, k, meaning(k), colour(k) if k in metrics else None) for k in main]
     columns += [Column(k, k, meaning(k), extra=True) for k in keys if k not in main]
-    rows = [{**{k: layer.get(k) for k in keys}, "#": i} for i, layer in enumerate(layers, start=1)]
+    rows: list[dict[str, Any]] = [{**{k: layer.get(k) for k in keys}, "#": i}
+                                  for i, layer in enumerate(layers, start=1)]
     for row in rows:
         if isinstance(row.get("shape"), (list, tuple)):
             row["shape"] = "x".join(str(s) for s in row["shape"])
@@ -119,8 +120,7 @@ def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusu
         "tpl_alpha, htmp_kappa). Shown: the head, then the layers whose metrics lie farthest from the model's "
         "median (robust z-score).")]
     if eigs is None:
-        blocks.append(Paragraph(f"ESDs unavailable: {unavailable}", kind="note"))
-        return blocks
+        return blocks + [Paragraph(f"ESDs unavailable: {unavailable}", kind="note")]
     index = {layer["name"]: (i, layer) for i, layer in enumerate(layers, start=1)}
     chosen: list[tuple[str, str]] = ([(head, "the head")] if head is not None and head in index else [])
     chosen += [(name, why) for name, why in unusual if name != head]
