@@ -36,11 +36,10 @@ def _page_figure(width: float, height: float, **margins: float) -> Any:
 def render(fig: Any, fmt: Literal["svg", "png"]) -> bytes:
     """``fig`` as SVG or PNG bytes, the same bytes for the same figure (no dates, fixed ids)."""
     buffer = io.BytesIO()
+    options: Any = ({"metadata": {"Date": None, "Creator": None}} if fmt == "svg"
+                    else {"dpi": 110, "metadata": {"Software": None}})
     with _rc():
-        if fmt == "svg":
-            fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
-        else:
-            fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+        fig.savefig(buffer, format=fmt, **options)
     return buffer.getvalue()
 
 

@@ -42,8 +42,7 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
             elif isinstance(block, KeyValues):
                 if block.collapsed_title:
                     lines += [f"<details><summary>{md_text(block.collapsed_title)}</summary>", ""]
-                rows = [{"k": k, "v": v} for k, v in block.items]
-                lines += _table([("k", "key"), ("v", "value")], rows) + [""]
+                lines += _table([("k", "key"), ("v", "value")], [{"k": k, "v": v} for k, v in block.items]) + [""]
                 if block.collapsed_title:
                     lines += ["</details>", ""]
             elif isinstance(block, Table):
