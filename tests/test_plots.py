@@ -70,15 +70,15 @@ ZOO_LABELS = ["gpt2/model", "llama/model", "runs/a/ckpt", "other/a/ckpt", "mlp-w
 def test_rank_plots_label_points_with_model_names_not_paths(tmp_path: Path, monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from wbfe.render import files
     from wbfe.reporting.figures import scatter_figure
+    from wbfe.reporting.plots import ranking
     from wbfe.reporting.plots.ranking import checkpoint_labels, plot_metric
 
     # As few trailing parts as name the model and keep the labels apart; names and hub ids as they are.
     assert checkpoint_labels(ZOO_PATHS) == ZOO_LABELS
     assert checkpoint_labels(["https://host/m/model.safetensors.index.json", "s3://bucket/llama/"]) == ["m/model", "llama"]
     figures: list = []
-    monkeypatch.setattr(files, "save_figure", lambda fig, path, dpi: figures.append(fig) or path)
+    monkeypatch.setattr(ranking, "save", lambda fig, path: figures.append(fig) or path)
     row = SimpleNamespace(rho=-0.5, ci_low=-0.9, ci_high=0.1, p_value=0.2, n=len(ZOO_PATHS))
     models = [SimpleNamespace(scores={"bfe_head": float(i)}, quality=float(-i), model=m) for i, m in enumerate(ZOO_PATHS)]
     ranked = SimpleNamespace(metric=lambda name: row, models=models, lower_is_better=False, quality="acc", zoo="z")

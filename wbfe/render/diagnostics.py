@@ -60,10 +60,9 @@ def _route(source: str, record: logging.LogRecord) -> bool:
     if notes is None:
         return True
     try:
-        text = record.getMessage()
+        notes.add(Note(source, record.getMessage()))
     except Exception:  # noqa: BLE001 - a malformed record is passed through, as logging would
         return True
-    notes.add(Note(source, text))
     return False
 
 

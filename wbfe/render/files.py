@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import json
 import os
 import secrets
@@ -23,7 +22,7 @@ from wbfe.errors import OutputError, OverwriteError
 from wbfe.render.text import json_ready
 
 __all__ = ["STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
-           "write_output", "write_json", "save_figure", "local_reads", "local_files", "refuse_overlap", "json_sha256"]
+           "write_output", "write_json", "local_reads", "local_files", "refuse_overlap", "json_sha256"]
 
 STDOUT_PATHS = ("-", "/dev/stdout", "/dev/fd/1")
 STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")  # the process's own stream, not the device it points to
@@ -60,9 +59,7 @@ def local_reads(ref: Any) -> tuple[Path, ...]:
     """The local files and folders that reading the checkpoint reference ``ref`` reads: a file, a
     folder, or an index file with its folder (where its shards are resolved). Empty for a hub id, a
     URL, an in-memory model or a path that does not exist (nothing local to protect)."""
-    if not isinstance(ref, (str, os.PathLike)):
-        return ()
-    text = os.fspath(ref)
+    text = os.fspath(ref) if isinstance(ref, (str, os.PathLike)) else None
     if not isinstance(text, str) or not text.strip() or "://" in text:
         return ()
     path = Path(text).expanduser()
@@ -201,8 +198,7 @@ def write_atomic(path: PathLike, data: Union[str, bytes], *, reads: Reads = ()) 
     if target is None:
         raise OutputError("write_atomic() cannot write to standard output; use write_output()")
     view = memoryview(data.encode("utf-8") if isinstance(data, str) else bytes(data))
-    with open_atomic(target, reads=reads) as fh:
-        fh.flush()
+    with open_atomic(target, reads=reads) as fh:  # nothing buffered yet: os.write goes straight to the file
         while view:  # the whole payload through the file descriptor: a short write is continued
             view = view[os.write(fh.fileno(), view):]
     return target
@@ -279,9 +275,3 @@ def json_sha256(obj: Any, *, default: Optional[Callable[[Any], Any]] = None) -> 
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False, default=default)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-
-def save_figure(fig: Any, path: PathLike, *, dpi: int = 120) -> Path:
-    """Render a matplotlib figure to PNG and write it with :func:`write_atomic`."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    return write_atomic(path, buffer.getvalue())

@@ -62,15 +62,11 @@ def format_value(value: Any) -> str:
     """Compact, table-friendly text for one cell."""
     if value is None:
         return "-"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)  # nan, inf, -inf
+    if isinstance(value, float) and math.isfinite(value):
         return f"{value:.4g}" if (abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3)) else f"{value:.4f}"
     if isinstance(value, (list, tuple)):
         return "x".join(printable(str(v)) for v in value)
-    return printable(str(value))
+    return printable(str(value))  # also True, nan, inf
 
 
 def short_value(value: Any) -> str:
@@ -89,9 +85,7 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     def line(values: Sequence[str]) -> str:
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
 
-    out = [line(list(columns)), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells]
-    return "\n".join(out)
+    return "\n".join([line(list(columns)), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
 #: The longest line the tables print for a person (a name, a reason, a list of skips), in characters.
@@ -120,12 +114,10 @@ def score_table(result: Any, *, verbose: bool = False, width: Optional[int] = No
     verdict = result.summary.get("bfe_applicability")
     if isinstance(verdict, dict):
         parts.append(applicability_line(verdict, verbose=verbose))
-    intra = result.summary.get("intra")
-    if isinstance(intra, dict):  # --intra: the product rows are in the table, not in the means above
-        parts.append(f"intra: {printable(str(intra.get('note')))}")
-    dead = result.summary.get("dead_units")
-    if isinstance(dead, dict):
-        parts.append(f"dead units: {printable(str(dead.get('note')))}")
+    # The notes of --intra (its product rows are in the table, not in the means above) and of dead units.
+    for key, label in (("intra", "intra"), ("dead_units", "dead units")):
+        if isinstance(note := result.summary.get(key), dict):
+            parts.append(f"{label}: {printable(str(note.get('note')))}")
     if result.skipped:
         parts += ["", skipped_line(result.skipped)]
     return "\n".join(parts) + "\n"
@@ -152,12 +144,9 @@ def _fit_names(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: Op
     others = [c for c in columns if c != "name"]
     used = sum(max([len(c)] + [len(format_value(r.get(c))) for r in rows]) + 2 for c in others)
     room = max(24, width - used)
-    return [{**r, "name": _middle(str(r.get("name")), room)} if len(str(r.get("name"))) > room else r for r in rows]
-
-
-def _middle(name: str, room: int) -> str:
-    keep = room - 1
-    return name[:(keep + 1) // 2] + "…" + name[len(name) - keep // 2:]
+    keep = room - 1  # characters around the "…"
+    return [{**r, "name": n[:(keep + 1) // 2] + "…" + n[len(n) - keep // 2:]} if len(n) > room else r
+            for r, n in zip(rows, (str(r.get("name")) for r in rows))]
 
 
 def applicability_line(verdict: dict[str, Any], *, verbose: bool = True) -> str:
@@ -185,10 +174,8 @@ def score_csv(result: Any) -> str:
     writer = csv.DictWriter(buffer, fieldnames=[printable(c) for c in columns], lineterminator="\n")
     writer.writeheader()
     for layer in result.layers:
-        row = dict(layer)
-        row["shape"] = "x".join(str(s) for s in layer["shape"])
-        row["reasons"] = "; ".join(f"{k}: {v}" for k, v in layer.get("reasons", {}).items())
-        row.update(model_columns)
+        row = {**layer, "shape": "x".join(str(s) for s in layer["shape"]), **model_columns,
+               "reasons": "; ".join(f"{k}: {v}" for k, v in layer.get("reasons", {}).items())}
         writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else printable(v) if isinstance(v, str) else v)
                          for k, v in row.items()})
     return buffer.getvalue()

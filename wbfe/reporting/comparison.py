@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from wbfe.reporting.content import Column, FigureBlock, KeyValues, Paragraph, Report, Section, Table
+from wbfe.reporting.content import Block, Column, FigureBlock, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import depth_figure
 from wbfe.reporting.metrics_info import colour, meaning
 from wbfe.reporting.model import reasons_note
@@ -57,9 +57,9 @@ def compare_report(result: Any) -> Report:
              "meaning": _CHANGE.get(k) or f"change B − A of {k[2:]}: {meaning(k[2:])}"}
             for k in changes + delta_columns]
     blocks: list[Any] = [Table("summary", [Column("quantity", "quantity"), Column("mean", "mean over matrices"),
-                                           Column("max", "max"), Column("meaning", "meaning")], rows, sortable=False)]
-    counts = [(k, v) for k, v in summary.items() if not isinstance(v, (list, dict)) and not k.endswith(("_mean", "_max"))]
-    blocks.append(KeyValues(counts))
+                                           Column("max", "max"), Column("meaning", "meaning")], rows, sortable=False),
+                         KeyValues([(k, v) for k, v in summary.items()
+                                    if not isinstance(v, (list, dict)) and not k.endswith(("_mean", "_max"))])]
     for key, value in summary.items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
             column = next((c for c in value[0] if c != "name"), "")
@@ -68,11 +68,10 @@ def compare_report(result: Any) -> Report:
     report.sections.append(Section("summary", "What changed most", blocks))
 
     plotted = changes + [c for c in delta_columns if any(c in row for row in layers)]
-    depth: list[Any] = []
-    if plotted and layers:
-        depth.append(FigureBlock("depth", depth_figure(layers, plotted, head=summary.get("head")),
-                                 caption="Each change along depth (x = the matrix's # in the table; star: the head).",
-                                 alt="change along depth"))
+    depth: list[Block] = [FigureBlock(
+        "depth", depth_figure(layers, plotted, head=summary.get("head")), alt="change along depth",
+        caption="Each change along depth (x = the matrix's # in the table; star: the head).")
+    ] if plotted and layers else []
     report.sections.append(Section("depth", "Change along depth", depth))
     table = _table("layers", layers, list(_IDENTITY) + changes + delta_columns)
     table = Table("layers", [Column("#", "#")] + list(table.columns),

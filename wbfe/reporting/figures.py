@@ -24,8 +24,7 @@ def _page_figure(width: float, height: float, **margins: float) -> Any:
     """A figure in the page's style, with fixed margins in inches: a layout engine would draw it twice."""
     from wbfe.reporting.plots.canvas import new_figure
 
-    with _rc():
-        fig = new_figure((width, height))
+    fig = new_figure((width, height))  # the callers are in the page's style (_rc)
     fig.set_dpi(100)
     inches = {"left": 0.55, "right": 0.12, "top": 0.3, "bottom": 0.45, "wspace": 0.25, "hspace": 0.3} | margins
     fig.subplots_adjust(left=inches["left"] / width, right=1 - inches["right"] / width,
@@ -37,11 +36,10 @@ def _page_figure(width: float, height: float, **margins: float) -> Any:
 def render(fig: Any, fmt: Literal["svg", "png"]) -> bytes:
     """``fig`` as SVG or PNG bytes, the same bytes for the same figure (no dates, fixed ids)."""
     buffer = io.BytesIO()
+    options: Any = ({"metadata": {"Date": None, "Creator": None}} if fmt == "svg"
+                    else {"dpi": 110, "metadata": {"Software": None}})
     with _rc():
-        if fmt == "svg":
-            fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
-        else:
-            fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+        fig.savefig(buffer, format=fmt, **options)
     return buffer.getvalue()
 
 
@@ -72,8 +70,7 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
         axes = fig.subplots(nrows, ncols, sharex=True, squeeze=False)
         x_all = np.arange(1, len(layers) + 1)
         names = [layer["name"] for layer in layers]
-        for i, metric in enumerate(metrics):
-            ax = axes[i // ncols][i % ncols]
+        for i, (metric, ax) in enumerate(zip(metrics, axes.flat)):
             y = np.array([as_float(layer.get(metric)) for layer in layers], dtype=float)
             ok = np.isfinite(y)  # a null (failed fit) is left out; the line joins its neighbours
             # A marker per layer helps up to a few dozen layers; beyond, they merge and only cost
@@ -81,18 +78,17 @@ def depth_figure(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], *,
             ax.plot(x_all[ok], y[ok], "-", color=colour(metric), lw=1.1,
                     marker="o" if len(layers) <= 48 else None, ms=2.6)
             for name, fmt, style in [(name, "o", _RING) for name in marked] + [(head, "*", _STAR)]:
-                k = names.index(name) if name in names else -1
-                if k >= 0 and np.isfinite(y[k]):
+                if name in names and np.isfinite(y[k := names.index(name)]):
                     ax.plot([k + 1], [y[k]], fmt, **style)
             ax.set_title(metric, loc="left", color=colour(metric), fontweight="bold")
             ax.grid(True, alpha=0.3)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=10))
             ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
-            if i // ncols == nrows - 1 or i + ncols >= len(metrics):
+            if i + ncols >= len(metrics):  # the bottom row, or above an empty panel
                 ax.set_xlabel("layer # (as in the table)")
                 ax.tick_params(labelbottom=True)
-        for j in range(len(metrics), nrows * ncols):
-            axes[j // ncols][j % ncols].set_visible(False)
+        for ax in axes.flat[len(metrics):]:
+            ax.set_visible(False)
         handles = [Line2D([], [], ls="", marker="*", ms=9, color="black", label="head")] if head in names else []
         if any(name in names for name in marked):
             handles.append(Line2D([], [], ls="", marker="o", ms=7, mfc="none", mec="black", label="ESD shown below"))
@@ -134,24 +130,20 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str) -> Any:
                       color=ESD_COLOURS["power law"], label="power law")
             t_alpha, t_lam = finite_or_none(row.get("tpl_alpha")), finite_or_none(row.get("tpl_lambda"))
             if t_alpha is not None and t_lam is not None and (t_lam > 0 or t_alpha > 1):
-                if t_lam > 0:
-                    log_z = tpl_log_normaliser(t_alpha, t_lam, xmin)
-                else:  # Λ = 0: truncating did not raise the likelihood, the fit is a plain power law
-                    log_z = math.log(xmin ** (1 - t_alpha) / (t_alpha - 1))
+                # Λ = 0: truncating did not raise the likelihood, the fit is a plain power law
+                log_z = (tpl_log_normaliser(t_alpha, t_lam, xmin) if t_lam > 0
+                         else math.log(xmin ** (1 - t_alpha) / (t_alpha - 1)))
                 ax.loglog(tail, share * np.exp(-t_alpha * np.log(tail) - t_lam * tail - log_z), "--", lw=1.2,
                           color=ESD_COLOURS["truncated PL"], label="truncated PL")
-        kappa, beta, tau = (finite_or_none(row.get(k)) for k in ("htmp_kappa", "htmp_beta", "htmp_tau"))
-        gamma = finite_or_none(row.get("gamma"))
+        kappa, gamma, beta, tau = (finite_or_none(row.get(k)) for k in ("htmp_kappa", "gamma", "htmp_beta", "htmp_tau"))
         if kappa is not None and beta is not None and tau is not None and gamma is not None and gamma < 1.0:
             curve = grid[::4]  # the density is smooth: 30 points draw it (each costs a contour integral)
             with np.errstate(all="ignore"):
                 pdf = np.asarray(htmp.pdf(curve, kappa, gamma, beta, tau), dtype=float)
             ok = np.isfinite(pdf) & (pdf > 0)
             ax.loglog(curve[ok], pdf[ok], "-", lw=1.2, color=ESD_COLOURS["HTMP"], label="HTMP")
-        low = density[counts > 0].min()
-        ax.set_ylim(bottom=low / 3.0, top=density.max() * 3.0)  # fits must not squash the data
-        ax.set_xlabel("eigenvalue")
-        ax.set_ylabel("density")
+        ax.set_ylim(bottom=density[counts > 0].min() / 3.0, top=density.max() * 3.0)  # fits must not squash the data
+        ax.set(xlabel="eigenvalue", ylabel="density")
         ax.grid(True, alpha=0.25, which="major")
         ax.minorticks_off()  # minor log ticks add nothing at this size, and cost much of the drawing
         fig.legend(loc="lower center", ncols=2, frameon=False, fontsize=6.5, handlelength=1.6)
@@ -162,19 +154,18 @@ def _place_labels(ax: Any, points: Sequence[tuple[float, float, str]], priority:
     """Annotate points in ``priority`` order, skipping any label that would overlap one already
     drawn or a plotted point (so no two labels collide)."""
     renderer = ax.figure.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    marks = ax.transData.transform([(x, y) for x, y, _ in points])
     placed: list[Any] = []
-    marks = ax.transData.transform([(x, y) for x, y, _ in points]) if points else np.empty((0, 2))
     for index in priority:
         x, y, label = points[index]
         for dx, dy, ha in ((4, 3, "left"), (-4, 3, "right"), (4, -9, "left"), (-4, -9, "right")):
             text = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=6.3,
                                ha=ha, color="0.15", annotation_clip=True)
             box = text.get_window_extent(renderer).expanded(1.05, 1.15)
-            inside = ax.get_window_extent(renderer)
             clash = any(box.overlaps(other) for other in placed)
             covers = any(box.contains(px, py) for j, (px, py) in enumerate(marks) if j != index)
-            within = inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
-            if not clash and not covers and within:
+            if not clash and not covers and inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1):
                 placed.append(box)
                 break
             text.remove()
@@ -188,8 +179,7 @@ def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[st
         fig = _page_figure(3.6, 3.0, left=0.62, bottom=0.48, top=0.28, right=0.12)
         ax = fig.add_subplot()
         ax.set_title(title, fontsize=7.5)
-        ax.set_xlabel(metric)
-        ax.set_ylabel(quality)
+        ax.set(xlabel=metric, ylabel=quality)
         ax.grid(True, alpha=0.3)
         if not xs:
             ax.text(0.5, 0.5, "no model has a finite value", ha="center", va="center", transform=ax.transAxes)
@@ -216,20 +206,17 @@ def correlation_figure(rows: Sequence[Mapping[str, Any]]) -> Any:
         ax = fig.add_subplot()
         for i, row in enumerate(rows):
             rho, lo, hi = (finite_or_none(row.get(k)) for k in ("rho", "ci_low", "ci_high"))
-            y = len(rows) - 1 - i
+            y, c = len(rows) - 1 - i, colour(row["metric"])
             if rho is None:
                 continue
             if lo is not None and hi is not None:
-                ax.plot([lo, hi], [y, y], "-", color=colour(row["metric"]), lw=1.6)
-            sign = row.get("expected_sign")
-            against = sign is not None and rho * sign < 0
-            ax.plot([rho], [y], "o", ms=5, color=colour(row["metric"]),
-                    mfc="white" if against else colour(row["metric"]))
+                ax.plot([lo, hi], [y, y], "-", color=c, lw=1.6)
+            against = (sign := row.get("expected_sign")) is not None and rho * sign < 0
+            ax.plot([rho], [y], "o", ms=5, color=c, mfc="white" if against else c)
         ax.axvline(0.0, color="0.5", lw=0.8)
         ax.set_yticks(range(len(rows)), [short_name(str(r["metric"]), 30) for r in reversed(rows)])
-        ax.set_xlim(-1.05, 1.05)
-        ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_xlabel("Spearman ρ with quality (oriented: higher = better), 95 % bootstrap interval\n"
+        ax.set(xlim=(-1.05, 1.05), ylim=(-0.7, len(rows) - 0.3),
+               xlabel="Spearman ρ with quality (oriented: higher = better), 95 % bootstrap interval\n"
                       "hollow marker: the sign is the opposite of the metric's expected sign")
         ax.grid(True, axis="x", alpha=0.3)
     return fig

@@ -26,9 +26,7 @@ def md_text(text: Any) -> str:
 def _table(columns: list[tuple[str, str]], rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| " + " | ".join(md_text(label) for _, label in columns) + " |",
              "|" + "|".join("---" for _ in columns) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(md_text(display(row.get(key))) for key, _ in columns) + " |")
-    return lines
+    return lines + ["| " + " | ".join(md_text(row.get(key)) for key, _ in columns) + " |" for row in rows]
 
 
 def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
@@ -44,8 +42,7 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
             elif isinstance(block, KeyValues):
                 if block.collapsed_title:
                     lines += [f"<details><summary>{md_text(block.collapsed_title)}</summary>", ""]
-                rows = [{"k": k, "v": v} for k, v in block.items]
-                lines += _table([("k", "key"), ("v", "value")], rows) + [""]
+                lines += _table([("k", "key"), ("v", "value")], [{"k": k, "v": v} for k, v in block.items]) + [""]
                 if block.collapsed_title:
                     lines += ["</details>", ""]
             elif isinstance(block, Table):

@@ -75,18 +75,15 @@ HEAD_SOURCES: dict[str, str] = {
 
 def base_metric(metric: str) -> str:
     """``bfe_head`` / ``bfe_mean`` / ``d_bfe`` (a comparison's change) -> ``bfe``; a layer column is its own base."""
-    if metric.startswith("d_"):
-        metric = metric[2:]
+    metric = metric.removeprefix("d_")
     return metric.rsplit("_", 1)[0] if metric.endswith(("_head", "_mean")) else metric
 
 
 def colour(metric: str) -> str:
     """The colour of ``metric`` (or of its ``_head``/``_mean`` summary) in every figure."""
     base = base_metric(metric)
-    if base in _COLOURS:
-        return _COLOURS[base]
     # A stable choice for metrics added later (not hash(): that is salted per process).
-    return _FALLBACK[sum(base.encode()) % len(_FALLBACK)]
+    return _COLOURS.get(base) or _FALLBACK[sum(base.encode()) % len(_FALLBACK)]
 
 
 def meaning(metric: str) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 
 from wbfe.options import CONV_VIEWS, ReportOptions, ScoreOptions
 from wbfe.render.text import applicability_line, finite_or_none
-from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
+from wbfe.reporting.content import Block, Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
 from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
 
@@ -28,19 +28,15 @@ def unusual_layers(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
     ``(name, why)`` pairs, most unusual first."""
     best: dict[str, tuple[float, str]] = {}
     for metric in metrics:
-        values = [(finite_or_none(layer.get(metric)), layer["name"]) for layer in layers]
-        finite = np.array([v for v, _ in values if v is not None])
+        values = [(v, layer["name"]) for layer in layers if (v := finite_or_none(layer.get(metric))) is not None]
+        finite = np.array([v for v, _ in values])
         if finite.size < 4:
             continue
         median = float(np.median(finite))
-        spread = 1.4826 * float(np.median(np.abs(finite - median)))
-        if not spread > 0:
-            spread = float(np.std(finite))
+        spread = 1.4826 * float(np.median(np.abs(finite - median))) or float(np.std(finite))
         if not spread > 0:
             continue
         for value, name in values:
-            if value is None:
-                continue
             z = abs(value - median) / spread
             if z > best.get(name, (-1.0, ""))[0]:
                 best[name] = (z, f"{metric} = {value:.4g} (median {median:.4g}, robust z = {z:.1f})")
@@ -97,15 +93,12 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
     columns = [Column("#", "#", "position in the checkpoint (the x axis of the depth plots)")]
     columns += [Column(k, k, meaning(k), colour(k) if k in metrics else None) for k in main]
     columns += [Column(k, k, meaning(k), extra=True) for k in keys if k not in main]
-    rows, notes = [], []
-    for index, layer in enumerate(layers, start=1):
-        row = {k: layer.get(k) for k in keys}
-        row["#"] = index
-        shape = row.get("shape")
-        if isinstance(shape, (list, tuple)):
-            row["shape"] = "x".join(str(s) for s in shape)
-        rows.append(row)
-        notes.append(reasons_note(layer.get("reasons") or {}))
+    rows: list[dict[str, Any]] = [{**{k: layer.get(k) for k in keys}, "#": i}
+                                  for i, layer in enumerate(layers, start=1)]
+    for row in rows:
+        if isinstance(row.get("shape"), (list, tuple)):
+            row["shape"] = "x".join(str(s) for s in row["shape"])
+    notes = [reasons_note(layer.get("reasons") or {}) for layer in layers]
     return Table("layers", columns, rows, filterable=True, notes=notes,
                  caption="Click a header to sort; type in the box to filter by name, role or note. "
                          "An empty cell is a null value: its reason is in the row's note.")
@@ -127,8 +120,7 @@ def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusu
         "tpl_alpha, htmp_kappa). Shown: the head, then the layers whose metrics lie farthest from the model's "
         "median (robust z-score).")]
     if eigs is None:
-        blocks.append(Paragraph(f"ESDs unavailable: {unavailable}", kind="note"))
-        return blocks
+        return blocks + [Paragraph(f"ESDs unavailable: {unavailable}", kind="note")]
     index = {layer["name"]: (i, layer) for i, layer in enumerate(layers, start=1)}
     chosen: list[tuple[str, str]] = ([(head, "the head")] if head is not None and head in index else [])
     chosen += [(name, why) for name, why in unusual if name != head]
@@ -172,10 +164,9 @@ def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any])
     from wbfe.engine import eigenvalues_of
 
     conv = options.get("conv")
-    score_options = ScoreOptions(conv=conv if conv in CONV_VIEWS else "flatten",
-                                 ww_compatible=bool(options.get("ww_compatible")),
-                                 device=str(options.get("device") or "auto"))
-    return eigenvalues_of(ref, names, score_options)
+    return eigenvalues_of(ref, names, ScoreOptions(conv=conv if conv in CONV_VIEWS else "flatten",
+                                                   ww_compatible=bool(options.get("ww_compatible")),
+                                                   device=str(options.get("device") or "auto")))
 
 
 def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optional[str] = None,
@@ -199,32 +190,26 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
     head = summary.get("head")
     # The head is always shown: the unusual ones are chosen among the other layers (against all of them).
     unusual = [item for item in unusual_layers(layers, metrics, n_unusual + 1) if item[0] != head][:n_unusual]
-    eigs = None
-    if spectra_from is not None:
-        wanted = ([head] if head else []) + [name for name, _ in unusual]
-        eigs = read_eigenvalues(spectra_from, wanted, model.get("options") or {})
+    wanted = ([head] if head else []) + [name for name, _ in unusual]
+    eigs = None if spectra_from is None else read_eigenvalues(spectra_from, wanted, model.get("options") or {})
     headline = ""
     if head:
         values = [(m, summary.get(f"{m}_head")) for m in metrics[:2]]
         headline = f"; head {head}: " + ", ".join(f"{m} = {v:.4g}" for m, v in values if isinstance(v, (int, float)))
-    report = Report(title=f"wbfe audit: {model.get('source')}",
-                    subtitle=f"{len(layers)} matrices, {len(skipped)} skipped tensors{headline}; "
-                             f"sha256 {str(model.get('sha256'))[:16]}…")
-    report.sections.append(Section("provenance", "Provenance", _provenance(model)))
-    report.sections.append(Section("summary", "Summary", _summary(summary, metrics, len(skipped))))
-    depth: list[Any] = []
-    if metrics and layers:
-        depth.append(FigureBlock("depth", depth_figure(layers, metrics, head=head,
-                                                       marked=[n for n, _ in unusual]),
-                                 caption="Each metric along depth (x = the layer's # in the table). "
-                                         "Star: the head; ring: a layer whose ESD is shown below.",
-                                 alt="metrics along depth"))
-    report.sections.append(Section("depth", "Metrics along depth", depth))
-    report.sections.append(Section("esd", "Spectra of the head and the most unusual layers",
-                                   _esd_section(layers, head, unusual, eigs, esd_unavailable)))
-    report.sections.append(Section("layers", f"Layers ({len(layers)})", [_layer_table(layers, metrics)]))
-    report.sections.append(Section("skipped", f"Skipped tensors ({len(skipped)})", _skipped(skipped)))
-    return report
+    depth: list[Block] = [FigureBlock(
+        "depth", depth_figure(layers, metrics, head=head, marked=[n for n, _ in unusual]), alt="metrics along depth",
+        caption="Each metric along depth (x = the layer's # in the table). "
+                "Star: the head; ring: a layer whose ESD is shown below.")] if metrics and layers else []
+    return Report(title=f"wbfe audit: {model.get('source')}",
+                  subtitle=f"{len(layers)} matrices, {len(skipped)} skipped tensors{headline}; "
+                           f"sha256 {str(model.get('sha256'))[:16]}…",
+                  sections=[Section("provenance", "Provenance", _provenance(model)),
+                            Section("summary", "Summary", _summary(summary, metrics, len(skipped))),
+                            Section("depth", "Metrics along depth", depth),
+                            Section("esd", "Spectra of the head and the most unusual layers",
+                                    _esd_section(layers, head, unusual, eigs, esd_unavailable)),
+                            Section("layers", f"Layers ({len(layers)})", [_layer_table(layers, metrics)]),
+                            Section("skipped", f"Skipped tensors ({len(skipped)})", _skipped(skipped))])
 
 
 def _skipped(skipped: Sequence[Mapping[str, Any]]) -> list[Any]:

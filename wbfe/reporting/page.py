@@ -46,8 +46,7 @@ def _kv_value(value: Any) -> str:
 
 
 def _kv(block: KeyValues) -> str:
-    body = "".join(f"<dt>{esc(k)}</dt><dd>{_kv_value(v)}</dd>" for k, v in block.items)
-    out = f'<dl class="kv">{body}</dl>'
+    out = '<dl class="kv">' + "".join(f"<dt>{esc(k)}</dt><dd>{_kv_value(v)}</dd>" for k, v in block.items) + "</dl>"
     return f"<details><summary>{esc(block.collapsed_title)}</summary>{out}</details>" if block.collapsed_title else out
 
 

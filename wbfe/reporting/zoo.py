@@ -15,8 +15,8 @@ __all__ = ["rank_report"]
 _MAIN_METRICS = 8  # model-table columns shown before "all columns" is ticked: the best-correlated
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
-    return f"{value:+.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
+def _fmt(value: Any) -> str:
+    return f"{value:+.2f}" if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
 
 
 def _p(value: Any) -> str:
@@ -43,8 +43,7 @@ def rank_report(result: Any) -> Report:
     items = [("zoo", data["zoo"]), ("quality", quality), ("lower is better", lower), ("models ranked", len(models)),
              ("failed", len(failed)), ("scored in this run", data.get("n_scored")),
              ("from the score cache", data.get("n_cached")), ("options", options)]
-    if versions is not None:
-        items.append(("versions", versions))
+    items += [("versions", versions)] if versions is not None else []
     report.sections.append(Section("provenance", "Provenance", [KeyValues(items)]))
 
     top = next((m for m in metrics if isinstance(m.get("rho"), (int, float))), None)

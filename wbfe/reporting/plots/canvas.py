@@ -3,6 +3,7 @@ caller's backend), and the one way a plot is written to a PNG file."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
@@ -15,10 +16,7 @@ Layout = Optional[Literal["constrained", "compressed", "tight"]]
 
 
 def new_figure(figsize: tuple[float, float], *, layout: Layout = None) -> "Figure":
-    """A :class:`~matplotlib.figure.Figure` attached to a ``FigureCanvasAgg``, unknown to pyplot.
-
-    Nothing needs closing: the figure is freed with its last reference.
-    """
+    """A :class:`~matplotlib.figure.Figure` on its own Agg canvas, unknown to pyplot: nothing needs closing."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -34,10 +32,12 @@ def new_axes(figsize: tuple[float, float], *, layout: Layout = None) -> tuple["F
 
 
 def save(fig: "Figure", path: Union[str, Path], *, dpi: int = 120, tight: bool = False) -> Path:
-    """Write ``fig`` as a PNG at ``path`` (atomically: :func:`wbfe.render.files.save_figure`), laid out
+    """Write ``fig`` as a PNG at ``path`` (atomically: :func:`wbfe.render.files.write_atomic`), laid out
     tightly first with ``tight``; returns the path."""
-    from wbfe.render.files import save_figure
+    from wbfe.render.files import write_atomic
 
     if tight:
         fig.tight_layout()
-    return save_figure(fig, Path(path), dpi=dpi)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return write_atomic(path, buffer.getvalue())

@@ -15,11 +15,9 @@ __all__ = ["plot_change_along_depth"]
 
 
 def plot_change_along_depth(comparison: Any, path: Path) -> Path:
-    """Two panels against the block index parsed from each name (stream order where names have
-    none): the relative Frobenius change ‖B − A‖/‖A‖ (log scale) and the Wasserstein-1 distance
-    between the log-spectra; one marker per matrix, coloured by role, with the per-block mean. Returns
-    ``path``, written as PNG.
-    """
+    """A PNG at ``path`` of two panels against the block index parsed from each name (stream order where names
+    have none): the relative Frobenius change ‖B − A‖/‖A‖ (log scale) and the Wasserstein-1 distance between
+    the log-spectra; one marker per matrix, coloured by role, with the per-block mean."""
     rows = comparison.layers
     with_depth = all(row.get("depth") is not None for row in rows)
     x = np.array([row["depth"] if with_depth else i for i, row in enumerate(rows)], dtype=float)

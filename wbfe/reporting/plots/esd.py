@@ -69,8 +69,6 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
                   label=f"HTMP: κ = {ht.kappa:.3g}, β = {ht.beta:.3g}, τ = {ht.tau:.3g}, KS = {ht.ks:.3f}")
     elif fits.htmp_reason:
         ax.plot([], [], " ", label=f"HTMP: not fitted ({fits.htmp_reason[:50]})")
-    ax.set_xlabel("eigenvalue of the smaller Gram matrix")
-    ax.set_ylabel("density")
-    ax.set_title(title)
+    ax.set(xlabel="eigenvalue of the smaller Gram matrix", ylabel="density", title=title)
     ax.legend(fontsize=8, loc="lower left")
     return save(fig, path, tight=True)

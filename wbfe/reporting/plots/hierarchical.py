@@ -43,9 +43,7 @@ def plot_overlaps(result: Result, path: Union[str, Path]) -> Path:
         if np.isfinite(fin[i]) and alphas[0] <= fin[i] <= alphas[-1]:
             ax.axvline(fin[i], color=colors[i], ls=":", lw=0.8)
     s = res["settings"]
-    ax.set_xlabel("log_d n")
-    ax.set_ylabel("squared overlap q_i")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set(xlabel="log_d n", ylabel="squared overlap q_i", ylim=(-0.02, 1.02))
     ax.set_title(f"{s['features']} features, d = {s['d']}, p = {s['p']}, gamma = {s['gamma']} "
                  f"(-- 2 + 2 gamma log_d i, : finite-d)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
@@ -82,14 +80,12 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
         j = int(np.argmin(np.abs(n - d**lo)))
         ax.loglog(grid, nmse[j] * (grid / n[j]) ** pred["exponent"], "r:", lw=1.5,
                   label=f"n^{pred['exponent']:.2f} (slope fit {_fmt(pred['fitted_slope'])})")
-    ax.set_xlabel("n")
-    ax.set_ylabel("test NMSE")
+    ax.set(xlabel="n", ylabel="test NMSE")
     ax.legend(fontsize=8)
     return save(fig, path, tight=True)
 
 
 def write_figures(result: Result, directory: Union[str, Path]) -> list[Path]:
     """Write ``hierarchical_overlaps.png`` and ``hierarchical_nmse.png`` into ``directory``."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(directory)  # created by the first write
     return [plot_overlaps(result, out / "hierarchical_overlaps.png"), plot_nmse(result, out / "hierarchical_nmse.png")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 if TYPE_CHECKING:
     from wbfe.ranking.ranker import RankResult
@@ -54,7 +54,7 @@ def _fmt(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if math.isfinite(value) else "n/a"
 
 
-def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dpi: int = 120) -> Path:
+def plot_metric(result: "RankResult", metric: str, path: Union[str, Path]) -> Path:
     """Save a scatter plot of ``metric`` (x) against the quality (y) for every ranked model, titled with
     Spearman ρ, its bootstrap interval, the permutation p-value and n; returns the path written.
 
@@ -76,18 +76,16 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path], *, dp
     else:
         ax.text(0.5, 0.5, "no model has a finite value", ha="center", va="center", transform=ax.transAxes)
     arrow = " (lower is better)" if result.lower_is_better else ""
-    ax.set_xlabel(metric)
-    ax.set_ylabel(f"{result.quality}{arrow}")
+    ax.set(xlabel=metric, ylabel=f"{result.quality}{arrow}")
     title = (f"{result.zoo}: ρ = {_fmt(row.rho)} [{_fmt(row.ci_low)}, {_fmt(row.ci_high)}], "
              f"p = {row.p_value:.2g}, n = {row.n}")
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
-    return save(fig, path, dpi=dpi)
+    return save(fig, path)
 
 
-def plot_ranking(result: "RankResult", directory: Union[str, Path], *, metrics: Optional[list[str]] = None) -> list[Path]:
-    """One scatter PNG per metric (all of ``result.metrics`` unless ``metrics`` is given) in ``directory``, named
-    after the metric (only letters, digits, ``_``, ``-`` and ``.``)."""
-    names = metrics if metrics is not None else [m.metric for m in result.metrics]
-    return [plot_metric(result, name, Path(directory) / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".png"))
-            for name in names]
+def plot_ranking(result: "RankResult", directory: Union[str, Path]) -> list[Path]:
+    """One scatter PNG per metric of ``result`` in ``directory``, named after the metric (only letters, digits,
+    ``_``, ``-`` and ``.``)."""
+    return [plot_metric(result, m.metric, Path(directory) / (re.sub(r"[^A-Za-z0-9_.-]+", "_", m.metric) + ".png"))
+            for m in result.metrics]

@@ -24,10 +24,8 @@ def plot_staircase(sw: Any, path: PathLike, *, max_features: int = 40) -> Path:
     idx = np.unique(np.geomspace(1, sw.k, min(max_features, sw.k)).astype(int)) - 1
     for i in idx:
         ax.plot(sw.r, sw.q[:, i], lw=1.0)
-    ax.set_xscale("log")
-    ax.set_xlabel("r = n/(kd)")
-    ax.set_ylabel("overlap q_i")
-    ax.set_title(f"overlaps of {len(idx)} of k={sw.k} features (log-spaced i); q_sigma={sw.q_sigma:.3f}")
+    ax.set(xscale="log", xlabel="r = n/(kd)", ylabel="overlap q_i",
+           title=f"overlaps of {len(idx)} of k={sw.k} features (log-spaced i); q_sigma={sw.q_sigma:.3f}")
     return save(fig, path, dpi=110, tight=True)
 
 
@@ -50,8 +48,7 @@ def plot_eps(sw: Any, fit: Any, path: PathLike) -> Path:
                       label=f"{name}: fitted {slope:.3f}")
             ax.loglog(xs, anchor_e * (xs / anchor_r) ** pred, "--", color=color, lw=1.2,
                       label=f"{name}: predicted {pred:.3f}")
-    ax.set_xlabel("r = n/(kd)")
-    ax.set_ylabel("eps")
+    ax.set(xlabel="r = n/(kd)", ylabel="eps")
     ax.legend(fontsize=7)
     return save(fig, path, dpi=110, tight=True)
 
@@ -64,8 +61,7 @@ def plot_kc(sw: Any, path: PathLike) -> Path:
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylim(0, 1.5 * max(sw.k, 1))
     ax.axhline(sw.k, color="gray", ls=":", lw=1)
-    ax.set_xlabel("r = n/(kd)")
-    ax.set_ylabel(f"k_c (teacher width k = {sw.k})")
+    ax.set(xlabel="r = n/(kd)", ylabel=f"k_c (teacher width k = {sw.k})")
     return save(fig, path, dpi=110, tight=True)
 
 
@@ -76,8 +72,7 @@ def plot_hmc(points: Sequence[Any], r_theory: np.ndarray, eps_theory: np.ndarray
     ax.errorbar([p.r for p in points], [p.gibbs_half for p in points],
                 yerr=[2 * p.sem if math.isfinite(p.sem) else 0.0 for p in points], fmt="o", color="tab:red",
                 capsize=3, label="HMC Gibbs error / 2 (±2 s.e.)")
-    ax.set_xlabel("r = n/(kd)")
-    ax.set_ylabel("error")
+    ax.set(xlabel="r = n/(kd)", ylabel="error")
     ax.legend(fontsize=8)
     return save(fig, path, dpi=110, tight=True)
 
@@ -89,11 +84,8 @@ def plot_student(result: Any, path: PathLike) -> Path:
     ax.errorbar(result.widths, result.test_error, yerr=sem, fmt="o-", capsize=3, label="Adam student")
     ax.axvline(result.k_c, color="tab:red", ls="--", label=f"k_c = {result.k_c} (theory)")
     ax.axhline(result.eps_theory, color="gray", ls=":", label=f"eps^BO = {result.eps_theory:.3g}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("student width k_s")
-    ax.set_ylabel("test error")
-    ax.set_title(f"n={result.n}, d={result.d}, k={result.k}, Delta={result.delta}")
+    ax.set(xscale="log", yscale="log", xlabel="student width k_s", ylabel="test error",
+           title=f"n={result.n}, d={result.d}, k={result.k}, Delta={result.delta}")
     ax.legend(fontsize=8)
     return save(fig, path, dpi=110, tight=True)
 

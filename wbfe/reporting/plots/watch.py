@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from itertools import cycle
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
@@ -32,29 +34,24 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
 
     traj = result.trajectory
     steps = np.array(traj.steps, dtype=float)
-    names = traj.layer_names
     lam = result.lam
-    h = traj.matrix(lambda x: x.h)
-    kappa = traj.matrix(lambda x: x.kappa)
-    beta = traj.matrix(lambda x: x.beta)
+    h, kappa, beta = (traj.matrix(attrgetter(name)) for name in ("h", "kappa", "beta"))
     fixed = result.fixed_lambda()  # BFE-W at one λ across the run (λ* moves with the weights' scale)
-    bfe, bfe_opt = fixed.bfe, fixed.bfe_opt
     h_star = traj.matrix(lambda x: x.h_star(lam)) if lam is not None else None
     rec = result.recommendation
     fig = new_figure((10.0, 7.0), layout="constrained")
     axes = fig.subplots(2, 2)
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     twin = axes[0, 1].twinx()
-    for j, name in enumerate(names):
-        c = colors[j % len(colors)]
+    for j, (name, c) in enumerate(zip(traj.layer_names, cycle(colors))):
         axes[0, 0].plot(steps, h[:, j], "o-", ms=3, color=c, label=f"h  {name}")
         if h_star is not None:
             axes[0, 0].plot(steps, h_star[:, j], "--", color=c, alpha=0.7, label=f"h*(λ)  {name}")
         axes[0, 1].plot(steps, kappa[:, j], "o-", ms=3, color=c, label=f"κ  {name}")
         twin.plot(steps, beta[:, j], "s:", ms=3, color=c, alpha=0.7)
-        axes[1, 0].plot(steps, bfe[:, j], "o-", ms=3, color=c, label=name)
+        axes[1, 0].plot(steps, fixed.bfe[:, j], "o-", ms=3, color=c, label=name)
         if lam is None:
-            axes[1, 0].plot(steps, bfe_opt[:, j], ":", color=c, alpha=0.7)
+            axes[1, 0].plot(steps, fixed.bfe_opt[:, j], ":", color=c, alpha=0.7)
     ax = axes[0, 0]
     if np.any(np.isfinite(h)):
         ax.set_yscale("log")
@@ -63,10 +60,8 @@ def plot_watch(result: "WatchResult", path: Union[str, Path], *, dpi: int = 110)
                 va="center", transform=ax.transAxes, fontsize=8)
     ax.set_title("h = κ/β" + (f" and h*(λ={lam:.3g})" if lam is not None else ""))
     ax.legend(fontsize=6)
-    axes[0, 1].set_ylabel("κ")
-    twin.set_ylabel("β (dotted)")
-    twin.set_yscale("log")
-    axes[0, 1].set_title("κ_t (solid) and β_t (dotted)")
+    axes[0, 1].set(ylabel="κ", title="κ_t (solid) and β_t (dotted)")
+    twin.set(ylabel="β (dotted)", yscale="log")
     axes[0, 1].legend(fontsize=6)
     axes[1, 0].set_title(f"BFE-W at λ={lam:.3g}" if lam is not None else
                          "BFE-W at the last checkpoint's λ* (dotted: at each λ*)", fontsize=9)
@@ -108,8 +103,6 @@ def plot_calibration(report: "CalibrationReport", path: Union[str, Path], *, dpi
         if math.isfinite(run.gap):
             ax.plot(run.lam, run.gap, "o", ms=5, label=f"{_label(run.name)}: held out")
     ax.axvline(cal.lam_all, color="red", ls="--", lw=1, label="λ chosen on all runs")
-    ax.set_xscale("log")
-    ax.set_xlabel("λ")
-    ax.set_ylabel("test loss(recommended) − min test loss")
+    ax.set(xscale="log", xlabel="λ", ylabel="test loss(recommended) − min test loss")
     ax.legend(fontsize=6)
     return save(fig, path, dpi=dpi)
