@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -404,6 +405,21 @@ def test_file_digest_runs_in_the_background_and_reports_errors(tmp_path: Path) -
         assert digest.result() == hashlib.sha256(big.read_bytes()).hexdigest()
     except RuntimeError as exc:
         assert "cancelled" in str(exc)
+
+
+def test_a_weight_file_removed_before_it_is_hashed_is_a_typed_error(tmp_path: Path) -> None:
+    """The digest of a file removed after the checkpoint was opened is SourceNotFoundError naming it,
+    never the OSError of the hashing thread."""
+    from wbfe.errors import SourceNotFoundError
+    from wbfe.sources._base import FileDigest
+
+    gone = tmp_path / "model.safetensors"
+    with pytest.raises(SourceNotFoundError, match=f"no such file or folder: {re.escape(str(gone))}"):
+        FileDigest([gone]).result()
+    folder = tmp_path / "shard.safetensors"
+    folder.mkdir()
+    with pytest.raises(SourceNotFoundError, match="shard.safetensors: cannot be read"):
+        FileDigest([folder]).result()
 
 
 def test_dtype_torch_cannot_hold_is_a_typed_error(tmp_path: Path) -> None:

@@ -271,11 +271,14 @@ def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> 
         return path.name, blob.name
     h = hashlib.sha256()
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buffer):
-            if stop is not None and stop.is_set():
-                raise RuntimeError("hashing cancelled: the checkpoint was closed first")
-            h.update(view[:n])
+    try:  # a file removed or made unreadable since it was opened
+        with open(path, "rb", buffering=0) as fh:
+            while n := fh.readinto(buffer):
+                if stop is not None and stop.is_set():
+                    raise RuntimeError("hashing cancelled: the checkpoint was closed first")
+                h.update(view[:n])
+    except OSError as exc:
+        raise unreadable(path, exc) from None
     return path.name, h.hexdigest()
 
 
