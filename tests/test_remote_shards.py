@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import wbfe
 from tests.ray_zoo import make_sharded
 from tests.remote_server import Repo, Server
@@ -35,10 +37,12 @@ def test_a_streamed_shard_tensor_the_index_does_not_list_is_skipped_with_the_rea
     assert [layer["name"] for layer in streamed.layers] == [layer["name"] for layer in local.layers]
 
 
-def test_a_streamed_index_url_reads_shards_whose_names_look_like_urls_beside_it(
-        tmp_path: Path, server: Server) -> None:  # noqa: F811 - the imported fixture
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_index_url_reads_shards_whose_names_look_like_urls_beside_it(
+        tmp_path: Path, server: Server, stream: bool) -> None:  # noqa: F811 - the imported fixture
     """Shard names holding '#', '?' or a scheme-like 'file:' are files beside the index on the same server,
-    read with the same bytes as locally (unquoted, '#' cut the name, '?' made a query, 'file:' a URL)."""
+    streamed or downloaded with the same bytes as locally (unquoted, '#' cut the name, '?' made a query,
+    'file:' a URL of its own)."""
     folder = make_sharded(tmp_path / "sharded")
     index = folder / "model.safetensors.index.json"
     weight_map = json.loads(index.read_text())["weight_map"]
@@ -50,7 +54,7 @@ def test_a_streamed_index_url_reads_shards_whose_names_look_like_urls_beside_it(
     for path in folder.iterdir():
         server.state.files[f"/org/{path.name}"] = path.read_bytes()
 
-    streamed = wbfe.score(server.url("/org/model.safetensors.index.json"), stream=True, metrics="bfe")
+    streamed = wbfe.score(server.url("/org/model.safetensors.index.json"), stream=stream, metrics="bfe")
     assert {r.path for r in server.state.log} == {f"/org/{name}" for name in [index.name, *renamed.values()]}
     local = wbfe.score(str(folder), metrics="bfe")
     assert streamed.layers == local.layers
