@@ -231,6 +231,8 @@ def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise CorruptCheckpointError.at(where, "corrupt shard index (expected JSON with a 'weight_map' object)")
+    if not weight_map:  # its shards would go unread, and the checkpoint's digest be that of no file
+        raise CorruptCheckpointError.at(where, "corrupt shard index (its 'weight_map' lists no tensor)")
     shards: dict[str, list[str]] = {}
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str):
