@@ -410,7 +410,6 @@ def test_file_digest_runs_in_the_background_and_reports_errors(tmp_path: Path) -
 def test_a_weight_file_removed_before_it_is_hashed_is_a_typed_error(tmp_path: Path) -> None:
     """The digest of a file removed after the checkpoint was opened is SourceNotFoundError naming it,
     never the OSError of the hashing thread."""
-    from wbfe.errors import SourceNotFoundError
     from wbfe.sources._base import FileDigest
 
     gone = tmp_path / "model.safetensors"
@@ -420,6 +419,28 @@ def test_a_weight_file_removed_before_it_is_hashed_is_a_typed_error(tmp_path: Pa
     folder.mkdir()
     with pytest.raises(SourceNotFoundError, match="shard.safetensors: cannot be read"):
         FileDigest([folder]).result()
+
+
+def test_a_safetensors_file_replaced_or_rewritten_while_read_is_refused(tmp_path: Path) -> None:
+    """A tensor read again after its file was closed (ties compare bytes so) from a file replaced since it
+    was opened, or read from a file rewritten in place, is CorruptCheckpointError, never the new bytes."""
+    path = tmp_path / "model.safetensors"
+    save_file({"a": torch.ones(8, 4), "b": torch.zeros(8, 4)}, str(path))
+    with open_source(path) as source:
+        entries = list(source.entries())  # the stream is done: the shard is closed
+        assert torch.equal(to_torch(entries[0].reread()), torch.ones(8, 4))
+        save_file({"a": torch.full((8, 4), 7.0), "b": torch.zeros(8, 4)}, str(tmp_path / "new.safetensors"))
+        os.replace(tmp_path / "new.safetensors", path)
+        with pytest.raises(CorruptCheckpointError, match="model.safetensors: changed while being read"):
+            entries[0].reread()
+    with open_source(path) as source:
+        stream = source.entries()
+        entry = next(stream)  # read through the shard's open handle
+        before = path.stat().st_mtime_ns
+        path.write_bytes(path.read_bytes().replace(np.float32(7).tobytes(), np.float32(5).tobytes()))
+        os.utime(path, ns=(before, before + 10**9))  # the rewrite's mtime, past the clock's granularity
+        with pytest.raises(CorruptCheckpointError, match="model.safetensors: changed while being read"):
+            entry.load()
 
 
 def test_dtype_torch_cannot_hold_is_a_typed_error(tmp_path: Path) -> None:
