@@ -63,3 +63,11 @@ def test_an_empty_reference_never_reads_the_working_folder(tmp_path, monkeypatch
     for argv in (["score", ""], ["describe", ""], ["watch", ""], ["compare", "", str(st_file)]):
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 2 and result.output.startswith("wbfe: error: an empty "), (argv, result.output)
+
+
+def test_a_home_folder_of_an_unknown_user_is_a_missing_path(tmp_path, monkeypatch):
+    """'~nouser/x' names no home folder: a SourceNotFoundError (Path.expanduser raised RuntimeError)."""
+    monkeypatch.chdir(tmp_path)
+    for call in (wbfe.score, wbfe.describe):
+        with pytest.raises(SourceNotFoundError, match="^no such file or folder: ~wbfe-no-such-user/m.safetensors$"):
+            call("~wbfe-no-such-user/m.safetensors")

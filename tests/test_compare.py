@@ -127,10 +127,10 @@ def test_across_dtypes_and_sharding(tmp_path, monkeypatch) -> None:
     reads: dict[tuple, int] = {}
     original = safetensors_files._load_tensor
 
-    def counting(fh, data_start, info):
+    def counting(fh, data_start, info, *rest):
         key = (fh.name, tuple(info["data_offsets"]))
         reads[key] = reads.get(key, 0) + 1
-        return original(fh, data_start, info)
+        return original(fh, data_start, info, *rest)
 
     monkeypatch.setattr(safetensors_files, "_load_tensor", counting)
     result = wbfe.compare(tmp_path / "a.safetensors", folder, metrics="bfe")

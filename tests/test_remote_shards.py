@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import wbfe
 from tests.ray_zoo import make_sharded
 from tests.remote_server import Repo, Server
@@ -33,3 +35,26 @@ def test_a_streamed_shard_tensor_the_index_does_not_list_is_skipped_with_the_rea
     # The same rows and skips as the local read of the same files.
     assert streamed.skipped == local.skipped
     assert [layer["name"] for layer in streamed.layers] == [layer["name"] for layer in local.layers]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_index_url_reads_shards_whose_names_look_like_urls_beside_it(
+        tmp_path: Path, server: Server, stream: bool) -> None:  # noqa: F811 - the imported fixture
+    """Shard names holding '#', '?' or a scheme-like 'file:' are files beside the index on the same server,
+    streamed or downloaded with the same bytes as locally (unquoted, '#' cut the name, '?' made a query,
+    'file:' a URL of its own)."""
+    folder = make_sharded(tmp_path / "sharded")
+    index = folder / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"]
+    renamed = dict(zip(sorted(set(weight_map.values())), ["shard#1.safetensors", "shard?2.safetensors",
+                                                          "file:3.safetensors"]))
+    for old, new in renamed.items():
+        (folder / old).rename(folder / new)
+    index.write_text(json.dumps({"weight_map": {tensor: renamed[shard] for tensor, shard in weight_map.items()}}))
+    for path in folder.iterdir():
+        server.state.files[f"/org/{path.name}"] = path.read_bytes()
+
+    streamed = wbfe.score(server.url("/org/model.safetensors.index.json"), stream=stream, metrics="bfe")
+    assert {r.path for r in server.state.log} == {f"/org/{name}" for name in [index.name, *renamed.values()]}
+    local = wbfe.score(str(folder), metrics="bfe")
+    assert streamed.layers == local.layers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -404,6 +405,64 @@ def test_file_digest_runs_in_the_background_and_reports_errors(tmp_path: Path) -
         assert digest.result() == hashlib.sha256(big.read_bytes()).hexdigest()
     except RuntimeError as exc:
         assert "cancelled" in str(exc)
+
+
+def test_a_weight_file_removed_before_it_is_hashed_is_a_typed_error(tmp_path: Path) -> None:
+    """The digest of a file removed after the checkpoint was opened is SourceNotFoundError naming it,
+    never the OSError of the hashing thread."""
+    from wbfe.sources._base import FileDigest
+
+    gone = tmp_path / "model.safetensors"
+    with pytest.raises(SourceNotFoundError, match=f"no such file or folder: {re.escape(str(gone))}"):
+        FileDigest([gone]).result()
+    folder = tmp_path / "shard.safetensors"
+    folder.mkdir()
+    with pytest.raises(SourceNotFoundError, match="shard.safetensors: cannot be read"):
+        FileDigest([folder]).result()
+
+
+def test_a_link_to_a_file_named_like_a_digest_outside_a_hub_cache_is_hashed(tmp_path: Path) -> None:
+    """Only a Hugging Face cache's blobs/ are trusted to be named by their SHA-256: a link elsewhere to a file
+    whose name is 64 hex digits (another tool's naming) is hashed, never taken at its name."""
+    import hashlib
+
+    from wbfe.sources import file_sha256
+
+    data = b"not the bytes that name says"
+    named = tmp_path / "store" / ("ab" * 32)
+    named.parent.mkdir()
+    named.write_bytes(data)
+    (tmp_path / "model.safetensors").symlink_to(named)
+    buffer = bytearray(1024)
+    assert file_sha256(tmp_path / "model.safetensors", buffer, None) == (
+        "model.safetensors", hashlib.sha256(data).hexdigest())
+    cached = tmp_path / "blobs" / ("cd" * 32)  # the hub cache's layout: trusted
+    cached.parent.mkdir()
+    cached.write_bytes(data)
+    (tmp_path / "cached.safetensors").symlink_to(cached)
+    assert file_sha256(tmp_path / "cached.safetensors", buffer, None) == ("cached.safetensors", "cd" * 32)
+
+
+def test_a_safetensors_file_replaced_or_rewritten_while_read_is_refused(tmp_path: Path) -> None:
+    """A tensor read again after its file was closed (ties compare bytes so) from a file replaced since it
+    was opened, or read from a file rewritten in place, is CorruptCheckpointError, never the new bytes."""
+    path = tmp_path / "model.safetensors"
+    save_file({"a": torch.ones(8, 4), "b": torch.zeros(8, 4)}, str(path))
+    with open_source(path) as source:
+        entries = list(source.entries())  # the stream is done: the shard is closed
+        assert torch.equal(to_torch(entries[0].reread()), torch.ones(8, 4))
+        save_file({"a": torch.full((8, 4), 7.0), "b": torch.zeros(8, 4)}, str(tmp_path / "new.safetensors"))
+        os.replace(tmp_path / "new.safetensors", path)
+        with pytest.raises(CorruptCheckpointError, match="model.safetensors: changed while being read"):
+            entries[0].reread()
+    with open_source(path) as source:
+        stream = source.entries()
+        entry = next(stream)  # read through the shard's open handle
+        before = path.stat().st_mtime_ns
+        path.write_bytes(path.read_bytes().replace(np.float32(7).tobytes(), np.float32(5).tobytes()))
+        os.utime(path, ns=(before, before + 10**9))  # the rewrite's mtime, past the clock's granularity
+        with pytest.raises(CorruptCheckpointError, match="model.safetensors: changed while being read"):
+            entry.load()
 
 
 def test_dtype_torch_cannot_hold_is_a_typed_error(tmp_path: Path) -> None:

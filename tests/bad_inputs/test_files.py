@@ -318,6 +318,8 @@ CASES = [
     Case("index-shard-not-string", _index_to(3, outside=False), E, "is not a file name"),
     Case("index-weight-map-list", lambda t, m: _index(t, ["a"]), E, "expected JSON with a 'weight_map' object"),
     Case("index-not-object", lambda t, m: _index(t, None, raw=b"[1, 2]"), E, "'weight_map' object"),
+    Case("index-weight-map-empty", lambda t, m: _valid_st(t / "model-00001.safetensors") and _index(t, {}), E,
+         "its 'weight_map' lists no tensor"),
     Case("index-duplicate-tensor", lambda t, m: _index(t, None, raw=b'{"weight_map": {"a": "x", "a": "y"}}'),
          E, "the key 'a' appears twice"),
     Case("index-not-utf8", lambda t, m: _index(t, None, raw=b'{"weight_map": {"\xff\xfe": "x"}}'), E, "not UTF-8"),

@@ -266,16 +266,19 @@ _HASH_THREADS = 8
 def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:
     """``(file name, hex SHA-256)`` of one file, read through ``buffer``; ``stop`` cancels it (``RuntimeError``)."""
     blob = path.resolve()
-    if path.is_symlink() and _SHA256_NAME.fullmatch(blob.name):
-        # Hugging Face cache: an LFS blob is stored under its own SHA-256; no need to re-read it.
+    if path.is_symlink() and blob.parent.name == "blobs" and _SHA256_NAME.fullmatch(blob.name):
+        # Hugging Face cache: an LFS blob is stored under its own SHA-256 in blobs/; no need to re-read it.
         return path.name, blob.name
     h = hashlib.sha256()
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buffer):
-            if stop is not None and stop.is_set():
-                raise RuntimeError("hashing cancelled: the checkpoint was closed first")
-            h.update(view[:n])
+    try:  # a file removed or made unreadable since it was opened
+        with open(path, "rb", buffering=0) as fh:
+            while n := fh.readinto(buffer):
+                if stop is not None and stop.is_set():
+                    raise RuntimeError("hashing cancelled: the checkpoint was closed first")
+                h.update(view[:n])
+    except OSError as exc:
+        raise unreadable(path, exc) from None
     return path.name, h.hexdigest()
 
 

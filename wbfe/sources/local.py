@@ -112,10 +112,11 @@ def open_file(path: Path, ref: str, fmt: str | None = None) -> TensorSource:
 
 
 def _is_path(ref: Any) -> bool:
-    # A dangling symlink too: open_path says what it is.
-    return isinstance(ref, (str, Path)) and os.path.lexists(Path(str(ref)).expanduser())
+    # A dangling symlink too: open_path says what it is. os.path.expanduser leaves "~nouser/x" as it is
+    # (Path.expanduser raises RuntimeError).
+    return isinstance(ref, (str, Path)) and os.path.lexists(os.path.expanduser(ref))
 
 
 @register_location("path", order=30, claims=_is_path)
 def open_local(ref: Any) -> TensorSource:
-    return open_path(Path(str(ref)).expanduser(), ref=str(ref))
+    return open_path(Path(os.path.expanduser(ref)), ref=str(ref))

@@ -13,6 +13,7 @@ import secrets
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import quote
 
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
@@ -198,7 +199,13 @@ def _fetch_shards(fs: Any, root: str, index: Path, staging: Path) -> None:
     for shard in index_weight_map(index):  # names checked to stay in the folder
         target = staging / shard
         target.parent.mkdir(parents=True, exist_ok=True)
-        fs.get_file(f"{root}/{shard}", str(target))
+        fs.get_file(_beside(fs, root, shard), str(target))
+
+
+def _beside(fs: Any, root: str, name: str) -> str:
+    """The path of the file ``name`` in the folder ``root``, quoted where the store's paths are URLs (a shard
+    named "a#1" or "b?x" is a file, not a fragment or a query)."""
+    return f"{root}/{quote(name) if 'http' in fs.protocol else name}"
 
 
 def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict[str, Any]:
@@ -213,7 +220,7 @@ def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict
     found: dict[str, Any] = {}
     for shard in shards:
         try:
-            found[shard] = fs.info(f"{root}/{shard}")
+            found[shard] = fs.info(_beside(fs, root, shard))
         except FileNotFoundError:
             raise SourceNotFoundError.at(uri, f"shard {shard!r} listed in the index is missing from the store "
                                          f"(no {uri.rsplit('/', 1)[0]}/{shard})") from None

@@ -8,7 +8,7 @@ import contextlib
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import numpy as np
 
@@ -200,7 +200,8 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
         return open_uri(url)
 
     def open_file(file_name: str) -> RemoteFile:
-        return RemoteFile(url if file_name == name else urljoin(url, file_name))
+        # Quoted: a shard named "a#1", "b?x" or "https:host/c" is a file beside the index, never another URL.
+        return RemoteFile(url if file_name == name else urljoin(url, quote(file_name)))
 
     source = stream_safetensors(url, name, open_file, stream=stream, cache_dir=object_cache_dir())
     return source if source is not None else open_uri(url)

@@ -231,6 +231,8 @@ def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise CorruptCheckpointError.at(where, "corrupt shard index (expected JSON with a 'weight_map' object)")
+    if not weight_map:  # its shards would go unread, and the checkpoint's digest be that of no file
+        raise CorruptCheckpointError.at(where, "corrupt shard index (its 'weight_map' lists no tensor)")
     shards: dict[str, list[str]] = {}
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str):
@@ -346,6 +348,7 @@ class _Shard:
         self.path = path
         self._fh = open_regular(path)
         try:
+            self._identity = _identity(os.fstat(self._fh.fileno()))
             self._data_start = 8 + struct.unpack("<Q", self._fh.read(8))[0]
         except (OSError, struct.error) as exc:
             self._fh.close()
@@ -356,9 +359,9 @@ class _Shard:
         try:
             with self._lock:
                 if not self._fh.closed:
-                    return _load_tensor(self._fh, self._data_start, info)
+                    return _load_tensor(self._fh, self._data_start, info, self._identity)
             with open_regular(self.path) as fh:
-                return _load_tensor(fh, self._data_start, info)
+                return _load_tensor(fh, self._data_start, info, self._identity)
         except OSError as exc:
             raise unreadable(self.path, exc) from None
 
@@ -367,15 +370,24 @@ class _Shard:
             self._fh.close()
 
 
-def _load_tensor(fh: Any, data_start: int, info: dict[str, Any]) -> Any:
-    """One tensor of the file: a large one mapped where it lies at an aligned address, anything else read."""
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _load_tensor(fh: Any, data_start: int, info: dict[str, Any], identity: tuple[int, ...]) -> Any:
+    """One tensor of the file whose ``_identity`` was ``identity`` when it was opened: a large one mapped
+    where it lies at an aligned address, anything else read."""
     name, size = tensor_dtype(info, str(fh.name)), SAFETENSORS_DTYPES[info["dtype"]][1]
     shape = [int(s) for s in info["shape"]]
     start, end = (int(o) for o in info["data_offsets"])
     if end == start:
         return from_bytes(np.empty(0, dtype=np.uint8), name, shape)
-    if os.fstat(fh.fileno()).st_size < data_start + end:  # cut short since its header was checked
+    st = os.fstat(fh.fileno())
+    if st.st_size < data_start + end:  # cut short since its header was checked
         raise TruncatedCheckpointError.at(fh.name, "truncated safetensors file (it changed while being read)")
+    if _identity(st) != identity:  # replaced or rewritten: the header's offsets would read other bytes
+        raise CorruptCheckpointError.at(fh.name, "changed while being read (replaced or rewritten since it was "
+                                        "opened); score it again")
     raw = None
     if end - start >= _MAP_BYTES and (data_start + start) % max(1, int(size)) == 0:
         with contextlib.suppress(OSError):  # a file system that cannot map files: read instead
