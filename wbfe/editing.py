@@ -210,14 +210,21 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                 if k >= len(described) or described[k] != (entry.name, tuple(entry.shape), entry.dtype):
                     raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
                 tensor = to_torch(entry.load())
+                if tensor.is_meta or tensor.layout != torch.strided:
+                    raise UnsupportedDtypeError(f"{entry.name}: {entry.skip or 'no dense values'}; it cannot be written to "
+                                                "safetensors", name=entry.name)
                 if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
                     raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                                 f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
                 why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
                 if why is None:
                     new, count, why = editor(entry.name, tensor)
-                    if new is not None:
-                        tensor = torch.from_numpy(new).to(tensor.dtype)
+                    cast = None if new is None else torch.from_numpy(new).to(tensor.dtype)
+                    if cast is not None and not bool(torch.isfinite(cast).all()):
+                        why = (f"the edited entries (up to {float(np.max(np.abs(new))):.4g}) overflow {entry.dtype}: "
+                               "left as it is")
+                    elif cast is not None:
+                        tensor = cast
                         edited[entry.name] = count
                         why = ""
                 if why:
@@ -248,6 +255,8 @@ def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Calla
     from wbfe.metrics.ww_compat import ww_float32, ww_skip_reason
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
+        if not bool(tensor.isfinite().all()):  # no SVD of it converges
+            return None, 0, "non-finite values (NaN or Inf): left as it is"
         if options.conventions.ww_edit:  # the weight as WeightWatcher reads it, tensor.float().numpy()
             skip = ww_skip_reason(tuple(tensor.shape))
             if skip is not None:
