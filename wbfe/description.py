@@ -150,19 +150,27 @@ def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices", "fft"] = "fla
 
     Raises:
         InvalidOptionError: no such tensor (close names are suggested), or it is not a matrix.
-        DegenerateMatrixError: the matrix is non-finite or all zero.
+        DegenerateMatrixError: the matrix is non-finite or all zero, or its eigenvalues leave float64's range
+            (:func:`wbfe.engine.layer_spectrum` gives them scaled, with their ``log_scale``).
 
     Example:
         >>> import torch, wbfe
         >>> wbfe.esd({"fc.weight": 2 * torch.eye(3)}, "fc").tolist()
         [4.0, 4.0, 4.0]
     """
-    import math
-
     import numpy as np
 
-    _, spectrum = engine.layer_spectrum(ref, name, conv=conv, device=device)
+    from wbfe.linalg.spectra import DegenerateMatrixError
+
+    plan, spectrum = engine.layer_spectrum(ref, name, conv=conv, device=device)
     eigs = np.asarray(spectrum.eigs, dtype=float)
-    return eigs * math.exp(spectrum.log_scale) if spectrum.log_scale else eigs
+    if not spectrum.log_scale:
+        return eigs
+    with np.errstate(over="ignore", under="ignore"):
+        true = eigs * np.exp(spectrum.log_scale)
+    if not np.isfinite(true).all() or np.count_nonzero(true) < np.count_nonzero(eigs):
+        raise DegenerateMatrixError(f"{plan.name}: its eigenvalues leave float64's range (e^{spectrum.log_scale:.0f} "
+                                    "times its scaled ones); wbfe.engine.layer_spectrum gives them scaled, with log_scale")
+    return true
 
 
