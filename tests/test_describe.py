@@ -147,3 +147,12 @@ def test_describe_writes_to_a_file_as_score_does(tmp_path: Path) -> None:
     before = path.read_bytes()
     refused = CliRunner().invoke(app, ["describe", str(path), "-o", str(path)])  # never over what it reads
     assert refused.exit_code == 2 and refused.stderr.startswith("wbfe: error: ") and path.read_bytes() == before
+
+
+def test_describe_refuses_options_and_keywords_together() -> None:
+    # The keywords were silently ignored when options was given: layers="fc2" described fc1 too.
+    state = {"fc1.weight": torch.ones(64, 72), "fc2.weight": torch.ones(10, 64)}
+    with pytest.raises(wbfe.InvalidOptionError, match="either as options=ScoreOptions"):
+        wbfe.describe(state, layers="fc2", options=wbfe.ScoreOptions())
+    kept = wbfe.describe(state, options=wbfe.ScoreOptions(layers="fc2"))
+    assert [m["name"] for m in kept.matrices] == ["fc2.weight"]

@@ -13,11 +13,14 @@ from wbfe.engine.heads import HeadChoice, choose_head
 from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
-from wbfe.options import ScoreOptions
+from wbfe.errors import InvalidOptionError
+from wbfe.options import ScoreOptions, field_defaults
 from wbfe.render.text import ToJson
 from wbfe.sources import open_source
 
 __all__ = ["Description", "describe", "esd"]
+
+_DEFAULTS = field_defaults(ScoreOptions)
 
 
 @dataclass
@@ -68,7 +71,8 @@ def describe(
             ``options``. Streamed, only the headers (and ``config.json``) are fetched.
 
     Raises:
-        InvalidOptionError: a bad option; the errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad option, or settings given both as ``options`` and as keywords; the errors of
+            :func:`wbfe.sources.open_source`.
 
     Example:
         >>> import torch, wbfe
@@ -76,9 +80,12 @@ def describe(
         >>> [(m["name"], m["N"], m["M"], m["form"], m["head"]) for m in d.matrices]
         [('fc.weight', 64, 10, 'primal', True)]
     """
+    given = dict(conv=conv, layers=layers, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, stream=stream)
     if options is None:
-        options = ScoreOptions(metrics=("bfe",), conv=conv, layers=layers, head=head, min_eigs=min_eigs,
-                               ww_compatible=ww_compatible, stream=stream)
+        options = ScoreOptions(metrics=("bfe",), **given)  # type: ignore[arg-type]
+    elif given != {key: _DEFAULTS[key] for key in given}:
+        raise InvalidOptionError("describe(): pass the settings either as options=ScoreOptions(...) or as keywords, "
+                                 "not both")
     with open_source(ref, stream=options.stream) as source:
         if source.provenance.pending is not None:
             source.provenance.pending.cancel()  # the hash reads every byte; a description reads none
