@@ -342,3 +342,19 @@ def test_a_tensor_without_values_is_refused_and_nothing_is_written(tmp_path: Pat
     with pytest.raises(UnsupportedDtypeError, match=r"^m\.weight: meta-device tensor: .*cannot be written"):
         smooth_checkpoint(state, out)  # was NotImplementedError: Cannot copy out of meta tensor
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("edit", [smooth_checkpoint, sharpen_checkpoint])
+def test_layers_selecting_no_weight_matrix_is_refused_before_any_write(checkpoint, tmp_path: Path, edit) -> None:
+    # It wrote a byte-for-byte copy, every matrix "not selected by --layers", and exited 0.
+    from wbfe.errors import NoUsableMatrixError
+
+    path, _ = checkpoint
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(NoUsableMatrixError, match=r"--layers 'attn' selects none of its weight matrices: nothing to "
+                                                  r"edit$"):
+        edit(path, out, layers="attn")
+    assert not out.exists()
+    with pytest.raises(NoUsableMatrixError, match="it holds no weight matrices: nothing to edit$"):
+        edit({"bias": torch.zeros(4), "step": torch.tensor([3])}, out)
+    assert not out.exists()

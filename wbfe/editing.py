@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError, UnsupportedDtypeError
 from wbfe.linalg.arrays import to_torch
 from wbfe.linalg.spectra import near_one
 from wbfe.options import EditOptions, field_defaults
@@ -197,6 +197,11 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
         refuse_overlap(target, reads)
         # Pass 1 reads no data (the header comes first in the file); pass 2 streams the tensors in the same order.
         described = [(e.name, tuple(e.shape), e.dtype) for e in source.entries()]
+        if only is None and not any(dtype in _FLOAT_DTYPES and len(shape) >= 2
+                                    and (pattern is None or pattern.search(name)) for name, shape, dtype in described):
+            raise NoUsableMatrixError(f"{source.provenance.source}: "
+                                      + (f"--layers {layers!r} selects none of its" if pattern else "it holds no")
+                                      + " weight matrices: nothing to edit", ref=source.provenance.source)
         for entry in source.entries():
             if entry.quant is not None:
                 raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
@@ -211,8 +216,8 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                     raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
                 tensor = to_torch(entry.load())
                 if tensor.is_meta or tensor.layout != torch.strided:
-                    raise UnsupportedDtypeError(f"{entry.name}: {entry.skip or 'no dense values'}; it cannot be written to "
-                                                "safetensors", name=entry.name)
+                    raise UnsupportedDtypeError(f"{entry.name}: {entry.skip or 'no dense values'}; it cannot be "
+                                                "written to safetensors", name=entry.name)
                 if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
                     raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                                 f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
@@ -295,7 +300,8 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             counts and randomised truncated SVD, in float32.
 
     Raises:
-        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``;
+        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``; NoUsableMatrixError:
+            ``layers`` selects no weight matrix (or there is none);
             OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
             or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
             be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
