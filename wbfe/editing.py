@@ -225,13 +225,13 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                 if why is None:
                     new, count, why = editor(entry.name, tensor)
                     cast = None if new is None else torch.from_numpy(new).to(tensor.dtype)
-                    if cast is not None and not bool(torch.isfinite(cast).all()):
-                        why = (f"the edited entries (up to {float(np.max(np.abs(new))):.4g}) overflow {entry.dtype}: "
-                               "left as it is")
-                    elif cast is not None:
+                    if cast is not None and bool(torch.isfinite(cast).all()):
                         tensor = cast
                         edited[entry.name] = count
                         why = ""
+                    elif new is not None:
+                        why = (f"the edited entries (up to {float(np.max(np.abs(new))):.4g}) overflow {entry.dtype}: "
+                               "left as it is")
                 if why:
                     unchanged[entry.name] = why
                 fh.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
