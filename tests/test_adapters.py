@@ -362,6 +362,9 @@ def test_refusals_name_what_was_read(tmp_path) -> None:
         wbfe.score(folder, base={"fc.weight": torch.randn(10, 10)})
     assert str(caught.value) == ("<dict>: fc.weight has shape [10, 10] but the adapter's ΔW is [64, 32]: "
                                  "not this adapter's base model")
+    # ... and its options named it by the repr of every tensor value
+    merged = wbfe.score(folder, metrics="bfe", base={"fc.weight": torch.randn(64, 32, generator=g)})
+    assert merged.model["options"]["base"] == merged.model["base"]["source"] == "<dict>"
     # --layers that selects no module: it said the adapter held no LoRA module.
     with pytest.raises(wbfe.NoUsableMatrixError, match=r"nothing scored \(1 tensor\(s\) left out: not selected by "
                                                        r"--layers\)$"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 from typing import Any, Optional
 
 import numpy as np
@@ -165,7 +166,9 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
                                                               stream=options.stream)
         layers = order_rows(layers, order, aliases)  # the base model's order (its description's, else its checkpoint's)
     provenance = engine.provenance_of(provenance, context)
-    provenance["options"] = {**options.to_dict(), "base": None if base is None else str(base)}
+    # an in-memory base is named by its source ('<dict>'), not by the repr of its every value
+    named = None if base is None else str(base) if isinstance(base, (str, PurePath)) else provenance["base"]["source"]
+    provenance["options"] = {**options.to_dict(), "base": named}
     if not layers:
         why = "; ".join(sorted({row["reason"] for row in skipped}))
         raise NoUsableMatrixError(f"{provenance['source']}: the adapter holds no LoRA module and nothing saved whole"
