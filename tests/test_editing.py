@@ -310,7 +310,8 @@ def test_a_non_finite_weight_is_left_as_it_is_and_says_why(tmp_path: Path, edit,
     rng = np.random.default_rng(0)
     inf, nan = rng.standard_normal((40, 20)), rng.standard_normal((40, 20))
     inf[3, 4], nan[1, 1] = np.inf, np.nan
-    tensors = {"inf.weight": torch.tensor(inf, dtype=torch.float32), "nan.weight": torch.tensor(nan, dtype=torch.float32)}
+    tensors = {"inf.weight": torch.tensor(inf, dtype=torch.float32),
+               "nan.weight": torch.tensor(nan, dtype=torch.float32)}
     save_file(tensors, str(tmp_path / "in.safetensors"))
     summary = edit(tmp_path / "in.safetensors", tmp_path / "out.safetensors", **keywords)
     assert summary.edited == {}

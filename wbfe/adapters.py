@@ -249,8 +249,9 @@ def _merge_with_base(
             row = rows[entry.name]
             found.add(entry.name)
             if tuple(entry.shape) != tuple(row["shape"]):
-                raise CorruptCheckpointError(f"{source.provenance.source}: {entry.name} has shape {list(entry.shape)} but the adapter's "
-                                             f"ΔW is {row['shape']}: not this adapter's base model")
+                raise CorruptCheckpointError(f"{source.provenance.source}: {entry.name} has shape "
+                                             f"{list(entry.shape)} but the adapter's ΔW is {row['shape']}: not this "
+                                             "adapter's base model")
             plan = engine.plan_entry(entry, min_eigs=engine.planning_min_eigs(context.options))
             if isinstance(plan, Skip):
                 row["reasons"]["merged"] = f"base weight: {plan.reason}"

@@ -177,7 +177,8 @@ def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices", "fft"] = "fla
         true = eigs * np.exp(spectrum.log_scale)
     if not np.isfinite(true).all() or np.count_nonzero(true) < np.count_nonzero(eigs):
         raise DegenerateMatrixError(f"{plan.name}: its eigenvalues leave float64's range (e^{spectrum.log_scale:.0f} "
-                                    "times its scaled ones); wbfe.engine.layer_spectrum gives them scaled, with log_scale")
+                                    "times its scaled ones); wbfe.engine.layer_spectrum gives them scaled, with "
+                                    "log_scale")
     return true
 
 
