@@ -329,3 +329,43 @@ def test_the_table_shows_the_merged_columns_in_the_models_order(tmp_path) -> Non
         for column in ("bfe_base", "bfe_merged", "d_bfe", "rel_frobenius"):
             assert cells[columns.index(column)] == format_value(row[column]), (row["name"], column)
     assert "largest_update " in shown.stdout
+
+
+def test_factors_out_of_range_give_nan_columns_with_their_reason(tmp_path) -> None:
+    # A NaN factor made numpy's SVD raise LinAlgError; factors near 1e300 gave an inf norm and NaN columns, no reason.
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 32, generator=g, dtype=torch.float64), torch.randn(64, 4, generator=g, dtype=torch.float64)
+    nan = a.clone()
+    nan[1, 2] = math.nan
+    cases = {"nan": (nan, ("stable_rank", "effective_rank", "bfe", "lambda", "frobenius_norm", "spectral_norm"),
+                     "non-finite values (NaN or Inf) in lora_A or lora_B"),
+             "huge": (a * 1e300, ("stable_rank", "effective_rank", "bfe", "lambda", "frobenius_norm"), None)}
+    for label, (factor, columns, why) in cases.items():
+        folder = _write_adapter(tmp_path / label, {"base_model.model.fc.lora_A.weight": factor,
+                                                   "base_model.model.fc.lora_B.weight": b}, r=4, lora_alpha=8)
+        row = wbfe.score(folder, metrics="bfe").layers[0]
+        assert all(math.isnan(row[c]) for c in columns), label
+        if why is None:  # the spectral norm is still exact: 2·‖B·A‖₂
+            top = np.linalg.svd(2.0 * (b.numpy() @ (a.numpy() * 1e300)), compute_uv=False)[0]
+            assert row["spectral_norm"] == pytest.approx(top, rel=1e-10)
+            why = f"ΔW's singular values (up to {top:.3g}) square past float64's range"
+        assert row["reasons"] == dict.fromkeys(columns, why), label
+
+
+def test_refusals_name_what_was_read(tmp_path) -> None:
+    g = torch.Generator().manual_seed(0)
+    folder = _write_adapter(tmp_path / "ad", {"base_model.model.fc.lora_A.weight": torch.randn(4, 32, generator=g),
+                                              "base_model.model.fc.lora_B.weight": torch.randn(64, 4, generator=g)},
+                            r=4, lora_alpha=8)
+    # A base given as a state dict: the message held every value of its tensors.
+    with pytest.raises(wbfe.CorruptCheckpointError) as caught:
+        wbfe.score(folder, base={"fc.weight": torch.randn(10, 10)})
+    assert str(caught.value) == ("<dict>: fc.weight has shape [10, 10] but the adapter's ΔW is [64, 32]: "
+                                 "not this adapter's base model")
+    # ... and its options named it by the repr of every tensor value
+    merged = wbfe.score(folder, metrics="bfe", base={"fc.weight": torch.randn(64, 32, generator=g)})
+    assert merged.model["options"]["base"] == merged.model["base"]["source"] == "<dict>"
+    # --layers that selects no module: it said the adapter held no LoRA module.
+    with pytest.raises(wbfe.NoUsableMatrixError, match=r"nothing scored \(1 tensor\(s\) left out: not selected by "
+                                                       r"--layers\)$"):
+        wbfe.score(folder, layers="attn")

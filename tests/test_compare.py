@@ -462,3 +462,16 @@ def test_compare_sides_of_scales_too_far_apart_for_one_factor(exponent: int) -> 
     assert row["rel_frobenius"] == pytest.approx(abs(2.0**exponent - 1.0), rel=1e-12)
     assert row["stable_rank_delta"] == pytest.approx(float(a.norm() ** 2 / torch.linalg.matrix_norm(a, 2) ** 2),
                                                      rel=1e-12)
+
+
+def test_compare_sides_at_opposite_ends_of_float64() -> None:
+    # A·2^990 against A·2^-990: one factor for both flushed B to zero, so the subspaces' overlaps were NaN with no
+    # reason, and rel_frobenius_rowscaled 1.0 with "no row of B is nonzero" where B is A rescaled.
+    a = torch.randn(40, 80, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    head = torch.randn(10, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    row = wbfe.compare({"a.weight": a * 2.0**990, "h.weight": head},
+                       {"a.weight": a * 2.0**-990, "h.weight": head}).layers[0]
+    assert row["rel_frobenius_rowscaled"] < 1e-15 and row["row_scale_cv"] < 1e-15
+    assert row["overlap_in"] == pytest.approx(1.0, abs=1e-12) and row["overlap_out"] == pytest.approx(1.0, abs=1e-12)
+    assert row["top_k"] == 10 and row["rel_frobenius"] == 1.0
+    assert not {"row_scale_cv", "overlap_in", "overlap_out"} & set(row["reasons"])

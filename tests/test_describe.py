@@ -75,6 +75,30 @@ def test_esd_suggests_names(tmp_path: Path) -> None:
         wbfe.esd(path, "fc1.weights")
 
 
+def test_esd_of_an_in_memory_state_dict_names_it_in_one_line() -> None:
+    # The message held the state dict's repr, every value of every tensor, twice.
+    state = {"fc1.weight": torch.randn(64, 72, generator=torch.Generator().manual_seed(0))}
+    with pytest.raises(wbfe.InvalidOptionError) as caught:
+        wbfe.esd(state, "fc2")
+    assert str(caught.value) == ("no tensor named 'fc2' in <dict>; nothing close: known names include 'fc1.weight' "
+                                 "(wbfe describe <dict> lists them)")
+
+
+@pytest.mark.parametrize("exponent", [-600, -300, 300, 600])
+def test_esd_far_from_one_is_exact_or_refused(exponent: int) -> None:
+    # At 2^±600 the eigenvalues (2^±1200·λ) leave float64: math.exp raised OverflowError, or they all became 0.
+    from wbfe.linalg.spectra import DegenerateMatrixError
+
+    w = np.random.default_rng(0).standard_normal((20, 30))
+    state = {"fc.weight": torch.from_numpy(w * 2.0**exponent)}
+    if abs(exponent) > 500:
+        with pytest.raises(DegenerateMatrixError, match="^fc.weight: its eigenvalues leave float64's range"):
+            wbfe.esd(state, "fc")
+    else:
+        want = np.sort(np.linalg.eigvalsh(w @ w.T)) * 2.0 ** (2 * exponent)
+        np.testing.assert_allclose(wbfe.esd(state, "fc"), want, rtol=1e-10)
+
+
 def test_describe_imports_no_torch(tmp_path: Path) -> None:
     """Planning reads headers: a fresh process describing a safetensors checkpoint never imports torch."""
     import subprocess
@@ -123,3 +147,12 @@ def test_describe_writes_to_a_file_as_score_does(tmp_path: Path) -> None:
     before = path.read_bytes()
     refused = CliRunner().invoke(app, ["describe", str(path), "-o", str(path)])  # never over what it reads
     assert refused.exit_code == 2 and refused.stderr.startswith("wbfe: error: ") and path.read_bytes() == before
+
+
+def test_describe_refuses_options_and_keywords_together() -> None:
+    # The keywords were silently ignored when options was given: layers="fc2" described fc1 too.
+    state = {"fc1.weight": torch.ones(64, 72), "fc2.weight": torch.ones(10, 64)}
+    with pytest.raises(wbfe.InvalidOptionError, match="either as options=ScoreOptions"):
+        wbfe.describe(state, layers="fc2", options=wbfe.ScoreOptions())
+    kept = wbfe.describe(state, options=wbfe.ScoreOptions(layers="fc2"))
+    assert [m["name"] for m in kept.matrices] == ["fc2.weight"]

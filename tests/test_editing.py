@@ -299,3 +299,63 @@ def test_edits_of_a_matrix_far_from_one_scale_with_it(tmp_path: Path, exponent: 
     assert ww.edited == {} and sorted(ww.unchanged) == sorted(state)
     assert all(why.startswith("WeightWatcher's edit is float32: entries ") and why.endswith(": left as it is")
                for why in ww.unchanged.values())
+
+
+@pytest.mark.parametrize(("edit", "keywords"), [
+    (smooth_checkpoint, {}), (smooth_checkpoint, {"method": "detx"}), (smooth_checkpoint, {"ww_compatible": True}),
+    (sharpen_checkpoint, {}), (sharpen_checkpoint, {"ww_compatible": True}),
+])
+def test_a_non_finite_weight_is_left_as_it_is_and_says_why(tmp_path: Path, edit, keywords) -> None:
+    # An Inf or NaN entry made numpy's SVD raise LinAlgError (or asarray_chkfinite ValueError) from inside the edit.
+    rng = np.random.default_rng(0)
+    inf, nan = rng.standard_normal((40, 20)), rng.standard_normal((40, 20))
+    inf[3, 4], nan[1, 1] = np.inf, np.nan
+    tensors = {"inf.weight": torch.tensor(inf, dtype=torch.float32),
+               "nan.weight": torch.tensor(nan, dtype=torch.float32)}
+    save_file(tensors, str(tmp_path / "in.safetensors"))
+    summary = edit(tmp_path / "in.safetensors", tmp_path / "out.safetensors", **keywords)
+    assert summary.edited == {}
+    assert summary.unchanged == dict.fromkeys(tensors, "non-finite values (NaN or Inf): left as it is")
+    got, _ = _read(tmp_path / "out.safetensors")
+    assert all(_raw(got[name]) == _raw(tensors[name]) for name in tensors)
+
+
+def test_an_edit_that_overflows_the_stored_dtype_is_left_as_it_is(tmp_path: Path) -> None:
+    # float16 entries near its largest (65504): without the top component, entries pass it, and were written as inf.
+    w = torch.full((32, 16), 60000.0)
+    w[0, 0] = -60000.0
+    save_file({"fc.weight": w.half()}, str(tmp_path / "in.safetensors"))
+    out = tmp_path / "out.safetensors"
+    summary = sharpen_checkpoint(tmp_path / "in.safetensors", out)
+    new = remove_top(w.double().numpy(), 1)
+    assert np.abs(new).max() > 65520  # rounds to inf in float16
+    assert summary.edited == {}
+    assert summary.unchanged == {"fc.weight": f"the edited entries (up to {np.abs(new).max():.4g}) overflow float16: "
+                                              "left as it is"}
+    assert _raw(_read(out)[0]["fc.weight"]) == _raw(w.half())
+
+
+def test_a_tensor_without_values_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    from wbfe.errors import UnsupportedDtypeError
+
+    out = tmp_path / "out.safetensors"
+    state = {"a.weight": torch.randn(20, 30), "m.weight": torch.empty(20, 30, device="meta")}
+    with pytest.raises(UnsupportedDtypeError, match=r"^m\.weight: meta-device tensor: .*cannot be written"):
+        smooth_checkpoint(state, out)  # was NotImplementedError: Cannot copy out of meta tensor
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("edit", [smooth_checkpoint, sharpen_checkpoint])
+def test_layers_selecting_no_weight_matrix_is_refused_before_any_write(checkpoint, tmp_path: Path, edit) -> None:
+    # It wrote a byte-for-byte copy, every matrix "not selected by --layers", and exited 0.
+    from wbfe.errors import NoUsableMatrixError
+
+    path, _ = checkpoint
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(NoUsableMatrixError, match=r"--layers 'attn' selects none of its weight matrices: nothing to "
+                                                  r"edit$"):
+        edit(path, out, layers="attn")
+    assert not out.exists()
+    with pytest.raises(NoUsableMatrixError, match="it holds no weight matrices: nothing to edit$"):
+        edit({"bias": torch.zeros(4), "step": torch.tensor([3])}, out)
+    assert not out.exists()

@@ -91,3 +91,15 @@ def test_errors() -> None:
         score_intra(_model(), metrics="vectors")
     with pytest.raises(NoUsableMatrixError):
         score_intra({"only.weight": torch.ones(4, 5)})
+
+
+def test_a_score_with_intra_and_no_product_says_so() -> None:
+    # score(..., intra=True) of matrices no two of which share a side added no row and said nothing.
+    import wbfe
+
+    g = torch.Generator().manual_seed(0)
+    state = {"a.weight": torch.randn(20, 30, generator=g), "b.weight": torch.randn(40, 50, generator=g)}
+    summary = wbfe.score(state, metrics="bfe", intra=True).summary
+    assert summary["intra"] == {"n": 0, "note": "--intra: no product of consecutive weight matrices was scored (no two "
+                                                "consecutive ones share a side, or a factor is non-finite or all zero)"}
+    assert "intra" not in wbfe.score(state, metrics="bfe").summary

@@ -237,6 +237,16 @@ def test_unknown_and_missing_metrics(model: Path) -> None:
         sparsity(tiny, 0.5, by="alpha")
 
 
+def test_a_score_given_takes_no_scoring_settings(model: Path) -> None:
+    # They were silently ignored: the score's own layers, head and min_eigs decided.
+    scored = wbfe.score(model, metrics="bfe")
+    for keywords in ({"layers": "fc"}, {"head": "fc1"}, {"min_eigs": 50}, {"device": "cpu"}):
+        with pytest.raises(InvalidOptionError, match=f"^{next(iter(keywords))}: the ModelScore given was scored "
+                                                     "with its own; leave them unset, or pass the checkpoint$"):
+            sparsity(scored, 0.5, by="bfe", **keywords)
+    assert sparsity(scored, 0.5, by="bfe").as_dict() == sparsity(model, 0.5, by="bfe").as_dict()
+
+
 def test_cli(model: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     tiny = tmp_path / "tiny.safetensors"  # 8 eigenvalues each: no power-law tail anywhere

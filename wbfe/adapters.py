@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 from typing import Any, Optional
 
 import numpy as np
@@ -70,13 +71,23 @@ def delta_weight(left: np.ndarray, right: np.ndarray, scale: float, shape: tuple
 
 def adapter_columns(singular: np.ndarray, lam: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """The columns of one adapted module from its singular values (descending)."""
-    e = np.sort(singular ** 2)
-    values: dict[str, Any] = {"eigs": [float(x) for x in e], "frobenius_norm": float(math.sqrt(e.sum())),
-                              "spectral_norm": float(singular[0]) if singular.size else 0.0}
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.sort(singular ** 2)
+        values: dict[str, Any] = {"eigs": [float(x) for x in e], "frobenius_norm": float(math.sqrt(e.sum())),
+                                  "spectral_norm": float(singular[0]) if singular.size else 0.0}
     reasons: dict[str, str] = {}
-    if not e.size or not e[-1] > 0.0:
-        columns = ("stable_rank", "effective_rank", "bfe", "lambda")
+    columns: tuple[str, ...] = ("stable_rank", "effective_rank", "bfe", "lambda")
+    if not np.isfinite(singular).all():
+        columns += ("frobenius_norm", "spectral_norm")
+        why = "non-finite values (NaN or Inf) in lora_A or lora_B"
+    elif not e.size or not e[-1] > 0.0:
         why = "ΔW = 0: B (or A) is all zero, as PEFT initialises it (an untrained adapter)"
+    elif not np.isfinite(e).all():
+        columns += ("frobenius_norm",)
+        why = f"ΔW's singular values (up to {singular[0]:.3g}) square past float64's range"
+    else:
+        columns = ()
+    if columns:
         return {**values, **dict.fromkeys(columns, math.nan)}, dict.fromkeys(columns, why)
     values["stable_rank"] = float(e.sum() / e[-1])
     p = singular[singular > 0.0] / singular.sum()
@@ -155,9 +166,14 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
                                                               stream=options.stream)
         layers = order_rows(layers, order, aliases)  # the base model's order (its description's, else its checkpoint's)
     provenance = engine.provenance_of(provenance, context)
-    provenance["options"] = {**options.to_dict(), "base": None if base is None else str(base)}
+    # an in-memory base is named by its source ('<dict>'), not by the repr of its every value
+    named = None if base is None else str(base) if isinstance(base, (str, PurePath)) else provenance["base"]["source"]
+    provenance["options"] = {**options.to_dict(), "base": named}
     if not layers:
-        raise NoUsableMatrixError(f"{provenance['source']}: the adapter holds no LoRA module and nothing saved whole")
+        why = "; ".join(sorted({row["reason"] for row in skipped}))
+        raise NoUsableMatrixError(f"{provenance['source']}: the adapter holds no LoRA module and nothing saved whole"
+                                  if not skipped else f"{provenance['source']}: nothing scored ({len(skipped)} "
+                                  f"tensor(s) left out: {why})")
     return engine.ModelScore(model=provenance, layers=layers, skipped=skipped, summary=_summarise(layers, context.groups, base is not None))
 
 
@@ -196,7 +212,9 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
         "dtype": module.a.dtype, "quant": None, "rows": left.shape[0], "cols": right.shape[1], "r": r,
         "lora_alpha": alpha, "scaling": scale, "n_eigs": r, "form": "rank-r",
     }
-    values, reasons = adapter_columns(core_singular_values(left, right, scale), metric_options.lam)
+    finite = np.isfinite(left).all() and np.isfinite(right).all()  # else numpy's SVD raises LinAlgError
+    singular = core_singular_values(left, right, scale) if finite else np.full(r, math.nan)
+    values, reasons = adapter_columns(singular, metric_options.lam)
     row.update(values)
     m = None
     if module.magnitude is not None:
@@ -231,8 +249,9 @@ def _merge_with_base(
             row = rows[entry.name]
             found.add(entry.name)
             if tuple(entry.shape) != tuple(row["shape"]):
-                raise CorruptCheckpointError(f"{base}: {entry.name} has shape {list(entry.shape)} but the adapter's "
-                                             f"ΔW is {row['shape']}: not this adapter's base model")
+                raise CorruptCheckpointError(f"{source.provenance.source}: {entry.name} has shape "
+                                             f"{list(entry.shape)} but the adapter's ΔW is {row['shape']}: not this "
+                                             "adapter's base model")
             plan = engine.plan_entry(entry, min_eigs=engine.planning_min_eigs(context.options))
             if isinstance(plan, Skip):
                 row["reasons"]["merged"] = f"base weight: {plan.reason}"

@@ -13,11 +13,14 @@ from wbfe.engine.heads import HeadChoice, choose_head
 from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
-from wbfe.options import ScoreOptions
+from wbfe.errors import InvalidOptionError
+from wbfe.options import ScoreOptions, field_defaults
 from wbfe.render.text import ToJson
 from wbfe.sources import open_source
 
 __all__ = ["Description", "describe", "esd"]
+
+_DEFAULTS = field_defaults(ScoreOptions)
 
 
 @dataclass
@@ -68,7 +71,8 @@ def describe(
             ``options``. Streamed, only the headers (and ``config.json``) are fetched.
 
     Raises:
-        InvalidOptionError: a bad option; the errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad option, or settings given both as ``options`` and as keywords; the errors of
+            :func:`wbfe.sources.open_source`.
 
     Example:
         >>> import torch, wbfe
@@ -76,9 +80,12 @@ def describe(
         >>> [(m["name"], m["N"], m["M"], m["form"], m["head"]) for m in d.matrices]
         [('fc.weight', 64, 10, 'primal', True)]
     """
+    given = dict(conv=conv, layers=layers, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, stream=stream)
     if options is None:
-        options = ScoreOptions(metrics=("bfe",), conv=conv, layers=layers, head=head, min_eigs=min_eigs,
-                               ww_compatible=ww_compatible, stream=stream)
+        options = ScoreOptions(metrics=("bfe",), **given)  # type: ignore[arg-type]
+    elif given != {key: _DEFAULTS[key] for key in given}:
+        raise InvalidOptionError("describe(): pass the settings either as options=ScoreOptions(...) or as keywords, "
+                                 "not both")
     with open_source(ref, stream=options.stream) as source:
         if source.provenance.pending is not None:
             source.provenance.pending.cancel()  # the hash reads every byte; a description reads none
@@ -150,19 +157,28 @@ def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices", "fft"] = "fla
 
     Raises:
         InvalidOptionError: no such tensor (close names are suggested), or it is not a matrix.
-        DegenerateMatrixError: the matrix is non-finite or all zero.
+        DegenerateMatrixError: the matrix is non-finite or all zero, or its eigenvalues leave float64's range
+            (:func:`wbfe.engine.layer_spectrum` gives them scaled, with their ``log_scale``).
 
     Example:
         >>> import torch, wbfe
         >>> wbfe.esd({"fc.weight": 2 * torch.eye(3)}, "fc").tolist()
         [4.0, 4.0, 4.0]
     """
-    import math
-
     import numpy as np
 
-    _, spectrum = engine.layer_spectrum(ref, name, conv=conv, device=device)
+    from wbfe.linalg.spectra import DegenerateMatrixError
+
+    plan, spectrum = engine.layer_spectrum(ref, name, conv=conv, device=device)
     eigs = np.asarray(spectrum.eigs, dtype=float)
-    return eigs * math.exp(spectrum.log_scale) if spectrum.log_scale else eigs
+    if not spectrum.log_scale:
+        return eigs
+    with np.errstate(over="ignore", under="ignore"):
+        true = eigs * np.exp(spectrum.log_scale)
+    if not np.isfinite(true).all() or np.count_nonzero(true) < np.count_nonzero(eigs):
+        raise DegenerateMatrixError(f"{plan.name}: its eigenvalues leave float64's range (e^{spectrum.log_scale:.0f} "
+                                    "times its scaled ones); wbfe.engine.layer_spectrum gives them scaled, with "
+                                    "log_scale")
+    return true
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, UnsupportedDtypeError
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError, UnsupportedDtypeError
 from wbfe.linalg.arrays import to_torch
 from wbfe.linalg.spectra import near_one
 from wbfe.options import EditOptions, field_defaults
@@ -197,6 +197,11 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
         refuse_overlap(target, reads)
         # Pass 1 reads no data (the header comes first in the file); pass 2 streams the tensors in the same order.
         described = [(e.name, tuple(e.shape), e.dtype) for e in source.entries()]
+        if only is None and not any(dtype in _FLOAT_DTYPES and len(shape) >= 2
+                                    and (pattern is None or pattern.search(name)) for name, shape, dtype in described):
+            raise NoUsableMatrixError(f"{source.provenance.source}: "
+                                      + (f"--layers {layers!r} selects none of its" if pattern else "it holds no")
+                                      + " weight matrices: nothing to edit", ref=source.provenance.source)
         for entry in source.entries():
             if entry.quant is not None:
                 raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
@@ -210,16 +215,23 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                 if k >= len(described) or described[k] != (entry.name, tuple(entry.shape), entry.dtype):
                     raise UnsupportedDtypeError(f"{entry.name}: the checkpoint changed between two reads", name=entry.name)
                 tensor = to_torch(entry.load())
+                if tensor.is_meta or tensor.layout != torch.strided:
+                    raise UnsupportedDtypeError(f"{entry.name}: {entry.skip or 'no dense values'}; it cannot be "
+                                                "written to safetensors", name=entry.name)
                 if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
                     raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                                 f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
                 why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
                 if why is None:
                     new, count, why = editor(entry.name, tensor)
-                    if new is not None:
-                        tensor = torch.from_numpy(new).to(tensor.dtype)
+                    cast = None if new is None else torch.from_numpy(new).to(tensor.dtype)
+                    if cast is not None and bool(torch.isfinite(cast).all()):
+                        tensor = cast
                         edited[entry.name] = count
                         why = ""
+                    elif new is not None:
+                        why = (f"the edited entries (up to {float(np.max(np.abs(new))):.4g}) overflow {entry.dtype}: "
+                               "left as it is")
                 if why:
                     unchanged[entry.name] = why
                 fh.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -248,6 +260,8 @@ def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Calla
     from wbfe.metrics.ww_compat import ww_float32, ww_skip_reason
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
+        if not bool(tensor.isfinite().all()):  # no SVD of it converges
+            return None, 0, "non-finite values (NaN or Inf): left as it is"
         if options.conventions.ww_edit:  # the weight as WeightWatcher reads it, tensor.float().numpy()
             skip = ww_skip_reason(tuple(tensor.shape))
             if skip is not None:
@@ -286,7 +300,8 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             counts and randomised truncated SVD, in float32.
 
     Raises:
-        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``;
+        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``; NoUsableMatrixError:
+            ``layers`` selects no weight matrix (or there is none);
             OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
             or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
             be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.

@@ -166,7 +166,7 @@ def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank
 
     Args:
         ref: any checkpoint :func:`wbfe.score` reads, or a :class:`~wbfe.engine.ModelScore` already
-            computed (then ``layers``, ``head``, ``device`` and ``min_eigs`` are the score's).
+            computed (then ``layers``, ``head``, ``device`` and ``min_eigs`` are the score's, and left unset).
         target, by, spread, mapping, reverse, exclude (``""`` prunes every role), layers, head, device,
             min_eigs: as :class:`~wbfe.options.PruneOptions`' attributes.
         options: every setting as one :class:`~wbfe.options.PruneOptions` (the keywords then at their defaults).
@@ -242,6 +242,11 @@ def _score(ref: Any, options: PruneOptions, groups: Optional[list[str]] = None) 
     from wbfe.scoring import score
 
     if isinstance(ref, ModelScore):
+        defaults = field_defaults(PruneOptions)
+        unused = [k for k in ("layers", "head", "device", "min_eigs") if getattr(options, k) != defaults[k]]
+        if unused:
+            raise InvalidOptionError(f"{', '.join(unused)}: the ModelScore given was scored with its own; leave them "
+                                     "unset, or pass the checkpoint")
         return ref
     metrics = groups or [METRIC_GROUPS[options.by]]
     return score(ref, metrics=",".join(metrics), layers=options.layers, head=options.head,

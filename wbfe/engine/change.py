@@ -104,13 +104,15 @@ def matrix_change(
     # CPU, never the caller's storage: b64 is overwritten by B − A below.
     a64, b64 = (to_numpy(as_matrices(t, plan)[0]).reshape(plan.rows, plan.cols).astype(np.float64)
                 for t in (tensor_a, tensor_b))
+    # The subspaces and the row scales are free of each side's scale: each is brought near 1 on its own (one factor
+    # for both would flush the smaller side to zero where their scales are far apart).
+    u_a, _, v_a = top_singular(near_one(a64)[0], top_k)
+    u_b, _, v_b = top_singular(near_one(b64)[0], top_k)
+    row["rel_frobenius_rowscaled"], row["row_scale_cv"] = row_scaled_change(a64, b64)
     factor = math.ldexp(1.0, range_shift([a64, b64]))  # the spectrum's own rule, one factor for both
     if factor != 1.0:
         a64 *= factor
         b64 *= factor
-    u_a, _, v_a = top_singular(a64, top_k)
-    u_b, _, v_b = top_singular(b64, top_k)
-    row["rel_frobenius_rowscaled"], row["row_scale_cv"] = row_scaled_change(a64, b64)
     if not math.isfinite(row["row_scale_cv"]):
         reasons["row_scale_cv"] = "no row of B is nonzero, or the fitted row scales average to 0"
     norm_a = _norm(a64)  # A and B may be of scales too far apart for one factor to serve both

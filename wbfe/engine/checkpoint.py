@@ -105,7 +105,8 @@ def layer_spectrum(
             if isinstance(plan, Skip):
                 raise InvalidOptionError(f"{entry.name} is not a weight matrix ({plan.reason})")
             return plan, planned_spectrum(matrices_of(entry.load(), plan), plan, torch_device)
-    raise InvalidOptionError(f"no tensor named {layer!r} in {ref}{name_hint(layer, names, ref)}")
+        where = source.provenance.source  # an in-memory state dict's name, not its every value
+    raise InvalidOptionError(f"no tensor named {layer!r} in {where}{name_hint(layer, names, where)}")
 
 
 def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, np.ndarray]:
