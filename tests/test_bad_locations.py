@@ -71,3 +71,19 @@ def test_a_home_folder_of_an_unknown_user_is_a_missing_path(tmp_path, monkeypatc
     for call in (wbfe.score, wbfe.describe):
         with pytest.raises(SourceNotFoundError, match="^no such file or folder: ~wbfe-no-such-user/m.safetensors$"):
             call("~wbfe-no-such-user/m.safetensors")
+    # The CLI asks which local files a command reads before it reads them: that question raised RuntimeError.
+    for argv in (["score", "~wbfe-no-such-user/m.safetensors"], ["describe", "~wbfe-no-such-user/m.safetensors"]):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert result.output == "wbfe: error: no such file or folder: ~wbfe-no-such-user/m.safetensors\n"
+
+
+@pytest.mark.parametrize("out", [None, 3, b"out.json"])
+def test_an_output_that_is_not_a_path_is_a_typed_error(out):
+    """check_output(None) raised TypeError from os.fspath (smooth/prune with out=None)."""
+    from wbfe.errors import OutputError
+    from wbfe.render.files import check_output, check_output_dir
+
+    for check in (check_output, check_output_dir):
+        with pytest.raises(OutputError, match=f"^the output must be a file name, not {out!r}$"):
+            check(out)

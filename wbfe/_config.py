@@ -24,27 +24,27 @@ def hf_cache_dir() -> Path:
     """The Hugging Face hub cache, with huggingface_hub's precedence of variables."""
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
+            return Path(os.path.expanduser(os.environ[var]))
     if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+        return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "huggingface" / "hub"
+    return Path(os.path.expanduser(xdg)) / "huggingface" / "hub"
 
 
 def torch_hub_dir() -> Path:
     """PyTorch's hub folder (``TORCH_HOME``/hub), where timm and torchvision keep URL downloads."""
     if os.environ.get("TORCH_HOME"):
-        return Path(os.environ["TORCH_HOME"]).expanduser() / "hub"
+        return Path(os.path.expanduser(os.environ["TORCH_HOME"])) / "hub"
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "torch" / "hub"
+    return Path(os.path.expanduser(xdg)) / "torch" / "hub"
 
 
 def wbfe_cache_dir() -> Path:
     """wbfe's score cache: ``$WBFE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wbfe/scores``, else ``~/.cache/wbfe/scores``."""
     if os.environ.get("WBFE_CACHE_DIR"):
-        return Path(os.environ["WBFE_CACHE_DIR"]).expanduser()
+        return Path(os.path.expanduser(os.environ["WBFE_CACHE_DIR"]))
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "wbfe" / "scores"
+    return Path(os.path.expanduser(xdg)) / "wbfe" / "scores"
 
 
 def wbfe_cache_max_size() -> str:
@@ -55,7 +55,7 @@ def wbfe_cache_max_size() -> str:
 def shared_zoo_dir() -> Path:
     """The project's shared real checkpoints: ``$WBFE_SHARED_ZOO`` or ``<checkout>/../shared/zoo``."""
     if os.environ.get("WBFE_SHARED_ZOO"):
-        return Path(os.environ["WBFE_SHARED_ZOO"]).expanduser()
+        return Path(os.path.expanduser(os.environ["WBFE_SHARED_ZOO"]))
     return Path(__file__).resolve().parents[1].parent / "shared" / "zoo"
 
 

@@ -38,12 +38,20 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "a special file")
 
 
-def _target(path: PathLike) -> Path:
-    """The file a write to ``path`` lands in: symbolic links followed, even a dangling one's target."""
-    text = os.fspath(path)
-    if not isinstance(text, str) or not text.strip():
+def _path_text(path: Any) -> str:
+    """``path`` as text; OutputError for an empty one or anything that is not a path (None, a number, bytes)."""
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise OutputError(f"the output must be a file name, not {path!r}")
+    if not text.strip():
         raise OutputError(f"the output path is empty ({text!r})")
-    return Path(os.path.realpath(Path(text).expanduser()))
+    return text
+
+
+def _target(path: PathLike) -> Path:
+    """The file a write to ``path`` lands in: symbolic links followed, even a dangling one's target ("~user"
+    expanded where that user has a home folder here, else a name like any other)."""
+    return Path(os.path.realpath(os.path.expanduser(_path_text(path))))
 
 
 def is_devnull(st: os.stat_result) -> bool:
@@ -62,7 +70,7 @@ def local_reads(ref: Any) -> tuple[Path, ...]:
     text = os.fspath(ref) if isinstance(ref, (str, os.PathLike)) else None
     if not isinstance(text, str) or not text.strip() or "://" in text:
         return ()
-    path = Path(text).expanduser()
+    path = Path(os.path.expanduser(text))
     if not path.exists():
         return ()
     if path.is_file() and path.name.lower().endswith(".index.json"):
@@ -101,7 +109,7 @@ def refuse_overlap(path: PathLike, reads: Reads) -> None:
             chain.append((p, p.stat()))
     shown = os.fspath(path)
     for read in reads:
-        real = Path(os.path.realpath(Path(os.fspath(read)).expanduser()))
+        real = Path(os.path.realpath(os.path.expanduser(os.fspath(read))))
         try:
             st = real.stat()
         except OSError:
@@ -128,7 +136,7 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
         OutputError: an empty path, a target that is not a regular file, a file or folder the user
             may not write. OverwriteError: an output over or inside what the command reads.
     """
-    if os.fspath(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
+    if _path_text(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
         return None
     refuse_overlap(path, reads)
     target = _target(path)
@@ -175,6 +183,7 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
             OverwriteError: a folder the command reads, or one inside it (``reads`` as for
             :func:`check_output`).
     """
+    _path_text(path)
     refuse_overlap(path, reads)
     folder = _target(path)
     if folder.exists() and not folder.is_dir():
