@@ -60,6 +60,19 @@ def test_conversions(st_file: Path) -> None:
     assert json.loads(result.to_json()) == result.to_dict()
 
 
+def test_numpy_arrays_in_a_state_dict_are_scored_as_the_tensors_they_hold() -> None:
+    # A numpy array beside torch tensors was left out without a word; a dict of numpy arrays alone was refused.
+    w = np.random.default_rng(0).standard_normal((30, 40))
+    v = torch.randn(20, 30, generator=torch.Generator().manual_seed(1))
+    mixed = wbfe.score({"n.weight": w, "t.weight": v}, metrics="bfe")
+    alone = wbfe.score({"n.weight": torch.from_numpy(w), "t.weight": v}, metrics="bfe")
+    assert [(r["name"], r["dtype"], r["bfe"]) for r in mixed.layers] == [
+        (r["name"], r["dtype"], r["bfe"]) for r in alone.layers]
+    assert [r["name"] for r in mixed.layers] == ["n.weight", "t.weight"] and not mixed.skipped
+    w.flags.writeable = False  # read-only arrays too (torch.from_numpy warns on them: copied instead)
+    assert wbfe.score({"n.weight": w}, metrics="bfe").layers[0]["bfe"] == mixed.layers[0]["bfe"]
+
+
 def test_deterministic(st_file: Path) -> None:
     a = wbfe.score(st_file).to_dict()
     b = wbfe.score(st_file).to_dict()

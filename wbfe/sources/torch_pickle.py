@@ -12,6 +12,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import numpy as np
+
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsafePickleError
 from wbfe.linalg.arrays import dtype_name
@@ -98,7 +100,7 @@ def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
 
     current = obj
     for _ in range(4):
-        if isinstance(current, Mapping) and any(isinstance(v, torch.Tensor) for v in current.values()):
+        if isinstance(current, Mapping) and any(_as_tensor(torch, v) is not None for v in current.values()):
             state = _flatten(current, where)
             if state and all(k.startswith("module.") for k in state):
                 state = {k[len("module."):]: v for k, v in state.items()}
@@ -115,8 +117,18 @@ def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
     raise CorruptCheckpointError.at(where, f"no state dict of tensors found (top level: {keys})")
 
 
+def _as_tensor(torch: Any, value: Any) -> Any:
+    """``value`` as a torch tensor: itself, or a numeric numpy array shared as one (not copied); else None."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
+        return torch.from_numpy(value) if value.flags.writeable else torch.from_numpy(value.copy())
+    return None
+
+
 def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
-    """Tensors of ``state`` and the containers inside it by dotted path, each container visited once."""
+    """Tensors (and numeric numpy arrays) of ``state`` and the containers inside it by dotted path, each container
+    visited once."""
     import torch
 
     out: dict[str, Any] = {}
@@ -128,11 +140,12 @@ def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
         children = []
         for key, value in items:
             name = f"{prefix}{key}"
-            if isinstance(value, torch.Tensor):
+            tensor = _as_tensor(torch, value)
+            if tensor is not None:
                 if name in out:
                     raise CorruptCheckpointError.at(
                         where, f"two tensors are both named {name[:200]!r} once nested names are joined")
-                out[name] = value
+                out[name] = tensor
             elif isinstance(value, (Mapping, list, tuple)) and id(value) not in seen:
                 seen.add(id(value))
                 children.append((f"{name}.", value))
