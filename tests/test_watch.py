@@ -403,3 +403,45 @@ def test_lightning_callback_records_every_epoch() -> None:
     assert [r["name"] for r in got] == [r["name"] for r in want]
     for a, b in zip(got, want):
         assert a["bfe"] == b["bfe"] and a["h"] == b["h"]
+
+
+# --- malformed run tables: one line each (they raised UnicodeDecodeError, AttributeError, or were read wrong) ----
+
+@pytest.mark.parametrize("raw, message", [
+    ("step,test_loss,note\n1,0.5,caf\xe9\n".encode("latin-1"), r"metrics.csv: not a UTF-8 CSV table \(.*\); save it"),
+    (b"step,test_loss\n1,0.5,0.9\n", "metrics.csv: line 2 has more cells than the header"),
+    (b"step,test_loss,test_loss\n1,0.5,0.9\n", "metrics.csv: column 'test_loss' appears twice in the header"),
+])
+def test_a_malformed_metrics_csv_is_refused(tmp_path: Path, raw: bytes, message: str) -> None:
+    touch_weights(tmp_path / "epoch_1.safetensors")
+    (tmp_path / "metrics.csv").write_bytes(raw)
+    with pytest.raises(InvalidOptionError, match=message):
+        discover_run(tmp_path)
+
+
+def test_a_second_metrics_row_for_one_step_is_refused(tmp_path: Path) -> None:
+    """The last row for a step used to win silently (a resumed run logging its step twice)."""
+    for step in (1, 2):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "metrics.csv").write_text("step,test_loss\n1,0.5\n1,0.7\n2,0.4\n")
+    with pytest.raises(InvalidOptionError, match=r"metrics.csv:3: a second row for step 1; keep one row per step"):
+        discover_run(tmp_path)
+
+
+@pytest.mark.parametrize("step", [None, "x", 10.7, float("inf")])
+def test_a_trainer_state_step_that_is_no_integer_is_refused(tmp_path: Path, step: object) -> None:
+    """int(step) raised TypeError, ValueError or OverflowError, or cut 10.7 to 10."""
+    touch_weights(tmp_path / "checkpoint-10" / "model.safetensors")
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": step, "eval_loss": 1.0}]}))
+    with pytest.raises(InvalidOptionError, match=r"trainer_state.json: log_history: step .* is not an integer"):
+        discover_run(tmp_path)
+    (tmp_path / "trainer_state.json").write_text("[" * 100_000)  # RecursionError from json
+    with pytest.raises(InvalidOptionError, match="not a readable trainer_state.json"):
+        discover_run(tmp_path)
+
+
+def test_a_csv_step_is_read_exactly(tmp_path: Path) -> None:
+    """A step past 2**53 went through a float: 12345678901234567890 became 12345678901234567168."""
+    touch_weights(tmp_path / "w.safetensors")
+    (tmp_path / "run.csv").write_text("step,checkpoint\n12345678901234567890,w.safetensors\n")
+    assert discover_run(tmp_path / "run.csv").checkpoints[0].step == 12345678901234567890
