@@ -237,6 +237,7 @@ def test_from_dict_replays_to_dict(cls: type) -> None:
     (ScoreOptions, {"min_eigs": 0}, "min_eigs must be a positive integer, not 0"),
     (ScoreOptions, {"conv": "rows"}, "conv convention must be"),
     (ScoreOptions, {"filled": ["head"]}, "options.filled must list"),
+    (ScoreOptions, {"filled": [["conv"]]}, "options.filled must list"),  # was TypeError: unhashable type: 'list'
     (ScoreOptions, {"ww_compatible": True, "conv": "flatten", "filled": ["conv"]}, "options.filled says conv"),
     (ScoreOptions, ["conv"], "needs a dict"),
     (CompareOptions, {"conv": "slices"}, "CompareOptions option conv is always 'flatten'"),

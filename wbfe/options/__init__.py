@@ -289,7 +289,7 @@ class ScoreOptions(Validated):
         if not isinstance(data, Mapping):
             return super().from_dict(data)  # which refuses it
         filled = data.get("filled", [])
-        if not isinstance(filled, list) or not set(filled) <= {"conv"}:
+        if not isinstance(filled, list) or not all(name == "conv" for name in filled):
             raise InvalidOptionError(f"options.filled must list options a convention fills (conv), not {filled!r}")
         options: ScoreOptions = super().from_dict({k: v for k, v in data.items() if k not in [*filled, "filled"]})
         for name in filled:
