@@ -327,7 +327,8 @@ class StatsOptions(Validated):
     def _cross_check(self) -> None:
         for name, value in (("n_boot", self.n_boot), ("n_perm", self.n_perm)):
             if value > MAX_RESAMPLES:
-                raise InvalidOptionError(f"{name} must be at most {MAX_RESAMPLES:,} (each draw's ρ is kept), not {value}")
+                raise InvalidOptionError(f"{name} must be at most {MAX_RESAMPLES:,} (each draw's ρ is kept), "
+                                         f"not {value}")
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,9 @@ def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[s
     except (UnicodeDecodeError, csv.Error) as exc:
         raise InvalidOptionError(f"{path}: not a UTF-8 CSV table ({exc}); save it as UTF-8") from None
     if required not in fields:
-        raise InvalidOptionError(f"{path}: a {kind} CSV needs a {required!r} column (found: {', '.join(fields) or 'none'})")
+        raise InvalidOptionError(
+            f"{path}: a {kind} CSV needs a {required!r} column (found: {', '.join(fields) or 'none'})"
+        )
     twice = sorted({f for f in fields if fields.count(f) > 1})
     if twice:
         raise InvalidOptionError(f"{path}: column {twice[0]!r} appears twice in the header")
