@@ -454,3 +454,15 @@ def test_theory_cli_defaults_are_the_settings_defaults(command: str, cls: type, 
             assert _parsed(params[name]) == expected, (command, name)
             compared += 1
     assert compared == least
+
+
+def test_numpy_numbers_are_numbers() -> None:
+    """np.int64(5) was refused as "not a positive integer" and np.float32(0.5) as "not in (0, 1)"; each is kept as
+    the plain Python number, so the options replay and compare equal."""
+    stats = StatsOptions(n_boot=np.int64(500), level=np.float32(0.5), seed=np.uint8(3))
+    assert stats == StatsOptions(n_boot=500, level=0.5, seed=3)
+    assert [type(v) for v in (stats.n_boot, stats.level, stats.seed)] == [int, float, int]
+    assert PruneOptions(target=np.float64(0.25), min_eigs=np.int32(4)) == PruneOptions(target=0.25, min_eigs=4)
+    for bad in (np.True_, np.float64("nan"), np.int64(0)):
+        with pytest.raises(InvalidOptionError, match="n_boot must be a positive integer"):
+            StatsOptions(n_boot=bad)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Optional
@@ -61,7 +62,10 @@ class Integer(Constraint):
         return {0: "a non-negative integer", 1: "a positive integer"}.get(self.low, f"an integer of at least {self.low}")
 
     def check(self, value: Any) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or value < self.low or (self.high is not None and value > self.high):
+        # numbers.Integral: NumPy's integers too (np.int64(5) is a positive integer); never a bool
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < self.low:
+            raise ValueError
+        if self.high is not None and value > self.high:
             raise ValueError
         return int(value)
 
@@ -83,7 +87,7 @@ class Real(Constraint):
         return f"in {left}{self.low:g}, {self.high:g}{right}"
 
     def check(self, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):  # np.float32 too
             raise ValueError
         if not (self.low < value < self.high if self.open else self.low <= value <= self.high):
             raise ValueError
