@@ -445,3 +445,35 @@ def test_a_csv_step_is_read_exactly(tmp_path: Path) -> None:
     touch_weights(tmp_path / "w.safetensors")
     (tmp_path / "run.csv").write_text("step,checkpoint\n12345678901234567890,w.safetensors\n")
     assert discover_run(tmp_path / "run.csv").checkpoints[0].step == 12345678901234567890
+
+
+def test_a_run_listed_twice_is_refused_by_the_calibration() -> None:
+    """Held out, its copy stayed in: a test-loss gap of 0 by construction, reported as a calibration."""
+    crit, loss = np.array([0.5, 1.0, 2.0]), np.array([0.9, 0.5, 0.7])
+    with pytest.raises(InvalidOptionError, match="run a is listed twice: leave-one-run-out needs each run once"):
+        calibrate_lambda(["a", "b", "a"], [[1, 2, 3]] * 3, [crit] * 3, [loss] * 3)
+
+
+def test_checkpoints_of_two_architectures_are_refused(tmp_path: Path) -> None:
+    """h_t compared classifier.weight at one step with fc.weight at the next, and recommended a step."""
+    import torch
+    from safetensors.torch import save_file
+
+    from wbfe.watch import trajectory
+
+    save_file({"classifier.weight": torch.eye(12)}, str(tmp_path / "step_1.safetensors"))
+    save_file({"fc.weight": torch.eye(12)}, str(tmp_path / "step_2.safetensors"))
+    with pytest.raises(InvalidOptionError, match="step 2 selects layers fc.weight but step 1 selected "
+                                                 "classifier.weight: a run's checkpoints are one model's"):
+        trajectory(tmp_path, layers="all", device="cpu")
+
+
+def test_a_recommended_checkpoint_without_a_test_loss_says_so() -> None:
+    """The table printed "recommended: nan (gap +nan)"."""
+    from wbfe.watch.rule import Recommendation
+    from wbfe.watch.trajectories import CheckpointPoint, LayerPoint, Trajectory, WatchResult
+
+    layer = LayerPoint("w", "head", 0.25, 2.0, 1.0, 1.0, 0.1, 1.0, 1.0, 3.0)
+    points = [CheckpointPoint(step, f"s{step}", (layer,), test_loss=loss) for step, loss in ((1, 0.5), (2, math.nan))]
+    table = WatchResult(Trajectory("run", points), 1.0, "given", Recommendation(1, 2, True, "why")).table()
+    assert "best test loss at step 1 (0.5000); recommended: no test loss at step 2\n" in table
