@@ -477,3 +477,16 @@ def test_a_recommended_checkpoint_without_a_test_loss_says_so() -> None:
     points = [CheckpointPoint(step, f"s{step}", (layer,), test_loss=loss) for step, loss in ((1, 0.5), (2, math.nan))]
     table = WatchResult(Trajectory("run", points), 1.0, "given", Recommendation(1, 2, True, "why")).table()
     assert "best test loss at step 1 (0.5000); recommended: no test loss at step 2\n" in table
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"layers": "(a+)+$"}, "can take exponential time"),
+    ({"device": "tpu"}, "device must be"),
+    ({"every": True}, "every must be a positive integer, not True"),
+])
+def test_monitor_refuses_bad_settings_when_built(kwargs: dict, message: str) -> None:
+    """A bad --layers or device was found at the first record, after an epoch of training; every=True meant 1."""
+    from wbfe.watch import Monitor
+
+    with pytest.raises(InvalidOptionError, match=message):
+        Monitor({}, **kwargs)
