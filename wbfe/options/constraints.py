@@ -63,11 +63,12 @@ class Integer(Constraint):
 
     def check(self, value: Any) -> int:
         # numbers.Integral: NumPy's integers too (np.int64(5) is a positive integer); never a bool
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < self.low:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
             raise ValueError
-        if self.high is not None and value > self.high:
+        number = int(value)
+        if number < self.low or (self.high is not None and number > self.high):
             raise ValueError
-        return int(value)
+        return number
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
@@ -87,11 +88,13 @@ class Real(Constraint):
         return f"in {left}{self.low:g}, {self.high:g}{right}"
 
     def check(self, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):  # np.float32 too
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):  # np.float32 too
             raise ValueError
-        if not (self.low < value < self.high if self.open else self.low <= value <= self.high):
+        number = float(value)  # OverflowError past the float range (2**1024)
+        if not math.isfinite(number) or not (self.low < number < self.high if self.open
+                                             else self.low <= number <= self.high):
             raise ValueError
-        return float(value)
+        return number
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
