@@ -490,3 +490,12 @@ def test_monitor_refuses_bad_settings_when_built(kwargs: dict, message: str) -> 
 
     with pytest.raises(InvalidOptionError, match=message):
         Monitor({}, **kwargs)
+
+
+def test_an_empty_run_cell_of_a_calibration_csv_is_refused(tmp_path: Path) -> None:
+    """An empty cell named the CSV's own folder (path.parent / ""), read as one more run."""
+    from wbfe.watch import read_runs_csv
+
+    (tmp_path / "runs.csv").write_text("run\nr0\n\"\"\n")
+    with pytest.raises(InvalidOptionError, match=r"runs.csv: line 3 has an empty 'run' cell"):
+        read_runs_csv(tmp_path / "runs.csv")
