@@ -63,7 +63,7 @@ class Zoo:
             UnknownNameError: the column is not a quality column of this zoo.
             InvalidOptionError: none was given and the zoo has several and no default; the column holds text.
         """
-        if quality in self.not_numeric:
+        if quality is not None and quality in self.not_numeric:
             raise InvalidOptionError(f"zoo {self.name!r}: {self.not_numeric[quality]}")
         if quality is None and self.default_quality is None and len(self.quality_columns) != 1:
             raise InvalidOptionError(f"zoo {self.name!r} has several quality columns; choose one with --quality "
