@@ -176,3 +176,15 @@ def test_cli_bad_size_is_one_line(cache: Path, monkeypatch: pytest.MonkeyPatch) 
         main_app.add_typer(_cli(), name="cache")
     out = CliRunner().invoke(main_app, ["cache", "prune", "--cache-dir", str(cache), "--max-size", "lots"])
     assert out.exit_code == 2 and out.stderr.strip() == "wbfe: error: not a size: 'lots' (e.g. 500M, 20G, 1.5T)"
+
+
+def test_a_cache_this_user_cannot_write_is_refused_in_one_line(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared cache owned by someone else: the first removal raised PermissionError (a traceback)."""
+    def denied(path: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("wbfe.ranking.cache_admin.clear_path", denied)
+    before = cache_info(cache).total
+    with pytest.raises(InvalidOptionError, match=r"cannot remove .* \(Permission denied\): prune a cache folder"):
+        prune_cache(cache, max_size=0, older_than=0, now=NOW)
+    assert cache_info(cache).total == before

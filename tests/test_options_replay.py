@@ -237,6 +237,7 @@ def test_from_dict_replays_to_dict(cls: type) -> None:
     (ScoreOptions, {"min_eigs": 0}, "min_eigs must be a positive integer, not 0"),
     (ScoreOptions, {"conv": "rows"}, "conv convention must be"),
     (ScoreOptions, {"filled": ["head"]}, "options.filled must list"),
+    (ScoreOptions, {"filled": [["conv"]]}, "options.filled must list"),  # was TypeError: unhashable type: 'list'
     (ScoreOptions, {"ww_compatible": True, "conv": "flatten", "filled": ["conv"]}, "options.filled says conv"),
     (ScoreOptions, ["conv"], "needs a dict"),
     (CompareOptions, {"conv": "slices"}, "CompareOptions option conv is always 'flatten'"),
@@ -453,3 +454,15 @@ def test_theory_cli_defaults_are_the_settings_defaults(command: str, cls: type, 
             assert _parsed(params[name]) == expected, (command, name)
             compared += 1
     assert compared == least
+
+
+def test_numpy_numbers_are_numbers() -> None:
+    """np.int64(5) was refused as "not a positive integer" and np.float32(0.5) as "not in (0, 1)"; each is kept as
+    the plain Python number, so the options replay and compare equal."""
+    stats = StatsOptions(n_boot=np.int64(500), level=np.float32(0.5), seed=np.uint8(3))
+    assert stats == StatsOptions(n_boot=500, level=0.5, seed=3)
+    assert [type(v) for v in (stats.n_boot, stats.level, stats.seed)] == [int, float, int]
+    assert PruneOptions(target=np.float64(0.25), min_eigs=np.int32(4)) == PruneOptions(target=0.25, min_eigs=4)
+    for bad in (np.True_, np.float64("nan"), np.int64(0)):
+        with pytest.raises(InvalidOptionError, match="n_boot must be a positive integer"):
+            StatsOptions(n_boot=bad)

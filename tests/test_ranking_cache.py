@@ -345,3 +345,17 @@ def test_a_ww_compatible_setting_over_given_score_options_keeps_the_filled_conv(
     rank(spec, quality="test_accuracy", cache_dir=False, scorer=scorer, hasher=fake_hash, n_boot=300,
          score=ScoreOptions(metrics=("bfe",), conv="flatten"), ww_compatible=True)
     assert {o["conv"] for o in seen} == {"flatten"} and not any("filled" in o for o in seen)
+
+
+@pytest.mark.parametrize("quality, message", [
+    ([0.5, 0.6, math.nan, math.nan], "2 of 4 models have a test_accuracy value; a ranking needs at least 3"),
+    ([0.7, 0.7, 0.7], "every model has test_accuracy = 0.7, which ranks nothing; choose another column"),
+])
+def test_a_zoo_that_cannot_rank_is_refused_before_scoring(tmp_path: Path, quality: list[float], message: str) -> None:
+    """Once every model was scored (hours for LLMs) and then each metric said "needs at least 3 models"."""
+    spec = make_zoo(tmp_path / "zoo", metric=[1.0, 2.0, 3.0, 4.0][:len(quality)], quality=quality)
+    scorer = Counting()
+    with pytest.raises(InvalidOptionError, match=message):
+        run(spec, False, scorer)
+    assert scorer.calls == []
+

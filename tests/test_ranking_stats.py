@@ -177,3 +177,34 @@ def test_bootstrap_rejects_bad_options(kwargs: dict, message: str) -> None:
     with pytest.raises(InvalidOptionError) as info:
         stats.bootstrap_ci([1, 2, 3], [3, 1, 2], **kwargs)
     assert str(info.value) == message
+
+
+def test_nan_or_text_input_is_refused() -> None:
+    """The bootstrap of a NaN pair ranked around it: bootstrap_ci([1, nan, 3], [2, 1, 3]) gave (1.0, 1.0); text
+    raised ValueError from numpy."""
+    for fn in (stats.bootstrap_ci, stats.permutation_p_value, stats.spearman, stats.kendall_tau, stats.pearson):
+        with pytest.raises(InvalidOptionError, match="x and y must be finite numbers; correlate"):
+            fn([1.0, math.nan, 3.0], [2.0, 1.0, 3.0])
+        with pytest.raises(InvalidOptionError, match="x and y must be sequences of numbers"):
+            fn(["a", "b", "c"], [2.0, 1.0, 3.0])
+    assert stats.correlate([1.0, math.nan, 3.0, 4.0, 2.0], [2.0, 1.0, 3.0, 5.0, 1.5]).n == 4  # drops the pair
+
+
+def test_values_near_the_float_range_correlate_without_overflow() -> None:
+    """np.ptp(±1e308) overflowed to inf with a RuntimeWarning on stderr; Pearson r is scale-free."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = stats.correlate([1e308, -1e308, 1e300, 5.0], [1.0, 2.0, 4.0, 3.0])
+    assert huge.rho == pytest.approx(sps.spearmanr([4, 1, 3, 2], [1, 2, 4, 3]).statistic, abs=1e-12)
+    assert huge.pearson_r == pytest.approx(stats.pearson([1.0, -1.0, 1e-8, 5e-308], [1.0, 2.0, 4.0, 3.0]), abs=1e-12)
+
+
+def test_resample_counts_past_the_bound_are_refused() -> None:
+    """n_boot=10**12 ran for days before a MemoryError: scipy keeps every resample's ρ."""
+    from wbfe.options import MAX_RESAMPLES
+
+    for key in ("n_boot", "n_perm"):
+        with pytest.raises(InvalidOptionError, match=f"{key} must be at most {MAX_RESAMPLES:,}"):
+            stats.correlate([1, 2, 3], [3, 1, 2], **{key: 10**12})

@@ -187,3 +187,20 @@ def test_cifar_zoo_missing_checkpoints_message(tmp_path: Path, monkeypatch: pyte
         f"the CIFAR-10 ResNet checkpoints are not at {tmp_path / 'cifar10-resnet'}; set WBFE_SHARED_ZOO "
         "to the folder that holds cifar10-resnet/"
     )
+
+
+def test_a_quality_column_with_a_text_cell_is_named_not_dropped(tmp_path: Path) -> None:
+    """A typo in the accuracy column once made it "not numeric": the zoo was silently ranked by the only numeric
+    column left (params), and --quality acc said "unknown quality column"."""
+    spec = _write(tmp_path / "zoo.csv", "model,acc,params\na,1,5\nb,87.5%,2\nc,3,7\nd,4,1\n")
+    why = "column 'acc' is not numeric: model 'b' has '87.5%'"
+    with pytest.raises(InvalidOptionError, match=f"{why}; fix it, or choose the quality column with --quality"):
+        read_zoo_file(spec).resolve_quality(None)
+    with pytest.raises(InvalidOptionError, match=why):
+        read_zoo_file(spec).resolve_quality("acc")
+    with pytest.raises(InvalidOptionError, match=why):
+        read_zoo_file(spec, default_quality="acc")
+    assert read_zoo_file(spec).resolve_quality("params") == "params"  # asked for: ranked as asked
+    only = _write(tmp_path / "only.csv", "model,acc,notes\na,1,x\nb,2,3\nc,3,\n")  # a text column with a number
+    with pytest.raises(InvalidOptionError, match="column 'notes' is not numeric: model 'a' has 'x'"):
+        read_zoo_file(only).resolve_quality(None)

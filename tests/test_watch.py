@@ -403,3 +403,99 @@ def test_lightning_callback_records_every_epoch() -> None:
     assert [r["name"] for r in got] == [r["name"] for r in want]
     for a, b in zip(got, want):
         assert a["bfe"] == b["bfe"] and a["h"] == b["h"]
+
+
+# --- malformed run tables: one line each (they raised UnicodeDecodeError, AttributeError, or were read wrong) ----
+
+@pytest.mark.parametrize("raw, message", [
+    ("step,test_loss,note\n1,0.5,caf\xe9\n".encode("latin-1"), r"metrics.csv: not a UTF-8 CSV table \(.*\); save it"),
+    (b"step,test_loss\n1,0.5,0.9\n", "metrics.csv: line 2 has more cells than the header"),
+    (b"step,test_loss,test_loss\n1,0.5,0.9\n", "metrics.csv: column 'test_loss' appears twice in the header"),
+])
+def test_a_malformed_metrics_csv_is_refused(tmp_path: Path, raw: bytes, message: str) -> None:
+    touch_weights(tmp_path / "epoch_1.safetensors")
+    (tmp_path / "metrics.csv").write_bytes(raw)
+    with pytest.raises(InvalidOptionError, match=message):
+        discover_run(tmp_path)
+
+
+def test_a_second_metrics_row_for_one_step_is_refused(tmp_path: Path) -> None:
+    """The last row for a step used to win silently (a resumed run logging its step twice)."""
+    for step in (1, 2):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "metrics.csv").write_text("step,test_loss\n1,0.5\n1,0.7\n2,0.4\n")
+    with pytest.raises(InvalidOptionError, match=r"metrics.csv:3: a second row for step 1; keep one row per step"):
+        discover_run(tmp_path)
+
+
+@pytest.mark.parametrize("step", [None, "x", 10.7, float("inf")])
+def test_a_trainer_state_step_that_is_no_integer_is_refused(tmp_path: Path, step: object) -> None:
+    """int(step) raised TypeError, ValueError or OverflowError, or cut 10.7 to 10."""
+    touch_weights(tmp_path / "checkpoint-10" / "model.safetensors")
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": step, "eval_loss": 1.0}]}))
+    with pytest.raises(InvalidOptionError, match=r"trainer_state.json: log_history: step .* is not an integer"):
+        discover_run(tmp_path)
+    (tmp_path / "trainer_state.json").write_text("[" * 100_000)  # RecursionError from json
+    with pytest.raises(InvalidOptionError, match="not a readable trainer_state.json"):
+        discover_run(tmp_path)
+
+
+def test_a_csv_step_is_read_exactly(tmp_path: Path) -> None:
+    """A step past 2**53 went through a float: 12345678901234567890 became 12345678901234567168."""
+    touch_weights(tmp_path / "w.safetensors")
+    (tmp_path / "run.csv").write_text("step,checkpoint\n12345678901234567890,w.safetensors\n")
+    assert discover_run(tmp_path / "run.csv").checkpoints[0].step == 12345678901234567890
+
+
+def test_a_run_listed_twice_is_refused_by_the_calibration() -> None:
+    """Held out, its copy stayed in: a test-loss gap of 0 by construction, reported as a calibration."""
+    crit, loss = np.array([0.5, 1.0, 2.0]), np.array([0.9, 0.5, 0.7])
+    with pytest.raises(InvalidOptionError, match="run a is listed twice: leave-one-run-out needs each run once"):
+        calibrate_lambda(["a", "b", "a"], [[1, 2, 3]] * 3, [crit] * 3, [loss] * 3)
+
+
+def test_checkpoints_of_two_architectures_are_refused(tmp_path: Path) -> None:
+    """h_t compared classifier.weight at one step with fc.weight at the next, and recommended a step."""
+    import torch
+    from safetensors.torch import save_file
+
+    from wbfe.watch import trajectory
+
+    save_file({"classifier.weight": torch.eye(12)}, str(tmp_path / "step_1.safetensors"))
+    save_file({"fc.weight": torch.eye(12)}, str(tmp_path / "step_2.safetensors"))
+    with pytest.raises(InvalidOptionError, match="step 2 selects layers fc.weight but step 1 selected "
+                                                 "classifier.weight: a run's checkpoints are one model's"):
+        trajectory(tmp_path, layers="all", device="cpu")
+
+
+def test_a_recommended_checkpoint_without_a_test_loss_says_so() -> None:
+    """The table printed "recommended: nan (gap +nan)"."""
+    from wbfe.watch.rule import Recommendation
+    from wbfe.watch.trajectories import CheckpointPoint, LayerPoint, Trajectory, WatchResult
+
+    layer = LayerPoint("w", "head", 0.25, 2.0, 1.0, 1.0, 0.1, 1.0, 1.0, 3.0)
+    points = [CheckpointPoint(step, f"s{step}", (layer,), test_loss=loss) for step, loss in ((1, 0.5), (2, math.nan))]
+    table = WatchResult(Trajectory("run", points), 1.0, "given", Recommendation(1, 2, True, "why")).table()
+    assert "best test loss at step 1 (0.5000); recommended: no test loss at step 2\n" in table
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"layers": "(a+)+$"}, "can take exponential time"),
+    ({"device": "tpu"}, "device must be"),
+    ({"every": True}, "every must be a positive integer, not True"),
+])
+def test_monitor_refuses_bad_settings_when_built(kwargs: dict, message: str) -> None:
+    """A bad --layers or device was found at the first record, after an epoch of training; every=True meant 1."""
+    from wbfe.watch import Monitor
+
+    with pytest.raises(InvalidOptionError, match=message):
+        Monitor({}, **kwargs)
+
+
+def test_an_empty_run_cell_of_a_calibration_csv_is_refused(tmp_path: Path) -> None:
+    """An empty cell named the CSV's own folder (path.parent / ""), read as one more run."""
+    from wbfe.watch import read_runs_csv
+
+    (tmp_path / "runs.csv").write_text("run\nr0\n\"\"\n")
+    with pytest.raises(InvalidOptionError, match=r"runs.csv: line 3 has an empty 'run' cell"):
+        read_runs_csv(tmp_path / "runs.csv")

@@ -156,3 +156,11 @@ def test_plot_draws_the_fixed_lambda_bfe(mlp_run: Path, tmp_path: Path, monkeypa
     assert np.allclose(solid.get_ydata(), fixed.bfe[:, 0]) and np.allclose(dotted.get_ydata(), fixed.bfe_opt[:, 0])
     assert bfe_ax.get_title() == "BFE-W at the last checkpoint's λ* (dotted: at each λ*)"
     assert [t.get_text() for t in h_ax.texts] == ["no HTMP fit (too few eigenvalues?):\nsee the notes of the table"]
+
+
+@pytest.mark.parametrize("lambda_star, lam", [(0.0, 1.0), (math.inf, 1.0), (-1.0, 1.0), (1.0, 0.0), (1.0, -2.0)])
+def test_bfe_at_outside_its_domain_is_nan_as_bfe_at_many(lambda_star: float, lam: float) -> None:
+    """λ* = 0 raised ZeroDivisionError and λ* = ∞ or λ ≤ 0 ValueError ('math domain error') where the array
+    form gives NaN."""
+    assert math.isnan(bfe_at(1.0, lambda_star, lam))
+    assert math.isnan(bfe_at_many(np.array([1.0]), np.array([lambda_star]), np.array([lam]))[0])

@@ -23,7 +23,7 @@ __all__ = [
     "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
     "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_fix_fingers",
     "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
-    "field_defaults", "MAX_EXACT_N",
+    "field_defaults", "MAX_EXACT_N", "MAX_RESAMPLES",
 ]
 
 CONV_VIEWS = ("flatten", "slices", "fft")
@@ -34,6 +34,9 @@ ConvView = Literal["flatten", "slices", "fft"]
 
 MAX_EXACT_N = 10
 """Largest zoo for which every ordering may be enumerated (10! = 3.6 million orderings)."""
+
+MAX_RESAMPLES = 10**7
+"""Most bootstrap resamples or random orderings: scipy keeps each one's ρ (80 MB here), and more take hours."""
 
 
 def check_conv(conv: object) -> ConvView:
@@ -286,7 +289,7 @@ class ScoreOptions(Validated):
         if not isinstance(data, Mapping):
             return super().from_dict(data)  # which refuses it
         filled = data.get("filled", [])
-        if not isinstance(filled, list) or not set(filled) <= {"conv"}:
+        if not isinstance(filled, list) or not all(name == "conv" for name in filled):
             raise InvalidOptionError(f"options.filled must list options a convention fills (conv), not {filled!r}")
         options: ScoreOptions = super().from_dict({k: v for k, v in data.items() if k not in [*filled, "filled"]})
         for name in filled:
@@ -320,6 +323,12 @@ class StatsOptions(Validated):
     n_perm: int = 10_000
     exact_max_n: int = 8
     seed: int = 0
+
+    def _cross_check(self) -> None:
+        for name, value in (("n_boot", self.n_boot), ("n_perm", self.n_perm)):
+            if value > MAX_RESAMPLES:
+                raise InvalidOptionError(f"{name} must be at most {MAX_RESAMPLES:,} (each draw's ρ is kept), "
+                                         f"not {value}")
 
 
 @dataclass(frozen=True)

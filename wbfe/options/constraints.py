@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Optional
@@ -61,9 +62,13 @@ class Integer(Constraint):
         return {0: "a non-negative integer", 1: "a positive integer"}.get(self.low, f"an integer of at least {self.low}")
 
     def check(self, value: Any) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or value < self.low or (self.high is not None and value > self.high):
+        # numbers.Integral: NumPy's integers too (np.int64(5) is a positive integer); never a bool
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
             raise ValueError
-        return int(value)
+        number = int(value)
+        if number < self.low or (self.high is not None and number > self.high):
+            raise ValueError
+        return number
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]
@@ -83,11 +88,13 @@ class Real(Constraint):
         return f"in {left}{self.low:g}, {self.high:g}{right}"
 
     def check(self, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):  # np.float32 too
             raise ValueError
-        if not (self.low < value < self.high if self.open else self.low <= value <= self.high):
+        number = float(value)  # OverflowError past the float range (2**1024)
+        if not math.isfinite(number) or not (self.low < number < self.high if self.open
+                                             else self.low <= number <= self.high):
             raise ValueError
-        return float(value)
+        return number
 
     @property
     def invalid(self) -> tuple[Any, ...]:  # type: ignore[override]

@@ -205,7 +205,11 @@ def _remove(root: Path, unit: CacheUnit) -> bool:
     real_root = os.path.realpath(root)
     if os.path.commonpath([real_root, os.path.realpath(unit.path.parent)]) != real_root or unit.path.is_symlink():
         return False
-    clear_path(unit.path)  # rmtree removes links inside, never their targets
+    try:
+        clear_path(unit.path)  # rmtree removes links inside, never their targets
+    except OSError as exc:
+        raise InvalidOptionError(f"cannot remove {unit.path} ({exc.strerror or exc}): prune a cache folder this user "
+                                 "may write, or as its owner", path=str(unit.path)) from None
     return True
 
 

@@ -16,11 +16,11 @@ from wbfe._config import wbfe_cache_dir
 from wbfe._deps import require
 from wbfe._provenance import installed_versions, source_digest
 from wbfe.framework.applicability import STATUSES
-from wbfe.errors import NothingRankedError, unknown_name
+from wbfe.errors import InvalidOptionError, NothingRankedError, unknown_name
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, score_claimed
-from wbfe.ranking.stats import Correlation, correlate
+from wbfe.ranking.stats import MIN_MODELS, Correlation, correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
 from wbfe.render.text import ToJson, as_float, json_ready
 
@@ -173,6 +173,13 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
     the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
     column = the_zoo.resolve_quality(quality)
     lower = column in the_zoo.lower_is_better
+    given = [e.quality[column] for e in the_zoo.entries if math.isfinite(e.quality[column])]
+    if len(given) < MIN_MODELS:  # no correlation could be defined: refused before any model is scored
+        raise InvalidOptionError(f"zoo {the_zoo.name}: {len(given)} of {len(the_zoo.entries)} models have a {column} "
+                                 f"value; a ranking needs at least {MIN_MODELS}")
+    if len(set(given)) == 1:
+        raise InvalidOptionError(f"zoo {the_zoo.name}: every model has {column} = {given[0]:g}, which ranks nothing; "
+                                 "choose another column with --quality")
     cache = None if cache_dir is False else ScoreCache(cache_dir if cache_dir is not None else wbfe_cache_dir())
     if cache is not None:
         cache.check_writable()

@@ -48,11 +48,16 @@ class Correlation:
     applicable: Optional[dict[str, Any]] = None
 
 
-def _pair(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> tuple[np.ndarray, np.ndarray]:
-    a = np.asarray(x, dtype=np.float64).ravel()
-    b = np.asarray(y, dtype=np.float64).ravel()
+def _pair(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", finite: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        a = np.asarray(x, dtype=np.float64).ravel()
+        b = np.asarray(y, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise InvalidOptionError("x and y must be sequences of numbers") from None
     if a.shape != b.shape:
         raise InvalidOptionError(f"x and y differ in length ({a.size} vs {b.size})")
+    if finite and not (np.isfinite(a).all() and np.isfinite(b).all()):  # NaN ranks gave a bootstrap of garbage
+        raise InvalidOptionError("x and y must be finite numbers; correlate() drops the pairs that are not")
     return a, b
 
 
@@ -76,7 +81,7 @@ def _rowwise_pearson(ra: np.ndarray, rb: np.ndarray, axis: int = -1) -> np.ndarr
 
 def _defined(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether a correlation of ``a`` and ``b`` is defined: two or more pairs, neither side constant."""
-    return bool(a.size >= 2 and np.ptp(a) > 0 and np.ptp(b) > 0)
+    return bool(a.size >= 2 and a.min() < a.max() and b.min() < b.max())  # np.ptp overflows past ±9e307
 
 
 def _statistic(test: str, x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
@@ -116,7 +121,8 @@ def bootstrap_ci(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, n_boot: 
     are then taken over the resamples that have one (for n ≥ 5 they are rare).
 
     Raises:
-        InvalidOptionError: ``n_boot`` < 1 or ``level`` outside (0, 1).
+        InvalidOptionError: ``n_boot`` outside [1, :data:`~wbfe.options.MAX_RESAMPLES`], ``level`` outside (0, 1),
+            or a value that is not a finite number (as for every function here but :func:`correlate`).
     """
     import warnings
 
@@ -153,7 +159,7 @@ def permutation_p_value(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, e
     extreme in either direction (scipy's own two-sided p doubles the smaller tail instead).
 
     Raises:
-        InvalidOptionError: ``n_perm`` < 1.
+        InvalidOptionError: ``n_perm`` outside [1, :data:`~wbfe.options.MAX_RESAMPLES`], a value not finite.
     """
     from scipy.stats import permutation_test, rankdata
 
@@ -186,7 +192,7 @@ def correlate(metric: "np.typing.ArrayLike", quality: "np.typing.ArrayLike", *, 
     """
     o = options if options is not None else StatsOptions(n_boot=n_boot, n_perm=n_perm, level=level, seed=seed,
                                                          exact_max_n=exact_max_n)
-    a, b = _pair(metric, quality)
+    a, b = _pair(metric, quality, finite=False)
     keep = np.isfinite(a) & np.isfinite(b)
     a, b = a[keep], b[keep]
     n = int(a.size)

@@ -54,17 +54,23 @@ class Zoo:
     lower_is_better: frozenset[str] = field(default_factory=frozenset)
     default_quality: Optional[str] = None
     path: Optional[Path] = None
+    not_numeric: Mapping[str, str] = field(default_factory=dict)  # partly numeric column: why it is not a quality
 
     def resolve_quality(self, quality: Optional[str]) -> str:
         """The quality column to rank: ``quality`` if given, else the zoo's default.
 
         Raises:
             UnknownNameError: the column is not a quality column of this zoo.
-            InvalidOptionError: none was given and the zoo has several and no default.
+            InvalidOptionError: none was given and the zoo has several and no default; the column holds text.
         """
+        if quality is not None and quality in self.not_numeric:
+            raise InvalidOptionError(f"zoo {self.name!r}: {self.not_numeric[quality]}")
         if quality is None and self.default_quality is None and len(self.quality_columns) != 1:
             raise InvalidOptionError(f"zoo {self.name!r} has several quality columns; choose one with --quality "
                                      f"({', '.join(self.quality_columns)})")
+        if quality is None and self.default_quality is None and self.not_numeric:  # the only numeric one, or a typo?
+            raise InvalidOptionError(f"zoo {self.name!r}: {next(iter(self.not_numeric.values()))}; fix it, or choose "
+                                     f"the quality column with --quality ({self.quality_columns[0]})")
         if quality is None:
             quality = self.default_quality if self.default_quality is not None else self.quality_columns[0]
         if quality not in self.quality_columns:
@@ -141,15 +147,20 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
             value = next((v for k, v in row.items() if str(k).strip() == key), None)
         return "" if value is None else str(value).strip()
 
-    def is_numeric(col: str) -> bool:
-        filled = [c for c in (cell(row, col) for row in rows) if c != ""]
-        return bool(filled) and all(_is_number(c) for c in filled)
-
-    numeric = [col for col in columns if col not in _RESERVED and is_numeric(col)]
+    numeric, mixed = [], {}
+    for col in (c for c in columns if c not in _RESERVED):
+        words = [(cell(row, "model"), c) for row in rows if (c := cell(row, col)) and not _is_number(c)]
+        if not words and any(cell(row, col) for row in rows):
+            numeric.append(col)
+        elif words and len(words) < sum(1 for row in rows if cell(row, col)):  # a typo in a column of numbers
+            mixed[col] = f"column {col!r} is not numeric: model {words[0][0]!r} has {words[0][1]!r}"
     if not numeric:
-        raise InvalidOptionError(f"zoo {name!r} has no numeric quality column")
+        raise InvalidOptionError(f"zoo {name!r} has no numeric quality column"
+                                 + "".join(f" ({why})" for why in list(mixed.values())[:1]))
     lower = frozenset(lower_is_better)
     for col in [*sorted(lower), *([] if default_quality is None else [default_quality])]:
+        if col in mixed:
+            raise InvalidOptionError(f"zoo {name!r}: {mixed[col]}")
         if col not in numeric:
             raise unknown_name("quality column", col, tuple(numeric))
 
@@ -170,7 +181,7 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
             if math.isinf(quality[col]):  # "inf" parses as a number, but no quality is infinite (found by fuzzing)
                 raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {text!r}, not a finite number")
         entries.append(ZooEntry(label, _resolve_ref(ref, base_dir), quality, cell(row, "source") or None))
-    return Zoo(name, tuple(entries), tuple(numeric), lower, default_quality, path)
+    return Zoo(name, tuple(entries), tuple(numeric), lower, default_quality, path, mixed)
 
 
 _MAX_SPEC_BYTES = 16 * 2**20  # a zoo table of thousands of models is a few hundred KB

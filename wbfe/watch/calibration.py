@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from wbfe.errors import InvalidOptionError
 from wbfe.options import WatchOptions
 from wbfe.render.text import ToJson, json_ready, text_table
 from wbfe.watch.rule import Calibration, calibrate_lambda
@@ -56,6 +57,9 @@ def read_runs_csv(path: Union[str, Path]) -> list[Run]:
     """
     path = Path(path)
     rows = read_csv(path, required="run", kind="runs")
+    empty = next((number for number, row in enumerate(rows, start=2) if not row["run"]), None)
+    if empty is not None:  # path.parent / "" is the CSV's own folder
+        raise InvalidOptionError(f"{path}: line {empty} has an empty 'run' cell")
     if "step" not in rows[0]:
         return [discover_run(path.parent / row["run"]) for row in rows]  # an absolute path replaces the folder
     grouped: dict[str, list[dict[str, str]]] = {}

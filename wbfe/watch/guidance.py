@@ -24,7 +24,8 @@ _FIT_COLUMNS = "htmp_kappa, htmp_beta, htmp_tau, h, h_star, f_inf, alpha"
 
 def bfe_at(f_star: float, lambda_star: float, lam: float) -> float:
     """BFE-W at prior precision λ from F* (``+inf``: rank-deficient) and λ* = 1/mean(e):
-    F^λ = F* + ½·(r − 1 − log r), r = λ/λ* (NaN when an input is NaN).
+    F^λ = F* + ½·(r − 1 − log r), r = λ/λ* (NaN when an input is NaN, or λ or λ* is not positive and finite,
+    as :func:`bfe_at_many`).
 
     Example:
         >>> bfe_at(1.0, 2.0, 2.0)  # at λ* itself
@@ -32,6 +33,8 @@ def bfe_at(f_star: float, lambda_star: float, lam: float) -> float:
         >>> round(bfe_at(1.0, 2.0, 4.0), 9)  # r = 2: 1 + ½·(1 − log 2)
         1.15342641
     """
+    if not (0.0 < lam < math.inf and 0.0 < lambda_star < math.inf):  # λ* = 0 raised ZeroDivisionError, ∞ ValueError
+        return math.nan
     r = lam / lambda_star
     return f_star + 0.5 * (r - 1.0 - math.log(r))
 

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError, MissingDependencyError
+from wbfe.options import WatchOptions
 from wbfe.watch.trajectories import (METRICS, CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at,
                                      scan_checkpoint)
 from wbfe.watch.runs import CheckpointRef
@@ -32,10 +33,11 @@ class Monitor:
         ``layers``, ``head``, ``device``, ``metrics`` as :func:`~wbfe.watch.scan_checkpoint`; ``name``: the run's.
 
         Raises:
-            InvalidOptionError: ``every`` is not a positive integer.
+            InvalidOptionError: ``every`` is not a positive integer; a bad ``layers``, ``head`` or ``device``.
         """
-        if not isinstance(every, int) or every < 1:
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise InvalidOptionError(f"every must be a positive integer, not {every!r}")
+        WatchOptions(layers=layers, head=head, device=device)  # now, not at the first record an epoch later
         self.model, self.every, self.layers, self.head, self.device = model, every, layers, head, device
         self.metrics = metrics
         self.trajectory = Trajectory(run=name)

@@ -139,6 +139,9 @@ def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits
     """
     if len(names) < 2:
         raise InvalidOptionError(f"leave-one-run-out calibration needs at least 2 runs, got {len(names)}")
+    twice = sorted({name for name in names if list(names).count(name) > 1})
+    if twice:  # its copy would stay in while it is held out: a gap of 0 by construction
+        raise InvalidOptionError(f"run {twice[0]} is listed twice: leave-one-run-out needs each run once")
     if not (len(names) == len(steps) == len(crits) == len(losses)):
         raise InvalidOptionError("names, steps, critical lambdas and losses must have one entry per run")
     losses = [np.asarray(x, dtype=float) for x in losses]

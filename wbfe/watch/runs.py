@@ -6,6 +6,7 @@ the step rule and the layouts are described in docs/watch.md ("How a run is read
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import re
@@ -124,11 +125,15 @@ def _float(value: Optional[str]) -> float:
         raise InvalidOptionError(f"not a number in a run CSV: {value!r}") from None
 
 
-def _int_step(value: Optional[str], where: str) -> int:
-    try:
-        step = float(value) if value is not None else math.nan
-    except ValueError:
-        step = math.nan
+def _int_step(value: object, where: str) -> int:
+    """A whole-number step from CSV text (``12``, ``12.0``) or a JSON number, exactly (no detour through a float)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        return int(value)
+    step = value if isinstance(value, float) else math.nan
+    with contextlib.suppress(ValueError):
+        step = float(value) if isinstance(value, str) else step
     if not (math.isfinite(step) and step == int(step)):
         raise InvalidOptionError(f"{where}: step {value!r} is not an integer")
     return int(step)
@@ -181,14 +186,24 @@ def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[s
     path = Path(path)
     if not path.is_file():
         raise SourceNotFoundError(f"no such file: {path}", path=str(path))
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        fields = [f.strip() for f in (reader.fieldnames or [])]
-        if required not in fields:
-            raise InvalidOptionError(
-                f"{path}: a {kind} CSV needs a {required!r} column (found: {', '.join(fields) or 'none'})"
-            )
-        rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            fields = [f.strip() for f in (reader.fieldnames or [])]
+            rows = list(reader)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise InvalidOptionError(f"{path}: not a UTF-8 CSV table ({exc}); save it as UTF-8") from None
+    if required not in fields:
+        raise InvalidOptionError(
+            f"{path}: a {kind} CSV needs a {required!r} column (found: {', '.join(fields) or 'none'})"
+        )
+    twice = sorted({f for f in fields if fields.count(f) > 1})
+    if twice:
+        raise InvalidOptionError(f"{path}: column {twice[0]!r} appears twice in the header")
+    for number, row in enumerate(rows, start=2):
+        if None in row:
+            raise InvalidOptionError(f"{path}: line {number} has more cells than the header")
+    rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in rows]
     if not rows:
         raise InvalidOptionError(f"{path}: the CSV has no rows")
     return rows
@@ -269,7 +284,7 @@ def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[s
         return {}
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise InvalidOptionError(f"{state_path}: not a readable trainer_state.json ({exc})") from None
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
@@ -278,7 +293,7 @@ def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[s
     for entry in history:
         if not isinstance(entry, dict) or "step" not in entry:
             continue
-        row = out.setdefault(int(entry["step"]), {})
+        row = out.setdefault(_int_step(entry["step"], f"{state_path}: log_history"), {})
         for key, column in (("eval_loss", "test_loss"), ("eval_accuracy", "test_accuracy")):
             if isinstance(entry.get(key), (int, float)):
                 row[column] = str(entry[key])
@@ -306,9 +321,13 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         hf = _hf_checkpoints(path) if pattern is None else {}
         by_step = hf or _folder_checkpoints(path, pattern)
         table = path / "metrics.csv"
+        metrics: dict[int, dict[str, str]] = {}
         if table.is_file():
-            metrics = {_int_step(row.get("step"), f"{table}:{i}"): row
-                       for i, row in enumerate(read_csv(table, required="step", kind="run"), start=2)}
+            for i, row in enumerate(read_csv(table, required="step", kind="run"), start=2):
+                step = _int_step(row.get("step"), f"{table}:{i}")
+                if step in metrics:
+                    raise InvalidOptionError(f"{table}:{i}: a second row for step {step}; keep one row per step")
+                metrics[step] = row
         else:
             metrics = trainer_state_metrics(path, hf) if hf else {}
         return _ordered(str(path), {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),

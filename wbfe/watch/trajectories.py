@@ -201,9 +201,18 @@ def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Option
     for done, ck in enumerate(run.checkpoints, start=1):
         out.points.append(checkpoint_point(ck, scan_checkpoint(ck.ref, layers=layers, head=head, device=device,
                                                                   metrics=metrics)))
+        first, last = ([x.name for x in p.layers] for p in (out.points[0], out.points[-1]))
+        if sorted(first) != sorted(last):  # h_t would compare other matrices from one step to the next
+            raise InvalidOptionError(f"{run.name}: step {ck.step} selects layers {_few(last)} but step "
+                                     f"{out.points[0].step} selected {_few(first)}: a run's checkpoints are one "
+                                     "model's (one architecture)")
         if progress is not None:
             progress(done, len(run.checkpoints), ck.step)
     return out
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "") if names else "none"
 
 
 def checkpoint_point(ck: CheckpointRef, scanned: CheckpointScan) -> CheckpointPoint:
@@ -319,13 +328,13 @@ class WatchResult(ToJson):
         if self.stopping is not None:
             lines += [f"rule: {line}" for line in self.stopping["lines"]]
         comp = self.comparison()
-        if comp is not None and comp["metric"] == "test_loss":
-            lines.append(f"best test loss at step {comp['best_step']} ({comp['best_test_loss']:.4f}); "
-                         f"recommended: {comp['recommended_test_loss']:.4f} (gap {comp['test_loss_gap']:+.4f})")
-        elif comp is not None:
-            lines.append(f"best test accuracy at step {comp['best_step']} ({comp['best_test_accuracy']:.4f}); "
-                         f"recommended: {comp['recommended_test_accuracy']:.4f} "
-                         f"(gap {comp['test_accuracy_gap']:+.4f}; no test loss given)")
+        if comp is not None:
+            what = "loss" if comp["metric"] == "test_loss" else "accuracy"
+            value, gap = comp[f"recommended_test_{what}"], comp[f"test_{what}_gap"]
+            rec = (f"{value:.4f} (gap {gap:+.4f}{'; no test loss given' if what == 'accuracy' else ''})"
+                   if math.isfinite(value) else f"no test {what} at step {comp['recommended_step']}")
+            lines.append(f"best test {what} at step {comp['best_step']} ({comp[f'best_test_{what}']:.4f}); "
+                         f"recommended: {rec}")
         return "\n".join(lines) + "\n"
 
     def _run_lines(self) -> list[str]:
