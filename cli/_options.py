@@ -54,6 +54,19 @@ REF_HELP = ("Checkpoint: file, folder, org/name[@rev] (a full Hugging Face id su
             "timm:NAME, torchvision:WEIGHTS. Default: the embedded demo CNN.")
 RAY_INSTALL = "pip install 'wbfe[ray]'"
 
+def path_value(text: str) -> Path:
+    """A path option's value; an empty one is refused (``Path("")`` is the working folder, which would then be
+    read or written without being named)."""
+    if not text.strip():
+        raise typer.BadParameter("is empty: name a file or folder, or leave the option out")
+    return Path(text)
+
+
+def path_option(*decls: str, help: str) -> Any:
+    """A typer option (for ``Annotated``) whose value is a path, never an empty one (:func:`path_value`)."""
+    return typer.Option(*decls, parser=path_value, metavar="<path>", help=help)
+
+
 Metrics = Annotated[Optional[str], typer.Option(
     "--metrics", help="Comma list of metric groups (bfe, htsr; opt-in: htmp, rand, vectors, detx, fingers). "
                       "Default: bfe,htsr.")]
@@ -97,7 +110,7 @@ Quality = Annotated[Optional[str], typer.Option("--quality", "-q", help="Quality
 Workers = Annotated[int, typer.Option("--workers", "-j", help="Models scored in parallel.")]
 LowerIsBetter = Annotated[Optional[List[str]], typer.Option(
     "--lower-is-better", help="A quality column for which lower is better (repeatable).")]
-CacheDir = Annotated[Optional[Path], typer.Option(
+CacheDir = Annotated[Optional[Path], path_option(
     "--cache-dir", help="Score cache folder (default: ~/.cache/wbfe/scores).")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Score every model, read and write no cache.")]
 NameMap = Annotated[Optional[List[str]], typer.Option(

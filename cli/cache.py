@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional, Union
+from typing import Annotated, Optional, Union
 
 import typer
 
-from ._options import Format
+from ._options import Format, path_option
 
 app = typer.Typer(no_args_is_help=True, help="Inspect and prune wbfe's cache (score entries, object-store copies).")
 
@@ -17,7 +17,7 @@ _DIR_HELP = "Cache folder (default: $WBFE_CACHE_DIR, else ~/.cache/wbfe/scores).
 
 @app.command("info")
 def info_command(
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=_DIR_HELP),
+    cache_dir: Annotated[Optional[Path], path_option("--cache-dir", help=_DIR_HELP)] = None,
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Count and size what the cache holds, per kind, with when it was last used."""
@@ -34,7 +34,7 @@ def prune_command(
         "unless --older-than is given alone; 'none' for no size bound."),
     older_than: Optional[float] = typer.Option(None, "--older-than", help="Remove what was last used more than "
                                                                         "DAYS days ago."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=_DIR_HELP),
+    cache_dir: Annotated[Optional[Path], path_option("--cache-dir", help=_DIR_HELP)] = None,
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be removed, remove nothing."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
 ) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ._options import Quiet, ScoreFormat, compare_group, with_groups
+from ._options import Quiet, ScoreFormat, compare_group, path_option, with_groups
 from ._progress import progress_bar
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def compare_command(
     a: Annotated[str, typer.Argument(help="Checkpoint A (the reference: base, full precision, step t).")],
     b: Annotated[str, typer.Argument(help="Checkpoint B (fine-tuned, quantised, step t+1).")],
     fmt: Annotated[ScoreFormat, typer.Option("--format", "-f", help="What to print.")] = ScoreFormat.table,
-    output: Annotated[Optional[Path], typer.Option(
+    output: Annotated[Optional[Path], path_option(
         "--output", "-o", help="Folder: compare.json, compare.csv, change_along_depth.png and report.html.")] = None,
     quiet: Quiet = False,
     *,

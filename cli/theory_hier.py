@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from ._options import Format
+from ._options import Format, path_option
 
 
 def _num(x: Any) -> str:
@@ -51,7 +51,7 @@ def hierarchical_cmd(
     solver: str = typer.Option("auto", help="eigensolver: auto, eigsh (matrix-free) or dense"),
     seed: int = typer.Option(0, help="master seed of the simulation (teachers and data sets; not a scoring seed)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for hierarchical.json and the PNGs"),
+    output: Annotated[Optional[Path], path_option("--output", "-o", help="folder for hierarchical.json and the PNGs")] = None,
 ) -> None:
     """Sweep n = d^alpha: per-feature overlaps, spectral vs kernel NMSE, and the predictions."""
     from wbfe.render.files import check_output_dir

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -13,7 +13,7 @@ from wbfe.errors import InvalidOptionError
 from wbfe.options import field_defaults
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
-from ._options import Format
+from ._options import Format, path_option
 
 # Every default is the settings class's own (solve's are a curve's at one r).
 _CURVE, _HMC, _STUDENT = (field_defaults(cls) for cls in (CurveSettings, HmcSettings, StudentSettings))
@@ -93,7 +93,7 @@ def solve_cmd(
 
 
 def curve_cmd(
-    output: Path = typer.Option(..., "--output", "-o", help="folder for the PNGs and curve.json"),
+    output: Annotated[Path, path_option("--output", "-o", help="folder for the PNGs and curve.json")],
     beta: float = typer.Option(_CURVE["beta"], help="power-law exponent of the readout"),
     delta: float = typer.Option(_CURVE["delta"], help="noise variance Delta"),
     d: int = typer.Option(_CURVE["d"], help="input dimension"),
@@ -138,7 +138,7 @@ def hmc_cmd(
     warmup: int = typer.Option(_HMC["warmup"], help="HMC iterations with step-size adaptation"),
     samples: int = typer.Option(_HMC["samples"], help="HMC iterations after warm-up"),
     device: str = typer.Option(_HMC["device"], help="cpu, cuda or auto"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for hmc.png and hmc.json"),
+    output: Annotated[Optional[Path], path_option("--output", "-o", help="folder for hmc.png and hmc.json")] = None,
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """HMC posterior sampling: Gibbs error/2 against the fixed point's eps."""
@@ -171,7 +171,7 @@ def student_cmd(
     epochs: int = typer.Option(_STUDENT["epochs"], help="full-batch Adam epochs"),
     lr: float = typer.Option(_STUDENT["lr"], help="Adam learning rate"),
     device: str = typer.Option(_STUDENT["device"], help="cpu, cuda or auto"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="folder for student.png and student.json"),
+    output: Annotated[Optional[Path], path_option("--output", "-o", help="folder for student.png and student.json")] = None,
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Adam-trained students of several widths: test error against width, with k_c marked."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ._options import Format, watch_group, with_groups
+from ._options import Format, path_option, watch_group, with_groups
 
 if TYPE_CHECKING:
     from wbfe.options import WatchOptions
@@ -41,10 +41,10 @@ def watch_command(
     run: Annotated[Optional[str], typer.Argument(
         help="A run: folder of checkpoints (steps in the names), CSV with a step column, or "
              "org/name@rev1,org/name@rev2.")] = None,
-    calibrate_csv: Annotated[Optional[Path], typer.Option(
+    calibrate_csv: Annotated[Optional[Path], path_option(
         "--calibrate", help="CSV of runs with test losses: choose lambda by leave-one-run-out.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    output: Annotated[Optional[Path], typer.Option(
+    output: Annotated[Optional[Path], path_option(
         "--output", "-o", help="Folder for the JSON result and the PNG plots.")] = None,
     rule: Annotated[Optional[str], typer.Option(
         "--rule", help="Data-free stopping rule (default: the one with the lowest measured held-out regret; "

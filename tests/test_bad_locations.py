@@ -87,3 +87,18 @@ def test_an_output_that_is_not_a_path_is_a_typed_error(out):
     for check in (check_output, check_output_dir):
         with pytest.raises(OutputError, match=f"^the output must be a file name, not {out!r}$"):
             check(out)
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", "a.safetensors", "b.safetensors", "-o", ""], ["rank", "--cache-dir", ""],
+    ["cache", "info", "--cache-dir", ""], ["cache", "prune", "--cache-dir", ""], ["watch", "run", "--calibrate", ""], ["watch", "run", "-o", ""],
+    ["theory", "curve", "-o", ""], ["theory", "hmc", "-o", ""], ["theory", "student", "-o", ""],
+    ["theory", "hierarchical", "-o", ""],
+])
+def test_an_empty_path_option_is_refused_not_read_as_the_working_folder(argv, tmp_path, monkeypatch):
+    """typer turned '' into Path('.'): rank wrote its cache into the working folder, compare its report files."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, (argv, result.output)
+    assert "is empty: name a file or folder, or leave the option out" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
