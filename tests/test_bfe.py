@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from wbfe.errors import InvalidOptionError
-from wbfe.metrics.bfe import bfe, bfe_marchenko_pastur_limit, lambda_star
+from wbfe.metrics.bfe import bfe, bfe_from_moments, bfe_marchenko_pastur_limit, lambda_star
 
 
 def _independent(w: np.ndarray, lam: float | None) -> float:
@@ -92,3 +92,26 @@ def test_bad_lambda(lam: object) -> None:
 def test_all_zero_is_an_error() -> None:
     with pytest.raises(InvalidOptionError, match="all-zero"):
         bfe(np.zeros(4))
+
+
+@pytest.mark.parametrize("eigs", [[1.0, math.nan, 2.0], [1.0, math.inf], [-1.0, 2.0, 3.0]])
+def test_eigenvalues_no_gram_matrix_has_are_refused(eigs: list) -> None:
+    # NaN said "undefined for an all-zero matrix", inf gave (nan, 0.0), a negative one +inf as if it were zero
+    with pytest.raises(InvalidOptionError, match="finite, non-negative eigenvalues"):
+        bfe(np.array(eigs))
+
+
+@pytest.mark.parametrize(("mean_e", "mean_log_e"), [(math.nan, 0.0), (math.inf, 0.0), (1.0, math.nan)])
+def test_moments_that_are_not_numbers_are_refused(mean_e: float, mean_log_e: float) -> None:
+    # (inf, 0.0) and (nan, 1.0) came back with no reason; NaN mean(e) was called all-zero
+    with pytest.raises(InvalidOptionError, match="finite mean"):
+        bfe_from_moments(mean_e, mean_log_e)
+    assert bfe_from_moments(2.0, -math.inf)[0] == math.inf  # a zero eigenvalue: +inf, as documented
+
+
+@pytest.mark.parametrize("eigs", [[0.0, 0.0], [], [1e-320, 1e-320]])
+def test_lambda_star_of_no_positive_mean_is_refused(eigs: list) -> None:
+    # ZeroDivisionError, nan with a RuntimeWarning, inf
+    with pytest.raises(InvalidOptionError, match="positive, finite mean eigenvalue"):
+        lambda_star(np.array(eigs))
+    assert lambda_star(np.array([1.0, 3.0])) == 0.5
