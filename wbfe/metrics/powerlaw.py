@@ -439,9 +439,9 @@ def fit_truncated_power_law(
     """Maximum-likelihood (α, Λ) of p(x) ∝ x^(−α)·exp(−Λx) on the values x ≥ xmin (default the smallest).
 
     NaN + reason when the values are not finite, the tail is too small or degenerate, or Λ leaves float64's range;
-    InvalidOptionError when ``xmin`` is not positive and finite. The NLL is convex in (α, Λ), so Newton there converges from
-    anywhere, except that an optimum at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and the
-    steps stall against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes."""
+    InvalidOptionError when ``xmin`` is not positive and finite. The NLL is convex in (α, Λ), so Newton there converges
+    from anywhere, except that an optimum at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and
+    the steps stall against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes."""
     if xmin is not None and not 0.0 < xmin < math.inf:
         raise InvalidOptionError(f"xmin must be a positive number, not {xmin!r}")
     x = np.asarray(values, dtype=np.float64).ravel()
