@@ -516,7 +516,11 @@ def _lu_diagonal(matrix: Any) -> tuple[float, Optional[np.ndarray]]:
 
 def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs: bool = True) -> Spectrum:
     """The :class:`Spectrum` of one matrix or of pooled slices of equal shape; ``need_eigs`` False when
-    only mean(e) and mean(log e) are needed (BFE-W alone)."""
+    only mean(e) and mean(log e) are needed (BFE-W alone). InvalidOptionError for anything but 2-D matrices of
+    one shape."""
+    if not matrices or len(matrices[0].shape) != 2 or any(m.shape != matrices[0].shape for m in matrices):
+        raise InvalidOptionError("a spectrum is of one or more 2-D matrices of one shape, not of shapes "
+                                 f"{[tuple(m.shape) for m in matrices]}")
     matrices, dead_rows, dead_cols = live_part(matrices)
     rows, cols = (int(n) for n in matrices[0].shape)
     shift = range_shift(matrices)
