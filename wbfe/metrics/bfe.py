@@ -56,7 +56,11 @@ def bfe_from_moments(
     lam_used = parse_lambda(lam)
     if lam_used == "opt":
         return 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e), 1.0 / mean_e
-    return 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used), lam_used
+    return _bfe_at(mean_e, mean_log_e, lam_used), lam_used
+
+
+def _bfe_at(mean_e: float, mean_log_e: float, lam: float) -> float:
+    return 0.5 * lam * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam)
 
 
 def bfe_marchenko_pastur_limit(gamma: float) -> float:
@@ -69,14 +73,19 @@ def bfe_marchenko_pastur_limit(gamma: float) -> float:
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     mean_e, mean_log_e, _, n_zero = spec.log_moments()
-    lam = options.lam
-    if lam != "opt" and spec.log_scale:
-        # F(λ) of e equals F(λ·s) of e/s: the moments are of the rescaled eigenvalues e/s.
-        lam = rescaled(positive_lambda(lam), 1.0, spec.log_scale)
-        if math.isnan(lam):
+    if not mean_e > 0.0:  # an intra product can be all zero (a matrix is skipped as one before it gets here)
+        result.fail_all(("lambda", "bfe"), "all-zero spectrum: BFE-W is undefined")
+        return result
+    if options.lam != "opt" and spec.log_scale:
+        # F(λ) of e equals F(λ·s) of e/s: the moments are of the rescaled eigenvalues e/s, and λ·s may lie
+        # outside the range a caller's λ is held to.
+        lam_used = rescaled(positive_lambda(options.lam), 1.0, spec.log_scale)
+        if math.isnan(lam_used):
             result.fail_all(("lambda", "bfe"), out_of_range(spec.log_scale))
             return result
-    value, lam_used = bfe_from_moments(mean_e, mean_log_e, lam)
+        value = _bfe_at(mean_e, mean_log_e, lam_used)
+    else:
+        value, lam_used = bfe_from_moments(mean_e, mean_log_e, options.lam)
     result.values["bfe"] = value
     if options.lam == "opt":
         result.put_rescaled("lambda", lam_used, -1.0, spec.log_scale)
