@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from wbfe.errors import InvalidOptionError
-from wbfe.metrics.bfe import bfe, bfe_marchenko_pastur_limit, lambda_star
+from wbfe.metrics.bfe import bfe, bfe_from_moments, bfe_marchenko_pastur_limit, lambda_star
 
 
 def _independent(w: np.ndarray, lam: float | None) -> float:
@@ -92,3 +92,50 @@ def test_bad_lambda(lam: object) -> None:
 def test_all_zero_is_an_error() -> None:
     with pytest.raises(InvalidOptionError, match="all-zero"):
         bfe(np.zeros(4))
+
+
+@pytest.mark.parametrize("eigs", [[1.0, math.nan, 2.0], [1.0, math.inf], [-1.0, 2.0, 3.0]])
+def test_eigenvalues_no_gram_matrix_has_are_refused(eigs: list) -> None:
+    # NaN said "undefined for an all-zero matrix", inf gave (nan, 0.0), a negative one +inf as if it were zero
+    with pytest.raises(InvalidOptionError, match="finite, non-negative eigenvalues"):
+        bfe(np.array(eigs))
+
+
+@pytest.mark.parametrize(("mean_e", "mean_log_e"), [(math.nan, 0.0), (math.inf, 0.0), (1.0, math.nan)])
+def test_moments_that_are_not_numbers_are_refused(mean_e: float, mean_log_e: float) -> None:
+    # (inf, 0.0) and (nan, 1.0) came back with no reason; NaN mean(e) was called all-zero
+    with pytest.raises(InvalidOptionError, match="finite mean"):
+        bfe_from_moments(mean_e, mean_log_e)
+    assert bfe_from_moments(2.0, -math.inf)[0] == math.inf  # a zero eigenvalue: +inf, as documented
+
+
+@pytest.mark.parametrize("eigs", [[0.0, 0.0], [], [1e-320, 1e-320]])
+def test_lambda_star_of_no_positive_mean_is_refused(eigs: list) -> None:
+    # ZeroDivisionError, nan with a RuntimeWarning, inf
+    with pytest.raises(InvalidOptionError, match="positive, finite mean eigenvalue"):
+        lambda_star(np.array(eigs))
+    assert lambda_star(np.array([1.0, 3.0])) == 0.5
+
+
+def test_group_row_of_an_all_zero_spectrum_says_why() -> None:
+    # an all-zero intra product: InvalidOptionError from bfe_from_moments aborted the whole score
+    from wbfe.metrics._group import MetricOptions, Spectrum
+    from wbfe.metrics.bfe import GROUP
+
+    row = GROUP.compute(Spectrum(eigs=np.zeros(4), rows=4, cols=6), MetricOptions())
+    assert math.isnan(row.values["bfe"]) and row.reasons["bfe"] == "all-zero spectrum: BFE-W is undefined"
+
+
+def test_fixed_lambda_on_rescaled_eigenvalues_is_the_true_spectrums_bfe() -> None:
+    # λ = 1e-300 on eigenvalues stored e^-1390 times the true ones is λ·e^1390 ~ 4e303 in stored units, past the range a
+    # caller's λ is held to: it aborted the whole score ("lambda must lie in [1e-300, 1e+300], not 4e+303")
+    from wbfe.metrics._group import MetricOptions, Spectrum
+    from wbfe.metrics.bfe import GROUP
+
+    e = np.array([0.5, 1.0, 2.0, 4.0])
+    row = GROUP.compute(Spectrum(eigs=None, rows=4, cols=6, moments=(float(np.mean(e)), float(np.mean(np.log(e))), 4, 0),
+                                 log_scale=1390.0), MetricOptions(lam=1e-300))
+    # F(λ) = λ/2·mean(e_true) − ½·mean(log e_true) + ½·log(2π/λ), e_true = e·e^1390
+    expected = (0.5 * math.exp(math.log(1e-300) + 1390.0) * np.mean(e) - 0.5 * (np.mean(np.log(e)) + 1390.0)
+                + 0.5 * math.log(2 * math.pi / 1e-300))
+    assert row.values["bfe"] == pytest.approx(expected, rel=1e-12) and row.values["lambda"] == 1e-300

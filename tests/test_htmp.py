@@ -296,3 +296,12 @@ def test_fit_ks_is_the_kolmogorov_smirnov_distance_of_the_fitted_law(law: tuple)
     # Measured differences: at most 1.1e-6.
     reference = stats.kstest(draws, lambda x: htmp.cdf(x, result.kappa, gamma, result.beta, 0.0)).statistic
     assert result.ks == pytest.approx(reference, abs=1e-5)
+
+
+def test_a_repeated_smallest_eigenvalue_puts_tau_one_distinct_spacing_below() -> None:
+    # it was refused: "tau must lie in [0, min(eigs)), not 5.0", about a τ the caller never gave
+    e = np.r_[5.0, 5.0, 5.0 + htmp.sample(60, 20.0, 0.5, 1.0, seed=4)]
+    spacing = float(np.min(e[e > 5.0])) - 5.0
+    got = htmp.fit(e, 0.5)
+    assert got.tau == 5.0 - spacing
+    assert got == htmp.fit(e, 0.5, tau=5.0 - spacing)

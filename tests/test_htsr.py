@@ -509,3 +509,16 @@ def test_compute_many_is_compute_of_each(options: MetricOptions) -> None:
             assert got.values["tpl_alpha"] == pytest.approx(tpl.alpha, rel=1e-12)
         else:
             assert math.isnan(got.values["alpha"])
+
+
+def test_log_alpha_norm_past_float64_under_a_negative_truncated_alpha_says_why() -> None:
+    # An orthogonal float32 matrix: eigenvalues 1 ± rounding, whose truncated fit gives α ~ -7e14; Σ (e/max e)^α
+    # overflowed to inf, written as null with no reason.
+    import torch
+
+    import wbfe
+
+    q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((64, 64)))
+    row = wbfe.score({"a.weight": torch.tensor(q, dtype=torch.float32)}, metrics=("htsr",), fit="tpl").layers[0]
+    assert row["alpha"] < -1e10
+    assert math.isnan(row["log_alpha_norm"]) and "overflows float64" in row["reasons"]["log_alpha_norm"]

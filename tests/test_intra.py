@@ -103,3 +103,13 @@ def test_a_score_with_intra_and_no_product_says_so() -> None:
     assert summary["intra"] == {"n": 0, "note": "--intra: no product of consecutive weight matrices was scored (no two "
                                                 "consecutive ones share a side, or a factor is non-finite or all zero)"}
     assert "intra" not in wbfe.score(state, metrics="bfe").summary
+
+
+@pytest.mark.parametrize(("s0", "s1"), [(1.0, 1e300), (1e200, 1e200), (1e-200, 1e-200)])
+def test_intra_product_of_extreme_weights_is_the_product_of_their_directions(s0: float, s1: float) -> None:
+    # ‖W₀‖·‖W₁‖ overflowed to inf (or underflowed to 0): X was all zeros (or NaN), scored as an all-zero product
+    from wbfe.metrics.intra import intra_matrix
+
+    rng = np.random.default_rng(0)
+    w0, w1 = rng.standard_normal((20, 30)), rng.standard_normal((40, 20))
+    np.testing.assert_allclose(intra_matrix(w0 * s0, w1 * s1), intra_matrix(w0, w1), rtol=1e-12)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wbfe.errors import InvalidOptionError
 from wbfe.metrics import mp
 from wbfe.metrics.mp import MPFit, mp_fit, mp_fit_many
 from tests.test_htsr import _reference_mp_fit
@@ -118,11 +119,30 @@ def test_inputs_the_batch_does_not_take_are_fitted_one_by_one() -> None:
     odd[1] = np.r_[odd[1][:-1], np.nan]  # NaN: mp_fit's failure
     odd[2] = np.r_[-1e-3, odd[2][1:]]  # a negative eigenvalue: fitted as mp_fit fits it
     assert_same(mp_fit_many(odd, 20, 10), odd, 20, 10)
-    odd[3] = np.r_[odd[3][:-1], np.inf]  # inf: mp_fit raises, and so does the batch
-    with np.errstate(invalid="ignore"), pytest.raises(ValueError, match="argmax of an empty sequence"):
-        mp_fit(odd[3], 20, 10)
-    with np.errstate(invalid="ignore"), pytest.raises(ValueError, match="argmax of an empty sequence"):
-        mp_fit_many(odd, 20, 10)
+    # inf: a failure with its reason, alone and in the batch (mp_fit raised ValueError "argmax of an empty sequence")
+    odd[3] = np.r_[odd[3][:-1], np.inf]
+    assert mp_fit(odd[3], 20, 10).reason == "non-finite eigenvalue"
+    assert_same(mp_fit_many(odd, 20, 10), odd, 20, 10)
+
+
+@pytest.mark.parametrize(("eigs", "n", "m", "reason"), [
+    (np.r_[-1e-3, np.arange(1.0, 30.0)], 30, 30, "negative eigenvalue: the fit of a square matrix takes square roots"),
+    (np.linspace(1.0, 2.0, 30) * 1e-310, 60, 30, "eigenvalues too small or too large to rescale to mean 1 in float64"),
+    (np.r_[np.nan, np.arange(1.0, 30.0)], 60, 30, "non-finite eigenvalue"),
+])
+def test_unusable_spectra_fail_with_their_reason(eigs: np.ndarray, n: int, m: int, reason: str) -> None:
+    # each raised ValueError from numpy (or, NaN, said "empty or all-zero spectrum")
+    assert mp_fit(eigs, n, m).reason == reason
+    assert [fit.reason for fit in mp_fit_many([eigs] * 20, n, m)] == [reason] * 20
+
+
+@pytest.mark.parametrize(("n", "m"), [(0, 30), (30, 0), (math.nan, 30), (math.inf, 30)])
+def test_sides_that_are_not_positive_are_refused(n: float, m: float) -> None:
+    # ZeroDivisionError, or ValueError from np.mgrid, before
+    with pytest.raises(InvalidOptionError, match="positive sides"):
+        mp_fit(np.arange(1.0, 30.0), n, m)
+    with pytest.raises(InvalidOptionError, match="positive sides"):
+        mp_fit_many([np.arange(1.0, 30.0)] * 20, n, m)
 
 
 # ---------------------------------------------------------------- the paths off the common one

@@ -177,6 +177,40 @@ def test_min_tail_below_two_is_rejected() -> None:
         fit_power_law(np.arange(1.0, 20.0), min_tail=0)
 
 
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"min_tail": None}, "min_tail must be at least 2, not None"),  # TypeError from the comparison
+    ({"min_tail": math.nan}, "min_tail must be at least 2, not nan"),  # accepted: "no tail of at least nan values"
+    ({"min_tail": True}, "min_tail must be at least 2, not True"),
+    ({"method": "WW"}, "method must be 'csn' or 'ww', not 'WW'"),  # silently the csn fit
+])
+def test_fit_options_that_are_not_options_are_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(InvalidOptionError, match=f"^{message}$"):
+        fit_power_law(np.arange(1.0, 30.0), **kwargs)
+    assert fit_power_law(np.arange(1.0, 30.0), min_tail=np.int64(5)).ok  # numpy integers are integers
+
+
+def test_truncated_fit_of_values_it_cannot_fit_says_why() -> None:
+    sample = pareto(2.5, 200, seed=3)
+    # NaN and inf were dropped and the rest fitted as if it were the sample
+    for bad in (math.nan, math.inf):
+        fit = fit_truncated_power_law(np.r_[sample, bad])
+        assert fit.reason == "non-finite values" and math.isnan(fit.alpha) and math.isnan(fit.lam)
+    # Λ = Λ'/xmin past float64's range was reported as inf with no reason
+    fit = fit_truncated_power_law(np.linspace(1.0, 2.0, 30) * 1e-310)
+    assert math.isnan(fit.lam) and fit.reason is not None and "overflows" in fit.reason
+    for xmin in (-1.0, 0.0, math.nan, math.inf):  # -1 raised "math domain error"
+        with pytest.raises(InvalidOptionError, match="xmin must be a positive number"):
+            fit_truncated_power_law(sample, xmin=xmin)
+
+
+@pytest.mark.parametrize(("alpha", "lam", "xmin"), [(2.0, math.inf, 1.0), (math.nan, 1.0, 1.0), (2.0, 1.0, math.inf),
+                                                    (2.0, 0.0, 1.0), (2.0, 1.0, -1.0)])
+def test_normaliser_outside_its_domain_is_refused(alpha: float, lam: float, xmin: float) -> None:
+    # Λ = inf looped forever (panels of width 0)
+    with pytest.raises(InvalidOptionError, match="need a finite alpha"):
+        tpl_log_normaliser(alpha, lam, xmin)
+
+
 @pytest.mark.parametrize(
     "alpha,lam,xmin",
     [

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import wbfe
-from wbfe.linalg.spectra import spectrum
+from wbfe.linalg.spectra import near_one, spectrum
 
 CPU = torch.device("cpu")
 INVARIANT = ("bfe", "stable_rank", "matrix_rank", "entropy", "alpha", "num_pl_spikes", "tpl_alpha",
@@ -102,3 +102,15 @@ def test_extreme_matrices_still_refused_for_their_true_reason() -> None:
     assert result.skipped[0]["reason"] == "non-finite values (NaN or Inf)"
     result = wbfe.score({"a.weight": torch.zeros(64, 128, dtype=torch.float64), "b.weight": _weights()})
     assert result.skipped[0]["reason"] == "all-zero matrix"
+
+
+def test_subnormal_float64_weights_are_scored() -> None:
+    # Largest entry ~1e-315 (subnormal): 2^range_shift alone is past float64's range, and the score once
+    # raised OverflowError from math.ldexp instead of scoring the matrix.
+    w = _weights() * 2.0**-1050  # rounded to the subnormals' fewer bits; scaling back up is exact
+    row, base = _score(w), _score(w * 2.0**525 * 2.0**525)
+    for column in ("bfe", "alpha", "stable_rank", "matrix_rank", "entropy", "num_spikes"):
+        assert row[column] == pytest.approx(base[column], rel=1e-9), column
+    assert row["log_norm"] == pytest.approx(base["log_norm"] - 2100 * math.log10(2.0), abs=1e-10)
+    scaled, f = near_one(w.numpy())
+    assert f == 2.0**1023 and np.array_equal(scaled, w.numpy() * 2.0**1023)

@@ -186,3 +186,11 @@ def test_gpu_code_path_run_on_the_cpu_equals_the_cpu_path(monkeypatch: pytest.Mo
     np.testing.assert_allclose(torch_eigs, cpu_eigs, rtol=1e-9, atol=1e-12 * cpu_eigs[-1])
     assert torch_moments[2:] == cpu_moments[2:]
     assert bfe_from_moments(*torch_moments[:2])[0] == pytest.approx(bfe_from_moments(*cpu_moments[:2])[0], rel=1e-8)
+
+
+@pytest.mark.parametrize("matrices", [[], [np.ones((2, 3, 4))], [np.ones((3, 4)), np.ones((4, 3))]])
+def test_spectrum_of_no_matrix_or_mixed_shapes_is_refused(matrices: list) -> None:
+    # ValueError from numpy ("too many values to unpack", "inhomogeneous shape"); [] said "all-zero matrix"
+    for need_eigs in (True, False):
+        with pytest.raises(InvalidOptionError, match="2-D matrices of one shape"):
+            spectrum(matrices, resolve_device("cpu"), need_eigs=need_eigs)

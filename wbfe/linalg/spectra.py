@@ -516,7 +516,11 @@ def _lu_diagonal(matrix: Any) -> tuple[float, Optional[np.ndarray]]:
 
 def spectrum(matrices: Sequence["torch.Tensor"], device: "Device", *, need_eigs: bool = True) -> Spectrum:
     """The :class:`Spectrum` of one matrix or of pooled slices of equal shape; ``need_eigs`` False when
-    only mean(e) and mean(log e) are needed (BFE-W alone)."""
+    only mean(e) and mean(log e) are needed (BFE-W alone). InvalidOptionError for anything but 2-D matrices of
+    one shape."""
+    if not matrices or len(matrices[0].shape) != 2 or any(m.shape != matrices[0].shape for m in matrices):
+        raise InvalidOptionError("a spectrum is of one or more 2-D matrices of one shape, not of shapes "
+                                 f"{[tuple(m.shape) for m in matrices]}")
     matrices, dead_rows, dead_cols = live_part(matrices)
     rows, cols = (int(n) for n in matrices[0].shape)
     shift = range_shift(matrices)
@@ -537,15 +541,16 @@ def _one_thread_limit(*, user_api: Optional[str]) -> Any:
 
 
 def range_shift(matrices: Sequence[Any]) -> int:
-    """k such that W·2^k has its largest entry in [½, 1), when W's Gram matrix would leave float64's
-    range; 0 otherwise, and for non-finite or all-zero W (refused later with that reason). Only float64
-    matrices can get there: any narrower dtype's entry squared stays in range."""
+    """k such that W·2^k has its largest entry in [½, 1) (at most k = 1023, 2^k's own limit: a subnormal W's
+    is then at least 2^-51), when W's Gram matrix would leave float64's range; 0 otherwise, and for non-finite
+    or all-zero W (refused later with that reason). Only float64 matrices can get there: any narrower dtype's
+    entry squared stays in range."""
     if dtype_name(matrices[0]) != "float64":
         return 0
     top = max(float(abs(m).max()) for m in matrices)
     if not (math.isfinite(top) and top > 0.0) or _RANGE_LO <= top <= _RANGE_HI:
         return 0
-    return -math.frexp(top)[1]
+    return min(-math.frexp(top)[1], 1023)
 
 
 def near_one(x: np.ndarray) -> tuple[np.ndarray, float]:

@@ -20,8 +20,12 @@ __all__ = ["bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit
 LOG_2PI_E = math.log(2.0 * math.pi) + 1.0
 
 def lambda_star(eigs: np.ndarray) -> float:
-    """Optimal prior precision λ* = n / Tr(WᵀW) = 1 / mean(e)."""
-    return 1.0 / float(np.mean(eigs))
+    """Optimal prior precision λ* = n / Tr(WᵀW) = 1 / mean(e); InvalidOptionError unless 0 < mean(e) < ∞."""
+    mean_e = float(np.mean(eigs)) if np.size(eigs) else 0.0
+    if not (0.0 < mean_e < math.inf and 1.0 / mean_e < math.inf):
+        raise InvalidOptionError(f"lambda* = 1/mean(e) needs a positive, finite mean eigenvalue with a finite "
+                                 f"inverse, not {mean_e!r}")
+    return 1.0 / mean_e
 
 
 def bfe(eigs: np.ndarray, lam: Union[Literal["opt"], float] = "opt") -> tuple[float, float]:
@@ -29,11 +33,13 @@ def bfe(eigs: np.ndarray, lam: Union[Literal["opt"], float] = "opt") -> tuple[fl
 
     Raises:
         InvalidOptionError: ``lam`` is neither ``"opt"`` nor a positive finite number, or the
-            spectrum is empty or all zero.
+            spectrum is empty, all zero, or has a NaN, infinite or negative eigenvalue.
     """
     e = np.asarray(eigs, dtype=np.float64)
     if e.size == 0:
         raise InvalidOptionError("BFE-W needs at least one eigenvalue")
+    if not (np.all(np.isfinite(e)) and float(np.min(e)) >= 0.0):  # a negative one read as a zero: +inf
+        raise InvalidOptionError("BFE-W needs finite, non-negative eigenvalues (a Gram matrix's)")
     # log det = −inf when an eigenvalue is 0: F is +inf at every λ; reported, not hidden by jitter.
     mean_log = float(np.mean(np.log(e))) if np.all(e > 0.0) else -math.inf
     return bfe_from_moments(float(np.mean(e)), mean_log, lam)
@@ -43,12 +49,18 @@ def bfe_from_moments(
     mean_e: float, mean_log_e: float, lam: Union[Literal["opt"], float] = "opt"
 ) -> tuple[float, float]:
     """BFE-W from mean(e) and mean(log e) alone (all the formula needs); see :func:`bfe`."""
+    if not (math.isfinite(mean_e) and mean_log_e < math.inf):  # NaN included
+        raise InvalidOptionError(f"BFE-W needs a finite mean(e) and mean(log e) < inf, not {mean_e!r}, {mean_log_e!r}")
     if not mean_e > 0.0:
         raise InvalidOptionError("BFE-W is undefined for an all-zero matrix")
     lam_used = parse_lambda(lam)
     if lam_used == "opt":
         return 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e), 1.0 / mean_e
-    return 0.5 * lam_used * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam_used), lam_used
+    return _bfe_at(mean_e, mean_log_e, lam_used), lam_used
+
+
+def _bfe_at(mean_e: float, mean_log_e: float, lam: float) -> float:
+    return 0.5 * lam * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam)
 
 
 def bfe_marchenko_pastur_limit(gamma: float) -> float:
@@ -61,14 +73,19 @@ def bfe_marchenko_pastur_limit(gamma: float) -> float:
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
     result = GroupResult()
     mean_e, mean_log_e, _, n_zero = spec.log_moments()
-    lam = options.lam
-    if lam != "opt" and spec.log_scale:
-        # F(λ) of e equals F(λ·s) of e/s: the moments are of the rescaled eigenvalues e/s.
-        lam = rescaled(positive_lambda(lam), 1.0, spec.log_scale)
-        if math.isnan(lam):
+    if not mean_e > 0.0:  # an intra product can be all zero (a matrix is skipped as one before it gets here)
+        result.fail_all(("lambda", "bfe"), "all-zero spectrum: BFE-W is undefined")
+        return result
+    if options.lam != "opt" and spec.log_scale:
+        # F(λ) of e equals F(λ·s) of e/s: the moments are of the rescaled eigenvalues e/s, and λ·s may lie
+        # outside the range a caller's λ is held to.
+        lam_used = rescaled(positive_lambda(options.lam), 1.0, spec.log_scale)
+        if math.isnan(lam_used):
             result.fail_all(("lambda", "bfe"), out_of_range(spec.log_scale))
             return result
-    value, lam_used = bfe_from_moments(mean_e, mean_log_e, lam)
+        value = _bfe_at(mean_e, mean_log_e, lam_used)
+    else:
+        value, lam_used = bfe_from_moments(mean_e, mean_log_e, options.lam)
     result.values["bfe"] = value
     if options.lam == "opt":
         result.put_rescaled("lambda", lam_used, -1.0, spec.log_scale)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from wbfe.errors import InvalidOptionError
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
 __all__ = ["detx_tail", "COLUMNS", "GROUP"]
@@ -17,9 +18,11 @@ COLUMNS = ("detX_num", "detX_val", "detX_val_unrescaled", "num_ERG_spikes", "ERG
 
 def detx_tail(eigs: np.ndarray) -> tuple[int, int, np.ndarray]:
     """``(detX_num, idx, e·n/Σe)`` of ascending, non-negative eigenvalues (at least one positive): the tail size, the
-    index of its first eigenvalue, and the eigenvalues rescaled to mean 1."""
+    index of its first eigenvalue, and the eigenvalues rescaled to mean 1. InvalidOptionError for any other."""
     e = np.asarray(eigs, dtype=np.float64)
     n = e.size
+    if not (n and np.all(np.isfinite(e)) and e[0] >= 0.0 and e[-1] > 0.0 and np.all(e[1:] >= e[:-1])):
+        raise InvalidOptionError("detx_tail needs ascending, finite, non-negative eigenvalues, at least one positive")
     scaled = e * (n / float(np.sum(e)))
     if n < 2 or not scaled[0] < scaled[-1]:
         return 0, 0, scaled

@@ -318,8 +318,10 @@ def _prepare(eigs: np.ndarray, gamma: float, tau: Optional[float]) -> _Prepared:
     e = np.sort(np.asarray(eigs, dtype=np.float64).ravel())
     if e.size < 2 or not np.all(np.isfinite(e)) or e[0] <= 0.0:
         raise InvalidOptionError("fit needs at least 2 finite, positive eigenvalues")
-    # τ one spacing below the smallest eigenvalue, never below 0 (docs/math.md: just below min(e)).
-    tau_used = max(0.0, float(e[0] - (e[1] - e[0]))) if tau is None else float(tau)
+    # τ one spacing below the smallest eigenvalue, never below 0 (docs/math.md: just below min(e)); the spacing to
+    # the next distinct value: a repeated minimum's 0 would put τ at min(e), outside its range.
+    nxt = e[min(int(np.searchsorted(e, e[0], side="right")), e.size - 1)]
+    tau_used = max(0.0, float(e[0] - (nxt - e[0]))) if tau is None else float(tau)
     if not (0.0 <= tau_used < e[0]):
         raise InvalidOptionError(f"tau must lie in [0, min(eigs)), not {tau_used!r}")
     x = e - tau_used

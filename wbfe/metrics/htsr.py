@@ -176,8 +176,12 @@ def _power_law_columns(results: list[GroupResult], specs: Sequence[Spectrum], us
         result.values["alpha_weighted"] = fit.alpha * (math.log10(top) + shift)
         # log10 Σ e^α = α·log10 max e + log10 Σ (e/max e)^α: e^α alone underflows to 0 for tiny
         # weights (randn·1e-30: e ~ 1e-58, α ~ 5) and overflows for huge ones.
-        result.values["log_alpha_norm"] = (fit.alpha * (math.log10(top) + shift)
-                                           + math.log10(float(np.sum((e / top) ** fit.alpha))))
+        with np.errstate(over="ignore", divide="ignore"):  # a truncated fit's α may be negative
+            total = float(np.sum((e / top) ** fit.alpha))
+        if math.isfinite(total):
+            result.values["log_alpha_norm"] = fit.alpha * (math.log10(top) + shift) + math.log10(total)
+        else:
+            result.fail("log_alpha_norm", f"sum of (e/max e)^alpha overflows float64 at alpha = {fit.alpha:.6g}")
         fitted.append((k, tail_source, fit.xmin))
     for k, tail, xmin in fitted:
         tpl = fit_truncated_power_law(tail, xmin=xmin)

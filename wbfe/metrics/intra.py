@@ -5,10 +5,12 @@ consecutive layers); the engine's chain is :mod:`wbfe.engine.products`."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import numpy as np
 
+from wbfe.linalg.spectra import near_one
 from wbfe.metrics._group import Spectrum
 
 __all__ = ["align_pair", "aligned_shapes", "intra_mask", "intra_matrix", "intra_spectrum"]
@@ -53,6 +55,9 @@ def intra_matrix(w0: np.ndarray, w1: np.ndarray, *, rng: Optional[np.random.Rand
     if rng is not None:
         mask = intra_mask(rng, b.shape[0])
     if mask is None:
+        if not 0.0 < norm < math.inf:  # X is free of either factor's scale: each brought near 1 (exactly) first
+            a, b = near_one(a)[0], near_one(b)[0]
+            norm = np.linalg.norm(a) * np.linalg.norm(b)
         return np.dot(a, b) / norm
     return np.dot(np.dot(a, mask), b) / (norm + np.sqrt(np.linalg.norm(mask)))
 

@@ -13,6 +13,8 @@ from typing import Callable, Generator, Optional, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from wbfe.errors import InvalidOptionError
+
 __all__ = ["MPFit", "mp_fit", "mp_fit_many"]
 
 _KDE_BANDWIDTH = 0.1
@@ -311,15 +313,23 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     """Marchenko–Pastur bulk fit exactly as WeightWatcher 0.7.7's ``mp_fit`` (docs/math.md §4).
 
     ``eigs`` keeps its zeros, as WeightWatcher does. N, M are WeightWatcher's sides of one matrix (for some Conv2d
-    layers it reports N < M: :func:`wbfe.metrics.ww_compat.ww_conv2d_dims`). NaN + reason for an empty or all-zero
-    spectrum."""
+    layers it reports N < M: :func:`wbfe.metrics.ww_compat.ww_conv2d_dims`). NaN + reason for an empty, all-zero or
+    non-finite spectrum, a negative eigenvalue where N = M (that fit takes square roots), or one that float64 cannot
+    rescale to mean 1. InvalidOptionError for N or M not positive."""
+    _check_sides(N, M)
     e = np.asarray(eigs, dtype=np.float64)
+    if not np.all(np.isfinite(e)):
+        return _failed("non-finite eigenvalue")
     if e.size == 0 or not float(np.sum(e)) > 0.0:
-        return MPFit(math.nan, math.nan, math.nan, math.nan, math.nan, "empty or all-zero spectrum")
+        return _failed("empty or all-zero spectrum")
     Q = N / M
+    if Q == 1 and float(np.min(e)) < 0.0:
+        return _failed("negative eigenvalue: the fit of a square matrix takes square roots")
     w_scale = np.sqrt(e.size) / np.sqrt(np.sum(e))
     to_plot = (w_scale * w_scale) * e
     lambda_max = float(np.max(to_plot))
+    if not 0.0 < lambda_max < math.inf:
+        return _failed("eigenvalues too small or too large to rescale to mean 1 in float64")
     s = np.sqrt(lambda_max / np.square(1.0 + 1.0 / np.sqrt(Q)))
     residual = _MPResidual(np.sqrt(to_plot) if Q == 1 else to_plot, Q)
     # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
@@ -330,6 +340,15 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     except _NearTie:
         sigma = _nelder_mead_1d(lambda x: (residual.exact(x), 0.0), start, 0.0)
     return _fit_of(sigma, to_plot, w_scale, lambda_max, Q, M)
+
+
+def _failed(reason: str) -> MPFit:
+    return MPFit(math.nan, math.nan, math.nan, math.nan, math.nan, reason)
+
+
+def _check_sides(N: float, M: float) -> None:  # noqa: N803
+    if not (0.0 < N < math.inf and 0.0 < M < math.inf):
+        raise InvalidOptionError(f"the MP fit needs positive sides N and M, not N={N!r}, M={M!r}")
 
 
 def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float, Q: float, M: int) -> MPFit:  # noqa: N803
@@ -356,6 +375,7 @@ def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  #
     The KDEs and σ grids run on the whole stack and the Nelder–Mead polishes in lockstep; every decision too close for
     the fast residuals' bound, and any spectrum off the common path, is taken by :func:`mp_fit` on that spectrum alone.
     Spectra of different lengths, or fewer than _BATCH_MIN, are fitted one by one."""
+    _check_sides(N, M)
     arrays = [np.asarray(e, dtype=np.float64) for e in spectra]
     if len(arrays) < _BATCH_MIN or len({e.shape for e in arrays}) != 1 or arrays[0].ndim != 1:
         return [mp_fit(e, N, M) for e in arrays]
@@ -368,8 +388,10 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
     stack = np.stack(arrays)
     sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
     # The rows fitted together; alone: empty or all-zero (mp_fit's failure), non-finite or negative
-    # values (whatever mp_fit makes of them, error included).
-    rows = np.flatnonzero((sums > 0.0) & np.isfinite(sums) & (np.min(stack, axis=1) >= 0.0))
+    # values (whatever mp_fit makes of them, error included), a mean float64 cannot rescale to 1.
+    with np.errstate(divide="ignore"):
+        rows = np.flatnonzero((sums > 0.0) & np.isfinite(sums) & np.isfinite(stack.shape[1] / sums)
+                              & (np.min(stack, axis=1) >= 0.0))
     if rows.size < _BATCH_MIN:
         return [mp_fit(e, N, M) for e in arrays]
     Q = N / M

@@ -91,10 +91,12 @@ def fit_power_law(
     exactly, ``Conventions.power_law``). On failure every number is NaN and ``reason`` says why.
 
     Raises:
-        InvalidOptionError: ``min_tail`` < 2 (a ``ValueError``).
+        InvalidOptionError: ``min_tail`` not an integer >= 2, or an unknown ``method`` (a ``ValueError``).
     """
-    if min_tail < 2:
-        raise InvalidOptionError(f"min_tail must be at least 2, not {min_tail}")
+    if isinstance(min_tail, bool) or not isinstance(min_tail, (int, np.integer)) or min_tail < 2:
+        raise InvalidOptionError(f"min_tail must be at least 2, not {min_tail!r}")
+    if method not in ("csn", "ww"):
+        raise InvalidOptionError(f"method must be 'csn' or 'ww', not {method!r}")
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if x.size and not np.all(np.isfinite(x)):
         return failed_fit(method, "non-finite values")
@@ -311,10 +313,12 @@ def _tpl_quadrature(alpha: float, lam: float) -> tuple[np.ndarray, np.ndarray, f
 def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
     """log Z, Z = ∫_xmin^∞ x^(−α)·exp(−Λx) dx = Λ^(α−1)·Γ(1−α, Λ·xmin), for any real α, Λ > 0, xmin > 0.
 
-    By quadrature in u = log(x/xmin), where the integrand is log-concave (:func:`_tpl_quadrature`). Raises ValueError
-    when ``lam`` or ``xmin`` is not positive."""
-    if not (lam > 0.0 and xmin > 0.0):
-        raise ValueError(f"need lam > 0 and xmin > 0, not lam={lam!r}, xmin={xmin!r}")
+    By quadrature in u = log(x/xmin), where the integrand is log-concave (:func:`_tpl_quadrature`). Raises
+    InvalidOptionError (a ValueError) when ``alpha`` is not finite or ``lam``, ``xmin`` not positive and finite (an
+    infinite Λ looped forever)."""
+    if not (math.isfinite(alpha) and 0.0 < lam < math.inf and 0.0 < xmin < math.inf):
+        raise InvalidOptionError(f"need a finite alpha and finite lam > 0, xmin > 0, not alpha={alpha!r}, lam={lam!r}, "
+                                 f"xmin={xmin!r}")
     c = lam * xmin
     _, w, h_peak = _tpl_quadrature(alpha, c)
     return (1.0 - alpha) * math.log(xmin) - c + h_peak + math.log(float(np.sum(w)))
@@ -434,11 +438,16 @@ def fit_truncated_power_law(
 ) -> TruncatedPowerLawFit:
     """Maximum-likelihood (α, Λ) of p(x) ∝ x^(−α)·exp(−Λx) on the values x ≥ xmin (default the smallest).
 
-    NaN + reason when the tail is too small or degenerate. The NLL is convex in (α, Λ), so Newton there converges from
-    anywhere, except that an optimum at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and the
-    steps stall against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes."""
+    NaN + reason when the values are not finite, the tail is too small or degenerate, or Λ leaves float64's range;
+    InvalidOptionError when ``xmin`` is not positive and finite. The NLL is convex in (α, Λ), so Newton there converges
+    from anywhere, except that an optimum at very small Λ sits where the curvature in Λ blows up (Var y ~ Λ^(α−3)) and
+    the steps stall against Λ = 0; from where they stall, Newton in (α, log Λ), where the NLL is smooth, finishes."""
+    if xmin is not None and not 0.0 < xmin < math.inf:
+        raise InvalidOptionError(f"xmin must be a positive number, not {xmin!r}")
     x = np.asarray(values, dtype=np.float64).ravel()
-    x = x[np.isfinite(x) & (x > 0.0)]
+    if not np.all(np.isfinite(x)):  # once dropped, and the rest fitted as if they were the sample
+        return TruncatedPowerLawFit(math.nan, math.nan, math.nan, 0, math.nan, "non-finite values")
+    x = x[x > 0.0]
     if x.size == 0:
         return TruncatedPowerLawFit(math.nan, math.nan, math.nan, 0, math.nan, "no positive values")
     lo = float(np.min(x)) if xmin is None else float(xmin)
@@ -465,5 +474,7 @@ def fit_truncated_power_law(
         lam_scaled = math.exp(log_lam)
     if not (converged and math.isfinite(a_hat) and math.isfinite(nll) and lam_scaled > 0.0):
         return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "likelihood maximisation did not converge")
+    if not lam_scaled / lo < math.inf:  # a subnormal xmin
+        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, f"lambda = {lam_scaled:.6g}/xmin overflows")
     loglik = float(-n * (nll + math.log(lo)))  # density in x carries a 1/xmin Jacobian
     return TruncatedPowerLawFit(a_hat, lam_scaled / lo, lo, n, loglik)
