@@ -368,3 +368,15 @@ def test_gptq_a_config_bit_width_that_is_not_the_tensors_is_refused_for_that_wei
     for same in (4, 4.0, "4"):  # the same number, however the config writes it
         (folder / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "gptq", "bits": same}}))
         assert "l.weight" in {r["name"] for r in wbfe.score(folder, metrics="bfe").layers}
+
+
+def test_gptq_packed_words_that_are_not_integers_skip_the_weight_saying_why() -> None:
+    """A float32 qweight was cast value by value to int64 and unpacked as bits: a garbage matrix, scored."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    state = {f"l.{k}": v for k, v in t.items()} | {"l.qweight": t["qweight"].float(), "fc.weight": _weights(4, 20)}
+    result = wbfe.score(state, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    assert "l.weight" not in {r["name"] for r in result.layers}
+    assert reasons["l.qweight"] == ("quantized weight l unreadable: qweight of float32 and qzeros of int32: GPTQ and "
+                                    "AWQ pack int32 words")

@@ -28,6 +28,7 @@ _WHAT = {"scale": "scale", "input_scale": "activation scale", "qzeros": "zero po
          "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks"}
 
 Item = tuple[TensorEntry, Optional[str]]
+_WORDS = ("int32", "uint32")
 
 
 def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
@@ -125,6 +126,8 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
         return _entry(prefix, shape, "mxfp4", lambda: dequantize_mxfp4(to_torch(b.load()), to_torch(s.load())))
     q, z, s = parts["qweight"], parts["qzeros"], parts["scales"]
     g = parts.get("g_idx")
+    if q.dtype not in _WORDS or z.dtype not in _WORDS:  # a float's value read as bits would be garbage
+        raise CorruptCheckpointError(f"qweight of {q.dtype} and qzeros of {z.dtype}: GPTQ and AWQ pack int32 words")
     if len(q.shape) != 2 or len(z.shape) != 2 or len(s.shape) != 2 or z.shape[0] != s.shape[0] or 0 in s.shape:
         raise CorruptCheckpointError(f"qweight {list(q.shape)}, qzeros {list(z.shape)}, scales {list(s.shape)}")
     groups, n_out = s.shape
