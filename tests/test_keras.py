@@ -357,3 +357,19 @@ def test_a_model_config_whose_layer_config_is_not_a_mapping_leaves_that_layer_to
     result = wbfe.score(path, metrics="bfe")
     names = keras2_names() if kind == "keras2" else keras3_names()
     assert {names[r["name"]] for r in result.layers} == MATRICES
+
+
+@pytest.mark.parametrize(("key", "value"), [("layer_names", 5), ("layer_names", "dense"), ("weight_names", 7),
+                                            ("layer_names", np.array([1.5, 2.5]))])
+def test_a_names_attribute_that_is_not_a_list_of_names_is_refused_with_exit_2(
+        tmp_path: Path, state: dict, key: str, value: object) -> None:
+    """A scalar number raised TypeError ('numpy.int64' object is not iterable); a scalar name was read letter by
+    letter ("layer 'd' listed in layer_names is missing")."""
+    path = write_keras2_h5(tmp_path / "m.h5", state)
+    with h5py.File(path, "r+") as f:
+        group = f["model_weights"] if key == "layer_names" else f["model_weights/dense"]
+        group.attrs[key] = value
+    with pytest.raises(CorruptCheckpointError, match=f"corrupt HDF5 file \\(its {key} attribute is not a list"):
+        wbfe.score(path, metrics="bfe")
+    code, err = _cli(path)
+    assert code == 2 and f"its {key} attribute is not a list of names" in err and "Traceback" not in err

@@ -115,7 +115,10 @@ def _attr_list(group: Any, key: str) -> Optional[list[str]]:
     """Keras's list attributes, split into ``key0``, ``key1``… when they outgrow an HDF5 header."""
     keys = [key] if key in group.attrs else list(
         itertools.takewhile(group.attrs.__contains__, (f"{key}{i}" for i in itertools.count())))
-    return [_text(v) for k in keys for v in group.attrs[k]] if keys else None
+    values = [group.attrs[k] for k in keys]
+    if not all(isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "SUO" for v in values):
+        raise ValueError(f"its {key} attribute is not a list of names")  # a scalar was iterated, or not iterable
+    return [_text(v) for part in values for v in part] if keys else None
 
 
 class KerasSource(TensorSource):
