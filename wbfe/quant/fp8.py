@@ -7,8 +7,7 @@ multiplied). Every FP8 value times a float32 scale is exact in float64.
 from __future__ import annotations
 
 import math
-import numbers
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from wbfe.errors import CorruptCheckpointError
 
@@ -41,11 +40,14 @@ def _layout(weight_shape: Sequence[int], scale_shape: Sequence[int],
 
 
 def _block_size(block: object) -> tuple[int, int]:
-    if isinstance(block, (list, tuple)) and len(block) == 2 and all(
-            isinstance(b, numbers.Real) and not isinstance(b, bool) and math.isfinite(b) and b >= 1 and b == int(b)
-            for b in block):
-        return int(block[0]), int(block[1])
-    raise CorruptCheckpointError(f"FP8 weight_block_size {block!r} is not two positive whole numbers")
+    sizes: list[Any] = list(block) if isinstance(block, (list, tuple)) else []
+    try:
+        whole = [int(b) for b in sizes if not isinstance(b, bool) and float(b) == int(b) >= 1]
+    except (TypeError, ValueError, OverflowError):  # None, NaN, inf
+        whole = []
+    if len(sizes) != 2 or len(whole) != 2:
+        raise CorruptCheckpointError(f"FP8 weight_block_size {block!r} is not two positive whole numbers")
+    return whole[0], whole[1]
 
 
 def fp8_scheme(dtype: str, weight_shape: Sequence[int], scale_shape: Sequence[int],

@@ -159,7 +159,7 @@ def dequantize(q: "np.ndarray", scale: Any, zero_point: Any, axis: int, block: i
     """
     scale = np.asarray(scale, dtype=np.float32)
     # int32 − int32 can wrap in int32 (8 and 16 bits cannot); a float8's values are no integers to truncate
-    wide = (np.int64 if q.dtype.itemsize >= 4 else np.int32) if np.issubdtype(q.dtype, np.integer) else np.float32
+    wide: Any = (np.int64 if q.dtype.itemsize >= 4 else np.int32) if np.issubdtype(q.dtype, np.integer) else np.float32
     zero = np.zeros_like(scale, dtype=wide) if zero_point is None else np.asarray(zero_point, dtype=wide)
     if zero.shape != scale.shape:
         raise ValueError(f"zero point of shape {zero.shape} for a scale of shape {scale.shape}")
