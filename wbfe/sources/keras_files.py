@@ -116,7 +116,8 @@ def _attr_list(group: Any, key: str) -> Optional[list[str]]:
     keys = [key] if key in group.attrs else list(
         itertools.takewhile(group.attrs.__contains__, (f"{key}{i}" for i in itertools.count())))
     values = [group.attrs[k] for k in keys]
-    if not all(isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "SUO" for v in values):
+    # an empty list is stored as an empty float array
+    if not all(isinstance(v, np.ndarray) and v.ndim == 1 and (v.dtype.kind in "SUO" or not v.size) for v in values):
         raise ValueError(f"its {key} attribute is not a list of names")  # a scalar was iterated, or not iterable
     return [_text(v) for part in values for v in part] if keys else None
 
