@@ -201,3 +201,17 @@ def test_a_bert_classifier_as_msgpack_and_npz_takes_its_head_from_config_json(tm
         scored = wbfe.score(str(tmp_path / folder), metrics="bfe")
         assert scored.layers == want.layers and scored.summary == want.summary
         assert scored.model["framework"] == want.model["framework"]
+
+
+def test_arrays_inside_a_list_are_read_named_by_their_index(tmp_path: Path) -> None:
+    """msgpack_serialize of a pytree with a list (a tuple of layers): the list's arrays were dropped unread, and a
+    file holding only such arrays was refused as one with no arrays."""
+    layers = [{"kernel": ext(DENSE)}, {"kernel": ext(HEAD)}]
+    for name, tree_ in (("mixed", {"params": {"embed": {"embedding": ext(EMBED)}, "layers": layers}}),
+                        ("only", {"params": {"layers": layers}})):
+        path = tmp_path / f"{name}.msgpack"
+        path.write_bytes(msgpack.packb(tree_))
+        with open_source(path) as source:
+            read = {e.name: np.asarray(to_torch(e.load())) for e in source.entries()}
+        assert np.array_equal(read["layers.0.weight"], DENSE.T) and np.array_equal(read["layers.1.weight"], HEAD.T)
+        assert set(read) == {"layers.0.weight", "layers.1.weight"} | ({"embed.weight"} if name == "mixed" else set())

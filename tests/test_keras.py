@@ -332,3 +332,44 @@ def test_a_stored_weights_member_whose_local_header_names_another_file_is_refuse
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptCheckpointError, match=r"File name in directory 'model.weights.h5' and header"):
         wbfe.score(path, metrics="bfe")
+
+
+@pytest.mark.parametrize("kind", ["keras2", "keras3"])
+def test_a_model_config_whose_layer_config_is_not_a_mapping_leaves_that_layer_to_the_rules(
+        tmp_path: Path, state: dict, kind: str) -> None:
+    """A damaged model config (a layer's ``config`` null or a number) raised AttributeError from the planner."""
+    config = model_config()
+    config["config"]["layers"][0]["config"] = None
+    config["config"]["layers"][1]["config"] = 3
+    if kind == "keras2":
+        path = write_keras2_h5(tmp_path / "m.h5", state)
+        with h5py.File(path, "r+") as f:
+            f.attrs["model_config"] = json.dumps(config).encode("utf8")
+    else:
+        path = write_keras3(tmp_path / "m.keras", state)
+        with zipfile.ZipFile(path) as zf:
+            members = {name: zf.read(name) for name in zf.namelist()}
+        config["config"]["layers"].insert(0, {"class_name": "InputLayer", "config": {"name": "input_layer"}})
+        members["config.json"] = json.dumps(config).encode("utf8")
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+    result = wbfe.score(path, metrics="bfe")
+    names = keras2_names() if kind == "keras2" else keras3_names()
+    assert {names[r["name"]] for r in result.layers} == MATRICES
+
+
+@pytest.mark.parametrize(("key", "value"), [("layer_names", 5), ("layer_names", "dense"), ("weight_names", 7),
+                                            ("layer_names", np.array([1.5, 2.5]))])
+def test_a_names_attribute_that_is_not_a_list_of_names_is_refused_with_exit_2(
+        tmp_path: Path, state: dict, key: str, value: object) -> None:
+    """A scalar number raised TypeError ('numpy.int64' object is not iterable); a scalar name was read letter by
+    letter ("layer 'd' listed in layer_names is missing")."""
+    path = write_keras2_h5(tmp_path / "m.h5", state)
+    with h5py.File(path, "r+") as f:
+        group = f["model_weights"] if key == "layer_names" else f["model_weights/dense"]
+        group.attrs[key] = value
+    with pytest.raises(CorruptCheckpointError, match=f"corrupt HDF5 file \\(its {key} attribute is not a list"):
+        wbfe.score(path, metrics="bfe")
+    code, err = _cli(path)
+    assert code == 2 and f"its {key} attribute is not a list of names" in err and "Traceback" not in err

@@ -255,3 +255,44 @@ def test_blocked_dequantize_and_transpose_chains(tmp_path: Path) -> None:
     assert got.summary["head"] == "w2"  # the last MatMul before the output
     reasons = {s["name"]: s["reason"] for s in got.skipped}
     assert reasons["w1_scale"].startswith("consumed: scale") and reasons["w1_zero"].startswith("consumed: zero")
+
+
+def test_dequantize_int32_zero_point_does_not_wrap_and_overflow_is_silent_inf() -> None:
+    """(q − zero point) was taken in int32, so 2³¹−1 − (−1) wrapped to −2³¹; a product past float32's range
+    printed numpy's RuntimeWarning on the terminal (the planner then skips the inf weight as non-finite)."""
+    from wbfe.sources.onnx_files import dequantize
+
+    q = np.array([[2**31 - 1, 5]], np.int32)
+    assert dequantize(q, 1.0, np.array(-1, np.int32), 0).tolist() == [[2.0**31, 6.0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dequantize(np.array([[100, -100, 0]], np.int8), np.float32(3e38), None, 0).tolist() == [
+            [np.inf, -np.inf, 0.0]]
+        assert np.isnan(dequantize(np.array([[0]], np.int8), np.float32(np.inf), None, 0)).all()
+
+
+def test_a_float8_dequantize_linear_weight_is_read_as_onnx_computes_it(tmp_path: Path) -> None:
+    """The float8 values were cast to integers before scaling (0.8125 -> 0): a garbage matrix, scored. The
+    reference is onnx's own ReferenceEvaluator running the graph's DequantizeLinear."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from wbfe.sources import open_source
+
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal((16, 32)).astype(np.float32)
+    wq = helper.make_tensor("wq", TensorProto.FLOAT8E4M3FN, values.shape, values.ravel().tolist())
+    scale = numpy_helper.from_array(np.float32(0.1), "s")
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s"], ["w"]),
+             helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16]),
+                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [16, 32])],
+                              initializer=[wq, scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    path = tmp_path / "fp8.onnx"
+    onnx.save_model(model, str(path))
+    _, expected = ReferenceEvaluator(model).run(None, {"x": np.zeros((1, 32), np.float32)})
+    with open_source(path) as source:
+        got = {e.name: e for e in source.entries()}["wq"].load()
+    assert np.abs(expected).max() > 0 and np.array_equal(got, expected)

@@ -14,6 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 import wbfe
+from wbfe.errors import CorruptCheckpointError
 from wbfe.metrics.bfe import bfe_from_moments
 from wbfe.quant.fp8 import dequantize_fp8, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
@@ -307,3 +308,75 @@ def test_fp8_e5m2_per_tensor_and_bad_parts() -> None:
     reasons = {s["name"]: s["reason"] for s in result.skipped}
     assert "fits no layout" in reasons["b.weight"] and "fits no layout" in reasons["b.weight_scale"]
     assert reasons["c.weight"].startswith("FP8 weight without its scale")
+
+
+@pytest.mark.parametrize("block", [[0, 128], [128], "128", 128, [None, None], [128.5, 128], [True, True],
+                                   [float("inf"), 128]])
+def test_fp8_a_malformed_weight_block_size_skips_the_weight_saying_why(tmp_path: Path, block: object) -> None:
+    """ZeroDivisionError, IndexError, TypeError or OverflowError escaped from the layout check; 128.5 was cut to 128."""
+    q = (_weights(256, 256) * 100).to(torch.float8_e4m3fn)
+    tensors = {"a.weight": q, "a.weight_scale_inv": torch.ones(2, 2), "fc.weight": _weights(4, 20)}
+    folder = _folder(tmp_path, "fp8", tensors, {"quantization_config": {"quant_method": "fp8",
+                                                                       "weight_block_size": block}})
+    data = _cli_score(folder)
+    reasons = _accounted(data, folder)
+    assert reasons["a.weight"] == f"quantized weight a unreadable: FP8 weight_block_size {block!r} is not two " \
+                                  "positive whole numbers"
+    with pytest.raises(CorruptCheckpointError, match="weight_block_size"):
+        fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], block)  # type: ignore[arg-type]
+    # A whole float block (128.0) is the block it names; a per-tensor scale never reads the block.
+    assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], [128.0, 128.0]) == "fp8-e4m3-block128"
+    assert fp8_scheme("float8_e4m3fn", [256, 256], [], block) == "fp8-e4m3-tensor"  # type: ignore[arg-type]
+
+
+def test_fp8_a_one_dimensional_weight_with_a_per_tensor_scale_is_planned_as_a_vector() -> None:
+    """IndexError escaped from the layout check (``weight_shape[-2]``)."""
+    state = {"a.weight": torch.ones(16).to(torch.float8_e4m3fn), "a.weight_scale": torch.tensor(0.5),
+             "b.weight": torch.ones(16).to(torch.float8_e4m3fn), "b.weight_scale": torch.ones(4),
+             "fc.weight": _weights(4, 20)}
+    reasons = {s["name"]: s["reason"] for s in wbfe.score(state, metrics="bfe").skipped}
+    assert reasons["a.weight"] == "1-D tensor (bias, norm scale or buffer)"
+    assert reasons["b.weight"].startswith("quantized weight b unreadable: FP8 scale of shape [4] fits no layout")
+
+
+@pytest.mark.parametrize("empty", ["groups", "outputs"])
+def test_gptq_scales_with_a_zero_dimension_skip_the_weight_saying_why(empty: str) -> None:
+    """ZeroDivisionError escaped from the packing check (no groups, or no outputs)."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    if empty == "groups":
+        t["scales"], t["qzeros"] = t["scales"][:0], t["qzeros"][:0]
+    else:
+        t = {"qweight": t["qweight"][:, :0], "qzeros": t["qzeros"][:, :0], "scales": t["scales"][:, :0]}
+    state = {f"l.{k}": v for k, v in t.items() if k != "g_idx"} | {"fc.weight": _weights(4, 20)}
+    reasons = {s["name"]: s["reason"] for s in wbfe.score(state, metrics="bfe").skipped}
+    shapes = {k: list(v.shape) for k, v in t.items()}
+    assert reasons["l.qweight"] == (f"quantized weight l unreadable: qweight {shapes['qweight']}, qzeros "
+                                    f"{shapes['qzeros']}, scales {shapes['scales']}")
+
+
+@pytest.mark.parametrize("bits", ["four", 4.5, float("nan"), 10**400, True])
+def test_gptq_a_config_bit_width_that_is_not_the_tensors_is_refused_for_that_weight(tmp_path: Path,
+                                                                                    bits: object) -> None:
+    """``int(bits)`` raised ValueError for "four" or NaN, and cut 4.5 to 4, which then passed."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    tensors = {f"l.{k}": v for k, v in t.items()} | {"fc.weight": _weights(4, 20)}
+    folder = _folder(tmp_path, "gptq", tensors, {"quantization_config": {"quant_method": "gptq", "bits": bits}})
+    reasons = _accounted(_cli_score(folder), folder)
+    assert reasons["l.qweight"] == f"quantized weight l unreadable: config says {bits} bits, the tensors hold 4"
+    for same in (4, 4.0, "4"):  # the same number, however the config writes it
+        (folder / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "gptq", "bits": same}}))
+        assert "l.weight" in {r["name"] for r in wbfe.score(folder, metrics="bfe").layers}
+
+
+def test_gptq_packed_words_that_are_not_integers_skip_the_weight_saying_why() -> None:
+    """A float32 qweight was cast value by value to int64 and unpacked as bits: a garbage matrix, scored."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    state = {f"l.{k}": v for k, v in t.items()} | {"l.qweight": t["qweight"].float(), "fc.weight": _weights(4, 20)}
+    result = wbfe.score(state, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    assert "l.weight" not in {r["name"] for r in result.layers}
+    assert reasons["l.qweight"] == ("quantized weight l unreadable: qweight of float32 and qzeros of int32: GPTQ and "
+                                    "AWQ pack int32 words")

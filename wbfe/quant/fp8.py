@@ -7,7 +7,7 @@ multiplied). Every FP8 value times a float32 scale is exact in float64.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from wbfe.errors import CorruptCheckpointError
 
@@ -21,21 +21,33 @@ FP8_FORMATS = {"float8_e4m3fn": "e4m3", "float8_e4m3fnuz": "e4m3", "float8_e5m2"
 
 def _layout(weight_shape: Sequence[int], scale_shape: Sequence[int],
             block: Optional[Sequence[int]]) -> tuple[str, Optional[tuple[int, int]]]:
-    rows, cols = int(weight_shape[-2]), int(weight_shape[-1])
-    lead = tuple(weight_shape[:-2])
     scale = tuple(int(s) for s in scale_shape)
     if math.prod(scale) == 1:
         return "tensor", None
-    if scale in ((*lead, rows, 1), (*lead, rows)):
-        return "channel", None
-    if len(scale) == len(lead) + 2 and scale[:-2] == lead:
-        if block is None:  # the block the scale grid implies
-            block = (math.ceil(rows / scale[-2]), math.ceil(cols / scale[-1]))
-        b0, b1 = int(block[0]), int(block[1])
-        if (math.ceil(rows / b0), math.ceil(cols / b1)) == scale[-2:]:
-            return "block", (b0, b1)
+    if len(weight_shape) >= 2:
+        rows, cols = int(weight_shape[-2]), int(weight_shape[-1])
+        lead = tuple(weight_shape[:-2])
+        if scale in ((*lead, rows, 1), (*lead, rows)):
+            return "channel", None
+        if len(scale) == len(lead) + 2 and scale[:-2] == lead and min(scale[-2:]) > 0:
+            # the config's block, else the one the scale grid implies
+            b0, b1 = _block_size(block) if block is not None else (
+                max(1, math.ceil(rows / scale[-2])), max(1, math.ceil(cols / scale[-1])))
+            if (math.ceil(rows / b0), math.ceil(cols / b1)) == scale[-2:]:
+                return "block", (b0, b1)
     raise CorruptCheckpointError(f"FP8 scale of shape {list(scale)} fits no layout of a weight of shape "
                                  f"{list(weight_shape)} (per tensor, per channel or per block)")
+
+
+def _block_size(block: object) -> tuple[int, int]:
+    sizes: list[Any] = list(block) if isinstance(block, (list, tuple)) else []
+    try:
+        whole = [int(b) for b in sizes if not isinstance(b, bool) and float(b) == int(b) >= 1]
+    except (TypeError, ValueError, OverflowError):  # None, NaN, inf
+        whole = []
+    if len(sizes) != 2 or len(whole) != 2:
+        raise CorruptCheckpointError(f"FP8 weight_block_size {block!r} is not two positive whole numbers")
+    return whole[0], whole[1]
 
 
 def fp8_scheme(dtype: str, weight_shape: Sequence[int], scale_shape: Sequence[int],

@@ -28,6 +28,7 @@ _WHAT = {"scale": "scale", "input_scale": "activation scale", "qzeros": "zero po
          "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks"}
 
 Item = tuple[TensorEntry, Optional[str]]
+_WORDS = ("int32", "uint32")
 
 
 def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
@@ -101,6 +102,14 @@ def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any) -> TensorEn
                        quant=quant)
 
 
+def _equals(declared: Any, value: int) -> bool:
+    """Whether a config's number (``4``, ``4.0``, ``"4"``) is ``value``; False for what is no number."""
+    try:
+        return float(declared) == value
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
 def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
     # Asked when the weight is planned, so that a missing torch stops the run before any work.
     require_torch(f"dequantising {prefix} (FP8, MXFP4, GPTQ and AWQ weights)")
@@ -117,7 +126,9 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
         return _entry(prefix, shape, "mxfp4", lambda: dequantize_mxfp4(to_torch(b.load()), to_torch(s.load())))
     q, z, s = parts["qweight"], parts["qzeros"], parts["scales"]
     g = parts.get("g_idx")
-    if len(q.shape) != 2 or len(z.shape) != 2 or len(s.shape) != 2 or z.shape[0] != s.shape[0]:
+    if q.dtype not in _WORDS or z.dtype not in _WORDS:  # a float's value read as bits would be garbage
+        raise CorruptCheckpointError(f"qweight of {q.dtype} and qzeros of {z.dtype}: GPTQ and AWQ pack int32 words")
+    if len(q.shape) != 2 or len(z.shape) != 2 or len(s.shape) != 2 or z.shape[0] != s.shape[0] or 0 in s.shape:
         raise CorruptCheckpointError(f"qweight {list(q.shape)}, qzeros {list(z.shape)}, scales {list(s.shape)}")
     groups, n_out = s.shape
     method = str(qconfig.get("quant_method", "")).lower()
@@ -128,7 +139,7 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
                                      f"{n_out} outputs is no 2-, 4- or 8-bit layout")
     bits = int(bits_f)
     declared = qconfig.get("bits", qconfig.get("w_bit"))
-    if declared is not None and int(declared) != bits:
+    if declared is not None and not _equals(declared, bits):
         raise CorruptCheckpointError(f"config says {declared} bits, the tensors hold {bits}")
     n_in = q.shape[0] if awq else q.shape[0] * 32 // bits
     group_size = -1 if groups == 1 else math.ceil(n_in / groups)

@@ -110,8 +110,9 @@ class FlaxSource(TensorSource):
             # (found by fuzzing: a false marker read the chunks as arrays of their own).
             if isinstance(value, dict) and _CHUNKED in value:
                 value = self._unchunk(path, value)
-            if isinstance(value, dict):
-                stack += [((*path, str(k)), v) for k, v in reversed(list(value.items()))]
+            if isinstance(value, (dict, list)):  # a list's items named by index, as flax's to_state_dict names them
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                stack += [((*path, str(k)), v) for k, v in reversed(list(items))]
                 continue
             if isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar":
                 out.append(_Leaf(".".join(path), None, None, "a numpy scalar, not an array"))

@@ -115,7 +115,11 @@ def _attr_list(group: Any, key: str) -> Optional[list[str]]:
     """Keras's list attributes, split into ``key0``, ``key1``… when they outgrow an HDF5 header."""
     keys = [key] if key in group.attrs else list(
         itertools.takewhile(group.attrs.__contains__, (f"{key}{i}" for i in itertools.count())))
-    return [_text(v) for k in keys for v in group.attrs[k]] if keys else None
+    values = [group.attrs[k] for k in keys]
+    # an empty list is stored as an empty float array
+    if not all(isinstance(v, np.ndarray) and v.ndim == 1 and (v.dtype.kind in "SUO" or not v.size) for v in values):
+        raise ValueError(f"its {key} attribute is not a list of names")  # a scalar was iterated, or not iterable
+    return [_text(v) for part in values for v in part] if keys else None
 
 
 class KerasSource(TensorSource):
@@ -246,7 +250,7 @@ class KerasSource(TensorSource):
                     skip, layer, axes)
 
     def _plan_keras2(self, h5: Any, root: Any, model_config: Any) -> list[_Var]:
-        classes = {str(layer.get("config", {}).get("name")): _snake(class_name(layer))
+        classes = {str(_inner(layer).get("name")): _snake(class_name(layer))
                    for layer in _walk_config(model_config)}
         layer_names = _attr_list(root, "layer_names")
         if layer_names is None:
@@ -346,6 +350,12 @@ def _dtype_name(ds: Any) -> str:
     return str(ds.dtype.name) if ds.dtype.kind in "fiub" else f"hdf5-{ds.dtype.str}"
 
 
+def _inner(layer: dict[str, Any]) -> dict[str, Any]:
+    """A layer's ``config``; ``{}`` where a damaged model config holds no mapping there."""
+    inner = layer.get("config")
+    return inner if isinstance(inner, dict) else {}
+
+
 def _walk_config(config: Any) -> Iterator[dict[str, Any]]:
     for layer in config_layers(config):
         yield layer
@@ -364,7 +374,7 @@ def _keras3_folders(config: Any, prefix: str = "layers",
             continue  # Sequential.layers leaves its InputLayer out
         used[name] = used.get(name, -1) + 1
         folder = f"{prefix}/{name}" + (f"_{used[name]}" if used[name] else "")
-        path = names + (str(layer.get("config", {}).get("name", layer.get("name", ""))),)
+        path = names + (str(_inner(layer).get("name", layer.get("name", ""))),)
         out.append((path, folder))
         if config_layers(layer):
             out += _keras3_folders(layer, f"{folder}/layers", path)

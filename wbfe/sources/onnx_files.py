@@ -158,7 +158,9 @@ def dequantize(q: "np.ndarray", scale: Any, zero_point: Any, axis: int, block: i
         [[-64.0, 0.0], [18.0, 252.0]]
     """
     scale = np.asarray(scale, dtype=np.float32)
-    zero = np.zeros_like(scale, dtype=np.int32) if zero_point is None else np.asarray(zero_point, dtype=np.int32)
+    # int32 − int32 can wrap in int32 (8 and 16 bits cannot); a float8's values are no integers to truncate
+    wide: Any = (np.int64 if q.dtype.itemsize >= 4 else np.int32) if np.issubdtype(q.dtype, np.integer) else np.float32
+    zero = np.zeros_like(scale, dtype=wide) if zero_point is None else np.asarray(zero_point, dtype=wide)
     if zero.shape != scale.shape:
         raise ValueError(f"zero point of shape {zero.shape} for a scale of shape {scale.shape}")
     if scale.size > 1 or block:
@@ -175,8 +177,10 @@ def dequantize(q: "np.ndarray", scale: Any, zero_point: Any, axis: int, block: i
                 raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
             shape = [-1 if d == axis else 1 for d in range(q.ndim)]
             scale, zero = scale.reshape(shape), zero.reshape(shape)
-    # q − zero point is an integer: exact in float32 for the 8- and 16-bit types
-    return ((q.astype(np.int32) - zero).astype(np.float32) * scale).astype(np.float32)
+    # q − zero point is an integer: exact in float32 for the 8- and 16-bit types. A product past float32's range
+    # is inf, as the operator computes it, and the planner skips it as non-finite.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ((q.astype(wide) - zero).astype(np.float32) * scale).astype(np.float32)
 
 
 def _numel(tensor: Any) -> int:
