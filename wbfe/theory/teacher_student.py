@@ -296,7 +296,9 @@ def fit_regimes(sw: Sweep, *, beta: float, kc_min: int = 8, kc_max_frac: float =
     def window(mask: np.ndarray) -> tuple[float, float]:
         return (float(sw.n[mask].min()), float(sw.n[mask].max())) if mask.any() else (math.nan, math.nan)
 
-    return RegimeFit(a_fl, 1.0 / (2.0 * beta) - 1.0, window(fl), a_rf, -1.0, window(rf), reasons)
+    # β = 0 (a dense readout): the prediction's limit, not a ZeroDivisionError.
+    predicted = 1.0 / (2.0 * beta) - 1.0 if beta != 0 else math.inf
+    return RegimeFit(a_fl, predicted, window(fl), a_rf, -1.0, window(rf), reasons)
 
 
 def _too_few_refinement(sw: Sweep, rf: np.ndarray, all_on: np.ndarray, refine_factor: float) -> str:
