@@ -69,6 +69,20 @@ def test_readout_errors():
         solve(readout("power", 5), delta=0.0, d=10, r=1.0)
 
 
+@pytest.mark.parametrize("k", [math.inf, math.nan, None, 2.5, "3", 10**12])
+def test_readout_refuses_a_width_that_is_not_a_whole_number_in_range(k):
+    # inf raised ValueError from np.arange, None and "3" TypeError, 10**12 a MemoryError
+    with pytest.raises(InvalidOptionError, match=r"k must be an integer in \[1, 100,000,000\], got "):
+        readout("power", k)
+
+
+def test_readout_refuses_an_infinite_rate():
+    # exp(-inf * 0) is NaN: the solver then said "the readout v must be a non-empty finite vector"
+    with pytest.raises(InvalidOptionError, match="rate must be > 0 and finite, got inf"):
+        readout("exp", 5, rate=math.inf)
+    assert readout("power", 4.0).shape == (4,)  # a float that is a whole number is the number
+
+
 def test_fixed_point_map_equals_the_direct_sum():
     # The map sums the features that are off in closed form; check it against the plain sum, v unsorted.
     rng = np.random.default_rng(0)

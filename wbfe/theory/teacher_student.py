@@ -15,11 +15,13 @@ import numpy as np
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hermite import Activation, Kernel, kernel
 from wbfe.theory.json_io import fields_dict
+from wbfe.theory.settings import is_whole
 
 __all__ = ["READOUTS", "readout", "fixed_point_map", "FixedPoint", "solve", "Sweep", "sweep", "fit_slope", "RegimeFit",
            "fit_regimes", "ScalingRow", "scaling_table"]
 
 READOUTS: tuple[str, ...] = ("power", "dense", "exp", "sparse")
+MAX_K = 10**8  # a readout of 800 MB; the solver holds a few arrays of its size
 ActivationLike = Union[str, Activation, Callable[[np.ndarray], np.ndarray]]
 
 
@@ -27,12 +29,12 @@ def check_readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, no
     """What :func:`readout` refuses, checked without building v (the settings check a run's before any work)."""
     if kind not in READOUTS:
         raise unknown_name("readout", kind, list(READOUTS))
-    if k < 1:
-        raise InvalidOptionError(f"k must be >= 1, got {k}")
+    if not is_whole(k) or not 1 <= k <= MAX_K:
+        raise InvalidOptionError(f"k must be an integer in [1, {MAX_K:,}], got {k!r}")
     if kind == "power" and not beta >= 0:
         raise InvalidOptionError(f"beta must be >= 0, got {beta}")
-    if kind == "exp" and not rate > 0:
-        raise InvalidOptionError(f"rate must be > 0, got {rate}")
+    if kind == "exp" and not 0 < rate < math.inf:
+        raise InvalidOptionError(f"rate must be > 0 and finite, got {rate}")
     if kind == "sparse" and not 1 <= nonzeros <= k:
         raise InvalidOptionError(f"nonzeros must be in [1, k={k}], got {nonzeros}")
 
@@ -48,11 +50,11 @@ def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros
         UnknownNameError: an unknown kind.
     """
     check_readout(kind, k, beta=beta, rate=rate, nonzeros=nonzeros)
-    i = np.arange(1, k + 1, dtype=np.float64)
+    i = np.arange(1, int(k) + 1, dtype=np.float64)
     if kind == "power":
         v = i ** (-beta)
     elif kind == "dense":
-        v = np.ones(k)
+        v = np.ones(int(k))
     elif kind == "exp":
         v = np.exp(-rate * (i - 1.0))
     else:

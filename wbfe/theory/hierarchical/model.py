@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.theory.settings import is_whole
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
            "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]
@@ -134,14 +135,6 @@ class HierarchicalTeacher:
 
 def _activation(name: str, s: np.ndarray) -> np.ndarray:
     return np.tanh(s) if name == "tanh" else s
-
-
-def is_whole(value: object) -> bool:
-    """Whether ``value`` is a whole number (3, 3.0, numpy's integers); False for inf, NaN, None, strings, bools."""
-    try:
-        return not isinstance(value, bool) and int(value) == value  # type: ignore[call-overload]
-    except (TypeError, ValueError, OverflowError):
-        return False
 
 
 def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float = 0.5, activation: str = "identity",
