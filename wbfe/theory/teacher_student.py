@@ -175,8 +175,10 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         InvalidOptionError: a non-positive Δ, d, n or r, an empty v, or both/neither of n and r.
     """
     v = np.asarray(v, dtype=np.float64).ravel()
-    if v.size == 0 or not np.all(np.isfinite(v)):
-        raise InvalidOptionError("the readout v must be a non-empty finite vector")
+    if v.size == 0 or not np.all(np.isfinite(v)) or not 0 < float(v @ v) < math.inf:
+        raise InvalidOptionError("the readout v must be a non-empty finite vector, not all zero")
+    if not (is_whole(grid_points) and grid_points >= 2 and is_whole(max_jumps) and max_jumps >= 0):
+        raise InvalidOptionError(f"need grid_points >= 2 and max_jumps >= 0, got {grid_points!r} and {max_jumps!r}")
     if not (math.isfinite(delta) and delta > 0):
         raise InvalidOptionError(f"delta must be positive, got {delta}")
     kern = kern if kern is not None else kernel(activation)
@@ -239,6 +241,8 @@ class Sweep:
 def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float], np.ndarray],
           activation: ActivationLike = "tanh2", kern: Optional[Kernel] = None, grid_points: int = 300) -> Sweep:
     """Solve the fixed point at each r = n/(kd) in ``r_values`` (see :func:`solve` for the errors)."""
+    if not len(r_values):
+        raise InvalidOptionError("r_values must not be empty")
     kern = kern if kern is not None else kernel(activation)
     sols = [solve(v, delta=delta, d=d, r=float(r), kern=kern, grid_points=grid_points) for r in r_values]
     return Sweep(
@@ -252,8 +256,11 @@ def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float
 def fit_slope(x: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> float:
     """Least-squares slope of log y against log x (NaN when fewer than ``min_points`` usable points)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape:
+        raise InvalidOptionError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
     ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    if np.count_nonzero(ok) < min_points:
+    # One distinct x has no slope (polyfit raised LinAlgError on it).
+    if np.count_nonzero(ok) < max(min_points, 2) or np.ptp(x[ok]) == 0:
         return math.nan
     return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
 
@@ -365,10 +372,10 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
     Raises:
         InvalidOptionError: fewer than 3 dimensions or a non-positive r, γ or Δ.
     """
-    if len(d_values) < 3:
-        raise InvalidOptionError(f"need at least 3 values of d, got {len(d_values)}")
-    if not (r > 0 and gamma > 0 and delta > 0):
-        raise InvalidOptionError("r, gamma and delta must be positive")
+    if len(set(d_values)) < 3 or not all(is_whole(d) and d >= 1 for d in d_values):
+        raise InvalidOptionError(f"need at least 3 different integers d >= 1, got {list(d_values)!r}")
+    if not all(0 < x < math.inf for x in (r, gamma, delta)):
+        raise InvalidOptionError("r, gamma and delta must be positive and finite")
     kern = kernel(activation)
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:
