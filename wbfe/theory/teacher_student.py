@@ -29,8 +29,8 @@ def check_readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, no
     """What :func:`readout` refuses, checked without building v (the settings check a run's before any work)."""
     if kind not in READOUTS:
         raise unknown_name("readout", kind, list(READOUTS))
-    if not is_whole(k) or not 1 <= k <= MAX_K:
-        raise InvalidOptionError(f"k must be an integer in [1, {MAX_K:,}], got {k!r}")
+    if not is_whole(k) or k < 1:
+        raise InvalidOptionError(f"k must be an integer >= 1, got {k!r}")
     if kind == "power" and not beta >= 0:
         raise InvalidOptionError(f"beta must be >= 0, got {beta}")
     if kind == "exp" and not 0 < rate < math.inf:
@@ -50,6 +50,8 @@ def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros
         UnknownNameError: an unknown kind.
     """
     check_readout(kind, k, beta=beta, rate=rate, nonzeros=nonzeros)
+    if k > MAX_K:  # the run's limit, not the settings' (they hold any k)
+        raise InvalidOptionError(f"k must be at most {MAX_K:,} (the readout is held in memory), got {k}")
     i = np.arange(1, int(k) + 1, dtype=np.float64)
     if kind == "power":
         v = i ** (-beta)
