@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options.constraints import Constraint, Custom, Text, Validated
@@ -52,14 +52,20 @@ def _int_at_least(minimum: int) -> Custom:
                        (minimum - 1, 1.5, True))
 
 
-def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
-    """A non-empty tuple (or list) whose every value passes ``rule``."""
+def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...], *,
+          below: Optional[int] = None) -> Custom:
+    """A non-empty tuple (or list) of different values, each passing ``rule`` (and below ``below``: a seed)."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
         values = tuple(values) if isinstance(values, (tuple, list)) else values
         if not isinstance(values, tuple) or not values:
             raise InvalidOptionError(f"{name} must not be empty")
-        return tuple(cast(rule(name, v)) for v in values)
+        out = tuple(cast(rule(name, v)) for v in values)
+        if len(set(out)) < len(out):  # a repeated seed is no new sample; a repeated width no new point
+            raise InvalidOptionError(f"{name} must not repeat a value, got {values!r}")
+        if below is not None and max(out) >= below:  # torch's generators take 64-bit seeds
+            raise InvalidOptionError(f"{name} must be below 2**{below.bit_length() - 1}, got {max(out)}")
+        return out
 
     return Custom(check, words, bad=bad, named=True)
 
@@ -82,7 +88,7 @@ POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v >
 NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
 DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
-SEEDS = _each(_int_at_least(0), int, "integers >= 0", ((), (-1,)))
+SEEDS = _each(_int_at_least(0), int, "integers in [0, 2**63)", ((), (-1,), (0, 0), (2**63,)), below=2**63)
 
 
 @dataclass(frozen=True)
