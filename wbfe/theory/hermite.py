@@ -15,7 +15,7 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.settings import is_whole
+from wbfe.theory.checks import is_whole
 
 __all__ = ["Activation", "ACTIVATIONS", "get_activation", "hermite_coefficients", "Kernel", "kernel"]
 

@@ -17,7 +17,7 @@ from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import resolve_device
 from wbfe.theory.hermite import kernel
-from wbfe.theory.settings import is_whole
+from wbfe.theory.checks import is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]

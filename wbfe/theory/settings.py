@@ -70,14 +70,6 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
     return Custom(check, words, bad=bad, named=True)
 
 
-def is_whole(value: object) -> bool:
-    """Whether ``value`` is a whole number (3, 3.0, numpy's integers); False for inf, NaN, None, strings, bools."""
-    try:
-        return not isinstance(value, bool) and int(value) == value  # type: ignore[call-overload]
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
 def finite_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 

@@ -15,7 +15,7 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hmc import Teacher, make_teacher
-from wbfe.theory.settings import is_whole
+from wbfe.theory.checks import is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]
