@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
+import numpy as np
+
 from wbfe.errors import InvalidOptionError
 from wbfe.options.constraints import Constraint, Custom, Text, Validated
 
@@ -32,7 +34,7 @@ def custom_rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *
             ok = False
         if not ok:
             raise InvalidOptionError(say.format(name=name, words=words, value=value))
-        return value
+        return value.item() if isinstance(value, np.generic) else value  # np.int64(5) is recorded as 5
 
     return Custom(check, words, bad=bad, optional=optional, named=True)
 
@@ -48,16 +50,16 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
 
 def _int_at_least(minimum: int) -> Custom:
     return custom_rule(f"an integer >= {minimum}",
-                       lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum,
+                       lambda v: not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= minimum,
                        (minimum - 1, 1.5, True))
 
 
 def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...], *,
           below: Optional[int] = None) -> Custom:
-    """A non-empty tuple (or list) of different values, each passing ``rule`` (and below ``below``: a seed)."""
+    """A non-empty tuple (list, range, array) of different values, each passing ``rule`` (and below ``below``: a seed)."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
-        values = tuple(values) if isinstance(values, (tuple, list)) else values
+        values = tuple(values) if isinstance(values, (tuple, list, range, np.ndarray)) else values
         if not isinstance(values, tuple) or not values:
             raise InvalidOptionError(f"{name} must not be empty")
         out = tuple(cast(rule(name, v)) for v in values)
@@ -70,8 +72,11 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
     return Custom(check, words, bad=bad, named=True)
 
 
+NUMBERS = (int, float, np.integer, np.floating)
+
+
 def finite_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    return not isinstance(value, bool) and isinstance(value, NUMBERS) and math.isfinite(value)
 
 
 POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v > 0,
