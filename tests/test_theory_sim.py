@@ -131,6 +131,17 @@ def test_student_refuses_a_fractional_width_and_an_infinite_rate():
         student_sweep(widths=[2.5], d=5, k=3, n=20, epochs=2)
 
 
+def test_sizes_past_memory_are_refused_before_allocating():
+    # `wbfe theory hmc --d 1000000000 --k 2` ran past two minutes; `student --widths 1e20` ended in torch's
+    # RuntimeError with a C++ backtrace
+    with pytest.raises(InvalidOptionError, match=r"1000 training and 20000 test samples of dimension 100000 need 15.6 "
+                                                 r"GiB \(limit 4 GiB\); lower n \(r\), n_test or d"):
+        make_teacher(readout("power", 2), d=100_000, n=1000, delta=0.04)
+    t = make_teacher(readout("power", 3), d=5, n=20, delta=0.05, centred=False, n_test=80)
+    with pytest.raises(InvalidOptionError, match=r"the activations of width 10000000 on 100 samples need 7.5 GiB"):
+        train_student(t, 10**7)
+
+
 def test_student_training_is_seeded():
     t = make_teacher(readout("power", 6, beta=1.0), d=10, n=200, delta=0.05, centred=False, n_test=500, seed=1)
     a = train_student(t, 3, epochs=30, seed=2)

@@ -15,7 +15,7 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hmc import Teacher, make_teacher
-from wbfe.theory.checks import is_whole
+from wbfe.theory.checks import check_bytes, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]
@@ -38,6 +38,8 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
             and 0 < lr < math.inf):
         raise InvalidOptionError("width, epochs and batches must be >= 1 and lr > 0 (whole numbers, a finite lr)")
     width, epochs, batches = int(width), int(epochs), int(batches)
+    n_all = teacher.x.shape[0] + teacher.x_test.shape[0]
+    check_bytes(width * n_all, f"the activations of width {width} on {n_all} samples", "lower the width")
     n, d = teacher.x.shape
     dev = teacher.x.device
     gen = torch.Generator(device="cpu").manual_seed(int(seed) + 104729)
