@@ -76,7 +76,8 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
     dev = resolve_device(device)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     d, n, n_test = int(d), int(n), int(n_test)
-    check_bytes((n + n_test + k) * d, f"{n} training and {n_test} test samples of dimension {d}", "lower n (r), n_test or d")
+    check_bytes((n + n_test + k) * d, f"{n} training and {n_test} test samples of dimension {d}",
+                "lower n (r), n_test or d")
     q, _ = torch.linalg.qr(torch.randn(d, k, generator=gen, dtype=torch.float64))
     w0 = (math.sqrt(d) * q.T).to(dev)
     x = torch.randn(n, d, generator=gen, dtype=torch.float64).to(dev)

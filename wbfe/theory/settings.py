@@ -56,7 +56,7 @@ def _int_at_least(minimum: int) -> Custom:
 
 def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...], *,
           below: Optional[int] = None) -> Custom:
-    """A non-empty tuple (list, range, array) of different values, each passing ``rule`` (and below ``below``: a seed)."""
+    """A non-empty tuple (list, range, array) of different values, each passing ``rule`` (and < ``below``)."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
         values = tuple(values) if isinstance(values, (tuple, list, range, np.ndarray)) else values
