@@ -14,6 +14,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.checks import is_whole
+from wbfe.theory.settings import finite_number
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
            "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]
@@ -148,11 +149,7 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     """
     if not is_whole(d) or d < 2:
         raise InvalidOptionError(f"d must be an integer >= 2, not {d!r}")
-    try:
-        finite = math.isfinite(eps) and not isinstance(eps, bool)
-    except TypeError:
-        finite = False
-    if not finite:
+    if not finite_number(eps):
         raise InvalidOptionError(f"eps must be a finite number, not {eps!r}")
     big_d = feature_dim(int(d))
     p_used = int(round(d**eps)) if p is None else p
