@@ -23,7 +23,7 @@ from wbfe.options.constraints import Constraint, Custom, Text, Validated
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
 
-def custom_rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *,
+def custom_rule(words: str, test: Callable[[Any], object], bad: tuple[Any, ...], *,
                 say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
     """A constraint that refuses a value failing ``test`` with the message ``say``."""
 
