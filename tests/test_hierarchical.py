@@ -398,3 +398,15 @@ def test_learners_refuse_inf_and_nan_data():
         fit_spectral(data, y, 2)
     with pytest.raises(InvalidOptionError, match="kernel ridge needs finite inputs and y"):
         fit_kernel_ridge(np.full((5, 2), math.nan), np.ones(5))
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, None, math.nan])
+def test_draws_refuse_a_seed_numpy_cannot_take(seed):
+    # numpy's ValueError ("expected non-negative integer") or TypeError escaped before
+    from wbfe.theory.hierarchical import make_teacher, sample_data
+
+    with pytest.raises(InvalidOptionError, match="seed must be an integer >= 0 or a SeedSequence, not "):
+        make_teacher(6, seed=seed)
+    with pytest.raises(InvalidOptionError, match="seed must be an integer >= 0 or a SeedSequence, not "):
+        sample_data(make_teacher(6), 10, seed=seed)
+    assert np.array_equal(sample_data(make_teacher(6), 10, seed=3.0)[1], sample_data(make_teacher(6), 10, seed=3)[1])

@@ -138,6 +138,14 @@ def _activation(name: str, s: np.ndarray) -> np.ndarray:
     return np.tanh(s) if name == "tanh" else s
 
 
+def _rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if not (is_whole(seed) and seed >= 0):  # numpy's ValueError/TypeError otherwise
+        raise InvalidOptionError(f"seed must be an integer >= 0 or a SeedSequence, not {seed!r}")
+    return np.random.default_rng(int(seed))
+
+
 def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float = 0.5, activation: str = "identity",
                  features: str = "hermite", seed: int | np.random.SeedSequence = 0) -> HierarchicalTeacher:
     """Draw the teacher: p (default round(d^eps)) orthonormal a_i ∈ R^D, random signs of b_i, and the
@@ -160,7 +168,7 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS)):
         if value not in known:
             raise unknown_name(kind, value, known)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     q, r = np.linalg.qr(rng.standard_normal((big_d, int(p_used))))
     a = q * np.sign(np.diag(r))  # the Haar-distributed orthonormal frame
     raw = rng.choice([-1.0, 1.0], size=int(p_used)) * np.arange(1, p_used + 1) ** (-float(gamma))
@@ -182,7 +190,7 @@ def sample_data(teacher: HierarchicalTeacher, n: int, *,
     """
     if not is_whole(n) or n < 1:
         raise InvalidOptionError(f"n must be a positive integer, not {n!r}")
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     dim = teacher.d if teacher.features == "hermite" else feature_dim(teacher.d)
     data = FeatureData(teacher.features, rng.standard_normal((int(n), dim)), teacher.d)
     h = data.project(teacher.a)  # the latents; y = (g*(s) − E g*)/sd g*
