@@ -386,3 +386,27 @@ def test_matrix_free_learner_at_d_100():
     c, v = th.spike_strengths(t.b, "identity")
     assert th.finite_d_thresholds(100, c, v)[0] < 2.7
     assert q[0] > 0.5
+
+
+def test_learners_refuse_inf_and_nan_data():
+    # fit_spectral and fit_kernel_ridge raised LinAlgError ("Eigenvalues did not converge") on them
+    from wbfe.theory.hierarchical import fit_kernel_ridge, fit_spectral, make_teacher, sample_data
+
+    data, y = sample_data(make_teacher(6, p=3), 100, seed=0)
+    y[[3, 7]] = [math.nan, math.inf]
+    with pytest.raises(InvalidOptionError, match="y must be finite; it has 2 inf/NaN values"):
+        fit_spectral(data, y, 2)
+    with pytest.raises(InvalidOptionError, match="kernel ridge needs finite inputs and y"):
+        fit_kernel_ridge(np.full((5, 2), math.nan), np.ones(5))
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, None, math.nan])
+def test_draws_refuse_a_seed_numpy_cannot_take(seed):
+    # numpy's ValueError ("expected non-negative integer") or TypeError escaped before
+    from wbfe.theory.hierarchical import make_teacher, sample_data
+
+    with pytest.raises(InvalidOptionError, match="seed must be an integer >= 0 or a SeedSequence, not "):
+        make_teacher(6, seed=seed)
+    with pytest.raises(InvalidOptionError, match="seed must be an integer >= 0 or a SeedSequence, not "):
+        sample_data(make_teacher(6), 10, seed=seed)
+    assert np.array_equal(sample_data(make_teacher(6), 10, seed=3.0)[1], sample_data(make_teacher(6), 10, seed=3)[1])

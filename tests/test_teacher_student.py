@@ -11,6 +11,7 @@ from scipy.optimize import brentq
 from wbfe.errors import InvalidOptionError, UnknownNameError
 from wbfe.theory.hermite import kernel
 from wbfe.theory.teacher_student import (
+    fit_slope,
     fit_regimes,
     fixed_point_map,
     readout,
@@ -67,6 +68,56 @@ def test_readout_errors():
         solve(readout("power", 5), delta=0.04, d=10, n=100, r=1.0)
     with pytest.raises(InvalidOptionError, match="delta must be positive"):
         solve(readout("power", 5), delta=0.0, d=10, r=1.0)
+
+
+@pytest.mark.parametrize("k", [math.inf, math.nan, None, 2.5, "3"])
+def test_readout_refuses_a_width_that_is_not_a_whole_number(k):
+    # inf raised ValueError from np.arange, nan ValueError, None and "3" TypeError
+    with pytest.raises(InvalidOptionError, match=r"k must be an integer >= 1, got "):
+        readout("power", k)
+
+
+def test_readout_refuses_a_width_past_its_memory_limit():
+    # a MemoryError (7.28 TiB) before; `wbfe theory solve --k 10**12` printed a traceback
+    with pytest.raises(InvalidOptionError, match=r"k must be at most 100,000,000 \(the readout is held in memory\)"):
+        readout("power", 10**12)
+
+
+def test_readout_refuses_an_infinite_rate():
+    # exp(-inf * 0) is NaN: the solver then said "the readout v must be a non-empty finite vector"
+    with pytest.raises(InvalidOptionError, match="rate must be > 0 and finite, got inf"):
+        readout("exp", 5, rate=math.inf)
+    assert readout("power", 4.0).shape == (4,)  # a float that is a whole number is the number
+
+
+def test_solve_refuses_an_all_zero_readout_and_a_grid_without_points():
+    # all zero: ValueError from np.geomspace; grid_points=1 blamed "the kernel or readout", -5 a ValueError
+    with pytest.raises(InvalidOptionError, match="the readout v must be a non-empty finite vector, not all zero"):
+        solve(np.zeros(5), delta=0.04, d=10, r=1.0)
+    for grid in (1, -5, 2.5):
+        with pytest.raises(InvalidOptionError, match=f"need grid_points >= 2 and max_jumps >= 0, got {grid}"):
+            solve(readout("power", 5), delta=0.04, d=10, r=1.0, grid_points=grid)
+    # max_jumps=-1 sliced off the last jump silently
+    with pytest.raises(InvalidOptionError, match="and -1$"):
+        solve(readout("power", 5), delta=0.04, d=10, r=1.0, max_jumps=-1)
+
+
+def test_sweep_and_slopes_refuse_what_has_no_answer():
+    with pytest.raises(InvalidOptionError, match="r_values must not be empty"):
+        sweep(readout("power", 5), delta=0.04, d=10, r_values=[])
+    with pytest.raises(InvalidOptionError, match=r"x and y must have the same shape, got \(3,\) and \(2,\)"):
+        fit_slope([1.0, 2.0, 3.0], [1.0, 2.0])
+    assert math.isnan(fit_slope([2.0, 2.0, 2.0], [1.0, 2.0, 3.0]))  # one x: no slope (LinAlgError before)
+    assert fit_slope([1.0, 2.0, 4.0], [3.0, 12.0, 48.0]) == pytest.approx(2.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("d_values", [[100, 100, 100], [math.inf, 100, 200], [math.nan, 100, 200], [100.5, 200, 400]])
+def test_scaling_table_refuses_d_values_without_three_different_integers(d_values):
+    # [100, 100, 100] printed slopes fitted on one x; inf/nan raised OverflowError/ValueError; 100.5 became 100
+    with pytest.raises(InvalidOptionError, match="need at least 3 different integers d >= 1, got "):
+        scaling_table(d_values)
+    with pytest.raises(InvalidOptionError, match="r, gamma and delta must be positive and finite"):
+        scaling_table([100, 200, 400], gamma=math.inf)  # OverflowError before
 
 
 def test_fixed_point_map_equals_the_direct_sum():

@@ -188,3 +188,16 @@ def test_unknown_and_affine_activations_raise():
         hermite_coefficients("tanh2", degree=1)
     assert set(ACTIVATIONS) == {"tanh2", "tanh", "erf", "relu"}
     assert get_activation("erf") is ACTIVATIONS["erf"]
+
+
+@pytest.mark.parametrize("degree", [math.inf, math.nan, None, 2.5, 10**7])
+def test_degree_must_be_a_whole_number_in_range(degree):
+    # inf: OverflowError, nan: ValueError, None/2.5: TypeError, 10**7: minutes of quadrature before
+    with pytest.raises(InvalidOptionError, match=r"degree must be >= 2 and <= 5000 \(an integer\), got "):
+        kernel("tanh", degree=degree)
+    assert np.array_equal(hermite_coefficients("erf", degree=4.0), hermite_coefficients("erf", degree=4))
+
+
+def test_an_activation_that_raises_arithmetic_errors_is_refused_in_one_line():
+    with pytest.raises(InvalidOptionError, match=r"the activation must map .* \(division by zero\)"):
+        kernel(lambda x: 1 / 0)  # ZeroDivisionError escaped before

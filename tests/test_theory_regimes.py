@@ -65,3 +65,15 @@ def test_cli_curve_points_60_prints_why(tmp_path: Path) -> None:
     at = lines.index("refinement slope        nan")
     assert lines[at + 2] == "  why                   " + saved["fit"]["reasons"]["refinement"]
     assert f"r >= 30 x {r_on:.3g}" in lines[at + 2] and f"raise --r-max to about {300 * r_on:.3g}" in lines[at + 2]
+
+
+def test_cli_curve_beta_zero_is_a_dense_readout_not_a_division_by_zero(tmp_path: Path) -> None:
+    from wbfe_cli.main import app
+
+    # beta = 0 is a valid power readout (every v_i equal); the fit's prediction 1/(2 beta) - 1 is its limit
+    result = CliRunner().invoke(app, ["theory", "curve", "-o", str(tmp_path), "--beta", "0", "--points", "5",
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    fit = json.loads(result.stdout)["fit"]
+    assert fit["feature_learning_predicted"] is None  # inf, written as null
+    assert fit["reasons"]["feature_learning"]  # no slope there, and the line says why

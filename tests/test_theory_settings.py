@@ -78,6 +78,37 @@ def test_settings_refuse_inf_nan_bool_and_huge_numbers(build, message) -> None:
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: HmcSettings(seeds=(1, 1)), "seeds must not repeat a value, got (1, 1)"),  # sem 0 over one chain
+        (lambda: StudentSettings(widths=(2, 2)), "widths must not repeat a value, got (2, 2)"),  # one width twice
+        (lambda: HmcSettings(r_values=(2.0, 2.0)), "r_values must not repeat a value"),
+        (lambda: HmcSettings(seeds=(10**300,)), "seeds must be below 2**63, got 1000"),  # torch ValueError before
+        (lambda: StudentSettings(seeds=(2**63,)), "seeds must be below 2**63, got 9223372036854775808"),
+    ],
+)
+def test_settings_refuse_repeated_values_and_seeds_past_64_bits(build, message) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        build()
+    assert str(info.value).startswith(message)
+
+
+def test_settings_take_numpy_numbers_and_arrays_and_record_python_ones() -> None:
+    # "d must be an integer >= 1, got np.int64(50)", "beta must be a finite number, got np.float32(0.5)" and
+    # "widths must not be empty" for np.array([1, 2]) before
+    import numpy as np
+
+    curve = CurveSettings(d=np.int64(50), beta=np.float32(0.5))
+    assert (curve.d, curve.beta) == (50, 0.5) and type(curve.d) is int and type(curve.beta) is float
+    assert StudentSettings(widths=np.array([1, 2]), seeds=range(2)).to_dict()["widths"] == [1, 2]
+    hier = HierarchicalSettings(d=np.int64(10), gamma=np.float64(1.0))
+    assert hier == HierarchicalSettings(d=10, gamma=1.0) and dumps(hier.to_dict()) == dumps(
+        HierarchicalSettings(d=10).to_dict())
+    with pytest.raises(InvalidOptionError, match="d must be an integer >= 1, got "):
+        CurveSettings(d=np.int64(0))
+
+
 def test_settings_refuse_unknown_names() -> None:
     with pytest.raises(UnknownNameError, match="unknown activation 'tnh2'; did you mean 'tanh2'"):
         CurveSettings(activation="tnh2")

@@ -90,6 +90,58 @@ def test_adam_student_error_is_lowest_near_kc_and_rises_for_wider_students():
     assert min(errs.values()) > res.eps_theory
 
 
+@pytest.mark.parametrize("bad", [dict(delta=math.inf), dict(n=2.5), dict(d=math.inf), dict(seed=1.5),
+                                 dict(v=[math.nan, 1.0])])
+def test_make_teacher_refuses_what_would_give_inf_nan_data_or_a_torch_error(bad):
+    # delta=inf and a NaN readout gave inf/NaN labels silently; n=2.5, d=inf and seed=1.5 raised torch's TypeError
+    options = {"v": readout("power", 3), "d": 8, "n": 20, "delta": 0.04, "n_test": 10, **bad}
+    with pytest.raises(InvalidOptionError, match="need whole numbers 1 <= k <= d"):
+        make_teacher(options.pop("v"), **options)
+
+
+@pytest.mark.parametrize("bad", [dict(target_accept=math.nan), dict(target_accept=1.0), dict(step_size=math.inf),
+                                 dict(samples=15.5), dict(leapfrog=2.5), dict(delta=math.inf)])
+def test_hmc_refuses_options_that_freeze_the_chain_or_are_not_counts(bad):
+    # target_accept=nan left a NaN step size and an acceptance of 0, step_size=inf a chain that never moves,
+    # a fractional count a TypeError from range()
+    t = make_teacher(readout("power", 3), d=8, n=20, delta=0.04, n_test=10)
+    with pytest.raises(InvalidOptionError, match="0 < target_accept < 1"):
+        run_hmc(t, **{"delta": 0.04, "informed_rows": 0, "warmup": 2, "samples": 20, **bad})
+    with pytest.raises(InvalidOptionError, match=r"informed_rows must be in \[0, 3\], got 1.5"):
+        run_hmc(t, delta=0.04, informed_rows=1.5)
+
+
+def test_sweeps_refuse_a_repeated_seed_and_an_infinite_r():
+    # a repeated seed averaged copies of one chain (sem 0.0); r=inf raised OverflowError
+    with pytest.raises(InvalidOptionError, match="no seed may repeat"):
+        hmc_check(r_values=[0.5], seeds=[0, 0])
+    with pytest.raises(InvalidOptionError, match=r"r_values must be positive and finite, got \[inf\]"):
+        hmc_check(r_values=[math.inf])
+    with pytest.raises(InvalidOptionError, match="no seed may repeat"):
+        student_sweep(widths=[1, 2], seeds=[0, 0])
+
+
+def test_student_refuses_a_fractional_width_and_an_infinite_rate():
+    # width 2.5 trained width 2 in student_sweep (and a TypeError in train_student); lr=inf returned NaN
+    t = make_teacher(readout("power", 3), d=5, n=20, delta=0.05, centred=False, n_test=50)
+    for bad in (dict(width=2.5), dict(width=2, lr=math.inf), dict(width=2, epochs=2.5)):
+        with pytest.raises(InvalidOptionError, match=r"\(whole numbers, a finite lr\)"):
+            train_student(t, **bad)
+    with pytest.raises(InvalidOptionError, match="width, epochs and batches must be >= 1"):
+        student_sweep(widths=[2.5], d=5, k=3, n=20, epochs=2)
+
+
+def test_sizes_past_memory_are_refused_before_allocating():
+    # `wbfe theory hmc --d 1000000000 --k 2` ran past two minutes; `student --widths 1e20` ended in torch's
+    # RuntimeError with a C++ backtrace
+    with pytest.raises(InvalidOptionError, match=r"1000 training and 20000 test samples of dimension 100000 need 15.6 "
+                                                 r"GiB \(limit 4 GiB\); lower n \(r\), n_test or d"):
+        make_teacher(readout("power", 2), d=100_000, n=1000, delta=0.04)
+    t = make_teacher(readout("power", 3), d=5, n=20, delta=0.05, centred=False, n_test=80)
+    with pytest.raises(InvalidOptionError, match=r"the activations of width 10000000 on 100 samples need 7.5 GiB"):
+        train_student(t, 10**7)
+
+
 def test_student_training_is_seeded():
     t = make_teacher(readout("power", 6, beta=1.0), d=10, n=200, delta=0.05, centred=False, n_test=500, seed=1)
     a = train_student(t, 3, epochs=30, seed=2)

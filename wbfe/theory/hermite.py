@@ -15,10 +15,12 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.theory.checks import is_whole
 
 __all__ = ["Activation", "ACTIVATIONS", "get_activation", "hermite_coefficients", "Kernel", "kernel"]
 
 ArrayLike = Union[float, np.ndarray]
+MAX_DEGREE = 5000  # the kernel's table of m then holds 12,000 x (degree + 2) floats (0.5 GB)
 
 
 @dataclass(frozen=True)
@@ -78,14 +80,15 @@ def _legendre_panels(lo: float, hi: float, breaks: tuple[float, ...], width: flo
 
 def _normalised_coefficients(act: Activation, degree: int) -> tuple[np.ndarray, float]:
     """c_ℓ = E[σ(z)·He_ℓ(z)]/√ℓ! for ℓ = 0..degree, and E[σ(z)²], by one quadrature."""
-    if degree < 2:
-        raise InvalidOptionError(f"degree must be >= 2, got {degree}")
+    if not is_whole(degree) or not 2 <= degree <= MAX_DEGREE:
+        raise InvalidOptionError(f"degree must be >= 2 and <= {MAX_DEGREE} (an integer), got {degree!r}")
+    degree = int(degree)
     half_width = 2.0 * math.sqrt(degree + 1.0) + 14.0
     z, w = _legendre_panels(-half_width, half_width, act.kinks, width=0.25, order=24)
     message = "the activation must map a float64 array to finite values of the same shape"
     try:
         sig = np.asarray(act.numpy(z), dtype=np.float64)
-    except (TypeError, ValueError) as exc:  # e.g. math.tanh, which takes scalars only
+    except (ArithmeticError, TypeError, ValueError) as exc:  # e.g. math.tanh, which takes scalars only
         raise InvalidOptionError(f"{message} ({exc})") from None
     if sig.shape != z.shape or not np.all(np.isfinite(sig)):
         raise InvalidOptionError(message)
@@ -107,7 +110,7 @@ def hermite_coefficients(activation: Union[str, Activation, Callable], degree: i
         InvalidOptionError: ``degree`` < 2, or the activation does not return finite values.
     """
     coef, _ = _normalised_coefficients(get_activation(activation), degree)
-    return coef * np.exp(0.5 * np.array([math.lgamma(ell + 1.0) for ell in range(degree + 1)]))  # × √ℓ!
+    return coef * np.exp(0.5 * np.array([math.lgamma(ell + 1.0) for ell in range(len(coef))]))  # × √ℓ!
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,6 +17,7 @@ from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import resolve_device
 from wbfe.theory.hermite import kernel
+from wbfe.theory.checks import check_bytes, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]
@@ -68,10 +69,15 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
     if kern.activation.torch is None:
         raise InvalidOptionError(f"activation {kern.activation.name!r} has no torch form; use a named one")
     k = len(v)
-    if not (1 <= k <= d and n >= 1 and n_test >= 1 and delta >= 0):
-        raise InvalidOptionError(f"need 1 <= k <= d, n >= 1, n_test >= 1 and delta >= 0 (k={k}, d={d}, n={n})")
+    if not (all(is_whole(x) for x in (d, n, n_test, seed)) and 1 <= k <= d and n >= 1 and n_test >= 1
+            and 0 <= delta < math.inf and np.all(np.isfinite(v))):
+        raise InvalidOptionError(f"need whole numbers 1 <= k <= d, n >= 1, n_test >= 1 and a seed, a finite v and "
+                                 f"0 <= delta < inf (k={k}, d={d!r}, n={n!r}, delta={delta!r})")
     dev = resolve_device(device)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    d, n, n_test = int(d), int(n), int(n_test)
+    check_bytes((n + n_test + k) * d, f"{n} training and {n_test} test samples of dimension {d}",
+                "lower n (r), n_test or d")
     q, _ = torch.linalg.qr(torch.randn(d, k, generator=gen, dtype=torch.float64))
     w0 = (math.sqrt(d) * q.T).to(dev)
     x = torch.randn(n, d, generator=gen, dtype=torch.float64).to(dev)
@@ -121,12 +127,16 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
     import torch
 
     k, d = teacher.w0.shape
-    if not (warmup >= 0 and leapfrog >= 1 and 1 <= every <= samples and step_size > 0 and delta > 0):
-        raise InvalidOptionError("need warmup >= 0, leapfrog >= 1, 1 <= every <= samples, step_size > 0 and delta > 0")
-    if not 0 <= informed_rows <= k:
+    if not (all(is_whole(x) for x in (warmup, leapfrog, every, samples, seed)) and warmup >= 0 and leapfrog >= 1
+            and 1 <= every <= samples and 0 < step_size < math.inf and 0 < delta < math.inf
+            and 0 < target_accept < 1):
+        raise InvalidOptionError("need whole numbers warmup >= 0, leapfrog >= 1, 1 <= every <= samples and a seed, "
+                                 "finite step_size > 0 and delta > 0, and 0 < target_accept < 1")
+    if not (is_whole(informed_rows) and 0 <= informed_rows <= k):
         raise InvalidOptionError(f"informed_rows must be in [0, {k}], got {informed_rows}")
     dev = teacher.w0.device
-    gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
+    warmup, leapfrog, every, samples, informed_rows = map(int, (warmup, leapfrog, every, samples, informed_rows))
+    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)
     w = torch.randn(k, d, generator=gen, dtype=torch.float64).to(dev)
     w[:informed_rows] = teacher.w0[:informed_rows]
 
@@ -204,8 +214,10 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
     Raises:
         InvalidOptionError: empty ``r_values`` or ``seeds`` (and the errors of the parts).
     """
-    if not r_values or not seeds:
-        raise InvalidOptionError("r_values and seeds must not be empty")
+    if not r_values or not seeds or len(set(seeds)) < len(seeds):
+        raise InvalidOptionError("r_values and seeds must not be empty, and no seed may repeat")
+    if not all(0 < r < math.inf for r in r_values):
+        raise InvalidOptionError(f"r_values must be positive and finite, got {list(r_values)!r}")
     v = readout(kind, k, beta=beta)
     points = []
     for r in r_values:

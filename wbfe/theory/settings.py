@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Optional
+
+import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options.constraints import Constraint, Custom, Text, Validated
@@ -21,7 +23,7 @@ from wbfe.options.constraints import Constraint, Custom, Text, Validated
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
 
-def custom_rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *,
+def custom_rule(words: str, test: Callable[[Any], object], bad: tuple[Any, ...], *,
                 say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
     """A constraint that refuses a value failing ``test`` with the message ``say``."""
 
@@ -32,7 +34,7 @@ def custom_rule(words: str, test: Callable[[Any], bool], bad: tuple[Any, ...], *
             ok = False
         if not ok:
             raise InvalidOptionError(say.format(name=name, words=words, value=value))
-        return value
+        return value.item() if isinstance(value, np.generic) else value  # np.int64(5) is recorded as 5
 
     return Custom(check, words, bad=bad, optional=optional, named=True)
 
@@ -48,24 +50,33 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
 
 def _int_at_least(minimum: int) -> Custom:
     return custom_rule(f"an integer >= {minimum}",
-                       lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= minimum,
+                       lambda v: not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= minimum,
                        (minimum - 1, 1.5, True))
 
 
-def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
-    """A non-empty tuple (or list) whose every value passes ``rule``."""
+def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...], *,
+          below: Optional[int] = None) -> Custom:
+    """A non-empty tuple (list, range, array) of different values, each passing ``rule`` (and < ``below``)."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
-        values = tuple(values) if isinstance(values, (tuple, list)) else values
+        values = tuple(values) if isinstance(values, (tuple, list, range, np.ndarray)) else values
         if not isinstance(values, tuple) or not values:
             raise InvalidOptionError(f"{name} must not be empty")
-        return tuple(cast(rule(name, v)) for v in values)
+        out = tuple(cast(rule(name, v)) for v in values)
+        if len(set(out)) < len(out):  # a repeated seed is no new sample; a repeated width no new point
+            raise InvalidOptionError(f"{name} must not repeat a value, got {values!r}")
+        if below is not None and max(out) >= below:  # torch's generators take 64-bit seeds
+            raise InvalidOptionError(f"{name} must be below 2**{below.bit_length() - 1}, got {max(out)}")
+        return out
 
     return Custom(check, words, bad=bad, named=True)
 
 
+NUMBERS = (int, float, np.integer, np.floating)
+
+
 def finite_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    return not isinstance(value, bool) and isinstance(value, NUMBERS) and math.isfinite(value)
 
 
 POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v > 0,
@@ -74,7 +85,7 @@ POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v >
 NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
 DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
-SEEDS = _each(_int_at_least(0), int, "integers >= 0", ((), (-1,)))
+SEEDS = _each(_int_at_least(0), int, "integers in [0, 2**63)", ((), (-1,), (0, 0), (2**63,)), below=2**63)
 
 
 @dataclass(frozen=True)

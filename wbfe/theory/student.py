@@ -15,6 +15,7 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hmc import Teacher, make_teacher
+from wbfe.theory.checks import check_bytes, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]
@@ -33,11 +34,15 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     require_torch("training the student networks")
     import torch
 
-    if not (width >= 1 and epochs >= 1 and batches >= 1 and lr > 0):
-        raise InvalidOptionError("width, epochs and batches must be >= 1 and lr > 0")
+    if not (all(is_whole(x) for x in (width, epochs, batches, seed)) and width >= 1 and epochs >= 1 and batches >= 1
+            and 0 < lr < math.inf):
+        raise InvalidOptionError("width, epochs and batches must be >= 1 and lr > 0 (whole numbers, a finite lr)")
+    width, epochs, batches = int(width), int(epochs), int(batches)
+    n_all = teacher.x.shape[0] + teacher.x_test.shape[0]
+    check_bytes(width * n_all, f"the activations of width {width} on {n_all} samples", "lower the width")
     n, d = teacher.x.shape
     dev = teacher.x.device
-    gen = torch.Generator(device="cpu").manual_seed(seed + 104729)
+    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 104729)
     w = torch.randn(width, d, generator=gen, dtype=torch.float64)
     w = (w / w.norm(dim=1, keepdim=True)).to(dev).requires_grad_(True)
     a = torch.zeros(width, dtype=torch.float64, device=dev, requires_grad=True)
@@ -97,15 +102,15 @@ def student_sweep(*, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 3
     Raises:
         InvalidOptionError: empty ``widths`` or ``seeds`` (and the errors of the parts).
     """
-    if not widths or not seeds:
-        raise InvalidOptionError("widths and seeds must not be empty")
+    if not widths or not seeds or len(set(seeds)) < len(seeds):
+        raise InvalidOptionError("widths and seeds must not be empty, and no seed may repeat")
     v = readout(kind, k, beta=beta)
     sol = solve(v, delta=delta, d=d, n=n, activation=activation)
     errs = np.empty((len(seeds), len(widths)))
     for i, seed in enumerate(seeds):
         t = make_teacher(v, d=d, n=n, delta=delta, activation=activation, centred=False, seed=seed, device=device)
         for j, width in enumerate(widths):
-            errs[i, j] = train_student(t, int(width), epochs=epochs, batches=batches, lr=lr, seed=seed)
+            errs[i, j] = train_student(t, width, epochs=epochs, batches=batches, lr=lr, seed=seed)
     mean = errs.mean(axis=0)
     sem = errs.std(axis=0, ddof=1) / math.sqrt(len(seeds)) if len(seeds) > 1 else np.full(len(widths), math.nan)
     return StudentSweep(tuple(int(w) for w in widths), tuple(float(x) for x in mean), tuple(float(x) for x in sem),

@@ -15,11 +15,13 @@ import numpy as np
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hermite import Activation, Kernel, kernel
 from wbfe.theory.json_io import fields_dict
+from wbfe.theory.checks import is_whole
 
 __all__ = ["READOUTS", "readout", "fixed_point_map", "FixedPoint", "solve", "Sweep", "sweep", "fit_slope", "RegimeFit",
            "fit_regimes", "ScalingRow", "scaling_table"]
 
 READOUTS: tuple[str, ...] = ("power", "dense", "exp", "sparse")
+MAX_K = 10**8  # a readout of 800 MB; the solver holds a few arrays of its size
 ActivationLike = Union[str, Activation, Callable[[np.ndarray], np.ndarray]]
 
 
@@ -27,12 +29,12 @@ def check_readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, no
     """What :func:`readout` refuses, checked without building v (the settings check a run's before any work)."""
     if kind not in READOUTS:
         raise unknown_name("readout", kind, list(READOUTS))
-    if k < 1:
-        raise InvalidOptionError(f"k must be >= 1, got {k}")
+    if not is_whole(k) or k < 1:
+        raise InvalidOptionError(f"k must be an integer >= 1, got {k!r}")
     if kind == "power" and not beta >= 0:
         raise InvalidOptionError(f"beta must be >= 0, got {beta}")
-    if kind == "exp" and not rate > 0:
-        raise InvalidOptionError(f"rate must be > 0, got {rate}")
+    if kind == "exp" and not 0 < rate < math.inf:
+        raise InvalidOptionError(f"rate must be > 0 and finite, got {rate}")
     if kind == "sparse" and not 1 <= nonzeros <= k:
         raise InvalidOptionError(f"nonzeros must be in [1, k={k}], got {nonzeros}")
 
@@ -48,11 +50,13 @@ def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros
         UnknownNameError: an unknown kind.
     """
     check_readout(kind, k, beta=beta, rate=rate, nonzeros=nonzeros)
-    i = np.arange(1, k + 1, dtype=np.float64)
+    if k > MAX_K:  # the run's limit, not the settings' (they hold any k)
+        raise InvalidOptionError(f"k must be at most {MAX_K:,} (the readout is held in memory), got {k}")
+    i = np.arange(1, int(k) + 1, dtype=np.float64)
     if kind == "power":
         v = i ** (-beta)
     elif kind == "dense":
-        v = np.ones(k)
+        v = np.ones(int(k))
     elif kind == "exp":
         v = np.exp(-rate * (i - 1.0))
     else:
@@ -173,8 +177,10 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         InvalidOptionError: a non-positive Δ, d, n or r, an empty v, or both/neither of n and r.
     """
     v = np.asarray(v, dtype=np.float64).ravel()
-    if v.size == 0 or not np.all(np.isfinite(v)):
-        raise InvalidOptionError("the readout v must be a non-empty finite vector")
+    if v.size == 0 or not np.all(np.isfinite(v)) or not 0 < float(v @ v) < math.inf:
+        raise InvalidOptionError("the readout v must be a non-empty finite vector, not all zero")
+    if not (is_whole(grid_points) and grid_points >= 2 and is_whole(max_jumps) and max_jumps >= 0):
+        raise InvalidOptionError(f"need grid_points >= 2 and max_jumps >= 0, got {grid_points!r} and {max_jumps!r}")
     if not (math.isfinite(delta) and delta > 0):
         raise InvalidOptionError(f"delta must be positive, got {delta}")
     kern = kern if kern is not None else kernel(activation)
@@ -237,6 +243,8 @@ class Sweep:
 def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float], np.ndarray],
           activation: ActivationLike = "tanh2", kern: Optional[Kernel] = None, grid_points: int = 300) -> Sweep:
     """Solve the fixed point at each r = n/(kd) in ``r_values`` (see :func:`solve` for the errors)."""
+    if not len(r_values):
+        raise InvalidOptionError("r_values must not be empty")
     kern = kern if kern is not None else kernel(activation)
     sols = [solve(v, delta=delta, d=d, r=float(r), kern=kern, grid_points=grid_points) for r in r_values]
     return Sweep(
@@ -250,8 +258,11 @@ def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float
 def fit_slope(x: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> float:
     """Least-squares slope of log y against log x (NaN when fewer than ``min_points`` usable points)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape:
+        raise InvalidOptionError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
     ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    if np.count_nonzero(ok) < min_points:
+    # One distinct x has no slope (polyfit raised LinAlgError on it).
+    if np.count_nonzero(ok) < max(min_points, 2) or np.ptp(x[ok]) == 0:
         return math.nan
     return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
 
@@ -296,7 +307,9 @@ def fit_regimes(sw: Sweep, *, beta: float, kc_min: int = 8, kc_max_frac: float =
     def window(mask: np.ndarray) -> tuple[float, float]:
         return (float(sw.n[mask].min()), float(sw.n[mask].max())) if mask.any() else (math.nan, math.nan)
 
-    return RegimeFit(a_fl, 1.0 / (2.0 * beta) - 1.0, window(fl), a_rf, -1.0, window(rf), reasons)
+    # β = 0 (a dense readout): the prediction's limit, not a ZeroDivisionError.
+    predicted = 1.0 / (2.0 * beta) - 1.0 if beta != 0 else math.inf
+    return RegimeFit(a_fl, predicted, window(fl), a_rf, -1.0, window(rf), reasons)
 
 
 def _too_few_refinement(sw: Sweep, rf: np.ndarray, all_on: np.ndarray, refine_factor: float) -> str:
@@ -361,10 +374,10 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
     Raises:
         InvalidOptionError: fewer than 3 dimensions or a non-positive r, γ or Δ.
     """
-    if len(d_values) < 3:
-        raise InvalidOptionError(f"need at least 3 values of d, got {len(d_values)}")
-    if not (r > 0 and gamma > 0 and delta > 0):
-        raise InvalidOptionError("r, gamma and delta must be positive")
+    if len(set(d_values)) < 3 or not all(is_whole(d) and d >= 1 for d in d_values):
+        raise InvalidOptionError(f"need at least 3 different integers d >= 1, got {list(d_values)!r}")
+    if not all(0 < x < math.inf for x in (r, gamma, delta)):
+        raise InvalidOptionError("r, gamma and delta must be positive and finite")
     kern = kernel(activation)
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:

@@ -47,6 +47,8 @@ def fit_kernel_ridge(inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, 
     y = np.asarray(y, dtype=np.float64)
     if inputs.ndim != 2 or y.shape != (inputs.shape[0],) or inputs.shape[0] < 2:
         raise InvalidOptionError("kernel ridge needs inputs (n, dim) and y (n,) with n >= 2")
+    if not (np.all(np.isfinite(inputs)) and np.all(np.isfinite(y))):  # eigh's LinAlgError, or a NaN fit
+        raise InvalidOptionError("kernel ridge needs finite inputs and y")
     if not ridges or any(not r > 0.0 for r in ridges):
         raise InvalidOptionError(f"ridges must be positive, not {ridges!r}")
     n = inputs.shape[0]

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
+from wbfe.theory.checks import is_whole
+from wbfe.theory.settings import finite_number
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
            "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]
@@ -136,12 +138,12 @@ def _activation(name: str, s: np.ndarray) -> np.ndarray:
     return np.tanh(s) if name == "tanh" else s
 
 
-def is_whole(value: object) -> bool:
-    """Whether ``value`` is a whole number (3, 3.0, numpy's integers); False for inf, NaN, None, strings, bools."""
-    try:
-        return not isinstance(value, bool) and int(value) == value  # type: ignore[call-overload]
-    except (TypeError, ValueError, OverflowError):
-        return False
+def _rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if not (is_whole(seed) and seed >= 0):  # numpy's ValueError/TypeError otherwise
+        raise InvalidOptionError(f"seed must be an integer >= 0 or a SeedSequence, not {seed!r}")
+    return np.random.default_rng(int(seed))
 
 
 def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float = 0.5, activation: str = "identity",
@@ -155,11 +157,7 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     """
     if not is_whole(d) or d < 2:
         raise InvalidOptionError(f"d must be an integer >= 2, not {d!r}")
-    try:
-        finite = math.isfinite(eps) and not isinstance(eps, bool)
-    except TypeError:
-        finite = False
-    if not finite:
+    if not finite_number(eps):
         raise InvalidOptionError(f"eps must be a finite number, not {eps!r}")
     big_d = feature_dim(int(d))
     p_used = int(round(d**eps)) if p is None else p
@@ -170,7 +168,7 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS)):
         if value not in known:
             raise unknown_name(kind, value, known)
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     q, r = np.linalg.qr(rng.standard_normal((big_d, int(p_used))))
     a = q * np.sign(np.diag(r))  # the Haar-distributed orthonormal frame
     raw = rng.choice([-1.0, 1.0], size=int(p_used)) * np.arange(1, p_used + 1) ** (-float(gamma))
@@ -192,7 +190,7 @@ def sample_data(teacher: HierarchicalTeacher, n: int, *,
     """
     if not is_whole(n) or n < 1:
         raise InvalidOptionError(f"n must be a positive integer, not {n!r}")
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     dim = teacher.d if teacher.features == "hermite" else feature_dim(teacher.d)
     data = FeatureData(teacher.features, rng.standard_normal((int(n), dim)), teacher.d)
     h = data.project(teacher.a)  # the latents; y = (g*(s) − E g*)/sd g*

@@ -114,6 +114,8 @@ def fit_spectral(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "aut
     y = np.asarray(y, dtype=np.float64)
     if y.shape != (data.n,):
         raise InvalidOptionError(f"y must have shape ({data.n},), not {y.shape}")
+    if not np.all(np.isfinite(y)):  # eigh's LinAlgError otherwise
+        raise InvalidOptionError(f"y must be finite; it has {np.count_nonzero(~np.isfinite(y))} inf/NaN values")
     vals, vecs = top_eigenpairs(data, y, k, solver=solver, seed=seed, tol=tol)
     h_hat = data.project(vecs)
     second = (h_hat.T @ (y[:, None] * h_hat) - float(np.sum(y)) * np.eye(vecs.shape[1])) / (2.0 * data.n)
