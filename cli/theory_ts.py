@@ -42,7 +42,7 @@ def _floats(text: str, name: str) -> list[float]:
 
 def _ints(text: str, name: str) -> list[int]:
     values = _floats(text, name)
-    if any(v != int(v) for v in values):
+    if not all(math.isfinite(v) and v == int(v) for v in values):  # int(inf) and int(nan) raise
         raise InvalidOptionError(f"{name} must be comma-separated integers, got {text!r}")
     return [int(v) for v in values]
 

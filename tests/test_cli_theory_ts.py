@@ -103,3 +103,12 @@ def test_student_command_table(tmp_path):
     assert "k_c (theory) =" in res.stdout and (tmp_path / "student.png").is_file()
     saved = json.loads((tmp_path / "student.json").read_text())
     assert saved["widths"] == [1, 4] and len(saved["test_error"]) == 2
+
+
+@pytest.mark.parametrize("option", ["--widths", "--seeds"])
+@pytest.mark.parametrize("value", ["inf", "nan", "4,-inf"])
+def test_non_finite_integer_lists_are_refused_in_one_line(option, value):
+    # int(inf) raised OverflowError and int(nan) ValueError: a traceback and exit 1.
+    res = _invoke("student", option, value)
+    assert res.exit_code == 2, res.output
+    assert res.output == f"wbfe: error: {option} must be comma-separated integers, got {value!r}\n"
