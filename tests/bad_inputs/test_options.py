@@ -331,10 +331,12 @@ def test_unwritable_cache_folder_is_an_error_before_scoring(tmp_path: Path) -> N
 def test_a_ranking_with_no_metric_is_an_error(tmp_path: Path) -> None:
     folder = tmp_path / "zoo"
     folder.mkdir()
-    (folder / "zoo.csv").write_text("model,acc\nmissing-a.safetensors,0.5\nmissing-b.safetensors,0.7\n")
-    with pytest.raises(NothingRankedError, match="no metric could be ranked: 2 of 2 models failed") as caught:
+    # Three models (a ranking needs three quality values before any is scored), none of which can be read.
+    (folder / "zoo.csv").write_text("model,acc\nmissing-a.safetensors,0.5\nmissing-b.safetensors,0.7\n"
+                                    "missing-c.safetensors,0.6\n")
+    with pytest.raises(NothingRankedError, match="no metric could be ranked: 3 of 3 models failed") as caught:
         rank(folder / "zoo.csv", "acc", cache_dir=False, metrics="bfe")
-    assert len(caught.value.result.failed) == 2  # type: ignore[attr-defined]
+    assert len(caught.value.result.failed) == 3  # type: ignore[attr-defined]
     assert_one_line(cli("rank", str(folder / "zoo.csv"), "--no-cache", "--quiet", "--metrics", "bfe"),
                     "no metric could be ranked")
 

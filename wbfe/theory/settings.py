@@ -12,10 +12,9 @@ wbfe.errors.InvalidOptionError: need 0 < r_min < r_max and points >= 2 (got 5.0,
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Optional
-
-import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options.constraints import Constraint, Custom, Text, Validated
@@ -34,7 +33,8 @@ def custom_rule(words: str, test: Callable[[Any], object], bad: tuple[Any, ...],
             ok = False
         if not ok:
             raise InvalidOptionError(say.format(name=name, words=words, value=value))
-        return value.item() if isinstance(value, np.generic) else value  # np.int64(5) is recorded as 5
+        # np.int64(5) is recorded as 5 (numpy is not imported here: the CLI's --help must not load it)
+        return value.item() if isinstance(value, numbers.Number) and hasattr(value, "item") else value
 
     return Custom(check, words, bad=bad, optional=optional, named=True)
 
@@ -50,7 +50,7 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
 
 def _int_at_least(minimum: int) -> Custom:
     return custom_rule(f"an integer >= {minimum}",
-                       lambda v: not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= minimum,
+                       lambda v: not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= minimum,
                        (minimum - 1, 1.5, True))
 
 
@@ -59,7 +59,8 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
     """A non-empty tuple (list, range, array) of different values, each passing ``rule`` (and < ``below``)."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
-        values = tuple(values) if isinstance(values, (tuple, list, range, np.ndarray)) else values
+        values = (tuple(values.tolist()) if hasattr(values, "tolist") and hasattr(values, "ndim")  # a numpy array
+                  else tuple(values) if isinstance(values, (tuple, list, range)) else values)
         if not isinstance(values, tuple) or not values:
             raise InvalidOptionError(f"{name} must not be empty")
         out = tuple(cast(rule(name, v)) for v in values)
@@ -72,7 +73,7 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
     return Custom(check, words, bad=bad, named=True)
 
 
-NUMBERS = (int, float, np.integer, np.floating)
+NUMBERS = numbers.Real  # NumPy's integers and floats too
 
 
 def finite_number(value: Any) -> bool:
