@@ -216,6 +216,9 @@ def test_bad_adapters(tmp_path) -> None:
         wbfe.score(_write_adapter(tmp_path / "ia3", good, r=4, lora_alpha=8, peft_type="IA3"))
     with pytest.raises(wbfe.CorruptCheckpointError, match="lora_alpha"):
         wbfe.score(_write_adapter(tmp_path / "alpha", good, r=4, lora_alpha=-1))
+    # use_dora without magnitude vectors: merged as plain LoRA, W0 + dW would not be the adapted weight.
+    with pytest.raises(wbfe.CorruptCheckpointError, match="says use_dora, but module 'fc' has no lora_magnitude_vector"):
+        wbfe.score(_write_adapter(tmp_path / "dora", good, r=4, lora_alpha=8, use_dora=True))
     folder = _write_adapter(tmp_path / "ok", good, r=4, lora_alpha=8)
     save_file({"fc.weight": torch.randn(20, 30)}, str(tmp_path / "wrong.safetensors"))
     with pytest.raises(wbfe.CorruptCheckpointError, match="not this adapter's base"):

@@ -126,8 +126,8 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
 
     Raises:
         InvalidOptionError: ``base`` given but ``source`` is not an adapter.
-        CorruptCheckpointError: a module with one factor, factors that disagree with each other or the
-            configured rank, or a base weight of another shape.
+        CorruptCheckpointError: a module with one factor (or no magnitude vector under use_dora), factors that
+            disagree with each other or the configured rank, or a base weight of another shape.
         NoUsableMatrixError: nothing to score.
     """
     from wbfe import engine
@@ -193,6 +193,9 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
     if module.a is None or module.b is None:
         missing = "lora_A" if module.a is None else "lora_B"
         raise CorruptCheckpointError(f"{where}: module {module.name!r} has no {missing} factor")
+    if lora.use_dora and module.magnitude is None:  # merged without it, W0 + dW would not be the adapted weight
+        raise CorruptCheckpointError(f"{where}: the adapter config says use_dora, but module {module.name!r} has no "
+                                     "lora_magnitude_vector")
     r, alpha = lora.rank_and_alpha(module.name)
     scale = lora.scaling(module.name)
     left, right = lora_factors(module.a.load(), module.b.load(), embedding=module.embedding)
