@@ -113,3 +113,15 @@ def test_intra_product_of_extreme_weights_is_the_product_of_their_directions(s0:
     rng = np.random.default_rng(0)
     w0, w1 = rng.standard_normal((20, 30)), rng.standard_normal((40, 20))
     np.testing.assert_allclose(intra_matrix(w0 * s0, w1 * s1), intra_matrix(w0, w1), rtol=1e-12)
+
+
+def test_a_seed_past_32_bits_is_refused_before_any_work() -> None:
+    # WeightWatcher's masks use numpy's legacy RandomState: seed 2**32 passed the options, then numpy raised ValueError.
+    import wbfe
+    from wbfe.errors import InvalidOptionError
+
+    g = torch.Generator().manual_seed(0)
+    state = {"a.weight": torch.randn(20, 30, generator=g), "b.weight": torch.randn(40, 20, generator=g)}
+    with pytest.raises(InvalidOptionError, match=r"^seed must be a non-negative integer below 2\*\*32, not 4294967296$"):
+        wbfe.score(state, metrics="bfe", intra=True, seed=2**32)
+    assert any(row["role"] == "intra" for row in wbfe.score(state, metrics="bfe", intra=True, seed=2**32 - 1).layers)

@@ -78,7 +78,7 @@ OPTION_CASES = [
     OptionCase("device tpu", {"device": "tpu"}, ("--device", "tpu"), InvalidOptionError,
                "device must be auto, cpu or cuda, not 'tpu'"),
     OptionCase("seed -1", {"seed": -1}, ("--seed", "-1"), InvalidOptionError,
-               "seed must be a non-negative integer, not -1"),
+               "seed must be a non-negative integer below 2**32, not -1"),
     OptionCase("min_eigs 0", {"min_eigs": 0}, ("--min-eigs", "0"), InvalidOptionError,
                "min_eigs must be a positive integer, not 0"),
     OptionCase("unknown metric", {"metrics": "bfe,nope"}, ("--metrics", "bfe,nope"), UnknownNameError,
@@ -292,7 +292,7 @@ RANK_CASES = [
     ("lambda -1", {"lam": -1.0}, ("--lambda", "-1"), "lambda must be 'opt' or a positive number"),
     ("device tpu", {"device": "tpu"}, ("--device", "tpu"), "device must be auto, cpu or cuda, not 'tpu'"),
     ("stats seed -1", {"stats_seed": -1}, ("--stats-seed", "-1"), "seed must be a non-negative integer, not -1"),
-    ("score seed -1", {"score_seed": -1}, ("--seed", "-1"), "seed must be a non-negative integer, not -1"),
+    ("score seed -1", {"score_seed": -1}, ("--seed", "-1"), "seed must be a non-negative integer below 2**32, not -1"),
     ("n_boot 0", {"n_boot": 0}, ("--n-boot", "0"), "n_boot must be a positive integer, not 0"),
     ("unknown metric", {"metrics": "nope"}, ("--metrics", "nope"), "unknown metric group 'nope'"),
 ]

@@ -208,6 +208,8 @@ LAYERS = Custom(check_layers, "a regular expression that matches in linear time"
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
 HEAD = Text("a tensor or module name", optional=True)
+# WeightWatcher's draws (intra masks, sharpen's shuffles) use numpy's legacy RandomState, which takes 32 bits.
+SEED = Integer(0, 2**32 - 1, words="a non-negative integer below 2**32")
 
 
 class _Filled(str):
@@ -228,7 +230,7 @@ class ScoreOptions(Validated):
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "min_eigs": Integer(1), "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
-        "ww_compatible": Flag(), "seed": Integer(0), "device": DEVICE,
+        "ww_compatible": Flag(), "seed": SEED, "device": DEVICE,
         "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
         "intra": Flag(), "stream": Flag(optional=True),
     }
@@ -339,7 +341,7 @@ class CompareOptions(Validated):
         "metrics": METRICS, "stream": Flag(optional=True),
         "name_map": Custom(check_name_map, "REGEX=REPLACEMENT strings or (regex, replacement) pairs",
                            bad=("no-equals-sign", "(a+)+=x", "=x", [3], 1.5)),
-        "top_k": Integer(1), "min_eigs": Integer(1), "seed": Integer(0), "layers": LAYERS, "lam": LAMBDA,
+        "top_k": Integer(1), "min_eigs": Integer(1), "seed": SEED, "layers": LAYERS, "lam": LAMBDA,
         "device": DEVICE,
     }
 
@@ -463,7 +465,7 @@ class EditOptions(Validated):
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "percent": Real(0.0, 1.0, open=False), "method": Choice(("svd", "detx")), "layers": LAYERS,
-        "seed": Integer(0), "ww_compatible": Flag(),
+        "seed": SEED, "ww_compatible": Flag(),
     }
 
     percent: float = 0.8
