@@ -50,7 +50,7 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
 
 def _int_at_least(minimum: int) -> Custom:
     return custom_rule(f"an integer >= {minimum}",
-                       lambda v: not isinstance(v, bool) and isinstance(v, numbers.Integral) and v >= minimum,
+                       lambda v: is_number(v, numbers.Integral) and v >= minimum,
                        (minimum - 1, 1.5, True))
 
 
@@ -73,11 +73,14 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
     return Custom(check, words, bad=bad, named=True)
 
 
-NUMBERS = numbers.Real  # NumPy's integers and floats too
+def is_number(value: Any, kind: type = numbers.Real) -> bool:
+    """Whether ``value`` is a number of ``kind`` (NumPy's included: numbers' ABCs, numpy not imported); never a bool."""
+    return isinstance(value, kind) and not isinstance(value, bool)
+
 
 
 def finite_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, NUMBERS) and math.isfinite(value)
+    return is_number(value) and math.isfinite(value)
 
 
 POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v > 0,

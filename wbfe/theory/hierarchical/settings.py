@@ -13,7 +13,7 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.settings import NUMBERS, finite_number, custom_rule
+from wbfe.theory.settings import custom_rule, finite_number, is_number
 
 __all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
 
@@ -23,7 +23,7 @@ _NOT = "{name} must be {words}, not {value!r}"
 
 def _int(words: str, minimum: int, bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
     """A whole number (an int, or a float equal to one) >= ``minimum``."""
-    return custom_rule(words, lambda v: not isinstance(v, bool) and isinstance(v, NUMBERS) and int(v) == v
+    return custom_rule(words, lambda v: is_number(v) and int(v) == v
                        and v >= minimum, bad + (math.inf,), say=_NOT, optional=optional)
 
 
