@@ -157,6 +157,16 @@ def test_bad_csv_and_revisions(tmp_path: Path) -> None:
         discover_run(tmp_path / "missing")
 
 
+def test_a_revision_list_of_two_repos_is_refused() -> None:
+    """org/a@step1,org/b@step2 was taken as one run named 'org/a,org/b': two models' checkpoints compared as steps."""
+    with pytest.raises(InvalidOptionError) as info:
+        discover_run("org/a@step1,org/b@step2")
+    assert str(info.value) == ("a revision list names two repos (org/a and org/b): a run is one model's checkpoints; "
+                               "for checkpoints in several repos, list them in a run CSV with step and checkpoint "
+                               "columns")
+    assert discover_run("Org/A@step1,org/a@step2").name == "Org/A"  # the hub matches repo ids without case
+
+
 # --- the rule -----------------------------------------------------------------------------------
 
 def test_layer_statistic_is_the_median_log_ratio() -> None:

@@ -244,7 +244,7 @@ def _from_hub_list(text: str) -> Run:
     from wbfe.sources.hub import HUB_ID
 
     found: dict[int, CheckpointRef] = {}
-    repos = set()
+    repo = ""
     for part in (p.strip() for p in text.split(",")):
         match = HUB_ID.match(part)
         if not part or not match or not match.group("rev"):
@@ -252,9 +252,16 @@ def _from_hub_list(text: str) -> Run:
         step = parse_step(match.group("rev"))
         if step is None:
             raise InvalidOptionError(f"cannot parse a step from the revision of {part!r}")
-        repos.add(match.group("repo"))
+        # A run is one model's checkpoints: two repos in one list is most likely a slip that would compare two models
+        # as one run's steps. Checkpoints that really live in several repos go in a run CSV's checkpoint column.
+        # Hub repo ids are matched without regard to case, as the hub does.
+        if repo and match.group("repo").casefold() != repo.casefold():
+            raise InvalidOptionError(f"a revision list names two repos ({repo} and {match.group('repo')}): a run is "
+                                     "one model's checkpoints; for checkpoints in several repos, list them in a run "
+                                     "CSV with step and checkpoint columns")
+        repo = repo or match.group("repo")
         _add(found, CheckpointRef(step, part), part, "revision list")
-    return _ordered(",".join(sorted(repos)), found)
+    return _ordered(repo, found)
 
 
 _HF_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
