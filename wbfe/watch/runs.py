@@ -314,7 +314,8 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
     Raises:
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
         InvalidOptionError: a checkpoint name without a step, two checkpoints with one step,
-            ambiguous names, a malformed CSV, revision list, step pattern or trainer state.
+            ambiguous names, a malformed CSV, revision list, step pattern or trainer state, a folder's
+            metrics.csv that is not a regular file.
     """
     text = str(run)
     from wbfe.options import compile_layers
@@ -335,6 +336,10 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
                 if step in metrics:
                     raise InvalidOptionError(f"{table}:{i}: a second row for step {step}; keep one row per step")
                 metrics[step] = row
+        elif table.exists() or table.is_symlink():  # a folder, FIFO or dangling link was skipped without a word
+            kind = "a folder" if table.is_dir() else "a broken link" if not table.exists() else "not a regular file"
+            raise InvalidOptionError(f"{table} is {kind}: a run's metrics.csv must be a CSV file; replace or remove it",
+                                     path=str(table))
         else:
             metrics = trainer_state_metrics(path, hf) if hf else {}
         return _ordered(str(path), {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
