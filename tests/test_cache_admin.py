@@ -188,3 +188,23 @@ def test_a_cache_this_user_cannot_write_is_refused_in_one_line(cache: Path, monk
     with pytest.raises(InvalidOptionError, match=r"cannot remove .* \(Permission denied\): prune a cache folder"):
         prune_cache(cache, max_size=0, older_than=0, now=NOW)
     assert cache_info(cache).total == before
+
+
+def test_a_missing_folder_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistyped --cache-dir showed an empty cache as if it existed, and prune 'removed nothing' from it."""
+    runner = CliRunner()
+    missing = tmp_path / "no" / "such"
+    table = runner.invoke(_cli(), ["info", "--cache-dir", str(missing)])
+    assert table.exit_code == 0 and table.stdout.splitlines()[1] == "  note: this folder does not exist"
+    data = json.loads(runner.invoke(_cli(), ["info", "--cache-dir", str(missing), "--format", "json"]).stdout)
+    assert data["exists"] is False and data["total_bytes"] == 0
+    with pytest.raises(InvalidOptionError, match=r"^no such cache folder: .*such: give the folder"):
+        prune_cache(missing)
+    assert not missing.exists()
+    monkeypatch.setenv("WBFE_CACHE_DIR", str(missing))  # wbfe's own folder before first use: not an error
+    table = runner.invoke(_cli(), ["info"])
+    assert table.exit_code == 0 and table.stdout.splitlines()[1] == "  not created yet (wbfe creates it on first use)"
+    pruned = runner.invoke(_cli(), ["prune"])
+    assert pruned.exit_code == 0
+    assert pruned.stdout == f"nothing to prune: {missing} is not created yet (wbfe creates it on first use)\n"
+    assert cache_info(tmp_path).exists is True and not missing.exists()

@@ -359,3 +359,15 @@ def test_a_zoo_that_cannot_rank_is_refused_before_scoring(tmp_path: Path, qualit
         run(spec, False, scorer)
     assert scorer.calls == []
 
+
+
+def test_n_scored_counts_models_scored_not_models_tried(tmp_path: Path) -> None:
+    """n_scored is documented as the models scored in this run; it counted failures too, and the CLI printed
+    "6 scored" beside "failed (2)"."""
+    from wbfe_cli.rank import rank_table
+
+    result = run(make_zoo(tmp_path / "zoo"), False, Counting(fail_on=("m1.txt", "m4.txt")))
+    assert (result.n_scored, result.n_cached, len(result.failed)) == (4, 0, 2)
+    table = rank_table(result)
+    assert "4 models ranked by test_accuracy (higher is better); 4 scored, 0 from cache" in table
+    assert "\nfailed (2):\n" in table

@@ -53,6 +53,20 @@ def test_length_mismatch_raises() -> None:
         stats.spearman([1, 2, 3], [1, 2])
 
 
+@pytest.mark.parametrize("x", [[[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0, 3.0, 4.0]], [[1.0], [2.0], [3.0], [4.0]], 2.0])
+def test_input_that_is_not_1d_is_refused(x: object) -> None:
+    """A 2-D table was flattened: [[1, 2], [3, 4]] against four qualities paired values of different models."""
+    y = [4.0, 3.0, 1.0, 2.0]
+    shape = np.shape(x)
+    for fn in (stats.correlate, stats.bootstrap_ci, stats.permutation_p_value, stats.spearman, stats.kendall_tau,
+               stats.pearson):
+        with pytest.raises(InvalidOptionError) as info:
+            fn(x, y)
+        assert str(info.value) == f"x and y must be 1-D, one value per model; x has shape {shape}"
+        with pytest.raises(InvalidOptionError, match=r"y has shape \(4, 1\)"):
+            fn(y, np.reshape(y, (4, 1)))
+
+
 def _brute_force_p(x: np.ndarray, y: np.ndarray) -> float:
     observed = abs(sps.spearmanr(x, y).statistic)
     hits = total = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,30 @@ def test_bad_csv_and_revisions(tmp_path: Path) -> None:
         discover_run("org/m@main,org/m@step2")
     with pytest.raises(SourceNotFoundError):
         discover_run(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("make, kind", [(lambda p: p.mkdir(), "a folder"),
+                                        (lambda p: os.mkfifo(p), "not a regular file"),
+                                        (lambda p: p.symlink_to(p.parent / "gone.csv"), "a broken link")])
+def test_a_metrics_csv_that_is_not_a_file_is_refused(tmp_path: Path, make, kind: str) -> None:  # noqa: ANN001
+    """A metrics.csv folder or FIFO in a run folder was skipped: the run came back with no test losses."""
+    for step in (1, 2):
+        touch_weights(tmp_path / f"step-{step}.safetensors")
+    make(tmp_path / "metrics.csv")
+    with pytest.raises(InvalidOptionError) as info:
+        discover_run(tmp_path)
+    assert str(info.value) == (f"{tmp_path / 'metrics.csv'} is {kind}: a run's metrics.csv must be a CSV file; "
+                               "replace or remove it")
+
+
+def test_a_revision_list_of_two_repos_is_refused() -> None:
+    """org/a@step1,org/b@step2 was taken as one run named 'org/a,org/b': two models' checkpoints compared as steps."""
+    with pytest.raises(InvalidOptionError) as info:
+        discover_run("org/a@step1,org/b@step2")
+    assert str(info.value) == ("a revision list names two repos (org/a and org/b): a run is one model's checkpoints; "
+                               "for checkpoints in several repos, list them in a run CSV with step and checkpoint "
+                               "columns")
+    assert discover_run("Org/A@step1,org/a@step2").name == "Org/A"  # the hub matches repo ids without case
 
 
 # --- the rule -----------------------------------------------------------------------------------

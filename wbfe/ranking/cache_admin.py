@@ -110,12 +110,15 @@ def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:
 @dataclass(frozen=True)
 class CacheInfo:
     """What a cache folder holds: every removable unit, the bytes of files wbfe did not write and the symbolic links
-    seen (neither ever removed)."""
+    seen (neither ever removed). ``exists`` is False for a folder that is not there; ``default`` says it is wbfe's
+    own folder (then it is merely not created yet), not one the caller named."""
 
     directory: Path
     units: tuple[CacheUnit, ...]
     other_bytes: int
     links: int
+    exists: bool = True
+    default: bool = False
 
     @property
     def total(self) -> int:
@@ -134,13 +137,17 @@ class CacheInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape."""
-        return {"directory": str(self.directory), "total_bytes": self.total, "kinds": self.by_kind(),
+        return {"directory": str(self.directory), "exists": self.exists, "total_bytes": self.total,
+                "kinds": self.by_kind(),
                 "other_bytes": self.other_bytes, "links_skipped": self.links, "default_max_bytes": DEFAULT_MAX_SIZE}
 
     def table(self) -> str:
         """A text summary, one line per kind."""
         now = time.time()
         lines = [f"cache: {self.directory}"]
+        if not self.exists:
+            lines.append("  not created yet (wbfe creates it on first use)" if self.default
+                         else "  note: this folder does not exist")
         for kind, row in self.by_kind().items():
             ages = "" if row["oldest_use"] is None else (
                 f", last used {(now - row['newest_use']) / 86400:.1f}-{(now - row['oldest_use']) / 86400:.1f} days ago")
@@ -159,6 +166,7 @@ def cache_info(directory: Union[str, Path, None] = None) -> CacheInfo:
     Raises:
         InvalidOptionError: the path exists and is not a folder.
     """
+    default = directory is None
     directory = wbfe_cache_dir() if directory is None else directory
     if not os.fspath(directory).strip():
         raise InvalidOptionError("the cache folder is empty ('')")
@@ -166,7 +174,7 @@ def cache_info(directory: Union[str, Path, None] = None) -> CacheInfo:
     if root.exists() and not root.is_dir():
         raise InvalidOptionError(f"not a folder: {root}", path=str(root))
     units, other, links = _scan(root) if root.is_dir() else ([], 0, 0)
-    return CacheInfo(root, tuple(units), other, links)
+    return CacheInfo(root, tuple(units), other, links, exists=root.is_dir(), default=default)
 
 
 @dataclass
@@ -179,6 +187,7 @@ class PruneReport:
     max_size: Optional[int] = None
     older_than_days: Optional[float] = None
     dry_run: bool = False
+    exists: bool = True
 
     @property
     def freed(self) -> int:
@@ -186,13 +195,16 @@ class PruneReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape."""
-        return {"directory": str(self.directory), "dry_run": self.dry_run, "max_bytes": self.max_size,
+        return {"directory": str(self.directory), "exists": self.exists, "dry_run": self.dry_run,
+                "max_bytes": self.max_size,
                 "older_than_days": self.older_than_days, "removed": [
                     {"kind": u.kind, "path": str(u.path), "bytes": u.size, "last_used": u.last_used}
                     for u in self.removed], "freed_bytes": self.freed, "kept_bytes": self.kept_bytes}
 
     def summary(self) -> str:
         """One line."""
+        if not self.exists:
+            return f"nothing to prune: {self.directory} is not created yet (wbfe creates it on first use)\n"
         verb = "would remove" if self.dry_run else "removed"
         kinds = {k: sum(1 for u in self.removed if u.kind == k) for k in KINDS}
         what = ", ".join(f"{n} {k}" for k, n in kinds.items() if n) or "nothing"
@@ -229,8 +241,12 @@ def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int
     text, ``20G``) holds; None for no rule. Stale claims and day-old partial copies are always removed, live
     claims never; ``now`` (seconds since the epoch) is for tests.
 
+    wbfe's own folder (``directory`` None) not created yet is nothing to prune. A named folder that does not exist
+    is refused: most likely a mistyped path, and "removed nothing" would hide that the real cache was not pruned.
+
     Raises:
-        InvalidOptionError: a negative or unparsable bound, or ``directory`` is not a folder.
+        InvalidOptionError: a negative or unparsable bound, ``directory`` is not a folder, or a named ``directory``
+            does not exist.
     """
     bound = None if max_size is None else parse_size(max_size)
     if older_than is not None and not (isinstance(older_than, (int, float)) and math.isfinite(older_than)
@@ -238,7 +254,11 @@ def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int
         raise InvalidOptionError(f"older_than must be a non-negative number of days, not {older_than!r}")
     now = time.time() if now is None else now
     info = cache_info(directory)
-    report = PruneReport(info.directory, max_size=bound, older_than_days=older_than, dry_run=dry_run)
+    if not info.exists and not info.default:
+        raise InvalidOptionError(f"no such cache folder: {info.directory}: give the folder wbfe caches into "
+                                 "(wbfe cache info shows the default)", path=str(info.directory))
+    report = PruneReport(info.directory, max_size=bound, older_than_days=older_than, dry_run=dry_run,
+                         exists=info.exists)
     keep: list[CacheUnit] = []
     for unit in sorted(info.units, key=lambda u: u.last_used):
         if unit.kind == "claims":

@@ -72,7 +72,8 @@ class RankResult(ToJson):
             undefined ρ last).
         models, failed: the models scored with a quality value, and those left out with the reason.
         options: the scoring options and the versions of the code that computed the scores (the cache key).
-        n_scored, n_cached: models scored in this run vs. taken from the cache.
+        n_scored, n_cached: models scored in this run vs. taken from the cache (neither counts a model in
+            ``failed``).
         applicability: how many ranked models have each ``summary.bfe_applicability`` status.
     """
 
@@ -211,7 +212,8 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Op
         the_zoo.name, column, rows, models, run.failed, lower,
         # Where it ran is provenance, not part of the cache key (the numbers are the same).
         options=options if runner.runs_here else {**options, "executor": runner.name},
-        stats=stats_options.to_dict(), n_scored=len(pending) - run.n_shared,
+        # Scored means a score came back: a model whose scoring failed is in ``failed``, not counted here.
+        stats=stats_options.to_dict(), n_scored=sum(1 for _, cached in run.payloads.values() if not cached),
         n_cached=sum(1 for _, cached in run.payloads.values() if cached),
         applicability={status: sum(m.applicability == status for m in models) for status in STATUSES})
     if not rows:
@@ -234,7 +236,6 @@ class _Run:
     total: int
     failed: list[Failure] = field(default_factory=list)
     payloads: dict[str, tuple[Mapping[str, Any], bool]] = field(default_factory=dict)
-    n_shared: int = 0  # pending models another driver scored meanwhile (taken from the cache)
 
     def _log(self, i: int, name: str, what: str) -> None:
         self.say(f"[{i + 1}/{self.total}] {name}: {what}")
@@ -294,7 +295,6 @@ class _Run:
     def shared(self, item: _Pending, payload: Mapping[str, Any]) -> None:
         """Record a model another driver on the same cache scored while this one waited."""
         self.payloads[item[1].name] = (payload, True)
-        self.n_shared += 1
         self._log(item[0], item[1].name, "cached (scored by another driver)")
 
     def finish(self, item: _Pending, outcome: Outcome) -> None:

@@ -2,7 +2,8 @@
 
 The quality is already oriented so that higher means better, and every correlation is reported as computed:
 a metric for which lower predicts better (BFE-W, α) agrees with the data when ρ is negative. All resampling
-is seeded: the same input and seed give the same interval and p-value.
+is seeded: the same input and seed give the same interval and p-value. Every function takes 1-D inputs, one value
+per model, and refuses anything else (InvalidOptionError).
 """
 
 from __future__ import annotations
@@ -50,10 +51,15 @@ class Correlation:
 
 def _pair(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", finite: bool = True) -> tuple[np.ndarray, np.ndarray]:
     try:
-        a = np.asarray(x, dtype=np.float64).ravel()
-        b = np.asarray(y, dtype=np.float64).ravel()
+        a = np.asarray(x, dtype=np.float64)
+        b = np.asarray(y, dtype=np.float64)
     except (TypeError, ValueError):
         raise InvalidOptionError("x and y must be sequences of numbers") from None
+    # Flattening a table would pair values of different models; a single row or column is refused too, so that
+    # one rule holds (the caller ravels it knowingly).
+    for name, v in (("x", a), ("y", b)):
+        if v.ndim != 1:
+            raise InvalidOptionError(f"x and y must be 1-D, one value per model; {name} has shape {v.shape}")
     if a.shape != b.shape:
         raise InvalidOptionError(f"x and y differ in length ({a.size} vs {b.size})")
     if finite and not (np.isfinite(a).all() and np.isfinite(b).all()):  # NaN ranks gave a bootstrap of garbage

@@ -244,7 +244,7 @@ def _from_hub_list(text: str) -> Run:
     from wbfe.sources.hub import HUB_ID
 
     found: dict[int, CheckpointRef] = {}
-    repos = set()
+    repo = ""
     for part in (p.strip() for p in text.split(",")):
         match = HUB_ID.match(part)
         if not part or not match or not match.group("rev"):
@@ -252,9 +252,16 @@ def _from_hub_list(text: str) -> Run:
         step = parse_step(match.group("rev"))
         if step is None:
             raise InvalidOptionError(f"cannot parse a step from the revision of {part!r}")
-        repos.add(match.group("repo"))
+        # A run is one model's checkpoints: two repos in one list is most likely a slip that would compare two models
+        # as one run's steps. Checkpoints that really live in several repos go in a run CSV's checkpoint column.
+        # Hub repo ids are matched without regard to case, as the hub does.
+        if repo and match.group("repo").casefold() != repo.casefold():
+            raise InvalidOptionError(f"a revision list names two repos ({repo} and {match.group('repo')}): a run is "
+                                     "one model's checkpoints; for checkpoints in several repos, list them in a run "
+                                     "CSV with step and checkpoint columns")
+        repo = repo or match.group("repo")
         _add(found, CheckpointRef(step, part), part, "revision list")
-    return _ordered(",".join(sorted(repos)), found)
+    return _ordered(repo, found)
 
 
 _HF_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
@@ -307,7 +314,8 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
     Raises:
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
         InvalidOptionError: a checkpoint name without a step, two checkpoints with one step,
-            ambiguous names, a malformed CSV, revision list, step pattern or trainer state.
+            ambiguous names, a malformed CSV, revision list, step pattern or trainer state, a folder's
+            metrics.csv that is not a regular file.
     """
     text = str(run)
     from wbfe.options import compile_layers
@@ -328,6 +336,10 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
                 if step in metrics:
                     raise InvalidOptionError(f"{table}:{i}: a second row for step {step}; keep one row per step")
                 metrics[step] = row
+        elif table.exists() or table.is_symlink():  # a folder, FIFO or dangling link was skipped without a word
+            kind = "a folder" if table.is_dir() else "a broken link" if not table.exists() else "not a regular file"
+            raise InvalidOptionError(f"{table} is {kind}: a run's metrics.csv must be a CSV file; replace or remove it",
+                                     path=str(table))
         else:
             metrics = trainer_state_metrics(path, hf) if hf else {}
         return _ordered(str(path), {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
