@@ -216,9 +216,6 @@ def test_bad_adapters(tmp_path) -> None:
         wbfe.score(_write_adapter(tmp_path / "ia3", good, r=4, lora_alpha=8, peft_type="IA3"))
     with pytest.raises(wbfe.CorruptCheckpointError, match="lora_alpha"):
         wbfe.score(_write_adapter(tmp_path / "alpha", good, r=4, lora_alpha=-1))
-    # use_dora without magnitude vectors: merged as plain LoRA, W0 + dW would not be the adapted weight.
-    with pytest.raises(wbfe.CorruptCheckpointError, match="says use_dora, but module 'fc' has no lora_magnitude_vector"):
-        wbfe.score(_write_adapter(tmp_path / "dora", good, r=4, lora_alpha=8, use_dora=True))
     folder = _write_adapter(tmp_path / "ok", good, r=4, lora_alpha=8)
     save_file({"fc.weight": torch.randn(20, 30)}, str(tmp_path / "wrong.safetensors"))
     with pytest.raises(wbfe.CorruptCheckpointError, match="not this adapter's base"):
@@ -234,6 +231,12 @@ def test_bad_adapters(tmp_path) -> None:
     assert row["name"] == "fc.weight" and row["r"] == 4 and "bfe_merged" in row and "rel_frobenius" in row
     bad = runner.invoke(app, ["score", str(tmp_path / "r"), "--metrics", "bfe"])
     assert bad.exit_code == 2 and "rank_pattern" in bad.stderr
+    # use_dora without magnitude vectors: ΔW is scored; the merge, as plain LoRA, would not be the adapted weight.
+    dora = wbfe.score(_write_adapter(tmp_path / "dora", good, r=4, lora_alpha=8, use_dora=True),
+                      base=tmp_path / "plain.safetensors", metrics="bfe")
+    row = dora.layers[0]
+    assert math.isfinite(row["bfe"]) and "bfe_merged" not in row  # as for a base weight that cannot be scored
+    assert row["reasons"]["merged"].startswith("the adapter config says use_dora, but the module has no")
     # compare reads full checkpoints: an adapter's factors are not the matrices they change.
     with pytest.raises(wbfe.InvalidOptionError, match="LoRA adapter"):
         wbfe.compare(folder, folder)

@@ -126,8 +126,8 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
 
     Raises:
         InvalidOptionError: ``base`` given but ``source`` is not an adapter.
-        CorruptCheckpointError: a module with one factor (or no magnitude vector under use_dora), factors that
-            disagree with each other or the configured rank, or a base weight of another shape.
+        CorruptCheckpointError: a module with one factor, factors that disagree with each other or the
+            configured rank, or a base weight of another shape.
         NoUsableMatrixError: nothing to score.
     """
     from wbfe import engine
@@ -193,9 +193,6 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
     if module.a is None or module.b is None:
         missing = "lora_A" if module.a is None else "lora_B"
         raise CorruptCheckpointError(f"{where}: module {module.name!r} has no {missing} factor")
-    if lora.use_dora and module.magnitude is None:  # merged without it, W0 + dW would not be the adapted weight
-        raise CorruptCheckpointError(f"{where}: the adapter config says use_dora, but module {module.name!r} has no "
-                                     "lora_magnitude_vector")
     r, alpha = lora.rank_and_alpha(module.name)
     scale = lora.scaling(module.name)
     left, right = lora_factors(module.a.load(), module.b.load(), embedding=module.embedding)
@@ -259,8 +256,12 @@ def _merge_with_base(
             if isinstance(plan, Skip):
                 row["reasons"]["merged"] = f"base weight: {plan.reason}"
                 continue
-            w0 = entry.load()
             f = factors[module]
+            if lora.use_dora and f.magnitude is None:  # ΔW's own spectrum needs none; the merged weight does
+                row["reasons"]["merged"] = ("the adapter config says use_dora, but the module has no "
+                                            "lora_magnitude_vector: W0 + ΔW is not the adapted weight")
+                continue
+            w0 = entry.load()
             merged = to_numpy(w0).astype(np.float64) + delta_weight(
                 f.left, f.right, f.scale, tuple(entry.shape), lora.fan_in_fan_out)
             if f.magnitude is not None:
