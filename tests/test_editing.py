@@ -8,6 +8,7 @@ import contextlib
 import copy
 import io
 import logging
+import re
 import warnings
 from pathlib import Path
 
@@ -379,6 +380,23 @@ def test_a_tensor_without_values_is_refused_and_nothing_is_written(tmp_path: Pat
     with pytest.raises(UnsupportedDtypeError, match=r"^m\.weight: meta-device tensor: .*cannot be written"):
         smooth_checkpoint(state, out)  # was NotImplementedError: Cannot copy out of meta tensor
     assert list(tmp_path.iterdir()) == []
+
+
+_NOT_A_FILE = {None: "the output must be a file name, not None", 3: "the output must be a file name, not 3",
+               b"o.safetensors": "the output must be a file name, not b'o.safetensors'",
+               "": "the output path is empty ('')"}
+
+
+@pytest.mark.parametrize("out", [*_NOT_A_FILE, "-"])
+@pytest.mark.parametrize("edit", [smooth_checkpoint, sharpen_checkpoint])
+def test_an_output_that_is_no_file_path_is_an_output_error(checkpoint, tmp_path: Path, monkeypatch, edit, out) -> None:
+    # out=None, 3 or bytes raised TypeError from os.fspath; "-" (standard output) was a plain InvalidOptionError
+    path, _ = checkpoint
+    monkeypatch.chdir(tmp_path)
+    why = _NOT_A_FILE.get(out, "the edited checkpoint needs a file path, not standard output")
+    with pytest.raises(OutputError, match=f"^{re.escape(why)}$"):
+        edit(path, out)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # nothing written
 
 
 @pytest.mark.parametrize("edit", [smooth_checkpoint, sharpen_checkpoint])

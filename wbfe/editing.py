@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, NoUsableMatrixError, UnsupportedDtypeError
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError, OutputError, UnsupportedDtypeError
 from wbfe.linalg.arrays import to_torch
 from wbfe.linalg.spectra import near_one
 from wbfe.options import EditOptions, field_defaults
@@ -188,7 +188,7 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
     reads = local_reads(ref)
     target = check_output(out, reads=reads)  # before the checkpoint is opened
     if target is None:
-        raise InvalidOptionError("the edited checkpoint needs a file path, not standard output")
+        raise OutputError("the edited checkpoint needs a file path, not standard output")
     edited: dict[str, int] = {}
     unchanged: dict[str, str] = {}
     with open_source(ref) as source:
