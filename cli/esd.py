@@ -24,7 +24,7 @@ def esd_command(
     from wbfe.options import check_conv, check_device
     from wbfe.render.files import check_output, local_reads
     from wbfe.sources import remote_ref
-    from wbfe.reporting.plots.esd import fit_esd, plot_esd
+    from wbfe.reporting.plots.esd import esd_scale, fit_esd, plot_esd
     from wbfe.scoring import layer_spectrum
 
     view = check_conv((conv or Conv.flatten).value)
@@ -39,8 +39,10 @@ def esd_command(
         _refuse_resolved(target, output)
     plan, spec = layer_spectrum(target, layer, conv=view, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
-    plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {'x'.join(map(str, plan.shape))}  ({plan.convention})", bins=bins)
-    typer.echo(f"wrote {output}", err=True)
+    k, note = esd_scale(spec.eigs, spec.log_scale)  # a matrix far from 1 is drawn rescaled, and says so
+    plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {'x'.join(map(str, plan.shape))}  ({plan.convention})",
+             bins=bins, scale_exp2=k)
+    typer.echo(f"wrote {output}" + (f" ({note})" if note else ""), err=True)
 
 
 def _refuse_resolved(target: object, output: str) -> None:

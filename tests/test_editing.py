@@ -8,6 +8,7 @@ import contextlib
 import copy
 import io
 import logging
+import re
 import warnings
 from pathlib import Path
 
@@ -320,6 +321,42 @@ def test_a_non_finite_weight_is_left_as_it_is_and_says_why(tmp_path: Path, edit,
     assert all(_raw(got[name]) == _raw(tensors[name]) for name in tensors)
 
 
+@pytest.mark.parametrize(("edit", "keywords"), [
+    (smooth_checkpoint, {"method": "svd"}), (smooth_checkpoint, {"method": "detx"}),
+    (smooth_checkpoint, {"method": "svd", "ww_compatible": True}),
+    (smooth_checkpoint, {"method": "detx", "ww_compatible": True}),
+    (sharpen_checkpoint, {}), (sharpen_checkpoint, {"ww_compatible": True}),
+])
+def test_an_all_zero_weight_is_left_as_it_is_and_the_others_edited(tmp_path: Path, edit, keywords) -> None:
+    # detx stopped the whole edit with InvalidOptionError (detx_tail of an all-zero spectrum); svd listed the zero
+    # matrices as edited. The other matrix is edited exactly as in a checkpoint without them.
+    alone = {"a.weight": torch.from_numpy(trapped(60, 40, 1).astype(np.float32))}
+    zeros = {"z.weight": torch.zeros(30, 20), "zc.weight": torch.zeros(16, 8, 3, 3)}
+    save_file(alone, str(tmp_path / "alone.safetensors"))
+    save_file({**alone, **zeros}, str(tmp_path / "in.safetensors"))
+    want = edit(tmp_path / "alone.safetensors", tmp_path / "want.safetensors", **keywords)
+    summary = edit(tmp_path / "in.safetensors", tmp_path / "out.safetensors", **keywords)
+    assert set(want.edited) == {"a.weight"} and summary.edited == want.edited
+    assert summary.unchanged == dict.fromkeys(zeros, "all zero: no singular component to keep or remove; left as "
+                                                     "it is")
+    got = _read(tmp_path / "out.safetensors")[0]
+    assert _raw(got["a.weight"]) == _raw(_read(tmp_path / "want.safetensors")[0]["a.weight"])
+    assert all(_raw(got[name]) == _raw(zeros[name]) for name in zeros)
+
+
+def test_cli_smooth_detx_lists_an_all_zero_weight(tmp_path: Path) -> None:
+    from wbfe_cli.main import app
+
+    save_file({"a.weight": torch.from_numpy(trapped(60, 40, 1).astype(np.float32)), "z.weight": torch.zeros(30, 20)},
+              str(tmp_path / "in.safetensors"))
+    result = CliRunner().invoke(app, ["smooth", str(tmp_path / "in.safetensors"), str(tmp_path / "out.safetensors"),
+                                      "--method", "detx"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[1:] == [
+        "  unchanged z.weight: all zero: no singular component to keep or remove; left as it is"]
+    assert "1 of 2 weight matrices edited, 1 left as it was" in result.stderr
+
+
 def test_an_edit_that_overflows_the_stored_dtype_is_left_as_it_is(tmp_path: Path) -> None:
     # float16 entries near its largest (65504): without the top component, entries pass it, and were written as inf.
     w = torch.full((32, 16), 60000.0)
@@ -343,6 +380,23 @@ def test_a_tensor_without_values_is_refused_and_nothing_is_written(tmp_path: Pat
     with pytest.raises(UnsupportedDtypeError, match=r"^m\.weight: meta-device tensor: .*cannot be written"):
         smooth_checkpoint(state, out)  # was NotImplementedError: Cannot copy out of meta tensor
     assert list(tmp_path.iterdir()) == []
+
+
+_NOT_A_FILE = {None: "the output must be a file name, not None", 3: "the output must be a file name, not 3",
+               b"o.safetensors": "the output must be a file name, not b'o.safetensors'",
+               "": "the output path is empty ('')"}
+
+
+@pytest.mark.parametrize("out", [*_NOT_A_FILE, "-"])
+@pytest.mark.parametrize("edit", [smooth_checkpoint, sharpen_checkpoint])
+def test_an_output_that_is_no_file_path_is_an_output_error(checkpoint, tmp_path: Path, monkeypatch, edit, out) -> None:
+    # out=None, 3 or bytes raised TypeError from os.fspath; "-" (standard output) was a plain InvalidOptionError
+    path, _ = checkpoint
+    monkeypatch.chdir(tmp_path)
+    why = _NOT_A_FILE.get(out, "the edited checkpoint needs a file path, not standard output")
+    with pytest.raises(OutputError, match=f"^{re.escape(why)}$"):
+        edit(path, out)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # nothing written
 
 
 @pytest.mark.parametrize("edit", [smooth_checkpoint, sharpen_checkpoint])

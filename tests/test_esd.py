@@ -53,3 +53,36 @@ def test_a_tensor_its_reader_skips_is_no_esd(tmp_path: Path) -> None:
     torch.save({"w": torch.randn(1, 64).expand(64, 64), "fc.weight": torch.randn(10, 64)}, path)
     with pytest.raises(InvalidOptionError, match="stride-0"):
         layer_spectrum(path, "w")
+
+
+@pytest.mark.parametrize("exponent", [997, -997, 0])
+def test_a_matrix_far_from_one_is_drawn_rescaled_and_says_so(tmp_path: Path, monkeypatch, exponent: int) -> None:
+    # Weights near 1e±300: the eigenvalues were drawn rescaled by a power of two (near 1), with nothing saying so.
+    import wbfe.reporting.plots.esd as esd_plot
+    from safetensors.torch import save_file
+
+    w = np.random.default_rng(0).standard_t(3, (64, 32))
+    save_file({"fc.weight": torch.tensor(w * 2.0**exponent)}, str(tmp_path / "w.safetensors"))
+    figures = []
+    save = esd_plot.save
+    monkeypatch.setattr(esd_plot, "save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw))
+    out = tmp_path / "esd.png"
+    result = CliRunner().invoke(app, ["esd", str(tmp_path / "w.safetensors"), "--layer", "fc", "--output", str(out)])
+    assert result.exit_code == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _, spec = layer_spectrum(tmp_path / "w.safetensors", "fc")
+    k, _ = esd_plot.esd_scale(spec.eigs, spec.log_scale)
+    # the drawn eigenvalues are the true ones, σ(w)²·4^exponent, times 2^k
+    true_log2 = np.log2(np.sort(np.linalg.svd(w, compute_uv=False) ** 2)) + 2 * exponent
+    np.testing.assert_allclose(np.log2(spec.eigs) - k, true_log2, rtol=0, atol=1e-9)
+    ax = figures[0].axes[0]
+    points = ax.lines[0].get_xdata()
+    assert spec.eigs.min() <= points.min() and points.max() <= spec.eigs.max()
+    if exponent == 0:
+        assert k == 0 and ax.get_xlabel() == "eigenvalue of the smaller Gram matrix"
+        assert result.stderr == f"wrote {out}\n"
+        return
+    assert k == -2 * (exponent + 5)  # w's largest entry, 24.2 = 0.76·2^5, times 2^(k/2) is in [1/2, 1)
+    assert ax.get_xlabel() == f"eigenvalue of the smaller Gram matrix × 2^{k}"
+    top = round(true_log2[-1] * np.log10(2.0))
+    assert result.stderr == f"wrote {out} (eigenvalues drawn × 2^{k}: the true ones reach 1e{top:+d})\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 import wbfe
-from wbfe.errors import InvalidOptionError, OverwriteError, UnknownNameError
+from wbfe.errors import InvalidOptionError, OutputError, OverwriteError, UnknownNameError
 from wbfe.pruning import METADATA_KEY, MetricNotComputedError, allocate, magnitude_prune, prune, sparsity
 from wbfe_cli.main import app
 
@@ -211,6 +212,20 @@ def test_prune_refuses_its_input(model: Path, tmp_path: Path) -> None:
     with pytest.raises(OverwriteError, match="it is the input"):
         prune(model, link, target=0.5)
     assert _sha(model) == before
+
+
+@pytest.mark.parametrize(("out", "why"), [
+    (None, "the output must be a file name, not None"), (3, "the output must be a file name, not 3"),
+    (b"o.safetensors", "the output must be a file name, not b'o.safetensors'"), ("", "the output path is empty ('')"),
+    ("-", "the pruned checkpoint needs a file path, not standard output"),
+])
+def test_an_output_that_is_no_file_path_is_an_output_error(model: Path, tmp_path: Path, monkeypatch, out,
+                                                            why: str) -> None:
+    # out=None, 3 or bytes raised TypeError from os.fspath; "-" (standard output) was a plain InvalidOptionError
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputError, match=f"^{re.escape(why)}$"):
+        prune(model, out, target=0.5)
+    assert [p.name for p in tmp_path.iterdir()] == [model.name]  # nothing written
 
 
 # ---------------------------------------------------------------- refusals

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, NoUsableMatrixError, UnsupportedDtypeError
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError, OutputError, UnsupportedDtypeError
 from wbfe.linalg.arrays import to_torch
 from wbfe.linalg.spectra import near_one
 from wbfe.options import EditOptions, field_defaults
@@ -188,7 +188,7 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
     reads = local_reads(ref)
     target = check_output(out, reads=reads)  # before the checkpoint is opened
     if target is None:
-        raise InvalidOptionError("the edited checkpoint needs a file path, not standard output")
+        raise OutputError("the edited checkpoint needs a file path, not standard output")
     edited: dict[str, int] = {}
     unchanged: dict[str, str] = {}
     with open_source(ref) as source:
@@ -262,6 +262,7 @@ def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Calla
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
         if not bool(tensor.isfinite().all()):  # no SVD of it converges
             return None, 0, "non-finite values (NaN or Inf): left as it is"
+        zero = "" if bool(tensor.any()) else "all zero: no singular component to keep or remove; left as it is"
         if options.conventions.ww_edit:  # the weight as WeightWatcher reads it, tensor.float().numpy()
             skip = ww_skip_reason(tuple(tensor.shape))
             if skip is not None:
@@ -272,7 +273,10 @@ def _edit(ref: Any, out: Union[str, Path], options: EditOptions, ww_count: Calla
                                  "edit")
             except DegenerateMatrixError as exc:
                 return None, 0, f"{exc}: left as it is"
-            return _ww_apply(w32, ww_count(w32))
+            ww_k = ww_count(w32)  # also for an all-zero weight: sharpening draws from the one generator as WW does
+            return (None, 0, zero) if zero else _ww_apply(w32, ww_k)
+        if zero:
+            return None, 0, zero
         # The counts do not depend on the scale and the edits scale with w: where its Gram matrix would leave
         # float64's range, w is brought near 1 by a power of two (exact), and scaled back.
         w, f = near_one(np.asarray(tensor.detach().cpu().double().numpy()))
@@ -314,7 +318,8 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
 
         if options.method == "svd":
             return ww_svd_count(w32.shape, options.percent)
-        return detx_tail(ww_layer_eigenvalues(w32))[0]
+        eigs = ww_layer_eigenvalues(w32)
+        return detx_tail(eigs)[0] if eigs[-1] > 0.0 else 0  # an all-zero layer: WW's detX count is 0
 
     def count(name: str, w: np.ndarray) -> tuple[int, str]:
         keep = smoothing_rank(w, percent=options.percent, method=options.method)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError
+from wbfe.errors import InvalidOptionError, OutputError
 from wbfe.options import PruneOptions, field_defaults
 from wbfe.render.text import ToJson, as_float, json_ready
 
@@ -199,7 +199,7 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by
                        exclude=exclude, layers=layers, head=head, method=method, device=device, min_eigs=min_eigs)
     written = check_output(out, reads=local_reads(ref))  # never over or into the input, before any work
     if written is None:
-        raise InvalidOptionError("the pruned checkpoint needs a file path, not standard output")
+        raise OutputError("the pruned checkpoint needs a file path, not standard output")
     groups = sorted({METRIC_GROUPS[options.by], "bfe", "htsr"})
     before = _score(ref, options, groups)
     refuse_overlap(written, local_files(before.model.get("files")))  # the files the reader resolved

@@ -13,7 +13,7 @@ from wbfe.errors import InvalidOptionError
 from wbfe.metrics import htmp, powerlaw
 from wbfe.reporting.plots.canvas import new_axes, save
 
-__all__ = ["EsdFits", "fit_esd", "plot_esd"]
+__all__ = ["EsdFits", "fit_esd", "esd_scale", "plot_esd"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,20 @@ def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
     return EsdFits(power_law=pl, truncated=tpl, htmp=ht, htmp_reason=reason)
 
 
-def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bins: int = 60) -> Path:
-    """Draw the ESD on log-log axes with the fitted densities and their parameters in the legend, as a PNG at ``path``."""
+def esd_scale(eigs: np.ndarray, log_scale: float) -> tuple[int, str]:
+    """``(k, note)`` for eigenvalues stored as the true ones × 2^k (:attr:`Spectrum.log_scale` = −k·ln 2, nonzero where
+    the Gram matrix would leave float64's range; the fits need them near 1 too): ``(0, "")`` for the true ones."""
+    k = round(-log_scale / math.log(2.0))
+    if not k:
+        return 0, ""
+    top = math.log10(float(np.max(eigs))) - k * math.log10(2.0)
+    return k, f"eigenvalues drawn × 2^{k}: the true ones reach 1e{top:+.0f}"
+
+
+def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bins: int = 60,
+             scale_exp2: int = 0) -> Path:
+    """Draw the ESD on log-log axes with the fitted densities and their parameters in the legend, as a PNG at ``path``;
+    ``scale_exp2``: k of :func:`esd_scale` for ``eigs`` that are the true ones × 2^k, said on the axis."""
     e = np.sort(eigs[eigs > 0.0])
     n = e.size
     edges = np.geomspace(e[0], e[-1] * (1 + 1e-12), bins + 1)
@@ -69,6 +81,7 @@ def plot_esd(eigs: np.ndarray, fits: EsdFits, path: Path, *, title: str = "", bi
                   label=f"HTMP: κ = {ht.kappa:.3g}, β = {ht.beta:.3g}, τ = {ht.tau:.3g}, KS = {ht.ks:.3f}")
     elif fits.htmp_reason:
         ax.plot([], [], " ", label=f"HTMP: not fitted ({fits.htmp_reason[:50]})")
-    ax.set(xlabel="eigenvalue of the smaller Gram matrix", ylabel="density", title=title)
+    unit = f" × 2^{scale_exp2}" if scale_exp2 else ""
+    ax.set(xlabel=f"eigenvalue of the smaller Gram matrix{unit}", ylabel="density", title=title)
     ax.legend(fontsize=8, loc="lower left")
     return save(fig, path, tight=True)
