@@ -163,7 +163,8 @@ gain over uniform pruning (test accuracy without fine-tuning at {targets} sparsi
    `--exclude` names other roles, `--exclude ''` prunes every matrix). A convolution counts its
    whole kernel (out·in·kh·kw weights). The target is the sparsity of these matrices together,
    weighted by their weights; biases, norms and excluded matrices stay as they are and are not
-   counted.
+   counted. What the score skipped (biases, all-zero matrices, ...) is listed under `skipped` in the
+   JSON, with the reason.
 2. **The map.** Each matrix's value of the `--by` column (`alpha`, `bfe`, `h`, `stable_rank`) —
    or its rank among them with `--mapping rank` — is mapped linearly onto [target − ε, target + ε]
    (ε = `--spread`), the largest value to target + ε. A larger value is pruned more for every

@@ -353,3 +353,14 @@ def test_signature_and_cli_defaults_are_the_options_defaults() -> None:
                 expected = defaults[param.name]
                 given = tuple(param.default.split(",")) if param.name == "exclude" else param.default
                 assert given == expected, (name, param.name)
+
+
+def test_the_allocation_lists_the_tensors_the_score_skipped() -> None:
+    # An all-zero matrix (and a bias) appeared in neither rows nor excluded: not accounted for.
+    g = torch.Generator().manual_seed(0)
+    state = {"a.weight": torch.randn(64, 32, generator=g), "z.weight": torch.zeros(64, 32),
+             "b.weight": torch.randn(32, 64, generator=g), "b.bias": torch.zeros(32)}
+    data = sparsity(state, target=0.5).to_dict()
+    assert [r["name"] for r in data["rows"]] == ["a.weight", "b.weight"] and data["excluded"] == []
+    assert data["skipped"] == [{"name": "z.weight", "reason": "all-zero matrix"},
+                               {"name": "b.bias", "reason": "1-D tensor (bias, norm scale or buffer)"}]

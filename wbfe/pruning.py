@@ -47,12 +47,14 @@ class Allocation(ToJson):
             ``metric`` (the ``by`` column's value, NaN for ``uniform``), ``sparsity`` (in [0, 1)),
             ``zeros`` (round(sparsity·params)) and ``note`` (why a value was filled in, else empty).
         excluded: ``{"name", "role", "reason"}`` for every scored matrix left unpruned.
+        skipped: the score's skipped tensors with their reasons (biases, all-zero matrices, ...): left as they are.
     """
 
     options: PruneOptions
     rows: list[dict[str, Any]]
     excluded: list[dict[str, Any]] = field(default_factory=list)
     source: str = ""
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def overall(self) -> float:
@@ -66,7 +68,7 @@ class Allocation(ToJson):
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape; non-finite numbers become None."""
         return json_ready({"source": self.source, "options": self.options.to_dict(), "overall": self.overall,
-                           "rows": self.rows, "excluded": self.excluded})
+                           "rows": self.rows, "excluded": self.excluded, "skipped": self.skipped})
 
     def to_csv(self) -> str:
         """One CSV row per prunable matrix (shape as ``AxB``, NaN as an empty cell)."""
@@ -282,7 +284,8 @@ def _allocation(result: "ModelScore", options: PruneOptions) -> Allocation:
                             spread=options.spread, mapping=options.mapping, reverse=options.reverse))
     for row, s in zip(rows, shares):
         row.update(sparsity=float(s), zeros=int(round(float(s) * row["params"])))
-    return Allocation(options=options, rows=rows, excluded=excluded, source=str(result.model.get("source", "")))
+    return Allocation(options=options, rows=rows, excluded=excluded, source=str(result.model.get("source", "")),
+                      skipped=[{"name": s.get("name"), "reason": s.get("reason")} for s in result.skipped])
 
 
 def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
