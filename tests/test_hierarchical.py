@@ -416,6 +416,13 @@ def test_spectral_learner_refuses_a_tol_arpack_cannot_take(solver, tol):
     assert np.allclose(lanczos, top_eigenpairs(data, y, 3, solver="dense")[0], rtol=1e-10, atol=1e-12)
 
 
+def test_make_teacher_refuses_a_gamma_that_is_not_a_number():
+    # gamma=None raised math.isfinite's TypeError ("must be real number, not NoneType")
+    for gamma in (None, "1", [1]):
+        with pytest.raises(InvalidOptionError, match=rf"^gamma must be a positive number, not {re.escape(repr(gamma))}$"):
+            make_teacher(6, gamma=gamma)
+
+
 @pytest.mark.parametrize("seed", [-1, 1.5, None, math.nan])
 def test_draws_refuse_a_seed_numpy_cannot_take(seed):
     # numpy's ValueError ("expected non-negative integer") or TypeError escaped before

@@ -163,7 +163,7 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     p_used = int(round(d**eps)) if p is None else p
     if not is_whole(p_used) or not 1 <= p_used <= big_d:
         raise InvalidOptionError(f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
-    if not (math.isfinite(gamma) and gamma > 0.0):
+    if not (finite_number(gamma) and gamma > 0.0):
         raise InvalidOptionError(f"gamma must be a positive number, not {gamma!r}")
     for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS)):
         if value not in known:
