@@ -145,6 +145,16 @@ def test_library_calls_refuse_a_non_number_naming_the_parameter(bad):
             call()
 
 
+def test_scaling_table_names_the_teacher_width_a_small_gamma_d_gives():
+    # "nonzeros must be in [1, k=1], got 3" before: an option of the sparse family the caller never gave
+    for d_values, k in (([2, 3, 4], 1), ([4, 8, 16], 2)):
+        with pytest.raises(InvalidOptionError, match=rf"^d = {d_values[0]} and gamma = 0.5 give k = round\(gamma\*d\) = "
+                           rf"{k} teacher unit\(s\); the scaling table needs k >= 3: raise the smallest d or gamma$"):
+            scaling_table(d_values, gamma=0.5)
+    # k = 3 at the smallest d is enough: the sparse teacher's 3 units are all learned at r = 4
+    assert scaling_table([6, 7, 8], gamma=0.5)[-1].k_c == (3, 3, 3)
+
+
 def test_fixed_point_map_equals_the_direct_sum():
     # The map sums the features that are off in closed form; check it against the plain sum, v unsorted.
     rng = np.random.default_rng(0)

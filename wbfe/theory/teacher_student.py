@@ -378,13 +378,19 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
     at fixed r = n/(kd) and k = γd, over at least 3 values of d.
 
     Raises:
-        InvalidOptionError: fewer than 3 dimensions or a non-positive r, γ or Δ.
+        InvalidOptionError: fewer than 3 dimensions, a non-positive r, γ or Δ, or a γ·d too small for the sparse
+            family's teacher.
     """
     if len(set(d_values)) < 3 or not all(is_whole(d) and d >= 1 for d in d_values):
         raise InvalidOptionError(f"need at least 3 different integers d >= 1, got {list(d_values)!r}")
     if not all(finite_number(x) and x > 0 for x in (r, gamma, delta)):
         raise InvalidOptionError(f"r, gamma and delta must be positive and finite, got r={r!r}, gamma={gamma!r}, "
                                  f"delta={delta!r}")
+    # k = round(γd) grows with d, so the smallest d gives the smallest teacher; the sparse family needs p units.
+    k_min, need = max(int(round(gamma * min(d_values))), 1), max(f[2].get("nonzeros", 1) for f in SCALING_FAMILIES)
+    if k_min < need:
+        raise InvalidOptionError(f"d = {min(d_values)} and gamma = {gamma:g} give k = round(gamma*d) = {k_min} teacher "
+                                 f"unit(s); the scaling table needs k >= {need}: raise the smallest d or gamma")
     kern = kernel(activation)
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:
