@@ -17,8 +17,7 @@ from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import resolve_device
 from wbfe.theory.hermite import kernel
-from wbfe.theory.checks import check_bytes, is_whole
-from wbfe.theory.settings import finite_number, is_number
+from wbfe.theory.checks import check_bytes, finite_number, is_number, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]

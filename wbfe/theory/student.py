@@ -15,8 +15,7 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hmc import Teacher, make_teacher
-from wbfe.theory.checks import check_bytes, is_whole
-from wbfe.theory.settings import finite_number
+from wbfe.theory.checks import check_bytes, finite_number, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]

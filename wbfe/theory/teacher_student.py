@@ -15,8 +15,7 @@ import numpy as np
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hermite import Activation, Kernel, kernel
 from wbfe.theory.json_io import fields_dict
-from wbfe.theory.checks import is_whole
-from wbfe.theory.settings import finite_number, is_number
+from wbfe.theory.checks import finite_number, is_number, is_whole
 
 __all__ = ["READOUTS", "readout", "fixed_point_map", "FixedPoint", "solve", "Sweep", "sweep", "fit_slope", "RegimeFit",
            "fit_regimes", "ScalingRow", "scaling_table"]

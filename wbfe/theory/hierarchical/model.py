@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.checks import is_whole
-from wbfe.theory.settings import finite_number
+from wbfe.theory.checks import finite_number, is_whole
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
            "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]

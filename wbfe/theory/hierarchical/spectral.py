@@ -12,7 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hierarchical.model import FeatureData, hermite_features, is_whole
-from wbfe.theory.settings import finite_number
+from wbfe.theory.checks import finite_number
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
