@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -189,7 +189,8 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         raise InvalidOptionError("give exactly one of n and r")
     if not (is_whole(d) and d >= 1):
         raise InvalidOptionError(f"d must be an integer >= 1, got {d!r}")
-    given, name = (n, "n") if r is None else (r, "r")
+    given: Any = n if r is None else r  # any value a caller passed, checked here
+    name = "n" if r is None else "r"
     if not (finite_number(given) and given > 0):
         raise InvalidOptionError(f"{name} must be a positive finite number, got {given!r}")
     n_given = r * k * d if n is None else n  # type: ignore[operator]
