@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -398,6 +399,28 @@ def test_learners_refuse_inf_and_nan_data():
         fit_spectral(data, y, 2)
     with pytest.raises(InvalidOptionError, match="kernel ridge needs finite inputs and y"):
         fit_kernel_ridge(np.full((5, 2), math.nan), np.ones(5))
+
+
+@pytest.mark.parametrize("solver", ["eigsh", "dense"])
+@pytest.mark.parametrize("tol", [math.nan, -1e-6, math.inf, None, "1e-6"])
+def test_spectral_learner_refuses_a_tol_arpack_cannot_take(solver, tol):
+    # tol=nan raised ArpackError, None a TypeError from eigsh; the dense solver ignored any of them
+    data, y = sample_data(make_teacher(6, p=3), 300, seed=0)
+    with pytest.raises(InvalidOptionError, match=rf"^tol must be a finite number >= 0, not {re.escape(repr(tol))}$"):
+        fit_spectral(data, y, 3, solver=solver, tol=tol)
+    for seed in (None, -1, 1.5):  # None drew an unseeded start vector; -1 and 1.5 raised numpy's errors
+        with pytest.raises(InvalidOptionError, match=rf"^seed must be an integer >= 0, not {re.escape(repr(seed))}$"):
+            fit_spectral(data, y, 3, solver=solver, seed=seed)
+    # tol = 0 is ARPACK's machine precision: the Lanczos eigenvalues are the dense ones
+    lanczos = top_eigenpairs(data, y, 3, solver="eigsh", tol=0, seed=2.0)[0]
+    assert np.allclose(lanczos, top_eigenpairs(data, y, 3, solver="dense")[0], rtol=1e-10, atol=1e-12)
+
+
+def test_make_teacher_refuses_a_gamma_that_is_not_a_number():
+    # gamma=None raised math.isfinite's TypeError ("must be real number, not NoneType")
+    for gamma in (None, "1", [1]):
+        with pytest.raises(InvalidOptionError, match=rf"^gamma must be a positive number, not {re.escape(repr(gamma))}$"):
+            make_teacher(6, gamma=gamma)
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, None, math.nan])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -118,6 +119,40 @@ def test_scaling_table_refuses_d_values_without_three_different_integers(d_value
         scaling_table(d_values)
     with pytest.raises(InvalidOptionError, match="r, gamma and delta must be positive and finite"):
         scaling_table([100, 200, 400], gamma=math.inf)  # OverflowError before
+
+
+@pytest.mark.parametrize("bad", [None, "3", [1]])
+def test_library_calls_refuse_a_non_number_naming_the_parameter(bad):
+    # each raised Python's TypeError ("'<' not supported between ...", "must be real number") before
+    v, got = readout("power", 5), re.escape(repr(bad))
+    cases = [
+        (lambda: solve(v, delta=bad, d=10, r=1.0), f"^delta must be positive and finite, got {got}$"),
+        (lambda: solve(v, delta=0.04, d=bad, r=1.0), f"^d must be an integer >= 1, got {got}$"),
+        (lambda: sweep(v, delta=0.04, d=bad, r_values=[1.0]), f"^d must be an integer >= 1, got {got}$"),
+        (lambda: readout("power", 5, beta=bad), f"^beta must be a number >= 0, got {got}$"),
+        (lambda: readout("exp", 5, rate=bad), f"^rate must be > 0 and finite, got {got}$"),
+        (lambda: readout("sparse", 5, nonzeros=bad), rf"^nonzeros must be in \[1, k=5\], got {got}$"),
+        (lambda: fit_slope([1.0, 2.0], [1.0, 2.0], min_points=bad), f"^min_points must be an integer >= 0, got {got}$"),
+        (lambda: scaling_table([10, 20, 40], gamma=bad),
+         f"^r, gamma and delta must be positive and finite, got r=4.0, gamma={got}, delta=0.04$"),
+        (lambda: kernel("tanh2", degree=bad), f"^degree must be >= 2 and <= .* \\(an integer\\), got {got}$"),
+    ]
+    if bad is not None:  # r=None (n=None) is the one not given: "give exactly one of n and r"
+        cases += [(lambda: solve(v, delta=0.04, d=10, r=bad), f"^r must be a positive finite number, got {got}$"),
+                  (lambda: solve(v, delta=0.04, d=10, n=bad), f"^n must be a positive finite number, got {got}$")]
+    for call, message in cases:
+        with pytest.raises(InvalidOptionError, match=message):
+            call()
+
+
+def test_scaling_table_names_the_teacher_width_a_small_gamma_d_gives():
+    # "nonzeros must be in [1, k=1], got 3" before: an option of the sparse family the caller never gave
+    for d_values, k in (([2, 3, 4], 1), ([4, 8, 16], 2)):
+        with pytest.raises(InvalidOptionError, match=rf"^d = {d_values[0]} and gamma = 0.5 give k = round\(gamma\*d\) = "
+                           rf"{k} teacher unit\(s\); the scaling table needs k >= 3: raise the smallest d or gamma$"):
+            scaling_table(d_values, gamma=0.5)
+    # k = 3 at the smallest d is enough: the sparse teacher's 3 units are all learned at r = 4
+    assert scaling_table([6, 7, 8], gamma=0.5)[-1].k_c == (3, 3, 3)
 
 
 def test_fixed_point_map_equals_the_direct_sum():

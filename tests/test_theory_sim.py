@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -129,6 +130,25 @@ def test_student_refuses_a_fractional_width_and_an_infinite_rate():
             train_student(t, **bad)
     with pytest.raises(InvalidOptionError, match="width, epochs and batches must be >= 1"):
         student_sweep(widths=[2.5], d=5, k=3, n=20, epochs=2)
+
+
+@pytest.mark.parametrize("bad", [None, "3", [1]])
+def test_simulations_refuse_a_non_number(bad):
+    # each raised Python's TypeError ("'<' not supported between ...", "unsupported operand type(s)") before
+    t = make_teacher(readout("power", 3), d=5, n=20, delta=0.05, n_test=10)
+    with pytest.raises(InvalidOptionError, match=rf"need whole numbers 1 <= k <= d.*delta={re.escape(repr(bad))}\)$"):
+        make_teacher(readout("power", 3), d=5, n=20, delta=bad, n_test=10)
+    for option in ("delta", "step_size", "target_accept"):
+        with pytest.raises(InvalidOptionError, match="finite step_size > 0 and delta > 0, and 0 < target_accept < 1$"):
+            run_hmc(t, **{"delta": 0.04, "informed_rows": 0, "warmup": 2, "samples": 2, "every": 1, option: bad})
+    with pytest.raises(InvalidOptionError, match=r"\(whole numbers, a finite lr\)$"):
+        train_student(t, 2, lr=bad)
+    with pytest.raises(InvalidOptionError, match=rf"^d and k must be integers >= 1, got d={re.escape(repr(bad))}, k=20$"):
+        hmc_check(r_values=[1.0], d=bad)
+    for sweep in (lambda: student_sweep(widths=3), lambda: student_sweep(widths=[2], seeds=0),
+                  lambda: hmc_check(r_values=1.0), lambda: hmc_check(r_values=[1.0], seeds=0)):
+        with pytest.raises(InvalidOptionError, match="must be non-empty lists, and no seed may repeat$"):
+            sweep()
 
 
 def test_sizes_past_memory_are_refused_before_allocating():

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+from typing import Any
+
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["MAX_BYTES", "is_whole", "check_bytes"]
+__all__ = ["MAX_BYTES", "is_whole", "is_number", "finite_number", "check_bytes"]
 
 MAX_BYTES = 4 * 2**30  # the largest array a simulation allocates
 
@@ -15,6 +19,15 @@ def is_whole(value: object) -> bool:
         return not isinstance(value, bool) and int(value) == value  # type: ignore[call-overload]
     except (TypeError, ValueError, OverflowError):
         return False
+
+
+def is_number(value: Any, kind: type = numbers.Real) -> bool:
+    """Whether ``value`` is a number of ``kind`` (NumPy's included: numbers' ABCs, numpy not imported); never a bool."""
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+def finite_number(value: Any) -> bool:
+    return is_number(value) and math.isfinite(value)
 
 
 def check_bytes(floats: int, what: str, fix: str) -> None:

@@ -246,7 +246,8 @@ def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: in
         UnknownNameError: an unknown activation name.
     """
     act = get_activation(activation)
-    key = (act.name, degree) if act.name != "custom" else None
+    # An unhashable degree is not cached: _normalised_coefficients refuses it with its name.
+    key = (act.name, degree) if act.name != "custom" and is_whole(degree) else None
     if key is not None and key in _KERNELS:
         return _KERNELS[key]
     coef, second = _normalised_coefficients(act, degree)

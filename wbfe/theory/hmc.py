@@ -17,7 +17,7 @@ from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import resolve_device
 from wbfe.theory.hermite import kernel
-from wbfe.theory.checks import check_bytes, is_whole
+from wbfe.theory.checks import check_bytes, finite_number, is_number, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]
@@ -70,7 +70,7 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
         raise InvalidOptionError(f"activation {kern.activation.name!r} has no torch form; use a named one")
     k = len(v)
     if not (all(is_whole(x) for x in (d, n, n_test, seed)) and 1 <= k <= d and n >= 1 and n_test >= 1
-            and 0 <= delta < math.inf and np.all(np.isfinite(v))):
+            and finite_number(delta) and delta >= 0 and np.all(np.isfinite(v))):
         raise InvalidOptionError(f"need whole numbers 1 <= k <= d, n >= 1, n_test >= 1 and a seed, a finite v and "
                                  f"0 <= delta < inf (k={k}, d={d!r}, n={n!r}, delta={delta!r})")
     dev = resolve_device(device)
@@ -128,8 +128,8 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
 
     k, d = teacher.w0.shape
     if not (all(is_whole(x) for x in (warmup, leapfrog, every, samples, seed)) and warmup >= 0 and leapfrog >= 1
-            and 1 <= every <= samples and 0 < step_size < math.inf and 0 < delta < math.inf
-            and 0 < target_accept < 1):
+            and 1 <= every <= samples and finite_number(step_size) and step_size > 0 and finite_number(delta)
+            and delta > 0 and is_number(target_accept) and 0 < target_accept < 1):
         raise InvalidOptionError("need whole numbers warmup >= 0, leapfrog >= 1, 1 <= every <= samples and a seed, "
                                  "finite step_size > 0 and delta > 0, and 0 < target_accept < 1")
     if not (is_whole(informed_rows) and 0 <= informed_rows <= k):
@@ -214,9 +214,12 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
     Raises:
         InvalidOptionError: empty ``r_values`` or ``seeds`` (and the errors of the parts).
     """
-    if not r_values or not seeds or len(set(seeds)) < len(seeds):
-        raise InvalidOptionError("r_values and seeds must not be empty, and no seed may repeat")
-    if not all(0 < r < math.inf for r in r_values):
+    if np.ndim(r_values) != 1 or np.ndim(seeds) != 1 or not len(r_values) or not len(seeds) \
+            or len(set(seeds)) < len(seeds):
+        raise InvalidOptionError("r_values and seeds must be non-empty lists, and no seed may repeat")
+    if not (is_whole(d) and d >= 1 and is_whole(k) and k >= 1):  # n = r·k·d is computed before solve checks d
+        raise InvalidOptionError(f"d and k must be integers >= 1, got d={d!r}, k={k!r}")
+    if not all(finite_number(r) and r > 0 for r in r_values):
         raise InvalidOptionError(f"r_values must be positive and finite, got {list(r_values)!r}")
     v = readout(kind, k, beta=beta)
     points = []

@@ -18,6 +18,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options.constraints import Constraint, Custom, Text, Validated
+from wbfe.theory.checks import finite_number, is_number
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -71,16 +72,6 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
         return out
 
     return Custom(check, words, bad=bad, named=True)
-
-
-def is_number(value: Any, kind: type = numbers.Real) -> bool:
-    """Whether ``value`` is a number of ``kind`` (NumPy's included: numbers' ABCs, numpy not imported); never a bool."""
-    return isinstance(value, kind) and not isinstance(value, bool)
-
-
-
-def finite_number(value: Any) -> bool:
-    return is_number(value) and math.isfinite(value)
 
 
 POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v > 0,

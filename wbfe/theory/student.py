@@ -15,7 +15,7 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hmc import Teacher, make_teacher
-from wbfe.theory.checks import check_bytes, is_whole
+from wbfe.theory.checks import check_bytes, finite_number, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]
@@ -35,7 +35,7 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     import torch
 
     if not (all(is_whole(x) for x in (width, epochs, batches, seed)) and width >= 1 and epochs >= 1 and batches >= 1
-            and 0 < lr < math.inf):
+            and finite_number(lr) and lr > 0):
         raise InvalidOptionError("width, epochs and batches must be >= 1 and lr > 0 (whole numbers, a finite lr)")
     width, epochs, batches = int(width), int(epochs), int(batches)
     n_all = teacher.x.shape[0] + teacher.x_test.shape[0]
@@ -102,8 +102,9 @@ def student_sweep(*, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 3
     Raises:
         InvalidOptionError: empty ``widths`` or ``seeds`` (and the errors of the parts).
     """
-    if not widths or not seeds or len(set(seeds)) < len(seeds):
-        raise InvalidOptionError("widths and seeds must not be empty, and no seed may repeat")
+    if np.ndim(widths) != 1 or np.ndim(seeds) != 1 or not len(widths) or not len(seeds) \
+            or len(set(seeds)) < len(seeds):
+        raise InvalidOptionError("widths and seeds must be non-empty lists, and no seed may repeat")
     v = readout(kind, k, beta=beta)
     sol = solve(v, delta=delta, d=d, n=n, activation=activation)
     errs = np.empty((len(seeds), len(widths)))

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hermite import Activation, Kernel, kernel
 from wbfe.theory.json_io import fields_dict
-from wbfe.theory.checks import is_whole
+from wbfe.theory.checks import finite_number, is_number, is_whole
 
 __all__ = ["READOUTS", "readout", "fixed_point_map", "FixedPoint", "solve", "Sweep", "sweep", "fit_slope", "RegimeFit",
            "fit_regimes", "ScalingRow", "scaling_table"]
@@ -31,12 +31,12 @@ def check_readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, no
         raise unknown_name("readout", kind, list(READOUTS))
     if not is_whole(k) or k < 1:
         raise InvalidOptionError(f"k must be an integer >= 1, got {k!r}")
-    if kind == "power" and not beta >= 0:
-        raise InvalidOptionError(f"beta must be >= 0, got {beta}")
-    if kind == "exp" and not 0 < rate < math.inf:
-        raise InvalidOptionError(f"rate must be > 0 and finite, got {rate}")
-    if kind == "sparse" and not 1 <= nonzeros <= k:
-        raise InvalidOptionError(f"nonzeros must be in [1, k={k}], got {nonzeros}")
+    if kind == "power" and not (is_number(beta) and beta >= 0):
+        raise InvalidOptionError(f"beta must be a number >= 0, got {beta!r}")
+    if kind == "exp" and not (finite_number(rate) and rate > 0):
+        raise InvalidOptionError(f"rate must be > 0 and finite, got {rate!r}")
+    if kind == "sparse" and not (is_whole(nonzeros) and 1 <= nonzeros <= k):
+        raise InvalidOptionError(f"nonzeros must be in [1, k={k}], got {nonzeros!r}")
 
 
 def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros: int = 3) -> np.ndarray:
@@ -181,14 +181,18 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         raise InvalidOptionError("the readout v must be a non-empty finite vector, not all zero")
     if not (is_whole(grid_points) and grid_points >= 2 and is_whole(max_jumps) and max_jumps >= 0):
         raise InvalidOptionError(f"need grid_points >= 2 and max_jumps >= 0, got {grid_points!r} and {max_jumps!r}")
-    if not (math.isfinite(delta) and delta > 0):
-        raise InvalidOptionError(f"delta must be positive, got {delta}")
+    if not (finite_number(delta) and delta > 0):
+        raise InvalidOptionError(f"delta must be positive and finite, got {delta!r}")
     kern = kern if kern is not None else kernel(activation)
     k = v.size
     if (n is None) == (r is None):
         raise InvalidOptionError("give exactly one of n and r")
-    if d < 1:
-        raise InvalidOptionError(f"d must be >= 1, got {d}")
+    if not (is_whole(d) and d >= 1):
+        raise InvalidOptionError(f"d must be an integer >= 1, got {d!r}")
+    given: Any = n if r is None else r  # any value a caller passed, checked here
+    name = "n" if r is None else "r"
+    if not (finite_number(given) and given > 0):
+        raise InvalidOptionError(f"{name} must be a positive finite number, got {given!r}")
     n_given = r * k * d if n is None else n  # type: ignore[operator]
     if not (math.isfinite(n_given) and n_given > 0):
         raise InvalidOptionError(f"n (or r) must be positive and finite, got n={n_given}")
@@ -261,6 +265,8 @@ def fit_slope(x: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> float:
     if x.shape != y.shape:
         raise InvalidOptionError(f"x and y must have the same shape, got {x.shape} and {y.shape}")
     ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if not (is_whole(min_points) and min_points >= 0):
+        raise InvalidOptionError(f"min_points must be an integer >= 0, got {min_points!r}")
     # One distinct x has no slope (polyfit raised LinAlgError on it).
     if np.count_nonzero(ok) < max(min_points, 2) or np.ptp(x[ok]) == 0:
         return math.nan
@@ -372,12 +378,19 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
     at fixed r = n/(kd) and k = γd, over at least 3 values of d.
 
     Raises:
-        InvalidOptionError: fewer than 3 dimensions or a non-positive r, γ or Δ.
+        InvalidOptionError: fewer than 3 dimensions, a non-positive r, γ or Δ, or a γ·d too small for the sparse
+            family's teacher.
     """
     if len(set(d_values)) < 3 or not all(is_whole(d) and d >= 1 for d in d_values):
         raise InvalidOptionError(f"need at least 3 different integers d >= 1, got {list(d_values)!r}")
-    if not all(0 < x < math.inf for x in (r, gamma, delta)):
-        raise InvalidOptionError("r, gamma and delta must be positive and finite")
+    if not all(finite_number(x) and x > 0 for x in (r, gamma, delta)):
+        raise InvalidOptionError(f"r, gamma and delta must be positive and finite, got r={r!r}, gamma={gamma!r}, "
+                                 f"delta={delta!r}")
+    # k = round(γd) grows with d, so the smallest d gives the smallest teacher; the sparse family needs p units.
+    k_min, need = max(int(round(gamma * min(d_values))), 1), max(f[2].get("nonzeros", 1) for f in SCALING_FAMILIES)
+    if k_min < need:
+        raise InvalidOptionError(f"d = {min(d_values)} and gamma = {gamma:g} give k = round(gamma*d) = {k_min} teacher "
+                                 f"unit(s); the scaling table needs k >= {need}: raise the smallest d or gamma")
     kern = kernel(activation)
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:

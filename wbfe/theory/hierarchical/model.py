@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.checks import is_whole
-from wbfe.theory.settings import finite_number
+from wbfe.theory.checks import finite_number, is_whole
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
            "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]
@@ -163,7 +162,7 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     p_used = int(round(d**eps)) if p is None else p
     if not is_whole(p_used) or not 1 <= p_used <= big_d:
         raise InvalidOptionError(f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
-    if not (math.isfinite(gamma) and gamma > 0.0):
+    if not (finite_number(gamma) and gamma > 0.0):
         raise InvalidOptionError(f"gamma must be a positive number, not {gamma!r}")
     for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS)):
         if value not in known:

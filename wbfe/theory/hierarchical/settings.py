@@ -13,7 +13,8 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.settings import custom_rule, finite_number, is_number
+from wbfe.theory.checks import finite_number, is_number
+from wbfe.theory.settings import custom_rule
 
 __all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hierarchical.model import FeatureData, hermite_features, is_whole
+from wbfe.theory.checks import finite_number
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
@@ -61,10 +62,10 @@ def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "a
         solver: ``"eigsh"`` (Lanczos on the matrix-free operator), ``"dense"`` (explicit Ĉ), or
             ``"auto"`` (dense when D <= DENSE_MAX_DIM).
         seed: seed of the Lanczos start vector (the result is deterministic given it).
-        tol: relative accuracy asked of ARPACK.
+        tol: relative accuracy asked of ARPACK (0: machine precision).
 
     Raises:
-        InvalidOptionError: k out of range.
+        InvalidOptionError: k out of range, a tol that is not a finite number >= 0, a seed not an integer >= 0.
         UnknownNameError: unknown solver.
     """
     if solver not in SOLVERS:
@@ -72,6 +73,11 @@ def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "a
     if solver == "auto":
         # One O(n·D²) pass beats the hundreds of O(n·D) products Lanczos needs on a clustered bulk.
         solver = "dense" if data.dim <= DENSE_MAX_DIM else "eigsh"
+    # Checked for every solver, so that a bad value is refused before the run that would reach ARPACK.
+    if not (finite_number(tol) and tol >= 0):
+        raise InvalidOptionError(f"tol must be a finite number >= 0, not {tol!r}")
+    if not (is_whole(seed) and seed >= 0):
+        raise InvalidOptionError(f"seed must be an integer >= 0, not {seed!r}")
     limit = data.dim if solver == "dense" else data.dim - 1
     if not is_whole(k) or not 1 <= k <= limit:
         raise InvalidOptionError(f"k must be an integer in [1, {limit}] for solver {solver!r}, not {k!r}")
@@ -80,7 +86,7 @@ def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "a
     else:
         from scipy.sparse.linalg import eigsh
 
-        v0 = np.random.default_rng(seed).standard_normal(data.dim)
+        v0 = np.random.default_rng(int(seed)).standard_normal(data.dim)
         ncv = min(data.dim, max(2 * k + 1, k + 20))
         vals, vecs = eigsh(moment_operator(data, y), k=int(k), which="LM", v0=v0, ncv=ncv, tol=tol)
     order = np.argsort(-np.abs(vals), kind="stable")[: int(k)]
@@ -109,7 +115,7 @@ def fit_spectral(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "aut
     ``tol`` as in :func:`top_eigenpairs`).
 
     Raises:
-        InvalidOptionError: y does not match the data, or k out of range.
+        InvalidOptionError: y does not match the data, k out of range, or a bad tol or seed.
     """
     y = np.asarray(y, dtype=np.float64)
     if y.shape != (data.n,):
