@@ -84,6 +84,19 @@ def test_no_usable_matrix() -> None:
         wbfe.score({"b": torch.ones(5), "w": torch.full((12, 12), math.nan)}, metrics="bfe")
 
 
+def test_no_usable_matrix_counts_its_skips_in_words(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    with pytest.raises(NoUsableMatrixError, match=r"<dict>: no usable weight matrix \(1 tensor skipped — b: 1-D"):
+        wbfe.score({"b": torch.ones(5)}, metrics="bfe")
+    empty = tmp_path / "empty.safetensors"
+    save_file({}, str(empty))
+    with pytest.raises(NoUsableMatrixError) as caught:
+        wbfe.score(empty, metrics="bfe")
+    assert str(caught.value) == f"{empty}: no usable weight matrix (no weight tensor at all)"
+
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [
