@@ -172,10 +172,18 @@ def unreadable_reason(tensor: Any) -> str | None:
     return None
 
 
+LAZY_REASON = "uninitialised lazy parameter: run the model once before scoring"
+
+
 def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = None) -> Iterator[TensorEntry]:
     """Entries of an in-memory state dict; tied tensors share a ``storage_key``. ``held``: the state dict
     outlives the stream (an entry can be reread); ``scope``: part of every key (a freed shard's addresses are reused)."""
+    from torch.nn.parameter import is_lazy
+
     for name, tensor in state.items():
+        if is_lazy(tensor):  # a LazyLinear never run: no shape, no values; torch raises on any use
+            yield TensorEntry(name=name, shape=(), dtype=dtype_name(tensor), load=lambda: None, skip=LAZY_REASON)
+            continue
         t = tensor.detach()
         skip = unreadable_reason(t)
         key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
