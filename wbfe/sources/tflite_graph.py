@@ -280,8 +280,8 @@ def _options(tflite: Any, op: Any, name: str) -> dict[str, Any]:
 
 
 def plan_graph(model: TflModel) -> GraphPlan:
-    """Every constant tensor (whose buffer holds data) of every subgraph, what it is, in the model's order; and the head.
-    A 0-element weight (its buffer empty as an activation's) is told by the graph: fed by no operator nor the
+    """Every constant tensor (whose buffer holds data) of every subgraph, what it is, in the model's order; and the
+    head. A 0-element weight (its buffer empty as an activation's) is told by the graph: fed by no operator nor the
     subgraph's inputs, into a weight input; it is listed as skipped."""
     listed: list[Planned] = []
     head: Optional[Planned] = None

@@ -115,15 +115,15 @@ def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str
             return state, passed
         if not isinstance(current, Mapping):
             break
-        keys = [k for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
+        candidates = [k for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
         held: dict[str, dict[str, Any]] = {}
-        if len(keys) > 1:  # the first that holds tensors is scored
-            held = {k: _flatten(current[k], where) for k in keys}
-            keys = [k for k in keys if held[k]] or keys
-        nested = [current[k] for k in keys]
-        for other in keys[1:]:
+        if len(candidates) > 1:  # the first that holds tensors is scored
+            held = {k: _flatten(current[k], where) for k in candidates}
+            candidates = [k for k in candidates if held[k]] or candidates
+        nested = [current[k] for k in candidates]
+        for other in candidates[1:]:
             if current[other] is not nested[0]:
-                why = f"in {other!r}, not the state dict scored ({keys[0]!r}); score checkpoint[{other!r}] for it"
+                why = f"in {other!r}, not the state dict scored ({candidates[0]!r}); score checkpoint[{other!r}] for it"
                 passed.update({f"{other}/{name}": (tensor, why) for name, tensor in held[other].items()})
         if not nested:  # else the one mapping inside, if there is one only
             nested = [v for v in current.values() if isinstance(v, Mapping)]
