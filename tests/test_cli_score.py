@@ -111,7 +111,8 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path: Path, state_dict: dict) -> No
 
     nan = tmp_path / "nan.safetensors"
     save_file({"fc.weight": torch.full((12, 20), math.nan)}, str(nan))
-    _one_line_exit_2(["score", str(nan)], "no usable weight matrix (1 tensors skipped — fc.weight: non-finite values", tmp_path)
+    _one_line_exit_2(["score", str(nan)], "no usable weight matrix (1 tensor skipped — fc.weight: non-finite values",
+                     tmp_path)
 
     zero = tmp_path / "zero.safetensors"
     save_file({"fc.weight": torch.zeros(12, 20)}, str(zero))

@@ -84,6 +84,31 @@ def test_no_usable_matrix() -> None:
         wbfe.score({"b": torch.ones(5), "w": torch.full((12, 12), math.nan)}, metrics="bfe")
 
 
+def test_no_usable_matrix_counts_its_skips_in_words(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    with pytest.raises(NoUsableMatrixError, match=r"<dict>: no usable weight matrix \(1 tensor skipped — b: 1-D"):
+        wbfe.score({"b": torch.ones(5)}, metrics="bfe")
+    empty = tmp_path / "empty.safetensors"
+    save_file({}, str(empty))
+    with pytest.raises(NoUsableMatrixError) as caught:
+        wbfe.score(empty, metrics="bfe")
+    assert str(caught.value) == f"{empty}: no usable weight matrix (no weight tensor at all)"
+
+
+def test_uninitialised_lazy_layers_are_skipped_and_the_rest_scored() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LazyLinear(4), torch.nn.Linear(30, 50))
+    result = wbfe.score(model, metrics="bfe")
+    lazy = "uninitialised lazy parameter: run the model once before scoring"
+    assert [(s["name"], s["reason"]) for s in result.skipped][:2] == [("0.weight", lazy), ("0.bias", lazy)]
+    w = model[1].weight.detach().to(torch.float64).numpy()
+    assert [r["name"] for r in result.layers] == ["1.weight"]
+    assert result.layers[0]["bfe"] == pytest.approx(bfe(np.linalg.svd(w, compute_uv=False) ** 2, "opt")[0], rel=1e-9)
+    with pytest.raises(NoUsableMatrixError, match=r"\(2 tensors skipped — 0.weight: uninitialised lazy parameter"):
+        wbfe.score(torch.nn.Sequential(torch.nn.LazyLinear(4)), metrics="bfe")
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [

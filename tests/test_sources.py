@@ -49,6 +49,28 @@ def test_all_formats_stream_identical_tensors(tmp_path: Path, state_dict: dict, 
         _assert_same(_tensors(ref), reference)
 
 
+def test_a_checkpoint_with_two_state_dicts_scores_one_and_lists_the_other(tmp_path: Path) -> None:
+    """{"state_dict": ..., "model": ...}: ``state_dict`` is scored (first of the usual keys), and the other's tensors
+    are listed as skipped saying so; the scored numbers are those of ``state_dict`` alone."""
+    g = torch.Generator().manual_seed(4)
+    scored = {"fc.weight": torch.randn(20, 30, generator=g), "head.weight": torch.randn(10, 20, generator=g)}
+    other = {"fc.weight": torch.randn(20, 30, generator=g), "fc.bias": torch.randn(20, generator=g)}
+    torch.save({"state_dict": scored, "model": other, "epoch": 3}, tmp_path / "both.pt")
+    why = "in 'model', not the state dict scored ('state_dict'); score checkpoint['model'] for it"
+    alone = wbfe.score(scored, metrics="bfe")
+    for ref in (tmp_path / "both.pt", {"state_dict": scored, "model": other}):
+        result = wbfe.score(ref, metrics="bfe")
+        assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in alone.layers]
+        assert result.summary == alone.summary
+        assert [(s["name"], s["reason"], s["shape"]) for s in result.skipped] == [
+            ("model/fc.weight", why, [20, 30]), ("model/fc.bias", why, [20])]
+    # The same mapping under both keys, or a "model" of settings only: nothing else to list.
+    assert not wbfe.score({"state_dict": scored, "model": scored}, metrics="bfe").skipped
+    assert not wbfe.score({"state_dict": scored, "model": {"arch": "mlp"}}, metrics="bfe").skipped
+    # An empty "state_dict" beside a "model" of tensors: "model" is scored (was: refused, no state dict found).
+    assert [r["name"] for r in wbfe.score({"state_dict": {}, "model": other}, metrics="bfe").layers] == ["fc.weight"]
+
+
 def test_sharded_order_follows_the_index(tmp_path: Path, state_dict: dict) -> None:
     index = write_sharded(tmp_path, state_dict, n_shards=2)
     with open_source(index) as source:

@@ -603,3 +603,31 @@ def test_bfe_applicability_is_unknown_for_an_inference_graph(models: dict[str, P
     verdict = summary["bfe_applicability"]
     assert summary["head_source"] == "framework" and verdict["status"] == "unknown"
     assert "converter removes dropout" in verdict["reasons"][0] and summary["head"] in verdict["reasons"][0]
+
+
+@pytest.mark.parametrize("own_buffer", [True, False])
+def test_an_empty_weight_is_listed_as_skipped(tmp_path: Path, own_buffer: bool) -> None:
+    """A 0-row FULLY_CONNECTED weight has an empty buffer, as an activation has (its own, or the sentinel
+    buffer 0): the graph tells it apart (no operator nor graph input feeds it), so it is listed as skipped,
+    while an empty constant that is no weight (a RESHAPE's shape) and the activations stay out."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((20, 30)).astype(np.float32)
+    g = tw.Graph()
+    x = g.add(tw.Tensor("x", (1, 30)))
+    out = g.add(tw.Tensor("out", (1, 20)))
+    g.ops.append(tw.Op(tw.FULLY_CONNECTED, [x, _const(g, "w", w), -1], [out]))
+    empty_w = g.add(tw.Tensor("empty_w", (0, 30), tw.FLOAT32, b"" if own_buffer else None))
+    nothing = g.add(tw.Tensor("nothing", (1, 0)))
+    g.ops.append(tw.Op(tw.FULLY_CONNECTED, [x, empty_w, -1], [nothing]))
+    scalar_shape = g.add(tw.Tensor("scalar_shape", (0,), tw.INT32, b""))
+    g.ops.append(tw.Op(tw.RESHAPE, [nothing, scalar_shape], [g.add(tw.Tensor("flat", (0,)))]))
+    g.inputs, g.outputs = [x], [out]
+    path = tw.write(tmp_path / "empty.tflite", g)
+    result = wbfe.score(path, metrics="bfe")
+    assert [r["name"] for r in result.layers] == ["w"]
+    from wbfe.metrics.bfe import bfe
+
+    eigs = np.linalg.svd(w.astype(np.float64), compute_uv=False) ** 2
+    assert result.layers[0]["bfe"] == pytest.approx(bfe(eigs)[0], rel=1e-9)
+    assert [(s["name"], s["reason"], s["shape"]) for s in result.skipped] == [
+        ("empty_w", "empty weight tensor (0 elements)", [0, 30])]

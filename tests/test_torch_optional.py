@@ -131,7 +131,7 @@ def test_torchscript_and_cuda_say_so_and_a_float8_scale_is_skipped(blocker: str,
     save_file({"fc.weight": torch.ones(20, 30).to(torch.float8_e8m0fnu)}, str(e8))
     # planned from its header as with torch (a scale dtype, no weight): never read, so torch is not asked
     assert_one_error_line(cli_without_torch(blocker, "score", str(e8)),
-                          f"{e8}: no usable weight matrix (1 tensors skipped — fc.weight: unsupported dtype "
+                          f"{e8}: no usable weight matrix (1 tensor skipped — fc.weight: unsupported dtype "
                           "float8_e8m0fnu)")
     assert_one_error_line(cli_without_torch(blocker, "score", "--device", "cuda"),
                           f"--device cuda needs torch: {TORCH_INSTALL}")

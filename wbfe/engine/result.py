@@ -82,7 +82,9 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     NoUsableMatrixError when every tensor was skipped."""
     if not layers:
         source, reasons = model["source"], "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
-        raise NoUsableMatrixError(f"{source}: no usable weight matrix ({len(skipped)} tensors skipped"
+        count = ("no weight tensor at all" if not skipped
+                 else f"{len(skipped)} tensor{'' if len(skipped) == 1 else 's'} skipped")
+        raise NoUsableMatrixError(f"{source}: no usable weight matrix ({count}"
                                   + (f" — {reasons}" if reasons else "") + ")", ref=source)
     if description is not None:
         layers = _with_products(layers, description.order, description.aliases)

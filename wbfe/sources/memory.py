@@ -9,7 +9,7 @@ from wbfe._deps import require_torch
 from wbfe.framework import describe_module
 from wbfe.sources._base import Provenance, TensorEntry, TensorSource
 from wbfe.sources.registry import register_location
-from wbfe.sources.torch_pickle import tensor_entries, unwrap_state_dict
+from wbfe.sources.torch_pickle import tensor_entries, unwrap_checkpoint
 
 __all__ = ["MemorySource", "is_in_memory"]
 
@@ -22,17 +22,17 @@ class MemorySource(TensorSource):
     def __init__(self, obj: Any):
         require_torch("scoring an in-memory model or state dict")  # its tensors are torch's
         state = obj.state_dict() if hasattr(obj, "state_dict") and callable(obj.state_dict) else obj
-        self._state = unwrap_state_dict(state, where=type(obj).__name__)
+        self._state, self._passed = unwrap_checkpoint(state, where=type(obj).__name__)
         self.provenance = Provenance(
             source=f"<{type(obj).__name__}>", format="module" if state is not obj else "state_dict")
         # A module describes itself (order, head, ties, layouts: wbfe.framework); a state dict does not.
         self.own_description = describe_module(obj) if state is not obj else None
 
     def __len__(self) -> int:
-        return len(self._state)
+        return len(self._state) + len(self._passed)
 
     def entries(self) -> Iterator[TensorEntry]:
-        return self.described(tensor_entries(self._state))
+        return self.described(tensor_entries(self._state, passed=self._passed))
 
 
 def is_in_memory(ref: Any) -> bool:

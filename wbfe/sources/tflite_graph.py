@@ -36,6 +36,7 @@ STORED_AXES = {"CONV_2D": "[out, kh, kw, in]", "DEPTHWISE_CONV_2D": "[1, kh, kw,
 # The permutation from the stored layout of a convolution's weight to PyTorch's [out, in, k...].
 TORCH_AXES = {"CONV_2D": (0, 3, 1, 2), "TRANSPOSE_CONV": (0, 3, 1, 2), "DEPTHWISE_CONV_2D": (3, 0, 1, 2),
               "CONV_3D": (4, 3, 0, 1, 2)}
+EMPTY_WEIGHT = "empty weight tensor (0 elements)"
 # The values each quantised integer type holds (a zero point must be one of them).
 _RANGES = {"int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
 # Operators a stored weight passes through on its way to the op that multiplies by it: float16
@@ -89,6 +90,7 @@ class TflSubgraph:
     tensors: tuple[TflTensor, ...]
     ops: tuple[TflOp, ...]
     outputs: tuple[int, ...]
+    inputs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -230,10 +232,10 @@ def _subgraph(tflite: Any, sg: Any, s: int, codes: list[str], n_buffers: int, r:
                 raise r.fail(f"tensor index {i} out of range ({len(tensors)} tensors)")
         ops.append(TflOp(k, codes[index], tuple(ins), tuple(outs), _options(tflite, op, codes[index])))
     r.what = f"subgraph {s}"
-    outputs = r.numbers(sg, "Outputs", 4)
-    if any(i < 0 or i >= len(tensors) for i in outputs):
-        raise r.fail(f"output tensor index out of range ({len(tensors)} tensors)")
-    return TflSubgraph(name, tuple(tensors), tuple(ops), tuple(outputs))
+    outputs, inputs = r.numbers(sg, "Outputs", 4), r.numbers(sg, "Inputs", 4)
+    if any(i < 0 or i >= len(tensors) for i in outputs + inputs):
+        raise r.fail(f"input or output tensor index out of range ({len(tensors)} tensors)")
+    return TflSubgraph(name, tuple(tensors), tuple(ops), tuple(outputs), tuple(inputs))
 
 
 def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTensor:
@@ -278,7 +280,9 @@ def _options(tflite: Any, op: Any, name: str) -> dict[str, Any]:
 
 
 def plan_graph(model: TflModel) -> GraphPlan:
-    """Every constant tensor (whose buffer holds data) of every subgraph, what it is, in the model's order; and the head."""
+    """Every constant tensor (whose buffer holds data) of every subgraph, what it is, in the model's order; and the
+    head. A 0-element weight (its buffer empty as an activation's) is told by the graph: fed by no operator nor the
+    subgraph's inputs, into a weight input; it is listed as skipped."""
     listed: list[Planned] = []
     head: Optional[Planned] = None
     note: Optional[str] = None
@@ -287,6 +291,9 @@ def plan_graph(model: TflModel) -> GraphPlan:
     for s, sg in enumerate(model.subgraphs):
         plans = {t.index: Planned(t, t.name, t.shape) for t in sg.tensors
                  if t.buffer > 0 and model.buffers[t.buffer].size > 0}
+        fed = {t for op in sg.ops for t in op.outputs} | set(sg.inputs)
+        empty = {t.index: Planned(t, t.name, t.shape) for t in sg.tensors
+                 if math.prod(t.shape) == 0 and t.index not in plans and t.index not in fed and not t.variable}
         uses: dict[int, list[tuple[TflOp, int]]] = defaultdict(list)
         for op in sg.ops:
             for i, t in enumerate(op.inputs):
@@ -297,6 +304,10 @@ def plan_graph(model: TflModel) -> GraphPlan:
             _plan_one(plan, uses, offset)
             if plan.skip is None and plan.tensor.variable:
                 plan.skip = "variable tensor (state the graph updates), not a weight"
+        for plan in empty.values():
+            _plan_one(plan, uses, offset)
+            if plan.op is not None:  # a weight input: else an empty constant of no interest (a RESHAPE's shape)
+                plan.skip, plan.shape, plans[plan.tensor.index] = EMPTY_WEIGHT, plan.tensor.shape, plan
         if s == 0:
             head, note = _head(sg, plans, producer)
         offset += len(sg.ops) + 1

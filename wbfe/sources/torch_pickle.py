@@ -22,8 +22,8 @@ from wbfe.sources._base import (TORCH_SUFFIXES, FileDigest, Provenance, TensorEn
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
 from wbfe.sources.torch_legacy import check_legacy_records
 
-__all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "tensor_entries", "check_zip_records",
-           "TORCH", "TORCH_SUFFIXES"]
+__all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "unwrap_checkpoint", "tensor_entries",
+           "check_zip_records", "TORCH", "TORCH_SUFFIXES"]
 
 # Keys under which training scripts commonly nest the weights, in order of preference.
 _NESTED_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network", "params", "weights")
@@ -96,18 +96,35 @@ def check_zip_records(path: Path, fh: Any) -> None:
 def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
     """The mapping of tensors inside a loaded checkpoint, nested containers flattened with dotted names and a
     DataParallel ``module.`` prefix stripped (``CorruptCheckpointError`` where there is none, or two names clash)."""
+    return unwrap_checkpoint(obj, where=where)[0]
+
+
+def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str, tuple[Any, str]]]:
+    """:func:`unwrap_state_dict`'s mapping, and the tensors of the other containers it was chosen over (a
+    checkpoint holding both ``state_dict`` and ``model``: the first of :data:`_NESTED_KEYS` that holds tensors is
+    scored) by ``key/name``, each with why it is not scored: listed as skipped, so the choice is seen."""
     import torch
 
     current = obj
+    passed: dict[str, tuple[Any, str]] = {}
     for _ in range(4):
         if isinstance(current, Mapping) and any(_as_tensor(torch, v) is not None for v in current.values()):
             state = _flatten(current, where)
             if state and all(k.startswith("module.") for k in state):
                 state = {k[len("module."):]: v for k, v in state.items()}
-            return state
+            return state, passed
         if not isinstance(current, Mapping):
             break
-        nested = [current[k] for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
+        candidates = [k for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
+        held: dict[str, dict[str, Any]] = {}
+        if len(candidates) > 1:  # the first that holds tensors is scored
+            held = {k: _flatten(current[k], where) for k in candidates}
+            candidates = [k for k in candidates if held[k]] or candidates
+        nested = [current[k] for k in candidates]
+        for other in candidates[1:]:
+            if current[other] is not nested[0]:
+                why = f"in {other!r}, not the state dict scored ({candidates[0]!r}); score checkpoint[{other!r}] for it"
+                passed.update({f"{other}/{name}": (tensor, why) for name, tensor in held[other].items()})
         if not nested:  # else the one mapping inside, if there is one only
             nested = [v for v in current.values() if isinstance(v, Mapping)]
             if len(nested) != 1:
@@ -172,10 +189,20 @@ def unreadable_reason(tensor: Any) -> str | None:
     return None
 
 
-def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = None) -> Iterator[TensorEntry]:
+LAZY_REASON = "uninitialised lazy parameter: run the model once before scoring"
+
+
+def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = None,
+                   passed: Mapping[str, tuple[Any, str]] | None = None) -> Iterator[TensorEntry]:
     """Entries of an in-memory state dict; tied tensors share a ``storage_key``. ``held``: the state dict
-    outlives the stream (an entry can be reread); ``scope``: part of every key (a freed shard's addresses are reused)."""
+    outlives the stream (an entry can be reread); ``scope``: part of every key (a freed shard's addresses are reused);
+    ``passed``: tensors listed as skipped after them, with their reasons (:func:`unwrap_checkpoint`)."""
+    from torch.nn.parameter import is_lazy
+
     for name, tensor in state.items():
+        if is_lazy(tensor):  # a LazyLinear never run: no shape, no values; torch raises on any use
+            yield TensorEntry(name=name, shape=(), dtype=dtype_name(tensor), load=lambda: None, skip=LAZY_REASON)
+            continue
         t = tensor.detach()
         skip = unreadable_reason(t)
         key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
@@ -183,6 +210,9 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
         load = lambda t=t: t  # noqa: E731
         yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key,
                           reread=load if held else None, skip=skip)
+    for name, (tensor, why) in (passed or {}).items():
+        shape = () if is_lazy(tensor) else tuple(tensor.shape)
+        yield TensorEntry(name=name, shape=shape, dtype=dtype_name(tensor), load=lambda: None, skip=why)
 
 
 class TorchPickleSource(TensorSource):
@@ -192,6 +222,7 @@ class TorchPickleSource(TensorSource):
         require_torch("reading a PyTorch pickle")
         self._index = path if path.name.lower().endswith(".index.json") else None
         self._listed: list[list[str]] = []
+        self._passed: dict[str, tuple[Any, str]] = {}  # a single file's other state dict (unwrap_checkpoint)
         if self._index is not None:
             from wbfe.sources.safetensors_files import index_shards
 
@@ -202,8 +233,9 @@ class TorchPickleSource(TensorSource):
         else:
             # One file: load it now, so errors surface before any work and len() is known.
             self._files = [path]
-            self._state: dict[str, Any] | None = unwrap_state_dict(load_torch_file(path), where=str(path))
-            self._length = len(self._state)
+            self._state: dict[str, Any] | None
+            self._state, self._passed = unwrap_checkpoint(load_torch_file(path), where=str(path))
+            self._length = len(self._state) + len(self._passed)
         self.provenance = Provenance(source=ref, format="torch-sharded" if self._index else "torch",
             files=[str(p) for p in ([self._index] if self._index else []) + self._files],
             pending=FileDigest(self._files))
@@ -216,9 +248,9 @@ class TorchPickleSource(TensorSource):
 
     def _entries(self) -> Iterator[TensorEntry]:
         if self._index is None:
-            state, self._state = self._state, None
+            (state, self._state), (passed, self._passed) = (self._state, None), (self._passed, {})
             assert state is not None
-            yield from tensor_entries(state)
+            yield from tensor_entries(state, passed=passed)
             return
         from wbfe.sources.safetensors_files import unlisted_reason
 
