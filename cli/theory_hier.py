@@ -51,7 +51,8 @@ def hierarchical_cmd(
     solver: str = typer.Option("auto", help="eigensolver: auto, eigsh (matrix-free) or dense"),
     seed: int = typer.Option(0, help="master seed of the simulation (teachers and data sets; not a scoring seed)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
-    output: Annotated[Optional[Path], path_option("--output", "-o", help="folder for hierarchical.json and the PNGs")] = None,
+    output: Annotated[Optional[Path], path_option(
+        "--output", "-o", help="folder for hierarchical.json and the PNGs")] = None,
 ) -> None:
     """Sweep n = d^alpha: per-feature overlaps, spectral vs kernel NMSE, and the predictions."""
     from wbfe.render.files import check_output_dir

@@ -171,7 +171,8 @@ def student_cmd(
     epochs: int = typer.Option(_STUDENT["epochs"], help="full-batch Adam epochs"),
     lr: float = typer.Option(_STUDENT["lr"], help="Adam learning rate"),
     device: str = typer.Option(_STUDENT["device"], help="cpu, cuda or auto"),
-    output: Annotated[Optional[Path], path_option("--output", "-o", help="folder for student.png and student.json")] = None,
+    output: Annotated[Optional[Path], path_option(
+        "--output", "-o", help="folder for student.png and student.json")] = None,
     fmt: Format = typer.Option(Format.table, "--format", help="table or json"),
 ) -> None:
     """Adam-trained students of several widths: test error against width, with k_c marked."""
