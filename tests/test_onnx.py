@@ -296,3 +296,22 @@ def test_a_float8_dequantize_linear_weight_is_read_as_onnx_computes_it(tmp_path:
     with open_source(path) as source:
         got = {e.name: e for e in source.entries()}["wq"].load()
     assert np.abs(expected).max() > 0 and np.array_equal(got, expected)
+
+
+def test_two_initialisers_of_one_name_are_refused(tmp_path: Path) -> None:
+    # ONNX values are assigned once: with two stored "w", which one the graph multiplies by is undefined.
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((8, 16)).astype(np.float32) for _ in range(2))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        initializer=[numpy_helper.from_array(a, "w"), numpy_helper.from_array(b, "w")])
+    path = tmp_path / "twice.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    with pytest.raises(CorruptCheckpointError, match=r"malformed ONNX graph \(two stored tensors named 'w'\)$"):
+        wbfe.score(path, metrics="bfe")
+    result = CliRunner().invoke(app, ["score", str(path)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
