@@ -76,6 +76,11 @@ def test_a_home_folder_of_an_unknown_user_is_a_missing_path(tmp_path, monkeypatc
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 2, (argv, result.output)
         assert result.output == "wbfe: error: no such file or folder: ~wbfe-no-such-user/m.safetensors\n"
+    # Every other reader of a user's path too (watch's run, rank's zoo): one rule, wbfe._config.user_path.
+    for argv, said in ((["watch", "~wbfe-no-such-user/run"], "no such file or folder: ~wbfe-no-such-user/run"),
+                       (["rank", "~wbfe-no-such-user/z.csv", "--no-cache"], "zoo spec not found: ~wbfe-no-such-user/z.csv")):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2 and result.output == f"wbfe: error: {said}\n", (argv, result.output)
 
 
 @pytest.mark.parametrize("out", [None, 3, b"out.json"])

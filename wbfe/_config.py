@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "wbfe_cache_max_size", "shared_zoo_dir", "usable_cpus",
-           "blas_threads"]
+__all__ = ["hf_offline", "hf_cache_dir", "torch_hub_dir", "wbfe_cache_dir", "wbfe_cache_max_size", "shared_zoo_dir",
+           "usable_cpus", "blas_threads", "user_path"]
 
 _TRUE = {"1", "true", "yes", "on"}
+
+
+def user_path(path: "str | os.PathLike[str]") -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded; ``~user`` of no user here stays a name like any other
+    (``Path.expanduser`` raises RuntimeError for it)."""
+    return Path(os.path.expanduser(path))
 
 
 def _flag(name: str) -> bool:
@@ -24,27 +30,27 @@ def hf_cache_dir() -> Path:
     """The Hugging Face hub cache, with huggingface_hub's precedence of variables."""
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if os.environ.get(var):
-            return Path(os.path.expanduser(os.environ[var]))
+            return user_path(os.environ[var])
     if os.environ.get("HF_HOME"):
-        return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
+        return user_path(os.environ["HF_HOME"]) / "hub"
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(os.path.expanduser(xdg)) / "huggingface" / "hub"
+    return user_path(xdg) / "huggingface" / "hub"
 
 
 def torch_hub_dir() -> Path:
     """PyTorch's hub folder (``TORCH_HOME``/hub), where timm and torchvision keep URL downloads."""
     if os.environ.get("TORCH_HOME"):
-        return Path(os.path.expanduser(os.environ["TORCH_HOME"])) / "hub"
+        return user_path(os.environ["TORCH_HOME"]) / "hub"
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(os.path.expanduser(xdg)) / "torch" / "hub"
+    return user_path(xdg) / "torch" / "hub"
 
 
 def wbfe_cache_dir() -> Path:
     """wbfe's score cache: ``$WBFE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wbfe/scores``, else ``~/.cache/wbfe/scores``."""
     if os.environ.get("WBFE_CACHE_DIR"):
-        return Path(os.path.expanduser(os.environ["WBFE_CACHE_DIR"]))
+        return user_path(os.environ["WBFE_CACHE_DIR"])
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(os.path.expanduser(xdg)) / "wbfe" / "scores"
+    return user_path(xdg) / "wbfe" / "scores"
 
 
 def wbfe_cache_max_size() -> str:
@@ -55,7 +61,7 @@ def wbfe_cache_max_size() -> str:
 def shared_zoo_dir() -> Path:
     """The project's shared real checkpoints: ``$WBFE_SHARED_ZOO`` or ``<checkout>/../shared/zoo``."""
     if os.environ.get("WBFE_SHARED_ZOO"):
-        return Path(os.path.expanduser(os.environ["WBFE_SHARED_ZOO"]))
+        return user_path(os.environ["WBFE_SHARED_ZOO"])
     return Path(__file__).resolve().parents[1].parent / "shared" / "zoo"
 
 

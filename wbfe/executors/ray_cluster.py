@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError, MissingDependencyError
 from wbfe.executors import RAY_INSTALL
 from wbfe.render.diagnostics import route_logger
@@ -70,7 +71,7 @@ def largest_tensor_elements(ref: Any) -> Optional[int]:
     for anything whose sizes cannot be read that cheaply."""
     if not isinstance(ref, (str, Path)):
         return None
-    path = Path(ref).expanduser()
+    path = user_path(ref)
     try:
         files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) if path.is_dir() else []
         sizes = [numel(info["shape"]) for f in files if f.suffix == ".safetensors"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from wbfe import engine
+from wbfe._config import user_path
 from wbfe.engine.matrices import Skip
 from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.ties import full_digest
@@ -48,7 +49,7 @@ def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
     its headers alone; None for anything else."""
     if not isinstance(ref, (str, Path)):
         return None
-    path = Path(ref).expanduser()
+    path = user_path(ref)
     if path.is_dir():
         if (path / "adapter_config.json").is_file():
             return None

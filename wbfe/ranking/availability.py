@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
 
-from wbfe._config import hf_offline
+from wbfe._config import hf_offline, user_path
 from wbfe.errors import ModelNotFoundError, WbfeError
 from wbfe.ranking.zoo import TORCHVISION_DOWNLOADS, Zoo, torchvision_weight_not_cached
 
@@ -28,7 +27,7 @@ def _where(ref: str) -> Optional[tuple[bool, str, str]]:
     from wbfe.sources.hub import HUB_ID, hub_cached
     from wbfe.sources.object_store import is_uri
 
-    if is_uri(ref) or os.path.lexists(Path(ref).expanduser()):
+    if is_uri(ref) or os.path.lexists(user_path(ref)):
         return None
     if torchvision_weight_not_cached(ref):
         return False, TORCHVISION_DOWNLOADS, _host_name(TORCHVISION_DOWNLOADS)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
 
+from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError
 from wbfe.ranking.claims import CLAIM_SUFFIX, STALE_AFTER, Claim, try_claim
 from wbfe.render.files import json_sha256, write_atomic
@@ -78,7 +79,7 @@ class ScoreCache:
     def __init__(self, directory: Union[str, Path]) -> None:
         if not os.fspath(directory).strip():
             raise InvalidOptionError("the score cache folder is empty ('')")
-        self.directory = Path(directory).expanduser()
+        self.directory = user_path(directory)
         self.corrupted: list[str] = []
 
     def _entry_path(self, key: str) -> Path:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
-from wbfe._config import wbfe_cache_dir
+from wbfe._config import user_path, wbfe_cache_dir
 from wbfe.errors import InvalidOptionError
 from wbfe.ranking.cache import clear_path
 from wbfe.ranking.claims import is_stale, read_claim
@@ -170,7 +170,7 @@ def cache_info(directory: Union[str, Path, None] = None) -> CacheInfo:
     directory = wbfe_cache_dir() if directory is None else directory
     if not os.fspath(directory).strip():
         raise InvalidOptionError("the cache folder is empty ('')")
-    root = Path(directory).expanduser()
+    root = user_path(directory)
     if root.exists() and not root.is_dir():
         raise InvalidOptionError(f"not a folder: {root}", path=str(root))
     units, other, links = _scan(root) if root.is_dir() else ([], 0, 0)

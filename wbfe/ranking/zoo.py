@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from wbfe._config import hf_offline, shared_zoo_dir, torch_hub_dir
+from wbfe._config import hf_offline, shared_zoo_dir, torch_hub_dir, user_path
 from wbfe._deps import require
 from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, MissingDependencyError, SourceNotFoundError,
                          unknown_name)
@@ -109,7 +109,7 @@ def _resolve_ref(value: str, base_dir: Optional[Path]) -> str:
     value = value.strip()
     if value.startswith(_PREFIXES) or base_dir is None or is_uri(value):
         return value
-    candidate = Path(os.path.expanduser(value))  # "~someone" with no home folder here stays as it is
+    candidate = user_path(value)
     if candidate.is_absolute():
         return str(candidate)
     joined = base_dir / candidate
@@ -260,7 +260,7 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
         SourceNotFoundError: the file does not exist.
         InvalidOptionError: the file is not a valid zoo (see :func:`zoo_from_rows`).
     """
-    spec = Path(path).expanduser()
+    spec = user_path(path)
     if not spec.exists():
         raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
     rows, meta = _read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml") else (_read_csv(spec), {})
@@ -402,7 +402,7 @@ def load_zoo(spec: Union[str, Path, Zoo], *, lower_is_better: Iterable[str] = ()
     elif isinstance(spec, str) and spec in _BUILTINS:
         zoo = _BUILTINS[spec].load()
     else:
-        path = Path(spec).expanduser()
+        path = user_path(spec)
         if not path.exists() and isinstance(spec, str) and os.sep not in spec and not path.suffix:
             raise unknown_name("zoo", spec, builtin_zoo_names())
         return read_zoo_file(path, lower_is_better=extra)  # which refuses a path that does not exist

@@ -18,6 +18,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional, Union
 
+from wbfe._config import user_path
 from wbfe.errors import OutputError, OverwriteError
 from wbfe.render.text import json_ready
 
@@ -51,7 +52,7 @@ def _path_text(path: Any) -> str:
 def _target(path: PathLike) -> Path:
     """The file a write to ``path`` lands in: symbolic links followed, even a dangling one's target ("~user"
     expanded where that user has a home folder here, else a name like any other)."""
-    return Path(os.path.realpath(os.path.expanduser(_path_text(path))))
+    return Path(os.path.realpath(user_path(_path_text(path))))
 
 
 def is_devnull(st: os.stat_result) -> bool:
@@ -70,7 +71,7 @@ def local_reads(ref: Any) -> tuple[Path, ...]:
     text = os.fspath(ref) if isinstance(ref, (str, os.PathLike)) else None
     if not isinstance(text, str) or not text.strip() or "://" in text:
         return ()
-    path = Path(os.path.expanduser(text))
+    path = user_path(text)
     if not path.exists():
         return ()
     if path.is_file() and path.name.lower().endswith(".index.json"):
@@ -109,7 +110,7 @@ def refuse_overlap(path: PathLike, reads: Reads) -> None:
             chain.append((p, p.stat()))
     shown = os.fspath(path)
     for read in reads:
-        real = Path(os.path.realpath(os.path.expanduser(os.fspath(read))))
+        real = Path(os.path.realpath(user_path(os.fspath(read))))
         try:
             st = real.stat()
         except OSError:

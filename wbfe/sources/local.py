@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from wbfe._config import user_path
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource, open_regular, unreadable
 from wbfe.sources.registry import (checkpoint_suffixes, folder_kinds, format_of, other_formats, pick_files,
@@ -114,9 +115,9 @@ def open_file(path: Path, ref: str, fmt: str | None = None) -> TensorSource:
 def _is_path(ref: Any) -> bool:
     # A dangling symlink too: open_path says what it is. os.path.expanduser leaves "~nouser/x" as it is
     # (Path.expanduser raises RuntimeError).
-    return isinstance(ref, (str, Path)) and os.path.lexists(os.path.expanduser(ref))
+    return isinstance(ref, (str, Path)) and os.path.lexists(user_path(ref))
 
 
 @register_location("path", order=30, claims=_is_path)
 def open_local(ref: Any) -> TensorSource:
-    return open_path(Path(os.path.expanduser(ref)), ref=str(ref))
+    return open_path(user_path(ref), ref=str(ref))

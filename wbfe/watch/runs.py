@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources import CHECKPOINT_SUFFIXES
 
@@ -324,7 +325,7 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
     if not text.strip():  # Path("") is the working folder: an empty argument must not read it
         raise SourceNotFoundError("an empty run reference: name a folder of checkpoints, a CSV or a list of hub "
                                   "revisions", path=text)
-    path = Path(text).expanduser()
+    path = user_path(text)
     if path.is_dir():
         hf = _hf_checkpoints(path) if pattern is None else {}
         by_step = hf or _folder_checkpoints(path, pattern)
