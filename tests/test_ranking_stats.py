@@ -222,3 +222,9 @@ def test_resample_counts_past_the_bound_are_refused() -> None:
     for key in ("n_boot", "n_perm"):
         with pytest.raises(InvalidOptionError, match=f"{key} must be at most {MAX_RESAMPLES:,}"):
             stats.correlate([1, 2, 3], [3, 1, 2], **{key: 10**12})
+
+
+def test_an_integer_past_float64_is_refused_not_an_overflow_error():
+    # np.asarray(10**400, float64) raises OverflowError: it escaped untyped.
+    with pytest.raises(InvalidOptionError, match="^x and y must be sequences of numbers$"):
+        stats.spearman([10**400, 1, 2], [1, 2, 3])

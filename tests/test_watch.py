@@ -524,3 +524,10 @@ def test_an_empty_run_cell_of_a_calibration_csv_is_refused(tmp_path: Path) -> No
     (tmp_path / "runs.csv").write_text("run\nr0\n\"\"\n")
     with pytest.raises(InvalidOptionError, match=r"runs.csv: line 3 has an empty 'run' cell"):
         read_runs_csv(tmp_path / "runs.csv")
+
+
+def test_a_step_of_thousands_of_digits_is_refused_in_one_line(tmp_path):
+    # int() of more than 4,300 digits raises ValueError (Python's limit): it escaped untyped.
+    (tmp_path / "run.csv").write_text(f"step,checkpoint\n{'1' * 5000},a.safetensors\n")
+    with pytest.raises(InvalidOptionError, match=r"step '1{20}.*' is not an integer$"):
+        discover_run(tmp_path / "run.csv")

@@ -53,7 +53,7 @@ def _pair(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", finite: bool = Tru
     try:
         a = np.asarray(x, dtype=np.float64)
         b = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float64 (10**400)
         raise InvalidOptionError("x and y must be sequences of numbers") from None
     # Flattening a table would pair values of different models; a single row or column is refused too, so that
     # one rule holds (the caller ravels it knowingly).

@@ -131,7 +131,8 @@ def _int_step(value: object, where: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-        return int(value)
+        with contextlib.suppress(ValueError):  # past Python's 4,300-digit limit: refused below, as not finite
+            return int(value)
     step = value if isinstance(value, float) else math.nan
     with contextlib.suppress(ValueError):
         step = float(value) if isinstance(value, str) else step
