@@ -108,7 +108,7 @@ def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str
     current = obj
     passed: dict[str, tuple[Any, str]] = {}
     for _ in range(4):
-        if isinstance(current, Mapping) and any(_as_tensor(torch, v) is not None for v in current.values()):
+        if isinstance(current, Mapping) and any(_is_tensor(torch, v) for v in current.values()):
             state = _flatten(current, where)
             if state and all(k.startswith("module.") for k in state):
                 state = {k[len("module."):]: v for k, v in state.items()}
@@ -134,13 +134,19 @@ def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str
     raise CorruptCheckpointError.at(where, f"no state dict of tensors found (top level: {keys})")
 
 
+def _is_tensor(torch: Any, value: Any) -> bool:
+    """Whether ``value`` is a torch tensor or a numeric numpy array (which :func:`_as_tensor` reads as one)."""
+    return isinstance(value, torch.Tensor) or (isinstance(value, np.ndarray) and value.dtype.kind in "biufc")
+
+
 def _as_tensor(torch: Any, value: Any) -> Any:
-    """``value`` as a torch tensor: itself, or a numeric numpy array shared as one (not copied); else None."""
+    """``value`` as a torch tensor: itself, or a numeric numpy array shared as one (a read-only one copied); else
+    None."""
+    if not _is_tensor(torch, value):
+        return None
     if isinstance(value, torch.Tensor):
         return value
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
-        return torch.from_numpy(value) if value.flags.writeable else torch.from_numpy(value.copy())
-    return None
+    return torch.from_numpy(value) if value.flags.writeable else torch.from_numpy(value.copy())
 
 
 def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
