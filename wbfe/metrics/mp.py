@@ -409,7 +409,10 @@ def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa
 
 def _row_dots(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Σ_j u[i, j]·v[i, j] of every row (np.vecdot where numpy has it, from 2.0: SIMD, one call)."""
-    return np.vecdot(u, v) if hasattr(np, "vecdot") else np.einsum("ij,ij->i", u, v)
+    return _vecdot(u, v) if _vecdot is not None else np.einsum("ij,ij->i", u, v)
+
+
+_vecdot = getattr(np, "vecdot", None)  # numpy >= 2.0
 
 
 _WINDOW_SLACK = np.array([[-1.0], [2.0]])  # grid points beyond ⌊a/step⌋, ⌊b/step⌋ that may be inside
