@@ -11,6 +11,7 @@ import typer
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options import field_defaults
+from wbfe.theory.checks import is_whole
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
 from ._options import Format, path_option
@@ -42,7 +43,7 @@ def _floats(text: str, name: str) -> list[float]:
 
 def _ints(text: str, name: str) -> list[int]:
     values = _floats(text, name)
-    if not all(math.isfinite(v) and v == int(v) for v in values):  # int(inf) and int(nan) raise
+    if not all(map(is_whole, values)):
         raise InvalidOptionError(f"{name} must be comma-separated integers, got {text!r}")
     return [int(v) for v in values]
 

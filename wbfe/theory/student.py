@@ -38,9 +38,11 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
             and finite_number(lr) and lr > 0):
         raise InvalidOptionError("width, epochs and batches must be >= 1 and lr > 0 (whole numbers, a finite lr)")
     width, epochs, batches = int(width), int(epochs), int(batches)
-    n_all = teacher.x.shape[0] + teacher.x_test.shape[0]
-    check_bytes(width * n_all, f"the activations of width {width} on {n_all} samples", "lower the width")
     n, d = teacher.x.shape
+    if batches > n:
+        raise InvalidOptionError(f"batches must be at most the {n} training samples, not {batches}")
+    n_all = n + teacher.x_test.shape[0]
+    check_bytes(width * n_all, f"the activations of width {width} on {n_all} samples", "lower the width")
     dev = teacher.x.device
     gen = torch.Generator(device="cpu").manual_seed(int(seed) + 104729)
     w = torch.randn(width, d, generator=gen, dtype=torch.float64)
@@ -49,8 +51,6 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     opt = torch.optim.Adam([w, a], lr=lr)
     # The teacher's rows have norm √d against x/√d; the student's unit rows act on x directly.
     x, y = teacher.x, teacher.y
-    if batches > n:
-        raise InvalidOptionError(f"batches must be at most the {n} training samples, not {batches}")
     # Exactly `batches` contiguous batches, none empty (sizes differ by at most one): an empty batch
     # would still take an Adam step, moving the weights by momentum alone.
     parts = list(zip(x.tensor_split(batches), y.tensor_split(batches)))

@@ -13,7 +13,7 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.checks import finite_number, is_number
+from wbfe.theory.checks import finite_number, is_number, is_whole
 from wbfe.theory.settings import custom_rule
 
 __all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
@@ -24,7 +24,7 @@ _NOT = "{name} must be {words}, not {value!r}"
 
 def _int(words: str, minimum: int, bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
     """A whole number (an int, or a float equal to one) >= ``minimum``."""
-    return custom_rule(words, lambda v: is_number(v) and int(v) == v
+    return custom_rule(words, lambda v: is_number(v) and is_whole(v)
                        and v >= minimum, bad + (math.inf,), say=_NOT, optional=optional)
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.hierarchical.model import FeatureData, hermite_features, is_whole
-from wbfe.theory.checks import finite_number
+from wbfe.theory.hierarchical.model import FeatureData, hermite_features
+from wbfe.theory.checks import finite_number, is_whole
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
