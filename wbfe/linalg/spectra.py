@@ -25,8 +25,9 @@ from wbfe.linalg.arrays import dtype_name, is_torch, to_torch, torch_loaded
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues", "w_eigenvalues",
-           "live_part", "log_moments", "spectrum", "range_shift", "near_one", "work_bytes", "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
+__all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues",
+           "w_eigenvalues", "live_part", "log_moments", "spectrum", "range_shift", "near_one", "work_bytes",
+           "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
 
 # float64 bytes of one block of rows/columns: large enough for full GEMM speed in the rank-k updates,
 # small beside the tensor itself (peak RSS: benchmarks/bench_memory.py).
