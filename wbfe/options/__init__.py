@@ -210,6 +210,7 @@ DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
 HEAD = Text("a tensor or module name", optional=True)
 # WeightWatcher's draws (intra masks, sharpen's shuffles) use numpy's legacy RandomState, which takes 32 bits.
 SEED = Integer(0, 2**32 - 1, words="a non-negative integer below 2**32")
+RESAMPLES = Integer(1, MAX_RESAMPLES, words=f"a positive integer of at most {MAX_RESAMPLES:,} (each draw's ρ is kept)")
 
 
 class _Filled(str):
@@ -316,7 +317,7 @@ class StatsOptions(Validated):
     ``--stats-seed``) seeds both draws."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "n_boot": Integer(1), "n_perm": Integer(1), "exact_max_n": Integer(0, MAX_EXACT_N), "seed": Integer(0),
+        "n_boot": RESAMPLES, "n_perm": RESAMPLES, "exact_max_n": Integer(0, MAX_EXACT_N), "seed": Integer(0),
         "level": Real(0.0, 1.0),
     }
 
@@ -325,12 +326,6 @@ class StatsOptions(Validated):
     n_perm: int = 10_000
     exact_max_n: int = 8
     seed: int = 0
-
-    def _cross_check(self) -> None:
-        for name, value in (("n_boot", self.n_boot), ("n_perm", self.n_perm)):
-            if value > MAX_RESAMPLES:
-                raise InvalidOptionError(f"{name} must be at most {MAX_RESAMPLES:,} (each draw's ρ is kept), "
-                                         f"not {value}")
 
 
 @dataclass(frozen=True)
