@@ -9,7 +9,7 @@ from typing import Any, Iterable, Literal, Optional, Union
 from wbfe.engine import ModelScore, Progress, layer_spectrum, score_source
 from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions, executor_for
-from wbfe.options import ScoreOptions, field_defaults
+from wbfe.options import ScoreOptions, field_defaults, refuse_keywords
 from wbfe.sources import open_source, stream_each
 
 __all__ = ["ScoreOptions", "ModelScore", "score", "score_here", "Progress", "layer_spectrum"]
@@ -96,8 +96,8 @@ def score(
                  fix_fingers=fix_fingers, fit=fit, intra=intra, stream=stream)
     if options is None:
         options = ScoreOptions(**given)  # type: ignore[arg-type]
-    elif given != _DEFAULTS:
-        raise InvalidOptionError("score(): pass the settings either as options=ScoreOptions(...) or as keywords, not both")
+    else:
+        refuse_keywords(ScoreOptions, given)
     runner = executor_for(ExecutorOptions(executor, ray_address))
     if base is not None:
         if not runner.runs_here:

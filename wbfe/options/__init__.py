@@ -23,7 +23,7 @@ __all__ = [
     "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
     "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_fix_fingers",
     "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
-    "field_defaults", "MAX_EXACT_N", "MAX_RESAMPLES",
+    "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES",
 ]
 
 CONV_VIEWS = ("flatten", "slices", "fft")
@@ -538,6 +538,20 @@ class PruneOptions(Validated):
 def field_defaults(cls: type) -> dict[str, Any]:
     """Each settable field's default: what :func:`wbfe.score`'s, :func:`wbfe.compare`'s and the CLI's take."""
     return {f.name: f.default for f in fields(cls) if f.init}
+
+
+def refuse_keywords(cls: type, given: Mapping[str, Any], *, defaults: Optional[Mapping[str, Any]] = None,
+                    why: Optional[str] = None) -> None:
+    """InvalidOptionError ``"NAMES: WHY"`` when a keyword of ``given`` is set beside an options object: its value
+    is not its default in ``defaults`` (``cls``' own by default). An equal value of another type (``min_eigs=10.0``,
+    ``ww_compatible=0``) is set too, and ``==`` alone would raise for an array. ``why`` says what to do; by default,
+    pass the settings as ``cls`` or as keywords."""
+    unset = field_defaults(cls) if defaults is None else defaults
+    changed = [k for k, v in given.items() if not (v is unset[k] or type(v) is type(unset[k]) and v == unset[k])]
+    if changed:
+        name = cls.__name__
+        raise InvalidOptionError(f"{', '.join(changed)}: "
+                                 + (why or f"pass the settings either as options={name}(...) or as keywords, not both"))
 
 
 OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions, RankOptions, ReportOptions,
