@@ -102,8 +102,6 @@ def score(
     if base is not None:
         if not runner.runs_here:
             raise InvalidOptionError("--base (a LoRA adapter) is scored locally; drop --executor ray")
-        if options.intra:
-            raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's: drop --base")
         return score_here(ref, options, base=base, progress=progress)
     return runner.score(ref, options, score_here, progress=progress)
 
@@ -119,7 +117,8 @@ def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: O
     with open_source(ref, stream=stream) as source:
         if base is not None or isinstance(source, AdapterSource):  # ΔW = s·B·A per module
             if options.intra:
-                raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's")
+                raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's: "
+                                         "drop --intra")
             from wbfe.adapters import score_adapter
 
             return score_adapter(source, options, base=base)
