@@ -91,6 +91,8 @@ def test_known_good_pattern_is_accepted_and_fast(pattern: str) -> None:
 def test_invalid_expression_is_a_typed_error() -> None:
     with pytest.raises(InvalidOptionError, match="--layers is not a valid regular expression"):
         compile_layers("(")
+    with pytest.raises(InvalidOptionError, match="^--layers must be a non-empty regular expression, not ''$"):
+        ScoreOptions(layers="")
 
 
 def test_a_back_reference_inside_a_repeat_is_taken_to_match_anything() -> None:
