@@ -118,7 +118,7 @@ class PruneReport(ToJson):
 
 
 def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: float,
-             mapping: str = "value", reverse: bool = False) -> np.ndarray:
+             mapping: str = _DEFAULTS["mapping"], reverse: bool = _DEFAULTS["reverse"]) -> np.ndarray:
     """Per-matrix sparsities whose ``params``-weighted mean is ``target``, from the finite ``values``
     mapped onto [target − spread, target + spread] (docs/pruning.md, "The allocation").
 
