@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, OutputError
-from wbfe.options import PruneOptions, field_defaults, refuse_keywords
+from wbfe.options import PRUNE_METRICS, PruneOptions, field_defaults, refuse_keywords
 from wbfe.render.text import ToJson, as_float, json_ready
 
 if TYPE_CHECKING:
@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["Allocation", "PruneReport", "MetricNotComputedError", "allocate", "sparsity", "prune",
            "magnitude_prune", "METRIC_GROUPS", "METADATA_KEY"]
 
-# The metric group that computes each ``by`` column (``uniform`` only needs the list of matrices).
-METRIC_GROUPS = {"alpha": "htsr", "stable_rank": "htsr", "bfe": "bfe", "h": "htmp", "uniform": "bfe"}
+METRIC_GROUPS = PRUNE_METRICS  # the metric group that computes each ``by`` column
 METADATA_KEY = "wbfe_pruning"  # the safetensors metadata key of ``wbfe prune``'s allocation (JSON)
 
 # The keywords' defaults are the options' own, but for target, which has none: it is given or in options.

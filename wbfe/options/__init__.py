@@ -475,8 +475,9 @@ class EditOptions(Validated):
         return conventions_for(self.ww_compatible)
 
 
-PRUNE_METRICS = ("alpha", "bfe", "h", "stable_rank", "uniform")
-"""What ``wbfe sparsity`` / ``wbfe prune`` allocate by: a per-matrix score column, or the same sparsity everywhere."""
+PRUNE_METRICS = {"alpha": "htsr", "bfe": "bfe", "h": "htmp", "stable_rank": "htsr", "uniform": "bfe"}
+"""What ``wbfe sparsity`` / ``wbfe prune`` allocate by (a per-matrix score column, or the same sparsity everywhere),
+and the metric group that computes it (``uniform`` only needs the list of matrices)."""
 
 PRUNE_ROLES = ("head", "attention", "mlp", "expert", "shared_expert", "router", "conv", "embedding", "other")
 """Row roles (docs/metrics.md) a pruning can leave out."""
@@ -516,7 +517,7 @@ class PruneOptions(Validated):
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "target": Real(0.0, 1.0), "by": Choice(PRUNE_METRICS), "spread": Real(0.0, 1.0, open=False),
+        "target": Real(0.0, 1.0), "by": Choice(tuple(PRUNE_METRICS)), "spread": Real(0.0, 1.0, open=False),
         "mapping": Choice(("value", "rank")), "reverse": Flag(),
         "exclude": Custom(check_exclude, "role names such as 'head,embedding'", bad=("nope", 3, ["head", 1])),
         "layers": LAYERS, "head": HEAD, "method": Choice(("magnitude",)), "device": DEVICE, "min_eigs": Integer(1),
