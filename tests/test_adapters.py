@@ -242,6 +242,23 @@ def test_bad_adapters(tmp_path) -> None:
         wbfe.compare(folder, folder)
 
 
+def test_intra_and_ray_are_refused_for_an_adapter(tmp_path) -> None:
+    """With --base, --intra was refused by a second check that said "drop --base", which leaves the adapter folder
+    and is refused again: one check now, for an adapter with its base or without."""
+    g = torch.Generator().manual_seed(3)
+    folder = _write_adapter(tmp_path / "a", {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),
+                                             "base_model.model.fc.lora_B.weight": torch.randn(30, 4, generator=g)},
+                            r=4, lora_alpha=8)
+    save_file({"fc.weight": torch.randn(30, 20, generator=g)}, str(tmp_path / "base.safetensors"))
+    for base in (None, tmp_path / "base.safetensors"):
+        with pytest.raises(wbfe.InvalidOptionError, match="^--intra multiplies a checkpoint's consecutive matrices, "
+                                                          "not an adapter's: drop --intra$"):
+            wbfe.score(folder, base=base, intra=True)
+    with pytest.raises(wbfe.InvalidOptionError, match=r"^--base \(a LoRA adapter\) is scored locally; "
+                                                      "drop --executor ray$"):
+        wbfe.score(folder, base=tmp_path / "base.safetensors", executor="ray")
+
+
 def test_hub_adapter_from_the_cache(tmp_path, monkeypatch) -> None:
     g = torch.Generator().manual_seed(3)
     tensors = {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),

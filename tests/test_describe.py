@@ -84,9 +84,15 @@ def test_esd_of_an_in_memory_state_dict_names_it_in_one_line() -> None:
                                  "(wbfe describe <dict> lists them)")
 
 
-@pytest.mark.parametrize("exponent", [-600, -300, 300, 600])
+def test_a_description_shows_in_one_line() -> None:
+    d = wbfe.describe({"fc.weight": torch.zeros(10, 64), "fc.bias": torch.zeros(10)})
+    assert repr(d) == "Description(source='<dict>', matrices=1, skipped=1, head='fc.weight')"
+
+
+@pytest.mark.parametrize("exponent", [-600, -490, -300, 300, 490, 600])
 def test_esd_far_from_one_is_exact_or_refused(exponent: int) -> None:
     # At 2^±600 the eigenvalues (2^±1200·λ) leave float64: math.exp raised OverflowError, or they all became 0.
+    # At 2^±490 they are solved scaled (log_scale ≠ 0) and scaled back; at 2^±300 they need no scaling.
     from wbfe.linalg.spectra import DegenerateMatrixError
 
     w = np.random.default_rng(0).standard_normal((20, 30))

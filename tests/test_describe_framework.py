@@ -152,6 +152,23 @@ def test_describe_columns_equal_a_scores_without_transformers(folders: dict[str,
         assert not d["transformers_imported"]
 
 
+def test_describe_with_head_given_or_left_open_by_the_config(folders: dict[str, Path], tmp_path: Path) -> None:
+    """--head decides without the built model; a base model's config names no head, so the built model is asked."""
+    import torch
+
+    given = wbfe.describe(folders["bert-3-labels"], head="bert.pooler.dense.weight")
+    assert (given.head, given.head_source, given.model["framework"]["used"]) == ("bert.pooler.dense.weight", "option",
+                                                                                 "rules")
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model("bert", **CASES["bert-3-labels"][2])
+    transformers.BertModel(config).save_pretrained(tmp_path / "base")
+    described, scored = wbfe.describe(tmp_path / "base"), wbfe.score(tmp_path / "base", metrics="bfe")
+    assert described.head is None and scored.summary["head"] is None
+    assert described.model["framework"] == scored.model["framework"] == {
+        "used": "transformers", "model": "BertModel",
+        "note": "BertModel has no output embeddings or classifier (a base model); pass --head NAME"}
+
+
 def test_describe_command_says_what_decided(folders: dict[str, Path]) -> None:
     from typer.testing import CliRunner
 

@@ -243,6 +243,8 @@ def test_option_errors() -> None:
         ScoreOptions(fit="TPL")
     with pytest.raises(InvalidOptionError, match="cannot be combined with fix_fingers=clip_xmax"):
         check_tail_options("clip_xmax", "e_tpl")
+    with pytest.raises(InvalidOptionError, match="^fit must be pl, tpl or e_tpl, not 'TPL'$"):
+        fit_tail(np.arange(1.0, 30.0), fit="TPL")  # type: ignore[arg-type]  # no options class checked it
     options = ScoreOptions(fix_fingers="xmin_peak", fit="tpl")
     assert options.to_dict()["fix_fingers"] == "xmin_peak" and options.to_dict()["fit"] == "tpl"
     assert "fit" not in ScoreOptions().to_dict()  # plain runs keep their provenance and cache keys

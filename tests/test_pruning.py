@@ -157,6 +157,10 @@ def test_prune_writes_the_allocation(model: Path, tmp_path: Path) -> None:
     assert all(math.isfinite(v) for v in after.values())  # exact zeros leave a full-rank matrix full rank
     assert [r["bfe_after"] for r in report.rows] == pytest.approx([after[r["name"]] for r in report.rows], rel=1e-9)
     assert [r["dead_rows"] for r in report.rows] == [0] * len(report.rows)
+    data = report.to_dict()
+    assert (data["output"], data["overall"]) == (str(report.output), report.overall)
+    assert data["allocation"] == report.allocation.to_dict() and [r["name"] for r in data["rows"]] == list(rows)
+    assert report.to_pandas()["reached"].tolist() == [r["reached"] for r in report.rows]
 
 
 def test_the_demo_cnn_pruned_scores_finite_and_counts_dead_rows(tmp_path: Path) -> None:
@@ -250,6 +254,13 @@ def test_unknown_and_missing_metrics(model: Path) -> None:
               str(tiny))
     with pytest.raises(MetricNotComputedError, match="^alpha is NaN on every prunable matrix"):
         sparsity(tiny, 0.5, by="alpha")
+
+
+def test_nothing_left_to_prune_is_refused(model: Path) -> None:
+    with pytest.raises(wbfe.NoUsableMatrixError, match=r"model.safetensors: no matrix left to prune: all 2 scored are "
+                                                       r"left out \(role embedding excluded; role head excluded\); "
+                                                       "--exclude '' prunes every role$"):
+        sparsity(model, 0.5, by="bfe", layers="embed_tokens|lm_head")
 
 
 def test_a_score_given_takes_no_scoring_settings(model: Path) -> None:

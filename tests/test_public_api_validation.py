@@ -128,6 +128,34 @@ def test_defaults_pass_their_own_table() -> None:
         assert cls(**{f: getattr(obj, f) for f in cls.CONSTRAINTS}) == obj  # type: ignore[attr-defined]
 
 
+MIXED: list[tuple[str, Call, type]] = [
+    ("score", lambda tmp, kw: wbfe.score(tmp / "no.safetensors", options=ScoreOptions(), **kw), ScoreOptions),
+    ("describe", lambda tmp, kw: wbfe.describe(tmp / "no.safetensors", options=ScoreOptions(), **kw), ScoreOptions),
+    ("sparsity", lambda tmp, kw: wbfe.sparsity(tmp / "no.safetensors", options=PruneOptions(), **kw), PruneOptions),
+    ("prune", lambda tmp, kw: wbfe.prune(tmp / "no.safetensors", tmp / "out.safetensors", options=PruneOptions(), **kw),
+     PruneOptions),
+]
+
+
+@pytest.mark.parametrize("name,call,cls", MIXED, ids=[m[0] for m in MIXED])
+def test_keywords_beside_an_options_object_are_refused_alike(name: str, call: Call, cls: type, tmp_path: Path) -> None:
+    """score and describe said "not both" without naming a keyword, sparsity and prune named only those unequal to
+    their defaults: min_eigs=10.0 (the default's value, not its type) was dropped silently."""
+    with pytest.raises(InvalidOptionError, match=rf"^head, min_eigs: pass the settings either as options="
+                                                 rf"{cls.__name__}\(\.\.\.\) or as keywords, not both$"):
+        call(tmp_path, {"head": "fc", "min_eigs": 10.0})
+    with pytest.raises(SourceNotFoundError):  # keywords at their defaults are no second setting
+        call(tmp_path, {"head": None, "min_eigs": 10})
+
+
+@pytest.mark.parametrize("name,call,cls", MIXED[2:], ids=[m[0] for m in MIXED[2:]])
+def test_a_target_beside_prune_options_is_refused(name: str, call: Call, cls: type, tmp_path: Path) -> None:
+    """target=0.5 beside options=PruneOptions(target=0.3) allocated 0.3 silently: 0.5 is PruneOptions' default, but
+    the keyword's default is None (a target is given or in the options)."""
+    with pytest.raises(InvalidOptionError, match=r"^target: pass the settings either as options=PruneOptions"):
+        call(tmp_path, {"target": 0.5})
+
+
 @pytest.mark.parametrize("call,keyword,bad", _library_cases())
 def test_public_function_refuses_before_reading(call: Call, keyword: str, bad: Any, tmp_path: Path) -> None:
     try:

@@ -184,7 +184,7 @@ def test_correlate_too_few_models() -> None:
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"n_boot": 0}, "n_boot must be a positive integer, not 0"),
+    ({"n_boot": 0}, "n_boot must be a positive integer of at most 10,000,000 (each draw's ρ is kept), not 0"),
     ({"level": 1.0}, "level must be in (0, 1), not 1.0"),
 ])
 def test_bootstrap_rejects_bad_options(kwargs: dict, message: str) -> None:
@@ -220,7 +220,8 @@ def test_resample_counts_past_the_bound_are_refused() -> None:
     from wbfe.options import MAX_RESAMPLES
 
     for key in ("n_boot", "n_perm"):
-        with pytest.raises(InvalidOptionError, match=f"{key} must be at most {MAX_RESAMPLES:,}"):
+        with pytest.raises(InvalidOptionError, match=f"^{key} must be a positive integer of at most {MAX_RESAMPLES:,} "
+                                                     r"\(each draw's ρ is kept\), not 1000000000000$"):
             stats.correlate([1, 2, 3], [3, 1, 2], **{key: 10**12})
 
 

@@ -32,13 +32,18 @@ BAD = [
     (r"(a?){24}a{24}", "a", ""),
     (r"(ab|\wb)*$", "ab", "!"),
     (r"(x(a|aa)a)+$", "xaaa", "!"),
+    (r"(a|[^b])*$", "a", "!"),
+    (r"([a-c]x|bx)*$", "bx", "!"),
+    (r"([^a-c]|d)*$", "d", "a"),
+    (r"(.|a)*$", "a", "\n\n"),
+    (r"((a|aa)*)$", "a", "!"),
 ]
 
 GOOD = [
     r"layers\.\d+\.mlp", r"(q|k|v)_proj", r"^(?:encoder|decoder)\.", r"blocks\.(\d{1,3}\.)+weight",
     r"(a++)+x", r"fc\d*$", r"(?>a+)+b", r"(a|ab)*$", r"(ab|ac)*$", r"(?:\w+\.){2}weight$", r"(foo|bar)+$",
     r"(x(a|aa)y)+$", r".*attn.*", r"(.*\.)?weight$", r"head", r"(?:\.\d{1,3}){1,4}$", r"(a|[ab])*$",
-    r"model\.layers\.(?:[0-9]|1[0-5])\.self_attn\.(q|k|v|o)_proj\.weight",
+    r"model\.layers\.(?:[0-9]|1[0-5])\.self_attn\.(q|k|v|o)_proj\.weight", r"(?:\bx|y)+$",
 ]
 
 
@@ -86,3 +91,10 @@ def test_known_good_pattern_is_accepted_and_fast(pattern: str) -> None:
 def test_invalid_expression_is_a_typed_error() -> None:
     with pytest.raises(InvalidOptionError, match="--layers is not a valid regular expression"):
         compile_layers("(")
+    with pytest.raises(InvalidOptionError, match="^--layers must be a non-empty regular expression, not ''$"):
+        ScoreOptions(layers="")
+
+
+def test_a_back_reference_inside_a_repeat_is_taken_to_match_anything() -> None:
+    """The check cannot know what a group holds: (a)(?:\\1|b)+ is refused as (?:.|b)+ would be."""
+    assert unsafe_reason(r"(a)(?:\1|b)+$") == "two alternatives inside a repeat can start with the same character"

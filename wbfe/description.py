@@ -13,14 +13,13 @@ from wbfe.engine.heads import HeadChoice, choose_head
 from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
-from wbfe.errors import InvalidOptionError
-from wbfe.options import ScoreOptions, field_defaults
+from wbfe.options import ScoreOptions, field_defaults, refuse_keywords
 from wbfe.render.text import ToJson
 from wbfe.sources import open_source
 
 __all__ = ["Description", "describe", "esd"]
 
-_DEFAULTS = field_defaults(ScoreOptions)
+_DEFAULTS = field_defaults(ScoreOptions)  # the keywords' defaults are the options' own
 
 
 @dataclass
@@ -53,12 +52,12 @@ class Description(ToJson):
 def describe(
     ref: Any,
     *,
-    conv: Optional[Literal["flatten", "slices", "fft"]] = None,
-    layers: Optional[str] = None,
-    head: Optional[str] = None,
-    min_eigs: int = 10,
-    ww_compatible: bool = False,
-    stream: Optional[bool] = None,
+    conv: Optional[Literal["flatten", "slices", "fft"]] = _DEFAULTS["conv"],
+    layers: Optional[str] = _DEFAULTS["layers"],
+    head: Optional[str] = _DEFAULTS["head"],
+    min_eigs: int = _DEFAULTS["min_eigs"],
+    ww_compatible: bool = _DEFAULTS["ww_compatible"],
+    stream: Optional[bool] = _DEFAULTS["stream"],
     options: Optional[ScoreOptions] = None,
 ) -> Description:
     """The matrices :func:`wbfe.score` would analyse in ``ref`` (any reference it accepts), planned
@@ -83,9 +82,8 @@ def describe(
     given = dict(conv=conv, layers=layers, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, stream=stream)
     if options is None:
         options = ScoreOptions(metrics=("bfe",), **given)  # type: ignore[arg-type]
-    elif given != {key: _DEFAULTS[key] for key in given}:
-        raise InvalidOptionError("describe(): pass the settings either as options=ScoreOptions(...) or as keywords, "
-                                 "not both")
+    else:
+        refuse_keywords(ScoreOptions, given)
     with open_source(ref, stream=options.stream) as source:
         if source.provenance.pending is not None:
             source.provenance.pending.cancel()  # the hash reads every byte; a description reads none

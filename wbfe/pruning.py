@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, OutputError
-from wbfe.options import PruneOptions, field_defaults
+from wbfe.options import PRUNE_METRICS, PruneOptions, field_defaults, refuse_keywords
 from wbfe.render.text import ToJson, as_float, json_ready
 
 if TYPE_CHECKING:
@@ -26,10 +26,11 @@ if TYPE_CHECKING:
 __all__ = ["Allocation", "PruneReport", "MetricNotComputedError", "allocate", "sparsity", "prune",
            "magnitude_prune", "METRIC_GROUPS", "METADATA_KEY"]
 
-# The metric group that computes each ``by`` column (``uniform`` only needs the list of matrices).
-METRIC_GROUPS = {"alpha": "htsr", "stable_rank": "htsr", "bfe": "bfe", "h": "htmp", "uniform": "bfe"}
+METRIC_GROUPS = PRUNE_METRICS  # the metric group that computes each ``by`` column
 METADATA_KEY = "wbfe_pruning"  # the safetensors metadata key of ``wbfe prune``'s allocation (JSON)
 
+# The keywords' defaults are the options' own, but for target, which has none: it is given or in options.
+_DEFAULTS = field_defaults(PruneOptions) | {"target": None}
 _PRUNABLE_NDIM = (2, 4)
 _PRUNABLE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # what wbfe.editing writes back exactly
 
@@ -116,7 +117,7 @@ class PruneReport(ToJson):
 
 
 def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: float,
-             mapping: str = "value", reverse: bool = False) -> np.ndarray:
+             mapping: str = _DEFAULTS["mapping"], reverse: bool = _DEFAULTS["reverse"]) -> np.ndarray:
     """Per-matrix sparsities whose ``params``-weighted mean is ``target``, from the finite ``values``
     mapped onto [target − spread, target + spread] (docs/pruning.md, "The allocation").
 
@@ -160,9 +161,11 @@ def magnitude_prune(w: np.ndarray, zeros: int) -> np.ndarray:
     return flat.reshape(np.shape(w))
 
 
-def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank", spread: float = 0.2, mapping: str = "value",
-             reverse: bool = False, exclude: Any = ("head", "embedding"), layers: Optional[str] = None,
-             head: Optional[str] = None, device: str = "auto", min_eigs: int = 10,
+def sparsity(ref: Any, target: Optional[float] = _DEFAULTS["target"], *, by: str = _DEFAULTS["by"],
+             spread: float = _DEFAULTS["spread"], mapping: str = _DEFAULTS["mapping"],
+             reverse: bool = _DEFAULTS["reverse"], exclude: Any = _DEFAULTS["exclude"],
+             layers: Optional[str] = _DEFAULTS["layers"], head: Optional[str] = _DEFAULTS["head"],
+             device: str = _DEFAULTS["device"], min_eigs: int = _DEFAULTS["min_eigs"],
              options: Optional[PruneOptions] = None) -> Allocation:
     """The per-matrix sparsity that reaches ``target`` overall, from the spectra (docs/pruning.md).
 
@@ -182,10 +185,12 @@ def sparsity(ref: Any, target: Optional[float] = None, *, by: str = "stable_rank
     return _allocation(_score(ref, options), options)
 
 
-def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = None, by: str = "stable_rank", spread: float = 0.2,
-          mapping: str = "value", reverse: bool = False, exclude: Any = ("head", "embedding"),
-          layers: Optional[str] = None, head: Optional[str] = None, method: str = "magnitude",
-          device: str = "auto", min_eigs: int = 10, options: Optional[PruneOptions] = None) -> PruneReport:
+def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULTS["target"], by: str = _DEFAULTS["by"],
+          spread: float = _DEFAULTS["spread"], mapping: str = _DEFAULTS["mapping"],
+          reverse: bool = _DEFAULTS["reverse"], exclude: Any = _DEFAULTS["exclude"],
+          layers: Optional[str] = _DEFAULTS["layers"], head: Optional[str] = _DEFAULTS["head"],
+          method: str = _DEFAULTS["method"], device: str = _DEFAULTS["device"], min_eigs: int = _DEFAULTS["min_eigs"],
+          options: Optional[PruneOptions] = None) -> PruneReport:
     """Write ``ref`` pruned to its :func:`sparsity` allocation as the safetensors file ``out`` (replaced
     atomically); ``method="magnitude"`` sets each matrix's smallest |w| to zero. Other settings: as for
     :func:`sparsity`.
@@ -231,11 +236,7 @@ def _options(options: Optional[PruneOptions], **given: Any) -> PruneOptions:
     """Built from the keywords, or the one given (the keywords then at their defaults)."""
     if options is None:
         return PruneOptions(**given)
-    defaults = field_defaults(PruneOptions)
-    changed = [k for k, v in given.items() if not (k == "target" and v is None) and v != defaults[k]]
-    if changed:
-        raise InvalidOptionError(f"pass the settings either as options=PruneOptions(...) or as keywords, not both "
-                                 f"({', '.join(changed)} given twice)")
+    refuse_keywords(PruneOptions, given, defaults=_DEFAULTS)
     return options
 
 
@@ -244,11 +245,8 @@ def _score(ref: Any, options: PruneOptions, groups: Optional[list[str]] = None) 
     from wbfe.scoring import score
 
     if isinstance(ref, ModelScore):
-        defaults = field_defaults(PruneOptions)
-        unused = [k for k in ("layers", "head", "device", "min_eigs") if getattr(options, k) != defaults[k]]
-        if unused:
-            raise InvalidOptionError(f"{', '.join(unused)}: the ModelScore given was scored with its own; leave them "
-                                     "unset, or pass the checkpoint")
+        refuse_keywords(PruneOptions, {k: getattr(options, k) for k in ("layers", "head", "device", "min_eigs")},
+                        why="the ModelScore given was scored with its own; leave them unset, or pass the checkpoint")
         return ref
     metrics = groups or [METRIC_GROUPS[options.by]]
     return score(ref, metrics=",".join(metrics), layers=options.layers, head=options.head,

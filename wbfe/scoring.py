@@ -9,7 +9,7 @@ from typing import Any, Iterable, Literal, Optional, Union
 from wbfe.engine import ModelScore, Progress, layer_spectrum, score_source
 from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions, executor_for
-from wbfe.options import ScoreOptions, field_defaults
+from wbfe.options import ScoreOptions, field_defaults, refuse_keywords
 from wbfe.sources import open_source, stream_each
 
 __all__ = ["ScoreOptions", "ModelScore", "score", "score_here", "Progress", "layer_spectrum"]
@@ -96,14 +96,12 @@ def score(
                  fix_fingers=fix_fingers, fit=fit, intra=intra, stream=stream)
     if options is None:
         options = ScoreOptions(**given)  # type: ignore[arg-type]
-    elif given != _DEFAULTS:
-        raise InvalidOptionError("score(): pass the settings either as options=ScoreOptions(...) or as keywords, not both")
+    else:
+        refuse_keywords(ScoreOptions, given)
     runner = executor_for(ExecutorOptions(executor, ray_address))
     if base is not None:
         if not runner.runs_here:
             raise InvalidOptionError("--base (a LoRA adapter) is scored locally; drop --executor ray")
-        if options.intra:
-            raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's: drop --base")
         return score_here(ref, options, base=base, progress=progress)
     return runner.score(ref, options, score_here, progress=progress)
 
@@ -119,7 +117,8 @@ def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: O
     with open_source(ref, stream=stream) as source:
         if base is not None or isinstance(source, AdapterSource):  # ΔW = s·B·A per module
             if options.intra:
-                raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's")
+                raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's: "
+                                         "drop --intra")
             from wbfe.adapters import score_adapter
 
             return score_adapter(source, options, base=base)

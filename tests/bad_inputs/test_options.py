@@ -293,7 +293,8 @@ RANK_CASES = [
     ("device tpu", {"device": "tpu"}, ("--device", "tpu"), "device must be auto, cpu or cuda, not 'tpu'"),
     ("stats seed -1", {"stats_seed": -1}, ("--stats-seed", "-1"), "seed must be a non-negative integer, not -1"),
     ("score seed -1", {"score_seed": -1}, ("--seed", "-1"), "seed must be a non-negative integer below 2**32, not -1"),
-    ("n_boot 0", {"n_boot": 0}, ("--n-boot", "0"), "n_boot must be a positive integer, not 0"),
+    ("n_boot 0", {"n_boot": 0}, ("--n-boot", "0"),
+     "n_boot must be a positive integer of at most 10,000,000 (each draw's ρ is kept), not 0"),
     ("unknown metric", {"metrics": "nope"}, ("--metrics", "nope"), "unknown metric group 'nope'"),
 ]
 if not torch.cuda.is_available():

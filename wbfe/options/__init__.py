@@ -23,7 +23,7 @@ __all__ = [
     "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
     "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_fix_fingers",
     "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
-    "field_defaults", "MAX_EXACT_N", "MAX_RESAMPLES",
+    "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES",
 ]
 
 CONV_VIEWS = ("flatten", "slices", "fft")
@@ -210,6 +210,7 @@ DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
 HEAD = Text("a tensor or module name", optional=True)
 # WeightWatcher's draws (intra masks, sharpen's shuffles) use numpy's legacy RandomState, which takes 32 bits.
 SEED = Integer(0, 2**32 - 1, words="a non-negative integer below 2**32")
+RESAMPLES = Integer(1, MAX_RESAMPLES, words=f"a positive integer of at most {MAX_RESAMPLES:,} (each draw's ρ is kept)")
 
 
 class _Filled(str):
@@ -316,7 +317,7 @@ class StatsOptions(Validated):
     ``--stats-seed``) seeds both draws."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "n_boot": Integer(1), "n_perm": Integer(1), "exact_max_n": Integer(0, MAX_EXACT_N), "seed": Integer(0),
+        "n_boot": RESAMPLES, "n_perm": RESAMPLES, "exact_max_n": Integer(0, MAX_EXACT_N), "seed": Integer(0),
         "level": Real(0.0, 1.0),
     }
 
@@ -325,12 +326,6 @@ class StatsOptions(Validated):
     n_perm: int = 10_000
     exact_max_n: int = 8
     seed: int = 0
-
-    def _cross_check(self) -> None:
-        for name, value in (("n_boot", self.n_boot), ("n_perm", self.n_perm)):
-            if value > MAX_RESAMPLES:
-                raise InvalidOptionError(f"{name} must be at most {MAX_RESAMPLES:,} (each draw's ρ is kept), "
-                                         f"not {value}")
 
 
 @dataclass(frozen=True)
@@ -480,8 +475,9 @@ class EditOptions(Validated):
         return conventions_for(self.ww_compatible)
 
 
-PRUNE_METRICS = ("alpha", "bfe", "h", "stable_rank", "uniform")
-"""What ``wbfe sparsity`` / ``wbfe prune`` allocate by: a per-matrix score column, or the same sparsity everywhere."""
+PRUNE_METRICS = {"alpha": "htsr", "bfe": "bfe", "h": "htmp", "stable_rank": "htsr", "uniform": "bfe"}
+"""What ``wbfe sparsity`` / ``wbfe prune`` allocate by (a per-matrix score column, or the same sparsity everywhere),
+and the metric group that computes it (``uniform`` only needs the list of matrices)."""
 
 PRUNE_ROLES = ("head", "attention", "mlp", "expert", "shared_expert", "router", "conv", "embedding", "other")
 """Row roles (docs/metrics.md) a pruning can leave out."""
@@ -521,7 +517,7 @@ class PruneOptions(Validated):
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "target": Real(0.0, 1.0), "by": Choice(PRUNE_METRICS), "spread": Real(0.0, 1.0, open=False),
+        "target": Real(0.0, 1.0), "by": Choice(tuple(PRUNE_METRICS)), "spread": Real(0.0, 1.0, open=False),
         "mapping": Choice(("value", "rank")), "reverse": Flag(),
         "exclude": Custom(check_exclude, "role names such as 'head,embedding'", bad=("nope", 3, ["head", 1])),
         "layers": LAYERS, "head": HEAD, "method": Choice(("magnitude",)), "device": DEVICE, "min_eigs": Integer(1),
@@ -543,6 +539,20 @@ class PruneOptions(Validated):
 def field_defaults(cls: type) -> dict[str, Any]:
     """Each settable field's default: what :func:`wbfe.score`'s, :func:`wbfe.compare`'s and the CLI's take."""
     return {f.name: f.default for f in fields(cls) if f.init}
+
+
+def refuse_keywords(cls: type, given: Mapping[str, Any], *, defaults: Optional[Mapping[str, Any]] = None,
+                    why: Optional[str] = None) -> None:
+    """InvalidOptionError ``"NAMES: WHY"`` when a keyword of ``given`` is set beside an options object: its value
+    is not its default in ``defaults`` (``cls``' own by default). An equal value of another type (``min_eigs=10.0``,
+    ``ww_compatible=0``) is set too, and ``==`` alone would raise for an array. ``why`` says what to do; by default,
+    pass the settings as ``cls`` or as keywords."""
+    unset = field_defaults(cls) if defaults is None else defaults
+    changed = [k for k, v in given.items() if not (v is unset[k] or type(v) is type(unset[k]) and v == unset[k])]
+    if changed:
+        name = cls.__name__
+        raise InvalidOptionError(f"{', '.join(changed)}: "
+                                 + (why or f"pass the settings either as options={name}(...) or as keywords, not both"))
 
 
 OPTIONS_CLASSES: tuple[type, ...] = (ScoreOptions, StatsOptions, CompareOptions, RankOptions, ReportOptions,
