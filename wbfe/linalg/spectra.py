@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Optional, Sequence
@@ -56,6 +57,7 @@ _LOG_DET_TOL = 1e-8
 _pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
 # Tests set this to run the torch code path that serves CUDA on the CPU (CI has no GPU).
 _TORCH_ON_CPU = False
+_DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 
 Form = Literal["primal", "dual"]
@@ -151,19 +153,25 @@ def resolve_device(device: str) -> Device:
     """``auto`` -> CUDA when available, else CPU.
 
     Raises:
-        InvalidOptionError: unknown device, or ``cuda`` without a CUDA device.
+        InvalidOptionError: unknown device (``tpu``, ``cuda:x``), or ``cuda`` / ``cuda:N`` without that CUDA device.
         MissingDependencyError: ``cuda`` where torch is not installed (``auto`` then means the CPU).
     """
+    if not isinstance(device, str) or not _DEVICE_NAME.fullmatch(device):
+        raise InvalidOptionError(f"device must be auto, cpu or cuda (cuda:N for the N-th GPU), not {device!r}")
     if device == "auto":
         return Device("cuda" if _cuda_available() else "cpu")
     if device == "cpu":
         return Device("cpu")
-    if device.startswith("cuda"):
-        require_torch(f"--device {device}")
-        if not _cuda_available():
-            raise InvalidOptionError("--device cuda was asked for but no CUDA device is available")
-        return Device(device)
-    raise InvalidOptionError(f"device must be auto, cpu or cuda, not {device!r}")
+    require_torch(f"--device {device}")
+    if not _cuda_available():
+        raise InvalidOptionError("--device cuda was asked for but no CUDA device is available")
+    # torch takes cuda:N past the last GPU and fails at the first tensor moved there, deep in a run.
+    import torch
+
+    if ":" in device and int(device[5:]) >= (count := torch.cuda.device_count()):
+        raise InvalidOptionError(f"--device {device}: this machine has {count} CUDA device(s), "
+                                 f"cuda:0 to cuda:{count - 1}")
+    return Device(device)
 
 
 def _cuda_available() -> bool:
