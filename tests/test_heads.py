@@ -264,3 +264,10 @@ def test_config_rules_read_a_multimodal_models_language_config(sub: str) -> None
     tied = choose_head(layers, config={**arch, sub: {"vocab_size": 50, "tie_word_embeddings": True}})
     assert (tied.name, tied.source) == ("language.model.embed_tokens.weight", "tied")
     assert choose_head(layers, config=arch).name is None
+
+
+def test_no_head_found_says_so() -> None:
+    # Each matrix reads the other's output: none is terminal, none is named as a head, and there is no config.
+    summary = wbfe.score({"a.weight": _randn(16, 32), "b.weight": _randn(32, 16)}, metrics="bfe").summary
+    assert (summary["head"], summary["head_source"]) == (None, None)
+    assert summary["head_note"] == "no head found by config, name or structure; pass --head NAME"

@@ -39,6 +39,12 @@ def test_executor_options_are_checked_first(executor: str, address: str, message
         ExecutorOptions(executor, address)  # type: ignore[arg-type]
 
 
+def test_workers_are_refused_under_ray() -> None:
+    with pytest.raises(InvalidOptionError, match="^--workers is for the local executor; under Ray every model is its own"):
+        ExecutorOptions("ray", workers=2)
+    assert ExecutorOptions("local", workers=2).workers == 2
+
+
 def test_an_address_where_nothing_listens_is_refused_at_once() -> None:
     import socket
     import time
