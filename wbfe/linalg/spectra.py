@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues",
-           "w_eigenvalues", "live_part", "log_moments", "spectrum", "range_shift", "near_one", "work_bytes",
-           "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
+           "w_eigenvalues", "live_part", "log_moments", "spectrum", "range_shift", "near_one", "max_abs", "shift_for",
+           "work_bytes", "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
 
 # float64 bytes of one block of rows/columns: large enough for full GEMM speed in the rank-k updates,
 # small beside the tensor itself (peak RSS: benchmarks/bench_memory.py).
@@ -556,16 +556,26 @@ def range_shift(matrices: Sequence[Any]) -> int:
     entry squared stays in range."""
     if dtype_name(matrices[0]) != "float64":
         return 0
-    top = max(float(abs(m).max()) for m in matrices)
+    return shift_for(max(max_abs(m) for m in matrices))
+
+
+def max_abs(x: Any) -> float:
+    """The largest |entry| of a numpy array or torch tensor (NaN where it holds one), without the copy abs(x) makes."""
+    return max(float(x.max()), -float(x.min()))
+
+
+def shift_for(top: float) -> int:
+    """:func:`range_shift` of float64 matrices whose largest |entry| is ``top``."""
     if not (math.isfinite(top) and top > 0.0) or _RANGE_LO <= top <= _RANGE_HI:
         return 0
     return min(-math.frexp(top)[1], 1023)
 
 
-def near_one(x: np.ndarray) -> tuple[np.ndarray, float]:
+def near_one(x: np.ndarray, top: Optional[float] = None) -> tuple[np.ndarray, float]:
     """``x`` times ``f`` = 2^:func:`range_shift` (exact; 1 where its Gram matrix and sums of squares stay inside
-    float64's range), and ``f``: for what the spectrum's own rule must also hold (editing, compare's norms)."""
-    shift = range_shift([x]) if x.size else 0
+    float64's range), and ``f``: for what the spectrum's own rule must also hold (editing, compare's norms).
+    ``top``: a float64 x's :func:`max_abs`, where the caller has it (no pass over x here)."""
+    shift = (range_shift([x]) if x.size else 0) if top is None else shift_for(top)
     if not shift:
         return x, 1.0
     f = math.ldexp(1.0, shift)
