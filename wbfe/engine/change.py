@@ -5,7 +5,7 @@ subspaces moved. ``wbfe compare`` and the LoRA merge (:mod:`wbfe.adapters`) repo
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -47,9 +47,9 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum((a[:, :k].T @ b[:, :k]) ** 2) / k) if k else math.nan
 
 
-def _norm(x: np.ndarray, top: Optional[float] = None) -> float:
-    """‖x‖_F, its squares kept inside float64's range (``top``: x's :func:`~wbfe.linalg.spectra.max_abs` if known)."""
-    scaled, f = near_one(x, top)
+def _norm(x: np.ndarray) -> float:
+    """‖x‖_F, its squares kept inside float64's range."""
+    scaled, f = near_one(x)
     return float(np.linalg.norm(scaled)) / f
 
 
@@ -111,20 +111,25 @@ def matrix_change(
     u_a, _, v_a = top_singular(near_a, top_k)
     u_b, _, v_b = top_singular(near_b, top_k)
     row["rel_frobenius_rowscaled"], row["row_scale_cv"] = row_scaled_change(near_a, near_b)
+    norm_a = float(np.linalg.norm(near_a))  # ‖A‖·2^shift_a: on A's own scale, however far B's is
     del near_a, near_b
-    factor = math.ldexp(1.0, shift_for(max(top_a, top_b)))  # the spectrum's own rule, one factor for both
+    shift_a, shift = shift_for(top_a), shift_for(max(top_a, top_b))
+    factor = math.ldexp(1.0, shift)  # the spectrum's own rule, one factor for both
     if factor != 1.0:
         a64 *= factor
         b64 *= factor
     if not math.isfinite(row["row_scale_cv"]):
         reasons["row_scale_cv"] = "no row of B is nonzero, or the fitted row scales average to 0"
-    # A and B may be of scales too far apart for one factor to serve both. Scaling by a power of two is monotone,
-    # so A's largest entry is now top_a · factor exactly.
-    norm_a = _norm(a64, top_a * factor)
     b64 -= a64  # B − A, in place: two float64 copies at most
     del a64
     norm_d = _norm(b64)
-    row.update(frobenius_delta=norm_d / factor, rel_frobenius=norm_d / norm_a)
+    # ‖B − A‖/‖A‖ = norm_d/norm_a · 2^(shift_a − shift): past float64's range where A is that much smaller than B.
+    rel, exponent = norm_d / norm_a, shift_a - shift
+    row["frobenius_delta"] = norm_d / factor
+    row["rel_frobenius"] = math.ldexp(rel, exponent) if math.frexp(rel)[1] + exponent <= 1024 else math.nan
+    if math.isnan(row["rel_frobenius"]):
+        reasons["rel_frobenius"] = (f"outside float64's range: ‖B − A‖ / ‖A‖ is of order "
+                                    f"1e{math.log10(rel) + exponent * math.log10(2.0):.0f}")
     if norm_d > 0.0:
         spectral_d = float(top_singular(b64, 1)[1][0])
         row["spectral_delta"] = spectral_d / factor
