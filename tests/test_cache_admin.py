@@ -145,6 +145,14 @@ def test_format_size() -> None:
     assert [format_size(n) for n in (12, 1536, 20 * 2**30)] == ["12 B", "1.5 KiB", "20.0 GiB"]
 
 
+def test_rays_progress_prints_sizes_as_the_cache_does() -> None:
+    # One size format for the cache's tables and Ray's progress lines: the latter printed decimal "1.6 MB of 3.1 MB".
+    from wbfe.executors.ray_cluster import Progress
+
+    line = Progress(total=2, what="parts", total_bytes=3 * 2**20).step("node n", 3 * 2**19)
+    assert line.startswith(" on node n (1/2 parts by Ray, 1.5 MiB of 3.0 MiB, ETA ")
+
+
 def _cli() -> typer.Typer:
     from wbfe_cli.cache import app
 

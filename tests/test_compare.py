@@ -475,3 +475,23 @@ def test_compare_sides_at_opposite_ends_of_float64() -> None:
     assert row["overlap_in"] == pytest.approx(1.0, abs=1e-12) and row["overlap_out"] == pytest.approx(1.0, abs=1e-12)
     assert row["top_k"] == 10 and row["rel_frobenius"] == 1.0
     assert not {"row_scale_cv", "overlap_in", "overlap_out"} & set(row["reasons"])
+
+
+@pytest.mark.parametrize("low, high", [(-600, 420), (-700, 700), (-33, 1000)])
+def test_compare_a_side_far_below_the_other(low: int, high: int) -> None:
+    # A·2^low against A·2^high: ‖B − A‖/‖A‖ = 2^(high − low) − 1, taken on each side's own scale. With one factor for
+    # both, A flushed to zero (a ZeroDivisionError at -700, 700) or the ratio overflowed to inf with no reason (-33,
+    # 1000); past float64's range it is NaN and says so.
+    a = torch.randn(40, 80, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    head = torch.randn(10, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    row = wbfe.compare({"a.weight": a * 2.0**low, "h.weight": head},
+                       {"a.weight": a * 2.0**high, "h.weight": head}).layers[0]
+    if high - low < 1024:
+        assert row["rel_frobenius"] == pytest.approx(2.0 ** (high - low), rel=1e-12)
+        assert "rel_frobenius" not in row["reasons"]
+    else:
+        assert math.isnan(row["rel_frobenius"])
+        assert row["reasons"]["rel_frobenius"] == (f"outside float64's range: ‖B − A‖ / ‖A‖ is of order "
+                                                   f"1e{(high - low) * math.log10(2.0):.0f}")
+    assert row["frobenius_delta"] == pytest.approx(float(a.norm()) * 2.0**high, rel=1e-12)
+    assert row["rel_frobenius_rowscaled"] < 1e-15 and row["overlap_in"] == pytest.approx(1.0, abs=1e-12)

@@ -232,3 +232,20 @@ def test_esd_rereads_see_expert_rows_as_score_does(tmp_path: Path) -> None:
         assert float(got[layer["name"]].sum()) == pytest.approx(layer["norm"], rel=1e-9)
         _, spectrum = layer_spectrum(folder, layer["name"])
         assert spectrum.n_eigs == layer["n_eigs"]
+
+
+@pytest.mark.parametrize("sub", [None, "text_config", "language_config", "llm_config"])
+def test_expert_count_and_hidden_size_from_a_multimodal_models_language_config(sub: str) -> None:
+    """A 3-D tensor outside an `experts` module is a stack of E experts when the config's expert count is E and its
+    hidden size is one side, read where the model keeps them (wbfe.engine.experts.config_value, the heads' too)."""
+    from wbfe.engine.experts import config_value, is_expert_stack
+
+    sizes = {"num_local_experts": 4, "hidden_size": 16}
+    config = sizes if sub is None else {"model_type": "x", sub: sizes}
+    assert is_expert_stack("model.layers.0.moe.w1", (4, 8, 16), config)
+    assert not is_expert_stack("model.layers.0.moe.w1", (4, 8, 16))  # no config: a 3-D tensor of no known kind
+    assert not is_expert_stack("model.layers.0.moe.w1", (5, 8, 16), config)  # 5 is not the expert count
+    assert config_value(config, "hidden_size") == 16 and config_value(config, "vocab_size") is None
+    assert config_value(None, "hidden_size") is None
+    # The model's own key wins over its language model's.
+    assert config_value({"hidden_size": 8, "text_config": {"hidden_size": 16}}, "hidden_size") == 8

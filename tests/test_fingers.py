@@ -263,3 +263,12 @@ def test_fingers_thresholds_a_rescaled_spectrum_as_htsr_does() -> None:
     assert math.isnan(fingers.values["num_fingers"])
     assert fingers.reasons["num_fingers"] == "tail fit: need at least 3 positive finite values, got 0"
     assert math.isnan(htsr.values["alpha"]) and "(120 eigenvalue(s) <= 1e-05 dropped)" in htsr.reasons["alpha"]
+
+
+@pytest.mark.parametrize("x", [[], [1.0, math.nan, 2.0], [0.0, 1.0, 2.0], [-1.0, 1.0, 2.0], [math.inf, 1.0, 2.0]],
+                         ids=["empty", "nan", "zero", "negative", "inf"])
+def test_esd_peak_refuses_what_has_no_log_peak(x: list[float]) -> None:
+    # An empty x gave a peak of 1.0 (a number from nothing), the others numpy's ValueError from the histogram.
+    with pytest.raises(InvalidOptionError, match=r"^esd_peak needs at least one value, all finite and positive"):
+        esd_peak(np.array(x))
+    assert esd_peak(np.array([2.0])) == 2.0  # one value v: numpy bins [log v - 0.5, log v + 0.5], v on the 51st's edge

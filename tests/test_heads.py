@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import wbfe
-from wbfe.engine.heads import choose_head, terminal_matrices
+from wbfe.engine.heads import HeadChoice, choose_head, terminal_matrices
 from wbfe.metrics.bfe import bfe_from_moments
 
 
@@ -247,3 +247,27 @@ def test_rows_follow_the_checkpoint_order(tmp_path: Path) -> None:
     torch.save(dict(stored), tmp_path / "stored.pt")  # pickle: insertion order
     assert [r["name"] for r in wbfe.score(tmp_path / "stored.pt", metrics="bfe").layers] == \
         [name for name, _ in stored]
+
+
+@pytest.mark.parametrize("sub", ["text_config", "language_config", "llm_config"])
+def test_config_rules_read_a_multimodal_models_language_config(sub: str) -> None:
+    """vocab_size and tie_word_embeddings where a multimodal model keeps them, under its language model's config
+    (the head rules read only text_config, the expert rules all three: one reader now, wbfe.engine.experts')."""
+    layers = [{"name": "language.model.embed_tokens.weight", "shape": [50, 16], "role": "embedding"},
+              {"name": "language.model.layers.0.mlp.up_proj.weight", "shape": [32, 16], "role": "mlp"},
+              {"name": "language.model.layers.0.mlp.down_proj.weight", "shape": [16, 32], "role": "mlp"}]
+    vocab = [*layers, {"name": "language.proj.weight", "shape": [50, 16], "role": "mlp"}]
+    arch = {"architectures": ["DeepseekVLV2ForCausalLM"]}
+    # The only matrix of 50 output rows is the LM head by the config, not by structure as the last terminal one.
+    assert choose_head(vocab, config={**arch, sub: {"vocab_size": 50}}) == HeadChoice("language.proj.weight", "config")
+    # Tied: the input embedding is the head (without the config no matrix is terminal, and none is found).
+    tied = choose_head(layers, config={**arch, sub: {"vocab_size": 50, "tie_word_embeddings": True}})
+    assert (tied.name, tied.source) == ("language.model.embed_tokens.weight", "tied")
+    assert choose_head(layers, config=arch).name is None
+
+
+def test_no_head_found_says_so() -> None:
+    # Each matrix reads the other's output: none is terminal, none is named as a head, and there is no config.
+    summary = wbfe.score({"a.weight": _randn(16, 32), "b.weight": _randn(32, 16)}, metrics="bfe").summary
+    assert (summary["head"], summary["head_source"]) == (None, None)
+    assert summary["head_note"] == "no head found by config, name or structure; pass --head NAME"

@@ -125,3 +125,14 @@ def test_a_seed_past_32_bits_is_refused_before_any_work() -> None:
     with pytest.raises(InvalidOptionError, match=r"^seed must be a non-negative integer below 2\*\*32, not 4294967296$"):
         wbfe.score(state, metrics="bfe", intra=True, seed=2**32)
     assert any(row["role"] == "intra" for row in wbfe.score(state, metrics="bfe", intra=True, seed=2**32 - 1).layers)
+
+
+@pytest.mark.parametrize("m", [0, -1, 2.5, True])
+def test_intra_mask_refuses_a_shared_side_below_one(m: object) -> None:
+    from wbfe.metrics.intra import intra_mask
+
+    # 0 gave an empty mask, -1 and 2.5 numpy's ValueError and TypeError.
+    with pytest.raises(InvalidOptionError, match=r"^the sparsify mask needs a shared side m, a whole number >= 1"):
+        intra_mask(np.random.RandomState(0), m)  # type: ignore[arg-type]
+    mask = intra_mask(np.random.RandomState(0), 3)
+    assert (mask == np.random.RandomState(0).randint(2, size=9).reshape(3, 3)).all()

@@ -148,3 +148,19 @@ def test_extreme_scale_matrix_gets_the_same_control() -> None:
             assert far["reasons"][column].startswith("outside float64's range: the eigenvalues are of order 1e"), column
     big = wbfe.score({"fc.weight": w * 1e100}, metrics="rand").layers[0]
     assert big["rand_lambda_max"] == pytest.approx(one["rand_lambda_max"] * 1e200, rel=1e-9)
+
+
+def test_shuffle_matrix_refuses_entries_it_cannot_permute_and_keeps_an_empty_one() -> None:
+    from wbfe.errors import UnsupportedDtypeError
+    from wbfe.metrics.rand import shuffle_matrix
+
+    # complex128 (16 bytes) and objects were a KeyError and numpy's TypeError; complex64 is 8 bytes, permuted whole.
+    for matrix in (np.ones((2, 3), np.complex128), np.array([[1.0, None]], dtype=object),
+                   torch.ones(2, 2, dtype=torch.complex128)):
+        with pytest.raises(UnsupportedDtypeError, match=r"^shuffle_matrix permutes numbers of 1, 2, 4 or 8 bytes, not"):
+            shuffle_matrix(matrix, np.random.default_rng(0))
+    c = np.arange(6).reshape(2, 3) * (1 + 2j)
+    got = shuffle_matrix(c.astype(np.complex64), np.random.default_rng(0))
+    assert sorted(got.ravel().tolist(), key=abs) == sorted(c.ravel().tolist(), key=abs)
+    empty = shuffle_matrix(np.zeros((0, 3)), np.random.default_rng(0))  # was KeyError: 0 (its width from 0 bytes)
+    assert empty.shape == (0, 3) and empty.dtype == np.float64

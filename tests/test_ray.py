@@ -39,6 +39,12 @@ def test_executor_options_are_checked_first(executor: str, address: str, message
         ExecutorOptions(executor, address)  # type: ignore[arg-type]
 
 
+def test_workers_are_refused_under_ray() -> None:
+    with pytest.raises(InvalidOptionError, match="^--workers is for the local executor; under Ray every model is its own"):
+        ExecutorOptions("ray", workers=2)
+    assert ExecutorOptions("local", workers=2).workers == 2
+
+
 def test_an_address_where_nothing_listens_is_refused_at_once() -> None:
     import socket
     import time
@@ -118,7 +124,8 @@ def test_sharded_score_on_ray_equals_local(tmp_path: Path, local_ray: None) -> N
     assert len(seen) == 3 and all(t == 3 and "by Ray" in line for _, t, line in seen)
     total = sum(p.stat().st_size - 8 - int.from_bytes(p.read_bytes()[:8], "little")
                 for p in folder.glob("*.safetensors"))  # the tensor bytes: file less its header
-    assert seen[-1][2].endswith(f"3/3 parts by Ray, {total / 1e3:.1f} kB of {total / 1e3:.1f} kB, "
+    assert 1024 <= total < 2**20  # the progress line's sizes in KiB, as `wbfe cache` prints them
+    assert seen[-1][2].endswith(f"3/3 parts by Ray, {total / 1024:.1f} KiB of {total / 1024:.1f} KiB, "
                                 f"all done in {seen[-1][2].rsplit(' in ', 1)[1]}"), seen
     # One file split into groups of tensors (here one tensor per task): the same result again.
     from wbfe.executors.ray_score import plan_parts, score_on_ray

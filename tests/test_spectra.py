@@ -79,6 +79,23 @@ def test_devices() -> None:
             resolve_device("cuda")
 
 
+@pytest.mark.parametrize("name", ["cuda:x", "cuda:", "cuda:-1", "cudafoo", "CPU", "tpu", None])
+def test_device_names_are_refused_by_their_form(monkeypatch: pytest.MonkeyPatch, name: object) -> None:
+    # As if on a GPU machine, where "cuda:x" and "cudafoo" passed and failed in torch at the first tensor
+    # moved there (RuntimeError), and None was an AttributeError.
+    monkeypatch.setattr(spectra, "_cuda_available", lambda: True)
+    with pytest.raises(InvalidOptionError, match=r"^device must be auto, cpu or cuda \(cuda:N for the N-th GPU\), not"):
+        resolve_device(name)  # type: ignore[arg-type]
+
+
+def test_cuda_index_past_the_last_gpu_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spectra, "_cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == "cuda:1" and resolve_device("cuda") == "cuda"
+    with pytest.raises(InvalidOptionError, match=r"^--device cuda:2: this machine has 2 CUDA device\(s\), cuda:0 to "):
+        resolve_device("cuda:2")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

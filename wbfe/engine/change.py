@@ -13,7 +13,7 @@ from wbfe.engine.context import Context
 from wbfe.engine.matrices import MatrixPlan, as_matrices
 from wbfe.engine.rows import layer_row
 from wbfe.linalg.arrays import to_numpy
-from wbfe.linalg.spectra import near_one, range_shift
+from wbfe.linalg.spectra import max_abs, near_one, shift_for
 from wbfe.metrics.rand import log_spectrum_distance
 from wbfe.render.text import is_number
 
@@ -54,11 +54,10 @@ def _norm(x: np.ndarray) -> float:
 
 
 def row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """``(rel_frobenius_rowscaled, row_scale_cv)`` of two out × in float64 matrices (docs/compare.md):
-    the change left once each output row of ``b`` is rescaled onto ``a`` by least squares, and the
-    spread of those scales (NaN where no row of ``b`` is nonzero or the scales' mean is 0). Both are free of
-    either matrix's scale, so each is brought near 1 on its own first."""
-    a, b = near_one(a)[0], near_one(b)[0]
+    """``(rel_frobenius_rowscaled, row_scale_cv)`` of two out × in float64 matrices, each already brought near 1 on
+    its own (:func:`~wbfe.linalg.spectra.near_one`: both are free of either matrix's scale) (docs/compare.md): the
+    change left once each output row of ``b`` is rescaled onto ``a`` by least squares, and the spread of those scales
+    (NaN where no row of ``b`` is nonzero or the scales' mean is 0)."""
     bb = np.einsum("ij,ij->i", b, b)
     ab = np.einsum("ij,ij->i", a, b)
     live = bb > 0.0
@@ -104,22 +103,33 @@ def matrix_change(
     # CPU, never the caller's storage: b64 is overwritten by B − A below.
     a64, b64 = (to_numpy(as_matrices(t, plan)[0]).reshape(plan.rows, plan.cols).astype(np.float64)
                 for t in (tensor_a, tensor_b))
+    # One pass over each side for its largest entry: every power-of-two factor below follows from the two.
+    top_a, top_b = max_abs(a64), max_abs(b64)
     # The subspaces and the row scales are free of each side's scale: each is brought near 1 on its own (one factor
     # for both would flush the smaller side to zero where their scales are far apart).
-    u_a, _, v_a = top_singular(near_one(a64)[0], top_k)
-    u_b, _, v_b = top_singular(near_one(b64)[0], top_k)
-    row["rel_frobenius_rowscaled"], row["row_scale_cv"] = row_scaled_change(a64, b64)
-    factor = math.ldexp(1.0, range_shift([a64, b64]))  # the spectrum's own rule, one factor for both
+    near_a, near_b = near_one(a64, top_a)[0], near_one(b64, top_b)[0]
+    u_a, _, v_a = top_singular(near_a, top_k)
+    u_b, _, v_b = top_singular(near_b, top_k)
+    row["rel_frobenius_rowscaled"], row["row_scale_cv"] = row_scaled_change(near_a, near_b)
+    norm_a = float(np.linalg.norm(near_a))  # ‖A‖·2^shift_a: on A's own scale, however far B's is
+    del near_a, near_b
+    shift_a, shift = shift_for(top_a), shift_for(max(top_a, top_b))
+    factor = math.ldexp(1.0, shift)  # the spectrum's own rule, one factor for both
     if factor != 1.0:
         a64 *= factor
         b64 *= factor
     if not math.isfinite(row["row_scale_cv"]):
         reasons["row_scale_cv"] = "no row of B is nonzero, or the fitted row scales average to 0"
-    norm_a = _norm(a64)  # A and B may be of scales too far apart for one factor to serve both
     b64 -= a64  # B − A, in place: two float64 copies at most
     del a64
     norm_d = _norm(b64)
-    row.update(frobenius_delta=norm_d / factor, rel_frobenius=norm_d / norm_a)
+    # ‖B − A‖/‖A‖ = norm_d/norm_a · 2^(shift_a − shift): past float64's range where A is that much smaller than B.
+    rel, exponent = norm_d / norm_a, shift_a - shift
+    row["frobenius_delta"] = norm_d / factor
+    row["rel_frobenius"] = math.ldexp(rel, exponent) if math.frexp(rel)[1] + exponent <= 1024 else math.nan
+    if math.isnan(row["rel_frobenius"]):
+        reasons["rel_frobenius"] = (f"outside float64's range: ‖B − A‖ / ‖A‖ is of order "
+                                    f"1e{math.log10(rel) + exponent * math.log10(2.0):.0f}")
     if norm_d > 0.0:
         spectral_d = float(top_singular(b64, 1)[1][0])
         row["spectral_delta"] = spectral_d / factor

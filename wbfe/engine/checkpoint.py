@@ -13,7 +13,7 @@ from wbfe.engine.context import Context
 from wbfe.engine.jobs import planned_spectrum
 from wbfe.engine.matrices import ConvView, MatrixPlan, Skip
 from wbfe.engine.pipeline import Pipeline
-from wbfe.engine.plan import Planned, entries, matrices_of, plan_entry, stream
+from wbfe.engine.plan import PlannedEntry, entries, matrices_of, plan_entry, stream
 from wbfe.engine.products import IntraChain
 from wbfe.engine.result import ModelScore, finish
 from wbfe.engine.run import run
@@ -48,7 +48,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     context = Context.of(options)
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    planned: Iterable[Planned] = stream(source, options)
+    planned: Iterable[PlannedEntry] = stream(source, options)
     if progress is not None and source.config is not None:
         # Building the description (importing its framework) can take seconds: a bar says so.
         progress(0, None, DESCRIBING)

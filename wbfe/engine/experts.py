@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from wbfe.sources import TensorEntry
 
-__all__ = ["expand_experts", "is_expert_stack"]
+__all__ = ["expand_experts", "is_expert_stack", "config_value"]
 
 Item = tuple[TensorEntry, Optional[str]]
 
@@ -34,8 +34,9 @@ _GATE_UP = re.compile(r"(gate_up|input_linear|w13|w1_w3)")
 _DOWN = re.compile(r"(down|output_linear|w2)")
 
 
-def _value(config: Optional[dict[str, Any]], key: str) -> Any:
-    """``key`` of the config or of a multimodal model's language model's config."""
+def config_value(config: Optional[dict[str, Any]], key: str) -> Any:
+    """``key`` of the config or of a multimodal model's language model's config (``text_config``,
+    ``language_config`` or ``llm_config``, the first that has it); None where none has it or there is no config."""
     if not config or key in config:
         return (config or {}).get(key)
     return next((inner[key] for sub in ("text_config", "language_config", "llm_config")
@@ -55,15 +56,15 @@ def is_expert_stack(name: str, shape: tuple[int, ...], config: Optional[dict[str
         return False
     if _under_experts(name):
         return True
-    count = next((c for key in _EXPERT_COUNT if isinstance(c := _value(config, key), int)), None)
-    hidden = _value(config, "hidden_size")
+    count = next((c for key in _EXPERT_COUNT if isinstance(c := config_value(config, key), int)), None)
+    hidden = config_value(config, "hidden_size")
     return count is not None and shape[0] == count and hidden in shape[1:]
 
 
 def expand_experts(items: Iterable[Item], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
     """Replace each fused expert stack in the stream by its expert matrices; mark bias stacks."""
-    model_type = str(_value(config, "model_type") or "")
-    hidden = _value(config, "hidden_size")
+    model_type = str(config_value(config, "model_type") or "")
+    hidden = config_value(config, "hidden_size")
     for entry, reason in items:
         if reason is not None:
             yield entry, reason

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
+from wbfe.engine.experts import config_value
 from wbfe.errors import InvalidOptionError, name_hint
 from wbfe.framework import OUT_IN, FrameworkDescription, out_in
 from wbfe.framework.transformers_model import LABEL_TASKS
@@ -185,10 +186,10 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
                                           "has that many; pass --head NAME")
         return found
     if arch.endswith(_LM_TASKS):
-        vocab = _config_value(config, "vocab_size")
+        vocab = config_value(config, "vocab_size")
         if not isinstance(vocab, int):
             return None
-        tied = _config_value(config, "tie_word_embeddings")
+        tied = config_value(config, "tie_word_embeddings")
         embeddings = [layer["name"] for layer in layers if layer.get("role") == "embedding"
                       and len(layer["shape"]) == 2 and layer["shape"][0] == vocab]
         # Tied: the model's head *is* its input embedding (a separate copy stored is overwritten on load).
@@ -206,14 +207,6 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
     if arch.endswith("Model"):
         return HeadChoice(None, None, f"config: {arch} is a base model without a head; pass --head NAME")
     return None
-
-
-def _config_value(config: dict[str, Any], key: str) -> Any:
-    """``key`` of the config or, for multimodal models, of its language model's ``text_config``."""
-    if key in config:
-        return config[key]
-    text = config.get("text_config")
-    return text.get(key) if isinstance(text, dict) else None
 
 
 def _terminal_rows(layers: Sequence[dict[str, Any]], exclude: tuple[str, ...] = _NOT_HEADS) -> list[str]:

@@ -31,7 +31,7 @@ _BUDGET = 2.5
 # ... or this much, whichever is more: a small model's largest tensor leaves no room for two at once.
 _BUDGET_FLOOR = 64 << 20
 
-Planned = Union[Skip, MatrixPlan]
+Plan = Union[Skip, MatrixPlan]  # an entry's plan: analysed how, or skipped why (wbfe.engine.plan.plan_entry)
 
 
 def worker_count(device: "Device") -> int:
@@ -70,7 +70,7 @@ class Pipeline:
         self._largest = 0
         self._in_flight = 0  # bytes held by jobs on the workers
         self._running: dict[Future[Any], int] = {}  # jobs on the workers and their bytes
-        self._done: collections.deque[tuple[TensorEntry, Planned, Any]] = collections.deque()
+        self._done: collections.deque[tuple[TensorEntry, Plan, Any]] = collections.deque()
         self._stack = contextlib.ExitStack()
         self._pinned: Optional[contextlib.ExitStack] = None
         self._reader: Optional[ThreadPoolExecutor] = None
@@ -96,12 +96,12 @@ class Pipeline:
     def _budget(self) -> int:
         return max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
 
-    def read_ahead(self, planned: Iterator[tuple[TensorEntry, Planned]]) -> Iterator[tuple[TensorEntry, Planned, Optional[Reading]]]:
+    def read_ahead(self, planned: Iterator[tuple[TensorEntry, Plan]]) -> Iterator[tuple[TensorEntry, Plan, Optional[Reading]]]:
         """Each entry with its plan and, for a large matrix within budget, its tensor being read
         on the read-ahead thread while the entry before it is scored. A source's ``load`` may then
         run after the source has moved past its shard."""
         assert self._reader is not None, "use the pipeline as a context manager"
-        held: Optional[tuple[TensorEntry, Planned, Optional[Reading]]] = None
+        held: Optional[tuple[TensorEntry, Plan, Optional[Reading]]] = None
         for entry, plan in planned:
             reading = None
             if isinstance(plan, MatrixPlan):
@@ -151,7 +151,7 @@ class Pipeline:
                 future.set_exception(exc)
         self._done.append((entry, plan, future))
 
-    def finished(self, *, wait: bool = False) -> Iterator[tuple[TensorEntry, Planned, Any]]:
+    def finished(self, *, wait: bool = False) -> Iterator[tuple[TensorEntry, Plan, Any]]:
         """Outcomes in stream order, as far as they are done (all of them with ``wait``). A job's
         outcome is its return value; an exception it raised is raised here."""
         while self._done:

@@ -14,10 +14,10 @@ from wbfe.metrics.ww_compat import ww_conv2d_matrices, ww_float32
 from wbfe.quant import dequantised
 from wbfe.sources import TensorEntry
 
-__all__ = ["Planned", "entries", "plan_entry", "planning_min_eigs", "stream", "matrices_of"]
+__all__ = ["PlannedEntry", "entries", "plan_entry", "planning_min_eigs", "stream", "matrices_of"]
 
 
-class Planned(NamedTuple):
+class PlannedEntry(NamedTuple):
     """One entry of the stream with its plan: a :class:`MatrixPlan`, or the :class:`Skip` reason."""
 
     entry: TensorEntry
@@ -52,7 +52,7 @@ def planning_min_eigs(options: Any) -> int:
     return options.min_eigs if options.conventions.skip_below_min_eigs else MIN_BFE_EIGS
 
 
-def stream(source: Any, options: Any) -> Iterator[Planned]:
+def stream(source: Any, options: Any) -> Iterator[PlannedEntry]:
     """Every entry of ``source`` planned under ``options`` (a :class:`~wbfe.options.ScoreOptions`), with
     :func:`planning_min_eigs`; the role the checkpoint's own description gives a weight (a MoE router or experts
     module) wins over the name rules'."""
@@ -63,7 +63,7 @@ def stream(source: Any, options: Any) -> Iterator[Planned]:
             role = description.role_of(plan.name)
             if role is not None and role != plan.role:
                 plan = dataclasses.replace(plan, role=role)
-        yield Planned(entry, plan)
+        yield PlannedEntry(entry, plan)
 
 
 def matrices_of(tensor: Any, plan: MatrixPlan, *, ww_slices: bool = False) -> list[Any]:

@@ -125,10 +125,8 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
         summary["experts_note"] = (f"{len(unsplit)} fused gate_up expert matrices of a model type without a known "
                                    "gate/up layout are scored unsplit (gate and up as one matrix)")
     summary["bfe_applicability"] = applicability(description, config)
-    if choice.note is not None:
+    if choice.note is not None:  # where no head is found, choose_head always says why
         summary["head_note"] = choice.note
-    elif head is None:
-        summary["head_note"] = "no head found by config, name or structure; pass --head NAME"
     return ModelScore(model=model, layers=every, skipped=skipped, summary=summary)
 
 

@@ -13,7 +13,7 @@ from wbfe.engine.jobs import spectrum_of
 from wbfe.engine.products import IntraChain
 from wbfe.engine.matrices import MatrixPlan, Skip
 from wbfe.engine.pipeline import Pipeline, Reading
-from wbfe.engine.plan import Planned, matrices_of
+from wbfe.engine.plan import PlannedEntry, matrices_of
 from wbfe.engine.rows import Record, RowMaker
 from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.sources import TensorEntry
@@ -30,7 +30,7 @@ class Ties(Protocol):
     def earlier_copy(self, entry: TensorEntry, tensor: Any) -> Optional[str]: ...
 
 
-def run(pipeline: Pipeline, planned: Iterable[Planned], context: Context, ties: Ties, record: Record,
+def run(pipeline: Pipeline, planned: Iterable[PlannedEntry], context: Context, ties: Ties, record: Record,
         done: Optional[Done] = None, chain: Optional[IntraChain] = None) -> None:
     """Score every planned entry (the stream, or a part of it) on an entered ``pipeline``, calling ``record(entry,
     skip_or_row)`` in stream order as rows are made, and ``done(entry)`` per matrix as soon as its spectrum is finished

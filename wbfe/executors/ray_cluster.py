@@ -17,7 +17,7 @@ from wbfe.render.diagnostics import route_logger
 from wbfe.sources.safetensors_files import read_header
 
 __all__ = ["connect", "node_of_this_task", "task_resources", "largest_tensor_elements", "numel", "Progress",
-           "SYSTEM_ERRORS"]
+           "SYSTEM_ERRORS", "format_size"]
 
 # Exceptions a rerun elsewhere may cure (a flaky network filesystem); a WbfeError never reaches Ray.
 SYSTEM_ERRORS: list[type[BaseException]] = [OSError, MemoryError, ConnectionError, TimeoutError]
@@ -114,12 +114,15 @@ class Progress:
         share = self.done_bytes / self.total_bytes if self.total_bytes else self.done / self.total
         left = elapsed / share * (1 - share) if share > 0 else float("nan")
         when = f"ETA {left:.0f} s" if self.done < self.total else f"all done in {elapsed:.0f} s"
-        scored = f", {_size(self.done_bytes)} of {_size(self.total_bytes)}" if self.total_bytes else ""
+        scored = f", {format_size(self.done_bytes)} of {format_size(self.total_bytes)}" if self.total_bytes else ""
         return f" on {node} ({self.done}/{self.total} {self.what} by Ray{scored}, {when})"
 
 
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} B"
+def format_size(n: float) -> str:
+    """``1.5 GiB``-style text for a byte count, in powers of 1024 as sizes are given (``--max-size 20G``) and
+    printed (``wbfe cache``, Ray's progress lines) everywhere."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

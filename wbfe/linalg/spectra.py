@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Mapping, Optional, Sequence
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Spectrum", "Form", "DegenerateMatrixError", "Device", "resolve_device", "gram", "eigenvalues",
-           "w_eigenvalues", "live_part", "log_moments", "spectrum", "range_shift", "near_one", "work_bytes",
-           "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
+           "w_eigenvalues", "live_part", "log_moments", "spectrum", "range_shift", "near_one", "max_abs", "shift_for",
+           "work_bytes", "releases_gil", "uses_lu", "pin_threads", "multithreaded"]
 
 # float64 bytes of one block of rows/columns: large enough for full GEMM speed in the rank-k updates,
 # small beside the tensor itself (peak RSS: benchmarks/bench_memory.py).
@@ -56,6 +57,7 @@ _LOG_DET_TOL = 1e-8
 _pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
 # Tests set this to run the torch code path that serves CUDA on the CPU (CI has no GPU).
 _TORCH_ON_CPU = False
+_DEVICE_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 
 
 Form = Literal["primal", "dual"]
@@ -151,19 +153,25 @@ def resolve_device(device: str) -> Device:
     """``auto`` -> CUDA when available, else CPU.
 
     Raises:
-        InvalidOptionError: unknown device, or ``cuda`` without a CUDA device.
+        InvalidOptionError: unknown device (``tpu``, ``cuda:x``), or ``cuda`` / ``cuda:N`` without that CUDA device.
         MissingDependencyError: ``cuda`` where torch is not installed (``auto`` then means the CPU).
     """
+    if not isinstance(device, str) or not _DEVICE_NAME.fullmatch(device):
+        raise InvalidOptionError(f"device must be auto, cpu or cuda (cuda:N for the N-th GPU), not {device!r}")
     if device == "auto":
         return Device("cuda" if _cuda_available() else "cpu")
     if device == "cpu":
         return Device("cpu")
-    if device.startswith("cuda"):
-        require_torch(f"--device {device}")
-        if not _cuda_available():
-            raise InvalidOptionError("--device cuda was asked for but no CUDA device is available")
-        return Device(device)
-    raise InvalidOptionError(f"device must be auto, cpu or cuda, not {device!r}")
+    require_torch(f"--device {device}")
+    if not _cuda_available():
+        raise InvalidOptionError("--device cuda was asked for but no CUDA device is available")
+    # torch takes cuda:N past the last GPU and fails at the first tensor moved there, deep in a run.
+    import torch
+
+    if ":" in device and int(device[5:]) >= (count := torch.cuda.device_count()):
+        raise InvalidOptionError(f"--device {device}: this machine has {count} CUDA device(s), "
+                                 f"cuda:0 to cuda:{count - 1}")
+    return Device(device)
 
 
 def _cuda_available() -> bool:
@@ -548,16 +556,26 @@ def range_shift(matrices: Sequence[Any]) -> int:
     entry squared stays in range."""
     if dtype_name(matrices[0]) != "float64":
         return 0
-    top = max(float(abs(m).max()) for m in matrices)
+    return shift_for(max(max_abs(m) for m in matrices))
+
+
+def max_abs(x: Any) -> float:
+    """The largest |entry| of a numpy array or torch tensor (NaN where it holds one), without the copy abs(x) makes."""
+    return max(float(x.max()), -float(x.min()))
+
+
+def shift_for(top: float) -> int:
+    """:func:`range_shift` of float64 matrices whose largest |entry| is ``top``."""
     if not (math.isfinite(top) and top > 0.0) or _RANGE_LO <= top <= _RANGE_HI:
         return 0
     return min(-math.frexp(top)[1], 1023)
 
 
-def near_one(x: np.ndarray) -> tuple[np.ndarray, float]:
+def near_one(x: np.ndarray, top: Optional[float] = None) -> tuple[np.ndarray, float]:
     """``x`` times ``f`` = 2^:func:`range_shift` (exact; 1 where its Gram matrix and sums of squares stay inside
-    float64's range), and ``f``: for what the spectrum's own rule must also hold (editing, compare's norms)."""
-    shift = range_shift([x]) if x.size else 0
+    float64's range), and ``f``: for what the spectrum's own rule must also hold (editing, compare's norms).
+    ``top``: a float64 x's :func:`max_abs`, where the caller has it (no pass over x here)."""
+    shift = (range_shift([x]) if x.size else 0) if top is None else shift_for(top)
     if not shift:
         return x, 1.0
     f = math.ldexp(1.0, shift)

@@ -10,6 +10,7 @@ from typing import Literal, Optional
 
 import numpy as np
 
+from wbfe.errors import InvalidOptionError
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, stored_threshold
 from wbfe.options import check_tail_options
 from wbfe.options.conventions import WBFE, Conventions
@@ -50,7 +51,10 @@ class TailFit(FitOutcome):
 
 
 def esd_peak(x: np.ndarray) -> float:
-    """10^(left edge of the fullest of 100 bins of log10 x): WeightWatcher's ESD peak."""
+    """10^(left edge of the fullest of 100 bins of log10 x): WeightWatcher's ESD peak (InvalidOptionError unless x holds
+    finite, positive values: an empty x has no peak, and log10 of the others bins nothing)."""
+    if not (np.size(x) and 0.0 < np.min(x) and np.max(x) < math.inf):  # NaN fails both comparisons
+        raise InvalidOptionError("esd_peak needs at least one value, all finite and positive (eigenvalues)")
     counts, edges = np.histogram(np.log10(x), bins=_PEAK_BINS)
     return float(10 ** edges[int(np.argmax(counts))])
 

@@ -10,6 +10,7 @@ from typing import Optional
 
 import numpy as np
 
+from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import near_one
 from wbfe.metrics._group import Spectrum
 
@@ -39,6 +40,8 @@ def aligned_shapes(s0: tuple[int, ...], s1: tuple[int, ...]) -> Optional[tuple[b
 
 def intra_mask(rng: np.random.RandomState, m: int) -> np.ndarray:
     """WeightWatcher's ``sparsify`` mask S for a shared side m: ``rng.randint(2, size=m·m)`` as m × m."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise InvalidOptionError(f"the sparsify mask needs a shared side m, a whole number >= 1, not {m!r}")
     return rng.randint(2, size=m * m).reshape((m, m))
 
 

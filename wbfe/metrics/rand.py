@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from wbfe.errors import UnsupportedDtypeError
 from wbfe.linalg.arrays import flat_bytes, is_torch, to_numpy
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum
 
@@ -45,11 +46,13 @@ def shuffle_matrix(matrix: Any, rng: np.random.Generator) -> Any:
     """A copy of ``matrix`` (numpy or torch, returned as the same kind) with its entries permuted uniformly.
 
     The bits are shuffled as unsigned integers of the element's width: a bfloat16 matrix is permuted exactly, in its own
-    dtype, with one copy and no index array."""
+    dtype, with one copy and no index array. UnsupportedDtypeError for entries that are no such number (complex128,
+    objects, text)."""
     copy = matrix.detach().to("cpu", copy=True).contiguous() if is_torch(matrix) else np.array(matrix, order="C")
-    flat = flat_bytes(copy)  # the copy's own memory: it is contiguous and on the host
-    width = flat.size // max(1, math.prod(copy.shape))
-    rng.shuffle(flat.view(_UINTS[width]))
+    width = copy.element_size() if is_torch(copy) else copy.itemsize
+    if width not in _UINTS or getattr(copy.dtype, "kind", "f") not in "biufc":  # torch's dtypes are all numbers
+        raise UnsupportedDtypeError(f"shuffle_matrix permutes numbers of 1, 2, 4 or 8 bytes, not {copy.dtype}")
+    rng.shuffle(flat_bytes(copy).view(_UINTS[width]))  # the copy's own memory: it is contiguous and on the host
     return copy
 
 

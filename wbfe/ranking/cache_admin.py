@@ -16,6 +16,7 @@ from typing import Any, Iterator, Optional, Union
 
 from wbfe._config import user_path, wbfe_cache_dir
 from wbfe.errors import InvalidOptionError
+from wbfe.executors.ray_cluster import format_size
 from wbfe.ranking.cache import clear_path
 from wbfe.ranking.claims import is_stale, read_claim
 from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size, tree_usage
@@ -32,15 +33,6 @@ _TEMP = re.compile(rf"^\.{_HEX64}\.(json\.[0-9a-f]+\.tmp|claim\.[0-9a-f]+\.stale
 _OBJECT = re.compile(rf"^{_HEX64}$")
 _OBJECT_PART = re.compile(rf"^\.{_HEX64}\.[0-9a-f]+\.part$")
 _SHARD = re.compile(r"^[0-9a-f]{2}$")
-
-
-def format_size(n: float) -> str:
-    """``1.5 GiB``-style text for a byte count."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 @dataclass(frozen=True)
