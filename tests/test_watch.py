@@ -433,7 +433,8 @@ def test_lightning_callback_records_every_epoch() -> None:
 # --- malformed run tables: one line each (they raised UnicodeDecodeError, AttributeError, or were read wrong) ----
 
 @pytest.mark.parametrize("raw, message", [
-    ("step,test_loss,note\n1,0.5,caf\xe9\n".encode("latin-1"), r"metrics.csv: not a UTF-8 CSV table \(.*\); save it"),
+    ("step,test_loss,note\n1,0.5,caf\xe9\n".encode("latin-1"),
+     r"metrics.csv is not UTF-8 text \(byte 0xe9 at offset 29\); save it as UTF-8"),
     (b"step,test_loss\n1,0.5,0.9\n", "metrics.csv: line 2 has more cells than the header"),
     (b"step,test_loss,test_loss\n1,0.5,0.9\n", "metrics.csv: column 'test_loss' appears twice in the header"),
 ])

@@ -7,9 +7,7 @@ have stable names (:func:`list_zoos`); their tables live in ``fixtures/tables``.
 from __future__ import annotations
 
 import contextlib
-import csv
 import functools
-import io
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -18,11 +16,11 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from wbfe._config import hf_offline, shared_zoo_dir, torch_hub_dir, user_path
 from wbfe._deps import require
-from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, MissingDependencyError, SourceNotFoundError,
-                         unknown_name)
+from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
 from wbfe.fixtures import fixtures_dir
-from wbfe.sources import WEIGHT_SUFFIXES, open_regular
+from wbfe.sources import WEIGHT_SUFFIXES
 from wbfe.sources.object_store import is_uri
+from wbfe.sources.tables import read_csv_table, read_table_text
 
 __all__ = ["ZooEntry", "Zoo", "BuiltinZoo", "load_zoo", "read_zoo_file", "zoo_from_rows", "list_zoos",
            "builtin_zoo_names", "torchvision_imagenet_rows", "TORCHVISION_DOWNLOADS", "torchvision_weight_not_cached",
@@ -30,6 +28,7 @@ __all__ = ["ZooEntry", "Zoo", "BuiltinZoo", "load_zoo", "read_zoo_file", "zoo_fr
 
 _RESERVED = ("model", "checkpoint", "source")
 _PREFIXES = ("timm:", "torchvision:", "hf:", "hf-hub:")
+_TABLE = "a CSV or YAML table"  # what a zoo spec is, for the messages that refuse one
 
 
 @dataclass(frozen=True)
@@ -184,49 +183,10 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     return Zoo(name, tuple(entries), tuple(numeric), lower, default_quality, path, mixed)
 
 
-_MAX_SPEC_BYTES = 16 * 2**20  # a zoo table of thousands of models is a few hundred KB
-
-
-def _read_text(path: Path) -> str:
-    """The spec's text: a regular UTF-8 file of at most 16 MiB (a leading byte-order mark dropped); else
-    InvalidOptionError (SourceNotFoundError when it cannot be read)."""
-    try:
-        with open_regular(path) as handle:
-            raw = handle.read(_MAX_SPEC_BYTES + 1)
-    except CorruptCheckpointError as exc:  # not a regular file: the reader's error speaks of checkpoints
-        raise InvalidOptionError(f"zoo spec {path} is {str(exc).split('(', 1)[-1].split(')')[0]}, not a file",
-                                 path=str(path)) from None
-    if len(raw) > _MAX_SPEC_BYTES:
-        raise InvalidOptionError(f"zoo spec {path} is larger than {_MAX_SPEC_BYTES // 2**20} MiB: not a zoo table",
-                                 path=str(path))
-    if b"\x00" in raw:
-        raise InvalidOptionError(f"zoo spec {path} is a binary file, not a CSV or YAML table", path=str(path))
-    try:
-        return raw.decode("utf-8-sig")  # Excel writes CSV with a byte-order mark
-    except UnicodeDecodeError as exc:
-        raise InvalidOptionError(
-            f"zoo spec {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-            "save it as UTF-8", path=str(path)) from None
-
-
-def _read_csv(path: Path) -> list[Mapping[str, Any]]:
-    try:
-        rows: list[Mapping[str, Any]] = list(csv.DictReader(io.StringIO(_read_text(path), newline=""), restkey=_EXTRA))
-    except csv.Error as exc:
-        raise InvalidOptionError(f"{path}: not a valid CSV table ({exc})", path=str(path)) from None
-    for number, row in enumerate(rows, start=2):
-        if _EXTRA in row:
-            raise InvalidOptionError(f"{path}: line {number} has more cells than the header", path=str(path))
-    return rows
-
-
-_EXTRA = "\x00extra"  # DictReader's key for cells beyond the header (NUL never reaches here)
-
-
 def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     yaml = require("yaml", "reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as CSV")
     try:
-        data = yaml.safe_load(_read_text(path))
+        data = yaml.safe_load(read_table_text(path, "zoo spec", _TABLE))
     except yaml.YAMLError as exc:
         raise InvalidOptionError(f"{path}: not valid YAML ({exc.__class__.__name__})", path=str(path)) from None
     except RecursionError:
@@ -263,7 +223,8 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
     spec = user_path(path)
     if not spec.exists():
         raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
-    rows, meta = _read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml") else (_read_csv(spec), {})
+    rows, meta = (_read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml")
+                  else (read_csv_table(spec, "zoo spec", _TABLE)[1], {}))
     declared = meta.get("lower_is_better") or ()
     if isinstance(declared, str):
         declared = [declared]
