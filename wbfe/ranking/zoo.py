@@ -146,12 +146,14 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
             value = next((v for k, v in row.items() if str(k).strip() == key), None)
         return "" if value is None else str(value).strip()
 
+    table = [{key: cell(row, key) for key in (*columns, *_RESERVED)} for row in rows]  # each cell read once
     numeric, mixed = [], {}
     for col in (c for c in columns if c not in _RESERVED):
-        words = [(cell(row, "model"), c) for row in rows if (c := cell(row, col)) and not _is_number(c)]
-        if not words and any(cell(row, col) for row in rows):
+        filled = [(row["model"], row[col]) for row in table if row[col]]
+        words = [(label, text) for label, text in filled if not _is_number(text)]
+        if filled and not words:
             numeric.append(col)
-        elif words and len(words) < sum(1 for row in rows if cell(row, col)):  # a typo in a column of numbers
+        elif words and len(words) < len(filled):  # a typo in a column of numbers
             mixed[col] = f"column {col!r} is not numeric: model {words[0][0]!r} has {words[0][1]!r}"
     if not numeric:
         raise InvalidOptionError(f"zoo {name!r} has no numeric quality column"
@@ -165,21 +167,21 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
 
     entries: list[ZooEntry] = []
     seen: set[str] = set()
-    for number, row in enumerate(rows, start=1):
-        label = cell(row, "model")
+    for number, row in enumerate(table, start=1):
+        label = row["model"]
         if not label:
             raise InvalidOptionError(f"zoo {name!r}: row {number} has an empty 'model' cell")
         if label in seen:
             raise InvalidOptionError(f"zoo {name!r}: model {label!r} appears twice")
         seen.add(label)
-        ref = cell(row, "checkpoint") or label
+        ref = row["checkpoint"] or label
         quality = {}
         for col in numeric:
-            text = cell(row, col)
+            text = row[col]
             quality[col] = float(text) if text else math.nan
             if math.isinf(quality[col]):  # "inf" parses as a number, but no quality is infinite (found by fuzzing)
                 raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {text!r}, not a finite number")
-        entries.append(ZooEntry(label, _resolve_ref(ref, base_dir), quality, cell(row, "source") or None))
+        entries.append(ZooEntry(label, _resolve_ref(ref, base_dir), quality, row["source"] or None))
     return Zoo(name, tuple(entries), tuple(numeric), lower, default_quality, path, mixed)
 
 
