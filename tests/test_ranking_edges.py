@@ -14,7 +14,7 @@ from wbfe.ranking import stats
 from wbfe.ranking import zoo as zoo_mod
 from wbfe.ranking.zoo import load_zoo, read_zoo_file
 
-from tests.bad_inputs.test_options import fake_hash, fake_scorer, make_zoo
+from tests.bad_inputs.test_options import Counting, fake_hash, fake_scorer, make_zoo
 
 
 def _refused(call, message: str, error: type = InvalidOptionError) -> None:  # noqa: ANN001
@@ -103,3 +103,29 @@ def test_an_unknown_metric_of_a_ranking_is_named(tmp_path: Path) -> None:
     assert result.metric("bfe_head").n == 5
     with pytest.raises(UnknownNameError, match=r"unknown metric 'bfe_haed'; did you mean 'bfe_head'\?"):
         result.metric("bfe_haed")
+
+
+def test_a_model_another_driver_holds_is_taken_from_the_cache_once_it_is_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first model's claim is held by another driver, which stores its score meanwhile: this driver takes that
+    score from the cache and never scores the model itself."""
+    from wbfe.ranking import rank
+    from wbfe.ranking.cache import ScoreCache
+
+    original, held = ScoreCache.claim, []
+
+    def claim(self: ScoreCache, key: str, **kw: float):  # noqa: ANN202
+        if not held:
+            held.append(key)
+            self.put(key, {"summary": {"bfe_head": 7.5}})
+            return None
+        return original(self, key, **kw)
+
+    monkeypatch.setattr(ScoreCache, "claim", claim)
+    scorer, lines = Counting(), []
+    result = rank(make_zoo(tmp_path / "zoo"), "acc", metrics="bfe", scorer=scorer, hasher=fake_hash,
+                  cache_dir=tmp_path / "cache", n_boot=50, progress=lines.append)
+    assert scorer.calls == ["m1.txt", "m2.txt", "m3.txt", "m4.txt"]
+    first = result.models[0]
+    assert (first.model, first.cached, first.scores["bfe_head"]) == ("m0.txt", True, 7.5)
+    assert [line for line in lines if "another driver" in line] == ["[1/5] m0.txt: cached (scored by another driver)"]
