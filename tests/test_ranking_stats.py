@@ -229,3 +229,17 @@ def test_an_integer_past_float64_is_refused_not_an_overflow_error():
     # np.asarray(10**400, float64) raises OverflowError: it escaped untyped.
     with pytest.raises(InvalidOptionError, match="^x and y must be sequences of numbers$"):
         stats.spearman([10**400, 1, 2], [1, 2, 3])
+
+
+@pytest.mark.parametrize("function", [stats.bootstrap_ci, stats.permutation_p_value, stats.correlate])
+def test_keyword_defaults_are_the_stats_options_defaults(function) -> None:  # noqa: ANN001
+    """The keywords' defaults were written a second time in each signature; they are StatsOptions' own."""
+    import inspect
+    from dataclasses import fields
+
+    from wbfe.options import StatsOptions
+
+    own = {f.name: f.default for f in fields(StatsOptions)}
+    shared = {name: p.default for name, p in inspect.signature(function).parameters.items() if name in own}
+    assert shared and shared == {name: own[name] for name in shared}
+    assert stats.EXACT_MAX_N == own["exact_max_n"] == 8  # the docstring's 8! = 40,320 orderings

@@ -239,6 +239,28 @@ def test_calibration_leave_one_out_on_known_runs() -> None:
         calibrate_lambda(["a"], steps[:1], crits[:1], losses[:1])
 
 
+def test_a_calibration_report_hands_back_its_scored_runs() -> None:
+    """The report's trajectories are the runs as scored: each watched at the λ chosen on all runs, without scoring
+    again, stops where the calibration said (the known runs above, built as fits: h = κ/β, h*(1) = 2γ = 1)."""
+    from wbfe.watch import calibrate, result_at
+    from wbfe.watch.trajectories import CheckpointPoint, LayerPoint, Trajectory
+
+    hs = {"a": [8.0, 5.0, 2.9, 2.0, 1.0], "b": [6.0, 2.5, 1.5, 1.0, 0.5], "c": [9.0, 7.0, 4.0, 2.0, 1.0]}
+    trajs = []
+    for name, h in hs.items():
+        best = int(np.argmax(np.array(h) <= 3.0))
+        trajs.append(Trajectory(name, [CheckpointPoint(10 * t, f"{name}/{t}", (LayerPoint(
+            "fc", "head", 0.5, kappa, 1.0, 0.0, 0.01, math.nan, math.nan, math.nan),), 0.3 + 0.05 * abs(t - best))
+            for t, kappa in enumerate(h)]))
+    report = calibrate(trajs, grid=np.array([0.1, 1 / 5, 1 / 3.5, 0.4, 0.7, 1.5]))
+    assert report.calibration.lam_all == pytest.approx(1 / 3.5)
+    assert [t.run for t in report.trajectories] == ["a", "b", "c"]
+    watched = [result_at(t, report.calibration.lam_all).recommendation for t in report.trajectories]
+    assert [r.step for r in watched if r is not None] == [20, 10, 30]
+    again = calibrate(report.trajectories, grid=np.array([0.2, 0.3]))
+    assert again.calibration.lam_all == pytest.approx(0.3)
+
+
 def test_bfe_at_matches_bfe_at_a_fixed_lambda() -> None:
     from wbfe.metrics.bfe import bfe
     from wbfe.watch import bfe_at
@@ -433,7 +455,8 @@ def test_lightning_callback_records_every_epoch() -> None:
 # --- malformed run tables: one line each (they raised UnicodeDecodeError, AttributeError, or were read wrong) ----
 
 @pytest.mark.parametrize("raw, message", [
-    ("step,test_loss,note\n1,0.5,caf\xe9\n".encode("latin-1"), r"metrics.csv: not a UTF-8 CSV table \(.*\); save it"),
+    ("step,test_loss,note\n1,0.5,caf\xe9\n".encode("latin-1"),
+     r"metrics.csv is not UTF-8 text \(byte 0xe9 at offset 29\); save it as UTF-8"),
     (b"step,test_loss\n1,0.5,0.9\n", "metrics.csv: line 2 has more cells than the header"),
     (b"step,test_loss,test_loss\n1,0.5,0.9\n", "metrics.csv: column 'test_loss' appears twice in the header"),
 ])
@@ -531,3 +554,30 @@ def test_a_step_of_thousands_of_digits_is_refused_in_one_line(tmp_path):
     (tmp_path / "run.csv").write_text(f"step,checkpoint\n{'1' * 5000},a.safetensors\n")
     with pytest.raises(InvalidOptionError, match=r"step '1{20}.*' is not an integer$"):
         discover_run(tmp_path / "run.csv")
+
+
+def test_watch_calls_progress_as_score_does_and_feeds_the_command_lines_bar(tmp_path: Path) -> None:
+    """progress was called with (done, total, step) where every other wbfe progress gets (done, total, name), and
+    never with the (0, total, "") start: the command line's bar raised TypeError on the step."""
+    import io
+
+    from rich.console import Console
+
+    from cli._progress import progress_bar
+    from wbfe.watch import watch
+
+    for step in (10, 20, 30):
+        touch_weights(tmp_path / f"step_{step}.safetensors")
+    calls: list[tuple[int, int | None, str]] = []
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160, color_system=None)
+    with progress_bar(enabled=True, what="watching", unit="checkpoints", console=console) as update:
+        assert update is not None
+
+        def both(done: int, total: int | None, name: str) -> None:
+            calls.append((done, total, name))
+            update(done, total, name)
+
+        watch(tmp_path, layers="all", device="cpu", progress=both)
+    assert calls == [(0, 3, ""), (1, 3, "step 10"), (2, 3, "step 20"), (3, 3, "step 30")]
+    assert "3/3" in out.getvalue() and "step 30" in out.getvalue()

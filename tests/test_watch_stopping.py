@@ -274,3 +274,44 @@ def test_vote_is_the_median_of_its_three_rules() -> None:
     assert [apply_rule(sig, n, param.get(n))[0] for n in ("h_star_loo", "bfe_last_min", "log_norm_plateau")] == [3, 2, 3]
     assert apply_rule(sig, "vote", param) == (3, "median of h_star_loo: step 3, bfe_last_min: step 2, "
                                                  "log_norm_plateau: step 3")
+
+
+def test_gated_follows_the_regime_of_the_weights() -> None:
+    param = {"shrinking": ["log_norm_min", None], "growing": ["last", None]}
+    falling, rising = signals({"log_norm": [5.0, 4.0, 3.0, 2.0]}), signals({"log_norm": [1.0, 2.0, 2.5, 2.4]})
+    assert apply_rule(falling, "gated", param) == (3, "norms shrinking → log_norm_min: lowest log_norm of the run (2)")
+    assert apply_rule(rising, "gated", param)[0] == 3 and apply_rule(rising, "gated", param)[1].startswith(
+        "norms growing → last: ")
+    assert detect_regime(signals({"alpha": [3.0, 2.0]})) == "growing"  # no log-norm to read: the default
+
+
+def test_the_composites_and_the_whole_procedure_held_out() -> None:
+    """On runs whose lowest loss is where log_norm has made 80 % of its change, log_norm_frac at 0.8 is the only
+    rule with no regret: gated picks it in both regimes, and the nested procedure (ties by name) picks gated. The
+    vote's other two voters have nothing to read here (no h/h*, no BFE-W) and keep the last checkpoint."""
+    from wbfe.watch.stopping import select_held_out
+
+    sigs, losses = _runs()
+    best, last = [int(np.argmin(x)) for x in losses], [x.size - 1 for x in losses]
+    scores = evaluate_rules(sigs, losses, ["gated", "vote"])
+    assert scores["gated"].param_all == {"shrinking": ["log_norm_frac", 0.8], "growing": ["log_norm_frac", 0.8]}
+    assert list(scores["gated"].chosen) == best and not scores["gated"].regret.any()
+    assert list(scores["vote"].chosen) == last
+    np.testing.assert_allclose(scores["vote"].regret, [x[-1] - x.min() for x in losses])
+    picks, auto = select_held_out(sigs, losses)
+    assert picks == ["gated"] * len(sigs) and list(auto.chosen) == best and auto.hit.all()
+
+
+def test_edge_cases_of_the_rule_forms_and_the_signals_round_trip() -> None:
+    flat = signals({"log_norm": [1.0, 1.0, 1.0]})
+    assert apply_rule(flat, "log_norm_plateau", 0.3) == (2, "log_norm does not change over the run: the last "
+                                                            "checkpoint is kept")
+    never = signals({"log_norm": [0.0, 1.0]}, log_ratio=[[0.5], [0.2]])
+    assert apply_rule(never, "h_star_loo", 1.0) == (1, "h > h*(λ) at every checkpoint (λ = 1; last median h/h* = "
+                                                       "1.22): never crossed, the last checkpoint is kept")
+    sig = signals({"log_norm": [0.0, math.nan, 2.0]}, log_ratio=[[0.5, math.nan], [0.2, 0.1], [-0.1, 0.0]])
+    back = RunSignals.from_dict(json.loads(json.dumps(sig.to_dict())))  # NaN travels as null
+    assert (back.name, back.steps) == (sig.name, sig.steps)
+    for a, b in [(back.series["log_norm"], sig.series["log_norm"]), (back.log_ratio, sig.log_ratio),
+                 (back.lam_first, sig.lam_first), (back.lam_fanin, sig.lam_fanin)]:
+        np.testing.assert_array_equal(a, b)

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options import StatsOptions
+from wbfe.options import StatsOptions, field_defaults
 
 __all__ = ["Correlation", "spearman", "kendall_tau", "pearson", "bootstrap_ci", "permutation_p_value",
            "correlate", "MIN_MODELS", "EXACT_MAX_N"]
@@ -23,7 +23,9 @@ __all__ = ["Correlation", "spearman", "kendall_tau", "pearson", "bootstrap_ci", 
 MIN_MODELS = 3
 """Fewest models a correlation is reported for; with two, every rank correlation is ±1."""
 
-EXACT_MAX_N = 8
+_DEFAULTS = field_defaults(StatsOptions)  # the keywords' defaults are the options' own
+
+EXACT_MAX_N: int = _DEFAULTS["exact_max_n"]
 """Largest n for which the permutation p-value enumerates all n! orderings (8! = 40,320)."""
 
 
@@ -118,8 +120,8 @@ def _batch(n: int, total: int) -> int:
     return max(1, min(total, 2_000_000 // max(n, 1)))
 
 
-def bootstrap_ci(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, n_boot: int = 2000, level: float = 0.95,
-                 seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, n_boot: int = _DEFAULTS["n_boot"],
+                 level: float = _DEFAULTS["level"], seed: int = _DEFAULTS["seed"]) -> tuple[float, float]:
     """Percentile bootstrap interval ``(low, high)`` of Spearman ρ at coverage ``level``, resampling pairs with
     replacement (:func:`scipy.stats.bootstrap`); NaN when no resample has a defined ρ.
 
@@ -156,7 +158,7 @@ def bootstrap_ci(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, n_boot: 
 
 
 def permutation_p_value(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, exact_max_n: int = EXACT_MAX_N,
-                        n_perm: int = 10_000, seed: int = 0) -> tuple[float, str]:
+                        n_perm: int = _DEFAULTS["n_perm"], seed: int = _DEFAULTS["seed"]) -> tuple[float, str]:
     """Two-sided permutation p-value of Spearman ρ, P(|ρ_perm| ≥ |ρ_obs|), and its method: ``"exact"`` (all n!
     orderings, n ≤ ``exact_max_n``) or ``"monte-carlo"`` (``n_perm`` seeded orderings); p is NaN when ρ is
     undefined (docs/math.md §5).
@@ -186,9 +188,9 @@ def permutation_p_value(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, e
     return float(result.pvalue), method
 
 
-def correlate(metric: "np.typing.ArrayLike", quality: "np.typing.ArrayLike", *, n_boot: int = 2000,
-              n_perm: int = 10_000, level: float = 0.95, seed: int = 0, exact_max_n: int = EXACT_MAX_N,
-              options: "Optional[StatsOptions]" = None) -> Correlation:
+def correlate(metric: "np.typing.ArrayLike", quality: "np.typing.ArrayLike", *, n_boot: int = _DEFAULTS["n_boot"],
+              n_perm: int = _DEFAULTS["n_perm"], level: float = _DEFAULTS["level"], seed: int = _DEFAULTS["seed"],
+              exact_max_n: int = EXACT_MAX_N, options: "Optional[StatsOptions]" = None) -> Correlation:
     """Every statistic of a metric against a quality (oriented so that higher is better), on the pairs where both
     are finite; the settings as keywords or one :class:`~wbfe.options.StatsOptions` (which replaces them).
 

@@ -7,9 +7,7 @@ have stable names (:func:`list_zoos`); their tables live in ``fixtures/tables``.
 from __future__ import annotations
 
 import contextlib
-import csv
 import functools
-import io
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -18,11 +16,11 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from wbfe._config import hf_offline, shared_zoo_dir, torch_hub_dir, user_path
 from wbfe._deps import require
-from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, MissingDependencyError, SourceNotFoundError,
-                         unknown_name)
+from wbfe.errors import InvalidOptionError, MissingDependencyError, SourceNotFoundError, unknown_name
 from wbfe.fixtures import fixtures_dir
-from wbfe.sources import WEIGHT_SUFFIXES, open_regular
+from wbfe.sources import WEIGHT_SUFFIXES
 from wbfe.sources.object_store import is_uri
+from wbfe.sources.tables import read_csv_table, read_table_text
 
 __all__ = ["ZooEntry", "Zoo", "BuiltinZoo", "load_zoo", "read_zoo_file", "zoo_from_rows", "list_zoos",
            "builtin_zoo_names", "torchvision_imagenet_rows", "TORCHVISION_DOWNLOADS", "torchvision_weight_not_cached",
@@ -30,6 +28,7 @@ __all__ = ["ZooEntry", "Zoo", "BuiltinZoo", "load_zoo", "read_zoo_file", "zoo_fr
 
 _RESERVED = ("model", "checkpoint", "source")
 _PREFIXES = ("timm:", "torchvision:", "hf:", "hf-hub:")
+_TABLE = "a CSV or YAML table"  # what a zoo spec is, for the messages that refuse one
 
 
 @dataclass(frozen=True)
@@ -147,12 +146,14 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
             value = next((v for k, v in row.items() if str(k).strip() == key), None)
         return "" if value is None else str(value).strip()
 
+    table = [{key: cell(row, key) for key in (*columns, *_RESERVED)} for row in rows]  # each cell read once
     numeric, mixed = [], {}
     for col in (c for c in columns if c not in _RESERVED):
-        words = [(cell(row, "model"), c) for row in rows if (c := cell(row, col)) and not _is_number(c)]
-        if not words and any(cell(row, col) for row in rows):
+        filled = [(row["model"], row[col]) for row in table if row[col]]
+        words = [(label, text) for label, text in filled if not _is_number(text)]
+        if filled and not words:
             numeric.append(col)
-        elif words and len(words) < sum(1 for row in rows if cell(row, col)):  # a typo in a column of numbers
+        elif words and len(words) < len(filled):  # a typo in a column of numbers
             mixed[col] = f"column {col!r} is not numeric: model {words[0][0]!r} has {words[0][1]!r}"
     if not numeric:
         raise InvalidOptionError(f"zoo {name!r} has no numeric quality column"
@@ -166,67 +167,28 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
 
     entries: list[ZooEntry] = []
     seen: set[str] = set()
-    for number, row in enumerate(rows, start=1):
-        label = cell(row, "model")
+    for number, row in enumerate(table, start=1):
+        label = row["model"]
         if not label:
             raise InvalidOptionError(f"zoo {name!r}: row {number} has an empty 'model' cell")
         if label in seen:
             raise InvalidOptionError(f"zoo {name!r}: model {label!r} appears twice")
         seen.add(label)
-        ref = cell(row, "checkpoint") or label
+        ref = row["checkpoint"] or label
         quality = {}
         for col in numeric:
-            text = cell(row, col)
+            text = row[col]
             quality[col] = float(text) if text else math.nan
             if math.isinf(quality[col]):  # "inf" parses as a number, but no quality is infinite (found by fuzzing)
                 raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {text!r}, not a finite number")
-        entries.append(ZooEntry(label, _resolve_ref(ref, base_dir), quality, cell(row, "source") or None))
+        entries.append(ZooEntry(label, _resolve_ref(ref, base_dir), quality, row["source"] or None))
     return Zoo(name, tuple(entries), tuple(numeric), lower, default_quality, path, mixed)
-
-
-_MAX_SPEC_BYTES = 16 * 2**20  # a zoo table of thousands of models is a few hundred KB
-
-
-def _read_text(path: Path) -> str:
-    """The spec's text: a regular UTF-8 file of at most 16 MiB (a leading byte-order mark dropped); else
-    InvalidOptionError (SourceNotFoundError when it cannot be read)."""
-    try:
-        with open_regular(path) as handle:
-            raw = handle.read(_MAX_SPEC_BYTES + 1)
-    except CorruptCheckpointError as exc:  # not a regular file: the reader's error speaks of checkpoints
-        raise InvalidOptionError(f"zoo spec {path} is {str(exc).split('(', 1)[-1].split(')')[0]}, not a file",
-                                 path=str(path)) from None
-    if len(raw) > _MAX_SPEC_BYTES:
-        raise InvalidOptionError(f"zoo spec {path} is larger than {_MAX_SPEC_BYTES // 2**20} MiB: not a zoo table",
-                                 path=str(path))
-    if b"\x00" in raw:
-        raise InvalidOptionError(f"zoo spec {path} is a binary file, not a CSV or YAML table", path=str(path))
-    try:
-        return raw.decode("utf-8-sig")  # Excel writes CSV with a byte-order mark
-    except UnicodeDecodeError as exc:
-        raise InvalidOptionError(
-            f"zoo spec {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-            "save it as UTF-8", path=str(path)) from None
-
-
-def _read_csv(path: Path) -> list[Mapping[str, Any]]:
-    try:
-        rows: list[Mapping[str, Any]] = list(csv.DictReader(io.StringIO(_read_text(path), newline=""), restkey=_EXTRA))
-    except csv.Error as exc:
-        raise InvalidOptionError(f"{path}: not a valid CSV table ({exc})", path=str(path)) from None
-    for number, row in enumerate(rows, start=2):
-        if _EXTRA in row:
-            raise InvalidOptionError(f"{path}: line {number} has more cells than the header", path=str(path))
-    return rows
-
-
-_EXTRA = "\x00extra"  # DictReader's key for cells beyond the header (NUL never reaches here)
 
 
 def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     yaml = require("yaml", "reading a YAML zoo needs PyYAML (pip install pyyaml), or give the zoo as CSV")
     try:
-        data = yaml.safe_load(_read_text(path))
+        data = yaml.safe_load(read_table_text(path, "zoo spec", _TABLE))
     except yaml.YAMLError as exc:
         raise InvalidOptionError(f"{path}: not valid YAML ({exc.__class__.__name__})", path=str(path)) from None
     except RecursionError:
@@ -263,7 +225,8 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
     spec = user_path(path)
     if not spec.exists():
         raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
-    rows, meta = _read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml") else (_read_csv(spec), {})
+    rows, meta = (_read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml")
+                  else (read_csv_table(spec, "zoo spec", _TABLE)[1], {}))
     declared = meta.get("lower_is_better") or ()
     if isinstance(declared, str):
         declared = [declared]

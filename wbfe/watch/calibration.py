@@ -21,7 +21,14 @@ __all__ = ["CalibrationReport", "calibrate", "read_runs_csv"]
 
 @dataclass
 class CalibrationReport(ToJson):
-    """Leave-one-run-out λ calibration over several runs, with their trajectories."""
+    """Leave-one-run-out λ calibration over several runs, with their trajectories.
+
+    Attributes:
+        calibration: the λ grid, the mean gap at each, the λ chosen on all runs and per held-out run.
+        trajectories: the scored runs, in the order given: what :func:`~wbfe.watch.result_at` takes to watch one at
+            ``calibration.lam_all`` and :func:`calibrate` to choose again on another grid, without scoring again.
+        layers: the layer selection the runs were scored with.
+    """
 
     calibration: Calibration
     trajectories: list[Trajectory]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -139,7 +140,7 @@ def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits
     """
     if len(names) < 2:
         raise InvalidOptionError(f"leave-one-run-out calibration needs at least 2 runs, got {len(names)}")
-    twice = sorted({name for name in names if list(names).count(name) > 1})
+    twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:  # its copy would stay in while it is held out: a gap of 0 by construction
         raise InvalidOptionError(f"run {twice[0]} is listed twice: leave-one-run-out needs each run once")
     if not (len(names) == len(steps) == len(crits) == len(losses)):

@@ -7,7 +7,6 @@ the step rule and the layouts are described in docs/watch.md ("How a run is read
 from __future__ import annotations
 
 import contextlib
-import csv
 import math
 import re
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Optional, Union
 from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.sources import CHECKPOINT_SUFFIXES
+from wbfe.sources.tables import read_csv_table
 
 __all__ = ["CheckpointRef", "Run", "parse_step", "discover_run", "run_from_rows", "WEIGHT_SUFFIXES",
            "trainer_state_metrics", "STEP_ROUTES"]
@@ -179,33 +179,20 @@ def _folder_checkpoints(folder: Path, pattern: Optional[re.Pattern[str]] = None)
 
 
 def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[str, str]]:
-    """The rows of a CSV as dicts of stripped strings, checked to have column ``required`` and rows.
+    """The rows of a CSV as dicts of stripped strings (read as :func:`wbfe.sources.tables.read_csv_table`), checked
+    to have column ``required`` and rows.
 
     Raises:
         SourceNotFoundError: the file does not exist.
-        InvalidOptionError: the column is missing, or there are no rows.
+        InvalidOptionError: not a regular UTF-8 CSV file of at most 16 MiB, the column is missing, or there are no
+            rows.
     """
     path = Path(path)
-    if not path.is_file():
-        raise SourceNotFoundError(f"no such file: {path}", path=str(path))
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            fields = [f.strip() for f in (reader.fieldnames or [])]
-            rows = list(reader)
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise InvalidOptionError(f"{path}: not a UTF-8 CSV table ({exc}); save it as UTF-8") from None
+    fields, rows = read_csv_table(path, f"{kind} CSV")
     if required not in fields:
         raise InvalidOptionError(
             f"{path}: a {kind} CSV needs a {required!r} column (found: {', '.join(fields) or 'none'})"
         )
-    twice = sorted({f for f in fields if fields.count(f) > 1})
-    if twice:
-        raise InvalidOptionError(f"{path}: column {twice[0]!r} appears twice in the header")
-    for number, row in enumerate(rows, start=2):
-        if None in row:
-            raise InvalidOptionError(f"{path}: line {number} has more cells than the header")
-    rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in rows]
     if not rows:
         raise InvalidOptionError(f"{path}: the CSV has no rows")
     return rows

@@ -191,13 +191,17 @@ def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = Non
 
 
 def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Optional[str] = None,
-               device: str = "auto", progress: Optional[Callable[[int, int, int], None]] = None,
+               device: str = "auto", progress: Optional[Callable[[int, Optional[int], str], None]] = None,
                metrics: str = METRICS) -> Trajectory:
     """Score every checkpoint of a run (:func:`~wbfe.watch.runs.discover_run`'s, or a :class:`Run`) with
-    :func:`scan_checkpoint`'s options; ``progress(done, total, step)`` after each."""
+    :func:`scan_checkpoint`'s options; ``progress`` is called as :func:`wbfe.score` calls it per matrix: with
+    (0, total, "") before the first checkpoint, then with (done, total, "step N") after each."""
     WatchOptions(layers=layers, head=head, device=device)  # every option before the first checkpoint
     run = run if isinstance(run, Run) else discover_run(run)
     out = Trajectory(run=run.name)
+    total = len(run.checkpoints)
+    if progress is not None:
+        progress(0, total, "")
     for done, ck in enumerate(run.checkpoints, start=1):
         out.points.append(checkpoint_point(ck, scan_checkpoint(ck.ref, layers=layers, head=head, device=device,
                                                                   metrics=metrics)))
@@ -207,7 +211,7 @@ def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Option
                                      f"{out.points[0].step} selected {_few(first)}: a run's checkpoints are one "
                                      "model's (one architecture)")
         if progress is not None:
-            progress(done, len(run.checkpoints), ck.step)
+            progress(done, total, f"step {ck.step}")
     return out
 
 
@@ -294,7 +298,8 @@ class WatchResult(ToJson):
             "layer_selection": self.layers,
             "rule": (self.stopping["description"] if self.stopping is not None else
                      "first checkpoint (step order) where the median over the selected layers of log(h/h*) <= 0"),
-            "stopping_rule": self.stopping, "checkpoints": checkpoints, "recommended": recommended, "comparison": self.comparison(),
+            "stopping_rule": self.stopping, "checkpoints": checkpoints, "recommended": recommended,
+            "comparison": self.comparison(),
             "signal": self.signal(), "bfe_fixed_lambda": fixed.to_dict(), "notes": notes, "hint": hint,
         })
 
@@ -370,9 +375,9 @@ def result_at(traj: Trajectory, lam: Optional[float], *, lam_source: Optional[st
 
 def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: str = "head",
           head: Optional[str] = None, device: str = "auto",
-          progress: Optional[Callable[[int, int, int], None]] = None) -> WatchResult:
-    """Score a run's checkpoints (as :func:`trajectory`) and recommend the one to keep by the h* rule at prior
-    precision ``lam`` (None: trajectories without a recommendation).
+          progress: Optional[Callable[[int, Optional[int], str], None]] = None) -> WatchResult:
+    """Score a run's checkpoints (as :func:`trajectory`, ``progress`` too) and recommend the one to keep by the h*
+    rule at prior precision ``lam`` (None: trajectories without a recommendation).
 
     Raises:
         InvalidOptionError: a bad λ or layer selection; the errors of :func:`trajectory`.
