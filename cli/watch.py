@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ._options import Format, path_option, watch_group, with_groups
+from ._progress import progress_bar
 
 if TYPE_CHECKING:
     from wbfe.options import WatchOptions
@@ -98,13 +99,14 @@ def watch_command(
 
     assert run is not None  # refused above when neither a run nor --calibrate was given
     found = discover_run(run, step_pattern=step_pattern)
+    with progress_bar(enabled=True, what="watching", unit="checkpoints") as update:
+        traj = trajectory(found, layers=options.layers, head=options.head, device=options.device, progress=update,
+                          **({} if metrics is None else {"metrics": metrics}))
     if metrics is not None:
         from wbfe.watch.decide import result_by_rule
 
-        traj = trajectory(found, layers=options.layers, head=options.head, device=options.device, metrics=metrics)
         result = result_by_rule(traj, rule, layers=options.layers)
     else:
-        traj = trajectory(found, layers=options.layers, head=options.head, device=options.device)
         result = result_at(traj, lam_value, lam_source="calibrated" if report is not None else "given",  # type: ignore[arg-type]
                            layers=options.layers)
     if output is not None:

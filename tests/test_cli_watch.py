@@ -92,3 +92,25 @@ def test_calibrate_then_watch(synthetic_run: Path, tmp_path: Path) -> None:
     assert result["lambda"] == pytest.approx(cal["lambda_all_runs"]) and result["lambda_source"] == "calibrated"
     assert result["recommended"]["step"] == (K_CROSS + 1) * 100
     assert result["comparison"]["test_loss_gap"] == 0.0
+
+
+def test_the_bar_counts_the_runs_checkpoints(synthetic_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal, ``wbfe watch`` draws the score's bar over the run's checkpoints (the total first)."""
+    import functools
+    import io
+    import re
+
+    from rich.console import Console
+
+    import wbfe_cli.watch
+    from wbfe_cli._progress import progress_bar
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160, color_system=None)
+    monkeypatch.setattr(wbfe_cli.watch, "progress_bar", functools.partial(progress_bar, console=console))
+    assert invoke("watch", synthetic_run, "--lambda", "1").exit_code == 0
+    frames = [line for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", out.getvalue()).replace("\r", "\n").split("\n")
+              if line.strip()]
+    start = next(k for k, f in enumerate(frames) if "0/7" in f)
+    assert "watching" in frames[start]
+    assert any("7/7" in f and "step 600" in f and "checkpoints/s" in f for f in frames[start:])
