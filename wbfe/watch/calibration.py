@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError
 from wbfe.options import WatchOptions
 from wbfe.render.text import ToJson, json_ready, text_table
@@ -62,7 +63,7 @@ def read_runs_csv(path: Union[str, Path]) -> list[Run]:
     Raises:
         InvalidOptionError: no ``run`` column, or a malformed row. The errors of :func:`discover_run`.
     """
-    path = Path(path)
+    path = user_path(path)  # as the run itself and the zoo are
     rows = read_csv(path, required="run", kind="runs")
     empty = next((number for number, row in enumerate(rows, start=2) if not row["run"]), None)
     if empty is not None:  # path.parent / "" is the CSV's own folder
