@@ -72,7 +72,7 @@ def test_a_calibration_csv_with_one_row_per_checkpoint_groups_its_runs(tmp_path:
         ("a", [(1, 0.5), (2, 0.4)]), ("b", [(1, 0.6)])]
 
 
-def test_a_calibration_csv_under_home_is_found_by_its_tilde_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_calibration_csv_under_home_is_found_by_tilde(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``~/runs.csv`` is the file in the home folder, as a run's own ``~`` path and the zoo's are."""
     touch_weights(tmp_path / "epoch_1.safetensors")
     (tmp_path / "runs.csv").write_text("run,step,checkpoint,test_loss\na,1,epoch_1.safetensors,0.5\n")
