@@ -171,6 +171,22 @@ def test_entropy_of_flat_and_spiked_spectra() -> None:
     )
 
 
+def test_entropy_of_no_spectrum_or_rank_one_says_why() -> None:
+    assert matrix_entropy(np.zeros(4), 4)[1] == "all-zero spectrum"
+    result = GROUP.compute(Spectrum(np.array([0.0] * 19 + [5.0]), 20, 30), PLAIN)
+    assert math.isnan(result.values["entropy"])
+    assert result.reasons["entropy"] == "matrix rank 1: entropy normalised by ln(rank) is undefined"
+    assert result.values["matrix_rank"] == 1 and result.values["rank_loss"] == 19
+
+
+def test_power_law_of_an_unusable_spectrum_says_why() -> None:
+    from wbfe.metrics.htsr import fit_spectrum_power_law
+
+    for eigs, reason in ((None, "empty spectrum"), (np.array([1.0, np.nan]), "non-finite eigenvalue")):
+        fit = fit_spectrum_power_law(Spectrum(eigs, 20, 30), PLAIN)
+        assert fit.reason == reason and math.isnan(fit.alpha)
+
+
 def test_zero_eigenvalues_are_dropped_from_the_fit_only() -> None:
     w = np.random.default_rng(11).standard_t(3.0, size=(300, 200))
     w[120:] = 0.0  # rank 120 of 200
