@@ -187,6 +187,17 @@ def test_power_law_of_an_unusable_spectrum_says_why() -> None:
         assert fit.reason == reason and math.isnan(fit.alpha)
 
 
+def test_ww_views_refuse_a_weight_of_the_wrong_shape() -> None:
+    from wbfe.metrics.ww_compat import ww_truncated_smooth
+
+    with pytest.raises(ValueError, match=r"^expected a 2-D weight, got shape \(2, 3, 4\)$"):
+        ww_linear_matrix(np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"^expected a 4-D conv weight \(out, in, kh, kw\), got shape \(2, 3\)$"):
+        ww_conv2d_matrices(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"^n_components 4 outside \[1, 3\]$"):  # scikit-learn refuses it too
+        ww_truncated_smooth(np.ones((5, 3)), 4)
+
+
 def test_zero_eigenvalues_are_dropped_from_the_fit_only() -> None:
     w = np.random.default_rng(11).standard_t(3.0, size=(300, 200))
     w[120:] = 0.0  # rank 120 of 200
