@@ -187,6 +187,15 @@ def test_power_law_of_an_unusable_spectrum_says_why() -> None:
         assert fit.reason == reason and math.isnan(fit.alpha)
 
 
+def test_an_mp_fit_that_fails_on_a_usable_spectrum_says_why() -> None:
+    with np.errstate(over="ignore"):  # subnormal eigenvalues: rescaled to mean 1, their maximum overflows
+        result = GROUP.compute(Spectrum(np.linspace(1.0, 2.0, 20) * 1e-320, 20, 30), PLAIN)
+    for column in ("bulk_max", "num_spikes", "mp_softrank"):
+        assert math.isnan(result.values[column])
+        assert result.reasons[column] == "MP fit: eigenvalues too small or too large to rescale to mean 1 in float64"
+    assert result.values["stable_rank"] == pytest.approx(30.0 / 2.0, rel=1e-2)  # Σe / max e: computed all the same
+
+
 def test_ww_views_refuse_a_weight_of_the_wrong_shape() -> None:
     from wbfe.metrics.ww_compat import ww_truncated_smooth
 
