@@ -259,6 +259,30 @@ def test_intra_and_ray_are_refused_for_an_adapter(tmp_path) -> None:
         wbfe.score(folder, base=tmp_path / "base.safetensors", executor="ray")
 
 
+def test_what_an_adapter_leaves_out_says_why(tmp_path) -> None:
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(4, 20, generator=g, dtype=torch.float64)
+    b = torch.randn(30, 4, generator=g, dtype=torch.float64)
+    b[:, 3] = 0.0  # ΔW of rank 3: one of its r = 4 singular values is 0
+    tensors = {"base_model.model.fc.lora_A.weight": a, "base_model.model.fc.lora_B.weight": b,
+               "base_model.model.fc.lora_B.bias": torch.zeros(30)}
+    folder = _write_adapter(tmp_path / "ad", tensors, r=4, lora_alpha=8)
+    save_file({"other.weight": torch.randn(30, 20)}, str(tmp_path / "other.safetensors"))
+    save_file({"fc.weight": torch.ones(30, 20, dtype=torch.int64)}, str(tmp_path / "int.safetensors"))
+    result = wbfe.score(folder, metrics="bfe", base=tmp_path / "other.safetensors")
+    row = result.layers[0]
+    assert row["bfe"] == math.inf and row["reasons"] == {"bfe": "rank-deficient: 1 of the r singular values are 0",
+                                                         "merged": "no tensor 'fc.weight' in the base checkpoint"}
+    assert result.skipped == [{"name": "base_model.model.fc.lora_B.bias", "shape": [30], "dtype": "float32",
+                               "reason": "LoRA tensor other than the factors (e.g. lora_B bias): not a matrix of ΔW"}]
+    merged = wbfe.score(folder, metrics="bfe", base=tmp_path / "int.safetensors").layers[0]["reasons"]["merged"]
+    assert merged == "base weight: integer tensor (int64): quantized/packed weights or a counter"
+    lopsided = _write_adapter(tmp_path / "rank", {"base_model.model.fc.lora_A.weight": a,
+                                                  "base_model.model.fc.lora_B.weight": b[:, :3]}, r=4, lora_alpha=8)
+    with pytest.raises(wbfe.CorruptCheckpointError, match=r"'fc': lora_A and lora_B disagree on the rank \(4 vs 3\)$"):
+        wbfe.score(lopsided)
+
+
 def test_hub_adapter_from_the_cache(tmp_path, monkeypatch) -> None:
     g = torch.Generator().manual_seed(3)
     tensors = {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),

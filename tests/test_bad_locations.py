@@ -83,6 +83,19 @@ def test_a_home_folder_of_an_unknown_user_is_a_missing_path(tmp_path, monkeypatc
         assert result.exit_code == 2 and result.output == f"wbfe: error: {said}\n", (argv, result.output)
 
 
+def test_the_default_caches_share_one_cache_home(tmp_path, monkeypatch):
+    """hub, torch and wbfe caches under $XDG_CACHE_HOME (its ~ expanded), else under ~/.cache."""
+    from wbfe import _config
+
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "TORCH_HOME", "WBFE_CACHE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for xdg, home in (("~/xdg", tmp_path / "xdg"), ("", tmp_path / ".cache")):
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+        assert (_config.hf_cache_dir(), _config.torch_hub_dir(), _config.wbfe_cache_dir()) == (
+            home / "huggingface" / "hub", home / "torch" / "hub", home / "wbfe" / "scores")
+
+
 @pytest.mark.parametrize("out", [None, 3, b"out.json"])
 def test_an_output_that_is_not_a_path_is_a_typed_error(out):
     """check_output(None) raised TypeError from os.fspath (smooth/prune with out=None)."""

@@ -89,6 +89,11 @@ def test_bad_lambda(lam: object) -> None:
         bfe(np.ones(3), lam)  # type: ignore[arg-type]
 
 
+def test_no_eigenvalue_is_an_error() -> None:
+    with pytest.raises(InvalidOptionError, match="^BFE-W needs at least one eigenvalue$"):
+        bfe(np.array([]))
+
+
 def test_all_zero_is_an_error() -> None:
     with pytest.raises(InvalidOptionError, match="all-zero"):
         bfe(np.zeros(4))

@@ -37,6 +37,25 @@ def test_syrk_lower_refuses_what_blas_would_misread() -> None:
         blas.syrk_lower(c, np.ones((5, 6), order="F"), trans=False)
 
 
+def test_getrf_equals_scipys_lu_and_reports_a_zero_pivot() -> None:
+    from scipy.linalg import lu_factor
+
+    a = np.random.default_rng(3).standard_normal((6, 4))
+    lu = np.asfortranarray(a)
+    assert blas.getrf(lu) == 0
+    assert np.array_equal(lu, lu_factor(a)[0])  # the same dgetrf: bit for bit
+    assert blas.getrf(np.ones((3, 3), order="F")) == 2  # u_22 is exactly zero
+    with pytest.raises(ValueError, match="^getrf needs a Fortran-ordered float64 matrix$"):
+        blas.getrf(np.ones((3, 3)))
+
+
+def test_empty_products_and_spectra_are_empty() -> None:
+    c = np.zeros((4, 4), order="F")
+    blas.syrk_lower(c, np.ones((4, 0), order="F"), trans=False)  # k = 0: nothing to add
+    assert not c.any()
+    assert blas.eigvalsh_lower(np.zeros((0, 0), order="F")).shape == (0,)
+
+
 def test_potrf_lower_equals_lapack_and_reports_failure() -> None:
     rng = np.random.default_rng(1)
     w = rng.standard_normal((30, 80))

@@ -282,6 +282,14 @@ def test_compare_refuses_a_layers_pattern_that_score_refuses() -> None:
     assert str(from_compare.value) == str(from_score.value)
 
 
+def test_compare_lists_the_pairs_layers_leaves_out() -> None:
+    a, b = _pair()
+    result = wbfe.compare(a, b, metrics="bfe", layers=r"\.mlp\.")
+    assert {row["name"] for row in result.layers} == {"layers.0.mlp.weight", "layers.1.mlp.weight"}
+    left_out = {row["name"] for row in result.skipped if row["reason"] == "not selected by --layers"}
+    assert left_out == {"layers.0.attn.weight", "layers.1.conv.weight", "layers.1.norm.weight"}  # before any plan
+
+
 def test_compare_reports_progress_per_pair() -> None:
     import torch
 

@@ -144,6 +144,16 @@ def checkpoint(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     return path, tensors
 
 
+def test_a_fraction_that_keeps_no_component_leaves_the_matrix_as_it_is(checkpoint, tmp_path: Path) -> None:
+    path, tensors = checkpoint
+    # int(0.02 * 40) = int(0.02 * 12) = 0 components; the conv: ceil(int(0.02 * 8 * 9) / 9) = 1 per slice
+    summary = smooth_checkpoint(path, tmp_path / "out.safetensors", percent=0.02)
+    why = "keeps 0 components: left as it is (WeightWatcher does not smooth it)"
+    assert summary.edited == {"conv.weight": 1} and summary.unchanged == {"fc.weight": why, "emb.weight": why}
+    got, _ = _read(tmp_path / "out.safetensors")
+    assert _raw(got["fc.weight"]) == _raw(tensors["fc.weight"])
+
+
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     with safe_open(str(path), "pt") as f:
         return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 - safe_open has no __iter__

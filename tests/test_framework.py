@@ -61,6 +61,11 @@ def test_order_rows_places_unlisted_weights_with_their_module() -> None:
     assert [r["name"] for r in aliased] == ["embed.weight", "lm_head.weight"]
 
 
+def test_a_config_that_names_no_framework_has_no_description() -> None:
+    for config in (None, ["architectures"], {}, {"model_type": "bert"}):  # not a dict, or no architecture named
+        assert describe_config(config) is None
+
+
 def test_out_in_and_layouts() -> None:
     assert out_in((10, 64)) == (10, 64) and out_in((64, 10), "in_out") == (10, 64)
     assert out_in((8, 16, 3, 3), "in_out") == (16, 8)  # ConvTranspose: [in, out, k...]

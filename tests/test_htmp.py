@@ -286,6 +286,28 @@ def test_invalid_arguments_raise(call) -> None:
         call()
 
 
+@pytest.mark.parametrize("gamma", [0.0, 1.0, 1.5, math.nan])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda g: htmp.pdf(1.0, 1.0, g, 1.0),
+        lambda g: htmp.h_star(1.0, g),
+        lambda g: htmp.fit(np.arange(1.0, 20.0), g),
+        lambda g: htmp.fit_many([np.arange(1.0, 20.0)], g),
+        bfe_module.bfe_marchenko_pastur_limit,
+    ],
+)
+def test_an_aspect_ratio_outside_0_1_is_refused_in_the_same_words(call, gamma: float) -> None:
+    with pytest.raises(InvalidOptionError, match=rf"^gamma must lie in \(0, 1\), not {gamma!r}$"):
+        call(gamma)
+
+
+@pytest.mark.parametrize("c", [-1.0, math.inf, math.nan])
+def test_h_star_refuses_a_gap_constant_that_is_not_a_positive_number(c: float) -> None:
+    with pytest.raises(InvalidOptionError, match=rf"^gap constant c must be >= 0, not {c!r}$"):
+        htmp.h_star(1.0, 0.5, 2.0, c)
+
+
 @pytest.mark.parametrize("law", [(2.0, 0.5, 1.0), (1.0, 0.9, 2.0), (60.0, 0.5, 4.0), (0.3, 0.2, 3.0)])
 def test_fit_ks_is_the_kolmogorov_smirnov_distance_of_the_fitted_law(law: tuple) -> None:
     stats = pytest.importorskip("scipy.stats")

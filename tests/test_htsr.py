@@ -171,6 +171,42 @@ def test_entropy_of_flat_and_spiked_spectra() -> None:
     )
 
 
+def test_entropy_of_no_spectrum_or_rank_one_says_why() -> None:
+    assert matrix_entropy(np.zeros(4), 4)[1] == "all-zero spectrum"
+    result = GROUP.compute(Spectrum(np.array([0.0] * 19 + [5.0]), 20, 30), PLAIN)
+    assert math.isnan(result.values["entropy"])
+    assert result.reasons["entropy"] == "matrix rank 1: entropy normalised by ln(rank) is undefined"
+    assert result.values["matrix_rank"] == 1 and result.values["rank_loss"] == 19
+
+
+def test_power_law_of_an_unusable_spectrum_says_why() -> None:
+    from wbfe.metrics.htsr import fit_spectrum_power_law
+
+    for eigs, reason in ((None, "empty spectrum"), (np.array([1.0, np.nan]), "non-finite eigenvalue")):
+        fit = fit_spectrum_power_law(Spectrum(eigs, 20, 30), PLAIN)
+        assert fit.reason == reason and math.isnan(fit.alpha)
+
+
+def test_an_mp_fit_that_fails_on_a_usable_spectrum_says_why() -> None:
+    with np.errstate(over="ignore"):  # subnormal eigenvalues: rescaled to mean 1, their maximum overflows
+        result = GROUP.compute(Spectrum(np.linspace(1.0, 2.0, 20) * 1e-320, 20, 30), PLAIN)
+    for column in ("bulk_max", "num_spikes", "mp_softrank"):
+        assert math.isnan(result.values[column])
+        assert result.reasons[column] == "MP fit: eigenvalues too small or too large to rescale to mean 1 in float64"
+    assert result.values["stable_rank"] == pytest.approx(30.0 / 2.0, rel=1e-2)  # Σe / max e: computed all the same
+
+
+def test_ww_views_refuse_a_weight_of_the_wrong_shape() -> None:
+    from wbfe.metrics.ww_compat import ww_truncated_smooth
+
+    with pytest.raises(ValueError, match=r"^expected a 2-D weight, got shape \(2, 3, 4\)$"):
+        ww_linear_matrix(np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"^expected a 4-D conv weight \(out, in, kh, kw\), got shape \(2, 3\)$"):
+        ww_conv2d_matrices(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"^n_components 4 outside \[1, 3\]$"):  # scikit-learn refuses it too
+        ww_truncated_smooth(np.ones((5, 3)), 4)
+
+
 def test_zero_eigenvalues_are_dropped_from_the_fit_only() -> None:
     w = np.random.default_rng(11).standard_t(3.0, size=(300, 200))
     w[120:] = 0.0  # rank 120 of 200

@@ -333,7 +333,7 @@ def test_fast_residuals_of_the_batch_are_the_exact_ones_within_the_bound(n: int,
             except ZeroDivisionError:  # σ = 0, Q = 1: mp_fit fails so (the batch refits it alone)
                 assert exact[i]
                 continue
-            b, a = residual.edges(sigma)
+            b, a = mp._edges(sigma, residual.inv_sq)
             takes_exact = not residual.off(b, a) and scale == 0.0  # the single fit's exact branch
             assert exact[i] == takes_exact, (k, sigma)
             if not takes_exact:

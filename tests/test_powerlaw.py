@@ -12,6 +12,7 @@ from wbfe.errors import InvalidOptionError
 from wbfe.metrics.powerlaw import (
     WW_SMALL_N,
     fit_power_law,
+    fit_power_law_in_range,
     fit_truncated_power_law,
     tpl_log_normaliser,
 )
@@ -168,6 +169,22 @@ def test_failures_are_nan_with_reason(values: np.ndarray, kwargs: dict, reason: 
     assert not fit.ok
     assert fit.reason == reason
     assert math.isnan(fit.alpha) and math.isnan(fit.sigma) and math.isnan(fit.xmin) and math.isnan(fit.ks)
+
+
+@pytest.mark.parametrize(
+    "values,lo,hi,reason",
+    [
+        (np.array([1.0, np.nan, 3.0] * 10), 1.0, 3.0, "non-finite or non-positive values"),
+        (np.array([0.0, 1.0, 3.0] * 10), 1.0, 3.0, "non-finite or non-positive values"),
+        (np.arange(1.0, 30.0), 40.0, 50.0, "no candidate xmin in [40, 50)"),
+        # candidates 21 … 24 (25, the largest in the range, is dropped): tails of 9 values or fewer
+        (np.arange(1.0, 30.0), 21.0, 26.0, "no candidate xmin in [21, 26) gives alpha > 1 with a tail of 10"),
+    ],
+)
+def test_range_fit_failures_are_nan_with_reason(values: np.ndarray, lo: float, hi: float, reason: str) -> None:
+    fit = fit_power_law_in_range(values, lo, hi)
+    assert fit.reason == reason and fit.method == "range"
+    assert math.isnan(fit.alpha) and math.isnan(fit.xmin)
 
 
 def test_min_tail_below_two_is_rejected() -> None:

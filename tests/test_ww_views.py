@@ -161,6 +161,13 @@ def test_intra_without_sparsify_definition() -> None:
 # ---------------------------------------------------------------- --conv fft
 
 
+def test_the_fft_view_refuses_a_weight_that_is_not_a_conv_kernel() -> None:
+    from wbfe.linalg.conv_fft import conv2d_fft_eigenvalues
+
+    with pytest.raises(ValueError, match=r"^expected a 4-D conv weight \(out, in, kh, kw\), got shape \(3, 3\)$"):
+        conv2d_fft_eigenvalues(np.ones((3, 3)))
+
+
 def test_conv_fft_cli_equals_weightwatcher(tmp_path: Path) -> None:
     model = _convnet()
     path = _save(model, tmp_path / "conv.safetensors")

@@ -21,6 +21,11 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
 
 
+def _cache_home() -> Path:
+    """``$XDG_CACHE_HOME``, else ``~/.cache``: where the hub, torch and wbfe caches go by default."""
+    return user_path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
+
+
 def hf_offline() -> bool:
     """True when ``HF_HUB_OFFLINE`` (or the older ``TRANSFORMERS_OFFLINE``) is set."""
     return _flag("HF_HUB_OFFLINE") or _flag("TRANSFORMERS_OFFLINE")
@@ -33,24 +38,21 @@ def hf_cache_dir() -> Path:
             return user_path(os.environ[var])
     if os.environ.get("HF_HOME"):
         return user_path(os.environ["HF_HOME"]) / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return user_path(xdg) / "huggingface" / "hub"
+    return _cache_home() / "huggingface" / "hub"
 
 
 def torch_hub_dir() -> Path:
     """PyTorch's hub folder (``TORCH_HOME``/hub), where timm and torchvision keep URL downloads."""
     if os.environ.get("TORCH_HOME"):
         return user_path(os.environ["TORCH_HOME"]) / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return user_path(xdg) / "torch" / "hub"
+    return _cache_home() / "torch" / "hub"
 
 
 def wbfe_cache_dir() -> Path:
     """wbfe's score cache: ``$WBFE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wbfe/scores``, else ``~/.cache/wbfe/scores``."""
     if os.environ.get("WBFE_CACHE_DIR"):
         return user_path(os.environ["WBFE_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return user_path(xdg) / "wbfe" / "scores"
+    return _cache_home() / "wbfe" / "scores"
 
 
 def wbfe_cache_max_size() -> str:

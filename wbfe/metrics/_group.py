@@ -12,6 +12,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 
+from wbfe.errors import InvalidOptionError
 from wbfe.options import LAMBDA, check_fix_fingers, check_tail_options
 from wbfe.options.constraints import Choice, Constraint, Custom, Integer, Validated
 from wbfe.options.conventions import WBFE, Conventions, check_conventions
@@ -44,6 +45,13 @@ def stored_threshold(threshold: float, log_scale: float) -> float:
     if math.isnan(stored):
         return math.inf if log_scale < 0.0 else 0.0
     return stored
+
+
+def check_gamma(gamma: float) -> float:
+    """``gamma`` (an aspect ratio, the laws' γ = p/P) when it lies in (0, 1); InvalidOptionError otherwise."""
+    if not 0.0 < gamma < 1.0:
+        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    return gamma
 
 
 def out_of_range(log_scale: float) -> str:

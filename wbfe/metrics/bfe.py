@@ -12,7 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import Spectrum
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, check_gamma, out_of_range, rescaled
 from wbfe.options import parse_lambda, positive_lambda
 
 __all__ = ["bfe", "bfe_from_moments", "lambda_star", "bfe_marchenko_pastur_limit", "GROUP"]
@@ -65,8 +65,7 @@ def _bfe_at(mean_e: float, mean_log_e: float, lam: float) -> float:
 
 def bfe_marchenko_pastur_limit(gamma: float) -> float:
     """Limit of F* for an i.i.d. Gaussian matrix of aspect ratio γ ∈ (0, 1) as p → ∞."""
-    if not 0.0 < gamma < 1.0:
-        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    check_gamma(gamma)
     return 0.5 * LOG_2PI_E + 0.5 * (1.0 + (1.0 - gamma) / gamma * math.log1p(-gamma))
 
 

@@ -37,12 +37,13 @@ def detx_tail(eigs: np.ndarray) -> tuple[int, int, np.ndarray]:
 
 
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
-    from wbfe.metrics.htsr import fit_spectrum_power_law
+    from wbfe.metrics.htsr import _spectrum_problem, fit_spectrum_power_law
 
     result = GroupResult()
-    e = None if spec.eigs is None else np.sort(np.asarray(spec.eigs, dtype=np.float64))
-    if e is None or e.size == 0 or not np.all(np.isfinite(e)) or e[0] < 0.0 or not e[-1] > 0.0:
-        result.fail_all(COLUMNS, "no usable spectrum (empty, non-finite, negative or all zero)")
+    e = np.sort(np.asarray(spec.eigs if spec.eigs is not None else [], dtype=np.float64))
+    problem = _spectrum_problem(e)  # the htsr group's rule, and its reason
+    if problem is not None:
+        result.fail_all(COLUMNS, problem)
         return result
     num, idx, scaled = detx_tail(e)
     result.values["detX_num"] = result.values["num_ERG_spikes"] = num

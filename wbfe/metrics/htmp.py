@@ -16,7 +16,8 @@ from scipy.special import gammaln
 
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import Spectrum
-from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, out_of_range, rescaled
+from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, check_gamma, out_of_range, rescaled
+from wbfe.metrics.bfe import _bfe_at
 from wbfe.metrics.special import ArrayLike, log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
 from wbfe.options import positive_lambda
 
@@ -47,8 +48,7 @@ def _params(kappa: float, gamma: float, beta: float = 1.0, tau: float = 0.0) -> 
     for name, value in (("kappa", kappa), ("beta", beta)):
         if not (math.isfinite(value) and value > 0.0):
             raise InvalidOptionError(f"{name} must be a positive number, not {value!r}")
-    if not 0.0 < gamma < 1.0:
-        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    check_gamma(gamma)
     if not (math.isfinite(tau) and tau >= 0.0):
         raise InvalidOptionError(f"tau must be a number >= 0, not {tau!r}")
     a = 0.5 * kappa
@@ -110,15 +110,13 @@ def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> flo
 def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
     """Limiting BFE-W of an HTMP spectrum at prior precision λ: λ/2·E[λ] − ½·E[log λ] + ½·log(2π/λ)."""
     lam = positive_lambda(lam)
-    return (0.5 * lam * mean(kappa, gamma, beta, tau) - 0.5 * log_moment(kappa, gamma, beta, tau)
-            + 0.5 * math.log(2.0 * math.pi / lam))
+    return _bfe_at(mean(kappa, gamma, beta, tau), log_moment(kappa, gamma, beta, tau), lam)
 
 
 def h_star(lam: float, gamma: float, kappa: Optional[float] = None, c: Optional[float] = None) -> float:
     """Optimal h* = κ/β* at prior precision λ: 2γ/λ without a gap, 2γκ / [λ(κ + 2γ·c)] with gap constant c = βτ."""
     lam = positive_lambda(lam)
-    if not 0.0 < gamma < 1.0:
-        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    check_gamma(gamma)
     if c is None or c == 0.0:
         return 2.0 * gamma / lam
     if not (math.isfinite(c) and c > 0.0):
@@ -384,8 +382,7 @@ def fit(eigs: np.ndarray, gamma: float, *, tau: Optional[float] = None) -> HTMPF
     τ None is one spacing below min(eigs), floored at 0. κ is searched in log space to a quarter of its statistical
     error, on a lattice that the fits of a batch (:func:`fit_many`) share. Raises InvalidOptionError for γ outside (0,
     1), fewer than 2 eigenvalues, a non-positive or non-finite eigenvalue, τ >= min(eigs), or a constant spectrum."""
-    if not 0.0 < gamma < 1.0:
-        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    check_gamma(gamma)
     prepared = _prepare(eigs, gamma, tau)
     return _fit_prepared(prepared, gamma, _Models(gamma, [prepared], shared=False))
 
@@ -398,8 +395,7 @@ def fit_many(
     One U grid per κ of the lattice, spanning every spectrum's β window, serves the whole batch; each result equals
     ``fit(spectra[i], gamma, tau=tau)`` to well under the κ tolerance, or is the InvalidOptionError that :func:`fit`
     raises for it. Raises InvalidOptionError for γ outside (0, 1)."""
-    if not 0.0 < gamma < 1.0:
-        raise InvalidOptionError(f"gamma must lie in (0, 1), not {gamma!r}")
+    check_gamma(gamma)
     prepared: list[Union[_Prepared, InvalidOptionError]] = []
     for eigs in spectra:
         try:

@@ -34,7 +34,10 @@ COLUMNS = (
 
 def matrix_rank(eigs: np.ndarray, P: int) -> int:
     """Number of singular values √e above max √e · P · ε(float64) (numpy's default tolerance)."""
-    sv = np.sqrt(np.asarray(eigs, dtype=np.float64))
+    return _rank(np.sqrt(np.asarray(eigs, dtype=np.float64)), P)
+
+
+def _rank(sv: np.ndarray, P: int) -> int:
     return int(np.count_nonzero(sv > float(np.max(sv, initial=0.0)) * P * _EPS))
 
 
@@ -122,8 +125,7 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
         result.put_rescaled("sv_min", math.sqrt(float(e[0])), 0.5, spec.log_scale)
         return
     # WeightWatcher's per-slice definitions (its combined_eigenvalues); sv are of the stored slices.
-    result.values["rank_loss"] = sum(int(sv.size) - int(np.count_nonzero(sv > np.max(sv) * spec.P * _EPS))
-                                     for sv in per_slice)
+    result.values["rank_loss"] = sum(int(sv.size) - _rank(sv, spec.P) for sv in per_slice)
     result.put_rescaled("sv_min", max(float(np.min(sv)) for sv in per_slice), 0.5, spec.log_scale)
 
 

@@ -63,6 +63,11 @@ def _linear_kde(samples: np.ndarray, grid: np.ndarray, h: float) -> np.ndarray:
     return left
 
 
+def _edges(sigma, inv_sq):  # noqa: ANN001, ANN202 - a σ or an array of them
+    """The bulk edges (b, a) = (σ(1 ± 1/√Q))² of the MP law of σ, ``inv_sq`` = √(1/Q)."""
+    return (sigma * (1 + inv_sq)) ** 2, (sigma * (1 - inv_sq)) ** 2
+
+
 def _fast_from_sums(c, y2, t1_sum, t2_sum):  # noqa: ANN001, ANN202
     """Fast residual Σy² + c²·Σ d/x² − 2c·Σ √d·y/x (scalars or arrays) and its scale (the sum of the
     magnitudes of the three terms), from the sums over the law's support."""
@@ -116,15 +121,12 @@ class _MPResidual:
                 self.h = 1.0 / self.xde**2  # law² = (Q/2πσ²)²·(b − x)(x − a)/x²
                 self.g = self.yde / self.xde  # law·y = (Q/2πσ²)·√((b − x)(x − a))·y/x
 
-    def edges(self, sigma: float) -> tuple[float, float]:
-        return (sigma * (1 + self.inv_sq)) ** 2, (sigma * (1 - self.inv_sq)) ** 2
-
     def off(self, b: float, a: float) -> bool:
         """WeightWatcher's rejection of a bulk edge outside the data (its residual is then 1000·L)."""
         return self.Q != 1 and (b < self.x_peak or b > self.x_last or a > self.x_peak)
 
     def exact(self, sigma: float) -> float:
-        b, a = self.edges(sigma)
+        b, a = _edges(sigma, self.inv_sq)
         if self.off(b, a):
             return self.off_grid
         xde = self.xde
@@ -140,7 +142,7 @@ class _MPResidual:
         return float(np.sum(padded**2))
 
     def fast(self, sigma: float) -> tuple[float, float]:
-        b, a = self.edges(sigma)
+        b, a = _edges(sigma, self.inv_sq)
         if self.off(b, a):
             return self.off_grid, 0.0
         if self.Q == 1:
@@ -160,8 +162,7 @@ class _MPResidual:
     def grid(self, sigmas: np.ndarray, prune: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`fast` of every σ of a grid at once; with ``prune``, +inf for the σ whose lower
         bound (:meth:`_lower_bounds`) shows they are not the grid's minimum."""
-        b = (sigmas * (1 + self.inv_sq)) ** 2
-        a = (sigmas * (1 - self.inv_sq)) ** 2
+        b, a = _edges(sigmas, self.inv_sq)
         values = np.full(sigmas.size, self.off_grid)
         scales = np.zeros(sigmas.size)
         computed = np.ones(sigmas.size, dtype=bool)
@@ -503,8 +504,7 @@ class _ResidualBatch:
                 values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[rows], self.rr[rows],
                                                  self.ry[rows])
                 return values, scales, ~np.isfinite(values)
-            b = (sigmas * (1 + self.inv_sq)) ** 2
-            a = (sigmas * (1 - self.inv_sq)) ** 2
+            b, a = _edges(sigmas, self.inv_sq)
             off = self.off(rows, b, a)
             values, scales = self.off_grid[rows].astype(np.float64), np.zeros(rows.size)
             inside = ~off & (a > 0.0)
@@ -526,8 +526,7 @@ class _ResidualBatch:
                 return None
             value, scale = _fast_from_sums(1 / (np.pi * sigma * sigma), self.y2[k], self.rr[k], self.ry[k])
             return (float(value), float(scale)) if math.isfinite(value) else None
-        b = (sigma * (1 + self.inv_sq)) ** 2
-        a = (sigma * (1 - self.inv_sq)) ** 2
+        b, a = _edges(sigma, self.inv_sq)
         if self.off(k, b, a):
             return float(self.off_grid[k]), 0.0
         if not a > 0.0:
@@ -562,8 +561,7 @@ class _ResidualBatch:
             values[in_grid], scales[in_grid] = v[in_grid], sc[in_grid]
             computed = in_grid
         else:
-            b = (sigmas * (1 + self.inv_sq)) ** 2
-            a = (sigmas * (1 - self.inv_sq)) ** 2
+            b, a = _edges(sigmas, self.inv_sq)
             with np.errstate(invalid="ignore"):
                 valid = in_grid & ~self.off(all_rows, b, a)
             values[in_grid & ~valid] = np.broadcast_to(self.off_grid[:, None], sigmas.shape)[in_grid & ~valid]

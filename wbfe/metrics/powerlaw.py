@@ -237,26 +237,23 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     ds = np.ones(n_cand)
 
     def candidate(i: int) -> bool:
-        """α and KS distance of the tail from x[i]; False where it is constant (α > 1 otherwise: n < 20)."""
+        """α of the tail from x[i]; False where it is constant (α > 1 otherwise: n < 20)."""
         nt = n - i
         s = float(np.sum(logx[i:]) - nt * logx[i])
         if s <= 1e-12:
             return False
         alphas[i] = 1.0 + (nt - 1.0) / s
-        theo = 1.0 - (x[i:] / x[i]) ** (1.0 - alphas[i])
-        ds[i] = float(np.max(np.abs(np.arange(nt, dtype=np.float64) / float(nt) - theo)))
         return True
 
-    kept = False
-    for i in range(n - _WW_SMALL_N_MIN_TAIL + 1):  # n < 20: a loop is clearer than a block scan here
-        kept |= candidate(i)
+    kept = [i for i in range(n - _WW_SMALL_N_MIN_TAIL + 1) if candidate(i)]  # n < 20: WW's sums, one by one
     # WeightWatcher's fallback: the whole sample as the tail (it reports α = 0 if that is constant).
     if not kept and not candidate(0):
         return failed_fit(method, "degenerate spectrum: all values equal")
+    rows = np.array(kept or [0])
+    ds[rows] = _ks_rows(x, rows, alphas)  # the block scan's KS distances
+    # A kept candidate (its distance < 1, the others' 1), whose α = 1 + (nt − 1)/s, 1e-12 < s < nt·1455: finite, > 1.
     i = int(np.argmin(ds))
     alpha = float(alphas[i])
-    if not (math.isfinite(alpha) and alpha > 1.0):
-        return failed_fit(method, f"degenerate tail: alpha = {alpha} at the best xmin", n_cand)
     nt = n - i
     return PowerLawFit(
         alpha=alpha, sigma=(alpha - 1.0) / math.sqrt(nt), xmin=float(x[i]), xmax=float(x[-1]), n_tail=nt,
