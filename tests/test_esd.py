@@ -141,3 +141,31 @@ def test_the_rescaling_label_only_where_float64_cannot_hold_the_eigenvalues(tmp_
     np.testing.assert_array_equal(y, np.ldexp(y0, k - drawn))
     xmin = [line.get_label() for line in ax.lines if line.get_label().startswith("power law")][0]
     assert f"xmin = {np.ldexp(fits.power_law.xmin, drawn - k):.3g}," in xmin
+
+
+def test_fit_esd_refuses_an_aspect_ratio_outside_0_1() -> None:
+    # gamma = rows / cols of the smaller Gram matrix: a γ above 1 was fitted as a square matrix, with nothing said
+    from wbfe.reporting.plots.esd import fit_esd
+
+    eigs = np.sort(htmp.sample(500, 2.0, 0.5, 1.5, seed=3))
+    for gamma in (0.0, 2.0, float("nan")):
+        with pytest.raises(InvalidOptionError, match=r"gamma \(the smaller over the larger side\) must lie in \(0, 1\]"):
+            fit_esd(eigs, gamma)
+    assert fit_esd(eigs, 1.0).htmp.gamma == 1.0 - 1e-9  # a square matrix: just below
+
+
+def test_a_spectrum_of_one_value_is_drawn_as_such(tmp_path: Path, monkeypatch) -> None:
+    # 2·I: every eigenvalue is 4; `wbfe esd` and the report's thumbnail say there is no density to draw
+    import wbfe.reporting.plots.esd as esd_plot
+    from safetensors.torch import save_file
+
+    save_file({"fc.weight": 2 * torch.eye(8, dtype=torch.float64)}, str(tmp_path / "eye.safetensors"))
+    figures = []
+    monkeypatch.setattr(esd_plot, "save", lambda fig, path, **kw: figures.append(fig) or path)
+    result = CliRunner().invoke(app, ["esd", str(tmp_path / "eye.safetensors"), "--layer", "fc", "-o",
+                                      str(tmp_path / "esd.png")])
+    assert result.exit_code == 0, result.stderr
+    figures.append(esd_plot.esd_figure(np.full(8, 4.0), {"alpha": 2.0, "xmin": 4.0}, title="t"))
+    for fig in figures:
+        (ax,) = fig.axes
+        assert [t.get_text() for t in ax.texts] == ["fewer than 2 distinct\npositive eigenvalues"] and not ax.lines

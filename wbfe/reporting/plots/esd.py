@@ -45,13 +45,19 @@ class EsdFits:
         if ht is not None:
             row |= {"htmp_kappa": ht.kappa, "gamma": ht.gamma, "htmp_beta": ht.beta, "htmp_tau": ht.tau,
                     "htmp_ks": ht.ks}
-        if self.htmp_reason:
-            row["reasons"] = {"htmp_kappa": self.htmp_reason}
         return row
 
 
 def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
-    """Fit a power law (CSN), a truncated power law on the same tail, and the HTMP law to ``eigs``."""
+    """Fit a power law (CSN), a truncated power law on the same tail, and the HTMP law to ``eigs``, of a matrix
+    whose aspect ratio is ``gamma`` (HTMP's law needs γ < 1: a square matrix is fitted just below). HTMP fails, its
+    reason kept, where there are fewer than 2 distinct positive eigenvalues (which :func:`esd_figure` says).
+
+    Raises:
+        InvalidOptionError: ``gamma`` outside (0, 1].
+    """
+    if not 0.0 < gamma <= 1.0:  # min(gamma, 1 - 1e-9) below took any γ > 1 for a square matrix
+        raise InvalidOptionError(f"gamma (the smaller over the larger side) must lie in (0, 1], not {gamma!r}")
     positive = np.sort(eigs[eigs > 0.0])
     pl = powerlaw.fit_power_law(positive, min_tail=min_tail)
     tpl = powerlaw.fit_truncated_power_law(positive, xmin=pl.xmin) if math.isfinite(pl.xmin) else None
@@ -84,10 +90,6 @@ def esd_scale(eigs: np.ndarray, log_scale: float) -> tuple[int, str]:
     return k, f"eigenvalues drawn × 2^{k}: the true ones reach 1e{top:+.0f}"
 
 
-def _fmt(value: Optional[float], spec: str) -> str:
-    return "null" if value is None else format(value, spec)
-
-
 def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Optional[int] = None,
                scale_exp2: int = 0, size: tuple[float, float] = (3.5, 2.9), values: bool = False) -> Any:
     """The ESD (log-log density) with the fits whose parameters are in ``row``: the power law (alpha, xmin), the
@@ -100,7 +102,7 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
         scale_exp2: k where ``eigs`` and ``row`` are of the true eigenvalues × 2^k; the true ones are drawn where
             float64 holds them (:func:`_drawn_exp2`), else the axis says × 2^k.
         size: the figure in inches (a report thumbnail by default).
-        values: each fit's parameters in its legend entry, and why HTMP was not fitted: a figure with no caption.
+        values: each fit's parameters in its legend entry: a figure with no caption.
     """
     e = np.sort(np.asarray(eigs, dtype=float))
     e = e[e > 0.0]
@@ -156,9 +158,8 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
             ok = np.isfinite(pdf) & (pdf > 0)
             ks = finite_or_none(row.get("htmp_ks"))
             ax.loglog(x(curve[ok]), y(pdf[ok]), "-", lw=1.2, color=ESD_COLOURS["HTMP"], label="HTMP" + (
-                f": κ = {kappa:.3g}, β = {y(beta):.3g}, τ = {x(tau):.3g}, KS = {_fmt(ks, '.3f')}" if values else ""))
-        elif values and (reason := (row.get("reasons") or {}).get("htmp_kappa")):
-            ax.plot([], [], " ", label=f"HTMP: not fitted ({str(reason)[:50]})")
+                f": κ = {kappa:.3g}, β = {y(beta):.3g}, τ = {x(tau):.3g}, KS = {'null' if ks is None else f'{ks:.3f}'}"
+                if values else ""))
         # the fits must not squash the data
         ax.set_ylim(bottom=y(density[counts > 0].min() / 3.0), top=y(density.max() * 3.0))
         ax.grid(True, alpha=0.25, which="major")
