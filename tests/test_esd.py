@@ -149,7 +149,8 @@ def test_fit_esd_refuses_an_aspect_ratio_outside_0_1() -> None:
 
     eigs = np.sort(htmp.sample(500, 2.0, 0.5, 1.5, seed=3))
     for gamma in (0.0, 2.0, float("nan")):
-        with pytest.raises(InvalidOptionError, match=r"gamma \(the smaller over the larger side\) must lie in \(0, 1\]"):
+        with pytest.raises(InvalidOptionError,
+                           match=r"gamma \(the smaller over the larger side\) must lie in \(0, 1\]"):
             fit_esd(eigs, gamma)
     assert fit_esd(eigs, 1.0).htmp.gamma == 1.0 - 1e-9  # a square matrix: just below
 
