@@ -80,7 +80,7 @@ def test_a_malformed_record_is_passed_to_the_librarys_handler() -> None:
     try:
         route_logger("wbfe_test_badlib")
         with captured() as notes:
-            logger.warning("two %s %s", "one")
+            logger.warning("two %s %s", "one")  # noqa: PLE1206 - the malformed record under test
         assert notes.notes == [] and [r.msg for r in records] == ["two %s %s"]
     finally:
         logger.removeHandler(handler)
