@@ -592,3 +592,26 @@ def test_every_head_source_is_said_in_words_once(scored: dict[str, Any]) -> None
         assert line.count(f"source: {source}") == 1, line
         if source in HEAD_SOURCES:
             assert HEAD_SOURCES[source].replace("_", "\\_") in line
+
+
+def test_a_constant_metric_marks_no_layer_unusual() -> None:
+    # every layer alike (MAD and standard deviation 0): no robust z, so no layer is unusual by it
+    layers = [{"name": f"l{i}", "bfe": 1.5, "alpha": float(i)} for i in range(5)]
+    assert unusual_layers(layers, ["bfe"], 3) == []
+    assert [name for name, _ in unusual_layers(layers, ["bfe", "alpha"], 1)] == ["l0"]  # |0 - 2| first of the two
+
+
+def test_no_head_and_spectra_of_another_checkpoint_are_said(tmp_path: Path, scored: dict[str, Any]) -> None:
+    """A score with no head says why; ESDs re-read from a checkpoint that lacks a layer, or holds another shape
+    under its name, are not drawn and the page says which and why."""
+    other = _state(seed=1)
+    del other["blocks.3.fc.weight"]  # the planted outlier: an unusual layer the report wants
+    other["classifier.weight"] = other["classifier.weight"][:8].contiguous()  # the head, with 8 rows for 10
+    save_file(other, str(tmp_path / "other.safetensors"))
+    summary = {**scored["summary"], "head": "classifier.weight"}
+    text, _ = render_markdown(score_report({**scored, "summary": summary}, spectra_from=tmp_path / "other.safetensors"))
+    note = next(line for line in text.splitlines() if "Not drawn" in line)
+    assert "blocks.3.fc.weight (not found)" in note and "classifier.weight (8 eigenvalues, the score had 10)" in note
+    no_head = {**scored["summary"], "head": None, "head_note": "no tensor is named like a classifier"}
+    text, _ = render_markdown(score_report({**scored, "summary": no_head}))
+    assert "No head: no tensor is named like a classifier." in text
