@@ -128,7 +128,7 @@ def test_wbfe_esd_and_the_report_draw_one_esd_figure(tmp_path: Path, monkeypatch
 
 def test_wbfe_rank_and_the_report_draw_one_scatter_figure(tmp_path: Path, monkeypatch) -> None:
     """`wbfe rank --output` (plot_metric) and the zoo page (scatter_figure) draw one scatter in one style: a point
-    per model with a finite value, in the metric's colour, metric against quality."""
+    per model with a finite value (None and NaN left out), in the metric's colour, metric against quality."""
     from types import SimpleNamespace
 
     from matplotlib.colors import to_hex
@@ -144,8 +144,8 @@ def test_wbfe_rank_and_the_report_draw_one_scatter_figure(tmp_path: Path, monkey
     figures: list = []
     monkeypatch.setattr(ranking, "save", lambda fig, path: figures.append(fig) or path)
     ranking.plot_metric(ranked, "alpha_mean", tmp_path / "rank.png")
-    report = scatter_figure([0.5, 1.5, 2.0, 3.0], [0.0, 2.0, 3.0, 5.0], ["m0", "m2", "m3", "m5"], metric="alpha_mean",
-                            quality="loss (lower is better)", title="t")
+    report = scatter_figure(scores, [float(i) for i in range(6)], [f"m{i}" for i in range(6)], metric="alpha_mean",
+                            quality="loss (lower is better)", title="t")  # the zoo page passes its JSON's values
     for caller, fig in {"wbfe rank": figures[0], "report": report}.items():
         (ax,) = fig.axes
         (points,) = ax.collections

@@ -73,10 +73,8 @@ def rank_report(result: Any) -> Report:
 
     scatters = []
     for i, m in enumerate(metrics, start=1):
-        points = [(s["scores"].get(m["metric"]), s["quality"], s["model"]) for s in models]
-        points = [(float(x), float(y), str(label)) for x, y, label in points
-                  if isinstance(x, (int, float)) and isinstance(y, (int, float)) and math.isfinite(x) and math.isfinite(y)]
-        xs, ys, labels = ([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
+        xs, ys, labels = ([s["scores"].get(m["metric"]) for s in models], [s["quality"] for s in models],
+                          [str(s["model"]) for s in models])
         title = f"ρ = {_fmt(m.get('rho'))} [{_fmt(m.get('ci_low'))}, {_fmt(m.get('ci_high'))}], n = {m.get('n')}"
         fig = scatter_figure(xs, ys, labels, metric=m["metric"], quality=quality + (" (lower is better)" if lower else ""),
                              title=title)

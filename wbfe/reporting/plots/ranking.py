@@ -13,6 +13,7 @@ import numpy as np
 if TYPE_CHECKING:
     from wbfe.ranking.ranker import RankResult
 
+from wbfe.render.text import is_number
 from wbfe.reporting.metrics_info import colour
 from wbfe.reporting.plots.canvas import page_figure, page_style, save, short_name
 
@@ -79,11 +80,15 @@ def _place_labels(ax: Any, points: Sequence[tuple[float, float, str]], priority:
             text.remove()
 
 
-def scatter_figure(xs: Sequence[float], ys: Sequence[float], labels: Sequence[str], *, metric: str,
+def scatter_figure(xs: Sequence[Any], ys: Sequence[Any], labels: Sequence[str], *, metric: str,
                    quality: str, title: str, max_labels: int = 8, size: tuple[float, float] = (3.6, 3.0)) -> Any:
-    """Metric (x) against quality (y), one point per model in the metric's colour; the best and worst models by
-    quality are labelled (``max_labels`` of them, by :func:`checkpoint_labels`) where a label fits without
-    overlapping. ``size``: the figure in inches (a report thumbnail by default)."""
+    """Metric (x) against quality (y), one point per model whose both are finite numbers (None, NaN, text left out),
+    in the metric's colour; the best and worst models by quality are labelled (``max_labels`` of them, by
+    :func:`checkpoint_labels`) where a label fits without overlapping. ``size``: the figure in inches (a report
+    thumbnail by default)."""
+    kept = [(float(x), float(y), label) for x, y, label in zip(xs, ys, labels)
+            if is_number(x) and is_number(y) and math.isfinite(x) and math.isfinite(y)]
+    xs, ys, labels = [p[0] for p in kept], [p[1] for p in kept], [p[2] for p in kept]
     with page_style():
         fig = page_figure(*size, left=0.62, bottom=0.48, top=0.28, right=0.12)
         ax = fig.add_subplot()
@@ -113,15 +118,13 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path]) -> Pa
         UnknownNameError: ``metric`` is not in the result.
     """
     row = result.metric(metric)
-    points = [(m.scores.get(metric), m.quality, m.model) for m in result.models]
-    points = [(float(x), float(y), label) for x, y, label in points
-              if x is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
-    xs, ys, labels = ([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
+    models = result.models
     arrow = " (lower is better)" if result.lower_is_better else ""
     title = (f"{result.zoo}: ρ = {_fmt(row.rho)} [{_fmt(row.ci_low)}, {_fmt(row.ci_high)}], "
              f"p = {row.p_value:.2g}, n = {row.n}")
-    fig = scatter_figure(xs, ys, labels, metric=metric, quality=f"{result.quality}{arrow}", title=title,
-                         max_labels=len(points), size=(7.5, 5.5))
+    fig = scatter_figure([m.scores.get(metric) for m in models], [m.quality for m in models],
+                         [m.model for m in models], metric=metric, quality=f"{result.quality}{arrow}", title=title,
+                         max_labels=len(models), size=(7.5, 5.5))
     return save(fig, path)
 
 
