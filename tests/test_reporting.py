@@ -467,6 +467,29 @@ def test_zoo_page_correlations_scatters_and_failures(tmp_path: Path) -> None:
     assert out.read_text() == text
 
 
+def test_zoo_page_and_wbfe_rank_write_rho_and_its_interval_alike(tmp_path: Path, monkeypatch) -> None:
+    """The scatter's caption on the zoo page and its title in `wbfe rank --output`: one text for ρ, its interval
+    and p ("n/a" where not finite: h_head is NaN for every model here)."""
+    from wbfe.reporting.plots import ranking
+
+    result = wbfe.rank(_zoo(tmp_path), quality="test_accuracy", cache_dir=False, scorer=_scorer,
+                       hasher=lambda ref: ref, n_boot=300)
+    text = render_html(rank_report(result))
+    figures: list = []
+    monkeypatch.setattr(ranking, "save", lambda fig, path: figures.append(fig) or path)
+
+    def two(value: float) -> str:
+        return f"{value:+.2f}" if math.isfinite(value) else "n/a"
+
+    assert any(not math.isfinite(row.rho) for row in result.metrics)
+    for row in result.metrics:
+        rho = f"ρ = {two(row.rho)} [{two(row.ci_low)}, {two(row.ci_high)}]"
+        p = f"{row.p_value:.2g}" if math.isfinite(row.p_value) else "n/a"
+        assert f"{row.metric}: {rho}, n = {row.n}, p = {p}" in text
+        ranking.plot_metric(result, row.metric, tmp_path / "x.png")
+        assert figures[-1].axes[0].get_title() == f"{result.zoo}: {rho}, p = {p}, n = {row.n}"
+
+
 def test_zoo_scatter_labels_do_not_overlap(tmp_path: Path) -> None:
     from wbfe.reporting.figures import scatter_figure
 

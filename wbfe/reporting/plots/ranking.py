@@ -17,7 +17,7 @@ from wbfe.render.text import is_number
 from wbfe.reporting.metrics_info import colour
 from wbfe.reporting.plots.canvas import page_figure, page_style, save, short_name
 
-__all__ = ["scatter_figure", "plot_metric", "plot_ranking", "checkpoint_labels"]
+__all__ = ["scatter_figure", "plot_metric", "plot_ranking", "checkpoint_labels", "rho_text", "p_text"]
 
 
 _EXTENSION = re.compile(r"\.(safetensors(\.index\.json)?|bin(\.index\.json)?|pt|pth|th|ckpt|gguf|onnx|h5|keras|"
@@ -55,8 +55,19 @@ def checkpoint_labels(models: Sequence[str]) -> list[str]:
             labels[i] = "/".join(reversed(parts[i][:taken[i]]))
 
 
-def _fmt(value: float, digits: int = 2) -> str:
-    return f"{value:.{digits}f}" if math.isfinite(value) else "n/a"
+def _number(value: Any, spec: str) -> str:
+    return format(value, spec) if is_number(value) and math.isfinite(value) else "n/a"
+
+
+def rho_text(rho: Any, low: Any, high: Any) -> str:
+    """``ρ = -0.50 [-0.90, +0.10]``: Spearman's ρ and its interval as the zoo page and ``wbfe rank``'s scatters
+    write it, "n/a" for a value that is missing or not finite."""
+    return f"ρ = {_number(rho, '+.2f')} [{_number(low, '+.2f')}, {_number(high, '+.2f')}]"
+
+
+def p_text(p: Any) -> str:
+    """A p-value to 2 significant digits, "n/a" for one that is missing or not finite."""
+    return _number(p, ".2g")
 
 
 def _place_labels(ax: Any, points: Sequence[tuple[float, float, str]], priority: Sequence[int]) -> None:
@@ -120,8 +131,7 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path]) -> Pa
     row = result.metric(metric)
     models = result.models
     arrow = " (lower is better)" if result.lower_is_better else ""
-    title = (f"{result.zoo}: ρ = {_fmt(row.rho)} [{_fmt(row.ci_low)}, {_fmt(row.ci_high)}], "
-             f"p = {row.p_value:.2g}, n = {row.n}")
+    title = f"{result.zoo}: {rho_text(row.rho, row.ci_low, row.ci_high)}, p = {p_text(row.p_value)}, n = {row.n}"
     fig = scatter_figure([m.scores.get(metric) for m in models], [m.quality for m in models],
                          [m.model for m in models], metric=metric, quality=f"{result.quality}{arrow}", title=title,
                          max_labels=len(models), size=(7.5, 5.5))
