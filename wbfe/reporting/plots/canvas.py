@@ -1,6 +1,6 @@
 """The one figure factory: a figure of its own on an Agg canvas (drawing never touches pyplot's state or the
-caller's backend), the page's style (:func:`page_style`, :func:`page_figure`: the report's figures, and the ESD
-and zoo scatter wherever they are drawn), and the one way a plot is written to a PNG file."""
+caller's backend), the page's style (the report's figures, and the ESD and zoo scatter wherever they are drawn),
+and the one way a plot is written to a PNG file."""
 
 from __future__ import annotations
 

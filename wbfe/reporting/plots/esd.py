@@ -49,13 +49,9 @@ class EsdFits:
 
 
 def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
-    """Fit a power law (CSN), a truncated power law on the same tail, and the HTMP law to ``eigs``, of a matrix
-    whose aspect ratio is ``gamma`` (HTMP's law needs γ < 1: a square matrix is fitted just below). HTMP fails, its
-    reason kept, where there are fewer than 2 distinct positive eigenvalues (which :func:`esd_figure` says).
-
-    Raises:
-        InvalidOptionError: ``gamma`` outside (0, 1].
-    """
+    """Fit a power law (CSN), a truncated power law on the same tail, and the HTMP law to ``eigs`` of a matrix of
+    aspect ratio ``gamma`` (HTMP's law needs γ < 1: a square one is fitted just below); InvalidOptionError for a
+    ``gamma`` outside (0, 1]. HTMP fails (its reason kept) only for fewer than 2 distinct positive eigenvalues."""
     if not 0.0 < gamma <= 1.0:  # min(gamma, 1 - 1e-9) below took any γ > 1 for a square matrix
         raise InvalidOptionError(f"gamma (the smaller over the larger side) must lie in (0, 1], not {gamma!r}")
     positive = np.sort(eigs[eigs > 0.0])
@@ -69,8 +65,8 @@ def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
 
 
 def _drawn_exp2(eigs: np.ndarray, k: int) -> int:
-    """The power of two the ESD of ``eigs`` (the true eigenvalues × 2^k) is drawn at: 0, the true eigenvalues, where
-    every positive one lies in [2^-1006, 2^1023) (float64 holds them and the densities over them), else k."""
+    """The power of two the ESD of ``eigs`` (the true eigenvalues × 2^k) is drawn at: 0 (the true ones) where every
+    positive true one lies in [2^-1006, 2^1023), else k."""
     positive = eigs[eigs > 0.0]
     if not k or not positive.size:
         return 0
