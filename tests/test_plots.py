@@ -153,3 +153,28 @@ def test_wbfe_rank_and_the_report_draw_one_scatter_figure(tmp_path: Path, monkey
         assert to_hex(points.get_facecolor()[0]) == colour("alpha") and points.get_sizes().tolist() == [16], caller
         assert (ax.get_xlabel(), ax.get_ylabel()) == ("alpha_mean", "loss (lower is better)"), caller
         assert sorted(text.get_text() for text in ax.texts) == ["m0", "m2", "m3", "m5"], caller
+
+
+def test_hierarchical_nmse_figure_draws_each_prediction_it_is_given(tmp_path: Path, monkeypatch) -> None:
+    """The kernel floor (inside (0, 1)), the tail sum where a feature is known, and the asymptotic power law over
+    the slope's range, anchored at the measured NMSE nearest d^lo; a missing tail constant reads n/a."""
+    import numpy as np
+
+    from wbfe.reporting.plots import hierarchical
+
+    figures: list = []
+    monkeypatch.setattr(hierarchical, "save", lambda fig, path, **kw: figures.append(fig) or path)
+    n = [16.0, 64.0, 256.0, 1024.0]
+    result = {"settings": {"d": 4},
+              "points": [{"n": v, "nmse": 1.0 / (i + 1), "nmse_kernel": None} for i, v in enumerate(n)],
+              "prediction": {"nmse_tail": [0.9, 0.5, 0.3, 0.2], "recovered_count": [0, 1, 2, 2], "kernel_floor": 0.4,
+                             "tail_constant": None, "nmse_finite_d": [0.8, 0.45, 0.3, 0.2],
+                             "slope_alpha_range": [2.0, 4.0], "exponent": -0.5, "fitted_slope": -0.45}}
+    hierarchical.plot_nmse(result, tmp_path / "nmse.png")
+    (ax,) = figures[0].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["kernel floor, d^2 << n << d^4"].get_ydata()) == [0.4, 0.4]
+    assert lines["tail sum x n/a"].get_xdata().tolist() == [64.0, 256.0, 1024.0]  # where a feature is known
+    power = lines["n^-0.50 (slope fit -0.45)"]
+    assert power.get_xdata().tolist() == [16.0, 256.0]  # d^2 to d^4
+    np.testing.assert_allclose(power.get_ydata(), [1.0, 1.0 * (256.0 / 16.0) ** -0.5])  # anchored at n = 16
