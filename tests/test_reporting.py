@@ -638,3 +638,17 @@ def test_no_head_and_spectra_of_another_checkpoint_are_said(tmp_path: Path, scor
     no_head = {**scored["summary"], "head": None, "head_note": "no tensor is named like a classifier"}
     text, _ = render_markdown(score_report({**scored, "summary": no_head}))
     assert "No head: no tensor is named like a classifier." in text
+
+
+def test_an_esd_beyond_float64_is_said_not_drawn_as_one_value(tmp_path: Path) -> None:
+    """The report re-reads true eigenvalues: a head of weights near 2^600 gives inf for every one of them, which the
+    thumbnail drew as "fewer than 2 distinct positive eigenvalues" (inf == inf)."""
+    w = np.random.default_rng(0).standard_normal((10, 32)) * 2.0**600
+    save_file({"classifier.weight": torch.tensor(w)}, str(tmp_path / "huge.safetensors"))
+    with np.errstate(over="ignore"):
+        eigs = read_eigenvalues(tmp_path / "huge.safetensors", ["classifier.weight"], {})["classifier.weight"]
+    assert eigs.size == 10 and np.isinf(eigs).all()
+    fig = esd_figure(eigs, {"name": "classifier.weight"}, title="t")
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.texts] == ["eigenvalues beyond float64's range:\n`wbfe esd` draws them × 2^k"]
+    assert not ax.lines

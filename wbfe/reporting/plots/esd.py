@@ -101,6 +101,8 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
         values: each fit's parameters in its legend entry: a figure with no caption.
     """
     e = np.sort(np.asarray(eigs, dtype=float))
+    # the report re-reads true eigenvalues: a matrix far from 1 gives inf there (or NaN for 0·inf), not a spectrum
+    overflow = not np.isfinite(e).all()
     e = e[e > 0.0]
     k = _drawn_exp2(e, scale_exp2)
     shift = scale_exp2 - k  # what is drawn is the stored × 2^-shift: x that, densities × 2^shift
@@ -116,8 +118,9 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
         ax = fig.add_subplot()
         ax.set_title(title, fontsize=7.5)
         ax.set(xlabel="eigenvalue of the smaller Gram matrix" + (f" × 2^{k}" if k else ""), ylabel="density")
-        if e.size < 2 or e[0] == e[-1]:
-            ax.text(0.5, 0.5, "fewer than 2 distinct\npositive eigenvalues", ha="center", va="center",
+        if overflow or e.size < 2 or e[0] == e[-1]:
+            ax.text(0.5, 0.5, "eigenvalues beyond float64's range:\n`wbfe esd` draws them × 2^k" if overflow
+                    else "fewer than 2 distinct\npositive eigenvalues", ha="center", va="center",
                     transform=ax.transAxes)
             return fig
         n = e.size
