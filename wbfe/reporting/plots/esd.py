@@ -90,16 +90,10 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
                scale_exp2: int = 0, size: tuple[float, float] = (3.5, 2.9), values: bool = False) -> Any:
     """The ESD (log-log density) with the fits whose parameters are in ``row``: the power law (alpha, xmin), the
     truncated power law (tpl_alpha, tpl_lambda) on the same tail and the HTMP law (htmp_kappa, gamma, htmp_beta,
-    htmp_tau) — the numbers of the table (or of :meth:`EsdFits.row`), not a second fit.
-
-    Args:
-        bins: log-spaced histogram bins (None: 2·√n, within 6 to 50: few eigenvalues spread over many empty bins
-            read as noise).
-        scale_exp2: k where ``eigs`` and ``row`` are of the true eigenvalues × 2^k; the true ones are drawn where
-            float64 holds them (:func:`_drawn_exp2`), else the axis says × 2^k.
-        size: the figure in inches (a report thumbnail by default).
-        values: each fit's parameters in its legend entry: a figure with no caption.
-    """
+    htmp_tau) — the numbers of the table (or of :meth:`EsdFits.row`), not a second fit. ``bins``: None for 2·√n
+    within 6 to 50 (few eigenvalues over many empty bins read as noise); ``scale_exp2``: k where ``eigs`` and ``row``
+    are of the true eigenvalues × 2^k (:func:`_drawn_exp2`); ``size`` in inches (a report thumbnail by default);
+    ``values``: each fit's parameters in its legend entry, for a figure with no caption."""
     e = np.sort(np.asarray(eigs, dtype=float))
     # the report re-reads true eigenvalues: a matrix far from 1 gives inf there (or NaN for 0·inf), not a spectrum
     overflow = not np.isfinite(e).all()
