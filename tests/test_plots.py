@@ -90,3 +90,91 @@ def test_rank_plots_label_points_with_model_names_not_paths(tmp_path: Path, monk
                          max_labels=6)
     drawn = {text.get_text() for ax in fig.axes for text in ax.texts}
     assert drawn and drawn <= set(ZOO_LABELS) and not any("/data/" in label or "/srv/" in label for label in drawn)
+
+
+def test_wbfe_esd_and_the_report_draw_one_esd_figure(tmp_path: Path, monkeypatch) -> None:
+    """`wbfe esd` (plot_esd) and the report's thumbnail (esd_figure) are one figure in one style: log-log axes, one
+    grey point per nonempty log-spaced bin (counted here with numpy), the fits in their columns' colours."""
+    import numpy as np
+    from matplotlib.colors import to_hex
+
+    from wbfe.reporting.figures import esd_figure
+    from wbfe.reporting.metrics_info import colour
+    from wbfe.reporting.plots import esd as esd_plot
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_t(3, (100, 200))
+    eigs = np.sort(np.linalg.eigvalsh(w @ w.T / 200))
+    fits = esd_plot.fit_esd(eigs, 0.5)
+    figures: list = []
+    monkeypatch.setattr(esd_plot, "save", lambda fig, path, **kw: figures.append(fig) or path)
+    esd_plot.plot_esd(eigs, fits, tmp_path / "esd.png", bins=40)
+    pl, tpl, ht = fits.power_law, fits.truncated, fits.htmp
+    row = {"alpha": pl.alpha, "xmin": pl.xmin, "tpl_alpha": tpl.alpha, "tpl_lambda": tpl.lam, "htmp_kappa": ht.kappa,
+           "gamma": ht.gamma, "htmp_beta": ht.beta, "htmp_tau": ht.tau}  # the score's columns
+    drawn = {"wbfe esd": (figures[0], 40), "report": (esd_figure(eigs, row, title="t"), 20)}  # 2·√100
+    for caller, (fig, bins) in drawn.items():
+        ax = fig.axes[0]
+        assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log"), caller
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("eigenvalue of the smaller Gram matrix", "density"), caller
+        counts, edges = np.histogram(eigs, bins=np.geomspace(eigs[0], eigs[-1] * (1 + 1e-12), bins + 1))
+        points = ax.lines[0]
+        assert points.get_label() == "ESD (n = 100)" and to_hex(points.get_color()) == to_hex("0.35"), caller
+        np.testing.assert_allclose(points.get_ydata(), (counts / (100 * np.diff(edges)))[counts > 0], rtol=1e-12)
+        lines = {line.get_label().split(":")[0]: to_hex(line.get_color()) for line in ax.lines[1:]}
+        assert lines == {"power law": colour("alpha"), "truncated PL": colour("tpl_alpha"),
+                         "HTMP": colour("htmp_kappa")}, caller
+
+
+def test_wbfe_rank_and_the_report_draw_one_scatter_figure(tmp_path: Path, monkeypatch) -> None:
+    """`wbfe rank --output` (plot_metric) and the zoo page (scatter_figure) draw one scatter in one style: a point
+    per model with a finite value (None and NaN left out), in the metric's colour, metric against quality."""
+    from types import SimpleNamespace
+
+    from matplotlib.colors import to_hex
+
+    from wbfe.reporting.figures import scatter_figure
+    from wbfe.reporting.metrics_info import colour
+    from wbfe.reporting.plots import ranking
+
+    scores = [0.5, float("nan"), 1.5, 2.0, None, 3.0]
+    row = SimpleNamespace(rho=-0.5, ci_low=-0.9, ci_high=0.1, p_value=0.2, n=4)
+    models = [SimpleNamespace(scores={"alpha_mean": s}, quality=float(i), model=f"m{i}") for i, s in enumerate(scores)]
+    ranked = SimpleNamespace(metric=lambda name: row, models=models, lower_is_better=True, quality="loss", zoo="z")
+    figures: list = []
+    monkeypatch.setattr(ranking, "save", lambda fig, path: figures.append(fig) or path)
+    ranking.plot_metric(ranked, "alpha_mean", tmp_path / "rank.png")
+    report = scatter_figure(scores, [float(i) for i in range(6)], [f"m{i}" for i in range(6)], metric="alpha_mean",
+                            quality="loss (lower is better)", title="t")  # the zoo page passes its JSON's values
+    for caller, fig in {"wbfe rank": figures[0], "report": report}.items():
+        (ax,) = fig.axes
+        (points,) = ax.collections
+        assert points.get_offsets().tolist() == [[0.5, 0.0], [1.5, 2.0], [2.0, 3.0], [3.0, 5.0]], caller
+        assert to_hex(points.get_facecolor()[0]) == colour("alpha") and points.get_sizes().tolist() == [16], caller
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("alpha_mean", "loss (lower is better)"), caller
+        assert sorted(text.get_text() for text in ax.texts) == ["m0", "m2", "m3", "m5"], caller
+
+
+def test_hierarchical_nmse_figure_draws_each_prediction_it_is_given(tmp_path: Path, monkeypatch) -> None:
+    """The kernel floor (inside (0, 1)), the tail sum where a feature is known, and the asymptotic power law over
+    the slope's range, anchored at the measured NMSE nearest d^lo; a missing tail constant reads n/a."""
+    import numpy as np
+
+    from wbfe.reporting.plots import hierarchical
+
+    figures: list = []
+    monkeypatch.setattr(hierarchical, "save", lambda fig, path, **kw: figures.append(fig) or path)
+    n = [16.0, 64.0, 256.0, 1024.0]
+    result = {"settings": {"d": 4},
+              "points": [{"n": v, "nmse": 1.0 / (i + 1), "nmse_kernel": None} for i, v in enumerate(n)],
+              "prediction": {"nmse_tail": [0.9, 0.5, 0.3, 0.2], "recovered_count": [0, 1, 2, 2], "kernel_floor": 0.4,
+                             "tail_constant": None, "nmse_finite_d": [0.8, 0.45, 0.3, 0.2],
+                             "slope_alpha_range": [2.0, 4.0], "exponent": -0.5, "fitted_slope": -0.45}}
+    hierarchical.plot_nmse(result, tmp_path / "nmse.png")
+    (ax,) = figures[0].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["kernel floor, d^2 << n << d^4"].get_ydata()) == [0.4, 0.4]
+    assert lines["tail sum x n/a"].get_xdata().tolist() == [64.0, 256.0, 1024.0]  # where a feature is known
+    power = lines["n^-0.50 (slope fit -0.45)"]
+    assert power.get_xdata().tolist() == [16.0, 256.0]  # d^2 to d^4
+    np.testing.assert_allclose(power.get_ydata(), [1.0, 1.0 * (256.0 / 16.0) ** -0.5])  # anchored at n = 16

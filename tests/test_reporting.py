@@ -467,6 +467,29 @@ def test_zoo_page_correlations_scatters_and_failures(tmp_path: Path) -> None:
     assert out.read_text() == text
 
 
+def test_zoo_page_and_wbfe_rank_write_rho_and_its_interval_alike(tmp_path: Path, monkeypatch) -> None:
+    """The scatter's caption on the zoo page and its title in `wbfe rank --output`: one text for ρ, its interval
+    and p ("n/a" where not finite: h_head is NaN for every model here)."""
+    from wbfe.reporting.plots import ranking
+
+    result = wbfe.rank(_zoo(tmp_path), quality="test_accuracy", cache_dir=False, scorer=_scorer,
+                       hasher=lambda ref: ref, n_boot=300)
+    text = render_html(rank_report(result))
+    figures: list = []
+    monkeypatch.setattr(ranking, "save", lambda fig, path: figures.append(fig) or path)
+
+    def two(value: float) -> str:
+        return f"{value:+.2f}" if math.isfinite(value) else "n/a"
+
+    assert any(not math.isfinite(row.rho) for row in result.metrics)
+    for row in result.metrics:
+        rho = f"ρ = {two(row.rho)} [{two(row.ci_low)}, {two(row.ci_high)}]"
+        p = f"{row.p_value:.2g}" if math.isfinite(row.p_value) else "n/a"
+        assert f"{row.metric}: {rho}, n = {row.n}, p = {p}" in text
+        ranking.plot_metric(result, row.metric, tmp_path / "x.png")
+        assert figures[-1].axes[0].get_title() == f"{result.zoo}: {rho}, p = {p}, n = {row.n}"
+
+
 def test_zoo_scatter_labels_do_not_overlap(tmp_path: Path) -> None:
     from wbfe.reporting.figures import scatter_figure
 
@@ -592,3 +615,40 @@ def test_every_head_source_is_said_in_words_once(scored: dict[str, Any]) -> None
         assert line.count(f"source: {source}") == 1, line
         if source in HEAD_SOURCES:
             assert HEAD_SOURCES[source].replace("_", "\\_") in line
+
+
+def test_a_constant_metric_marks_no_layer_unusual() -> None:
+    # every layer alike (MAD and standard deviation 0): no robust z, so no layer is unusual by it
+    layers = [{"name": f"l{i}", "bfe": 1.5, "alpha": float(i)} for i in range(5)]
+    assert unusual_layers(layers, ["bfe"], 3) == []
+    assert [name for name, _ in unusual_layers(layers, ["bfe", "alpha"], 1)] == ["l0"]  # |0 - 2| first of the two
+
+
+def test_no_head_and_spectra_of_another_checkpoint_are_said(tmp_path: Path, scored: dict[str, Any]) -> None:
+    """A score with no head says why; ESDs re-read from a checkpoint that lacks a layer, or holds another shape
+    under its name, are not drawn and the page says which and why."""
+    other = _state(seed=1)
+    del other["blocks.3.fc.weight"]  # the planted outlier: an unusual layer the report wants
+    other["classifier.weight"] = other["classifier.weight"][:8].contiguous()  # the head, with 8 rows for 10
+    save_file(other, str(tmp_path / "other.safetensors"))
+    summary = {**scored["summary"], "head": "classifier.weight"}
+    text, _ = render_markdown(score_report({**scored, "summary": summary}, spectra_from=tmp_path / "other.safetensors"))
+    note = next(line for line in text.splitlines() if "Not drawn" in line)
+    assert "blocks.3.fc.weight (not found)" in note and "classifier.weight (8 eigenvalues, the score had 10)" in note
+    no_head = {**scored["summary"], "head": None, "head_note": "no tensor is named like a classifier"}
+    text, _ = render_markdown(score_report({**scored, "summary": no_head}))
+    assert "No head: no tensor is named like a classifier." in text
+
+
+def test_an_esd_beyond_float64_is_said_not_drawn_as_one_value(tmp_path: Path) -> None:
+    """The report re-reads true eigenvalues: a head of weights near 2^600 gives inf for every one of them, which the
+    thumbnail drew as "fewer than 2 distinct positive eigenvalues" (inf == inf)."""
+    w = np.random.default_rng(0).standard_normal((10, 32)) * 2.0**600
+    save_file({"classifier.weight": torch.tensor(w)}, str(tmp_path / "huge.safetensors"))
+    with np.errstate(over="ignore"):
+        eigs = read_eigenvalues(tmp_path / "huge.safetensors", ["classifier.weight"], {})["classifier.weight"]
+    assert eigs.size == 10 and np.isinf(eigs).all()
+    fig = esd_figure(eigs, {"name": "classifier.weight"}, title="t")
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.texts] == ["eigenvalues beyond float64's range:\n`wbfe esd` draws them × 2^k"]
+    assert not ax.lines

@@ -50,6 +50,42 @@ def test_another_librarys_python_warning_is_held_back() -> None:
     assert empty.summary() is None
 
 
+
+def test_wbfes_own_warnings_and_a_scripts_pass_as_they_are_named() -> None:
+    """wbfe's own warning is shown as Python would (it is not another library's); a warning from a file outside any
+    installed package is held back under its category's name."""
+    shown: list[str] = []
+    previous = warnings.showwarning
+    warnings.showwarning = lambda message, *args, **kwargs: shown.append(str(message))
+    try:
+        with captured() as notes:
+            warnings.warn_explicit("a wbfe warning", UserWarning, "/x/wbfe/metrics/mod.py", 3)
+            warnings.warn_explicit("a   script's\nwarning", RuntimeWarning, "/home/me/run.py", 7)
+    finally:
+        warnings.showwarning = previous
+    assert shown == ["a wbfe warning"]
+    assert notes.notes == [Note("RuntimeWarning", "a   script's\nwarning")]
+    assert notes.notes[0].line() == "RuntimeWarning: a script's warning"  # one line, as --verbose prints it
+
+
+def test_a_malformed_record_is_passed_to_the_librarys_handler() -> None:
+    """A record whose message cannot be formatted (more %s than arguments) is left to the library's own handler,
+    as logging would (which reports it), rather than raising inside wbfe."""
+    records: list[logging.LogRecord] = []
+    logger = logging.getLogger("wbfe_test_badlib")
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        route_logger("wbfe_test_badlib")
+        with captured() as notes:
+            logger.warning("two %s %s", "one")  # noqa: PLE1206 - the malformed record under test
+        assert notes.notes == [] and [r.msg for r in records] == ["two %s %s"]
+    finally:
+        logger.removeHandler(handler)
+
+
 @pytest.fixture(scope="module")
 def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GPT-2 folder whose config transformers checks noisily (bos/eos ids outside its 96-token vocabulary)."""

@@ -10,12 +10,12 @@ import json
 import math
 import re
 from collections import Counter
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Iterable, Optional, Protocol, Sequence
 
 from wbfe.errors import clip, printable
 
 __all__ = ["ToJson", "json_ready", "format_value", "short_value", "text_table", "score_table", "score_csv", "as_float",
-           "finite_or_none", "is_number", "printable", "applicability_line", "skipped_line", "LINE_LIMIT"]
+           "finite_or_none", "is_number", "printable", "applicability_line", "skipped_line", "shape_text", "LINE_LIMIT"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -58,6 +58,11 @@ def json_ready(obj: Any) -> Any:
     return obj
 
 
+def shape_text(shape: Iterable[Any]) -> str:
+    """A shape as the tables and figures write it, ``64x3x3`` (each part printable)."""
+    return "x".join(printable(str(v)) for v in shape)
+
+
 def format_value(value: Any) -> str:
     """Compact, table-friendly text for one cell."""
     if value is None:
@@ -65,7 +70,7 @@ def format_value(value: Any) -> str:
     if isinstance(value, float) and math.isfinite(value):
         return f"{value:.4g}" if (abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3)) else f"{value:.4f}"
     if isinstance(value, (list, tuple)):
-        return "x".join(printable(str(v)) for v in value)
+        return shape_text(value)
     return printable(str(value))  # also True, nan, inf
 
 
@@ -174,7 +179,7 @@ def score_csv(result: Any) -> str:
     writer = csv.DictWriter(buffer, fieldnames=[printable(c) for c in columns], lineterminator="\n")
     writer.writeheader()
     for layer in result.layers:
-        row = {**layer, "shape": "x".join(str(s) for s in layer["shape"]), **model_columns,
+        row = {**layer, "shape": shape_text(layer["shape"]), **model_columns,
                "reasons": "; ".join(f"{k}: {v}" for k, v in layer.get("reasons", {}).items())}
         writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else printable(v) if isinstance(v, str) else v)
                          for k, v in row.items()})

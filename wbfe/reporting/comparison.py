@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from wbfe.render.text import shape_text
 from wbfe.reporting.content import Block, Column, FigureBlock, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import depth_figure
 from wbfe.reporting.metrics_info import colour, meaning
@@ -35,7 +36,7 @@ def _table(id: str, rows: Sequence[Mapping[str, Any]], first: Sequence[str]) -> 
     keys = list(dict.fromkeys(k for row in rows for k in row if k != "reasons"))
     main = [k for k in first if k in keys]
     columns = [Column(k, k) for k in main] + [Column(k, k, extra=True) for k in keys if k not in main]
-    data = [{**row, "shape": "x".join(map(str, row["shape"])) if isinstance(row.get("shape"), list) else row.get("shape")}
+    data = [{**row, "shape": shape_text(row["shape"]) if isinstance(row.get("shape"), list) else row.get("shape")}
             for row in rows]
     return Table(id, columns, data, filterable=True)
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from wbfe.options import CONV_VIEWS, ReportOptions, ScoreOptions
-from wbfe.render.text import applicability_line, finite_or_none
+from wbfe.render.text import applicability_line, finite_or_none, shape_text
 from wbfe.reporting.content import Block, Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
 from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
@@ -97,7 +97,7 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
                                   for i, layer in enumerate(layers, start=1)]
     for row in rows:
         if isinstance(row.get("shape"), (list, tuple)):
-            row["shape"] = "x".join(str(s) for s in row["shape"])
+            row["shape"] = shape_text(row["shape"])
     notes = [reasons_note(layer.get("reasons") or {}) for layer in layers]
     return Table("layers", columns, rows, filterable=True, notes=notes,
                  caption="Click a header to sort; type in the box to filter by name, role or note. "
@@ -132,7 +132,7 @@ def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusu
             found = "not found" if values is None else f"{values.size} eigenvalues, the score had {row.get('n_eigs')}"
             missing.append(f"{name} ({found})")
             continue
-        shape = "x".join(str(s) for s in row.get("shape", []))
+        shape = shape_text(row.get("shape", []))
         fig = esd_figure(values, row, title=f"#{i} {short_name(name)}  {shape}")
         figures.append(FigureBlock(f"esd-{i}", fig, caption=f"#{i} {name}: {why}. {_fit_text(row)}",
                                    alt=f"ESD of {name}"))
@@ -218,6 +218,6 @@ def _skipped(skipped: Sequence[Mapping[str, Any]]) -> list[Any]:
     counts = Counter(str(item.get("reason", "")).split(":")[0] for item in skipped)
     text = "; ".join(f"{n} × {r}" for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     rows = [{"name": s.get("name"), "reason": s.get("reason"),
-             "shape": "x".join(str(d) for d in s.get("shape") or []), "dtype": s.get("dtype")} for s in skipped]
+             "shape": shape_text(s.get("shape") or []), "dtype": s.get("dtype")} for s in skipped]
     columns = [Column("name", "name"), Column("reason", "reason"), Column("shape", "shape"), Column("dtype", "dtype")]
     return [Paragraph(text), Table("skipped", columns, rows, filterable=True)]

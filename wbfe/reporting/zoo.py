@@ -9,18 +9,11 @@ from typing import Any, Mapping, Optional
 from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import correlation_figure, scatter_figure
 from wbfe.reporting.metrics_info import colour, meaning, sign_text
+from wbfe.reporting.plots.ranking import p_text, rho_text
 
 __all__ = ["rank_report"]
 
 _MAIN_METRICS = 8  # model-table columns shown before "all columns" is ticked: the best-correlated
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:+.2f}" if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
-
-
-def _p(value: Any) -> str:
-    return f"{value:.2g}" if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
 
 
 def _agrees(row: Mapping[str, Any]) -> Optional[str]:
@@ -52,9 +45,9 @@ def rank_report(result: Any) -> Report:
         "quality is better; a metric whose expected sign is −1 agrees when ρ < 0. The interval is a 95 % "
         "bootstrap interval, p a permutation p-value.")]
     if top is not None:
-        summary.append(Paragraph(f"Strongest: {top['metric']} ρ = {_fmt(top['rho'])} "
-                                 f"[{_fmt(top['ci_low'])}, {_fmt(top['ci_high'])}], p = {_p(top['p_value'])}, "
-                                 f"n = {top['n']}; expected sign: {sign_text(top['metric'])}."))
+        summary.append(Paragraph(f"Strongest: {top['metric']} {rho_text(top['rho'], top['ci_low'], top['ci_high'])}, "
+                                 f"p = {p_text(top['p_value'])}, n = {top['n']}; "
+                                 f"expected sign: {sign_text(top['metric'])}."))
     if metrics:
         summary.append(FigureBlock("correlations", correlation_figure(metrics),
                                    caption="ρ and its 95 % interval per metric, strongest first.",
@@ -73,14 +66,12 @@ def rank_report(result: Any) -> Report:
 
     scatters = []
     for i, m in enumerate(metrics, start=1):
-        points = [(s["scores"].get(m["metric"]), s["quality"], s["model"]) for s in models]
-        points = [(float(x), float(y), str(label)) for x, y, label in points
-                  if isinstance(x, (int, float)) and isinstance(y, (int, float)) and math.isfinite(x) and math.isfinite(y)]
-        xs, ys, labels = ([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
-        title = f"ρ = {_fmt(m.get('rho'))} [{_fmt(m.get('ci_low'))}, {_fmt(m.get('ci_high'))}], n = {m.get('n')}"
+        xs, ys, labels = ([s["scores"].get(m["metric"]) for s in models], [s["quality"] for s in models],
+                          [str(s["model"]) for s in models])
+        title = f"{rho_text(m.get('rho'), m.get('ci_low'), m.get('ci_high'))}, n = {m.get('n')}"
         fig = scatter_figure(xs, ys, labels, metric=m["metric"], quality=quality + (" (lower is better)" if lower else ""),
                              title=title)
-        scatters.append(FigureBlock(f"scatter-{i}", fig, caption=f"{m['metric']}: {title}, p = {_p(m.get('p_value'))}",
+        scatters.append(FigureBlock(f"scatter-{i}", fig, caption=f"{m['metric']}: {title}, p = {p_text(m.get('p_value'))}",
                                     alt=f"{m['metric']} against {quality}"))
     report.sections.append(Section("scatter", "Each metric against quality",
                                    [FigureGrid(scatters)] if scatters else [Paragraph("No metric.", kind="note")]))

@@ -1,18 +1,23 @@
-"""Scatter plots of a ranked zoo: one figure per metric, each point labelled with its model."""
+"""The scatter of a ranked zoo, one metric against quality (:func:`scatter_figure`: the report's and ``wbfe rank``'s
+one figure), with each point labelled with its model where the label fits."""
 
 from __future__ import annotations
 
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
+
+import numpy as np
 
 if TYPE_CHECKING:
     from wbfe.ranking.ranker import RankResult
 
-from wbfe.reporting.plots.canvas import new_axes, save
+from wbfe.render.text import is_number
+from wbfe.reporting.metrics_info import colour
+from wbfe.reporting.plots.canvas import page_figure, page_style, save, short_name
 
-__all__ = ["plot_metric", "plot_ranking", "checkpoint_labels"]
+__all__ = ["scatter_figure", "plot_metric", "plot_ranking", "checkpoint_labels", "rho_text", "p_text"]
 
 
 _EXTENSION = re.compile(r"\.(safetensors(\.index\.json)?|bin(\.index\.json)?|pt|pth|th|ckpt|gguf|onnx|h5|keras|"
@@ -50,37 +55,86 @@ def checkpoint_labels(models: Sequence[str]) -> list[str]:
             labels[i] = "/".join(reversed(parts[i][:taken[i]]))
 
 
-def _fmt(value: float, digits: int = 2) -> str:
-    return f"{value:.{digits}f}" if math.isfinite(value) else "n/a"
+def _number(value: Any, spec: str) -> str:
+    return format(value, spec) if is_number(value) and math.isfinite(value) else "n/a"
+
+
+def rho_text(rho: Any, low: Any, high: Any) -> str:
+    """``ρ = -0.50 [-0.90, +0.10]``: Spearman's ρ and its interval as the zoo page and ``wbfe rank``'s scatters
+    write it, "n/a" for a value that is missing or not finite."""
+    return f"ρ = {_number(rho, '+.2f')} [{_number(low, '+.2f')}, {_number(high, '+.2f')}]"
+
+
+def p_text(p: Any) -> str:
+    """A p-value to 2 significant digits, "n/a" for one that is missing or not finite."""
+    return _number(p, ".2g")
+
+
+def _place_labels(ax: Any, points: Sequence[tuple[float, float, str]], priority: Sequence[int]) -> None:
+    """Annotate points in ``priority`` order, skipping any label that would overlap one already
+    drawn or a plotted point (so no two labels collide)."""
+    renderer = ax.figure.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    marks = ax.transData.transform([(x, y) for x, y, _ in points])
+    placed: list[Any] = []
+    for index in priority:
+        x, y, label = points[index]
+        for dx, dy, ha in ((4, 3, "left"), (-4, 3, "right"), (4, -9, "left"), (-4, -9, "right")):
+            text = ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=6.3,
+                               ha=ha, color="0.15", annotation_clip=True)
+            box = text.get_window_extent(renderer).expanded(1.05, 1.15)
+            clash = any(box.overlaps(other) for other in placed)
+            covers = any(box.contains(px, py) for j, (px, py) in enumerate(marks) if j != index)
+            if not clash and not covers and inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1):
+                placed.append(box)
+                break
+            text.remove()
+
+
+def scatter_figure(xs: Sequence[Any], ys: Sequence[Any], labels: Sequence[str], *, metric: str,
+                   quality: str, title: str, max_labels: int = 8, size: tuple[float, float] = (3.6, 3.0)) -> Any:
+    """Metric (x) against quality (y), one point per model whose both are finite numbers (None, NaN, text left out),
+    in the metric's colour; the best and worst models by quality are labelled (``max_labels`` of them, by
+    :func:`checkpoint_labels`) where a label fits without overlapping. ``size``: the figure in inches (a report
+    thumbnail by default)."""
+    kept = [(float(x), float(y), label) for x, y, label in zip(xs, ys, labels)
+            if is_number(x) and is_number(y) and math.isfinite(x) and math.isfinite(y)]
+    xs, ys, labels = [p[0] for p in kept], [p[1] for p in kept], [p[2] for p in kept]
+    with page_style():
+        fig = page_figure(*size, left=0.62, bottom=0.48, top=0.28, right=0.12)
+        ax = fig.add_subplot()
+        ax.set_title(title, fontsize=7.5)
+        ax.set(xlabel=metric, ylabel=quality)
+        ax.grid(True, alpha=0.3)
+        if not xs:
+            ax.text(0.5, 0.5, "no model has a finite value", ha="center", va="center", transform=ax.transAxes)
+            return fig
+        ax.scatter(xs, ys, s=16, color=colour(metric), edgecolor="white", linewidth=0.4, zorder=3)
+        ax.margins(x=0.08, y=0.1)
+        ax.get_xlim(), ax.get_ylim()  # settles the autoscaled limits, so label boxes are measured where they end up
+        order = np.argsort(ys, kind="stable")
+        ends = list(dict.fromkeys(int(k) for pair in zip(order[::-1], order) for k in pair))  # best, worst, ...
+        _place_labels(ax, [(float(x), float(y), short_name(label, 24))
+                           for x, y, label in zip(xs, ys, checkpoint_labels(list(labels)))],
+                      ends[:max_labels])
+    return fig
 
 
 def plot_metric(result: "RankResult", metric: str, path: Union[str, Path]) -> Path:
-    """Save a scatter plot of ``metric`` (x) against the quality (y) for every ranked model, titled with
-    Spearman ρ, its bootstrap interval, the permutation p-value and n; returns the path written.
+    """Save :func:`scatter_figure` of ``metric`` (x) against the quality (y) for every ranked model with a finite
+    value, each labelled where it fits, titled with Spearman ρ, its bootstrap interval, the permutation p-value and
+    n; returns the path written.
 
     Raises:
         UnknownNameError: ``metric`` is not in the result.
     """
     row = result.metric(metric)
-    labelled = zip(result.models, checkpoint_labels([m.model for m in result.models]))
-    points = [(m.scores.get(metric), m.quality, label) for m, label in labelled]
-    points = [(float(x), float(y), label) for x, y, label in points
-              if x is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
-    fig, ax = new_axes((7.5, 5.5), layout="constrained")
-    if points:
-        xs, ys, labels = zip(*points)
-        ax.scatter(xs, ys, s=28, color="tab:blue", zorder=3)
-        for x, y, label in points:
-            ax.annotate(label, (x, y), xytext=(3, 2), textcoords="offset points", fontsize=6,
-                        annotation_clip=False)
-    else:
-        ax.text(0.5, 0.5, "no model has a finite value", ha="center", va="center", transform=ax.transAxes)
+    models = result.models
     arrow = " (lower is better)" if result.lower_is_better else ""
-    ax.set(xlabel=metric, ylabel=f"{result.quality}{arrow}")
-    title = (f"{result.zoo}: ρ = {_fmt(row.rho)} [{_fmt(row.ci_low)}, {_fmt(row.ci_high)}], "
-             f"p = {row.p_value:.2g}, n = {row.n}")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
+    title = f"{result.zoo}: {rho_text(row.rho, row.ci_low, row.ci_high)}, p = {p_text(row.p_value)}, n = {row.n}"
+    fig = scatter_figure([m.scores.get(metric) for m in models], [m.quality for m in models],
+                         [m.model for m in models], metric=metric, quality=f"{result.quality}{arrow}", title=title,
+                         max_labels=len(models), size=(7.5, 5.5))
     return save(fig, path)
 
 
