@@ -46,9 +46,9 @@ describe_command = with_groups(score_group("conv", "layers", "head", "min_eigs",
 
 
 def _table(described: "Description") -> str:
-    from wbfe.render.text import format_value, text_table
+    from wbfe.render.text import format_value, shape_text, text_table
 
-    rows = [{**m, "shape": "x".join(map(str, m["shape"])), "head": "*" if m["head"] else ""} for m in described.matrices]
+    rows = [{**m, "shape": shape_text(m["shape"]), "head": "*" if m["head"] else ""} for m in described.matrices]
     lines = [f"model: {format_value(described.model['source'])}  ({described.model['format']})"]
     framework = described.model.get("framework")
     if framework is not None:  # which decided head, order and orientation: the framework, or the rules and why

@@ -23,6 +23,7 @@ def esd_command(
     import wbfe
     from wbfe.options import check_conv, check_device
     from wbfe.render.files import check_output, local_reads
+    from wbfe.render.text import shape_text
     from wbfe.sources import remote_ref
     from wbfe.reporting.plots.esd import esd_scale, fit_esd, plot_esd
     from wbfe.scoring import layer_spectrum
@@ -40,7 +41,7 @@ def esd_command(
     plan, spec = layer_spectrum(target, layer, conv=view, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
     k, note = esd_scale(spec.eigs, spec.log_scale)  # a matrix far from 1 is drawn rescaled, and says so
-    plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {'x'.join(map(str, plan.shape))}  ({plan.convention})",
+    plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {shape_text(plan.shape)}  ({plan.convention})",
              bins=bins, scale_exp2=k)
     typer.echo(f"wrote {output}" + (f" ({note})" if note else ""), err=True)
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -15,22 +15,6 @@ if TYPE_CHECKING:
 __all__ = ["sparsity_command", "prune_command"]
 
 
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
-    return "\n".join(lines) + "\n"
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}" if value == value else "nan"
-    if isinstance(value, list):
-        return "x".join(map(str, value))
-    return "" if value is None else str(value)
-
-
 def sparsity_command(
     ref: str = typer.Argument(..., help=REF_HELP),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the allocation as JSON to this file."),
@@ -40,14 +24,14 @@ def sparsity_command(
 ) -> None:
     """Print (and write as JSON / CSV) the per-matrix sparsity that reaches --target overall."""
     from wbfe.pruning import sparsity
+    from wbfe.render.text import text_table
     from wbfe.render.files import check_output, local_reads, write_output
 
     for path in (json_out, csv_out):  # before any work, and never over the input
         if path is not None:
             check_output(path, reads=local_reads(ref))
     allocation = sparsity(ref, options=prune)
-    typer.echo(_table(allocation.rows, ["name", "role", "shape", "params", "metric", "sparsity", "zeros", "note"]),
-               nl=False)
+    typer.echo(text_table(allocation.rows, ["name", "role", "shape", "params", "metric", "sparsity", "zeros", "note"]))
     typer.echo(f"overall {allocation.overall:.6f} of {sum(r['params'] for r in allocation.rows)} weights in "
                f"{len(allocation.rows)} matrices ({len(allocation.excluded)} excluded)", err=True)
     for path, text in ((json_out, lambda: allocation.to_json() + "\n"), (csv_out, allocation.to_csv)):
@@ -69,6 +53,7 @@ def prune_command(
 ) -> None:
     """Write a magnitude-pruned copy of a checkpoint at the spectra's per-matrix sparsity, and report each matrix."""
     from wbfe import pruning
+    from wbfe.render.text import text_table
     from wbfe.render.files import check_output, local_reads, write_output
 
     if json_out is not None:
@@ -76,7 +61,7 @@ def prune_command(
     report = pruning.prune(ref, out, options=prune)
     columns = ["name", "params", "sparsity", "reached", "dead_rows", "dead_cols"]
     columns += [k for k in report.rows[0] if k.endswith(("_before", "_after"))] if report.rows else []
-    typer.echo(_table(report.rows, columns), nl=False)
+    typer.echo(text_table(report.rows, columns))
     typer.echo(f"wrote {report.output}: {len(report.rows)} matrices pruned, overall {report.overall:.6f}", err=True)
     if json_out is not None:
         write_output(json_out, report.to_json() + "\n")

@@ -375,3 +375,23 @@ def test_the_allocation_lists_the_tensors_the_score_skipped() -> None:
     assert [r["name"] for r in data["rows"]] == ["a.weight", "b.weight"] and data["excluded"] == []
     assert data["skipped"] == [{"name": "z.weight", "reason": "all-zero matrix"},
                                {"name": "b.bias", "reason": "1-D tensor (bias, norm scale or buffer)"}]
+
+
+def test_the_cli_tables_are_the_score_tables_a_control_character_escaped(tmp_path: Path) -> None:
+    """``wbfe sparsity``/``prune`` print with the score's table writer: a tensor name's escape sequence is shown
+    escaped, never sent to the terminal, and the rows are the library's."""
+    rng = np.random.default_rng(1)
+    name = "layers.0.\x1b[2Jfc.weight"
+    tensors = {name: torch.from_numpy(rng.standard_t(3.0, size=(64, 32)).astype(np.float32)),
+               "layers.1.fc.weight": torch.from_numpy(rng.standard_t(4.0, size=(48, 64)).astype(np.float32))}
+    path = tmp_path / "m.safetensors"
+    save_file(tensors, str(path))
+    runner = CliRunner()
+    for args in (["sparsity", str(path), "--target", "0.5", "--exclude", ""],
+                 ["prune", str(path), str(tmp_path / "p.safetensors"), "--target", "0.5", "--exclude", ""]):
+        done = runner.invoke(app, args)
+        assert done.exit_code == 0, done.output
+        assert "\x1b" not in done.stdout and "layers.0.\\x1b[2Jfc.weight" in done.stdout
+        header, rule = done.stdout.splitlines()[:2]
+        assert header.split()[:2] == ["name", "role" if args[0] == "sparsity" else "params"]
+        assert set(rule.replace(" ", "")) == {"-"}

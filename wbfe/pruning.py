@@ -16,7 +16,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, OutputError
 from wbfe.options import PRUNE_METRICS, PruneOptions, field_defaults, refuse_keywords
-from wbfe.render.text import ToJson, as_float, json_ready
+from wbfe.render.text import ToJson, as_float, json_ready, shape_text
 
 if TYPE_CHECKING:
     import torch
@@ -340,4 +340,4 @@ def _frame(rows: list[dict[str, Any]]) -> Any:
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:
     """A row with its list values (shape) as ``AxB`` strings, for a table."""
-    return {k: ("x".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()}
+    return {k: (shape_text(v) if isinstance(v, list) else v) for k, v in row.items()}
