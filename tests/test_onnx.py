@@ -260,7 +260,7 @@ def test_blocked_dequantize_and_transpose_chains(tmp_path: Path) -> None:
 def test_dequantize_int32_zero_point_does_not_wrap_and_overflow_is_silent_inf() -> None:
     """(q − zero point) was taken in int32, so 2³¹−1 − (−1) wrapped to −2³¹; a product past float32's range
     printed numpy's RuntimeWarning on the terminal (the planner then skips the inf weight as non-finite)."""
-    from wbfe.sources.onnx_files import dequantize
+    from wbfe.sources.io import dequantize
 
     q = np.array([[2**31 - 1, 5]], np.int32)
     assert dequantize(q, 1.0, np.array(-1, np.int32), 0).tolist() == [[2.0**31, 6.0]]
