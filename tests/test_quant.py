@@ -380,3 +380,33 @@ def test_gptq_packed_words_that_are_not_integers_skip_the_weight_saying_why() ->
     assert "l.weight" not in {r["name"] for r in result.layers}
     assert reasons["l.qweight"] == ("quantized weight l unreadable: qweight of float32 and qzeros of int32: GPTQ and "
                                     "AWQ pack int32 words")
+
+
+
+@pytest.mark.parametrize("block, bits, group, whole", [
+    (128, 4, 32, True), (128.0, 4.0, 32.0, True), ("128", "4", "32", True), ("128.0", "4.0", "32.0", True),
+    (True, True, True, False), (128.5, 4.5, 32.5, False), ("many", "many", "many", False),
+    (math.nan, math.nan, math.nan, False)])
+def test_a_config_number_is_read_alike_for_an_fp8_block_a_bit_width_and_a_group_size(
+        tmp_path: Path, block: object, bits: object, group: object, whole: bool) -> None:
+    """One reading of a quantization config's numbers (``config_whole``): the number however written, a bool none.
+    A GPTQ group size written "32" or "32.0" was refused (compared as text) while bits "4" passed; an FP8 block of
+    "128.0" was refused while bits "4.0" passed."""
+    if whole:
+        assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], [block, 128]) == "fp8-e4m3-block128"  # type: ignore[list-item]
+    else:
+        with pytest.raises(CorruptCheckpointError, match="weight_block_size .* is not two positive whole numbers"):
+            fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], [block, 128])  # type: ignore[list-item]
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    tensors = {f"l.{k}": v for k, v in t.items()} | {"fc.weight": _weights(4, 20)}
+    for key, value, refusal in (("bits", bits, f"config says {bits} bits"),
+                                ("group_size", group, f"config's group size {group} does not fit")):
+        folder = _folder(tmp_path, key, tensors, {"quantization_config": {"quant_method": "gptq", key: value}})
+        result = wbfe.score(folder, metrics="bfe")
+        rows = {r["name"]: r for r in result.layers}
+        if whole:
+            assert rows["l.weight"]["quant"] == "gptq-int4-g32", key
+        else:
+            reasons = {s["name"]: s["reason"] for s in result.skipped}
+            assert "l.weight" not in rows and refusal in reasons["l.qweight"], key
