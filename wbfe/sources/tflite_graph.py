@@ -291,7 +291,8 @@ def plan_graph(model: TflModel) -> GraphPlan:
     for s, sg in enumerate(model.subgraphs):
         plans = {t.index: Planned(t, t.name, t.shape) for t in sg.tensors
                  if t.buffer > 0 and model.buffers[t.buffer].size > 0}
-        fed = {t for op in sg.ops for t in op.outputs} | set(sg.inputs)
+        producer = {t: op for op in sg.ops for t in op.outputs if t >= 0}
+        fed = producer.keys() | set(sg.inputs)
         empty = {t.index: Planned(t, t.name, t.shape) for t in sg.tensors
                  if math.prod(t.shape) == 0 and t.index not in plans and t.index not in fed and not t.variable}
         uses: dict[int, list[tuple[TflOp, int]]] = defaultdict(list)
@@ -299,7 +300,6 @@ def plan_graph(model: TflModel) -> GraphPlan:
             for i, t in enumerate(op.inputs):
                 if t >= 0:
                     uses[t].append((op, i))
-        producer = {t: op for op in sg.ops for t in op.outputs if t >= 0}
         for plan in plans.values():
             _plan_one(plan, uses, offset)
             if plan.skip is None and plan.tensor.variable:
