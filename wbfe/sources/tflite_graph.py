@@ -259,8 +259,6 @@ def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTe
                 raise r.fail(f"{len(scale)} quantisation scales but {len(zero)} zero points")
             if len(scale) > 1 and not (0 <= axis < len(shape) and shape[axis] == len(scale)):
                 raise r.fail(f"{len(scale)} quantisation scales along dimension {axis} of shape {list(shape)}")
-            if not all(math.isfinite(v) and v >= 0 for v in scale):
-                raise r.fail("a quantisation scale that is negative, infinite or NaN")
             low, high = _RANGES.get(DTYPES[code], (-(2 ** 63), 2 ** 63))
             if not all(low <= z < high for z in zero):
                 raise r.fail(f"a zero point outside the range of {DTYPES[code]} [{low}, {high - 1}]")
