@@ -410,3 +410,37 @@ def test_a_config_number_is_read_alike_for_an_fp8_block_a_bit_width_and_a_group_
         else:
             reasons = {s["name"]: s["reason"] for s in result.skipped}
             assert "l.weight" not in rows and refusal in reasons["l.qweight"], key
+
+
+def test_an_mxfp4_nan_scale_skips_that_weight_alone() -> None:
+    """The E8M0 code 255 is NaN (OCP MX spec): that weight is skipped for its non-finite values, the rest scored, as a
+    NaN scale of TFLite or ONNX (tests/test_tflite.py). It refused the whole checkpoint when the weight was read."""
+    g = torch.Generator().manual_seed(0)
+    blocks = torch.randint(0, 256, (4, 8, 2, 16), generator=g, dtype=torch.uint8)
+    scales = torch.full((4, 8, 2), 127, dtype=torch.uint8)
+    nan = scales.clone()
+    nan[1, 2, 0] = 255
+    fc = _weights(4, 20)
+    result = wbfe.score({"e.w_blocks": blocks, "e.w_scales": nan, "f.w_blocks": blocks.clone(), "f.w_scales": scales,
+                         "fc.weight": fc}, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    assert reasons["e.w"] == "non-finite values (NaN or Inf)"
+    whole = wbfe.score({"f.w_blocks": blocks, "f.w_scales": scales, "fc.weight": fc}, metrics="bfe")
+    assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in whole.layers]
+
+
+def test_a_gptq_qweight_of_other_outputs_than_its_scales_skips_that_weight() -> None:
+    """A GPTQ qweight whose columns are not its scales' outputs is refused when planned, for that weight; it was
+    refused when read, which stopped the whole run."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    t["qweight"] = t["qweight"][:, :16]
+    qconfig = {"quant_method": "gptq"}
+    state = {f"l.{k}": v for k, v in t.items()} | {"fc.weight": _weights(4, 20)}
+    from wbfe.quant import dequantised
+    from wbfe.sources import open_source
+
+    with open_source(state) as source:
+        reasons = {e.name: why for e, why in dequantised(source.entries(), {"quantization_config": qconfig})}
+    assert reasons["l.qweight"] == ("quantized weight l unreadable: packing of qweight [8, 16] / qzeros [2, 4] for 32 "
+                                    "outputs is no 2-, 4- or 8-bit layout")

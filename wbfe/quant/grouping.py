@@ -126,7 +126,7 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
     method = str(qconfig.get("quant_method", "")).lower()
     awq = method == "awq" or (method != "gptq" and q.shape[1] != n_out)
     bits_f = 32 * z.shape[1] / n_out
-    if bits_f not in (2, 4, 8) or (awq and 32 * q.shape[1] / n_out != bits_f):
+    if bits_f not in (2, 4, 8) or (32 * q.shape[1] / n_out != bits_f if awq else q.shape[1] != n_out):
         raise CorruptCheckpointError(f"packing of qweight {list(q.shape)} / qzeros {list(z.shape)} for "
                                      f"{n_out} outputs is no 2-, 4- or 8-bit layout")
     bits = int(bits_f)
