@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -392,11 +393,12 @@ def test_a_config_number_is_read_alike_for_an_fp8_block_a_bit_width_and_a_group_
     """One reading of a quantization config's numbers (``config_whole``): the number however written, a bool none.
     A GPTQ group size written "32" or "32.0" was refused (compared as text) while bits "4" passed; an FP8 block of
     "128.0" was refused while bits "4.0" passed."""
+    sizes: Any = [block, 128]
     if whole:
-        assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], [block, 128]) == "fp8-e4m3-block128"  # type: ignore[list-item]
+        assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], sizes) == "fp8-e4m3-block128"
     else:
         with pytest.raises(CorruptCheckpointError, match="weight_block_size .* is not two positive whole numbers"):
-            fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], [block, 128])  # type: ignore[list-item]
+            fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], sizes)
     t = _gptq(_weights(32, 64), 4, 32, act_order=False)
     t.pop("expected")
     tensors = {f"l.{k}": v for k, v in t.items()} | {"fc.weight": _weights(4, 20)}
