@@ -36,13 +36,7 @@ _KINDS = {stat.S_IFREG: "a file", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a cha
 
 
 def file_kind(mode: int) -> str:
-    """What a file of ``st_mode`` ``mode`` is, in words for a message (an output's, a checkpoint's): "a file",
-    "a folder", "a FIFO", ..., else "a special file".
-
-    Example:
-        >>> file_kind(stat.S_IFDIR | 0o755), file_kind(stat.S_IFLNK)
-        ('a folder', 'a special file')
-    """
+    """What a file of ``st_mode`` ``mode`` is, for a message: "a file", "a folder", "a FIFO", ..., "a special file"."""
     return _KINDS.get(stat.S_IFMT(mode), "a special file")
 
 
