@@ -507,6 +507,11 @@ def test_a_graph_whose_output_no_fully_connected_produces_has_no_head(tmp_path: 
         description = source.description
     assert description is not None and description.head is None
     assert description.note == "no FULLY_CONNECTED with a readable weight produces the graph's output"
+    g.outputs = []  # a subgraph that declares no output: nothing to trace a head back from
+    with open_source(tw.write(tmp_path / "no-output.tflite", g)) as source:
+        description = source.description
+    assert description is not None and description.head is None
+    assert description.note == "the main subgraph has no output"
 
 
 def test_the_cli_says_the_matrices_were_paired_by_graph_order(models: dict[str, Path]) -> None:
