@@ -416,3 +416,30 @@ def test_refusals_name_what_was_read(tmp_path) -> None:
     with pytest.raises(wbfe.NoUsableMatrixError, match=r"nothing scored \(1 tensor\(s\) left out: not selected by "
                                                        r"--layers\)$"):
         wbfe.score(folder, layers="attn")
+
+
+@pytest.mark.parametrize("config, message", [
+    ("{not json", r"not a readable JSON adapter config \(Expecting property name"),
+    ("[1, 2]", "the adapter config is not a JSON object"),
+    ({"r": 0.5, "lora_alpha": 8}, "r must be a positive integer, not 0.5"),
+    ({"r": 4, "lora_alpha": 8, "rank_pattern": [["fc", 2]]},
+     "rank_pattern must map module patterns to values, not a list"),
+    ({"r": 4, "lora_alpha": 8, "use_rslora": "yes"}, "use_rslora must be true or false, not 'yes'"),
+    ({"r": 4, "lora_alpha": 8, "alpha_pattern": {"fc(": 2}}, r"pattern 'fc\(' is not a regular expression"),
+    ({"r": 4, "lora_alpha": 8, "modules_to_save": "fc"}, "modules_to_save must be a list of module names"),
+])
+def test_an_adapter_config_that_peft_could_not_load_is_refused_saying_why(tmp_path: Path, config: object,
+                                                                          message: str) -> None:
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    save_file({"base_model.model.fc.lora_A.weight": torch.ones(4, 20)}, str(folder / "adapter_model.safetensors"))
+    text = config if isinstance(config, str) else json.dumps({"peft_type": "LORA", **config})  # type: ignore[dict-item]
+    (folder / "adapter_config.json").write_text(text)
+    with pytest.raises(wbfe.CorruptCheckpointError, match=message):
+        wbfe.score(folder)
+
+
+def test_an_adapter_config_without_its_weights_is_refused_saying_so(tmp_path: Path) -> None:
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8}))
+    with pytest.raises(wbfe.SourceNotFoundError, match="adapter_config.json but no adapter_model.safetensors or "):
+        wbfe.score(tmp_path)

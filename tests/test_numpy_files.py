@@ -43,6 +43,17 @@ def test_object_arrays_are_skipped_never_unpickled(tmp_path: Path) -> None:
     assert entries["ok"].skip is None
 
 
+def test_arrays_of_no_weight_dtype_are_skipped_saying_which(tmp_path: Path) -> None:
+    """Text and dates are no weights: listed as skipped with their dtype, never read as numbers."""
+    np.savez(tmp_path / "w.npz", ok=ARRAYS["fc1.weight"], words=np.array(["a", "bc"]),
+             when=np.array(["2024-01-01"], dtype="datetime64[D]"))
+    with open_source(tmp_path / "w.npz") as source:
+        entries = {e.name: e for e in source.entries()}
+    assert (entries["words"].skip, entries["when"].skip) == ("<U2 array: not a weight dtype",
+                                                             "datetime64[D] array: not a weight dtype")
+    assert entries["ok"].skip is None
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "bad-header", "no-arrays", "huge-shape", "leading-bytes"])
 def test_damaged_archives_get_a_typed_error(tmp_path: Path, damage: str) -> None:
     import zipfile

@@ -146,6 +146,28 @@ def test_file_uris_are_read_too(tmp_path: Path, store: Any) -> None:
     assert _scores(wbfe.score(folder.as_uri())) == _scores(wbfe.score(folder))
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_shards_named_with_a_hash_or_a_space_are_read_through_one_join(tmp_path: Path, store: Any,
+                                                                          stream: bool) -> None:
+    """Shards named "a#1.safetensors" and "b c.safetensors", under a folder URI and an index URI, streamed and
+    copied, in fsspec's memory store and a file:// one: every join of a folder and a name (the copy of a folder,
+    an index's shards, the streamed files) is ``store_path``'s, and the scores are the local folder's."""
+    import json
+
+    folder = make_sharded(tmp_path / "sharded", n_shards=2)
+    index = folder / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"]
+    renamed = dict(zip(sorted(set(weight_map.values())), ["a#1.safetensors", "b c.safetensors"]))
+    for old, new in renamed.items():
+        (folder / old).rename(folder / new)
+    index.write_text(json.dumps({"weight_map": {tensor: renamed[shard] for tensor, shard in weight_map.items()}}))
+    _upload(store, folder, "/bucket/odd")
+    local = _scores(wbfe.score(folder))
+    for uri in ("memory://bucket/odd/", f"memory://bucket/odd/{index.name}", folder.as_uri(), index.as_uri()):
+        remote = _scores(wbfe.score(uri, stream=stream))  # (an index named alone is read without config.json)
+        assert (remote["layers"], remote["skipped"]) == (local["layers"], local["skipped"]), uri
+
+
 @pytest.mark.parametrize("uri, error, message", [
     ("memory://bucket/absent.safetensors", SourceNotFoundError, "no such object: memory://bucket/absent"),
     ("memory://bucket/empty/", SourceNotFoundError, "no weight files"),

@@ -257,10 +257,39 @@ def test_blocked_dequantize_and_transpose_chains(tmp_path: Path) -> None:
     assert reasons["w1_scale"].startswith("consumed: scale") and reasons["w1_zero"].startswith("consumed: zero")
 
 
+def test_an_infinite_nan_or_zero_scale_skips_that_weight_alone_as_in_tflite(tmp_path: Path) -> None:
+    """A DequantizeLinear scale that is infinite, NaN (one channel's) or zero gives the weight the operator computes:
+    non-finite or all zero, that weight skipped saying so and the rest scored, as TFLite's DEQUANTIZE does
+    (tests/test_tflite.py, where a NaN scale refused the whole file)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    q = {f"w{i}": rng.integers(-128, 128, size=(16, 16), dtype=np.int8) for i in range(4)}
+    scales = {"w0": np.float32(np.inf), "w1": np.full(16, 0.05, np.float32), "w2": np.float32(0.0),
+              "w3": np.full(16, 0.05, np.float32)}
+    scales["w1"][3] = np.nan
+    nodes, inits, h = [], [], "x"
+    for name in q:
+        nodes += [helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s"], [name], axis=0),
+                  helper.make_node("Gemm", [h, name], [f"{name}_y"], transB=1)]
+        inits += [numpy_helper.from_array(q[name], f"{name}_q"), numpy_helper.from_array(scales[name], f"{name}_s")]
+        h = f"{name}_y"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info(h, TensorProto.FLOAT, [1, 16])], initializer=inits)
+    path = tmp_path / "scales.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    result = wbfe.score(path, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    non_finite, all_zero = "non-finite values (NaN or Inf)", "all-zero matrix"  # as tests/test_tflite.py's
+    assert [reasons[f"w{i}_q"] for i in range(3)] == [non_finite, non_finite, all_zero]
+    alone = wbfe.score({"w3_q": torch.from_numpy(q["w3"] * np.float32(0.05))}, metrics="bfe")
+    assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in alone.layers]
+
+
 def test_dequantize_int32_zero_point_does_not_wrap_and_overflow_is_silent_inf() -> None:
     """(q − zero point) was taken in int32, so 2³¹−1 − (−1) wrapped to −2³¹; a product past float32's range
     printed numpy's RuntimeWarning on the terminal (the planner then skips the inf weight as non-finite)."""
-    from wbfe.sources.onnx_files import dequantize
+    from wbfe.sources.io import dequantize
 
     q = np.array([[2**31 - 1, 5]], np.int32)
     assert dequantize(q, 1.0, np.array(-1, np.int32), 0).tolist() == [[2.0**31, 6.0]]

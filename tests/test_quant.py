@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -380,3 +381,68 @@ def test_gptq_packed_words_that_are_not_integers_skip_the_weight_saying_why() ->
     assert "l.weight" not in {r["name"] for r in result.layers}
     assert reasons["l.qweight"] == ("quantized weight l unreadable: qweight of float32 and qzeros of int32: GPTQ and "
                                     "AWQ pack int32 words")
+
+
+
+@pytest.mark.parametrize("block, bits, group, whole", [
+    (128, 4, 32, True), (128.0, 4.0, 32.0, True), ("128", "4", "32", True), ("128.0", "4.0", "32.0", True),
+    (True, True, True, False), (128.5, 4.5, 32.5, False), ("many", "many", "many", False),
+    (math.nan, math.nan, math.nan, False)])
+def test_a_config_number_is_read_alike_for_an_fp8_block_a_bit_width_and_a_group_size(
+        tmp_path: Path, block: object, bits: object, group: object, whole: bool) -> None:
+    """One reading of a quantization config's numbers (``config_whole``): the number however written, a bool none.
+    A GPTQ group size written "32" or "32.0" was refused (compared as text) while bits "4" passed; an FP8 block of
+    "128.0" was refused while bits "4.0" passed."""
+    sizes: Any = [block, 128]
+    if whole:
+        assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], sizes) == "fp8-e4m3-block128"
+    else:
+        with pytest.raises(CorruptCheckpointError, match="weight_block_size .* is not two positive whole numbers"):
+            fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], sizes)
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    tensors = {f"l.{k}": v for k, v in t.items()} | {"fc.weight": _weights(4, 20)}
+    for key, value, refusal in (("bits", bits, f"config says {bits} bits"),
+                                ("group_size", group, f"config's group size {group} does not fit")):
+        folder = _folder(tmp_path, key, tensors, {"quantization_config": {"quant_method": "gptq", key: value}})
+        result = wbfe.score(folder, metrics="bfe")
+        rows = {r["name"]: r for r in result.layers}
+        if whole:
+            assert rows["l.weight"]["quant"] == "gptq-int4-g32", key
+        else:
+            reasons = {s["name"]: s["reason"] for s in result.skipped}
+            assert "l.weight" not in rows and refusal in reasons["l.qweight"], key
+
+
+def test_an_mxfp4_nan_scale_skips_that_weight_alone() -> None:
+    """The E8M0 code 255 is NaN (OCP MX spec): that weight is skipped for its non-finite values, the rest scored, as a
+    NaN scale of TFLite or ONNX (tests/test_tflite.py). It refused the whole checkpoint when the weight was read."""
+    g = torch.Generator().manual_seed(0)
+    blocks = torch.randint(0, 256, (4, 8, 2, 16), generator=g, dtype=torch.uint8)
+    scales = torch.full((4, 8, 2), 127, dtype=torch.uint8)
+    nan = scales.clone()
+    nan[1, 2, 0] = 255
+    fc = _weights(4, 20)
+    result = wbfe.score({"e.w_blocks": blocks, "e.w_scales": nan, "f.w_blocks": blocks.clone(), "f.w_scales": scales,
+                         "fc.weight": fc}, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    assert reasons["e.w"] == "non-finite values (NaN or Inf)"
+    whole = wbfe.score({"f.w_blocks": blocks, "f.w_scales": scales, "fc.weight": fc}, metrics="bfe")
+    assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in whole.layers]
+
+
+def test_a_gptq_qweight_of_other_outputs_than_its_scales_skips_that_weight() -> None:
+    """A GPTQ qweight whose columns are not its scales' outputs is refused when planned, for that weight; it was
+    refused when read, which stopped the whole run."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    t["qweight"] = t["qweight"][:, :16]
+    qconfig = {"quant_method": "gptq"}
+    state = {f"l.{k}": v for k, v in t.items()} | {"fc.weight": _weights(4, 20)}
+    from wbfe.quant import dequantised
+    from wbfe.sources import open_source
+
+    with open_source(state) as source:
+        reasons = {e.name: why for e, why in dequantised(source.entries(), {"quantization_config": qconfig})}
+    assert reasons["l.qweight"] == ("quantized weight l unreadable: packing of qweight [8, 16] / qzeros [2, 4] for 32 "
+                                    "outputs is no 2-, 4- or 8-bit layout")

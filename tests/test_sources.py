@@ -113,6 +113,39 @@ def test_tensors_a_pickle_shard_holds_but_the_index_does_not_list_are_skipped_wi
     assert "not listed in pytorch_model.bin.index.json" in result.skipped[0]["reason"]
 
 
+def test_a_models_ema_beside_it_is_listed_as_skipped_in_a_file_a_mapping_and_every_shard(tmp_path: Path) -> None:
+    """{"model": ..., "model_ema": ...} (timm's, torchvision's and DeiT's training checkpoints): "model" is scored and
+    the moving average listed as skipped, saying so, as for a second state dict. "model_ema" was passed over without a
+    word, and the shards of an index were unwrapped without listing any other state dict (a "model" beside a
+    "state_dict" too); an EMA beside an optimizer alone was refused as no state dict."""
+    import json
+
+    g = torch.Generator().manual_seed(5)
+    parts = [{"a.weight": torch.randn(20, 30, generator=g)}, {"b.weight": torch.randn(10, 20, generator=g)}]
+    emas = [{name: 0.5 * t for name, t in part.items()} for part in parts]
+    merged, merged_ema = parts[0] | parts[1], emas[0] | emas[1]
+    alone = wbfe.score(merged, metrics="bfe")
+    for key, other in (("model", "model_ema"), ("state_dict", "model")):
+        why = f"in {other!r}, not the state dict scored ({key!r}); score checkpoint[{other!r}] for it"
+        folder = tmp_path / other
+        folder.mkdir()
+        shards = [f"pytorch_model-0000{i + 1}-of-00002.bin" for i in range(2)]
+        for shard, part, ema in zip(shards, parts, emas):
+            torch.save({key: part, other: ema, "epoch": 3}, folder / shard)
+        weight_map = {name: shard for shard, part in zip(shards, parts) for name in part}
+        (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        torch.save({key: merged, other: merged_ema}, tmp_path / f"{other}.pt")
+        for ref in (folder, tmp_path / f"{other}.pt", {key: merged, other: merged_ema}):
+            result = wbfe.score(ref, metrics="bfe")
+            assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in alone.layers]
+            assert result.summary == alone.summary
+            assert [(s["name"], s["reason"], s["shape"]) for s in result.skipped] == [
+                (f"{other}/a.weight", why, [20, 30]), (f"{other}/b.weight", why, [10, 20])], (key, ref)
+    # An EMA alone beside the optimizer's state is the state dict there is.
+    only = wbfe.score({"model_ema": merged_ema, "optimizer": {"state": {}, "param_groups": []}}, metrics="bfe")
+    assert [r["name"] for r in only.layers] == ["a.weight", "b.weight"] and not only.skipped
+
+
 def test_scores_equal_across_formats(tmp_path: Path, state_dict: dict, st_file: Path) -> None:
     index = write_sharded(tmp_path / "sharded", state_dict)
     torch.save(state_dict, tmp_path / "model.bin")

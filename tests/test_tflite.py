@@ -28,6 +28,8 @@ WEIGHTS = ("conv", "depthwise", "fc1", "fc2")
 # not taken from the reader).
 TO_TORCH = {"conv": (0, 3, 1, 2), "depthwise": (3, 0, 1, 2), "fc1": (0, 1), "fc2": (0, 1)}
 VARIANTS = ("float32", "int8", "uint8", "int16", "float16")
+# What the scoring says of a matrix with a NaN or an infinity, and of one of zeros (wbfe.linalg.spectra).
+NON_FINITE, ALL_ZERO = "non-finite values (NaN or Inf)", "all-zero matrix"
 
 
 @pytest.fixture(scope="module")
@@ -260,8 +262,6 @@ def _broken(weights: dict[str, np.ndarray], how: str) -> tuple[tw.Graph, bool]:
         fc1.zero_point = [200] * len(fc1.scale)
     elif how == "axis":
         fc1.axis = 7
-    elif how == "scale value":
-        fc1.scale = [math.nan] + list(fc1.scale)[1:]
     elif how == "buffer index":
         fc1.buffer = 1000
     elif how == "op input":
@@ -278,7 +278,6 @@ def _broken(weights: dict[str, np.ndarray], how: str) -> tuple[tw.Graph, bool]:
     ("zero points", r"tensor 'tfl.pseudo_qconst2' .*32 quantisation scales but 31 zero points"),
     ("zero point range", r"tensor 'tfl.pseudo_qconst2' .*a zero point outside the range of int8 \[-128, 127\]"),
     ("axis", r"tensor 'tfl.pseudo_qconst2' .*32 quantisation scales along dimension 7"),
-    ("scale value", r"tensor 'tfl.pseudo_qconst2' .*negative, infinite or NaN"),
     ("buffer index", r"tensor 'tfl.pseudo_qconst2' .*buffer index 1000 out of range"),
     ("op input", r"operator 3: tensor index 500 out of range"),
     ("external past the end", r"buffer \d+: data at bytes \d+\.\.\d+ lies past the end"),
@@ -291,6 +290,26 @@ def test_an_inconsistent_file_is_refused_naming_what_is_wrong(tmp_path: Path, we
         path.write_bytes(path.read_bytes()[:-100])
     with pytest.raises(CorruptCheckpointError, match=message):
         _matrices(path)
+
+
+def test_an_infinite_nan_or_zero_scale_skips_that_weight_alone_as_in_onnx(tmp_path: Path,
+                                                                          weights: dict[str, np.ndarray]) -> None:
+    """A NaN, infinite or zero quantisation scale gives the weight DEQUANTIZE computes: non-finite or all zero, that
+    weight skipped saying so and the rest scored, as ONNX's DequantizeLinear does (tests/test_onnx.py). A NaN scale
+    refused the whole file."""
+    g = _graph(weights)
+    tensors = {t.name: t for t in g.tensors}
+    conv, depthwise, fc1 = (tensors[f"tfl.pseudo_qconst{i}"] for i in range(3))
+    fc1.scale = [math.nan] + list(fc1.scale)[1:]  # one channel's
+    conv.scale = [math.inf] * len(conv.scale)
+    depthwise.scale = [0.0] * len(depthwise.scale)
+    path = tw.write(tmp_path / "scales.tflite", g)
+    result = wbfe.score(path, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    assert [reasons[f"tfl.pseudo_qconst{i}"] for i in range(3)] == [NON_FINITE, ALL_ZERO, NON_FINITE]
+    whole = wbfe.score(tw.write(tmp_path / "whole.tflite", _graph(weights)), metrics="bfe")
+    assert [(r["name"], r["bfe"]) for r in result.layers] == [
+        (r["name"], r["bfe"]) for r in whole.layers if r["name"] == "tfl.pseudo_qconst3"]
 
 
 def test_not_a_tflite_file_is_refused(tmp_path: Path, models: dict[str, Path]) -> None:
@@ -488,6 +507,11 @@ def test_a_graph_whose_output_no_fully_connected_produces_has_no_head(tmp_path: 
         description = source.description
     assert description is not None and description.head is None
     assert description.note == "no FULLY_CONNECTED with a readable weight produces the graph's output"
+    g.outputs = []  # a subgraph that declares no output: nothing to trace a head back from
+    with open_source(tw.write(tmp_path / "no-output.tflite", g)) as source:
+        description = source.description
+    assert description is not None and description.head is None
+    assert description.note == "the main subgraph has no output"
 
 
 def test_the_cli_says_the_matrices_were_paired_by_graph_order(models: dict[str, Path]) -> None:

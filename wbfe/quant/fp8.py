@@ -14,7 +14,7 @@ from wbfe.errors import CorruptCheckpointError
 if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
     import torch
 
-__all__ = ["dequantize_fp8", "fp8_scheme", "FP8_FORMATS"]
+__all__ = ["dequantize_fp8", "fp8_scheme", "config_whole", "FP8_FORMATS"]
 
 FP8_FORMATS = {"float8_e4m3fn": "e4m3", "float8_e4m3fnuz": "e4m3", "float8_e5m2": "e5m2", "float8_e5m2fnuz": "e5m2"}
 
@@ -39,12 +39,25 @@ def _layout(weight_shape: Sequence[int], scale_shape: Sequence[int],
                                  f"{list(weight_shape)} (per tensor, per channel or per block)")
 
 
+def config_whole(value: object) -> Optional[int]:
+    """A quantization config's whole number (``4``, ``4.0``, ``"4"``), else None (a bool, 4.5, NaN, inf, None, text).
+
+    Example:
+        >>> config_whole(128.0), config_whole("4"), config_whole(4.5), config_whole(True)
+        (128, 4, None, None)
+    """
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return int(number) if number.is_integer() else None
+
+
 def _block_size(block: object) -> tuple[int, int]:
     sizes: list[Any] = list(block) if isinstance(block, (list, tuple)) else []
-    try:
-        whole = [int(b) for b in sizes if not isinstance(b, bool) and float(b) == int(b) >= 1]
-    except (TypeError, ValueError, OverflowError):  # None, NaN, inf
-        whole = []
+    whole = [w for w in map(config_whole, sizes) if w is not None and w >= 1]
     if len(sizes) != 2 or len(whole) != 2:
         raise CorruptCheckpointError(f"FP8 weight_block_size {block!r} is not two positive whole numbers")
     return whole[0], whole[1]

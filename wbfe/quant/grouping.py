@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Optional
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError
 from wbfe.linalg.arrays import to_torch
-from wbfe.quant.fp8 import FP8_FORMATS, dequantize_fp8, fp8_scheme
+from wbfe.quant.fp8 import FP8_FORMATS, config_whole, dequantize_fp8, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
 from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
 from wbfe.sources import TensorEntry
@@ -102,14 +102,6 @@ def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any) -> TensorEn
                        quant=quant)
 
 
-def _equals(declared: Any, value: int) -> bool:
-    """Whether a config's number (``4``, ``4.0``, ``"4"``) is ``value``; False for what is no number."""
-    try:
-        return float(declared) == value
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
 def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
     # Asked when the weight is planned, so that a missing torch stops the run before any work.
     require_torch(f"dequantising {prefix} (FP8, MXFP4, GPTQ and AWQ weights)")
@@ -134,18 +126,18 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
     method = str(qconfig.get("quant_method", "")).lower()
     awq = method == "awq" or (method != "gptq" and q.shape[1] != n_out)
     bits_f = 32 * z.shape[1] / n_out
-    if bits_f not in (2, 4, 8) or (awq and 32 * q.shape[1] / n_out != bits_f):
+    if bits_f not in (2, 4, 8) or (32 * q.shape[1] / n_out != bits_f if awq else q.shape[1] != n_out):
         raise CorruptCheckpointError(f"packing of qweight {list(q.shape)} / qzeros {list(z.shape)} for "
                                      f"{n_out} outputs is no 2-, 4- or 8-bit layout")
     bits = int(bits_f)
     declared = qconfig.get("bits", qconfig.get("w_bit"))
-    if declared is not None and not _equals(declared, bits):
+    if declared is not None and config_whole(declared) != bits:
         raise CorruptCheckpointError(f"config says {declared} bits, the tensors hold {bits}")
     n_in = q.shape[0] if awq else q.shape[0] * 32 // bits
     group_size = -1 if groups == 1 else math.ceil(n_in / groups)
-    if qconfig.get("group_size", qconfig.get("q_group_size")) not in (None, group_size, -1 if groups == 1 else None):
-        raise CorruptCheckpointError(f"config's group size {qconfig.get('group_size', qconfig.get('q_group_size'))} "
-                                     f"does not fit {groups} groups of {n_in} inputs")
+    declared = qconfig.get("group_size", qconfig.get("q_group_size"))
+    if declared is not None and config_whole(declared) != group_size:
+        raise CorruptCheckpointError(f"config's group size {declared} does not fit {groups} groups of {n_in} inputs")
     label = f"g{group_size}" if group_size > 0 else "channel"
     name = f"{prefix}.weight"
     if awq:

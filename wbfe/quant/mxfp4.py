@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from wbfe.errors import CorruptCheckpointError
-
 if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
     import torch
 
@@ -20,20 +18,15 @@ FP4_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0
 
 
 def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """``[..., out, G, 16]`` bytes and ``[..., out, G]`` E8M0 scales -> float64 ``[..., G·32, out]``.
-
-    Raises:
-        CorruptCheckpointError: the shapes do not match, or a scale is the E8M0 NaN code (255).
+    """``[..., out, G, 16]`` bytes and ``[..., out, G]`` E8M0 scales (shapes the planner checked) -> float64
+    ``[..., G·32, out]``; a block under the E8M0 NaN code (255) is NaN, as the format defines it, so the weight is
+    skipped for its non-finite values as a NaN scale of any other format is.
     """
     import torch
 
-    if blocks.dtype != torch.uint8 or blocks.ndim < 3 or blocks.shape[-1] != 16 or blocks.shape[:-1] != scales.shape:
-        raise CorruptCheckpointError(f"MXFP4 blocks {list(blocks.shape)} ({blocks.dtype}) and scales "
-                                     f"{list(scales.shape)} do not match (expected [..., G, 16] uint8 and [..., G])")
     codes = scales.to(torch.int32)
-    if bool((codes == 255).any()):
-        raise CorruptCheckpointError("MXFP4 scale holds the E8M0 NaN code 255")
+    scale = torch.exp2((codes - 127).to(torch.float64)).masked_fill(codes == 255, torch.nan)
     lut = torch.tensor(FP4_E2M1, dtype=torch.float64)
     values = torch.stack((lut[(blocks & 0x0F).long()], lut[(blocks >> 4).long()]), dim=-1)  # [..., G, 16, 2]
-    values = values.reshape(*blocks.shape[:-1], 32) * torch.exp2((codes - 127).to(torch.float64)).unsqueeze(-1)
+    values = values.reshape(*blocks.shape[:-1], 32) * scale.unsqueeze(-1)
     return values.reshape(*blocks.shape[:-2], blocks.shape[-2] * 32).transpose(-1, -2)

@@ -17,12 +17,10 @@ AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 
 
 def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
-    """The ``32 // bits`` unsigned fields of each int32 word, lowest bits first, laid out along ``dim``
-    (word ``i`` gives entries ``i·n … i·n + n − 1``)."""
+    """The ``32 // bits`` unsigned fields of each int32 word (2, 4 or 8 bits: the planner refuses any other width),
+    lowest bits first, laid out along ``dim`` (word ``i`` gives entries ``i·n … i·n + n − 1``)."""
     import torch
 
-    if bits not in (2, 4, 8):
-        raise CorruptCheckpointError(f"{bits}-bit packing is not supported (2, 4 or 8 bits)")
     n = 32 // bits
     words = packed.to(torch.int64) & 0xFFFFFFFF  # int32 read as unsigned
     shifts = torch.arange(n, dtype=torch.int64) * bits
@@ -33,27 +31,18 @@ def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
     return fields.reshape(shape)
 
 
-def _groups(scheme: str, q: torch.Tensor, z: torch.Tensor, scales: torch.Tensor) -> int:
-    """The number of groups, once ``scales`` and the unpacked zeros are checked against ``q`` ``[in, out]``."""
-    groups, n_out = scales.shape[0], q.shape[1]
-    for what, got in (("scales", scales.shape), ("qzeros (unpacked)", z.shape)):
-        if tuple(got) != (groups, n_out):
-            raise CorruptCheckpointError(f"{scheme} {what} has shape {list(got)}, expected {[groups, n_out]}")
-    return int(groups)
-
-
 def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, bits: int = 4,
                     group_size: int = 128, g_idx: Optional[torch.Tensor] = None, zero_offset: int = 1) -> torch.Tensor:
-    """GPTQ's packed int weight -> float64 ``[out, in]``.
+    """GPTQ's packed int weight -> float64 ``[out, in]`` (the shapes of its parts checked by the planner).
 
     Raises:
-        CorruptCheckpointError: shapes that do not fit together, or a group index out of range.
+        CorruptCheckpointError: a ``g_idx`` of another shape, or a group index out of range.
     """
     import torch
 
     q = unpack_int32(qweight, bits, 0)  # [in, out]
     z = unpack_int32(qzeros, bits, 1) + zero_offset  # [groups, out]
-    groups, n_in = _groups("GPTQ", q, z, scales), q.shape[0]
+    groups, n_in = scales.shape[0], q.shape[0]
     if g_idx is None:
         g = torch.arange(n_in) // (n_in if group_size in (-1, 0) else group_size)
     elif tuple(g_idx.shape) != (n_in,):
@@ -67,11 +56,8 @@ def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.T
 
 def dequantize_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, bits: int = 4,
                    group_size: int = 128) -> torch.Tensor:
-    """AWQ's packed int weight -> float64 ``[out, in]``.
-
-    Raises:
-        CorruptCheckpointError: shapes that do not fit together.
-    """
+    """AWQ's packed int weight -> float64 ``[out, in]`` (the shapes of its parts, and a group size that makes no more
+    groups than ``scales`` holds, checked by the planner)."""
     import torch
 
     n = 32 // bits
@@ -83,9 +69,6 @@ def dequantize_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Te
         return words[:, :, inverse].reshape(fields.shape[0], -1)  # column 8j + c from slot inverse[c]
 
     q, z = unpack(qweight), unpack(qzeros)  # [in, out], [groups, out]
-    groups, n_in = _groups("AWQ", q, z, scales), q.shape[0]
-    size = n_in if group_size in (-1, 0) else group_size
-    g = torch.arange(n_in) // size
-    if int(g.max()) >= groups:
-        raise CorruptCheckpointError(f"AWQ: {n_in} input rows need more than {groups} groups of {size}")
+    n_in = q.shape[0]
+    g = torch.arange(n_in) // (n_in if group_size in (-1, 0) else group_size)
     return (scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)).T.contiguous()

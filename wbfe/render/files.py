@@ -23,7 +23,7 @@ from wbfe.errors import OutputError, OverwriteError
 from wbfe.render.text import json_ready
 
 __all__ = ["STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "write_atomic", "open_atomic",
-           "write_output", "write_json", "local_reads", "local_files", "refuse_overlap", "json_sha256"]
+           "write_output", "write_json", "local_reads", "local_files", "refuse_overlap", "json_sha256", "file_kind"]
 
 STDOUT_PATHS = ("-", "/dev/stdout", "/dev/fd/1")
 STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")  # the process's own stream, not the device it points to
@@ -31,12 +31,13 @@ STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")  # the process's own stream, not the
 PathLike = Union[str, "os.PathLike[str]"]
 Reads = Iterable[PathLike]
 
-_KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+_KINDS = {stat.S_IFREG: "a file", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 
 
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "a special file")
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for a message: "a file", "a folder", "a FIFO", ..., "a special file"."""
+    return _KINDS.get(stat.S_IFMT(mode), "a special file")
 
 
 def _path_text(path: Any) -> str:
@@ -49,10 +50,10 @@ def _path_text(path: Any) -> str:
     return text
 
 
-def _target(path: PathLike) -> Path:
-    """The file a write to ``path`` lands in: symbolic links followed, even a dangling one's target ("~user"
-    expanded where that user has a home folder here, else a name like any other)."""
-    return Path(os.path.realpath(user_path(_path_text(path))))
+def _target(text: str) -> Path:
+    """The file a write to the path ``text`` (:func:`_path_text`'s) lands in: symbolic links followed, even a dangling
+    one's target ("~user" expanded where that user has a home folder here, else a name like any other)."""
+    return Path(os.path.realpath(user_path(text)))
 
 
 def is_devnull(st: os.stat_result) -> bool:
@@ -99,16 +100,21 @@ def refuse_overlap(path: PathLike, reads: Reads) -> None:
         OverwriteError: one line that names the input and says what to write instead.
     """
     reads = list(reads)
-    if not reads or os.fspath(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
+    if reads:
+        text = _path_text(path)
+        _refuse_overlap(text, _target(text), reads)
+
+
+def _refuse_overlap(shown: str, target: Path, reads: list[PathLike]) -> None:
+    """:func:`refuse_overlap` for the checked path text ``shown`` and its :func:`_target`."""
+    if not reads or shown in STDOUT_PATHS or shown in STDERR_PATHS:
         return
-    target = _target(path)
     # The target and its existing ancestors with their status: a bind mount or a case-insensitive file
     # system can give one folder two real paths, and the inode says it is the same.
     chain: list[tuple[Path, os.stat_result]] = []
     for p in (target, *target.parents):
         with suppress(OSError):
             chain.append((p, p.stat()))
-    shown = os.fspath(path)
     for read in reads:
         real = Path(os.path.realpath(user_path(os.fspath(read))))
         try:
@@ -137,24 +143,25 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
         OutputError: an empty path, a target that is not a regular file, a file or folder the user
             may not write. OverwriteError: an output over or inside what the command reads.
     """
-    if _path_text(path) in STDOUT_PATHS or os.fspath(path) in STDERR_PATHS:
+    text = _path_text(path)
+    if text in STDOUT_PATHS or text in STDERR_PATHS:
         return None
-    refuse_overlap(path, reads)
-    target = _target(path)
+    target = _target(text)
+    _refuse_overlap(text, target, list(reads))
     try:
         st = target.stat()
     except FileNotFoundError:
         st = None
     except OSError as exc:
-        raise OutputError(f"cannot write {os.fspath(path)}: {exc.strerror or exc}", path=str(path)) from None
+        raise OutputError(f"cannot write {text}: {exc.strerror or exc}", path=str(path)) from None
     if st is not None and is_devnull(st):
         return target
     if st is not None:
         if not stat.S_ISREG(st.st_mode):
-            raise OutputError(f"cannot write {os.fspath(path)}: it is {_kind(st.st_mode)}, not a regular file",
+            raise OutputError(f"cannot write {text}: it is {file_kind(st.st_mode)}, not a regular file",
                               path=str(path))
         if not os.access(target, os.W_OK):
-            raise OutputError(f"cannot write {os.fspath(path)}: permission denied", path=str(path))
+            raise OutputError(f"cannot write {text}: permission denied", path=str(path))
     _probe(target.parent, path)
     return target
 
@@ -184,11 +191,11 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
             OverwriteError: a folder the command reads, or one inside it (``reads`` as for
             :func:`check_output`).
     """
-    _path_text(path)
-    refuse_overlap(path, reads)
-    folder = _target(path)
+    text = _path_text(path)
+    folder = _target(text)
+    _refuse_overlap(text, folder, list(reads))
     if folder.exists() and not folder.is_dir():
-        raise OutputError(f"cannot write into {os.fspath(path)}: it is {_kind(folder.stat().st_mode)}, not a folder",
+        raise OutputError(f"cannot write into {text}: it is {file_kind(folder.stat().st_mode)}, not a folder",
                           path=str(path))
     _probe(folder, path, "into ")
     return folder

@@ -20,6 +20,7 @@ from wbfe._config import usable_cpus
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.framework.description import OUT_IN, Fallback, FrameworkDescription
 from wbfe.linalg.arrays import itemsize
+from wbfe.render.files import file_kind
 
 __all__ = ["TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regular", "unreadable",
     "TORCH_SUFFIXES", "HASH_CHUNK", "file_sha256", "combine_digests", "stored_bytes"]
@@ -85,7 +86,7 @@ def open_regular(path: Path) -> BinaryIO:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise CorruptCheckpointError.at(
-                path, f"not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'special file')}); wbfe reads "
+                path, f"not a regular file ({file_kind(mode)}); wbfe reads "
                 "checkpoint files only")
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
@@ -107,8 +108,6 @@ def unreadable(path: Path | str, exc: OSError) -> SourceNotFoundError:
     return SourceNotFoundError.at(path, f"cannot be read ({reason})")
 
 
-_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
 
 
 @dataclass

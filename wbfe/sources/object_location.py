@@ -8,7 +8,7 @@ from typing import Any
 
 from wbfe.errors import InvalidOptionError
 from wbfe.sources._base import TensorSource
-from wbfe.sources.object_store import call_store, folder_files, is_uri, object_cache_dir, open_uri
+from wbfe.sources.object_store import call_store, folder_files, is_uri, object_cache_dir, open_uri, store_path
 from wbfe.sources.registry import register_location
 from wbfe.sources.remote import is_safetensors_name, stream_safetensors
 from wbfe.sources.store_range import StoreFile
@@ -61,7 +61,7 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
 
     def open_file(file_name: str) -> StoreFile:
         known = info if file_name == name and info.get("type") != "directory" else None
-        return StoreFile(fs, f"{root}/{file_name}" if root else file_name, base + file_name, info=known)
+        return StoreFile(fs, store_path(fs, root, file_name), base + file_name, info=known)
 
     return stream_safetensors(uri, name, open_file, stream=stream, cache_dir=object_cache_dir(), sizes=sizes,
                               configs=configs, extra={"store": uri.split("://", 1)[0]})

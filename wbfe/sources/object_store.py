@@ -20,7 +20,7 @@ from wbfe.sources._base import TensorSource
 from wbfe.sources.object_bound import evict_objects, object_cache_bound
 
 __all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL",
-           "store_filesystem", "object_identity", "call_store", "folder_files"]
+           "store_filesystem", "object_identity", "call_store", "folder_files", "store_path"]
 
 URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S)
 FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
@@ -95,6 +95,12 @@ def folder_files(fs: Any, path: str) -> dict[str, Any]:
     root = path.rstrip("/")
     top = {e["name"].rstrip("/")[len(root):].lstrip("/"): e for e in fs.ls(path, detail=True) if e.get("type") == "file"}
     return {name: e for name, e in top.items() if name and "/" not in name}
+
+
+def store_path(fs: Any, root: str, name: str) -> str:
+    """The path of the file ``name`` in the store's folder ``root``, quoted where the store's paths are URLs (a
+    file named "a#1" or "b?x" is a file, not a fragment or a query)."""
+    return f"{root}/{quote(name) if 'http' in fs.protocol else name}"
 
 
 def fetch_uri(uri: str) -> Path:
@@ -188,7 +194,7 @@ def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path)
     if not chosen:
         raise no_weight_files(uri)
     for name in chosen + [c for c in MODEL_CONFIGS + ("adapter_config.json",) if c in names]:
-        fs.get_file(f"{root}/{name}", str(staging / name))
+        fs.get_file(store_path(fs, root, name), str(staging / name))
     if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)
         _fetch_shards(fs, root, staging / chosen[0], staging)
 
@@ -199,13 +205,7 @@ def _fetch_shards(fs: Any, root: str, index: Path, staging: Path) -> None:
     for shard in index_weight_map(index):  # names checked to stay in the folder
         target = staging / shard
         target.parent.mkdir(parents=True, exist_ok=True)
-        fs.get_file(_beside(fs, root, shard), str(target))
-
-
-def _beside(fs: Any, root: str, name: str) -> str:
-    """The path of the file ``name`` in the folder ``root``, quoted where the store's paths are URLs (a shard
-    named "a#1" or "b?x" is a file, not a fragment or a query)."""
-    return f"{root}/{quote(name) if 'http' in fs.protocol else name}"
+        fs.get_file(store_path(fs, root, shard), str(target))
 
 
 def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict[str, Any]:
@@ -220,7 +220,7 @@ def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict
     found: dict[str, Any] = {}
     for shard in shards:
         try:
-            found[shard] = fs.info(_beside(fs, root, shard))
+            found[shard] = fs.info(store_path(fs, root, shard))
         except FileNotFoundError:
             raise SourceNotFoundError.at(uri, f"shard {shard!r} listed in the index is missing from the store "
                                          f"(no {uri.rsplit('/', 1)[0]}/{shard})") from None

@@ -19,11 +19,11 @@ from wbfe._deps import require
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, WbfeError
 from wbfe.linalg.arrays import is_known_dtype
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
-from wbfe.sources.io import read_range
+from wbfe.sources.io import dequantize, read_range
 from wbfe.sources.onnx_graph import Planned, Stored, plan_graph
 from wbfe.sources.registry import FileFormat, register_format
 
-__all__ = ["OnnxSource", "ONNX", "dequantize"]
+__all__ = ["OnnxSource", "ONNX"]
 
 
 class OnnxSource(TensorSource):
@@ -145,42 +145,6 @@ class OnnxSource(TensorSource):
                 skip = f"{weight.dtype} tensor: not a dtype wbfe reads as a weight"
             yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load, reread=load,
                               quant=weight.quant, skip=skip, layout=weight.layout)
-
-
-def dequantize(q: "np.ndarray", scale: Any, zero_point: Any, axis: int, block: int = 0) -> "np.ndarray":
-    """TFLite's ``DEQUANTIZE`` and ONNX's ``DequantizeLinear``: ``scale · (q − zero_point)`` in float32, per
-    tensor, per index along ``axis`` or per ``block`` of indices along it (``ValueError`` for a scale or zero
-    point that does not fit).
-
-    Example:
-        >>> import numpy as np
-        >>> dequantize(np.array([[-128, 0], [10, 127]], np.int8), [0.5, 2.0], [0, 1], 0).tolist()
-        [[-64.0, 0.0], [18.0, 252.0]]
-    """
-    scale = np.asarray(scale, dtype=np.float32)
-    # int32 − int32 can wrap in int32 (8 and 16 bits cannot); a float8's values are no integers to truncate
-    wide: Any = (np.int64 if q.dtype.itemsize >= 4 else np.int32) if np.issubdtype(q.dtype, np.integer) else np.float32
-    zero = np.zeros_like(scale, dtype=wide) if zero_point is None else np.asarray(zero_point, dtype=wide)
-    if zero.shape != scale.shape:
-        raise ValueError(f"zero point of shape {zero.shape} for a scale of shape {scale.shape}")
-    if scale.size > 1 or block:
-        if not -q.ndim <= axis < q.ndim:
-            raise ValueError(f"axis {axis} of a {q.ndim}-D tensor")
-        axis = axis % q.ndim
-        if block:
-            if not 0 < block <= q.shape[axis] or scale.ndim != q.ndim or \
-                    scale.shape[axis] != -(-q.shape[axis] // block):
-                raise ValueError(f"scale of shape {scale.shape} for blocks of {block} along axis {axis} of {q.shape}")
-            scale, zero = (np.repeat(a, block, axis=axis).take(range(q.shape[axis]), axis=axis) for a in (scale, zero))
-        else:
-            if scale.size != q.shape[axis]:
-                raise ValueError(f"{scale.size} scales for {q.shape[axis]} slices along axis {axis}")
-            shape = [-1 if d == axis else 1 for d in range(q.ndim)]
-            scale, zero = scale.reshape(shape), zero.reshape(shape)
-    # q − zero point is an integer: exact in float32 for the 8- and 16-bit types. A product past float32's range
-    # is inf, as the operator computes it, and the planner skips it as non-finite.
-    with np.errstate(over="ignore", invalid="ignore"):
-        return ((q.astype(wide) - zero).astype(np.float32) * scale).astype(np.float32)
 
 
 def _numel(tensor: Any) -> int:

@@ -21,12 +21,11 @@ from wbfe.errors import CorruptCheckpointError
 from wbfe.framework.description import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
-from wbfe.sources.io import read_range
-from wbfe.sources.onnx_files import dequantize
+from wbfe.sources.io import dequantize, read_range
 from wbfe.sources.registry import FileFormat, register_format
 from wbfe.sources.tflite_graph import ITEMSIZE, TORCH_AXES, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
 
-__all__ = ["TfliteSource", "TFLITE", "dequantize", "to_torch_layout", "IDENTIFIER"]
+__all__ = ["TfliteSource", "TFLITE", "to_torch_layout", "IDENTIFIER"]
 
 # The file identifier schema.fbs declares (``file_identifier "TFL3"``), at bytes 4..8.
 IDENTIFIER = b"TFL3"

@@ -259,8 +259,6 @@ def _tensor(tensor: Any, t: int, name: str, n_buffers: int, r: _Reader) -> TflTe
                 raise r.fail(f"{len(scale)} quantisation scales but {len(zero)} zero points")
             if len(scale) > 1 and not (0 <= axis < len(shape) and shape[axis] == len(scale)):
                 raise r.fail(f"{len(scale)} quantisation scales along dimension {axis} of shape {list(shape)}")
-            if not all(math.isfinite(v) and v >= 0 for v in scale):
-                raise r.fail("a quantisation scale that is negative, infinite or NaN")
             low, high = _RANGES.get(DTYPES[code], (-(2 ** 63), 2 ** 63))
             if not all(low <= z < high for z in zero):
                 raise r.fail(f"a zero point outside the range of {DTYPES[code]} [{low}, {high - 1}]")
@@ -291,7 +289,8 @@ def plan_graph(model: TflModel) -> GraphPlan:
     for s, sg in enumerate(model.subgraphs):
         plans = {t.index: Planned(t, t.name, t.shape) for t in sg.tensors
                  if t.buffer > 0 and model.buffers[t.buffer].size > 0}
-        fed = {t for op in sg.ops for t in op.outputs} | set(sg.inputs)
+        producer = {t: op for op in sg.ops for t in op.outputs if t >= 0}
+        fed = producer.keys() | set(sg.inputs)
         empty = {t.index: Planned(t, t.name, t.shape) for t in sg.tensors
                  if math.prod(t.shape) == 0 and t.index not in plans and t.index not in fed and not t.variable}
         uses: dict[int, list[tuple[TflOp, int]]] = defaultdict(list)
@@ -299,7 +298,6 @@ def plan_graph(model: TflModel) -> GraphPlan:
             for i, t in enumerate(op.inputs):
                 if t >= 0:
                     uses[t].append((op, i))
-        producer = {t: op for op in sg.ops for t in op.outputs if t >= 0}
         for plan in plans.values():
             _plan_one(plan, uses, offset)
             if plan.skip is None and plan.tensor.variable:

@@ -22,11 +22,14 @@ from wbfe.sources._base import (TORCH_SUFFIXES, FileDigest, Provenance, TensorEn
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, register_format
 from wbfe.sources.torch_legacy import check_legacy_records
 
-__all__ = ["TorchPickleSource", "load_torch_file", "unwrap_state_dict", "unwrap_checkpoint", "tensor_entries",
+__all__ = ["TorchPickleSource", "load_torch_file", "unwrap_checkpoint", "tensor_entries",
            "check_zip_records", "TORCH", "TORCH_SUFFIXES"]
 
 # Keys under which training scripts commonly nest the weights, in order of preference.
 _NESTED_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network", "params", "weights")
+# An exponential moving average of the weights (timm's, torchvision's and DeiT's training scripts save it beside the
+# model): scored only where none of the above holds tensors, else listed as skipped.
+_EMA_KEYS = ("model_ema", "state_dict_ema", "ema_state_dict", "ema")
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -93,29 +96,26 @@ def check_zip_records(path: Path, fh: Any) -> None:
         raise CorruptCheckpointError.at(path, "corrupt PyTorch checkpoint (a data record fails its CRC-32 check)")
 
 
-def unwrap_state_dict(obj: Any, *, where: str) -> dict[str, Any]:
-    """The mapping of tensors inside a loaded checkpoint, nested containers flattened with dotted names and a
-    DataParallel ``module.`` prefix stripped (``CorruptCheckpointError`` where there is none, or two names clash)."""
-    return unwrap_checkpoint(obj, where=where)[0]
-
-
 def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str, tuple[Any, str]]]:
-    """:func:`unwrap_state_dict`'s mapping, and the tensors of the other containers it was chosen over (a
-    checkpoint holding both ``state_dict`` and ``model``: the first of :data:`_NESTED_KEYS` that holds tensors is
-    scored) by ``key/name``, each with why it is not scored: listed as skipped, so the choice is seen."""
+    """The mapping of tensors inside a loaded checkpoint, nested containers flattened with dotted names and a
+    DataParallel ``module.`` prefix stripped (``CorruptCheckpointError`` where there is none, or two names clash),
+    and the tensors of the other containers it was chosen over (a checkpoint holding both ``state_dict`` and
+    ``model``, or ``model`` and ``model_ema``: the first of :data:`_NESTED_KEYS`, then :data:`_EMA_KEYS`, that holds
+    tensors is scored) by ``key/name``, each with why it is not scored: listed as skipped, so the choice is seen."""
     import torch
 
     current = obj
     passed: dict[str, tuple[Any, str]] = {}
+    flat: dict[str, Any] | None = None  # current's tensors, where flattened already (chosen among candidates)
     for _ in range(4):
         if isinstance(current, Mapping) and any(_is_tensor(torch, v) for v in current.values()):
-            state = _flatten(current, where)
+            state = flat if flat is not None else _flatten(current, where)
             if state and all(k.startswith("module.") for k in state):
                 state = {k[len("module."):]: v for k, v in state.items()}
             return state, passed
         if not isinstance(current, Mapping):
             break
-        candidates = [k for k in _NESTED_KEYS if isinstance(current.get(k), Mapping)]
+        candidates = [k for k in _NESTED_KEYS + _EMA_KEYS if isinstance(current.get(k), Mapping)]
         held: dict[str, dict[str, Any]] = {}
         if len(candidates) > 1:  # the first that holds tensors is scored
             held = {k: _flatten(current[k], where) for k in candidates}
@@ -130,6 +130,7 @@ def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str
             if len(nested) != 1:
                 break
         current = nested[0]
+        flat = held.get(candidates[0]) if held else None
     keys = [str(k)[:80] for k in list(obj.keys())[:8]] if isinstance(obj, Mapping) else type(obj).__name__
     raise CorruptCheckpointError.at(where, f"no state dict of tensors found (top level: {keys})")
 
@@ -264,11 +265,16 @@ class TorchPickleSource(TensorSource):
         reported: set[str] = set()  # unlisted names already skipped: a name is one row
         for path, listed in zip(self._files, self._listed):
             # A shard's tensors go with it: holding one to reread would hold the whole shard's map.
-            state = unwrap_state_dict(load_torch_file(path), where=str(path))
+            state, passed = unwrap_checkpoint(load_torch_file(path), where=str(path))
             missing = [t for t in listed if t not in state]
             if missing:
                 raise CorruptCheckpointError.at(path, f"tensor {missing[0]!r} listed in the index is not in this shard")
-            for entry in tensor_entries(state, held=False, scope=str(path)):
+            for entry in tensor_entries(state, held=False, scope=str(path), passed=passed):
+                if entry.name in passed:  # another state dict's, skipped saying so (as for a single file)
+                    if entry.name not in reported:
+                        reported.add(entry.name)
+                        yield entry
+                    continue
                 if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
                     if entry.name in reported:
                         continue
