@@ -423,3 +423,39 @@ def test_layers_selecting_no_weight_matrix_is_refused_before_any_write(checkpoin
     with pytest.raises(NoUsableMatrixError, match="it holds no weight matrices: nothing to edit$"):
         edit({"bias": torch.zeros(4), "step": torch.tensor([3])}, out)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["out.h5", "out.pt", "out.gguf", "out"])
+def test_an_edited_checkpoint_is_named_safetensors(tmp_path: Path, name: str) -> None:
+    """The editors write safetensors: a name that any reader (wbfe's own re-score of a pruned model among them)
+    would take for another format, or for none, is refused before any work, and nothing is written."""
+    import wbfe
+    from wbfe_cli.main import app
+
+    src = tmp_path / "in.safetensors"
+    save_file({"fc.weight": torch.from_numpy(heavy((64, 32), 3.0, 0))}, str(src))
+    out = tmp_path / name
+    message = f"cannot write {out}: the {{}} checkpoint is a safetensors file; name it *.safetensors"
+    for edit, what in ((lambda: smooth_checkpoint(src, out), "edited"),
+                       (lambda: sharpen_checkpoint(src, out), "edited"),
+                       (lambda: wbfe.prune(src, out, target=0.5, exclude=()), "pruned")):
+        with pytest.raises(OutputError, match=f"^{re.escape(message.format(what))}$"):
+            edit()
+        assert not out.exists()
+    done = CliRunner().invoke(app, ["prune", str(src), str(out), "--target", "0.5"])
+    assert done.exit_code == 2 and done.stderr.strip() == f"wbfe: error: {message.format('pruned')}"
+
+
+def test_a_keras2_model_with_its_optimizer_state_is_pruned(tmp_path: Path) -> None:
+    """A Keras 2 ``model.save("m.h5")`` keeps the optimizer's 0-D step counter: it is copied as the 0-D tensor it is
+    (the reader gave it as 1-D, and the editor refused the file), and the matrices are pruned."""
+    import wbfe
+    from tests.test_keras import torch_model, write_keras2_h5
+
+    src = write_keras2_h5(tmp_path / "m.h5", torch_model())
+    out = tmp_path / "pruned.safetensors"
+    report = wbfe.prune(src, out, target=0.3)
+    with safe_open(str(out), "np") as f:
+        assert f.get_tensor("optimizer_weights/Adam/iter:0").shape == () and int(f.get_tensor(
+            "optimizer_weights/Adam/iter:0")) == 100
+        assert all(int(np.count_nonzero(f.get_tensor(r["name"]) == 0)) == r["zeros"] for r in report.rows)

@@ -169,6 +169,19 @@ def _header(described: list[tuple[str, tuple[int, ...], str]], metadata: dict[st
 Editor = Callable[[str, "torch.Tensor"], tuple[Optional[np.ndarray], int, str]]
 
 
+def edited_output(out: Union[str, Path], reads: Any, what: str) -> Path:
+    """Where an edited checkpoint goes: a file named ``*.safetensors`` (what it is written as, and what any reader,
+    wbfe's re-score of a pruned model among them, takes it for), never over or into what is read."""
+    from wbfe.render.files import check_output
+
+    target = check_output(out, reads=reads)
+    if target is None:
+        raise OutputError(f"the {what} checkpoint needs a file path, not standard output")
+    if not str(out).lower().endswith(".safetensors"):  # the name given (a hub file resolves to a blob)
+        raise OutputError(f"cannot write {out}: the {what} checkpoint is a safetensors file; name it *.safetensors")
+    return target
+
+
 def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Optional[frozenset[str]] = None,
                     extra_metadata: Optional[dict[str, str]] = None, layers: Optional[str] = None) -> EditSummary:
     """Write ``ref`` to the safetensors file ``out`` with each selected weight matrix passed through ``editor``.
@@ -179,16 +192,14 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
     :func:`smooth_checkpoint`."""
     from wbfe._deps import require_torch
     from wbfe.options import compile_layers
-    from wbfe.render.files import check_output, local_files, local_reads, open_atomic, refuse_overlap
+    from wbfe.render.files import local_files, local_reads, open_atomic, refuse_overlap
     from wbfe.sources import open_source
 
     torch = require_torch("smoothing or sharpening a checkpoint")
 
     pattern = compile_layers(layers)
     reads = local_reads(ref)
-    target = check_output(out, reads=reads)  # before the checkpoint is opened
-    if target is None:
-        raise OutputError("the edited checkpoint needs a file path, not standard output")
+    target = edited_output(out, reads, "edited")  # before the checkpoint is opened
     edited: dict[str, int] = {}
     unchanged: dict[str, str] = {}
     with open_source(ref) as source:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, OutputError
+from wbfe.errors import InvalidOptionError
 from wbfe.options import PRUNE_METRICS, PruneOptions, field_defaults, refuse_keywords
 from wbfe.render.text import ToJson, as_float, json_ready, shape_text
 
@@ -199,14 +199,12 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULT
         OutputError: ``out`` cannot be written (OverwriteError: it is, or lies in, what is read);
             UnsupportedDtypeError: a tensor that cannot be copied exactly; the errors of :func:`sparsity`.
     """
-    from wbfe.editing import edit_checkpoint
-    from wbfe.render.files import check_output, local_files, local_reads, refuse_overlap
+    from wbfe.editing import edit_checkpoint, edited_output
+    from wbfe.render.files import local_files, local_reads, refuse_overlap
 
     options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
                        exclude=exclude, layers=layers, head=head, method=method, device=device, min_eigs=min_eigs)
-    written = check_output(out, reads=local_reads(ref))  # never over or into the input, before any work
-    if written is None:
-        raise OutputError("the pruned checkpoint needs a file path, not standard output")
+    written = edited_output(out, local_reads(ref), "pruned")  # never over or into the input, before any work
     groups = sorted({METRIC_GROUPS[options.by], "bfe", "htsr"})
     before = _score(ref, options, groups)
     refuse_overlap(written, local_files(before.model.get("files")))  # the files the reader resolved

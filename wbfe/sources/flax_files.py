@@ -175,7 +175,8 @@ def _load(leaf: _Leaf) -> Any:
         t = from_bytes(raw, dtype, array.shape)
     if is_torch(t):
         return (t.permute(*leaf.permute) if leaf.permute is not None else t).contiguous()
-    return np.ascontiguousarray(np.transpose(t, leaf.permute) if leaf.permute is not None else t)
+    # not ascontiguousarray, which makes a 0-D array 1-D
+    return np.require(np.transpose(t, leaf.permute) if leaf.permute is not None else t, requirements="C")
 
 
 def _dtype(name: str) -> Optional[str]:

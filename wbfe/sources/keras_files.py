@@ -97,7 +97,7 @@ def _to_torch_layout(t: "np.ndarray", layout: str) -> "np.ndarray":
         t = np.transpose(t, (n - 1, n - 2, *range(n - 2)))
     elif layout == "depthwise":
         t = np.transpose(t, (n - 2, n - 1, *range(n - 2))).reshape(t.shape[-2] * t.shape[-1], 1, *t.shape[:-2])
-    return np.ascontiguousarray(t)
+    return np.require(t, requirements="C")  # not ascontiguousarray, which makes a 0-D array 1-D
 
 
 def _snake(name: str) -> str:
@@ -317,7 +317,7 @@ class KerasSource(TensorSource):
                 raise TruncatedCheckpointError.at(
                     self._path, f"data of {var.name!r} unreadable ({str(exc).splitlines()[0][:120]})") from None
         if var.dtype == "bfloat16":  # Keras 3 stores bfloat16 as 2-byte opaque values, so marked
-            bits = _to_torch_layout(np.ascontiguousarray(array).view(np.uint8).view(np.int16), var.layout)
+            bits = _to_torch_layout(np.require(array, requirements="C").view(np.uint8).view(np.int16), var.layout)
             return from_bytes(bits.view(np.uint8), "bfloat16", bits.shape)
         return _to_torch_layout(np.asarray(array), var.layout)
 

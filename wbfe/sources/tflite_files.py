@@ -85,7 +85,7 @@ class TfliteSource(TensorSource):
         raw = read_range(self._path, buffer.start, buffer.size)  # exactly the tensor's bytes
         array = raw.view(np.dtype(_NUMPY[tensor.dtype])).reshape(tensor.shape)
         if tensor.dtype == "bfloat16":  # numpy holds its bits; torch, the values
-            bits = np.ascontiguousarray(to_torch_layout(array, planned.op or "", planned.transpose))
+            bits = np.require(to_torch_layout(array, planned.op or "", planned.transpose), requirements="C")
             return from_bytes(bits.reshape(-1).view(np.uint8), "bfloat16", bits.shape)
         if tensor.quant is not None and tensor.dtype in ("int8", "uint8", "int16"):
             array = dequantize(array, tensor.quant.scale, tensor.quant.zero_point, tensor.quant.axis)
