@@ -14,7 +14,7 @@ from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
 from wbfe.theory.checks import finite_number, is_number, is_whole
-from wbfe.theory.settings import custom_rule
+from wbfe.theory.settings import SEED, custom_rule
 
 __all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
 
@@ -71,7 +71,7 @@ class HierarchicalSettings(Validated):
         "q_level": custom_rule("in (0, 1)", lambda v: finite_number(v) and 0.0 < v < 1.0, (0.0, 1.0),
                                say="q_level must lie in (0, 1), not {value!r}"),
         "solver": _known("eigensolver", SOLVERS),
-        "seed": _int("a non-negative integer", 0, (-1,)),
+        "seed": SEED,
     }
 
     d: int
