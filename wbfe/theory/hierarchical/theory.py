@@ -9,14 +9,13 @@ import math
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.theory.hierarchical.model import vec_to_sym
+from wbfe.theory.hierarchical.model import _MC_SAMPLES, vec_to_sym
 from wbfe.theory.teacher_student import fit_slope
 
 __all__ = ["leading_thresholds", "recovered_count", "spike_strengths", "finite_d_thresholds", "finite_d_overlaps",
            "finite_d_level_alphas", "tail_fraction", "overlap_nmse", "fit_tail_constant", "loglog_slope",
            "crossing_alphas", "nmse_exponent", "kernel_floor"]
 
-_MC_SAMPLES = 400_000
 _MC_SEED = 20260515
 
 
