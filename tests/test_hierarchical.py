@@ -297,6 +297,16 @@ def test_small_helpers():
         th.crossing_alphas(np.array([1.0]), q[:1], 1.0)
 
 
+@pytest.mark.parametrize("level", [0.0, 1.0, math.nan, None, "0.5"])
+def test_both_level_functions_refuse_a_level_outside_0_1_with_one_line(level):
+    # None and "0.5" raised the comparison's TypeError in both ('<' not supported between ...)
+    words = rf"level must lie in \(0, 1\), not {re.escape(repr(level))}$"
+    with pytest.raises(InvalidOptionError, match="^the crossing " + words):
+        th.crossing_alphas(np.array([1.0]), np.array([[0.5]]), level)
+    with pytest.raises(InvalidOptionError, match="^the overlap " + words):
+        th.finite_d_level_alphas(10, np.array([1.0]), np.array([1.0]), level)
+
+
 # ---------------------------------------------------------------- the sweep
 
 
