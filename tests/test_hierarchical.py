@@ -385,6 +385,10 @@ def test_sweep_rejects_bad_options():
         simulate_hierarchical(d=8, solver="lanczos")
     with pytest.raises(InvalidOptionError, match="GiB"):
         simulate_hierarchical(d=100, features="gaussian", alpha_max=4.0)
+    # the limit and the words of the other simulations' memory check (wbfe.theory.checks.check_bytes)
+    with pytest.raises(InvalidOptionError, match=r"^n = 100000000 samples of dimension 5050 need 3762\.5 GiB "
+                                                 r"\(limit 4 GiB\); lower alpha_max or d$"):
+        simulate_hierarchical(d=100, features="gaussian", alpha_max=4.0)
 
 
 @pytest.mark.slow
