@@ -448,3 +448,38 @@ def test_draws_refuse_a_seed_numpy_cannot_take(seed):
     with pytest.raises(InvalidOptionError, match=re.escape("seed " + SEED_WORDS)):
         sample_data(make_teacher(6), 10, seed=seed)
     assert np.array_equal(sample_data(make_teacher(6), 10, seed=3.0)[1], sample_data(make_teacher(6), 10, seed=3)[1])
+
+
+@pytest.mark.parametrize("ridges", [(), (0.0,), (1.0, -1.0), (math.nan,), (None,), ("1",), 0.5, None])
+def test_kernel_ridge_refuses_ridges_that_are_not_positive_numbers(ridges):
+    # (None,), ("1",) and 0.5 raised Python's TypeError ("'>' not supported", "'float' object is not iterable")
+    x = np.random.default_rng(0).standard_normal((5, 2))
+    with pytest.raises(InvalidOptionError, match=rf"^ridges must be a non-empty list of positive numbers, not "
+                                                 rf"{re.escape(repr(ridges))}$"):
+        fit_kernel_ridge(x, np.ones(5), ridges=ridges)
+
+
+@pytest.mark.parametrize(("inputs", "y"), [(np.ones(5), np.ones(5)), (np.ones((5, 2)), np.ones(4)),
+                                           (np.ones((1, 2)), np.ones(1))])
+def test_kernel_ridge_refuses_inputs_that_do_not_match_y(inputs, y):
+    with pytest.raises(InvalidOptionError, match=r"^kernel ridge needs inputs \(n, dim\) and y \(n,\) with n >= 2$"):
+        fit_kernel_ridge(inputs, y)
+
+
+def test_spectral_learner_refuses_an_unknown_solver_a_k_out_of_range_and_a_y_of_another_length():
+    data, y = sample_data(make_teacher(6, p=3), 300, seed=0)  # D = 21
+    with pytest.raises(UnknownNameError, match="unknown eigensolver 'lanczos'"):
+        top_eigenpairs(data, y, 3, solver="lanczos")
+    for solver, k, limit in (("eigsh", 21, 20), ("dense", 22, 21), ("dense", 0, 21), ("eigsh", 2.5, 20)):
+        with pytest.raises(InvalidOptionError, match=rf"^k must be an integer in \[1, {limit}\] for solver "
+                                                     rf"'{solver}', not {k}$"):
+            top_eigenpairs(data, y, k, solver=solver)
+    with pytest.raises(InvalidOptionError, match=r"^y must have shape \(300,\), not \(299,\)$"):
+        fit_spectral(data, y[:-1], 3)
+
+
+def test_crossing_alphas_refuses_overlaps_without_one_row_per_alpha():
+    with pytest.raises(InvalidOptionError, match="^q must have one row per alpha$"):
+        th.crossing_alphas(np.array([1.0, 2.0]), np.zeros((3, 2)), 0.5)
+    with pytest.raises(InvalidOptionError, match="^q must have one row per alpha$"):
+        th.crossing_alphas(np.array([1.0, 2.0]), np.zeros(2), 0.5)
