@@ -209,3 +209,9 @@ def test_student_full_size_sweep():
                         seeds=(0, 1), epochs=2000)
     assert res.k_c / 2 <= res.best_width <= 2 * res.k_c
     assert res.test_error[-1] > 3 * min(res.test_error)
+
+
+def test_make_teacher_refuses_an_activation_without_a_torch_form():
+    # a numpy callable has no torch form: the simulations draw in torch
+    with pytest.raises(InvalidOptionError, match="^activation 'custom' has no torch form; use a named one$"):
+        make_teacher(readout("power", 3), d=8, n=20, delta=0.04, activation=lambda x: np.tanh(x))
