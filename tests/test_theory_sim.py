@@ -215,3 +215,14 @@ def test_make_teacher_refuses_an_activation_without_a_torch_form():
     # a numpy callable has no torch form: the simulations draw in torch
     with pytest.raises(InvalidOptionError, match="^activation 'custom' has no torch form; use a named one$"):
         make_teacher(readout("power", 3), d=8, n=20, delta=0.04, activation=lambda x: np.tanh(x))
+
+
+@pytest.mark.parametrize("sweep", [lambda: hmc_check(r_values=[1.0], seeds=[0, [1]]),
+                                   lambda: hmc_check(r_values=[1.0, [2.0]]),
+                                   lambda: student_sweep(widths=[2], seeds=[0, [1]]),
+                                   lambda: student_sweep(widths=[2, [3]])])
+def test_sweeps_refuse_a_ragged_list_in_one_line(sweep):
+    # numpy's "inhomogeneous shape" ValueError escaped before (np.ndim of a ragged list)
+    with pytest.raises(InvalidOptionError, match="^(r_values|widths) and seeds must be non-empty lists, and no seed "
+                                                 "may repeat$"):
+        sweep()

@@ -53,8 +53,13 @@ def check_runs(name: str, values: Any, seeds: Any) -> None:
     (copies of one run, a standard error of 0) or a bad seed, before the first run."""
     import numpy as np  # not at the top: the CLI's --help imports this module and must not load numpy
 
-    if np.ndim(values) != 1 or np.ndim(seeds) != 1 or not len(values) or not len(seeds) \
-            or len(set(seeds)) < len(seeds):
+    def flat(x: Any) -> bool:
+        try:
+            return np.ndim(x) == 1 and len(x) > 0
+        except ValueError:  # a ragged list: numpy's inhomogeneous-shape error
+            return False
+
+    if not (flat(values) and flat(seeds)) or len(set(seeds)) < len(seeds):
         raise InvalidOptionError(f"{name} and seeds must be non-empty lists, and no seed may repeat")
     for seed in seeds:
         check_seed(seed, "seeds")
