@@ -32,6 +32,7 @@ from wbfe.theory.hierarchical.spectral import dense_moment_matrix
 
 
 pytestmark = pytest.mark.usefixtures("one_blas_thread")
+SEED_WORDS = "must be an integer in [0, 2**32) (the seeds every random generator in wbfe takes), not "
 
 
 # ---------------------------------------------------------------- the feature map
@@ -296,6 +297,16 @@ def test_small_helpers():
         th.crossing_alphas(np.array([1.0]), q[:1], 1.0)
 
 
+@pytest.mark.parametrize("level", [0.0, 1.0, math.nan, None, "0.5"])
+def test_both_level_functions_refuse_a_level_outside_0_1_with_one_line(level):
+    # None and "0.5" raised the comparison's TypeError in both ('<' not supported between ...)
+    words = rf"level must lie in \(0, 1\), not {re.escape(repr(level))}$"
+    with pytest.raises(InvalidOptionError, match="^the crossing " + words):
+        th.crossing_alphas(np.array([1.0]), np.array([[0.5]]), level)
+    with pytest.raises(InvalidOptionError, match="^the overlap " + words):
+        th.finite_d_level_alphas(10, np.array([1.0]), np.array([1.0]), level)
+
+
 # ---------------------------------------------------------------- the sweep
 
 
@@ -374,6 +385,10 @@ def test_sweep_rejects_bad_options():
         simulate_hierarchical(d=8, solver="lanczos")
     with pytest.raises(InvalidOptionError, match="GiB"):
         simulate_hierarchical(d=100, features="gaussian", alpha_max=4.0)
+    # the limit and the words of the other simulations' memory check (wbfe.theory.checks.check_bytes)
+    with pytest.raises(InvalidOptionError, match=r"^n = 100000000 samples of dimension 5050 need 3762\.5 GiB "
+                                                 r"\(limit 4 GiB\); lower alpha_max or d$"):
+        simulate_hierarchical(d=100, features="gaussian", alpha_max=4.0)
 
 
 @pytest.mark.slow
@@ -409,7 +424,7 @@ def test_spectral_learner_refuses_a_tol_arpack_cannot_take(solver, tol):
     with pytest.raises(InvalidOptionError, match=rf"^tol must be a finite number >= 0, not {re.escape(repr(tol))}$"):
         fit_spectral(data, y, 3, solver=solver, tol=tol)
     for seed in (None, -1, 1.5):  # None drew an unseeded start vector; -1 and 1.5 raised numpy's errors
-        with pytest.raises(InvalidOptionError, match=rf"^seed must be an integer >= 0, not {re.escape(repr(seed))}$"):
+        with pytest.raises(InvalidOptionError, match=rf"^seed {re.escape(SEED_WORDS + repr(seed))}$"):
             fit_spectral(data, y, 3, solver=solver, seed=seed)
     # tol = 0 is ARPACK's machine precision: the Lanczos eigenvalues are the dense ones
     lanczos = top_eigenpairs(data, y, 3, solver="eigsh", tol=0, seed=2.0)[0]
@@ -428,8 +443,43 @@ def test_draws_refuse_a_seed_numpy_cannot_take(seed):
     # numpy's ValueError ("expected non-negative integer") or TypeError escaped before
     from wbfe.theory.hierarchical import make_teacher, sample_data
 
-    with pytest.raises(InvalidOptionError, match="seed must be an integer >= 0 or a SeedSequence, not "):
+    with pytest.raises(InvalidOptionError, match=re.escape("seed " + SEED_WORDS)):
         make_teacher(6, seed=seed)
-    with pytest.raises(InvalidOptionError, match="seed must be an integer >= 0 or a SeedSequence, not "):
+    with pytest.raises(InvalidOptionError, match=re.escape("seed " + SEED_WORDS)):
         sample_data(make_teacher(6), 10, seed=seed)
     assert np.array_equal(sample_data(make_teacher(6), 10, seed=3.0)[1], sample_data(make_teacher(6), 10, seed=3)[1])
+
+
+@pytest.mark.parametrize("ridges", [(), (0.0,), (1.0, -1.0), (math.nan,), (None,), ("1",), 0.5, None])
+def test_kernel_ridge_refuses_ridges_that_are_not_positive_numbers(ridges):
+    # (None,), ("1",) and 0.5 raised Python's TypeError ("'>' not supported", "'float' object is not iterable")
+    x = np.random.default_rng(0).standard_normal((5, 2))
+    with pytest.raises(InvalidOptionError, match=rf"^ridges must be a non-empty list of positive numbers, not "
+                                                 rf"{re.escape(repr(ridges))}$"):
+        fit_kernel_ridge(x, np.ones(5), ridges=ridges)
+
+
+@pytest.mark.parametrize(("inputs", "y"), [(np.ones(5), np.ones(5)), (np.ones((5, 2)), np.ones(4)),
+                                           (np.ones((1, 2)), np.ones(1))])
+def test_kernel_ridge_refuses_inputs_that_do_not_match_y(inputs, y):
+    with pytest.raises(InvalidOptionError, match=r"^kernel ridge needs inputs \(n, dim\) and y \(n,\) with n >= 2$"):
+        fit_kernel_ridge(inputs, y)
+
+
+def test_spectral_learner_refuses_an_unknown_solver_a_k_out_of_range_and_a_y_of_another_length():
+    data, y = sample_data(make_teacher(6, p=3), 300, seed=0)  # D = 21
+    with pytest.raises(UnknownNameError, match="unknown eigensolver 'lanczos'"):
+        top_eigenpairs(data, y, 3, solver="lanczos")
+    for solver, k, limit in (("eigsh", 21, 20), ("dense", 22, 21), ("dense", 0, 21), ("eigsh", 2.5, 20)):
+        with pytest.raises(InvalidOptionError, match=rf"^k must be an integer in \[1, {limit}\] for solver "
+                                                     rf"'{solver}', not {k}$"):
+            top_eigenpairs(data, y, k, solver=solver)
+    with pytest.raises(InvalidOptionError, match=r"^y must have shape \(300,\), not \(299,\)$"):
+        fit_spectral(data, y[:-1], 3)
+
+
+def test_crossing_alphas_refuses_overlaps_without_one_row_per_alpha():
+    with pytest.raises(InvalidOptionError, match="^q must have one row per alpha$"):
+        th.crossing_alphas(np.array([1.0, 2.0]), np.zeros((3, 2)), 0.5)
+    with pytest.raises(InvalidOptionError, match="^q must have one row per alpha$"):
+        th.crossing_alphas(np.array([1.0, 2.0]), np.zeros(2), 0.5)

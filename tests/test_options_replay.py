@@ -248,7 +248,8 @@ def test_from_dict_replays_to_dict(cls: type) -> None:
     (MetricOptions, {"min_tail": 1}, "min_tail must be an integer of at least 2, not 1"),
     (PruneOptions, {"exclude": ["nope"]}, "nope"),
     (CurveSettings, {"delta": 0.0}, "delta must be positive and finite, got 0.0"),
-    (HmcSettings, {"seeds": [0, -1]}, "seeds must be an integer >= 0, got -1"),
+    (HmcSettings, {"seeds": [0, -1]}, "seeds must be an integer in [0, 2**32) (the seeds every random "
+                                     "generator in wbfe takes), not -1"),
     (HierarchicalSettings, {"d": 10, "D": 11}, "D = 11 is not the feature dimension of d = 10"),
     (HierarchicalSettings, {"d": 10, "q": 1}, "unknown HierarchicalSettings option 'q'"),
 ])

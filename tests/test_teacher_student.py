@@ -256,3 +256,28 @@ def test_scaling_table_exponents():
     assert rows["exp rate=0.2"].eps_slope == pytest.approx(-1.0, abs=0.15)  # 1/d up to a log
     assert rows["sparse p=3"].k_c == (3,) * 6
     assert rows["sparse p=3"].eps_slope == pytest.approx(-1.0, abs=0.02)
+
+
+def test_solve_refuses_an_r_whose_n_is_past_a_float():
+    # r itself is finite; n = r·k·d is not
+    with pytest.raises(InvalidOptionError, match=r"^n \(or r\) must be positive and finite, got n=inf$"):
+        solve(readout("power", 10), delta=0.04, d=10, r=1e308)
+
+
+def test_solve_refuses_when_f_underflows_to_zero_at_an_extreme_n_over_delta():
+    # n/Δ = 1e600: every snr overflows, F(0) rounds to 0 and no sign change is left to bracket
+    with np.errstate(over="ignore"):
+        with pytest.raises(InvalidOptionError, match="^no fixed point found; the kernel or readout is degenerate$"):
+            solve(readout("dense", 1), delta=1e-300, d=1, n=1e300)
+
+
+def test_fixed_point_map_over_two_million_features_equals_the_closed_form():
+    # A dense readout of k > 2,000,000 features, all on: one ε row holds more than one flattened chunk, and F is
+    # g(1) − g(m(snr)) at the one snr every feature has.
+    k = 2_000_001
+    v = readout("dense", k)
+    eps = np.array([0.0, 0.01, 0.1])
+    n_over_d = 1e3 * k
+    fast = fixed_point_map(eps, v, n_over_d=n_over_d, delta=0.04, kern=KERN)
+    assert np.all(n_over_d * v[0] ** 2 / (0.04 + eps) > KERN.lambda_sigma)  # every feature on
+    np.testing.assert_allclose(fast, KERN.deficit_at(n_over_d * v[0] ** 2 / (0.04 + eps)) * float(v @ v), rtol=1e-10)

@@ -201,3 +201,37 @@ def test_degree_must_be_a_whole_number_in_range(degree):
 def test_an_activation_that_raises_arithmetic_errors_is_refused_in_one_line():
     with pytest.raises(InvalidOptionError, match=r"the activation must map .* \(division by zero\)"):
         kernel(lambda x: 1 / 0)  # ZeroDivisionError escaped before
+
+
+def test_get_activation_takes_an_activation_and_refuses_what_is_neither_name_nor_callable():
+    tanh = ACTIVATIONS["tanh"]
+    assert get_activation(tanh) is tanh and kernel(tanh).lambda_sigma == kernel("tanh").lambda_sigma
+    for bad, kind in ((3, "int"), (None, "NoneType"), ([np.tanh], "list")):
+        with pytest.raises(InvalidOptionError, match=rf"^activation must be a name or a callable, got {kind}$"):
+            get_activation(bad)
+
+
+@pytest.mark.parametrize("activation", [lambda x: np.ones(3), lambda x: np.where(x > 30.0, np.inf, x * x),
+                                        lambda x: np.sqrt(x)])
+def test_an_activation_with_another_shape_or_non_finite_values_is_refused(activation):
+    with np.errstate(invalid="ignore"):  # sqrt of the negative half: NaN, the case refused
+        with pytest.raises(InvalidOptionError,
+                           match="^the activation must map a float64 array to finite values of the same shape$"):
+            hermite_coefficients(activation)
+
+
+def test_an_activation_with_a_second_transition_is_refused():
+    # σ = He₃/√3! + He₃₀/√30!: g(q) = q³ + q³⁰, so λ(q) = q/((1 − q)·g'(q)) falls between q ≈ 0.88 and 0.95
+    # (the q³⁰ term switches on): the branch of m above λ_σ has a second jump, which the table cannot hold.
+    from numpy.polynomial.hermite_e import hermeval
+
+    coef = np.zeros(31)
+    coef[3], coef[30] = 1 / math.sqrt(math.factorial(3)), 1 / math.sqrt(math.factorial(30))
+    q = np.linspace(0.5, 0.999, 2000)
+    lam = q / ((1 - q) * (3 * q**2 + 30 * q**29))
+    assert np.any(np.diff(lam) < 0) and np.any(np.diff(lam) > 0)  # the closed form is not monotone
+    kern = kernel(lambda x: hermeval(x, coef))
+    assert kern.c2[3] == pytest.approx(1.0, abs=1e-9) and kern.c2[30] == pytest.approx(1.0, abs=1e-9)
+    with pytest.raises(InvalidOptionError, match=r"^activation 'custom': the branch of m above lambda_sigma is not "
+                                                 r"monotone \(a second transition\); not supported$"):
+        kern.m(np.array([10.0]))

@@ -53,6 +53,15 @@ def test_feature_learning_reason() -> None:
                                                "enters that band in this sweep (raise --k, or widen --r-min/--r-max)")
 
 
+@pytest.mark.parametrize("beta", [0.5, 0.3])
+def test_feature_learning_slope_at_beta_up_to_one_half_has_a_reason(beta) -> None:
+    # the slope is fitted (3+ points in the band) but no power law is predicted for beta <= 1/2
+    fit = fit_regimes(staircase(100.0, 60), beta=beta)
+    assert fit.feature_learning == pytest.approx(-1.0, abs=1e-12)  # eps = 0.05/r exactly
+    assert fit.feature_learning_predicted == pytest.approx(1 / (2 * beta) - 1)
+    assert fit.reasons["feature_learning"] == "the power law n^(1/(2beta)-1) is predicted for beta > 1/2 only"
+
+
 def test_cli_curve_points_60_prints_why(tmp_path: Path) -> None:
     from wbfe_cli.main import app
 

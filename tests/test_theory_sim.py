@@ -91,10 +91,10 @@ def test_adam_student_error_is_lowest_near_kc_and_rises_for_wider_students():
     assert min(errs.values()) > res.eps_theory
 
 
-@pytest.mark.parametrize("bad", [dict(delta=math.inf), dict(n=2.5), dict(d=math.inf), dict(seed=1.5),
-                                 dict(v=[math.nan, 1.0])])
+@pytest.mark.parametrize("bad", [dict(delta=math.inf), dict(n=2.5), dict(d=math.inf), dict(v=[math.nan, 1.0])])
 def test_make_teacher_refuses_what_would_give_inf_nan_data_or_a_torch_error(bad):
-    # delta=inf and a NaN readout gave inf/NaN labels silently; n=2.5, d=inf and seed=1.5 raised torch's TypeError
+    # delta=inf and a NaN readout gave inf/NaN labels silently; n=2.5 and d=inf raised torch's TypeError
+    # (seed=1.5 did too: tests/test_theory_seeds.py)
     options = {"v": readout("power", 3), "d": 8, "n": 20, "delta": 0.04, "n_test": 10, **bad}
     with pytest.raises(InvalidOptionError, match="need whole numbers 1 <= k <= d"):
         make_teacher(options.pop("v"), **options)
@@ -209,3 +209,20 @@ def test_student_full_size_sweep():
                         seeds=(0, 1), epochs=2000)
     assert res.k_c / 2 <= res.best_width <= 2 * res.k_c
     assert res.test_error[-1] > 3 * min(res.test_error)
+
+
+def test_make_teacher_refuses_an_activation_without_a_torch_form():
+    # a numpy callable has no torch form: the simulations draw in torch
+    with pytest.raises(InvalidOptionError, match="^activation 'custom' has no torch form; use a named one$"):
+        make_teacher(readout("power", 3), d=8, n=20, delta=0.04, activation=lambda x: np.tanh(x))
+
+
+@pytest.mark.parametrize("sweep", [lambda: hmc_check(r_values=[1.0], seeds=[0, [1]]),
+                                   lambda: hmc_check(r_values=[1.0, [2.0]]),
+                                   lambda: student_sweep(widths=[2], seeds=[0, [1]]),
+                                   lambda: student_sweep(widths=[2, [3]])])
+def test_sweeps_refuse_a_ragged_list_in_one_line(sweep):
+    # numpy's "inhomogeneous shape" ValueError escaped before (np.ndim of a ragged list)
+    with pytest.raises(InvalidOptionError, match="^(r_values|widths) and seeds must be non-empty lists, and no seed "
+                                                 "may repeat$"):
+        sweep()

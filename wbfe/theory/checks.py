@@ -8,9 +8,13 @@ from typing import Any
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["MAX_BYTES", "is_whole", "is_number", "finite_number", "check_bytes"]
+__all__ = ["MAX_BYTES", "SEED_LIMIT", "is_whole", "is_number", "finite_number", "check_bytes", "check_seed",
+           "check_runs"]
 
 MAX_BYTES = 4 * 2**30  # the largest array a simulation allocates
+# The seeds every random step in wbfe takes: numpy's legacy RandomState (WeightWatcher's draws) stops at 32 bits,
+# torch's generators at 64 (less the offsets the HMC and student draws add), numpy's SeedSequence has no limit.
+SEED_LIMIT = 2**32
 
 
 def is_whole(value: object) -> bool:
@@ -34,3 +38,28 @@ def check_bytes(floats: int, what: str, fix: str) -> None:
     """Refuse, before allocating, ``floats`` float64 values over :data:`MAX_BYTES` (a MemoryError after minutes)."""
     if floats * 8 > MAX_BYTES:
         raise InvalidOptionError(f"{what} need {floats * 8 / 2**30:.1f} GiB (limit {MAX_BYTES / 2**30:.0f} GiB); {fix}")
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """``seed`` as an int, refused unless a whole number in [0, :data:`SEED_LIMIT`) (no generator can fail on it)."""
+    if not (is_whole(seed) and 0 <= seed < SEED_LIMIT):
+        raise InvalidOptionError(f"{name} must be an integer in [0, 2**32) (the seeds every random generator in wbfe "
+                                 f"takes), not {seed!r}")
+    return int(seed)
+
+
+def check_runs(name: str, values: Any, seeds: Any) -> None:
+    """Refuse a sweep's ``values`` (one run each) or ``seeds`` that are not non-empty flat lists, a repeated seed
+    (copies of one run, a standard error of 0) or a bad seed, before the first run."""
+    import numpy as np  # not at the top: the CLI's --help imports this module and must not load numpy
+
+    def flat(x: Any) -> bool:
+        try:
+            return np.ndim(x) == 1 and len(x) > 0
+        except ValueError:  # a ragged list: numpy's inhomogeneous-shape error
+            return False
+
+    if not (flat(values) and flat(seeds)) or len(set(seeds)) < len(seeds):
+        raise InvalidOptionError(f"{name} and seeds must be non-empty lists, and no seed may repeat")
+    for seed in seeds:
+        check_seed(seed, "seeds")

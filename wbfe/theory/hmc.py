@@ -17,7 +17,7 @@ from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import resolve_device
 from wbfe.theory.hermite import kernel
-from wbfe.theory.checks import check_bytes, finite_number, is_number, is_whole
+from wbfe.theory.checks import check_bytes, check_runs, check_seed, finite_number, is_number, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]
@@ -59,7 +59,8 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
     ``centred`` removes the activation's degree-0 and degree-1 Hermite parts (σ̃), as ε^BO does.
 
     Raises:
-        InvalidOptionError: k > d, non-positive sizes, or an activation without a torch form.
+        InvalidOptionError: k > d, non-positive sizes, a seed outside [0, 2**32), or an activation without a
+            torch form.
         MissingDependencyError: torch is not installed.
     """
     require_torch("drawing the HMC check's teacher and data")
@@ -69,12 +70,13 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
     if kern.activation.torch is None:
         raise InvalidOptionError(f"activation {kern.activation.name!r} has no torch form; use a named one")
     k = len(v)
-    if not (all(is_whole(x) for x in (d, n, n_test, seed)) and 1 <= k <= d and n >= 1 and n_test >= 1
+    if not (all(is_whole(x) for x in (d, n, n_test)) and 1 <= k <= d and n >= 1 and n_test >= 1
             and finite_number(delta) and delta >= 0 and np.all(np.isfinite(v))):
-        raise InvalidOptionError(f"need whole numbers 1 <= k <= d, n >= 1, n_test >= 1 and a seed, a finite v and "
+        raise InvalidOptionError(f"need whole numbers 1 <= k <= d, n >= 1, n_test >= 1, a finite v and "
                                  f"0 <= delta < inf (k={k}, d={d!r}, n={n!r}, delta={delta!r})")
+    seed = check_seed(seed)
     dev = resolve_device(device)
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     d, n, n_test = int(d), int(n), int(n_test)
     check_bytes((n + n_test + k) * d, f"{n} training and {n_test} test samples of dimension {d}",
                 "lower n (r), n_test or d")
@@ -127,16 +129,17 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
     import torch
 
     k, d = teacher.w0.shape
-    if not (all(is_whole(x) for x in (warmup, leapfrog, every, samples, seed)) and warmup >= 0 and leapfrog >= 1
+    if not (all(is_whole(x) for x in (warmup, leapfrog, every, samples)) and warmup >= 0 and leapfrog >= 1
             and 1 <= every <= samples and finite_number(step_size) and step_size > 0 and finite_number(delta)
             and delta > 0 and is_number(target_accept) and 0 < target_accept < 1):
-        raise InvalidOptionError("need whole numbers warmup >= 0, leapfrog >= 1, 1 <= every <= samples and a seed, "
+        raise InvalidOptionError("need whole numbers warmup >= 0, leapfrog >= 1, 1 <= every <= samples, "
                                  "finite step_size > 0 and delta > 0, and 0 < target_accept < 1")
+    seed = check_seed(seed)
     if not (is_whole(informed_rows) and 0 <= informed_rows <= k):
         raise InvalidOptionError(f"informed_rows must be in [0, {k}], got {informed_rows}")
     dev = teacher.w0.device
     warmup, leapfrog, every, samples, informed_rows = map(int, (warmup, leapfrog, every, samples, informed_rows))
-    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 7919)
+    gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
     w = torch.randn(k, d, generator=gen, dtype=torch.float64).to(dev)
     w[:informed_rows] = teacher.w0[:informed_rows]
 
@@ -212,11 +215,9 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
     is already an average over its chain). ``informed_rows`` overrides the theory's k_c.
 
     Raises:
-        InvalidOptionError: empty ``r_values`` or ``seeds`` (and the errors of the parts).
+        InvalidOptionError: empty ``r_values`` or ``seeds``, a repeated or bad seed (and the errors of the parts).
     """
-    if np.ndim(r_values) != 1 or np.ndim(seeds) != 1 or not len(r_values) or not len(seeds) \
-            or len(set(seeds)) < len(seeds):
-        raise InvalidOptionError("r_values and seeds must be non-empty lists, and no seed may repeat")
+    check_runs("r_values", r_values, seeds)
     if not (is_whole(d) and d >= 1 and is_whole(k) and k >= 1):  # n = r·k·d is computed before solve checks d
         raise InvalidOptionError(f"d and k must be integers >= 1, got d={d!r}, k={k!r}")
     if not all(finite_number(r) and r > 0 for r in r_values):

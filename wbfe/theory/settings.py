@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, Callable, ClassVar, Mapping
 
 from wbfe.errors import InvalidOptionError
 from wbfe.options.constraints import Constraint, Custom, Text, Validated
-from wbfe.theory.checks import finite_number, is_number
+from wbfe.theory.checks import check_seed, finite_number, is_number
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -55,9 +55,8 @@ def _int_at_least(minimum: int) -> Custom:
                        (minimum - 1, 1.5, True))
 
 
-def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...], *,
-          below: Optional[int] = None) -> Custom:
-    """A non-empty tuple (list, range, array) of different values, each passing ``rule`` (and < ``below``)."""
+def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
+    """A non-empty tuple (list, range, array) of different values, each passing ``rule``."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
         values = (tuple(values.tolist()) if hasattr(values, "tolist") and hasattr(values, "ndim")  # a numpy array
@@ -67,8 +66,6 @@ def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, 
         out = tuple(cast(rule(name, v)) for v in values)
         if len(set(out)) < len(out):  # a repeated seed is no new sample; a repeated width no new point
             raise InvalidOptionError(f"{name} must not repeat a value, got {values!r}")
-        if below is not None and max(out) >= below:  # torch's generators take 64-bit seeds
-            raise InvalidOptionError(f"{name} must be below 2**{below.bit_length() - 1}, got {max(out)}")
         return out
 
     return Custom(check, words, bad=bad, named=True)
@@ -80,7 +77,9 @@ POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v >
 NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
 DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
-SEEDS = _each(_int_at_least(0), int, "integers in [0, 2**63)", ((), (-1,), (0, 0), (2**63,)), below=2**63)
+SEED = Custom(lambda name, value: check_seed(value, name), "an integer in [0, 2**32)", bad=(-1, 1.5, 2**32, True),
+              named=True)
+SEEDS = _each(SEED, int, "integers in [0, 2**32)", ((), (-1,), (0, 0), (2**32,)))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.hmc import Teacher, make_teacher
-from wbfe.theory.checks import check_bytes, finite_number, is_whole
+from wbfe.theory.checks import check_bytes, check_runs, check_seed, finite_number, is_whole
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]
@@ -28,15 +28,17 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     noiseless teacher (from :func:`~wbfe.theory.hmc.make_teacher` with ``centred=False``).
 
     Raises:
-        InvalidOptionError: non-positive width, epochs, batches or learning rate; more batches than samples.
+        InvalidOptionError: non-positive width, epochs, batches or learning rate; more batches than samples; a
+            seed outside [0, 2**32).
         MissingDependencyError: torch is not installed.
     """
     require_torch("training the student networks")
     import torch
 
-    if not (all(is_whole(x) for x in (width, epochs, batches, seed)) and width >= 1 and epochs >= 1 and batches >= 1
+    if not (all(is_whole(x) for x in (width, epochs, batches)) and width >= 1 and epochs >= 1 and batches >= 1
             and finite_number(lr) and lr > 0):
         raise InvalidOptionError("width, epochs and batches must be >= 1 and lr > 0 (whole numbers, a finite lr)")
+    seed = check_seed(seed)
     width, epochs, batches = int(width), int(epochs), int(batches)
     n, d = teacher.x.shape
     if batches > n:
@@ -44,7 +46,7 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     n_all = n + teacher.x_test.shape[0]
     check_bytes(width * n_all, f"the activations of width {width} on {n_all} samples", "lower the width")
     dev = teacher.x.device
-    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 104729)
+    gen = torch.Generator(device="cpu").manual_seed(seed + 104729)
     w = torch.randn(width, d, generator=gen, dtype=torch.float64)
     w = (w / w.norm(dim=1, keepdim=True)).to(dev).requires_grad_(True)
     a = torch.zeros(width, dtype=torch.float64, device=dev, requires_grad=True)
@@ -100,11 +102,9 @@ def student_sweep(*, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 3
     of :func:`~wbfe.theory.teacher_student.solve` for the same readout, d, n and Δ.
 
     Raises:
-        InvalidOptionError: empty ``widths`` or ``seeds`` (and the errors of the parts).
+        InvalidOptionError: empty ``widths`` or ``seeds``, a repeated or bad seed (and the errors of the parts).
     """
-    if np.ndim(widths) != 1 or np.ndim(seeds) != 1 or not len(widths) or not len(seeds) \
-            or len(set(seeds)) < len(seeds):
-        raise InvalidOptionError("widths and seeds must be non-empty lists, and no seed may repeat")
+    check_runs("widths", widths, seeds)
     v = readout(kind, k, beta=beta)
     sol = solve(v, delta=delta, d=d, n=n, activation=activation)
     errs = np.empty((len(seeds), len(widths)))

@@ -78,11 +78,8 @@ def fixed_point_map(eps: Union[float, np.ndarray], v: np.ndarray, *, n_over_d: f
     # Flatten the (ε, on-feature) pairs, in chunks of rows that keep the flat arrays small.
     bounds = np.searchsorted(np.cumsum(on), np.arange(0, int(on.sum()), 2_000_000), side="right")
     for lo, hi in zip(bounds, np.append(bounds[1:], eps.size)):
-        lo = min(int(lo), int(hi))
         counts = on[lo:hi]
         total = int(counts.sum())
-        if total == 0:
-            continue
         rows = np.repeat(np.arange(lo, hi), counts)
         idx = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
         deficit = kern.deficit_at(a[idx] / (delta + eps[rows]))
@@ -214,7 +211,7 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         breaks * (1 - 1e-12), breaks * (1 + 1e-12),
     ]))
     roots, kinds, jumps = _roots(h, grid, e_max)
-    if not roots:  # cannot happen: h(0) > 0 >= h(e_max); kept as a loud failure, never a silent one
+    if not roots:  # h(0) > 0 >= h(e_max), unless F(0) underflows to 0 (n/Δ past a float: every snr is inf)
         raise InvalidOptionError("no fixed point found; the kernel or readout is degenerate")
     eps = roots[0]
     snr = n_over_d * v2 / (delta + eps)

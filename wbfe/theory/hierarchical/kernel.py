@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
+from wbfe.theory.checks import is_number
 
 __all__ = ["RIDGE_GRID", "KernelFit", "rbf_kernel", "fit_kernel_ridge", "predict_kernel_ridge"]
 
@@ -41,7 +42,7 @@ def fit_kernel_ridge(inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, 
     ``ridges``, relative to n (the penalty is ridge·n·‖f‖²_K / n).
 
     Raises:
-        InvalidOptionError: shapes do not match, or a ridge is not positive.
+        InvalidOptionError: shapes do not match, non-finite values, or a ridge that is not a positive number.
     """
     inputs = np.asarray(inputs, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -49,8 +50,8 @@ def fit_kernel_ridge(inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, 
         raise InvalidOptionError("kernel ridge needs inputs (n, dim) and y (n,) with n >= 2")
     if not (np.all(np.isfinite(inputs)) and np.all(np.isfinite(y))):  # eigh's LinAlgError, or a NaN fit
         raise InvalidOptionError("kernel ridge needs finite inputs and y")
-    if not ridges or any(not r > 0.0 for r in ridges):
-        raise InvalidOptionError(f"ridges must be positive, not {ridges!r}")
+    if np.ndim(ridges) != 1 or not len(ridges) or not all(is_number(r) and r > 0.0 for r in ridges):
+        raise InvalidOptionError(f"ridges must be a non-empty list of positive numbers, not {ridges!r}")
     n = inputs.shape[0]
     intercept = float(y.mean())
     yc = y - intercept

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.checks import finite_number, is_whole
+from wbfe.theory.checks import check_seed, finite_number, is_whole
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
            "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]
@@ -138,11 +138,7 @@ def _activation(name: str, s: np.ndarray) -> np.ndarray:
 
 
 def _rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
-    if isinstance(seed, np.random.SeedSequence):
-        return np.random.default_rng(seed)
-    if not (is_whole(seed) and seed >= 0):  # numpy's ValueError/TypeError otherwise
-        raise InvalidOptionError(f"seed must be an integer >= 0 or a SeedSequence, not {seed!r}")
-    return np.random.default_rng(int(seed))
+    return np.random.default_rng(seed if isinstance(seed, np.random.SeedSequence) else check_seed(seed))
 
 
 def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float = 0.5, activation: str = "identity",
@@ -151,7 +147,7 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     standardisation constants.
 
     Raises:
-        InvalidOptionError: d < 2, p outside [1, D], gamma ≤ 0.
+        InvalidOptionError: d < 2, p outside [1, D], gamma ≤ 0, a seed outside [0, 2**32).
         UnknownNameError: an unknown activation or feature kind.
     """
     if not is_whole(d) or d < 2:
@@ -185,7 +181,7 @@ def sample_data(teacher: HierarchicalTeacher, n: int, *,
     """``(data, y)``: n samples of the teacher's inputs (with their feature maps) and standardised outputs.
 
     Raises:
-        InvalidOptionError: n < 1.
+        InvalidOptionError: n < 1, a seed outside [0, 2**32).
     """
     if not is_whole(n) or n < 1:
         raise InvalidOptionError(f"n must be a positive integer, not {n!r}")

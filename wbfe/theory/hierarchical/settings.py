@@ -13,12 +13,11 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.checks import finite_number, is_number, is_whole
-from wbfe.theory.settings import custom_rule
+from wbfe.theory.checks import check_bytes, finite_number, is_number, is_whole
+from wbfe.theory.settings import SEED, custom_rule
 
-__all__ = ["MAX_TRAIN_BYTES", "HierarchicalSettings"]
+__all__ = ["HierarchicalSettings"]
 
-MAX_TRAIN_BYTES = 4 * 2**30  # the largest training draw kept in memory
 _NOT = "{name} must be {words}, not {value!r}"
 
 
@@ -51,7 +50,8 @@ class HierarchicalSettings(Validated):
         seed: master seed; the same settings give the same result.
 
     Raises:
-        InvalidOptionError: an option out of range, or a largest training set over MAX_TRAIN_BYTES.
+        InvalidOptionError: an option out of range, or a largest training set over 4 GiB
+            (:data:`wbfe.theory.checks.MAX_BYTES`).
         UnknownNameError: unknown activation, feature kind or solver.
     """
 
@@ -71,7 +71,7 @@ class HierarchicalSettings(Validated):
         "q_level": custom_rule("in (0, 1)", lambda v: finite_number(v) and 0.0 < v < 1.0, (0.0, 1.0),
                                say="q_level must lie in (0, 1), not {value!r}"),
         "solver": _known("eigensolver", SOLVERS),
-        "seed": _int("a non-negative integer", 0, (-1,)),
+        "seed": SEED,
     }
 
     d: int
@@ -100,11 +100,7 @@ class HierarchicalSettings(Validated):
             raise InvalidOptionError(f"n = d^alpha_max = {self.d!r}^{a_max!r} is past a float's range; lower alpha_max "
                                      "or d") from None
         width = self.d if self.features == "hermite" else feature_dim(int(self.d))
-        if n * width * 8 > MAX_TRAIN_BYTES:
-            raise InvalidOptionError(
-                f"n = {n} samples of dimension {width} need {n * width * 8 / 2**30:.1f} GiB "
-                f"(limit {MAX_TRAIN_BYTES / 2**30:.0f} GiB); lower alpha_max or d"
-            )
+        check_bytes(n * width, f"n = {n} samples of dimension {width}", "lower alpha_max or d")
 
     def alphas(self) -> np.ndarray:
         return np.linspace(self.alpha_min, self.alpha_max, int(self.points))

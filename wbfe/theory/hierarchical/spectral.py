@@ -12,7 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hierarchical.model import FeatureData, hermite_features
-from wbfe.theory.checks import finite_number, is_whole
+from wbfe.theory.checks import check_seed, finite_number, is_whole
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
@@ -65,7 +65,7 @@ def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "a
         tol: relative accuracy asked of ARPACK (0: machine precision).
 
     Raises:
-        InvalidOptionError: k out of range, a tol that is not a finite number >= 0, a seed not an integer >= 0.
+        InvalidOptionError: k out of range, a tol that is not a finite number >= 0, a seed outside [0, 2**32).
         UnknownNameError: unknown solver.
     """
     if solver not in SOLVERS:
@@ -76,8 +76,7 @@ def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "a
     # Checked for every solver, so that a bad value is refused before the run that would reach ARPACK.
     if not (finite_number(tol) and tol >= 0):
         raise InvalidOptionError(f"tol must be a finite number >= 0, not {tol!r}")
-    if not (is_whole(seed) and seed >= 0):
-        raise InvalidOptionError(f"seed must be an integer >= 0, not {seed!r}")
+    seed = check_seed(seed)
     limit = data.dim if solver == "dense" else data.dim - 1
     if not is_whole(k) or not 1 <= k <= limit:
         raise InvalidOptionError(f"k must be an integer in [1, {limit}] for solver {solver!r}, not {k!r}")
@@ -86,7 +85,7 @@ def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "a
     else:
         from scipy.sparse.linalg import eigsh
 
-        v0 = np.random.default_rng(int(seed)).standard_normal(data.dim)
+        v0 = np.random.default_rng(seed).standard_normal(data.dim)
         ncv = min(data.dim, max(2 * k + 1, k + 20))
         vals, vecs = eigsh(moment_operator(data, y), k=int(k), which="LM", v0=v0, ncv=ncv, tol=tol)
     order = np.argsort(-np.abs(vals), kind="stable")[: int(k)]

@@ -9,15 +9,20 @@ import math
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.theory.hierarchical.model import vec_to_sym
+from wbfe.theory.checks import finite_number
+from wbfe.theory.hierarchical.model import _MC_SAMPLES, vec_to_sym
 from wbfe.theory.teacher_student import fit_slope
 
 __all__ = ["leading_thresholds", "recovered_count", "spike_strengths", "finite_d_thresholds", "finite_d_overlaps",
            "finite_d_level_alphas", "tail_fraction", "overlap_nmse", "fit_tail_constant", "loglog_slope",
            "crossing_alphas", "nmse_exponent", "kernel_floor"]
 
-_MC_SAMPLES = 400_000
 _MC_SEED = 20260515
+
+
+def _check_level(level: float, what: str) -> None:
+    if not (finite_number(level) and 0.0 < level < 1.0):  # None, a string: TypeError from the comparison otherwise
+        raise InvalidOptionError(f"the {what} level must lie in (0, 1), not {level!r}")
 
 
 def leading_thresholds(d: int, p: int, gamma: float) -> np.ndarray:
@@ -69,8 +74,7 @@ def finite_d_overlaps(n: float, d: int, c: np.ndarray, v: np.ndarray) -> np.ndar
 
 def finite_d_level_alphas(d: int, c: np.ndarray, v: np.ndarray, level: float) -> np.ndarray:
     """α at which the predicted q_i reaches ``level``: σ_L = c·u/(1 + (v−1)u²), u² = r/(v + r), r = 1/L − 1."""
-    if not 0.0 < level < 1.0:
-        raise InvalidOptionError(f"the overlap level must lie in (0, 1), not {level!r}")
+    _check_level(level, "overlap")
     c, v = np.abs(np.asarray(c, dtype=np.float64)), np.asarray(v, dtype=np.float64)
     r = 1.0 / level - 1.0
     u = np.sqrt(r / (v + r))
@@ -116,8 +120,7 @@ def crossing_alphas(alphas: np.ndarray, q: np.ndarray, level: float) -> np.ndarr
         InvalidOptionError: level outside (0, 1) or mismatched shapes.
     """
     alphas, q = np.asarray(alphas, dtype=np.float64), np.asarray(q, dtype=np.float64)
-    if not 0.0 < level < 1.0:
-        raise InvalidOptionError(f"the crossing level must lie in (0, 1), not {level!r}")
+    _check_level(level, "crossing")
     if q.ndim != 2 or q.shape[0] != alphas.shape[0]:
         raise InvalidOptionError("q must have one row per alpha")
     out = np.full(q.shape[1], math.nan)
