@@ -76,7 +76,7 @@ OPTION_CASES = [
     OptionCase("lambda 1e301", {"lam": "1e301"}, ("--lambda", "1e301"), InvalidOptionError,
                "lambda must lie in [1e-300, 1e+300]"),
     OptionCase("device tpu", {"device": "tpu"}, ("--device", "tpu"), InvalidOptionError,
-               "device must be auto, cpu or cuda, not 'tpu'"),
+               "device must be auto, cpu or cuda (cuda:N for the N-th GPU), not 'tpu'"),
     OptionCase("seed -1", {"seed": -1}, ("--seed", "-1"), InvalidOptionError,
                "seed must be a non-negative integer below 2**32, not -1"),
     OptionCase("min_eigs 0", {"min_eigs": 0}, ("--min-eigs", "0"), InvalidOptionError,
@@ -290,7 +290,8 @@ def make_zoo(folder: Path, metric: tuple[float, ...] = (1.2, 1.5, 1.3, 1.9, 1.1)
 RANK_CASES = [
     ("lambda nan", {"lam": "nan"}, ("--lambda", "nan"), "lambda must be 'opt' or a positive number, not 'nan'"),
     ("lambda -1", {"lam": -1.0}, ("--lambda", "-1"), "lambda must be 'opt' or a positive number"),
-    ("device tpu", {"device": "tpu"}, ("--device", "tpu"), "device must be auto, cpu or cuda, not 'tpu'"),
+    ("device tpu", {"device": "tpu"}, ("--device", "tpu"),
+     "device must be auto, cpu or cuda (cuda:N for the N-th GPU), not 'tpu'"),
     ("stats seed -1", {"stats_seed": -1}, ("--stats-seed", "-1"), "seed must be a non-negative integer, not -1"),
     ("score seed -1", {"score_seed": -1}, ("--seed", "-1"), "seed must be a non-negative integer below 2**32, not -1"),
     ("n_boot 0", {"n_boot": 0}, ("--n-boot", "0"),

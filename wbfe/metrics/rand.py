@@ -48,7 +48,7 @@ def shuffle_matrix(matrix: Any, rng: np.random.Generator) -> Any:
     The bits are shuffled as unsigned integers of the element's width: a bfloat16 matrix is permuted exactly, in its own
     dtype, with one copy and no index array. UnsupportedDtypeError for entries that are no such number (complex128,
     objects, text)."""
-    copy = matrix.detach().to("cpu", copy=True).contiguous() if is_torch(matrix) else np.array(matrix, order="C")
+    copy: Any = matrix.detach().to("cpu", copy=True).contiguous() if is_torch(matrix) else np.array(matrix, order="C")
     width = copy.element_size() if is_torch(copy) else copy.itemsize
     if width not in _UINTS or getattr(copy.dtype, "kind", "f") not in "biufc":  # torch's dtypes are all numbers
         raise UnsupportedDtypeError(f"shuffle_matrix permutes numbers of 1, 2, 4 or 8 bytes, not {copy.dtype}")
