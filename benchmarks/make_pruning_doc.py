@@ -149,8 +149,9 @@ metric, and the others its allocation can follow, per matrix and on every format
 
 - `wbfe sparsity REF --target 0.7` prints the per-matrix sparsity that reaches the target overall
   (and writes it as JSON and CSV): what you hand to Wanda, SparseGPT or your own pruner;
-- `wbfe prune REF OUT --target 0.7` writes a magnitude-pruned safetensors copy at that allocation
-  and reports, per matrix, the sparsity reached and the change in its metrics.
+- `wbfe prune REF OUT.safetensors --target 0.7` writes a magnitude-pruned safetensors copy at that
+  allocation (OUT named `*.safetensors`, else refused before any work, as for `wbfe smooth`) and reports,
+  per matrix, the sparsity reached and the change in its metrics.
 
 Below: how the allocation is made, the options, the library calls, and what it was measured to
 gain over uniform pruning (test accuracy without fine-tuning at {targets} sparsity).

@@ -476,7 +476,7 @@ def test_zoo_page_and_wbfe_rank_write_rho_and_its_interval_alike(tmp_path: Path,
                        hasher=lambda ref: ref, n_boot=300)
     text = render_html(rank_report(result))
     figures: list = []
-    monkeypatch.setattr(ranking, "save", lambda fig, path: figures.append(fig) or path)
+    monkeypatch.setattr(ranking, "save", lambda fig, path: (figures.append(fig), path)[1])
 
     def two(value: float) -> str:
         return f"{value:+.2f}" if math.isfinite(value) else "n/a"

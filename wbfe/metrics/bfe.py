@@ -56,10 +56,11 @@ def bfe_from_moments(
     lam_used = parse_lambda(lam)
     if lam_used == "opt":
         return 0.5 * LOG_2PI_E + 0.5 * (math.log(mean_e) - mean_log_e), 1.0 / mean_e
-    return _bfe_at(mean_e, mean_log_e, lam_used), lam_used
+    return bfe_at_fixed_lambda(mean_e, mean_log_e, lam_used), lam_used
 
 
-def _bfe_at(mean_e: float, mean_log_e: float, lam: float) -> float:
+def bfe_at_fixed_lambda(mean_e: float, mean_log_e: float, lam: float) -> float:
+    """BFE-W's formula at a given λ, unchecked (its callers have checked the moments)."""
     return 0.5 * lam * mean_e - 0.5 * mean_log_e + 0.5 * math.log(2.0 * math.pi / lam)
 
 
@@ -82,7 +83,7 @@ def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
         if math.isnan(lam_used):
             result.fail_all(("lambda", "bfe"), out_of_range(spec.log_scale))
             return result
-        value = _bfe_at(mean_e, mean_log_e, lam_used)
+        value = bfe_at_fixed_lambda(mean_e, mean_log_e, lam_used)
     else:
         value, lam_used = bfe_from_moments(mean_e, mean_log_e, options.lam)
     result.values["bfe"] = value

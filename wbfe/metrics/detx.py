@@ -37,11 +37,11 @@ def detx_tail(eigs: np.ndarray) -> tuple[int, int, np.ndarray]:
 
 
 def _compute(spec: Spectrum, options: MetricOptions) -> GroupResult:
-    from wbfe.metrics.htsr import _spectrum_problem, fit_spectrum_power_law
+    from wbfe.metrics.htsr import spectrum_problem, fit_spectrum_power_law
 
     result = GroupResult()
     e = np.sort(np.asarray(spec.eigs if spec.eigs is not None else [], dtype=np.float64))
-    problem = _spectrum_problem(e)  # the htsr group's rule, and its reason
+    problem = spectrum_problem(e)  # the htsr group's rule, and its reason
     if problem is not None:
         result.fail_all(COLUMNS, problem)
         return result

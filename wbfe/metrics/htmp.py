@@ -17,7 +17,7 @@ from scipy.special import gammaln
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import Spectrum
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, check_gamma, out_of_range, rescaled
-from wbfe.metrics.bfe import _bfe_at
+from wbfe.metrics.bfe import bfe_at_fixed_lambda
 from wbfe.metrics.special import ArrayLike, log_abs_hyperu_neg, log_hyperu, log_hyperu_neg
 from wbfe.options import positive_lambda
 
@@ -110,7 +110,7 @@ def log_moment(kappa: float, gamma: float, beta: float, tau: float = 0.0) -> flo
 def f_inf(lam: float, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> float:
     """Limiting BFE-W of an HTMP spectrum at prior precision λ: λ/2·E[λ] − ½·E[log λ] + ½·log(2π/λ)."""
     lam = positive_lambda(lam)
-    return _bfe_at(mean(kappa, gamma, beta, tau), log_moment(kappa, gamma, beta, tau), lam)
+    return bfe_at_fixed_lambda(mean(kappa, gamma, beta, tau), log_moment(kappa, gamma, beta, tau), lam)
 
 
 def h_star(lam: float, gamma: float, kappa: Optional[float] = None, c: Optional[float] = None) -> float:

@@ -69,7 +69,7 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
     usable: list[tuple[int, np.ndarray]] = []
     for k, spec in enumerate(specs):
         e = np.sort(np.asarray(spec.eigs, dtype=np.float64))
-        problem = _spectrum_problem(e)
+        problem = spectrum_problem(e)
         if problem is None:
             _norm_columns(results[k], e, spec, options)
             usable.append((k, e))
@@ -89,7 +89,7 @@ def _compute_many(specs: Sequence[Spectrum], options: MetricOptions) -> list[Gro
     return results
 
 
-def _spectrum_problem(e: np.ndarray) -> Optional[str]:
+def spectrum_problem(e: np.ndarray) -> Optional[str]:
     if e.size == 0:
         return "empty spectrum"
     if not np.all(np.isfinite(e)):
@@ -143,7 +143,7 @@ def fit_spectrum_power_law(spec: Spectrum, options: MetricOptions) -> PowerLawFi
     """The fit behind the ``alpha`` and ``xmin`` columns of one spectrum, as this group makes it (``xmin`` in the
     stored units of ``spec.eigs``, see ``Spectrum.log_scale``); a failure (NaN + reason) for an unusable spectrum."""
     e = np.sort(np.asarray(spec.eigs if spec.eigs is not None else [], dtype=np.float64))
-    problem = _spectrum_problem(e)
+    problem = spectrum_problem(e)
     if problem is not None:
         return failed_fit(options.conventions.power_law, problem)
     return _tail_fit(e[e > stored_threshold(options.conventions.evals_thresh, spec.log_scale)], options)

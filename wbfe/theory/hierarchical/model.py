@@ -21,7 +21,7 @@ __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData",
 ACTIVATIONS = ("identity", "tanh")
 FEATURE_KINDS = ("hermite", "gaussian")
 _CHUNK = 32768  # rows per block: bounds the n×d·k temporaries of the matrix-free products
-_MC_SAMPLES = 400_000  # Monte Carlo size for the constants of a non-linear g*
+MC_SAMPLES = 400_000  # Monte Carlo size for the constants of a non-linear g*
 _MC_SEED = 20260514
 
 
@@ -170,7 +170,7 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
     b = raw / math.sqrt(2.0 * float(np.sum(raw**2)))  # Var Σ b_i(h_i²−1) = 2Σb² = 1
     y_mean, y_std = 0.0, 1.0  # of g*(s); exact for the identity: E s = 0, Var s = 2Σb² = 1
     if activation != "identity":  # Monte Carlo over independent Gaussian latents
-        h = np.random.default_rng(_MC_SEED).standard_normal((_MC_SAMPLES, b.shape[0]))
+        h = np.random.default_rng(_MC_SEED).standard_normal((MC_SAMPLES, b.shape[0]))
         g = _activation(activation, (h * h - 1.0) @ b)
         y_mean, y_std = float(g.mean()), float(g.std())
     return HierarchicalTeacher(int(d), float(gamma), activation, features, a, b, y_mean, y_std)

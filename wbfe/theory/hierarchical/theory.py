@@ -10,7 +10,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.theory.checks import finite_number
-from wbfe.theory.hierarchical.model import _MC_SAMPLES, vec_to_sym
+from wbfe.theory.hierarchical.model import MC_SAMPLES, vec_to_sym
 from wbfe.theory.teacher_student import fit_slope
 
 __all__ = ["leading_thresholds", "recovered_count", "spike_strengths", "finite_d_thresholds", "finite_d_overlaps",
@@ -47,7 +47,7 @@ def spike_strengths(b: np.ndarray, activation: str, y_mean: float = 0.0,
     if activation == "identity":
         # Stein: E[s(h_i²−1)] = 2b_i; E[s²h_i²] = b_i²·E[(h²−1)²h²] + Σ_{j≠i} 2b_j² = 8b_i² + 2Σb².
         return 2.0 * b / y_std, (8.0 * b**2 + 2.0 * float(np.sum(b**2))) / y_std**2
-    h = np.random.default_rng(_MC_SEED).standard_normal((_MC_SAMPLES, b.shape[0]))
+    h = np.random.default_rng(_MC_SEED).standard_normal((MC_SAMPLES, b.shape[0]))
     y = (np.tanh((h * h - 1.0) @ b) - y_mean) / y_std
     return ((h * h - 1.0) * y[:, None]).mean(axis=0), ((h * h) * (y * y)[:, None]).mean(axis=0)
 
