@@ -476,7 +476,12 @@ def test_zoo_page_and_wbfe_rank_write_rho_and_its_interval_alike(tmp_path: Path,
                        hasher=lambda ref: ref, n_boot=300)
     text = render_html(rank_report(result))
     figures: list = []
-    monkeypatch.setattr(ranking, "save", lambda fig, path: (figures.append(fig), path)[1])
+
+    def keep(fig, path):  # noqa: ANN001, ANN202
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(ranking, "save", keep)
 
     def two(value: float) -> str:
         return f"{value:+.2f}" if math.isfinite(value) else "n/a"
