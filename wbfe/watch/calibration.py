@@ -11,13 +11,15 @@ import numpy as np
 
 from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError
-from wbfe.options import WatchOptions
+from wbfe.options import WatchOptions, field_defaults
 from wbfe.render.text import ToJson, json_ready, text_table
 from wbfe.watch.rule import Calibration, calibrate_lambda
 from wbfe.watch.runs import Run, discover_run, read_csv, run_from_rows
 from wbfe.watch.trajectories import Trajectory, trajectory
 
 __all__ = ["CalibrationReport", "calibrate", "read_runs_csv"]
+
+_DEFAULTS = field_defaults(WatchOptions)  # the keywords' defaults are the options' own
 
 
 @dataclass
@@ -33,7 +35,7 @@ class CalibrationReport(ToJson):
 
     calibration: Calibration
     trajectories: list[Trajectory]
-    layers: str = "head"
+    layers: str = _DEFAULTS["layers"]
 
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
@@ -76,8 +78,9 @@ def read_runs_csv(path: Union[str, Path]) -> list[Run]:
     return [run_from_rows(path, group, name) for name, group in grouped.items()]
 
 
-def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]], *, layers: str = "head",
-              head: Optional[str] = None, device: str = "auto", grid: Optional[np.ndarray] = None) -> CalibrationReport:
+def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]], *,
+              layers: str = _DEFAULTS["layers"], head: Optional[str] = _DEFAULTS["head"],
+              device: str = _DEFAULTS["device"], grid: Optional[np.ndarray] = None) -> CalibrationReport:
     """Choose λ by leave-one-run-out over runs (a calibration CSV, runs or scored trajectories) that have a test
     loss at every checkpoint; ``layers``, ``head``, ``device`` as :func:`scan_checkpoint`, ``grid`` default a
     log grid covering every run's critical λ.
