@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -135,8 +136,12 @@ def test_hierarchical_settings_or_keywords_give_one_result() -> None:
     a, b = simulate_hierarchical(settings), simulate_hierarchical(**kw)
     assert a.to_dict() == b.to_dict()
     assert a.settings == {**settings.to_dict(p=2)} and a.settings["D"] == 21 and a.settings["p"] == 2
-    with pytest.raises(InvalidOptionError, match="give the settings or keywords, not both"):
+    both = "pass the settings either as HierarchicalSettings(...) or as keywords, not both"
+    with pytest.raises(InvalidOptionError, match=re.escape(f"d: {both}")):
         simulate_hierarchical(settings, d=7)
+    # a keyword equal to its default is still given beside the settings (and would be ignored): refused too
+    with pytest.raises(InvalidOptionError, match=re.escape(f"p, seeds: {both}")):
+        simulate_hierarchical(settings, p=None, seeds=3)
 
 
 def test_json_writes_null_for_non_finite_values() -> None:
