@@ -182,3 +182,13 @@ def test_student_json_is_standard_and_records_its_settings(tmp_path: Path) -> No
                                      "--epochs", "5", "--output", str(tmp_path)])
     assert table.exit_code == 0, table.output
     assert f"wrote {tmp_path / 'student.json'}" in table.stderr and "wrote" not in table.stdout
+
+
+def test_hierarchical_settings_replay_their_record_and_refuse_a_wrong_D() -> None:
+    settings = HierarchicalSettings(d=6, p=2, points=3, seeds=1)
+    recorded = json.loads(dumps(settings.to_dict()))
+    assert recorded["D"] == 21 and HierarchicalSettings.from_dict(recorded) == settings  # D = d(d+1)/2
+    with pytest.raises(InvalidOptionError, match=r"^D = 20 is not the feature dimension of d = 6 \(21\)$"):
+        HierarchicalSettings.from_dict({**recorded, "D": 20})
+    with pytest.raises(InvalidOptionError, match="^HierarchicalSettings.from_dict needs a dict of options, not list$"):
+        HierarchicalSettings.from_dict([("d", 6)])  # type: ignore[arg-type]
