@@ -49,7 +49,7 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
     check_readout(readout, k, beta=beta, rate=rate, nonzeros=nonzeros)
 
 
-def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
+def _each(rule: Constraint, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
     """A non-empty tuple (list, range, array) of different values, each passing ``rule``."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
