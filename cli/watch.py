@@ -99,9 +99,13 @@ def watch_command(
 
     assert run is not None  # refused above when neither a run nor --calibrate was given
     found = discover_run(run, step_pattern=step_pattern)
-    with progress_bar(enabled=True, what="watching", unit="checkpoints") as update:
-        traj = trajectory(found, layers=options.layers, head=options.head, device=options.device, progress=update,
-                          **({} if metrics is None else {"metrics": metrics}))
+    # RUN among the calibration runs was scored there (with the same options and metrics): not a second time
+    traj = None if report is None else report.scored(found, layers=options.layers, head=options.head,
+                                                       device=options.device)
+    if traj is None:
+        with progress_bar(enabled=True, what="watching", unit="checkpoints") as update:
+            traj = trajectory(found, layers=options.layers, head=options.head, device=options.device,
+                              progress=update, **({} if metrics is None else {"metrics": metrics}))
     if metrics is not None:
         from wbfe.watch.decide import result_by_rule
 

@@ -114,3 +114,63 @@ def test_the_bar_counts_the_runs_checkpoints(synthetic_run: Path, monkeypatch: p
     start = next(k for k, f in enumerate(frames) if "0/7" in f)
     assert "watching" in frames[start]
     assert any("7/7" in f and "step 600" in f and "checkpoints/s" in f for f in frames[start:])
+
+
+def test_a_run_among_the_calibration_runs_is_scored_once(synthetic_run: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wbfe watch RUN --calibrate RUNS.csv`` scored RUN a second time when it is a calibration run; its output is
+    the same as scoring it again, with RUN's own name and test losses (the CSV's differ)."""
+    import wbfe.watch.trajectories
+    from wbfe.watch import calibrate, result_at, trajectory
+
+    folder = tmp_path / "r0"
+    write_synthetic_run(folder, steps=6, beta0=RATE, seed=5)
+    rows = [f"r0,{t * 100},{0.4 + 0.1 * abs(t - K_CROSS)},{folder / f'step_{t * 100}.safetensors'}" for t in range(6)]
+    # synthetic_run's checkpoints, named otherwise and with other test losses (same order, so the same calibration)
+    rows += [f"other,{t * 100},{1.4 + 0.1 * abs(t - K_CROSS - 1)},{synthetic_run / f'ckpt_{t * 100:05d}.safetensors'}"
+             for t in range(7)]
+    (tmp_path / "runs.csv").write_text("run,step,test_loss,checkpoint\n" + "\n".join(rows) + "\n")
+    report = calibrate(tmp_path / "runs.csv")
+    expected = result_at(trajectory(synthetic_run), report.calibration.lam_all, lam_source="calibrated").to_json()
+
+    scans: list[object] = []
+    scan = wbfe.watch.trajectories.scan_checkpoint
+    monkeypatch.setattr(wbfe.watch.trajectories, "scan_checkpoint",
+                        lambda ref, **kw: scans.append(ref) or scan(ref, **kw))
+    out = invoke("watch", synthetic_run, "--calibrate", tmp_path / "runs.csv", "--lambda", "calibrated", "--format",
+                 "json")
+    assert out.exit_code == 0, out.output
+    assert len(scans) == 6 + 7  # each checkpoint once: 6 + 7 + 7 before
+    assert out.stdout == expected + "\n"
+    result = json.loads(out.stdout)
+    assert result["run"] == str(synthetic_run) and result["comparison"]["test_loss_gap"] == 0.0
+    assert [c["test_loss"] for c in result["checkpoints"]] == pytest.approx(
+        [0.4 + 0.1 * abs(t - K_CROSS - 1) for t in range(7)])  # metrics.csv's, not the calibration CSV's
+
+    # a run that is not one of them (other steps: its first checkpoint left out) is scored
+    scans.clear()
+    subset = tmp_path / "subset.csv"
+    subset.write_text("step,checkpoint\n" + "".join(f"{t * 100},{synthetic_run / f'ckpt_{t * 100:05d}.safetensors'}\n"
+                                                     for t in range(1, 7)))
+    out = invoke("watch", subset, "--calibrate", tmp_path / "runs.csv", "--format", "json")
+    assert out.exit_code == 0, out.output
+    assert len(scans) == 6 + 7 + 6
+
+
+def test_calibration_report_scored_needs_the_same_options_and_checkpoints(tmp_path: Path) -> None:
+    from wbfe.watch import calibrate
+    from wbfe.watch.runs import CheckpointRef, Run, discover_run
+
+    for name, seed in (("a", 5), ("b", 6)):
+        write_synthetic_run(tmp_path / name, steps=4, seed=seed)
+        (tmp_path / name / "metrics.csv").write_text("step,test_loss\n" + "".join(
+            f"{t * 100},{1.0 + abs(t - 2)}\n" for t in range(4)))
+    report = calibrate([tmp_path / "a", tmp_path / "b"], layers="all")
+    run = discover_run(tmp_path / "b")
+    traj = report.scored(run, layers="all", head=None, device="auto")
+    assert traj == report.trajectories[1]
+    assert report.scored(run, layers="head", head=None, device="auto") is None
+    assert report.scored(run, layers="all", head="x", device="auto") is None
+    assert report.scored(run, layers="all", head=None, device="cpu") is None
+    in_memory = Run("b", tuple(CheckpointRef(c.step, object()) for c in run.checkpoints))
+    assert report.scored(in_memory, layers="all", head=None, device="auto") is None

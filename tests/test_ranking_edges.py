@@ -129,3 +129,20 @@ def test_a_model_another_driver_holds_is_taken_from_the_cache_once_it_is_stored(
     first = result.models[0]
     assert (first.model, first.cached, first.scores["bfe_head"]) == ("m0.txt", True, 7.5)
     assert [line for line in lines if "another driver" in line] == ["[1/5] m0.txt: cached (scored by another driver)"]
+
+
+def test_rank_keyword_defaults_are_the_rank_and_executor_options_defaults() -> None:
+    """rank's keywords' defaults were written a second time in its signature; they are RankOptions' own (and
+    ExecutorOptions' for where the models are scored)."""
+    import inspect
+    from dataclasses import fields
+
+    from wbfe.executors import ExecutorOptions
+    from wbfe.options import RankOptions
+    from wbfe.ranking import rank
+
+    params = inspect.signature(rank).parameters
+    own = {f.name: f.default for f in fields(RankOptions)}
+    assert {key: params[key].default for key in own} == own
+    where = {f.name: f.default for f in fields(ExecutorOptions)}
+    assert (params["executor"].default, params["ray_address"].default) == (where["executor"], where["address"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def _strict(text: str) -> object:
         (lambda: HmcSettings(k=50, d=40), "need k <= d for HMC, got k=50, d=40"),
         (lambda: HmcSettings(r_values=()), "r_values must not be empty"),
         (lambda: HmcSettings(seeds=(0, -1)), SEEDS + "-1"),
-        (lambda: StudentSettings(widths=(2, 0)), "widths must be an integer >= 1, got 0"),
+        (lambda: StudentSettings(widths=(2, 0)), "widths must be a positive integer, not 0"),
         (lambda: StudentSettings(lr=math.nan), "lr must be positive and finite, got nan"),
         (lambda: HierarchicalSettings(d=10, points=1), "points must be an integer >= 2, not 1"),
         (lambda: HierarchicalSettings(d=1), "d must be an integer >= 2, not 1"),
@@ -62,8 +63,9 @@ def test_settings_refuse_bad_values(build, message) -> None:
         pytest.param(lambda: HierarchicalSettings(d=math.inf), "d must be an integer >= 2, not inf", id="Hierarchical"),
         pytest.param(lambda: HierarchicalSettings(d=10, p=math.nan), "p must be a positive integer, not nan",
                      id="Hierarchical-nan"),
-        pytest.param(lambda: HierarchicalSettings(d=1e200), "n = d^alpha_max = 1e+200^3.6 is past a float's range",
-                     id="Hierarchical-huge-d"),
+        pytest.param(lambda: HierarchicalSettings(d=1e200), "d must be an integer >= 2, not 1e+200",
+                     id="Hierarchical-float-d"),
+        pytest.param(lambda: HierarchicalSettings(d=10**200), "n = d^alpha_max = 1000", id="Hierarchical-huge-d"),
         pytest.param(lambda: HierarchicalSettings(d=10, gamma=2**1024), "the sequential-recovery predictions need",
                      id="Hierarchical-huge-int"),
         pytest.param(lambda: HierarchicalSettings(d=10, activation=1.5), "unknown activation '1.5'",
@@ -107,8 +109,27 @@ def test_settings_take_numpy_numbers_and_arrays_and_record_python_ones() -> None
     hier = HierarchicalSettings(d=np.int64(10), gamma=np.float64(1.0))
     assert hier == HierarchicalSettings(d=10, gamma=1.0) and dumps(hier.to_dict()) == dumps(
         HierarchicalSettings(d=10).to_dict())
-    with pytest.raises(InvalidOptionError, match="d must be an integer >= 1, got "):
+    with pytest.raises(InvalidOptionError, match="d must be a positive integer, not "):
         CurveSettings(d=np.int64(0))
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: CurveSettings(d=0), "d must be a positive integer, not 0"),
+        (lambda: CurveSettings(d=50.0), "d must be a positive integer, not 50.0"),
+        (lambda: HmcSettings(warmup=-1), "warmup must be a non-negative integer, not -1"),
+        (lambda: HierarchicalSettings(d=30.0), "d must be an integer >= 2, not 30.0"),
+        (lambda: HierarchicalSettings(d=10, seeds=2.0), "seeds must be a positive integer, not 2.0"),
+        (lambda: HierarchicalSettings(d=10, n_test=9), "n_test must be an integer >= 10, not 9"),
+    ],
+)
+def test_integer_settings_take_integers_only_with_one_wording(build, message) -> None:
+    # The sweeps' integer fields follow wbfe.options' Integer rule: a float, even a whole one (d=30.0, or 1e200 that
+    # the sweep would have turned into an int), is refused, as min_eigs=10.0 is. The teacher-student settings said
+    # "got" where every other refusal says "not"; the hierarchical ones took whole floats.
+    with pytest.raises(InvalidOptionError, match=f"^{re.escape(message)}$"):
+        build()
 
 
 def test_settings_refuse_unknown_names() -> None:
@@ -135,8 +156,12 @@ def test_hierarchical_settings_or_keywords_give_one_result() -> None:
     a, b = simulate_hierarchical(settings), simulate_hierarchical(**kw)
     assert a.to_dict() == b.to_dict()
     assert a.settings == {**settings.to_dict(p=2)} and a.settings["D"] == 21 and a.settings["p"] == 2
-    with pytest.raises(InvalidOptionError, match="give the settings or keywords, not both"):
+    both = "pass the settings either as HierarchicalSettings(...) or as keywords, not both"
+    with pytest.raises(InvalidOptionError, match=re.escape(f"d: {both}")):
         simulate_hierarchical(settings, d=7)
+    # a keyword equal to its default is still given beside the settings (and would be ignored): refused too
+    with pytest.raises(InvalidOptionError, match=re.escape(f"p, seeds: {both}")):
+        simulate_hierarchical(settings, p=None, seeds=3)
 
 
 def test_json_writes_null_for_non_finite_values() -> None:
@@ -157,3 +182,13 @@ def test_student_json_is_standard_and_records_its_settings(tmp_path: Path) -> No
                                      "--epochs", "5", "--output", str(tmp_path)])
     assert table.exit_code == 0, table.output
     assert f"wrote {tmp_path / 'student.json'}" in table.stderr and "wrote" not in table.stdout
+
+
+def test_hierarchical_settings_replay_their_record_and_refuse_a_wrong_D() -> None:
+    settings = HierarchicalSettings(d=6, p=2, points=3, seeds=1)
+    recorded = json.loads(dumps(settings.to_dict()))
+    assert recorded["D"] == 21 and HierarchicalSettings.from_dict(recorded) == settings  # D = d(d+1)/2
+    with pytest.raises(InvalidOptionError, match=r"^D = 20 is not the feature dimension of d = 6 \(21\)$"):
+        HierarchicalSettings.from_dict({**recorded, "D": 20})
+    with pytest.raises(InvalidOptionError, match="^HierarchicalSettings.from_dict needs a dict of options, not list$"):
+        HierarchicalSettings.from_dict([("d", 6)])  # type: ignore[arg-type]

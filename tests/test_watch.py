@@ -581,3 +581,20 @@ def test_watch_calls_progress_as_score_does_and_feeds_the_command_lines_bar(tmp_
         watch(tmp_path, layers="all", device="cpu", progress=both)
     assert calls == [(0, 3, ""), (1, 3, "step 10"), (2, 3, "step 20"), (3, 3, "step 30")]
     assert "3/3" in out.getvalue() and "step 30" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["watch", "trajectory", "calibrate", "scan_checkpoint"])
+def test_keyword_defaults_are_the_watch_options_defaults(name: str) -> None:
+    """The keywords' defaults were written a second time in each signature; they are WatchOptions' own."""
+    import inspect
+    from dataclasses import fields
+
+    import wbfe.watch
+    from wbfe.options import WatchOptions
+
+    own = {f.name: f.default for f in fields(WatchOptions)}
+    params = inspect.signature(getattr(wbfe.watch, name)).parameters
+    shared = {key: p.default for key, p in params.items() if key in own}
+    assert set(shared) >= {"layers", "head", "device"}
+    assert shared == {key: own[key] for key in shared}
+    assert ("lam" in shared) == (name == "watch")

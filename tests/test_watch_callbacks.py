@@ -99,7 +99,7 @@ def test_trainer_callback_stops_training_when_the_rule_fires(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"rule": "last", "lam": 1.0}, "give either rule or lam"),
+    ({"rule": "last", "lam": 1.0}, r"^lam: give either rule or lam \(the h\* rule at a λ\), not both$"),
     ({"patience": 0}, "patience must be a positive integer"),
     ({"rule": "nope"}, "unknown stopping rule 'nope'"),
 ])

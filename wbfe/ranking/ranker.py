@@ -18,7 +18,7 @@ from wbfe._provenance import installed_versions, source_digest
 from wbfe.framework.applicability import STATUSES
 from wbfe.errors import InvalidOptionError, NothingRankedError, unknown_name
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
-from wbfe.options import RankOptions, ScoreOptions, StatsOptions, split_keywords
+from wbfe.options import RankOptions, ScoreOptions, StatsOptions, field_defaults, split_keywords
 from wbfe.ranking.cache import ScoreCache, cache_key, score_claimed
 from wbfe.ranking.stats import MIN_MODELS, Correlation, correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
@@ -28,6 +28,9 @@ __all__ = ["rank", "RankResult", "ModelResult", "Failure", "expected_sign"]
 
 Scorer = Callable[[str, ScoreOptions], Mapping[str, Any]]
 """``scorer(ref, options) -> {"summary": {...}, "model": {...}}``, scoring ``ref`` with ``options``."""
+
+_DEFAULTS = field_defaults(RankOptions)  # the keywords' defaults are the options' own
+_WHERE = field_defaults(ExecutorOptions)
 
 # Lower is better: BFE-W (docs/math.md §2, the paper reports negative ρ with accuracy) and the HT-SR
 # capacity metrics, for which WeightWatcher's papers report smaller values for better models.
@@ -134,12 +137,14 @@ def _sort_key(row: Correlation) -> tuple[Any, ...]:
     return (not math.isfinite(row.rho), *magnitudes, row.metric)
 
 
-def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = None, *, score: Optional[ScoreOptions] = None,
-         stats: Optional[StatsOptions] = None, workers: int = 1,
-         cache_dir: Union[str, Path, None, Literal[False]] = None, lower_is_better: Iterable[str] = (),
+def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = _DEFAULTS["quality"], *,
+         score: Optional[ScoreOptions] = None, stats: Optional[StatsOptions] = None,
+         workers: int = _DEFAULTS["workers"],
+         cache_dir: Union[str, Path, None, Literal[False]] = _DEFAULTS["cache_dir"],
+         lower_is_better: Iterable[str] = _DEFAULTS["lower_is_better"],
          progress: Optional[Callable[[str], None]] = None, scorer: Optional[Scorer] = None,
-         hasher: Optional[Callable[[str], str]] = None, executor: Literal["local", "ray"] = "local",
-         ray_address: Optional[str] = None, **settings: Any) -> RankResult:
+         hasher: Optional[Callable[[str], str]] = None, executor: Literal["local", "ray"] = _WHERE["executor"],
+         ray_address: Optional[str] = _WHERE["address"], **settings: Any) -> RankResult:
     """Score every model of a zoo and correlate each summary metric with a quality column (docs/ranking.md).
 
     Every option is checked before the first model is scored. A model whose quality value is missing, or

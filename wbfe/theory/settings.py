@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options.constraints import Constraint, Custom, Text, Validated
-from wbfe.theory.checks import check_seed, finite_number, is_number
+from wbfe.options.constraints import Constraint, Custom, Integer, Text, Validated
+from wbfe.theory.checks import check_seed, finite_number
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -49,13 +49,7 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
     check_readout(readout, k, beta=beta, rate=rate, nonzeros=nonzeros)
 
 
-def _int_at_least(minimum: int) -> Custom:
-    return custom_rule(f"an integer >= {minimum}",
-                       lambda v: is_number(v, numbers.Integral) and v >= minimum,
-                       (minimum - 1, 1.5, True))
-
-
-def _each(rule: Custom, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
+def _each(rule: Constraint, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
     """A non-empty tuple (list, range, array) of different values, each passing ``rule``."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
@@ -87,9 +81,9 @@ class CurveSettings(Validated):
     """A sweep of the fixed point over r = n/(kd) (``wbfe theory curve``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "beta": NUMBER, "delta": POSITIVE, "d": _int_at_least(1), "k": _int_at_least(1), "r_min": NUMBER,
-        "r_max": NUMBER, "points": _int_at_least(1), "activation": NAME, "readout": NAME, "rate": NUMBER,
-        "nonzeros": _int_at_least(0),
+        "beta": NUMBER, "delta": POSITIVE, "d": Integer(1), "k": Integer(1), "r_min": NUMBER,
+        "r_max": NUMBER, "points": Integer(1), "activation": NAME, "readout": NAME, "rate": NUMBER,
+        "nonzeros": Integer(0),
     }
 
     beta: float = 0.3
@@ -116,9 +110,9 @@ class HmcSettings(Validated):
     """HMC posterior sampling against the fixed point (``wbfe theory hmc``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "r_values": _each(POSITIVE, float, "positive numbers", ((), (0.0,))), "seeds": SEEDS, "d": _int_at_least(1),
-        "k": _int_at_least(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "warmup": _int_at_least(0),
-        "samples": _int_at_least(1), "device": DEVICE,
+        "r_values": _each(POSITIVE, float, "positive numbers", ((), (0.0,))), "seeds": SEEDS, "d": Integer(1),
+        "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "warmup": Integer(0),
+        "samples": Integer(1), "device": DEVICE,
     }
 
     r_values: tuple[float, ...] = (0.5, 2.0, 5.0)
@@ -143,9 +137,9 @@ class StudentSettings(Validated):
     """Adam-trained students of several widths against k_c (``wbfe theory student``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "widths": _each(_int_at_least(1), int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": _int_at_least(1),
-        "d": _int_at_least(1), "k": _int_at_least(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME,
-        "epochs": _int_at_least(1), "lr": POSITIVE, "device": DEVICE,
+        "widths": _each(Integer(1), int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": Integer(1),
+        "d": Integer(1), "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME,
+        "epochs": Integer(1), "lr": POSITIVE, "device": DEVICE,
     }
 
     widths: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -11,13 +12,15 @@ import numpy as np
 
 from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError
-from wbfe.options import WatchOptions
+from wbfe.options import WatchOptions, field_defaults
 from wbfe.render.text import ToJson, json_ready, text_table
 from wbfe.watch.rule import Calibration, calibrate_lambda
 from wbfe.watch.runs import Run, discover_run, read_csv, run_from_rows
-from wbfe.watch.trajectories import Trajectory, trajectory
+from wbfe.watch.trajectories import CheckpointScan, Trajectory, checkpoint_point, trajectory
 
 __all__ = ["CalibrationReport", "calibrate", "read_runs_csv"]
+
+_DEFAULTS = field_defaults(WatchOptions)  # the keywords' defaults are the options' own
 
 
 @dataclass
@@ -28,12 +31,27 @@ class CalibrationReport(ToJson):
         calibration: the λ grid, the mean gap at each, the λ chosen on all runs and per held-out run.
         trajectories: the scored runs, in the order given: what :func:`~wbfe.watch.result_at` takes to watch one at
             ``calibration.lam_all`` and :func:`calibrate` to choose again on another grid, without scoring again.
-        layers: the layer selection the runs were scored with.
+        layers, head, device: the layer selection, head and device the runs were scored with.
     """
 
     calibration: Calibration
     trajectories: list[Trajectory]
-    layers: str = "head"
+    layers: str = _DEFAULTS["layers"]
+    head: Optional[str] = _DEFAULTS["head"]
+    device: str = _DEFAULTS["device"]
+
+    def scored(self, run: Run, *, layers: str, head: Optional[str], device: str) -> Optional[Trajectory]:
+        """``run``'s trajectory when it is one of the calibration runs (the same checkpoints at the same steps)
+        scored with this ``layers``, ``head`` and ``device``: under ``run``'s name and with its own test metrics
+        (a calibration CSV may give others); None when it is not, and the run must be scored."""
+        wanted = [(ck.step, _place(ck.ref)) for ck in run.checkpoints]
+        if (layers, head, device) != (self.layers, self.head, self.device) or any(p is None for _, p in wanted):
+            return None
+        for traj in self.trajectories:
+            if [(p.step, _place(p.source)) for p in traj.points] == wanted:
+                scans = (CheckpointScan(p.layers, p.fittable, p.min_eigs) for p in traj.points)
+                return Trajectory(run.name, [checkpoint_point(ck, scan) for ck, scan in zip(run.checkpoints, scans)])
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
@@ -56,6 +74,14 @@ class CalibrationReport(ToJson):
                 f"lambda chosen on all runs: {d['lambda_all_runs']:.6g}\n")
 
 
+def _place(ref: object) -> Optional[str]:
+    """Where a checkpoint reference reads from: a local file's real path, else the reference (a hub id); None for an
+    object in memory, which is no run's (its trajectory point's source is ``<Module>``)."""
+    if not isinstance(ref, str):
+        return None
+    return os.path.realpath(ref) if os.path.exists(ref) else ref
+
+
 def read_runs_csv(path: Union[str, Path]) -> list[Run]:
     """The runs of a calibration CSV: one row per run (``run``: a folder or run CSV, relative to this file), or
     one per checkpoint (``run``, ``step``, ``test_loss``, optional ``checkpoint`` / ``test_accuracy``).
@@ -76,8 +102,9 @@ def read_runs_csv(path: Union[str, Path]) -> list[Run]:
     return [run_from_rows(path, group, name) for name, group in grouped.items()]
 
 
-def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]], *, layers: str = "head",
-              head: Optional[str] = None, device: str = "auto", grid: Optional[np.ndarray] = None) -> CalibrationReport:
+def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]], *,
+              layers: str = _DEFAULTS["layers"], head: Optional[str] = _DEFAULTS["head"],
+              device: str = _DEFAULTS["device"], grid: Optional[np.ndarray] = None) -> CalibrationReport:
     """Choose λ by leave-one-run-out over runs (a calibration CSV, runs or scored trajectories) that have a test
     loss at every checkpoint; ``layers``, ``head``, ``device`` as :func:`scan_checkpoint`, ``grid`` default a
     log grid covering every run's critical λ.
@@ -90,4 +117,4 @@ def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]
     trajs = [x if isinstance(x, Trajectory) else trajectory(x, layers=layers, head=head, device=device) for x in items]
     cal = calibrate_lambda([t.run for t in trajs], [t.steps for t in trajs], [t.critical_lambdas() for t in trajs],
                            [t.test_losses() for t in trajs], grid=grid)
-    return CalibrationReport(cal, trajs, layers)
+    return CalibrationReport(cal, trajs, layers, head, device)

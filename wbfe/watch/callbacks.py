@@ -49,12 +49,12 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
         from transformers import TrainerCallback
     except ImportError:
         raise MissingDependencyError("the Trainer callback needs transformers (pip install transformers)") from None
-    from wbfe.options import WatchOptions
+    from wbfe.options import WatchOptions, refuse_keywords
     from wbfe.render.files import check_output_dir, write_atomic
     from wbfe.watch.decide import result_by_rule, rule_metrics
 
-    if rule is not None and lam is not None:
-        raise InvalidOptionError("give either rule or lam (the h* rule at a λ), not both")
+    if rule is not None:
+        refuse_keywords(WatchOptions, {"lam": lam}, why="give either rule or lam (the h* rule at a λ), not both")
     if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
         raise InvalidOptionError(f"patience must be a positive integer, not {patience!r}", option="patience")
     WatchOptions(layers=layers, lam=lam, head=head, device=device)

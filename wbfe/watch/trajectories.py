@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options import WatchOptions, positive_lambda
+from wbfe.options import WatchOptions, field_defaults, positive_lambda
 from wbfe.render.text import ToJson, as_float, json_ready, text_table
 from wbfe.watch.guidance import (
     BFE_OPT_CAVEAT,
@@ -32,6 +32,7 @@ __all__ = ["LayerPoint", "CheckpointPoint", "Trajectory", "WatchResult", "trajec
            "CheckpointScan", "scan_checkpoint", "LAYER_CHOICES"]
 
 METRICS = "bfe,htsr,htmp"
+_DEFAULTS = field_defaults(WatchOptions)  # the keywords' defaults are the options' own
 # Scored anyway by METRICS (``rand_distance`` only with the opt-in ``rand`` group): kept for the stopping rules.
 EXTRA_COLUMNS = ("rows", "cols", "log_norm", "log_spectral_norm", "stable_rank", "alpha_weighted", "rand_distance")
 
@@ -159,8 +160,8 @@ class CheckpointScan:
     min_eigs: int
 
 
-def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = None,
-                    device: str = "auto", metrics: str = METRICS) -> CheckpointScan:
+def scan_checkpoint(ref: Any, *, layers: str = _DEFAULTS["layers"], head: Optional[str] = _DEFAULTS["head"],
+                    device: str = _DEFAULTS["device"], metrics: str = METRICS) -> CheckpointScan:
     """Score one checkpoint (anything :func:`wbfe.score` accepts) at λ*, keep the selected ``layers`` (``head``,
     ``all``, ``fittable``: those with an HTMP fit, or a regex on tensor names) and list the fittable matrices.
     ``metrics``: at least ``bfe,htsr,htmp`` (``rand`` adds ``rand_distance``).
@@ -190,8 +191,9 @@ def scan_checkpoint(ref: Any, *, layers: str = "head", head: Optional[str] = Non
     return CheckpointScan(tuple(_layer_point(r) for r in rows), fittable, min_eigs)
 
 
-def trajectory(run: Union[str, Path, Run], *, layers: str = "head", head: Optional[str] = None,
-               device: str = "auto", progress: Optional[Callable[[int, Optional[int], str], None]] = None,
+def trajectory(run: Union[str, Path, Run], *, layers: str = _DEFAULTS["layers"],
+               head: Optional[str] = _DEFAULTS["head"], device: str = _DEFAULTS["device"],
+               progress: Optional[Callable[[int, Optional[int], str], None]] = None,
                metrics: str = METRICS) -> Trajectory:
     """Score every checkpoint of a run (:func:`~wbfe.watch.runs.discover_run`'s, or a :class:`Run`) with
     :func:`scan_checkpoint`'s options; ``progress`` is called as :func:`wbfe.score` calls it per matrix: with
@@ -373,8 +375,8 @@ def result_at(traj: Trajectory, lam: Optional[float], *, lam_source: Optional[st
     return WatchResult(traj, lam, lam_source or "given", rec, layers)
 
 
-def watch(run: Union[str, Path, Run], *, lam: Optional[float] = None, layers: str = "head",
-          head: Optional[str] = None, device: str = "auto",
+def watch(run: Union[str, Path, Run], *, lam: Optional[float] = _DEFAULTS["lam"], layers: str = _DEFAULTS["layers"],
+          head: Optional[str] = _DEFAULTS["head"], device: str = _DEFAULTS["device"],
           progress: Optional[Callable[[int, Optional[int], str], None]] = None) -> WatchResult:
     """Score a run's checkpoints (as :func:`trajectory`, ``progress`` too) and recommend the one to keep by the h*
     rule at prior precision ``lam`` (None: trajectories without a recommendation).

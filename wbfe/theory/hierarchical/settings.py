@@ -10,21 +10,15 @@ from typing import Any, ClassVar, Mapping, Optional
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.options.constraints import Constraint, Custom, Validated
+from wbfe.options.constraints import Constraint, Custom, Integer, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.checks import check_bytes, finite_number, is_number, is_whole
+from wbfe.theory.checks import check_bytes, finite_number
 from wbfe.theory.settings import SEED, custom_rule
 
 __all__ = ["HierarchicalSettings"]
 
 _NOT = "{name} must be {words}, not {value!r}"
-
-
-def _int(words: str, minimum: int, bad: tuple[Any, ...], *, optional: bool = False) -> Custom:
-    """A whole number (an int, or a float equal to one) >= ``minimum``."""
-    return custom_rule(words, lambda v: is_number(v) and is_whole(v)
-                       and v >= minimum, bad + (math.inf,), say=_NOT, optional=optional)
 
 
 def _known(kind: str, names: Any) -> Custom:
@@ -56,18 +50,18 @@ class HierarchicalSettings(Validated):
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "d": _int("an integer >= 2", 2, (1, 2.5)),
-        "p": _int("a positive integer", 1, (0, 1.5), optional=True),
+        "d": Integer(2, words="an integer >= 2"),
+        "p": Integer(1, optional=True),
         "gamma": custom_rule("a number > 1/2", lambda v: finite_number(v) and v > 0.5, (0.5, math.nan),
                              say="the sequential-recovery predictions need gamma > 1/2, not {value!r}"),
         "alpha_min": custom_rule("a finite number", finite_number, (math.nan,), say=_NOT),
         "alpha_max": custom_rule("a finite number", finite_number, (math.inf,), say=_NOT),
-        "points": _int("an integer >= 2", 2, (1,)),
-        "seeds": _int("a positive integer", 1, (0,)),
+        "points": Integer(2, words="an integer >= 2"),
+        "seeds": Integer(1),
         "eps": custom_rule("a finite number", finite_number, (math.nan,), say=_NOT),
         "activation": _known("activation", ACTIVATIONS), "features": _known("feature kind", FEATURE_KINDS),
-        "n_test": _int("an integer >= 10", 10, (9,)),
-        "kernel_max_n": _int("a non-negative integer", 0, (-1,)),
+        "n_test": Integer(10, words="an integer >= 10"),
+        "kernel_max_n": Integer(0),
         "q_level": custom_rule("in (0, 1)", lambda v: finite_number(v) and 0.0 < v < 1.0, (0.0, 1.0),
                                say="q_level must lie in (0, 1), not {value!r}"),
         "solver": _known("eigensolver", SOLVERS),
@@ -113,7 +107,6 @@ class HierarchicalSettings(Validated):
         """The settings as recorded in a result, with ``D`` and the resolved number of features ``p``
         (None: :attr:`p` as given)."""
         full = {**asdict(self), "D": feature_dim(int(self.d)), "p": self.p if p is None else p}
-        full.update({k: int(full[k]) for k in ("d", "points", "seeds", "n_test", "kernel_max_n", "seed")})
         full.update({k: float(full[k]) for k in ("gamma", "eps", "alpha_min", "alpha_max", "q_level")})
         return {k: full[k] for k in ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max",
                                      "points", "seeds", "n_test", "kernel_max_n", "q_level", "solver", "seed")}

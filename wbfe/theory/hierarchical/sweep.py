@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError
+from wbfe.options import refuse_keywords
 from wbfe.render.text import json_ready
 from wbfe.theory.hierarchical import theory
 from wbfe.theory.hierarchical.kernel import fit_kernel_ridge, predict_kernel_ridge
@@ -72,8 +72,9 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
     """
     if settings is None:
         settings = HierarchicalSettings(**options)
-    elif options:
-        raise InvalidOptionError(f"give the settings or keywords, not both (got {sorted(options)})")
+    else:  # every keyword in **options was given, even one equal to its default: none is unset
+        refuse_keywords(HierarchicalSettings, options, defaults=dict.fromkeys(options, object()),
+                        why="pass the settings either as HierarchicalSettings(...) or as keywords, not both")
     s = settings
     alphas = s.alphas()
     ns = s.sample_sizes()
