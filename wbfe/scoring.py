@@ -91,7 +91,7 @@ def score(
         >>> round(s.summary["bfe_head"], 6)  # identity spectrum: F* = ½·log(2πe)
         1.418939
     """
-    given = dict(metrics=() if metrics is None else metrics, lam=lam, conv=conv, layers=layers or None,
+    given = dict(metrics=() if metrics is None else metrics, lam=lam, conv=conv, layers=layers,
                  device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed,
                  fix_fingers=fix_fingers, fit=fit, intra=intra, stream=stream)
     if options is None:

@@ -146,13 +146,17 @@ def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optio
     """The compiled ``--layers`` expression (None selects every tensor); ``option`` names it in messages.
 
     Raises:
-        InvalidOptionError: not a valid expression, or one Python's backtracking matcher can take
-            exponential time on (:mod:`wbfe.options.safe_regex`; docs/cli.md, "--layers patterns").
+        InvalidOptionError: an empty pattern (None selects every tensor), not a valid expression, or one
+            Python's backtracking matcher can take exponential time on (:mod:`wbfe.options.safe_regex`;
+            docs/cli.md, "--layers patterns").
     """
     if pattern is None:
         return None
-    if not isinstance(pattern, str) or not pattern:
-        raise InvalidOptionError(f"{option} must be a non-empty regular expression, not {pattern!r}")
+    if not isinstance(pattern, str):
+        raise InvalidOptionError(f"{option} must be a regular expression, not {pattern!r}")
+    if not pattern:  # it would match every name: a slip (an unset variable) more often than a wish
+        instead = " for every tensor" if option == "--layers" else ""
+        raise InvalidOptionError(f"{option} is empty: leave {option} out{instead}")
     try:
         compiled = re.compile(pattern)
         reason = unsafe_reason(pattern)

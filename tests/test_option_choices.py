@@ -1,0 +1,60 @@
+"""One answer per option value, whatever the entry point: an empty ``--layers`` and the ``fix_fingers`` / ``fit``
+choices are refused with the same one line by :func:`wbfe.score`, :func:`wbfe.compare`, :func:`wbfe.describe`, the
+options classes, the tail fit itself and the CLI (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+from typer.testing import CliRunner
+from wbfe_cli.main import app
+
+import wbfe
+from wbfe.errors import InvalidOptionError
+from wbfe.options import CompareOptions, ScoreOptions
+
+STATE = {"fc.weight": torch.eye(12) * 2.0}
+EMPTY_LAYERS = "--layers is empty: leave --layers out for every tensor"
+
+
+def refused(call: Callable[[], Any]) -> str:
+    """The one line ``call`` is refused with."""
+    with pytest.raises(InvalidOptionError) as caught:
+        call()
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def cli_line(*argv: str) -> str:
+    """The one error line of ``wbfe ARGV``, which must exit 2 without a traceback."""
+    result = CliRunner().invoke(app, list(argv))
+    assert result.exit_code == 2, (result.exit_code, result.output, result.stderr)
+    assert result.stderr.startswith("wbfe: error: ") and result.stderr.count("\n") == 1, result.stderr
+    return result.stderr.removeprefix("wbfe: error: ").rstrip("\n")
+
+
+@pytest.mark.parametrize("entry", ["score", "compare", "describe", "ScoreOptions", "CompareOptions"])
+def test_an_empty_layers_pattern_is_refused_by_every_entry_point(entry: str) -> None:
+    """score and compare read "" as "every tensor" and scored; describe and ScoreOptions refused it."""
+    calls: dict[str, Callable[[], Any]] = {
+        "score": lambda: wbfe.score(STATE, metrics="bfe", layers=""),
+        "compare": lambda: wbfe.compare(STATE, STATE, metrics="bfe", layers=""),
+        "describe": lambda: wbfe.describe(STATE, layers=""),
+        "ScoreOptions": lambda: ScoreOptions(layers=""),
+        "CompareOptions": lambda: CompareOptions(layers=""),
+    }
+    assert refused(calls[entry]) == EMPTY_LAYERS
+
+
+@pytest.mark.parametrize("command", [("score", "X"), ("compare", "A", "B"), ("describe", "X")])
+def test_an_empty_layers_pattern_is_refused_by_the_cli(command: tuple[str, ...], tmp_path: Path) -> None:
+    paths = [str(tmp_path / name) for name in command[1:]]  # never read: the options are checked first
+    assert cli_line(command[0], *paths, "--layers", "") == EMPTY_LAYERS
+
+
+def test_leaving_layers_out_still_selects_every_tensor() -> None:
+    assert [row["name"] for row in wbfe.score(STATE, metrics="bfe").layers] == ["fc.weight"]
