@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -14,7 +15,9 @@ from wbfe_cli.main import app
 
 import wbfe
 from wbfe.errors import InvalidOptionError
-from wbfe.options import CompareOptions, ScoreOptions
+from wbfe.metrics._group import MetricOptions
+from wbfe.metrics.fingers import fit_tail
+from wbfe.options import CompareOptions, ScoreOptions, check_tail_options
 
 STATE = {"fc.weight": torch.eye(12) * 2.0}
 EMPTY_LAYERS = "--layers is empty: leave --layers out for every tensor"
@@ -58,3 +61,25 @@ def test_an_empty_layers_pattern_is_refused_by_the_cli(command: tuple[str, ...],
 
 def test_leaving_layers_out_still_selects_every_tensor() -> None:
     assert [row["name"] for row in wbfe.score(STATE, metrics="bfe").layers] == ["fc.weight"]
+
+
+BAD_TAIL = [
+    ({"fix_fingers": "peak"}, "fix_fingers must be 'xmin_peak' or 'clip_xmax', not 'peak'"),
+    ({"fit": "TPL"}, "fit must be one of 'pl', 'tpl', 'e_tpl', not 'TPL'"),
+    ({"fix_fingers": "clip_xmax", "fit": "tpl"},
+     "fit=tpl cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)"),
+]
+
+
+@pytest.mark.parametrize(("given", "line"), BAD_TAIL, ids=["fix_fingers", "fit", "clip with tpl"])
+def test_every_entry_point_refuses_a_tail_choice_with_the_same_line(given: dict[str, str], line: str) -> None:
+    """MetricOptions and fit_tail each worded their own (``fix_fingers must be xmin_peak or clip_xmax``)."""
+    tail = {"fix_fingers": None, "fit": "pl", **given}
+    x = np.arange(1.0, 40.0)
+    assert refused(lambda: wbfe.score(STATE, metrics="bfe", **given)) == line
+    assert refused(lambda: ScoreOptions(**given)) == line  # type: ignore[arg-type]
+    assert refused(lambda: MetricOptions(**given)) == line  # type: ignore[arg-type]
+    assert refused(lambda: fit_tail(x, **given)) == line  # type: ignore[arg-type]
+    assert refused(lambda: check_tail_options(tail["fix_fingers"], tail["fit"])) == line
+    argv = [arg for name, value in given.items() for arg in (f"--{name.replace('_', '-')}", value)]
+    assert cli_line("score", "not-there.safetensors", *argv) == line

@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
+from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union, get_args
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, Validated
@@ -21,9 +21,10 @@ from wbfe.options.safe_regex import unsafe_reason
 __all__ = [
     "ScoreOptions", "StatsOptions", "CompareOptions", "RankOptions", "ReportOptions", "WatchOptions", "EditOptions",
     "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
-    "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_fix_fingers",
+    "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_tail_pair",
     "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
-    "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES",
+    "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES", "FIX_FINGERS", "TAIL_MODEL", "FingerFix",
+    "TailModel",
 ]
 
 CONV_VIEWS = ("flatten", "slices", "fft")
@@ -126,20 +127,26 @@ def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def check_fix_fingers(fix_fingers: object) -> Optional[str]:
-    """``fix_fingers`` when it is None, ``xmin_peak`` or ``clip_xmax``."""
-    if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
-        raise InvalidOptionError(f"fix_fingers must be xmin_peak or clip_xmax, not {fix_fingers!r}")
-    return fix_fingers
+FingerFix = Literal["xmin_peak", "clip_xmax"]
+"""WeightWatcher's ``fix_fingers``: how the HT-SR power-law fit treats the spectrum's fingers (None: the plain fit)."""
+
+TailModel = Literal["pl", "tpl", "e_tpl"]
+"""WeightWatcher's ``fit``: the HT-SR tail model (power law, truncated power law, truncated with ``xmin_peak``)."""
+
+# The one check of each choice: every options table holds it, and fit_tail (which has none) calls it.
+FIX_FINGERS = Choice(get_args(FingerFix), optional=True)
+TAIL_MODEL = Choice(get_args(TailModel))
 
 
-def check_tail_options(fix_fingers: Optional[str], fit: str) -> None:
-    """Validate ``fix_fingers`` and ``fit`` together (WeightWatcher clips power laws only)."""
-    check_fix_fingers(fix_fingers)
-    if fit not in ("pl", "tpl", "e_tpl"):
-        raise InvalidOptionError(f"fit must be pl, tpl or e_tpl, not {fit!r}")
+def check_tail_pair(fix_fingers: Optional[str], fit: str) -> None:
+    """The rule that ties ``fix_fingers`` and ``fit`` (each already checked): WeightWatcher clips power laws only."""
     if fit != "pl" and fix_fingers == "clip_xmax":
         raise InvalidOptionError(f"fit={fit} cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)")
+
+
+def check_tail_options(fix_fingers: object, fit: object) -> None:
+    """Validate ``fix_fingers`` and ``fit`` as the options tables do, then together (for callers without one)."""
+    check_tail_pair(FIX_FINGERS("fix_fingers", fix_fingers), TAIL_MODEL("fit", fit))
 
 
 def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optional[re.Pattern[str]]:
@@ -236,7 +243,7 @@ class ScoreOptions(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "min_eigs": Integer(1), "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
         "ww_compatible": Flag(), "seed": SEED, "device": DEVICE,
-        "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
+        "fix_fingers": FIX_FINGERS, "fit": TAIL_MODEL,
         "intra": Flag(), "stream": Flag(optional=True),
     }
 
@@ -255,7 +262,7 @@ class ScoreOptions(Validated):
     stream: Optional[bool] = field(default=None, compare=False)
 
     def _cross_check(self) -> None:
-        check_tail_options(self.fix_fingers, self.fit)
+        check_tail_pair(self.fix_fingers, self.fit)
         if self.conv is None or isinstance(self.conv, _Filled):  # unset, or filled for the options copied
             object.__setattr__(self, "conv", _Filled(self.conventions.conv))
         # A product's or an FFT view's spectrum has no matrices of its own to shuffle or take vectors of
