@@ -83,3 +83,18 @@ def test_every_entry_point_refuses_a_tail_choice_with_the_same_line(given: dict[
     assert refused(lambda: check_tail_options(tail["fix_fingers"], tail["fit"])) == line
     argv = [arg for name, value in given.items() for arg in (f"--{name.replace('_', '-')}", value)]
     assert cli_line("score", "not-there.safetensors", *argv) == line
+
+
+def test_the_cli_choices_are_the_librarys() -> None:
+    """typer needs an Enum per choice option; each must list what the options class accepts, no more, no less."""
+    from typing import get_args
+
+    from wbfe.options import CONV_VIEWS, EditOptions, PageFormat, ReportOptions
+    from wbfe.options.constraints import Choice
+    from wbfe_cli._options import Conv, ReportFormat, SmoothMethod
+
+    fmt, method = ReportOptions.CONSTRAINTS["fmt"], EditOptions.CONSTRAINTS["method"]
+    assert isinstance(fmt, Choice) and isinstance(method, Choice)
+    assert tuple(c.value for c in Conv) == CONV_VIEWS == ("flatten", "slices", "fft")
+    assert tuple(f.value for f in ReportFormat) == get_args(PageFormat) == fmt.values == ("html", "md")
+    assert tuple(m.value for m in SmoothMethod) == method.values == ("svd", "detx")

@@ -24,14 +24,13 @@ __all__ = [
     "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_tail_pair",
     "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
     "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES", "FIX_FINGERS", "TAIL_MODEL", "FingerFix",
-    "TailModel",
+    "TailModel", "PageFormat", "WATCH_LAYERS",
 ]
 
-CONV_VIEWS = ("flatten", "slices", "fft")
+ConvView = Literal["flatten", "slices", "fft"]
+CONV_VIEWS: tuple[str, ...] = get_args(ConvView)
 """How a conv kernel is viewed as matrices: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
 ``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel (:mod:`wbfe.linalg.conv_fft`)."""
-
-ConvView = Literal["flatten", "slices", "fft"]
 
 MAX_EXACT_N = 10
 """Largest zoo for which every ordering may be enumerated (10! = 3.6 million orderings)."""
@@ -40,10 +39,15 @@ MAX_RESAMPLES = 10**7
 """Most bootstrap resamples or random orderings: scipy keeps each one's ρ (80 MB here), and more take hours."""
 
 
+def _or(values: tuple[str, ...]) -> str:
+    """``'a', 'b' or 'c'``."""
+    return ", ".join(map(repr, values[:-1])) + f" or {values[-1]!r}"
+
+
 def check_conv(conv: object) -> ConvView:
     """``conv`` itself when it is a known conv-kernel view (:data:`CONV_VIEWS`); else InvalidOptionError."""
     if conv not in CONV_VIEWS:
-        raise InvalidOptionError(f"conv convention must be 'flatten', 'slices' or 'fft', not {conv!r}")
+        raise InvalidOptionError(f"conv convention must be {_or(CONV_VIEWS)}, not {conv!r}")
     return conv  # type: ignore[return-value]
 
 
@@ -211,10 +215,10 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
 
 
 # The declarations shared by several tables: one wording, one list of refused examples.
-METRICS = Custom(lambda m: parse_metrics(None if m == () else m), "metric group names (bfe, htsr, htmp, rand)",
+METRICS = Custom(lambda m: parse_metrics(None if m == () else m), f"metric group names ({', '.join(METRIC_GROUPS)})",
                  bad=("nope", "bfe,nope", True))
 LAMBDA = Custom(parse_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
-CONV = Custom(check_conv, "'flatten', 'slices' or 'fft' (None: the conventions')", bad=("rows", 3), optional=True)
+CONV = Custom(check_conv, f"{_or(CONV_VIEWS)} (None: the conventions')", bad=("rows", 3), optional=True)
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
@@ -414,23 +418,31 @@ class RankOptions(Validated):
     lower_is_better: tuple[str, ...] = ()
 
 
+PageFormat = Literal["html", "md"]
+
+
 @dataclass(frozen=True)
 class ReportOptions(Validated):
     """What a report page shows and how it is written (:mod:`wbfe.reporting`): ``fmt`` ``html`` (one
     self-contained page) or ``md`` (a folder with report.md and PNGs), ``n_unusual`` ESD thumbnails of the most
     unusual layers besides the head."""
 
-    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {"fmt": Choice(("html", "md")), "n_unusual": Integer(0)}
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {"fmt": Choice(get_args(PageFormat)), "n_unusual": Integer(0)}
 
-    fmt: Literal["html", "md"] = "html"
+    fmt: PageFormat = "html"
     n_unusual: int = 5
 
 
+WATCH_LAYERS = ("head", "all", "fittable")
+"""The named layer selections of :class:`WatchOptions` (anything else is a regular expression on tensor names)."""
+_WATCH_LAYERS_WORDS = f"{', '.join(map(repr, WATCH_LAYERS))} or a regular expression"
+
+
 def _check_watch_layers(layers: object) -> str:
-    if layers in ("head", "all", "fittable"):
+    if layers in WATCH_LAYERS:
         return str(layers)
     if not isinstance(layers, str) or not layers:
-        raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
+        raise InvalidOptionError(f"layers must be {_WATCH_LAYERS_WORDS}, not {layers!r}")
     compile_layers(layers)
     return layers
 
@@ -452,7 +464,7 @@ class WatchOptions(Validated):
     recommendation); ``head`` and ``device`` as for :class:`ScoreOptions`."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "layers": Custom(_check_watch_layers, "'head', 'all', 'fittable' or a regular expression",
+        "layers": Custom(_check_watch_layers, _WATCH_LAYERS_WORDS,
                          bad=("", "(a+)+$", 3)),
         "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan"), optional=True),
         "head": HEAD, "device": DEVICE,
