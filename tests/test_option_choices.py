@@ -98,3 +98,8 @@ def test_the_cli_choices_are_the_librarys() -> None:
     assert tuple(c.value for c in Conv) == CONV_VIEWS == ("flatten", "slices", "fft")
     assert tuple(f.value for f in ReportFormat) == get_args(PageFormat) == fmt.values == ("html", "md")
     assert tuple(m.value for m in SmoothMethod) == method.values == ("svd", "detx")
+
+
+@pytest.mark.parametrize("options", [ScoreOptions, CompareOptions])
+def test_a_layers_pattern_that_is_no_string_is_refused(options: type) -> None:
+    assert refused(lambda: options(layers=3)) == "--layers must be a regular expression, not 3"
