@@ -72,14 +72,14 @@ BAD_TAIL = [
 
 
 @pytest.mark.parametrize(("given", "line"), BAD_TAIL, ids=["fix_fingers", "fit", "clip with tpl"])
-def test_every_entry_point_refuses_a_tail_choice_with_the_same_line(given: dict[str, str], line: str) -> None:
+def test_every_entry_point_refuses_a_tail_choice_with_the_same_line(given: dict[str, Any], line: str) -> None:
     """MetricOptions and fit_tail each worded their own (``fix_fingers must be xmin_peak or clip_xmax``)."""
     tail = {"fix_fingers": None, "fit": "pl", **given}
     x = np.arange(1.0, 40.0)
     assert refused(lambda: wbfe.score(STATE, metrics="bfe", **given)) == line
-    assert refused(lambda: ScoreOptions(**given)) == line  # type: ignore[arg-type]
-    assert refused(lambda: MetricOptions(**given)) == line  # type: ignore[arg-type]
-    assert refused(lambda: fit_tail(x, **given)) == line  # type: ignore[arg-type]
+    assert refused(lambda: ScoreOptions(**given)) == line
+    assert refused(lambda: MetricOptions(**given)) == line
+    assert refused(lambda: fit_tail(x, **given)) == line
     assert refused(lambda: check_tail_options(tail["fix_fingers"], tail["fit"])) == line
     argv = [arg for name, value in given.items() for arg in (f"--{name.replace('_', '-')}", value)]
     assert cli_line("score", "not-there.safetensors", *argv) == line
