@@ -17,8 +17,9 @@ from typing import Annotated, Any, Callable, List, Optional
 import typer
 
 from wbfe.executors import ExecutorOptions
-from wbfe.options import (CompareOptions, EditOptions, PruneOptions, RankOptions, ReportOptions, ScoreOptions,
-                          StatsOptions, WatchOptions, field_defaults)
+from wbfe.options import (DEFAULT_GROUPS, FIX_FINGERS, METRIC_GROUPS, TAIL_MODEL, CompareOptions, EditOptions,
+                          PruneOptions, RankOptions, ReportOptions, ScoreOptions, StatsOptions, WatchOptions,
+                          field_defaults)
 
 __all__ = ["Format", "ScoreFormat", "Conv", "OptionGroup", "with_groups", "score_group", "compare_group",
            "stats_group", "rank_group", "executor_group", "watch_group", "report_group", "ReportFormat",
@@ -67,9 +68,10 @@ def path_option(*decls: str, help: str) -> Any:
     return typer.Option(*decls, parser=path_value, metavar="<path>", help=help)
 
 
+_OPT_IN = [name for name in METRIC_GROUPS if name not in DEFAULT_GROUPS]
 Metrics = Annotated[Optional[str], typer.Option(
-    "--metrics", help="Comma list of metric groups (bfe, htsr; opt-in: htmp, rand, vectors, detx, fingers). "
-                      "Default: bfe,htsr.")]
+    "--metrics", help=f"Comma list of metric groups ({', '.join(DEFAULT_GROUPS)}; opt-in: {', '.join(_OPT_IN)}). "
+                      f"Default: {','.join(DEFAULT_GROUPS)}.")]
 Lambda = Annotated[str, typer.Option("--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number.")]
 ConvOption = Annotated[Optional[Conv], typer.Option(
     "--conv", help="Conv kernels: flatten (out x in*k*k), slices (pooled k*k matrices) or fft (WeightWatcher's "
@@ -93,8 +95,10 @@ WwCompatible = Annotated[bool, typer.Option(
 Seed = Annotated[int, typer.Option(
     "--seed", help="Seed of the scoring's random steps (the rand group's shuffles); recorded in options.seed.")]
 FixFingers = Annotated[Optional[str], typer.Option(
-    "--fix-fingers", help="HT-SR power-law fit: xmin_peak or clip_xmax (WeightWatcher's fix_fingers).")]
-Fit = Annotated[str, typer.Option("--fit", help="HT-SR tail model: pl, tpl or e_tpl (WeightWatcher's fit).")]
+    "--fix-fingers", help=f"HT-SR power-law fit: {' or '.join(FIX_FINGERS.values)} (WeightWatcher's fix_fingers).")]
+Fit = Annotated[str, typer.Option(
+    "--fit", help=f"HT-SR tail model: {', '.join(TAIL_MODEL.values[:-1])} or {TAIL_MODEL.values[-1]} "
+                  "(WeightWatcher's fit).")]
 Stream = Annotated[Optional[bool], typer.Option(
     "--stream/--no-stream", help="Hub ids, http(s) URLs and object-store URIs (s3://, gs://, ...) of "
                                  "safetensors: read each tensor with one range request, nothing on disk "

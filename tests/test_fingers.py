@@ -237,13 +237,13 @@ def test_htsr_columns_follow_the_fit_option() -> None:
 # ---------------------------------------------------------------- options
 
 def test_option_errors() -> None:
-    with pytest.raises(InvalidOptionError, match="^fix_fingers must be xmin_peak or clip_xmax, not 'peak'$"):
+    with pytest.raises(InvalidOptionError, match="^fix_fingers must be 'xmin_peak' or 'clip_xmax', not 'peak'$"):
         MetricOptions(fix_fingers="peak")  # type: ignore[arg-type]
     with pytest.raises(InvalidOptionError, match="^fit must be one of 'pl', 'tpl', 'e_tpl', not 'TPL'$"):
         ScoreOptions(fit="TPL")
     with pytest.raises(InvalidOptionError, match="cannot be combined with fix_fingers=clip_xmax"):
         check_tail_options("clip_xmax", "e_tpl")
-    with pytest.raises(InvalidOptionError, match="^fit must be pl, tpl or e_tpl, not 'TPL'$"):
+    with pytest.raises(InvalidOptionError, match="^fit must be one of 'pl', 'tpl', 'e_tpl', not 'TPL'$"):
         fit_tail(np.arange(1.0, 30.0), fit="TPL")  # type: ignore[arg-type]  # no options class checked it
     options = ScoreOptions(fix_fingers="xmin_peak", fit="tpl")
     assert options.to_dict()["fix_fingers"] == "xmin_peak" and options.to_dict()["fit"] == "tpl"

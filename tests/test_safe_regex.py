@@ -91,7 +91,7 @@ def test_known_good_pattern_is_accepted_and_fast(pattern: str) -> None:
 def test_invalid_expression_is_a_typed_error() -> None:
     with pytest.raises(InvalidOptionError, match="--layers is not a valid regular expression"):
         compile_layers("(")
-    with pytest.raises(InvalidOptionError, match="^--layers must be a non-empty regular expression, not ''$"):
+    with pytest.raises(InvalidOptionError, match="^--layers is empty: leave --layers out for every tensor$"):
         ScoreOptions(layers="")
 
 

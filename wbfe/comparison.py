@@ -142,7 +142,7 @@ def compare(
         (1.0, 0.0)
     """
     given = CompareOptions(metrics=() if metrics is None else metrics, name_map=name_map, top_k=top_k,  # type: ignore[arg-type]
-                           layers=layers or None, lam=lam, device=device, min_eigs=min_eigs,  # type: ignore[arg-type]
+                           layers=layers, lam=lam, device=device, min_eigs=min_eigs,  # type: ignore[arg-type]
                            seed=seed, stream=stream)
     groups = resolve_groups(given.metrics)
     renames, pattern = given.renames, given.pattern

@@ -6,14 +6,14 @@ Not named ``describe``, which would shadow the function ``wbfe.describe``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from wbfe import engine
 from wbfe.engine.heads import HeadChoice, choose_head
 from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
-from wbfe.options import ScoreOptions, field_defaults, refuse_keywords
+from wbfe.options import ConvView, ScoreOptions, field_defaults, refuse_keywords
 from wbfe.render.text import ToJson
 from wbfe.sources import open_source
 
@@ -52,7 +52,7 @@ class Description(ToJson):
 def describe(
     ref: Any,
     *,
-    conv: Optional[Literal["flatten", "slices", "fft"]] = _DEFAULTS["conv"],
+    conv: Optional[ConvView] = _DEFAULTS["conv"],
     layers: Optional[str] = _DEFAULTS["layers"],
     head: Optional[str] = _DEFAULTS["head"],
     min_eigs: int = _DEFAULTS["min_eigs"],
@@ -149,7 +149,7 @@ def _description(model: dict[str, Any], matrices: list[dict[str, Any]], skipped:
                        head=None if choice is None else choice.name, head_source=None if choice is None else choice.source)
 
 
-def esd(ref: Any, name: str, *, conv: Literal["flatten", "slices", "fft"] = "flatten", device: str = "auto") -> Any:
+def esd(ref: Any, name: str, *, conv: ConvView = "flatten", device: str = "auto") -> Any:
     """The eigenvalues of the smaller Gram matrix of the matrix ``name`` (as stored, or its module name)
     of ``ref``, ascending, as a score computes them (float64; pooled over slices with ``conv="slices"``).
 

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Literal, Optional, Union
 from wbfe.engine import ModelScore, Progress, layer_spectrum, score_source
 from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions, executor_for
-from wbfe.options import ScoreOptions, field_defaults, refuse_keywords
+from wbfe.options import ConvView, ScoreOptions, field_defaults, refuse_keywords
 from wbfe.sources import open_source, stream_each
 
 __all__ = ["ScoreOptions", "ModelScore", "score", "score_here", "Progress", "layer_spectrum"]
@@ -24,7 +24,7 @@ def score(
     *,
     metrics: Union[str, Iterable[str], None] = _DEFAULTS["metrics"],
     lam: Union[str, float] = _DEFAULTS["lam"],
-    conv: Optional[Literal["flatten", "slices", "fft"]] = _DEFAULTS["conv"],
+    conv: Optional[ConvView] = _DEFAULTS["conv"],
     layers: Optional[str] = _DEFAULTS["layers"],
     device: str = _DEFAULTS["device"],
     head: Optional[str] = _DEFAULTS["head"],
@@ -91,7 +91,7 @@ def score(
         >>> round(s.summary["bfe_head"], 6)  # identity spectrum: F* = ½·log(2πe)
         1.418939
     """
-    given = dict(metrics=() if metrics is None else metrics, lam=lam, conv=conv, layers=layers or None,
+    given = dict(metrics=() if metrics is None else metrics, lam=lam, conv=conv, layers=layers,
                  device=device, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, seed=seed,
                  fix_fingers=fix_fingers, fit=fit, intra=intra, stream=stream)
     if options is None:

@@ -13,8 +13,8 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Optional, Sequence
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options import LAMBDA, check_fix_fingers, check_tail_options
-from wbfe.options.constraints import Choice, Constraint, Custom, Integer, Validated
+from wbfe.options import FIX_FINGERS, LAMBDA, TAIL_MODEL, FingerFix, TailModel, check_tail_pair
+from wbfe.options.constraints import Constraint, Custom, Integer, Validated
 from wbfe.options.conventions import WBFE, Conventions, check_conventions
 from wbfe.linalg.spectra import Form, Spectrum  # noqa: F401 - re-exported: the groups' input, defined where it is computed
 
@@ -71,20 +71,20 @@ class MetricOptions(Validated):
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "lam": LAMBDA, "min_tail": Integer(2), "seed": Integer(0), "fit": Choice(("pl", "tpl", "e_tpl")),
+        "lam": LAMBDA, "min_tail": Integer(2), "seed": Integer(0), "fit": TAIL_MODEL,
         "conventions": Custom(check_conventions, "'wbfe' or 'weightwatcher'", bad=("ww", None, 3)),
-        "fix_fingers": Custom(check_fix_fingers, "xmin_peak or clip_xmax", bad=("peak", 3), optional=True),
+        "fix_fingers": FIX_FINGERS,
     }
 
     lam: Union[Literal["opt"], float] = "opt"
     conventions: Conventions = WBFE
     min_tail: int = 10
     seed: int = 0
-    fix_fingers: Optional[Literal["xmin_peak", "clip_xmax"]] = None
-    fit: Literal["pl", "tpl", "e_tpl"] = "pl"
+    fix_fingers: Optional[FingerFix] = None
+    fit: TailModel = "pl"
 
     def _cross_check(self) -> None:
-        check_tail_options(self.fix_fingers, self.fit)
+        check_tail_pair(self.fix_fingers, self.fit)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, :attr:`conventions` by its name."""

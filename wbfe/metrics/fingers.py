@@ -12,7 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics._group import GroupResult, MetricGroup, MetricOptions, Spectrum, stored_threshold
-from wbfe.options import check_tail_options
+from wbfe.options import FingerFix, TailModel, check_tail_options
 from wbfe.options.conventions import WBFE, Conventions
 from wbfe.metrics.powerlaw import (
     FitOutcome, PowerLawFit, fit_power_law, fit_power_law_in_range, fit_truncated_power_law, range_candidates,
@@ -22,8 +22,7 @@ from wbfe.metrics.powerlaw import (
 __all__ = ["FixFingers", "TailModel", "TailFit", "esd_peak", "peak_range", "fit_tail", "tpl_ks_distance",
            "WW_MAX_FINGERS", "WW_FINGER_THRESH", "WW_MIN_ALPHA", "COLUMNS", "GROUP"]
 
-FixFingers = Optional[Literal["xmin_peak", "clip_xmax"]]
-TailModel = Literal["pl", "tpl", "e_tpl"]
+FixFingers = Optional[FingerFix]
 
 #: WeightWatcher 0.7.7's defaults: refits idx = 2 … WW_MAX_FINGERS − 1 (``range(2, max_fingers)``).
 WW_MAX_FINGERS = 10

@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union
+from typing import Any, ClassVar, Iterable, Literal, Mapping, Optional, Union, get_args
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Choice, Constraint, Custom, Flag, Integer, Real, Text, Validated
@@ -21,16 +21,16 @@ from wbfe.options.safe_regex import unsafe_reason
 __all__ = [
     "ScoreOptions", "StatsOptions", "CompareOptions", "RankOptions", "ReportOptions", "WatchOptions", "EditOptions",
     "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
-    "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_fix_fingers",
+    "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_tail_pair",
     "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
-    "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES",
+    "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES", "FIX_FINGERS", "TAIL_MODEL", "FingerFix",
+    "TailModel", "PageFormat", "WATCH_LAYERS",
 ]
 
-CONV_VIEWS = ("flatten", "slices", "fft")
+ConvView = Literal["flatten", "slices", "fft"]
+CONV_VIEWS: tuple[str, ...] = get_args(ConvView)
 """How a conv kernel is viewed as matrices: ``flatten`` = out × in·k…, ``slices`` = k pooled out × in matrices,
 ``fft`` = WeightWatcher's ``conv2d_fft`` view of a 4-D kernel (:mod:`wbfe.linalg.conv_fft`)."""
-
-ConvView = Literal["flatten", "slices", "fft"]
 
 MAX_EXACT_N = 10
 """Largest zoo for which every ordering may be enumerated (10! = 3.6 million orderings)."""
@@ -39,10 +39,15 @@ MAX_RESAMPLES = 10**7
 """Most bootstrap resamples or random orderings: scipy keeps each one's ρ (80 MB here), and more take hours."""
 
 
+def _or(values: tuple[str, ...]) -> str:
+    """``'a', 'b' or 'c'``."""
+    return ", ".join(map(repr, values[:-1])) + f" or {values[-1]!r}"
+
+
 def check_conv(conv: object) -> ConvView:
     """``conv`` itself when it is a known conv-kernel view (:data:`CONV_VIEWS`); else InvalidOptionError."""
     if conv not in CONV_VIEWS:
-        raise InvalidOptionError(f"conv convention must be 'flatten', 'slices' or 'fft', not {conv!r}")
+        raise InvalidOptionError(f"conv convention must be {_or(CONV_VIEWS)}, not {conv!r}")
     return conv  # type: ignore[return-value]
 
 
@@ -123,33 +128,43 @@ def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def check_fix_fingers(fix_fingers: object) -> Optional[str]:
-    """``fix_fingers`` when it is None, ``xmin_peak`` or ``clip_xmax``."""
-    if fix_fingers not in (None, "xmin_peak", "clip_xmax"):
-        raise InvalidOptionError(f"fix_fingers must be xmin_peak or clip_xmax, not {fix_fingers!r}")
-    return fix_fingers
+FingerFix = Literal["xmin_peak", "clip_xmax"]
+"""WeightWatcher's ``fix_fingers``: how the HT-SR power-law fit treats the spectrum's fingers (None: the plain fit)."""
+
+TailModel = Literal["pl", "tpl", "e_tpl"]
+"""WeightWatcher's ``fit``: the HT-SR tail model (power law, truncated power law, truncated with ``xmin_peak``)."""
+
+# The one check of each choice: every options table holds it, and fit_tail (which has none) calls it.
+FIX_FINGERS = Choice(get_args(FingerFix), optional=True)
+TAIL_MODEL = Choice(get_args(TailModel))
 
 
-def check_tail_options(fix_fingers: Optional[str], fit: str) -> None:
-    """Validate ``fix_fingers`` and ``fit`` together (WeightWatcher clips power laws only)."""
-    check_fix_fingers(fix_fingers)
-    if fit not in ("pl", "tpl", "e_tpl"):
-        raise InvalidOptionError(f"fit must be pl, tpl or e_tpl, not {fit!r}")
+def check_tail_pair(fix_fingers: Optional[str], fit: str) -> None:
+    """The rule that ties ``fix_fingers`` and ``fit`` (each already checked): WeightWatcher clips power laws only."""
     if fit != "pl" and fix_fingers == "clip_xmax":
         raise InvalidOptionError(f"fit={fit} cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)")
+
+
+def check_tail_options(fix_fingers: object, fit: object) -> None:
+    """Validate ``fix_fingers`` and ``fit`` as the options tables do, then together (for callers without one)."""
+    check_tail_pair(FIX_FINGERS("fix_fingers", fix_fingers), TAIL_MODEL("fit", fit))
 
 
 def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optional[re.Pattern[str]]:
     """The compiled ``--layers`` expression (None selects every tensor); ``option`` names it in messages.
 
     Raises:
-        InvalidOptionError: not a valid expression, or one Python's backtracking matcher can take
-            exponential time on (:mod:`wbfe.options.safe_regex`; docs/cli.md, "--layers patterns").
+        InvalidOptionError: an empty pattern (None selects every tensor), not a valid expression, or one
+            Python's backtracking matcher can take exponential time on (:mod:`wbfe.options.safe_regex`;
+            docs/cli.md, "--layers patterns").
     """
     if pattern is None:
         return None
-    if not isinstance(pattern, str) or not pattern:
-        raise InvalidOptionError(f"{option} must be a non-empty regular expression, not {pattern!r}")
+    if not isinstance(pattern, str):
+        raise InvalidOptionError(f"{option} must be a regular expression, not {pattern!r}")
+    if not pattern:  # it would match every name: a slip (an unset variable) more often than a wish
+        instead = " for every tensor" if option == "--layers" else ""
+        raise InvalidOptionError(f"{option} is empty: leave {option} out{instead}")
     try:
         compiled = re.compile(pattern)
         reason = unsafe_reason(pattern)
@@ -197,10 +212,10 @@ def check_name_map(pairs: Union[None, str, Iterable[Union[str, tuple[str, str]]]
 
 
 # The declarations shared by several tables: one wording, one list of refused examples.
-METRICS = Custom(lambda m: parse_metrics(None if m == () else m), "metric group names (bfe, htsr, htmp, rand)",
+METRICS = Custom(lambda m: parse_metrics(None if m == () else m), f"metric group names ({', '.join(METRIC_GROUPS)})",
                  bad=("nope", "bfe,nope", True))
 LAMBDA = Custom(parse_lambda, "'opt' or a positive number", bad=("nan", "-1", -1.0, "inf", "5e-324", "x"))
-CONV = Custom(check_conv, "'flatten', 'slices' or 'fft' (None: the conventions')", bad=("rows", 3), optional=True)
+CONV = Custom(check_conv, f"{_or(CONV_VIEWS)} (None: the conventions')", bad=("rows", 3), optional=True)
 LAYERS = Custom(check_layers, "a regular expression that matches in linear time",
                 bad=("(a+)+$", "(", "(a|a)*$", "(a{1,9}){1,9}$"), optional=True)
 DEVICE = Custom(check_device, "auto, cpu, cuda or cuda:N", bad=("tpu", 3))
@@ -229,7 +244,7 @@ class ScoreOptions(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "metrics": METRICS, "min_eigs": Integer(1), "conv": CONV, "lam": LAMBDA, "layers": LAYERS, "head": HEAD,
         "ww_compatible": Flag(), "seed": SEED, "device": DEVICE,
-        "fix_fingers": Choice(("xmin_peak", "clip_xmax"), optional=True), "fit": Choice(("pl", "tpl", "e_tpl")),
+        "fix_fingers": FIX_FINGERS, "fit": TAIL_MODEL,
         "intra": Flag(), "stream": Flag(optional=True),
     }
 
@@ -248,7 +263,7 @@ class ScoreOptions(Validated):
     stream: Optional[bool] = field(default=None, compare=False)
 
     def _cross_check(self) -> None:
-        check_tail_options(self.fix_fingers, self.fit)
+        check_tail_pair(self.fix_fingers, self.fit)
         if self.conv is None or isinstance(self.conv, _Filled):  # unset, or filled for the options copied
             object.__setattr__(self, "conv", _Filled(self.conventions.conv))
         # A product's or an FFT view's spectrum has no matrices of its own to shuffle or take vectors of
@@ -400,23 +415,31 @@ class RankOptions(Validated):
     lower_is_better: tuple[str, ...] = ()
 
 
+PageFormat = Literal["html", "md"]
+
+
 @dataclass(frozen=True)
 class ReportOptions(Validated):
     """What a report page shows and how it is written (:mod:`wbfe.reporting`): ``fmt`` ``html`` (one
     self-contained page) or ``md`` (a folder with report.md and PNGs), ``n_unusual`` ESD thumbnails of the most
     unusual layers besides the head."""
 
-    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {"fmt": Choice(("html", "md")), "n_unusual": Integer(0)}
+    CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {"fmt": Choice(get_args(PageFormat)), "n_unusual": Integer(0)}
 
-    fmt: Literal["html", "md"] = "html"
+    fmt: PageFormat = "html"
     n_unusual: int = 5
 
 
+WATCH_LAYERS = ("head", "all", "fittable")
+"""The named layer selections of :class:`WatchOptions` (anything else is a regular expression on tensor names)."""
+_WATCH_LAYERS_WORDS = f"{', '.join(map(repr, WATCH_LAYERS))} or a regular expression"
+
+
 def _check_watch_layers(layers: object) -> str:
-    if layers in ("head", "all", "fittable"):
+    if layers in WATCH_LAYERS:
         return str(layers)
     if not isinstance(layers, str) or not layers:
-        raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
+        raise InvalidOptionError(f"layers must be {_WATCH_LAYERS_WORDS}, not {layers!r}")
     compile_layers(layers)
     return layers
 
@@ -438,7 +461,7 @@ class WatchOptions(Validated):
     recommendation); ``head`` and ``device`` as for :class:`ScoreOptions`."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "layers": Custom(_check_watch_layers, "'head', 'all', 'fittable' or a regular expression",
+        "layers": Custom(_check_watch_layers, _WATCH_LAYERS_WORDS,
                          bad=("", "(a+)+$", 3)),
         "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan"), optional=True),
         "head": HEAD, "device": DEVICE,

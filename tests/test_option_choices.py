@@ -1,0 +1,105 @@
+"""One answer per option value, whatever the entry point: an empty ``--layers`` and the ``fix_fingers`` / ``fit``
+choices are refused with the same one line by :func:`wbfe.score`, :func:`wbfe.compare`, :func:`wbfe.describe`, the
+options classes, the tail fit itself and the CLI (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+from wbfe_cli.main import app
+
+import wbfe
+from wbfe.errors import InvalidOptionError
+from wbfe.metrics._group import MetricOptions
+from wbfe.metrics.fingers import fit_tail
+from wbfe.options import CompareOptions, ScoreOptions, check_tail_options
+
+STATE = {"fc.weight": torch.eye(12) * 2.0}
+EMPTY_LAYERS = "--layers is empty: leave --layers out for every tensor"
+
+
+def refused(call: Callable[[], Any]) -> str:
+    """The one line ``call`` is refused with."""
+    with pytest.raises(InvalidOptionError) as caught:
+        call()
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def cli_line(*argv: str) -> str:
+    """The one error line of ``wbfe ARGV``, which must exit 2 without a traceback."""
+    result = CliRunner().invoke(app, list(argv))
+    assert result.exit_code == 2, (result.exit_code, result.output, result.stderr)
+    assert result.stderr.startswith("wbfe: error: ") and result.stderr.count("\n") == 1, result.stderr
+    return result.stderr.removeprefix("wbfe: error: ").rstrip("\n")
+
+
+@pytest.mark.parametrize("entry", ["score", "compare", "describe", "ScoreOptions", "CompareOptions"])
+def test_an_empty_layers_pattern_is_refused_by_every_entry_point(entry: str) -> None:
+    """score and compare read "" as "every tensor" and scored; describe and ScoreOptions refused it."""
+    calls: dict[str, Callable[[], Any]] = {
+        "score": lambda: wbfe.score(STATE, metrics="bfe", layers=""),
+        "compare": lambda: wbfe.compare(STATE, STATE, metrics="bfe", layers=""),
+        "describe": lambda: wbfe.describe(STATE, layers=""),
+        "ScoreOptions": lambda: ScoreOptions(layers=""),
+        "CompareOptions": lambda: CompareOptions(layers=""),
+    }
+    assert refused(calls[entry]) == EMPTY_LAYERS
+
+
+@pytest.mark.parametrize("command", [("score", "X"), ("compare", "A", "B"), ("describe", "X")])
+def test_an_empty_layers_pattern_is_refused_by_the_cli(command: tuple[str, ...], tmp_path: Path) -> None:
+    paths = [str(tmp_path / name) for name in command[1:]]  # never read: the options are checked first
+    assert cli_line(command[0], *paths, "--layers", "") == EMPTY_LAYERS
+
+
+def test_leaving_layers_out_still_selects_every_tensor() -> None:
+    assert [row["name"] for row in wbfe.score(STATE, metrics="bfe").layers] == ["fc.weight"]
+
+
+BAD_TAIL = [
+    ({"fix_fingers": "peak"}, "fix_fingers must be 'xmin_peak' or 'clip_xmax', not 'peak'"),
+    ({"fit": "TPL"}, "fit must be one of 'pl', 'tpl', 'e_tpl', not 'TPL'"),
+    ({"fix_fingers": "clip_xmax", "fit": "tpl"},
+     "fit=tpl cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)"),
+]
+
+
+@pytest.mark.parametrize(("given", "line"), BAD_TAIL, ids=["fix_fingers", "fit", "clip with tpl"])
+def test_every_entry_point_refuses_a_tail_choice_with_the_same_line(given: dict[str, Any], line: str) -> None:
+    """MetricOptions and fit_tail each worded their own (``fix_fingers must be xmin_peak or clip_xmax``)."""
+    tail = {"fix_fingers": None, "fit": "pl", **given}
+    x = np.arange(1.0, 40.0)
+    assert refused(lambda: wbfe.score(STATE, metrics="bfe", **given)) == line
+    assert refused(lambda: ScoreOptions(**given)) == line
+    assert refused(lambda: MetricOptions(**given)) == line
+    assert refused(lambda: fit_tail(x, **given)) == line
+    assert refused(lambda: check_tail_options(tail["fix_fingers"], tail["fit"])) == line
+    argv = [arg for name, value in given.items() for arg in (f"--{name.replace('_', '-')}", value)]
+    assert cli_line("score", "not-there.safetensors", *argv) == line
+
+
+def test_the_cli_choices_are_the_librarys() -> None:
+    """typer needs an Enum per choice option; each must list what the options class accepts, no more, no less."""
+    from typing import get_args
+
+    from wbfe.options import CONV_VIEWS, EditOptions, PageFormat, ReportOptions
+    from wbfe.options.constraints import Choice
+    from wbfe_cli._options import Conv, ReportFormat, SmoothMethod
+
+    fmt, method = ReportOptions.CONSTRAINTS["fmt"], EditOptions.CONSTRAINTS["method"]
+    assert isinstance(fmt, Choice) and isinstance(method, Choice)
+    assert tuple(c.value for c in Conv) == CONV_VIEWS == ("flatten", "slices", "fft")
+    assert tuple(f.value for f in ReportFormat) == get_args(PageFormat) == fmt.values == ("html", "md")
+    assert tuple(m.value for m in SmoothMethod) == method.values == ("svd", "detx")
+
+
+@pytest.mark.parametrize("options", [ScoreOptions, CompareOptions])
+def test_a_layers_pattern_that_is_no_string_is_refused(options: type) -> None:
+    assert refused(lambda: options(layers=3)) == "--layers must be a regular expression, not 3"
