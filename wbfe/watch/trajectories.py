@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options import WatchOptions, field_defaults, positive_lambda
+from wbfe.options import WATCH_LAYERS, WatchOptions, field_defaults, positive_lambda
 from wbfe.render.text import ToJson, as_float, json_ready, text_table
 from wbfe.watch.guidance import (
     BFE_OPT_CAVEAT,
@@ -29,7 +29,7 @@ from wbfe.watch.rule import Recommendation, critical_lambda, recommend
 from wbfe.watch.runs import CheckpointRef, Run, discover_run
 
 __all__ = ["LayerPoint", "CheckpointPoint", "Trajectory", "WatchResult", "trajectory", "watch", "result_at", "bfe_at",
-           "CheckpointScan", "scan_checkpoint", "LAYER_CHOICES"]
+           "CheckpointScan", "scan_checkpoint"]
 
 METRICS = "bfe,htsr,htmp"
 _DEFAULTS = field_defaults(WatchOptions)  # the keywords' defaults are the options' own
@@ -147,9 +147,6 @@ def _layer_point(row: dict[str, Any]) -> LayerPoint:
     )
 
 
-LAYER_CHOICES = ("head", "all", "fittable")
-
-
 @dataclass(frozen=True)
 class CheckpointScan:
     """One checkpoint scored at λ*: the selected layers, and (name, eigenvalue count) of every matrix with at least
@@ -173,7 +170,7 @@ def scan_checkpoint(ref: Any, *, layers: str = _DEFAULTS["layers"], head: Option
 
     if not isinstance(layers, str) or not layers:
         raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
-    result = score(ref, metrics=metrics, lam="opt", layers=None if layers in LAYER_CHOICES else layers, head=head,
+    result = score(ref, metrics=metrics, lam="opt", layers=None if layers in WATCH_LAYERS else layers, head=head,
                    device=device)
     min_eigs = int((result.model.get("options") or {}).get("min_eigs") or 0)
     fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in result.layers
