@@ -510,6 +510,45 @@ def test_zoo_scatter_labels_do_not_overlap(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- a comparison's page
 
 
+@pytest.mark.parametrize("changed", [True, False])
+def test_change_along_depth_draws_each_matrix_at_its_own_place(tmp_path: Path, monkeypatch, changed: bool) -> None:
+    """Each panel's markers are the matrices with a value to draw, at their own x (the relative change only where
+    positive, on a log scale). The role mask was an int array (~True is -2), which indexed x[0], x[1]: the changed
+    matrix was never drawn and matplotlib warned "Data has no positive values". No matrix changed: the relative
+    change is drawn on a linear scale, and the panel says so."""
+    import warnings
+
+    import wbfe.reporting.plots.compare as compare_plot
+
+    state_a = _state()
+    state_b = {k: v.clone() for k, v in state_a.items()}
+    if changed:
+        state_b["blocks.2.fc.weight"] += torch.randn(48, 96, generator=torch.Generator().manual_seed(5)) / 5
+    result = wbfe.compare(state_a, state_b)
+    figures: list[Any] = []
+    monkeypatch.setattr(compare_plot, "save", lambda fig, path, **kw: figures.append(fig) or path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compare_plot.plot_change_along_depth(result, tmp_path / "p.png")
+    top, bottom = figures[0].axes
+    rows = result.layers
+    with_depth = all(row.get("depth") is not None for row in rows)
+    x = [row["depth"] if with_depth else i for i, row in enumerate(rows)]
+
+    def drawn(ax: Any) -> list[tuple[float, float]]:
+        return sorted((float(a), float(b)) for c in ax.collections for a, b in c.get_offsets())
+
+    frob = [(x[i], row["rel_frobenius"]) for i, row in enumerate(rows)]
+    if changed:
+        assert top.get_yscale() == "log" and not top.texts
+        assert drawn(top) == sorted((a, b) for a, b in frob if b > 0) and len(drawn(top)) == 1
+    else:
+        assert top.get_yscale() == "linear"
+        assert [t.get_text() for t in top.texts] == ["no positive values: drawn on a linear scale"]
+        assert drawn(top) == sorted(frob) and {b for _, b in frob} == {0.0}
+    assert drawn(bottom) == sorted((x[i], row["w1_log_eigs"]) for i, row in enumerate(rows))
+
+
 def test_comparison_page_rows_numbers_and_unmatched(tmp_path: Path) -> None:
     state_a = _state()
     state_b = {k: v.clone() for k, v in state_a.items()}
