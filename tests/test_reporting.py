@@ -699,6 +699,7 @@ def test_esd_thumbnails_of_weights_far_from_one_are_drawn(tmp_path: Path, monkey
     fits, as weights near 1 do. The caption's numbers are the table's."""
     import wbfe.reporting.model as model_page
     from wbfe.engine import layer_spectrum
+    from wbfe.metrics import htmp
 
     w = np.random.default_rng(0).standard_t(3, (64, 32))
     path = tmp_path / "w.safetensors"
@@ -707,7 +708,8 @@ def test_esd_thumbnails_of_weights_far_from_one_are_drawn(tmp_path: Path, monkey
     draw = model_page.esd_figure
     monkeypatch.setattr(model_page, "esd_figure", lambda *a, **kw: figures.append(draw(*a, **kw)) or figures[-1])
     out = tmp_path / "card"
-    result = runner.invoke(app, ["report", str(path), "--metrics", "htsr", "--format", "md", "-o", str(out), "--quiet"])
+    result = runner.invoke(app, ["report", str(path), "--metrics", "htsr,htmp", "--format", "md", "-o", str(out),
+                                 "--quiet"])
     assert result.exit_code == 0, result.stderr
     (ax,) = figures[0].axes
     assert not ax.texts  # drawn, not "beyond float64's range"
@@ -720,12 +722,15 @@ def test_esd_thumbnails_of_weights_far_from_one_are_drawn(tmp_path: Path, monkey
     low, high = np.ldexp(np.sort(np.linalg.svd(w, compute_uv=False) ** 2)[[0, -1]], 2 * exponent + drawn)
     x = ax.lines[0].get_xdata()
     assert np.isfinite(x).all() and low * (1 - 1e-12) <= x.min() and x.max() <= high * (1 + 1e-12)
-    scored = json.loads(runner.invoke(app, ["score", str(path), "--metrics", "htsr", "--format", "json"]).stdout)
+    scored = json.loads(runner.invoke(app, ["score", str(path), "--metrics", "htsr,htmp", "--format", "json"]).stdout)
     row = scored["layers"][0]
-    labels = [line.get_label() for line in ax.lines]
-    if abs(exponent) == 600:  # xmin (true) is null: outside float64's range, no tail to draw the fits over
-        assert row["xmin"] is None and labels == ["ESD (n = 32)"]
-    else:  # the table's tail, drawn true
-        assert labels == ["ESD (n = 32)", "power law", "truncated PL"]
-        assert ax.lines[1].get_xdata().min() >= row["xmin"]
+    lines = {line.get_label(): line for line in ax.lines}
+    if abs(exponent) == 600:  # xmin, β, τ (true) are null: outside float64's range, the fits are not drawn
+        assert row["xmin"] is None and row["htmp_tau"] is None and list(lines) == ["ESD (n = 32)"]
+    else:  # the table's fits, drawn true
+        assert list(lines) == ["ESD (n = 32)", "power law", "truncated PL", "HTMP"]
+        assert lines["power law"].get_xdata().min() >= row["xmin"]
+        x, y = lines["HTMP"].get_data()
+        np.testing.assert_allclose(y, htmp.pdf(x, row["htmp_kappa"], row["gamma"], row["htmp_beta"], row["htmp_tau"]),
+                                   rtol=1e-9)
     assert f"power law α = {row['alpha']:.4g}" in (out / "report.md").read_text(encoding="utf-8")

@@ -154,8 +154,8 @@ def _stored_units(row: Mapping[str, Any], k: int) -> Mapping[str, Any]:
     two). A column the score could not hold in float64 (null) stays null, and its fit is not drawn."""
     if not k:
         return row
-    scaled = {c: float(np.ldexp(v, p * k)) for c, p in _FIT_UNITS.items() if (v := finite_or_none(row.get(c))) is not None}
-    return {**row, **scaled}
+    values = {c: (finite_or_none(row.get(c)), p) for c, p in _FIT_UNITS.items()}
+    return {**row, **{c: float(np.ldexp(v, p * k)) for c, (v, p) in values.items() if v is not None}}
 
 
 def _fit_text(row: Mapping[str, Any]) -> str:
