@@ -188,7 +188,8 @@ def test_power_law_of_an_unusable_spectrum_says_why() -> None:
 
 
 def test_an_mp_fit_that_fails_on_a_usable_spectrum_says_why() -> None:
-    with np.errstate(over="ignore"):  # subnormal eigenvalues: rescaled to mean 1, their maximum overflows
+    with warnings.catch_warnings():  # subnormal eigenvalues: rescaled to mean 1 they overflow, refused with no warning
+        warnings.simplefilter("error")
         result = GROUP.compute(Spectrum(np.linspace(1.0, 2.0, 20) * 1e-320, 20, 30), PLAIN)
     for column in ("bulk_max", "num_spikes", "mp_softrank"):
         assert math.isnan(result.values[column])

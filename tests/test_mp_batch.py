@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from dataclasses import fields
 from typing import Callable
@@ -134,6 +135,18 @@ def test_unusable_spectra_fail_with_their_reason(eigs: np.ndarray, n: int, m: in
     # each raised ValueError from numpy (or, NaN, said "empty or all-zero spectrum")
     assert mp_fit(eigs, n, m).reason == reason
     assert [fit.reason for fit in mp_fit_many([eigs] * 20, n, m)] == [reason] * 20
+
+
+@pytest.mark.parametrize("eigs", [np.linspace(1.0, 2.0, 30) * 1e-310, np.r_[0.0, np.linspace(1.0, 2.0, 29) * 1e-320],
+                                  np.full(30, 1e308)])
+def test_spectra_float64_cannot_rescale_are_refused_without_a_warning(eigs: np.ndarray) -> None:
+    # subnormal: their scale to mean 1 overflows (inf, and inf · 0 for the zero); huge: their sum. numpy's
+    # RuntimeWarning was printed before the refusal that the overflow leads to.
+    reason = "eigenvalues too small or too large to rescale to mean 1 in float64"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mp_fit(eigs, 60, 30).reason == reason
+        assert [fit.reason for fit in mp_fit_many([eigs] * 20, 60, 30)] == [reason] * 20
 
 
 @pytest.mark.parametrize(("n", "m"), [(0, 30), (30, 0), (math.nan, 30), (math.inf, 30)])

@@ -275,11 +275,12 @@ def test_eigenvalues_reread_equal_numpy(model_file: Path, scored: dict[str, Any]
     state = _state()
     got = read_eigenvalues(model_file, ["blocks.0.fc.weight", "conv.weight", "nope"], scored["model"]["options"])
     assert set(got) == {"blocks.0.fc.weight", "conv.weight"}
-    for name in got:
+    for name, (eigs, k) in got.items():
+        assert k == 0  # weights near 1: stored true
         w = state[name].double().reshape(state[name].shape[0], -1).numpy()
         small = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
         want = np.sort(np.linalg.eigvalsh(small))
-        np.testing.assert_allclose(np.sort(got[name]), want, rtol=1e-9, atol=1e-9 * want.max())
+        np.testing.assert_allclose(np.sort(eigs), want, rtol=1e-9, atol=1e-9 * want.max())
 
 
 def test_esd_fits_drawn_are_the_tables_parameters(model_file: Path, scored: dict[str, Any]) -> None:
@@ -289,7 +290,8 @@ def test_esd_fits_drawn_are_the_tables_parameters(model_file: Path, scored: dict
     from wbfe.metrics import htmp
 
     row = [layer for layer in scored["layers"] if layer["name"] == "blocks.0.fc.weight"][0]
-    eigs = read_eigenvalues(model_file, [row["name"]], scored["model"]["options"])[row["name"]]
+    eigs, k = read_eigenvalues(model_file, [row["name"]], scored["model"]["options"])[row["name"]]
+    assert k == 0
     fig = esd_figure(eigs, row, title="t")
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     x, y = lines["power law"].get_data()
@@ -513,6 +515,45 @@ def test_zoo_scatter_labels_do_not_overlap(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- a comparison's page
 
 
+@pytest.mark.parametrize("changed", [True, False])
+def test_change_along_depth_draws_each_matrix_at_its_own_place(tmp_path: Path, monkeypatch, changed: bool) -> None:
+    """Each panel's markers are the matrices with a value to draw, at their own x (the relative change only where
+    positive, on a log scale). The role mask was an int array (~True is -2), which indexed x[0], x[1]: the changed
+    matrix was never drawn and matplotlib warned "Data has no positive values". No matrix changed: the relative
+    change is drawn on a linear scale, and the panel says so."""
+    import warnings
+
+    import wbfe.reporting.plots.compare as compare_plot
+
+    state_a = _state()
+    state_b = {k: v.clone() for k, v in state_a.items()}
+    if changed:
+        state_b["blocks.2.fc.weight"] += torch.randn(48, 96, generator=torch.Generator().manual_seed(5)) / 5
+    result = wbfe.compare(state_a, state_b)
+    figures: list[Any] = []
+    monkeypatch.setattr(compare_plot, "save", lambda fig, path, **kw: figures.append(fig) or path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compare_plot.plot_change_along_depth(result, tmp_path / "p.png")
+    top, bottom = figures[0].axes
+    rows = result.layers
+    with_depth = all(row.get("depth") is not None for row in rows)
+    x = [row["depth"] if with_depth else i for i, row in enumerate(rows)]
+
+    def drawn(ax: Any) -> list[tuple[float, float]]:
+        return sorted((float(a), float(b)) for c in ax.collections for a, b in c.get_offsets())
+
+    frob = [(x[i], row["rel_frobenius"]) for i, row in enumerate(rows)]
+    if changed:
+        assert top.get_yscale() == "log" and not top.texts
+        assert drawn(top) == sorted((a, b) for a, b in frob if b > 0) and len(drawn(top)) == 1
+    else:
+        assert top.get_yscale() == "linear"
+        assert [t.get_text() for t in top.texts] == ["no positive values: drawn on a linear scale"]
+        assert drawn(top) == sorted(frob) and {b for _, b in frob} == {0.0}
+    assert drawn(bottom) == sorted((x[i], row["w1_log_eigs"]) for i, row in enumerate(rows))
+
+
 def test_comparison_page_rows_numbers_and_unmatched(tmp_path: Path) -> None:
     state_a = _state()
     state_b = {k: v.clone() for k, v in state_a.items()}
@@ -598,8 +639,8 @@ def test_reread_spectra_are_the_scored_ones(model_file: Path, options: dict[str,
     names = [layer["name"] for layer in result["layers"]]
     got = read_eigenvalues(model_file, names, result["model"]["options"])
     for layer in result["layers"]:
-        e = got[layer["name"]]
-        assert e.size == layer["n_eigs"]
+        e, k = got[layer["name"]]
+        assert e.size == layer["n_eigs"] and k == 0
         assert math.isclose(float(e.sum()), layer["norm"], rel_tol=1e-9)
 
 
@@ -645,15 +686,56 @@ def test_no_head_and_spectra_of_another_checkpoint_are_said(tmp_path: Path, scor
     assert "No head: no tensor is named like a classifier." in text
 
 
-def test_an_esd_beyond_float64_is_said_not_drawn_as_one_value(tmp_path: Path) -> None:
-    """The report re-reads true eigenvalues: a head of weights near 2^600 gives inf for every one of them, which the
-    thumbnail drew as "fewer than 2 distinct positive eigenvalues" (inf == inf)."""
-    w = np.random.default_rng(0).standard_normal((10, 32)) * 2.0**600
-    save_file({"classifier.weight": torch.tensor(w)}, str(tmp_path / "huge.safetensors"))
-    with np.errstate(over="ignore"):
-        eigs = read_eigenvalues(tmp_path / "huge.safetensors", ["classifier.weight"], {})["classifier.weight"]
-    assert eigs.size == 10 and np.isinf(eigs).all()
+def test_infinite_eigenvalues_are_said_not_drawn_as_one_value() -> None:
+    """Eigenvalues past float64's range given as inf (the report once re-read them so, for weights near 2^600) were
+    drawn as "fewer than 2 distinct positive eigenvalues" (inf == inf)."""
+    eigs = np.full(10, np.inf)
     fig = esd_figure(eigs, {"name": "classifier.weight"}, title="t")
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.texts] == ["eigenvalues beyond float64's range:\n`wbfe esd` draws them × 2^k"]
     assert not ax.lines
+
+
+@pytest.mark.parametrize("exponent", [0, 430, 600, -600])
+def test_esd_thumbnails_of_weights_far_from_one_are_drawn(tmp_path: Path, monkeypatch, exponent: int) -> None:
+    """The report re-reads the eigenvalues as the score stored them, with their power of two k: weights near 2^±600
+    (true eigenvalues past float64's range: they were inf, "beyond float64's range") draw the ESD × 2^k; near 2^430
+    (true ones near 1e260, float64 numbers: their histogram's bin centres overflowed) the true ones with the table's
+    fits, as weights near 1 do. The caption's numbers are the table's."""
+    import wbfe.reporting.model as model_page
+    from wbfe.engine import layer_spectrum
+    from wbfe.metrics import htmp
+
+    w = np.random.default_rng(0).standard_t(3, (64, 32))
+    path = tmp_path / "w.safetensors"
+    save_file({"classifier.weight": torch.tensor(w * 2.0**exponent)}, str(path))
+    figures: list[Any] = []
+    draw = model_page.esd_figure
+    monkeypatch.setattr(model_page, "esd_figure", lambda *a, **kw: figures.append(draw(*a, **kw)) or figures[-1])
+    out = tmp_path / "card"
+    result = runner.invoke(app, ["report", str(path), "--metrics", "htsr,htmp", "--format", "md", "-o", str(out),
+                                 "--quiet"])
+    assert result.exit_code == 0, result.stderr
+    (ax,) = figures[0].axes
+    assert not ax.texts  # drawn, not "beyond float64's range"
+    _, spec = layer_spectrum(path, "classifier.weight")
+    k = round(-spec.log_scale / math.log(2.0))
+    drawn = k if abs(exponent) == 600 else 0  # float64 holds the true eigenvalues (× 2^0) only up to 2^±430
+    assert (k != 0) == (exponent != 0)
+    assert ax.get_xlabel() == "eigenvalue of the smaller Gram matrix" + (f" × 2^{drawn}" if drawn else "")
+    # w·2^e's eigenvalues are w's × 4^e, drawn × 2^drawn: all between the smallest and largest
+    low, high = np.ldexp(np.sort(np.linalg.svd(w, compute_uv=False) ** 2)[[0, -1]], 2 * exponent + drawn)
+    x = ax.lines[0].get_xdata()
+    assert np.isfinite(x).all() and low * (1 - 1e-12) <= x.min() and x.max() <= high * (1 + 1e-12)
+    scored = json.loads(runner.invoke(app, ["score", str(path), "--metrics", "htsr,htmp", "--format", "json"]).stdout)
+    row = scored["layers"][0]
+    lines = {line.get_label(): line for line in ax.lines}
+    if abs(exponent) == 600:  # xmin, β, τ (true) are null: outside float64's range, the fits are not drawn
+        assert row["xmin"] is None and row["htmp_tau"] is None and list(lines) == ["ESD (n = 32)"]
+    else:  # the table's fits, drawn true
+        assert list(lines) == ["ESD (n = 32)", "power law", "truncated PL", "HTMP"]
+        assert lines["power law"].get_xdata().min() >= row["xmin"]
+        x, y = lines["HTMP"].get_data()
+        np.testing.assert_allclose(y, htmp.pdf(x, row["htmp_kappa"], row["gamma"], row["htmp_beta"], row["htmp_tau"]),
+                                   rtol=1e-9)
+    assert f"power law α = {row['alpha']:.4g}" in (out / "report.md").read_text(encoding="utf-8")

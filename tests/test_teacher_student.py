@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -264,11 +265,14 @@ def test_solve_refuses_an_r_whose_n_is_past_a_float():
         solve(readout("power", 10), delta=0.04, d=10, r=1e308)
 
 
-def test_solve_refuses_when_f_underflows_to_zero_at_an_extreme_n_over_delta():
-    # n/Δ = 1e600: every snr overflows, F(0) rounds to 0 and no sign change is left to bracket
-    with np.errstate(over="ignore"):
+@pytest.mark.parametrize("activation", ["tanh2", "relu"])
+def test_solve_refuses_when_f_underflows_to_zero_at_an_extreme_n_over_delta(activation: str):
+    # n/Δ = 1e600: every snr overflows, F(0) rounds to 0 and no sign change is left to bracket; the overflow (to inf,
+    # whose deficit is its limit 0) is no RuntimeWarning printed before the refusal
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         with pytest.raises(InvalidOptionError, match="^no fixed point found; the kernel or readout is degenerate$"):
-            solve(readout("dense", 1), delta=1e-300, d=1, n=1e300)
+            solve(readout("dense", 1), delta=1e-300, d=1, n=1e300, activation=activation)
 
 
 def test_fixed_point_map_over_two_million_features_equals_the_closed_form():

@@ -4,6 +4,7 @@ one matrix's spectrum, some matrices' eigenvalues, the products of consecutive l
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
@@ -109,13 +110,18 @@ def layer_spectrum(
     raise InvalidOptionError(f"no tensor named {layer!r} in {where}{name_hint(layer, names, where)}")
 
 
-def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, np.ndarray]:
+def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dict[str, tuple[np.ndarray, int]]:
     """The eigenvalues of each named matrix of ``ref``, computed as a score under ``options`` did
     (conv view, WeightWatcher mode, device): one pass over the stream, only the wanted
-    tensors loaded. A name the checkpoint lacks, or that is not a matrix, is absent."""
+    tensors loaded. A name the checkpoint lacks, or that is not a matrix, is absent.
+
+    Returns:
+        ``{name: (eigs, k)}``: the true eigenvalues × 2^k, as the score stored them (k ≠ 0 only for a matrix whose
+        Gram matrix would leave float64's range; its true eigenvalues may too, so they are not multiplied back).
+    """
     wanted = set(names)
     device = resolve_device(options.device)
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, tuple[np.ndarray, int]] = {}
     with open_source(ref) as source:
         for entry, plan in stream(source, options):
             if entry.name not in wanted or isinstance(plan, Skip):
@@ -123,8 +129,8 @@ def eigenvalues_of(ref: Any, names: Iterable[str], options: ScoreOptions) -> dic
             matrices = matrices_of(entry.load(), plan, ww_slices=options.conventions.ww_slices)
             spec = planned_spectrum(matrices, plan, device)
             assert spec.eigs is not None  # asked for
-            # in true units (a matrix whose Gram matrix left float64's range was scaled by a power of two)
-            out[entry.name] = np.asarray(spec.eigs, dtype=float) * np.exp(spec.log_scale)
+            # log_scale is −k·ln 2 exactly for the power of two the matrix was scaled by (wbfe.linalg.spectra)
+            out[entry.name] = np.asarray(spec.eigs, dtype=float), round(-spec.log_scale / math.log(2.0))
             if len(out) == len(wanted):
                 break
     return out

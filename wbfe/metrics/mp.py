@@ -321,13 +321,17 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     e = np.asarray(eigs, dtype=np.float64)
     if not np.all(np.isfinite(e)):
         return _failed("non-finite eigenvalue")
-    if e.size == 0 or not float(np.sum(e)) > 0.0:
+    with np.errstate(over="ignore"):  # a sum past float64's range (inf) is refused below: its scale is 0
+        total = np.sum(e)
+    if e.size == 0 or not float(total) > 0.0:
         return _failed("empty or all-zero spectrum")
     Q = N / M
     if Q == 1 and float(np.min(e)) < 0.0:
         return _failed("negative eigenvalue: the fit of a square matrix takes square roots")
-    w_scale = np.sqrt(e.size) / np.sqrt(np.sum(e))
-    to_plot = (w_scale * w_scale) * e
+    # the scale of tiny (subnormal) eigenvalues overflows, to inf (inf · 0 = NaN for a zero one): refused below
+    with np.errstate(over="ignore", invalid="ignore"):
+        w_scale = np.sqrt(e.size) / np.sqrt(total)
+        to_plot = (w_scale * w_scale) * e
     lambda_max = float(np.max(to_plot))
     if not 0.0 < lambda_max < math.inf:
         return _failed("eigenvalues too small or too large to rescale to mean 1 in float64")
@@ -387,10 +391,11 @@ def mp_fit_many(spectra: Sequence[ArrayLike], N: int, M: int) -> list[MPFit]:  #
 
 def _fit_batch(arrays: list[np.ndarray], N: int, M: int) -> list[MPFit]:  # noqa: N803
     stack = np.stack(arrays)
-    sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
     # The rows fitted together; alone: empty or all-zero (mp_fit's failure), non-finite or negative
-    # values (whatever mp_fit makes of them, error included), a mean float64 cannot rescale to 1.
-    with np.errstate(divide="ignore"):
+    # values (whatever mp_fit makes of them, error included), a mean float64 cannot rescale to 1 (the
+    # sum or n / sum overflows: that inf is what sends the row to mp_fit).
+    with np.errstate(divide="ignore", over="ignore"):
+        sums = np.sum(stack, axis=1)  # per row numpy's pairwise sum, as np.sum of the row
         rows = np.flatnonzero((sums > 0.0) & np.isfinite(sums) & np.isfinite(stack.shape[1] / sums)
                               & (np.min(stack, axis=1) >= 0.0))
     if rows.size < _BATCH_MIN:

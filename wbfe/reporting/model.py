@@ -113,7 +113,7 @@ def reasons_note(reasons: Mapping[str, str]) -> Optional[str]:
 
 
 def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusual: Sequence[tuple[str, str]],
-                 eigs: Optional[Mapping[str, np.ndarray]], unavailable: Optional[str]) -> list[Any]:
+                 eigs: Optional[Mapping[str, tuple[np.ndarray, int]]], unavailable: Optional[str]) -> list[Any]:
     blocks: list[Any] = [Paragraph(
         "Empirical spectral density of the smaller Gram matrix (log-log, grey points) with the fits whose "
         f"parameters are in the table: {', '.join(ESD_COLOURS)} (each in the colour of its column: alpha, "
@@ -127,13 +127,13 @@ def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusu
     figures, missing = [], []
     for name, why in chosen:
         i, row = index[name]
-        values = eigs.get(name)
+        values, k = eigs.get(name, (None, 0))
         if values is None or values.size != row.get("n_eigs"):
             found = "not found" if values is None else f"{values.size} eigenvalues, the score had {row.get('n_eigs')}"
             missing.append(f"{name} ({found})")
             continue
         shape = shape_text(row.get("shape", []))
-        fig = esd_figure(values, row, title=f"#{i} {short_name(name)}  {shape}")
+        fig = esd_figure(values, _stored_units(row, k), title=f"#{i} {short_name(name)}  {shape}", scale_exp2=k)
         figures.append(FigureBlock(f"esd-{i}", fig, caption=f"#{i} {name}: {why}. {_fit_text(row)}",
                                    alt=f"ESD of {name}"))
     if figures:
@@ -142,6 +142,20 @@ def _esd_section(layers: Sequence[Mapping[str, Any]], head: Optional[str], unusu
         blocks.append(Paragraph("Not drawn, the checkpoint read differs from the one scored: " + "; ".join(missing),
                                 kind="note"))
     return blocks
+
+
+# The fit columns in the units of the eigenvalues (the power of an eigenvalue each scales like), which the table holds
+# true and the re-read eigenvalues are stored × 2^k in.
+_FIT_UNITS = {"xmin": 1, "htmp_tau": 1, "tpl_lambda": -1, "htmp_beta": -1}
+
+
+def _stored_units(row: Mapping[str, Any], k: int) -> Mapping[str, Any]:
+    """``row`` with its fit columns × 2^(power·k), for eigenvalues stored as the true ones × 2^k (exact: a power of
+    two). A column the score could not hold in float64 (null) stays null, and its fit is not drawn."""
+    if not k:
+        return row
+    values = {c: (finite_or_none(row.get(c)), p) for c, p in _FIT_UNITS.items()}
+    return {**row, **{c: float(np.ldexp(v, p * k)) for c, (v, p) in values.items() if v is not None}}
 
 
 def _fit_text(row: Mapping[str, Any]) -> str:
@@ -157,10 +171,12 @@ def _fit_text(row: Mapping[str, Any]) -> str:
     return "; ".join(parts) + (". " + "; ".join(failed) if failed else "")
 
 
-def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any]) -> dict[str, tuple[np.ndarray, int]]:
     """The eigenvalues of each matrix in ``names`` of checkpoint ``ref`` (one pass, only those tensors loaded),
     computed as the score that produced ``options`` (its ``model.options``: conv view, WeightWatcher mode, device)
-    did. A name the checkpoint lacks is absent from the result (the caller says why)."""
+    did, each with the power of two k they are stored at (the true ones × 2^k, see
+    :func:`wbfe.engine.eigenvalues_of`). A name the checkpoint lacks is absent from the result (the caller says
+    why)."""
     from wbfe.engine import eigenvalues_of
 
     conv = options.get("conv")

@@ -95,7 +95,7 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
     are of the true eigenvalues × 2^k (:func:`_drawn_exp2`); ``size`` in inches (a report thumbnail by default);
     ``values``: each fit's parameters in its legend entry, for a figure with no caption."""
     e = np.sort(np.asarray(eigs, dtype=float))
-    # the report re-reads true eigenvalues: a matrix far from 1 gives inf there (or NaN for 0·inf), not a spectrum
+    # true eigenvalues past float64's range, given as inf (or NaN for 0·inf), are not a spectrum: pass them × 2^k
     overflow = not np.isfinite(e).all()
     e = e[e > 0.0]
     k = _drawn_exp2(e, scale_exp2)
