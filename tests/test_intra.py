@@ -105,6 +105,7 @@ def test_a_score_with_intra_and_no_product_says_so() -> None:
     assert "intra" not in wbfe.score(state, metrics="bfe").summary
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the norm's overflow is the rescale's signal, not a warning
 @pytest.mark.parametrize(("s0", "s1"), [(1.0, 1e300), (1e200, 1e200), (1e-200, 1e-200)])
 def test_intra_product_of_extreme_weights_is_the_product_of_their_directions(s0: float, s1: float) -> None:
     # ‖W₀‖·‖W₁‖ overflowed to inf (or underflowed to 0): X was all zeros (or NaN), scored as an all-zero product

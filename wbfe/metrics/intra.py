@@ -54,7 +54,8 @@ def intra_matrix(w0: np.ndarray, w1: np.ndarray, *, rng: Optional[np.random.Rand
     if aligned is None:
         return None
     a, b = aligned
-    norm = np.linalg.norm(a) * np.linalg.norm(b)
+    with np.errstate(over="ignore"):  # an inf norm is the signal for the rescale below, not a warning
+        norm = np.linalg.norm(a) * np.linalg.norm(b)
     if rng is not None:
         mask = intra_mask(rng, b.shape[0])
     if mask is None:
