@@ -485,3 +485,10 @@ def test_a_gptq_group_index_out_of_range_skips_that_weight_alone(index: int) -> 
     assert reasons["l.weight"] == "non-finite values (NaN or Inf)"
     whole = wbfe.score({"fc.weight": fc}, metrics="bfe")
     assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in whole.layers]
+
+
+def test_an_fp8_block_of_unequal_sides_is_named_as_shapes_are_written() -> None:
+    """A 128×64 block is named with the shape text of the tables (``render.text.shape_text``), a square one by its
+    side."""
+    assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 4], [128, 64]) == "fp8-e4m3-block128x64"
+    assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], [128, 128]) == "fp8-e4m3-block128"

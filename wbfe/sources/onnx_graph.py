@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from wbfe.render.text import shape_text
 from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
 __all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft_basis", "WEIGHT_INPUT",
@@ -335,7 +336,7 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
     fits = hidden <= 0 or (shape[0] % hidden == 0 and shape[0] <= gates * hidden if shaped
                            else shape[0] == gates * hidden) and (use.index == 1 or shape[1] == hidden)
     if not fits or (not shaped and plan.directions != directions):
-        plan.skip = (f"{'x'.join(map(str, plan.shape))} operand of {plan.consumers[-1]} does not fit "
+        plan.skip = (f"{shape_text(plan.shape)} operand of {plan.consumers[-1]} does not fit "
                      f"{directions} direction(s) of {gates} gate(s) of hidden_size {hidden}: wbfe cannot tell "
                      "its layout")
         plan.index, plan.directions, plan.transpose = None, 1, False
