@@ -37,6 +37,9 @@ _STORAGES = {
 # two lines first in every module class).
 _DECLARED = re.compile(r"^class (\w+)\(Module\):\n\s+__parameters__ = \[([^\]]*)\]\n\s+__buffers__ = \[([^\]]*)\]",
                        re.M)
+# A traced model's code constant is named constants.<i>, as a module attribute "constants" (a ParameterList) names its
+# own: the module's tensor keeps the name, the constant is listed as skipped.
+_NAMED_TWICE = "named like an earlier tensor of the module tree (a code constant constants.<i>): not scored"
 _CODE_BYTES = 64 << 20  # a code file larger than this is not read for declarations
 
 
@@ -195,8 +198,10 @@ class TorchScriptSource(TensorSource):
 
     def entries(self) -> Iterator[TensorEntry]:
         signal = self._signal_constants()
+        named: set[str] = set()
         for name, ref in self._tensors:
-            skip = _unreadable(ref) or signal.get(name)
+            skip = (_NAMED_TWICE if name in named else None) or _unreadable(ref) or signal.get(name)
+            named.add(name)
             load = functools.partial(self.read, ref)
             key = (ref.storage.member, ref.offset, ref.size, ref.stride) if skip is None else None
             yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, load=load, reread=load,
@@ -266,9 +271,10 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
     while stack:
         prefix, value, kind = stack.pop()
         if isinstance(value, _TensorRef):
-            out.append((prefix.rstrip("."), value))
+            # one dot off, not every trailing one: dict keys "x" and "x." are two names, as a state dict joins them
+            out.append((prefix[:-1], value))
             if kind is not None:
-                kinds[prefix.rstrip(".")] = kind
+                kinds.setdefault(prefix[:-1], kind)
             continue
         members = None
         if isinstance(value, _Scripted):
@@ -289,7 +295,7 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
         for i, c in enumerate(constants):
             if isinstance(c, _TensorRef):
                 out.append((f"constants.{i}", c))
-                kinds[f"constants.{i}"] = "constant"
+                kinds.setdefault(f"constants.{i}", "constant")
     return out, kinds
 
 
