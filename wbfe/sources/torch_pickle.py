@@ -267,6 +267,7 @@ class TorchPickleSource(TensorSource):
             # A shard's tensors go with it: holding one to reread would hold the whole shard's map.
             state, passed = unwrap_checkpoint(load_torch_file(path), where=str(path))
             missing = [t for t in listed if t not in state]
+            own = set(listed)
             if missing:
                 raise CorruptCheckpointError.at(path, f"tensor {missing[0]!r} listed in the index is not in this shard")
             for entry in tensor_entries(state, held=False, scope=str(path), passed=passed):
@@ -275,6 +276,8 @@ class TorchPickleSource(TensorSource):
                         reported.add(entry.name)
                         yield entry
                     continue
+                if entry.name in indexed and entry.name not in own:
+                    continue  # the index gives the name to another shard: that shard's copy is the one read
                 if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
                     if entry.name in reported:
                         continue
