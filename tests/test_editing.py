@@ -459,3 +459,25 @@ def test_a_keras2_model_with_its_optimizer_state_is_pruned(tmp_path: Path) -> No
         assert f.get_tensor("optimizer_weights/Adam/iter:0").shape == () and int(f.get_tensor(
             "optimizer_weights/Adam/iter:0")) == 100
         assert all(int(np.count_nonzero(f.get_tensor(r["name"]) == 0)) == r["zeros"] for r in report.rows)
+
+
+@pytest.mark.parametrize("edit", ["smooth", "prune"])
+def test_a_pytorch_pickle_is_edited_as_its_safetensors_twin(checkpoint, tmp_path: Path, edit: str) -> None:
+    """An edit reads the entries three times; a single .pt file gave them once (AssertionError on the second pass),
+    so no PyTorch pickle could be smoothed or pruned. Its output is the safetensors twin's, tensor for tensor."""
+    import wbfe
+
+    path, tensors = checkpoint
+    pickle = tmp_path / "model.pt"
+    torch.save(tensors, pickle)
+    outputs = []
+    for src in (path, pickle):
+        out = tmp_path / f"{src.suffix[1:]}-edited.safetensors"
+        if edit == "smooth":
+            smooth_checkpoint(src, out, percent=0.5, layers=r"fc|conv")
+        else:
+            wbfe.prune(src, out, target=0.5, exclude=())
+        outputs.append(_read(out)[0])
+    assert list(outputs[1]) == list(outputs[0])
+    for name, tensor in outputs[0].items():
+        assert outputs[1][name].dtype == tensor.dtype and _raw(outputs[1][name]) == _raw(tensor), name

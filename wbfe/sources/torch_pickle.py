@@ -255,8 +255,10 @@ class TorchPickleSource(TensorSource):
 
     def _entries(self) -> Iterator[TensorEntry]:
         if self._index is None:
-            (state, self._state), (passed, self._passed) = (self._state, None), (self._passed, {})
-            assert state is not None
+            state, passed = self._state, self._passed
+            if state is None:  # a second pass (an edit reads the entries three times): the file again, mapped
+                state, passed = unwrap_checkpoint(load_torch_file(self._files[0]), where=str(self._files[0]))
+            self._state, self._passed = None, {}  # the tensors go with the pass, not with the source
             yield from tensor_entries(state, passed=passed)
             return
         from wbfe.sources.safetensors_files import unlisted_reason
