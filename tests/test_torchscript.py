@@ -185,10 +185,11 @@ def test_dict_keys_that_end_in_a_dot_keep_their_names(tmp_path: Path) -> None:
     assert sorted(r["name"] for r in wbfe.score(path, metrics="bfe").layers) == sorted(got)
 
 
-def test_a_code_constant_named_like_a_module_tensor_is_skipped_saying_why(tmp_path: Path) -> None:
+def test_a_code_constant_named_like_a_module_tensor_is_qualified_by_its_place(tmp_path: Path) -> None:
     """A traced module whose attribute ``constants`` is a ParameterList names its first parameter constants.0, as the
-    code's first constant is named: the module's tensor keeps the name, the constant is listed as skipped. Both were
-    scored, two rows of one name."""
+    code's first constant is named: the module's tensor keeps the name, the constant is qualified by its place (as
+    TFLite's reader qualifies a repeated name) and both are scored. Both were scored under one name, two rows, and an
+    edit, which goes by name, took one for the other."""
     g = torch.Generator().manual_seed(4)
     captured = torch.randn(6, 6, generator=g)
 
@@ -204,9 +205,10 @@ def test_a_code_constant_named_like_a_module_tensor_is_skipped_saying_why(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.jit.save(torch.jit.trace(module, torch.randn(2, 8)), str(tmp_path / "clash.pt"))
+    with open_source(tmp_path / "clash.pt") as source:
+        got = {e.name: to_torch(e.load()) for e in source.entries()}
+    assert list(got) == ["constants.0", "constants.0#1"]
+    assert torch.equal(got["constants.0"], module.constants[0].detach()) and torch.equal(got["constants.0#1"], captured)
     result = wbfe.score(tmp_path / "clash.pt", metrics="bfe")
-    want = wbfe.score({"constants.0": module.constants[0].detach()}, metrics="bfe").layers
+    want = wbfe.score({"constants.0": module.constants[0].detach(), "constants.0#1": captured}, metrics="bfe").layers
     assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in want]
-    assert [(s["name"], s["shape"], s["reason"]) for s in result.skipped] == [
-        ("constants.0", [6, 6], "named like an earlier tensor of the module tree (a code constant constants.<i>): "
-                                "not scored")]

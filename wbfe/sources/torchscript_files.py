@@ -37,9 +37,6 @@ _STORAGES = {
 # two lines first in every module class).
 _DECLARED = re.compile(r"^class (\w+)\(Module\):\n\s+__parameters__ = \[([^\]]*)\]\n\s+__buffers__ = \[([^\]]*)\]",
                        re.M)
-# A traced model's code constant is named constants.<i>, as a module attribute "constants" (a ParameterList) names its
-# own: the module's tensor keeps the name, the constant is listed as skipped.
-_NAMED_TWICE = "named like an earlier tensor of the module tree (a code constant constants.<i>): not scored"
 _CODE_BYTES = 64 << 20  # a code file larger than this is not read for declarations
 
 
@@ -198,10 +195,8 @@ class TorchScriptSource(TensorSource):
 
     def entries(self) -> Iterator[TensorEntry]:
         signal = self._signal_constants()
-        named: set[str] = set()
         for name, ref in self._tensors:
-            skip = (_NAMED_TWICE if name in named else None) or _unreadable(ref) or signal.get(name)
-            named.add(name)
+            skip = _unreadable(ref) or signal.get(name)
             load = functools.partial(self.read, ref)
             key = (ref.storage.member, ref.offset, ref.size, ref.stride) if skip is None else None
             yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, load=load, reread=load,
@@ -274,7 +269,7 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
             # one dot off, not every trailing one: dict keys "x" and "x." are two names, as a state dict joins them
             out.append((prefix[:-1], value))
             if kind is not None:
-                kinds.setdefault(prefix[:-1], kind)
+                kinds[prefix[:-1]] = kind
             continue
         members = None
         if isinstance(value, _Scripted):
@@ -292,10 +287,14 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
         else:
             stack += [(f"{prefix}{k}.", v, kind) for k, v in reversed(items)]
     if isinstance(constants, tuple):
+        taken = {name for name, _ in out}
         for i, c in enumerate(constants):
             if isinstance(c, _TensorRef):
-                out.append((f"constants.{i}", c))
-                kinds.setdefault(f"constants.{i}", "constant")
+                # a module attribute "constants" (a ParameterList) names its tensors so too: the later one is
+                # qualified by its place, as TFLite's reader qualifies a repeated name
+                name = f"constants.{i}" if f"constants.{i}" not in taken else f"constants.{i}#{len(out)}"
+                out.append((name, c))
+                kinds[name] = "constant"
     return out, kinds
 
 
