@@ -208,7 +208,7 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
 
     for name, tensor in state.items():
         if is_lazy(tensor):  # a LazyLinear never run: no shape, no values; torch raises on any use
-            yield TensorEntry(name=name, shape=(), dtype=dtype_name(tensor), load=lambda: None, skip=LAZY_REASON)
+            yield TensorEntry(name=name, shape=(), dtype=dtype_name(tensor), load=_no_values, skip=LAZY_REASON)
             continue
         t = tensor.detach()
         skip = unreadable_reason(t)
@@ -218,8 +218,18 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
         yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key,
                           reread=load if held else None, skip=skip)
     for name, (tensor, why) in (passed or {}).items():
-        shape = () if is_lazy(tensor) else tuple(tensor.shape)
-        yield TensorEntry(name=name, shape=shape, dtype=dtype_name(tensor), load=lambda: None, skip=why)
+        lazy = is_lazy(tensor)
+        # Not scored, but what copies every tensor (prune, smooth) copies it as it is.
+        load = _no_values if lazy else lambda t=tensor.detach(): t
+        yield TensorEntry(name=name, shape=() if lazy else tuple(tensor.shape), dtype=dtype_name(tensor), load=load,
+                          skip=why)
+
+
+def _no_values() -> Any:
+    """What an uninitialised lazy parameter holds: a meta tensor, which what copies tensors refuses saying why."""
+    import torch
+
+    return torch.empty(0, device="meta")
 
 
 class TorchPickleSource(TensorSource):
