@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import math
 import re
 import struct
 import threading
@@ -250,7 +249,7 @@ class KerasSource(TensorSource):
         if ds.shape is None:  # a null dataspace (h5py.Empty): no shape, no values
             return _Var(name, path, (), _dtype_name(ds), "skip", _NO_DATASPACE, layer, OUT_IN)
         stored = tuple(int(s) for s in ds.shape)
-        if skip is None and math.prod(stored) and ds.id.get_storage_size() == 0:
+        if skip is None and 0 not in stored and ds.id.get_storage_size() == 0:
             # nothing written: HDF5 gives its fill value for every element, and a few bytes can declare terabytes
             skip = f"no values stored: every element is the HDF5 fill value ({ds.fillvalue})"
         return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, _dtype_name(ds), layout,

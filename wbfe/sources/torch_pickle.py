@@ -220,9 +220,8 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
     for name, (tensor, why) in (passed or {}).items():
         lazy = is_lazy(tensor)
         # Not scored, but what copies every tensor (prune, smooth) copies it as it is.
-        load = _no_values if lazy else lambda t=tensor.detach(): t
-        yield TensorEntry(name=name, shape=() if lazy else tuple(tensor.shape), dtype=dtype_name(tensor), load=load,
-                          skip=why)
+        yield TensorEntry(name=name, shape=() if lazy else tuple(tensor.shape), dtype=dtype_name(tensor),
+                          load=_no_values if lazy else tensor.detach, skip=why)
 
 
 def _no_values() -> Any:
