@@ -443,3 +443,23 @@ def test_an_adapter_config_without_its_weights_is_refused_saying_so(tmp_path: Pa
     (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8}))
     with pytest.raises(wbfe.SourceNotFoundError, match="adapter_config.json but no adapter_model.safetensors or "):
         wbfe.score(tmp_path)
+
+
+@pytest.mark.parametrize(("part", "shape"), [("lora_A", ()), ("lora_A", (4,)), ("lora_A", (0, 20)), ("lora_A", (4, 0)),
+                                             ("lora_B", (0, 4)), ("lora_embedding_A", (4,))])
+def test_a_lora_factor_that_is_no_matrix_is_refused_in_one_line(tmp_path: Path, part: str, shape: tuple) -> None:
+    """A 0-D factor raised IndexError, an empty one ValueError, and a 1-D lora_A (4,) was read as a column: the
+    module scored as a [30, 1] ΔW. ΔW = B·A of factors that are not matrices has no meaning: refused, naming it."""
+    g = torch.Generator().manual_seed(5)
+    tensors = {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),
+               "base_model.model.fc.lora_B.weight": torch.randn(30, 4, generator=g)}
+    name = "base_model.model.emb.lora_embedding_A" if part.startswith("lora_embedding") else \
+        f"base_model.model.fc.{part}.weight"
+    tensors[name] = torch.zeros(shape) if 0 in shape else torch.randn(shape, generator=g)
+    folder = _write_adapter(tmp_path / "bad", tensors, r=4, lora_alpha=8)
+    with pytest.raises(wbfe.CorruptCheckpointError) as info:
+        wbfe.score(folder, metrics="bfe")
+    assert str(info.value) == (f"{folder}: LoRA factor {name!r} of shape {list(shape)}: a factor is a matrix with at "
+                               "least one entry")
+    out = CliRunner().invoke(app, ["score", str(folder), "--metrics", "bfe"])
+    assert out.exit_code == 2 and out.stderr.count("\n") == 1, out.output

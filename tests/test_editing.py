@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch import nn
 from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
@@ -459,3 +460,57 @@ def test_a_keras2_model_with_its_optimizer_state_is_pruned(tmp_path: Path) -> No
         assert f.get_tensor("optimizer_weights/Adam/iter:0").shape == () and int(f.get_tensor(
             "optimizer_weights/Adam/iter:0")) == 100
         assert all(int(np.count_nonzero(f.get_tensor(r["name"]) == 0)) == r["zeros"] for r in report.rows)
+
+
+@pytest.mark.parametrize("edit", ["smooth", "prune"])
+def test_a_pytorch_pickle_is_edited_as_its_safetensors_twin(checkpoint, tmp_path: Path, edit: str) -> None:
+    """An edit reads the entries three times; a single .pt file gave them once (AssertionError on the second pass),
+    so no PyTorch pickle could be smoothed or pruned. Its output is the safetensors twin's, tensor for tensor."""
+    import wbfe
+
+    path, tensors = checkpoint
+    pickle = tmp_path / "model.pt"
+    torch.save(tensors, pickle)
+    outputs = []
+    for src in (path, pickle):
+        out = tmp_path / f"{src.suffix[1:]}-edited.safetensors"
+        if edit == "smooth":
+            smooth_checkpoint(src, out, percent=0.5, layers=r"fc|conv")
+        else:
+            wbfe.prune(src, out, target=0.5, exclude=())
+        outputs.append(_read(out)[0])
+    assert list(outputs[1]) == list(outputs[0])
+    for name, tensor in outputs[0].items():
+        assert outputs[1][name].dtype == tensor.dtype and _raw(outputs[1][name]) == _raw(tensor), name
+
+
+def test_a_second_state_dict_beside_the_model_is_copied_as_it_is(checkpoint, tmp_path: Path) -> None:
+    """timm's training checkpoint {"model": ..., "model_ema": ...}: the model is edited, the moving average (listed
+    as skipped when scored) copied byte for byte under its listed name, as a Keras optimizer's state is. Its entries
+    loaded as None: TypeError, nothing written."""
+    path, tensors = checkpoint
+    ema = {name: t * 2 for name, t in tensors.items()}
+    pickle = tmp_path / "train.pt"
+    torch.save({"model": tensors, "model_ema": ema}, pickle)
+    smooth_checkpoint(path, tmp_path / "twin.safetensors", percent=0.5, layers=r"^(fc|conv)\.")
+    summary = smooth_checkpoint(pickle, tmp_path / "out.safetensors", percent=0.5, layers=r"^(fc|conv)\.")
+    twin, got = _read(tmp_path / "twin.safetensors")[0], _read(tmp_path / "out.safetensors")[0]
+    assert sorted(got) == sorted([*twin, *(f"model_ema/{name}" for name in ema)])
+    assert summary.edited == {"fc.weight": 20, "conv.weight": 4}
+    for name, tensor in twin.items():
+        assert _raw(got[name]) == _raw(tensor), name
+    for name, tensor in ema.items():
+        assert got[f"model_ema/{name}"].dtype == tensor.dtype and _raw(got[f"model_ema/{name}"]) == _raw(tensor), name
+
+
+def test_an_uninitialised_lazy_parameter_is_refused_saying_why(tmp_path: Path) -> None:
+    """A LazyLinear never run has no values: the edit is refused in one line naming it (its entry loaded as None:
+    TypeError)."""
+    from wbfe.errors import UnsupportedDtypeError
+
+    model = nn.Sequential(nn.LazyLinear(4), nn.Linear(4, 8), nn.Linear(8, 8))
+    with pytest.raises(UnsupportedDtypeError) as info:
+        smooth_checkpoint(model, tmp_path / "out.safetensors", percent=0.5)
+    assert str(info.value) == ("0.weight: uninitialised lazy parameter: run the model once before scoring; it cannot "
+                               "be written to safetensors")
+    assert not (tmp_path / "out.safetensors").exists()

@@ -373,3 +373,29 @@ def test_a_names_attribute_that_is_not_a_list_of_names_is_refused_with_exit_2(
         wbfe.score(path, metrics="bfe")
     code, err = _cli(path)
     assert code == 2 and f"its {key} attribute is not a list of names" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("edge", ["null-dataspace", "nothing-written"])
+def test_a_kernel_with_no_values_stored_is_skipped_saying_why(tmp_path: Path, state: dict, edge: str) -> None:
+    """A dataset with no dataspace (h5py.Empty) raised TypeError when planned; a chunked one declared 2^20 × 2^20
+    with no chunk written (a 16 KB file) was read as 4 TiB of fill values, MemoryError. Each is skipped saying why,
+    the rest scored as before."""
+    path = write_keras2_h5(tmp_path / "m.h5", state, full_model=False)
+    want = {r["name"]: r["bfe"] for r in wbfe.score(path, metrics="bfe").layers}
+    with h5py.File(path, "a") as f:
+        del f["dense/dense/kernel:0"]
+        if edge == "null-dataspace":
+            f.create_dataset("dense/dense/kernel:0", data=h5py.Empty("f4"))
+        else:
+            f.create_dataset("dense/dense/kernel:0", shape=(1 << 20, 1 << 20), dtype="f4", chunks=(64, 64))
+    got = wbfe.score(path, metrics="bfe")
+    reasons = {s["name"]: (s["shape"], s["reason"]) for s in got.skipped}
+    assert reasons["dense/kernel:0"] == (
+        ([], "an HDF5 dataset with no dataspace: it holds no values") if edge == "null-dataspace" else
+        ([1 << 20, 1 << 20], "no values stored: every element is the HDF5 fill value (0.0)"))
+    assert {r["name"]: r["bfe"] for r in got.layers} == {k: v for k, v in want.items() if k != "dense/kernel:0"}
+    if edge == "null-dataspace":  # what copies every tensor (prune, smooth) is refused in one line
+        from wbfe.sources import open_source
+
+        with open_source(path) as source, pytest.raises(CorruptCheckpointError, match="no dataspace: it holds no"):
+            next(e for e in source.entries() if e.name == "dense/kernel:0").load()

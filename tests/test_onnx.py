@@ -344,3 +344,27 @@ def test_two_initialisers_of_one_name_are_refused(tmp_path: Path) -> None:
         wbfe.score(path, metrics="bfe")
     result = CliRunner().invoke(app, ["score", str(path)])
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+
+
+@pytest.mark.parametrize("where", ["initializer", "constant"])
+def test_a_negative_size_in_a_stored_shape_is_refused(tmp_path: Path, where: str) -> None:
+    """A stored shape [-1, 16] was listed as is ("too small: -1 eigenvalue(s)") and read by numpy as "the rest":
+    a 64-value tensor came back 4 × 16. ONNX sizes are never negative: the graph is refused when opened."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(1)
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[-1, 16],
+                    raw_data=rng.standard_normal(64).astype(np.float32).tobytes())
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")]
+    if where == "constant":
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], value=w))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                              initializer=[w] if where == "initializer" else [])
+    path = tmp_path / "negative.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    with pytest.raises(CorruptCheckpointError,
+                       match=r"malformed ONNX graph \(tensor 'w' of shape \[-1, 16\]: a negative size\)$"):
+        wbfe.score(path, metrics="bfe")
+    result = CliRunner().invoke(app, ["score", str(path)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output

@@ -446,3 +446,49 @@ def test_a_gptq_qweight_of_other_outputs_than_its_scales_skips_that_weight() -> 
         reasons = {e.name: why for e, why in dequantised(source.entries(), {"quantization_config": qconfig})}
     assert reasons["l.qweight"] == ("quantized weight l unreadable: packing of qweight [8, 16] / qzeros [2, 4] for 32 "
                                     "outputs is no 2-, 4- or 8-bit layout")
+
+
+@pytest.mark.parametrize("bad", ["short", "2-D", "float"])
+def test_a_gptq_g_idx_of_the_wrong_shape_or_dtype_skips_that_weight_when_planned(bad: str) -> None:
+    """A g_idx that is not one whole group index per input was refused when the weight was read, which stopped the
+    whole run; a float one was cut to whole numbers. It is seen when planned, and skips that weight alone."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=True)
+    t.pop("expected")
+    g = t["g_idx"]
+    t["g_idx"] = {"short": g[:63], "2-D": g.reshape(8, 8), "float": g.float()}[bad]
+    fc = _weights(4, 20)
+    result = wbfe.score({f"l.{k}": v for k, v in t.items()} | {"fc.weight": fc}, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    dtype, shape = {"short": ("int32", [63]), "2-D": ("int32", [8, 8]), "float": ("float32", [64])}[bad]
+    for part in ("qweight", "qzeros", "scales", "g_idx"):
+        assert reasons[f"l.{part}"] == (f"quantized weight l unreadable: GPTQ g_idx of {dtype} {shape}: expected "
+                                        "whole group indexes [64]")
+    assert [r["name"] for r in result.layers] == ["fc.weight"]
+
+
+@pytest.mark.parametrize("index", [-1, 2])
+def test_a_gptq_group_index_out_of_range_skips_that_weight_alone(index: int) -> None:
+    """A group index outside the scales' groups is seen only when the weight is read: that input has no scale, its
+    column is NaN, and the weight is skipped for its non-finite values, the rest scored. It raised when read, which
+    stopped the whole run."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=True)
+    expected = t.pop("expected")
+    g = t["g_idx"].clone()
+    g[5] = index
+    ours = dequantize_gptq(t["qweight"], t["qzeros"], t["scales"], bits=4, group_size=32, g_idx=g)
+    assert torch.isnan(ours[:, 5]).all() and not torch.isnan(ours[:, [4, 6]]).any()
+    keep = [c for c in range(64) if c != 5]
+    assert torch.equal(ours[:, keep], expected[:, keep])
+    fc = _weights(4, 20)
+    result = wbfe.score({f"l.{k}": v for k, v in t.items()} | {"l.g_idx": g, "fc.weight": fc}, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    assert reasons["l.weight"] == "non-finite values (NaN or Inf)"
+    whole = wbfe.score({"fc.weight": fc}, metrics="bfe")
+    assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in whole.layers]
+
+
+def test_an_fp8_block_of_unequal_sides_is_named_as_shapes_are_written() -> None:
+    """A 128×64 block is named with the shape text of the tables (``render.text.shape_text``), a square one by its
+    side."""
+    assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 4], [128, 64]) == "fp8-e4m3-block128x64"
+    assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], [128, 128]) == "fp8-e4m3-block128"

@@ -551,3 +551,30 @@ def test_a_name_two_shards_hold_unlisted_is_one_skipped_row(tmp_path: Path, fmt:
     result = wbfe.score(tmp_path, metrics="bfe")
     assert sorted(layer["name"] for layer in result.layers) == ["w1.weight", "w2.weight"]
     assert [s["name"] for s in result.skipped] == ["stale.weight"]
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "pickle"])
+def test_a_name_the_index_gives_to_another_shard_is_read_from_that_shard_alone(tmp_path: Path, fmt: str) -> None:
+    """A shard that also holds a copy of a tensor the index places in another shard: the index's copy is read, as
+    transformers reads it. The pickle shards scored both, two rows of one name (the safetensors shards did not)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(2)
+    ext, index = ((".safetensors", "model.safetensors.index.json") if fmt == "safetensors"
+                  else (".bin", "pytorch_model.bin.index.json"))
+    listed, copy = torch.randn(20, 30, generator=g), torch.randn(20, 30, generator=g)
+    shards = {"model-00001-of-00002": {"a.weight": listed},
+              "model-00002-of-00002": {"a.weight": copy, "b.weight": torch.randn(20, 30, generator=g)}}
+    for shard, tensors in shards.items():
+        if fmt == "safetensors":
+            save_file(tensors, str(tmp_path / f"{shard}{ext}"))
+        else:
+            torch.save(tensors, tmp_path / f"{shard}{ext}")
+    weight_map = {"a.weight": f"model-00001-of-00002{ext}", "b.weight": f"model-00002-of-00002{ext}"}
+    (tmp_path / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    result = wbfe.score(tmp_path, metrics="bfe")
+    want = wbfe.score({"a.weight": listed}, metrics="bfe").layers[0]["bfe"]
+    assert [layer["name"] for layer in result.layers] == ["a.weight", "b.weight"] and result.skipped == []
+    assert result.layers[0]["bfe"] == want

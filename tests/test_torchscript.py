@@ -8,6 +8,7 @@ import pickle
 import warnings
 import zipfile
 from pathlib import Path
+from typing import Dict
 
 import pytest
 import torch
@@ -159,3 +160,55 @@ def test_sniffed_from_a_pt_name_and_picked_in_a_folder(tmp_path: Path, net: Net)
     (tmp_path / "config.json").write_text('{"num_labels": 5}')
     with open_source(tmp_path) as source:
         assert source.provenance.format == "torchscript" and source.config == {"num_labels": 5}
+
+
+class _Keyed(nn.Module):
+    def __init__(self, keys: list[str]) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.table = torch.jit.Attribute({k: torch.randn(6, 8, generator=g) for k in keys}, Dict[str, torch.Tensor])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_dict_keys_that_end_in_a_dot_keep_their_names(tmp_path: Path) -> None:
+    """Names are joined as a state dict joins them: keys "x", "x." and "" of a dict attribute are table.x, table.x.
+    and table. ("x." and "x" were both named table.x, two rows of one name; "" was named table)."""
+    module = _Keyed(["x", "x.", "", "a.."])
+    path = save_scripted(module, tmp_path / "keyed.pt")
+    with open_source(path) as source:
+        got = {e.name: to_torch(e.load()) for e in source.entries()}
+    assert list(got) == ["table.x", "table.x.", "table.", "table.a.."]
+    for key, tensor in module.table.value.items():
+        assert torch.equal(got[f"table.{key}"], tensor), key
+    assert sorted(r["name"] for r in wbfe.score(path, metrics="bfe").layers) == sorted(got)
+
+
+def test_a_code_constant_named_like_a_module_tensor_is_qualified_by_its_place(tmp_path: Path) -> None:
+    """A traced module whose attribute ``constants`` is a ParameterList names its first parameter constants.0, as the
+    code's first constant is named: the module's tensor keeps the name, the constant is qualified by its place (as
+    TFLite's reader qualifies a repeated name) and both are scored. Both were scored under one name, two rows, and an
+    edit, which goes by name, took one for the other."""
+    g = torch.Generator().manual_seed(4)
+    captured = torch.randn(6, 6, generator=g)
+
+    class Clash(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.constants = nn.ParameterList([nn.Parameter(torch.randn(6, 8, generator=g))])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x @ self.constants[0].T) @ captured
+
+    module = Clash()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.trace(module, torch.randn(2, 8)), str(tmp_path / "clash.pt"))
+    with open_source(tmp_path / "clash.pt") as source:
+        got = {e.name: to_torch(e.load()) for e in source.entries()}
+    assert list(got) == ["constants.0", "constants.0#1"]
+    assert torch.equal(got["constants.0"], module.constants[0].detach()) and torch.equal(got["constants.0#1"], captured)
+    result = wbfe.score(tmp_path / "clash.pt", metrics="bfe")
+    want = wbfe.score({"constants.0": module.constants[0].detach(), "constants.0#1": captured}, metrics="bfe").layers
+    assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in want]

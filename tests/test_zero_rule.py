@@ -127,6 +127,7 @@ def test_dead_rows_and_columns_are_left_out(tmp_path: Path, where: str, shape: t
         assert (row["rows"], row["cols"]) == live.shape and row["shape"] == list(shape)
         assert row["n_eigs"] == min(live.shape) and row["gamma"] == min(live.shape) / max(live.shape)
         assert "4 all-zero" in row["reasons"]["dead_units"]
+        assert row["reasons"]["dead_units"].endswith(f"of the live {live.shape[0]}x{live.shape[1]} part")
 
 
 def test_dead_output_channel_of_a_conv_in_every_mode(tmp_path: Path) -> None:

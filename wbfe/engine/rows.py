@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional, Union
 from wbfe.engine.context import Context
 from wbfe.engine.matrices import MatrixPlan, Skip, component_of
 from wbfe.linalg.spectra import DegenerateMatrixError
+from wbfe.render.text import shape_text
 from wbfe.sources import TensorEntry
 
 __all__ = ["layer_row", "RowMaker", "Record", "ROW_BATCH"]
@@ -54,7 +55,7 @@ def layer_row(
         dead = " and ".join(f"{n} all-zero {what}" for n, what in ((spec.dead_rows, "row(s)"),
                                                                       (spec.dead_cols, "column(s)")) if n)
         reasons["dead_units"] = (f"{dead} (dead or pruned units) left out: BFE-W and the spectrum are of the live "
-                                 f"{spec.rows}x{spec.cols} part")
+                                 f"{shape_text((spec.rows, spec.cols))} part")
     for group in context.groups:
         if not nothing_to_compute(group, spec, min_eigs):
             out = (computed[group.name] if computed and group.name in computed

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from wbfe.errors import CorruptCheckpointError
+from wbfe.render.text import shape_text
 
 if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
     import torch
@@ -72,7 +73,7 @@ def fp8_scheme(dtype: str, weight_shape: Sequence[int], scale_shape: Sequence[in
     """
     kind, size = _layout(weight_shape, scale_shape, block)
     if size is not None:
-        kind += str(size[0]) if size[0] == size[1] else f"{size[0]}x{size[1]}"
+        kind += str(size[0]) if size[0] == size[1] else shape_text(size)
     return f"fp8-{FP8_FORMATS.get(dtype, dtype)}-{kind}"
 
 

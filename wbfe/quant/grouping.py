@@ -138,6 +138,8 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
     declared = qconfig.get("group_size", qconfig.get("q_group_size"))
     if declared is not None and config_whole(declared) != group_size:
         raise CorruptCheckpointError(f"config's group size {declared} does not fit {groups} groups of {n_in} inputs")
+    if g is not None and not awq and (tuple(g.shape) != (n_in,) or not g.dtype.startswith(("int", "uint"))):
+        raise CorruptCheckpointError(f"GPTQ g_idx of {g.dtype} {list(g.shape)}: expected whole group indexes [{n_in}]")
     label = f"g{group_size}" if group_size > 0 else "channel"
     name = f"{prefix}.weight"
     if awq:

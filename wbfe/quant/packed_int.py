@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from wbfe.errors import CorruptCheckpointError
-
 if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
     import torch
 
@@ -33,10 +31,9 @@ def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
 
 def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, bits: int = 4,
                     group_size: int = 128, g_idx: Optional[torch.Tensor] = None, zero_offset: int = 1) -> torch.Tensor:
-    """GPTQ's packed int weight -> float64 ``[out, in]`` (the shapes of its parts checked by the planner).
-
-    Raises:
-        CorruptCheckpointError: a ``g_idx`` of another shape, or a group index out of range.
+    """GPTQ's packed int weight -> float64 ``[out, in]`` (the shapes of its parts, ``g_idx``'s among them, checked
+    by the planner). An input whose group index is out of range has no scale: its column is NaN, so that weight alone
+    is skipped for its non-finite values (its values are seen only now, when the weight is read).
     """
     import torch
 
@@ -45,13 +42,12 @@ def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.T
     groups, n_in = scales.shape[0], q.shape[0]
     if g_idx is None:
         g = torch.arange(n_in) // (n_in if group_size in (-1, 0) else group_size)
-    elif tuple(g_idx.shape) != (n_in,):
-        raise CorruptCheckpointError(f"GPTQ g_idx has shape {list(g_idx.shape)}, expected {[n_in]}")
     else:
         g = g_idx.to(torch.int64)
-    if int(g.min()) < 0 or int(g.max()) >= groups:
-        raise CorruptCheckpointError(f"GPTQ group index out of range (0..{groups - 1})")
-    return (scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)).T.contiguous()
+    outside = (g < 0) | (g >= groups)
+    g = g.clamp(0, groups - 1)
+    w = scales.to(torch.float64)[g] * (q - z[g]).to(torch.float64)
+    return w.masked_fill(outside.unsqueeze(1), torch.nan).T.contiguous()
 
 
 def dequantize_awq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, bits: int = 4,

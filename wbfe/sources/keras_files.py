@@ -48,6 +48,7 @@ _KERAS3_VARS: dict[str, tuple[str, ...]] = {
     "layer_normalization": ("gamma", "beta"),
     "cell": ("kernel", "recurrent_kernel", "bias"),  # layers/lstm/cell/vars/...: LSTM, GRU, SimpleRNN
 }
+_NO_DATASPACE = "an HDF5 dataset with no dataspace: it holds no values"
 _NUMBERED = re.compile(r"^(?P<base>.+?)(_\d+)?$")
 
 
@@ -245,7 +246,12 @@ class KerasSource(TensorSource):
     def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None, layer: str = "",
              axes: str = OUT_IN) -> _Var:
         ds = h5[path]
+        if ds.shape is None:  # a null dataspace (h5py.Empty): no shape, no values
+            return _Var(name, path, (), _dtype_name(ds), "skip", _NO_DATASPACE, layer, OUT_IN)
         stored = tuple(int(s) for s in ds.shape)
+        if skip is None and 0 not in stored and ds.id.get_storage_size() == 0:
+            # nothing written: HDF5 gives its fill value for every element, and a few bytes can declare terabytes
+            skip = f"no values stored: every element is the HDF5 fill value ({ds.fillvalue})"
         return _Var(name, path, _reported_shape(layout, stored) if skip is None else stored, _dtype_name(ds), layout,
                     skip, layer, axes)
 
@@ -311,6 +317,8 @@ class KerasSource(TensorSource):
             if self._h5 is None:
                 raise CorruptCheckpointError.at(self._path, "read after the file was closed")
             ds = self._h5[var.path]
+            if ds.shape is None:
+                raise CorruptCheckpointError.at(self._path, f"{var.name!r}: {_NO_DATASPACE}")
             try:
                 array = ds[()]
             except (OSError, ValueError) as exc:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from wbfe.render.text import shape_text
 from wbfe.sources.signal_constants import DFT_REASON, dft_shaped, is_dft_basis, name_reason, signal_name
 
 __all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft_basis", "WEIGHT_INPUT",
@@ -100,7 +101,7 @@ class _Walker:
         for tensor in graph.initializer:
             vid = local[tensor.name] = self.new()
             self.stored[vid] = Stored(vid, tensor.name, scope, tensor=tensor)
-            self.shape[vid], self.dtype[vid] = tuple(int(d) for d in tensor.dims), int(tensor.data_type)
+            self.shape[vid], self.dtype[vid] = _dims(tensor), int(tensor.data_type)
         for node in graph.node:
             position = self.position
             self.position += 1
@@ -136,7 +137,7 @@ class _Walker:
         for attr in node.attribute:
             if attr.name == "value":
                 stored.tensor = attr.t
-                self.shape[vid], self.dtype[vid] = tuple(int(d) for d in attr.t.dims), int(attr.t.data_type)
+                self.shape[vid], self.dtype[vid] = _dims(attr.t), int(attr.t.data_type)
             elif attr.name in ("value_float", "value_floats", "value_int", "value_ints"):
                 kind = np.float32 if "float" in attr.name else np.int64
                 stored.array = np.asarray(self.onnx.helper.get_attribute_value(attr), dtype=kind)
@@ -144,7 +145,7 @@ class _Walker:
                 self.dtype[vid] = int(self.onnx.helper.np_dtype_to_tensor_dtype(np.dtype(kind)))
             elif attr.name == "sparse_value":
                 stored.skip = "sparse constant: wbfe reads dense weights only"
-                self.shape[vid] = tuple(int(d) for d in attr.sparse_tensor.dims)
+                self.shape[vid] = _dims(attr.sparse_tensor)
                 self.dtype[vid] = int(attr.sparse_tensor.values.data_type)
         if stored.tensor is not None or stored.array is not None or stored.skip is not None:
             self.stored[vid] = stored
@@ -197,6 +198,14 @@ class _Walker:
     def _swaps(self, node: Any, ndim: int) -> bool:
         perm = next((list(self.onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "perm"), None)
         return ndim == 2 and perm in (None, [1, 0])
+
+
+def _dims(tensor: Any) -> tuple[int, ...]:
+    """A stored tensor's shape; ``ValueError`` for a negative size, which numpy would read as "the rest" (-1)."""
+    dims = tuple(int(d) for d in tensor.dims)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"tensor {tensor.name[:100]!r} of shape {list(dims)}: a negative size")
+    return dims
 
 
 def _resolve(scopes: list[dict[str, int]], name: str) -> Optional[int]:
@@ -335,7 +344,7 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
     fits = hidden <= 0 or (shape[0] % hidden == 0 and shape[0] <= gates * hidden if shaped
                            else shape[0] == gates * hidden) and (use.index == 1 or shape[1] == hidden)
     if not fits or (not shaped and plan.directions != directions):
-        plan.skip = (f"{'x'.join(map(str, plan.shape))} operand of {plan.consumers[-1]} does not fit "
+        plan.skip = (f"{shape_text(plan.shape)} operand of {plan.consumers[-1]} does not fit "
                      f"{directions} direction(s) of {gates} gate(s) of hidden_size {hidden}: wbfe cannot tell "
                      "its layout")
         plan.index, plan.directions, plan.transpose = None, 1, False

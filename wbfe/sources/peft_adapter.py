@@ -22,6 +22,8 @@ ADAPTER_CONFIG = "adapter_config.json"
 # PEFT saves every key under the wrapper's prefix: base_model.model.<module name in the base model>.
 PREFIX = "base_model.model."
 _WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+# A LoRA factor: lora_A / lora_B of a linear or convolution ([r, in, k…] / [out, r, 1…]), or of an embedding.
+_FACTOR_NAME = re.compile(r"\.(lora_A|lora_B)\.weight$|\.lora_embedding_[AB]$")
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class AdapterSource(TensorSource):
 
     def __init__(self, inner: TensorSource, lora: LoraConfig, folder: Path):
         self._inner = inner
+        self._folder = folder
         self.lora = lora
         self.provenance = inner.provenance
         self.provenance.format = "peft-lora"
@@ -136,7 +139,13 @@ class AdapterSource(TensorSource):
         return len(self._inner)
 
     def entries(self) -> Iterator[TensorEntry]:
-        return self._inner.entries()
+        """The stored tensors; ``CorruptCheckpointError`` for a LoRA factor that is not a matrix (0-D, 1-D) or
+        has no entries, whose ΔW = B·A has no meaning (a 1-D one was read as a column)."""
+        for entry in self._inner.entries():
+            if _FACTOR_NAME.search(entry.name) and (len(entry.shape) < 2 or 0 in entry.shape):
+                raise CorruptCheckpointError.at(self._folder, f"LoRA factor {entry.name[:200]!r} of shape "
+                                                f"{list(entry.shape)}: a factor is a matrix with at least one entry")
+            yield entry
 
     def close(self) -> None:
         self._inner.close()

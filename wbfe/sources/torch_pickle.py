@@ -208,7 +208,7 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
 
     for name, tensor in state.items():
         if is_lazy(tensor):  # a LazyLinear never run: no shape, no values; torch raises on any use
-            yield TensorEntry(name=name, shape=(), dtype=dtype_name(tensor), load=lambda: None, skip=LAZY_REASON)
+            yield TensorEntry(name=name, shape=(), dtype=dtype_name(tensor), load=_no_values, skip=LAZY_REASON)
             continue
         t = tensor.detach()
         skip = unreadable_reason(t)
@@ -218,8 +218,17 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
         yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key,
                           reread=load if held else None, skip=skip)
     for name, (tensor, why) in (passed or {}).items():
-        shape = () if is_lazy(tensor) else tuple(tensor.shape)
-        yield TensorEntry(name=name, shape=shape, dtype=dtype_name(tensor), load=lambda: None, skip=why)
+        lazy = is_lazy(tensor)
+        # Not scored, but what copies every tensor (prune, smooth) copies it as it is.
+        yield TensorEntry(name=name, shape=() if lazy else tuple(tensor.shape), dtype=dtype_name(tensor),
+                          load=_no_values if lazy else tensor.detach, skip=why)
+
+
+def _no_values() -> Any:
+    """What an uninitialised lazy parameter holds: a meta tensor, which what copies tensors refuses saying why."""
+    import torch
+
+    return torch.empty(0, device="meta")
 
 
 class TorchPickleSource(TensorSource):
@@ -255,8 +264,10 @@ class TorchPickleSource(TensorSource):
 
     def _entries(self) -> Iterator[TensorEntry]:
         if self._index is None:
-            (state, self._state), (passed, self._passed) = (self._state, None), (self._passed, {})
-            assert state is not None
+            state, passed = self._state, self._passed
+            if state is None:  # a second pass (an edit reads the entries three times): the file again, mapped
+                state, passed = unwrap_checkpoint(load_torch_file(self._files[0]), where=str(self._files[0]))
+            self._state, self._passed = None, {}  # the tensors go with the pass, not with the source
             yield from tensor_entries(state, passed=passed)
             return
         from wbfe.sources.safetensors_files import unlisted_reason
@@ -267,6 +278,7 @@ class TorchPickleSource(TensorSource):
             # A shard's tensors go with it: holding one to reread would hold the whole shard's map.
             state, passed = unwrap_checkpoint(load_torch_file(path), where=str(path))
             missing = [t for t in listed if t not in state]
+            own = set(listed)
             if missing:
                 raise CorruptCheckpointError.at(path, f"tensor {missing[0]!r} listed in the index is not in this shard")
             for entry in tensor_entries(state, held=False, scope=str(path), passed=passed):
@@ -275,6 +287,8 @@ class TorchPickleSource(TensorSource):
                         reported.add(entry.name)
                         yield entry
                     continue
+                if entry.name in indexed and entry.name not in own:
+                    continue  # the index gives the name to another shard: that shard's copy is the one read
                 if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
                     if entry.name in reported:
                         continue

@@ -266,9 +266,10 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
     while stack:
         prefix, value, kind = stack.pop()
         if isinstance(value, _TensorRef):
-            out.append((prefix.rstrip("."), value))
+            # one dot off, not every trailing one: dict keys "x" and "x." are two names, as a state dict joins them
+            out.append((prefix[:-1], value))
             if kind is not None:
-                kinds[prefix.rstrip(".")] = kind
+                kinds[prefix[:-1]] = kind
             continue
         members = None
         if isinstance(value, _Scripted):
@@ -286,10 +287,14 @@ def _collect(tree: Any, constants: Any, declared: dict[str, tuple[set[str], set[
         else:
             stack += [(f"{prefix}{k}.", v, kind) for k, v in reversed(items)]
     if isinstance(constants, tuple):
+        taken = {name for name, _ in out}
         for i, c in enumerate(constants):
             if isinstance(c, _TensorRef):
-                out.append((f"constants.{i}", c))
-                kinds[f"constants.{i}"] = "constant"
+                # a module attribute "constants" (a ParameterList) names its tensors so too: the later one is
+                # qualified by its place, as TFLite's reader qualifies a repeated name
+                name = f"constants.{i}" if f"constants.{i}" not in taken else f"constants.{i}#{len(out)}"
+                out.append((name, c))
+                kinds[name] = "constant"
     return out, kinds
 
 
