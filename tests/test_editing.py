@@ -514,3 +514,23 @@ def test_an_uninitialised_lazy_parameter_is_refused_saying_why(tmp_path: Path) -
     assert str(info.value) == ("0.weight: uninitialised lazy parameter: run the model once before scoring; it cannot "
                                "be written to safetensors")
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_what_the_score_leaves_out_is_copied_not_edited(tmp_path: Path) -> None:
+    """A Keras 2 model keeps Adam's moments beside its weights: smoothing edits the weights the score reads, and
+    copies the optimizer state byte for byte, each moment listed as left unchanged with the reader's reason."""
+    import h5py
+
+    import wbfe
+    from tests.test_keras import torch_model, write_keras2_h5
+
+    src = write_keras2_h5(tmp_path / "m.h5", torch_model())
+    scored = {row["name"] for row in wbfe.score(src, metrics="bfe").layers}
+    summary = smooth_checkpoint(src, tmp_path / "s.safetensors")
+    assert set(summary.edited) <= scored and "dense/kernel:0" in summary.edited
+    moments = [n for n in summary.unchanged if n.startswith("optimizer_weights/")]
+    assert moments and all(summary.unchanged[n] == "not a weight the score reads (optimizer state (optimizer_weights/))"
+                           for n in moments if n.endswith(("/m:0", "/v:0")) and "dense" in n)
+    with h5py.File(src) as f, safe_open(str(tmp_path / "s.safetensors"), "np") as out:
+        for name in ("optimizer_weights/Adam/dense/kernel/m:0", "optimizer_weights/Adam/dense_1/kernel/v:0"):
+            assert np.array_equal(out.get_tensor(name), f[name][()])

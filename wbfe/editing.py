@@ -208,7 +208,9 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
         refuse_overlap(target, reads)
         # Pass 1 reads no data (the header comes first in the file); pass 2 streams the tensors in the same order.
         described = [(e.name, tuple(e.shape), e.dtype) for e in source.entries()]
-        if only is None and not any(dtype in _FLOAT_DTYPES and len(shape) >= 2
+        # What the reader leaves out of a score (optimizer moments, a second state dict) is copied, never edited.
+        left_out = {e.name: e.skip for e in source.entries() if e.skip}
+        if only is None and not any(dtype in _FLOAT_DTYPES and len(shape) >= 2 and name not in left_out
                                     and (pattern is None or pattern.search(name)) for name, shape, dtype in described):
             raise NoUsableMatrixError(f"{source.provenance.source}: "
                                       + (f"--layers {layers!r} selects none of its" if pattern else "it holds no")
@@ -233,6 +235,8 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                     raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                                 f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
                 why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
+                if why is None and only is None and entry.name in left_out:
+                    why = f"not a weight the score reads ({left_out[entry.name]})"
                 if why is None:
                     new, count, why = editor(entry.name, tensor)
                     cast = None if new is None else torch.from_numpy(new).to(tensor.dtype)
