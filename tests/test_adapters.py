@@ -463,3 +463,24 @@ def test_a_lora_factor_that_is_no_matrix_is_refused_in_one_line(tmp_path: Path, 
                                "least one entry")
     out = CliRunner().invoke(app, ["score", str(folder), "--metrics", "bfe"])
     assert out.exit_code == 2 and out.stderr.count("\n") == 1, out.output
+
+
+def test_an_adapter_with_a_bias_and_a_counter_saved_whole_scores_its_modules(tmp_path) -> None:
+    """Tensors saved whole beside the LoRA modules that hold no matrix (a classifier bias, a step counter) are
+    listed as skipped with the engine's reasons; the modules are scored as without them (the whole adapter was
+    refused: 'no usable weight matrix'). An adapter with nothing to score is refused naming the folder."""
+    g = torch.Generator().manual_seed(0)
+    factors = {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),
+               "base_model.model.fc.lora_B.weight": torch.randn(30, 4, generator=g)}
+    plain = wbfe.score(_write_adapter(tmp_path / "plain", dict(factors), r=4, lora_alpha=8), metrics="bfe")
+    extra = {**factors, "base_model.model.classifier.bias": torch.randn(30, generator=g), "step": torch.tensor(5)}
+    scored = wbfe.score(_write_adapter(tmp_path / "extra", extra, r=4, lora_alpha=8), metrics="bfe")
+    assert scored.layers == plain.layers and scored.summary == plain.summary
+    assert scored.skipped == [
+        {"name": "classifier.bias", "reason": "1-D tensor (bias, norm scale or buffer)", "shape": [30],
+         "dtype": "float32"},
+        {"name": "step", "reason": "integer tensor (int64): quantized/packed weights or a counter", "shape": [],
+         "dtype": "int64"}]
+    lonely = _write_adapter(tmp_path / "lonely", {"step": torch.tensor(5)}, r=4, lora_alpha=8)
+    with pytest.raises(wbfe.NoUsableMatrixError, match=f"^{lonely}: nothing scored \\(1 tensor\\(s\\) left out: "):
+        wbfe.score(lonely)

@@ -39,13 +39,14 @@ def provenance_of(source_provenance: dict[str, Any], context: Context) -> dict[s
             "options": context.options.to_dict()}
 
 
-def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progress] = None) -> ModelScore:
+def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progress] = None,
+                 allow_empty: bool = False) -> ModelScore:
     """Score every matrix of an open :class:`~wbfe.sources.TensorSource` in this process.
 
     ``progress`` is called with (0, None, :data:`DESCRIBING`) where a ``config.json`` describes the checkpoint, with (0,
     total, "") before the first matrix, then with (done, total, name) as each matrix's spectrum (or skip) is finished.
     The total counts every matrix where the source reads headers only, else is None. Raises NoUsableMatrixError when
-    every weight matrix was skipped."""
+    every weight matrix was skipped, unless ``allow_empty`` (an adapter's tensors saved whole, beside its modules)."""
     context = Context.of(options)
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
@@ -82,7 +83,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
         run(pipeline, planned, context, SeenContent(), record, done, chain)
     model = provenance_of(source.provenance.to_dict(), context)
     return finish(model, layers, skipped, context.groups, head=options.head, head_hint=source.head_hint,
-                  config=source.config, description=description)
+                  config=source.config, description=description, allow_empty=allow_empty)
 
 
 def layer_spectrum(

@@ -74,13 +74,14 @@ class ModelScore(ToJson):
 
 def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[dict[str, Any]], groups: tuple[Any, ...],
            *, head: Optional[str] = None, head_hint: Optional[str] = None,
-           config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None) -> ModelScore:
+           config: Optional[dict[str, Any]] = None, description: Optional[FrameworkDescription] = None,
+           allow_empty: bool = False) -> ModelScore:
     """The :class:`ModelScore` of rows made by :func:`wbfe.engine.run`: rows in the model's own order where the
     ``description`` gives one, else in stored order, and their summary (docs/metrics.md, Summary): the head (its row's
     role becomes ``head``; ``head`` the user's choice), each summary column's head value, mean and count, and means per
     role and component; the rows of products (role ``intra``) are left out of all but ``by_role["intra"]``. Raises
-    NoUsableMatrixError when every tensor was skipped."""
-    if not layers:
+    NoUsableMatrixError when every tensor was skipped (unless ``allow_empty``: rows a caller adds to others)."""
+    if not layers and not allow_empty:
         source, reasons = model["source"], "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
         count = ("no weight tensor at all" if not skipped
                  else f"{len(skipped)} tensor{'' if len(skipped) == 1 else 's'} skipped")
