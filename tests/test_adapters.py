@@ -484,3 +484,15 @@ def test_an_adapter_with_a_bias_and_a_counter_saved_whole_scores_its_modules(tmp
     lonely = _write_adapter(tmp_path / "lonely", {"step": torch.tensor(5)}, r=4, lora_alpha=8)
     with pytest.raises(wbfe.NoUsableMatrixError, match=f"^{lonely}: nothing scored \\(1 tensor\\(s\\) left out: "):
         wbfe.score(lonely)
+
+
+def test_a_factor_saved_twice_is_refused_naming_both(tmp_path) -> None:
+    """A module's lora_A saved with and without ``base_model.model.``: two factors for one place, refused naming
+    both (the later silently replaced the earlier)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 20, generator=g), torch.randn(30, 4, generator=g)
+    folder = _write_adapter(tmp_path / "twice", {"base_model.model.fc.lora_A.weight": a, "fc.lora_A.weight": 2 * a,
+                                                 "base_model.model.fc.lora_B.weight": b}, r=4, lora_alpha=8)
+    with pytest.raises(wbfe.CorruptCheckpointError, match=(
+            f"^{folder}: module 'fc' is stored twice: base_model.model.fc.lora_A.weight and fc.lora_A.weight$")):
+        wbfe.score(folder)

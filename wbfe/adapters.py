@@ -107,12 +107,16 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
         name = entry.name[len(PREFIX):] if entry.name.startswith(PREFIX) else entry.name
         factor = _FACTOR.match(name) or _EMBED.match(name)
         magnitude = _MAGNITUDE.match(name)
-        if factor is not None:
-            module = modules.setdefault(factor["module"], LoraModule(factor["module"]))
-            module.embedding = factor["part"].startswith("lora_embedding")
-            setattr(module, "a" if factor["part"].endswith("A") else "b", entry)
-        elif magnitude is not None:
-            modules.setdefault(magnitude["module"], LoraModule(magnitude["module"])).magnitude = entry
+        found = factor or magnitude
+        if found is not None:
+            module = modules.setdefault(found["module"], LoraModule(found["module"]))
+            part = "magnitude" if factor is None else "a" if factor["part"].endswith("A") else "b"
+            if getattr(module, part) is not None:  # e.g. saved with and without base_model.model.
+                raise CorruptCheckpointError.at(source.provenance.source, f"module {found['module']!r} is stored "
+                                                f"twice: {getattr(module, part).name} and {entry.name}")
+            if factor is not None:
+                module.embedding = factor["part"].startswith("lora_embedding")
+            setattr(module, part, entry)
         elif ".lora_" in name:
             skipped.append({"name": entry.name, "reason": "LoRA tensor other than the factors (e.g. lora_B bias): not a matrix of ΔW",
                             "shape": list(entry.shape), "dtype": entry.dtype})
