@@ -531,7 +531,12 @@ def test_change_along_depth_draws_each_matrix_at_its_own_place(tmp_path: Path, m
         state_b["blocks.2.fc.weight"] += torch.randn(48, 96, generator=torch.Generator().manual_seed(5)) / 5
     result = wbfe.compare(state_a, state_b)
     figures: list[Any] = []
-    monkeypatch.setattr(compare_plot, "save", lambda fig, path, **kw: figures.append(fig) or path)
+
+    def keep(fig: Any, path: Any, **kw: Any) -> Any:
+        figures.append(fig)
+        return path
+
+    monkeypatch.setattr(compare_plot, "save", keep)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compare_plot.plot_change_along_depth(result, tmp_path / "p.png")
@@ -711,7 +716,12 @@ def test_esd_thumbnails_of_weights_far_from_one_are_drawn(tmp_path: Path, monkey
     save_file({"classifier.weight": torch.tensor(w * 2.0**exponent)}, str(path))
     figures: list[Any] = []
     draw = model_page.esd_figure
-    monkeypatch.setattr(model_page, "esd_figure", lambda *a, **kw: figures.append(draw(*a, **kw)) or figures[-1])
+
+    def kept(*a: Any, **kw: Any) -> Any:
+        figures.append(draw(*a, **kw))
+        return figures[-1]
+
+    monkeypatch.setattr(model_page, "esd_figure", kept)
     out = tmp_path / "card"
     result = runner.invoke(app, ["report", str(path), "--metrics", "htsr,htmp", "--format", "md", "-o", str(out),
                                  "--quiet"])
