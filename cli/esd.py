@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ._output import shown
 from ._options import REF_HELP, Conv, ConvOption, Device
 
 
@@ -43,7 +44,7 @@ def esd_command(
     k, note = esd_scale(spec.eigs, spec.log_scale)  # a matrix far from 1 is drawn rescaled, and says so
     plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {shape_text(plan.shape)}  ({plan.convention})",
              bins=bins, scale_exp2=k)
-    typer.echo(f"wrote {output}" + (f" ({note})" if note else ""), err=True)
+    typer.echo(f"wrote {shown(output)}" + (f" ({note})" if note else ""), err=True)
 
 
 def _refuse_resolved(target: object, output: str) -> None:

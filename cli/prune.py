@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from ._output import shown
 from ._options import REF_HELP, prune_group, with_groups
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def sparsity_command(
     for path, text in ((json_out, lambda: allocation.to_json() + "\n"), (csv_out, allocation.to_csv)):
         if path is not None:
             write_output(path, text())
-            typer.echo(f"wrote {path}", err=True)
+            typer.echo(f"wrote {shown(path)}", err=True)
 
 
 sparsity_command = with_groups(prune_group("target", "by", "spread", "mapping", "reverse", "exclude", "layers",
@@ -62,10 +63,11 @@ def prune_command(
     columns = ["name", "params", "sparsity", "reached", "dead_rows", "dead_cols"]
     columns += [k for k in report.rows[0] if k.endswith(("_before", "_after"))] if report.rows else []
     typer.echo(text_table(report.rows, columns))
-    typer.echo(f"wrote {report.output}: {len(report.rows)} matrices pruned, overall {report.overall:.6f}", err=True)
+    typer.echo(f"wrote {shown(report.output)}: {len(report.rows)} matrices pruned, overall {report.overall:.6f}",
+               err=True)
     if json_out is not None:
         write_output(json_out, report.to_json() + "\n")
-        typer.echo(f"wrote {json_out}", err=True)
+        typer.echo(f"wrote {shown(json_out)}", err=True)
 
 
 prune_command = with_groups(prune_group("target", "by", "method", "spread", "mapping", "reverse", "exclude", "layers",

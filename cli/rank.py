@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from ._output import shown
 from ._options import Format, executor_group, rank_group, score_group, stats_group, with_groups
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def rank_command(
 
         write_atomic(folder / "rank.json", result.to_json() + "\n", reads=reads)
         pngs = plot_ranking(result, folder)
-        typer.echo(f"wrote {folder / 'rank.json'} and {len(pngs)} plots", err=True)
+        typer.echo(f"wrote {shown(folder / 'rank.json')} and {len(pngs)} plots", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else rank_table(result), nl=False)
 
 

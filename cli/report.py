@@ -9,6 +9,7 @@ import typer
 
 from wbfe.errors import InvalidOptionError
 
+from ._output import shown
 from ._options import rank_group, report_group, score_group, stats_group, with_groups
 
 if TYPE_CHECKING:
@@ -104,7 +105,8 @@ def report_command(
         report = score_report(scored, spectra_from=target, n_unusual=page.n_unusual)
     written = write_report(report, output, fmt=page.fmt, reads=reads)
     if written and not quiet:
-        typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
+        figures = f" and {len(written) - 1} figures" if len(written) > 1 else ""
+        typer.echo(f"wrote {shown(written[0])}{figures}", err=True)
 
 
 report_command = with_groups(report_group(), score_group(), rank_group(), stats_group())(report_command)

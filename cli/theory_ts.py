@@ -14,6 +14,7 @@ from wbfe.options import field_defaults
 from wbfe.theory.checks import is_whole
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
+from ._output import shown
 from ._options import Format, path_option
 
 # Every default is the settings class's own (solve's are a curve's at one r).
@@ -126,7 +127,7 @@ def curve_cmd(
                     ("  predicted", fit.get("refinement_predicted", "n/a"))]
                  + ([("  why", why["refinement"])] if "refinement" in why else []))
     for f in data["files"]:
-        typer.echo(f"wrote {f}", err=True)
+        typer.echo(f"wrote {shown(f)}", err=True)
 
 
 def hmc_cmd(
@@ -158,7 +159,7 @@ def hmc_cmd(
         typer.echo(f"{p['r']:>8.3g} {p['n']:>7d} {p['k_c']:>4d} {p['eps_theory']:>11.5f} {p['gibbs_half']:>11.5f} "
                    f"{p['sem']:>9.2e} {p['z']:>6.2f} {p['accept_rate']:>6.2f}")
     for f in data["files"]:
-        typer.echo(f"wrote {f}", err=True)
+        typer.echo(f"wrote {shown(f)}", err=True)
 
 
 def student_cmd(
@@ -192,7 +193,7 @@ def student_cmd(
     for w, e in zip(data["widths"], data["test_error"]):
         typer.echo(f"{w:>6d} {e:>11.5f}")
     for f in data["files"]:
-        typer.echo(f"wrote {f}", err=True)
+        typer.echo(f"wrote {shown(f)}", err=True)
 
 
 def scaling_cmd(
