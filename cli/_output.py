@@ -7,7 +7,10 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-__all__ = ["emit", "shown"]
+__all__ = ["emit", "shown", "output_format"]
+
+# The formats an output file's suffix names.
+_SUFFIX_FORMATS = {".json": "json", ".csv": "csv"}
 
 
 def emit(text: str, output: Optional[str], written: Optional[Path], reads: Sequence[Path], files: Any, *,
@@ -24,6 +27,28 @@ def emit(text: str, output: Optional[str], written: Optional[Path], reads: Seque
         write_output(output, text)
     else:
         typer.echo(text, nl=False)
+
+
+def output_format(fmt: Optional[str], output: Optional[str], formats: Sequence[str]) -> str:
+    """The format a command writes: ``--format``'s, else the one ``--output``'s suffix names (``.json``, ``.csv``),
+    else ``table``.
+
+    Raises:
+        InvalidOptionError: ``--format`` and the suffix disagree (``-f json -o x.csv`` wrote JSON into x.csv), or
+            the suffix names a format not among ``formats``.
+    """
+    from wbfe.errors import InvalidOptionError
+
+    named = _SUFFIX_FORMATS.get(Path(output).suffix.lower()) if output is not None else None
+    suffixes = {f: "*.txt" if f == "table" else f"*.{f}" for f in formats}
+    if named is not None and named not in formats:
+        raise InvalidOptionError(f"--output {shown(output)} names a {named.upper()} file, which this command does "
+                                 f"not write (--format {' or '.join(formats)}): name the output "
+                                 f"{' or '.join(suffixes.values())}")
+    if fmt is not None and named is not None and fmt != named:
+        raise InvalidOptionError(f"--format {fmt} contradicts --output {shown(output)} (a {named.upper()} file): "
+                                 f"leave --format out, or name the output {suffixes[fmt]}")
+    return fmt or named or "table"
 
 
 def shown(text: Any) -> str:

@@ -65,6 +65,14 @@ def report_command(
 
         reads += zoo_reads(target, run.lower_is_better)
         check_report_output(output, page.fmt, reads=reads)
+    elif saved is None:  # a hub id's snapshot files are known once resolved: never over them, before any work
+        from wbfe.sources import remote_ref
+
+        from .esd import refuse_resolved
+
+        for remote in (r for r in (target, ref_b) if r is not None and remote_ref(r)):
+            refuse_resolved(remote, output)
+    _check_named(output, page.fmt)
     _refuse_unused(score, run, stats, weights, saved=saved is not None, pair=ref_b is not None, zoo=is_zoo)
     if score.intra or score.conv == "fft":
         raise InvalidOptionError("a report draws the ESDs of stored matrices: --intra and --conv fft do not apply; "
@@ -126,6 +134,23 @@ def compare_options(score: "ScoreOptions") -> "CompareOptions":
                                  "drop --conv, --head and --ww-compatible")
     return CompareOptions(metrics=score.metrics, layers=score.layers, lam=score.lam, device=score.device,
                           min_eigs=score.min_eigs, seed=score.seed)
+
+
+def _check_named(output: str, fmt: str) -> None:
+    """Refuse an output whose name says another format than ``--format`` writes (an HTML page was written into
+    x.md or x.png, a Markdown folder made named x.html or '-')."""
+    import os
+
+    from wbfe.errors import OutputError
+    from wbfe.render.files import STDERR_PATHS, STDOUT_PATHS
+
+    stream = output in STDOUT_PATHS or output in STDERR_PATHS
+    suffix = Path(output).suffix.lower()
+    if fmt == "html" and not stream and output != os.devnull and suffix not in (".html", ".htm"):
+        raise OutputError(f"--format html writes one HTML page: name the output *.html, not {shown(output)} "
+                          "(--format md writes a folder)")
+    if fmt == "md" and (stream or suffix in (".html", ".htm", ".md")):
+        raise OutputError(f"--format md writes a folder (report.md and its PNGs): name a folder, not {shown(output)}")
 
 
 def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptions", weights: Optional[str], *,
