@@ -9,10 +9,10 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from wbfe.errors import WbfeError
 
+from ._group import Group
 from . import cache, compare, describe, esd, prune, rank, report, score, smooth, theory, watch
 
 # Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click): BadParameter's module.
@@ -42,7 +42,7 @@ def _hint(exc: WbfeError) -> str:
     return hub_name_hint(getattr(exc, "path", ""))
 
 
-class _WbfeGroup(TyperGroup):
+class _WbfeGroup(Group):
     """Turns every :class:`WbfeError` and usage error into one line on stderr and exit code 2."""
 
     def invoke(self, ctx: Any) -> Any:

@@ -89,7 +89,9 @@ def rank_command(
         "--output", "-o", help="Folder for rank.json and one PNG per metric.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format on stdout.")] = Format.table,
     list_zoos: Annotated[bool, typer.Option("--list", help="List the built-in zoos and exit.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No per-model progress on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", help="Nothing on stderr but errors: no per-model progress, no 'wrote FILE' (-q is "
+                        "--quality).")] = False,
     *,
     run: "RankOptions",
     score: "ScoreOptions",
@@ -98,6 +100,11 @@ def rank_command(
 ) -> None:
     """Rank a zoo: Spearman rho (95% bootstrap CI, permutation p), Kendall tau and Pearson r per metric."""
     if list_zoos:
+        if zoo is not None or output is not None or fmt is not Format.table:
+            from wbfe.errors import InvalidOptionError
+
+            raise InvalidOptionError("--list prints the built-in zoos as a table and ranks none: leave out the zoo, "
+                                     "--output and --format")
         typer.echo(zoo_list(), nl=False)
         return
     from wbfe.render.files import check_output_dir, refuse_overlap, write_atomic
@@ -129,7 +136,8 @@ def rank_command(
 
         write_atomic(folder / "rank.json", result.to_json() + "\n", reads=reads)
         pngs = plot_ranking(result, folder)
-        typer.echo(f"wrote {shown(folder / 'rank.json')} and {len(pngs)} plots", err=True)
+        if not quiet:
+            typer.echo(f"wrote {shown(folder / 'rank.json')} and {len(pngs)} plots", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else rank_table(result), nl=False)
 
 

@@ -73,7 +73,8 @@ def report_command(
         for remote in (r for r in (target, ref_b) if r is not None and remote_ref(r)):
             refuse_resolved(remote, output)
     _check_named(output, page.fmt)
-    _refuse_unused(score, run, stats, weights, saved=saved is not None, pair=ref_b is not None, zoo=is_zoo)
+    _refuse_unused(score, run, stats, weights, saved=saved[0] if saved is not None else None, pair=ref_b is not None,
+                   zoo=is_zoo, unusual=page.n_unusual)
     if score.intra or score.conv == "fft":
         raise InvalidOptionError("a report draws the ESDs of stored matrices: --intra and --conv fft do not apply; "
                                  "use wbfe score --intra / --conv fft")
@@ -154,9 +155,10 @@ def _check_named(output: str, fmt: str) -> None:
 
 
 def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptions", weights: Optional[str], *,
-                   saved: bool, pair: bool, zoo: bool) -> None:
-    """Refuse options that do not apply to what the page draws (they used to be dropped silently)."""
-    from wbfe.options import RankOptions, ScoreOptions, StatsOptions
+                   saved: Optional[str], pair: bool, zoo: bool, unusual: int) -> None:
+    """Refuse options that do not apply to what the page draws (they used to be dropped silently); ``saved``: the
+    kind of saved JSON drawn (score, rank, compare), if one is."""
+    from wbfe.options import RankOptions, ReportOptions, ScoreOptions, StatsOptions
 
     if saved and (score != ScoreOptions() or score.stream is not None):  # == leaves out how bytes travel
         raise InvalidOptionError("a saved JSON is drawn as it was scored: the scoring options (--metrics, --lambda, "
@@ -165,8 +167,11 @@ def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptio
     if not zoo and (run != RankOptions() or stats != StatsOptions()):
         raise InvalidOptionError("--quality, --workers, --lower-is-better, --cache-dir, --no-cache, --n-boot and "
                                  "--stats-seed apply to a zoo only")
-    if weights is not None and not saved:
+    if weights is not None and saved != "score":  # a saved rank or comparison page draws no ESD either
         raise InvalidOptionError("--weights goes with a saved score JSON (the checkpoint it scored)")
+    if unusual != ReportOptions().n_unusual and (pair or zoo or saved in ("rank", "compare")):
+        raise InvalidOptionError("--unusual applies to the page of one model's scores: a comparison or a zoo page "
+                                 "draws no unusual layers")
 
 
 def _same_checkpoint(weights: str, data: dict[str, Any]) -> None:

@@ -115,3 +115,99 @@ def test_the_outputs_named_for_their_format_are_written(tmp_path: Path, monkeypa
     assert cli("report", "-o", "R.HTM").exit_code == 0 and Path("R.HTM").read_text().startswith("<!DOCTYPE html>")
     assert cli("report", "-o", "/dev/null").exit_code == 0
     assert cli("report", "-f", "md", "-o", "card").exit_code == 0 and Path("card/report.md").is_file()
+
+
+# ---------------------------------------------------------------- an option given twice
+
+
+@pytest.mark.parametrize("argv,flags", [
+    (("score", "-f", "json", "-f", "csv"), "--format / -f"),
+    (("score", "--format=json", "-fcsv"), "--format / -f"),
+    (("score", "--stream", "--no-stream"), "--stream / --no-stream"),
+    (("describe", "--layers", "a", "--layers", "b"), "--layers"),
+    (("theory", "solve", "--d", "10", "--d", "20"), "--d"),
+    (("cache", "info", "-f", "json", "-f", "table"), "--format / -f"),
+])
+def test_an_option_given_twice_is_refused(argv: tuple[str, ...], flags: str) -> None:
+    # the last one won without a word (score -f json -f csv printed CSV)
+    result = cli(*argv)
+    assert_one_line(result, f"{flags} is given more than once: give it once")
+    assert f"(see 'wbfe {' '.join(argv[:2] if argv[0] in ('theory', 'cache') else argv[:1])} --help')" in result.stderr
+
+
+def test_a_list_option_is_repeatable(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(1)
+    save_file({"x.fc.weight": torch.randn(20, 30, generator=g)}, str(tmp_path / "a.safetensors"))
+    save_file({"z.fc.weight": torch.randn(20, 30, generator=g)}, str(tmp_path / "b.safetensors"))
+    result = cli("compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--metrics", "bfe",
+                 "--map", "^x=y", "--map", "^y=z", "-f", "json", "-q")
+    assert result.exit_code == 0, result.output
+    assert '"name_b": "z.fc.weight"' in result.stdout  # both maps applied, in turn
+
+
+# ---------------------------------------------------------------- options read by nothing, --quiet that was not
+
+
+@pytest.mark.parametrize("argv,text", [
+    (("rank", "--list", "fmnist"), "--list prints the built-in zoos as a table and ranks none"),
+    (("rank", "--list", "-f", "json"), "leave out the zoo, --output and --format"),
+    (("theory", "solve", "--rate", "3"), "--rate shapes the exp readout only; this is the power readout: give "
+                                         "--readout exp, or leave --rate out"),
+    (("theory", "solve", "--readout", "exp", "--nonzeros", "2"), "--nonzeros shapes the sparse readout only"),
+    (("theory", "solve", "--readout", "dense", "--beta", "0.5"), "--beta shapes the power readout only"),
+    (("theory", "curve", "-o", "c", "--readout", "exp", "--beta", "1"), "--beta shapes the power readout only"),
+])
+def test_an_option_nothing_reads_is_refused(argv: tuple[str, ...], text: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # each was accepted and dropped: rank --list -f json printed the table, solve --rate 3 solved the power readout
+    monkeypatch.chdir(tmp_path)
+    assert_one_line(cli(*argv), text)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_readout_option_of_the_chosen_family_is_read() -> None:
+    import json
+
+    from wbfe.options import field_defaults
+    from wbfe.theory.settings import CurveSettings
+    from wbfe.theory.teacher_student import readout, solve
+
+    result = cli("theory", "solve", "--readout", "exp", "--rate", "3", "--format", "json")
+    assert result.exit_code == 0, result.output
+    at = field_defaults(CurveSettings)  # solve's defaults are a curve's, at r = 0.5
+    want = solve(readout("exp", at["k"], rate=3.0), delta=at["delta"], d=at["d"], r=0.5, activation=at["activation"])
+    assert json.loads(result.stdout)["eps"] == pytest.approx(want.eps, rel=1e-12)
+    power = json.loads(cli("theory", "solve", "--format", "json").stdout)["eps"]
+    assert power != pytest.approx(want.eps, rel=1e-3)  # the rate changed the answer
+
+
+def test_report_refuses_unusual_and_weights_where_nothing_draws_them(tmp_path: Path, st_file: Path) -> None:
+    # --unusual on a comparison page and --weights with a saved comparison were dropped without a word
+    out = tmp_path / "page.html"
+    assert_one_line(cli("report", str(st_file), str(st_file), "--unusual", "2", "--metrics", "bfe", "-o", str(out)),
+                    "--unusual applies to the page of one model's scores")
+    saved = tmp_path / "compare.json"
+    assert cli("compare", str(st_file), str(st_file), "--metrics", "bfe", "-f", "json", "-q").exit_code == 0
+    saved.write_text(cli("compare", str(st_file), str(st_file), "--metrics", "bfe", "-f", "json", "-q").stdout)
+    assert_one_line(cli("report", str(saved), "--weights", str(st_file), "-o", str(out)),
+                    "--weights goes with a saved score JSON")
+    assert_one_line(cli("report", str(saved), "--unusual", "1", "-o", str(out)), "--unusual applies to")
+    assert not out.exists()
+    assert cli("report", str(saved), "-o", str(out)).exit_code == 0 and out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_rank_quiet_says_nothing_on_stderr(tmp_path: Path) -> None:
+    # rank --quiet printed "wrote .../rank.json and N plots" (docs/cli.md: no 'wrote FILE' under --quiet)
+    lines = ["model,acc"]
+    for i, acc in enumerate([70.0, 80.0, 75.0]):
+        g = torch.Generator().manual_seed(i)
+        save_file({"fc.weight": torch.randn(30, 20, generator=g), "head.weight": torch.randn(10, 30, generator=g)},
+                  str(tmp_path / f"m{i}.safetensors"))
+        lines.append(f"m{i}.safetensors,{acc}")
+    (tmp_path / "zoo.csv").write_text("\n".join(lines) + "\n")
+    args = ("rank", str(tmp_path / "zoo.csv"), "--metrics", "bfe", "--no-cache", "--n-boot", "10")
+    result = cli(*args, "-o", str(tmp_path / "quiet"), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "" and (tmp_path / "quiet" / "rank.json").is_file()
+    loud = cli(*args, "-o", str(tmp_path / "loud"))
+    assert f"wrote {tmp_path / 'loud' / 'rank.json'} and" in loud.stderr
