@@ -11,7 +11,8 @@ import typer
 from ._group import Group
 from ._options import Format, path_option
 
-app = typer.Typer(cls=Group, no_args_is_help=True, help="Inspect and prune wbfe's cache (score entries, object-store copies).")
+app = typer.Typer(cls=Group, no_args_is_help=True,
+                  help="Inspect and prune wbfe's cache (score entries, object-store copies).")
 
 _DIR_HELP = "Cache folder (default: $WBFE_CACHE_DIR, else ~/.cache/wbfe/scores)."
 
