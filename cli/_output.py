@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-__all__ = ["emit", "shown", "output_format"]
+__all__ = ["emit", "shown", "output_format", "check_suffix"]
 
 # The formats an output file's suffix names.
 _SUFFIX_FORMATS = {".json": "json", ".csv": "csv"}
@@ -49,6 +49,20 @@ def output_format(fmt: Optional[str], output: Optional[str], formats: Sequence[s
         raise InvalidOptionError(f"--format {fmt} contradicts --output {shown(output)} (a {named.upper()} file): "
                                  f"leave --format out, or name the output {suffixes[fmt]}")
     return fmt or named or "table"
+
+
+def check_suffix(output: str, fmt: str, option: str) -> None:
+    """Refuse an ``output`` that ``option`` writes in ``fmt`` but whose suffix names another format.
+
+    Raises:
+        InvalidOptionError: ``--json x.csv`` (JSON written into x.csv).
+    """
+    from wbfe.errors import InvalidOptionError
+
+    named = _SUFFIX_FORMATS.get(Path(output).suffix.lower())
+    if named is not None and named != fmt:
+        raise InvalidOptionError(f"{option} writes {fmt.upper()}, and {shown(output)} names a {named.upper()} file: "
+                                 f"name it *.{fmt}")
 
 
 def shown(text: Any) -> str:

@@ -211,3 +211,42 @@ def test_rank_quiet_says_nothing_on_stderr(tmp_path: Path) -> None:
     assert result.stderr == "" and (tmp_path / "quiet" / "rank.json").is_file()
     loud = cli(*args, "-o", str(tmp_path / "loud"))
     assert f"wrote {tmp_path / 'loud' / 'rank.json'} and" in loud.stderr
+
+
+# ---------------------------------------------------------------- sparsity and prune's --json / --csv
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    g = torch.Generator().manual_seed(2)
+    path = tmp_path / "a.safetensors"
+    save_file({"l1.weight": torch.randn(64, 32, generator=g), "l2.weight": torch.randn(32, 64, generator=g),
+               "head.weight": torch.randn(10, 32, generator=g)}, str(path))
+    return path
+
+
+@pytest.mark.parametrize("argv,text", [
+    (("sparsity", "--json", "s.csv"), "--json writes JSON, and s.csv names a CSV file: name it *.json"),
+    (("sparsity", "--csv", "s.json"), "--csv writes CSV, and s.json names a JSON file: name it *.csv"),
+    (("sparsity", "--json", "-"), "--json writes a file, and the table goes to standard output: give --json a file "
+                                  "name, not -"),
+    (("sparsity", "--json", "s1", "--csv", "./s1"), "--csv ./s1 is the file --json writes: name another file"),
+    (("prune", "p.safetensors", "--json", "./p.safetensors"), "--json ./p.safetensors is the file the pruned "
+                                                              "checkpoint is written to"),
+    (("prune", "p.safetensors", "--json", "p.csv"), "--json writes JSON, and p.csv names a CSV file"),
+])
+def test_sparsity_and_prune_files_are_checked_before_any_work(argv: tuple[str, ...], text: str, small: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # each was written: JSON into s.csv, JSON into the table on stdout, the CSV over the JSON, and the prune
+    # report over the pruned checkpoint
+    monkeypatch.chdir(small.parent)
+    assert_one_line(cli(argv[0], str(small), *argv[1:], "--target", "0.5"), text)
+    assert sorted(p.name for p in small.parent.iterdir()) == ["a.safetensors"]
+
+
+def test_sparsity_writes_both_files(small: Path, tmp_path: Path) -> None:
+    result = cli("sparsity", str(small), "--target", "0.5", "--json", str(tmp_path / "s.json"),
+                 "--csv", str(tmp_path / "s.csv"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "s.json").read_text().startswith("{")
+    assert (tmp_path / "s.csv").read_text().startswith("name,")
