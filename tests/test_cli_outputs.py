@@ -250,3 +250,12 @@ def test_sparsity_writes_both_files(small: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (tmp_path / "s.json").read_text().startswith("{")
     assert (tmp_path / "s.csv").read_text().startswith("name,")
+
+
+def test_cache_prune_without_any_bound_is_refused(tmp_path: Path) -> None:
+    # --max-size none alone removed nothing and said "would remove nothing", as if the cache were within bounds
+    assert_one_line(cli("cache", "prune", "--cache-dir", str(tmp_path), "--max-size", "none"),
+                    "--max-size none with no --older-than prunes nothing: give --older-than DAYS, or a size")
+    result = cli("cache", "prune", "--cache-dir", str(tmp_path), "--max-size", "none", "--older-than", "1",
+                 "--dry-run")
+    assert result.exit_code == 0, result.output
