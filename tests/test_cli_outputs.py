@@ -259,3 +259,64 @@ def test_cache_prune_without_any_bound_is_refused(tmp_path: Path) -> None:
     result = cli("cache", "prune", "--cache-dir", str(tmp_path), "--max-size", "none", "--older-than", "1",
                  "--dry-run")
     assert result.exit_code == 0, result.output
+
+
+# ---------------------------------------------------------------- refusals the other CLI tests did not reach
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, EOFError])
+def test_an_interrupted_command_exits_130(stop: type[BaseException], monkeypatch: pytest.MonkeyPatch) -> None:
+    import wbfe
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise stop
+
+    monkeypatch.setattr(wbfe, "describe", interrupted)
+    result = cli("describe")
+    assert result.exit_code == 130, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    if stop is EOFError:  # click's Abort: said in one line
+        assert result.stderr.endswith("wbfe: interrupted\n"), result.stderr
+
+
+def test_version_and_stdout_output(st_file: Path) -> None:
+    import wbfe
+
+    assert cli("--version").stdout == f"wbfe {wbfe.__version__}\n"
+    to_stdout = cli("score", str(st_file), "--metrics", "bfe", "-f", "csv", "-o", "-")
+    assert to_stdout.exit_code == 0 and to_stdout.stderr == ""
+    assert to_stdout.stdout == cli("score", str(st_file), "--metrics", "bfe", "-f", "csv").stdout
+
+
+def test_report_refusals(tmp_path: Path, st_file: Path) -> None:
+    out = tmp_path / "page.html"
+    assert_one_line(cli("report", str(st_file), "--intra", "-o", str(out)),
+                    "a report draws the ESDs of stored matrices: --intra and --conv fft do not apply")
+    assert_one_line(cli("report", str(st_file), str(st_file), "--head", "classifier.weight", "-o", str(out)),
+                    "a comparison of two checkpoints flattens conv kernels and has no head rule")
+    saved = tmp_path / "score.json"
+    saved.write_text(cli("score", str(st_file), "--metrics", "bfe", "-f", "json").stdout)
+    other = tmp_path / "other.safetensors"
+    save_file({"fc.weight": torch.randn(8, 6, generator=torch.Generator().manual_seed(3))}, str(other))
+    assert_one_line(cli("report", str(saved), "--weights", str(other), "-o", str(out)),
+                    "the saved score was of")
+    assert not out.exists()
+
+
+def test_theory_list_options_refuse_an_empty_list() -> None:
+    assert_one_line(cli("theory", "hmc", "--r-values", ","), "--r-values must not be empty")
+    assert_one_line(cli("theory", "student", "--widths", "1.5"), "--widths must be comma-separated integers, got '1.5'")
+
+
+def test_rank_table_names_the_failed_models_and_why_a_metric_has_no_rho(tmp_path: Path) -> None:
+    lines = ["model,acc"]
+    for i, acc in enumerate([70.0, 80.0]):
+        g = torch.Generator().manual_seed(i)
+        save_file({"fc.weight": torch.randn(30, 20, generator=g), "head.weight": torch.randn(10, 30, generator=g)},
+                  str(tmp_path / f"m{i}.safetensors"))
+        lines.append(f"m{i}.safetensors,{acc}")
+    (tmp_path / "zoo.csv").write_text("\n".join([*lines, "missing.safetensors,75.0"]) + "\n")
+    result = cli("rank", str(tmp_path / "zoo.csv"), "--metrics", "bfe", "--no-cache", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "(needs at least 3 models with a finite value, has 2)" in result.stdout
+    assert "failed (1):\n  missing.safetensors: SourceNotFoundError: no such file or folder" in result.stdout
