@@ -65,9 +65,6 @@ class _WbfeGroup(Group):
             where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             typer.echo(_error_line(exc.format_message().replace("Value error, ", "")) + where, err=True)
             code = EXIT_BAD_INPUT
-        except click_errors.ClickException as exc:
-            typer.echo(_error_line(exc.format_message()), err=True)
-            code = exc.exit_code
         except _Abort:
             typer.echo("wbfe: interrupted", err=True)
             code = 130
