@@ -34,12 +34,16 @@ def _error_line(message: str) -> str:
 
 
 def _hint(exc: WbfeError) -> str:
-    """A bare hub name (``gpt2``) that is no file: say how to name the model (unless the library did)."""
+    """A bare hub name (``gpt2``) that is no file: say how to name the model (unless the library did). Not for a
+    path that is there (an empty folder, a symbolic link loop): it names no hub model."""
+    import os
+
     from wbfe.errors import SourceNotFoundError, hub_name_hint
 
-    if not isinstance(exc, SourceNotFoundError) or "Hugging Face" in str(exc):
+    path = getattr(exc, "path", "")
+    if not isinstance(exc, SourceNotFoundError) or "Hugging Face" in str(exc) or os.path.lexists(path):
         return ""
-    return hub_name_hint(getattr(exc, "path", ""))
+    return hub_name_hint(path)
 
 
 class _WbfeGroup(Group):

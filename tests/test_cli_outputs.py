@@ -320,3 +320,16 @@ def test_rank_table_names_the_failed_models_and_why_a_metric_has_no_rho(tmp_path
     assert result.exit_code == 0, result.output
     assert "(needs at least 3 models with a finite value, has 2)" in result.stdout
     assert "failed (1):\n  missing.safetensors: SourceNotFoundError: no such file or folder" in result.stdout
+
+
+def test_a_path_that_is_there_gets_no_hub_name_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an empty folder and a symbolic link loop were told "if it is a Hugging Face model, give its full id"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    assert_one_line(cli("score", "empty"), "empty: no weight files")
+    assert_one_line(cli("describe", "loop1"), "loop1")
+    for name in ("empty", "loop1"):
+        assert "Hugging Face" not in cli("score", name).stderr
+    assert "if it is a Hugging Face model, give its full id" in cli("score", "no-such-model").stderr
