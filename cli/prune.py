@@ -15,9 +15,12 @@ if TYPE_CHECKING:
 
 __all__ = ["sparsity_command", "prune_command"]
 
+# The checkpoint is required here: the shared help's "Default: the embedded demo CNN" is not true of these commands.
+CHECKPOINT_HELP = REF_HELP.split(" Default:")[0]
+
 
 def sparsity_command(
-    ref: str = typer.Argument(..., help=REF_HELP),
+    ref: str = typer.Argument(..., help=CHECKPOINT_HELP),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the allocation as JSON to this file."),
     csv_out: Optional[str] = typer.Option(None, "--csv", help="Also write the allocation as CSV to this file."),
     *,
@@ -67,7 +70,7 @@ sparsity_command = with_groups(prune_group("target", "by", "spread", "mapping", 
 
 
 def prune_command(
-    ref: str = typer.Argument(..., help=REF_HELP),
+    ref: str = typer.Argument(..., help=CHECKPOINT_HELP),
     out: str = typer.Argument(..., help="The safetensors file to write (replaced atomically; never the input)."),
     json_out: Optional[str] = typer.Option(None, "--json", help="Also write the per-matrix report as JSON."),
     *,

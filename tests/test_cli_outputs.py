@@ -333,3 +333,11 @@ def test_a_path_that_is_there_gets_no_hub_name_hint(tmp_path: Path, monkeypatch:
     for name in ("empty", "loop1"):
         assert "Hugging Face" not in cli("score", name).stderr
     assert "if it is a Hugging Face model, give its full id" in cli("score", "no-such-model").stderr
+
+
+@pytest.mark.parametrize("command", ["sparsity", "prune"])
+def test_a_required_checkpoint_is_not_said_to_have_a_default(command: str) -> None:
+    # the help said "Default: the embedded demo CNN.  [required]"
+    text = " ".join(cli(command, "--help").stdout.split())
+    assert "ref <str> Checkpoint: file, folder, org/name[@rev]" in text and "[required]" in text
+    assert "Default: the embedded demo CNN" not in text
