@@ -58,8 +58,6 @@ def rank_table(result: "RankResult") -> str:
             line += (f"  holds: {_num(sub.get('rho'))} [{_num(sub.get('ci_low'), 2)}, {_num(sub.get('ci_high'), 2)}]"
                      f" n={sub['n']}")
         lines.append(line)
-    if not result.metrics:
-        lines.append("(no metric: no model could be scored)")
     if any(0 < m.n < SMALL_N for m in result.metrics):
         lines += ["", f"note: with fewer than {SMALL_N} models the bootstrap interval is coarse (resamples repeat "
                   "models; a perfect order gives [rho, rho]); rely on the exact permutation p"]

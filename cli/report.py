@@ -80,7 +80,7 @@ def report_command(
                                  "use wbfe score --intra / --conv fft")
     report: Any
     if ref_b is not None:
-        if ref is None or saved is not None:
+        if saved is not None:  # REF_B comes only after REF: a saved JSON as REF is what is wrong here
             raise InvalidOptionError("a second reference compares two checkpoints: give both as checkpoints")
         compared = wbfe.compare(target, ref_b, **compare_options(score).keywords())
         reads += [*local_files(compared.model_a.get("files")), *local_files(compared.model_b.get("files"))]

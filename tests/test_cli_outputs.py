@@ -300,6 +300,8 @@ def test_report_refusals(tmp_path: Path, st_file: Path) -> None:
     save_file({"fc.weight": torch.randn(8, 6, generator=torch.Generator().manual_seed(3))}, str(other))
     assert_one_line(cli("report", str(saved), "--weights", str(other), "-o", str(out)),
                     "the saved score was of")
+    assert_one_line(cli("report", str(saved), str(st_file), "-o", str(out)),
+                    "a second reference compares two checkpoints: give both as checkpoints")
     assert not out.exists()
 
 
