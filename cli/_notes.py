@@ -14,7 +14,11 @@ __all__ = ["third_party_notes"]
 
 @contextlib.contextmanager
 def third_party_notes(*, verbose: bool, quiet: bool) -> Iterator[None]:
+    from wbfe.errors import InvalidOptionError
     from wbfe.render.diagnostics import captured
+
+    if quiet and verbose:  # one of them would be dropped without a word
+        raise InvalidOptionError("--quiet and --verbose contradict each other: give one of them")
 
     with captured() as notes:
         yield

@@ -25,15 +25,20 @@ def progress_bar(enabled: bool, what: str = "scoring", unit: str = "matrices", *
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
+    from wbfe.errors import printable
+
     rate = TextColumn("{task.fields[rate]}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(), rate,
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console or Console(stderr=True), transient=True) as bar:
+    # A tensor's name is shown as it is: not read as rich markup ("a[/b].weight" raised MarkupError), its
+    # control characters escaped (an escape sequence in a name would drive the terminal).
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                  TaskProgressColumn(), rate, TimeElapsedColumn(), TimeRemainingColumn(), console=console or Console(stderr=True), transient=True) as bar:
         task = bar.add_task(what, total=None, rate="")
 
         def update(done: int, total: Optional[int], name: str) -> None:
             speed: Any = bar.tasks[0].speed
             shown = f"{speed:.1f} {unit}/s" if speed else ""
             # Before the first matrix the name says what is under way ("reading the model's description").
+            name = printable(name)
             label = f"{what}: {name}" if done == 0 and total is None and name else f"{what} {name[:40]:<40}"
             bar.update(task, completed=done, total=total, rate=shown, description=label)
             bar.refresh()  # drawn at each matrix: the 0/N start shows before the first one is done

@@ -8,9 +8,11 @@ from typing import Annotated, Optional, Union
 
 import typer
 
+from ._group import Group
 from ._options import Format, path_option
 
-app = typer.Typer(no_args_is_help=True, help="Inspect and prune wbfe's cache (score entries, object-store copies).")
+app = typer.Typer(cls=Group, no_args_is_help=True,
+                  help="Inspect and prune wbfe's cache (score entries, object-store copies).")
 
 _DIR_HELP = "Cache folder (default: $WBFE_CACHE_DIR, else ~/.cache/wbfe/scores)."
 
@@ -43,6 +45,11 @@ def prune_command(
     from wbfe.sources.object_bound import object_cache_bound
 
     if max_size is not None and max_size.strip().lower() == "none":
+        if older_than is None:  # no bound and no age: a prune that could never remove anything
+            from wbfe.errors import InvalidOptionError
+
+            raise InvalidOptionError("--max-size none with no --older-than prunes nothing: give --older-than DAYS, "
+                                     "or a size")
         bound: Union[str, int, None] = None
     elif max_size is not None:
         bound = max_size

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from ._output import shown
 from ._options import Quiet, ScoreFormat, compare_group, path_option, with_groups
 from ._progress import progress_bar
 
@@ -49,7 +50,8 @@ def compare_command(
         plot_change_along_depth(result, folder / "change_along_depth.png")
         write_report(compare_report(result), folder / "report.html")
         if not quiet:
-            typer.echo(f"wrote {output}/compare.json, compare.csv, change_along_depth.png, report.html", err=True)
+            typer.echo(f"wrote {shown(output)}/compare.json, compare.csv, change_along_depth.png, report.html",
+                       err=True)
     typer.echo(render[fmt](), nl=False)
 
 
@@ -64,10 +66,12 @@ def compare_table(result: object) -> str:
     summary = result.summary  # type: ignore[attr-defined]
     columns = [c for c in _TABLE if any(c in row for row in layers)]
     paired = ("  (paired by graph order: the names differ)" if summary.get("pairing") == "graph order" else "")
-    parts = [f"B: {result.model_b.get('source')}  vs  A: {result.model_a.get('source')}{paired}", "",  # type: ignore[attr-defined]
+    a, b = shown(result.model_a.get("source")), shown(result.model_b.get("source"))  # type: ignore[attr-defined]
+    parts = [f"B: {b}  vs  A: {a}{paired}", "",
              text_table(layers, columns), "",
-             "most changed (‖B − A‖/‖A‖): " + ", ".join(f"{m['name']} {m['rel_frobenius']:.3g}" for m in summary["most_changed"]),
-             "most changed spectrum (W1): " + ", ".join(f"{m['name']} {m['w1_log_eigs']:.3g}"
+             "most changed (‖B − A‖/‖A‖): " + ", ".join(f"{shown(m['name'])} {m['rel_frobenius']:.3g}"
+                                                      for m in summary["most_changed"]),
+             "most changed spectrum (W1): " + ", ".join(f"{shown(m['name'])} {m['w1_log_eigs']:.3g}"
                                                        for m in summary["most_changed_spectrum"])]
     if summary.get("folding_note"):
         parts += ["", f"folding: {summary['folding_note']}"]

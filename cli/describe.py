@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ._notes import third_party_notes
-from ._output import emit
+from ._output import emit, output_format
 from ._options import REF_HELP, Format, score_group, with_groups
 
 if TYPE_CHECKING:
@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 def describe_command(
     ref: Annotated[Optional[str], typer.Argument(help=REF_HELP)] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    fmt: Annotated[Optional[Format], typer.Option(
+        "--format", "-f", help="Output format. Default: json where --output is named *.json, else table.")] = None,
     output: Annotated[Optional[str], typer.Option(
         "--output", "-o", help="Write the description to this file instead of stdout ('-': stdout).")] = None,
     verbose: Annotated[bool, typer.Option(
@@ -35,9 +36,10 @@ def describe_command(
     target = ref if ref is not None else wbfe.default_checkpoint()
     reads = local_reads(target)
     written = check_output(output, reads=reads) if output is not None else None  # before any work
+    chosen = output_format(fmt.value if fmt is not None else None, output, [f.value for f in Format])
     with third_party_notes(verbose=verbose, quiet=quiet):
         described = wbfe.describe(target, options=score)
-        text = described.to_json() + "\n" if fmt is Format.json else _table(described)
+        text = described.to_json() + "\n" if chosen == "json" else _table(described)
         emit(text, output, written, reads, described.model.get("files"), quiet=quiet)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ._output import shown
 from ._options import REF_HELP, Conv, ConvOption, Device
 
 
@@ -22,7 +23,8 @@ def esd_command(
     """Plot the ESD of one layer (log-log) with the power-law, truncated power-law and HTMP fits."""
     import wbfe
     from wbfe.options import check_conv, check_device
-    from wbfe.render.files import check_output, local_reads
+    from wbfe.errors import OutputError
+    from wbfe.render.files import check_output, is_devnull, local_reads
     from wbfe.render.text import shape_text
     from wbfe.sources import remote_ref
     from wbfe.reporting.plots.esd import esd_scale, fit_esd, plot_esd
@@ -32,21 +34,22 @@ def esd_command(
     check_device(device)  # every option before the checkpoint is read
 
     target = ref if ref is not None else wbfe.default_checkpoint()
-    if check_output(output, reads=local_reads(target)) is None:
-        from wbfe.errors import OutputError
-
-        raise OutputError("wbfe esd writes a PNG file; give --output a file name, not '-'")
+    written = check_output(output, reads=local_reads(target))
+    if written is None:
+        raise OutputError(f"wbfe esd writes a PNG file; give --output a file name, not {shown(output)}")
     if remote_ref(target):  # a hub id or URL names no local path: its files are known once resolved
-        _refuse_resolved(target, output)
+        refuse_resolved(target, output)
+    if written.suffix.lower() != ".png" and not (written.exists() and is_devnull(written.stat())):  # not a PNG's name
+        raise OutputError(f"wbfe esd writes a PNG file: name the output *.png, not {shown(output)}")
     plan, spec = layer_spectrum(target, layer, conv=view, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
     k, note = esd_scale(spec.eigs, spec.log_scale)  # a matrix far from 1 is drawn rescaled, and says so
     plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {shape_text(plan.shape)}  ({plan.convention})",
              bins=bins, scale_exp2=k)
-    typer.echo(f"wrote {output}" + (f" ({note})" if note else ""), err=True)
+    typer.echo(f"wrote {shown(output)}" + (f" ({note})" if note else ""), err=True)
 
 
-def _refuse_resolved(target: object, output: str) -> None:
+def refuse_resolved(target: object, output: str) -> None:
     """Refuse an output over the files the reader resolves for ``target`` (a hub cache's snapshot)."""
     from wbfe.render.files import local_files, refuse_overlap
     from wbfe.sources import open_source

@@ -9,10 +9,10 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from wbfe.errors import WbfeError
 
+from ._group import Group
 from . import cache, compare, describe, esd, prune, rank, report, score, smooth, theory, watch
 
 # Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click): BadParameter's module.
@@ -34,15 +34,19 @@ def _error_line(message: str) -> str:
 
 
 def _hint(exc: WbfeError) -> str:
-    """A bare hub name (``gpt2``) that is no file: say how to name the model (unless the library did)."""
+    """A bare hub name (``gpt2``) that is no file: say how to name the model (unless the library did). Not for a
+    path that is there (an empty folder, a symbolic link loop): it names no hub model."""
+    import os
+
     from wbfe.errors import SourceNotFoundError, hub_name_hint
 
-    if not isinstance(exc, SourceNotFoundError) or "Hugging Face" in str(exc):
+    path = getattr(exc, "path", "")
+    if not isinstance(exc, SourceNotFoundError) or "Hugging Face" in str(exc) or os.path.lexists(path):
         return ""
-    return hub_name_hint(getattr(exc, "path", ""))
+    return hub_name_hint(path)
 
 
-class _WbfeGroup(TyperGroup):
+class _WbfeGroup(Group):
     """Turns every :class:`WbfeError` and usage error into one line on stderr and exit code 2."""
 
     def invoke(self, ctx: Any) -> Any:
@@ -65,9 +69,6 @@ class _WbfeGroup(TyperGroup):
             where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             typer.echo(_error_line(exc.format_message().replace("Value error, ", "")) + where, err=True)
             code = EXIT_BAD_INPUT
-        except click_errors.ClickException as exc:
-            typer.echo(_error_line(exc.format_message()), err=True)
-            code = exc.exit_code
         except _Abort:
             typer.echo("wbfe: interrupted", err=True)
             code = 130

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from ._output import shown
 from ._options import Format, executor_group, rank_group, score_group, stats_group, with_groups
 
 if TYPE_CHECKING:
@@ -57,8 +58,6 @@ def rank_table(result: "RankResult") -> str:
             line += (f"  holds: {_num(sub.get('rho'))} [{_num(sub.get('ci_low'), 2)}, {_num(sub.get('ci_high'), 2)}]"
                      f" n={sub['n']}")
         lines.append(line)
-    if not result.metrics:
-        lines.append("(no metric: no model could be scored)")
     if any(0 < m.n < SMALL_N for m in result.metrics):
         lines += ["", f"note: with fewer than {SMALL_N} models the bootstrap interval is coarse (resamples repeat "
                   "models; a perfect order gives [rho, rho]); rely on the exact permutation p"]
@@ -88,7 +87,9 @@ def rank_command(
         "--output", "-o", help="Folder for rank.json and one PNG per metric.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format on stdout.")] = Format.table,
     list_zoos: Annotated[bool, typer.Option("--list", help="List the built-in zoos and exit.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No per-model progress on stderr.")] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", help="Nothing on stderr but errors: no per-model progress, no 'wrote FILE' (-q is "
+                        "--quality).")] = False,
     *,
     run: "RankOptions",
     score: "ScoreOptions",
@@ -97,6 +98,11 @@ def rank_command(
 ) -> None:
     """Rank a zoo: Spearman rho (95% bootstrap CI, permutation p), Kendall tau and Pearson r per metric."""
     if list_zoos:
+        if zoo is not None or output is not None or fmt is not Format.table:
+            from wbfe.errors import InvalidOptionError
+
+            raise InvalidOptionError("--list prints the built-in zoos as a table and ranks none: leave out the zoo, "
+                                     "--output and --format")
         typer.echo(zoo_list(), nl=False)
         return
     from wbfe.render.files import check_output_dir, refuse_overlap, write_atomic
@@ -128,7 +134,8 @@ def rank_command(
 
         write_atomic(folder / "rank.json", result.to_json() + "\n", reads=reads)
         pngs = plot_ranking(result, folder)
-        typer.echo(f"wrote {folder / 'rank.json'} and {len(pngs)} plots", err=True)
+        if not quiet:
+            typer.echo(f"wrote {shown(folder / 'rank.json')} and {len(pngs)} plots", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else rank_table(result), nl=False)
 
 

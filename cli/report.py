@@ -9,6 +9,7 @@ import typer
 
 from wbfe.errors import InvalidOptionError
 
+from ._output import shown
 from ._options import rank_group, report_group, score_group, stats_group, with_groups
 
 if TYPE_CHECKING:
@@ -64,13 +65,22 @@ def report_command(
 
         reads += zoo_reads(target, run.lower_is_better)
         check_report_output(output, page.fmt, reads=reads)
-    _refuse_unused(score, run, stats, weights, saved=saved is not None, pair=ref_b is not None, zoo=is_zoo)
+    elif saved is None:  # a hub id's snapshot files are known once resolved: never over them, before any work
+        from wbfe.sources import remote_ref
+
+        from .esd import refuse_resolved
+
+        for remote in (r for r in (target, ref_b) if r is not None and remote_ref(r)):
+            refuse_resolved(remote, output)
+    _check_named(output, page.fmt)
+    _refuse_unused(score, run, stats, weights, saved=saved[0] if saved is not None else None, pair=ref_b is not None,
+                   zoo=is_zoo, unusual=page.n_unusual)
     if score.intra or score.conv == "fft":
         raise InvalidOptionError("a report draws the ESDs of stored matrices: --intra and --conv fft do not apply; "
                                  "use wbfe score --intra / --conv fft")
     report: Any
     if ref_b is not None:
-        if ref is None or saved is not None:
+        if saved is not None:  # REF_B comes only after REF: a saved JSON as REF is what is wrong here
             raise InvalidOptionError("a second reference compares two checkpoints: give both as checkpoints")
         compared = wbfe.compare(target, ref_b, **compare_options(score).keywords())
         reads += [*local_files(compared.model_a.get("files")), *local_files(compared.model_b.get("files"))]
@@ -104,7 +114,8 @@ def report_command(
         report = score_report(scored, spectra_from=target, n_unusual=page.n_unusual)
     written = write_report(report, output, fmt=page.fmt, reads=reads)
     if written and not quiet:
-        typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figures" if len(written) > 1 else ""), err=True)
+        figures = f" and {len(written) - 1} figures" if len(written) > 1 else ""
+        typer.echo(f"wrote {shown(written[0])}{figures}", err=True)
 
 
 report_command = with_groups(report_group(), score_group(), rank_group(), stats_group())(report_command)
@@ -126,10 +137,28 @@ def compare_options(score: "ScoreOptions") -> "CompareOptions":
                           min_eigs=score.min_eigs, seed=score.seed)
 
 
+def _check_named(output: str, fmt: str) -> None:
+    """Refuse an output whose name says another format than ``--format`` writes (an HTML page was written into
+    x.md or x.png, a Markdown folder made named x.html or '-')."""
+    import os
+
+    from wbfe.errors import OutputError
+    from wbfe.render.files import STDERR_PATHS, STDOUT_PATHS
+
+    stream = output in STDOUT_PATHS or output in STDERR_PATHS
+    suffix = Path(output).suffix.lower()
+    if fmt == "html" and not stream and output != os.devnull and suffix not in (".html", ".htm"):
+        raise OutputError(f"--format html writes one HTML page: name the output *.html, not {shown(output)} "
+                          "(--format md writes a folder)")
+    if fmt == "md" and (stream or suffix in (".html", ".htm", ".md")):
+        raise OutputError(f"--format md writes a folder (report.md and its PNGs): name a folder, not {shown(output)}")
+
+
 def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptions", weights: Optional[str], *,
-                   saved: bool, pair: bool, zoo: bool) -> None:
-    """Refuse options that do not apply to what the page draws (they used to be dropped silently)."""
-    from wbfe.options import RankOptions, ScoreOptions, StatsOptions
+                   saved: Optional[str], pair: bool, zoo: bool, unusual: int) -> None:
+    """Refuse options that do not apply to what the page draws (they used to be dropped silently); ``saved``: the
+    kind of saved JSON drawn (score, rank, compare), if one is."""
+    from wbfe.options import RankOptions, ReportOptions, ScoreOptions, StatsOptions
 
     if saved and (score != ScoreOptions() or score.stream is not None):  # == leaves out how bytes travel
         raise InvalidOptionError("a saved JSON is drawn as it was scored: the scoring options (--metrics, --lambda, "
@@ -138,8 +167,11 @@ def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptio
     if not zoo and (run != RankOptions() or stats != StatsOptions()):
         raise InvalidOptionError("--quality, --workers, --lower-is-better, --cache-dir, --no-cache, --n-boot and "
                                  "--stats-seed apply to a zoo only")
-    if weights is not None and not saved:
+    if weights is not None and saved != "score":  # a saved rank or comparison page draws no ESD either
         raise InvalidOptionError("--weights goes with a saved score JSON (the checkpoint it scored)")
+    if unusual != ReportOptions().n_unusual and (pair or zoo or saved in ("rank", "compare")):
+        raise InvalidOptionError("--unusual applies to the page of one model's scores: a comparison or a zoo page "
+                                 "draws no unusual layers")
 
 
 def _same_checkpoint(weights: str, data: dict[str, Any]) -> None:

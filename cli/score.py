@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ._notes import third_party_notes
-from ._output import emit
+from ._output import emit, output_format
 from ._options import REF_HELP, ScoreFormat, executor_group, score_group, with_groups
 from ._progress import progress_bar
 
@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 def score_command(
     ref: Annotated[Optional[str], typer.Argument(help=REF_HELP)] = None,
-    fmt: Annotated[ScoreFormat, typer.Option("--format", "-f", help="Output format.")] = ScoreFormat.table,
+    fmt: Annotated[Optional[ScoreFormat], typer.Option(
+        "--format", "-f", help="Output format. Default: the one --output's suffix names (.json, .csv), else "
+                               "table.")] = None,
     output: Annotated[Optional[str], typer.Option(
         "--output", "-o", help="Write the result to this file instead of stdout ('-': stdout).")] = None,
     base: Annotated[Optional[str], typer.Option(
@@ -43,9 +45,10 @@ def score_command(
     target = ref if ref is not None else wbfe.default_checkpoint()
     reads = [*local_reads(target), *local_reads(base)]
     written = check_output(output, reads=reads) if output is not None else None  # before any work
+    chosen = ScoreFormat(output_format(fmt.value if fmt is not None else None, output, [f.value for f in ScoreFormat]))
     with third_party_notes(verbose=verbose, quiet=quiet):
         result = _scored(target, base, score, where, quiet)
-        _write(result, fmt, output, written, reads, verbose, quiet)
+        _write(result, chosen, output, written, reads, verbose, quiet)
 
 
 def _scored(target: object, base: Optional[str], score: "ScoreOptions", where: "ExecutorOptions", quiet: bool) -> "ModelScore":

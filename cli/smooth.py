@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ._output import shown
 from ._options import SmoothMethod, edit_group, with_groups
 
 if TYPE_CHECKING:
@@ -16,10 +17,10 @@ __all__ = ["SmoothMethod", "smooth_command", "sharpen_command"]
 
 def _report(summary: Any) -> None:
     left = len(summary.unchanged)
-    typer.echo(f"wrote {summary.output}: {len(summary.edited)} of {summary.n_matrices} weight matrices edited, "
+    typer.echo(f"wrote {shown(summary.output)}: {len(summary.edited)} of {summary.n_matrices} weight matrices edited, "
                f"{left} left as {'it was' if left == 1 else 'they were'}", err=True)
     for name, why in summary.unchanged.items():
-        typer.echo(f"  unchanged {name}: {why}", err=True)
+        typer.echo(f"  unchanged {shown(name)}: {shown(why)}", err=True)
 
 
 REF = typer.Argument(..., help="Checkpoint: file, folder, org/name[@rev], timm:NAME, torchvision:WEIGHTS.")

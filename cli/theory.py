@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from ._group import Group
+
 from . import theory_hier, theory_ts
 
-theory_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
+theory_app = typer.Typer(cls=Group, no_args_is_help=True, rich_markup_mode=None)
 
 theory_app.command("solve")(theory_ts.solve_cmd)
 theory_app.command("curve")(theory_ts.curve_cmd)

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ._output import shown
 from ._options import Format, path_option
 
 
@@ -70,7 +71,7 @@ def hierarchical_cmd(
         from wbfe.theory.reports import write_hierarchical
 
         for path in write_hierarchical(result, folder):
-            typer.echo(f"wrote {path}", err=True)
+            typer.echo(f"wrote {shown(path)}", err=True)
     if fmt is Format.json:
         typer.echo(dumps(data))
     else:

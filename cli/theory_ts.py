@@ -14,6 +14,7 @@ from wbfe.options import field_defaults
 from wbfe.theory.checks import is_whole
 from wbfe.theory.settings import CurveSettings, HmcSettings, StudentSettings
 
+from ._output import shown
 from ._options import Format, path_option
 
 # Every default is the settings class's own (solve's are a curve's at one r).
@@ -52,6 +53,20 @@ def _num(x: Any) -> str:
     return f"{x:.6g}" if isinstance(x, float) and math.isfinite(x) else str(x)
 
 
+# The readout option each family reads; the others ignore it.
+_READOUT_OPTION = {"beta": Readout.power, "rate": Readout.exp, "nonzeros": Readout.sparse}
+
+
+def _refuse_unread(ctx: typer.Context, readout: Readout) -> None:
+    """Refuse a readout option given on the command line that the chosen family does not read (``--rate`` with
+    the power readout was ignored without a word)."""
+    for name, family in _READOUT_OPTION.items():
+        source = ctx.get_parameter_source(name) if name in ctx.params else None
+        if source is not None and source.name == "COMMANDLINE" and readout is not family:
+            raise InvalidOptionError(f"--{name} shapes the {family.value} readout only; this is the "
+                                     f"{readout.value} readout: give --readout {family.value}, or leave --{name} out")
+
+
 def _print_json(data: Any) -> None:
     from wbfe.theory.json_io import dumps
 
@@ -65,6 +80,7 @@ def _print_pairs(pairs: list[tuple[str, Any]]) -> None:
 
 
 def solve_cmd(
+    ctx: typer.Context,
     beta: float = typer.Option(_CURVE["beta"], help="power-law exponent of the readout"),
     delta: float = typer.Option(_CURVE["delta"], help="noise variance Delta"),
     d: int = typer.Option(_CURVE["d"], help="input dimension"),
@@ -81,6 +97,7 @@ def solve_cmd(
     from wbfe.theory.teacher_student import readout as make_readout
     from wbfe.theory.teacher_student import solve
 
+    _refuse_unread(ctx, readout)
     if r is None and n is None:
         r = 0.5
     sol = solve(make_readout(readout.value, k, beta=beta, rate=rate, nonzeros=nonzeros), delta=delta, d=d, n=n, r=r,
@@ -94,6 +111,7 @@ def solve_cmd(
 
 
 def curve_cmd(
+    ctx: typer.Context,
     output: Annotated[Path, path_option("--output", "-o", help="folder for the PNGs and curve.json")],
     beta: float = typer.Option(_CURVE["beta"], help="power-law exponent of the readout"),
     delta: float = typer.Option(_CURVE["delta"], help="noise variance Delta"),
@@ -111,6 +129,7 @@ def curve_cmd(
     from wbfe.theory.reports import write_curve
     from wbfe.theory.settings import CurveSettings
 
+    _refuse_unread(ctx, readout)
     settings = CurveSettings(beta=beta, delta=delta, d=d, k=k, r_min=r_min, r_max=r_max, points=points,
                              activation=activation, readout=readout.value)
     data = write_curve(settings, check_output_dir(output))  # the folder is checked before the sweep
@@ -126,7 +145,7 @@ def curve_cmd(
                     ("  predicted", fit.get("refinement_predicted", "n/a"))]
                  + ([("  why", why["refinement"])] if "refinement" in why else []))
     for f in data["files"]:
-        typer.echo(f"wrote {f}", err=True)
+        typer.echo(f"wrote {shown(f)}", err=True)
 
 
 def hmc_cmd(
@@ -158,7 +177,7 @@ def hmc_cmd(
         typer.echo(f"{p['r']:>8.3g} {p['n']:>7d} {p['k_c']:>4d} {p['eps_theory']:>11.5f} {p['gibbs_half']:>11.5f} "
                    f"{p['sem']:>9.2e} {p['z']:>6.2f} {p['accept_rate']:>6.2f}")
     for f in data["files"]:
-        typer.echo(f"wrote {f}", err=True)
+        typer.echo(f"wrote {shown(f)}", err=True)
 
 
 def student_cmd(
@@ -192,7 +211,7 @@ def student_cmd(
     for w, e in zip(data["widths"], data["test_error"]):
         typer.echo(f"{w:>6d} {e:>11.5f}")
     for f in data["files"]:
-        typer.echo(f"wrote {f}", err=True)
+        typer.echo(f"wrote {shown(f)}", err=True)
 
 
 def scaling_cmd(

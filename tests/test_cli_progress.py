@@ -105,3 +105,17 @@ def test_the_bar_says_it_reads_the_description_before_the_first_matrix(tmp_path:
     plain: list[tuple[int, int | None, str]] = []
     wbfe.score(folder / "model.safetensors", metrics="bfe", progress=lambda *call: plain.append(call))
     assert plain[0] == (0, 6, "") and all(name != DESCRIBING for _, _, name in plain)
+
+
+def test_a_tensor_name_is_drawn_as_it_is_never_as_markup_or_terminal_codes() -> None:
+    # "a[/b].weight" used to raise rich's MarkupError out of `wbfe score` on a terminal (a traceback, exit 1),
+    # and an escape sequence in a name went to the terminal as it was.
+    console, out = _terminal()
+    with progress_bar(enabled=True, console=console) as update:
+        assert update is not None
+        update(0, 2, "")
+        update(1, 2, "a[/b].weight")
+        drawn_markup = out.getvalue()
+        update(2, 2, "c\x1b[2Jd.weight")
+    assert "a[/b].weight" in _frames(drawn_markup)[-1]
+    assert "\x1b[2J" not in out.getvalue() and "c\\x1b[2Jd.weight" in out.getvalue()

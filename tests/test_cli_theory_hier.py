@@ -15,6 +15,13 @@ ARGS = ["theory", "hierarchical", "--d", "10", "--p", "4", "--gamma", "1.0", "--
         "--kernel-max-n", "200", "--n-test", "500"]
 
 
+def argv(*changed: str) -> list[str]:
+    """ARGS with the options in ``changed`` (option, value, ...) set to their values: each option given once (the
+    command line refuses an option given twice)."""
+    options = {**dict(zip(ARGS[2::2], ARGS[3::2])), **dict(zip(changed[::2], changed[1::2]))}
+    return [*ARGS[:2], *(text for pair in options.items() for text in pair)]
+
+
 pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
@@ -46,7 +53,7 @@ def test_table_output():
 
 def test_output_writes_json_and_figures(tmp_path):
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, [*ARGS, "--seeds", "1", "--output", str(out)])
+    result = CliRunner().invoke(app, argv("--seeds", "1", "--output", str(out)))
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "hierarchical.json").read_text())
     assert saved["settings"]["seeds"] == 1 and len(saved["points"]) == 5
@@ -64,7 +71,7 @@ def test_output_writes_json_and_figures(tmp_path):
     ],
 )
 def test_bad_options_exit_2_with_one_line(extra, message):
-    result = CliRunner().invoke(app, [*ARGS, *extra])
+    result = CliRunner().invoke(app, argv(*extra))
     assert result.exit_code == 2
     assert result.stderr.strip().startswith(message)
     assert len(result.stderr.strip().splitlines()) == 1
