@@ -120,3 +120,18 @@ def test_an_empty_path_option_is_refused_not_read_as_the_working_folder(argv, tm
     assert result.exit_code == 2, (argv, result.output)
     assert "is empty: name a file or folder, or leave the option out" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", "a.safetensors", "b.safetensors", "-o", "-"], ["theory", "curve", "-o", "-"],
+    ["theory", "hmc", "-o", "/dev/stdout"], ["theory", "hierarchical", "-o", "-"],
+])
+def test_standard_output_is_no_folder_of_results(argv, tmp_path, monkeypatch):
+    """``-o -`` where the results are several files made a folder named '-' (or was called a file)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, (argv, result.output)
+    assert result.stderr.strip() == (f"wbfe: error: cannot write into {argv[-1]}: the results are several files; "
+                                     "give a folder")
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]

@@ -192,6 +192,8 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
             :func:`check_output`).
     """
     text = _path_text(path)
+    if text in STDOUT_PATHS or text in STDERR_PATHS:  # "-" was made a folder of that name
+        raise OutputError(f"cannot write into {text}: the results are several files; give a folder", path=str(path))
     folder = _target(text)
     _refuse_overlap(text, folder, list(reads))
     if folder.exists() and not folder.is_dir():
