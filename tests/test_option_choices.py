@@ -103,3 +103,59 @@ def test_the_cli_choices_are_the_librarys() -> None:
 @pytest.mark.parametrize("options", [ScoreOptions, CompareOptions])
 def test_a_layers_pattern_that_is_no_string_is_refused(options: type) -> None:
     assert refused(lambda: options(layers=3)) == "--layers must be a regular expression, not 3"
+
+
+UNREAD = [
+    ({"metrics": "bfe", "fit": "tpl"},
+     "--fit tpl is read by the htsr and fingers metrics, which --metrics bfe leaves out: add htsr to --metrics or "
+     "drop --fit"),
+    ({"metrics": "bfe", "fix_fingers": "clip_xmax"},
+     "--fix-fingers clip_xmax is read by the htsr and fingers metrics, which --metrics bfe leaves out: add htsr to "
+     "--metrics or drop --fix-fingers"),
+    ({"metrics": "htsr", "lam": 3.0},
+     "--lambda 3 is read by the bfe and htmp metrics, which --metrics htsr leaves out: add bfe to --metrics or drop "
+     "--lambda"),
+]
+UNREAD_SEED = ("--seed 5 is read by the rand metrics and --intra, which --metrics bfe,htsr leaves out: add rand to "
+               "--metrics (or give --intra) or drop --seed")
+UNREAD_COMPARE_SEED = ("--seed 5 is read by the rand metrics, which --metrics bfe,htsr leaves out: add rand to "
+                       "--metrics or drop --seed")
+
+
+def _argv(given: dict[str, Any]) -> list[str]:
+    flags = {"lam": "--lambda", "fix_fingers": "--fix-fingers"}
+    return [arg for name, value in given.items() for arg in (flags.get(name, f"--{name}"), str(value))]
+
+
+@pytest.mark.parametrize(("given", "line"), UNREAD, ids=["fit", "fix_fingers", "lambda"])
+def test_an_option_no_asked_metric_reads_is_refused(given: dict[str, Any], line: str) -> None:
+    """These scored with the option silently dropped (the probe's ``--metrics bfe --fit tpl`` exited 0)."""
+    assert refused(lambda: ScoreOptions(**given)) == line
+    assert refused(lambda: wbfe.score(STATE, **given)) == line
+    assert cli_line("score", "not-there.safetensors", *_argv(given)) == line  # refused before anything is read
+    assert cli_line("rank", "not-there.csv", *_argv(given)) == line
+    if "lam" in given:  # compare takes --lambda, not the tail fit's options
+        assert refused(lambda: CompareOptions(**given)) == line
+        assert cli_line("compare", "a.safetensors", "b.safetensors", *_argv(given)) == line
+
+
+def test_a_seed_nothing_random_reads_is_refused() -> None:
+    assert refused(lambda: ScoreOptions(seed=5)) == UNREAD_SEED
+    assert refused(lambda: wbfe.score(STATE, seed=5)) == UNREAD_SEED
+    assert cli_line("score", "not-there.safetensors", "--seed", "5") == UNREAD_SEED
+    assert cli_line("report", "not-there.safetensors", "-o", "page.html", "--seed", "5") == UNREAD_SEED
+    assert refused(lambda: CompareOptions(seed=5)) == UNREAD_COMPARE_SEED
+    assert refused(lambda: wbfe.compare(STATE, STATE, seed=5)) == UNREAD_COMPARE_SEED
+    assert cli_line("compare", "a.safetensors", "b.safetensors", "--seed", "5") == UNREAD_COMPARE_SEED
+
+
+@pytest.mark.parametrize("given", [
+    {"metrics": "htsr", "fit": "tpl"}, {"metrics": "fingers", "fix_fingers": "clip_xmax"},
+    {"metrics": "htmp", "lam": 3.0}, {"metrics": "bfe", "lam": 3.0}, {"metrics": "rand", "seed": 5},
+    {"metrics": "bfe", "intra": True, "seed": 5}, {"metrics": "bfe", "ww_compatible": True},
+    {"metrics": "htsr", "fit": "pl", "lam": "opt", "seed": 0},  # the defaults, given: nothing is dropped
+])
+def test_an_option_an_asked_metric_reads_is_kept(given: dict[str, Any]) -> None:
+    options = ScoreOptions(**given)
+    assert all(getattr(options, name) == value for name, value in given.items() if name != "metrics")
+    assert ScoreOptions.from_dict(options.to_dict()) == options

@@ -22,7 +22,7 @@ __all__ = [
     "ScoreOptions", "StatsOptions", "CompareOptions", "RankOptions", "ReportOptions", "WatchOptions", "EditOptions",
     "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
     "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_tail_pair",
-    "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
+    "METRIC_GROUPS", "DEFAULT_GROUPS", "READ_BY", "refuse_unread", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
     "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES", "FIX_FINGERS", "TAIL_MODEL", "FingerFix",
     "TailModel", "PageFormat", "WATCH_LAYERS",
 ]
@@ -105,6 +105,31 @@ DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 MATRIX_GROUPS: tuple[str, ...] = ("rand", "vectors")
 """The groups that need the matrices themselves, not a product's or an FFT view's spectrum (htsr reads them too,
 for WeightWatcher's slice SVDs, but does without)."""
+
+
+READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers"),
+                                         "fix_fingers": ("htsr", "fingers"), "seed": ("rand",)}
+"""The metric groups that read each of these options (:mod:`wbfe.metrics`: bfe and htmp take λ, htsr and fingers
+fit the tail, rand shuffles with the seed); a run with none of them would drop a value the caller set."""
+
+_FLAGS = {"lam": "--lambda", "fit": "--fit", "fix_fingers": "--fix-fingers", "seed": "--seed"}
+
+
+def refuse_unread(options: Any, names: Iterable[str], *, also: Optional[Mapping[str, str]] = None) -> None:
+    """InvalidOptionError when one of ``names`` has a value other than its default but none of the metric groups
+    that read it (:data:`READ_BY`) is in ``options.metrics`` (already parsed); ``also`` names, per option, the flag
+    that reads it besides those groups (the caller checks that it is off)."""
+    unset, also = field_defaults(type(options)), also or {}
+    for name in names:
+        value, readers = getattr(options, name), READ_BY[name]
+        if value == unset[name] or set(readers) & set(options.metrics):
+            continue
+        shown = f"{value:g}" if isinstance(value, float) else value
+        extra = f" and {also[name]}" if name in also else ""
+        raise InvalidOptionError(f"{_FLAGS[name]} {shown} is read by the {' and '.join(readers)} metrics{extra}, "
+                                 f"which --metrics {','.join(options.metrics)} leaves out: add {readers[0]} to "
+                                 f"--metrics" + (f" (or give {also[name]})" if name in also else "")
+                                 + f" or drop {_FLAGS[name]}")
 
 
 def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
@@ -273,6 +298,8 @@ class ScoreOptions(Validated):
         if views and needy:
             raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
                                      "themselves, not a product's or an FFT view's spectrum")
+        refuse_unread(self, ("fit", "fix_fingers", "lam") + (() if self.intra else ("seed",)),
+                      also={"seed": "--intra"})
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
@@ -361,6 +388,9 @@ class CompareOptions(Validated):
     min_eigs: int = 10
     seed: int = 0
     stream: Optional[bool] = field(default=None, compare=False)  # how the bytes travel: not recorded
+
+    def _cross_check(self) -> None:
+        refuse_unread(self, ("lam", "seed"))
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam", "map": "name_map"}
     CONSTANT: ClassVar[Mapping[str, Any]] = {"conv": "flatten"}
