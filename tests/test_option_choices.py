@@ -124,7 +124,8 @@ UNREAD_COMPARE_SEED = ("--seed 5 is read by the rand metrics, which --metrics bf
 
 def _argv(given: dict[str, Any]) -> list[str]:
     flags = {"lam": "--lambda", "fix_fingers": "--fix-fingers"}
-    return [arg for name, value in given.items() for arg in (flags.get(name, f"--{name}"), str(value))]
+    return [arg for name, value in given.items()
+            for arg in ((flags.get(name, f"--{name}"),) if value is True else (flags.get(name, f"--{name}"), str(value)))]
 
 
 @pytest.mark.parametrize(("given", "line"), UNREAD, ids=["fit", "fix_fingers", "lambda"])
@@ -159,3 +160,47 @@ def test_an_option_an_asked_metric_reads_is_kept(given: dict[str, Any]) -> None:
     options = ScoreOptions(**given)
     assert all(getattr(options, name) == value for name, value in given.items() if name != "metrics")
     assert ScoreOptions.from_dict(options.to_dict()) == options
+
+
+@pytest.mark.parametrize(("given", "words"), [
+    ({"spread": 0.3}, "--spread 0.3"), ({"mapping": "rank"}, "--mapping rank"), ({"reverse": True}, "--reverse"),
+    ({"spread": 0.3, "reverse": True}, "--spread 0.3, --reverse"),
+])
+def test_an_allocation_setting_with_by_uniform_is_refused(given: dict[str, Any], words: str, tmp_path: Path) -> None:
+    """--by uniform gives every matrix the target: spread, mapping and reverse were read by nothing."""
+    from wbfe.options import PruneOptions
+    from wbfe.pruning import prune, sparsity
+
+    line = (f"{words}: --by uniform prunes every matrix to the target, mapping no metric: drop them or allocate by "
+            "a metric (e.g. --by stable_rank)")
+    assert refused(lambda: PruneOptions(by="uniform", **given)) == line
+    assert refused(lambda: sparsity(STATE, 0.5, by="uniform", **given)) == line
+    assert refused(lambda: prune(STATE, tmp_path / "out.safetensors", target=0.5, by="uniform", **given)) == line
+    for command in (("sparsity", "X"), ("prune", "X", str(tmp_path / "out.safetensors"))):
+        assert cli_line(*command, "--target", "0.5", "--by", "uniform", *_argv(given)) == line
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_uniform_keeps_its_defaults_and_a_metric_keeps_its_settings() -> None:
+    from wbfe.options import PruneOptions
+
+    assert PruneOptions(by="uniform", spread=0.2, mapping="value", reverse=False).by == "uniform"
+    assert PruneOptions(by="alpha", spread=0.3, mapping="rank", reverse=True).spread == 0.3
+
+
+SMOOTH_DETX = ("--percent 0.3 is read by --method svd only (detx keeps the det X = 1 tail, whatever its size): "
+               "drop --percent or use --method svd")
+
+
+def test_a_percent_with_detx_smoothing_is_refused(tmp_path: Path) -> None:
+    """detx keeps as many components as its tail has: --percent was read by nothing."""
+    from wbfe.editing import smooth_checkpoint
+    from wbfe.options import EditOptions
+
+    out = tmp_path / "out.safetensors"
+    assert refused(lambda: EditOptions(method="detx", percent=0.3)) == SMOOTH_DETX
+    assert refused(lambda: smooth_checkpoint(STATE, out, method="detx", percent=0.3)) == SMOOTH_DETX
+    assert cli_line("smooth", "X", str(out), "--method", "detx", "--percent", "0.3") == SMOOTH_DETX
+    assert not out.exists()
+    assert EditOptions(method="detx", percent=0.8).method == "detx"  # the default percent, given: kept
+    assert EditOptions(method="svd", percent=0.3).percent == 0.3

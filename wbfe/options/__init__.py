@@ -519,6 +519,11 @@ class EditOptions(Validated):
     seed: int = 0
     ww_compatible: bool = False
 
+    def _cross_check(self) -> None:
+        if self.method == "detx" and self.percent != field_defaults(EditOptions)["percent"]:
+            raise InvalidOptionError(f"--percent {self.percent:g} is read by --method svd only (detx keeps the "
+                                     "det X = 1 tail, whatever its size): drop --percent or use --method svd")
+
     @property
     def conventions(self) -> Conventions:
         """WeightWatcher 0.7.7's conventions with :attr:`ww_compatible` (its edit: ``ww_edit``), else wbfe's."""
@@ -584,6 +589,15 @@ class PruneOptions(Validated):
     method: str = "magnitude"
     device: str = "auto"
     min_eigs: int = 10
+
+    def _cross_check(self) -> None:
+        if self.by == "uniform":  # the same sparsity everywhere: no metric to map
+            unset = field_defaults(PruneOptions)
+            given = [f"--{name} {getattr(self, name)}".replace(" True", "") for name in ("spread", "mapping", "reverse")
+                     if getattr(self, name) != unset[name]]
+            if given:
+                raise InvalidOptionError(f"{', '.join(given)}: --by uniform prunes every matrix to the target, "
+                                         "mapping no metric: drop them or allocate by a metric (e.g. --by stable_rank)")
 
 
 def field_defaults(cls: type) -> dict[str, Any]:
