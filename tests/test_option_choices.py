@@ -124,8 +124,8 @@ UNREAD_COMPARE_SEED = ("--seed 5 is read by the rand metrics, which --metrics bf
 
 def _argv(given: dict[str, Any]) -> list[str]:
     flags = {"lam": "--lambda", "fix_fingers": "--fix-fingers"}
-    return [arg for name, value in given.items()
-            for arg in ((flags.get(name, f"--{name}"),) if value is True else (flags.get(name, f"--{name}"), str(value)))]
+    named = [(flags.get(name, f"--{name}"), value) for name, value in given.items()]
+    return [arg for flag, value in named for arg in ((flag,) if value is True else (flag, str(value)))]
 
 
 @pytest.mark.parametrize(("given", "line"), UNREAD, ids=["fit", "fix_fingers", "lambda"])
@@ -204,3 +204,19 @@ def test_a_percent_with_detx_smoothing_is_refused(tmp_path: Path) -> None:
     assert not out.exists()
     assert EditOptions(method="detx", percent=0.8).method == "detx"  # the default percent, given: kept
     assert EditOptions(method="svd", percent=0.3).percent == 0.3
+
+
+def _help(command: str) -> str:
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.replace("│", " ").split())
+
+
+def test_the_conv_help_names_ww_compatible_only_where_the_command_takes_it() -> None:
+    """esd's --conv help said "slices with --ww-compatible", an option esd does not have."""
+    for command in ("esd", "score", "describe", "rank", "report"):
+        text = _help(command)
+        takes = "--ww-compatible " in text.replace("slices with --ww-compatible.", "")
+        assert takes == (command != "esd"), command
+        assert ("Default: flatten; slices with --ww-compatible." in text) == takes, command
+        assert "Default: flatten" in text, command

@@ -22,9 +22,9 @@ __all__ = [
     "ScoreOptions", "StatsOptions", "CompareOptions", "RankOptions", "ReportOptions", "WatchOptions", "EditOptions",
     "PruneOptions", "OPTIONS_CLASSES", "CONV_VIEWS", "check_conv", "ConvView", "check_device", "parse_lambda",
     "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_tail_pair",
-    "METRIC_GROUPS", "DEFAULT_GROUPS", "READ_BY", "refuse_unread", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
+    "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
     "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES", "FIX_FINGERS", "TAIL_MODEL", "FingerFix",
-    "TailModel", "PageFormat", "WATCH_LAYERS",
+    "TailModel", "PageFormat", "WATCH_LAYERS", "READ_BY",
 ]
 
 ConvView = Literal["flatten", "slices", "fft"]
@@ -115,7 +115,7 @@ fit the tail, rand shuffles with the seed); a run with none of them would drop a
 _FLAGS = {"lam": "--lambda", "fit": "--fit", "fix_fingers": "--fix-fingers", "seed": "--seed"}
 
 
-def refuse_unread(options: Any, names: Iterable[str], *, also: Optional[Mapping[str, str]] = None) -> None:
+def _refuse_unread(options: Any, names: Iterable[str], *, also: Optional[Mapping[str, str]] = None) -> None:
     """InvalidOptionError when one of ``names`` has a value other than its default but none of the metric groups
     that read it (:data:`READ_BY`) is in ``options.metrics`` (already parsed); ``also`` names, per option, the flag
     that reads it besides those groups (the caller checks that it is off)."""
@@ -298,7 +298,7 @@ class ScoreOptions(Validated):
         if views and needy:
             raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
                                      "themselves, not a product's or an FFT view's spectrum")
-        refuse_unread(self, ("fit", "fix_fingers", "lam") + (() if self.intra else ("seed",)),
+        _refuse_unread(self, ("fit", "fix_fingers", "lam") + (() if self.intra else ("seed",)),
                       also={"seed": "--intra"})
 
     @property
@@ -390,7 +390,7 @@ class CompareOptions(Validated):
     stream: Optional[bool] = field(default=None, compare=False)  # how the bytes travel: not recorded
 
     def _cross_check(self) -> None:
-        refuse_unread(self, ("lam", "seed"))
+        _refuse_unread(self, ("lam", "seed"))
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam", "map": "name_map"}
     CONSTANT: ClassVar[Mapping[str, Any]] = {"conv": "flatten"}
