@@ -84,7 +84,7 @@ def score(
 
     Raises:
         InvalidOptionError: a bad option value, or one no asked group reads (``lam`` without ``bfe`` or ``htmp``,
-            ``fix_fingers`` or ``fit`` without ``htsr`` or ``fingers``, ``seed`` without ``rand`` or ``intra``:
+            ``fix_fingers`` or ``fit`` without ``htsr``, ``fingers`` or ``vectors``, ``seed`` without ``rand`` or ``intra``:
             :data:`wbfe.options.READ_BY`). The errors of :func:`wbfe.sources.open_source`.
         NoUsableMatrixError: every weight matrix was skipped.
 

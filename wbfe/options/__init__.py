@@ -107,10 +107,11 @@ MATRIX_GROUPS: tuple[str, ...] = ("rand", "vectors")
 for WeightWatcher's slice SVDs, but does without)."""
 
 
-READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers"),
-                                         "fix_fingers": ("htsr", "fingers"), "seed": ("rand",)}
-"""The metric groups that read each of these options (:mod:`wbfe.metrics`: bfe and htmp take λ, htsr and fingers
-fit the tail, rand shuffles with the seed); a run with none of them would drop a value the caller set."""
+READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers", "vectors"),
+                                         "fix_fingers": ("htsr", "fingers", "vectors"), "seed": ("rand",)}
+"""The metric groups that read each of these options (:mod:`wbfe.metrics`: bfe and htmp take λ; htsr and fingers
+fit the tail, and vectors splits bulk from tail at that fit's xmin; rand shuffles with the seed); a run with none of
+them would drop a value the caller set."""
 
 _FLAGS = {"lam": "--lambda", "fit": "--fit", "fix_fingers": "--fix-fingers", "seed": "--seed"}
 
@@ -126,7 +127,8 @@ def _refuse_unread(options: Any, names: Iterable[str], *, also: Optional[Mapping
             continue
         shown = f"{value:g}" if isinstance(value, float) else value
         extra = f" and {also[name]}" if name in also else ""
-        raise InvalidOptionError(f"{_FLAGS[name]} {shown} is read by the {' and '.join(readers)} metrics{extra}, "
+        groups = " and ".join([", ".join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)
+        raise InvalidOptionError(f"{_FLAGS[name]} {shown} is read by the {groups} metrics{extra}, "
                                  f"which --metrics {','.join(options.metrics)} leaves out: add {readers[0]} to "
                                  f"--metrics" + (f" (or give {also[name]})" if name in also else "")
                                  + f" or drop {_FLAGS[name]}")
