@@ -73,9 +73,10 @@ Metrics = Annotated[Optional[str], typer.Option(
     "--metrics", help=f"Comma list of metric groups ({', '.join(DEFAULT_GROUPS)}; opt-in: {', '.join(_OPT_IN)}). "
                       f"Default: {','.join(DEFAULT_GROUPS)}.")]
 Lambda = Annotated[str, typer.Option("--lambda", help="Prior precision: 'opt' (lambda* per matrix) or a number.")]
-ConvOption = Annotated[Optional[Conv], typer.Option(
-    "--conv", help="Conv kernels: flatten (out x in*k*k), slices (pooled k*k matrices) or fft (WeightWatcher's "
-                   "conv2d_fft view of 2-D convolutions). Default: flatten; slices with --ww-compatible.")]
+_CONV_VIEWS_HELP = ("Conv kernels: flatten (out x in*k*k), slices (pooled k*k matrices) or fft (WeightWatcher's "
+                   "conv2d_fft view of 2-D convolutions). Default: flatten")
+ConvOption = Annotated[Optional[Conv], typer.Option("--conv", help=_CONV_VIEWS_HELP + ".")]  # esd's: no --ww-compatible
+ScoreConv = Annotated[Optional[Conv], typer.Option("--conv", help=_CONV_VIEWS_HELP + "; slices with --ww-compatible.")]
 Intra = Annotated[bool, typer.Option(
     "--intra", help="Also score the products of consecutive weight matrices (WeightWatcher's intra=True), "
                     "one row each, role intra.")]
@@ -196,7 +197,7 @@ def with_groups(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable
 
 
 _SCORING = _params(ScoreOptions, {
-    "metrics": Metrics, "lam": Lambda, "conv": ConvOption, "layers": Layers, "device": Device, "head": Head,
+    "metrics": Metrics, "lam": Lambda, "conv": ScoreConv, "layers": Layers, "device": Device, "head": Head,
     "min_eigs": MinEigs, "ww_compatible": WwCompatible, "seed": Seed, "fix_fingers": FixFingers, "fit": Fit,
     "intra": Intra, "stream": Stream,
 })

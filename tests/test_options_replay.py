@@ -284,7 +284,8 @@ def test_provenance_replays_the_run(kwargs: dict[str, Any]) -> None:
 def test_a_comparisons_and_an_adapters_records_replay() -> None:
     state = _checkpoint()
     # (a comparison records the device it ran on: "cpu", not "auto")
-    given = CompareOptions(metrics=("bfe",), name_map=("fc=fc",), top_k=3, lam=0.5, device="cpu", min_eigs=4, seed=7)
+    given = CompareOptions(metrics=("bfe", "rand"), name_map=("fc=fc",), top_k=3, lam=0.5, device="cpu", min_eigs=4,
+                           seed=7)
     result = wbfe.compare(state, state, **given.keywords())
     assert CompareOptions.from_dict(result.options) == given
     # an adapter's score records its base beside its options: not an option, left out
@@ -336,7 +337,7 @@ def test_every_copy_refills_a_filled_conv_and_keeps_a_given_one(route: str) -> N
     assert (given.conv, given.filled) == ("slices", ())
     chosen = copy(ScoreOptions(ww_compatible=True), ww_compatible=False, conv="fft")
     assert (chosen.conv, chosen.filled) == ("fft", ())
-    unchanged = copy(ScoreOptions(ww_compatible=True), seed=3)
+    unchanged = copy(ScoreOptions(ww_compatible=True), min_eigs=3)
     assert (unchanged.conv, unchanged.filled, unchanged.to_dict()["filled"]) == ("slices", ("conv",), ["conv"])
     assert type(filled.to_dict()["conv"]) is str  # the provenance records a plain string
 

@@ -130,7 +130,8 @@ def compare(
             the total is A's stored tensors, raised to the count done where fused experts are split.
 
     Raises:
-        InvalidOptionError: a bad option value, or a LoRA adapter folder (its tensors are factors).
+        InvalidOptionError: a bad option value, ``lam`` or ``seed`` with no asked group that reads it (as for
+            :func:`wbfe.score`), or a LoRA adapter folder (its tensors are factors).
             The errors of :func:`wbfe.sources.open_source`.
         NoUsableMatrixError: no matrix of A has a comparable counterpart in B.
 

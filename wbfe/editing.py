@@ -319,7 +319,8 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             counts and randomised truncated SVD, in float32.
 
     Raises:
-        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``; NoUsableMatrixError:
+        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``, or a ``percent`` other
+            than its default with ``method="detx"`` (which keeps its tail, whatever the percent); NoUsableMatrixError:
             ``layers`` selects no weight matrix (or there is none);
             OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
             or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot

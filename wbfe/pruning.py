@@ -177,7 +177,8 @@ def sparsity(ref: Any, target: Optional[float] = _DEFAULTS["target"], *, by: str
         options: every setting as one :class:`~wbfe.options.PruneOptions` (the keywords then at their defaults).
 
     Raises:
-        InvalidOptionError: a bad option; MetricNotComputedError: ``by`` is not in the score or NaN on
+        InvalidOptionError: a bad option, or ``spread``, ``mapping`` or ``reverse`` set with ``by="uniform"``
+            (which maps no metric); MetricNotComputedError: ``by`` is not in the score or NaN on
             every matrix; NoUsableMatrixError: nothing left to prune; the errors of :func:`wbfe.score`.
     """
     options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,

@@ -63,7 +63,8 @@ def score(
             mode skips such matrices altogether, as WeightWatcher does).
         ww_compatible: reproduce WeightWatcher 0.7.7's choices (:mod:`wbfe.options.conventions`: conv
             slicing where ``conv`` is left unset, fitting, ...).
-        seed: seed of the random steps (the ``rand`` group's permutations); recorded in the options.
+        seed: seed of the random steps (the ``rand`` group's permutations, ``intra``'s masks); recorded in the
+            options.
         fix_fingers: WeightWatcher's ``fix_fingers`` for the HT-SR power-law fit: ``xmin_peak`` or
             ``clip_xmax`` (see :mod:`wbfe.metrics.fingers`); None for the plain fit.
         fit: the HT-SR tail model: ``pl``, ``tpl`` or ``e_tpl``.
@@ -82,7 +83,9 @@ def score(
             whichever of the adapter and its base is remote.
 
     Raises:
-        InvalidOptionError: a bad option value. The errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad option value, or one no asked group reads (``lam`` without ``bfe`` or ``htmp``,
+            ``fix_fingers`` or ``fit`` without ``htsr``, ``fingers`` or ``vectors``, ``seed`` without ``rand`` or ``intra``:
+            :data:`wbfe.options.READ_BY`). The errors of :func:`wbfe.sources.open_source`.
         NoUsableMatrixError: every weight matrix was skipped.
 
     Example:

@@ -24,7 +24,7 @@ __all__ = [
     "positive_lambda", "LAMBDA_MIN", "LAMBDA_MAX", "parse_metrics", "check_tail_options", "check_tail_pair",
     "METRIC_GROUPS", "DEFAULT_GROUPS", "MATRIX_GROUPS", "check_name_map", "compile_layers", "split_keywords",
     "field_defaults", "refuse_keywords", "MAX_EXACT_N", "MAX_RESAMPLES", "FIX_FINGERS", "TAIL_MODEL", "FingerFix",
-    "TailModel", "PageFormat", "WATCH_LAYERS",
+    "TailModel", "PageFormat", "WATCH_LAYERS", "READ_BY",
 ]
 
 ConvView = Literal["flatten", "slices", "fft"]
@@ -105,6 +105,33 @@ DEFAULT_GROUPS: tuple[str, ...] = ("bfe", "htsr")
 MATRIX_GROUPS: tuple[str, ...] = ("rand", "vectors")
 """The groups that need the matrices themselves, not a product's or an FFT view's spectrum (htsr reads them too,
 for WeightWatcher's slice SVDs, but does without)."""
+
+
+READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers", "vectors"),
+                                         "fix_fingers": ("htsr", "fingers", "vectors"), "seed": ("rand",)}
+"""The metric groups that read each of these options (:mod:`wbfe.metrics`: bfe and htmp take λ; htsr and fingers
+fit the tail, and vectors splits bulk from tail at that fit's xmin; rand shuffles with the seed); a run with none of
+them would drop a value the caller set."""
+
+_FLAGS = {"lam": "--lambda", "fit": "--fit", "fix_fingers": "--fix-fingers", "seed": "--seed"}
+
+
+def _refuse_unread(options: Any, names: Iterable[str], *, also: Optional[Mapping[str, str]] = None) -> None:
+    """InvalidOptionError when one of ``names`` has a value other than its default but none of the metric groups
+    that read it (:data:`READ_BY`) is in ``options.metrics`` (already parsed); ``also`` names, per option, the flag
+    that reads it besides those groups (the caller checks that it is off)."""
+    unset, also = field_defaults(type(options)), also or {}
+    for name in names:
+        value, readers = getattr(options, name), READ_BY[name]
+        if value == unset[name] or set(readers) & set(options.metrics):
+            continue
+        shown = f"{value:g}" if isinstance(value, float) else value
+        extra = f" and {also[name]}" if name in also else ""
+        groups = " and ".join([", ".join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)
+        raise InvalidOptionError(f"{_FLAGS[name]} {shown} is read by the {groups} metrics{extra}, "
+                                 f"which --metrics {','.join(options.metrics)} leaves out: add {readers[0]} to "
+                                 f"--metrics" + (f" (or give {also[name]})" if name in also else "")
+                                 + f" or drop {_FLAGS[name]}")
 
 
 def parse_metrics(metrics: Union[str, Iterable[str], None]) -> tuple[str, ...]:
@@ -273,6 +300,8 @@ class ScoreOptions(Validated):
         if views and needy:
             raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
                                      "themselves, not a product's or an FFT view's spectrum")
+        _refuse_unread(self, ("fit", "fix_fingers", "lam") + (() if self.intra else ("seed",)),
+                      also={"seed": "--intra"})
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
@@ -361,6 +390,9 @@ class CompareOptions(Validated):
     min_eigs: int = 10
     seed: int = 0
     stream: Optional[bool] = field(default=None, compare=False)  # how the bytes travel: not recorded
+
+    def _cross_check(self) -> None:
+        _refuse_unread(self, ("lam", "seed"))
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam", "map": "name_map"}
     CONSTANT: ClassVar[Mapping[str, Any]] = {"conv": "flatten"}
@@ -489,6 +521,11 @@ class EditOptions(Validated):
     seed: int = 0
     ww_compatible: bool = False
 
+    def _cross_check(self) -> None:
+        if self.method == "detx" and self.percent != field_defaults(EditOptions)["percent"]:
+            raise InvalidOptionError(f"--percent {self.percent:g} is read by --method svd only (detx keeps the "
+                                     "det X = 1 tail, whatever its size): drop --percent or use --method svd")
+
     @property
     def conventions(self) -> Conventions:
         """WeightWatcher 0.7.7's conventions with :attr:`ww_compatible` (its edit: ``ww_edit``), else wbfe's."""
@@ -554,6 +591,15 @@ class PruneOptions(Validated):
     method: str = "magnitude"
     device: str = "auto"
     min_eigs: int = 10
+
+    def _cross_check(self) -> None:
+        if self.by == "uniform":  # the same sparsity everywhere: no metric to map
+            unset = field_defaults(PruneOptions)
+            given = [f"--{name} {getattr(self, name)}".replace(" True", "") for name in ("spread", "mapping", "reverse")
+                     if getattr(self, name) != unset[name]]
+            if given:
+                raise InvalidOptionError(f"{', '.join(given)}: --by uniform prunes every matrix to the target, "
+                                         "mapping no metric: drop them or allocate by a metric (e.g. --by stable_rank)")
 
 
 def field_defaults(cls: type) -> dict[str, Any]:
