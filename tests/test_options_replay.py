@@ -189,7 +189,7 @@ STRATEGIES: dict[type, Any] = {
         "r_values": st.lists(st.floats(0.1, 10.0), min_size=1, max_size=4).map(tuple), "d": st.integers(20, 60),
         "k": st.integers(1, 20), "delta": st.floats(1e-3, 1.0), "beta": st.floats(0.0, 2.0),
         "activation": st.sampled_from(["tanh2", "erf"]), "seeds": st.lists(st.integers(0, 99), min_size=1).map(tuple),
-        "warmup": st.integers(0, 1000), "samples": st.integers(1, 1000), "device": st.sampled_from(["cpu", "cuda"])}),
+        "warmup": st.integers(0, 1000), "samples": st.integers(10, 1000), "device": st.sampled_from(["cpu", "cuda"])}),
     StudentSettings: st.fixed_dictionaries({
         "widths": st.lists(st.integers(1, 64), min_size=1).map(tuple), "n": st.integers(1, 10**4),
         "d": st.integers(1, 50), "k": st.integers(1, 50), "delta": st.floats(1e-3, 1.0), "beta": st.floats(0.0, 2.0),

@@ -148,6 +148,11 @@ def test_cli_refuses_before_any_work(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert res.stderr.strip().splitlines() == ["wbfe: error: need k <= d for HMC, got k=20, d=10"]
     assert not out.exists()
+    # one sample in 10 is kept (the CLI has no --every): fewer than 10 would keep none, found only after warm-up
+    res = CliRunner().invoke(app, ["theory", "hmc", "--samples", "5", "--output", str(out)])
+    assert res.exit_code == 2 and not out.exists()
+    assert res.stderr.strip() == ("wbfe: error: samples must be an integer of at least 10 (one sample in 10 is "
+                                  "kept), not 5")
 
 
 def test_hierarchical_settings_or_keywords_give_one_result() -> None:
