@@ -6,6 +6,9 @@ closed loopback port."""
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -135,3 +138,18 @@ def test_standard_output_is_no_folder_of_results(argv, tmp_path, monkeypatch):
     assert result.stderr.strip() == (f"wbfe: error: cannot write into {argv[-1]}: the results are several files; "
                                      "give a folder")
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_a_looping_or_dangling_link_is_named_as_such(tmp_path, monkeypatch):
+    """A symbolic link loop and a dangling link were 'no such file or folder', which the user can see is there."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink("l2", "l1")
+    os.symlink("l1", "l2")
+    os.symlink("gone.safetensors", "dangling.safetensors")
+    for ref, why in [("l1", "l1: a symbolic link in a loop (it never reaches a file)"),
+                     ("dangling.safetensors", "dangling.safetensors: a symbolic link to gone.safetensors, "
+                                              "which does not exist")]:
+        with pytest.raises(wbfe.SourceNotFoundError, match=f"^{re.escape(why)}$"):
+            wbfe.score(ref)
+        result = CliRunner().invoke(app, ["describe", ref])
+        assert result.exit_code == 2 and result.stderr.strip() == f"wbfe: error: {why}"

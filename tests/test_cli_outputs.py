@@ -79,7 +79,7 @@ def test_compare_table_prints_the_names_escaped(escaped_names: Path) -> None:
     (("report", "-o", "r.md"), "--format html writes one HTML page: name the output *.html, not r.md"),
     (("report", "-f", "md", "-o", "r.html"), "--format md writes a folder (report.md and its PNGs): name a folder, "
                                              "not r.html"),
-    (("report", "-f", "md", "-o", "-"), "name a folder, not -"),
+    (("report", "-f", "md", "-o", "-"), "cannot write into -: the results are several files; give a folder"),
     (("score", "--quiet", "--verbose"), "--quiet and --verbose contradict each other: give one of them"),
     (("describe", "-q", "-v"), "--quiet and --verbose contradict each other"),
 ])

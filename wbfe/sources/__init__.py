@@ -15,7 +15,7 @@ from wbfe.sources import (  # noqa: F401
     flax_files, gguf_files, hub, keras_files, local, numpy_files, object_location, object_store,
     onnx_files, peft_adapter, remote, safetensors_files, tflite_files, torch_pickle, torchscript_files, zoo_libraries,
 )
-from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
+from wbfe.sources._base import (HASH_CHUNK, missing, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
     file_sha256, open_regular, stored_bytes)
 from wbfe.sources._order import natural_key
 from wbfe.sources.memory import MemorySource
@@ -56,7 +56,7 @@ def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
             return location.open(ref)
     if not isinstance(ref, (str, Path)):
         raise SourceNotFoundError(f"cannot read weights from a {type(ref).__name__}")
-    raise SourceNotFoundError(f"no such file or folder: {ref}{hub_name_hint(str(ref))}", path=str(ref))
+    raise missing(ref, hub_name_hint(str(ref)))
 
 
 def remote_ref(ref: Any) -> bool:

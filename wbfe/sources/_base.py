@@ -98,10 +98,22 @@ def open_regular(path: Path) -> BinaryIO:
         raise
 
 
+def missing(path: Path | str, hint: str = "") -> SourceNotFoundError:
+    """The typed error for a path that is not there: a dangling or looping symbolic link says so."""
+    if os.path.islink(path):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return SourceNotFoundError.at(path, "a symbolic link in a loop (it never reaches a file)")
+            return SourceNotFoundError.at(path, f"a symbolic link to {os.readlink(path)}, which does not exist")
+    return SourceNotFoundError(f"no such file or folder: {path}{hint}", path=str(path))
+
+
 def unreadable(path: Path | str, exc: OSError) -> SourceNotFoundError:
     """The typed error for an ``OSError`` met while opening or reading ``path``."""
-    if exc.errno == errno.ENOENT:
-        return SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
+    if exc.errno in (errno.ENOENT, errno.ELOOP):
+        return missing(path)
     if exc.errno == errno.ENAMETOOLONG:
         return SourceNotFoundError(f"{str(path)[:200]}...: file name too long", path=str(path))
     reason = exc.strerror or exc.__class__.__name__

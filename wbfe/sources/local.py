@@ -10,7 +10,7 @@ from typing import Any
 
 from wbfe._config import user_path
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
-from wbfe.sources._base import TensorSource, open_regular, unreadable
+from wbfe.sources._base import TensorSource, missing, open_regular, unreadable
 from wbfe.sources.registry import (checkpoint_suffixes, folder_kinds, format_of, other_formats, pick_files,
                                    register_location)
 
@@ -33,7 +33,7 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
     ref = ref if ref is not None else str(path)
     try:
         if not path.exists():
-            raise SourceNotFoundError(f"no such file or folder: {path}", path=str(path))
+            raise missing(path)
         if not path.is_dir():  # a file named alone is read alone
             return open_file(path, ref, fmt)
         for kind in folder_kinds():  # a folder that is a checkpoint of its own kind (a PEFT adapter)
