@@ -216,3 +216,14 @@ def test_a_missing_folder_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert pruned.exit_code == 0
     assert pruned.stdout == f"nothing to prune: {missing} is not created yet (wbfe creates it on first use)\n"
     assert cache_info(tmp_path).exists is True and not missing.exists()
+
+
+def test_a_cache_folder_named_with_an_escape_sequence_is_printed_escaped(tmp_path: Path) -> None:
+    """``cache info`` and ``cache prune`` print the folder's name: its escape sequence is shown, not obeyed."""
+    folder = tmp_path / "c\x1b[1m"
+    folder.mkdir()
+    runner = CliRunner()
+    for argv in (["info"], ["prune", "--older-than", "1", "--dry-run"], ["prune", "--max-size", "0"]):
+        out = runner.invoke(_cli(), [*argv, "--cache-dir", str(folder)])
+        assert out.exit_code == 0, out.output
+        assert "\x1b" not in out.stdout and "c\\x1b[1m" in out.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from wbfe._config import user_path, wbfe_cache_dir
-from wbfe.errors import InvalidOptionError
+from wbfe.errors import InvalidOptionError, printable
 from wbfe.executors.ray_cluster import format_size
 from wbfe.ranking.cache import clear_path
 from wbfe.ranking.claims import is_stale, read_claim
@@ -136,7 +136,7 @@ class CacheInfo:
     def table(self) -> str:
         """A text summary, one line per kind."""
         now = time.time()
-        lines = [f"cache: {self.directory}"]
+        lines = [f"cache: {printable(str(self.directory))}"]
         if not self.exists:
             lines.append("  not created yet (wbfe creates it on first use)" if self.default
                          else "  note: this folder does not exist")
@@ -196,11 +196,12 @@ class PruneReport:
     def summary(self) -> str:
         """One line."""
         if not self.exists:
-            return f"nothing to prune: {self.directory} is not created yet (wbfe creates it on first use)\n"
+            return (f"nothing to prune: {printable(str(self.directory))} is not created yet (wbfe creates it on "
+                    "first use)\n")
         verb = "would remove" if self.dry_run else "removed"
         kinds = {k: sum(1 for u in self.removed if u.kind == k) for k in KINDS}
         what = ", ".join(f"{n} {k}" for k, n in kinds.items() if n) or "nothing"
-        return (f"{verb} {what} ({format_size(self.freed)}) from {self.directory}; "
+        return (f"{verb} {what} ({format_size(self.freed)}) from {printable(str(self.directory))}; "
                 f"{format_size(self.kept_bytes)} kept\n")
 
 
