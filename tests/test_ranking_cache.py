@@ -348,7 +348,7 @@ def test_a_ww_compatible_setting_over_given_score_options_keeps_the_filled_conv(
 
 
 @pytest.mark.parametrize("quality, message", [
-    ([0.5, 0.6, math.nan, math.nan], "2 of 4 models have a test_accuracy value; a ranking needs at least 3"),
+    ([0.5, 0.6, math.nan, math.nan], "2 of 4 models have a value of 'test_accuracy'; a ranking needs at least 3"),
     ([0.7, 0.7, 0.7], "every model has test_accuracy = 0.7, which ranks nothing; choose another column"),
 ])
 def test_a_zoo_that_cannot_rank_is_refused_before_scoring(tmp_path: Path, quality: list[float], message: str) -> None:

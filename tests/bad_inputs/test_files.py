@@ -390,8 +390,9 @@ CASES = [
     Case("proc-self-mem-pt", _link("x.pt", "/proc/self/mem"), SourceNotFoundError, "cannot be read (Input/output error)"),
     Case("symlink-loop", lambda t, m: (t / "a.safetensors").symlink_to(t / "b.safetensors") or
          (t / "b.safetensors").symlink_to(t / "a.safetensors") or str(t / "a.safetensors"), SourceNotFoundError,
-         "no such file or folder"),
-    Case("dangling-symlink", _link("x.safetensors", "/no/such/file"), SourceNotFoundError, "no such file or folder"),
+         "a symbolic link in a loop"),
+    Case("dangling-symlink", _link("x.safetensors", "/no/such/file"), SourceNotFoundError,
+         "a symbolic link to /no/such/file, which does not exist"),
     Case("nul-in-path", lambda t, m: str(t / "x\0.safetensors"), SourceNotFoundError, "no such file or folder"),
     # 7. zip .pt records: CRC, compression, truncation, garbage
     Case("pt-crc-mismatch", _pt_edit(_flip_data_record), E, "a data record fails its CRC-32 check"),

@@ -181,8 +181,8 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = _DEFAULTS["quality
     lower = column in the_zoo.lower_is_better
     given = [e.quality[column] for e in the_zoo.entries if math.isfinite(e.quality[column])]
     if len(given) < MIN_MODELS:  # no correlation could be defined: refused before any model is scored
-        raise InvalidOptionError(f"zoo {the_zoo.name}: {len(given)} of {len(the_zoo.entries)} models have a {column} "
-                                 f"value; a ranking needs at least {MIN_MODELS}")
+        raise InvalidOptionError(f"zoo {the_zoo.name}: {len(given)} of {len(the_zoo.entries)} models have a value "
+                                 f"of {column!r}; a ranking needs at least {MIN_MODELS}")
     if len(set(given)) == 1:
         raise InvalidOptionError(f"zoo {the_zoo.name}: every model has {column} = {given[0]:g}, which ranks nothing; "
                                  "choose another column with --quality")
