@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from tests.test_htsr import UNUSABLE_SPECTRA
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics.detx import detx_tail
 
@@ -20,15 +21,7 @@ def test_spectra_outside_its_domain_are_refused(eigs: list) -> None:
 
 
 
-@pytest.mark.parametrize(
-    "eigs,reason",
-    [
-        (np.array([]), "empty spectrum"),
-        (np.zeros(20), "all-zero spectrum"),
-        (np.array([-1.0, 1.0, 2.0]), "negative eigenvalue -1.0 (the spectrum stage should clip noise to 0)"),
-        (np.array([1.0, np.inf]), "non-finite eigenvalue"),
-    ],
-)
+@pytest.mark.parametrize("eigs,reason", UNUSABLE_SPECTRA)
 def test_unusable_spectrum_gets_the_htsr_groups_reason(eigs: np.ndarray, reason: str) -> None:
     # one rule for both groups (detx said only "no usable spectrum (empty, non-finite, negative or all zero)")
     from wbfe.metrics import detx, htsr

@@ -56,9 +56,8 @@ def test_a_tensor_its_reader_skips_is_no_esd(tmp_path: Path) -> None:
         layer_spectrum(path, "w")
 
 
-@pytest.mark.parametrize("exponent", [997, -997, 0])
-def test_a_matrix_far_from_one_is_drawn_rescaled_and_says_so(tmp_path: Path, monkeypatch, exponent: int) -> None:
-    # Weights near 1e±300: the eigenvalues were drawn rescaled by a power of two (near 1), with nothing saying so.
+def _esd_of_scaled(tmp_path: Path, monkeypatch, exponent: int):  # noqa: ANN001, ANN202
+    """``wbfe esd`` of a heavy-tailed 64×32 matrix times 2^exponent: (w, the command's result, the PNG, the figure)."""
     import wbfe.reporting.plots.esd as esd_plot
     from safetensors.torch import save_file
 
@@ -70,13 +69,22 @@ def test_a_matrix_far_from_one_is_drawn_rescaled_and_says_so(tmp_path: Path, mon
     out = tmp_path / "esd.png"
     result = CliRunner().invoke(app, ["esd", str(tmp_path / "w.safetensors"), "--layer", "fc", "--output", str(out)])
     assert result.exit_code == 0, result.stderr
+    return w, result, out, figures[0]
+
+
+@pytest.mark.parametrize("exponent", [997, -997, 0])
+def test_a_matrix_far_from_one_is_drawn_rescaled_and_says_so(tmp_path: Path, monkeypatch, exponent: int) -> None:
+    # Weights near 1e±300: the eigenvalues were drawn rescaled by a power of two (near 1), with nothing saying so.
+    import wbfe.reporting.plots.esd as esd_plot
+
+    w, result, out, figure = _esd_of_scaled(tmp_path, monkeypatch, exponent)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     _, spec = layer_spectrum(tmp_path / "w.safetensors", "fc")
     k, _ = esd_plot.esd_scale(spec.eigs, spec.log_scale)
     # the drawn eigenvalues are the true ones, σ(w)²·4^exponent, times 2^k
     true_log2 = np.log2(np.sort(np.linalg.svd(w, compute_uv=False) ** 2)) + 2 * exponent
     np.testing.assert_allclose(np.log2(spec.eigs) - k, true_log2, rtol=0, atol=1e-9)
-    ax = figures[0].axes[0]
+    ax = figure.axes[0]
     points = ax.lines[0].get_xdata()
     assert spec.eigs.min() <= points.min() and points.max() <= spec.eigs.max()
     if exponent == 0:
@@ -94,20 +102,12 @@ def test_weights_float64_holds_the_eigenvalues_of_are_drawn_true(tmp_path: Path,
     # Weights near 1e±130: the score scales them (their Gram matrix is computed near 1), but the true eigenvalues,
     # near 1e±260, are float64 numbers: the figure draws them, with no "× 2^k" on the axis nor in the line.
     import wbfe.reporting.plots.esd as esd_plot
-    from safetensors.torch import save_file
 
-    w = np.random.default_rng(0).standard_t(3, (64, 32))
-    save_file({"fc.weight": torch.tensor(w * 2.0**exponent)}, str(tmp_path / "w.safetensors"))
-    figures = []
-    save = esd_plot.save
-    monkeypatch.setattr(esd_plot, "save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw))
-    out = tmp_path / "esd.png"
-    result = CliRunner().invoke(app, ["esd", str(tmp_path / "w.safetensors"), "--layer", "fc", "--output", str(out)])
-    assert result.exit_code == 0, result.stderr
+    w, result, out, figure = _esd_of_scaled(tmp_path, monkeypatch, exponent)
     assert result.stderr == f"wrote {out}\n"
     _, spec = layer_spectrum(tmp_path / "w.safetensors", "fc")
     assert esd_plot.esd_scale(spec.eigs, spec.log_scale)[0] == -2 * (exponent + 5)  # stored scaled, drawn true
-    ax = figures[0].axes[0]
+    ax = figure.axes[0]
     assert ax.get_xlabel() == "eigenvalue of the smaller Gram matrix"
     true = np.sort(np.linalg.svd(w, compute_uv=False) ** 2) * 4.0**exponent
     points = ax.lines[0].get_xdata()

@@ -243,15 +243,16 @@ def test_plain_alpha_is_scale_invariant_but_ww_threshold_is_not() -> None:
 
 # ---------------------------------------------------------------- failures
 
-@pytest.mark.parametrize(
-    "eigs,reason",
-    [
-        (np.array([]), "empty spectrum"),
-        (np.zeros(20), "all-zero spectrum"),
-        (np.array([-1.0, 1.0, 2.0]), "negative eigenvalue -1.0 (the spectrum stage should clip noise to 0)"),
-        (np.array([1.0, np.inf]), "non-finite eigenvalue"),
-    ],
-)
+#: Spectra no group can use, and the reason every group gives (tests/test_detx.py too).
+UNUSABLE_SPECTRA = [
+    (np.array([]), "empty spectrum"),
+    (np.zeros(20), "all-zero spectrum"),
+    (np.array([-1.0, 1.0, 2.0]), "negative eigenvalue -1.0 (the spectrum stage should clip noise to 0)"),
+    (np.array([1.0, np.inf]), "non-finite eigenvalue"),
+]
+
+
+@pytest.mark.parametrize("eigs,reason", UNUSABLE_SPECTRA)
 def test_unusable_spectrum_fails_every_column(eigs: np.ndarray, reason: str) -> None:
     result = GROUP.compute(Spectrum(eigs, 20, 30), PLAIN)
     assert set(result.reasons) == set(COLUMNS)

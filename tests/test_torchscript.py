@@ -56,6 +56,15 @@ def save_scripted(net: nn.Module, path: Path) -> Path:
     return path
 
 
+def _traced_entries(module: torch.nn.Module, example: torch.Tensor, path: Path) -> dict[str, torch.Tensor]:
+    """Trace ``module`` on ``example``, save it at ``path`` and read every entry back through wbfe's reader."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.trace(module, example), str(path))
+    with open_source(path) as source:
+        return {e.name: to_torch(e.load()) for e in source.entries()}
+
+
 def test_every_tensor_equals_the_modules_own(tmp_path: Path, net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
     path = save_scripted(net, tmp_path / "net.pt")
 
@@ -94,11 +103,7 @@ def test_traced_constants_are_read(tmp_path: Path) -> None:
 
     torch.manual_seed(2)
     module = Traced()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.jit.save(torch.jit.trace(module, torch.randn(2, 4)), str(tmp_path / "t.pt"))
-    with open_source(tmp_path / "t.pt") as source:
-        got = {e.name: to_torch(e.load()) for e in source.entries()}
+    got = _traced_entries(module, torch.randn(2, 4), tmp_path / "t.pt")
     assert torch.equal(got["constants.0"], captured)
     assert torch.equal(got["fc.weight"], module.fc.weight.detach())
 
@@ -202,11 +207,7 @@ def test_a_code_constant_named_like_a_module_tensor_is_qualified_by_its_place(tm
             return (x @ self.constants[0].T) @ captured
 
     module = Clash()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.jit.save(torch.jit.trace(module, torch.randn(2, 8)), str(tmp_path / "clash.pt"))
-    with open_source(tmp_path / "clash.pt") as source:
-        got = {e.name: to_torch(e.load()) for e in source.entries()}
+    got = _traced_entries(module, torch.randn(2, 8), tmp_path / "clash.pt")
     assert list(got) == ["constants.0", "constants.0#1"]
     assert torch.equal(got["constants.0"], module.constants[0].detach()) and torch.equal(got["constants.0#1"], captured)
     result = wbfe.score(tmp_path / "clash.pt", metrics="bfe")
