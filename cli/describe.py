@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+import dataclasses
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -43,8 +44,14 @@ def describe_command(
         emit(text, output, written, reads, described.model.get("files"), quiet=quiet)
 
 
-describe_command = with_groups(score_group("conv", "layers", "head", "min_eigs", "ww_compatible", "stream",
-                                           metrics=("bfe",)))(describe_command)
+def _options(**values: Any) -> "ScoreOptions":
+    from wbfe.description import describe_options
+
+    return describe_options(**values)
+
+
+describe_command = with_groups(dataclasses.replace(
+    score_group("conv", "layers", "head", "min_eigs", "ww_compatible", "stream"), build=_options))(describe_command)
 
 
 def _table(described: "Description") -> str:

@@ -98,7 +98,7 @@ def _capture_rank(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def test_rank_seeds_reach_their_own_options(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _capture_rank(monkeypatch)
-    cli("rank", "fmnist", "--metrics", "bfe,rand", "--seed", "3", "--stats-seed", "7", "--layers", "fc",
+    cli("rank", "fmnist", "--metrics", "bfe,htsr,rand", "--seed", "3", "--stats-seed", "7", "--layers", "fc",
         "--min-eigs", "4")
     assert seen["score"].seed == 3 and seen["stats"].seed == 7
     assert seen["score"].layers == "fc" and seen["score"].min_eigs == 4
@@ -106,8 +106,8 @@ def test_rank_seeds_reach_their_own_options(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_report_on_a_zoo_applies_layers_and_min_eigs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     seen = _capture_rank(monkeypatch)
-    result = cli("report", "fmnist", "--layers", r"classifier\.", "--min-eigs", "3", "--metrics", "rand", "--seed", "2",
-                 "--stats-seed", "5", "-o", str(tmp_path / "page.html"))
+    result = cli("report", "fmnist", "--layers", r"classifier\.", "--min-eigs", "3", "--metrics", "htsr,rand",
+                 "--seed", "2", "--stats-seed", "5", "-o", str(tmp_path / "page.html"))
     assert "stopped after the options were handed over" in result.stderr
     assert seen["score"].layers == r"classifier\." and seen["score"].min_eigs == 3
     assert seen["score"].seed == 2 and seen["stats"].seed == 5

@@ -150,6 +150,29 @@ def test_a_seed_nothing_random_reads_is_refused() -> None:
     assert cli_line("compare", "a.safetensors", "b.safetensors", "--seed", "5") == UNREAD_COMPARE_SEED
 
 
+UNREAD_MIN_EIGS = ("--min-eigs 5 is read by the htsr, htmp, fingers and vectors metrics and --ww-compatible, which "
+                   "--metrics {} leaves out: add htsr to --metrics (or give --ww-compatible) or drop --min-eigs")
+
+
+def test_a_min_eigs_no_tail_fit_reads_is_refused() -> None:
+    """min_eigs gates the tail fits (and, with --ww-compatible, which matrices are analysed): with bfe alone the
+    score, the comparison and the description came out the same whatever it was, saying nothing."""
+    line = UNREAD_MIN_EIGS.format("bfe")
+    assert refused(lambda: ScoreOptions(metrics="bfe", min_eigs=5)) == line
+    assert refused(lambda: wbfe.score(STATE, metrics="bfe", min_eigs=5)) == line
+    assert cli_line("score", "not-there.safetensors", "--metrics", "bfe", "--min-eigs", "5") == line
+    assert refused(lambda: wbfe.compare(STATE, STATE, metrics="bfe,rand", min_eigs=5)) == (
+        "--min-eigs 5 is read by the htsr, htmp, fingers and vectors metrics, which --metrics bfe,rand leaves out: "
+        "add htsr to --metrics or drop --min-eigs")
+    described = ("--min-eigs 5 decides a description only with --ww-compatible (which skips smaller matrices): give "
+                 "--ww-compatible or drop --min-eigs")
+    assert refused(lambda: wbfe.describe(STATE, min_eigs=5)) == described
+    assert cli_line("describe", "not-there.safetensors", "--min-eigs", "5") == described
+    for kept in (ScoreOptions(metrics="bfe", min_eigs=5, ww_compatible=True), ScoreOptions(metrics="htmp", min_eigs=5)):
+        assert kept.min_eigs == 5 and ScoreOptions.from_dict(kept.to_dict()) == kept
+    assert len(wbfe.describe(STATE, min_eigs=5, ww_compatible=True).matrices) >= 1
+
+
 @pytest.mark.parametrize("given", [
     {"metrics": "htsr", "fit": "tpl"}, {"metrics": "fingers", "fix_fingers": "clip_xmax"},
     {"metrics": "vectors", "fit": "e_tpl"}, {"metrics": "vectors", "fix_fingers": "xmin_peak"},

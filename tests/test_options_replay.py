@@ -284,8 +284,8 @@ def test_provenance_replays_the_run(kwargs: dict[str, Any]) -> None:
 def test_a_comparisons_and_an_adapters_records_replay() -> None:
     state = _checkpoint()
     # (a comparison records the device it ran on: "cpu", not "auto")
-    given = CompareOptions(metrics=("bfe", "rand"), name_map=("fc=fc",), top_k=3, lam=0.5, device="cpu", min_eigs=4,
-                           seed=7)
+    given = CompareOptions(metrics=("bfe", "htsr", "rand"), name_map=("fc=fc",), top_k=3, lam=0.5, device="cpu",
+                           min_eigs=4, seed=7)
     result = wbfe.compare(state, state, **given.keywords())
     assert CompareOptions.from_dict(result.options) == given
     # an adapter's score records its base beside its options: not an option, left out

@@ -399,7 +399,7 @@ def keras_twin(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, di
 
 def test_compare_pairs_a_keras_model_and_its_int8_twin_by_graph_order(keras_twin: Any) -> None:
     h5, int8, w = keras_twin
-    result = wbfe.compare(h5, int8, metrics="bfe", min_eigs=2)  # the 4-channel convs have 4 eigenvalues
+    result = wbfe.compare(h5, int8, metrics="bfe")
     assert result.summary["pairing"] == "graph order" and "pairing_note" not in result.summary
     assert [row["name_b"] for row in result.layers] == [f"tfl.pseudo_qconst{i}" for i in range(4)]
     assert [row["shape"] for row in result.layers] == [[4, 3, 3, 3], [4, 1, 3, 3], [32, 64], [10, 32]]
@@ -416,9 +416,9 @@ def test_compare_pairs_a_keras_model_and_its_int8_twin_by_graph_order(keras_twin
 
 def test_compare_by_name_when_the_names_agree_and_refuses_order_when_matrices_differ(
         models: dict[str, Path], tmp_path: Path, weights: dict[str, np.ndarray]) -> None:
-    same = wbfe.compare(models["int8"], models["int16"], metrics="bfe", min_eigs=2)  # the converter's names on both sides
+    same = wbfe.compare(models["int8"], models["int16"], metrics="bfe")  # the converter's names on both sides
     assert same.summary["pairing"] == "name" and len(same.layers) == 4
-    by_order = wbfe.compare(models["float32"], models["int8"], metrics="bfe", min_eigs=2)
+    by_order = wbfe.compare(models["float32"], models["int8"], metrics="bfe")
     assert by_order.summary["pairing"] == "graph order"
     assert [r["name"] for r in by_order.layers] == list(_matrices(models["float32"]))
     assert by_order.summary["head"] == "model/out/MatMul"  # A's graph names its head
@@ -427,7 +427,7 @@ def test_compare_by_name_when_the_names_agree_and_refuses_order_when_matrices_di
     g.ops[4] = tw.Op(tw.SOFTMAX, [g.ops[4].inputs[0]], g.ops[4].outputs)
     fewer = tw.write(tmp_path / "fewer.tflite", g)
     with pytest.raises(wbfe.errors.NoUsableMatrixError, match=r"not paired by graph order: A has 4 matrices, B 3"):
-        wbfe.compare(models["float32"], fewer, metrics="bfe", min_eigs=2)
+        wbfe.compare(models["float32"], fewer, metrics="bfe")
 
 
 # ---- what the graph says about other operators ----------------------------------------------------
@@ -520,13 +520,12 @@ def test_the_cli_says_the_matrices_were_paired_by_graph_order(models: dict[str, 
     from cli.main import app
 
     runner = CliRunner()
-    table = runner.invoke(app, ["compare", str(models["float32"]), str(models["int8"]), "--metrics", "bfe",
-                                "--min-eigs", "2"])
+    table = runner.invoke(app, ["compare", str(models["float32"]), str(models["int8"]), "--metrics", "bfe"])
     assert table.exit_code == 0, table.output
     assert table.stdout.splitlines()[0].endswith("(paired by graph order: the names differ)")
     assert re.search(r"^pairing\s+graph order$", table.stdout, flags=re.M)
     same = runner.invoke(app, ["compare", str(models["int8"]), str(models["int16"]), "--metrics", "bfe",
-                               "--min-eigs", "2", "--format", "json"])
+                               "--format", "json"])
     assert same.exit_code == 0 and '"pairing": "name"' in same.stdout
 
 
@@ -599,7 +598,7 @@ def test_a_module_order_is_no_graph_order_to_pair_by(models: dict[str, Path]) ->
     module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Conv2d(4, 4, 3, groups=4), torch.nn.Flatten(),
                                  torch.nn.Linear(64, 32), torch.nn.Linear(32, 10))
     with pytest.raises(wbfe.errors.NoUsableMatrixError) as refused:
-        wbfe.compare(module, models["int8"], metrics="bfe", min_eigs=2)
+        wbfe.compare(module, models["int8"], metrics="bfe")
     assert "graph order" not in str(refused.value)
 
 

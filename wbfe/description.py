@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from wbfe import engine
+from wbfe.errors import InvalidOptionError
 from wbfe.engine.heads import HeadChoice, choose_head
 from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.framework import order_rows
@@ -49,6 +50,23 @@ class Description(ToJson):
                 f"skipped={len(self.skipped)}, head={self.head!r})")
 
 
+def _refuse_min_eigs(min_eigs: int, ww_compatible: bool) -> None:
+    if min_eigs != _DEFAULTS["min_eigs"] and not ww_compatible:  # a description fits no tail
+        raise InvalidOptionError(f"--min-eigs {min_eigs} decides a description only with --ww-compatible "
+                                 "(which skips smaller matrices): give --ww-compatible or drop --min-eigs")
+
+
+def describe_options(**given: Any) -> ScoreOptions:
+    """The options a description plans with, a ``bfe`` score's; ``min_eigs`` only with ``ww_compatible``, where it
+    decides which matrices are analysed (a description fits no tail).
+
+    Raises:
+        InvalidOptionError: a bad option, or ``min_eigs`` without ``ww_compatible``.
+    """
+    _refuse_min_eigs(given.get("min_eigs", _DEFAULTS["min_eigs"]), bool(given.get("ww_compatible")))
+    return ScoreOptions(metrics=("bfe",), **given)
+
+
 def describe(
     ref: Any,
     *,
@@ -81,9 +99,10 @@ def describe(
     """
     given = dict(conv=conv, layers=layers, head=head, min_eigs=min_eigs, ww_compatible=ww_compatible, stream=stream)
     if options is None:
-        options = ScoreOptions(metrics=("bfe",), **given)  # type: ignore[arg-type]
+        options = describe_options(**given)
     else:
         refuse_keywords(ScoreOptions, given)
+        _refuse_min_eigs(options.min_eigs, options.ww_compatible)
     with open_source(ref, stream=options.stream) as source:
         if source.provenance.pending is not None:
             source.provenance.pending.cancel()  # the hash reads every byte; a description reads none

@@ -108,12 +108,14 @@ for WeightWatcher's slice SVDs, but does without)."""
 
 
 READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers", "vectors"),
-                                         "fix_fingers": ("htsr", "fingers", "vectors"), "seed": ("rand",)}
+                                         "fix_fingers": ("htsr", "fingers", "vectors"), "seed": ("rand",),
+                                         "min_eigs": ("htsr", "htmp", "fingers", "vectors")}
 """The metric groups that read each of these options (:mod:`wbfe.metrics`: bfe and htmp take λ; htsr and fingers
-fit the tail, and vectors splits bulk from tail at that fit's xmin; rand shuffles with the seed); a run with none of
-them would drop a value the caller set."""
+fit the tail, and vectors splits bulk from tail at that fit's xmin; rand shuffles with the seed; the groups with
+tail columns need ``min_eigs`` eigenvalues); a run with none of them would drop a value the caller set."""
 
-_FLAGS = {"lam": "--lambda", "fit": "--fit", "fix_fingers": "--fix-fingers", "seed": "--seed"}
+_FLAGS = {"lam": "--lambda", "fit": "--fit", "fix_fingers": "--fix-fingers", "seed": "--seed",
+          "min_eigs": "--min-eigs"}
 
 
 def _refuse_unread(options: Any, names: Iterable[str], *, also: Optional[Mapping[str, str]] = None) -> None:
@@ -300,8 +302,10 @@ class ScoreOptions(Validated):
         if views and needy:
             raise InvalidOptionError(f"{' and '.join(views)}: metric group {', '.join(needy)} needs the matrices "
                                      "themselves, not a product's or an FFT view's spectrum")
-        _refuse_unread(self, ("fit", "fix_fingers", "lam") + (() if self.intra else ("seed",)),
-                      also={"seed": "--intra"})
+        # --ww-compatible plans with min_eigs too: every matrix with fewer eigenvalues is skipped
+        _refuse_unread(self, ("fit", "fix_fingers", "lam") + (() if self.intra else ("seed",))
+                       + (() if self.ww_compatible else ("min_eigs",)),
+                       also={"seed": "--intra", "min_eigs": "--ww-compatible"})
 
     @property
     def pattern(self) -> Optional[re.Pattern[str]]:
@@ -392,7 +396,7 @@ class CompareOptions(Validated):
     stream: Optional[bool] = field(default=None, compare=False)  # how the bytes travel: not recorded
 
     def _cross_check(self) -> None:
-        _refuse_unread(self, ("lam", "seed"))
+        _refuse_unread(self, ("lam", "seed", "min_eigs"))
 
     RENAMED: ClassVar[Mapping[str, str]] = {"lambda": "lam", "map": "name_map"}
     CONSTANT: ClassVar[Mapping[str, Any]] = {"conv": "flatten"}
