@@ -207,15 +207,16 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
         reads = (*reads, *local_files(source.provenance.files))
         refuse_overlap(target, reads)
         # Pass 1 reads no data (the header comes first in the file); pass 2 streams the tensors in the same order.
-        described = [(e.name, tuple(e.shape), e.dtype) for e in source.entries()]
+        listed = list(source.entries())
+        described = [(e.name, tuple(e.shape), e.dtype) for e in listed]
         # What the reader leaves out of a score (optimizer moments, a second state dict) is copied, never edited.
-        left_out = {e.name: e.skip for e in source.entries() if e.skip}
+        left_out = {e.name: e.skip for e in listed if e.skip}
         if only is None and not any(dtype in _FLOAT_DTYPES and len(shape) >= 2 and name not in left_out
                                     and (pattern is None or pattern.search(name)) for name, shape, dtype in described):
             raise NoUsableMatrixError(f"{source.provenance.source}: "
                                       + (f"--layers {layers!r} selects none of its" if pattern else "it holds no")
                                       + " weight matrices: nothing to edit", ref=source.provenance.source)
-        for entry in source.entries():
+        for entry in listed:
             if entry.quant is not None:
                 raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
                                             "tensors and would not copy it byte for byte", name=entry.name)
