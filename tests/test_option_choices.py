@@ -107,11 +107,11 @@ def test_a_layers_pattern_that_is_no_string_is_refused(options: type) -> None:
 
 UNREAD = [
     ({"metrics": "bfe", "fit": "tpl"},
-     "--fit tpl is read by the htsr, fingers and vectors metrics, which --metrics bfe leaves out: add htsr to --metrics or "
-     "drop --fit"),
+     "--fit tpl is read by the htsr, fingers, vectors and detx metrics, which --metrics bfe leaves out: add htsr to "
+     "--metrics or drop --fit"),
     ({"metrics": "bfe", "fix_fingers": "clip_xmax"},
-     "--fix-fingers clip_xmax is read by the htsr, fingers and vectors metrics, which --metrics bfe leaves out: add htsr to "
-     "--metrics or drop --fix-fingers"),
+     "--fix-fingers clip_xmax is read by the htsr, fingers, vectors and detx metrics, which --metrics bfe leaves "
+     "out: add htsr to --metrics or drop --fix-fingers"),
     ({"metrics": "htsr", "lam": 3.0},
      "--lambda 3 is read by the bfe and htmp metrics, which --metrics htsr leaves out: add bfe to --metrics or drop "
      "--lambda"),
@@ -176,6 +176,7 @@ def test_a_min_eigs_no_tail_fit_reads_is_refused() -> None:
 @pytest.mark.parametrize("given", [
     {"metrics": "htsr", "fit": "tpl"}, {"metrics": "fingers", "fix_fingers": "clip_xmax"},
     {"metrics": "vectors", "fit": "e_tpl"}, {"metrics": "vectors", "fix_fingers": "xmin_peak"},
+    {"metrics": "detx", "fit": "tpl"}, {"metrics": "detx", "fix_fingers": "clip_xmax"},  # its ERG gap's tail fit
     {"metrics": "htmp", "lam": 3.0}, {"metrics": "bfe", "lam": 3.0}, {"metrics": "rand", "seed": 5},
     {"metrics": "bfe", "intra": True, "seed": 5}, {"metrics": "bfe", "ww_compatible": True},
     {"metrics": "htsr", "fit": "pl", "lam": "opt", "seed": 0},  # the defaults, given: nothing is dropped

@@ -107,11 +107,11 @@ MATRIX_GROUPS: tuple[str, ...] = ("rand", "vectors")
 for WeightWatcher's slice SVDs, but does without)."""
 
 
-READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers", "vectors"),
-                                         "fix_fingers": ("htsr", "fingers", "vectors"), "seed": ("rand",),
+READ_BY: Mapping[str, tuple[str, ...]] = {"lam": ("bfe", "htmp"), "fit": ("htsr", "fingers", "vectors", "detx"),
+                                         "fix_fingers": ("htsr", "fingers", "vectors", "detx"), "seed": ("rand",),
                                          "min_eigs": ("htsr", "htmp", "fingers", "vectors")}
 """The metric groups that read each of these options (:mod:`wbfe.metrics`: bfe and htmp take λ; htsr and fingers
-fit the tail, and vectors splits bulk from tail at that fit's xmin; rand shuffles with the seed; the groups with
+fit the tail, and vectors splits bulk from tail, and detx takes its ERG gap, at that fit; rand shuffles with the seed; the groups with
 tail columns need ``min_eigs`` eigenvalues); a run with none of them would drop a value the caller set."""
 
 _FLAGS = {"lam": "--lambda", "fit": "--fit", "fix_fingers": "--fix-fingers", "seed": "--seed",
