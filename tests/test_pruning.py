@@ -395,3 +395,13 @@ def test_the_cli_tables_are_the_score_tables_a_control_character_escaped(tmp_pat
         header, rule = done.stdout.splitlines()[:2]
         assert header.split()[:2] == ["name", "role" if args[0] == "sparsity" else "params"]
         assert set(rule.replace(" ", "")) == {"-"}
+
+
+@pytest.mark.parametrize("by", ["bfe", "uniform"])
+def test_a_min_eigs_no_allocation_reads_is_refused_in_its_own_words(model: Path, by: str) -> None:
+    """sparsity --by bfe/uniform scores bfe alone, which fits no tail: the score's refusal named --metrics, which
+    sparsity has not; --by stable_rank (htsr) keeps it."""
+    with pytest.raises(InvalidOptionError, match=f"^--min-eigs 5 gates the tail fits, none of which --by {by} reads: "
+                                                 "drop --min-eigs or allocate by alpha, stable_rank or h$"):
+        sparsity(model, 0.5, by=by, min_eigs=5)
+    assert sparsity(model, 0.5, by="stable_rank", min_eigs=5).rows

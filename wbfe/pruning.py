@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
-from wbfe.options import PRUNE_METRICS, PruneOptions, field_defaults, refuse_keywords
+from wbfe.options import PRUNE_METRICS, READ_BY, PruneOptions, field_defaults, refuse_keywords
 from wbfe.render.text import ToJson, as_float, json_ready, shape_text
 
 if TYPE_CHECKING:
@@ -248,6 +248,10 @@ def _score(ref: Any, options: PruneOptions, groups: Optional[list[str]] = None) 
                         why="the ModelScore given was scored with its own; leave them unset, or pass the checkpoint")
         return ref
     metrics = groups or [METRIC_GROUPS[options.by]]
+    if not set(metrics) & set(READ_BY["min_eigs"]) and options.min_eigs != _DEFAULTS["min_eigs"]:
+        # the score's own refusal would say --metrics, which sparsity has not
+        raise InvalidOptionError(f"--min-eigs {options.min_eigs} gates the tail fits, none of which --by {options.by} "
+                                 "reads: drop --min-eigs or allocate by alpha, stable_rank or h")
     return score(ref, metrics=",".join(metrics), layers=options.layers, head=options.head,
                  device=options.device, min_eigs=options.min_eigs)
 
