@@ -385,7 +385,7 @@ def test_factors_out_of_range_give_nan_columns_with_their_reason(tmp_path) -> No
     nan = a.clone()
     nan[1, 2] = math.nan
     cases = {"nan": (nan, ("stable_rank", "effective_rank", "bfe", "lambda", "frobenius_norm", "spectral_norm"),
-                     "non-finite values (NaN or Inf) in lora_A or lora_B"),
+                     "ΔW's singular values are not finite (NaN or Inf in lora_A or lora_B, or B·A past float64's range)"),
              "huge": (a * 1e300, ("stable_rank", "effective_rank", "bfe", "lambda", "frobenius_norm"), None)}
     for label, (factor, columns, why) in cases.items():
         folder = _write_adapter(tmp_path / label, {"base_model.model.fc.lora_A.weight": factor,

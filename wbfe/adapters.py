@@ -79,7 +79,7 @@ def adapter_columns(singular: np.ndarray, lam: Any) -> tuple[dict[str, Any], dic
     columns: tuple[str, ...] = ("stable_rank", "effective_rank", "bfe", "lambda")
     if not np.isfinite(singular).all():
         columns += ("frobenius_norm", "spectral_norm")
-        why = "non-finite values (NaN or Inf) in lora_A or lora_B"
+        why = "ΔW's singular values are not finite (NaN or Inf in lora_A or lora_B, or B·A past float64's range)"
     elif not e.size or not e[-1] > 0.0:
         why = "ΔW = 0: B (or A) is all zero, as PEFT initialises it (an untrained adapter)"
     elif not np.isfinite(e).all():
@@ -218,7 +218,8 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
         "lora_alpha": alpha, "scaling": scale, "n_eigs": r, "form": "rank-r",
     }
     finite = np.isfinite(left).all() and np.isfinite(right).all()  # else numpy's SVD raises LinAlgError
-    singular = core_singular_values(left, right, scale) if finite else np.full(r, math.nan)
+    with np.errstate(over="ignore", invalid="ignore"):  # B·A past float64's range: said in the row's reasons
+        singular = core_singular_values(left, right, scale) if finite else np.full(r, math.nan)
     values, reasons = adapter_columns(singular, metric_options.lam)
     row.update(values)
     m = None

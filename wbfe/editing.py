@@ -220,6 +220,7 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
             if entry.quant is not None:
                 raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
                                             "tensors and would not copy it byte for byte", name=entry.name)
+        del listed  # a pickle's entries hold its tensors: not kept through the second pass
         raw = source.provenance.extra.get("metadata") or {}
         metadata = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in dict(raw).items()}
         metadata.update(extra_metadata or {})
