@@ -49,10 +49,13 @@ def _check_side_files(ref: str, files: list[tuple[str, str, Optional[str]]], che
     replaced the pruned checkpoint with its report)."""
     import os
 
+    from wbfe._config import user_path
     from wbfe.errors import OutputError
     from wbfe.render.files import check_output, local_reads
 
-    seen = {} if checkpoint is None else {os.path.realpath(checkpoint): "the pruned checkpoint is written to"}
+    # by real path, ~ expanded as check_output expands it ('~/o.safetensors' twice was not caught)
+    seen = {} if checkpoint is None else {
+        os.path.realpath(user_path(checkpoint)): "the pruned checkpoint is written to"}
     for option, fmt, path in files:
         if path is None:
             continue
@@ -61,8 +64,12 @@ def _check_side_files(ref: str, files: list[tuple[str, str, Optional[str]]], che
             raise OutputError(f"{option} writes a file, and the table goes to standard output: give {option} a file "
                               f"name, not {shown(path)}")
         check_suffix(path, fmt, option)
-        if str(target) != os.devnull and seen.setdefault(str(target), f"{option} writes") != f"{option} writes":
-            raise OutputError(f"{option} {shown(path)} is the file {seen[str(target)]}: name another file")
+        key = os.path.realpath(target)
+        if key == os.devnull:
+            continue
+        if key in seen:
+            raise OutputError(f"{option} {shown(path)} is the file {seen[key]}: name another file")
+        seen[key] = f"{option} writes"
 
 
 sparsity_command = with_groups(prune_group("target", "by", "spread", "mapping", "reverse", "exclude", "layers",

@@ -244,6 +244,15 @@ def test_sparsity_and_prune_files_are_checked_before_any_work(argv: tuple[str, .
     assert sorted(p.name for p in small.parent.iterdir()) == ["a.safetensors"]
 
 
+def test_a_pruned_checkpoint_named_with_a_tilde_is_no_place_for_its_report(small: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # '~/p.safetensors' twice: the checkpoint was written, then replaced by its JSON report
+    monkeypatch.setenv("HOME", str(small.parent))
+    assert_one_line(cli("prune", str(small), "~/p.safetensors", "--json", "~/p.safetensors", "--target", "0.5"),
+                    "--json ~/p.safetensors is the file the pruned checkpoint is written to")
+    assert sorted(p.name for p in small.parent.iterdir()) == ["a.safetensors"]
+
+
 def test_sparsity_writes_both_files(small: Path, tmp_path: Path) -> None:
     result = cli("sparsity", str(small), "--target", "0.5", "--json", str(tmp_path / "s.json"),
                  "--csv", str(tmp_path / "s.csv"))
