@@ -211,3 +211,10 @@ def test_spectrum_of_no_matrix_or_mixed_shapes_is_refused(matrices: list) -> Non
     for need_eigs in (True, False):
         with pytest.raises(InvalidOptionError, match="2-D matrices of one shape"):
             spectrum(matrices, resolve_device("cpu"), need_eigs=need_eigs)
+
+
+@pytest.mark.parametrize("name", ["cuda", "cuda:1"])
+def test_cuda_without_a_gpu_is_refused_naming_what_was_asked(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setattr(spectra, "_cuda_available", lambda: False)
+    with pytest.raises(InvalidOptionError, match=f"^--device {name} was asked for but no CUDA device is available$"):
+        resolve_device(name)

@@ -17,7 +17,7 @@ from wbfe.linalg.spectra import max_abs, near_one, shift_for
 from wbfe.metrics.rand import log_spectrum_distance
 from wbfe.render.text import is_number
 
-__all__ = ["matrix_change", "row_scaled_change", "top_singular", "subspace_overlap"]
+__all__ = ["matrix_change", "top_singular", "subspace_overlap"]
 
 
 def top_singular(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -53,7 +53,7 @@ def _norm(x: np.ndarray) -> float:
     return float(np.linalg.norm(scaled)) / f
 
 
-def row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+def _row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """``(rel_frobenius_rowscaled, row_scale_cv)`` of two out × in float64 matrices, each already brought near 1 on
     its own (:func:`~wbfe.linalg.spectra.near_one`: both are free of either matrix's scale) (docs/compare.md): the
     change left once each output row of ``b`` is rescaled onto ``a`` by least squares, and the spread of those scales
@@ -110,7 +110,7 @@ def matrix_change(
     near_a, near_b = near_one(a64, top_a)[0], near_one(b64, top_b)[0]
     u_a, _, v_a = top_singular(near_a, top_k)
     u_b, _, v_b = top_singular(near_b, top_k)
-    row["rel_frobenius_rowscaled"], row["row_scale_cv"] = row_scaled_change(near_a, near_b)
+    row["rel_frobenius_rowscaled"], row["row_scale_cv"] = _row_scaled_change(near_a, near_b)
     norm_a = float(np.linalg.norm(near_a))  # ‖A‖·2^shift_a: on A's own scale, however far B's is
     del near_a, near_b
     shift_a, shift = shift_for(top_a), shift_for(max(top_a, top_b))

@@ -164,7 +164,7 @@ def resolve_device(device: str) -> Device:
         return Device("cpu")
     require_torch(f"--device {device}")
     if not _cuda_available():
-        raise InvalidOptionError("--device cuda was asked for but no CUDA device is available")
+        raise InvalidOptionError(f"--device {device} was asked for but no CUDA device is available")
     # torch takes cuda:N past the last GPU and fails at the first tensor moved there, deep in a run.
     import torch
 
