@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-__all__ = ["Group"]
+__all__ = ["Group", "click_errors"]
 
 # Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click): BadParameter's module.
 click_errors: Any = sys.modules[typer.BadParameter.__module__]

@@ -12,11 +12,9 @@ import typer
 
 from wbfe.errors import WbfeError
 
-from ._group import Group
+from ._group import Group, click_errors
 from . import cache, compare, describe, esd, prune, rank, report, score, smooth, theory, watch
 
-# Click's exception classes, wherever this typer keeps them (typer 0.2x vendors click): BadParameter's module.
-click_errors: Any = sys.modules[typer.BadParameter.__module__]
 # Abort (an interrupted prompt or output) is in typer.exceptions in the typers that vendor click.
 _Abort: type[BaseException]
 try:
