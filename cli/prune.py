@@ -49,13 +49,12 @@ def _check_side_files(ref: str, files: list[tuple[str, str, Optional[str]]], che
     replaced the pruned checkpoint with its report)."""
     import os
 
-    from wbfe._config import user_path
     from wbfe.errors import OutputError
     from wbfe.render.files import check_output, local_reads
 
-    # by real path, ~ expanded as check_output expands it ('~/o.safetensors' twice was not caught)
-    seen = {} if checkpoint is None else {
-        os.path.realpath(user_path(checkpoint)): "the pruned checkpoint is written to"}
+    # by the file each lands in, as check_output finds it (~ expanded: '~/o.safetensors' twice was not caught)
+    pruned = None if checkpoint is None else check_output(checkpoint, reads=local_reads(ref))
+    seen = {} if pruned is None else {os.path.realpath(pruned): "the pruned checkpoint is written to"}
     for option, fmt, path in files:
         if path is None:
             continue
