@@ -14,6 +14,7 @@ from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError, MissingDependencyError
 from wbfe.executors import RAY_INSTALL
 from wbfe.render.diagnostics import route_logger
+from wbfe.sources.object_bound import format_size
 from wbfe.sources.safetensors_files import read_header
 
 __all__ = ["connect", "node_of_this_task", "task_resources", "largest_tensor_elements", "numel", "Progress",
@@ -116,13 +117,3 @@ class Progress:
         when = f"ETA {left:.0f} s" if self.done < self.total else f"all done in {elapsed:.0f} s"
         scored = f", {format_size(self.done_bytes)} of {format_size(self.total_bytes)}" if self.total_bytes else ""
         return f" on {node} ({self.done}/{self.total} {self.what} by Ray{scored}, {when})"
-
-
-def format_size(n: float) -> str:
-    """``1.5 GiB``-style text for a byte count, in powers of 1024 as sizes are given (``--max-size 20G``) and
-    printed (``wbfe cache``, Ray's progress lines) everywhere."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"

@@ -16,10 +16,9 @@ from typing import Any, Iterator, Optional, Union
 
 from wbfe._config import user_path, wbfe_cache_dir
 from wbfe.errors import InvalidOptionError, printable
-from wbfe.executors.ray_cluster import format_size
 from wbfe.ranking.cache import clear_path
 from wbfe.ranking.claims import is_stale, read_claim
-from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, parse_size, tree_usage
+from wbfe.sources.object_bound import DEFAULT_MAX_SIZE, format_size, parse_size, tree_usage
 
 __all__ = ["CacheUnit", "CacheInfo", "PruneReport", "cache_info", "prune_cache", "parse_size", "format_size",
            "DEFAULT_MAX_SIZE", "KINDS"]

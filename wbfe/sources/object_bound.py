@@ -13,7 +13,7 @@ from typing import Optional, Union
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_ENV", "parse_size", "object_cache_bound", "evict_objects"]
+__all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_ENV", "parse_size", "format_size", "object_cache_bound", "evict_objects"]
 
 DEFAULT_MAX_SIZE = 20 * 2**30  # 20 GiB: a few LLM copies; score entries are a few KB each
 MAX_SIZE_ENV = "WBFE_CACHE_MAX_SIZE"
@@ -31,6 +31,15 @@ def parse_size(text: Union[str, int]) -> int:
     if not math.isfinite(value):
         raise InvalidOptionError(f"not a size: {text!r} (e.g. 500M, 20G, 1.5T)")
     return int(value)
+
+
+def format_size(n: float) -> str:
+    """``1.5 GiB``-style text for a byte count, in the powers of 1024 that :func:`parse_size` reads."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def object_cache_bound() -> Optional[int]:
