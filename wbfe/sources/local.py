@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from wbfe._config import user_path
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, WbfeError
@@ -17,7 +17,8 @@ from wbfe.sources.registry import (checkpoint_suffixes, folder_kinds, format_of,
 __all__ = ["open_path", "open_file", "pick_weight_files", "read_model_config", "model_config", "MODEL_CONFIGS",
            "MAX_CONFIG", "no_weight_files"]
 
-
+MAX_CONFIG = 50_000_000
+MODEL_CONFIGS = ("config.json", "quantize_config.json")
 # Which of a folder's (or repo's) top-level files hold the weights, by the registered formats' ranks.
 pick_weight_files = pick_files
 
@@ -61,32 +62,25 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
         raise unreadable(getattr(exc, "filename", None) or path, exc) from None
 
 
-MAX_CONFIG = 50_000_000
-
-
 def read_model_config(folder: Path) -> dict[str, Any] | None:
     """The Hugging Face ``config.json`` in ``folder`` (a GPTQ ``quantize_config.json`` as its
     ``quantization_config``); None where there is none or it is not a JSON object."""
-    found: dict[str, bytes] = {}
-    for file_name in MODEL_CONFIGS:
-        try:  # a FIFO named config.json must not block
-            with open_regular(folder / file_name) as fh:
-                found[file_name] = fh.read(MAX_CONFIG)
-        except (WbfeError, OSError):
-            continue
-    return model_config(found)
+
+    def read(file_name: str) -> bytes:
+        with open_regular(folder / file_name) as fh:  # a FIFO named config.json must not block
+            return fh.read(MAX_CONFIG)
+
+    return model_config(read)
 
 
-MODEL_CONFIGS = ("config.json", "quantize_config.json")
-
-
-def model_config(files: dict[str, bytes]) -> dict[str, Any] | None:
-    """The model configuration from the bytes of its files (:data:`MODEL_CONFIGS`, by name; local or remote)."""
+def model_config(read: Callable[[str], bytes], names: Sequence[str] = MODEL_CONFIGS) -> dict[str, Any] | None:
+    """The model configuration from those of its files (:data:`MODEL_CONFIGS`) in ``names`` whose bytes ``read(name)``
+    gives (local or remote); one that cannot be read or parsed is left out."""
     found: dict[str, Any] = {}
-    for file_name in MODEL_CONFIGS:
+    for file_name in (name for name in MODEL_CONFIGS if name in names):
         try:  # deep nesting must not crash
-            parsed = json.loads(files[file_name].decode("utf-8"))
-        except (KeyError, ValueError, RecursionError):  # not there; UnicodeDecodeError, JSONDecodeError too
+            parsed = json.loads(read(file_name).decode("utf-8"))
+        except (WbfeError, OSError, ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError too
             continue
         if isinstance(parsed, dict):
             if file_name == "config.json":

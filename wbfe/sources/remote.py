@@ -12,17 +12,17 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError, WbfeError
+from wbfe.errors import InvalidOptionError, RangeNotSupportedError, RemoteChangedError, SourceNotFoundError
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import Provenance, TensorSource, combine_digests
 from wbfe.sources.http_range import FIRST_READ, RemoteFile
+from wbfe.sources.local import MAX_CONFIG, model_config
 from wbfe.sources.ranged import RangedFile
 from wbfe.sources.registry import register_location
 from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, ShardReader, header_length, parse_header,
     parse_weight_map, tensor_dtype)
 
-__all__ = ["RemoteSafetensorsSource", "stream_safetensors", "free_disk", "is_safetensors_name", "open_url",
-           "remote_config"]
+__all__ = ["RemoteSafetensorsSource", "stream_safetensors", "free_disk", "is_safetensors_name", "open_url"]
 
 
 def is_safetensors_name(name: str) -> bool:
@@ -105,7 +105,7 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
             that ignores ranges; True streams it or raises.
         sizes, digests: each file's size and SHA-256 where the server lists them (the hub does).
         commit: the commit every answer must come from (a hub ``X-Repo-Commit``), when known.
-        configs: the small files beside it that hold the model config (read as :func:`remote_config` reads them).
+        configs: the small files beside it that hold the model config (read as a local folder's are).
 
     Raises:
         RemoteReadError, RangeNotSupportedError, RemoteChangedError: the transport's errors.
@@ -148,25 +148,12 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
             source = RemoteSafetensorsSource(ref, shards, index=index, fmt=fmt, metadata=metadata, digests=digests,
                                              index_name=name.rsplit("/", 1)[-1] if index else "", extra=extra)
             opened.pop_all()  # the source closes them now
-            source.config = remote_config(configs, open_file)
+            source.config = model_config(lambda config: open_file(config).read_all(MAX_CONFIG), list(configs))
             return source
     except RangeNotSupportedError:
         if stream:
             raise
         return None  # by default a server without ranges means a download, as before
-
-
-def remote_config(names: Iterable[str], open_file: Callable[[str], RangedFile]) -> dict[str, Any] | None:
-    """The model config from the small remote files ``names`` (one that cannot be read is left out, as locally)."""
-    from wbfe.sources.local import MAX_CONFIG, model_config
-
-    found: dict[str, bytes] = {}
-    for name in names:
-        try:
-            found[name] = open_file(name).read_all(MAX_CONFIG)
-        except WbfeError:
-            continue
-    return model_config(found)
 
 
 def _check_commit(file: RangedFile, commit: str | None) -> None:
