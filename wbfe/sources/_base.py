@@ -18,7 +18,8 @@ from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 from wbfe._config import usable_cpus
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
-from wbfe.framework.description import OUT_IN, Fallback, FrameworkDescription
+from wbfe.framework import OUT_IN, Fallback, FrameworkDescription, describe_config
+from wbfe.framework.config_layouts import conv1d_family, rule_layout
 from wbfe.linalg.arrays import itemsize
 from wbfe.render.files import file_kind
 
@@ -27,6 +28,9 @@ __all__ = ["TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regu
 
 # PyTorch pickle suffixes (the list of every format's suffixes is wbfe.sources.WEIGHT_SUFFIXES).
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".th", ".ckpt")
+# Read size of one hashing thread (a larger buffer's zero fill costs a small model's score), and the most threads.
+HASH_CHUNK = 1 << 18
+_HASH_THREADS = 8
 
 _SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
@@ -120,8 +124,6 @@ def unreadable(path: Path | str, exc: OSError) -> SourceNotFoundError:
     return SourceNotFoundError.at(path, f"cannot be read ({reason})")
 
 
-
-
 @dataclass
 class Provenance:
     """Where the tensors came from; ``pending``: the files' SHA-256 while it is computed."""
@@ -168,8 +170,6 @@ class TensorSource:
         if self.config is None:
             return None
         if self._described is None or self._described[0] is not self.config:
-            from wbfe.framework import describe_config
-
             found = describe_config(self.config)
             if isinstance(found, Fallback):
                 self.provenance.extra["framework"] = {"used": "rules", "why": str(found)}
@@ -190,8 +190,6 @@ class TensorSource:
         description = self.description
         layouts = description.layouts if description is not None else {}
         # Without a description (no torch, no transformers), the config's rule still knows GPT-2's Conv1D
-        from wbfe.framework.config_layouts import conv1d_family, rule_layout
-
         rule = description is None and conv1d_family(self.config) is not None
         if rule and isinstance(self.provenance.extra.get("framework"), dict):
             self.provenance.extra["framework"]["layouts"] = (
@@ -267,11 +265,6 @@ class FileDigest:
 
     def cancel(self) -> None:
         self._stop.set()
-
-
-# Read size of one hashing thread (a larger buffer's zero fill costs a small model's score), and the most threads.
-HASH_CHUNK = 1 << 18
-_HASH_THREADS = 8
 
 
 def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:

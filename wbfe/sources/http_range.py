@@ -25,6 +25,7 @@ __all__ = ["RetryPolicy", "RemoteFile", "DEFAULT_POLICY", "FIRST_READ", "http_pa
 FIRST_READ = 1 << 16
 _REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.I)
+_HTTP_NAMES = ("Client", "Timeout", "TransportError", "TooManyRedirects", "UnsupportedProtocol", "InvalidURL")
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,6 @@ class RetryPolicy:
 
 
 DEFAULT_POLICY = RetryPolicy()
-
-
-_HTTP_NAMES = ("Client", "Timeout", "TransportError", "TooManyRedirects", "UnsupportedProtocol", "InvalidURL")
 
 
 @functools.cache
@@ -203,11 +201,10 @@ class RemoteFile(RangedFile):
                     "so it cannot be streamed; score it without --stream to download it first")
             total, expected = length, length
         else:
-            match = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
+            given = response.headers.get("Content-Range")
+            match = _CONTENT_RANGE.match(given or "")
             if match is None or match.group(3) == "*":
-                shown = response.headers.get("Content-Range")
-                shown = "none" if shown is None else repr(shown[:80])
-                raise _Retry(f"a 206 answer without a valid Content-Range ({shown})")
+                raise _Retry(f"a 206 answer without a valid Content-Range ({'none' if given is None else repr(given[:80])})")
             first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
             if self.size is not None and total != self.size:
                 raise changed(self.name, f"its size went from {self.size} to {total} bytes")
@@ -276,8 +273,8 @@ def changed(name: str, what: str) -> RemoteChangedError:
                                  "nothing read from it is used, score it again")
 
 
-def said(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:200]
+def said(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())[:limit]
     return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
 
 

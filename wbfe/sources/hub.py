@@ -9,14 +9,19 @@ from __future__ import annotations
 import functools
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from wbfe._config import hf_cache_dir, hf_offline
 from wbfe.errors import InvalidOptionError, ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
+from wbfe.sources.http_range import RemoteFile
 from wbfe.sources.local import MODEL_CONFIGS, open_path, pick_weight_files, read_model_config
 from wbfe.sources.registry import checkpoint_suffixes, folder_kinds, register_location
+from wbfe.sources.remote import is_safetensors_name, stream_safetensors
+from wbfe.sources.resay import resaying, said_of
 
 __all__ = ["HUB_ID", "parse_hub_id", "open_hub", "download_weight_files", "hub_cached", "host_unreachable",
            "is_hub_id", "open_hub_ref", "stream_hub", "hub_endpoint"]
@@ -42,11 +47,11 @@ def _cached_snapshot(repo_id: str, revision: str | None, cache_dir: Path) -> Pat
     return Path(str(folder))
 
 
-def _weight_files(snapshot: Path) -> list[str]:
+def _weight_file(snapshot: Path) -> str | None:
     try:
-        return pick_weight_files([p.name for p in snapshot.iterdir()])
+        return next(iter(pick_weight_files([p.name for p in snapshot.iterdir()])), None)
     except OSError:
-        return []
+        return None
 
 
 def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -> Path:
@@ -110,9 +115,6 @@ def hub_failure(exc: BaseException) -> str:
 def host_unreachable(url: str, *, what: str, timeout: float = 3.0) -> str | None:
     """Why the host of ``url`` cannot be reached, from one TCP connection with a short timeout; None if it
     can, or behind a proxy (which decides). ``what`` names the host in the message."""
-    import socket
-    from urllib.parse import urlparse
-
     if any(os.environ.get(f"{p}_PROXY") or os.environ.get(f"{p.lower()}_proxy") for p in ("HTTPS", "HTTP", "ALL")):
         return None
     parsed = urlparse(url)
@@ -139,7 +141,7 @@ def hub_cached(ref: str) -> bool:
     """Whether the hub model ``org/name[@revision]`` has weight files in the local cache (no network)."""
     repo_id, revision = parse_hub_id(ref)
     snapshot = _cached_snapshot(repo_id, revision, hf_cache_dir())
-    return snapshot is not None and ((snapshot / "adapter_config.json").is_file() or bool(_weight_files(snapshot)))
+    return snapshot is not None and ((snapshot / "adapter_config.json").is_file() or _weight_file(snapshot) is not None)
 
 
 def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stream: bool | None = None) -> TensorSource:
@@ -153,8 +155,7 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stre
     cache_dir = hf_cache_dir()
     snapshot = _cached_snapshot(repo_id, revision, cache_dir)
     if snapshot is not None:
-        chosen = _weight_files(snapshot)
-        source = _open_snapshot(snapshot, chosen[0] if chosen else None, ref, fmt, repo_id, revision, cached=True)
+        source = _open_snapshot(snapshot, _weight_file(snapshot), ref, fmt, repo_id, revision, cached=True)
         if source is not None:
             return source
     prefix = f"{ref}: no such file or folder, and " if could_be_path else f"{ref}: "
@@ -181,17 +182,14 @@ def _open_snapshot(snapshot: Path, chosen: str | None, ref: str, fmt: str, repo_
                    cached: bool) -> TensorSource | None:
     """The ``snapshot`` as the folder kind that claims it (a PEFT adapter), else its file ``chosen``, its errors
     naming ``ref``, not the cache; None where there is none (``cached``: or its index's shards are not all there)."""
-    from wbfe.sources.resay import resaying, said_of
-
     kind = next((kind for kind in folder_kinds() if kind.claims(snapshot)), None)
     if kind is not None:
         source = kind.open(snapshot, ref)
     elif chosen is None:
         return None
     else:
-        path = snapshot / chosen
         try:
-            source = resaying(said_of(snapshot, ref, lambda: open_path(path, ref=ref, fmt=fmt)), snapshot, ref)
+            source = resaying(said_of(snapshot, ref, lambda: open_path(snapshot / chosen, ref=ref, fmt=fmt)), snapshot, ref)
         except SourceNotFoundError:
             if not cached:
                 raise
@@ -233,9 +231,6 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     """
     from huggingface_hub import HfApi, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
-
-    from wbfe.sources.http_range import RemoteFile
-    from wbfe.sources.remote import is_safetensors_name, stream_safetensors
 
     name = f"{repo_id}{'@' + revision if revision else ''}"
     endpoint = hub_endpoint()

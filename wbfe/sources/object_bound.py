@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 from typing import Optional, Union
 
+from wbfe._config import wbfe_cache_max_size
 from wbfe.errors import InvalidOptionError
 
 __all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_ENV", "parse_size", "format_size", "object_cache_bound", "evict_objects"]
@@ -44,8 +45,6 @@ def format_size(n: float) -> str:
 
 def object_cache_bound() -> Optional[int]:
     """The bound from ``$WBFE_CACHE_MAX_SIZE`` (read at call time), else the default; None for ``none``."""
-    from wbfe._config import wbfe_cache_max_size
-
     text = wbfe_cache_max_size()
     if not text:
         return DEFAULT_MAX_SIZE

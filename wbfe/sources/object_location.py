@@ -8,6 +8,7 @@ from typing import Any
 
 from wbfe.errors import InvalidOptionError
 from wbfe.sources._base import TensorSource
+from wbfe.sources.local import MODEL_CONFIGS, no_weight_files, pick_weight_files
 from wbfe.sources.object_store import call_store, folder_files, is_uri, object_cache_dir, open_uri, store_path
 from wbfe.sources.registry import register_location
 from wbfe.sources.remote import is_safetensors_name, stream_safetensors
@@ -28,8 +29,6 @@ def open_object(uri: str, *, stream: bool | None = None) -> TensorSource:
 
 
 def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource | None:
-    from wbfe.sources.local import MODEL_CONFIGS, no_weight_files, pick_weight_files
-
     fs.invalidate_cache(path)  # what the store says now, not a listing cached by an earlier call
     info = fs.info(path)
     root = path.rstrip("/")

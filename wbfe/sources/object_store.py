@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import quote
 
+from wbfe._config import wbfe_cache_dir
 from wbfe.errors import CorruptCheckpointError, MissingDependencyError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
+from wbfe.sources.http_range import said
+from wbfe.sources.local import MODEL_CONFIGS, no_weight_files, open_path, pick_weight_files
 from wbfe.sources.object_bound import evict_objects, object_cache_bound
+from wbfe.sources.resay import resaying, said_of
+from wbfe.sources.safetensors_files import MAX_INDEX, index_weight_map, parse_weight_map
 
 __all__ = ["URI", "is_uri", "open_uri", "fetch_uri", "uri_signature", "object_cache_dir", "FSSPEC_INSTALL",
            "store_filesystem", "object_identity", "call_store", "folder_files", "store_path"]
@@ -39,8 +44,6 @@ def is_uri(text: Any) -> bool:
 
 
 def object_cache_dir() -> Path:
-    from wbfe._config import wbfe_cache_dir
-
     return wbfe_cache_dir() / "objects"
 
 
@@ -53,9 +56,6 @@ def open_uri(uri: str) -> TensorSource:
             or a store that cannot be read.
         CorruptCheckpointError, TruncatedCheckpointError, ...: as the readers raise for the copy.
     """
-    from wbfe.sources.local import open_path
-    from wbfe.sources.resay import resaying, said_of
-
     local = fetch_uri(uri)
     # Errors name the copy's files by the URI's, never the cache folder the user did not name.
     root, ref = (local, uri) if local.is_dir() else (local.parent, uri.rstrip("/").rsplit("/", 1)[0])
@@ -80,8 +80,7 @@ def store_filesystem(uri: str) -> tuple[Any, str]:
     except (ValueError, TypeError) as exc:
         raise SourceNotFoundError.at(uri, f"unknown protocol {protocol!r} ({' '.join(str(exc).split())})") from None
     except Exception as exc:  # noqa: BLE001 - a filesystem that connects as it is made (ftp://, sftp://) and cannot
-        raise SourceNotFoundError.at(uri, f"cannot reach the store ({type(exc).__name__}: "
-                                     f"{' '.join(str(exc).split())[:300]})") from None
+        raise SourceNotFoundError.at(uri, f"cannot reach the store ({said(exc, 300)})") from None
     return fs, str(path)
 
 
@@ -123,8 +122,7 @@ def call_store(uri: str, action: Any) -> Any:
     except FileNotFoundError:
         raise SourceNotFoundError(f"no such object: {uri}", path=uri) from None
     except Exception as exc:  # noqa: BLE001 - any store failure (permissions, network) is "cannot read"
-        raise SourceNotFoundError.at(
-            uri, f"cannot read ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from None
+        raise SourceNotFoundError.at(uri, f"cannot read ({said(exc, 300)})") from None
 
 
 def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, dict[str, Any]]:
@@ -152,8 +150,6 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
 
 
 def _fetch(fs: Any, path: str, uri: str) -> Path:
-    from wbfe.sources.resay import said_of
-
     bound = object_cache_bound()  # a bad $WBFE_CACHE_MAX_SIZE is refused before anything is fetched
     key, info, signature, top = _describe(fs, path, uri)
     final = object_cache_dir() / key[:2] / key
@@ -187,8 +183,6 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
 
 
 def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path) -> None:
-    from wbfe.sources.local import MODEL_CONFIGS, no_weight_files, pick_weight_files
-
     root = path.rstrip("/")
     chosen = pick_weight_files(names)
     if not chosen:
@@ -200,8 +194,6 @@ def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path)
 
 
 def _fetch_shards(fs: Any, root: str, index: Path, staging: Path) -> None:
-    from wbfe.sources.safetensors_files import index_weight_map
-
     for shard in index_weight_map(index):  # names checked to stay in the folder
         target = staging / shard
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -210,8 +202,6 @@ def _fetch_shards(fs: Any, root: str, index: Path, staging: Path) -> None:
 
 def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict[str, Any]:
     """What the store says of each shard the index at ``path`` lists, by shard name."""
-    from wbfe.sources.safetensors_files import MAX_INDEX, parse_weight_map
-
     size = info.get("size")
     if isinstance(size, int) and size > MAX_INDEX:
         raise CorruptCheckpointError.at(uri, f"shard index larger than {MAX_INDEX} bytes")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, unknown_name
 from wbfe.sources._base import TensorSource
 
 __all__ = ["FileFormat", "Location", "FolderKind", "register_format", "register_location", "register_folder",
@@ -123,8 +123,6 @@ def file_formats() -> list[FileFormat]:
 
 def format_named(name: str) -> FileFormat:
     """The registered format called ``name`` (``UnknownNameError`` if none)."""
-    from wbfe.errors import unknown_name
-
     if name not in _FORMATS:
         raise unknown_name("checkpoint format", name, list(_FORMATS))
     return _FORMATS[name]

@@ -17,6 +17,7 @@ from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import Provenance, TensorSource, combine_digests
 from wbfe.sources.http_range import FIRST_READ, RemoteFile
 from wbfe.sources.local import MAX_CONFIG, model_config
+from wbfe.sources.object_store import NAME_A_FILE, object_cache_dir, open_uri
 from wbfe.sources.ranged import RangedFile
 from wbfe.sources.registry import register_location
 from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, ShardReader, header_length, parse_header,
@@ -171,8 +172,6 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
         SourceNotFoundError: a URL of a folder (``http://host/llama/``), or a web page.
         InvalidOptionError: ``stream=True`` for a URL that names no safetensors file.
     """
-    from wbfe.sources.object_store import NAME_A_FILE, object_cache_dir, open_uri
-
     try:
         path = urlsplit(url).path
     except ValueError as exc:  # an unclosed IPv6 host, a bad port...

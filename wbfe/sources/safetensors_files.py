@@ -39,6 +39,7 @@ SAFETENSORS_DTYPES: dict[str, tuple[str, float]] = {
     "C64": ("complex64", 8)}
 _DTYPE_BITS = {code: round(size * 8) for code, (_, size) in SAFETENSORS_DTYPES.items()}
 _MAX_HEADER = 100_000_000  # the safetensors format's own limit
+_U64 = 1 << 64
 MAX_INDEX = 100_000_000  # a shard index of 10^6 tensors is ~100 MB
 # Smaller tensors are read: a map, its page table and its unmapping cost more than reading a few pages.
 _MAP_BYTES = 1 << 20
@@ -70,8 +71,7 @@ def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
 
 
 def header_length(prefix: bytes, size: int, where: str) -> int:
-    """The header length a safetensors file of ``size`` bytes declares in its first 8 bytes ``prefix``
-    (``where``, a path or a URL, names the file in messages).
+    """The header length a safetensors file of ``size`` bytes declares in its first 8 bytes ``prefix``.
 
     Raises:
         TruncatedCheckpointError: fewer than 8 bytes, or a header that would run past the end.
@@ -150,9 +150,6 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_U64 = 1 << 64
-
-
 def _is_count(value: Any) -> bool:
     return type(value) is int and 0 <= value < _U64
 
@@ -223,8 +220,7 @@ def index_weight_map(index_path: Path) -> dict[str, list[str]]:
 
 
 def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
-    """The shards of the index whose bytes are ``raw`` (a local or remote file named ``where``), as
-    :func:`index_weight_map` gives them."""
+    """The shards of the index whose bytes are ``raw`` (local or remote), as :func:`index_weight_map` gives them."""
     if len(raw) > MAX_INDEX:
         raise CorruptCheckpointError.at(where, f"shard index larger than {MAX_INDEX} bytes")
     index = _parse_json(raw, "corrupt shard index", where)

@@ -58,10 +58,7 @@ class StoreFile(RangedFile):
         self._lock = threading.Lock()
 
     def head(self, nbytes: int = FIRST_READ) -> bytes:
-        out = bytearray(min(nbytes, self._contact()))
-        if out:
-            self._fetch(0, memoryview(out))
-        return bytes(out)
+        return self.read_bytes(0, min(nbytes, self._contact()))
 
     def read_into(self, start: int, into: memoryview) -> None:
         if len(into):

@@ -14,7 +14,7 @@ from wbfe.errors import MissingDependencyError, ModelNotFoundError, unknown_name
 from wbfe.framework import FrameworkDescription
 from wbfe.framework.timm_model import describe_timm
 from wbfe.sources._base import TensorSource
-from wbfe.sources.hub import open_hub
+from wbfe.sources.hub import hub_cached, hub_endpoint, open_hub
 from wbfe.sources.local import open_path
 from wbfe.sources.registry import register_location
 
@@ -30,8 +30,6 @@ def url_cache_path(url: str) -> Path:
 def library_weights(ref: str) -> tuple[bool, str]:
     """``(cached, url)``: whether a ``timm:`` / ``torchvision:`` reference is cached here (no network), and the
     checkpoint's URL (the hub endpoint for weights on the hub); raises as opening ``ref`` would."""
-    from wbfe.sources.hub import hub_cached, hub_endpoint
-
     if ref.startswith("torchvision:"):
         weights = _torchvision_weights(ref[len("torchvision:"):], ref)
         return url_cache_path(weights.url).is_file(), str(weights.url)
