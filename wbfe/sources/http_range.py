@@ -90,11 +90,6 @@ class RemoteFile(RangedFile):
     def __init__(self, url: str, *, headers: Mapping[str, str] | None = None, policy: RetryPolicy | None = None,
                  sleep: Callable[[float], None] = time.sleep, hub: bool = False):
         self.url = self.name = url
-        self.size: int | None = None
-        self.identity: str | None = None
-        self.commit: str | None = None
-        self.requests = 0
-        self.bytes_fetched = 0
         self._headers = dict(headers or {})
         self._policy = policy or DEFAULT_POLICY
         self._sleep = sleep

@@ -22,11 +22,11 @@ class RangedFile(Protocol):
 
     url: str
     name: str
-    size: int | None
-    identity: str | None
-    commit: str | None
-    requests: int
-    bytes_fetched: int
+    size: int | None = None
+    identity: str | None = None
+    commit: str | None = None
+    requests: int = 0
+    bytes_fetched: int = 0
 
     def head(self, nbytes: int = ...) -> bytes: ...
 

@@ -36,16 +36,10 @@ class StoreFile(RangedFile):
         pinned: the version keyword every read passes (empty when the object is checked instead).
     """
 
-    commit: str | None = None  # stores have no commits
-
     def __init__(self, fs: Any, path: str, url: str, *, info: Mapping[str, Any] | None = None,
                  policy: RetryPolicy | None = None, sleep: Callable[[float], None] = time.sleep):
         self.fs, self.path, self.url, self.name = fs, path, url, url
-        self.size: int | None = None
-        self.identity: str | None = None
         self.pinned: dict[str, Any] = {}
-        self.requests = 0
-        self.bytes_fetched = 0
         self._known = dict(info) if info is not None else None
         try:
             self._takes: Mapping[str, Any] = inspect.signature(fs.cat_file).parameters
