@@ -21,7 +21,8 @@ import pytest
 import wbfe
 from tests.ray_zoo import make_sharded
 from tests.test_remote_stream import assert_streams_the_files_bytes, make_checkpoint, same_scores, spans
-from wbfe.errors import InvalidOptionError, RemoteChangedError, RemoteReadError, SourceNotFoundError
+from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, RemoteChangedError, RemoteReadError,
+                         SourceNotFoundError)
 from wbfe.sources import http_range, open_source, remote
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy
 
@@ -95,8 +96,9 @@ class FakeS3(AbstractFileSystem):
         elif fault == "gone":
             del self.bucket.objects[path]
         elif fault in ("connection", "timeout", "denied", "odd"):
-            raise {"connection": ConnectionResetError("connection reset by peer"), "timeout": TimeoutError("read timed out"),
-                   "denied": PermissionError("AccessDenied"), "odd": RuntimeError("the SDK's own error")}[fault]
+            raise {"connection": ConnectionResetError("connection reset by peer"),
+                   "timeout": TimeoutError("read timed out"), "denied": PermissionError("AccessDenied"),
+                   "odd": RuntimeError("the SDK's own error")}[fault]
         if path not in self.bucket.objects:
             raise FileNotFoundError(path)
         versions = self.bucket.objects[path]
@@ -183,6 +185,19 @@ def test_a_sharded_folder_streams_with_its_config(tmp_path: Path, bucket: Bucket
     alone = wbfe.score("fakes3://bucket/sharded/model.safetensors.index.json", stream=True)
     same_scores(alone, wbfe.score(folder / "model.safetensors.index.json"))
     assert [op for op, path, *_ in bucket.log if path.endswith(".json") and op == "cat"] == ["cat"]  # the index only
+
+
+def test_a_tensor_the_index_lists_but_its_streamed_shard_lacks_is_named_by_the_shards_uri(bucket: Bucket) -> None:
+    import numpy as np
+    from safetensors.numpy import save
+
+    memory = fsspec.filesystem("memory")
+    memory.pipe_file("/bucket/lacking/a.safetensors", save({"x": np.ones((2, 2), np.float32)}))
+    memory.pipe_file("/bucket/lacking/model.safetensors.index.json",
+                     json.dumps({"weight_map": {"x": "a.safetensors", "y": "a.safetensors"}}).encode())
+    with pytest.raises(CorruptCheckpointError, match=r"^memory://bucket/lacking/a\.safetensors: tensor 'y' listed in "
+                                                     r"the index is not in this shard$"):
+        open_source("memory://bucket/lacking/model.safetensors.index.json", stream=True)
 
 
 def test_by_default_an_object_larger_than_the_free_disk_is_streamed(tmp_path: Path, bucket: Bucket,
@@ -278,7 +293,8 @@ def test_stream_is_refused_for_objects_it_cannot_read(tmp_path: Path, bucket: Bu
     with pytest.raises(InvalidOptionError, match="this holds a PEFT adapter"):
         wbfe.score("fakes3://bucket/adapter", stream=True)
     bucket.put("bucket/empty/readme.txt", b"no weights here")
-    with pytest.raises(SourceNotFoundError, match=r"fakes3://bucket/empty/: no weight files \(\*\.safetensors, \*\.bin"):
+    with pytest.raises(SourceNotFoundError,
+                       match=r"fakes3://bucket/empty/: no weight files \(\*\.safetensors, \*\.bin"):
         wbfe.score("fakes3://bucket/empty/", stream=True)
     assert [op for op, *_ in bucket.log if op == "cat"] == []
 

@@ -28,6 +28,9 @@ class RangedFile(Protocol):
     requests: int = 0
     bytes_fetched: int = 0
 
+    def __str__(self) -> str:  # as messages name it (a shard's key in ShardedSafetensors.plan)
+        return self.name
+
     def head(self, nbytes: int = ...) -> bytes: ...
 
     def read_bytes(self, start: int, nbytes: int) -> bytes:
