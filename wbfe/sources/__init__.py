@@ -15,8 +15,8 @@ from wbfe.sources import (  # noqa: F401
     flax_files, gguf_files, hub, keras_files, local, numpy_files, object_location, object_store,
     onnx_files, peft_adapter, remote, safetensors_files, tflite_files, torch_pickle, torchscript_files, zoo_libraries,
 )
-from wbfe.sources._base import (HASH_CHUNK, missing, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
-    file_sha256, open_regular, stored_bytes)
+from wbfe.sources._base import (HASH_CHUNK, TORCH_SUFFIXES, Provenance, TensorEntry, TensorSource, combine_digests,
+    file_sha256, missing, open_regular, stored_bytes)
 from wbfe.sources._order import natural_key
 from wbfe.sources.memory import MemorySource
 from wbfe.sources.registry import checkpoint_suffixes, locations
@@ -61,8 +61,6 @@ def open_source(ref: Any, *, stream: bool | None = None) -> TensorSource:
 
 def remote_ref(ref: Any) -> bool:
     """Whether ``ref`` is read by a location that can stream it (the ones ``stream`` applies to)."""
-    if isinstance(ref, str) and not ref.strip():
-        return False
     return any(location.streams for location in locations() if location.claims(ref))
 
 

@@ -199,7 +199,8 @@ class RemoteFile(RangedFile):
             given = response.headers.get("Content-Range")
             match = _CONTENT_RANGE.match(given or "")
             if match is None or match.group(3) == "*":
-                raise _Retry(f"a 206 answer without a valid Content-Range ({'none' if given is None else repr(given[:80])})")
+                shown = "none" if given is None else repr(given[:80])
+                raise _Retry(f"a 206 answer without a valid Content-Range ({shown})")
             first_byte, last_byte, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
             if self.size is not None and total != self.size:
                 raise changed(self.name, f"its size went from {self.size} to {total} bytes")

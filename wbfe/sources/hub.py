@@ -188,8 +188,9 @@ def _open_snapshot(snapshot: Path, chosen: str | None, ref: str, fmt: str, repo_
     elif chosen is None:
         return None
     else:
+        path = snapshot / chosen
         try:
-            source = resaying(said_of(snapshot, ref, lambda: open_path(snapshot / chosen, ref=ref, fmt=fmt)), snapshot, ref)
+            source = resaying(said_of(snapshot, ref, lambda: open_path(path, ref=ref, fmt=fmt)), snapshot, ref)
         except SourceNotFoundError:
             if not cached:
                 raise

@@ -74,8 +74,7 @@ def read_model_config(folder: Path) -> dict[str, Any] | None:
 
 
 def model_config(read: Callable[[str], bytes], names: Sequence[str] = MODEL_CONFIGS) -> dict[str, Any] | None:
-    """The model configuration from those of its files (:data:`MODEL_CONFIGS`) in ``names`` whose bytes ``read(name)``
-    gives (local or remote); one that cannot be read or parsed is left out."""
+    """The model configuration from the bytes ``read(name)`` gives of its files in ``names`` (local or remote)."""
     found: dict[str, Any] = {}
     for file_name in (name for name in MODEL_CONFIGS if name in names):
         try:  # deep nesting must not crash

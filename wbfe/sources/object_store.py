@@ -76,7 +76,8 @@ def store_filesystem(uri: str) -> tuple[Any, str]:
 
         package = known_implementations.get(protocol, {}).get("class", "").split(".")[0]
         hint = f"pip install {package}" if package else " ".join(str(exc).split())
-        raise MissingDependencyError(f"{uri}: the {protocol}:// protocol needs {package or 'a package'}: {hint}") from None
+        raise MissingDependencyError(f"{uri}: the {protocol}:// protocol needs {package or 'a package'}: "
+                                     f"{hint}") from None
     except (ValueError, TypeError) as exc:
         raise SourceNotFoundError.at(uri, f"unknown protocol {protocol!r} ({' '.join(str(exc).split())})") from None
     except Exception as exc:  # noqa: BLE001 - a filesystem that connects as it is made (ftp://, sftp://) and cannot
@@ -92,8 +93,8 @@ def object_identity(info: Mapping[str, Any]) -> dict[str, str]:
 def folder_files(fs: Any, path: str) -> dict[str, Any]:
     """What ``fs.ls`` says of each file directly in the folder ``path``, by name."""
     root = path.rstrip("/")
-    top = {e["name"].rstrip("/")[len(root):].lstrip("/"): e for e in fs.ls(path, detail=True) if e.get("type") == "file"}
-    return {name: e for name, e in top.items() if name and "/" not in name}
+    named = ((e["name"].rstrip("/")[len(root):].lstrip("/"), e) for e in fs.ls(path, detail=True))
+    return {name: e for name, e in named if name and "/" not in name and e.get("type") == "file"}
 
 
 def store_path(fs: Any, root: str, name: str) -> str:
