@@ -272,10 +272,9 @@ class ShardedSafetensors(TensorSource):
         for key, shard_name, listed, header in shards:
             names = checkpoint_order(list(header), lambda name: header[name]["dtype"])
             if listed is not None:
-                missing = [t for t in listed if t not in header]
-                if missing:
-                    raise CorruptCheckpointError.at(
-                        key, f"tensor {missing[0]!r} listed in the index is not in this shard")
+                missing = next((t for t in listed if t not in header), None)
+                if missing is not None:
+                    raise CorruptCheckpointError.at(key, f"tensor {missing!r} listed in the index is not in this shard")
                 # A name the index gives to another shard is that shard's: this copy is not scored either.
                 unlisted = [name for name in names if name not in indexed and name not in self._unlisted]
                 for name in names:
