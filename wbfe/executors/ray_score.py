@@ -66,23 +66,20 @@ def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
     parts: list[Part] = []
     for shard, names in shards:
         header = read_header(shard)[0]
+        size = {name: header[name]["data_offsets"][1] - header[name]["data_offsets"][0] for name in names}
         groups: list[list[str]] = [[]]
         total = 0
         for name in names:
-            size = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
-            if groups[-1] and total + size > part_bytes:
+            if groups[-1] and total + size[name] > part_bytes:
                 groups.append([])
                 total = 0
             groups[-1].append(name)
-            total += size
+            total += size[name]
         # The file's first part hashes it.
-        parts += [_part(group, header, str(shard) if i == 0 else None) for i, group in enumerate(groups)]
+        parts += [Part(tuple(group), str(shard) if i == 0 else None,
+                       max((numel(header[n]["shape"]) for n in group), default=0), sum(size[n] for n in group))
+                  for i, group in enumerate(groups)]
     return parts
-
-
-def _part(names: list[str], header: dict[str, Any], file: Optional[str]) -> Part:
-    return Part(tuple(names), file, max((numel(header[n]["shape"]) for n in names), default=0),
-                sum(header[n]["data_offsets"][1] - header[n]["data_offsets"][0] for n in names))
 
 
 class _Digests:
