@@ -168,8 +168,8 @@ def _from_description(original: Sequence[str], skipped: Sequence[dict[str, Any]]
 def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Optional[HeadChoice]:
     pretrained = config.get("pretrained_cfg")
     classifier = pretrained.get("classifier") if isinstance(pretrained, dict) else None
-    if isinstance(classifier, str) and (found := _named([layer["name"] for layer in layers], classifier)):
-        return HeadChoice(found, "config")
+    if isinstance(classifier, str) and (named := _named([layer["name"] for layer in layers], classifier)):
+        return HeadChoice(named, "config")
     architectures = config.get("architectures")
     arch = architectures[0] if isinstance(architectures, list) and architectures and isinstance(architectures[0], str) else None
     if arch is None:

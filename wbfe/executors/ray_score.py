@@ -144,10 +144,9 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
     if parts is None:  # not safetensors: the whole model is one task
         whole = ray.remote(_score_whole).options(**retry, **task_resources(options.device, None))
         answer = ray.get(whole.remote(score_here, ref, options))
+        say(f"[ray] {ref}: {'failed' if 'error' in answer else 'scored whole'} on {answer['node']}")
         if "error" in answer:
-            say(f"[ray] {ref}: failed on {answer['node']}")
             raise answer["error"]
-        say(f"[ray] {ref}: scored whole on {answer['node']}")
         answer["result"].model["executor"] = "ray"
         return answer["result"]
     owner_ref = ray.put({name: k for k, part in enumerate(parts) for name in part.names})
