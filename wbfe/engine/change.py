@@ -55,8 +55,7 @@ def _row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     bb = np.einsum("ij,ij->i", b, b)
     ab = np.einsum("ij,ij->i", a, b)
     live = bb > 0.0
-    s = np.zeros_like(bb)
-    s[live] = ab[live] / bb[live]
+    s = np.divide(ab, bb, out=np.zeros_like(bb), where=live)
     residual = float(np.linalg.norm(a - s[:, None] * b))
     norm_a = float(np.linalg.norm(a))
     mean = float(s[live].mean()) if live.any() else 0.0
