@@ -75,6 +75,36 @@ def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
         ExecutorOptions("ray")
 
 
+def test_tasks_still_running_are_cancelled_when_the_caller_stops_on_a_refusal() -> None:
+    """A part's refusal raised by the caller of ``run_tasks`` (score_on_ray) cancels the parts still running on the
+    cluster at once, as an interrupt does; a run that goes to the end cancels nothing."""
+    from types import SimpleNamespace
+
+    from wbfe.executors.ray_cluster import run_tasks
+
+    cancelled: list[str] = []
+    submitted: list[dict[str, object]] = []
+
+    def submit(**options: object) -> SimpleNamespace:
+        submitted.append(options)
+        return SimpleNamespace(remote=lambda *args: options["name"])
+
+    fake = SimpleNamespace(remote=lambda fn: SimpleNamespace(options=submit),
+                           wait=lambda refs, num_returns: (refs[:1], refs[1:]),
+                           cancel=lambda ref, force: cancelled.append(ref))
+    tasks = [(f"part-{k}", "cpu", 10, ()) for k in range(3)]
+    with pytest.raises(ValueError, match="refused"):
+        for k, ref in run_tasks(fake, print, 2, tasks):
+            assert (k, ref) == (0, "part-0")
+            raise ValueError("refused")
+    assert cancelled == ["part-1", "part-2"]
+    assert submitted[0] == {"max_retries": 2, "retry_exceptions": [OSError, MemoryError, ConnectionError, TimeoutError],
+                            "name": "part-0", "num_cpus": 1, "memory": 240}
+    cancelled.clear()
+    assert list(run_tasks(fake, print, 2, tasks)) == [(0, "part-0"), (1, "part-1"), (2, "part-2")]
+    assert cancelled == []
+
+
 def test_task_resources_come_from_the_device_and_the_largest_tensor(tmp_path: Path) -> None:
     from wbfe.executors.ray_cluster import largest_tensor_elements, task_resources
 

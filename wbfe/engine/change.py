@@ -47,12 +47,6 @@ def subspace_overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum((a[:, :k].T @ b[:, :k]) ** 2) / k) if k else math.nan
 
 
-def _norm(x: np.ndarray) -> float:
-    """‖x‖_F, its squares kept inside float64's range."""
-    scaled, f = near_one(x)
-    return float(np.linalg.norm(scaled)) / f
-
-
 def _row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """``(rel_frobenius_rowscaled, row_scale_cv)`` of two out × in float64 matrices, each already brought near 1 on
     its own (:func:`~wbfe.linalg.spectra.near_one`: both are free of either matrix's scale) (docs/compare.md): the
@@ -61,8 +55,7 @@ def _row_scaled_change(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     bb = np.einsum("ij,ij->i", b, b)
     ab = np.einsum("ij,ij->i", a, b)
     live = bb > 0.0
-    s = np.zeros_like(bb)
-    s[live] = ab[live] / bb[live]
+    s = np.divide(ab, bb, out=np.zeros_like(bb), where=live)
     residual = float(np.linalg.norm(a - s[:, None] * b))
     norm_a = float(np.linalg.norm(a))
     mean = float(s[live].mean()) if live.any() else 0.0
@@ -122,7 +115,9 @@ def matrix_change(
         reasons["row_scale_cv"] = "no row of B is nonzero, or the fitted row scales average to 0"
     b64 -= a64  # B − A, in place: two float64 copies at most
     del a64
-    norm_d = _norm(b64)
+    near_d, f_d = near_one(b64)  # ‖B − A‖_F, its squares kept inside float64's range
+    norm_d = float(np.linalg.norm(near_d)) / f_d
+    del near_d
     # ‖B − A‖/‖A‖ = norm_d/norm_a · 2^(shift_a − shift): past float64's range where A is that much smaller than B.
     rel, exponent = norm_d / norm_a, shift_a - shift
     row["frobenius_delta"] = norm_d / factor

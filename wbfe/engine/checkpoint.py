@@ -48,10 +48,11 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     The total counts every matrix where the source reads headers only, else is None. Raises NoUsableMatrixError when
     every weight matrix was skipped, unless ``allow_empty`` (an adapter's tensors saved whole, beside its modules)."""
     context = Context.of(options)
+    progress = progress or (lambda done, total, name: None)
     layers: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     planned: Iterable[PlannedEntry] = stream(source, options)
-    if progress is not None and source.config is not None:
+    if source.config is not None:
         # Building the description (importing its framework) can take seconds: a bar says so.
         progress(0, None, DESCRIBING)
     total: Optional[int] = None
@@ -69,16 +70,14 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
     def done(entry: TensorEntry) -> None:
         nonlocal count
         count += 1
-        if progress is not None:
-            progress(count, None if total is None else max(total, count), entry.name)
+        progress(count, None if total is None else max(total, count), entry.name)
 
     description = source.description  # records which description was used in the provenance
     chain = None
     if options.intra and isinstance(planned, list):  # every plan known: the chain in the model's order
         chain = IntraChain.in_order(options.seed, [p.plan for p in planned if isinstance(p.plan, MatrixPlan)],
                                     description, ww_slices=options.conventions.ww_slices)
-    if progress is not None:  # the total at once, before the first spectrum (a bar reads 0/N, not 0/?)
-        progress(0, total, "")
+    progress(0, total, "")  # the total at once, before the first spectrum (a bar reads 0/N, not 0/?)
     with Pipeline(context.device) as pipeline:
         run(pipeline, planned, context, SeenContent(), record, done, chain)
     model = provenance_of(source.provenance.to_dict(), context)

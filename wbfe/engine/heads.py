@@ -48,7 +48,6 @@ class HeadChoice:
 
 def head_rank(name: str) -> Optional[int]:
     """Preference of ``name`` as a head by its module name (0 best), None if its name is no head's."""
-    # the module path without the ``.weight``/``/kernel:0`` suffix and numeric indices
     parts = [p for p in re.split(r"[./]", _KERAS_SUFFIX.sub("", name)) if p and not p.isdigit()]
     return next((rank for rank, names in enumerate(HEAD_NAMES) if parts and parts[-1] in names), None)
 
@@ -67,10 +66,13 @@ def find_head(names: Sequence[str], override: Optional[str] = None) -> Optional[
     return max((name for rank, name in ranked if rank == best), key=natural_key)
 
 
+def _named(names: Sequence[str], name: str) -> Optional[str]:
+    return next((candidate for candidate in (name, f"{name}.weight") if candidate in names), None)
+
+
 def _override(names: Sequence[str], override: str) -> str:
-    for candidate in (override, f"{override}.weight"):
-        if candidate in names:
-            return candidate
+    if (found := _named(names, override)) is not None:
+        return found
     raise InvalidOptionError(f"--head {override!r} is not an analysed matrix{name_hint(override, names)}")
 
 
@@ -164,13 +166,10 @@ def _from_description(original: Sequence[str], skipped: Sequence[dict[str, Any]]
 
 
 def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Optional[HeadChoice]:
-    names = [layer["name"] for layer in layers]
     pretrained = config.get("pretrained_cfg")
     classifier = pretrained.get("classifier") if isinstance(pretrained, dict) else None
-    if isinstance(classifier, str):
-        for candidate in (classifier, f"{classifier}.weight"):
-            if candidate in names:
-                return HeadChoice(candidate, "config")
+    if isinstance(classifier, str) and (named := _named([layer["name"] for layer in layers], classifier)):
+        return HeadChoice(named, "config")
     architectures = config.get("architectures")
     arch = architectures[0] if isinstance(architectures, list) and architectures and isinstance(architectures[0], str) else None
     if arch is None:

@@ -19,7 +19,7 @@ from wbfe.linalg.conv_fft import conv2d_fft_dims
 from wbfe.options import ConvView, check_conv
 
 __all__ = [
-    "ConvView", "MatrixPlan", "Skip", "FLOAT_DTYPES", "MIN_BFE_EIGS", "HEAD_NAMES", "plan_matrix", "role_of",
+    "ConvView", "MatrixPlan", "Skip", "Plan", "FLOAT_DTYPES", "MIN_BFE_EIGS", "HEAD_NAMES", "plan_matrix", "role_of",
     "component_of", "COMPONENTS", "as_matrices", "find_head",
 ]
 
@@ -78,6 +78,9 @@ class Skip:
         return {"name": self.name, "reason": self.reason, "shape": list(self.shape), "dtype": self.dtype}
 
 
+Plan = Union[Skip, MatrixPlan]  # an entry's plan: analysed how, or skipped why (wbfe.engine.plan.plan_entry)
+
+
 # Top-level parts of a multimodal model, reported as each row's ``component``.
 COMPONENTS = ("visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder", "language_model",
               "text_model", "text_encoder", "audio_tower", "audio_model", "audio_encoder", "multi_modal_projector",
@@ -103,7 +106,7 @@ def role_of(name: str, ndim: int) -> str:
 def plan_matrix(
     name: str, shape: tuple[int, ...], dtype: str, *, conv: ConvView = "flatten", min_eigs: int = MIN_BFE_EIGS,
     layout: str = OUT_IN,
-) -> Union[MatrixPlan, Skip]:
+) -> Plan:
     """Decide, from metadata alone, whether and how a tensor becomes matrices.
 
     An ``in_out`` tensor [in, out, k...] is planned as [out, in, k...]. Fewer eigenvalues than ``min_eigs`` (never fewer

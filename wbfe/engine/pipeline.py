@@ -8,11 +8,11 @@ import contextlib
 import math
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from wbfe._config import blas_threads
 from wbfe._deps import torch_installed
-from wbfe.engine.matrices import MatrixPlan, Skip
+from wbfe.engine.matrices import MatrixPlan, Plan, Skip
 from wbfe.linalg.arrays import holds_without_torch, torch_loaded
 from wbfe.linalg.spectra import multithreaded, pin_threads, releases_gil, work_bytes
 from wbfe.sources import TensorEntry
@@ -31,12 +31,9 @@ _BUDGET = 2.5
 # ... or this much, whichever is more: a small model's largest tensor leaves no room for two at once.
 _BUDGET_FLOOR = 64 << 20
 
-Plan = Union[Skip, MatrixPlan]  # an entry's plan: analysed how, or skipped why (wbfe.engine.plan.plan_entry)
-
 
 def worker_count(device: "Device") -> int:
-    """How many matrices to score side by side: the BLAS threads the environment allows (``OPENBLAS_NUM_THREADS``, else
-    ``OMP_NUM_THREADS``, else the CPUs this process may run on); 1 on a GPU."""
+    """How many matrices to score side by side: the BLAS threads the environment allows; 1 on a GPU."""
     return 1 if device.type != "cpu" else blas_threads()
 
 
@@ -68,8 +65,7 @@ class Pipeline:
         self._loaded = loaded_bytes or (lambda entry: entry.nbytes)
         self._work = job_bytes or (lambda plan: work_bytes(plan.rows, plan.cols, device))
         self._largest = 0
-        self._in_flight = 0  # bytes held by jobs on the workers
-        self._running: dict[Future[Any], int] = {}  # jobs on the workers and their bytes
+        self._running: dict[Future[Any], int] = {}  # jobs on the workers and the bytes they hold
         self._done: collections.deque[tuple[TensorEntry, Plan, Any]] = collections.deque()
         self._stack = contextlib.ExitStack()
         self._pinned: Optional[contextlib.ExitStack] = None
@@ -101,26 +97,24 @@ class Pipeline:
         on the read-ahead thread while the entry before it is scored. A source's ``load`` may then
         run after the source has moved past its shard."""
         assert self._reader is not None, "use the pipeline as a context manager"
-        held: Optional[tuple[TensorEntry, Plan, Optional[Reading]]] = None
+        held: list[tuple[TensorEntry, Plan, Optional[Reading]]] = []  # the entry before, yielded once this one reads
         for entry, plan in planned:
             reading = None
             if isinstance(plan, MatrixPlan):
                 self._largest = max(self._largest, self._loaded(entry))
                 # Large enough to gain, and small enough that the jobs on the workers, the tensor about to be
                 # scored with its float64 work, and this one stay within the budget.
-                pending = self._cost(held[0], held[1]) if held is not None and isinstance(held[1], MatrixPlan) else 0
+                pending = sum(self._cost(e, p) for e, p, _ in held if isinstance(p, MatrixPlan))
                 if (math.prod(entry.shape) >= _READ_AHEAD_ELEMENTS
-                        and self._in_flight + pending + self._loaded(entry) <= self._budget()):
+                        and sum(self._running.values()) + pending + self._loaded(entry) <= self._budget()):
                     # Import here, not in the read-ahead thread, the torch that ``entry.load`` would import (a
                     # bfloat16 or float8 tensor is held by torch): another thread must not see it half-imported.
                     if not torch_loaded() and not holds_without_torch(str(entry.dtype)) and torch_installed():
                         import torch  # noqa: F401
                     reading = Reading(self._reader.submit(entry.load))
-            if held is not None:
-                yield held
-            held = (entry, plan, reading)
-        if held is not None:
-            yield held
+            yield from held
+            held = [(entry, plan, reading)]
+        yield from held
 
     def put(self, entry: TensorEntry, skip: Skip) -> None:
         """An entry with nothing to compute, kept in its place in the stream."""
@@ -135,11 +129,10 @@ class Pipeline:
                 and releases_gil(plan.rows, plan.cols, self.device)):
             self._pin()
             while self._running and (len(self._running) >= self.workers
-                                     or self._in_flight + cost > self._budget()):
+                                     or sum(self._running.values()) + cost > self._budget()):
                 self._wait(FIRST_COMPLETED)
             future = self._pool.submit(job)
             self._running[future] = cost
-            self._in_flight += cost
         else:
             if multithreaded(plan.rows, plan.cols):  # alone, with all BLAS threads (small ones use one anyway)
                 self._wait()
@@ -159,7 +152,7 @@ class Pipeline:
             if isinstance(outcome, Future):
                 if not (wait or outcome.done()):
                     return
-                self._release(outcome)
+                self._running.pop(outcome, None)  # its bytes are free again
                 outcome = outcome.result()
             self._done.popleft()
             yield entry, plan, outcome
@@ -168,10 +161,7 @@ class Pipeline:
         """Until one job (or all) on the workers is done; their bytes are free again."""
         done, _ = futures_wait(list(self._running), return_when=return_when)
         for future in done:
-            self._release(future)
-
-    def _release(self, future: "Future[Any]") -> None:
-        self._in_flight -= self._running.pop(future, 0)
+            self._running.pop(future)
 
     def _pin(self) -> None:
         if self._pinned is None:

@@ -5,10 +5,10 @@ checkpoint's matrices (score, compare, report, the adapter merge, Ray parts) rea
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, NamedTuple, Optional, Union
+from typing import Any, Iterator, NamedTuple, Optional
 
 from wbfe.engine.experts import expand_experts
-from wbfe.engine.matrices import MIN_BFE_EIGS, ConvView, MatrixPlan, Skip, as_matrices, plan_matrix
+from wbfe.engine.matrices import MIN_BFE_EIGS, ConvView, MatrixPlan, Plan, Skip, as_matrices, plan_matrix
 from wbfe.linalg.arrays import to_numpy
 from wbfe.metrics.ww_compat import ww_conv2d_matrices, ww_float32
 from wbfe.quant import dequantised
@@ -21,7 +21,7 @@ class PlannedEntry(NamedTuple):
     """One entry of the stream with its plan: a :class:`MatrixPlan`, or the :class:`Skip` reason."""
 
     entry: TensorEntry
-    plan: Union[Skip, MatrixPlan]
+    plan: Plan
 
 
 def entries(source: Any) -> Iterator[tuple[TensorEntry, Optional[str]]]:
@@ -33,16 +33,14 @@ def entries(source: Any) -> Iterator[tuple[TensorEntry, Optional[str]]]:
 def plan_entry(
     entry: TensorEntry, consumed: Optional[str] = None, *, conv: ConvView = "flatten",
     min_eigs: int = MIN_BFE_EIGS, pattern: Any = None,
-) -> Union[Skip, MatrixPlan]:
+) -> Plan:
     """How ``entry`` is analysed, or why it is skipped: the reader could not give it densely, it
     is not selected by ``pattern`` (``--layers``), it is consumed by another tensor (a quantised
     weight's scale), or :func:`wbfe.engine.matrices.plan_matrix` refuses it."""
-    if entry.skip is not None:  # the reader could not give it as a dense tensor
-        return Skip(entry.name, entry.skip, entry.shape, entry.dtype)
-    if pattern is not None and not pattern.search(entry.name):
-        return Skip(entry.name, "not selected by --layers", entry.shape, entry.dtype)
-    if consumed is not None:  # a quantized weight's scale, zeros or packed data (see wbfe.quant)
-        return Skip(entry.name, consumed, entry.shape, entry.dtype)
+    unselected = "not selected by --layers" if pattern is not None and not pattern.search(entry.name) else None
+    reason = entry.skip or unselected or consumed
+    if reason is not None:
+        return Skip(entry.name, reason, entry.shape, entry.dtype)
     return plan_matrix(entry.name, entry.shape, entry.dtype, conv=conv, min_eigs=min_eigs, layout=entry.layout)
 
 

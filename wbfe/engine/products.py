@@ -116,11 +116,9 @@ class IntraChain:
         if self.pairs is None:
             return self._follow_stream(plan, matrices)
         mine = self.pairs.get(plan.name, [])
-        if matrices is None:
-            for pair in mine:  # its partners need not wait for it
+        if matrices is None or not mine:
+            for pair in mine:  # a tied copy's partners need not wait for it
                 self._release(pair)
-            return []
-        if not mine:
             return []
         self.held[plan.name] = self._member(plan, matrices)
         out = []

@@ -99,11 +99,10 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     if head is not None:
         by_name[head]["role"] = "head"
     summary: dict[str, Any] = {"head": head, "head_source": choice.source, "n_layers": len(layers)}
-    for group in groups:
-        for column in group.summary_columns:
-            summary[f"{column}_head"] = as_float(by_name[head].get(column)) if head else math.nan
-            summary[f"{column}_mean"], summary[f"{column}_n"] = column_mean(layers, column)
     columns = [column for group in groups for column in group.summary_columns]
+    for column in columns:
+        summary[f"{column}_head"] = as_float(by_name[head].get(column)) if head else math.nan
+        summary[f"{column}_mean"], summary[f"{column}_n"] = column_mean(layers, column)
     summary["by_role"] = _means_by(every, "role", columns)
     if products:
         summary["intra"] = {"n": len(products), "note": (

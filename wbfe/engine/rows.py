@@ -8,7 +8,7 @@ import math
 from typing import Any, Callable, Optional, Union
 
 from wbfe.engine.context import Context
-from wbfe.engine.matrices import MatrixPlan, Skip, component_of
+from wbfe.engine.matrices import MatrixPlan, Plan, Skip, component_of
 from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.render.text import shape_text
 from wbfe.sources import TensorEntry
@@ -79,10 +79,10 @@ class RowMaker:
     def __init__(self, context: Context, record: Record) -> None:
         self.context, self.record = context, record
         self.batching = any(g.compute_many is not None for g in context.groups)
-        self.pending: list[tuple[TensorEntry, Union[Skip, MatrixPlan], Any]] = []
+        self.pending: list[tuple[TensorEntry, Plan, Any]] = []
         self.held = 0  # spectra among the pending entries
 
-    def add(self, entry: TensorEntry, plan: Union[Skip, MatrixPlan], outcome: Any) -> None:
+    def add(self, entry: TensorEntry, plan: Plan, outcome: Any) -> None:
         """One finished entry: its skip, its spectrum, or the DegenerateMatrixError it met."""
         if isinstance(outcome, DegenerateMatrixError):
             outcome = Skip(entry.name, str(outcome), entry.shape, entry.dtype)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol, Union
 from wbfe.engine.context import Context
 from wbfe.engine.jobs import spectrum_of
 from wbfe.engine.products import IntraChain
-from wbfe.engine.matrices import MatrixPlan, Skip
+from wbfe.engine.matrices import MatrixPlan, Plan, Skip
 from wbfe.engine.pipeline import Pipeline, Reading
 from wbfe.engine.plan import PlannedEntry, matrices_of
 from wbfe.engine.rows import Record, RowMaker
@@ -66,7 +66,7 @@ def run(pipeline: Pipeline, planned: Iterable[PlannedEntry], context: Context, t
 
 
 def _prepare(
-    entry: TensorEntry, plan: Union[Skip, MatrixPlan], reading: Optional[Reading], context: Context,
+    entry: TensorEntry, plan: Plan, reading: Optional[Reading], context: Context,
     storage: dict[Any, str], ties: Ties,
 ) -> Union[Skip, list[Any]]:
     """The entry's matrices, or why it is skipped before any linear algebra."""

@@ -3,6 +3,7 @@ processes that split the cores between them; a score runs the engine here."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -24,18 +25,13 @@ class LocalExecutor:
         self.workers = options.workers
 
     def map(self, tasks: Sequence[Task], *, started: Optional[Callable[[int], None]] = None) -> Iterator[Outcome]:
-        if self.workers == 1 or len(tasks) <= 1:
-            for k, task in enumerate(tasks):
-                if started is not None:
-                    started(k)
-                try:
-                    value = task.fn(*task.args)
-                except Exception as exc:  # noqa: BLE001 - this task's failure; the run goes on
-                    yield Outcome(k, error=failure_reason(exc))
-                else:
-                    yield Outcome(k, value=value)
+        if self.workers > 1 and len(tasks) > 1:
+            yield from self._in_processes(tasks)
             return
-        yield from self._in_processes(tasks)
+        for k, task in enumerate(tasks):
+            if started is not None:
+                started(k)
+            yield _outcome(k, functools.partial(task.fn, *task.args))
 
     def _in_processes(self, tasks: Sequence[Task]) -> Iterator[Outcome]:
         threads = max(1, usable_cpus() // self.workers)
@@ -44,11 +40,7 @@ class LocalExecutor:
         try:
             futures = {pool.submit(run_with_threads, threads, task.fn, task.args): k for k, task in enumerate(tasks)}
             for future in as_completed(futures):
-                try:
-                    outcome = Outcome(futures[future], value=future.result())
-                except Exception as exc:  # noqa: BLE001 - this task's failure
-                    outcome = Outcome(futures[future], error=failure_reason(exc))
-                yield outcome
+                yield _outcome(futures[future], future.result)
         except BaseException:
             # Interrupted (or the consumer stopped): drop the queued tasks and stop.
             pool.shutdown(wait=False, cancel_futures=True)
@@ -58,6 +50,13 @@ class LocalExecutor:
     def score(self, ref: Any, options: Any, score_here: ScoreHere, *,
               progress: Optional[Callable[[int, Optional[int], str], None]] = None) -> Any:
         return score_here(ref, options, progress=progress)
+
+
+def _outcome(k: int, call: Callable[[], Any]) -> Outcome:
+    try:
+        return Outcome(k, value=call())
+    except Exception as exc:  # noqa: BLE001 - this task's failure; the run goes on
+        return Outcome(k, error=failure_reason(exc))
 
 
 def run_with_threads(threads: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:

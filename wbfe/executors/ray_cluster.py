@@ -8,7 +8,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError, MissingDependencyError
@@ -17,8 +17,8 @@ from wbfe.render.diagnostics import route_logger
 from wbfe.sources.object_bound import format_size
 from wbfe.sources.safetensors_files import read_header
 
-__all__ = ["connect", "node_of_this_task", "task_resources", "largest_tensor_elements", "numel", "Progress",
-           "SYSTEM_ERRORS", "format_size"]
+__all__ = ["connect", "node_of_this_task", "task_resources", "run_tasks", "largest_tensor_elements", "numel",
+           "Progress", "SYSTEM_ERRORS", "format_size"]
 
 # Exceptions a rerun elsewhere may cure (a flaky network filesystem); a WbfeError never reaches Ray.
 SYSTEM_ERRORS: list[type[BaseException]] = [OSError, MemoryError, ConnectionError, TimeoutError]
@@ -94,6 +94,26 @@ def task_resources(device: str, largest: Optional[int]) -> dict[str, Any]:
     if largest:
         options["memory"] = largest * _BYTES_PER_ELEMENT
     return options
+
+
+def run_tasks(ray: Any, fn: Callable[..., Any], max_retries: int,
+              tasks: Iterable[tuple[str, str, Optional[int], tuple[Any, ...]]]) -> Iterator[tuple[int, Any]]:
+    """Each ``(name, device, largest, args)`` of ``tasks`` as the Ray task ``fn(*args)``, rerun up to ``max_retries``
+    times on a system error; ``(index, object ref)`` of each as it finishes. Left early (interrupted, or a part
+    refused), the tasks still running are cancelled instead of left running on the cluster."""
+    remote = ray.remote(fn)
+    running: dict[Any, int] = {}
+    try:
+        for k, (name, device, largest, args) in enumerate(tasks):
+            running[remote.options(max_retries=max_retries, retry_exceptions=SYSTEM_ERRORS, name=name,
+                                   **task_resources(device, largest)).remote(*args)] = k
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1)
+            for ref in ready:
+                yield running.pop(ref), ref
+    finally:
+        for ref in running:
+            ray.cancel(ref, force=True)
 
 
 @dataclass

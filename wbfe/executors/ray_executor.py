@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from wbfe.executors import ExecutorOptions, Outcome, ScoreHere, Task, failure_reason
 from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, largest_tensor_elements, node_of_this_task,
-                                        task_resources)
+                                        run_tasks)
 from wbfe.executors.ray_score import score_on_ray
 
 __all__ = ["RayExecutor"]
@@ -38,34 +38,20 @@ class RayExecutor:
 
     def map(self, tasks: Sequence[Task], *, started: Optional[Callable[[int], None]] = None) -> Iterator[Outcome]:
         ray = connect(self.options.address)
-        remote = ray.remote(_run_task)
         progress = Progress(total=len(tasks), what="models")
-        running: dict[Any, int] = {}
-        try:
-            for k, task in enumerate(tasks):
-                resources = task_resources(task.device, largest_tensor_elements(task.sized_by))
-                ref = remote.options(max_retries=self.options.max_retries, retry_exceptions=SYSTEM_ERRORS,
-                                     name=f"wbfe:{task.name}"[:200], **resources).remote(task.fn, task.args)
-                running[ref] = k
-            while running:
-                ready, _ = ray.wait(list(running), num_returns=1)
-                for ref in ready:
-                    k = running.pop(ref)
-                    try:
-                        answer = ray.get(ref)
-                    except ray.exceptions.RayTaskError as exc:  # a system error, retries spent
-                        cause = getattr(exc, "cause", None) or exc
-                        ip = getattr(exc, "ip", None)
-                        answer = {"error": failure_reason(cause), "node": f"node ({ip})" if ip else "an unknown node"}
-                    except ray.exceptions.RayError as exc:  # the worker or node died, retries spent
-                        answer = {"error": failure_reason(exc), "node": "a lost node"}
-                    note = progress.step(answer["node"])
-                    yield Outcome(k, value=answer.get("value"), error=answer.get("error"), note=note)
-        except BaseException:
-            # Interrupted: finished tasks were handed back; stop the rest instead of leaving them running.
-            for ref in running:
-                ray.cancel(ref, force=True)
-            raise
+        calls = ((f"wbfe:{task.name}"[:200], task.device, largest_tensor_elements(task.sized_by), (task.fn, task.args))
+                 for task in tasks)
+        for k, ref in run_tasks(ray, _run_task, self.options.max_retries, calls):
+            try:
+                answer = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # a system error, retries spent
+                cause = getattr(exc, "cause", None) or exc
+                ip = getattr(exc, "ip", None)
+                answer = {"error": failure_reason(cause), "node": f"node ({ip})" if ip else "an unknown node"}
+            except ray.exceptions.RayError as exc:  # the worker or node died, retries spent
+                answer = {"error": failure_reason(exc), "node": "a lost node"}
+            note = progress.step(answer["node"])
+            yield Outcome(k, value=answer.get("value"), error=answer.get("error"), note=note)
 
     def score(self, ref: Any, options: Any, score_here: ScoreHere, *,
               progress: Optional[Callable[[int, Optional[int], str], None]] = None) -> Any:

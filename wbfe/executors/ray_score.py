@@ -18,7 +18,8 @@ from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.ties import full_digest
 from wbfe.errors import WbfeError
 from wbfe.executors import ExecutorOptions, ScoreHere
-from wbfe.executors.ray_cluster import SYSTEM_ERRORS, Progress, connect, node_of_this_task, numel, task_resources
+from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, node_of_this_task, numel, run_tasks,
+                                        task_resources)
 from wbfe.options import ScoreOptions
 from wbfe.sources import HASH_CHUNK, combine_digests, file_sha256, open_source
 from wbfe.sources.local import pick_weight_files
@@ -66,23 +67,20 @@ def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
     parts: list[Part] = []
     for shard, names in shards:
         header = read_header(shard)[0]
+        size = {name: header[name]["data_offsets"][1] - header[name]["data_offsets"][0] for name in names}
         groups: list[list[str]] = [[]]
         total = 0
         for name in names:
-            size = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
-            if groups[-1] and total + size > part_bytes:
+            if groups[-1] and total + size[name] > part_bytes:
                 groups.append([])
                 total = 0
             groups[-1].append(name)
-            total += size
+            total += size[name]
         # The file's first part hashes it.
-        parts += [_part(group, header, str(shard) if i == 0 else None) for i, group in enumerate(groups)]
+        parts += [Part(tuple(group), str(shard) if i == 0 else None,
+                       max((numel(header[n]["shape"]) for n in group), default=0), sum(size[n] for n in group))
+                  for i, group in enumerate(groups)]
     return parts
-
-
-def _part(names: list[str], header: dict[str, Any], file: Optional[str]) -> Part:
-    return Part(tuple(names), file, max((numel(header[n]["shape"]) for n in names), default=0),
-                sum(header[n]["data_offsets"][1] - header[n]["data_offsets"][0] for n in names))
 
 
 class _Digests:
@@ -146,32 +144,22 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
     if parts is None:  # not safetensors: the whole model is one task
         whole = ray.remote(_score_whole).options(**retry, **task_resources(options.device, None))
         answer = ray.get(whole.remote(score_here, ref, options))
+        say(f"[ray] {ref}: {'failed' if 'error' in answer else 'scored whole'} on {answer['node']}")
         if "error" in answer:
-            say(f"[ray] {ref}: failed on {answer['node']}")
             raise answer["error"]
-        say(f"[ray] {ref}: scored whole on {answer['node']}")
         answer["result"].model["executor"] = "ray"
         return answer["result"]
     owner_ref = ray.put({name: k for k, part in enumerate(parts) for name in part.names})
-    remote = ray.remote(_score_part)
     counter = Progress(total=len(parts), what="parts", total_bytes=sum(p.nbytes for p in parts))
-    tasks = {remote.options(**retry, name=f"wbfe-score-part-{k}", **task_resources(options.device, part.largest))
-             .remote(ref, options, k, owner_ref, part.file): k for k, part in enumerate(parts)}
-    try:
-        while tasks:
-            ready, _ = ray.wait(list(tasks), num_returns=1)
-            for done in ready:
-                k = tasks.pop(done)
-                answer = ray.get(done)
-                if "error" in answer:
-                    say(f"[ray] part {k + 1}: failed{counter.step(answer['node'], parts[k].nbytes)}: {answer['error']}")
-                    raise answer["error"]
-                answers[k] = answer
-                say(f"[ray] part {k + 1} ({len(parts[k].names)} tensors) scored{counter.step(answer['node'], parts[k].nbytes)}")
-    except BaseException:
-        for pending in tasks:
-            ray.cancel(pending, force=True)
-        raise
+    calls = ((f"wbfe-score-part-{k}", options.device, part.largest, (ref, options, k, owner_ref, part.file))
+             for k, part in enumerate(parts))
+    for k, done in run_tasks(ray, _score_part, executor.max_retries, calls):
+        answer = ray.get(done)
+        if "error" in answer:
+            say(f"[ray] part {k + 1}: failed{counter.step(answer['node'], parts[k].nbytes)}: {answer['error']}")
+            raise answer["error"]
+        answers[k] = answer
+        say(f"[ray] part {k + 1} ({len(parts[k].names)} tensors) scored{counter.step(answer['node'], parts[k].nbytes)}")
     rows = sorted((row for answer in answers.values() for row in answer["rows"]), key=lambda row: row[0])
     ties = {name: key for answer in answers.values() for name, key in answer["ties"].items()}
     layers, skipped = _merge(rows, ties)
