@@ -23,9 +23,8 @@ DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "st
 ITEMSIZE = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "bool": 1, "int16": 2, "complex64": 8,
             "int8": 1, "float64": 8, "complex128": 16, "uint64": 8, "uint32": 4, "uint16": 2, "bfloat16": 2}
 
-# The weight input of each operator that multiplies by a weight, and how its weight is stored:
-# the permutation that brings it to [out, in, k...] (None: already so, or a table).
-_WEIGHT_OPS: dict[str, tuple[int, int]] = {  # op -> (weight input, rank it must have)
+# The weight input of each operator that multiplies by a weight, and the rank that weight must have.
+_WEIGHT_OPS: dict[str, tuple[int, int]] = {
     "CONV_2D": (1, 4), "DEPTHWISE_CONV_2D": (1, 4), "TRANSPOSE_CONV": (1, 4), "FULLY_CONNECTED": (1, 2),
     "CONV_3D": (1, 5), "BATCH_MATMUL": (1, 2), "EMBEDDING_LOOKUP": (1, 2), "GATHER": (0, 2),
 }

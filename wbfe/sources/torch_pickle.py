@@ -141,8 +141,7 @@ def _is_tensor(torch: Any, value: Any) -> bool:
 
 
 def _as_tensor(torch: Any, value: Any) -> Any:
-    """``value`` as a torch tensor: itself, or a numeric numpy array shared as one (a read-only one copied); else
-    None."""
+    """``value`` as a torch tensor: itself, or a numeric numpy array shared (a read-only one copied); else None."""
     if not _is_tensor(torch, value):
         return None
     if isinstance(value, torch.Tensor):
@@ -151,8 +150,7 @@ def _as_tensor(torch: Any, value: Any) -> Any:
 
 
 def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
-    """Tensors (and numeric numpy arrays) of ``state`` and the containers inside it by dotted path, each container
-    visited once."""
+    """Tensors (and numeric numpy arrays) of ``state`` and its containers by dotted path, each container seen once."""
     import torch
 
     out: dict[str, Any] = {}
