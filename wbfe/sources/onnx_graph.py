@@ -50,8 +50,7 @@ class Planned:
     shape: tuple[int, ...]  # as reported (out × in for a transposed weight)
     dtype: str
     transpose: bool = False
-    # [out, in, k...] once read, or in_out where the consuming op stores its weight transposed
-    # (ConvTranspose: [in, out/groups, k...], as PyTorch's): layout as data, from the graph.
+    # in_out where the consuming op stores its weight transposed (ConvTranspose: [in, out/groups, k...], as PyTorch's)
     layout: str = "out_in"
     quant: Optional[str] = None
     skip: Optional[str] = None
