@@ -280,18 +280,14 @@ class TorchPickleSource(TensorSource):
             if missing:
                 raise CorruptCheckpointError.at(path, f"tensor {missing[0]!r} listed in the index is not in this shard")
             for entry in tensor_entries(state, held=False, scope=str(path), passed=passed):
-                if entry.name in passed:  # another state dict's, skipped saying so (as for a single file)
-                    if entry.name not in reported:
-                        reported.add(entry.name)
-                        yield entry
+                # Another state dict's tensor (skipped, as for a single file) or a name the index does not list is one
+                # row, from the first shard holding it; a listed name is read from the shard the index gives it to.
+                once = entry.name in passed or entry.name not in indexed
+                if (entry.name in reported) if once else (entry.name not in own):
                     continue
-                if entry.name in indexed and entry.name not in own:
-                    continue  # the index gives the name to another shard: that shard's copy is the one read
-                if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
-                    if entry.name in reported:
-                        continue
+                if once:
                     reported.add(entry.name)
-                    # Shards are loaded one at a time: the first that holds the name is the one named.
+                if entry.name not in passed and entry.name not in indexed:  # as for safetensors shards: not scored
                     entry = dataclasses.replace(entry, skip=unlisted_reason([path.name], self._index.name))
                 yield entry
 
