@@ -235,7 +235,8 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
     if not finished:
         return {"status": "timeout"}
     if not data:
-        how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.waitstatus_to_exitcode(status)}")
+        how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exit code {os.waitstatus_to_exitcode(status)}")
         return {"status": "crashed", "exit": how}
     return json.loads(data)
 

@@ -195,7 +195,8 @@ class KerasSource(TensorSource):
             raise CorruptCheckpointError.at(path, f"corrupt or truncated .keras archive ({exc})") from None
         return config, metadata if isinstance(metadata, dict) else {}
 
-    def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
+    def _plan(self, h5: Any, config: Any,
+              size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
         if not all(isinstance(name, str) for name in datasets):  # h5py gives a name that is not UTF-8 as bytes

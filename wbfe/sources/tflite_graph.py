@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 from wbfe.errors import CorruptCheckpointError, clip
 
-__all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan", "parse_model", "plan_graph",
-           "DTYPES", "ITEMSIZE", "STORED_AXES", "TORCH_AXES", "reported_shape"]
+__all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan",
+           "parse_model", "plan_graph", "DTYPES", "ITEMSIZE", "STORED_AXES", "TORCH_AXES", "reported_shape"]
 
 # TensorType codes (schema.fbs) -> wbfe's dtype names (torch's where torch has one).
 DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
@@ -30,8 +30,9 @@ _WEIGHT_OPS: dict[str, tuple[int, int]] = {
 }
 # How each op's weight is stored, as a name (what the reader converts from).
 STORED_AXES = {"CONV_2D": "[out, kh, kw, in]", "DEPTHWISE_CONV_2D": "[1, kh, kw, C]",
-               "TRANSPOSE_CONV": "[out, kh, kw, in]", "FULLY_CONNECTED": "[out, in]", "CONV_3D": "[kd, kh, kw, in, out]",
-               "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]", "GATHER": "[rows, width]"}
+               "TRANSPOSE_CONV": "[out, kh, kw, in]", "FULLY_CONNECTED": "[out, in]",
+               "CONV_3D": "[kd, kh, kw, in, out]", "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]",
+               "GATHER": "[rows, width]"}
 # The permutation from the stored layout of a convolution's weight to PyTorch's [out, in, k...].
 TORCH_AXES = {"CONV_2D": (0, 3, 1, 2), "TRANSPOSE_CONV": (0, 3, 1, 2), "DEPTHWISE_CONV_2D": (3, 0, 1, 2),
               "CONV_3D": (4, 3, 0, 1, 2)}
@@ -147,7 +148,7 @@ class _Reader:
             return ""
         try:
             return str(raw.decode("utf-8"))
-        except UnicodeDecodeError:  # schema.fbs strings are UTF-8 (found by fuzzing: a length over the rest of the file)
+        except UnicodeDecodeError:  # schema.fbs strings are UTF-8 (fuzzing found a length past the file's end)
             raise self.fail("a name that is not UTF-8 text") from None
 
 
@@ -382,7 +383,8 @@ def reported_shape(op: str, shape: tuple[int, ...], options: Optional[dict[str, 
     return tuple(shape)
 
 
-def _head(sg: TflSubgraph, plans: dict[int, Planned], producer: dict[int, TflOp]) -> tuple[Optional[Planned], Optional[str]]:
+def _head(sg: TflSubgraph, plans: dict[int, Planned],
+          producer: dict[int, TflOp]) -> tuple[Optional[Planned], Optional[str]]:
     weight_of: dict[int, Planned] = {}
     for plan in plans.values():
         if plan.skip is None and plan.op == "FULLY_CONNECTED":

@@ -59,12 +59,13 @@ def load_torch_file(path: Path) -> Any:
             return torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipped)
     except pickle.UnpicklingError as exc:
         text = str(exc)
+        tail = text.split("WeightsUnpickler error:")[-1]
         found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL ([\w.]+)", text)
-        if found or re.search(r"\b(global|GLOBAL|allowlisted|safe_globals)\b", text.split("WeightsUnpickler error:")[-1]):
+        if found or re.search(r"\b(global|GLOBAL|allowlisted|safe_globals)\b", tail):
             what = f" ({found.group(1)})" if found else ""
             raise UnsafePickleError.at(path, f"refused to load a pickle that needs code{what}; wbfe only loads weights "
                 "(convert it to safetensors in a trusted environment)") from None
-        detail = _safe_detail(text.split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:120])
+        detail = _safe_detail(tail.strip().split("\n")[0][:120])
         raise CorruptCheckpointError.at(path, f"not a readable PyTorch checkpoint ({detail})") from None
     except (RuntimeError, KeyError, EOFError, ValueError, OSError, AttributeError, IndexError, TypeError,
             struct.error, MemoryError, RecursionError, NotImplementedError, AssertionError) as exc:
