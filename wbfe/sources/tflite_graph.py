@@ -325,13 +325,12 @@ def _plan_one(plan: Planned, uses: dict[int, list[tuple[TflOp, int]]], offset: i
     stack, seen = list(found), set()
     while stack:  # DEQUANTIZE, DENSIFY: the weight is what their output feeds
         op, i = stack.pop()
-        if (op.position, i) in seen:
-            continue
-        seen.add((op.position, i))
-        if op.op in _PASS_OPS and i == 0 and op.outputs and op.outputs[0] >= 0:
-            stack += uses.get(op.outputs[0], [])
-        else:
-            through.append((op, i))
+        if (op.position, i) not in seen:
+            seen.add((op.position, i))
+            if op.op in _PASS_OPS and i == 0 and op.outputs and op.outputs[0] >= 0:
+                stack += uses.get(op.outputs[0], [])
+            else:
+                through.append((op, i))
     through.sort(key=lambda u: u[0].position)
     if found:
         plan.position = offset + min(op.position for op, _ in found)
@@ -392,17 +391,14 @@ def _head(sg: TflSubgraph, plans: dict[int, Planned],
                 weight_of.setdefault(position, plan)
     if not sg.outputs:
         return None, "the main subgraph has no output"
-    seen: set[int] = set()
+    seen: set[int] = set()  # the produced tensors the output depends on
     stack = [sg.outputs[0]]
-    reached: list[int] = []  # positions of the ops the output depends on
     while stack:
         t = stack.pop()
-        if t in seen or t < 0 or t not in producer:
-            continue
-        seen.add(t)
-        reached.append(producer[t].position)
-        stack += list(producer[t].inputs)
-    best = max((position for position in reached if position in weight_of), default=None)
+        if t not in seen and t in producer:
+            seen.add(t)
+            stack += producer[t].inputs
+    best = max((producer[t].position for t in seen if producer[t].position in weight_of), default=None)
     if best is None:
         return None, "no FULLY_CONNECTED with a readable weight produces the graph's output"
     return weight_of[best], None
