@@ -7,7 +7,6 @@ and names, as transformers' Flax-to-PyTorch conversion gives them (docs/checkpoi
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -16,8 +15,8 @@ import numpy as np
 
 from wbfe._deps import require
 from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
-from wbfe.linalg.arrays import NUMPY_DTYPES, from_bytes, is_torch, itemsize
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
+from wbfe.linalg.arrays import NUMPY_DTYPES, from_bytes, is_torch
+from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, stored_bytes
 from wbfe.sources.numpy_files import numpy_dtype_name
 from wbfe.sources.registry import FileFormat, register_format
 
@@ -131,7 +130,7 @@ class FlaxSource(TensorSource):
         dtype = _dtype(array.dtype)
         if dtype is None:
             return _Leaf(name, array, None, f"{array.dtype} array: not a weight dtype")
-        need, have = math.prod(array.shape) * itemsize(dtype), sum(len(p) for p in array.pieces)
+        need, have = stored_bytes(array.shape, dtype), sum(len(p) for p in array.pieces)
         if have != need:
             raise CorruptCheckpointError.at(self._path, f"array {'.'.join(path)!r} holds {have} bytes, its shape "
                                             f"needs {need}")

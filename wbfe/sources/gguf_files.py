@@ -78,7 +78,6 @@ class _Split:
                     path, f"tensor {t.name!r} lies past the end of the file ({first + nbytes} > {size} bytes)")
             dims = tuple(int(d) for d in reversed(t.shape.tolist()))
             self.tensors.append((t.name, t.tensor_type.name, dims, first, nbytes))
-        del reader
 
 
 # The fewest bytes a header entry takes: a key-value pair (key length, type, a 1-byte value) and a

@@ -160,10 +160,6 @@ def check_hdf5_index(path: Path, *, window: Optional[tuple[int, int]] = None, me
         raise Hdf5GuardError(f"{what}: the helper process that checks HDF5 files died twice; the file was not read",
                              path=str(path))
     status = answer["status"]
-    if status == "timeout":
-        raise CorruptCheckpointError(
-            f"{what}: the HDF5 library did not finish reading the file's index within {WALK_TIMEOUT_S:g} s: "
-            "the file is damaged or hostile", path=str(path))
     if status == "ok":
         if len(_PASSED) >= _MAX_REMEMBERED:
             _PASSED.clear()
@@ -171,13 +167,13 @@ def check_hdf5_index(path: Path, *, window: Optional[tuple[int, int]] = None, me
         return
     kind, text = str(answer.get("kind", "")), str(answer.get("text", ""))
     if kind == "MemoryError" or "memory allocation failed" in text:
-        raise CorruptCheckpointError(
-            f"{what}: the HDF5 library ran out of memory ({WALK_MEMORY_BYTES >> 20} MiB) reading the file's "
-            "index: the file is damaged or hostile", path=str(path))
-    if status == "crashed":
-        raise CorruptCheckpointError(
-            f"{what}: the HDF5 library crashed reading the file's index ({answer.get('exit')}): the file "
-            "is damaged or hostile", path=str(path))
+        status = "memory"
+    failed = {"timeout": f"did not finish reading the file's index within {WALK_TIMEOUT_S:g} s",
+              "memory": f"ran out of memory ({WALK_MEMORY_BYTES >> 20} MiB) reading the file's index",
+              "crashed": f"crashed reading the file's index ({answer.get('exit')})"}
+    if status in failed:
+        raise CorruptCheckpointError(f"{what}: the HDF5 library {failed[status]}: the file is damaged or hostile",
+                                     path=str(path))
     raise Hdf5IndexError(f"{what}: {text or kind}", path=str(path), kind=kind, text=text or kind)
 
 
@@ -239,7 +235,8 @@ def _bounded_walk(path: str, member: Optional[str], window: Optional[list[int]],
     if not finished:
         return {"status": "timeout"}
     if not data:
-        how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.waitstatus_to_exitcode(status)}")
+        how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exit code {os.waitstatus_to_exitcode(status)}")
         return {"status": "crashed", "exit": how}
     return json.loads(data)
 

@@ -48,6 +48,11 @@ _KERAS3_VARS: dict[str, tuple[str, ...]] = {
     "layer_normalization": ("gamma", "beta"),
     "cell": ("kernel", "recurrent_kernel", "bias"),  # layers/lstm/cell/vars/...: LSTM, GRU, SimpleRNN
 }
+# Variables whose layout the layer's class does not change.
+_FIXED_LAYOUTS: dict[str, tuple[str, Optional[str]]] = {
+    "bias": ("skip", "bias"), "embeddings": ("stored", None),
+    **{v: ("skip", f"BatchNorm moving statistic ({v})") for v in ("moving_mean", "moving_variance")},
+    **{v: ("skip", f"normalisation scale or shift ({v})") for v in ("gamma", "beta", "gamma or beta")}}
 _NO_DATASPACE = "an HDF5 dataset with no dataspace: it holds no values"
 _NUMBERED = re.compile(r"^(?P<base>.+?)(_\d+)?$")
 
@@ -66,14 +71,8 @@ class _Var:
 
 def _layout(layer_class: str, var: str, ndim: int) -> tuple[str, Optional[str]]:
     """How a variable of a layer of class ``layer_class`` (snake case) becomes a matrix, or why not."""
-    if var == "bias":
-        return "skip", "bias"
-    if var in ("moving_mean", "moving_variance"):
-        return "skip", f"BatchNorm moving statistic ({var})"
-    if var in ("gamma", "beta", "gamma or beta"):
-        return "skip", f"normalisation scale or shift ({var})"
-    if var == "embeddings":
-        return "stored", None
+    if var in _FIXED_LAYOUTS:
+        return _FIXED_LAYOUTS[var]
     if var == "depthwise_kernel" or (var == "kernel" and layer_class.startswith("depthwise_conv")):
         # Keras 3's legacy .h5 writer names a DepthwiseConv2D's variable ``kernel``.
         return ("depthwise", None) if ndim >= 3 else ("skip", f"depthwise kernel of rank {ndim}")
@@ -178,14 +177,12 @@ class KerasSource(TensorSource):
             self._member_size = info.file_size
             self._window: Optional[tuple[int, int]] = None
             if info.compress_type == zipfile.ZIP_STORED:  # as Keras writes it: read in place
-                # zipfile's checks of the member's local header first (its name as the directory
-                # gives it, its flags), which reading in place would skip (found by fuzzing: a
-                # member whose local header names another file was read).
+                # zipfile's checks of the member's local header (its name, its flags), which reading in place
+                # would skip (found by fuzzing: a member whose local header names another file was read).
                 archive.open(info).close()
                 self._window = (_member_offset(path, info), info.file_size)
                 self._fileobj = FileWindow(path, *self._window, what=_WEIGHTS_MEMBER)
-                # Read in place, the member skips zipfile's CRC-32 check: made here, once (found by
-                # fuzzing: a damaged member was read as it was).
+                # Read in place, the member skips zipfile's CRC-32 check: made here (found by fuzzing).
                 crc = 0
                 while chunk := self._fileobj.read(1 << 20):
                     crc = zlib.crc32(chunk, crc)
@@ -198,7 +195,8 @@ class KerasSource(TensorSource):
             raise CorruptCheckpointError.at(path, f"corrupt or truncated .keras archive ({exc})") from None
         return config, metadata if isinstance(metadata, dict) else {}
 
-    def _plan(self, h5: Any, config: Any, size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
+    def _plan(self, h5: Any, config: Any,
+              size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
         if not all(isinstance(name, str) for name in datasets):  # h5py gives a name that is not UTF-8 as bytes

@@ -50,8 +50,7 @@ class Planned:
     shape: tuple[int, ...]  # as reported (out × in for a transposed weight)
     dtype: str
     transpose: bool = False
-    # [out, in, k...] once read, or in_out where the consuming op stores its weight transposed
-    # (ConvTranspose: [in, out/groups, k...], as PyTorch's): layout as data, from the graph.
+    # in_out where the consuming op stores its weight transposed (ConvTranspose: [in, out/groups, k...], as PyTorch's)
     layout: str = "out_in"
     quant: Optional[str] = None
     skip: Optional[str] = None
@@ -365,20 +364,14 @@ def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optio
     for source, targets in walker.passes.items():
         for target in targets:
             back[target].append(source)
-    seen: set[int] = set()
+    seen: set[int] = set()  # the values it depends on
     stack = [start] if start is not None else []
-    reached: list[int] = []  # positions of the Gemm/MatMul nodes with a weight it depends on
     while stack:
         vid = stack.pop()
-        if vid in seen:
-            continue
-        seen.add(vid)
-        stack += back.get(vid, [])
-        produced = walker.producer.get(vid)
-        if produced is None:
-            continue
-        node, position = produced
-        if node.op_type in ("Gemm", "MatMul") and position in by_node:
-            reached.append(position)
-        stack += [v for v in walker.inputs_of.get(position, []) if v is not None]
+        if vid not in seen:
+            seen.add(vid)
+            position = walker.producer[vid][1] if vid in walker.producer else -1
+            stack += back.get(vid, []) + [v for v in walker.inputs_of.get(position, []) if v is not None]
+    reached = [position for node, position in (walker.producer[v] for v in seen if v in walker.producer)
+               if node.op_type in ("Gemm", "MatMul") and position in by_node]
     return by_node[max(reached)] if reached else None

@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 from wbfe.errors import CorruptCheckpointError, clip
 
-__all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan", "parse_model", "plan_graph",
-           "DTYPES", "ITEMSIZE", "STORED_AXES", "TORCH_AXES", "reported_shape"]
+__all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan",
+           "parse_model", "plan_graph", "DTYPES", "ITEMSIZE", "STORED_AXES", "TORCH_AXES", "reported_shape"]
 
 # TensorType codes (schema.fbs) -> wbfe's dtype names (torch's where torch has one).
 DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
@@ -23,16 +23,16 @@ DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "st
 ITEMSIZE = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "bool": 1, "int16": 2, "complex64": 8,
             "int8": 1, "float64": 8, "complex128": 16, "uint64": 8, "uint32": 4, "uint16": 2, "bfloat16": 2}
 
-# The weight input of each operator that multiplies by a weight, and how its weight is stored:
-# the permutation that brings it to [out, in, k...] (None: already so, or a table).
-_WEIGHT_OPS: dict[str, tuple[int, int]] = {  # op -> (weight input, rank it must have)
+# The weight input of each operator that multiplies by a weight, and the rank that weight must have.
+_WEIGHT_OPS: dict[str, tuple[int, int]] = {
     "CONV_2D": (1, 4), "DEPTHWISE_CONV_2D": (1, 4), "TRANSPOSE_CONV": (1, 4), "FULLY_CONNECTED": (1, 2),
     "CONV_3D": (1, 5), "BATCH_MATMUL": (1, 2), "EMBEDDING_LOOKUP": (1, 2), "GATHER": (0, 2),
 }
 # How each op's weight is stored, as a name (what the reader converts from).
 STORED_AXES = {"CONV_2D": "[out, kh, kw, in]", "DEPTHWISE_CONV_2D": "[1, kh, kw, C]",
-               "TRANSPOSE_CONV": "[out, kh, kw, in]", "FULLY_CONNECTED": "[out, in]", "CONV_3D": "[kd, kh, kw, in, out]",
-               "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]", "GATHER": "[rows, width]"}
+               "TRANSPOSE_CONV": "[out, kh, kw, in]", "FULLY_CONNECTED": "[out, in]",
+               "CONV_3D": "[kd, kh, kw, in, out]", "BATCH_MATMUL": "[in, out]", "EMBEDDING_LOOKUP": "[rows, width]",
+               "GATHER": "[rows, width]"}
 # The permutation from the stored layout of a convolution's weight to PyTorch's [out, in, k...].
 TORCH_AXES = {"CONV_2D": (0, 3, 1, 2), "TRANSPOSE_CONV": (0, 3, 1, 2), "DEPTHWISE_CONV_2D": (3, 0, 1, 2),
               "CONV_3D": (4, 3, 0, 1, 2)}
@@ -148,7 +148,7 @@ class _Reader:
             return ""
         try:
             return str(raw.decode("utf-8"))
-        except UnicodeDecodeError:  # schema.fbs strings are UTF-8 (found by fuzzing: a length over the rest of the file)
+        except UnicodeDecodeError:  # schema.fbs strings are UTF-8 (fuzzing found a length past the file's end)
             raise self.fail("a name that is not UTF-8 text") from None
 
 
@@ -325,13 +325,12 @@ def _plan_one(plan: Planned, uses: dict[int, list[tuple[TflOp, int]]], offset: i
     stack, seen = list(found), set()
     while stack:  # DEQUANTIZE, DENSIFY: the weight is what their output feeds
         op, i = stack.pop()
-        if (op.position, i) in seen:
-            continue
-        seen.add((op.position, i))
-        if op.op in _PASS_OPS and i == 0 and op.outputs and op.outputs[0] >= 0:
-            stack += uses.get(op.outputs[0], [])
-        else:
-            through.append((op, i))
+        if (op.position, i) not in seen:
+            seen.add((op.position, i))
+            if op.op in _PASS_OPS and i == 0 and op.outputs and op.outputs[0] >= 0:
+                stack += uses.get(op.outputs[0], [])
+            else:
+                through.append((op, i))
     through.sort(key=lambda u: u[0].position)
     if found:
         plan.position = offset + min(op.position for op, _ in found)
@@ -383,7 +382,8 @@ def reported_shape(op: str, shape: tuple[int, ...], options: Optional[dict[str, 
     return tuple(shape)
 
 
-def _head(sg: TflSubgraph, plans: dict[int, Planned], producer: dict[int, TflOp]) -> tuple[Optional[Planned], Optional[str]]:
+def _head(sg: TflSubgraph, plans: dict[int, Planned],
+          producer: dict[int, TflOp]) -> tuple[Optional[Planned], Optional[str]]:
     weight_of: dict[int, Planned] = {}
     for plan in plans.values():
         if plan.skip is None and plan.op == "FULLY_CONNECTED":
@@ -391,17 +391,14 @@ def _head(sg: TflSubgraph, plans: dict[int, Planned], producer: dict[int, TflOp]
                 weight_of.setdefault(position, plan)
     if not sg.outputs:
         return None, "the main subgraph has no output"
-    seen: set[int] = set()
+    seen: set[int] = set()  # the produced tensors the output depends on
     stack = [sg.outputs[0]]
-    reached: list[int] = []  # positions of the ops the output depends on
     while stack:
         t = stack.pop()
-        if t in seen or t < 0 or t not in producer:
-            continue
-        seen.add(t)
-        reached.append(producer[t].position)
-        stack += list(producer[t].inputs)
-    best = max((position for position in reached if position in weight_of), default=None)
+        if t not in seen and t in producer:
+            seen.add(t)
+            stack += producer[t].inputs
+    best = max((producer[t].position for t in seen if producer[t].position in weight_of), default=None)
     if best is None:
         return None, "no FULLY_CONNECTED with a readable weight produces the graph's output"
     return weight_of[best], None

@@ -59,12 +59,13 @@ def load_torch_file(path: Path) -> Any:
             return torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipped)
     except pickle.UnpicklingError as exc:
         text = str(exc)
+        tail = text.split("WeightsUnpickler error:")[-1]
         found = re.search(r"(?:Unsupported global: |unsupported )GLOBAL ([\w.]+)", text)
-        if found or re.search(r"\b(global|GLOBAL|allowlisted|safe_globals)\b", text.split("WeightsUnpickler error:")[-1]):
+        if found or re.search(r"\b(global|GLOBAL|allowlisted|safe_globals)\b", tail):
             what = f" ({found.group(1)})" if found else ""
             raise UnsafePickleError.at(path, f"refused to load a pickle that needs code{what}; wbfe only loads weights "
                 "(convert it to safetensors in a trusted environment)") from None
-        detail = _safe_detail(text.split("WeightsUnpickler error:")[-1].strip().split("\n")[0][:120])
+        detail = _safe_detail(tail.strip().split("\n")[0][:120])
         raise CorruptCheckpointError.at(path, f"not a readable PyTorch checkpoint ({detail})") from None
     except (RuntimeError, KeyError, EOFError, ValueError, OSError, AttributeError, IndexError, TypeError,
             struct.error, MemoryError, RecursionError, NotImplementedError, AssertionError) as exc:
@@ -141,8 +142,7 @@ def _is_tensor(torch: Any, value: Any) -> bool:
 
 
 def _as_tensor(torch: Any, value: Any) -> Any:
-    """``value`` as a torch tensor: itself, or a numeric numpy array shared as one (a read-only one copied); else
-    None."""
+    """``value`` as a torch tensor: itself, or a numeric numpy array shared (a read-only one copied); else None."""
     if not _is_tensor(torch, value):
         return None
     if isinstance(value, torch.Tensor):
@@ -151,8 +151,7 @@ def _as_tensor(torch: Any, value: Any) -> Any:
 
 
 def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
-    """Tensors (and numeric numpy arrays) of ``state`` and the containers inside it by dotted path, each container
-    visited once."""
+    """Tensors (and numeric numpy arrays) of ``state`` and its containers by dotted path, each container seen once."""
     import torch
 
     out: dict[str, Any] = {}
@@ -282,18 +281,14 @@ class TorchPickleSource(TensorSource):
             if missing:
                 raise CorruptCheckpointError.at(path, f"tensor {missing[0]!r} listed in the index is not in this shard")
             for entry in tensor_entries(state, held=False, scope=str(path), passed=passed):
-                if entry.name in passed:  # another state dict's, skipped saying so (as for a single file)
-                    if entry.name not in reported:
-                        reported.add(entry.name)
-                        yield entry
+                # Another state dict's tensor (skipped, as for a single file) or a name the index does not list is one
+                # row, from the first shard holding it; a listed name is read from the shard the index gives it to.
+                once = entry.name in passed or entry.name not in indexed
+                if (entry.name in reported) if once else (entry.name not in own):
                     continue
-                if entry.name in indexed and entry.name not in own:
-                    continue  # the index gives the name to another shard: that shard's copy is the one read
-                if entry.name not in indexed:  # as for safetensors shards: accounted for, not scored
-                    if entry.name in reported:
-                        continue
+                if once:
                     reported.add(entry.name)
-                    # Shards are loaded one at a time: the first that holds the name is the one named.
+                if entry.name not in passed and entry.name not in indexed:  # as for safetensors shards: not scored
                     entry = dataclasses.replace(entry, skip=unlisted_reason([path.name], self._index.name))
                 yield entry
 
