@@ -46,7 +46,8 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
         MissingDependencyError: transformers is not installed.
         InvalidOptionError: both ``rule`` and ``lam``, an unknown rule, a bad ``patience`` or output folder.
     """
-    base = require("transformers", "the Trainer callback needs transformers (pip install transformers)").TrainerCallback
+    needs = "the Trainer callback needs transformers (pip install transformers)"
+    base: Any = require("transformers", needs).TrainerCallback
     from wbfe.options import WatchOptions, refuse_keywords
     from wbfe.render.files import check_output_dir, write_atomic
     from wbfe.watch.decide import result_by_rule, rule_metrics

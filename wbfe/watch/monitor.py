@@ -76,7 +76,7 @@ def lightning_callback(monitor: Monitor) -> Any:
         MissingDependencyError: neither ``lightning`` nor ``pytorch_lightning`` is installed.
     """
     try:
-        base = require("lightning.pytorch", "").Callback
+        base: Any = require("lightning.pytorch", "").Callback
     except MissingDependencyError:  # the package's name before Lightning 2.0
         base = require("pytorch_lightning", "the Lightning callback needs lightning (pip install lightning)").Callback
 
