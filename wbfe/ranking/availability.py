@@ -22,25 +22,24 @@ _FIX = ("run once with a network to cache the weights, or point TORCH_HOME / HF_
         "that holds them")
 
 
-def _where(ref: str) -> Optional[tuple[bool, str, str]]:
-    """(cached, download URL, what to call the host) of a downloadable reference; None for anything else."""
+def _where(ref: str) -> Optional[tuple[bool, str]]:
+    """(cached, download URL) of a downloadable reference; None for anything else."""
     from wbfe.sources.hub import HUB_ID, hub_cached
     from wbfe.sources.object_store import is_uri
 
     if is_uri(ref) or os.path.lexists(user_path(ref)):
         return None
     if torchvision_weight_not_cached(ref):
-        return False, TORCHVISION_DOWNLOADS, _host_name(TORCHVISION_DOWNLOADS)
+        return False, TORCHVISION_DOWNLOADS
     if ref.startswith(("timm:", "torchvision:")):
         from wbfe.sources.zoo_libraries import library_weights
 
-        cached, url = library_weights(ref)
-        return cached, url, _host_name(url)
+        return library_weights(ref)
     text = ref.split(":", 1)[1] if ref.startswith(("hf:", "hf-hub:")) else ref
     if HUB_ID.match(text) and not text.startswith((".", "/", "~")):
         from huggingface_hub import constants
 
-        return hub_cached(text), str(constants.ENDPOINT), "the Hugging Face hub"
+        return hub_cached(text), str(constants.ENDPOINT)
     return None
 
 
@@ -75,7 +74,7 @@ def unavailable_models(zoo: Zoo, *, timeout: float = 3.0) -> dict[str, str]:
             continue
         host = urlparse(where[1]).netloc
         if host not in hosts:  # one connection per host for the whole zoo
-            hosts[host] = host_unreachable(where[1], what=where[2], timeout=timeout)
+            hosts[host] = host_unreachable(where[1], what=_host_name(where[1]), timeout=timeout)
         if hosts[host] is not None:
             blocked[entry.name] = f"not cached, and {hosts[host]}"
     if zoo.entries and len(blocked) == len(zoo.entries):

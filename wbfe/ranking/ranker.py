@@ -93,11 +93,7 @@ class RankResult(ToJson):
     applicability: dict[str, int] = field(default_factory=dict)
 
     def metric(self, name: str) -> Correlation:
-        """The correlation of metric ``name``.
-
-        Raises:
-            UnknownNameError: no such metric in this result.
-        """
+        """The correlation of metric ``name`` (UnknownNameError when this result has none)."""
         for row in self.metrics:
             if row.metric == name:
                 return row
@@ -131,8 +127,7 @@ def _content_hash(ref: str) -> str:
     return uri_signature(ref) if is_uri(ref) else content_hash(ref)
 
 
-def _sort_key(row: Correlation) -> tuple[Any, ...]:
-    """By |ρ| descending (undefined last); ties by |τ|, then |r|, then name."""
+def _sort_key(row: Correlation) -> tuple[Any, ...]:  # as RankResult.metrics says; ties at last by name
     magnitudes = [-abs(v) if math.isfinite(v) else 0.0 for v in (row.rho, row.kendall_tau, row.pearson_r)]
     return (not math.isfinite(row.rho), *magnitudes, row.metric)
 

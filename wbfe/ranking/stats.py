@@ -93,7 +93,6 @@ def _defined(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _statistic(test: str, x: "np.typing.ArrayLike", y: "np.typing.ArrayLike") -> float:
-    """The statistic of :mod:`scipy.stats`' ``test`` on ``x`` and ``y``; NaN when undefined (:func:`_defined`)."""
     from scipy import stats
 
     a, b = _pair(x, y)
@@ -146,14 +145,10 @@ def bootstrap_ci(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, n_boot: 
         result = bootstrap((a, b), _rowwise_spearman, paired=True, vectorized=True, n_resamples=options.n_boot,
                            batch=_batch(n, options.n_boot), confidence_level=options.level, method="percentile",
                            rng=np.random.default_rng(options.seed))
-    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    if math.isfinite(low) and math.isfinite(high):
-        return low, high
-    values = result.bootstrap_distribution[np.isfinite(result.bootstrap_distribution)]
-    if values.size == 0:
-        return math.nan, math.nan
-    alpha = (1.0 - options.level) / 2.0
-    low, high = np.quantile(values, [alpha, 1.0 - alpha])
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        if not (math.isfinite(low) and math.isfinite(high)):  # all-NaN: NaN (its warning ignored above)
+            alpha = (1.0 - options.level) / 2.0
+            low, high = np.nanquantile(result.bootstrap_distribution, [alpha, 1.0 - alpha])
     return float(low), float(high)
 
 

@@ -190,26 +190,25 @@ def _read_yaml(path: Path) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     try:
         data = yaml.safe_load(read_table_text(path, "zoo spec", _TABLE))
     except yaml.YAMLError as exc:
-        raise InvalidOptionError(f"{path}: not valid YAML ({exc.__class__.__name__})", path=str(path)) from None
+        raise InvalidOptionError.at(path, f"not valid YAML ({exc.__class__.__name__})") from None
     except RecursionError:
-        raise InvalidOptionError(f"{path}: YAML nested too deeply to be a zoo", path=str(path)) from None
+        raise InvalidOptionError.at(path, "YAML nested too deeply to be a zoo") from None
     if isinstance(data, list):
         rows, meta = data, {}
     elif isinstance(data, dict) and isinstance(data.get("models"), list):
         rows, meta = data["models"], {k: v for k, v in data.items() if k != "models"}
     else:
-        raise InvalidOptionError(f"{path}: a YAML zoo is a list of rows or a mapping with 'models'", path=str(path))
+        raise InvalidOptionError.at(path, "a YAML zoo is a list of rows or a mapping with 'models'")
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
-            raise InvalidOptionError(f"{path}: row {number} is not a mapping of column to value", path=str(path))
+            raise InvalidOptionError.at(path, f"row {number} is not a mapping of column to value")
     for key in ("name", "quality"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
-            raise InvalidOptionError(f"{path}: '{key}' must be text, not {type(meta[key]).__name__}", path=str(path))
+            raise InvalidOptionError.at(path, f"'{key}' must be text, not {type(meta[key]).__name__}")
     declared = meta.get("lower_is_better")
     if declared is not None and not isinstance(declared, str) and not (
             isinstance(declared, list) and all(isinstance(c, str) for c in declared)):
-        raise InvalidOptionError(f"{path}: 'lower_is_better' must be a column name or a list of them",
-                                 path=str(path))
+        raise InvalidOptionError.at(path, "'lower_is_better' must be a column name or a list of them")
     return rows, meta
 
 
@@ -266,11 +265,8 @@ def torchvision_imagenet_rows() -> list[dict[str, object]]:
     Raises:
         MissingDependencyError: torchvision is not installed.
     """
-    try:
-        import torchvision
-        import torchvision.models as tvm
-    except ModuleNotFoundError:
-        raise MissingDependencyError("reading torchvision's weight metadata needs torchvision") from None
+    torchvision = require("torchvision", "reading torchvision's weight metadata needs torchvision")
+    tvm = torchvision.models  # imported by torchvision itself
     rows: list[dict[str, object]] = []
     for arch in sorted(tvm.list_models(module=tvm)):
         for weight in tvm.get_model_weights(arch):

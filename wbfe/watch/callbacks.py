@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from wbfe.errors import InvalidOptionError, MissingDependencyError
+from wbfe._deps import require
+from wbfe.errors import InvalidOptionError
 from wbfe.watch.monitor import Monitor
 from wbfe.watch.trajectories import METRICS, WatchResult, result_at
 
@@ -45,10 +46,8 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
         MissingDependencyError: transformers is not installed.
         InvalidOptionError: both ``rule`` and ``lam``, an unknown rule, a bad ``patience`` or output folder.
     """
-    try:
-        from transformers import TrainerCallback
-    except ImportError:
-        raise MissingDependencyError("the Trainer callback needs transformers (pip install transformers)") from None
+    needs = "the Trainer callback needs transformers (pip install transformers)"
+    base: Any = require("transformers", needs).TrainerCallback
     from wbfe.options import WatchOptions, refuse_keywords
     from wbfe.render.files import check_output_dir, write_atomic
     from wbfe.watch.decide import result_by_rule, rule_metrics
@@ -61,7 +60,7 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
     groups = METRICS if lam is not None else rule_metrics(rule)  # an unknown rule is refused before training starts
     folder = check_output_dir(output) if output is not None else None
 
-    class WatchTrainerCallback(TrainerCallback):
+    class WatchTrainerCallback(base):
         def __init__(self) -> None:
             self.monitor: Optional[Monitor] = None
             self.state = StopState()

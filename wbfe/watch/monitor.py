@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from wbfe._deps import require_torch
+from wbfe._deps import require, require_torch
 from wbfe.errors import InvalidOptionError, MissingDependencyError
 from wbfe.options import WatchOptions
 from wbfe.watch.trajectories import (METRICS, CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at,
@@ -76,14 +76,11 @@ def lightning_callback(monitor: Monitor) -> Any:
         MissingDependencyError: neither ``lightning`` nor ``pytorch_lightning`` is installed.
     """
     try:
-        from lightning.pytorch import Callback
-    except ImportError:
-        try:
-            from pytorch_lightning import Callback
-        except ImportError:
-            raise MissingDependencyError("the Lightning callback needs lightning (pip install lightning)") from None
+        base: Any = require("lightning.pytorch", "").Callback
+    except MissingDependencyError:  # the package's name before Lightning 2.0
+        base = require("pytorch_lightning", "the Lightning callback needs lightning (pip install lightning)").Callback
 
-    class WatchCallback(Callback):
+    class WatchCallback(base):
         def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
             monitor(int(trainer.current_epoch))
 

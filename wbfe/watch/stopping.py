@@ -11,7 +11,7 @@ import functools
 import json
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -54,8 +54,7 @@ class RunSignals:
         """A JSON-ready dict (NaN as None); :meth:`from_dict` reads it back."""
         from wbfe.render.text import json_ready
 
-        return json_ready({"name": self.name, "steps": self.steps, "series": self.series, "log_ratio": self.log_ratio,
-                           "lam_first": self.lam_first, "lam_fanin": self.lam_fanin})
+        return json_ready(asdict(self))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunSignals":

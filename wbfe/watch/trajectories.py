@@ -57,8 +57,7 @@ class LayerPoint:
     extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
-    def h(self) -> float:
-        """Scaled heavy-tailedness h = κ/β."""
+    def h(self) -> float:  # the scaled heavy-tailedness
         return self.kappa / self.beta
 
     def h_star(self, lam: float) -> float:
@@ -168,8 +167,7 @@ def scan_checkpoint(ref: Any, *, layers: str = _DEFAULTS["layers"], head: Option
     """
     from wbfe.scoring import score
 
-    if not isinstance(layers, str) or not layers:
-        raise InvalidOptionError(f"layers must be 'head', 'all', 'fittable' or a regular expression, not {layers!r}")
+    WatchOptions(layers=layers, head=head, device=device)
     result = score(ref, metrics=metrics, lam="opt", layers=None if layers in WATCH_LAYERS else layers, head=head,
                    device=device)
     min_eigs = int((result.model.get("options") or {}).get("min_eigs") or 0)
@@ -219,7 +217,6 @@ def _few(names: list[str]) -> str:
 
 
 def checkpoint_point(ck: CheckpointRef, scanned: CheckpointScan) -> CheckpointPoint:
-    """Pair a checkpoint reference with its scan."""
     source = ck.ref if isinstance(ck.ref, str) else f"<{type(ck.ref).__name__}>"
     return CheckpointPoint(ck.step, source, scanned.layers, ck.test_loss, ck.test_accuracy, scanned.fittable,
                            scanned.min_eigs)
