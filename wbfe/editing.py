@@ -21,6 +21,7 @@ from wbfe.linalg.arrays import to_torch
 from wbfe.linalg.spectra import near_one
 from wbfe.options import EditOptions, field_defaults
 from wbfe.sources import stored_bytes
+from wbfe.sources.safetensors_files import SAFETENSORS_DTYPES
 
 if TYPE_CHECKING:
     import torch
@@ -28,11 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["EditSummary", "smooth_matrix", "remove_top", "smoothing_rank", "sharpening_count", "edit_weight",
            "edit_checkpoint", "smooth_checkpoint", "sharpen_checkpoint"]
 
-_FLOAT_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
-_OTHER_DTYPES = {"int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
-                 "uint16": "U16", "uint32": "U32", "uint64": "U64", "float8_e4m3fn": "F8_E4M3",
-                 "float8_e5m2": "F8_E5M2", "complex64": "C64"}
-_CODES = {**_FLOAT_DTYPES, **_OTHER_DTYPES}
+_FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
+# The safetensors code of each dtype written back byte for byte (not the sub-byte floats, nor e8m0).
+_CODES = {name: code for code, (name, size) in SAFETENSORS_DTYPES.items() if size >= 1 and code != "F8_E8M0"}
 
 
 @dataclass(frozen=True)
@@ -84,9 +83,7 @@ def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
     mats = _slices(w)
     rf = len(mats)
     if method == "svd":
-        if not (isinstance(percent, (int, float)) and 0.0 <= percent <= 1.0):
-            raise InvalidOptionError(f"percent must be in [0, 1], not {percent!r}")
-        total = int(percent * min(mats[0].shape) * rf)
+        total = int(EditOptions.CONSTRAINTS["percent"]("percent", percent) * min(mats[0].shape) * rf)
     elif method == "detx":
         from wbfe.metrics.detx import detx_tail
         from wbfe.metrics.ww_compat import pooled_eigenvalues
