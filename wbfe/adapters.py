@@ -106,8 +106,7 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
     for entry in source.entries():
         name = entry.name[len(PREFIX):] if entry.name.startswith(PREFIX) else entry.name
         factor = _FACTOR.match(name) or _EMBED.match(name)
-        magnitude = _MAGNITUDE.match(name)
-        found = factor or magnitude
+        found = factor or _MAGNITUDE.match(name)
         if found is not None:
             module = modules.setdefault(found["module"], LoraModule(found["module"]))
             part = "magnitude" if factor is None else "a" if factor["part"].endswith("A") else "b"

@@ -318,12 +318,10 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             counts and randomised truncated SVD, in float32.
 
     Raises:
-        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``, or a ``percent`` other
-            than its default with ``method="detx"`` (which keeps its tail, whatever the percent); NoUsableMatrixError:
-            ``layers`` selects no weight matrix (or there is none);
-            OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
-            or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
-            be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad option, or ``percent`` set with ``method="detx"`` (which keeps its tail);
+            NoUsableMatrixError: no weight matrix (that ``layers`` selects); OutputError: ``out`` cannot be written
+            (OverwriteError: it is the input, a link to it, or inside a folder read); UnsupportedDtypeError: a tensor
+            that cannot be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
     """
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 

@@ -47,7 +47,8 @@ class _Rows(ToJson):
     def to_pandas(self) -> Any:
         from wbfe._deps import require
 
-        return require("pandas", "to_pandas() needs pandas (pip install pandas)").DataFrame([_flat(r) for r in self.rows])
+        pandas = require("pandas", "to_pandas() needs pandas (pip install pandas)")
+        return pandas.DataFrame([_flat(r) for r in self.rows])
 
 
 @dataclass(frozen=True)

@@ -472,6 +472,7 @@ class ReportOptions(Validated):
 WATCH_LAYERS = ("head", "all", "fittable")
 """The named layer selections of :class:`WatchOptions` (anything else is a regular expression on tensor names)."""
 _WATCH_LAYERS_WORDS = f"{', '.join(map(repr, WATCH_LAYERS))} or a regular expression"
+_WATCH_LAMBDA_WORDS = "a positive number or 'calibrated'"
 
 
 def _check_watch_layers(layers: object) -> str:
@@ -493,8 +494,8 @@ class WatchOptions(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "layers": Custom(_check_watch_layers, _WATCH_LAYERS_WORDS,
                          bad=("", "(a+)+$", 3)),
-        "lam": Custom(lambda lam: _word_or_lambda("calibrated", lam, "--lambda must be a positive number or 'calibrated'"),
-                      "a positive number or 'calibrated'", bad=("opt", -1.0, "nan"), optional=True),
+        "lam": Custom(lambda lam: _word_or_lambda("calibrated", lam, f"--lambda must be {_WATCH_LAMBDA_WORDS}"),
+                      _WATCH_LAMBDA_WORDS, bad=("opt", -1.0, "nan"), optional=True),
         "head": HEAD, "device": DEVICE,
     }
 
