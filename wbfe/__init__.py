@@ -19,6 +19,12 @@ from wbfe.errors import (  # noqa: F401 - exported: __all__ lists them, below, f
 
 __version__ = "0.1.0"
 
+__all__ = [
+    "__version__", "score", "ModelScore", "ScoreOptions", "default_checkpoint", "rank", "RankResult",
+    "compare", "Comparison", "describe", "Description", "esd", "htmp", "sparsity", "prune", "Allocation", "PruneReport",
+]
+__all__ += [name for name in _errors.__all__ if name in globals()]  # the errors imported above
+
 _LAZY = {
     "score": "wbfe.scoring:score", "ModelScore": "wbfe.scoring:ModelScore", "ScoreOptions": "wbfe.scoring:ScoreOptions",
     "default_checkpoint": "wbfe.fixtures:default_checkpoint", "htmp": "wbfe.metrics.htmp:",
@@ -28,8 +34,6 @@ _LAZY = {
     "Allocation": "wbfe.pruning:Allocation", "PruneReport": "wbfe.pruning:PruneReport",
     "describe": "wbfe.description:describe", "Description": "wbfe.description:Description", "esd": "wbfe.description:esd",
 }
-__all__ = ["__version__", *_LAZY]
-__all__ += [name for name in _errors.__all__ if name in globals()]  # the errors imported above
 
 if TYPE_CHECKING:
     from wbfe.fixtures import default_checkpoint

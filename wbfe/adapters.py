@@ -331,8 +331,7 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
             for column in group.summary_columns:
                 summary[f"d_{column}_mean"], summary[f"d_{column}_n"] = column_mean(adapted, f"d_{column}")
                 summary[f"{column}_merged_mean"], _ = column_mean(adapted, f"{column}_merged")
-    head = find_head([row["name"] for row in layers])
-    summary["head"] = head
+    summary["head"] = head = find_head([row["name"] for row in layers])
     if head is not None:
         next(row for row in layers if row["name"] == head)["role"] = "head"
     return summary

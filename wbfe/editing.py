@@ -75,11 +75,8 @@ def _slices(w: np.ndarray) -> list[np.ndarray]:
 
 
 def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
-    """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule.
-
-    Raises:
-        InvalidOptionError: ``percent`` outside [0, 1] (method ``svd``), or an unknown method.
-    """
+    """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule
+    (InvalidOptionError for an unknown method, or ``percent`` outside [0, 1] with ``svd``)."""
     mats = _slices(w)
     rf = len(mats)
     if method == "svd":

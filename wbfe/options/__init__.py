@@ -413,7 +413,10 @@ class CompareOptions(Validated):
         """:attr:`name_map` compiled, in order."""
         return [(re.compile(pattern), repl) for pattern, repl in self.name_map]
 
-    pattern = ScoreOptions.pattern
+    @property
+    def pattern(self) -> Optional[re.Pattern[str]]:
+        """The compiled :attr:`layers` expression, None when every tensor is selected."""
+        return compile_layers(self.layers)
 
     def keywords(self) -> dict[str, Any]:
         """The fields as :func:`wbfe.compare` keywords."""
@@ -526,7 +529,10 @@ class EditOptions(Validated):
             raise InvalidOptionError(f"--percent {self.percent:g} is read by --method svd only (detx keeps the "
                                      "det X = 1 tail, whatever its size): drop --percent or use --method svd")
 
-    conventions = ScoreOptions.conventions  # its edit: ``ww_edit``
+    @property
+    def conventions(self) -> Conventions:
+        """WeightWatcher 0.7.7's conventions with :attr:`ww_compatible` (its edit: ``ww_edit``), else wbfe's."""
+        return conventions_for(self.ww_compatible)
 
 
 PRUNE_METRICS = {"alpha": "htsr", "bfe": "bfe", "h": "htmp", "stable_rank": "htsr", "uniform": "bfe"}
@@ -538,11 +544,8 @@ PRUNE_ROLES = ("head", "attention", "mlp", "expert", "shared_expert", "router", 
 
 
 def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    """Roles left unpruned: ``"head,embedding"``, an iterable of role names, or ``""`` / ``()`` for none.
-
-    Raises:
-        InvalidOptionError: something other than role names (UnknownNameError for an unknown role).
-    """
+    """Roles left unpruned: ``"head,embedding"``, an iterable of role names, or ``""`` / ``()`` for none
+    (UnknownNameError for an unknown role)."""
     if isinstance(value, str):
         items: list[Any] = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
     else:
