@@ -21,6 +21,11 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in _TRUE
 
 
+def _env_path(*names: str) -> "Path | None":
+    """The first of the variables ``names`` that is set (non-empty), as a path."""
+    return next((user_path(os.environ[name]) for name in names if os.environ.get(name)), None)
+
+
 def _cache_home() -> Path:
     """``$XDG_CACHE_HOME``, else ``~/.cache``: where the hub, torch and wbfe caches go by default."""
     return user_path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
@@ -33,26 +38,18 @@ def hf_offline() -> bool:
 
 def hf_cache_dir() -> Path:
     """The Hugging Face hub cache, with huggingface_hub's precedence of variables."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return user_path(os.environ[var])
-    if os.environ.get("HF_HOME"):
-        return user_path(os.environ["HF_HOME"]) / "hub"
-    return _cache_home() / "huggingface" / "hub"
+    return (_env_path("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE")
+            or (_env_path("HF_HOME") or _cache_home() / "huggingface") / "hub")
 
 
 def torch_hub_dir() -> Path:
     """PyTorch's hub folder (``TORCH_HOME``/hub), where timm and torchvision keep URL downloads."""
-    if os.environ.get("TORCH_HOME"):
-        return user_path(os.environ["TORCH_HOME"]) / "hub"
-    return _cache_home() / "torch" / "hub"
+    return (_env_path("TORCH_HOME") or _cache_home() / "torch") / "hub"
 
 
 def wbfe_cache_dir() -> Path:
     """wbfe's score cache: ``$WBFE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wbfe/scores``, else ``~/.cache/wbfe/scores``."""
-    if os.environ.get("WBFE_CACHE_DIR"):
-        return user_path(os.environ["WBFE_CACHE_DIR"])
-    return _cache_home() / "wbfe" / "scores"
+    return _env_path("WBFE_CACHE_DIR") or _cache_home() / "wbfe" / "scores"
 
 
 def wbfe_cache_max_size() -> str:
@@ -62,9 +59,7 @@ def wbfe_cache_max_size() -> str:
 
 def shared_zoo_dir() -> Path:
     """The project's shared real checkpoints: ``$WBFE_SHARED_ZOO`` or ``<checkout>/../shared/zoo``."""
-    if os.environ.get("WBFE_SHARED_ZOO"):
-        return user_path(os.environ["WBFE_SHARED_ZOO"])
-    return Path(__file__).resolve().parents[1].parent / "shared" / "zoo"
+    return _env_path("WBFE_SHARED_ZOO") or Path(__file__).resolve().parents[1].parent / "shared" / "zoo"
 
 
 def usable_cpus() -> int:

@@ -106,8 +106,7 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
     for entry in source.entries():
         name = entry.name[len(PREFIX):] if entry.name.startswith(PREFIX) else entry.name
         factor = _FACTOR.match(name) or _EMBED.match(name)
-        magnitude = _MAGNITUDE.match(name)
-        found = factor or magnitude
+        found = factor or _MAGNITUDE.match(name)
         if found is not None:
             module = modules.setdefault(found["module"], LoraModule(found["module"]))
             part = "magnitude" if factor is None else "a" if factor["part"].endswith("A") else "b"
@@ -332,8 +331,7 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
             for column in group.summary_columns:
                 summary[f"d_{column}_mean"], summary[f"d_{column}_n"] = column_mean(adapted, f"d_{column}")
                 summary[f"{column}_merged_mean"], _ = column_mean(adapted, f"{column}_merged")
-    head = find_head([row["name"] for row in layers])
-    summary["head"] = head
+    summary["head"] = head = find_head([row["name"] for row in layers])
     if head is not None:
         next(row for row in layers if row["name"] == head)["role"] = "head"
     return summary

@@ -21,6 +21,7 @@ from wbfe.linalg.arrays import to_torch
 from wbfe.linalg.spectra import near_one
 from wbfe.options import EditOptions, field_defaults
 from wbfe.sources import stored_bytes
+from wbfe.sources.safetensors_files import SAFETENSORS_DTYPES
 
 if TYPE_CHECKING:
     import torch
@@ -28,11 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["EditSummary", "smooth_matrix", "remove_top", "smoothing_rank", "sharpening_count", "edit_weight",
            "edit_checkpoint", "smooth_checkpoint", "sharpen_checkpoint"]
 
-_FLOAT_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
-_OTHER_DTYPES = {"int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
-                 "uint16": "U16", "uint32": "U32", "uint64": "U64", "float8_e4m3fn": "F8_E4M3",
-                 "float8_e5m2": "F8_E5M2", "complex64": "C64"}
-_CODES = {**_FLOAT_DTYPES, **_OTHER_DTYPES}
+_FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
+# The safetensors code of each dtype written back byte for byte (not the sub-byte floats, nor e8m0).
+_CODES = {name: code for code, (name, size) in SAFETENSORS_DTYPES.items() if size >= 1 and code != "F8_E8M0"}
 
 
 @dataclass(frozen=True)
@@ -76,17 +75,12 @@ def _slices(w: np.ndarray) -> list[np.ndarray]:
 
 
 def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
-    """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule.
-
-    Raises:
-        InvalidOptionError: ``percent`` outside [0, 1] (method ``svd``), or an unknown method.
-    """
+    """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule
+    (InvalidOptionError for an unknown method, or ``percent`` outside [0, 1] with ``svd``)."""
     mats = _slices(w)
     rf = len(mats)
     if method == "svd":
-        if not (isinstance(percent, (int, float)) and 0.0 <= percent <= 1.0):
-            raise InvalidOptionError(f"percent must be in [0, 1], not {percent!r}")
-        total = int(percent * min(mats[0].shape) * rf)
+        total = int(EditOptions.CONSTRAINTS["percent"]("percent", percent) * min(mats[0].shape) * rf)
     elif method == "detx":
         from wbfe.metrics.detx import detx_tail
         from wbfe.metrics.ww_compat import pooled_eigenvalues
@@ -321,12 +315,10 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             counts and randomised truncated SVD, in float32.
 
     Raises:
-        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``, or a ``percent`` other
-            than its default with ``method="detx"`` (which keeps its tail, whatever the percent); NoUsableMatrixError:
-            ``layers`` selects no weight matrix (or there is none);
-            OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
-            or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
-            be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad option, or ``percent`` set with ``method="detx"`` (which keeps its tail);
+            NoUsableMatrixError: no weight matrix (that ``layers`` selects); OutputError: ``out`` cannot be written
+            (OverwriteError: it is the input, a link to it, or inside a folder read); UnsupportedDtypeError: a tensor
+            that cannot be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
     """
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 

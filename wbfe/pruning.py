@@ -39,8 +39,20 @@ class MetricNotComputedError(InvalidOptionError):
     """The column to allocate by is missing from the score, or NaN on every prunable matrix."""
 
 
+class _Rows(ToJson):
+    """A result of one dict per matrix (``rows``), shown as a table with shapes as ``AxB``."""
+
+    rows: list[dict[str, Any]]
+
+    def to_pandas(self) -> Any:
+        from wbfe._deps import require
+
+        pandas = require("pandas", "to_pandas() needs pandas (pip install pandas)")
+        return pandas.DataFrame([_flat(r) for r in self.rows])
+
+
 @dataclass(frozen=True)
-class Allocation(ToJson):
+class Allocation(_Rows):
     """The per-matrix sparsity that reaches a target overall.
 
     Attributes:
@@ -83,12 +95,9 @@ class Allocation(ToJson):
                              for row in self.rows)
         return buffer.getvalue()
 
-    def to_pandas(self) -> Any:
-        return _frame(self.rows)
-
 
 @dataclass(frozen=True)
-class PruneReport(ToJson):
+class PruneReport(_Rows):
     """What ``prune`` wrote (``output``) and how each matrix changed.
 
     Attributes:
@@ -111,9 +120,6 @@ class PruneReport(ToJson):
         """The JSON shape; non-finite numbers become None."""
         return json_ready({"output": str(self.output), "overall": self.overall,
                            "allocation": self.allocation.to_dict(), "rows": self.rows})
-
-    def to_pandas(self) -> Any:
-        return _frame(self.rows)
 
 
 def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: float,
@@ -333,12 +339,6 @@ def _report_row(row: dict[str, Any], counted: tuple[int, int, int], before: dict
     for metric in ["bfe", "alpha", "stable_rank"] + (["h"] if options.by == "h" else []):
         out[f"{metric}_before"], out[f"{metric}_after"] = as_float(before.get(metric)), as_float(after.get(metric))
     return out
-
-
-def _frame(rows: list[dict[str, Any]]) -> Any:
-    from wbfe._deps import require
-
-    return require("pandas", "to_pandas() needs pandas (pip install pandas)").DataFrame([_flat(r) for r in rows])
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:

@@ -83,9 +83,8 @@ def score(
             whichever of the adapter and its base is remote.
 
     Raises:
-        InvalidOptionError: a bad option value, or one no asked group reads (``lam`` without ``bfe`` or ``htmp``,
-            ``fix_fingers`` or ``fit`` without ``htsr``, ``fingers`` or ``vectors``, ``seed`` without ``rand`` or ``intra``:
-            :data:`wbfe.options.READ_BY`). The errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad option value, or one no asked group reads (:data:`wbfe.options.READ_BY`, e.g.
+            ``lam`` without ``bfe`` or ``htmp``). The errors of :func:`wbfe.sources.open_source`.
         NoUsableMatrixError: every weight matrix was skipped.
 
     Example:

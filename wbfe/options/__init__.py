@@ -84,16 +84,22 @@ def positive_lambda(lam: object) -> float:
     return value
 
 
-def parse_lambda(lam: object) -> Union[Literal["opt"], float]:
-    """``"opt"`` (any case) or a positive finite prior precision; InvalidOptionError for anything else."""
-    if isinstance(lam, str) and lam.strip().lower() == "opt":
-        return "opt"
+def _word_or_lambda(word: str, lam: object, refusal: str, *, keep_range: bool = False) -> Any:
+    """``word`` (written in any case) or :func:`positive_lambda`'s value; else ``"{refusal}, not {lam!r}"`` (with
+    ``keep_range``, the range's own message for a number outside it)."""
+    if isinstance(lam, str) and lam.strip().lower() == word:
+        return word
     try:
         return positive_lambda(lam)
     except InvalidOptionError as exc:
-        if "must lie in" in str(exc):
+        if keep_range and "must lie in" in str(exc):
             raise
-        raise InvalidOptionError(f"lambda must be 'opt' or a positive number, not {lam!r}") from None
+        raise InvalidOptionError(f"{refusal}, not {lam!r}") from None
+
+
+def parse_lambda(lam: object) -> Union[Literal["opt"], float]:
+    """``"opt"`` (any case) or a positive finite prior precision; InvalidOptionError for anything else."""
+    return _word_or_lambda("opt", lam, "lambda must be 'opt' or a positive number", keep_range=True)
 
 
 METRIC_GROUPS: tuple[str, ...] = ("bfe", "htsr", "htmp", "rand", "vectors", "detx", "fingers")
@@ -403,14 +409,14 @@ class CompareOptions(Validated):
     BESIDE: ClassVar[tuple[str, ...]] = ("versions",)  # a comparison records the packages' versions here
 
     @property
-    def pattern(self) -> Optional[re.Pattern[str]]:
-        """The compiled :attr:`layers` expression, None when every tensor is selected."""
-        return compile_layers(self.layers)
-
-    @property
     def renames(self) -> list[tuple[re.Pattern[str], str]]:
         """:attr:`name_map` compiled, in order."""
         return [(re.compile(pattern), repl) for pattern, repl in self.name_map]
+
+    @property
+    def pattern(self) -> Optional[re.Pattern[str]]:
+        """The compiled :attr:`layers` expression, None when every tensor is selected."""
+        return compile_layers(self.layers)
 
     def keywords(self) -> dict[str, Any]:
         """The fields as :func:`wbfe.compare` keywords."""
@@ -469,6 +475,7 @@ class ReportOptions(Validated):
 WATCH_LAYERS = ("head", "all", "fittable")
 """The named layer selections of :class:`WatchOptions` (anything else is a regular expression on tensor names)."""
 _WATCH_LAYERS_WORDS = f"{', '.join(map(repr, WATCH_LAYERS))} or a regular expression"
+_WATCH_LAMBDA_WORDS = "a positive number or 'calibrated'"
 
 
 def _check_watch_layers(layers: object) -> str:
@@ -478,15 +485,6 @@ def _check_watch_layers(layers: object) -> str:
         raise InvalidOptionError(f"layers must be {_WATCH_LAYERS_WORDS}, not {layers!r}")
     compile_layers(layers)
     return layers
-
-
-def _check_watch_lambda(lam: object) -> Union[Literal["calibrated"], float]:
-    if isinstance(lam, str) and lam.strip().lower() == "calibrated":
-        return "calibrated"
-    try:
-        return positive_lambda(lam)  # the one parser of a fixed lambda (finite, in its range)
-    except InvalidOptionError:
-        raise InvalidOptionError(f"--lambda must be a positive number or 'calibrated', not {lam!r}") from None
 
 
 @dataclass(frozen=True)
@@ -499,7 +497,8 @@ class WatchOptions(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "layers": Custom(_check_watch_layers, _WATCH_LAYERS_WORDS,
                          bad=("", "(a+)+$", 3)),
-        "lam": Custom(_check_watch_lambda, "a positive number or 'calibrated'", bad=("opt", -1.0, "nan"), optional=True),
+        "lam": Custom(lambda lam: _word_or_lambda("calibrated", lam, f"--lambda must be {_WATCH_LAMBDA_WORDS}"),
+                      _WATCH_LAMBDA_WORDS, bad=("opt", -1.0, "nan"), optional=True),
         "head": HEAD, "device": DEVICE,
     }
 
@@ -545,11 +544,8 @@ PRUNE_ROLES = ("head", "attention", "mlp", "expert", "shared_expert", "router", 
 
 
 def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    """Roles left unpruned: ``"head,embedding"``, an iterable of role names, or ``""`` / ``()`` for none.
-
-    Raises:
-        InvalidOptionError: something other than role names (UnknownNameError for an unknown role).
-    """
+    """Roles left unpruned: ``"head,embedding"``, an iterable of role names, or ``""`` / ``()`` for none
+    (UnknownNameError for an unknown role)."""
     if isinstance(value, str):
         items: list[Any] = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
     else:

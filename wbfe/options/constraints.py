@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
@@ -19,12 +19,13 @@ from wbfe.errors import InvalidOptionError
 __all__ = ["Constraint", "Integer", "Real", "Choice", "Flag", "Text", "Custom", "Validated"]
 
 
+@dataclass(frozen=True)
 class Constraint:
     """What one parameter accepts: :attr:`invalid` lists values it refuses (examples for the generated tests);
     with :attr:`optional`, None is accepted (and kept as None)."""
 
-    invalid: tuple[Any, ...] = ()
-    optional: bool = False
+    invalid: ClassVar[tuple[Any, ...]] = ()
+    optional: bool = field(default=False, kw_only=True)
 
     def describe(self) -> str:
         """The allowed values in words, completing "NAME must be ..."."""
@@ -51,7 +52,6 @@ class Integer(Constraint):
 
     low: int
     high: Optional[int] = None
-    optional: bool = False
     words: Optional[str] = None
 
     def describe(self) -> str:
@@ -107,7 +107,6 @@ class Choice(Constraint):
     """One of a fixed set of strings."""
 
     values: tuple[str, ...]
-    optional: bool = False
 
     def describe(self) -> str:
         quoted = [repr(v) for v in self.values]
@@ -125,8 +124,6 @@ class Choice(Constraint):
 class Flag(Constraint):
     """True or False (not 0, 1 or a string); also None when ``optional`` (an automatic choice)."""
 
-    optional: bool = False
-
     def describe(self) -> str:
         return "True, False or None" if self.optional else "True or False"
 
@@ -143,7 +140,6 @@ class Text(Constraint):
     """A non-empty string (a name, a path)."""
 
     what: str = "a non-empty string"
-    optional: bool = False
 
     def describe(self) -> str:
         return self.what
@@ -165,7 +161,6 @@ class Custom(Constraint):
     checker: Callable[..., Any]
     words: str
     bad: tuple[Any, ...] = ()
-    optional: bool = False
     named: bool = False
 
     def __call__(self, name: str, value: Any) -> Any:
