@@ -112,7 +112,6 @@ class HmcSettings(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "r_values": _each(POSITIVE, float, "positive numbers", ((), (0.0,))), "seeds": SEEDS, "d": Integer(1),
         "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "warmup": Integer(0),
-        # hmc_check keeps one iteration in run_hmc's every=10: fewer than 10 samples keep none
         "samples": Integer(10, words="an integer of at least 10 (one sample in 10 is kept)"), "device": DEVICE,
     }
 
