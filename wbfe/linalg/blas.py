@@ -225,9 +225,7 @@ def _wheel_openblas() -> dict[str, None]:
 
     found: dict[str, None] = {}
     for package in (np, scipy):
-        if package.__file__ is None:  # pragma: no cover - a namespace package
-            continue
-        folder = Path(package.__file__).parent.parent / f"{package.__name__}.libs"
+        folder = Path(package.__path__[0]).parent / f"{package.__name__}.libs"
         found.update(dict.fromkeys(str(path) for path in sorted(folder.glob("*openblas*.so*"))))
     return found
 

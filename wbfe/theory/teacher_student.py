@@ -144,9 +144,7 @@ def _lower_bound(h: Callable[[np.ndarray], np.ndarray], e_max: float, iterations
     prev = 0.0
     for _ in range(iterations):
         nxt = prev + float(h(np.array([prev]))[0])
-        if not nxt > prev * (1 + 1e-9) or nxt >= e_max:
-            break
-        if not float(h(np.array([nxt]))[0]) > 0:
+        if not nxt > prev * (1 + 1e-9) or nxt >= e_max or not float(h(np.array([nxt]))[0]) > 0:
             break
         prev = nxt
     return prev

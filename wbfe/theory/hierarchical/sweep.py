@@ -79,10 +79,8 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
     alphas = s.alphas()
     ns = s.sample_sizes()
     runs = [_run_seed(child, ns, s) for child in np.random.SeedSequence(s.seed).spawn(s.seeds)]
-    nmse = np.array([r["nmse"] for r in runs])  # (seeds, points)
-    q = np.array([r["q"] for r in runs])  # (seeds, points, p)
-    kernel = np.array([r["nmse_kernel"] for r in runs])
-    recovered = np.array([r["recovered"] for r in runs])
+    # (seeds, points) arrays, and (seeds, points, p) for q
+    nmse, q, kernel, recovered = (np.array([r[key] for r in runs]) for key in ("nmse", "q", "nmse_kernel", "recovered"))
     pts = tuple(
         HierarchicalPoint(
             alpha=float(alphas[j]), n=ns[j], nmse=float(nmse[:, j].mean()), nmse_std=float(nmse[:, j].std()),
