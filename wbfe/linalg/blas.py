@@ -26,8 +26,8 @@ _PROTOTYPES = {
     "dsyevr": "jobz:c range:c uplo:c n:i a:a lda:i vl:d vu:d il:i iu:i abstol:d m:i w:a z:a ldz:i isuppz:a work:a "
               "lwork:i iwork:a liwork:i info:i",
 }
-_C_TYPES = {"c": ctypes.c_char_p, "i": ctypes.POINTER(ctypes.c_int), "d": ctypes.POINTER(ctypes.c_double),
-            "a": ctypes.c_void_p}
+_C_TYPES: dict[str, Any] = {"c": ctypes.c_char_p, "i": ctypes.POINTER(ctypes.c_int),
+                            "d": ctypes.POINTER(ctypes.c_double), "a": ctypes.c_void_p}
 
 
 def _int(value: int) -> Any:

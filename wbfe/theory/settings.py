@@ -56,8 +56,7 @@ def _each(rule: Constraint, cast: Callable[[Any], Any], words: str, bad: tuple[A
     def check(name: str, values: Any) -> tuple[Any, ...]:
         values = (tuple(values.tolist()) if hasattr(values, "tolist") and hasattr(values, "ndim")  # a numpy array
                   else tuple(values) if isinstance(values, (tuple, list, range)) else values)
-        if not isinstance(values, tuple) or not values:
-            raise InvalidOptionError(f"{name} must not be empty")
+        require(isinstance(values, tuple) and values, f"{name} must not be empty")
         out = tuple(cast(rule(name, v)) for v in values)
         if len(set(out)) < len(out):  # a repeated seed is no new sample; a repeated width no new point
             raise InvalidOptionError(f"{name} must not repeat a value, got {values!r}")

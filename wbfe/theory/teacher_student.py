@@ -233,12 +233,9 @@ def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float
     require(len(r_values), "r_values must not be empty")
     kern = kern if kern is not None else kernel(activation)
     sols = [solve(v, delta=delta, d=d, r=float(r), kern=kern, grid_points=grid_points) for r in r_values]
-    return Sweep(
-        r=np.array([s.r for s in sols]), n=np.array([s.n for s in sols]), eps=np.array([s.eps for s in sols]),
-        k_c=np.array([s.k_c for s in sols]), q=np.array([s.q for s in sols]),
-        n_roots=np.array([len(s.eps_all) for s in sols]), d=d, k=len(v), delta=delta,
-        lambda_sigma=kern.lambda_sigma, q_sigma=kern.q_sigma,
-    )
+    arrays: dict[str, Any] = {key: np.array([getattr(s, key) for s in sols]) for key in ("r", "n", "eps", "k_c", "q")}
+    return Sweep(**arrays, n_roots=np.array([len(s.eps_all) for s in sols]), d=d, k=len(v), delta=delta,
+                 lambda_sigma=kern.lambda_sigma, q_sigma=kern.q_sigma)
 
 
 def fit_slope(x: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> float:

@@ -111,6 +111,8 @@ class HierarchicalSettings(Validated):
         return {k: full[k] for k in ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max",
                                      "points", "seeds", "n_test", "kernel_max_n", "q_level", "solver", "seed")}
 
+    BESIDE: ClassVar[tuple[str, ...]] = ("D",)  # derived from d: from_dict checks it
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HierarchicalSettings":
         """The settings a result recorded (:meth:`to_dict`; ``D`` is derived from ``d``).
@@ -118,9 +120,8 @@ class HierarchicalSettings(Validated):
         Raises:
             InvalidOptionError: an unknown key, a bad value, or a ``D`` that is not ``d``'s.
         """
-        rest = {k: v for k, v in data.items() if k != "D"} if isinstance(data, Mapping) else data
-        settings: HierarchicalSettings = super().from_dict(rest)
-        if isinstance(data, Mapping) and "D" in data and data["D"] != feature_dim(settings.d):
-            raise InvalidOptionError(f"D = {data['D']!r} is not the feature dimension of d = {settings.d} "
-                                     f"({feature_dim(settings.d)})")
+        settings: HierarchicalSettings = super().from_dict(data)
+        big_d = feature_dim(settings.d)
+        require(data.get("D", big_d) == big_d,
+                f"D = {data.get('D')!r} is not the feature dimension of d = {settings.d} ({big_d})")
         return settings
