@@ -18,9 +18,10 @@ __all__ = ["NUMPY_DTYPES", "WIDENED_DTYPES", "is_known_dtype", "holds_without_to
 # wbfe's dtype names (torch's, without the prefix) that numpy holds as they are stored.
 NUMPY_DTYPES: dict[str, Any] = {name: np.dtype(name).type for name in (
     "float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8", "bool")}
-# Bytes per element of the dtypes numpy lacks, so that sizes are known without importing torch.
-_OTHER_ITEMSIZE = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e8m0fnu": 1,
-                   "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complex64": 8, "complex128": 16}
+# Bytes per element of every dtype wbfe knows, so that sizes are known without importing torch.
+_ITEMSIZE = {**{name: np.dtype(name).itemsize for name in NUMPY_DTYPES}, "bfloat16": 2, "float8_e4m3fn": 1,
+             "float8_e5m2": 1, "float8_e8m0fnu": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complex64": 8,
+             "complex128": 16}
 
 
 # The dtype numpy lacks whose every value a numpy float holds exactly (bfloat16, the top half of a
@@ -44,7 +45,7 @@ def holds_without_torch(dtype: str) -> bool:
 
 def is_known_dtype(dtype: str) -> bool:
     """Whether ``dtype`` names a tensor dtype wbfe holds, asked without importing torch."""
-    return dtype in NUMPY_DTYPES or dtype in _OTHER_ITEMSIZE
+    return dtype in _ITEMSIZE
 
 
 def torch_loaded() -> bool:
@@ -96,10 +97,8 @@ def itemsize(dtype: str) -> int:
         AttributeError: ``dtype`` names no torch dtype.
         MissingDependencyError: torch, which alone knows such a dtype, is not installed.
     """
-    if dtype in NUMPY_DTYPES:
-        return int(np.dtype(NUMPY_DTYPES[dtype]).itemsize)
-    if dtype in _OTHER_ITEMSIZE:
-        return _OTHER_ITEMSIZE[dtype]
+    if dtype in _ITEMSIZE:
+        return _ITEMSIZE[dtype]
     require_torch(f"a {dtype} tensor")
     import torch
 

@@ -11,30 +11,23 @@ import contextlib
 import ctypes
 import functools
 import re
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
-__all__ = ["syrk_lower", "potrf_lower", "getrf", "eigvalsh_lower", "releases_gil", "eigvalsh_two_stage", "has_two_stage",
-           "one_thread", "controls_threads"]
+__all__ = ["syrk_lower", "potrf_lower", "getrf", "eigvalsh_lower", "releases_gil", "eigvalsh_two_stage",
+           "has_two_stage", "one_thread", "controls_threads"]
 
-_int_p = ctypes.POINTER(ctypes.c_int)
-_double_p = ctypes.POINTER(ctypes.c_double)
+# The routines' arguments, all by reference: c a char, i an int, d a double, a an array's data.
 _PROTOTYPES = {
-    # void dsyrk(char *uplo, char *trans, int *n, int *k, d *alpha, d *a, int *lda, d *beta, d *c, int *ldc)
-    "dsyrk": (ctypes.c_char_p, ctypes.c_char_p, _int_p, _int_p, _double_p, ctypes.c_void_p, _int_p, _double_p,
-              ctypes.c_void_p, _int_p),
-    # void dpotrf(char *uplo, int *n, d *a, int *lda, int *info)
-    "dpotrf": (ctypes.c_char_p, _int_p, ctypes.c_void_p, _int_p, _int_p),
-    # void dgetrf(int *m, int *n, d *a, int *lda, int *ipiv, int *info)
-    "dgetrf": (_int_p, _int_p, ctypes.c_void_p, _int_p, ctypes.c_void_p, _int_p),
-    # void dsyevr(char *jobz, char *range, char *uplo, int *n, d *a, int *lda, d *vl, d *vu, int *il, int *iu,
-    #             d *abstol, int *m, d *w, d *z, int *ldz, int *isuppz, d *work, int *lwork, int *iwork,
-    #             int *liwork, int *info)
-    "dsyevr": (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _int_p, ctypes.c_void_p, _int_p, _double_p,
-               _double_p, _int_p, _int_p, _double_p, _int_p, ctypes.c_void_p, ctypes.c_void_p, _int_p,
-               ctypes.c_void_p, ctypes.c_void_p, _int_p, ctypes.c_void_p, _int_p, _int_p),
+    "dsyrk": "uplo:c trans:c n:i k:i alpha:d a:a lda:i beta:d c:a ldc:i",
+    "dpotrf": "uplo:c n:i a:a lda:i info:i",
+    "dgetrf": "m:i n:i a:a lda:i ipiv:a info:i",
+    "dsyevr": "jobz:c range:c uplo:c n:i a:a lda:i vl:d vu:d il:i iu:i abstol:d m:i w:a z:a ldz:i isuppz:a work:a "
+              "lwork:i iwork:a liwork:i info:i",
 }
+_C_TYPES: dict[str, Any] = {"c": ctypes.c_char_p, "i": ctypes.POINTER(ctypes.c_int),
+                            "d": ctypes.POINTER(ctypes.c_double), "a": ctypes.c_void_p}
 
 
 def _int(value: int) -> Any:
@@ -61,7 +54,7 @@ def _routines() -> dict[str, Callable[..., None]]:
         address = get_pointer(capsule, get_name(capsule))
         if not address:  # never called through: a null pointer would crash the process
             raise ImportError(f"scipy exports an empty {name}")
-        out[name] = ctypes.CFUNCTYPE(None, *args)(address)
+        out[name] = ctypes.CFUNCTYPE(None, *(_C_TYPES[arg[-1]] for arg in args.split()))(address)
     return out
 
 
@@ -71,16 +64,17 @@ def releases_gil() -> bool:
     return bool(_routines())
 
 
-def _check_square(what: str, g: np.ndarray) -> None:
-    if not (g.flags.f_contiguous and g.dtype == np.float64 and g.ndim == 2 and g.shape[0] == g.shape[1]):
-        raise ValueError(f"{what} needs a square Fortran-ordered float64 array")
+def _check(what: str, a: np.ndarray, *, square: bool = True) -> None:
+    """ValueError unless ``a`` is a Fortran-ordered float64 matrix (``square``: a square one), as LAPACK reads it."""
+    if not (a.flags.f_contiguous and a.dtype == np.float64 and a.ndim == 2) or square and a.shape[0] != a.shape[1]:
+        raise ValueError(f"{what} needs a {'square ' if square else ''}Fortran-ordered float64 matrix")
 
 
 def syrk_lower(c: np.ndarray, a: np.ndarray, *, trans: bool) -> None:
     """``c += a·aᵀ`` (``trans``: ``c += aᵀ·a``) in the lower triangle of ``c``, in place; both float64 and
     Fortran-ordered, ``c`` n×n and ``a`` n×k (k×n with ``trans``)."""
-    if not (c.flags.f_contiguous and a.flags.f_contiguous and c.dtype == a.dtype == np.float64):
-        raise ValueError("syrk_lower needs Fortran-ordered float64 arrays")
+    _check("syrk_lower", c)
+    _check("syrk_lower", a, square=False)
     n = c.shape[0]
     k = a.shape[0] if trans else a.shape[1]
     if a.shape != ((k, n) if trans else (n, k)) or c.shape != (n, n):
@@ -95,7 +89,7 @@ def potrf_lower(g: np.ndarray) -> int:
     """The Cholesky factor L (G = L·Lᵀ) of the lower triangle of ``g`` (square, Fortran-ordered float64), in place
     (the upper triangle is neither read nor written); returns LAPACK's ``info``: 0 on success, i > 0 when the leading
     minor of order i is not positive definite."""
-    _check_square("potrf_lower", g)
+    _check("potrf_lower", g)
     info = ctypes.c_int(0)
     _routines()["dpotrf"](b"L", _int(g.shape[0]), g.ctypes.data, _int(max(1, g.shape[0])), ctypes.byref(info))
     return int(info.value)
@@ -104,8 +98,7 @@ def potrf_lower(g: np.ndarray) -> int:
 def getrf(a: np.ndarray) -> int:
     """The LU factors (A = P·L·U) of ``a`` (m×n, Fortran-ordered float64), in place: U on and above the diagonal;
     returns LAPACK's ``info``: 0 on success, i > 0 when u_ii is exactly zero (the factors are complete)."""
-    if not (a.flags.f_contiguous and a.dtype == np.float64 and a.ndim == 2):
-        raise ValueError("getrf needs a Fortran-ordered float64 matrix")
+    _check("getrf", a, square=False)
     m, n = a.shape
     pivots = np.empty(max(1, min(m, n)), dtype=np.intc)
     info = ctypes.c_int(0)
@@ -121,17 +114,15 @@ def eigvalsh_lower(g: np.ndarray) -> np.ndarray:
     Raises:
         ValueError: ``g`` is not a square Fortran-ordered float64 array, or LAPACK reports an error.
     """
-    _check_square("eigvalsh_lower", g)
+    _check("eigvalsh_lower", g)
     n = g.shape[0]
     w = np.empty(n, dtype=np.float64)
-    if n == 0:
-        return w
     found, info = ctypes.c_int(0), ctypes.c_int(0)
     z = np.empty(1, dtype=np.float64)  # not referenced without vectors
     support = np.empty(2 * n, dtype=np.intc)
 
     def call(work: np.ndarray, lwork: int, iwork: np.ndarray, liwork: int) -> None:
-        _routines()["dsyevr"](b"N", b"A", b"L", _int(n), g.ctypes.data, _int(n), _double(0.0), _double(0.0),
+        _routines()["dsyevr"](b"N", b"A", b"L", _int(n), g.ctypes.data, _int(max(1, n)), _double(0.0), _double(0.0),
                               _int(0), _int(0), _double(0.0), ctypes.byref(found), w.ctypes.data, z.ctypes.data,
                               _int(1), support.ctypes.data, work.ctypes.data, _int(lwork), iwork.ctypes.data,
                               _int(liwork), ctypes.byref(info))
@@ -160,11 +151,10 @@ def _two_stage() -> Optional[Callable[..., int]]:
     for path, library in _openblas_libraries():
         if "64" in path.rsplit("/", 1)[-1]:
             continue
-        for name in ("scipy_LAPACKE_dsyevd_2stage", "LAPACKE_dsyevd_2stage"):
-            symbol = getattr(library, name, None)
-            address = ctypes.cast(symbol, ctypes.c_void_p).value if symbol is not None else None
-            if address:
-                return _LAPACKE_EIG(address)
+        symbol = _symbol(library, ("scipy_LAPACKE_dsyevd_2stage", "LAPACKE_dsyevd_2stage"))
+        address = ctypes.cast(symbol, ctypes.c_void_p).value if symbol is not None else None
+        if address:
+            return _LAPACKE_EIG(address)
     return None
 
 
@@ -177,14 +167,12 @@ def eigvalsh_two_stage(g: np.ndarray) -> np.ndarray:
     """:func:`eigvalsh_lower` by LAPACK's two-stage tridiagonal reduction (dense → band by BLAS-3 → tridiagonal),
     which on a matrix too large for the caches beats the one-stage, memory-bound ``dsytrd``
     (benchmarks/bench_eigensolvers.py). ValueError also where the routine is missing (:func:`has_two_stage`)."""
-    _check_square("eigvalsh_two_stage", g)
+    _check("eigvalsh_two_stage", g)
     routine = _two_stage()
     if routine is None:
         raise ValueError("LAPACKE_dsyevd_2stage is not available")
     n = g.shape[0]
     w = np.empty(n, dtype=np.float64)
-    if n == 0:
-        return w
     info = routine(_COL_MAJOR, b"N", b"L", n, g.ctypes.data, max(1, n), w.ctypes.data)
     if info != 0:
         raise ValueError(f"dsyevd_2stage failed (info {info})")
@@ -192,10 +180,13 @@ def eigvalsh_two_stage(g: np.ndarray) -> np.ndarray:
 
 
 _OPENBLAS_FILE = re.compile(r"(/\S*openblas\S*\.(?:so|dylib)\S*)\s*$", re.IGNORECASE)
-_GET_THREADS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
-                "openblas_get_num_threads")
-_SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
-                "openblas_set_num_threads")
+# scipy's OpenBLAS prefixes its symbols, a build with 64-bit integers suffixes them
+_THREAD_CALLS = [f"{prefix}openblas_{{}}_num_threads{suffix}" for prefix in ("scipy_", "") for suffix in ("64_", "")]
+
+
+def _symbol(library: ctypes.CDLL, names: Iterable[str]) -> Any:
+    """The first of ``names`` that ``library`` exports, or None."""
+    return next((getattr(library, name) for name in names if hasattr(library, name)), None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -217,8 +208,7 @@ def _thread_calls() -> tuple[tuple[Callable[[], int], Callable[[int], None]], ..
     """(get, set) of the thread count of each OpenBLAS loaded into this process; empty where none is found."""
     calls = []
     for _, library in _openblas_libraries():
-        get = next((getattr(library, name) for name in _GET_THREADS if hasattr(library, name)), None)
-        set_ = next((getattr(library, name) for name in _SET_THREADS if hasattr(library, name)), None)
+        get, set_ = (_symbol(library, (name.format(verb) for name in _THREAD_CALLS)) for verb in ("get", "set"))
         if get is not None and set_ is not None:
             get.restype, get.argtypes = ctypes.c_int, []
             set_.restype, set_.argtypes = None, [ctypes.c_int]
@@ -235,9 +225,7 @@ def _wheel_openblas() -> dict[str, None]:
 
     found: dict[str, None] = {}
     for package in (np, scipy):
-        if package.__file__ is None:  # pragma: no cover - a namespace package
-            continue
-        folder = Path(package.__file__).parent.parent / f"{package.__name__}.libs"
+        folder = Path(package.__path__[0]).parent / f"{package.__name__}.libs"
         found.update(dict.fromkeys(str(path) for path in sorted(folder.glob("*openblas*.so*"))))
     return found
 

@@ -576,7 +576,5 @@ def near_one(x: np.ndarray, top: Optional[float] = None) -> tuple[np.ndarray, fl
     float64's range), and ``f``: for what the spectrum's own rule must also hold (editing, compare's norms).
     ``top``: a float64 x's :func:`max_abs`, where the caller has it (no pass over x here)."""
     shift = (range_shift([x]) if x.size else 0) if top is None else shift_for(top)
-    if not shift:
-        return x, 1.0
     f = math.ldexp(1.0, shift)
-    return x * f, f
+    return (x * f if shift else x), f

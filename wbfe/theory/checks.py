@@ -8,7 +8,7 @@ from typing import Any
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["MAX_BYTES", "SEED_LIMIT", "is_whole", "is_number", "finite_number", "check_bytes", "check_seed",
+__all__ = ["MAX_BYTES", "SEED_LIMIT", "is_whole", "is_number", "finite_number", "require", "check_bytes", "check_seed",
            "check_runs"]
 
 MAX_BYTES = 4 * 2**30  # the largest array a simulation allocates
@@ -25,13 +25,19 @@ def is_whole(value: object) -> bool:
         return False
 
 
-def is_number(value: Any, kind: type = numbers.Real) -> bool:
-    """Whether ``value`` is a number of ``kind`` (NumPy's included: numbers' ABCs, numpy not imported); never a bool."""
-    return isinstance(value, kind) and not isinstance(value, bool)
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number (NumPy's included: numbers' ABCs, numpy not imported); never a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def finite_number(value: Any) -> bool:
     return is_number(value) and math.isfinite(value)
+
+
+def require(ok: object, message: str) -> None:
+    """The one refusal of the theory's checks: InvalidOptionError(``message``) unless ``ok``."""
+    if not ok:
+        raise InvalidOptionError(message)
 
 
 def check_bytes(floats: int, what: str, fix: str) -> None:
@@ -42,9 +48,8 @@ def check_bytes(floats: int, what: str, fix: str) -> None:
 
 def check_seed(seed: Any, name: str = "seed") -> int:
     """``seed`` as an int, refused unless a whole number in [0, :data:`SEED_LIMIT`) (no generator can fail on it)."""
-    if not (is_whole(seed) and 0 <= seed < SEED_LIMIT):
-        raise InvalidOptionError(f"{name} must be an integer in [0, 2**32) (the seeds every random generator in wbfe "
-                                 f"takes), not {seed!r}")
+    require(is_whole(seed) and 0 <= seed < SEED_LIMIT,
+            f"{name} must be an integer in [0, 2**32) (the seeds every random generator in wbfe takes), not {seed!r}")
     return int(seed)
 
 
@@ -59,7 +64,7 @@ def check_runs(name: str, values: Any, seeds: Any) -> None:
         except ValueError:  # a ragged list: numpy's inhomogeneous-shape error
             return False
 
-    if not (flat(values) and flat(seeds)) or len(set(seeds)) < len(seeds):
-        raise InvalidOptionError(f"{name} and seeds must be non-empty lists, and no seed may repeat")
+    require(flat(values) and flat(seeds) and len(set(seeds)) == len(seeds),
+            f"{name} and seeds must be non-empty lists, and no seed may repeat")
     for seed in seeds:
         check_seed(seed, "seeds")

@@ -15,7 +15,7 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.checks import is_whole
+from wbfe.theory.checks import is_whole, require
 
 __all__ = ["Activation", "ACTIVATIONS", "get_activation", "hermite_coefficients", "Kernel", "kernel"]
 
@@ -68,7 +68,8 @@ def get_activation(activation: Union[str, Activation, Callable[[np.ndarray], np.
     raise InvalidOptionError(f"activation must be a name or a callable, got {type(activation).__name__}")
 
 
-def _legendre_panels(lo: float, hi: float, breaks: tuple[float, ...], width: float, order: int) -> tuple[np.ndarray, np.ndarray]:
+def _legendre_panels(lo: float, hi: float, breaks: tuple[float, ...], width: float,
+                     order: int) -> tuple[np.ndarray, np.ndarray]:
     # Composite Gauss-Legendre: exact panels edges at the kinks keep piecewise-smooth integrands exact.
     edges = sorted({lo, hi, *[b for b in breaks if lo < b < hi]})
     cuts = np.unique(np.concatenate([np.linspace(a, b, max(1, math.ceil((b - a) / width)) + 1)
@@ -90,8 +91,7 @@ def _normalised_coefficients(act: Activation, degree: int) -> tuple[np.ndarray, 
         sig = np.asarray(act.numpy(z), dtype=np.float64)
     except (ArithmeticError, TypeError, ValueError) as exc:  # e.g. math.tanh, which takes scalars only
         raise InvalidOptionError(f"{message} ({exc})") from None
-    if sig.shape != z.shape or not np.all(np.isfinite(sig)):
-        raise InvalidOptionError(message)
+    require(sig.shape == z.shape and np.all(np.isfinite(sig)), message)
     # Orthonormal Hermite functions ψ_ℓ = h_ℓ·√φ stay bounded, so the recurrence never overflows.
     root_phi = (2.0 * math.pi) ** -0.25 * np.exp(-0.25 * z * z)
     weighted = w * sig * root_phi
@@ -202,11 +202,8 @@ class Kernel:
         if q_sig == 0.0:
             lam[0] = max(lam[0], self.lambda_sigma)
         x = np.log(lam)
-        if not np.all(np.diff(x) > 0):
-            raise InvalidOptionError(
-                f"activation {self.activation.name!r}: the branch of m above lambda_sigma is not monotone "
-                "(a second transition); not supported"
-            )
+        require(np.all(np.diff(x) > 0), f"activation {self.activation.name!r}: the branch of m above lambda_sigma "
+                "is not monotone (a second transition); not supported")
         return CubicSpline(x, u), CubicSpline(u, np.log(self.deficit(s))), float(x[-1]), float(self.g_prime(1.0))
 
     def m(self, lam: ArrayLike) -> np.ndarray:
@@ -255,12 +252,9 @@ def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: in
     mu = (float(coef[0]), float(coef[1]), float(coef[2] * math.sqrt(2.0)))
     c2[:2] = 0.0
     remainder = max(second - coef[0] ** 2 - coef[1] ** 2 - float(c2.sum()), 0.0)
-    if c2.sum() + remainder <= 1e-14:
-        raise InvalidOptionError(f"activation {act.name!r} is affine: its kernel g vanishes")
+    require(c2.sum() + remainder > 1e-14, f"activation {act.name!r} is affine: its kernel g vanishes")
     out = Kernel(act, c2, float(remainder), mu)
-    if key is not None:
-        _KERNELS[key] = out
-    return out
+    return out if key is None else _KERNELS.setdefault(key, out)
 
 
 _KERNELS: dict[tuple[str, int], Kernel] = {}

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping
 
 from wbfe.errors import InvalidOptionError
+from wbfe.options import DEVICE  # one device rule with wbfe score's: a device this machine lacks is refused here
 from wbfe.options.constraints import Constraint, Custom, Integer, Text, Validated
-from wbfe.theory.checks import check_seed, finite_number
+from wbfe.theory.checks import check_seed, finite_number, require
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -55,8 +56,7 @@ def _each(rule: Constraint, cast: Callable[[Any], Any], words: str, bad: tuple[A
     def check(name: str, values: Any) -> tuple[Any, ...]:
         values = (tuple(values.tolist()) if hasattr(values, "tolist") and hasattr(values, "ndim")  # a numpy array
                   else tuple(values) if isinstance(values, (tuple, list, range)) else values)
-        if not isinstance(values, tuple) or not values:
-            raise InvalidOptionError(f"{name} must not be empty")
+        require(isinstance(values, tuple) and values, f"{name} must not be empty")
         out = tuple(cast(rule(name, v)) for v in values)
         if len(set(out)) < len(out):  # a repeated seed is no new sample; a repeated width no new point
             raise InvalidOptionError(f"{name} must not repeat a value, got {values!r}")
@@ -70,7 +70,6 @@ POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v >
 # Its range is the model's (below).
 NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
-DEVICE = Text("a torch device (cpu, cuda, cuda:N)")
 SEED = Custom(lambda name, value: check_seed(value, name), "an integer in [0, 2**32)", bad=(-1, 1.5, 2**32, True),
               named=True)
 SEEDS = _each(SEED, int, "integers in [0, 2**32)", ((), (-1,), (0, 0), (2**32,)))
@@ -99,8 +98,7 @@ class CurveSettings(Validated):
     nonzeros: int = 3
 
     def _cross_check(self) -> None:
-        if not (0 < self.r_min < self.r_max and self.points >= 2):
-            raise InvalidOptionError(
+        require(0 < self.r_min < self.r_max and self.points >= 2,
                 f"need 0 < r_min < r_max and points >= 2 (got {self.r_min}, {self.r_max}, {self.points})")
         _check_model(self.activation, self.readout, self.k, beta=self.beta, rate=self.rate, nonzeros=self.nonzeros)
 
@@ -112,7 +110,6 @@ class HmcSettings(Validated):
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
         "r_values": _each(POSITIVE, float, "positive numbers", ((), (0.0,))), "seeds": SEEDS, "d": Integer(1),
         "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "warmup": Integer(0),
-        # hmc_check keeps one iteration in run_hmc's every=10: fewer than 10 samples keep none
         "samples": Integer(10, words="an integer of at least 10 (one sample in 10 is kept)"), "device": DEVICE,
     }
 
@@ -128,8 +125,7 @@ class HmcSettings(Validated):
     device: str = "cpu"
 
     def _cross_check(self) -> None:
-        if self.k > self.d:
-            raise InvalidOptionError(f"need k <= d for HMC, got k={self.k}, d={self.d}")
+        require(self.k <= self.d, f"need k <= d for HMC, got k={self.k}, d={self.d}")
         _check_model(self.activation, "power", self.k, beta=self.beta)
 
 

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError
-from wbfe.theory.checks import is_number
+from wbfe.theory.checks import is_number, require
 
 __all__ = ["RIDGE_GRID", "KernelFit", "rbf_kernel", "fit_kernel_ridge", "predict_kernel_ridge"]
 
@@ -46,12 +45,12 @@ def fit_kernel_ridge(inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, 
     """
     inputs = np.asarray(inputs, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    if inputs.ndim != 2 or y.shape != (inputs.shape[0],) or inputs.shape[0] < 2:
-        raise InvalidOptionError("kernel ridge needs inputs (n, dim) and y (n,) with n >= 2")
-    if not (np.all(np.isfinite(inputs)) and np.all(np.isfinite(y))):  # eigh's LinAlgError, or a NaN fit
-        raise InvalidOptionError("kernel ridge needs finite inputs and y")
-    if np.ndim(ridges) != 1 or not len(ridges) or not all(is_number(r) and r > 0.0 for r in ridges):
-        raise InvalidOptionError(f"ridges must be a non-empty list of positive numbers, not {ridges!r}")
+    require(inputs.ndim == 2 and y.shape == (inputs.shape[0],) and inputs.shape[0] >= 2,
+            "kernel ridge needs inputs (n, dim) and y (n,) with n >= 2")
+    # eigh's LinAlgError, or a NaN fit
+    require(np.all(np.isfinite(inputs)) and np.all(np.isfinite(y)), "kernel ridge needs finite inputs and y")
+    require(np.ndim(ridges) == 1 and len(ridges) and all(is_number(r) and r > 0.0 for r in ridges),
+            f"ridges must be a non-empty list of positive numbers, not {ridges!r}")
     n = inputs.shape[0]
     intercept = float(y.mean())
     yc = y - intercept

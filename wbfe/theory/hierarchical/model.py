@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.checks import check_seed, finite_number, is_whole
+from wbfe.errors import unknown_name
+from wbfe.theory.checks import check_seed, finite_number, is_whole, require
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
            "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]
@@ -150,16 +150,13 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
         InvalidOptionError: d < 2, p outside [1, D], gamma ≤ 0, a seed outside [0, 2**32).
         UnknownNameError: an unknown activation or feature kind.
     """
-    if not is_whole(d) or d < 2:
-        raise InvalidOptionError(f"d must be an integer >= 2, not {d!r}")
-    if not finite_number(eps):
-        raise InvalidOptionError(f"eps must be a finite number, not {eps!r}")
+    require(is_whole(d) and d >= 2, f"d must be an integer >= 2, not {d!r}")
+    require(finite_number(eps), f"eps must be a finite number, not {eps!r}")
     big_d = feature_dim(int(d))
     p_used = int(round(d**eps)) if p is None else p
-    if not is_whole(p_used) or not 1 <= p_used <= big_d:
-        raise InvalidOptionError(f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
-    if not (finite_number(gamma) and gamma > 0.0):
-        raise InvalidOptionError(f"gamma must be a positive number, not {gamma!r}")
+    require(is_whole(p_used) and 1 <= p_used <= big_d,
+            f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
+    require(finite_number(gamma) and gamma > 0.0, f"gamma must be a positive number, not {gamma!r}")
     for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS)):
         if value not in known:
             raise unknown_name(kind, value, known)
@@ -183,8 +180,7 @@ def sample_data(teacher: HierarchicalTeacher, n: int, *,
     Raises:
         InvalidOptionError: n < 1, a seed outside [0, 2**32).
     """
-    if not is_whole(n) or n < 1:
-        raise InvalidOptionError(f"n must be a positive integer, not {n!r}")
+    require(is_whole(n) and n >= 1, f"n must be a positive integer, not {n!r}")
     rng = _rng(seed)
     dim = teacher.d if teacher.features == "hermite" else feature_dim(teacher.d)
     data = FeatureData(teacher.features, rng.standard_normal((int(n), dim)), teacher.d)

@@ -13,12 +13,13 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Integer, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.checks import check_bytes, finite_number
+from wbfe.theory.checks import check_bytes, finite_number, require
 from wbfe.theory.settings import SEED, custom_rule
 
 __all__ = ["HierarchicalSettings"]
 
-_NOT = "{name} must be {words}, not {value!r}"
+_FINITE = custom_rule("a finite number", finite_number, (math.nan, math.inf),
+                      say="{name} must be {words}, not {value!r}")
 
 
 def _known(kind: str, names: Any) -> Custom:
@@ -54,11 +55,11 @@ class HierarchicalSettings(Validated):
         "p": Integer(1, optional=True),
         "gamma": custom_rule("a number > 1/2", lambda v: finite_number(v) and v > 0.5, (0.5, math.nan),
                              say="the sequential-recovery predictions need gamma > 1/2, not {value!r}"),
-        "alpha_min": custom_rule("a finite number", finite_number, (math.nan,), say=_NOT),
-        "alpha_max": custom_rule("a finite number", finite_number, (math.inf,), say=_NOT),
+        "alpha_min": _FINITE,
+        "alpha_max": _FINITE,
         "points": Integer(2, words="an integer >= 2"),
         "seeds": Integer(1),
-        "eps": custom_rule("a finite number", finite_number, (math.nan,), say=_NOT),
+        "eps": _FINITE,
         "activation": _known("activation", ACTIVATIONS), "features": _known("feature kind", FEATURE_KINDS),
         "n_test": Integer(10, words="an integer >= 10"),
         "kernel_max_n": Integer(0),
@@ -86,18 +87,17 @@ class HierarchicalSettings(Validated):
 
     def _cross_check(self) -> None:
         a_min, a_max = self.alpha_min, self.alpha_max
-        if not 0.0 < a_min < a_max:
-            raise InvalidOptionError(f"need 0 < alpha_min < alpha_max, not {a_min!r} and {a_max!r}")
+        require(0.0 < a_min < a_max, f"need 0 < alpha_min < alpha_max, not {a_min!r} and {a_max!r}")
         try:
             n = max(2, int(round(self.d ** float(a_max))))  # the largest of sample_sizes()
         except OverflowError:
             raise InvalidOptionError(f"n = d^alpha_max = {self.d!r}^{a_max!r} is past a float's range; lower alpha_max "
                                      "or d") from None
-        width = self.d if self.features == "hermite" else feature_dim(int(self.d))
+        width = self.d if self.features == "hermite" else feature_dim(self.d)
         check_bytes(n * width, f"n = {n} samples of dimension {width}", "lower alpha_max or d")
 
     def alphas(self) -> np.ndarray:
-        return np.linspace(self.alpha_min, self.alpha_max, int(self.points))
+        return np.linspace(self.alpha_min, self.alpha_max, self.points)
 
     def sample_sizes(self) -> list[int]:
         """n = round(d^α) at each α (at least 2)."""
@@ -106,10 +106,12 @@ class HierarchicalSettings(Validated):
     def to_dict(self, *, p: Optional[int] = None) -> dict[str, Any]:
         """The settings as recorded in a result, with ``D`` and the resolved number of features ``p``
         (None: :attr:`p` as given)."""
-        full = {**asdict(self), "D": feature_dim(int(self.d)), "p": self.p if p is None else p}
+        full = {**asdict(self), "D": feature_dim(self.d), "p": self.p if p is None else p}
         full.update({k: float(full[k]) for k in ("gamma", "eps", "alpha_min", "alpha_max", "q_level")})
         return {k: full[k] for k in ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max",
                                      "points", "seeds", "n_test", "kernel_max_n", "q_level", "solver", "seed")}
+
+    BESIDE: ClassVar[tuple[str, ...]] = ("D",)  # derived from d: from_dict checks it
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HierarchicalSettings":
@@ -118,9 +120,8 @@ class HierarchicalSettings(Validated):
         Raises:
             InvalidOptionError: an unknown key, a bad value, or a ``D`` that is not ``d``'s.
         """
-        rest = {k: v for k, v in data.items() if k != "D"} if isinstance(data, Mapping) else data
-        settings: HierarchicalSettings = super().from_dict(rest)
-        if isinstance(data, Mapping) and "D" in data and data["D"] != feature_dim(int(settings.d)):
-            raise InvalidOptionError(f"D = {data['D']!r} is not the feature dimension of d = {settings.d} "
-                                     f"({feature_dim(int(settings.d))})")
+        settings: HierarchicalSettings = super().from_dict(data)
+        big_d = feature_dim(settings.d)
+        require(data.get("D", big_d) == big_d,
+                f"D = {data.get('D')!r} is not the feature dimension of d = {settings.d} ({big_d})")
         return settings

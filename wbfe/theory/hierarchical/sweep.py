@@ -78,15 +78,13 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
     s = settings
     alphas = s.alphas()
     ns = s.sample_sizes()
-    runs = [_run_seed(child, ns, s) for child in np.random.SeedSequence(s.seed).spawn(int(s.seeds))]
-    nmse = np.array([r["nmse"] for r in runs])  # (seeds, points)
-    q = np.array([r["q"] for r in runs])  # (seeds, points, p)
-    kernel = np.array([r["nmse_kernel"] for r in runs])
-    recovered = np.array([r["recovered"] for r in runs])
+    runs = [_run_seed(child, ns, s) for child in np.random.SeedSequence(s.seed).spawn(s.seeds)]
+    # (seeds, points) arrays, and (seeds, points, p) for q
+    nmse, q, kernel, recovered = (np.array([r[key] for r in runs]) for key in ("nmse", "q", "nmse_kernel", "recovered"))
     pts = tuple(
         HierarchicalPoint(
             alpha=float(alphas[j]), n=ns[j], nmse=float(nmse[:, j].mean()), nmse_std=float(nmse[:, j].std()),
-            nmse_kernel=float(kernel[:, j].mean()), n_kernel=min(ns[j], int(s.kernel_max_n)),
+            nmse_kernel=float(kernel[:, j].mean()), n_kernel=min(ns[j], s.kernel_max_n),
             q=tuple(float(v) for v in q[:, j].mean(axis=0)), recovered=float(recovered[:, j].mean()),
         )
         for j in range(len(ns))
@@ -120,7 +118,7 @@ def _run_seed(child: np.random.SeedSequence, ns: list[int], s: HierarchicalSetti
         out["q"].append(q)
         out["recovered"].append(int(np.count_nonzero(q >= s.q_level)))
         out["nmse"].append(float(np.mean((predict_spectral(fit, test) - y_test) ** 2)) / var_test)
-        out["nmse_kernel"].append(kernel_nmse(min(n, int(s.kernel_max_n))))
+        out["nmse_kernel"].append(kernel_nmse(min(n, s.kernel_max_n)))
     return out
 
 
