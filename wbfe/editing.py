@@ -75,8 +75,11 @@ def _slices(w: np.ndarray) -> list[np.ndarray]:
 
 
 def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
-    """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule
-    (InvalidOptionError for an unknown method, or ``percent`` outside [0, 1] with ``svd``)."""
+    """Components kept per matrix (per slice of a convolution), before the k = 0 / k ≥ M rule.
+
+    Raises:
+        InvalidOptionError: ``percent`` outside [0, 1] (method ``svd``), or an unknown method.
+    """
     mats = _slices(w)
     rf = len(mats)
     if method == "svd":
@@ -315,10 +318,12 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             counts and randomised truncated SVD, in float32.
 
     Raises:
-        InvalidOptionError: a bad option, or ``percent`` set with ``method="detx"`` (which keeps its tail);
-            NoUsableMatrixError: no weight matrix (that ``layers`` selects); OutputError: ``out`` cannot be written
-            (OverwriteError: it is the input, a link to it, or inside a folder read); UnsupportedDtypeError: a tensor
-            that cannot be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
+        InvalidOptionError: a bad ``percent``, ``method``, ``layers`` or ``ww_compatible``, or a ``percent`` other
+            than its default with ``method="detx"`` (which keeps its tail, whatever the percent); NoUsableMatrixError:
+            ``layers`` selects no weight matrix (or there is none);
+            OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
+            or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
+            be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
     """
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 

@@ -544,8 +544,11 @@ PRUNE_ROLES = ("head", "attention", "mlp", "expert", "shared_expert", "router", 
 
 
 def check_exclude(value: Union[str, Iterable[str], None]) -> tuple[str, ...]:
-    """Roles left unpruned: ``"head,embedding"``, an iterable of role names, or ``""`` / ``()`` for none
-    (UnknownNameError for an unknown role)."""
+    """Roles left unpruned: ``"head,embedding"``, an iterable of role names, or ``""`` / ``()`` for none.
+
+    Raises:
+        InvalidOptionError: something other than role names (UnknownNameError for an unknown role).
+    """
     if isinstance(value, str):
         items: list[Any] = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
     else:

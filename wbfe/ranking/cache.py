@@ -44,7 +44,8 @@ def cache_key(content_hash: str, options: Mapping[str, Any]) -> str:
 
 
 def _file_signature(ref: str) -> Optional[list[list[Any]]]:
-    """The stat signature of a local file or of every file under a folder; None for anything else."""
+    """(relative path, size, mtime_ns, ctime_ns, inode, device) of a local file or of every file under a folder;
+    None for anything that is not a local path."""
     path = Path(ref)
     with contextlib.suppress(OSError):
         if path.is_file():
@@ -85,7 +86,11 @@ class ScoreCache:
         return self.directory / "entries" / key[:2] / f"{key}.json"
 
     def check_writable(self) -> None:
-        """Refuse (InvalidOptionError) a folder entries cannot be stored in, before the first model is scored."""
+        """Make sure entries can be stored here (before a ranking scores its first model).
+
+        Raises:
+            InvalidOptionError: the folder cannot be created or written.
+        """
         probe = self.directory / f".probe.{secrets.token_hex(6)}"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -145,7 +150,8 @@ class ScoreCache:
         return try_claim(self.claim_path(key), stale_after=stale_after)
 
     def put(self, key: str, payload: Mapping[str, Any]) -> Path:
-        """Store ``payload`` under ``key`` atomically (non-finite numbers become null); returns the entry file."""
+        """Store ``payload`` (JSON-serialisable; non-finite numbers become null) under ``key``
+        atomically; returns the entry file."""
         return self._write(self._entry_path(key), CACHE_FORMAT, key, payload)
 
     def content_hash(self, ref: str, compute: Callable[[str], str]) -> str:

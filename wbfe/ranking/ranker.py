@@ -93,7 +93,11 @@ class RankResult(ToJson):
     applicability: dict[str, int] = field(default_factory=dict)
 
     def metric(self, name: str) -> Correlation:
-        """The correlation of metric ``name`` (UnknownNameError when this result has none)."""
+        """The correlation of metric ``name``.
+
+        Raises:
+            UnknownNameError: no such metric in this result.
+        """
         for row in self.metrics:
             if row.metric == name:
                 return row

@@ -178,8 +178,14 @@ def _folder_checkpoints(folder: Path, pattern: Optional[re.Pattern[str]] = None)
 
 
 def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[str, str]]:
-    """The rows of :func:`~wbfe.sources.tables.read_csv_table` (and its errors), refused (InvalidOptionError)
-    without a column ``required`` or without rows."""
+    """The rows of a CSV as dicts of stripped strings (read as :func:`wbfe.sources.tables.read_csv_table`), checked
+    to have column ``required`` and rows.
+
+    Raises:
+        SourceNotFoundError: the file does not exist.
+        InvalidOptionError: not a regular UTF-8 CSV file of at most 16 MiB, the column is missing, or there are no
+            rows.
+    """
     path = Path(path)
     fields, rows = read_csv_table(path, f"{kind} CSV")
     if required not in fields:
