@@ -12,7 +12,8 @@ __all__ = ["shared_parameters", "transposed_weights", "module_roles", "weight_na
 
 # A module class whose weights have one role whatever their names (transformers' MoE classes:
 # GraniteMoeTopKRouter, MixtralExperts, DeepseekV3TopkRouter, ...).
-_ROLE_CLASSES = (("router", re.compile(r"(Router|Gating|MoEGate|TopKGate)$", re.IGNORECASE)), ("expert", re.compile(r"(?<!Shared)Experts$")))
+_ROLE_CLASSES = (("router", re.compile(r"(Router|Gating|MoEGate|TopKGate)$", re.IGNORECASE)),
+                 ("expert", re.compile(r"(?<!Shared)Experts$")))
 
 
 def shared_parameters(module: Any) -> tuple[list[str], dict[str, str]]:
