@@ -80,8 +80,6 @@ class FrameworkDescription:
 
     def role_of(self, name: str) -> Optional[str]:
         """The role the model's classes give weight ``name`` (a split expert ``w[e]`` as ``w``), if any."""
-        if not self.roles:
-            return None
         name = self.resolve(name)
         return self.roles.get(name) or self.roles.get(self.resolve(_EXPERT_SUFFIX.sub("", name)))
 
