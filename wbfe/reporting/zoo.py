@@ -80,8 +80,7 @@ def rank_report(result: Any) -> Report:
     names = [m["metric"] for m in metrics]
     model_columns = [Column("model", "model"), Column("quality", quality)]
     model_columns += [Column(n, n, meaning(n), colour(n), extra=i >= _MAIN_METRICS) for i, n in enumerate(names)]
-    model_columns += [Column("ref", "ref", extra=True), Column("sha256", "sha256", extra=True),
-                      Column("cached", "cached", extra=True)]
+    model_columns += [Column(k, k, extra=True) for k in ("ref", "sha256", "cached")]
     model_rows = [{"model": s["model"], "quality": s["quality"], **{n: s["scores"].get(n) for n in names},
                    "ref": s.get("ref"), "sha256": s.get("sha256"), "cached": s.get("cached")} for s in models]
     report.sections.append(Section("models", f"Models ({len(models)})", [Table(
