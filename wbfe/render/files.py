@@ -151,12 +151,10 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
         raise OutputError(f"cannot write {text}: {exc.strerror or exc}", path=str(path)) from None
     if st is not None and is_devnull(st):
         return target
-    if st is not None:
-        if not stat.S_ISREG(st.st_mode):
-            raise OutputError(f"cannot write {text}: it is {file_kind(st.st_mode)}, not a regular file",
-                              path=str(path))
-        if not os.access(target, os.W_OK):
-            raise OutputError(f"cannot write {text}: permission denied", path=str(path))
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputError(f"cannot write {text}: it is {file_kind(st.st_mode)}, not a regular file", path=str(path))
+    if st is not None and not os.access(target, os.W_OK):
+        raise OutputError(f"cannot write {text}: permission denied", path=str(path))
     _probe(target.parent, path)
     return target
 
