@@ -99,7 +99,7 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
     columns = [Column("#", "#", "position in the checkpoint (the x axis of the depth plots)")]
     columns += [Column(k, k, meaning(k), colour(k) if k in metrics else None) for k in main]
     columns += [Column(k, k, meaning(k), extra=True) for k in keys if k not in main]
-    rows = [{**{k: layer.get(k) for k in keys}, "#": i} for i, layer in enumerate(layers, start=1)]
+    rows: list[dict[str, Any]] = [{**{k: layer.get(k) for k in keys}, "#": i} for i, layer in enumerate(layers, 1)]
     for row in rows:
         if isinstance(row.get("shape"), (list, tuple)):
             row["shape"] = shape_text(row["shape"])
