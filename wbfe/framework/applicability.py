@@ -36,7 +36,7 @@ _CONDITION = (f"BFE-W is derived for a decoupled linear last layer at interpolat
               "it uninformative with dropout before that layer (rho 0.00) or on vision transformers (rho +0.14)")
 _DROPOUT_FINDING = (f"the paper ({_PAPER}) finds BFE-W uninformative when dropout precedes the last layer "
                     "(VGG, EfficientNet, MNASNet: Spearman rho 0.00)")
-_VIT_FINDING = (f"the paper ({_PAPER}) finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)")
+_VIT_FINDING = f"the paper ({_PAPER}) finds BFE-W does not track accuracy on vision transformers (ViT, Swin: rho +0.14)"
 _HEAD_FINDING = (f"BFE-W is derived for one linear last layer on the last features ({_PAPER}); the paper's "
                  "derivation does not cover this head")
 _HOLDS_FINDING = (f"the setting BFE-W is derived for (a decoupled linear last layer, {_PAPER}); this says nothing of "

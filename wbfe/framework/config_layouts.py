@@ -32,6 +32,4 @@ def rule_layout(config: Any, name: str) -> Optional[str]:
         >>> rule_layout({"model_type": "gpt2"}, "lm_head.weight") is None
         True
     """
-    if conv1d_family(config) is None or not _CONV1D_WEIGHT.search(name):
-        return None
-    return IN_OUT
+    return IN_OUT if conv1d_family(config) is not None and _CONV1D_WEIGHT.search(name) else None

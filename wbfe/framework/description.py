@@ -4,12 +4,13 @@ its head, its tied weights and how each weight is laid out (read by the planner 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping, Optional, Sequence
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["Fallback", "Layout", "OUT_IN", "IN_OUT", "LAYOUTS", "FrameworkDescription", "out_in", "order_rows", "check_layout"]
+__all__ = ["Fallback", "Layout", "OUT_IN", "IN_OUT", "LAYOUTS", "FrameworkDescription", "out_in", "order_rows",
+           "check_layout"]
 
 # How a stored weight's axes are laid out. ``out_in``: [out, in, k...], PyTorch's nn.Linear and
 # nn.Conv (and what the Keras and GGUF readers convert to). ``in_out``: [in, out, k...], stored
@@ -38,9 +39,7 @@ def out_in(shape: Sequence[int], layout: str = OUT_IN) -> tuple[int, int]:
         >>> out_in((3072, 768)), out_in((768, 3072), "in_out")
         ((3072, 768), (3072, 768))
     """
-    if layout == IN_OUT:
-        return int(shape[1]), int(shape[0])
-    return int(shape[0]), int(shape[1])
+    return (int(shape[1]), int(shape[0])) if layout == IN_OUT else (int(shape[0]), int(shape[1]))
 
 
 @dataclass(frozen=True)
@@ -81,8 +80,6 @@ class FrameworkDescription:
 
     def role_of(self, name: str) -> Optional[str]:
         """The role the model's classes give weight ``name`` (a split expert ``w[e]`` as ``w``), if any."""
-        if not self.roles:
-            return None
         name = self.resolve(name)
         return self.roles.get(name) or self.roles.get(self.resolve(_EXPERT_SUFFIX.sub("", name)))
 
@@ -97,9 +94,7 @@ class FrameworkDescription:
 
     def to_dict(self) -> dict[str, Any]:
         """The description as JSON data (lists and string-keyed objects); :meth:`from_dict` reads it back."""
-        return {"framework": self.framework, "model": self.model, "order": list(self.order), "head": self.head,
-                "tied": dict(self.tied), "layouts": dict(self.layouts), "note": self.note,
-                "aliases": dict(self.aliases), "facts": dict(self.facts), "roles": dict(self.roles)}
+        return {**asdict(self), "order": list(self.order)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FrameworkDescription":

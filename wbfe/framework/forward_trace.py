@@ -89,7 +89,7 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
     functions = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
     events: list[tuple[str, Any]] = []  # ("weighted" | "head" | "dropout", name or [layer, rate])
     stack: list[str] = []
-    dropout_modules = {id(m) for m in modules.values() if type(m).__name__ in DROPOUT_CLASSES}
+    dropouts = {name for name, m in modules.items() if type(m).__name__ in DROPOUT_CLASSES}
 
     class _Dropouts(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -99,7 +99,7 @@ def _trace(model: Any, modules: dict[str, Any], head_module: str, inputs: dict[s
                 training = kwargs.get("training", args[2] if len(args) > 2 else True)
                 if training and isinstance(rate, (int, float)) and rate > 0:
                     caller = stack[-1] if stack else ""
-                    layer = caller if id(modules.get(caller)) in dropout_modules else f"{caller or 'model'} (functional)"
+                    layer = caller if caller in dropouts else f"{caller or 'model'} (functional)"
                     events.append(("dropout", [layer, float(rate)]))
             return func(*args, **kwargs)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from wbfe.render.text import is_number
+
 __all__ = ["DROPOUT_CLASSES", "dropout_rate", "head_facts"]
 
 # by class name: a module tree on the meta device is read without torch's types
@@ -46,8 +48,7 @@ def head_facts(model: Any, head: Optional[str], *, drop_rate: Any = None) -> dic
                 facts["hidden_dropout"] = [[f"{full}.{name}", rate] for name, rate in hidden]
         elif full != module_name and outputs is not None and _outputs(child) == outputs:
             facts["heads"].append(full)
-    numeric = isinstance(drop_rate, (int, float)) and not isinstance(drop_rate, bool)
-    if numeric and drop_rate and not facts["dropout"]:  # a Dropout module already holds the rate where there is one
+    if is_number(drop_rate) and drop_rate and not facts["dropout"]:  # a Dropout module, where there is one, holds it
         facts["dropout"].append(["drop_rate", float(drop_rate)])
     return facts
 

@@ -85,7 +85,7 @@ def keras_head(config: Any, prefix: tuple[str, ...] = (), seen: Optional[set[tup
         return None, "the Keras model config lists no layers"
     by_name = {_name(layer): layer for layer in layers}
     inner = config.get("config", {}) if isinstance(config, dict) else {}
-    outputs = _history_names(inner.get("output_layers")) if isinstance(inner, dict) else []
+    outputs = list(dict.fromkeys(_history_names(inner.get("output_layers")))) if isinstance(inner, dict) else []
     sequential = class_name(config) == "Sequential" or not outputs
     chain = [layer for layer in layers if class_name(layer) != "InputLayer"]
     note = None
@@ -94,8 +94,8 @@ def keras_head(config: Any, prefix: tuple[str, ...] = (), seen: Optional[set[tup
             return None, "the Keras model config lists only inputs"
         current: Optional[dict[str, Any]] = chain[-1]
     else:
-        if len(set(outputs)) > 1:
-            note = f"the model has {len(set(outputs))} outputs ({', '.join(dict.fromkeys(outputs))}); the first is taken"
+        if len(outputs) > 1:
+            note = f"the model has {len(outputs)} outputs ({', '.join(outputs)}); the first is taken"
         current = by_name.get(outputs[0])
     while current is not None:
         path = prefix + (_name(current),)

@@ -12,7 +12,8 @@ __all__ = ["shared_parameters", "transposed_weights", "module_roles", "weight_na
 
 # A module class whose weights have one role whatever their names (transformers' MoE classes:
 # GraniteMoeTopKRouter, MixtralExperts, DeepseekV3TopkRouter, ...).
-_ROLE_CLASSES = (("router", re.compile(r"(Router|Gating|MoEGate|TopKGate)$", re.IGNORECASE)), ("expert", re.compile(r"(?<!Shared)Experts$")))
+_ROLE_CLASSES = (("router", re.compile(r"(Router|Gating|MoEGate|TopKGate)$", re.IGNORECASE)),
+                 ("expert", re.compile(r"(?<!Shared)Experts$")))
 
 
 def shared_parameters(module: Any) -> tuple[list[str], dict[str, str]]:
@@ -51,11 +52,9 @@ def module_roles(module: Any) -> dict[str, str]:
     classes = {name: type(sub).__name__ for name, sub in module.named_modules()}
     roles: dict[str, str] = {}
     for name, param in module.named_parameters():
-        if param.ndim < 2:
-            continue
         parts = name.split(".")[:-1]
-        role = next((r for k in range(len(parts), 0, -1) for r, pattern in _ROLE_CLASSES
-                     if pattern.search(classes.get(".".join(parts[:k]), ""))), None)
-        if role is not None:
+        owners = [classes.get(".".join(parts[:k]), "") for k in range(len(parts), 0, -1)]  # the nearest first
+        role = next((r for owner in owners for r, pattern in _ROLE_CLASSES if pattern.search(owner)), None)
+        if role is not None and param.ndim >= 2:
             roles[name] = role
     return roles

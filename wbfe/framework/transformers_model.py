@@ -150,8 +150,6 @@ def _saved_names(model: Any, names: list[str]) -> dict[str, str]:
         renamings = [r for r in (c.reverse_transform() for c in conversions) if isinstance(r, WeightRenaming)]
     except Exception:  # noqa: BLE001 - older or newer transformers without this API: names as in memory
         return {}
-    if not renamings:
-        return {}
     out = {}
     for name in names:
         try:

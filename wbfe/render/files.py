@@ -100,15 +100,10 @@ def refuse_overlap(path: PathLike, reads: Reads) -> None:
         OverwriteError: one line that names the input and says what to write instead.
     """
     reads = list(reads)
-    if reads:
-        text = _path_text(path)
-        _refuse_overlap(text, _target(text), reads)
-
-
-def _refuse_overlap(shown: str, target: Path, reads: list[PathLike]) -> None:
-    """:func:`refuse_overlap` for the checked path text ``shown`` and its :func:`_target`."""
-    if not reads or shown in STDOUT_PATHS or shown in STDERR_PATHS:
+    shown = _path_text(path) if reads else "-"  # a bad path is refused only where there are reads to check
+    if shown in STDOUT_PATHS or shown in STDERR_PATHS:
         return
+    target = _target(shown)
     # The target and its existing ancestors with their status: a bind mount or a case-insensitive file
     # system can give one folder two real paths, and the inode says it is the same.
     chain: list[tuple[Path, os.stat_result]] = []
@@ -129,7 +124,7 @@ def _refuse_overlap(shown: str, target: Path, reads: list[PathLike]) -> None:
                                      "reads; write the output outside the checkpoint folder",
                                      path=shown, input=os.fspath(read))
         elif chain and chain[0][0] == target and (target == real or _same(chain[0][1], st)):
-            how = f"the input {os.fspath(read)} itself" if target == real else f"a hard link to the input {os.fspath(read)}"
+            how = f"the input {os.fspath(read)} itself" if target == real else f"a hard link to the input {read}"
             raise OverwriteError(f"cannot write {shown}: it is {how}; wbfe never writes over what it reads: "
                                  "name another output file", path=shown, input=os.fspath(read))
 
@@ -147,7 +142,7 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
     if text in STDOUT_PATHS or text in STDERR_PATHS:
         return None
     target = _target(text)
-    _refuse_overlap(text, target, list(reads))
+    refuse_overlap(path, reads)
     try:
         st = target.stat()
     except FileNotFoundError:
@@ -156,12 +151,10 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
         raise OutputError(f"cannot write {text}: {exc.strerror or exc}", path=str(path)) from None
     if st is not None and is_devnull(st):
         return target
-    if st is not None:
-        if not stat.S_ISREG(st.st_mode):
-            raise OutputError(f"cannot write {text}: it is {file_kind(st.st_mode)}, not a regular file",
-                              path=str(path))
-        if not os.access(target, os.W_OK):
-            raise OutputError(f"cannot write {text}: permission denied", path=str(path))
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputError(f"cannot write {text}: it is {file_kind(st.st_mode)}, not a regular file", path=str(path))
+    if st is not None and not os.access(target, os.W_OK):
+        raise OutputError(f"cannot write {text}: permission denied", path=str(path))
     _probe(target.parent, path)
     return target
 
@@ -195,7 +188,7 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
     if text in STDOUT_PATHS or text in STDERR_PATHS:  # "-" was made a folder of that name
         raise OutputError(f"cannot write into {text}: the results are several files; give a folder", path=str(path))
     folder = _target(text)
-    _refuse_overlap(text, folder, list(reads))
+    refuse_overlap(path, reads)
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"cannot write into {text}: it is {file_kind(folder.stat().st_mode)}, not a folder",
                           path=str(path))
@@ -209,8 +202,7 @@ def write_atomic(path: PathLike, data: Union[str, bytes], *, reads: Reads = ()) 
     gets 0666 less the umask, as from a plain ``open``.
 
     Raises:
-        OutputError: as :func:`check_output`, or the write failed (disk full, read-only or
-            immutable file, ...); the target is then unchanged and no temporary file is left.
+        OutputError: as :func:`open_atomic`.
     """
     reads = list(reads)
     target = check_output(path, reads=reads)

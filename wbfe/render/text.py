@@ -15,7 +15,8 @@ from typing import Any, Iterable, Optional, Protocol, Sequence
 from wbfe.errors import clip, printable
 
 __all__ = ["ToJson", "json_ready", "format_value", "short_value", "text_table", "score_table", "score_csv", "as_float",
-           "finite_or_none", "is_number", "printable", "applicability_line", "skipped_line", "shape_text", "LINE_LIMIT"]
+           "finite_or_none", "number_text", "is_number", "printable", "applicability_line", "skipped_line",
+           "shape_text", "LINE_LIMIT"]
 
 _TABLE_COLUMNS = (
     "name", "role", "shape", "gamma", "form", "bfe",
@@ -142,7 +143,7 @@ def skipped_line(skipped: Sequence[dict[str, Any]]) -> str:
     return head + ", ".join(parts[:shown]) + more + tail
 
 
-def _fit_names(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: Optional[int]) -> Sequence[dict[str, Any]]:
+def _fit_names(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: Optional[int]) -> Sequence[dict]:
     """``rows`` with names longer than the terminal leaves room for shortened in the middle."""
     if width is None or "name" not in columns:
         return rows
@@ -181,7 +182,7 @@ def score_csv(result: Any) -> str:
     for layer in result.layers:
         row = {**layer, "shape": shape_text(layer["shape"]), **model_columns,
                "reasons": "; ".join(f"{k}: {v}" for k, v in layer.get("reasons", {}).items())}
-        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else printable(v) if isinstance(v, str) else v)
+        writer.writerow({k: "" if isinstance(v, float) and math.isnan(v) else printable(v) if isinstance(v, str) else v
                          for k, v in row.items()})
     return buffer.getvalue()
 
@@ -200,3 +201,9 @@ def finite_or_none(value: Any) -> "float | None":
     """A finite number as a float; None for anything :func:`as_float` makes NaN, and for ±inf."""
     number = as_float(value)
     return number if math.isfinite(number) else None
+
+
+def number_text(value: Any, spec: str, missing: str = "n/a") -> str:
+    """``value`` formatted with ``spec``; ``missing`` for anything :func:`finite_or_none` makes None."""
+    number = finite_or_none(value)
+    return missing if number is None else format(number, spec)

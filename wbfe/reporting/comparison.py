@@ -9,7 +9,7 @@ from wbfe.render.text import shape_text
 from wbfe.reporting.content import Block, Column, FigureBlock, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import depth_figure
 from wbfe.reporting.metrics_info import colour, meaning
-from wbfe.reporting.model import reasons_note
+from wbfe.reporting.model import provenance_items, reasons_note
 
 __all__ = ["compare_report"]
 
@@ -24,12 +24,7 @@ _CHANGE = {
     "overlap_out": "overlap of the top-k left (output-side) singular vectors",
 }
 _IDENTITY = ("name", "role", "shape", "dtype_a", "dtype_b", "n_eigs")
-
-
-def _kv(model: Mapping[str, Any]) -> KeyValues:
-    keys = ("source", "format", "files", "sha256")
-    items = [(k, model.get(k)) for k in keys] + [(k, v) for k, v in model.items() if k not in keys + ("metadata",)]
-    return KeyValues(items)
+_FIRST = ("source", "format", "files", "sha256")  # each side's provenance, then its other fields
 
 
 def _table(id: str, rows: Sequence[Mapping[str, Any]], first: Sequence[str]) -> Table:
@@ -49,7 +44,8 @@ def compare_report(result: Any) -> Report:
                     subtitle=f"{summary.get('n_matched', len(layers))} matrices matched, "
                              f"{len(data['unmatched'])} unmatched, {len(data['skipped'])} skipped")
     report.sections.append(Section("provenance", "Provenance", [
-        Paragraph("A (the reference):"), _kv(a), Paragraph("B (compared against A):"), _kv(b),
+        Paragraph("A (the reference):"), KeyValues(provenance_items(a, _FIRST)),
+        Paragraph("B (compared against A):"), KeyValues(provenance_items(b, _FIRST)),
         KeyValues([("options", data.get("options"))])]))
 
     changes = [c for c in _CHANGE if any(c in row for row in layers)]

@@ -40,11 +40,9 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
             if isinstance(block, Paragraph):
                 lines += [("> **Note:** " if block.kind == "note" else "") + md_text(block.text), ""]
             elif isinstance(block, KeyValues):
-                if block.collapsed_title:
-                    lines += [f"<details><summary>{md_text(block.collapsed_title)}</summary>", ""]
-                lines += _table([("k", "key"), ("v", "value")], [{"k": k, "v": v} for k, v in block.items]) + [""]
-                if block.collapsed_title:
-                    lines += ["</details>", ""]
+                table = _table([("k", "key"), ("v", "value")], [{"k": k, "v": v} for k, v in block.items]) + [""]
+                lines += ([f"<details><summary>{md_text(block.collapsed_title)}</summary>", ""] + table
+                          + ["</details>", ""] if block.collapsed_title else table)
             elif isinstance(block, Table):
                 columns = [(c.key, c.label) for c in block.columns if not c.extra]
                 rows = [dict(r) for r in block.rows]

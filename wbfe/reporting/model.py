@@ -9,12 +9,12 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from wbfe.options import CONV_VIEWS, ReportOptions, ScoreOptions
-from wbfe.render.text import applicability_line, finite_or_none, shape_text
+from wbfe.render.text import applicability_line, finite_or_none, number_text, shape_text
 from wbfe.reporting.content import Block, Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import ESD_COLOURS, depth_figure, esd_figure, short_name
 from wbfe.reporting.metrics_info import HEAD_SOURCES, colour, meaning, sign_text
 
-__all__ = ["score_report", "unusual_layers", "reasons_note", "read_eigenvalues"]
+__all__ = ["score_report", "unusual_layers", "reasons_note", "read_eigenvalues", "provenance_items"]
 
 # Columns of the layer table shown before "all columns" is ticked (the rest stay in the page).
 _IDENTITY = ("name", "role", "shape", "dtype", "quant", "n_eigs", "gamma")
@@ -44,15 +44,19 @@ def unusual_layers(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
     return [(name, why) for name, (_, why) in ranked[:k]]
 
 
+def provenance_items(model: Mapping[str, Any], first: Sequence[str], last: Sequence[str] = ()) -> list[tuple[str, Any]]:
+    """The fields of a result's ``model`` block: ``first``, the others, then ``last`` (``metadata`` left out)."""
+    rest = [(k, v) for k, v in model.items() if k not in (*first, *last, "metadata")]
+    return [(k, model.get(k)) for k in first] + rest + [(k, model.get(k)) for k in last]
+
+
 def _provenance(model: Mapping[str, Any]) -> list[Any]:
-    first, last = ("source", "format", "files", "sha256", "device"), ("options", "versions")
-    items = [(k, model.get(k)) for k in first]
-    items += [(k, v) for k, v in model.items() if k not in first + last + ("metadata",)]
-    items += [(k, model.get(k)) for k in last]
-    blocks: list[Any] = [KeyValues(items)]
+    blocks: list[Any] = [KeyValues(provenance_items(model, ("source", "format", "files", "sha256", "device"),
+                                                    ("options", "versions")))]
     metadata = model.get("metadata")
     if isinstance(metadata, Mapping) and metadata:
-        blocks.append(KeyValues(sorted(metadata.items()), collapsed_title=f"checkpoint metadata ({len(metadata)} keys)"))
+        blocks.append(KeyValues(sorted(metadata.items()),
+                                collapsed_title=f"checkpoint metadata ({len(metadata)} keys)"))
     return blocks
 
 
@@ -69,7 +73,8 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
     verdict = summary.get("bfe_applicability")
     if isinstance(verdict, dict):
         # The paper's conditions for BFE-W, from the architecture: a reader sees them beside the numbers.
-        blocks.append(Paragraph(applicability_line(verdict) + ".", kind="" if verdict.get("status") == "holds" else "note"))
+        blocks.append(Paragraph(applicability_line(verdict) + ".",
+                                kind="" if verdict.get("status") == "holds" else "note"))
     rows = [{"metric": m, "_colour": colour(m), "head": summary.get(f"{m}_head"), "mean": summary.get(f"{m}_mean"),
              "n": summary.get(f"{m}_n"), "sign": sign_text(m), "meaning": meaning(m)} for m in metrics]
     columns = [Column("metric", "metric"), Column("head", "head", "the head's value"),
@@ -79,7 +84,8 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
                Column("meaning", "meaning")]
     blocks.append(Table("summary", columns, rows, sortable=False))
     # Whatever else the score summarised (per role, per component, notes): shown as it is.
-    shown = {"head", "head_source", "n_layers", "head_note", "bfe_applicability"} | {f"{m}_{s}" for m in metrics for s in ("head", "mean", "n")}
+    shown = {"head", "head_source", "n_layers", "head_note", "bfe_applicability"}
+    shown |= {f"{m}_{s}" for m in metrics for s in ("head", "mean", "n")}
     rest = [(k, v) for k, v in summary.items() if k not in shown]
     if rest:
         blocks.append(KeyValues(rest, collapsed_title=f"other summary fields ({len(rest)})"))
@@ -93,8 +99,7 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
     columns = [Column("#", "#", "position in the checkpoint (the x axis of the depth plots)")]
     columns += [Column(k, k, meaning(k), colour(k) if k in metrics else None) for k in main]
     columns += [Column(k, k, meaning(k), extra=True) for k in keys if k not in main]
-    rows: list[dict[str, Any]] = [{**{k: layer.get(k) for k in keys}, "#": i}
-                                  for i, layer in enumerate(layers, start=1)]
+    rows: list[dict[str, Any]] = [{**{k: layer.get(k) for k in keys}, "#": i} for i, layer in enumerate(layers, 1)]
     for row in rows:
         if isinstance(row.get("shape"), (list, tuple)):
             row["shape"] = shape_text(row["shape"])
@@ -160,8 +165,7 @@ def _stored_units(row: Mapping[str, Any], k: int) -> Mapping[str, Any]:
 
 def _fit_text(row: Mapping[str, Any]) -> str:
     def fmt(key: str) -> str:
-        value = finite_or_none(row.get(key))
-        return "null" if value is None else f"{value:.4g}"
+        return number_text(row.get(key), ".4g", "null")
 
     parts = [f"power law α = {fmt('alpha')}, xmin = {fmt('xmin')}",
              f"truncated PL α = {fmt('tpl_alpha')}, Λ = {fmt('tpl_lambda')}",
@@ -202,7 +206,8 @@ def score_report(score: Any, *, spectra_from: Any = None, esd_unavailable: Optio
     data = score.to_dict() if hasattr(score, "to_dict") else dict(score)
     model, layers, skipped, summary = data["model"], data["layers"], data["skipped"], data["summary"]
     # The summarised layer columns (bfe_mean -> bfe), in the order the score lists them.
-    metrics = [m for m in (k[: -len("_mean")] for k in summary if k.endswith("_mean")) if any(m in row for row in layers)]
+    metrics = [m for m in (k.removesuffix("_mean") for k in summary if k.endswith("_mean"))
+               if any(m in row for row in layers)]
     head = summary.get("head")
     # The head is always shown: the unusual ones are chosen among the other layers (against all of them).
     unusual = [item for item in unusual_layers(layers, metrics, n_unusual + 1) if item[0] != head][:n_unusual]

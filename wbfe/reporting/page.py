@@ -7,9 +7,9 @@ from __future__ import annotations
 import base64
 import html
 from importlib import resources
-from typing import Any
+from typing import Any, Callable
 
-from wbfe.reporting.content import Block, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
+from wbfe.reporting.content import FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
 from wbfe.reporting.figures import render
 from wbfe.render.text import is_number
 from wbfe.reporting.text import display, visible
@@ -88,11 +88,11 @@ def _table(table: Table) -> str:
     classes = ["data"] + (["sortable"] if table.sortable else []) + (["hide-extra"] if has_extra else [])
     tools = []
     if table.filterable:
-        tools.append(f'<input type="search" class="filter" data-table="t-{esc(table.id)}" '
-                     f'placeholder="filter rows…" aria-label="filter rows">')
-        tools.append(f'<span id="t-{esc(table.id)}-count">{len(table.rows)} rows</span>')
+        tools += [f'<input type="search" class="filter" data-table="t-{esc(table.id)}" placeholder="filter rows…" '
+                  'aria-label="filter rows">', f'<span id="t-{esc(table.id)}-count">{len(table.rows)} rows</span>']
     if has_extra:
-        tools.append(f'<label><input type="checkbox" class="allcols" data-table="t-{esc(table.id)}"> all columns</label>')
+        tools.append(f'<label><input type="checkbox" class="allcols" data-table="t-{esc(table.id)}"> all columns'
+                     '</label>')
     if table.caption:
         tools.append(f"<span>{esc(table.caption)}</span>")
     return (f'<div class="tools">{"".join(tools)}</div>' if tools else "") + (
@@ -100,25 +100,19 @@ def _table(table: Table) -> str:
         f'<thead><tr>{"".join(head)}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
-def _block(block: Block) -> str:
-    if isinstance(block, Paragraph):
-        return f'<p class="{esc(block.kind)}">{esc(block.text)}</p>' if block.kind else f"<p>{esc(block.text)}</p>"
-    if isinstance(block, KeyValues):
-        return _kv(block)
-    if isinstance(block, Table):
-        return _table(block)
-    if isinstance(block, FigureBlock):
-        return _figure(block)
-    if isinstance(block, FigureGrid):
-        return '<div class="figs">' + "".join(_figure(f) for f in block.figures) + "</div>"
-    raise TypeError(f"unknown block {type(block).__name__}")  # pragma: no cover
+# Each kind of block's HTML.
+_BLOCKS: dict[type, Callable[[Any], str]] = {
+    Paragraph: lambda p: f'<p class="{esc(p.kind)}">{esc(p.text)}</p>' if p.kind else f"<p>{esc(p.text)}</p>",
+    KeyValues: _kv, Table: _table, FigureBlock: _figure,
+    FigureGrid: lambda grid: '<div class="figs">' + "".join(_figure(f) for f in grid.figures) + "</div>",
+}
 
 
 def render_html(report: Report) -> str:
     """The page as one string (UTF-8 text, no external reference of any kind)."""
     nav = "".join(f'<a href="#{esc(s.id)}">{esc(s.title)}</a>' for s in report.sections)
     sections = "".join(
-        f'<section id="{esc(s.id)}"><h2>{esc(s.title)}</h2>{"".join(_block(b) for b in s.blocks)}</section>'
+        f'<section id="{esc(s.id)}"><h2>{esc(s.title)}</h2>{"".join(_BLOCKS[type(b)](b) for b in s.blocks)}</section>'
         for s in report.sections)
     from wbfe import __version__
 

@@ -3,9 +3,9 @@ every model's values and the models that failed."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Optional
 
+from wbfe.render.text import finite_or_none
 from wbfe.reporting.content import Column, FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Section, Table
 from wbfe.reporting.figures import correlation_figure, scatter_figure
 from wbfe.reporting.metrics_info import colour, meaning, sign_text
@@ -17,8 +17,8 @@ _MAIN_METRICS = 8  # model-table columns shown before "all columns" is ticked: t
 
 
 def _agrees(row: Mapping[str, Any]) -> Optional[str]:
-    sign, rho = row.get("expected_sign"), row.get("rho")
-    if sign is None or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho == 0:
+    sign, rho = row.get("expected_sign"), finite_or_none(row.get("rho"))
+    if sign is None or not rho:
         return None
     return "yes" if rho * sign > 0 else "no (opposite sign)"
 
@@ -54,7 +54,8 @@ def rank_report(result: Any) -> Report:
                                    alt="correlation of each metric with quality"))
     stats = ("rho", "ci_low", "ci_high", "p_value", "p_method", "kendall_tau", "pearson_r", "n")
     rows = [{"metric": m["metric"], "_colour": colour(m["metric"]), **{k: m.get(k) for k in stats},
-             "expected": sign_text(m["metric"]), "agrees": _agrees(m), "meaning": meaning(m["metric"])} for m in metrics]
+             "expected": sign_text(m["metric"]), "agrees": _agrees(m), "meaning": meaning(m["metric"])}
+            for m in metrics]
     columns = [Column("metric", "metric"), Column("rho", "ρ", "Spearman"), Column("ci_low", "CI low", "95 % bootstrap"),
                Column("ci_high", "CI high", "95 % bootstrap"), Column("p_value", "p", "permutation p-value"),
                Column("p_method", "p method"), Column("kendall_tau", "τ", "Kendall"),
@@ -64,23 +65,22 @@ def rank_report(result: Any) -> Report:
                          notes=[m.get("reason") for m in metrics], caption="Click a header to sort."))
     report.sections.append(Section("correlations", "Correlation with quality", summary))
 
+    ys, labels, axis = [s["quality"] for s in models], [str(s["model"]) for s in models], quality + (
+        " (lower is better)" if lower else "")
     scatters = []
     for i, m in enumerate(metrics, start=1):
-        xs, ys, labels = ([s["scores"].get(m["metric"]) for s in models], [s["quality"] for s in models],
-                          [str(s["model"]) for s in models])
         title = f"{rho_text(m.get('rho'), m.get('ci_low'), m.get('ci_high'))}, n = {m.get('n')}"
-        fig = scatter_figure(xs, ys, labels, metric=m["metric"], quality=quality + (" (lower is better)" if lower else ""),
-                             title=title)
-        scatters.append(FigureBlock(f"scatter-{i}", fig, caption=f"{m['metric']}: {title}, p = {p_text(m.get('p_value'))}",
-                                    alt=f"{m['metric']} against {quality}"))
+        fig = scatter_figure([s["scores"].get(m["metric"]) for s in models], ys, labels, metric=m["metric"],
+                             quality=axis, title=title)
+        scatters.append(FigureBlock(f"scatter-{i}", fig, alt=f"{m['metric']} against {quality}",
+                                    caption=f"{m['metric']}: {title}, p = {p_text(m.get('p_value'))}"))
     report.sections.append(Section("scatter", "Each metric against quality",
                                    [FigureGrid(scatters)] if scatters else [Paragraph("No metric.", kind="note")]))
 
     names = [m["metric"] for m in metrics]
     model_columns = [Column("model", "model"), Column("quality", quality)]
     model_columns += [Column(n, n, meaning(n), colour(n), extra=i >= _MAIN_METRICS) for i, n in enumerate(names)]
-    model_columns += [Column("ref", "ref", extra=True), Column("sha256", "sha256", extra=True),
-                      Column("cached", "cached", extra=True)]
+    model_columns += [Column(k, k, extra=True) for k in ("ref", "sha256", "cached")]
     model_rows = [{"model": s["model"], "quality": s["quality"], **{n: s["scores"].get(n) for n in names},
                    "ref": s.get("ref"), "sha256": s.get("sha256"), "cached": s.get("cached")} for s in models]
     report.sections.append(Section("models", f"Models ({len(models)})", [Table(

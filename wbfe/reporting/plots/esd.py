@@ -12,7 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics import htmp, powerlaw
-from wbfe.render.text import finite_or_none
+from wbfe.render.text import finite_or_none, number_text
 from wbfe.reporting.metrics_info import colour
 from wbfe.reporting.plots.canvas import page_figure, page_style, save
 
@@ -29,12 +29,11 @@ _HIGHEST_EXP2 = np.finfo(np.float64).maxexp - 1
 
 @dataclass(frozen=True)
 class EsdFits:
-    """The three fits drawn over an ESD (each None when it failed, with the reason kept)."""
+    """The three fits drawn over an ESD (the truncated and HTMP ones None where they failed)."""
 
     power_law: Any
     truncated: Any
     htmp: Any
-    htmp_reason: str = ""
 
     def row(self) -> dict[str, Any]:
         """The fits' parameters under the score's column names, as :func:`esd_figure` reads them."""
@@ -51,17 +50,17 @@ class EsdFits:
 def fit_esd(eigs: np.ndarray, gamma: float, *, min_tail: int = 10) -> EsdFits:
     """Fit a power law (CSN), a truncated power law on the same tail, and the HTMP law to ``eigs`` of a matrix of
     aspect ratio ``gamma`` (HTMP's law needs γ < 1: a square one is fitted just below); InvalidOptionError for a
-    ``gamma`` outside (0, 1]. HTMP fails (its reason kept) only for fewer than 2 distinct positive eigenvalues."""
+    ``gamma`` outside (0, 1]. HTMP fails only for fewer than 2 distinct positive eigenvalues."""
     if not 0.0 < gamma <= 1.0:  # min(gamma, 1 - 1e-9) below took any γ > 1 for a square matrix
         raise InvalidOptionError(f"gamma (the smaller over the larger side) must lie in (0, 1], not {gamma!r}")
     positive = np.sort(eigs[eigs > 0.0])
     pl = powerlaw.fit_power_law(positive, min_tail=min_tail)
     tpl = powerlaw.fit_truncated_power_law(positive, xmin=pl.xmin) if math.isfinite(pl.xmin) else None
     try:
-        ht, reason = htmp.fit(positive, min(gamma, 1.0 - 1e-9)), ""
-    except InvalidOptionError as exc:
-        ht, reason = None, str(exc)
-    return EsdFits(power_law=pl, truncated=tpl, htmp=ht, htmp_reason=reason)
+        ht = htmp.fit(positive, min(gamma, 1.0 - 1e-9))
+    except InvalidOptionError:
+        ht = None
+    return EsdFits(power_law=pl, truncated=tpl, htmp=ht)
 
 
 def _drawn_exp2(eigs: np.ndarray, k: int) -> int:
@@ -149,9 +148,9 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
             with np.errstate(all="ignore"):
                 pdf = np.asarray(htmp.pdf(curve, kappa, gamma, beta, tau), dtype=float)
             ok = np.isfinite(pdf) & (pdf > 0)
-            ks = finite_or_none(row.get("htmp_ks"))
+            ks = number_text(row.get("htmp_ks"), ".3f", "null")
             ax.loglog(x(curve[ok]), y(pdf[ok]), "-", lw=1.2, color=ESD_COLOURS["HTMP"], label="HTMP" + (
-                f": κ = {kappa:.3g}, β = {y(beta):.3g}, τ = {x(tau):.3g}, KS = {'null' if ks is None else f'{ks:.3f}'}"
+                f": κ = {kappa:.3g}, β = {y(beta):.3g}, τ = {x(tau):.3g}, KS = {ks}"
                 if values else ""))
         # the fits must not squash the data
         ax.set_ylim(bottom=y(density[counts > 0].min() / 3.0), top=y(density.max() * 3.0))

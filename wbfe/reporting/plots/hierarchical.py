@@ -8,15 +8,12 @@ from typing import Any, Union
 
 import numpy as np
 
+from wbfe.render.text import number_text
 from wbfe.reporting.plots.canvas import new_axes, save
 
 __all__ = ["plot_overlaps", "plot_nmse", "write_figures"]
 
 Result = Union[dict, Any]
-
-
-def _fmt(value: Any) -> str:
-    return "n/a" if value is None else f"{value:.2g}"
 
 
 def _nan(values: list) -> np.ndarray:
@@ -69,7 +66,7 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
     known = np.array(pred["recovered_count"]) >= 1
     ok = np.isfinite(tail) & (tail > 0) & known
     if ok.any():
-        ax.loglog(n[ok], tail[ok], "k--", lw=1, label=f"tail sum x {_fmt(pred['tail_constant'])}")
+        ax.loglog(n[ok], tail[ok], "k--", lw=1, label=f"tail sum x {number_text(pred['tail_constant'], '.2g')}")
     fin = _nan(pred["nmse_finite_d"])
     ax.loglog(n[fin > 0], fin[fin > 0], "g-.", lw=1, label="finite-d overlaps, no fit")
     lo, hi = (_nan(pred["slope_alpha_range"]))
@@ -79,7 +76,7 @@ def plot_nmse(result: Result, path: Union[str, Path]) -> Path:
         grid = np.array([d**lo, d**hi])
         j = int(np.argmin(np.abs(n - d**lo)))
         ax.loglog(grid, nmse[j] * (grid / n[j]) ** pred["exponent"], "r:", lw=1.5,
-                  label=f"n^{pred['exponent']:.2f} (slope fit {_fmt(pred['fitted_slope'])})")
+                  label=f"n^{pred['exponent']:.2f} (slope fit {number_text(pred['fitted_slope'], '.2g')})")
     ax.set(xlabel="n", ylabel="test NMSE")
     ax.legend(fontsize=8)
     return save(fig, path, tight=True)

@@ -13,7 +13,7 @@ import numpy as np
 if TYPE_CHECKING:
     from wbfe.ranking.ranker import RankResult
 
-from wbfe.render.text import is_number
+from wbfe.render.text import is_number, number_text
 from wbfe.reporting.metrics_info import colour
 from wbfe.reporting.plots.canvas import page_figure, page_style, save, short_name
 
@@ -55,19 +55,15 @@ def checkpoint_labels(models: Sequence[str]) -> list[str]:
             labels[i] = "/".join(reversed(parts[i][:taken[i]]))
 
 
-def _number(value: Any, spec: str) -> str:
-    return format(value, spec) if is_number(value) and math.isfinite(value) else "n/a"
-
-
 def rho_text(rho: Any, low: Any, high: Any) -> str:
     """``ρ = -0.50 [-0.90, +0.10]``: Spearman's ρ and its interval as the zoo page and ``wbfe rank``'s scatters
     write it, "n/a" for a value that is missing or not finite."""
-    return f"ρ = {_number(rho, '+.2f')} [{_number(low, '+.2f')}, {_number(high, '+.2f')}]"
+    return f"ρ = {number_text(rho, '+.2f')} [{number_text(low, '+.2f')}, {number_text(high, '+.2f')}]"
 
 
 def p_text(p: Any) -> str:
     """A p-value to 2 significant digits, "n/a" for one that is missing or not finite."""
-    return _number(p, ".2g")
+    return number_text(p, ".2g")
 
 
 def _place_labels(ax: Any, points: Sequence[tuple[float, float, str]], priority: Sequence[int]) -> None:
