@@ -496,3 +496,16 @@ def test_a_factor_saved_twice_is_refused_naming_both(tmp_path) -> None:
     with pytest.raises(wbfe.CorruptCheckpointError, match=(
             f"^{folder}: module 'fc' is stored twice: base_model.model.fc.lora_A.weight and fc.lora_A.weight$")):
         wbfe.score(folder)
+
+
+def test_intra_with_a_base_is_refused_before_either_is_opened(tmp_path) -> None:
+    """Only an adapter takes --base, so --intra with --base is refused before anything is read: the adapter was
+    opened (downloaded, were it remote) first, and a missing one was refused as missing instead."""
+    line = "--intra multiplies a checkpoint's consecutive matrices, not an adapter's: drop --intra"
+    with pytest.raises(wbfe.InvalidOptionError) as info:
+        wbfe.score(tmp_path / "no-adapter", base=tmp_path / "no-base", intra=True)
+    assert str(info.value) == line
+    out = CliRunner().invoke(app, ["score", str(tmp_path / "no-adapter"), "--base", str(tmp_path / "no-base"),
+                                   "--intra"])
+    assert out.exit_code == 2 and out.stderr == f"wbfe: error: {line}\n", out.output
+
