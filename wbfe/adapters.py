@@ -234,7 +234,7 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
     with np.errstate(over="ignore", invalid="ignore"):  # B·A past float64's range: said in the row's reasons
         singular = core_singular_values(left, right, scale) if finite else np.full(r, math.nan)
     values, reasons = adapter_columns(singular, metric_options.lam)
-    if not bfe_asked:  # else --metrics htsr scored ΔW with bfe, and a --lambda refused as unread would be read
+    if not bfe_asked:  # --metrics picks the groups here too: a --lambda without bfe is refused as read by nothing
         for column in ("bfe", "lambda"):
             values.pop(column)
             reasons.pop(column, None)
@@ -335,8 +335,10 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
     ranks = [int(row["r"]) for row in adapted]
     summary: dict[str, Any] = {"n_layers": len(layers), "n_adapted": len(adapted), "n_modules_to_save": len(saved),
                                "r_min": min(ranks, default=None), "r_max": max(ranks, default=None)}
-    asked = {group.name for group in groups}
-    for column in ("bfe",) * ("bfe" in asked) + ("stable_rank", "effective_rank", "frobenius_norm", "spectral_norm"):
+    columns: tuple[str, ...] = ("stable_rank", "effective_rank", "frobenius_norm", "spectral_norm")
+    if any(group.name == "bfe" for group in groups):  # ΔW's bfe is the bfe group's (see _adapter_row)
+        columns = ("bfe", *columns)
+    for column in columns:
         summary[f"{column}_mean"], summary[f"{column}_n"] = column_mean(adapted, column)
     largest = max(adapted, key=lambda row: row["frobenius_norm"], default=None)
     if largest is not None and not largest["frobenius_norm"] > 0:  # lora_B = 0 everywhere: as initialised
