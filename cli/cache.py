@@ -33,7 +33,8 @@ def info_command(
 def prune_command(
     max_size: Optional[str] = typer.Option(
         None, "--max-size", help="Keep at most this much (500M, 20G); least recently used go first. Default 20G "
-        "unless --older-than is given alone; 'none' for no size bound."),
+        "unless --older-than is given alone; 'none' for no size bound (alone: only stale claims and day-old "
+        "partial copies go)."),
     older_than: Optional[float] = typer.Option(None, "--older-than", help="Remove what was last used more than "
                                                                         "DAYS days ago."),
     cache_dir: Annotated[Optional[Path], path_option("--cache-dir", help=_DIR_HELP)] = None,
@@ -45,11 +46,7 @@ def prune_command(
     from wbfe.sources.object_bound import object_cache_bound
 
     if max_size is not None and max_size.strip().lower() == "none":
-        if older_than is None:  # no bound and no age: a prune that could never remove anything
-            from wbfe.errors import InvalidOptionError
-
-            raise InvalidOptionError("--max-size none with no --older-than prunes nothing: give --older-than DAYS, "
-                                     "or a size")
+        # no size bound, as with --older-than alone: stale claims and day-old partial copies still go
         bound: Union[str, int, None] = None
     elif max_size is not None:
         bound = max_size

@@ -496,3 +496,79 @@ def test_a_factor_saved_twice_is_refused_naming_both(tmp_path) -> None:
     with pytest.raises(wbfe.CorruptCheckpointError, match=(
             f"^{folder}: module 'fc' is stored twice: base_model.model.fc.lora_A.weight and fc.lora_A.weight$")):
         wbfe.score(folder)
+
+
+def test_intra_with_a_base_is_refused_before_either_is_opened(tmp_path) -> None:
+    """Only an adapter takes --base, so --intra with --base is refused before anything is read: the adapter was
+    opened (downloaded, were it remote) first, and a missing one was refused as missing instead."""
+    line = "--intra multiplies a checkpoint's consecutive matrices, not an adapter's: drop --intra"
+    with pytest.raises(wbfe.InvalidOptionError) as info:
+        wbfe.score(tmp_path / "no-adapter", base=tmp_path / "no-base", intra=True)
+    assert str(info.value) == line
+    out = CliRunner().invoke(app, ["score", str(tmp_path / "no-adapter"), "--base", str(tmp_path / "no-base"),
+                                   "--intra"])
+    assert out.exit_code == 2 and out.stderr == f"wbfe: error: {line}\n", out.output
+
+
+def test_the_bfe_of_delta_w_is_the_bfe_groups_and_takes_lambda(tmp_path) -> None:
+    """ΔW's ``bfe`` and ``lambda`` were computed whatever --metrics, while --lambda without bfe in --metrics was
+    refused as read by nothing: now they are the bfe group's columns, there with it (at --lambda) and not without."""
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(4, 20, generator=g, dtype=torch.float64)
+    b = torch.randn(30, 4, generator=g, dtype=torch.float64)
+    folder = _write_adapter(tmp_path / "ad", {"base_model.model.fc.lora_A.weight": a,
+                                              "base_model.model.fc.lora_B.weight": b}, r=4, lora_alpha=8)
+    e = _dense_eigs(2.0 * b.numpy() @ a.numpy(), 4)
+    at_half = 0.5 * 0.5 * e.mean() - 0.5 * np.log(e).mean() + 0.5 * math.log(2 * math.pi / 0.5)
+    row = wbfe.score(folder, metrics="bfe,htsr", lam=0.5).layers[0]
+    assert row["lambda"] == 0.5 and row["bfe"] == pytest.approx(at_half, rel=1e-10)
+    plain = wbfe.score(folder, metrics="htsr")
+    assert "bfe" not in plain.layers[0] and "lambda" not in plain.layers[0] and "bfe_mean" not in plain.summary
+    assert plain.layers[0]["stable_rank"] == pytest.approx(e.sum() / e[-1], rel=1e-10)
+    line = ("--lambda 0.5 is read by the bfe and htmp metrics, which --metrics htsr leaves out: add bfe to --metrics "
+            "or drop --lambda")
+    with pytest.raises(wbfe.InvalidOptionError) as info:
+        wbfe.score(folder, metrics="htsr", lam=0.5)
+    assert str(info.value) == line
+    runner = CliRunner()
+    out = runner.invoke(app, ["score", str(folder), "--metrics", "htsr", "--lambda", "0.5"])
+    assert out.exit_code == 2 and out.stderr == f"wbfe: error: {line}\n", out.output
+    table = runner.invoke(app, ["score", str(folder), "--metrics", "htsr"])
+    assert table.exit_code == 0 and table.stdout.splitlines()[2].split() == ["name", "role", "shape", "form",
+                                                                              "stable_rank"], table.output
+    shown = json.loads(runner.invoke(app, ["score", str(folder), "--metrics", "bfe", "--lambda", "0.5",
+                                           "--format", "json"]).stdout)["layers"][0]
+    assert shown["lambda"] == 0.5 and shown["bfe"] == pytest.approx(at_half, rel=1e-10)
+
+
+def test_what_the_reader_leaves_out_of_an_adapter_keeps_its_reason(tmp_path) -> None:
+    """An adapter's tensors were read again as a state dict without the reader's skip: a tensor of a second state
+    dict was scored as saved whole, a factor there refused as 'has no lora_B factor', and a stride-0 factor
+    materialised; each is now listed with the reader's reason, or refused saying it."""
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(4, 20, generator=g), torch.randn(30, 4, generator=g)
+    folder = tmp_path / "ema"
+    folder.mkdir()
+    torch.save({"state_dict": {"base_model.model.fc.lora_A.weight": a, "base_model.model.fc.lora_B.weight": b,
+                               "base_model.model.out.weight": torch.ones(1).expand(30, 20)},
+                "ema": {"base_model.model.fc.lora_A.weight": a, "head.weight": torch.randn(30, 20, generator=g)}},
+               folder / "adapter_model.bin")
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8}))
+    result = wbfe.score(folder, metrics="bfe")
+    why = "in 'ema', not the state dict scored ('state_dict'); score checkpoint['ema'] for it"
+    assert [row["name"] for row in result.layers] == ["fc.weight"]
+    assert result.skipped == [
+        {"name": "out.weight", "reason": "stride-0 (expanded) storage: its 600 elements view 4 bytes of storage; not "
+                                         "materialised", "shape": [30, 20], "dtype": "float32"},
+        {"name": "ema/base_model.model.fc.lora_A.weight", "reason": why, "shape": [4, 20], "dtype": "float32"},
+        {"name": "ema/head.weight", "reason": why, "shape": [30, 20], "dtype": "float32"}]
+    broadcast = tmp_path / "broadcast"
+    broadcast.mkdir()
+    torch.save({"base_model.model.fc.lora_A.weight": torch.ones(1).expand(4, 20),
+                "base_model.model.fc.lora_B.weight": b},
+               broadcast / "adapter_model.bin")
+    (broadcast / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8}))
+    with pytest.raises(wbfe.CorruptCheckpointError) as info:
+        wbfe.score(broadcast, metrics="bfe")
+    assert str(info.value) == (f"{broadcast}: module 'fc': its lora_A factor cannot be read (stride-0 (expanded) "
+                               "storage: its 80 elements view 4 bytes of storage; not materialised)")

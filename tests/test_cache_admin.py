@@ -227,3 +227,34 @@ def test_a_cache_folder_named_with_an_escape_sequence_is_printed_escaped(tmp_pat
         out = runner.invoke(_cli(), [*argv, "--cache-dir", str(folder)])
         assert out.exit_code == 0, out.output
         assert "\x1b" not in out.stdout and "c\\x1b[1m" in out.stdout
+
+
+def _main_app(monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
+    from wbfe_cli.main import app as main_app
+
+    if "cache" not in {g.name for g in main_app.registered_groups}:  # until cli/main.py registers the group
+        monkeypatch.setattr(main_app, "registered_groups", list(main_app.registered_groups))  # restored after
+        main_app.add_typer(_cli(), name="cache")
+    return main_app
+
+
+def test_max_size_none_alone_removes_what_every_prune_removes(cache: Path) -> None:
+    """``--max-size none`` without ``--older-than`` was refused as "prunes nothing", but stale claims (and day-old
+    partial copies) go in every prune: it is now no size bound and no age, as ``--older-than`` alone is no size
+    bound."""
+    out = CliRunner().invoke(_cli(), ["prune", "--cache-dir", str(cache), "--max-size", "none", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert (data["max_bytes"], data["older_than_days"]) == (None, None)
+    # the dead claim goes (the fixture's ages are relative to 2033: the partial copy is not a day old now)
+    assert [(u["kind"], Path(u["path"]).name) for u in data["removed"]] == [("claims", f"{_key(7)}.claim")]
+    assert len(list((cache / "entries").rglob("*.json"))) == 3 and (cache / "objects" / "bb" / ("b" * 64)).is_dir()
+
+
+def test_a_negative_age_names_the_option(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    line = "--older-than must be a non-negative number of days, not -1"
+    with pytest.raises(InvalidOptionError, match=f"^{line}$"):
+        prune_cache(cache, older_than=-1, now=NOW)
+    out = CliRunner().invoke(_main_app(monkeypatch), ["cache", "prune", "--cache-dir", str(cache), "--older-than", "-1"])
+    assert out.exit_code == 2 and out.stderr == f"wbfe: error: {line}\n", out.output
+    assert len(list((cache / "entries").rglob("*.json"))) == 3  # refused before anything went

@@ -78,6 +78,19 @@ def test_ranks_follow_weightwatchers_rules() -> None:
         smoothing_rank(dense, percent=0.5, method="rmt")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("w", "problem"), [(np.zeros((8, 8)), "8x8 weight is all zero"),
+                                            (np.full((8, 8), np.nan), "8x8 weight has non-finite values (NaN or Inf)"),
+                                            (np.zeros((4, 3, 2, 2)), "4x3x2x2 weight is all zero")])
+def test_detx_of_a_weight_without_eigenvalues_says_so(w: np.ndarray, problem: str) -> None:
+    """The all-zero weight was refused naming the internal ``detx_tail``, the NaN one with numpy's LinAlgError."""
+    from wbfe.linalg.spectra import DegenerateMatrixError
+
+    with pytest.raises(DegenerateMatrixError) as info:
+        smoothing_rank(w, percent=0.5, method="detx")
+    assert str(info.value) == ("smoothing method detx keeps the det X = 1 tail of a weight's eigenvalues, and this "
+                               f"{problem}: it has no such tail; leave it as it is")
+
+
 # ---------------------------------------------------------------- against WeightWatcher 0.7.7
 
 def _ww_edit(model: torch.nn.Module, call: str, **kwargs) -> torch.nn.Module:

@@ -98,16 +98,24 @@ def adapter_columns(singular: np.ndarray, lam: Any) -> tuple[dict[str, Any], dic
     return values, reasons
 
 
-def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[TensorEntry], list[dict[str, Any]]]:
-    """Adapted modules, tensors saved whole (``modules_to_save``) and LoRA tensors left out."""
+def _module_parts(
+    source: AdapterSource,
+) -> tuple[dict[str, LoraModule], list[TensorEntry], list[dict[str, Any]], dict[str, str]]:
+    """Adapted modules, tensors saved whole (``modules_to_save``), the tensors left out, and the reader's reason
+    per LoRA factor it cannot give (``fc.lora_A``: a stride-0 view, a second state dict's)."""
     modules: dict[str, LoraModule] = {}
     whole: list[TensorEntry] = []
     skipped: list[dict[str, Any]] = []
+    unread: dict[str, str] = {}
     for entry in source.entries():
         name = entry.name[len(PREFIX):] if entry.name.startswith(PREFIX) else entry.name
         factor = _FACTOR.match(name) or _EMBED.match(name)
         found = factor or _MAGNITUDE.match(name)
-        if found is not None:
+        if entry.skip is not None:  # listed with the reader's reason, never loaded (a stride-0 view stays a view)
+            skipped.append(Skip(name, entry.skip, entry.shape, entry.dtype).to_dict())
+            if factor is not None:
+                unread[f"{factor['module']}.{factor['part'].replace('_embedding', '')}"] = entry.skip
+        elif found is not None:
             module = modules.setdefault(found["module"], LoraModule(found["module"]))
             part = "magnitude" if factor is None else "a" if factor["part"].endswith("A") else "b"
             if getattr(module, part) is not None:  # e.g. saved with and without base_model.model.
@@ -120,8 +128,8 @@ def _module_parts(source: AdapterSource) -> tuple[dict[str, LoraModule], list[Te
             skipped.append({"name": entry.name, "reason": "LoRA tensor other than the factors (e.g. lora_B bias): not a matrix of ΔW",
                             "shape": list(entry.shape), "dtype": entry.dtype})
         else:
-            whole.append(replace(entry, name=name, skip=None))
-    return modules, whole, skipped
+            whole.append(replace(entry, name=name))
+    return modules, whole, skipped, unread
 
 
 def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 10) -> Any:
@@ -141,7 +149,7 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
         raise InvalidOptionError(f"--base applies to a PEFT LoRA adapter folder (adapter_config.json); "
                                  f"{source.provenance.source} is not one")
     lora = source.lora
-    modules, whole, skipped = _module_parts(source)
+    modules, whole, skipped, unread = _module_parts(source)
     layers: list[dict[str, Any]] = []
     factors: dict[str, _Factors] = {}
     pattern = options.pattern
@@ -152,7 +160,8 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
             if pattern is not None and not pattern.search(weight_name):
                 skipped.append({"name": weight_name, "reason": "not selected by --layers", "shape": [], "dtype": ""})
                 continue
-            row, kept = _adapter_row(module, lora, source.provenance.source, context.metric_options)
+            row, kept = _adapter_row(module, lora, source.provenance.source, context.metric_options,
+                                     bfe_asked="bfe" in options.metrics, unread=unread)
             if base is not None:  # the factors are kept for merging only (2·(m + n)·r float64 each)
                 factors[name] = kept
             layers.append(row)
@@ -192,11 +201,16 @@ class _Factors:
     embedding: bool = False
 
 
-def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_options: Any) -> tuple[dict[str, Any], _Factors]:
+def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_options: Any, *, bfe_asked: bool = True,
+                 unread: Optional[dict[str, str]] = None) -> tuple[dict[str, Any], _Factors]:
+    """``bfe_asked``: ``bfe`` and ``lambda`` are the bfe group's columns, computed (with --lambda) only when --metrics
+    names it; ``unread``: the reader's reason per factor it cannot give (``fc.lora_A``)."""
     name = f"{module.name}.weight"
     if module.a is None or module.b is None:
         missing = "lora_A" if module.a is None else "lora_B"
-        raise CorruptCheckpointError(f"{where}: module {module.name!r} has no {missing} factor")
+        why = (unread or {}).get(f"{module.name}.{missing}")
+        raise CorruptCheckpointError(f"{where}: module {module.name!r} has no {missing} factor" if why is None else
+                                     f"{where}: module {module.name!r}: its {missing} factor cannot be read ({why})")
     r, alpha = lora.rank_and_alpha(module.name)
     scale = lora.scaling(module.name)
     left, right = lora_factors(module.a.load(), module.b.load(), embedding=module.embedding)
@@ -220,6 +234,10 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
     with np.errstate(over="ignore", invalid="ignore"):  # B·A past float64's range: said in the row's reasons
         singular = core_singular_values(left, right, scale) if finite else np.full(r, math.nan)
     values, reasons = adapter_columns(singular, metric_options.lam)
+    if not bfe_asked:  # --metrics picks the groups here too: a --lambda without bfe is refused as read by nothing
+        for column in ("bfe", "lambda"):
+            values.pop(column)
+            reasons.pop(column, None)
     row.update(values)
     m = None
     if module.magnitude is not None:
@@ -317,7 +335,10 @@ def _summarise(layers: list[dict[str, Any]], groups: tuple[Any, ...], merged: bo
     ranks = [int(row["r"]) for row in adapted]
     summary: dict[str, Any] = {"n_layers": len(layers), "n_adapted": len(adapted), "n_modules_to_save": len(saved),
                                "r_min": min(ranks, default=None), "r_max": max(ranks, default=None)}
-    for column in ("bfe", "stable_rank", "effective_rank", "frobenius_norm", "spectral_norm"):
+    columns: tuple[str, ...] = ("stable_rank", "effective_rank", "frobenius_norm", "spectral_norm")
+    if any(group.name == "bfe" for group in groups):  # ΔW's bfe is the bfe group's (see _adapter_row)
+        columns = ("bfe", *columns)
+    for column in columns:
         summary[f"{column}_mean"], summary[f"{column}_n"] = column_mean(adapted, column)
     largest = max(adapted, key=lambda row: row["frobenius_norm"], default=None)
     if largest is not None and not largest["frobenius_norm"] > 0:  # lora_B = 0 everywhere: as initialised

@@ -79,15 +79,24 @@ def smoothing_rank(w: np.ndarray, *, percent: float, method: str) -> int:
 
     Raises:
         InvalidOptionError: ``percent`` outside [0, 1] (method ``svd``), or an unknown method.
+        DegenerateMatrixError: method ``detx`` of a matrix with non-finite entries or none but zeros (no
+            eigenvalue tail).
     """
     mats = _slices(w)
     rf = len(mats)
     if method == "svd":
         total = int(EditOptions.CONSTRAINTS["percent"]("percent", percent) * min(mats[0].shape) * rf)
     elif method == "detx":
+        from wbfe.linalg.spectra import DegenerateMatrixError
         from wbfe.metrics.detx import detx_tail
         from wbfe.metrics.ww_compat import pooled_eigenvalues
 
+        problem = ("has non-finite values (NaN or Inf)" if not np.isfinite(w).all()
+                   else "is all zero" if not np.any(w) else None)
+        if problem is not None:  # else the eigen-solve fails, or detx_tail refuses its all-zero eigenvalues
+            raise DegenerateMatrixError(f"smoothing method detx keeps the det X = 1 tail of a weight's eigenvalues, "
+                                        f"and this {'x'.join(map(str, np.shape(w)))} weight {problem}: it has no "
+                                        "such tail; leave it as it is")
         total = detx_tail(pooled_eigenvalues(mats))[0]
     else:
         raise InvalidOptionError(f"smoothing method must be svd or detx, not {method!r}")

@@ -17,6 +17,7 @@ __all__ = ["ScoreOptions", "ModelScore", "score", "score_here", "Progress", "lay
 
 _DEFAULTS = field_defaults(ScoreOptions)  # the keywords' defaults are the options' own
 _WHERE = field_defaults(ExecutorOptions)
+_INTRA_ADAPTER = "--intra multiplies a checkpoint's consecutive matrices, not an adapter's: drop --intra"
 
 
 def score(
@@ -114,13 +115,14 @@ def score_here(ref: Any, options: ScoreOptions, *, base: Any = None, progress: O
     as :func:`score` does."""
     from wbfe.sources.peft_adapter import AdapterSource
 
+    if base is not None and options.intra:  # only an adapter takes a base: refused before either is opened
+        raise InvalidOptionError(_INTRA_ADAPTER)
     # With --base, --stream streams whichever of the adapter and its base is remote and reads the other.
     stream = options.stream if base is None else stream_each([ref, base], options.stream)[0]
     with open_source(ref, stream=stream) as source:
         if base is not None or isinstance(source, AdapterSource):  # ΔW = s·B·A per module
             if options.intra:
-                raise InvalidOptionError("--intra multiplies a checkpoint's consecutive matrices, not an adapter's: "
-                                         "drop --intra")
+                raise InvalidOptionError(_INTRA_ADAPTER)
             from wbfe.adapters import score_adapter
 
             return score_adapter(source, options, base=base)

@@ -243,7 +243,8 @@ def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int
     bound = None if max_size is None else parse_size(max_size)
     if older_than is not None and not (isinstance(older_than, (int, float)) and math.isfinite(older_than)
                                        and older_than >= 0):
-        raise InvalidOptionError(f"older_than must be a non-negative number of days, not {older_than!r}")
+        shown = f"{older_than:g}" if isinstance(older_than, (int, float)) else repr(older_than)
+        raise InvalidOptionError(f"--older-than must be a non-negative number of days, not {shown}")
     now = time.time() if now is None else now
     info = cache_info(directory)
     if not info.exists and not info.default:
