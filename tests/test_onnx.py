@@ -368,3 +368,52 @@ def test_a_negative_size_in_a_stored_shape_is_refused(tmp_path: Path, where: str
         wbfe.score(path, metrics="bfe")
     result = CliRunner().invoke(app, ["score", str(path)])
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+
+
+@pytest.mark.parametrize("damage", ["raw short", "raw long", "float_data short", "scale raw short", "dft-shaped"])
+def test_an_initializer_whose_data_does_not_fit_its_shape_is_refused_when_opened(tmp_path: Path, damage: str) -> None:
+    """An inline initializer whose data is shorter (or longer) than its shape and data type need was refused only
+    when read ("cannot reshape array ..."), after the weights before it were scored, and ``describe`` listed it as a
+    matrix. It is refused when the model is opened, as a safetensors or external-data tensor cut short is."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    shape = (16, 9) if damage == "dft-shaped" else (12, 20)  # 9 = 16/2 + 1 outputs: read to see if it is a DFT basis
+    first = numpy_helper.from_array(rng.standard_normal((8, shape[0])).astype(np.float32), "w0")
+    w = rng.standard_normal(shape).astype(np.float32)
+    second = numpy_helper.from_array(w, "w1")
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h"], name="fc0")]
+    inits = [first, second]
+    have, need, unit, name, dims, dtype = 239 * 4, 240 * 4, "bytes", "w1", [12, 20], "float32"
+    if damage in ("raw short", "dft-shaped"):
+        second.raw_data = second.raw_data[:-4]
+        if damage == "dft-shaped":
+            have, need, dims = 143 * 4, 144 * 4, [16, 9]
+    elif damage == "raw long":
+        second.raw_data += bytes(4)
+        have = 241 * 4
+    elif damage == "float_data short":
+        second = TensorProto(name="w1", data_type=TensorProto.FLOAT, dims=[12, 20], float_data=w.reshape(-1)[:-1])
+        inits[1] = second
+        have, need, unit = 239, 240, "values"
+    if damage == "scale raw short":  # an int8 weight whose DequantizeLinear scale (one per output) is cut short
+        q = numpy_helper.from_array(rng.integers(-127, 128, (12, 20)).astype(np.int8), "q1")
+        scale = numpy_helper.from_array(np.full(20, 0.01, np.float32), "s1")
+        scale.raw_data = scale.raw_data[:-4]
+        inits = [first, q, scale]
+        nodes.append(helper.make_node("DequantizeLinear", ["q1", "s1"], ["w1"], axis=1, name="dq"))
+        have, need, name, dims = 19 * 4, 20 * 4, "s1", [20]
+    nodes.append(helper.make_node("MatMul", ["h", "w1"], ["y"], name="fc1"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, dims[-1]])],
+                              initializer=inits)
+    path = tmp_path / "short.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    want = (f"{path}: initializer {name!r} holds {have} {unit} of data, its shape {dims} of {dtype} needs {need}: "
+            "a damaged model; export it again")
+    for call in (wbfe.describe, wbfe.score):  # describe reads no tensor: the refusal comes when the model is opened
+        with pytest.raises(CorruptCheckpointError) as caught:
+            call(path)
+        assert str(caught.value) == want
+    result = CliRunner().invoke(app, ["score", str(path)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output

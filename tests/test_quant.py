@@ -468,9 +468,10 @@ def test_a_gptq_g_idx_of_the_wrong_shape_or_dtype_skips_that_weight_when_planned
 
 @pytest.mark.parametrize("index", [-1, 2])
 def test_a_gptq_group_index_out_of_range_skips_that_weight_alone(index: int) -> None:
-    """A group index outside the scales' groups is seen only when the weight is read: that input has no scale, its
-    column is NaN, and the weight is skipped for its non-finite values, the rest scored. It raised when read, which
-    stopped the whole run."""
+    """A group index outside the scales' groups leaves that input without a scale: dequantised, its column is NaN.
+    The g_idx is read when the weight is planned, and the weight skipped saying which group index is out of range,
+    the rest scored. It raised when read, which stopped the whole run; then it was skipped for "non-finite values",
+    which the stored values are not."""
     t = _gptq(_weights(32, 64), 4, 32, act_order=True)
     expected = t.pop("expected")
     g = t["g_idx"].clone()
@@ -482,7 +483,10 @@ def test_a_gptq_group_index_out_of_range_skips_that_weight_alone(index: int) -> 
     fc = _weights(4, 20)
     result = wbfe.score({f"l.{k}": v for k, v in t.items()} | {"l.g_idx": g, "fc.weight": fc}, metrics="bfe")
     reasons = {s["name"]: s["reason"] for s in result.skipped}
-    assert reasons["l.weight"] == "non-finite values (NaN or Inf)"
+    for part in ("qweight", "qzeros", "scales", "g_idx"):
+        assert reasons[f"l.{part}"] == ("quantized weight l unreadable: GPTQ g_idx gives 1 of its 64 inputs a group "
+                                        f"outside the 2 of its scales (input 5: group {index}, expected 0 to 1)")
+    assert "l.weight" not in reasons
     whole = wbfe.score({"fc.weight": fc}, metrics="bfe")
     assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in whole.layers]
 

@@ -81,7 +81,7 @@ def test_sharded_order_follows_the_index(tmp_path: Path, state_dict: dict) -> No
 
 
 def test_tensors_a_shard_holds_but_the_index_does_not_list_are_skipped_with_the_reason(tmp_path: Path, state_dict: dict) -> None:
-    # transformers loads only what the index lists; the rest is accounted for, never scored.
+    # wbfe scores what the index lists; the rest is accounted for, never scored.
     import json
 
     index = write_sharded(tmp_path, state_dict, n_shards=2)
@@ -554,9 +554,13 @@ def test_a_name_two_shards_hold_unlisted_is_one_skipped_row(tmp_path: Path, fmt:
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "pickle"])
-def test_a_name_the_index_gives_to_another_shard_is_read_from_that_shard_alone(tmp_path: Path, fmt: str) -> None:
-    """A shard that also holds a copy of a tensor the index places in another shard: the index's copy is read, as
-    transformers reads it. The pickle shards scored both, two rows of one name (the safetensors shards did not)."""
+@pytest.mark.parametrize("owner", [1, 2])
+def test_a_name_the_index_gives_to_another_shard_is_read_from_that_shard_alone(tmp_path: Path, fmt: str,
+                                                                               owner: int) -> None:
+    """A shard that also holds a copy of a tensor the index places in another shard: the index's copy is read, and the
+    other copy is a skipped row of its own (``shard/name``) saying which copy transformers' loader takes (it merges
+    the shards in file name order, the last copy winning, whatever the index says). The pickle shards scored both, two
+    rows of one name; the safetensors shards, then both, dropped the other copy without a row."""
     import json
 
     from safetensors.torch import save_file
@@ -565,16 +569,23 @@ def test_a_name_the_index_gives_to_another_shard_is_read_from_that_shard_alone(t
     ext, index = ((".safetensors", "model.safetensors.index.json") if fmt == "safetensors"
                   else (".bin", "pytorch_model.bin.index.json"))
     listed, copy = torch.randn(20, 30, generator=g), torch.randn(20, 30, generator=g)
-    shards = {"model-00001-of-00002": {"a.weight": listed},
-              "model-00002-of-00002": {"a.weight": copy, "b.weight": torch.randn(20, 30, generator=g)}}
+    first, second = f"model-00001-of-00002{ext}", f"model-00002-of-00002{ext}"
+    shards = {first: {"a.weight": listed if owner == 1 else copy, "c.weight": torch.randn(20, 30, generator=g)},
+              second: {"a.weight": copy if owner == 1 else listed, "b.weight": torch.randn(20, 30, generator=g)}}
     for shard, tensors in shards.items():
         if fmt == "safetensors":
-            save_file(tensors, str(tmp_path / f"{shard}{ext}"))
+            save_file(tensors, str(tmp_path / shard))
         else:
-            torch.save(tensors, tmp_path / f"{shard}{ext}")
-    weight_map = {"a.weight": f"model-00001-of-00002{ext}", "b.weight": f"model-00002-of-00002{ext}"}
+            torch.save(tensors, tmp_path / shard)
+    weight_map = {"a.weight": first if owner == 1 else second, "b.weight": second, "c.weight": first}
     (tmp_path / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     result = wbfe.score(tmp_path, metrics="bfe")
     want = wbfe.score({"a.weight": listed}, metrics="bfe").layers[0]["bfe"]
-    assert [layer["name"] for layer in result.layers] == ["a.weight", "b.weight"] and result.skipped == []
-    assert result.layers[0]["bfe"] == want
+    assert sorted(layer["name"] for layer in result.layers) == ["a.weight", "b.weight", "c.weight"]
+    assert next(layer["bfe"] for layer in result.layers if layer["name"] == "a.weight") == want
+    taken = ("transformers' loader takes this one instead: it reads every shard's tensors in file name order, the "
+             "last copy winning" if owner == 1 else "transformers' loader takes that one too")
+    holder = second if owner == 1 else first
+    assert [(s["name"], s["reason"], s["shape"]) for s in result.skipped] == [
+        (f"{holder}/a.weight", f"a second copy of 'a.weight': {index} gives it to {weight_map['a.weight']}, whose copy "
+         f"is scored ({taken})", [20, 30])]

@@ -32,8 +32,8 @@ def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
 def dequantize_gptq(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor, *, bits: int = 4,
                     group_size: int = 128, g_idx: Optional[torch.Tensor] = None, zero_offset: int = 1) -> torch.Tensor:
     """GPTQ's packed int weight -> float64 ``[out, in]`` (the shapes of its parts, ``g_idx``'s among them, checked
-    by the planner). An input whose group index is out of range has no scale: its column is NaN, so that weight alone
-    is skipped for its non-finite values (its values are seen only now, when the weight is read).
+    by the planner). An input whose group index is out of range has no scale: its column is NaN (the planner reads the
+    g_idx and skips such a weight first, saying which index is out of range).
     """
     import torch
 

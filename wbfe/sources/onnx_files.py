@@ -45,6 +45,8 @@ class OnnxSource(TensorSource):
         try:
             plan = plan_graph(onnx, graph, lambda code: _dtype_name(onnx, code),
                               values=lambda weight: self.read(weight))
+        except WbfeError:  # a weight read to see what it is (a DFT basis), and found damaged, says so itself
+            raise
         except (ValueError, TypeError, KeyError) as exc:  # a malformed attribute or tensor header
             raise CorruptCheckpointError.at(path, f"malformed ONNX graph ({str(exc)[:120]})") from None
         if not all(isinstance(w.name, str) for w in plan.tensors):  # proto2 strings: UTF-8 is not checked
@@ -77,7 +79,26 @@ class OnnxSource(TensorSource):
             elif tensor is not None and weight.skip is None and not tensor.raw_data and _numel(tensor) and not any(
                     getattr(tensor, f"{k}_data") for k in ("float", "int32", "int64", "double", "uint64", "string")):
                 raise CorruptCheckpointError.at(self._path, f"initializer {weight.name!r} has no data")
+            if weight.skip is None:  # the weight's data and its DequantizeLinear's, all read when it is scored
+                for vid in (weight.stored.vid, *((weight.dq[0], weight.dq[1]) if weight.dq is not None else ())):
+                    stored = self._stored.get(vid) if vid is not None else None
+                    if stored is not None:
+                        self._check_inline(stored)
         return files
+
+    def _check_inline(self, stored: Stored) -> None:
+        """Refuse an inline tensor whose data is not the size its shape and data type need (numpy would refuse to
+        shape it only when it is read, after other weights were scored)."""
+        tensor = stored.tensor
+        if tensor is None or self._onnx.external_data_helper.uses_external_data(tensor):
+            return
+        found = _inline_size(self._onnx, tensor)
+        if found is not None and found[0] != found[1]:
+            have, need, unit = found
+            raise CorruptCheckpointError.at(
+                self._path, f"initializer {stored.name[:200]!r} holds {have} {unit} of data, its shape "
+                f"{list(tensor.dims)} of {_dtype_name(self._onnx, tensor.data_type)} needs {need}: a damaged model; "
+                "export it again")
 
     def _external_info(self, tensor: Any) -> tuple[Path, int, int]:
         """The file, offset and length of an external tensor's data, checked."""
@@ -104,6 +125,7 @@ class OnnxSource(TensorSource):
         if stored.array is not None:
             return stored.array
         tensor, name = stored.tensor, stored.name
+        self._check_inline(stored)  # a weight the graph's rules read while the model is opened is not checked yet
         try:
             if onnx.external_data_helper.uses_external_data(tensor):
                 raw = read_range(*self._external_info(tensor))  # which checks the data type too
@@ -149,6 +171,33 @@ class OnnxSource(TensorSource):
 
 def _numel(tensor: Any) -> int:
     return math.prod(int(d) for d in tensor.dims)
+
+
+# Bits of an element of the ONNX data types packed below a byte (raw_data and, but for 6 bits, int32_data).
+_PACKED_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2, "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
+
+
+def _inline_size(onnx: Any, tensor: Any) -> Optional[tuple[int, int, str]]:
+    """``(held, needed, unit)`` of an inline tensor's data: bytes of ``raw_data``, else values of its typed field (the
+    layouts of ``onnx.numpy_helper.to_array``); None where wbfe does not know what the type needs."""
+    name = onnx.TensorProto.DataType.Name(tensor.data_type) if tensor.data_type in \
+        onnx.TensorProto.DataType.values() else None
+    if name is None or name in ("STRING", "UNDEFINED"):
+        return None
+    numel, bits = _numel(tensor), _PACKED_BITS.get(name)
+    if tensor.HasField("raw_data"):
+        try:
+            size = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+        except (KeyError, TypeError, ValueError):
+            return None
+        return len(tensor.raw_data), -(-numel * bits // 8) if bits else numel * size, "bytes"
+    if bits is not None and bits != 6:
+        return None  # packed into int32_data as into raw_data, but the layout has changed between onnx versions
+    try:
+        values = getattr(tensor, onnx.helper.tensor_dtype_to_field(tensor.data_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return len(values), numel * (2 if name.startswith("COMPLEX") else 1), "values"
 
 
 def _dtype_name(onnx: Any, data_type: int) -> str:

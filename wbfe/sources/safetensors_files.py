@@ -26,7 +26,7 @@ from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
 
 __all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_header", "header_length", "parse_header",
-           "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "tensor_dtype",
+           "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "copy_row", "tensor_dtype",
            "SAFETENSORS_DTYPES", "MAX_INDEX", "SAFETENSORS"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
@@ -243,9 +243,22 @@ def parse_weight_map(raw: bytes, where: str) -> dict[str, list[str]]:
 
 
 def unlisted_reason(shards: list[str], index_name: str) -> str:
-    """Why a tensor that ``shards`` hold but the index does not list is skipped (transformers never loads it)."""
+    """Why a tensor that ``shards`` hold but the index does not list is skipped (wbfe scores what the index lists)."""
     return (f"in shard{'s' if len(shards) > 1 else ''} {', '.join(shards)} but not listed in {index_name}: "
             "not part of the checkpoint its index describes")
+
+
+def copy_row(name: str, shard: str, owner: str, holders: list[str], index_name: str) -> tuple[str, str]:
+    """``(row name, reason)`` of the copy of ``name`` that ``shard`` holds although the index gives ``name`` to
+    ``owner`` (whose copy is scored); ``holders``: every shard holding it. The row is named ``shard/name``, so that
+    it is one row of its own, as another state dict's tensor is, beside the scored ``name``."""
+    # transformers merges the shards' tensors in file name order, whatever the index says: the last copy wins
+    last = max(holders)
+    loader = ("transformers' loader takes that one too" if last == owner else
+              f"transformers' loader takes {'this one' if last == shard else f'the one in {last}'} instead: it reads "
+              "every shard's tensors in file name order, the last copy winning")
+    return f"{shard}/{name}", (f"a second copy of {name!r}: {index_name} gives it to {owner}, whose copy is scored "
+                               f"({loader})")
 
 
 class ShardReader(Protocol):
@@ -263,25 +276,35 @@ class ShardedSafetensors(TensorSource):
     def plan(self, shards: list[tuple[Any, str, list[str] | None, dict[str, dict[str, Any]]]], index_name: str) -> None:
         """The reading plan from ``(key for open_shard, shard name, tensors its index lists or None, header)``
         per shard (``CorruptCheckpointError`` for a listed tensor missing from its shard)."""
-        self._plan: list[tuple[Any, list[str], dict[str, dict[str, Any]]]] = []
+        # Per shard: its key and (row name, header name, why it is skipped) per tensor.
+        self._plan: list[tuple[Any, list[tuple[str, str, str | None]], dict[str, dict[str, Any]]]] = []
         # Tensors a shard holds but its index does not list: listed as skipped, once a name, not dropped unseen.
         self._unlisted: dict[str, list[str]] = {}
         self._index_name = index_name
         self._handles: list[ShardReader] = []
-        indexed = {name for _, _, listed, _ in shards for name in listed or ()}
+        owner = {name: shard_name for _, shard_name, listed, _ in shards for name in listed or ()}
+        holders: dict[str, list[str]] = {}
+        for _, shard_name, _, header in shards:
+            for name in header:
+                holders.setdefault(name, []).append(shard_name)
         for key, shard_name, listed, header in shards:
             names = checkpoint_order(list(header), lambda name: header[name]["dtype"])
-            if listed is not None:
-                missing = next((t for t in listed if t not in header), None)
-                if missing is not None:
-                    raise CorruptCheckpointError.at(key, f"tensor {missing!r} listed in the index is not in this shard")
-                # A name the index gives to another shard is that shard's: this copy is not scored either.
-                unlisted = [name for name in names if name not in indexed and name not in self._unlisted]
-                for name in names:
-                    if name not in indexed:
-                        self._unlisted.setdefault(name, []).append(shard_name)
-                names = checkpoint_order(listed) + unlisted
-            self._plan.append((key, names, header))
+            if listed is None:
+                self._plan.append((key, [(name, name, None) for name in names], header))
+                continue
+            missing = next((t for t in listed if t not in header), None)
+            if missing is not None:
+                raise CorruptCheckpointError.at(key, f"tensor {missing!r} listed in the index is not in this shard")
+            unlisted = [name for name in names if name not in owner and name not in self._unlisted]
+            for name in names:
+                if name not in owner:
+                    self._unlisted.setdefault(name, []).append(shard_name)
+            rows: list[tuple[str, str, str | None]] = [(n, n, None) for n in checkpoint_order(listed) + unlisted]
+            for name in names:  # a name the index gives to another shard: this copy is a skipped row of its own
+                if name in owner and owner[name] != shard_name:
+                    row, why = copy_row(name, shard_name, owner[name], holders[name], index_name)
+                    rows.append((row, name, why))
+            self._plan.append((key, rows, header))
 
     def open_shard(self, key: Any) -> ShardReader:
         raise NotImplementedError
@@ -297,13 +320,13 @@ class ShardedSafetensors(TensorSource):
             shard = self.open_shard(key)
             self._handles.append(shard)
             try:
-                for name in names:
+                for row, name, why in names:
                     info = header[name]
                     shards_unlisted = self._unlisted.get(name)
                     load = functools.partial(shard.read, info)
-                    yield TensorEntry(name=name, shape=tuple(int(s) for s in info["shape"]),
+                    yield TensorEntry(name=row, shape=tuple(int(s) for s in info["shape"]),
                         dtype=SAFETENSORS_DTYPES[info["dtype"]][0], load=load, reread=load,
-                        skip=unlisted_reason(shards_unlisted, self._index_name) if shards_unlisted else None)
+                        skip=why or (unlisted_reason(shards_unlisted, self._index_name) if shards_unlisted else None))
             finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.
                 shard.close()

@@ -269,10 +269,12 @@ class TorchPickleSource(TensorSource):
             self._state, self._passed = None, {}  # the tensors go with the pass, not with the source
             yield from tensor_entries(state, passed=passed)
             return
-        from wbfe.sources.safetensors_files import unlisted_reason
+        from wbfe.sources.safetensors_files import copy_row, unlisted_reason
 
-        indexed = {name for names in self._listed for name in names}
+        indexed = {name: path.name for path, names in zip(self._files, self._listed) for name in names}
         reported: set[str] = set()  # unlisted names already skipped: a name is one row
+        holders: dict[str, list[str]] = {}  # the shards read so far holding a copy of a listed name
+        copies: list[tuple[str, TensorEntry]] = []  # copies of a listed name in another shard: rows once all are read
         for path, listed in zip(self._files, self._listed):
             # A shard's tensors go with it: holding one to reread would hold the whole shard's map.
             state, passed = unwrap_checkpoint(load_torch_file(path), where=str(path))
@@ -284,13 +286,21 @@ class TorchPickleSource(TensorSource):
                 # Another state dict's tensor (skipped, as for a single file) or a name the index does not list is one
                 # row, from the first shard holding it; a listed name is read from the shard the index gives it to.
                 once = entry.name in passed or entry.name not in indexed
-                if (entry.name in reported) if once else (entry.name not in own):
+                if not once:
+                    holders.setdefault(entry.name, []).append(path.name)
+                    if entry.name not in own:  # the index gives it to another shard: this copy is a row of its own
+                        copies.append((path.name, entry))
+                        continue
+                elif entry.name in reported:
                     continue
-                if once:
+                else:
                     reported.add(entry.name)
                 if entry.name not in passed and entry.name not in indexed:  # as for safetensors shards: not scored
                     entry = dataclasses.replace(entry, skip=unlisted_reason([path.name], self._index.name))
                 yield entry
+        for shard, entry in copies:  # which copy transformers takes is known once every shard is read
+            row, why = copy_row(entry.name, shard, indexed[entry.name], holders[entry.name], self._index.name)
+            yield dataclasses.replace(entry, name=row, skip=why)
 
     def close(self) -> None:
         super().close()
