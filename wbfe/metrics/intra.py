@@ -12,6 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.linalg.spectra import DegenerateMatrixError, near_one
+from wbfe.options.constraints import Integer
 from wbfe.metrics._group import Spectrum
 
 __all__ = ["align_pair", "aligned_shapes", "intra_mask", "intra_matrix", "intra_spectrum"]
@@ -40,8 +41,10 @@ def aligned_shapes(s0: tuple[int, ...], s1: tuple[int, ...]) -> Optional[tuple[b
 
 def intra_mask(rng: np.random.RandomState, m: int) -> np.ndarray:
     """WeightWatcher's ``sparsify`` mask S for a shared side m: ``rng.randint(2, size=m·m)`` as m × m."""
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise InvalidOptionError(f"the sparsify mask needs a shared side m, a whole number >= 1, not {m!r}")
+    try:
+        m = Integer(1).check(m)
+    except ValueError:
+        raise InvalidOptionError(f"the sparsify mask needs a shared side m, a whole number >= 1, not {m!r}") from None
     return rng.randint(2, size=m * m).reshape((m, m))
 
 

@@ -14,6 +14,7 @@ from typing import Callable, Literal, Optional
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
+from wbfe.options.constraints import Choice, Integer
 
 __all__ = [
     "PowerLawFit", "TruncatedPowerLawFit", "fit_power_law", "fit_truncated_power_law", "fit_power_law_in_range",
@@ -31,6 +32,8 @@ _KS_STRIDE = 8
 _KS_FIRST = 8
 _KS_EXACT_BELOW = 128
 _TPL_MAX_NEWTON = 100
+_MIN_TAIL = Integer(2, words="at least 2")
+_METHOD = Choice(("csn", "ww"))
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(20)  # nodes and weights of each panel of the TPL normaliser
 _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
 
@@ -98,10 +101,8 @@ def fit_power_law(
     Raises:
         InvalidOptionError: ``min_tail`` not an integer >= 2, or an unknown ``method`` (a ``ValueError``).
     """
-    if isinstance(min_tail, bool) or not isinstance(min_tail, (int, np.integer)) or min_tail < 2:
-        raise InvalidOptionError(f"min_tail must be at least 2, not {min_tail!r}")
-    if method not in ("csn", "ww"):
-        raise InvalidOptionError(f"method must be 'csn' or 'ww', not {method!r}")
+    min_tail = _MIN_TAIL("min_tail", min_tail)
+    _METHOD("method", method)
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if x.size and not np.all(np.isfinite(x)):
         return failed_fit(method, "non-finite values")
