@@ -272,3 +272,13 @@ def test_esd_peak_refuses_what_has_no_log_peak(x: list[float]) -> None:
     with pytest.raises(InvalidOptionError, match=r"^esd_peak needs at least one value, all finite and positive"):
         esd_peak(np.array(x))
     assert esd_peak(np.array([2.0])) == 2.0  # one value v: numpy bins [log v - 0.5, log v + 0.5], v on the 51st's edge
+
+
+@pytest.mark.parametrize(("x", "kwargs", "reason"), [
+    (np.array([1.0, 2.0]), {}, "need at least 3 positive finite values, got 2"),
+    (np.arange(1.0, 40.0), {"fit": "tpl", "min_tail": 50}, "no candidate xmin in [1, 39)"),
+])
+def test_failed_tail_fit_is_all_nan_with_reason(x: np.ndarray, kwargs: dict, reason: str) -> None:
+    fit = fit_tail(x, **kwargs)
+    assert fit.reason == reason and fit.num_fingers == 0
+    assert all(math.isnan(v) for v in (fit.alpha, fit.sigma, fit.xmin, fit.ks, fit.lam, fit.raw_alpha))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import warnings
 
 import numpy as np
@@ -137,3 +138,44 @@ def test_intra_mask_refuses_a_shared_side_below_one(m: object) -> None:
         intra_mask(np.random.RandomState(0), m)  # type: ignore[arg-type]
     mask = intra_mask(np.random.RandomState(0), 3)
     assert (mask == np.random.RandomState(0).randint(2, size=9).reshape(3, 3)).all()
+
+
+def _masked_product_mpmath(w0: np.ndarray, s: np.ndarray, w1: np.ndarray) -> np.ndarray:
+    """W₀·S·W₁/(‖W₀‖·‖W₁‖ + √‖S‖) at 40 digits from the float64 entries (exact in mpmath), rounded once."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(40):
+        a, m, b = (mpmath.matrix(x.tolist()) for x in (w0, s, w1))
+        den = mpmath.mnorm(a, "f") * mpmath.mnorm(b, "f") + mpmath.sqrt(mpmath.mnorm(m, "f"))
+        x = a * m * b / den
+        return np.array([[float(x[i, j]) for j in range(x.cols)] for i in range(x.rows)])
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize(("s0", "s1"), [(1e300, 1e300), (1e300, 1.0), (1e-130, 1e-130), (1e-300, 1e300), (1.0, 1.0)])
+def test_sparsify_product_of_extreme_weights_against_mpmath(s0: float, s1: float) -> None:
+    # With the mask, ‖W₀‖·‖W₁‖ overflowed: X was NaN (1e300) and the SVD failed, ending the whole score.
+    rng = np.random.default_rng(1)
+    w0, w1 = rng.standard_normal((6, 8)) * s0, rng.standard_normal((10, 6)) * s1  # shared side 6: W₀ᵀ·S·W₁ᵀ
+    s = np.random.RandomState(4).randint(2, size=36).reshape(6, 6)
+    x = intra_matrix(w0, w1, mask=s)
+    assert x is not None and x.shape == (8, 10)
+    np.testing.assert_allclose(x, _masked_product_mpmath(w0.T, s, w1.T), rtol=1e-13, atol=0)
+
+
+def test_sparsify_product_below_float64_is_refused_and_the_score_says_why() -> None:
+    # Weights around 1e-200 keep X about 1e-400: it was all zeros, scored as an "all-zero spectrum".
+    from wbfe.linalg.spectra import DegenerateMatrixError
+
+    import wbfe
+
+    rng = np.random.default_rng(1)
+    w0, w1 = rng.standard_normal((20, 30)) * 1e-200, rng.standard_normal((40, 20)) * 1e-200
+    want = (r"^the sparsify product of two consecutive matrices is below float64's range \(largest entry about "
+            r"1e-39\d\): WeightWatcher's .* keeps the weights' scale; rescale them$")
+    with pytest.raises(DegenerateMatrixError, match=want):
+        intra_matrix(w0, w1, rng=np.random.RandomState(0))
+    result = wbfe.score({"a.weight": torch.from_numpy(w0), "b.weight": torch.from_numpy(w1)}, metrics="htsr",
+                        intra=True)
+    assert [row["name"] for row in result.layers] == ["a.weight", "b.weight"]
+    assert [s["name"] for s in result.skipped] == ["a.weight X b.weight"]
+    assert re.match(want, result.skipped[0]["reason"])

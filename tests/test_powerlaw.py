@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -328,6 +329,22 @@ def test_tpl_failures() -> None:
     assert fit_truncated_power_law(np.full(10, 2.0)).reason == "degenerate tail: all values equal xmin"
     assert fit_truncated_power_law(np.zeros(5)).reason == "no positive values"
     assert math.isnan(fit_truncated_power_law(np.zeros(5)).alpha)
+
+
+@pytest.mark.parametrize(("values", "xmin", "n_tail", "reason"), [
+    (np.r_[1.0, math.nan], math.nan, 0, "non-finite values"),
+    (np.zeros(5), math.nan, 0, "no positive values"),
+    (np.array([1.0, 2.0]), 1.0, 2, "only 2 value(s) >= xmin, need 3"),
+    (np.full(10, 2.0), 2.0, 10, "degenerate tail: all values equal xmin"),
+    (np.linspace(1.0, 2.0, 30) * 1e-310, 1e-310, 30, None),  # "lambda = .../xmin overflows"
+])
+def test_tpl_failure_is_nan_with_the_tail_it_tried(values: np.ndarray, xmin: float, n_tail: int,
+                                                   reason: Optional[str]) -> None:
+    # Every failure, whichever step refused, is the same: NaN alpha, lambda and log-likelihood, the xmin and tail tried.
+    fit = fit_truncated_power_law(values)
+    assert not fit.ok and (fit.reason == reason if reason else str(fit.reason).endswith("/xmin overflows"))
+    assert math.isnan(fit.alpha) and math.isnan(fit.lam) and math.isnan(fit.loglik) and fit.n_tail == n_tail
+    assert fit.xmin == xmin or (math.isnan(fit.xmin) and math.isnan(xmin))
 
 
 def _scan_cases() -> list[tuple[str, np.ndarray]]:

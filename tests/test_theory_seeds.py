@@ -61,9 +61,16 @@ def test_every_entry_point_refuses_the_same_bad_seed(entry, seed) -> None:
 
 @pytest.mark.parametrize("entry", list(ENTRY_POINTS))
 def test_every_entry_point_takes_the_largest_seed(entry) -> None:
-    # 2**32 - 1 is the largest seed of `wbfe score --seed`: every theory draw takes it too (and 3.0 as 3)
+    # 2**32 - 1 is the largest seed of `wbfe score --seed`: every theory draw takes it too (and 3.0 as 3); the
+    # settings follow wbfe.options' Integer rule, as `wbfe score --seed` does: a float is refused, even a whole one
     ENTRY_POINTS[entry](2**32 - 1)
-    ENTRY_POINTS[entry](3.0)
+    if entry not in ("HmcSettings", "StudentSettings", "HierarchicalSettings", "simulate_hierarchical"):
+        ENTRY_POINTS[entry](3.0)
+        return
+    name = "seeds" if entry in ("HmcSettings", "StudentSettings") else "seed"
+    with pytest.raises(WbfeError) as caught:
+        ENTRY_POINTS[entry](3.0)
+    assert str(caught.value) == f"{name} {WORDS}3.0"
 
 
 @pytest.mark.parametrize("args", [["hmc", "--seeds", "0,4294967296"], ["student", "--seeds", "4294967296"],

@@ -56,7 +56,10 @@ def test_settings_refuse_bad_values(build, message) -> None:
     ("build", "message"),
     [
         pytest.param(lambda: CurveSettings(delta=True), "delta must be positive and finite, got True", id="Curve"),
-        pytest.param(lambda: CurveSettings(k=10**19), None, id="Curve-huge-k"),
+        pytest.param(lambda: CurveSettings(k=10**19), "k must be at most 100,000,000 (the readout is held in memory)",
+                     id="Curve-huge-k"),
+        pytest.param(lambda: HmcSettings(k=10**9, d=10**9), "k must be at most 100,000,000", id="Hmc-huge-k"),
+        pytest.param(lambda: StudentSettings(k=10**9), "k must be at most 100,000,000", id="Student-huge-k"),
         pytest.param(lambda: HmcSettings(r_values=(2**1024,)), "r_values must be positive and finite, got 1797",
                      id="Hmc"),
         pytest.param(lambda: StudentSettings(lr=True), "lr must be positive and finite, got True", id="Student"),
@@ -73,10 +76,8 @@ def test_settings_refuse_bad_values(build, message) -> None:
     ],
 )
 def test_settings_refuse_inf_nan_bool_and_huge_numbers(build, message) -> None:
-    # inf, nan, a bool for a number or a number past a float: one typed line, never OverflowError or TypeError
-    if message is None:  # a huge size is the run's to refuse (its arrays), not the settings'
-        assert build() is not None
-        return
+    # inf, nan, a bool for a number or a number past a float: one typed line, never OverflowError or TypeError.
+    # A k past the readout's memory limit was taken by the settings and refused by the run.
     with pytest.raises(InvalidOptionError) as info:
         build()
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
@@ -122,6 +123,10 @@ def test_settings_take_numpy_numbers_and_arrays_and_record_python_ones() -> None
         (lambda: HierarchicalSettings(d=30.0), "d must be an integer >= 2, not 30.0"),
         (lambda: HierarchicalSettings(d=10, seeds=2.0), "seeds must be a positive integer, not 2.0"),
         (lambda: HierarchicalSettings(d=10, n_test=9), "n_test must be an integer >= 10, not 9"),
+        # the seeds too, as `wbfe score --seed` refuses 3.0 (they took whole floats, where 30.0 for d was refused)
+        (lambda: HmcSettings(seeds=(0, 3.0)), SEEDS + "3.0"),
+        (lambda: StudentSettings(seeds=(3.0,)), SEEDS + "3.0"),
+        (lambda: HierarchicalSettings(d=10, seed=3.0), SEEDS.replace("seeds", "seed", 1) + "3.0"),
     ],
 )
 def test_integer_settings_take_integers_only_with_one_wording(build, message) -> None:

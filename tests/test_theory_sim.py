@@ -122,6 +122,14 @@ def test_sweeps_refuse_a_repeated_seed_and_an_infinite_r():
         student_sweep(widths=[1, 2], seeds=[0, 0])
 
 
+def test_sweeps_refuse_a_repeated_width_or_r_before_any_run():
+    # widths=[2, 2] trained width 2 twice (two equal points), r_values=[0.5, 0.5] ran the same chains twice
+    with pytest.raises(InvalidOptionError, match=r"^widths must not repeat a value, got \[2, 2\]$"):
+        student_sweep(widths=[2, 2], d=5, k=3, n=20, epochs=1)
+    with pytest.raises(InvalidOptionError, match=r"^r_values must not repeat a value, got \[0.5, 0.5\]$"):
+        hmc_check(r_values=[0.5, 0.5], d=8, k=3, seeds=[0], warmup=2, samples=10, n_test=10)
+
+
 def test_student_refuses_a_fractional_width_and_an_infinite_rate():
     # width 2.5 trained width 2 in student_sweep (and a TypeError in train_student); lr=inf returned NaN
     t = make_teacher(readout("power", 3), d=5, n=20, delta=0.05, centred=False, n_test=50)

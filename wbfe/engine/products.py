@@ -173,7 +173,10 @@ def _product(first: str, m0: _Member, second: str, m1: _Member, rng: Optional[np
             return DegenerateMatrixError("non-finite values (NaN or Inf) in a factor")
         if not (a.any() and b.any()):
             return DegenerateMatrixError("an all-zero factor")
-        x = product()
+        try:
+            x = product()
+        except DegenerateMatrixError as exc:  # a sparsify product below float64's range
+            return exc
         assert x is not None  # aligned above
         return intra_spectrum(x, n_comp)
 

@@ -48,6 +48,11 @@ class TailFit(FitOutcome):
     raw_alpha: float = math.nan
     reason: Optional[str] = None
 
+    @classmethod
+    def failed(cls, reason: str) -> TailFit:
+        """The failed fit: every number NaN."""
+        return cls(math.nan, math.nan, math.nan, math.nan, reason=reason)
+
 
 def esd_peak(x: np.ndarray) -> float:
     """10^(left edge of the fullest of 100 bins of log10 x): WeightWatcher's ESD peak (InvalidOptionError unless x holds
@@ -116,12 +121,12 @@ def _tpl_scan(x: np.ndarray, lo: float, hi: float, *, min_tail: int) -> TailFit:
     candidates = range_candidates(x, lo, hi)
     candidates = candidates[x.size - candidates >= max(min_tail, 3)]
     if candidates.size == 0:
-        return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"no candidate xmin in [{lo:.6g}, {hi:.6g})")
+        return TailFit.failed(f"no candidate xmin in [{lo:.6g}, {hi:.6g})")
     fits = [fit_truncated_power_law(x[i:], xmin=float(x[i])) for i in candidates]
     scored = [(d, j) for j, (i, fit) in enumerate(zip(candidates, fits)) if fit.ok
               for d in (tpl_ks_distance(x[i:], fit.alpha, fit.lam),) if math.isfinite(d)]
     if not scored:
-        return TailFit(math.nan, math.nan, math.nan, math.nan, reason="no candidate xmin gives a truncated power-law fit")
+        return TailFit.failed("no candidate xmin gives a truncated power-law fit")
     d, j = min(scored)  # the first of the smallest distances
     fit = fits[j]
     return TailFit(fit.alpha, math.nan, fit.xmin, d, lam=fit.lam)
@@ -139,7 +144,7 @@ def fit_tail(x: np.ndarray, *, fix_fingers: FixFingers = None, fit: TailModel = 
     check_tail_options(fix_fingers, fit)
     x = np.sort(np.asarray(x, dtype=np.float64).ravel())
     if x.size < 3 or not np.all(np.isfinite(x)) or x[0] <= 0.0:
-        return TailFit(math.nan, math.nan, math.nan, math.nan, reason=f"need at least 3 positive finite values, got {x.size}")
+        return TailFit.failed(f"need at least 3 positive finite values, got {x.size}")
     if fit == "e_tpl":
         fit, fix_fingers = "tpl", "xmin_peak"
     tail_min = 1 if conventions.power_law == "ww" else min_tail

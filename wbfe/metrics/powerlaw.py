@@ -14,6 +14,7 @@ from typing import Callable, Literal, Optional
 import numpy as np
 
 from wbfe.errors import InvalidOptionError
+from wbfe.options.constraints import Choice, Integer
 
 __all__ = [
     "PowerLawFit", "TruncatedPowerLawFit", "fit_power_law", "fit_truncated_power_law", "fit_power_law_in_range",
@@ -31,6 +32,8 @@ _KS_STRIDE = 8
 _KS_FIRST = 8
 _KS_EXACT_BELOW = 128
 _TPL_MAX_NEWTON = 100
+_MIN_TAIL = Integer(2, words="at least 2")
+_METHOD = Choice(("csn", "ww"))
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(20)  # nodes and weights of each panel of the TPL normaliser
 _TPL_DROP = 60.0  # integrand ignored below e^-60 of its peak
 
@@ -77,6 +80,11 @@ class TruncatedPowerLawFit(FitOutcome):
     loglik: float
     reason: Optional[str] = None
 
+    @classmethod
+    def failed(cls, reason: str, xmin: float = math.nan, n_tail: int = 0) -> TruncatedPowerLawFit:
+        """The failed fit: NaN α, Λ and log-likelihood, with the ``xmin`` and tail size it was tried on."""
+        return cls(math.nan, math.nan, xmin, n_tail, math.nan, reason)
+
 
 def failed_fit(method: str, reason: str, n_candidates: int = 0) -> PowerLawFit:
     return PowerLawFit(math.nan, math.nan, math.nan, math.nan, 0, math.nan, n_candidates, method, reason)
@@ -93,10 +101,8 @@ def fit_power_law(
     Raises:
         InvalidOptionError: ``min_tail`` not an integer >= 2, or an unknown ``method`` (a ``ValueError``).
     """
-    if isinstance(min_tail, bool) or not isinstance(min_tail, (int, np.integer)) or min_tail < 2:
-        raise InvalidOptionError(f"min_tail must be at least 2, not {min_tail!r}")
-    if method not in ("csn", "ww"):
-        raise InvalidOptionError(f"method must be 'csn' or 'ww', not {method!r}")
+    min_tail = _MIN_TAIL("min_tail", min_tail)
+    _METHOD("method", method)
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
     if x.size and not np.all(np.isfinite(x)):
         return failed_fit(method, "non-finite values")
@@ -443,21 +449,21 @@ def fit_truncated_power_law(
         raise InvalidOptionError(f"xmin must be a positive number, not {xmin!r}")
     x = np.asarray(values, dtype=np.float64).ravel()
     if not np.all(np.isfinite(x)):  # once dropped, and the rest fitted as if they were the sample
-        return TruncatedPowerLawFit(math.nan, math.nan, math.nan, 0, math.nan, "non-finite values")
+        return TruncatedPowerLawFit.failed("non-finite values")
     x = x[x > 0.0]
     if x.size == 0:
-        return TruncatedPowerLawFit(math.nan, math.nan, math.nan, 0, math.nan, "no positive values")
+        return TruncatedPowerLawFit.failed("no positive values")
     lo = float(np.min(x)) if xmin is None else float(xmin)
     tail = x[x >= lo]
     n = tail.size
     if n < 3:
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, f"only {n} value(s) >= xmin, need 3")
+        return TruncatedPowerLawFit.failed(f"only {n} value(s) >= xmin, need 3", lo, n)
     # Work in y = x/xmin ≥ 1 so Λ' = Λ·xmin is O(1) whatever the scale of the spectrum.
     y = tail / lo
     mean_log = float(np.mean(np.log(y)))
     mean_y = float(np.mean(y))
     if mean_log <= 1e-14 * max(1.0, mean_y):
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "degenerate tail: all values equal xmin")
+        return TruncatedPowerLawFit.failed("degenerate tail: all values equal xmin", lo, n)
     alpha_pl = 1.0 + 1.0 / mean_log
     # The untruncated power law is the boundary Λ = 0 of a convex problem: it is the MLE when the
     # likelihood cannot rise by truncating, i.e. when the data's mean is at least the power law's.
@@ -470,8 +476,8 @@ def fit_truncated_power_law(
         a_hat, log_lam, nll, converged = _damped_newton(objective, a_hat, math.log(lam_scaled), True)
         lam_scaled = math.exp(log_lam)
     if not (converged and math.isfinite(a_hat) and math.isfinite(nll) and lam_scaled > 0.0):
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, "likelihood maximisation did not converge")
+        return TruncatedPowerLawFit.failed("likelihood maximisation did not converge", lo, n)
     if not lam_scaled / lo < math.inf:  # a subnormal xmin
-        return TruncatedPowerLawFit(math.nan, math.nan, lo, n, math.nan, f"lambda = {lam_scaled:.6g}/xmin overflows")
+        return TruncatedPowerLawFit.failed(f"lambda = {lam_scaled:.6g}/xmin overflows", lo, n)
     loglik = float(-n * (nll + math.log(lo)))  # density in x carries a 1/xmin Jacobian
     return TruncatedPowerLawFit(a_hat, lam_scaled / lo, lo, n, loglik)

@@ -8,13 +8,14 @@ from typing import Any
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["MAX_BYTES", "SEED_LIMIT", "is_whole", "is_number", "finite_number", "require", "check_bytes", "check_seed",
-           "check_runs"]
+__all__ = ["MAX_BYTES", "SEED_LIMIT", "SEED_WORDS", "is_whole", "is_number", "finite_number", "require", "check_bytes",
+           "check_seed", "check_runs"]
 
 MAX_BYTES = 4 * 2**30  # the largest array a simulation allocates
 # The seeds every random step in wbfe takes: numpy's legacy RandomState (WeightWatcher's draws) stops at 32 bits,
 # torch's generators at 64 (less the offsets the HMC and student draws add), numpy's SeedSequence has no limit.
 SEED_LIMIT = 2**32
+SEED_WORDS = "an integer in [0, 2**32) (the seeds every random generator in wbfe takes)"
 
 
 def is_whole(value: object) -> bool:
@@ -48,14 +49,13 @@ def check_bytes(floats: int, what: str, fix: str) -> None:
 
 def check_seed(seed: Any, name: str = "seed") -> int:
     """``seed`` as an int, refused unless a whole number in [0, :data:`SEED_LIMIT`) (no generator can fail on it)."""
-    require(is_whole(seed) and 0 <= seed < SEED_LIMIT,
-            f"{name} must be an integer in [0, 2**32) (the seeds every random generator in wbfe takes), not {seed!r}")
+    require(is_whole(seed) and 0 <= seed < SEED_LIMIT, f"{name} must be {SEED_WORDS}, not {seed!r}")
     return int(seed)
 
 
 def check_runs(name: str, values: Any, seeds: Any) -> None:
     """Refuse a sweep's ``values`` (one run each) or ``seeds`` that are not non-empty flat lists, a repeated seed
-    (copies of one run, a standard error of 0) or a bad seed, before the first run."""
+    (copies of one run, a standard error of 0), a repeated value (one run twice) or a bad seed, before the first run."""
     import numpy as np  # not at the top: the CLI's --help imports this module and must not load numpy
 
     def flat(x: Any) -> bool:
@@ -66,5 +66,10 @@ def check_runs(name: str, values: Any, seeds: Any) -> None:
 
     require(flat(values) and flat(seeds) and len(set(seeds)) == len(seeds),
             f"{name} and seeds must be non-empty lists, and no seed may repeat")
+    try:
+        distinct = len(set(values)) == len(values)
+    except TypeError:  # an unhashable value: the run's own check refuses it
+        distinct = True
+    require(distinct, f"{name} must not repeat a value, got {values!r}")
     for seed in seeds:
         check_seed(seed, "seeds")

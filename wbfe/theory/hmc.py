@@ -214,7 +214,8 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
     is already an average over its chain). ``informed_rows`` overrides the theory's k_c.
 
     Raises:
-        InvalidOptionError: empty ``r_values`` or ``seeds``, a repeated or bad seed (and the errors of the parts).
+        InvalidOptionError: empty ``r_values`` or ``seeds``, a repeated r or seed, a bad seed (and the errors of the
+            parts).
     """
     check_runs("r_values", r_values, seeds)
     # n = r·k·d is computed before solve checks d

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Mapping
 from wbfe.errors import InvalidOptionError
 from wbfe.options import DEVICE  # one device rule with wbfe score's: a device this machine lacks is refused here
 from wbfe.options.constraints import Constraint, Custom, Integer, Text, Validated
-from wbfe.theory.checks import check_seed, finite_number, require
+from wbfe.theory.checks import SEED_LIMIT, SEED_WORDS, finite_number, require
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -70,8 +70,8 @@ POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v >
 # Its range is the model's (below).
 NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
-SEED = Custom(lambda name, value: check_seed(value, name), "an integer in [0, 2**32)", bad=(-1, 1.5, 2**32, True),
-              named=True)
+# wbfe.options' Integer rule, as `wbfe score --seed`: a float, even a whole one, is refused
+SEED = Integer(0, SEED_LIMIT - 1, words=SEED_WORDS)
 SEEDS = _each(SEED, int, "integers in [0, 2**32)", ((), (-1,), (0, 0), (2**32,)))
 
 

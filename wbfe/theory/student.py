@@ -99,7 +99,8 @@ def student_sweep(*, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 3
     of :func:`~wbfe.theory.teacher_student.solve` for the same readout, d, n and Δ.
 
     Raises:
-        InvalidOptionError: empty ``widths`` or ``seeds``, a repeated or bad seed (and the errors of the parts).
+        InvalidOptionError: empty ``widths`` or ``seeds``, a repeated width or seed, a bad seed (and the errors of the
+            parts).
     """
     check_runs("widths", widths, seeds)
     v = readout(kind, k, beta=beta)

@@ -30,6 +30,7 @@ def check_readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, no
     if kind not in READOUTS:
         raise unknown_name("readout", kind, list(READOUTS))
     require(is_whole(k) and k >= 1, f"k must be an integer >= 1, got {k!r}")
+    require(k <= MAX_K, f"k must be at most {MAX_K:,} (the readout is held in memory), got {k}")
     require(kind != "power" or (is_number(beta) and beta >= 0), f"beta must be a number >= 0, got {beta!r}")
     require(kind != "exp" or (finite_number(rate) and rate > 0), f"rate must be > 0 and finite, got {rate!r}")
     require(kind != "sparse" or (is_whole(nonzeros) and 1 <= nonzeros <= k),
@@ -47,8 +48,6 @@ def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros
         UnknownNameError: an unknown kind.
     """
     check_readout(kind, k, beta=beta, rate=rate, nonzeros=nonzeros)
-    # the run's limit, not the settings' (they hold any k)
-    require(k <= MAX_K, f"k must be at most {MAX_K:,} (the readout is held in memory), got {k}")
     i = np.arange(1, int(k) + 1, dtype=np.float64)
     shapes = {"power": lambda: i ** (-beta), "dense": lambda: np.ones(int(k)), "exp": lambda: np.exp(-rate * (i - 1.0)),
               "sparse": lambda: (i <= nonzeros).astype(np.float64)}
