@@ -14,7 +14,7 @@ from wbfe.metrics import get_group
 from wbfe.metrics._group import MetricOptions, Spectrum
 from wbfe.options.conventions import WEIGHTWATCHER
 from wbfe.metrics.htsr import COLUMNS, GROUP, WW_EVALS_THRESH, matrix_entropy, matrix_rank
-from wbfe.metrics.mp import _linear_kde, _MPResidual, _nelder_mead_1d, mp_fit
+from wbfe.metrics.mp import _KDE_GRID, _bounds_from_sums, _linear_kde, _MPResidual, _nelder_mead_1d, _ResidualBatch, mp_fit
 from wbfe.metrics.powerlaw import fit_power_law, fit_truncated_power_law
 from wbfe.metrics.ww_compat import WW_CONV2D_EIG_SCALE, ww_conv2d_dims, ww_conv2d_matrices, ww_linear_matrix
 
@@ -460,30 +460,19 @@ def test_nelder_mead_1d_is_scipy_fmin(func: tuple[str, object, float]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = float(optimize.fmin(lambda p: f(float(np.ravel(p)[0])), x0, disp=False)[0])
-    assert _nelder_mead_1d(lambda x: (f(x), 0.0), x0, 0.0) == ref
+    assert _nelder_mead_1d(f, x0) == ref
 
 
-def test_fast_mp_residual_is_the_exact_one_within_its_bound() -> None:
-    rng = np.random.default_rng(9)
-    for n, ratio in ((30, 1), (30, 2), (300, 3), (100, 1)):
-        e = spectrum_of([rng.standard_t(3.0, size=(ratio * n, n))]).eigs
-        e = e * e.size / np.sum(e)
-        residual = _MPResidual(np.sqrt(e) if ratio == 1 else e, float(ratio))
-        sigmas = np.linspace(0.05, 2.5, 300)
-        grid_values, grid_scales = residual.grid(sigmas, prune=False)
-        pruned, _ = residual.grid(sigmas)
-        kept = pruned != np.inf  # pruned σ: their lower bound exceeds the minimum
-        assert pruned[kept] == pytest.approx(grid_values[kept], rel=1e-13)
-        assert 0 < np.count_nonzero(kept & (grid_scales > 0)) < np.count_nonzero(grid_scales > 0) or ratio == 1
-        assert np.argmin(pruned) == np.argmin(grid_values)
-        n_valid = 0
-        for sigma, grid_value, grid_scale in zip(sigmas, grid_values, grid_scales):
-            exact = residual.exact(float(sigma))
-            value, scale = residual.fast(float(sigma))
-            assert abs(value - exact) <= 1e-13 * max(scale, 1.0)
-            assert grid_value == pytest.approx(value, rel=1e-13) and grid_scale == pytest.approx(scale, rel=1e-13)
-            n_valid += scale > 0.0
-        assert n_valid > 20  # the comparison is not only of rejected σ
+def _batch_lower_bounds(batch: _ResidualBatch, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple:
+    """The lower bounds (and margins) that mp_fit_many's grid prunes with, of σ of a one-row batch, from its prefix
+    sums: by Cauchy–Schwarz Σ law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least Σ_off-support y² +
+    (√Σ law² − √Σ_support y²)²."""
+    x = batch.x[:_KDE_GRID]
+    i0, i1 = np.searchsorted(x, a, side="right"), np.searchsorted(x, b, side="left")
+    (n_lo, s1_lo, s2_lo, sy_lo), (n_hi, s1_hi, s2_hi, sy_hi) = batch.prefix[:, 0, i0], batch.prefix[:, 0, i1]
+    c = batch.Q / (2 * np.pi * sigmas * sigmas)
+    return _bounds_from_sums(c, float(batch.y2[0]), float(batch.prefix[3, 0, -1]), n_hi - n_lo, s1_hi - s1_lo,
+                             s2_hi - s2_lo, sy_hi - sy_lo, s1_hi, s2_hi, b, a)
 
 
 def test_mp_residual_lower_bounds_hold() -> None:
@@ -496,7 +485,7 @@ def test_mp_residual_lower_bounds_hold() -> None:
         sigmas = np.linspace(0.05, 2.5, 400)
         b, a = (sigmas * (1 + residual.inv_sq)) ** 2, (sigmas * (1 - residual.inv_sq)) ** 2
         valid = np.array([not residual.off(float(bb), float(aa)) for bb, aa in zip(b, a)])
-        bound, margin = residual._lower_bounds(sigmas[valid], b[valid], a[valid])
+        bound, margin = _batch_lower_bounds(_ResidualBatch(e[None, :], float(ratio)), sigmas[valid], b[valid], a[valid])
         exact = np.array([residual.exact(float(sigma)) for sigma in sigmas[valid]])
         assert np.all(bound - margin <= exact)
         if n >= 64:  # and useful: most σ are pruned (the KDE of a few eigenvalues is too bumpy for that)

@@ -1,11 +1,10 @@
 """WeightWatcher 0.7.7's Marchenko–Pastur bulk fit, reproduced bit for bit (docs/math.md §4).
 
-The residual has a fast form (a few dot products over the law's support) with a bound on its rounding; every decision
-too close for that bound is taken on WeightWatcher's own residual."""
+The batched fit (:func:`mp_fit_many`) uses a fast form of the residual (a few dot products over the law's support) with
+a bound on its rounding; every decision too close for that bound is taken on WeightWatcher's own residual."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 from typing import Callable, Generator, Optional, Sequence
@@ -20,7 +19,7 @@ __all__ = ["MPFit", "mp_fit", "mp_fit_many"]
 _KDE_BANDWIDTH = 0.1
 _KDE_GRID = 1000
 _KDE_FLOOR = 0.01
-# |fast − exact| residual of the MP fit, relative to the magnitude of its terms (rounding of ~1000-term
+# |fast − exact| residual of the batched MP fit, relative to the magnitude of its terms (rounding of ~1000-term
 # sums is ~1e-13 of it): decisions closer than this are taken on the exact residuals.
 _FAST_REL_ERR = 1e-11
 _NM_MAXFUN = 200  # fmin's default maxiter = maxfun = 200 · (one variable)
@@ -89,10 +88,7 @@ def _bounds_from_sums(c, y2, sy_all, count, d1, d2, dy, s1_hi, s2_hi, b, a):  # 
 
 class _MPResidual:
     """Sum of squared residuals between the KDE of ``to_fit`` and the MP (or quarter-circle) law. :meth:`exact` is
-    WeightWatcher's residual operation for operation (so Nelder–Mead and ``brute`` pick its σ). :meth:`fast` expands it
-    as Σy² + Σ law² − 2 Σ law·y over the law's support, and returns ``(value, scale)`` with ``|fast − exact| <=
-    _FAST_REL_ERR · scale``: the fits fall back to :meth:`exact` wherever a comparison of two residuals is closer than
-    that."""
+    WeightWatcher's residual operation for operation (so Nelder–Mead and ``brute`` pick its σ)."""
 
     def __init__(self, to_fit: np.ndarray, Q: float) -> None:  # noqa: N803
         xde = np.linspace(0.0, float(np.max(to_fit)) + 0.5, _KDE_GRID)
@@ -109,17 +105,6 @@ class _MPResidual:
         self.padded = np.zeros(self.xde.size + n_dropped)
         # Σ 1000² over the fitted points: partial sums are integers·1e6 < 2^53, so exact in any order.
         self.off_grid = float(self.xde.size) * 1e6
-        self.y2 = float(np.dot(self.yde, self.yde))
-        if Q == 1:
-            with np.errstate(invalid="ignore"):
-                r = np.sqrt(4 - self.xde**2)
-            on = np.isfinite(r)
-            self.rr, self.ry = float(np.dot(r[on], r[on])), float(np.dot(r[on], self.yde[on]))
-        else:
-            self.xs_list = self.xde.tolist()  # bisect on a list: cheaper than searchsorted for one σ
-            with np.errstate(divide="ignore"):
-                self.h = 1.0 / self.xde**2  # law² = (Q/2πσ²)²·(b − x)(x − a)/x²
-                self.g = self.yde / self.xde  # law·y = (Q/2πσ²)·√((b − x)(x − a))·y/x
 
     def off(self, b: float, a: float) -> bool:
         """WeightWatcher's rejection of a bulk edge outside the data (its residual is then 1000·L)."""
@@ -141,107 +126,18 @@ class _MPResidual:
         padded[: xde.size] = law - self.yde
         return float(np.sum(padded**2))
 
-    def fast(self, sigma: float) -> tuple[float, float]:
-        b, a = _edges(sigma, self.inv_sq)
-        if self.off(b, a):
-            return self.off_grid, 0.0
-        if self.Q == 1:
-            value, scale = _fast_from_sums(1 / (np.pi * sigma * sigma), self.y2, self.rr, self.ry)
-        else:
-            if not a > 0.0:
-                return self.exact(sigma), 0.0
-            lo, hi = bisect.bisect_right(self.xs_list, a), bisect.bisect_left(self.xs_list, b)
-            xs = self.xde[lo:hi]
-            d = (b - xs) * (xs - a)  # > 0: a < xs < b
-            value, scale = _fast_from_sums(
-                self.Q / (2 * np.pi * sigma * sigma), self.y2, float(np.dot(d, self.h[lo:hi])),
-                float(np.dot(np.sqrt(d), self.g[lo:hi])),
-            )
-        return (value, scale) if math.isfinite(value) else (self.exact(sigma), 0.0)
-
-    def grid(self, sigmas: np.ndarray, prune: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`fast` of every σ of a grid at once; with ``prune``, +inf for the σ whose lower
-        bound (:meth:`_lower_bounds`) shows they are not the grid's minimum."""
-        b, a = _edges(sigmas, self.inv_sq)
-        values = np.full(sigmas.size, self.off_grid)
-        scales = np.zeros(sigmas.size)
-        computed = np.ones(sigmas.size, dtype=bool)
-        if self.Q == 1:
-            values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2, self.rr, self.ry)
-        else:
-            rows = np.flatnonzero(~((b < self.x_peak) | (b > self.x_last) | (a > self.x_peak)))
-            computed[:] = False
-            if prune and rows.size > 4:
-                bound, margin = self._lower_bounds(sigmas[rows], b[rows], a[rows])
-                first = rows[np.argsort(bound)[:4]]
-                values[first], scales[first] = self._support_sums(sigmas[first], b[first], a[first])
-                best = float(np.min(values[first] + _FAST_REL_ERR * scales[first]))
-                keep = bound - margin <= best
-                values[rows[~keep]] = np.inf
-                rows = rows[keep]
-            if rows.size:
-                values[rows], scales[rows] = self._support_sums(sigmas[rows], b[rows], a[rows])
-                computed[rows] = True
-        for i in np.flatnonzero(computed & ~np.isfinite(values)):
-            values[i], scales[i] = self.exact(float(sigmas[i])), 0.0
-        return values, scales
-
-    def _support_sums(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Fast values and scales of σ whose edges pass :meth:`off` (Q ≠ 1)."""
-        lo = int(np.searchsorted(self.xde, float(np.min(a)), side="right"))
-        hi = int(np.searchsorted(self.xde, float(np.max(b)), side="left"))
-        xs = self.xde[lo:hi]
-        d = np.subtract(b[:, None], xs)
-        d *= xs - a[:, None]
-        np.maximum(d, 0.0, out=d)  # 0 off the support of each σ
-        t1 = d @ self.h[lo:hi]
-        t2 = np.sqrt(d, out=d) @ self.g[lo:hi]
-        return _fast_from_sums(self.Q / (2 * np.pi * sigmas * sigmas), self.y2, t1, t2)
-
-    def _lower_bounds(self, sigmas: np.ndarray, b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Lower bounds of the residuals of σ (Q ≠ 1) in O(1) each, and their rounding margins. By Cauchy–Schwarz Σ
-        law·y ≤ √(Σ law² · Σ_support y²), so the residual is at least Σ_off-support y² + (√Σ law² − √Σ_support y²)²; Σ
-        law² = c²·Σ(−1 + (a+b)/x − ab/x²) and Σ y² over the support come from prefix sums over the sorted KDE grid."""
-        if not hasattr(self, "_prefix"):
-            x = self.xde
-            with np.errstate(divide="ignore"):
-                inv = np.where(x > 0.0, 1.0 / x, 0.0)
-            self._prefix = tuple(np.concatenate(([0.0], np.cumsum(v))) for v in (inv, inv * inv, self.yde**2))
-        s1, s2, sy = self._prefix
-        i0 = np.searchsorted(self.xde, a, side="right")
-        i1 = np.searchsorted(self.xde, b, side="left")
-        c = self.Q / (2 * np.pi * sigmas * sigmas)
-        return _bounds_from_sums(
-            c, self.y2, sy[-1], (i1 - i0).astype(np.float64),
-            s1[i1] - s1[i0], s2[i1] - s2[i0], sy[i1] - sy[i0], s1[i1], s2[i1], b, a,
-        )  # fmt: skip
-
 
 class _NearTie(Exception):
     """Two fast residuals too close to compare: the exact ones decide."""
 
 
-def _grid_argmin(residual: _MPResidual, sigmas: np.ndarray) -> int:
-    """``argmin`` of the exact residuals on the grid (first minimum), from the fast ones: only the σ
-    whose fast value cannot be told from the smallest are evaluated exactly."""
-    values, scales = residual.grid(sigmas)
-    tol = _FAST_REL_ERR * scales
-    candidates = np.flatnonzero(values - tol <= float(np.min(values + tol)))
-    if candidates.size == 1:
-        return int(candidates[0])
-    exact = [residual.exact(float(sigmas[i])) if scales[i] > 0.0 else float(values[i]) for i in candidates]
-    return int(candidates[int(np.argmin(exact))])
-
-
-def _nelder_mead_1d(func: Callable[[float], tuple[float, float]], x0: float, rel_err: float) -> float:
-    """``scipy.optimize.fmin(f, x0)`` of a function of one variable, step for step on floats. ``func`` returns ``(value,
-    scale)``: when ``rel_err`` > 0 a comparison of values closer than ``rel_err``·scale raises :class:`_NearTie` (the
-    values are approximations)."""
-    steps = _nelder_mead_steps(x0, rel_err)
+def _nelder_mead_1d(func: Callable[[float], float], x0: float) -> float:
+    """``scipy.optimize.fmin(func, x0)`` of a function of one variable, step for step on floats."""
+    steps = _nelder_mead_steps(x0, 0.0)
     x = next(steps)
     try:
         while True:
-            x = steps.send(func(x))
+            x = steps.send((func(x), 0.0))
     except StopIteration as done:
         return float(done.value)
 
@@ -252,7 +148,9 @@ _Steps = Generator[float, tuple[float, float], float]
 def _nelder_mead_steps(x0: float, rel_err: float) -> _Steps:
     """:func:`_nelder_mead_1d` as a coroutine (yields points, is sent their values; :func:`mp_fit_many` runs many).
     scipy's ``_minimize_neldermead`` with fmin's defaults (initial step 5 %, xatol = fatol = 1e-4, 200 iterations and
-    evaluations; sorting keeps the older vertex first on ties), in one dimension."""
+    evaluations; sorting keeps the older vertex first on ties), in one dimension. The values sent are ``(value,
+    scale)``: when ``rel_err`` > 0 a comparison of values closer than ``rel_err``·scale raises :class:`_NearTie` (the
+    values are approximations)."""
     xatol = fatol = 1e-4
 
     def less(p: tuple[float, float], q: tuple[float, float], or_equal: bool = False) -> bool:
@@ -339,12 +237,8 @@ def mp_fit(eigs: np.ndarray, N: int, M: int) -> MPFit:  # noqa: N803 - WeightWat
     residual = _MPResidual(np.sqrt(to_plot) if Q == 1 else to_plot, Q)
     # scipy.optimize.brute(residual, (slice,)): the grid's argmin, then fmin from there.
     sigmas = np.mgrid[slice(0.05 * s, 2.0 * s, 0.01 * s)]
-    start = float(sigmas[_grid_argmin(residual, sigmas)])
-    try:
-        sigma = _nelder_mead_1d(residual.fast, start, _FAST_REL_ERR)
-    except _NearTie:
-        sigma = _nelder_mead_1d(lambda x: (residual.exact(x), 0.0), start, 0.0)
-    return _fit_of(sigma, to_plot, w_scale, lambda_max, Q, M)
+    start = float(sigmas[int(np.argmin([residual.exact(sigma) for sigma in sigmas.tolist()]))])  # the first minimum
+    return _fit_of(_nelder_mead_1d(residual.exact, start), to_plot, w_scale, lambda_max, Q, M)
 
 
 def _failed(reason: str) -> MPFit:
@@ -502,8 +396,8 @@ class _ResidualBatch:
         return t1, _row_dots(np.sqrt(d, out=d), g)
 
     def fast(self, rows: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`_MPResidual.fast` of σ of each row: values, scales and the rows where it would
-        take the exact residual (a lower edge at 0, a non-finite value)."""
+        """The fast residual of σ of each row: values, scales (``|value − exact| <= _FAST_REL_ERR · scale``)
+        and the rows it cannot give (a lower edge at 0, a non-finite value: refitted alone)."""
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # flagged, not used
             if self.Q == 1:
                 values, scales = _fast_from_sums(1 / (np.pi * sigmas * sigmas), self.y2[rows], self.rr[rows],
@@ -524,8 +418,8 @@ class _ResidualBatch:
             return values, scales, ~(off | inside) | ~np.isfinite(values)
 
     def fast_one(self, k: int, sigma: float) -> Optional[tuple[float, float]]:
-        """:meth:`fast` of one row and σ, in scalars (the lockstep's last few runs); None where the
-        single fit would take the exact residual."""
+        """:meth:`fast` of one row and σ, in scalars (the lockstep's last few runs); None where it
+        flags the row."""
         if self.Q == 1:
             if sigma * sigma == 0.0:  # the single fit's 1/σ² fails: refit alone, as it does
                 return None
@@ -548,8 +442,8 @@ class _ResidualBatch:
         return (value, scale) if math.isfinite(value) else None
 
     def grid_starts(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`_grid_argmin` of every row on its σ grid (``brute``'s np.mgrid): the start σ and
-        its fast value and scale; NaN σ where the row must be fitted on its own."""
+        """``brute``'s start of every row: the first minimum of the exact residuals on its σ grid (np.mgrid), from the
+        fast ones, with its fast value and scale; NaN σ where the row must be fitted on its own."""
         n_rows = s.size
         grids = [np.arange(0.05 * si, 2.0 * si, 0.01 * si) for si in s.tolist()]  # np.mgrid[slice]
         sigmas = np.full((n_rows, max(g.size for g in grids)), np.nan)

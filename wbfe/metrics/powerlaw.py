@@ -26,11 +26,6 @@ WW_SMALL_N = 20
 _WW_SMALL_N_MIN_TAIL = 8
 # Candidates × tail values evaluated at once; bounds the memory of the vectorised KS scan.
 _BLOCK_ELEMENTS = 1 << 20
-# The KS scan bounds each candidate's distance on every _KS_STRIDE-th value first, then computes the
-# exact distance of the _KS_FIRST lowest bounds and of any other bound below the best of those.
-_KS_STRIDE = 8
-_KS_FIRST = 8
-_KS_EXACT_BELOW = 128
 _TPL_MAX_NEWTON = 100
 _MIN_TAIL = Integer(2, words="at least 2")
 _METHOD = Choice(("csn", "ww"))
@@ -169,12 +164,9 @@ def _tail_alphas(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return alphas, n_tail
 
 
-def _ks_rows(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Optional[np.ndarray] = None) -> np.ndarray:
-    """KS distances of the candidates ``rows`` (ascending), each against its own tail (vectorised). With ``cols``
-    (ascending indices into ``x``), only those tail points count: a lower bound of the distance made of the very same
-    numbers, so it never exceeds it, not even by rounding."""
-    start = int(rows[0])
-    cols = np.arange(start, x.size) if cols is None else cols[cols >= start]
+def _ks_rows(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """KS distances of the candidates ``rows`` (ascending), each against its own tail (vectorised)."""
+    cols = np.arange(int(rows[0]), x.size)
     k = cols[None, :] - rows[:, None]  # rank within each tail
     n_tail = (x.size - rows).astype(np.float64)[:, None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -182,32 +174,20 @@ def _ks_rows(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Optional
         theo = 1.0 - (x[cols][None, :] / x[rows, None]) ** (-alphas[rows, None] + 1.0)
         diff = np.abs(theo - k / n_tail)
     diff[k < 0] = -np.inf
-    return np.max(diff, axis=1) if cols.size else np.full(rows.size, -np.inf)
+    return np.max(diff, axis=1)
 
 
-def _ks_blocks(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray, cols: Optional[np.ndarray] = None) -> np.ndarray:
-    width = x.size if cols is None else max(1, cols.size)
-    step = max(1, _BLOCK_ELEMENTS // width)
-    return np.concatenate([_ks_rows(x, rows[i : i + step], alphas, cols) for i in range(0, rows.size, step)])
+def _ks_blocks(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    step = max(1, _BLOCK_ELEMENTS // x.size)
+    return np.concatenate([_ks_rows(x, rows[i : i + step], alphas) for i in range(0, rows.size, step)])
 
 
 def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    """KS distances of the eligible candidates; +inf for the others, and for those whose lower bound (the max over every
-    ``_KS_STRIDE``-th point) shows they cannot be the first minimum. The distances computed are exact, so the argmin and
-    its distance are those of the full scan."""
+    """KS distances of the eligible candidates; +inf for the others."""
     ks = np.full(x.size - 1, np.inf)
     idx = np.flatnonzero(eligible)
-    bounds = _ks_blocks(x, idx, alphas, np.arange(0, x.size, _KS_STRIDE)) if idx.size > _KS_EXACT_BELOW else None
-    if bounds is None or np.isnan(bounds).any():
-        if idx.size:
-            ks[idx] = _ks_blocks(x, idx, alphas)
-        return ks
-    first = np.sort(idx[np.argsort(bounds, kind="stable")[:_KS_FIRST]])
-    ks[first] = _ks_blocks(x, first, alphas)
-    best = float(np.min(ks[first]))
-    rest = idx[(bounds <= best) & np.isinf(ks[idx])]
-    if rest.size:
-        ks[rest] = _ks_blocks(x, rest, alphas)
+    if idx.size:
+        ks[idx] = _ks_blocks(x, idx, alphas)
     return ks
 
 
@@ -331,15 +311,6 @@ def tpl_log_normaliser(alpha: float, lam: float, xmin: float) -> float:
 _Eval = tuple[float, float, float, float, float, float]
 
 
-def _sum_in_order(values: list[float]) -> float:
-    """((v0 + v1) + v2) + …, np.cumsum's last value without its per-call cost (the builtin sum is compensated
-    from 3.12): this runs six times per step of every TPL fit."""
-    total = -0.0  # −0.0 + v = v exactly
-    for v in values:
-        total += v
-    return total
-
-
 def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _Eval:
     """Mean negative log-likelihood of the TPL on y ≥ 1 at (``alpha``, ``lam``) with its gradient and Hessian in (α, Λ),
     on data with means ``mean_u`` of log y and ``mean_y`` of y. An exponential family in (−α, −Λ) with statistics (log
@@ -348,7 +319,7 @@ def _tpl_objective(alpha: float, lam: float, mean_u: float, mean_y: float) -> _E
     u, w, h_peak = _tpl_quadrature(alpha, lam)
 
     def total(a: np.ndarray) -> float:  # (panels, nodes) -> sum of the row sums in row order
-        return _sum_in_order(a.sum(axis=-1).tolist())
+        return float(np.cumsum(a.sum(axis=-1))[-1])
 
     total_w = total(w)
     p = w / total_w
