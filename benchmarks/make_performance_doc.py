@@ -132,6 +132,10 @@ def section_flow(results: Path) -> str:
     loaded_run = blas_file["earlier_runs"][0]
     moe, resnet = fits["cases"]["moe_experts"], fits["cases"]["resnet56"]
     ticks = load(results, "progress_ticks.json")
+    ahead = load(results, "read_ahead.json")
+    ahead_x = span([c["end_to_end_speedup"] for c in ahead["cases"].values()], "{:.2f}", "×")
+    ahead_loads = load_span(v for c in ahead["cases"].values() for x in c["variants"].values()
+                            for v in x["load_average_1min"])
 
     def x(case: dict[str, Any], key: str = "end_to_end_speedup") -> str:
         return f"{(case[key] if key == 'end_to_end_speedup' else case[key]['end_to_end_speedup']):.2f}×"
@@ -182,6 +186,11 @@ def section_flow(results: Path) -> str:
   `htmp`'s fits of one γ share their U grids.
 - Tensors in flight and their float64 work stay within {setting("budget"):g}× the largest tensor met so far, or
   {mib_of("budget_floor_bytes")}.
+- Each tensor is read when its turn comes. A thread that read the next large one while this one was
+  scored gave {ahead_x} end to end even on a checkpoint streamed over HTTP (a loopback server,
+  unthrottled and at {float(ahead["args"]["link_mb_s"]):.0f} MB/s; `benchmarks/bench_read_ahead.py`,
+  `benchmarks/results/read_ahead.json`, medians of {ahead["args"]["repeats"]}, load average {ahead_loads}),
+  and was removed.
 - The progress callback ticks once per matrix as its spectrum is done (its total counts the
   matrices). On {ticks["checkpoint"]}, with the default metrics, the median tick falls at
   {ticks["median_tick_position_cold"]:.2f} of a fresh process's score ({ticks["median_tick_position_warm"]:.2f} once the imports made at first
@@ -471,7 +480,7 @@ scoring a generated {m["checkpoint_bytes"] / 2**30:.0f} GiB safetensors file of 
 float32 matrices ({mib:.0f} MiB each) peaks at **{m["peak_rss_mb"]:.0f} MB RSS** in
 {m["wall_s"]:.1f} s, of which {m["baseline_rss_mb"]:.0f} MB is a bare Python + torch process; the
 rest is {m["peak_minus_baseline_over_largest_tensor"]:.1f}× the largest tensor (the tensor, the next
-one being read, a float64 block and the Gram matrix). The pipeline keeps what it has in flight
+one being read by the read-ahead thread since removed, a float64 block and the Gram matrix). The pipeline keeps what it has in flight
 within {setting("budget"):g}× the largest tensor (or {mib_of("budget_floor_bytes")}), leaving the rest to what
 scoring loads besides. A square bfloat16 matrix's float64 copy for its LU factors or Gram matrix is
 four times its own size, so checkpoints whose largest tensor is one need more.
@@ -590,7 +599,7 @@ takes a dense matrix's) took {a["dense_seconds_per_module"]:.0f} s on that loade
 `import wbfe, torch` is {c["baseline"]["peak_rss_mb"]:.0f} MB), against {c["score_a"]["wall_s"]:.1f} s
 and {c["score_b"]["wall_s"]:.1f} s for `wbfe score --metrics bfe` of each alone in the same run
 ({c["compare_over_two_scores"]:.1f}× the two). Pairs run on the engine's pipeline as a score's
-matrices do: the next pair read ahead, small pairs in line, those whose float64 copy fits in {mib_of("worker_bytes")}
+matrices do: small pairs in line, those whose float64 copy fits in {mib_of("worker_bytes")}
 side by side on its worker threads, every BLAS pool held at one thread.
 """
 

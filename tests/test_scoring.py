@@ -135,8 +135,8 @@ def test_progress_callback(st_file: Path) -> None:
     assert sorted(c[2] for c in calls[1:]) == matrices  # each matrix once
 
 
-def test_read_ahead_across_shards_gives_the_in_memory_scores(tmp_path: Path) -> None:
-    """Matrices of >= 2^18 elements are read on a worker while the one before is scored."""
+def test_scores_across_shards_are_the_in_memory_scores(tmp_path: Path) -> None:
+    """Matrices of a sharded checkpoint, a tie across shards included, score as the same tensors in memory."""
     from tests.conftest import write_sharded
 
     g = torch.Generator().manual_seed(11)
@@ -152,34 +152,6 @@ def test_read_ahead_across_shards_gives_the_in_memory_scores(tmp_path: Path) -> 
     disk = {x["name"].replace("l5", "l1"): x["bfe"] for x in on_disk.layers}
     assert disk == {x["name"]: x["bfe"] for x in in_memory.layers}
     assert sorted(disk) == [f"l{i}.weight" for i in range(5)]
-
-
-def test_read_ahead_keeps_peak_memory_within_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    from wbfe.engine import pipeline as pipeline_module
-    from wbfe.engine.matrices import plan_matrix
-    from wbfe.engine.pipeline import Pipeline
-    from wbfe.sources import TensorEntry
-
-    def entry(shape: tuple[int, ...], dtype: str = "float32") -> tuple[TensorEntry, object]:
-        e = TensorEntry(name="x.weight", shape=shape, dtype=dtype, load=lambda: None)
-        return e, plan_matrix(e.name, shape, dtype)
-
-    def read_ahead(*entries: tuple[TensorEntry, object]) -> bool:
-        """Whether the pipeline reads the last of ``entries`` ahead while the one before it (if any) is scored."""
-        with Pipeline(torch.device("cpu"), workers=1) as pipeline:
-            return [reading is not None for _, _, reading in pipeline.read_ahead(iter(entries))][-1]
-
-    wide, tall, square, small = entry((1024, 16384)), entry((4096, 1024)), entry((2048, 2048)), entry((100, 100))
-    # 64 MiB scored + 8 MiB Gram + one 8 MiB float64 block + 64 MiB next <= 2.5 x 64 MiB
-    assert read_ahead(wide, wide)
-    assert not read_ahead(small)  # a thread hand-off costs more than it saves
-    assert read_ahead(square, square)  # 64 MiB in flight is always allowed
-    monkeypatch.setattr(pipeline_module, "_BUDGET_FLOOR", 0)
-    # 16 MiB scored + 32 MiB float64 LU copy + 16 MiB next > 2.5 x 16 MiB
-    assert not read_ahead(square, square)
-    # 16 MiB scored + 8 MiB Gram + 32 MiB float64 copy (whole, for numpy) + 16 MiB > 2.5 x 16 MiB
-    assert not read_ahead(tall, tall)
-    assert read_ahead(tall)
 
 
 def _assert_scores_agree(st_file: Path, device: str, monkeypatch: pytest.MonkeyPatch) -> None:

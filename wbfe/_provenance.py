@@ -10,9 +10,9 @@ from pathlib import Path
 __all__ = ["installed_versions", "source_digest", "tree_digest"]
 
 
-@functools.lru_cache(maxsize=1)
-def _versions() -> tuple[tuple[str, str], ...]:
-    # A loaded package's __version__ is free; reading its metadata parses files.
+def installed_versions() -> dict[str, str]:
+    """``python``, ``wbfe``, ``torch``, ``numpy``, ``scipy`` -> version (or ``not installed``)."""
+    # A loaded package's __version__ is free; reading its metadata parses files (about 2 ms, once a score).
     import platform
     from importlib import metadata
 
@@ -28,7 +28,7 @@ def _versions() -> tuple[tuple[str, str], ...]:
             out[package] = version if isinstance(version, str) else metadata.version(package)
         except metadata.PackageNotFoundError:
             out[package] = "not installed"
-    return tuple(out.items())
+    return out
 
 
 def _torch_version_unimported() -> str | None:
@@ -46,11 +46,6 @@ def _torch_version_unimported() -> str | None:
         return None
     found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, flags=re.MULTILINE)
     return found.group(1) if found else None
-
-
-def installed_versions() -> dict[str, str]:
-    """``python``, ``wbfe``, ``torch``, ``numpy``, ``scipy`` -> version (or ``not installed``)."""
-    return dict(_versions())
 
 
 @functools.lru_cache(maxsize=1)

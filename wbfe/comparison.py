@@ -225,9 +225,9 @@ def compare(
             pairs, note = _by_order(listed_a, listed_b, orders, plan_eigs, pattern, result.skipped)
             stream_a, stream_b = iter(listed_a), iter(listed_b)
         matched = pairs if pairs is not None else _pairs(stream_a, stream_b, renames, pattern)
-        for entry, plan, reading in pipeline.read_ahead(planned(matched)):
+        for entry, plan in planned(matched):
             assert isinstance(plan, MatrixPlan)
-            tensors = reading.take() if reading is not None else entry.load()
+            tensors = entry.load()
             pipeline.compute(entry, plan, functools.partial(jobs[id(entry)][2], tensors))
             del tensors  # the job holds them now, and frees them when done
             collect(pipeline)

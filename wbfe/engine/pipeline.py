@@ -1,28 +1,24 @@
-"""How one checkpoint's tensors flow to their spectra: read ahead, scored on workers side by side where that is faster,
-within a memory budget, and handed back in the order they were stored (docs/performance.md, How a checkpoint flows)."""
+"""How one checkpoint's tensors flow to their spectra: scored on workers side by side where that is faster, within a
+memory budget, and handed back in the order they were stored (docs/performance.md, How a checkpoint flows)."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import math
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from wbfe._config import blas_threads
-from wbfe._deps import torch_installed
 from wbfe.engine.matrices import MatrixPlan, Plan, Skip
-from wbfe.linalg.arrays import holds_without_torch, torch_loaded
 from wbfe.linalg.spectra import multithreaded, pin_threads, releases_gil, work_bytes
 from wbfe.sources import TensorEntry
 
 if TYPE_CHECKING:
     from wbfe.linalg.spectra import Device
 
-__all__ = ["Pipeline", "Reading", "worker_count"]
+__all__ = ["Pipeline", "worker_count"]
 
-_READ_AHEAD_ELEMENTS = 1 << 18  # smaller tensors are read in line: a thread hand-off would cost more
 # Smaller matrices (p²·P flops) are scored in line: on a worker, the hand-offs and the GIL cost more.
 _WORKER_FLOPS = 1 << 24
 # × the largest tensor: the most tensor and float64 work bytes in flight at once, leaving room under
@@ -37,25 +33,12 @@ def worker_count(device: "Device") -> int:
     return 1 if device.type != "cpu" else blas_threads()
 
 
-class Reading:
-    """A tensor being read on the read-ahead thread; :meth:`take` hands it over once and keeps no
-    reference, so that it is freed as soon as it is scored, not when the next one arrives."""
-
-    def __init__(self, future: "Future[Any]"):
-        self._future: Optional[Future[Any]] = future
-
-    def take(self) -> Any:
-        future, self._future = self._future, None
-        assert future is not None, "a read-ahead tensor is taken once"
-        return future.result()
-
-
 class Pipeline:
     """One scoring run's threads and memory budget, as a context manager.
 
-    Entries go through :meth:`read_ahead`, then :meth:`put` (a skip) or :meth:`compute` (a job that returns its
-    spectrum); :meth:`finished` yields ``(entry, plan, outcome)`` in stream order. For other jobs (compare's),
-    ``loaded_bytes(entry)`` and ``job_bytes(plan)`` size what they hold."""
+    Entries go through :meth:`put` (a skip) or :meth:`compute` (a job that returns its spectrum); :meth:`finished`
+    yields ``(entry, plan, outcome)`` in stream order. For other jobs (compare's), ``loaded_bytes(entry)`` and
+    ``job_bytes(plan)`` size what they hold."""
 
     def __init__(self, device: "Device", workers: Optional[int] = None, *,
                  loaded_bytes: Optional[Callable[[TensorEntry], int]] = None,
@@ -69,11 +52,9 @@ class Pipeline:
         self._done: collections.deque[tuple[TensorEntry, Plan, Any]] = collections.deque()
         self._stack = contextlib.ExitStack()
         self._pinned: Optional[contextlib.ExitStack] = None
-        self._reader: Optional[ThreadPoolExecutor] = None
         self._pool: Optional[ThreadPoolExecutor] = None
 
     def __enter__(self) -> "Pipeline":
-        self._reader = self._stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="wbfe-read"))
         if self.workers > 1:
             self._pool = self._stack.enter_context(ThreadPoolExecutor(self.workers, thread_name_prefix="wbfe-score"))
         return self
@@ -92,30 +73,6 @@ class Pipeline:
     def _budget(self) -> int:
         return max(int(_BUDGET * self._largest), _BUDGET_FLOOR)
 
-    def read_ahead(self, planned: Iterator[tuple[TensorEntry, Plan]]) -> Iterator[tuple[TensorEntry, Plan, Optional[Reading]]]:
-        """Each entry with its plan and, for a large matrix within budget, its tensor being read
-        on the read-ahead thread while the entry before it is scored. A source's ``load`` may then
-        run after the source has moved past its shard."""
-        assert self._reader is not None, "use the pipeline as a context manager"
-        held: list[tuple[TensorEntry, Plan, Optional[Reading]]] = []  # the entry before, yielded once this one reads
-        for entry, plan in planned:
-            reading = None
-            if isinstance(plan, MatrixPlan):
-                self._largest = max(self._largest, self._loaded(entry))
-                # Large enough to gain, and small enough that the jobs on the workers, the tensor about to be
-                # scored with its float64 work, and this one stay within the budget.
-                pending = sum(self._cost(e, p) for e, p, _ in held if isinstance(p, MatrixPlan))
-                if (math.prod(entry.shape) >= _READ_AHEAD_ELEMENTS
-                        and sum(self._running.values()) + pending + self._loaded(entry) <= self._budget()):
-                    # Import here, not in the read-ahead thread, the torch that ``entry.load`` would import (a
-                    # bfloat16 or float8 tensor is held by torch): another thread must not see it half-imported.
-                    if not torch_loaded() and not holds_without_torch(str(entry.dtype)) and torch_installed():
-                        import torch  # noqa: F401
-                    reading = Reading(self._reader.submit(entry.load))
-            yield from held
-            held = [(entry, plan, reading)]
-        yield from held
-
     def put(self, entry: TensorEntry, skip: Skip) -> None:
         """An entry with nothing to compute, kept in its place in the stream."""
         self._done.append((entry, skip, skip))
@@ -123,6 +80,7 @@ class Pipeline:
     def compute(self, entry: TensorEntry, plan: MatrixPlan, job: Callable[[], Any]) -> None:
         """Run ``job`` (the entry's spectrum) on a worker where it releases the GIL, else here; the
         entry keeps its place in the stream."""
+        self._largest = max(self._largest, self._loaded(entry))
         cost = self._cost(entry, plan)
         p, big = sorted((plan.rows, plan.cols))
         if (self._pool is not None and p * p * big * plan.n_slices >= _WORKER_FLOPS

@@ -1,6 +1,6 @@
-"""The engine's loop: planned entries are read (ahead, within the memory budget), checked for ties, turned into matrices
-and handed to the pipeline's workers; finished spectra become rows, recorded in stream order. A local score and each Ray
-part run this one loop, so their rows agree exactly. With ``options.intra`` the products of consecutive matrices
+"""The engine's loop: planned entries are read, checked for ties, turned into matrices and handed to the pipeline's
+workers; finished spectra become rows, recorded in stream order. A local score and each Ray part run this one loop, so
+their rows agree exactly. With ``options.intra`` the products of consecutive matrices
 (:mod:`wbfe.engine.products`) are scored in the same loop, each right after its second matrix."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from wbfe.engine.context import Context
 from wbfe.engine.jobs import spectrum_of
 from wbfe.engine.products import IntraChain
 from wbfe.engine.matrices import MatrixPlan, Plan, Skip
-from wbfe.engine.pipeline import Pipeline, Reading
+from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.plan import PlannedEntry, matrices_of
 from wbfe.engine.rows import Record, RowMaker
 from wbfe.linalg.spectra import DegenerateMatrixError
@@ -48,8 +48,8 @@ def run(pipeline: Pipeline, planned: Iterable[PlannedEntry], context: Context, t
                 done(entry)
             rows.add(entry, plan, outcome)
 
-    for entry, plan, reading in pipeline.read_ahead(iter(planned)):
-        prepared = _prepare(entry, plan, reading, context, storage, ties)
+    for entry, plan in planned:
+        prepared = _prepare(entry, plan, context, storage, ties)
         products = (chain.follow(plan, None if isinstance(prepared, Skip) else prepared)
                     if chain is not None and isinstance(plan, MatrixPlan) else [])
         if isinstance(prepared, Skip):
@@ -66,8 +66,7 @@ def run(pipeline: Pipeline, planned: Iterable[PlannedEntry], context: Context, t
 
 
 def _prepare(
-    entry: TensorEntry, plan: Plan, reading: Optional[Reading], context: Context,
-    storage: dict[Any, str], ties: Ties,
+    entry: TensorEntry, plan: Plan, context: Context, storage: dict[Any, str], ties: Ties,
 ) -> Union[Skip, list[Any]]:
     """The entry's matrices, or why it is skipped before any linear algebra."""
     if isinstance(plan, Skip):
@@ -76,7 +75,7 @@ def _prepare(
         if entry.storage_key in storage:
             return Skip(entry.name, f"tied: shares storage with {storage[entry.storage_key]}", entry.shape, entry.dtype)
         storage[entry.storage_key] = entry.name
-    tensor = reading.take() if reading is not None else entry.load()
+    tensor = entry.load()
     earlier = ties.earlier_copy(entry, tensor)
     if earlier is not None:
         return Skip(entry.name, f"tied: identical to {earlier}", entry.shape, entry.dtype)

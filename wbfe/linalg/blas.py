@@ -2,7 +2,7 @@
 
 scipy's wrappers (``scipy.linalg.blas.dsyrk``, ...) hold the GIL for the whole call; the same routines, exported
 for Cython (``scipy.linalg.cython_blas``, ``cython_lapack``) as C function pointers and called through ctypes
-(which releases the GIL), let workers factorise side by side while the read-ahead thread reads
+(which releases the GIL), let workers factorise side by side
 (benchmarks/results/blas_layer.json)."""
 
 from __future__ import annotations

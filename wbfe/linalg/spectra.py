@@ -295,13 +295,10 @@ def pin_threads() -> Iterator[None]:
 
 
 def _float64_block(block: "torch.Tensor", storage: np.ndarray) -> np.ndarray:
-    """``block`` in float64, C-ordered, in the first elements of ``storage``. numpy converts the dtypes it
-    has without a torch kernel launch, slow per small tensor inside a thread-limited BLAS context."""
+    """``block`` in float64, C-ordered, in the first elements of ``storage``."""
     a = storage[: math.prod(block.shape)].reshape(block.shape)
     if not is_torch(block):
         np.copyto(a, block)
-    elif dtype_name(block) in ("float32", "float64", "float16") and block.device.type == "cpu":
-        np.copyto(a, block.detach().numpy())
     else:
         to_torch(a).copy_(block.detach())
     return a
@@ -416,8 +413,6 @@ def live_part(matrices: Sequence["torch.Tensor"]) -> tuple[list["torch.Tensor"],
 
 def _nonzero_lines(m: Any) -> tuple[np.ndarray, np.ndarray]:
     """Which rows and which columns of ``m`` hold a non-zero entry (NaN counts as non-zero)."""
-    if is_torch(m) and dtype_name(m) in ("float32", "float64", "float16") and m.device.type == "cpu":
-        m = m.detach().numpy()  # numpy's reduction needs no boolean copy, torch's does
     if is_torch(m):
         nz = m.detach() != 0
         return nz.any(dim=1).cpu().numpy(), nz.any(dim=0).cpu().numpy()
