@@ -54,7 +54,6 @@ LLM_ROWS = {
 # constant's assignment in that module (or, if the module moved, the one module defining the name).
 SETTINGS: dict[str, tuple[str, str, float]] = {
     "map_bytes": ("wbfe/sources/safetensors_files.py", "_MAP_BYTES", 1 << 20),
-    "hash_threads": ("wbfe/sources/_base.py", "_HASH_THREADS", 8),
     "tie_sample": ("wbfe/engine/ties.py", "_SAMPLE", 4096),
     "gram_block_bytes": ("wbfe/linalg/spectra.py", "_BLOCK_BYTES", 8 << 20),
     "small_p": ("wbfe/linalg/spectra.py", "_SMALL_P", 256),
@@ -160,8 +159,8 @@ def section_flow(results: Path) -> str:
   filled on the read-ahead thread (`MADV_POPULATE_READ`), and unmapped when it is freed, so the
   resident set is the tensors alive now; smaller ones are read. The next large matrix is mapped
   while this one is scored.
-- The files' SHA-256 (the provenance `sha256`) is computed on lowest-priority threads meanwhile,
-  one per shard, on all CPUs but one (at most {setting("hash_threads"):.0f}).
+- The files' SHA-256 (the provenance `sha256`) is computed on the calling thread when the provenance
+  is written, after the matrices are scored.
 - Duplicate tensors are found from a hash of a {thousands(setting("tie_sample"))}-element sample, confirmed byte for byte.
 - The float64 Gram matrix is a symmetric rank-k update in {mib_of("gram_block_bytes")} blocks. It, the Cholesky factor
   and the eigen-solve (`dsyevr`, the routine and workspace of `scipy.linalg.eigvalsh`, so the same
