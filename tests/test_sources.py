@@ -323,7 +323,7 @@ def test_hub_id_from_fake_cache(tmp_path: Path, state_dict: dict) -> None:
     assert prov["repo_id"] == "acme/tiny-model" and prov["commit"].startswith("0123456789")
     import hashlib
 
-    assert prov["sha256"] == hashlib.sha256(data).hexdigest()  # taken from the blob name
+    assert prov["sha256"] == hashlib.sha256(data).hexdigest()
 
 
 def test_hub_revision_and_sharded(tmp_path: Path, state_dict: dict) -> None:
@@ -466,28 +466,6 @@ def test_a_weight_file_removed_before_it_is_hashed_is_a_typed_error(tmp_path: Pa
     folder.mkdir()
     with pytest.raises(SourceNotFoundError, match="shard.safetensors: cannot be read"):
         FileDigest([folder]).result()
-
-
-def test_a_link_to_a_file_named_like_a_digest_outside_a_hub_cache_is_hashed(tmp_path: Path) -> None:
-    """Only a Hugging Face cache's blobs/ are trusted to be named by their SHA-256: a link elsewhere to a file
-    whose name is 64 hex digits (another tool's naming) is hashed, never taken at its name."""
-    import hashlib
-
-    from wbfe.sources import file_sha256
-
-    data = b"not the bytes that name says"
-    named = tmp_path / "store" / ("ab" * 32)
-    named.parent.mkdir()
-    named.write_bytes(data)
-    (tmp_path / "model.safetensors").symlink_to(named)
-    buffer = bytearray(1024)
-    assert file_sha256(tmp_path / "model.safetensors", buffer, None) == (
-        "model.safetensors", hashlib.sha256(data).hexdigest())
-    cached = tmp_path / "blobs" / ("cd" * 32)  # the hub cache's layout: trusted
-    cached.parent.mkdir()
-    cached.write_bytes(data)
-    (tmp_path / "cached.safetensors").symlink_to(cached)
-    assert file_sha256(tmp_path / "cached.safetensors", buffer, None) == ("cached.safetensors", "cd" * 32)
 
 
 def test_a_safetensors_file_replaced_or_rewritten_while_read_is_refused(tmp_path: Path) -> None:

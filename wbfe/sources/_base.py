@@ -7,7 +7,6 @@ import errno
 import hashlib
 import math
 import os
-import re
 import stat
 import threading
 from dataclasses import dataclass, field
@@ -27,8 +26,6 @@ __all__ = ["TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regu
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".th", ".ckpt")
 # Read size of the hashing (a larger buffer's zero fill costs a small model's score).
 HASH_CHUNK = 1 << 18
-
-_SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -233,10 +230,6 @@ class FileDigest:
 
 def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:
     """``(file name, hex SHA-256)`` of one file, read through ``buffer``; ``stop`` cancels it (``RuntimeError``)."""
-    blob = path.resolve()
-    if path.is_symlink() and blob.parent.name == "blobs" and _SHA256_NAME.fullmatch(blob.name):
-        # Hugging Face cache: an LFS blob is stored under its own SHA-256 in blobs/; no need to re-read it.
-        return path.name, blob.name
     h = hashlib.sha256()
     view = memoryview(buffer)
     try:  # a file removed or made unreadable since it was opened
