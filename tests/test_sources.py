@@ -457,17 +457,17 @@ def test_a_weight_file_removed_before_it_is_hashed_is_a_typed_error(tmp_path: Pa
 
 
 def test_a_safetensors_file_replaced_or_rewritten_while_read_is_refused(tmp_path: Path) -> None:
-    """A tensor read again after its file was closed (ties compare bytes so) from a file replaced since it
+    """A tensor read after its file was closed (a second pass over the entries) from a file replaced since it
     was opened, or read from a file rewritten in place, is CorruptCheckpointError, never the new bytes."""
     path = tmp_path / "model.safetensors"
     save_file({"a": torch.ones(8, 4), "b": torch.zeros(8, 4)}, str(path))
     with open_source(path) as source:
         entries = list(source.entries())  # the stream is done: the shard is closed
-        assert torch.equal(to_torch(entries[0].reread()), torch.ones(8, 4))
+        assert torch.equal(to_torch(entries[0].load()), torch.ones(8, 4))
         save_file({"a": torch.full((8, 4), 7.0), "b": torch.zeros(8, 4)}, str(tmp_path / "new.safetensors"))
         os.replace(tmp_path / "new.safetensors", path)
         with pytest.raises(CorruptCheckpointError, match="model.safetensors: changed while being read"):
-            entries[0].reread()
+            entries[0].load()
     with open_source(path) as source:
         stream = source.entries()
         entry = next(stream)  # read through the shard's open handle

@@ -38,8 +38,6 @@ class TensorEntry:
         load: reads the tensor: a numpy array where numpy has its dtype and the reader is not torch's
             own, else a torch tensor (:mod:`wbfe.linalg.arrays` takes either).
         storage_key: identifies shared storage (tied weights) where the format exposes it, else None.
-        reread: gets the same tensor again later (after its shard is closed, too) without keeping
-            anything else alive; None where only holding the tensor would allow it.
         quant: the storage scheme of a tensor ``load`` dequantises (``gguf-q4_k``...); ``dtype`` is
             then the dtype ``load`` returns.
         skip: why the tensor is not read as a dense matrix (listed as skipped; ``load`` never called).
@@ -52,7 +50,6 @@ class TensorEntry:
     dtype: str
     load: Callable[[], Any]
     storage_key: tuple[Any, ...] | None = None
-    reread: Callable[[], Any] | None = None
     quant: str | None = None
     skip: str | None = None
     layout: str = OUT_IN
