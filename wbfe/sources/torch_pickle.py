@@ -213,8 +213,8 @@ def tensor_entries(state: Mapping[str, Any], *, scope: Any = None,
         skip = unreadable_reason(t)
         key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
                t.dtype) if skip is None and t.numel() > 0 else None
-        yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=lambda t=t: t, storage_key=key,
-                          skip=skip)
+        load = lambda t=t: t  # noqa: E731
+        yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key, skip=skip)
     for name, (tensor, why) in (passed or {}).items():
         lazy = is_lazy(tensor)
         # Not scored, but what copies every tensor (prune, smooth) copies it as it is.
