@@ -53,9 +53,6 @@ LLM_ROWS = {
 # it, the constant's name, its value). tests/test_performance_doc.py checks each value against the
 # constant's assignment in that module (or, if the module moved, the one module defining the name).
 SETTINGS: dict[str, tuple[str, str, float]] = {
-    "map_bytes": ("wbfe/sources/safetensors_files.py", "_MAP_BYTES", 1 << 20),
-    "hash_threads": ("wbfe/sources/_base.py", "_HASH_THREADS", 8),
-    "tie_sample": ("wbfe/engine/ties.py", "_SAMPLE", 4096),
     "gram_block_bytes": ("wbfe/linalg/spectra.py", "_BLOCK_BYTES", 8 << 20),
     "small_p": ("wbfe/linalg/spectra.py", "_SMALL_P", 256),
     "worker_bytes": ("wbfe/linalg/spectra.py", "_WORKER_BYTES", 32 << 20),
@@ -160,13 +157,11 @@ def section_flow(results: Path) -> str:
 
 (`wbfe/engine/pipeline.py`, `wbfe/linalg/spectra.py`)
 
-- Each safetensors tensor of {mib_of("map_bytes")} or more is mapped on its own, copy-on-write, its page table
-  filled on the read-ahead thread (`MADV_POPULATE_READ`), and unmapped when it is freed, so the
-  resident set is the tensors alive now; smaller ones are read. The next large matrix is mapped
-  while this one is scored.
-- The files' SHA-256 (the provenance `sha256`) is computed on lowest-priority threads meanwhile,
-  one per shard, on all CPUs but one (at most {setting("hash_threads"):.0f}).
-- Duplicate tensors are found from a hash of a {thousands(setting("tie_sample"))}-element sample, confirmed byte for byte.
+- Each safetensors tensor is read into a buffer of its own (`readinto`, no zero fill), freed with
+  the tensor, so the resident set is the tensors alive now.
+- The files' SHA-256 (the provenance `sha256`) is computed on the calling thread when the provenance
+  is written, after the matrices are scored.
+- Duplicate tensors are found from a digest (BLAKE2b) of every byte of each tensor.
 - The float64 Gram matrix is a symmetric rank-k update in {mib_of("gram_block_bytes")} blocks. It, the Cholesky factor
   and the eigen-solve (`dsyevr`, the routine and workspace of `scipy.linalg.eigvalsh`, so the same
   eigenvalues bit for bit) call OpenBLAS through scipy's Cython exports via ctypes

@@ -223,7 +223,7 @@ class _Failing(TensorSource):
             raise CorruptCheckpointError(f"{self.copy}/model.bin: tensor 'b' is truncated", path=str(self.copy / "model.bin"))
 
         yield TensorEntry("a", (2, 2), "float32", load=lambda: torch.zeros(2, 2))
-        yield TensorEntry("b", (2, 2), "float32", load=fail, reread=fail)
+        yield TensorEntry("b", (2, 2), "float32", load=fail)
         raise CorruptCheckpointError(f"{self.copy}/model.bin: ends inside the tensor list")
 
 
@@ -235,10 +235,9 @@ def test_errors_while_a_copy_is_read_are_said_of_the_reference(tmp_path: Path) -
     first = next(entries)
     assert first.load().shape == (2, 2)
     second = next(entries)
-    for read in (second.load, second.reread):
-        with pytest.raises(CorruptCheckpointError) as caught:
-            read()  # type: ignore[misc]
-        assert str(caught.value) == "s3://bucket/llama/model.bin: tensor 'b' is truncated"
-        assert caught.value.path == "s3://bucket/llama/model.bin"  # type: ignore[attr-defined]
+    with pytest.raises(CorruptCheckpointError) as caught:
+        second.load()
+    assert str(caught.value) == "s3://bucket/llama/model.bin: tensor 'b' is truncated"
+    assert caught.value.path == "s3://bucket/llama/model.bin"  # type: ignore[attr-defined]
     with pytest.raises(CorruptCheckpointError, match=r"^s3://bucket/llama/model.bin: ends inside the tensor list$"):
         next(entries)

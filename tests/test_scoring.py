@@ -142,7 +142,7 @@ def test_scores_across_shards_are_the_in_memory_scores(tmp_path: Path) -> None:
     g = torch.Generator().manual_seed(11)
     state = {f"l{i}.weight": torch.randn(600, 500, generator=g) for i in range(5)}
     state["l2.bias"] = torch.randn(600, generator=g)
-    state["l5.weight"] = state["l1.weight"].clone()  # a tie across shards, found by rereading l1
+    state["l5.weight"] = state["l1.weight"].clone()  # a tie across shards, found by l1's digest
     index = write_sharded(tmp_path, state, n_shards=3)
     on_disk = wbfe.score(index, metrics="bfe")
     in_memory = wbfe.score({k: v.clone() for k, v in state.items()}, metrics="bfe")

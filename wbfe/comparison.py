@@ -184,7 +184,7 @@ def compare(
                          "rows": plan_a.rows, "cols": plan_a.cols,  # depth: the block index, the name's first integer
                          "depth": next((int(part) for part in entry_a.name.split(".") if part.isdigit()), None)})
             both = dataclasses.replace(entry_a, load=functools.partial(lambda a, b: (a(), b()), entry_a.load, entry_b.load),
-                                       storage_key=None, reread=None)
+                                       storage_key=None)
             jobs[id(both)] = (entry_a.nbytes + entry_b.nbytes, base, functools.partial(
                 pair_change, plans=(plan_a, plan_b), names=(entry_a.name, entry_b.name), context=context, top_k=top_k))
             yield both, plan_a
@@ -313,7 +313,7 @@ def _by_order(
             return None, (f"matrix {len(pairs) + 1} in order differs in shape: {a.name!r} {list(shape_a)}, "
                           f"{b.name!r} {list(shape_b)} (out x in x k...)")
         if a.layout != b.layout:  # B as A holds it (first two axes swapped), so that the two line up entry by entry
-            b = dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]), reread=None,
+            b = dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]),
                                     layout=IN_OUT if a.layout == IN_OUT else OUT_IN,
                                     load=functools.partial(lambda load: load().transpose(0, 1).contiguous(), b.load))
         pairs.append(_selected(a, b, pattern))

@@ -99,9 +99,8 @@ def _split_stack(entry: TensorEntry, model_type: str, hidden: Optional[int]) -> 
 
 def _expert_entry(entry: TensorEntry, name: str, shape: tuple[int, int], holder: "_Stack", e: int,
                   rows: Optional[slice]) -> TensorEntry:
-    reread = functools.partial(holder.read_again, e, rows) if entry.reread is not None else None
     return TensorEntry(name=name, shape=shape, dtype=entry.dtype, load=functools.partial(holder.take, e, rows),
-                       reread=reread, quant=entry.quant)
+                       quant=entry.quant)
 
 
 class _Stack:
@@ -128,7 +127,3 @@ class _Stack:
             if self._left <= 0:
                 self._tensor = None
         return self._view(tensor, e, rows)
-
-    def read_again(self, e: int, rows: Optional[slice]) -> Any:
-        assert self._entry.reread is not None
-        return self._view(self._entry.reread(), e, rows)

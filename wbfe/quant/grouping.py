@@ -98,8 +98,7 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
 
 
 def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any) -> TensorEntry:
-    return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype="float64", load=load, reread=load,
-                       quant=quant)
+    return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype="float64", load=load, quant=quant)
 
 
 def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:

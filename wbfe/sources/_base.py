@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import hashlib
 import math
 import os
-import re
 import stat
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
-from wbfe._config import usable_cpus
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError
 from wbfe.framework import OUT_IN, Fallback, FrameworkDescription, describe_config
 from wbfe.framework.config_layouts import conv1d_family, rule_layout
@@ -28,11 +24,8 @@ __all__ = ["TensorEntry", "Provenance", "TensorSource", "FileDigest", "open_regu
 
 # PyTorch pickle suffixes (the list of every format's suffixes is wbfe.sources.WEIGHT_SUFFIXES).
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".th", ".ckpt")
-# Read size of one hashing thread (a larger buffer's zero fill costs a small model's score), and the most threads.
+# Read size of the hashing (a larger buffer's zero fill costs a small model's score).
 HASH_CHUNK = 1 << 18
-_HASH_THREADS = 8
-
-_SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -45,8 +38,6 @@ class TensorEntry:
         load: reads the tensor: a numpy array where numpy has its dtype and the reader is not torch's
             own, else a torch tensor (:mod:`wbfe.linalg.arrays` takes either).
         storage_key: identifies shared storage (tied weights) where the format exposes it, else None.
-        reread: gets the same tensor again later (after its shard is closed, too) without keeping
-            anything else alive; None where only holding the tensor would allow it.
         quant: the storage scheme of a tensor ``load`` dequantises (``gguf-q4_k``...); ``dtype`` is
             then the dtype ``load`` returns.
         skip: why the tensor is not read as a dense matrix (listed as skipped; ``load`` never called).
@@ -59,7 +50,6 @@ class TensorEntry:
     dtype: str
     load: Callable[[], Any]
     storage_key: tuple[Any, ...] | None = None
-    reread: Callable[[], Any] | None = None
     quant: str | None = None
     skip: str | None = None
     layout: str = OUT_IN
@@ -126,7 +116,7 @@ def unreadable(path: Path | str, exc: OSError) -> SourceNotFoundError:
 
 @dataclass
 class Provenance:
-    """Where the tensors came from; ``pending``: the files' SHA-256 while it is computed."""
+    """Where the tensors came from; ``pending``: the files' SHA-256, computed when first asked for."""
 
     source: str
     format: str
@@ -136,7 +126,7 @@ class Provenance:
     pending: "FileDigest | None" = field(default=None, repr=False, compare=False)
 
     def digest(self) -> str | None:
-        """The SHA-256 of the weight files (None for in-memory models), waiting for it if need be."""
+        """The SHA-256 of the weight files (None for in-memory models), hashing them if need be."""
         if self.pending is not None:
             self.sha256, self.pending = self.pending.result(), None
         return self.sha256
@@ -206,7 +196,7 @@ class TensorSource:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release resources; stop hashing the files if that is still under way."""
+        """Release resources; the files' SHA-256 cannot be asked for after this."""
         if self.provenance.pending is not None:
             self.provenance.pending.cancel()
 
@@ -218,50 +208,18 @@ class TensorSource:
 
 
 class FileDigest:
-    """SHA-256 of one file, or of the sorted ``name:digest`` lines of several, computed on background
-    threads of the lowest priority (one a file, on all CPUs but one) so that hashing overlaps the scoring."""
+    """SHA-256 of one file, or of the sorted ``name:digest`` lines of several, computed when it is asked for."""
 
     def __init__(self, paths: Sequence[Path]):
         self._paths = list(paths)
-        self._digests: list[tuple[str, str] | None] = [None] * len(self._paths)
-        self._next = iter(range(len(self._paths)))
-        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._error: BaseException | None = None
-        count = max(1, min(len(self._paths), _HASH_THREADS, usable_cpus() - 1))
-        self._threads = [threading.Thread(target=self._run, name=f"wbfe-sha256-{i}", daemon=True) for i in range(count)]
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self) -> None:
-        if sys.platform == "linux":
-            # Lowest priority for this thread alone (Linux treats a thread id as a process id here):
-            # it then takes a core only when BLAS leaves one idle, and never slows the Gram products.
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        buffer = bytearray(HASH_CHUNK)
-        while not self._stop.is_set():
-            with self._lock:
-                index = next(self._next, None)
-            if index is None:
-                return
-            try:
-                self._digests[index] = file_sha256(self._paths[index], buffer, self._stop)
-            except BaseException as exc:  # re-raised in the caller's thread by result()
-                with self._lock:
-                    self._error = self._error or exc
-                self._stop.set()
-                return
 
     def result(self) -> str:
-        """The digest, once computed (raises what hashing raised, or ``RuntimeError`` after :meth:`cancel`)."""
-        for thread in self._threads:
-            thread.join()
-        if self._error is not None:
-            raise self._error
-        if any(d is None for d in self._digests):
+        """The digest (raises what hashing raised, or ``RuntimeError`` after :meth:`cancel`)."""
+        if self._stop.is_set():
             raise RuntimeError("hashing cancelled: the checkpoint was closed first")
-        return combine_digests([d for d in self._digests if d is not None])
+        buffer = bytearray(HASH_CHUNK)
+        return combine_digests([file_sha256(path, buffer, self._stop) for path in self._paths])
 
     def cancel(self) -> None:
         self._stop.set()
@@ -269,10 +227,6 @@ class FileDigest:
 
 def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:
     """``(file name, hex SHA-256)`` of one file, read through ``buffer``; ``stop`` cancels it (``RuntimeError``)."""
-    blob = path.resolve()
-    if path.is_symlink() and blob.parent.name == "blobs" and _SHA256_NAME.fullmatch(blob.name):
-        # Hugging Face cache: an LFS blob is stored under its own SHA-256 in blobs/; no need to re-read it.
-        return path.name, blob.name
     h = hashlib.sha256()
     view = memoryview(buffer)
     try:  # a file removed or made unreadable since it was opened

@@ -158,7 +158,7 @@ class FlaxSource(TensorSource):
                 shape = tuple(shape[i] for i in leaf.permute)
             dtype = (_dtype(array.dtype) or array.dtype) if array is not None else "float32"
             load = functools.partial(_load, leaf)
-            yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=load, reread=load, skip=leaf.skip)
+            yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=load, skip=leaf.skip)
 
 
 def _load(leaf: _Leaf) -> Any:

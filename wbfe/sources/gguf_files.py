@@ -237,7 +237,7 @@ class GGUFSource(TensorSource):
                     # then skips as unsupported (it is never read).
                     dtype = "float32" if _can_dequantize(gguf, gguf.GGMLQuantizationType[kind]) else quant
                 load = functools.partial(_load, split.path, kind, dims, first, nbytes)
-                yield TensorEntry(name=name, shape=dims, dtype=dtype, load=load, reread=load, quant=quant)
+                yield TensorEntry(name=name, shape=dims, dtype=dtype, load=load, quant=quant)
 
 
 @functools.lru_cache(maxsize=None)

@@ -307,7 +307,7 @@ class KerasSource(TensorSource):
     def entries(self) -> Iterator[TensorEntry]:
         for var in self._vars:
             load = functools.partial(self.read, var)
-            yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, reread=load, skip=var.skip,
+            yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, skip=var.skip,
                               layout=var.axes)
 
     def read(self, var: _Var) -> Any:

@@ -75,9 +75,8 @@ class NpzSource(TensorSource):
         torch_dtype = numpy_dtype_name(dtype)
         skip = ("object array: only a pickle can hold it, and wbfe does not unpickle .npz members" if dtype.hasobject
                 else f"{dtype} array: not a weight dtype" if torch_dtype is None else None)
-        load = functools.partial(self.read, name)
-        return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype=torch_dtype or str(dtype), load=load,
-                           reread=load, skip=skip)
+        return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype=torch_dtype or str(dtype),
+                           load=functools.partial(self.read, name), skip=skip)
 
     def __len__(self) -> int:
         return len(self._entries)

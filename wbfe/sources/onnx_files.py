@@ -165,7 +165,7 @@ class OnnxSource(TensorSource):
             if skip is None and not is_known_dtype(weight.dtype):
                 # an ONNX data type wbfe holds no tensors of (a string, an unknown code): never read
                 skip = f"{weight.dtype} tensor: not a dtype wbfe reads as a weight"
-            yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load, reread=load,
+            yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load,
                               quant=weight.quant, skip=skip, layout=weight.layout)
 
 

@@ -53,8 +53,7 @@ def resaying(source: TensorSource, local: Path, ref: str) -> TensorSource:
             entry = said_of(local, ref, lambda: next(found, None))
             if entry is None:
                 return
-            again = None if entry.reread is None else functools.partial(said_of, local, ref, entry.reread)
-            yield dataclasses.replace(entry, load=functools.partial(said_of, local, ref, entry.load), reread=again)
+            yield dataclasses.replace(entry, load=functools.partial(said_of, local, ref, entry.load))
 
     # An instance attribute: the class's method stays what the engine's isinstance checks expect.
     source.entries = entries  # type: ignore[method-assign]

@@ -4,14 +4,11 @@ tensor is asked for."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import mmap
 import os
 import stat
 import struct
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator, Protocol
@@ -41,11 +38,6 @@ _DTYPE_BITS = {code: round(size * 8) for code, (_, size) in SAFETENSORS_DTYPES.i
 _MAX_HEADER = 100_000_000  # the safetensors format's own limit
 _U64 = 1 << 64
 MAX_INDEX = 100_000_000  # a shard index of 10^6 tensors is ~100 MB
-# Smaller tensors are read: a map, its page table and its unmapping cost more than reading a few pages.
-_MAP_BYTES = 1 << 20
-# madvise(MADV_POPULATE_READ) (Linux >= 5.14; Python < 3.13 lacks the name): fill a mapping's page
-# table from the page cache, reading from disk what is not there, in one call.
-_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 
 
 def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -325,7 +317,7 @@ class ShardedSafetensors(TensorSource):
                     shards_unlisted = self._unlisted.get(name)
                     load = functools.partial(shard.read, info)
                     yield TensorEntry(name=row, shape=tuple(int(s) for s in info["shape"]),
-                        dtype=SAFETENSORS_DTYPES[info["dtype"]][0], load=load, reread=load,
+                        dtype=SAFETENSORS_DTYPES[info["dtype"]][0], load=load,
                         skip=why or (unlisted_reason(shards_unlisted, self._index_name) if shards_unlisted else None))
             finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.
@@ -393,9 +385,8 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
 
 
 def _load_tensor(fh: Any, data_start: int, info: dict[str, Any], identity: tuple[int, ...]) -> Any:
-    """One tensor of the file whose ``_identity`` was ``identity`` when it was opened: a large one mapped
-    where it lies at an aligned address, anything else read."""
-    name, size = tensor_dtype(info, str(fh.name)), SAFETENSORS_DTYPES[info["dtype"]][1]
+    """One tensor of the file whose ``_identity`` was ``identity`` when it was opened, read into a buffer of its own."""
+    name = tensor_dtype(info, str(fh.name))
     shape = [int(s) for s in info["shape"]]
     start, end = (int(o) for o in info["data_offsets"])
     if end == start:
@@ -406,15 +397,11 @@ def _load_tensor(fh: Any, data_start: int, info: dict[str, Any], identity: tuple
     if _identity(st) != identity:  # replaced or rewritten: the header's offsets would read other bytes
         raise CorruptCheckpointError.at(fh.name, "changed while being read (replaced or rewritten since it was "
                                         "opened); score it again")
-    raw = None
-    if end - start >= _MAP_BYTES and (data_start + start) % max(1, int(size)) == 0:
-        with contextlib.suppress(OSError):  # a file system that cannot map files: read instead
-            raw = _map_tensor(fh, data_start + start, end - start)
-    if raw is None:  # np.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte
-        raw = np.empty(end - start, dtype=np.uint8)
-        fh.seek(data_start + start)
-        if fh.readinto(raw.data) != end - start:
-            raise TruncatedCheckpointError.at(fh.name, "truncated safetensors file (short read)")
+    # np.empty, not bytearray: a bytearray is zero-filled first, a second pass over every byte
+    raw = np.empty(end - start, dtype=np.uint8)
+    fh.seek(data_start + start)
+    if fh.readinto(raw.data) != end - start:
+        raise TruncatedCheckpointError.at(fh.name, "truncated safetensors file (short read)")
     return from_bytes(raw, name, shape)
 
 
@@ -431,18 +418,6 @@ def tensor_dtype(info: dict[str, Any], where: str) -> str:
         raise UnsupportedDtypeError.at(where, f"this torch ({torch.__version__}) has no {info['dtype']} tensors, "
                                        "which the file stores", dtype=info["dtype"])
     return name
-
-
-def _map_tensor(fh: Any, first: int, nbytes: int) -> np.ndarray:
-    """The bytes ``[first, first + nbytes)`` of the file, mapped copy-on-write (torch wants it writable),
-    page table filled. One map per tensor, unmapped when it is freed, so the resident set is the tensors
-    alive now; a read would fault in, zero and copy every page before any work."""
-    offset = first - first % mmap.ALLOCATIONGRANULARITY
-    mapped = mmap.mmap(fh.fileno(), first + nbytes - offset, access=mmap.ACCESS_COPY, offset=offset)
-    if _POPULATE_READ is not None:
-        with contextlib.suppress(OSError):  # an older kernel: pages are faulted in as first read
-            mapped.madvise(_POPULATE_READ)
-    return np.frombuffer(mapped, dtype=np.uint8, offset=first - offset, count=nbytes)
 
 
 SAFETENSORS = register_format(FileFormat(name="safetensors", suffixes=(".safetensors",), open=SafetensorsSource,

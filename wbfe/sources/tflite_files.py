@@ -106,7 +106,7 @@ class TfliteSource(TensorSource):
                 dtype = "float32"
                 per = "" if tensor.quant is None else "-per-channel" if len(tensor.quant.scale) > 1 else "-per-tensor"
                 quant = f"tflite-{tensor.dtype}{per}"
-            yield TensorEntry(name=planned.name, shape=planned.shape, dtype=dtype, load=load, reread=load,
+            yield TensorEntry(name=planned.name, shape=planned.shape, dtype=dtype, load=load,
                               storage_key=("tflite-buffer", tensor.buffer), quant=quant, skip=planned.skip)
 
 

@@ -198,11 +198,11 @@ def unreadable_reason(tensor: Any) -> str | None:
 LAZY_REASON = "uninitialised lazy parameter: run the model once before scoring"
 
 
-def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = None,
+def tensor_entries(state: Mapping[str, Any], *, scope: Any = None,
                    passed: Mapping[str, tuple[Any, str]] | None = None) -> Iterator[TensorEntry]:
-    """Entries of an in-memory state dict; tied tensors share a ``storage_key``. ``held``: the state dict
-    outlives the stream (an entry can be reread); ``scope``: part of every key (a freed shard's addresses are reused);
-    ``passed``: tensors listed as skipped after them, with their reasons (:func:`unwrap_checkpoint`)."""
+    """Entries of an in-memory state dict; tied tensors share a ``storage_key``. ``scope``: part of every key (a
+    freed shard's addresses are reused); ``passed``: tensors listed as skipped after them, with their reasons
+    (:func:`unwrap_checkpoint`)."""
     from torch.nn.parameter import is_lazy
 
     for name, tensor in state.items():
@@ -214,8 +214,7 @@ def tensor_entries(state: Mapping[str, Any], *, held: bool = True, scope: Any = 
         key = (scope, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
                t.dtype) if skip is None and t.numel() > 0 else None
         load = lambda t=t: t  # noqa: E731
-        yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key,
-                          reread=load if held else None, skip=skip)
+        yield TensorEntry(name=name, shape=tuple(t.shape), dtype=dtype_name(t), load=load, storage_key=key, skip=skip)
     for name, (tensor, why) in (passed or {}).items():
         lazy = is_lazy(tensor)
         # Not scored, but what copies every tensor (prune, smooth) copies it as it is.
@@ -276,13 +275,12 @@ class TorchPickleSource(TensorSource):
         holders: dict[str, list[str]] = {}  # the shards read so far holding a copy of a listed name
         copies: list[tuple[str, TensorEntry]] = []  # copies of a listed name in another shard: rows once all are read
         for path, listed in zip(self._files, self._listed):
-            # A shard's tensors go with it: holding one to reread would hold the whole shard's map.
             state, passed = unwrap_checkpoint(load_torch_file(path), where=str(path))
             missing = [t for t in listed if t not in state]
             own = set(listed)
             if missing:
                 raise CorruptCheckpointError.at(path, f"tensor {missing[0]!r} listed in the index is not in this shard")
-            for entry in tensor_entries(state, held=False, scope=str(path), passed=passed):
+            for entry in tensor_entries(state, scope=str(path), passed=passed):
                 # Another state dict's tensor (skipped, as for a single file) or a name the index does not list is one
                 # row, from the first shard holding it; a listed name is read from the shard the index gives it to.
                 once = entry.name in passed or entry.name not in indexed

@@ -199,8 +199,7 @@ class TorchScriptSource(TensorSource):
             skip = _unreadable(ref) or signal.get(name)
             load = functools.partial(self.read, ref)
             key = (ref.storage.member, ref.offset, ref.size, ref.stride) if skip is None else None
-            yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, load=load, reread=load,
-                              storage_key=key, skip=skip)
+            yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, load=load, storage_key=key, skip=skip)
 
     def read(self, ref: _TensorRef) -> "torch.Tensor":
         """The tensor ``ref`` describes, read from its storage record."""
