@@ -2,7 +2,8 @@
 
 Writes a checkpoint of N float32 matrices (default 16 × 1024×16384 = 1 GiB), scores it with the BFE-W
 group in a fresh process, and reports peak RSS against the checkpoint size and its largest tensor.
-Also measures a bare `import torch` process as the baseline the interpreter itself costs.
+Also measures the same score of a one-matrix 64x64 checkpoint: the baseline the interpreter and the libraries a
+score loads cost.
 
     python benchmarks/bench_memory.py [--matrices 16 --rows 1024 --cols 16384] [--keep]
 """
@@ -60,11 +61,15 @@ def main() -> None:
                     str(args.cols)], check=True)
     largest = args.rows * args.cols * 4
     size = ckpt.stat().st_size
-    # RUSAGE_CHILDREN is the max over all children so far: measure the baseline first.
-    baseline, _ = peak_rss_mb("import torch, wbfe, numpy")
-    peak, wall = peak_rss_mb(
-        f"import wbfe; r = wbfe.score({str(ckpt)!r}, metrics='bfe', device='cpu'); print(len(r.layers))"
-    )
+    tiny = folder / "tiny.safetensors"
+    subprocess.run([sys.executable, __file__, "--write", str(tiny), "1", "64", "64"], check=True)
+
+    def scored(path: Path) -> str:
+        return f"import wbfe; r = wbfe.score({str(path)!r}, metrics='bfe', device='cpu'); print(len(r.layers))"
+
+    # A fresh interpreter each (VmHWM is the process's own): what a score costs without the tensors, then with.
+    baseline, _ = peak_rss_mb(scored(tiny))
+    peak, wall = peak_rss_mb(scored(ckpt))
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "checkpoint_bytes": size,
@@ -82,6 +87,7 @@ def main() -> None:
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     if not args.keep:
         ckpt.unlink()
+        tiny.unlink()
         folder.rmdir()
 
 

@@ -473,9 +473,9 @@ def section_memory(results: Path) -> str:
 `python benchmarks/bench_memory.py --matrices {m["n_matrices"]}` (`benchmarks/results/memory.json`):
 scoring a generated {m["checkpoint_bytes"] / 2**30:.0f} GiB safetensors file of {m["n_matrices"]}
 float32 matrices ({mib:.0f} MiB each) peaks at **{m["peak_rss_mb"]:.0f} MB RSS** in
-{m["wall_s"]:.1f} s, of which {m["baseline_rss_mb"]:.0f} MB is a bare Python + torch process; the
-rest is {m["peak_minus_baseline_over_largest_tensor"]:.1f}× the largest tensor (the tensor, the next
-one being read by the read-ahead thread since removed, a float64 block and the Gram matrix). The pipeline keeps what it has in flight
+{m["wall_s"]:.1f} s, of which {m["baseline_rss_mb"]:.0f} MB is the same score of a one-matrix 64×64 checkpoint (the
+interpreter and the libraries a score loads); the rest is {m["peak_minus_baseline_over_largest_tensor"]:.1f}× the
+largest tensor (the tensor, its float64 blocks and the Gram matrix). The pipeline keeps what it has in flight
 within {setting("budget"):g}× the largest tensor (or {mib_of("budget_floor_bytes")}), leaving the rest to what
 scoring loads besides. A square bfloat16 matrix's float64 copy for its LU factors or Gram matrix is
 four times its own size, so checkpoints whose largest tensor is one need more.
