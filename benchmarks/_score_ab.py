@@ -1,5 +1,5 @@
-"""Shared by bench_fit_batching.py and bench_blas_layer.py: the three checkpoints (generated,
-seeded, into a temporary folder) and an A/B driver that scores each in fresh processes, the
+"""Shared by bench_fit_batching.py, bench_blas_layer.py and bench_speed_paths.py: the three checkpoints
+(generated, seeded, into a temporary folder) and an A/B driver that scores each in fresh processes, the
 variants alternating, and reports medians, each round's ratio and the load average.
 
 A variant is a set of switches the child applies by monkeypatching before it scores (see
@@ -86,6 +86,12 @@ if "scipy_blas" in switches:  # scipy.linalg's public wrappers and threadpoolctl
     if "keep_two_stage" not in switches:  # scipy has no public two-stage driver: dsyevr at every size
         blas.has_two_stage = lambda: False
     blas.controls_threads = lambda: False  # spectra then limits threads through threadpoolctl
+if "no_workers" in switches:  # no worker pool: every matrix on the calling thread, with all BLAS threads
+    import wbfe.engine.pipeline as pipeline
+    pipeline.worker_count = lambda device: 1
+if "eig_bfe" in switches:  # BFE-W from the eigenvalues even where no group needs them (no Cholesky/LU diagonal)
+    planned = jobs.planned_spectrum
+    jobs.planned_spectrum = lambda matrices, plan, device, *, need_eigs=True: planned(matrices, plan, device)
 metrics = tuple(filter(None, sys.argv[2].split(","))) or None
 start = time.perf_counter()
 result = wbfe.score(sys.argv[1], metrics=metrics, device="cpu", **json.loads(sys.argv[4]))
@@ -94,18 +100,20 @@ digest = hashlib.sha256()
 for row in result.layers:
     digest.update(json.dumps({k: v for k, v in row.items() if isinstance(v, (int, float, str)) or v is None},
                              sort_keys=True, default=str).encode())
+column = sys.argv[5] if len(sys.argv) > 5 else ""  # one column's values by layer, where asked for
 print(json.dumps({"seconds": seconds, "matrices": len(result.layers), "skipped": len(result.skipped),
-                  "digest": digest.hexdigest()[:16], "batched_calls": counts}))
+                  "digest": digest.hexdigest()[:16], "batched_calls": counts}
+                 | ({"column": {row["name"]: row.get(column) for row in result.layers}} if column else {})))
 """
 
 
 def score_once(path: Path, metrics: str, switches: str, options: Optional[dict[str, Any]] = None,
-               root: Path = ROOT) -> dict[str, Any]:
+               root: Path = ROOT, column: str = "") -> dict[str, Any]:
     """One fresh process importing wbfe from ``root`` (this checkout, or another revision's): its ``wbfe.score``
-    seconds, row count, column digest, batched calls."""
+    seconds, row count, column digest, batched calls (and ``column``'s value per layer, if named)."""
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(path), metrics, switches, json.dumps(options or {})],
-                         check=True, capture_output=True, text=True, env=env)
+    argv = [sys.executable, "-c", _CHILD, str(path), metrics, switches, json.dumps(options or {})]
+    out = subprocess.run(argv + ([column] if column else []), check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -191,17 +199,18 @@ def case_arguments(parser: argparse.ArgumentParser) -> None:
 
 def alternate(path: Path, metrics: str, variants: dict[str, str], repeats: int,
               log: Callable[[str], None] = print, options: Optional[dict[str, Any]] = None,
-              roots: Optional[dict[str, Path]] = None) -> dict[str, Any]:
+              roots: Optional[dict[str, Path]] = None, column: str = "") -> dict[str, Any]:
     """Score ``path`` ``repeats`` rounds, each round every variant once (the first variant is the
     baseline, the others' order rotates), and the medians, per-round ratios against the baseline
     and whether every run's numbers agree. ``roots`` names the checkout a variant imports wbfe from
-    (default: this one)."""
+    (default: this one). With ``column`` (a numeric column, e.g. "bfe"), also the largest relative
+    difference of its values from the baseline's first run, over every run of every variant."""
     names = list(variants)
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for r in range(repeats):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
-            run = score_once(path, metrics, variants[name], options, (roots or {}).get(name, ROOT))
+            run = score_once(path, metrics, variants[name], options, (roots or {}).get(name, ROOT), column)
             run["load_average_1min"] = round(os.getloadavg()[0], 2)
             runs[name].append(run)
             log(f"  round {r + 1} {name}: {run['seconds']:.2f} s (load {run['load_average_1min']})")
@@ -219,7 +228,30 @@ def alternate(path: Path, metrics: str, variants: dict[str, str], repeats: int,
             "digests": sorted({x["digest"] for x in runs[name]}),
         }
     out["same_numbers"] = len({d for v in out["variants"].values() for d in v["digests"]}) == 1
+    if column:
+        reference = runs[base][0]["column"]
+        for name in names:
+            out["variants"][name][f"max_relative_difference_{column}"] = max(
+                relative_difference(run["column"], reference) for run in runs[name])
+        out[f"max_relative_difference_{column}"] = max(
+            v[f"max_relative_difference_{column}"] for v in out["variants"].values())
     return out
+
+
+def relative_difference(values: dict[str, Any], reference: dict[str, Any]) -> float:
+    """The largest |a − b| / |b| over the layers of two runs (layer sets must match; equal values,
+    infinities and NaNs included, count 0; an unequal pair with b = 0 counts inf)."""
+    if values.keys() != reference.keys():
+        raise ValueError("the runs scored different layers")
+    worst = 0.0
+    for name, b in reference.items():
+        a = values[name]
+        if a == b or (a is None and b is None) or (a != a and b != b):
+            continue
+        if a is None or b is None:
+            return float("inf")
+        worst = max(worst, abs(a - b) / abs(b) if b else float("inf"))
+    return worst
 
 
 def ratio(case: dict[str, Any], slow: str, fast: str) -> dict[str, Any]:

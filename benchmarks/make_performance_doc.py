@@ -753,6 +753,32 @@ average {load_span(rev["load_average_start"][:1])}; base {rev["base"][:10]}, hea
 """
 
 
+def section_speed_paths(results: Path) -> str:
+    sp = load(results, "speed_paths.json")
+    labels = {"moe_experts": ("worker pool and thread pinning", "MoE experts of 256 × 1024", "no_workers"),
+              "llama7b_layers": ("BFE-W from a Cholesky/LU factor's diagonal", "LLaMA-7B-shaped layer", "eig_bfe")}
+    rows = "\n".join(
+        f"| {labels[name][0]} (switch `{labels[name][2]}`) | {labels[name][1]}, {thousands(case['matrices'])} "
+        f"matrices | `{case['metrics']}` | {case['variants']['shipped']['median_seconds']:.2f} s | "
+        f"{case['variants'][labels[name][2]]['median_seconds']:.2f} s | {case['end_to_end_speedup']:.2f}× | "
+        f"{span(case['per_round'], '{:.2f}', '×')} | {case['max_relative_difference_bfe']:.1e} | "
+        f"{load_span(v for var in case['variants'].values() for v in var['load_average_1min'])} | {case['decision']} |"
+        for name, case in sp["cases"].items())
+    return f"""## Speed paths that move the last digits
+
+Two paths exist for speed but, taken away, give a score whose last digits differ (another summation
+order, eigenvalues in place of a factor's diagonal), so their A/B records the largest relative
+difference of the `bfe` column from the shipped code's first run instead of asking for the same numbers.
+`benchmarks/bench_speed_paths.py` (`benchmarks/results/speed_paths.json`, {sp["date"]}) scores each
+case in fresh processes, shipped and without the path alternating, median of {sp["args"]["repeats"]}; a path
+stays where it is at least {sp["threshold"]}× faster end to end. {sp["note"][0].upper() + sp["note"][1:]}.
+
+| path | case | metrics | shipped | without it | speed-up | rounds | largest relative difference of `bfe` | 1-minute load average | decision |
+|---|---|---|---|---|---|---|---|---|---|
+{rows}
+"""
+
+
 def render(results: Path = RESULTS) -> str:
     """The whole page.
 
@@ -778,7 +804,7 @@ compare ratios within one run rather than times across runs.
 """
     sections = [section_flow, section_vs_ww, section_eigensolvers, section_htmp, section_llm, section_memory,
                 section_formats, section_stream, section_adapters_compare, section_ray, section_report, section_gpu,
-                section_startup, section_describe, section_revision]
+                section_startup, section_describe, section_revision, section_speed_paths]
     return "\n".join([head, *(make(results) for make in sections)])
 
 
