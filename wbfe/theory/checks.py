@@ -8,8 +8,8 @@ from typing import Any
 
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["MAX_BYTES", "SEED_LIMIT", "SEED_WORDS", "is_whole", "is_number", "finite_number", "require", "check_bytes",
-           "check_seed", "check_runs"]
+__all__ = ["MAX_BYTES", "SEED_LIMIT", "SEED_WORDS", "is_whole", "is_number", "finite_number", "refuse_unless",
+           "check_bytes", "check_seed", "check_runs"]
 
 MAX_BYTES = 4 * 2**30  # the largest array a simulation allocates
 # The seeds every random step in wbfe takes: numpy's legacy RandomState (WeightWatcher's draws) stops at 32 bits,
@@ -35,7 +35,7 @@ def finite_number(value: Any) -> bool:
     return is_number(value) and math.isfinite(value)
 
 
-def require(ok: object, message: str) -> None:
+def refuse_unless(ok: object, message: str) -> None:
     """The one refusal of the theory's checks: InvalidOptionError(``message``) unless ``ok``."""
     if not ok:
         raise InvalidOptionError(message)
@@ -49,7 +49,7 @@ def check_bytes(floats: int, what: str, fix: str) -> None:
 
 def check_seed(seed: Any, name: str = "seed") -> int:
     """``seed`` as an int, refused unless a whole number in [0, :data:`SEED_LIMIT`) (no generator can fail on it)."""
-    require(is_whole(seed) and 0 <= seed < SEED_LIMIT, f"{name} must be {SEED_WORDS}, not {seed!r}")
+    refuse_unless(is_whole(seed) and 0 <= seed < SEED_LIMIT, f"{name} must be {SEED_WORDS}, not {seed!r}")
     return int(seed)
 
 
@@ -64,12 +64,12 @@ def check_runs(name: str, values: Any, seeds: Any) -> None:
         except ValueError:  # a ragged list: numpy's inhomogeneous-shape error
             return False
 
-    require(flat(values) and flat(seeds) and len(set(seeds)) == len(seeds),
-            f"{name} and seeds must be non-empty lists, and no seed may repeat")
+    refuse_unless(flat(values) and flat(seeds) and len(set(seeds)) == len(seeds),
+                  f"{name} and seeds must be non-empty lists, and no seed may repeat")
     try:
         distinct = len(set(values)) == len(values)
     except TypeError:  # an unhashable value: the run's own check refuses it
         distinct = True
-    require(distinct, f"{name} must not repeat a value, got {values!r}")
+    refuse_unless(distinct, f"{name} must not repeat a value, got {values!r}")
     for seed in seeds:
         check_seed(seed, "seeds")

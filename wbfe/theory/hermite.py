@@ -15,7 +15,7 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
-from wbfe.theory.checks import is_whole, require
+from wbfe.theory.checks import is_whole, refuse_unless
 
 __all__ = ["Activation", "ACTIVATIONS", "get_activation", "hermite_coefficients", "Kernel", "kernel"]
 
@@ -91,7 +91,7 @@ def _normalised_coefficients(act: Activation, degree: int) -> tuple[np.ndarray, 
         sig = np.asarray(act.numpy(z), dtype=np.float64)
     except (ArithmeticError, TypeError, ValueError) as exc:  # e.g. math.tanh, which takes scalars only
         raise InvalidOptionError(f"{message} ({exc})") from None
-    require(sig.shape == z.shape and np.all(np.isfinite(sig)), message)
+    refuse_unless(sig.shape == z.shape and np.all(np.isfinite(sig)), message)
     # Orthonormal Hermite functions ψ_ℓ = h_ℓ·√φ stay bounded, so the recurrence never overflows.
     root_phi = (2.0 * math.pi) ** -0.25 * np.exp(-0.25 * z * z)
     weighted = w * sig * root_phi
@@ -202,8 +202,8 @@ class Kernel:
         if q_sig == 0.0:
             lam[0] = max(lam[0], self.lambda_sigma)
         x = np.log(lam)
-        require(np.all(np.diff(x) > 0), f"activation {self.activation.name!r}: the branch of m above lambda_sigma "
-                "is not monotone (a second transition); not supported")
+        refuse_unless(np.all(np.diff(x) > 0), f"activation {self.activation.name!r}: the branch of m above "
+                      "lambda_sigma is not monotone (a second transition); not supported")
         return CubicSpline(x, u), CubicSpline(u, np.log(self.deficit(s))), float(x[-1]), float(self.g_prime(1.0))
 
     def m(self, lam: ArrayLike) -> np.ndarray:
@@ -252,7 +252,7 @@ def kernel(activation: Union[str, Activation, Callable] = "tanh2", *, degree: in
     mu = (float(coef[0]), float(coef[1]), float(coef[2] * math.sqrt(2.0)))
     c2[:2] = 0.0
     remainder = max(second - coef[0] ** 2 - coef[1] ** 2 - float(c2.sum()), 0.0)
-    require(c2.sum() + remainder > 1e-14, f"activation {act.name!r} is affine: its kernel g vanishes")
+    refuse_unless(c2.sum() + remainder > 1e-14, f"activation {act.name!r} is affine: its kernel g vanishes")
     out = Kernel(act, c2, float(remainder), mu)
     return out if key is None else _KERNELS.setdefault(key, out)
 

@@ -16,7 +16,7 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.linalg.spectra import resolve_device
 from wbfe.theory.hermite import kernel
-from wbfe.theory.checks import check_bytes, check_runs, check_seed, finite_number, is_number, is_whole, require
+from wbfe.theory.checks import check_bytes, check_runs, check_seed, finite_number, is_number, is_whole, refuse_unless
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["Teacher", "make_teacher", "HMCRun", "run_hmc", "HMCPoint", "hmc_check"]
@@ -66,13 +66,13 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
     import torch
 
     kern = kernel(activation)
-    require(kern.activation.torch is not None,
-            f"activation {kern.activation.name!r} has no torch form; use a named one")
+    refuse_unless(kern.activation.torch is not None,
+                  f"activation {kern.activation.name!r} has no torch form; use a named one")
     k = len(v)
-    require(all(is_whole(x) for x in (d, n, n_test)) and 1 <= k <= d and n >= 1 and n_test >= 1
-            and finite_number(delta) and delta >= 0 and np.all(np.isfinite(v)),
-            f"need whole numbers 1 <= k <= d, n >= 1, n_test >= 1, a finite v and 0 <= delta < inf (k={k}, d={d!r}, "
-            f"n={n!r}, delta={delta!r})")
+    refuse_unless(all(is_whole(x) for x in (d, n, n_test)) and 1 <= k <= d and n >= 1 and n_test >= 1
+                  and finite_number(delta) and delta >= 0 and np.all(np.isfinite(v)),
+                  f"need whole numbers 1 <= k <= d, n >= 1, n_test >= 1, a finite v and 0 <= delta < inf (k={k}, "
+                  f"d={d!r}, n={n!r}, delta={delta!r})")
     seed = check_seed(seed)
     dev = resolve_device(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -128,14 +128,14 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
     import torch
 
     k, d = teacher.w0.shape
-    require(all(is_whole(x) for x in (warmup, leapfrog, every, samples)) and warmup >= 0 and leapfrog >= 1
-            and 1 <= every <= samples and finite_number(step_size) and step_size > 0 and finite_number(delta)
-            and delta > 0 and is_number(target_accept) and 0 < target_accept < 1,
-            "need whole numbers warmup >= 0, leapfrog >= 1, 1 <= every <= samples, finite step_size > 0 and delta > 0, "
-            "and 0 < target_accept < 1")
+    refuse_unless(all(is_whole(x) for x in (warmup, leapfrog, every, samples)) and warmup >= 0 and leapfrog >= 1
+                  and 1 <= every <= samples and finite_number(step_size) and step_size > 0 and finite_number(delta)
+                  and delta > 0 and is_number(target_accept) and 0 < target_accept < 1,
+                  "need whole numbers warmup >= 0, leapfrog >= 1, 1 <= every <= samples, finite step_size > 0 and "
+                  "delta > 0, and 0 < target_accept < 1")
     seed = check_seed(seed)
-    require(is_whole(informed_rows) and 0 <= informed_rows <= k,
-            f"informed_rows must be in [0, {k}], got {informed_rows}")
+    refuse_unless(is_whole(informed_rows) and 0 <= informed_rows <= k,
+                  f"informed_rows must be in [0, {k}], got {informed_rows}")
     dev = teacher.w0.device
     warmup, leapfrog, every, samples, informed_rows = map(int, (warmup, leapfrog, every, samples, informed_rows))
     gen = torch.Generator(device="cpu").manual_seed(seed + 7919)
@@ -219,9 +219,10 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
     """
     check_runs("r_values", r_values, seeds)
     # n = r·k·d is computed before solve checks d
-    require(is_whole(d) and d >= 1 and is_whole(k) and k >= 1, f"d and k must be integers >= 1, got d={d!r}, k={k!r}")
-    require(all(finite_number(r) and r > 0 for r in r_values),
-            f"r_values must be positive and finite, got {list(r_values)!r}")
+    refuse_unless(is_whole(d) and d >= 1 and is_whole(k) and k >= 1,
+                  f"d and k must be integers >= 1, got d={d!r}, k={k!r}")
+    refuse_unless(all(finite_number(r) and r > 0 for r in r_values),
+                  f"r_values must be positive and finite, got {list(r_values)!r}")
     v = readout(kind, k, beta=beta)
     points = []
     for r in r_values:

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Mapping
 from wbfe.errors import InvalidOptionError
 from wbfe.options import DEVICE  # one device rule with wbfe score's: a device this machine lacks is refused here
 from wbfe.options.constraints import Constraint, Custom, Integer, Text, Validated
-from wbfe.theory.checks import SEED_LIMIT, SEED_WORDS, finite_number, require
+from wbfe.theory.checks import SEED_LIMIT, SEED_WORDS, finite_number, refuse_unless
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -56,7 +56,7 @@ def _each(rule: Constraint, cast: Callable[[Any], Any], words: str, bad: tuple[A
     def check(name: str, values: Any) -> tuple[Any, ...]:
         values = (tuple(values.tolist()) if hasattr(values, "tolist") and hasattr(values, "ndim")  # a numpy array
                   else tuple(values) if isinstance(values, (tuple, list, range)) else values)
-        require(isinstance(values, tuple) and values, f"{name} must not be empty")
+        refuse_unless(isinstance(values, tuple) and values, f"{name} must not be empty")
         out = tuple(cast(rule(name, v)) for v in values)
         if len(set(out)) < len(out):  # a repeated seed is no new sample; a repeated width no new point
             raise InvalidOptionError(f"{name} must not repeat a value, got {values!r}")
@@ -98,8 +98,8 @@ class CurveSettings(Validated):
     nonzeros: int = 3
 
     def _cross_check(self) -> None:
-        require(0 < self.r_min < self.r_max and self.points >= 2,
-                f"need 0 < r_min < r_max and points >= 2 (got {self.r_min}, {self.r_max}, {self.points})")
+        refuse_unless(0 < self.r_min < self.r_max and self.points >= 2,
+                      f"need 0 < r_min < r_max and points >= 2 (got {self.r_min}, {self.r_max}, {self.points})")
         _check_model(self.activation, self.readout, self.k, beta=self.beta, rate=self.rate, nonzeros=self.nonzeros)
 
 
@@ -125,7 +125,7 @@ class HmcSettings(Validated):
     device: str = "cpu"
 
     def _cross_check(self) -> None:
-        require(self.k <= self.d, f"need k <= d for HMC, got k={self.k}, d={self.d}")
+        refuse_unless(self.k <= self.d, f"need k <= d for HMC, got k={self.k}, d={self.d}")
         _check_model(self.activation, "power", self.k, beta=self.beta)
 
 

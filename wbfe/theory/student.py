@@ -14,7 +14,7 @@ import numpy as np
 
 from wbfe._deps import require_torch
 from wbfe.theory.hmc import Teacher, make_teacher
-from wbfe.theory.checks import check_bytes, check_runs, check_seed, finite_number, is_whole, require
+from wbfe.theory.checks import check_bytes, check_runs, check_seed, finite_number, is_whole, refuse_unless
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]
@@ -34,12 +34,12 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     require_torch("training the student networks")
     import torch
 
-    require(all(is_whole(x) and x >= 1 for x in (width, epochs, batches)) and finite_number(lr) and lr > 0,
-            "width, epochs and batches must be >= 1 and lr > 0 (whole numbers, a finite lr)")
+    refuse_unless(all(is_whole(x) and x >= 1 for x in (width, epochs, batches)) and finite_number(lr) and lr > 0,
+                  "width, epochs and batches must be >= 1 and lr > 0 (whole numbers, a finite lr)")
     seed = check_seed(seed)
     width, epochs, batches = int(width), int(epochs), int(batches)
     n, d = teacher.x.shape
-    require(batches <= n, f"batches must be at most the {n} training samples, not {batches}")
+    refuse_unless(batches <= n, f"batches must be at most the {n} training samples, not {batches}")
     n_all = n + teacher.x_test.shape[0]
     check_bytes(width * n_all, f"the activations of width {width} on {n_all} samples", "lower the width")
     dev = teacher.x.device

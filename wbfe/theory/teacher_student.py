@@ -15,7 +15,7 @@ import numpy as np
 from wbfe.errors import unknown_name
 from wbfe.theory.hermite import Activation, Kernel, kernel
 from wbfe.theory.json_io import fields_dict
-from wbfe.theory.checks import finite_number, is_number, is_whole, require
+from wbfe.theory.checks import finite_number, is_number, is_whole, refuse_unless
 
 __all__ = ["READOUTS", "readout", "fixed_point_map", "FixedPoint", "solve", "Sweep", "sweep", "fit_slope", "RegimeFit",
            "fit_regimes", "ScalingRow", "scaling_table"]
@@ -29,12 +29,12 @@ def check_readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, no
     """What :func:`readout` refuses, checked without building v (the settings check a run's before any work)."""
     if kind not in READOUTS:
         raise unknown_name("readout", kind, list(READOUTS))
-    require(is_whole(k) and k >= 1, f"k must be an integer >= 1, got {k!r}")
-    require(k <= MAX_K, f"k must be at most {MAX_K:,} (the readout is held in memory), got {k}")
-    require(kind != "power" or (is_number(beta) and beta >= 0), f"beta must be a number >= 0, got {beta!r}")
-    require(kind != "exp" or (finite_number(rate) and rate > 0), f"rate must be > 0 and finite, got {rate!r}")
-    require(kind != "sparse" or (is_whole(nonzeros) and 1 <= nonzeros <= k),
-            f"nonzeros must be in [1, k={k}], got {nonzeros!r}")
+    refuse_unless(is_whole(k) and k >= 1, f"k must be an integer >= 1, got {k!r}")
+    refuse_unless(k <= MAX_K, f"k must be at most {MAX_K:,} (the readout is held in memory), got {k}")
+    refuse_unless(kind != "power" or (is_number(beta) and beta >= 0), f"beta must be a number >= 0, got {beta!r}")
+    refuse_unless(kind != "exp" or (finite_number(rate) and rate > 0), f"rate must be > 0 and finite, got {rate!r}")
+    refuse_unless(kind != "sparse" or (is_whole(nonzeros) and 1 <= nonzeros <= k),
+                  f"nonzeros must be in [1, k={k}], got {nonzeros!r}")
 
 
 def readout(kind: str, k: int, *, beta: float = 0.3, rate: float = 0.2, nonzeros: int = 3) -> np.ndarray:
@@ -164,20 +164,21 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         InvalidOptionError: a non-positive Δ, d, n or r, an empty v, or both/neither of n and r.
     """
     v = np.asarray(v, dtype=np.float64).ravel()
-    require(v.size and np.all(np.isfinite(v)) and 0 < float(v @ v) < math.inf,
-            "the readout v must be a non-empty finite vector, not all zero")
-    require(is_whole(grid_points) and grid_points >= 2 and is_whole(max_jumps) and max_jumps >= 0,
-            f"need grid_points >= 2 and max_jumps >= 0, got {grid_points!r} and {max_jumps!r}")
-    require(finite_number(delta) and delta > 0, f"delta must be positive and finite, got {delta!r}")
+    refuse_unless(v.size and np.all(np.isfinite(v)) and 0 < float(v @ v) < math.inf,
+                  "the readout v must be a non-empty finite vector, not all zero")
+    refuse_unless(is_whole(grid_points) and grid_points >= 2 and is_whole(max_jumps) and max_jumps >= 0,
+                  f"need grid_points >= 2 and max_jumps >= 0, got {grid_points!r} and {max_jumps!r}")
+    refuse_unless(finite_number(delta) and delta > 0, f"delta must be positive and finite, got {delta!r}")
     kern = kern if kern is not None else kernel(activation)
     k = v.size
-    require((n is None) != (r is None), "give exactly one of n and r")
-    require(is_whole(d) and d >= 1, f"d must be an integer >= 1, got {d!r}")
+    refuse_unless((n is None) != (r is None), "give exactly one of n and r")
+    refuse_unless(is_whole(d) and d >= 1, f"d must be an integer >= 1, got {d!r}")
     given: Any = n if r is None else r  # any value a caller passed, checked here
     name = "n" if r is None else "r"
-    require(finite_number(given) and given > 0, f"{name} must be a positive finite number, got {given!r}")
+    refuse_unless(finite_number(given) and given > 0, f"{name} must be a positive finite number, got {given!r}")
     n_given = r * k * d if n is None else n  # type: ignore[operator]
-    require(math.isfinite(n_given), f"n (or r) must be positive and finite, got n={n_given}")  # r·k·d past a float
+    # r·k·d past a float (n_given > 0: every factor was checked positive)
+    refuse_unless(math.isfinite(n_given), f"n (or r) must be positive and finite, got n={n_given}")
     n_val = float(n_given)
     n_over_d = n_val / d
     v2 = v**2
@@ -197,7 +198,7 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
     ]))
     roots, kinds, jumps = _roots(h, grid, e_max)
     # h(0) > 0 >= h(e_max), unless F(0) underflows to 0 (n/Δ past a float: every snr is inf)
-    require(roots, "no fixed point found; the kernel or readout is degenerate")
+    refuse_unless(roots, "no fixed point found; the kernel or readout is degenerate")
     eps = roots[0]
     snr = n_over_d * v2 / (delta + eps)
     q = kern.m(snr)
@@ -229,7 +230,7 @@ class Sweep:
 def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float], np.ndarray],
           activation: ActivationLike = "tanh2", kern: Optional[Kernel] = None, grid_points: int = 300) -> Sweep:
     """Solve the fixed point at each r = n/(kd) in ``r_values`` (see :func:`solve` for the errors)."""
-    require(len(r_values), "r_values must not be empty")
+    refuse_unless(len(r_values), "r_values must not be empty")
     kern = kern if kern is not None else kernel(activation)
     sols = [solve(v, delta=delta, d=d, r=float(r), kern=kern, grid_points=grid_points) for r in r_values]
     arrays: dict[str, Any] = {key: np.array([getattr(s, key) for s in sols]) for key in ("r", "n", "eps", "k_c", "q")}
@@ -240,9 +241,9 @@ def sweep(v: np.ndarray, *, delta: float, d: int, r_values: Union[Sequence[float
 def fit_slope(x: np.ndarray, y: np.ndarray, *, min_points: int = 3) -> float:
     """Least-squares slope of log y against log x (NaN when fewer than ``min_points`` usable points)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    require(x.shape == y.shape, f"x and y must have the same shape, got {x.shape} and {y.shape}")
+    refuse_unless(x.shape == y.shape, f"x and y must have the same shape, got {x.shape} and {y.shape}")
     ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    require(is_whole(min_points) and min_points >= 0, f"min_points must be an integer >= 0, got {min_points!r}")
+    refuse_unless(is_whole(min_points) and min_points >= 0, f"min_points must be an integer >= 0, got {min_points!r}")
     # One distinct x has no slope (polyfit raised LinAlgError on it).
     if np.count_nonzero(ok) < max(min_points, 2) or np.ptp(x[ok]) == 0:
         return math.nan
@@ -357,14 +358,14 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
         InvalidOptionError: fewer than 3 dimensions, a non-positive r, γ or Δ, or a γ·d too small for the sparse
             family's teacher.
     """
-    require(len(set(d_values)) >= 3 and all(is_whole(d) and d >= 1 for d in d_values),
-            f"need at least 3 different integers d >= 1, got {list(d_values)!r}")
-    require(all(finite_number(x) and x > 0 for x in (r, gamma, delta)),
-            f"r, gamma and delta must be positive and finite, got r={r!r}, gamma={gamma!r}, delta={delta!r}")
+    refuse_unless(len(set(d_values)) >= 3 and all(is_whole(d) and d >= 1 for d in d_values),
+                  f"need at least 3 different integers d >= 1, got {list(d_values)!r}")
+    refuse_unless(all(finite_number(x) and x > 0 for x in (r, gamma, delta)),
+                  f"r, gamma and delta must be positive and finite, got r={r!r}, gamma={gamma!r}, delta={delta!r}")
     # k = round(γd) grows with d, so the smallest d gives the smallest teacher; the sparse family needs p units.
     k_min, need = max(int(round(gamma * min(d_values))), 1), max(f[2].get("nonzeros", 1) for f in SCALING_FAMILIES)
-    require(k_min >= need, f"d = {min(d_values)} and gamma = {gamma:g} give k = round(gamma*d) = {k_min} teacher "
-            f"unit(s); the scaling table needs k >= {need}: raise the smallest d or gamma")
+    refuse_unless(k_min >= need, f"d = {min(d_values)} and gamma = {gamma:g} give k = round(gamma*d) = {k_min} teacher "
+                  f"unit(s); the scaling table needs k >= {need}: raise the smallest d or gamma")
     kern = kernel(activation)
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wbfe.theory.checks import is_number, require
+from wbfe.theory.checks import is_number, refuse_unless
 
 __all__ = ["RIDGE_GRID", "KernelFit", "rbf_kernel", "fit_kernel_ridge", "predict_kernel_ridge"]
 
@@ -45,12 +45,12 @@ def fit_kernel_ridge(inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, 
     """
     inputs = np.asarray(inputs, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    require(inputs.ndim == 2 and y.shape == (inputs.shape[0],) and inputs.shape[0] >= 2,
-            "kernel ridge needs inputs (n, dim) and y (n,) with n >= 2")
+    refuse_unless(inputs.ndim == 2 and y.shape == (inputs.shape[0],) and inputs.shape[0] >= 2,
+                  "kernel ridge needs inputs (n, dim) and y (n,) with n >= 2")
     # eigh's LinAlgError, or a NaN fit
-    require(np.all(np.isfinite(inputs)) and np.all(np.isfinite(y)), "kernel ridge needs finite inputs and y")
-    require(np.ndim(ridges) == 1 and len(ridges) and all(is_number(r) and r > 0.0 for r in ridges),
-            f"ridges must be a non-empty list of positive numbers, not {ridges!r}")
+    refuse_unless(np.all(np.isfinite(inputs)) and np.all(np.isfinite(y)), "kernel ridge needs finite inputs and y")
+    refuse_unless(np.ndim(ridges) == 1 and len(ridges) and all(is_number(r) and r > 0.0 for r in ridges),
+                  f"ridges must be a non-empty list of positive numbers, not {ridges!r}")
     n = inputs.shape[0]
     intercept = float(y.mean())
     yc = y - intercept

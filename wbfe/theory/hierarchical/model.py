@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wbfe.errors import unknown_name
-from wbfe.theory.checks import check_seed, finite_number, is_whole, require
+from wbfe.theory.checks import check_seed, finite_number, is_whole, refuse_unless
 
 __all__ = ["ACTIVATIONS", "FEATURE_KINDS", "HierarchicalTeacher", "FeatureData", "feature_dim", "vec_to_sym",
            "sym_to_vec", "hermite_features", "make_teacher", "sample_data"]
@@ -150,13 +150,13 @@ def make_teacher(d: int, *, p: int | None = None, gamma: float = 1.0, eps: float
         InvalidOptionError: d < 2, p outside [1, D], gamma ≤ 0, a seed outside [0, 2**32).
         UnknownNameError: an unknown activation or feature kind.
     """
-    require(is_whole(d) and d >= 2, f"d must be an integer >= 2, not {d!r}")
-    require(finite_number(eps), f"eps must be a finite number, not {eps!r}")
+    refuse_unless(is_whole(d) and d >= 2, f"d must be an integer >= 2, not {d!r}")
+    refuse_unless(finite_number(eps), f"eps must be a finite number, not {eps!r}")
     big_d = feature_dim(int(d))
     p_used = int(round(d**eps)) if p is None else p
-    require(is_whole(p_used) and 1 <= p_used <= big_d,
-            f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
-    require(finite_number(gamma) and gamma > 0.0, f"gamma must be a positive number, not {gamma!r}")
+    refuse_unless(is_whole(p_used) and 1 <= p_used <= big_d,
+                  f"p must be an integer in [1, {big_d}] for d = {d}, not {p_used!r}")
+    refuse_unless(finite_number(gamma) and gamma > 0.0, f"gamma must be a positive number, not {gamma!r}")
     for kind, value, known in (("activation", activation, ACTIVATIONS), ("feature kind", features, FEATURE_KINDS)):
         if value not in known:
             raise unknown_name(kind, value, known)
@@ -180,7 +180,7 @@ def sample_data(teacher: HierarchicalTeacher, n: int, *,
     Raises:
         InvalidOptionError: n < 1, a seed outside [0, 2**32).
     """
-    require(is_whole(n) and n >= 1, f"n must be a positive integer, not {n!r}")
+    refuse_unless(is_whole(n) and n >= 1, f"n must be a positive integer, not {n!r}")
     rng = _rng(seed)
     dim = teacher.d if teacher.features == "hermite" else feature_dim(teacher.d)
     data = FeatureData(teacher.features, rng.standard_normal((int(n), dim)), teacher.d)

@@ -13,7 +13,7 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Integer, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.checks import check_bytes, finite_number, require
+from wbfe.theory.checks import check_bytes, finite_number, refuse_unless
 from wbfe.theory.settings import SEED, custom_rule
 
 __all__ = ["HierarchicalSettings"]
@@ -68,6 +68,7 @@ class HierarchicalSettings(Validated):
         "solver": _known("eigensolver", SOLVERS),
         "seed": SEED,
     }
+    BESIDE: ClassVar[tuple[str, ...]] = ("D",)  # derived from d: from_dict checks it
 
     d: int
     p: Optional[int] = None
@@ -87,7 +88,7 @@ class HierarchicalSettings(Validated):
 
     def _cross_check(self) -> None:
         a_min, a_max = self.alpha_min, self.alpha_max
-        require(0.0 < a_min < a_max, f"need 0 < alpha_min < alpha_max, not {a_min!r} and {a_max!r}")
+        refuse_unless(0.0 < a_min < a_max, f"need 0 < alpha_min < alpha_max, not {a_min!r} and {a_max!r}")
         try:
             n = max(2, int(round(self.d ** float(a_max))))  # the largest of sample_sizes()
         except OverflowError:
@@ -111,8 +112,6 @@ class HierarchicalSettings(Validated):
         return {k: full[k] for k in ("d", "D", "p", "gamma", "eps", "activation", "features", "alpha_min", "alpha_max",
                                      "points", "seeds", "n_test", "kernel_max_n", "q_level", "solver", "seed")}
 
-    BESIDE: ClassVar[tuple[str, ...]] = ("D",)  # derived from d: from_dict checks it
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HierarchicalSettings":
         """The settings a result recorded (:meth:`to_dict`; ``D`` is derived from ``d``).
@@ -122,6 +121,6 @@ class HierarchicalSettings(Validated):
         """
         settings: HierarchicalSettings = super().from_dict(data)
         big_d = feature_dim(settings.d)
-        require(data.get("D", big_d) == big_d,
-                f"D = {data.get('D')!r} is not the feature dimension of d = {settings.d} ({big_d})")
+        refuse_unless(data.get("D", big_d) == big_d,
+                      f"D = {data.get('D')!r} is not the feature dimension of d = {settings.d} ({big_d})")
         return settings

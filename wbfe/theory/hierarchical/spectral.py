@@ -12,7 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.theory.hierarchical.model import FeatureData, hermite_features
-from wbfe.theory.checks import check_seed, finite_number, is_whole, require
+from wbfe.theory.checks import check_seed, finite_number, is_whole, refuse_unless
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
@@ -74,10 +74,11 @@ def top_eigenpairs(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "a
         # One O(n·D²) pass beats the hundreds of O(n·D) products Lanczos needs on a clustered bulk.
         solver = "dense" if data.dim <= DENSE_MAX_DIM else "eigsh"
     # Checked for every solver, so that a bad value is refused before the run that would reach ARPACK.
-    require(finite_number(tol) and tol >= 0, f"tol must be a finite number >= 0, not {tol!r}")
+    refuse_unless(finite_number(tol) and tol >= 0, f"tol must be a finite number >= 0, not {tol!r}")
     seed = check_seed(seed)
     limit = data.dim if solver == "dense" else data.dim - 1
-    require(is_whole(k) and 1 <= k <= limit, f"k must be an integer in [1, {limit}] for solver {solver!r}, not {k!r}")
+    refuse_unless(is_whole(k) and 1 <= k <= limit,
+                  f"k must be an integer in [1, {limit}] for solver {solver!r}, not {k!r}")
     if solver == "dense":
         vals, vecs = np.linalg.eigh(dense_moment_matrix(data, y))
     else:
@@ -115,7 +116,7 @@ def fit_spectral(data: FeatureData, y: np.ndarray, k: int, *, solver: str = "aut
         InvalidOptionError: y does not match the data, k out of range, or a bad tol or seed.
     """
     y = np.asarray(y, dtype=np.float64)
-    require(y.shape == (data.n,), f"y must have shape ({data.n},), not {y.shape}")
+    refuse_unless(y.shape == (data.n,), f"y must have shape ({data.n},), not {y.shape}")
     if not np.all(np.isfinite(y)):  # eigh's LinAlgError otherwise
         raise InvalidOptionError(f"y must be finite; it has {np.count_nonzero(~np.isfinite(y))} inf/NaN values")
     vals, vecs = top_eigenpairs(data, y, k, solver=solver, seed=seed, tol=tol)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from wbfe.theory.checks import finite_number, require
+from wbfe.theory.checks import finite_number, refuse_unless
 from wbfe.theory.hierarchical.model import MC_SAMPLES, vec_to_sym
 from wbfe.theory.teacher_student import fit_slope
 
@@ -21,7 +21,7 @@ _MC_SEED = 20260515
 
 def _check_level(level: float, what: str) -> None:
     # None, a string: TypeError from the comparison otherwise
-    require(finite_number(level) and 0.0 < level < 1.0, f"the {what} level must lie in (0, 1), not {level!r}")
+    refuse_unless(finite_number(level) and 0.0 < level < 1.0, f"the {what} level must lie in (0, 1), not {level!r}")
 
 
 def leading_thresholds(d: int, p: int, gamma: float) -> np.ndarray:
@@ -120,7 +120,7 @@ def crossing_alphas(alphas: np.ndarray, q: np.ndarray, level: float) -> np.ndarr
     """
     alphas, q = np.asarray(alphas, dtype=np.float64), np.asarray(q, dtype=np.float64)
     _check_level(level, "crossing")
-    require(q.ndim == 2 and q.shape[0] == alphas.shape[0], "q must have one row per alpha")
+    refuse_unless(q.ndim == 2 and q.shape[0] == alphas.shape[0], "q must have one row per alpha")
     out = np.full(q.shape[1], math.nan)
     for i, col in enumerate(q.T):
         j = int(np.argmax(col >= level))  # the first point at or above the level, if any
