@@ -283,18 +283,17 @@ class TorchPickleSource(TensorSource):
             for entry in tensor_entries(state, scope=str(path), passed=passed):
                 # Another state dict's tensor (skipped, as for a single file) or a name the index does not list is one
                 # row, from the first shard holding it; a listed name is read from the shard the index gives it to.
-                once = entry.name in passed or entry.name not in indexed
-                if not once:
+                if entry.name in passed or entry.name not in indexed:
+                    if entry.name in reported:
+                        continue
+                    reported.add(entry.name)
+                    if entry.name not in passed:  # as for safetensors shards: accounted for, not scored
+                        entry = dataclasses.replace(entry, skip=unlisted_reason([path.name], self._index.name))
+                else:
                     holders.setdefault(entry.name, []).append(path.name)
                     if entry.name not in own:  # the index gives it to another shard: this copy is a row of its own
                         copies.append((path.name, entry))
                         continue
-                elif entry.name in reported:
-                    continue
-                else:
-                    reported.add(entry.name)
-                if entry.name not in passed and entry.name not in indexed:  # as for safetensors shards: not scored
-                    entry = dataclasses.replace(entry, skip=unlisted_reason([path.name], self._index.name))
                 yield entry
         for shard, entry in copies:  # which copy transformers takes is known once every shard is read
             row, why = copy_row(entry.name, shard, indexed[entry.name], holders[entry.name], self._index.name)
