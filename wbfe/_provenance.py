@@ -12,7 +12,7 @@ __all__ = ["installed_versions", "source_digest", "tree_digest"]
 
 def installed_versions() -> dict[str, str]:
     """``python``, ``wbfe``, ``torch``, ``numpy``, ``scipy`` -> version (or ``not installed``)."""
-    # A loaded package's __version__ is free; reading its metadata parses files (about 2 ms, once a score).
+    # A loaded package's __version__ is free; reading its metadata parses files.
     import platform
     from importlib import metadata
 

@@ -409,14 +409,14 @@ class CompareOptions(Validated):
     BESIDE: ClassVar[tuple[str, ...]] = ("versions",)  # a comparison records the packages' versions here
 
     @property
-    def renames(self) -> list[tuple[re.Pattern[str], str]]:
-        """:attr:`name_map` compiled, in order."""
-        return [(re.compile(pattern), repl) for pattern, repl in self.name_map]
-
-    @property
     def pattern(self) -> Optional[re.Pattern[str]]:
         """The compiled :attr:`layers` expression, None when every tensor is selected."""
         return compile_layers(self.layers)
+
+    @property
+    def renames(self) -> list[tuple[re.Pattern[str], str]]:
+        """:attr:`name_map` compiled, in order."""
+        return [(re.compile(pattern), repl) for pattern, repl in self.name_map]
 
     def keywords(self) -> dict[str, Any]:
         """The fields as :func:`wbfe.compare` keywords."""

@@ -100,7 +100,9 @@ def refuse_overlap(path: PathLike, reads: Reads) -> None:
         OverwriteError: one line that names the input and says what to write instead.
     """
     reads = list(reads)
-    shown = _path_text(path) if reads else "-"  # a bad path is refused only where there are reads to check
+    if not reads:  # nothing read: a bad path is refused by the caller's own check
+        return
+    shown = _path_text(path)
     if shown in STDOUT_PATHS or shown in STDERR_PATHS:
         return
     target = _target(shown)

@@ -41,8 +41,10 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
                 lines += [("> **Note:** " if block.kind == "note" else "") + md_text(block.text), ""]
             elif isinstance(block, KeyValues):
                 table = _table([("k", "key"), ("v", "value")], [{"k": k, "v": v} for k, v in block.items]) + [""]
-                lines += ([f"<details><summary>{md_text(block.collapsed_title)}</summary>", ""] + table
-                          + ["</details>", ""] if block.collapsed_title else table)
+                if block.collapsed_title:
+                    summary = f"<details><summary>{md_text(block.collapsed_title)}</summary>"
+                    table = [summary, "", *table, "</details>", ""]
+                lines += table
             elif isinstance(block, Table):
                 columns = [(c.key, c.label) for c in block.columns if not c.extra]
                 rows = [dict(r) for r in block.rows]
