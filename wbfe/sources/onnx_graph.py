@@ -370,8 +370,9 @@ def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optio
         vid = stack.pop()
         if vid not in seen:
             seen.add(vid)
-            position = walker.producer[vid][1] if vid in walker.producer else -1
-            stack += back.get(vid, []) + [v for v in walker.inputs_of.get(position, []) if v is not None]
+            stack += back.get(vid, [])
+            if vid in walker.producer:
+                stack += [v for v in walker.inputs_of.get(walker.producer[vid][1], []) if v is not None]
     reached = [position for node, position in (walker.producer[v] for v in seen if v in walker.producer)
                if node.op_type in ("Gemm", "MatMul") and position in by_node]
     return by_node[max(reached)] if reached else None

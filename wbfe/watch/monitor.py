@@ -6,7 +6,7 @@ import math
 from typing import Any, Optional
 
 from wbfe._deps import require, require_torch
-from wbfe.errors import InvalidOptionError, MissingDependencyError
+from wbfe.errors import InvalidOptionError
 from wbfe.options import WatchOptions
 from wbfe.watch.trajectories import (METRICS, CheckpointPoint, Trajectory, WatchResult, checkpoint_point, result_at,
                                      scan_checkpoint)
@@ -76,8 +76,8 @@ def lightning_callback(monitor: Monitor) -> Any:
         MissingDependencyError: neither ``lightning`` nor ``pytorch_lightning`` is installed.
     """
     try:
-        base: Any = require("lightning.pytorch", "").Callback
-    except MissingDependencyError:  # the package's name before Lightning 2.0
+        from lightning.pytorch import Callback as base
+    except ImportError:  # the package's name before Lightning 2.0
         base = require("pytorch_lightning", "the Lightning callback needs lightning (pip install lightning)").Callback
 
     class WatchCallback(base):

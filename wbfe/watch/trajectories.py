@@ -57,7 +57,8 @@ class LayerPoint:
     extra: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
-    def h(self) -> float:  # the scaled heavy-tailedness
+    def h(self) -> float:
+        """Scaled heavy-tailedness h = κ/β."""
         return self.kappa / self.beta
 
     def h_star(self, lam: float) -> float:
@@ -217,6 +218,7 @@ def _few(names: list[str]) -> str:
 
 
 def checkpoint_point(ck: CheckpointRef, scanned: CheckpointScan) -> CheckpointPoint:
+    """Pair a checkpoint reference with its scan."""
     source = ck.ref if isinstance(ck.ref, str) else f"<{type(ck.ref).__name__}>"
     return CheckpointPoint(ck.step, source, scanned.layers, ck.test_loss, ck.test_accuracy, scanned.fittable,
                            scanned.min_eigs)
