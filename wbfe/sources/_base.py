@@ -43,6 +43,8 @@ class TensorEntry:
         skip: why the tensor is not read as a dense matrix (listed as skipped; ``load`` never called).
         layout: ``out_in`` ([out, in, k...], PyTorch's) or ``in_out`` (stored transposed: GPT-2's
             Conv1D, a transposed convolution), as the reader or the checkpoint's description says.
+        copy_of: the ``name`` of a skipped row ``shard/name``: a second copy of a tensor that a shard index gives
+            to another shard (what writes a checkpoint refuses it: either copy may be the one meant).
     """
 
     name: str
@@ -53,6 +55,7 @@ class TensorEntry:
     quant: str | None = None
     skip: str | None = None
     layout: str = OUT_IN
+    copy_of: str | None = None
 
     @property
     def nbytes(self) -> int:
