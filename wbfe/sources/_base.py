@@ -73,7 +73,7 @@ def open_regular(path: Path) -> BinaryIO:
 
     Raises:
         SourceNotFoundError: the file does not exist or cannot be read (permissions, I/O error).
-        CorruptCheckpointError: the path is not a regular file.
+        CorruptCheckpointError: the path is not a regular file (its ``kind``: "a folder", "a FIFO"...).
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -82,9 +82,9 @@ def open_regular(path: Path) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise CorruptCheckpointError.at(
-                path, f"not a regular file ({file_kind(mode)}); wbfe reads "
-                "checkpoint files only")
+            kind = file_kind(mode)
+            raise CorruptCheckpointError.at(path, f"not a regular file ({kind}); wbfe reads checkpoint files only",
+                                            kind=kind)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
