@@ -392,11 +392,11 @@ def _axes(layer_class: str, layout: str) -> str:
     return IN_OUT if layout == "conv" and layer_class.endswith("_transpose") else OUT_IN
 
 
-def _head(variables: list[_Var], config: Any, found: tuple[Optional[KerasHead], Optional[str]],
+def _head(variables: list[_Var], config: Any, walked: tuple[Optional[KerasHead], Optional[str]],
           keras3: bool) -> tuple[Optional[str], Optional[str]]:
-    """The stored name of the matrix of the head ``found`` by :func:`keras_head` (a Keras 2 ``.h5``'s or a Keras 3
-    archive's)."""
-    head, why = found
+    """The stored name of the matrix of the head :func:`keras_head` found (``walked``) in the model config of a
+    Keras 2 ``.h5`` or a Keras 3 archive."""
+    head, why = walked
     if head is None:
         return None, why
     path = head.layer.path
