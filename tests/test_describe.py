@@ -53,6 +53,19 @@ def test_describe_reads_no_tensor(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert [m["n_slices"] for m in d.matrices if m["name"] == "features.0.weight"] == [9]
 
 
+def test_describe_hashes_no_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files' digest is computed only when asked for, on the calling thread, and describe never asks: nothing
+    is hashed, without cancelling anything."""
+    from wbfe.sources import _base
+
+    def fail(path: Path, *_: object) -> None:
+        raise AssertionError(f"{path} was hashed")
+
+    monkeypatch.setattr(_base, "file_sha256", fail)
+    d = wbfe.describe(_checkpoint(tmp_path / "m.safetensors"))
+    assert "sha256" not in d.model and d.head == "classifier.weight"
+
+
 def test_esd_against_numpy_and_weightwatcher(tmp_path: Path) -> None:
     path = _checkpoint(tmp_path / "m.safetensors")
     from safetensors.torch import load_file

@@ -547,3 +547,53 @@ def test_what_the_score_leaves_out_is_copied_not_edited(tmp_path: Path) -> None:
     with h5py.File(src) as f, safe_open(str(tmp_path / "s.safetensors"), "np") as out:
         for name in ("optimizer_weights/Adam/dense/kernel/m:0", "optimizer_weights/Adam/dense_1/kernel/v:0"):
             assert np.array_equal(out.get_tensor(name), f[name][()])
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "pickle"])
+@pytest.mark.parametrize("owner", [1, 2])
+def test_a_second_copy_of_a_tensor_in_another_shard_is_refused_before_anything_is_written(tmp_path: Path, fmt: str,
+                                                                                         owner: int) -> None:
+    """A shard holding a copy of a tensor its index gives to another shard: a score lists that copy as a skipped row
+    ``shard/name``. An edit copied it under that key, one the input never had (a strict load_state_dict refuses it),
+    and edited the index's copy where transformers' loader may take the other: refused in one line naming the tensor,
+    both shards and the copy transformers loads, before anything is written."""
+    import json
+
+    import wbfe
+    from wbfe.errors import CorruptCheckpointError
+    from wbfe_cli.main import app
+
+    g = torch.Generator().manual_seed(4)
+    ext, index = ((".safetensors", "model.safetensors.index.json") if fmt == "safetensors"
+                  else (".bin", "pytorch_model.bin.index.json"))
+    first, second = f"model-00001-of-00002{ext}", f"model-00002-of-00002{ext}"
+    src = tmp_path / "in"
+    src.mkdir()
+    shards = {first: {"a.weight": torch.randn(20, 30, generator=g), "c.weight": torch.randn(20, 30, generator=g)},
+              second: {"a.weight": torch.randn(20, 30, generator=g), "b.weight": torch.randn(20, 30, generator=g)}}
+    for shard, tensors in shards.items():
+        if fmt == "safetensors":
+            save_file(tensors, str(src / shard))
+        else:
+            torch.save(tensors, src / shard)
+    weight_map = {"a.weight": first if owner == 1 else second, "b.weight": second, "c.weight": first}
+    (src / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    holder = second if owner == 1 else first
+    taken = ("transformers' loader takes this one instead: it reads every shard's tensors in file name order, the "
+             "last copy winning" if owner == 1 else "transformers' loader takes that one too")
+    message = (f"{src}: cannot edit it: shard {holder} holds a second copy of 'a.weight': {index} gives it to "
+               f"{weight_map['a.weight']}, whose copy is scored ({taken}); keep one copy (delete the other from its "
+               "shard, and point the index at the shard kept), then edit again")
+    out = tmp_path / "edits" / "out.safetensors"
+    out.parent.mkdir()
+    for edit in (lambda: smooth_checkpoint(src, out, percent=0.5), lambda: sharpen_checkpoint(src, out),
+                 lambda: wbfe.prune(src, out, target=0.5, exclude=())):
+        with pytest.raises(CorruptCheckpointError) as info:
+            edit()
+        assert str(info.value) == message and info.value.fields["name"] == "a.weight"
+        assert list(out.parent.iterdir()) == []  # no output, no temporary file
+    done = CliRunner().invoke(app, ["smooth", str(src), str(out)])
+    assert done.exit_code == 2 and done.stderr.strip() == f"wbfe: error: {message}"
+    assert list(out.parent.iterdir()) == []
+    # a score still reads the index's copy and lists the other as a skipped row
+    assert [s["name"] for s in wbfe.score(src, metrics="bfe").skipped] == [f"{holder}/a.weight"]

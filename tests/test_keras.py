@@ -399,3 +399,28 @@ def test_a_kernel_with_no_values_stored_is_skipped_saying_why(tmp_path: Path, st
 
         with open_source(path) as source, pytest.raises(CorruptCheckpointError, match="no dataspace: it holds no"):
             next(e for e in source.entries() if e.name == "dense/kernel:0").load()
+
+
+@pytest.mark.parametrize("kind", ["keras2", "keras3"])
+def test_the_head_is_walked_once_per_open(tmp_path: Path, state: dict, monkeypatch: pytest.MonkeyPatch,
+                                          kind: str) -> None:
+    """One walk of the model config finds the head's stored matrix and the description's facts (it was walked for
+    each), and both still name the last Dense layer."""
+    from wbfe.framework import keras_graph
+    from wbfe.sources import keras_files, open_source
+
+    walks = []
+    original = keras_graph.keras_head
+
+    def counted(config, prefix=(), seen=None):  # type: ignore[no-untyped-def]
+        walks.extend([prefix] if not prefix else [])
+        return original(config, prefix, seen)
+
+    monkeypatch.setattr(keras_graph, "keras_head", counted)
+    monkeypatch.setattr(keras_files, "keras_head", counted)
+    path = (write_keras2_h5(tmp_path / "m.h5", state) if kind == "keras2" else write_keras3(tmp_path / "m.keras", state))
+    with open_source(path) as source:
+        description = source.description
+    assert walks == [()]
+    assert description is not None and description.facts == {"family": "keras", "head_class": "Dense", "dropout": []}
+    assert description.head == ("dense_1/kernel:0" if kind == "keras2" else "layers/dense_1/vars/0")

@@ -13,6 +13,7 @@ import pytest
 
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
 from wbfe.ranking.zoo import read_zoo_file
+from wbfe.sources._base import open_regular
 from wbfe.sources.tables import MAX_TABLE_BYTES
 from wbfe.watch import read_runs_csv
 from wbfe.watch.runs import discover_run, read_csv
@@ -52,6 +53,29 @@ def test_a_bad_table_is_refused_in_one_line_by_both_callers(tmp_path: Path, call
     with pytest.raises(InvalidOptionError) as info:
         read(path)
     assert str(info.value) == message.format(what=what, p=path, table=table)
+
+
+@pytest.mark.parametrize("caller", CALLERS)
+def test_a_fifo_removed_once_refused_is_still_named_a_fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           caller: str) -> None:
+    """What the file is comes from the one look that refused it: a second stat of a path removed in between raised
+    a bare FileNotFoundError."""
+    from wbfe.sources import tables
+
+    read, name, what, _ = CALLERS[caller]
+    path = tmp_path / name
+    os.mkfifo(path)
+
+    def open_then_remove(p: Path) -> object:
+        try:
+            return open_regular(p)
+        finally:
+            p.unlink()
+
+    monkeypatch.setattr(tables, "open_regular", open_then_remove)
+    with pytest.raises(InvalidOptionError) as info:
+        read(path)
+    assert str(info.value) == f"{what} {path} is a FIFO, not a file"
 
 
 def test_a_metrics_csv_past_the_bound_is_refused(tmp_path: Path) -> None:

@@ -104,8 +104,6 @@ def describe(
         refuse_keywords(ScoreOptions, given)
         _refuse_min_eigs(options.min_eigs, options.ww_compatible)
     with open_source(ref, stream=options.stream) as source:
-        if source.provenance.pending is not None:
-            source.provenance.pending.cancel()  # the hash reads every byte; a description reads none
         why = None if source.own_description is not None else plain_layouts(source.config)
         if why is not None:  # the rules may decide without building the model (seconds of imports)
             source.leave_to_rules(f"describe: {why}, and the config decides the head; rows in the "

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
-from wbfe.errors import InvalidOptionError, NoUsableMatrixError, OutputError, UnsupportedDtypeError
+from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError, OutputError,
+    UnsupportedDtypeError)
 from wbfe.linalg.arrays import to_torch
 from wbfe.linalg.spectra import near_one
 from wbfe.options import EditOptions, field_defaults
@@ -223,6 +224,11 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                                       + (f"--layers {layers!r} selects none of its" if pattern else "it holds no")
                                       + " weight matrices: nothing to edit", ref=source.provenance.source)
         for entry in listed:
+            if entry.copy_of is not None:  # copied, it would be a key the input never had; neither copy is surely meant
+                raise CorruptCheckpointError(
+                    f"{source.provenance.source}: cannot edit it: shard {entry.name[:-len(entry.copy_of) - 1]} holds "
+                    f"{entry.skip}; keep one copy (delete the other from its shard, and point the index at the shard "
+                    "kept), then edit again", ref=source.provenance.source, name=entry.copy_of)
             if entry.quant is not None:
                 raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
                                             "tensors and would not copy it byte for byte", name=entry.name)
@@ -332,7 +338,8 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             ``layers`` selects no weight matrix (or there is none);
             OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
             or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
-            be copied exactly (quantised); the errors of :func:`wbfe.sources.open_source`.
+            be copied exactly (quantised); CorruptCheckpointError: a shard holds a second copy of a tensor its
+            index gives to another shard; the errors of :func:`wbfe.sources.open_source`.
     """
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 

@@ -66,9 +66,9 @@ class KerasHead:
     dropout: tuple[tuple[str, float], ...] = ()
 
 
-def keras_facts(config: Any) -> dict[str, Any]:
-    """:attr:`FrameworkDescription.facts` of the graph: ``head_class`` and ``dropout``, or ``no_head`` (why)."""
-    head, why = keras_head(config)
+def keras_facts(head: Optional[KerasHead], why: Optional[str]) -> dict[str, Any]:
+    """:attr:`FrameworkDescription.facts` of the graph whose :func:`keras_head` is ``(head, why)``: ``head_class``
+    and ``dropout``, or ``no_head`` (why)."""
     if head is None:
         return {"family": "keras", "dropout": [], "no_head": why}
     return {"family": "keras", "head_class": head.layer.class_name,

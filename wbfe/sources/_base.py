@@ -43,6 +43,8 @@ class TensorEntry:
         skip: why the tensor is not read as a dense matrix (listed as skipped; ``load`` never called).
         layout: ``out_in`` ([out, in, k...], PyTorch's) or ``in_out`` (stored transposed: GPT-2's
             Conv1D, a transposed convolution), as the reader or the checkpoint's description says.
+        copy_of: the ``name`` of a skipped row ``shard/name``: a second copy of a tensor that a shard index gives
+            to another shard (what writes a checkpoint refuses it: either copy may be the one meant).
     """
 
     name: str
@@ -53,6 +55,7 @@ class TensorEntry:
     quant: str | None = None
     skip: str | None = None
     layout: str = OUT_IN
+    copy_of: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -70,7 +73,7 @@ def open_regular(path: Path) -> BinaryIO:
 
     Raises:
         SourceNotFoundError: the file does not exist or cannot be read (permissions, I/O error).
-        CorruptCheckpointError: the path is not a regular file.
+        CorruptCheckpointError: the path is not a regular file (its ``kind``: "a folder", "a FIFO"...).
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -79,9 +82,9 @@ def open_regular(path: Path) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise CorruptCheckpointError.at(
-                path, f"not a regular file ({file_kind(mode)}); wbfe reads "
-                "checkpoint files only")
+            kind = file_kind(mode)
+            raise CorruptCheckpointError.at(path, f"not a regular file ({kind}); wbfe reads checkpoint files only",
+                                            kind=kind)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")

@@ -24,7 +24,7 @@ import numpy as np
 from wbfe._deps import require
 from wbfe.errors import CorruptCheckpointError, TruncatedCheckpointError
 from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription
-from wbfe.framework.keras_graph import class_name, config_layers, keras_facts, keras_head
+from wbfe.framework.keras_graph import KerasHead, class_name, config_layers, keras_facts, keras_head
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource
 from wbfe.sources._order import natural_key
@@ -213,14 +213,14 @@ class KerasSource(TensorSource):
             except (UnicodeDecodeError, json.JSONDecodeError):
                 config = None
             ordered = self._plan_keras2(h5, root, config)
-            head, why = _head(ordered, config, keras3=False)
         elif "layers" in h5 or "vars" in h5:
             extra["layout"] = "keras3-weights-h5"
             ordered = self._plan_keras3(h5, datasets, config)
-            head, why = _head(ordered, config, keras3=True)
         else:
             raise CorruptCheckpointError.at(
                 self._path, "an HDF5 file but not Keras weights (no model_weights, layer_names or layers/)")
+        found = keras_head(config)  # once: for the head's stored matrix and for the description's facts
+        head, why = _head(ordered, config, found, keras3=extra["layout"] == "keras3-weights-h5")
         listed = {v.path for v in ordered}
         for path in datasets:  # everything else: optimizer and metric state, stray datasets
             if path not in listed:
@@ -238,7 +238,7 @@ class KerasSource(TensorSource):
         if config_layers(config):  # the file's own model graph: its order and its output layer
             description = FrameworkDescription(
                 "keras", class_name(config) or "Model", tuple(v.name for v in ordered if v.skip is None), head,
-                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why, facts=keras_facts(config))
+                layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why, facts=keras_facts(*found))
         return ordered, description, extra
 
     def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None, layer: str = "",
@@ -392,9 +392,11 @@ def _axes(layer_class: str, layout: str) -> str:
     return IN_OUT if layout == "conv" and layer_class.endswith("_transpose") else OUT_IN
 
 
-def _head(variables: list[_Var], config: Any, keras3: bool) -> tuple[Optional[str], Optional[str]]:
-    """The stored name of the head's matrix, from the model config of a Keras 2 ``.h5`` or a Keras 3 archive."""
-    head, why = keras_head(config)
+def _head(variables: list[_Var], config: Any, walked: tuple[Optional[KerasHead], Optional[str]],
+          keras3: bool) -> tuple[Optional[str], Optional[str]]:
+    """The stored name of the matrix of the head :func:`keras_head` found (``walked``) in the model config of a
+    Keras 2 ``.h5`` or a Keras 3 archive."""
+    head, why = walked
     if head is None:
         return None, why
     path = head.layer.path

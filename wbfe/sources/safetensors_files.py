@@ -317,7 +317,7 @@ class ShardedSafetensors(TensorSource):
                     shards_unlisted = self._unlisted.get(name)
                     load = functools.partial(shard.read, info)
                     yield TensorEntry(name=row, shape=tuple(int(s) for s in info["shape"]),
-                        dtype=SAFETENSORS_DTYPES[info["dtype"]][0], load=load,
+                        dtype=SAFETENSORS_DTYPES[info["dtype"]][0], load=load, copy_of=None if row == name else name,
                         skip=why or (unlisted_reason(shards_unlisted, self._index_name) if shards_unlisted else None))
             finally:
                 # Shards are closed as soon as they are done so handles do not accumulate.

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from pathlib import Path
 
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError
-from wbfe.render.files import file_kind
 from wbfe.sources._base import open_regular
 
 __all__ = ["MAX_TABLE_BYTES", "read_table_text", "read_csv_table"]
@@ -30,9 +28,8 @@ def read_table_text(path: Path, what: str, table: str) -> str:
     try:
         with open_regular(path) as handle:
             raw = handle.read(MAX_TABLE_BYTES + 1)
-    except CorruptCheckpointError:  # not a regular file: its message speaks of checkpoints
-        raise InvalidOptionError(f"{what} {path} is {file_kind(os.stat(path).st_mode)}, not a file",
-                                 path=str(path)) from None
+    except CorruptCheckpointError as exc:  # not a regular file: its message speaks of checkpoints
+        raise InvalidOptionError(f"{what} {path} is {exc.fields['kind']}, not a file", path=str(path)) from None
     if len(raw) > MAX_TABLE_BYTES:
         raise InvalidOptionError(f"{what} {path} is larger than {MAX_TABLE_BYTES // 2**20} MiB: not {table}",
                                  path=str(path))

@@ -297,7 +297,7 @@ class TorchPickleSource(TensorSource):
                 yield entry
         for shard, entry in copies:  # which copy transformers takes is known once every shard is read
             row, why = copy_row(entry.name, shard, indexed[entry.name], holders[entry.name], self._index.name)
-            yield dataclasses.replace(entry, name=row, skip=why)
+            yield dataclasses.replace(entry, name=row, skip=why, copy_of=entry.name)
 
     def close(self) -> None:
         super().close()
