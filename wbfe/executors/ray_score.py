@@ -113,15 +113,13 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             rows.append((position[entry.name], "skipped" if skip else "layer", item.to_dict() if skip else item))
 
         with open_source(ref) as source, Pipeline(context.device) as pipeline:
-            if source.provenance.pending is not None:
-                source.provenance.pending.cancel()  # each part hashes only its own file, below
             planned = (item for k, item in enumerate(engine.stream(source, options)) if mine(k, item.entry.name))
             engine.run(pipeline, planned, context, digests, record)
             description = source.description  # before the provenance: it records which was used
             p = source.provenance  # not waiting for the digest: the driver combines the parts'
             provenance = {"source": p.source, "format": p.format, "files": list(p.files), "sha256": None, **p.extra}
             head_hint, config = source.head_hint, source.config
-        digest = file_sha256(Path(file), bytearray(HASH_CHUNK), None)[1] if file else None
+        digest = file_sha256(Path(file), bytearray(HASH_CHUNK))[1] if file else None
     except WbfeError as exc:
         return {"error": exc, "node": node}
     return {"rows": rows, "ties": digests.keys, "provenance": provenance, "head_hint": head_hint,

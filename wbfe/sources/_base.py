@@ -8,7 +8,6 @@ import hashlib
 import math
 import os
 import stat
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
@@ -215,28 +214,26 @@ class FileDigest:
 
     def __init__(self, paths: Sequence[Path]):
         self._paths = list(paths)
-        self._stop = threading.Event()
+        self._closed = False
 
     def result(self) -> str:
         """The digest (raises what hashing raised, or ``RuntimeError`` after :meth:`cancel`)."""
-        if self._stop.is_set():
+        if self._closed:
             raise RuntimeError("hashing cancelled: the checkpoint was closed first")
         buffer = bytearray(HASH_CHUNK)
-        return combine_digests([file_sha256(path, buffer, self._stop) for path in self._paths])
+        return combine_digests([file_sha256(path, buffer) for path in self._paths])
 
     def cancel(self) -> None:
-        self._stop.set()
+        self._closed = True
 
 
-def file_sha256(path: Path, buffer: bytearray, stop: threading.Event | None) -> tuple[str, str]:
-    """``(file name, hex SHA-256)`` of one file, read through ``buffer``; ``stop`` cancels it (``RuntimeError``)."""
+def file_sha256(path: Path, buffer: bytearray) -> tuple[str, str]:
+    """``(file name, hex SHA-256)`` of one file, read through ``buffer``."""
     h = hashlib.sha256()
     view = memoryview(buffer)
     try:  # a file removed or made unreadable since it was opened
         with open(path, "rb", buffering=0) as fh:
             while n := fh.readinto(buffer):
-                if stop is not None and stop.is_set():
-                    raise RuntimeError("hashing cancelled: the checkpoint was closed first")
                 h.update(view[:n])
     except OSError as exc:
         raise unreadable(path, exc) from None
