@@ -37,10 +37,10 @@ def esd_command(
     written = check_output(output, reads=local_reads(target))
     if written is None:
         raise OutputError(f"wbfe esd writes a PNG file; give --output a file name, not {shown(output)}")
-    if remote_ref(target):  # a hub id or URL names no local path: its files are known once resolved
-        refuse_resolved(target, output)
     if written.suffix.lower() != ".png" and not (written.exists() and is_devnull(written.stat())):  # not a PNG's name
         raise OutputError(f"wbfe esd writes a PNG file: name the output *.png, not {shown(output)}")
+    if remote_ref(target):  # a hub id or URL names no local path: its files are known once resolved
+        refuse_resolved(target, output)
     plan, spec = layer_spectrum(target, layer, conv=view, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
     k, note = esd_scale(spec.eigs, spec.log_scale)  # a matrix far from 1 is drawn rescaled, and says so
