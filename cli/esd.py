@@ -54,7 +54,5 @@ def refuse_resolved(target: object, output: str) -> None:
     from wbfe.render.files import local_files, refuse_overlap
     from wbfe.sources import open_source
 
-    with open_source(target) as source:
-        if source.provenance.pending is not None:
-            source.provenance.pending.cancel()  # the hash reads every byte; only the names are wanted
+    with open_source(target) as source:  # the files' hash is computed only when asked for: none is read here
         refuse_overlap(output, local_files(source.provenance.files))
