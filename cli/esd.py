@@ -37,10 +37,10 @@ def esd_command(
     written = check_output(output, reads=local_reads(target))
     if written is None:
         raise OutputError(f"wbfe esd writes a PNG file; give --output a file name, not {shown(output)}")
-    if remote_ref(target):  # a hub id or URL names no local path: its files are known once resolved
-        refuse_resolved(target, output)
     if written.suffix.lower() != ".png" and not (written.exists() and is_devnull(written.stat())):  # not a PNG's name
         raise OutputError(f"wbfe esd writes a PNG file: name the output *.png, not {shown(output)}")
+    if remote_ref(target):  # a hub id or URL names no local path: its files are known once resolved
+        refuse_resolved(target, output)
     plan, spec = layer_spectrum(target, layer, conv=view, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
     k, note = esd_scale(spec.eigs, spec.log_scale)  # a matrix far from 1 is drawn rescaled, and says so
@@ -54,7 +54,5 @@ def refuse_resolved(target: object, output: str) -> None:
     from wbfe.render.files import local_files, refuse_overlap
     from wbfe.sources import open_source
 
-    with open_source(target) as source:
-        if source.provenance.pending is not None:
-            source.provenance.pending.cancel()  # the hash reads every byte; only the names are wanted
+    with open_source(target) as source:  # the files' hash is computed only when asked for: none is read here
         refuse_overlap(output, local_files(source.provenance.files))

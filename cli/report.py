@@ -72,7 +72,6 @@ def report_command(
 
         for remote in (r for r in (target, ref_b) if r is not None and remote_ref(r)):
             refuse_resolved(remote, output)
-    _check_named(output, page.fmt)
     _refuse_unused(score, run, stats, weights, saved=saved[0] if saved is not None else None, pair=ref_b is not None,
                    zoo=is_zoo, unusual=page.n_unusual)
     if score.intra or score.conv == "fft":
@@ -135,23 +134,6 @@ def compare_options(score: "ScoreOptions") -> "CompareOptions":
                                  "drop --conv, --head and --ww-compatible")
     return CompareOptions(metrics=score.metrics, layers=score.layers, lam=score.lam, device=score.device,
                           min_eigs=score.min_eigs, seed=score.seed)
-
-
-def _check_named(output: str, fmt: str) -> None:
-    """Refuse an output whose name says another format than ``--format`` writes (an HTML page was written into
-    x.md or x.png, a Markdown folder made named x.html or '-')."""
-    import os
-
-    from wbfe.errors import OutputError
-    from wbfe.render.files import STDERR_PATHS, STDOUT_PATHS
-
-    stream = output in STDOUT_PATHS or output in STDERR_PATHS
-    suffix = Path(output).suffix.lower()
-    if fmt == "html" and not stream and output != os.devnull and suffix not in (".html", ".htm"):
-        raise OutputError(f"--format html writes one HTML page: name the output *.html, not {shown(output)} "
-                          "(--format md writes a folder)")
-    if fmt == "md" and (stream or suffix in (".html", ".htm", ".md")):
-        raise OutputError(f"--format md writes a folder (report.md and its PNGs): name a folder, not {shown(output)}")
 
 
 def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptions", weights: Optional[str], *,

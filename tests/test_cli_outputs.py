@@ -117,6 +117,36 @@ def test_the_outputs_named_for_their_format_are_written(tmp_path: Path, monkeypa
     assert cli("report", "-f", "md", "-o", "card").exit_code == 0 and Path("card/report.md").is_file()
 
 
+HUB_ID = "someone/not-cached"
+ESD = ("esd", HUB_ID, "--layer", "fc.weight", "-o")
+
+
+@pytest.mark.parametrize("argv,bad,good,text", [
+    (ESD, "e.txt", "e.png", "wbfe esd writes a PNG file: name the output *.png, not e.txt"),
+    (ESD, "missing/dir/e.txt", "missing/dir/e.png", "name the output *.png, not missing/dir/e.txt"),
+    (("report", HUB_ID, "-o"), "r.txt", "r.html", "--format html writes one HTML page: name the output *.html, "
+                                                  "not r.txt"),
+    (("report", HUB_ID, "-o"), "missing/dir/r.txt", "missing/dir/r.html", "name the output *.html, not "
+                                                                          "missing/dir/r.txt"),
+    (("report", HUB_ID, HUB_ID + "-b", "-o"), "r.png", "r.html", "name the output *.html, not r.png"),
+    (("report", HUB_ID, "-f", "md", "-o"), "missing/r.html", "missing/r", "--format md writes a folder (report.md "
+                                                                          "and its PNGs): name a folder, not "
+                                                                          "missing/r.html"),
+])
+def test_a_misnamed_output_is_refused_before_the_hub_is_asked(argv: tuple[str, ...], bad: str, good: str, text: str,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the hub id was resolved first (network and cache lookups) and its error came instead of the output's
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+    assert_one_line(cli(*argv, bad), text)
+    assert list(tmp_path.iterdir()) == []
+    # the same command with a good output reaches the hub id, which is unreachable here
+    assert_one_line(cli(*argv, good), f"{HUB_ID}: no such file or folder, and no such model in the local Hugging "
+                                      "Face cache")
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- an option given twice
 
 

@@ -149,8 +149,15 @@ def test_files_resolved_while_reading_are_checked_before_writing(tmp_path: Path,
     assert _fingerprint(blob) == before
     assert [p.name for p in snap.parent.parent.rglob(".*")] == []  # nothing half-written
     assert SAME in _refused(["score", "someone/tiny", "--metrics", "bfe", "-o", snap / "model.safetensors"], blob)
-    assert SAME in _refused(["report", "someone/tiny", "-o", snap / "model.safetensors"], blob)
-    assert SAME in _refused(["esd", "someone/tiny", "--layer", "fc1.weight", "-o", snap / "model.safetensors"], blob)
+    # report and esd refuse a name for another format before resolving (wave 11): an output named as theirs
+    # reaches the resolved files, here as a hard link to the blob
+    os.link(blob, tmp_path / "page.html")
+    os.link(blob, tmp_path / "e.png")
+    assert LINK in _refused(["report", "someone/tiny", "-o", tmp_path / "page.html"], blob)
+    assert LINK in _refused(["esd", "someone/tiny", "--layer", "fc1.weight", "-o", tmp_path / "e.png"], blob)
+    assert "name the output *.html" in _refused(["report", "someone/tiny", "-o", snap / "model.safetensors"], blob)
+    assert "name the output *.png" in _refused(["esd", "someone/tiny", "--layer", "fc1.weight", "-o",
+                                                snap / "model.safetensors"], blob)
 
 
 # ---------------------------------------------------------------- score, compare, esd, report

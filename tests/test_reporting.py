@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 import wbfe
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, OutputError
 from wbfe.reporting import load_saved, rank_report, score_report, write_report
 from wbfe.reporting.figures import esd_figure
 from wbfe.reporting.markdown import render_markdown
@@ -382,6 +382,26 @@ def test_cli_output_checked_before_work_and_stdout(tmp_path: Path, model_file: P
     result = runner.invoke(app, ["report", str(model_file), "-o", "-"])
     assert result.exit_code == 0 and result.stdout.startswith("<!DOCTYPE html>")
     assert len(Page(result.stdout).tables["t-layers"]["rows"]) == 10
+
+
+@pytest.mark.parametrize("name,fmt,text", [
+    ("r.md", "html", "--format html writes one HTML page: name the output *.html, not "),
+    ("r.png", "html", "name the output *.html"),
+    ("r.html", "md", "--format md writes a folder (report.md and its PNGs): name a folder, not "),
+    ("r.MD", "md", "name a folder"),
+])
+def test_the_library_refuses_an_output_named_for_another_format(name: str, fmt: str, text: str, tmp_path: Path,
+                                                                 scored: dict[str, Any]) -> None:
+    # only the command line refused these: write_report wrote an HTML page into r.md, a folder named r.html
+    from wbfe.reporting.output import check_report_output
+
+    with pytest.raises(OutputError, match=re.escape(text)) as caught:
+        check_report_output(tmp_path / name, fmt)
+    assert caught.value.path == str(tmp_path / name)  # type: ignore[attr-defined]
+    assert "\n" not in str(caught.value)
+    with pytest.raises(OutputError, match=re.escape(text)):
+        write_report(score_report(scored), tmp_path / name, fmt=fmt)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_ranks_a_zoo_file(tmp_path: Path) -> None:

@@ -105,7 +105,13 @@ def refuse_overlap(path: PathLike, reads: Reads) -> None:
     shown = _path_text(path)
     if shown in STDOUT_PATHS or shown in STDERR_PATHS:
         return
-    target = _target(shown)
+    _refuse_overlap(shown, _target(shown), reads)
+
+
+def _refuse_overlap(shown: str, target: Path, reads: list[PathLike]) -> None:
+    """:func:`refuse_overlap` of the output ``shown`` (checked text), which lands in ``target`` (:func:`_target`)."""
+    if not reads:  # no input to compare: no status to take
+        return
     # The target and its existing ancestors with their status: a bind mount or a case-insensitive file
     # system can give one folder two real paths, and the inode says it is the same.
     chain: list[tuple[Path, os.stat_result]] = []
@@ -144,7 +150,7 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
     if text in STDOUT_PATHS or text in STDERR_PATHS:
         return None
     target = _target(text)
-    refuse_overlap(path, reads)
+    _refuse_overlap(text, target, list(reads))
     try:
         st = target.stat()
     except FileNotFoundError:
@@ -190,7 +196,7 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
     if text in STDOUT_PATHS or text in STDERR_PATHS:  # "-" was made a folder of that name
         raise OutputError(f"cannot write into {text}: the results are several files; give a folder", path=str(path))
     folder = _target(text)
-    refuse_overlap(path, reads)
+    _refuse_overlap(text, folder, list(reads))
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"cannot write into {text}: it is {file_kind(folder.stat().st_mode)}, not a folder",
                           path=str(path))

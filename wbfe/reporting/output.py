@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, OutputError
 from wbfe.options import ReportOptions
-from wbfe.render.files import check_output, check_output_dir, write_atomic, write_output
+from wbfe.render.files import (STDERR_PATHS, STDOUT_PATHS, check_output, check_output_dir, write_atomic,
+                               write_output)
 
 __all__ = ["load_saved", "write_report", "check_report_output", "MARKDOWN_NAME"]
 
@@ -58,11 +60,26 @@ def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[U
     (``reads``: :func:`wbfe.render.files.refuse_overlap`).
 
     Raises:
-        OutputError: as :func:`wbfe.render.files.check_output` / :func:`~wbfe.render.files.check_output_dir`.
+        OutputError: as :func:`wbfe.render.files.check_output` / :func:`~wbfe.render.files.check_output_dir`,
+            or a name that says another format (HTML written into x.md, a Markdown folder named x.html).
         InvalidOptionError: an unknown format.
     """
     ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
     (check_output if fmt == "html" else check_output_dir)(output, reads=reads)
+    _check_named(os.fspath(output), fmt)
+
+
+def _check_named(output: str, fmt: str) -> None:
+    """Refuse an output whose name says another format than ``fmt`` writes (an HTML page was written into
+    x.md or x.png, a Markdown folder made named x.html); a stream is refused a folder by check_output_dir."""
+    stream = output in STDOUT_PATHS or output in STDERR_PATHS
+    suffix = Path(output).suffix.lower()
+    if fmt == "html" and not stream and output != os.devnull and suffix not in (".html", ".htm"):
+        raise OutputError(f"--format html writes one HTML page: name the output *.html, not {output} "
+                          "(--format md writes a folder)", path=output)
+    if fmt == "md" and suffix in (".html", ".htm", ".md"):
+        raise OutputError(f"--format md writes a folder (report.md and its PNGs): name a folder, not {output}",
+                          path=output)
 
 
 def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from wbfe.render.files import PathLike
 
 __all__ = ["new_figure", "new_axes", "save", "page_style", "page_figure", "short_name"]
 
@@ -34,7 +36,7 @@ def new_axes(figsize: tuple[float, float], *, layout: Layout = None) -> tuple["F
     return fig, fig.subplots()
 
 
-def save(fig: "Figure", path: Union[str, Path], *, dpi: int = 120, tight: bool = False) -> Path:
+def save(fig: "Figure", path: "PathLike", *, dpi: int = 120, tight: bool = False) -> Path:
     """Write ``fig`` as a PNG at ``path`` (atomically: :func:`wbfe.render.files.write_atomic`), laid out
     tightly first with ``tight``; returns the path."""
     from wbfe.render.files import write_atomic

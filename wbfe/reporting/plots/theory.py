@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Sequence
 
 import numpy as np
 
+from wbfe.render.files import PathLike
 from wbfe.reporting.plots.canvas import new_axes, save
 
 __all__ = ["plot_staircase", "plot_eps", "plot_kc", "plot_hmc", "plot_student"]
 
-PathLike = Union[str, Path]
 _SIZE = (6.0, 4.2)
 
 
