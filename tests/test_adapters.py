@@ -541,6 +541,31 @@ def test_the_bfe_of_delta_w_is_the_bfe_groups_and_takes_lambda(tmp_path) -> None
     assert shown["lambda"] == 0.5 and shown["bfe"] == pytest.approx(at_half, rel=1e-10)
 
 
+def test_delta_w_bfe_is_not_computed_when_metrics_leaves_bfe_out(tmp_path, monkeypatch) -> None:
+    """ΔW's bfe was computed and then dropped under --metrics without bfe: now it is never computed (BFE-W
+    refuses to run here), and the row, trained or as PEFT initialises it (B = 0), is the same as before."""
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(4, 20, generator=g, dtype=torch.float64)
+    b = torch.randn(30, 4, generator=g, dtype=torch.float64)
+    folder = _write_adapter(tmp_path / "ad", {"base_model.model.fc.lora_A.weight": a,
+                                              "base_model.model.fc.lora_B.weight": b,
+                                              "base_model.model.out.lora_A.weight": a.clone(),
+                                              "base_model.model.out.lora_B.weight": torch.zeros_like(b)},
+                            r=4, lora_alpha=8)
+    e = _dense_eigs(2.0 * b.numpy() @ a.numpy(), 4)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bfe computed though --metrics leaves it out")
+
+    monkeypatch.setattr("wbfe.adapters.bfe", refuse)
+    rows = {row["name"]: row for row in wbfe.score(folder, metrics="htsr").layers}
+    assert rows["fc.weight"]["stable_rank"] == pytest.approx(e.sum() / e[-1], rel=1e-10)
+    assert "bfe" not in rows["fc.weight"] and rows["fc.weight"]["reasons"] == {}
+    why = "ΔW = 0: B (or A) is all zero, as PEFT initialises it (an untrained adapter)"
+    assert rows["out.weight"]["reasons"] == {"stable_rank": why, "effective_rank": why}
+    assert "bfe" not in rows["out.weight"] and "lambda" not in rows["out.weight"]
+
+
 def test_what_the_reader_leaves_out_of_an_adapter_keeps_its_reason(tmp_path) -> None:
     """An adapter's tensors were read again as a state dict without the reader's skip: a tensor of a second state
     dict was scored as saved whole, a factor there refused as 'has no lora_B factor', and a stride-0 factor

@@ -69,14 +69,17 @@ def delta_weight(left: np.ndarray, right: np.ndarray, scale: float, shape: tuple
     return (dense.T if fan_in_fan_out else dense).reshape(shape)
 
 
-def adapter_columns(singular: np.ndarray, lam: Any) -> tuple[dict[str, Any], dict[str, str]]:
-    """The columns of one adapted module from its singular values (descending)."""
+def adapter_columns(singular: np.ndarray, lam: Any, *, bfe_asked: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
+    """The columns of one adapted module from its singular values (descending); ``bfe`` and ``lambda`` (the bfe
+    group's) only when ``bfe_asked``."""
     with np.errstate(over="ignore", invalid="ignore"):
         e = np.sort(singular ** 2)
         values: dict[str, Any] = {"eigs": [float(x) for x in e], "frobenius_norm": float(math.sqrt(e.sum())),
                                   "spectral_norm": float(singular[0]) if singular.size else 0.0}
     reasons: dict[str, str] = {}
-    columns: tuple[str, ...] = ("stable_rank", "effective_rank", "bfe", "lambda")
+    columns: tuple[str, ...] = ("stable_rank", "effective_rank")
+    if bfe_asked:
+        columns += ("bfe", "lambda")
     if not np.isfinite(singular).all():
         columns += ("frobenius_norm", "spectral_norm")
         why = "ΔW's singular values are not finite (NaN or Inf in lora_A or lora_B, or B·A past float64's range)"
@@ -92,9 +95,10 @@ def adapter_columns(singular: np.ndarray, lam: Any) -> tuple[dict[str, Any], dic
     values["stable_rank"] = float(e.sum() / e[-1])
     p = singular[singular > 0.0] / singular.sum()
     values["effective_rank"] = float(math.exp(-np.sum(p * np.log(p))))
-    values["bfe"], values["lambda"] = bfe(e, lam)
-    if math.isinf(values["bfe"]):
-        reasons["bfe"] = f"rank-deficient: {int(np.count_nonzero(e <= 0.0))} of the r singular values are 0"
+    if bfe_asked:
+        values["bfe"], values["lambda"] = bfe(e, lam)
+        if math.isinf(values["bfe"]):
+            reasons["bfe"] = f"rank-deficient: {int(np.count_nonzero(e <= 0.0))} of the r singular values are 0"
     return values, reasons
 
 
@@ -233,11 +237,8 @@ def _adapter_row(module: LoraModule, lora: LoraConfig, where: str, metric_option
     finite = np.isfinite(left).all() and np.isfinite(right).all()  # else numpy's SVD raises LinAlgError
     with np.errstate(over="ignore", invalid="ignore"):  # B·A past float64's range: said in the row's reasons
         singular = core_singular_values(left, right, scale) if finite else np.full(r, math.nan)
-    values, reasons = adapter_columns(singular, metric_options.lam)
-    if not bfe_asked:  # --metrics picks the groups here too: a --lambda without bfe is refused as read by nothing
-        for column in ("bfe", "lambda"):
-            values.pop(column)
-            reasons.pop(column, None)
+    # --metrics picks the groups here too: a --lambda without bfe is refused as read by nothing
+    values, reasons = adapter_columns(singular, metric_options.lam, bfe_asked=bfe_asked)
     row.update(values)
     m = None
     if module.magnitude is not None:
