@@ -94,6 +94,10 @@ def test_errors() -> None:
         score_intra({"only.weight": torch.ones(4, 5)})
 
 
+NO_PRODUCT = ("--intra: no product of consecutive weight matrices was scored (no two consecutive ones share a side, a "
+              "factor is non-finite or all zero, or the sparsify product is below float64's range)")
+
+
 def test_a_score_with_intra_and_no_product_says_so() -> None:
     # score(..., intra=True) of matrices no two of which share a side added no row and said nothing.
     import wbfe
@@ -101,8 +105,7 @@ def test_a_score_with_intra_and_no_product_says_so() -> None:
     g = torch.Generator().manual_seed(0)
     state = {"a.weight": torch.randn(20, 30, generator=g), "b.weight": torch.randn(40, 50, generator=g)}
     summary = wbfe.score(state, metrics="bfe", intra=True).summary
-    assert summary["intra"] == {"n": 0, "note": "--intra: no product of consecutive weight matrices was scored (no two "
-                                                "consecutive ones share a side, or a factor is non-finite or all zero)"}
+    assert summary["intra"] == {"n": 0, "note": NO_PRODUCT}
     assert "intra" not in wbfe.score(state, metrics="bfe").summary
 
 
@@ -179,3 +182,4 @@ def test_sparsify_product_below_float64_is_refused_and_the_score_says_why() -> N
     assert [row["name"] for row in result.layers] == ["a.weight", "b.weight"]
     assert [s["name"] for s in result.skipped] == ["a.weight X b.weight"]
     assert re.match(want, result.skipped[0]["reason"])
+    assert result.summary["intra"] == {"n": 0, "note": NO_PRODUCT}  # the note named only the other reasons

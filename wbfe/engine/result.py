@@ -110,7 +110,8 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
             "as rows with role 'intra'; the head and the model's means leave them out, by_role['intra'] has theirs")}
     elif (model.get("options") or {}).get("intra"):
         summary["intra"] = {"n": 0, "note": "--intra: no product of consecutive weight matrices was scored (no two "
-                                            "consecutive ones share a side, or a factor is non-finite or all zero)"}
+                                            "consecutive ones share a side, a factor is non-finite or all zero, or "
+                                            "the sparsify product is below float64's range)"}
     dead = [layer for layer in every if layer.get("dead_rows") or layer.get("dead_cols")]
     if dead:
         listed = ", ".join(f"{layer['name']} ({layer.get('dead_rows') or 0} rows, {layer.get('dead_cols') or 0} cols)"
