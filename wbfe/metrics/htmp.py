@@ -60,6 +60,11 @@ def _log_norm(a: float, c: float) -> float:
     return float(gammaln(1.0 + a) + gammaln(c))
 
 
+def _cdf_y(a: float, b: float, y: np.ndarray) -> np.ndarray:
+    """The CDF of y = β(λ − τ) >= 0 (what :func:`cdf` and :func:`sample` read): arg U(a, b, −y − i0) / (πa) in [0, 1]."""
+    return np.clip(np.asarray(log_hyperu_neg(a, b, y)).imag / (math.pi * a), 0.0, 1.0)
+
+
 def logpdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0) -> ArrayLike:
     """Log density of the HTMP law at eigenvalue(s) x, shaped like x; −inf for x <= τ."""
     a, b, c = _params(kappa, gamma, beta, tau)
@@ -83,8 +88,7 @@ def cdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0.0)
     """CDF of the HTMP law, F = arg U(a, b, −β(x − τ) − i0) / (πa), in [0, 1] and shaped like x."""
     a, b, _ = _params(kappa, gamma, beta, tau)
     xa = np.asarray(x, dtype=np.float64)
-    y = np.maximum(beta * (np.atleast_1d(xa).ravel() - tau), 0.0)
-    out = np.clip(np.asarray(log_hyperu_neg(a, b, y)).imag / (math.pi * a), 0.0, 1.0)
+    out = _cdf_y(a, b, np.maximum(beta * (np.atleast_1d(xa).ravel() - tau), 0.0))
     return float(out[0]) if xa.ndim == 0 else out.reshape(xa.shape)
 
 
@@ -144,7 +148,7 @@ def sample(n: int, kappa: float, gamma: float, beta: float, tau: float = 0.0, se
     y_lo, y_hi = _y_range(a, c)
     grid = np.exp(np.linspace(math.log(y_lo), math.log(y_hi), 1500))
     grid = np.unique(np.concatenate([grid, np.linspace(y_lo, y_hi, 500)]))
-    cum = np.maximum.accumulate(np.clip(np.asarray(log_hyperu_neg(a, b, grid)).imag / (math.pi * a), 0.0, 1.0))
+    cum = np.maximum.accumulate(_cdf_y(a, b, grid))
     u = np.random.default_rng(seed).random(n)
     log_y = np.interp(u, cum, np.log(grid))
     # Below the grid the CDF is y^δ·const: invert that power law instead of clamping.
