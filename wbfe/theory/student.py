@@ -14,7 +14,7 @@ import numpy as np
 
 from wbfe._deps import require_torch
 from wbfe.theory.hmc import Teacher, make_teacher
-from wbfe.theory.checks import check_bytes, check_runs, check_seed, finite_number, is_whole, refuse_unless
+from wbfe.theory.checks import WIDTH, check_bytes, check_runs, check_seed, finite_number, is_whole, refuse_unless
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]
@@ -102,7 +102,7 @@ def student_sweep(*, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 3
         InvalidOptionError: empty ``widths`` or ``seeds``, a repeated width or seed, a bad seed (and the errors of the
             parts).
     """
-    check_runs("widths", widths, seeds)
+    check_runs("widths", widths, seeds, WIDTH)
     v = readout(kind, k, beta=beta)
     sol = solve(v, delta=delta, d=d, n=n, activation=activation)
     errs = np.empty((len(seeds), len(widths)))
