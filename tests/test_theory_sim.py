@@ -136,6 +136,8 @@ def test_student_refuses_a_fractional_width_and_an_infinite_rate():
     for bad in (dict(width=2.5), dict(width=2, lr=math.inf), dict(width=2, epochs=2.5)):
         with pytest.raises(InvalidOptionError, match=r"\(whole numbers, a finite lr\)"):
             train_student(t, **bad)
+    with pytest.raises(InvalidOptionError, match=r"^width must be a positive integer, not 3.0$"):
+        train_student(t, 3.0)  # trained width 3 (the settings and the sweep refuse it)
     # the sweep refuses its widths before any run, as StudentSettings does (one rule, wbfe.theory.checks.WIDTH)
     with pytest.raises(InvalidOptionError, match=r"^widths must be a positive integer, not 2.5$"):
         student_sweep(widths=[2.5], d=5, k=3, n=20, epochs=2)
