@@ -27,8 +27,8 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     noiseless teacher (from :func:`~wbfe.theory.hmc.make_teacher` with ``centred=False``).
 
     Raises:
-        InvalidOptionError: non-positive width, epochs, batches or learning rate; more batches than samples; a
-            seed outside [0, 2**32).
+        InvalidOptionError: a width that is not a positive integer (3.0 included); non-positive epochs, batches or
+            learning rate; more batches than samples; a seed outside [0, 2**32).
         MissingDependencyError: torch is not installed.
     """
     require_torch("training the student networks")
@@ -99,8 +99,8 @@ def student_sweep(*, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 3
     of :func:`~wbfe.theory.teacher_student.solve` for the same readout, d, n and Δ.
 
     Raises:
-        InvalidOptionError: empty ``widths`` or ``seeds``, a repeated width or seed, a bad seed (and the errors of the
-            parts).
+        InvalidOptionError: empty ``widths`` or ``seeds``, a repeated width or seed, a width that is not a positive
+            integer, a bad seed (and the errors of the parts).
     """
     check_runs("widths", widths, seeds, WIDTH)
     v = readout(kind, k, beta=beta)
