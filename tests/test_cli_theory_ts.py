@@ -112,3 +112,13 @@ def test_non_finite_integer_lists_are_refused_in_one_line(option, value):
     res = _invoke("student", option, value)
     assert res.exit_code == 2, res.output
     assert res.output == f"wbfe: error: {option} must be comma-separated integers, got {value!r}\n"
+
+
+@pytest.mark.parametrize(("command", "option"), [("student", "--widths"), ("student", "--seeds"), ("hmc", "--seeds"),
+                                                 ("scaling", "--d-values")])
+@pytest.mark.parametrize("value", ["3.0", "2,3.0", "1e3"])
+def test_whole_floats_in_integer_lists_are_refused_in_one_line(command, option, value):
+    # "3.0" was read as 3 and "1e3" as 1000, where the settings and the library refuse a float seed or width
+    res = _invoke(command, option, value)
+    assert res.exit_code == 2, res.output
+    assert res.output == f"wbfe: error: {option} must be comma-separated integers, got {value!r}\n"

@@ -423,11 +423,13 @@ def test_spectral_learner_refuses_a_tol_arpack_cannot_take(solver, tol):
     data, y = sample_data(make_teacher(6, p=3), 300, seed=0)
     with pytest.raises(InvalidOptionError, match=rf"^tol must be a finite number >= 0, not {re.escape(repr(tol))}$"):
         fit_spectral(data, y, 3, solver=solver, tol=tol)
-    for seed in (None, -1, 1.5):  # None drew an unseeded start vector; -1 and 1.5 raised numpy's errors
+    # None drew an unseeded start vector; -1 and 1.5 raised numpy's errors; 2.0 was taken as 2 (`wbfe score --seed`
+    # and the settings refuse it)
+    for seed in (None, -1, 1.5, 2.0):
         with pytest.raises(InvalidOptionError, match=rf"^seed {re.escape(SEED_WORDS + repr(seed))}$"):
             fit_spectral(data, y, 3, solver=solver, seed=seed)
     # tol = 0 is ARPACK's machine precision: the Lanczos eigenvalues are the dense ones
-    lanczos = top_eigenpairs(data, y, 3, solver="eigsh", tol=0, seed=2.0)[0]
+    lanczos = top_eigenpairs(data, y, 3, solver="eigsh", tol=0, seed=2)[0]
     assert np.allclose(lanczos, top_eigenpairs(data, y, 3, solver="dense")[0], rtol=1e-10, atol=1e-12)
 
 
@@ -438,16 +440,18 @@ def test_make_teacher_refuses_a_gamma_that_is_not_a_number():
             make_teacher(6, gamma=gamma)
 
 
-@pytest.mark.parametrize("seed", [-1, 1.5, None, math.nan])
+@pytest.mark.parametrize("seed", [-1, 1.5, None, math.nan, 3.0])
 def test_draws_refuse_a_seed_numpy_cannot_take(seed):
-    # numpy's ValueError ("expected non-negative integer") or TypeError escaped before
+    # numpy's ValueError ("expected non-negative integer") or TypeError escaped before; 3.0 was drawn as 3, where
+    # HierarchicalSettings(seed=3.0) is refused
     from wbfe.theory.hierarchical import make_teacher, sample_data
 
     with pytest.raises(InvalidOptionError, match=re.escape("seed " + SEED_WORDS)):
         make_teacher(6, seed=seed)
     with pytest.raises(InvalidOptionError, match=re.escape("seed " + SEED_WORDS)):
         sample_data(make_teacher(6), 10, seed=seed)
-    assert np.array_equal(sample_data(make_teacher(6), 10, seed=3.0)[1], sample_data(make_teacher(6), 10, seed=3)[1])
+    assert np.array_equal(sample_data(make_teacher(6), 10, seed=np.int64(3))[1],
+                          sample_data(make_teacher(6), 10, seed=3)[1])
 
 
 @pytest.mark.parametrize("ridges", [(), (0.0,), (1.0, -1.0), (math.nan,), (None,), ("1",), 0.5, None])

@@ -136,8 +136,37 @@ def test_student_refuses_a_fractional_width_and_an_infinite_rate():
     for bad in (dict(width=2.5), dict(width=2, lr=math.inf), dict(width=2, epochs=2.5)):
         with pytest.raises(InvalidOptionError, match=r"\(whole numbers, a finite lr\)"):
             train_student(t, **bad)
-    with pytest.raises(InvalidOptionError, match="width, epochs and batches must be >= 1"):
+    with pytest.raises(InvalidOptionError, match=r"^width must be a positive integer, not 3.0$"):
+        train_student(t, 3.0)  # trained width 3 (the settings and the sweep refuse it)
+    # the sweep refuses its widths before any run, as StudentSettings does (one rule, wbfe.theory.checks.WIDTH)
+    with pytest.raises(InvalidOptionError, match=r"^widths must be a positive integer, not 2.5$"):
         student_sweep(widths=[2.5], d=5, k=3, n=20, epochs=2)
+
+
+@pytest.mark.parametrize(("widths", "seeds", "message"), [
+    ([2, 3.0], [0], "widths must be a positive integer, not 3.0"),  # trained width 3 (StudentSettings refused it)
+    ([2, 0], [0], "widths must be a positive integer, not 0"),
+    ((2, 2), [0], "widths must not repeat a value, got (2, 2)"),
+    ([2], [0, 3.0], "seeds must be an integer in [0, 2**32) (the seeds every random generator in wbfe takes), "
+                    "not 3.0"),
+])
+def test_student_sweep_refuses_widths_and_seeds_as_its_settings_do(widths, seeds, message):
+    from wbfe.theory.settings import StudentSettings
+
+    for build in (lambda: student_sweep(widths=widths, d=5, k=3, n=20, epochs=1, seeds=seeds),
+                  lambda: StudentSettings(widths=widths, seeds=seeds)):
+        with pytest.raises(InvalidOptionError) as caught:
+            build()
+        assert str(caught.value) == message
+
+
+def test_hmc_check_refuses_a_repeated_r_as_its_settings_do():
+    from wbfe.theory.settings import HmcSettings
+
+    for build in (lambda: hmc_check(r_values=(0.5, 0.5), seeds=[0]), lambda: HmcSettings(r_values=(0.5, 0.5))):
+        with pytest.raises(InvalidOptionError) as caught:
+            build()
+        assert str(caught.value) == "r_values must not repeat a value, got (0.5, 0.5)"
 
 
 @pytest.mark.parametrize("bad", [None, "3", [1]])

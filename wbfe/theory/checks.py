@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Callable
 
 from wbfe.errors import InvalidOptionError
+from wbfe.options.constraints import Integer
 
-__all__ = ["MAX_BYTES", "SEED_LIMIT", "SEED_WORDS", "is_whole", "is_number", "finite_number", "refuse_unless",
-           "check_bytes", "check_seed", "check_runs"]
+__all__ = ["MAX_BYTES", "SEED_LIMIT", "SEED_WORDS", "SEED", "WIDTH", "is_whole", "is_number", "finite_number",
+           "refuse_unless", "check_bytes", "check_seed", "check_each", "check_runs"]
 
 MAX_BYTES = 4 * 2**30  # the largest array a simulation allocates
 # The seeds every random step in wbfe takes: numpy's legacy RandomState (WeightWatcher's draws) stops at 32 bits,
 # torch's generators at 64 (less the offsets the HMC and student draws add), numpy's SeedSequence has no limit.
 SEED_LIMIT = 2**32
 SEED_WORDS = "an integer in [0, 2**32) (the seeds every random generator in wbfe takes)"
+# wbfe.options' Integer rule, as `wbfe score --seed`: a float, even a whole one (3.0), is refused
+SEED = Integer(0, SEED_LIMIT - 1, words=SEED_WORDS)
+WIDTH = Integer(1)  # a student's width
 
 
 def is_whole(value: object) -> bool:
@@ -48,14 +52,26 @@ def check_bytes(floats: int, what: str, fix: str) -> None:
 
 
 def check_seed(seed: Any, name: str = "seed") -> int:
-    """``seed`` as an int, refused unless a whole number in [0, :data:`SEED_LIMIT`) (no generator can fail on it)."""
-    refuse_unless(is_whole(seed) and 0 <= seed < SEED_LIMIT, f"{name} must be {SEED_WORDS}, not {seed!r}")
-    return int(seed)
+    """``seed`` as an int, refused unless an integer in [0, :data:`SEED_LIMIT`) (no generator can fail on it)."""
+    return SEED(name, seed)
 
 
-def check_runs(name: str, values: Any, seeds: Any) -> None:
+def check_each(name: str, values: Any, rule: Callable[[str, Any], Any]) -> tuple[Any, ...]:
+    """``rule(name, v)`` for each of ``values``, refused if a value repeats (a repeated seed is no new sample, a
+    repeated width no new point)."""
+    out = tuple(rule(name, v) for v in values)
+    try:
+        distinct = len(set(out)) == len(out)
+    except TypeError:  # an unhashable value a rule let through: the run's own check refuses it
+        distinct = True
+    refuse_unless(distinct, f"{name} must not repeat a value, got {values!r}")
+    return out
+
+
+def check_runs(name: str, values: Any, seeds: Any, rule: Callable[[str, Any], Any]) -> None:
     """Refuse a sweep's ``values`` (one run each) or ``seeds`` that are not non-empty flat lists, a repeated seed
-    (copies of one run, a standard error of 0), a repeated value (one run twice) or a bad seed, before the first run."""
+    (copies of one run, a standard error of 0), a value ``rule`` refuses, a repeated value (one run twice) or a bad
+    seed, before the first run."""
     import numpy as np  # not at the top: the CLI's --help imports this module and must not load numpy
 
     def flat(x: Any) -> bool:
@@ -66,10 +82,5 @@ def check_runs(name: str, values: Any, seeds: Any) -> None:
 
     refuse_unless(flat(values) and flat(seeds) and len(set(seeds)) == len(seeds),
                   f"{name} and seeds must be non-empty lists, and no seed may repeat")
-    try:
-        distinct = len(set(values)) == len(values)
-    except TypeError:  # an unhashable value: the run's own check refuses it
-        distinct = True
-    refuse_unless(distinct, f"{name} must not repeat a value, got {values!r}")
-    for seed in seeds:
-        check_seed(seed, "seeds")
+    check_each(name, values, rule)
+    check_each("seeds", seeds, SEED)

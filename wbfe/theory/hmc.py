@@ -217,7 +217,7 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
         InvalidOptionError: empty ``r_values`` or ``seeds``, a repeated r or seed, a bad seed (and the errors of the
             parts).
     """
-    check_runs("r_values", r_values, seeds)
+    check_runs("r_values", r_values, seeds, lambda name, r: r)  # r's range is checked below, over the list
     # n = r·k·d is computed before solve checks d
     refuse_unless(is_whole(d) and d >= 1 and is_whole(k) and k >= 1,
                   f"d and k must be integers >= 1, got d={d!r}, k={k!r}")

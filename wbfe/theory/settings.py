@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Mapping
 from wbfe.errors import InvalidOptionError
 from wbfe.options import DEVICE  # one device rule with wbfe score's: a device this machine lacks is refused here
 from wbfe.options.constraints import Constraint, Custom, Integer, Text, Validated
-from wbfe.theory.checks import SEED_LIMIT, SEED_WORDS, finite_number, refuse_unless
+from wbfe.theory.checks import SEED, WIDTH, check_each, finite_number, refuse_unless
 
 __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
@@ -51,16 +51,14 @@ def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: fl
 
 
 def _each(rule: Constraint, cast: Callable[[Any], Any], words: str, bad: tuple[Any, ...]) -> Custom:
-    """A non-empty tuple (list, range, array) of different values, each passing ``rule``."""
+    """A non-empty tuple (list, range, array) of different values, each passing ``rule`` (the library's
+    :func:`~wbfe.theory.checks.check_each`)."""
 
     def check(name: str, values: Any) -> tuple[Any, ...]:
         values = (tuple(values.tolist()) if hasattr(values, "tolist") and hasattr(values, "ndim")  # a numpy array
                   else tuple(values) if isinstance(values, (tuple, list, range)) else values)
         refuse_unless(isinstance(values, tuple) and values, f"{name} must not be empty")
-        out = tuple(cast(rule(name, v)) for v in values)
-        if len(set(out)) < len(out):  # a repeated seed is no new sample; a repeated width no new point
-            raise InvalidOptionError(f"{name} must not repeat a value, got {values!r}")
-        return out
+        return tuple(cast(v) for v in check_each(name, values, rule))
 
     return Custom(check, words, bad=bad, named=True)
 
@@ -70,8 +68,6 @@ POSITIVE = custom_rule("positive and finite", lambda v: finite_number(v) and v >
 # Its range is the model's (below).
 NUMBER = custom_rule("a finite number", finite_number, (math.nan, "x"))
 NAME = Text("a name")  # activation, readout: known names, checked with the model they build
-# wbfe.options' Integer rule, as `wbfe score --seed`: a float, even a whole one, is refused
-SEED = Integer(0, SEED_LIMIT - 1, words=SEED_WORDS)
 SEEDS = _each(SEED, int, "integers in [0, 2**32)", ((), (-1,), (0, 0), (2**32,)))
 
 
@@ -134,7 +130,7 @@ class StudentSettings(Validated):
     """Adam-trained students of several widths against k_c (``wbfe theory student``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "widths": _each(Integer(1), int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": Integer(1),
+        "widths": _each(WIDTH, int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": Integer(1),
         "d": Integer(1), "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME,
         "epochs": Integer(1), "lr": POSITIVE, "device": DEVICE,
     }

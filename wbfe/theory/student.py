@@ -14,7 +14,7 @@ import numpy as np
 
 from wbfe._deps import require_torch
 from wbfe.theory.hmc import Teacher, make_teacher
-from wbfe.theory.checks import check_bytes, check_runs, check_seed, finite_number, is_whole, refuse_unless
+from wbfe.theory.checks import WIDTH, check_bytes, check_runs, check_seed, finite_number, is_whole, refuse_unless
 from wbfe.theory.teacher_student import ActivationLike, readout, solve
 
 __all__ = ["train_student", "StudentSweep", "student_sweep"]
@@ -27,8 +27,8 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     noiseless teacher (from :func:`~wbfe.theory.hmc.make_teacher` with ``centred=False``).
 
     Raises:
-        InvalidOptionError: non-positive width, epochs, batches or learning rate; more batches than samples; a
-            seed outside [0, 2**32).
+        InvalidOptionError: a width that is not a positive integer (3.0 included); non-positive epochs, batches or
+            learning rate; more batches than samples; a seed outside [0, 2**32).
         MissingDependencyError: torch is not installed.
     """
     require_torch("training the student networks")
@@ -37,7 +37,7 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     refuse_unless(all(is_whole(x) and x >= 1 for x in (width, epochs, batches)) and finite_number(lr) and lr > 0,
                   "width, epochs and batches must be >= 1 and lr > 0 (whole numbers, a finite lr)")
     seed = check_seed(seed)
-    width, epochs, batches = int(width), int(epochs), int(batches)
+    width, epochs, batches = WIDTH("width", width), int(epochs), int(batches)  # 3.0 refused, as by the sweep
     n, d = teacher.x.shape
     refuse_unless(batches <= n, f"batches must be at most the {n} training samples, not {batches}")
     n_all = n + teacher.x_test.shape[0]
@@ -99,10 +99,10 @@ def student_sweep(*, widths: Sequence[int], d: int = 30, k: int = 30, n: int = 3
     of :func:`~wbfe.theory.teacher_student.solve` for the same readout, d, n and Δ.
 
     Raises:
-        InvalidOptionError: empty ``widths`` or ``seeds``, a repeated width or seed, a bad seed (and the errors of the
-            parts).
+        InvalidOptionError: empty ``widths`` or ``seeds``, a repeated width or seed, a width that is not a positive
+            integer, a bad seed (and the errors of the parts).
     """
-    check_runs("widths", widths, seeds)
+    check_runs("widths", widths, seeds, WIDTH)
     v = readout(kind, k, beta=beta)
     sol = solve(v, delta=delta, d=d, n=n, activation=activation)
     errs = np.empty((len(seeds), len(widths)))

@@ -13,8 +13,8 @@ from wbfe.errors import InvalidOptionError, unknown_name
 from wbfe.options.constraints import Constraint, Custom, Integer, Validated
 from wbfe.theory.hierarchical.model import ACTIVATIONS, FEATURE_KINDS, feature_dim
 from wbfe.theory.hierarchical.spectral import SOLVERS
-from wbfe.theory.checks import check_bytes, finite_number, refuse_unless
-from wbfe.theory.settings import SEED, custom_rule
+from wbfe.theory.checks import SEED, check_bytes, finite_number, refuse_unless
+from wbfe.theory.settings import custom_rule
 
 __all__ = ["HierarchicalSettings"]
 
