@@ -127,6 +127,7 @@ def section_flow(results: Path) -> str:
     blas_file = load(results, "blas_layer.json")
     blas = blas_file["cases"]
     loaded_run = blas_file["earlier_runs"][0]
+    earlier_moe = blas_file["earlier_runs"][-1]["cases"]["moe_experts"]  # the three-round quiet run the rerun replaced
     moe, resnet = fits["cases"]["moe_experts"], fits["cases"]["resnet56"]
     ticks = load(results, "progress_ticks.json")
     ahead = load(results, "read_ahead.json")
@@ -147,9 +148,10 @@ def section_flow(results: Path) -> str:
     blas_rows = "\n".join(
         f"| {label} | {thousands(case['matrices'])} | {x(case)} | {rounds(case)} | {loads(case)} | {when} |"
         for label, case, when in (
-            ("ResNet-56", blas["resnet56"], "quiet rerun"),
-            ("MoE experts of 256 × 1024", blas["moe_experts"], "quiet rerun"),
-            ("LLaMA-7B-shaped 4,096² matrix", blas["llama7b_layers"], "loaded run"),
+            ("ResNet-56", blas["resnet56"], blas["resnet56"]["run_label"]),
+            ("MoE experts of 256 × 1024", blas["moe_experts"], blas["moe_experts"]["run_label"]),
+            ("LLaMA-7B-shaped 4,096² matrix", blas["llama7b_layers"], blas["llama7b_layers"]["run_label"]),
+            ("MoE experts of 256 × 1024", earlier_moe, earlier_moe["run_label"]),
             ("ResNet-56", loaded_run["cases"]["resnet56"], "loaded run"),
             ("MoE experts of 256 × 1024", loaded_run["cases"]["moe_experts"], "loaded run"),
         ))
@@ -198,11 +200,11 @@ def section_flow(results: Path) -> str:
 End to end, the default score with `wbfe/linalg/blas.py` against scipy.linalg's public wrappers
 (`dsyrk`, `dpotrf`, `dgetrf`, `eigh(driver="evr")`, no two-stage solver) under threadpoolctl
 (`benchmarks/bench_blas_layer.py`, run as `bench_fit_batching.py --with-blas-layer`,
-`benchmarks/results/blas_layer.json`): fresh processes alternating, median of
-{blas_file["args"]["repeats"]}, the same numbers but for the two-stage solver's last digits (which
-scipy does not wrap; the LLaMA-shaped matrix's eigenvalues come from it). The quiet rerun of
-{blas_file["date"]} is the current figure for the ResNet and the MoE case; the 7B-shaped matrix's
-figure is the loaded run's of {loaded_run["date"]}, not rerun:
+`benchmarks/results/blas_layer.json`): fresh processes alternating, the median of each row's
+rounds, the same numbers but for the two-stage solver's last digits (which scipy does not wrap; the
+LLaMA-shaped matrix's eigenvalues come from it). The first three rows are the current figures (each
+row says its run); the 7B-shaped matrix's figure is the loaded run's of {loaded_run["date"]}, not
+rerun; the rows below them are the runs they replaced:
 
 | case | matrices | speed-up, median | rounds | 1-minute load average | run |
 |---|---|---|---|---|---|
