@@ -120,6 +120,32 @@ def write_sharded(folder: Path, state: dict, n_shards: int = 3) -> Path:
     return index
 
 
+def write_shards_with_a_copy(folder: Path, fmt: str, owner: int, seed: int) -> dict[str, Any]:
+    """Two shards (safetensors, or torch pickles with ``fmt="pickle"``) and their index, where shard ``owner`` holds
+    ``a.weight`` as the index says and the other shard a second copy of it: the file names, the index's name and
+    weight map, and both copies (``listed``: the index's, ``copy``: the other)."""
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    ext, index = ((".safetensors", "model.safetensors.index.json") if fmt == "safetensors"
+                  else (".bin", "pytorch_model.bin.index.json"))
+    listed, copy = torch.randn(20, 30, generator=g), torch.randn(20, 30, generator=g)
+    first, second = f"model-00001-of-00002{ext}", f"model-00002-of-00002{ext}"
+    shards = {first: {"a.weight": listed if owner == 1 else copy, "c.weight": torch.randn(20, 30, generator=g)},
+              second: {"a.weight": copy if owner == 1 else listed, "b.weight": torch.randn(20, 30, generator=g)}}
+    folder.mkdir(parents=True, exist_ok=True)
+    for shard, tensors in shards.items():
+        if fmt == "safetensors":
+            save_file(tensors, str(folder / shard))
+        else:
+            torch.save(tensors, folder / shard)
+    weight_map = {"a.weight": first if owner == 1 else second, "b.weight": second, "c.weight": first}
+    (folder / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return {"first": first, "second": second, "index": index, "weight_map": weight_map, "listed": listed,
+            "copy": copy}
+
+
 def fake_hub_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], *, revision: str = "main",
                       commit: str = "0123456789abcdef0123456789abcdef01234567") -> Path:
     """Lay files out exactly as huggingface_hub's cache does: blobs, refs/<rev>, snapshots/<commit>/ symlinks."""

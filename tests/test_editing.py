@@ -557,27 +557,14 @@ def test_a_second_copy_of_a_tensor_in_another_shard_is_refused_before_anything_i
     ``shard/name``. An edit copied it under that key, one the input never had (a strict load_state_dict refuses it),
     and edited the index's copy where transformers' loader may take the other: refused in one line naming the tensor,
     both shards and the copy transformers loads, before anything is written."""
-    import json
-
     import wbfe
+    from tests.conftest import write_shards_with_a_copy
     from wbfe.errors import CorruptCheckpointError
     from wbfe_cli.main import app
 
-    g = torch.Generator().manual_seed(4)
-    ext, index = ((".safetensors", "model.safetensors.index.json") if fmt == "safetensors"
-                  else (".bin", "pytorch_model.bin.index.json"))
-    first, second = f"model-00001-of-00002{ext}", f"model-00002-of-00002{ext}"
     src = tmp_path / "in"
-    src.mkdir()
-    shards = {first: {"a.weight": torch.randn(20, 30, generator=g), "c.weight": torch.randn(20, 30, generator=g)},
-              second: {"a.weight": torch.randn(20, 30, generator=g), "b.weight": torch.randn(20, 30, generator=g)}}
-    for shard, tensors in shards.items():
-        if fmt == "safetensors":
-            save_file(tensors, str(src / shard))
-        else:
-            torch.save(tensors, src / shard)
-    weight_map = {"a.weight": first if owner == 1 else second, "b.weight": second, "c.weight": first}
-    (src / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    made = write_shards_with_a_copy(src, fmt, owner, seed=4)
+    first, second, index, weight_map = made["first"], made["second"], made["index"], made["weight_map"]
     holder = second if owner == 1 else first
     taken = ("transformers' loader takes this one instead: it reads every shard's tensors in file name order, the "
              "last copy winning" if owner == 1 else "transformers' loader takes that one too")

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 import wbfe
-from tests.conftest import fake_hub_snapshot, small_state_dict, write_sharded
+from tests.conftest import fake_hub_snapshot, small_state_dict, write_shards_with_a_copy, write_sharded
 from wbfe.errors import (
     CorruptCheckpointError,
     ModelNotFoundError,
@@ -519,26 +519,10 @@ def test_a_name_the_index_gives_to_another_shard_is_read_from_that_shard_alone(t
     other copy is a skipped row of its own (``shard/name``) saying which copy transformers' loader takes (it merges
     the shards in file name order, the last copy winning, whatever the index says). The pickle shards scored both, two
     rows of one name; the safetensors shards, then both, dropped the other copy without a row."""
-    import json
-
-    from safetensors.torch import save_file
-
-    g = torch.Generator().manual_seed(2)
-    ext, index = ((".safetensors", "model.safetensors.index.json") if fmt == "safetensors"
-                  else (".bin", "pytorch_model.bin.index.json"))
-    listed, copy = torch.randn(20, 30, generator=g), torch.randn(20, 30, generator=g)
-    first, second = f"model-00001-of-00002{ext}", f"model-00002-of-00002{ext}"
-    shards = {first: {"a.weight": listed if owner == 1 else copy, "c.weight": torch.randn(20, 30, generator=g)},
-              second: {"a.weight": copy if owner == 1 else listed, "b.weight": torch.randn(20, 30, generator=g)}}
-    for shard, tensors in shards.items():
-        if fmt == "safetensors":
-            save_file(tensors, str(tmp_path / shard))
-        else:
-            torch.save(tensors, tmp_path / shard)
-    weight_map = {"a.weight": first if owner == 1 else second, "b.weight": second, "c.weight": first}
-    (tmp_path / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    made = write_shards_with_a_copy(tmp_path, fmt, owner, seed=2)
+    first, second, index, weight_map = made["first"], made["second"], made["index"], made["weight_map"]
     result = wbfe.score(tmp_path, metrics="bfe")
-    want = wbfe.score({"a.weight": listed}, metrics="bfe").layers[0]["bfe"]
+    want = wbfe.score({"a.weight": made["listed"]}, metrics="bfe").layers[0]["bfe"]
     assert sorted(layer["name"] for layer in result.layers) == ["a.weight", "b.weight", "c.weight"]
     assert next(layer["bfe"] for layer in result.layers if layer["name"] == "a.weight") == want
     taken = ("transformers' loader takes this one instead: it reads every shard's tensors in file name order, the "
