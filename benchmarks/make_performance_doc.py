@@ -147,6 +147,9 @@ def section_flow(results: Path) -> str:
         return span(case["per_round"], "{:.2f}", "×")
 
     fit_loads = loads(moe)
+    quiet = fits["quiet_rerun"]
+    quiet_loads = load_span(v for case in quiet["cases"].values() for variant in case["variants"].values()
+                            for v in variant["load_average_1min"])
     blas_rows = "\n".join(
         f"| {label} | {thousands(case['matrices'])} | {x(case)} | {rounds(case)} | {loads(case)} | {when} |"
         for label, case, when in (
@@ -230,6 +233,11 @@ Batched code that gained less than {fits["threshold"]:g}× on every case that us
 truncated power law's lockstep Newton steps ({x(moe, "tpl_alone")} on the experts, {x(resnet, "tpl_alone")} on a
 ResNet-56), the power-law scans of equal-length short spectra (only the ResNet's: {x(resnet, "pl_alone")})
 and the batched eigen-solve of small equal-shaped matrices (ResNet-56: {x(resnet, "spectra_batch")}).
+Rerun on tree {quiet["measured_tree"]} on a quiet machine ({quiet["date"]}, load average {quiet_loads},
+median of {quiet["args"]["repeats"]}), what was kept still earns it: the default score of all
+{thousands(quiet["cases"]["moe_experts"]["matrices"])} MoE experts {x(quiet["cases"]["moe_experts"])} (rounds
+{rounds(quiet["cases"]["moe_experts"]["fits"])}), `htmp` on one MoE layer {x(quiet["cases"]["moe_layer_htmp"])} and on a
+ResNet-56 {x(quiet["cases"]["resnet56_htmp"])}.
 """
 
 
