@@ -496,3 +496,23 @@ def test_an_fp8_block_of_unequal_sides_is_named_as_shapes_are_written() -> None:
     side."""
     assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 4], [128, 64]) == "fp8-e4m3-block128x64"
     assert fp8_scheme("float8_e4m3fn", [256, 256], [2, 2], [128, 128]) == "fp8-e4m3-block128"
+
+
+@pytest.mark.parametrize("missing", ["qweight", "qzeros"])
+def test_a_gptq_weight_missing_a_part_skips_every_part_saying_why(missing: str) -> None:
+    """A GPTQ group without its packed words or zero points: every part is a skipped row with its reason, the float
+    scales included (its integer parts show it is a quantised weight, so the scales are no matrix); a missing qzeros
+    raised KeyError. A float parameter named ``scales`` with no integer part beside it is still a plain matrix."""
+    t = _gptq(_weights(32, 64), 4, 32, act_order=False)
+    t.pop("expected")
+    t.pop(missing)
+    alone = _weights(6, 40, seed=3)
+    state = {f"l.{k}": v for k, v in t.items()} | {"fc.weight": _weights(4, 20), "norm.scales": alone}
+    result = wbfe.score(state, metrics="bfe")
+    reasons = {s["name"]: s["reason"] for s in result.skipped}
+    what = {"qweight": "packed data", "qzeros": "zero points", "scales": "scales", "g_idx": "group index"}
+    assert {name: reasons[f"l.{name}"] for name in t} == {
+        name: f"{what[name]} of a quantized weight whose other parts are missing" for name in t}
+    rows = {r["name"]: r for r in result.layers}
+    assert sorted(rows) == ["fc.weight", "norm.scales"]
+    assert rows["norm.scales"]["bfe"] == wbfe.score({"norm.scales": alone}, metrics="bfe").layers[0]["bfe"]

@@ -24,8 +24,8 @@ __all__ = ["dequantised"]
 # Suffix -> part of a quantized weight; MXFP4's parts end in `_blocks` / `_scales` instead.
 _PARTS = {"weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "input_scale",
           "qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx"}
-_WHAT = {"scale": "scale", "input_scale": "activation scale", "qzeros": "zero points", "scales": "scales",
-         "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks"}
+_WHAT = {"scale": "scale", "input_scale": "activation scale", "qweight": "packed data", "qzeros": "zero points",
+         "scales": "scales", "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks"}
 
 Item = tuple[TensorEntry, Optional[str]]
 _WORDS = ("int32", "uint32")
@@ -72,11 +72,13 @@ def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]]
 
 def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], emitted: dict[str, str]) -> Iterator[Item]:
     if not _complete(parts):
-        # Not a quantized weight after all (a float parameter named `scales`), or one missing a part.
+        # Not a quantized weight after all (a float parameter named `scales`), or one missing a part: an integer
+        # part (packed words, zero points, a group index) says which, and its float scales are no matrix then.
+        packed = any(not e.dtype.startswith(("float", "bfloat")) for e in parts.values())
         for part, entry in parts.items():
             if part == "weight":
                 yield entry, f"FP8 weight without its scale ({prefix}.weight_scale_inv or .weight_scale)"
-            elif entry.dtype.startswith(("float", "bfloat")):
+            elif entry.dtype.startswith(("float", "bfloat")) and not packed:
                 yield entry, None
             else:
                 yield entry, f"{_WHAT[part]} of a quantized weight whose other parts are missing"
