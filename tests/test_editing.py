@@ -552,7 +552,8 @@ def test_what_the_score_leaves_out_is_copied_not_edited(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", ["safetensors", "pickle"])
 @pytest.mark.parametrize("owner", [1, 2])
 def test_a_second_copy_of_a_tensor_in_another_shard_is_refused_before_anything_is_written(tmp_path: Path, fmt: str,
-                                                                                         owner: int) -> None:
+                                                                                         owner: int,
+                                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A shard holding a copy of a tensor its index gives to another shard: a score lists that copy as a skipped row
     ``shard/name``. An edit copied it under that key, one the input never had (a strict load_state_dict refuses it),
     and edited the index's copy where transformers' loader may take the other: refused in one line naming the tensor,
@@ -584,3 +585,70 @@ def test_a_second_copy_of_a_tensor_in_another_shard_is_refused_before_anything_i
     assert list(out.parent.iterdir()) == []
     # a score still reads the index's copy and lists the other as a skipped row
     assert [s["name"] for s in wbfe.score(src, metrics="bfe").skipped] == [f"{holder}/a.weight"]
+    # prune refuses it before its score, which on a large model takes minutes
+    monkeypatch.setattr("wbfe.pruning._score", lambda *a, **k: pytest.fail("prune scored before refusing"))
+    with pytest.raises(CorruptCheckpointError, match="cannot edit it"):
+        wbfe.prune(src, out, target=0.5, exclude=())
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq", "fp8"])
+def test_a_quantised_checkpoint_is_refused_before_anything_is_written_or_scored(tmp_path: Path, method: str,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quantised layer is stored as several plain tensors (packed integers or FP8 values, scales, zero points): an
+    edit writes plain tensors and could not copy it byte for byte, so smooth, sharpen and prune refuse it in one line
+    naming the weight and its scheme, before anything is written (prune before its score). The edits used to read
+    the raw tensors, smoothing the scales (4 × 256 float16) as a matrix of their own: a broken model, no error."""
+    import wbfe
+    from tests.test_quant import _awq, _folder, _gptq, _weights
+    from wbfe.errors import UnsupportedDtypeError
+
+    tensors = {"model.embed_tokens.weight": _weights(300, 128).half(), "lm_head.weight": _weights(300, 128, 1).half()}
+    w = _weights(256, 128, 2)
+    prefix = "model.layers.0.mlp.up_proj"
+    if method == "fp8":
+        tensors |= {f"{prefix}.weight": (w * 100).to(torch.float8_e4m3fn),
+                    f"{prefix}.weight_scale_inv": torch.full((2, 1), 0.01)}
+        qconfig: dict[str, object] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+        scheme = "fp8-e4m3-block128"
+    else:
+        packed = _gptq(w, 4, 32, act_order=False) if method == "gptq" else _awq(w, 4, 32)
+        packed.pop("expected")
+        tensors |= {f"{prefix}.{part}": v for part, v in packed.items()}
+        qconfig = {"quant_method": method, "bits": 4, "group_size": 32, "desc_act": False, "sym": False}
+        scheme = f"{method}-int4-g32"
+    config = {"architectures": ["LlamaForCausalLM"], "vocab_size": 300, "tie_word_embeddings": False,
+              "quantization_config": qconfig}
+    src = _folder(tmp_path, method, tensors, config)
+    assert next(r for r in wbfe.score(src, metrics="bfe").layers if r["name"] == f"{prefix}.weight")["quant"] == scheme
+    message = (f"{prefix}.weight: stored quantised ({scheme}); editing writes plain tensors and would not copy it "
+               "byte for byte")
+    out = tmp_path / "edits" / "out.safetensors"
+    out.parent.mkdir()
+    monkeypatch.setattr("wbfe.pruning._score", lambda *a, **k: pytest.fail("prune scored before refusing"))
+    for edit in (lambda: smooth_checkpoint(src, out, percent=0.5), lambda: sharpen_checkpoint(src, out),
+                 lambda: wbfe.prune(src, out, target=0.5, exclude=())):
+        with pytest.raises(UnsupportedDtypeError) as info:
+            edit()
+        assert str(info.value) == message
+        assert list(out.parent.iterdir()) == []
+
+
+def test_the_scales_of_a_quantised_weight_missing_a_part_are_copied_not_edited(tmp_path: Path) -> None:
+    """A GPTQ group without its packed words is not scored (each part a skipped row): an edit copies its float scales
+    byte for byte, saying why, where it used to smooth them as a 4 × 256 matrix."""
+    from safetensors import safe_open
+
+    from tests.test_quant import _folder, _gptq, _weights
+
+    packed = _gptq(_weights(256, 128, 2), 4, 32, act_order=False)
+    packed.pop("expected")
+    packed.pop("qweight")
+    tensors = {"lm_head.weight": _weights(300, 128, 1).half()}
+    tensors |= {f"model.layers.0.mlp.up_proj.{part}": v for part, v in packed.items()}
+    src = _folder(tmp_path, "gptq", tensors, {"quantization_config": {"quant_method": "gptq", "bits": 4}})
+    summary = smooth_checkpoint(src, tmp_path / "out.safetensors", percent=0.5)
+    assert list(summary.edited) == ["lm_head.weight"]
+    assert summary.unchanged["model.layers.0.mlp.up_proj.scales"] == (
+        "not a weight the score reads (scales of a quantized weight whose other parts are missing)")
+    with safe_open(str(tmp_path / "out.safetensors"), "pt") as out:
+        assert torch.equal(out.get_tensor("model.layers.0.mlp.up_proj.scales"), packed["scales"])

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["EditSummary", "smooth_matrix", "remove_top", "smoothing_rank", "sharpening_count", "edit_weight",
-           "edit_checkpoint", "smooth_checkpoint", "sharpen_checkpoint"]
+           "check_editable", "edit_checkpoint", "smooth_checkpoint", "sharpen_checkpoint"]
 
 _FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 # The safetensors code of each dtype written back byte for byte (not the sub-byte floats, nor e8m0).
@@ -189,6 +189,44 @@ def edited_output(out: Union[str, Path], reads: Any, what: str) -> Path:
     return target
 
 
+def check_editable(ref: Any) -> None:
+    """Refuse ``ref`` before any work as :func:`edit_checkpoint` would once it has opened it: a shard holding a second
+    copy of a tensor, or a quantised tensor (:func:`wbfe.pruning.prune` calls it before its score).
+
+    Raises:
+        CorruptCheckpointError, UnsupportedDtypeError: as :func:`smooth_checkpoint`; the errors of
+            :func:`wbfe.sources.open_source`.
+    """
+    from wbfe.sources import open_source
+
+    with open_source(ref) as source:
+        _left_out(source, list(source.entries()))
+
+
+def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:
+    """What a score of ``source`` leaves out (name: reason), to be copied unedited; refused: a second copy of a
+    tensor in another shard, a quantised weight."""
+    from wbfe.quant import dequantised
+
+    ref = source.provenance.source
+    for entry in listed:
+        if entry.copy_of is not None:  # copied, it would be a key the input never had; neither copy is surely meant
+            raise CorruptCheckpointError(
+                f"{ref}: cannot edit it: shard {entry.name[:-len(entry.copy_of) - 1]} holds {entry.skip}; keep one "
+                "copy (delete the other from its shard, and point the index at the shard kept), then edit again",
+                ref=ref, name=entry.copy_of)
+    left_out = {e.name: e.skip for e in listed if e.skip}
+    # A weight stored as packed integers with scales (GPTQ, AWQ, FP8 blocks) is several plain tensors in the file:
+    # grouped as a score groups them, lest its scales be edited as a matrix of their own.
+    for entry, why in dequantised(listed, source.config):
+        if entry.quant is not None:
+            raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
+                                        "tensors and would not copy it byte for byte", name=entry.name)
+        if why is not None:
+            left_out[entry.name] = why
+    return left_out
+
+
 def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Optional[frozenset[str]] = None,
                     extra_metadata: Optional[dict[str, str]] = None, layers: Optional[str] = None) -> EditSummary:
     """Write ``ref`` to the safetensors file ``out`` with each selected weight matrix passed through ``editor``.
@@ -217,21 +255,12 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
         listed = list(source.entries())
         described = [(e.name, tuple(e.shape), e.dtype) for e in listed]
         # What the reader leaves out of a score (optimizer moments, a second state dict) is copied, never edited.
-        left_out = {e.name: e.skip for e in listed if e.skip}
+        left_out = _left_out(source, listed)
         if only is None and not any(dtype in _FLOAT_DTYPES and len(shape) >= 2 and name not in left_out
                                     and (pattern is None or pattern.search(name)) for name, shape, dtype in described):
             raise NoUsableMatrixError(f"{source.provenance.source}: "
                                       + (f"--layers {layers!r} selects none of its" if pattern else "it holds no")
                                       + " weight matrices: nothing to edit", ref=source.provenance.source)
-        for entry in listed:
-            if entry.copy_of is not None:  # copied, it would be a key the input never had; neither copy is surely meant
-                raise CorruptCheckpointError(
-                    f"{source.provenance.source}: cannot edit it: shard {entry.name[:-len(entry.copy_of) - 1]} holds "
-                    f"{entry.skip}; keep one copy (delete the other from its shard, and point the index at the shard "
-                    "kept), then edit again", ref=source.provenance.source, name=entry.copy_of)
-            if entry.quant is not None:
-                raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
-                                            "tensors and would not copy it byte for byte", name=entry.name)
         del listed  # a pickle's entries hold its tensors: not kept through the second pass
         raw = source.provenance.extra.get("metadata") or {}
         metadata = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in dict(raw).items()}

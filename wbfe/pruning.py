@@ -204,14 +204,16 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULT
 
     Raises:
         OutputError: ``out`` cannot be written (OverwriteError: it is, or lies in, what is read);
-            UnsupportedDtypeError: a tensor that cannot be copied exactly; the errors of :func:`sparsity`.
+            UnsupportedDtypeError: a tensor that cannot be copied exactly; CorruptCheckpointError: a shard holds a
+            second copy of a tensor its index gives to another shard; the errors of :func:`sparsity`.
     """
-    from wbfe.editing import edit_checkpoint, edited_output
+    from wbfe.editing import check_editable, edit_checkpoint, edited_output
     from wbfe.render.files import local_files, local_reads, refuse_overlap
 
     options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
                        exclude=exclude, layers=layers, head=head, method=method, device=device, min_eigs=min_eigs)
     written = edited_output(out, local_reads(ref), "pruned")  # never over or into the input, before any work
+    check_editable(ref)  # what the edit would refuse, refused before the score (minutes on a large model)
     groups = sorted({METRIC_GROUPS[options.by], "bfe", "htsr"})
     before = _score(ref, options, groups)
     refuse_overlap(written, local_files(before.model.get("files")))  # the files the reader resolved
