@@ -211,7 +211,9 @@ byte for byte, the input's safetensors metadata kept (so facts about the unprune
 recorded test accuracy, are carried over unchanged) and the allocation added under the key
 `wbfe_pruning` (JSON: target, metric, spread, mapping, per-matrix sparsity and zero count). The file
 is written to a temporary file and renamed into place, and an output that is the input (or a link
-to it), or lies in a folder it reads, is refused. The pruned file is scored again: the report gives per matrix `reached`
+to it), or lies in a folder it reads, is refused. What the edit would refuse (a quantised weight, a stray
+second copy of a sharded tensor, [editing.md](editing.md)) is refused before the score. The pruned file is scored
+again: the report gives per matrix `reached`
 (zero weights after pruning, zeros already there included), `dead_rows` and `dead_cols` (rows and
 columns of the out × rest matrix left with no weight; the score leaves them out and computes BFE-W
 and every spectrum column of the live part, [metrics.md](metrics.md), so the pruned file scores with
