@@ -516,3 +516,37 @@ def test_a_gptq_weight_missing_a_part_skips_every_part_saying_why(missing: str) 
     rows = {r["name"]: r for r in result.layers}
     assert sorted(rows) == ["fc.weight", "norm.scales"]
     assert rows["norm.scales"]["bfe"] == wbfe.score({"norm.scales": alone}, metrics="bfe").layers[0]["bfe"]
+
+
+def test_a_compressed_tensors_pack_quantized_layer_is_skipped_saying_why_and_its_scale_is_no_matrix(
+        tmp_path: Path) -> None:
+    """compressed-tensors' pack-quantized layout (llm-compressor's W4A16 checkpoints): the int4 values packed in
+    int32 words (``weight_packed``, by the package's own ``pack_to_int32``), a float ``weight_scale`` per group and
+    ``weight_shape``. wbfe does not dequantise it: every part is a skipped row saying so. The 256 × 4 float scale was
+    scored as a weight matrix (a number from scales), and an edit smoothed it; an edit now refuses the file."""
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+
+    from wbfe.editing import smooth_checkpoint
+    from wbfe.errors import UnsupportedDtypeError
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(-8, 8, (256, 128), generator=g, dtype=torch.int8)
+    prefix = "model.layers.0.mlp.up_proj"
+    tensors = {"lm_head.weight": _weights(300, 128, seed=1).half(), f"{prefix}.weight_packed": pack_to_int32(q, 4),
+               f"{prefix}.weight_scale": (torch.rand(256, 4, generator=g) * 0.01).to(torch.bfloat16),
+               f"{prefix}.weight_shape": torch.tensor([256, 128])}
+    qconfig = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+               "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                   "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32}}}}
+    folder = _folder(tmp_path, "w4a16", tensors, {"architectures": ["LlamaForCausalLM"], "quantization_config": qconfig})
+    result = wbfe.score(folder, metrics="bfe")
+    assert [r["name"] for r in result.layers] == ["lm_head.weight"]
+    why = "of model.layers.0.mlp.up_proj.weight, stored in compressed-tensors' pack-quantized layout, which wbfe does " \
+          "not dequantise: not scored"
+    assert {s["name"]: s["reason"] for s in result.skipped} == {
+        f"{prefix}.weight_packed": f"packed data {why}", f"{prefix}.weight_scale": f"scale {why}",
+        f"{prefix}.weight_shape": f"shape {why}"}
+    with pytest.raises(UnsupportedDtypeError, match=r"^model\.layers\.0\.mlp\.up_proj\.weight_packed: stored quantised "
+                                                    r"\(compressed-tensors-pack-quantized\)"):
+        smooth_checkpoint(folder, tmp_path / "out.safetensors", percent=0.5)
+    assert not (tmp_path / "out.safetensors").exists()

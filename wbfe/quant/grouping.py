@@ -8,6 +8,7 @@ moves past its prefix: nothing but the entries' metadata is held, and nothing is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Iterable, Iterator, Optional
 
@@ -23,9 +24,14 @@ __all__ = ["dequantised"]
 
 # Suffix -> part of a quantized weight; MXFP4's parts end in `_blocks` / `_scales` instead.
 _PARTS = {"weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "input_scale",
-          "qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx"}
+          "qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx",
+          "weight_packed": "packed", "weight_shape": "shape", "weight_zero_point": "zero_point",
+          "weight_g_idx": "g_idx"}
 _WHAT = {"scale": "scale", "input_scale": "activation scale", "qweight": "packed data", "qzeros": "zero points",
-         "scales": "scales", "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks"}
+         "scales": "scales", "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks",
+         "packed": "packed data", "shape": "shape", "zero_point": "zero points"}
+# compressed-tensors' pack-quantized layout (weight_packed, weight_scale, ...): recognised, not dequantised.
+PACK_QUANTIZED = "compressed-tensors-pack-quantized"
 
 Item = tuple[TensorEntry, Optional[str]]
 _WORDS = ("int32", "uint32")
@@ -45,7 +51,7 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
 
 def _complete(parts: dict[str, TensorEntry]) -> bool:
     return ({"weight", "scale"} <= parts.keys() or {"qweight", "qzeros", "scales"} <= parts.keys()
-            or {"blocks", "mx_scales"} <= parts.keys())
+            or {"blocks", "mx_scales"} <= parts.keys() or {"packed", "scale"} <= parts.keys())
 
 
 def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
@@ -82,6 +88,12 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
                 yield entry, None
             else:
                 yield entry, f"{_WHAT[part]} of a quantized weight whose other parts are missing"
+        return
+    if "packed" in parts:  # every part skipped, and marked quantised: an edit refuses it
+        for part, entry in parts.items():
+            yield dataclasses.replace(entry, quant=PACK_QUANTIZED), (
+                f"{_WHAT[part]} of {prefix}.weight, stored in compressed-tensors' pack-quantized layout, which wbfe "
+                "does not dequantise: not scored")
         return
     try:
         weight = _build(prefix, parts, qconfig)
