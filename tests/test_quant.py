@@ -518,12 +518,14 @@ def test_a_gptq_weight_missing_a_part_skips_every_part_saying_why(missing: str) 
     assert rows["norm.scales"]["bfe"] == wbfe.score({"norm.scales": alone}, metrics="bfe").layers[0]["bfe"]
 
 
-def test_a_compressed_tensors_pack_quantized_layer_is_skipped_saying_why_and_its_scale_is_no_matrix(
-        tmp_path: Path) -> None:
-    """compressed-tensors' pack-quantized layout (llm-compressor's W4A16 checkpoints): the int4 values packed in
-    int32 words (``weight_packed``, by the package's own ``pack_to_int32``), a float ``weight_scale`` per group and
-    ``weight_shape``. wbfe does not dequantise it: every part is a skipped row saying so. The 256 × 4 float scale was
-    scored as a weight matrix (a number from scales), and an edit smoothed it; an edit now refuses the file."""
+@pytest.mark.parametrize("layout", ["pack-quantized", "int-quantized"])
+def test_a_compressed_tensors_integer_layer_is_skipped_saying_why_and_its_scale_is_no_matrix(tmp_path: Path,
+                                                                                            layout: str) -> None:
+    """compressed-tensors' integer layouts (llm-compressor's W4A16 and W8A8 checkpoints): int4 values packed in int32
+    words (``weight_packed``, by the package's own ``pack_to_int32``) or int8 values as the ``weight``, a float
+    ``weight_scale`` per group, ``weight_shape`` or ``weight_zero_point``. wbfe does not dequantise them: every part
+    is a skipped row saying so. The 256 × 4 float scale was scored as a weight matrix (a number from scales), and an
+    edit smoothed it; an edit now refuses the file. An integer ``weight`` with no scale beside it keeps its reason."""
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
 
     from wbfe.editing import smooth_checkpoint
@@ -532,21 +534,23 @@ def test_a_compressed_tensors_pack_quantized_layer_is_skipped_saying_why_and_its
     g = torch.Generator().manual_seed(0)
     q = torch.randint(-8, 8, (256, 128), generator=g, dtype=torch.int8)
     prefix = "model.layers.0.mlp.up_proj"
-    tensors = {"lm_head.weight": _weights(300, 128, seed=1).half(), f"{prefix}.weight_packed": pack_to_int32(q, 4),
-               f"{prefix}.weight_scale": (torch.rand(256, 4, generator=g) * 0.01).to(torch.bfloat16),
-               f"{prefix}.weight_shape": torch.tensor([256, 128])}
-    qconfig = {"quant_method": "compressed-tensors", "format": "pack-quantized",
-               "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-                   "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32}}}}
-    folder = _folder(tmp_path, "w4a16", tensors, {"architectures": ["LlamaForCausalLM"], "quantization_config": qconfig})
+    parts = ({"weight_packed": pack_to_int32(q, 4), "weight_shape": torch.tensor([256, 128])}
+             if layout == "pack-quantized" else {"weight": q, "weight_zero_point": torch.zeros(256, 4, dtype=torch.int8)})
+    parts["weight_scale"] = (torch.rand(256, 4, generator=g) * 0.01).to(torch.bfloat16)
+    tensors = {"lm_head.weight": _weights(300, 128, seed=1).half(), "counter.weight": torch.arange(12).reshape(3, 4)}
+    tensors |= {f"{prefix}.{part}": v for part, v in parts.items()}
+    qconfig = {"quant_method": "compressed-tensors", "format": layout}
+    folder = _folder(tmp_path, "ct", tensors, {"architectures": ["LlamaForCausalLM"], "quantization_config": qconfig})
     result = wbfe.score(folder, metrics="bfe")
     assert [r["name"] for r in result.layers] == ["lm_head.weight"]
-    why = "of model.layers.0.mlp.up_proj.weight, stored in compressed-tensors' pack-quantized layout, which wbfe does " \
-          "not dequantise: not scored"
+    why = f"of {prefix}.weight, stored in compressed-tensors' {layout} layout, which wbfe does not dequantise: not scored"
+    what = {"weight_packed": "packed data", "weight_shape": "shape", "weight": "integer values",
+            "weight_zero_point": "zero points", "weight_scale": "scale"}
     assert {s["name"]: s["reason"] for s in result.skipped} == {
-        f"{prefix}.weight_packed": f"packed data {why}", f"{prefix}.weight_scale": f"scale {why}",
-        f"{prefix}.weight_shape": f"shape {why}"}
-    with pytest.raises(UnsupportedDtypeError, match=r"^model\.layers\.0\.mlp\.up_proj\.weight_packed: stored quantised "
-                                                    r"\(compressed-tensors-pack-quantized\)"):
+        "counter.weight": "integer tensor (int64): quantized/packed weights or a counter",
+        **{f"{prefix}.{part}": f"{what[part]} {why}" for part in parts}}
+    first = f"{prefix}.weight_packed" if layout == "pack-quantized" else f"{prefix}.weight"
+    with pytest.raises(UnsupportedDtypeError) as info:
         smooth_checkpoint(folder, tmp_path / "out.safetensors", percent=0.5)
+    assert str(info.value).startswith(f"{first}: stored quantised (compressed-tensors-{layout}); editing writes")
     assert not (tmp_path / "out.safetensors").exists()

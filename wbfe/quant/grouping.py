@@ -29,9 +29,10 @@ _PARTS = {"weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "
           "weight_g_idx": "g_idx"}
 _WHAT = {"scale": "scale", "input_scale": "activation scale", "qweight": "packed data", "qzeros": "zero points",
          "scales": "scales", "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks",
-         "packed": "packed data", "shape": "shape", "zero_point": "zero points"}
-# compressed-tensors' pack-quantized layout (weight_packed, weight_scale, ...): recognised, not dequantised.
-PACK_QUANTIZED = "compressed-tensors-pack-quantized"
+         "packed": "packed data", "shape": "shape", "zero_point": "zero points", "int_weight": "integer values"}
+# compressed-tensors' integer layouts, recognised but not dequantised: pack-quantized (int4 values packed in int32
+# words, weight_packed) and int-quantized (int8 values, an integer weight), each with weight_scale.
+_COMPRESSED = {"packed": "pack-quantized", "int_weight": "int-quantized"}
 
 Item = tuple[TensorEntry, Optional[str]]
 _WORDS = ("int32", "uint32")
@@ -46,12 +47,15 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
     prefix, _, last = name.rpartition(".")
     if last == "weight" and entry.dtype in FP8_FORMATS:
         return prefix, "weight"
+    if last == "weight" and entry.dtype.startswith(("int", "uint")):
+        return prefix, "int_weight"
     return (prefix, _PARTS[last]) if last in _PARTS else None
 
 
 def _complete(parts: dict[str, TensorEntry]) -> bool:
     return ({"weight", "scale"} <= parts.keys() or {"qweight", "qzeros", "scales"} <= parts.keys()
-            or {"blocks", "mx_scales"} <= parts.keys() or {"packed", "scale"} <= parts.keys())
+            or {"blocks", "mx_scales"} <= parts.keys() or {"packed", "scale"} <= parts.keys()
+            or {"int_weight", "scale"} <= parts.keys())
 
 
 def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
@@ -77,6 +81,9 @@ def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]]
 
 
 def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], emitted: dict[str, str]) -> Iterator[Item]:
+    if parts.keys() == {"int_weight"}:  # an integer tensor named weight, no scale beside it: planned as any other
+        yield parts["int_weight"], None
+        return
     if not _complete(parts):
         # Not a quantized weight after all (a float parameter named `scales`), or one missing a part: an integer
         # part (packed words, zero points, a group index) says which, and its float scales are no matrix then.
@@ -89,10 +96,11 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
             else:
                 yield entry, f"{_WHAT[part]} of a quantized weight whose other parts are missing"
         return
-    if "packed" in parts:  # every part skipped, and marked quantised: an edit refuses it
+    layout = next((_COMPRESSED[part] for part in _COMPRESSED if part in parts), None)
+    if layout is not None:  # every part skipped, and marked quantised: an edit refuses it
         for part, entry in parts.items():
-            yield dataclasses.replace(entry, quant=PACK_QUANTIZED), (
-                f"{_WHAT[part]} of {prefix}.weight, stored in compressed-tensors' pack-quantized layout, which wbfe "
+            yield dataclasses.replace(entry, quant=f"compressed-tensors-{layout}"), (
+                f"{_WHAT[part]} of {prefix}.weight, stored in compressed-tensors' {layout} layout, which wbfe "
                 "does not dequantise: not scored")
         return
     try:
