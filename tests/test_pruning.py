@@ -405,3 +405,23 @@ def test_a_min_eigs_no_allocation_reads_is_refused_in_its_own_words(model: Path,
                                                  "drop --min-eigs or allocate by alpha, stable_rank or h$"):
         sparsity(model, 0.5, by=by, min_eigs=5)
     assert sparsity(model, 0.5, by="stable_rank", min_eigs=5).rows
+
+
+def test_a_scored_matrix_that_is_no_stored_tensor_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """A fused expert stack is scored per expert (``…down_proj[0]``), a matrix the file does not store: it cannot be
+    pruned in place, and prune says so, naming it, before anything is written."""
+    from safetensors.torch import save_file
+
+    from wbfe.errors import InvalidOptionError
+
+    g = torch.Generator().manual_seed(0)
+    (tmp_path / "moe").mkdir()
+    save_file({"model.layers.0.mlp.experts.down_proj": torch.randn(4, 64, 96, generator=g),
+               "model.layers.0.self_attn.q_proj.weight": torch.randn(64, 64, generator=g)},
+              str(tmp_path / "moe" / "model.safetensors"))
+    out = tmp_path / "out.safetensors"
+    with pytest.raises(InvalidOptionError) as info:
+        wbfe.prune(tmp_path / "moe", out, target=0.5, exclude=())
+    assert str(info.value) == ("model.layers.0.mlp.experts.down_proj[0]: scored as [64, 96] but stored as no tensor; "
+                               "it cannot be pruned in place (exclude it with --layers)")
+    assert not out.exists()

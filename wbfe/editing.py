@@ -189,9 +189,10 @@ def edited_output(out: Union[str, Path], reads: Any, what: str) -> Path:
     return target
 
 
-def check_editable(ref: Any) -> None:
+def check_editable(ref: Any) -> dict[str, list[int]]:
     """Refuse ``ref`` before any work as :func:`edit_checkpoint` would once it has opened it: a shard holding a second
-    copy of a tensor, or a quantised tensor (:func:`wbfe.pruning.prune` calls it before its score).
+    copy of a tensor, or a quantised tensor (:func:`wbfe.pruning.prune` calls it before its score); else the shape
+    of each stored tensor, by name.
 
     Raises:
         CorruptCheckpointError, UnsupportedDtypeError: as :func:`smooth_checkpoint`; the errors of
@@ -200,7 +201,9 @@ def check_editable(ref: Any) -> None:
     from wbfe.sources import open_source
 
     with open_source(ref) as source:
-        _left_out(source, list(source.entries()))
+        listed = list(source.entries())
+        _left_out(source, listed)
+        return {e.name: list(e.shape) for e in listed}
 
 
 def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:

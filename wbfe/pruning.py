@@ -213,13 +213,13 @@ def prune(ref: Any, out: Union[str, Path], *, target: Optional[float] = _DEFAULT
     options = _options(options, target=target, by=by, spread=spread, mapping=mapping, reverse=reverse,
                        exclude=exclude, layers=layers, head=head, method=method, device=device, min_eigs=min_eigs)
     written = edited_output(out, local_reads(ref), "pruned")  # never over or into the input, before any work
-    check_editable(ref)  # what the edit would refuse, refused before the score (minutes on a large model)
+    stored = check_editable(ref)  # what the edit would refuse, refused before the score (minutes on a large model)
     groups = sorted({METRIC_GROUPS[options.by], "bfe", "htsr"})
     before = _score(ref, options, groups)
     refuse_overlap(written, local_files(before.model.get("files")))  # the files the reader resolved
     allocation = _allocation(before, options)
     plan = {r["name"]: r for r in allocation.rows}
-    _check_tensors(ref, plan)
+    _check_tensors(stored, plan)
     counts: dict[str, tuple[int, int, int]] = {}
 
     def editor(name: str, tensor: "torch.Tensor") -> tuple[Optional[np.ndarray], int, str]:
@@ -310,12 +310,9 @@ def _filled(rows: list[dict[str, Any]], by: str) -> np.ndarray:
     return np.array([r["metric"] if math.isfinite(r["metric"]) else median for r in rows])
 
 
-def _check_tensors(ref: Any, plan: dict[str, dict[str, Any]]) -> None:
-    """Every allocated matrix is a tensor of the file with the scored shape (else nothing is written)."""
-    from wbfe.sources import open_source
-
-    with open_source(ref) as source:
-        stored = {e.name: list(e.shape) for e in source.entries()}
+def _check_tensors(stored: dict[str, list[int]], plan: dict[str, dict[str, Any]]) -> None:
+    """Every allocated matrix is a tensor of the file (``stored``: each one's shape) with the scored shape (else
+    nothing is written)."""
     for name, row in plan.items():
         if stored.get(name) != row["shape"]:
             raise InvalidOptionError(f"{name}: scored as {row['shape']} but stored as {stored.get(name, 'no tensor')}; "

@@ -87,11 +87,11 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
     if not _complete(parts):
         # Not a quantized weight after all (a float parameter named `scales`), or one missing a part: an integer
         # part (packed words, zero points, a group index) says which, and its float scales are no matrix then.
-        packed = any(not e.dtype.startswith(("float", "bfloat")) for e in parts.values())
+        quantised = any(not e.dtype.startswith(("float", "bfloat")) for e in parts.values())
         for part, entry in parts.items():
             if part == "weight":
                 yield entry, f"FP8 weight without its scale ({prefix}.weight_scale_inv or .weight_scale)"
-            elif entry.dtype.startswith(("float", "bfloat")) and not packed:
+            elif entry.dtype.startswith(("float", "bfloat")) and not quantised:
                 yield entry, None
             else:
                 yield entry, f"{_WHAT[part]} of a quantized weight whose other parts are missing"
