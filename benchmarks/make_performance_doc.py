@@ -191,9 +191,9 @@ def section_flow(results: Path) -> str:
   {mib_of("budget_floor_bytes")}.
 - Each tensor is read when its turn comes. A thread that read the next large one while this one was
   scored gave {ahead_x} end to end even on a checkpoint streamed over HTTP (a loopback server,
-  unthrottled and at {float(ahead["args"]["link_mb_s"]):.0f} MB/s; `benchmarks/bench_read_ahead.py`,
-  `benchmarks/results/read_ahead.json`, medians of {ahead["args"]["repeats"]}, load average {ahead_loads}),
-  and was removed.
+  unthrottled and at {float(ahead["args"]["link_mb_s"]):.0f} MB/s; `benchmarks/results/read_ahead.json`, medians of
+  {ahead["args"]["repeats"]}, load average {ahead_loads}), and was removed, with the benchmark that switched it off
+  (the file's `script` says where it stays in the history).
 - The progress callback ticks once per matrix as its spectrum is done (its total counts the
   matrices). On {ticks["checkpoint"]}, with the default metrics, the median tick falls at
   {ticks["median_tick_position_cold"]:.2f} of a fresh process's score ({ticks["median_tick_position_warm"]:.2f} once the imports made at first
