@@ -20,7 +20,6 @@ from wbfe.options.safe_regex import unsafe_reason
 BAD = [
     (r"(a+)+$", "a", "!"),
     (r"(a*)*$", "a", "!"),
-    (r"(\w*\.)*weight$", "ab.", "!"),
     (r"(a|a)*$", "a", "!"),
     (r"(?:a|a)*$", "a", "!"),
     (r"(a|a)+$", "a", "!"),
@@ -37,6 +36,9 @@ BAD = [
     (r"([^a-c]|d)*$", "d", "a"),
     (r"(.|a)*$", "a", "\n\n"),
     (r"((a|aa)*)$", "a", "!"),
+    (r"((ab)+)+$", "ab", "!"),
+    (r"(\w+\s?)*$", "ab ", "!"),
+    (r"^(([a-z])+.)+[A-Z]([a-z])+$", "ab", "!"),
 ]
 
 GOOD = [
@@ -44,6 +46,8 @@ GOOD = [
     r"(a++)+x", r"fc\d*$", r"(?>a+)+b", r"(a|ab)*$", r"(ab|ac)*$", r"(?:\w+\.){2}weight$", r"(foo|bar)+$",
     r"(x(a|aa)y)+$", r".*attn.*", r"(.*\.)?weight$", r"head", r"(?:\.\d{1,3}){1,4}$", r"(a|[ab])*$",
     r"model\.layers\.(?:[0-9]|1[0-5])\.self_attn\.(q|k|v|o)_proj\.weight", r"(?:\bx|y)+$",
+    # a repeated group that ends with a character its inner repeat cannot match splits a name one way only
+    r"(\w+\.)*weight", r"layers\.(\d+\.)*mlp", r"^model\.(layers\.\d+\.)+self_attn", r"(\w*\.)*weight$",
 ]
 
 

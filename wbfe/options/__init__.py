@@ -207,7 +207,7 @@ def compile_layers(pattern: Optional[str], *, option: str = "--layers") -> Optio
         raise InvalidOptionError(f"{option} is not a valid regular expression: {exc}") from None
     if reason:
         raise InvalidOptionError(
-            f"{option} {pattern!r} {reason}, which can take exponential time to match; write the group once "
+            f"{option} {pattern!r} is refused: {reason}, which can take exponential time to match; write the group once "
             "(e.g. [\\w.]*), end each repeated part with a character it cannot match or make the inner "
             "repeat possessive (a++)", option=option, pattern=pattern)
     return compiled
