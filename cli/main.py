@@ -5,8 +5,9 @@ error to one ``wbfe: error: ...`` line on stderr and exit code 2.
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import typer
 
@@ -44,8 +45,34 @@ def _hint(exc: WbfeError) -> str:
     return hub_name_hint(path)
 
 
+def _integers_only(command: Any) -> None:
+    """Every int option of ``command`` and of its sub-commands is refused unless written as Python's int() reads
+    it ("7", "-1", "1_000"), before typer reads it: typer's int, pydantic's, took "3.0" as 3 (``--seed 3.0`` ran
+    with seed 3), where the library refuses 3.0. "3.0", "1e3", "0x10" are refused in one line naming the option."""
+    for sub in getattr(command, "commands", {}).values():
+        _integers_only(sub)
+    for param in command.params:
+        descriptor = getattr(param, "type_descriptor", None)  # typer's parameters: their annotation
+        if descriptor is not None and descriptor.annotation is int:
+            param.process_value = functools.partial(_integer_text, param.process_value, param)
+
+
+def _integer_text(process: Callable[[Any, Any], Any], param: Any, ctx: Any, value: Any) -> Any:
+    if isinstance(value, str):  # not a default (already an int) nor an option left out (None)
+        try:
+            int(value)
+        except ValueError:
+            raise click_errors.BadParameter(f"must be an integer, not {value!r}", ctx=ctx, param=param) from None
+    return process(ctx, value)
+
+
 class _WbfeGroup(Group):
-    """Turns every :class:`WbfeError` and usage error into one line on stderr and exit code 2."""
+    """Turns every :class:`WbfeError` and usage error into one line on stderr and exit code 2; its commands' int
+    options take integers only (:func:`_integers_only`)."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        _integers_only(self)
 
     def invoke(self, ctx: Any) -> Any:
         try:

@@ -423,7 +423,7 @@ def test_file_digest_of_shards_is_hashlib_over_the_sorted_lines(tmp_path: Path, 
         broken.result()
 
 
-def test_file_digest_reports_errors_and_is_refused_once_cancelled(tmp_path: Path) -> None:
+def test_file_digest_reports_errors(tmp_path: Path) -> None:
     import hashlib
 
     from wbfe.sources._base import FileDigest
@@ -436,10 +436,31 @@ def test_file_digest_reports_errors_and_is_refused_once_cancelled(tmp_path: Path
     assert FileDigest([tmp_path / "b.bin", tmp_path / "a.bin"]).result() == hashlib.sha256(lines.encode()).hexdigest()
     with pytest.raises(FileNotFoundError):
         FileDigest([tmp_path / "gone.bin"]).result()
-    digest = FileDigest([tmp_path / "a.bin"])
-    digest.cancel()  # the checkpoint was closed before its digest was asked for
-    with pytest.raises(RuntimeError, match="hashing cancelled: the checkpoint was closed first"):
-        digest.result()
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".bin"])
+def test_the_digest_asked_for_after_close_is_the_files_sha256(tmp_path: Path, suffix: str) -> None:
+    """Closing a checkpoint cancelled its digest: asked for afterwards, it was a plain RuntimeError. It is hashlib's
+    SHA-256 of the file, as before close; a file removed since is SourceNotFoundError naming it."""
+    import hashlib
+
+    path = tmp_path / f"model{suffix}"
+    state = {"fc.weight": torch.arange(12.0).reshape(3, 4)}
+    if suffix == ".safetensors":
+        save_file(state, str(path))
+    else:
+        torch.save(state, path)
+    with open_source(path) as source:
+        pass
+    assert source.provenance.digest() == hashlib.sha256(path.read_bytes()).hexdigest()
+    with open_source(path) as source:
+        pass
+    assert source.provenance.to_dict()["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    with open_source(path) as source:
+        pass
+    path.unlink()
+    with pytest.raises(SourceNotFoundError, match=f"^no such file or folder: {re.escape(str(path))}$"):
+        source.provenance.digest()
 
 
 def test_a_weight_file_removed_before_it_is_hashed_is_a_typed_error(tmp_path: Path) -> None:

@@ -198,9 +198,7 @@ class TensorSource:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release resources; the files' SHA-256 cannot be asked for after this."""
-        if self.provenance.pending is not None:
-            self.provenance.pending.cancel()
+        """Release resources. The files' SHA-256 may still be asked for: it is read from their paths."""
 
     def __enter__(self) -> "TensorSource":
         return self
@@ -210,21 +208,16 @@ class TensorSource:
 
 
 class FileDigest:
-    """SHA-256 of one file, or of the sorted ``name:digest`` lines of several, computed when it is asked for."""
+    """SHA-256 of one file, or of the sorted ``name:digest`` lines of several, computed when it is asked for
+    (from the paths: before or after the checkpoint is closed)."""
 
     def __init__(self, paths: Sequence[Path]):
         self._paths = list(paths)
-        self._closed = False
 
     def result(self) -> str:
-        """The digest (raises what hashing raised, or ``RuntimeError`` after :meth:`cancel`)."""
-        if self._closed:
-            raise RuntimeError("hashing cancelled: the checkpoint was closed first")
+        """The digest (raises what hashing raised: ``SourceNotFoundError`` for a file removed since)."""
         buffer = bytearray(HASH_CHUNK)
         return combine_digests([file_sha256(path, buffer) for path in self._paths])
-
-    def cancel(self) -> None:
-        self._closed = True
 
 
 def file_sha256(path: Path, buffer: bytearray) -> tuple[str, str]:

@@ -69,9 +69,9 @@ def check_each(name: str, values: Any, rule: Callable[[str, Any], Any]) -> tuple
 
 
 def check_runs(name: str, values: Any, seeds: Any, rule: Callable[[str, Any], Any]) -> None:
-    """Refuse a sweep's ``values`` (one run each) or ``seeds`` that are not non-empty flat lists, a repeated seed
-    (copies of one run, a standard error of 0), a value ``rule`` refuses, a repeated value (one run twice) or a bad
-    seed, before the first run."""
+    """Refuse a sweep's ``values`` (one run each) or ``seeds`` that are not non-empty flat lists, a value ``rule``
+    refuses, a repeated value (one run twice), a bad seed or a repeated one (copies of one run, a standard error of
+    0), before the first run: the values and seeds by :func:`check_each`, as the settings' ``_each`` checks them."""
     import numpy as np  # not at the top: the CLI's --help imports this module and must not load numpy
 
     def flat(x: Any) -> bool:
@@ -80,7 +80,6 @@ def check_runs(name: str, values: Any, seeds: Any, rule: Callable[[str, Any], An
         except ValueError:  # a ragged list: numpy's inhomogeneous-shape error
             return False
 
-    refuse_unless(flat(values) and flat(seeds) and len(set(seeds)) == len(seeds),
-                  f"{name} and seeds must be non-empty lists, and no seed may repeat")
+    refuse_unless(flat(values) and flat(seeds), f"{name} and seeds must be non-empty lists")
     check_each(name, values, rule)
     check_each("seeds", seeds, SEED)
