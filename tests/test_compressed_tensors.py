@@ -124,6 +124,7 @@ def _same_rows(tmp_path: Path, folder: Path, reference: dict[str, torch.Tensor])
     ({"num_bits": 8, "strategy": "channel", "symmetric": True}, "int8-channel"),
     ({"num_bits": 8, "strategy": "group", "group_size": 16, "symmetric": False}, "int8-g16"),
     ({"num_bits": 2, "strategy": "tensor", "symmetric": True}, "int2-tensor"),
+    ({"num_bits": 4, "strategy": "block", "block_structure": [32, 64], "symmetric": False}, "int4-block32x64"),
 ])
 def test_pack_quantized_equals_the_packages_decompression(tmp_path: Path, weights: dict, quant: str) -> None:
     """W4A16 / W8A16 (llm-compressor's pack-quantized): int32 words holding 32/b values, ``weight_shape``, an
@@ -153,6 +154,7 @@ def test_pack_quantized_equals_the_packages_decompression(tmp_path: Path, weight
     ({"num_bits": 8, "strategy": "channel", "symmetric": False}, "int8-channel"),
     ({"num_bits": 8, "strategy": "group", "group_size": 16, "symmetric": True}, "int8-g16"),
     ({"num_bits": 8, "strategy": "tensor", "symmetric": True}, "int8-tensor"),
+    ({"num_bits": 8, "strategy": "block", "block_structure": [64, 64], "symmetric": True}, "int8-block64"),
 ])
 def test_int_quantized_equals_the_packages_decompression(tmp_path: Path, weights: dict, quant: str) -> None:
     """W8A8 (int-quantized): an int8 ``weight`` beside its scale (and zero point), activations quantised per token."""
@@ -263,3 +265,71 @@ def test_dequantize_is_q_minus_z_times_s_per_group() -> None:
     expected = torch.tensor([[0.0, -1.5, 6.0, 0.0], [1.0, 1.25, -5.0, 8.0]], dtype=torch.float64)
     assert torch.equal(dequantize_compressed(q, s, z, [1, 2]), expected)
     assert math.isclose(float(dequantize_compressed(q, s, None, [1, 2])[1, 3]), 7.0)
+
+
+@pytest.mark.parametrize("layout", ["sparse-24-bitmask", "sparse-bitmask"])
+def test_a_sparse_bitmask_weight_is_skipped_saying_so_and_its_values_are_no_matrix(layout: str) -> None:
+    """compressed-tensors' sparse layouts (before 0.15; RedHatAI's 2:4 sparse models): ``<w>.weight.compressed``
+    holds the kept values ([out, in/2] under 2:4, one row otherwise), ``.bitmask`` their positions (packed bits),
+    ``.shape`` the matrix's and ``.row_offsets`` each row's first value. The 2:4 values were scored as a 64 x 32
+    matrix of their own; every part is now a skipped row saying what it is."""
+    g = torch.Generator().manual_seed(0)
+    kept = torch.randn(64, 32, generator=g) if layout == "sparse-24-bitmask" else torch.randn(1000, generator=g)
+    parts = {"compressed": kept, "bitmask": torch.randint(0, 256, (64, 8), generator=g, dtype=torch.uint8),
+             "shape": torch.tensor([64, 64])}
+    if layout == "sparse-bitmask":
+        parts["row_offsets"] = torch.arange(64) * 16
+    state = {f"l.weight.{part}": v for part, v in parts.items()} | {"fc.weight": torch.randn(8, 32, generator=g)}
+    result = wbfe.score(state, metrics="bfe")
+    assert [r["name"] for r in result.layers] == ["fc.weight"]
+    what = {"compressed": "kept values", "bitmask": "bitmask", "shape": "shape", "row_offsets": "row offsets"}
+    assert {s["name"]: s["reason"] for s in result.skipped} == {
+        f"l.weight.{part}": f"{what[part]} of l.weight, stored as compressed-tensors' sparse bitmask layout (the "
+                            "nonzero values, their positions in a bitmask), which wbfe does not decompress: not scored"
+        for part in parts}
+
+
+def test_the_edits_refuse_a_compressed_tensors_checkpoint_before_writing(tmp_path: Path) -> None:
+    """Scored dequantised, a pack-quantized weight is still several stored tensors an edit could not write back: smooth,
+    sharpen and prune refuse the file in one line naming the weight and its scheme, and write nothing."""
+    from wbfe.editing import sharpen_checkpoint, smooth_checkpoint
+    from wbfe.errors import UnsupportedDtypeError
+
+    folder, _, _ = _checkpoint(tmp_path, {"num_bits": 4, "strategy": "group", "group_size": 16, "symmetric": False})
+    out = tmp_path / "edits" / "out.safetensors"
+    out.parent.mkdir()
+    for edit in (lambda: smooth_checkpoint(folder, out, percent=0.5), lambda: sharpen_checkpoint(folder, out),
+                 lambda: wbfe.prune(folder, out, target=0.5, exclude=())):
+        with pytest.raises(UnsupportedDtypeError) as info:
+            edit()
+        assert str(info.value) == ("odd.weight: stored quantised (compressed-tensors-int4-g16); editing writes plain "
+                                   "tensors and would not copy it byte for byte")
+        assert list(out.parent.iterdir()) == []
+
+
+def test_from_the_cli_the_score_reads_it_and_an_edit_exits_2_in_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from wbfe_cli.main import app
+
+    folder, _, _ = _checkpoint(tmp_path, {"num_bits": 8, "strategy": "channel", "symmetric": True})
+    result = CliRunner().invoke(app, ["score", str(folder), "--metrics", "bfe", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r["quant"] for r in json.loads(result.stdout)["layers"]}
+    assert rows == {"head.weight": None, "odd.weight": "compressed-tensors-int8-channel",
+                    "up.weight": "compressed-tensors-int8-channel"}
+    out = tmp_path / "out.safetensors"
+    result = CliRunner().invoke(app, ["smooth", str(folder), str(out), "--percent", "0.5"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "odd.weight: stored quantised (compressed-tensors-int8-channel)" in result.output and not out.exists()
+
+
+def test_a_marlin_24_scale_is_no_matrix() -> None:
+    """Marlin-24 (2:4 sparse 4-bit, compressed-tensors before 0.15): ``weight_packed``, ``scale_packed``, ``meta``.
+    The float ``scale_packed`` was scored as a 4 x 64 matrix; it is a part of a weight wbfe cannot read."""
+    state = {"l.weight_packed": torch.zeros(8, 64, dtype=torch.int32), "l.scale_packed": torch.rand(4, 64).half(),
+             "l.meta": torch.zeros(8, 8, dtype=torch.int16), "fc.weight": torch.randn(8, 32)}
+    result = wbfe.score(state, metrics="bfe")
+    assert [r["name"] for r in result.layers] == ["fc.weight"]
+    assert {s["name"]: s["reason"] for s in result.skipped}["l.scale_packed"] == (
+        "quantized weight l unreadable: weight_packed without its weight_shape: the number of inputs is unknown")

@@ -37,8 +37,9 @@ def _weight_args(qconfig: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     targets, else every group (a target that is a class name or a ``re:`` pattern is not matched: the tensors decide,
     and the config only where every group agrees)."""
     groups = qconfig.get("config_groups") if qconfig.get("quant_method") == "compressed-tensors" else None
-    found = [g for g in groups.values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)] if isinstance(
-        groups, dict) else []
+    if not isinstance(groups, dict):
+        return []
+    found = [g for g in groups.values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
     named = [g for g in found if isinstance(g.get("targets"), list) and prefix in g["targets"]]
     return [g["weights"] for g in (named or found)]
 
@@ -84,7 +85,8 @@ def compressed_weight(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[
         q = parts["int_weight"]
         if q.dtype != "int8":
             raise CorruptCheckpointError(f"an integer weight of {q.dtype} beside a scale: compressed-tensors stores int8")
-        shape, bits = tuple(q.shape), config_whole(_agreed(args, "num_bits")) or 8
+        shape = tuple(q.shape)
+        bits = config_whole(_agreed(args, "num_bits")) or 8  # the name's width: int8 holds any up to 8 bits
     if not s.dtype.startswith(("float", "bfloat")):
         raise CorruptCheckpointError(f"weight_scale of {s.dtype}: expected floats")
     block = config_block(qconfig, prefix)
@@ -98,12 +100,14 @@ def compressed_weight(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[
     if g is not None:
         group_size = size[1] if kind == "block" and size is not None else None
         _check_input_order(to_numpy(g.load()), shape[-1], group_size, f"compressed-tensors-{fmt}")
-    label = {"tensor": "tensor", "channel": "channel"}.get(kind) or _block_label(size)
+    label = _block_label(size) if kind == "block" else kind
     rows = int(s.shape[-2]) if len(s.shape) >= 2 else 1
 
     def load() -> torch.Tensor:
-        values = unpack_values(to_torch(packed.load()), bits, shape[-1], -1) if packed is not None else to_torch(
-            parts["int_weight"].load())
+        if packed is not None:
+            values = unpack_values(to_torch(packed.load()), bits, shape[-1], -1)
+        else:
+            values = to_torch(parts["int_weight"].load())
         zero = None if z is None else to_torch(z.load())
         if zero is not None and zero_shape != tuple(s.shape):
             zero = unpack_values(zero, bits, rows, -2)

@@ -28,12 +28,17 @@ _PARTS = {"weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "
           "qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx",
           "weight_packed": "packed", "weight_shape": "shape", "weight_zero_point": "zero_point",
           "weight_g_idx": "g_idx", "weight_global_scale": "global_scale", "input_zero_point": "input_zero_point",
-          "input_global_scale": "input_global_scale"}
+          "input_global_scale": "input_global_scale", "scale_packed": "scale"}
+# compressed-tensors' sparse layouts keep a weight's nonzero values and code their positions in a bitmask (2:4 or
+# unstructured): parts of `<prefix>.weight`, never decompressed.
+_SPARSE = {".weight.compressed": "kept", ".weight.bitmask": "bitmask", ".weight.row_offsets": "row_offsets",
+           ".weight.shape": "shape"}
 _WHAT = {"scale": "scale", "input_scale": "activation scale", "qweight": "packed data", "qzeros": "zero points",
          "scales": "scales", "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks",
          "packed": "packed data", "shape": "shape", "zero_point": "zero points", "int_weight": "integer values",
          "global_scale": "global scale", "input_zero_point": "activation zero point",
-         "input_global_scale": "activation global scale"}
+         "input_global_scale": "activation global scale", "kept": "kept values", "bitmask": "bitmask",
+         "row_offsets": "row offsets"}
 
 Item = tuple[TensorEntry, Optional[str]]
 _WORDS = ("int32", "uint32")
@@ -44,6 +49,9 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
     name = entry.name
     for suffix, part in (("_blocks", "blocks"), ("_scales", "mx_scales")):
         if name.endswith(suffix) and entry.dtype == "uint8":
+            return name[: -len(suffix)], part
+    for suffix, part in _SPARSE.items():
+        if name.endswith(suffix):
             return name[: -len(suffix)], part
     prefix, _, last = name.rpartition(".")
     if last == "weight" and entry.dtype in FP8_FORMATS:
@@ -56,7 +64,7 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
 def _complete(parts: dict[str, TensorEntry]) -> bool:
     return ({"weight", "scale"} <= parts.keys() or {"qweight", "qzeros", "scales"} <= parts.keys()
             or {"blocks", "mx_scales"} <= parts.keys() or {"packed", "scale"} <= parts.keys()
-            or {"int_weight", "scale"} <= parts.keys())
+            or {"int_weight", "scale"} <= parts.keys() or {"kept", "bitmask"} <= parts.keys())
 
 
 def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
@@ -125,6 +133,9 @@ def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any) -> TensorEn
 def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
     # Asked when the weight is planned, so that a missing torch stops the run before any work.
     require_torch(f"dequantising {prefix} (FP8, MXFP4, GPTQ, AWQ and compressed-tensors weights)")
+    if "bitmask" in parts:
+        raise UnsupportedDtypeError("compressed-tensors' sparse bitmask layout (the nonzero values, their positions "
+                                    "in a bitmask), which wbfe does not decompress", scheme="compressed-tensors-sparse")
     if "packed" in parts or "int_weight" in parts:
         return compressed_weight(prefix, parts, qconfig)
     if "weight" in parts:
