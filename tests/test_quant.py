@@ -519,13 +519,14 @@ def test_a_gptq_weight_missing_a_part_skips_every_part_saying_why(missing: str) 
 
 
 @pytest.mark.parametrize("layout", ["pack-quantized", "int-quantized"])
-def test_a_compressed_tensors_integer_layer_is_skipped_saying_why_and_its_scale_is_no_matrix(tmp_path: Path,
+def test_a_compressed_tensors_integer_layer_is_scored_dequantised_and_its_scale_is_no_matrix(tmp_path: Path,
                                                                                             layout: str) -> None:
     """compressed-tensors' integer layouts (llm-compressor's W4A16 and W8A8 checkpoints): int4 values packed in int32
-    words (``weight_packed``, by the package's own ``pack_to_int32``) or int8 values as the ``weight``, a float
-    ``weight_scale`` per group, ``weight_shape`` or ``weight_zero_point``. wbfe does not dequantise them: every part
-    is a skipped row saying so. The 256 × 4 float scale was scored as a weight matrix (a number from scales), and an
-    edit smoothed it; an edit now refuses the file. An integer ``weight`` with no scale beside it keeps its reason."""
+    words (``weight_packed``, by the package's own ``pack_to_int32``) or int8 values as the ``weight``, a bfloat16
+    ``weight_scale`` per group of 32 inputs, ``weight_shape`` or ``weight_zero_point``. The weight is scored as
+    q·s (its zero point 0), its parts consumed. The 256 × 4 float scale was once scored as a weight matrix, and an
+    edit smoothed it; an edit refuses the file. An integer ``weight`` with no scale beside it keeps its reason.
+    (tests/test_compressed_tensors.py: checkpoints written by the package, against its own decompression.)"""
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
 
     from wbfe.editing import smooth_checkpoint
@@ -542,15 +543,20 @@ def test_a_compressed_tensors_integer_layer_is_skipped_saying_why_and_its_scale_
     qconfig = {"quant_method": "compressed-tensors", "format": layout}
     folder = _folder(tmp_path, "ct", tensors, {"architectures": ["LlamaForCausalLM"], "quantization_config": qconfig})
     result = wbfe.score(folder, metrics="bfe")
-    assert [r["name"] for r in result.layers] == ["lm_head.weight"]
-    why = f"of {prefix}.weight, stored in compressed-tensors' {layout} layout, which wbfe does not dequantise: not scored"
-    what = {"weight_packed": "packed data", "weight_shape": "shape", "weight": "integer values",
-            "weight_zero_point": "zero points", "weight_scale": "scale"}
+    rows = {r["name"]: r for r in result.layers}
+    assert sorted(rows) == ["lm_head.weight", f"{prefix}.weight"]
+    expected = q.double() * parts["weight_scale"].double().repeat_interleave(32, dim=1)
+    scheme = "compressed-tensors-int4-g32" if layout == "pack-quantized" else "compressed-tensors-int8-g32"
+    assert rows[f"{prefix}.weight"]["quant"] == scheme
+    assert rows[f"{prefix}.weight"]["bfe"] == pytest.approx(_bfe(expected), rel=1e-9)
+    what = {"weight_packed": "packed data", "weight_shape": "shape", "weight_zero_point": "zero points",
+            "weight_scale": "scale"}
     assert {s["name"]: s["reason"] for s in result.skipped} == {
         "counter.weight": "integer tensor (int64): quantized/packed weights or a counter",
-        **{f"{prefix}.{part}": f"{what[part]} {why}" for part in parts}}
-    first = f"{prefix}.weight_packed" if layout == "pack-quantized" else f"{prefix}.weight"
+        **{f"{prefix}.{part}": f"consumed: {what[part]} of {prefix}.weight" for part in parts if part != "weight"},
+        **({f"{prefix}.weight_packed": f"consumed: packed data of {prefix}.weight (scored dequantised)"}
+           if layout == "pack-quantized" else {})}
     with pytest.raises(UnsupportedDtypeError) as info:
         smooth_checkpoint(folder, tmp_path / "out.safetensors", percent=0.5)
-    assert str(info.value).startswith(f"{first}: stored quantised (compressed-tensors-{layout}); editing writes")
+    assert str(info.value).startswith(f"{prefix}.weight: stored quantised ({scheme}); editing writes")
     assert not (tmp_path / "out.safetensors").exists()

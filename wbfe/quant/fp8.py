@@ -15,13 +15,14 @@ from wbfe.render.text import shape_text
 if TYPE_CHECKING:  # torch is imported where a tensor is dequantised: planning needs none
     import torch
 
-__all__ = ["dequantize_fp8", "fp8_scheme", "config_whole", "FP8_FORMATS"]
+__all__ = ["dequantize_fp8", "fp8_scheme", "config_whole", "scale_grid", "scale_layout", "FP8_FORMATS"]
 
 FP8_FORMATS = {"float8_e4m3fn": "e4m3", "float8_e4m3fnuz": "e4m3", "float8_e5m2": "e5m2", "float8_e5m2fnuz": "e5m2"}
 
 
-def _layout(weight_shape: Sequence[int], scale_shape: Sequence[int],
-            block: Optional[Sequence[int]]) -> tuple[str, Optional[tuple[int, int]]]:
+def scale_layout(weight_shape: Sequence[int], scale_shape: Sequence[int], block: Optional[Sequence[int]],
+                 what: str = "FP8") -> tuple[str, Optional[tuple[int, int]]]:
+    """``("tensor" | "channel" | "block", block size)`` of a scale over a weight (``what`` names it in the error)."""
     scale = tuple(int(s) for s in scale_shape)
     if math.prod(scale) == 1:
         return "tensor", None
@@ -36,7 +37,7 @@ def _layout(weight_shape: Sequence[int], scale_shape: Sequence[int],
                 max(1, math.ceil(rows / scale[-2])), max(1, math.ceil(cols / scale[-1])))
             if (math.ceil(rows / b0), math.ceil(cols / b1)) == scale[-2:]:
                 return "block", (b0, b1)
-    raise CorruptCheckpointError(f"FP8 scale of shape {list(scale)} fits no layout of a weight of shape "
+    raise CorruptCheckpointError(f"{what} scale of shape {list(scale)} fits no layout of a weight of shape "
                                  f"{list(weight_shape)} (per tensor, per channel or per block)")
 
 
@@ -71,7 +72,7 @@ def fp8_scheme(dtype: str, weight_shape: Sequence[int], scale_shape: Sequence[in
     Raises:
         CorruptCheckpointError: the scale's shape fits no layout.
     """
-    kind, size = _layout(weight_shape, scale_shape, block)
+    kind, size = scale_layout(weight_shape, scale_shape, block)
     if size is not None:
         kind += str(size[0]) if size[0] == size[1] else shape_text(size)
     return f"fp8-{FP8_FORMATS.get(dtype, dtype)}-{kind}"
@@ -86,13 +87,25 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor,
     """
     import torch
 
-    kind, size = _layout(weight.shape, scale.shape, block)
-    w, s = weight.to(torch.float64), scale.to(torch.float64)
+    return weight.to(torch.float64) * scale_grid(scale, weight.shape, block)
+
+
+def scale_grid(scale: torch.Tensor, weight_shape: Sequence[int], block: Optional[Sequence[int]] = None,
+               what: str = "FP8") -> torch.Tensor:
+    """``scale`` (or a zero point of its shape) as float64 that broadcasts over a weight of ``weight_shape``: one
+    value, one a row, or one a block (``block``: the config's, else the one the grid implies).
+
+    Raises:
+        CorruptCheckpointError: the scale's shape fits no layout.
+    """
+    import torch
+
+    kind, size = scale_layout(weight_shape, scale.shape, block, what)
+    s = scale.to(torch.float64)
     if kind == "tensor":
-        return w * s.reshape(())
+        return s.reshape(())
     if kind == "channel":
-        return w * s.reshape(*weight.shape[:-1], 1)
+        return s.reshape(*weight_shape[:-1], 1)
     assert size is not None
-    rows, cols = weight.shape[-2:]
-    grid = s.repeat_interleave(size[0], dim=-2)[..., :rows, :].repeat_interleave(size[1], dim=-1)[..., :cols]
-    return w * grid
+    rows, cols = weight_shape[-2:]
+    return s.repeat_interleave(size[0], dim=-2)[..., :rows, :].repeat_interleave(size[1], dim=-1)[..., :cols]

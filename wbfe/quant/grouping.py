@@ -13,8 +13,9 @@ import math
 from typing import Any, Iterable, Iterator, Optional
 
 from wbfe._deps import require_torch
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, UnsupportedDtypeError
 from wbfe.linalg.arrays import to_numpy, to_torch
+from wbfe.quant.compressed import compressed_weight, config_block, dequantize_compressed
 from wbfe.quant.fp8 import FP8_FORMATS, config_whole, dequantize_fp8, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
 from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
@@ -26,13 +27,18 @@ __all__ = ["dequantised"]
 _PARTS = {"weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "input_scale",
           "qweight": "qweight", "qzeros": "qzeros", "scales": "scales", "g_idx": "g_idx",
           "weight_packed": "packed", "weight_shape": "shape", "weight_zero_point": "zero_point",
-          "weight_g_idx": "g_idx"}
+          "weight_g_idx": "g_idx", "weight_global_scale": "global_scale", "input_zero_point": "input_zero_point",
+          "input_global_scale": "input_global_scale", "scale_packed": "scale"}
+# compressed-tensors' sparse layouts keep a weight's nonzero values and code their positions in a bitmask (2:4 or
+# unstructured): parts of `<prefix>.weight`, never decompressed.
+_SPARSE = {".weight.compressed": "kept", ".weight.bitmask": "bitmask", ".weight.row_offsets": "row_offsets",
+           ".weight.shape": "shape"}
 _WHAT = {"scale": "scale", "input_scale": "activation scale", "qweight": "packed data", "qzeros": "zero points",
          "scales": "scales", "g_idx": "group index", "mx_scales": "E8M0 scales", "blocks": "FP4 blocks",
-         "packed": "packed data", "shape": "shape", "zero_point": "zero points", "int_weight": "integer values"}
-# compressed-tensors' integer layouts, recognised but not dequantised: pack-quantized (int4 values packed in int32
-# words, weight_packed) and int-quantized (int8 values, an integer weight), each with weight_scale.
-_COMPRESSED = {"packed": "pack-quantized", "int_weight": "int-quantized"}
+         "packed": "packed data", "shape": "shape", "zero_point": "zero points", "int_weight": "integer values",
+         "global_scale": "global scale", "input_zero_point": "activation zero point",
+         "input_global_scale": "activation global scale", "kept": "kept values", "bitmask": "bitmask",
+         "row_offsets": "row offsets"}
 
 Item = tuple[TensorEntry, Optional[str]]
 _WORDS = ("int32", "uint32")
@@ -43,6 +49,9 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
     name = entry.name
     for suffix, part in (("_blocks", "blocks"), ("_scales", "mx_scales")):
         if name.endswith(suffix) and entry.dtype == "uint8":
+            return name[: -len(suffix)], part
+    for suffix, part in _SPARSE.items():
+        if name.endswith(suffix):
             return name[: -len(suffix)], part
     prefix, _, last = name.rpartition(".")
     if last == "weight" and entry.dtype in FP8_FORMATS:
@@ -55,7 +64,7 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
 def _complete(parts: dict[str, TensorEntry]) -> bool:
     return ({"weight", "scale"} <= parts.keys() or {"qweight", "qzeros", "scales"} <= parts.keys()
             or {"blocks", "mx_scales"} <= parts.keys() or {"packed", "scale"} <= parts.keys()
-            or {"int_weight", "scale"} <= parts.keys())
+            or {"int_weight", "scale"} <= parts.keys() or {"kept", "bitmask"} <= parts.keys())
 
 
 def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
@@ -96,15 +105,13 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
             else:
                 yield entry, f"{_WHAT[part]} of a quantized weight whose other parts are missing"
         return
-    layout = next((_COMPRESSED[part] for part in _COMPRESSED if part in parts), None)
-    if layout is not None:  # every part skipped, and marked quantised: an edit refuses it
-        for part, entry in parts.items():
-            yield dataclasses.replace(entry, quant=f"compressed-tensors-{layout}"), (
-                f"{_WHAT[part]} of {prefix}.weight, stored in compressed-tensors' {layout} layout, which wbfe "
-                "does not dequantise: not scored")
-        return
     try:
         weight = _build(prefix, parts, qconfig)
+    except UnsupportedDtypeError as exc:  # a layout wbfe cannot dequantise exactly: marked quantised, so an edit refuses it
+        for part, entry in parts.items():
+            yield dataclasses.replace(entry, quant=str(exc.fields["scheme"])), (
+                f"{_WHAT[part]} of {prefix}.weight, stored as {exc}: not scored")
+        return
     except CorruptCheckpointError as exc:
         for entry in parts.values():
             yield entry, f"quantized weight {prefix} unreadable: {exc}"
@@ -112,9 +119,9 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
     emitted[prefix] = weight.name
     yield weight, None
     for part, entry in parts.items():
-        if part not in ("weight", "qweight", "blocks"):
+        if part not in ("weight", "qweight", "blocks", "packed", "int_weight"):  # int_weight: the name it replaces
             yield entry, f"consumed: {_WHAT[part]} of {weight.name}"
-    main = parts.get("qweight") or parts.get("blocks")
+    main = parts.get("qweight") or parts.get("blocks") or parts.get("packed")
     if main is not None:
         yield main, f"consumed: packed data of {weight.name} (scored dequantised)"
 
@@ -125,11 +132,22 @@ def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any) -> TensorEn
 
 def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
     # Asked when the weight is planned, so that a missing torch stops the run before any work.
-    require_torch(f"dequantising {prefix} (FP8, MXFP4, GPTQ and AWQ weights)")
+    require_torch(f"dequantising {prefix} (FP8, MXFP4, GPTQ, AWQ and compressed-tensors weights)")
+    if "bitmask" in parts:
+        raise UnsupportedDtypeError("compressed-tensors' sparse bitmask layout (the nonzero values, their positions "
+                                    "in a bitmask), which wbfe does not decompress", scheme="compressed-tensors-sparse")
+    if "packed" in parts or "int_weight" in parts:
+        return compressed_weight(prefix, parts, qconfig)
     if "weight" in parts:
         w, s = parts["weight"], parts["scale"]
-        block = qconfig.get("weight_block_size")
+        z = parts.get("zero_point")  # compressed-tensors' asymmetric FP8: (w − z)·s
+        if z is not None and tuple(z.shape) != tuple(s.shape):
+            raise CorruptCheckpointError(f"FP8 zero point {list(z.shape)} and scale {list(s.shape)} differ in shape")
+        block = config_block(qconfig, prefix) if "config_groups" in qconfig else qconfig.get("weight_block_size")
         scheme = fp8_scheme(w.dtype, w.shape, s.shape, block)
+        if z is not None:
+            return _entry(w.name, w.shape, scheme, lambda: dequantize_compressed(
+                to_torch(w.load()), to_torch(s.load()), to_torch(z.load()), block))
         return _entry(w.name, w.shape, scheme, lambda: dequantize_fp8(to_torch(w.load()), to_torch(s.load()), block))
     if "blocks" in parts:
         b, s = parts["blocks"], parts["mx_scales"]
