@@ -130,7 +130,7 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     paths resolve against ``base_dir`` (None: references stay as given).
 
     Raises:
-        InvalidOptionError: no rows, a row without ``model``, duplicate model labels, no numeric
+        InvalidOptionError: no rows, a row without ``model``, duplicate model labels or checkpoints, no numeric
             column, an infinite quality value, or a lower-is-better / default column that is not a
             quality column.
     """
@@ -167,6 +167,7 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
 
     entries: list[ZooEntry] = []
     seen: set[str] = set()
+    owners: dict[str, str] = {}  # checkpoint -> the model that names it
     for number, row in enumerate(table, start=1):
         label = row["model"]
         if not label:
@@ -181,7 +182,12 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
             quality[col] = float(text) if text else math.nan
             if math.isinf(quality[col]):  # "inf" parses as a number, but no quality is infinite (found by fuzzing)
                 raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {text!r}, not a finite number")
-        entries.append(ZooEntry(label, _resolve_ref(ref, base_dir), quality, row["source"] or None))
+        resolved = _resolve_ref(ref, base_dir)
+        if resolved in owners:  # one checkpoint ranked twice counts its metric and quality twice
+            raise InvalidOptionError(f"zoo {name!r}: models {owners[resolved]!r} and {label!r} are the same checkpoint "
+                                     f"({resolved}); list each checkpoint once")
+        owners[resolved] = label
+        entries.append(ZooEntry(label, resolved, quality, row["source"] or None))
     return Zoo(name, tuple(entries), tuple(numeric), lower, default_quality, path, mixed)
 
 
