@@ -31,7 +31,7 @@ def _watch_reads(run: Optional[str], calibrate_csv: Optional[Path], step_pattern
 
     runs = [discover_run(run, step_pattern=step_pattern)] if run is not None else []
     if calibrate_csv is not None:
-        runs += read_runs_csv(calibrate_csv)
+        runs += read_runs_csv(calibrate_csv, step_pattern=step_pattern)
     listed = [str(run)] if run is not None else []
     listed += [str(calibrate_csv)] if calibrate_csv is not None else []
     listed += [c.ref for r in runs for c in r.checkpoints if isinstance(c.ref, str)]
@@ -86,7 +86,8 @@ def watch_command(
 
     report = None
     if calibrate_csv is not None:
-        report = calibrate(calibrate_csv, layers=options.layers, head=options.head, device=options.device)
+        report = calibrate(calibrate_csv, layers=options.layers, head=options.head, device=options.device,
+                           step_pattern=step_pattern)
         if output is not None:
             from wbfe.reporting.plots.watch import plot_calibration
 

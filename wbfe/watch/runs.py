@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Collection, Optional, Union
 
 from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
@@ -153,7 +153,12 @@ def _add(found: dict[int, CheckpointRef], item: CheckpointRef, label: str, where
 
 
 def _folder_checkpoints(folder: Path, pattern: Optional[re.Pattern[str]] = None) -> dict[int, Path]:
-    paths = [p for p in sorted(folder.iterdir()) if _is_checkpoint(p)]
+    entries = sorted(folder.iterdir())
+    broken = [p.name for p in entries if p.name.lower().endswith(WEIGHT_SUFFIXES) and not p.exists()]
+    if broken:  # a checkpoint whose link points nowhere was left out of the run without a word
+        raise InvalidOptionError(f"{folder / broken[0]} is a broken link: a checkpoint of the run cannot be read; "
+                                 "restore its target or remove the link", path=str(folder / broken[0]))
+    paths = [p for p in entries if _is_checkpoint(p)]
     parsed: dict[Path, Optional[int]] = ({p: parse_step(p.name, pattern) for p in paths} if pattern is not None
                                          else dict(_folder_steps(folder, paths)))
     by_step: dict[int, Path] = {}
@@ -197,9 +202,11 @@ def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[s
     return rows
 
 
-def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
+def run_from_rows(path: Path, rows: list[dict[str, str]], name: str,
+                  pattern: Optional[re.Pattern[str]] = None) -> Run:
     """A run from the rows of CSV ``path`` (``step``, optional ``checkpoint`` relative to its folder, ``test_loss``,
-    ``test_accuracy``).
+    ``test_accuracy``); without ``checkpoint``, the files beside the CSV are read by step (``pattern``: as in
+    :func:`parse_step`).
 
     Raises:
         InvalidOptionError: a non-integer step, two rows with one step, a non-numeric metric.
@@ -218,7 +225,7 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
             # A relative path that is not there but reads as org/name[@rev] is a hub id.
             ref = target if (not local.exists() and HUB_ID.match(target)) else str(local)
         else:
-            beside = _folder_checkpoints(path.parent) if beside is None else beside
+            beside = _folder_checkpoints(path.parent, pattern) if beside is None else beside
             if step not in beside:
                 raise SourceNotFoundError(f"{path}:{i}: no checkpoint for step {step} next to the CSV (and no "
                                           "'checkpoint' column)", path=str(path))
@@ -228,7 +235,7 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
     return _ordered(name, found)
 
 
-def _from_hub_list(text: str) -> Run:
+def _from_hub_list(text: str, pattern: Optional[re.Pattern[str]]) -> Run:
     from wbfe.sources.hub import HUB_ID
 
     found: dict[int, CheckpointRef] = {}
@@ -237,9 +244,10 @@ def _from_hub_list(text: str) -> Run:
         match = HUB_ID.match(part)
         if not part or not match or not match.group("rev"):
             raise InvalidOptionError(f"not a hub revision org/name@REV: {part!r}")
-        step = parse_step(match.group("rev"))
+        step = parse_step(match.group("rev"), pattern)
         if step is None:
-            raise InvalidOptionError(f"cannot parse a step from the revision of {part!r}")
+            raise InvalidOptionError(f"cannot parse a step from the revision of {part!r}"
+                                     + (f" with --step-pattern {pattern.pattern!r}" if pattern is not None else ""))
         # A run is one model's checkpoints: two repos in one list is most likely a slip that would compare two models
         # as one run's steps. Checkpoints that really live in several repos go in a run CSV's checkpoint column.
         # Hub repo ids are matched without regard to case, as the hub does.
@@ -295,6 +303,34 @@ def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[s
     return {step: row for step, row in out.items() if row}
 
 
+def _metrics_table(table: Path, checkpoints: dict[int, Path]) -> dict[int, dict[str, str]]:
+    """A run folder's metrics.csv, its rows by step.
+
+    Raises:
+        InvalidOptionError: as :func:`read_csv`; no ``test_loss`` or ``test_accuracy`` column, a step twice, or no row
+            at the step of a checkpoint (the table was read and none of it used).
+    """
+    rows = read_csv(table, required="step", kind="run")
+    if not {"test_loss", "test_accuracy"} & set(rows[0]):
+        raise InvalidOptionError(f"{table}: a run's metrics.csv needs a 'test_loss' or 'test_accuracy' column (found: "
+                                 f"{', '.join(rows[0])})", path=str(table))
+    metrics: dict[int, dict[str, str]] = {}
+    for i, row in enumerate(rows, start=2):
+        step = _int_step(row.get("step"), f"{table}:{i}")
+        if step in metrics:
+            raise InvalidOptionError(f"{table}:{i}: a second row for step {step}; keep one row per step")
+        metrics[step] = row
+    if checkpoints and not metrics.keys() & checkpoints.keys():
+        raise InvalidOptionError(f"{table}: no row is at the step of a checkpoint (rows: steps {_span(metrics)}; "
+                                 f"checkpoints: steps {_span(checkpoints)}); write the checkpoints' steps in the "
+                                 "'step' column", path=str(table))
+    return metrics
+
+
+def _span(steps: Collection[int]) -> str:
+    return f"{min(steps)} to {max(steps)}" if len(steps) > 1 else str(next(iter(steps)))
+
+
 def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -> Run:
     """Resolve a run (folder, Trainer output, CSV or comma list of hub revisions: docs/watch.md) into its ordered
     checkpoints; ``step_pattern``: a regular expression on names whose first group, or whole match, is the step.
@@ -303,7 +339,7 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
         InvalidOptionError: a checkpoint name without a step, two checkpoints with one step,
             ambiguous names, a malformed CSV, revision list, step pattern or trainer state, a folder's
-            metrics.csv that is not a regular file.
+            metrics.csv that is not a regular file or matches no checkpoint, a checkpoint that is a broken link.
     """
     text = str(run)
     from wbfe.options import compile_layers
@@ -314,16 +350,12 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
                                   "revisions", path=text)
     path = user_path(text)
     if path.is_dir():
-        hf = _hf_checkpoints(path) if pattern is None else {}
-        by_step = hf or _folder_checkpoints(path, pattern)
+        hf = _hf_checkpoints(path)  # its trainer_state.json holds the test metrics under --step-pattern too
+        by_step = hf if hf and pattern is None else _folder_checkpoints(path, pattern)
         table = path / "metrics.csv"
         metrics: dict[int, dict[str, str]] = {}
         if table.is_file():
-            for i, row in enumerate(read_csv(table, required="step", kind="run"), start=2):
-                step = _int_step(row.get("step"), f"{table}:{i}")
-                if step in metrics:
-                    raise InvalidOptionError(f"{table}:{i}: a second row for step {step}; keep one row per step")
-                metrics[step] = row
+            metrics = _metrics_table(table, by_step)
         elif table.exists() or table.is_symlink():  # a folder, FIFO or dangling link was skipped without a word
             kind = "a folder" if table.is_dir() else "a broken link" if not table.exists() else "not a regular file"
             raise InvalidOptionError(f"{table} is {kind}: a run's metrics.csv must be a CSV file; replace or remove it",
@@ -334,9 +366,9 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
                                                      _float(metrics.get(s, {}).get("test_accuracy")))
                                     for s, p in by_step.items()})
     if path.is_file() and path.suffix.lower() == ".csv":
-        return run_from_rows(path, read_csv(path, required="step", kind="run"), str(path))
+        return run_from_rows(path, read_csv(path, required="step", kind="run"), str(path), pattern)
     if path.exists():
         raise InvalidOptionError(f"{path}: a run is a folder of checkpoints, a CSV or a list of hub revisions")
     if "@" in text and not text.startswith((".", "/", "~")):
-        return _from_hub_list(text)
+        return _from_hub_list(text, pattern)
     raise SourceNotFoundError(f"no such file or folder: {text}", path=text)
