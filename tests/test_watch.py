@@ -213,6 +213,20 @@ def test_a_checkpoint_that_is_a_broken_link_is_refused(tmp_path: Path) -> None:
                                "be read; restore its target or remove the link")
 
 
+def test_one_checkpoint_at_two_steps_is_refused(tmp_path: Path) -> None:
+    """A link named for another step, or a copied run-CSV row, made one model two steps of the run."""
+    for step in (1, 2):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "epoch_3.safetensors").symlink_to(tmp_path / "epoch_2.safetensors")
+    with pytest.raises(InvalidOptionError) as info:
+        discover_run(tmp_path)
+    assert str(info.value) == (f"{tmp_path}: steps 2 and 3 are the same checkpoint ({tmp_path / 'epoch_2.safetensors'})"
+                               "; each step needs its own")
+    (tmp_path / "run.csv").write_text("step,checkpoint\n10,epoch_1.safetensors\n20,./epoch_1.safetensors\n")
+    with pytest.raises(InvalidOptionError, match=r"run.csv: steps 10 and 20 are the same checkpoint \("):
+        discover_run(tmp_path / "run.csv")
+
+
 def test_the_step_pattern_reads_a_run_csvs_neighbours_and_a_revision_list(tmp_path: Path) -> None:
     """--step-pattern was used for a folder only: a run CSV's files were read by the default rule (and refused
     with "pass --step-pattern"), a revision list's steps taken from the last number (v3, v4: steps 3, 4)."""

@@ -51,6 +51,26 @@ def test_run_csv_refusals(tmp_path: Path) -> None:
     _refused(lambda: discover_run("org/m@step1,org/m"), "not a hub revision org/name@REV: 'org/m'")
 
 
+def test_an_infinite_test_metric_is_refused_or_unknown(tmp_path: Path) -> None:
+    """A metrics.csv test loss of -inf was the run's best checkpoint (gap +inf; null in the JSON)."""
+    for step in (1, 2):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "metrics.csv").write_text("step,test_loss\n1,0.5\n2,-inf\n")
+    _refused(lambda: discover_run(tmp_path),
+             "not a finite number in a run CSV: '-inf' (leave the cell empty when unknown)")
+    table = tmp_path / "run.csv"
+    table.write_text("step,checkpoint,test_accuracy\n1,epoch_1.safetensors,inf\n")
+    _refused(lambda: discover_run(table), "not a finite number in a run CSV: 'inf' (leave the cell empty when unknown)")
+    # A Trainer's log of a diverged evaluation (json writes Infinity): unknown, as an empty cell.
+    trainer = tmp_path / "trainer"
+    for step in (10, 20):
+        touch_weights(trainer / f"checkpoint-{step}" / "model.safetensors")
+    (trainer / "trainer_state.json").write_text('{"log_history": [{"step": 10, "eval_loss": Infinity}, '
+                                                '{"step": 20, "eval_loss": 0.5}]}')
+    losses = [c.test_loss for c in discover_run(trainer).checkpoints]
+    assert math.isnan(losses[0]) and losses[1] == 0.5
+
+
 def test_trainer_state_steps_written_as_whole_floats_and_junk_entries(tmp_path: Path) -> None:
     """A JSON step of 10.0 is step 10; a log entry that is no mapping, or has no step, is not a metric row."""
     touch_weights(tmp_path / "checkpoint-10" / "model.safetensors")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,9 +121,12 @@ def _is_checkpoint(path: Path) -> bool:
 
 def _float(value: Optional[str]) -> float:
     try:
-        return float(value) if value and value.strip() else math.nan
+        number = float(value) if value and value.strip() else math.nan
     except ValueError:
         raise InvalidOptionError(f"not a number in a run CSV: {value!r}") from None
+    if math.isinf(number):  # a test loss of -inf was the run's best checkpoint
+        raise InvalidOptionError(f"not a finite number in a run CSV: {value!r} (leave the cell empty when unknown)")
+    return number
 
 
 def _int_step(value: object, where: str) -> int:
@@ -143,6 +147,15 @@ def _int_step(value: object, where: str) -> int:
 def _ordered(name: str, found: dict[int, CheckpointRef]) -> Run:
     if not found:
         raise SourceNotFoundError(f"{name}: no checkpoints found", path=name)
+    steps: dict[str, int] = {}
+    for step in sorted(found):  # a copied CSV row, or a link to another step's file: one model seen as two steps
+        ref = found[step].ref
+        real = os.path.realpath(ref) if isinstance(ref, str) and os.path.exists(ref) else None
+        if real in steps:
+            raise InvalidOptionError(f"{name}: steps {steps[real]} and {step} are the same checkpoint ({real}); "
+                                     "each step needs its own")
+        if real is not None:
+            steps[real] = step
     return Run(name=name, checkpoints=tuple(found[s] for s in sorted(found)))
 
 
@@ -209,7 +222,7 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str,
     :func:`parse_step`).
 
     Raises:
-        InvalidOptionError: a non-integer step, two rows with one step, a non-numeric metric.
+        InvalidOptionError: a non-integer step, two rows with one step or one checkpoint, a non-numeric metric.
         SourceNotFoundError: no checkpoint for a step.
     """
     found: dict[int, CheckpointRef] = {}
@@ -298,7 +311,8 @@ def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[s
             continue
         row = out.setdefault(_int_step(entry["step"], f"{state_path}: log_history"), {})
         for key, column in (("eval_loss", "test_loss"), ("eval_accuracy", "test_accuracy")):
-            if isinstance(entry.get(key), (int, float)):
+            # NaN or Infinity (a diverged evaluation) is unknown, as an empty cell of a metrics.csv
+            if isinstance(entry.get(key), (int, float)) and math.isfinite(entry[key]):
                 row[column] = str(entry[key])
     return {step: row for step, row in out.items() if row}
 
@@ -339,7 +353,8 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
         InvalidOptionError: a checkpoint name without a step, two checkpoints with one step,
             ambiguous names, a malformed CSV, revision list, step pattern or trainer state, a folder's
-            metrics.csv that is not a regular file or matches no checkpoint, a checkpoint that is a broken link.
+            metrics.csv that is not a regular file or matches no checkpoint, a checkpoint that is a broken link,
+            one checkpoint at two steps.
     """
     text = str(run)
     from wbfe.options import compile_layers
