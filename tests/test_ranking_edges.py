@@ -131,6 +131,29 @@ def test_a_model_another_driver_holds_is_taken_from_the_cache_once_it_is_stored(
     assert [line for line in lines if "another driver" in line] == ["[1/5] m0.txt: cached (scored by another driver)"]
 
 
+def test_the_progress_lines_count_each_model_at_its_place_in_the_zoo(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that cannot be had here shifted the count of every later one: the zoo's second model was [1/5]."""
+    import torch
+    from safetensors.torch import save_file
+
+    from wbfe.ranking import rank
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    generator = torch.Generator().manual_seed(0)
+    for k in range(4):
+        save_file({"classifier.weight": torch.randn(10, 30 + 5 * k, generator=generator)},
+                  str(tmp_path / f"m{k}.safetensors"))
+    (tmp_path / "zoo.csv").write_text("model,checkpoint,acc\nhub,org/not-cached-here,1\na,m0.safetensors,2\n"
+                                      "n,m1.safetensors,\nb,m2.safetensors,3\nc,m3.safetensors,4\n")
+    lines: list[str] = []
+    result = rank(tmp_path / "zoo.csv", "acc", metrics="bfe", cache_dir=False, n_boot=50, progress=lines.append)
+    assert [line for line in lines if line.endswith(": scored")] == ["[2/5] a: scored", "[4/5] b: scored",
+                                                                     "[5/5] c: scored"]
+    assert [(f.model, f.reason) for f in result.failed] == [("hub", "not cached, and HF_HUB_OFFLINE is set"),
+                                                            ("n", "no acc value in the zoo")]
+
+
 def test_rank_keyword_defaults_are_the_rank_and_executor_options_defaults() -> None:
     """rank's keywords' defaults were written a second time in its signature; they are RankOptions' own (and
     ExecutorOptions' for where the models are scored)."""
