@@ -47,6 +47,13 @@ def test_yaml_zoo_refusals(tmp_path: Path) -> None:
     assert read_zoo_file(spec).lower_is_better == frozenset({"ppl"})
 
 
+def test_a_yaml_row_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
+    """'acc' and ' acc' in one YAML row: the first was read and the other dropped (a CSV header refuses it)."""
+    spec = tmp_path / "zoo.yaml"
+    spec.write_text("models:\n  - {model: org/a, ' acc': 1, acc: 3}\n  - {model: org/b, acc: 2}\n")
+    _refused(lambda: read_zoo_file(spec, name="z"), "zoo 'z': row 1 names column 'acc' twice")
+
+
 def test_an_infinite_quality_is_refused(tmp_path: Path) -> None:
     spec = tmp_path / "zoo.csv"
     spec.write_text("model,acc\na,1\nb,inf\n")

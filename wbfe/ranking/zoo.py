@@ -130,12 +130,17 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     paths resolve against ``base_dir`` (None: references stay as given).
 
     Raises:
-        InvalidOptionError: no rows, a row without ``model``, duplicate model labels or checkpoints, no numeric
-            column, an infinite quality value, or a lower-is-better / default column that is not a
-            quality column.
+        InvalidOptionError: no rows, a row without ``model`` or naming a column twice, duplicate model labels or
+            checkpoints, no numeric column, an infinite quality value, or a lower-is-better / default column that is
+            not a quality column.
     """
     if not rows:
         raise InvalidOptionError(f"zoo {name!r} has no models")
+    for number, row in enumerate(rows, start=1):
+        keys = [str(key).strip() for key in row]
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        if twice:  # 'acc' and ' acc' of a YAML row: one of the two was read, the other dropped without a word
+            raise InvalidOptionError(f"zoo {name!r}: row {number} names column {twice[0]!r} twice")
     columns = [c for c in dict.fromkeys(str(key).strip() for row in rows for key in row) if c]
     if "model" not in columns:
         raise InvalidOptionError(f"zoo {name!r} has no 'model' column (columns: {', '.join(columns)})")
