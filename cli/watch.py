@@ -67,8 +67,8 @@ def watch_command(
         raise InvalidOptionError("give a RUN to watch, or --calibrate RUNS.csv")
     if lam_value == "calibrated" and calibrate_csv is None:
         raise InvalidOptionError("--lambda calibrated needs --calibrate RUNS.csv")
-    if isinstance(lam_value, float) and calibrate_csv is not None and run is not None:
-        raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv for a run, not both")
+    if isinstance(lam_value, float) and calibrate_csv is not None:  # without a RUN, the λ was ignored
+        raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv (which chooses λ), not both")
     reads: list[Path] = []
     if rule is not None and (lam_value is not None or calibrate_csv is not None):
         raise InvalidOptionError("give either --rule NAME or --lambda / --calibrate (the h* rule at a λ), not both")

@@ -50,6 +50,11 @@ def test_unparseable_steps(tmp_path: Path) -> None:
     (("x", "--lambda", "-3"), "--lambda must be a positive number or 'calibrated', not '-3'"),
     (("no/such@main",), "cannot parse a step from the revision of 'no/such@main'"),
     (("./missing-run",), "no such file or folder: ./missing-run"),
+    # without a RUN the calibration printed its own λ and the given one was ignored
+    (("--calibrate", "runs.csv", "--lambda", "0.5"), "give either --lambda FLOAT or --calibrate RUNS.csv (which "
+                                                     "chooses λ), not both"),
+    (("x", "--calibrate", "runs.csv", "--lambda", "0.5"), "give either --lambda FLOAT or --calibrate RUNS.csv (which "
+                                                          "chooses λ), not both"),
 ])
 def test_bad_options(args: tuple[str, ...], message: str) -> None:
     assert error_line(invoke("watch", *args)) == f"wbfe: error: {message}"
