@@ -50,6 +50,7 @@ def test_unparseable_steps(tmp_path: Path) -> None:
     (("x", "--lambda", "-3"), "--lambda must be a positive number or 'calibrated', not '-3'"),
     (("no/such@main",), "cannot parse a step from the revision of 'no/such@main'"),
     (("./missing-run",), "no such file or folder: ./missing-run"),
+    (("a" * 5000,), f"no such file or folder: {'a' * 5000}"),  # was an OSError traceback: File name too long
     # without a RUN the calibration printed its own λ and the given one was ignored
     (("--calibrate", "runs.csv", "--lambda", "0.5"), "give either --lambda FLOAT or --calibrate RUNS.csv (which "
                                                      "chooses λ), not both"),

@@ -47,6 +47,19 @@ def test_yaml_zoo_refusals(tmp_path: Path) -> None:
     assert read_zoo_file(spec).lower_is_better == frozenset({"ppl"})
 
 
+def test_a_zoo_or_cache_named_too_long_for_the_file_system(tmp_path: Path) -> None:
+    """Path.exists raised OSError (File name too long): a traceback and exit 1 from wbfe rank and wbfe cache."""
+    from wbfe.ranking.cache_admin import cache_info, prune_cache
+
+    name = "a" * 5000
+    _refused(lambda: load_zoo(name + ".csv"), f"zoo spec not found: {name}.csv", SourceNotFoundError)
+    with pytest.raises(UnknownNameError, match=r"^unknown zoo 'a+' \(known: "):
+        load_zoo(name)
+    assert not cache_info(tmp_path / name).exists
+    _refused(lambda: prune_cache(tmp_path / name), f"no such cache folder: {tmp_path / name}: give the folder wbfe "
+                                                   "caches into (wbfe cache info shows the default)")
+
+
 def test_a_yaml_row_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
     """'acc' and ' acc' in one YAML row: the first was read and the other dropped (a CSV header refuses it)."""
     spec = tmp_path / "zoo.yaml"

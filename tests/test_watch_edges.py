@@ -51,6 +51,15 @@ def test_run_csv_refusals(tmp_path: Path) -> None:
     _refused(lambda: discover_run("org/m@step1,org/m"), "not a hub revision org/name@REV: 'org/m'")
 
 
+def test_a_run_named_too_long_for_the_file_system_is_no_such_file(tmp_path: Path) -> None:
+    """Path.is_dir raised OSError (File name too long): a traceback and exit 1 from wbfe watch."""
+    name = "a" * 5000
+    _refused(lambda: discover_run(name), f"no such file or folder: {name}", SourceNotFoundError)
+    (tmp_path / "runs.csv").write_text(f"run\n{name}\n{name}b\n")
+    _refused(lambda: read_runs_csv(tmp_path / "runs.csv"), f"no such file or folder: {tmp_path / name}",
+             SourceNotFoundError)
+
+
 def test_an_infinite_test_metric_is_refused_or_unknown(tmp_path: Path) -> None:
     """A metrics.csv test loss of -inf was the run's best checkpoint (gap +inf; null in the JSON)."""
     for step in (1, 2):

@@ -233,7 +233,7 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
         InvalidOptionError: the file is not a valid zoo (see :func:`zoo_from_rows`).
     """
     spec = user_path(path)
-    if not spec.exists():
+    if not os.path.exists(spec):  # False, not an OSError, for a name too long for the file system
         raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
     rows, meta = (_read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml")
                   else (read_csv_table(spec, "zoo spec", _TABLE)[1], {}))
@@ -373,7 +373,7 @@ def load_zoo(spec: Union[str, Path, Zoo], *, lower_is_better: Iterable[str] = ()
         zoo = _BUILTINS[spec].load()
     else:
         path = user_path(spec)
-        if not path.exists() and isinstance(spec, str) and os.sep not in spec and not path.suffix:
+        if not os.path.exists(path) and isinstance(spec, str) and os.sep not in spec and not path.suffix:
             raise unknown_name("zoo", spec, builtin_zoo_names())
         return read_zoo_file(path, lower_is_better=extra)  # which refuses a path that does not exist
     if extra:

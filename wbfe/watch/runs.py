@@ -236,7 +236,7 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str,
 
             local = path.parent / target  # an absolute target replaces the folder
             # A relative path that is not there but reads as org/name[@rev] is a hub id.
-            ref = target if (not local.exists() and HUB_ID.match(target)) else str(local)
+            ref = target if (not os.path.exists(local) and HUB_ID.match(target)) else str(local)
         else:
             beside = _folder_checkpoints(path.parent, pattern) if beside is None else beside
             if step not in beside:
@@ -364,7 +364,8 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         raise SourceNotFoundError("an empty run reference: name a folder of checkpoints, a CSV or a list of hub "
                                   "revisions", path=text)
     path = user_path(text)
-    if path.is_dir():
+    # os.path's tests, not Path's: a name too long for the file system is no file, not an OSError traceback
+    if os.path.isdir(path):
         hf = _hf_checkpoints(path)  # its trainer_state.json holds the test metrics under --step-pattern too
         by_step = hf if hf and pattern is None else _folder_checkpoints(path, pattern)
         table = path / "metrics.csv"
@@ -380,9 +381,9 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         return _ordered(str(path), {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
                                                      _float(metrics.get(s, {}).get("test_accuracy")))
                                     for s, p in by_step.items()})
-    if path.is_file() and path.suffix.lower() == ".csv":
+    if os.path.isfile(path) and path.suffix.lower() == ".csv":
         return run_from_rows(path, read_csv(path, required="step", kind="run"), str(path), pattern)
-    if path.exists():
+    if os.path.exists(path):
         raise InvalidOptionError(f"{path}: a run is a folder of checkpoints, a CSV or a list of hub revisions")
     if "@" in text and not text.startswith((".", "/", "~")):
         return _from_hub_list(text, pattern)
