@@ -137,6 +137,20 @@ def test_the_hint_when_no_matrix_has_enough_eigenvalues_and_an_empty_run() -> No
     _refused(lambda: result_by_rule(Trajectory("empty"), "last"), "empty: no checkpoints to choose from")
 
 
+def test_a_rule_reading_the_randomised_control_refuses_a_run_scored_without_it() -> None:
+    """result_by_rule(trajectory(run), "rand_distance_min") kept the last checkpoint because "rand_distance is not
+    finite at every checkpoint": the run was scored without the rand group (rule_metrics says which to score)."""
+    from dataclasses import replace
+
+    points = [_point(step, 20) for step in (0, 1, 2)]
+    _refused(lambda: result_by_rule(Trajectory("r", points), "rand_distance_min"),
+             "r: rule rand_distance_min reads rand_distance, and the run was scored without it; score it with "
+             "metrics=rule_metrics(rule)")
+    scored = [replace(p, layers=tuple(replace(x, extra={"rand_distance": 5.0 - p.step}) for x in p.layers))
+              for p in points]
+    assert result_by_rule(Trajectory("r", scored), "rand_distance_min").recommendation.step == 2
+
+
 def test_a_rule_the_table_has_not_measured_is_refused() -> None:
     _refused(lambda: resolve_rule("last", {"default": "last", "rules": {}}),
              "rule last has no measurement in the shipped table: rerun benchmarks/bench_early_stopping.py")
