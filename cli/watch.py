@@ -84,6 +84,8 @@ def watch_command(
         reads = _watch_reads(run, calibrate_csv, step_pattern)
         check_output_dir(output, reads=reads)  # before any work
 
+    # a RUN that cannot be read is refused before the calibration runs are scored
+    found = discover_run(run, step_pattern=step_pattern) if run is not None else None
     report = None
     if calibrate_csv is not None:
         report = calibrate(calibrate_csv, layers=options.layers, head=options.head, device=options.device,
@@ -98,8 +100,7 @@ def watch_command(
             return
         lam_value = report.calibration.lam_all
 
-    assert run is not None  # refused above when neither a run nor --calibrate was given
-    found = discover_run(run, step_pattern=step_pattern)
+    assert found is not None  # refused above when neither a run nor --calibrate was given
     # RUN among the calibration runs was scored there (with the same options and metrics): not a second time
     traj = None if report is None else report.scored(found, layers=options.layers, head=options.head,
                                                        device=options.device)

@@ -84,6 +84,17 @@ def test_the_step_pattern_reaches_the_calibration_runs(tmp_path: Path) -> None:
         (str(tmp_path / "a"), 200), (str(tmp_path / "b"), 200)]
 
 
+def test_a_bad_run_is_refused_before_the_calibration_runs_are_scored(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wbfe watch MISSING --calibrate RUNS.csv`` scored every calibration run, then said MISSING does not exist."""
+    import wbfe.watch
+
+    monkeypatch.setattr(wbfe.watch, "calibrate", lambda *a, **k: pytest.fail("the calibration runs were scored"))
+    (tmp_path / "runs.csv").write_text("run\na\nb\n")
+    assert error_line(invoke("watch", tmp_path / "missing", "--calibrate", tmp_path / "runs.csv")) == (
+        f"wbfe: error: no such file or folder: {tmp_path / 'missing'}")
+
+
 def test_table_json_and_files(synthetic_run: Path, tmp_path: Path) -> None:
     from wbfe.watch import watch
 

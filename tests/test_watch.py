@@ -608,6 +608,22 @@ def test_a_run_listed_twice_under_two_names_is_refused_before_scoring(tmp_path: 
         calibrate(tmp_path / "rows.csv")
 
 
+def test_a_calibration_run_without_test_losses_is_refused_before_scoring(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run was scored before calibrate_lambda found that one has no test loss."""
+    import wbfe.watch.calibration
+    from wbfe.watch import calibrate
+
+    for run in ("a", "b"):
+        for step in (1, 2):
+            touch_weights(tmp_path / run / f"epoch_{step}.safetensors")
+    (tmp_path / "a" / "metrics.csv").write_text("step,test_loss\n1,0.5\n2,0.4\n")
+    monkeypatch.setattr(wbfe.watch.calibration, "trajectory", lambda *a, **k: pytest.fail("scored"))
+    with pytest.raises(InvalidOptionError) as info:
+        calibrate([tmp_path / "a", tmp_path / "b"])
+    assert str(info.value) == f"run {tmp_path / 'b'}: every checkpoint needs a finite test_loss"
+
+
 def test_a_run_listed_twice_is_refused_by_the_calibration() -> None:
     """Held out, its copy stayed in: a test-loss gap of 0 by construction, reported as a calibration."""
     crit, loss = np.array([0.5, 1.0, 2.0]), np.array([0.9, 0.5, 0.7])

@@ -136,6 +136,9 @@ def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]
     items = (read_runs_csv(runs, step_pattern=step_pattern) if isinstance(runs, (str, Path)) else
              [discover_run(x, step_pattern=step_pattern) if isinstance(x, (str, Path)) else x for x in runs])
     _refuse_repeated_runs(items)
+    missing = next((x.name for x in items if isinstance(x, Run) and not x.has_test_loss), None)
+    if missing is not None:  # refused by calibrate_lambda too, but only once every run was scored
+        raise InvalidOptionError(f"run {missing}: every checkpoint needs a finite test_loss")
     trajs = [x if isinstance(x, Trajectory) else trajectory(x, layers=layers, head=head, device=device) for x in items]
     cal = calibrate_lambda([t.run for t in trajs], [t.steps for t in trajs], [t.critical_lambdas() for t in trajs],
                            [t.test_losses() for t in trajs], grid=grid)
