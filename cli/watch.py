@@ -31,7 +31,7 @@ def _watch_reads(run: Optional[str], calibrate_csv: Optional[Path], step_pattern
 
     runs = [discover_run(run, step_pattern=step_pattern)] if run is not None else []
     if calibrate_csv is not None:
-        runs += read_runs_csv(calibrate_csv)
+        runs += read_runs_csv(calibrate_csv, step_pattern=step_pattern)
     listed = [str(run)] if run is not None else []
     listed += [str(calibrate_csv)] if calibrate_csv is not None else []
     listed += [c.ref for r in runs for c in r.checkpoints if isinstance(c.ref, str)]
@@ -67,8 +67,8 @@ def watch_command(
         raise InvalidOptionError("give a RUN to watch, or --calibrate RUNS.csv")
     if lam_value == "calibrated" and calibrate_csv is None:
         raise InvalidOptionError("--lambda calibrated needs --calibrate RUNS.csv")
-    if isinstance(lam_value, float) and calibrate_csv is not None and run is not None:
-        raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv for a run, not both")
+    if isinstance(lam_value, float) and calibrate_csv is not None:  # without a RUN, the λ was ignored
+        raise InvalidOptionError("give either --lambda FLOAT or --calibrate RUNS.csv (which chooses λ), not both")
     reads: list[Path] = []
     if rule is not None and (lam_value is not None or calibrate_csv is not None):
         raise InvalidOptionError("give either --rule NAME or --lambda / --calibrate (the h* rule at a λ), not both")
@@ -84,9 +84,12 @@ def watch_command(
         reads = _watch_reads(run, calibrate_csv, step_pattern)
         check_output_dir(output, reads=reads)  # before any work
 
+    # a RUN that cannot be read is refused before the calibration runs are scored
+    found = discover_run(run, step_pattern=step_pattern) if run is not None else None
     report = None
     if calibrate_csv is not None:
-        report = calibrate(calibrate_csv, layers=options.layers, head=options.head, device=options.device)
+        report = calibrate(calibrate_csv, layers=options.layers, head=options.head, device=options.device,
+                           step_pattern=step_pattern)
         if output is not None:
             from wbfe.reporting.plots.watch import plot_calibration
 
@@ -97,8 +100,7 @@ def watch_command(
             return
         lam_value = report.calibration.lam_all
 
-    assert run is not None  # refused above when neither a run nor --calibrate was given
-    found = discover_run(run, step_pattern=step_pattern)
+    assert found is not None  # refused above when neither a run nor --calibrate was given
     # RUN among the calibration runs was scored there (with the same options and metrics): not a second time
     traj = None if report is None else report.scored(found, layers=options.layers, head=options.head,
                                                        device=options.device)

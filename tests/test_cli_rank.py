@@ -59,6 +59,15 @@ def test_several_quality_columns_need_a_choice(tmp_path: Path) -> None:
     )
 
 
+def test_a_checkpoint_listed_twice_is_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "z.csv"
+    spec.write_text("model,checkpoint,acc\na,org/m,1\nb,org/n,2\nc,org/m,3\n")
+    result = invoke("rank", str(spec), "--no-cache")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"wbfe: error: zoo '{tmp_path.name}/z.csv': models 'a' and 'c' are the same "
+                                     "checkpoint (org/m); list each checkpoint once")
+
+
 def _accuracy() -> dict[str, float]:
     with (CIFAR / "accuracy.csv").open(newline="") as handle:
         return {row["model"]: float(row["test_accuracy"]) for row in csv.DictReader(handle)}

@@ -50,9 +50,49 @@ def test_unparseable_steps(tmp_path: Path) -> None:
     (("x", "--lambda", "-3"), "--lambda must be a positive number or 'calibrated', not '-3'"),
     (("no/such@main",), "cannot parse a step from the revision of 'no/such@main'"),
     (("./missing-run",), "no such file or folder: ./missing-run"),
+    (("a" * 5000,), f"no such file or folder: {'a' * 5000}"),  # was an OSError traceback: File name too long
+    # without a RUN the calibration printed its own λ and the given one was ignored
+    (("--calibrate", "runs.csv", "--lambda", "0.5"), "give either --lambda FLOAT or --calibrate RUNS.csv (which "
+                                                     "chooses λ), not both"),
+    (("x", "--calibrate", "runs.csv", "--lambda", "0.5"), "give either --lambda FLOAT or --calibrate RUNS.csv (which "
+                                                          "chooses λ), not both"),
 ])
 def test_bad_options(args: tuple[str, ...], message: str) -> None:
     assert error_line(invoke("watch", *args)) == f"wbfe: error: {message}"
+
+
+def test_a_metrics_csv_without_a_metric_column_is_one_line(tmp_path: Path) -> None:
+    for step in (1, 2):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "metrics.csv").write_text("step,val_loss\n1,0.5\n2,0.4\n")
+    assert error_line(invoke("watch", tmp_path, "--lambda", "1")) == (
+        f"wbfe: error: {tmp_path / 'metrics.csv'}: a run's metrics.csv needs a 'test_loss' or 'test_accuracy' column "
+        "(found: step, val_loss)")
+
+
+def test_the_step_pattern_reaches_the_calibration_runs(tmp_path: Path) -> None:
+    """``--calibrate RUNS.csv --step-pattern RE`` read the calibration runs' names with the default rule: refused
+    here as ambiguous (two numbers change), and quietly wrong where the default rule picks another number."""
+    for name, seed in (("a", 5), ("b", 6)):
+        write_synthetic_run(tmp_path / name, steps=4, seed=seed, name="m{step}-{step}.safetensors")
+        (tmp_path / name / "metrics.csv").write_text("step,test_loss\n" + "".join(
+            f"{t * 100},{1.0 + abs(t - 2)}\n" for t in range(4)))
+    (tmp_path / "runs.csv").write_text("run\na\nb\n")
+    out = invoke("watch", "--calibrate", tmp_path / "runs.csv", "--step-pattern", r"m(\d+)-", "--format", "json")
+    assert out.exit_code == 0, out.output
+    assert [(r["run"], r["best_step"]) for r in json.loads(out.stdout)["runs"]] == [
+        (str(tmp_path / "a"), 200), (str(tmp_path / "b"), 200)]
+
+
+def test_a_bad_run_is_refused_before_the_calibration_runs_are_scored(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wbfe watch MISSING --calibrate RUNS.csv`` scored every calibration run, then said MISSING does not exist."""
+    import wbfe.watch
+
+    monkeypatch.setattr(wbfe.watch, "calibrate", lambda *a, **k: pytest.fail("the calibration runs were scored"))
+    (tmp_path / "runs.csv").write_text("run\na\nb\n")
+    assert error_line(invoke("watch", tmp_path / "missing", "--calibrate", tmp_path / "runs.csv")) == (
+        f"wbfe: error: no such file or folder: {tmp_path / 'missing'}")
 
 
 def test_table_json_and_files(synthetic_run: Path, tmp_path: Path) -> None:

@@ -47,6 +47,26 @@ def test_yaml_zoo_refusals(tmp_path: Path) -> None:
     assert read_zoo_file(spec).lower_is_better == frozenset({"ppl"})
 
 
+def test_a_zoo_or_cache_named_too_long_for_the_file_system(tmp_path: Path) -> None:
+    """Path.exists raised OSError (File name too long): a traceback and exit 1 from wbfe rank and wbfe cache."""
+    from wbfe.ranking.cache_admin import cache_info, prune_cache
+
+    name = "a" * 5000
+    _refused(lambda: load_zoo(name + ".csv"), f"zoo spec not found: {name}.csv", SourceNotFoundError)
+    with pytest.raises(UnknownNameError, match=r"^unknown zoo 'a+' \(known: "):
+        load_zoo(name)
+    assert not cache_info(tmp_path / name).exists
+    _refused(lambda: prune_cache(tmp_path / name), f"no such cache folder: {tmp_path / name}: give the folder wbfe "
+                                                   "caches into (wbfe cache info shows the default)")
+
+
+def test_a_yaml_row_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
+    """'acc' and ' acc' in one YAML row: the first was read and the other dropped (a CSV header refuses it)."""
+    spec = tmp_path / "zoo.yaml"
+    spec.write_text("models:\n  - {model: org/a, ' acc': 1, acc: 3}\n  - {model: org/b, acc: 2}\n")
+    _refused(lambda: read_zoo_file(spec, name="z"), "zoo 'z': row 1 names column 'acc' twice")
+
+
 def test_an_infinite_quality_is_refused(tmp_path: Path) -> None:
     spec = tmp_path / "zoo.csv"
     spec.write_text("model,acc\na,1\nb,inf\n")
@@ -129,6 +149,29 @@ def test_a_model_another_driver_holds_is_taken_from_the_cache_once_it_is_stored(
     first = result.models[0]
     assert (first.model, first.cached, first.scores["bfe_head"]) == ("m0.txt", True, 7.5)
     assert [line for line in lines if "another driver" in line] == ["[1/5] m0.txt: cached (scored by another driver)"]
+
+
+def test_the_progress_lines_count_each_model_at_its_place_in_the_zoo(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that cannot be had here shifted the count of every later one: the zoo's second model was [1/5]."""
+    import torch
+    from safetensors.torch import save_file
+
+    from wbfe.ranking import rank
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    generator = torch.Generator().manual_seed(0)
+    for k in range(4):
+        save_file({"classifier.weight": torch.randn(10, 30 + 5 * k, generator=generator)},
+                  str(tmp_path / f"m{k}.safetensors"))
+    (tmp_path / "zoo.csv").write_text("model,checkpoint,acc\nhub,org/not-cached-here,1\na,m0.safetensors,2\n"
+                                      "n,m1.safetensors,\nb,m2.safetensors,3\nc,m3.safetensors,4\n")
+    lines: list[str] = []
+    result = rank(tmp_path / "zoo.csv", "acc", metrics="bfe", cache_dir=False, n_boot=50, progress=lines.append)
+    assert [line for line in lines if line.endswith(": scored")] == ["[2/5] a: scored", "[4/5] b: scored",
+                                                                     "[5/5] c: scored"]
+    assert [(f.model, f.reason) for f in result.failed] == [("hub", "not cached, and HF_HUB_OFFLINE is set"),
+                                                            ("n", "no acc value in the zoo")]
 
 
 def test_rank_keyword_defaults_are_the_rank_and_executor_options_defaults() -> None:

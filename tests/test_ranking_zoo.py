@@ -10,7 +10,7 @@ import pytest
 
 from wbfe.errors import InvalidOptionError, SourceNotFoundError, UnknownNameError
 from wbfe.ranking import zoo as zoo_mod
-from wbfe.ranking.zoo import load_zoo, read_zoo_file
+from wbfe.ranking.zoo import load_zoo, read_zoo_file, zoo_from_rows
 
 from tests.conftest import SHARED_ZOO
 
@@ -85,6 +85,26 @@ def test_invalid_specs_raise_one_line_errors(tmp_path: Path, text: str, message:
     with pytest.raises(InvalidOptionError) as info:
         read_zoo_file(spec, name="z")
     assert str(info.value) == message
+
+
+def test_one_checkpoint_named_by_two_models_is_refused(tmp_path: Path) -> None:
+    """Two rows naming one checkpoint (a copied row, a link to another row's file, a label and a checkpoint cell)
+    were ranked as two models: its metric and quality counted twice (n = 6 for 5 models)."""
+    _write(tmp_path / "m1.safetensors", "x")
+    (tmp_path / "link.safetensors").symlink_to(tmp_path / "m1.safetensors")
+    where = (tmp_path / "m1.safetensors").resolve()
+    for second in ("b,m1.safetensors", "b,link.safetensors", "m1.safetensors,", "b,./m1.safetensors"):
+        spec = _write(tmp_path / "z.csv", f"model,checkpoint,acc\na,m1.safetensors,1\n{second},2\nc,org/c,3\n")
+        with pytest.raises(InvalidOptionError) as info:
+            read_zoo_file(spec, name="z")
+        label = second.split(",")[0]
+        assert str(info.value) == (f"zoo 'z': models 'a' and '{label}' are the same checkpoint ({where}); "
+                                   "list each checkpoint once")
+    with pytest.raises(InvalidOptionError, match="models 'a' and 'b' are the same checkpoint \\(org/a\\)"):
+        zoo_from_rows([{"model": "a", "checkpoint": "org/a", "acc": 1}, {"model": "b", "checkpoint": "org/a", "acc": 2}],
+                      name="z")
+    kept = zoo_from_rows([{"model": "org/a", "acc": 1}, {"model": "org/A", "acc": 2}], name="z")  # labels differ
+    assert [e.ref for e in kept.entries] == ["org/a", "org/A"]
 
 
 def test_unknown_lower_is_better_column_suggests(tmp_path: Path) -> None:

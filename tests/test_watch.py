@@ -182,6 +182,96 @@ def test_a_revision_list_of_two_repos_is_refused() -> None:
     assert discover_run("Org/A@step1,org/a@step2").name == "Org/A"  # the hub matches repo ids without case
 
 
+@pytest.mark.parametrize("table, message", [
+    ("step,val_loss,val_accuracy\n1,0.5,0.8\n2,0.4,0.9\n",
+     "{d}: a run's metrics.csv needs a 'test_loss' or 'test_accuracy' column (found: step, val_loss, val_accuracy)"),
+    ("step,test_loss\n100,0.5\n200,0.4\n300,0.45\n",
+     "{d}: no row is at the step of a checkpoint (rows: steps 100 to 300; checkpoints: steps 1 to 2); write the "
+     "checkpoints' steps in the 'step' column"),
+])
+def test_a_metrics_csv_that_gives_no_checkpoint_a_metric_is_refused(tmp_path: Path, table: str, message: str) -> None:
+    """Both were read and none of it used: the run came back without test metrics (and no comparison)."""
+    for step in (1, 2):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "metrics.csv").write_text(table)
+    with pytest.raises(InvalidOptionError) as info:
+        discover_run(tmp_path)
+    assert str(info.value) == message.format(d=tmp_path / "metrics.csv")
+    (tmp_path / "metrics.csv").write_text("step,test_loss\n2,0.4\n3,0.3\n")  # rows at other steps too: kept
+    losses = [c.test_loss for c in discover_run(tmp_path).checkpoints]
+    assert math.isnan(losses[0]) and losses[1] == 0.4
+
+
+def test_a_checkpoint_that_is_a_broken_link_is_refused(tmp_path: Path) -> None:
+    """epoch_2.safetensors -> a deleted file was left out of the run without a word."""
+    for step in (1, 3):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "epoch_2.safetensors").symlink_to(tmp_path / "gone.safetensors")
+    with pytest.raises(InvalidOptionError) as info:
+        discover_run(tmp_path)
+    assert str(info.value) == (f"{tmp_path / 'epoch_2.safetensors'} is a broken link: a checkpoint of the run cannot "
+                               "be read; restore its target or remove the link")
+
+
+def test_one_checkpoint_at_two_steps_is_refused(tmp_path: Path) -> None:
+    """A link named for another step, or a copied run-CSV row, made one model two steps of the run."""
+    for step in (1, 2):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "epoch_3.safetensors").symlink_to(tmp_path / "epoch_2.safetensors")
+    with pytest.raises(InvalidOptionError) as info:
+        discover_run(tmp_path)
+    assert str(info.value) == (f"{tmp_path}: steps 2 and 3 are the same checkpoint ({tmp_path / 'epoch_2.safetensors'})"
+                               "; each step needs its own")
+    (tmp_path / "run.csv").write_text("step,checkpoint\n10,epoch_1.safetensors\n20,./epoch_1.safetensors\n")
+    with pytest.raises(InvalidOptionError, match=r"run.csv: steps 10 and 20 are the same checkpoint \("):
+        discover_run(tmp_path / "run.csv")
+
+
+def test_the_step_pattern_reads_a_run_csvs_neighbours_and_a_revision_list(tmp_path: Path) -> None:
+    """--step-pattern was used for a folder only: a run CSV's files were read by the default rule (and refused
+    with "pass --step-pattern"), a revision list's steps taken from the last number (v3, v4: steps 3, 4)."""
+    for step in (10, 20):
+        touch_weights(tmp_path / f"model-{step}-acc{step // 10 + 90}.safetensors")
+    (tmp_path / "run.csv").write_text("step,test_loss\n10,0.5\n20,0.4\n")
+    run = discover_run(tmp_path / "run.csv", step_pattern=r"model-(\d+)-")
+    assert [(c.step, Path(str(c.ref)).name, c.test_loss) for c in run.checkpoints] == [
+        (10, "model-10-acc91.safetensors", 0.5), (20, "model-20-acc92.safetensors", 0.4)]
+    run = discover_run("org/m@ck-7-v3,org/m@ck-8-v4", step_pattern=r"ck-(\d+)")
+    assert [c.step for c in run.checkpoints] == [7, 8]
+    with pytest.raises(InvalidOptionError) as info:
+        discover_run("org/m@ck-7-v3,org/m@ck-8-v4", step_pattern=r"step(\d+)")
+    assert str(info.value) == "cannot parse a step from the revision of 'org/m@ck-7-v3' with --step-pattern 'step(\\\\d+)'"
+
+
+def test_a_trainer_folder_keeps_its_eval_metrics_under_a_step_pattern(tmp_path: Path) -> None:
+    """With --step-pattern, a Trainer output folder's trainer_state.json was not read: no test metrics."""
+    for step in (10, 20):
+        touch_weights(tmp_path / f"checkpoint-{step}" / "model.safetensors")
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [
+        {"step": 10, "eval_loss": 0.5}, {"step": 20, "eval_loss": 0.25}]}))
+    for pattern in (None, r"checkpoint-(\d+)"):
+        run = discover_run(tmp_path, step_pattern=pattern)
+        assert [(c.step, c.test_loss) for c in run.checkpoints] == [(10, 0.5), (20, 0.25)]
+
+
+def test_the_step_pattern_reads_the_calibration_runs(tmp_path: Path) -> None:
+    """read_runs_csv read each run with the default step rule whatever --step-pattern said."""
+    from wbfe.watch import read_runs_csv
+
+    for run in ("a", "b"):
+        for step in (10, 20):
+            touch_weights(tmp_path / run / f"model-{step}-acc{step // 10 + 90}.safetensors")
+    (tmp_path / "a" / "metrics.csv").write_text("step,test_loss\n10,0.5\n20,0.4\n")
+    (tmp_path / "runs.csv").write_text("run\na\nb\n")
+    (tmp_path / "b" / "rows.csv").write_text("run,step,test_loss\nb,10,0.7\nb,20,0.6\n")
+    for table in (tmp_path / "runs.csv", tmp_path / "b" / "rows.csv"):
+        runs = read_runs_csv(table, step_pattern=r"model-(\d+)-")
+        assert [[(c.step, Path(str(c.ref)).name) for c in run.checkpoints] for run in runs][-1] == [
+            (10, "model-10-acc91.safetensors"), (20, "model-20-acc92.safetensors")]
+        with pytest.raises(InvalidOptionError, match="ambiguous checkpoint names"):
+            read_runs_csv(table)
+
+
 # --- the rule -----------------------------------------------------------------------------------
 
 def test_layer_statistic_is_the_median_log_ratio() -> None:
@@ -493,6 +583,45 @@ def test_a_csv_step_is_read_exactly(tmp_path: Path) -> None:
     touch_weights(tmp_path / "w.safetensors")
     (tmp_path / "run.csv").write_text("step,checkpoint\n12345678901234567890,w.safetensors\n")
     assert discover_run(tmp_path / "run.csv").checkpoints[0].step == 12345678901234567890
+
+
+def test_a_run_listed_twice_under_two_names_is_refused_before_scoring(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link to a run, or ../runs/a beside a, passed the check by name: held out, its copy stayed in (gap 0)."""
+    import wbfe.watch.calibration
+    from wbfe.watch import calibrate
+
+    for step in (1, 2):
+        touch_weights(tmp_path / "a" / f"epoch_{step}.safetensors")
+    (tmp_path / "a" / "metrics.csv").write_text("step,test_loss\n1,0.5\n2,0.4\n")
+    (tmp_path / "alink").symlink_to(tmp_path / "a")
+    monkeypatch.setattr(wbfe.watch.calibration, "trajectory", lambda *a, **k: pytest.fail("scored"))
+    for second, name in (("alink", "alink"), (f"../{tmp_path.name}/a", f"../{tmp_path.name}/a")):
+        (tmp_path / "runs.csv").write_text(f"run\na\n{second}\n")
+        with pytest.raises(InvalidOptionError) as info:
+            calibrate(tmp_path / "runs.csv")
+        assert str(info.value) == (f"run {tmp_path / name} is listed twice (as {tmp_path / 'a'}: the same "
+                                   "checkpoints): leave-one-run-out needs each run once")
+    rows = "".join(f"{run},{step},0.5,a/epoch_{step}.safetensors\n" for run in ("x", "y") for step in (1, 2))
+    (tmp_path / "rows.csv").write_text("run,step,test_loss,checkpoint\n" + rows)
+    with pytest.raises(InvalidOptionError, match=r"^run y is listed twice \(as x: the same checkpoints\)"):
+        calibrate(tmp_path / "rows.csv")
+
+
+def test_a_calibration_run_without_test_losses_is_refused_before_scoring(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run was scored before calibrate_lambda found that one has no test loss."""
+    import wbfe.watch.calibration
+    from wbfe.watch import calibrate
+
+    for run in ("a", "b"):
+        for step in (1, 2):
+            touch_weights(tmp_path / run / f"epoch_{step}.safetensors")
+    (tmp_path / "a" / "metrics.csv").write_text("step,test_loss\n1,0.5\n2,0.4\n")
+    monkeypatch.setattr(wbfe.watch.calibration, "trajectory", lambda *a, **k: pytest.fail("scored"))
+    with pytest.raises(InvalidOptionError) as info:
+        calibrate([tmp_path / "a", tmp_path / "b"])
+    assert str(info.value) == f"run {tmp_path / 'b'}: every checkpoint needs a finite test_loss"
 
 
 def test_a_run_listed_twice_is_refused_by_the_calibration() -> None:

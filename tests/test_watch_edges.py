@@ -51,6 +51,35 @@ def test_run_csv_refusals(tmp_path: Path) -> None:
     _refused(lambda: discover_run("org/m@step1,org/m"), "not a hub revision org/name@REV: 'org/m'")
 
 
+def test_a_run_named_too_long_for_the_file_system_is_no_such_file(tmp_path: Path) -> None:
+    """Path.is_dir raised OSError (File name too long): a traceback and exit 1 from wbfe watch."""
+    name = "a" * 5000
+    _refused(lambda: discover_run(name), f"no such file or folder: {name}", SourceNotFoundError)
+    (tmp_path / "runs.csv").write_text(f"run\n{name}\n{name}b\n")
+    _refused(lambda: read_runs_csv(tmp_path / "runs.csv"), f"no such file or folder: {tmp_path / name}",
+             SourceNotFoundError)
+
+
+def test_an_infinite_test_metric_is_refused_or_unknown(tmp_path: Path) -> None:
+    """A metrics.csv test loss of -inf was the run's best checkpoint (gap +inf; null in the JSON)."""
+    for step in (1, 2):
+        touch_weights(tmp_path / f"epoch_{step}.safetensors")
+    (tmp_path / "metrics.csv").write_text("step,test_loss\n1,0.5\n2,-inf\n")
+    _refused(lambda: discover_run(tmp_path),
+             "not a finite number in a run CSV: '-inf' (leave the cell empty when unknown)")
+    table = tmp_path / "run.csv"
+    table.write_text("step,checkpoint,test_accuracy\n1,epoch_1.safetensors,inf\n")
+    _refused(lambda: discover_run(table), "not a finite number in a run CSV: 'inf' (leave the cell empty when unknown)")
+    # A Trainer's log of a diverged evaluation (json writes Infinity): unknown, as an empty cell.
+    trainer = tmp_path / "trainer"
+    for step in (10, 20):
+        touch_weights(trainer / f"checkpoint-{step}" / "model.safetensors")
+    (trainer / "trainer_state.json").write_text('{"log_history": [{"step": 10, "eval_loss": Infinity}, '
+                                                '{"step": 20, "eval_loss": 0.5}]}')
+    losses = [c.test_loss for c in discover_run(trainer).checkpoints]
+    assert math.isnan(losses[0]) and losses[1] == 0.5
+
+
 def test_trainer_state_steps_written_as_whole_floats_and_junk_entries(tmp_path: Path) -> None:
     """A JSON step of 10.0 is step 10; a log entry that is no mapping, or has no step, is not a metric row."""
     touch_weights(tmp_path / "checkpoint-10" / "model.safetensors")
@@ -106,6 +135,20 @@ def test_the_hint_when_no_matrix_has_enough_eigenvalues_and_an_empty_run() -> No
                                  "of this checkpoint has enough: h_t cannot be followed, only BFE-W")
     assert result_at(Trajectory("empty"), None).notes() == ([], None)
     _refused(lambda: result_by_rule(Trajectory("empty"), "last"), "empty: no checkpoints to choose from")
+
+
+def test_a_rule_reading_the_randomised_control_refuses_a_run_scored_without_it() -> None:
+    """result_by_rule(trajectory(run), "rand_distance_min") kept the last checkpoint because "rand_distance is not
+    finite at every checkpoint": the run was scored without the rand group (rule_metrics says which to score)."""
+    from dataclasses import replace
+
+    points = [_point(step, 20) for step in (0, 1, 2)]
+    _refused(lambda: result_by_rule(Trajectory("r", points), "rand_distance_min"),
+             "r: rule rand_distance_min reads rand_distance, and the run was scored without it; score it with "
+             "metrics=rule_metrics(rule)")
+    scored = [replace(p, layers=tuple(replace(x, extra={"rand_distance": 5.0 - p.step}) for x in p.layers))
+              for p in points]
+    assert result_by_rule(Trajectory("r", scored), "rand_distance_min").recommendation.step == 2
 
 
 def test_a_rule_the_table_has_not_measured_is_refused() -> None:

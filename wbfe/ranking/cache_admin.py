@@ -162,10 +162,11 @@ def cache_info(directory: Union[str, Path, None] = None) -> CacheInfo:
     if not os.fspath(directory).strip():
         raise InvalidOptionError("the cache folder is empty ('')")
     root = user_path(directory)
-    if root.exists() and not root.is_dir():
+    is_dir = os.path.isdir(root)  # False, not an OSError, for a name too long for the file system
+    if os.path.exists(root) and not is_dir:
         raise InvalidOptionError(f"not a folder: {root}", path=str(root))
-    units, other, links = _scan(root) if root.is_dir() else ([], 0, 0)
-    return CacheInfo(root, tuple(units), other, links, exists=root.is_dir(), default=default)
+    units, other, links = _scan(root) if is_dir else ([], 0, 0)
+    return CacheInfo(root, tuple(units), other, links, exists=is_dir, default=default)
 
 
 @dataclass

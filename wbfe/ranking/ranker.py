@@ -204,8 +204,7 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = _DEFAULTS["quality
         from wbfe.ranking.availability import unavailable_models
 
         blocked = unavailable_models(the_zoo)
-    run.failed.extend(Failure(name, reason) for name, reason in blocked.items())
-    pending = run.lookup([e for e in the_zoo.entries if e.name not in blocked], column, hasher or _content_hash)
+    pending = run.lookup(the_zoo.entries, column, hasher or _content_hash, blocked)
     run.score(runner, pending, scorer or _score_with_wbfe, score_options)
 
     models = [_model_result(e, column, *run.payloads[e.name]) for e in the_zoo.entries if e.name in run.payloads]
@@ -244,10 +243,15 @@ class _Run:
     def _log(self, i: int, name: str, what: str) -> None:
         self.say(f"[{i + 1}/{self.total}] {name}: {what}")
 
-    def lookup(self, entries: Iterable[ZooEntry], column: str, hash_fn: Callable[[str], str]) -> list[_Pending]:
-        """Models still to score; cache hits go to :attr:`payloads`, unusable rows to :attr:`failed`."""
+    def lookup(self, entries: Iterable[ZooEntry], column: str, hash_fn: Callable[[str], str],
+               blocked: Mapping[str, str]) -> list[_Pending]:
+        """Models still to score; cache hits go to :attr:`payloads`, unusable rows and ``blocked`` models (name: why
+        they cannot be had) to :attr:`failed`."""
         pending: list[_Pending] = []
-        for i, entry in enumerate(entries):
+        for i, entry in enumerate(entries):  # i: the model's place in the zoo, which the progress lines count
+            if entry.name in blocked:
+                self.failed.append(Failure(entry.name, blocked[entry.name]))
+                continue
             if not math.isfinite(entry.quality.get(column, math.nan)):
                 self.failed.append(Failure(entry.name, f"no {column} value in the zoo"))
                 continue

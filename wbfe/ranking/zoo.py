@@ -130,12 +130,17 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     paths resolve against ``base_dir`` (None: references stay as given).
 
     Raises:
-        InvalidOptionError: no rows, a row without ``model``, duplicate model labels, no numeric
-            column, an infinite quality value, or a lower-is-better / default column that is not a
-            quality column.
+        InvalidOptionError: no rows, a row without ``model`` or naming a column twice, duplicate model labels or
+            checkpoints, no numeric column, an infinite quality value, or a lower-is-better / default column that is
+            not a quality column.
     """
     if not rows:
         raise InvalidOptionError(f"zoo {name!r} has no models")
+    for number, row in enumerate(rows, start=1):
+        keys = [str(key).strip() for key in row]
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        if twice:  # 'acc' and ' acc' of a YAML row: one of the two was read, the other dropped without a word
+            raise InvalidOptionError(f"zoo {name!r}: row {number} names column {twice[0]!r} twice")
     columns = [c for c in dict.fromkeys(str(key).strip() for row in rows for key in row) if c]
     if "model" not in columns:
         raise InvalidOptionError(f"zoo {name!r} has no 'model' column (columns: {', '.join(columns)})")
@@ -167,6 +172,7 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
 
     entries: list[ZooEntry] = []
     seen: set[str] = set()
+    owners: dict[str, str] = {}  # checkpoint -> the model that names it
     for number, row in enumerate(table, start=1):
         label = row["model"]
         if not label:
@@ -181,7 +187,12 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
             quality[col] = float(text) if text else math.nan
             if math.isinf(quality[col]):  # "inf" parses as a number, but no quality is infinite (found by fuzzing)
                 raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {text!r}, not a finite number")
-        entries.append(ZooEntry(label, _resolve_ref(ref, base_dir), quality, row["source"] or None))
+        resolved = _resolve_ref(ref, base_dir)
+        if resolved in owners:  # one checkpoint ranked twice counts its metric and quality twice
+            raise InvalidOptionError(f"zoo {name!r}: models {owners[resolved]!r} and {label!r} are the same checkpoint "
+                                     f"({resolved}); list each checkpoint once")
+        owners[resolved] = label
+        entries.append(ZooEntry(label, resolved, quality, row["source"] or None))
     return Zoo(name, tuple(entries), tuple(numeric), lower, default_quality, path, mixed)
 
 
@@ -222,7 +233,7 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
         InvalidOptionError: the file is not a valid zoo (see :func:`zoo_from_rows`).
     """
     spec = user_path(path)
-    if not spec.exists():
+    if not os.path.exists(spec):  # False, not an OSError, for a name too long for the file system
         raise SourceNotFoundError(f"zoo spec not found: {spec}", path=str(spec))
     rows, meta = (_read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml")
                   else (read_csv_table(spec, "zoo spec", _TABLE)[1], {}))
@@ -362,7 +373,7 @@ def load_zoo(spec: Union[str, Path, Zoo], *, lower_is_better: Iterable[str] = ()
         zoo = _BUILTINS[spec].load()
     else:
         path = user_path(spec)
-        if not path.exists() and isinstance(spec, str) and os.sep not in spec and not path.suffix:
+        if not os.path.exists(path) and isinstance(spec, str) and os.sep not in spec and not path.suffix:
             raise unknown_name("zoo", spec, builtin_zoo_names())
         return read_zoo_file(path, lower_is_better=extra)  # which refuses a path that does not exist
     if extra:

@@ -12,7 +12,7 @@ import numpy as np
 
 from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError
-from wbfe.options import WatchOptions, field_defaults
+from wbfe.options import WatchOptions, compile_layers, field_defaults
 from wbfe.render.text import ToJson, json_ready, text_table
 from wbfe.watch.rule import Calibration, calibrate_lambda
 from wbfe.watch.runs import Run, discover_run, read_csv, run_from_rows
@@ -82,9 +82,10 @@ def _place(ref: object) -> Optional[str]:
     return os.path.realpath(ref) if os.path.exists(ref) else ref
 
 
-def read_runs_csv(path: Union[str, Path]) -> list[Run]:
+def read_runs_csv(path: Union[str, Path], *, step_pattern: Optional[str] = None) -> list[Run]:
     """The runs of a calibration CSV: one row per run (``run``: a folder or run CSV, relative to this file), or
-    one per checkpoint (``run``, ``step``, ``test_loss``, optional ``checkpoint`` / ``test_accuracy``).
+    one per checkpoint (``run``, ``step``, ``test_loss``, optional ``checkpoint`` / ``test_accuracy``); checkpoint
+    names are read with ``step_pattern`` as :func:`discover_run` reads them.
 
     Raises:
         InvalidOptionError: no ``run`` column, or a malformed row. The errors of :func:`discover_run`.
@@ -95,25 +96,49 @@ def read_runs_csv(path: Union[str, Path]) -> list[Run]:
     if empty is not None:  # path.parent / "" is the CSV's own folder
         raise InvalidOptionError(f"{path}: line {empty} has an empty 'run' cell")
     if "step" not in rows[0]:
-        return [discover_run(path.parent / row["run"]) for row in rows]  # an absolute path replaces the folder
+        # an absolute path replaces the folder
+        return [discover_run(path.parent / row["run"], step_pattern=step_pattern) for row in rows]
     grouped: dict[str, list[dict[str, str]]] = {}
     for row in rows:
         grouped.setdefault(row["run"], []).append(row)
-    return [run_from_rows(path, group, name) for name, group in grouped.items()]
+    pattern = compile_layers(step_pattern, option="--step-pattern")
+    return [run_from_rows(path, group, name, pattern) for name, group in grouped.items()]
+
+
+def _refuse_repeated_runs(items: Sequence[Union[Run, Trajectory]]) -> None:
+    """Refuse one run listed twice under two names (a link, ``../runs/a``): held out, its copy would stay in, and its
+    gap would be 0 by construction."""
+    seen: dict[tuple[Optional[str], ...], str] = {}
+    for item in items:
+        refs = [ck.ref for ck in item.checkpoints] if isinstance(item, Run) else [p.source for p in item.points]
+        places = tuple(_place(ref) for ref in refs)
+        if None in places:  # a model in memory is no file another run could name
+            continue
+        name = item.name if isinstance(item, Run) else item.run
+        if places in seen:
+            other = f" (as {seen[places]}: the same checkpoints)" if seen[places] != name else ""
+            raise InvalidOptionError(f"run {name} is listed twice{other}: leave-one-run-out needs each run once")
+        seen[places] = name
 
 
 def calibrate(runs: Union[str, Path, Sequence[Union[str, Path, Run, Trajectory]]], *,
               layers: str = _DEFAULTS["layers"], head: Optional[str] = _DEFAULTS["head"],
-              device: str = _DEFAULTS["device"], grid: Optional[np.ndarray] = None) -> CalibrationReport:
+              device: str = _DEFAULTS["device"], grid: Optional[np.ndarray] = None,
+              step_pattern: Optional[str] = None) -> CalibrationReport:
     """Choose λ by leave-one-run-out over runs (a calibration CSV, runs or scored trajectories) that have a test
     loss at every checkpoint; ``layers``, ``head``, ``device`` as :func:`scan_checkpoint`, ``grid`` default a
-    log grid covering every run's critical λ.
+    log grid covering every run's critical λ, ``step_pattern`` as :func:`discover_run` (for the runs named by path).
 
     Raises:
-        InvalidOptionError: fewer than two runs, or a run without test losses.
+        InvalidOptionError: fewer than two runs, a run without test losses, or two runs of the same checkpoints.
     """
     WatchOptions(layers=layers, head=head, device=device)  # every option before the first run is read
-    items = read_runs_csv(runs) if isinstance(runs, (str, Path)) else list(runs)
+    items = (read_runs_csv(runs, step_pattern=step_pattern) if isinstance(runs, (str, Path)) else
+             [discover_run(x, step_pattern=step_pattern) if isinstance(x, (str, Path)) else x for x in runs])
+    _refuse_repeated_runs(items)
+    missing = next((x.name for x in items if isinstance(x, Run) and not x.has_test_loss), None)
+    if missing is not None:  # refused by calibrate_lambda too, but only once every run was scored
+        raise InvalidOptionError(f"run {missing}: every checkpoint needs a finite test_loss")
     trajs = [x if isinstance(x, Trajectory) else trajectory(x, layers=layers, head=head, device=device) for x in items]
     cal = calibrate_lambda([t.run for t in trajs], [t.steps for t in trajs], [t.critical_lambdas() for t in trajs],
                            [t.test_losses() for t in trajs], grid=grid)

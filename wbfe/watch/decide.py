@@ -58,12 +58,18 @@ def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str 
     so); ``table`` defaults to the shipped one. The result's ``stopping`` holds the rule, parameter and figures.
 
     Raises:
-        InvalidOptionError: an unknown or unmeasured rule, or an empty trajectory.
+        InvalidOptionError: an unknown or unmeasured rule, an empty trajectory, or one scored without the randomised
+            control the rule reads.
     """
     table = shipped_table() if table is None else table
     name, row = resolve_rule(rule, table)
     if not traj.points:
         raise InvalidOptionError(f"{traj.run}: no checkpoints to choose from")
+    reads_rand = any(n.startswith("rand_") for n in _reads(name, row["param"]))
+    if reads_rand and not any("rand_distance" in x.extra for p in traj.points for x in p.layers):
+        # every rand_distance was NaN: the rule kept the last checkpoint, "not finite at every checkpoint"
+        raise InvalidOptionError(f"{traj.run}: rule {name} reads rand_distance, and the run was scored without it; "
+                                 "score it with metrics=rule_metrics(rule)", option="rule")
     index, reason = apply_rule(run_signals(traj), name, row["param"])
     last, oracle, runs = table["keep_last"], table["validation_oracle"], table["runs"]
     if rule is None and name == "last":

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Collection, Optional, Union
 
 from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError, SourceNotFoundError
@@ -120,9 +121,12 @@ def _is_checkpoint(path: Path) -> bool:
 
 def _float(value: Optional[str]) -> float:
     try:
-        return float(value) if value and value.strip() else math.nan
+        number = float(value) if value and value.strip() else math.nan
     except ValueError:
         raise InvalidOptionError(f"not a number in a run CSV: {value!r}") from None
+    if math.isinf(number):  # a test loss of -inf was the run's best checkpoint
+        raise InvalidOptionError(f"not a finite number in a run CSV: {value!r} (leave the cell empty when unknown)")
+    return number
 
 
 def _int_step(value: object, where: str) -> int:
@@ -143,6 +147,15 @@ def _int_step(value: object, where: str) -> int:
 def _ordered(name: str, found: dict[int, CheckpointRef]) -> Run:
     if not found:
         raise SourceNotFoundError(f"{name}: no checkpoints found", path=name)
+    steps: dict[str, int] = {}
+    for step in sorted(found):  # a copied CSV row, or a link to another step's file: one model seen as two steps
+        ref = found[step].ref
+        real = os.path.realpath(ref) if isinstance(ref, str) and os.path.exists(ref) else None
+        if real in steps:
+            raise InvalidOptionError(f"{name}: steps {steps[real]} and {step} are the same checkpoint ({real}); "
+                                     "each step needs its own")
+        if real is not None:
+            steps[real] = step
     return Run(name=name, checkpoints=tuple(found[s] for s in sorted(found)))
 
 
@@ -153,7 +166,12 @@ def _add(found: dict[int, CheckpointRef], item: CheckpointRef, label: str, where
 
 
 def _folder_checkpoints(folder: Path, pattern: Optional[re.Pattern[str]] = None) -> dict[int, Path]:
-    paths = [p for p in sorted(folder.iterdir()) if _is_checkpoint(p)]
+    entries = sorted(folder.iterdir())
+    broken = [p.name for p in entries if p.name.lower().endswith(WEIGHT_SUFFIXES) and not p.exists()]
+    if broken:  # a checkpoint whose link points nowhere was left out of the run without a word
+        raise InvalidOptionError(f"{folder / broken[0]} is a broken link: a checkpoint of the run cannot be read; "
+                                 "restore its target or remove the link", path=str(folder / broken[0]))
+    paths = [p for p in entries if _is_checkpoint(p)]
     parsed: dict[Path, Optional[int]] = ({p: parse_step(p.name, pattern) for p in paths} if pattern is not None
                                          else dict(_folder_steps(folder, paths)))
     by_step: dict[int, Path] = {}
@@ -197,12 +215,14 @@ def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[s
     return rows
 
 
-def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
+def run_from_rows(path: Path, rows: list[dict[str, str]], name: str,
+                  pattern: Optional[re.Pattern[str]] = None) -> Run:
     """A run from the rows of CSV ``path`` (``step``, optional ``checkpoint`` relative to its folder, ``test_loss``,
-    ``test_accuracy``).
+    ``test_accuracy``); without ``checkpoint``, the files beside the CSV are read by step (``pattern``: as in
+    :func:`parse_step`).
 
     Raises:
-        InvalidOptionError: a non-integer step, two rows with one step, a non-numeric metric.
+        InvalidOptionError: a non-integer step, two rows with one step or one checkpoint, a non-numeric metric.
         SourceNotFoundError: no checkpoint for a step.
     """
     found: dict[int, CheckpointRef] = {}
@@ -216,9 +236,9 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
 
             local = path.parent / target  # an absolute target replaces the folder
             # A relative path that is not there but reads as org/name[@rev] is a hub id.
-            ref = target if (not local.exists() and HUB_ID.match(target)) else str(local)
+            ref = target if (not os.path.exists(local) and HUB_ID.match(target)) else str(local)
         else:
-            beside = _folder_checkpoints(path.parent) if beside is None else beside
+            beside = _folder_checkpoints(path.parent, pattern) if beside is None else beside
             if step not in beside:
                 raise SourceNotFoundError(f"{path}:{i}: no checkpoint for step {step} next to the CSV (and no "
                                           "'checkpoint' column)", path=str(path))
@@ -228,7 +248,7 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str) -> Run:
     return _ordered(name, found)
 
 
-def _from_hub_list(text: str) -> Run:
+def _from_hub_list(text: str, pattern: Optional[re.Pattern[str]]) -> Run:
     from wbfe.sources.hub import HUB_ID
 
     found: dict[int, CheckpointRef] = {}
@@ -237,9 +257,10 @@ def _from_hub_list(text: str) -> Run:
         match = HUB_ID.match(part)
         if not part or not match or not match.group("rev"):
             raise InvalidOptionError(f"not a hub revision org/name@REV: {part!r}")
-        step = parse_step(match.group("rev"))
+        step = parse_step(match.group("rev"), pattern)
         if step is None:
-            raise InvalidOptionError(f"cannot parse a step from the revision of {part!r}")
+            raise InvalidOptionError(f"cannot parse a step from the revision of {part!r}"
+                                     + (f" with --step-pattern {pattern.pattern!r}" if pattern is not None else ""))
         # A run is one model's checkpoints: two repos in one list is most likely a slip that would compare two models
         # as one run's steps. Checkpoints that really live in several repos go in a run CSV's checkpoint column.
         # Hub repo ids are matched without regard to case, as the hub does.
@@ -290,9 +311,38 @@ def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[s
             continue
         row = out.setdefault(_int_step(entry["step"], f"{state_path}: log_history"), {})
         for key, column in (("eval_loss", "test_loss"), ("eval_accuracy", "test_accuracy")):
-            if isinstance(entry.get(key), (int, float)):
+            # NaN or Infinity (a diverged evaluation) is unknown, as an empty cell of a metrics.csv
+            if isinstance(entry.get(key), (int, float)) and math.isfinite(entry[key]):
                 row[column] = str(entry[key])
     return {step: row for step, row in out.items() if row}
+
+
+def _metrics_table(table: Path, checkpoints: dict[int, Path]) -> dict[int, dict[str, str]]:
+    """A run folder's metrics.csv, its rows by step.
+
+    Raises:
+        InvalidOptionError: as :func:`read_csv`; no ``test_loss`` or ``test_accuracy`` column, a step twice, or no row
+            at the step of a checkpoint (the table was read and none of it used).
+    """
+    rows = read_csv(table, required="step", kind="run")
+    if not {"test_loss", "test_accuracy"} & set(rows[0]):
+        raise InvalidOptionError(f"{table}: a run's metrics.csv needs a 'test_loss' or 'test_accuracy' column (found: "
+                                 f"{', '.join(rows[0])})", path=str(table))
+    metrics: dict[int, dict[str, str]] = {}
+    for i, row in enumerate(rows, start=2):
+        step = _int_step(row.get("step"), f"{table}:{i}")
+        if step in metrics:
+            raise InvalidOptionError(f"{table}:{i}: a second row for step {step}; keep one row per step")
+        metrics[step] = row
+    if checkpoints and not metrics.keys() & checkpoints.keys():
+        raise InvalidOptionError(f"{table}: no row is at the step of a checkpoint (rows: steps {_span(metrics)}; "
+                                 f"checkpoints: steps {_span(checkpoints)}); write the checkpoints' steps in the "
+                                 "'step' column", path=str(table))
+    return metrics
+
+
+def _span(steps: Collection[int]) -> str:
+    return f"{min(steps)} to {max(steps)}" if len(steps) > 1 else str(next(iter(steps)))
 
 
 def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -> Run:
@@ -303,7 +353,8 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
         InvalidOptionError: a checkpoint name without a step, two checkpoints with one step,
             ambiguous names, a malformed CSV, revision list, step pattern or trainer state, a folder's
-            metrics.csv that is not a regular file.
+            metrics.csv that is not a regular file or matches no checkpoint, a checkpoint that is a broken link,
+            one checkpoint at two steps.
     """
     text = str(run)
     from wbfe.options import compile_layers
@@ -313,17 +364,14 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         raise SourceNotFoundError("an empty run reference: name a folder of checkpoints, a CSV or a list of hub "
                                   "revisions", path=text)
     path = user_path(text)
-    if path.is_dir():
-        hf = _hf_checkpoints(path) if pattern is None else {}
-        by_step = hf or _folder_checkpoints(path, pattern)
+    # os.path's tests, not Path's: a name too long for the file system is no file, not an OSError traceback
+    if os.path.isdir(path):
+        hf = _hf_checkpoints(path)  # its trainer_state.json holds the test metrics under --step-pattern too
+        by_step = hf if hf and pattern is None else _folder_checkpoints(path, pattern)
         table = path / "metrics.csv"
         metrics: dict[int, dict[str, str]] = {}
         if table.is_file():
-            for i, row in enumerate(read_csv(table, required="step", kind="run"), start=2):
-                step = _int_step(row.get("step"), f"{table}:{i}")
-                if step in metrics:
-                    raise InvalidOptionError(f"{table}:{i}: a second row for step {step}; keep one row per step")
-                metrics[step] = row
+            metrics = _metrics_table(table, by_step)
         elif table.exists() or table.is_symlink():  # a folder, FIFO or dangling link was skipped without a word
             kind = "a folder" if table.is_dir() else "a broken link" if not table.exists() else "not a regular file"
             raise InvalidOptionError(f"{table} is {kind}: a run's metrics.csv must be a CSV file; replace or remove it",
@@ -333,10 +381,10 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         return _ordered(str(path), {s: CheckpointRef(s, str(p), _float(metrics.get(s, {}).get("test_loss")),
                                                      _float(metrics.get(s, {}).get("test_accuracy")))
                                     for s, p in by_step.items()})
-    if path.is_file() and path.suffix.lower() == ".csv":
-        return run_from_rows(path, read_csv(path, required="step", kind="run"), str(path))
-    if path.exists():
+    if os.path.isfile(path) and path.suffix.lower() == ".csv":
+        return run_from_rows(path, read_csv(path, required="step", kind="run"), str(path), pattern)
+    if os.path.exists(path):
         raise InvalidOptionError(f"{path}: a run is a folder of checkpoints, a CSV or a list of hub revisions")
     if "@" in text and not text.startswith((".", "/", "~")):
-        return _from_hub_list(text)
+        return _from_hub_list(text, pattern)
     raise SourceNotFoundError(f"no such file or folder: {text}", path=text)
