@@ -81,6 +81,7 @@ def zoo_list() -> str:
 
 
 def rank_command(
+    ctx: typer.Context,
     zoo: Annotated[Optional[str], typer.Argument(
         help="Zoo spec (CSV/YAML) or built-in zoo name (see --list). Default: the Fashion-MNIST zoo.")] = None,
     output: Annotated[Optional[str], typer.Option(
@@ -98,11 +99,13 @@ def rank_command(
 ) -> None:
     """Rank a zoo: Spearman rho (95% bootstrap CI, permutation p), Kendall tau and Pearson r per metric."""
     if list_zoos:
-        if zoo is not None or output is not None or fmt is not Format.table:
+        given = [p.opts[0] for p in ctx.command.params if p.name != "list_zoos" and p.name in ctx.params
+                 and ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
+        if given:
             from wbfe.errors import InvalidOptionError
 
-            raise InvalidOptionError("--list prints the built-in zoos as a table and ranks none: leave out the zoo, "
-                                     "--output and --format")
+            raise InvalidOptionError("--list prints the built-in zoos as a table and ranks none: leave out "
+                                     + ", ".join("the zoo" if name == "zoo" else name for name in given))
         typer.echo(zoo_list(), nl=False)
         return
     from wbfe.render.files import check_output_dir, refuse_overlap, write_atomic

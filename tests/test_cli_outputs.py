@@ -180,7 +180,10 @@ def test_a_list_option_is_repeatable(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv,text", [
     (("rank", "--list", "fmnist"), "--list prints the built-in zoos as a table and ranks none"),
-    (("rank", "--list", "-f", "json"), "leave out the zoo, --output and --format"),
+    (("rank", "--list", "-f", "json"), "ranks none: leave out --format"),
+    (("rank", "--list", "fmnist", "-o", "out"), "ranks none: leave out the zoo, --output"),
+    (("rank", "--list", "-q", "acc", "--metrics", "bfe", "-j", "2"), "ranks none: leave out --quality, --workers, "
+                                                                     "--metrics"),
     (("theory", "solve", "--rate", "3"), "--rate shapes the exp readout only; this is the power readout: give "
                                          "--readout exp, or leave --rate out"),
     (("theory", "solve", "--readout", "exp", "--nonzeros", "2"), "--nonzeros shapes the sparse readout only"),
