@@ -43,9 +43,9 @@ def prune_command(
 ) -> None:
     """Remove old or least recently used entries and copies; never anything wbfe did not write."""
     from wbfe.ranking.cache_admin import prune_cache
-    from wbfe.sources.object_bound import object_cache_bound
+    from wbfe.sources.object_bound import NO_BOUND, object_cache_bound
 
-    if max_size is not None and max_size.strip().lower() == "none":
+    if max_size is not None and max_size.strip().lower() == NO_BOUND:
         # no size bound, as with --older-than alone: stale claims and day-old partial copies still go
         bound: Union[str, int, None] = None
     elif max_size is not None:

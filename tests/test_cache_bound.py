@@ -74,9 +74,12 @@ def test_the_bound_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert object_cache_bound() == DEFAULT_MAX_SIZE == 20 * 2**30
     monkeypatch.setenv("WBFE_CACHE_MAX_SIZE", "1.5G")
     assert object_cache_bound() == 3 * 2**29
-    monkeypatch.setenv("WBFE_CACHE_MAX_SIZE", "lots")
-    with pytest.raises(InvalidOptionError, match="WBFE_CACHE_MAX_SIZE"):
-        object_cache_bound()
+    monkeypatch.setenv("WBFE_CACHE_MAX_SIZE", " None ")
+    assert object_cache_bound() is None
+    for word in ("lots", "off", "unbounded"):  # one word for no bound, as `wbfe cache prune --max-size` takes
+        monkeypatch.setenv("WBFE_CACHE_MAX_SIZE", word)
+        with pytest.raises(InvalidOptionError, match="WBFE_CACHE_MAX_SIZE"):
+            object_cache_bound()
 
 
 def test_a_bad_bound_is_refused_before_anything_is_fetched(

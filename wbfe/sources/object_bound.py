@@ -14,10 +14,11 @@ from typing import Optional, Union
 from wbfe._config import wbfe_cache_max_size
 from wbfe.errors import InvalidOptionError
 
-__all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_ENV", "parse_size", "format_size", "object_cache_bound", "evict_objects"]
+__all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_ENV", "NO_BOUND", "parse_size", "format_size", "object_cache_bound", "evict_objects"]
 
 DEFAULT_MAX_SIZE = 20 * 2**30  # 20 GiB: a few LLM copies; score entries are a few KB each
 MAX_SIZE_ENV = "WBFE_CACHE_MAX_SIZE"
+NO_BOUND = "none"  # the one word for no size bound, in $WBFE_CACHE_MAX_SIZE and `wbfe cache prune --max-size`
 _UNITS = {"B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _OBJECT = re.compile(r"^[0-9a-f]{64}$")
 _SHARD = re.compile(r"^[0-9a-f]{2}$")
@@ -48,7 +49,7 @@ def object_cache_bound() -> Optional[int]:
     text = wbfe_cache_max_size()
     if not text:
         return DEFAULT_MAX_SIZE
-    if text.lower() in ("none", "off", "unbounded"):
+    if text.strip().lower() == NO_BOUND:
         return None
     try:
         return parse_size(text)
