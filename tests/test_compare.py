@@ -170,6 +170,18 @@ def test_renames_and_unmatched() -> None:
         wbfe.compare(a, {"other.weight": torch.randn(20, 20)})
 
 
+def test_a_rename_that_matches_no_name_of_a_is_said() -> None:
+    # a --map that renamed nothing (mistyped, or written for B's names) left only unmatched names to guess from
+    a, b = _pair(4)
+    renamed = {"model." + k: v for k, v in b.items()}
+    half = {**renamed, **{k: v for k, v in b.items() if k.startswith("layers.0.")}}  # B holds layers.0 as A names it
+    result = wbfe.compare(a, half, metrics="bfe", name_map=["^transformer=model", "^model.layers=layers", "^layers.1=x"])
+    assert result.summary["map_note"] == "--map '^transformer=model', '^model.layers=layers' renamed no tensor of A"
+    assert "map_note" not in wbfe.compare(a, renamed, metrics="bfe", name_map=["^layers=model.layers"]).summary
+    with pytest.raises(wbfe.NoUsableMatrixError, match="; --map '\\^transformer=model' renamed no tensor of A$"):
+        wbfe.compare(a, renamed, metrics="bfe", name_map=["^transformer=model"])
+
+
 def test_shape_change_is_skipped_with_reason() -> None:
     a = {"fc.weight": torch.randn(20, 30), "out.weight": torch.randn(10, 20)}
     b = {"fc.weight": torch.randn(20, 30), "out.weight": torch.randn(12, 20)}

@@ -224,7 +224,8 @@ def compare(
             listed_a, listed_b = list(stream_a), list(stream_b)
             pairs, note = _by_order(listed_a, listed_b, orders, plan_eigs, pattern, result.skipped)
             stream_a, stream_b = iter(listed_a), iter(listed_b)
-        matched = pairs if pairs is not None else _pairs(stream_a, stream_b, renames, pattern)
+        used: set[int] = set()  # the renames that matched a name of A
+        matched = pairs if pairs is not None else _pairs(stream_a, stream_b, renames, pattern, used)
         for entry, plan in planned(matched):
             assert isinstance(plan, MatrixPlan)
             tensors = entry.load()
@@ -234,17 +235,24 @@ def compare(
         collect(pipeline, wait=True)
         description = source_a.description  # A's own, as a score of A finds its head (recorded in its provenance)
         result.model_a, result.model_b = source_a.provenance.to_dict(), source_b.provenance.to_dict()
+        unused = [f"{p}={r}" for i, (p, r) in enumerate(given.name_map) if i not in used]
+        map_note = ""
+        if pairs is None and unused:  # a mistyped rename changed nothing, which only the unmatched names showed
+            map_note = f"--map {', '.join(map(repr, unused))} renamed no tensor of A"
         if not result.layers:
             raise NoUsableMatrixError(f"no matrix of {result.model_a.get('source')} has a comparable counterpart in "
                                       f"{result.model_b.get('source')} ({len(result.unmatched)} unmatched, "
                                       f"{len(result.skipped)} skipped)"
-                                      + (f"; not paired by graph order: {note}" if note else ""))
+                                      + (f"; not paired by graph order: {note}" if note else "")
+                                      + (f"; {map_note}" if map_note else ""))
         result.summary = _summarise(result, groups, hint=source_a.head_hint, config=source_a.config,
                                     description=description)
     result.options.update(versions=installed_versions(), device=str(context.device))
     result.summary["pairing"] = "name" if pairs is None else "graph order"
     if note:
         result.summary["pairing_note"] = note
+    if map_note:
+        result.summary["map_note"] = map_note
     return result
 
 
@@ -277,9 +285,13 @@ def _orders(source_a: Any, source_b: Any,
     return None if any(_renamed(name, renames) in names_b for name in da.order) else (da, db)
 
 
-def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]]) -> str:
-    """``name`` after every ``--map`` rename, in order."""
-    return functools.reduce(lambda text, rename: rename[0].sub(rename[1], text), renames, name)
+def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]], used: Optional[set[int]] = None) -> str:
+    """``name`` after every ``--map`` rename, in order; the index of each rename that matched is added to ``used``."""
+    for i, (pattern, repl) in enumerate(renames):
+        if used is not None and pattern.search(name):
+            used.add(i)
+        name = pattern.sub(repl, name)
+    return name
 
 
 def _by_order(
@@ -326,9 +338,11 @@ def _pairs(
     stream_b: Iterator[TensorEntry],
     renames: Sequence[tuple[re.Pattern[str], str]],
     pattern: Optional[re.Pattern[str]],
+    used: Optional[set[int]] = None,
 ) -> Iterator[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]:
     """``(a, b, "")`` per matched pair, ``(a, None, why)`` / ``(None, b, why)`` for the others, ``(a, b, why)``
-    for a pair left out by ``--layers``. The streams advance in step: an entry waits only for its counterpart."""
+    for a pair left out by ``--layers``. The streams advance in step: an entry waits only for its counterpart.
+    ``used``: the renames that matched a name of A are added to it."""
     waiting_a: dict[str, TensorEntry] = {}
     waiting_b: dict[str, TensorEntry] = {}
     claimed: dict[str, str] = {}  # B name -> the A name matched (or waiting) for it
@@ -343,7 +357,7 @@ def _pairs(
                     yield _selected(waiting_a.pop(entry.name), entry, pattern)
                 else:
                     waiting_b[entry.name] = entry
-            elif (key := _renamed(entry.name, renames)) in claimed:
+            elif (key := _renamed(entry.name, renames, used)) in claimed:
                 yield entry, None, f"maps to {key!r}, as {claimed[key]!r} already does"
             else:
                 claimed[key] = entry.name
