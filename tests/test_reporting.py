@@ -658,6 +658,18 @@ def test_comparison_page_rows_numbers_and_unmatched(tmp_path: Path) -> None:
     assert (folder / "report.html").read_text() == text
 
 
+def test_a_comparison_page_reads_as_wbfe_compare_does(tmp_path: Path) -> None:
+    # --stream went nowhere: `wbfe report A B --stream` read two local files (and downloaded a hub id) without a word
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    save_file({"fc.weight": torch.randn(24, 16)}, str(a))
+    save_file({"fc.weight": torch.randn(24, 16)}, str(b))
+    said = runner.invoke(app, ["compare", str(a), str(b), "--stream", "-q"])
+    result = runner.invoke(app, ["report", str(a), str(b), "--stream", "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == said.exit_code == 2
+    assert result.stderr == said.stderr and "--stream reads hub ids" in said.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_one_colour_per_metric_everywhere(scored: dict[str, Any], page_text: str) -> None:
     """The depth panel, the zoo scatter, the forest plot, the table swatch and a comparison's d_<metric>
     all draw a metric in the same colour (and different metrics in different colours)."""
