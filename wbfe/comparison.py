@@ -26,7 +26,8 @@ from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
 from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.result import column_mean
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
+from wbfe.framework import FrameworkDescription, out_in
+from wbfe.linalg.arrays import is_torch
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, field_defaults
@@ -166,6 +167,7 @@ def compare(
                 assert only is not None
                 result.unmatched.append({"name": only.name, "side": "a" if entry_b is None else "b", "reason": why})
                 continue
+            entry_b = _held_as(entry_a, entry_b)  # a Conv1D's [in, out] against a Linear's [out, in] was W against Wᵀ
             base: dict[str, Any] = {"name": entry_a.name, "name_b": entry_b.name, "shape": list(entry_a.shape),
                                     "dtype_a": entry_a.dtype, "dtype_b": entry_b.dtype}
             if why:
@@ -324,13 +326,24 @@ def _by_order(
         if shape_a != shape_b:
             return None, (f"matrix {len(pairs) + 1} in order differs in shape: {a.name!r} {list(shape_a)}, "
                           f"{b.name!r} {list(shape_b)} (out x in x k...)")
-        if a.layout != b.layout:  # B as A holds it (first two axes swapped), so that the two line up entry by entry
-            b = dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]),
-                                    layout=IN_OUT if a.layout == IN_OUT else OUT_IN,
-                                    load=functools.partial(lambda load: load().transpose(0, 1).contiguous(), b.load))
-        pairs.append(_selected(a, b, pattern))
+        pairs.append(_selected(a, _held_as(a, b), pattern))
     skipped += others
     return pairs, None
+
+
+def _held_as(a: TensorEntry, b: TensorEntry) -> TensorEntry:
+    """``b`` as ``a`` holds it: its first two axes swapped where the two layouts differ (``in_out`` against
+    ``out_in``), so that the two line up entry by entry."""
+    if a.layout == b.layout or len(b.shape) < 2:
+        return b
+    return dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]), layout=a.layout,
+                               load=functools.partial(_swapped, b.load))
+
+
+def _swapped(load: Callable[[], Any]) -> Any:
+    """The tensor ``load`` gives with its first two axes swapped, in memory order (a numpy array or a torch tensor)."""
+    tensor = load().swapaxes(0, 1)
+    return tensor.contiguous() if is_torch(tensor) else np.ascontiguousarray(tensor)
 
 
 def _pairs(
