@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -23,29 +22,26 @@ def esd_command(
     """Plot the ESD of one layer (log-log) with the power-law, truncated power-law and HTMP fits."""
     import wbfe
     from wbfe.options import check_conv, check_device
-    from wbfe.errors import OutputError
-    from wbfe.render.files import check_output, is_devnull, local_reads
+    from wbfe.render.files import local_reads
     from wbfe.render.text import shape_text
     from wbfe.sources import remote_ref
-    from wbfe.reporting.plots.esd import esd_scale, fit_esd, plot_esd
+    from wbfe.reporting.output import check_esd_output, write_esd
+    from wbfe.reporting.plots.esd import esd_scale, fit_esd
     from wbfe.scoring import layer_spectrum
 
     view = check_conv((conv or Conv.flatten).value)
     check_device(device)  # every option before the checkpoint is read
 
     target = ref if ref is not None else wbfe.default_checkpoint()
-    written = check_output(output, reads=local_reads(target))
-    if written is None:
-        raise OutputError(f"wbfe esd writes a PNG file; give --output a file name, not {shown(output)}")
-    if written.suffix.lower() != ".png" and not (written.exists() and is_devnull(written.stat())):  # not a PNG's name
-        raise OutputError(f"wbfe esd writes a PNG file: name the output *.png, not {shown(output)}")
+    reads = local_reads(target)
+    check_esd_output(output, reads=reads)
     if remote_ref(target):  # a hub id or URL names no local path: its files are known once resolved
         refuse_resolved(target, output)
     plan, spec = layer_spectrum(target, layer, conv=view, device=device)
     fits = fit_esd(spec.eigs, spec.gamma)
     k, note = esd_scale(spec.eigs, spec.log_scale)  # a matrix far from 1 is drawn rescaled, and says so
-    plot_esd(spec.eigs, fits, Path(output), title=f"{plan.name}  {shape_text(plan.shape)}  ({plan.convention})",
-             bins=bins, scale_exp2=k)
+    write_esd(spec.eigs, fits, output, title=f"{plan.name}  {shape_text(plan.shape)}  ({plan.convention})",
+              bins=bins, scale_exp2=k, reads=reads)
     typer.echo(f"wrote {shown(output)}" + (f" ({note})" if note else ""), err=True)
 
 

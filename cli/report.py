@@ -133,7 +133,7 @@ def compare_options(score: "ScoreOptions") -> "CompareOptions":
         raise InvalidOptionError("a comparison of two checkpoints flattens conv kernels and has no head rule: "
                                  "drop --conv, --head and --ww-compatible")
     return CompareOptions(metrics=score.metrics, layers=score.layers, lam=score.lam, device=score.device,
-                          min_eigs=score.min_eigs, seed=score.seed)
+                          min_eigs=score.min_eigs, seed=score.seed, stream=score.stream)  # --stream was dropped
 
 
 def _refuse_unused(score: "ScoreOptions", run: "RankOptions", stats: "StatsOptions", weights: Optional[str], *,

@@ -80,13 +80,16 @@ def test_compare_table_prints_the_names_escaped(escaped_names: Path) -> None:
     (("report", "-f", "md", "-o", "r.html"), "--format md writes a folder (report.md and its PNGs): name a folder, "
                                              "not r.html"),
     (("report", "-f", "md", "-o", "-"), "cannot write into -: the results are several files; give a folder"),
+    (("compare", "a", "b", "-o", "c.json"), "--output is a folder (compare.json, compare.csv, change_along_depth.png, "
+                                           "report.html): name a folder, not c.json (--format json prints the JSON)"),
+    (("compare", "a", "b", "-f", "csv", "-o", "c.CSV"), "name a folder, not c.CSV"),
     (("score", "--quiet", "--verbose"), "--quiet and --verbose contradict each other: give one of them"),
     (("describe", "-q", "-v"), "--quiet and --verbose contradict each other"),
 ])
 def test_an_output_named_for_another_format_is_refused(argv: tuple[str, ...], text: str, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # each of these wrote a file of one format under another's name (JSON in x.csv, a PNG in e.txt, HTML in
-    # r.md), made a folder named r.html or '-', or dropped --verbose without a word
+    # r.md), made a folder named r.html, c.json or '-', or dropped --verbose without a word
     monkeypatch.chdir(tmp_path)
     assert_one_line(cli(*argv), text)
     assert list(tmp_path.iterdir()) == []

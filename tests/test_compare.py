@@ -170,6 +170,45 @@ def test_renames_and_unmatched() -> None:
         wbfe.compare(a, {"other.weight": torch.randn(20, 20)})
 
 
+def test_a_conv1d_checkpoint_against_its_linear_twin_pairs_each_matrix_as_the_model_holds_it(tmp_path: Path) -> None:
+    # GPT-2 as transformers stores it (Conv1D: [in, out]) against the same weights stored [out, in] (nanoGPT's
+    # Linear): the square c_proj was compared as W against Wᵀ (rel_frobenius 1.4) and the others skipped, "shape differs"
+    g = torch.Generator().manual_seed(0)
+    conv1d = {"transformer.h.0.attn.c_attn.weight": torch.randn(32, 96, generator=g, dtype=torch.float64),
+              "transformer.h.0.attn.c_proj.weight": torch.randn(32, 32, generator=g, dtype=torch.float64),
+              "transformer.h.0.mlp.c_fc.weight": torch.randn(32, 128, generator=g, dtype=torch.float64)}
+    (tmp_path / "hf").mkdir()
+    save_file(conv1d, str(tmp_path / "hf" / "model.safetensors"))
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({
+        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_layer": 1, "n_head": 2,
+        "vocab_size": 50, "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0}))
+    change = {k: 0.1 * torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in conv1d.items()}
+    save_file({k: (v + change[k]).T.contiguous() for k, v in conv1d.items()}, str(tmp_path / "linear.safetensors"))
+    # each matrix out x in (the transpose of the Conv1D's) in the hf folder, and in linear.safetensors
+    stored = {"hf": {k: v.numpy().T for k, v in conv1d.items()},
+              "linear.safetensors": {k: (v + change[k]).numpy().T for k, v in conv1d.items()}}
+    for a, b in (("hf", "linear.safetensors"), ("linear.safetensors", "hf")):
+        result = wbfe.compare(tmp_path / a, tmp_path / b, metrics="bfe")
+        assert sorted(row["name"] for row in result.layers) == sorted(conv1d) and result.skipped == []
+        for row in result.layers:
+            x, y = stored[a][row["name"]], stored[b][row["name"]]
+            assert row["rel_frobenius"] == pytest.approx(np.linalg.norm(y - x) / np.linalg.norm(x), rel=1e-9)
+            assert row["w1_log_eigs"] == pytest.approx(wasserstein_distance(np.log(_eigs(x)), np.log(_eigs(y))),
+                                                       rel=1e-6)
+
+
+def test_a_rename_that_matches_no_name_of_a_is_said() -> None:
+    # a --map that renamed nothing (mistyped, or written for B's names) left only unmatched names to guess from
+    a, b = _pair(4)
+    renamed = {"model." + k: v for k, v in b.items()}
+    half = {**renamed, **{k: v for k, v in b.items() if k.startswith("layers.0.")}}  # B holds layers.0 as A names it
+    result = wbfe.compare(a, half, metrics="bfe", name_map=["^transformer=model", "^model.layers=layers", "^layers.1=x"])
+    assert result.summary["map_note"] == "--map '^transformer=model', '^model.layers=layers' renamed no tensor of A"
+    assert "map_note" not in wbfe.compare(a, renamed, metrics="bfe", name_map=["^layers=model.layers"]).summary
+    with pytest.raises(wbfe.NoUsableMatrixError, match="; --map '\\^transformer=model' renamed no tensor of A$"):
+        wbfe.compare(a, renamed, metrics="bfe", name_map=["^transformer=model"])
+
+
 def test_shape_change_is_skipped_with_reason() -> None:
     a = {"fc.weight": torch.randn(20, 30), "out.weight": torch.randn(10, 20)}
     b = {"fc.weight": torch.randn(20, 30), "out.weight": torch.randn(12, 20)}

@@ -35,6 +35,21 @@ def test_describe_lists_what_score_analyses(tmp_path: Path) -> None:
     assert "sha256" not in d.model  # nothing is hashed
 
 
+def test_describe_skips_a_tied_head_as_score_does(tmp_path: Path) -> None:
+    # lm_head.weight sharing the embedding's storage (torch.save of a tied model) was listed as a matrix and named the
+    # head ("name"), where a score skips it as tied and names the embedding the head ("tied")
+    g = torch.Generator().manual_seed(2)
+    embed = torch.randn(100, 32, generator=g)
+    torch.save({"embed.weight": embed, "fc.weight": torch.randn(64, 32, generator=g), "lm_head.weight": embed},
+               tmp_path / "tied.pt")
+    d = wbfe.describe(tmp_path / "tied.pt")
+    s = wbfe.score(tmp_path / "tied.pt", metrics="bfe")
+    assert [m["name"] for m in d.matrices] == [row["name"] for row in s.layers] == ["embed.weight", "fc.weight"]
+    assert d.skipped == s.skipped == [{"name": "lm_head.weight", "reason": "tied: shares storage with embed.weight",
+                                       "shape": [100, 32], "dtype": "float32"}]
+    assert (d.head, d.head_source) == (s.summary["head"], s.summary["head_source"]) == ("embed.weight", "tied")
+
+
 def test_describe_reads_no_tensor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing but the header: every entry's load() would raise, and describe never calls it."""
     from wbfe.sources.safetensors_files import SafetensorsSource

@@ -72,6 +72,18 @@ def test_equal_sizes_keep_alphapruning_s_range() -> None:
     assert allocate(np.array([1.0, 2.0, 3.0]), np.array([1000] * 3), 0.5, spread=0.0) == pytest.approx([0.5] * 3)
 
 
+def test_a_target_the_unpruned_matrices_leave_out_of_reach_is_refused() -> None:
+    # spread 1 maps three of four equal matrices to 0.5 - 1 < 0 (unpruned): under a quarter of the weights can be
+    # zero, and the search for the scale doubled forever (wbfe sparsity --spread 1 never ended)
+    params = np.array([1000, 1000, 1000, 1000])
+    with pytest.raises(InvalidOptionError, match=re.escape("target 0.5 cannot be reached with spread 1: the matrices "
+                                                           "mapped to a sparsity at or below 0 stay unpruned, and the "
+                                                           "others reach at most 0.2497 overall")):
+        allocate(np.array([0.0, 0.0, 0.0, 1.0]), params, 0.5, spread=1.0)
+    s = allocate(np.array([0.0, 0.0, 0.0, 1.0]), params, 0.2, spread=1.0)  # within reach: the scale is found
+    assert s == pytest.approx([0.0, 0.0, 0.0, 0.8], abs=1e-12)
+
+
 def test_a_target_that_empties_the_smallest_matrix_is_refused() -> None:
     with pytest.raises(InvalidOptionError, match="leaves less than one weight in the smallest matrix"):
         allocate(np.array([1.0, 2.0]), np.array([4, 1000]), 0.8, spread=0.1)

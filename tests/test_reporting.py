@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 import wbfe
-from wbfe.errors import CorruptCheckpointError, OutputError
+from wbfe.errors import CorruptCheckpointError, InvalidOptionError, OutputError
 from wbfe.reporting import load_saved, rank_report, score_report, write_report
 from wbfe.reporting.figures import esd_figure
 from wbfe.reporting.markdown import render_markdown
@@ -404,6 +404,40 @@ def test_the_library_refuses_an_output_named_for_another_format(name: str, fmt: 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("name,text", [
+    ("e.txt", "wbfe esd writes a PNG file: name the output *.png, not "),
+    ("e.html", "name the output *.png"),
+    ("-", "wbfe esd writes a PNG file; give --output a file name, not -"),
+])
+def test_the_library_refuses_an_esd_output_that_is_no_png_file(name: str, text: str, tmp_path: Path) -> None:
+    # only `wbfe esd` refused these: plot_esd wrote a PNG into e.txt (write_esd is the library's checked writer)
+    from wbfe.reporting import write_esd
+    from wbfe.reporting.output import check_esd_output
+    from wbfe.reporting.plots.esd import fit_esd
+
+    out = name if name == "-" else tmp_path / name
+    eigs = np.geomspace(0.1, 10.0, 80)
+    with pytest.raises(OutputError, match=re.escape(text)):
+        check_esd_output(out)
+    with pytest.raises(OutputError, match=re.escape(text)):
+        write_esd(eigs, fit_esd(eigs, 0.5), out)
+    assert list(tmp_path.iterdir()) == []
+    written = write_esd(eigs, fit_esd(eigs, 0.5), tmp_path / "E.PNG")
+    assert written == tmp_path / "E.PNG" and written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("bins", [0, 1, -3, 2.5, True])
+def test_an_esd_with_fewer_than_two_bins_is_refused(bins: Any, tmp_path: Path) -> None:
+    # bins=0 drew the default bins without a word, -3 and 2.5 raised from numpy
+    from wbfe.reporting.plots.esd import esd_figure, fit_esd, plot_esd
+
+    eigs = np.geomspace(0.1, 10.0, 50)
+    with pytest.raises(InvalidOptionError, match=re.escape(f"bins must be an integer of at least 2, not {bins!r}")):
+        plot_esd(eigs, fit_esd(eigs, 0.5), tmp_path / "e.png", bins=bins)
+    assert list(tmp_path.iterdir()) == []
+    assert esd_figure(eigs, {}, title="t", bins=2).axes[0].lines[0].get_xdata().size == 2  # two bins, both hit
+
+
 def test_cli_ranks_a_zoo_file(tmp_path: Path) -> None:
     lines = ["model,acc"]
     for i, acc in enumerate([70.0, 80.0, 75.0, 90.0]):
@@ -622,6 +656,18 @@ def test_comparison_page_rows_numbers_and_unmatched(tmp_path: Path) -> None:
     assert direct.read_text() == text
     # `wbfe compare --output DIR` writes the same page as DIR/report.html
     assert (folder / "report.html").read_text() == text
+
+
+def test_a_comparison_page_reads_as_wbfe_compare_does(tmp_path: Path) -> None:
+    # --stream went nowhere: `wbfe report A B --stream` read two local files (and downloaded a hub id) without a word
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    save_file({"fc.weight": torch.randn(24, 16)}, str(a))
+    save_file({"fc.weight": torch.randn(24, 16)}, str(b))
+    said = runner.invoke(app, ["compare", str(a), str(b), "--stream", "-q"])
+    result = runner.invoke(app, ["report", str(a), str(b), "--stream", "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == said.exit_code == 2
+    assert result.stderr == said.stderr and "--stream reads hub ids" in said.stderr
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_one_colour_per_metric_everywhere(scored: dict[str, Any], page_text: str) -> None:

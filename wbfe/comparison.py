@@ -26,7 +26,8 @@ from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
 from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.result import column_mean
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.framework import IN_OUT, OUT_IN, FrameworkDescription, out_in
+from wbfe.framework import FrameworkDescription, out_in
+from wbfe.linalg.arrays import is_torch
 from wbfe.linalg.spectra import DegenerateMatrixError, pin_threads
 from wbfe.metrics import resolve_groups
 from wbfe.options import CompareOptions, ScoreOptions, field_defaults
@@ -166,6 +167,7 @@ def compare(
                 assert only is not None
                 result.unmatched.append({"name": only.name, "side": "a" if entry_b is None else "b", "reason": why})
                 continue
+            entry_b = _held_as(entry_a, entry_b)  # a Conv1D's [in, out] against a Linear's [out, in] was W against Wᵀ
             base: dict[str, Any] = {"name": entry_a.name, "name_b": entry_b.name, "shape": list(entry_a.shape),
                                     "dtype_a": entry_a.dtype, "dtype_b": entry_b.dtype}
             if why:
@@ -224,7 +226,8 @@ def compare(
             listed_a, listed_b = list(stream_a), list(stream_b)
             pairs, note = _by_order(listed_a, listed_b, orders, plan_eigs, pattern, result.skipped)
             stream_a, stream_b = iter(listed_a), iter(listed_b)
-        matched = pairs if pairs is not None else _pairs(stream_a, stream_b, renames, pattern)
+        used: set[int] = set()  # the renames that matched a name of A
+        matched = pairs if pairs is not None else _pairs(stream_a, stream_b, renames, pattern, used)
         for entry, plan in planned(matched):
             assert isinstance(plan, MatrixPlan)
             tensors = entry.load()
@@ -234,17 +237,24 @@ def compare(
         collect(pipeline, wait=True)
         description = source_a.description  # A's own, as a score of A finds its head (recorded in its provenance)
         result.model_a, result.model_b = source_a.provenance.to_dict(), source_b.provenance.to_dict()
+        unused = [f"{p}={r}" for i, (p, r) in enumerate(given.name_map) if i not in used]
+        map_note = ""
+        if pairs is None and unused:  # a mistyped rename changed nothing, which only the unmatched names showed
+            map_note = f"--map {', '.join(map(repr, unused))} renamed no tensor of A"
         if not result.layers:
             raise NoUsableMatrixError(f"no matrix of {result.model_a.get('source')} has a comparable counterpart in "
                                       f"{result.model_b.get('source')} ({len(result.unmatched)} unmatched, "
                                       f"{len(result.skipped)} skipped)"
-                                      + (f"; not paired by graph order: {note}" if note else ""))
+                                      + (f"; not paired by graph order: {note}" if note else "")
+                                      + (f"; {map_note}" if map_note else ""))
         result.summary = _summarise(result, groups, hint=source_a.head_hint, config=source_a.config,
                                     description=description)
     result.options.update(versions=installed_versions(), device=str(context.device))
     result.summary["pairing"] = "name" if pairs is None else "graph order"
     if note:
         result.summary["pairing_note"] = note
+    if map_note:
+        result.summary["map_note"] = map_note
     return result
 
 
@@ -277,9 +287,13 @@ def _orders(source_a: Any, source_b: Any,
     return None if any(_renamed(name, renames) in names_b for name in da.order) else (da, db)
 
 
-def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]]) -> str:
-    """``name`` after every ``--map`` rename, in order."""
-    return functools.reduce(lambda text, rename: rename[0].sub(rename[1], text), renames, name)
+def _renamed(name: str, renames: Sequence[tuple[re.Pattern[str], str]], used: Optional[set[int]] = None) -> str:
+    """``name`` after every ``--map`` rename, in order; the index of each rename that matched is added to ``used``."""
+    for i, (pattern, repl) in enumerate(renames):
+        if used is not None and pattern.search(name):
+            used.add(i)
+        name = pattern.sub(repl, name)
+    return name
 
 
 def _by_order(
@@ -312,13 +326,24 @@ def _by_order(
         if shape_a != shape_b:
             return None, (f"matrix {len(pairs) + 1} in order differs in shape: {a.name!r} {list(shape_a)}, "
                           f"{b.name!r} {list(shape_b)} (out x in x k...)")
-        if a.layout != b.layout:  # B as A holds it (first two axes swapped), so that the two line up entry by entry
-            b = dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]),
-                                    layout=IN_OUT if a.layout == IN_OUT else OUT_IN,
-                                    load=functools.partial(lambda load: load().transpose(0, 1).contiguous(), b.load))
-        pairs.append(_selected(a, b, pattern))
+        pairs.append(_selected(a, _held_as(a, b), pattern))
     skipped += others
     return pairs, None
+
+
+def _held_as(a: TensorEntry, b: TensorEntry) -> TensorEntry:
+    """``b`` as ``a`` holds it: its first two axes swapped where the two layouts differ (``in_out`` against
+    ``out_in``), so that the two line up entry by entry."""
+    if a.layout == b.layout or len(b.shape) < 2:
+        return b
+    return dataclasses.replace(b, shape=(b.shape[1], b.shape[0], *b.shape[2:]), layout=a.layout,
+                               load=functools.partial(_swapped, b.load))
+
+
+def _swapped(load: Callable[[], Any]) -> Any:
+    """The tensor ``load`` gives with its first two axes swapped, in memory order (a numpy array or a torch tensor)."""
+    tensor = load().swapaxes(0, 1)
+    return tensor.contiguous() if is_torch(tensor) else np.ascontiguousarray(tensor)
 
 
 def _pairs(
@@ -326,9 +351,11 @@ def _pairs(
     stream_b: Iterator[TensorEntry],
     renames: Sequence[tuple[re.Pattern[str], str]],
     pattern: Optional[re.Pattern[str]],
+    used: Optional[set[int]] = None,
 ) -> Iterator[tuple[Optional[TensorEntry], Optional[TensorEntry], str]]:
     """``(a, b, "")`` per matched pair, ``(a, None, why)`` / ``(None, b, why)`` for the others, ``(a, b, why)``
-    for a pair left out by ``--layers``. The streams advance in step: an entry waits only for its counterpart."""
+    for a pair left out by ``--layers``. The streams advance in step: an entry waits only for its counterpart.
+    ``used``: the renames that matched a name of A are added to it."""
     waiting_a: dict[str, TensorEntry] = {}
     waiting_b: dict[str, TensorEntry] = {}
     claimed: dict[str, str] = {}  # B name -> the A name matched (or waiting) for it
@@ -343,7 +370,7 @@ def _pairs(
                     yield _selected(waiting_a.pop(entry.name), entry, pattern)
                 else:
                     waiting_b[entry.name] = entry
-            elif (key := _renamed(entry.name, renames)) in claimed:
+            elif (key := _renamed(entry.name, renames, used)) in claimed:
                 yield entry, None, f"maps to {key!r}, as {claimed[key]!r} already does"
             else:
                 claimed[key] = entry.name

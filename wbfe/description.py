@@ -12,6 +12,7 @@ from wbfe import engine
 from wbfe.errors import InvalidOptionError
 from wbfe.engine.heads import HeadChoice, choose_head
 from wbfe.engine.matrices import MatrixPlan, component_of
+from wbfe.engine.ties import shared_storage
 from wbfe.framework import order_rows
 from wbfe.framework.transformers_source import plain_layouts
 from wbfe.options import ConvView, ScoreOptions, field_defaults, refuse_keywords
@@ -120,7 +121,12 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
     """The model, matrices, skipped tensors and head a score of ``source`` would report."""
     matrices: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
+    storage: dict[Any, str] = {}
     for entry, plan in engine.stream(source, options):
+        # a name sharing an earlier matrix's storage was listed, where a score skips it as tied
+        shared = shared_storage(entry, storage) if isinstance(plan, MatrixPlan) else None
+        if shared is not None:
+            plan = shared
         if isinstance(plan, MatrixPlan):
             matrices.append({"name": plan.name, "shape": list(plan.shape), "N": max(plan.rows, plan.cols),
                              "M": min(plan.rows, plan.cols), "n_slices": plan.n_slices, "n_eigs": plan.n_eigs,

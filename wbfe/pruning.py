@@ -128,7 +128,8 @@ def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: f
     mapped onto [target − spread, target + spread] (docs/pruning.md, "The allocation").
 
     Raises:
-        InvalidOptionError: a target no allocation can reach (the smallest matrix keeps one weight).
+        InvalidOptionError: a target no allocation can reach (the smallest matrix keeps one weight, and a matrix
+            mapped at or below 0 is not pruned).
     """
     values = np.asarray(values, dtype=np.float64)
     params = np.asarray(params, dtype=np.float64)
@@ -145,6 +146,13 @@ def allocate(values: np.ndarray, params: np.ndarray, target: float, *, spread: f
     low, high = float(values.min()), float(values.max())
     unit = (values - low) / (high - low) if high > low else np.full_like(values, 0.5)
     base = target - spread + 2.0 * spread * unit
+    # every matrix mapped above 0 at the cap, those at or below it unpruned: the most any scale reaches (the doubling
+    # below never ended past it)
+    reachable = float(np.sum(params[base > 0.0]) * cap / np.sum(params))
+    if target > reachable:
+        raise InvalidOptionError(f"target {target:g} cannot be reached with spread {spread:g}: the matrices mapped "
+                                 f"to a sparsity at or below 0 stay unpruned, and the others reach at most "
+                                 f"{reachable:.4g} overall; narrow --spread (below {target:g})")
 
     def overall(c: float) -> float:
         return float(np.sum(params * np.clip(c * base, 0.0, cap)) / np.sum(params))

@@ -15,6 +15,7 @@ from wbfe.engine.matrices import MatrixPlan, Plan, Skip
 from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.plan import PlannedEntry, matrices_of
 from wbfe.engine.rows import Record, RowMaker
+from wbfe.engine.ties import shared_storage
 from wbfe.linalg.spectra import DegenerateMatrixError
 from wbfe.sources import TensorEntry
 
@@ -71,10 +72,9 @@ def _prepare(
     """The entry's matrices, or why it is skipped before any linear algebra."""
     if isinstance(plan, Skip):
         return plan
-    if entry.storage_key is not None:
-        if entry.storage_key in storage:
-            return Skip(entry.name, f"tied: shares storage with {storage[entry.storage_key]}", entry.shape, entry.dtype)
-        storage[entry.storage_key] = entry.name
+    shared = shared_storage(entry, storage)
+    if shared is not None:
+        return shared
     tensor = entry.load()
     earlier = ties.earlier_copy(entry, tensor)
     if earlier is not None:

@@ -6,10 +6,22 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Optional
 
+from wbfe.engine.matrices import Skip
 from wbfe.linalg.arrays import flat_bytes
 from wbfe.sources import TensorEntry
 
-__all__ = ["SeenContent", "full_digest"]
+__all__ = ["SeenContent", "full_digest", "shared_storage"]
+
+
+def shared_storage(entry: TensorEntry, storage: dict[Any, str]) -> Optional[Skip]:
+    """Why ``entry`` is skipped where it shares storage with an earlier matrix (known from the headers: a score and
+    a description skip the same names), else None, with its storage remembered in ``storage``."""
+    if entry.storage_key is None:
+        return None
+    if entry.storage_key in storage:
+        return Skip(entry.name, f"tied: shares storage with {storage[entry.storage_key]}", entry.shape, entry.dtype)
+    storage[entry.storage_key] = entry.name
+    return None
 
 
 class SeenContent:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from wbfe.reporting.comparison import compare_report
 from wbfe.reporting.content import Report
 from wbfe.reporting.model import score_report
-from wbfe.reporting.output import load_saved, write_report
+from wbfe.reporting.output import load_saved, write_esd, write_report
 from wbfe.reporting.zoo import rank_report
 
-__all__ = ["Report", "score_report", "rank_report", "compare_report", "load_saved", "write_report"]
+__all__ = ["Report", "score_report", "rank_report", "compare_report", "load_saved", "write_report", "write_esd"]

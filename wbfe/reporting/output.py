@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from wbfe.errors import CorruptCheckpointError, OutputError
+from wbfe.errors import CorruptCheckpointError, OutputError, printable
 from wbfe.options import ReportOptions
-from wbfe.render.files import (STDERR_PATHS, STDOUT_PATHS, check_output, check_output_dir, write_atomic,
+from wbfe.render.files import (STDERR_PATHS, STDOUT_PATHS, check_output, check_output_dir, is_devnull, write_atomic,
                                write_output)
 
-__all__ = ["load_saved", "write_report", "check_report_output", "MARKDOWN_NAME"]
+__all__ = ["load_saved", "write_report", "check_report_output", "write_esd", "check_esd_output", "MARKDOWN_NAME"]
 
 MARKDOWN_NAME = "report.md"
 # The top-level fields of each saved JSON, with their types (the first kind whose fields are all there wins).
@@ -102,3 +102,29 @@ def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
     folder = check_output_dir(output, reads=reads)
     files = [write_atomic(folder / name, data, reads=reads) for name, data in figures.items()]
     return [write_atomic(folder / MARKDOWN_NAME, text, reads=reads)] + files
+
+
+def check_esd_output(output: Union[str, Path], *, reads: Iterable[Union[str, Path]] = ()) -> Path:
+    """The PNG file an ESD is written to (:func:`write_esd`), checked before any work: a file named ``*.png`` (any
+    case) or the null device, never over or inside ``reads`` (:func:`wbfe.render.files.refuse_overlap`).
+
+    Raises:
+        OutputError: as :func:`wbfe.render.files.check_output`, a stream, or another name (a PNG in x.txt).
+    """
+    written = check_output(output, reads=reads)
+    shown = printable(os.fspath(output))  # a control character in the name is written out, not obeyed
+    if written is None:
+        raise OutputError(f"wbfe esd writes a PNG file; give --output a file name, not {shown}", path=str(output))
+    if written.suffix.lower() != ".png" and not (written.exists() and is_devnull(written.stat())):  # not a PNG's name
+        raise OutputError(f"wbfe esd writes a PNG file: name the output *.png, not {shown}", path=str(output))
+    return written
+
+
+def write_esd(eigs: Any, fits: Any, output: Union[str, Path], *, title: str = "", bins: int = 60,
+              scale_exp2: int = 0, reads: Iterable[Union[str, Path]] = ()) -> Path:
+    """Draw the ESD of ``eigs`` with ``fits`` (:func:`wbfe.reporting.plots.esd.fit_esd`) into the PNG ``output``
+    (:func:`wbfe.reporting.plots.esd.plot_esd`), checked first (:func:`check_esd_output`); returns the file."""
+    from wbfe.reporting.plots.esd import plot_esd
+
+    check_esd_output(output, reads=reads)
+    return plot_esd(eigs, fits, Path(output), title=title, bins=bins, scale_exp2=scale_exp2)

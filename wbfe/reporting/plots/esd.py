@@ -12,6 +12,7 @@ import numpy as np
 
 from wbfe.errors import InvalidOptionError
 from wbfe.metrics import htmp, powerlaw
+from wbfe.options.constraints import Integer
 from wbfe.render.text import finite_or_none, number_text
 from wbfe.reporting.metrics_info import colour
 from wbfe.reporting.plots.canvas import page_figure, page_style, save
@@ -93,6 +94,7 @@ def esd_figure(eigs: np.ndarray, row: Mapping[str, Any], *, title: str, bins: Op
     within 6 to 50 (few eigenvalues over many empty bins read as noise); ``scale_exp2``: k where ``eigs`` and ``row``
     are of the true eigenvalues × 2^k (:func:`_drawn_exp2`); ``size`` in inches (a report thumbnail by default);
     ``values``: each fit's parameters in its legend entry, for a figure with no caption."""
+    bins = Integer(2, optional=True)("bins", bins)  # 0 was drawn with the default, -1 raised from numpy
     e = np.sort(np.asarray(eigs, dtype=float))
     # true eigenvalues past float64's range, given as inf (or NaN for 0·inf), are not a spectrum: pass them × 2^k
     overflow = not np.isfinite(e).all()
