@@ -153,3 +153,25 @@ def test_a_looping_or_dangling_link_is_named_as_such(tmp_path, monkeypatch):
             wbfe.score(ref)
         result = CliRunner().invoke(app, ["describe", ref])
         assert result.exit_code == 2 and result.stderr.strip() == f"wbfe: error: {why}"
+
+
+def test_an_output_folder_the_file_system_cannot_name_is_one_line(tmp_path, monkeypatch):
+    """check_output_dir's Path.exists raised OSError (File name too long, a loop of links): wbfe rank -o and the
+    other folder outputs printed a traceback and exited 1."""
+    from wbfe.errors import OutputError
+    from wbfe.render.files import check_output, check_output_dir
+
+    monkeypatch.chdir(tmp_path)
+    os.symlink("l2", "l1")
+    os.symlink("l1", "l2")
+    long = "x" * 300
+    for out, why in [(long, "File name too long"), (f"a/{long}/b", "File name too long"),
+                     ("l1", "Too many levels of symbolic links")]:
+        with pytest.raises(OutputError, match=f"^cannot write into {re.escape(out)}: {why}$"):
+            check_output_dir(out)
+    for out in (f"{long}.json", f"a/{long}.json", f"a/{long}/b.json"):  # a missing folder made only at the end
+        with pytest.raises(OutputError, match=f"^cannot write {re.escape(out)}: File name too long$"):
+            check_output(out)
+    result = CliRunner().invoke(app, ["rank", "-o", long, "--no-cache"])
+    assert result.exit_code == 2 and result.stderr.strip() == f"wbfe: error: cannot write into {long}: File name too long"
+    assert sorted(os.listdir(tmp_path)) == ["l1", "l2"]

@@ -163,17 +163,23 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
         raise OutputError(f"cannot write {text}: it is {file_kind(st.st_mode)}, not a regular file", path=str(path))
     if st is not None and not os.access(target, os.W_OK):
         raise OutputError(f"cannot write {text}: permission denied", path=str(path))
-    _probe(target.parent, path)
+    _probe(target if st is None else target.parent, path)
     return target
 
 
 def _probe(folder: Path, path: PathLike, into: str = "") -> None:
     """Create and remove an empty file in ``folder`` or its nearest existing ancestor: permission bits say too
-    little (root passes every check, an immutable folder or a read-only file system refuses anyway)."""
+    little (root passes every check, an immutable folder or a read-only file system refuses anyway); the names
+    still to be made must fit that file system."""
+    missing = []
     while not folder.exists() and folder != folder.parent:
+        missing.append(folder.name)
         folder = folder.parent
     if not folder.is_dir():
         raise OutputError(f"cannot write {into}{os.fspath(path)}: {folder} is not a folder", path=str(path))
+    too_long = [name for name in missing if len(os.fsencode(name)) > os.pathconf(folder, "PC_NAME_MAX")]
+    if too_long:  # else the folders are made, and refused, only when the results are written
+        raise OutputError(f"cannot write {into}{os.fspath(path)}: {os.strerror(errno.ENAMETOOLONG)}", path=str(path))
     probe = folder / f".wbfe-probe.{secrets.token_hex(6)}"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -197,9 +203,14 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
         raise OutputError(f"cannot write into {text}: the results are several files; give a folder", path=str(path))
     folder = _target(text)
     _refuse_overlap(text, folder, list(reads))
-    if folder.exists() and not folder.is_dir():
-        raise OutputError(f"cannot write into {text}: it is {file_kind(folder.stat().st_mode)}, not a folder",
-                          path=str(path))
+    try:
+        st = folder.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:  # a name too long for the file system, a loop of links
+        raise OutputError(f"cannot write into {text}: {exc.strerror or exc}", path=str(path)) from None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"cannot write into {text}: it is {file_kind(st.st_mode)}, not a folder", path=str(path))
     _probe(folder, path, "into ")
     return folder
 
