@@ -133,12 +133,17 @@ def rank_command(
         ray_address=where.address,
     )
     if folder is not None:
-        from wbfe.reporting.plots.ranking import plot_ranking
+        from wbfe.reporting.plots.ranking import earlier_figures, plot_ranking
 
+        earlier = earlier_figures(folder)
         write_atomic(folder / "rank.json", result.to_json() + "\n", reads=reads)
         pngs = plot_ranking(result, folder)
+        stale = [p for p in earlier if p not in pngs]  # an earlier ranking's figures of metrics not ranked now
+        for path in stale:
+            path.unlink(missing_ok=True)
         if not quiet:
-            typer.echo(f"wrote {shown(folder / 'rank.json')} and {len(pngs)} plots", err=True)
+            gone = f" (removed {len(stale)} of an earlier ranking's figures)" if stale else ""
+            typer.echo(f"wrote {shown(folder / 'rank.json')} and {len(pngs)} plots{gone}", err=True)
     typer.echo(result.to_json() + "\n" if fmt is Format.json else rank_table(result), nl=False)
 
 

@@ -168,6 +168,22 @@ def test_default_ranks_the_fashion_mnist_zoo(tmp_path: Path) -> None:
     assert head["p_method"] == "monte-carlo"
 
 
+@needs_fmnist
+def test_a_rerun_into_the_folder_removes_the_earlier_figures_only(tmp_path: Path) -> None:
+    """A second ranking into one folder left the first one's figures of metrics it no longer ranks beside its own
+    rank.json (14 of 16 PNGs stale); files the earlier rank.json does not name stay."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    first = invoke("rank", "--metrics", "bfe,htsr", "-o", str(out), "--cache-dir", str(cache), "--quiet")
+    assert first.exit_code == 0, first.output
+    (out / "notes.png").write_bytes(b"mine")
+    earlier = json.loads((out / "rank.json").read_text())["metrics"]
+    second = invoke("rank", "--metrics", "bfe", "-o", str(out), "--cache-dir", str(cache))
+    assert second.exit_code == 0, second.output
+    metrics = [m["metric"] for m in json.loads((out / "rank.json").read_text())["metrics"]]
+    assert sorted(p.name for p in out.iterdir()) == sorted(["rank.json", "notes.png", *(f"{m}.png" for m in metrics)])
+    assert f"(removed {len(earlier) - len(metrics)} of an earlier ranking's figures)" in second.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.zoo
 @needs_cifar

@@ -3,6 +3,7 @@ one figure), with each point labelled with its model where the label fits."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -134,8 +135,22 @@ def plot_metric(result: "RankResult", metric: str, path: Union[str, Path]) -> Pa
     return save(fig, path)
 
 
+def _figure_name(metric: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", metric) + ".png"
+
+
 def plot_ranking(result: "RankResult", directory: Union[str, Path]) -> list[Path]:
     """One scatter PNG per metric of ``result`` in ``directory``, named after the metric (only letters, digits,
     ``_``, ``-`` and ``.``)."""
-    return [plot_metric(result, m.metric, Path(directory) / (re.sub(r"[^A-Za-z0-9_.-]+", "_", m.metric) + ".png"))
-            for m in result.metrics]
+    return [plot_metric(result, m.metric, Path(directory) / _figure_name(m.metric)) for m in result.metrics]
+
+
+def earlier_figures(directory: Union[str, Path]) -> list[Path]:
+    """The figures an earlier ranking wrote into ``directory``: the PNGs its ``rank.json`` names, where they are
+    regular files (none without a readable ranking there)."""
+    try:
+        metrics = json.loads((Path(directory) / "rank.json").read_text(encoding="utf-8"))["metrics"]
+        names = {_figure_name(m["metric"]) for m in metrics}
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+    return sorted(p for p in (Path(directory) / n for n in names) if p.is_file() and not p.is_symlink())
