@@ -100,7 +100,7 @@ def rank_command(
     """Rank a zoo: Spearman rho (95% bootstrap CI, permutation p), Kendall tau and Pearson r per metric."""
     if list_zoos:
         given = [p.opts[0] for p in ctx.command.params if p.name != "list_zoos" and p.name in ctx.params
-                 and ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
+                 and getattr(ctx.get_parameter_source(p.name), "name", None) == "COMMANDLINE"]
         if given:
             from wbfe.errors import InvalidOptionError
 
