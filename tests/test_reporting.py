@@ -362,6 +362,9 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, model_file: Path) -
     other_json = tmp_path / "other.json"
     other_json.write_text("[1, 2]")
     cases.append((["report", str(other_json)], "neither a score, a rank nor a compare JSON"))
+    both = tmp_path / "both.json"  # was drawn as a score page, the kind first in load_saved's table
+    both.write_text(json.dumps({**json.loads(saved.read_text()), "model_a": {}, "model_b": {}, "unmatched": []}))
+    cases.append((["report", str(both)], "holds the fields of a score and a compare JSON; wbfe writes one kind a file"))
     for args, message in cases:
         out = tmp_path / "never.html"
         result = runner.invoke(app, args + ["-o", str(out)])

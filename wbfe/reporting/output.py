@@ -38,11 +38,14 @@ def load_saved(path: Union[str, Path]) -> Optional[tuple[str, dict[str, Any]]]:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpointError(f"{p}: not valid JSON ({exc})") from None
-    for kind, fields in _FIELDS.items():
-        if isinstance(data, dict) and fields.keys() <= data.keys():
-            if not (all(isinstance(data[k], t) for k, t in fields.items()) and _rows_ok(kind, data)):
-                raise CorruptCheckpointError(f"{p}: malformed wbfe JSON (a field has the wrong type)")
-            return kind, data
+    kinds = [kind for kind, fields in _FIELDS.items() if isinstance(data, dict) and fields.keys() <= data.keys()]
+    if len(kinds) > 1:  # an edited or merged file: which one it is would be decided by the order of a table
+        raise CorruptCheckpointError(f"{p}: holds the fields of a {' and a '.join(kinds)} JSON; wbfe writes one kind "
+                                     "a file")
+    for kind in kinds:
+        if not (all(isinstance(data[k], t) for k, t in _FIELDS[kind].items()) and _rows_ok(kind, data)):
+            raise CorruptCheckpointError(f"{p}: malformed wbfe JSON (a field has the wrong type)")
+        return kind, data
     raise CorruptCheckpointError(f"{p}: neither a score, a rank nor a compare JSON (wbfe score / rank / compare "
                                  "--format json)")
 
