@@ -35,6 +35,24 @@ def test_describe_lists_what_score_analyses(tmp_path: Path) -> None:
     assert "sha256" not in d.model  # nothing is hashed
 
 
+def test_a_layers_pattern_that_selects_nothing_is_refused_as_score_refuses_it(tmp_path: Path) -> None:
+    # describe printed an empty table and "head: None (None)" with exit 0, where a score is refused
+    from typer.testing import CliRunner
+
+    from wbfe_cli.main import app
+
+    path = _checkpoint(tmp_path / "m.safetensors")
+    with pytest.raises(wbfe.NoUsableMatrixError, match="no usable weight matrix"):
+        wbfe.score(path, layers="nothing")
+    message = f"{path}: --layers 'nothing' selects no weight matrix of its 5 tensors: leave --layers out to list them all"
+    with pytest.raises(wbfe.NoUsableMatrixError) as info:
+        wbfe.describe(path, layers="nothing")
+    assert str(info.value) == message
+    result = CliRunner().invoke(app, ["describe", str(path), "--layers", "nothing"])
+    assert result.exit_code == 2 and result.stderr.strip() == f"wbfe: error: {message}"
+    assert [m["name"] for m in wbfe.describe(path, layers="fc1").matrices] == ["fc1.weight"]
+
+
 def test_describe_skips_a_tied_head_as_score_does(tmp_path: Path) -> None:
     # lm_head.weight sharing the embedding's storage (torch.save of a tied model) was listed as a matrix and named the
     # head ("name"), where a score skips it as tied and names the embedding the head ("tied")

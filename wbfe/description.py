@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from wbfe import engine
-from wbfe.errors import InvalidOptionError
+from wbfe.errors import InvalidOptionError, NoUsableMatrixError
 from wbfe.engine.heads import HeadChoice, choose_head
 from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.engine.ties import shared_storage
@@ -135,6 +135,11 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
                              "quant": entry.quant})
         else:
             skipped.append(plan.to_dict())
+    unselected = [s["name"] for s in skipped if s["reason"] == "not selected by --layers"]
+    if unselected and not matrices:  # a score refuses it: a pattern that selects nothing is a slip
+        raise NoUsableMatrixError(f"{source.provenance.source}: --layers {options.layers!r} selects no weight matrix "
+                                  f"of its {len(unselected)} tensors: leave --layers out to list them all",
+                                  ref=source.provenance.source)
     description = source.description
     model = {"source": source.provenance.source, "format": source.provenance.format,
              "files": list(source.provenance.files)}
