@@ -187,8 +187,9 @@ def format_of(path: Path) -> Optional[FileFormat]:
 def pick_files(names: Iterable[str]) -> list[str]:
     """``[index]`` or ``[file]``: which of a folder's top-level files hold the weights (``[]``: none).
 
-    Groups are tried by rank; within one, a single shard index wins, then the ``preferred`` file,
-    then a single file of the group's formats.
+    Groups are tried by rank; within one, the ``preferred`` file wins (transformers loads ``model.safetensors``
+    before ``model.safetensors.index.json`` when both are there), then a single shard index, then a single file
+    of the group's formats.
 
     Raises:
         CorruptCheckpointError: several files of the first group that has any, and no single index.
@@ -199,12 +200,12 @@ def pick_files(names: Iterable[str]) -> list[str]:
         groups.setdefault(fmt.group, []).append(fmt)
     for group, members in groups.items():
         index_suffixes = tuple(s for f in members for s in f.index_suffixes)
-        indexes = [n for n in top if index_suffixes and n.lower().endswith(index_suffixes)]
-        if len(indexes) == 1:
-            return indexes
         preferred = [f.preferred for f in members if f.preferred in top]
         if preferred:
             return [str(preferred[0])]
+        indexes = [n for n in top if index_suffixes and n.lower().endswith(index_suffixes)]
+        if len(indexes) == 1:
+            return indexes
         files = [n for n in top if any(f.lists(n) for f in members)]
         if len(files) == 1:
             return files
