@@ -499,6 +499,36 @@ def test_a_safetensors_file_replaced_or_rewritten_while_read_is_refused(tmp_path
             entry.load()
 
 
+def test_a_shard_re_saved_after_its_header_was_read_is_refused(tmp_path: Path) -> None:
+    """The headers are read when the checkpoint is opened, each shard's file when the scoring reaches it: a shard
+    re-saved in place meanwhile (a training job writing its next checkpoint, here a float16 tensor of the same
+    byte size) is CorruptCheckpointError, never the new bytes read with the old header's dtypes and offsets.
+    Before the fix the second shard's float32 tensor was read from the float16 bytes (32.06, 7.0, ...)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_file({"a": torch.ones(8, 4)}, str(folder / "s1.safetensors"))
+    save_file({"b": torch.ones(8, 4), "c": torch.zeros(8, 4)}, str(folder / "s2.safetensors"))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors", "c": "s2.safetensors"}}))
+    with open_source(folder) as source:
+        stream = source.entries()
+        first = next(stream)
+        assert first.name == "a" and torch.equal(to_torch(first.load()), torch.ones(8, 4))
+        save_file({"b": torch.full((16, 4), 3.0, dtype=torch.float16), "c": torch.full((8, 4), 7.0)},
+                  str(folder / "new.safetensors"))
+        os.replace(folder / "new.safetensors", folder / "s2.safetensors")
+        with pytest.raises(CorruptCheckpointError, match=r"s2\.safetensors: changed while being read \(replaced or "
+                           r"rewritten since its header was read\); score it again$"):
+            next(stream)
+    path = tmp_path / "model.safetensors"
+    save_file({"a": torch.ones(8, 4)}, str(path))
+    with open_source(path) as source:  # a file named alone: replaced between the opening and the first read
+        save_file({"a": torch.full((8, 4), 2.0)}, str(tmp_path / "new.safetensors"))
+        os.replace(tmp_path / "new.safetensors", path)
+        with pytest.raises(CorruptCheckpointError, match="model.safetensors: changed while being read"):
+            list(source.entries())
+
+
 def test_dtype_torch_cannot_hold_is_a_typed_error(tmp_path: Path) -> None:
     """A 6-bit float tensor (valid safetensors; torch has no such dtype) is skipped when scored and
     raises UnsupportedDtypeError, not AttributeError, when a caller loads it."""
