@@ -69,8 +69,10 @@ def store_filesystem(uri: str) -> tuple[Any, str]:
     except ModuleNotFoundError:
         raise MissingDependencyError(f"{uri}: object-store URIs need fsspec: {FSSPEC_INSTALL}") from None
     protocol = uri.split("://", 1)[0]
+    # aiohttp reads HTTP(S)_PROXY and NO_PROXY only when told to: a download goes where the streamed reads go
+    options = {"client_kwargs": {"trust_env": True}} if protocol.lower() in ("http", "https") else {}
     try:
-        fs, path = fsspec.core.url_to_fs(uri)
+        fs, path = fsspec.core.url_to_fs(uri, **options)
     except ImportError as exc:  # a known protocol whose package (s3fs, gcsfs, ...) is missing
         from fsspec.registry import known_implementations
 
