@@ -529,6 +529,36 @@ def test_a_shard_re_saved_after_its_header_was_read_is_refused(tmp_path: Path) -
             list(source.entries())
 
 
+@pytest.mark.parametrize("where", ["local", "streamed"])
+def test_a_copy_in_a_subfolder_shard_of_the_same_file_name_is_a_row_of_its_own(tmp_path: Path, where: str,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards ``a/x.safetensors`` and ``b/x.safetensors`` are two shards, named as the index names them: the copy
+    of ``t`` that ``b/x`` holds although the index gives ``t`` to ``a/x`` is a skipped row of its own. Before the
+    fix both were named ``x.safetensors``, so the copy was taken for the owner's own and dropped without a row."""
+    fsspec = pytest.importorskip("fsspec")
+    folder = tmp_path / "m"
+    g = torch.Generator().manual_seed(3)
+    for sub, other in (("a", "u"), ("b", "v")):
+        (folder / sub).mkdir(parents=True)
+        save_file({"t": torch.randn(20, 30, generator=g), other: torch.randn(20, 30, generator=g)},
+                  str(folder / sub / "x.safetensors"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "t": "a/x.safetensors", "u": "a/x.safetensors", "v": "b/x.safetensors"}}))
+    ref: object = folder
+    if where == "streamed":
+        monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "cache"))
+        store = fsspec.filesystem("memory")
+        for path in folder.rglob("*.*"):
+            store.pipe_file(f"/w13sub/{path.relative_to(folder).as_posix()}", path.read_bytes())
+        ref = "memory://w13sub/model.safetensors.index.json"
+    with open_source(ref, stream=True if where == "streamed" else None) as source:
+        rows = [(e.name, e.copy_of, e.skip) for e in source.entries()]
+    assert rows == [("t", None, None), ("u", None, None), ("v", None, None),
+                    ("b/x.safetensors/t", "t", "a second copy of 't': model.safetensors.index.json gives it to "
+                     "a/x.safetensors, whose copy is scored (transformers' loader takes this one instead: it reads "
+                     "every shard's tensors in file name order, the last copy winning)")]
+
+
 def test_dtype_torch_cannot_hold_is_a_typed_error(tmp_path: Path) -> None:
     """A 6-bit float tensor (valid safetensors; torch has no such dtype) is skipped when scored and
     raises UnsupportedDtypeError, not AttributeError, when a caller loads it."""

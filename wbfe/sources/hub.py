@@ -257,7 +257,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
         return RemoteFile(hf_hub_url(repo_id, file_name, revision=commit, endpoint=endpoint), headers=headers, hub=True)
 
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
-    digests = {n.rsplit("/", 1)[-1]: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}
+    digests = {n: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}  # chosen[0] is top-level
     return stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
                               digests=digests, commit=info.sha, fmt=fmt,
                               configs=[c for c in MODEL_CONFIGS if c in siblings],

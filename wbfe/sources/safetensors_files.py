@@ -348,7 +348,9 @@ class SafetensorsSource(ShardedSafetensors):
         # Shards are opened one after another as the scoring reaches them: each must still be the file whose
         # header planned its reads (a checkpoint re-saved in place meanwhile would give other bytes).
         self._identities = {shard: identity for shard, (_, _, identity) in zip(files, headers)}
-        self.plan([(shard, shard.name, listed, header) for (shard, listed), (header, _, _) in zip(shards, headers)],
+        # Shards as the index names them: two in subfolders may share a file name
+        named = [shard.relative_to(path.parent).as_posix() if index else shard.name for shard in files]
+        self.plan([(shard, name, listed, header) for (shard, listed), name, (header, _, _) in zip(shards, named, headers)],
                   index.name if index else "")
         metadata = {key: value for _, meta, _ in headers for key, value in meta.items()}
         self.provenance = Provenance(source=ref, format=fmt or ("safetensors-sharded" if index else "safetensors"),
