@@ -255,6 +255,16 @@ def test_a_single_file_beside_an_index_is_read_as_transformers_loads_it(tmp_path
         assert source.provenance.format == "safetensors" and source.provenance.files == [str(folder / "model.safetensors")]
 
 
+def test_one_shard_of_several_without_its_index_is_no_checkpoint() -> None:
+    """A lone ``-0000k-of-0000n`` shard (n > 1) of a format with shard indexes is part of a checkpoint; one of one is
+    a whole one, and a GGUF split set is read from its first split as before."""
+    for lone in ("model-00002-of-00003.safetensors", "pytorch_model-00001-of-00002.bin"):
+        with pytest.raises(CorruptCheckpointError, match=rf"^{lone} is shard \d of \d and no shard index is beside it"):
+            pick_weight_files([lone, "config.json"])
+    assert pick_weight_files(["model-00001-of-00001.safetensors"]) == ["model-00001-of-00001.safetensors"]
+    assert pick_weight_files(["x-00001-of-00002.gguf", "x-00002-of-00002.gguf"]) == ["x-00001-of-00002.gguf"]
+
+
 def test_a_fifo_named_like_any_format_is_refused_without_blocking(tmp_path: Path) -> None:
     import os
 

@@ -330,6 +330,37 @@ def test_unknown_hub_id_offline() -> None:
         open_source("nobody/nothing")
 
 
+def test_a_lone_shard_is_not_taken_for_the_whole_checkpoint(tmp_path: Path, state_dict: dict) -> None:
+    """``model-00001-of-00002.safetensors`` alone (its index and the other shard never downloaded: ``hf download
+    org/m model-00001-of-00002.safetensors``) is half a model: a folder holding it is refused, a hub snapshot holding
+    it is not cached (completed online; offline, an error that says so). Named alone, the file is read alone.
+    Before the fix the lone shard was scored as the whole model, in the folder and from the hub cache."""
+    folder = tmp_path / "shards"
+    write_sharded(folder, state_dict, n_shards=2)
+    first = folder / "model-00001-of-00002.safetensors"
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / first.name).write_bytes(first.read_bytes())
+    with pytest.raises(CorruptCheckpointError, match=rf"^{re.escape(str(lone))}: model-00001-of-00002.safetensors is "
+                       r"shard 1 of 2 and no shard index is beside it \(a partial download\?\); name the file to "
+                       r"score that shard alone$"):
+        open_source(lone)
+    from safetensors import safe_open
+
+    with safe_open(str(first), "pt") as handle:
+        assert set(_tensors(lone / first.name)) == set(handle.keys())
+    cache = Path(os.environ["HF_HUB_CACHE"])
+    snapshot = fake_hub_snapshot(cache, "acme/half", {first.name: first.read_bytes(), "config.json": b"{}"})
+    with pytest.raises(ModelNotFoundError, match=rf"^acme/half: no such file or folder, and its files in the local "
+                       rf"Hugging Face cache \({re.escape(str(snapshot))}\) are not a whole checkpoint \(a partial "
+                       r"download\) \(HF_HUB_OFFLINE is set\)$"):
+        open_source("acme/half")
+    whole = fake_hub_snapshot(cache, "acme/whole", {p.name: p.read_bytes() for p in folder.iterdir()})
+    (whole / "model-00002-of-00002.safetensors").resolve().unlink()  # a shard's blob gone: not whole either
+    with pytest.raises(ModelNotFoundError, match=r"^acme/whole: no such file or folder, and its files in the local "):
+        open_source("acme/whole")
+
+
 def test_timm_name_from_hub_cache(tmp_path: Path) -> None:
     timm = pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     cfg = timm.models.get_pretrained_cfg("resnet18")

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from wbfe._config import hf_cache_dir, hf_offline
-from wbfe.errors import InvalidOptionError, ModelNotFoundError, SourceNotFoundError, WbfeError
+from wbfe.errors import CorruptCheckpointError, InvalidOptionError, ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.http_range import RemoteFile
 from wbfe.sources.local import MODEL_CONFIGS, open_path, pick_weight_files, read_model_config
@@ -48,9 +48,11 @@ def _cached_snapshot(repo_id: str, revision: str | None, cache_dir: Path) -> Pat
 
 
 def _weight_file(snapshot: Path) -> str | None:
+    """The weight file of a cached snapshot; None where there is none, or what is cached is part of a checkpoint
+    (a lone shard, shards without their index: a partial download, completed online)."""
     try:
         return next(iter(pick_weight_files([p.name for p in snapshot.iterdir()])), None)
-    except OSError:
+    except (OSError, CorruptCheckpointError):
         return None
 
 
@@ -160,8 +162,9 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stre
             return source
     prefix = f"{ref}: no such file or folder, and " if could_be_path else f"{ref}: "
     if hf_offline():
-        raise ModelNotFoundError(
-            f"{prefix}no such model in the local Hugging Face cache {cache_dir} (HF_HUB_OFFLINE is set)", ref=ref)
+        cached = (f"its files in the local Hugging Face cache ({snapshot}) are not a whole checkpoint (a partial "
+                  "download)" if snapshot is not None else f"no such model in the local Hugging Face cache {cache_dir}")
+        raise ModelNotFoundError(f"{prefix}{cached} (HF_HUB_OFFLINE is set)", ref=ref)
     try:
         streamed = stream_hub(ref, repo_id, revision, stream=stream, fmt=fmt) if stream is not False else None
         if streamed is not None:

@@ -5,6 +5,7 @@ the lookups here replace if-chains in :func:`wbfe.sources.open_source` and :mod:
 from __future__ import annotations
 
 import contextlib
+import re
 import struct
 import zipfile
 import zlib
@@ -23,6 +24,8 @@ __all__ = ["FileFormat", "Location", "FolderKind", "register_format", "register_
 Opener = Callable[[Path, str, Optional[str]], TensorSource]
 # Bytes read from the start of a file for the sniffers (every magic number registered fits).
 HEAD_BYTES = 16
+# How transformers' save_pretrained names a shard: model-00002-of-00003.safetensors
+_SHARD_NAME = re.compile(r"-(\d+)-of-(\d+)\.[^/]+$")
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,8 @@ def pick_files(names: Iterable[str]) -> list[str]:
     of the group's formats.
 
     Raises:
-        CorruptCheckpointError: several files of the first group that has any, and no single index.
+        CorruptCheckpointError: several files of the first group that has any, and no single index; or one shard
+            of several (``model-00001-of-00002.safetensors``) without its index.
     """
     top = sorted(n for n in names if "/" not in n)
     groups: dict[str, list[FileFormat]] = {}
@@ -207,6 +211,11 @@ def pick_files(names: Iterable[str]) -> list[str]:
         if len(indexes) == 1:
             return indexes
         files = [n for n in top if any(f.lists(n) for f in members)]
+        shard = _SHARD_NAME.search(files[0]) if len(files) == 1 and index_suffixes else None
+        if shard is not None and int(shard.group(2)) > 1:  # the rest of the checkpoint is not there
+            raise CorruptCheckpointError(
+                f"{files[0]} is shard {int(shard.group(1))} of {int(shard.group(2))} and no shard index is beside it "
+                "(a partial download?); name the file to score that shard alone")
         if len(files) == 1:
             return files
         if len(files) > 1 or len(indexes) > 1:
