@@ -99,7 +99,6 @@ def test_a_re_uploaded_shard_in_a_subfolder_of_a_store_folder_is_fetched_again(t
     fix the copy was keyed by the folder's top-level files alone and the old shard was scored again."""
     import json
 
-    zoo = make_zoo(tmp_path / "zoo", 2).parent
     store.pipe_file("/f/model.safetensors.index.json", json.dumps({"weight_map": {
         "layers.0.weight": "sub/a.safetensors", "layers.1.weight": "b.safetensors"}}).encode())
     for seed in (0, 1):  # the local folder each upload is: the same index and layout, other values

@@ -71,7 +71,7 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
         download = functools.partial(hf_hub_download, repo_id, revision=revision, cache_dir=str(cache_dir),
                                      endpoint=endpoint)
         names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
-        chosen = pick_weight_files(names)
+        chosen = pick_weight_files(names, name)
         if not chosen:  # refused before anything is fetched: a lone file in the cache would answer the next run
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
@@ -244,7 +244,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     except Exception as exc:  # noqa: BLE001 - every hub and network failure means "cannot resolve"
         raise ModelNotFoundError(f"{name}: {hub_failure(exc)}", ref=repo_id) from None
     siblings = {s.rfilename: s for s in info.siblings or []}
-    chosen = pick_weight_files(list(siblings))
+    chosen = pick_weight_files(list(siblings), name)
     if not chosen:
         raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
     if "adapter_config.json" in siblings or not is_safetensors_name(chosen[0]):

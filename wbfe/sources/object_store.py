@@ -204,7 +204,7 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
 
 def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path) -> None:
     root = path.rstrip("/")
-    chosen = pick_weight_files(names)
+    chosen = pick_weight_files(names, uri)
     if not chosen:
         raise no_weight_files(uri)
     for name in chosen + [c for c in MODEL_CONFIGS + ("adapter_config.json",) if c in names]:

@@ -187,8 +187,9 @@ def format_of(path: Path) -> Optional[FileFormat]:
     return next((fmt for fmt in formats if fmt.sniff is not None and head and fmt.sniff(head, path)), best)
 
 
-def pick_files(names: Iterable[str]) -> list[str]:
-    """``[index]`` or ``[file]``: which of a folder's top-level files hold the weights (``[]``: none).
+def pick_files(names: Iterable[str], where: object = None) -> list[str]:
+    """``[index]`` or ``[file]``: which of a folder's top-level files hold the weights (``[]``: none); errors name
+    the folder ``where`` (a path, a URI, a hub id) when given.
 
     Groups are tried by rank; within one, the ``preferred`` file wins (transformers loads ``model.safetensors``
     before ``model.safetensors.index.json`` when both are there), then a single shard index, then a single file
@@ -213,19 +214,23 @@ def pick_files(names: Iterable[str]) -> list[str]:
         files = [n for n in top if any(f.lists(n) for f in members)]
         shard = _SHARD_NAME.search(files[0]) if len(files) == 1 and index_suffixes else None
         if shard is not None and int(shard.group(2)) > 1:  # the rest of the checkpoint is not there
-            raise CorruptCheckpointError(
-                f"{files[0]} is shard {int(shard.group(1))} of {int(shard.group(2))} and no shard index is beside it "
+            raise _refused(
+                where, f"{files[0]} is shard {int(shard.group(1))} of {int(shard.group(2))} and no shard index is beside it "
                 "(a partial download?); name the file to score that shard alone")
         if len(files) == 1:
             return files
         if len(files) > 1 or len(indexes) > 1:
             found = indexes or files
             listed = ", ".join(found[:4])
-            raise CorruptCheckpointError(
-                f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
+            raise _refused(
+                where, f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
                 if index_suffixes else
                 f"several weight files ({listed}{', ...' if len(found) > 4 else ''}); pass one file explicitly")
     return []
+
+
+def _refused(where: object, why: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(why) if where is None else CorruptCheckpointError.at(where, why)
 
 
 def other_formats(names: Iterable[str], chosen: str) -> list[str]:
