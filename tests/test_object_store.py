@@ -125,6 +125,39 @@ def test_a_re_uploaded_shard_in_a_subfolder_of_a_store_folder_is_fetched_again(t
         wbfe.score("memory://f/", stream=False)
 
 
+@pytest.mark.parametrize("uri", ["w13listed://c/model.safetensors", "w13listed://c/"])
+def test_a_store_that_caches_its_listings_is_asked_afresh_for_each_copy(tmp_path: Path, store: Any, uri: str) -> None:
+    """s3fs answers ``info`` and ``ls`` from listings it cached earlier in the process, until ``invalidate_cache``: a
+    second score of a re-uploaded object (``--no-stream``, a zoo ranked in one process) must key its copy by what the
+    store says now. Before the fix the cached listing keyed it, and the old copy was scored again."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class Listed(MemoryFileSystem):  # memory:// with s3fs's listing cache
+        protocol = ("w13listed",)
+        cachable = False
+        said: dict[Any, Any] = {}
+
+        @classmethod
+        def _strip_protocol(cls, path: str) -> str:
+            return MemoryFileSystem._strip_protocol(path.removeprefix("w13listed://"))
+
+        def info(self, path: str, **kw: Any) -> Any:
+            return self.said.setdefault(("info", self._strip_protocol(path)), super().info(path, **kw))
+
+        def ls(self, path: str, detail: bool = True, **kw: Any) -> Any:
+            return self.said.setdefault(("ls", self._strip_protocol(path), detail), super().ls(path, detail, **kw))
+
+        def invalidate_cache(self, path: str | None = None) -> None:
+            self.said.clear()
+
+    fsspec.register_implementation("w13listed", Listed, clobber=True)
+    zoo = make_zoo(tmp_path / "zoo", 2).parent
+    for i in (0, 1):
+        _upload(store, zoo / f"m{i}.safetensors", "/c/model.safetensors")  # the memory store Listed shares
+        scored = wbfe.score(uri, stream=False)
+        assert _scores(scored)["layers"] == _scores(wbfe.score(zoo / f"m{i}.safetensors"))["layers"]
+
+
 def test_a_reused_copy_counts_as_recently_used_for_prune(tmp_path: Path, store: Any) -> None:
     """`wbfe cache prune --older-than` keeps a copy that was just scored again, however old its
     first fetch."""

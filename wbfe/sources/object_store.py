@@ -130,6 +130,7 @@ def call_store(uri: str, action: Any) -> Any:
 
 def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, dict[str, Any]]:
     """(content key, the object's info, its signature, a folder's top-level files by name)."""
+    fs.invalidate_cache(path)  # what the store says now: s3fs answers info and ls from listings it cached before
     info = fs.info(path)
     top: dict[str, Any] = {}
     if info.get("type") == "directory":
