@@ -175,6 +175,20 @@ def test_a_401_says_a_token_is_needed_and_the_token_is_sent(tmp_path: Path, serv
     assert {r.auth for r in server.state.log if r.path.startswith("/lfs/")} == {None}
 
 
+def test_a_url_refused_access_does_not_say_to_set_a_token_that_is_never_sent(tmp_path: Path, server: Server,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain URL is read without credentials, so a 401/403 says so, and how to name a hub model or a bucket instead;
+    it said to set HF_TOKEN, which a URL's requests never carry (checked: with it set, none is sent)."""
+    server.state.files["/m.safetensors"] = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    for status in (401, 403):
+        server.state.faults.append(("/m.safetensors", f"status:{status}"))
+        with pytest.raises(RemoteReadError, match=rf"^{re.escape(server.url('/m.safetensors'))}: access refused \(HTTP "
+                           rf"{status}\); wbfe sends no credentials with a URL: name a hub model as org/name"):
+            wbfe.score(server.url("/m.safetensors"), stream=True)
+    assert {r.auth for r in server.state.log} == {None}
+
+
 def test_a_429_is_retried(tmp_path: Path, server: Server) -> None:
     local = make_checkpoint(tmp_path / "model.safetensors")
     server.state.files["/m.safetensors"] = local.read_bytes()
