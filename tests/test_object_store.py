@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 import wbfe
 from tests.ray_zoo import make_sharded, make_zoo, without_run_details
@@ -89,6 +91,71 @@ def test_a_changed_object_is_fetched_again_and_an_unchanged_one_is_not(tmp_path:
         assert calls == ["/b/m.safetensors"]
     assert _scores(changed) == _scores(wbfe.score(zoo / "m1.safetensors"))
     assert changed.model["sha256"] != first.model["sha256"]
+
+
+def test_a_re_uploaded_shard_in_a_subfolder_of_a_store_folder_is_fetched_again(tmp_path: Path, store: Any) -> None:
+    """A folder URI whose index lists a shard in a subfolder (``sub/a.safetensors``): the shard is part of the
+    checkpoint, so re-uploading it makes a new copy, as it does for a top-level shard or an index URI. Before the
+    fix the copy was keyed by the folder's top-level files alone and the old shard was scored again."""
+    import json
+
+    store.pipe_file("/f/model.safetensors.index.json", json.dumps({"weight_map": {
+        "layers.0.weight": "sub/a.safetensors", "layers.1.weight": "b.safetensors"}}).encode())
+    for seed in (0, 1):  # the local folder each upload is: the same index and layout, other values
+        folder = tmp_path / f"local{seed}"
+        (folder / "sub").mkdir(parents=True)
+        (folder / "model.safetensors.index.json").write_bytes(store.cat_file("/f/model.safetensors.index.json"))
+        for name in ("sub/a.safetensors", "b.safetensors"):
+            g = torch.Generator().manual_seed(seed * 10 + len(name))
+            key = "layers.0.weight" if name.startswith("sub") else "layers.1.weight"
+            save_file({key: torch.randn(40, 60, generator=g)}, str(folder / name))
+    _upload(store, tmp_path / "local0" / "b.safetensors", "/f/b.safetensors")
+    _upload(store, tmp_path / "local0" / "sub" / "a.safetensors", "/f/sub/a.safetensors")
+    first = wbfe.score("memory://f/", stream=False)
+    assert _scores(first)["layers"] == _scores(wbfe.score(tmp_path / "local0"))["layers"]
+    _upload(store, tmp_path / "local1" / "sub" / "a.safetensors", "/f/sub/a.safetensors")  # re-uploaded
+    (tmp_path / "local1" / "b.safetensors").write_bytes((tmp_path / "local0" / "b.safetensors").read_bytes())
+    again = wbfe.score("memory://f/", stream=False)
+    assert _scores(again)["layers"] == _scores(wbfe.score(tmp_path / "local1"))["layers"]
+    assert again.model["sha256"] != first.model["sha256"]
+    assert len([p for p in (tmp_path / "cache" / "objects").glob("*/*") if p.is_dir()]) == 2
+    with pytest.raises(SourceNotFoundError, match=r"memory://f/model.safetensors.index.json: shard 'sub/a.safetensors' "
+                       r"listed in the index is missing from the store \(no memory://f/sub/a.safetensors\)"):
+        store.rm("/f/sub/a.safetensors")
+        wbfe.score("memory://f/", stream=False)
+
+
+@pytest.mark.parametrize("uri", ["w13listed://c/model.safetensors", "w13listed://c/"])
+def test_a_store_that_caches_its_listings_is_asked_afresh_for_each_copy(tmp_path: Path, store: Any, uri: str) -> None:
+    """s3fs answers ``info`` and ``ls`` from listings it cached earlier in the process, until ``invalidate_cache``: a
+    second score of a re-uploaded object (``--no-stream``, a zoo ranked in one process) must key its copy by what the
+    store says now. Before the fix the cached listing keyed it, and the old copy was scored again."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class Listed(MemoryFileSystem):  # memory:// with s3fs's listing cache
+        protocol = ("w13listed",)
+        cachable = False
+        said: dict[Any, Any] = {}
+
+        @classmethod
+        def _strip_protocol(cls, path: str) -> str:
+            return MemoryFileSystem._strip_protocol(path.removeprefix("w13listed://"))
+
+        def info(self, path: str, **kw: Any) -> Any:
+            return self.said.setdefault(("info", self._strip_protocol(path)), super().info(path, **kw))
+
+        def ls(self, path: str, detail: bool = True, **kw: Any) -> Any:
+            return self.said.setdefault(("ls", self._strip_protocol(path), detail), super().ls(path, detail, **kw))
+
+        def invalidate_cache(self, path: str | None = None) -> None:
+            self.said.clear()
+
+    fsspec.register_implementation("w13listed", Listed, clobber=True)
+    zoo = make_zoo(tmp_path / "zoo", 2).parent
+    for i in (0, 1):
+        _upload(store, zoo / f"m{i}.safetensors", "/c/model.safetensors")  # the memory store Listed shares
+        scored = wbfe.score(uri, stream=False)
+        assert _scores(scored)["layers"] == _scores(wbfe.score(zoo / f"m{i}.safetensors"))["layers"]
 
 
 def test_a_reused_copy_counts_as_recently_used_for_prune(tmp_path: Path, store: Any) -> None:

@@ -230,6 +230,41 @@ def test_folder_preference_follows_the_ranks() -> None:
     assert pick_weight_files(["flax_model.msgpack", "opt.msgpack", "w.npz"]) == ["flax_model.msgpack"]
 
 
+def test_a_single_file_beside_an_index_is_read_as_transformers_loads_it(tmp_path: Path) -> None:
+    """``model.safetensors`` beside ``model.safetensors.index.json`` (a re-save that left the other behind):
+    transformers loads the single file and never reads the index, so wbfe scores the single file too. Before
+    the fix the index's shards were scored, a model transformers would not load."""
+    transformers = pytest.importorskip("transformers")
+    assert pick_weight_files(["model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                              "model-00002-of-00002.safetensors", "model.safetensors"]) == ["model.safetensors"]
+    assert pick_weight_files(["pytorch_model.bin.index.json", "pytorch_model.bin"]) == ["pytorch_model.bin"]
+    config = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=40, n_positions=8)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "sharded", max_shard_size="8KB")
+    torch.manual_seed(1)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "single")
+    folder = tmp_path / "both"
+    folder.mkdir()
+    for path in [*(tmp_path / "sharded").iterdir(), *(tmp_path / "single").iterdir()]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    assert (folder / "model.safetensors.index.json").is_file() and (folder / "model.safetensors").is_file()
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(folder).state_dict()
+    got = read_all(folder)
+    assert torch.equal(got["transformer.h.0.attn.c_attn.weight"], loaded["transformer.h.0.attn.c_attn.weight"])
+    with open_source(folder) as source:
+        assert source.provenance.format == "safetensors" and source.provenance.files == [str(folder / "model.safetensors")]
+
+
+def test_one_shard_of_several_without_its_index_is_no_checkpoint() -> None:
+    """A lone ``-0000k-of-0000n`` shard (n > 1) of a format with shard indexes is part of a checkpoint; one of one is
+    a whole one, and a GGUF split set is read from its first split as before."""
+    for lone in ("model-00002-of-00003.safetensors", "pytorch_model-00001-of-00002.bin"):
+        with pytest.raises(CorruptCheckpointError, match=rf"^{lone} is shard \d of \d and no shard index is beside it"):
+            pick_weight_files([lone, "config.json"])
+    assert pick_weight_files(["model-00001-of-00001.safetensors"]) == ["model-00001-of-00001.safetensors"]
+    assert pick_weight_files(["x-00001-of-00002.gguf", "x-00002-of-00002.gguf"]) == ["x-00001-of-00002.gguf"]
+
+
 def test_a_fifo_named_like_any_format_is_refused_without_blocking(tmp_path: Path) -> None:
     import os
 

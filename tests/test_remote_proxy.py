@@ -191,6 +191,29 @@ def test_no_proxy_names_hosts_reached_directly(tmp_path: Path, server: Server, p
     assert server.state.log and proxy.seen == []
 
 
+@pytest.mark.parametrize("stream", [False, None])
+@pytest.mark.parametrize("case", ["upper", "lower"])
+def test_a_downloaded_url_goes_through_the_proxy(tmp_path: Path, server: Server, proxy: Proxy,
+                                                 monkeypatch: pytest.MonkeyPatch, case: str, stream: bool | None) -> None:
+    """A URL copied into the object cache (``--no-stream``, or by default: the disk has room) is fetched
+    through the proxy too, and with the host in NO_PROXY directly. Before the fix fsspec's HTTP client
+    (aiohttp, which reads the variables only with ``trust_env``) went around the proxy: it saw none of the
+    download's requests, only the streamed reads' header requests."""
+    local = make_checkpoint(tmp_path / "m.safetensors")
+    server.state.files["/m.safetensors"] = local.read_bytes()
+    _use_proxy(monkeypatch, proxy.url, case)
+    scored = wbfe.score(server.url("/m.safetensors"), stream=stream)
+    same_scores(scored, wbfe.score(str(local)))
+    assert scored.model.get("transport") is None  # downloaded, not streamed
+    _through_proxy(server, proxy)
+    assert any(r.range is None for r in server.state.log)  # the download's whole-file GET
+    seen = len(proxy.seen)
+    monkeypatch.setenv("NO_PROXY" if case == "upper" else "no_proxy", "127.0.0.1,localhost")
+    server.state.files["/n.safetensors"] = local.read_bytes()
+    same_scores(wbfe.score(server.url("/n.safetensors"), stream=stream), wbfe.score(str(local)))
+    assert len(proxy.seen) == seen and server.state.ranged("/n.safetensors")
+
+
 def test_a_proxy_that_is_down_fails_the_read(tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """The variable is obeyed, not bypassed: with the proxy down nothing reaches the server."""
     local = make_checkpoint(tmp_path / "m.safetensors")

@@ -8,6 +8,7 @@ rows, skips and summaries, not merely close ones."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any, Iterator
@@ -18,6 +19,7 @@ import wbfe
 from tests.ray_zoo import make_sharded
 from tests.remote_server import Repo, Server, isolated_hub
 from wbfe.errors import (
+    CorruptCheckpointError,
     InvalidOptionError,
     ModelNotFoundError,
     RangeNotSupportedError,
@@ -171,6 +173,20 @@ def test_a_401_says_a_token_is_needed_and_the_token_is_sent(tmp_path: Path, serv
     # The token goes to the hub, never to the storage host its redirects lead to.
     assert {r.auth for r in server.state.log if "/resolve/" in r.path} == {"Bearer hf_secret"}
     assert {r.auth for r in server.state.log if r.path.startswith("/lfs/")} == {None}
+
+
+def test_a_url_refused_access_does_not_say_to_set_a_token_that_is_never_sent(tmp_path: Path, server: Server,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain URL is read without credentials, so a 401/403 says so, and how to name a hub model or a bucket instead;
+    it said to set HF_TOKEN, which a URL's requests never carry (checked: with it set, none is sent)."""
+    server.state.files["/m.safetensors"] = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    for status in (401, 403):
+        server.state.faults.append(("/m.safetensors", f"status:{status}"))
+        with pytest.raises(RemoteReadError, match=rf"^{re.escape(server.url('/m.safetensors'))}: access refused \(HTTP "
+                           rf"{status}\); wbfe sends no credentials with a URL: name a hub model as org/name"):
+            wbfe.score(server.url("/m.safetensors"), stream=True)
+    assert {r.auth for r in server.state.log} == {None}
 
 
 def test_a_429_is_retried(tmp_path: Path, server: Server) -> None:
@@ -350,6 +366,29 @@ def test_a_server_that_ignores_range_does_the_same_on_the_hub_and_plain_urls(tmp
     assert "transport" not in downloaded.model
     cache = tmp_path / ("wbfe-cache" if kind == "url" else "hf")
     assert [p.read_bytes() for p in cache.rglob("*.safetensors")] == [local.read_bytes()]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_repo_or_store_folder_of_several_weight_files_without_an_index_is_named(tmp_path: Path, server: Server,
+                                                                                  stream: Any) -> None:
+    """Two shards and no index, or one shard of two alone, in a hub repo or a store folder: the one-line refusal
+    names the repo or the URI (it named neither: in a zoo of many the user could not tell which was meant), and
+    nothing is fetched."""
+    fsspec = pytest.importorskip("fsspec")
+    data = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
+    store = fsspec.filesystem("memory")
+    cases = {"two": {"model-00001-of-00002.safetensors": data, "model-00002-of-00002.safetensors": data},
+             "lone": {"model-00002-of-00002.safetensors": data, "config.json": b"{}"}}
+    for case, files in cases.items():
+        server.state.repos[f"org/{case}"] = Repo(files)
+        for name, body in files.items():
+            store.pipe_file(f"/w13noindex/{case}/{name}", body)
+        why = ("several safetensors weight files and no single index" if case == "two" else
+               r"model-00002-of-00002.safetensors is shard 2 of 2 and no shard index is beside it")
+        for ref in (f"org/{case}", f"memory://w13noindex/{case}/"):
+            with pytest.raises(CorruptCheckpointError, match=rf"^{re.escape(ref)}: {why}"):
+                wbfe.score(ref, stream=stream)
+    assert not server.state.ranged(".safetensors") and not list(tmp_path.rglob("objects/*/*"))
 
 
 @pytest.mark.parametrize("stream", [False, None])

@@ -330,6 +330,37 @@ def test_unknown_hub_id_offline() -> None:
         open_source("nobody/nothing")
 
 
+def test_a_lone_shard_is_not_taken_for_the_whole_checkpoint(tmp_path: Path, state_dict: dict) -> None:
+    """``model-00001-of-00002.safetensors`` alone (its index and the other shard never downloaded: ``hf download
+    org/m model-00001-of-00002.safetensors``) is half a model: a folder holding it is refused, a hub snapshot holding
+    it is not cached (completed online; offline, an error that says so). Named alone, the file is read alone.
+    Before the fix the lone shard was scored as the whole model, in the folder and from the hub cache."""
+    folder = tmp_path / "shards"
+    write_sharded(folder, state_dict, n_shards=2)
+    first = folder / "model-00001-of-00002.safetensors"
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / first.name).write_bytes(first.read_bytes())
+    with pytest.raises(CorruptCheckpointError, match=rf"^{re.escape(str(lone))}: model-00001-of-00002.safetensors is "
+                       r"shard 1 of 2 and no shard index is beside it \(a partial download\?\); name the file to "
+                       r"score that shard alone$"):
+        open_source(lone)
+    from safetensors import safe_open
+
+    with safe_open(str(first), "pt") as handle:
+        assert set(_tensors(lone / first.name)) == set(handle.keys())
+    cache = Path(os.environ["HF_HUB_CACHE"])
+    snapshot = fake_hub_snapshot(cache, "acme/half", {first.name: first.read_bytes(), "config.json": b"{}"})
+    with pytest.raises(ModelNotFoundError, match=rf"^acme/half: no such file or folder, and its files in the local "
+                       rf"Hugging Face cache \({re.escape(str(snapshot))}\) are not a whole checkpoint \(a partial "
+                       r"download\) \(HF_HUB_OFFLINE is set\)$"):
+        open_source("acme/half")
+    whole = fake_hub_snapshot(cache, "acme/whole", {p.name: p.read_bytes() for p in folder.iterdir()})
+    (whole / "model-00002-of-00002.safetensors").resolve().unlink()  # a shard's blob gone: not whole either
+    with pytest.raises(ModelNotFoundError, match=r"^acme/whole: no such file or folder, and its files in the local "):
+        open_source("acme/whole")
+
+
 def test_timm_name_from_hub_cache(tmp_path: Path) -> None:
     timm = pytest.importorskip("timm", reason="needs the timm extra: pip install -e '.[test,timm]'")
     cfg = timm.models.get_pretrained_cfg("resnet18")
@@ -497,6 +528,66 @@ def test_a_safetensors_file_replaced_or_rewritten_while_read_is_refused(tmp_path
         os.utime(path, ns=(before, before + 10**9))  # the rewrite's mtime, past the clock's granularity
         with pytest.raises(CorruptCheckpointError, match="model.safetensors: changed while being read"):
             entry.load()
+
+
+def test_a_shard_re_saved_after_its_header_was_read_is_refused(tmp_path: Path) -> None:
+    """The headers are read when the checkpoint is opened, each shard's file when the scoring reaches it: a shard
+    re-saved in place meanwhile (a training job writing its next checkpoint, here a float16 tensor of the same
+    byte size) is CorruptCheckpointError, never the new bytes read with the old header's dtypes and offsets.
+    Before the fix the second shard's float32 tensor was read from the float16 bytes (32.06, 7.0, ...)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_file({"a": torch.ones(8, 4)}, str(folder / "s1.safetensors"))
+    save_file({"b": torch.ones(8, 4), "c": torch.zeros(8, 4)}, str(folder / "s2.safetensors"))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors", "c": "s2.safetensors"}}))
+    with open_source(folder) as source:
+        stream = source.entries()
+        first = next(stream)
+        assert first.name == "a" and torch.equal(to_torch(first.load()), torch.ones(8, 4))
+        save_file({"b": torch.full((16, 4), 3.0, dtype=torch.float16), "c": torch.full((8, 4), 7.0)},
+                  str(folder / "new.safetensors"))
+        os.replace(folder / "new.safetensors", folder / "s2.safetensors")
+        with pytest.raises(CorruptCheckpointError, match=r"s2\.safetensors: changed while being read \(replaced or "
+                           r"rewritten since its header was read\); score it again$"):
+            next(stream)
+    path = tmp_path / "model.safetensors"
+    save_file({"a": torch.ones(8, 4)}, str(path))
+    with open_source(path) as source:  # a file named alone: replaced between the opening and the first read
+        save_file({"a": torch.full((8, 4), 2.0)}, str(tmp_path / "new.safetensors"))
+        os.replace(tmp_path / "new.safetensors", path)
+        with pytest.raises(CorruptCheckpointError, match="model.safetensors: changed while being read"):
+            list(source.entries())
+
+
+@pytest.mark.parametrize("where", ["local", "streamed"])
+def test_a_copy_in_a_subfolder_shard_of_the_same_file_name_is_a_row_of_its_own(tmp_path: Path, where: str,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards ``a/x.safetensors`` and ``b/x.safetensors`` are two shards, named as the index names them: the copy
+    of ``t`` that ``b/x`` holds although the index gives ``t`` to ``a/x`` is a skipped row of its own. Before the
+    fix both were named ``x.safetensors``, so the copy was taken for the owner's own and dropped without a row."""
+    fsspec = pytest.importorskip("fsspec")
+    folder = tmp_path / "m"
+    g = torch.Generator().manual_seed(3)
+    for sub, other in (("a", "u"), ("b", "v")):
+        (folder / sub).mkdir(parents=True)
+        save_file({"t": torch.randn(20, 30, generator=g), other: torch.randn(20, 30, generator=g)},
+                  str(folder / sub / "x.safetensors"))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "t": "a/x.safetensors", "u": "a/x.safetensors", "v": "b/x.safetensors"}}))
+    ref: object = folder
+    if where == "streamed":
+        monkeypatch.setenv("WBFE_CACHE_DIR", str(tmp_path / "cache"))
+        store = fsspec.filesystem("memory")
+        for path in folder.rglob("*.*"):
+            store.pipe_file(f"/w13sub/{path.relative_to(folder).as_posix()}", path.read_bytes())
+        ref = "memory://w13sub/model.safetensors.index.json"
+    with open_source(ref, stream=True if where == "streamed" else None) as source:
+        rows = [(e.name, e.copy_of, e.skip) for e in source.entries()]
+    assert rows == [("t", None, None), ("u", None, None), ("v", None, None),
+                    ("b/x.safetensors/t", "t", "a second copy of 't': model.safetensors.index.json gives it to "
+                     "a/x.safetensors, whose copy is scored (transformers' loader takes this one instead: it reads "
+                     "every shard's tensors in file name order, the last copy winning)")]
 
 
 def test_dtype_torch_cannot_hold_is_a_typed_error(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from wbfe._config import hf_cache_dir, hf_offline
-from wbfe.errors import InvalidOptionError, ModelNotFoundError, SourceNotFoundError, WbfeError
+from wbfe.errors import CorruptCheckpointError, InvalidOptionError, ModelNotFoundError, SourceNotFoundError, WbfeError
 from wbfe.sources._base import TensorSource
 from wbfe.sources.http_range import RemoteFile
 from wbfe.sources.local import MODEL_CONFIGS, open_path, pick_weight_files, read_model_config
@@ -48,9 +48,11 @@ def _cached_snapshot(repo_id: str, revision: str | None, cache_dir: Path) -> Pat
 
 
 def _weight_file(snapshot: Path) -> str | None:
+    """The weight file of a cached snapshot; None where there is none, or what is cached is part of a checkpoint
+    (a lone shard, shards without their index: a partial download, completed online)."""
     try:
         return next(iter(pick_weight_files([p.name for p in snapshot.iterdir()])), None)
-    except OSError:
+    except (OSError, CorruptCheckpointError):
         return None
 
 
@@ -69,7 +71,7 @@ def download_weight_files(repo_id: str, revision: str | None, cache_dir: Path) -
         download = functools.partial(hf_hub_download, repo_id, revision=revision, cache_dir=str(cache_dir),
                                      endpoint=endpoint)
         names = HfApi(endpoint=endpoint).list_repo_files(repo_id, revision=revision)
-        chosen = pick_weight_files(names)
+        chosen = pick_weight_files(names, name)
         if not chosen:  # refused before anything is fetched: a lone file in the cache would answer the next run
             raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
         if "adapter_config.json" in names:  # a PEFT LoRA adapter: its config goes beside its weights
@@ -160,8 +162,9 @@ def open_hub(ref: str, *, fmt: str = "hf-hub", could_be_path: bool = False, stre
             return source
     prefix = f"{ref}: no such file or folder, and " if could_be_path else f"{ref}: "
     if hf_offline():
-        raise ModelNotFoundError(
-            f"{prefix}no such model in the local Hugging Face cache {cache_dir} (HF_HUB_OFFLINE is set)", ref=ref)
+        cached = (f"its files in the local Hugging Face cache ({snapshot}) are not a whole checkpoint (a partial "
+                  "download)" if snapshot is not None else f"no such model in the local Hugging Face cache {cache_dir}")
+        raise ModelNotFoundError(f"{prefix}{cached} (HF_HUB_OFFLINE is set)", ref=ref)
     try:
         streamed = stream_hub(ref, repo_id, revision, stream=stream, fmt=fmt) if stream is not False else None
         if streamed is not None:
@@ -241,7 +244,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
     except Exception as exc:  # noqa: BLE001 - every hub and network failure means "cannot resolve"
         raise ModelNotFoundError(f"{name}: {hub_failure(exc)}", ref=repo_id) from None
     siblings = {s.rfilename: s for s in info.siblings or []}
-    chosen = pick_weight_files(list(siblings))
+    chosen = pick_weight_files(list(siblings), name)
     if not chosen:
         raise ModelNotFoundError(f"{repo_id}: the repository holds no weight files", ref=repo_id)
     if "adapter_config.json" in siblings or not is_safetensors_name(chosen[0]):
@@ -257,7 +260,7 @@ def stream_hub(ref: str, repo_id: str, revision: str | None, *, stream: bool | N
         return RemoteFile(hf_hub_url(repo_id, file_name, revision=commit, endpoint=endpoint), headers=headers, hub=True)
 
     sizes = {n: int(s.size) for n, s in siblings.items() if s.size is not None}
-    digests = {n.rsplit("/", 1)[-1]: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}
+    digests = {n: str(s.lfs.sha256) for n, s in siblings.items() if s.lfs and s.lfs.sha256}  # chosen[0] is top-level
     return stream_safetensors(ref, chosen[0], open_file, stream=stream, cache_dir=hf_cache_dir(), sizes=sizes,
                               digests=digests, commit=info.sha, fmt=fmt,
                               configs=[c for c in MODEL_CONFIGS if c in siblings],

@@ -41,10 +41,7 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
             if kind.claims(path):
                 return kind.open(path, ref)
         listing = [p.name for p in path.iterdir() if p.is_file()]
-        try:
-            chosen = pick_weight_files(listing)
-        except CorruptCheckpointError as exc:
-            raise CorruptCheckpointError.at(path, str(exc)) from None
+        chosen = pick_weight_files(listing, path)
         if not chosen:
             raise no_weight_files(path)
         others = other_formats(listing, chosen[0])

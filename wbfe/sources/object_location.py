@@ -36,7 +36,7 @@ def _stream(fs: Any, path: str, uri: str, stream: bool | None) -> TensorSource |
         base = uri.rstrip("/") + "/"
         top = folder_files(fs, path)
         names = sorted(top)
-        chosen = pick_weight_files(names)
+        chosen = pick_weight_files(names, uri)
         if not chosen:
             if stream:
                 raise no_weight_files(uri)

@@ -69,8 +69,10 @@ def store_filesystem(uri: str) -> tuple[Any, str]:
     except ModuleNotFoundError:
         raise MissingDependencyError(f"{uri}: object-store URIs need fsspec: {FSSPEC_INSTALL}") from None
     protocol = uri.split("://", 1)[0]
+    # aiohttp reads HTTP(S)_PROXY and NO_PROXY only when told to: a download goes where the streamed reads go
+    options = {"client_kwargs": {"trust_env": True}} if protocol.lower() in ("http", "https") else {}
     try:
-        fs, path = fsspec.core.url_to_fs(uri)
+        fs, path = fsspec.core.url_to_fs(uri, **options)
     except ImportError as exc:  # a known protocol whose package (s3fs, gcsfs, ...) is missing
         from fsspec.registry import known_implementations
 
@@ -128,11 +130,13 @@ def call_store(uri: str, action: Any) -> Any:
 
 def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, dict[str, Any]]:
     """(content key, the object's info, its signature, a folder's top-level files by name)."""
+    fs.invalidate_cache(path)  # what the store says now: s3fs answers info and ls from listings it cached before
     info = fs.info(path)
     top: dict[str, Any] = {}
     if info.get("type") == "directory":
         top = folder_files(fs, path)
         signature: Any = sorted([name, object_identity(e)] for name, e in top.items())
+        signature += _subfolder_shards(fs, path, uri, top)
     else:
         name = path.rstrip("/").rsplit("/", 1)[-1]
         if not name:
@@ -148,6 +152,21 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
                                     for shard, shard_info in _index_shards(fs, path, uri, info).items()))
     key = hashlib.sha256(json.dumps({"uri": uri, "objects": signature}, sort_keys=True).encode()).hexdigest()
     return key, info, signature, top
+
+
+def _subfolder_shards(fs: Any, path: str, uri: str, top: dict[str, Any]) -> list[Any]:
+    """``[[shard, identity]...]`` of the shards in subfolders that the index of the folder ``path`` lists (a shard
+    re-uploaded there makes a new copy, as a top-level file does); ``[]`` where there is none (no index is read
+    then: a folder without subfolders has none)."""
+    try:
+        index = next((n for n in pick_weight_files(sorted(top)) if n.lower().endswith(".index.json")), None)
+    except CorruptCheckpointError:  # several weight files: the copy says so
+        return []
+    if index is None or not any(e.get("type") == "directory" for e in fs.ls(path, detail=True)):
+        return []
+    shards = _index_shards(fs, store_path(fs, path.rstrip("/"), index), f"{uri.rstrip('/')}/{index}", top[index])
+    below = sorted([shard, object_identity(e)] for shard, e in shards.items() if shard not in top)
+    return [below] if below else []
 
 
 def _fetch(fs: Any, path: str, uri: str) -> Path:
@@ -170,7 +189,8 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
             fs.get_file(path, str(staging / signature[0]))
             if len(signature) > 2:  # a shard index: its shards beside it, as in the store
                 said_of(staging, uri.rstrip("/").rsplit("/", 1)[0],
-                        lambda: _fetch_shards(fs, path.rstrip("/").rsplit("/", 1)[0], staging / signature[0], staging))
+                        lambda: _fetch_shards(fs, path.rstrip("/").rsplit("/", 1)[0], staging / signature[0], staging,
+                                              uri))
         try:
             os.rename(staging, final)
         except OSError:  # another process put the same copy there first: use theirs
@@ -185,20 +205,23 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
 
 def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path) -> None:
     root = path.rstrip("/")
-    chosen = pick_weight_files(names)
+    chosen = pick_weight_files(names, uri)
     if not chosen:
         raise no_weight_files(uri)
     for name in chosen + [c for c in MODEL_CONFIGS + ("adapter_config.json",) if c in names]:
         fs.get_file(store_path(fs, root, name), str(staging / name))
     if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)
-        _fetch_shards(fs, root, staging / chosen[0], staging)
+        _fetch_shards(fs, root, staging / chosen[0], staging, f"{uri.rstrip('/')}/{chosen[0]}")
 
 
-def _fetch_shards(fs: Any, root: str, index: Path, staging: Path) -> None:
+def _fetch_shards(fs: Any, root: str, index: Path, staging: Path, index_uri: str) -> None:
     for shard in index_weight_map(index):  # names checked to stay in the folder
         target = staging / shard
         target.parent.mkdir(parents=True, exist_ok=True)
-        fs.get_file(store_path(fs, root, shard), str(target))
+        try:
+            fs.get_file(store_path(fs, root, shard), str(target))
+        except FileNotFoundError:  # the folder is there: the shard is what is missing
+            raise _missing_shard(index_uri, shard) from None
 
 
 def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict[str, Any]:
@@ -213,6 +236,10 @@ def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict
         try:
             found[shard] = fs.info(store_path(fs, root, shard))
         except FileNotFoundError:
-            raise SourceNotFoundError.at(uri, f"shard {shard!r} listed in the index is missing from the store "
-                                         f"(no {uri.rsplit('/', 1)[0]}/{shard})") from None
+            raise _missing_shard(uri, shard) from None
     return found
+
+
+def _missing_shard(index_uri: str, shard: str) -> SourceNotFoundError:
+    return SourceNotFoundError.at(index_uri, f"shard {shard!r} listed in the index is missing from the store "
+                                  f"(no {index_uri.rsplit('/', 1)[0]}/{shard})")

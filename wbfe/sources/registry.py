@@ -5,6 +5,7 @@ the lookups here replace if-chains in :func:`wbfe.sources.open_source` and :mod:
 from __future__ import annotations
 
 import contextlib
+import re
 import struct
 import zipfile
 import zlib
@@ -23,6 +24,8 @@ __all__ = ["FileFormat", "Location", "FolderKind", "register_format", "register_
 Opener = Callable[[Path, str, Optional[str]], TensorSource]
 # Bytes read from the start of a file for the sniffers (every magic number registered fits).
 HEAD_BYTES = 16
+# How transformers' save_pretrained names a shard: model-00002-of-00003.safetensors
+_SHARD_NAME = re.compile(r"-(\d+)-of-(\d+)\.[^/]+$")
 
 
 @dataclass(frozen=True)
@@ -184,14 +187,17 @@ def format_of(path: Path) -> Optional[FileFormat]:
     return next((fmt for fmt in formats if fmt.sniff is not None and head and fmt.sniff(head, path)), best)
 
 
-def pick_files(names: Iterable[str]) -> list[str]:
-    """``[index]`` or ``[file]``: which of a folder's top-level files hold the weights (``[]``: none).
+def pick_files(names: Iterable[str], where: object = None) -> list[str]:
+    """``[index]`` or ``[file]``: which of a folder's top-level files hold the weights (``[]``: none); errors name
+    the folder ``where`` (a path, a URI, a hub id) when given.
 
-    Groups are tried by rank; within one, a single shard index wins, then the ``preferred`` file,
-    then a single file of the group's formats.
+    Groups are tried by rank; within one, the ``preferred`` file wins (transformers loads ``model.safetensors``
+    before ``model.safetensors.index.json`` when both are there), then a single shard index, then a single file
+    of the group's formats.
 
     Raises:
-        CorruptCheckpointError: several files of the first group that has any, and no single index.
+        CorruptCheckpointError: several files of the first group that has any, and no single index; or one shard
+            of several (``model-00001-of-00002.safetensors``) without its index.
     """
     top = sorted(n for n in names if "/" not in n)
     groups: dict[str, list[FileFormat]] = {}
@@ -199,23 +205,32 @@ def pick_files(names: Iterable[str]) -> list[str]:
         groups.setdefault(fmt.group, []).append(fmt)
     for group, members in groups.items():
         index_suffixes = tuple(s for f in members for s in f.index_suffixes)
-        indexes = [n for n in top if index_suffixes and n.lower().endswith(index_suffixes)]
-        if len(indexes) == 1:
-            return indexes
         preferred = [f.preferred for f in members if f.preferred in top]
         if preferred:
             return [str(preferred[0])]
+        indexes = [n for n in top if index_suffixes and n.lower().endswith(index_suffixes)]
+        if len(indexes) == 1:
+            return indexes
         files = [n for n in top if any(f.lists(n) for f in members)]
+        shard = _SHARD_NAME.search(files[0]) if len(files) == 1 and index_suffixes else None
+        if shard is not None and int(shard.group(2)) > 1:  # the rest of the checkpoint is not there
+            raise _refused(
+                where, f"{files[0]} is shard {int(shard.group(1))} of {int(shard.group(2))} and no shard index is beside it "
+                "(a partial download?); name the file to score that shard alone")
         if len(files) == 1:
             return files
         if len(files) > 1 or len(indexes) > 1:
             found = indexes or files
             listed = ", ".join(found[:4])
-            raise CorruptCheckpointError(
-                f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
+            raise _refused(
+                where, f"several {group} weight files and no single index ({listed}, ...); pass one file explicitly"
                 if index_suffixes else
                 f"several weight files ({listed}{', ...' if len(found) > 4 else ''}); pass one file explicitly")
     return []
+
+
+def _refused(where: object, why: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(why) if where is None else CorruptCheckpointError.at(where, why)
 
 
 def other_formats(names: Iterable[str], chosen: str) -> list[str]:

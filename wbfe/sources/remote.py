@@ -116,6 +116,7 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
     try:
         with contextlib.ExitStack() as opened:  # the files opened, closed unless a source takes them
             index: RangedFile | None = None
+            folder = ""
             if name.lower().endswith(".index.json"):
                 index = open_file(name)
                 opened.callback(index.close)
@@ -143,7 +144,9 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
                 header, meta = parse_header(raw, size, file.name)
                 _check_commit(file, commit)
                 metadata.update(meta)
-                shards.append((file, shard_name.rsplit("/", 1)[-1], listed, header, 8 + n, head))
+                # named as the index names it (two shards in subfolders may share a file name)
+                named = shard_name[len(folder):] if index is not None else shard_name.rsplit("/", 1)[-1]
+                shards.append((file, named, listed, header, 8 + n, head))
             if decide and sum(file.size or 0 for file, *_ in shards) <= free_disk(cache_dir):
                 return None
             source = RemoteSafetensorsSource(ref, shards, index=index, fmt=fmt, metadata=metadata, digests=digests,

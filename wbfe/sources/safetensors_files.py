@@ -50,16 +50,21 @@ def read_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
         CorruptCheckpointError: the header is not valid safetensors, or the path is not a regular file.
         SourceNotFoundError: the file cannot be read.
     """
+    return _pinned_header(path)[:2]
+
+
+def _pinned_header(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], tuple[int, ...]]:
+    """:func:`read_header`'s answer and the ``_identity`` of the file it was read from."""
     with open_regular(path) as fh:
         try:
-            size = os.fstat(fh.fileno()).st_size
-            n = header_length(fh.read(8), size, str(path))
+            st = os.fstat(fh.fileno())
+            n = header_length(fh.read(8), st.st_size, str(path))
             raw = fh.read(n)
         except OSError as exc:
             raise unreadable(path, exc) from None
     if len(raw) != n:
         raise TruncatedCheckpointError.at(path, "truncated safetensors file (short read)")
-    return parse_header(raw, size, str(path))
+    return (*parse_header(raw, st.st_size, str(path)), _identity(st))
 
 
 def header_length(prefix: bytes, size: int, where: str) -> int:
@@ -339,22 +344,27 @@ class SafetensorsSource(ShardedSafetensors):
         index = path if path.name.lower().endswith(".index.json") else None
         shards: list[tuple[Path, list[str] | None]] = list(index_shards(path)) if index else [(path, None)]
         files = [shard for shard, _ in shards]
-        headers = [read_header(shard) for shard in files]
-        self.plan([(shard, shard.name, listed, header) for (shard, listed), (header, _) in zip(shards, headers)],
+        headers = [_pinned_header(shard) for shard in files]
+        # Shards are opened one after another as the scoring reaches them: each must still be the file whose
+        # header planned its reads (a checkpoint re-saved in place meanwhile would give other bytes).
+        self._identities = {shard: identity for shard, (_, _, identity) in zip(files, headers)}
+        # Shards as the index names them: two in subfolders may share a file name
+        named = [shard.relative_to(path.parent).as_posix() if index else shard.name for shard in files]
+        self.plan([(shard, name, listed, header) for (shard, listed), name, (header, _, _) in zip(shards, named, headers)],
                   index.name if index else "")
-        metadata = {key: value for _, meta in headers for key, value in meta.items()}
+        metadata = {key: value for _, meta, _ in headers for key, value in meta.items()}
         self.provenance = Provenance(source=ref, format=fmt or ("safetensors-sharded" if index else "safetensors"),
             files=[str(p) for p in ([index] if index else []) + files], pending=FileDigest(files),
             extra={"metadata": metadata} if metadata else {})
 
     def open_shard(self, key: Any) -> ShardReader:
-        return _Shard(key)
+        return _Shard(key, self._identities[key])
 
 
 class _Shard:
     """One open safetensors file whose tensors may be read from any thread, in any order, and after it is closed."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, identity: tuple[int, ...]):
         self.path = path
         self._fh = open_regular(path)
         try:
@@ -363,6 +373,10 @@ class _Shard:
         except (OSError, struct.error) as exc:
             self._fh.close()
             raise CorruptCheckpointError.at(path, f"changed while being read ({exc.__class__.__name__})") from None
+        if self._identity != identity:  # ``identity``: the file's when its header was read
+            self._fh.close()
+            raise CorruptCheckpointError.at(path, "changed while being read (replaced or rewritten since its header "
+                                            "was read); score it again")
         self._lock = threading.Lock()  # seek + read on one handle must not interleave
 
     def read(self, info: dict[str, Any]) -> Any:
