@@ -255,6 +255,22 @@ def test_a_single_file_beside_an_index_is_read_as_transformers_loads_it(tmp_path
         assert source.provenance.format == "safetensors" and source.provenance.files == [str(folder / "model.safetensors")]
 
 
+def test_a_broken_single_file_beside_an_index_is_said_not_passed_over(tmp_path: Path) -> None:
+    """A dangling ``model.safetensors`` link beside the index: transformers fails on it; the folder's listing left it
+    out, and the index's shards were scored without a word."""
+    from safetensors.torch import save_file
+
+    from wbfe.errors import SourceNotFoundError
+
+    save_file({"a.weight": torch.ones(4, 4)}, str(tmp_path / "model-00001-of-00001.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"a.weight": "model-00001-of-00001.safetensors"}}')
+    (tmp_path / "model.safetensors").symlink_to(tmp_path / "gone.safetensors")
+    with pytest.raises(SourceNotFoundError, match=r"model.safetensors: a symbolic link to .*gone.safetensors, which "
+                                                  r"does not exist$"):
+        open_source(tmp_path)
+
+
 def test_one_shard_of_several_without_its_index_is_no_checkpoint() -> None:
     """A lone ``-0000k-of-0000n`` shard (n > 1) of a format with shard indexes is part of a checkpoint; one of one is
     a whole one, and a GGUF split set is read from its first split as before."""

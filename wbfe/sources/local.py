@@ -40,7 +40,8 @@ def open_path(path: Path, *, ref: str | None = None, fmt: str | None = None) -> 
         for kind in folder_kinds():  # a folder that is a checkpoint of its own kind (a PEFT adapter)
             if kind.claims(path):
                 return kind.open(path, ref)
-        listing = [p.name for p in path.iterdir() if p.is_file()]
+        # a broken link stays listed: a weight file that cannot be read is said, not passed over for another
+        listing = [p.name for p in path.iterdir() if p.is_file() or (p.is_symlink() and not p.exists())]
         chosen = pick_weight_files(listing, path)
         if not chosen:
             raise no_weight_files(path)
