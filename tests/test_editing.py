@@ -652,3 +652,30 @@ def test_the_scales_of_a_quantised_weight_missing_a_part_are_copied_not_edited(t
         "not a weight the score reads (scales of a quantized weight whose other parts are missing)")
     with safe_open(str(tmp_path / "out.safetensors"), "pt") as out:
         assert torch.equal(out.get_tensor("model.layers.0.mlp.up_proj.scales"), packed["scales"])
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "safetensors"])
+def test_a_tied_weight_is_written_as_its_first_copy(tmp_path: Path, fmt: str) -> None:
+    """A weight stored under two names (one storage in a pickle, or two equal copies) is read once by a score; an
+    edit wrote each name on its own, so ``--layers emb`` smoothed the embedding and left its tied head as it was:
+    the output untied them (transformers then loads two different matrices). Both names now get the first copy's
+    edit, and a selection of the second copy alone leaves both as they are, saying why."""
+    w = torch.from_numpy(heavy((30, 12), 3.0, 3))
+    other = torch.from_numpy(heavy((30, 12), 3.0, 4))  # same shape, other values: not tied
+    path = tmp_path / ("model.pt" if fmt == "pickle" else "model.safetensors")
+    if fmt == "pickle":
+        torch.save({"emb.weight": w, "fc.weight": other, "head.weight": w}, path)
+    else:
+        save_file({"emb.weight": w, "fc.weight": other, "head.weight": w.clone()}, str(path))
+    summary = smooth_checkpoint(path, tmp_path / "first.safetensors", percent=0.5, layers="emb")
+    got, _ = _read(tmp_path / "first.safetensors")
+    want = torch.from_numpy(edit_weight(w.double().numpy(), smooth_matrix, 6)).to(w.dtype)
+    assert summary.edited == {"emb.weight": 6, "head.weight": 6}
+    assert summary.unchanged == {"fc.weight": "not selected by --layers"}
+    assert _raw(got["emb.weight"]) == _raw(want) and _raw(got["head.weight"]) == _raw(want)
+    assert _raw(got["fc.weight"]) == _raw(other)
+    summary = smooth_checkpoint(path, tmp_path / "second.safetensors", percent=0.5, layers="head")
+    got, _ = _read(tmp_path / "second.safetensors")
+    assert summary.edited == {} and summary.unchanged["head.weight"] == (
+        "tied to emb.weight (the same values), written as it is: not selected by --layers")
+    assert _raw(got["emb.weight"]) == _raw(w) and _raw(got["head.weight"]) == _raw(w)

@@ -265,6 +265,8 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                                       + (f"--layers {layers!r} selects none of its" if pattern else "it holds no")
                                       + " weight matrices: nothing to edit", ref=source.provenance.source)
         del listed  # a pickle's entries hold its tensors: not kept through the second pass
+        ties = _ties(source.entries(), described)
+        tied_out: dict[str, bytes] = {name: b"" for name in ties.values()}  # each first copy's bytes, as written
         raw = source.provenance.extra.get("metadata") or {}
         metadata = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in dict(raw).items()}
         metadata.update(extra_metadata or {})
@@ -280,6 +282,19 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                 if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
                     raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                                 f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
+                earlier = ties.get(entry.name)
+                if earlier is not None:  # written as its first copy was, or the edit would untie them
+                    if only is not None and entry.name in only and earlier not in only:
+                        raise InvalidOptionError(f"{entry.name} is tied to {earlier} (the same values), which is "
+                                                 "left as it is: editing one alone unties them; select both or "
+                                                 "neither", name=entry.name)
+                    if earlier in edited:
+                        edited[entry.name] = edited[earlier]
+                    elif earlier in unchanged:
+                        unchanged[entry.name] = f"tied to {earlier} (the same values), written as it is: " + (
+                            unchanged[earlier])
+                    fh.write(tied_out[earlier])
+                    continue
                 why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
                 if why is None and only is None and entry.name in left_out:
                     why = f"not a weight the score reads ({left_out[entry.name]})"
@@ -295,8 +310,32 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                                "left as it is")
                 if why:
                     unchanged[entry.name] = why
-                fh.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+                data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                if entry.name in tied_out:
+                    tied_out[entry.name] = data
+                fh.write(data)
     return EditSummary(output=target, edited=edited, unchanged=unchanged)
+
+
+def _ties(entries: Any, described: list[tuple[str, tuple[int, ...], str]]) -> dict[str, str]:
+    """``{name: the first tensor with its values}`` for each weight matrix that repeats an earlier one (tied weights:
+    one storage under two names, or saved twice), as a score reads them once. Only the matrices that share a shape
+    and dtype with another are read for it."""
+    from collections import Counter
+
+    from wbfe.engine.ties import full_digest
+
+    kinds = Counter((shape, dtype) for _, shape, dtype in described if dtype in _FLOAT_DTYPES and len(shape) >= 2)
+    first: dict[tuple[Any, ...], str] = {}
+    ties: dict[str, str] = {}
+    for entry in entries:
+        kind = (tuple(entry.shape), entry.dtype)
+        if kinds[kind] < 2 or entry.skip:
+            continue
+        name = first.setdefault((*kind, full_digest(to_torch(entry.load()))), entry.name)
+        if name != entry.name:
+            ties[entry.name] = name
+    return ties
 
 
 def _ww_apply(w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
