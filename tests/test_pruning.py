@@ -63,6 +63,15 @@ def test_allocation_reaches_the_target_and_is_monotone(mapping: str, target: flo
     assert np.all(np.diff(allocate(values, params, target, spread=0.2, mapping=mapping, reverse=True)[order]) <= 0)
 
 
+@pytest.mark.parametrize("target", [1e-6, 1e-100, 1e-300])
+def test_a_tiny_target_is_reached_to_the_last_bit(target: float) -> None:
+    # the scale c of the mapped values is about target/spread: 200 halvings from 1 stopped at 2^-200, and a target of
+    # 1e-100 or 1e-300 was allocated 3e-62 overall
+    values, params = np.array([1.0, 2.0, 3.0, 4.0]), np.array([100.0, 200.0, 300.0, 400.0])
+    s = allocate(values, params, target, spread=0.1)
+    assert np.sum(s * params) / np.sum(params) == pytest.approx(target, rel=1e-12, abs=0.0)
+
+
 def test_equal_sizes_keep_alphapruning_s_range() -> None:
     # Equal matrices, values spread evenly: the map is [S - e, S + e] already at mean S, nothing rescaled.
     s = allocate(np.array([1.0, 2.0, 3.0]), np.array([1000, 1000, 1000]), 0.5, spread=0.2)
