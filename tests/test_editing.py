@@ -679,3 +679,19 @@ def test_a_tied_weight_is_written_as_its_first_copy(tmp_path: Path, fmt: str) ->
     assert summary.edited == {} and summary.unchanged["head.weight"] == (
         "tied to emb.weight (the same values), written as it is: not selected by --layers")
     assert _raw(got["emb.weight"]) == _raw(w) and _raw(got["head.weight"]) == _raw(w)
+
+
+def test_an_fp8_matrix_is_copied_and_listed_with_the_score_s_reason(tmp_path: Path) -> None:
+    """An FP8 weight stored without its scale is a weight matrix the score lists as skipped; an edit copied it byte
+    for byte but listed it nowhere ('1 of 1 weight matrices edited' of a file holding three)."""
+    g = torch.Generator().manual_seed(0)
+    tensors = {"a.weight": torch.randn(40, 30, generator=g),
+               "b.weight": torch.randn(40, 30, generator=g).to(torch.float8_e4m3fn),
+               "c.weight": torch.randn(40, 30, generator=g).to(torch.float8_e5m2)}
+    save_file(tensors, str(tmp_path / "fp8.safetensors"))
+    summary = smooth_checkpoint(tmp_path / "fp8.safetensors", tmp_path / "out.safetensors", percent=0.5)
+    assert summary.n_matrices == 3 and list(summary.edited) == ["a.weight"]
+    assert summary.unchanged == {n: f"not a weight the score reads (FP8 weight without its scale ({n}_scale_inv or "
+                                    ".weight_scale))" for n in ("b.weight", "c.weight")}
+    got, _ = _read(tmp_path / "out.safetensors")
+    assert all(_raw(got[n]) == _raw(tensors[n]) for n in ("b.weight", "c.weight"))

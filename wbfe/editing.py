@@ -140,8 +140,10 @@ def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern
     ``only``: exactly the floating-point tensors of these names are edited (whatever their shape)."""
     if only is not None:
         return None if name in only and dtype in _FLOAT_DTYPES else ""
-    if dtype not in _FLOAT_DTYPES or len(shape) < 2:
+    if len(shape) < 2 or not dtype.startswith(("float", "bfloat")):
         return ""
+    if dtype not in _FLOAT_DTYPES:  # FP8 / FP4: a weight matrix too, copied as it is and listed
+        return f"stored as {dtype}: only float64, float32, float16 and bfloat16 weights are edited"
     if pattern is not None and not pattern.search(name):
         return "not selected by --layers"
     if len(shape) not in (2, 4):
@@ -296,7 +298,7 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                     fh.write(tied_out[earlier])
                     continue
                 why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
-                if why is None and only is None and entry.name in left_out:
+                if (why is None or why and entry.dtype not in _FLOAT_DTYPES) and only is None and entry.name in left_out:
                     why = f"not a weight the score reads ({left_out[entry.name]})"
                 if why is None:
                     new, count, why = editor(entry.name, tensor)
