@@ -214,7 +214,7 @@ recorded test accuracy, are carried over unchanged) and the allocation added und
 names, so the tie survives; a `--layers` that selects the second name alone is refused. The file
 is written to a temporary file and renamed into place, and an output that is the input (or a link
 to it), or lies in a folder it reads, is refused. What the edit would refuse (a quantised weight, a stray
-second copy of a sharded tensor, [editing.md](editing.md)) is refused before the score. The pruned file is scored
+second copy of a sharded tensor, a PEFT LoRA adapter, [editing.md](editing.md)) is refused before the score. The pruned file is scored
 again: the report gives per matrix `reached`
 (zero weights after pruning, zeros already there included), `dead_rows` and `dead_cols` (rows and
 columns of the out × rest matrix left with no weight; the score leaves them out and computes BFE-W

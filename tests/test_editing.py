@@ -695,3 +695,23 @@ def test_an_fp8_matrix_is_copied_and_listed_with_the_score_s_reason(tmp_path: Pa
                                     ".weight_scale))" for n in ("b.weight", "c.weight")}
     got, _ = _read(tmp_path / "out.safetensors")
     assert all(_raw(got[n]) == _raw(tensors[n]) for n in ("b.weight", "c.weight"))
+
+
+@pytest.mark.parametrize("edit", ["smooth", "sharpen", "prune"])
+def test_a_lora_adapter_is_refused_before_anything_is_written(tmp_path: Path, edit: str) -> None:
+    """A PEFT adapter is scored as each module's ΔW = B·A; smoothing smoothed lora_A and lora_B one by one (rank 3 of
+    each factor, not ΔW's best rank 3) and wrote them without the adapter's config, exit 0; prune said a ΔW was
+    'stored as no tensor'. All three now say what to do instead."""
+    import wbfe
+    from tests.test_adapters import _write_adapter
+
+    g = torch.Generator().manual_seed(0)
+    folder = _write_adapter(tmp_path / "ad", {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),
+                                              "base_model.model.fc.lora_B.weight": torch.randn(30, 4, generator=g)},
+                            r=4, lora_alpha=8)
+    out = tmp_path / "out.safetensors"
+    run = {"smooth": lambda: smooth_checkpoint(folder, out), "sharpen": lambda: sharpen_checkpoint(folder, out),
+           "prune": lambda: wbfe.prune(folder, out, target=0.5, exclude=())}[edit]
+    with pytest.raises(InvalidOptionError, match=r"a PEFT LoRA adapter: .* merge it into its base model"):
+        run()
+    assert not out.exists()

@@ -212,8 +212,13 @@ def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:
     """What a score of ``source`` leaves out (name: reason), to be copied unedited; refused: a second copy of a
     tensor in another shard, a quantised weight."""
     from wbfe.quant import dequantised
+    from wbfe.sources.peft_adapter import AdapterSource
 
     ref = source.provenance.source
+    if isinstance(source, AdapterSource):  # its factors were smoothed one by one (B₃·A₃ is no rank-3 ΔW of B·A)
+        raise InvalidOptionError(f"{ref}: a PEFT LoRA adapter: what a score of it reads is each module's ΔW = B·A, "
+                                 "which no edit of lora_A and lora_B one by one gives; merge it into its base model "
+                                 "(PEFT's merge_and_unload), save that, and edit the merged checkpoint")
     for entry in listed:
         if entry.copy_of is not None:  # copied, it would be a key the input never had; neither copy is surely meant
             raise CorruptCheckpointError(
@@ -412,7 +417,8 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
             or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
             be copied exactly (quantised); CorruptCheckpointError: a shard holds a second copy of a tensor its
-            index gives to another shard; the errors of :func:`wbfe.sources.open_source`.
+            index gives to another shard; InvalidOptionError: ``ref`` is a PEFT LoRA adapter (merge it first); the
+            errors of :func:`wbfe.sources.open_source`.
     """
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 
