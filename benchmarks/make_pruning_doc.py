@@ -209,10 +209,12 @@ A bad value — a target ≤ 0 or ≥ 1, an unknown `--by`, a column not compute
 ([editing.md](editing.md)): each allocated matrix pruned in its own dtype, every other tensor copied
 byte for byte, the input's safetensors metadata kept (so facts about the unpruned model, such as a
 recorded test accuracy, are carried over unchanged) and the allocation added under the key
-`wbfe_pruning` (JSON: target, metric, spread, mapping, per-matrix sparsity and zero count). The file
+`wbfe_pruning` (JSON: target, metric, spread, mapping, per-matrix sparsity and zero count). A tied weight
+(one storage under two names, or two equal copies: the score reads the first) is written pruned under both
+names, so the tie survives; a `--layers` that selects the second name alone is refused. The file
 is written to a temporary file and renamed into place, and an output that is the input (or a link
 to it), or lies in a folder it reads, is refused. What the edit would refuse (a quantised weight, a stray
-second copy of a sharded tensor, [editing.md](editing.md)) is refused before the score. The pruned file is scored
+second copy of a sharded tensor, a PEFT LoRA adapter, [editing.md](editing.md)) is refused before the score. The pruned file is scored
 again: the report gives per matrix `reached`
 (zero weights after pruning, zeros already there included), `dead_rows` and `dead_cols` (rows and
 columns of the out × rest matrix left with no weight; the score leaves them out and computes BFE-W

@@ -652,3 +652,66 @@ def test_the_scales_of_a_quantised_weight_missing_a_part_are_copied_not_edited(t
         "not a weight the score reads (scales of a quantized weight whose other parts are missing)")
     with safe_open(str(tmp_path / "out.safetensors"), "pt") as out:
         assert torch.equal(out.get_tensor("model.layers.0.mlp.up_proj.scales"), packed["scales"])
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "safetensors"])
+def test_a_tied_weight_is_written_as_its_first_copy(tmp_path: Path, fmt: str) -> None:
+    """A weight stored under two names (one storage in a pickle, or two equal copies) is read once by a score; an
+    edit wrote each name on its own, so ``--layers emb`` smoothed the embedding and left its tied head as it was:
+    the output untied them (transformers then loads two different matrices). Both names now get the first copy's
+    edit, and a selection of the second copy alone leaves both as they are, saying why."""
+    w = torch.from_numpy(heavy((30, 12), 3.0, 3))
+    other = torch.from_numpy(heavy((30, 12), 3.0, 4))  # same shape, other values: not tied
+    path = tmp_path / ("model.pt" if fmt == "pickle" else "model.safetensors")
+    if fmt == "pickle":
+        torch.save({"emb.weight": w, "fc.weight": other, "head.weight": w}, path)
+    else:
+        save_file({"emb.weight": w, "fc.weight": other, "head.weight": w.clone()}, str(path))
+    summary = smooth_checkpoint(path, tmp_path / "first.safetensors", percent=0.5, layers="emb")
+    got, _ = _read(tmp_path / "first.safetensors")
+    want = torch.from_numpy(edit_weight(w.double().numpy(), smooth_matrix, 6)).to(w.dtype)
+    assert summary.edited == {"emb.weight": 6, "head.weight": 6}
+    assert summary.unchanged == {"fc.weight": "not selected by --layers"}
+    assert _raw(got["emb.weight"]) == _raw(want) and _raw(got["head.weight"]) == _raw(want)
+    assert _raw(got["fc.weight"]) == _raw(other)
+    summary = smooth_checkpoint(path, tmp_path / "second.safetensors", percent=0.5, layers="head")
+    got, _ = _read(tmp_path / "second.safetensors")
+    assert summary.edited == {} and summary.unchanged["head.weight"] == (
+        "tied to emb.weight (the same values), written as it is: not selected by --layers")
+    assert _raw(got["emb.weight"]) == _raw(w) and _raw(got["head.weight"]) == _raw(w)
+
+
+def test_an_fp8_matrix_is_copied_and_listed_with_the_score_s_reason(tmp_path: Path) -> None:
+    """An FP8 weight stored without its scale is a weight matrix the score lists as skipped; an edit copied it byte
+    for byte but listed it nowhere ('1 of 1 weight matrices edited' of a file holding three)."""
+    g = torch.Generator().manual_seed(0)
+    tensors = {"a.weight": torch.randn(40, 30, generator=g),
+               "b.weight": torch.randn(40, 30, generator=g).to(torch.float8_e4m3fn),
+               "c.weight": torch.randn(40, 30, generator=g).to(torch.float8_e5m2)}
+    save_file(tensors, str(tmp_path / "fp8.safetensors"))
+    summary = smooth_checkpoint(tmp_path / "fp8.safetensors", tmp_path / "out.safetensors", percent=0.5)
+    assert summary.n_matrices == 3 and list(summary.edited) == ["a.weight"]
+    assert summary.unchanged == {n: f"not a weight the score reads (FP8 weight without its scale ({n}_scale_inv or "
+                                    ".weight_scale))" for n in ("b.weight", "c.weight")}
+    got, _ = _read(tmp_path / "out.safetensors")
+    assert all(_raw(got[n]) == _raw(tensors[n]) for n in ("b.weight", "c.weight"))
+
+
+@pytest.mark.parametrize("edit", ["smooth", "sharpen", "prune"])
+def test_a_lora_adapter_is_refused_before_anything_is_written(tmp_path: Path, edit: str) -> None:
+    """A PEFT adapter is scored as each module's ΔW = B·A; smoothing smoothed lora_A and lora_B one by one (rank 3 of
+    each factor, not ΔW's best rank 3) and wrote them without the adapter's config, exit 0; prune said a ΔW was
+    'stored as no tensor'. All three now say what to do instead."""
+    import wbfe
+    from tests.test_adapters import _write_adapter
+
+    g = torch.Generator().manual_seed(0)
+    folder = _write_adapter(tmp_path / "ad", {"base_model.model.fc.lora_A.weight": torch.randn(4, 20, generator=g),
+                                              "base_model.model.fc.lora_B.weight": torch.randn(30, 4, generator=g)},
+                            r=4, lora_alpha=8)
+    out = tmp_path / "out.safetensors"
+    run = {"smooth": lambda: smooth_checkpoint(folder, out), "sharpen": lambda: sharpen_checkpoint(folder, out),
+           "prune": lambda: wbfe.prune(folder, out, target=0.5, exclude=())}[edit]
+    with pytest.raises(InvalidOptionError, match=r"a PEFT LoRA adapter: .* merge it into its base model"):
+        run()
+    assert not out.exists()

@@ -63,6 +63,15 @@ def test_allocation_reaches_the_target_and_is_monotone(mapping: str, target: flo
     assert np.all(np.diff(allocate(values, params, target, spread=0.2, mapping=mapping, reverse=True)[order]) <= 0)
 
 
+@pytest.mark.parametrize("target", [1e-6, 1e-100, 1e-300])
+def test_a_tiny_target_is_reached_to_the_last_bit(target: float) -> None:
+    # the scale c of the mapped values is about target/spread: 200 halvings from 1 stopped at 2^-200, and a target of
+    # 1e-100 or 1e-300 was allocated 3e-62 overall
+    values, params = np.array([1.0, 2.0, 3.0, 4.0]), np.array([100.0, 200.0, 300.0, 400.0])
+    s = allocate(values, params, target, spread=0.1)
+    assert np.sum(s * params) / np.sum(params) == pytest.approx(target, rel=1e-12, abs=0.0)
+
+
 def test_equal_sizes_keep_alphapruning_s_range() -> None:
     # Equal matrices, values spread evenly: the map is [S - e, S + e] already at mean S, nothing rescaled.
     s = allocate(np.array([1.0, 2.0, 3.0]), np.array([1000, 1000, 1000]), 0.5, spread=0.2)
@@ -437,3 +446,24 @@ def test_a_scored_matrix_that_is_no_stored_tensor_is_refused_before_anything_is_
     assert str(info.value) == ("model.layers.0.mlp.experts.down_proj[0]: scored as [64, 96] but stored as no tensor; "
                                "it cannot be pruned in place (exclude it with --layers)")
     assert not out.exists()
+
+
+def test_a_tied_weight_is_pruned_with_its_first_copy(tmp_path: Path) -> None:
+    """A score reads a tied weight (one storage under two names) once, so the allocation prunes the first name; the
+    second was copied unpruned, which untied them (transformers then loads an unpruned head beside the pruned
+    embedding, and the overall sparsity the report gave was not the model's). Both names now hold the pruned copy;
+    a --layers that selects the second name alone is refused, as pruning it would untie them."""
+    rng = np.random.default_rng(0)
+    t = {name: torch.from_numpy(rng.standard_t(3.0, size=(48, 32)).astype(np.float32)) for name in ("emb", "fc")}
+    torch.save({"emb.weight": t["emb"], "fc.weight": t["fc"], "head.weight": t["emb"]}, tmp_path / "model.pt")
+    out = tmp_path / "pruned.safetensors"
+    report = prune(tmp_path / "model.pt", out, target=0.5, exclude=(), by="uniform")
+    got = load_file(str(out))
+    zeros = {r["name"]: r["zeros"] for r in report.allocation.rows}
+    assert zeros == {"emb.weight": 768, "fc.weight": 768}
+    want = magnitude_prune(t["emb"].numpy(), 768)
+    assert np.array_equal(got["emb.weight"].numpy(), want) and np.array_equal(got["head.weight"].numpy(), want)
+    with pytest.raises(InvalidOptionError, match=r"^head\.weight is tied to emb\.weight"):
+        prune(tmp_path / "model.pt", tmp_path / "other.safetensors", target=0.5, exclude=(), by="uniform",
+              layers="head")
+    assert not (tmp_path / "other.safetensors").exists()

@@ -285,3 +285,21 @@ def test_fixed_point_map_over_two_million_features_equals_the_closed_form():
     fast = fixed_point_map(eps, v, n_over_d=n_over_d, delta=0.04, kern=KERN)
     assert np.all(n_over_d * v[0] ** 2 / (0.04 + eps) > KERN.lambda_sigma)  # every feature on
     np.testing.assert_allclose(fast, KERN.deficit_at(n_over_d * v[0] ** 2 / (0.04 + eps)) * float(v @ v), rtol=1e-10)
+
+
+@pytest.mark.parametrize("r", [1e100, 1e200, 1e300])
+def test_a_root_far_below_the_grid_is_bisected_to_the_last_bit(r: float):
+    # ε = Δ/(r − 1) (test_refinement_limit_is_delta_over_r's closed form) lies far below the scan's first point
+    # (1e-16 of ε_max) when the climb from 0 stops at once: 200 halvings from there stopped at ~3e-77 and gave that
+    # as ε^BO (wbfe theory solve --r 1e300, the defaults otherwise)
+    sol = solve(readout("power", 100, beta=0.3), delta=0.04, d=200, r=r, kern=KERN)
+    assert sol.k_c == 100 and sol.eps == pytest.approx(0.04 / (r - 1.0), rel=1e-9, abs=0.0)
+
+
+def test_solve_refuses_an_snr_past_a_float_instead_of_a_false_crossing():
+    # delta 1e-320: n/(d·delta) overflows, F rounds to 0 below ε ~ 1e-309 and that crossing was given as ε^BO
+    # (kind "unstable", with a RuntimeWarning); the true F = (delta + ε)/r > ε there
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InvalidOptionError, match=r"^n/\(d·delta\) = 50/1e-320 is past a float's range"):
+            solve(readout("power", 100, beta=0.3), delta=1e-320, d=200, r=0.5, kern=KERN)

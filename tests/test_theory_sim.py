@@ -266,3 +266,13 @@ def test_sweeps_refuse_a_ragged_list_in_one_line(sweep):
     # numpy's "inhomogeneous shape" ValueError escaped before (np.ndim of a ragged list)
     with pytest.raises(InvalidOptionError, match="^(r_values|widths) and seeds must be non-empty lists$"):
         sweep()
+
+
+def test_a_student_whose_training_diverges_is_refused_not_ranked() -> None:
+    # lr 1e300 (finite, accepted) drove the weights to inf and the test error to NaN: the sweep printed "nan" for every
+    # width and named the first one best_width (argmin of NaNs), exit 0
+    t = make_teacher(readout("power", 3), d=5, n=20, delta=0.05, centred=False, n_test=50)
+    with pytest.raises(InvalidOptionError, match=r"^the student of width 2 \(seed 0\) diverged: its test error is nan "
+                                                 r"after 5 epochs at lr 1e\+300; lower the learning rate$"):
+        train_student(t, 2, epochs=5, lr=1e300)
+    assert math.isfinite(train_student(t, 2, epochs=5, lr=0.01))

@@ -140,8 +140,10 @@ def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern
     ``only``: exactly the floating-point tensors of these names are edited (whatever their shape)."""
     if only is not None:
         return None if name in only and dtype in _FLOAT_DTYPES else ""
-    if dtype not in _FLOAT_DTYPES or len(shape) < 2:
+    if len(shape) < 2 or not dtype.startswith(("float", "bfloat")):
         return ""
+    if dtype not in _FLOAT_DTYPES:  # FP8 / FP4: a weight matrix too, copied as it is and listed
+        return f"stored as {dtype}: only float64, float32, float16 and bfloat16 weights are edited"
     if pattern is not None and not pattern.search(name):
         return "not selected by --layers"
     if len(shape) not in (2, 4):
@@ -210,8 +212,13 @@ def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:
     """What a score of ``source`` leaves out (name: reason), to be copied unedited; refused: a second copy of a
     tensor in another shard, a quantised weight."""
     from wbfe.quant import dequantised
+    from wbfe.sources.peft_adapter import AdapterSource
 
     ref = source.provenance.source
+    if isinstance(source, AdapterSource):  # its factors were smoothed one by one (B₃·A₃ is no rank-3 ΔW of B·A)
+        raise InvalidOptionError(f"{ref}: a PEFT LoRA adapter: what a score of it reads is each module's ΔW = B·A, "
+                                 "which no edit of lora_A and lora_B one by one gives; merge it into its base model "
+                                 "(PEFT's merge_and_unload), save that, and edit the merged checkpoint")
     for entry in listed:
         if entry.copy_of is not None:  # copied, it would be a key the input never had; neither copy is surely meant
             raise CorruptCheckpointError(
@@ -265,6 +272,8 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                                       + (f"--layers {layers!r} selects none of its" if pattern else "it holds no")
                                       + " weight matrices: nothing to edit", ref=source.provenance.source)
         del listed  # a pickle's entries hold its tensors: not kept through the second pass
+        ties = _ties(source.entries(), described)
+        tied_out: dict[str, bytes] = {name: b"" for name in ties.values()}  # each first copy's bytes, as written
         raw = source.provenance.extra.get("metadata") or {}
         metadata = {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in dict(raw).items()}
         metadata.update(extra_metadata or {})
@@ -280,8 +289,21 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                 if tuple(tensor.shape) != tuple(entry.shape) or str(tensor.dtype).removeprefix("torch.") != entry.dtype:
                     raise UnsupportedDtypeError(f"{entry.name}: the reader gives {tuple(tensor.shape)} {tensor.dtype}, "
                                                 f"not the {entry.shape} {entry.dtype} it declared", name=entry.name)
+                earlier = ties.get(entry.name)
+                if earlier is not None:  # written as its first copy was, or the edit would untie them
+                    if only is not None and entry.name in only and earlier not in only:
+                        raise InvalidOptionError(f"{entry.name} is tied to {earlier} (the same values), which is "
+                                                 "left as it is: editing one alone unties them; select both or "
+                                                 "neither", name=entry.name)
+                    if earlier in edited:
+                        edited[entry.name] = edited[earlier]
+                    elif earlier in unchanged:
+                        unchanged[entry.name] = f"tied to {earlier} (the same values), written as it is: " + (
+                            unchanged[earlier])
+                    fh.write(tied_out[earlier])
+                    continue
                 why = _is_weight(tuple(entry.shape), entry.dtype, pattern, entry.name, only)
-                if why is None and only is None and entry.name in left_out:
+                if (why is None or why and entry.dtype not in _FLOAT_DTYPES) and only is None and entry.name in left_out:
                     why = f"not a weight the score reads ({left_out[entry.name]})"
                 if why is None:
                     new, count, why = editor(entry.name, tensor)
@@ -295,8 +317,32 @@ def edit_checkpoint(ref: Any, out: Union[str, Path], *, editor: Editor, only: Op
                                "left as it is")
                 if why:
                     unchanged[entry.name] = why
-                fh.write(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+                data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                if entry.name in tied_out:
+                    tied_out[entry.name] = data
+                fh.write(data)
     return EditSummary(output=target, edited=edited, unchanged=unchanged)
+
+
+def _ties(entries: Any, described: list[tuple[str, tuple[int, ...], str]]) -> dict[str, str]:
+    """``{name: the first tensor with its values}`` for each weight matrix that repeats an earlier one (tied weights:
+    one storage under two names, or saved twice), as a score reads them once. Only the matrices that share a shape
+    and dtype with another are read for it."""
+    from collections import Counter
+
+    from wbfe.engine.ties import full_digest
+
+    kinds = Counter((shape, dtype) for _, shape, dtype in described if dtype in _FLOAT_DTYPES and len(shape) >= 2)
+    first: dict[tuple[Any, ...], str] = {}
+    ties: dict[str, str] = {}
+    for entry in entries:
+        kind = (tuple(entry.shape), entry.dtype)
+        if kinds[kind] < 2 or entry.skip:
+            continue
+        name = first.setdefault((*kind, full_digest(to_torch(entry.load()))), entry.name)
+        if name != entry.name:
+            ties[entry.name] = name
+    return ties
 
 
 def _ww_apply(w32: np.ndarray, num_smooth: int) -> tuple[Optional[np.ndarray], int, str]:
@@ -371,7 +417,8 @@ def smooth_checkpoint(ref: Any, out: Union[str, Path], *, percent: float = _DEFA
             OutputError: ``out`` cannot be written (OverwriteError: ``out`` is the input, a link to it,
             or a file inside a folder read); UnsupportedDtypeError: a tensor that cannot
             be copied exactly (quantised); CorruptCheckpointError: a shard holds a second copy of a tensor its
-            index gives to another shard; the errors of :func:`wbfe.sources.open_source`.
+            index gives to another shard; InvalidOptionError: ``ref`` is a PEFT LoRA adapter (merge it first); the
+            errors of :func:`wbfe.sources.open_source`.
     """
     options = EditOptions(percent=percent, method=method, layers=layers, ww_compatible=ww_compatible)
 

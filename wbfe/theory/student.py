@@ -28,7 +28,8 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
 
     Raises:
         InvalidOptionError: a width that is not a positive integer (3.0 included); non-positive epochs, batches or
-            learning rate; more batches than samples; a seed outside [0, 2**32).
+            learning rate; more batches than samples; a seed outside [0, 2**32); a training that diverged to a
+            NaN or infinite test error (a learning rate too large).
         MissingDependencyError: torch is not installed.
     """
     require_torch("training the student networks")
@@ -63,7 +64,11 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
             w.div_(w.norm(dim=1, keepdim=True))
     with torch.no_grad():
         diff = teacher.act(teacher.x_test @ w.T) @ a - teacher.f_test
-        return float((diff * diff).mean())
+        error = float((diff * diff).mean())
+    # A NaN made the sweep's best width its first (argmin of NaNs), reported as an answer
+    refuse_unless(math.isfinite(error), f"the student of width {width} (seed {seed}) diverged: its test error is "
+                  f"{error} after {epochs} epochs at lr {lr:g}; lower the learning rate")
+    return error
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,9 @@ def _roots(h: Callable[[np.ndarray], np.ndarray], grid: np.ndarray, scale: float
     roots, kinds, jumps = [], [], []
     for j in np.nonzero(pos[:-1] != pos[1:])[0]:
         lo, hi, h_lo, h_hi = grid[j], grid[j + 1], hv[j], hv[j + 1]
-        for _ in range(200):
+        # Until lo and hi are adjacent floats: a bracket from 0 (or 1e-16 of ε_max) down to a root near 1e-300 takes
+        # ~1000 halvings; 200 stopped at 1e-77 and gave that as the root.
+        for _ in range(2200):
             mid = 0.5 * (lo + hi)
             if not lo < mid < hi:
                 break
@@ -199,6 +201,10 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
     roots, kinds, jumps = _roots(h, grid, e_max)
     # h(0) > 0 >= h(e_max), unless F(0) underflows to 0 (n/Δ past a float: every snr is inf)
     refuse_unless(roots, "no fixed point found; the kernel or readout is degenerate")
+    # Where an snr passes float64's range its deficit is 0, not ~1/snr: F falls to 0 below some ε (1e-309 at
+    # delta 1e-320), a false crossing that was reported as ε^BO
+    refuse_unless(math.isfinite(n_over_d * float(v2.max()) / delta), f"n/(d·delta) = {n_over_d:.3g}/{delta:.3g} "
+                  "is past a float's range: raise delta or lower n (or r)")
     eps = roots[0]
     snr = n_over_d * v2 / (delta + eps)
     q = kern.m(snr)
