@@ -49,6 +49,15 @@ def test_hmc_with_an_uninformative_likelihood_samples_the_prior():
     assert run.gibbs_half == pytest.approx(kernel("tanh2").g1, rel=0.08)
 
 
+def test_hmc_whose_chain_never_moves_is_refused_not_reported():
+    # Δ = 1e-300: every proposal after warm-up was rejected, and the one point the chain sat on was reported as the
+    # posterior's Gibbs error (0.0), accept 0.00
+    t = make_teacher(readout("power", 5), d=10, n=50, delta=1e-300, n_test=20, seed=0)
+    with pytest.raises(InvalidOptionError, match=r"^HMC accepted none of its 20 proposals after warm-up \(seed 0, "
+                                                 r"Δ = 1e-300, .*the chain never moved"):
+        run_hmc(t, delta=1e-300, informed_rows=0, warmup=20, samples=20, seed=0)
+
+
 def test_hmc_rejects_bad_options():
     t = make_teacher(readout("power", 3), d=8, n=20, delta=0.04, n_test=10)
     with pytest.raises(InvalidOptionError, match="1 <= every <= samples"):

@@ -121,7 +121,7 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
 
     Raises:
         InvalidOptionError: non-positive counts, fewer ``samples`` than ``every``, Δ ≤ 0, or
-            ``informed_rows`` outside [0, k].
+            ``informed_rows`` outside [0, k]; a chain that accepted no proposal after warm-up.
         MissingDependencyError: torch is not installed.
     """
     require_torch("the HMC sampler")
@@ -174,6 +174,10 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
                 diff = teacher.output(w, teacher.x_test) - teacher.f_test
                 trace.append(0.5 * float((diff * diff).mean()))
                 w2.append(float((w * w).mean()))
+    # Every kept sample the same point: its error is one draw's, not the posterior's (a tiny Δ freezes the chain)
+    refuse_unless(accepted > 0, f"HMC accepted none of its {samples} proposals after warm-up (seed {seed}, Δ = "
+                  f"{delta:g}, step {eps:.3g}): the chain never moved, so its samples say nothing of the posterior; "
+                  "raise delta or warmup")
     arr = np.asarray(trace)
     return HMCRun(float(arr.mean()), arr, float(np.mean(w2)), accepted / samples, eps, informed_rows,
                   int(teacher.x.shape[0]), d, k)
