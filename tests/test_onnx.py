@@ -168,7 +168,8 @@ def _cli(path: Path) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "data-out-of-range", "data-missing",
-                                    "data-outside-folder", "duplicate-initializer"])
+                                    "data-outside-folder", "data-absolute", "data-through-symlinked-folder",
+                                    "duplicate-initializer"])
 def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage: str) -> None:
     path = export(net, tmp_path / "net.onnx", external=damage.startswith("data"))
     expected: type[Exception] = CorruptCheckpointError
@@ -194,7 +195,12 @@ def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage
                 entry.value = str((tmp_path / "net.onnx.data").stat().st_size - 8)
             if damage == "data-outside-folder" and entry.key == "location":
                 entry.value = "../secret.bin"
+            if damage == "data-absolute" and entry.key == "location":
+                entry.value = str(tmp_path.parent / "secret.bin")
+            if damage == "data-through-symlinked-folder" and entry.key == "location":  # sub -> a folder outside
+                entry.value = "sub/secret.bin"
         (tmp_path.parent / "secret.bin").write_bytes(b"\0" * 10_000)
+        (tmp_path / "sub").symlink_to(tmp_path.parent)
         onnx.save_model(model, str(path))
         expected = TruncatedCheckpointError if damage == "data-out-of-range" else CorruptCheckpointError
     with pytest.raises(expected) as info:
@@ -202,6 +208,22 @@ def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage
     assert str(path) in str(info.value)
     code, err = _cli(path)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_external_data_in_a_hub_cache_snapshot(tmp_path: Path, net: Net) -> None:
+    """A hub cache's snapshot links each file to its blob outside the snapshot's folder: the model and its
+    external data, so linked, score as the same files side by side (they were refused as 'outside the folder')."""
+    (tmp_path / "plain").mkdir()
+    path = export(net, tmp_path / "plain" / "net.onnx", external=True)
+    snapshot, blobs = tmp_path / "hub" / "snapshots" / "abc", tmp_path / "hub" / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for name, blob in (("net.onnx", "b1"), ("net.onnx.data", "b2")):
+        (blobs / blob).write_bytes((path.parent / name).read_bytes())
+        (snapshot / name).symlink_to(Path("..", "..", "blobs", blob))
+    want, got = wbfe.score(path, metrics="bfe"), wbfe.score(snapshot / "net.onnx", metrics="bfe")
+    assert [(r["name"], r["bfe"]) for r in got.layers] == [(r["name"], r["bfe"]) for r in want.layers]
+    assert len(got.layers) == 5 and got.model["files"] == [str(snapshot / "net.onnx"), str(snapshot / "net.onnx.data")]
 
 
 def test_missing_onnx_package_names_the_extra(tmp_path: Path, net: Net, monkeypatch: pytest.MonkeyPatch) -> None:

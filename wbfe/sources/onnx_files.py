@@ -104,10 +104,14 @@ class OnnxSource(TensorSource):
         """The file, offset and length of an external tensor's data, checked."""
         entries = {e.key: e.value for e in tensor.external_data}
         location = entries.get("location", "")
-        target = (self._base / location).resolve()
-        if not location or os.path.isabs(location) or not target.is_relative_to(self._base):
+        parts = [p for p in location.replace(os.sep, "/").split("/") if p not in ("", ".")]
+        # As a shard index's names: folders of the model's own (no '..', no symlinked folder), the file itself may
+        # be a symlink (a hub cache's snapshot links every file to its blob, outside the snapshot's folder).
+        folders = [self._base.joinpath(*parts[:i]) for i in range(1, len(parts))]
+        if not parts or os.path.isabs(location) or ".." in parts or any(f.is_symlink() for f in folders):
             raise CorruptCheckpointError.at(
                 self._path, f"external data of {tensor.name!r} at {location!r} lies outside the model's folder")
+        target = self._base.joinpath(*parts)
         if not target.is_file():
             raise SourceNotFoundError.at(self._path, f"external data file {location!r} of {tensor.name!r} is missing")
         offset = int(entries.get("offset", 0) or 0)
