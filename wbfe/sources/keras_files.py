@@ -281,7 +281,11 @@ class KerasSource(TensorSource):
         position = {folder: i for i, (_, folder) in enumerate(_keras3_folders(config))}
 
         def key(path: str) -> tuple[int, list[object]]:
-            return position.get(path.rsplit("/vars/", 1)[0], len(position)), natural_key(path)
+            # a layer's own sublayers' folders (an LSTM's cell/, MultiHeadAttention's query_dense/) are at its place
+            folder = path.rsplit("/vars/", 1)[0]
+            while folder not in position and "/" in folder:
+                folder = folder.rsplit("/", 1)[0]
+            return position.get(folder, len(position)), natural_key(path)
 
         out: list[_Var] = []
         for path in sorted((p for p in datasets if "/vars/" in p and p.split("/")[0] == "layers"), key=key):
