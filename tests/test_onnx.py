@@ -349,6 +349,48 @@ def test_a_float8_dequantize_linear_weight_is_read_as_onnx_computes_it(tmp_path:
     assert np.abs(expected).max() > 0 and np.array_equal(got, expected)
 
 
+@pytest.mark.parametrize("kind", ["INT4", "UINT4"])
+def test_a_packed_4_bit_weight_in_external_data_is_read_as_onnx_computes_it(tmp_path: Path, kind: str) -> None:
+    """Two 4-bit values a byte: the external data's length was checked against one byte a value (the model refused as
+    'out of range') and its bytes would have been viewed unpacked. The reference is onnx's ReferenceEvaluator."""
+    import ml_dtypes
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from wbfe.sources import open_source
+
+    rng = np.random.default_rng(8)
+    low = -8 if kind == "INT4" else 0
+    values = rng.integers(low, low + 16, size=(17, 32)).astype(getattr(ml_dtypes, kind.lower()))  # 544 values
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s"], ["w"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 17])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32]),
+                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [17, 32])],
+                              initializer=[numpy_helper.from_array(values, "wq"),
+                                           numpy_helper.from_array(np.float32(0.05), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    _, expected = ReferenceEvaluator(model).run(None, {"x": np.zeros((1, 17), np.float32)})
+    path = tmp_path / "int4.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="int4.data", size_threshold=0)
+    stored = onnx.load(str(path), load_external_data=False).graph.initializer[0]
+    assert {e.key: e.value for e in stored.external_data}["length"] == "272"  # packed: half a byte a value
+    with open_source(path) as source:
+        got = {e.name: e for e in source.entries()}["wq"].load()
+    assert np.abs(expected).max() > 0 and np.array_equal(got, expected.T)  # MatMul's in x out, reported out x in
+
+
+def test_external_data_of_a_type_onnx_does_not_know_is_refused_with_exit_2(tmp_path: Path, net: Net) -> None:
+    """onnx's KeyError for the type code went out as a traceback (exit 1)."""
+    path = export(net, tmp_path / "net.onnx", external=True)
+    model = onnx.load(str(path), load_external_data=False)
+    model.graph.initializer[0].data_type = 40
+    onnx.save_model(model, str(path))
+    with pytest.raises(CorruptCheckpointError, match="of data type 40 in external data"):
+        wbfe.score(path, metrics="bfe")
+    code, err = _cli(path)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
 def test_two_initialisers_of_one_name_are_refused(tmp_path: Path) -> None:
     # ONNX values are assigned once: with two stored "w", which one the graph multiplies by is undefined.
     from onnx import TensorProto, helper
