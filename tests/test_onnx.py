@@ -169,7 +169,7 @@ def _cli(path: Path) -> tuple[int, str]:
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "data-out-of-range", "data-missing",
                                     "data-outside-folder", "data-absolute", "data-through-symlinked-folder",
-                                    "duplicate-initializer"])
+                                    "data-offset-not-a-number", "data-length-not-a-number", "duplicate-initializer"])
 def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage: str) -> None:
     path = export(net, tmp_path / "net.onnx", external=damage.startswith("data"))
     expected: type[Exception] = CorruptCheckpointError
@@ -199,6 +199,8 @@ def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage
                 entry.value = str(tmp_path.parent / "secret.bin")
             if damage == "data-through-symlinked-folder" and entry.key == "location":  # sub -> a folder outside
                 entry.value = "sub/secret.bin"
+            if damage.endswith("not-a-number") and entry.key == damage.split("-")[1]:  # int() raised, a traceback
+                entry.value = "12ab"
         (tmp_path.parent / "secret.bin").write_bytes(b"\0" * 10_000)
         (tmp_path / "sub").symlink_to(tmp_path.parent)
         onnx.save_model(model, str(path))

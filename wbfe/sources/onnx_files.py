@@ -114,12 +114,17 @@ class OnnxSource(TensorSource):
         target = self._base.joinpath(*parts)
         if not target.is_file():
             raise SourceNotFoundError.at(self._path, f"external data file {location!r} of {tensor.name!r} is missing")
-        offset = int(entries.get("offset", 0) or 0)
         need = _raw_size(self._onnx, tensor)
         if need is None:  # a type code onnx does not know (a KeyError went out), or STRING, never stored outside
             raise CorruptCheckpointError.at(self._path, f"initializer {tensor.name!r} of data type {tensor.data_type} "
                                             "in external data: a type whose bytes wbfe cannot lay out")
-        length = int(entries["length"]) if entries.get("length") else need
+        try:
+            offset = int(entries.get("offset", 0) or 0)
+            length = int(entries["length"]) if entries.get("length") else need
+        except ValueError:  # int()'s error went out as a traceback
+            raise CorruptCheckpointError.at(self._path, f"external data of {tensor.name!r}: an offset or length that is "
+                                            f"not a whole number ({entries.get('offset')!r}, {entries.get('length')!r})"
+                                            ) from None
         size = target.stat().st_size
         if offset < 0 or length != need or offset + length > size:
             raise TruncatedCheckpointError.at(
