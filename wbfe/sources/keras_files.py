@@ -199,6 +199,11 @@ class KerasSource(TensorSource):
               size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
+        links: list[str] = []  # soft and external ones, which visititems does not follow (h5py 3.11 lists them)
+        if hasattr(h5, "visititems_links"):
+            h5.visititems_links(lambda name, link: None if type(link).__name__ == "HardLink" else links.append(name))
+        for name in links:  # not raised inside the visit: h5py's C callback would turn it into a SystemError
+            self._inside(h5, name)
         if not all(isinstance(name, str) for name in datasets):  # h5py gives a name that is not UTF-8 as bytes
             raise CorruptCheckpointError.at(self._path, "an HDF5 dataset name that is not UTF-8 text; Keras "
                                             "writes UTF-8 names")
@@ -241,8 +246,34 @@ class KerasSource(TensorSource):
                 layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why, facts=keras_facts(*found))
         return ordered, description, extra
 
+    def _inside(self, h5: Any, path: str) -> None:
+        """Refuse a dataset whose data HDF5 would read from another file (which the user did not name): through an
+        external link, from external storage or as a virtual dataset (other files' names are taken relative to the
+        working folder; they were read and scored as the file's own)."""
+        obj, why = h5, None
+        for part in (p for p in path.split("/") if p):
+            link = obj.get(part, getlink=True)
+            if link is None:  # missing: the caller says so
+                return
+            if type(link).__name__ == "ExternalLink":
+                why = f"an external link to {link.filename!r}"
+                break
+            try:
+                obj = obj[part]
+            except KeyError:  # a dangling soft link: the caller says so, if it is a weight
+                return
+        if why is None and obj.file != h5:  # a soft link through an external one
+            why = "a link into another file"
+        if why is None and hasattr(obj, "shape"):
+            why = ("a virtual dataset mapping other files" if obj.is_virtual else
+                   f"external storage in {obj.external[0][0]!r}" if obj.external else None)
+        if why is not None:
+            raise CorruptCheckpointError.at(self._path, f"dataset {path[:200]!r} is {why}: wbfe reads only the file "
+                                            "named")
+
     def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None, layer: str = "",
              axes: str = OUT_IN) -> _Var:
+        self._inside(h5, path)
         ds = h5[path]
         if ds.shape is None:  # a null dataspace (h5py.Empty): no shape, no values
             return _Var(name, path, (), _dtype_name(ds), "skip", _NO_DATASPACE, layer, OUT_IN)
@@ -271,6 +302,7 @@ class KerasSource(TensorSource):
                         self._path, f"weight {weight!r} of layer {layer!r} listed in weight_names is missing")
                 var = weight.split("/")[-1].split(":")[0]
                 path = f"{group.name.lstrip('/')}/{weight}"
+                self._inside(h5, path)  # before its shape is read: an external link's would be the other file's
                 # A weight of a nested model names its own layer: ``backbone/conv1/kernel``.
                 inner = next((classes[p] for p in reversed(weight.split("/")[:-1]) if p in classes), layer_class)
                 layout, skip = _layout(inner, var, group[weight].ndim)
