@@ -464,3 +464,24 @@ def test_a_dataset_whose_data_lies_in_another_file_is_refused(tmp_path: Path, st
     assert repr("elsewhere" if how == "soft-link-to-external" else target) in str(info.value)
     result = CliRunner().invoke(app, ["score", str(path), "--metrics", "bfe"])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("where", ["layer_names", "weight_names"])
+def test_a_layer_or_weight_listed_twice_is_refused(tmp_path: Path, state: dict, where: str) -> None:
+    """Each copy of the name was another row of the one dataset ('dense/kernel:0 tied: identical to dense/kernel:0',
+    four rows of one kernel listed twice in both); Keras refuses a model whose layer names repeat."""
+    path = write_keras2_h5(tmp_path / "m.h5", state)
+    with h5py.File(path, "a") as f:
+        root = f["model_weights"]
+        layer = _attr_list_of(root, "layer_names")[-1]
+        group = root if where == "layer_names" else root[layer]
+        names = _attr_list_of(group, where)
+        _names_attr(group, where, names + names[-1:])
+    with pytest.raises(CorruptCheckpointError, match="listed twice"):
+        wbfe.score(path, metrics="bfe")
+    code, err = _cli(path)
+    assert code == 2 and err.count("\n") == 1 and "listed twice" in err, err
+
+
+def _attr_list_of(group: h5py.Group, key: str) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in group.attrs[key]]

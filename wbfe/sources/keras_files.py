@@ -290,13 +290,19 @@ class KerasSource(TensorSource):
         layer_names = _attr_list(root, "layer_names")
         if layer_names is None:
             raise CorruptCheckpointError.at(self._path, "Keras HDF5 without its layer_names attribute")
+        if len(set(layer_names)) != len(layer_names):
+            twice = next(n for n in layer_names if layer_names.count(n) > 1)
+            raise CorruptCheckpointError.at(self._path, f"layer {twice!r} is listed twice in layer_names")
         out: list[_Var] = []
         for layer in layer_names:
             if layer not in root:
                 raise CorruptCheckpointError.at(self._path, f"layer {layer!r} listed in layer_names is missing")
             group = root[layer]
             layer_class = classes.get(layer) or _NUMBERED.match(layer)["base"]  # type: ignore[index]
-            for weight in _attr_list(group, "weight_names") or []:
+            weights = _attr_list(group, "weight_names") or []
+            if len(set(weights)) != len(weights):  # each copy was another row of the one dataset
+                raise CorruptCheckpointError.at(self._path, f"a weight of layer {layer!r} is listed twice")
+            for weight in weights:
                 if weight not in group:
                     raise CorruptCheckpointError.at(
                         self._path, f"weight {weight!r} of layer {layer!r} listed in weight_names is missing")
