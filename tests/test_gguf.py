@@ -199,6 +199,20 @@ def test_split_files_read_as_one_model(tmp_path: Path, model: dict) -> None:
         wbfe.score(files[0], metrics="bfe")
 
 
+def test_a_tensor_stored_in_two_splits_is_refused(tmp_path: Path) -> None:
+    """Each split is read by its own GGUFReader, which refuses a name twice in one file only: the set held two
+    different 'w.aaaa' rows."""
+    g = torch.Generator().manual_seed(0)
+    write_gguf(tmp_path / "s.gguf", {"w.aaaa": torch.randn(64, 32, generator=g),
+                                     "w.bbbb": torch.randn(64, 32, generator=g)}, "F32", split_max_tensors=1)
+    first, second = sorted(tmp_path.glob("s-*-of-*.gguf"))
+    second.write_bytes(second.read_bytes().replace(b"w.bbbb", b"w.aaaa"))
+    with pytest.raises(CorruptCheckpointError, match=r"'w.aaaa' is stored twice, in s-00001-of-00002.gguf and s-00002"):
+        wbfe.score(first, metrics="bfe")
+    code, err = _cli(tmp_path)
+    assert code == 2 and err.count("\n") == 1 and "stored twice" in err, err
+
+
 def test_types_without_a_dequantiser_are_skipped_with_the_type_named(tmp_path: Path) -> None:
     state = llama_state_dict()
     writer = gguf.GGUFWriter(str(tmp_path / "mixed.gguf"), arch="llama")
@@ -239,7 +253,8 @@ def _tensor_info_offsets(path: Path) -> dict[str, int]:
     return {t.name: int(t.field.offset) + sum(int(p.nbytes) for p in t.field.parts[:-1]) for t in reader.tensors}
 
 
-@pytest.mark.parametrize("damage", ["truncated-data", "truncated-header", "bad-magic", "offset-out-of-range", "empty"])
+@pytest.mark.parametrize("damage", ["truncated-data", "truncated-header", "bad-magic", "offset-out-of-range", "empty",
+                                    "data-shared", "data-overlapping"])
 def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, damage: str) -> None:
     path = write_gguf(tmp_path / "m.gguf", llama_state_dict(), "F32")
     raw = bytearray(path.read_bytes())
@@ -254,6 +269,11 @@ def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, damage: str) -> 
     elif damage == "empty":
         raw = bytearray()
         expected = TruncatedCheckpointError
+    elif damage.startswith("data-"):  # attn_k's data at attn_q's, or inside it: scored, or skipped as tied
+        reader = gguf.GGUFReader(str(path))
+        start = {t.name: int(t.field.parts[-1][0]) for t in reader.tensors}["blk.0.attn_q.weight"]
+        field = _tensor_info_offsets(path)["blk.0.attn_k.weight"]
+        raw[field:field + 8] = struct.pack("<Q", start + (0 if damage == "data-shared" else 4096))
     else:
         field = _tensor_info_offsets(path)["blk.0.attn_q.weight"]
         raw[field:field + 8] = struct.pack("<Q", len(raw) * 4)

@@ -424,3 +424,64 @@ def test_the_head_is_walked_once_per_open(tmp_path: Path, state: dict, monkeypat
     assert walks == [()]
     assert description is not None and description.facts == {"family": "keras", "head_class": "Dense", "dropout": []}
     assert description.head == ("dense_1/kernel:0" if kind == "keras2" else "layers/dense_1/vars/0")
+
+
+@pytest.mark.parametrize("how", ["external-link", "external-storage", "virtual", "soft-link-to-external"])
+@pytest.mark.parametrize("layout", ["keras2", "keras3-weights"])
+def test_a_dataset_whose_data_lies_in_another_file_is_refused(tmp_path: Path, state: dict, how: str,
+                                                              layout: str) -> None:
+    """HDF5 follows an external link into another file, reads external storage from a raw file and a virtual dataset
+    from other files: each kernel was read and scored as the file's own (the other file named by the file, never by
+    the user)."""
+    outside = to_keras("fc1.weight", state["fc1.weight"]) * 3
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["data"] = outside
+    outside.tofile(tmp_path / "other.raw")
+    if layout == "keras2":
+        path = write_keras2_h5(tmp_path / "m.h5", state)
+    else:
+        path = tmp_path / "m.weights.h5"
+        path.write_bytes(keras3_weights(state))
+    with h5py.File(path, "a") as f:
+        found: list[str] = []
+        f.visititems(lambda name, obj: found.append(name) if getattr(obj, "shape", None) == outside.shape else None)
+        target = found[0]  # fc1's kernel
+        del f[target]
+        if how == "external-link":
+            f[target] = h5py.ExternalLink(str(tmp_path / "other.h5"), "/data")
+        elif how == "soft-link-to-external":
+            f["elsewhere"] = h5py.ExternalLink(str(tmp_path / "other.h5"), "/")
+            f[target] = h5py.SoftLink("/elsewhere/data")
+        elif how == "external-storage":
+            f.create_dataset(target, shape=outside.shape, dtype=outside.dtype,
+                             external=[(str(tmp_path / "other.raw"), 0, outside.nbytes)])
+        else:
+            virtual = h5py.VirtualLayout(shape=outside.shape, dtype=outside.dtype)
+            virtual[:] = h5py.VirtualSource(str(tmp_path / "other.h5"), "data", shape=outside.shape)
+            f.create_virtual_dataset(target, virtual)
+    with pytest.raises(CorruptCheckpointError, match=r"wbfe reads only the file named") as info:
+        wbfe.score(path, metrics="bfe")
+    assert repr("elsewhere" if how == "soft-link-to-external" else target) in str(info.value)
+    result = CliRunner().invoke(app, ["score", str(path), "--metrics", "bfe"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("where", ["layer_names", "weight_names"])
+def test_a_layer_or_weight_listed_twice_is_refused(tmp_path: Path, state: dict, where: str) -> None:
+    """Each copy of the name was another row of the one dataset ('dense/kernel:0 tied: identical to dense/kernel:0',
+    four rows of one kernel listed twice in both); Keras refuses a model whose layer names repeat."""
+    path = write_keras2_h5(tmp_path / "m.h5", state)
+    with h5py.File(path, "a") as f:
+        root = f["model_weights"]
+        layer = _attr_list_of(root, "layer_names")[-1]
+        group = root if where == "layer_names" else root[layer]
+        names = _attr_list_of(group, where)
+        _names_attr(group, where, names + names[-1:])
+    with pytest.raises(CorruptCheckpointError, match="listed twice"):
+        wbfe.score(path, metrics="bfe")
+    code, err = _cli(path)
+    assert code == 2 and err.count("\n") == 1 and "listed twice" in err, err
+
+
+def _attr_list_of(group: h5py.Group, key: str) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in group.attrs[key]]

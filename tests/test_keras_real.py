@@ -37,6 +37,9 @@ e.save(out + "/epoch1.keras"); np.savez(out + "/epoch1.npz", *e.get_weights())
 rng = np.random.default_rng(1)
 e.set_weights([w + 0.05 * rng.standard_normal(w.shape).astype(w.dtype) for w in e.get_weights()])
 e.save(out + "/epoch2.keras"); np.savez(out + "/epoch2.npz", *e.get_weights())
+x = keras.Input((6, 8))
+r = keras.Model(x, keras.layers.Dense(3, name="o")(keras.layers.LSTM(10, name="lstm")(x)))
+r.save(out + "/recurrent.keras"); r.save(out + "/recurrent.h5")
 """
 
 
@@ -109,3 +112,13 @@ def test_compare_pairs_every_matrix_score_analyses(keras_files: Path, kind: str)
     assert [s["reason"] for s in result.skipped] == ["A: bias; B: bias"] * (3 if kind == "keras" else 0)
     assert result.summary["head"] == score_a.summary["head"] == score_a.layers[-1]["name"]
     assert result.summary["head_source"] == score_a.summary["head_source"]
+
+
+def test_a_layers_own_sublayers_are_at_its_place_in_the_order(keras_files: Path) -> None:
+    """An LSTM's variables are stored in its cell's folder (layers/lstm/cell/vars/), which the model config does not
+    name: they came after every layer the config names (the Dense head first), unlike the legacy .h5 of the model."""
+    keras3 = wbfe.score(keras_files / "recurrent.keras", metrics="bfe")
+    legacy = wbfe.score(keras_files / "recurrent.h5", metrics="bfe")
+    assert [r["name"] for r in keras3.layers] == ["layers/lstm/cell/vars/0", "layers/lstm/cell/vars/1",
+                                                  "layers/dense/vars/0"]
+    assert [(r["shape"], r["bfe"]) for r in keras3.layers] == [(r["shape"], r["bfe"]) for r in legacy.layers]

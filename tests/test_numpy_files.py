@@ -112,3 +112,22 @@ def test_two_members_of_one_name_are_refused(tmp_path: Path) -> None:
     with pytest.raises(CorruptCheckpointError) as info:
         open_source(path)
     assert str(info.value) == f"{path}: an .npz archive with two members named 'fc.npy'"
+
+
+def test_a_member_that_is_no_npy_array_is_listed_as_skipped_never_read(tmp_path: Path) -> None:
+    """numpy.load lists every member (a non-.npy one as its bytes); wbfe left it out without a word."""
+    import zipfile
+
+    from wbfe.errors import UnsupportedDtypeError
+
+    np.savez(tmp_path / "w.npz", ok=ARRAYS["fc1.weight"])
+    with zipfile.ZipFile(tmp_path / "w.npz", "a") as zf:
+        zf.writestr("notes/extra.pkl", b"\x80\x04N.")
+        zf.writestr("notes/", b"")  # a folder entry: no member of its own
+    assert sorted(np.load(tmp_path / "w.npz").files) == ["notes/", "notes/extra.pkl", "ok"]
+    with open_source(tmp_path / "w.npz") as source:
+        entries = {e.name: e for e in source.entries()}
+    assert list(entries) == ["ok", "notes/extra.pkl"]
+    assert entries["notes/extra.pkl"].skip == "not an .npy array: a member np.savez does not write"
+    with pytest.raises(UnsupportedDtypeError, match="not an .npy array"):
+        entries["notes/extra.pkl"].load()

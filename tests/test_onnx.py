@@ -168,7 +168,8 @@ def _cli(path: Path) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "data-out-of-range", "data-missing",
-                                    "data-outside-folder", "duplicate-initializer"])
+                                    "data-outside-folder", "data-absolute", "data-through-symlinked-folder",
+                                    "data-offset-not-a-number", "data-length-not-a-number", "duplicate-initializer"])
 def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage: str) -> None:
     path = export(net, tmp_path / "net.onnx", external=damage.startswith("data"))
     expected: type[Exception] = CorruptCheckpointError
@@ -194,7 +195,14 @@ def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage
                 entry.value = str((tmp_path / "net.onnx.data").stat().st_size - 8)
             if damage == "data-outside-folder" and entry.key == "location":
                 entry.value = "../secret.bin"
+            if damage == "data-absolute" and entry.key == "location":
+                entry.value = str(tmp_path.parent / "secret.bin")
+            if damage == "data-through-symlinked-folder" and entry.key == "location":  # sub -> a folder outside
+                entry.value = "sub/secret.bin"
+            if damage.endswith("not-a-number") and entry.key == damage.split("-")[1]:  # int() raised, a traceback
+                entry.value = "12ab"
         (tmp_path.parent / "secret.bin").write_bytes(b"\0" * 10_000)
+        (tmp_path / "sub").symlink_to(tmp_path.parent)
         onnx.save_model(model, str(path))
         expected = TruncatedCheckpointError if damage == "data-out-of-range" else CorruptCheckpointError
     with pytest.raises(expected) as info:
@@ -202,6 +210,22 @@ def test_bad_files_get_a_typed_error_and_exit_2(tmp_path: Path, net: Net, damage
     assert str(path) in str(info.value)
     code, err = _cli(path)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_external_data_in_a_hub_cache_snapshot(tmp_path: Path, net: Net) -> None:
+    """A hub cache's snapshot links each file to its blob outside the snapshot's folder: the model and its
+    external data, so linked, score as the same files side by side (they were refused as 'outside the folder')."""
+    (tmp_path / "plain").mkdir()
+    path = export(net, tmp_path / "plain" / "net.onnx", external=True)
+    snapshot, blobs = tmp_path / "hub" / "snapshots" / "abc", tmp_path / "hub" / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for name, blob in (("net.onnx", "b1"), ("net.onnx.data", "b2")):
+        (blobs / blob).write_bytes((path.parent / name).read_bytes())
+        (snapshot / name).symlink_to(Path("..", "..", "blobs", blob))
+    want, got = wbfe.score(path, metrics="bfe"), wbfe.score(snapshot / "net.onnx", metrics="bfe")
+    assert [(r["name"], r["bfe"]) for r in got.layers] == [(r["name"], r["bfe"]) for r in want.layers]
+    assert len(got.layers) == 5 and got.model["files"] == [str(snapshot / "net.onnx"), str(snapshot / "net.onnx.data")]
 
 
 def test_missing_onnx_package_names_the_extra(tmp_path: Path, net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -325,6 +349,48 @@ def test_a_float8_dequantize_linear_weight_is_read_as_onnx_computes_it(tmp_path:
     with open_source(path) as source:
         got = {e.name: e for e in source.entries()}["wq"].load()
     assert np.abs(expected).max() > 0 and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("kind", ["INT4", "UINT4"])
+def test_a_packed_4_bit_weight_in_external_data_is_read_as_onnx_computes_it(tmp_path: Path, kind: str) -> None:
+    """Two 4-bit values a byte: the external data's length was checked against one byte a value (the model refused as
+    'out of range') and its bytes would have been viewed unpacked. The reference is onnx's ReferenceEvaluator."""
+    import ml_dtypes
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from wbfe.sources import open_source
+
+    rng = np.random.default_rng(8)
+    low = -8 if kind == "INT4" else 0
+    values = rng.integers(low, low + 16, size=(17, 32)).astype(getattr(ml_dtypes, kind.lower()))  # 544 values
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s"], ["w"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 17])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32]),
+                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [17, 32])],
+                              initializer=[numpy_helper.from_array(values, "wq"),
+                                           numpy_helper.from_array(np.float32(0.05), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    _, expected = ReferenceEvaluator(model).run(None, {"x": np.zeros((1, 17), np.float32)})
+    path = tmp_path / "int4.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="int4.data", size_threshold=0)
+    stored = onnx.load(str(path), load_external_data=False).graph.initializer[0]
+    assert {e.key: e.value for e in stored.external_data}["length"] == "272"  # packed: half a byte a value
+    with open_source(path) as source:
+        got = {e.name: e for e in source.entries()}["wq"].load()
+    assert np.abs(expected).max() > 0 and np.array_equal(got, expected.T)  # MatMul's in x out, reported out x in
+
+
+def test_external_data_of_a_type_onnx_does_not_know_is_refused_with_exit_2(tmp_path: Path, net: Net) -> None:
+    """onnx's KeyError for the type code went out as a traceback (exit 1)."""
+    path = export(net, tmp_path / "net.onnx", external=True)
+    model = onnx.load(str(path), load_external_data=False)
+    model.graph.initializer[0].data_type = 40
+    onnx.save_model(model, str(path))
+    with pytest.raises(CorruptCheckpointError, match="of data type 40 in external data"):
+        wbfe.score(path, metrics="bfe")
+    code, err = _cli(path)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
 
 
 def test_two_initialisers_of_one_name_are_refused(tmp_path: Path) -> None:

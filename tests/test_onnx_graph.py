@@ -289,3 +289,21 @@ def test_weights_inside_a_scan_body_are_read_and_listed_once(tmp_path: Path) -> 
     assert sorted(source.provenance.extra["consumers"]["w_scan"]) == ["direct_mm (MatMul)", "scan_in_mm (MatMul)"]
     described = wbfe.describe(str(path))
     assert sorted(m["name"] for m in described.matrices) == ["w_scan", "w_step"]
+
+
+def test_a_sparse_initializer_is_listed_as_skipped_and_is_not_passed_over_for_the_head(tmp_path: Path) -> None:
+    """graph.sparse_initializer (which onnxruntime runs) was not read at all: the sparse weight was neither scored nor
+    listed, and the MatMul before it was named the head from the graph."""
+    dense = np.where(RNG.standard_normal((6, 3)) > 0.5, RNG.standard_normal((6, 3)), 0).astype(np.float32)
+    at = np.flatnonzero(dense)
+    sparse = helper.make_sparse_tensor(numpy_helper.from_array(dense.ravel()[at], "w_head"),
+                                       numpy_helper.from_array(at.astype(np.int64), "w_head_at"), [6, 3])
+    nodes = [helper.make_node("MatMul", ["x", "w_in"], ["h"]), helper.make_node("MatMul", ["h", "w_head"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [_info("x", [1, 4])], [_info("y", [1, 3])],
+                              [numpy_helper.from_array(W_IN, "w_in")], sparse_initializer=[sparse])
+    with open_source(_save(tmp_path, graph)) as source:
+        entries = {e.name: e for e in source.entries()}
+        assert source.head_hint is None
+    assert entries["w_in"].skip is None and np.array_equal(to_torch(entries["w_in"].load()).numpy(), W_IN.T)
+    assert entries["w_head"].skip == "sparse initializer: wbfe reads dense weights only"
+    assert entries["w_head"].shape == (6, 3) and entries["w_head"].dtype == "float32"

@@ -654,3 +654,28 @@ def test_an_empty_weight_is_listed_as_skipped(tmp_path: Path, own_buffer: bool) 
     assert result.layers[0]["bfe"] == pytest.approx(bfe(eigs)[0], rel=1e-9)
     assert [(s["name"], s["reason"], s["shape"]) for s in result.skipped] == [
         ("empty_w", "empty weight tensor (0 elements)", [0, 30])]
+
+
+def test_one_buffer_read_with_other_scales_or_shape_is_another_weight_not_a_tie(tmp_path: Path) -> None:
+    """Tensors sharing a buffer were keyed by the buffer alone: an int8 weight read with other scales, or as another
+    shape, was skipped as 'tied' to the first and never scored. Each is scored as the dequantised matrix it is."""
+    rng = np.random.default_rng(9)
+    q = rng.integers(-127, 128, (6, 5)).astype(np.int8)
+    scales = [0.01, 0.02, 0.05, 0.1, 0.5, 1.0]
+    g = tw.Graph()
+    x, h, h2, h3 = (g.add(tw.Tensor(n, s)) for n, s in (("x", (1, 5)), ("h", (1, 6)), ("h2", (1, 6)), ("h3", (1, 5))))
+    a = _const(g, "fc_a", q, tw.INT8, scale=[0.01], zero_point=[0])
+    b = g.add(tw.Tensor("fc_b", (6, 5), tw.INT8, scale=scales, zero_point=[0] * 6, axis=0, buffer=1))  # fc_a's
+    c = g.add(tw.Tensor("fc_c", (5, 6), tw.INT8, scale=[0.01], zero_point=[0], buffer=1))
+    again = g.add(tw.Tensor("fc_a_again", (6, 5), tw.INT8, scale=[0.01], zero_point=[0], buffer=1))
+    g.ops = [tw.Op(tw.FULLY_CONNECTED, [x, a, -1], [h]), tw.Op(tw.FULLY_CONNECTED, [x, b, -1], [h2]),
+             tw.Op(tw.FULLY_CONNECTED, [x, again, -1], [g.add(tw.Tensor("h4", (1, 6)))]),
+             tw.Op(tw.FULLY_CONNECTED, [h2, c, -1], [h3])]
+    g.inputs, g.outputs = [x], [h3]
+    result = wbfe.score(tw.write(tmp_path / "shared.tflite", g), metrics="bfe")
+    f = q.astype(np.float32)  # real = scale·q in float32, as TFLite computes it
+    want = {"fc_a": f * np.float32(0.01), "fc_b": f * np.array(scales, np.float32)[:, None],
+            "fc_c": f.reshape(5, 6) * np.float32(0.01)}
+    reference = wbfe.score({k: torch.from_numpy(v) for k, v in want.items()}, metrics="bfe")
+    assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in reference.layers]
+    assert [(s["name"], s["reason"]) for s in result.skipped] == [("fc_a_again", "tied: shares storage with fc_a")]

@@ -78,6 +78,12 @@ class _Split:
                     path, f"tensor {t.name!r} lies past the end of the file ({first + nbytes} > {size} bytes)")
             dims = tuple(int(d) for d in reversed(t.shape.tolist()))
             self.tensors.append((t.name, t.tensor_type.name, dims, first, nbytes))
+        # llama.cpp refuses a file whose tensors' data are not laid end to end; data shared by two names would be
+        # scored (or skipped as tied) as two weights, data overlapping part of another as neither.
+        spans = sorted((first, first + nbytes, name) for name, _, _, first, nbytes in self.tensors if nbytes)
+        for (_, end, before), (start, _, name) in zip(spans, spans[1:]):
+            if start < end:
+                raise CorruptCheckpointError.at(path, f"the data of tensor {name!r} overlaps that of {before!r}: a damaged file")
 
 
 # The fewest bytes a header entry takes: a key-value pair (key length, type, a 1-byte value) and a
@@ -209,6 +215,10 @@ class GGUFSource(TensorSource):
                 path, f"split count in the files ({sorted(c for c in counts if c is not None)}) "
                 f"does not match the {len(files)} files of the set")
         names = [t[0] for s in self._splits for t in s.tensors]
+        if len(set(names)) != len(names):  # one name in two splits (gguf refuses it within one): llama.cpp refuses it
+            twice = next(n for n in names if names.count(n) > 1)
+            where = [s.path.name for s in self._splits if any(t[0] == twice for t in s.tensors)]
+            raise CorruptCheckpointError.at(path, f"tensor {twice!r} is stored twice, in {' and '.join(where)}")
         note = None
         if "output.weight" in names:
             self.head_hint = "output.weight"

@@ -199,6 +199,11 @@ class KerasSource(TensorSource):
               size: int) -> tuple[list[_Var], Optional[FrameworkDescription], dict[str, Any]]:
         datasets: list[str] = []
         h5.visititems(lambda name, obj: datasets.append(name) if hasattr(obj, "shape") else None)
+        links: list[str] = []  # soft and external ones, which visititems does not follow (h5py 3.11 lists them)
+        if hasattr(h5, "visititems_links"):
+            h5.visititems_links(lambda name, link: None if type(link).__name__ == "HardLink" else links.append(name))
+        for name in links:  # not raised inside the visit: h5py's C callback would turn it into a SystemError
+            self._inside(h5, name)
         if not all(isinstance(name, str) for name in datasets):  # h5py gives a name that is not UTF-8 as bytes
             raise CorruptCheckpointError.at(self._path, "an HDF5 dataset name that is not UTF-8 text; Keras "
                                             "writes UTF-8 names")
@@ -241,8 +246,34 @@ class KerasSource(TensorSource):
                 layouts={v.name: v.axes for v in ordered if v.axes != OUT_IN}, note=why, facts=keras_facts(*found))
         return ordered, description, extra
 
+    def _inside(self, h5: Any, path: str) -> None:
+        """Refuse a dataset whose data HDF5 would read from another file (which the user did not name): through an
+        external link, from external storage or as a virtual dataset (other files' names are taken relative to the
+        working folder; they were read and scored as the file's own)."""
+        obj, why = h5, None
+        for part in (p for p in path.split("/") if p):
+            link = obj.get(part, getlink=True)
+            if link is None:  # missing: the caller says so
+                return
+            if type(link).__name__ == "ExternalLink":
+                why = f"an external link to {link.filename!r}"
+                break
+            try:
+                obj = obj[part]
+            except KeyError:  # a dangling soft link: the caller says so, if it is a weight
+                return
+        if why is None and obj.file != h5:  # a soft link through an external one
+            why = "a link into another file"
+        if why is None and hasattr(obj, "shape"):
+            why = ("a virtual dataset mapping other files" if obj.is_virtual else
+                   f"external storage in {obj.external[0][0]!r}" if obj.external else None)
+        if why is not None:
+            raise CorruptCheckpointError.at(self._path, f"dataset {path[:200]!r} is {why}: wbfe reads only the file "
+                                            "named")
+
     def _var(self, h5: Any, name: str, path: str, layout: str, skip: Optional[str] = None, layer: str = "",
              axes: str = OUT_IN) -> _Var:
+        self._inside(h5, path)
         ds = h5[path]
         if ds.shape is None:  # a null dataspace (h5py.Empty): no shape, no values
             return _Var(name, path, (), _dtype_name(ds), "skip", _NO_DATASPACE, layer, OUT_IN)
@@ -259,18 +290,25 @@ class KerasSource(TensorSource):
         layer_names = _attr_list(root, "layer_names")
         if layer_names is None:
             raise CorruptCheckpointError.at(self._path, "Keras HDF5 without its layer_names attribute")
+        if len(set(layer_names)) != len(layer_names):
+            twice = next(n for n in layer_names if layer_names.count(n) > 1)
+            raise CorruptCheckpointError.at(self._path, f"layer {twice!r} is listed twice in layer_names")
         out: list[_Var] = []
         for layer in layer_names:
             if layer not in root:
                 raise CorruptCheckpointError.at(self._path, f"layer {layer!r} listed in layer_names is missing")
             group = root[layer]
             layer_class = classes.get(layer) or _NUMBERED.match(layer)["base"]  # type: ignore[index]
-            for weight in _attr_list(group, "weight_names") or []:
+            weights = _attr_list(group, "weight_names") or []
+            if len(set(weights)) != len(weights):  # each copy was another row of the one dataset
+                raise CorruptCheckpointError.at(self._path, f"a weight of layer {layer!r} is listed twice")
+            for weight in weights:
                 if weight not in group:
                     raise CorruptCheckpointError.at(
                         self._path, f"weight {weight!r} of layer {layer!r} listed in weight_names is missing")
                 var = weight.split("/")[-1].split(":")[0]
                 path = f"{group.name.lstrip('/')}/{weight}"
+                self._inside(h5, path)  # before its shape is read: an external link's would be the other file's
                 # A weight of a nested model names its own layer: ``backbone/conv1/kernel``.
                 inner = next((classes[p] for p in reversed(weight.split("/")[:-1]) if p in classes), layer_class)
                 layout, skip = _layout(inner, var, group[weight].ndim)
@@ -281,7 +319,11 @@ class KerasSource(TensorSource):
         position = {folder: i for i, (_, folder) in enumerate(_keras3_folders(config))}
 
         def key(path: str) -> tuple[int, list[object]]:
-            return position.get(path.rsplit("/vars/", 1)[0], len(position)), natural_key(path)
+            # a layer's own sublayers' folders (an LSTM's cell/, MultiHeadAttention's query_dense/) are at its place
+            folder = path.rsplit("/vars/", 1)[0]
+            while folder not in position and "/" in folder:
+                folder = folder.rsplit("/", 1)[0]
+            return position.get(folder, len(position)), natural_key(path)
 
         out: list[_Var] = []
         for path in sorted((p for p in datasets if "/vars/" in p and p.split("/")[0] == "layers"), key=key):

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, UnsupportedDtypeError
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.io import reading_zip
 from wbfe.sources.registry import ZIP_ERRORS, FileFormat, open_zip, register_format
@@ -49,8 +49,13 @@ class NpzSource(TensorSource):
             with open_zip(path, fh, ".npz archive") as archive:
                 self._entries = [self._header(archive, info) for info in archive.infolist()
                                  if info.filename.endswith(".npy")]
+                others = [info.filename for info in archive.infolist()
+                          if not info.filename.endswith(".npy") and not info.is_dir()]
         if not self._entries:
             raise CorruptCheckpointError.at(path, "an .npz archive with no .npy arrays")
+        # a member np.savez never writes (numpy.load gives its bytes): listed, not read
+        self._entries += [TensorEntry(name=name, shape=(), dtype="npz-member", load=functools.partial(_not_array, name),
+                                      skip="not an .npy array: a member np.savez does not write") for name in others]
         names = [entry.name + ".npy" for entry in self._entries]
         if len(set(names)) != len(names):  # a member is read by its name: which of two would be read?
             twice = next(n for n in names if names.count(n) > 1)
@@ -95,6 +100,10 @@ class NpzSource(TensorSource):
                 array = np.lib.format.read_array(f, allow_pickle=False)
         # np.array, not ascontiguousarray, which makes a 0-d array 1-d; native byte order for torch.
         return np.array(array, dtype=array.dtype.newbyteorder("="), order="C")
+
+
+def _not_array(name: str) -> Any:
+    raise UnsupportedDtypeError(f"{name}: a member of the .npz archive that is not an .npy array", name=name)
 
 
 NPZ = register_format(FileFormat(name="npz", suffixes=(".npz",), open=NpzSource, group="more", rank=40))

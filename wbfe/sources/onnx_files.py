@@ -104,20 +104,32 @@ class OnnxSource(TensorSource):
         """The file, offset and length of an external tensor's data, checked."""
         entries = {e.key: e.value for e in tensor.external_data}
         location = entries.get("location", "")
-        target = (self._base / location).resolve()
-        if not location or os.path.isabs(location) or not target.is_relative_to(self._base):
+        parts = [p for p in location.replace(os.sep, "/").split("/") if p not in ("", ".")]
+        # As a shard index's names: folders of the model's own (no '..', no symlinked folder), the file itself may
+        # be a symlink (a hub cache's snapshot links every file to its blob, outside the snapshot's folder).
+        folders = [self._base.joinpath(*parts[:i]) for i in range(1, len(parts))]
+        if not parts or os.path.isabs(location) or ".." in parts or any(f.is_symlink() for f in folders):
             raise CorruptCheckpointError.at(
                 self._path, f"external data of {tensor.name!r} at {location!r} lies outside the model's folder")
+        target = self._base.joinpath(*parts)
         if not target.is_file():
             raise SourceNotFoundError.at(self._path, f"external data file {location!r} of {tensor.name!r} is missing")
-        offset = int(entries.get("offset", 0) or 0)
-        itemsize = int(np.dtype(self._onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize)
-        length = int(entries["length"]) if entries.get("length") else _numel(tensor) * itemsize
+        need = _raw_size(self._onnx, tensor)
+        if need is None:  # a type code onnx does not know (a KeyError went out), or STRING, never stored outside
+            raise CorruptCheckpointError.at(self._path, f"initializer {tensor.name!r} of data type {tensor.data_type} "
+                                            "in external data: a type whose bytes wbfe cannot lay out")
+        try:
+            offset = int(entries.get("offset", 0) or 0)
+            length = int(entries["length"]) if entries.get("length") else need
+        except ValueError:  # int()'s error went out as a traceback
+            raise CorruptCheckpointError.at(self._path, f"external data of {tensor.name!r}: an offset or length that is "
+                                            f"not a whole number ({entries.get('offset')!r}, {entries.get('length')!r})"
+                                            ) from None
         size = target.stat().st_size
-        if offset < 0 or length != _numel(tensor) * itemsize or offset + length > size:
+        if offset < 0 or length != need or offset + length > size:
             raise TruncatedCheckpointError.at(
                 self._path, f"data of {tensor.name!r} out of range in {location} (bytes {offset}..{offset + length} "
-                f"of a {size}-byte file, {_numel(tensor) * itemsize} needed)")
+                f"of a {size}-byte file, {need} needed)")
         return target, offset, length
 
     def _stored_array(self, stored: Stored) -> "np.ndarray":
@@ -129,6 +141,12 @@ class OnnxSource(TensorSource):
         try:
             if onnx.external_data_helper.uses_external_data(tensor):
                 raw = read_range(*self._external_info(tensor))  # which checks the data type too
+                if onnx.TensorProto.DataType.Name(tensor.data_type) in _PACKED_BITS:  # two or more values a byte
+                    inline = onnx.TensorProto()
+                    inline.CopyFrom(tensor)
+                    del inline.external_data[:]
+                    inline.data_location, inline.raw_data = onnx.TensorProto.DEFAULT, raw.tobytes()
+                    return onnx.numpy_helper.to_array(inline)
                 return raw.view(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).reshape(tuple(tensor.dims))
             return onnx.numpy_helper.to_array(tensor)
         except WbfeError:  # the external data's own errors (missing, out of range, cut short)
@@ -177,20 +195,37 @@ def _numel(tensor: Any) -> int:
 _PACKED_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2, "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
 
 
+def _type_name(onnx: Any, tensor: Any) -> Optional[str]:
+    """The tensor's ONNX data type name; None for a code onnx does not know, STRING and UNDEFINED (no raw bytes)."""
+    known = tensor.data_type in onnx.TensorProto.DataType.values()
+    name = onnx.TensorProto.DataType.Name(tensor.data_type) if known else None
+    return None if name in ("STRING", "UNDEFINED") else name
+
+
+def _raw_size(onnx: Any, tensor: Any) -> Optional[int]:
+    """The bytes of a tensor's ``raw_data`` or external data (packed below a byte for the 2-, 4- and 6-bit types);
+    None where wbfe does not know what the type needs."""
+    name = _type_name(onnx, tensor)
+    if name is None:
+        return None
+    if name in _PACKED_BITS:
+        return -(-_numel(tensor) * _PACKED_BITS[name] // 8)
+    try:
+        return _numel(tensor) * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _inline_size(onnx: Any, tensor: Any) -> Optional[tuple[int, int, str]]:
     """``(held, needed, unit)`` of an inline tensor's data: bytes of ``raw_data``, else values of its typed field (the
     layouts of ``onnx.numpy_helper.to_array``); None where wbfe does not know what the type needs."""
-    name = onnx.TensorProto.DataType.Name(tensor.data_type) if tensor.data_type in \
-        onnx.TensorProto.DataType.values() else None
-    if name is None or name in ("STRING", "UNDEFINED"):
+    name = _type_name(onnx, tensor)
+    if name is None:
         return None
     numel, bits = _numel(tensor), _PACKED_BITS.get(name)
     if tensor.HasField("raw_data"):
-        try:
-            size = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-        except (KeyError, TypeError, ValueError):
-            return None
-        return len(tensor.raw_data), -(-numel * bits // 8) if bits else numel * size, "bytes"
+        need = _raw_size(onnx, tensor)
+        return None if need is None else (len(tensor.raw_data), need, "bytes")
     if bits is not None and bits != 6:
         return None  # packed into int32_data as into raw_data, but the layout has changed between onnx versions
     try:

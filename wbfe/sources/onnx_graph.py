@@ -101,6 +101,11 @@ class _Walker:
             vid = local[tensor.name] = self.new()
             self.stored[vid] = Stored(vid, tensor.name, scope, tensor=tensor)
             self.shape[vid], self.dtype[vid] = _dims(tensor), int(tensor.data_type)
+        for sparse in graph.sparse_initializer:  # onnxruntime runs them; they were neither scored nor listed
+            vid = local[sparse.values.name] = self.new()
+            self.stored[vid] = Stored(vid, sparse.values.name, scope, skip="sparse initializer: wbfe reads dense "
+                                      "weights only")
+            self.shape[vid], self.dtype[vid] = _dims(sparse), int(sparse.values.data_type)
         for node in graph.node:
             position = self.position
             self.position += 1
@@ -235,6 +240,9 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
             _plan_one(walker, vid, plan, consumed)
             if plan.skip is None and plan.quant is not None:
                 plan.dtype = "float32"  # as DequantizeLinear returns it
+        else:  # a sparse weight: where it is used, so that an earlier weight is not taken for a sparse head
+            plan.used_at = [u.position for u, _ in walker.follow(vid, False, len(plan.shape))
+                            if WEIGHT_INPUT.get(u.node.op_type) == u.index]
     for vid, reason in consumed.items():
         plans[vid].skip = reason
     for plan in plans.values():
@@ -359,7 +367,8 @@ def _directions(plans: list[Planned]) -> list[Planned]:
 
 def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optional[str]:
     """The weight of the last Gemm/MatMul the value ``start`` depends on, looking into ``If`` branches."""
-    by_node = {position: plan.name for plan in listed if plan.skip is None for position in plan.used_at}
+    by_node = {position: plan.name if plan.skip is None else None for plan in listed
+               if plan.skip is None or plan.stored.skip is not None for position in plan.used_at}
     back: dict[int, list[int]] = defaultdict(list)
     for source, targets in walker.passes.items():
         for target in targets:

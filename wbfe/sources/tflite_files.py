@@ -106,8 +106,10 @@ class TfliteSource(TensorSource):
                 dtype = "float32"
                 per = "" if tensor.quant is None else "-per-channel" if len(tensor.quant.scale) > 1 else "-per-tensor"
                 quant = f"tflite-{tensor.dtype}{per}"
-            yield TensorEntry(name=planned.name, shape=planned.shape, dtype=dtype, load=load,
-                              storage_key=("tflite-buffer", tensor.buffer), quant=quant, skip=planned.skip)
+            # One buffer read as another shape, type or with other scales is another matrix, not a tied one.
+            key = ("tflite-buffer", tensor.buffer, tensor.shape, tensor.dtype, tensor.quant)
+            yield TensorEntry(name=planned.name, shape=planned.shape, dtype=dtype, load=load, storage_key=key,
+                              quant=quant, skip=planned.skip)
 
 
 def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.ndarray":
