@@ -58,3 +58,22 @@ def test_an_index_url_reads_shards_whose_names_look_like_urls_beside_it(
     assert {r.path for r in server.state.log} == {f"/org/{name}" for name in [index.name, *renamed.values()]}
     local = wbfe.score(str(folder), metrics="bfe")
     assert streamed.layers == local.layers
+
+
+def test_streamed_shards_whose_metadata_disagree_keep_each_shards_value(
+        tmp_path: Path, server: Server) -> None:  # noqa: F811 - the imported fixture
+    """As read locally: a key the shards disagree on maps each shard to its value (the last shard's won)."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    for name, tensor, note in zip(names, ("a.weight", "b.weight"), ("one", "two")):
+        save_file({tensor: torch.ones(8, 8) * len(note)}, str(folder / name), metadata={"format": "pt", "note": note})
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a.weight": names[0], "b.weight": names[1]}}))
+    server.state.repos["org/notes"] = Repo({p.name: p.read_bytes() for p in folder.iterdir()}, commit="e" * 40)
+    streamed = wbfe.score("org/notes", stream=True, metrics="bfe")
+    assert streamed.model["metadata"] == {"format": "pt", "note": {names[0]: "one", names[1]: "two"}}
+    assert streamed.model["metadata"] == wbfe.score(str(folder), metrics="bfe").model["metadata"]

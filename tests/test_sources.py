@@ -643,3 +643,27 @@ def test_a_name_the_index_gives_to_another_shard_is_read_from_that_shard_alone(t
     assert [(s["name"], s["reason"], s["shape"]) for s in result.skipped] == [
         (f"{holder}/a.weight", f"a second copy of 'a.weight': {index} gives it to {weight_map['a.weight']}, whose copy "
          f"is scored ({taken})", [20, 30])]
+
+
+def test_shards_whose_metadata_disagree_keep_each_shards_value(tmp_path: Path) -> None:
+    """The shards' __metadata__ were merged with the last shard winning: the score JSON and an edited file said
+    note = 'two' of a checkpoint whose first shard says 'one'."""
+    from safetensors import safe_open
+
+    from wbfe.editing import smooth_checkpoint
+
+    g = torch.Generator().manual_seed(0)
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    for name, tensor, note in zip(names, ("a.weight", "b.weight"), ("one", "two")):
+        save_file({tensor: torch.randn(8, 8, generator=g)}, str(folder / name), metadata={"format": "pt", "note": note})
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a.weight": names[0], "b.weight": names[1]}}))
+    expected = {"format": "pt", "note": {names[0]: "one", names[1]: "two"}}
+    assert wbfe.score(folder, metrics="bfe").model["metadata"] == expected
+    out = tmp_path / "edited" / "out.safetensors"
+    smooth_checkpoint(folder, out, percent=0.5)
+    with safe_open(str(out), "pt") as f:
+        written = f.metadata()
+    assert written == {"format": "pt", "note": json.dumps(expected["note"])}

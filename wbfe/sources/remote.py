@@ -21,7 +21,7 @@ from wbfe.sources.object_store import NAME_A_FILE, object_cache_dir, open_uri
 from wbfe.sources.ranged import RangedFile
 from wbfe.sources.registry import register_location
 from wbfe.sources.safetensors_files import (MAX_INDEX, ShardedSafetensors, ShardReader, header_length, parse_header,
-    parse_weight_map, tensor_dtype)
+    parse_weight_map, shard_metadata, tensor_dtype)
 
 __all__ = ["RemoteSafetensorsSource", "stream_safetensors", "free_disk", "is_safetensors_name", "open_url"]
 
@@ -65,7 +65,7 @@ class _RemoteShard:
 class RemoteSafetensorsSource(ShardedSafetensors):
     def __init__(self, ref: str,
                  shards: list[tuple[RangedFile, str, list[str] | None, dict[str, dict[str, Any]], int, bytes]],
-                 *, index: RangedFile | None, index_name: str, fmt: str | None, metadata: dict[str, str],
+                 *, index: RangedFile | None, index_name: str, fmt: str | None, metadata: dict[str, Any],
                  digests: Mapping[str, str] | None, extra: Mapping[str, Any] | None):
         self._starts = {id(remote): (data_start, head) for remote, _, _, _, data_start, head in shards}
         self.remotes = ([index] if index is not None else []) + [remote for remote, *_ in shards]
@@ -131,7 +131,7 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
                     return None
                 decide = False
             shards = []
-            metadata: dict[str, str] = {}
+            metas: list[tuple[str, dict[str, str]]] = []
             for shard_name, listed in shard_names:
                 file = open_file(shard_name)
                 opened.callback(file.close)
@@ -143,14 +143,15 @@ def stream_safetensors(ref: str, name: str, open_file: Callable[[str], RangedFil
                     raw += file.read_bytes(len(head), 8 + n - len(head))
                 header, meta = parse_header(raw, size, file.name)
                 _check_commit(file, commit)
-                metadata.update(meta)
                 # named as the index names it (two shards in subfolders may share a file name)
                 named = shard_name[len(folder):] if index is not None else shard_name.rsplit("/", 1)[-1]
+                metas.append((named, meta))
                 shards.append((file, named, listed, header, 8 + n, head))
             if decide and sum(file.size or 0 for file, *_ in shards) <= free_disk(cache_dir):
                 return None
-            source = RemoteSafetensorsSource(ref, shards, index=index, fmt=fmt, metadata=metadata, digests=digests,
-                                             index_name=name.rsplit("/", 1)[-1] if index else "", extra=extra)
+            source = RemoteSafetensorsSource(ref, shards, index=index, fmt=fmt, metadata=shard_metadata(metas),
+                                             digests=digests, index_name=name.rsplit("/", 1)[-1] if index else "",
+                                             extra=extra)
             opened.pop_all()  # the source closes them now
             source.config = model_config(lambda config: open_file(config).read_all(MAX_CONFIG), list(configs))
             return source

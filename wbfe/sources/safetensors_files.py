@@ -23,7 +23,7 @@ from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
 
 __all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_header", "header_length", "parse_header",
-           "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "copy_row", "tensor_dtype",
+           "shard_metadata", "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "copy_row", "tensor_dtype",
            "SAFETENSORS_DTYPES", "MAX_INDEX", "SAFETENSORS"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
@@ -84,6 +84,17 @@ def header_length(prefix: bytes, size: int, where: str) -> int:
         raise TruncatedCheckpointError.at(
             where, f"truncated safetensors file, or not one (its header would run past the end of its {size} bytes)")
     return int(n)
+
+
+def shard_metadata(shards: list[tuple[str, dict[str, str]]]) -> dict[str, Any]:
+    """The ``__metadata__`` of ``(shard name, metadata)`` as one mapping: a key keeps its value where every shard
+    holding it agrees, and maps each shard to its own value where they differ (a merge showed one shard's value as
+    every shard's)."""
+    values: dict[str, dict[str, str]] = {}
+    for name, meta in shards:
+        for key, value in meta.items():
+            values.setdefault(key, {})[name] = value
+    return {key: next(iter(by.values())) if len(set(by.values())) == 1 else by for key, by in values.items()}
 
 
 def parse_header(raw: bytes, size: int, where: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
@@ -352,7 +363,7 @@ class SafetensorsSource(ShardedSafetensors):
         named = [shard.relative_to(path.parent).as_posix() if index else shard.name for shard in files]
         self.plan([(shard, name, listed, header) for (shard, listed), name, (header, _, _) in zip(shards, named, headers)],
                   index.name if index else "")
-        metadata = {key: value for _, meta, _ in headers for key, value in meta.items()}
+        metadata = shard_metadata([(name, meta) for name, (_, meta, _) in zip(named, headers)])
         self.provenance = Provenance(source=ref, format=fmt or ("safetensors-sharded" if index else "safetensors"),
             files=[str(p) for p in ([index] if index else []) + files], pending=FileDigest(files),
             extra={"metadata": metadata} if metadata else {})
