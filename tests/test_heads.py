@@ -98,6 +98,25 @@ def test_two_outputs_are_named_in_the_note(tmp_path: Path) -> None:
     assert "aux_out.weight" in summary["head_note"] and "main_out.weight" in summary["head_note"]
 
 
+@pytest.mark.parametrize("bad", ["zero", "nan"])
+def test_a_skipped_head_is_the_head_and_no_other_matrix_stands_in(tmp_path: Path, bad: str) -> None:
+    """classifier.weight skipped (all zero, or a NaN) was passed over: the structure rule named a conv layer the head
+    and reported its BFE-W as bfe_head; the head is now None, saying why, and --head still takes another."""
+    state = _cnn_then({"classifier.weight": _randn(10, 64)})
+    state["classifier.weight"] = torch.zeros(10, 64) if bad == "zero" else state["classifier.weight"] * math.nan
+    torch.save(state, tmp_path / "m.pt")
+    result = wbfe.score(tmp_path / "m.pt", metrics="bfe")
+    reason = {"zero": "all-zero matrix", "nan": "non-finite values (NaN or Inf)"}[bad]
+    assert result.summary["head"] is None and math.isnan(result.summary["bfe_head"])
+    assert result.summary["head_note"] == (f"the head, classifier.weight, is skipped ({reason}); pass --head NAME to "
+                                           "take another matrix")
+    assert "head" not in {row["role"] for row in result.layers}
+    chosen = wbfe.score(tmp_path / "m.pt", metrics="bfe", head="layer1.0.conv2.weight").summary
+    assert (chosen["head"], chosen["head_source"]) == ("layer1.0.conv2.weight", "option")
+    # --layers leaving the head out keeps its rule: the head among the matrices selected
+    assert wbfe.score(tmp_path / "m.pt", metrics="bfe", layers="conv").summary["head"] == "layer1.0.conv2.weight"
+
+
 def test_tied_lm_head_is_the_input_embedding(tmp_path: Path) -> None:
     embed = _randn(50, 16)
     state = {"model.embed_tokens.weight": embed, "model.layers.0.mlp.up_proj.weight": _randn(32, 16),

@@ -227,15 +227,23 @@ def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> H
 
 def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Optional[HeadChoice]:
     names = [layer["name"] for layer in layers]
-    terminal = set(_terminal_rows(layers))
     ties = {s["name"]: m.group("name") for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
+    # A matrix skipped for what it holds (all zero, non-finite, a quantisation not read) is still the model's:
+    # named as the head, it is the head, and no other matrix stands in for it.
+    held = {s["name"]: str(s.get("reason")) for s in skipped if len(s.get("shape") or ()) >= 2
+            and s["name"] not in ties and s.get("reason") != "not selected by --layers"}
+    rows = [*layers, *({"name": s["name"], "shape": s["shape"], "role": ""} for s in skipped if s["name"] in held)]
+    terminal = set(_terminal_rows(rows))
     # A named head whose output another matrix reads is not the model's output layer.
-    candidates = [n for n in names if n in terminal] + [t for t in ties if ties[t] in names]
+    candidates = [n for n in [*names, *held] if n in terminal] + [t for t in ties if ties[t] in names]
     best = find_head(candidates)
     if best is None:
         return None
     if best in ties:
         return HeadChoice(ties[best], "tied", f"{best} is tied to {ties[best]}")
+    if best in held:
+        return HeadChoice(None, None, f"the head, {best}, is skipped ({held[best]}); pass --head NAME to take another "
+                                      "matrix")
     return HeadChoice(best, "name")
 
 
