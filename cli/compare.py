@@ -14,8 +14,6 @@ from ._progress import progress_bar
 if TYPE_CHECKING:
     from wbfe.options import CompareOptions
 
-# A folder named as a file (-o c.json made a folder c.json, the JSON went to standard output).
-_FILE_SUFFIXES = (".json", ".csv", ".png", ".html", ".htm", ".md", ".txt")
 _TABLE = ("name", "shape", "rel_frobenius", "rel_frobenius_rowscaled", "w1_log_eigs", "stable_rank_delta", "overlap_in", "overlap_out",
           "d_bfe", "d_alpha", "d_h")
 
@@ -35,11 +33,6 @@ def compare_command(
     from wbfe.render.files import check_output_dir, local_files, local_reads, write_atomic
     from wbfe.render.text import score_csv
 
-    if output is not None and output.suffix.lower() in _FILE_SUFFIXES:
-        from wbfe.errors import OutputError
-
-        raise OutputError(f"--output is a folder (compare.json, compare.csv, change_along_depth.png, report.html): "
-                          f"name a folder, not {shown(output)} (--format json prints the JSON)")
     reads = [*local_reads(a), *local_reads(b)]
     folder = check_output_dir(output, reads=reads) if output is not None else None  # before any work
     with progress_bar(enabled=not quiet, what="comparing", unit="pairs") as update:

@@ -175,3 +175,17 @@ def test_an_output_folder_the_file_system_cannot_name_is_one_line(tmp_path, monk
     result = CliRunner().invoke(app, ["rank", "-o", long, "--no-cache"])
     assert result.exit_code == 2 and result.stderr.strip() == f"wbfe: error: cannot write into {long}: File name too long"
     assert sorted(os.listdir(tmp_path)) == ["l1", "l2"]
+
+
+def test_a_new_results_folder_named_as_a_file_is_refused_an_existing_one_is_used(tmp_path):
+    """wbfe rank/watch/theory -o x.json made a folder x.json (only compare and report refused it, each its own way);
+    a folder the user already made is theirs to name."""
+    from wbfe.errors import OutputError
+    from wbfe.render.files import check_output_dir
+
+    with pytest.raises(OutputError, match=re.escape("name a folder, not a .json file")):
+        check_output_dir(tmp_path / "out" / "R.JSON")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "old.json").mkdir()
+    assert check_output_dir(tmp_path / "old.json") == tmp_path / "old.json"
+    assert check_output_dir(tmp_path / "results.v2") == tmp_path / "results.v2"

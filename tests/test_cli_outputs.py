@@ -77,12 +77,14 @@ def test_compare_table_prints_the_names_escaped(escaped_names: Path) -> None:
                                                              "not e.txt"),
     (("esd", "--layer", "classifier.weight", "-o", "/dev/stderr"), "give --output a file name, not /dev/stderr"),
     (("report", "-o", "r.md"), "--format html writes one HTML page: name the output *.html, not r.md"),
-    (("report", "-f", "md", "-o", "r.html"), "--format md writes a folder (report.md and its PNGs): name a folder, "
-                                             "not r.html"),
+    (("report", "-f", "md", "-o", "r.html"), "cannot write into r.html: the results are several files; name a folder, "
+                                             "not a .html file"),
     (("report", "-f", "md", "-o", "-"), "cannot write into -: the results are several files; give a folder"),
-    (("compare", "a", "b", "-o", "c.json"), "--output is a folder (compare.json, compare.csv, change_along_depth.png, "
-                                           "report.html): name a folder, not c.json (--format json prints the JSON)"),
-    (("compare", "a", "b", "-f", "csv", "-o", "c.CSV"), "name a folder, not c.CSV"),
+    (("compare", "a", "b", "-o", "c.json"), "cannot write into c.json: the results are several files; name a folder, "
+                                           "not a .json file"),
+    (("compare", "a", "b", "-f", "csv", "-o", "c.CSV"), "name a folder, not a .csv file"),
+    (("rank", "zoo.csv", "-o", "r.json"), "cannot write into r.json: the results are several files; name a folder"),
+    (("theory", "curve", "-o", "curve.png"), "cannot write into curve.png: the results are several files"),
     (("score", "--quiet", "--verbose"), "--quiet and --verbose contradict each other: give one of them"),
     (("describe", "-q", "-v"), "--quiet and --verbose contradict each other"),
 ])
@@ -132,9 +134,8 @@ ESD = ("esd", HUB_ID, "--layer", "fc.weight", "-o")
     (("report", HUB_ID, "-o"), "missing/dir/r.txt", "missing/dir/r.html", "name the output *.html, not "
                                                                           "missing/dir/r.txt"),
     (("report", HUB_ID, HUB_ID + "-b", "-o"), "r.png", "r.html", "name the output *.html, not r.png"),
-    (("report", HUB_ID, "-f", "md", "-o"), "missing/r.html", "missing/r", "--format md writes a folder (report.md "
-                                                                          "and its PNGs): name a folder, not "
-                                                                          "missing/r.html"),
+    (("report", HUB_ID, "-f", "md", "-o"), "missing/r.html", "missing/r", "cannot write into missing/r.html: the "
+                                                                          "results are several files; name a folder"),
 ])
 def test_a_misnamed_output_is_refused_before_the_hub_is_asked(argv: tuple[str, ...], bad: str, good: str, text: str,
                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -390,8 +390,8 @@ def test_cli_output_checked_before_work_and_stdout(tmp_path: Path, model_file: P
 @pytest.mark.parametrize("name,fmt,text", [
     ("r.md", "html", "--format html writes one HTML page: name the output *.html, not "),
     ("r.png", "html", "name the output *.html"),
-    ("r.html", "md", "--format md writes a folder (report.md and its PNGs): name a folder, not "),
-    ("r.MD", "md", "name a folder"),
+    ("r.html", "md", "the results are several files; name a folder, not a .html file"),
+    ("r.MD", "md", "name a folder, not a .md file"),
 ])
 def test_the_library_refuses_an_output_named_for_another_format(name: str, fmt: str, text: str, tmp_path: Path,
                                                                  scored: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from wbfe.engine.heads import UNSELECTED
 from wbfe.engine.matrices import Skip, find_head, role_of
 from wbfe.engine.result import column_mean
 from wbfe.errors import CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError
@@ -162,7 +163,7 @@ def score_adapter(source: Any, options: Any, *, base: Any = None, top_k: int = 1
         for name, module in modules.items():
             weight_name = f"{name}.weight"
             if pattern is not None and not pattern.search(weight_name):
-                skipped.append({"name": weight_name, "reason": "not selected by --layers", "shape": [], "dtype": ""})
+                skipped.append({"name": weight_name, "reason": UNSELECTED, "shape": [], "dtype": ""})
                 continue
             row, kept = _adapter_row(module, lora, source.provenance.source, context.metric_options,
                                      bfe_asked="bfe" in options.metrics, unread=unread)

@@ -21,7 +21,7 @@ import numpy as np
 from wbfe import engine
 from wbfe._provenance import installed_versions
 from wbfe.engine.change import matrix_change
-from wbfe.engine.heads import choose_head
+from wbfe.engine.heads import UNSELECTED, choose_head
 from wbfe.engine.matrices import MatrixPlan, Skip, as_matrices
 from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.result import column_mean
@@ -394,7 +394,7 @@ def _dense_entries(source: Any, side: str, skipped: list[dict[str, Any]]) -> Ite
 
 
 def _selected(a: TensorEntry, b: TensorEntry, pattern: Optional[re.Pattern[str]]) -> tuple[TensorEntry, TensorEntry, str]:
-    return a, b, "" if pattern is None or pattern.search(a.name) else "not selected by --layers"
+    return a, b, "" if pattern is None or pattern.search(a.name) else UNSELECTED
 
 
 def _summarise(result: Comparison, groups: tuple[Any, ...], *, hint: Optional[str] = None,

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from wbfe import engine
 from wbfe.errors import InvalidOptionError, NoUsableMatrixError
-from wbfe.engine.heads import HeadChoice, choose_head
+from wbfe.engine.heads import HeadChoice, UNSELECTED, choose_head
 from wbfe.engine.matrices import MatrixPlan, component_of
 from wbfe.engine.ties import shared_storage
 from wbfe.framework import order_rows
@@ -135,7 +135,7 @@ def _planned(source: Any, options: ScoreOptions) -> tuple[dict[str, Any], list[d
                              "quant": entry.quant})
         else:
             skipped.append(plan.to_dict())
-    unselected = [s["name"] for s in skipped if s["reason"] == "not selected by --layers"]
+    unselected = [s["name"] for s in skipped if s["reason"] == UNSELECTED]
     if unselected and not matrices:  # a score refuses it: a pattern that selects nothing is a slip
         raise NoUsableMatrixError(f"{source.provenance.source}: --layers {options.layers!r} selects no weight matrix "
                                   f"of its {len(unselected)} tensors: leave --layers out to list them all",

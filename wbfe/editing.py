@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
+from wbfe.engine.heads import UNSELECTED
 from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, NoUsableMatrixError, OutputError,
     UnsupportedDtypeError)
 from wbfe.linalg.arrays import to_torch
@@ -145,7 +146,7 @@ def _is_weight(shape: tuple[int, ...], dtype: str, pattern: Optional["re.Pattern
     if dtype not in _FLOAT_DTYPES:  # FP8 / FP4: a weight matrix too, copied as it is and listed
         return f"stored as {dtype}: only float64, float32, float16 and bfloat16 weights are edited"
     if pattern is not None and not pattern.search(name):
-        return "not selected by --layers"
+        return UNSELECTED
     if len(shape) not in (2, 4):
         return f"a {len(shape)}-D weight: only matrices and 4-D convolution kernels are edited"
     if min(shape[:2]) < 2:

@@ -15,7 +15,10 @@ from wbfe.framework import OUT_IN, FrameworkDescription, out_in
 from wbfe.framework.transformers_model import LABEL_TASKS
 from wbfe.sources import natural_key
 
-__all__ = ["HeadChoice", "HEAD_NAMES", "choose_head", "find_head", "head_rank", "terminal_matrices"]
+__all__ = ["HeadChoice", "HEAD_NAMES", "UNSELECTED", "choose_head", "find_head", "head_rank", "terminal_matrices"]
+
+UNSELECTED = "not selected by --layers"
+"""The skip reason of a tensor ``--layers`` leaves out: a choice of the caller's, not a fault of the matrix."""
 
 # Module names that hold a classifier / LM head, in order of preference (docs/math.md §2): LM heads,
 # then the names classifiers are given in the model libraries and in the wild.
@@ -231,7 +234,7 @@ def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]
     # A matrix skipped for what it holds (all zero, non-finite, a quantisation not read) is still the model's:
     # named as the head, it is the head, and no other matrix stands in for it.
     held = {s["name"]: str(s.get("reason")) for s in skipped if len(s.get("shape") or ()) >= 2
-            and s["name"] not in ties and s.get("reason") != "not selected by --layers"}
+            and s["name"] not in ties and s.get("reason") != UNSELECTED}
     rows = [*layers, *({"name": s["name"], "shape": s["shape"], "role": ""} for s in skipped if s["name"] in held)]
     terminal = set(_terminal_rows(rows))
     # A named head whose output another matrix reads is not the model's output layer.

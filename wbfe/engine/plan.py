@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any, Iterator, NamedTuple, Optional
 
 from wbfe.engine.experts import expand_experts
+from wbfe.engine.heads import UNSELECTED
 from wbfe.engine.matrices import MIN_BFE_EIGS, ConvView, MatrixPlan, Plan, Skip, as_matrices, plan_matrix
 from wbfe.linalg.arrays import to_numpy
 from wbfe.metrics.ww_compat import ww_conv2d_matrices, ww_float32
@@ -37,7 +38,7 @@ def plan_entry(
     """How ``entry`` is analysed, or why it is skipped: the reader could not give it densely, it
     is not selected by ``pattern`` (``--layers``), it is consumed by another tensor (a quantised
     weight's scale), or :func:`wbfe.engine.matrices.plan_matrix` refuses it."""
-    unselected = "not selected by --layers" if pattern is not None and not pattern.search(entry.name) else None
+    unselected = UNSELECTED if pattern is not None and not pattern.search(entry.name) else None
     reason = entry.skip or unselected or consumed
     if reason is not None:
         return Skip(entry.name, reason, entry.shape, entry.dtype)

@@ -27,6 +27,7 @@ __all__ = ["STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "wr
 
 STDOUT_PATHS = ("-", "/dev/stdout", "/dev/fd/1")
 STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")  # the process's own stream, not the device it points to
+_FILE_SUFFIXES = (".json", ".csv", ".png", ".html", ".htm", ".md", ".txt")  # what no new results folder is named
 
 PathLike = Union[str, "os.PathLike[str]"]
 Reads = Iterable[PathLike]
@@ -211,6 +212,10 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
         raise OutputError(f"cannot write into {text}: {exc.strerror or exc}", path=str(path)) from None
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise OutputError(f"cannot write into {text}: it is {file_kind(st.st_mode)}, not a folder", path=str(path))
+    suffix = folder.suffix.lower()
+    if st is None and suffix in _FILE_SUFFIXES:  # -o c.json made a folder c.json (an existing one is the user's)
+        raise OutputError(f"cannot write into {text}: the results are several files; name a folder, not a {suffix} "
+                          "file", path=str(path))
     _probe(folder, path, "into ")
     return folder
 

@@ -9,8 +9,7 @@ from typing import Any, Iterable, Optional, Union
 
 from wbfe.errors import CorruptCheckpointError, OutputError, printable
 from wbfe.options import ReportOptions
-from wbfe.render.files import (STDERR_PATHS, STDOUT_PATHS, check_output, check_output_dir, is_devnull, write_atomic,
-                               write_output)
+from wbfe.render.files import check_output, check_output_dir, is_devnull, write_atomic, write_output
 
 __all__ = ["load_saved", "write_report", "check_report_output", "write_esd", "check_esd_output", "MARKDOWN_NAME"]
 
@@ -64,25 +63,18 @@ def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[U
 
     Raises:
         OutputError: as :func:`wbfe.render.files.check_output` / :func:`~wbfe.render.files.check_output_dir`,
-            or a name that says another format (HTML written into x.md, a Markdown folder named x.html).
+            an HTML page named for another format (x.md), or a Markdown folder named as a file (x.html).
         InvalidOptionError: an unknown format.
     """
     ReportOptions(fmt=fmt)  # type: ignore[arg-type]  # checks only
-    (check_output if fmt == "html" else check_output_dir)(output, reads=reads)
-    _check_named(os.fspath(output), fmt)
-
-
-def _check_named(output: str, fmt: str) -> None:
-    """Refuse an output whose name says another format than ``fmt`` writes (an HTML page was written into
-    x.md or x.png, a Markdown folder made named x.html); a stream is refused a folder by check_output_dir."""
-    stream = output in STDOUT_PATHS or output in STDERR_PATHS
-    suffix = Path(output).suffix.lower()
-    if fmt == "html" and not stream and output != os.devnull and suffix not in (".html", ".htm"):
-        raise OutputError(f"--format html writes one HTML page: name the output *.html, not {output} "
-                          "(--format md writes a folder)", path=output)
-    if fmt == "md" and suffix in (".html", ".htm", ".md"):
-        raise OutputError(f"--format md writes a folder (report.md and its PNGs): name a folder, not {output}",
-                          path=output)
+    if fmt == "md":  # a folder named as a file (x.html) is refused there
+        check_output_dir(output, reads=reads)
+        return
+    name = os.fspath(output)
+    if (check_output(output, reads=reads) is not None and name != os.devnull
+            and Path(name).suffix.lower() not in (".html", ".htm")):  # the page was written into x.md or x.png
+        raise OutputError(f"--format html writes one HTML page: name the output *.html, not {name} "
+                          "(--format md writes a folder)", path=name)
 
 
 def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
