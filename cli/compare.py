@@ -60,7 +60,7 @@ compare_command = with_groups(compare_group())(compare_command)
 
 def compare_table(result: object) -> str:
     """One line per matched matrix, then the most-changed matrices and what was left out."""
-    from wbfe.render.text import text_table
+    from wbfe.render.text import skipped_line, text_table
 
     layers = result.layers  # type: ignore[attr-defined]
     summary = result.summary  # type: ignore[attr-defined]
@@ -77,8 +77,20 @@ def compare_table(result: object) -> str:
         parts += ["", f"folding: {summary['folding_note']}"]
     rest = [row for row in summary.items() if not isinstance(row[1], list) and row[0] != "folding_note"]
     parts += ["", text_table([{"metric": k, "value": v} for k, v in rest], ("metric", "value"))]
-    unmatched = result.unmatched  # type: ignore[attr-defined]
-    skipped = result.skipped  # type: ignore[attr-defined]
-    if unmatched or skipped:
-        parts += ["", f"{len(unmatched)} unmatched, {len(skipped)} skipped (see --format json for each, with its reason)"]
+    # Why, by reason, as a score says it: a bare count hid a transposed fc1.weight among four biases.
+    unmatched = [{"reason": f"only in {u['side'].upper()}" if u["reason"].startswith("no tensor") else u["reason"]}
+                 for u in result.unmatched]  # type: ignore[attr-defined]
+    skipped = [{**s, "reason": _one_reason(s["reason"])} for s in result.skipped]  # type: ignore[attr-defined]
+    parts += [""] if unmatched or skipped else []
+    parts += [skipped_line(rows, verb, noun) for rows, verb, noun in ((unmatched, "unmatched", "tensor"),
+                                                                      (skipped, "skipped", "pair")) if rows]
     return "\n".join(parts) + "\n"
+
+
+def _one_reason(reason: str) -> str:
+    """A pair's reason as one reason: ``A: r; B: r`` is ``r``, ``A: r`` is ``r (A)``."""
+    sides = dict(part.split(": ", 1) for part in reason.split("; ")) if reason.startswith(("A: ", "B: ")) else {}
+    if not sides or set(sides) - {"A", "B"}:
+        return reason
+    said = set(sides.values())
+    return said.pop() if len(said) == 1 and len(sides) == 2 else "; ".join(f"{r} ({side})" for side, r in sides.items())

@@ -55,7 +55,7 @@ describe_command = with_groups(dataclasses.replace(
 
 
 def _table(described: "Description") -> str:
-    from wbfe.render.text import format_value, shape_text, text_table
+    from wbfe.render.text import format_value, shape_text, skipped_line, text_table
 
     rows = [{**m, "shape": shape_text(m["shape"]), "head": "*" if m["head"] else ""} for m in described.matrices]
     lines = [f"model: {format_value(described.model['source'])}  ({described.model['format']})"]
@@ -65,6 +65,7 @@ def _table(described: "Description") -> str:
         lines.append(f"framework: {framework.get('used')} ({said})")
     lines.append("")
     lines.append(text_table(rows, ("name", "role", "shape", "N", "M", "n_slices", "n_eigs", "form", "dtype", "head")))
-    lines.append(f"\nhead: {described.head} ({described.head_source}); {len(described.matrices)} matrices, "
-                 f"{len(described.skipped)} tensors skipped (see --format json for each reason)")
+    lines.append(f"\nhead: {described.head} ({described.head_source}); {len(described.matrices)} matrices")
+    if described.skipped:
+        lines.append(skipped_line(described.skipped))
     return "\n".join(lines) + "\n"

@@ -542,3 +542,23 @@ def test_compare_a_side_far_below_the_other(low: int, high: int) -> None:
                                                    f"1e{(high - low) * math.log10(2.0):.0f}")
     assert row["frobenius_delta"] == pytest.approx(float(a.norm()) * 2.0**high, rel=1e-12)
     assert row["rel_frobenius_rowscaled"] < 1e-15 and row["overlap_in"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_the_table_says_why_pairs_were_left_out_by_reason(tmp_path: Path) -> None:
+    """The table's footer was '1 unmatched, 3 skipped': a transposed fc.weight, the largest matrix, hid among the
+    biases, and a matrix skipped on one side only read as if both were."""
+    g = torch.Generator().manual_seed(0)
+    a = {"fc.weight": torch.randn(20, 50, generator=g), "fc.bias": torch.zeros(20),
+         "mid.weight": torch.randn(30, 20, generator=g), "head.weight": torch.randn(10, 20, generator=g),
+         "old.weight": torch.randn(8, 8, generator=g)}
+    b = {**a, "fc.weight": a["fc.weight"].T.contiguous(), "head.weight": torch.zeros(10, 20)}
+    del b["old.weight"]
+    save_file(a, str(tmp_path / "a.safetensors"))
+    save_file(b, str(tmp_path / "b.safetensors"))
+    table = CliRunner().invoke(app, ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"),
+                                     "-q"])
+    assert table.exit_code == 0, table.output
+    assert table.stdout.endswith(
+        "\nunmatched 1 tensor: 1 only in A (see --format json for each)\n"
+        "skipped 3 pairs: 1 1-D tensor (bias, norm scale or buffer), 1 shape differs, 1 all-zero matrix (B) "
+        "(see --format json for each)\n")

@@ -129,11 +129,12 @@ def score_table(result: Any, *, verbose: bool = False, width: Optional[int] = No
     return "\n".join(parts) + "\n"
 
 
-def skipped_line(skipped: Sequence[dict[str, Any]]) -> str:
+def skipped_line(skipped: Sequence[dict[str, Any]], verb: str = "skipped", noun: str = "tensor") -> str:
     """One line counting the skipped tensors by reason (positions inside a reason left to the JSON),
     the most common first, within :data:`LINE_LIMIT`."""
     reasons = Counter(_POSITIONS.sub("", str(skip["reason"]).split(":")[0]).strip() for skip in skipped)
-    head, tail = f"skipped {len(skipped)} tensors: ", " (see --format json for each)"
+    n = len(skipped)
+    head, tail = f"{verb} {n} {noun}{'s' * (n != 1)}: ", " (see --format json for each)"
     parts = [f"{n} {printable(clip(reason, 80))}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
     shown = len(parts)
     while shown > 1 and len(head + ", ".join(parts[:shown]) + f", and {len(parts)} other reasons" + tail) > LINE_LIMIT:
