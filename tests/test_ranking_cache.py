@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -18,6 +19,7 @@ from wbfe._provenance import installed_versions, source_digest
 from wbfe.errors import InvalidOptionError
 from wbfe.ranking import rank
 from wbfe.ranking.cache import ScoreCache, cache_key
+from wbfe.ranking.ranker import _named_like_lower
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -227,8 +229,16 @@ def test_lower_is_better_quality_is_negated(tmp_path: Path) -> None:
     assert loss.lower_is_better
     # test_loss = 1 - accuracy, oriented (negated) it ranks exactly like accuracy.
     assert loss.metric("bfe_head").rho == pytest.approx(acc.metric("bfe_head").rho)
-    raw = run(spec, False, fake_scorer, quality="test_loss")
-    assert raw.metric("bfe_head").rho == pytest.approx(-acc.metric("bfe_head").rho)
+    # undeclared, a loss was ranked as if higher were better: every rho flipped, said only in the table's header
+    for column in ("test_loss", "valLoss", "TOP1_ERR", "lambada_ppl"):
+        with pytest.raises(InvalidOptionError, match=re.escape(f"quality {column!r} is named like a loss or an error, "
+                                                               f"for which lower is better: declare it (--lower-is-"
+                                                               f"better {column};")):
+            spec = make_zoo(tmp_path / column)
+            spec.write_text(spec.read_text().replace("test_loss", column, 1))
+            run(spec, False, fake_scorer, quality=column)
+    for column in ("test_accuracy", "errands", "glossary", "params"):  # words, not parts of words
+        assert not _named_like_lower(column)
 
 
 def test_failing_model_is_listed_and_ranking_continues(tmp_path: Path) -> None:

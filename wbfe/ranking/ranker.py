@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Union
@@ -36,6 +37,16 @@ _WHERE = field_defaults(ExecutorOptions)
 # capacity metrics, for which WeightWatcher's papers report smaller values for better models.
 _EXPECTED_SIGN = dict.fromkeys(("bfe", "alpha", "alpha_weighted", "log_alpha_norm", "log_norm", "log_spectral_norm"),
                                -1)
+
+
+# Words that name a quality for which lower is better: such a column ranked as higher-is-better flips every ρ.
+_LOWER_WORDS = frozenset({"loss", "nll", "error", "err", "perplexity", "ppl", "wer", "cer", "mse", "mae", "rmse",
+                          "bpb", "bpc", "bpd"})
+
+
+def _named_like_lower(column: str) -> bool:
+    words = re.findall(r"[A-Z]{2,}(?![a-z])|[A-Z]?[a-z]+", column)  # test_loss, valLoss, TOP1_ERR
+    return any(word.lower() in _LOWER_WORDS for word in words)
 
 
 def expected_sign(metric: str) -> Optional[int]:
@@ -165,7 +176,8 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = _DEFAULTS["quality
 
     Raises:
         InvalidOptionError: a bad setting, ``workers`` < 1, an unknown quality column or metric
-            group, an unusable cache folder.
+            group, a quality named like a loss or an error (``test_loss``, ``ppl``, ``top1_err``) not declared
+            lower-is-better, an unusable cache folder.
         SourceNotFoundError: the zoo spec does not exist.
         NothingRankedError: no model could be scored (every one failed).
     """
@@ -178,6 +190,10 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = _DEFAULTS["quality
     the_zoo = load_zoo(zoo, lower_is_better=lower_is_better)
     column = the_zoo.resolve_quality(quality)
     lower = column in the_zoo.lower_is_better
+    if not lower and _named_like_lower(column):
+        raise InvalidOptionError(f"zoo {the_zoo.name}: quality {column!r} is named like a loss or an error, for which "
+                                 f"lower is better: declare it (--lower-is-better {column}; lower_is_better in the "
+                                 "library or a YAML zoo), or rename the column if higher is better for it")
     given = [e.quality[column] for e in the_zoo.entries if math.isfinite(e.quality[column])]
     if len(given) < MIN_MODELS:  # no correlation could be defined: refused before any model is scored
         raise InvalidOptionError(f"zoo {the_zoo.name}: {len(given)} of {len(the_zoo.entries)} models have a value "
