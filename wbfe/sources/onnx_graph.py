@@ -276,15 +276,24 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
         if scale not in walker.stored or (zero is not None and zero not in walker.stored):
             plan.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
             return
+        dequantised = {_dequantisation(walker, use) for use, _ in dq}
+        if len(dequantised) > 1:  # the runtime computes each: two float tensors, no one weight to score
+            plan.skip = ("dequantised by two DequantizeLinear nodes with different scales or zero points "
+                         f"({', '.join(node_label(u.node) for u, _ in dq[:2])}): no single float weight")
+            return
         attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
         plan.dq = (scale, zero, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
         plan.quant = f"onnx-{plan.dtype}"
         consumed[scale] = f"consumed: scale of quantised weight {plan.name} ({node_label(node)})"
         if zero is not None:
             consumed[zero] = f"consumed: zero point of quantised weight {plan.name} ({node_label(node)})"
-        outputs = walker.outputs_of[dq[0][0].position]
-        found = walker.follow(outputs[0], dq[0][1], ndim) if outputs else []
-        recurrent = walker.recurrent(outputs[0], dq[0][1], ndim) if outputs else []
+        found, recurrent = [], []
+        for use, flip in dq:
+            outputs = walker.outputs_of[use.position]
+            found += walker.follow(outputs[0], flip, ndim) if outputs else []
+            recurrent += walker.recurrent(outputs[0], flip, ndim) if outputs else []
+        found.sort(key=lambda u: u[0].position)
+        recurrent.sort(key=lambda u: u[0].position)
     else:
         recurrent = walker.recurrent(vid, False, ndim)
     if recurrent:
@@ -324,6 +333,24 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     plan.transpose = transposed
     if transposed:
         plan.shape = (plan.shape[1], plan.shape[0])
+
+
+def _dequantisation(walker: _Walker, use: _Use) -> tuple[Any, ...]:
+    """What a DequantizeLinear computes from its input: its scale's and zero point's stored contents (equal values
+    stored alike compare equal, whatever their names) and its attributes."""
+    contents = []
+    for vid in [*walker.inputs_of[use.position], None, None][1:3]:
+        stored = walker.stored.get(vid) if vid is not None else None
+        if stored is None or stored.tensor is None:
+            array = None if stored is None else stored.array
+            contents.append(vid if array is None else (array.dtype.str, array.shape, array.tobytes()))
+        else:
+            tensor = type(stored.tensor)()
+            tensor.CopyFrom(stored.tensor)
+            tensor.name = ""
+            contents.append(tensor.SerializeToString())
+    attrs = sorted((a.name, str(walker.onnx.helper.get_attribute_value(a))) for a in use.node.attribute)
+    return (*contents, *attrs)
 
 
 def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool, bool]]) -> None:

@@ -1,0 +1,71 @@
+"""ONNX graphs as real exporters and quantisers write them, where wbfe had been quietly wrong: each built with
+onnx.helper, each value compared with what onnx's ReferenceEvaluator computes for the graph's own nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wbfe.linalg.arrays import to_torch
+from wbfe.sources import open_source
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+RNG = np.random.default_rng(23)
+Q = RNG.integers(-128, 128, size=(6, 4), dtype=np.int8)  # a MatMul B: in × out
+
+
+def _info(name: str, shape: list[int], kind: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, kind, shape)
+
+
+def _save(tmp_path: Path, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+          outputs: list[onnx.ValueInfoProto], inits: dict[str, np.ndarray], opset: int = 21) -> Path:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    path = tmp_path / "g.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _entries(path: Path) -> dict[str, object]:
+    with open_source(path) as source:
+        return {e.name: e for e in source.entries()}
+
+
+def _value(path: Path, name: str) -> np.ndarray:
+    """A value of the graph as onnx's reference runtime computes it."""
+    model = onnx.load(str(path))
+    model.graph.output.append(helper.make_empty_tensor_value_info(name))
+    feeds = {i.name: np.ones([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32)
+             for i in model.graph.input}
+    return ReferenceEvaluator(model).run([name], feeds)[0]
+
+
+@pytest.mark.parametrize("second", ["other scale", "same scale", "equal scale"])
+def test_one_initializer_dequantised_twice(tmp_path: Path, second: str) -> None:
+    """Two DequantizeLinear nodes of one int8 initializer: with different scales there is no single float weight
+    (wbfe had read it with the first node's scale, silently); with the same scale (one initializer, or two holding
+    equal values) it is one weight, as the runtime computes it."""
+    scales = {"s1": np.float32(0.05), "s2": np.float32(0.5 if second == "other scale" else 0.05)}
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "s1"], ["w1"], name="dq1"),
+             helper.make_node("DequantizeLinear", ["wq", "s1" if second == "same scale" else "s2"], ["w2"], name="dq2"),
+             helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("MatMul", ["x", "w2"], ["y"], name="fc2")]
+    path = _save(tmp_path, nodes, [_info("x", [1, 6])], [_info("y", [1, 4]), _info("h", [1, 4])],
+                 {"wq": Q, **scales})
+    with open_source(path) as source:
+        entry = {e.name: e for e in source.entries()}["wq"]
+    if second == "other scale":
+        assert entry.skip == ("dequantised by two DequantizeLinear nodes with different scales or zero points "
+                              "(dq1 (DequantizeLinear), dq2 (DequantizeLinear)): no single float weight")
+    else:
+        assert entry.skip is None
+        assert np.array_equal(to_torch(entry.load()).numpy(), _value(path, "w2").T)
+        assert np.array_equal(_value(path, "w1"), _value(path, "w2"))
+        assert source.provenance.extra["consumers"]["wq"] == ["fc1 (MatMul)", "fc2 (MatMul)"]
