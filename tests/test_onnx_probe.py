@@ -69,3 +69,29 @@ def test_one_initializer_dequantised_twice(tmp_path: Path, second: str) -> None:
         assert np.array_equal(to_torch(entry.load()).numpy(), _value(path, "w2").T)
         assert np.array_equal(_value(path, "w1"), _value(path, "w2"))
         assert source.provenance.extra["consumers"]["wq"] == ["fc1 (MatMul)", "fc2 (MatMul)"]
+
+
+W = RNG.standard_normal((6, 4)).astype(np.float32)  # out × in when it multiplies from the left
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm", "Gemm transA"])
+def test_a_weight_multiplying_from_the_left_is_read_out_by_in(tmp_path: Path, op: str) -> None:
+    """y = W·x (MatMul or Gemm with the weight as input A, the activation as B): the weight was skipped as 'not a
+    weight input'. It is the weight, out × in as the operator applies it: W as stored, or its transpose under
+    transA; checked against the reference runtime's product with the identity."""
+    trans = op == "Gemm transA"
+    node = helper.make_node(op.split()[0], ["w", "x"], ["y"], name="left", **({"transA": 1} if trans else {}))
+    path = _save(tmp_path, [node], [_info("x", [4, 4])], [_info("y", [6, 4])], {"w": W.T.copy() if trans else W})
+    entry = _entries(path)["w"]
+    assert entry.skip is None and entry.shape == (6, 4)
+    model = onnx.load(str(path))
+    applied = ReferenceEvaluator(model).run(["y"], {"x": np.eye(4, dtype=np.float32)})[0]  # W·I: W as applied
+    assert np.array_equal(to_torch(entry.load()).numpy(), applied)
+
+
+def test_a_matmul_of_two_stored_tensors_keeps_b_as_the_weight(tmp_path: Path) -> None:
+    """A MatMul of two initializers (a folded product): B stays the weight, A is listed as no weight input."""
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["p"]), helper.make_node("MatMul", ["x", "p"], ["y"])]
+    path = _save(tmp_path, nodes, [_info("x", [1, 6])], [_info("y", [1, 4])], {"a": np.eye(6, dtype=np.float32), "w": W})
+    entries = _entries(path)
+    assert entries["w"].skip is None and entries["a"].skip.startswith("not a weight input")

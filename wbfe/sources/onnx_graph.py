@@ -193,6 +193,13 @@ class _Walker:
                     out.append((use, flip, shaped))
         return sorted(out, key=lambda u: u[0].position)
 
+    def weighs(self, use: _Use) -> bool:
+        """Whether the use is the weight input of its operator: input A of a MatMul or Gemm counts where B is not
+        stored (W·x, the activation on the right)."""
+        if use.index == 0 and use.node.op_type in ("MatMul", "Gemm"):
+            return [*self.inputs_of[use.position], None][1] not in self.stored
+        return WEIGHT_INPUT.get(use.node.op_type) == use.index
+
     def _selects(self, node: Any, position: int) -> bool:
         if node.op_type != "Gather":
             return node.op_type in _SHAPING
@@ -241,8 +248,7 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
             if plan.skip is None and plan.quant is not None:
                 plan.dtype = "float32"  # as DequantizeLinear returns it
         else:  # a sparse weight: where it is used, so that an earlier weight is not taken for a sparse head
-            plan.used_at = [u.position for u, _ in walker.follow(vid, False, len(plan.shape))
-                            if WEIGHT_INPUT.get(u.node.op_type) == u.index]
+            plan.used_at = [u.position for u, _ in walker.follow(vid, False, len(plan.shape)) if walker.weighs(u)]
     for vid, reason in consumed.items():
         plans[vid].skip = reason
     for plan in plans.values():
@@ -299,7 +305,7 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     if recurrent:
         _plan_recurrent(walker, plan, recurrent)
         return
-    weight_uses = [(use, flip) for use, flip in found if WEIGHT_INPUT.get(use.node.op_type) == use.index]
+    weight_uses = [(use, flip) for use, flip in found if walker.weighs(use)]
     if not weight_uses:
         if found:
             what = ", ".join(f"{node_label(u.node)} input {u.index}" for u, _ in found[:3])
@@ -324,10 +330,12 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     if node.op_type in ("MatMul", "Gemm") and len(plan.shape) != 2:
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
         return
-    if node.op_type == "Gemm":
-        transposed ^= not any(a.name == "transB" and walker.onnx.helper.get_attribute_value(a) for a in node.attribute)
+    if node.op_type == "Gemm":  # B is stored in × out unless transB; A (W·x) out × in unless transA
+        flag = "transA" if use.index == 0 else "transB"
+        transposed ^= (use.index == 1) ^ any(a.name == flag and walker.onnx.helper.get_attribute_value(a)
+                                             for a in node.attribute)
     elif node.op_type == "MatMul":
-        transposed = not transposed
+        transposed ^= use.index == 1
     elif node.op_type == "ConvTranspose":
         plan.layout = "in_out"
     plan.transpose = transposed
