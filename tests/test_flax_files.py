@@ -215,3 +215,28 @@ def test_arrays_inside_a_list_are_read_named_by_their_index(tmp_path: Path) -> N
             read = {e.name: np.asarray(to_torch(e.load())) for e in source.entries()}
         assert np.array_equal(read["layers.0.weight"], DENSE.T) and np.array_equal(read["layers.1.weight"], HEAD.T)
         assert set(read) == {"layers.0.weight", "layers.1.weight"} | ({"embed.weight"} if name == "mixed" else set())
+
+
+def test_scan_stacked_layers_are_each_layers_own_matrices(tmp_path: Path) -> None:
+    """nn.scan(..., variable_axes={'params': 0}) stores every parameter of the scanned block with a leading layer
+    axis: a Dense kernel (L, in, out), its bias (L, out), a LayerNorm scale (L, d). wbfe scored the stacked kernel
+    as one 1-D convolution of width L (out × in × L); layer i's kernel is kernel[i], as the scan applies it, so each
+    is listed as ``layers.i...`` (out × in). A Conv1D kernel (k, in, out) beside a 1-D bias stays one convolution."""
+    layers, d, hidden = 3, 8, 12
+    up = RNG.standard_normal((layers, d, hidden)).astype(np.float32)
+    down = RNG.standard_normal((layers, hidden, d)).astype(np.float32)
+    block = {"mlp_up": {"kernel": up, "bias": np.zeros((layers, hidden), np.float32)},
+             "mlp_down": {"kernel": down},  # use_bias=False: stacked all the same
+             "norm": {"scale": np.ones((layers, d), np.float32), "bias": np.zeros((layers, d), np.float32)}}
+    params = {"conv": {"kernel": CONV1D, "bias": np.zeros(6, np.float32)}, "layers": block}
+    with open_source(write(tmp_path / "flax_model.msgpack", {"params": params})) as source:
+        entries = {e.name: e for e in source.entries()}
+    assert entries["conv.weight"].shape == (6, 4, 5)
+    assert np.array_equal(to_torch(entries["conv.weight"].load()).numpy(), CONV1D.transpose(2, 1, 0))
+    for i in range(layers):
+        for name, stacked in (("mlp_up", up), ("mlp_down", down)):
+            entry = entries[f"layers.{i}.{name}.weight"]
+            assert entry.skip is None and entry.shape == stacked.shape[:0:-1]
+            assert np.array_equal(to_torch(entry.load()).numpy(), stacked[i].T)
+        assert entries[f"layers.{i}.norm.weight"].shape == (d,)
+    assert not any(name.startswith("layers.mlp") for name in entries)

@@ -100,8 +100,7 @@ class FlaxSource(TensorSource):
         self.provenance = Provenance(source=ref, format="flax-msgpack", files=[str(path)], pending=FileDigest([path]))
 
     def _flatten(self, tree: dict[Any, Any]) -> list[_Leaf]:
-        out: list[_Leaf] = []
-        names: set[str] = set()
+        items: list[tuple[tuple[str, ...], Any]] = []
         stack: list[tuple[tuple[str, ...], Any]] = [((), tree)]
         while stack:
             path, value = stack.pop()
@@ -110,19 +109,31 @@ class FlaxSource(TensorSource):
             if isinstance(value, dict) and _CHUNKED in value:
                 value = self._unchunk(path, value)
             if isinstance(value, (dict, list)):  # a list's items named by index, as flax's to_state_dict names them
-                items = value.items() if isinstance(value, dict) else enumerate(value)
-                stack += [((*path, str(k)), v) for k, v in reversed(list(items))]
+                children = value.items() if isinstance(value, dict) else enumerate(value)
+                stack += [((*path, str(k)), v) for k, v in reversed(list(children))]
                 continue
-            if isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar":
-                out.append(_Leaf(".".join(path), None, None, "a numpy scalar, not an array"))
-                continue
-            if not isinstance(value, _Array):
-                continue  # a step count, a flag: not a tensor
-            leaf = self._leaf(path, value)
+            if isinstance(value, _Array) or (isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar"):
+                items.append((path, value))  # else a step count, a flag: not a tensor
+        stacked = _scanned(items)
+        out: list[_Leaf] = []
+        done: set[tuple[str, ...]] = set()
+        for path, value in items:
+            block = next((path[:k] for k in range(1, len(path)) if path[:k] in stacked), None)
+            if block is None:
+                out.append(_Leaf(".".join(path), None, None, "a numpy scalar, not an array")
+                           if isinstance(value, tuple) else self._leaf(path, value))
+            elif block not in done:  # the scanned block's layers one after another, as the scan runs them
+                done.add(block)
+                members = [(p, a) for p, a in items if p[:len(block)] == block]
+                for p, a in members:
+                    self._leaf(p, a)  # the stacked array's size checked whole
+                out += [self._leaf((*block, str(i), *p[len(block):]), _layer(a, i)) for i in range(stacked[block])
+                        for p, a in members]
+        names: set[str] = set()
+        for leaf in out:
             if leaf.name in names:
                 raise CorruptCheckpointError.at(self._path, f"two arrays are both named {leaf.name!r}")
             names.add(leaf.name)
-            out.append(leaf)
         return out
 
     def _leaf(self, path: tuple[str, ...], array: _Array) -> _Leaf:
@@ -159,6 +170,27 @@ class FlaxSource(TensorSource):
             dtype = (_dtype(array.dtype) or array.dtype) if array is not None else "float32"
             load = functools.partial(_load, leaf)
             yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=load, skip=leaf.skip)
+
+
+def _scanned(items: list[tuple[tuple[str, ...], Any]]) -> dict[tuple[str, ...], int]:
+    """The blocks ``nn.scan`` stacked (``variable_axes={'params': 0}``), each mapped to its number of layers: the
+    highest subtree of two or more arrays that all share one leading length and hold a ``bias`` or ``scale`` with
+    an axis more than one layer's (a convolution's bias is 1-D, a scanned Dense's is layers × out)."""
+    found: dict[tuple[str, ...], int] = {}
+    for path, array in items:
+        if path[-1] in ("bias", "scale") and isinstance(array, _Array) and len(array.shape) >= 2 and array.shape[0]:
+            for k in range(1, len(path) - 1):
+                under = [a.shape[:1] if isinstance(a, _Array) else None for p, a in items if p[:k] == path[:k]]
+                if len(under) > 1 and all(shape == array.shape[:1] for shape in under):
+                    found.setdefault(path[:k], array.shape[0])
+                    break
+    return found
+
+
+def _layer(array: _Array, i: int) -> _Array:
+    """Layer ``i`` of an array stacked along its first axis (whose size was checked)."""
+    size = len(b"".join(array.pieces)) // array.shape[0]
+    return _Array(array.shape[1:], array.dtype, (b"".join(array.pieces)[i * size:(i + 1) * size],))
 
 
 def _load(leaf: _Leaf) -> Any:
