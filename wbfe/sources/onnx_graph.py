@@ -19,8 +19,12 @@ __all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft
            "RECURRENT_GATES"]
 
 # The weight input of each operator that multiplies by a weight.
-WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0}
-_BIAS_OPS = {"Gemm": 2, "Conv": 2, "ConvTranspose": 2, "LSTM": 3, "GRU": 3, "RNN": 3}
+WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0, "QLinearMatMul": 3,
+                "QLinearConv": 3, "QGemm": 3}
+# Operators that take a quantised weight with its scale and zero point (inputs 3, 4, 5), and the axis of a
+# per-channel scale (a MatMul's B column, a Conv's W row; QGemm's: its output's, by transB).
+_QLINEAR = {"QLinearMatMul": -1, "QLinearConv": 0, "QGemm": None}
+_BIAS_OPS = {"Gemm": 2, "Conv": 2, "ConvTranspose": 2, "LSTM": 3, "GRU": 3, "RNN": 3, "QLinearConv": 8, "QGemm": 6}
 # Recurrent operators, the number of gates stacked in their W ([directions, gates·hidden, in]) and
 # R ([directions, gates·hidden, hidden]), inputs 1 and 2.
 RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -276,23 +280,14 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     found = walker.follow(vid, False, ndim)
     dq = [(use, flip) for use, flip in found if use.node.op_type == "DequantizeLinear" and use.index == 0]
     if dq:
-        node = dq[0][0].node
-        # the scale's and zero point's values (None: an input left out, or one no value names)
-        scale, zero = [*walker.inputs_of[dq[0][0].position], None, None][1:3]
-        if scale not in walker.stored or (zero is not None and zero not in walker.stored):
-            plan.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
-            return
-        dequantised = {_dequantisation(walker, use) for use, _ in dq}
-        if len(dequantised) > 1:  # the runtime computes each: two float tensors, no one weight to score
+        if len({_dequantisation(walker, use) for use, _ in dq}) > 1:  # the runtime computes each: no one weight
             plan.skip = ("dequantised by two DequantizeLinear nodes with different scales or zero points "
                          f"({', '.join(node_label(u.node) for u, _ in dq[:2])}): no single float weight")
             return
-        attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
-        plan.dq = (scale, zero, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
-        plan.quant = f"onnx-{plan.dtype}"
-        consumed[scale] = f"consumed: scale of quantised weight {plan.name} ({node_label(node)})"
-        if zero is not None:
-            consumed[zero] = f"consumed: zero point of quantised weight {plan.name} ({node_label(node)})"
+        attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in dq[0][0].node.attribute}
+        if not _dequantised(walker, plan, dq[0][0], 1, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)),
+                            consumed):
+            return
         found, recurrent = [], []
         for use, flip in dq:
             outputs = walker.outputs_of[use.position]
@@ -306,6 +301,11 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
         _plan_recurrent(walker, plan, recurrent)
         return
     weight_uses = [(use, flip) for use, flip in found if walker.weighs(use)]
+    integer = next((u for u, _ in found if u.node.op_type in ("MatMulInteger", "ConvInteger") and u.index == 1), None)
+    if integer is not None:
+        plan.skip = (f"integer weight of {node_label(integer.node)}: its scale is applied after the product, which "
+                     "wbfe does not follow")
+        return
     if not weight_uses:
         if found:
             what = ", ".join(f"{node_label(u.node)} input {u.index}" for u, _ in found[:3])
@@ -327,20 +327,40 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     if signal is not None:
         plan.skip = name_reason(signal)
         return
-    if node.op_type in ("MatMul", "Gemm") and len(plan.shape) != 2:
+    flags = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type in _QLINEAR:
+        axis = _QLINEAR[node.op_type]
+        if not _dequantised(walker, plan, use, 4, (0 if flags.get("transB") else 1) if axis is None else axis, 0,
+                            consumed):
+            return
+    if node.op_type in ("MatMul", "Gemm", "QLinearMatMul", "QGemm") and len(plan.shape) != 2:
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
         return
-    if node.op_type == "Gemm":  # B is stored in × out unless transB; A (W·x) out × in unless transA
-        flag = "transA" if use.index == 0 else "transB"
-        transposed ^= (use.index == 1) ^ any(a.name == flag and walker.onnx.helper.get_attribute_value(a)
-                                             for a in node.attribute)
-    elif node.op_type == "MatMul":
-        transposed ^= use.index == 1
+    if node.op_type in ("Gemm", "QGemm"):  # B is stored in × out unless transB; A (W·x) out × in unless transA
+        transposed ^= (use.index != 0) ^ bool(flags.get("transA" if use.index == 0 else "transB"))
+    elif node.op_type in ("MatMul", "QLinearMatMul"):
+        transposed ^= use.index != 0
     elif node.op_type == "ConvTranspose":
         plan.layout = "in_out"
     plan.transpose = transposed
     if transposed:
         plan.shape = (plan.shape[1], plan.shape[0])
+
+
+def _dequantised(walker: _Walker, plan: Planned, use: _Use, scale_at: int, axis: int, block: int,
+                 consumed: dict[int, str]) -> bool:
+    """Whether the quantised weight ``plan`` can be dequantised with the scale and zero point ``use`` takes at
+    inputs ``scale_at`` and ``scale_at + 1`` (then recorded, and they listed as consumed); else it is skipped."""
+    # the scale's and zero point's values (None: an input left out, or one no value names)
+    scale, zero = [*walker.inputs_of[use.position], None, None, None][scale_at:scale_at + 2]
+    if scale not in walker.stored or (zero is not None and zero not in walker.stored):
+        plan.skip = f"quantised weight whose {use.node.op_type} scale is not an initializer"
+        return False
+    plan.dq, plan.quant = (scale, zero, axis, block), f"onnx-{plan.dtype}"
+    consumed[scale] = f"consumed: scale of quantised weight {plan.name} ({node_label(use.node)})"
+    if zero is not None:
+        consumed[zero] = f"consumed: zero point of quantised weight {plan.name} ({node_label(use.node)})"
+    return True
 
 
 def _dequantisation(walker: _Walker, use: _Use) -> tuple[Any, ...]:
@@ -418,5 +438,5 @@ def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optio
             if vid in walker.producer:
                 stack += [v for v in walker.inputs_of.get(walker.producer[vid][1], []) if v is not None]
     reached = [position for node, position in (walker.producer[v] for v in seen if v in walker.producer)
-               if node.op_type in ("Gemm", "MatMul") and position in by_node]
+               if node.op_type in ("Gemm", "MatMul", "QGemm", "QLinearMatMul") and position in by_node]
     return by_node[max(reached)] if reached else None
