@@ -240,3 +240,29 @@ def test_scan_stacked_layers_are_each_layers_own_matrices(tmp_path: Path) -> Non
             assert np.array_equal(to_torch(entry.load()).numpy(), stacked[i].T)
         assert entries[f"layers.{i}.norm.weight"].shape == (d,)
     assert not any(name.startswith("layers.mlp") for name in entries)
+
+
+def test_attention_projections_are_read_as_the_matrices_they_apply(tmp_path: Path) -> None:
+    """flax's MultiHeadDotProductAttention keeps DenseGeneral kernels: query/key/value (d, heads, head_dim) and out
+    (heads, head_dim, d). wbfe read each 3-D kernel as a 1-D convolution (out = head_dim, in = heads, width d):
+    a matrix the layer never applies. Each is now the matrix of its einsum, checked by applying it to a vector:
+    query's (heads·head_dim) × d as einsum('d,dhk->hk'), out's d × (heads·head_dim) as einsum('hk,hkd->d')."""
+    d, heads, head_dim = 16, 4, 8
+    proj = {n: RNG.standard_normal((d, heads, head_dim)).astype(np.float32) for n in ("query", "key", "value")}
+    out = RNG.standard_normal((heads, head_dim, d)).astype(np.float32)
+    attention = {n: {"kernel": k, "bias": np.zeros((heads, head_dim), np.float32)} for n, k in proj.items()}
+    attention["out"] = {"kernel": out, "bias": np.zeros(d, np.float32)}
+    params = {"block": {"attn": attention}, "conv": {"kernel": CONV1D, "bias": np.zeros(6, np.float32)}}
+    with open_source(write(tmp_path / "flax_model.msgpack", {"params": params})) as source:
+        entries = {e.name: e for e in source.entries()}
+    x, h = RNG.standard_normal(d).astype(np.float64), RNG.standard_normal((heads, head_dim)).astype(np.float64)
+    for name, kernel in proj.items():
+        entry = entries[f"block.attn.{name}.weight"]
+        assert entry.shape == (heads * head_dim, d)
+        got = to_torch(entry.load()).numpy().astype(np.float64) @ x
+        assert np.allclose(got, np.einsum("d,dhk->hk", x, kernel).reshape(-1), rtol=1e-6)
+    entry = entries["block.attn.out.weight"]
+    assert entry.shape == (d, heads * head_dim)
+    got = to_torch(entry.load()).numpy().astype(np.float64) @ h.reshape(-1)
+    assert np.allclose(got, np.einsum("hk,hkd->d", h, out), rtol=1e-6)
+    assert entries["conv.weight"].shape == (6, 4, 5)  # a convolution elsewhere stays one

@@ -7,6 +7,7 @@ and names, as transformers' Flax-to-PyTorch conversion gives them (docs/checkpoi
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -46,6 +47,7 @@ class _Leaf:
     array: Optional[_Array]
     permute: Optional[tuple[int, ...]]
     skip: Optional[str]
+    matrix: Optional[tuple[int, int]] = None  # the 2-D shape a permuted DenseGeneral kernel is read in
 
 
 def torch_name(path: tuple[str, ...]) -> str:
@@ -115,20 +117,21 @@ class FlaxSource(TensorSource):
             if isinstance(value, _Array) or (isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar"):
                 items.append((path, value))  # else a step count, a flag: not a tensor
         stacked = _scanned(items)
+        paths = {p for p, _ in items}
         out: list[_Leaf] = []
         done: set[tuple[str, ...]] = set()
         for path, value in items:
             block = next((path[:k] for k in range(1, len(path)) if path[:k] in stacked), None)
             if block is None:
                 out.append(_Leaf(".".join(path), None, None, "a numpy scalar, not an array")
-                           if isinstance(value, tuple) else self._leaf(path, value))
+                           if isinstance(value, tuple) else self._leaf(path, value, _attention(path, paths)))
             elif block not in done:  # the scanned block's layers one after another, as the scan runs them
                 done.add(block)
                 members = [(p, a) for p, a in items if p[:len(block)] == block]
                 for p, a in members:
                     self._leaf(p, a)  # the stacked array's size checked whole
-                out += [self._leaf((*block, str(i), *p[len(block):]), _layer(a, i)) for i in range(stacked[block])
-                        for p, a in members]
+                out += [self._leaf((*block, str(i), *p[len(block):]), _layer(a, i), _attention(p, paths))
+                        for i in range(stacked[block]) for p, a in members]
         names: set[str] = set()
         for leaf in out:
             if leaf.name in names:
@@ -136,7 +139,7 @@ class FlaxSource(TensorSource):
             names.add(leaf.name)
         return out
 
-    def _leaf(self, path: tuple[str, ...], array: _Array) -> _Leaf:
+    def _leaf(self, path: tuple[str, ...], array: _Array, inputs: Optional[int] = None) -> _Leaf:
         name = torch_name(path)
         dtype = _dtype(array.dtype)
         if dtype is None:
@@ -146,7 +149,11 @@ class FlaxSource(TensorSource):
             raise CorruptCheckpointError.at(self._path, f"array {'.'.join(path)!r} holds {have} bytes, its shape "
                                             f"needs {need}")
         skip = "optimizer state" if path and path[0] in _OPTIMIZER else None
-        return _Leaf(name, array, torch_layout(path[-1] if path else "", len(array.shape)), skip)
+        shape = array.shape
+        if inputs is not None and len(shape) >= 3:  # out × in: the output axes, then the input axes, flattened
+            return _Leaf(name, array, (*range(inputs, len(shape)), *range(inputs)), skip,
+                         (math.prod(shape[inputs:]), math.prod(shape[:inputs])))
+        return _Leaf(name, array, torch_layout(path[-1] if path else "", len(shape)), skip)
 
     def _unchunk(self, path: tuple[str, ...], value: dict[Any, Any]) -> _Array:
         try:
@@ -166,10 +173,21 @@ class FlaxSource(TensorSource):
             array = leaf.array
             shape = array.shape if array is not None else ()
             if leaf.permute is not None:
-                shape = tuple(shape[i] for i in leaf.permute)
+                shape = leaf.matrix or tuple(shape[i] for i in leaf.permute)
             dtype = (_dtype(array.dtype) or array.dtype) if array is not None else "float32"
             load = functools.partial(_load, leaf)
             yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=load, skip=leaf.skip)
+
+
+def _attention(path: tuple[str, ...], paths: set[tuple[str, ...]]) -> Optional[int]:
+    """How many leading input axes the DenseGeneral ``kernel`` at ``path`` has, where it is a projection of flax's
+    MultiHeadDotProductAttention (siblings query, key, value, out): 1 for query/key/value (d, heads, head_dim),
+    2 for out (heads, head_dim, d); None for any other array."""
+    if len(path) < 3 or path[-1] != "kernel" or path[-2] not in ("query", "key", "value", "out"):
+        return None
+    if all((*path[:-2], n, "kernel") in paths for n in ("query", "key", "value", "out")):
+        return 2 if path[-2] == "out" else 1
+    return None
 
 
 def _scanned(items: list[tuple[tuple[str, ...], Any]]) -> dict[tuple[str, ...], int]:
@@ -179,7 +197,7 @@ def _scanned(items: list[tuple[tuple[str, ...], Any]]) -> dict[tuple[str, ...], 
     found: dict[tuple[str, ...], int] = {}
     for path, array in items:
         if path[-1] in ("bias", "scale") and isinstance(array, _Array) and len(array.shape) >= 2 and array.shape[0]:
-            for k in range(1, len(path) - 1):
+            for k in range(2 if path[0] in _COLLECTIONS else 1, len(path) - 1):  # not a collection as a whole
                 under = [a.shape[:1] if isinstance(a, _Array) else None for p, a in items if p[:k] == path[:k]]
                 if len(under) > 1 and all(shape == array.shape[:1] for shape in under):
                     found.setdefault(path[:k], array.shape[0])
@@ -205,9 +223,11 @@ def _load(leaf: _Leaf) -> Any:
     else:  # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
         t = from_bytes(raw, dtype, array.shape)
     if is_torch(t):
-        return (t.permute(*leaf.permute) if leaf.permute is not None else t).contiguous()
+        t = t.permute(*leaf.permute) if leaf.permute is not None else t
+        return (t.reshape(leaf.matrix) if leaf.matrix else t).contiguous()
     # not ascontiguousarray, which makes a 0-D array 1-D
-    return np.require(np.transpose(t, leaf.permute) if leaf.permute is not None else t, requirements="C")
+    t = np.transpose(t, leaf.permute) if leaf.permute is not None else t
+    return np.require(t.reshape(leaf.matrix) if leaf.matrix else t, requirements="C")
 
 
 def _dtype(name: str) -> Optional[str]:
