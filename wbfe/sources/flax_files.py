@@ -38,7 +38,7 @@ def _msgpack() -> Any:
 class _Array:
     shape: tuple[int, ...]
     dtype: str
-    pieces: tuple[bytes, ...]
+    pieces: tuple[bytes | memoryview, ...]
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,9 @@ class FlaxSource(TensorSource):
                 members = [(p, a) for p, a in items if p[:len(block)] == block]
                 for p, a in members:
                     self._leaf(p, a)  # the stacked array's size checked whole
-                out += [self._leaf((*block, str(i), *p[len(block):]), _layer(a, i), _attention(p, paths))
-                        for i in range(stacked[block]) for p, a in members]
+                layers = {p: _layers(a) for p, a in members}
+                out += [self._leaf((*block, str(i), *p[len(block):]), layers[p][i], _attention(p, paths))
+                        for i in range(stacked[block]) for p, _ in members]
         names: set[str] = set()
         for leaf in out:
             if leaf.name in names:
@@ -205,10 +206,11 @@ def _scanned(items: list[tuple[tuple[str, ...], Any]]) -> dict[tuple[str, ...], 
     return found
 
 
-def _layer(array: _Array, i: int) -> _Array:
-    """Layer ``i`` of an array stacked along its first axis (whose size was checked)."""
-    size = len(b"".join(array.pieces)) // array.shape[0]
-    return _Array(array.shape[1:], array.dtype, (b"".join(array.pieces)[i * size:(i + 1) * size],))
+def _layers(array: _Array) -> list[_Array]:
+    """The layers of an array stacked along its first axis (whose size was checked), as views of its bytes."""
+    blob = memoryview(b"".join(array.pieces))  # one piece is joined as itself, not copied
+    size = len(blob) // array.shape[0]
+    return [_Array(array.shape[1:], array.dtype, (blob[i * size:(i + 1) * size],)) for i in range(array.shape[0])]
 
 
 def _load(leaf: _Leaf) -> Any:
