@@ -215,3 +215,54 @@ def test_arrays_inside_a_list_are_read_named_by_their_index(tmp_path: Path) -> N
             read = {e.name: np.asarray(to_torch(e.load())) for e in source.entries()}
         assert np.array_equal(read["layers.0.weight"], DENSE.T) and np.array_equal(read["layers.1.weight"], HEAD.T)
         assert set(read) == {"layers.0.weight", "layers.1.weight"} | ({"embed.weight"} if name == "mixed" else set())
+
+
+def test_scan_stacked_layers_are_each_layers_own_matrices(tmp_path: Path) -> None:
+    """nn.scan(..., variable_axes={'params': 0}) stores every parameter of the scanned block with a leading layer
+    axis: a Dense kernel (L, in, out), its bias (L, out), a LayerNorm scale (L, d). wbfe scored the stacked kernel
+    as one 1-D convolution of width L (out × in × L); layer i's kernel is kernel[i], as the scan applies it, so each
+    is listed as ``layers.i...`` (out × in). A Conv1D kernel (k, in, out) beside a 1-D bias stays one convolution."""
+    layers, d, hidden = 3, 8, 12
+    up = RNG.standard_normal((layers, d, hidden)).astype(np.float32)
+    down = RNG.standard_normal((layers, hidden, d)).astype(np.float32)
+    block = {"mlp_up": {"kernel": up, "bias": np.zeros((layers, hidden), np.float32)},
+             "mlp_down": {"kernel": down},  # use_bias=False: stacked all the same
+             "norm": {"scale": np.ones((layers, d), np.float32), "bias": np.zeros((layers, d), np.float32)}}
+    params = {"conv": {"kernel": CONV1D, "bias": np.zeros(6, np.float32)}, "layers": block}
+    with open_source(write(tmp_path / "flax_model.msgpack", {"params": params})) as source:
+        entries = {e.name: e for e in source.entries()}
+    assert entries["conv.weight"].shape == (6, 4, 5)
+    assert np.array_equal(to_torch(entries["conv.weight"].load()).numpy(), CONV1D.transpose(2, 1, 0))
+    for i in range(layers):
+        for name, stacked in (("mlp_up", up), ("mlp_down", down)):
+            entry = entries[f"layers.{i}.{name}.weight"]
+            assert entry.skip is None and entry.shape == stacked.shape[:0:-1]
+            assert np.array_equal(to_torch(entry.load()).numpy(), stacked[i].T)
+        assert entries[f"layers.{i}.norm.weight"].shape == (d,)
+    assert not any(name.startswith("layers.mlp") for name in entries)
+
+
+def test_attention_projections_are_read_as_the_matrices_they_apply(tmp_path: Path) -> None:
+    """flax's MultiHeadDotProductAttention keeps DenseGeneral kernels: query/key/value (d, heads, head_dim) and out
+    (heads, head_dim, d). wbfe read each 3-D kernel as a 1-D convolution (out = head_dim, in = heads, width d):
+    a matrix the layer never applies. Each is now the matrix of its einsum, checked by applying it to a vector:
+    query's (heads·head_dim) × d as einsum('d,dhk->hk'), out's d × (heads·head_dim) as einsum('hk,hkd->d')."""
+    d, heads, head_dim = 16, 4, 8
+    proj = {n: RNG.standard_normal((d, heads, head_dim)).astype(np.float32) for n in ("query", "key", "value")}
+    out = RNG.standard_normal((heads, head_dim, d)).astype(np.float32)
+    attention = {n: {"kernel": k, "bias": np.zeros((heads, head_dim), np.float32)} for n, k in proj.items()}
+    attention["out"] = {"kernel": out, "bias": np.zeros(d, np.float32)}
+    params = {"block": {"attn": attention}, "conv": {"kernel": CONV1D, "bias": np.zeros(6, np.float32)}}
+    with open_source(write(tmp_path / "flax_model.msgpack", {"params": params})) as source:
+        entries = {e.name: e for e in source.entries()}
+    x, h = RNG.standard_normal(d).astype(np.float64), RNG.standard_normal((heads, head_dim)).astype(np.float64)
+    for name, kernel in proj.items():
+        entry = entries[f"block.attn.{name}.weight"]
+        assert entry.shape == (heads * head_dim, d)
+        got = to_torch(entry.load()).numpy().astype(np.float64) @ x
+        assert np.allclose(got, np.einsum("d,dhk->hk", x, kernel).reshape(-1), rtol=1e-6)
+    entry = entries["block.attn.out.weight"]
+    assert entry.shape == (d, heads * head_dim)
+    got = to_torch(entry.load()).numpy().astype(np.float64) @ h.reshape(-1)
+    assert np.allclose(got, np.einsum("hk,hkd->d", h, out), rtol=1e-6)
+    assert entries["conv.weight"].shape == (6, 4, 5)  # a convolution elsewhere stays one

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import struct
 import sys
 from pathlib import Path
@@ -294,3 +295,33 @@ def test_missing_gguf_package_names_the_extra(tmp_path: Path, monkeypatch: pytes
             pass
     code, err = _cli(path)
     assert code == 2 and "pip install 'wbfe[gguf]'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("layout", ["gap", "unaligned", "out of order"])
+def test_tensor_data_not_packed_in_header_order_is_refused_as_ggml_refuses_it(tmp_path: Path, layout: str) -> None:
+    """ggml's gguf_init_from_file (which llama.cpp loads with) requires tensor i's data offset to be the sum of the
+    earlier tensors' sizes, each padded to general.alignment ("tensor '%s' has offset %u, expected %zu"); gguf-py's
+    GGUFReader takes any offset. wbfe read a file with a gap, an unaligned offset or two tensors' data swapped
+    (all within the file) and scored bytes llama.cpp never reads as those weights; it now refuses it, as ggml does."""
+    path = write_gguf(tmp_path / "m.gguf", llama_state_dict(), "F32")
+    raw = bytearray(path.read_bytes())
+    reader = gguf.GGUFReader(str(path))
+    relative = {t.name: int(t.field.parts[-1][0]) for t in reader.tensors}
+    fields = _tensor_info_offsets(path)
+    last = reader.tensors[-1].name
+    if layout == "out of order":  # attn_q and attn_k, of one size, swap places
+        q, k = "blk.0.attn_q.weight", "blk.0.attn_k.weight"
+        moved = {q: relative[k], k: relative[q]}
+        expected = relative[q]
+    else:
+        moved = {last: relative[last] + (reader.alignment if layout == "gap" else 4)}
+        raw += bytes(reader.alignment)  # in the file still
+        expected = relative[last]
+    for name, offset in moved.items():
+        raw[fields[name]:fields[name] + 8] = struct.pack("<Q", offset)
+    path.write_bytes(bytes(raw))
+    assert len(gguf.GGUFReader(str(path)).tensors) == len(reader.tensors)  # gguf-py reads it
+    first = next(t for t in reader.tensors if t.name in moved).name
+    with pytest.raises(CorruptCheckpointError, match=re.escape(
+            f"tensor {first!r} has data offset {moved[first]}, expected {expected}")):
+        wbfe.score(path, metrics="bfe")

@@ -40,6 +40,9 @@ e.save(out + "/epoch2.keras"); np.savez(out + "/epoch2.npz", *e.get_weights())
 x = keras.Input((6, 8))
 r = keras.Model(x, keras.layers.Dense(3, name="o")(keras.layers.LSTM(10, name="lstm")(x)))
 r.save(out + "/recurrent.keras"); r.save(out + "/recurrent.h5")
+t = keras.Sequential([keras.Input((5, 8)), keras.layers.TimeDistributed(keras.layers.Dense(6), name="td"),
+                      keras.layers.Dense(3, name="o")])
+t.save(out + "/wrapped.keras"); np.savez(out + "/wrapped.npz", *t.get_weights())
 """
 
 
@@ -122,3 +125,15 @@ def test_a_layers_own_sublayers_are_at_its_place_in_the_order(keras_files: Path)
     assert [r["name"] for r in keras3.layers] == ["layers/lstm/cell/vars/0", "layers/lstm/cell/vars/1",
                                                   "layers/dense/vars/0"]
     assert [(r["shape"], r["bfe"]) for r in keras3.layers] == [(r["shape"], r["bfe"]) for r in legacy.layers]
+
+
+def test_a_wrapped_layers_kernel_is_read_as_its_class(keras_files: Path) -> None:
+    """TimeDistributed(Dense) in a .keras file stores the Dense's variables in layers/time_distributed/layer/vars/,
+    a folder named for no class: its kernel was skipped as 'variable 0 of a 'layer' layer'. The wrapped layer's
+    class comes from the model config, so it is read as the Dense kernel it is (out × in, as the .npz holds it)."""
+    w = np.load(keras_files / "wrapped.npz")
+    result = wbfe.score(keras_files / "wrapped.keras", metrics="bfe")
+    state = {"td.weight": torch.from_numpy(w["arr_0"].T.copy()), "o.weight": torch.from_numpy(w["arr_2"].T.copy())}
+    reference = wbfe.score(state, metrics="bfe").layers
+    assert [r["name"] for r in result.layers] == ["layers/time_distributed/layer/vars/0", "layers/dense/vars/0"]
+    assert [(r["shape"], r["bfe"]) for r in result.layers] == [(r["shape"], r["bfe"]) for r in reference]

@@ -679,3 +679,37 @@ def test_one_buffer_read_with_other_scales_or_shape_is_another_weight_not_a_tie(
     reference = wbfe.score({k: torch.from_numpy(v) for k, v in want.items()}, metrics="bfe")
     assert [(r["name"], r["bfe"]) for r in result.layers] == [(r["name"], r["bfe"]) for r in reference.layers]
     assert [(s["name"], s["reason"]) for s in result.skipped] == [("fc_a_again", "tied: shares storage with fc_a")]
+
+
+def _int4_model(tmp_path: Path, q: np.ndarray, nbytes: int, zero: list[int], scale: list[float]) -> Path:
+    """A FULLY_CONNECTED whose [out, in] weight is INT4 (TensorType 17), packed two values a byte as TFLite's
+    tensor_utils::UnpackDenseInt4IntoInt8 unpacks them: element 2i in the low nibble of byte i, 2i+1 in the high
+    one, sign-extended; an odd count leaves the last high nibble unused."""
+    flat = (q.ravel() & 0xF).astype(np.uint8)
+    packed = np.zeros(nbytes, np.uint8)
+    n = min(flat.size, 2 * nbytes)
+    packed[:(n + 1) // 2] |= flat[:n:2]
+    packed[:n // 2] |= flat[1:n:2] << 4
+    g = tw.Graph()
+    x, y = g.add(tw.Tensor("x", (1, q.shape[1]))), g.add(tw.Tensor("y", (1, q.shape[0])))
+    w = g.add(tw.Tensor("w", q.shape, 17, packed.tobytes(), scale=scale, zero_point=zero, axis=0))
+    g.ops.append(tw.Op(tw.FULLY_CONNECTED, [x, w, -1], [y], weights_format=0))
+    g.inputs, g.outputs = [x], [y]
+    return tw.write(tmp_path / "int4.tflite", g)
+
+
+def test_an_int4_weight_is_unpacked_and_dequantised_as_tflite_does(tmp_path: Path) -> None:
+    """int4 weights (TFLite's INT4, written by weight-only int4 quantisers) were skipped as a type wbfe does not
+    read; they are unpacked as TFLite unpacks them and dequantised per channel, zero points included: checked
+    against scale · (q − zero point) of the values packed. A buffer of the wrong size is refused."""
+    rng = np.random.default_rng(4)
+    q = rng.integers(-8, 8, size=(5, 7)).astype(np.int8)  # 35 values: an odd count, 18 bytes
+    zero, scale = [1, -2, 0, 3, -8], rng.uniform(0.01, 0.1, 5).astype(np.float32).tolist()
+    with open_source(_int4_model(tmp_path, q, 18, zero, scale)) as source:
+        entry = next(iter(source.entries()))
+        assert entry.skip is None and entry.quant == "tflite-int4-per-channel" and entry.shape == (5, 7)
+        want = (q.astype(np.float32) - np.array(zero, np.float32)[:, None]) * np.array(scale, np.float32)[:, None]
+        assert np.array_equal(to_torch(entry.load()).numpy(), want)
+    with pytest.raises(CorruptCheckpointError, match=r"tensor 'w': shape \[5, 7\] of int4 needs 18 bytes, its buffer "
+                       r"\d+ holds 35"):
+        open_source(_int4_model(tmp_path, q, 35, zero, scale))

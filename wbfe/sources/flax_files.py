@@ -7,6 +7,7 @@ and names, as transformers' Flax-to-PyTorch conversion gives them (docs/checkpoi
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -37,7 +38,7 @@ def _msgpack() -> Any:
 class _Array:
     shape: tuple[int, ...]
     dtype: str
-    pieces: tuple[bytes, ...]
+    pieces: tuple[bytes | memoryview, ...]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class _Leaf:
     array: Optional[_Array]
     permute: Optional[tuple[int, ...]]
     skip: Optional[str]
+    matrix: Optional[tuple[int, int]] = None  # the 2-D shape a permuted DenseGeneral kernel is read in
 
 
 def torch_name(path: tuple[str, ...]) -> str:
@@ -100,8 +102,7 @@ class FlaxSource(TensorSource):
         self.provenance = Provenance(source=ref, format="flax-msgpack", files=[str(path)], pending=FileDigest([path]))
 
     def _flatten(self, tree: dict[Any, Any]) -> list[_Leaf]:
-        out: list[_Leaf] = []
-        names: set[str] = set()
+        items: list[tuple[tuple[str, ...], Any]] = []
         stack: list[tuple[tuple[str, ...], Any]] = [((), tree)]
         while stack:
             path, value = stack.pop()
@@ -110,22 +111,36 @@ class FlaxSource(TensorSource):
             if isinstance(value, dict) and _CHUNKED in value:
                 value = self._unchunk(path, value)
             if isinstance(value, (dict, list)):  # a list's items named by index, as flax's to_state_dict names them
-                items = value.items() if isinstance(value, dict) else enumerate(value)
-                stack += [((*path, str(k)), v) for k, v in reversed(list(items))]
+                children = value.items() if isinstance(value, dict) else enumerate(value)
+                stack += [((*path, str(k)), v) for k, v in reversed(list(children))]
                 continue
-            if isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar":
-                out.append(_Leaf(".".join(path), None, None, "a numpy scalar, not an array"))
-                continue
-            if not isinstance(value, _Array):
-                continue  # a step count, a flag: not a tensor
-            leaf = self._leaf(path, value)
+            if isinstance(value, _Array) or (isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar"):
+                items.append((path, value))  # else a step count, a flag: not a tensor
+        stacked = _scanned(items)
+        paths = {p for p, _ in items}
+        out: list[_Leaf] = []
+        done: set[tuple[str, ...]] = set()
+        for path, value in items:
+            block = next((path[:k] for k in range(1, len(path)) if path[:k] in stacked), None)
+            if block is None:
+                out.append(_Leaf(".".join(path), None, None, "a numpy scalar, not an array")
+                           if isinstance(value, tuple) else self._leaf(path, value, _attention(path, paths)))
+            elif block not in done:  # the scanned block's layers one after another, as the scan runs them
+                done.add(block)
+                members = [(p, a) for p, a in items if p[:len(block)] == block]
+                for p, a in members:
+                    self._leaf(p, a)  # the stacked array's size checked whole
+                layers = {p: _layers(a) for p, a in members}
+                out += [self._leaf((*block, str(i), *p[len(block):]), layers[p][i], _attention(p, paths))
+                        for i in range(stacked[block]) for p, _ in members]
+        names: set[str] = set()
+        for leaf in out:
             if leaf.name in names:
                 raise CorruptCheckpointError.at(self._path, f"two arrays are both named {leaf.name!r}")
             names.add(leaf.name)
-            out.append(leaf)
         return out
 
-    def _leaf(self, path: tuple[str, ...], array: _Array) -> _Leaf:
+    def _leaf(self, path: tuple[str, ...], array: _Array, inputs: Optional[int] = None) -> _Leaf:
         name = torch_name(path)
         dtype = _dtype(array.dtype)
         if dtype is None:
@@ -135,7 +150,11 @@ class FlaxSource(TensorSource):
             raise CorruptCheckpointError.at(self._path, f"array {'.'.join(path)!r} holds {have} bytes, its shape "
                                             f"needs {need}")
         skip = "optimizer state" if path and path[0] in _OPTIMIZER else None
-        return _Leaf(name, array, torch_layout(path[-1] if path else "", len(array.shape)), skip)
+        shape = array.shape
+        if inputs is not None and len(shape) >= 3:  # out × in: the output axes, then the input axes, flattened
+            return _Leaf(name, array, (*range(inputs, len(shape)), *range(inputs)), skip,
+                         (math.prod(shape[inputs:]), math.prod(shape[:inputs])))
+        return _Leaf(name, array, torch_layout(path[-1] if path else "", len(shape)), skip)
 
     def _unchunk(self, path: tuple[str, ...], value: dict[Any, Any]) -> _Array:
         try:
@@ -155,10 +174,43 @@ class FlaxSource(TensorSource):
             array = leaf.array
             shape = array.shape if array is not None else ()
             if leaf.permute is not None:
-                shape = tuple(shape[i] for i in leaf.permute)
+                shape = leaf.matrix or tuple(shape[i] for i in leaf.permute)
             dtype = (_dtype(array.dtype) or array.dtype) if array is not None else "float32"
             load = functools.partial(_load, leaf)
             yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=load, skip=leaf.skip)
+
+
+def _attention(path: tuple[str, ...], paths: set[tuple[str, ...]]) -> Optional[int]:
+    """How many leading input axes the DenseGeneral ``kernel`` at ``path`` has, where it is a projection of flax's
+    MultiHeadDotProductAttention (siblings query, key, value, out): 1 for query/key/value (d, heads, head_dim),
+    2 for out (heads, head_dim, d); None for any other array."""
+    if len(path) < 3 or path[-1] != "kernel" or path[-2] not in ("query", "key", "value", "out"):
+        return None
+    if all((*path[:-2], n, "kernel") in paths for n in ("query", "key", "value", "out")):
+        return 2 if path[-2] == "out" else 1
+    return None
+
+
+def _scanned(items: list[tuple[tuple[str, ...], Any]]) -> dict[tuple[str, ...], int]:
+    """The blocks ``nn.scan`` stacked (``variable_axes={'params': 0}``), each mapped to its number of layers: the
+    highest subtree of two or more arrays that all share one leading length and hold a ``bias`` or ``scale`` with
+    an axis more than one layer's (a convolution's bias is 1-D, a scanned Dense's is layers × out)."""
+    found: dict[tuple[str, ...], int] = {}
+    for path, array in items:
+        if path[-1] in ("bias", "scale") and isinstance(array, _Array) and len(array.shape) >= 2 and array.shape[0]:
+            for k in range(2 if path[0] in _COLLECTIONS else 1, len(path) - 1):  # not a collection as a whole
+                under = [a.shape[:1] if isinstance(a, _Array) else None for p, a in items if p[:k] == path[:k]]
+                if len(under) > 1 and all(shape == array.shape[:1] for shape in under):
+                    found.setdefault(path[:k], array.shape[0])
+                    break
+    return found
+
+
+def _layers(array: _Array) -> list[_Array]:
+    """The layers of an array stacked along its first axis (whose size was checked), as views of its bytes."""
+    blob = memoryview(b"".join(array.pieces))  # one piece is joined as itself, not copied
+    size = len(blob) // array.shape[0]
+    return [_Array(array.shape[1:], array.dtype, (blob[i * size:(i + 1) * size],)) for i in range(array.shape[0])]
 
 
 def _load(leaf: _Leaf) -> Any:
@@ -173,9 +225,11 @@ def _load(leaf: _Leaf) -> Any:
     else:  # bfloat16: numpy has no such dtype, so torch holds it (or, without torch, a float32 copy).
         t = from_bytes(raw, dtype, array.shape)
     if is_torch(t):
-        return (t.permute(*leaf.permute) if leaf.permute is not None else t).contiguous()
+        t = t.permute(*leaf.permute) if leaf.permute is not None else t
+        return (t.reshape(leaf.matrix) if leaf.matrix else t).contiguous()
     # not ascontiguousarray, which makes a 0-D array 1-D
-    return np.require(np.transpose(t, leaf.permute) if leaf.permute is not None else t, requirements="C")
+    t = np.transpose(t, leaf.permute) if leaf.permute is not None else t
+    return np.require(t.reshape(leaf.matrix) if leaf.matrix else t, requirements="C")
 
 
 def _dtype(name: str) -> Optional[str]:

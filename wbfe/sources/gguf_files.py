@@ -78,12 +78,17 @@ class _Split:
                     path, f"tensor {t.name!r} lies past the end of the file ({first + nbytes} > {size} bytes)")
             dims = tuple(int(d) for d in reversed(t.shape.tolist()))
             self.tensors.append((t.name, t.tensor_type.name, dims, first, nbytes))
-        # llama.cpp refuses a file whose tensors' data are not laid end to end; data shared by two names would be
-        # scored (or skipped as tied) as two weights, data overlapping part of another as neither.
-        spans = sorted((first, first + nbytes, name) for name, _, _, first, nbytes in self.tensors if nbytes)
-        for (_, end, before), (start, _, name) in zip(spans, spans[1:]):
-            if start < end:
-                raise CorruptCheckpointError.at(path, f"the data of tensor {name!r} overlaps that of {before!r}: a damaged file")
+        # ggml's gguf_init_from_file, which llama.cpp loads with, requires each tensor's data right after the one
+        # before it in the header, padded to the alignment; gguf-py takes any offset, and a gap, an overlap or two
+        # tensors' data swapped were scored as weights llama.cpp never reads.
+        expected = 0
+        for name, _, _, first, nbytes in self.tensors:
+            if first - reader.data_offset != expected:
+                raise CorruptCheckpointError.at(
+                    path, f"tensor {name!r} has data offset {first - reader.data_offset}, expected {expected}: "
+                    f"llama.cpp's loader refuses tensor data not packed in header order at {reader.alignment}-byte "
+                    "alignment")
+            expected += -(-nbytes // reader.alignment) * reader.alignment
 
 
 # The fewest bytes a header entry takes: a key-value pair (key length, type, a 1-byte value) and a

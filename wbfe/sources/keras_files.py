@@ -316,7 +316,11 @@ class KerasSource(TensorSource):
         return out
 
     def _plan_keras3(self, h5: Any, datasets: list[str], config: Any) -> list[_Var]:
-        position = {folder: i for i, (_, folder) in enumerate(_keras3_folders(config))}
+        folders = _keras3_folders(config)
+        position = {folder: i for i, (_, folder, _) in enumerate(folders)}
+        # a wrapper's layer (TimeDistributed's) is saved in <wrapper>/layer/, a folder named for no class
+        wrapped = {f"{folder}/layer": _snake(class_name(_inner(layer)["layer"])) for _, folder, layer in folders
+                   if isinstance(_inner(layer).get("layer"), dict)}
 
         def key(path: str) -> tuple[int, list[object]]:
             # a layer's own sublayers' folders (an LSTM's cell/, MultiHeadAttention's query_dense/) are at its place
@@ -328,7 +332,7 @@ class KerasSource(TensorSource):
         out: list[_Var] = []
         for path in sorted((p for p in datasets if "/vars/" in p and p.split("/")[0] == "layers"), key=key):
             folder, index = path.rsplit("/vars/", 1)
-            layer_class = _NUMBERED.match(folder.split("/")[-1])["base"]  # type: ignore[index]
+            layer_class = wrapped.get(folder) or _NUMBERED.match(folder.split("/")[-1])["base"]  # type: ignore[index]
             names = _KERAS3_VARS.get(layer_class)
             if layer_class == "batch_normalization":  # [gamma] [beta] moving_mean moving_variance
                 count = len(h5[f"{folder}/vars"])
@@ -411,11 +415,11 @@ def _walk_config(config: Any) -> Iterator[dict[str, Any]]:
 
 
 def _keras3_folders(config: Any, prefix: str = "layers",
-                    names: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
-    """Keras 3's folder of each layer in model order, with its names from the outer model in (saving_lib
-    numbers a container's layers by their class in snake case as it walks ``model.layers``)."""
+                    names: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str, dict[str, Any]]]:
+    """Keras 3's folder of each layer in model order, with its names from the outer model in and its config
+    (saving_lib numbers a container's layers by their class in snake case as it walks ``model.layers``)."""
     used: dict[str, int] = {}
-    out: list[tuple[tuple[str, ...], str]] = []
+    out: list[tuple[tuple[str, ...], str, dict[str, Any]]] = []
     for layer in config_layers(config):
         name = _snake(class_name(layer))
         if name == "input_layer" and prefix == "layers" and class_name(config) == "Sequential":
@@ -423,7 +427,7 @@ def _keras3_folders(config: Any, prefix: str = "layers",
         used[name] = used.get(name, -1) + 1
         folder = f"{prefix}/{name}" + (f"_{used[name]}" if used[name] else "")
         path = names + (str(_inner(layer).get("name", layer.get("name", ""))),)
-        out.append((path, folder))
+        out.append((path, folder, layer))
         if config_layers(layer):
             out += _keras3_folders(layer, f"{folder}/layers", path)
     return out
@@ -442,7 +446,7 @@ def _head(variables: list[_Var], config: Any, walked: tuple[Optional[KerasHead],
     if head is None:
         return None, why
     path = head.layer.path
-    folder = dict(_keras3_folders(config)).get(path) if keras3 else None
+    folder = {p: f for p, f, _ in _keras3_folders(config)}.get(path) if keras3 else None
     names = _KERAS3_VARS.get(_snake(head.layer.class_name), ())
     for wanted in head.variables:
         if keras3:

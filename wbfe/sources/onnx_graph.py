@@ -19,8 +19,12 @@ __all__ = ["Stored", "Planned", "GraphPlan", "plan_graph", "node_label", "is_dft
            "RECURRENT_GATES"]
 
 # The weight input of each operator that multiplies by a weight.
-WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0}
-_BIAS_OPS = {"Gemm": 2, "Conv": 2, "ConvTranspose": 2, "LSTM": 3, "GRU": 3, "RNN": 3}
+WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0, "QLinearMatMul": 3,
+                "QLinearConv": 3, "QGemm": 3}
+# Operators that take a quantised weight with its scale and zero point (inputs 3, 4, 5), and the axis of a
+# per-channel scale (a MatMul's B column, a Conv's W row; QGemm's: its output's, by transB).
+_QLINEAR = {"QLinearMatMul": -1, "QLinearConv": 0, "QGemm": None}
+_BIAS_OPS = {"Gemm": 2, "Conv": 2, "ConvTranspose": 2, "LSTM": 3, "GRU": 3, "RNN": 3, "QLinearConv": 8, "QGemm": 6}
 # Recurrent operators, the number of gates stacked in their W ([directions, gates·hidden, in]) and
 # R ([directions, gates·hidden, hidden]), inputs 1 and 2.
 RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -193,6 +197,13 @@ class _Walker:
                     out.append((use, flip, shaped))
         return sorted(out, key=lambda u: u[0].position)
 
+    def weighs(self, use: _Use) -> bool:
+        """Whether the use is the weight input of its operator: input A of a MatMul or Gemm counts where B is not
+        stored (W·x, the activation on the right)."""
+        if use.index == 0 and use.node.op_type in ("MatMul", "Gemm"):
+            return [*self.inputs_of[use.position], None][1] not in self.stored
+        return WEIGHT_INPUT.get(use.node.op_type) == use.index
+
     def _selects(self, node: Any, position: int) -> bool:
         if node.op_type != "Gather":
             return node.op_type in _SHAPING
@@ -241,8 +252,7 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
             if plan.skip is None and plan.quant is not None:
                 plan.dtype = "float32"  # as DequantizeLinear returns it
         else:  # a sparse weight: where it is used, so that an earlier weight is not taken for a sparse head
-            plan.used_at = [u.position for u, _ in walker.follow(vid, False, len(plan.shape))
-                            if WEIGHT_INPUT.get(u.node.op_type) == u.index]
+            plan.used_at = [u.position for u, _ in walker.follow(vid, False, len(plan.shape)) if walker.weighs(u)]
     for vid, reason in consumed.items():
         plans[vid].skip = reason
     for plan in plans.values():
@@ -270,27 +280,32 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     found = walker.follow(vid, False, ndim)
     dq = [(use, flip) for use, flip in found if use.node.op_type == "DequantizeLinear" and use.index == 0]
     if dq:
-        node = dq[0][0].node
-        # the scale's and zero point's values (None: an input left out, or one no value names)
-        scale, zero = [*walker.inputs_of[dq[0][0].position], None, None][1:3]
-        if scale not in walker.stored or (zero is not None and zero not in walker.stored):
-            plan.skip = "quantised weight whose DequantizeLinear scale is not an initializer"
+        if len({_dequantisation(walker, use) for use, _ in dq}) > 1:  # the runtime computes each: no one weight
+            plan.skip = ("dequantised by two DequantizeLinear nodes with different scales or zero points "
+                         f"({', '.join(node_label(u.node) for u, _ in dq[:2])}): no single float weight")
             return
-        attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
-        plan.dq = (scale, zero, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)))
-        plan.quant = f"onnx-{plan.dtype}"
-        consumed[scale] = f"consumed: scale of quantised weight {plan.name} ({node_label(node)})"
-        if zero is not None:
-            consumed[zero] = f"consumed: zero point of quantised weight {plan.name} ({node_label(node)})"
-        outputs = walker.outputs_of[dq[0][0].position]
-        found = walker.follow(outputs[0], dq[0][1], ndim) if outputs else []
-        recurrent = walker.recurrent(outputs[0], dq[0][1], ndim) if outputs else []
+        attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in dq[0][0].node.attribute}
+        if not _dequantised(walker, plan, dq[0][0], 1, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)),
+                            consumed):
+            return
+        found, recurrent = [], []
+        for use, flip in dq:
+            outputs = walker.outputs_of[use.position]
+            found += walker.follow(outputs[0], flip, ndim) if outputs else []
+            recurrent += walker.recurrent(outputs[0], flip, ndim) if outputs else []
+        found.sort(key=lambda u: u[0].position)
+        recurrent.sort(key=lambda u: u[0].position)
     else:
         recurrent = walker.recurrent(vid, False, ndim)
     if recurrent:
         _plan_recurrent(walker, plan, recurrent)
         return
-    weight_uses = [(use, flip) for use, flip in found if WEIGHT_INPUT.get(use.node.op_type) == use.index]
+    weight_uses = [(use, flip) for use, flip in found if walker.weighs(use)]
+    integer = next((u for u, _ in found if u.node.op_type in ("MatMulInteger", "ConvInteger") and u.index == 1), None)
+    if integer is not None:
+        plan.skip = (f"integer weight of {node_label(integer.node)}: its scale is applied after the product, which "
+                     "wbfe does not follow")
+        return
     if not weight_uses:
         if found:
             what = ", ".join(f"{node_label(u.node)} input {u.index}" for u, _ in found[:3])
@@ -312,18 +327,58 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     if signal is not None:
         plan.skip = name_reason(signal)
         return
-    if node.op_type in ("MatMul", "Gemm") and len(plan.shape) != 2:
+    flags = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type in _QLINEAR:
+        axis = _QLINEAR[node.op_type]
+        if not _dequantised(walker, plan, use, 4, (0 if flags.get("transB") else 1) if axis is None else axis, 0,
+                            consumed):
+            return
+    if node.op_type in ("MatMul", "Gemm", "QLinearMatMul", "QGemm") and len(plan.shape) != 2:
         plan.skip = f"{len(plan.shape)}-D {node.op_type} operand (batched weights are not read)"
         return
-    if node.op_type == "Gemm":
-        transposed ^= not any(a.name == "transB" and walker.onnx.helper.get_attribute_value(a) for a in node.attribute)
-    elif node.op_type == "MatMul":
-        transposed = not transposed
+    if node.op_type in ("Gemm", "QGemm"):  # B is stored in × out unless transB; A (W·x) out × in unless transA
+        transposed ^= (use.index != 0) ^ bool(flags.get("transA" if use.index == 0 else "transB"))
+    elif node.op_type in ("MatMul", "QLinearMatMul"):
+        transposed ^= use.index != 0
     elif node.op_type == "ConvTranspose":
         plan.layout = "in_out"
     plan.transpose = transposed
     if transposed:
         plan.shape = (plan.shape[1], plan.shape[0])
+
+
+def _dequantised(walker: _Walker, plan: Planned, use: _Use, scale_at: int, axis: int, block: int,
+                 consumed: dict[int, str]) -> bool:
+    """Whether the quantised weight ``plan`` can be dequantised with the scale and zero point ``use`` takes at
+    inputs ``scale_at`` and ``scale_at + 1`` (then recorded, and they listed as consumed); else it is skipped."""
+    # the scale's and zero point's values (None: an input left out, or one no value names)
+    scale, zero = [*walker.inputs_of[use.position], None, None, None][scale_at:scale_at + 2]
+    if scale not in walker.stored or (zero is not None and zero not in walker.stored):
+        plan.skip = f"quantised weight whose {use.node.op_type} scale is not an initializer"
+        return False
+    plan.dq, plan.quant = (scale, zero, axis, block), f"onnx-{plan.dtype}"
+    consumed[scale] = f"consumed: scale of quantised weight {plan.name} ({node_label(use.node)})"
+    if zero is not None:
+        consumed[zero] = f"consumed: zero point of quantised weight {plan.name} ({node_label(use.node)})"
+    return True
+
+
+def _dequantisation(walker: _Walker, use: _Use) -> tuple[Any, ...]:
+    """What a DequantizeLinear computes from its input: its scale's and zero point's stored contents (equal values
+    stored alike compare equal, whatever their names) and its attributes."""
+    contents = []
+    for vid in [*walker.inputs_of[use.position], None, None][1:3]:
+        stored = walker.stored.get(vid) if vid is not None else None
+        if stored is None or stored.tensor is None:
+            array = None if stored is None else stored.array
+            contents.append(vid if array is None else (array.dtype.str, array.shape, array.tobytes()))
+        else:
+            tensor = type(stored.tensor)()
+            tensor.CopyFrom(stored.tensor)
+            tensor.name = ""
+            contents.append(tensor.SerializeToString())
+    attrs = sorted((a.name, str(walker.onnx.helper.get_attribute_value(a))) for a in use.node.attribute)
+    return (*contents, *attrs)
 
 
 def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool, bool]]) -> None:
@@ -383,5 +438,5 @@ def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optio
             if vid in walker.producer:
                 stack += [v for v in walker.inputs_of.get(walker.producer[vid][1], []) if v is not None]
     reached = [position for node, position in (walker.producer[v] for v in seen if v in walker.producer)
-               if node.op_type in ("Gemm", "MatMul") and position in by_node]
+               if node.op_type in ("Gemm", "MatMul", "QGemm", "QLinearMatMul") and position in by_node]
     return by_node[max(reached)] if reached else None

@@ -23,7 +23,7 @@ from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
 from wbfe.sources.io import dequantize, read_range
 from wbfe.sources.registry import FileFormat, register_format
-from wbfe.sources.tflite_graph import ITEMSIZE, TORCH_AXES, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
+from wbfe.sources.tflite_graph import ITEMSIZE, QUANTISED, TORCH_AXES, GraphPlan, Planned, TflBuffer, parse_model, plan_graph
 
 __all__ = ["TfliteSource", "TFLITE", "to_torch_layout", "IDENTIFIER"]
 
@@ -62,8 +62,8 @@ class TfliteSource(TensorSource):
         for tensor in (planned.tensor for planned in plan.tensors):
             # string, int4, resource...; a sparse tensor's buffer holds only its kept values: never read (a
             # weight of these is skipped with that reason)
-            itemsize = ITEMSIZE.get(tensor.dtype)
-            needed = math.prod(tensor.shape) * (itemsize or 0)
+            itemsize = ITEMSIZE.get(tensor.dtype, 0.5 if tensor.dtype == "int4" else None)
+            needed = math.ceil(math.prod(tensor.shape) * (itemsize or 0))
             if itemsize is not None and not tensor.sparse and model.buffers[tensor.buffer].size != needed:
                 raise CorruptCheckpointError.at(
                     path, f"tensor {tensor.name!r}: shape {list(tensor.shape)} of {tensor.dtype} needs {needed} "
@@ -83,11 +83,15 @@ class TfliteSource(TensorSource):
         tensor = planned.tensor
         buffer: TflBuffer = self._buffers[tensor.buffer]
         raw = read_range(self._path, buffer.start, buffer.size)  # exactly the tensor's bytes
-        array = raw.view(np.dtype(_NUMPY[tensor.dtype])).reshape(tensor.shape)
+        if tensor.dtype == "int4":  # two a byte, the low nibble first, sign-extended (UnpackDenseInt4IntoInt8)
+            nibbles = np.stack([(raw.view(np.int8) << 4) >> 4, raw.view(np.int8) >> 4], axis=-1).reshape(-1)
+            array = nibbles[:math.prod(tensor.shape)].reshape(tensor.shape)
+        else:
+            array = raw.view(np.dtype(_NUMPY[tensor.dtype])).reshape(tensor.shape)
         if tensor.dtype == "bfloat16":  # numpy holds its bits; torch, the values
             bits = np.require(to_torch_layout(array, planned.op or "", planned.transpose), requirements="C")
             return from_bytes(bits.reshape(-1).view(np.uint8), "bfloat16", bits.shape)
-        if tensor.quant is not None and tensor.dtype in ("int8", "uint8", "int16"):
+        if tensor.quant is not None and tensor.dtype in QUANTISED:
             array = dequantize(array, tensor.quant.scale, tensor.quant.zero_point, tensor.quant.axis)
         elif tensor.dtype == "float16":
             array = array.astype(np.float32)
@@ -102,7 +106,7 @@ class TfliteSource(TensorSource):
             tensor = planned.tensor
             load = functools.partial(self.read, planned)
             dtype, quant = tensor.dtype, None
-            if planned.skip is None and tensor.dtype in ("int8", "uint8", "int16", "float16"):
+            if planned.skip is None and tensor.dtype in (*QUANTISED, "float16"):
                 dtype = "float32"
                 per = "" if tensor.quant is None else "-per-channel" if len(tensor.quant.scale) > 1 else "-per-tensor"
                 quant = f"tflite-{tensor.dtype}{per}"

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from wbfe.errors import CorruptCheckpointError, clip
 
 __all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan",
-           "parse_model", "plan_graph", "DTYPES", "ITEMSIZE", "STORED_AXES", "TORCH_AXES", "reported_shape"]
+           "parse_model", "plan_graph", "DTYPES", "ITEMSIZE", "QUANTISED", "STORED_AXES", "TORCH_AXES", "reported_shape"]
 
 # TensorType codes (schema.fbs) -> wbfe's dtype names (torch's where torch has one).
 DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
@@ -38,7 +38,8 @@ TORCH_AXES = {"CONV_2D": (0, 3, 1, 2), "TRANSPOSE_CONV": (0, 3, 1, 2), "DEPTHWIS
               "CONV_3D": (4, 3, 0, 1, 2)}
 EMPTY_WEIGHT = "empty weight tensor (0 elements)"
 # The values each quantised integer type holds (a zero point must be one of them).
-_RANGES = {"int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
+QUANTISED = ("int4", "int8", "uint8", "int16")
+_RANGES = {"int4": (-8, 8), "int8": (-128, 128), "uint8": (0, 256), "int16": (-32768, 32768)}
 # Operators a stored weight passes through on its way to the op that multiplies by it: float16
 # and dynamic-range models dequantise their weights in the graph, sparse ones densify them.
 _PASS_OPS = ("DEQUANTIZE", "DENSIFY")
@@ -357,10 +358,10 @@ def _plan_one(plan: Planned, uses: dict[int, list[tuple[TflOp, int]]], offset: i
          "FULLY_CONNECTED weights in a shuffled format (SHUFFLED4x16INT8): not read"),
         (op.op == "DEPTHWISE_CONV_2D" and t.shape[:1] != (1,),
          f"DEPTHWISE_CONV_2D weight of shape {list(t.shape)} (stored [1, kh, kw, C] expected)"),
-        (t.dtype in ("int8", "uint8", "int16") and t.quant is None,
+        (t.dtype in QUANTISED and t.quant is None,
          f"{t.dtype} weight without quantisation scales: its real values are unknown"),
-        (t.dtype not in ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16"),
-         f"{t.dtype} weight: wbfe reads float, float16 and int8/uint8/int16-quantised weights"),
+        (t.dtype not in ("float32", "float16", "float64", "bfloat16", *QUANTISED),
+         f"{t.dtype} weight: wbfe reads float, float16 and int4/int8/uint8/int16-quantised weights"),
     )
     plan.skip = next((why for refused, why in refusals if refused), None)
     if plan.skip is None:
