@@ -232,4 +232,4 @@ def scaling_cmd(
     typer.echo(f"{'family':<16} {'k_c fit':<12} {'k_c slope':>9} {'pred':>6} {'eps slope':>9} {'pred':>6}  note")
     for row in rows:
         typer.echo(f"{row.family:<16} {row.kc_axis:<12} {row.kc_slope:>9.3f} {row.kc_predicted:>6.2f} "
-                   f"{row.eps_slope:>9.3f} {row.eps_predicted:>6.2f}  {row.note}")
+                   f"{row.eps_slope:>9.3f} {row.eps_predicted:>6.2f}  {row.note}" + (f"\n  off: {row.off}" if row.off else ""))

@@ -339,6 +339,7 @@ class ScalingRow:
     d: tuple[int, ...]
     k_c: tuple[int, ...]
     eps: tuple[float, ...]
+    off: str = ""  # why the predictions do not hold at these settings ("" where they do)
     to_dict = fields_dict  # a JSON-ready dict
 
 
@@ -353,6 +354,20 @@ SCALING_FAMILIES: tuple[tuple[str, str, dict, float, float, str], ...] = (
     ("exp rate=0.2", "exp", {"rate": 0.2}, 2.5, -1.0, "k_c ~ ln(d)/(2c): slope vs ln d; eps ~ log(d)/d"),
     ("sparse p=3", "sparse", {"nonzeros": 3}, 0.0, -1.0, "k_c = p, eps ~ p*d/n ~ 1/d"),
 )
+# The families whose predictions have the cut-off inside the teacher, k_c < k (feature learning, not refinement).
+_BELOW_K = ("power beta=1.0", "exp rate=0.2")
+
+
+def _off(label: str, d_values: Sequence[int], kcs: Sequence[int], ks: Sequence[int], lambda_sigma: float) -> str:
+    """Why a family's predicted slopes do not apply at these settings: a d where no feature is learned, or (for
+    the families of :data:`_BELOW_K`) one where every feature is; "" where they apply."""
+    none = [str(d) for d, kc in zip(d_values, kcs) if kc == 0]
+    if none:
+        return (f"k_c = 0 at d = {', '.join(none)}: no feature is learned (every snr_i stays below lambda_sigma = "
+                f"{lambda_sigma:.4g}); the predictions are for learned features: raise r or lower delta")
+    every = [str(d) for d, kc, k in zip(d_values, kcs, ks) if kc == k and label in _BELOW_K]
+    return (f"k_c = k at d = {', '.join(every)}: every feature is learned (the refinement regime, k_c growing like "
+            "d); the predicted slopes are for k_c < k: lower r or raise delta") if every else ""
 
 
 def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5, delta: float = 0.04,
@@ -373,10 +388,11 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
     refuse_unless(k_min >= need, f"d = {min(d_values)} and gamma = {gamma:g} give k = round(gamma*d) = {k_min} teacher "
                   f"unit(s); the scaling table needs k >= {need}: raise the smallest d or gamma")
     kern = kernel(activation)
+    ks = [max(int(round(gamma * d)), 1) for d in d_values]
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:
-        sols = [solve(readout(kind, max(int(round(gamma * d)), 1), **opts), delta=delta, d=int(d), r=r, kern=kern,
-                      grid_points=300) for d in d_values]
+        sols = [solve(readout(kind, k, **opts), delta=delta, d=int(d), r=r, kern=kern, grid_points=300)
+                for k, d in zip(ks, d_values)]
         kcs, epss = [sol.k_c for sol in sols], [sol.eps for sol in sols]
         dd = np.asarray(d_values, dtype=np.float64)
         kc_arr = np.asarray(kcs, dtype=np.float64)
@@ -385,5 +401,6 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
         else:
             axis, kc_slope = "log-log", fit_slope(dd, kc_arr) if np.all(kc_arr > 0) else math.nan
         rows.append(ScalingRow(label, axis, kc_slope, kc_pred, fit_slope(dd, np.asarray(epss)), eps_pred, note,
-                               tuple(int(x) for x in d_values), tuple(kcs), tuple(float(e) for e in epss)))
+                               tuple(int(x) for x in d_values), tuple(kcs), tuple(float(e) for e in epss),
+                               _off(label, d_values, kcs, ks, kern.lambda_sigma)))
     return rows
