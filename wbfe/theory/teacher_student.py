@@ -184,6 +184,10 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
     n_val = float(n_given)
     n_over_d = n_val / d
     v2 = v**2
+    # Where an snr passes float64's range its deficit is 0, not ~1/snr: F falls to 0 below some ε (1e-309 at
+    # delta 1e-320), a false crossing, or (every snr inf) no crossing at all
+    refuse_unless(math.isfinite(n_over_d * float(v2.max()) / delta), f"n/(d·delta) = {n_over_d:.3g}/{delta:.3g} "
+                  "is past a float's range: raise delta or lower n (or r)")
     e_max = kern.g1 * float(v2.sum())
 
     def h(eps: np.ndarray) -> np.ndarray:
@@ -199,12 +203,7 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         breaks * (1 - 1e-12), breaks * (1 + 1e-12),
     ]))
     roots, kinds, jumps = _roots(h, grid, e_max)
-    # h(0) > 0 >= h(e_max), unless F(0) underflows to 0 (n/Δ past a float: every snr is inf)
-    refuse_unless(roots, "no fixed point found; the kernel or readout is degenerate")
-    # Where an snr passes float64's range its deficit is 0, not ~1/snr: F falls to 0 below some ε (1e-309 at
-    # delta 1e-320), a false crossing that was reported as ε^BO
-    refuse_unless(math.isfinite(n_over_d * float(v2.max()) / delta), f"n/(d·delta) = {n_over_d:.3g}/{delta:.3g} "
-                  "is past a float's range: raise delta or lower n (or r)")
+    refuse_unless(roots, "no fixed point found; the kernel or readout is degenerate")  # h(0) > 0 >= h(e_max)
     eps = roots[0]
     snr = n_over_d * v2 / (delta + eps)
     q = kern.m(snr)
