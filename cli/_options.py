@@ -7,8 +7,10 @@ class's own (:func:`~wbfe.options.field_defaults`); only an option with no libra
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Annotated, Any, Callable, List, Optional
 
 import typer
 
+from wbfe.errors import InvalidOptionError
 from wbfe.executors import ExecutorOptions
 from wbfe.options import (DEFAULT_GROUPS, FIX_FINGERS, METRIC_GROUPS, TAIL_MODEL, CompareOptions, EditOptions,
                           PruneOptions, RankOptions, ReportOptions, ScoreOptions, StatsOptions, WatchOptions,
@@ -149,15 +152,29 @@ class OptionGroup:
         name: the keyword under which the command receives the built object.
         params: parameter name -> (``Annotated`` alias, default).
         build: ``build(**values)`` -> the options object (it validates).
+        fields: parameter name -> the options field it sets, where they differ.
     """
 
     name: str
     params: dict[str, tuple[Any, Any]]
     build: Callable[..., Any]
+    fields: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def parameters(self) -> list[inspect.Parameter]:
         return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=alias)
                 for name, (alias, default) in self.params.items()]
+
+    def flagged(self, exc: InvalidOptionError) -> InvalidOptionError:
+        """``exc`` naming each option by its flag where the library's message names its field or keyword
+        (``top_k must be ...`` -> ``--top-k must be ...``, ``fit=tpl`` -> ``--fit tpl``)."""
+        text = str(exc)
+        for param, (alias, _) in self.params.items():
+            info = alias.__metadata__[0]  # in an Annotated alias the first flag is typer's "default"
+            flag = next(d for d in (info.default, *info.param_decls) if str(d).startswith("--")).split("/")[0]
+            for key in {param, self.fields.get(param, param), flag[2:]}:
+                text = re.sub(rf"^{re.escape(key)}(?= )|(?<![\w-]){re.escape(key)}=",
+                              lambda m: flag + (" " if m.group().endswith("=") else ""), text)
+        return type(exc)(text, **exc.fields)
 
 
 def _raw(value: Any) -> Any:
@@ -184,7 +201,10 @@ def with_groups(*groups: OptionGroup) -> Callable[[Callable[..., Any]], Callable
         @functools.wraps(func)
         def command(**values: Any) -> Any:
             for group in groups:
-                values[group.name] = group.build(**{name: _raw(values.pop(name)) for name in group.params})
+                try:
+                    values[group.name] = group.build(**{name: _raw(values.pop(name)) for name in group.params})
+                except InvalidOptionError as exc:
+                    raise group.flagged(exc) from None
             return func(**values)
 
         params = keep + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in added]
@@ -225,8 +245,9 @@ def _stats_options(n_boot: int, stats_seed: int) -> Any:
 
 def stats_group() -> OptionGroup:
     """The :class:`~wbfe.options.StatsOptions` options of a command that ranks."""
-    return OptionGroup("stats", _params(StatsOptions, {"n_boot": NBoot, "stats_seed": StatsSeed},
-                                        {"stats_seed": "seed"}), _stats_options)
+    renames = {"stats_seed": "seed"}
+    return OptionGroup("stats", _params(StatsOptions, {"n_boot": NBoot, "stats_seed": StatsSeed}, renames),
+                       _stats_options, renames)
 
 
 def _rank_options(quality: Optional[str], workers: int, lower_is_better: Optional[List[str]],

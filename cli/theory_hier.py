@@ -33,6 +33,8 @@ def _print_table(data: dict) -> None:
                f"asymptotic {_num(pred['exponent'])}) over alpha in "
                f"[{', '.join(_num(a) for a in pred['slope_alpha_range'])}]; "
                f"tail constant {_num(pred['tail_constant'])}")
+    if pred["slope_reason"]:
+        typer.echo(f"  why: {pred['slope_reason']}")
     typer.echo(f"kernel floor for d^2 << n << d^4: {_num(pred['kernel_floor'])}")
 
 

@@ -176,6 +176,8 @@ def hmc_cmd(
     for p in data["points"]:
         typer.echo(f"{p['r']:>8.3g} {p['n']:>7d} {p['k_c']:>4d} {p['eps_theory']:>11.5f} {p['gibbs_half']:>11.5f} "
                    f"{p['sem']:>9.2e} {p['z']:>6.2f} {p['accept_rate']:>6.2f}")
+    if len(settings.seeds) < 2:
+        typer.echo("s.e. and z are over seeds: one seed has none (give two or more, e.g. --seeds 0,1,2)")
     for f in data["files"]:
         typer.echo(f"wrote {shown(f)}", err=True)
 
@@ -232,4 +234,4 @@ def scaling_cmd(
     typer.echo(f"{'family':<16} {'k_c fit':<12} {'k_c slope':>9} {'pred':>6} {'eps slope':>9} {'pred':>6}  note")
     for row in rows:
         typer.echo(f"{row.family:<16} {row.kc_axis:<12} {row.kc_slope:>9.3f} {row.kc_predicted:>6.2f} "
-                   f"{row.eps_slope:>9.3f} {row.eps_predicted:>6.2f}  {row.note}")
+                   f"{row.eps_slope:>9.3f} {row.eps_predicted:>6.2f}  {row.note}" + (f"\n  off: {row.off}" if row.off else ""))

@@ -47,7 +47,8 @@ def test_table_output():
     assert lines[1].split() == ["alpha", "n", "nmse", "kernel", "recovered", "m(n)"]
     assert lines[2].split()[:2] == ["1.600", "40"]
     assert "thresholds (log_d n): i, predicted 2+2*gamma*log_d i, finite-d, measured" in result.stdout
-    assert lines[-2].startswith("NMSE slope")
+    assert lines[-3].startswith("NMSE slope nan")  # the finite-d count jumps from 0 to 4 features between points
+    assert lines[-2].startswith("  why: 0 point(s) with 1 to 2 feature(s) recovered by the finite-d prediction")
     assert lines[-1] == "kernel floor for d^2 << n << d^4: 1"  # Gaussian-equivalent: nothing below D²
 
 
@@ -75,3 +76,15 @@ def test_bad_options_exit_2_with_one_line(extra, message):
     assert result.exit_code == 2
     assert result.stderr.strip().startswith(message)
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_nan_slope_says_why():
+    # A sweep below every predicted recovery (d = 6, log_d n in [1, 1.5]): "NMSE slope nan" came with no word
+    result = CliRunner().invoke(app, ["theory", "hierarchical", "--d", "6", "--alpha-min", "1", "--alpha-max", "1.5",
+                                      "--points", "2", "--seeds", "1", "--n-test", "50", "--kernel-max-n", "0"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("NMSE slope nan"))
+    assert lines[at + 1] == ("  why: 0 point(s) with 1 to 1 feature(s) recovered by the finite-d prediction (it has 0 "
+                             "at alpha 1 and 0 at 1.5), of more than one n; 2 are needed: move or widen "
+                             "--alpha-min/--alpha-max, or raise --points")

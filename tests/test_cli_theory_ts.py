@@ -122,3 +122,13 @@ def test_whole_floats_in_integer_lists_are_refused_in_one_line(command, option, 
     res = _invoke(command, option, value)
     assert res.exit_code == 2, res.output
     assert res.output == f"wbfe: error: {option} must be comma-separated integers, got {value!r}\n"
+
+
+def test_hmc_with_one_seed_says_why_its_error_bar_is_missing():
+    # One seed has no spread to take: s.e. and z were printed as "nan" with no word
+    res = _invoke("hmc", "--r-values", "0.5", "--d", "6", "--k", "2", "--seeds", "3", "--warmup", "10",
+                  "--samples", "10")
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[1].split()[5:7] == ["nan", "nan"]
+    assert lines[2:] == ["s.e. and z are over seeds: one seed has none (give two or more, e.g. --seeds 0,1,2)"]

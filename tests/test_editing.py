@@ -236,7 +236,7 @@ def test_cli(checkpoint, tmp_path: Path) -> None:
     assert result.exit_code == 0
     result = runner.invoke(app, ["smooth", str(path), str(out), "--percent", "2"])
     assert result.exit_code == 2
-    assert result.stderr.strip() == "wbfe: error: percent must be in [0, 1], not 2.0"
+    assert result.stderr.strip() == "wbfe: error: --percent must be in [0, 1], not 2.0"
 
 
 # ---------------------------------------------------------------- one matrix at a time

@@ -117,6 +117,22 @@ def test_a_skipped_head_is_the_head_and_no_other_matrix_stands_in(tmp_path: Path
     assert wbfe.score(tmp_path / "m.pt", metrics="bfe", layers="conv").summary["head"] == "layer1.0.conv2.weight"
 
 
+def test_a_skipped_head_keeps_its_place_in_the_structure(tmp_path: Path) -> None:
+    """A CNN whose last Linear (no head-like name) is zeroed: the structure rule did not see the skipped row, so
+    net.5, whose output net.7 reads, was the only terminal matrix and reported as the head with its BFE-W."""
+    state = {"net.0.weight": _randn(16, 3, 3, 3), "net.2.weight": _randn(32, 16, 3, 3),
+             "net.5.weight": _randn(64, 512), "net.7.weight": torch.zeros(10, 64)}
+    torch.save(state, tmp_path / "m.pt")
+    result = wbfe.score(tmp_path / "m.pt", metrics="bfe")
+    assert result.summary["head"] is None and math.isnan(result.summary["bfe_head"])
+    assert result.summary["head_note"] == ("no other matrix reads the output of net.7.weight (all-zero matrix), "
+                                           "which is skipped: the head by structure is not scored; pass --head NAME "
+                                           "to take another matrix")
+    assert "head" not in {row["role"] for row in result.layers}
+    # Left out by --layers, it is no longer the model's: the head among the matrices selected
+    assert wbfe.score(tmp_path / "m.pt", metrics="bfe", layers="net.[025]").summary["head"] == "net.5.weight"
+
+
 def test_tied_lm_head_is_the_input_embedding(tmp_path: Path) -> None:
     embed = _randn(50, 16)
     state = {"model.embed_tokens.weight": embed, "model.layers.0.mlp.up_proj.weight": _randn(32, 16),

@@ -63,16 +63,19 @@ def test_leaving_layers_out_still_selects_every_tensor() -> None:
     assert [row["name"] for row in wbfe.score(STATE, metrics="bfe").layers] == ["fc.weight"]
 
 
-BAD_TAIL = [
-    ({"fix_fingers": "peak"}, "fix_fingers must be 'xmin_peak' or 'clip_xmax', not 'peak'"),
-    ({"fit": "TPL"}, "fit must be one of 'pl', 'tpl', 'e_tpl', not 'TPL'"),
+BAD_TAIL = [  # (keywords, the library's line, the command line's: its flags named)
+    ({"fix_fingers": "peak"}, "fix_fingers must be 'xmin_peak' or 'clip_xmax', not 'peak'",
+     "--fix-fingers must be 'xmin_peak' or 'clip_xmax', not 'peak'"),
+    ({"fit": "TPL"}, "fit must be one of 'pl', 'tpl', 'e_tpl', not 'TPL'",
+     "--fit must be one of 'pl', 'tpl', 'e_tpl', not 'TPL'"),
     ({"fix_fingers": "clip_xmax", "fit": "tpl"},
-     "fit=tpl cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)"),
+     "fit=tpl cannot be combined with fix_fingers=clip_xmax (it clips power-law fits only)",
+     "--fit tpl cannot be combined with --fix-fingers clip_xmax (it clips power-law fits only)"),
 ]
 
 
-@pytest.mark.parametrize(("given", "line"), BAD_TAIL, ids=["fix_fingers", "fit", "clip with tpl"])
-def test_every_entry_point_refuses_a_tail_choice_with_the_same_line(given: dict[str, Any], line: str) -> None:
+@pytest.mark.parametrize(("given", "line", "cli"), BAD_TAIL, ids=["fix_fingers", "fit", "clip with tpl"])
+def test_every_entry_point_refuses_a_tail_choice_with_the_same_line(given: dict[str, Any], line: str, cli: str) -> None:
     """MetricOptions and fit_tail each worded their own (``fix_fingers must be xmin_peak or clip_xmax``)."""
     tail = {"fix_fingers": None, "fit": "pl", **given}
     x = np.arange(1.0, 40.0)
@@ -82,7 +85,7 @@ def test_every_entry_point_refuses_a_tail_choice_with_the_same_line(given: dict[
     assert refused(lambda: fit_tail(x, **given)) == line
     assert refused(lambda: check_tail_options(tail["fix_fingers"], tail["fit"])) == line
     argv = [arg for name, value in given.items() for arg in (f"--{name.replace('_', '-')}", value)]
-    assert cli_line("score", "not-there.safetensors", *argv) == line
+    assert cli_line("score", "not-there.safetensors", *argv) == cli
 
 
 def test_the_cli_choices_are_the_librarys() -> None:

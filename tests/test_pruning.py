@@ -312,10 +312,10 @@ def test_cli(model: Path, tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     assert load_file(str(out)).keys() == load_file(str(model)).keys()
     for args, message in [
-        (["sparsity", str(model), "--target", "0"], "wbfe: error: target must be in (0, 1), not 0.0"),
-        (["sparsity", str(model), "--target", "1"], "wbfe: error: target must be in (0, 1), not 1.0"),
+        (["sparsity", str(model), "--target", "0"], "wbfe: error: --target must be in (0, 1), not 0.0"),
+        (["sparsity", str(model), "--target", "1"], "wbfe: error: --target must be in (0, 1), not 1.0"),
         (["sparsity", str(model), "--target", "0.5", "--by", "nope"],
-         "wbfe: error: by must be one of 'alpha', 'bfe', 'h', 'stable_rank', 'uniform', not 'nope'"),
+         "wbfe: error: --by must be one of 'alpha', 'bfe', 'h', 'stable_rank', 'uniform', not 'nope'"),
         (["sparsity", str(tiny), "--target", "0.5", "--by", "alpha"],
          "wbfe: error: alpha is NaN on every prunable matrix (too few eigenvalues for the fit?); allocate by another "
          "metric (--by bfe) or --by uniform"),

@@ -268,10 +268,12 @@ def test_solve_refuses_an_r_whose_n_is_past_a_float():
 @pytest.mark.parametrize("activation", ["tanh2", "relu"])
 def test_solve_refuses_when_f_underflows_to_zero_at_an_extreme_n_over_delta(activation: str):
     # n/Δ = 1e600: every snr overflows, F(0) rounds to 0 and no sign change is left to bracket; the overflow (to inf,
-    # whose deficit is its limit 0) is no RuntimeWarning printed before the refusal
+    # whose deficit is its limit 0) is no RuntimeWarning printed before the refusal, which names the cause (it said
+    # "the kernel or readout is degenerate", neither of which is)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(InvalidOptionError, match="^no fixed point found; the kernel or readout is degenerate$"):
+        with pytest.raises(InvalidOptionError, match=r"^n/\(d·delta\) = 1e\+300/1e-300 is past a float's range: raise "
+                                                     r"delta or lower n \(or r\)$"):
             solve(readout("dense", 1), delta=1e-300, d=1, n=1e300, activation=activation)
 
 

@@ -86,3 +86,62 @@ def test_cli_curve_beta_zero_is_a_dense_readout_not_a_division_by_zero(tmp_path:
     fit = json.loads(result.stdout)["fit"]
     assert fit["feature_learning_predicted"] is None  # inf, written as null
     assert fit["reasons"]["feature_learning"]  # no slope there, and the line says why
+
+
+def _dense_onset(delta: float) -> float:
+    """The smallest r at which the dense teacher learns (every snr_i = r/(Delta + eps)): a root with snr s >= lambda_sigma
+    needs r = s*(Delta + g(1) - g(m(s))), so the onset is the minimum of that over s, from the kernel alone."""
+    from scipy.optimize import minimize_scalar
+
+    from wbfe.theory.hermite import kernel
+
+    kern = kernel("tanh2")
+
+    def r_of(x: float) -> float:
+        return math.exp(x) * (delta + float(kern.deficit_at(np.array([math.exp(x)]))[0]))
+
+    xs = np.linspace(math.log(kern.lambda_sigma), math.log(kern.lambda_sigma) + 8, 2000)
+    i = int(np.argmin([r_of(x) for x in xs]))
+    return float(minimize_scalar(r_of, bounds=(xs[max(i - 1, 0)], xs[i + 1]), method="bounded",
+                                 options={"xatol": 1e-12}).fun)
+
+
+def test_scaling_rows_say_when_nothing_is_learned_at_the_onset_edge() -> None:
+    """Below the dense teacher's onset (closed form above) its k_c is 0 at every d: the row now says so; just above
+    it every feature is learned, as its prediction has it, and the row says nothing."""
+    from wbfe.theory.teacher_student import scaling_table
+
+    edge = _dense_onset(0.04)
+    below, above = (next(row for row in scaling_table([20, 40, 80], r=edge * f) if row.family == "dense")
+                    for f in (1 - 1e-6, 1 + 1e-6))
+    assert below.k_c == (0, 0, 0) and above.k_c == (10, 20, 40)
+    assert below.off == ("k_c = 0 at d = 20, 40, 80: no feature is learned (every snr_i stays below lambda_sigma = "
+                         "19.27); the predictions are for learned features: raise r or lower delta")
+    assert above.off == ""
+
+
+def test_scaling_rows_say_when_every_feature_is_learned() -> None:
+    """At r = 1e300 every feature is learned at every d: k_c = k and eps = Delta/r, flat in d. The power beta=1 and
+    exp rows printed slopes 1 and 447 against 0.5 and 2.5 with no note; their predictions need k_c < k."""
+    from wbfe.theory.teacher_student import scaling_table
+
+    rows = {row.family: row for row in scaling_table([20, 40, 80], r=1e300)}
+    for family in ("power beta=1.0", "exp rate=0.2"):
+        assert rows[family].k_c == (10, 20, 40)
+        assert rows[family].off == ("k_c = k at d = 20, 40, 80: every feature is learned (the refinement regime, "
+                                    "k_c growing like d); the predicted slopes are for k_c < k: lower r or raise delta")
+    for family in ("dense", "power beta=0.3", "power beta=0.5", "sparse p=3"):  # k_c = k (or p) is their prediction
+        assert rows[family].off == ""
+    assert all(row.off == "" for row in scaling_table([100, 200, 400], r=4.0))
+
+
+def test_cli_scaling_prints_why_a_row_is_off() -> None:
+    from wbfe_cli.main import app
+
+    out = CliRunner().invoke(app, ["theory", "scaling", "--d-values", "20,40,80", "--r", "1e300"])
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("power beta=1.0"))
+    assert lines[at + 1] == "  off: k_c = k at d = 20, 40, 80: every feature is learned (the refinement regime, " \
+                            "k_c growing like d); the predicted slopes are for k_c < k: lower r or raise delta"
+    assert sum(line.startswith("  off: ") for line in lines) == 2

@@ -285,3 +285,14 @@ def test_a_student_whose_training_diverges_is_refused_not_ranked() -> None:
                                                  r"after 5 epochs at lr 1e\+300; lower the learning rate$"):
         train_student(t, 2, epochs=5, lr=1e300)
     assert math.isfinite(train_student(t, 2, epochs=5, lr=0.01))
+
+
+def test_hmc_names_an_r_that_gives_no_sample_and_words_a_huge_n_short():
+    # r = 1e-300 rounds to n = 0: "n must be a positive finite number, got 0" named an n nobody gave; r = 1e300 printed
+    # its n and the GiB it needs (8e300 x 4 x 8 bytes / 2**30 = 2.38e293) as 300-digit integers
+    with pytest.raises(InvalidOptionError, match=r"^r = 1e-300 gives n = round\(r\*k\*d\) = 0 samples \(k=2, d=4\): "
+                                                 r"raise r$"):
+        hmc_check(r_values=[1e-300], d=4, k=2, seeds=[0])
+    with pytest.raises(InvalidOptionError, match=r"^8e\+300 training and 20000 test samples of dimension 4 need "
+                                                 r"2\.38e\+293 GiB \(limit 4 GiB\); lower n \(r\), n_test or d$"):
+        hmc_check(r_values=[1e300], d=4, k=2, seeds=[0])

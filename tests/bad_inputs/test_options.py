@@ -61,6 +61,7 @@ class OptionCase:
     argv: tuple[str, ...]  # the same through `wbfe score`
     error: type[WbfeError]
     message: str
+    cli_message: str = ""  # the command line's, where it names the option by its flag
 
 
 OPTION_CASES = [
@@ -80,7 +81,7 @@ OPTION_CASES = [
     OptionCase("seed -1", {"seed": -1}, ("--seed", "-1"), InvalidOptionError,
                "seed must be a non-negative integer below 2**32, not -1"),
     OptionCase("min_eigs 0", {"min_eigs": 0}, ("--min-eigs", "0"), InvalidOptionError,
-               "min_eigs must be a positive integer, not 0"),
+               "min_eigs must be a positive integer, not 0", "--min-eigs must be a positive integer, not 0"),
     OptionCase("unknown metric", {"metrics": "bfe,nope"}, ("--metrics", "bfe,nope"), UnknownNameError,
                "unknown metric group 'nope'"),
     OptionCase("catastrophic regex", {"layers": "(a+)+$"}, ("--layers", "(a+)+$"), InvalidOptionError,
@@ -103,7 +104,7 @@ def test_score_option_is_refused_before_reading(case: OptionCase, tmp_path: Path
     with pytest.raises(case.error):
         ScoreOptions(**{k: v for k, v in case.kwargs.items()})
     out = tmp_path / "out.json"
-    assert_one_line(cli("score", missing, *case.argv, "--output", str(out)), case.message)
+    assert_one_line(cli("score", missing, *case.argv, "--output", str(out)), case.cli_message or case.message)
     assert not out.exists()
 
 
@@ -302,6 +303,9 @@ RANK_CASES = [
 if not torch.cuda.is_available():
     RANK_CASES.append(("device cuda without one", {"device": "cuda"}, ("--device", "cuda"),
                        "--device cuda was asked for but no CUDA device is available"))
+# The command line's line where it names the option by its flag, not the library's keyword.
+RANK_CLI = {"n_boot 0": "--n-boot must be a positive integer of at most 10,000,000 (each draw's ρ is kept), not 0",
+            "stats seed -1": "--stats-seed must be a non-negative integer, not -1"}
 
 
 @pytest.mark.parametrize("name,kwargs,argv,message", RANK_CASES, ids=[c[0] for c in RANK_CASES])
@@ -316,7 +320,7 @@ def test_rank_options_are_checked_before_any_model_is_scored(
     assert not (tmp_path / "cache").exists()
     out = tmp_path / "out"
     result = cli("rank", str(spec), "--quiet", "--cache-dir", str(tmp_path / "cache"), "--output", str(out), *argv)
-    assert_one_line(result, message)
+    assert_one_line(result, RANK_CLI.get(name, message))
     assert not out.exists() and not (tmp_path / "cache").exists()
 
 

@@ -133,8 +133,9 @@ def choose_head(
     if hint is not None and hint in names:
         chosen = HeadChoice(hint, "config")
     else:  # steps 3 to 5: the config rules, names, structure
-        chosen = ((_from_config(layers, config) if config else None) or _by_name(layers, skipped)
-                  or _by_structure(layers))
+        rows, held, ties = _with_held(layers, skipped)
+        chosen = ((_from_config(layers, config) if config else None) or _by_name(layers, rows, held, ties)
+                  or _by_structure(rows, held))
     if why and chosen.note is None:
         chosen = HeadChoice(chosen.name, chosen.source, why)
     return chosen
@@ -228,14 +229,20 @@ def _last_with_rows(layers: Sequence[dict[str, Any]], rows: Any, what: str) -> H
                       f"{len(found)} matrices map to {what} ({', '.join(found[-3:])}); the last is taken")
 
 
-def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]) -> Optional[HeadChoice]:
-    names = [layer["name"] for layer in layers]
+def _with_held(layers: Sequence[dict[str, Any]],
+               skipped: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
+    """The rows with the matrices skipped for what they hold (all zero, non-finite, a quantisation not read), those
+    by name with their reasons, and the tied copies by name with what they are tied to. A held matrix is still the
+    model's, in its place in the structure: no other matrix stands in for it as the head."""
     ties = {s["name"]: m.group("name") for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
-    # A matrix skipped for what it holds (all zero, non-finite, a quantisation not read) is still the model's:
-    # named as the head, it is the head, and no other matrix stands in for it.
     held = {s["name"]: str(s.get("reason")) for s in skipped if len(s.get("shape") or ()) >= 2
             and s["name"] not in ties and s.get("reason") != UNSELECTED}
-    rows = [*layers, *({"name": s["name"], "shape": s["shape"], "role": ""} for s in skipped if s["name"] in held)]
+    return [*layers, *({"name": s["name"], "shape": s["shape"], "role": ""} for s in skipped if s["name"] in held)], held, ties
+
+
+def _by_name(layers: Sequence[dict[str, Any]], rows: list[dict[str, Any]], held: dict[str, str],
+             ties: dict[str, str]) -> Optional[HeadChoice]:
+    names = [layer["name"] for layer in layers]
     terminal = set(_terminal_rows(rows))
     # A named head whose output another matrix reads is not the model's output layer.
     candidates = [n for n in [*names, *held] if n in terminal] + [t for t in ties if ties[t] in names]
@@ -250,8 +257,13 @@ def _by_name(layers: Sequence[dict[str, Any]], skipped: Sequence[dict[str, Any]]
     return HeadChoice(best, "name")
 
 
-def _by_structure(layers: Sequence[dict[str, Any]]) -> HeadChoice:
-    terminal = _terminal_rows(layers)
+def _by_structure(rows: list[dict[str, Any]], held: dict[str, str]) -> HeadChoice:
+    terminal = _terminal_rows(rows)
+    # The skipped rows' place in the checkpoint's order among the analysed ones is not known: any of them that
+    # feeds no other matrix may be the head
+    if ends := [f"{name} ({held[name]})" for name in terminal if name in held]:
+        return HeadChoice(None, None, f"no other matrix reads the output of {', '.join(ends)}, which is skipped: the "
+                                      "head by structure is not scored; pass --head NAME to take another matrix")
     if not terminal:
         return HeadChoice(None, None, "no head found by config, name or structure; pass --head NAME")
     note = (f"{len(terminal)} matrices feed no other ({', '.join(terminal[:-1][-3:])}, {terminal[-1]}); "

@@ -48,7 +48,9 @@ def refuse_unless(ok: object, message: str) -> None:
 def check_bytes(floats: int, what: str, fix: str) -> None:
     """Refuse, before allocating, ``floats`` float64 values over :data:`MAX_BYTES` (a MemoryError after minutes)."""
     if floats * 8 > MAX_BYTES:
-        raise InvalidOptionError(f"{what} need {floats * 8 / 2**30:.1f} GiB (limit {MAX_BYTES / 2**30:.0f} GiB); {fix}")
+        gib = floats * 8 / 2**30  # an r of 1e300 needs a 290-digit number of GiB: written short
+        shown = f"{gib:.1f}" if gib < 1e6 else f"{gib:.3g}"
+        raise InvalidOptionError(f"{what} need {shown} GiB (limit {MAX_BYTES / 2**30:.0f} GiB); {fix}")
 
 
 def check_seed(seed: Any, name: str = "seed") -> int:

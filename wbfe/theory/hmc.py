@@ -77,7 +77,7 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
     dev = resolve_device(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     d, n, n_test = int(d), int(n), int(n_test)
-    check_bytes((n + n_test + k) * d, f"{n} training and {n_test} test samples of dimension {d}",
+    check_bytes((n + n_test + k) * d, f"{n:.6g} training and {n_test} test samples of dimension {d}",
                 "lower n (r), n_test or d")
     q, _ = torch.linalg.qr(torch.randn(d, k, generator=gen, dtype=torch.float64))
     w0 = (math.sqrt(d) * q.T).to(dev)
@@ -231,6 +231,7 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
     points = []
     for r in r_values:
         n = int(round(r * k * d))
+        refuse_unless(n >= 1, f"r = {r:g} gives n = round(r*k*d) = 0 samples (k={k}, d={d}): raise r")
         sol = solve(v, delta=delta, d=d, n=n, activation=activation)
         rows = sol.k_c if informed_rows is None else informed_rows
         vals, acc = [], []

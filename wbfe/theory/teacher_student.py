@@ -184,6 +184,10 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
     n_val = float(n_given)
     n_over_d = n_val / d
     v2 = v**2
+    # Where an snr passes float64's range its deficit is 0, not ~1/snr: F falls to 0 below some ε (1e-309 at
+    # delta 1e-320), a false crossing, or (every snr inf) no crossing at all
+    refuse_unless(math.isfinite(n_over_d * float(v2.max()) / delta), f"n/(d·delta) = {n_over_d:.3g}/{delta:.3g} "
+                  "is past a float's range: raise delta or lower n (or r)")
     e_max = kern.g1 * float(v2.sum())
 
     def h(eps: np.ndarray) -> np.ndarray:
@@ -199,12 +203,7 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
         breaks * (1 - 1e-12), breaks * (1 + 1e-12),
     ]))
     roots, kinds, jumps = _roots(h, grid, e_max)
-    # h(0) > 0 >= h(e_max), unless F(0) underflows to 0 (n/Δ past a float: every snr is inf)
-    refuse_unless(roots, "no fixed point found; the kernel or readout is degenerate")
-    # Where an snr passes float64's range its deficit is 0, not ~1/snr: F falls to 0 below some ε (1e-309 at
-    # delta 1e-320), a false crossing that was reported as ε^BO
-    refuse_unless(math.isfinite(n_over_d * float(v2.max()) / delta), f"n/(d·delta) = {n_over_d:.3g}/{delta:.3g} "
-                  "is past a float's range: raise delta or lower n (or r)")
+    refuse_unless(roots, "no fixed point found; the kernel or readout is degenerate")  # h(0) > 0 >= h(e_max)
     eps = roots[0]
     snr = n_over_d * v2 / (delta + eps)
     q = kern.m(snr)
@@ -339,6 +338,7 @@ class ScalingRow:
     d: tuple[int, ...]
     k_c: tuple[int, ...]
     eps: tuple[float, ...]
+    off: str = ""  # why the predictions do not hold at these settings ("" where they do)
     to_dict = fields_dict  # a JSON-ready dict
 
 
@@ -353,6 +353,20 @@ SCALING_FAMILIES: tuple[tuple[str, str, dict, float, float, str], ...] = (
     ("exp rate=0.2", "exp", {"rate": 0.2}, 2.5, -1.0, "k_c ~ ln(d)/(2c): slope vs ln d; eps ~ log(d)/d"),
     ("sparse p=3", "sparse", {"nonzeros": 3}, 0.0, -1.0, "k_c = p, eps ~ p*d/n ~ 1/d"),
 )
+# The families whose predictions have the cut-off inside the teacher, k_c < k (feature learning, not refinement).
+_BELOW_K = ("power beta=1.0", "exp rate=0.2")
+
+
+def _off(label: str, d_values: Sequence[int], kcs: Sequence[int], ks: Sequence[int], lambda_sigma: float) -> str:
+    """Why a family's predicted slopes do not apply at these settings: a d where no feature is learned, or (for
+    the families of :data:`_BELOW_K`) one where every feature is; "" where they apply."""
+    none = [str(d) for d, kc in zip(d_values, kcs) if kc == 0]
+    if none:
+        return (f"k_c = 0 at d = {', '.join(none)}: no feature is learned (every snr_i stays below lambda_sigma = "
+                f"{lambda_sigma:.4g}); the predictions are for learned features: raise r or lower delta")
+    every = [str(d) for d, kc, k in zip(d_values, kcs, ks) if kc == k and label in _BELOW_K]
+    return (f"k_c = k at d = {', '.join(every)}: every feature is learned (the refinement regime, k_c growing like "
+            "d); the predicted slopes are for k_c < k: lower r or raise delta") if every else ""
 
 
 def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5, delta: float = 0.04,
@@ -373,10 +387,11 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
     refuse_unless(k_min >= need, f"d = {min(d_values)} and gamma = {gamma:g} give k = round(gamma*d) = {k_min} teacher "
                   f"unit(s); the scaling table needs k >= {need}: raise the smallest d or gamma")
     kern = kernel(activation)
+    ks = [max(int(round(gamma * d)), 1) for d in d_values]
     rows = []
     for label, kind, opts, kc_pred, eps_pred, note in SCALING_FAMILIES:
-        sols = [solve(readout(kind, max(int(round(gamma * d)), 1), **opts), delta=delta, d=int(d), r=r, kern=kern,
-                      grid_points=300) for d in d_values]
+        sols = [solve(readout(kind, k, **opts), delta=delta, d=int(d), r=r, kern=kern, grid_points=300)
+                for k, d in zip(ks, d_values)]
         kcs, epss = [sol.k_c for sol in sols], [sol.eps for sol in sols]
         dd = np.asarray(d_values, dtype=np.float64)
         kc_arr = np.asarray(kcs, dtype=np.float64)
@@ -385,5 +400,6 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
         else:
             axis, kc_slope = "log-log", fit_slope(dd, kc_arr) if np.all(kc_arr > 0) else math.nan
         rows.append(ScalingRow(label, axis, kc_slope, kc_pred, fit_slope(dd, np.asarray(epss)), eps_pred, note,
-                               tuple(int(x) for x in d_values), tuple(kcs), tuple(float(e) for e in epss)))
+                               tuple(int(x) for x in d_values), tuple(kcs), tuple(float(e) for e in epss),
+                               _off(label, d_values, kcs, ks, kern.lambda_sigma)))
     return rows

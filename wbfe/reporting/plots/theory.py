@@ -15,6 +15,9 @@ from wbfe.reporting.plots.canvas import new_axes, save
 __all__ = ["plot_staircase", "plot_eps", "plot_kc", "plot_hmc", "plot_student"]
 
 _SIZE = (6.0, 4.2)
+# r (and ε) are drawn as log10 values on linear axes: matplotlib's log axis over a sweep of ~600 decades overflowed
+# (its margins and decade ticks past float64's range: warnings, limits fallen back to 1..10, or an OverflowError).
+_LOG_R = "log10 r, r = n/(kd)"
 
 
 def plot_staircase(sw: Any, path: PathLike, *, max_features: int = 40) -> Path:
@@ -23,8 +26,8 @@ def plot_staircase(sw: Any, path: PathLike, *, max_features: int = 40) -> Path:
     # Log-spaced feature indices: the early transitions are the informative ones.
     idx = np.unique(np.geomspace(1, sw.k, min(max_features, sw.k)).astype(int)) - 1
     for i in idx:
-        ax.plot(sw.r, sw.q[:, i], lw=1.0)
-    ax.set(xscale="log", xlabel="r = n/(kd)", ylabel="overlap q_i",
+        ax.plot(np.log10(sw.r), sw.q[:, i], lw=1.0)
+    ax.set(xlabel=_LOG_R, ylabel="overlap q_i",
            title=f"overlaps of {len(idx)} of k={sw.k} features (log-spaced i); q_sigma={sw.q_sigma:.3f}")
     return save(fig, path, dpi=110, tight=True)
 
@@ -32,7 +35,7 @@ def plot_staircase(sw: Any, path: PathLike, *, max_features: int = 40) -> Path:
 def plot_eps(sw: Any, fit: Any, path: PathLike) -> Path:
     """ε against r (log-log) with the fitted and predicted slopes of the two regimes."""
     fig, ax = new_axes(_SIZE)
-    ax.loglog(sw.r, sw.eps, "k-", lw=1.2, label="eps^BO (fixed point)")
+    ax.plot(np.log10(sw.r), np.log10(sw.eps), "k-", lw=1.2, label="eps^BO (fixed point)")
     if fit is not None:
         for name, color in (("feature_learning", "tab:blue"), ("refinement", "tab:red")):
             slope = getattr(fit, name)
@@ -41,14 +44,13 @@ def plot_eps(sw: Any, fit: Any, path: PathLike) -> Path:
             if not math.isfinite(slope):
                 continue
             mask = (sw.n >= lo) & (sw.n <= hi)
-            r_win, e_win = sw.r[mask], sw.eps[mask]
-            anchor_r, anchor_e = math.sqrt(r_win[0] * r_win[-1]), math.exp(np.mean(np.log(e_win)))
-            xs = np.array([r_win[0], r_win[-1]])
-            ax.loglog(xs, anchor_e * (xs / anchor_r) ** slope, "-", color=color, lw=2.5, alpha=0.6,
-                      label=f"{name}: fitted {slope:.3f}")
-            ax.loglog(xs, anchor_e * (xs / anchor_r) ** pred, "--", color=color, lw=1.2,
-                      label=f"{name}: predicted {pred:.3f}")
-    ax.set(xlabel="r = n/(kd)", ylabel="eps")
+            log_r, log_e = np.log10(sw.r[mask]), np.log10(sw.eps[mask])
+            xs = log_r[[0, -1]]
+            ax.plot(xs, log_e.mean() + slope * (xs - xs.mean()), "-", color=color, lw=2.5, alpha=0.6,
+                    label=f"{name}: fitted {slope:.3f}")
+            ax.plot(xs, log_e.mean() + pred * (xs - xs.mean()), "--", color=color, lw=1.2,
+                    label=f"{name}: predicted {pred:.3f}")
+    ax.set(xlabel=_LOG_R, ylabel="log10 eps")
     ax.legend(fontsize=7)
     return save(fig, path, dpi=110, tight=True)
 
@@ -56,12 +58,11 @@ def plot_eps(sw: Any, fit: Any, path: PathLike) -> Path:
 def plot_kc(sw: Any, path: PathLike) -> Path:
     """The effective width k_c against r."""
     fig, ax = new_axes(_SIZE)
-    ax.step(sw.r, sw.k_c, where="post", color="k")
-    ax.set_xscale("log")
+    ax.step(np.log10(sw.r), sw.k_c, where="post", color="k")
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylim(0, 1.5 * max(sw.k, 1))
     ax.axhline(sw.k, color="gray", ls=":", lw=1)
-    ax.set(xlabel="r = n/(kd)", ylabel=f"k_c (teacher width k = {sw.k})")
+    ax.set(xlabel=_LOG_R, ylabel=f"k_c (teacher width k = {sw.k})")
     return save(fig, path, dpi=110, tight=True)
 
 

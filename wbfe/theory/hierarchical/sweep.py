@@ -145,6 +145,12 @@ def _predictions(teachers: list[HierarchicalTeacher], alphas: np.ndarray, ns: li
     in_range = np.array([1 <= m <= max(1, p // 2) for m in m_fin])
     const = theory.fit_tail_constant(nmse[in_range], tails[in_range])
     n_arr = np.array(ns, dtype=np.float64)
+    fitted = theory.loglog_slope(n_arr[in_range], nmse[in_range])
+    top = max(1, p // 2)
+    why = "" if not math.isnan(fitted) else (
+        f"{int(in_range.sum())} point(s) with 1 to {top} feature(s) recovered by the finite-d prediction (it has "
+        f"{m_fin[0]} at alpha {alphas[0]:.3g} and {m_fin[-1]} at {alphas[-1]:.3g}), of more than one n; 2 are "
+        "needed: move or widen --alpha-min/--alpha-max, or raise --points")
     return {
         "alpha_thresholds": theory.leading_thresholds(d, p, gamma),
         "alpha_thresholds_finite_d": onset,
@@ -169,7 +175,8 @@ def _predictions(teachers: list[HierarchicalTeacher], alphas: np.ndarray, ns: li
                                                            activation=t.activation) for t in teachers])),
         "slope_alpha_range": [float(alphas[in_range].min()), float(alphas[in_range].max())]
         if in_range.any() else [math.nan, math.nan],
-        "fitted_slope": theory.loglog_slope(n_arr[in_range], nmse[in_range]),
+        "fitted_slope": fitted,
+        "slope_reason": why,  # why the fitted slope is NaN ("" when it is not)
         "tail_slope": theory.loglog_slope(n_arr[in_range], tails[in_range]),
         "finite_d_slope": theory.loglog_slope(n_arr[in_range], nmse_fin[in_range]),
     }
