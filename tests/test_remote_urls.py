@@ -1,0 +1,43 @@
+"""What a URL names, as a user hits it: a signed index URL (its query carried to each shard), a server that sends
+no validator (a swap between two reads must not mix files), and the answers a server may give to a range request.
+Served from the loopback server of tests/remote_server.py, never the network."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import wbfe
+from tests.ray_zoo import make_sharded
+from tests.remote_server import Server, isolated_hub
+from wbfe.sources import http_range
+from wbfe.sources.http_range import RetryPolicy
+
+SIGNED = "X-Amz-Signature=abc%2Fdef&X-Amz-Expires=60"
+
+
+@pytest.fixture()
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    isolated_hub(monkeypatch, tmp_path)
+    monkeypatch.setattr(http_range, "DEFAULT_POLICY", RetryPolicy(attempts=2, backoff=0.001, timeout=5.0))
+    with Server() as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "downloaded"])
+def test_a_signed_index_url_signs_every_shard_it_names(tmp_path: Path, server: Server, stream: bool) -> None:
+    """The index's query (a pre-signed URL's signature, a token) goes with each shard's URL: the server refuses
+    any request without it, and the score equals the local folder's."""
+    folder = make_sharded(tmp_path / "sharded")
+    for path in folder.iterdir():
+        server.state.files[f"/org/{path.name}"] = path.read_bytes()
+    server.state.query = SIGNED
+    got = wbfe.score(server.url(f"/org/model.safetensors.index.json?{SIGNED}"), stream=stream, metrics="bfe")
+    assert {r.status for r in server.state.log} <= {200, 206}
+    shards = set(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values())
+    assert {r.path for r in server.state.log} >= {f"/org/{name}" for name in shards}
+    local = wbfe.score(str(folder), metrics="bfe")
+    assert (got.layers, got.skipped) == (local.layers, local.skipped)  # a URL's config.json is not fetched
