@@ -13,6 +13,8 @@ import pytest
 import wbfe
 from tests.ray_zoo import make_sharded
 from tests.remote_server import Server, isolated_hub
+from tests.test_remote_stream import make_checkpoint, same_scores
+from wbfe.errors import RangeNotSupportedError
 from wbfe.sources import http_range
 from wbfe.sources.http_range import RetryPolicy
 
@@ -41,3 +43,20 @@ def test_a_signed_index_url_signs_every_shard_it_names(tmp_path: Path, server: S
     assert {r.path for r in server.state.log} >= {f"/org/{name}" for name in shards}
     local = wbfe.score(str(folder), metrics="bfe")
     assert (got.layers, got.skipped) == (local.layers, local.skipped)  # a URL's config.json is not fetched
+
+
+def test_a_file_served_without_a_validator_is_not_streamed_but_downloaded(tmp_path: Path, server: Server) -> None:
+    """Neither ETag nor Last-Modified: a file swapped for another of the same size between two range reads could
+    not be seen, so --stream refuses it after the header's read, and by default it is downloaded whole."""
+    local = make_checkpoint(tmp_path / "m.safetensors")
+    server.state.files["/m.safetensors"] = local.read_bytes()
+    server.state.validators = False
+    server.state.faults.extend([("/m.safetensors", "none"), ("/m.safetensors", "change")])  # swapped after the header
+    with pytest.raises(RangeNotSupportedError, match=r"m\.safetensors: the server sends neither ETag nor Last-Modif"
+                                                     r"ied.*score it without --stream to download it") as info:
+        wbfe.score(server.url("/m.safetensors"), stream=True)
+    assert "\n" not in str(info.value) and len(server.state.log) == 1
+    server.state.faults.clear()
+    server.state.files["/m.safetensors"] = local.read_bytes()
+    same_scores(wbfe.score(server.url("/m.safetensors")), wbfe.score(str(local)))
+    assert [r.status for r in server.state.log[2:] if r.status == 206] == []  # after the header: read whole

@@ -100,6 +100,10 @@ class RemoteFile(RangedFile):
     def head(self, nbytes: int = FIRST_READ) -> bytes:
         out = bytearray(nbytes)
         got = self._fetch(0, nbytes, memoryview(out), first=True)
+        if self.identity is None and (self.size or 0) > got:  # more reads to come, none of them checkable
+            raise RangeNotSupportedError.at(
+                self.name, "the server sends neither ETag nor Last-Modified, so a file swapped for another of the "
+                "same size between two range reads would go unseen; score it without --stream to download it")
         return bytes(out[:got])
 
     def read_into(self, start: int, into: memoryview) -> None:
@@ -255,10 +259,11 @@ class RemoteFile(RangedFile):
 
     def read_all(self, limit: int) -> bytes:
         """The whole file, when it has at most ``limit`` bytes, in one pinned range read."""
-        data = self.head(limit + 1)
-        if len(data) > limit:
+        out = bytearray(limit + 1)
+        got = self._fetch(0, limit + 1, memoryview(out), first=True)  # one read: nothing to pin it against
+        if got > limit:
             raise RemoteReadError.at(self.name, f"larger than {limit} bytes")
-        return data
+        return bytes(out[:got])
 
 
 def _number(text: str | None, kind: type = int) -> Any:
