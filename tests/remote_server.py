@@ -4,6 +4,7 @@ does), a log of every request, and faults injected on demand."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
@@ -201,6 +202,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "bad_range":  # the bytes one further on, labelled as such
             body = data[first + 1:last + 2]
             shown = (first + 1, first + len(body))
+        if fault == "gzip":  # compressed although the client asked for identity
+            body = gzip.compress(body)
+            base["Content-Encoding"] = "gzip"
         length = len(body) - 10 if fault == "short" else len(body)
         logged = self._log(path, 206, 0)  # before the answer: see _plain
         self.send_response(206)

@@ -14,7 +14,7 @@ import wbfe
 from tests.ray_zoo import make_sharded
 from tests.remote_server import Server, isolated_hub
 from tests.test_remote_stream import make_checkpoint, same_scores
-from wbfe.errors import RangeNotSupportedError
+from wbfe.errors import RangeNotSupportedError, RemoteReadError
 from wbfe.sources import http_range
 from wbfe.sources.http_range import RetryPolicy
 
@@ -60,3 +60,14 @@ def test_a_file_served_without_a_validator_is_not_streamed_but_downloaded(tmp_pa
     server.state.files["/m.safetensors"] = local.read_bytes()
     same_scores(wbfe.score(server.url("/m.safetensors")), wbfe.score(str(local)))
     assert [r.status for r in server.state.log[2:] if r.status == 206] == []  # after the header: read whole
+
+
+def test_a_range_sent_compressed_is_refused_at_once(tmp_path: Path, server: Server) -> None:
+    """Content-Encoding gzip on a range (asked for identity): its bytes are not the file's, and a retry would get
+    the same, so the first answer is an error that says so (it was retried six times as a wrong length)."""
+    server.state.files["/m.safetensors"] = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
+    server.state.faults.extend([("/m.safetensors", "none"), ("/m.safetensors", "gzip!")])
+    with pytest.raises(RemoteReadError, match=r"m\.safetensors: the server compressed the range asked for "
+                                              r"\(Content-Encoding: gzip\)"):
+        wbfe.score(server.url("/m.safetensors"), stream=True)
+    assert len(server.state.log) == 2

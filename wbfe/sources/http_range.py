@@ -192,6 +192,11 @@ class RemoteFile(RangedFile):
             raise _Retry(f"HTTP {status}", _number(response.headers.get("Retry-After"), float))
         if status not in (200, 206):
             raise RemoteReadError.at(self.name, f"the server answered HTTP {status}")
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):  # not the file's bytes, and a retry would get the same
+            raise RangeNotSupportedError.at(
+                self.name, f"the server compressed the range asked for (Content-Encoding: {encoding[:40]}) although "
+                "asked not to, so it cannot be streamed; score it without --stream to download it")
         # The commit any hop named (the hub's resolve route answers with a redirect to its storage).
         commit = next((r.headers["X-Repo-Commit"] for r in (*response.history, response)
                        if "X-Repo-Commit" in r.headers), None)
