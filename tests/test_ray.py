@@ -106,7 +106,8 @@ def test_tasks_still_running_are_cancelled_when_the_caller_stops_on_a_refusal() 
 
 
 def test_task_resources_come_from_the_device_and_the_largest_tensor(tmp_path: Path) -> None:
-    from wbfe.executors.ray_cluster import largest_tensor_elements, task_resources
+    from wbfe.executors.ray_cluster import task_resources
+    from wbfe.executors.ray_score import largest_tensor_elements
 
     spec = make_zoo(tmp_path / "zoo", 1, width=48)
     largest = largest_tensor_elements(str(spec.parent / "m0.safetensors"))
@@ -256,8 +257,7 @@ def test_a_folder_is_sized_and_split_by_the_files_a_local_score_reads(tmp_path: 
     import torch
     from safetensors.torch import save_file
 
-    from wbfe.executors.ray_cluster import largest_tensor_elements
-    from wbfe.executors.ray_score import plan_parts
+    from wbfe.executors.ray_score import largest_tensor_elements, plan_parts
 
     folder = tmp_path / "m"
     folder.mkdir()

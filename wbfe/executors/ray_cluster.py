@@ -7,20 +7,14 @@ import math
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from wbfe._config import user_path
-from wbfe.errors import CorruptCheckpointError, InvalidOptionError, MissingDependencyError, WbfeError
+from wbfe.errors import InvalidOptionError, MissingDependencyError
 from wbfe.executors import RAY_INSTALL
 from wbfe.render.diagnostics import route_logger
-from wbfe.sources.local import open_path, pick_weight_files
 from wbfe.sources.object_bound import format_size
-from wbfe.sources.registry import folder_kinds
-from wbfe.sources.safetensors_files import SafetensorsSource
 
-__all__ = ["connect", "node_of_this_task", "task_resources", "run_tasks", "largest_tensor_elements", "numel",
-           "local_safetensors",
+__all__ = ["connect", "node_of_this_task", "task_resources", "run_tasks", "numel",
            "Progress", "SYSTEM_ERRORS", "format_size"]
 
 # Exceptions a rerun elsewhere may cure (a flaky network filesystem); a WbfeError never reaches Ray.
@@ -68,40 +62,6 @@ def node_of_this_task() -> str:
     except Exception:  # noqa: BLE001 - the IP only decorates the message
         ip = "?"
     return f"node {node_id[:12]} ({ip})"
-
-
-def local_safetensors(ref: Any) -> Optional[SafetensorsSource]:
-    """The reader a local score opens for ``ref`` (its headers read, its shards pinned) where that is a local
-    safetensors checkpoint: a file, an index, or a folder whose weight files, as a local score picks them, are
-    either; None for anything else, before any of it is read."""
-    if not isinstance(ref, (str, Path)):
-        return None
-    path = user_path(ref)
-    try:
-        chosen = [path.name] if path.is_file() else pick_weight_files(sorted(p.name for p in path.iterdir()))
-    except (OSError, CorruptCheckpointError):  # nothing there, or a folder a local score refuses: it says why
-        return None
-    if not chosen or not chosen[0].endswith((".safetensors", ".safetensors.index.json")) or any(
-            kind.claims(path) for kind in folder_kinds()):
-        return None
-    source = open_path(path, ref=str(ref))
-    if isinstance(source, SafetensorsSource):
-        return source
-    source.close()
-    return None
-
-
-def largest_tensor_elements(ref: Any) -> Optional[int]:
-    """Elements of the largest tensor of a local safetensors checkpoint, from the headers a local score reads;
-    None for anything whose sizes cannot be read that cheaply."""
-    try:
-        source = local_safetensors(ref)
-    except WbfeError:  # the task itself reports an unreadable checkpoint
-        return None
-    if source is None:
-        return None
-    with source:
-        return max((numel(info["shape"]) for _, _, header in source._plan for info in header.values()), default=None)
 
 
 def numel(shape: Any) -> int:

@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from wbfe.executors import ExecutorOptions, Outcome, ScoreHere, Task, failure_reason
-from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, largest_tensor_elements, node_of_this_task,
-                                        run_tasks)
-from wbfe.executors.ray_score import score_on_ray
+from wbfe.executors.ray_cluster import SYSTEM_ERRORS, Progress, connect, node_of_this_task, run_tasks
+from wbfe.executors.ray_score import largest_tensor_elements, score_on_ray
 
 __all__ = ["RayExecutor"]
 

@@ -15,15 +15,18 @@ from wbfe import engine
 from wbfe.engine.matrices import Skip
 from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.ties import full_digest
-from wbfe.errors import WbfeError
+from wbfe._config import user_path
+from wbfe.errors import CorruptCheckpointError, WbfeError
 from wbfe.executors import ExecutorOptions, ScoreHere
-from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, local_safetensors, node_of_this_task, numel,
-                                        run_tasks, task_resources)
+from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, node_of_this_task, numel, run_tasks,
+                                        task_resources)
 from wbfe.options import ScoreOptions
 from wbfe.sources import combine_digests, open_source
+from wbfe.sources.local import open_path, pick_weight_files
+from wbfe.sources.registry import folder_kinds
 from wbfe.sources.safetensors_files import SafetensorsSource, changed_while_read, pinned_sha256
 
-__all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES"]
+__all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES", "largest_tensor_elements", "local_safetensors"]
 
 PART_BYTES = 2 * 2**30
 """A single safetensors file larger than this is split into groups of tensors of about this size."""
@@ -42,6 +45,36 @@ class Part:
     largest: int
     nbytes: int = 0
     pins: Optional[dict[str, tuple[int, ...]]] = None
+
+
+def local_safetensors(ref: Any) -> Optional[SafetensorsSource]:
+    """The reader a local score opens for ``ref`` (its headers read, its shards pinned) where that is a local
+    safetensors checkpoint: a file, an index, or a folder whose weight files, as a local score picks them, are
+    either; None for anything else, before any of it is read."""
+    if not isinstance(ref, (str, Path)):
+        return None
+    path = user_path(ref)
+    try:
+        chosen = [path.name] if path.is_file() else pick_weight_files(sorted(p.name for p in path.iterdir()))
+    except (OSError, CorruptCheckpointError):  # nothing there, or a folder a local score refuses: it says why
+        return None
+    if not chosen or not chosen[0].endswith((".safetensors", ".safetensors.index.json")) or any(
+            kind.claims(path) for kind in folder_kinds()):
+        return None
+    source = open_path(path, ref=str(ref))
+    if isinstance(source, SafetensorsSource):
+        return source
+    source.close()
+    return None
+
+
+def largest_tensor_elements(ref: Any) -> Optional[int]:
+    """Elements of the largest tensor of a local safetensors checkpoint, from the headers a local score reads;
+    None for anything whose sizes cannot be read that cheaply."""
+    try:
+        return max((part.largest for part in plan_parts(ref) or ()), default=None)
+    except WbfeError:  # the task itself reports an unreadable checkpoint
+        return None
 
 
 def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
