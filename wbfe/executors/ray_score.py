@@ -55,8 +55,8 @@ def local_safetensors(ref: Any) -> Optional[SafetensorsSource]:
         return None
     path = user_path(ref)
     try:
-        chosen = [path.name] if path.is_file() else pick_weight_files(sorted(p.name for p in path.iterdir()))
-    except (OSError, CorruptCheckpointError):  # nothing there, or a folder a local score refuses: it says why
+        chosen = [path.name] if path.is_file() else pick_weight_files(p.name for p in path.iterdir())
+    except (OSError, ValueError, CorruptCheckpointError):  # nothing there, or a folder a local score refuses
         return None
     if not chosen or not chosen[0].endswith((".safetensors", ".safetensors.index.json")) or any(
             kind.claims(path) for kind in folder_kinds()):
