@@ -45,7 +45,8 @@ class State:
     honour_if_match: bool = True
     token: str | None = None  # the hub's resolve route wants "Bearer <token>" when set
     query: str | None = None  # a plain file is refused (403) unless asked for with this query (a signed URL)
-    validators: bool = True  # False: no ETag (nor Last-Modified) is sent
+    validators: bool = True  # False: no ETag is sent (nor Last-Modified, unless last_modified names one)
+    last_modified: dict[str, str] = field(default_factory=dict)  # URL path -> its Last-Modified, where one is sent
     # (path substring, fault) pairs, each used once by the first request whose path holds it; a
     # fault ending in "!" stays (every such request meets it).
     faults: list[tuple[str, str]] = field(default_factory=list)
@@ -185,6 +186,8 @@ class _Handler(BaseHTTPRequestHandler):
         base = {"ETag": etag, "Accept-Ranges": "bytes", **(headers or {})}
         if not self.state.validators:
             del base["ETag"]
+        if path in self.state.last_modified:
+            base["Last-Modified"] = self.state.last_modified[path]
         if path in self.state.types:
             base["Content-Type"] = self.state.types[path]
         match = _RANGE.match(self.headers.get("Range") or "")

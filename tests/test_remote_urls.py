@@ -71,3 +71,18 @@ def test_a_range_sent_compressed_is_refused_at_once(tmp_path: Path, server: Serv
                                               r"\(Content-Encoding: gzip\)"):
         wbfe.score(server.url("/m.safetensors"), stream=True)
     assert len(server.state.log) == 2
+
+
+def test_a_downloaded_url_re_uploaded_with_the_same_size_is_fetched_again(tmp_path: Path, server: Server) -> None:
+    """A server that sends Last-Modified but no ETag: the copy is keyed on it, so a file replaced by another of
+    the same size is downloaded again (the copy was keyed on the URL and the size alone, and the old one scored)."""
+    first = make_checkpoint(tmp_path / "a" / "m.safetensors")
+    data = first.read_bytes()
+    other = tmp_path / "b" / "m.safetensors"
+    other.parent.mkdir()
+    other.write_bytes(data[:-4] + bytes(4))  # the head's last value changed: the same size
+    server.state.validators = False
+    for path, when in ((first, "Mon, 07 Dec 2026 00:00:00 GMT"), (other, "Mon, 07 Dec 2026 00:05:00 GMT")):
+        server.state.files["/m.safetensors"] = path.read_bytes()
+        server.state.last_modified["/m.safetensors"] = when
+        same_scores(wbfe.score(server.url("/m.safetensors"), stream=False), wbfe.score(str(path)))

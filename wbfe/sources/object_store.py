@@ -31,9 +31,11 @@ URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S
 FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
 
 # What stores report of an object that changes when its content does (s3: ETag, LastModified; gcs:
-# md5Hash, generation, updated; local and memory: mtime / created; hf://: blob_id). Size is always compared.
+# md5Hash, generation, updated; local and memory: mtime / created; hf://: blob_id; http(s):// the headers).
+# Size is always compared.
 _IDENTITY = ("size", "ETag", "etag", "md5Hash", "generation", "mtime", "LastModified", "last_modified",
-             "updated", "created", "ino", "version_id", "VersionId", "blob_id")
+             "updated", "created", "ino", "version_id", "VersionId", "blob_id", "Last-Modified", "Content-MD5",
+             "Digest")
 NAME_A_FILE = ("name a checkpoint file or a shard index in it, e.g. .../model.safetensors or "
                ".../model.safetensors.index.json")
 
