@@ -291,3 +291,22 @@ def test_a_file_re_saved_between_two_parts_is_refused_never_mixed(tmp_path: Path
     monkeypatch.setattr(ray_score, "run_tasks", one_after_another)
     with pytest.raises(CorruptCheckpointError, match=r"m0\.safetensors: changed while being read"):
         ray_score.score_on_ray(path, ScoreOptions(), ExecutorOptions("ray"), score_here, part_bytes=1)
+
+
+def test_a_refusal_that_is_an_oserror_is_a_failed_model_never_retried(local_ray: None) -> None:
+    """SourceNotFoundError (a 404, a missing object) is an OSError too: a model's task returns it as its failure,
+    as every refusal, instead of raising it for Ray to rerun (three more tries of a verdict); a plain OSError is
+    still raised for Ray to retry elsewhere."""
+    from wbfe.errors import RemoteReadError
+    from wbfe.executors.ray_executor import _run_task
+
+    def refused() -> None:
+        raise RemoteReadError("http://host/m.safetensors: not found (HTTP 404)")
+
+    def flaky() -> None:
+        raise ConnectionResetError("reset by peer")
+
+    answer = _run_task(refused, ())
+    assert answer["error"] == "RemoteReadError: http://host/m.safetensors: not found (HTTP 404)"
+    with pytest.raises(ConnectionResetError):
+        _run_task(flaky, ())
