@@ -43,6 +43,9 @@ def test_a_signed_index_url_signs_every_shard_it_names(tmp_path: Path, server: S
     assert {r.path for r in server.state.log} >= {f"/org/{name}" for name in shards}
     local = wbfe.score(str(folder), metrics="bfe")
     assert (got.layers, got.skipped) == (local.layers, local.skipped)  # a URL's config.json is not fetched
+    if stream:  # a signature refused: the message says the query was sent
+        with pytest.raises(RemoteReadError, match=r"access refused \(HTTP 403\); the URL's query was sent with it"):
+            wbfe.score(server.url("/org/model.safetensors.index.json?X-Amz-Signature=old"), stream=True)
 
 
 def test_a_file_served_without_a_validator_is_not_streamed_but_downloaded(tmp_path: Path, server: Server) -> None:

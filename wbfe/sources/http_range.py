@@ -172,8 +172,8 @@ class RemoteFile(RangedFile):
         if status in (404, 410):
             raise RemoteReadError.at(self.name, f"not found (HTTP {status})")
         if status in (401, 403) and not self._hub:  # HF_TOKEN would change nothing: a URL is sent no credentials
-            sent = ("the query of the URL named was sent (a pre-signed URL signs one file, not its shards)" if
-                    "?" in self.url else "wbfe sends no credentials with a URL")
+            sent = ("the URL's query was sent with it (a signature may have expired, or sign one file, not the "
+                    "shards beside it)" if "?" in self.url else "wbfe sends no credentials with a URL")
             raise RemoteReadError.at(self.name, f"access refused (HTTP {status}); {sent}: name a hub model as "
                                      "org/name (HF_TOKEN is sent), a bucket as s3://... or gs://... (the store's "
                                      "credentials are used)")
