@@ -4,6 +4,7 @@ does), a log of every request, and faults injected on demand."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
@@ -43,6 +44,9 @@ class State:
     ignore_range: bool = False
     honour_if_match: bool = True
     token: str | None = None  # the hub's resolve route wants "Bearer <token>" when set
+    query: str | None = None  # a plain file is refused (403) unless asked for with this query (a signed URL)
+    validators: bool = True  # False: no ETag is sent (nor Last-Modified, unless last_modified names one)
+    last_modified: dict[str, str] = field(default_factory=dict)  # URL path -> its Last-Modified, where one is sent
     # (path substring, fault) pairs, each used once by the first request whose path holds it; a
     # fault ending in "!" stays (every such request meets it).
     faults: list[tuple[str, str]] = field(default_factory=list)
@@ -104,6 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
                         return self._serve(path, data, fault)
             return self._plain(path, 404, b"no such blob")
         data = self.state.files.get(path)
+        if self.state.query is not None and urlsplit(self.path).query != self.state.query:
+            return self._plain(path, 403, b"signature missing")
         if data is None:
             return self._plain(path, 404, b"not found")
         if fault == "change":  # a new version of the file from this request on
@@ -178,6 +184,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, path: str, data: bytes, fault: str | None, headers: dict[str, str] | None = None) -> None:
         etag = etag_of(data)
         base = {"ETag": etag, "Accept-Ranges": "bytes", **(headers or {})}
+        if not self.state.validators:
+            del base["ETag"]
+        if path in self.state.last_modified:
+            base["Last-Modified"] = self.state.last_modified[path]
         if path in self.state.types:
             base["Content-Type"] = self.state.types[path]
         match = _RANGE.match(self.headers.get("Range") or "")
@@ -195,6 +205,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "bad_range":  # the bytes one further on, labelled as such
             body = data[first + 1:last + 2]
             shown = (first + 1, first + len(body))
+        if fault == "gzip":  # compressed although the client asked for identity
+            body = gzip.compress(body)
+            base["Content-Encoding"] = "gzip"
         length = len(body) - 10 if fault == "short" else len(body)
         logged = self._log(path, 206, 0)  # before the answer: see _plain
         self.send_response(206)

@@ -106,7 +106,8 @@ def test_tasks_still_running_are_cancelled_when_the_caller_stops_on_a_refusal() 
 
 
 def test_task_resources_come_from_the_device_and_the_largest_tensor(tmp_path: Path) -> None:
-    from wbfe.executors.ray_cluster import largest_tensor_elements, task_resources
+    from wbfe.executors.ray_cluster import task_resources
+    from wbfe.executors.ray_score import largest_tensor_elements
 
     spec = make_zoo(tmp_path / "zoo", 1, width=48)
     largest = largest_tensor_elements(str(spec.parent / "m0.safetensors"))
@@ -248,3 +249,64 @@ def test_intra_and_conv_fft_on_ray_equal_local(tmp_path: Path, local_ray: None) 
         assert split == score_here(path, options).to_dict()
     assert [row["name"] for row in split["layers"] if row["role"] == "intra"] == ["a.weight X b.weight",
                                                                                  "b.weight X c.weight"]
+
+
+def test_a_folder_is_sized_and_split_by_the_files_a_local_score_reads(tmp_path: Path) -> None:
+    """model.safetensors beside stray shards: a local score reads model.safetensors alone, so its tensors are
+    the parts and its largest tensor sizes a task's memory (every *.safetensors of the folder was counted)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from wbfe.executors.ray_score import largest_tensor_elements, plan_parts
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    save_file({"a.weight": torch.ones(8, 6), "b.weight": torch.ones(4, 8)}, str(folder / "model.safetensors"))
+    save_file({"big.weight": torch.ones(64, 64)}, str(folder / "model-00001-of-00002.safetensors"))
+    assert largest_tensor_elements(folder) == 48
+    assert [(p.names, p.largest) for p in plan_parts(folder)] == [(("a.weight", "b.weight"), 48)]  # type: ignore[union-attr]
+
+
+def test_a_file_re_saved_between_two_parts_is_refused_never_mixed(tmp_path: Path, local_ray: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parts read the file pinned when the driver planned them, as a local score reads the file pinned when
+    it read its header: re-saved in place after the first part (same names and size, other values), the second
+    part refuses it (each part had read the file as it found it: a score mixed from two versions)."""
+    from safetensors.torch import load_file, save_file
+
+    from wbfe.errors import CorruptCheckpointError
+    from wbfe.executors import ray_score
+    from wbfe.options import ScoreOptions
+    from wbfe.scoring import score_here
+
+    path = make_zoo(tmp_path / "zoo", 1).parent / "m0.safetensors"
+    real = ray_score.run_tasks
+
+    def one_after_another(ray_: object, fn: object, retries: int, calls: object) -> Iterator[tuple[int, object]]:
+        for k, call in enumerate(list(calls)):  # type: ignore[call-overload]
+            for _, ref in real(ray_, fn, retries, [call]):  # type: ignore[arg-type]
+                yield k, ref
+            save_file({name: t * 2 for name, t in load_file(str(path)).items()}, str(path))
+
+    monkeypatch.setattr(ray_score, "run_tasks", one_after_another)
+    with pytest.raises(CorruptCheckpointError, match=r"m0\.safetensors: changed while being read"):
+        ray_score.score_on_ray(path, ScoreOptions(), ExecutorOptions("ray"), score_here, part_bytes=1)
+
+
+def test_a_refusal_that_is_an_oserror_is_a_failed_model_never_retried(local_ray: None) -> None:
+    """SourceNotFoundError (a 404, a missing object) is an OSError too: a model's task returns it as its failure,
+    as every refusal, instead of raising it for Ray to rerun (three more tries of a verdict); a plain OSError is
+    still raised for Ray to retry elsewhere."""
+    from wbfe.errors import RemoteReadError
+    from wbfe.executors.ray_executor import _run_task
+
+    def refused() -> None:
+        raise RemoteReadError("http://host/m.safetensors: not found (HTTP 404)")
+
+    def flaky() -> None:
+        raise ConnectionResetError("reset by peer")
+
+    answer = _run_task(refused, ())
+    assert answer["error"] == "RemoteReadError: http://host/m.safetensors: not found (HTTP 404)"
+    with pytest.raises(ConnectionResetError):
+        _run_task(flaky, ())

@@ -21,8 +21,8 @@ import pytest
 import wbfe
 from tests.ray_zoo import make_sharded
 from tests.test_remote_stream import assert_streams_the_files_bytes, make_checkpoint, same_scores, spans
-from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, RemoteChangedError, RemoteReadError,
-                         SourceNotFoundError)
+from wbfe.errors import (CorruptCheckpointError, InvalidOptionError, RangeNotSupportedError, RemoteChangedError,
+                         RemoteReadError, SourceNotFoundError)
 from wbfe.sources import http_range, open_source, remote
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy
 
@@ -43,6 +43,7 @@ class Bucket:
         self.log: list[tuple[Any, ...]] = []  # ("cat", path, start, end, version_id) / ("info", path) / ("open", path)
         self.faults: list[tuple[str, str]] = []  # (path, fault), taken in order by the cat_file calls on path
         self.replacement: bytes = b""
+        self.identity: str | None = "ETag"  # what info() says of an object's content (None: only its size)
 
     def put(self, path: str, data: bytes) -> None:
         self.objects.setdefault(path, []).append(data)
@@ -68,8 +69,9 @@ class FakeS3(AbstractFileSystem):
         self.bucket.log.append(("info", path))
         if path in self.bucket.objects:
             versions = self.bucket.objects[path]
-            out = {"name": path, "size": len(versions[-1]), "type": "file",
-                   "ETag": '"' + hashlib.md5(versions[-1]).hexdigest() + '"'}
+            out = {"name": path, "size": len(versions[-1]), "type": "file"}
+            if self.bucket.identity is not None:
+                out[self.bucket.identity] = '"' + hashlib.md5(versions[-1]).hexdigest() + '"'
             if self.bucket.versioned:
                 out["VersionId"] = f"v{len(versions)}"
             return out
@@ -235,6 +237,29 @@ def test_an_object_that_changes_mid_run_is_an_error_never_a_score(tmp_path: Path
     with pytest.raises(RemoteChangedError, match=f"{URI}: the remote file changed while it was read"):
         wbfe.score(URI, stream=True)
     assert not (tmp_path / "cache").exists()
+
+
+def test_an_object_the_store_says_nothing_of_but_its_size_is_copied_not_streamed(tmp_path: Path,
+                                                                               bucket: Bucket) -> None:
+    """A store whose fs.info gives no ETag, hash, time or version: a same-size upload between two reads would go
+    unseen, so --stream refuses it after fs.info and by default it is copied; HfFileSystem's blob_id (hf://) is
+    what changes with the content there: such an object is streamed, and its change is seen."""
+    local = make_checkpoint(tmp_path / "m.safetensors")
+    bucket.put(KEY, local.read_bytes())
+    bucket.replacement = bytes(reversed(local.read_bytes()))
+    bucket.identity = None
+    bucket.faults = [(KEY, "none"), (KEY, "replace")]
+    with pytest.raises(RangeNotSupportedError, match=f"{URI}: the store reports nothing of the object but its size"):
+        wbfe.score(URI, stream=True)
+    assert bucket.cats(KEY) == []
+    bucket.faults.clear()
+    copied = wbfe.score(URI)
+    same_scores(copied, wbfe.score(str(local)))
+    assert copied.model.get("transport") is None
+    bucket.identity = "blob_id"
+    bucket.faults = [(KEY, "none"), (KEY, "none"), (KEY, "replace")]
+    with pytest.raises(RemoteChangedError, match=f"{URI}: the remote file changed while it was read"):
+        wbfe.score(URI, stream=True)
 
 
 def test_a_versioned_object_is_read_at_the_version_first_seen(tmp_path: Path, bucket: Bucket) -> None:

@@ -7,17 +7,14 @@ import math
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from wbfe._config import user_path
 from wbfe.errors import InvalidOptionError, MissingDependencyError
 from wbfe.executors import RAY_INSTALL
 from wbfe.render.diagnostics import route_logger
 from wbfe.sources.object_bound import format_size
-from wbfe.sources.safetensors_files import read_header
 
-__all__ = ["connect", "node_of_this_task", "task_resources", "run_tasks", "largest_tensor_elements", "numel",
+__all__ = ["connect", "node_of_this_task", "task_resources", "run_tasks", "numel",
            "Progress", "SYSTEM_ERRORS", "format_size"]
 
 # Exceptions a rerun elsewhere may cure (a flaky network filesystem); a WbfeError never reaches Ray.
@@ -65,21 +62,6 @@ def node_of_this_task() -> str:
     except Exception:  # noqa: BLE001 - the IP only decorates the message
         ip = "?"
     return f"node {node_id[:12]} ({ip})"
-
-
-def largest_tensor_elements(ref: Any) -> Optional[int]:
-    """Elements of the largest tensor of a local safetensors checkpoint, from its headers alone; None
-    for anything whose sizes cannot be read that cheaply."""
-    if not isinstance(ref, (str, Path)):
-        return None
-    path = user_path(ref)
-    try:
-        files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) if path.is_dir() else []
-        sizes = [numel(info["shape"]) for f in files if f.suffix == ".safetensors"
-                 for info in read_header(f)[0].values()]
-    except Exception:  # noqa: BLE001 - the task itself reports an unreadable checkpoint
-        return None
-    return max(sizes) if sizes else None
 
 
 def numel(shape: Any) -> int:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from wbfe.errors import WbfeError
 from wbfe.executors import ExecutorOptions, Outcome, ScoreHere, Task, failure_reason
-from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, largest_tensor_elements, node_of_this_task,
-                                        run_tasks)
-from wbfe.executors.ray_score import score_on_ray
+from wbfe.executors.ray_cluster import SYSTEM_ERRORS, Progress, connect, node_of_this_task, run_tasks
+from wbfe.executors.ray_score import largest_tensor_elements, score_on_ray
 
 __all__ = ["RayExecutor"]
 
@@ -20,9 +20,9 @@ def _run_task(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any]:
     node = node_of_this_task()
     try:
         value = fn(*args)
-    except tuple(SYSTEM_ERRORS):
-        raise  # Ray reruns it (retry_exceptions)
     except Exception as exc:  # noqa: BLE001 - as a local run: this task's failure
+        if isinstance(exc, tuple(SYSTEM_ERRORS)) and not isinstance(exc, WbfeError):  # some refusals are OSErrors
+            raise  # Ray reruns it (retry_exceptions)
         return {"error": failure_reason(exc), "node": node}
     return {"value": value, "node": node}
 

@@ -12,20 +12,21 @@ from pathlib import Path
 from typing import Any, Optional
 
 from wbfe import engine
-from wbfe._config import user_path
 from wbfe.engine.matrices import Skip
 from wbfe.engine.pipeline import Pipeline
 from wbfe.engine.ties import full_digest
-from wbfe.errors import WbfeError
+from wbfe._config import user_path
+from wbfe.errors import CorruptCheckpointError, WbfeError
 from wbfe.executors import ExecutorOptions, ScoreHere
 from wbfe.executors.ray_cluster import (SYSTEM_ERRORS, Progress, connect, node_of_this_task, numel, run_tasks,
                                         task_resources)
 from wbfe.options import ScoreOptions
-from wbfe.sources import HASH_CHUNK, combine_digests, file_sha256, open_source
-from wbfe.sources.local import pick_weight_files
-from wbfe.sources.safetensors_files import index_shards, read_header
+from wbfe.sources import combine_digests, open_source
+from wbfe.sources.local import open_path, pick_weight_files
+from wbfe.sources.registry import folder_kinds
+from wbfe.sources.safetensors_files import SafetensorsSource, changed_while_read, pinned_sha256
 
-__all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES"]
+__all__ = ["score_on_ray", "plan_parts", "Part", "PART_BYTES", "largest_tensor_elements", "local_safetensors"]
 
 PART_BYTES = 2 * 2**30
 """A single safetensors file larger than this is split into groups of tensors of about this size."""
@@ -36,50 +37,69 @@ _EXPERT_SUFFIX = re.compile(r"\[\d+\](?:\.[A-Za-z_]+)?$")
 
 @dataclass(frozen=True)
 class Part:
-    """The tensors one task scores, the file it hashes (None: another part of it does), the elements of
-    its largest tensor and its tensors' bytes."""
+    """The rows one task scores, the file it hashes (None: another part of it does), the elements of
+    its largest tensor, its tensors' bytes, and every shard's pin (:meth:`SafetensorsSource.pins`)."""
 
     names: tuple[str, ...]
     file: Optional[str]
     largest: int
     nbytes: int = 0
+    pins: Optional[dict[str, tuple[int, ...]]] = None
 
 
-def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
-    """The parts of a local safetensors checkpoint (a file, an index or a folder holding either), from
-    its headers alone; None for anything else."""
+def local_safetensors(ref: Any) -> Optional[SafetensorsSource]:
+    """The reader a local score opens for ``ref`` (its headers read, its shards pinned) where that is a local
+    safetensors checkpoint: a file, an index, or a folder whose weight files, as a local score picks them, are
+    either; None for anything else, before any of it is read."""
     if not isinstance(ref, (str, Path)):
         return None
     path = user_path(ref)
-    if path.is_dir():
-        if (path / "adapter_config.json").is_file():
-            return None
-        picked = pick_weight_files(sorted(p.name for p in path.iterdir()))
-        if len(picked) != 1:
-            return None
-        path = path / picked[0]
-    if path.name.endswith(".safetensors.index.json"):
-        shards = index_shards(path)
-    elif path.name.endswith(".safetensors") and path.is_file():
-        shards = [(path, list(read_header(path)[0]))]
-    else:
+    try:
+        chosen = [path.name] if path.is_file() else pick_weight_files(p.name for p in path.iterdir())
+    except (OSError, ValueError, CorruptCheckpointError):  # nothing there, or a folder a local score refuses
+        return None
+    if not chosen or not chosen[0].endswith((".safetensors", ".safetensors.index.json")) or any(
+            kind.claims(path) for kind in folder_kinds()):
+        return None
+    source = open_path(path, ref=str(ref))
+    if isinstance(source, SafetensorsSource):
+        return source
+    source.close()
+    return None
+
+
+def largest_tensor_elements(ref: Any) -> Optional[int]:
+    """Elements of the largest tensor of a local safetensors checkpoint, from the headers a local score reads;
+    None for anything whose sizes cannot be read that cheaply."""
+    try:
+        return max((part.largest for part in plan_parts(ref) or ()), default=None)
+    except WbfeError:  # the task itself reports an unreadable checkpoint
+        return None
+
+
+def plan_parts(ref: Any, part_bytes: int = PART_BYTES) -> Optional[list[Part]]:
+    """The parts of a local safetensors checkpoint (a file, an index or a folder holding either), from the
+    headers its reader reads, its shards pinned there; None for anything else."""
+    source = local_safetensors(ref)
+    if source is None:
         return None
     parts: list[Part] = []
-    for shard, names in shards:
-        header = read_header(shard)[0]
-        size = {name: header[name]["data_offsets"][1] - header[name]["data_offsets"][0] for name in names}
-        groups: list[list[str]] = [[]]
-        total = 0
-        for name in names:
-            if groups[-1] and total + size[name] > part_bytes:
-                groups.append([])
-                total = 0
-            groups[-1].append(name)
-            total += size[name]
-        # The file's first part hashes it.
-        parts += [Part(tuple(group), str(shard) if i == 0 else None,
-                       max((numel(header[n]["shape"]) for n in group), default=0), sum(size[n] for n in group))
-                  for i, group in enumerate(groups)]
+    with source:
+        pins = source.pins()
+        for shard, rows, header in source._plan:
+            size = {row: header[name]["data_offsets"][1] - header[name]["data_offsets"][0] for row, name, _ in rows}
+            shape = {row: header[name]["shape"] for row, name, _ in rows}
+            groups: list[list[str]] = [[]]
+            total = 0
+            for row in size:
+                if groups[-1] and total + size[row] > part_bytes:
+                    groups.append([])
+                    total = 0
+                groups[-1].append(row)
+                total += size[row]
+            # The file's first part hashes it.
+            parts += [Part(tuple(group), str(shard) if i == 0 else None, max((numel(shape[n]) for n in group),
+                           default=0), sum(size[n] for n in group), pins) for i, group in enumerate(groups)]
     return parts
 
 
@@ -94,9 +114,11 @@ class _Digests:
         return None
 
 
-def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int], file: Optional[str]) -> dict[str, Any]:
+def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int], file: Optional[str],
+                pins: dict[str, tuple[int, ...]]) -> dict[str, Any]:
     """Runs on a Ray worker: the rows of the tensors ``owner`` gives to ``part`` (a split expert goes with
-    its stack, an unlisted tensor to part 0) with their stream positions, and the SHA-256 of ``file``."""
+    its stack, another row to part 0) with their stream positions, and the SHA-256 of ``file``, read from the
+    files the driver pinned (``pins``), as one local score reads them."""
     node = node_of_this_task()
     try:
         context = engine.Context.of(options)
@@ -113,13 +135,17 @@ def _score_part(ref: Any, options: ScoreOptions, part: int, owner: dict[str, int
             rows.append((position[entry.name], "skipped" if skip else "layer", item.to_dict() if skip else item))
 
         with open_source(ref) as source, Pipeline(context.device) as pipeline:
+            found = source.pins() if isinstance(source, SafetensorsSource) else {}
+            changed = next((path for path in {**pins, **found} if pins.get(path) != found.get(path)), None)
+            if changed is not None or not found:  # re-saved since the parts were planned: they would mix versions
+                raise changed_while_read(changed or str(ref))
             planned = (item for k, item in enumerate(engine.stream(source, options)) if mine(k, item.entry.name))
             engine.run(pipeline, planned, context, digests, record)
             description = source.description  # before the provenance: it records which was used
             p = source.provenance  # not waiting for the digest: the driver combines the parts'
             provenance = {"source": p.source, "format": p.format, "files": list(p.files), "sha256": None, **p.extra}
             head_hint, config = source.head_hint, source.config
-        digest = file_sha256(Path(file), bytearray(HASH_CHUNK))[1] if file else None
+        digest = pinned_sha256(Path(file), pins[file]) if file else None
     except WbfeError as exc:
         return {"error": exc, "node": node}
     return {"rows": rows, "ties": digests.keys, "provenance": provenance, "head_hint": head_hint,
@@ -149,7 +175,7 @@ def score_on_ray(ref: Any, options: ScoreOptions, executor: ExecutorOptions, sco
         return answer["result"]
     owner_ref = ray.put({name: k for k, part in enumerate(parts) for name in part.names})
     counter = Progress(total=len(parts), what="parts", total_bytes=sum(p.nbytes for p in parts))
-    calls = ((f"wbfe-score-part-{k}", options.device, part.largest, (ref, options, k, owner_ref, part.file))
+    calls = ((f"wbfe-score-part-{k}", options.device, part.largest, (ref, options, k, owner_ref, part.file, part.pins))
              for k, part in enumerate(parts))
     for k, done in run_tasks(ray, _score_part, executor.max_retries, calls):
         answer = ray.get(done)

@@ -100,6 +100,10 @@ class RemoteFile(RangedFile):
     def head(self, nbytes: int = FIRST_READ) -> bytes:
         out = bytearray(nbytes)
         got = self._fetch(0, nbytes, memoryview(out), first=True)
+        if self.identity is None and (self.size or 0) > got:  # more reads to come, none of them checkable
+            raise RangeNotSupportedError.at(
+                self.name, "the server sends neither ETag nor Last-Modified, so a file swapped for another of the "
+                "same size between two range reads would go unseen; score it without --stream to download it")
         return bytes(out[:got])
 
     def read_into(self, start: int, into: memoryview) -> None:
@@ -168,9 +172,11 @@ class RemoteFile(RangedFile):
         if status in (404, 410):
             raise RemoteReadError.at(self.name, f"not found (HTTP {status})")
         if status in (401, 403) and not self._hub:  # HF_TOKEN would change nothing: a URL is sent no credentials
-            raise RemoteReadError.at(self.name, f"access refused (HTTP {status}); wbfe sends no credentials with a "
-                                     "URL: name a hub model as org/name (HF_TOKEN is sent), a bucket as s3://... or "
-                                     "gs://... (the store's credentials are used)")
+            sent = ("the URL's query was sent with it (a signature may have expired, or sign one file, not the "
+                    "shards beside it)" if "?" in self.url else "wbfe sends no credentials with a URL")
+            raise RemoteReadError.at(self.name, f"access refused (HTTP {status}); {sent}: name a hub model as "
+                                     "org/name (HF_TOKEN is sent), a bucket as s3://... or gs://... (the store's "
+                                     "credentials are used)")
         if status in (401, 403):
             gated = response.headers.get("X-Error-Code") == "GatedRepo"
             raise RemoteReadError.at(self.name, f"access refused (HTTP {status}); "
@@ -186,6 +192,11 @@ class RemoteFile(RangedFile):
             raise _Retry(f"HTTP {status}", _number(response.headers.get("Retry-After"), float))
         if status not in (200, 206):
             raise RemoteReadError.at(self.name, f"the server answered HTTP {status}")
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):  # not the file's bytes, and a retry would get the same
+            raise RangeNotSupportedError.at(
+                self.name, f"the server compressed the range asked for (Content-Encoding: {encoding[:40]}) although "
+                "asked not to, so it cannot be streamed; score it without --stream to download it")
         # The commit any hop named (the hub's resolve route answers with a redirect to its storage).
         commit = next((r.headers["X-Repo-Commit"] for r in (*response.history, response)
                        if "X-Repo-Commit" in r.headers), None)
@@ -253,10 +264,11 @@ class RemoteFile(RangedFile):
 
     def read_all(self, limit: int) -> bytes:
         """The whole file, when it has at most ``limit`` bytes, in one pinned range read."""
-        data = self.head(limit + 1)
-        if len(data) > limit:
+        out = bytearray(limit + 1)
+        got = self._fetch(0, limit + 1, memoryview(out), first=True)  # one read: nothing to pin it against
+        if got > limit:
             raise RemoteReadError.at(self.name, f"larger than {limit} bytes")
-        return data
+        return bytes(out[:got])
 
 
 def _number(text: str | None, kind: type = int) -> Any:

@@ -31,9 +31,11 @@ URI = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$", re.S
 FSSPEC_INSTALL = "pip install 'wbfe[fsspec]'"
 
 # What stores report of an object that changes when its content does (s3: ETag, LastModified; gcs:
-# md5Hash, generation, updated; local and memory: mtime / created). Size is always compared.
+# md5Hash, generation, updated; local and memory: mtime / created; hf://: blob_id; http(s):// the headers).
+# Size is always compared.
 _IDENTITY = ("size", "ETag", "etag", "md5Hash", "generation", "mtime", "LastModified", "last_modified",
-             "updated", "created", "ino", "version_id", "VersionId")
+             "updated", "created", "ino", "version_id", "VersionId", "blob_id", "Last-Modified", "Content-MD5",
+             "Digest")
 NAME_A_FILE = ("name a checkpoint file or a shard index in it, e.g. .../model.safetensors or "
                ".../model.safetensors.index.json")
 
@@ -69,8 +71,9 @@ def store_filesystem(uri: str) -> tuple[Any, str]:
     except ModuleNotFoundError:
         raise MissingDependencyError(f"{uri}: object-store URIs need fsspec: {FSSPEC_INSTALL}") from None
     protocol = uri.split("://", 1)[0]
-    # aiohttp reads HTTP(S)_PROXY and NO_PROXY only when told to: a download goes where the streamed reads go
-    options = {"client_kwargs": {"trust_env": True}} if protocol.lower() in ("http", "https") else {}
+    # aiohttp reads HTTP(S)_PROXY and NO_PROXY only when told to: a download goes where the streamed reads go; a
+    # query (a signature) is sent as given, where yarl would decode its %2F
+    options = {"client_kwargs": {"trust_env": True}, "encoded": "?" in uri} if protocol.lower() in ("http", "https") else {}
     try:
         fs, path = fsspec.core.url_to_fs(uri, **options)
     except ImportError as exc:  # a known protocol whose package (s3fs, gcsfs, ...) is missing
@@ -103,6 +106,13 @@ def store_path(fs: Any, root: str, name: str) -> str:
     """The path of the file ``name`` in the store's folder ``root``, quoted where the store's paths are URLs (a
     file named "a#1" or "b?x" is a file, not a fragment or a query)."""
     return f"{root}/{quote(name) if 'http' in fs.protocol else name}"
+
+
+def _beside(fs: Any, path: str, name: str) -> str:
+    """The path of the file ``name`` in the folder of the file ``path``, with an HTTP URL's query (as the streamed
+    reads send it, docs/remote.md)."""
+    path, mark, query = path.partition("?") if "http" in fs.protocol else (path, "", "")
+    return store_path(fs, path.rstrip("/").rsplit("/", 1)[0], name) + mark + query
 
 
 def fetch_uri(uri: str) -> Path:
@@ -138,7 +148,7 @@ def _describe(fs: Any, path: str, uri: str) -> tuple[str, dict[str, Any], Any, d
         signature: Any = sorted([name, object_identity(e)] for name, e in top.items())
         signature += _subfolder_shards(fs, path, uri, top)
     else:
-        name = path.rstrip("/").rsplit("/", 1)[-1]
+        name = (path.partition("?")[0] if "http" in fs.protocol else path).rstrip("/").rsplit("/", 1)[-1]
         if not name:
             raise SourceNotFoundError.at(uri, "names neither a file nor a folder")
         if str(info.get("mimetype", "")).lower() == "text/html":
@@ -189,8 +199,7 @@ def _fetch(fs: Any, path: str, uri: str) -> Path:
             fs.get_file(path, str(staging / signature[0]))
             if len(signature) > 2:  # a shard index: its shards beside it, as in the store
                 said_of(staging, uri.rstrip("/").rsplit("/", 1)[0],
-                        lambda: _fetch_shards(fs, path.rstrip("/").rsplit("/", 1)[0], staging / signature[0], staging,
-                                              uri))
+                        lambda: _fetch_shards(fs, path, staging / signature[0], staging, uri))
         try:
             os.rename(staging, final)
         except OSError:  # another process put the same copy there first: use theirs
@@ -211,15 +220,16 @@ def _fetch_folder(fs: Any, path: str, uri: str, names: list[str], staging: Path)
     for name in chosen + [c for c in MODEL_CONFIGS + ("adapter_config.json",) if c in names]:
         fs.get_file(store_path(fs, root, name), str(staging / name))
     if chosen[0].endswith(".index.json"):  # the shards it lists (names checked to stay in the folder)
-        _fetch_shards(fs, root, staging / chosen[0], staging, f"{uri.rstrip('/')}/{chosen[0]}")
+        _fetch_shards(fs, store_path(fs, root, chosen[0]), staging / chosen[0], staging,
+                      f"{uri.rstrip('/')}/{chosen[0]}")
 
 
-def _fetch_shards(fs: Any, root: str, index: Path, staging: Path, index_uri: str) -> None:
+def _fetch_shards(fs: Any, index_path: str, index: Path, staging: Path, index_uri: str) -> None:
     for shard in index_weight_map(index):  # names checked to stay in the folder
         target = staging / shard
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fs.get_file(store_path(fs, root, shard), str(target))
+            fs.get_file(_beside(fs, index_path, shard), str(target))
         except FileNotFoundError:  # the folder is there: the shard is what is missing
             raise _missing_shard(index_uri, shard) from None
 
@@ -230,11 +240,10 @@ def _index_shards(fs: Any, path: str, uri: str, info: Mapping[str, Any]) -> dict
     if isinstance(size, int) and size > MAX_INDEX:
         raise CorruptCheckpointError.at(uri, f"shard index larger than {MAX_INDEX} bytes")
     shards = parse_weight_map(fs.cat_file(path), uri)
-    root = path.rstrip("/").rsplit("/", 1)[0]
     found: dict[str, Any] = {}
     for shard in shards:
         try:
-            found[shard] = fs.info(store_path(fs, root, shard))
+            found[shard] = fs.info(_beside(fs, path, shard))
         except FileNotFoundError:
             raise _missing_shard(uri, shard) from None
     return found

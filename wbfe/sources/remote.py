@@ -189,9 +189,13 @@ def open_url(url: str, *, stream: bool | None = None) -> TensorSource:
     if stream is False or not is_safetensors_name(name):
         return open_uri(url)
 
+    query = urlsplit(url).query
+
     def open_file(file_name: str) -> RemoteFile:
-        # Quoted: a shard named "a#1", "b?x" or "https:host/c" is a file beside the index, never another URL.
-        return RemoteFile(url if file_name == name else urljoin(url, quote(file_name)))
+        # Quoted: a shard named "a#1", "b?x" or "https:host/c" is a file beside the index, never another URL. The
+        # index's query (a signature, a token) goes with it, as a browser would not: it signs the checkpoint's files.
+        beside = urljoin(url, quote(file_name))
+        return RemoteFile(url if file_name == name else f"{beside}?{query}" if query else beside)
 
     source = stream_safetensors(url, name, open_file, stream=stream, cache_dir=object_cache_dir())
     return source if source is not None else open_uri(url)

@@ -18,12 +18,14 @@ import numpy as np
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, SourceNotFoundError, TruncatedCheckpointError, UnsupportedDtypeError
 from wbfe.linalg.arrays import from_bytes, holds_without_torch
-from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular, unreadable
+from wbfe.sources._base import (HASH_CHUNK, FileDigest, Provenance, TensorEntry, TensorSource, file_sha256,
+                                open_regular, unreadable)
 from wbfe.sources._order import checkpoint_order
 from wbfe.sources.registry import FileFormat, register_format
 
 __all__ = ["SafetensorsSource", "ShardedSafetensors", "ShardReader", "read_header", "header_length", "parse_header",
            "shard_metadata", "index_weight_map", "parse_weight_map", "index_shards", "unlisted_reason", "copy_row", "tensor_dtype",
+           "pinned_sha256", "changed_while_read",
            "SAFETENSORS_DTYPES", "MAX_INDEX", "SAFETENSORS"]
 
 # safetensors dtype code -> (torch dtype name, bytes per element, fractional for sub-byte types).
@@ -371,6 +373,33 @@ class SafetensorsSource(ShardedSafetensors):
     def open_shard(self, key: Any) -> ShardReader:
         return _Shard(key, self._identities[key])
 
+    def pins(self) -> dict[str, tuple[int, ...]]:
+        """Each shard's size and modification time when its header was read: what another process (a Ray task)
+        checks it reads the same files by (its device and inode numbers are its own mount's)."""
+        return {str(path): identity[2:] for path, identity in self._identities.items()}
+
+
+def pinned_sha256(path: Path, pin: tuple[int, ...]) -> str:
+    """The SHA-256 of the shard ``path``, which is still the file :meth:`SafetensorsSource.pins` gave as ``pin``
+    before and after it is hashed (``CorruptCheckpointError`` otherwise)."""
+    def check() -> None:
+        try:
+            same = _identity(os.stat(path))[2:] == pin
+        except OSError as exc:
+            raise unreadable(path, exc) from None
+        if not same:
+            raise changed_while_read(path)
+
+    check()
+    digest = file_sha256(path, bytearray(HASH_CHUNK))[1]
+    check()
+    return digest
+
+
+def changed_while_read(path: Path | str) -> CorruptCheckpointError:
+    return CorruptCheckpointError.at(path, "changed while being read (replaced or rewritten since its header was "
+                                     "read); score it again")
+
 
 class _Shard:
     """One open safetensors file whose tensors may be read from any thread, in any order, and after it is closed."""
@@ -386,8 +415,7 @@ class _Shard:
             raise CorruptCheckpointError.at(path, f"changed while being read ({exc.__class__.__name__})") from None
         if self._identity != identity:  # ``identity``: the file's when its header was read
             self._fh.close()
-            raise CorruptCheckpointError.at(path, "changed while being read (replaced or rewritten since its header "
-                                            "was read); score it again")
+            raise changed_while_read(path)
         self._lock = threading.Lock()  # seek + read on one handle must not interleave
 
     def read(self, info: dict[str, Any]) -> Any:

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from wbfe.errors import RemoteReadError, TruncatedCheckpointError, WbfeError
+from wbfe.errors import RangeNotSupportedError, RemoteReadError, TruncatedCheckpointError, WbfeError
 from wbfe.sources import http_range
 from wbfe.sources.http_range import FIRST_READ, RetryPolicy, changed, said
 from wbfe.sources.object_store import object_identity
@@ -52,7 +52,13 @@ class StoreFile(RangedFile):
         self._lock = threading.Lock()
 
     def head(self, nbytes: int = FIRST_READ) -> bytes:
-        return self.read_bytes(0, min(nbytes, self._contact()))
+        size = self._contact()
+        if not self.pinned and size > nbytes and set(json.loads(self.identity or "{}")) <= {"size"}:
+            raise RangeNotSupportedError.at(
+                self.name, "the store reports nothing of the object but its size (no ETag, hash, time or version), "
+                "so another upload of the same size between two reads would go unseen; score it without --stream "
+                "to copy it")
+        return self.read_bytes(0, min(nbytes, size))
 
     def read_into(self, start: int, into: memoryview) -> None:
         if len(into):
@@ -63,7 +69,7 @@ class StoreFile(RangedFile):
         size = self._contact()
         if size > limit:
             raise RemoteReadError.at(self.name, f"larger than {limit} bytes")
-        return self.head(size)
+        return self.read_bytes(0, size)  # one read: nothing to check it against
 
     def close(self) -> None:
         """Nothing to release: the filesystem owns its connections."""

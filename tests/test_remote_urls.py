@@ -1,0 +1,91 @@
+"""What a URL names, as a user hits it: a signed index URL (its query carried to each shard), a server that sends
+no validator (a swap between two reads must not mix files), and the answers a server may give to a range request.
+Served from the loopback server of tests/remote_server.py, never the network."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import wbfe
+from tests.ray_zoo import make_sharded
+from tests.remote_server import Server, isolated_hub
+from tests.test_remote_stream import make_checkpoint, same_scores
+from wbfe.errors import RangeNotSupportedError, RemoteReadError
+from wbfe.sources import http_range
+from wbfe.sources.http_range import RetryPolicy
+
+SIGNED = "X-Amz-Signature=abc%2Fdef&X-Amz-Expires=60"
+
+
+@pytest.fixture()
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    isolated_hub(monkeypatch, tmp_path)
+    monkeypatch.setattr(http_range, "DEFAULT_POLICY", RetryPolicy(attempts=2, backoff=0.001, timeout=5.0))
+    with Server() as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "downloaded"])
+def test_a_signed_index_url_signs_every_shard_it_names(tmp_path: Path, server: Server, stream: bool) -> None:
+    """The index's query (a pre-signed URL's signature, a token) goes with each shard's URL: the server refuses
+    any request without it, and the score equals the local folder's."""
+    folder = make_sharded(tmp_path / "sharded")
+    for path in folder.iterdir():
+        server.state.files[f"/org/{path.name}"] = path.read_bytes()
+    server.state.query = SIGNED
+    got = wbfe.score(server.url(f"/org/model.safetensors.index.json?{SIGNED}"), stream=stream, metrics="bfe")
+    assert {r.status for r in server.state.log} <= {200, 206}
+    shards = set(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values())
+    assert {r.path for r in server.state.log} >= {f"/org/{name}" for name in shards}
+    local = wbfe.score(str(folder), metrics="bfe")
+    assert (got.layers, got.skipped) == (local.layers, local.skipped)  # a URL's config.json is not fetched
+    if stream:  # a signature refused: the message says the query was sent
+        with pytest.raises(RemoteReadError, match=r"access refused \(HTTP 403\); the URL's query was sent with it"):
+            wbfe.score(server.url("/org/model.safetensors.index.json?X-Amz-Signature=old"), stream=True)
+
+
+def test_a_file_served_without_a_validator_is_not_streamed_but_downloaded(tmp_path: Path, server: Server) -> None:
+    """Neither ETag nor Last-Modified: a file swapped for another of the same size between two range reads could
+    not be seen, so --stream refuses it after the header's read, and by default it is downloaded whole."""
+    local = make_checkpoint(tmp_path / "m.safetensors")
+    server.state.files["/m.safetensors"] = local.read_bytes()
+    server.state.validators = False
+    server.state.faults.extend([("/m.safetensors", "none"), ("/m.safetensors", "change")])  # swapped after the header
+    with pytest.raises(RangeNotSupportedError, match=r"m\.safetensors: the server sends neither ETag nor Last-Modif"
+                                                     r"ied.*score it without --stream to download it") as info:
+        wbfe.score(server.url("/m.safetensors"), stream=True)
+    assert "\n" not in str(info.value) and len(server.state.log) == 1
+    server.state.faults.clear()
+    server.state.files["/m.safetensors"] = local.read_bytes()
+    same_scores(wbfe.score(server.url("/m.safetensors")), wbfe.score(str(local)))
+    assert [r.status for r in server.state.log[2:] if r.status == 206] == []  # after the header: read whole
+
+
+def test_a_range_sent_compressed_is_refused_at_once(tmp_path: Path, server: Server) -> None:
+    """Content-Encoding gzip on a range (asked for identity): its bytes are not the file's, and a retry would get
+    the same, so the first answer is an error that says so (it was retried six times as a wrong length)."""
+    server.state.files["/m.safetensors"] = make_checkpoint(tmp_path / "m.safetensors").read_bytes()
+    server.state.faults.extend([("/m.safetensors", "none"), ("/m.safetensors", "gzip!")])
+    with pytest.raises(RemoteReadError, match=r"m\.safetensors: the server compressed the range asked for "
+                                              r"\(Content-Encoding: gzip\)"):
+        wbfe.score(server.url("/m.safetensors"), stream=True)
+    assert len(server.state.log) == 2
+
+
+def test_a_downloaded_url_re_uploaded_with_the_same_size_is_fetched_again(tmp_path: Path, server: Server) -> None:
+    """A server that sends Last-Modified but no ETag: the copy is keyed on it, so a file replaced by another of
+    the same size is downloaded again (the copy was keyed on the URL and the size alone, and the old one scored)."""
+    first = make_checkpoint(tmp_path / "a" / "m.safetensors")
+    data = first.read_bytes()
+    other = tmp_path / "b" / "m.safetensors"
+    other.parent.mkdir()
+    other.write_bytes(data[:-4] + bytes(4))  # the head's last value changed: the same size
+    server.state.validators = False
+    for path, when in ((first, "Mon, 07 Dec 2026 00:00:00 GMT"), (other, "Mon, 07 Dec 2026 00:05:00 GMT")):
+        server.state.files["/m.safetensors"] = path.read_bytes()
+        server.state.last_modified["/m.safetensors"] = when
+        same_scores(wbfe.score(server.url("/m.safetensors"), stream=False), wbfe.score(str(path)))
