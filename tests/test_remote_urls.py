@@ -43,6 +43,12 @@ def test_a_signed_index_url_signs_every_shard_it_names(tmp_path: Path, server: S
     assert {r.path for r in server.state.log} >= {f"/org/{name}" for name in shards}
     local = wbfe.score(str(folder), metrics="bfe")
     assert (got.layers, got.skipped) == (local.layers, local.skipped)  # a URL's config.json is not fetched
+    # the signature read the checkpoint; it is not written into the JSON that is shared (it was, in every URL)
+    said = got.to_json()
+    assert "abc%2Fdef" not in said and "abc/def" not in said
+    assert got.model["source"] == server.url("/org/model.safetensors.index.json?X-Amz-Signature=REDACTED&X-Amz-"
+                                             "Expires=REDACTED")
+    assert not stream or all(f.endswith("?X-Amz-Signature=REDACTED&X-Amz-Expires=REDACTED") for f in got.model["files"])
     if stream:  # a signature refused: the message says the query was sent
         with pytest.raises(RemoteReadError, match=r"access refused \(HTTP 403\); the URL's query was sent with it"):
             wbfe.score(server.url("/org/model.safetensors.index.json?X-Amz-Signature=old"), stream=True)

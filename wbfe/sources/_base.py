@@ -134,8 +134,27 @@ class Provenance:
         return self.sha256
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "format": self.format, "files": list(self.files), "sha256": self.digest(),
-                **self.extra}
+        """The JSON's ``model`` block, with a URL's credentials hidden (:func:`without_credentials`)."""
+        extra = {k: {without_credentials(u): e for u, e in v.items()} if isinstance(v, dict) else v
+                 for k, v in self.extra.items()}  # the etags, keyed by URL
+        return {"source": without_credentials(self.source), "format": self.format,
+                "files": [without_credentials(f) for f in self.files], "sha256": self.digest(), **extra}
+
+
+def without_credentials(ref: str) -> str:
+    """``ref`` with a URL's query values and password written ``REDACTED`` (a pre-signed URL's signature, a token):
+    a score JSON is shared, the credentials that read its checkpoint must not be."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit
+
+    try:
+        parts = urlsplit(ref)
+    except ValueError:
+        return ref
+    if "://" not in ref or not (parts.query or parts.password):
+        return ref
+    netloc = parts.netloc.replace(f":{parts.password}@", ":REDACTED@") if parts.password else parts.netloc
+    query = urlencode([(k, "REDACTED") for k, _ in parse_qsl(parts.query, keep_blank_values=True)], safe="")
+    return parts._replace(netloc=netloc, query=query).geturl()
 
 
 class TensorSource:
