@@ -163,7 +163,7 @@ def _as_tensor(torch: Any, value: Any) -> Any:
     return torch.from_numpy(value) if value.flags.writeable else torch.from_numpy(value.copy())
 
 
-def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
+def _flatten(state: Mapping[Any, Any] | list[Any] | tuple[Any, ...], where: str) -> dict[str, Any]:
     """Tensors (and numeric numpy arrays) of ``state`` and its containers by dotted path, each container seen once."""
     import torch
 
