@@ -135,6 +135,14 @@ def test_an_edit_refuses_a_composed_weight(tmp_path: Path) -> None:
         smooth_checkpoint(path, out)
     assert str(info.value) == ("enc.conv.weight: stored as the parts torch composes it from (weight-norm-dim2); "
                                "editing writes plain tensors and would not write it back as its parts")
+    from typer.testing import CliRunner
+
+    from wbfe_cli.main import app
+
+    for command in (["smooth", str(path), str(out)], ["prune", str(path), str(out), "--target", "0.5"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert "enc.conv.weight: stored as the parts torch composes it from" in result.output
     assert not out.exists()
 
 

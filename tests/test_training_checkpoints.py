@@ -28,12 +28,12 @@ def _moments(opt: torch.optim.Optimizer, prefix: str) -> dict[str, torch.Tensor]
     return {f"{prefix}state.{p}.{k}": v for p, state in opt.state_dict()["state"].items() for k, v in state.items()}
 
 
-@pytest.mark.parametrize("in_memory", [False, True])
-def test_optimizer_state_is_listed(tmp_path: Path, in_memory: bool) -> None:
+@pytest.mark.parametrize("how", ["zip", "legacy", "in_memory"])
+def test_optimizer_state_is_listed(tmp_path: Path, how: str) -> None:
     model, opt = _trained()
     checkpoint = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 3}
-    torch.save(checkpoint, tmp_path / "ckpt.pt")
-    result = wbfe.score(checkpoint if in_memory else tmp_path / "ckpt.pt")
+    torch.save(checkpoint, tmp_path / "ckpt.pt", _use_new_zipfile_serialization=how != "legacy")
+    result = wbfe.score(checkpoint if how == "in_memory" else tmp_path / "ckpt.pt")
     assert [layer["name"] for layer in result.layers] == ["0.weight", "2.weight"]
     moments = _moments(opt, "optimizer/")
     assert len(moments) == 12  # step, exp_avg, exp_avg_sq of four parameters
