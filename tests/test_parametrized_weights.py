@@ -162,3 +162,18 @@ def test_weight_u_and_weight_v_alone_are_no_parts(tmp_path: Path) -> None:
     # Without weight_g or weight_orig beside them they are not torch's parts of a weight: planned as any tensor.
     save_file({"c.weight_u": torch.randn(8, 3), "c.weight_v": torch.randn(3, 6)}, str(tmp_path / "m.safetensors"))
     assert [layer["name"] for layer in wbfe.score(tmp_path / "m.safetensors").layers] == ["c.weight_u", "c.weight_v"]
+
+
+def test_a_zero_direction_or_sigma_is_non_finite_as_in_the_model(tmp_path: Path) -> None:
+    # torch's module.weight is NaN where v is zero (0/0) and infinite where σ = 0: skipped for it, never a number.
+    v = torch.randn(6, 5)
+    v[2] = 0
+    save_file({"c.weight_g": torch.ones(6, 1), "c.weight_v": v, "d.weight_orig": torch.randn(4, 3),
+               "d.weight_u": torch.zeros(4), "d.weight_v": torch.zeros(3), "e.weight": torch.randn(5, 4)},
+              str(tmp_path / "m.safetensors"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nor a numpy warning on the way
+        result = wbfe.score(tmp_path / "m.safetensors")
+    assert [layer["name"] for layer in result.layers] == ["e.weight"]
+    skipped = {s["name"]: s["reason"] for s in result.skipped}
+    assert skipped["c.weight"] == skipped["d.weight"] == "non-finite values (NaN or Inf)"

@@ -98,9 +98,10 @@ def _roles(parts: dict[str, TensorEntry]) -> dict[str, str]:
 
 
 def _complete(parts: dict[str, TensorEntry]) -> bool:
-    return (tuple(sorted(_roles(parts).values())) in _KINDS or {"weight", "scale"} <= parts.keys() or {"qweight", "qzeros", "scales"} <= parts.keys()
-            or {"blocks", "mx_scales"} <= parts.keys() or {"packed", "scale"} <= parts.keys()
-            or {"int_weight", "scale"} <= parts.keys() or {"kept", "bitmask"} <= parts.keys())
+    return (tuple(sorted(_roles(parts).values())) in _KINDS or {"weight", "scale"} <= parts.keys()
+            or {"qweight", "qzeros", "scales"} <= parts.keys() or {"blocks", "mx_scales"} <= parts.keys()
+            or {"packed", "scale"} <= parts.keys() or {"int_weight", "scale"} <= parts.keys()
+            or {"kept", "bitmask"} <= parts.keys())
 
 
 def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
@@ -280,7 +281,8 @@ def _weight_norm(name: str, g: TensorEntry, v: TensorEntry) -> TensorEntry:
         direction = _float64(v)
         norm = np.sqrt(np.square(direction).sum(axis=tuple(d for d in range(direction.ndim) if d != kept),
                                                 keepdims=True))
-        return direction * (_float64(g) / norm)
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero v is NaN in the model too: skipped as such
+            return direction * (_float64(g) / norm)
 
     return _entry(name, v.shape, f"weight-norm-dim{kept}" if kept is not None else "weight-norm-whole", load,
                   v.layout)
@@ -298,7 +300,8 @@ def _spectral_norm(name: str, orig: TensorEntry, u: TensorEntry, v: TensorEntry)
 
     def load() -> Any:
         w, left = _float64(orig), _float64(u)
-        return w / (left @ np.moveaxis(w, dims[0], 0).reshape(left.size, -1) @ _float64(v))
+        with np.errstate(divide="ignore", invalid="ignore"):  # σ = 0 makes it non-finite, in the model too
+            return w / (left @ np.moveaxis(w, dims[0], 0).reshape(left.size, -1) @ _float64(v))
 
     return _entry(name, orig.shape, f"spectral-norm-dim{dims[0]}", load, orig.layout)
 
