@@ -177,3 +177,26 @@ def test_a_zero_direction_or_sigma_is_non_finite_as_in_the_model(tmp_path: Path)
     assert [layer["name"] for layer in result.layers] == ["e.weight"]
     skipped = {s["name"]: s["reason"] for s in result.skipped}
     assert skipped["c.weight"] == skipped["d.weight"] == "non-finite values (NaN or Inf)"
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_square_convolution_needs_its_description(tmp_path: Path, transposed: bool) -> None:
+    # u [8] fits dims 0 and 1 of a [8, 8, 3, 3] kernel: torch normalises a convolution along 0, a transposed one along
+    # 1; the module says which it is, a bare state dict does not.
+    torch.manual_seed(0)
+    module = P.spectral_norm((torch.nn.ConvTranspose2d if transposed else torch.nn.Conv2d)(8, 8, 3))
+    module(torch.randn(2, 8, 6, 6))
+    module.eval()
+    with open_source(module) as source:
+        listed = {entry.name: (entry, why) for entry, why in entries(source)}
+    entry, why = listed["weight"]
+    assert why is None and entry.quant == f"spectral-norm-dim{int(transposed)}"
+    assert entry.layout == ("in_out" if transposed else "out_in")
+    np.testing.assert_allclose(entry.load(), module.weight.detach().double().numpy(), rtol=1e-5, atol=1e-7)
+    with open_source(_save(module, tmp_path / "m.safetensors")) as source:
+        listed = {entry.name: (entry, why) for entry, why in entries(source)}
+    assert "enc.conv.weight" not in listed
+    assert listed["enc.conv.parametrizations.weight.original"][1] == (
+        "part of enc.conv.weight, which wbfe cannot compose: vector u [8] fits dims [0, 1] of the weight [8, 8, 3, 3]: "
+        "torch takes 0 for a convolution, 1 for a transposed one, and the checkpoint does not say which it is; not "
+        "scored")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 
@@ -104,9 +104,11 @@ def _complete(parts: dict[str, TensorEntry]) -> bool:
             or {"kept", "bitmask"} <= parts.keys())
 
 
-def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
+def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None,
+                layouts: Optional[Mapping[str, str]] = None) -> Iterator[Item]:
     """``(entry, None)`` for a tensor to plan as usual (a dequantised weight among them) and
-    ``(entry, reason)`` for one consumed by a quantized weight or unusable without its parts."""
+    ``(entry, reason)`` for one consumed by a quantized weight or unusable without its parts. ``layouts``: the
+    checkpoint's description's (None where there is none), which says which weights are transposed convolutions."""
     qconfig = config.get("quantization_config") if isinstance(config, dict) else None
     qconfig = qconfig if isinstance(qconfig, dict) else {}
     pending: dict[str, dict[str, TensorEntry]] = {}
@@ -115,7 +117,7 @@ def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]]
         split = _split(entry)
         prefix = split[0] if split is not None else None
         for done in [p for p, parts in pending.items() if p != prefix and _complete(parts)]:
-            yield from _emit(done, pending.pop(done), qconfig, emitted)
+            yield from _emit(done, pending.pop(done), qconfig, emitted, layouts)
         if split is None:
             yield entry, None
         elif prefix in emitted and split[1] in _WHAT:  # a late companion (an activation scale)
@@ -123,12 +125,13 @@ def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]]
         else:
             pending.setdefault(split[0], {})[split[1]] = entry
     for prefix, parts in pending.items():
-        yield from _emit(prefix, parts, qconfig, emitted)
+        yield from _emit(prefix, parts, qconfig, emitted, layouts)
 
 
-def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], emitted: dict[str, str]) -> Iterator[Item]:
+def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], emitted: dict[str, str],
+          layouts: Optional[Mapping[str, str]]) -> Iterator[Item]:
     if _roles(parts):
-        yield from _compose(prefix, parts, _roles(parts))
+        yield from _compose(prefix, parts, _roles(parts), layouts)
         return
     if parts.keys() == {"int_weight"}:  # an integer tensor named weight, no scale beside it: planned as any other
         yield parts["int_weight"], None
@@ -244,7 +247,8 @@ def _check_groups(g_idx: Any, groups: int) -> None:
             f"scales (input {first}: group {int(g_idx[first])}, expected 0 to {groups - 1})")
 
 
-def _compose(name: str, parts: dict[str, TensorEntry], roles: dict[str, str]) -> Iterator[Item]:
+def _compose(name: str, parts: dict[str, TensorEntry], roles: dict[str, str],
+             layouts: Optional[Mapping[str, str]]) -> Iterator[Item]:
     """The weight ``name`` that torch composes from ``parts`` (scored as the model uses it, in float64), and
     its parts consumed; parts that compose no weight wbfe knows are skipped saying so (never one scored alone)."""
     if all(_OLD.fullmatch(n) for n in parts) and not {"g", "orig"} & {*roles.values()}:  # weight_u, weight_v only:
@@ -259,7 +263,7 @@ def _compose(name: str, parts: dict[str, TensorEntry], roles: dict[str, str]) ->
         if not all(e.dtype.startswith(("float", "bfloat")) and e.dtype not in FP8_FORMATS for e in parts.values()):
             raise CorruptCheckpointError(f"parts of {', '.join(sorted({e.dtype for e in parts.values()}))}: "
                                          "expected floats")
-        weight = _weight_norm(name, **by_role) if kind == "weight-norm" else _spectral_norm(name, **by_role)
+        weight = _weight_norm(name, layouts, **by_role) if kind == "weight-norm" else _spectral_norm(name, layouts, **by_role)
     except CorruptCheckpointError as exc:
         for entry in parts.values():
             yield entry, f"part of {name}, which wbfe cannot compose: {exc}; not scored"
@@ -270,7 +274,7 @@ def _compose(name: str, parts: dict[str, TensorEntry], roles: dict[str, str]) ->
         yield parts[part], f"consumed: {what} of {name} ({kind.replace('-', ' ')}, scored composed)"
 
 
-def _weight_norm(name: str, g: TensorEntry, v: TensorEntry) -> TensorEntry:
+def _weight_norm(name: str, layouts: Optional[Mapping[str, str]], g: TensorEntry, v: TensorEntry) -> TensorEntry:
     """W = g·v/‖v‖, the norm over every dim of v but the one g is not 1 along (over all of v where g is one value)."""
     dims = [d for d, size in enumerate(g.shape) if size != 1]
     if len(g.shape) not in (0, len(v.shape)) or len(dims) > 1 or any(g.shape[d] != v.shape[d] for d in dims):
@@ -285,15 +289,22 @@ def _weight_norm(name: str, g: TensorEntry, v: TensorEntry) -> TensorEntry:
             return direction * (_float64(g) / norm)
 
     return _entry(name, v.shape, f"weight-norm-dim{kept}" if kept is not None else "weight-norm-whole", load,
-                  v.layout)
+                  (layouts or {}).get(name, v.layout))
 
 
-def _spectral_norm(name: str, orig: TensorEntry, u: TensorEntry, v: TensorEntry) -> TensorEntry:
-    """W / σ, σ = uᵀ·W·v with W as a matrix of its dim ``u`` spans by the rest, as torch computes it in eval mode; of
-    two dims ``u`` spans, the output's (torch's default: 0, or 1 for a transposed convolution's ``in_out`` layout)."""
+def _spectral_norm(name: str, layouts: Optional[Mapping[str, str]], orig: TensorEntry, u: TensorEntry,
+                   v: TensorEntry) -> TensorEntry:
+    """W / σ, σ = uᵀ·W·v with W as a matrix of its dim ``u`` spans by the rest, as torch computes it in eval mode. Of
+    two dims ``u`` spans, torch's default: the output's (0 for a matrix or a convolution, 1 for a transposed one,
+    which only a description of the checkpoint tells from a convolution of as many inputs as outputs)."""
+    layout = (layouts or {}).get(name, orig.layout)
     dims = [d for d, size in enumerate(orig.shape) if (size,) == tuple(u.shape)]
+    if len(dims) > 1 and len(orig.shape) > 2 and layouts is None and layout != IN_OUT:
+        raise CorruptCheckpointError(f"vector u [{u.shape[0]}] fits dims {dims} of the weight {list(orig.shape)}: "
+                                     "torch takes 0 for a convolution, 1 for a transposed one, and the checkpoint "
+                                     "does not say which it is")
     if len(dims) > 1:
-        dims = [d for d in dims if d == (1 if orig.layout == IN_OUT else 0)]
+        dims = [d for d in dims if d == (1 if layout == IN_OUT else 0)]
     if len(dims) != 1 or math.prod(orig.shape) != math.prod(u.shape) * math.prod(v.shape) or len(v.shape) != 1:
         raise CorruptCheckpointError(f"vectors u {list(u.shape)} and v {list(v.shape)} fit no one dim of the weight "
                                      f"{list(orig.shape)}")
@@ -303,7 +314,7 @@ def _spectral_norm(name: str, orig: TensorEntry, u: TensorEntry, v: TensorEntry)
         with np.errstate(divide="ignore", invalid="ignore"):  # σ = 0 makes it non-finite, in the model too
             return w / (left @ np.moveaxis(w, dims[0], 0).reshape(left.size, -1) @ _float64(v))
 
-    return _entry(name, orig.shape, f"spectral-norm-dim{dims[0]}", load, orig.layout)
+    return _entry(name, orig.shape, f"spectral-norm-dim{dims[0]}", load, layout)
 
 
 def _float64(entry: TensorEntry) -> Any:
