@@ -200,3 +200,17 @@ def test_square_convolution_needs_its_description(tmp_path: Path, transposed: bo
         "part of enc.conv.weight, which wbfe cannot compose: vector u [8] fits dims [0, 1] of the weight [8, 8, 3, 3]: "
         "torch takes 0 for a convolution, 1 for a transposed one, and the checkpoint does not say which it is; not "
         "scored")
+
+
+def test_stacked_parametrizations_are_skipped(tmp_path: Path) -> None:
+    # weight norm, then spectral norm on its result: original0, original1 and 1._u, 1._v compose no one rule wbfe has
+    module = P.spectral_norm(P.weight_norm(torch.nn.Linear(6, 5)))
+    result = wbfe.score({"x": torch.randn(4, 3), **{"s." + k: v for k, v in module.state_dict().items()}})
+    assert [layer["name"] for layer in result.layers] == ["x"]
+    skipped = {s["name"]: s["reason"] for s in result.skipped}
+    reason = ("part of s.weight, which wbfe cannot compose: its stored parts (s.parametrizations.weight.1._u, "
+              "s.parametrizations.weight.1._v, s.parametrizations.weight.original0, "
+              "s.parametrizations.weight.original1) are neither weight norm's (g, v) nor spectral norm's (weight, u, "
+              "v); not scored")
+    assert {name: skipped[name] for name in skipped if "parametrizations" in name} == {
+        f"s.parametrizations.weight.{part}": reason for part in ("original0", "original1", "1._u", "1._v")}
