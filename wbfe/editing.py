@@ -213,6 +213,7 @@ def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:
     """What a score of ``source`` leaves out (name: reason), to be copied unedited; refused: a second copy of a
     tensor in another shard, a quantised weight."""
     from wbfe.quant import dequantised
+    from wbfe.quant.grouping import COMPOSED
     from wbfe.sources.peft_adapter import AdapterSource
 
     ref = source.provenance.source
@@ -230,6 +231,10 @@ def _left_out(source: Any, listed: list[Any]) -> dict[str, str]:
     # A weight stored as packed integers with scales (GPTQ, AWQ, FP8 blocks) is several plain tensors in the file:
     # grouped as a score groups them, lest its scales be edited as a matrix of their own.
     for entry, why in dequantised(listed, source.config):
+        if entry.quant is not None and entry.quant.startswith(COMPOSED):  # an edit of v alone changes another weight
+            raise UnsupportedDtypeError(f"{entry.name}: stored as the parts torch composes it from ({entry.quant}); "
+                                        "editing writes plain tensors and would not write it back as its parts",
+                                        name=entry.name)
         if entry.quant is not None:
             raise UnsupportedDtypeError(f"{entry.name}: stored quantised ({entry.quant}); editing writes plain "
                                         "tensors and would not copy it byte for byte", name=entry.name)

@@ -28,7 +28,9 @@ class PlannedEntry(NamedTuple):
 def entries(source: Any) -> Iterator[tuple[TensorEntry, Optional[str]]]:
     """The source's entries as matrices to plan: quantized weights dequantised, fused expert stacks
     split per expert; with each, the reason it is consumed by another (a scale), or None."""
-    return expand_experts(dequantised(source.entries(), source.config), source.config)
+    description = getattr(source, "description", None)
+    layouts = description.layouts if description is not None else None
+    return expand_experts(dequantised(source.entries(), source.config, layouts), source.config)
 
 
 def plan_entry(

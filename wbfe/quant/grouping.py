@@ -1,19 +1,24 @@
-"""Group a quantized weight with its scales as the entries stream past, and dequantise it on load.
+"""Group a quantized weight with its scales as the entries stream past, and dequantise it on load; likewise compose
+a weight torch stores as parts (weight norm's g and v, spectral norm's weight and u, v) into the weight the model uses.
 
 A weight and its companions share a module prefix (``x.qweight``, ``x.qzeros``, ``x.scales``,
-``x.g_idx``; ``x.weight`` (FP8) and ``x.weight_scale_inv``; ``x.w_blocks`` and ``x.w_scales``) and
-lie next to each other in any stored order wbfe meets, so a group is held only until the stream
-moves past its prefix: nothing but the entries' metadata is held, and nothing is read early.
+``x.g_idx``; ``x.weight`` (FP8) and ``x.weight_scale_inv``; ``x.w_blocks`` and ``x.w_scales``;
+``x.weight_g`` and ``x.weight_v``) and lie next to each other in any stored order wbfe meets, so a group is held
+only until the stream moves past its prefix: nothing but the entries' metadata is held, and nothing is read early.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable, Iterator, Optional
+import re
+from typing import Any, Iterable, Iterator, Mapping, Optional
+
+import numpy as np
 
 from wbfe._deps import require_torch
 from wbfe.errors import CorruptCheckpointError, UnsupportedDtypeError
+from wbfe.framework import IN_OUT, OUT_IN
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.quant.compressed import compressed_weight, config_block, dequantize_compressed
 from wbfe.quant.fp8 import FP8_FORMATS, config_whole, dequantize_fp8, fp8_scheme
@@ -21,7 +26,7 @@ from wbfe.quant.mxfp4 import dequantize_mxfp4
 from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
 from wbfe.sources import TensorEntry
 
-__all__ = ["dequantised"]
+__all__ = ["dequantised", "COMPOSED"]
 
 # Suffix -> part of a quantized weight; MXFP4's parts end in `_blocks` / `_scales` instead.
 _PARTS = {"weight_scale_inv": "scale", "weight_scale": "scale", "input_scale": "input_scale",
@@ -40,13 +45,28 @@ _WHAT = {"scale": "scale", "input_scale": "activation scale", "qweight": "packed
          "input_global_scale": "activation global scale", "kept": "kept values", "bitmask": "bitmask",
          "row_offsets": "row offsets"}
 
+# torch's normalised weights: weight norm's magnitude g and direction v (torch.nn.utils.weight_norm's weight_g and
+# weight_v; parametrizations.weight_norm's original0 and original1) and spectral norm's weight before its division by σ
+# with its power-iteration vectors (weight_orig, weight_u, weight_v; parametrizations' original, 0._u and 0._v).
+_NEW = re.compile(r"((?:.*\.)?)parametrizations\.([^.]+)\.(.+)")
+_OLD = re.compile(r"((?:.*\.)?weight)_(g|v|orig|u)")
+_NEW_ROLES = {"original0": "g", "original1": "v", "original": "orig", "0._u": "u", "0._v": "v"}
+_KINDS = {("g", "v"): "weight-norm", ("orig", "u", "v"): "spectral-norm"}
+COMPOSED = tuple(_KINDS.values())  # the `quant` of a composed weight begins so: no storage an edit can write back
+_ROLE_WHAT = {"g": "magnitude g", "v": "direction v", "orig": "weight before its division by σ",
+              "u": "power-iteration vector u"}
+
 Item = tuple[TensorEntry, Optional[str]]
 _WORDS = ("int32", "uint32")
 
 
 def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
-    """``(prefix, part)`` of a tensor that belongs to a quantized weight, else None."""
+    """``(prefix, part)`` of a tensor that belongs to a quantized weight (or ``(weight, its own name)`` of a part of
+    a normalised weight), else None."""
     name = entry.name
+    norm = _norm_part(name)
+    if norm is not None:
+        return norm[0], name
     for suffix, part in (("_blocks", "blocks"), ("_scales", "mx_scales")):
         if name.endswith(suffix) and entry.dtype == "uint8":
             return name[: -len(suffix)], part
@@ -61,15 +81,34 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
     return (prefix, _PARTS[last]) if last in _PARTS else None
 
 
+def _norm_part(name: str) -> Optional[tuple[str, str]]:
+    """``(the weight's name, the part's role: g, v, orig, u, or "" for another parametrization's)`` of a tensor torch
+    stores for a normalised weight, else None."""
+    new = _NEW.fullmatch(name)
+    if new is not None:
+        return new[1] + new[2], _NEW_ROLES.get(new[3], "")
+    old = _OLD.fullmatch(name)
+    return (old[1], old[2]) if old is not None else None
+
+
+def _roles(parts: dict[str, TensorEntry]) -> dict[str, str]:
+    """Each part's role (:func:`_norm_part`) where ``parts``, keyed by their names, are a normalised weight's."""
+    found = {name: _norm_part(name) for name in parts}
+    return {name: part[1] for name, part in found.items() if part is not None}
+
+
 def _complete(parts: dict[str, TensorEntry]) -> bool:
-    return ({"weight", "scale"} <= parts.keys() or {"qweight", "qzeros", "scales"} <= parts.keys()
-            or {"blocks", "mx_scales"} <= parts.keys() or {"packed", "scale"} <= parts.keys()
-            or {"int_weight", "scale"} <= parts.keys() or {"kept", "bitmask"} <= parts.keys())
+    return (tuple(sorted(_roles(parts).values())) in _KINDS or {"weight", "scale"} <= parts.keys()
+            or {"qweight", "qzeros", "scales"} <= parts.keys() or {"blocks", "mx_scales"} <= parts.keys()
+            or {"packed", "scale"} <= parts.keys() or {"int_weight", "scale"} <= parts.keys()
+            or {"kept", "bitmask"} <= parts.keys())
 
 
-def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None) -> Iterator[Item]:
+def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None,
+                layouts: Optional[Mapping[str, str]] = None) -> Iterator[Item]:
     """``(entry, None)`` for a tensor to plan as usual (a dequantised weight among them) and
-    ``(entry, reason)`` for one consumed by a quantized weight or unusable without its parts."""
+    ``(entry, reason)`` for one consumed by a quantized weight or unusable without its parts. ``layouts``: the
+    checkpoint's description's (None where there is none), which says which weights are transposed convolutions."""
     qconfig = config.get("quantization_config") if isinstance(config, dict) else None
     qconfig = qconfig if isinstance(qconfig, dict) else {}
     pending: dict[str, dict[str, TensorEntry]] = {}
@@ -78,7 +117,7 @@ def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]]
         split = _split(entry)
         prefix = split[0] if split is not None else None
         for done in [p for p, parts in pending.items() if p != prefix and _complete(parts)]:
-            yield from _emit(done, pending.pop(done), qconfig, emitted)
+            yield from _emit(done, pending.pop(done), qconfig, emitted, layouts)
         if split is None:
             yield entry, None
         elif prefix in emitted and split[1] in _WHAT:  # a late companion (an activation scale)
@@ -86,10 +125,14 @@ def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]]
         else:
             pending.setdefault(split[0], {})[split[1]] = entry
     for prefix, parts in pending.items():
-        yield from _emit(prefix, parts, qconfig, emitted)
+        yield from _emit(prefix, parts, qconfig, emitted, layouts)
 
 
-def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], emitted: dict[str, str]) -> Iterator[Item]:
+def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], emitted: dict[str, str],
+          layouts: Optional[Mapping[str, str]]) -> Iterator[Item]:
+    if _roles(parts):
+        yield from _compose(prefix, parts, _roles(parts), layouts)
+        return
     if parts.keys() == {"int_weight"}:  # an integer tensor named weight, no scale beside it: planned as any other
         yield parts["int_weight"], None
         return
@@ -126,8 +169,9 @@ def _emit(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any], e
         yield main, f"consumed: packed data of {weight.name} (scored dequantised)"
 
 
-def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any) -> TensorEntry:
-    return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype="float64", load=load, quant=quant)
+def _entry(name: str, shape: tuple[int, ...], quant: str, load: Any, layout: str = OUT_IN) -> TensorEntry:
+    return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype="float64", load=load, quant=quant,
+                       layout=layout)
 
 
 def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) -> TensorEntry:
@@ -201,3 +245,77 @@ def _check_groups(g_idx: Any, groups: int) -> None:
         raise CorruptCheckpointError(
             f"GPTQ g_idx gives {int(outside.sum())} of its {g_idx.size} inputs a group outside the {groups} of its "
             f"scales (input {first}: group {int(g_idx[first])}, expected 0 to {groups - 1})")
+
+
+def _compose(name: str, parts: dict[str, TensorEntry], roles: dict[str, str],
+             layouts: Optional[Mapping[str, str]]) -> Iterator[Item]:
+    """The weight ``name`` that torch composes from ``parts`` (scored as the model uses it, in float64), and
+    its parts consumed; parts that compose no weight wbfe knows are skipped saying so (never one scored alone)."""
+    if all(_OLD.fullmatch(n) for n in parts) and not {"g", "orig"} & {*roles.values()}:  # weight_u, weight_v only:
+        yield from ((entry, None) for entry in parts.values())  # not torch's names for parts (low-rank factors?)
+        return
+    kind = _KINDS.get(tuple(sorted(roles.values())))
+    by_role = {role: parts[n] for n, role in roles.items()}
+    try:
+        if kind is None:
+            raise CorruptCheckpointError(f"its stored parts ({', '.join(sorted(parts))}) are neither weight norm's "
+                                         "(g, v) nor spectral norm's (weight, u, v)")
+        if not all(e.dtype.startswith(("float", "bfloat")) and e.dtype not in FP8_FORMATS for e in parts.values()):
+            raise CorruptCheckpointError(f"parts of {', '.join(sorted({e.dtype for e in parts.values()}))}: "
+                                         "expected floats")
+        weight = _weight_norm(name, layouts, **by_role) if kind == "weight-norm" else _spectral_norm(name, layouts, **by_role)
+    except CorruptCheckpointError as exc:
+        for entry in parts.values():
+            yield entry, f"part of {name}, which wbfe cannot compose: {exc}; not scored"
+        return
+    yield weight, None
+    for part, role in roles.items():
+        what = "power-iteration vector v" if role == "v" and kind == "spectral-norm" else _ROLE_WHAT[role]
+        yield parts[part], f"consumed: {what} of {name} ({kind.replace('-', ' ')}, scored composed)"
+
+
+def _weight_norm(name: str, layouts: Optional[Mapping[str, str]], g: TensorEntry, v: TensorEntry) -> TensorEntry:
+    """W = g·v/‖v‖, the norm over every dim of v but the one g is not 1 along (over all of v where g is one value)."""
+    dims = [d for d, size in enumerate(g.shape) if size != 1]
+    if len(g.shape) not in (0, len(v.shape)) or len(dims) > 1 or any(g.shape[d] != v.shape[d] for d in dims):
+        raise CorruptCheckpointError(f"magnitude g {list(g.shape)} fits no dim of direction v {list(v.shape)}")
+    kept = dims[0] if dims else None
+
+    def load() -> Any:
+        direction = _float64(v)
+        norm = np.sqrt(np.square(direction).sum(axis=tuple(d for d in range(direction.ndim) if d != kept),
+                                                keepdims=True))
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero v is NaN in the model too: skipped as such
+            return direction * (_float64(g) / norm)
+
+    return _entry(name, v.shape, f"weight-norm-dim{kept}" if kept is not None else "weight-norm-whole", load,
+                  (layouts or {}).get(name, v.layout))
+
+
+def _spectral_norm(name: str, layouts: Optional[Mapping[str, str]], orig: TensorEntry, u: TensorEntry,
+                   v: TensorEntry) -> TensorEntry:
+    """W / σ, σ = uᵀ·W·v with W as a matrix of its dim ``u`` spans by the rest, as torch computes it in eval mode. Of
+    two dims ``u`` spans, torch's default: the output's (0 for a matrix or a convolution, 1 for a transposed one,
+    which only a description of the checkpoint tells from a convolution of as many inputs as outputs)."""
+    layout = (layouts or {}).get(name, orig.layout)
+    dims = [d for d, size in enumerate(orig.shape) if (size,) == tuple(u.shape)]
+    if len(dims) > 1 and len(orig.shape) > 2 and layouts is None and layout != IN_OUT:
+        raise CorruptCheckpointError(f"vector u [{u.shape[0]}] fits dims {dims} of the weight {list(orig.shape)}: "
+                                     "torch takes 0 for a convolution, 1 for a transposed one, and the checkpoint "
+                                     "does not say which it is")
+    if len(dims) > 1:
+        dims = [d for d in dims if d == (1 if layout == IN_OUT else 0)]
+    if len(dims) != 1 or math.prod(orig.shape) != math.prod(u.shape) * math.prod(v.shape) or len(v.shape) != 1:
+        raise CorruptCheckpointError(f"vectors u {list(u.shape)} and v {list(v.shape)} fit no one dim of the weight "
+                                     f"{list(orig.shape)}")
+
+    def load() -> Any:
+        w, left = _float64(orig), _float64(u)
+        with np.errstate(divide="ignore", invalid="ignore"):  # σ = 0 makes it non-finite, in the model too
+            return w / (left @ np.moveaxis(w, dims[0], 0).reshape(left.size, -1) @ _float64(v))
+
+    return _entry(name, orig.shape, f"spectral-norm-dim{dims[0]}", load, layout)
+
+
+def _float64(entry: TensorEntry) -> Any:
+    return to_numpy(entry.load()).astype(np.float64)

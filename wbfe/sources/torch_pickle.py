@@ -102,7 +102,8 @@ def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str
     DataParallel ``module.`` prefix stripped (``CorruptCheckpointError`` where there is none, or two names clash),
     and the tensors of the other containers it was chosen over (a checkpoint holding both ``state_dict`` and
     ``model``, or ``model`` and ``model_ema``: the first of :data:`_NESTED_KEYS`, then :data:`_EMA_KEYS`, that holds
-    tensors is scored) by ``key/name``, each with why it is not scored: listed as skipped, so the choice is seen."""
+    tensors is scored), and of every other container beside it (an optimizer's state, a scheduler's), by ``key/name``,
+    each with why it is not scored: listed as skipped, so the choice is seen and no tensor is lost."""
     import torch
 
     current = obj
@@ -122,18 +123,30 @@ def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str
             held = {k: _flatten(current[k], where) for k in candidates}
             candidates = [k for k in candidates if held[k]] or candidates
         nested = [current[k] for k in candidates]
-        for other in candidates[1:]:
-            if current[other] is not nested[0]:
-                why = f"in {other!r}, not the state dict scored ({candidates[0]!r}); score checkpoint[{other!r}] for it"
-                passed.update({f"{other}/{name}": (tensor, why) for name, tensor in held[other].items()})
         if not nested:  # else the one mapping inside, if there is one only
             nested = [v for v in current.values() if isinstance(v, Mapping)]
             if len(nested) != 1:
                 break
+        # The tensors beside the state dict scored (another state dict, an optimizer's moments) are listed, not lost.
+        for other, value in current.items():
+            if value is not nested[0] and isinstance(value, (Mapping, list, tuple)):
+                why = (f"optimizer state (in {other!r}), not a weight" if _is_optimizer(other, value) else
+                       f"in {other!r}, not the state dict scored ({candidates[0]!r}); score checkpoint[{other!r}] for "
+                       "it" if other in candidates else f"in {other!r}, beside the state dict scored: not a weight")
+                found = held[other] if other in held else _flatten(value, where)
+                passed.update({f"{other}/{name}": (tensor, why) for name, tensor in found.items()})
         current = nested[0]
         flat = held.get(candidates[0]) if held else None
     keys = [str(k)[:80] for k in list(obj.keys())[:8]] if isinstance(obj, Mapping) else type(obj).__name__
     raise CorruptCheckpointError.at(where, f"no state dict of tensors found (top level: {keys})")
+
+
+def _is_optimizer(key: Any, value: Any) -> bool:
+    """Whether ``value`` (under ``key``) is an optimizer's state: a torch optimizer's state dict (``state`` and
+    ``param_groups``) or a list of them (Lightning's ``optimizer_states``), or anything under an ``optim…`` key."""
+    if isinstance(value, (list, tuple)) and value and all(_is_optimizer(None, v) for v in value):
+        return True
+    return "optim" in str(key).lower() or isinstance(value, Mapping) and {"state", "param_groups"} <= value.keys()
 
 
 def _is_tensor(torch: Any, value: Any) -> bool:
@@ -150,7 +163,7 @@ def _as_tensor(torch: Any, value: Any) -> Any:
     return torch.from_numpy(value) if value.flags.writeable else torch.from_numpy(value.copy())
 
 
-def _flatten(state: Mapping[Any, Any], where: str) -> dict[str, Any]:
+def _flatten(state: Mapping[Any, Any] | list[Any] | tuple[Any, ...], where: str) -> dict[str, Any]:
     """Tensors (and numeric numpy arrays) of ``state`` and its containers by dotted path, each container seen once."""
     import torch
 
