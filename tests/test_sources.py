@@ -49,6 +49,22 @@ def test_all_formats_stream_identical_tensors(tmp_path: Path, state_dict: dict, 
         _assert_same(_tensors(ref), reference)
 
 
+def test_a_compiled_models_weights_are_named_as_the_models(tmp_path: Path) -> None:
+    """torch.compile wraps a model as ``_orig_mod``: its state dict, saved or in memory, was scored under names
+    (``_orig_mod.2.weight``) no plain checkpoint of the model has, so a compare of the two matched nothing."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(30, 40), torch.nn.ReLU(), torch.nn.Linear(40, 10))
+    compiled = torch.compile(model)
+    assert next(iter(compiled.state_dict())).startswith("_orig_mod.")
+    plain = wbfe.score(model, metrics="bfe")
+    torch.save(compiled.state_dict(), tmp_path / "compiled.pt")
+    torch.save({"model": {f"module.{k}": v for k, v in compiled.state_dict().items()}}, tmp_path / "both.pt")
+    for ref in (compiled, tmp_path / "compiled.pt", tmp_path / "both.pt"):
+        got = wbfe.score(ref, metrics="bfe")
+        assert (got.layers, got.skipped) == (plain.layers, plain.skipped)
+        assert got.summary["head"] == plain.summary["head"] == "2.weight"
+
+
 def test_a_checkpoint_with_two_state_dicts_scores_one_and_lists_the_other(tmp_path: Path) -> None:
     """{"state_dict": ..., "model": ...}: ``state_dict`` is scored (first of the usual keys), and the other's tensors
     are listed as skipped saying so; the scored numbers are those of ``state_dict`` alone."""

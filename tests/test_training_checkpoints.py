@@ -42,6 +42,10 @@ def test_optimizer_state_is_listed(tmp_path: Path, how: str) -> None:
     for name, tensor in moments.items():
         assert listed[name]["reason"] == "optimizer state (in 'optimizer'), not a weight"
         assert listed[name]["shape"] == list(tensor.shape)
+    # the moments are no matrices of the model's: the head is the model's own, as without them (the 2-D moments read
+    # as skipped matrices that feed no other, and the head was refused)
+    plain = wbfe.score(model.state_dict())
+    assert (result.summary, result.layers) == (plain.summary, plain.layers) and result.summary["head"] == "2.weight"
 
 
 def test_lightning_optimizer_states_and_other_tensors_are_listed(tmp_path: Path) -> None:

@@ -37,6 +37,11 @@ _CLASS_TASKS = ("ForSequenceClassification", "ForImageClassification", "ForToken
 # attention projections go through the attention product first, a router's scores pick experts.
 _NOT_HEADS = ("embedding", "attention", "router")
 _TIED = re.compile(r"^tied: (?:shares storage with|identical to) (?P<name>.+)$")
+# Skipped rows that are no weight matrix of the model's: the parts a quantised or composed weight consumed (the
+# weight is its row), a graph's constants that feed no weight input (ONNX, TFLite), and another state dict's or an
+# optimizer's tensors beside the one scored (wbfe.sources.torch_pickle).
+_NOT_THE_MODELS = re.compile(r"^(?:consumed: |not a weight input|in '.*', (?:not|beside) the state dict scored|"
+                             r"optimizer state \(in )")
 _KERAS_SUFFIX = re.compile(r"[/.](kernel|weight)(:\d+)?$")
 
 
@@ -236,7 +241,7 @@ def _with_held(layers: Sequence[dict[str, Any]],
     model's, in its place in the structure: no other matrix stands in for it as the head."""
     ties = {s["name"]: m.group("name") for s in skipped if (m := _TIED.match(str(s.get("reason", ""))))}
     held = {s["name"]: str(s.get("reason")) for s in skipped if len(s.get("shape") or ()) >= 2
-            and s["name"] not in ties and s.get("reason") != UNSELECTED}
+            and s["name"] not in ties and s.get("reason") != UNSELECTED and not _NOT_THE_MODELS.match(str(s["reason"]))}
     return [*layers, *({"name": s["name"], "shape": s["shape"], "role": ""} for s in skipped if s["name"] in held)], held, ties
 
 

@@ -20,7 +20,9 @@ class MemorySource(TensorSource):
     headers_only = True  # nothing to read: the tensors are in memory
 
     def __init__(self, obj: Any):
-        require_torch("scoring an in-memory model or state dict")  # its tensors are torch's
+        torch = require_torch("scoring an in-memory model or state dict")  # its tensors are torch's
+        while isinstance(getattr(obj, "_orig_mod", None), torch.nn.Module):  # torch.compile's wrapper: the model
+            obj = obj._orig_mod
         state = obj.state_dict() if hasattr(obj, "state_dict") and callable(obj.state_dict) else obj
         self._state, self._passed = unwrap_checkpoint(state, where=type(obj).__name__)
         self.provenance = Provenance(

@@ -99,7 +99,7 @@ def check_zip_records(path: Path, fh: Any) -> None:
 
 def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str, tuple[Any, str]]]:
     """The mapping of tensors inside a loaded checkpoint, nested containers flattened with dotted names and a
-    DataParallel ``module.`` prefix stripped (``CorruptCheckpointError`` where there is none, or two names clash),
+    DataParallel ``module.`` and torch.compile ``_orig_mod.`` prefixes stripped (``CorruptCheckpointError`` where there is none, or two names clash),
     and the tensors of the other containers it was chosen over (a checkpoint holding both ``state_dict`` and
     ``model``, or ``model`` and ``model_ema``: the first of :data:`_NESTED_KEYS`, then :data:`_EMA_KEYS`, that holds
     tensors is scored), and of every other container beside it (an optimizer's state, a scheduler's), by ``key/name``,
@@ -112,8 +112,11 @@ def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str
     for _ in range(4):
         if isinstance(current, Mapping) and any(_is_tensor(torch, v) for v in current.values()):
             state = flat if flat is not None else _flatten(current, where)
-            if state and all(k.startswith("module.") for k in state):
-                state = {k[len("module."):]: v for k, v in state.items()}
+            # DataParallel's and torch.compile's wrappers, in either order (a compiled model's weights saved as
+            # _orig_mod.fc.weight matched no plain model's names)
+            while state and (prefix := next((p for p in ("module.", "_orig_mod.")
+                                             if all(k.startswith(p) for k in state)), None)):
+                state = {k[len(prefix):]: v for k, v in state.items()}
             return state, passed
         if not isinstance(current, Mapping):
             break
