@@ -135,8 +135,9 @@ class Provenance:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON's ``model`` block, with a URL's credentials hidden (:func:`without_credentials`)."""
-        extra = {k: {without_credentials(u): e for u, e in v.items()} if isinstance(v, dict) else v
-                 for k, v in self.extra.items()}  # the etags, keyed by URL
+        extra = dict(self.extra)
+        if isinstance(extra.get("etags"), dict):  # keyed by the URLs read (wbfe.sources.remote)
+            extra["etags"] = {without_credentials(url): etag for url, etag in extra["etags"].items()}
         return {"source": without_credentials(self.source), "format": self.format,
                 "files": [without_credentials(f) for f in self.files], "sha256": self.digest(), **extra}
 
