@@ -415,15 +415,21 @@ def _log_hyperu_cut(
     accept = math.sqrt(rtol) * np.maximum(1.0, np.abs(log_j))
     refined: dict[int, list[complex]] = {}
 
+    def keep(rows: np.ndarray, cand: np.ndarray, cand_err: np.ndarray, seen: dict[int, list[complex]]) -> None:
+        better = cand_err < err[rows]
+        log_j[rows[better]] = cand[better]
+        err[rows[better]] = cand_err[better]
+        for row, value in zip(rows, cand):
+            seen.setdefault(int(row), []).append(value)
+
     def other_paths() -> None:
         # The path is free: where halving the step changes the default path's sum, try others
         # (rays, then wider or lower bumps) and keep the first that has converged, else the best.
         votes: dict[int, list[complex]] = {}
         for kind_th, kind_w in _CUT_FALLBACKS:
-            bad = err > accept
-            if not bad.any():
+            rows = np.flatnonzero(err > accept)
+            if not rows.size:
                 break
-            rows = np.flatnonzero(bad)
             yb, lyb = y[rows], ly[rows]
             sw = min(1.0, 1.0 / math.sqrt(c + a))
             stp = 0.5 * min(0.35 * sw, 0.25, kind_th / 6.0, (0.5 * math.pi - kind_th) / 8.0, kind_w / 8.0)
@@ -431,11 +437,7 @@ def _log_hyperu_cut(
             hi = np.maximum(peak[rows] + 8.0 * sw, lyb + 4.0 * min(kind_w, 3.0))
             cand, cand_err = _cut_integral(a, c, yb, lyb, np.full_like(yb, kind_th), np.full_like(yb, kind_w),
                                            peak[rows], np.full_like(yb, stp), lo, hi, spread)
-            better = cand_err < err[rows]
-            log_j[rows[better]] = cand[better]
-            err[rows[better]] = cand_err[better]
-            for index, value in zip(rows, cand):
-                votes.setdefault(int(index), []).append(value)
+            keep(rows, cand, cand_err, votes)
         # J does not depend on the path: where no single path passed its checks but three or more
         # different paths give the same log J, that common value is the answer.
         for row, values in votes.items():
@@ -451,19 +453,14 @@ def _log_hyperu_cut(
     def refine() -> None:
         # Unsettled rows get the default path with steps 4 and 16 times finer.
         for factor in (0.25, 0.0625):
-            bad = err > accept
-            if not bad.any():
+            rows = np.flatnonzero(err > accept)
+            if not rows.size:
                 break
-            rows = np.flatnonzero(bad)
             cand, cand_err = _cut_integral(
                 a, c, y[rows], ly[rows], th0[rows], bump_w[rows], peak[rows], factor * step[rows],
                 act_lo[rows], act_hi[rows], spread,
             )
-            better = cand_err < err[rows]
-            log_j[rows[better]] = cand[better]
-            err[rows[better]] = cand_err[better]
-            for row, value in zip(rows, cand):
-                refined.setdefault(int(row), []).append(value)
+            keep(rows, cand, cand_err, refined)
 
     # Refining costs 4 and 16 times more than another path but keeps the phase reference (another
     # path's sum may be 2π away): only for the modulus do the cheap paths go first.
