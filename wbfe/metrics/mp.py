@@ -450,7 +450,6 @@ class _ResidualBatch:
         for k, g in enumerate(grids):
             sigmas[k, : g.size] = g
         in_grid = ~np.isnan(sigmas)
-        all_rows = np.broadcast_to(np.arange(n_rows)[:, None], sigmas.shape)
         values = np.full(sigmas.shape, np.inf)
         scales = np.zeros(sigmas.shape)
         fallback = ~self.usable
@@ -462,7 +461,7 @@ class _ResidualBatch:
         else:
             b, a = _edges(sigmas, self.inv_sq)
             with np.errstate(invalid="ignore"):
-                valid = in_grid & ~self.off(all_rows, b, a)
+                valid = in_grid & ~self.off(np.arange(n_rows)[:, None], b, a)
             values[in_grid & ~valid] = np.broadcast_to(self.off_grid[:, None], sigmas.shape)[in_grid & ~valid]
             # The grid points in (a, b) of each row.
             a, b = np.where(valid, a, 0.0), np.where(valid, b, 0.0)
