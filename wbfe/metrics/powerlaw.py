@@ -214,9 +214,8 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     method = "ww-small-n"
     n = x.size
     logx = np.log(x)
-    n_cand = n - 1
-    alphas = np.zeros(n_cand)
-    ds = np.ones(n_cand)
+    alphas = np.zeros(n - 1)
+    ds = np.ones(n - 1)
 
     def candidate(i: int) -> bool:
         """α of the tail from x[i]; False where it is constant (α > 1 otherwise: n < 20)."""
