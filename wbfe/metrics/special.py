@@ -189,9 +189,7 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     s_m = _bisect_decreasing(dpsi, lo, hi)
     sig = expit(s_m - lz)
     sw = 1.0 / np.sqrt(np.exp(s_m) + a * sig * (1.0 - sig))
-    f = lambda s: psi(s, lz)  # noqa: E731
-    s_lo = _drop_edge(f, s_m, sw, -1.0)
-    s_hi = _drop_edge(f, s_m, sw, +1.0)
+    s_lo, s_hi = (_drop_edge(lambda s: psi(s, lz), s_m, sw, sign) for sign in (-1.0, 1.0))
     # Uniform resolution over the peak, the (1 + z/u) corner at s = log z, and the e^-u cut-off;
     # to the left of both the integrand is a smooth slow exponential and the steps may grow.
     act_lo = np.maximum(s_lo, np.minimum(s_m - 4.0 * sw, lz - 3.0))
@@ -395,14 +393,14 @@ def _log_hyperu_cut(
         th0[out], bump_w[out], peak[out] = t0, w, sm
         # The e^-u strip narrows with θ only where |u| is not small: near the mode, not at a
         # bump around a y far below it.
-        t_strip = np.where(lyo + 3.0 * w > math.log(0.1), t0, t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2))
         t_mode = t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2)
+        t_strip = np.where(lyo + 3.0 * w > math.log(0.1), t0, t_mode)
         mode_step = np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), (0.5 * math.pi - t_mode) / 8.0])
         bump_step = np.minimum.reduce([np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0])
         act_lo[out], act_hi[out], step[out] = _centred_map(
             a, c, lyo, 4.0 * w, bump_step, sm, 8.0 * swo, mode_step,
             np.minimum(sm - 8.0 * swo, lyo - 4.0 * w), np.maximum(sm + 8.0 * swo, lyo + 4.0 * w),
-            np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0]),
+            np.minimum(0.35 * swo, bump_step),
         )
 
     # The steps above give ~1e-13; the trapezoidal error falls like e^(−k/h), so a looser target
