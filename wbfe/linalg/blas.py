@@ -185,7 +185,6 @@ _THREAD_CALLS = [f"{prefix}openblas_{{}}_num_threads{suffix}" for prefix in ("sc
 
 
 def _symbol(library: ctypes.CDLL, names: Iterable[str]) -> Any:
-    """The first of ``names`` that ``library`` exports, or None."""
     return next((getattr(library, name) for name in names if hasattr(library, name)), None)
 
 

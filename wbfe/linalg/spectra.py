@@ -39,8 +39,7 @@ _EPS = float(np.finfo(np.float64).eps)
 # Below this p a second OpenBLAS thread costs more than it saves, the more so the busier the machine,
 # so such matrices are scored on one (wbfe.linalg.blas.one_thread).
 _SMALL_P = 256
-# From here LAPACK's two-stage reduction (wbfe.linalg.blas.eigvalsh_two_stage) beats dsyevr
-# (benchmarks/bench_eigensolvers.py).
+# From here LAPACK's two-stage reduction beats dsyevr (benchmarks/bench_eigensolvers.py).
 TWO_STAGE_P = 2560
 # Matrices whose float64 copy fits in this are scored side by side on worker threads (their
 # products and factorisations release the GIL); a larger one alone, on every BLAS thread.
@@ -50,9 +49,8 @@ _WORKER_BYTES = 32 << 20
 _RANGE_LO = 2.0**-400
 _RANGE_HI = 2.0**400
 _NON_FINITE = "non-finite values (NaN or Inf)"
-# Largest error bound eps·e_max·mean(1/e) on mean(log e) for which the Gram matrix's eigenvalues (or
-# its Cholesky/LU factor's log det) are kept, about 100x the error measured (docs/math.md §1); above
-# it the spectrum comes from W's singular values.
+# Largest error bound eps·e_max·mean(1/e) on mean(log e) for which the Gram matrix's eigenvalues (or its Cholesky/LU
+# factor's log det) are kept, about 100x the error measured (docs/math.md §1); above it W's singular values are used.
 _LOG_DET_TOL = 1e-8
 _pinned = threading.Event()  # set while every BLAS and OpenMP pool is held at one thread (pin_threads)
 # Tests set this to run the torch code path that serves CUDA on the CPU (CI has no GPU).
@@ -158,10 +156,8 @@ def resolve_device(device: str) -> Device:
     """
     if not isinstance(device, str) or not _DEVICE_NAME.fullmatch(device):
         raise InvalidOptionError(f"device must be auto, cpu or cuda (cuda:N for the N-th GPU), not {device!r}")
-    if device == "auto":
-        return Device("cuda" if _cuda_available() else "cpu")
-    if device == "cpu":
-        return Device("cpu")
+    if device in ("auto", "cpu"):
+        return Device("cuda" if device == "auto" and _cuda_available() else "cpu")
     require_torch(f"--device {device}")
     if not _cuda_available():
         raise InvalidOptionError(f"--device {device} was asked for but no CUDA device is available")
@@ -175,8 +171,7 @@ def resolve_device(device: str) -> Device:
 
 
 def _cuda_available() -> bool:
-    """torch's answer, asked only where it can be yes (torch needs NVIDIA's driver for CUDA): importing
-    torch just to hear no would slow every run on a CPU-only machine."""
+    """torch's answer, asked only where NVIDIA's driver is: importing torch to hear no slows every CPU-only run."""
     if not torch_loaded() and not (_nvidia_driver() and torch_installed()):
         return False
     import torch
@@ -194,12 +189,8 @@ def _nvidia_driver() -> bool:
 
 def gram(matrix: "torch.Tensor", device: "Device") -> Any:
     """The smaller Gram matrix (WWᵀ if rows <= cols else WᵀW) in float64: on the CPU a Fortran-ordered numpy array
-    whose lower triangle holds it (what LAPACK reads; the upper triangle may be zero), on CUDA the full symmetric
-    torch tensor.
-
-    Raises:
-        DegenerateMatrixError: the matrix has non-finite entries.
-    """
+    whose lower triangle holds it (the upper may be zero), on CUDA the full symmetric torch tensor.
+    DegenerateMatrixError for non-finite entries."""
     rows, cols = matrix.shape
     wide = rows <= cols
     p, long = (rows, cols) if wide else (cols, rows)
@@ -277,9 +268,8 @@ def pin_threads() -> Iterator[None]:
     if limit is None:
         yield
         return
-    # torch's too, where it is loaded (a torch tensor's widening runs on torch's threads):
-    # threadpoolctl's OpenMP limit holds only for the thread that sets it, and MKL, linked into
-    # torch, is out of its sight.
+    # torch's too, where it is loaded (a torch tensor's widening runs on torch's threads): threadpoolctl's OpenMP limit
+    # holds only for the thread that sets it, and MKL, linked into torch, is out of its sight.
     torch = loaded("torch")
     torch_threads = torch.get_num_threads() if torch is not None else None
     with limit:
@@ -332,10 +322,7 @@ def _eigvalsh(g: Any) -> np.ndarray:
 
 def eigenvalues(matrices: Sequence["torch.Tensor"], device: "Device") -> np.ndarray:
     """Pooled eigenvalues of the smaller Gram matrices, ascending, each matrix's zeros exactly 0.
-
-    Raises:
-        DegenerateMatrixError: non-finite entries, or all entries zero.
-    """
+    DegenerateMatrixError for non-finite entries, or all entries zero."""
     parts = []
     for matrix in matrices:
         with _threads_for(matrix, device):
@@ -359,11 +346,7 @@ def _resolved(e: np.ndarray, matrix: "torch.Tensor", device: "Device") -> np.nda
 
 def w_eigenvalues(matrix: "torch.Tensor", device: "Device") -> np.ndarray:
     """Ascending squared singular values of W itself (no squared condition number), those the zero rule
-    calls zero (σ <= σ_max·P·eps) exactly 0.
-
-    Raises:
-        DegenerateMatrixError: non-finite entries.
-    """
+    calls zero (σ <= σ_max·P·eps) exactly 0; DegenerateMatrixError for non-finite entries."""
     rows, cols = (int(n) for n in matrix.shape)
     if device.type == "cpu" and not _TORCH_ON_CPU:
         w = _float64_block(matrix, np.empty(rows * cols, dtype=np.float64))
@@ -385,11 +368,7 @@ def w_eigenvalues(matrix: "torch.Tensor", device: "Device") -> np.ndarray:
 
 def live_part(matrices: Sequence["torch.Tensor"]) -> tuple[list["torch.Tensor"], int, int]:
     """``(matrices without their dead rows and columns, dead rows, dead cols)``: a row (column) is dead
-    when it is exactly zero in every matrix (every slice of a conv kernel).
-
-    Raises:
-        DegenerateMatrixError: every entry is zero.
-    """
+    when it is exactly zero in every matrix (every slice of a conv kernel). DegenerateMatrixError if all are."""
     lines = [_nonzero_lines(m) for m in matrices]
     live_rows, live_cols = (np.logical_or.reduce([line[i] for line in lines]) for i in (0, 1))
     n_rows, n_cols = int(live_rows.sum()), int(live_cols.sum())
@@ -423,11 +402,7 @@ def _nonzero_lines(m: Any) -> tuple[np.ndarray, np.ndarray]:
 def log_moments(matrices: Sequence["torch.Tensor"], device: "Device") -> tuple[float, float, int, int]:
     """``(mean(e), mean(log e), n, number of zero eigenvalues)`` of the pooled spectrum, log det from a
     Cholesky (or LU) factor where it is trusted, else from W's singular values with the zero rule of
-    :func:`eigenvalues` (a zero makes mean(log e) = −inf).
-
-    Raises:
-        DegenerateMatrixError: non-finite entries, or all entries zero.
-    """
+    :func:`eigenvalues` (a zero makes mean(log e) = −inf). DegenerateMatrixError as :func:`eigenvalues`."""
     trace = log_det = 0.0
     n = n_zero = 0
     for matrix in matrices:
@@ -468,8 +443,7 @@ def _cholesky_diagonal(g: Any) -> np.ndarray | None:
     definite or the bound eps·e_max·mean(1/e) exceeds ``_LOG_DET_TOL``: e_max <= ‖G‖₁, and
     Σ1/e = ‖L⁻¹‖²_F is estimated from below by Σ1/l_ii² and by LAPACK's estimate of 1/e_min."""
     if isinstance(g, np.ndarray):
-        # ‖G‖₁ from the lower triangle (all LAPACK reads; the upper one may be zero), before potrf
-        # overwrites it.
+        # ‖G‖₁ from the lower triangle (all LAPACK reads; the upper one may be zero), before potrf overwrites it.
         low = np.abs(np.tril(g))
         anorm = float(np.max(low.sum(axis=0) + low.sum(axis=1) - np.diagonal(low)))
         del low

@@ -13,25 +13,16 @@ from wbfe.options import DEFAULT_GROUPS, parse_metrics
 
 __all__ = ["GroupResult", "MetricGroup", "MetricOptions", "Spectrum", "DEFAULT_GROUPS", "get_group", "resolve_groups"]
 
-# name -> "module:attribute"; modules are imported on first use so `import wbfe` stays light. The names and
-# DEFAULT_GROUPS are wbfe.options' (METRIC_GROUPS), which checks them without importing the groups.
-_REGISTRY: dict[str, str] = {
-    "bfe": "wbfe.metrics.bfe:GROUP",
-    "htsr": "wbfe.metrics.htsr:GROUP",
-    "htmp": "wbfe.metrics.htmp:GROUP",  # opt-in, as every group not in DEFAULT_GROUPS
-    "rand": "wbfe.metrics.rand:GROUP",
-    "vectors": "wbfe.metrics.vectors:GROUP",  # an eigen-decomposition with vectors per matrix
-    "detx": "wbfe.metrics.detx:GROUP",
-    "fingers": "wbfe.metrics.fingers:GROUP",  # num_fingers, raw_alpha, Lambda of --fix-fingers / --fit
-}
+# Each group is the GROUP of the module wbfe.metrics.<name>, imported on first use so `import wbfe` stays light. The
+# names and DEFAULT_GROUPS are wbfe.options' (METRIC_GROUPS), which checks them without importing the groups.
+_REGISTRY = ("bfe", "htsr", "htmp", "rand", "vectors", "detx", "fingers")
 
 
 def get_group(name: str) -> MetricGroup:
     """The metric group registered as ``name``; UnknownNameError (with close matches) if none is."""
     if name not in _REGISTRY:
-        raise unknown_name("metric group", name, tuple(_REGISTRY))
-    module_name, attr = _REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module_name), attr)
+        raise unknown_name("metric group", name, _REGISTRY)
+    return importlib.import_module(f"wbfe.metrics.{name}").GROUP
 
 
 def resolve_groups(metrics: str | Iterable[str] | None) -> tuple[MetricGroup, ...]:

@@ -87,8 +87,7 @@ def _clip_xmax(x: np.ndarray, *, min_tail: int, method: Literal["csn", "ww"]) ->
             break
         if fit.alpha <= WW_MIN_ALPHA:
             break
-    return TailFit(best.alpha, best.sigma, best.xmin, best.ks, num_fingers=fingers, raw_alpha=first.alpha,
-                   reason=best.reason)
+    return _from_pl(best, num_fingers=fingers, raw_alpha=first.alpha)
 
 
 def tpl_ks_distance(tail: np.ndarray, alpha: float, lam: float) -> float:

@@ -72,10 +72,9 @@ def logpdf(x: ArrayLike, kappa: float, gamma: float, beta: float, tau: float = 0
     y = beta * (np.atleast_1d(xa).ravel() - tau)
     out = np.full(y.shape, -math.inf)
     pos = y > 0.0
-    if pos.any():
-        yp = y[pos]
-        log_abs_u = np.asarray(log_hyperu_neg(a, b, yp)).real
-        out[pos] = math.log(beta) + (c - a - 1.0) * np.log(yp) - yp - _log_norm(a, c) - 2.0 * log_abs_u
+    yp = y[pos]
+    log_abs_u = np.asarray(log_hyperu_neg(a, b, yp)).real
+    out[pos] = math.log(beta) + (c - a - 1.0) * np.log(yp) - yp - _log_norm(a, c) - 2.0 * log_abs_u
     return float(out[0]) if xa.ndim == 0 else out.reshape(xa.shape)
 
 
@@ -153,8 +152,7 @@ def sample(n: int, kappa: float, gamma: float, beta: float, tau: float = 0.0, se
     log_y = np.interp(u, cum, np.log(grid))
     # Below the grid the CDF is y^δ·const: invert that power law instead of clamping.
     low = u < cum[0]
-    if low.any():
-        log_y[low] = math.log(grid[0]) + np.log(u[low] / cum[0]) / (c - a)
+    log_y[low] = math.log(grid[0]) + np.log(u[low] / cum[0]) / (c - a)
     return tau + np.exp(log_y) / beta
 
 
@@ -522,7 +520,6 @@ def _check(spec: Spectrum, options: MetricOptions) -> Union[_Ready, GroupResult]
 
 
 def _row(spec: Spectrum, ready: _Ready, fitted: Union[HTMPFit, InvalidOptionError]) -> GroupResult:
-    """The group's columns from the fit of ``spec`` (or the reason it failed)."""
     result = GroupResult()
     if isinstance(fitted, InvalidOptionError):
         return _fail_all(result, f"degenerate spectrum: {fitted}")

@@ -105,10 +105,9 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
     norm = float(np.sum(e))
     spectral = float(e[-1])
     shift = spec.log_scale / _LN10  # log10 of the true eigenvalues over the stored ones
-    result.put_rescaled("norm", norm, 1.0, spec.log_scale)
-    result.values["log_norm"] = math.log10(norm) + shift
-    result.put_rescaled("spectral_norm", spectral, 1.0, spec.log_scale)
-    result.values["log_spectral_norm"] = math.log10(spectral) + shift
+    for column, value in (("norm", norm), ("spectral_norm", spectral)):
+        result.put_rescaled(column, value, 1.0, spec.log_scale)
+        result.values[f"log_{column}"] = math.log10(value) + shift
     result.values["stable_rank"] = norm / spectral
     result.values["matrix_rank"] = matrix_rank(e, spec.P)
     entropy, reason = matrix_entropy(e, spec.P, epsilon=options.conventions.entropy_epsilon)
@@ -117,7 +116,7 @@ def _norm_columns(result: GroupResult, e: np.ndarray, spec: Spectrum, options: M
     else:
         result.fail("entropy", reason)
     # rank_loss, weak_rank_loss, sv_min, lambda_max; per slice under ``slice_svd`` (docs/metrics.md)
-    result.put_rescaled("lambda_max", float(e[-1]), 1.0, spec.log_scale)
+    result.put_rescaled("lambda_max", spectral, 1.0, spec.log_scale)
     result.values["weak_rank_loss"] = int(np.count_nonzero(e < stored_threshold(WW_WEAK_RANK_TOL, spec.log_scale)))
     per_slice = spec.extra.get("htsr")
     if per_slice is None:

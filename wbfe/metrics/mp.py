@@ -252,9 +252,9 @@ def _check_sides(N: float, M: float) -> None:  # noqa: N803
 
 def _fit_of(sigma: float, to_plot: np.ndarray, w_scale: float, lambda_max: float, Q: float, M: int) -> MPFit:  # noqa: N803
     """The :class:`MPFit` of the fitted σ of the rescaled spectrum ``to_plot`` (= w_scale² · eigs)."""
-    bulk_max = (sigma * (1 + 1 / np.sqrt(Q))) ** 2
-    bulk_min = (sigma * (1 - 1 / np.sqrt(Q))) ** 2
-    tw = 1 / np.sqrt(Q) * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
+    inv_sq = 1 / np.sqrt(Q)
+    bulk_max, bulk_min = _edges(sigma, inv_sq)
+    tw = inv_sq * np.power(bulk_max, 2 / 3) * np.power(M, -2 / 3)
     num_spikes = int(np.count_nonzero(to_plot > bulk_max + np.sqrt(tw)))
     return MPFit(
         sigma_mp=sigma, bulk_max=float(bulk_max / (w_scale * w_scale)), bulk_min=float(bulk_min / (w_scale * w_scale)),
@@ -450,7 +450,6 @@ class _ResidualBatch:
         for k, g in enumerate(grids):
             sigmas[k, : g.size] = g
         in_grid = ~np.isnan(sigmas)
-        all_rows = np.broadcast_to(np.arange(n_rows)[:, None], sigmas.shape)
         values = np.full(sigmas.shape, np.inf)
         scales = np.zeros(sigmas.shape)
         fallback = ~self.usable
@@ -462,7 +461,7 @@ class _ResidualBatch:
         else:
             b, a = _edges(sigmas, self.inv_sq)
             with np.errstate(invalid="ignore"):
-                valid = in_grid & ~self.off(all_rows, b, a)
+                valid = in_grid & ~self.off(np.arange(n_rows)[:, None], b, a)
             values[in_grid & ~valid] = np.broadcast_to(self.off_grid[:, None], sigmas.shape)[in_grid & ~valid]
             # The grid points in (a, b) of each row.
             a, b = np.where(valid, a, 0.0), np.where(valid, b, 0.0)
@@ -541,10 +540,7 @@ def _polish_many(
         running = still
     for (k, steps), x in zip(running, points):  # the last few: one by one
         try:
-            while True:
-                fx = batch.fast_one(k, x)
-                if fx is None:
-                    break
+            while (fx := batch.fast_one(k, x)) is not None:
                 x = steps.send(fx)
         except StopIteration as done:
             sigmas[k] = float(done.value)

@@ -177,17 +177,13 @@ def _ks_rows(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray) -> np.ndarray:
     return np.max(diff, axis=1)
 
 
-def _ks_blocks(x: np.ndarray, rows: np.ndarray, alphas: np.ndarray) -> np.ndarray:
-    step = max(1, _BLOCK_ELEMENTS // x.size)
-    return np.concatenate([_ks_rows(x, rows[i : i + step], alphas) for i in range(0, rows.size, step)])
-
-
 def _ks_all(x: np.ndarray, alphas: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    """KS distances of the eligible candidates; +inf for the others."""
+    """KS distances of the eligible candidates, in blocks of about _BLOCK_ELEMENTS; +inf for the others."""
     ks = np.full(x.size - 1, np.inf)
     idx = np.flatnonzero(eligible)
-    if idx.size:
-        ks[idx] = _ks_blocks(x, idx, alphas)
+    step = max(1, _BLOCK_ELEMENTS // x.size)
+    for i in range(0, idx.size, step):
+        ks[idx[i : i + step]] = _ks_rows(x, idx[i : i + step], alphas)
     return ks
 
 
@@ -218,9 +214,8 @@ def _fit_ww_small_n(x: np.ndarray) -> PowerLawFit:
     method = "ww-small-n"
     n = x.size
     logx = np.log(x)
-    n_cand = n - 1
-    alphas = np.zeros(n_cand)
-    ds = np.ones(n_cand)
+    alphas = np.zeros(n - 1)
+    ds = np.ones(n - 1)
 
     def candidate(i: int) -> bool:
         """α of the tail from x[i]; False where it is constant (α > 1 otherwise: n < 20)."""
@@ -264,10 +259,9 @@ def _panel_edges(peak: float, scale: float, lower: float, s: float, c: float, h_
         width = min(2.0 * width, 1.0)
 
 
-def _tpl_panels(alpha: float, lam: float) -> tuple[list[float], float]:
-    """Panel edges for ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − Λ(e^u − 1), and h at its peak."""
+def _tpl_panels(alpha: float, c: float) -> tuple[list[float], float]:
+    """Panel edges for ∫_0^∞ exp(h(u)) du, h(u) = (1−α)u − c(e^u − 1) (c = Λ), and h at its peak."""
     s = 1.0 - alpha
-    c = lam
     if s > c:  # interior peak at e^u = s/c, curvature −s there
         u_peak = math.log(s / c)
         scale = 1.0 / math.sqrt(s)

@@ -189,9 +189,7 @@ def _log_hyperu_positive(a: float, c: float, z: np.ndarray) -> np.ndarray:
     s_m = _bisect_decreasing(dpsi, lo, hi)
     sig = expit(s_m - lz)
     sw = 1.0 / np.sqrt(np.exp(s_m) + a * sig * (1.0 - sig))
-    f = lambda s: psi(s, lz)  # noqa: E731
-    s_lo = _drop_edge(f, s_m, sw, -1.0)
-    s_hi = _drop_edge(f, s_m, sw, +1.0)
+    s_lo, s_hi = (_drop_edge(lambda s: psi(s, lz), s_m, sw, sign) for sign in (-1.0, 1.0))
     # Uniform resolution over the peak, the (1 + z/u) corner at s = log z, and the e^-u cut-off;
     # to the left of both the integrand is a smooth slow exponential and the steps may grow.
     act_lo = np.maximum(s_lo, np.minimum(s_m - 4.0 * sw, lz - 3.0))
@@ -395,14 +393,14 @@ def _log_hyperu_cut(
         th0[out], bump_w[out], peak[out] = t0, w, sm
         # The e^-u strip narrows with θ only where |u| is not small: near the mode, not at a
         # bump around a y far below it.
-        t_strip = np.where(lyo + 3.0 * w > math.log(0.1), t0, t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2))
         t_mode = t0 * np.exp(-0.5 * ((sm - lyo) / w) ** 2)
+        t_strip = np.where(lyo + 3.0 * w > math.log(0.1), t0, t_mode)
         mode_step = np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), (0.5 * math.pi - t_mode) / 8.0])
         bump_step = np.minimum.reduce([np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0])
         act_lo[out], act_hi[out], step[out] = _centred_map(
             a, c, lyo, 4.0 * w, bump_step, sm, 8.0 * swo, mode_step,
             np.minimum(sm - 8.0 * swo, lyo - 4.0 * w), np.maximum(sm + 8.0 * swo, lyo + 4.0 * w),
-            np.minimum.reduce([0.35 * swo, np.full_like(yo, 0.25), w / 4.0, (0.5 * math.pi - t_strip) / 8.0]),
+            np.minimum(0.35 * swo, bump_step),
         )
 
     # The steps above give ~1e-13; the trapezoidal error falls like e^(−k/h), so a looser target
@@ -415,15 +413,21 @@ def _log_hyperu_cut(
     accept = math.sqrt(rtol) * np.maximum(1.0, np.abs(log_j))
     refined: dict[int, list[complex]] = {}
 
+    def keep(rows: np.ndarray, cand: np.ndarray, cand_err: np.ndarray, seen: dict[int, list[complex]]) -> None:
+        better = cand_err < err[rows]
+        log_j[rows[better]] = cand[better]
+        err[rows[better]] = cand_err[better]
+        for row, value in zip(rows, cand):
+            seen.setdefault(int(row), []).append(value)
+
     def other_paths() -> None:
         # The path is free: where halving the step changes the default path's sum, try others
         # (rays, then wider or lower bumps) and keep the first that has converged, else the best.
         votes: dict[int, list[complex]] = {}
         for kind_th, kind_w in _CUT_FALLBACKS:
-            bad = err > accept
-            if not bad.any():
+            rows = np.flatnonzero(err > accept)
+            if not rows.size:
                 break
-            rows = np.flatnonzero(bad)
             yb, lyb = y[rows], ly[rows]
             sw = min(1.0, 1.0 / math.sqrt(c + a))
             stp = 0.5 * min(0.35 * sw, 0.25, kind_th / 6.0, (0.5 * math.pi - kind_th) / 8.0, kind_w / 8.0)
@@ -431,11 +435,7 @@ def _log_hyperu_cut(
             hi = np.maximum(peak[rows] + 8.0 * sw, lyb + 4.0 * min(kind_w, 3.0))
             cand, cand_err = _cut_integral(a, c, yb, lyb, np.full_like(yb, kind_th), np.full_like(yb, kind_w),
                                            peak[rows], np.full_like(yb, stp), lo, hi, spread)
-            better = cand_err < err[rows]
-            log_j[rows[better]] = cand[better]
-            err[rows[better]] = cand_err[better]
-            for index, value in zip(rows, cand):
-                votes.setdefault(int(index), []).append(value)
+            keep(rows, cand, cand_err, votes)
         # J does not depend on the path: where no single path passed its checks but three or more
         # different paths give the same log J, that common value is the answer.
         for row, values in votes.items():
@@ -451,19 +451,14 @@ def _log_hyperu_cut(
     def refine() -> None:
         # Unsettled rows get the default path with steps 4 and 16 times finer.
         for factor in (0.25, 0.0625):
-            bad = err > accept
-            if not bad.any():
+            rows = np.flatnonzero(err > accept)
+            if not rows.size:
                 break
-            rows = np.flatnonzero(bad)
             cand, cand_err = _cut_integral(
                 a, c, y[rows], ly[rows], th0[rows], bump_w[rows], peak[rows], factor * step[rows],
                 act_lo[rows], act_hi[rows], spread,
             )
-            better = cand_err < err[rows]
-            log_j[rows[better]] = cand[better]
-            err[rows[better]] = cand_err[better]
-            for row, value in zip(rows, cand):
-                refined.setdefault(int(row), []).append(value)
+            keep(rows, cand, cand_err, refined)
 
     # Refining costs 4 and 16 times more than another path but keeps the phase reference (another
     # path's sum may be 2π away): only for the modulus do the cheap paths go first.

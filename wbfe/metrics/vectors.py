@@ -100,7 +100,6 @@ def eigenvector_data(matrices: Sequence[Any], device: Any, options: MetricOption
 
 
 def _tail_mask(data: EigenvectorData, spec: Spectrum, options: MetricOptions) -> tuple[Optional[np.ndarray], str]:
-    """Which eigenvectors are in the tail, or (None, why not)."""
     from wbfe.metrics.htsr import fit_spectrum_power_law
 
     ww = options.conventions.slice_svd
