@@ -59,11 +59,10 @@ class CalibrationReport(ToJson):
                  "recommended_test_loss": r.recommended_loss, "best_test_loss": r.best_loss, "test_loss_gap": r.gap}
                 for r in cal.held_out]
         gaps = np.array([r.gap for r in cal.held_out])
-        return json_ready({
-            "layer_selection": self.layers, "lambda_all_runs": cal.lam_all,
-            "held_out_gap_mean": float(np.nanmean(gaps)), "held_out_gap_median": float(np.nanmedian(gaps)),
-            "runs": runs, "grid": cal.grid.tolist(), "mean_gap": cal.mean_gap.tolist(),
-        })
+        mean, median = float(np.nanmean(gaps)), float(np.nanmedian(gaps))
+        return json_ready({"layer_selection": self.layers, "lambda_all_runs": cal.lam_all, "held_out_gap_mean": mean,
+                           "held_out_gap_median": median, "runs": runs, "grid": cal.grid.tolist(),
+                           "mean_gap": cal.mean_gap.tolist()})
 
     def table(self) -> str:
         d = self.to_dict()

@@ -109,9 +109,7 @@ def detect_regime(sig: RunSignals) -> str:
     return "shrinking" if s[finite[-1]] < s[start] else "growing"
 
 
-# --- the rule forms: each returns (index, reason) -------------------------------------------------------------
-
-Choice = tuple[int, str]
+Choice = tuple[int, str]  # what a rule form returns: (checkpoint index, reason)
 
 
 def _last(sig: RunSignals, why: str = "keep the last checkpoint") -> Choice:
@@ -255,8 +253,6 @@ def apply_rule(sig: RunSignals, name: str, param: Any = None) -> Choice:
     return rule.choose(sig, param)
 
 
-# --- leave-one-run-out evaluation ------------------------------------------------------------------------------
-
 class Measured:
     """Every rule's choice on every run at every parameter, computed once; tuning is then arithmetic
     (a base rule's choice on a run does not depend on the other runs)."""
@@ -268,7 +264,6 @@ class Measured:
         for s, loss in zip(sigs, self.losses):
             if loss.size != len(s.steps) or not np.all(np.isfinite(loss)):
                 raise InvalidOptionError(f"run {s.name}: every checkpoint needs a finite test loss")
-        self.sigs = list(sigs)
         self.n = len(sigs)
         self.regimes = [detect_regime(s) for s in sigs]
         self.choice: dict[str, np.ndarray] = {}
@@ -369,8 +364,6 @@ def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray]) ->
         chosen.append(int(m.tune(pick, others)[1][r]))
     return picks, RuleScore("auto", None, tuple(chosen), m.regrets(chosen), _hits(m, chosen, range(m.n)))
 
-
-# --- the table shipped with the package -----------------------------------------------------------------------
 
 def shipped_table() -> dict[str, Any]:
     """The measured rules shipped in the package (``stopping_table.json``, by ``benchmarks/bench_early_stopping.py``):
