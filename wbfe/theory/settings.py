@@ -76,9 +76,8 @@ class CurveSettings(Validated):
     """A sweep of the fixed point over r = n/(kd) (``wbfe theory curve``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "beta": NUMBER, "delta": POSITIVE, "d": Integer(1), "k": Integer(1), "r_min": NUMBER,
-        "r_max": NUMBER, "points": Integer(1), "activation": NAME, "readout": NAME, "rate": NUMBER,
-        "nonzeros": Integer(0),
+        "beta": NUMBER, "delta": POSITIVE, "d": Integer(1), "k": Integer(1), "r_min": NUMBER, "r_max": NUMBER,
+        "points": Integer(1), "activation": NAME, "readout": NAME, "rate": NUMBER, "nonzeros": Integer(0),
     }
 
     beta: float = 0.3
@@ -130,9 +129,9 @@ class StudentSettings(Validated):
     """Adam-trained students of several widths against k_c (``wbfe theory student``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "widths": _each(WIDTH, int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": Integer(1),
-        "d": Integer(1), "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME,
-        "epochs": Integer(1), "lr": POSITIVE, "device": DEVICE,
+        "widths": _each(WIDTH, int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": Integer(1), "d": Integer(1),
+        "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "epochs": Integer(1), "lr": POSITIVE,
+        "device": DEVICE,
     }
 
     widths: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48)

@@ -81,14 +81,10 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
     runs = [_run_seed(child, ns, s) for child in np.random.SeedSequence(s.seed).spawn(s.seeds)]
     # (seeds, points) arrays, and (seeds, points, p) for q
     nmse, q, kernel, recovered = (np.array([r[key] for r in runs]) for key in ("nmse", "q", "nmse_kernel", "recovered"))
-    pts = tuple(
-        HierarchicalPoint(
-            alpha=float(alphas[j]), n=ns[j], nmse=float(nmse[:, j].mean()), nmse_std=float(nmse[:, j].std()),
-            nmse_kernel=float(kernel[:, j].mean()), n_kernel=min(ns[j], s.kernel_max_n),
-            q=tuple(float(v) for v in q[:, j].mean(axis=0)), recovered=float(recovered[:, j].mean()),
-        )
-        for j in range(len(ns))
-    )
+    pts = tuple(HierarchicalPoint(alpha=float(alphas[j]), n=ns[j], nmse=float(nmse[:, j].mean()),
+                                  nmse_std=float(nmse[:, j].std()), nmse_kernel=float(kernel[:, j].mean()),
+                                  n_kernel=min(ns[j], s.kernel_max_n), q=tuple(float(v) for v in q[:, j].mean(axis=0)),
+                                  recovered=float(recovered[:, j].mean())) for j in range(len(ns)))
     prediction = _predictions([r["teacher"] for r in runs], alphas, ns, pts, gamma=s.gamma, q_level=s.q_level)
     return HierarchicalResult(s.to_dict(p=runs[0]["teacher"].p), pts, prediction)
 
@@ -112,8 +108,7 @@ def _run_seed(child: np.random.SeedSequence, ns: list[int], s: HierarchicalSetti
 
     for n in ns:
         data, y = train.head(n), y_train[:n]
-        k = min(teacher.p, data.dim - 1)
-        fit = fit_spectral(data, y, k, solver=s.solver, seed=eig_seed)
+        fit = fit_spectral(data, y, min(teacher.p, data.dim - 1), solver=s.solver, seed=eig_seed)
         q = matched_overlaps(teacher.a, fit.directions)
         out["q"].append(q)
         out["recovered"].append(int(np.count_nonzero(q >= s.q_level)))
