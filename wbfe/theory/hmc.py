@@ -92,10 +92,8 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
 
 @dataclass(frozen=True)
 class HMCRun:
-    """One HMC chain: the Gibbs error/2 of its kept samples and the sampler's statistics.
-
-    ``w2_mean`` is the mean squared entry of W over the kept samples (1 under the prior).
-    """
+    """One HMC chain: the Gibbs error/2 of its kept samples and the sampler's statistics (``w2_mean``: the mean
+    squared entry of W over the kept samples, 1 under the prior)."""
 
     gibbs_half: float
     trace: np.ndarray

@@ -76,8 +76,7 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
         refuse_keywords(HierarchicalSettings, options, defaults=dict.fromkeys(options, object()),
                         why="pass the settings either as HierarchicalSettings(...) or as keywords, not both")
     s = settings
-    alphas = s.alphas()
-    ns = s.sample_sizes()
+    alphas, ns = s.alphas(), s.sample_sizes()
     runs = [_run_seed(child, ns, s) for child in np.random.SeedSequence(s.seed).spawn(s.seeds)]
     # (seeds, points) arrays, and (seeds, points, p) for q
     nmse, q, kernel, recovered = (np.array([r[key] for r in runs]) for key in ("nmse", "q", "nmse_kernel", "recovered"))
