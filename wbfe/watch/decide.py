@@ -49,8 +49,7 @@ def _fig(block: dict[str, Any]) -> str:
 
 def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str = "fittable",
                    table: Optional[dict[str, Any]] = None) -> WatchResult:
-    """Apply a measured stopping rule (None: the table's default) to a trajectory scored with :func:`rule_metrics`.
-
+    """Apply a measured stopping rule (None: the table's default) to a trajectory scored with :func:`rule_metrics`;
     ``layers`` is the selection it was scored with (the figures were measured with ``fittable``; another is said
     so); ``table`` defaults to the shipped one. The result's ``stopping`` holds the rule, parameter and figures.
 

@@ -1,8 +1,5 @@
-"""Find the checkpoints of one training run and the step each one was saved at.
-
-A run is a folder of checkpoints (or a Trainer's output folder), a run CSV or a comma list of hub revisions;
-the step rule and the layouts are described in docs/watch.md ("How a run is read").
-"""
+"""Find the checkpoints of one training run and the step each one was saved at (docs/watch.md, "How a run is
+read")."""
 
 from __future__ import annotations
 
@@ -332,10 +329,9 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
 
     Raises:
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
-        InvalidOptionError: a checkpoint name without a step, two checkpoints with one step,
-            ambiguous names, a malformed CSV, revision list, step pattern or trainer state, a folder's
-            metrics.csv that is not a regular file or matches no checkpoint, a checkpoint that is a broken link,
-            one checkpoint at two steps.
+        InvalidOptionError: a checkpoint name without a step, two checkpoints with one step or one at two steps,
+            ambiguous names, a broken link, a malformed CSV, revision list, step pattern, trainer state or metrics.csv
+            (not a regular file, or matching no checkpoint).
     """
     text = str(run)
     from wbfe.options import compile_layers

@@ -1,9 +1,5 @@
-"""Data-free stopping rules: which checkpoint of a run to keep, from its weights alone, and how each is measured.
-
-A run is reduced to :class:`RunSignals`; a :class:`Rule` maps them (and a parameter chosen on *other* runs)
-to one checkpoint; :func:`evaluate_rules` measures every rule leave-one-run-out by its regret (test loss at
-the chosen checkpoint minus the run's lowest). The rules and their measured figures: docs/early_stopping.md.
-"""
+"""Data-free stopping rules: which checkpoint of a run to keep, from its weights alone, and how each is measured
+leave-one-run-out by its regret (the rules and their measured figures: docs/early_stopping.md)."""
 
 from __future__ import annotations
 
@@ -266,14 +262,9 @@ class Measured:
                 raise InvalidOptionError(f"run {s.name}: every checkpoint needs a finite test loss")
         self.n = len(sigs)
         self.regimes = [detect_regime(s) for s in sigs]
-        self.choice: dict[str, np.ndarray] = {}
-        self.regret: dict[str, np.ndarray] = {}
-        for name, rule in RULES.items():
-            if rule.composite:
-                continue
-            chosen = self.choice[name] = np.array([[apply_rule(s, name, p)[0] for s in sigs]
-                                                   for p in rule.grid or (None,)], dtype=int)
-            self.regret[name] = np.array([self.regrets(c) for c in chosen])
+        self.choice = {name: np.array([[apply_rule(s, name, p)[0] for s in sigs] for p in rule.grid or (None,)],
+                                      dtype=int) for name, rule in RULES.items() if not rule.composite}
+        self.regret = {name: np.array([self.regrets(c) for c in chosen]) for name, chosen in self.choice.items()}
 
     def _base(self, name: str, subset: Sequence[int]) -> tuple[int, float]:
         means = self.regret[name][:, list(subset)].mean(axis=1)

@@ -1,7 +1,6 @@
 """A run's trajectory: each checkpoint scored once at λ*, then h_t = κ_t/β_t against h*(λ) and where to stop.
 
-The HTMP fit, α and F* do not depend on λ, so every λ-dependent column (h*, F∞, BFE-W at λ) is derived
-afterwards (docs/math.md §2-3).
+The HTMP fit, α and F* do not depend on λ, so every λ-dependent column is derived afterwards (docs/math.md §2-3).
 """
 
 from __future__ import annotations
@@ -342,8 +341,7 @@ class WatchResult(ToJson):
             side = "no selected layer has a finite h/h*: see the notes above"
         return [f"across the run (median over layers; {side}):",
                 text_table(rows, ["step", ratio, "lambda_c", "bfe_fixed", "bfe_opt"]),
-                f"BFE-W at {where}: {describe_trend(fixed.steps, fixed.run_bfe)}",
-                f"note: {BFE_OPT_CAVEAT}", ""]
+                f"BFE-W at {where}: {describe_trend(fixed.steps, fixed.run_bfe)}", f"note: {BFE_OPT_CAVEAT}", ""]
 
 
 NO_LAMBDA = ("no lambda given: pass --lambda FLOAT or --lambda calibrated (with --calibrate RUNS.csv); "
