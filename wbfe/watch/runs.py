@@ -169,16 +169,14 @@ def _folder_checkpoints(folder: Path, pattern: Optional[re.Pattern[str]] = None)
     parsed: dict[Path, Optional[int]] = ({p: parse_step(p.name, pattern) for p in paths} if pattern is not None
                                          else dict(_folder_steps(folder, paths)))
     by_step: dict[int, Path] = {}
-    unparsed: list[str] = []
     for path in paths:
         step = parsed.get(path)
-        if step is None:
-            unparsed.append(path.name)
-        elif step in by_step:
+        if step in by_step:
             raise InvalidOptionError(f"{folder}: two checkpoints have step {step} ({by_step[step].name} and "
                                      f"{path.name}); {STEP_ROUTES}")
-        else:
+        if step is not None:
             by_step[step] = path
+    unparsed = [p.name for p in paths if parsed.get(p) is None]
     if unparsed:
         how = f" with --step-pattern {pattern.pattern!r}" if pattern is not None else ""
         raise InvalidOptionError(f"{folder}: cannot parse a step from {', '.join(unparsed[:3])}"

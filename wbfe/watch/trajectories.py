@@ -162,17 +162,15 @@ def scan_checkpoint(ref: Any, *, layers: str = _DEFAULTS["layers"], head: Option
     result = score(ref, metrics=metrics, lam="opt", layers=None if layers in WATCH_LAYERS else layers, head=head,
                    device=device)
     min_eigs = int((result.model.get("options") or {}).get("min_eigs") or 0)
-    fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in result.layers
-                     if int(r.get("n_eigs") or 0) >= min_eigs)
-    rows = result.layers
+    fit_rows = [r for r in result.layers if int(r.get("n_eigs") or 0) >= min_eigs]
+    rows = fit_rows if layers == "fittable" else result.layers
     if layers == "head":
         name = result.summary.get("head")
         if name is None:
             raise InvalidOptionError(f"{result.model.get('source')}: no classifier head found by name; "
                                      "pass --head NAME or --layers all|fittable|REGEX")
         rows = [r for r in rows if r["name"] == name]
-    elif layers == "fittable":
-        rows = [r for r in rows if int(r.get("n_eigs") or 0) >= min_eigs]
+    fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in fit_rows)
     return CheckpointScan(tuple(_layer_point(r) for r in rows), fittable, min_eigs)
 
 
