@@ -111,10 +111,9 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
             ) -> HMCRun:
     """Sample the posterior over W by HMC and measure the Gibbs error/2 of the samples.
 
-    The step size adapts during ``warmup`` (multiplicatively, towards ``target_accept``) and is then
-    frozen; one sample in ``every`` of the ``samples`` iterations after warm-up is kept. The likelihood
-    assumes noise ``delta`` (the teacher's, for Bayes-optimality); ``informed_rows`` rows start at the
-    teacher's, the rest from the prior.
+    The step size adapts during ``warmup`` towards ``target_accept``, then is frozen; one sample in ``every`` of
+    the ``samples`` after warm-up is kept. The likelihood assumes noise ``delta`` (the teacher's, for
+    Bayes-optimality); ``informed_rows`` rows start at the teacher's, the rest from the prior.
 
     Raises:
         InvalidOptionError: non-positive counts, fewer ``samples`` than ``every``, Δ ≤ 0, or

@@ -25,7 +25,7 @@ __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
 
 def custom_rule(words: str, test: Callable[[Any], object], bad: tuple[Any, ...], *,
-                say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
+                say: str = "{name} must be {words}, got {value!r}") -> Custom:
     """A constraint that refuses a value failing ``test`` with the message ``say``."""
 
     def check(name: str, value: Any) -> Any:
@@ -38,7 +38,7 @@ def custom_rule(words: str, test: Callable[[Any], object], bad: tuple[Any, ...],
         # np.int64(5) is recorded as 5 (numpy is not imported here: the CLI's --help must not load it)
         return value.item() if isinstance(value, numbers.Number) and hasattr(value, "item") else value
 
-    return Custom(check, words, bad=bad, optional=optional, named=True)
+    return Custom(check, words, bad=bad, named=True)
 
 
 def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: float = 0.2, nonzeros: int = 3) -> None:

@@ -1,8 +1,5 @@
-"""The shallow baseline of docs/math.md §7: kernel ridge regression on the raw inputs.
-
-The ridge is chosen among a fixed grid by exact leave-one-out error, closed-form given one
-eigendecomposition of the kernel matrix.
-"""
+"""The shallow baseline of docs/math.md §7: kernel ridge regression on the raw inputs, its ridge chosen among a
+fixed grid by exact leave-one-out error (closed-form given one eigendecomposition of the kernel matrix)."""
 
 from __future__ import annotations
 

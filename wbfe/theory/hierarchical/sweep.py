@@ -146,24 +146,14 @@ def _predictions(teachers: list[HierarchicalTeacher], alphas: np.ndarray, ns: li
         f"{m_fin[0]} at alpha {alphas[0]:.3g} and {m_fin[-1]} at {alphas[-1]:.3g}), of more than one n; 2 are "
         "needed: move or widen --alpha-min/--alpha-max, or raise --points")
     return {
-        "alpha_thresholds": theory.leading_thresholds(d, p, gamma),
-        "alpha_thresholds_finite_d": onset,
+        "alpha_thresholds": theory.leading_thresholds(d, p, gamma), "alpha_thresholds_finite_d": onset,
         # The measured onset: the measured half-overlap point moved by the predicted onset-to-half gap.
         "alpha_thresholds_measured": half_meas - (half_pred - onset),
-        "alpha_half_predicted": half_pred,
-        "alpha_half_measured": half_meas,
-        "q_level": q_level,
-        "spike_strengths": c,
-        "couplings": v,
-        "b": teacher.b,
-        "recovered_count": m_lead,
-        "recovered_count_finite_d": m_fin,
-        "q_finite_d": q_fin,
-        "nmse_finite_d": nmse_fin,
+        "alpha_half_predicted": half_pred, "alpha_half_measured": half_meas, "q_level": q_level,
+        "spike_strengths": c, "couplings": v, "b": teacher.b,
+        "recovered_count": m_lead, "recovered_count_finite_d": m_fin, "q_finite_d": q_fin, "nmse_finite_d": nmse_fin,
         "nmse_from_q": [theory.overlap_nmse(np.array(pt.q), teacher.b) for pt in pts],
-        "tail_constant": const,
-        "nmse_tail": const * tails,
-        "exponent": theory.nmse_exponent(gamma),
+        "tail_constant": const, "nmse_tail": const * tails, "exponent": theory.nmse_exponent(gamma),
         # What kernel ridge on the raw inputs can reach for d² ≪ n ≪ d⁴ (mean over seeds).
         "kernel_floor": float(np.mean([theory.kernel_floor(t.a, t.b, d, features=t.features,
                                                            activation=t.activation) for t in teachers])),
