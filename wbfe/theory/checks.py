@@ -71,9 +71,8 @@ def check_each(name: str, values: Any, rule: Callable[[str, Any], Any]) -> tuple
 
 
 def check_runs(name: str, values: Any, seeds: Any, rule: Callable[[str, Any], Any]) -> None:
-    """Refuse a sweep's ``values`` (one run each) or ``seeds`` that are not non-empty flat lists, a value ``rule``
-    refuses, a repeated value (one run twice), a bad seed or a repeated one (copies of one run, a standard error of
-    0), before the first run: the values and seeds by :func:`check_each`, as the settings' ``_each`` checks them."""
+    """Refuse, before the first run, a sweep's ``values`` (one run each) or ``seeds`` that are not non-empty flat
+    lists, or that :func:`check_each` refuses (a repeated seed: copies of one run, a standard error of 0)."""
     import numpy as np  # not at the top: the CLI's --help imports this module and must not load numpy
 
     def flat(x: Any) -> bool:

@@ -192,10 +192,8 @@ class Kernel:
         from scipy.interpolate import CubicSpline
 
         q_sig = self.q_sigma
-        if q_sig > 0:
-            u = np.linspace(-math.log1p(-q_sig), 60.0, 12000)
-        else:
-            u = np.concatenate([np.geomspace(1e-9, 1.0, 3000), np.linspace(1.0, 60.0, 10000)[1:]])
+        u = (np.linspace(-math.log1p(-q_sig), 60.0, 12000) if q_sig > 0
+             else np.concatenate([np.geomspace(1e-9, 1.0, 3000), np.linspace(1.0, 60.0, 10000)[1:]]))
         s = np.exp(-u)
         q = -np.expm1(-u)
         lam = q / (s * self.g_prime(q))

@@ -69,10 +69,9 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
     refuse_unless(kern.activation.torch is not None,
                   f"activation {kern.activation.name!r} has no torch form; use a named one")
     k = len(v)
-    refuse_unless(all(is_whole(x) for x in (d, n, n_test)) and 1 <= k <= d and n >= 1 and n_test >= 1
-                  and finite_number(delta) and delta >= 0 and np.all(np.isfinite(v)),
-                  f"need whole numbers 1 <= k <= d, n >= 1, n_test >= 1, a finite v and 0 <= delta < inf (k={k}, "
-                  f"d={d!r}, n={n!r}, delta={delta!r})")
+    refuse_unless(all(is_whole(x) for x in (d, n, n_test)) and 1 <= k <= d and n >= 1 and n_test >= 1 and
+                  finite_number(delta) and delta >= 0 and np.all(np.isfinite(v)), "need whole numbers 1 <= k <= d, "
+                  f"n >= 1, n_test >= 1, a finite v and 0 <= delta < inf (k={k}, d={d!r}, n={n!r}, delta={delta!r})")
     seed = check_seed(seed)
     dev = resolve_device(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -93,10 +92,8 @@ def make_teacher(v: np.ndarray, *, d: int, n: int, delta: float, activation: Act
 
 @dataclass(frozen=True)
 class HMCRun:
-    """One HMC chain: the Gibbs error/2 of its kept samples and the sampler's statistics.
-
-    ``w2_mean`` is the mean squared entry of W over the kept samples (1 under the prior).
-    """
+    """One HMC chain: the Gibbs error/2 of its kept samples and the sampler's statistics (``w2_mean``: the mean
+    squared entry of W over the kept samples, 1 under the prior)."""
 
     gibbs_half: float
     trace: np.ndarray
@@ -110,14 +107,13 @@ class HMCRun:
 
 
 def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int = 1000, samples: int = 400,
-            leapfrog: int = 10, step_size: float = 0.01, target_accept: float = 0.75, every: int = 10,
-            seed: int = 0) -> HMCRun:
+            leapfrog: int = 10, step_size: float = 0.01, target_accept: float = 0.75, every: int = 10, seed: int = 0
+            ) -> HMCRun:
     """Sample the posterior over W by HMC and measure the Gibbs error/2 of the samples.
 
-    The step size adapts during ``warmup`` (multiplicatively, towards ``target_accept``) and is then
-    frozen; one sample in ``every`` of the ``samples`` iterations after warm-up is kept. The likelihood
-    assumes noise ``delta`` (the teacher's, for Bayes-optimality); ``informed_rows`` rows start at the
-    teacher's, the rest from the prior.
+    The step size adapts during ``warmup`` towards ``target_accept``, then is frozen; one sample in ``every`` of
+    the ``samples`` after warm-up is kept. The likelihood assumes noise ``delta`` (the teacher's, for
+    Bayes-optimality); ``informed_rows`` rows start at the teacher's, the rest from the prior.
 
     Raises:
         InvalidOptionError: non-positive counts, fewer ``samples`` than ``every``, Δ ≤ 0, or
@@ -150,8 +146,7 @@ def run_hmc(teacher: Teacher, *, delta: float, informed_rows: int, warmup: int =
         return u.detach(), grad
 
     u_cur, g_cur = energy_grad(w)
-    trace, w2, accepted = [], [], 0
-    eps = step_size
+    trace, w2, accepted, eps = [], [], 0, step_size
     for it in range(warmup + samples):
         p = torch.randn(k, d, generator=gen, dtype=torch.float64).to(dev)
         h0 = u_cur + 0.5 * (p * p).sum()
@@ -234,15 +229,12 @@ def hmc_check(*, r_values: Sequence[float], d: int = 40, k: int = 20, delta: flo
         refuse_unless(n >= 1, f"r = {r:g} gives n = round(r*k*d) = 0 samples (k={k}, d={d}): raise r")
         sol = solve(v, delta=delta, d=d, n=n, activation=activation)
         rows = sol.k_c if informed_rows is None else informed_rows
-        vals, acc = [], []
-        for seed in seeds:
-            t = make_teacher(v, d=d, n=n, delta=delta, activation=activation, n_test=n_test, seed=seed, device=device)
-            run = run_hmc(t, delta=delta, informed_rows=rows, warmup=warmup, samples=samples, leapfrog=leapfrog,
-                          seed=seed)
-            vals.append(run.gibbs_half)
-            acc.append(run.accept_rate)
-        arr = np.asarray(vals)
+        teachers = (make_teacher(v, d=d, n=n, delta=delta, activation=activation, n_test=n_test, seed=seed,
+                                 device=device) for seed in seeds)
+        runs = [run_hmc(t, delta=delta, informed_rows=rows, warmup=warmup, samples=samples, leapfrog=leapfrog,
+                        seed=seed) for t, seed in zip(teachers, seeds)]
+        arr = np.asarray([run.gibbs_half for run in runs])
         sem = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else math.nan
-        points.append(HMCPoint(float(r), n, sol.eps, sol.k_c, float(arr.mean()), sem, tuple(vals),
-                               float(np.mean(acc)), {"informed_rows": rows}))
+        points.append(HMCPoint(float(r), n, sol.eps, sol.k_c, float(arr.mean()), sem, tuple(arr.tolist()),
+                               float(np.mean([run.accept_rate for run in runs])), {"informed_rows": rows}))
     return points

@@ -1,8 +1,5 @@
-"""Run a theory sweep from its settings, then draw its figures and write its JSON in one folder.
-
-The computing happens here; :mod:`wbfe.reporting.plots` only draws the values it is given. Each ``write_*``
-returns the data it wrote (non-finite values still as floats, for tables); its JSON holds them as ``null``.
-"""
+"""Run a theory sweep from its settings, then draw its figures and write its JSON in one folder (the plots only
+draw). Each ``write_*`` returns the data it wrote, non-finite values still as floats; its JSON holds ``null``."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ __all__ = ["CurveSettings", "HmcSettings", "StudentSettings"]
 
 
 def custom_rule(words: str, test: Callable[[Any], object], bad: tuple[Any, ...], *,
-                say: str = "{name} must be {words}, got {value!r}", optional: bool = False) -> Custom:
+                say: str = "{name} must be {words}, got {value!r}") -> Custom:
     """A constraint that refuses a value failing ``test`` with the message ``say``."""
 
     def check(name: str, value: Any) -> Any:
@@ -38,7 +38,7 @@ def custom_rule(words: str, test: Callable[[Any], object], bad: tuple[Any, ...],
         # np.int64(5) is recorded as 5 (numpy is not imported here: the CLI's --help must not load it)
         return value.item() if isinstance(value, numbers.Number) and hasattr(value, "item") else value
 
-    return Custom(check, words, bad=bad, optional=optional, named=True)
+    return Custom(check, words, bad=bad, named=True)
 
 
 def _check_model(activation: str, readout: str, k: int, *, beta: float, rate: float = 0.2, nonzeros: int = 3) -> None:
@@ -76,9 +76,8 @@ class CurveSettings(Validated):
     """A sweep of the fixed point over r = n/(kd) (``wbfe theory curve``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "beta": NUMBER, "delta": POSITIVE, "d": Integer(1), "k": Integer(1), "r_min": NUMBER,
-        "r_max": NUMBER, "points": Integer(1), "activation": NAME, "readout": NAME, "rate": NUMBER,
-        "nonzeros": Integer(0),
+        "beta": NUMBER, "delta": POSITIVE, "d": Integer(1), "k": Integer(1), "r_min": NUMBER, "r_max": NUMBER,
+        "points": Integer(1), "activation": NAME, "readout": NAME, "rate": NUMBER, "nonzeros": Integer(0),
     }
 
     beta: float = 0.3
@@ -130,9 +129,9 @@ class StudentSettings(Validated):
     """Adam-trained students of several widths against k_c (``wbfe theory student``)."""
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "widths": _each(WIDTH, int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": Integer(1),
-        "d": Integer(1), "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME,
-        "epochs": Integer(1), "lr": POSITIVE, "device": DEVICE,
+        "widths": _each(WIDTH, int, "integers >= 1", ((), (0,))), "seeds": SEEDS, "n": Integer(1), "d": Integer(1),
+        "k": Integer(1), "delta": POSITIVE, "beta": NUMBER, "activation": NAME, "epochs": Integer(1), "lr": POSITIVE,
+        "device": DEVICE,
     }
 
     widths: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48)

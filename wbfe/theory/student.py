@@ -50,10 +50,9 @@ def train_student(teacher: Teacher, width: int, *, epochs: int = 1500, batches: 
     a = torch.zeros(width, dtype=torch.float64, device=dev, requires_grad=True)
     opt = torch.optim.Adam([w, a], lr=lr)
     # The teacher's rows have norm √d against x/√d; the student's unit rows act on x directly.
-    x, y = teacher.x, teacher.y
     # Exactly `batches` contiguous batches, none empty (sizes differ by at most one): an empty batch
     # would still take an Adam step, moving the weights by momentum alone.
-    parts = list(zip(x.tensor_split(batches), y.tensor_split(batches)))
+    parts = list(zip(teacher.x.tensor_split(batches), teacher.y.tensor_split(batches)))
     for _ in range(epochs):
         for xb, yb in parts:
             loss = ((teacher.act(xb @ w.T) @ a - yb) ** 2).mean()

@@ -198,20 +198,16 @@ def solve(v: np.ndarray, *, delta: float, d: int, n: Optional[float] = None, r: 
     # Both sides of every jump of F just above the start resolve the closely spaced crossings there;
     # farther jumps are left to the geometric grid (a wide teacher has thousands of them).
     breaks = breaks[(breaks > start) & (breaks < e_max)][:max_jumps]
-    grid = np.unique(np.concatenate([
-        [start], np.geomspace(max(start, e_max * 1e-15), e_max, grid_points),
-        breaks * (1 - 1e-12), breaks * (1 + 1e-12),
-    ]))
+    grid = np.unique(np.concatenate([[start], np.geomspace(max(start, e_max * 1e-15), e_max, grid_points),
+                                     breaks * (1 - 1e-12), breaks * (1 + 1e-12)]))
     roots, kinds, jumps = _roots(h, grid, e_max)
     refuse_unless(roots, "no fixed point found; the kernel or readout is degenerate")  # h(0) > 0 >= h(e_max)
     eps = roots[0]
     snr = n_over_d * v2 / (delta + eps)
     q = kern.m(snr)
-    return FixedPoint(
-        eps=eps, eps_all=tuple(roots), kinds=tuple(kinds), jumps=tuple(jumps), q=q, snr=snr,
-        k_c=int(np.count_nonzero(q > 0)), n=n_val, d=d, k=k, r=n_val / (k * d), delta=delta,
-        lambda_sigma=kern.lambda_sigma, q_sigma=kern.q_sigma, g1=kern.g1, activation=kern.activation.name,
-    )
+    return FixedPoint(eps=eps, eps_all=tuple(roots), kinds=tuple(kinds), jumps=tuple(jumps), q=q, snr=snr,
+                      k_c=int(np.count_nonzero(q > 0)), n=n_val, d=d, k=k, r=n_val / (k * d), delta=delta,
+                      lambda_sigma=kern.lambda_sigma, q_sigma=kern.q_sigma, g1=kern.g1, activation=kern.activation.name)
 
 
 @dataclass(frozen=True)
@@ -395,10 +391,8 @@ def scaling_table(d_values: Sequence[int], *, r: float = 4.0, gamma: float = 0.5
         kcs, epss = [sol.k_c for sol in sols], [sol.eps for sol in sols]
         dd = np.asarray(d_values, dtype=np.float64)
         kc_arr = np.asarray(kcs, dtype=np.float64)
-        if kind == "exp":
-            axis, kc_slope = "k_c vs ln d", float(np.polyfit(np.log(dd), kc_arr, 1)[0])
-        else:
-            axis, kc_slope = "log-log", fit_slope(dd, kc_arr) if np.all(kc_arr > 0) else math.nan
+        axis, kc_slope = (("k_c vs ln d", float(np.polyfit(np.log(dd), kc_arr, 1)[0])) if kind == "exp"
+                          else ("log-log", fit_slope(dd, kc_arr) if np.all(kc_arr > 0) else math.nan))
         rows.append(ScalingRow(label, axis, kc_slope, kc_pred, fit_slope(dd, np.asarray(epss)), eps_pred, note,
                                tuple(int(x) for x in d_values), tuple(kcs), tuple(float(e) for e in epss),
                                _off(label, d_values, kcs, ks, kern.lambda_sigma)))

@@ -25,14 +25,9 @@ _DEFAULTS = field_defaults(WatchOptions)  # the keywords' defaults are the optio
 
 @dataclass
 class CalibrationReport(ToJson):
-    """Leave-one-run-out λ calibration over several runs, with their trajectories.
-
-    Attributes:
-        calibration: the λ grid, the mean gap at each, the λ chosen on all runs and per held-out run.
-        trajectories: the scored runs, in the order given: what :func:`~wbfe.watch.result_at` takes to watch one at
-            ``calibration.lam_all`` and :func:`calibrate` to choose again on another grid, without scoring again.
-        layers, head, device: the layer selection, head and device the runs were scored with.
-    """
+    """Leave-one-run-out λ calibration over several runs, with their trajectories (the scored runs, in the order
+    given, for :func:`~wbfe.watch.result_at` or another :func:`calibrate` without scoring again) and the ``layers``,
+    ``head`` and ``device`` they were scored with."""
 
     calibration: Calibration
     trajectories: list[Trajectory]
@@ -59,11 +54,10 @@ class CalibrationReport(ToJson):
                  "recommended_test_loss": r.recommended_loss, "best_test_loss": r.best_loss, "test_loss_gap": r.gap}
                 for r in cal.held_out]
         gaps = np.array([r.gap for r in cal.held_out])
-        return json_ready({
-            "layer_selection": self.layers, "lambda_all_runs": cal.lam_all,
-            "held_out_gap_mean": float(np.nanmean(gaps)), "held_out_gap_median": float(np.nanmedian(gaps)),
-            "runs": runs, "grid": cal.grid.tolist(), "mean_gap": cal.mean_gap.tolist(),
-        })
+        mean, median = float(np.nanmean(gaps)), float(np.nanmedian(gaps))
+        return json_ready({"layer_selection": self.layers, "lambda_all_runs": cal.lam_all, "held_out_gap_mean": mean,
+                           "held_out_gap_median": median, "runs": runs, "grid": cal.grid.tolist(),
+                           "mean_gap": cal.mean_gap.tolist()})
 
     def table(self) -> str:
         d = self.to_dict()
@@ -98,9 +92,7 @@ def read_runs_csv(path: Union[str, Path], *, step_pattern: Optional[str] = None)
     if "step" not in rows[0]:
         # an absolute path replaces the folder
         return [discover_run(path.parent / row["run"], step_pattern=step_pattern) for row in rows]
-    grouped: dict[str, list[dict[str, str]]] = {}
-    for row in rows:
-        grouped.setdefault(row["run"], []).append(row)
+    grouped = {name: [row for row in rows if row["run"] == name] for name in dict.fromkeys(r["run"] for r in rows)}
     pattern = compile_layers(step_pattern, option="--step-pattern")
     return [run_from_rows(path, group, name, pattern) for name, group in grouped.items()]
 

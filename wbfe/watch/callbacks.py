@@ -1,8 +1,4 @@
-"""Stop a training run from inside the trainer: a Hugging Face ``TrainerCallback`` on the watch quantities.
-
-It scores the weights in memory at every evaluation and save and fires when its recommendation has stayed
-the same for ``patience`` records (docs/watch.md).
-"""
+"""Stop a training run from inside the trainer: a Hugging Face ``TrainerCallback`` on the watch quantities."""
 
 from __future__ import annotations
 
@@ -39,8 +35,7 @@ def trainer_callback(output: Union[str, Path, None] = None, *, rule: Optional[st
         patience: records the recommended checkpoint must stay unchanged for the rule to fire (≥ 1).
 
     Returns:
-        A ``transformers.TrainerCallback``; its ``state`` is a :class:`StopState` and its ``monitor``
-        the :class:`~wbfe.watch.Monitor` holding the recorded trajectory.
+        A ``TrainerCallback``; its ``state`` is a :class:`StopState`, its ``monitor`` the :class:`~wbfe.watch.Monitor`.
 
     Raises:
         MissingDependencyError: transformers is not installed.

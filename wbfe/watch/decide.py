@@ -30,19 +30,16 @@ def resolve_rule(rule: Optional[str], table: Optional[dict[str, Any]] = None) ->
     return name, table["rules"][name]
 
 
-def _reads(name: str, param: Any) -> set[str]:
-    """The rules a rule reads (itself, or a composite's parts)."""
-    if name == "gated":
-        return {str(v[0]) for v in dict(param).values()}
-    if name == "vote":
-        return set(dict(param))
-    return {name}
+def _reads_rand(name: str, param: Any) -> bool:
+    """Whether a rule (itself, or a composite's parts) reads the randomised control."""
+    parts = {str(v[0]) for v in dict(param).values()} if name == "gated" else dict(param) if name == "vote" else [name]
+    return any(n.startswith("rand_") for n in parts)
 
 
 def rule_metrics(rule: Optional[str] = None) -> str:
     """The metric groups to score for ``rule`` (``rand`` only when it reads the randomised control)."""
     name, row = resolve_rule(rule)
-    return METRICS + (",rand" if any(n.startswith("rand_") for n in _reads(name, row["param"])) else "")
+    return METRICS + (",rand" if _reads_rand(name, row["param"]) else "")
 
 
 def _fig(block: dict[str, Any]) -> str:
@@ -52,8 +49,7 @@ def _fig(block: dict[str, Any]) -> str:
 
 def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str = "fittable",
                    table: Optional[dict[str, Any]] = None) -> WatchResult:
-    """Apply a measured stopping rule (None: the table's default) to a trajectory scored with :func:`rule_metrics`.
-
+    """Apply a measured stopping rule (None: the table's default) to a trajectory scored with :func:`rule_metrics`;
     ``layers`` is the selection it was scored with (the figures were measured with ``fittable``; another is said
     so); ``table`` defaults to the shipped one. The result's ``stopping`` holds the rule, parameter and figures.
 
@@ -65,8 +61,7 @@ def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str 
     name, row = resolve_rule(rule, table)
     if not traj.points:
         raise InvalidOptionError(f"{traj.run}: no checkpoints to choose from")
-    reads_rand = any(n.startswith("rand_") for n in _reads(name, row["param"]))
-    if reads_rand and not any("rand_distance" in x.extra for p in traj.points for x in p.layers):
+    if _reads_rand(name, row["param"]) and not any("rand_distance" in x.extra for p in traj.points for x in p.layers):
         # every rand_distance was NaN: the rule kept the last checkpoint, "not finite at every checkpoint"
         raise InvalidOptionError(f"{traj.run}: rule {name} reads rand_distance, and the run was scored without it; "
                                  "score it with metrics=rule_metrics(rule)", option="rule")
@@ -78,8 +73,7 @@ def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str 
                 f"{best[1]}, mean regret {best[0]:.4f} against {last['regret_mean']:.4f}")
         auto = table.get("auto_selection")
         if auto is not None and best[0] < last["regret_mean"]:
-            line += (f", but a rule chosen on the other runs, applied to the held-out one, "
-                     f"{auto['regret_mean']:.4f}")
+            line += f", but a rule chosen on the other runs, applied to the held-out one, {auto['regret_mean']:.4f}"
         line += "); choose another with --rule NAME"
     else:
         how = "default: the lowest held-out regret" if rule is None else "chosen with --rule"
@@ -88,10 +82,9 @@ def result_by_rule(traj: Trajectory, rule: Optional[str] = None, *, layers: str 
                    f"validation-set oracle: {_fig(oracle)} (regret = test loss − the run's lowest)"]
     if layers != table["layers"]:
         lines.append(f"note: measured with --layers {table['layers']}; this run used --layers {layers}")
+    held = ("n", "regret_mean", "regret_median", "hit_rate", "better_than_last", "worse_than_last")
     stopping = {"name": name, "description": row["description"], "default": rule is None, "param": row["param"],
-                "held_out": {k: row[k] for k in ("n", "regret_mean", "regret_median", "hit_rate",
-                                                  "better_than_last", "worse_than_last")},
-                "keep_last": last, "validation_oracle": oracle, "measured_runs": runs,
-                "measured_layers": table["layers"], "lines": lines}
+                "held_out": {k: row[k] for k in held}, "keep_last": last, "validation_oracle": oracle,
+                "measured_runs": runs, "measured_layers": table["layers"], "lines": lines}
     rec = Recommendation(index, traj.steps[index], False, reason)
     return WatchResult(traj, None, None, rec, layers, stopping)

@@ -71,14 +71,11 @@ class FixedLambdaTrend:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape (non-finite numbers are turned into null by the caller's ``json_ready``)."""
-        return {
-            "lambda_source": self.source, "lambda_step": self.source_step,
-            "lambdas": {k: float(v) for k, v in self.lambdas.items()},
-            "trend": [{"step": s, "bfe": float(b), "bfe_opt": float(o)}
-                      for s, b, o in zip(self.steps, self.run_bfe, self.run_bfe_opt)],
-            "summary": describe_trend(self.steps, self.run_bfe),
-            "note": BFE_OPT_CAVEAT,
-        }
+        trend = [{"step": s, "bfe": float(b), "bfe_opt": float(o)}
+                 for s, b, o in zip(self.steps, self.run_bfe, self.run_bfe_opt)]
+        return {"lambda_source": self.source, "lambda_step": self.source_step,
+                "lambdas": {k: float(v) for k, v in self.lambdas.items()}, "trend": trend,
+                "summary": describe_trend(self.steps, self.run_bfe), "note": BFE_OPT_CAVEAT}
 
 
 def run_mean(values: np.ndarray) -> np.ndarray:
@@ -146,13 +143,12 @@ def fittable_hint(points: Sequence[Any], layers: str) -> Optional[str]:
     if not points:
         return None
     last = points[-1]
-    min_eigs, fittable = last.min_eigs, last.fittable
-    short = [layer for layer in last.layers if 0 < layer.n_eigs < min_eigs]
+    short = [layer for layer in last.layers if 0 < layer.n_eigs < last.min_eigs]
     if not short or layers == "fittable":
         return None
     what = ", ".join(f"{layer.name} has {layer.n_eigs}" for layer in short)
-    head = f"too few eigenvalues for an HTMP fit ({what}; the fit needs min_eigs={min_eigs})"
-    if not fittable:
+    head = f"too few eigenvalues for an HTMP fit ({what}; the fit needs min_eigs={last.min_eigs})"
+    if not last.fittable:
         return head + "; no matrix of this checkpoint has enough: h_t cannot be followed, only BFE-W"
-    listed = ", ".join(f"{name} ({n})" for name, n in fittable[:8]) + (" ..." if len(fittable) > 8 else "")
+    listed = ", ".join(f"{name} ({n})" for name, n in last.fittable[:8]) + (" ..." if len(last.fittable) > 8 else "")
     return f"{head}; the matrices that can carry h_t: {listed} — rerun with --layers fittable"

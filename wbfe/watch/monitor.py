@@ -28,13 +28,9 @@ class Monitor:
 
     def __init__(self, model: Any, *, every: int = 1, layers: str = "head", head: Optional[str] = None,
                  device: str = "cpu", name: str = "monitor", metrics: str = METRICS) -> None:
-        """Watch ``model`` (an ``nn.Module`` or state dict trained in place), recording when ``step % every == 0``.
-
-        ``layers``, ``head``, ``device``, ``metrics`` as :func:`~wbfe.watch.scan_checkpoint`; ``name``: the run's.
-
-        Raises:
-            InvalidOptionError: ``every`` is not a positive integer; a bad ``layers``, ``head`` or ``device``.
-        """
+        """Watch ``model`` (an ``nn.Module`` or state dict trained in place), recording when ``step % every == 0``;
+        ``layers``, ``head``, ``device``, ``metrics`` as :func:`~wbfe.watch.scan_checkpoint` (InvalidOptionError for
+        a bad one, or an ``every`` that is not a positive integer); ``name``: the run's."""
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise InvalidOptionError(f"every must be a positive integer, not {every!r}")
         WatchOptions(layers=layers, head=head, device=device)  # now, not at the first record an epoch later
@@ -48,11 +44,7 @@ class Monitor:
         return None if step % self.every else self.record(step, test_loss=test_loss, test_accuracy=test_accuracy)
 
     def record(self, step: int, *, test_loss: float = math.nan, test_accuracy: float = math.nan) -> CheckpointPoint:
-        """Score the model's current weights now and append them at ``step``.
-
-        Raises:
-            InvalidOptionError: ``step`` is not after the last recorded step.
-        """
+        """Score the model's current weights now and append them at ``step`` (after the last recorded one)."""
         if self.trajectory.points and step <= self.trajectory.points[-1].step:
             raise InvalidOptionError(f"step {step} is not after the last recorded step {self.trajectory.points[-1].step}")
         torch = require_torch("the training monitor")  # present wherever an nn.Module is trained
@@ -70,11 +62,8 @@ class Monitor:
 
 
 def lightning_callback(monitor: Monitor) -> Any:
-    """A Lightning ``Callback`` that calls ``monitor(trainer.current_epoch)`` after every training epoch.
-
-    Raises:
-        MissingDependencyError: neither ``lightning`` nor ``pytorch_lightning`` is installed.
-    """
+    """A Lightning ``Callback`` that calls ``monitor(trainer.current_epoch)`` after every training epoch
+    (MissingDependencyError without ``lightning`` or ``pytorch_lightning``)."""
     try:
         from lightning.pytorch import Callback as base
     except ImportError:  # the package's name before Lightning 2.0

@@ -1,8 +1,6 @@
 """Where to stop: the h* rule on a run's h_t trajectory, and λ calibration across runs (docs/watch.md).
 
-The recommended checkpoint is the first, in step order, whose median over layers of log(h/h*(λ)) is ≤ 0.
-Since h*(λ) = h*(1)/λ, a checkpoint passes iff λ ≤ λ_c,t = exp(−median log(h/h*(1))): one fit per
-checkpoint serves every λ.
+Since h*(λ) = h*(1)/λ, a checkpoint passes iff λ ≤ λ_c,t = exp(−median log(h/h*(1))): one fit serves every λ.
 """
 
 from __future__ import annotations
@@ -70,18 +68,15 @@ def recommend(steps: Sequence[int], crit: np.ndarray, lam: float) -> Recommendat
     passing = [int(i) for i in judged if lam <= crit[i]]
     if not passing:
         last = int(judged[-1])
-        return Recommendation(last, int(steps[last]), False,
-                              f"h > h*(λ={lam:.4g}) at every checkpoint (under-fit throughout; "
-                              f"last h/h* = {ratio(last):.3g}): the last checkpoint is kept")
+        return Recommendation(last, int(steps[last]), False, f"h > h*(λ={lam:.4g}) at every checkpoint (under-fit "
+                              f"throughout; last h/h* = {ratio(last):.3g}): the last checkpoint is kept")
     first = passing[0]
     if first == int(judged[0]):
-        return Recommendation(first, int(steps[first]), True,
-                              f"h ≤ h*(λ={lam:.4g}) already at the first checkpoint (h/h* = {ratio(first):.3g}): "
-                              "on the over-fit side from the start")
+        return Recommendation(first, int(steps[first]), True, f"h ≤ h*(λ={lam:.4g}) already at the first checkpoint "
+                              f"(h/h* = {ratio(first):.3g}): on the over-fit side from the start")
     before = int(judged[judged < first][-1])
-    return Recommendation(first, int(steps[first]), True,
-                          f"first checkpoint with h ≤ h*(λ={lam:.4g}): h/h* = {ratio(first):.3f} "
-                          f"(step {int(steps[before])}: {ratio(before):.3f})")
+    return Recommendation(first, int(steps[first]), True, f"first checkpoint with h ≤ h*(λ={lam:.4g}): h/h* = "
+                          f"{ratio(first):.3f} (step {int(steps[before])}: {ratio(before):.3f})")
 
 
 @dataclass(frozen=True)
@@ -162,7 +157,6 @@ def calibrate_lambda(names: Sequence[str], steps: Sequence[Sequence[int]], crits
         lam = _choose(grid, np.delete(gaps, r, axis=0))
         rec = recommend(steps[r], crits[r], lam)
         best = int(np.argmin(losses[r]))
-        held.append(CalibratedRun(name, lam, rec.step, int(steps[r][best]),
-                                  float(losses[r][rec.index]) if rec.index is not None else math.nan,
-                                  float(losses[r][best])))
+        kept = float(losses[r][rec.index]) if rec.index is not None else math.nan
+        held.append(CalibratedRun(name, lam, rec.step, int(steps[r][best]), kept, float(losses[r][best])))
     return Calibration(grid=grid, mean_gap=np.nanmean(gaps, axis=0), lam_all=_choose(grid, gaps), held_out=tuple(held))

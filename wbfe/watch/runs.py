@@ -1,8 +1,5 @@
-"""Find the checkpoints of one training run and the step each one was saved at.
-
-A run is a folder of checkpoints (or a Trainer's output folder), a run CSV or a comma list of hub revisions;
-the step rule and the layouts are described in docs/watch.md ("How a run is read").
-"""
+"""Find the checkpoints of one training run and the step each one was saved at (docs/watch.md, "How a run is
+read")."""
 
 from __future__ import annotations
 
@@ -64,12 +61,8 @@ def _numbers(stem: str) -> tuple[list[int], bool]:
 
 
 def parse_step(name: str, pattern: Optional[re.Pattern[str]] = None) -> Optional[int]:
-    """The step in a checkpoint's file, folder or revision name (the rule: docs/watch.md), or None.
-
-    With ``pattern`` (a compiled ``--step-pattern``) its first group or whole match; else the number after the
-    last step keyword, else the first whole number of a name that also holds a decimal (Keras: the epoch, not
-    the metric), else the last whole number.
-    """
+    """The step in a checkpoint's file, folder or revision name (the rule: docs/watch.md), or None; ``pattern``:
+    a compiled ``--step-pattern``, whose first group or whole match holds it."""
     stem = _name_stem(name)
     if pattern is not None:
         match = pattern.search(stem)
@@ -159,9 +152,10 @@ def _ordered(name: str, found: dict[int, CheckpointRef]) -> Run:
     return Run(name=name, checkpoints=tuple(found[s] for s in sorted(found)))
 
 
-def _add(found: dict[int, CheckpointRef], item: CheckpointRef, label: str, where: str) -> None:
+def _add(found: dict[int, CheckpointRef], item: CheckpointRef, where: str) -> None:
     if item.step in found:
-        raise InvalidOptionError(f"{where}: two checkpoints have step {item.step} ({found[item.step].ref} and {label})")
+        raise InvalidOptionError(f"{where}: two checkpoints have step {item.step} ({found[item.step].ref} and "
+                                 f"{item.ref})")
     found[item.step] = item
 
 
@@ -175,48 +169,36 @@ def _folder_checkpoints(folder: Path, pattern: Optional[re.Pattern[str]] = None)
     parsed: dict[Path, Optional[int]] = ({p: parse_step(p.name, pattern) for p in paths} if pattern is not None
                                          else dict(_folder_steps(folder, paths)))
     by_step: dict[int, Path] = {}
-    unparsed: list[str] = []
     for path in paths:
         step = parsed.get(path)
-        if step is None:
-            unparsed.append(path.name)
-        elif step in by_step:
+        if step in by_step:
             raise InvalidOptionError(f"{folder}: two checkpoints have step {step} ({by_step[step].name} and "
                                      f"{path.name}); {STEP_ROUTES}")
-        else:
+        if step is not None:
             by_step[step] = path
+    unparsed = [p.name for p in paths if parsed.get(p) is None]
     if unparsed:
-        raise InvalidOptionError(
-            f"{folder}: cannot parse a step from {', '.join(unparsed[:3])}"
-            + (" ..." if len(unparsed) > 3 else "")
-            + (f" with --step-pattern {pattern.pattern!r}" if pattern is not None else "")
-            + " (put the step in the name, e.g. epoch_3.pt, or list the checkpoints in a CSV with a step column)"
-        )
+        how = f" with --step-pattern {pattern.pattern!r}" if pattern is not None else ""
+        raise InvalidOptionError(f"{folder}: cannot parse a step from {', '.join(unparsed[:3])}"
+                                 f"{' ...' if len(unparsed) > 3 else ''}{how} (put the step in the name, e.g. "
+                                 "epoch_3.pt, or list the checkpoints in a CSV with a step column)")
     return by_step
 
 
 def read_csv(path: Union[str, Path], *, required: str, kind: str) -> list[dict[str, str]]:
-    """The rows of a CSV as dicts of stripped strings (read as :func:`wbfe.sources.tables.read_csv_table`), checked
-    to have column ``required`` and rows.
-
-    Raises:
-        SourceNotFoundError: the file does not exist.
-        InvalidOptionError: not a regular UTF-8 CSV file of at most 16 MiB, the column is missing, or there are no
-            rows.
-    """
+    """The rows of a CSV (read as :func:`wbfe.sources.tables.read_csv_table`: its errors), refused without column
+    ``required`` or without rows."""
     path = Path(path)
     fields, rows = read_csv_table(path, f"{kind} CSV")
     if required not in fields:
-        raise InvalidOptionError(
-            f"{path}: a {kind} CSV needs a {required!r} column (found: {', '.join(fields) or 'none'})"
-        )
+        raise InvalidOptionError(f"{path}: a {kind} CSV needs a {required!r} column (found: "
+                                 f"{', '.join(fields) or 'none'})")
     if not rows:
         raise InvalidOptionError(f"{path}: the CSV has no rows")
     return rows
 
 
-def run_from_rows(path: Path, rows: list[dict[str, str]], name: str,
-                  pattern: Optional[re.Pattern[str]] = None) -> Run:
+def run_from_rows(path: Path, rows: list[dict[str, str]], name: str, pattern: Optional[re.Pattern[str]] = None) -> Run:
     """A run from the rows of CSV ``path`` (``step``, optional ``checkpoint`` relative to its folder, ``test_loss``,
     ``test_accuracy``); without ``checkpoint``, the files beside the CSV are read by step (``pattern``: as in
     :func:`parse_step`).
@@ -243,8 +225,7 @@ def run_from_rows(path: Path, rows: list[dict[str, str]], name: str,
                 raise SourceNotFoundError(f"{path}:{i}: no checkpoint for step {step} next to the CSV (and no "
                                           "'checkpoint' column)", path=str(path))
             ref = str(beside[step])
-        _add(found, CheckpointRef(step, ref, _float(row.get("test_loss")), _float(row.get("test_accuracy"))),
-             str(ref), str(path))
+        _add(found, CheckpointRef(step, ref, _float(row.get("test_loss")), _float(row.get("test_accuracy"))), str(path))
     return _ordered(name, found)
 
 
@@ -261,15 +242,14 @@ def _from_hub_list(text: str, pattern: Optional[re.Pattern[str]]) -> Run:
         if step is None:
             raise InvalidOptionError(f"cannot parse a step from the revision of {part!r}"
                                      + (f" with --step-pattern {pattern.pattern!r}" if pattern is not None else ""))
-        # A run is one model's checkpoints: two repos in one list is most likely a slip that would compare two models
-        # as one run's steps. Checkpoints that really live in several repos go in a run CSV's checkpoint column.
-        # Hub repo ids are matched without regard to case, as the hub does.
+        # Two repos in one list are most likely a slip that would compare two models as one run's steps (matched
+        # without regard to case, as the hub does).
         if repo and match.group("repo").casefold() != repo.casefold():
             raise InvalidOptionError(f"a revision list names two repos ({repo} and {match.group('repo')}): a run is "
                                      "one model's checkpoints; for checkpoints in several repos, list them in a run "
                                      "CSV with step and checkpoint columns")
         repo = repo or match.group("repo")
-        _add(found, CheckpointRef(step, part), part, "revision list")
+        _add(found, CheckpointRef(step, part), "revision list")
     return _ordered(repo, found)
 
 
@@ -318,12 +298,8 @@ def trainer_state_metrics(folder: Path, hf: dict[int, Path]) -> dict[int, dict[s
 
 
 def _metrics_table(table: Path, checkpoints: dict[int, Path]) -> dict[int, dict[str, str]]:
-    """A run folder's metrics.csv, its rows by step.
-
-    Raises:
-        InvalidOptionError: as :func:`read_csv`; no ``test_loss`` or ``test_accuracy`` column, a step twice, or no row
-            at the step of a checkpoint (the table was read and none of it used).
-    """
+    """A run folder's metrics.csv, its rows by step; refused (as :func:`read_csv`) without a test metric column, with
+    a step twice, or with no row at a checkpoint's step (the table was read and none of it used)."""
     rows = read_csv(table, required="step", kind="run")
     if not {"test_loss", "test_accuracy"} & set(rows[0]):
         raise InvalidOptionError(f"{table}: a run's metrics.csv needs a 'test_loss' or 'test_accuracy' column (found: "
@@ -351,10 +327,9 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
 
     Raises:
         SourceNotFoundError: the path does not exist, or holds no checkpoints.
-        InvalidOptionError: a checkpoint name without a step, two checkpoints with one step,
-            ambiguous names, a malformed CSV, revision list, step pattern or trainer state, a folder's
-            metrics.csv that is not a regular file or matches no checkpoint, a checkpoint that is a broken link,
-            one checkpoint at two steps.
+        InvalidOptionError: a checkpoint name without a step, two checkpoints with one step or one at two steps,
+            ambiguous names, a broken link, a malformed CSV, revision list, step pattern, trainer state or metrics.csv
+            (not a regular file, or matching no checkpoint).
     """
     text = str(run)
     from wbfe.options import compile_layers
@@ -369,7 +344,6 @@ def discover_run(run: Union[str, Path], *, step_pattern: Optional[str] = None) -
         hf = _hf_checkpoints(path)  # its trainer_state.json holds the test metrics under --step-pattern too
         by_step = hf if hf and pattern is None else _folder_checkpoints(path, pattern)
         table = path / "metrics.csv"
-        metrics: dict[int, dict[str, str]] = {}
         if table.is_file():
             metrics = _metrics_table(table, by_step)
         elif table.exists() or table.is_symlink():  # a folder, FIFO or dangling link was skipped without a word

@@ -1,9 +1,5 @@
-"""Data-free stopping rules: which checkpoint of a run to keep, from its weights alone, and how each is measured.
-
-A run is reduced to :class:`RunSignals`; a :class:`Rule` maps them (and a parameter chosen on *other* runs)
-to one checkpoint; :func:`evaluate_rules` measures every rule leave-one-run-out by its regret (test loss at
-the chosen checkpoint minus the run's lowest). The rules and their measured figures: docs/early_stopping.md.
-"""
+"""Data-free stopping rules: which checkpoint of a run to keep, from its weights alone, and how each is measured
+leave-one-run-out by its regret (the rules and their measured figures: docs/early_stopping.md)."""
 
 from __future__ import annotations
 
@@ -109,9 +105,7 @@ def detect_regime(sig: RunSignals) -> str:
     return "shrinking" if s[finite[-1]] < s[start] else "growing"
 
 
-# --- the rule forms: each returns (index, reason) -------------------------------------------------------------
-
-Choice = tuple[int, str]
+Choice = tuple[int, str]  # what a rule form returns: (checkpoint index, reason)
 
 
 def _last(sig: RunSignals, why: str = "keep the last checkpoint") -> Choice:
@@ -255,8 +249,6 @@ def apply_rule(sig: RunSignals, name: str, param: Any = None) -> Choice:
     return rule.choose(sig, param)
 
 
-# --- leave-one-run-out evaluation ------------------------------------------------------------------------------
-
 class Measured:
     """Every rule's choice on every run at every parameter, computed once; tuning is then arithmetic
     (a base rule's choice on a run does not depend on the other runs)."""
@@ -268,17 +260,11 @@ class Measured:
         for s, loss in zip(sigs, self.losses):
             if loss.size != len(s.steps) or not np.all(np.isfinite(loss)):
                 raise InvalidOptionError(f"run {s.name}: every checkpoint needs a finite test loss")
-        self.sigs = list(sigs)
         self.n = len(sigs)
         self.regimes = [detect_regime(s) for s in sigs]
-        self.choice: dict[str, np.ndarray] = {}
-        self.regret: dict[str, np.ndarray] = {}
-        for name, rule in RULES.items():
-            if rule.composite:
-                continue
-            chosen = self.choice[name] = np.array([[apply_rule(s, name, p)[0] for s in sigs]
-                                                   for p in rule.grid or (None,)], dtype=int)
-            self.regret[name] = np.array([self.regrets(c) for c in chosen])
+        self.choice = {name: np.array([[apply_rule(s, name, p)[0] for s in sigs] for p in rule.grid or (None,)],
+                                      dtype=int) for name, rule in RULES.items() if not rule.composite}
+        self.regret = {name: np.array([self.regrets(c) for c in chosen]) for name, chosen in self.choice.items()}
 
     def _base(self, name: str, subset: Sequence[int]) -> tuple[int, float]:
         means = self.regret[name][:, list(subset)].mean(axis=1)
@@ -369,8 +355,6 @@ def select_held_out(sigs: Sequence[RunSignals], losses: Sequence[np.ndarray]) ->
         chosen.append(int(m.tune(pick, others)[1][r]))
     return picks, RuleScore("auto", None, tuple(chosen), m.regrets(chosen), _hits(m, chosen, range(m.n)))
 
-
-# --- the table shipped with the package -----------------------------------------------------------------------
 
 def shipped_table() -> dict[str, Any]:
     """The measured rules shipped in the package (``stopping_table.json``, by ``benchmarks/bench_early_stopping.py``):

@@ -1,7 +1,6 @@
 """A run's trajectory: each checkpoint scored once at λ*, then h_t = κ_t/β_t against h*(λ) and where to stop.
 
-The HTMP fit, α and F* do not depend on λ, so every λ-dependent column (h*, F∞, BFE-W at λ) is derived
-afterwards (docs/math.md §2-3).
+The HTMP fit, α and F* do not depend on λ, so every λ-dependent column is derived afterwards (docs/math.md §2-3).
 """
 
 from __future__ import annotations
@@ -16,15 +15,8 @@ import numpy as np
 from wbfe.errors import InvalidOptionError
 from wbfe.options import WATCH_LAYERS, WatchOptions, field_defaults, positive_lambda
 from wbfe.render.text import ToJson, as_float, json_ready, text_table
-from wbfe.watch.guidance import (
-    BFE_OPT_CAVEAT,
-    FixedLambdaTrend,
-    bfe_at,
-    describe_trend,
-    fittable_hint,
-    fixed_lambda_trend,
-    nan_notes,
-)
+from wbfe.watch.guidance import (BFE_OPT_CAVEAT, FixedLambdaTrend, bfe_at, describe_trend, fittable_hint,
+                                  fixed_lambda_trend, nan_notes)
 from wbfe.watch.rule import Recommendation, critical_lambda, recommend
 from wbfe.watch.runs import CheckpointRef, Run, discover_run
 
@@ -72,9 +64,8 @@ class LayerPoint:
     def columns(self, lam: Optional[float]) -> dict[str, Any]:
         """The output columns; the λ-dependent ones are NaN when ``lam`` is None."""
         row: dict[str, Any] = {
-            "name": self.name, "role": self.role, "gamma": self.gamma,
-            "htmp_kappa": self.kappa, "htmp_beta": self.beta, "htmp_tau": self.tau, "htmp_ks": self.ks,
-            "h": self.h, "h_star": math.nan, "f_inf": math.nan,
+            "name": self.name, "role": self.role, "gamma": self.gamma, "htmp_kappa": self.kappa, "htmp_beta": self.beta,
+            "htmp_tau": self.tau, "htmp_ks": self.ks, "h": self.h, "h_star": math.nan, "f_inf": math.nan,
             "bfe": self.bfe_opt if lam is None else bfe_at(self.bfe_opt, self.lambda_star, lam),
             "bfe_opt": self.bfe_opt, "alpha": self.alpha, "diagnosis": None,
         }
@@ -141,8 +132,7 @@ def _layer_point(row: dict[str, Any]) -> LayerPoint:
         name=row["name"], role=row.get("role", ""), gamma=as_float(row.get("gamma")),
         kappa=as_float(row.get("htmp_kappa")), beta=as_float(row.get("htmp_beta")), tau=as_float(row.get("htmp_tau")),
         ks=as_float(row.get("htmp_ks")), bfe_opt=as_float(row.get("bfe")), lambda_star=as_float(row.get("lambda")),
-        alpha=as_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}),
-        n_eigs=int(row.get("n_eigs") or 0),
+        alpha=as_float(row.get("alpha")), reasons=dict(row.get("reasons") or {}), n_eigs=int(row.get("n_eigs") or 0),
         extra={k: as_float(row.get(k)) for k in EXTRA_COLUMNS if k in row},
     )
 
@@ -172,18 +162,15 @@ def scan_checkpoint(ref: Any, *, layers: str = _DEFAULTS["layers"], head: Option
     result = score(ref, metrics=metrics, lam="opt", layers=None if layers in WATCH_LAYERS else layers, head=head,
                    device=device)
     min_eigs = int((result.model.get("options") or {}).get("min_eigs") or 0)
-    fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in result.layers
-                     if int(r.get("n_eigs") or 0) >= min_eigs)
-    rows = result.layers
+    fit_rows = [r for r in result.layers if int(r.get("n_eigs") or 0) >= min_eigs]
+    rows = fit_rows if layers == "fittable" else result.layers
     if layers == "head":
         name = result.summary.get("head")
         if name is None:
             raise InvalidOptionError(f"{result.model.get('source')}: no classifier head found by name; "
                                      "pass --head NAME or --layers all|fittable|REGEX")
         rows = [r for r in rows if r["name"] == name]
-    elif layers == "fittable":
-        keep = {name for name, _ in fittable}
-        rows = [r for r in rows if r["name"] in keep]
+    fittable = tuple((r["name"], int(r.get("n_eigs") or 0)) for r in fit_rows)
     return CheckpointScan(tuple(_layer_point(r) for r in rows), fittable, min_eigs)
 
 
@@ -297,8 +284,8 @@ class WatchResult(ToJson):
             "rule": (self.stopping["description"] if self.stopping is not None else
                      "first checkpoint (step order) where the median over the selected layers of log(h/h*) <= 0"),
             "stopping_rule": self.stopping, "checkpoints": checkpoints, "recommended": recommended,
-            "comparison": self.comparison(),
-            "signal": self.signal(), "bfe_fixed_lambda": fixed.to_dict(), "notes": notes, "hint": hint,
+            "comparison": self.comparison(), "signal": self.signal(), "bfe_fixed_lambda": fixed.to_dict(),
+            "notes": notes, "hint": hint,
         })
 
     def rows(self) -> list[dict[str, Any]]:
@@ -343,8 +330,7 @@ class WatchResult(ToJson):
     def _run_lines(self) -> list[str]:
         fixed = self.fixed_lambda()
         ratio = "h_over_h_star" if self.lam is not None else "h_over_h_star_1"
-        rows = [{**s, "bfe_fixed": b, "bfe_opt": o}
-                for s, b, o in zip(self.signal(), fixed.run_bfe, fixed.run_bfe_opt)]
+        rows = [{**s, "bfe_fixed": b, "bfe_opt": o} for s, b, o in zip(self.signal(), fixed.run_bfe, fixed.run_bfe_opt)]
         where = (f"the given λ = {self.lam:.6g}" if fixed.source == "given" else
                  f"each layer's λ* at the last checkpoint (step {fixed.source_step})")
         side = "h/h*(λ) ≤ 1 is the over-fit side" if self.lam is not None else \
@@ -353,8 +339,7 @@ class WatchResult(ToJson):
             side = "no selected layer has a finite h/h*: see the notes above"
         return [f"across the run (median over layers; {side}):",
                 text_table(rows, ["step", ratio, "lambda_c", "bfe_fixed", "bfe_opt"]),
-                f"BFE-W at {where}: {describe_trend(fixed.steps, fixed.run_bfe)}",
-                f"note: {BFE_OPT_CAVEAT}", ""]
+                f"BFE-W at {where}: {describe_trend(fixed.steps, fixed.run_bfe)}", f"note: {BFE_OPT_CAVEAT}", ""]
 
 
 NO_LAMBDA = ("no lambda given: pass --lambda FLOAT or --lambda calibrated (with --calibrate RUNS.csv); "

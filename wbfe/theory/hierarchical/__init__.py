@@ -1,9 +1,5 @@
-"""Theory II (docs/math.md §7): sequential feature recovery in a hierarchical model.
-
-The target (``model``), the layer-wise spectral learner (``spectral``), kernel ridge on the raw inputs
-(``kernel``), the predictions (``theory``), and the simulated sweep that compares them (``sweep``, with
-its ``settings``).
-"""
+"""Theory II (docs/math.md §7): sequential feature recovery in a hierarchical model; the target, the spectral
+learner, kernel ridge, the predictions and the simulated sweep that compares them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The shallow baseline of docs/math.md §7: kernel ridge regression on the raw inputs.
-
-The ridge is chosen among a fixed grid by exact leave-one-out error, closed-form given one
-eigendecomposition of the kernel matrix.
-"""
+"""The shallow baseline of docs/math.md §7: kernel ridge regression on the raw inputs, its ridge chosen among a
+fixed grid by exact leave-one-out error (closed-form given one eigendecomposition of the kernel matrix)."""
 
 from __future__ import annotations
 
@@ -19,9 +16,8 @@ RIDGE_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 
 def rbf_kernel(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Gaussian kernel matrix exp(−‖u_i − v_j‖²/(2·dim)) between the rows of u and v."""
-    dim = u.shape[1]
     sq = np.sum(u * u, axis=1)[:, None] + np.sum(v * v, axis=1)[None, :] - 2.0 * (u @ v.T)
-    return np.exp(-np.maximum(sq, 0.0) / (2.0 * dim))
+    return np.exp(-np.maximum(sq, 0.0) / (2.0 * u.shape[1]))
 
 
 @dataclass(frozen=True)
@@ -43,8 +39,7 @@ def fit_kernel_ridge(inputs: np.ndarray, y: np.ndarray, *, ridges: tuple[float, 
     Raises:
         InvalidOptionError: shapes do not match, non-finite values, or a ridge that is not a positive number.
     """
-    inputs = np.asarray(inputs, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    inputs, y = np.asarray(inputs, dtype=np.float64), np.asarray(y, dtype=np.float64)
     refuse_unless(inputs.ndim == 2 and y.shape == (inputs.shape[0],) and inputs.shape[0] >= 2,
                   "kernel ridge needs inputs (n, dim) and y (n,) with n >= 2")
     # eigh's LinAlgError, or a NaN fit

@@ -51,22 +51,16 @@ class HierarchicalSettings(Validated):
     """
 
     CONSTRAINTS: ClassVar[Mapping[str, Constraint]] = {
-        "d": Integer(2, words="an integer >= 2"),
-        "p": Integer(1, optional=True),
+        "d": Integer(2, words="an integer >= 2"), "p": Integer(1, optional=True),
         "gamma": custom_rule("a number > 1/2", lambda v: finite_number(v) and v > 0.5, (0.5, math.nan),
                              say="the sequential-recovery predictions need gamma > 1/2, not {value!r}"),
-        "alpha_min": _FINITE,
-        "alpha_max": _FINITE,
-        "points": Integer(2, words="an integer >= 2"),
-        "seeds": Integer(1),
-        "eps": _FINITE,
+        "alpha_min": _FINITE, "alpha_max": _FINITE, "points": Integer(2, words="an integer >= 2"),
+        "seeds": Integer(1), "eps": _FINITE,
         "activation": _known("activation", ACTIVATIONS), "features": _known("feature kind", FEATURE_KINDS),
-        "n_test": Integer(10, words="an integer >= 10"),
-        "kernel_max_n": Integer(0),
+        "n_test": Integer(10, words="an integer >= 10"), "kernel_max_n": Integer(0),
         "q_level": custom_rule("in (0, 1)", lambda v: finite_number(v) and 0.0 < v < 1.0, (0.0, 1.0),
                                say="q_level must lie in (0, 1), not {value!r}"),
-        "solver": _known("eigensolver", SOLVERS),
-        "seed": SEED,
+        "solver": _known("eigensolver", SOLVERS), "seed": SEED,
     }
     BESIDE: ClassVar[tuple[str, ...]] = ("D",)  # derived from d: from_dict checks it
 

@@ -76,19 +76,14 @@ def simulate_hierarchical(settings: Optional[HierarchicalSettings] = None, /, **
         refuse_keywords(HierarchicalSettings, options, defaults=dict.fromkeys(options, object()),
                         why="pass the settings either as HierarchicalSettings(...) or as keywords, not both")
     s = settings
-    alphas = s.alphas()
-    ns = s.sample_sizes()
+    alphas, ns = s.alphas(), s.sample_sizes()
     runs = [_run_seed(child, ns, s) for child in np.random.SeedSequence(s.seed).spawn(s.seeds)]
     # (seeds, points) arrays, and (seeds, points, p) for q
     nmse, q, kernel, recovered = (np.array([r[key] for r in runs]) for key in ("nmse", "q", "nmse_kernel", "recovered"))
-    pts = tuple(
-        HierarchicalPoint(
-            alpha=float(alphas[j]), n=ns[j], nmse=float(nmse[:, j].mean()), nmse_std=float(nmse[:, j].std()),
-            nmse_kernel=float(kernel[:, j].mean()), n_kernel=min(ns[j], s.kernel_max_n),
-            q=tuple(float(v) for v in q[:, j].mean(axis=0)), recovered=float(recovered[:, j].mean()),
-        )
-        for j in range(len(ns))
-    )
+    pts = tuple(HierarchicalPoint(alpha=float(alphas[j]), n=ns[j], nmse=float(nmse[:, j].mean()),
+                                  nmse_std=float(nmse[:, j].std()), nmse_kernel=float(kernel[:, j].mean()),
+                                  n_kernel=min(ns[j], s.kernel_max_n), q=tuple(float(v) for v in q[:, j].mean(axis=0)),
+                                  recovered=float(recovered[:, j].mean())) for j in range(len(ns)))
     prediction = _predictions([r["teacher"] for r in runs], alphas, ns, pts, gamma=s.gamma, q_level=s.q_level)
     return HierarchicalResult(s.to_dict(p=runs[0]["teacher"].p), pts, prediction)
 
@@ -112,8 +107,7 @@ def _run_seed(child: np.random.SeedSequence, ns: list[int], s: HierarchicalSetti
 
     for n in ns:
         data, y = train.head(n), y_train[:n]
-        k = min(teacher.p, data.dim - 1)
-        fit = fit_spectral(data, y, k, solver=s.solver, seed=eig_seed)
+        fit = fit_spectral(data, y, min(teacher.p, data.dim - 1), solver=s.solver, seed=eig_seed)
         q = matched_overlaps(teacher.a, fit.directions)
         out["q"].append(q)
         out["recovered"].append(int(np.count_nonzero(q >= s.q_level)))
@@ -152,24 +146,14 @@ def _predictions(teachers: list[HierarchicalTeacher], alphas: np.ndarray, ns: li
         f"{m_fin[0]} at alpha {alphas[0]:.3g} and {m_fin[-1]} at {alphas[-1]:.3g}), of more than one n; 2 are "
         "needed: move or widen --alpha-min/--alpha-max, or raise --points")
     return {
-        "alpha_thresholds": theory.leading_thresholds(d, p, gamma),
-        "alpha_thresholds_finite_d": onset,
+        "alpha_thresholds": theory.leading_thresholds(d, p, gamma), "alpha_thresholds_finite_d": onset,
         # The measured onset: the measured half-overlap point moved by the predicted onset-to-half gap.
         "alpha_thresholds_measured": half_meas - (half_pred - onset),
-        "alpha_half_predicted": half_pred,
-        "alpha_half_measured": half_meas,
-        "q_level": q_level,
-        "spike_strengths": c,
-        "couplings": v,
-        "b": teacher.b,
-        "recovered_count": m_lead,
-        "recovered_count_finite_d": m_fin,
-        "q_finite_d": q_fin,
-        "nmse_finite_d": nmse_fin,
+        "alpha_half_predicted": half_pred, "alpha_half_measured": half_meas, "q_level": q_level,
+        "spike_strengths": c, "couplings": v, "b": teacher.b,
+        "recovered_count": m_lead, "recovered_count_finite_d": m_fin, "q_finite_d": q_fin, "nmse_finite_d": nmse_fin,
         "nmse_from_q": [theory.overlap_nmse(np.array(pt.q), teacher.b) for pt in pts],
-        "tail_constant": const,
-        "nmse_tail": const * tails,
-        "exponent": theory.nmse_exponent(gamma),
+        "tail_constant": const, "nmse_tail": const * tails, "exponent": theory.nmse_exponent(gamma),
         # What kernel ridge on the raw inputs can reach for d² ≪ n ≪ d⁴ (mean over seeds).
         "kernel_floor": float(np.mean([theory.kernel_floor(t.a, t.b, d, features=t.features,
                                                            activation=t.activation) for t in teachers])),

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from wbfe.theory.checks import finite_number, refuse_unless
-from wbfe.theory.hierarchical.model import MC_SAMPLES, vec_to_sym
+from wbfe.theory.hierarchical.model import MC_SAMPLES, feature_dim, vec_to_sym
 from wbfe.theory.teacher_student import fit_slope
 
 __all__ = ["leading_thresholds", "recovered_count", "spike_strengths", "finite_d_thresholds", "finite_d_overlaps",
@@ -54,9 +54,8 @@ def spike_strengths(b: np.ndarray, activation: str, y_mean: float = 0.0,
 def finite_d_thresholds(d: int, c: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Onsets α_i = log_d(D·v_i²/c_i²) of the finite-d spiked model."""
     c, v = np.abs(np.asarray(c, dtype=np.float64)), np.asarray(v, dtype=np.float64)
-    big_d = d * (d + 1) / 2.0
     with np.errstate(divide="ignore"):
-        return np.log(big_d * v**2 / c**2) / math.log(d)
+        return np.log(feature_dim(d) * v**2 / c**2) / math.log(d)
 
 
 def finite_d_overlaps(n: float, d: int, c: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -78,9 +77,8 @@ def finite_d_level_alphas(d: int, c: np.ndarray, v: np.ndarray, level: float) ->
     r = 1.0 / level - 1.0
     u = np.sqrt(r / (v + r))
     sigma = c * u / (1.0 + (v - 1.0) * u * u)
-    big_d = d * (d + 1) / 2.0
     with np.errstate(divide="ignore"):
-        return np.log(big_d / sigma**2) / math.log(d)
+        return np.log(feature_dim(d) / sigma**2) / math.log(d)
 
 
 def tail_fraction(m: int, b: np.ndarray) -> float:
