@@ -93,8 +93,8 @@ def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:
         if _TEMP.match(item.name):
             return _file_unit("partial", item)
     if top == "objects" and is_dir and (_OBJECT.match(item.name) or _OBJECT_PART.match(item.name)):
-        size, used = tree_usage(Path(item.path))
-        return CacheUnit("objects" if _OBJECT.match(item.name) else "partial", Path(item.path), size, used)
+        return CacheUnit("objects" if _OBJECT.match(item.name) else "partial", Path(item.path),
+                         *tree_usage(Path(item.path)))
     return None
 
 
@@ -118,19 +118,16 @@ class CacheInfo:
 
     def by_kind(self) -> dict[str, dict[str, Any]]:
         """Per kind: count, bytes, oldest and newest last use (None for an empty kind)."""
-        out = {}
-        for kind in KINDS:
-            mine = [u for u in self.units if u.kind == kind]
-            out[kind] = {"count": len(mine), "bytes": sum(u.size for u in mine),
-                         "oldest_use": min((u.last_used for u in mine), default=None),
-                         "newest_use": max((u.last_used for u in mine), default=None)}
-        return out
+        mine = {kind: [u for u in self.units if u.kind == kind] for kind in KINDS}
+        return {kind: {"count": len(units), "bytes": sum(u.size for u in units),
+                       "oldest_use": min((u.last_used for u in units), default=None),
+                       "newest_use": max((u.last_used for u in units), default=None)} for kind, units in mine.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape."""
         return {"directory": str(self.directory), "exists": self.exists, "total_bytes": self.total,
-                "kinds": self.by_kind(),
-                "other_bytes": self.other_bytes, "links_skipped": self.links, "default_max_bytes": DEFAULT_MAX_SIZE}
+                "kinds": self.by_kind(), "other_bytes": self.other_bytes, "links_skipped": self.links,
+                "default_max_bytes": DEFAULT_MAX_SIZE}
 
     def table(self) -> str:
         """A text summary, one line per kind."""
@@ -188,10 +185,9 @@ class PruneReport:
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape."""
         return {"directory": str(self.directory), "exists": self.exists, "dry_run": self.dry_run,
-                "max_bytes": self.max_size,
-                "older_than_days": self.older_than_days, "removed": [
-                    {"kind": u.kind, "path": str(u.path), "bytes": u.size, "last_used": u.last_used}
-                    for u in self.removed], "freed_bytes": self.freed, "kept_bytes": self.kept_bytes}
+                "max_bytes": self.max_size, "older_than_days": self.older_than_days,
+                "removed": [{"kind": u.kind, "path": str(u.path), "bytes": u.size, "last_used": u.last_used}
+                            for u in self.removed], "freed_bytes": self.freed, "kept_bytes": self.kept_bytes}
 
     def summary(self) -> str:
         """One line."""

@@ -37,10 +37,8 @@ def process_start(pid: int) -> Optional[int]:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:  # ProcessLookupError: gone
-        return False
+    except OSError as exc:  # PermissionError: it exists, owned by someone else; ProcessLookupError: gone
+        return isinstance(exc, PermissionError)
     return True
 
 
