@@ -1,9 +1,5 @@
-"""On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options.
-
-Every file is checksummed (a corrupt one is removed and recomputed, never served), a local checkpoint's hash
-is remembered while its files' size, times and inode hold, and drivers sharing the cache claim each entry
-before scoring it: docs/ranking.md and docs/cache.md.
-"""
+"""On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options; every file is
+checksummed, a corrupt one removed and recomputed, never served (docs/ranking.md, docs/cache.md)."""
 
 from __future__ import annotations
 
