@@ -169,10 +169,8 @@ class ScoreCache:
 def score_claimed(cache: ScoreCache, items: Sequence[_T], *, key_of: Callable[[_T], Optional[str]],
                   score: Callable[[_T], None], shared: Callable[[_T, dict[str, Any]], None],
                   poll: float = 0.5, stale_after: float = STALE_AFTER) -> None:
-    """Score each item at most once among the processes sharing ``cache`` (docs/cache.md).
-
-    Each item is claimed just before it is scored; one another process holds is deferred and taken from the
-    cache once stored (``shared(item, payload)``), or scored here if its owner gives it up without an entry.
+    """Score each item at most once among the processes sharing ``cache`` (docs/cache.md): one another process
+    holds is taken from the cache once stored (``shared(item, payload)``), or scored here if its owner gives it up.
 
     Args:
         key_of: an item's entry key; None scores it without claiming.

@@ -228,10 +228,7 @@ def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int
                 now: Optional[float] = None) -> PruneReport:
     """Remove cache units unused for ``older_than`` days, then the least recently used until ``max_size`` (bytes or
     text, ``20G``) holds; None for no rule. Stale claims and day-old partial copies are always removed, live
-    claims never; ``now`` (seconds since the epoch) is for tests.
-
-    wbfe's own folder (``directory`` None) not created yet is nothing to prune. A named folder that does not exist
-    is refused: most likely a mistyped path, and "removed nothing" would hide that the real cache was not pruned.
+    claims never (docs/cache.md); ``now`` (seconds since the epoch) is for tests.
 
     Raises:
         InvalidOptionError: a negative or unparsable bound, ``directory`` is not a folder, or a named ``directory``
