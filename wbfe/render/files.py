@@ -67,9 +67,7 @@ def local_reads(ref: Any) -> tuple[Path, ...]:
     path = user_path(text)
     if not path.exists():
         return ()
-    if path.is_file() and path.name.lower().endswith(".index.json"):
-        return (path, path.parent)
-    return (path,)
+    return (path, path.parent) if path.is_file() and path.name.lower().endswith(".index.json") else (path,)
 
 
 def local_files(files: Any) -> list[Path]:
@@ -176,8 +174,8 @@ def _probe(folder: Path, path: PathLike, into: str = "") -> None:
         folder = folder.parent
     if not folder.is_dir():
         raise OutputError(f"cannot write {into}{os.fspath(path)}: {folder} is not a folder", path=str(path))
-    too_long = [name for name in missing if len(os.fsencode(name)) > os.pathconf(folder, "PC_NAME_MAX")]
-    if too_long:  # else the folders are made, and refused, only when the results are written
+    # Else the folders are made, and refused, only when the results are written.
+    if any(len(os.fsencode(name)) > os.pathconf(folder, "PC_NAME_MAX") for name in missing):
         raise OutputError(f"cannot write {into}{os.fspath(path)}: {os.strerror(errno.ENAMETOOLONG)}", path=str(path))
     probe = folder / f".wbfe-probe.{secrets.token_hex(6)}"
     try:
