@@ -142,14 +142,9 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     columns = [c for c in dict.fromkeys(str(key).strip() for row in rows for key in row) if c]
     if "model" not in columns:
         raise InvalidOptionError(f"zoo {name!r} has no 'model' column (columns: {', '.join(columns)})")
-
-    def cell(row: Mapping[str, Any], key: str) -> str:
-        value = row.get(key)
-        if value is None:
-            value = next((v for k, v in row.items() if str(k).strip() == key), None)
-        return "" if value is None else str(value).strip()
-
-    table = [{key: cell(row, key) for key in (*columns, *_RESERVED)} for row in rows]  # each cell read once
+    stripped = [{str(key).strip(): value for key, value in row.items()} for row in rows]  # no key twice, above
+    table = [{key: "" if row.get(key) is None else str(row[key]).strip() for key in (*columns, *_RESERVED)}
+             for row in stripped]
     numeric, mixed = [], {}
     for col in (c for c in columns if c not in _RESERVED):
         filled = [(row["model"], row[col]) for row in table if row[col]]
