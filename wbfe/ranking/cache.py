@@ -191,8 +191,7 @@ def score_claimed(cache: ScoreCache, items: Sequence[_T], *, key_of: Callable[[_
                 deferred.append(item)
             else:
                 with claim:
-                    hit = cache.get(key)  # stored by another driver since this one looked it up
-                    if hit is not None:
+                    if (hit := cache.get(key)) is not None:  # stored by another driver since this one looked it up
                         shared(item, hit)
                     else:
                         score(item)

@@ -71,8 +71,7 @@ def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
                 foreign.append(shard)
                 continue
             for item in _dirs(Path(shard.path)):
-                unit = _classify(top.name, item)
-                if unit is None:
+                if (unit := _classify(top.name, item)) is None:
                     foreign.append(item)
                 else:
                     units.append(unit)

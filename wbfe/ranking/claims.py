@@ -131,8 +131,7 @@ def try_claim(path: Path, *, stale_after: float = STALE_AFTER) -> Optional[Claim
     """Create the claim file ``path`` (and its folder), taking over a stale one; None when a live owner holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(3):  # the owner may release or a rival take over between our steps
-        claim = _create(path)
-        if claim is not None:
+        if (claim := _create(path)) is not None:
             return claim
         owner = read_claim(path)
         if owner is None:

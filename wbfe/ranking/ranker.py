@@ -273,8 +273,7 @@ class _Run:
                     self.failed.append(Failure(entry.name, failure_reason(exc)))
                     self._log(i, entry.name, f"failed ({failure_reason(exc)})")
                     continue
-                hit = self.cache.get(key)
-                if hit is not None:
+                if (hit := self.cache.get(key)) is not None:
                     self.payloads[entry.name] = (hit, True)
                     self._log(i, entry.name, "cached")
                     continue
@@ -331,13 +330,12 @@ class _Run:
 
 def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cached: bool) -> ModelResult:
     summary = payload.get("summary") or {}
-    model_info = payload.get("model") or {}
     scores = {k: (None if v is None else as_float(v)) for k, v in summary.items()
               if k.endswith(("_head", "_mean")) and not isinstance(v, (str, bool))}
     verdict = summary.get("bfe_applicability")
     status = verdict.get("status") if isinstance(verdict, Mapping) else None  # None: a summary without one
-    return ModelResult(entry.name, entry.ref, entry.quality[column], scores, entry.source, model_info.get("sha256"),
-                       cached, status if status in STATUSES else "unknown")
+    return ModelResult(entry.name, entry.ref, entry.quality[column], scores, entry.source,
+                       (payload.get("model") or {}).get("sha256"), cached, status if status in STATUSES else "unknown")
 
 
 def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[Correlation]:

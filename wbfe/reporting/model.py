@@ -86,8 +86,7 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
     # Whatever else the score summarised (per role, per component, notes): shown as it is.
     shown = {"head", "head_source", "n_layers", "head_note", "bfe_applicability"}
     shown |= {f"{m}_{s}" for m in metrics for s in ("head", "mean", "n")}
-    rest = [(k, v) for k, v in summary.items() if k not in shown]
-    if rest:
+    if rest := [(k, v) for k, v in summary.items() if k not in shown]:
         blocks.append(KeyValues(rest, collapsed_title=f"other summary fields ({len(rest)})"))
     return blocks
 
