@@ -43,9 +43,8 @@ def _where(ref: str) -> Optional[tuple[bool, str]]:
 def _host_name(url: str) -> str:
     from huggingface_hub import constants
 
-    if urlparse(url).netloc == urlparse(str(constants.ENDPOINT)).netloc:
-        return "the Hugging Face hub"
-    return f"the download host {urlparse(url).hostname}"
+    hub = urlparse(url).netloc == urlparse(str(constants.ENDPOINT)).netloc
+    return "the Hugging Face hub" if hub else f"the download host {urlparse(url).hostname}"
 
 
 def unavailable_models(zoo: Zoo, *, timeout: float = 3.0) -> dict[str, str]:
