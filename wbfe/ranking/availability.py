@@ -1,9 +1,6 @@
-"""Before scoring a zoo: which models cannot be had here (not cached, and no download possible).
-
-A model needs a download unless its weights are on disk or in the torch hub or Hugging Face cache; that is
-impossible when ``HF_HUB_OFFLINE`` is set or its host refuses one TCP connection (checked once per host).
-Nothing is downloaded; object-store URIs and other references are left to the scorer.
-"""
+"""Before scoring a zoo: which models cannot be had here, neither on disk nor in the torch hub or Hugging Face
+cache, with ``HF_HUB_OFFLINE`` set or the host refusing one TCP connection. Nothing is downloaded; object-store URIs
+and other references are left to the scorer."""
 
 from __future__ import annotations
 
@@ -46,9 +43,8 @@ def _where(ref: str) -> Optional[tuple[bool, str]]:
 def _host_name(url: str) -> str:
     from huggingface_hub import constants
 
-    if urlparse(url).netloc == urlparse(str(constants.ENDPOINT)).netloc:
-        return "the Hugging Face hub"
-    return f"the download host {urlparse(url).hostname}"
+    hub = urlparse(url).netloc == urlparse(str(constants.ENDPOINT)).netloc
+    return "the Hugging Face hub" if hub else f"the download host {urlparse(url).hostname}"
 
 
 def unavailable_models(zoo: Zoo, *, timeout: float = 3.0) -> dict[str, str]:

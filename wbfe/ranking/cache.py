@@ -1,9 +1,5 @@
-"""On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options.
-
-Every file is checksummed (a corrupt one is removed and recomputed, never served), a local checkpoint's hash
-is remembered while its files' size, times and inode hold, and drivers sharing the cache claim each entry
-before scoring it: docs/ranking.md and docs/cache.md.
-"""
+"""On-disk cache of per-model scores, keyed by checkpoint content hash and scoring options; every file is
+checksummed, a corrupt one removed and recomputed, never served (docs/ranking.md, docs/cache.md)."""
 
 from __future__ import annotations
 
@@ -173,10 +169,8 @@ class ScoreCache:
 def score_claimed(cache: ScoreCache, items: Sequence[_T], *, key_of: Callable[[_T], Optional[str]],
                   score: Callable[[_T], None], shared: Callable[[_T, dict[str, Any]], None],
                   poll: float = 0.5, stale_after: float = STALE_AFTER) -> None:
-    """Score each item at most once among the processes sharing ``cache`` (docs/cache.md).
-
-    Each item is claimed just before it is scored; one another process holds is deferred and taken from the
-    cache once stored (``shared(item, payload)``), or scored here if its owner gives it up without an entry.
+    """Score each item at most once among the processes sharing ``cache`` (docs/cache.md): one another process
+    holds is taken from the cache once stored (``shared(item, payload)``), or scored here if its owner gives it up.
 
     Args:
         key_of: an item's entry key; None scores it without claiming.
@@ -197,8 +191,7 @@ def score_claimed(cache: ScoreCache, items: Sequence[_T], *, key_of: Callable[[_
                 deferred.append(item)
             else:
                 with claim:
-                    hit = cache.get(key)  # stored by another driver since this one looked it up
-                    if hit is not None:
+                    if (hit := cache.get(key)) is not None:  # stored by another driver since this one looked it up
                         shared(item, hit)
                     else:
                         score(item)

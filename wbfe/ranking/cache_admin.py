@@ -71,8 +71,7 @@ def _scan(root: Path) -> tuple[list[CacheUnit], int, int]:
                 foreign.append(shard)
                 continue
             for item in _dirs(Path(shard.path)):
-                unit = _classify(top.name, item)
-                if unit is None:
+                if (unit := _classify(top.name, item)) is None:
                     foreign.append(item)
                 else:
                     units.append(unit)
@@ -93,8 +92,8 @@ def _classify(top: str, item: os.DirEntry[str]) -> Optional[CacheUnit]:
         if _TEMP.match(item.name):
             return _file_unit("partial", item)
     if top == "objects" and is_dir and (_OBJECT.match(item.name) or _OBJECT_PART.match(item.name)):
-        size, used = tree_usage(Path(item.path))
-        return CacheUnit("objects" if _OBJECT.match(item.name) else "partial", Path(item.path), size, used)
+        return CacheUnit("objects" if _OBJECT.match(item.name) else "partial", Path(item.path),
+                         *tree_usage(Path(item.path)))
     return None
 
 
@@ -118,19 +117,16 @@ class CacheInfo:
 
     def by_kind(self) -> dict[str, dict[str, Any]]:
         """Per kind: count, bytes, oldest and newest last use (None for an empty kind)."""
-        out = {}
-        for kind in KINDS:
-            mine = [u for u in self.units if u.kind == kind]
-            out[kind] = {"count": len(mine), "bytes": sum(u.size for u in mine),
-                         "oldest_use": min((u.last_used for u in mine), default=None),
-                         "newest_use": max((u.last_used for u in mine), default=None)}
-        return out
+        mine = {kind: [u for u in self.units if u.kind == kind] for kind in KINDS}
+        return {kind: {"count": len(units), "bytes": sum(u.size for u in units),
+                       "oldest_use": min((u.last_used for u in units), default=None),
+                       "newest_use": max((u.last_used for u in units), default=None)} for kind, units in mine.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape."""
         return {"directory": str(self.directory), "exists": self.exists, "total_bytes": self.total,
-                "kinds": self.by_kind(),
-                "other_bytes": self.other_bytes, "links_skipped": self.links, "default_max_bytes": DEFAULT_MAX_SIZE}
+                "kinds": self.by_kind(), "other_bytes": self.other_bytes, "links_skipped": self.links,
+                "default_max_bytes": DEFAULT_MAX_SIZE}
 
     def table(self) -> str:
         """A text summary, one line per kind."""
@@ -188,10 +184,9 @@ class PruneReport:
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape."""
         return {"directory": str(self.directory), "exists": self.exists, "dry_run": self.dry_run,
-                "max_bytes": self.max_size,
-                "older_than_days": self.older_than_days, "removed": [
-                    {"kind": u.kind, "path": str(u.path), "bytes": u.size, "last_used": u.last_used}
-                    for u in self.removed], "freed_bytes": self.freed, "kept_bytes": self.kept_bytes}
+                "max_bytes": self.max_size, "older_than_days": self.older_than_days,
+                "removed": [{"kind": u.kind, "path": str(u.path), "bytes": u.size, "last_used": u.last_used}
+                            for u in self.removed], "freed_bytes": self.freed, "kept_bytes": self.kept_bytes}
 
     def summary(self) -> str:
         """One line."""
@@ -232,10 +227,7 @@ def prune_cache(directory: Union[str, Path, None] = None, *, max_size: Union[int
                 now: Optional[float] = None) -> PruneReport:
     """Remove cache units unused for ``older_than`` days, then the least recently used until ``max_size`` (bytes or
     text, ``20G``) holds; None for no rule. Stale claims and day-old partial copies are always removed, live
-    claims never; ``now`` (seconds since the epoch) is for tests.
-
-    wbfe's own folder (``directory`` None) not created yet is nothing to prune. A named folder that does not exist
-    is refused: most likely a mistyped path, and "removed nothing" would hide that the real cache was not pruned.
+    claims never (docs/cache.md); ``now`` (seconds since the epoch) is for tests.
 
     Raises:
         InvalidOptionError: a negative or unparsable bound, ``directory`` is not a folder, or a named ``directory``

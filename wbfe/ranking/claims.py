@@ -37,10 +37,8 @@ def process_start(pid: int) -> Optional[int]:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:  # ProcessLookupError: gone
-        return False
+    except OSError as exc:  # PermissionError: it exists, owned by someone else; ProcessLookupError: gone
+        return isinstance(exc, PermissionError)
     return True
 
 
@@ -133,8 +131,7 @@ def try_claim(path: Path, *, stale_after: float = STALE_AFTER) -> Optional[Claim
     """Create the claim file ``path`` (and its folder), taking over a stale one; None when a live owner holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(3):  # the owner may release or a rival take over between our steps
-        claim = _create(path)
-        if claim is not None:
+        if (claim := _create(path)) is not None:
             return claim
         owner = read_claim(path)
         if owner is None:

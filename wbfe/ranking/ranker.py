@@ -1,8 +1,5 @@
-"""Rank a zoo: score every model (cached), then correlate each metric with the quality column.
-
-The quality is oriented so that higher is better; ``expected_sign`` says which sign of ρ means "the metric
-agrees" (−1 where lower predicts better), None where the literature gives no direction.
-"""
+"""Rank a zoo: score every model (cached), then correlate each metric with the quality column oriented so that
+higher is better."""
 
 from __future__ import annotations
 
@@ -20,6 +17,7 @@ from wbfe.framework.applicability import STATUSES
 from wbfe.errors import InvalidOptionError, NothingRankedError, unknown_name
 from wbfe.executors import Executor, ExecutorOptions, Outcome, Task, executor_for, failure_reason
 from wbfe.options import RankOptions, ScoreOptions, StatsOptions, field_defaults, split_keywords
+from wbfe.ranking.availability import unavailable_models
 from wbfe.ranking.cache import ScoreCache, cache_key, score_claimed
 from wbfe.ranking.stats import MIN_MODELS, Correlation, correlate
 from wbfe.ranking.zoo import Zoo, ZooEntry, load_zoo
@@ -213,13 +211,9 @@ def rank(zoo: Union[str, Path, Zoo], quality: Optional[str] = _DEFAULTS["quality
     run = _Run(cache=cache, key_options={k: v for k, v in options.items() if k != "device"},
                say=progress or (lambda _line: None), total=len(the_zoo.entries))
     runner = executor_for(where)
-    blocked: dict[str, str] = {}
-    if scorer is None and hasher is None and runner.runs_here:
-        # Models neither cached nor downloadable here fail at once, and when that is every model
-        # the ranking stops with one error instead of trying each (cluster nodes have their own caches).
-        from wbfe.ranking.availability import unavailable_models
-
-        blocked = unavailable_models(the_zoo)
+    # Models neither cached nor downloadable here fail at once, and when that is every model
+    # the ranking stops with one error instead of trying each (cluster nodes have their own caches).
+    blocked = unavailable_models(the_zoo) if scorer is None and hasher is None and runner.runs_here else {}
     pending = run.lookup(the_zoo.entries, column, hasher or _content_hash, blocked)
     run.score(runner, pending, scorer or _score_with_wbfe, score_options)
 
@@ -279,8 +273,7 @@ class _Run:
                     self.failed.append(Failure(entry.name, failure_reason(exc)))
                     self._log(i, entry.name, f"failed ({failure_reason(exc)})")
                     continue
-                hit = self.cache.get(key)
-                if hit is not None:
+                if (hit := self.cache.get(key)) is not None:
                     self.payloads[entry.name] = (hit, True)
                     self._log(i, entry.name, "cached")
                     continue
@@ -337,13 +330,12 @@ class _Run:
 
 def _model_result(entry: ZooEntry, column: str, payload: Mapping[str, Any], cached: bool) -> ModelResult:
     summary = payload.get("summary") or {}
-    model_info = payload.get("model") or {}
     scores = {k: (None if v is None else as_float(v)) for k, v in summary.items()
               if k.endswith(("_head", "_mean")) and not isinstance(v, (str, bool))}
     verdict = summary.get("bfe_applicability")
     status = verdict.get("status") if isinstance(verdict, Mapping) else None  # None: a summary without one
-    return ModelResult(entry.name, entry.ref, entry.quality[column], scores, entry.source, model_info.get("sha256"),
-                       cached, status if status in STATUSES else "unknown")
+    return ModelResult(entry.name, entry.ref, entry.quality[column], scores, entry.source,
+                       (payload.get("model") or {}).get("sha256"), cached, status if status in STATUSES else "unknown")
 
 
 def _correlations(models: list[ModelResult], *, lower: bool, stats: StatsOptions) -> list[Correlation]:

@@ -1,14 +1,11 @@
-"""Rank correlations between a metric and a quality number, with their uncertainty (docs/math.md §5).
-
-The quality is already oriented so that higher means better, and every correlation is reported as computed:
-a metric for which lower predicts better (BFE-W, α) agrees with the data when ρ is negative. All resampling
-is seeded: the same input and seed give the same interval and p-value. Every function takes 1-D inputs, one value
-per model, and refuses anything else (InvalidOptionError).
-"""
+"""Rank correlations between a metric and a quality oriented so that higher is better, with their uncertainty
+(docs/math.md §5). All resampling is seeded. Every function takes 1-D inputs, one value per model, and refuses
+anything else (InvalidOptionError)."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -122,17 +119,13 @@ def _batch(n: int, total: int) -> int:
 def bootstrap_ci(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, n_boot: int = _DEFAULTS["n_boot"],
                  level: float = _DEFAULTS["level"], seed: int = _DEFAULTS["seed"]) -> tuple[float, float]:
     """Percentile bootstrap interval ``(low, high)`` of Spearman ρ at coverage ``level``, resampling pairs with
-    replacement (:func:`scipy.stats.bootstrap`); NaN when no resample has a defined ρ.
-
-    Resamples in which either side is constant have no ρ and make scipy's interval undefined; the percentiles
-    are then taken over the resamples that have one (for n ≥ 5 they are rare).
+    replacement (:func:`scipy.stats.bootstrap`), over the resamples with a defined ρ (docs/math.md §5); NaN when
+    none has one.
 
     Raises:
         InvalidOptionError: ``n_boot`` outside [1, :data:`~wbfe.options.MAX_RESAMPLES`], ``level`` outside (0, 1),
             or a value that is not a finite number (as for every function here but :func:`correlate`).
     """
-    import warnings
-
     from scipy.stats import bootstrap
 
     options = StatsOptions(n_boot=n_boot, level=level, seed=seed)
@@ -158,9 +151,6 @@ def permutation_p_value(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, e
     orderings, n ≤ ``exact_max_n``) or ``"monte-carlo"`` (``n_perm`` seeded orderings); p is NaN when ρ is
     undefined (docs/math.md §5).
 
-    The statistic is |ρ| with the one-sided alternative, so that p is the share of orderings at least as
-    extreme in either direction (scipy's own two-sided p doubles the smaller tail instead).
-
     Raises:
         InvalidOptionError: ``n_perm`` outside [1, :data:`~wbfe.options.MAX_RESAMPLES`], a value not finite.
     """
@@ -174,6 +164,7 @@ def permutation_p_value(x: "np.typing.ArrayLike", y: "np.typing.ArrayLike", *, e
         return math.nan, method
     # Only y's ranks are reordered (one sample: n! orderings, not n!²); a reordering of y reorders
     # its ranks, so each ordering's ρ is the Pearson r of fixed ranks, with no ranking per ordering.
+    # The statistic is |ρ|, one-sided: scipy's own two-sided p doubles the smaller tail instead.
     ra, rb = rankdata(a), rankdata(b)
     resamples = math.factorial(n) if method == "exact" else options.n_perm
     result = permutation_test((rb,), lambda yy, axis=-1: np.abs(_rowwise_pearson(np.broadcast_to(ra, yy.shape), yy)),

@@ -1,8 +1,4 @@
-"""Zoo specs: which checkpoints to rank and their published quality numbers.
-
-A zoo is a CSV or YAML table, one row per model (the layout: docs/ranking.md, "Your own zoo"). Built-in zoos
-have stable names (:func:`list_zoos`); their tables live in ``fixtures/tables``.
-"""
+"""Zoo specs: which checkpoints to rank and their published quality numbers (docs/ranking.md, "Your own zoo")."""
 
 from __future__ import annotations
 
@@ -64,14 +60,16 @@ class Zoo:
         """
         if quality is not None and quality in self.not_numeric:
             raise InvalidOptionError(f"zoo {self.name!r}: {self.not_numeric[quality]}")
-        if quality is None and self.default_quality is None and len(self.quality_columns) != 1:
-            raise InvalidOptionError(f"zoo {self.name!r} has several quality columns; choose one with --quality "
-                                     f"({', '.join(self.quality_columns)})")
-        if quality is None and self.default_quality is None and self.not_numeric:  # the only numeric one, or a typo?
-            raise InvalidOptionError(f"zoo {self.name!r}: {next(iter(self.not_numeric.values()))}; fix it, or choose "
-                                     f"the quality column with --quality ({self.quality_columns[0]})")
         if quality is None:
-            quality = self.default_quality if self.default_quality is not None else self.quality_columns[0]
+            quality = self.default_quality
+        if quality is None:
+            if len(self.quality_columns) != 1:
+                raise InvalidOptionError(f"zoo {self.name!r} has several quality columns; choose one with --quality "
+                                         f"({', '.join(self.quality_columns)})")
+            if self.not_numeric:  # the only numeric one, or a typo?
+                raise InvalidOptionError(f"zoo {self.name!r}: {next(iter(self.not_numeric.values()))}; fix it, or "
+                                         f"choose the quality column with --quality ({self.quality_columns[0]})")
+            quality = self.quality_columns[0]
         if quality not in self.quality_columns:
             raise unknown_name("quality column", quality, self.quality_columns)
         return quality
@@ -144,14 +142,9 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
     columns = [c for c in dict.fromkeys(str(key).strip() for row in rows for key in row) if c]
     if "model" not in columns:
         raise InvalidOptionError(f"zoo {name!r} has no 'model' column (columns: {', '.join(columns)})")
-
-    def cell(row: Mapping[str, Any], key: str) -> str:
-        value = row.get(key)
-        if value is None:
-            value = next((v for k, v in row.items() if str(k).strip() == key), None)
-        return "" if value is None else str(value).strip()
-
-    table = [{key: cell(row, key) for key in (*columns, *_RESERVED)} for row in rows]  # each cell read once
+    stripped = [{str(key).strip(): value for key, value in row.items()} for row in rows]  # no key twice, above
+    table = [{key: "" if row.get(key) is None else str(row[key]).strip() for key in (*columns, *_RESERVED)}
+             for row in stripped]
     numeric, mixed = [], {}
     for col in (c for c in columns if c not in _RESERVED):
         filled = [(row["model"], row[col]) for row in table if row[col]]
@@ -180,14 +173,11 @@ def zoo_from_rows(rows: Sequence[Mapping[str, Any]], *, name: str, base_dir: Opt
         if label in seen:
             raise InvalidOptionError(f"zoo {name!r}: model {label!r} appears twice")
         seen.add(label)
-        ref = row["checkpoint"] or label
-        quality = {}
-        for col in numeric:
-            text = row[col]
-            quality[col] = float(text) if text else math.nan
-            if math.isinf(quality[col]):  # "inf" parses as a number, but no quality is infinite (found by fuzzing)
-                raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {text!r}, not a finite number")
-        resolved = _resolve_ref(ref, base_dir)
+        quality = {col: float(row[col]) if row[col] else math.nan for col in numeric}
+        # "inf" parses as a number, but no quality is infinite (found by fuzzing)
+        for col in (c for c in numeric if math.isinf(quality[c])):
+            raise InvalidOptionError(f"zoo {name!r}: model {label!r} has {col} = {row[col]!r}, not a finite number")
+        resolved = _resolve_ref(row["checkpoint"] or label, base_dir)
         if resolved in owners:  # one checkpoint ranked twice counts its metric and quality twice
             raise InvalidOptionError(f"zoo {name!r}: models {owners[resolved]!r} and {label!r} are the same checkpoint "
                                      f"({resolved}); list each checkpoint once")
@@ -238,8 +228,7 @@ def read_zoo_file(path: Union[str, Path], *, lower_is_better: Iterable[str] = ()
     rows, meta = (_read_yaml(spec) if spec.suffix.lower() in (".yaml", ".yml")
                   else (read_csv_table(spec, "zoo spec", _TABLE)[1], {}))
     declared = meta.get("lower_is_better") or ()
-    if isinstance(declared, str):
-        declared = [declared]
+    declared = [declared] if isinstance(declared, str) else declared
     return zoo_from_rows(rows, name=name or str(meta.get("name") or f"{spec.resolve().parent.name}/{spec.name}"),
                          base_dir=(base_dir or spec.parent).resolve(),
                          lower_is_better=set(declared) | set(lower_is_better),
@@ -376,9 +365,6 @@ def load_zoo(spec: Union[str, Path, Zoo], *, lower_is_better: Iterable[str] = ()
         if not os.path.exists(path) and isinstance(spec, str) and os.sep not in spec and not path.suffix:
             raise unknown_name("zoo", spec, builtin_zoo_names())
         return read_zoo_file(path, lower_is_better=extra)  # which refuses a path that does not exist
-    if extra:
-        for col in sorted(extra):
-            if col not in zoo.quality_columns:
-                raise unknown_name("quality column", col, zoo.quality_columns)
-        zoo = replace(zoo, lower_is_better=zoo.lower_is_better | extra)
-    return zoo
+    for col in (c for c in sorted(extra) if c not in zoo.quality_columns):
+        raise unknown_name("quality column", col, zoo.quality_columns)
+    return replace(zoo, lower_is_better=zoo.lower_is_better | extra) if extra else zoo

@@ -76,11 +76,9 @@ def route_logger(name: str) -> None:
     given none: logging's last resort prints nothing below WARNING, and the filter then sits on it."""
     with _lock:
         found = _routed.setdefault(name, functools.partial(_route, name))
-    logger = logging.getLogger(name)
-    handlers = logger.handlers or ([logging.lastResort] if logging.lastResort is not None else [])
+    handlers = logging.getLogger(name).handlers or ([logging.lastResort] if logging.lastResort is not None else [])
     for handler in handlers:
-        if found not in handler.filters:
-            handler.addFilter(found)
+        handler.addFilter(found)  # which adds it once
 
 
 @contextlib.contextmanager

@@ -1,9 +1,5 @@
 """Writing result files: the one place wbfe creates or replaces a file the user named (and its cache entries).
-
-Every write is atomic (a temporary file beside the target, flushed, then renamed over it) and every output is
-checked before any work starts (:func:`check_output`): the rules are in docs/cli.md (Outputs) and
-docs/scoring.md. JSON is written with ``allow_nan=False``, non-finite numbers as ``null``.
-"""
+Every write is atomic, every output checked before any work starts (docs/cli.md, Outputs)."""
 
 from __future__ import annotations
 
@@ -27,6 +23,7 @@ __all__ = ["STDOUT_PATHS", "is_devnull", "check_output", "check_output_dir", "wr
 
 STDOUT_PATHS = ("-", "/dev/stdout", "/dev/fd/1")
 STDERR_PATHS = ("/dev/stderr", "/dev/fd/2")  # the process's own stream, not the device it points to
+_STREAMS = STDOUT_PATHS + STDERR_PATHS
 _FILE_SUFFIXES = (".json", ".csv", ".png", ".html", ".htm", ".md", ".txt")  # what no new results folder is named
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -42,19 +39,13 @@ def file_kind(mode: int) -> str:
 
 
 def _path_text(path: Any) -> str:
-    """``path`` as text; OutputError for an empty one or anything that is not a path (None, a number, bytes)."""
+    """``path`` as text; OutputError for an empty one or a non-path (None, a number, bytes)."""
     text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     if not isinstance(text, str):
         raise OutputError(f"the output must be a file name, not {path!r}")
     if not text.strip():
         raise OutputError(f"the output path is empty ({text!r})")
     return text
-
-
-def _target(text: str) -> Path:
-    """The file a write to the path ``text`` (:func:`_path_text`'s) lands in: symbolic links followed, even a dangling
-    one's target ("~user" expanded where that user has a home folder here, else a name like any other)."""
-    return Path(os.path.realpath(user_path(text)))
 
 
 def is_devnull(st: os.stat_result) -> bool:
@@ -76,9 +67,7 @@ def local_reads(ref: Any) -> tuple[Path, ...]:
     path = user_path(text)
     if not path.exists():
         return ()
-    if path.is_file() and path.name.lower().endswith(".index.json"):
-        return (path, path.parent)
-    return (path,)
+    return (path, path.parent) if path.is_file() and path.name.lower().endswith(".index.json") else (path,)
 
 
 def local_files(files: Any) -> list[Path]:
@@ -87,6 +76,11 @@ def local_files(files: Any) -> list[Path]:
     if not isinstance(files, (list, tuple)):
         return []
     return [Path(f) for f in files if isinstance(f, str) and "://" not in f and f.strip() and Path(f).exists()]
+
+
+def _real(path: PathLike) -> Path:
+    """Where a write to ``path`` lands: symbolic links followed, even a dangling one's target."""
+    return Path(os.path.realpath(user_path(os.fspath(path))))
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
@@ -101,16 +95,13 @@ def refuse_overlap(path: PathLike, reads: Reads) -> None:
         OverwriteError: one line that names the input and says what to write instead.
     """
     reads = list(reads)
-    if not reads:  # nothing read: a bad path is refused by the caller's own check
-        return
-    shown = _path_text(path)
-    if shown in STDOUT_PATHS or shown in STDERR_PATHS:
-        return
-    _refuse_overlap(shown, _target(shown), reads)
+    # Nothing read: a bad path is refused by the caller's own check.
+    if reads and (shown := _path_text(path)) not in _STREAMS:
+        _refuse_overlap(shown, _real(shown), reads)
 
 
 def _refuse_overlap(shown: str, target: Path, reads: list[PathLike]) -> None:
-    """:func:`refuse_overlap` of the output ``shown`` (checked text), which lands in ``target`` (:func:`_target`)."""
+    """:func:`refuse_overlap` of the output ``shown`` (checked text), which lands in ``target``."""
     if not reads:  # no input to compare: no status to take
         return
     # The target and its existing ancestors with their status: a bind mount or a case-insensitive file
@@ -120,7 +111,7 @@ def _refuse_overlap(shown: str, target: Path, reads: list[PathLike]) -> None:
         with suppress(OSError):
             chain.append((p, p.stat()))
     for read in reads:
-        real = Path(os.path.realpath(user_path(os.fspath(read))))
+        real = _real(read)
         try:
             st = real.stat()
         except OSError:
@@ -148,16 +139,9 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
             may not write. OverwriteError: an output over or inside what the command reads.
     """
     text = _path_text(path)
-    if text in STDOUT_PATHS or text in STDERR_PATHS:
+    if text in _STREAMS:
         return None
-    target = _target(text)
-    _refuse_overlap(text, target, list(reads))
-    try:
-        st = target.stat()
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise OutputError(f"cannot write {text}: {exc.strerror or exc}", path=str(path)) from None
+    target, st = _status(text, path, reads)
     if st is not None and is_devnull(st):
         return target
     if st is not None and not stat.S_ISREG(st.st_mode):
@@ -166,6 +150,18 @@ def check_output(path: PathLike, *, reads: Reads = ()) -> Optional[Path]:
         raise OutputError(f"cannot write {text}: permission denied", path=str(path))
     _probe(target if st is None else target.parent, path)
     return target
+
+
+def _status(text: str, path: PathLike, reads: Reads, into: str = "") -> tuple[Path, Optional[os.stat_result]]:
+    """Where the output ``text`` lands (refused over what is read), and its status: None where absent."""
+    target = _real(text)
+    _refuse_overlap(text, target, list(reads))
+    try:
+        return target, target.stat()
+    except FileNotFoundError:
+        return target, None
+    except OSError as exc:  # a name too long for the file system, a loop of links
+        raise OutputError(f"cannot write {into}{text}: {exc.strerror or exc}", path=str(path)) from None
 
 
 def _probe(folder: Path, path: PathLike, into: str = "") -> None:
@@ -178,8 +174,8 @@ def _probe(folder: Path, path: PathLike, into: str = "") -> None:
         folder = folder.parent
     if not folder.is_dir():
         raise OutputError(f"cannot write {into}{os.fspath(path)}: {folder} is not a folder", path=str(path))
-    too_long = [name for name in missing if len(os.fsencode(name)) > os.pathconf(folder, "PC_NAME_MAX")]
-    if too_long:  # else the folders are made, and refused, only when the results are written
+    # Else the folders are made, and refused, only when the results are written.
+    if any(len(os.fsencode(name)) > os.pathconf(folder, "PC_NAME_MAX") for name in missing):
         raise OutputError(f"cannot write {into}{os.fspath(path)}: {os.strerror(errno.ENAMETOOLONG)}", path=str(path))
     probe = folder / f".wbfe-probe.{secrets.token_hex(6)}"
     try:
@@ -200,16 +196,9 @@ def check_output_dir(path: PathLike, *, reads: Reads = ()) -> Path:
             :func:`check_output`).
     """
     text = _path_text(path)
-    if text in STDOUT_PATHS or text in STDERR_PATHS:  # "-" was made a folder of that name
+    if text in _STREAMS:  # "-" was made a folder of that name
         raise OutputError(f"cannot write into {text}: the results are several files; give a folder", path=str(path))
-    folder = _target(text)
-    _refuse_overlap(text, folder, list(reads))
-    try:
-        st = folder.stat()
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:  # a name too long for the file system, a loop of links
-        raise OutputError(f"cannot write into {text}: {exc.strerror or exc}", path=str(path)) from None
+    folder, st = _status(text, path, reads, "into ")
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise OutputError(f"cannot write into {text}: it is {file_kind(st.st_mode)}, not a folder", path=str(path))
     suffix = folder.suffix.lower()
@@ -292,11 +281,11 @@ def open_atomic(path: PathLike, *, reads: Reads = ()) -> Iterator[BinaryIO]:
 def write_output(path: PathLike, text: str, *, reads: Reads = ()) -> Optional[Path]:
     """Write ``text`` to ``path``, or to standard output (``-``) or error; returns the file (None for a stream).
     ``reads``: as for :func:`check_output`."""
-    for names, stream in ((STDOUT_PATHS, sys.stdout), (STDERR_PATHS, sys.stderr)):
-        if os.fspath(path) in names:
-            stream.write(text)
-            stream.flush()
-            return None
+    if os.fspath(path) in _STREAMS:
+        stream = sys.stdout if os.fspath(path) in STDOUT_PATHS else sys.stderr
+        stream.write(text)
+        stream.flush()
+        return None
     return write_atomic(path, text, reads=reads)
 
 

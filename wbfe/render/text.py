@@ -172,11 +172,10 @@ def score_csv(result: Any) -> str:
     a CSV has no summary block, and a reader filtering rows must still see whether BFE-W applies."""
     columns = list(dict.fromkeys(k for layer in result.layers for k in layer))
     verdict = result.summary.get("bfe_applicability")
-    model_columns: dict[str, str] = {}
-    if isinstance(verdict, dict):
-        model_columns = {"bfe_applicability": str(verdict.get("status")),
-                         "bfe_applicability_reasons": "; ".join(str(r) for r in verdict.get("reasons") or [])}
-        columns += [c for c in model_columns if c not in columns]
+    model_columns = ({"bfe_applicability": str(verdict.get("status")),
+                      "bfe_applicability_reasons": "; ".join(str(r) for r in verdict.get("reasons") or [])}
+                     if isinstance(verdict, dict) else {})
+    columns += [c for c in model_columns if c not in columns]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=[printable(c) for c in columns], lineterminator="\n")
     writer.writeheader()

@@ -7,6 +7,7 @@ import html
 import re
 from typing import Any
 
+from wbfe import __version__
 from wbfe.reporting.content import FigureGrid, KeyValues, Paragraph, Report, Table
 from wbfe.reporting.figures import render
 from wbfe.reporting.text import display
@@ -57,7 +58,5 @@ def render_markdown(report: Report) -> tuple[str, dict[str, bytes]]:
                 for fig in block.figures if isinstance(block, FigureGrid) else [block]:
                     files[f"{fig.name}.png"] = render(fig.figure, "png")
                     lines += [f"![{md_text(fig.alt)}]({fig.name}.png)", "", f"*{md_text(fig.caption)}*", ""]
-    from wbfe import __version__
-
     lines += ["---", "", f"Made by wbfe {__version__} (`wbfe report --format md`)."]
     return "\n".join(lines) + "\n", files

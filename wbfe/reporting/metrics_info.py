@@ -40,23 +40,12 @@ MEANINGS: dict[str, str] = {
 
 # Fixed per metric (tab10/tab20 hues), so a metric is the same colour on every figure of every page.
 _COLOURS: dict[str, str] = {
-    "bfe": "#1f77b4",
-    "lambda": "#aec7e8",
-    "alpha": "#ff7f0e",
-    "tpl_alpha": "#ffbb78",
-    "alpha_weighted": "#d62728",
-    "log_norm": "#2ca02c",
-    "log_spectral_norm": "#98df8a",
-    "stable_rank": "#9467bd",
-    "log_alpha_norm": "#8c564b",
-    "entropy": "#e377c2",
-    "htmp_kappa": "#17becf",
-    "h": "#bcbd22",
-    "f_inf": "#7f7f7f",
-    "rel_frobenius": "#393b79",
-    "w1_log_eigs": "#637939",
-    "stable_rank_delta": "#8c6d31",
-    "overlap_in": "#843c39",
+    "bfe": "#1f77b4", "lambda": "#aec7e8",
+    "alpha": "#ff7f0e", "tpl_alpha": "#ffbb78", "alpha_weighted": "#d62728",
+    "log_norm": "#2ca02c", "log_spectral_norm": "#98df8a", "stable_rank": "#9467bd", "log_alpha_norm": "#8c564b",
+    "entropy": "#e377c2", "htmp_kappa": "#17becf", "h": "#bcbd22", "f_inf": "#7f7f7f",
+    # a comparison's change columns
+    "rel_frobenius": "#393b79", "w1_log_eigs": "#637939", "stable_rank_delta": "#8c6d31", "overlap_in": "#843c39",
     "overlap_out": "#7b4173",
 }
 _FALLBACK = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354")

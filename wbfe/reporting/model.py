@@ -86,8 +86,7 @@ def _summary(summary: Mapping[str, Any], metrics: Sequence[str], n_skipped: int)
     # Whatever else the score summarised (per role, per component, notes): shown as it is.
     shown = {"head", "head_source", "n_layers", "head_note", "bfe_applicability"}
     shown |= {f"{m}_{s}" for m in metrics for s in ("head", "mean", "n")}
-    rest = [(k, v) for k, v in summary.items() if k not in shown]
-    if rest:
+    if rest := [(k, v) for k, v in summary.items() if k not in shown]:
         blocks.append(KeyValues(rest, collapsed_title=f"other summary fields ({len(rest)})"))
     return blocks
 
@@ -100,9 +99,8 @@ def _layer_table(layers: Sequence[Mapping[str, Any]], metrics: Sequence[str]) ->
     columns += [Column(k, k, meaning(k), colour(k) if k in metrics else None) for k in main]
     columns += [Column(k, k, meaning(k), extra=True) for k in keys if k not in main]
     rows: list[dict[str, Any]] = [{**{k: layer.get(k) for k in keys}, "#": i} for i, layer in enumerate(layers, 1)]
-    for row in rows:
-        if isinstance(row.get("shape"), (list, tuple)):
-            row["shape"] = shape_text(row["shape"])
+    for row in (r for r in rows if isinstance(r.get("shape"), (list, tuple))):
+        row["shape"] = shape_text(row["shape"])
     notes = [reasons_note(layer.get("reasons") or {}) for layer in layers]
     return Table("layers", columns, rows, filterable=True, notes=notes,
                  caption="Click a header to sort; type in the box to filter by name, role or note. "
@@ -176,11 +174,9 @@ def _fit_text(row: Mapping[str, Any]) -> str:
 
 
 def read_eigenvalues(ref: Any, names: Iterable[str], options: Mapping[str, Any]) -> dict[str, tuple[np.ndarray, int]]:
-    """The eigenvalues of each matrix in ``names`` of checkpoint ``ref`` (one pass, only those tensors loaded),
-    computed as the score that produced ``options`` (its ``model.options``: conv view, WeightWatcher mode, device)
-    did, each with the power of two k they are stored at (the true ones × 2^k, see
-    :func:`wbfe.engine.eigenvalues_of`). A name the checkpoint lacks is absent from the result (the caller says
-    why)."""
+    """The eigenvalues of each matrix in ``names`` of checkpoint ``ref``, computed as the score with ``model.options``
+    ``options`` did, each with the power of two k they are stored at (:func:`wbfe.engine.eigenvalues_of`). A name the
+    checkpoint lacks is absent from the result."""
     from wbfe.engine import eigenvalues_of
 
     conv = options.get("conv")

@@ -57,9 +57,8 @@ def _rows_ok(kind: str, data: dict[str, Any]) -> bool:
 
 
 def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[Union[str, Path]] = ()) -> None:
-    """Refuse an output the report cannot be written to, before any work (a file for HTML, ``-``
-    for standard output; a folder for Markdown), or one over or inside what the report reads
-    (``reads``: :func:`wbfe.render.files.refuse_overlap`).
+    """Refuse, before any work, an output the report cannot be written to (HTML: a file or ``-``; Markdown: a
+    folder), or one over or inside what the report ``reads``.
 
     Raises:
         OutputError: as :func:`wbfe.render.files.check_output` / :func:`~wbfe.render.files.check_output_dir`,
@@ -79,11 +78,9 @@ def check_report_output(output: Union[str, Path], fmt: str, *, reads: Iterable[U
 
 def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
                  reads: Iterable[Union[str, Path]] = ()) -> list[Path]:
-    """Write ``report`` as one HTML file at ``output`` (``-``: standard output), or (``fmt="md"``) into
-    the folder ``output`` as ``report.md`` and its PNG figures. Everything is rendered before
-    anything is written, and each file appears whole (:func:`wbfe.render.files.write_atomic`). Returns
-    the files written. ``reads``: the local files and folders the report was made from, which no
-    output may overwrite or lie inside."""
+    """Write ``report`` as one HTML file at ``output`` (``-``: standard output), or (``fmt="md"``) into the folder
+    ``output`` as ``report.md`` and its PNG figures, all rendered before anything is written; returns the files
+    written. ``reads``: what the report was made from, which no output may overwrite or lie inside."""
     reads = list(reads)
     check_report_output(output, fmt, reads=reads)
     if fmt == "html":
@@ -100,8 +97,8 @@ def write_report(report: Any, output: Union[str, Path], *, fmt: str = "html",
 
 
 def check_esd_output(output: Union[str, Path], *, reads: Iterable[Union[str, Path]] = ()) -> Path:
-    """The PNG file an ESD is written to (:func:`write_esd`), checked before any work: a file named ``*.png`` (any
-    case) or the null device, never over or inside ``reads`` (:func:`wbfe.render.files.refuse_overlap`).
+    """The PNG file an ESD is written to, checked before any work: a ``*.png`` file or the null device, never over
+    or inside ``reads``.
 
     Raises:
         OutputError: as :func:`wbfe.render.files.check_output`, a stream, or another name (a PNG in x.txt).

@@ -9,6 +9,7 @@ import html
 from importlib import resources
 from typing import Any, Callable
 
+from wbfe import __version__
 from wbfe.reporting.content import FigureBlock, FigureGrid, KeyValues, Paragraph, Report, Table
 from wbfe.reporting.figures import render
 from wbfe.render.text import is_number
@@ -114,8 +115,6 @@ def render_html(report: Report) -> str:
     sections = "".join(
         f'<section id="{esc(s.id)}"><h2>{esc(s.title)}</h2>{"".join(_BLOCKS[type(b)](b) for b in s.blocks)}</section>'
         for s in report.sections)
-    from wbfe import __version__
-
     foot = f"Made by wbfe {__version__} (wbfe report). Self-contained: no network fetch."
     return ("<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8">'

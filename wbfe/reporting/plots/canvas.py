@@ -8,10 +8,10 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
+from wbfe.render.files import PathLike, write_atomic
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from wbfe.render.files import PathLike
 
 __all__ = ["new_figure", "new_axes", "save", "page_style", "page_figure", "short_name"]
 
@@ -39,8 +39,6 @@ def new_axes(figsize: tuple[float, float], *, layout: Layout = None) -> tuple["F
 def save(fig: "Figure", path: "PathLike", *, dpi: int = 120, tight: bool = False) -> Path:
     """Write ``fig`` as a PNG at ``path`` (atomically: :func:`wbfe.render.files.write_atomic`), laid out
     tightly first with ``tight``; returns the path."""
-    from wbfe.render.files import write_atomic
-
     if tight:
         fig.tight_layout()
     buffer = io.BytesIO()

@@ -118,9 +118,8 @@ def scatter_figure(xs: Sequence[Any], ys: Sequence[Any], labels: Sequence[str], 
 
 
 def plot_metric(result: "RankResult", metric: str, path: Union[str, Path]) -> Path:
-    """Save :func:`scatter_figure` of ``metric`` (x) against the quality (y) for every ranked model with a finite
-    value, each labelled where it fits, titled with Spearman ρ, its bootstrap interval, the permutation p-value and
-    n; returns the path written.
+    """Save :func:`scatter_figure` of ``metric`` against the quality, titled with ρ, its interval, p and n; returns
+    the path written.
 
     Raises:
         UnknownNameError: ``metric`` is not in the result.
