@@ -159,9 +159,8 @@ class _Walker:
 
     def recurrent(self, vid: int, transposed: bool, ndim: int,
                   inputs: tuple[int, ...] = (1, 2)) -> list[tuple[_Use, bool, bool]]:
-        """The ``inputs`` (W, R) of recurrent operators an ``ndim``-D value reaches through pass-through and
-        shaping operators, in graph order, with whether it is transposed there and whether it was sliced or
-        stacked on the way (a ``Gather`` followed only with constant indices)."""
+        """The ``inputs`` (W, R) of recurrent operators among what :meth:`follow` reaches through shaping operators
+        too (a ``Gather`` followed only with constant indices)."""
         return [(use, flip, shaped) for use, flip, shaped in self.follow(vid, transposed, ndim, shaping=True)
                 if use.node.op_type in RECURRENT_GATES and use.index in inputs]
 

@@ -91,7 +91,6 @@ class TfliteSource(TensorSource):
             array = dequantize(array, tensor.quant.scale, tensor.quant.zero_point, tensor.quant.axis)
         elif tensor.dtype == "float16":
             array = array.astype(np.float32)
-        # Its own writable copy, in C order.
         return np.array(to_torch_layout(array, planned.op or "", planned.transpose), order="C")
 
     def __len__(self) -> int:
