@@ -182,7 +182,8 @@ class _Walker:
                 if use.index == 0 and node.op_type in ("Identity", "Cast") and outputs:
                     stack.append((outputs[0], flip, shaped))
                 elif (use.index == 0 and node.op_type == "Transpose" and outputs and not shaped and ndim == 2
-                      and list(self.attrs(node).get("perm", [1, 0])) == [1, 0]):
+                      and next((list(self.onnx.helper.get_attribute_value(a)) for a in node.attribute
+                                if a.name == "perm"), None) in (None, [1, 0])):
                     stack.append((outputs[0], not flip, shaped))
                 elif node.op_type == "Loop" and (use.position, use.index) in self.carried:
                     stack.append((self.carried[(use.position, use.index)], flip, shaped))

@@ -26,6 +26,8 @@ __all__ = ["TfliteSource", "TFLITE", "to_torch_layout", "IDENTIFIER"]
 
 # The file identifier schema.fbs declares (``file_identifier "TFL3"``), at bytes 4..8.
 IDENTIFIER = b"TFL3"
+_NUMPY = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int8": "i1", "uint8": "u1", "int16": "<i2",
+          "bfloat16": "<u2"}
 
 
 class TfliteSource(TensorSource):
@@ -82,8 +84,7 @@ class TfliteSource(TensorSource):
             nibbles = np.stack([(raw.view(np.int8) << 4) >> 4, raw.view(np.int8) >> 4], axis=-1).reshape(-1)
             array = nibbles[:math.prod(tensor.shape)].reshape(tensor.shape)
         else:
-            stored = np.dtype("uint16" if tensor.dtype == "bfloat16" else tensor.dtype).newbyteorder("<")
-            array = raw.view(stored).reshape(tensor.shape)
+            array = raw.view(np.dtype(_NUMPY[tensor.dtype])).reshape(tensor.shape)
         if tensor.dtype == "bfloat16":  # numpy holds its bits; torch, the values
             bits = np.require(to_torch_layout(array, planned.op or "", planned.transpose), requirements="C")
             return from_bytes(bits.reshape(-1).view(np.uint8), "bfloat16", bits.shape)
