@@ -14,7 +14,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from wbfe._deps import require
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, UnsupportedDtypeError
 from wbfe.framework.description import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
@@ -26,8 +26,6 @@ __all__ = ["TfliteSource", "TFLITE", "to_torch_layout", "IDENTIFIER"]
 
 # The file identifier schema.fbs declares (``file_identifier "TFL3"``), at bytes 4..8.
 IDENTIFIER = b"TFL3"
-_NUMPY = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int8": "i1", "uint8": "u1", "int16": "<i2",
-          "bfloat16": "<u2"}
 
 
 class TfliteSource(TensorSource):
@@ -83,8 +81,12 @@ class TfliteSource(TensorSource):
         if tensor.dtype == "int4":  # two a byte, the low nibble first, sign-extended (UnpackDenseInt4IntoInt8)
             nibbles = np.stack([(raw.view(np.int8) << 4) >> 4, raw.view(np.int8) >> 4], axis=-1).reshape(-1)
             array = nibbles[:math.prod(tensor.shape)].reshape(tensor.shape)
-        else:
-            array = raw.view(np.dtype(_NUMPY[tensor.dtype])).reshape(tensor.shape)
+        elif tensor.dtype in ITEMSIZE:  # every type numpy has (bfloat16: its bits); an edit copies non-weights too
+            stored = np.dtype("uint16" if tensor.dtype == "bfloat16" else tensor.dtype).newbyteorder("<")
+            array = raw.view(stored).reshape(tensor.shape)
+        else:  # string, resource, variant
+            raise UnsupportedDtypeError.at(self._path, f"tensor {planned.name!r}: TFLite type {tensor.dtype} has no "
+                                           "numpy dtype, so it is not read", name=planned.name, dtype=tensor.dtype)
         if tensor.dtype == "bfloat16":  # numpy holds its bits; torch, the values
             bits = np.require(to_torch_layout(array, planned.op or "", planned.transpose), requirements="C")
             return from_bytes(bits.reshape(-1).view(np.uint8), "bfloat16", bits.shape)
