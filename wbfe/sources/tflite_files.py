@@ -76,17 +76,19 @@ class TfliteSource(TensorSource):
     def read(self, planned: Planned) -> Any:
         """The weight as its operator uses it, in PyTorch's layout, dequantised (a torch tensor for bfloat16)."""
         tensor = planned.tensor
+        if tensor.sparse or tensor.dtype not in (*ITEMSIZE, "int4"):  # skipped, yet an edit reads it to copy it
+            what = "sparse (its buffer holds only the kept values)" if tensor.sparse else (
+                f"TFLite type {tensor.dtype} has no numpy dtype")  # string, resource, variant
+            raise UnsupportedDtypeError.at(self._path, f"tensor {planned.name!r}: {what}, so it is not read",
+                                           name=planned.name, dtype=tensor.dtype)
         buffer: TflBuffer = self._buffers[tensor.buffer]
         raw = read_range(self._path, buffer.start, buffer.size)  # exactly the tensor's bytes
         if tensor.dtype == "int4":  # two a byte, the low nibble first, sign-extended (UnpackDenseInt4IntoInt8)
             nibbles = np.stack([(raw.view(np.int8) << 4) >> 4, raw.view(np.int8) >> 4], axis=-1).reshape(-1)
             array = nibbles[:math.prod(tensor.shape)].reshape(tensor.shape)
-        elif tensor.dtype in ITEMSIZE:  # every type numpy has (bfloat16: its bits); an edit copies non-weights too
+        else:  # numpy's little-endian dtype (bfloat16: its bits)
             stored = np.dtype("uint16" if tensor.dtype == "bfloat16" else tensor.dtype).newbyteorder("<")
             array = raw.view(stored).reshape(tensor.shape)
-        else:  # string, resource, variant
-            raise UnsupportedDtypeError.at(self._path, f"tensor {planned.name!r}: TFLite type {tensor.dtype} has no "
-                                           "numpy dtype, so it is not read", name=planned.name, dtype=tensor.dtype)
         if tensor.dtype == "bfloat16":  # numpy holds its bits; torch, the values
             bits = np.require(to_torch_layout(array, planned.op or "", planned.transpose), requirements="C")
             return from_bytes(bits.reshape(-1).view(np.uint8), "bfloat16", bits.shape)
