@@ -614,8 +614,12 @@ def test_a_sparse_weight_is_skipped_not_refused(tmp_path: Path) -> None:
     y = g.add(tw.Tensor("y", (1, 6, 6, 4)))
     g.ops = [tw.Op(tw.DENSIFY, [sparse], [dense]), tw.Op(tw.DEQUANTIZE, [dense], [k]), tw.Op(tw.CONV_2D, [x, k, -1], [y])]
     g.inputs, g.outputs = [x], [y]
-    with open_source(tw.write(tmp_path / "sparse.tflite", g)) as source:
+    path = tw.write(tmp_path / "sparse.tflite", g)
+    with open_source(path) as source:
         (entry,) = list(source.entries())
+        # An edit reads it to copy it: its kept values in the dense shape raised a bare ValueError
+        with pytest.raises(wbfe.errors.UnsupportedDtypeError, match=r"sparse\.tflite: tensor 'k_sparse': sparse"):
+            entry.load()
     assert entry.name == "k_sparse"
     assert entry.skip == "sparse tensor (TFLite sparsity parameters): wbfe reads dense weights only"
 
@@ -713,3 +717,45 @@ def test_an_int4_weight_is_unpacked_and_dequantised_as_tflite_does(tmp_path: Pat
     with pytest.raises(CorruptCheckpointError, match=r"tensor 'w': shape \[5, 7\] of int4 needs 18 bytes, its buffer "
                        r"\d+ holds 35"):
         open_source(_int4_model(tmp_path, q, 35, zero, scale))
+
+
+# TensorType codes of schema.fbs that numpy holds, each with numpy's little-endian dtype (written out here, not
+# taken from the reader).
+OTHER_TYPES = {2: "<i4", 4: "<i8", 6: "?", 8: "<c8", 10: "<f8", 11: "<c16", 12: "<u8", 15: "<u4", 16: "<u2"}
+
+
+def test_a_constant_of_any_type_reads_as_its_values_or_is_refused_naming_it(tmp_path: Path,
+                                                                              models: dict[str, Path]) -> None:
+    """A constant that is no weight (a RESHAPE's int32 shape) is still read when an edit copies it: one of a type
+    missing from the reader's table raised a bare KeyError (``wbfe smooth`` of any real model crashed). Each type
+    numpy holds reads as the values written; a string constant, which numpy cannot hold, is listed as skipped and
+    refused with one line naming it and its type."""
+    rng = np.random.default_rng(6)
+    g = tw.Graph()
+    x = g.add(tw.Tensor("x", (1, 6)))
+    written = {}
+    for code, dtype in OTHER_TYPES.items():
+        drawn = rng.uniform(0, 60000, (2, 3))
+        values = (drawn > 30000 if dtype == "?" else drawn + 1j * drawn[::-1] if "c" in dtype else drawn).astype(dtype)
+        written[f"c{code}"] = values
+        g.ops.append(tw.Op(tw.RESHAPE, [x, _const(g, f"c{code}", values, code)], [g.add(tw.Tensor(f"y{code}", (2, 3)))]))
+    text = np.array([1, 12, 15], "<i4").tobytes() + b"abc"  # TFLite's string buffer: count, offsets, bytes
+    g.ops.append(tw.Op(tw.RESHAPE, [x, g.add(tw.Tensor("words", (1,), 5, text))], [g.add(tw.Tensor("y", (1,)))]))
+    g.inputs, g.outputs = [x], [g.add(tw.Tensor("out", (1,)))]
+    with open_source(tw.write(tmp_path / "types.tflite", g)) as source:
+        entries = {e.name: e for e in source.entries()}
+        assert list(entries) == [*written, "words"] and all(e.skip for e in entries.values())
+        for name, values in written.items():
+            read = entries[name].load()
+            assert read.dtype == values.dtype and np.array_equal(read, values), name
+        with pytest.raises(wbfe.errors.UnsupportedDtypeError) as refused:
+            entries["words"].load()
+    assert re.fullmatch(r".*types\.tflite: tensor 'words': TFLite type string has no numpy dtype.*", str(refused.value))
+    # End to end: an edit copies the RESHAPE's shape [1, 64] as it is and writes the file.
+    from safetensors.numpy import load_file
+
+    from wbfe.editing import smooth_checkpoint
+
+    smooth_checkpoint(models["float32"], tmp_path / "smoothed.safetensors")
+    shape = load_file(tmp_path / "smoothed.safetensors")["model/flatten/Const"]
+    assert shape.dtype == np.int32 and shape.tolist() == [1, 64]

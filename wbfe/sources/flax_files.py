@@ -1,8 +1,5 @@
-"""Flax checkpoints (``flax_model.msgpack``, ``flax.serialization.to_bytes``), read with ``msgpack`` alone.
-
-The file is parsed whole when opened (msgpack has no index); arrays are reported in PyTorch's layout
-and names, as transformers' Flax-to-PyTorch conversion gives them (docs/checkpoints.md).
-"""
+"""Flax checkpoints (``flax_model.msgpack``, ``flax.serialization.to_bytes``), parsed whole with ``msgpack`` alone;
+arrays are reported in PyTorch's layout and names, as transformers' Flax-to-PyTorch conversion gives them."""
 
 from __future__ import annotations
 
@@ -113,8 +110,7 @@ class FlaxSource(TensorSource):
             if isinstance(value, (dict, list)):  # a list's items named by index, as flax's to_state_dict names them
                 children = value.items() if isinstance(value, dict) else enumerate(value)
                 stack += [((*path, str(k)), v) for k, v in reversed(list(children))]
-                continue
-            if isinstance(value, _Array) or (isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar"):
+            elif isinstance(value, _Array) or (isinstance(value, tuple) and len(value) == 2 and value[0] == "scalar"):
                 items.append((path, value))  # else a step count, a flag: not a tensor
         stacked = _scanned(items)
         paths = {p for p, _ in items}
@@ -176,8 +172,8 @@ class FlaxSource(TensorSource):
             if leaf.permute is not None:
                 shape = leaf.matrix or tuple(shape[i] for i in leaf.permute)
             dtype = (_dtype(array.dtype) or array.dtype) if array is not None else "float32"
-            load = functools.partial(_load, leaf)
-            yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=load, skip=leaf.skip)
+            yield TensorEntry(name=leaf.name, shape=shape, dtype=dtype, load=functools.partial(_load, leaf),
+                              skip=leaf.skip)
 
 
 def _attention(path: tuple[str, ...], paths: set[tuple[str, ...]]) -> Optional[int]:

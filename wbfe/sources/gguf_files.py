@@ -189,19 +189,14 @@ def _field(reader: Any, key: str) -> Any:
 
 
 def _metadata(reader: Any, gguf: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in (*_METADATA_KEYS, "GGUF.version"):
-        value = _field(reader, key)
-        if value is None:
-            continue
-        if key == "general.file_type":
-            try:
-                value = gguf.LlamaFileType(int(value)).name
-            except ValueError:
-                value = int(value)
-        elif key == "GGUF.version":
-            key, value = "gguf.version", int(value)
-        out[key] = value
+    out = {key: value for key in (*_METADATA_KEYS, "GGUF.version") if (value := _field(reader, key)) is not None}
+    if "general.file_type" in out:
+        try:
+            out["general.file_type"] = gguf.LlamaFileType(int(out["general.file_type"])).name
+        except ValueError:
+            out["general.file_type"] = int(out["general.file_type"])
+    if "GGUF.version" in out:  # the last key: its place is kept
+        out["gguf.version"] = int(out.pop("GGUF.version"))
     return out
 
 

@@ -1,9 +1,6 @@
 """Keras weights through h5py, without TensorFlow: Keras 2 HDF5 files (``model.save`` or ``save_weights``),
-Keras 3 ``.keras`` archives and bare ``.weights.h5``.
-
-Kernels are reported in PyTorch's layout (docs/formats.md); biases, BatchNorm statistics and optimizer
-state are listed as skipped. The file's own model config is its description (:mod:`wbfe.framework.keras_graph`).
-"""
+Keras 3 ``.keras`` archives and bare ``.weights.h5``. Kernels are reported in PyTorch's layout (docs/formats.md);
+the file's own model config is its description (:mod:`wbfe.framework.keras_graph`)."""
 
 from __future__ import annotations
 
@@ -40,10 +37,8 @@ _WEIGHTS_MEMBER = "model.weights.h5"
 _KERAS3_VARS: dict[str, tuple[str, ...]] = {
     **{c: ("kernel", "bias") for c in ("dense", "conv1d", "conv2d", "conv3d", "conv1d_transpose",
                                         "conv2d_transpose", "conv3d_transpose", "einsum_dense")},
-    "depthwise_conv1d": ("depthwise_kernel", "bias"),
-    "depthwise_conv2d": ("depthwise_kernel", "bias"),
-    "separable_conv1d": ("depthwise_kernel", "pointwise_kernel", "bias"),
-    "separable_conv2d": ("depthwise_kernel", "pointwise_kernel", "bias"),
+    **{f"depthwise_conv{d}d": ("depthwise_kernel", "bias") for d in (1, 2)},
+    **{f"separable_conv{d}d": ("depthwise_kernel", "pointwise_kernel", "bias") for d in (1, 2)},
     "embedding": ("embeddings",),
     "layer_normalization": ("gamma", "beta"),
     "cell": ("kernel", "recurrent_kernel", "bias"),  # layers/lstm/cell/vars/...: LSTM, GRU, SimpleRNN
@@ -93,10 +88,9 @@ def _reported_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _to_torch_layout(t: "np.ndarray", layout: str) -> "np.ndarray":
     n = t.ndim
-    if layout in ("dense", "conv"):
-        t = np.transpose(t, (n - 1, n - 2, *range(n - 2)))
-    elif layout == "depthwise":
-        t = np.transpose(t, (n - 2, n - 1, *range(n - 2))).reshape(t.shape[-2] * t.shape[-1], 1, *t.shape[:-2])
+    if layout in ("dense", "conv", "depthwise"):
+        swap = (n - 2, n - 1) if layout == "depthwise" else (n - 1, n - 2)
+        t = np.transpose(t, (*swap, *range(n - 2))).reshape(_reported_shape(layout, t.shape))
     return np.require(t, requirements="C")  # not ascontiguousarray, which makes a 0-D array 1-D
 
 
@@ -337,13 +331,13 @@ class KerasSource(TensorSource):
             if layer_class == "batch_normalization":  # [gamma] [beta] moving_mean moving_variance
                 count = len(h5[f"{folder}/vars"])
                 names = ("gamma or beta",) * (count - 2) + ("moving_mean", "moving_variance")
-            i = int(index) if index.isdigit() else None
-            if i is not None and names is not None and i < len(names):
-                layout, skip = _layout(layer_class, names[i], h5[path].ndim)
-            elif i is None:
+            if index.isdigit() and names is not None and int(index) < len(names):
+                layout, skip = _layout(layer_class, names[int(index)], h5[path].ndim)
+            elif not index.isdigit():
                 layout, skip = "skip", "not a numbered layer variable"
             else:
-                layout, skip = "skip", f"variable {i} of a {layer_class!r} layer: not a kernel wbfe knows the layout of"
+                layout, skip = "skip", (f"variable {int(index)} of a {layer_class!r} layer: not a kernel wbfe knows "
+                                        "the layout of")
             out.append(self._var(h5, path, path, layout, skip, folder, _axes(layer_class, layout)))
         return out
 
@@ -352,9 +346,8 @@ class KerasSource(TensorSource):
 
     def entries(self) -> Iterator[TensorEntry]:
         for var in self._vars:
-            load = functools.partial(self.read, var)
-            yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=load, skip=var.skip,
-                              layout=var.axes)
+            yield TensorEntry(name=var.name, shape=var.shape, dtype=var.dtype, load=functools.partial(self.read, var),
+                              skip=var.skip, layout=var.axes)
 
     def read(self, var: _Var) -> Any:
         with self._lock:

@@ -78,11 +78,8 @@ class NpzSource(TensorSource):
             raise CorruptCheckpointError.at(self._path, f"array {name!r} holds {info.file_size - data_start} bytes, "
                                             f"its header declares {need}")
         torch_dtype = numpy_dtype_name(dtype)
-        skip = None
-        if dtype.hasobject:
-            skip = "object array: only a pickle can hold it, and wbfe does not unpickle .npz members"
-        elif torch_dtype is None:
-            skip = f"{dtype} array: not a weight dtype"
+        skip = ("object array: only a pickle can hold it, and wbfe does not unpickle .npz members" if dtype.hasobject
+                else f"{dtype} array: not a weight dtype" if torch_dtype is None else None)
         return TensorEntry(name=name, shape=tuple(int(s) for s in shape), dtype=torch_dtype or str(dtype),
                            load=functools.partial(self.read, name), skip=skip)
 

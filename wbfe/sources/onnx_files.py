@@ -1,9 +1,6 @@
-"""ONNX models (``.onnx``, with or without external data files), parsed by the ``onnx`` package.
-
-Which stored tensors are weights, their orientation, order and head come from the graph
-(:mod:`wbfe.sources.onnx_graph`); a ``DequantizeLinear`` operand is dequantised as the operator computes
-it. The model is parsed without its external data, which is read one tensor at a time.
-"""
+"""ONNX models (``.onnx``, with or without external data files), parsed by the ``onnx`` package without their
+external data, which is read one tensor at a time; which stored tensors are weights, their orientation, order and
+head come from the graph (:mod:`wbfe.sources.onnx_graph`)."""
 
 from __future__ import annotations
 
@@ -43,8 +40,7 @@ class OnnxSource(TensorSource):
         if model.ir_version <= 0 or not graph.node:
             raise CorruptCheckpointError.at(path, "not an ONNX model (no graph nodes)")
         try:
-            plan = plan_graph(onnx, graph, lambda code: _dtype_name(onnx, code),
-                              values=lambda weight: self.read(weight))
+            plan = plan_graph(onnx, graph, functools.partial(_dtype_name, onnx), values=self.read)
         except WbfeError:  # a weight read to see what it is (a DFT basis), and found damaged, says so itself
             raise
         except (ValueError, TypeError, KeyError) as exc:  # a malformed attribute or tensor header
@@ -80,10 +76,9 @@ class OnnxSource(TensorSource):
                     getattr(tensor, f"{k}_data") for k in ("float", "int32", "int64", "double", "uint64", "string")):
                 raise CorruptCheckpointError.at(self._path, f"initializer {weight.name!r} has no data")
             if weight.skip is None:  # the weight's data and its DequantizeLinear's, all read when it is scored
-                for vid in (weight.stored.vid, *((weight.dq[0], weight.dq[1]) if weight.dq is not None else ())):
-                    stored = self._stored.get(vid) if vid is not None else None
-                    if stored is not None:
-                        self._check_inline(stored)
+                for vid in (weight.stored.vid, *(weight.dq[:2] if weight.dq is not None else ())):
+                    if vid in self._stored:
+                        self._check_inline(self._stored[vid])
         return files
 
     def _check_inline(self, stored: Stored) -> None:
@@ -178,13 +173,13 @@ class OnnxSource(TensorSource):
 
     def entries(self) -> Iterator[TensorEntry]:
         for weight in self._weights:
-            load = functools.partial(self.read, weight)
             skip = weight.skip
             if skip is None and not is_known_dtype(weight.dtype):
                 # an ONNX data type wbfe holds no tensors of (a string, an unknown code): never read
                 skip = f"{weight.dtype} tensor: not a dtype wbfe reads as a weight"
-            yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype, load=load,
-                              quant=weight.quant, skip=skip, layout=weight.layout)
+            yield TensorEntry(name=weight.name, shape=weight.shape, dtype=weight.dtype,
+                              load=functools.partial(self.read, weight), quant=weight.quant, skip=skip,
+                              layout=weight.layout)
 
 
 def _numel(tensor: Any) -> int:
@@ -219,20 +214,17 @@ def _raw_size(onnx: Any, tensor: Any) -> Optional[int]:
 def _inline_size(onnx: Any, tensor: Any) -> Optional[tuple[int, int, str]]:
     """``(held, needed, unit)`` of an inline tensor's data: bytes of ``raw_data``, else values of its typed field (the
     layouts of ``onnx.numpy_helper.to_array``); None where wbfe does not know what the type needs."""
-    name = _type_name(onnx, tensor)
-    if name is None:
-        return None
-    numel, bits = _numel(tensor), _PACKED_BITS.get(name)
     if tensor.HasField("raw_data"):
         need = _raw_size(onnx, tensor)
         return None if need is None else (len(tensor.raw_data), need, "bytes")
-    if bits is not None and bits != 6:
+    name = _type_name(onnx, tensor)
+    if name is None or _PACKED_BITS.get(name, 6) != 6:
         return None  # packed into int32_data as into raw_data, but the layout has changed between onnx versions
     try:
         values = getattr(tensor, onnx.helper.tensor_dtype_to_field(tensor.data_type))
     except (KeyError, TypeError, ValueError):
         return None
-    return len(values), numel * (2 if name.startswith("COMPLEX") else 1), "values"
+    return len(values), _numel(tensor) * (2 if name.startswith("COMPLEX") else 1), "values"
 
 
 def _dtype_name(onnx: Any, data_type: int) -> str:

@@ -153,25 +153,20 @@ class _Walker:
                 self.dtype[vid] = int(self.onnx.helper.np_dtype_to_tensor_dtype(np.dtype(kind)))
             elif attr.name == "sparse_value":
                 stored.skip = "sparse constant: wbfe reads dense weights only"
-                self.shape[vid] = _dims(attr.sparse_tensor)
-                self.dtype[vid] = int(attr.sparse_tensor.values.data_type)
+                self.shape[vid], self.dtype[vid] = _dims(attr.sparse_tensor), int(attr.sparse_tensor.values.data_type)
         if stored.tensor is not None or stored.array is not None or stored.skip is not None:
             self.stored[vid] = stored
 
-    def follow(self, vid: int, transposed: bool, ndim: int) -> list[tuple[_Use, bool]]:
-        """The uses an ``ndim``-D value reaches through pass-through operators, in graph order, and whether it
-        is transposed there."""
-        return [(use, flip) for use, flip, _ in self._reach(vid, transposed, ndim, shaping=False)]
-
     def recurrent(self, vid: int, transposed: bool, ndim: int,
                   inputs: tuple[int, ...] = (1, 2)) -> list[tuple[_Use, bool, bool]]:
-        """The ``inputs`` (W, R) of recurrent operators an ``ndim``-D value reaches through pass-through and
-        shaping operators, in graph order, with whether it is transposed there and whether it was sliced or
-        stacked on the way (a ``Gather`` followed only with constant indices)."""
-        return [(use, flip, shaped) for use, flip, shaped in self._reach(vid, transposed, ndim, shaping=True)
+        """The ``inputs`` (W, R) of recurrent operators among what :meth:`follow` reaches through shaping operators
+        too (a ``Gather`` followed only with constant indices)."""
+        return [(use, flip, shaped) for use, flip, shaped in self.follow(vid, transposed, ndim, shaping=True)
                 if use.node.op_type in RECURRENT_GATES and use.index in inputs]
 
-    def _reach(self, vid: int, transposed: bool, ndim: int, *, shaping: bool) -> list[tuple[_Use, bool, bool]]:
+    def follow(self, vid: int, transposed: bool, ndim: int, shaping: bool = False) -> list[tuple[_Use, bool, bool]]:
+        """The uses an ``ndim``-D value reaches through pass-through (and, ``shaping``, slicing and stacking)
+        operators, in graph order, with whether it is transposed there and whether it was sliced or stacked."""
         out: list[tuple[_Use, bool, bool]] = []
         seen: set[tuple[int, bool, bool]] = set()
         stack = [(vid, transposed, False)]
@@ -186,12 +181,14 @@ class _Walker:
                 carriers = _SHAPING.get(node.op_type, ())
                 if use.index == 0 and node.op_type in ("Identity", "Cast") and outputs:
                     stack.append((outputs[0], flip, shaped))
-                elif (use.index == 0 and node.op_type == "Transpose" and outputs and not shaped
-                      and self._swaps(node, ndim)):
+                elif (use.index == 0 and node.op_type == "Transpose" and outputs and not shaped and ndim == 2
+                      and next((list(self.onnx.helper.get_attribute_value(a)) for a in node.attribute
+                                if a.name == "perm"), None) in (None, [1, 0])):
                     stack.append((outputs[0], not flip, shaped))
                 elif node.op_type == "Loop" and (use.position, use.index) in self.carried:
                     stack.append((self.carried[(use.position, use.index)], flip, shaped))
-                elif shaping and (carriers is None or use.index in carriers) and self._selects(node, use.position):
+                elif shaping and (carriers is None or use.index in carriers) and (  # a Gather with constant indices
+                        node.op_type != "Gather" or [*self.inputs_of[use.position], None][1] in self.stored):
                     stack += [(out, flip, True) for out in outputs]
                 else:
                     out.append((use, flip, shaped))
@@ -204,15 +201,8 @@ class _Walker:
             return [*self.inputs_of[use.position], None][1] not in self.stored
         return WEIGHT_INPUT.get(use.node.op_type) == use.index
 
-    def _selects(self, node: Any, position: int) -> bool:
-        if node.op_type != "Gather":
-            return node.op_type in _SHAPING
-        ins = self.inputs_of[position]
-        return len(ins) > 1 and ins[1] in self.stored
-
-    def _swaps(self, node: Any, ndim: int) -> bool:
-        perm = next((list(self.onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "perm"), None)
-        return ndim == 2 and perm in (None, [1, 0])
+    def attrs(self, node: Any) -> dict[str, Any]:
+        return {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _dims(tensor: Any) -> tuple[int, ...]:
@@ -247,25 +237,26 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
              for vid, s in walker.stored.items()}
     consumed: dict[int, str] = {}
     for vid, plan in plans.items():
+        uses = walker.follow(vid, False, len(plan.shape))
+        plan.position = uses[0][0].position if uses else plan.position
         if plan.skip is None:
-            _plan_one(walker, vid, plan, consumed)
+            _plan_one(walker, vid, plan, consumed, uses)
             if plan.skip is None and plan.quant is not None:
                 plan.dtype = "float32"  # as DequantizeLinear returns it
         else:  # a sparse weight: where it is used, so that an earlier weight is not taken for a sparse head
-            plan.used_at = [u.position for u, _ in walker.follow(vid, False, len(plan.shape)) if walker.weighs(u)]
+            plan.used_at = [u.position for u, _, _ in uses if walker.weighs(u)]
     for vid, reason in consumed.items():
         plans[vid].skip = reason
     for plan in plans.values():
         if values is not None and plan.skip is None and plan.quant is None and dft_shaped(plan.shape) \
                 and is_dft_basis(values(plan)):
             plan.skip = DFT_REASON
-    for vid, plan in plans.items():
-        uses = walker.follow(vid, False, len(walker.shape[vid]))
-        if uses:
-            plan.position = uses[0][0].position
-    # Initializers always; a Constant when it is a weight, a DequantizeLinear operand, or a table.
-    listed = _directions([p for vid, p in plans.items() if p.stored.constant is None or vid in consumed
-                          or p.consumers or len(p.shape) >= 2])
+    # Initializers always; a Constant when it is a weight, a DequantizeLinear operand, or a table; a recurrent
+    # operand holding two directions as name[0] and name[1].
+    kept = [p for vid, p in plans.items() if p.stored.constant is None or vid in consumed or p.consumers
+            or len(p.shape) >= 2]
+    listed = [replace(p, name=f"{p.name}[{d}]", index=d, consumers=list(p.consumers), used_at=list(p.used_at))
+              if p.directions > 1 else p for p in kept for d in range(p.directions)]
     counts = Counter(plan.name for plan in listed)
     for plan in listed:  # the same name in two scopes: qualified by the scope
         if counts[plan.name] > 1 and plan.stored.scope:
@@ -275,41 +266,36 @@ def plan_graph(onnx: Any, graph: Any, dtype_name: Any, values: Optional[Any] = N
     return GraphPlan(listed, _head(walker, start, listed), walker.stored)
 
 
-def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]) -> None:
+def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str],
+              found: list[tuple[_Use, bool, bool]]) -> None:
     ndim = len(plan.shape)
-    found = walker.follow(vid, False, ndim)
-    dq = [(use, flip) for use, flip in found if use.node.op_type == "DequantizeLinear" and use.index == 0]
+    sources = [(vid, False)]  # the values that carry the weight: itself, or the outputs that dequantise it
+    dq = [(use, flip) for use, flip, _ in found if use.node.op_type == "DequantizeLinear" and use.index == 0]
     if dq:
         if len({_dequantisation(walker, use) for use, _ in dq}) > 1:  # the runtime computes each: no one weight
             plan.skip = ("dequantised by two DequantizeLinear nodes with different scales or zero points "
                          f"({', '.join(node_label(u.node) for u, _ in dq[:2])}): no single float weight")
             return
-        attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in dq[0][0].node.attribute}
+        attrs = walker.attrs(dq[0][0].node)
         if not _dequantised(walker, plan, dq[0][0], 1, int(attrs.get("axis", 1)), int(attrs.get("block_size", 0)),
                             consumed):
             return
-        found, recurrent = [], []
-        for use, flip in dq:
-            outputs = walker.outputs_of[use.position]
-            found += walker.follow(outputs[0], flip, ndim) if outputs else []
-            recurrent += walker.recurrent(outputs[0], flip, ndim) if outputs else []
-        found.sort(key=lambda u: u[0].position)
-        recurrent.sort(key=lambda u: u[0].position)
-    else:
-        recurrent = walker.recurrent(vid, False, ndim)
+        sources = [(outs[0], flip) for use, flip in dq if (outs := walker.outputs_of[use.position])]
+        found = sorted((u for v, f in sources for u in walker.follow(v, f, ndim)), key=lambda u: u[0].position)
+    recurrent = sorted((u for v, f in sources for u in walker.recurrent(v, f, ndim)), key=lambda u: u[0].position)
     if recurrent:
         _plan_recurrent(walker, plan, recurrent)
         return
-    weight_uses = [(use, flip) for use, flip in found if walker.weighs(use)]
-    integer = next((u for u, _ in found if u.node.op_type in ("MatMulInteger", "ConvInteger") and u.index == 1), None)
+    weight_uses = [(use, flip) for use, flip, _ in found if walker.weighs(use)]
+    integer = next((u for u, *_ in found if u.node.op_type in ("MatMulInteger", "ConvInteger") and u.index == 1), None)
     if integer is not None:
         plan.skip = (f"integer weight of {node_label(integer.node)}: its scale is applied after the product, which "
                      "wbfe does not follow")
         return
     if not weight_uses:
         if found:
-            what = ", ".join(f"{node_label(u.node)} input {u.index}" for u, _ in found[:3])
-            bias = any(_BIAS_OPS.get(u.node.op_type) == u.index for u, _ in found)
+            what = ", ".join(f"{node_label(u.node)} input {u.index}" for u, _, _ in found[:3])
+            bias = any(_BIAS_OPS.get(u.node.op_type) == u.index for u, _, _ in found)
             into = walker.recurrent(vid, False, ndim, inputs=(3,)) if not bias else []
             if into:  # a recurrent bias the exporter slices and stacks, as it does the weights
                 bias, what = True, f"{what}, into {node_label(into[0][0].node)} input 3"
@@ -327,7 +313,7 @@ def _plan_one(walker: _Walker, vid: int, plan: Planned, consumed: dict[int, str]
     if signal is not None:
         plan.skip = name_reason(signal)
         return
-    flags = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
+    flags = walker.attrs(node)
     if node.op_type in _QLINEAR:
         axis = _QLINEAR[node.op_type]
         if not _dequantised(walker, plan, use, 4, (0 if flags.get("transB") else 1) if axis is None else axis, 0,
@@ -399,7 +385,7 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
         plan.transpose = True
         shape = (shape[1], shape[0])
     gates = RECURRENT_GATES[node.op_type]
-    attrs = {a.name: walker.onnx.helper.get_attribute_value(a) for a in node.attribute}
+    attrs = walker.attrs(node)
     hidden = int(attrs.get("hidden_size", 0))
     directions = 2 if attrs.get("direction") in (b"bidirectional", "bidirectional") else 1
     # fed as it is, the operand holds every gate; sliced, a part of a stacked matrix may hold fewer
@@ -412,12 +398,6 @@ def _plan_recurrent(walker: _Walker, plan: Planned, uses: list[tuple[_Use, bool,
         plan.index, plan.directions, plan.transpose = None, 1, False
         return
     plan.shape = shape
-
-
-def _directions(plans: list[Planned]) -> list[Planned]:
-    """Each recurrent operand holding two directions listed as ``name[0]`` and ``name[1]``."""
-    return [replace(plan, name=f"{plan.name}[{d}]", index=d, consumers=list(plan.consumers), used_at=list(plan.used_at))
-            if plan.directions > 1 else plan for plan in plans for d in range(plan.directions)]
 
 
 def _head(walker: _Walker, start: Optional[int], listed: list[Planned]) -> Optional[str]:

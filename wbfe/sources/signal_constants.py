@@ -51,7 +51,5 @@ def is_dft_basis(matrix: Any) -> bool:
     tol = 1e-3 * scale
     if not np.allclose(m[:bins], window * np.cos(angle), rtol=0, atol=tol):
         return False
-    if rows == bins:
-        return True
-    sin = window * np.sin(angle)
-    return bool(np.allclose(m[bins:], sin, rtol=0, atol=tol) or np.allclose(m[bins:], -sin, rtol=0, atol=tol))
+    return rows == bins or any(np.allclose(m[bins:], sign * window * np.sin(angle), rtol=0, atol=tol)
+                               for sign in (1, -1))

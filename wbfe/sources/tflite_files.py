@@ -1,9 +1,6 @@
-"""TFLite models (``.tflite``): the flatbuffer read through the ``tflite`` package's accessors.
-
-The graph (:mod:`wbfe.sources.tflite_graph`) says which constants are weights, their layout, order and
-head; each weight is read alone (one ``pread`` of its buffer) and comes out in PyTorch's layout,
-dequantised as TFLite's ``DEQUANTIZE`` computes it. The whole file is checked when opened (docs/formats.md).
-"""
+"""TFLite models (``.tflite``), checked whole when opened; the graph (:mod:`wbfe.sources.tflite_graph`) says which
+constants are weights, their layout, order and head; each weight is read alone (one ``pread`` of its buffer) and comes
+out in PyTorch's layout, dequantised as TFLite's ``DEQUANTIZE`` computes it (docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from wbfe._deps import require
-from wbfe.errors import CorruptCheckpointError
+from wbfe.errors import CorruptCheckpointError, UnsupportedDtypeError
 from wbfe.framework.description import FrameworkDescription
 from wbfe.linalg.arrays import from_bytes
 from wbfe.sources._base import FileDigest, Provenance, TensorEntry, TensorSource, open_regular
@@ -29,8 +26,6 @@ __all__ = ["TfliteSource", "TFLITE", "to_torch_layout", "IDENTIFIER"]
 
 # The file identifier schema.fbs declares (``file_identifier "TFL3"``), at bytes 4..8.
 IDENTIFIER = b"TFL3"
-_NUMPY = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int8": "i1", "uint8": "u1", "int16": "<i2",
-          "bfloat16": "<u2"}
 
 
 class TfliteSource(TensorSource):
@@ -81,13 +76,19 @@ class TfliteSource(TensorSource):
     def read(self, planned: Planned) -> Any:
         """The weight as its operator uses it, in PyTorch's layout, dequantised (a torch tensor for bfloat16)."""
         tensor = planned.tensor
+        if tensor.sparse or tensor.dtype not in (*ITEMSIZE, "int4"):  # skipped, yet an edit reads it to copy it
+            what = "sparse (its buffer holds only the kept values)" if tensor.sparse else (
+                f"TFLite type {tensor.dtype} has no numpy dtype")  # string, resource, variant
+            raise UnsupportedDtypeError.at(self._path, f"tensor {planned.name!r}: {what}, so it is not read",
+                                           name=planned.name, dtype=tensor.dtype)
         buffer: TflBuffer = self._buffers[tensor.buffer]
         raw = read_range(self._path, buffer.start, buffer.size)  # exactly the tensor's bytes
         if tensor.dtype == "int4":  # two a byte, the low nibble first, sign-extended (UnpackDenseInt4IntoInt8)
             nibbles = np.stack([(raw.view(np.int8) << 4) >> 4, raw.view(np.int8) >> 4], axis=-1).reshape(-1)
             array = nibbles[:math.prod(tensor.shape)].reshape(tensor.shape)
-        else:
-            array = raw.view(np.dtype(_NUMPY[tensor.dtype])).reshape(tensor.shape)
+        else:  # numpy's little-endian dtype (bfloat16: its bits)
+            stored = np.dtype("uint16" if tensor.dtype == "bfloat16" else tensor.dtype).newbyteorder("<")
+            array = raw.view(stored).reshape(tensor.shape)
         if tensor.dtype == "bfloat16":  # numpy holds its bits; torch, the values
             bits = np.require(to_torch_layout(array, planned.op or "", planned.transpose), requirements="C")
             return from_bytes(bits.reshape(-1).view(np.uint8), "bfloat16", bits.shape)
@@ -95,7 +96,6 @@ class TfliteSource(TensorSource):
             array = dequantize(array, tensor.quant.scale, tensor.quant.zero_point, tensor.quant.axis)
         elif tensor.dtype == "float16":
             array = array.astype(np.float32)
-        # Its own writable copy, in C order.
         return np.array(to_torch_layout(array, planned.op or "", planned.transpose), order="C")
 
     def __len__(self) -> int:
@@ -104,7 +104,6 @@ class TfliteSource(TensorSource):
     def entries(self) -> Iterator[TensorEntry]:
         for planned in self._plan:
             tensor = planned.tensor
-            load = functools.partial(self.read, planned)
             dtype, quant = tensor.dtype, None
             if planned.skip is None and tensor.dtype in (*QUANTISED, "float16"):
                 dtype = "float32"
@@ -112,8 +111,8 @@ class TfliteSource(TensorSource):
                 quant = f"tflite-{tensor.dtype}{per}"
             # One buffer read as another shape, type or with other scales is another matrix, not a tied one.
             key = ("tflite-buffer", tensor.buffer, tensor.shape, tensor.dtype, tensor.quant)
-            yield TensorEntry(name=planned.name, shape=planned.shape, dtype=dtype, load=load, storage_key=key,
-                              quant=quant, skip=planned.skip)
+            yield TensorEntry(name=planned.name, shape=planned.shape, dtype=dtype, storage_key=key, quant=quant,
+                              skip=planned.skip, load=functools.partial(self.read, planned))
 
 
 def to_torch_layout(t: "np.ndarray", op: str, transpose: bool = False) -> "np.ndarray":
@@ -129,7 +128,7 @@ def _describe(model_description: str, plan: GraphPlan) -> FrameworkDescription:
         "is not recorded")}
     if plan.head is not None:
         facts["head_class"] = "FULLY_CONNECTED"
-    note = plan.note or ("an inference graph: the converter drops dropout, so whether training used it is unknown")
+    note = plan.note or "an inference graph: the converter drops dropout, so whether training used it is unknown"
     weights = tuple(p.name for p in plan.tensors if p.skip is None)
     return FrameworkDescription("tflite", model_description or "tflite", weights, plan.head, note=note, facts=facts)
 

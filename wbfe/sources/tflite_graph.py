@@ -9,9 +9,10 @@ import math
 import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from wbfe.errors import CorruptCheckpointError, clip
+from wbfe.linalg.arrays import is_known_dtype, itemsize
 
 __all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflModel", "Planned", "GraphPlan",
            "parse_model", "plan_graph", "DTYPES", "ITEMSIZE", "QUANTISED", "STORED_AXES", "TORCH_AXES", "reported_shape"]
@@ -20,8 +21,7 @@ __all__ = ["TflTensor", "TflQuant", "TflOp", "TflBuffer", "TflSubgraph", "TflMod
 DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
           8: "complex64", 9: "int8", 10: "float64", 11: "complex128", 12: "uint64", 13: "resource",
           14: "variant", 15: "uint32", 16: "uint16", 17: "int4", 18: "bfloat16"}
-ITEMSIZE = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "bool": 1, "int16": 2, "complex64": 8,
-            "int8": 1, "float64": 8, "complex128": 16, "uint64": 8, "uint32": 4, "uint16": 2, "bfloat16": 2}
+ITEMSIZE = {name: itemsize(name) for name in DTYPES.values() if is_known_dtype(name)}
 
 # The weight input of each operator that multiplies by a weight, and the rank that weight must have.
 _WEIGHT_OPS: dict[str, tuple[int, int]] = {
@@ -135,6 +135,12 @@ class _Reader:
             raise self.fail(f"{what} vector of {n} entries does not fit in a {self.size}-byte file")
         return n
 
+    def each(self, table: Any, field: str, what: str, where: str = "") -> Iterator[tuple[int, Any]]:
+        """The items of a table's vector ``field``, each named ``{where}{what} {i}`` in what fails while it is read."""
+        for i in range(self.count(int(getattr(table, f"{field}Length")()), 4, f"{what}s")):
+            self.what = f"{where}{what} {i}"
+            yield i, getattr(table, field)(i)
+
     def numbers(self, table: Any, name: str, width: int) -> list[Any]:
         if getattr(table, f"{name}IsNone")():
             return []
@@ -171,22 +177,14 @@ def _parse(tflite: Any, r: _Reader) -> TflModel:
 
     model = tflite.Model.GetRootAs(r.buf, 0)
     version = int(model.Version())
-    buffers = []
-    for b in range(r.count(model.BuffersLength(), 4, "buffers")):
-        r.what = f"buffer {b}"
-        buffers.append(_buffer(model.Buffers(b), r))
+    buffers = [_buffer(b, r) for _, b in r.each(model, "Buffers", "buffer")]
     codes = []
-    for c in range(r.count(model.OperatorCodesLength(), 4, "operator codes")):
-        r.what = f"operator code {c}"
-        code = model.OperatorCodes(c)
+    for _, code in r.each(model, "OperatorCodes", "operator code"):
         builtin = max(int(code.DeprecatedBuiltinCode()), int(code.BuiltinCode()))  # as schema.fbs says
         # 32: CUSTOM; BUILTIN_<n>: a newer operator, which consumes nothing wbfe reads as a weight
         codes.append(f"CUSTOM:{r.string(code.CustomCode())}" if builtin == 32
                      else BUILTIN_OPCODE2NAME.get(builtin, f"BUILTIN_{builtin}"))
-    subgraphs = []
-    for s in range(r.count(model.SubgraphsLength(), 4, "subgraphs")):
-        r.what = f"subgraph {s}"
-        subgraphs.append(_subgraph(tflite, model.Subgraphs(s), s, codes, len(buffers), r))
+    subgraphs = [_subgraph(tflite, sg, s, codes, len(buffers), r) for s, sg in r.each(model, "Subgraphs", "subgraph")]
     r.what = "the model"
     if not subgraphs:
         raise r.fail("no subgraph: not a TFLite model")
@@ -214,16 +212,12 @@ def _buffer(b: Any, r: _Reader) -> TflBuffer:
 def _subgraph(tflite: Any, sg: Any, s: int, codes: list[str], n_buffers: int, r: _Reader) -> TflSubgraph:
     name = r.string(sg.Name())
     tensors = []
-    for t in range(r.count(sg.TensorsLength(), 4, "tensors")):
-        r.what = f"subgraph {s} tensor {t}"
-        tensor = sg.Tensors(t)
+    for t, tensor in r.each(sg, "Tensors", "tensor", f"subgraph {s} "):
         tname = r.string(tensor.Name()) or f"tensor_{t}"
         r.what = f"tensor {tname!r} (subgraph {s}, index {t})"
         tensors.append(_tensor(tensor, t, tname, n_buffers, r))
     ops = []
-    for k in range(r.count(sg.OperatorsLength(), 4, "operators")):
-        r.what = f"subgraph {s} operator {k}"
-        op = sg.Operators(k)
+    for k, op in r.each(sg, "Operators", "operator", f"subgraph {s} "):
         index = int(op.OpcodeIndex())
         if index >= len(codes):
             raise r.fail(f"opcode index {index} out of range ({len(codes)} operator codes)")

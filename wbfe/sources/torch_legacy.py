@@ -88,28 +88,24 @@ def check_legacy_records(path: Path, fh: BinaryIO) -> None:
     if not isinstance(keys, (list, tuple)) or any(not isinstance(k, str) or k not in storages for k in keys) \
             or any(size == 0 for size, _ in storages.values()):  # a storage class this check does not know
         return
-    records = []  # (key, element count, first byte) of each record the file holds
+    filled: set[str] = set()  # the keys of the records the file holds
     for key in keys:
-        head = fh.read(8)
-        if len(head) < 8:  # the record's count itself is cut off: past the end, whatever it held
-            records.append((key, storages[key][1], size_of_file + 1))
-            break
-        (count,) = struct.unpack("<q", head)
-        start = fh.tell()
-        records.append((key, count, start))
-        if start + max(0, count) * storages[key][0] > size_of_file:  # past the end (and past what seek takes)
-            break
-        fh.seek(max(0, count) * storages[key][0], io.SEEK_CUR)
-    for key, count, start in records:
         size, declared = storages[key]
+        head = fh.read(8)
+        filled.add(key)
+        # a record whose count itself is cut off lies past the end, whatever it held
+        count, start = (struct.unpack("<q", head)[0], fh.tell()) if len(head) == 8 else (declared, size_of_file + 1)
         if count != declared:
             raise CorruptCheckpointError.at(
                 path, f"corrupt legacy PyTorch checkpoint (storage {key[:40]} holds {count} elements in the file, "
                 f"{declared} in its tensor: torch would read uninitialised memory)")
-        if start + count * size > size_of_file:
+        if start + count * size > size_of_file:  # checked before seek, which would go past the end
             raise CorruptCheckpointError.at(
                 path, f"truncated legacy PyTorch checkpoint (storage {key[:40]} runs past the end of the file)")
-    unfilled = sorted(set(storages) - {key for key, _, _ in records})
+        if len(head) < 8:
+            break
+        fh.seek(max(0, count) * size, io.SEEK_CUR)
+    unfilled = sorted(set(storages) - filled)
     if unfilled:
         raise CorruptCheckpointError.at(
             path, f"corrupt legacy PyTorch checkpoint ({len(unfilled)} of its {len(storages)} storages have no "

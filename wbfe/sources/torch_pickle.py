@@ -98,12 +98,10 @@ def check_zip_records(path: Path, fh: Any) -> None:
 
 
 def unwrap_checkpoint(obj: Any, *, where: str) -> tuple[dict[str, Any], dict[str, tuple[Any, str]]]:
-    """The mapping of tensors inside a loaded checkpoint, nested containers flattened with dotted names and a
-    DataParallel ``module.`` and torch.compile ``_orig_mod.`` prefixes stripped (``CorruptCheckpointError`` where there is none, or two names clash),
-    and the tensors of the other containers it was chosen over (a checkpoint holding both ``state_dict`` and
-    ``model``, or ``model`` and ``model_ema``: the first of :data:`_NESTED_KEYS`, then :data:`_EMA_KEYS`, that holds
-    tensors is scored), and of every other container beside it (an optimizer's state, a scheduler's), by ``key/name``,
-    each with why it is not scored: listed as skipped, so the choice is seen and no tensor is lost."""
+    """The tensors of a loaded checkpoint's state dict by dotted name, DataParallel's ``module.`` and torch.compile's
+    ``_orig_mod.`` prefixes stripped (``CorruptCheckpointError`` where there is none, or two names clash); and, by
+    ``key/name`` with why each is not scored, those of every container beside it (another state dict it was chosen
+    over: the first of :data:`_NESTED_KEYS`, then :data:`_EMA_KEYS`, that holds tensors is scored; an optimizer's)."""
     import torch
 
     current = obj
@@ -153,17 +151,8 @@ def _is_optimizer(key: Any, value: Any) -> bool:
 
 
 def _is_tensor(torch: Any, value: Any) -> bool:
-    """Whether ``value`` is a torch tensor or a numeric numpy array (which :func:`_as_tensor` reads as one)."""
+    """Whether ``value`` is a torch tensor or a numeric numpy array (which :func:`_flatten` reads as one)."""
     return isinstance(value, torch.Tensor) or (isinstance(value, np.ndarray) and value.dtype.kind in "biufc")
-
-
-def _as_tensor(torch: Any, value: Any) -> Any:
-    """``value`` as a torch tensor: itself, or a numeric numpy array shared (a read-only one copied); else None."""
-    if not _is_tensor(torch, value):
-        return None
-    if isinstance(value, torch.Tensor):
-        return value
-    return torch.from_numpy(value) if value.flags.writeable else torch.from_numpy(value.copy())
 
 
 def _flatten(state: Mapping[Any, Any] | list[Any] | tuple[Any, ...], where: str) -> dict[str, Any]:
@@ -179,12 +168,13 @@ def _flatten(state: Mapping[Any, Any] | list[Any] | tuple[Any, ...], where: str)
         children = []
         for key, value in items:
             name = f"{prefix}{key}"
-            tensor = _as_tensor(torch, value)
-            if tensor is not None:
+            if _is_tensor(torch, value):
                 if name in out:
                     raise CorruptCheckpointError.at(
                         where, f"two tensors are both named {name[:200]!r} once nested names are joined")
-                out[name] = tensor
+                # a numpy array shared, a read-only one copied
+                out[name] = value if isinstance(value, torch.Tensor) else torch.from_numpy(
+                    value if value.flags.writeable else value.copy())
             elif isinstance(value, (Mapping, list, tuple)) and id(value) not in seen:
                 seen.add(id(value))
                 children.append((f"{name}.", value))

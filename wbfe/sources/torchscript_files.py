@@ -153,7 +153,6 @@ class TorchScriptSource(TensorSource):
             declared = _declarations(archive, prefix)
             self._offsets = {i.filename: i for i in archive.infolist()}
         self._tensors, self._kinds = _collect(tree, constants, declared)
-        self._signal: Optional[dict[str, str]] = None
         for name, t in self._tensors:
             if t.storage.member not in members:
                 raise CorruptCheckpointError.at(path, f"tensor {name!r} names a missing record {t.storage.member}")
@@ -174,32 +173,31 @@ class TorchScriptSource(TensorSource):
     def __len__(self) -> int:
         return len(self._tensors)
 
-    def _signal_constants(self) -> dict[str, str]:
+    @functools.cached_property
+    def _signal(self) -> dict[str, str]:
         """Why each buffer, attribute or constant that is a signal-processing constant is skipped."""
-        if self._signal is None:
-            self._signal = {}
-            for name, ref in self._tensors:
-                if self._kinds.get(name) == "parameter" or _unreadable(ref) is not None:
+        signal: dict[str, str] = {}
+        for name, ref in self._tensors:
+            if self._kinds.get(name) == "parameter" or _unreadable(ref) is not None:
+                continue
+            found = signal_name([name])
+            if found is not None:
+                signal[name] = name_reason(found)
+            elif dft_shaped(ref.size) and ref.storage.dtype.startswith(("float", "bfloat")):
+                try:
+                    values = self.read(ref).float().numpy()
+                except WbfeError:  # a damaged record: its own read says so, when scored
                     continue
-                found = signal_name([name])
-                if found is not None:
-                    self._signal[name] = name_reason(found)
-                elif dft_shaped(ref.size) and ref.storage.dtype.startswith(("float", "bfloat")):
-                    try:
-                        values = self.read(ref).float().numpy()
-                    except WbfeError:  # a damaged record: its own read says so, when scored
-                        continue
-                    if is_dft_basis(values):
-                        self._signal[name] = DFT_REASON
-        return self._signal
+                if is_dft_basis(values):
+                    signal[name] = DFT_REASON
+        return signal
 
     def entries(self) -> Iterator[TensorEntry]:
-        signal = self._signal_constants()
         for name, ref in self._tensors:
-            skip = _unreadable(ref) or signal.get(name)
-            load = functools.partial(self.read, ref)
+            skip = _unreadable(ref) or self._signal.get(name)
             key = (ref.storage.member, ref.offset, ref.size, ref.stride) if skip is None else None
-            yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, load=load, storage_key=key, skip=skip)
+            yield TensorEntry(name=name, shape=ref.size, dtype=ref.storage.dtype, storage_key=key, skip=skip,
+                              load=functools.partial(self.read, ref))
 
     def read(self, ref: _TensorRef) -> "torch.Tensor":
         """The tensor ``ref`` describes, read from its storage record."""
