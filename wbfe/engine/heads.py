@@ -67,11 +67,8 @@ def find_head(names: Sequence[str], override: Optional[str] = None) -> Optional[
     matrix; among several of the best rank, the last in natural order; None if none match."""
     if override is not None:
         return _override(names, override)
-    ranked = [(rank, name) for name in names if (rank := head_rank(name)) is not None]
-    if not ranked:
-        return None
-    best = min(rank for rank, _ in ranked)
-    return max((name for rank, name in ranked if rank == best), key=natural_key)
+    ranked = [(-rank, natural_key(name), name) for name in names if (rank := head_rank(name)) is not None]
+    return max(ranked, key=lambda item: item[:2])[2] if ranked else None
 
 
 def _named(names: Sequence[str], name: str) -> Optional[str]:

@@ -91,8 +91,7 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
         layers = _with_products(layers, description.order, description.aliases)
         skipped = order_rows(skipped, description.order, description.aliases)
     products = [layer for layer in layers if layer.get("role") == INTRA]
-    every = layers
-    layers = [layer for layer in layers if layer.get("role") != INTRA] if products else layers
+    every, layers = layers, [layer for layer in layers if layer.get("role") != INTRA]
     by_name = {layer["name"]: layer for layer in layers}
     choice = choose_head(layers, skipped, override=head, hint=head_hint, config=config, description=description)
     head = choice.name
@@ -144,8 +143,6 @@ def _with_products(layers: list[dict[str, Any]], order: Sequence[str],
             after.setdefault(second if second in names else previous, []).append(layer)
         else:
             previous = layer["name"]
-    if not after:
-        return order_rows(layers, order, aliases)
     out = list(after.get(None, []))
     for layer in order_rows([layer for layer in layers if layer.get("role") != INTRA], order, aliases):
         out.append(layer)
