@@ -1,11 +1,9 @@
 """Group a quantized weight with its scales as the entries stream past, and dequantise it on load; likewise compose
 a weight torch stores as parts (weight norm's g and v, spectral norm's weight and u, v) into the weight the model uses.
 
-A weight and its companions share a module prefix (``x.qweight``, ``x.qzeros``, ``x.scales``,
-``x.g_idx``; ``x.weight`` (FP8) and ``x.weight_scale_inv``; ``x.w_blocks`` and ``x.w_scales``;
-``x.weight_g`` and ``x.weight_v``) and lie next to each other in any stored order wbfe meets, so a group is held
-only until the stream moves past its prefix: nothing but the entries' metadata is held, and nothing is read early.
-"""
+A weight and its companions share a module prefix (``x.qweight``, ``x.scales``; ``x.weight_g``, ``x.weight_v``) and
+lie next to each other in any stored order wbfe meets, so a group is held (its metadata only) until the stream moves
+past its prefix."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from wbfe.errors import CorruptCheckpointError, UnsupportedDtypeError
 from wbfe.framework import IN_OUT, OUT_IN
 from wbfe.linalg.arrays import to_numpy, to_torch
 from wbfe.quant.compressed import compressed_weight, config_block, dequantize_compressed
-from wbfe.quant.fp8 import FP8_FORMATS, config_whole, dequantize_fp8, fp8_scheme
+from wbfe.quant.fp8 import FP8_FORMATS, config_whole, fp8_scheme
 from wbfe.quant.mxfp4 import dequantize_mxfp4
 from wbfe.quant.packed_int import dequantize_awq, dequantize_gptq
 from wbfe.sources import TensorEntry
@@ -56,6 +54,10 @@ COMPOSED = tuple(_KINDS.values())  # the `quant` of a composed weight begins so:
 _ROLE_WHAT = {"g": "magnitude g", "v": "direction v", "orig": "weight before its division by σ",
               "u": "power-iteration vector u"}
 
+# The parts that make a quantized weight whole, one set a layout (FP8, GPTQ/AWQ, MXFP4, compressed-tensors' three).
+_WHOLE = ({"weight", "scale"}, {"qweight", "qzeros", "scales"}, {"blocks", "mx_scales"}, {"packed", "scale"},
+          {"int_weight", "scale"}, {"kept", "bitmask"})
+
 Item = tuple[TensorEntry, Optional[str]]
 _WORDS = ("int32", "uint32")
 
@@ -67,10 +69,8 @@ def _split(entry: TensorEntry) -> Optional[tuple[str, str]]:
     norm = _norm_part(name)
     if norm is not None:
         return norm[0], name
-    for suffix, part in (("_blocks", "blocks"), ("_scales", "mx_scales")):
-        if name.endswith(suffix) and entry.dtype == "uint8":
-            return name[: -len(suffix)], part
-    for suffix, part in _SPARSE.items():
+    mxfp4 = {"_blocks": "blocks", "_scales": "mx_scales"} if entry.dtype == "uint8" else {}
+    for suffix, part in {**mxfp4, **_SPARSE}.items():
         if name.endswith(suffix):
             return name[: -len(suffix)], part
     prefix, _, last = name.rpartition(".")
@@ -93,15 +93,11 @@ def _norm_part(name: str) -> Optional[tuple[str, str]]:
 
 def _roles(parts: dict[str, TensorEntry]) -> dict[str, str]:
     """Each part's role (:func:`_norm_part`) where ``parts``, keyed by their names, are a normalised weight's."""
-    found = {name: _norm_part(name) for name in parts}
-    return {name: part[1] for name, part in found.items() if part is not None}
+    return {name: part[1] for name in parts if (part := _norm_part(name)) is not None}
 
 
 def _complete(parts: dict[str, TensorEntry]) -> bool:
-    return (tuple(sorted(_roles(parts).values())) in _KINDS or {"weight", "scale"} <= parts.keys()
-            or {"qweight", "qzeros", "scales"} <= parts.keys() or {"blocks", "mx_scales"} <= parts.keys()
-            or {"packed", "scale"} <= parts.keys() or {"int_weight", "scale"} <= parts.keys()
-            or {"kept", "bitmask"} <= parts.keys())
+    return tuple(sorted(_roles(parts).values())) in _KINDS or any(whole <= parts.keys() for whole in _WHOLE)
 
 
 def dequantised(entries: Iterable[TensorEntry], config: Optional[dict[str, Any]] = None,
@@ -189,10 +185,8 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
             raise CorruptCheckpointError(f"FP8 zero point {list(z.shape)} and scale {list(s.shape)} differ in shape")
         block = config_block(qconfig, prefix) if "config_groups" in qconfig else qconfig.get("weight_block_size")
         scheme = fp8_scheme(w.dtype, w.shape, s.shape, block)
-        if z is not None:
-            return _entry(w.name, w.shape, scheme, lambda: dequantize_compressed(
-                to_torch(w.load()), to_torch(s.load()), to_torch(z.load()), block))
-        return _entry(w.name, w.shape, scheme, lambda: dequantize_fp8(to_torch(w.load()), to_torch(s.load()), block))
+        return _entry(w.name, w.shape, scheme, lambda: dequantize_compressed(
+            to_torch(w.load()), to_torch(s.load()), None if z is None else to_torch(z.load()), block))
     if "blocks" in parts:
         b, s = parts["blocks"], parts["mx_scales"]
         if len(b.shape) < 3 or b.shape[-1] != 16 or tuple(b.shape[:-1]) != tuple(s.shape):
