@@ -54,8 +54,7 @@ class IntraChain:
     """Follows the stream's matrices and makes the products of consecutive ones.
 
     Built with :meth:`in_order` when every plan is known before the first tensor is read (the
-    chain in the model's order); otherwise the chain is the stream's order, found as it goes.
-    """
+    chain in the model's order); otherwise the chain is the stream's order, found as it goes."""
 
     def __init__(self, seed: int, *, sparsify: bool = True, ww_slices: bool = False) -> None:
         self.rng = np.random.RandomState(seed) if sparsify else None

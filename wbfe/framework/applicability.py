@@ -1,6 +1,5 @@
 """Whether BFE-W applies: the BFE-W paper's conditions (arXiv 2610.13123) checked against the
-checkpoint's own description of its model, never a score (docs/metrics.md, "Where BFE-W applies").
-"""
+checkpoint's own description of its model, never a score (docs/metrics.md, "Where BFE-W applies")."""
 
 from __future__ import annotations
 

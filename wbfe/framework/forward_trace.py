@@ -1,8 +1,7 @@
 """Which dropout acts on the features a head reads, seen in the skeleton's own forward pass on the
 meta device: the module tree shows neither call order nor functional dropout (T5's decoder, BART).
 Where the pass cannot run, the module-tree reading (:mod:`wbfe.framework.head_facts`) decides
-(docs/metrics.md, "Where BFE-W applies").
-"""
+(docs/metrics.md, "Where BFE-W applies")."""
 
 from __future__ import annotations
 
@@ -64,8 +63,7 @@ def head_input_dropouts(model: Any, head: str) -> Union[HeadInput, str]:
     a string saying why the forward pass could not tell.
 
     Layer stacks are cut to their first and last block for the pass (what reaches the head runs after
-    the last one); where the cut model does not run, the whole one is run.
-    """
+    the last one); where the cut model does not run, the whole one is run."""
     inputs = meta_inputs(model)
     if isinstance(inputs, str):
         return inputs

@@ -1,7 +1,6 @@
 """A Keras model's head, and the dropout on its input, from its own ``model_config`` (an ``.h5``'s
 attribute, a ``.keras``'s ``config.json``): walked back from the (first) output through the layers
-without a weight matrix, into nested models (docs/checkpoints.md). Pure functions of the JSON.
-"""
+without a weight matrix, into nested models (docs/checkpoints.md). Pure functions of the JSON."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Framework descriptions remembered on disk (docs/cache.md, kind ``descriptions``), so that a second
 score of an architecture imports neither torch nor its framework. The key hashes all the build
 depends on (what it read, the framework's and torch's versions, wbfe's code): an upgrade is a miss,
-never a stale answer. A cache that cannot be written costs only the speed.
-"""
+never a stale answer. A cache that cannot be written costs only the speed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A timm model described by timm itself: ``timm.create_model(name, pretrained=False)`` on the meta
-device, with a ``config.json``'s ``model_args`` as timm's hub loader applies them (docs/checkpoints.md).
-"""
+device, with a ``config.json``'s ``model_args`` as timm's hub loader applies them (docs/checkpoints.md)."""
 
 from __future__ import annotations
 

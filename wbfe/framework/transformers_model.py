@@ -1,7 +1,6 @@
 """A Hugging Face ``config.json`` described by transformers itself: the class ``architectures`` names,
 built on the meta device (docs/checkpoints.md). Code a checkpoint ships with (``auto_map``) is never
-run: such a model is left to wbfe's rules, as is one transformers does not know or cannot build.
-"""
+run: such a model is left to wbfe's rules, as is one transformers does not know or cannot build."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Whether a transformers model stores any weight transposed, read from transformers' modeling files
 as text (no import of transformers or torch, seconds saved): only ``Conv1D`` and ``ConvTranspose*``
-do. The files it imports from and its sub-configs' are read too; anything not found is "cannot tell".
-"""
+do. The files it imports from and its sub-configs' are read too; anything not found is "cannot tell"."""
 
 from __future__ import annotations
 
