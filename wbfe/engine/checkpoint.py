@@ -85,9 +85,7 @@ def score_source(source: Any, options: ScoreOptions, *, progress: Optional[Progr
                   config=source.config, description=description, allow_empty=allow_empty)
 
 
-def layer_spectrum(
-    ref: Any, layer: str, *, conv: ConvView = "flatten", device: str = "auto"
-) -> tuple[MatrixPlan, Any]:
+def layer_spectrum(ref: Any, layer: str, *, conv: ConvView = "flatten", device: str = "auto") -> tuple[MatrixPlan, Any]:
     """The plan and :class:`~wbfe.metrics.Spectrum` of one named matrix (or module name) of a checkpoint.
 
     Raises:

@@ -83,10 +83,9 @@ def finish(model: dict[str, Any], layers: list[dict[str, Any]], skipped: list[di
     NoUsableMatrixError when every tensor was skipped (unless ``allow_empty``: rows a caller adds to others)."""
     if not layers and not allow_empty:
         source, reasons = model["source"], "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
-        count = ("no weight tensor at all" if not skipped
-                 else f"{len(skipped)} tensor{'' if len(skipped) == 1 else 's'} skipped")
-        raise NoUsableMatrixError(f"{source}: no usable weight matrix ({count}"
-                                  + (f" — {reasons}" if reasons else "") + ")", ref=source)
+        count = (f"{len(skipped)} tensor{'' if len(skipped) == 1 else 's'} skipped — {reasons}" if skipped
+                 else "no weight tensor at all")
+        raise NoUsableMatrixError(f"{source}: no usable weight matrix ({count})", ref=source)
     if description is not None:
         layers = _with_products(layers, description.order, description.aliases)
         skipped = order_rows(skipped, description.order, description.aliases)

@@ -1,7 +1,6 @@
-"""What a built ``nn.Module``'s tree says about the path into its head: the dropout beside the head
-(with the rates the framework took from the config), a summary stage it reads (XLNet's
-SequenceSummary), and other heads with the same outputs (DeiT's distillation head). The rules:
-docs/metrics.md, "Where BFE-W applies"."""
+"""What a built ``nn.Module``'s tree says about the path into its head: the dropout beside the head (with the rates the
+framework took from the config), a summary stage it reads (XLNet's SequenceSummary), and other heads with the same
+outputs (DeiT's distillation head). The rules: docs/metrics.md, "Where BFE-W applies"."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """An in-memory ``nn.Module`` described by itself. One that names no head (``get_output_embeddings()``,
-``get_classifier()``) has its last registered ``nn.Linear`` taken, where it matches ``num_classes``;
-the dropout into it, inside an ``nn.Sequential``, is read between it and the layer before it
-(docs/metrics.md, "Where BFE-W applies")."""
+``get_classifier()``) has its last registered ``nn.Linear`` taken, where it matches ``num_classes``; the dropout into
+it, inside an ``nn.Sequential``, is read between it and the layer before it (docs/metrics.md, "Where BFE-W applies")."""
 
 from __future__ import annotations
 

@@ -90,14 +90,12 @@ def remember(key: Optional[str], found: Described) -> None:
         return
     payload: dict[str, Any] = ({"fallback": str(found)} if isinstance(found, Fallback)
                                else {"description": found.to_dict()})
-    try:
-        text = json.dumps({"format": FORMAT, "key": key, "sha256": _digest(payload), "payload": payload},
-                          allow_nan=False)
-    except (TypeError, ValueError):  # facts that are not JSON: not remembered, built again next time
-        return
     path = _path(key)
     try:
-        write_atomic(path, text)
+        write_atomic(path, json.dumps({"format": FORMAT, "key": key, "sha256": _digest(payload), "payload": payload},
+                                      allow_nan=False))
+    except (TypeError, ValueError):  # facts that are not JSON: not remembered, built again next time
+        return
     except (OSError, WbfeError):  # a read-only or full cache: the description is used all the same
         return
     _bound(path.parent.parent, keep=path)

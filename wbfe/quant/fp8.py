@@ -73,8 +73,7 @@ def fp8_scheme(dtype: str, weight_shape: Sequence[int], scale_shape: Sequence[in
     return f"fp8-{FP8_FORMATS.get(dtype, dtype)}-{kind}"
 
 
-def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor,
-                   block: Optional[Sequence[int]] = None) -> torch.Tensor:
+def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor, block: Optional[Sequence[int]] = None) -> torch.Tensor:
     """``weight`` (FP8, ``[..., out, in]``) times ``scale`` laid out per tensor, channel or block, in float64;
     CorruptCheckpointError where the scale's shape fits no layout."""
     import torch
