@@ -215,10 +215,19 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
     declared = qconfig.get("group_size", qconfig.get("q_group_size"))
     if declared is not None and config_whole(declared) != group_size:
         raise CorruptCheckpointError(f"config's group size {declared} does not fit {groups} groups of {n_in} inputs")
-    if g is not None and not awq and (tuple(g.shape) != (n_in,) or not g.dtype.startswith(("int", "uint"))):
-        raise CorruptCheckpointError(f"GPTQ g_idx of {g.dtype} {list(g.shape)}: expected whole group indexes [{n_in}]")
     if g is not None and not awq:
-        _check_groups(to_numpy(g.load()), groups)
+        if tuple(g.shape) != (n_in,) or not g.dtype.startswith(("int", "uint")):
+            raise CorruptCheckpointError(f"GPTQ g_idx of {g.dtype} {list(g.shape)}: expected whole group indexes "
+                                         f"[{n_in}]")
+        # Read now (one integer an input): a group its scales do not have would leave an input without a scale, and
+        # the weight is skipped saying so before any work.
+        g_idx = to_numpy(g.load())
+        outside = (g_idx < 0) | (g_idx >= groups)
+        if outside.any():
+            first = int(outside.argmax())
+            raise CorruptCheckpointError(
+                f"GPTQ g_idx gives {int(outside.sum())} of its {g_idx.size} inputs a group outside the {groups} of its "
+                f"scales (input {first}: group {int(g_idx[first])}, expected 0 to {groups - 1})")
     label = f"g{group_size}" if group_size > 0 else "channel"
     name = f"{prefix}.weight"
     if awq:
@@ -228,17 +237,6 @@ def _build(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[str, Any]) 
     return _entry(name, (n_out, n_in), f"gptq-int{bits}-{label}", lambda: dequantize_gptq(
         to_torch(q.load()), to_torch(z.load()), to_torch(s.load()), bits=bits, group_size=group_size,
         g_idx=to_torch(g.load()) if g is not None else None, zero_offset=offset))
-
-
-def _check_groups(g_idx: Any, groups: int) -> None:
-    """Refuse a GPTQ ``g_idx`` naming a group its scales do not have: that input would have no scale. Read when the
-    weight is planned (one integer an input), so that the weight is skipped saying so before any work."""
-    outside = (g_idx < 0) | (g_idx >= groups)
-    if outside.any():
-        first = int(outside.argmax())
-        raise CorruptCheckpointError(
-            f"GPTQ g_idx gives {int(outside.sum())} of its {g_idx.size} inputs a group outside the {groups} of its "
-            f"scales (input {first}: group {int(g_idx[first])}, expected 0 to {groups - 1})")
 
 
 def _compose(name: str, parts: dict[str, TensorEntry], roles: dict[str, str],
