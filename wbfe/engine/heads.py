@@ -182,9 +182,8 @@ def _from_config(layers: Sequence[dict[str, Any]], config: dict[str, Any]) -> Op
         return None
     if arch.endswith(_CLASS_TASKS):
         labels = config.get("id2label")
-        n = next((k for suffix, k in LABEL_TASKS.items() if arch.endswith(suffix)), None)  # QA: start and end
-        if n is None:
-            n = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2)
+        n = next((k for suffix, k in LABEL_TASKS.items() if arch.endswith(suffix)),  # QA: start and end
+                 len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", 2))
         found = _last_with_rows(layers, n, f"{arch} with {n} labels")
         if found.name is None:
             return HeadChoice(None, None, f"config: {arch}'s head has {n} output row(s), but no analysed matrix "

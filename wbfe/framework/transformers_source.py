@@ -13,7 +13,7 @@ __all__ = ["plain_layouts"]
 
 # What builds a weight stored [in, out, k...]; a mention in a comment only makes the answer "cannot tell".
 _TRANSPOSED = re.compile(r"\bConv1D\b|ConvTranspose")
-_IMPORTED = re.compile(r"^from \.\.(\w+)\.modeling_\w+ import", re.MULTILINE)
+_IMPORTED = re.compile(r"^from \.\.(?!auto\.)(\w+)\.modeling_\w+ import", re.MULTILINE)
 
 
 def plain_layouts(config: Any) -> Optional[str]:
@@ -52,7 +52,7 @@ def _model_files(models: Path, config: dict[str, Any], arch: Optional[str]) -> O
     text = own.read_text(encoding="utf-8", errors="replace")
     if arch is not None and not re.search(rf"^class {re.escape(arch)}\(", text, re.MULTILINE):
         return None  # the class is not where the model type says: cannot tell
-    files, pending = [own], [m for m in _IMPORTED.findall(text) if m != "auto"]
+    files, pending = [own], _IMPORTED.findall(text)
     sub_configs = [v for v in config.values() if isinstance(v, dict) and "model_type" in v]
     if "from ..auto" in text and not sub_configs:
         return None  # built through the auto classes from a sub-config the file does not show
@@ -68,8 +68,7 @@ def _model_files(models: Path, config: dict[str, Any], arch: Optional[str]) -> O
             return None
         if path not in files:
             files.append(path)
-            pending += [m for m in _IMPORTED.findall(path.read_text(encoding="utf-8", errors="replace"))
-                        if m != "auto"]
+            pending += _IMPORTED.findall(path.read_text(encoding="utf-8", errors="replace"))
     return files
 
 

@@ -68,7 +68,6 @@ def compressed_weight(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[
     args = _weight_args(qconfig, prefix)
     s, z, g = parts["scale"], parts.get("zero_point"), parts.get("g_idx")
     packed = parts.get("packed")
-    fmt = "pack-quantized" if packed is not None else "int-quantized"
     if packed is not None and packed.dtype != "int32":  # nvfp4- or mxfp4-pack-quantized: two FP4 values a byte
         fp4 = str(qconfig.get("format") or "fp4-pack-quantized")
         raise UnsupportedDtypeError(f"{packed.dtype} packed FP4 values ({fp4}), which wbfe does not dequantise",
@@ -94,12 +93,12 @@ def compressed_weight(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[
                                      f"{list(s.shape)} nor its packing")
     if g is not None:
         group_size = size[1] if kind == "block" and size is not None else None
-        _check_input_order(to_numpy(g.load()), shape[-1], group_size, f"compressed-tensors-{fmt}")
+        scheme = f"compressed-tensors-{'pack' if packed is not None else 'int'}-quantized"
+        _check_input_order(to_numpy(g.load()), shape[-1], group_size, scheme)
     label = kind
     if kind == "block":
         assert size is not None
         label = f"g{size[1]}" if size[0] == 1 else f"block{size[0] if size[0] == size[1] else shape_text(size)}"
-    rows = int(s.shape[-2]) if len(s.shape) >= 2 else 1
 
     def load() -> torch.Tensor:
         if packed is not None:
@@ -107,8 +106,8 @@ def compressed_weight(prefix: str, parts: dict[str, TensorEntry], qconfig: dict[
         else:
             values = to_torch(parts["int_weight"].load())
         zero = None if z is None else to_torch(z.load())
-        if zero is not None and zero_shape != tuple(s.shape):
-            zero = unpack_values(zero, bits, rows, -2)
+        if zero is not None and zero_shape != tuple(s.shape):  # packed down the columns: the scale has 2 dims
+            zero = unpack_values(zero, bits, int(s.shape[-2]), -2)
         return dequantize_compressed(values, to_torch(s.load()), zero, block)
 
     return TensorEntry(name=f"{prefix}.weight", shape=shape, dtype="float64", load=load,
